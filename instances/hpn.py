@@ -1,0 +1,98 @@
+"""HPN-style rail-optimized fabrics S×H×N (paper §6.1, DESIGN.md §3).
+
+Per host: N GPUs and one NVSwitch; each GPU has a 2880 Gbps / 25 ns link to its host's
+NVSwitch (both directions) and one 400 Gbps / 0.5 µs NIC link to the ToR of its rail
+(``s{s}tor{g}``: ToR ``g`` of segment ``s`` joins GPU ``g`` of every host of the segment).
+
+Modelling choices (documented in docs/modelling.md):
+* With more than one segment, one aggregation switch per rail (``agg{g}``) joins the
+  rail-``g`` ToRs of all segments ("single plane").  The ToR-to-aggregation link has
+  the capacity of the ToR's H downlinks (``H × 400`` Gbps, 1:1 oversubscription,
+  adjustable with ``agg_oversubscription``) and 0.5 µs latency.  A single segment has
+  no aggregation layer: nothing needs it.
+* Cross-rail traffic between hosts has to relay through a GPU (NVSwitch then another
+  rail), exactly as in a real rail-optimized fabric without a spine between rails.
+"""
+
+from __future__ import annotations
+
+from mccl_opt.errors import TopologyError
+from mccl_opt.topology import Link, Node, Topology
+
+__all__ = ["hpn", "NVSWITCH_GBPS", "NVSWITCH_LATENCY_US", "NIC_GBPS", "NIC_LATENCY_US",
+           "gpu_id", "nvswitch_id", "tor_id", "agg_id", "parse_shape"]
+
+NVSWITCH_GBPS = 2880.0
+NVSWITCH_LATENCY_US = 0.025
+NIC_GBPS = 400.0
+NIC_LATENCY_US = 0.5
+
+
+def gpu_id(s: int, h: int, g: int) -> str:
+    return f"s{s}h{h}g{g}"
+
+
+def nvswitch_id(s: int, h: int) -> str:
+    return f"s{s}h{h}nvs"
+
+
+def tor_id(s: int, g: int) -> str:
+    return f"s{s}tor{g}"
+
+
+def agg_id(g: int) -> str:
+    return f"agg{g}"
+
+
+def parse_shape(text: str) -> tuple[int, int, int]:
+    """Parse ``"SxHxN"`` (e.g. ``"1x2x8"``) into integers."""
+    parts = text.lower().split("x")
+    try:
+        s, h, n = (int(p) for p in parts)
+    except ValueError:
+        raise TopologyError(f"shape must look like SxHxN (e.g. 1x2x8), got {text!r}") from None
+    return s, h, n
+
+
+def _cable(a: str, b: str, gbps: float, lat: float) -> list[Link]:
+    return [Link(a, b, gbps, lat), Link(b, a, gbps, lat)]
+
+
+def hpn(segments: int = 1, hosts: int = 2, gpus: int = 8, *,
+        nvswitch_gbps: float = NVSWITCH_GBPS, nic_gbps: float = NIC_GBPS,
+        agg_oversubscription: float = 1.0) -> Topology:
+    """Build the HPN rail-optimized fabric ``segments × hosts × gpus``."""
+    for label, v in (("segments", segments), ("hosts", hosts), ("gpus", gpus)):
+        if not isinstance(v, int) or v < 1:
+            raise TopologyError(f"{label} must be a positive integer, got {v!r}")
+    if segments * hosts * gpus < 2:
+        raise TopologyError("an HPN fabric needs at least 2 GPUs")
+    if hosts * segments < 2 and gpus < 2:
+        raise TopologyError("an HPN fabric needs at least 2 GPUs")
+    if agg_oversubscription <= 0:
+        raise TopologyError("agg_oversubscription must be > 0")
+    nodes: list[Node] = []
+    links: list[Link] = []
+    for s in range(segments):
+        for h in range(hosts):
+            for g in range(gpus):
+                nodes.append(Node(gpu_id(s, h, g), "gpu"))
+    for s in range(segments):
+        for h in range(hosts):
+            nodes.append(Node(nvswitch_id(s, h), "switch"))
+        for g in range(gpus):
+            nodes.append(Node(tor_id(s, g), "switch"))
+    if segments > 1:
+        for g in range(gpus):
+            nodes.append(Node(agg_id(g), "switch"))
+    for s in range(segments):
+        for h in range(hosts):
+            for g in range(gpus):
+                links += _cable(gpu_id(s, h, g), nvswitch_id(s, h), nvswitch_gbps, NVSWITCH_LATENCY_US)
+                links += _cable(gpu_id(s, h, g), tor_id(s, g), nic_gbps, NIC_LATENCY_US)
+        if segments > 1:
+            for g in range(gpus):
+                links += _cable(tor_id(s, g), agg_id(g), hosts * nic_gbps / agg_oversubscription,
+                                NIC_LATENCY_US)
+    name = f"hpn-{segments}x{hosts}x{gpus}"
+    return Topology(name, nodes, links, {"family": "hpn", "shape": [segments, hosts, gpus]})

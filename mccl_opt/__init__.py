@@ -1,0 +1,37 @@
+"""MCCL core: topology model, schedule synthesizers, validator and simulator.
+
+``import mccl_opt`` is cheap: it imports no optional solver and compiles no numba
+kernel; the synthesizers are loaded on first use.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .errors import (MCCLError, ScheduleError, SolveError, SolverLicenseError,
+                     SolverNotAvailableError, TelemetryError, TopologyError)
+from .schedule import BottleneckLink, PathChunk, Schedule, TreeChunk
+from .topology import Link, Node, Topology
+from .validate import ValidationReport, validate
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "MCCLError", "TopologyError", "SolverNotAvailableError", "SolverLicenseError",
+    "SolveError", "ScheduleError", "TelemetryError",
+    "Topology", "Node", "Link", "Schedule", "PathChunk", "TreeChunk", "BottleneckLink",
+    "validate", "ValidationReport", "solve_alltoall", "solve_allgather", "__version__",
+]
+
+_LAZY = {
+    "solve_alltoall": "mccl_opt.alltoall",
+    "solve_allgather": "mccl_opt.allgather",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'mccl_opt' has no attribute {name!r}")

@@ -1,0 +1,148 @@
+"""The small interface every LP/MIP backend adapter implements.
+
+One adapter per solver (HiGHS, Gurobi, SCIP) behind :class:`Backend`, chosen by
+name through :func:`mccl_opt.backends.get_backend`.  The interface is exactly what
+column generation and the small MIPs of later phases need:
+
+* bulk build from a :class:`formulations.LinearProgram` (CSR/CSC arrays);
+* adding columns and rows to the live model and re-solving warm from the basis;
+* simplex or interior point;
+* **one dual sign convention**: ``row_duals[i]`` is the shadow price
+  d(objective)/d(rhs of row i), for max and min problems alike (so in a max problem a
+  binding ``<=`` row has a dual >= 0, a binding ``>=`` row a dual <= 0);
+* ``reduced_costs = c - A^T row_duals`` (same convention);
+* time/iteration limits, threads, silence;
+* a :class:`SolveStatus` mapped from each solver's own codes.
+
+Optional solvers are imported lazily inside their adapters, never at module import.
+"""
+
+from __future__ import annotations
+
+import enum
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+
+from formulations.lp import LinearProgram
+
+__all__ = ["Backend", "LPSolution", "SolveStatus", "LPMethod"]
+
+
+class SolveStatus(enum.Enum):
+    """Outcome of a solve, mapped from each backend's status codes."""
+
+    OPTIMAL = "optimal"
+    INFEASIBLE = "infeasible"
+    UNBOUNDED = "unbounded"
+    INFEASIBLE_OR_UNBOUNDED = "infeasible_or_unbounded"
+    TIME_LIMIT = "time_limit"
+    ITERATION_LIMIT = "iteration_limit"
+    NUMERICAL_ERROR = "numerical_error"
+    NOT_SOLVED = "not_solved"
+    OTHER = "other"
+
+    @property
+    def is_limit(self) -> bool:
+        return self in (SolveStatus.TIME_LIMIT, SolveStatus.ITERATION_LIMIT)
+
+
+LPMethod = str  # one of "auto", "primal", "dual", "ipm"
+
+
+@dataclass
+class LPSolution:
+    """Result of :meth:`Backend.solve` / :meth:`Backend.solve_mip`.
+
+    ``x``, ``row_duals`` and ``reduced_costs`` are ``None`` when the solver did not
+    produce them (infeasible model, a limit hit before any solution, a MIP has no duals).
+    ``row_duals`` follow the shadow-price convention described in the module docstring.
+    """
+
+    status: SolveStatus
+    objective: float | None
+    x: np.ndarray | None
+    row_duals: np.ndarray | None
+    reduced_costs: np.ndarray | None
+    iterations: int
+    seconds: float
+    mip_bound: float | None = None
+    mip_gap: float | None = None
+
+    @property
+    def has_primal(self) -> bool:
+        return self.x is not None
+
+
+class Backend(ABC):
+    """A live LP/MIP model in one solver.
+
+    Lifecycle: ``b = get_backend("highs"); b.load(lp); sol = b.solve(); b.add_columns(...);
+    sol = b.solve()`` (warm from the previous basis where the solver allows).
+    """
+
+    name: ClassVar[str]
+    pip_package: ClassVar[str]
+    module_name: ClassVar[str]
+
+    def __init__(self, *, threads: int = 1, silent: bool = True) -> None:
+        self.threads = threads
+        self.silent = silent
+
+    @classmethod
+    def is_available(cls) -> bool:
+        """Whether the solver's Python package is importable (no import, no licence check)."""
+        import importlib.util
+
+        return importlib.util.find_spec(cls.module_name) is not None
+
+    @abstractmethod
+    def load(self, lp: LinearProgram) -> None:
+        """Replace the model with ``lp`` (bulk build from its sparse arrays)."""
+
+    @abstractmethod
+    def add_columns(self, cost: np.ndarray, lb: np.ndarray, ub: np.ndarray,
+                    starts: np.ndarray, indices: np.ndarray, values: np.ndarray) -> None:
+        """Append ``len(cost)`` columns given in CSC form: column ``j`` has row indices
+        ``indices[starts[j]:starts[j+1]]`` (``starts`` has ``len(cost)+1`` entries)."""
+
+    @abstractmethod
+    def add_rows(self, lo: np.ndarray, hi: np.ndarray,
+                 starts: np.ndarray, indices: np.ndarray, values: np.ndarray) -> None:
+        """Append ``len(lo)`` rows given in CSR form over the existing columns."""
+
+    @abstractmethod
+    def set_column_bounds(self, cols: np.ndarray, lb: np.ndarray, ub: np.ndarray) -> None:
+        """Change the bounds of existing columns."""
+
+    @abstractmethod
+    def delete_columns(self, cols: np.ndarray) -> None:
+        """Remove columns; the remaining columns keep their relative order."""
+
+    @property
+    @abstractmethod
+    def num_cols(self) -> int: ...
+
+    @property
+    @abstractmethod
+    def num_rows(self) -> int: ...
+
+    @abstractmethod
+    def solve(self, *, method: LPMethod = "auto", time_limit: float | None = None,
+              iteration_limit: int | None = None) -> LPSolution:
+        """Solve the LP relaxation (integrality ignored), warm from the last basis."""
+
+    @abstractmethod
+    def solve_mip(self, *, time_limit: float | None = None, mip_gap: float = 1e-4) -> LPSolution:
+        """Solve with integrality; ``mip_bound``/``mip_gap`` report the proven bound."""
+
+    def close(self) -> None:
+        """Release solver resources (environment, licence token)."""
+
+    def __enter__(self) -> "Backend":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

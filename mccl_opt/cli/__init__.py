@@ -1,0 +1,66 @@
+"""The ``mccl`` command line.
+
+Each subcommand group lives in its own module exposing ``register(subparsers)``; the
+modules are cheap to import (heavy imports happen inside the handlers).  Groups that
+belong to upper layers (``mccl loop``, ``mccl controller``) are registered from those
+packages' ``cli`` modules, imported here lazily by name: this is the one place where
+the core dispatches upwards.  Every :class:`mccl_opt.MCCLError` is printed as
+``error: <message>`` with exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from typing import Sequence
+
+from ..errors import MCCLError
+
+__all__ = ["main", "build_parser"]
+
+#: Modules that contribute subcommands, in help order.  Missing ones are skipped.
+COMMAND_MODULES = (
+    "mccl_opt.cli.demo",
+    "mccl_opt.cli.topo",
+    "mccl_opt.cli.solve",
+    "mccl_opt.cli.check",
+    "mccl_opt.cli.export",
+    "mccl_opt.cli.eval",
+    "mccl_opt.cli.bench",
+    "mccl_runtime.cli",
+    "executor_cuda.cli",
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="mccl", description="Synthesize, check and evaluate GPU collective schedules.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    for name in COMMAND_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name and (name == exc.name or name.startswith(exc.name + ".")):
+                continue
+            raise
+        module.register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.handler(args) or 0)
+    except MCCLError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

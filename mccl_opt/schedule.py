@@ -1,0 +1,319 @@
+"""Schedules and the ``mccl-schedule/1`` format (DESIGN.md §4).
+
+A :class:`Schedule` is what both synthesizers return and what the simulator, the
+runtime and the executor consume.
+
+* AllToAll: each :class:`PathChunk` carries ``share`` of the ``src -> dst`` block along
+  ``path`` (node ids; interior nodes may be switches or relay GPUs).
+* AllGather: each :class:`TreeChunk` carries ``share`` of ``src``'s shard over a
+  spanning arborescence of GPU-to-GPU ``edges``; an edge's interior nodes are switches.
+
+Rates (DESIGN.md §2): with per-link *share load* ``L_a`` (the sum of the shares of the
+chunks crossing link ``a``, counting an AllGather tree once per edge that crosses it),
+the schedule sustains ``rate = min_a cap_a / L_a`` Gbps per block (AllToAll) or per
+shard (AllGather).  :func:`share_loads` and :func:`schedule_rate` compute these.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence, Union
+
+import numpy as np
+
+from .errors import ScheduleError
+
+if TYPE_CHECKING:
+    from .topology import Topology
+
+__all__ = ["PathChunk", "TreeChunk", "BottleneckLink", "Schedule", "FORMAT_TAG",
+           "COLLECTIVES", "share_loads", "schedule_rate", "bottleneck_links", "chunk_counts"]
+
+FORMAT_TAG = "mccl-schedule/1"
+COLLECTIVES = ("alltoall", "allgather")
+SATURATION_TOL = 1e-6
+
+
+@dataclass(frozen=True)
+class PathChunk:
+    """An AllToAll chunk: ``share`` of the ``src -> dst`` block routed along ``path``."""
+
+    src: str
+    dst: str
+    share: float
+    path: tuple[str, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"src": self.src, "dst": self.dst, "share": float(self.share), "path": list(self.path)}
+
+
+@dataclass(frozen=True)
+class TreeChunk:
+    """An AllGather chunk: ``share`` of ``src``'s shard sent over a spanning tree.
+
+    ``edges[i]`` is the node path of one GPU-to-GPU transfer (interior nodes switches).
+    """
+
+    src: str
+    share: float
+    edges: tuple[tuple[str, ...], ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"src": self.src, "share": float(self.share),
+                "edges": [{"path": list(e)} for e in self.edges]}
+
+    def depths(self) -> dict[str, int]:
+        """Depth (GPU hops from the root) of every GPU of the tree."""
+        children: dict[str, list[str]] = {}
+        for e in self.edges:
+            children.setdefault(e[0], []).append(e[-1])
+        depth = {self.src: 0}
+        stack = [self.src]
+        while stack:
+            u = stack.pop()
+            for v in children.get(u, ()):
+                if v not in depth:
+                    depth[v] = depth[u] + 1
+                    stack.append(v)
+        return depth
+
+
+Chunk = Union[PathChunk, TreeChunk]
+
+
+@dataclass(frozen=True)
+class BottleneckLink:
+    """A saturated link of the schedule's bottleneck cut (paper §3.2).
+
+    ``chunks`` is ``n_a`` (chunks of size ``1/max_chunks`` crossing the link);
+    ``base_slack`` the fraction of its capacity the rounded schedule leaves unused.
+    """
+
+    src: str
+    dst: str
+    chunks: float
+    base_slack: float
+
+    def to_dict(self) -> dict[str, Any]:
+        n = self.chunks
+        return {"src": self.src, "dst": self.dst,
+                "chunks": int(n) if float(n).is_integer() else float(n),
+                "base_slack": float(self.base_slack)}
+
+
+@dataclass
+class Schedule:
+    """A synthesized collective schedule.
+
+    ``warm_state`` holds solver state that a warm re-synthesis can reuse (e.g. the final
+    master's columns); it is not serialised.  A schedule loaded from a file warm-starts
+    from its chunks instead.
+    """
+
+    collective: str
+    topology: str
+    gpus: tuple[str, ...]
+    rate_gbps: float
+    lp_rate_gbps: float
+    max_chunks: int | None
+    chunks: tuple[Chunk, ...]
+    bottleneck: tuple[BottleneckLink, ...] = ()
+    version: int = 1
+    solver: dict[str, Any] = field(default_factory=dict)
+    stats: dict[str, Any] = field(default_factory=dict)
+    warm_state: Any = field(default=None, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.collective not in COLLECTIVES:
+            raise ScheduleError(f"collective must be one of {COLLECTIVES}, got {self.collective!r}")
+        self.gpus = tuple(self.gpus)
+        self.chunks = tuple(self.chunks)
+        self.bottleneck = tuple(self.bottleneck)
+
+    @property
+    def rounding_gap(self) -> float:
+        """``1 - rate/lp_rate`` (0 when the schedule is exactly optimal)."""
+        if self.lp_rate_gbps <= 0:
+            return 0.0
+        return max(0.0, 1.0 - self.rate_gbps / self.lp_rate_gbps)
+
+    @property
+    def num_gpus(self) -> int:
+        return len(self.gpus)
+
+    # ------------------------------------------------------------------ serialisation
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {
+            "format": FORMAT_TAG,
+            "collective": self.collective,
+            "topology": self.topology,
+            "gpus": list(self.gpus),
+            "rate_gbps": float(self.rate_gbps),
+            "lp_rate_gbps": float(self.lp_rate_gbps),
+            "max_chunks": self.max_chunks,
+            "chunks": [c.to_dict() for c in self.chunks],
+            "bottleneck": [b.to_dict() for b in self.bottleneck],
+            "version": int(self.version),
+            "solver": _jsonable(self.solver),
+        }
+        if self.stats:
+            d["stats"] = _jsonable(self.stats)
+        return d
+
+    @classmethod
+    def from_dict(cls, data: Any) -> "Schedule":
+        """Parse a ``mccl-schedule/1`` dictionary; raises :class:`ScheduleError`."""
+        if not isinstance(data, Mapping):
+            raise ScheduleError(f"a schedule must be a JSON object, got {type(data).__name__}")
+        if data.get("format") != FORMAT_TAG:
+            raise ScheduleError(f"'format' must be {FORMAT_TAG!r}, got {data.get('format')!r}")
+        for key in ("collective", "gpus", "rate_gbps", "chunks"):
+            if key not in data:
+                raise ScheduleError(f"schedule lacks '{key}'")
+        collective = data["collective"]
+        if collective not in COLLECTIVES:
+            raise ScheduleError(f"'collective' must be one of {COLLECTIVES}, got {collective!r}")
+        chunks: list[Chunk] = []
+        for i, c in enumerate(_as_list(data["chunks"], "chunks")):
+            where = f"chunks[{i}]"
+            if not isinstance(c, Mapping):
+                raise ScheduleError(f"{where} must be an object")
+            share = _number(c.get("share"), f"{where}.share")
+            if collective == "alltoall":
+                path = _path(c.get("path"), f"{where}.path")
+                src, dst = c.get("src", path[0]), c.get("dst", path[-1])
+                chunks.append(PathChunk(str(src), str(dst), share, path))
+            else:
+                edges = tuple(_path(e.get("path") if isinstance(e, Mapping) else None,
+                                    f"{where}.edges[{j}].path")
+                              for j, e in enumerate(_as_list(c.get("edges"), f"{where}.edges")))
+                if "src" not in c:
+                    raise ScheduleError(f"{where} lacks 'src'")
+                chunks.append(TreeChunk(str(c["src"]), share, edges))
+        bottleneck = []
+        for i, b in enumerate(_as_list(data.get("bottleneck", []), "bottleneck")):
+            if not isinstance(b, Mapping) or not {"src", "dst"} <= set(b):
+                raise ScheduleError(f"bottleneck[{i}] needs 'src' and 'dst'")
+            bottleneck.append(BottleneckLink(str(b["src"]), str(b["dst"]),
+                                             _number(b.get("chunks", 0), f"bottleneck[{i}].chunks"),
+                                             _number(b.get("base_slack", 0.0), f"bottleneck[{i}].base_slack")))
+        max_chunks = data.get("max_chunks")
+        if max_chunks is not None and (not isinstance(max_chunks, int) or max_chunks < 1):
+            raise ScheduleError(f"'max_chunks' must be a positive integer or null, got {max_chunks!r}")
+        return cls(
+            collective=collective,
+            topology=str(data.get("topology", "")),
+            gpus=tuple(str(g) for g in _as_list(data["gpus"], "gpus")),
+            rate_gbps=_number(data["rate_gbps"], "rate_gbps"),
+            lp_rate_gbps=_number(data.get("lp_rate_gbps", data["rate_gbps"]), "lp_rate_gbps"),
+            max_chunks=max_chunks,
+            chunks=tuple(chunks),
+            bottleneck=tuple(bottleneck),
+            version=int(data.get("version", 1)),
+            solver=dict(data.get("solver", {})),
+            stats=dict(data.get("stats", {})),
+        )
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(self.to_dict(), indent=1) + "\n")
+
+    @classmethod
+    def load(cls, path: str | Path) -> "Schedule":
+        path = Path(path)
+        try:
+            data = json.loads(path.read_text())
+        except OSError as exc:
+            raise ScheduleError(f"cannot read schedule file {str(path)!r}: {exc.strerror}") from None
+        except json.JSONDecodeError as exc:
+            raise ScheduleError(f"{path}: malformed JSON at line {exc.lineno}: {exc.msg}") from None
+        try:
+            return cls.from_dict(data)
+        except ScheduleError as exc:
+            raise ScheduleError(f"{path}: {exc}") from None
+
+
+# ---------------------------------------------------------------------- load helpers
+def _path_arcs(topo: "Topology", path: Sequence[str]) -> list[int]:
+    return [topo.link_index(u, v) for u, v in zip(path[:-1], path[1:])]
+
+
+def share_loads(topo: "Topology", chunks: Iterable[Chunk]) -> np.ndarray:
+    """Per-link share load ``L_a`` (sum of shares crossing link ``a``, link order).
+
+    Raises :class:`mccl_opt.TopologyError` if a hop is not a link of ``topo``.
+    """
+    loads = np.zeros(topo.num_links)
+    for c in chunks:
+        paths = (c.path,) if isinstance(c, PathChunk) else c.edges
+        for p in paths:
+            for a in _path_arcs(topo, p):
+                loads[a] += c.share
+    return loads
+
+
+def schedule_rate(topo: "Topology", loads: np.ndarray) -> float:
+    """``min_a cap_a / L_a`` over loaded links (``inf`` if nothing is loaded)."""
+    used = loads > 1e-12
+    if not used.any():
+        return float("inf")
+    return float(np.min(topo.arrays.capacity[used] / loads[used]))
+
+
+def chunk_counts(loads: np.ndarray, max_chunks: int | None) -> np.ndarray:
+    """``n_a``: chunks of size ``1/max_chunks`` crossing each link (share load if None)."""
+    if max_chunks is None:
+        return loads.copy()
+    return np.rint(loads * max_chunks)
+
+
+def bottleneck_links(topo: "Topology", loads: np.ndarray, rate: float, max_chunks: int | None,
+                     saturated: np.ndarray | None = None,
+                     tol: float = SATURATION_TOL) -> tuple[BottleneckLink, ...]:
+    """The bottleneck cut ``K_s`` with ``n_a`` and ``base_slack`` (paper §3.2).
+
+    ``saturated`` is a boolean mask of the links the *optimal* (LP / max-flow) solution
+    saturates; when omitted, the links the rounded schedule itself saturates are used.
+    ``base_slack[a] = 1 - rate * L_a / cap_a``: capacity left unused at the schedule's rate.
+    """
+    cap = topo.arrays.capacity
+    slack = 1.0 - rate * loads / cap
+    if saturated is None:
+        saturated = (loads > 0) & (slack <= tol)
+    counts = chunk_counts(loads, max_chunks)
+    out = []
+    for a in np.flatnonzero(saturated & (loads > 0)):
+        link = topo.links[a]
+        out.append(BottleneckLink(link.src, link.dst, float(counts[a]), float(max(0.0, slack[a]))))
+    return tuple(out)
+
+
+def _as_list(v: Any, where: str) -> list:
+    if not isinstance(v, list):
+        raise ScheduleError(f"'{where}' must be a list")
+    return v
+
+
+def _number(v: Any, where: str) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not np.isfinite(v):
+        raise ScheduleError(f"'{where}' must be a finite number, got {v!r}")
+    return float(v)
+
+
+def _path(v: Any, where: str) -> tuple[str, ...]:
+    if not isinstance(v, list) or len(v) < 2 or not all(isinstance(x, str) for x in v):
+        raise ScheduleError(f"'{where}' must be a list of at least two node ids")
+    return tuple(v)
+
+
+def _jsonable(obj: Any) -> Any:
+    if isinstance(obj, Mapping):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_jsonable(v) for v in obj]
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if isinstance(obj, np.ndarray):
+        return obj.tolist()
+    return obj

@@ -1,0 +1,391 @@
+"""The fabric model: GPUs, switches and directed links (DESIGN.md §2-3).
+
+A :class:`Topology` is immutable.  Nodes are GPUs or switches; links are directed
+(a cable is two links) with a capacity in Gbps and a latency in microseconds.  GPU
+rank order is the order of the GPU nodes.  Numeric code uses the array views
+(:attr:`Topology.arrays`), built once and cached: arc tails/heads/capacities, a switch
+mask and CSR out-/in-adjacency.
+
+At most one link per ordered node pair: a schedule path is a node sequence, so a pair
+must name one link.  Parallel cables are one link of their summed capacity.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+import numpy as np
+
+from .errors import TopologyError
+
+__all__ = ["Node", "Link", "Topology", "TopologyArrays", "FORMAT_TAG"]
+
+FORMAT_TAG = "mccl-topology/1"
+NODE_KINDS = ("gpu", "switch")
+
+
+@dataclass(frozen=True)
+class Node:
+    """A GPU or a switch.  ``extra`` keeps unknown keys of the file, round-tripped."""
+
+    id: str
+    kind: str
+    extra: Mapping[str, Any] = field(default_factory=dict, compare=False, hash=False)
+
+    @property
+    def is_gpu(self) -> bool:
+        return self.kind == "gpu"
+
+
+@dataclass(frozen=True)
+class Link:
+    """A directed link ``src -> dst`` with capacity (Gbps) and latency (µs)."""
+
+    src: str
+    dst: str
+    capacity_gbps: float
+    latency_us: float = 0.0
+    extra: Mapping[str, Any] = field(default_factory=dict, compare=False, hash=False)
+
+
+@dataclass(frozen=True)
+class TopologyArrays:
+    """Array views of a topology for numeric code (all read-only).
+
+    Arc ``a`` goes ``tail[a] -> head[a]`` with ``capacity[a]`` Gbps.  ``out_start``/
+    ``out_arcs`` is the CSR out-adjacency (arcs leaving node ``v`` are
+    ``out_arcs[out_start[v]:out_start[v+1]]``), ``in_start``/``in_arcs`` the in-adjacency.
+    ``gpu_nodes[r]`` is the node index of rank ``r``; ``rank_of[v]`` is -1 for switches.
+    """
+
+    tail: np.ndarray
+    head: np.ndarray
+    capacity: np.ndarray
+    latency: np.ndarray
+    is_switch: np.ndarray
+    gpu_nodes: np.ndarray
+    rank_of: np.ndarray
+    out_start: np.ndarray
+    out_arcs: np.ndarray
+    in_start: np.ndarray
+    in_arcs: np.ndarray
+
+
+def _freeze(a: np.ndarray) -> np.ndarray:
+    a.setflags(write=False)
+    return a
+
+
+class Topology:
+    """An immutable GPU fabric.
+
+    Build one with :meth:`from_dict`, :meth:`load`, the generators in :mod:`instances`,
+    or the constructor (which validates exactly as loading does).
+    """
+
+    def __init__(self, name: str, nodes: Iterable[Node], links: Iterable[Link],
+                 extra: Mapping[str, Any] | None = None) -> None:
+        self._name = str(name)
+        self._nodes = tuple(nodes)
+        self._links = tuple(links)
+        self._extra = dict(extra or {})
+        self._node_index: dict[str, int] = {}
+        self._link_index: dict[tuple[str, str], int] = {}
+        self._validate()
+
+    # ------------------------------------------------------------------ validation
+    def _validate(self) -> None:
+        for i, node in enumerate(self._nodes):
+            if not isinstance(node.id, str) or not node.id:
+                raise TopologyError(f"node #{i}: id must be a non-empty string, got {node.id!r}")
+            if node.kind not in NODE_KINDS:
+                raise TopologyError(
+                    f"node {node.id!r}: kind must be one of {NODE_KINDS}, got {node.kind!r}")
+            if node.id in self._node_index:
+                raise TopologyError(f"node {node.id!r} is defined twice (node #{i}); ids must be unique")
+            self._node_index[node.id] = i
+        gpus = [n.id for n in self._nodes if n.is_gpu]
+        if len(gpus) < 2:
+            raise TopologyError(f"topology {self._name!r} has {len(gpus)} GPU(s); a collective needs at least 2")
+        for i, link in enumerate(self._links):
+            where = f"link #{i} ({link.src!r} -> {link.dst!r})"
+            for end in (link.src, link.dst):
+                if end not in self._node_index:
+                    raise TopologyError(f"{where}: unknown node id {end!r}; declare it in 'nodes'")
+            if link.src == link.dst:
+                raise TopologyError(f"{where}: self-loop; a link must join two different nodes")
+            cap = link.capacity_gbps
+            if isinstance(cap, bool) or not isinstance(cap, (int, float)) or not math.isfinite(cap) or cap <= 0:
+                raise TopologyError(
+                    f"{where}: capacity_gbps must be a finite number > 0, got {cap!r}")
+            lat = link.latency_us
+            if isinstance(lat, bool) or not isinstance(lat, (int, float)) or not math.isfinite(lat) or lat < 0:
+                raise TopologyError(f"{where}: latency_us must be a finite number >= 0, got {lat!r}")
+            key = (link.src, link.dst)
+            if key in self._link_index:
+                raise TopologyError(
+                    f"{where}: duplicate link; merge parallel cables into one link of summed capacity")
+            self._link_index[key] = i
+        self._check_gpus_connected(gpus)
+
+    def _check_gpus_connected(self, gpus: list[str]) -> None:
+        """Every GPU must reach every other GPU (strong connectivity of the GPU set)."""
+        n = len(self._nodes)
+        out_adj: list[list[int]] = [[] for _ in range(n)]
+        in_adj: list[list[int]] = [[] for _ in range(n)]
+        for link in self._links:
+            u, v = self._node_index[link.src], self._node_index[link.dst]
+            out_adj[u].append(v)
+            in_adj[v].append(u)
+        root = self._node_index[gpus[0]]
+        for adj, direction in ((out_adj, "reach"), (in_adj, "be reached from")):
+            seen = {root}
+            stack = [root]
+            while stack:
+                u = stack.pop()
+                for v in adj[u]:
+                    if v not in seen:
+                        seen.add(v)
+                        stack.append(v)
+            missing = [g for g in gpus if self._node_index[g] not in seen]
+            if missing:
+                shown = ", ".join(repr(g) for g in missing[:5])
+                more = f" and {len(missing) - 5} more" if len(missing) > 5 else ""
+                verb = "cannot reach" if direction == "reach" else "cannot be reached from"
+                raise TopologyError(
+                    f"GPU {gpus[0]!r} {verb} GPU(s) {shown}{more}; every GPU pair needs a directed "
+                    f"path both ways (add the missing links)")
+
+    # ------------------------------------------------------------------ accessors
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def nodes(self) -> tuple[Node, ...]:
+        return self._nodes
+
+    @property
+    def links(self) -> tuple[Link, ...]:
+        return self._links
+
+    @property
+    def extra(self) -> Mapping[str, Any]:
+        return dict(self._extra)
+
+    @cached_property
+    def gpus(self) -> tuple[str, ...]:
+        """GPU ids in rank order."""
+        return tuple(n.id for n in self._nodes if n.is_gpu)
+
+    @cached_property
+    def switches(self) -> tuple[str, ...]:
+        return tuple(n.id for n in self._nodes if not n.is_gpu)
+
+    @property
+    def num_nodes(self) -> int:
+        return len(self._nodes)
+
+    @property
+    def num_links(self) -> int:
+        return len(self._links)
+
+    @property
+    def num_gpus(self) -> int:
+        return len(self.gpus)
+
+    def node_index(self, node_id: str) -> int:
+        """Index of a node id; raises :class:`TopologyError` for an unknown id."""
+        try:
+            return self._node_index[node_id]
+        except KeyError:
+            raise TopologyError(f"unknown node id {node_id!r} in topology {self._name!r}") from None
+
+    def has_node(self, node_id: str) -> bool:
+        return node_id in self._node_index
+
+    def node(self, node_id: str) -> Node:
+        return self._nodes[self.node_index(node_id)]
+
+    def is_gpu(self, node_id: str) -> bool:
+        return self.node(node_id).is_gpu
+
+    def rank(self, gpu_id: str) -> int:
+        """Rank of a GPU id."""
+        r = int(self.arrays.rank_of[self.node_index(gpu_id)])
+        if r < 0:
+            raise TopologyError(f"node {gpu_id!r} is a switch, not a GPU")
+        return r
+
+    def link_index(self, src: str, dst: str) -> int:
+        """Index of the link ``src -> dst``; raises :class:`TopologyError` if absent."""
+        try:
+            return self._link_index[(src, dst)]
+        except KeyError:
+            raise TopologyError(f"no link {src!r} -> {dst!r} in topology {self._name!r}") from None
+
+    def has_link(self, src: str, dst: str) -> bool:
+        return (src, dst) in self._link_index
+
+    def link(self, src: str, dst: str) -> Link:
+        return self._links[self.link_index(src, dst)]
+
+    @cached_property
+    def arrays(self) -> TopologyArrays:
+        """Array views for numeric code, built once."""
+        n = self.num_nodes
+        tail = np.array([self._node_index[l.src] for l in self._links], dtype=np.int64)
+        head = np.array([self._node_index[l.dst] for l in self._links], dtype=np.int64)
+        cap = np.array([float(l.capacity_gbps) for l in self._links], dtype=np.float64)
+        lat = np.array([float(l.latency_us) for l in self._links], dtype=np.float64)
+        is_switch = np.array([not nd.is_gpu for nd in self._nodes], dtype=bool)
+        gpu_nodes = np.flatnonzero(~is_switch).astype(np.int64)
+        rank_of = np.full(n, -1, dtype=np.int64)
+        rank_of[gpu_nodes] = np.arange(gpu_nodes.size)
+        out_order = np.lexsort((head, tail)).astype(np.int64)
+        out_start = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(np.bincount(tail, minlength=n), out=out_start[1:])
+        in_order = np.lexsort((tail, head)).astype(np.int64)
+        in_start = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(np.bincount(head, minlength=n), out=in_start[1:])
+        return TopologyArrays(*(_freeze(a) for a in (
+            tail, head, cap, lat, is_switch, gpu_nodes, rank_of,
+            out_start, out_order, in_start, in_order)))
+
+    # ------------------------------------------------------------------ derived topologies
+    def with_capacity(self, changes: Mapping[tuple[str, str], float] | None = None,
+                      **kwargs: Any) -> "Topology":
+        """A new topology with some link capacities replaced.
+
+        ``changes`` maps ``(src, dst)`` to the new capacity in Gbps.  For convenience
+        ``with_capacity(src=..., dst=..., gbps=..., both_directions=True)`` changes one
+        cable.  Unknown links raise :class:`TopologyError`; so do bad capacities.
+        """
+        changes = dict(changes or {})
+        if kwargs:
+            src, dst, gbps = kwargs.pop("src"), kwargs.pop("dst"), kwargs.pop("gbps")
+            both = kwargs.pop("both_directions", True)
+            if kwargs:
+                raise TypeError(f"unexpected arguments {sorted(kwargs)}")
+            changes[(src, dst)] = gbps
+            if both:
+                changes[(dst, src)] = gbps
+        for key in changes:
+            self.link_index(*key)
+        links = [
+            Link(l.src, l.dst, changes.get((l.src, l.dst), l.capacity_gbps), l.latency_us, l.extra)
+            for l in self._links
+        ]
+        return Topology(self._name, self._nodes, links, self._extra)
+
+    def with_capacities(self, capacity: np.ndarray, name: str | None = None) -> "Topology":
+        """A new topology with every link's capacity taken from ``capacity[a]`` (link order)."""
+        capacity = np.asarray(capacity, dtype=float)
+        if capacity.shape != (self.num_links,):
+            raise TopologyError(
+                f"capacity vector has shape {capacity.shape}, expected ({self.num_links},)")
+        links = [Link(l.src, l.dst, float(c), l.latency_us, l.extra)
+                 for l, c in zip(self._links, capacity)]
+        return Topology(name or self._name, self._nodes, links, self._extra)
+
+    def renamed(self, name: str) -> "Topology":
+        return Topology(name, self._nodes, self._links, self._extra)
+
+    # ------------------------------------------------------------------ serialisation
+    def to_dict(self) -> dict[str, Any]:
+        """The ``mccl-topology/1`` dictionary (extra keys preserved)."""
+        d: dict[str, Any] = dict(self._extra)
+        d.update({
+            "format": FORMAT_TAG,
+            "name": self._name,
+            "nodes": [{**n.extra, "id": n.id, "kind": n.kind} for n in self._nodes],
+            "links": [{**l.extra, "src": l.src, "dst": l.dst,
+                       "capacity_gbps": float(l.capacity_gbps), "latency_us": float(l.latency_us)}
+                      for l in self._links],
+        })
+        return d
+
+    @classmethod
+    def from_dict(cls, data: Any) -> "Topology":
+        """Parse and validate a ``mccl-topology/1`` dictionary."""
+        if not isinstance(data, Mapping):
+            raise TopologyError(f"a topology must be a JSON object, got {type(data).__name__}")
+        fmt = data.get("format")
+        if fmt != FORMAT_TAG:
+            raise TopologyError(f"'format' must be {FORMAT_TAG!r}, got {fmt!r}")
+        for key, typ in (("nodes", list), ("links", list)):
+            if not isinstance(data.get(key), typ):
+                raise TopologyError(f"'{key}' must be a list")
+        nodes = []
+        for i, nd in enumerate(data["nodes"]):
+            if not isinstance(nd, Mapping):
+                raise TopologyError(f"nodes[{i}] must be an object with 'id' and 'kind'")
+            for key in ("id", "kind"):
+                if key not in nd:
+                    raise TopologyError(f"nodes[{i}] lacks '{key}'")
+            extra = {k: v for k, v in nd.items() if k not in ("id", "kind")}
+            nodes.append(Node(nd["id"], nd["kind"], extra))
+        links = []
+        for i, ln in enumerate(data["links"]):
+            if not isinstance(ln, Mapping):
+                raise TopologyError(f"links[{i}] must be an object with src, dst, capacity_gbps")
+            for key in ("src", "dst", "capacity_gbps"):
+                if key not in ln:
+                    raise TopologyError(f"links[{i}] lacks '{key}'")
+            extra = {k: v for k, v in ln.items()
+                     if k not in ("src", "dst", "capacity_gbps", "latency_us")}
+            links.append(Link(ln["src"], ln["dst"], ln["capacity_gbps"], ln.get("latency_us", 0.0), extra))
+        extra = {k: v for k, v in data.items() if k not in ("format", "name", "nodes", "links")}
+        return cls(data.get("name", "unnamed"), nodes, links, extra)
+
+    @classmethod
+    def load(cls, path: str | Path) -> "Topology":
+        """Read a ``mccl-topology/1`` JSON file."""
+        path = Path(path)
+        try:
+            text = path.read_text()
+        except OSError as exc:
+            raise TopologyError(f"cannot read topology file {str(path)!r}: {exc.strerror}") from None
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise TopologyError(
+                f"{path}: malformed JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
+        try:
+            return cls.from_dict(data)
+        except TopologyError as exc:
+            raise TopologyError(f"{path}: {exc}") from None
+
+    def save(self, path: str | Path) -> None:
+        """Write the topology as ``mccl-topology/1`` JSON."""
+        Path(path).write_text(json.dumps(self.to_dict(), indent=1) + "\n")
+
+    def to_networkx(self):
+        """A ``networkx.DiGraph`` with node attribute ``kind`` and edge attributes
+        ``capacity`` (Gbps) and ``latency_us``."""
+        import networkx as nx
+
+        g = nx.DiGraph(name=self._name)
+        for n in self._nodes:
+            g.add_node(n.id, kind=n.kind)
+        for l in self._links:
+            g.add_edge(l.src, l.dst, capacity=float(l.capacity_gbps), latency_us=float(l.latency_us))
+        return g
+
+    # ------------------------------------------------------------------ dunder
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Topology):
+            return NotImplemented
+        return (self._name, self._nodes, self._links) == (other._name, other._nodes, other._links)
+
+    def __hash__(self) -> int:
+        return hash((self._name, self._nodes, self._links))
+
+    def __repr__(self) -> str:
+        return (f"Topology({self._name!r}: {self.num_gpus} GPUs, {len(self.switches)} switches, "
+                f"{self.num_links} links)")

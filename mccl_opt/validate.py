@@ -1,0 +1,164 @@
+"""The schedule validator (DESIGN.md §4, ``mccl check``).
+
+Independent of both synthesizers: it re-derives everything a schedule claims from its
+chunks and the topology.  Checked:
+
+* the schedule's GPU list is the topology's rank order;
+* every hop is a real link; AllToAll paths start at ``src``, end at ``dst`` and visit no
+  node twice; AllGather edges join two GPUs through switches only, and each tree is a
+  spanning arborescence rooted at ``src`` (every other GPU the head of exactly one edge);
+* every block (AllToAll pair, AllGather root) is delivered: its shares sum to 1, and in
+  a rounded schedule they are multiples of ``1/k`` for some ``k <= max_chunks``
+  (AllToAll: exactly ``1/max_chunks``);
+* the rate recomputed from the link loads equals ``rate_gbps`` and does not exceed
+  ``lp_rate_gbps``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+
+import numpy as np
+
+from .errors import ScheduleError, TopologyError
+from .schedule import PathChunk, Schedule, TreeChunk, schedule_rate, share_loads
+from .topology import Topology
+
+__all__ = ["validate", "ValidationReport"]
+
+
+@dataclass(frozen=True)
+class ValidationReport:
+    """What the validator recomputed."""
+
+    rate_gbps: float
+    loads: np.ndarray
+    utilisation: np.ndarray
+    num_chunks: int
+    max_steps: int
+
+    @property
+    def max_utilisation(self) -> float:
+        return float(self.utilisation.max()) if self.utilisation.size else 0.0
+
+
+def _is_multiple(share: float, k: int, tol: float) -> bool:
+    return abs(share * k - round(share * k)) <= tol * max(1, k)
+
+
+def _check_alltoall(topo: Topology, sched: Schedule, tol: float, problems: list[str]) -> int:
+    gpus = set(topo.gpus)
+    totals: dict[tuple[str, str], float] = {}
+    max_steps = 0
+    for i, c in enumerate(sched.chunks):
+        if not isinstance(c, PathChunk):
+            problems.append(f"chunk {i}: an AllToAll chunk must be a path")
+            continue
+        where = f"chunk {i} ({c.src}->{c.dst})"
+        if c.src not in gpus or c.dst not in gpus or c.src == c.dst:
+            problems.append(f"{where}: src and dst must be two different GPUs of the topology")
+            continue
+        if c.path[0] != c.src or c.path[-1] != c.dst:
+            problems.append(f"{where}: path must start at src and end at dst")
+        if len(set(c.path)) != len(c.path):
+            problems.append(f"{where}: path visits a node twice")
+        if c.share <= 0:
+            problems.append(f"{where}: share must be > 0")
+        if sched.max_chunks and not _is_multiple(c.share, sched.max_chunks, tol):
+            problems.append(f"{where}: share {c.share} is not a multiple of 1/{sched.max_chunks}")
+        steps = sum(1 for v in c.path[1:] if topo.has_node(v) and topo.is_gpu(v))
+        max_steps = max(max_steps, steps)
+        totals[(c.src, c.dst)] = totals.get((c.src, c.dst), 0.0) + c.share
+    for s in topo.gpus:
+        for d in topo.gpus:
+            if s != d and abs(totals.get((s, d), 0.0) - 1.0) > tol:
+                problems.append(f"block {s}->{d}: shares sum to {totals.get((s, d), 0.0):.9g}, not 1")
+                if len(problems) > 20:
+                    return max_steps
+    return max_steps
+
+
+def _check_tree(topo: Topology, c: TreeChunk, where: str, problems: list[str]) -> int:
+    parent: dict[str, str] = {}
+    for j, e in enumerate(c.edges):
+        ew = f"{where} edge {j}"
+        if not (topo.has_node(e[0]) and topo.has_node(e[-1]) and topo.is_gpu(e[0]) and topo.is_gpu(e[-1])):
+            problems.append(f"{ew}: must start and end at GPUs")
+            continue
+        if any(topo.has_node(v) and topo.is_gpu(v) for v in e[1:-1]):
+            problems.append(f"{ew}: interior nodes must be switches")
+        if e[-1] in parent or e[-1] == c.src:
+            problems.append(f"{ew}: GPU {e[-1]} receives the shard twice")
+        parent[e[-1]] = e[0]
+    missing = [g for g in topo.gpus if g != c.src and g not in parent]
+    if missing:
+        problems.append(f"{where}: GPUs {missing[:4]} never receive the shard")
+    depths = c.depths()
+    unreachable = [g for g in parent if g not in depths]
+    if unreachable:
+        problems.append(f"{where}: GPUs {unreachable[:4]} hang off a cycle, not the root")
+    return max(depths.values()) if depths else 0
+
+
+def _check_allgather(topo: Topology, sched: Schedule, tol: float, problems: list[str]) -> int:
+    gpus = set(topo.gpus)
+    per_root: dict[str, list[float]] = {}
+    max_depth = 0
+    for i, c in enumerate(sched.chunks):
+        if not isinstance(c, TreeChunk):
+            problems.append(f"chunk {i}: an AllGather chunk must be a tree")
+            continue
+        where = f"tree {i} (root {c.src})"
+        if c.src not in gpus:
+            problems.append(f"{where}: root is not a GPU of the topology")
+            continue
+        if c.share <= 0:
+            problems.append(f"{where}: share must be > 0")
+        max_depth = max(max_depth, _check_tree(topo, c, where, problems))
+        per_root.setdefault(c.src, []).append(c.share)
+    for g in topo.gpus:
+        shares = per_root.get(g, [])
+        if abs(sum(shares) - 1.0) > tol:
+            problems.append(f"root {g}: tree shares sum to {sum(shares):.9g}, not 1")
+        elif sched.max_chunks and shares:
+            if not any(all(_is_multiple(s, k, tol) for s in shares)
+                       for k in range(1, sched.max_chunks + 1)):
+                fr = Fraction(min(shares)).limit_denominator(10_000)
+                problems.append(f"root {g}: shares (e.g. {fr}) are not multiples of 1/k for any "
+                                f"k <= {sched.max_chunks}")
+    return max_depth
+
+
+def validate(topo: Topology, schedule: Schedule, *, tol: float = 1e-6) -> ValidationReport:
+    """Check ``schedule`` against ``topo``; raise :class:`ScheduleError` listing every
+    problem found, or return the recomputed :class:`ValidationReport`."""
+    problems: list[str] = []
+    if tuple(schedule.gpus) != tuple(topo.gpus):
+        raise ScheduleError(
+            f"schedule GPUs {list(schedule.gpus)[:4]}... do not match topology {topo.name!r} "
+            f"ranks {list(topo.gpus)[:4]}...; was it synthesized for another topology?")
+    if schedule.collective == "alltoall":
+        steps = _check_alltoall(topo, schedule, tol, problems)
+    else:
+        steps = _check_allgather(topo, schedule, tol, problems)
+    try:
+        loads = share_loads(topo, schedule.chunks)
+    except TopologyError as exc:
+        problems.append(f"a hop is not a link: {exc}")
+        loads = None
+    rate = float("nan")
+    util = np.zeros(topo.num_links)
+    if loads is not None:
+        rate = schedule_rate(topo, loads)
+        if not np.isclose(rate, schedule.rate_gbps, rtol=tol * 10, atol=1e-9):
+            problems.append(f"recomputed rate {rate:.9g} Gbps differs from rate_gbps {schedule.rate_gbps:.9g}")
+        util = rate * loads / topo.arrays.capacity
+    if schedule.rate_gbps > schedule.lp_rate_gbps * (1 + tol * 10) + 1e-9:
+        problems.append(f"rate_gbps {schedule.rate_gbps:.9g} exceeds lp_rate_gbps {schedule.lp_rate_gbps:.9g}")
+    if problems:
+        shown = "\n  ".join(problems[:20])
+        more = f"\n  ... and {len(problems) - 20} more" if len(problems) > 20 else ""
+        raise ScheduleError(f"schedule is invalid for topology {topo.name!r}:\n  {shown}{more}")
+    assert loads is not None
+    return ValidationReport(rate, loads, util, len(schedule.chunks), steps)
