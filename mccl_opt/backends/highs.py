@@ -1,0 +1,208 @@
+"""HiGHS adapter (the default backend; ``highspy`` is a core dependency).
+
+Methods: ``"primal"``/``"dual"`` run HiGHS simplex with ``simplex_strategy`` 4/1;
+``"ipm"`` runs the interior-point solver with crossover off (HiGHS still returns
+interior duals, which column generation can use directly); ``"auto"`` picks primal
+simplex after columns were added, dual simplex after rows or bounds changed, and
+HiGHS' own choice on a cold model.  HiGHS keeps its basis across ``addCols``/
+``addRows``/bound changes, so every re-solve is warm.  HiGHS' ``row_dual`` already is
+the shadow price d(obj)/d(rhs) and ``col_dual`` is ``c - A^T y`` for both senses
+(checked in ``tests/test_backends.py``).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, ClassVar
+
+import numpy as np
+
+from formulations.lp import LinearProgram
+
+from ..errors import SolveError
+from ._common import as_block, as_bounds, as_index_array, check_method, warm_method
+from .base import Backend, LPSolution, SolveStatus
+
+__all__ = ["HighsBackend"]
+
+_INT_MAX = 2**31 - 1
+
+#: HighsModelStatus member name -> SolveStatus (anything else: OTHER).
+_STATUS = {
+    "kNotset": SolveStatus.NOT_SOLVED,
+    "kModelEmpty": SolveStatus.OPTIMAL,
+    "kOptimal": SolveStatus.OPTIMAL,
+    "kInfeasible": SolveStatus.INFEASIBLE,
+    "kUnbounded": SolveStatus.UNBOUNDED,
+    "kUnboundedOrInfeasible": SolveStatus.INFEASIBLE_OR_UNBOUNDED,
+    "kTimeLimit": SolveStatus.TIME_LIMIT,
+    "kIterationLimit": SolveStatus.ITERATION_LIMIT,
+    "kSolveError": SolveStatus.NUMERICAL_ERROR,
+    "kPresolveError": SolveStatus.NUMERICAL_ERROR,
+    "kPostsolveError": SolveStatus.NUMERICAL_ERROR,
+}
+
+_SIMPLEX_STRATEGY = {"dual": 1, "primal": 4}
+
+
+class HighsBackend(Backend):
+    """A live HiGHS model (see module docstring for methods and warm starts)."""
+
+    name: ClassVar[str] = "highs"
+    pip_package: ClassVar[str] = "highspy"
+    module_name: ClassVar[str] = "highspy"
+
+    def __init__(self, *, threads: int = 1, silent: bool = True) -> None:
+        super().__init__(threads=threads, silent=silent)
+        import highspy
+
+        self._highspy = highspy
+        self._h = highspy.Highs()
+        self._h.setOptionValue("output_flag", not silent)
+        # Threads only take effect before the first run().
+        self._h.setOptionValue("threads", int(threads))
+        self._has_int = False
+        self._last_change: str | None = None
+
+    # ------------------------------------------------------------------ building
+    def load(self, lp: LinearProgram) -> None:
+        A = lp.A.tocsc()
+        A.sort_indices()
+        sense = (self._highspy.ObjSense.kMaximize if lp.sense == "max"
+                 else self._highspy.ObjSense.kMinimize)
+        self._h.clearModel()
+        status = self._h.passModel(
+            lp.num_cols, lp.num_rows, int(A.nnz), 1, int(sense.value), float(lp.objective_offset),
+            lp.c, lp.col_lo, lp.col_hi, lp.row_lo, lp.row_hi,
+            A.indptr.astype(np.int32), A.indices.astype(np.int32), A.data.astype(float),
+            lp.integrality.astype(np.int32))  # length n, even for an LP (HiGHS needs it)
+        self._check(status, "passModel")
+        self._has_int = bool(lp.integrality.any())
+        self._last_change = None
+
+    def add_columns(self, cost: np.ndarray, lb: np.ndarray, ub: np.ndarray,
+                    starts: np.ndarray, indices: np.ndarray, values: np.ndarray) -> None:
+        cost = np.asarray(cost, dtype=float).reshape(-1)
+        k = cost.shape[0]
+        lo, hi = as_bounds(k, lb, ub, "add_columns")
+        blk = as_block(k, starts, indices, values, self.num_rows, "add_columns")
+        if k == 0:
+            return
+        status = self._h.addCols(k, cost, lo, hi, int(blk.indices.shape[0]),
+                                 blk.starts[:-1], blk.indices, blk.values)
+        self._check(status, "addCols")
+        self._last_change = "cols" if self._last_change in (None, "cols") else "mixed"
+
+    def add_rows(self, lo: np.ndarray, hi: np.ndarray,
+                 starts: np.ndarray, indices: np.ndarray, values: np.ndarray) -> None:
+        lo_a = np.asarray(lo, dtype=float).reshape(-1)
+        k = lo_a.shape[0]
+        lo_a, hi_a = as_bounds(k, lo_a, hi, "add_rows")
+        blk = as_block(k, starts, indices, values, self.num_cols, "add_rows")
+        if k == 0:
+            return
+        status = self._h.addRows(k, lo_a, hi_a, int(blk.indices.shape[0]),
+                                 blk.starts[:-1], blk.indices, blk.values)
+        self._check(status, "addRows")
+        self._last_change = "rows" if self._last_change in (None, "rows", "bounds") else "mixed"
+
+    def set_column_bounds(self, cols: np.ndarray, lb: np.ndarray, ub: np.ndarray) -> None:
+        ix = as_index_array(cols, self.num_cols, "set_column_bounds")
+        lo, hi = as_bounds(ix.shape[0], lb, ub, "set_column_bounds")
+        if ix.size == 0:
+            return
+        self._check(self._h.changeColsBounds(int(ix.size), ix, lo, hi), "changeColsBounds")
+        self._last_change = "bounds" if self._last_change in (None, "rows", "bounds") else "mixed"
+
+    def delete_columns(self, cols: np.ndarray) -> None:
+        ix = np.unique(as_index_array(cols, self.num_cols, "delete_columns"))
+        if ix.size == 0:
+            return
+        self._check(self._h.deleteCols(int(ix.size), ix), "deleteCols")
+        self._last_change = "mixed"
+
+    @property
+    def num_cols(self) -> int:
+        return int(self._h.getNumCol())
+
+    @property
+    def num_rows(self) -> int:
+        return int(self._h.getNumRow())
+
+    # ------------------------------------------------------------------ solving
+    def solve(self, *, method: str = "auto", time_limit: float | None = None,
+              iteration_limit: int | None = None) -> LPSolution:
+        method = warm_method(check_method(method), self._last_change)
+        h = self._h
+        if method == "ipm":
+            h.setOptionValue("solver", "ipm")
+            h.setOptionValue("run_crossover", "off")
+        elif method in _SIMPLEX_STRATEGY:
+            h.setOptionValue("solver", "simplex")
+            h.setOptionValue("simplex_strategy", _SIMPLEX_STRATEGY[method])
+        else:
+            h.setOptionValue("solver", "choose")
+            h.setOptionValue("simplex_strategy", 1)
+        it = _INT_MAX if iteration_limit is None else int(iteration_limit)
+        h.setOptionValue("simplex_iteration_limit", it)
+        h.setOptionValue("ipm_iteration_limit", it)
+        if self._has_int:
+            h.setOptionValue("solve_relaxation", True)
+        sol = self._run(time_limit, mip=False)
+        self._last_change = None
+        return sol
+
+    def solve_mip(self, *, time_limit: float | None = None, mip_gap: float = 1e-4) -> LPSolution:
+        h = self._h
+        h.setOptionValue("solve_relaxation", False)
+        h.setOptionValue("solver", "choose")
+        h.setOptionValue("mip_rel_gap", float(mip_gap))
+        return self._run(time_limit, mip=True)
+
+    def _run(self, time_limit: float | None, *, mip: bool) -> LPSolution:
+        h = self._h
+        h.setOptionValue("time_limit", float("inf") if time_limit is None else float(time_limit))
+        t0 = time.perf_counter()
+        h.run()
+        status = self._model_status()
+        if status is SolveStatus.INFEASIBLE_OR_UNBOUNDED and not mip:
+            # Presolve could not tell which; a plain simplex run on the original model can.
+            h.setOptionValue("presolve", "off")
+            h.run()
+            h.setOptionValue("presolve", "choose")
+            status = self._model_status()
+        seconds = time.perf_counter() - t0
+        if status is SolveStatus.NUMERICAL_ERROR:
+            raise SolveError(f"HiGHS reported {h.modelStatusToString(h.getModelStatus())!r} "
+                             f"on a {self.num_rows}x{self.num_cols} model; check the model's "
+                             f"scaling or try method='ipm' or another backend")
+        info = h.getInfo()
+        sol = h.getSolution()
+        x = np.array(sol.col_value, dtype=float) if sol.value_valid else None
+        has_duals = sol.dual_valid and not mip
+        iterations = int(max(info.simplex_iteration_count, 0) + max(info.ipm_iteration_count, 0)
+                         + max(info.crossover_iteration_count, 0))
+        result = LPSolution(
+            status=status,
+            objective=float(info.objective_function_value) if x is not None else None,
+            x=x,
+            row_duals=np.array(sol.row_dual, dtype=float) if has_duals else None,
+            reduced_costs=np.array(sol.col_dual, dtype=float) if has_duals else None,
+            iterations=iterations,
+            seconds=seconds,
+        )
+        if mip:
+            result.mip_bound = float(info.mip_dual_bound)
+            result.mip_gap = float(info.mip_gap)
+        return result
+
+    def _model_status(self) -> SolveStatus:
+        return _STATUS.get(self._h.getModelStatus().name, SolveStatus.OTHER)
+
+    def _check(self, status: Any, call: str) -> None:
+        if status == self._highspy.HighsStatus.kError:
+            raise SolveError(f"HiGHS {call} failed on a {self.num_rows}x{self.num_cols} model "
+                             f"(bad arrays or infinite coefficients?)")
+
+    def close(self) -> None:
+        self._h.clearModel()
