@@ -45,6 +45,19 @@ _STATUS = {
 _SIMPLEX_STRATEGY = {"dual": 1, "primal": 4}
 
 
+def _new_highs(highspy: Any, silent: bool) -> Any:
+    """A HiGHS instance; when silent, the core class, whose constructor prints no banner
+    (``highspy.Highs()`` prints one to stdout before any option can be set)."""
+    if silent:
+        try:
+            from highspy._core import _Highs
+
+            return _Highs()
+        except ImportError:  # a highspy without the private core module
+            pass
+    return highspy.Highs()
+
+
 class HighsBackend(Backend):
     """A live HiGHS model (see module docstring for methods and warm starts)."""
 
@@ -57,7 +70,7 @@ class HighsBackend(Backend):
         import highspy
 
         self._highspy = highspy
-        self._h = highspy.Highs()
+        self._h = _new_highs(highspy, silent)
         self._h.setOptionValue("output_flag", not silent)
         # Threads only take effect before the first run().
         self._h.setOptionValue("threads", int(threads))
