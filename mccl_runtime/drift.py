@@ -1,0 +1,110 @@
+"""Drift detection: paper Algorithm 1 (§3.2), as pure functions on arrays.
+
+For a schedule ``s`` with ``n_a`` chunks crossing link ``a`` and bottleneck cut ``K_s``
+(each cut link with its ``base_slack``), under measured capacities ``M``:
+
+1. ``x_min = min over a with n_a > 0 of M_a / n_a`` (the per-chunk bottleneck rate);
+2. for ``a`` in ``K_s``: ``slack_a = (M_a - n_a x_min) / M_a`` and
+   ``delta_a = |slack_a - base_slack_a|``;
+3. flag ``s`` when ``max_a delta_a > Gamma``.
+
+The deviation is taken in absolute value, as the paper's word "deviation" reads.  Since
+``x_min <= M_a / n_a``, ``slack_a >= 0``; a cut link can fall below its base slack by
+at most ``base_slack_a`` (the rounding slack), so the absolute and the signed reading
+differ only when a rounding slack exceeds ``Gamma``.  A uniformly scaled cut keeps every
+slack, and a failure outside the cut that does not become the bottleneck leaves
+``x_min`` alone: neither flags (paper §6.1).  ``n_a`` covers every used link, not only
+the cut, because a link outside the cut may become the new bottleneck.
+
+``n_a`` is taken as ``max_chunks * L_a`` (``L_a`` the share load) without rounding:
+exact when shares are multiples of ``1/max_chunks``, and since slack is invariant to
+scaling every ``n_a`` by one constant, still exact for coarser AllGather tree shares.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from mccl_opt.errors import ScheduleError
+from mccl_opt.schedule import Schedule, bottleneck_links, schedule_rate, share_loads
+from mccl_opt.topology import Topology
+
+__all__ = ["ScheduleProfile", "DriftReport", "bottleneck_rate", "cut_slack", "detect", "profile_schedule"]
+
+
+@dataclass(frozen=True)
+class ScheduleProfile:
+    """What Algorithm 1 needs from a schedule: ``n`` per link, the cut's link indices and
+    their base slacks, and the share loads (for rates under ``M``)."""
+
+    n: np.ndarray
+    cut: np.ndarray
+    base_slack: np.ndarray
+    loads: np.ndarray
+
+
+@dataclass(frozen=True)
+class DriftReport:
+    """Algorithm 1's outcome for one schedule."""
+
+    x_min: float
+    slack: np.ndarray
+    delta: np.ndarray
+    max_delta: float
+    worst: int
+    flagged: bool
+
+    def to_dict(self, topo: Topology, cut: np.ndarray) -> dict:
+        worst = topo.links[int(cut[self.worst])] if self.worst >= 0 else None
+        return {"x_min": self.x_min, "max_delta": self.max_delta, "flagged": self.flagged,
+                "worst_link": [worst.src, worst.dst] if worst else None}
+
+
+def bottleneck_rate(m: np.ndarray, n: np.ndarray) -> float:
+    """Phase 1: ``x_min = min_{a: n_a > 0} M_a / n_a`` (``inf`` when nothing is used)."""
+    used = n > 0
+    if not used.any():
+        return float("inf")
+    return float(np.min(m[used] / n[used]))
+
+
+def cut_slack(m: np.ndarray, n: np.ndarray, cut: np.ndarray, x_min: float) -> np.ndarray:
+    """Phase 2 (first half): ``(M_a - n_a x_min) / M_a`` for every cut link."""
+    mc = m[cut]
+    return (mc - n[cut] * x_min) / mc
+
+
+def detect(m: np.ndarray, profile: ScheduleProfile, gamma: float) -> DriftReport:
+    """Algorithm 1 for one schedule under measured capacities ``m`` (link order)."""
+    x_min = bottleneck_rate(m, profile.n)
+    if profile.cut.size == 0 or not np.isfinite(x_min):
+        empty = np.zeros(0)
+        return DriftReport(x_min, empty, empty, 0.0, -1, False)
+    slack = cut_slack(m, profile.n, profile.cut, x_min)
+    delta = np.abs(slack - profile.base_slack)
+    worst = int(np.argmax(delta))
+    max_delta = float(delta[worst])
+    return DriftReport(x_min, slack, delta, max_delta, worst, max_delta > gamma)
+
+
+def profile_schedule(topo: Topology, schedule: Schedule) -> ScheduleProfile:
+    """Build the :class:`ScheduleProfile` of ``schedule`` on ``topo``.
+
+    ``topo`` must carry the capacities the schedule was synthesized for: when the
+    schedule lists no bottleneck cut, the cut and base slacks are recomputed from it
+    (the links the rounded schedule saturates).
+    """
+    if tuple(schedule.gpus) != topo.gpus:
+        raise ScheduleError(f"schedule GPUs do not match topology {topo.name!r}; "
+                            "register the schedule with the topology it was synthesized for")
+    loads = share_loads(topo, schedule.chunks)
+    n = loads * float(schedule.max_chunks or 1)
+    bottleneck = schedule.bottleneck or bottleneck_links(
+        topo, loads, schedule_rate(topo, loads), schedule.max_chunks)
+    cut = np.array([topo.link_index(b.src, b.dst) for b in bottleneck], dtype=np.int64)
+    base = np.array([b.base_slack for b in bottleneck], dtype=float)
+    for arr in (n, cut, base, loads):
+        arr.setflags(write=False)
+    return ScheduleProfile(n, cut, base, loads)

@@ -1,0 +1,321 @@
+"""The Schedule Manager and optimizer wrapper (paper §3.1-3.2).
+
+It keeps a registry of collectives per communicator, runs Algorithm 1
+(:mod:`mccl_runtime.drift`) on each dynamic one under the measured capacities ``M``,
+re-synthesizes flagged ones warm in a worker thread, and publishes new versions.
+
+* AllGather and AllToAll are dynamic.  An AllReduce is registered as a *static*
+  ReduceScatter (left to the vendor library, never re-synthesized) plus a dynamic
+  AllGather, ``<name>/reducescatter`` and ``<name>/allgather`` (paper §3).
+* The optimizer input is the measured topology (``Topology.with_capacities(M)``); the
+  current schedule is passed as ``warm`` (AllToAll: column generation; AllGather:
+  ForestColl-warm).
+* Time bound: the synthesizer gets ``time_limit_s`` (AllToAll honours it); a job still
+  running after it is abandoned (its result is discarded; a Python thread cannot be
+  killed, so the CPU is freed only when it returns).
+* Re-check before publish: a finished job is published only if, under the *latest*
+  ``M``, the current schedule still deviates (``max delta > clear_ratio * Gamma``) and
+  the new schedule's rate beats the current one's by more than ``min_gain``; otherwise
+  it is aborted and the current schedule kept.
+* Anti-thrashing: hysteresis on Gamma (flag above ``Gamma``, "cleared" only below
+  ``clear_ratio * Gamma``) and a minimum dwell time: a collective is not re-flagged
+  within ``min_dwell_s`` of its last publish or abort.
+* Versions are per collective, start at 1 and only grow (also across restarts).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import wait as wait_futures
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Iterable, Mapping
+
+import numpy as np
+
+from mccl_opt.errors import MCCLError, ScheduleError
+from mccl_opt.schedule import Schedule
+from mccl_opt.topology import Topology
+
+from .drift import DriftReport, ScheduleProfile, detect, profile_schedule
+from .telemetry import MeasurementStore
+
+__all__ = ["Policy", "Collective", "Event", "ScheduleManager", "Synthesizer", "solver_synthesizer",
+           "DYNAMIC_KINDS", "KINDS"]
+
+#: ``synthesize(kind, topology, warm, time_limit_s) -> Schedule``
+Synthesizer = Callable[[str, Topology, "Schedule | None", "float | None"], Schedule]
+DYNAMIC_KINDS = ("allgather", "alltoall")
+KINDS = DYNAMIC_KINDS + ("allreduce",)
+
+
+def solver_synthesizer(backend: str = "highs", max_chunks: int = 10) -> Synthesizer:
+    """The product optimizer: ``mccl_opt.solve_alltoall`` / ``solve_allgather``, warm."""
+
+    def synthesize(kind: str, topo: Topology, warm: Schedule | None,
+                   time_limit_s: float | None) -> Schedule:
+        import mccl_opt
+
+        if kind == "alltoall":
+            return mccl_opt.solve_alltoall(topo, warm=warm, backend=backend, max_chunks=max_chunks,
+                                           time_limit=time_limit_s)
+        return mccl_opt.solve_allgather(topo, warm=warm, backend=backend, max_chunks=max_chunks)
+
+    return synthesize
+
+
+@dataclass(frozen=True)
+class Policy:
+    """Detection and anti-thrashing parameters (see the module docstring)."""
+
+    gamma: float = 0.1
+    clear_ratio: float = 0.5
+    min_dwell_s: float = 1.0
+    time_limit_s: float = 60.0
+    min_gain: float = 0.01
+
+    def __post_init__(self) -> None:
+        if not self.gamma > 0:
+            raise MCCLError(f"Gamma must be > 0, got {self.gamma!r}")
+        if not 0.0 <= self.clear_ratio <= 1.0:
+            raise MCCLError(f"clear_ratio must be in [0, 1], got {self.clear_ratio!r}")
+        if self.min_dwell_s < 0 or self.time_limit_s <= 0 or self.min_gain < 0:
+            raise MCCLError("min_dwell_s and min_gain must be >= 0 and time_limit_s > 0")
+
+
+@dataclass
+class _Job:
+    initial: bool
+    topo: Topology
+    started_t: float
+    trigger: DriftReport | None = None
+    future: Future | None = None
+    wall_start: list[float] = field(default_factory=list)
+
+
+@dataclass
+class Collective:
+    """A registered collective and its active schedule."""
+
+    comm: str
+    name: str
+    kind: str
+    dynamic: bool
+    schedule: Schedule | None = None
+    version: int = 0
+    synth_capacity: np.ndarray | None = None
+    profile: ScheduleProfile | None = None
+    last_decision_t: float = -math.inf
+    job: _Job | None = None
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.comm, self.name)
+
+
+@dataclass(frozen=True)
+class Event:
+    """Something the manager did: ``resynthesis`` (started), ``published``, ``aborted``,
+    ``timeout`` or ``failed``."""
+
+    t: float
+    comm: str
+    name: str
+    action: str
+    version: int
+    detail: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"t": self.t, "comm": self.comm, "name": self.name, "action": self.action,
+                "version": self.version, "detail": self.detail}
+
+
+class ScheduleManager:
+    """Registry, drift detection, warm re-synthesis and publishing (module docstring)."""
+
+    def __init__(self, store: MeasurementStore, synthesize: Synthesizer | None = None,
+                 policy: Policy = Policy()) -> None:
+        self.store = store
+        self.topo = store.topo
+        self.synthesize = synthesize or solver_synthesizer()
+        self.policy = policy
+        self._collectives: dict[tuple[str, str], Collective] = {}
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mccl-synth")
+        self.counters = {"resyntheses": 0, "published": 0, "aborted": 0, "timeouts": 0, "failures": 0}
+
+    # ------------------------------------------------------------------ registry
+    def register(self, comm: str, name: str, kind: str, schedule: Schedule | None = None,
+                 now: float = 0.0) -> list[Collective]:
+        """Register a collective; without ``schedule`` a baseline is synthesized
+        asynchronously on the current ``M`` (startup phase, paper §3.1).  An
+        ``allreduce`` becomes a static ReduceScatter plus a dynamic AllGather."""
+        if kind not in KINDS:
+            raise ScheduleError(f"collective kind must be one of {KINDS}, got {kind!r}")
+        if kind == "allreduce":
+            rs = self._add(Collective(comm, f"{name}/reducescatter", "reducescatter", dynamic=False))
+            return [rs] + self.register(comm, f"{name}/allgather", "allgather", schedule, now)
+        if schedule is not None and schedule.collective != kind:
+            raise ScheduleError(f"{comm}/{name}: a {kind} needs a {kind} schedule, got {schedule.collective}")
+        coll = self._add(Collective(comm, name, kind, dynamic=True))
+        if schedule is None:
+            self._start(coll, now, None)
+        else:
+            self._install(coll, schedule, self.store.measured(), version=max(1, schedule.version))
+        return [coll]
+
+    def _add(self, coll: Collective) -> Collective:
+        if coll.key in self._collectives:
+            raise ScheduleError(f"collective {coll.comm}/{coll.name} is already registered")
+        self._collectives[coll.key] = coll
+        return coll
+
+    def get(self, comm: str, name: str) -> Collective:
+        try:
+            return self._collectives[(comm, name)]
+        except KeyError:
+            raise ScheduleError(f"no collective {comm}/{name} is registered") from None
+
+    def collectives(self) -> list[Collective]:
+        return [self._collectives[k] for k in sorted(self._collectives)]
+
+    def _install(self, coll: Collective, schedule: Schedule, capacity: np.ndarray, version: int) -> None:
+        topo = self.topo.with_capacities(capacity)
+        coll.profile = profile_schedule(topo, schedule)
+        coll.schedule = replace(schedule, version=version)
+        coll.version = version
+        coll.synth_capacity = np.array(capacity, dtype=float)
+
+    # ------------------------------------------------------------------ the loop
+    def check(self, now: float) -> list[tuple[Collective, DriftReport]]:
+        """Algorithm 1 on every dynamic collective that is idle and past its dwell time;
+        returns the flagged ones."""
+        m = self.store.measured()
+        flagged = []
+        for coll in self.collectives():
+            if not coll.dynamic or coll.profile is None or coll.job is not None:
+                continue
+            if now - coll.last_decision_t < self.policy.min_dwell_s:
+                continue
+            report = detect(m, coll.profile, self.policy.gamma)
+            if report.flagged:
+                flagged.append((coll, report))
+        return flagged
+
+    def step(self, now: float) -> list[Event]:
+        """One controller decision: collect finished jobs, then detect and start jobs."""
+        events = self.poll(now)
+        for coll, report in self.check(now):
+            events.append(self._start(coll, now, report))
+        return events
+
+    def _start(self, coll: Collective, now: float, report: DriftReport | None) -> Event:
+        topo = self.store.measured_topology()
+        job = _Job(initial=coll.schedule is None, topo=topo, started_t=now, trigger=report)
+        job.future = self._pool.submit(self._run, job, coll.kind, coll.schedule)
+        coll.job = job
+        self.counters["resyntheses"] += 1
+        detail = report.to_dict(self.topo, coll.profile.cut) if report and coll.profile else {}
+        return Event(now, coll.comm, coll.name, "resynthesis", coll.version, detail)
+
+    def _run(self, job: _Job, kind: str, warm: Schedule | None) -> tuple[Schedule, float]:
+        t0 = time.perf_counter()
+        job.wall_start.append(time.monotonic())
+        schedule = self.synthesize(kind, job.topo, warm, self.policy.time_limit_s)
+        return schedule, time.perf_counter() - t0
+
+    def poll(self, now: float, wait_s: float | None = None) -> list[Event]:
+        """Finish jobs that are done (waiting up to ``wait_s`` for running ones): re-check,
+        then publish or abort; abandon jobs past the time bound."""
+        running = [c for c in self.collectives() if c.job is not None]
+        if wait_s and running:
+            wait_futures([c.job.future for c in running], timeout=wait_s)
+        events = []
+        for coll in running:
+            job = coll.job
+            if not job.future.done():
+                if job.wall_start and time.monotonic() - job.wall_start[0] > self.policy.time_limit_s:
+                    coll.job, coll.last_decision_t = None, now
+                    self.counters["timeouts"] += 1
+                    events.append(Event(now, coll.comm, coll.name, "timeout", coll.version,
+                                        {"time_limit_s": self.policy.time_limit_s}))
+                continue
+            coll.job = None
+            events.append(self._finish(coll, job, now))
+        return events
+
+    def _finish(self, coll: Collective, job: _Job, now: float) -> Event:
+        coll.last_decision_t = now
+        try:
+            new, seconds = job.future.result()
+            new_profile = profile_schedule(job.topo, new)
+        except MCCLError as exc:
+            self.counters["failures"] += 1
+            return Event(now, coll.comm, coll.name, "failed", coll.version, {"error": str(exc)})
+        detail: dict[str, Any] = {"synth_s": seconds, "started_t": job.started_t}
+        if not job.initial:
+            m = self.store.measured()
+            report = detect(m, coll.profile, self.policy.gamma)
+            cur_rate, new_rate = _rate(m, coll.profile.loads), _rate(m, new_profile.loads)
+            detail.update(max_delta=report.max_delta, rate_before=cur_rate, rate_after=new_rate)
+            reason = None
+            if report.max_delta <= self.policy.clear_ratio * self.policy.gamma:
+                reason = "cleared"
+            elif new_rate <= cur_rate * (1.0 + self.policy.min_gain):
+                reason = "no_gain"
+            if reason:
+                self.counters["aborted"] += 1
+                detail["reason"] = reason
+                return Event(now, coll.comm, coll.name, "aborted", coll.version, detail)
+        self._install(coll, new, job.topo.arrays.capacity, coll.version + 1)
+        self.counters["published"] += 1
+        return Event(now, coll.comm, coll.name, "published", coll.version, detail)
+
+    def busy(self) -> bool:
+        return any(c.job is not None for c in self._collectives.values())
+
+    def close(self) -> None:
+        """Stop accepting jobs; running ones are abandoned (not waited for)."""
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    # ------------------------------------------------------------------ persistence
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "collectives": [{
+                "comm": c.comm, "name": c.name, "kind": c.kind, "dynamic": c.dynamic,
+                "version": c.version,
+                "last_decision_t": c.last_decision_t if math.isfinite(c.last_decision_t) else None,
+                "schedule": c.schedule.to_dict() if c.schedule else None,
+                "synth_capacity": c.synth_capacity.tolist() if c.synth_capacity is not None else None,
+            } for c in self.collectives()],
+            "counters": dict(self.counters),
+        }
+
+    def restore(self, data: Mapping[str, Any]) -> None:
+        """Re-register the collectives of :meth:`to_dict` with their schedules and
+        versions (nothing is re-synthesized)."""
+        for d in _as_list(data.get("collectives", [])):
+            if not isinstance(d, Mapping) or not {"comm", "name", "kind", "dynamic", "version"} <= set(d):
+                raise ScheduleError("controller state: a collective entry lacks comm/name/kind/dynamic/version; "
+                                    "delete the state file to start fresh")
+            coll = self._add(Collective(str(d["comm"]), str(d["name"]), str(d["kind"]), bool(d["dynamic"])))
+            ldt = d.get("last_decision_t")
+            coll.last_decision_t = -math.inf if ldt is None else float(ldt)
+            if d.get("schedule") is not None:
+                self._install(coll, Schedule.from_dict(d["schedule"]),
+                              np.asarray(d["synth_capacity"], dtype=float), int(d["version"]))
+            elif coll.dynamic:
+                self._start(coll, 0.0, None)
+        self.counters.update({k: int(v) for k, v in dict(data.get("counters", {})).items()
+                              if k in self.counters})
+
+
+def _rate(m: np.ndarray, loads: np.ndarray) -> float:
+    used = loads > 1e-12
+    return float(np.min(m[used] / loads[used])) if used.any() else math.inf
+
+
+def _as_list(v: Any) -> Iterable:
+    if not isinstance(v, list):
+        raise ScheduleError("controller state: 'collectives' must be a list")
+    return v

@@ -1,0 +1,343 @@
+"""Telemetry ingest: samples -> validated channel EWMAs -> measured capacities ``M_a``.
+
+Paper §3.2-3.3: executors report *inter-node* throughput per ordered GPU pair and
+*intra-node* cumulative throughput per GPU; the controller smooths every sample with an
+EWMA of factor ``alpha`` into ``M``.  A sample is a mapping (the wire format, also
+accepted by :meth:`MeasurementStore.ingest`)::
+
+    {"kind": "pair", "src": GPU, "dst": GPU, "gbps": y, "t": seconds}
+    {"kind": "gpu",  "gpu": GPU, "dir": "out" | "in", "gbps": y, "t": seconds}
+    {"kind": "link", "src": NODE, "dst": NODE, "gbps": y, "t": seconds}
+
+Mapping onto topology links (see docs/runtime.md):
+
+* ``link`` names one directed link directly.
+* ``gpu`` is the GPU's cumulative NVLink injection (``out``, the default) or reception
+  (``in``) throughput: the link between the GPU and its intra-node switch, i.e. its
+  lowest-latency switch neighbour (ties broken by id).
+* ``pair`` measures the GPU pair's *overlay link*: the switch-only path ``src -> dst``
+  with the fewest hops (then the lowest latency, then node order).  A pair sample bounds
+  every link of that path from below (the link carried that much); a link's measured
+  capacity is the largest bound of the pairs crossing it, so the fastest pair through a
+  shared link clears it and the degraded link is the one only slow pairs cross.
+
+``link`` and ``gpu`` samples are *direct* channels (one per link); ``pair`` samples are
+channels per ordered pair.  Each channel holds an EWMA started at the nominal capacity
+(the paper's startup probing).  ``M_a`` is the direct channel of ``a`` if there is one,
+else the largest pair channel crossing ``a``, else the nominal capacity.  ``M_a`` never
+drops below ``floor_ratio`` of nominal, so the measured topology stays valid.
+
+Rejected samples are counted per reason (:data:`REASONS`) and never raise out of
+:meth:`MeasurementStore.ingest`; :meth:`MeasurementStore.ingest_strict` raises
+:class:`~mccl_opt.errors.TelemetryError` instead, applying nothing.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Mapping
+
+import numpy as np
+
+from mccl_opt.errors import TelemetryError
+from mccl_opt.topology import Topology
+
+__all__ = ["Sample", "RejectedSample", "IngestReport", "LinkMap", "MeasurementStore", "REASONS",
+           "parse_sample"]
+
+#: Why a sample can be rejected (keys of the rejection counters).
+REASONS = ("malformed", "nan", "negative", "unknown_link", "future", "stale", "above_nominal")
+KINDS = ("pair", "gpu", "link")
+
+
+class RejectedSample(TelemetryError):
+    """A sample the controller will not use; ``reason`` is one of :data:`REASONS`."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One parsed sample.  For ``gpu`` samples ``src`` is the GPU and ``dst`` the
+    direction (``"out"`` or ``"in"``)."""
+
+    kind: str
+    src: str
+    dst: str
+    gbps: float
+    t: float
+
+
+@dataclass(frozen=True)
+class IngestReport:
+    """Outcome of one batch: accepted count and rejected counts per reason."""
+
+    accepted: int
+    rejected: dict[str, int] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"accepted": self.accepted, "rejected": dict(self.rejected)}
+
+
+def parse_sample(data: Any) -> Sample:
+    """Parse the wire form of a sample; raises :class:`RejectedSample` (``malformed``,
+    ``nan`` or ``negative``)."""
+    if isinstance(data, Sample):
+        s = data
+    else:
+        if not isinstance(data, Mapping):
+            raise RejectedSample("malformed", f"a sample must be an object, got {type(data).__name__}")
+        kind = data.get("kind")
+        if kind not in KINDS:
+            raise RejectedSample("malformed", f"sample 'kind' must be one of {KINDS}, got {kind!r}")
+        if kind == "gpu":
+            src, dst = data.get("gpu"), data.get("dir", "out")
+            if dst not in ("out", "in"):
+                raise RejectedSample("malformed", f"gpu sample 'dir' must be 'out' or 'in', got {dst!r}")
+        else:
+            src, dst = data.get("src"), data.get("dst")
+        if not isinstance(src, str) or not isinstance(dst, str):
+            raise RejectedSample("malformed", f"{kind} sample needs string node ids, got {src!r}, {dst!r}")
+        gbps, t = data.get("gbps"), data.get("t")
+        for label, v in (("gbps", gbps), ("t", t)):
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                raise RejectedSample("malformed", f"sample '{label}' must be a number, got {v!r}")
+        s = Sample(kind, src, dst, float(gbps), float(t))
+    if not (math.isfinite(s.gbps) and math.isfinite(s.t)):
+        raise RejectedSample("nan", f"sample {s.src}->{s.dst} has a non-finite value ({s.gbps}, t={s.t})")
+    if s.gbps < 0:
+        raise RejectedSample("negative", f"sample {s.src}->{s.dst} has negative throughput {s.gbps}")
+    return s
+
+
+class LinkMap:
+    """Resolves samples to topology links (the mapping in the module docstring)."""
+
+    def __init__(self, topo: Topology) -> None:
+        self.topo = topo
+        self._pair_paths: dict[tuple[str, str], tuple[int, ...]] = {}
+
+    def links_of(self, s: Sample) -> tuple[int, ...]:
+        """Link indices a sample measures; raises :class:`RejectedSample` (``unknown_link``)."""
+        topo = self.topo
+        if s.kind == "link":
+            if not topo.has_link(s.src, s.dst):
+                raise RejectedSample("unknown_link", f"no link {s.src!r} -> {s.dst!r} in {topo.name!r}")
+            return (topo.link_index(s.src, s.dst),)
+        if not topo.has_node(s.src) or not topo.is_gpu(s.src):
+            raise RejectedSample("unknown_link", f"{s.src!r} is not a GPU of {topo.name!r}")
+        if s.kind == "gpu":
+            sw = self._intra_switch(s.src)
+            return (topo.link_index(s.src, sw) if s.dst == "out" else topo.link_index(sw, s.src),)
+        if not topo.has_node(s.dst) or not topo.is_gpu(s.dst) or s.src == s.dst:
+            raise RejectedSample("unknown_link", f"pair sample {s.src!r} -> {s.dst!r} needs two distinct GPUs")
+        key = (s.src, s.dst)
+        if key not in self._pair_paths:
+            self._pair_paths[key] = self._switch_path(*key)
+        return self._pair_paths[key]
+
+    def nominal(self, links: tuple[int, ...]) -> float:
+        """Nominal throughput of a channel: the smallest capacity on its links."""
+        return float(min(self.topo.arrays.capacity[a] for a in links))
+
+    def _intra_switch(self, gpu: str) -> str:
+        cands = sorted((l.latency_us, l.dst) for l in self.topo.links
+                       if l.src == gpu and not self.topo.is_gpu(l.dst))
+        if not cands:
+            raise RejectedSample("unknown_link", f"GPU {gpu!r} has no intra-node switch for a gpu sample")
+        return cands[0][1]
+
+    def _switch_path(self, src: str, dst: str) -> tuple[int, ...]:
+        """Fewest-hop, then lowest-latency path whose interior nodes are switches."""
+        topo, arr = self.topo, self.topo.arrays
+        s, d = topo.node_index(src), topo.node_index(dst)
+        best: dict[int, tuple[int, float]] = {s: (0, 0.0)}
+        parent: dict[int, int] = {}
+        heap: list[tuple[int, float, int]] = [(0, 0.0, s)]
+        while heap:
+            hops, lat, u = heapq.heappop(heap)
+            if best.get(u) != (hops, lat) or u == d:
+                continue
+            if u != s and not arr.is_switch[u]:
+                continue
+            for k in range(arr.out_start[u], arr.out_start[u + 1]):
+                a = int(arr.out_arcs[k])
+                v = int(arr.head[a])
+                cand = (hops + 1, lat + float(arr.latency[a]))
+                if v not in best or cand < best[v]:
+                    best[v] = cand
+                    parent[v] = a
+                    heapq.heappush(heap, (cand[0], cand[1], v))
+        if d not in parent:
+            raise RejectedSample("unknown_link", f"no switch-only path {src!r} -> {dst!r} in {topo.name!r}")
+        path = []
+        v = d
+        while v != s:
+            a = parent[v]
+            path.append(a)
+            v = int(arr.tail[a])
+        return tuple(reversed(path))
+
+
+class MeasurementStore:
+    """EWMA store of telemetry channels and the measured capacities ``M`` (paper §3.2).
+
+    ``alpha`` is the EWMA smoothing factor (paper Fig. 13 uses 0.012), ``max_ratio`` the
+    largest believable sample relative to nominal, ``future_tolerance_s`` the clock skew
+    allowed before a timestamp counts as from the future.  ``clock`` gives "now" when
+    :meth:`ingest` is not told.
+    """
+
+    def __init__(self, topo: Topology, *, alpha: float = 0.012, max_ratio: float = 1.5,
+                 future_tolerance_s: float = 0.5, floor_ratio: float = 1e-3,
+                 clock: Callable[[], float] = time.time) -> None:
+        if not 0.0 < alpha <= 1.0:
+            raise TelemetryError(f"EWMA alpha must be in (0, 1], got {alpha!r}")
+        if max_ratio <= 1.0:
+            raise TelemetryError(f"max_ratio must be > 1 (a sample may exceed nominal slightly), got {max_ratio!r}")
+        self.topo = topo
+        self.alpha = float(alpha)
+        self.max_ratio = float(max_ratio)
+        self.future_tolerance_s = float(future_tolerance_s)
+        self.floor_ratio = float(floor_ratio)
+        self.clock = clock
+        self.map = LinkMap(topo)
+        self._direct: dict[int, tuple[float, float]] = {}          # link -> (value, t)
+        self._pairs: dict[tuple[str, str], tuple[float, float]] = {}  # pair -> (value, t)
+        self._pair_slot: dict[tuple[str, str], int] = {}             # pair -> row of _entry_*
+        self._entry_slot: list[int] = []                             # (slot, link) incidence
+        self._entry_link: list[int] = []
+        self.accepted = 0
+        self.rejected: Counter[str] = Counter()
+        self._measured: np.ndarray | None = None
+
+    # ------------------------------------------------------------------ ingest
+    def ingest(self, samples: Iterable[Any], now: float | None = None) -> IngestReport:
+        """Validate and apply a batch; bad samples are counted, never raised."""
+        now = self.clock() if now is None else float(now)
+        good: list[tuple[float, int, Sample, tuple[int, ...]]] = []
+        rejected: Counter[str] = Counter()
+        for i, raw in enumerate(samples):
+            try:
+                s, links = self._check(raw, now)
+            except RejectedSample as exc:
+                rejected[exc.reason] += 1
+                continue
+            good.append((s.t, i, s, links))
+        good.sort(key=lambda g: (g[0], g[1]))
+        applied = 0
+        for _, _, s, links in good:
+            if self._apply(s, links):
+                applied += 1
+            else:
+                rejected["stale"] += 1
+        self.accepted += applied
+        self.rejected.update(rejected)
+        return IngestReport(applied, {r: rejected[r] for r in REASONS if rejected[r]})
+
+    def ingest_strict(self, samples: Iterable[Any], now: float | None = None) -> IngestReport:
+        """Like :meth:`ingest`, but any bad sample raises :class:`TelemetryError` and
+        nothing of the batch is applied."""
+        now = self.clock() if now is None else float(now)
+        batch = list(samples)
+        for i, raw in enumerate(batch):
+            try:
+                self._check(raw, now)
+            except RejectedSample as exc:
+                raise RejectedSample(exc.reason, f"sample #{i}: {exc} (reason: {exc.reason})") from None
+        return self.ingest(batch, now)
+
+    def _check(self, raw: Any, now: float) -> tuple[Sample, tuple[int, ...]]:
+        s = parse_sample(raw)
+        links = self.map.links_of(s)
+        if s.t > now + self.future_tolerance_s:
+            raise RejectedSample("future", f"sample time {s.t} is after now ({now}); check the executor clock")
+        nominal = self.map.nominal(links)
+        if s.gbps > self.max_ratio * nominal:
+            raise RejectedSample("above_nominal",
+                                 f"{s.gbps} Gbps on {s.src}->{s.dst} exceeds {self.max_ratio} x nominal {nominal}")
+        return s, links
+
+    def _apply(self, s: Sample, links: tuple[int, ...]) -> bool:
+        if s.kind == "pair":
+            table: dict = self._pairs
+            key: Any = (s.src, s.dst)
+            if key not in self._pair_slot:
+                self._register_pair(key, links)
+        else:
+            table, key = self._direct, links[0]
+        value, last_t = table.get(key, (self.map.nominal(links), -math.inf))
+        if s.t < last_t:
+            return False
+        table[key] = ((1.0 - self.alpha) * value + self.alpha * s.gbps, s.t)
+        self._measured = None
+        return True
+
+    def _register_pair(self, key: tuple[str, str], links: tuple[int, ...]) -> None:
+        slot = len(self._pair_slot)
+        self._pair_slot[key] = slot
+        self._entry_slot.extend([slot] * len(links))
+        self._entry_link.extend(links)
+
+    # ------------------------------------------------------------------ outputs
+    def measured(self) -> np.ndarray:
+        """``M_a`` per link (link order), Gbps; a fresh read-only array."""
+        if self._measured is None:
+            nominal = self.topo.arrays.capacity
+            pair_max = np.full(self.topo.num_links, -np.inf)
+            if self._pair_slot:
+                values = np.empty(len(self._pair_slot))
+                for key, slot in self._pair_slot.items():
+                    values[slot] = self._pairs[key][0]
+                np.maximum.at(pair_max, np.asarray(self._entry_link, dtype=np.int64),
+                              values[np.asarray(self._entry_slot, dtype=np.int64)])
+            m = np.where(np.isfinite(pair_max), pair_max, nominal)
+            for a, (value, _) in self._direct.items():
+                m[a] = value
+            m = np.maximum(m, self.floor_ratio * nominal)
+            m.setflags(write=False)
+            self._measured = m
+        return self._measured
+
+    def measured_topology(self, name: str | None = None) -> Topology:
+        """The topology with ``M`` as capacities (the optimizer's input, paper §3.1)."""
+        return self.topo.with_capacities(self.measured(), name=name or f"{self.topo.name}-measured")
+
+    def counters(self) -> dict[str, Any]:
+        return {"accepted": self.accepted, "rejected": {r: self.rejected[r] for r in REASONS}}
+
+    # ------------------------------------------------------------------ persistence
+    def to_dict(self) -> dict[str, Any]:
+        links = self.topo.links
+        return {
+            "alpha": self.alpha,
+            "direct": [{"src": links[a].src, "dst": links[a].dst, "value": v, "t": t}
+                       for a, (v, t) in sorted(self._direct.items())],
+            "pairs": [{"src": k[0], "dst": k[1], "value": v, "t": t}
+                      for k, (v, t) in sorted(self._pairs.items())],
+            "accepted": self.accepted,
+            "rejected": dict(self.rejected),
+        }
+
+    def restore(self, data: Mapping[str, Any]) -> None:
+        """Load channels and counters written by :meth:`to_dict` (same topology)."""
+        try:
+            self._direct = {self.topo.link_index(d["src"], d["dst"]): (float(d["value"]), float(d["t"]))
+                            for d in data.get("direct", [])}
+            self._pairs = {}
+            self._pair_slot, self._entry_slot, self._entry_link = {}, [], []
+            for d in data.get("pairs", []):
+                s = parse_sample({"kind": "pair", "src": d["src"], "dst": d["dst"], "gbps": 0.0, "t": 0.0})
+                self._register_pair((s.src, s.dst), self.map.links_of(s))
+                self._pairs[(s.src, s.dst)] = (float(d["value"]), float(d["t"]))
+            self.accepted = int(data.get("accepted", 0))
+            self.rejected = Counter({str(k): int(v) for k, v in dict(data.get("rejected", {})).items()})
+        except (KeyError, TypeError, ValueError) as exc:
+            raise TelemetryError(f"telemetry state is corrupt ({exc}); delete the state file to start fresh") from None
+        self._measured = None
