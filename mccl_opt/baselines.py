@@ -1,0 +1,203 @@
+"""NCCL-style baseline schedules in the ``mccl-schedule/1`` model (issue 5 item 2).
+
+* :func:`ring_allgather` -- NCCL ring AllGather.  On a rail-optimized fabric (HPN,
+  ``topo.extra["family"] == "hpn"``) one ring (channel) per rail ``c``: it enters a host
+  on one rail, visits the host's GPUs through the NVSwitch in rotated rank order and
+  leaves on another rail to the next host's GPU on that rail, so every inter-host hop
+  stays on one rail (NCCL's "rings stay on a NIC" rule).  Even hosts are entered on rail
+  ``c`` and left on ``c-1``, odd hosts the reverse; with an odd number of hosts the last
+  host leaves on ``c-2``.  Each ring carries ``1/N`` of every shard as one chain tree per
+  root.  Elsewhere: one ring in rank order.
+* :func:`direct_alltoall` -- NCCL's pairwise AllToAll without PXN: every pair on one
+  fewest-hop path; a cross-rail pair goes out on the *source's* NIC to the destination
+  host's GPU on the source's rail, which forwards over its NVSwitch.
+* :func:`pxn_alltoall` -- with PXN (NCCL >= 2.12): a cross-rail pair first crosses the
+  source host's NVSwitch to the GPU whose rail matches the destination, which sends
+  over its own NIC.
+
+Each hop between two GPUs takes the fewest-hop, then lowest-latency, switch-only path
+(ties broken by node order).  ``rate_gbps = lp_rate_gbps`` is the rate of the loads.
+"""
+
+from __future__ import annotations
+
+import heapq
+from typing import Sequence
+
+from .errors import TopologyError
+from .schedule import (PathChunk, Schedule, TreeChunk, bottleneck_links, schedule_rate,
+                       share_loads)
+from .topology import Topology
+
+__all__ = ["ring_allgather", "direct_alltoall", "pxn_alltoall", "ring_orders"]
+
+Path = tuple[str, ...]
+
+
+# ---------------------------------------------------------------------- paths
+def _switch_paths_from(topo: Topology, src: int) -> dict[int, Path]:
+    """Fewest-hop, then lowest-latency paths from GPU ``src`` to every GPU it reaches
+    through switches only (Dijkstra on ``(hops, latency, node)``)."""
+    arr = topo.arrays
+    ids = [n.id for n in topo.nodes]
+    best: dict[int, tuple[int, float]] = {src: (0, 0.0)}
+    pred: dict[int, int] = {}
+    heap = [(0, 0.0, src)]
+    out: dict[int, Path] = {}
+    while heap:
+        hops, lat, v = heapq.heappop(heap)
+        if best.get(v, (hops, lat)) < (hops, lat):
+            continue
+        if v != src and not arr.is_switch[v]:
+            path = [v]
+            while path[-1] != src:
+                path.append(pred[path[-1]])
+            out[int(v)] = tuple(ids[u] for u in reversed(path))
+            continue
+        for a in arr.out_arcs[arr.out_start[v]:arr.out_start[v + 1]]:
+            w = int(arr.head[a])
+            key = (hops + 1, lat + float(arr.latency[a]))
+            if w not in best or key < best[w]:
+                best[w] = key
+                pred[w] = int(v)
+                heapq.heappush(heap, (key[0], key[1], w))
+    out.pop(src, None)
+    return out
+
+
+class _Paths:
+    """Switch-only GPU-to-GPU paths, computed per source on demand."""
+
+    def __init__(self, topo: Topology) -> None:
+        self.topo = topo
+        self._by_src: dict[int, dict[int, Path]] = {}
+
+    def get(self, u: str, v: str) -> Path | None:
+        ui, vi = self.topo.node_index(u), self.topo.node_index(v)
+        if ui not in self._by_src:
+            self._by_src[ui] = _switch_paths_from(self.topo, ui)
+        return self._by_src[ui].get(vi)
+
+    def need(self, u: str, v: str, why: str) -> Path:
+        p = self.get(u, v)
+        if p is None:
+            raise TopologyError(f"{why}: no switch-only path from {u} to {v} in {self.topo.name!r}")
+        return p
+
+
+def _rail_grid(topo: Topology) -> tuple[int, int] | None:
+    """``(hosts, gpus_per_host)`` of an HPN fabric (rank = host * N + rail), else None."""
+    if topo.extra.get("family") != "hpn":
+        return None
+    shape = topo.extra.get("shape")
+    if not (isinstance(shape, (list, tuple)) and len(shape) == 3):
+        return None
+    s, h, n = (int(x) for x in shape)
+    if s * h * n != topo.num_gpus:
+        return None
+    return s * h, n
+
+
+# ---------------------------------------------------------------------- AllGather
+def ring_orders(topo: Topology) -> list[list[int]]:
+    """The rank sequence of every ring :func:`ring_allgather` uses."""
+    grid = _rail_grid(topo)
+    if grid is None or grid[0] == 1 or grid[1] == 1:
+        return [list(range(topo.num_gpus))]
+    hosts, n = grid
+    if hosts % 2 == 1 and n < 3:
+        raise TopologyError(
+            f"rail-aligned rings need an even number of hosts or >= 3 GPUs per host; "
+            f"{topo.name!r} has {hosts} hosts of {n} GPUs")
+    rings = []
+    for c in range(n):
+        entry = [c if h % 2 == 0 else (c - 1) % n for h in range(hosts)]
+        if hosts % 2 == 1:
+            entry[-1] = (c - 2) % n
+        order: list[int] = []
+        for h in range(hosts):
+            e, o = entry[h], entry[(h + 1) % hosts]
+            middle = [(e + k) % n for k in range(1, n) if (e + k) % n != o]
+            order += [h * n + r for r in [e, *middle, o]]
+        rings.append(order)
+    return rings
+
+
+def ring_allgather(topo: Topology) -> Schedule:
+    """NCCL-style ring AllGather (see module docstring); a chain tree per root and ring."""
+    paths = _Paths(topo)
+    gpus = topo.gpus
+    rings = ring_orders(topo)
+    share = 1.0 / len(rings)
+    chunks: list[TreeChunk] = []
+    for order in rings:
+        hops = [paths.need(gpus[order[k]], gpus[order[(k + 1) % len(order)]], "ring AllGather")
+                for k in range(len(order))]
+        for i, r in enumerate(order):
+            edges = tuple(hops[(i + k) % len(order)] for k in range(len(order) - 1))
+            chunks.append(TreeChunk(gpus[r], share, edges))
+    chunks.sort(key=lambda c: topo.rank(c.src))
+    return _finish(topo, "allgather", chunks, len(rings), "nccl-ring", channels=len(rings))
+
+
+# ---------------------------------------------------------------------- AllToAll
+def _relay_path(paths: _Paths, src: str, dst: str, relay: str) -> Path:
+    first = paths.need(src, relay, "AllToAll relay hop")
+    second = paths.need(relay, dst, "AllToAll relay hop")
+    return first + second[1:]
+
+
+def _alltoall(topo: Topology, pxn: bool) -> Schedule:
+    paths = _Paths(topo)
+    gpus = topo.gpus
+    grid = _rail_grid(topo)
+    chunks: list[PathChunk] = []
+    for si, s in enumerate(gpus):
+        for di, d in enumerate(gpus):
+            if si == di:
+                continue
+            p = paths.get(s, d)
+            if p is None:
+                if grid is None:
+                    p = _shortest_any(topo, s, d, pxn)
+                else:
+                    n = grid[1]
+                    relay = si - si % n + di % n if pxn else di - di % n + si % n
+                    p = _relay_path(paths, s, d, gpus[relay])
+            chunks.append(PathChunk(s, d, 1.0, p))
+    name = "nccl-pxn" if pxn else "nccl-direct"
+    return _finish(topo, "alltoall", chunks, 1, name)
+
+
+def _shortest_any(topo: Topology, s: str, d: str, pxn: bool) -> Path:
+    if pxn:
+        raise TopologyError(f"PXN relays through the rail-matched GPU of an HPN fabric; {topo.name!r} "
+                            f"is not one (use direct_alltoall)")
+    import networkx as nx
+
+    g = topo.to_networkx()
+    try:
+        return tuple(nx.shortest_path(g, s, d))
+    except nx.NetworkXNoPath:  # pragma: no cover - Topology checks connectivity
+        raise TopologyError(f"no path from {s} to {d}") from None
+
+
+def direct_alltoall(topo: Topology) -> Schedule:
+    """NCCL pairwise AllToAll without PXN (cross-rail relayed on the destination host)."""
+    return _alltoall(topo, pxn=False)
+
+
+def pxn_alltoall(topo: Topology) -> Schedule:
+    """NCCL pairwise AllToAll with PXN (cross-rail relayed on the source host's GPU whose
+    rail matches the destination)."""
+    return _alltoall(topo, pxn=True)
+
+
+def _finish(topo: Topology, collective: str, chunks: Sequence, max_chunks: int, name: str,
+            **info: int) -> Schedule:
+    loads = share_loads(topo, chunks)
+    rate = schedule_rate(topo, loads)
+    return Schedule(collective=collective, topology=topo.name, gpus=topo.gpus, rate_gbps=rate,
+                    lp_rate_gbps=rate, max_chunks=max_chunks, chunks=tuple(chunks),
+                    bottleneck=bottleneck_links(topo, loads, rate, max_chunks),
+                    solver={"backend": "baseline", "algorithm": name, **info})

@@ -1,0 +1,250 @@
+"""Compile a schedule into simulator streams (docs/sim.md §Model).
+
+A *segment* is one GPU-to-GPU transfer: the links between two consecutive GPUs of an
+AllToAll path, or one AllGather tree edge (interior nodes are switches, which cut
+through).  A *stream* is one chunk's traffic over one segment: the chunk's bytes cut
+into ``npieces`` equal pieces that cross the segment one after another (one NCCL
+channel).  Piece ``j`` of a stream may start once piece ``j`` has fully arrived at the
+segment's tail GPU (store-and-forward at GPUs: the *parent* stream finished sending it
+and its latency elapsed) and piece ``j-1`` of the same stream has left.
+
+Identical chunks (same path or same tree, same share) are merged into one stream with
+a multiplicity ``mult``: they move in lockstep, so the merge is exact.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass
+from typing import Iterable, Mapping, Sequence
+
+import numpy as np
+import scipy.sparse as sp
+
+from ..errors import MCCLError, ScheduleError, TopologyError
+from ..schedule import PathChunk, Schedule, TreeChunk
+from ..topology import Topology
+
+__all__ = ["SimulationError", "Streams", "compile_streams", "CapacityChange",
+           "parse_timeline", "DEFAULT_SLICE_BYTES"]
+
+#: NCCL's Simple-protocol default slice (``NCCL_BUFFSIZE`` 4 MiB / 8 slice steps).
+DEFAULT_SLICE_BYTES = 512 * 1024
+
+
+class SimulationError(MCCLError, ValueError):
+    """Bad simulator input: message size, slicing or capacity timeline."""
+
+
+@dataclass(frozen=True)
+class CapacityChange:
+    """At ``time_s`` the links ``links`` (indices) get capacities ``gbps``."""
+
+    time_s: float
+    links: np.ndarray
+    gbps: np.ndarray
+
+
+@dataclass(frozen=True)
+class Streams:
+    """Array form of a schedule for the event loop (one row per stream).
+
+    ``inc`` is the stream x link incidence (CSR, 0/1); ``parent[i]`` the stream that
+    delivers stream ``i``'s pieces to its tail GPU (-1: the tail is the source);
+    ``latency_s[i]`` the sum of the segment's link latencies.
+    """
+
+    inc: sp.csr_matrix
+    mult: np.ndarray
+    npieces: np.ndarray
+    piece_bytes: np.ndarray
+    parent: np.ndarray
+    latency_s: np.ndarray
+
+    @property
+    def num_streams(self) -> int:
+        return int(self.mult.size)
+
+
+def _segments(topo: Topology, path: Sequence[str]) -> list[tuple[str, ...]]:
+    """Split a node path at interior GPUs into GPU-to-GPU segments."""
+    segs: list[tuple[str, ...]] = []
+    start = 0
+    for k in range(1, len(path)):
+        if k == len(path) - 1 or topo.is_gpu(path[k]):
+            segs.append(tuple(path[start:k + 1]))
+            start = k
+    return segs
+
+
+def _check_match(topo: Topology, schedule: Schedule) -> None:
+    if tuple(schedule.gpus) != tuple(topo.gpus):
+        raise ScheduleError(
+            f"schedule GPUs {list(schedule.gpus)[:4]}... do not match topology {topo.name!r} "
+            f"ranks {list(topo.gpus)[:4]}...; simulate the schedule on the fabric it was "
+            f"synthesized for (same GPU ids in the same rank order)")
+    if not schedule.chunks:
+        raise ScheduleError("schedule has no chunks; nothing to simulate")
+
+
+def _chunk_groups(schedule: Schedule) -> list[tuple[object, int]]:
+    """Identical chunks merged: ``(chunk, multiplicity)`` in first-seen order."""
+    keys: Counter = Counter()
+    first: dict = {}
+    for c in schedule.chunks:
+        if isinstance(c, PathChunk):
+            key = ("p", c.path, c.share)
+        elif isinstance(c, TreeChunk):
+            key = ("t", c.src, c.edges, c.share)
+        else:  # pragma: no cover - Schedule only holds these two
+            raise ScheduleError(f"unknown chunk type {type(c).__name__}")
+        if c.share <= 0:
+            raise ScheduleError(f"chunk from {c.src} has share {c.share}; shares must be > 0")
+        keys[key] += 1
+        first.setdefault(key, c)
+    return [(first[k], n) for k, n in keys.items()]
+
+
+def _piece_count(chunk_bytes: float, slice_bytes: float | None, pieces: int | None) -> int:
+    if pieces is not None:
+        return pieces
+    assert slice_bytes is not None
+    return max(1, math.ceil(chunk_bytes / slice_bytes - 1e-9))
+
+
+def compile_streams(topo: Topology, schedule: Schedule, message_bytes: float, *,
+                    slice_bytes: float | None = None, pieces: int | None = None) -> Streams:
+    """Build the :class:`Streams` of ``schedule`` for ``message_bytes`` per block.
+
+    ``slice_bytes=None`` uses :data:`DEFAULT_SLICE_BYTES` (a chunk smaller than a slice
+    is one piece); an explicit ``slice_bytes`` larger than the largest chunk is an
+    error, as is giving both ``slice_bytes`` and ``pieces``.
+    """
+    _check_match(topo, schedule)
+    if not isinstance(message_bytes, (int, float)) or isinstance(message_bytes, bool) \
+            or not math.isfinite(message_bytes) or message_bytes <= 0:
+        raise SimulationError(f"message size must be a finite number of bytes > 0, got {message_bytes!r}")
+    if slice_bytes is not None and pieces is not None:
+        raise SimulationError("give either slice_bytes or pieces, not both")
+    if pieces is not None and (not isinstance(pieces, int) or isinstance(pieces, bool) or pieces < 1):
+        raise SimulationError(f"pieces must be an integer >= 1, got {pieces!r}")
+    groups = _chunk_groups(schedule)
+    if slice_bytes is not None:
+        if not isinstance(slice_bytes, (int, float)) or not math.isfinite(slice_bytes) or slice_bytes <= 0:
+            raise SimulationError(f"slice_bytes must be > 0, got {slice_bytes!r}")
+        largest = max(c.share for c, _ in groups) * message_bytes
+        if slice_bytes > largest * (1 + 1e-12):
+            raise SimulationError(
+                f"slice_bytes={slice_bytes:g} is larger than the largest chunk ({largest:g} bytes = "
+                f"share x message size); use a smaller slice, pieces=1 for whole-chunk transfers, "
+                f"or the default slicing")
+    else:
+        slice_bytes = DEFAULT_SLICE_BYTES if pieces is None else None
+
+    lat_us = topo.arrays.latency
+    rows: list[list[int]] = []
+    mult: list[int] = []
+    npieces: list[int] = []
+    pbytes: list[float] = []
+    parent: list[int] = []
+    latency: list[float] = []
+    seg_cache: dict[tuple[str, ...], list[int]] = {}
+
+    def links_of(seg: tuple[str, ...]) -> list[int]:
+        got = seg_cache.get(seg)
+        if got is None:
+            try:
+                got = [topo.link_index(u, v) for u, v in zip(seg[:-1], seg[1:])]
+            except TopologyError as exc:
+                raise ScheduleError(f"schedule does not match topology {topo.name!r}: {exc}") from None
+            seg_cache[seg] = got
+        return got
+
+    def add(seg: tuple[str, ...], m: int, n: int, size: float, par: int) -> int:
+        arcs = links_of(seg)
+        rows.append(arcs)
+        mult.append(m)
+        npieces.append(n)
+        pbytes.append(size)
+        parent.append(par)
+        latency.append(float(lat_us[arcs].sum()) * 1e-6)
+        return len(rows) - 1
+
+    for chunk, m in groups:
+        chunk_bytes = chunk.share * message_bytes
+        n = _piece_count(chunk_bytes, slice_bytes, pieces)
+        size = chunk_bytes / n
+        if isinstance(chunk, PathChunk):
+            if chunk.path[0] != chunk.src or chunk.path[-1] != chunk.dst:
+                raise ScheduleError(f"chunk {chunk.src}->{chunk.dst}: path must start at src and end at dst")
+            prev = -1
+            for seg in _segments(topo, chunk.path):
+                prev = add(seg, m, n, size, prev)
+        else:
+            _add_tree(topo, chunk, lambda seg, par: add(seg, m, n, size, par))
+
+    indptr = np.zeros(len(rows) + 1, dtype=np.int64)
+    np.cumsum([len(r) for r in rows], out=indptr[1:])
+    indices = np.fromiter((a for r in rows for a in r), dtype=np.int64, count=int(indptr[-1]))
+    inc = sp.csr_matrix((np.ones(indices.size), indices, indptr), shape=(len(rows), topo.num_links))
+    return Streams(inc, np.asarray(mult, dtype=np.float64), np.asarray(npieces, dtype=np.int64),
+                   np.asarray(pbytes, dtype=np.float64), np.asarray(parent, dtype=np.int64),
+                   np.asarray(latency, dtype=np.float64))
+
+
+def _add_tree(topo: Topology, chunk: TreeChunk, add) -> None:
+    """Add one stream per tree edge, parents before children (edges in BFS order)."""
+    by_tail: dict[str, list[tuple[str, ...]]] = {}
+    for e in chunk.edges:
+        if not topo.has_node(e[0]) or not topo.has_node(e[-1]):
+            raise ScheduleError(f"tree of {chunk.src}: edge {e[0]}->{e[-1]} names a node that is not "
+                                f"in topology {topo.name!r}")
+        if any(topo.is_gpu(v) for v in e[1:-1]):
+            raise ScheduleError(f"tree of {chunk.src}: edge {list(e)} has a GPU inside; AllGather "
+                                f"edges may only cross switches")
+        by_tail.setdefault(e[0], []).append(e)
+    stream_into: dict[str, int] = {chunk.src: -1}
+    frontier = [chunk.src]
+    placed = 0
+    while frontier:
+        nxt: list[str] = []
+        for u in frontier:
+            for e in by_tail.get(u, ()):
+                if e[-1] in stream_into:
+                    raise ScheduleError(f"tree of {chunk.src}: GPU {e[-1]} receives the shard twice")
+                stream_into[e[-1]] = add(e, stream_into[u])
+                nxt.append(e[-1])
+                placed += 1
+        frontier = nxt
+    if placed != len(chunk.edges):
+        raise ScheduleError(f"tree of {chunk.src}: {len(chunk.edges) - placed} edge(s) are not reachable "
+                            f"from the root; the edges must form an arborescence")
+
+
+def parse_timeline(topo: Topology, timeline: Iterable[tuple[float, Mapping[tuple[str, str], float]]] | None
+                   ) -> list[CapacityChange]:
+    """Validate a capacity timeline ``[(t_seconds, {(src, dst): gbps}), ...]``, sorted by time."""
+    out: list[CapacityChange] = []
+    for i, item in enumerate(timeline or ()):
+        try:
+            t, changes = item
+        except (TypeError, ValueError):
+            raise SimulationError(f"capacity timeline entry {i} must be (t_seconds, {{(src, dst): gbps}})") from None
+        if not isinstance(t, (int, float)) or not math.isfinite(t) or t < 0:
+            raise SimulationError(f"capacity timeline entry {i}: time must be a finite number >= 0, got {t!r}")
+        if not isinstance(changes, Mapping) or not changes:
+            raise SimulationError(f"capacity timeline entry {i}: changes must be a non-empty mapping")
+        links, gbps = [], []
+        for key, g in changes.items():
+            if not (isinstance(key, tuple) and len(key) == 2 and topo.has_link(*key)):
+                raise SimulationError(f"capacity timeline entry {i}: {key!r} is not a link (src, dst) "
+                                      f"of topology {topo.name!r}")
+            if not isinstance(g, (int, float)) or not math.isfinite(g) or g <= 0:
+                raise SimulationError(f"capacity timeline entry {i}: capacity of {key} must be > 0 Gbps "
+                                      f"(model a dead link by rerouting), got {g!r}")
+            links.append(topo.link_index(*key))
+            gbps.append(float(g))
+        out.append(CapacityChange(float(t), np.asarray(links, dtype=np.int64), np.asarray(gbps)))
+    out.sort(key=lambda c: c.time_s)
+    return out
