@@ -1,0 +1,164 @@
+"""Schedule manager: cut filtering, one re-synthesis per failure, abort when cleared,
+time bound, dwell, AllReduce decomposition, persistence."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import mccl_opt as mo
+from instances import hpn
+from mccl_opt.topology import Topology
+from mccl_runtime.manager import Policy, ScheduleManager
+from mccl_runtime.static import bfs_allgather
+from mccl_runtime.telemetry import MeasurementStore
+
+TOPO = hpn(1, 2, 2)
+
+
+class PruningSynth:
+    """A capacity-aware stand-in for the real optimizer: BFS trees on the topology
+    without links measured below half their nominal capacity."""
+
+    def __init__(self, gate: threading.Event | None = None, sleep_s: float = 0.0) -> None:
+        self.calls: list[tuple[str, bool]] = []
+        self.gate, self.sleep_s = gate, sleep_s
+
+    def __call__(self, kind, topo, warm, time_limit_s):
+        self.calls.append((kind, warm is not None))
+        if self.gate is not None:
+            assert self.gate.wait(10.0)
+        time.sleep(self.sleep_s)
+        keep = [l for l, nom in zip(topo.links, TOPO.links) if l.capacity_gbps >= 0.5 * nom.capacity_gbps]
+        try:
+            pruned = Topology(topo.name, topo.nodes, keep, topo.extra)
+        except mo.TopologyError:
+            pruned = topo
+        s = bfs_allgather(pruned)
+        # rate and cut on the full measured topology
+        loads = mo.schedule.share_loads(topo, s.chunks)
+        rate = mo.schedule.schedule_rate(topo, loads)
+        return mo.Schedule("allgather", topo.name, topo.gpus, rate, rate, 1, s.chunks,
+                           mo.schedule.bottleneck_links(topo, loads, rate, 1))
+
+
+def _cable(src, dst, gbps, t):
+    return [{"kind": "link", "src": src, "dst": dst, "gbps": gbps, "t": t},
+            {"kind": "link", "src": dst, "dst": src, "gbps": gbps, "t": t}]
+
+
+def _manager(synth, **policy):
+    store = MeasurementStore(TOPO, alpha=1.0)
+    mgr = ScheduleManager(store, synth, Policy(**{"gamma": 0.1, "min_dwell_s": 0.0, **policy}))
+    mgr.register("world", "ag", "allgather", bfs_allgather(TOPO))
+    return store, mgr
+
+
+def test_failure_outside_the_cut_triggers_nothing():
+    synth = PruningSynth()
+    store, mgr = _manager(synth)
+    store.ingest(_cable("s0h0g0", "s0h0nvs", 1000.0, 1.0), now=1.0)   # NVSwitch, not the NIC cut
+    assert mgr.step(1.0) == [] and mgr.poll(2.0, wait_s=1.0) == []
+    assert synth.calls == [] and mgr.get("world", "ag").version == 1
+    mgr.close()
+
+
+def test_failure_inside_the_cut_publishes_exactly_one_new_version():
+    synth = PruningSynth()
+    store, mgr = _manager(synth)
+    old = mgr.get("world", "ag").schedule
+    events = []
+    for i in range(1, 6):
+        store.ingest(_cable("s0h0g0", "s0tor0", 50.0, float(i)), now=float(i))
+        events += mgr.step(float(i))
+        events += mgr.poll(float(i), wait_s=5.0)
+    actions = [e.action for e in events]
+    assert actions == ["resynthesis", "published"], actions
+    assert synth.calls == [("allgather", True)]                # warm from the old schedule
+    coll = mgr.get("world", "ag")
+    assert coll.version == 2 and coll.schedule.version == 2
+    pub = events[1].detail
+    assert pub["rate_after"] > pub["rate_before"]
+    mo.validate(store.measured_topology(), coll.schedule)      # executable and consistent
+    assert coll.schedule.chunks != old.chunks
+    mgr.close()
+
+
+def test_degradation_that_clears_during_resynthesis_is_not_published():
+    gate = threading.Event()
+    synth = PruningSynth(gate=gate)
+    store, mgr = _manager(synth)
+    store.ingest(_cable("s0h0g0", "s0tor0", 50.0, 1.0), now=1.0)
+    assert [e.action for e in mgr.step(1.0)] == ["resynthesis"]
+    store.ingest(_cable("s0h0g0", "s0tor0", 400.0, 2.0), now=2.0)   # cleared meanwhile
+    assert mgr.poll(2.0) == []                                      # still running
+    gate.set()
+    events = mgr.poll(3.0, wait_s=5.0)
+    assert [(e.action, e.detail.get("reason")) for e in events] == [("aborted", "cleared")]
+    assert mgr.get("world", "ag").version == 1
+    assert mgr.counters["published"] == 0 and mgr.counters["aborted"] == 1
+    mgr.close()
+
+
+def test_slow_synthesis_is_abandoned_at_the_time_bound():
+    synth = PruningSynth(sleep_s=0.6)
+    store, mgr = _manager(synth, time_limit_s=0.1)
+    store.ingest(_cable("s0h0g0", "s0tor0", 50.0, 1.0), now=1.0)
+    mgr.step(1.0)
+    time.sleep(0.3)
+    assert [e.action for e in mgr.poll(1.3)] == ["timeout"]
+    time.sleep(0.5)
+    assert mgr.poll(2.0) == [] and mgr.get("world", "ag").version == 1
+    mgr.close()
+
+
+def test_dwell_time_holds_back_a_second_flag():
+    synth = PruningSynth()
+    store, mgr = _manager(synth, min_dwell_s=10.0)
+    store.ingest(_cable("s0h0g0", "s0tor0", 50.0, 1.0), now=1.0)
+    mgr.step(1.0)
+    assert [e.action for e in mgr.poll(1.0, wait_s=5.0)] == ["published"]
+    # the new schedule's cut is rail 1; degrade one of its NICs
+    store.ingest(_cable("s0h0g1", "s0tor1", 300.0, 2.0), now=2.0)
+    assert mgr.step(2.0) == []                                      # within the dwell time
+    assert [e.action for e in mgr.step(11.5)] == ["resynthesis"]
+    assert len(mgr.poll(11.5, wait_s=5.0)) == 1 and len(synth.calls) == 2
+    mgr.close()
+
+
+def test_allreduce_is_static_reducescatter_plus_dynamic_allgather():
+    synth = PruningSynth()
+    store = MeasurementStore(TOPO, alpha=1.0)
+    mgr = ScheduleManager(store, synth, Policy(min_dwell_s=0.0))
+    colls = mgr.register("tp", "grad", "allreduce")
+    assert [(c.name, c.dynamic) for c in colls] == [("grad/reducescatter", False), ("grad/allgather", True)]
+    events = mgr.poll(0.0, wait_s=5.0)                 # baseline synthesis of the AllGather
+    assert [(e.name, e.action, e.version) for e in events] == [("grad/allgather", "published", 1)]
+    assert synth.calls == [("allgather", False)]
+    assert mgr.get("tp", "grad/reducescatter").schedule is None
+    with pytest.raises(mo.ScheduleError, match="already registered"):
+        mgr.register("tp", "grad/allgather", "allgather")
+    mgr.close()
+
+
+def test_state_round_trip_does_not_resynthesize():
+    synth = PruningSynth()
+    store, mgr = _manager(synth)
+    store.ingest(_cable("s0h0g0", "s0tor0", 50.0, 1.0), now=1.0)
+    mgr.step(1.0)
+    mgr.poll(1.0, wait_s=5.0)
+    state = mgr.to_dict()
+    mgr.close()
+    fresh = PruningSynth()
+    store2 = MeasurementStore(TOPO, alpha=1.0)
+    store2.restore(store.to_dict())
+    mgr2 = ScheduleManager(store2, fresh, Policy(gamma=0.1, min_dwell_s=0.0))
+    mgr2.restore(state)
+    coll = mgr2.get("world", "ag")
+    assert coll.version == 2 and coll.schedule.to_dict() == mgr.get("world", "ag").schedule.to_dict()
+    assert mgr2.step(5.0) == [] and fresh.calls == []
+    np.testing.assert_array_equal(coll.synth_capacity, mgr.get("world", "ag").synth_capacity)
+    mgr2.close()
