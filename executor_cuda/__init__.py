@@ -1,0 +1,32 @@
+"""MCCL executor on torch.distributed: schedule compiler, communicator, passive
+telemetry, online rescheduler (hot-swap), fault injection and MSCCL XML export.
+
+Importing this package is cheap (no torch import); the torch-based parts load on
+first attribute access.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+__all__ = ["Communicator", "Rescheduler", "Telemetry", "LinkSample", "FaultInjector",
+           "compile_schedule", "direct_schedule", "to_msccl_xml", "check_msccl_xml"]
+
+_LAZY = {
+    "Communicator": "executor_cuda.communicator",
+    "Rescheduler": "executor_cuda.rescheduler",
+    "Telemetry": "executor_cuda.telemetry",
+    "LinkSample": "executor_cuda.telemetry",
+    "FaultInjector": "executor_cuda.faults",
+    "compile_schedule": "executor_cuda.program",
+    "direct_schedule": "executor_cuda.program",
+    "to_msccl_xml": "executor_cuda.msccl",
+    "check_msccl_xml": "executor_cuda.msccl",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'executor_cuda' has no attribute {name!r}")

@@ -1,0 +1,290 @@
+"""Run synthesized schedules on torch.distributed ranks (paper §3.3, the fast path).
+
+:class:`Communicator` executes the per-rank program compiled by
+:mod:`executor_cuda.program` with point-to-point operations
+(``batch_isend_irecv``): NCCL with CUDA tensors, gloo with CPU tensors, one code path.
+Rank ``r`` of the process group is GPU ``schedule.gpus[r]``.
+
+Each round posts every receive and send of this rank, then waits for all of them;
+a relay's forward of round ``t`` only reads data received in an earlier round, and
+both ends of a message list the same segments in the same order, so the program
+cannot deadlock and needs no tags.  Every collective gets a sequence number; a
+schedule switch decided by the :class:`~executor_cuda.rescheduler.Rescheduler` takes
+effect at the first sequence number after the agreed ``K`` (paper §6.2.2).
+
+A communicator must be driven by one thread (like an NCCL communicator); ``stage``
+may be called from any thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from contextlib import contextmanager
+from typing import Iterator, Sequence
+
+import torch
+import torch.distributed as dist
+
+from mccl_opt.errors import ScheduleError
+from mccl_opt.schedule import Schedule
+
+from .faults import FaultInjector
+from .program import (COLLECTIVES_EXEC, GlobalProgram, ProgramCache, Segment,
+                      direct_schedule)
+from .telemetry import Telemetry
+
+__all__ = ["Communicator"]
+
+log = logging.getLogger(__name__)
+POLL_S = 5e-5
+
+
+class Communicator:
+    """AllGather / AllToAll over a process group with hot-swappable MCCL schedules.
+
+    ``schedule`` is one :class:`Schedule` or several (at most one per collective); a
+    collective without a schedule runs the direct fallback
+    (:func:`~executor_cuda.program.direct_schedule`).  ``pipeline`` slices every chunk
+    for pipelining through relays.  ``telemetry`` records per-peer transfer samples,
+    ``faults`` emulates slow links.  ``hot_swap=True`` creates the gloo side group and
+    the background :class:`~executor_cuda.rescheduler.Rescheduler` (collective: every
+    rank must construct its communicator in the same order).
+    """
+
+    def __init__(self, process_group: dist.ProcessGroup | None = None,
+                 schedule: Schedule | Sequence[Schedule] | None = None, *,
+                 pipeline: int = 1, telemetry: Telemetry | None = None,
+                 faults: FaultInjector | None = None, hot_swap: bool = True,
+                 name: str = "mccl", stage_timeout: float = 5.0,
+                 oob_timeout: float = 10.0) -> None:
+        if not dist.is_initialized():
+            raise RuntimeError("torch.distributed is not initialised; call "
+                               "dist.init_process_group(...) before creating a Communicator")
+        self.group = process_group if process_group is not None else dist.group.WORLD
+        self.rank = dist.get_rank(self.group)
+        self.world = dist.get_world_size(self.group)
+        self._peers = [dist.get_global_rank(self.group, r) if process_group is not None else r
+                       for r in range(self.world)]
+        if pipeline < 1:
+            raise ValueError(f"pipeline must be >= 1, got {pipeline}")
+        self.pipeline = pipeline
+        self.telemetry = telemetry
+        self.faults = faults
+        self.name = name
+        self.cache = ProgramCache()
+        self._lock = threading.Lock()
+        self._seq = 0
+        self._pending: list[tuple[int, Schedule]] = []
+        self.recent_sizes: dict[str, int] = {}
+        schedules = [] if schedule is None else ([schedule] if isinstance(schedule, Schedule)
+                                                  else list(schedule))
+        gpus = schedules[0].gpus if schedules else tuple(f"rank{r}" for r in range(self.world))
+        self.active: dict[str, Schedule] = {c: direct_schedule(c, gpus) for c in COLLECTIVES_EXEC}
+        for s in schedules:
+            self.check_schedule(s)
+            self.active[s.collective] = s
+        self.rescheduler = None
+        if hot_swap:
+            from .rescheduler import Rescheduler
+
+            self.rescheduler = Rescheduler(self, stage_timeout=stage_timeout,
+                                           oob_timeout=oob_timeout)
+
+    # ------------------------------------------------------------------ public API
+    def all_gather_into_tensor(self, out: torch.Tensor, inp: torch.Tensor) -> None:
+        """``out[r*n:(r+1)*n] = inp`` of rank ``r`` (``n = inp.numel()``), like torch's."""
+        _check_pair(out, inp)
+        if out.numel() != self.world * inp.numel():
+            raise ValueError(f"all_gather_into_tensor: output has {out.numel()} elements, "
+                             f"expected world_size * input = {self.world * inp.numel()}")
+        self._collective("allgather", out, inp, inp.numel())
+
+    def all_to_all_single(self, out: torch.Tensor, inp: torch.Tensor) -> None:
+        """Block ``d`` of ``inp`` goes to rank ``d``; block ``s`` of ``out`` comes from ``s``."""
+        _check_pair(out, inp)
+        if inp.numel() != out.numel() or inp.numel() % self.world:
+            raise ValueError(f"all_to_all_single: input ({inp.numel()}) and output "
+                             f"({out.numel()}) must have the same size, divisible by the "
+                             f"world size {self.world}")
+        self._collective("alltoall", out, inp, inp.numel() // self.world)
+
+    def stage(self, schedule: Schedule) -> None:
+        """Hand a new schedule version to the background rescheduler (any thread).
+
+        Every rank of the communicator must be given the same sequence of versions.
+        """
+        if self.rescheduler is None:
+            raise RuntimeError("this Communicator was created with hot_swap=False")
+        self.check_schedule(schedule)
+        self.rescheduler.submit(schedule)
+
+    @property
+    def seq(self) -> int:
+        """Sequence number of the last issued collective."""
+        return self._seq
+
+    def check_schedule(self, schedule: Schedule) -> None:
+        """Raise :class:`ScheduleError` if ``schedule`` cannot run on this group."""
+        if schedule.collective not in COLLECTIVES_EXEC:
+            raise ScheduleError(f"cannot execute a {schedule.collective!r} schedule")
+        if len(schedule.gpus) != self.world:
+            raise ScheduleError(f"schedule {schedule.collective} v{schedule.version} has "
+                                f"{len(schedule.gpus)} GPUs but the process group has "
+                                f"{self.world} ranks; synthesize it for this job's GPUs")
+
+    def close(self) -> None:
+        """Stop the rescheduler thread and flush telemetry."""
+        if self.rescheduler is not None:
+            self.rescheduler.close()
+            self.rescheduler = None
+        if self.telemetry is not None:
+            self.telemetry.close()
+
+    # ------------------------------------------------------------------ swap hooks
+    @contextmanager
+    def paused(self) -> Iterator[int]:
+        """Pause issuing collectives; yields the last issued sequence number."""
+        with self._lock:
+            yield self._seq
+
+    def schedule_switch(self, schedule: Schedule, k: int) -> None:
+        """Use ``schedule`` from sequence number ``k + 1`` on (call while :meth:`paused`)."""
+        if k < self._seq:
+            raise RuntimeError(f"switch point K={k} is before the last issued collective "
+                               f"{self._seq}; the OOB exchange must run while paused")
+        self._pending.append((k, schedule))
+
+    # ------------------------------------------------------------------ execution
+    def _issue(self, collective: str) -> tuple[int, Schedule]:
+        with self._lock:
+            self._seq += 1
+            keep = []
+            for k, sched in self._pending:
+                if self._seq > k:
+                    if sched.version > self.active[sched.collective].version:
+                        self.active[sched.collective] = sched
+                else:
+                    keep.append((k, sched))
+            self._pending = keep
+            return self._seq, self.active[collective]
+
+    def _collective(self, collective: str, out: torch.Tensor, inp: torch.Tensor,
+                    block: int) -> None:
+        seq, schedule = self._issue(collective)
+        self.recent_sizes[collective] = block
+        prog = self.cache.get(schedule, block, self.pipeline)
+        self._run(prog, schedule.gpus, out.view(-1), inp.view(-1), seq)
+
+    def _run(self, prog: GlobalProgram, gpus: Sequence[str], out: torch.Tensor,
+             inp: torch.Tensor, seq: int) -> None:
+        me = prog.ranks[self.rank]
+        stage = (torch.empty(me.stage_numel, dtype=out.dtype, device=out.device)
+                 if me.stage_numel else out[:0])
+        bufs = (inp, out, stage)
+        for s, d in me.copies:
+            _view(bufs, d).copy_(_view(bufs, s))
+        cuda = out.is_cuda
+        for sends, recvs in me.rounds:
+            if not sends and not recvs:
+                continue
+            ops, unpack, delayed, recv_meta = [], [], [], []
+            t0 = time.monotonic_ns()
+            start = _event(cuda)
+            for m in recvs:
+                tensor = _gather_target(bufs, m.dst_segs, unpack)
+                ops.append(dist.P2POp(dist.irecv, tensor, self._peers[m.src], self.group))
+                recv_meta.append((m.src, tensor.numel() * tensor.element_size()))
+            for m in sends:
+                tensor = _pack(bufs, m.src_segs)
+                delay = self.faults.delay_s(self.rank, m.dst, tensor.numel() *
+                                            tensor.element_size()) if self.faults else 0.0
+                if delay > 0:
+                    delayed.append((delay, m.dst, tensor))
+                else:
+                    ops.append(dist.P2POp(dist.isend, tensor, self._peers[m.dst],
+                                          self.group))
+            works = dist.batch_isend_irecv(ops) if ops else []
+            n_recv = len(recvs)
+            recv_works, other = works[:n_recv], works[n_recv:]
+            for delay, dst, tensor in sorted(delayed, key=lambda x: (x[0], x[1])):
+                wait = t0 / 1e9 + delay - time.monotonic_ns() / 1e9
+                if wait > 0:
+                    time.sleep(wait)
+                other.append(dist.isend(tensor, self._peers[dst], self.group))
+            self._wait(recv_works, recv_meta, gpus, seq, t0, start, cuda)
+            for w in other:
+                w.wait()
+            for target, segs in unpack:
+                _scatter(bufs, segs, target)
+
+    def _wait(self, works: list, meta: list, gpus: Sequence[str], seq: int, t0: int,
+              start, cuda: bool) -> None:
+        tel = self.telemetry
+        me = gpus[self.rank]
+        if tel is None:
+            for w in works:
+                w.wait()
+        elif cuda:
+            for w in works:
+                w.wait()
+            end = _event(True)
+            for src, nbytes in meta:
+                tel.record_cuda(gpus[src], me, nbytes, start, end, seq)
+        else:
+            pending = list(zip(works, meta))
+            while pending:
+                left = []
+                for w, (src, nbytes) in pending:
+                    if w.is_completed():
+                        tel.record(gpus[src], me, nbytes, (time.monotonic_ns() - t0) / 1e9, seq)
+                    else:
+                        left.append((w, (src, nbytes)))
+                pending = left
+                if pending:
+                    time.sleep(POLL_S)
+            for w in works:
+                w.wait()
+
+
+def _check_pair(out: torch.Tensor, inp: torch.Tensor) -> None:
+    if out.dtype != inp.dtype or out.device != inp.device:
+        raise ValueError(f"input ({inp.dtype}, {inp.device}) and output ({out.dtype}, "
+                         f"{out.device}) must have the same dtype and device")
+    if not (out.is_contiguous() and inp.is_contiguous()):
+        raise ValueError("input and output tensors must be contiguous")
+
+
+def _view(bufs: tuple, seg: Segment) -> torch.Tensor:
+    return bufs[seg.buf].narrow(0, seg.offset, seg.length)
+
+
+def _pack(bufs: tuple, segs: tuple[Segment, ...]) -> torch.Tensor:
+    if len(segs) == 1:
+        return _view(bufs, segs[0])
+    return torch.cat([_view(bufs, s) for s in segs])
+
+
+def _gather_target(bufs: tuple, segs: tuple[Segment, ...], unpack: list) -> torch.Tensor:
+    if len(segs) == 1:
+        return _view(bufs, segs[0])
+    ref = bufs[segs[0].buf]
+    tmp = torch.empty(sum(s.length for s in segs), dtype=ref.dtype, device=ref.device)
+    unpack.append((tmp, segs))
+    return tmp
+
+
+def _scatter(bufs: tuple, segs: tuple[Segment, ...], tmp: torch.Tensor) -> None:
+    pos = 0
+    for s in segs:
+        _view(bufs, s).copy_(tmp.narrow(0, pos, s.length))
+        pos += s.length
+
+
+def _event(cuda: bool):
+    if not cuda:
+        return None
+    ev = torch.cuda.Event(enable_timing=True)
+    ev.record()
+    return ev

@@ -1,0 +1,209 @@
+"""Online rescheduler: stage new schedule versions and hot-swap them (paper §3.3, §6.2.2).
+
+Each :meth:`Rescheduler.submit` starts one *swap round* on a background thread:
+
+1. **Stage**: compile the new version for the sizes the communicator ran recently
+   (filling its program cache) within ``stage_timeout``.  On gloo every peer
+   connection exists from init; on NCCL the new peers' connections are created lazily
+   by the first collective that uses them (nothing is sent from this thread, so no
+   message can interleave with the training thread's).
+2. **Arrival**: each rank writes ``arrive/<round>/<rank>`` to the store and waits up to
+   ``oob_timeout`` for all ranks.  The outcome is made atomic with ``compare_set`` on
+   ``gate/<round>``: the first rank to decide writes ``go`` (all arrived) or ``abort``
+   (timeout); every rank follows the stored value, so ranks never disagree.
+3. **OOB all-gather** (only on ``go``, so every rank is present and it cannot hang):
+   with issuing paused, ranks exchange ``(staged versions, last issued seq)`` with
+   ``all_gather_object`` on a gloo side group.  The newest version staged on *every*
+   rank (the paper's minimum of the newest staged versions) is selected and
+   ``K = max seq``: collectives up to ``K`` use the old schedule, later ones the new.
+
+If a rank did not stage the version (failure or ``stage_timeout``) the selected
+version is the old one; if a rank does not arrive within ``oob_timeout`` the round is
+aborted.  Either way every rank keeps the old schedule and the event is logged
+(:attr:`Rescheduler.events`).  Swaps are per communicator.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, Callable
+
+import torch.distributed as dist
+
+from mccl_opt.schedule import Schedule
+
+if TYPE_CHECKING:
+    from .communicator import Communicator
+
+__all__ = ["Rescheduler", "SwapEvent"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class SwapEvent:
+    """What one swap round decided on this rank (times in seconds)."""
+
+    round: int
+    collective: str
+    version: int
+    outcome: str                  # "switch", "keep-old", "abort"
+    k: int | None = None
+    from_version: int | None = None
+    reason: str = ""
+    stage_s: float = 0.0
+    arrive_s: float = 0.0
+    oob_s: float = 0.0
+    total_s: float = 0.0
+    ranks_missing: list[int] = field(default_factory=list)
+
+
+class Rescheduler:
+    """Background hot-swap engine of one :class:`Communicator` (see module docstring).
+
+    ``stage_hook(schedule)`` runs during staging (tests use it to make a rank never
+    finish staging).  Creating one is collective (it creates the gloo side group).
+    """
+
+    def __init__(self, comm: "Communicator", *, stage_timeout: float = 5.0,
+                 oob_timeout: float = 10.0, store: Any = None,
+                 stage_hook: Callable[[Schedule], None] | None = None) -> None:
+        self.comm = comm
+        self.stage_timeout = stage_timeout
+        self.oob_timeout = oob_timeout
+        self.stage_hook = stage_hook
+        self.events: list[SwapEvent] = []
+        self.staged: dict[tuple[str, int], Schedule] = {}
+        base = store if store is not None else dist.distributed_c10d._get_default_store()
+        self.store = dist.PrefixStore(f"mccl_exec/{comm.name}/", base)
+        ranks = [comm._peers[r] for r in range(comm.world)]
+        self.side_group = dist.new_group(ranks=ranks, backend="gloo",
+                                         timeout=timedelta(seconds=oob_timeout))
+        self._round = 0
+        self._done = threading.Condition()
+        self._finished = 0
+        self._queue: queue.Queue = queue.Queue()
+        self._thread = threading.Thread(target=self._loop, name="mccl-rescheduler", daemon=True)
+        self._thread.start()
+
+    # ------------------------------------------------------------------ public
+    def submit(self, schedule: Schedule) -> int:
+        """Queue a swap round for ``schedule``; returns the round number."""
+        self._round += 1
+        self._queue.put((self._round, schedule))
+        return self._round
+
+    def wait(self, rounds: int | None = None, timeout: float | None = None) -> bool:
+        """Block until ``rounds`` swap rounds (default: all submitted) have finished."""
+        target = self._round if rounds is None else rounds
+        with self._done:
+            return self._done.wait_for(lambda: self._finished >= target, timeout)
+
+    def close(self) -> None:
+        self._queue.put(None)
+        self._thread.join()
+
+    # ------------------------------------------------------------------ rounds
+    def _loop(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            try:
+                ev = self._swap_round(*item)
+            except Exception as exc:  # noqa: BLE001 - a failed swap must not kill training
+                rnd, sched = item
+                ev = SwapEvent(rnd, sched.collective, sched.version, "abort",
+                               reason=f"swap round failed: {exc!r}")
+            self.events.append(ev)
+            level = logging.INFO if ev.outcome == "switch" else logging.WARNING
+            log.log(level, "rank %d swap round %d (%s v%d): %s K=%s %s", self.comm.rank,
+                    ev.round, ev.collective, ev.version, ev.outcome, ev.k, ev.reason)
+            with self._done:
+                self._finished += 1
+                self._done.notify_all()
+
+    def _stage(self, schedule: Schedule) -> None:
+        if self.stage_hook is not None:
+            self.stage_hook(schedule)
+        block = self.comm.recent_sizes.get(schedule.collective)
+        if block is not None:
+            self.comm.cache.get(schedule, block, self.comm.pipeline)
+        self.staged[(schedule.collective, schedule.version)] = schedule
+
+    def _stage_with_timeout(self, schedule: Schedule) -> str:
+        """Stage on a daemon thread; returns '' or why staging did not complete."""
+        errors: list[BaseException] = []
+
+        def run() -> None:
+            try:
+                self._stage(schedule)
+            except BaseException as exc:  # noqa: BLE001 - reported in the swap event
+                errors.append(exc)
+
+        worker = threading.Thread(target=run, name="mccl-stage", daemon=True)
+        worker.start()
+        worker.join(self.stage_timeout)
+        if worker.is_alive():
+            return f"staging did not finish within {self.stage_timeout} s"
+        return f"staging failed: {errors[0]!r}" if errors else ""
+
+    def _swap_round(self, rnd: int, schedule: Schedule) -> SwapEvent:
+        t0 = time.perf_counter()
+        coll, version = schedule.collective, schedule.version
+        ev = SwapEvent(rnd, coll, version, "keep-old")
+        ev.reason = self._stage_with_timeout(schedule)
+        t1 = time.perf_counter()
+        ev.stage_s = t1 - t0
+
+        n, me = self.comm.world, self.comm.rank
+        self.store.set(f"arrive/{rnd}/{me}", "1")
+        try:
+            self.store.wait([f"arrive/{rnd}/{r}" for r in range(n)],
+                            timedelta(seconds=self.oob_timeout))
+            mine = "go"
+        except Exception:  # noqa: BLE001 - store timeouts raise backend-specific errors
+            mine = "abort"
+        gate = self.store.compare_set(f"gate/{rnd}", "", mine).decode()
+        t2 = time.perf_counter()
+        ev.arrive_s = t2 - t1
+        if gate != "go":
+            ev.outcome = "abort"
+            ev.reason = (f"not every rank reached swap round {rnd} within "
+                         f"{self.oob_timeout} s; keeping the old schedule")
+            ev.ranks_missing = [r for r in range(n) if not self.store.check([f"arrive/{rnd}/{r}"])]
+            ev.total_s = t2 - t0
+            return ev
+
+        active = self.comm.active[coll]
+        mine_versions = sorted(v for (c, v) in self.staged if c == coll and v > active.version)
+        with self.comm.paused() as last_seq:
+            t3 = time.perf_counter()
+            gathered: list = [None] * n
+            dist.all_gather_object(gathered, (rnd, coll, mine_versions, last_seq),
+                                   group=self.side_group)
+            ev.oob_s = time.perf_counter() - t3
+            if any(g[0] != rnd or g[1] != coll for g in gathered):
+                raise RuntimeError(f"ranks disagree on swap round {rnd}: {gathered}; every "
+                                   "rank must be given the same sequence of versions")
+            common = set(gathered[0][2]).intersection(*(set(g[2]) for g in gathered[1:]))
+            k = max(g[3] for g in gathered)
+            ev.from_version = active.version
+            if common:
+                best = max(common)
+                self.comm.schedule_switch(self.staged[(coll, best)], k)
+                for key in [key for key in self.staged if key[0] == coll and key[1] < best]:
+                    del self.staged[key]
+                ev.outcome, ev.k, ev.version = "switch", k, best
+            else:
+                ev.k = k
+                ev.ranks_missing = [r for r, g in enumerate(gathered) if version not in g[2]]
+                ev.reason = ev.reason or (f"version {version} is not staged on ranks "
+                                          f"{ev.ranks_missing}; keeping the old schedule")
+        ev.total_s = time.perf_counter() - t0
+        return ev
