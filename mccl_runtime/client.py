@@ -1,0 +1,117 @@
+"""Executor-side client of the controller service: push telemetry, fetch or subscribe
+to schedule versions.  Every receive is bounded by a timeout (``zmq.Poller``), so a dead
+controller raises :class:`~mccl_runtime.protocol.ProtocolError` instead of hanging."""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+from mccl_opt.schedule import Schedule
+
+from .protocol import REPLIES, SCHEDULE_TOPIC, ProtocolError, decode, encode
+
+__all__ = ["ControllerClient", "Subscription", "ScheduleUpdate"]
+
+ScheduleUpdate = tuple[str, str, int, Schedule]
+
+
+class ControllerClient:
+    """Requests over a DEALER socket (one outstanding request at a time)."""
+
+    def __init__(self, endpoint: str, key: bytes | None = None, timeout_s: float = 5.0) -> None:
+        import zmq
+
+        self._zmq = zmq
+        self.endpoint, self.key, self.timeout_s = endpoint, key, timeout_s
+        self._ctx = zmq.Context()
+        self._sock = self._connect()
+
+    def _connect(self) -> Any:
+        sock = self._ctx.socket(self._zmq.DEALER)
+        sock.setsockopt(self._zmq.LINGER, 0)
+        sock.connect(self.endpoint)
+        return sock
+
+    def request(self, type_: str, body: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
+        """Send one request and return ``(reply_type, body)``; an ``error`` reply raises
+        :class:`ProtocolError` with the controller's reason."""
+        self._sock.send_multipart([b"", encode(type_, body, self.key)])
+        if not self._sock.poll(int(self.timeout_s * 1000)):
+            self._sock.close(0)             # drop the late reply with the socket
+            self._sock = self._connect()
+            raise ProtocolError("timeout", f"no reply from the controller at {self.endpoint} within "
+                                           f"{self.timeout_s} s; is `mccl controller serve` running?")
+        msg = decode(self._sock.recv_multipart()[-1], self.key, REPLIES)
+        if msg.type == "error":
+            raise ProtocolError(str(msg.body.get("reason")), f"controller: {msg.body.get('message')}")
+        return msg.type, msg.body
+
+    def ping(self) -> dict[str, Any]:
+        return self.request("ping")[1]
+
+    def register(self, comm: str, name: str, kind: str) -> list[str]:
+        return self.request("register", {"comm": comm, "name": name, "kind": kind})[1]["registered"]
+
+    def push_telemetry(self, samples: Iterable[dict[str, Any]]) -> dict[str, Any]:
+        """Send one batch; returns ``{"accepted": n, "rejected": {reason: count}}``."""
+        return self.request("telemetry", {"samples": list(samples)})[1]
+
+    def get_schedule(self, comm: str, name: str) -> tuple[int, Schedule | None]:
+        """The active version and schedule (``(0, None)`` before the first synthesis)."""
+        body = self.request("get_schedule", {"comm": comm, "name": name})[1]
+        sched = body.get("schedule")
+        return int(body["version"]), Schedule.from_dict(sched) if sched is not None else None
+
+    def list(self) -> list[dict[str, Any]]:
+        return self.request("list")[1]["collectives"]
+
+    def stats(self) -> dict[str, Any]:
+        return self.request("stats")[1]
+
+    def subscribe(self) -> "Subscription":
+        """Subscribe to new schedule versions (the publisher endpoint comes from ``ping``)."""
+        return Subscription(self._ctx, self.ping()["pub"], self.key)
+
+    def close(self) -> None:
+        self._sock.close(0)
+        self._ctx.term()
+
+    def __enter__(self) -> "ControllerClient":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+class Subscription:
+    """A SUB socket on the controller's publisher; messages failing the signature check
+    are dropped and counted in ``rejected``."""
+
+    def __init__(self, ctx: Any, endpoint: str, key: bytes | None) -> None:
+        import zmq
+
+        self._sock = ctx.socket(zmq.SUB)
+        self._sock.setsockopt(zmq.LINGER, 0)
+        self._sock.setsockopt(zmq.SUBSCRIBE, SCHEDULE_TOPIC)
+        self._sock.connect(endpoint)
+        self.key = key
+        self.rejected = 0
+
+    def recv(self, timeout_s: float) -> ScheduleUpdate | None:
+        """The next valid update, or ``None`` after ``timeout_s``."""
+        import time
+
+        deadline = time.monotonic() + timeout_s
+        while (left := deadline - time.monotonic()) > 0:
+            if not self._sock.poll(int(left * 1000) + 1):
+                return None
+            try:
+                msg = decode(self._sock.recv_multipart()[-1], self.key, ("schedule",))
+                b = msg.body
+                return str(b["comm"]), str(b["name"]), int(b["version"]), Schedule.from_dict(b["schedule"])
+            except (ProtocolError, KeyError, TypeError, ValueError):
+                self.rejected += 1
+        return None
+
+    def close(self) -> None:
+        self._sock.close(0)

@@ -1,0 +1,179 @@
+"""The controller service over real ZeroMQ sockets on loopback (threads and a subprocess)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+zmq = pytest.importorskip("zmq")
+
+from mccl_opt.errors import MCCLError
+from mccl_runtime.client import ControllerClient
+from mccl_runtime.manager import Policy
+from mccl_runtime.protocol import ProtocolError, decode, encode
+from mccl_runtime.service import ControllerService, is_loopback
+from tests.test_runtime_manager import TOPO, PruningSynth
+
+KEY = b"0123456789abcdef-test-key"
+
+
+class Server:
+    def __init__(self, synth=None, **kw):
+        self.synth = synth or PruningSynth()
+        self.svc = ControllerService(TOPO, "tcp://127.0.0.1:0", synthesize=self.synth,
+                                     alpha=1.0, policy=Policy(gamma=0.1, min_dwell_s=0.0), **kw)
+        self.thread = threading.Thread(target=self.svc.serve_forever, daemon=True)
+
+    def __enter__(self):
+        self.thread.start()
+        assert self.svc.ready.wait(5.0)
+        return self.svc
+
+    def __exit__(self, *exc):
+        self.svc.stop()
+        self.thread.join(5.0)
+        assert not self.thread.is_alive()
+
+
+def _degraded(t):
+    return [{"kind": "link", "src": a, "dst": b, "gbps": 50.0, "t": t}
+            for a, b in (("s0h0g0", "s0tor0"), ("s0tor0", "s0h0g0"))]
+
+
+def test_round_trip_register_subscribe_degrade_and_malformed():
+    with Server() as svc, ControllerClient(svc.endpoint, timeout_s=5.0) as cli:
+        assert cli.ping()["topology"] == TOPO.name
+        sub = cli.subscribe()
+        time.sleep(0.3)                                   # let the subscription reach the publisher
+        assert cli.register("world", "ag", "allgather") == ["ag"]
+        upd = sub.recv(5.0)
+        assert upd is not None and upd[:3] == ("world", "ag", 1)
+        rep = cli.push_telemetry(_degraded(time.time()) + [{"kind": "link", "src": "x", "dst": "y",
+                                                             "gbps": 1.0, "t": 0.0}])
+        assert rep == {"accepted": 2, "rejected": {"unknown_link": 1}}
+        upd = sub.recv(5.0)
+        assert upd is not None and upd[2] == 2
+        version, sched = cli.get_schedule("world", "ag")
+        assert version == 2 and sched.to_dict()["chunks"] == upd[3].to_dict()["chunks"]
+        # malformed input is answered with an error and counted
+        raw = zmq.Context.instance().socket(zmq.DEALER)
+        raw.setsockopt(zmq.LINGER, 0)
+        raw.connect(svc.endpoint)
+        raw.send_multipart([b"", b"{not json"])
+        assert raw.poll(5000)
+        reply = decode(raw.recv_multipart()[-1])
+        assert reply.type == "error" and reply.body["reason"] == "malformed_json"
+        raw.close(0)
+        with pytest.raises(ProtocolError) as err:
+            cli.request("get_schedule", {"comm": "world"})
+        assert err.value.reason == "bad_body"
+        stats = cli.stats()
+        assert stats["protocol_errors"] == {"malformed_json": 1, "bad_body": 1}
+        assert stats["manager"]["published"] == 2 and stats["telemetry"]["rejected"]["unknown_link"] == 1
+        sub.close()
+
+
+def test_signed_service_rejects_strangers():
+    with Server(key=KEY) as svc:
+        with ControllerClient(svc.endpoint, timeout_s=5.0) as stranger:
+            with pytest.raises(ProtocolError) as err:
+                stranger.push_telemetry(_degraded(time.time()))
+            assert err.value.reason == "unsigned"
+        with ControllerClient(svc.endpoint, key=b"wrong-key-wrong-key", timeout_s=5.0) as forger:
+            with pytest.raises(ProtocolError) as err:
+                forger.push_telemetry(_degraded(time.time()))
+            assert err.value.reason == "bad_signature"
+        assert svc.store.accepted == 0
+        with ControllerClient(svc.endpoint, key=KEY, timeout_s=5.0) as friend:
+            assert friend.push_telemetry(_degraded(time.time()))["accepted"] == 2
+            assert friend.stats()["protocol_errors"] == {"unsigned": 1, "bad_signature": 1}
+
+
+def test_subscriber_drops_forged_schedules():
+    ctx = zmq.Context.instance()
+    pub = ctx.socket(zmq.PUB)
+    pub.setsockopt(zmq.LINGER, 0)
+    port = pub.bind_to_random_port("tcp://127.0.0.1")
+    from mccl_runtime.client import Subscription
+    sub = Subscription(ctx, f"tcp://127.0.0.1:{port}", KEY)
+    time.sleep(0.3)
+    pub.send_multipart([b"schedule", encode("schedule", {"comm": "w", "name": "x", "version": 9,
+                                                         "schedule": {}}, b"forged-key-forged")])
+    assert sub.recv(0.5) is None and sub.rejected == 1
+    sub.close()
+    pub.close(0)
+
+
+def test_restart_resumes_from_state_without_resynthesis(tmp_path):
+    state = tmp_path / "controller.json"
+    with Server(state_path=state) as svc, ControllerClient(svc.endpoint) as cli:
+        cli.register("world", "ag", "allgather")
+        deadline = time.time() + 5
+        while cli.get_schedule("world", "ag")[0] < 1 and time.time() < deadline:
+            time.sleep(0.02)
+        cli.push_telemetry(_degraded(time.time()))
+        while cli.get_schedule("world", "ag")[0] < 2 and time.time() < deadline:
+            time.sleep(0.02)
+        before = cli.get_schedule("world", "ag")
+    assert before[0] == 2 and state.exists()
+    fresh = PruningSynth()
+    with Server(synth=fresh, state_path=state) as svc, ControllerClient(svc.endpoint) as cli:
+        assert cli.ping()["resumed"] is True
+        after = cli.get_schedule("world", "ag")
+        assert after[0] == 2 and after[1].to_dict() == before[1].to_dict()
+        assert cli.push_telemetry(_degraded(time.time()))["accepted"] == 2   # same M: no drift
+        time.sleep(0.1)
+        assert cli.stats()["manager"]["published"] == 2
+    assert fresh.calls == []
+
+
+def test_loopback_only_by_default():
+    assert is_loopback("tcp://127.0.0.1:5555") and is_loopback("ipc:///tmp/x")
+    assert not is_loopback("tcp://0.0.0.0:5555") and not is_loopback("tcp://*:5555")
+    with pytest.raises(MCCLError, match="loopback"):
+        ControllerService(TOPO, "tcp://0.0.0.0:5555", synthesize=PruningSynth())
+
+
+def test_client_times_out_instead_of_hanging():
+    ctx = zmq.Context.instance()
+    dead = ctx.socket(zmq.ROUTER)               # bound but never answers
+    dead.setsockopt(zmq.LINGER, 0)
+    port = dead.bind_to_random_port("tcp://127.0.0.1")
+    with ControllerClient(f"tcp://127.0.0.1:{port}", timeout_s=0.3) as cli:
+        with pytest.raises(ProtocolError) as err:
+            cli.ping()
+        assert err.value.reason == "timeout"
+    dead.close(0)
+
+
+def test_cli_serve_subprocess_graceful_sigterm(tmp_path):
+    topo_file, state = tmp_path / "t.json", tmp_path / "state.json"
+    TOPO.save(topo_file)
+    root = Path(__file__).resolve().parents[1]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mccl_opt.cli", "controller", "serve", "--topology", str(topo_file),
+         "--bind", "tcp://127.0.0.1:0", "--state", str(state)],
+        cwd=root, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONPATH": str(root)})
+    try:
+        line = proc.stdout.readline()
+        assert line.startswith("controller on tcp://127.0.0.1:"), line + proc.stderr.read()
+        endpoint = line.split()[2]
+        with ControllerClient(endpoint, timeout_s=5.0) as cli:
+            assert cli.ping()["resumed"] is False
+            assert cli.push_telemetry(_degraded(time.time()))["accepted"] == 2
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=10) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(5)
+    assert state.exists()
+    assert '"accepted":2' in state.read_text()
