@@ -1,0 +1,167 @@
+"""The restricted master problem over a :class:`~mccl_opt.backends.Backend` (paper §4.2).
+
+:class:`ColumnPool` stores path columns (pair + link list, CSR); :class:`RestrictedMaster`
+keeps the pool and the live LP (built by :func:`formulations.master.build_master_lp`) in
+step: adding, dropping and bounding columns, solving, and reading ``t``, the path shares
+and the duals.  Model and dual conventions: see :mod:`formulations.master`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from formulations.master import build_master_lp, path_columns
+
+from ..backends import Backend, SolveStatus
+from ..errors import SolveError
+
+__all__ = ["ColumnPool", "MasterSolution", "RestrictedMaster"]
+
+
+class ColumnPool:
+    """Path columns: column ``j`` routes pair ``pair[j]`` over links
+    ``arcs[start[j]:start[j+1]]`` (in path order).  Duplicates are refused."""
+
+    def __init__(self) -> None:
+        self.pair = np.zeros(0, dtype=np.int64)
+        self.start = np.zeros(1, dtype=np.int64)
+        self.arcs = np.zeros(0, dtype=np.int64)
+        self._keys: set[bytes] = set()
+
+    def __len__(self) -> int:
+        return int(self.pair.size)
+
+    @staticmethod
+    def _key(pair: int, arcs: np.ndarray) -> bytes:
+        return np.int64(pair).tobytes() + arcs.tobytes()
+
+    def append(self, pair: np.ndarray, start: np.ndarray, arcs: np.ndarray) -> np.ndarray:
+        """Add the new (non-duplicate) columns; returns the positions taken from the input."""
+        pair = np.asarray(pair, dtype=np.int64)
+        start = np.asarray(start, dtype=np.int64)
+        arcs = np.asarray(arcs, dtype=np.int64)
+        keep = []
+        for j in range(pair.size):
+            key = self._key(int(pair[j]), arcs[start[j]:start[j + 1]])
+            if key not in self._keys:
+                self._keys.add(key)
+                keep.append(j)
+        idx = np.asarray(keep, dtype=np.int64)
+        if idx.size:
+            lengths = np.diff(start)[idx]
+            new_arcs = np.concatenate([arcs[start[j]:start[j + 1]] for j in idx])
+            self.pair = np.concatenate([self.pair, pair[idx]])
+            self.start = np.concatenate([self.start, self.start[-1] + np.cumsum(lengths)])
+            self.arcs = np.concatenate([self.arcs, new_arcs])
+        return idx
+
+    def keep(self, mask: np.ndarray) -> None:
+        """Keep only the columns where ``mask`` is true (order preserved)."""
+        idx = np.flatnonzero(mask)
+        lengths = np.diff(self.start)[idx]
+        seg = np.repeat(np.arange(self.pair.size), np.diff(self.start))
+        self.arcs = self.arcs[np.asarray(mask)[seg]]
+        self.pair = self.pair[idx]
+        self.start = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+        self._keys = {self._key(int(self.pair[j]), self.path(j)) for j in range(self.pair.size)}
+
+    def path(self, j: int) -> np.ndarray:
+        return self.arcs[self.start[j]:self.start[j + 1]]
+
+    def loads(self, weights: np.ndarray, n_links: int) -> np.ndarray:
+        """Per-link sum of ``weights[j]`` over the columns crossing it."""
+        seg = np.repeat(np.arange(self.pair.size), np.diff(self.start))
+        return np.bincount(self.arcs, weights=np.asarray(weights)[seg], minlength=n_links)
+
+    def steps(self, is_step_arc: np.ndarray) -> np.ndarray:
+        """Steps (arcs into a GPU) of every column."""
+        seg = np.repeat(np.arange(self.pair.size), np.diff(self.start))
+        return np.bincount(seg, weights=is_step_arc[self.arcs].astype(float),
+                           minlength=self.pair.size).astype(np.int64)
+
+
+@dataclass
+class MasterSolution:
+    """One master solve: ``t = 1/z``, path shares ``y`` (pool order), pair duals
+    ``sigma >= 0`` and arc prices ``w = -capacity duals >= 0``."""
+
+    status: SolveStatus
+    t: float
+    y: np.ndarray
+    sigma: np.ndarray
+    w: np.ndarray
+    iterations: int
+    seconds: float
+
+    @property
+    def rate(self) -> float:
+        return 1.0 / self.t if self.t > 0 else float("inf")
+
+
+class RestrictedMaster:
+    """The live restricted master: a :class:`ColumnPool` mirrored in a backend model."""
+
+    def __init__(self, backend: Backend, n_pairs: int, capacity: np.ndarray,
+                 pool: ColumnPool) -> None:
+        self.backend = backend
+        self.n_pairs = n_pairs
+        self.capacity = np.asarray(capacity, dtype=float)
+        self.pool = pool
+        self.lower = np.zeros(len(pool))
+        backend.load(build_master_lp(n_pairs, self.capacity, pool.pair, pool.start, pool.arcs))
+
+    @property
+    def num_columns(self) -> int:
+        return len(self.pool)
+
+    def add(self, pair: np.ndarray, start: np.ndarray, arcs: np.ndarray) -> int:
+        """Add new path columns (duplicates skipped); returns how many were added."""
+        before = len(self.pool)
+        taken = self.pool.append(pair, start, arcs)
+        k = taken.size
+        if k:
+            sub_start = self.pool.start[before:] - self.pool.start[before]
+            starts, indices, values = path_columns(self.n_pairs, self.pool.pair[before:], sub_start,
+                                                   self.pool.arcs[self.pool.start[before]:])
+            self.backend.add_columns(np.zeros(k), np.zeros(k), np.full(k, np.inf),
+                                     starts, indices, values)
+            self.lower = np.concatenate([self.lower, np.zeros(k)])
+        return k
+
+    def drop(self, mask: np.ndarray) -> int:
+        """Remove the pool columns where ``mask`` is true (their lower bounds must be 0)."""
+        cols = np.flatnonzero(mask)
+        if cols.size:
+            self.backend.delete_columns(cols + 1)
+            self.pool.keep(~np.asarray(mask))
+            self.lower = self.lower[~np.asarray(mask)]
+        return int(cols.size)
+
+    def set_lower(self, cols: np.ndarray, lower: np.ndarray) -> None:
+        """Fix lower bounds on path shares (chunks fixed by the deep dive)."""
+        cols = np.asarray(cols, dtype=np.int64)
+        lower = np.asarray(lower, dtype=float)
+        self.backend.set_column_bounds(cols + 1, lower, np.full(cols.size, np.inf))
+        self.lower[cols] = lower
+
+    def solve(self, where: str, *, method: str = "auto",
+              time_limit: float | None = None) -> MasterSolution:
+        """Solve the master; ``where`` names the round for error messages.
+
+        Raises :class:`SolveError` on anything but an optimum or a limit with a
+        solution (the master is always feasible: ``t`` can grow without bound)."""
+        sol = self.backend.solve(method=method, time_limit=time_limit)
+        ok = sol.status is SolveStatus.OPTIMAL or (sol.status.is_limit and sol.x is not None
+                                                   and sol.row_duals is not None)
+        if not ok or sol.x is None or sol.row_duals is None:
+            raise SolveError(
+                f"{where}: the restricted master ended with status {sol.status.value!r} on "
+                f"{self.num_columns} columns; the master is always feasible, so this is "
+                f"numerical trouble: retry with another backend or method")
+        duals = sol.row_duals
+        return MasterSolution(sol.status, float(sol.x[0]), np.maximum(sol.x[1:], 0.0),
+                              np.maximum(duals[:self.n_pairs], 0.0),
+                              np.maximum(-duals[self.n_pairs:], 0.0),
+                              sol.iterations, sol.seconds)

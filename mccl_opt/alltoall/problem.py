@@ -1,0 +1,73 @@
+"""The AllToAll instance as arrays: ordered GPU pairs, link capacities, pricing graph.
+
+Pairs are numbered source-major: pair ``p`` of ``(s, d)`` (ranks, ``s != d``) is
+``s·(N-1) + d - [d > s]``.  Built once per topology and cached (weakly).
+"""
+
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..topology import Topology
+from .pricing import PricingGraph
+
+__all__ = ["Problem", "problem_for"]
+
+
+@dataclass(frozen=True)
+class Problem:
+    """Array view of an AllToAll instance on ``topo``."""
+
+    topo: Topology
+    graph: PricingGraph
+    capacity: np.ndarray
+    pair_src: np.ndarray        # rank of pair p's source
+    pair_dst: np.ndarray        # rank of pair p's destination
+    is_step_arc: np.ndarray     # arc advances one step (its head is a GPU)
+
+    @property
+    def num_gpus(self) -> int:
+        return self.graph.num_gpus
+
+    @property
+    def num_pairs(self) -> int:
+        return int(self.pair_src.size)
+
+    @property
+    def num_links(self) -> int:
+        return int(self.capacity.size)
+
+    def pair_index(self, s: np.ndarray, d: np.ndarray) -> np.ndarray:
+        """Pair index of ranks ``(s, d)`` (arrays, ``s != d``)."""
+        s = np.asarray(s, dtype=np.int64)
+        d = np.asarray(d, dtype=np.int64)
+        return s * (self.num_gpus - 1) + d - (d > s)
+
+    def pair_matrix(self, values: np.ndarray, diagonal: float) -> np.ndarray:
+        """An ``N x N`` matrix with ``values[p]`` at ``(src, dst)`` and ``diagonal`` on it."""
+        n = self.num_gpus
+        out = np.full((n, n), diagonal, dtype=float)
+        out[self.pair_src, self.pair_dst] = values
+        return out
+
+
+_CACHE: "weakref.WeakKeyDictionary[Topology, Problem]" = weakref.WeakKeyDictionary()
+
+
+def problem_for(topo: Topology) -> Problem:
+    """The (cached) :class:`Problem` of ``topo``."""
+    cached = _CACHE.get(topo)
+    if cached is not None and cached.topo is topo:
+        return cached
+    ar = topo.arrays
+    graph = PricingGraph.from_arrays(topo.num_nodes, ar.tail, ar.head, ar.is_switch, ar.gpu_nodes)
+    n = graph.num_gpus
+    s, d = np.meshgrid(np.arange(n), np.arange(n), indexing="ij")
+    off = s != d
+    prob = Problem(topo, graph, np.asarray(ar.capacity, dtype=float), s[off].astype(np.int64),
+                   d[off].astype(np.int64), ~np.asarray(ar.is_switch)[ar.head])
+    _CACHE[topo] = prob
+    return prob

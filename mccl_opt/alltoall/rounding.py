@@ -1,0 +1,151 @@
+"""Rounding the LP to an executable schedule of ``K`` chunks per pair (paper §4.2).
+
+* :func:`largest_remainder`: per pair, ``K·y_j/sum y`` rounded down, the missing chunks
+  going to the largest remainders (ties: larger share, then lower column index).
+* :func:`deep_dive`: the diving heuristic of Sadykov et al. (2019) as used by the paper
+  (Huin et al., 2023).  Each dive step fixes whole chunks as lower bounds on path
+  shares (``y_j >= k/K``, a column bound in the ``t``-form master), re-solves the
+  residual master *with pricing on*, and scores the largest-remainder rounding of the
+  new solution.  The first step fixes every column's integral part; later steps round
+  up the fractional columns closest to their next chunk, a growing batch at a time.  A
+  step whose LP rate cannot beat the best rounding found is undone and its columns made
+  tabu (limited backtracking).  The best schedule seen is kept.
+
+The rate of a rounded schedule is recomputed exactly: ``min_a cap_a / load_a``.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from .colgen import CGOptions, column_generation
+from .master import ColumnPool, RestrictedMaster
+from .problem import Problem
+
+__all__ = ["Rounded", "largest_remainder", "rounded_rate", "deep_dive"]
+
+_EPS = 1e-9
+
+
+@dataclass
+class Rounded:
+    """Chunk counts per pool column (``counts[j]`` chunks of ``1/K`` on column ``j``)."""
+
+    counts: np.ndarray
+    rate: float
+    pool_pair: np.ndarray
+    pool_start: np.ndarray
+    pool_arcs: np.ndarray
+    method: str
+
+
+def rounded_rate(pool: ColumnPool, counts: np.ndarray, k: int, capacity: np.ndarray) -> float:
+    """Exact rate of chunk ``counts``: ``min_a cap_a / load_a``."""
+    load = pool.loads(counts / k, capacity.size)
+    used = load > 0
+    return float(np.min(capacity[used] / load[used]))
+
+
+def largest_remainder(pool: ColumnPool, y: np.ndarray, n_pairs: int, k: int) -> np.ndarray:
+    """Chunk counts per column: largest-remainder rounding of ``K·y_j / sum_p y``."""
+    y = np.where(y > _EPS, y, 0.0)
+    total = np.bincount(pool.pair, weights=y, minlength=n_pairs)
+    units = k * y / total[pool.pair]
+    counts = np.floor(units + 1e-9)
+    frac = np.where(y > 0, units - counts, -1.0)
+    missing = k - np.bincount(pool.pair, weights=counts, minlength=n_pairs)
+    order = np.lexsort((np.arange(y.size), -y, -frac, pool.pair))
+    first = np.searchsorted(pool.pair[order], np.arange(n_pairs))
+    rank = np.arange(y.size) - first[pool.pair[order]]
+    bump = np.zeros(y.size)
+    bump[order] = (rank < missing[pool.pair[order]]).astype(float)
+    return (counts + bump).astype(np.int64)
+
+
+def _snapshot(pool: ColumnPool, counts: np.ndarray, rate: float, method: str) -> Rounded:
+    return Rounded(counts.copy(), rate, pool.pair.copy(), pool.start.copy(), pool.arcs.copy(), method)
+
+
+def deep_dive(master: RestrictedMaster, prob: Problem, y: np.ndarray, k: int, max_steps: int, *,
+              max_dives: int = 12, max_backtracks: int = 3, deadline: float | None = None,
+              options: CGOptions = CGOptions()) -> tuple[Rounded, dict]:
+    """Best of largest-remainder rounding and a deep dive from the LP solution ``y``.
+
+    Leaves ``master`` with fixed lower bounds; returns the best rounding (with a copy of
+    the column pool it refers to) and dive statistics.
+    """
+    pool = master.pool
+    lr = largest_remainder(pool, y, prob.num_pairs, k)
+    best = _snapshot(pool, lr, rounded_rate(pool, lr, k, master.capacity), "largest_remainder")
+    stats = {"dive_steps": 0, "backtracks": 0, "lr_rate": best.rate, "pricing_rounds": 0}
+    options = CGOptions(rel_tol=options.rel_tol, drop_after=np.iinfo(np.int64).max)  # indices stay
+    tabu: set[int] = set()
+    fixed = np.zeros(len(pool), dtype=np.int64)
+    batch = 0.0                                 # first step: integral parts only
+    for step in range(max_dives):
+        if deadline is not None and time.perf_counter() >= deadline:
+            break
+        total = np.bincount(pool.pair, weights=y, minlength=prob.num_pairs)
+        units = k * y / total[pool.pair]
+        target = np.maximum(fixed, np.floor(units + 1e-6).astype(np.int64))
+        over = np.bincount(pool.pair, weights=target, minlength=prob.num_pairs) > k
+        target = np.where(over[pool.pair], fixed, target)
+        frac = units - np.floor(units + 1e-6)
+        pair_fixed = np.bincount(pool.pair, weights=target, minlength=prob.num_pairs)
+        cand = np.flatnonzero((frac > 1e-6) & (pair_fixed[pool.pair] < k))
+        cand = np.array([j for j in cand if j not in tabu], dtype=np.int64)
+        if batch > 0 and cand.size:
+            order = cand[np.lexsort((cand, -frac[cand]))]     # closest to the next chunk first
+            take = max(1, int(np.ceil(batch * order.size)))
+            room = k - pair_fixed
+            chosen = []
+            for j in order:
+                if len(chosen) >= take:
+                    break
+                p = pool.pair[j]
+                if room[p] >= 1:
+                    room[p] -= 1
+                    chosen.append(j)
+            chosen = np.asarray(chosen, dtype=np.int64)
+            target[chosen] += 1
+        else:
+            chosen = np.zeros(0, dtype=np.int64)
+        changed = np.flatnonzero(target != fixed)
+        if changed.size == 0:
+            if batch == 0:                          # nothing integral to fix: start rounding up
+                batch = 0.25
+                continue
+            break
+        master.set_lower(changed, target[changed] / k)
+        done = np.bincount(pool.pair, weights=target, minlength=prob.num_pairs) >= k
+        want = prob.pair_matrix((~done).astype(float), 0.0) > 0
+        res = column_generation(master, prob, max_steps, options=options, deadline=deadline,
+                                want=want, bound=False, label=f"deep dive step {step + 1}")
+        stats["dive_steps"] += 1
+        stats["pricing_rounds"] += res.rounds
+        grown = len(pool) - fixed.size
+        fixed = np.concatenate([target, np.zeros(grown, dtype=np.int64)])
+        if res.rate <= best.rate * (1 + 1e-9) and chosen.size:
+            # no completion of these fixings can beat the best rounding: undo the batch
+            stats["backtracks"] += 1
+            fixed[chosen] -= 1
+            master.set_lower(chosen, fixed[chosen] / k)
+            tabu.update(int(j) for j in chosen)
+            if stats["backtracks"] > max_backtracks:
+                break
+            batch = max(batch / 2, 0.05)
+            y = np.concatenate([y, np.zeros(len(pool) - y.size)])
+            continue
+        y = res.solution.y
+        counts = largest_remainder(pool, y, prob.num_pairs, k)
+        counts = np.where(done[pool.pair], fixed, counts)
+        rate = rounded_rate(pool, counts, k, master.capacity)
+        if rate > best.rate * (1 + 1e-12):
+            best = _snapshot(pool, counts, rate, "deep_dive")
+        if res.rate <= best.rate * (1 + 1e-9):
+            break                                   # the residual LP cannot do better
+        batch = 0.25 if batch == 0 else min(1.0, batch * 1.5)
+    return best, stats

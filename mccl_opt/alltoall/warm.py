@@ -1,0 +1,107 @@
+"""Warm start: carry path columns over to a changed topology (issue item 4).
+
+A previous run leaves a :class:`WarmState` (its final master's columns, in
+``Schedule.warm_state``); a schedule read from a file has only its chunk paths.  Either
+way a column survives when every node and link of its path still exists in the new
+topology (matched by node id) and its endpoints are GPUs; its pair is re-derived from
+the endpoints' ranks in the new topology, so renumbered GPUs map correctly.  Columns
+through a vanished node or link (Fail3 replaces a GPU: every path through the old GPU
+goes) are dropped; pairs left without a column get fresh initial columns.  Capacities
+may change freely: a column is a route, not an amount.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from ..schedule import PathChunk, Schedule
+from .master import ColumnPool
+from .problem import Problem
+
+__all__ = ["WarmState", "warm_columns"]
+
+
+@dataclass(frozen=True)
+class WarmState:
+    """What a warm start needs from a finished run (kept in ``Schedule.warm_state``).
+
+    ``tail``/``head`` index ``node_ids`` and describe the old topology's links; the
+    columns ``pair/start/arcs`` refer to those links; ``y`` are the final path shares."""
+
+    node_ids: tuple[str, ...]
+    tail: np.ndarray
+    head: np.ndarray
+    start: np.ndarray
+    arcs: np.ndarray
+    y: np.ndarray
+
+    @classmethod
+    def from_pool(cls, prob: Problem, pool: ColumnPool, y: np.ndarray) -> "WarmState":
+        ar = prob.topo.arrays
+        return cls(tuple(n.id for n in prob.topo.nodes), ar.tail.copy(), ar.head.copy(),
+                   pool.start.copy(), pool.arcs.copy(), np.asarray(y, dtype=float).copy())
+
+
+def _link_lookup(prob: Problem, tails: np.ndarray, heads: np.ndarray) -> np.ndarray:
+    """New link index of each (tail, head) node pair of the new topology, -1 if absent."""
+    ar = prob.topo.arrays
+    n = prob.topo.num_nodes
+    keys = ar.tail * n + ar.head
+    order = np.argsort(keys)
+    want = tails * n + heads
+    pos = np.clip(np.searchsorted(keys[order], want), 0, max(keys.size - 1, 0))
+    found = (tails >= 0) & (heads >= 0) & (keys[order][pos] == want)
+    return np.where(found, order[pos], -1)
+
+
+def _node_map(prob: Problem, node_ids: Sequence[str]) -> np.ndarray:
+    topo = prob.topo
+    return np.array([topo.node_index(v) if topo.has_node(v) else -1 for v in node_ids],
+                    dtype=np.int64)
+
+
+def _columns(prob: Problem, start: np.ndarray, arcs: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Keep the columns whose arcs all exist (``arcs >= 0``) and whose endpoints are two
+    different GPUs; returns (pair, start, arcs) on the new topology."""
+    lengths = np.diff(start)
+    seg = np.repeat(np.arange(lengths.size), lengths)
+    bad = np.bincount(seg, weights=(arcs < 0).astype(float), minlength=lengths.size) > 0
+    bad |= lengths == 0
+    ar = prob.topo.arrays
+    first = np.where(bad, 0, arcs[np.minimum(start[:-1], max(arcs.size - 1, 0))])
+    last = np.where(bad, 0, arcs[np.maximum(start[1:] - 1, 0)])
+    src = ar.rank_of[ar.tail[first]] if arcs.size else np.zeros(0, dtype=np.int64)
+    dst = ar.rank_of[ar.head[last]] if arcs.size else np.zeros(0, dtype=np.int64)
+    ok = ~bad & (src >= 0) & (dst >= 0) & (src != dst)
+    keep_arcs = arcs[ok[seg]] if arcs.size else arcs
+    new_start = np.concatenate([[0], np.cumsum(lengths[ok])]).astype(np.int64)
+    return prob.pair_index(src[ok], dst[ok]), new_start, keep_arcs.astype(np.int64)
+
+
+def _from_state(prob: Problem, state: WarmState) -> tuple[np.ndarray, ...]:
+    node_map = _node_map(prob, state.node_ids)
+    arc_map = _link_lookup(prob, node_map[state.tail], node_map[state.head])
+    return _columns(prob, state.start, arc_map[state.arcs] if state.arcs.size else state.arcs)
+
+
+def _from_paths(prob: Problem, paths: Iterable[Sequence[str]]) -> tuple[np.ndarray, ...]:
+    unique = sorted({tuple(p) for p in paths})
+    ids = sorted({v for p in unique for v in p})
+    node_map = dict(zip(ids, _node_map(prob, ids)))
+    tails = np.array([node_map[u] for p in unique for u in p[:-1]], dtype=np.int64)
+    heads = np.array([node_map[v] for p in unique for v in p[1:]], dtype=np.int64)
+    start = np.concatenate([[0], np.cumsum([len(p) - 1 for p in unique])]).astype(np.int64)
+    return _columns(prob, start, _link_lookup(prob, tails, heads))
+
+
+def warm_columns(prob: Problem, warm: Schedule | WarmState) -> tuple[np.ndarray, ...]:
+    """(pair, start, arcs) of the previous columns still valid on ``prob``'s topology."""
+    state = warm.warm_state if isinstance(warm, Schedule) else warm
+    if isinstance(state, WarmState):
+        return _from_state(prob, state)
+    if isinstance(warm, Schedule):
+        return _from_paths(prob, (c.path for c in warm.chunks if isinstance(c, PathChunk)))
+    raise TypeError(f"warm must be a Schedule or WarmState, got {type(warm).__name__}")
