@@ -108,3 +108,108 @@ def price_all(n, tail, head, price, step_arcs, switch_arcs, is_switch, gpu_nodes
             count += 1
     return (shortest, out_src[:count], out_dst[:count], out_cost[:count],
             out_start[:count + 1], out_arcs[:out_start[count]])
+
+
+@njit(cache=True)
+def balance_chunks(counts, units, pair, start, arcs, pair_start, pair_cols, arc_start, arc_cols,
+                   capacity, k, max_moves):
+    """Greedy completion + bottleneck-relief local search of chunk counts (see
+    :mod:`.rounding`).  ``counts`` holds the fixed chunks per column and is completed
+    in place: every pair's missing chunks go one at a time (round robin over pairs) to the
+    column of that pair with ``units > counts`` whose links would end least utilised;
+    then chunks leave the most utilised link for another column of their pair while that
+    strictly lowers the utilisation of every link they move to below the maximum."""
+    n_links = capacity.size
+    n_pairs = pair_start.size - 1
+    load = np.zeros(n_links)
+    for j in range(counts.size):
+        for i in range(start[j], start[j + 1]):
+            load[arcs[i]] += counts[j]
+    missing = np.zeros(n_pairs, dtype=np.int64)
+    for p in range(n_pairs):
+        tot = 0
+        for i in range(pair_start[p], pair_start[p + 1]):
+            tot += counts[pair_cols[i]]
+        missing[p] = k - tot
+    left = True
+    while left:
+        left = False
+        for p in range(n_pairs):
+            if missing[p] <= 0:
+                continue
+            best_j = -1
+            best_u = np.inf
+            best_f = -1.0
+            for i in range(pair_start[p], pair_start[p + 1]):
+                j = pair_cols[i]
+                f = units[j] - counts[j]
+                if f <= 1e-9:
+                    continue
+                u = 0.0
+                for q in range(start[j], start[j + 1]):
+                    a = arcs[q]
+                    v = (load[a] + 1.0) / capacity[a]
+                    if v > u:
+                        u = v
+                if u < best_u - 1e-15 or (u <= best_u + 1e-15 and f > best_f):
+                    best_u = u
+                    best_f = f
+                    best_j = j
+            if best_j < 0:                      # no fractional column left: widest share
+                for i in range(pair_start[p], pair_start[p + 1]):
+                    j = pair_cols[i]
+                    if units[j] > best_f:
+                        best_f = units[j]
+                        best_j = j
+            counts[best_j] += 1
+            for q in range(start[best_j], start[best_j + 1]):
+                load[arcs[q]] += 1.0
+            missing[p] -= 1
+            if missing[p] > 0:
+                left = True
+    mark = np.zeros(n_links, dtype=np.bool_)
+    for _ in range(max_moves):
+        top = 0
+        top_u = -1.0
+        for a in range(n_links):
+            u = load[a] / capacity[a]
+            if u > top_u:
+                top_u = u
+                top = a
+        moved = False
+        for i in range(arc_start[top], arc_start[top + 1]):
+            j = arc_cols[i]
+            if counts[j] == 0:
+                continue
+            for q in range(start[j], start[j + 1]):
+                mark[arcs[q]] = True
+            p = pair[j]
+            for r in range(pair_start[p], pair_start[p + 1]):
+                j2 = pair_cols[r]
+                if j2 == j:
+                    continue
+                ok = True
+                crosses_top = False
+                for q in range(start[j2], start[j2 + 1]):
+                    a = arcs[q]
+                    if a == top:
+                        crosses_top = True
+                    if not mark[a] and (load[a] + 1.0) / capacity[a] >= top_u - 1e-12:
+                        ok = False
+                        break
+                if ok and not crosses_top:
+                    counts[j] -= 1
+                    counts[j2] += 1
+                    for q in range(start[j], start[j + 1]):
+                        load[arcs[q]] -= 1.0
+                    for q in range(start[j2], start[j2 + 1]):
+                        load[arcs[q]] += 1.0
+                    moved = True
+                    break
+            for q in range(start[j], start[j + 1]):
+                mark[arcs[q]] = False
+            if moved:
+                break
+        if not moved:
+            break
+    return counts

@@ -25,7 +25,7 @@ from .colgen import CGOptions, column_generation
 from .master import ColumnPool, RestrictedMaster
 from .problem import Problem
 
-__all__ = ["Rounded", "largest_remainder", "rounded_rate", "deep_dive"]
+__all__ = ["Rounded", "largest_remainder", "balanced", "rounded_rate", "deep_dive"]
 
 _EPS = 1e-9
 
@@ -65,6 +65,45 @@ def largest_remainder(pool: ColumnPool, y: np.ndarray, n_pairs: int, k: int) -> 
     return (counts + bump).astype(np.int64)
 
 
+def balanced(pool: ColumnPool, y: np.ndarray, n_pairs: int, k: int, capacity: np.ndarray,
+             fixed: np.ndarray | None = None, max_moves: int | None = None) -> np.ndarray:
+    """Chunk counts per column: integral parts of ``K·y_j/sum_p y`` (at least ``fixed``),
+    the missing chunks placed greedily where they raise the link utilisation least, then
+    moved off the most utilised link while that helps (numba kernel)."""
+    from ._kernels import balance_chunks
+
+    y = np.where(y > _EPS, y, 0.0)
+    total = np.bincount(pool.pair, weights=y, minlength=n_pairs)
+    units = k * y / total[pool.pair]
+    counts = np.floor(units + 1e-9).astype(np.int64)
+    if fixed is not None:
+        counts = np.maximum(counts, fixed)
+        over = np.bincount(pool.pair, weights=counts, minlength=n_pairs) > k
+        counts = np.where(over[pool.pair], fixed, counts)
+    by_pair = np.argsort(pool.pair, kind="stable")
+    pair_start = np.searchsorted(pool.pair[by_pair], np.arange(n_pairs + 1))
+    seg = np.repeat(np.arange(len(pool)), np.diff(pool.start))
+    by_arc = np.lexsort((seg, pool.arcs))
+    arc_start = np.searchsorted(pool.arcs[by_arc], np.arange(capacity.size + 1))
+    moves = 20 * n_pairs if max_moves is None else max_moves
+    return balance_chunks(counts.astype(np.int64), units, pool.pair, pool.start, pool.arcs,
+                          pair_start.astype(np.int64), by_pair.astype(np.int64),
+                          arc_start.astype(np.int64), seg[by_arc].astype(np.int64),
+                          np.asarray(capacity, dtype=float), k, moves)
+
+
+def _best_rounding(pool: ColumnPool, y: np.ndarray, n_pairs: int, k: int, capacity: np.ndarray,
+                   fixed: np.ndarray | None) -> tuple[np.ndarray, float, str]:
+    """The better of largest-remainder and balanced rounding of ``y``."""
+    lr = largest_remainder(pool, y, n_pairs, k)
+    if fixed is not None:
+        done = np.bincount(pool.pair, weights=fixed, minlength=n_pairs) >= k
+        lr = np.where(done[pool.pair], fixed, lr)
+    bal = balanced(pool, y, n_pairs, k, capacity, fixed)
+    r_lr, r_bal = rounded_rate(pool, lr, k, capacity), rounded_rate(pool, bal, k, capacity)
+    return (bal, r_bal, "balanced") if r_bal > r_lr else (lr, r_lr, "largest_remainder")
+
+
 def _snapshot(pool: ColumnPool, counts: np.ndarray, rate: float, method: str) -> Rounded:
     return Rounded(counts.copy(), rate, pool.pair.copy(), pool.start.copy(), pool.arcs.copy(), method)
 
@@ -79,8 +118,10 @@ def deep_dive(master: RestrictedMaster, prob: Problem, y: np.ndarray, k: int, ma
     """
     pool = master.pool
     lr = largest_remainder(pool, y, prob.num_pairs, k)
-    best = _snapshot(pool, lr, rounded_rate(pool, lr, k, master.capacity), "largest_remainder")
-    stats = {"dive_steps": 0, "backtracks": 0, "lr_rate": best.rate, "pricing_rounds": 0}
+    lr_rate = rounded_rate(pool, lr, k, master.capacity)
+    counts, rate, how = _best_rounding(pool, y, prob.num_pairs, k, master.capacity, None)
+    best = _snapshot(pool, counts, rate, how)
+    stats = {"dive_steps": 0, "backtracks": 0, "lr_rate": lr_rate, "pricing_rounds": 0}
     options = CGOptions(rel_tol=options.rel_tol, drop_after=np.iinfo(np.int64).max)  # indices stay
     tabu: set[int] = set()
     fixed = np.zeros(len(pool), dtype=np.int64)
@@ -140,11 +181,9 @@ def deep_dive(master: RestrictedMaster, prob: Problem, y: np.ndarray, k: int, ma
             y = np.concatenate([y, np.zeros(len(pool) - y.size)])
             continue
         y = res.solution.y
-        counts = largest_remainder(pool, y, prob.num_pairs, k)
-        counts = np.where(done[pool.pair], fixed, counts)
-        rate = rounded_rate(pool, counts, k, master.capacity)
+        counts, rate, how = _best_rounding(pool, y, prob.num_pairs, k, master.capacity, fixed)
         if rate > best.rate * (1 + 1e-12):
-            best = _snapshot(pool, counts, rate, "deep_dive")
+            best = _snapshot(pool, counts, rate, f"deep_dive+{how}")
         if res.rate <= best.rate * (1 + 1e-9):
             break                                   # the residual LP cannot do better
         batch = 0.25 if batch == 0 else min(1.0, batch * 1.5)
