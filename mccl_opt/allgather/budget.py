@@ -1,0 +1,80 @@
+"""The chunk budget: how many unit trees ``k`` per root, and their bandwidth ``y``.
+
+With ``x* = num/den`` (quanta), ``k0 = num / gcd(num, den * gcd(caps))`` is the fewest
+trees per root for which every link carries a whole number of trees of bandwidth
+``x*/k0`` (ForestColl's k: 41 on a healthy 8-GPU rail host pair).  With a budget
+``K >= k0`` (or ``None``) that is the exact optimum.  Otherwise every ``k <= K`` is
+scored by the best ``y`` for which ``floor(cap/y)`` admits ``k`` trees per root
+(:func:`~.throughput.best_tree_bandwidth`); ``k`` is tried in decreasing order of a cheap
+upper bound (the tightest single-GPU cuts and Phase 1's cut), stopping once the bound
+cannot beat the best rate found; ties go to the smaller ``k``.
+"""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+
+import numpy as np
+
+from .throughput import Fabric, PhaseOneResult, best_tree_bandwidth, cut_tree_bandwidth
+
+__all__ = ["exact_k", "choose_trees", "MAX_UNITS"]
+
+#: trees a link may carry before the exact k is declared impractical (int64 headroom)
+MAX_UNITS = 1 << 40
+
+
+def exact_k(fab: Fabric, p1: PhaseOneResult) -> int:
+    """Fewest trees per root that realise ``x*`` exactly."""
+    g = int(np.gcd.reduce(fab.cap[fab.cap > 0]))
+    return p1.num // math.gcd(p1.num, p1.den * g)
+
+
+def _hint_cuts(fab: Fabric, p1: PhaseOneResult, extra: list[np.ndarray], count: int = 8) -> list[np.ndarray]:
+    """Phase 1's cut, ``extra`` cuts and the ``count`` GPUs with the smallest ingress."""
+    ingress = np.bincount(fab.head, weights=fab.cap, minlength=fab.n)[fab.gpus]
+    cuts = [p1.cut] + list(extra)
+    for g in fab.gpus[np.argsort(ingress, kind="stable")[:count]]:
+        s = np.zeros(fab.n, bool)
+        s[g] = True
+        cuts.append(s)
+    return cuts
+
+
+def _upper(fab: Fabric, k: int, cuts: list[np.ndarray]) -> Fraction:
+    is_gpu = fab.is_gpu()
+    y = None
+    for s in cuts:
+        m = int(np.count_nonzero(is_gpu & ~s))
+        if m and (is_gpu & s).any():
+            v = cut_tree_bandwidth(fab.cap[fab.cut_arcs(s)], k * m)
+            y = v if y is None else min(y, v)
+    return y if y is not None else Fraction(0)
+
+
+def choose_trees(fab: Fabric, p1: PhaseOneResult, max_chunks: int | None,
+                 prefer: int | None = None, extra_cuts: list[np.ndarray] | None = None
+                 ) -> tuple[int, Fraction, int]:
+    """``(k, y, maxflow calls)``: trees per root and tree bandwidth (quanta)."""
+    k0 = exact_k(fab, p1)
+    max_units = int(fab.cap.max()) * k0 * p1.den // p1.num
+    if (max_chunks is None or k0 <= max_chunks) and max_units <= MAX_UNITS:
+        return k0, Fraction(p1.num, p1.den * k0), 0
+    budget = max_chunks if max_chunks is not None else 64
+    cuts = _hint_cuts(fab, p1, extra_cuts or [])
+    x_star = Fraction(p1.num, p1.den)
+    bounds = {k: min(_upper(fab, k, cuts), x_star / k) for k in range(1, budget + 1)}
+    order = sorted(bounds, key=lambda k: (-(k * bounds[k]), k))
+    if prefer is not None and prefer in bounds:
+        order.remove(prefer)
+        order.insert(0, prefer)
+    best_k, best_y, calls = 0, Fraction(0), 0
+    for k in order:
+        if best_k and k * bounds[k] <= best_k * best_y:
+            continue
+        y, c = best_tree_bandwidth(fab, k, bounds[k], cuts)
+        calls += c
+        if k * y > best_k * best_y or (k * y == best_k * best_y and k < best_k):
+            best_k, best_y = k, y
+    return best_k, best_y, calls

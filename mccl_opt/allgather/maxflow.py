@@ -1,0 +1,205 @@
+"""Compiled Dinic max-flow on integer capacities with a reusable network.
+
+The network is fixed once (:class:`FlowNetwork`: nodes, arcs, CSR residual adjacency);
+each call takes a capacity vector, so the many max-flow calls of ForestColl's phases
+(paper §4.3) reuse the same arrays.  Two extra nodes are always present: a super-source
+``s = n`` and a super-sink ``T = n + 1``, with one auxiliary arc ``s -> v`` and one
+``v -> T`` per real node ``v``.  Their capacities express the rooted test of Phase 1
+(``s -> gpu`` of capacity x) and "force node v onto the source / sink side" (``INF``).
+
+Kernels are ``numba.njit(cache=True)`` and compile on first use.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+__all__ = ["FlowNetwork", "INF"]
+
+INF = np.int64(1) << np.int64(60)
+
+
+@njit(cache=True)
+def _bfs_levels(n_tot, start, arcs, head, res, s, t, level, queue):
+    for i in range(n_tot):
+        level[i] = -1
+    level[s] = 0
+    qh = 0
+    qt = 1
+    queue[0] = s
+    while qh < qt:
+        u = queue[qh]
+        qh += 1
+        for p in range(start[u], start[u + 1]):
+            a = arcs[p]
+            if res[a] > 0:
+                v = head[a]
+                if level[v] < 0:
+                    level[v] = level[u] + 1
+                    queue[qt] = v
+                    qt += 1
+    return level[t] >= 0
+
+
+@njit(cache=True)
+def _dinic(n_tot, start, arcs, head, res, s, t, limit, level, queue, it, path):
+    """Max-flow ``s -> t`` on residual capacities ``res`` (modified in place), stopping
+    once ``limit`` units are routed.  Reverse of residual arc ``a`` is ``a ^ 1``."""
+    total = 0
+    while total < limit and _bfs_levels(n_tot, start, arcs, head, res, s, t, level, queue):
+        for i in range(n_tot):
+            it[i] = start[i]
+        while total < limit:
+            depth = 0
+            u = s
+            found = False
+            while True:
+                if u == t:
+                    found = True
+                    break
+                advanced = False
+                while it[u] < start[u + 1]:
+                    a = arcs[it[u]]
+                    v = head[a]
+                    if res[a] > 0 and level[v] == level[u] + 1:
+                        path[depth] = a
+                        depth += 1
+                        u = v
+                        advanced = True
+                        break
+                    it[u] += 1
+                if not advanced:
+                    if depth == 0:
+                        break
+                    level[u] = -1
+                    depth -= 1
+                    u = head[path[depth] ^ 1]
+                    it[u] += 1
+            if not found:
+                break
+            f = limit - total
+            for i in range(depth):
+                if res[path[i]] < f:
+                    f = res[path[i]]
+            for i in range(depth):
+                res[path[i]] -= f
+                res[path[i] ^ 1] += f
+            total += f
+    return total
+
+
+@njit(cache=True)
+def _load_caps(res, caps):
+    for i in range(caps.shape[0]):
+        res[2 * i] = caps[i]
+        res[2 * i + 1] = 0
+
+
+@njit(cache=True)
+def _rooted_check(n_tot, start, arcs, head, res, caps, sink_arc0, sinks, demand,
+                  level, queue, it, path):
+    """Return the first position ``i`` in ``sinks`` whose max-flow ``s -> T`` (with
+    ``sinks[i] -> T`` opened to INF) is below ``demand``, or -1 if every sink passes.
+    On failure ``res`` holds the residual network of that sink's max-flow."""
+    for i in range(sinks.shape[0]):
+        g = sinks[i]
+        _load_caps(res, caps)
+        res[2 * (sink_arc0 + g)] = 1 << 60
+        f = _dinic(n_tot, start, arcs, head, res, n_tot - 2, n_tot - 1, demand,
+                   level, queue, it, path)
+        if f < demand:
+            return i
+    return -1
+
+
+@njit(cache=True)
+def _min_over_sinks(n_tot, start, arcs, head, res, caps, sink_arc0, sinks,
+                    level, queue, it, path, stop_below):
+    """Minimum over ``sinks`` of the max-flow ``s -> T`` (each sink opened in turn);
+    stops early once the minimum is below ``stop_below``."""
+    best = 1 << 62
+    for i in range(sinks.shape[0]):
+        g = sinks[i]
+        _load_caps(res, caps)
+        res[2 * (sink_arc0 + g)] = 1 << 60
+        f = _dinic(n_tot, start, arcs, head, res, n_tot - 2, n_tot - 1, best,
+                   level, queue, it, path)
+        if f < best:
+            best = f
+        if best < stop_below:
+            break
+    return best
+
+
+class FlowNetwork:
+    """A fixed directed network over ``n`` real nodes plus super-source/super-sink.
+
+    Arc layout of the capacity vector (length ``m + 2n``): the ``m`` real arcs in the
+    order given, then ``s -> v`` for ``v = 0..n-1`` (index ``m + v``), then ``v -> T``
+    (index ``m + n + v``).
+    """
+
+    def __init__(self, n: int, tail: np.ndarray, head: np.ndarray) -> None:
+        self.n = int(n)
+        self.m = int(len(tail))
+        s, t = self.n, self.n + 1
+        nodes = np.arange(self.n, dtype=np.int64)
+        all_tail = np.concatenate([np.asarray(tail, np.int64), np.full(self.n, s), nodes])
+        all_head = np.concatenate([np.asarray(head, np.int64), nodes, np.full(self.n, t)])
+        self.num_arcs = all_tail.size
+        n_tot = self.n + 2
+        # residual arc 2i: forward i; 2i+1: reverse
+        r_tail = np.empty(2 * self.num_arcs, np.int64)
+        r_head = np.empty(2 * self.num_arcs, np.int64)
+        r_tail[0::2], r_tail[1::2] = all_tail, all_head
+        r_head[0::2], r_head[1::2] = all_head, all_tail
+        order = np.argsort(r_tail, kind="stable")
+        self._arcs = order.astype(np.int64)
+        self._start = np.zeros(n_tot + 1, np.int64)
+        np.cumsum(np.bincount(r_tail, minlength=n_tot), out=self._start[1:])
+        self._head = r_head
+        self._tail = all_tail
+        self._fhead = all_head
+        self._res = np.zeros(2 * self.num_arcs, np.int64)
+        self._level = np.empty(n_tot, np.int64)
+        self._queue = np.empty(n_tot, np.int64)
+        self._it = np.empty(n_tot, np.int64)
+        self._path = np.empty(n_tot + 1, np.int64)
+        self.s_arc0 = self.m
+        self.t_arc0 = self.m + self.n
+
+    def caps(self) -> np.ndarray:
+        """A zero capacity vector of the right length."""
+        return np.zeros(self.num_arcs, np.int64)
+
+    def max_flow(self, caps: np.ndarray, limit: int = 1 << 62) -> int:
+        """Max-flow from the super-source to the super-sink under ``caps``."""
+        _load_caps(self._res, np.asarray(caps, np.int64))
+        return int(_dinic(self.n + 2, self._start, self._arcs, self._head, self._res,
+                          self.n, self.n + 1, limit, self._level, self._queue, self._it,
+                          self._path))
+
+    def first_failing_sink(self, caps: np.ndarray, sinks: np.ndarray, demand: int) -> int:
+        """Position in ``sinks`` of the first sink ``g`` whose max-flow (``g -> T``
+        opened) is below ``demand``; -1 if all pass.  ``caps`` must have every
+        ``v -> T`` arc closed."""
+        return int(_rooted_check(self.n + 2, self._start, self._arcs, self._head, self._res,
+                                 np.asarray(caps, np.int64), self.t_arc0,
+                                 np.asarray(sinks, np.int64), int(demand), self._level,
+                                 self._queue, self._it, self._path))
+
+    def min_flow_over_sinks(self, caps: np.ndarray, sinks: np.ndarray,
+                            stop_below: int = -1) -> int:
+        """Minimum over ``sinks`` of the max-flow with that sink opened."""
+        return int(_min_over_sinks(self.n + 2, self._start, self._arcs, self._head, self._res,
+                                   np.asarray(caps, np.int64), self.t_arc0,
+                                   np.asarray(sinks, np.int64), self._level, self._queue,
+                                   self._it, self._path, int(stop_below)))
+
+    def source_side(self) -> np.ndarray:
+        """Real nodes reachable from the super-source in the last residual network
+        (the source side of a minimum cut)."""
+        _bfs_levels(self.n + 2, self._start, self._arcs, self._head, self._res,
+                    self.n, self.n + 1, self._level, self._queue)
+        return self._level[: self.n] >= 0

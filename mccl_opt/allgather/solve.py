@@ -1,0 +1,194 @@
+"""``solve_allgather``: ForestColl(-warm) AllGather synthesis (paper §4.3, App. C).
+
+Pipeline: Phase 1 exact optimum (:mod:`.throughput`) → chunk budget (:mod:`.budget`) →
+Phase 2 switch removal (:mod:`.splitting`) → Phase 3 tree packing (:mod:`.trees`) →
+physical trees (:mod:`.mapping`).  Fast paths are tried first and certified; the exact
+ForestColl procedures are the fallbacks (see docs/allgather.md).
+"""
+
+from __future__ import annotations
+
+import time
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+
+from ..errors import SolveError, TopologyError
+from ..schedule import Schedule, bottleneck_links, schedule_rate
+from ..topology import Topology
+from .budget import choose_trees, exact_k
+from .fabric import fabric_of
+from .mapping import to_physical, tree_chunks
+from .splitting import LogicalGraph, SplitGraph, balance_switches, split_all
+from .throughput import optimal_rate
+from .trees import exact_pack, greedy_pack
+
+__all__ = ["solve_allgather", "WarmState"]
+
+
+class WarmState(dict):
+    """What ForestColl-warm reuses: ``cut`` (node ids of Phase 1's tight set), ``k``,
+    ``guides`` (per root rank, the parent rank of every rank in its largest tree)."""
+
+
+def _guides_from(warm: Schedule, topo: Topology) -> dict[int, np.ndarray]:
+    """Per root rank, the parent ranks of its largest previous tree (by rank position,
+    so a replaced GPU keeps its rank's guidance)."""
+    if len(warm.gpus) != topo.num_gpus:
+        return {}
+    rank = {g: i for i, g in enumerate(warm.gpus)}
+    best: dict[int, tuple[float, Any]] = {}
+    for c in warm.chunks:
+        r = rank.get(c.src)
+        if r is not None and (r not in best or c.share > best[r][0]):
+            best[r] = (c.share, c)
+    guides = {}
+    for r, (_, c) in best.items():
+        par = np.full(topo.num_gpus, -1, np.int64)
+        for e in getattr(c, "edges", ()):
+            if e[0] in rank and e[-1] in rank:
+                par[rank[e[-1]]] = rank[e[0]]
+        guides[r] = par
+    return guides
+
+
+def _warm_inputs(warm: Schedule | None, topo: Topology) -> tuple[list[np.ndarray], int | None,
+                                                                 dict[int, np.ndarray]]:
+    if warm is None:
+        return [], None, {}
+    if not isinstance(warm, Schedule) or warm.collective != "allgather":
+        raise TypeError("warm must be a previous AllGather Schedule")
+    state = warm.warm_state if isinstance(warm.warm_state, dict) else {}
+    ids = state.get("cut")
+    if ids is None:
+        ids = {b.dst for b in warm.bottleneck}
+    cut = np.array([topo.has_node(n.id) and n.id in ids for n in topo.nodes], bool)
+    guides = state.get("guides") if state.get("num_gpus") == topo.num_gpus else None
+    if guides is None:
+        guides = _guides_from(warm, topo)
+    return ([cut] if cut.any() else []), state.get("k"), guides
+
+
+def _pack(split: SplitGraph, rank_of: np.ndarray, k: int, guides: dict[int, np.ndarray],
+          stats: dict[str, Any]) -> tuple[LogicalGraph, list]:
+    """Spread split + greedy packing; exact splitting / exact packing as fallbacks."""
+    t = time.perf_counter()
+    g = split.copy()
+    split_all(g, exact=False)
+    lg = LogicalGraph.from_split(g, rank_of)
+    stats["phase2_s"] = time.perf_counter() - t
+    t = time.perf_counter()
+    classes = greedy_pack(lg.num_gpus, lg.tail, lg.head, lg.units, k, guides)
+    stats["split"], stats["packing"] = "spread", "greedy"
+    if classes is None:
+        if not lg.admits(k):
+            t2 = time.perf_counter()
+            g = split.copy()
+            if not split_all(g, exact=True):
+                raise SolveError("exact switch removal did not complete; the fabric's "
+                                 "switches could not be balanced without losing the optimum")
+            lg = LogicalGraph.from_split(g, rank_of)
+            stats["split"] = "exact"
+            stats["phase2_s"] += time.perf_counter() - t2
+            classes = greedy_pack(lg.num_gpus, lg.tail, lg.head, lg.units, k, guides)
+        if classes is None:
+            classes = exact_pack(lg.num_gpus, lg.tail, lg.head, lg.units, k)
+            stats["packing"] = "exact"
+    stats["phase3_s"] = time.perf_counter() - t
+    return lg, classes
+
+
+def solve_allgather(topo: Topology, warm: Schedule | None = None, backend: str = "highs",
+                    max_chunks: int | None = 10, step_aware: bool = False) -> Schedule:
+    """Throughput-optimal AllGather trees (ForestColl), warm-started from ``warm``.
+
+    ``max_chunks=K``: every root's trees carry multiples of ``1/k`` for one ``k <= K``
+    (the best such ``k``); ``None``: the exact optimum.  ``step_aware=True`` replaces
+    the switch-removal split by the depth-reducing model of App. C (needs ``backend``).
+    Raises :class:`TopologyError` for unusable fabrics, :class:`SolveError` if a
+    certified fallback fails.
+    """
+    if not isinstance(topo, Topology):
+        raise TopologyError(f"expected a mccl_opt.Topology, got {type(topo).__name__}")
+    if max_chunks is not None and (isinstance(max_chunks, bool) or not isinstance(max_chunks, int)
+                                   or max_chunks < 1):
+        raise ValueError(f"max_chunks must be a positive integer or None, got {max_chunks!r}")
+    t_start = time.perf_counter()
+    stats: dict[str, Any] = {"warm": warm is not None}
+    hint_cuts, prev_k, guides = _warm_inputs(warm, topo)
+
+    t = time.perf_counter()
+    fab, quantum = fabric_of(topo)
+    p1 = optimal_rate(fab, hint_cuts)
+    stats["phase1_s"] = time.perf_counter() - t
+    stats["phase1_maxflows"] = p1.maxflow_calls
+    x_star = float(Fraction(p1.num, p1.den) * Fraction(quantum).limit_denominator(10**12))
+
+    t = time.perf_counter()
+    k, y, calls = choose_trees(fab, p1, max_chunks, prefer=prev_k, extra_cuts=hint_cuts)
+    if k == 0 or y <= 0:
+        raise SolveError("no tree bandwidth admits the chunk budget; raise max_chunks")
+    stats["budget_s"] = time.perf_counter() - t
+    stats["budget_maxflows"] = calls
+    stats["k"], stats["k_exact"] = k, exact_k(fab, p1)
+
+    units = (fab.cap * y.denominator) // y.numerator
+    arr = topo.arrays
+    split = SplitGraph.from_links(fab.n, fab.tail, fab.head, units, arr.is_switch, fab.gpus, k)
+    t = time.perf_counter()
+    stats["balanced_exactly"] = balance_switches(split)
+    stats["balance_s"] = time.perf_counter() - t
+    if step_aware:
+        from .step_aware import step_aware_split
+        lg, classes = step_aware_split(split, arr.rank_of, k, guides, backend, stats)
+    else:
+        lg, classes = _pack(split, arr.rank_of, k, guides, stats)
+
+    t = time.perf_counter()
+    trees = to_physical(classes, lg)
+    node_ids = [n.id for n in topo.nodes]
+    chunks = tree_chunks(trees, k, node_ids, topo.gpus)
+    loads = np.zeros(topo.num_links)
+    link = {(int(a), int(b)): i for i, (a, b) in enumerate(zip(arr.tail, arr.head))}
+    for root, mult, paths in trees:
+        for p in paths:
+            for a, b in zip(p[:-1], p[1:]):
+                loads[link[(a, b)]] += mult / k
+    rate = schedule_rate(topo, loads)
+    depths = [max(c.depths().values()) for c in chunks]
+    stats["mapping_s"] = time.perf_counter() - t
+    stats["num_trees"] = len(chunks)
+    stats["max_depth"] = max(depths)
+    stats["mean_depth"] = float(np.mean(depths))
+    if guides:
+        stats["guided_roots"] = len(guides)
+    saturated = fab.cut_arcs(p1.cut)
+    seconds = time.perf_counter() - t_start
+    stats["total_s"] = seconds
+    state = WarmState(cut={node_ids[i] for i in np.flatnonzero(p1.cut)}, k=k,
+                      num_gpus=topo.num_gpus, guides=_largest_trees(chunks, topo))
+    return Schedule(
+        collective="allgather", topology=topo.name, gpus=topo.gpus, rate_gbps=rate,
+        lp_rate_gbps=x_star, max_chunks=max_chunks, chunks=tuple(chunks),
+        bottleneck=bottleneck_links(topo, loads, rate, k, saturated=saturated),
+        solver={"backend": backend if step_aware else "maxflow", "seconds": seconds,
+                "maxflow_calls": p1.maxflow_calls + calls, "algorithm": "forestcoll-warm"
+                if warm is not None else "forestcoll"},
+        stats=stats, warm_state=state)
+
+
+def _largest_trees(chunks: list, topo: Topology) -> dict[int, np.ndarray]:
+    rank = {g: i for i, g in enumerate(topo.gpus)}
+    best: dict[int, Any] = {}
+    for c in chunks:
+        r = rank[c.src]
+        if r not in best or c.share > best[r].share:
+            best[r] = c
+    guides = {}
+    for r, c in best.items():
+        par = np.full(topo.num_gpus, -1, np.int64)
+        for e in c.edges:
+            par[rank[e[-1]]] = rank[e[0]]
+        guides[r] = par
+    return guides

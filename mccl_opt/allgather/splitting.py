@@ -1,0 +1,311 @@
+"""Phase 2: switch removal by edge splitting (ForestColl, paper §4.3, Fig. 18).
+
+Input: the fabric with every link's capacity in *tree units* (``floor(cap/y)``: how
+many trees of bandwidth ``y`` it carries) and the tree count ``k`` per root.  Output:
+logical GPU-to-GPU links, each with integer units and the physical switch path(s) it
+rides on (:class:`LogicalGraph`).  Splitting ``α`` units off ``u -> w -> t`` turns them
+into ``α`` units of a logical link ``u -> t``.
+
+* **Balance.**  Splitting needs a switch's in- and out-units equal; a switch with more
+  in- than out-units (one-directional degradations) gives up the excess on its in-links
+  (or out-links), each reduction as large as the rooted cut condition allows.
+* **Spread proposal** (default, cheap): each switch is split like a transportation
+  problem whose pair amounts start from the proportional share
+  ``a_u b_t / (C - b_u)``, so every GPU gets logical links to all its switch peers
+  (dense, shallow trees) instead of ForestColl's chain-like greedy result.
+* **Exact greedy** (fallback, ForestColl): pairs ``(u, t)`` in order, each split by the
+  largest amount the two families of dangerous cuts allow (``S ∋ w, u,t ∉ S`` and
+  ``S ∌ w, u,t ∈ S``), each bounded by one max-flow per GPU.  By Mader's splitting
+  theorem this completes on a balanced fabric and keeps every cut condition.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .maxflow import INF, FlowNetwork
+
+__all__ = ["LogicalGraph", "SplitGraph", "balance_switches", "split_all"]
+
+Bundle = list  # list of [path (tuple of node indices), units]
+
+
+@dataclass
+class SplitGraph:
+    """A mutable graph in tree units with the physical path bundle of every arc."""
+
+    n: int
+    is_switch: np.ndarray
+    gpus: np.ndarray
+    k: int
+    units: dict[tuple[int, int], int] = field(default_factory=dict)
+    bundles: dict[tuple[int, int], Bundle] = field(default_factory=dict)
+
+    @classmethod
+    def from_links(cls, n: int, tail: np.ndarray, head: np.ndarray, units: np.ndarray,
+                   is_switch: np.ndarray, gpus: np.ndarray, k: int) -> "SplitGraph":
+        g = cls(n, np.asarray(is_switch, bool), np.asarray(gpus), k)
+        for a, b, u in zip(tail.tolist(), head.tolist(), units.tolist()):
+            if u > 0:
+                g.units[(a, b)] = u
+                g.bundles[(a, b)] = [[(a, b), u]]
+        return g
+
+    def copy(self) -> "SplitGraph":
+        return SplitGraph(self.n, self.is_switch, self.gpus, self.k, dict(self.units),
+                          {key: [list(p) for p in b] for key, b in self.bundles.items()})
+
+    def in_arcs(self, w: int) -> list[tuple[int, int]]:
+        return sorted(key for key in self.units if key[1] == w)
+
+    def out_arcs(self, w: int) -> list[tuple[int, int]]:
+        return sorted(key for key in self.units if key[0] == w)
+
+    def network(self) -> tuple[FlowNetwork, list[tuple[int, int]], np.ndarray]:
+        keys = sorted(self.units)
+        tail = np.array([a for a, _ in keys], np.int64)
+        head = np.array([b for _, b in keys], np.int64)
+        caps = np.array([self.units[key] for key in keys], np.int64)
+        return FlowNetwork(self.n, tail, head), keys, caps
+
+    def reduce(self, key: tuple[int, int], amount: int) -> None:
+        """Drop ``amount`` units of an arc (taken from the back of its bundle)."""
+        _peel(self.bundles[key], amount, from_back=True)
+        self._set(key, self.units[key] - amount)
+
+    def _set(self, key: tuple[int, int], value: int) -> None:
+        if value > 0:
+            self.units[key] = value
+        else:
+            self.units.pop(key, None)
+            self.bundles.pop(key, None)
+
+    def split(self, u: int, w: int, t: int, amount: int) -> None:
+        """Replace ``amount`` units of ``u -> w`` and ``w -> t`` by ``u -> t``."""
+        if amount <= 0:
+            return
+        first = _peel(self.bundles[(u, w)], amount)
+        second = _peel(self.bundles[(w, t)], amount)
+        self._set((u, w), self.units[(u, w)] - amount)
+        self._set((w, t), self.units[(w, t)] - amount)
+        if u == t:
+            return
+        pieces: Bundle = []
+        i = j = 0
+        ra, rb = first[0][1], second[0][1]
+        while i < len(first):
+            take = min(ra, rb)
+            pieces.append([_simple(first[i][0] + second[j][0][1:]), take])
+            ra -= take
+            rb -= take
+            if ra == 0:
+                i += 1
+                ra = first[i][1] if i < len(first) else 0
+            if rb == 0:
+                j += 1
+                rb = second[j][1] if j < len(second) else 0
+        bundle = self.bundles.setdefault((u, t), [])
+        for path, amt in pieces:
+            for entry in bundle:
+                if entry[0] == path:
+                    entry[1] += amt
+                    break
+            else:
+                bundle.append([path, amt])
+        self.units[(u, t)] = self.units.get((u, t), 0) + amount
+
+
+def _peel(bundle: Bundle, amount: int, from_back: bool = False) -> Bundle:
+    """Remove ``amount`` units from a bundle; return the removed pieces."""
+    out: Bundle = []
+    while amount > 0:
+        entry = bundle[-1] if from_back else bundle[0]
+        take = min(amount, entry[1])
+        out.append([entry[0], take])
+        entry[1] -= take
+        amount -= take
+        if entry[1] == 0:
+            bundle.pop(-1 if from_back else 0)
+    return out
+
+
+def _simple(path: tuple[int, ...]) -> tuple[int, ...]:
+    """Cut cycles out of a walk (a loop only adds load)."""
+    out: list[int] = []
+    pos: dict[int, int] = {}
+    for v in path:
+        if v in pos:
+            del out[pos[v] + 1:]
+            pos = {x: i for i, x in enumerate(out)}
+        else:
+            pos[v] = len(out)
+            out.append(v)
+    return tuple(out)
+
+
+# ---------------------------------------------------------------------- cut slack oracle
+def _slack(g: SplitGraph, net: FlowNetwork, keys: list, caps: np.ndarray,
+           source: list[int], sink: list[int], stop_below: int) -> int:
+    """Min over node sets S holding a GPU, with ``source`` outside S and ``sink``
+    inside, of ``units(δ⁻(S)) - k |V_c \\ S|`` (early exit below ``stop_below``)."""
+    full = net.caps()
+    full[: net.m] = caps
+    full[net.s_arc0 + g.gpus] = g.k
+    for v in source:
+        full[net.s_arc0 + v] = INF
+    for v in sink:
+        full[net.t_arc0 + v] = INF
+    demand = g.k * g.gpus.size
+    sinks = np.array([x for x in g.gpus.tolist() if x not in source], np.int64)
+    if sinks.size == 0:
+        return int(INF)
+    return net.min_flow_over_sinks(full, sinks, stop_below + demand) - demand
+
+
+def balance_switches(g: SplitGraph) -> bool:
+    """Make every switch's in-units equal its out-units (see module doc).
+
+    Returns ``False`` if some excess could not be removed without breaking the cut
+    condition for ``k`` trees per root (the excess is then removed anyway, and the
+    caller must lower the tree bandwidth).
+    """
+    exact = True
+    for w in np.flatnonzero(g.is_switch).tolist():
+        ins, outs = g.in_arcs(w), g.out_arcs(w)
+        excess = sum(g.units[a] for a in ins) - sum(g.units[a] for a in outs)
+        if excess == 0:
+            continue
+        side = ins if excess > 0 else outs
+        excess = abs(excess)
+        side.sort(key=lambda a: (-g.units[a], a))
+        net, keys, caps = g.network()
+        index = {key: i for i, key in enumerate(keys)}
+        for a in side:
+            if excess == 0:
+                break
+            want = min(excess, g.units[a])
+            src, snk = ([a[0]], [w]) if a[1] == w else ([w], [a[1]])
+            amount = max(0, min(want, _slack(g, net, keys, caps, src, snk, want)))
+            if amount:
+                g.reduce(a, amount)
+                caps[index[a]] -= amount
+                excess -= amount
+        if excess:
+            exact = False
+            for a in side:
+                cut = min(excess, g.units.get(a, 0))
+                if cut:
+                    g.reduce(a, cut)
+                    excess -= cut
+    return exact
+
+
+# ---------------------------------------------------------------------- splitting
+def _switch_order(g: SplitGraph) -> list[int]:
+    """Switches whose neighbours are switches first (aggregation before ToR before
+    NVSwitch), ties by index: deterministic."""
+    sw = np.flatnonzero(g.is_switch).tolist()
+    nsw = {w: sum(1 for (a, b) in g.units if (a == w and g.is_switch[b]) or
+                  (b == w and g.is_switch[a])) for w in sw}
+    return sorted(sw, key=lambda w: (-nsw[w], w))
+
+
+def _spread_split(g: SplitGraph, w: int) -> None:
+    ins, outs = g.in_arcs(w), g.out_arcs(w)
+    us = [a[0] for a in ins]
+    ts = [b[1] for b in outs]
+    a_u = np.array([g.units[x] for x in ins], np.int64)
+    b_t = np.array([g.units[x] for x in outs], np.int64)
+    total = int(a_u.sum())
+    nu, nt = len(us), len(ts)
+    pairs = [(i, j) for i in range(nu) for j in range(nt) if us[i] != ts[j]]
+    tail = np.array([i for i, _ in pairs], np.int64)
+    head = np.array([nu + j for _, j in pairs], np.int64)
+    net = FlowNetwork(nu + nt, tail, head)
+    b_of = dict(zip(ts, b_t.tolist()))
+    amounts = np.zeros(len(pairs), np.int64)
+    supply, demand = a_u.copy(), b_t.copy()
+    for stage in (0, 1):
+        caps = net.caps()
+        if stage == 0:
+            for p, (i, j) in enumerate(pairs):
+                rest = total - b_of.get(us[i], 0)
+                caps[p] = -(-int(a_u[i]) * int(b_t[j]) // max(rest, 1))
+        else:
+            caps[: len(pairs)] = INF
+        caps[net.s_arc0: net.s_arc0 + nu] = supply
+        caps[net.t_arc0 + nu: net.t_arc0 + nu + nt] = demand
+        net.max_flow(caps)
+        flow = net._res[1: 2 * len(pairs): 2].copy()
+        amounts += flow
+        np.subtract.at(supply, tail, flow)
+        np.subtract.at(demand, head - nu, flow)
+    for p, (i, j) in enumerate(pairs):
+        g.split(us[i], w, ts[j], int(amounts[p]))
+    for i, u in enumerate(us):           # forced loops u -> w -> u (u dominates w)
+        if supply[i]:
+            g.split(u, w, u, int(supply[i]))
+
+
+def _exact_split(g: SplitGraph, w: int) -> bool:
+    """ForestColl's greedy maximal splitting of ``w``; ``False`` if arcs remain."""
+    for (u, _) in g.in_arcs(w):
+        for (_, t) in g.out_arcs(w):
+            if (u, w) not in g.units:
+                break
+            if (w, t) not in g.units:
+                continue
+            want = min(g.units[(u, w)], g.units[(w, t)])
+            net, keys, caps = g.network()
+            s_a = _slack(g, net, keys, caps, sorted({u, t}), [w], want)
+            s_b = _slack(g, net, keys, caps, [w], sorted({u, t}), want) if s_a > 0 else 0
+            amount = max(0, min(want, s_a, s_b))
+            g.split(u, w, t, amount)
+    return not g.in_arcs(w) and not g.out_arcs(w)
+
+
+def split_all(g: SplitGraph, exact: bool) -> bool:
+    """Split off every switch (spread proposal, or exact greedy when ``exact``).
+
+    Returns ``False`` only when the exact greedy could not complete a switch.
+    """
+    for w in _switch_order(g):
+        if exact:
+            if not _exact_split(g, w):
+                return False
+        else:
+            _spread_split(g, w)
+    return True
+
+
+@dataclass
+class LogicalGraph:
+    """GPU-only logical links: ``tail[i] -> head[i]`` (ranks) with ``units[i]`` and
+    ``bundles[i]`` (physical node-index paths with units)."""
+
+    num_gpus: int
+    tail: np.ndarray
+    head: np.ndarray
+    units: np.ndarray
+    bundles: list[Bundle]
+
+    @classmethod
+    def from_split(cls, g: SplitGraph, rank_of: np.ndarray) -> "LogicalGraph":
+        keys = sorted(g.units, key=lambda kv: (rank_of[kv[0]], rank_of[kv[1]]))
+        assert all(not g.is_switch[a] and not g.is_switch[b] for a, b in keys)
+        return cls(int(g.gpus.size),
+                   np.array([rank_of[a] for a, _ in keys], np.int64),
+                   np.array([rank_of[b] for _, b in keys], np.int64),
+                   np.array([g.units[key] for key in keys], np.int64),
+                   [g.bundles[key] for key in keys])
+
+    def admits(self, k: int) -> bool:
+        """Rooted cut test: ``k`` trees per root fit (Edmonds' branching theorem)."""
+        net = FlowNetwork(self.num_gpus, self.tail, self.head)
+        caps = net.caps()
+        caps[: net.m] = self.units
+        caps[net.s_arc0: net.s_arc0 + self.num_gpus] = k
+        sinks = np.arange(self.num_gpus, dtype=np.int64)
+        return net.first_failing_sink(caps, sinks, k * self.num_gpus) < 0

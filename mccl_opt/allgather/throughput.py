@@ -1,0 +1,192 @@
+"""Phase 1: the exact optimal AllGather rate (ForestColl, paper §4.3).
+
+Every node set ``S`` holding a GPU must receive the shards of the GPUs outside it, so
+``x * |V_c \\ S| <= cap(δ⁻(S))``; ForestColl shows this bound is achieved, hence
+
+    x* = min { cap(δ⁻(S)) / |V_c \\ S|  :  S ∩ V_c ≠ ∅,  V_c ⊄ S }.
+
+Test of a rate ``x = P/M``: super-source ``s`` with an arc of capacity ``P`` to every
+GPU, every link scaled by ``M``; ``x`` is feasible iff every GPU ``t`` admits a flow of
+``N·P`` from ``s`` (the cut with sink side ``S`` costs ``P|V_c ∩ S| + M cap(δ⁻(S))``).
+
+Search (Dinkelbach): start from the smallest single-GPU ingress ratio; for each GPU in
+turn, while its max-flow is short, the minimum cut it exposes is a set with a smaller
+ratio: jump to that ratio.  A GPU that passes at ``x`` passes at every smaller ``x``, so
+one sweep over the GPUs (plus one call per jump) certifies the optimum exactly.
+
+The same routine finds the best tree bandwidth for a fixed tree count ``k``
+(:func:`best_tree_bandwidth`), where a link carries ``floor(cap/y)`` trees.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+
+import numpy as np
+
+from .maxflow import FlowNetwork
+
+__all__ = ["Fabric", "PhaseOneResult", "optimal_rate", "best_tree_bandwidth",
+           "cut_tree_bandwidth"]
+
+
+@dataclass
+class Fabric:
+    """Integer view of a fabric: ``n`` nodes, arcs ``tail -> head`` with capacities in
+    quanta, ``gpus`` the node index of every rank.  ``net`` is the reusable network."""
+
+    n: int
+    tail: np.ndarray
+    head: np.ndarray
+    cap: np.ndarray
+    gpus: np.ndarray
+    net: FlowNetwork
+
+    @classmethod
+    def build(cls, n: int, tail: np.ndarray, head: np.ndarray, cap: np.ndarray,
+              gpus: np.ndarray) -> "Fabric":
+        tail = np.asarray(tail, np.int64)
+        head = np.asarray(head, np.int64)
+        return cls(n, tail, head, np.asarray(cap, np.int64), np.asarray(gpus, np.int64),
+                   FlowNetwork(n, tail, head))
+
+    @property
+    def num_gpus(self) -> int:
+        return int(self.gpus.size)
+
+    def is_gpu(self) -> np.ndarray:
+        mask = np.zeros(self.n, bool)
+        mask[self.gpus] = True
+        return mask
+
+    def cut_arcs(self, sink_side: np.ndarray) -> np.ndarray:
+        """Mask of the arcs entering ``sink_side`` (δ⁻(S))."""
+        return ~sink_side[self.tail] & sink_side[self.head]
+
+
+@dataclass
+class PhaseOneResult:
+    """``x* = num / den`` (in capacity quanta); ``cut`` the sink side of a tight set."""
+
+    num: int
+    den: int
+    cut: np.ndarray
+    maxflow_calls: int
+
+    @property
+    def rate(self) -> Fraction:
+        return Fraction(self.num, self.den)
+
+
+def _violated_cut(fab: Fabric, link_caps: np.ndarray, super_cap: int, demand: int,
+                  order: np.ndarray) -> tuple[int, np.ndarray | None]:
+    """Run the rooted test; return (position of failing sink or -1, its sink side)."""
+    caps = fab.net.caps()
+    caps[: fab.net.m] = link_caps
+    caps[fab.net.s_arc0 + fab.gpus] = super_cap
+    pos = fab.net.first_failing_sink(caps, order, demand)
+    if pos < 0:
+        return -1, None
+    return pos, ~fab.net.source_side()
+
+
+def optimal_rate(fab: Fabric, hint_cuts: list[np.ndarray] | None = None) -> PhaseOneResult:
+    """Exact ``x*`` by Dinkelbach updates from violated min-cuts (see module doc).
+
+    ``hint_cuts`` (sink-side masks, e.g. the previous schedule's bottleneck) only seed
+    the starting ratio; the result does not depend on them.
+    """
+    n_gpu = fab.num_gpus
+    is_gpu = fab.is_gpu()
+    best: tuple[int, int, np.ndarray] | None = None
+    candidates = []
+    for g in fab.gpus:
+        s = np.zeros(fab.n, bool)
+        s[g] = True
+        candidates.append(s)
+    candidates += list(hint_cuts or [])
+    for s in candidates:
+        m = int(np.count_nonzero(is_gpu & ~s))
+        if m == 0 or not (is_gpu & s).any():
+            continue
+        c = int(fab.cap[fab.cut_arcs(s)].sum())
+        if best is None or c * best[1] < best[0] * m:
+            best = (c, m, s)
+    assert best is not None
+    num, den, cut = best
+    calls = 0
+    order = fab.gpus.copy()
+    start = 0
+    while start < n_gpu:
+        pos, sink_side = _violated_cut(fab, fab.cap * den, num, n_gpu * num, order[start:])
+        calls += (n_gpu - start) if pos < 0 else pos + 1
+        if pos < 0:
+            break
+        start += pos
+        c = int(fab.cap[fab.cut_arcs(sink_side)].sum())
+        m = int(np.count_nonzero(is_gpu & ~sink_side))
+        assert c * den < num * m, "min cut did not improve the ratio"
+        num, den, cut = c, m, sink_side
+    g = np.gcd(num, den) or 1
+    return PhaseOneResult(num // g, den // g, cut, calls)
+
+
+def cut_tree_bandwidth(caps: np.ndarray, need: int) -> Fraction:
+    """Largest ``y`` with ``sum floor(caps/y) >= need`` (0 if impossible).
+
+    ``y`` is a breakpoint ``c/j``; all breakpoints between the bounds
+    ``C/(need+len)`` and ``C/need`` are enumerated and the best feasible one kept.
+    """
+    caps = [int(c) for c in caps if c > 0]
+    if need <= 0:
+        raise ValueError("need must be positive")
+    total = sum(caps)
+    if total < need:
+        return Fraction(0)
+    lo_t = Fraction(need, total)                    # t = 1/y >= need/total
+    hi_t = Fraction(need + len(caps), total)        # floor(c t) >= c t - 1
+    cands = set()
+    for c in caps:
+        j0 = -(-need * c // total)
+        j1 = (need + len(caps)) * c // total
+        for j in range(max(1, j0), j1 + 1):
+            t = Fraction(j, c)
+            if lo_t <= t <= hi_t:
+                cands.add(t)
+    for t in sorted(cands):
+        if sum((c * t.numerator) // t.denominator for c in caps) >= need:
+            return 1 / t
+    return Fraction(0)
+
+
+def best_tree_bandwidth(fab: Fabric, k: int, upper: Fraction,
+                        hint_cuts: list[np.ndarray] | None = None) -> tuple[Fraction, int]:
+    """Largest tree bandwidth ``y <= upper`` such that ``k`` trees per root fit when
+    link ``a`` carries ``floor(cap_a / y)`` trees; returns ``(y, maxflow calls)``.
+
+    Same sweep as :func:`optimal_rate`: a violated cut lowers ``y`` to the largest
+    value that cut admits (:func:`cut_tree_bandwidth`).
+    """
+    n_gpu = fab.num_gpus
+    is_gpu = fab.is_gpu()
+    y = upper
+    for s in hint_cuts or []:
+        m = int(np.count_nonzero(is_gpu & ~s))
+        if m and (is_gpu & s).any():
+            y = min(y, cut_tree_bandwidth(fab.cap[fab.cut_arcs(s)], k * m))
+    calls = 0
+    order = fab.gpus.copy()
+    start = 0
+    while y > 0 and start < n_gpu:
+        units = (fab.cap * y.denominator) // y.numerator
+        pos, sink_side = _violated_cut(fab, units, k, n_gpu * k, order[start:])
+        calls += (n_gpu - start) if pos < 0 else pos + 1
+        if pos < 0:
+            break
+        start += pos
+        m = int(np.count_nonzero(is_gpu & ~sink_side))
+        y_new = cut_tree_bandwidth(fab.cap[fab.cut_arcs(sink_side)], k * m)
+        assert y_new < y
+        y = y_new
+    return y, calls

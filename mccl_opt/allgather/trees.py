@@ -1,0 +1,274 @@
+"""Phase 3: k spanning out-trees per root on the logical GPU graph (paper §4.3).
+
+Trees are grown as *classes*: a class is a partial arborescence with an integer
+multiplicity (how many of the root's k unit trees share it).  Extending a class of
+multiplicity ``m`` over a logical link with ``c`` free units takes ``min(m, c)``; when
+``c < m`` the class splits and the remainder grows on its own.
+
+* :func:`greedy_pack` (compiled): all classes grow breadth-first, one vertex per class
+  per round (round robin, so no root hogs a link).  The scan of a vertex's links starts
+  at an offset that depends on the root, spreading the roots over the links.  With a
+  *guide* (ForestColl-warm, paper §4.3) a class first tries the links its root's
+  previous tree used, A*-like, then falls back to the plain BFS order.  Completing
+  every class proves optimality by construction (every link stays within its units);
+  the greedy may get stuck, and then
+* :func:`exact_pack` (Lovász's proof of Edmonds' branching theorem, as in ForestColl)
+  extends a class ``j`` over ``u -> v`` only by the amount every dangerous set allows:
+  ``min`` over ``S`` with ``u ∉ S ∋ v``, ``S ∩ R_j ≠ ∅`` of ``units(δ⁻(S)) - p(S)``,
+  ``p(S)`` the multiplicity of classes with no vertex in ``S``; one max-flow each.
+  This never gets stuck when the cut condition holds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from numba import njit
+
+from .maxflow import INF, FlowNetwork
+
+__all__ = ["TreeClass", "greedy_pack", "exact_pack", "guide_arrays"]
+
+
+@dataclass
+class TreeClass:
+    """``mult`` of the root's ``k`` unit trees share this arborescence;
+    ``parent_arc[v]`` is the logical link into rank ``v`` (-1 at the root)."""
+
+    root: int
+    mult: int
+    parent_arc: np.ndarray
+
+
+@njit(cache=True)
+def _greedy(n, start, tail, head, cap, k, guide_start, guide_child, has_guide, max_classes,
+            root, mult, parent, depth, order, count, pos, scanned, gpos, gscan, arc_of):
+    n_cls = n
+    for r in range(n):
+        root[r] = r
+        mult[r] = k
+        for v in range(n):
+            parent[r, v] = -1
+            depth[r, v] = -1
+        depth[r, r] = 0
+        order[r, 0] = r
+        count[r] = 1
+        pos[r] = 0
+        scanned[r] = 0
+        gpos[r] = 0
+        gscan[r] = 0
+    active = np.empty(max_classes, np.int64)
+    n_active = n
+    for r in range(n):
+        active[r] = r
+    while n_active > 0:
+        nxt = 0
+        n_round = n_active
+        for ai in range(n_round):
+            c = active[ai]
+            r = root[c]
+            arc = -1
+            # guided candidates: links of the previous tree of this root
+            if has_guide[r]:
+                while gpos[c] < count[c] and arc < 0:
+                    u = order[c, gpos[c]]
+                    g0 = guide_start[r, u]
+                    g1 = guide_start[r, u + 1]
+                    while g0 + gscan[c] < g1:
+                        v = guide_child[r, g0 + gscan[c]]
+                        gscan[c] += 1
+                        if depth[c, v] < 0:
+                            a = arc_of[u, v]
+                            if a >= 0 and cap[a] > 0:
+                                arc = a
+                                break
+                    if arc < 0:
+                        gpos[c] += 1
+                        gscan[c] = 0
+            # plain BFS scan, rotated by root
+            while arc < 0 and pos[c] < count[c]:
+                u = order[c, pos[c]]
+                deg = start[u + 1] - start[u]
+                while scanned[c] < deg:
+                    a = start[u] + (r + u + scanned[c]) % deg
+                    scanned[c] += 1
+                    if cap[a] > 0 and depth[c, head[a]] < 0:
+                        arc = a
+                        break
+                if arc < 0:
+                    pos[c] += 1
+                    scanned[c] = 0
+            if arc < 0:
+                return -1 - c, n_cls
+            take = mult[c] if mult[c] < cap[arc] else cap[arc]
+            if take < mult[c]:
+                if n_cls >= max_classes:
+                    return -(1 << 40), n_cls
+                c2 = n_cls
+                n_cls += 1
+                root[c2] = r
+                mult[c2] = mult[c] - take
+                parent[c2, :] = parent[c, :]
+                depth[c2, :] = depth[c, :]
+                order[c2, :] = order[c, :]
+                count[c2] = count[c]
+                pos[c2] = pos[c]
+                scanned[c2] = scanned[c]
+                gpos[c2] = gpos[c]
+                gscan[c2] = gscan[c]
+                mult[c] = take
+                active[n_active + nxt] = c2   # temporarily past the current round
+                nxt += 1
+            cap[arc] -= take
+            v = head[arc]
+            parent[c, v] = arc
+            depth[c, v] = depth[c, tail[arc]] + 1
+            count_c = count[c]
+            order[c, count_c] = v
+            count[c] = count_c + 1
+        # compact: keep unfinished classes (current + newly split) in order
+        m = 0
+        for ai in range(n_active + nxt):
+            c = active[ai]
+            if count[c] < n:
+                active[m] = c
+                m += 1
+        n_active = m
+    return 0, n_cls
+
+
+def guide_arrays(n: int, guides: dict[int, np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """CSR children lists of each root's guide tree (``guides[r][v]`` = parent rank)."""
+    g_start = np.zeros((n, n + 1), np.int64)
+    g_child = np.zeros((n, max(n, 1)), np.int64)
+    has = np.zeros(n, np.bool_)
+    for r, par in guides.items():
+        has[r] = True
+        kids = sorted((int(p), v) for v, p in enumerate(par) if p >= 0)
+        counts = np.bincount([p for p, _ in kids], minlength=n)
+        g_start[r, 1:] = np.cumsum(counts)
+        g_child[r, : len(kids)] = [v for _, v in kids]
+    return g_start, g_child, has
+
+
+def _csr(n: int, tail: np.ndarray, head: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    order = np.lexsort((head, tail))
+    start = np.zeros(n + 1, np.int64)
+    np.cumsum(np.bincount(tail, minlength=n), out=start[1:])
+    return order, start
+
+
+def greedy_pack(n: int, tail: np.ndarray, head: np.ndarray, units: np.ndarray, k: int,
+                guides: dict[int, np.ndarray] | None = None) -> list[TreeClass] | None:
+    """Greedy round-robin BFS packing of ``k`` trees per root (``None`` if stuck)."""
+    order, start = _csr(n, tail, head)
+    s_head = head[order]
+    cap = units[order].astype(np.int64).copy()
+    arc_of = np.full((n, n), -1, np.int64)
+    arc_of[tail[order], s_head] = np.arange(order.size)
+    g_start, g_child, has = guide_arrays(n, guides or {})
+    max_classes = 2 * n + 16
+    while True:
+        root = np.zeros(max_classes, np.int64)
+        mult = np.zeros(max_classes, np.int64)
+        parent = np.zeros((max_classes, n), np.int64)
+        depth = np.zeros((max_classes, n), np.int64)
+        ordr = np.zeros((max_classes, n), np.int64)
+        cnt = np.zeros(max_classes, np.int64)
+        pos = np.zeros(max_classes, np.int64)
+        scanned = np.zeros(max_classes, np.int64)
+        gpos = np.zeros(max_classes, np.int64)
+        gscan = np.zeros(max_classes, np.int64)
+        work = cap.copy()
+        status, n_cls = _greedy(n, start, tail[order], s_head, work, k, g_start, g_child, has, max_classes,
+                                root, mult, parent, depth, ordr, cnt, pos, scanned, gpos,
+                                gscan, arc_of)
+        if status == -(1 << 40):
+            max_classes *= 2
+            continue
+        if status < 0:
+            return None
+        out = []
+        for c in range(n_cls):
+            par = parent[c].copy()
+            mask = par >= 0
+            par[mask] = order[par[mask]]
+            out.append(TreeClass(int(root[c]), int(mult[c]), par))
+        out.sort(key=lambda t: (t.root, -t.mult))
+        return out
+
+
+def exact_pack(n: int, tail: np.ndarray, head: np.ndarray, units: np.ndarray,
+               k: int) -> list[TreeClass]:
+    """Lovász-style exact packing with max-flow-bounded extensions (see module doc)."""
+    cap = units.astype(np.int64).copy()
+    out_arcs = [np.flatnonzero(tail == u) for u in range(n)]
+    classes = [[r, k, np.full(n, -1, np.int64), np.zeros(n, bool)] for r in range(n)]
+    for c in classes:
+        c[3][c[0]] = True
+    i = 0
+    while i < len(classes):
+        cls = classes[i]
+        while not cls[3].all():
+            amount, arc = 0, -1
+            for u in _bfs_order(cls, tail, head):
+                for a in out_arcs[u]:
+                    v = int(head[a])
+                    if cls[3][v] or cap[a] == 0:
+                        continue
+                    want = min(cls[1], int(cap[a]))
+                    amount = min(want, _allowance(n, tail, head, cap, classes, i, u, v, want))
+                    if amount > 0:
+                        arc = int(a)
+                        break
+                if arc >= 0:
+                    break
+            if arc < 0:
+                raise RuntimeError("exact tree packing stuck: the logical graph violates "
+                                   "the cut condition for k trees per root")
+            if amount < cls[1]:
+                classes.append([cls[0], cls[1] - amount, cls[2].copy(), cls[3].copy()])
+                cls[1] = amount
+            cap[arc] -= amount
+            cls[2][int(head[arc])] = arc
+            cls[3][int(head[arc])] = True
+        i += 1
+    return sorted((TreeClass(c[0], c[1], c[2]) for c in classes), key=lambda t: (t.root, -t.mult))
+
+
+def _bfs_order(cls: list, tail: np.ndarray, head: np.ndarray) -> list[int]:
+    par = cls[2]
+    kids: dict[int, list[int]] = {}
+    for v in np.flatnonzero(par >= 0).tolist():
+        kids.setdefault(int(tail[par[v]]), []).append(v)
+    seq = [cls[0]]
+    for u in seq:
+        seq.extend(sorted(kids.get(u, [])))
+    return seq
+
+
+def _allowance(n: int, tail: np.ndarray, head: np.ndarray, cap: np.ndarray,
+               classes: list, j: int, u: int, v: int, want: int) -> int:
+    """``min`` slack over sets ``S`` with ``u ∉ S ∋ v`` meeting class ``j``'s vertices."""
+    others = [i for i in range(len(classes)) if i != j]
+    nx = n + len(others)
+    extra_t, extra_h = [], []
+    for p, i in enumerate(others):
+        for w in np.flatnonzero(classes[i][3]).tolist():
+            extra_t.append(n + p)
+            extra_h.append(w)
+    t_all = np.concatenate([tail, np.array(extra_t, np.int64)])
+    h_all = np.concatenate([head, np.array(extra_h, np.int64)])
+    net = FlowNetwork(nx, t_all, h_all)
+    caps = net.caps()
+    caps[: tail.size] = cap
+    caps[tail.size: net.m] = INF
+    for p, i in enumerate(others):
+        caps[net.s_arc0 + n + p] = classes[i][1]
+    caps[net.s_arc0 + u] = INF
+    caps[net.t_arc0 + v] = INF
+    total = sum(c[1] for c in classes)
+    mj = classes[j][1]
+    flow = net.max_flow(caps, limit=total - mj + want)
+    return flow + mj - total
