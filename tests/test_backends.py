@@ -217,12 +217,16 @@ def test_bounds_and_delete_columns_equal_cold(backend):
     check_dual_certificate(small, after)
 
 
-def test_iteration_limit(backend):
+@pytest.mark.parametrize("method", ["dual", "primal"])
+def test_iteration_limit(backend, method):
     lp = random_lp(3, m=150, n=220)
     backend.load(lp)
-    sol = backend.solve(method="dual", iteration_limit=1)
+    sol = backend.solve(method=method, iteration_limit=1)
     assert sol.status is SolveStatus.ITERATION_LIMIT
     assert sol.iterations <= 1
+    if sol.x is not None:  # a point reported at a limit is feasible
+        assert (lp.A @ sol.x <= lp.row_hi + 1e-7).all() and (sol.x >= -1e-9).all()
+        assert sol.objective == pytest.approx(float(lp.c @ sol.x))
     full = backend.solve(method="dual")  # lifting the limit finishes the solve
     assert full.status is SolveStatus.OPTIMAL
     check_dual_certificate(lp, full)

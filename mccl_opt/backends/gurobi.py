@@ -11,7 +11,9 @@ Methods: ``"primal"``/``"dual"`` set ``Method`` 0/1, ``"ipm"`` sets barrier with
 choose (it re-solves warm from the last basis after any modification).  Columns are
 added in one batch of ``Column`` objects, which measured faster than ``addMVar`` plus
 per-nonzero ``chgCoeff``.  A model over the pip licence's 2000 variables/constraints
-raises :class:`~mccl_opt.errors.SolverLicenseError`.
+raises :class:`~mccl_opt.errors.SolverLicenseError`.  At a limit ``x`` and the duals
+are reported only when Gurobi holds a feasible point (``SolCount > 0``); an LP simplex
+stopped early has none.
 """
 
 from __future__ import annotations

@@ -7,7 +7,8 @@ simplex after columns were added, dual simplex after rows or bounds changed, and
 HiGHS' own choice on a cold model.  HiGHS keeps its basis across ``addCols``/
 ``addRows``/bound changes, so every re-solve is warm.  HiGHS' ``row_dual`` already is
 the shadow price d(obj)/d(rhs) and ``col_dual`` is ``c - A^T y`` for both senses
-(checked in ``tests/test_backends.py``).
+(checked in ``tests/test_backends.py``).  At a limit, ``x`` (``row_duals``) is reported
+only when HiGHS marks that point primal (dual) feasible.
 """
 
 from __future__ import annotations
@@ -43,6 +44,9 @@ _STATUS = {
 }
 
 _SIMPLEX_STRATEGY = {"dual": 1, "primal": 4}
+
+#: HiGHS solution status "feasible" (primal_solution_status / dual_solution_status).
+_FEASIBLE = 2
 
 
 def _new_highs(highspy: Any, silent: bool) -> Any:
@@ -191,8 +195,11 @@ class HighsBackend(Backend):
                              f"scaling or try method='ipm' or another backend")
         info = h.getInfo()
         sol = h.getSolution()
-        x = np.array(sol.col_value, dtype=float) if sol.value_valid else None
-        has_duals = sol.dual_valid and not mip
+        # Report a point only when HiGHS marks it feasible (a dual simplex stopped at a
+        # limit has primal values that violate rows), the same rule as Gurobi's SolCount.
+        x = (np.array(sol.col_value, dtype=float)
+             if sol.value_valid and info.primal_solution_status == _FEASIBLE else None)
+        has_duals = sol.dual_valid and info.dual_solution_status == _FEASIBLE and not mip
         iterations = int(max(info.simplex_iteration_count, 0) + max(info.ipm_iteration_count, 0)
                          + max(info.crossover_iteration_count, 0))
         result = LPSolution(

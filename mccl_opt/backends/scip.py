@@ -12,6 +12,9 @@ after columns were added and dual otherwise; SoPlex has no interior-point solver
 single-threaded; ``threads`` is ignored.  ``solve_mip`` builds a fresh SCIP ``Model``
 from the adapter's copy of the model each call (meant for the small MIPs of later
 phases); SCIP stopping at its gap limit is reported as OPTIMAL, as HiGHS and Gurobi do.
+The LP interface exposes no limit status, so a non-optimal SoPlex run without a ray is
+ITERATION_LIMIT/TIME_LIMIT when it used up the limit given, else OTHER; at a limit ``x``
+(duals) are reported only when SoPlex says primal (dual) feasible.
 """
 
 from __future__ import annotations
