@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import deque
 from contextlib import contextmanager
 from typing import Iterator, Sequence
 
@@ -78,6 +79,8 @@ class Communicator:
         self._seq = 0
         self._pending: list[tuple[int, Schedule]] = []
         self.recent_sizes: dict[str, int] = {}
+        #: (seq, collective, schedule version) of the last 4096 collectives issued here
+        self.trace: deque[tuple[int, str, int]] = deque(maxlen=4096)
         schedules = [] if schedule is None else ([schedule] if isinstance(schedule, Schedule)
                                                   else list(schedule))
         gpus = schedules[0].gpus if schedules else tuple(f"rank{r}" for r in range(self.world))
@@ -168,7 +171,9 @@ class Communicator:
                 else:
                     keep.append((k, sched))
             self._pending = keep
-            return self._seq, self.active[collective]
+            sched = self.active[collective]
+            self.trace.append((self._seq, collective, sched.version))
+            return self._seq, sched
 
     def _collective(self, collective: str, out: torch.Tensor, inp: torch.Tensor,
                     block: int) -> None:
