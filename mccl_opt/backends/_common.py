@@ -9,8 +9,8 @@ import scipy.sparse as sp
 
 from formulations.lp import FormulationError
 
-__all__ = ["METHODS", "check_method", "SparseBlock", "as_block", "as_index_array",
-           "warm_method"]
+__all__ = ["METHODS", "check_method", "warm_method", "SparseBlock", "as_block", "as_bounds",
+           "as_index_array"]
 
 #: LP methods every adapter accepts (see each adapter's docstring for the mapping).
 METHODS = ("auto", "primal", "dual", "ipm")

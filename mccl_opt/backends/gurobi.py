@@ -22,6 +22,7 @@ import time
 from typing import Any, ClassVar
 
 import numpy as np
+import scipy.sparse as sp
 
 from formulations.lp import LinearProgram
 
@@ -105,8 +106,6 @@ class GurobiBackend(Backend):
     def _add_constrs(self, A: Any, lo: np.ndarray, hi: np.ndarray) -> list[Any]:
         """Add rows ``lo <= A x <= hi`` (A in CSR over the user columns)."""
         gp = self._gp
-        import scipy.sparse as sp
-
         k = A.shape[0]
         if k == 0:
             return []

@@ -237,7 +237,7 @@ class ScipBackend(Backend):
         model = ps.Model()
         if self.silent:
             model.hideOutput()
-        bound = lambda v: None if not np.isfinite(v) else float(v)  # noqa: E731
+        bound = _side
         xs = [model.addVar(lb=bound(lo), ub=bound(hi), obj=float(c),
                            vtype="I" if integer else "C")
               for lo, hi, c, integer in zip(self._col_lo, self._col_hi, self._c, self._int)]
@@ -255,3 +255,8 @@ class ScipBackend(Backend):
         if self._sense == "max":
             model.setMaximize()
         return model, xs
+
+
+def _side(v: float) -> float | None:
+    """A SCIP Model bound/side: None for an infinite one."""
+    return float(v) if np.isfinite(v) else None
