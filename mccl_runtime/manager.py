@@ -274,6 +274,11 @@ class ScheduleManager:
     def busy(self) -> bool:
         return any(c.job is not None for c in self._collectives.values())
 
+    def wait_idle(self, timeout_s: float | None = None) -> bool:
+        """Block until running jobs finish (without publishing them); True if all did."""
+        futures = [c.job.future for c in self._collectives.values() if c.job is not None]
+        return not wait_futures(futures, timeout=timeout_s).not_done if futures else True
+
     def close(self) -> None:
         """Stop accepting jobs; running ones are abandoned (not waited for)."""
         self._pool.shutdown(wait=False, cancel_futures=True)
