@@ -7,7 +7,7 @@ import pytest
 
 from instances import fail1, fail2, hpn
 from mccl_runtime.drift import ScheduleProfile, bottleneck_rate, detect, profile_schedule
-from mccl_runtime.static import bfs_allgather
+from tests.test_runtime_manager import bfs_allgather
 
 
 def _profile(n, cut, base):

@@ -10,7 +10,7 @@ import pytest
 from instances import hpn
 from mccl_opt.errors import TelemetryError
 from mccl_runtime.drift import detect, profile_schedule
-from mccl_runtime.static import bfs_allgather
+from tests.test_runtime_manager import bfs_allgather
 from mccl_runtime.telemetry import MeasurementStore
 
 
