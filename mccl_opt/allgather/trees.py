@@ -5,13 +5,14 @@ multiplicity (how many of the root's k unit trees share it).  Extending a class 
 multiplicity ``m`` over a logical link with ``c`` free units takes ``min(m, c)``; when
 ``c < m`` the class splits and the remainder grows on its own.
 
-* :func:`greedy_pack` (compiled): all classes grow breadth-first, one vertex per class
-  per round (round robin, so no root hogs a link).  The scan of a vertex's links starts
-  at an offset that depends on the root, spreading the roots over the links.  With a
-  *guide* (ForestColl-warm, paper §4.3) a class first tries the links its root's
-  previous tree used, A*-like, then falls back to the plain BFS order.  Completing
-  every class proves optimality by construction (every link stays within its units);
-  the greedy may get stuck, and then
+* :func:`greedy_pack` (compiled) tries two greedy orders.  First breadth-first, all
+  classes growing one vertex per round (round robin, so no root hogs a link; a
+  vertex's links are scanned from a root-dependent offset): shallow trees.  If that
+  gets stuck, widest-link-first (a heap on remaining units, one class at a time),
+  which crosses scarce cuts once per class.  With a *guide* (ForestColl-warm, paper
+  §4.3) a class first tries the links its root's previous tree used, A*-like, then
+  falls back to the order above.  Completing every class proves optimality by
+  construction (every link stays within its units); if both orders get stuck,
 * :func:`exact_pack` (Lovász's proof of Edmonds' branching theorem, as in ForestColl)
   extends a class ``j`` over ``u -> v`` only by the amount every dangerous set allows:
   ``min`` over ``S`` with ``u ∉ S ∋ v``, ``S ∩ R_j ≠ ∅`` of ``units(δ⁻(S)) - p(S)``,
@@ -42,7 +43,7 @@ class TreeClass:
 
 
 @njit(cache=True)
-def _greedy(n, start, tail, head, cap, k, guide_start, guide_child, has_guide, max_classes,
+def _greedy_bfs(n, start, tail, head, cap, k, guide_start, guide_child, has_guide, max_classes,
             root, mult, parent, depth, order, count, pos, scanned, gpos, gscan, arc_of):
     n_cls = n
     for r in range(n):
@@ -100,11 +101,11 @@ def _greedy(n, start, tail, head, cap, k, guide_start, guide_child, has_guide, m
                     pos[c] += 1
                     scanned[c] = 0
             if arc < 0:
-                return -1 - c, n_cls
+                return -1, c
             take = mult[c] if mult[c] < cap[arc] else cap[arc]
             if take < mult[c]:
                 if n_cls >= max_classes:
-                    return -(1 << 40), n_cls
+                    return -2, 0
                 c2 = n_cls
                 n_cls += 1
                 root[c2] = r
@@ -138,6 +139,139 @@ def _greedy(n, start, tail, head, cap, k, guide_start, guide_child, has_guide, m
     return 0, n_cls
 
 
+@njit(cache=True)
+def _better(cap_a, aux_a, cap_b, aux_b):
+    return cap_a > cap_b or (cap_a == cap_b and aux_a < aux_b)
+
+
+@njit(cache=True)
+def _push(hk, ha, size, key, aux):
+    i = size
+    hk[i] = key
+    ha[i] = aux
+    while i > 0:
+        p = (i - 1) >> 1
+        if _better(hk[i], ha[i], hk[p], ha[p]):
+            hk[i], hk[p] = hk[p], hk[i]
+            ha[i], ha[p] = ha[p], ha[i]
+            i = p
+        else:
+            break
+    return size + 1
+
+
+@njit(cache=True)
+def _pop(hk, ha, size):
+    size -= 1
+    hk[0] = hk[size]
+    ha[0] = ha[size]
+    i = 0
+    while True:
+        l = 2 * i + 1
+        r = l + 1
+        b = i
+        if l < size and _better(hk[l], ha[l], hk[b], ha[b]):
+            b = l
+        if r < size and _better(hk[r], ha[r], hk[b], ha[b]):
+            b = r
+        if b == i:
+            break
+        hk[i], hk[b] = hk[b], hk[i]
+        ha[i], ha[b] = ha[b], ha[i]
+        i = b
+    return size
+
+
+@njit(cache=True)
+def _greedy_wide(n, start, tail, head, cap, k, guide_start, guide_child, has_guide, max_classes,
+            root, mult, parent, depth, order, count):
+    """Widest-link-first growth of one class at a time (guided links first).
+    Returns (0, classes) on success, (-1, c) if class c is stuck, (-2, 0) if out of
+    class slots."""
+    m_arcs = head.shape[0]
+    hk = np.empty(m_arcs + n, np.int64)
+    ha = np.empty(m_arcs + n, np.int64)
+    for r in range(n):
+        root[r] = r
+        mult[r] = k
+        for v in range(n):
+            parent[r, v] = -1
+            depth[r, v] = -1
+        depth[r, r] = 0
+        order[r, 0] = r
+        count[r] = 1
+    n_cls = n
+    c = 0
+    while c < n_cls:
+        r = root[c]
+        size = 0
+        for t in range(count[c]):
+            u = order[c, t]
+            for a in range(start[u], start[u + 1]):
+                if cap[a] > 0 and depth[c, head[a]] < 0:
+                    size = _push(hk, ha, size, cap[a], depth[c, u] * m_arcs + a)
+        gpos = 0
+        gscan = 0
+        while count[c] < n:
+            arc = -1
+            if has_guide[r]:
+                while gpos < count[c] and arc < 0:
+                    u = order[c, gpos]
+                    g0 = guide_start[r, u]
+                    g1 = guide_start[r, u + 1]
+                    while g0 + gscan < g1:
+                        v = guide_child[r, g0 + gscan]
+                        gscan += 1
+                        if depth[c, v] < 0:
+                            for a in range(start[u], start[u + 1]):
+                                if head[a] == v:
+                                    if cap[a] > 0:
+                                        arc = a
+                                    break
+                            if arc >= 0:
+                                break
+                    if arc < 0:
+                        gpos += 1
+                        gscan = 0
+            while arc < 0 and size > 0:
+                key = hk[0]
+                aux = ha[0]
+                size = _pop(hk, ha, size)
+                a = aux % m_arcs
+                if cap[a] == 0 or depth[c, head[a]] >= 0:
+                    continue
+                if cap[a] != key:
+                    size = _push(hk, ha, size, cap[a], aux)
+                    continue
+                arc = a
+            if arc < 0:
+                return -1, c
+            take = mult[c] if mult[c] < cap[arc] else cap[arc]
+            if take < mult[c]:
+                if n_cls >= max_classes:
+                    return -2, 0
+                c2 = n_cls
+                n_cls += 1
+                root[c2] = r
+                mult[c2] = mult[c] - take
+                parent[c2, :] = parent[c, :]
+                depth[c2, :] = depth[c, :]
+                order[c2, :] = order[c, :]
+                count[c2] = count[c]
+                mult[c] = take
+            cap[arc] -= take
+            v = head[arc]
+            parent[c, v] = arc
+            depth[c, v] = depth[c, tail[arc]] + 1
+            order[c, count[c]] = v
+            count[c] += 1
+            for a in range(start[v], start[v + 1]):
+                if cap[a] > 0 and depth[c, head[a]] < 0:
+                    size = _push(hk, ha, size, cap[a], depth[c, v] * m_arcs + a)
+        c += 1
+    return 0, n_cls
+
+
 def guide_arrays(n: int, guides: dict[int, np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """CSR children lists of each root's guide tree (``guides[r][v]`` = parent rank)."""
     g_start = np.zeros((n, n + 1), np.int64)
@@ -165,10 +299,11 @@ def greedy_pack(n: int, tail: np.ndarray, head: np.ndarray, units: np.ndarray, k
     order, start = _csr(n, tail, head)
     s_head = head[order]
     cap = units[order].astype(np.int64).copy()
+    g_start, g_child, has = guide_arrays(n, guides or {})
     arc_of = np.full((n, n), -1, np.int64)
     arc_of[tail[order], s_head] = np.arange(order.size)
-    g_start, g_child, has = guide_arrays(n, guides or {})
     max_classes = 2 * n + 16
+    strategy = 0
     while True:
         root = np.zeros(max_classes, np.int64)
         mult = np.zeros(max_classes, np.int64)
@@ -176,18 +311,23 @@ def greedy_pack(n: int, tail: np.ndarray, head: np.ndarray, units: np.ndarray, k
         depth = np.zeros((max_classes, n), np.int64)
         ordr = np.zeros((max_classes, n), np.int64)
         cnt = np.zeros(max_classes, np.int64)
-        pos = np.zeros(max_classes, np.int64)
-        scanned = np.zeros(max_classes, np.int64)
-        gpos = np.zeros(max_classes, np.int64)
-        gscan = np.zeros(max_classes, np.int64)
         work = cap.copy()
-        status, n_cls = _greedy(n, start, tail[order], s_head, work, k, g_start, g_child, has, max_classes,
-                                root, mult, parent, depth, ordr, cnt, pos, scanned, gpos,
-                                gscan, arc_of)
-        if status == -(1 << 40):
+        if strategy == 0:
+            z = [np.zeros(max_classes, np.int64) for _ in range(4)]
+            status, n_cls = _greedy_bfs(n, start, tail[order], s_head, work, k, g_start, g_child,
+                                        has, max_classes, root, mult, parent, depth, ordr, cnt,
+                                        *z, arc_of)
+        else:
+            status, n_cls = _greedy_wide(n, start, tail[order], s_head, work, k, g_start,
+                                         g_child, has, max_classes, root, mult, parent, depth,
+                                         ordr, cnt)
+        if status == -2:
             max_classes *= 2
             continue
         if status < 0:
+            if strategy == 0:
+                strategy = 1
+                continue
             return None
         out = []
         for c in range(n_cls):
