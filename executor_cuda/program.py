@@ -14,10 +14,11 @@ advances one step), so a relay forwards slice ``p`` while it receives slice ``p 
   ``u``'s output (its input on the root) into ``v``'s output; ``v`` forwards from its
   output after it received.
 
-Remainder handling (documented in docs/executor.md): with ``B`` elements per block,
-the chunks of one block split it at ``floor(c_j * B)`` where ``c_j`` is the cumulative
-share quantised to ``1/2**20``; slice ``i`` of ``P`` of a range of ``L`` elements
-starts at ``floor(i * L / P)``.  Any block size works; empty slices are skipped.
+Remainder handling (documented in docs/executor.md): with ``B`` elements per block and
+cumulative chunk shares ``m_j / K`` (a rounded schedule), chunk ``j`` ends at element
+``floor(m_j * B / K)`` (other shares are first rounded to multiples of ``2**-20``);
+slice ``i`` of ``P`` of a range of ``L`` elements starts at ``floor(i * L / P)``.  Any
+block size works; empty slices are skipped.
 
 All messages from one rank to one peer in one round are coalesced into a single
 point-to-point message whose segments are listed in the same order on both sides.
@@ -35,12 +36,13 @@ from mccl_opt.errors import ScheduleError
 from mccl_opt.schedule import PathChunk, Schedule, TreeChunk
 
 __all__ = ["COLLECTIVES_EXEC", "INP", "OUT", "STAGE", "Segment", "Message", "RankProgram", "GlobalProgram",
-           "compile_schedule", "ProgramCache", "direct_schedule", "slice_bounds", "chunk_bounds"]
+           "compile_schedule", "ProgramCache", "chunk_denominator", "direct_schedule", "slice_bounds", "chunk_bounds"]
 
 COLLECTIVES_EXEC = ("allgather", "alltoall")
 INP, OUT, STAGE = 0, 1, 2
 BUFFER_NAMES = ("inp", "out", "stage")
 QUANTUM = 1 << 20
+MAX_DENOMINATOR = 64
 SHARE_TOL = 1e-6
 
 
@@ -98,19 +100,35 @@ def slice_bounds(length: int, parts: int) -> list[tuple[int, int]]:
     return [(cuts[i], cuts[i + 1]) for i in range(parts)]
 
 
+def chunk_denominator(shares: Sequence[float], max_denominator: int = MAX_DENOMINATOR) -> int | None:
+    """Smallest ``K <= max_denominator`` making every cumulative share a multiple of
+    ``1/K`` (within 1e-6), or None.  Rounded schedules have ``K | max_chunks``."""
+    total = float(sum(shares))
+    cums, acc = [], 0.0
+    for s in shares:
+        acc += s
+        cums.append(acc / total)
+    for k in range(1, max_denominator + 1):
+        if all(abs(c * k - round(c * k)) < SHARE_TOL for c in cums):
+            return k
+    return None
+
+
 def chunk_bounds(shares: Sequence[float], numel: int) -> list[tuple[int, int]]:
     """Element ranges of consecutive chunks with ``shares`` of a ``numel`` block.
 
-    Boundaries are ``floor(q_j * numel / 2**20)`` with ``q_j`` the cumulative share
-    (normalised to sum 1) rounded to a multiple of ``2**-20``; the last is ``numel``.
+    If the cumulative shares are ``m_j / K`` (a rounded schedule, :func:`chunk_denominator`)
+    the boundaries are ``floor(m_j * numel / K)``; otherwise the cumulative shares are
+    rounded to multiples of ``2**-20`` first.  The last boundary is always ``numel``.
     """
     total = float(sum(shares))
+    k = chunk_denominator(shares) or QUANTUM
     cum, q = 0.0, [0]
     for s in shares:
         cum += s
-        q.append(min(QUANTUM, int(round(cum / total * QUANTUM))))
-    q[-1] = QUANTUM
-    cuts = [(x * numel) // QUANTUM for x in q]
+        q.append(min(k, int(round(cum / total * k))))
+    q[-1] = k
+    cuts = [(x * numel) // k for x in q]
     return [(cuts[i], cuts[i + 1]) for i in range(len(shares))]
 
 
