@@ -91,7 +91,7 @@ def parse_sample(data: Any) -> Sample:
     if isinstance(data, Sample):
         s = data
     else:
-        if not isinstance(data, Mapping):
+        if not isinstance(data, (dict, Mapping)):
             raise RejectedSample("malformed", f"a sample must be an object, got {type(data).__name__}")
         kind = data.get("kind")
         if kind not in KINDS:
@@ -106,7 +106,7 @@ def parse_sample(data: Any) -> Sample:
             raise RejectedSample("malformed", f"{kind} sample needs string node ids, got {src!r}, {dst!r}")
         gbps, t = data.get("gbps"), data.get("t")
         for label, v in (("gbps", gbps), ("t", t)):
-            if isinstance(v, bool) or not isinstance(v, (int, float)):
+            if type(v) is not float and (isinstance(v, bool) or not isinstance(v, (int, float))):
                 raise RejectedSample("malformed", f"sample '{label}' must be a number, got {v!r}")
         s = Sample(kind, src, dst, float(gbps), float(t))
     if not (math.isfinite(s.gbps) and math.isfinite(s.t)):
@@ -121,7 +121,16 @@ class LinkMap:
 
     def __init__(self, topo: Topology) -> None:
         self.topo = topo
-        self._pair_paths: dict[tuple[str, str], tuple[int, ...]] = {}
+        self._resolved: dict[tuple[str, str, str], tuple[tuple[int, ...], float]] = {}
+
+    def resolve(self, s: Sample) -> tuple[tuple[int, ...], float]:
+        """``(links, nominal)`` of a sample's channel, cached; raises :class:`RejectedSample`."""
+        key = (s.kind, s.src, s.dst)
+        hit = self._resolved.get(key)
+        if hit is None:
+            links = self.links_of(s)
+            hit = self._resolved[key] = (links, float(min(self.topo.arrays.capacity[a] for a in links)))
+        return hit
 
     def links_of(self, s: Sample) -> tuple[int, ...]:
         """Link indices a sample measures; raises :class:`RejectedSample` (``unknown_link``)."""
@@ -137,14 +146,7 @@ class LinkMap:
             return (topo.link_index(s.src, sw) if s.dst == "out" else topo.link_index(sw, s.src),)
         if not topo.has_node(s.dst) or not topo.is_gpu(s.dst) or s.src == s.dst:
             raise RejectedSample("unknown_link", f"pair sample {s.src!r} -> {s.dst!r} needs two distinct GPUs")
-        key = (s.src, s.dst)
-        if key not in self._pair_paths:
-            self._pair_paths[key] = self._switch_path(*key)
-        return self._pair_paths[key]
-
-    def nominal(self, links: tuple[int, ...]) -> float:
-        """Nominal throughput of a channel: the smallest capacity on its links."""
-        return float(min(self.topo.arrays.capacity[a] for a in links))
+        return self._switch_path(s.src, s.dst)
 
     def _intra_switch(self, gpu: str) -> str:
         cands = sorted((l.latency_us, l.dst) for l in self.topo.links
@@ -221,19 +223,19 @@ class MeasurementStore:
     def ingest(self, samples: Iterable[Any], now: float | None = None) -> IngestReport:
         """Validate and apply a batch; bad samples are counted, never raised."""
         now = self.clock() if now is None else float(now)
-        good: list[tuple[float, int, Sample, tuple[int, ...]]] = []
+        good: list[tuple[float, int, Sample, tuple[int, ...], float]] = []
         rejected: Counter[str] = Counter()
         for i, raw in enumerate(samples):
             try:
-                s, links = self._check(raw, now)
+                s, links, nominal = self._check(raw, now)
             except RejectedSample as exc:
                 rejected[exc.reason] += 1
                 continue
-            good.append((s.t, i, s, links))
+            good.append((s.t, i, s, links, nominal))
         good.sort(key=lambda g: (g[0], g[1]))
         applied = 0
-        for _, _, s, links in good:
-            if self._apply(s, links):
+        for _, _, s, links, nominal in good:
+            if self._apply(s, links, nominal):
                 applied += 1
             else:
                 rejected["stale"] += 1
@@ -253,18 +255,17 @@ class MeasurementStore:
                 raise RejectedSample(exc.reason, f"sample #{i}: {exc} (reason: {exc.reason})") from None
         return self.ingest(batch, now)
 
-    def _check(self, raw: Any, now: float) -> tuple[Sample, tuple[int, ...]]:
+    def _check(self, raw: Any, now: float) -> tuple[Sample, tuple[int, ...], float]:
         s = parse_sample(raw)
-        links = self.map.links_of(s)
+        links, nominal = self.map.resolve(s)
         if s.t > now + self.future_tolerance_s:
             raise RejectedSample("future", f"sample time {s.t} is after now ({now}); check the executor clock")
-        nominal = self.map.nominal(links)
         if s.gbps > self.max_ratio * nominal:
             raise RejectedSample("above_nominal",
                                  f"{s.gbps} Gbps on {s.src}->{s.dst} exceeds {self.max_ratio} x nominal {nominal}")
-        return s, links
+        return s, links, nominal
 
-    def _apply(self, s: Sample, links: tuple[int, ...]) -> bool:
+    def _apply(self, s: Sample, links: tuple[int, ...], nominal: float) -> bool:
         if s.kind == "pair":
             table: dict = self._pairs
             key: Any = (s.src, s.dst)
@@ -272,7 +273,7 @@ class MeasurementStore:
                 self._register_pair(key, links)
         else:
             table, key = self._direct, links[0]
-        value, last_t = table.get(key, (self.map.nominal(links), -math.inf))
+        value, last_t = table.get(key, (nominal, -math.inf))
         if s.t < last_t:
             return False
         table[key] = ((1.0 - self.alpha) * value + self.alpha * s.gbps, s.t)
@@ -334,7 +335,7 @@ class MeasurementStore:
             self._pair_slot, self._entry_slot, self._entry_link = {}, [], []
             for d in data.get("pairs", []):
                 s = parse_sample({"kind": "pair", "src": d["src"], "dst": d["dst"], "gbps": 0.0, "t": 0.0})
-                self._register_pair((s.src, s.dst), self.map.links_of(s))
+                self._register_pair((s.src, s.dst), self.map.resolve(s)[0])
                 self._pairs[(s.src, s.dst)] = (float(d["value"]), float(d["t"]))
             self.accepted = int(data.get("accepted", 0))
             self.rejected = Counter({str(k): int(v) for k, v in dict(data.get("rejected", {})).items()})
