@@ -22,50 +22,63 @@ __all__ = ["ColumnPool", "MasterSolution", "RestrictedMaster"]
 
 class ColumnPool:
     """Path columns: column ``j`` routes pair ``pair[j]`` over links
-    ``arcs[start[j]:start[j+1]]`` (in path order).  Duplicates are refused."""
+    ``arcs[start[j]:start[j+1]]`` (in path order).  Duplicates (same pair and links,
+    detected by a 64-bit hash of the column) are refused."""
 
     def __init__(self) -> None:
         self.pair = np.zeros(0, dtype=np.int64)
         self.start = np.zeros(1, dtype=np.int64)
         self.arcs = np.zeros(0, dtype=np.int64)
-        self._keys: set[bytes] = set()
+        self.hash = np.zeros(0, dtype=np.uint64)
 
     def __len__(self) -> int:
         return int(self.pair.size)
 
     @staticmethod
-    def _key(pair: int, arcs: np.ndarray) -> bytes:
-        return np.int64(pair).tobytes() + arcs.tobytes()
+    def _hash(pair: np.ndarray, start: np.ndarray, arcs: np.ndarray) -> np.ndarray:
+        """Polynomial hash of (pair, arcs) per column, wrapping modulo 2^64."""
+        lengths = np.diff(start)
+        seg = np.repeat(np.arange(pair.size), lengths)
+        pos = np.arange(arcs.size) - start[:-1][seg]
+        with np.errstate(over="ignore"):
+            mult = np.uint64(0x9E3779B97F4A7C15) ** (pos.astype(np.uint64) + np.uint64(1))
+            terms = (arcs.astype(np.uint64) + np.uint64(1)) * mult
+            h = np.zeros(pair.size, dtype=np.uint64)
+            np.add.at(h, seg, terms)
+            return h ^ (pair.astype(np.uint64) * np.uint64(0xC2B2AE3D27D4EB4F))
 
     def append(self, pair: np.ndarray, start: np.ndarray, arcs: np.ndarray) -> np.ndarray:
         """Add the new (non-duplicate) columns; returns the positions taken from the input."""
         pair = np.asarray(pair, dtype=np.int64)
         start = np.asarray(start, dtype=np.int64)
         arcs = np.asarray(arcs, dtype=np.int64)
-        keep = []
-        for j in range(pair.size):
-            key = self._key(int(pair[j]), arcs[start[j]:start[j + 1]])
-            if key not in self._keys:
-                self._keys.add(key)
-                keep.append(j)
-        idx = np.asarray(keep, dtype=np.int64)
+        h = self._hash(pair, start, arcs)
+        _, first = np.unique(h, return_index=True)
+        fresh = np.zeros(pair.size, dtype=bool)
+        fresh[first] = True
+        if self.hash.size:
+            known = np.sort(self.hash)
+            pos = np.minimum(np.searchsorted(known, h), known.size - 1)
+            fresh &= known[pos] != h
+        idx = np.flatnonzero(fresh)
         if idx.size:
-            lengths = np.diff(start)[idx]
-            new_arcs = np.concatenate([arcs[start[j]:start[j + 1]] for j in idx])
+            lengths = np.diff(start)
+            seg = np.repeat(np.arange(pair.size), lengths)
             self.pair = np.concatenate([self.pair, pair[idx]])
-            self.start = np.concatenate([self.start, self.start[-1] + np.cumsum(lengths)])
-            self.arcs = np.concatenate([self.arcs, new_arcs])
+            self.start = np.concatenate([self.start, self.start[-1] + np.cumsum(lengths[idx])])
+            self.arcs = np.concatenate([self.arcs, arcs[fresh[seg]]])
+            self.hash = np.concatenate([self.hash, h[idx]])
         return idx
 
     def keep(self, mask: np.ndarray) -> None:
         """Keep only the columns where ``mask`` is true (order preserved)."""
-        idx = np.flatnonzero(mask)
-        lengths = np.diff(self.start)[idx]
-        seg = np.repeat(np.arange(self.pair.size), np.diff(self.start))
-        self.arcs = self.arcs[np.asarray(mask)[seg]]
-        self.pair = self.pair[idx]
-        self.start = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
-        self._keys = {self._key(int(self.pair[j]), self.path(j)) for j in range(self.pair.size)}
+        mask = np.asarray(mask, dtype=bool)
+        lengths = np.diff(self.start)
+        seg = np.repeat(np.arange(self.pair.size), lengths)
+        self.arcs = self.arcs[mask[seg]]
+        self.pair = self.pair[mask]
+        self.hash = self.hash[mask]
+        self.start = np.concatenate([[0], np.cumsum(lengths[mask])]).astype(np.int64)
 
     def path(self, j: int) -> np.ndarray:
         return self.arcs[self.start[j]:self.start[j + 1]]

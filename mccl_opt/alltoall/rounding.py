@@ -108,13 +108,15 @@ def _snapshot(pool: ColumnPool, counts: np.ndarray, rate: float, method: str) ->
     return Rounded(counts.copy(), rate, pool.pair.copy(), pool.start.copy(), pool.arcs.copy(), method)
 
 
-def deep_dive(master: RestrictedMaster, prob: Problem, y: np.ndarray, k: int, max_steps: int, *,
-              max_dives: int = 12, max_backtracks: int = 3, deadline: float | None = None,
+def deep_dive(master: RestrictedMaster, prob: Problem, y: np.ndarray, k: int, max_steps: int,
+              lp_rate: float, *, good_enough: float = 1e-3, max_dives: int = 12,
+              max_backtracks: int = 3, deadline: float | None = None,
               options: CGOptions = CGOptions()) -> tuple[Rounded, dict]:
-    """Best of largest-remainder rounding and a deep dive from the LP solution ``y``.
+    """Best of the plain roundings and a deep dive from the LP solution ``y``.
 
-    Leaves ``master`` with fixed lower bounds; returns the best rounding (with a copy of
-    the column pool it refers to) and dive statistics.
+    The dive runs only while the best rounding is more than ``good_enough`` (relative)
+    below ``lp_rate``.  Leaves ``master`` with fixed lower bounds; returns the best
+    rounding (with a copy of the column pool it refers to) and dive statistics.
     """
     pool = master.pool
     lr = largest_remainder(pool, y, prob.num_pairs, k)
@@ -128,6 +130,8 @@ def deep_dive(master: RestrictedMaster, prob: Problem, y: np.ndarray, k: int, ma
     batch = 0.0                                 # first step: integral parts only
     for step in range(max_dives):
         if deadline is not None and time.perf_counter() >= deadline:
+            break
+        if best.rate >= (1 - good_enough) * lp_rate:
             break
         total = np.bincount(pool.pair, weights=y, minlength=prob.num_pairs)
         units = k * y / total[pool.pair]

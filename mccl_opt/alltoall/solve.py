@@ -132,7 +132,8 @@ def _finish(prob: Problem, solved: Solved, backend: str, max_chunks: int | None,
     if max_chunks is None:
         rounded = _fractional(pool, y, prob)
     else:
-        rounded, dive = deep_dive(master, prob, y, max_chunks, solved.max_steps, deadline=deadline)
+        rounded, dive = deep_dive(master, prob, y, max_chunks, solved.max_steps, lp_rate,
+                                  deadline=deadline)
     rounding_s = time.perf_counter() - t_round
     k = 1 if max_chunks is None else max_chunks
     chunks, loads = _chunks(prob, rounded, k)
@@ -181,13 +182,16 @@ def _chunks(prob: Problem, rounded: Rounded, k: int) -> tuple[list[PathChunk], n
     ar = topo.arrays
     used = np.flatnonzero(rounded.counts > 0)
     used = used[np.argsort(rounded.pool_pair[used], kind="stable")]
+    head_ids = np.array(ids, dtype=object)[ar.head[rounded.pool_arcs]].tolist()
+    start = rounded.pool_start
+    shares = rounded.counts / k
+    loads = np.bincount(rounded.pool_arcs,
+                        weights=shares[np.repeat(np.arange(shares.size), np.diff(start))],
+                        minlength=prob.num_links)
     chunks = []
-    loads = np.zeros(prob.num_links)
-    for j in used:
-        arcs = rounded.pool_arcs[rounded.pool_start[j]:rounded.pool_start[j + 1]]
-        share = float(rounded.counts[j]) / k
-        loads[arcs] += share
+    for j in used.tolist():
         p = rounded.pool_pair[j]
-        path = (ids[ar.tail[arcs[0]]],) + tuple(ids[h] for h in ar.head[arcs])
-        chunks.append(PathChunk(gpus[prob.pair_src[p]], gpus[prob.pair_dst[p]], share, path))
+        src = gpus[prob.pair_src[p]]
+        path = (src, *head_ids[start[j]:start[j + 1]])
+        chunks.append(PathChunk(src, gpus[prob.pair_dst[p]], float(shares[j]), path))
     return chunks, loads
