@@ -22,6 +22,7 @@ import logging
 import threading
 import time
 from collections import deque
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Iterator, Sequence
 
@@ -39,7 +40,7 @@ from .telemetry import Telemetry
 __all__ = ["Communicator"]
 
 log = logging.getLogger(__name__)
-POLL_S = 5e-5
+STAMP_TAG = 1      # telemetry timestamps travel beside the data (gloo matches on tags)
 
 
 class Communicator:
@@ -75,6 +76,7 @@ class Communicator:
         self.faults = faults
         self.name = name
         self.cache = ProgramCache()
+        self._waiters: ThreadPoolExecutor | None = None
         self._lock = threading.Lock()
         self._seq = 0
         self._pending: list[tuple[int, Schedule]] = []
@@ -144,6 +146,9 @@ class Communicator:
             self.rescheduler = None
         if self.telemetry is not None:
             self.telemetry.close()
+        if self._waiters is not None:
+            self._waiters.shutdown()
+            self._waiters = None
 
     # ------------------------------------------------------------------ swap hooks
     @contextmanager
@@ -191,16 +196,24 @@ class Communicator:
         for s, d in me.copies:
             _view(bufs, d).copy_(_view(bufs, s))
         cuda = out.is_cuda
+        stamped = self.telemetry is not None and not cuda
         for sends, recvs in me.rounds:
             if not sends and not recvs:
                 continue
             ops, unpack, delayed, recv_meta = [], [], [], []
-            t0 = time.monotonic_ns()
+            t0 = time.time_ns()
             start = _event(cuda)
             for m in recvs:
                 tensor = _gather_target(bufs, m.dst_segs, unpack)
                 ops.append(dist.P2POp(dist.irecv, tensor, self._peers[m.src], self.group))
                 recv_meta.append((m.src, tensor.numel() * tensor.element_size()))
+            stamps_in = torch.zeros(len(recvs), dtype=torch.int64)
+            if stamped:     # each sender tells when it was ready to send (its round start)
+                stamp_out = torch.tensor([t0], dtype=torch.int64)
+                ops += [dist.P2POp(dist.irecv, stamps_in[i:i + 1], self._peers[m.src],
+                                   self.group, tag=STAMP_TAG) for i, m in enumerate(recvs)]
+                ops += [dist.P2POp(dist.isend, stamp_out, self._peers[m.dst], self.group,
+                                   tag=STAMP_TAG) for m in sends]
             for m in sends:
                 tensor = _pack(bufs, m.src_segs)
                 delay = self.faults.delay_s(self.rank, m.dst, tensor.numel() *
@@ -208,49 +221,51 @@ class Communicator:
                 if delay > 0:
                     delayed.append((delay, m.dst, tensor))
                 else:
-                    ops.append(dist.P2POp(dist.isend, tensor, self._peers[m.dst],
-                                          self.group))
+                    ops.append(dist.P2POp(dist.isend, tensor, self._peers[m.dst], self.group))
             works = dist.batch_isend_irecv(ops) if ops else []
-            n_recv = len(recvs)
-            recv_works, other = works[:n_recv], works[n_recv:]
+            recv_works, other = works[:len(recvs)], works[len(recvs):]
+            timed = self._start_timing(recv_works) if stamped else None
             for delay, dst, tensor in sorted(delayed, key=lambda x: (x[0], x[1])):
-                wait = t0 / 1e9 + delay - time.monotonic_ns() / 1e9
+                wait = (t0 + delay * 1e9 - time.time_ns()) / 1e9
                 if wait > 0:
                     time.sleep(wait)
                 other.append(dist.isend(tensor, self._peers[dst], self.group))
-            self._wait(recv_works, recv_meta, gpus, seq, t0, start, cuda)
-            for w in other:
+            for w in (other if timed is not None else recv_works + other):
                 w.wait()
+            self._record(recv_meta, gpus, seq, t0, start, timed, stamps_in)
             for target, segs in unpack:
                 _scatter(bufs, segs, target)
 
-    def _wait(self, works: list, meta: list, gpus: Sequence[str], seq: int, t0: int,
-              start, cuda: bool) -> None:
+    def _start_timing(self, works: list) -> list:
+        """Wait on each gloo receive in its own pool thread, so that each completion time
+        is its own (gloo p2p works only complete inside ``wait()``)."""
+        if self._waiters is None:
+            self._waiters = ThreadPoolExecutor(max_workers=max(1, self.world - 1),
+                                               thread_name_prefix="mccl-recv-timer")
+        return [self._waiters.submit(_timed_wait, w) for w in works]
+
+    def _record(self, meta: list, gpus: Sequence[str], seq: int, t0: int, start,
+                timed: list | None, stamps: torch.Tensor) -> None:
+        """One telemetry sample per received message.  CPU: from the later of this
+        rank's and the sender's round start to the receive's completion (wall clock, ns),
+        so waiting for a late sender is not charged to the link.  CUDA: the round's
+        events."""
         tel = self.telemetry
-        me = gpus[self.rank]
         if tel is None:
-            for w in works:
-                w.wait()
-        elif cuda:
-            for w in works:
-                w.wait()
+            return
+        me = gpus[self.rank]
+        if timed is None:
             end = _event(True)
             for src, nbytes in meta:
                 tel.record_cuda(gpus[src], me, nbytes, start, end, seq)
-        else:
-            pending = list(zip(works, meta))
-            while pending:
-                left = []
-                for w, (src, nbytes) in pending:
-                    if w.is_completed():
-                        tel.record(gpus[src], me, nbytes, (time.monotonic_ns() - t0) / 1e9, seq)
-                    else:
-                        left.append((w, (src, nbytes)))
-                pending = left
-                if pending:
-                    time.sleep(POLL_S)
-            for w in works:
-                w.wait()
+            return
+        for fut, (src, nbytes), stamp in zip(timed, meta, stamps.tolist()):
+            tel.record(gpus[src], me, nbytes, max(fut.result() - max(t0, stamp), 1) / 1e9, seq)
+
+
+def _timed_wait(work) -> int:
+    work.wait()
+    return time.time_ns()
 
 
 def _check_pair(out: torch.Tensor, inp: torch.Tensor) -> None:

@@ -47,6 +47,10 @@ class LinkSample:
         """Effective throughput in Gbps (10^9 bit/s), DESIGN.md §2 units."""
         return 8.0 * self.bytes / self.seconds / 1e9 if self.seconds > 0 else 0.0
 
+    def to_controller(self, t: float) -> dict[str, Any]:
+        """The controller's ``pair`` sample (mccl_runtime.telemetry wire format) at time ``t``."""
+        return {"kind": "pair", "src": self.src, "dst": self.dst, "gbps": self.gbps, "t": t}
+
     def to_dict(self) -> dict[str, Any]:
         return {"src": self.src, "dst": self.dst, "bytes": self.bytes, "seconds": self.seconds,
                 "gbps": self.gbps, "count": self.count, "first_seq": self.first_seq,

@@ -99,6 +99,7 @@ def test_chunk_and_slice_bounds_partition_exactly():
         s = slice_bounds(numel, 4)
         assert s[0][0] == 0 and s[-1][1] == numel
     assert chunk_bounds([0.3, 0.7], 10) == [(0, 3), (3, 10)]
+    assert chunk_bounds([1 / 3] * 3, 4) == [(0, 1), (1, 2), (2, 4)]   # floor(i*n/K)
 
 
 def test_compile_rejects_undeliverable_schedules():
