@@ -13,7 +13,7 @@ import torch
 from executor_cuda.program import direct_schedule
 from executor_cuda.rail_schedules import rail_allgather, rail_alltoall
 from instances import hpn
-from tests.test_executor_harness import run_ranks
+from executor_cuda.launch import run_ranks
 
 DTYPES = [torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.int8,
           torch.int16, torch.int32, torch.int64, torch.uint8, torch.bool]

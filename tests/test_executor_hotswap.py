@@ -11,7 +11,7 @@ import torch
 
 from executor_cuda.rail_schedules import rail_alltoall
 from instances import hpn
-from tests.test_executor_harness import run_ranks
+from executor_cuda.launch import run_ranks
 
 N_OPS = 200
 

@@ -15,7 +15,7 @@ import torch
 from executor_cuda.faults import FaultInjector
 from executor_cuda.telemetry import LinkSample, Telemetry, aggregate
 from mccl_opt.errors import TelemetryError
-from tests.test_executor_harness import run_ranks
+from executor_cuda.launch import run_ranks
 
 
 def _measure(rank: int, world: int, capacity: int) -> dict:

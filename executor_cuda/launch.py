@@ -1,4 +1,5 @@
-"""Helper of test_executor_*: run a function on N forked gloo ranks with a hard timeout.
+"""Run a function on N forked CPU ranks (gloo) with a hard timeout: tests, benchmarks
+and demos of the executor on one machine.
 
 Each rank calls ``fn(rank, world, *args)`` after ``init_process_group("gloo")`` on a
 FileStore in a fresh temporary directory; return values come back through a pipe.
@@ -13,6 +14,8 @@ import tempfile
 import time
 import traceback
 from typing import Any, Callable
+
+__all__ = ["run_ranks"]
 
 
 def _child(fn: Callable, rank: int, world: int, path: str, args: tuple, conn) -> None:
@@ -33,7 +36,12 @@ def _child(fn: Callable, rank: int, world: int, path: str, args: tuple, conn) ->
 
 
 def run_ranks(fn: Callable, world: int, *args: Any, timeout: float = 60.0) -> list[Any]:
-    """Run ``fn`` on ``world`` forked ranks; returns the per-rank results."""
+    """Run ``fn`` on ``world`` forked ranks; returns the per-rank results.
+
+    Import torch in the parent first: forked children then start in milliseconds.
+    Raises ``AssertionError`` with every failing rank's traceback, ``TimeoutError``
+    (after killing the children) if they do not finish within ``timeout`` seconds.
+    """
     ctx = mp.get_context("fork")
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "store")
