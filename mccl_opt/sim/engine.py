@@ -14,7 +14,7 @@ from typing import Iterable, Mapping
 
 import numpy as np
 
-from ..schedule import Schedule, schedule_rate, share_loads
+from ..schedule import Schedule
 from ..topology import Topology
 from .fairshare import fill
 from .model import SimulationError, Streams, compile_streams, parse_timeline
@@ -44,12 +44,20 @@ def simulate(topo: Topology, schedule: Schedule, message_bytes: float, *,
     streams = compile_streams(topo, schedule, message_bytes, slice_bytes=slice_bytes, pieces=pieces)
     changes = parse_timeline(topo, capacity_timeline)
     times, loads, completion, events = _run(streams, topo.arrays.capacity.copy(), changes)
-    rate = schedule_rate(topo, share_loads(topo, schedule.chunks))
+    rate = _fluid_rate(streams, topo.arrays.capacity, float(message_bytes))
     return SimResult(
         collective=schedule.collective, num_gpus=topo.num_gpus, message_bytes=float(message_bytes),
         completion_s=completion, fluid_rate_gbps=rate,
         link_names=tuple((l.src, l.dst) for l in topo.links), times=times, link_gbps=loads,
         num_streams=streams.num_streams, num_events=events, wall_s=_time.perf_counter() - wall)
+
+
+def _fluid_rate(st: Streams, cap: np.ndarray, message_bytes: float) -> float:
+    """``min_a cap_a / L_a`` with share loads ``L_a`` from the streams (= ``schedule_rate``)."""
+    share = st.mult * st.npieces * st.piece_bytes / message_bytes
+    loads = st.inc.T @ share
+    used = loads > 1e-12
+    return float(np.min(cap[used] / loads[used]))
 
 
 class _Recorder:
@@ -73,6 +81,8 @@ class _Recorder:
 
 
 def _run(st: Streams, cap: np.ndarray, changes) -> tuple[np.ndarray, np.ndarray, float, int]:
+    """The event loop; per event it touches only the transmitting streams and the
+    streams whose next piece may just have become available."""
     n = st.num_streams
     done = np.zeros(n, dtype=np.int64)
     active = np.zeros(n, dtype=bool)
@@ -80,40 +90,47 @@ def _run(st: Streams, cap: np.ndarray, changes) -> tuple[np.ndarray, np.ndarray,
     off = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(st.npieces, out=off[1:])
     fin = np.full(int(off[-1]), np.nan)
-    bytes_per_s = 1e9 / 8.0
-    open_idx = np.arange(n)
     indptr = st.inc.indptr.astype(np.int64)
     indices = st.inc.indices.astype(np.int64)
+    child_ptr, child_idx = _children(st.parent)
+    bytes_per_s = 1e9 / 8.0
     rec = _Recorder(cap.size)
+    act = np.zeros(0, dtype=np.int64)
+    pend = np.zeros(0, dtype=np.int64)
+    cand = np.flatnonzero(st.parent < 0)
+    left = n
     t, ci, events = 0.0, 0, 0
-    while open_idx.size:
+    while left:
         while ci < len(changes) and changes[ci].time_s <= t * (1 + _BATCH_TOL):
             cap[changes[ci].links] = changes[ci].gbps
             ci += 1
         next_change = changes[ci].time_s if ci < len(changes) else np.inf
-        next_arrival = _start_ready(st, open_idx, done, active, rem, fin, off, t)
-        act = open_idx[active[open_idx]]
+        started, pend, next_arrival = _start_ready(st, np.union1d(cand, pend), done, active, fin, off, t)
+        rem[started] = st.piece_bytes[started]
+        act = np.concatenate([act, started])
         if act.size == 0:
             t_next = min(next_arrival, next_change)
             if not np.isfinite(t_next):  # pragma: no cover - compile_streams forbids cycles
                 raise SimulationError("simulation deadlocked: no piece can move")
             rec.add(t, rec.zero)
-            t = t_next
+            t, cand = t_next, np.zeros(0, dtype=np.int64)
             continue
         rates, load = fill(indptr, indices, act, st.mult, cap)
         dt_fin = rem[act] / (rates * bytes_per_s)
         dt = min(float(dt_fin.min()), next_arrival - t, next_change - t)
         rec.add(t, load)
         rem[act] -= rates * bytes_per_s * dt
-        finished = act[dt_fin <= dt * (1 + _BATCH_TOL)]
+        over = dt_fin <= dt * (1 + _BATCH_TOL)
+        finished, act = act[over], act[~over]
         t += dt
         events += 1
         fin[off[finished] + done[finished]] = t
         done[finished] += 1
         active[finished] = False
         rem[finished] = 0.0
-        if (done[finished] == st.npieces[finished]).any():
-            open_idx = open_idx[done[open_idx] < st.npieces[open_idx]]
+        more = done[finished] < st.npieces[finished]
+        left -= int(finished.size - more.sum())
+        cand = np.concatenate([finished[more], _gather(child_ptr, child_idx, finished)])
     arrivals = fin[off[1:] - 1] + st.latency_s
     completion = float(arrivals.max())
     if completion > t:
@@ -122,16 +139,36 @@ def _run(st: Streams, cap: np.ndarray, changes) -> tuple[np.ndarray, np.ndarray,
     return times, loads, completion, events
 
 
-def _start_ready(st: Streams, open_idx: np.ndarray, done: np.ndarray, active: np.ndarray,
-                 rem: np.ndarray, fin: np.ndarray, off: np.ndarray, t: float) -> float:
-    """Start every idle stream whose next piece is at its tail GPU; return the time the
-    next piece arrives somewhere (``inf`` if none is in flight)."""
-    idle = open_idx[~active[open_idx]]
-    if idle.size == 0:
-        return np.inf
-    par = st.parent[idle]
-    j = done[idle]
-    arrive = np.zeros(idle.size)
+def _children(parent: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """CSR of each stream's child streams."""
+    has = np.flatnonzero(parent >= 0)
+    order = has[np.argsort(parent[has], kind="stable")]
+    ptr = np.zeros(parent.size + 1, dtype=np.int64)
+    np.cumsum(np.bincount(parent[has], minlength=parent.size), out=ptr[1:])
+    return ptr, order
+
+
+def _gather(ptr: np.ndarray, idx: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """Concatenation of ``idx[ptr[r]:ptr[r+1]]`` over ``rows``."""
+    counts = ptr[rows + 1] - ptr[rows]
+    total = int(counts.sum())
+    if total == 0:
+        return np.zeros(0, dtype=np.int64)
+    starts = np.repeat(ptr[rows] - np.cumsum(counts) + counts, counts)
+    return idx[starts + np.arange(total)]
+
+
+def _start_ready(st: Streams, cand: np.ndarray, done: np.ndarray, active: np.ndarray,
+                 fin: np.ndarray, off: np.ndarray, t: float) -> tuple[np.ndarray, np.ndarray, float]:
+    """Among candidate streams, start those whose next piece is at their tail GPU.
+
+    Returns ``(started, pending, next_arrival)``: ``pending`` are idle streams whose
+    next piece is on its way (it arrives at ``next_arrival`` at the earliest).
+    """
+    cand = cand[~active[cand] & (done[cand] < st.npieces[cand])]
+    par = st.parent[cand]
+    j = done[cand]
+    arrive = np.zeros(cand.size)
     child = par >= 0
     p = par[child]
     jc = j[child]
@@ -140,8 +177,9 @@ def _start_ready(st: Streams, open_idx: np.ndarray, done: np.ndarray, active: np
     at[sent] = fin[off[p[sent]] + jc[sent]] + st.latency_s[p[sent]]
     arrive[child] = at
     ready = arrive <= t * (1 + _BATCH_TOL) + 1e-15
-    start = idle[ready]
-    active[start] = True
-    rem[start] = st.piece_bytes[start]
-    later = arrive[~ready]
-    return float(later.min()) if later.size else np.inf
+    started = cand[ready]
+    active[started] = True
+    waiting = ~ready & np.isfinite(arrive)
+    pending = cand[waiting]
+    next_arrival = float(arrive[waiting].min()) if pending.size else np.inf
+    return started, pending, next_arrival

@@ -143,33 +143,30 @@ def compile_streams(topo: Topology, schedule: Schedule, message_bytes: float, *,
         slice_bytes = DEFAULT_SLICE_BYTES if pieces is None else None
 
     lat_us = topo.arrays.latency
-    rows: list[list[int]] = []
+    gpu_set = frozenset(topo.gpus)
+    seg_ids: dict[tuple[str, ...], int] = {}
+    seg_arcs: list[list[int]] = []
+    seg: list[int] = []
     mult: list[int] = []
     npieces: list[int] = []
     pbytes: list[float] = []
     parent: list[int] = []
-    latency: list[float] = []
-    seg_cache: dict[tuple[str, ...], list[int]] = {}
 
-    def links_of(seg: tuple[str, ...]) -> list[int]:
-        got = seg_cache.get(seg)
-        if got is None:
+    def add(path: tuple[str, ...], m: int, n: int, size: float, par: int) -> int:
+        sid = seg_ids.get(path)
+        if sid is None:
             try:
-                got = [topo.link_index(u, v) for u, v in zip(seg[:-1], seg[1:])]
+                arcs = [topo.link_index(u, v) for u, v in zip(path[:-1], path[1:])]
             except TopologyError as exc:
                 raise ScheduleError(f"schedule does not match topology {topo.name!r}: {exc}") from None
-            seg_cache[seg] = got
-        return got
-
-    def add(seg: tuple[str, ...], m: int, n: int, size: float, par: int) -> int:
-        arcs = links_of(seg)
-        rows.append(arcs)
+            sid = seg_ids[path] = len(seg_arcs)
+            seg_arcs.append(arcs)
+        seg.append(sid)
         mult.append(m)
         npieces.append(n)
         pbytes.append(size)
         parent.append(par)
-        latency.append(float(lat_us[arcs].sum()) * 1e-6)
-        return len(rows) - 1
+        return len(seg) - 1
 
     for chunk, m in groups:
         chunk_bytes = chunk.share * message_bytes
@@ -179,28 +176,36 @@ def compile_streams(topo: Topology, schedule: Schedule, message_bytes: float, *,
             if chunk.path[0] != chunk.src or chunk.path[-1] != chunk.dst:
                 raise ScheduleError(f"chunk {chunk.src}->{chunk.dst}: path must start at src and end at dst")
             prev = -1
-            for seg in _segments(topo, chunk.path):
-                prev = add(seg, m, n, size, prev)
+            for part in _segments(topo, chunk.path):
+                prev = add(part, m, n, size, prev)
         else:
-            _add_tree(topo, chunk, lambda seg, par: add(seg, m, n, size, par))
+            _add_tree(topo, chunk, gpu_set, lambda part, par: add(part, m, n, size, par))
 
-    indptr = np.zeros(len(rows) + 1, dtype=np.int64)
-    np.cumsum([len(r) for r in rows], out=indptr[1:])
-    indices = np.fromiter((a for r in rows for a in r), dtype=np.int64, count=int(indptr[-1]))
-    inc = sp.csr_matrix((np.ones(indices.size), indices, indptr), shape=(len(rows), topo.num_links))
+    seg_arr = np.asarray(seg, dtype=np.int64)
+    seg_len = np.array([len(a) for a in seg_arcs], dtype=np.int64)
+    seg_ptr = np.zeros(len(seg_arcs) + 1, dtype=np.int64)
+    np.cumsum(seg_len, out=seg_ptr[1:])
+    seg_idx = np.fromiter((a for arcs in seg_arcs for a in arcs), dtype=np.int64, count=int(seg_ptr[-1]))
+    seg_lat = np.array([lat_us[arcs].sum() for arcs in seg_arcs]) * 1e-6
+    lens = seg_len[seg_arr]
+    indptr = np.zeros(seg_arr.size + 1, dtype=np.int64)
+    np.cumsum(lens, out=indptr[1:])
+    starts = np.repeat(seg_ptr[seg_arr] - indptr[:-1], lens)
+    indices = seg_idx[starts + np.arange(int(indptr[-1]))]
+    inc = sp.csr_matrix((np.ones(indices.size), indices, indptr), shape=(seg_arr.size, topo.num_links))
     return Streams(inc, np.asarray(mult, dtype=np.float64), np.asarray(npieces, dtype=np.int64),
                    np.asarray(pbytes, dtype=np.float64), np.asarray(parent, dtype=np.int64),
-                   np.asarray(latency, dtype=np.float64))
+                   seg_lat[seg_arr])
 
 
-def _add_tree(topo: Topology, chunk: TreeChunk, add) -> None:
+def _add_tree(topo: Topology, chunk: TreeChunk, gpu_set: frozenset, add) -> None:
     """Add one stream per tree edge, parents before children (edges in BFS order)."""
     by_tail: dict[str, list[tuple[str, ...]]] = {}
     for e in chunk.edges:
-        if not topo.has_node(e[0]) or not topo.has_node(e[-1]):
-            raise ScheduleError(f"tree of {chunk.src}: edge {e[0]}->{e[-1]} names a node that is not "
-                                f"in topology {topo.name!r}")
-        if any(topo.is_gpu(v) for v in e[1:-1]):
+        if e[0] not in gpu_set or e[-1] not in gpu_set:
+            raise ScheduleError(f"tree of {chunk.src}: edge {e[0]}->{e[-1]} must join two GPUs of "
+                                f"topology {topo.name!r}")
+        if len(e) > 2 and not gpu_set.isdisjoint(e[1:-1]):
             raise ScheduleError(f"tree of {chunk.src}: edge {list(e)} has a GPU inside; AllGather "
                                 f"edges may only cross switches")
         by_tail.setdefault(e[0], []).append(e)
