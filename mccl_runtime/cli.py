@@ -63,7 +63,7 @@ def _serve(args: argparse.Namespace) -> int:
 
     threading.Thread(target=_announce, args=(svc,), daemon=True).start()
     svc.serve_forever()
-    print("controller stopped; state saved" if args.state else "controller stopped", flush=True)
+    print("controller stopped; state saved" if args.state else "controller stopped", file=sys.stderr)
     return 0
 
 

@@ -73,8 +73,8 @@ class ControllerClient:
         return Subscription(self._ctx, self.ping()["pub"], self.key)
 
     def close(self) -> None:
-        self._sock.close(0)
-        self._ctx.term()
+        """Close the request socket and any subscriptions opened from this client."""
+        self._ctx.destroy(linger=0)
 
     def __enter__(self) -> "ControllerClient":
         return self
