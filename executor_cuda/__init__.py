@@ -10,12 +10,16 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-__all__ = ["Communicator", "Rescheduler", "Telemetry", "LinkSample", "FaultInjector",
-           "compile_schedule", "direct_schedule", "to_msccl_xml", "check_msccl_xml"]
+__all__ = ["Communicator", "Rescheduler", "SwapEvent", "Telemetry", "LinkSample",
+           "FaultInjector", "CalibratedReporter", "compile_schedule", "direct_schedule",
+           "to_msccl_xml", "check_msccl_xml", "run_ranks"]
 
 _LAZY = {
     "Communicator": "executor_cuda.communicator",
     "Rescheduler": "executor_cuda.rescheduler",
+    "SwapEvent": "executor_cuda.rescheduler",
+    "CalibratedReporter": "executor_cuda.reporting",
+    "run_ranks": "executor_cuda.launch",
     "Telemetry": "executor_cuda.telemetry",
     "LinkSample": "executor_cuda.telemetry",
     "FaultInjector": "executor_cuda.faults",

@@ -18,7 +18,6 @@ may be called from any thread.
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 from collections import deque
@@ -39,7 +38,6 @@ from .telemetry import Telemetry
 
 __all__ = ["Communicator"]
 
-log = logging.getLogger(__name__)
 STAMP_TAG = 1      # telemetry timestamps travel beside the data (gloo matches on tags)
 
 

@@ -85,6 +85,15 @@ def solver_schedules(topo) -> tuple[list, list[str]]:
 
 
 @pytest.mark.parametrize("world", [4, 8])
+def test_bit_exact_against_torch(world):
+    topo = hpn(1, 2, world // 2)
+    schedules = [rail_alltoall(topo, split=True), rail_allgather(topo, split=True),
+                 direct_schedule("alltoall", topo.gpus), direct_schedule("allgather", topo.gpus)]
+    results = run_ranks(exercise, world, schedules, [1, 3], timeout=90)
+    assert results == [[]] * world
+
+
+@pytest.mark.parametrize("world", [4, 8])
 def test_bit_exact_solver_schedules(world):
     topo = hpn(1, 2, world // 2)
     schedules, missing = solver_schedules(topo)
