@@ -21,7 +21,7 @@ from .budget import choose_trees, exact_k
 from .fabric import fabric_of
 from .mapping import to_physical, tree_chunks
 from .splitting import LogicalGraph, SplitGraph, balance_switches, split_all
-from .throughput import optimal_rate
+from .throughput import Fabric, optimal_rate
 from .trees import exact_pack, greedy_pack
 
 __all__ = ["solve_allgather", "WarmState"]
@@ -70,6 +70,33 @@ def _warm_inputs(warm: Schedule | None, topo: Topology) -> tuple[list[np.ndarray
     return ([cut] if cut.any() else []), state.get("k"), guides
 
 
+def _balanced_split(fab: Fabric, is_switch: np.ndarray, k: int, y: Fraction,
+                    max_chunks: int | None, stats: dict[str, Any]) -> tuple[SplitGraph, int]:
+    """Tree units of every link, switches balanced.  When balancing must give up
+    capacity the optimum cannot spare (one-directional degradations), the balanced
+    fabric becomes the input and ``k``, ``y`` are chosen again on it (at most 3 times);
+    ``stats['balanced_exactly']`` records it and the schedule's rate then sits below
+    ``lp_rate_gbps``."""
+    stats["balanced_exactly"] = True
+    for _ in range(3):
+        units = (fab.cap * y.denominator) // y.numerator
+        split = SplitGraph.from_links(fab.n, fab.tail, fab.head, units, is_switch, fab.gpus, k)
+        if balance_switches(split):
+            return split, k
+        stats["balanced_exactly"] = False
+        kept = np.array([split.units.get((a, b), 0) for a, b in
+                         zip(fab.tail.tolist(), fab.head.tolist())], np.int64)
+        fab = Fabric.build(fab.n, fab.tail, fab.head, kept, fab.gpus)
+        p1 = optimal_rate(fab)
+        if p1.num == 0:
+            break
+        k, y, _ = choose_trees(fab, p1, max_chunks)     # y now in the old tree units
+        if y <= 0:
+            break
+    raise SolveError("switches could not be balanced (in- vs out-capacity) without losing "
+                     "every tree; check one-directional link capacities of the fabric")
+
+
 def _pack(split: SplitGraph, rank_of: np.ndarray, k: int, guides: dict[int, np.ndarray],
           stats: dict[str, Any]) -> tuple[LogicalGraph, list]:
     """Spread split + greedy packing; exact splitting / exact packing as fallbacks."""
@@ -105,7 +132,7 @@ def solve_allgather(topo: Topology, warm: Schedule | None = None, backend: str =
 
     ``max_chunks=K``: every root's trees carry multiples of ``1/k`` for one ``k <= K``
     (the best such ``k``); ``None``: the exact optimum.  ``step_aware=True`` replaces
-    the switch-removal split by the depth-reducing model of App. C (needs ``backend``).
+    (App. C) is not implemented yet and raises :class:`SolveError`.
     Raises :class:`TopologyError` for unusable fabrics, :class:`SolveError` if a
     certified fallback fails.
     """
@@ -114,6 +141,9 @@ def solve_allgather(topo: Topology, warm: Schedule | None = None, backend: str =
     if max_chunks is not None and (isinstance(max_chunks, bool) or not isinstance(max_chunks, int)
                                    or max_chunks < 1):
         raise ValueError(f"max_chunks must be a positive integer or None, got {max_chunks!r}")
+    if step_aware:
+        raise SolveError("step_aware=True (paper App. C) is not implemented yet; "
+                         "call solve_allgather(..., step_aware=False)")
     t_start = time.perf_counter()
     stats: dict[str, Any] = {"warm": warm is not None}
     hint_cuts, prev_k, guides = _warm_inputs(warm, topo)
@@ -133,17 +163,11 @@ def solve_allgather(topo: Topology, warm: Schedule | None = None, backend: str =
     stats["budget_maxflows"] = calls
     stats["k"], stats["k_exact"] = k, exact_k(fab, p1)
 
-    units = (fab.cap * y.denominator) // y.numerator
     arr = topo.arrays
-    split = SplitGraph.from_links(fab.n, fab.tail, fab.head, units, arr.is_switch, fab.gpus, k)
     t = time.perf_counter()
-    stats["balanced_exactly"] = balance_switches(split)
+    split, k = _balanced_split(fab, arr.is_switch, k, y, max_chunks, stats)
     stats["balance_s"] = time.perf_counter() - t
-    if step_aware:
-        from .step_aware import step_aware_split
-        lg, classes = step_aware_split(split, arr.rank_of, k, guides, backend, stats)
-    else:
-        lg, classes = _pack(split, arr.rank_of, k, guides, stats)
+    lg, classes = _pack(split, arr.rank_of, k, guides, stats)
 
     t = time.perf_counter()
     trees = to_physical(classes, lg)
@@ -172,7 +196,7 @@ def solve_allgather(topo: Topology, warm: Schedule | None = None, backend: str =
         collective="allgather", topology=topo.name, gpus=topo.gpus, rate_gbps=rate,
         lp_rate_gbps=x_star, max_chunks=max_chunks, chunks=tuple(chunks),
         bottleneck=bottleneck_links(topo, loads, rate, k, saturated=saturated),
-        solver={"backend": backend if step_aware else "maxflow", "seconds": seconds,
+        solver={"backend": "maxflow", "seconds": seconds,
                 "maxflow_calls": p1.maxflow_calls + calls, "algorithm": "forestcoll-warm"
                 if warm is not None else "forestcoll"},
         stats=stats, warm_state=state)

@@ -29,6 +29,9 @@ from numba import njit
 
 from .maxflow import INF, FlowNetwork
 
+#: root-dependent rotations of the BFS link scan tried in turn (deterministic)
+SHIFTS = (1, 3, 7, 0)
+
 __all__ = ["TreeClass", "greedy_pack", "exact_pack", "guide_arrays"]
 
 
@@ -44,7 +47,7 @@ class TreeClass:
 
 @njit(cache=True)
 def _greedy_bfs(n, start, tail, head, cap, k, guide_start, guide_child, has_guide, max_classes,
-            root, mult, parent, depth, order, count, pos, scanned, gpos, gscan, arc_of):
+            root, mult, parent, depth, order, count, pos, scanned, gpos, gscan, arc_of, shift):
     n_cls = n
     for r in range(n):
         root[r] = r
@@ -92,7 +95,7 @@ def _greedy_bfs(n, start, tail, head, cap, k, guide_start, guide_child, has_guid
                 u = order[c, pos[c]]
                 deg = start[u + 1] - start[u]
                 while scanned[c] < deg:
-                    a = start[u] + (r + u + scanned[c]) % deg
+                    a = start[u] + (shift * r + u + scanned[c]) % deg
                     scanned[c] += 1
                     if cap[a] > 0 and depth[c, head[a]] < 0:
                         arc = a
@@ -304,6 +307,7 @@ def greedy_pack(n: int, tail: np.ndarray, head: np.ndarray, units: np.ndarray, k
     arc_of[tail[order], s_head] = np.arange(order.size)
     max_classes = 2 * n + 16
     strategy = 0
+    shift_i = 0
     while True:
         root = np.zeros(max_classes, np.int64)
         mult = np.zeros(max_classes, np.int64)
@@ -316,7 +320,7 @@ def greedy_pack(n: int, tail: np.ndarray, head: np.ndarray, units: np.ndarray, k
             z = [np.zeros(max_classes, np.int64) for _ in range(4)]
             status, n_cls = _greedy_bfs(n, start, tail[order], s_head, work, k, g_start, g_child,
                                         has, max_classes, root, mult, parent, depth, ordr, cnt,
-                                        *z, arc_of)
+                                        *z, arc_of, SHIFTS[shift_i])
         else:
             status, n_cls = _greedy_wide(n, start, tail[order], s_head, work, k, g_start,
                                          g_child, has, max_classes, root, mult, parent, depth,
@@ -325,6 +329,9 @@ def greedy_pack(n: int, tail: np.ndarray, head: np.ndarray, units: np.ndarray, k
             max_classes *= 2
             continue
         if status < 0:
+            if strategy == 0 and shift_i + 1 < len(SHIFTS):
+                shift_i += 1
+                continue
             if strategy == 0:
                 strategy = 1
                 continue

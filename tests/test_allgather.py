@@ -1,0 +1,179 @@
+"""AllGather synthesizer (issue 4): optimum vs independent bounds, valid schedules,
+warm == cold, budgets, degenerate fabrics."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import networkx as nx
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from instances import dgx, fail1, fail2, fail3, full_mesh, hpn, irregular, ring
+from mccl_opt import Schedule, TopologyError, validate
+from mccl_opt.allgather import solve_allgather
+from mccl_opt.allgather.throughput import cut_tree_bandwidth
+from mccl_opt.topology import Link, Node, Topology
+
+
+def brute_force_bound(topo: Topology) -> Fraction:
+    """min over node sets S holding a GPU, not all, of cap(δ⁻(S)) / |GPUs \\ S|."""
+    a = topo.arrays
+    n = topo.num_nodes
+    gpu = ~a.is_switch
+    caps = [Fraction(c).limit_denominator(10**6) for c in a.capacity]
+    best = None
+    for bits in range(1, 2 ** n):
+        s = np.array([(bits >> i) & 1 for i in range(n)], bool)
+        m = int((gpu & ~s).sum())
+        if m == 0 or not (gpu & s).any():
+            continue
+        c = sum((caps[i] for i in np.flatnonzero(~s[a.tail] & s[a.head])), Fraction(0))
+        if best is None or c / m < best:
+            best = c / m
+    return best
+
+
+def networkx_certifies(topo: Topology, x: float, rel: float = 1e-6) -> bool:
+    """Independent networkx check that ``x`` is the optimum: with a super-source feeding
+    every GPU ``x``, every GPU admits a flow of ``N x``; at ``x (1 + rel)`` some GPU fails."""
+    gpus = topo.gpus
+    n = len(gpus)
+    base = topo.to_networkx()
+
+    def ok(rate: float) -> bool:
+        g = base.copy()
+        for v in gpus:
+            g.add_edge("__s", v, capacity=rate)
+        return all(nx.maximum_flow_value(g, "__s", t) >= n * rate * (1 - 1e-12) for t in gpus)
+
+    return ok(x * (1 - 1e-12)) and not ok(x * (1 + rel))
+
+
+def check(topo: Topology, sched: Schedule) -> None:
+    rep = validate(topo, sched)
+    assert rep.max_utilisation <= 1 + 1e-9
+    assert sched.collective == "allgather"
+    assert sched.rate_gbps <= sched.lp_rate_gbps * (1 + 1e-9)
+    assert sched.stats["max_depth"] >= 1
+
+
+SMALL = [ring(4), ring(5), full_mesh(4), dgx(4, 2), dgx(3, 1), irregular(1), irregular(2),
+         irregular(3), hpn(1, 2, 2)]
+
+
+@pytest.mark.parametrize("topo", SMALL, ids=lambda t: t.name)
+def test_optimum_equals_brute_force_cut_bound(topo):
+    sched = solve_allgather(topo, max_chunks=None)
+    assert sched.lp_rate_gbps == pytest.approx(float(brute_force_bound(topo)), rel=1e-9)
+    assert sched.rate_gbps == pytest.approx(sched.lp_rate_gbps, rel=1e-9)   # exact optimum
+    check(topo, sched)
+
+
+MEDIUM = [f(hpn(*shape)) for shape in [(1, 2, 4), (1, 2, 8), (1, 4, 8)]
+          for f in (lambda t: t, fail1, fail2, fail3)] + [dgx(), ring(8)]
+
+
+@pytest.mark.parametrize("topo", MEDIUM, ids=lambda t: t.name)
+def test_optimum_equals_networkx_bound_and_budget_schedule_valid(topo):
+    sched = solve_allgather(topo, max_chunks=10)
+    assert networkx_certifies(topo, sched.lp_rate_gbps)
+    check(topo, sched)
+    k = sched.stats["k"]
+    assert 1 <= k <= 10
+    for c in sched.chunks:          # shares are multiples of 1/k
+        assert abs(c.share * k - round(c.share * k)) < 1e-9
+
+
+@pytest.mark.parametrize("topo", [hpn(1, 2, 4), fail2(hpn(1, 2, 4)), fail1(hpn(1, 2, 8)),
+                                  irregular(4)], ids=lambda t: t.name)
+def test_exact_mode_reaches_optimum(topo):
+    sched = solve_allgather(topo, max_chunks=None)
+    assert sched.rate_gbps == pytest.approx(sched.lp_rate_gbps, rel=1e-9)
+    assert sched.rounding_gap < 1e-9
+    check(topo, sched)
+
+
+@settings(max_examples=10, deadline=None)
+@given(st.integers(min_value=0, max_value=10_000))
+def test_irregular_fabrics(seed):
+    topo = irregular(seed)
+    sched = solve_allgather(topo, max_chunks=None)
+    assert networkx_certifies(topo, sched.lp_rate_gbps)
+    if sched.stats["balanced_exactly"]:
+        assert sched.rate_gbps == pytest.approx(sched.lp_rate_gbps, rel=1e-9)
+    check(topo, sched)
+
+
+@pytest.mark.parametrize("fail", [fail1, fail2, fail3], ids=["fail1", "fail2", "fail3"])
+def test_warm_equals_cold(fail):
+    before = solve_allgather(hpn(1, 2, 8))
+    after = fail(hpn(1, 2, 8))
+    cold = solve_allgather(after)
+    warm = solve_allgather(after, warm=before)
+    assert warm.rate_gbps == pytest.approx(cold.rate_gbps, rel=1e-12)
+    assert warm.stats["warm"] and warm.solver["algorithm"] == "forestcoll-warm"
+    check(after, warm)
+    # a schedule read back from its file (no warm_state) warm-starts from its trees
+    loaded = Schedule.from_dict(before.to_dict())
+    warm2 = solve_allgather(after, warm=loaded)
+    assert warm2.rate_gbps == pytest.approx(cold.rate_gbps, rel=1e-12)
+
+
+def test_tiny_capacity_link_still_valid():
+    topo = hpn(1, 2, 4).with_capacity(src="s0h0g1", dst="s0tor1", gbps=0.01)
+    sched = solve_allgather(topo)
+    check(topo, sched)
+    assert networkx_certifies(topo, sched.lp_rate_gbps)
+
+
+def test_one_directional_degradation_unbalanced_switch():
+    base = hpn(1, 2, 4)
+    topo = base.with_capacity({("s0h0g0", "s0h0nvs"): 100.0, ("s0tor2", "s0h1g2"): 37.5})
+    sched = solve_allgather(topo, max_chunks=None)
+    assert sched.lp_rate_gbps == pytest.approx(float(brute_force_bound(topo)), rel=1e-9)
+    check(topo, sched)
+
+
+def test_bottleneck_is_the_optimal_cut():
+    topo = fail2(hpn(1, 2, 8))
+    sched = solve_allgather(topo)
+    assert sched.bottleneck
+    heads = {b.dst for b in sched.bottleneck}
+    cut_cap = sum(topo.link(b.src, b.dst).capacity_gbps for b in sched.bottleneck)
+    outside = sum(1 for g in topo.gpus if g not in heads)
+    assert cut_cap / outside == pytest.approx(sched.lp_rate_gbps, rel=1e-9)
+    assert all(0 <= b.base_slack <= 1 for b in sched.bottleneck)
+
+
+def test_disconnected_topology_raises():
+    nodes = [Node("a", "gpu"), Node("b", "gpu"), Node("c", "gpu")]
+    with pytest.raises(TopologyError):
+        Topology("bad", nodes, [Link("a", "b", 10.0), Link("b", "a", 10.0)])
+
+
+def test_unbalanced_switch_gives_valid_schedule():
+    topo = irregular(180)          # spine: 150 Gbps in, 350 Gbps out
+    sched = solve_allgather(topo, max_chunks=None)
+    assert sched.stats["balanced_exactly"] is False
+    assert sched.lp_rate_gbps == pytest.approx(float(brute_force_bound(topo)), rel=1e-9)
+    check(topo, sched)
+
+
+def test_bad_max_chunks():
+    with pytest.raises(ValueError):
+        solve_allgather(ring(4), max_chunks=0)
+
+
+def test_deterministic():
+    t = fail2(hpn(1, 2, 4))
+    assert solve_allgather(t).to_dict()["chunks"] == solve_allgather(t).to_dict()["chunks"]
+
+
+def test_cut_tree_bandwidth_is_largest_feasible():
+    caps = [2880, 400]
+    y = cut_tree_bandwidth(caps, 150)
+    assert sum(c // y for c in caps) >= 150
+    eps = Fraction(1, 10**9)
+    assert sum((c / (y + eps)).__floor__() for c in caps) < 150
