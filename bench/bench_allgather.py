@@ -1,0 +1,54 @@
+"""AllGather synthesis benchmark: cold vs warm per phase, k, trees, depth.
+
+Smoke (CI): ``pytest bench/bench_allgather.py --benchmark-disable``.
+Table: ``python bench/bench_allgather.py 1x2x8 1x4x8`` (shapes SxHxN).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+import pytest
+
+from instances import fail1, fail2, fail3, hpn
+from mccl_opt.allgather import solve_allgather
+
+FAILS = {"fail1": fail1, "fail2": fail2, "fail3": fail3}
+PHASES = ("phase1_s", "budget_s", "balance_s", "phase2_s", "phase3_s", "mapping_s")
+
+
+def run(shape: tuple[int, int, int]) -> list[dict]:
+    base = hpn(*shape)
+    prev = solve_allgather(base)
+    rows = []
+    for name, fail in FAILS.items():
+        topo = fail(base)
+        t = time.perf_counter()
+        cold = solve_allgather(topo)
+        t_cold = time.perf_counter() - t
+        t = time.perf_counter()
+        warm = solve_allgather(topo, warm=prev)
+        t_warm = time.perf_counter() - t
+        rows.append({"fabric": topo.name, "gpus": topo.num_gpus, "cold_s": t_cold,
+                     "warm_s": t_warm, "speedup": t_cold / t_warm, "k": cold.stats["k"],
+                     "trees": cold.stats["num_trees"], "depth": cold.stats["max_depth"],
+                     "gap": cold.rounding_gap,
+                     **{p: cold.stats.get(p, 0.0) for p in PHASES}})
+    return rows
+
+
+def test_smoke_tiny(benchmark):
+    sched = benchmark(solve_allgather, fail2(hpn(1, 2, 4)))
+    assert sched.rate_gbps > 0
+
+
+if __name__ == "__main__":
+    shapes = [tuple(int(x) for x in s.split("x")) for s in (sys.argv[1:] or ["1x2x4", "1x2x8"])]
+    solve_allgather(hpn(1, 2, 2))          # compile numba kernels outside the timings
+    cols = ["fabric", "gpus", "cold_s", "warm_s", "speedup", "k", "trees", "depth", "gap", *PHASES]
+    print(" ".join(f"{c:>10s}" for c in cols))
+    for shape in shapes:
+        for r in run(shape):
+            print(" ".join(f"{r[c]:>10.4f}" if isinstance(r[c], float) else f"{r[c]!s:>10s}"
+                           for c in cols))
