@@ -14,6 +14,7 @@ import warnings
 
 import pytest
 import torch
+import torch.distributed
 
 from executor_cuda.launch import run_ranks
 from instances import full_mesh
@@ -53,6 +54,7 @@ def _executor(rank: int, world: int, endpoint: str) -> dict:
     client = ControllerClient(endpoint, timeout_s=20)
     if rank == 0:
         client.register("world", "a2a", "alltoall")
+    torch.distributed.barrier()             # nobody asks before the collective is registered
     deadline = time.monotonic() + 60
     version, sched = client.get_schedule("world", "a2a")
     while sched is None and time.monotonic() < deadline:
