@@ -28,20 +28,22 @@ Timeline = Iterable[tuple[float, Mapping[tuple[str, str], float]]]
 
 
 def simulate(topo: Topology, schedule: Schedule, message_bytes: float, *,
-             slice_bytes: float | None = None, pieces: int | None = None,
+             slice_bytes: float | None = None, pieces: int | None = None, fluid: bool = False,
              capacity_timeline: Timeline | None = None) -> SimResult:
     """Run ``schedule`` on ``topo`` moving ``message_bytes`` per block.
 
     ``message_bytes`` is B bytes per ordered GPU pair (AllToAll) or the shard bytes per
     GPU (AllGather), DESIGN.md §2.  Chunks are cut into pieces of at most
     ``slice_bytes`` (default 512 KiB) or into exactly ``pieces`` pieces (``pieces=1``:
-    whole-chunk store-and-forward, the fast mode for large fabrics).
+    whole-chunk store-and-forward).  ``fluid=True`` is the fast mode for large fabrics:
+    infinitely fine pieces, each chunk one flow over all its links at once.
     ``capacity_timeline`` is ``[(t_seconds, {(src, dst): gbps}), ...]``.
     Raises :class:`mccl_opt.ScheduleError` if the schedule does not match ``topo`` and
     :class:`SimulationError` for bad sizes, slicing or timeline.
     """
     wall = _time.perf_counter()
-    streams = compile_streams(topo, schedule, message_bytes, slice_bytes=slice_bytes, pieces=pieces)
+    streams = compile_streams(topo, schedule, message_bytes, slice_bytes=slice_bytes, pieces=pieces,
+                              fluid=fluid)
     changes = parse_timeline(topo, capacity_timeline)
     times, loads, completion, events = _run(streams, topo.arrays.capacity.copy(), changes)
     rate = _fluid_rate(streams, topo.arrays.capacity, float(message_bytes))
@@ -115,7 +117,7 @@ def _run(st: Streams, cap: np.ndarray, changes) -> tuple[np.ndarray, np.ndarray,
             rec.add(t, rec.zero)
             t, cand = t_next, np.zeros(0, dtype=np.int64)
             continue
-        rates, load = fill(indptr, indices, act, st.mult, cap)
+        rates, load = fill(indptr, indices, act, st.mult, st.growth, cap)
         dt_fin = rem[act] / (rates * bytes_per_s)
         dt = min(float(dt_fin.min()), next_arrival - t, next_change - t)
         rec.add(t, load)

@@ -22,7 +22,7 @@ def _compile():
     from numba import njit
 
     @njit(cache=True)
-    def kernel(indptr, indices, act, weight, cap, rel_tol):  # pragma: no cover - numba
+    def kernel(indptr, indices, act, weight, growth, cap, rel_tol):  # pragma: no cover - numba
         n_links = cap.size
         n_act = act.size
         rates = np.zeros(n_act)
@@ -33,7 +33,7 @@ def _compile():
             f = act[k]
             for p in range(indptr[f], indptr[f + 1]):
                 a = indices[p]
-                wl[a] += weight[f]
+                wl[a] += weight[f] * growth[f]
                 count[a + 1] += 1
         for a in range(n_links):
             count[a + 1] += count[a]
@@ -75,10 +75,10 @@ def _compile():
                         if free[k]:
                             free[k] = False
                             n_free -= 1
-                            rates[k] = level
                             f = act[k]
+                            rates[k] = level * growth[f]
                             for p in range(indptr[f], indptr[f + 1]):
-                                wl[indices[p]] -= weight[f]
+                                wl[indices[p]] -= weight[f] * growth[f]
                     wl[a] = 0.0
             for a in range(n_links):
                 if wl[a] < 1e-12:
@@ -93,26 +93,33 @@ def _compile():
 
 
 def fill(indptr: np.ndarray, indices: np.ndarray, act: np.ndarray, weight: np.ndarray,
-         capacity: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+         growth: np.ndarray, capacity: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Rates of flows ``act`` (rows of the CSR ``indptr/indices``) and the resulting
-    per-link load, both in the unit of ``capacity``."""
+    per-link load, both in the unit of ``capacity``.  Flow ``f`` grows at ``growth[f]``
+    times the common fill level (all ones: plain max-min fairness)."""
     global _kernel
     if _kernel is None:
         _kernel = _compile()
     return _kernel(indptr, indices, np.ascontiguousarray(act, dtype=np.int64),
                    np.ascontiguousarray(weight, dtype=np.float64),
+                   np.ascontiguousarray(growth, dtype=np.float64),
                    np.ascontiguousarray(capacity, dtype=np.float64), _REL_TOL)
 
 
-def max_min_rates(inc: sp.csr_matrix, weight: np.ndarray, capacity: np.ndarray) -> np.ndarray:
+def max_min_rates(inc: sp.csr_matrix, weight: np.ndarray, capacity: np.ndarray,
+                  growth: np.ndarray | None = None) -> np.ndarray:
     """Max-min fair rate of each flow (row of ``inc``), in the unit of ``capacity``.
 
     ``weight[f]`` is the number of identical flows row ``f`` stands for; the returned
-    rate is per flow, so link ``a`` carries ``sum_f inc[f, a] * weight[f] * rate[f]``.
-    Every row must cross at least one link.
+    rate is per flow, so link ``a`` carries ``sum_f inc[f, a] * weight[f] * rate[f]``
+    (an entry repeated in a row counts that many times).  ``growth`` makes the sharing
+    weighted (rates proportional to ``growth`` until a link saturates).  Every row must
+    cross at least one link.
     """
     inc = sp.csr_matrix(inc)
-    rates, _ = fill(inc.indptr.astype(np.int64), inc.indices.astype(np.int64),
-                    np.arange(inc.shape[0]), np.asarray(weight, dtype=np.float64),
+    n = inc.shape[0]
+    rates, _ = fill(inc.indptr.astype(np.int64), inc.indices.astype(np.int64), np.arange(n),
+                    np.asarray(weight, dtype=np.float64),
+                    np.ones(n) if growth is None else np.asarray(growth, dtype=np.float64),
                     np.asarray(capacity, dtype=np.float64))
     return rates

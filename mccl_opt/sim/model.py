@@ -52,7 +52,8 @@ class Streams:
 
     ``inc`` is the stream x link incidence (CSR, 0/1); ``parent[i]`` the stream that
     delivers stream ``i``'s pieces to its tail GPU (-1: the tail is the source);
-    ``latency_s[i]`` the sum of the segment's link latencies.
+    ``latency_s[i]`` the sum of the segment's link latencies; ``growth[i]`` the
+    stream's weight in the fair sharing (ones: per-piece max-min fairness).
     """
 
     inc: sp.csr_matrix
@@ -61,6 +62,7 @@ class Streams:
     piece_bytes: np.ndarray
     parent: np.ndarray
     latency_s: np.ndarray
+    growth: np.ndarray
 
     @property
     def num_streams(self) -> int:
@@ -114,13 +116,18 @@ def _piece_count(chunk_bytes: float, slice_bytes: float | None, pieces: int | No
 
 
 def compile_streams(topo: Topology, schedule: Schedule, message_bytes: float, *,
-                    slice_bytes: float | None = None, pieces: int | None = None) -> Streams:
+                    slice_bytes: float | None = None, pieces: int | None = None,
+                    fluid: bool = False) -> Streams:
     """Build the :class:`Streams` of ``schedule`` for ``message_bytes`` per block.
 
     ``slice_bytes=None`` uses :data:`DEFAULT_SLICE_BYTES` (a chunk smaller than a slice
     is one piece); an explicit ``slice_bytes`` larger than the largest chunk is an
-    error, as is giving both ``slice_bytes`` and ``pieces``.
+    error, as is giving both ``slice_bytes`` and ``pieces``.  ``fluid=True`` gives one
+    stream per chunk occupying all its links at once (infinitely fine pieces, see
+    :func:`_to_fluid`).
     """
+    if fluid and (slice_bytes is not None or pieces is not None):
+        raise SimulationError("fluid mode has no pieces; do not combine it with slice_bytes or pieces")
     _check_match(topo, schedule)
     if not isinstance(message_bytes, (int, float)) or isinstance(message_bytes, bool) \
             or not math.isfinite(message_bytes) or message_bytes <= 0:
@@ -168,7 +175,9 @@ def compile_streams(topo: Topology, schedule: Schedule, message_bytes: float, *,
         parent.append(par)
         return len(seg) - 1
 
+    firsts: list[int] = []
     for chunk, m in groups:
+        firsts.append(len(seg))
         chunk_bytes = chunk.share * message_bytes
         n = _piece_count(chunk_bytes, slice_bytes, pieces)
         size = chunk_bytes / n
@@ -193,9 +202,31 @@ def compile_streams(topo: Topology, schedule: Schedule, message_bytes: float, *,
     starts = np.repeat(seg_ptr[seg_arr] - indptr[:-1], lens)
     indices = seg_idx[starts + np.arange(int(indptr[-1]))]
     inc = sp.csr_matrix((np.ones(indices.size), indices, indptr), shape=(seg_arr.size, topo.num_links))
-    return Streams(inc, np.asarray(mult, dtype=np.float64), np.asarray(npieces, dtype=np.int64),
-                   np.asarray(pbytes, dtype=np.float64), np.asarray(parent, dtype=np.int64),
-                   seg_lat[seg_arr])
+    streams = Streams(inc, np.asarray(mult, dtype=np.float64), np.asarray(npieces, dtype=np.int64),
+                      np.asarray(pbytes, dtype=np.float64), np.asarray(parent, dtype=np.int64),
+                      seg_lat[seg_arr], np.ones(seg_arr.size))
+    return _to_fluid(streams, np.asarray(firsts, dtype=np.int64)) if fluid else streams
+
+
+def _to_fluid(st: Streams, firsts: np.ndarray) -> Streams:
+    """One stream per chunk (its segment streams ``firsts[g]:firsts[g+1]``, contiguous):
+    the chunk occupies every link of its path or tree at once, a link crossed by two
+    edges counting twice (duplicate entries), and shares bandwidth in proportion to its
+    size (weighted max-min, the schedule's own rate model); its latency is the largest
+    root-to-GPU latency sum, paid once after its last byte is sent."""
+    cum = st.latency_s.tolist()
+    par = st.parent.tolist()
+    for i, p in enumerate(par):
+        if p >= 0:
+            cum[i] += cum[p]
+    latency = np.maximum.reduceat(np.asarray(cum), firsts)
+    bounds = np.append(firsts, st.num_streams)
+    indptr = st.inc.indptr[bounds].astype(np.int64)
+    inc = sp.csr_matrix((st.inc.data[:indptr[-1]], st.inc.indices[:indptr[-1]], indptr),
+                        shape=(firsts.size, st.inc.shape[1]))
+    chunk_bytes = st.piece_bytes[firsts] * st.npieces[firsts]
+    return Streams(inc, st.mult[firsts], np.ones(firsts.size, dtype=np.int64), chunk_bytes,
+                   np.full(firsts.size, -1, dtype=np.int64), latency, chunk_bytes / chunk_bytes.max())
 
 
 def _add_tree(topo: Topology, chunk: TreeChunk, gpu_set: frozenset, add) -> None:

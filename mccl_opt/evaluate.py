@@ -1,0 +1,190 @@
+"""The gray-failure experiment of the paper's Figure 9 (issue 5 item 3).
+
+For a fabric and each failure (Fail1/Fail2/Fail3, ``instances.failures``), three
+schedules run in the simulator on the *degraded* fabric:
+
+(a) the NCCL-style baseline built for the degraded fabric (ring AllGather; PXN AllToAll
+    on a rail fabric, direct AllToAll elsewhere),
+(b) "no re-opt": the schedule synthesized for the healthy fabric, transplanted onto the
+    degraded one (:func:`transplant`),
+(c) "re-opt": the schedule re-synthesized for the degraded fabric,
+
+and speedups are algbw ratios over (a).  The table also runs the bottleneck-cut check of
+paper §3.2 (Algorithm 1) on (b): when the failure leaves the cut ``K_s`` saturated the
+old schedule is still optimal and no re-synthesis is needed.
+
+Message sizes follow the paper's "128 MB per source": an AllGather shard of
+``message_bytes``; an AllToAll send buffer of ``message_bytes``, i.e. ``B =
+message_bytes / N`` per ordered pair (DESIGN.md §2).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any, Sequence
+
+import numpy as np
+
+from .baselines import direct_alltoall, pxn_alltoall, ring_allgather
+from .errors import ScheduleError
+from .schedule import (PathChunk, Schedule, TreeChunk, chunk_counts, schedule_rate,
+                       share_loads)
+from .topology import Topology
+
+__all__ = ["run_failure_experiment", "transplant", "cut_check", "COLLECTIVES"]
+
+COLLECTIVES = ("allgather", "alltoall")
+DEFAULT_GAMMA = 0.05
+
+
+# ---------------------------------------------------------------------- no re-opt
+def _switch_route(topo: Topology, u: str, v: str) -> tuple[str, ...]:
+    """Fewest-hop route ``u -> v`` whose interior nodes are switches (BFS, node order)."""
+    arr = topo.arrays
+    src, dst = topo.node_index(u), topo.node_index(v)
+    pred = {src: -1}
+    queue = deque([src])
+    while queue:
+        x = queue.popleft()
+        if x == dst:
+            break
+        if x != src and not arr.is_switch[x]:
+            continue
+        for a in arr.out_arcs[arr.out_start[x]:arr.out_start[x + 1]]:
+            y = int(arr.head[a])
+            if y not in pred:
+                pred[y] = x
+                queue.append(y)
+    if dst not in pred:
+        raise ScheduleError(f"cannot transplant hop {u}->{v}: no route through switches in {topo.name!r}")
+    route = [dst]
+    while route[-1] != src:
+        route.append(pred[route[-1]])
+    ids = [n.id for n in topo.nodes]
+    return tuple(ids[x] for x in reversed(route))
+
+
+def _reroute(topo: Topology, path: Sequence[str], rename: dict[str, str]) -> tuple[str, ...]:
+    nodes = [rename.get(x, x) for x in path]
+    out = [nodes[0]]
+    for u, v in zip(nodes[:-1], nodes[1:]):
+        out += _switch_route(topo, u, v)[1:] if not topo.has_link(u, v) else [v]
+    return tuple(out)
+
+
+def transplant(schedule: Schedule, topo: Topology) -> Schedule:
+    """Run an existing schedule on a changed fabric ("no re-opt").
+
+    GPUs are matched by rank (Fail3's backup takes the failed GPU's rank); a hop that is
+    no longer a link is replaced by the fewest-hop switch route the network would use
+    (e.g. ``g0 -> tor`` becomes ``g0-bk -> bk-tor -> tor``).  Rates are recomputed.
+    """
+    if len(schedule.gpus) != topo.num_gpus:
+        raise ScheduleError(f"schedule has {len(schedule.gpus)} GPUs, {topo.name!r} has {topo.num_gpus}")
+    rename = {old: new for old, new in zip(schedule.gpus, topo.gpus) if old != new}
+    cache: dict[tuple[str, ...], tuple[str, ...]] = {}
+
+    def move(path: tuple[str, ...]) -> tuple[str, ...]:
+        if path not in cache:
+            cache[path] = _reroute(topo, path, rename)
+        return cache[path]
+
+    chunks: list = []
+    for c in schedule.chunks:
+        if isinstance(c, PathChunk):
+            chunks.append(PathChunk(rename.get(c.src, c.src), rename.get(c.dst, c.dst), c.share, move(c.path)))
+        else:
+            chunks.append(TreeChunk(rename.get(c.src, c.src), c.share, tuple(move(e) for e in c.edges)))
+    loads = share_loads(topo, chunks)
+    rate = schedule_rate(topo, loads)
+    return Schedule(schedule.collective, topo.name, topo.gpus, rate, rate, schedule.max_chunks,
+                    tuple(chunks), (), schedule.version, dict(schedule.solver, transplanted=True))
+
+
+def cut_check(healthy: Schedule, stale: Schedule, topo: Topology,
+              gamma: float = DEFAULT_GAMMA) -> tuple[bool, float]:
+    """Paper §3.2 / Algorithm 1 on the stale schedule with capacities ``topo``:
+    ``x_min = min_a M_a / n_a``; for each cut link the slack ``(M_a - n_a x_min) / M_a``
+    is compared with its ``base_slack``.  Returns ``(reopt_needed, max_deviation)``; a
+    cut link that no longer exists counts as deviation 1."""
+    loads = share_loads(topo, stale.chunks)
+    n = chunk_counts(loads, stale.max_chunks)
+    cap = topo.arrays.capacity
+    used = n > 0
+    x_min = float(np.min(cap[used] / n[used]))
+    rename = dict(zip(healthy.gpus, topo.gpus))
+    worst = 0.0
+    for b in healthy.bottleneck:
+        src, dst = rename.get(b.src, b.src), rename.get(b.dst, b.dst)
+        if not topo.has_link(src, dst):
+            worst = 1.0
+            continue
+        a = topo.link_index(src, dst)
+        slack = (cap[a] - n[a] * x_min) / cap[a]
+        worst = max(worst, abs(slack - b.base_slack))
+    return worst > gamma, worst
+
+
+# ---------------------------------------------------------------------- experiment
+def _baseline(topo: Topology, collective: str) -> tuple[str, Schedule]:
+    if collective == "allgather":
+        return "nccl-ring", ring_allgather(topo)
+    if topo.extra.get("family") == "hpn":
+        return "nccl-pxn", pxn_alltoall(topo)
+    return "nccl-direct", direct_alltoall(topo)
+
+
+def _solve(topo: Topology, collective: str, backend: str) -> Schedule:
+    if collective == "allgather":
+        from .allgather import solve_allgather
+
+        return solve_allgather(topo, backend=backend)
+    from .alltoall import solve_alltoall
+
+    return solve_alltoall(topo, backend=backend)
+
+
+def run_failure_experiment(topo: Topology, collective: str, message_bytes: float = 128 * 2**20,
+                           failures: Sequence[str] = ("fail1", "fail2", "fail3"), *,
+                           backend: str = "highs", gamma: float = DEFAULT_GAMMA,
+                           pieces: int | None = None, progress=None) -> list[dict[str, Any]]:
+    """Figure 9: baseline vs no re-opt vs re-opt on each degraded fabric.
+
+    Returns one row per failure with algbw (GB/s) of the three schedules, their speedups
+    over the baseline, their fluid rates, and the cut check (``reopt_needed``).
+    ``pieces=None`` simulates in fluid mode (fast, exact for rates); an integer cuts
+    every chunk into that many pipelined pieces (slow on large fabrics).
+    """
+    from instances import apply_failure
+
+    from .sim import simulate
+
+    if collective not in COLLECTIVES:
+        raise ScheduleError(f"collective must be one of {COLLECTIVES}, got {collective!r}")
+    say = progress or (lambda msg: None)
+    say(f"{collective}: synthesizing for healthy {topo.name}")
+    healthy = _solve(topo, collective, backend)
+    block = message_bytes if collective == "allgather" else message_bytes / topo.num_gpus
+    rows = []
+    for failure in failures:
+        degraded = apply_failure(topo, failure)
+        say(f"{collective}/{failure}: baseline, no re-opt and re-opt schedules")
+        base_name, base = _baseline(degraded, collective)
+        stale = transplant(healthy, degraded)
+        reopt = _solve(degraded, collective, backend)
+        needed, deviation = cut_check(healthy, stale, degraded, gamma)
+        mode = {"fluid": True} if pieces is None else {"pieces": pieces}
+        sims = {k: simulate(degraded, s, block, **mode)
+                for k, s in (("baseline", base), ("no_reopt", stale), ("reopt", reopt))}
+        bw = {k: r.algbw_gbytes_per_s for k, r in sims.items()}
+        rows.append({
+            "failure": failure, "collective": collective, "topology": topo.name,
+            "gpus": topo.num_gpus, "block_bytes": block, "baseline": base_name,
+            "baseline_algbw": bw["baseline"], "no_reopt_algbw": bw["no_reopt"], "reopt_algbw": bw["reopt"],
+            "no_reopt_speedup": bw["no_reopt"] / bw["baseline"], "reopt_speedup": bw["reopt"] / bw["baseline"],
+            "baseline_rate_gbps": base.rate_gbps, "no_reopt_rate_gbps": stale.rate_gbps,
+            "reopt_rate_gbps": reopt.rate_gbps, "reopt_needed": bool(needed),
+            "cut_deviation": float(deviation),
+            "stale_still_optimal": bool(stale.rate_gbps >= reopt.rate_gbps * (1 - 1e-6)),
+        })
+    return rows
