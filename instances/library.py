@@ -1,0 +1,286 @@
+"""The instance library: families of shipped fabrics and a manifest of their optima (issue 8).
+
+Every catalogue entry is a deterministic generator call; its ``mccl-topology/1`` file
+lives in ``instances/data/<name>.json`` and its manifest record in
+``instances/data/manifest.json`` holds, per instance:
+
+* sizes (GPUs, switches, directed links, nodes);
+* the optimal AllToAll rate ``z*`` (Gbps per ordered pair) from two independent
+  methods: path-column generation (``solve_alltoall(max_chunks=None).lp_rate_gbps``,
+  paper §4.2) and the compact arc-flow LP (paper App. G.3) solved by HiGHS; they must
+  agree to :data:`REL_TOL`;
+* the optimal AllGather rate ``x*`` (Gbps per shard) from ForestColl's cut search
+  (``solve_allgather(...).lp_rate_gbps``, paper §4.3), certified by an independent
+  networkx max-flow test (Edmonds' branching theorem: with a super-source feeding every
+  GPU at ``x``, every GPU must receive ``N·x``): feasible at ``x*``, infeasible at
+  ``x*·(1 + REL_STEP)``;
+* for every exported model (:mod:`instances.models`) its size and known optimum.
+
+``python -m instances.library build`` writes the topology files and the manifest;
+``python -m instances.library check [--max-gpus N]`` recomputes and compares.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from mccl_opt.errors import MCCLError
+from mccl_opt.topology import Topology
+
+from . import DATA_DIR
+from .fabrics import dgx, full_mesh, irregular, ring
+from .failures import apply_failure
+from .hpn import hpn
+
+__all__ = ["Instance", "CATALOG", "MANIFEST", "REL_TOL", "REL_STEP", "catalog", "instance",
+           "load_manifest", "measure", "alltoall_cg_rate", "alltoall_compact_rate",
+           "allgather_rate", "allgather_maxflow_certificate", "model_optima", "build", "check"]
+
+MANIFEST = DATA_DIR / "manifest.json"
+FORMAT = "mccl-instance-manifest/1"
+REL_TOL = 1e-6          # two methods agree to this relative tolerance
+REL_STEP = 1e-4         # "infeasible just above": x*(1 + REL_STEP) must fail the max-flow test
+HPN_SHAPES = ((1, 2, 4), (1, 2, 8), (1, 4, 8), (2, 2, 4), (2, 2, 8))
+FAILURES = (None, "fail1", "fail2", "fail3")
+IRREGULAR_SEEDS = (1, 2, 3, 4, 5, 6)
+EXPORTED_MODELS = ("compact", "master")
+
+
+@dataclass(frozen=True)
+class Instance:
+    """One catalogue entry: a family, its parameters and the generator call."""
+
+    name: str
+    family: str
+    params: dict = field(hash=False)
+    make: Callable[[], Topology] = field(hash=False, repr=False, compare=False)
+
+    @property
+    def path(self):
+        return DATA_DIR / f"{self.name}.json"
+
+    def load(self) -> Topology:
+        """The shipped file (generated on the fly if the file is missing)."""
+        return Topology.load(self.path) if self.path.exists() else self.make()
+
+
+def _hpn_entry(shape: tuple[int, int, int], failure: str | None) -> Instance:
+    topo_name = "hpn-{}x{}x{}".format(*shape) + (f"-{failure}" if failure else "")
+    return Instance(topo_name, "hpn", {"shape": "x".join(map(str, shape)), "failure": failure},
+                    lambda: apply_failure(hpn(*shape), failure))
+
+
+def catalog() -> list[Instance]:
+    """The families: HPN S×H×N with each failure (paper §6.1), DGX-like, ring, full mesh,
+    seeded irregular fabrics; ordered by family, then size."""
+    out = [_hpn_entry(shape, f) for shape in HPN_SHAPES for f in FAILURES]
+    out.append(Instance("dgx-8", "dgx", {"gpus": 8, "nvswitches": 4}, lambda: dgx()))
+    out.append(Instance("ring-8", "ring", {"gpus": 8}, lambda: ring(8)))
+    out.append(Instance("mesh-6", "full_mesh", {"gpus": 6}, lambda: full_mesh(6)))
+    out += [Instance(f"irregular-{s}", "irregular", {"seed": s}, (lambda s=s: irregular(s)))
+            for s in IRREGULAR_SEEDS]
+    return out
+
+
+CATALOG: tuple[Instance, ...] = tuple(catalog())
+
+
+def instance(name: str) -> Instance:
+    """The catalogue entry called ``name``."""
+    for inst in CATALOG:
+        if inst.name == name:
+            return inst
+    raise MCCLError(f"no instance {name!r} in the library; known: {', '.join(i.name for i in CATALOG)}")
+
+
+# ------------------------------------------------------------------- the methods
+def alltoall_cg_rate(topo: Topology, backend: str = "highs") -> float:
+    """``z*`` by path-column generation (paper §4.2), unrounded."""
+    from mccl_opt.alltoall import solve_alltoall
+
+    return float(solve_alltoall(topo, backend=backend, max_chunks=None).lp_rate_gbps)
+
+
+def alltoall_compact_rate(topo: Topology, backend: str = "highs") -> float:
+    """``z*`` by the compact arc-flow LP (paper App. G.3, per-source commodities)."""
+    from mccl_opt.backends import get_backend
+
+    from .models import build_model
+
+    lp, _ = build_model(topo, "compact")
+    with get_backend(backend) as be:
+        be.load(lp)
+        return float(_optimal(be.solve(), "compact LP", topo).objective)
+
+
+def allgather_rate(topo: Topology) -> float:
+    """``x*`` by ForestColl's Phase 1 cut search (paper §4.3), the value
+    ``solve_allgather`` reports as ``lp_rate_gbps``, without building trees."""
+    from fractions import Fraction
+
+    from mccl_opt.allgather.fabric import fabric_of
+    from mccl_opt.allgather.throughput import optimal_rate
+
+    fab, quantum = fabric_of(topo)
+    p1 = optimal_rate(fab)
+    return float(Fraction(p1.num, p1.den) * Fraction(quantum).limit_denominator(10**12))
+
+
+def _allgather_feasible(topo: Topology, x: float) -> bool:
+    """Edmonds' condition with networkx: a super-source with an ``x`` arc to every GPU
+    sends ``N·x`` to each GPU (relative tolerance 1e-9)."""
+    import networkx as nx
+
+    g = nx.DiGraph()
+    for link in topo.links:
+        g.add_edge(link.src, link.dst, capacity=link.capacity_gbps)
+    source = "__super_source__"
+    for gpu in topo.gpus:
+        g.add_edge(source, gpu, capacity=x)
+    need = topo.num_gpus * x
+    return all(nx.maximum_flow_value(g, source, gpu) >= need * (1 - 1e-9) for gpu in topo.gpus)
+
+
+def allgather_maxflow_certificate(topo: Topology, x: float) -> dict:
+    """Whether ``x`` passes the max-flow test and ``x·(1 + REL_STEP)`` fails it."""
+    return {"feasible_at_rate": _allgather_feasible(topo, x),
+            "infeasible_above": not _allgather_feasible(topo, x * (1 + REL_STEP)),
+            "rel_step": REL_STEP}
+
+
+def model_optima(topo: Topology, rate_gbps: float, backend: str = "highs") -> dict:
+    """Size and optimum of each exported model, solved by ``backend`` and compared with
+    the optimum implied by the AllToAll rate."""
+    from mccl_opt.backends import get_backend
+
+    from .models import build_model
+
+    out = {}
+    for model in EXPORTED_MODELS:
+        lp, info = build_model(topo, model)
+        with get_backend(backend) as be:
+            be.load(lp)
+            solved = float(_optimal(be.solve(), f"{model} model", topo).objective)
+        expected = info.optimum_from_rate(rate_gbps)
+        _agree(solved, expected, f"{model} model optimum vs 1/z*" if info.objective != "rate_gbps"
+               else f"{model} model optimum vs z*", topo)
+        out[model] = {"sense": info.sense, "objective": info.objective, "optimum": solved,
+                      "cols": info.num_cols, "rows": info.num_rows, "nnz": info.nnz}
+    return out
+
+
+def _optimal(sol, what: str, topo: Topology):
+    from mccl_opt.backends.base import SolveStatus
+
+    if sol.status != SolveStatus.OPTIMAL:
+        raise MCCLError(f"{topo.name}: {what} ended with status {sol.status.name}, not optimal")
+    return sol
+
+
+def _agree(a: float, b: float, what: str, topo: Topology) -> None:
+    if abs(a - b) > REL_TOL * max(abs(a), abs(b)):
+        raise MCCLError(f"{topo.name}: {what} disagree: {a!r} vs {b!r} "
+                        f"(relative tolerance {REL_TOL}); one of the methods is wrong")
+
+
+def measure(inst: Instance, backend: str = "highs") -> dict:
+    """The manifest record of ``inst``: sizes and optima by two methods each (raises
+    :class:`MCCLError` if the methods disagree or the max-flow certificate fails)."""
+    topo = inst.load()
+    z_cg, z_lp = alltoall_cg_rate(topo, backend), alltoall_compact_rate(topo, backend)
+    _agree(z_cg, z_lp, "AllToAll rates (column generation vs compact LP)", topo)
+    x = allgather_rate(topo)
+    cert = allgather_maxflow_certificate(topo, x)
+    if not (cert["feasible_at_rate"] and cert["infeasible_above"]):
+        raise MCCLError(f"{topo.name}: AllGather rate {x} fails the networkx max-flow "
+                        f"certificate {cert}; the ForestColl cut search is wrong")
+    return {
+        "name": inst.name, "family": inst.family, "params": inst.params,
+        "file": inst.path.name, "gpus": topo.num_gpus, "switches": len(topo.switches),
+        "links": topo.num_links, "nodes": topo.num_nodes,
+        "alltoall": {"rate_gbps": z_cg, "methods": {"column_generation": z_cg,
+                                                    "compact_lp_highs": z_lp}},
+        "allgather": {"rate_gbps": x, "methods": {"forestcoll_cut_search": x,
+                                                  "networkx_maxflow": cert}},
+        "models": model_optima(topo, z_cg, backend),
+    }
+
+
+# ------------------------------------------------------------- manifest I/O
+def load_manifest() -> dict:
+    """The committed manifest, keyed by instance name under ``"instances"``."""
+    if not MANIFEST.exists():
+        raise MCCLError(f"{MANIFEST} is missing; run `python -m instances.library build`")
+    data = json.loads(MANIFEST.read_text())
+    if data.get("format") != FORMAT:
+        raise MCCLError(f"{MANIFEST}: format {data.get('format')!r}, expected {FORMAT!r}")
+    data["instances"] = {rec["name"]: rec for rec in data["instances"]}
+    return data
+
+
+def build(backend: str = "highs", *, log=sys.stderr) -> dict:
+    """Write every catalogue topology file and the manifest; returns the manifest."""
+    DATA_DIR.mkdir(exist_ok=True)
+    records = []
+    for k, inst in enumerate(CATALOG, 1):
+        inst.make().save(inst.path)
+        t = time.perf_counter()
+        records.append(measure(inst, backend))
+        print(f"[{k}/{len(CATALOG)}] {inst.name}: {time.perf_counter() - t:.2f} s", file=log)
+    manifest = {"format": FORMAT, "generated_by": "python -m instances.library build",
+                "rel_tol": REL_TOL, "backend": backend, "instances": records}
+    MANIFEST.write_text(json.dumps(manifest, indent=1) + "\n")
+    return manifest
+
+
+def check(max_gpus: int | None = None, backend: str = "highs", names: list[str] | None = None,
+          *, log=sys.stderr) -> list[str]:
+    """Recompute the instances with at most ``max_gpus`` GPUs (or those in ``names``);
+    returns the names checked, raises :class:`MCCLError` on the first mismatch."""
+    stored = load_manifest()["instances"]
+    checked = []
+    for inst in CATALOG:
+        rec = stored.get(inst.name)
+        if rec is None:
+            raise MCCLError(f"{inst.name} is in the catalogue but not in {MANIFEST.name}; rebuild it")
+        if (names is not None and inst.name not in names) or (
+                max_gpus is not None and rec["gpus"] > max_gpus):
+            continue
+        if inst.make().to_dict() != inst.load().to_dict():
+            raise MCCLError(f"{inst.path} differs from its generator; rebuild the library")
+        new = measure(inst, backend)
+        for key in ("alltoall", "allgather"):
+            _agree(new[key]["rate_gbps"], rec[key]["rate_gbps"], f"manifest {key} rate", inst.load())
+        for model, info in rec["models"].items():
+            _agree(new["models"][model]["optimum"], info["optimum"], f"manifest {model} optimum",
+                   inst.load())
+        checked.append(inst.name)
+        print(f"ok {inst.name}", file=log)
+    return checked
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m instances.library",
+                                     description="Build or check the instance library manifest.")
+    parser.add_argument("action", choices=["build", "check"])
+    parser.add_argument("--max-gpus", type=int, default=None, help="check: only instances this small")
+    parser.add_argument("--backend", default="highs")
+    args = parser.parse_args(argv)
+    try:
+        if args.action == "build":
+            build(args.backend)
+        else:
+            print(f"{len(check(args.max_gpus, args.backend))} instances agree with {MANIFEST.name}")
+    except MCCLError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,99 @@
+"""The solver-facing models of an instance, for export as MPS/LP (issue 8, item 2).
+
+``build_model(topo, model)`` returns a :class:`formulations.lp.LinearProgram` and a
+:class:`ModelInfo` (what the optimum means, so a third-party solver's objective can be
+compared with the manifest):
+
+* ``"compact"``: the AllToAll arc-flow LP of paper App. G.3, ``max z`` (Gbps per pair).
+  ``commodities="source"`` (default, ``N·|A|`` flow columns) or ``"pair"`` (the App. G
+  model as written, ``N(N-1)·|A|``); both have the same optimum ``z*``.
+* ``"master"``: the path-column restricted master of paper §4.2 over the columns that
+  column generation ends with (``solve_alltoall(max_chunks=None)``), in the ``t = 1/z``
+  form of :mod:`formulations.master`; optimum ``1/z*`` (s/Gbit).
+* ``"switch-removal"``: the step-aware switch-removal model (paper App. C) from
+  ``formulations.switch_removal`` when that module is installed.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+
+import numpy as np
+
+from formulations.lp import LinearProgram
+from mccl_opt.errors import MCCLError
+from mccl_opt.topology import Topology
+
+__all__ = ["MODELS", "ModelInfo", "build_model", "master_columns"]
+
+MODELS = ("compact", "master", "switch-removal")
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """What an exported model's objective is: ``objective = f(AllToAll rate z*)``."""
+
+    model: str
+    sense: str
+    objective: str          # "rate_gbps" (z) or "inverse_rate" (1/z)
+    num_cols: int
+    num_rows: int
+    nnz: int
+
+    def optimum_from_rate(self, rate_gbps: float) -> float:
+        """The model's optimal objective given the instance's optimal AllToAll rate."""
+        return rate_gbps if self.objective == "rate_gbps" else 1.0 / rate_gbps
+
+
+def master_columns(topo: Topology, backend: str = "highs") -> tuple[np.ndarray, ...]:
+    """(pair, start, arcs) of the path columns column generation ends with on ``topo``.
+
+    Pairs are ``s·(N-1) + d - (d > s)`` over GPU ranks, as in :mod:`formulations.master`.
+    """
+    from mccl_opt.alltoall import solve_alltoall
+
+    state = solve_alltoall(topo, backend=backend, max_chunks=None).warm_state
+    ar = topo.arrays
+    start = np.asarray(state.start, dtype=np.int64)
+    arcs = np.asarray(state.arcs, dtype=np.int64)
+    src = ar.rank_of[ar.tail[arcs[start[:-1]]]]
+    dst = ar.rank_of[ar.head[arcs[start[1:] - 1]]]
+    pair = src * (topo.num_gpus - 1) + dst - (dst > src)
+    return pair.astype(np.int64), start, arcs
+
+
+def _switch_removal(topo: Topology) -> LinearProgram:
+    try:
+        mod = importlib.import_module("formulations.switch_removal")
+    except ModuleNotFoundError as exc:
+        if exc.name != "formulations.switch_removal":
+            raise
+        raise MCCLError("model 'switch-removal' needs formulations/switch_removal.py, which this "
+                        "installation does not have; export 'compact' or 'master' instead") from None
+    ar = topo.arrays
+    return mod.build_switch_removal_lp(topo.num_nodes, ar.tail, ar.head, ar.capacity,
+                                       ar.is_switch, ar.gpu_nodes)
+
+
+def build_model(topo: Topology, model: str, *, commodities: str = "source",
+                backend: str = "highs") -> tuple[LinearProgram, ModelInfo]:
+    """The LP of ``model`` (one of :data:`MODELS`) on ``topo``, named after the topology."""
+    ar = topo.arrays
+    if model == "compact":
+        from formulations.compact import build_compact_lp
+
+        lp = build_compact_lp(topo.num_nodes, ar.tail, ar.head, ar.capacity, ar.is_switch,
+                              ar.gpu_nodes, commodities=commodities)
+    elif model == "master":
+        from formulations.master import build_master_lp
+
+        pair, start, arcs = master_columns(topo, backend)
+        lp = build_master_lp(topo.num_gpus * (topo.num_gpus - 1), ar.capacity, pair, start, arcs)
+    elif model == "switch-removal":
+        lp = _switch_removal(topo)
+    else:
+        raise MCCLError(f"unknown model {model!r}; choose one of {', '.join(MODELS)}")
+    lp.name = f"{topo.name}-{model}"
+    objective = "rate_gbps" if lp.sense == "max" else "inverse_rate"
+    return lp, ModelInfo(model, lp.sense, objective, lp.num_cols, lp.num_rows, int(lp.A.nnz))
