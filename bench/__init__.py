@@ -1,0 +1,1 @@
+"""Benchmarks: the case registry (:mod:`bench.registry`) and pytest-benchmark drivers."""
