@@ -217,6 +217,93 @@ def test_bounds_and_delete_columns_equal_cold(backend):
     check_dual_certificate(small, after)
 
 
+def _with(lp: LinearProgram, A=None, row_lo=None, row_hi=None) -> LinearProgram:
+    return LinearProgram(c=lp.c, A=lp.A if A is None else A,
+                         row_lo=lp.row_lo if row_lo is None else row_lo,
+                         row_hi=lp.row_hi if row_hi is None else row_hi,
+                         col_lo=lp.col_lo, col_hi=lp.col_hi, sense=lp.sense)
+
+
+def test_change_coefficients_in_place_equals_cold(backend):
+    full = random_lp(3)
+    backend.load(full)
+    base = backend.solve()
+    # scale a used column's entries up (it gets dearer), add a new entry, remove one
+    j = int(np.argmax(base.x))
+    A = full.A.tolil()
+    rows = full.A.tocsc()[:, j].indices
+    new_row = int(np.setdiff1d(np.arange(full.num_rows), rows)[0])
+    r = np.concatenate([rows, [new_row], [rows[0]]])
+    c = np.full(r.size, j)
+    v = np.concatenate([3.0 * full.A.tocsc()[:, j].data, [1.5], [0.0]])   # last entry wins
+    for i, jj, a in zip(r, c, v):
+        A[i, jj] = a
+    backend.change_coefficients(r, c, v)
+    warm = backend.solve()
+    changed = _with(full, A=A.tocsr())
+    ref = cold(backend.name, changed)
+    assert warm.status is SolveStatus.OPTIMAL
+    assert warm.objective == pytest.approx(ref.objective, rel=1e-9)
+    assert warm.objective < base.objective
+    check_dual_certificate(changed, warm)
+    # the same model still takes columns after the change
+    k = backend.num_cols
+    backend.add_columns([2.0], [0.0], [INF], [0, 1], [new_row], [1.0])
+    assert backend.num_cols == k + 1 and backend.solve().objective >= warm.objective - 1e-9
+
+
+def test_set_row_bounds_in_place_equals_cold(backend):
+    full = random_lp(4)
+    backend.load(full)
+    backend.solve()
+    rows = np.array([0, 5, 7])
+    hi = full.row_hi.copy()
+    hi[rows] = [0.5, 10.0, 1.0]
+    lo = full.row_lo.copy()
+    lo[7] = 0.25                                   # row 7 becomes a range row
+    backend.set_row_bounds(rows, lo[rows], hi[rows])
+    warm = backend.solve()
+    ref = cold(backend.name, _with(full, row_lo=lo, row_hi=hi))
+    assert warm.status is SolveStatus.OPTIMAL
+    assert warm.objective == pytest.approx(ref.objective, rel=1e-9)
+    activity = full.A @ warm.x
+    assert (activity <= hi + 1e-7).all() and (activity >= lo - 1e-7).all()
+    # and back: the original bounds give the original optimum
+    backend.set_row_bounds(rows, full.row_lo[rows], full.row_hi[rows])
+    assert backend.solve().objective == pytest.approx(cold(backend.name, full).objective, rel=1e-9)
+
+
+def test_basis_survives_a_rebuild_and_restarts_warm(backend):
+    lp = random_lp(5, m=40, n=80)
+    backend.load(lp)
+    first = backend.solve(method="dual")
+    basis = backend.get_basis()
+    assert basis is not None and basis.backend == backend.name
+    assert basis.col_status.shape == (lp.num_cols,) and basis.row_status.shape == (lp.num_rows,)
+    assert int((basis.col_status == basis.BASIC).sum() + (basis.row_status == basis.BASIC).sum()) \
+        == lp.num_rows
+    with get_backend(backend.name) as again:
+        again.load(lp)
+        again.set_basis(basis)
+        re = again.solve(method="primal")
+        assert re.objective == pytest.approx(first.objective, rel=1e-9)
+        assert re.iterations <= 1 < first.iterations      # the optimal basis needs no pivot
+        with pytest.raises(FormulationError, match="model is"):
+            again.set_basis(type(basis)(basis.col_status[:-1], basis.row_status, backend.name))
+        with pytest.raises(FormulationError, match="cannot start"):
+            again.set_basis(type(basis)(basis.col_status, basis.row_status, "other"))
+
+
+def test_change_coefficients_rejects_bad_input(backend):
+    backend.load(random_lp(6))
+    with pytest.raises(FormulationError, match="outside"):
+        backend.change_coefficients([0], [10_000], [1.0])
+    with pytest.raises(FormulationError, match="equal"):
+        backend.change_coefficients([0, 1], [0], [1.0])
+    with pytest.raises(FormulationError, match="finite"):
+        backend.change_coefficients([0], [0], [np.nan])
+
+
 @pytest.mark.parametrize("method", ["dual", "primal"])
 def test_iteration_limit(backend, method):
     lp = random_lp(3, m=150, n=220)

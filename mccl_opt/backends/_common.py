@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import scipy.sparse as sp
 
 from formulations.lp import FormulationError
 
+if TYPE_CHECKING:
+    from .base import Basis
+
 __all__ = ["METHODS", "check_method", "warm_method", "SparseBlock", "as_block", "as_bounds",
-           "as_index_array"]
+           "as_index_array", "as_coefficients", "check_basis"]
 
 #: LP methods every adapter accepts (see each adapter's docstring for the mapping).
 METHODS = ("auto", "primal", "dual", "ipm")
@@ -104,3 +108,31 @@ def as_index_array(cols: np.ndarray, bound: int, what: str) -> np.ndarray:
     if ix.size and (ix.min() < 0 or ix.max() >= bound):
         raise FormulationError(f"{what}: column index out of range [0, {bound})")
     return ix.astype(np.int32)
+
+
+def as_coefficients(rows: np.ndarray, cols: np.ndarray, values: np.ndarray, num_rows: int,
+                    num_cols: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Check a ``change_coefficients`` triple: equal lengths, indices in range, finite."""
+    r = np.asarray(rows, dtype=np.int64).reshape(-1)
+    c = np.asarray(cols, dtype=np.int64).reshape(-1)
+    v = np.asarray(values, dtype=float).reshape(-1)
+    if not r.shape == c.shape == v.shape:
+        raise FormulationError(f"change_coefficients: rows, cols and values must have equal "
+                               f"lengths, got {r.size}, {c.size}, {v.size}")
+    if r.size and (r.min() < 0 or r.max() >= num_rows or c.min() < 0 or c.max() >= num_cols):
+        raise FormulationError(f"change_coefficients: entry outside the {num_rows}x{num_cols} "
+                               f"model")
+    if not np.isfinite(v).all():
+        raise FormulationError("change_coefficients: coefficients must be finite (found NaN or inf)")
+    return r, c, v
+
+
+def check_basis(basis: "Basis", backend: str, num_cols: int, num_rows: int) -> None:
+    """Raise if ``basis`` was made by another backend or has another model's shape."""
+    if basis.backend != backend:
+        raise FormulationError(f"set_basis: a {basis.backend!r} basis cannot start a "
+                               f"{backend!r} model; re-solve without it")
+    if basis.col_status.shape != (num_cols,) or basis.row_status.shape != (num_rows,):
+        raise FormulationError(
+            f"set_basis: basis is {basis.row_status.size}x{basis.col_status.size} "
+            f"(rows x cols) but the model is {num_rows}x{num_cols}")

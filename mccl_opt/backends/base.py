@@ -6,6 +6,8 @@ column generation and the small MIPs of later phases need:
 
 * bulk build from a :class:`formulations.LinearProgram` (CSR/CSC arrays);
 * adding columns and rows to the live model and re-solving warm from the basis;
+* changing coefficients and row bounds in place (a capacity change keeps the model);
+* reading and restoring a simplex basis (:class:`Basis`, one status coding for all);
 * simplex or interior point;
 * **one dual sign convention**: ``row_duals[i]`` is the shadow price
   d(objective)/d(rhs of row i), for max and min problems alike (so in a max problem a
@@ -28,7 +30,7 @@ import numpy as np
 
 from formulations.lp import LinearProgram
 
-__all__ = ["Backend", "LPSolution", "SolveStatus", "LPMethod"]
+__all__ = ["Backend", "Basis", "LPSolution", "SolveStatus", "LPMethod"]
 
 
 class SolveStatus(enum.Enum):
@@ -76,6 +78,26 @@ class LPSolution:
         return self.x is not None
 
 
+@dataclass(frozen=True)
+class Basis:
+    """A simplex basis in one coding for every backend (the HiGHS/SoPlex codes).
+
+    ``col_status[j]``/``row_status[i]`` are :attr:`LOWER` (nonbasic at the lower bound;
+    for a row: activity at its lower side), :attr:`BASIC`, :attr:`UPPER` or :attr:`ZERO`
+    (nonbasic free).  ``backend`` names the solver that produced it; a basis is plain
+    data, so it survives the model it came from and can be set into a rebuilt one.
+    """
+
+    col_status: np.ndarray
+    row_status: np.ndarray
+    backend: str
+
+    LOWER: ClassVar[int] = 0
+    BASIC: ClassVar[int] = 1
+    UPPER: ClassVar[int] = 2
+    ZERO: ClassVar[int] = 3
+
+
 class Backend(ABC):
     """A live LP/MIP model in one solver.
 
@@ -120,6 +142,24 @@ class Backend(ABC):
     @abstractmethod
     def delete_columns(self, cols: np.ndarray) -> None:
         """Remove columns; the remaining columns keep their relative order."""
+
+    @abstractmethod
+    def change_coefficients(self, rows: np.ndarray, cols: np.ndarray, values: np.ndarray) -> None:
+        """Set ``A[rows[k], cols[k]] = values[k]`` in place (a zero removes the entry);
+        the basis is kept, so the next solve starts from it."""
+
+    @abstractmethod
+    def set_row_bounds(self, rows: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> None:
+        """Change the bounds ``lo <= a_i x <= hi`` of existing rows in place."""
+
+    @abstractmethod
+    def get_basis(self) -> Basis | None:
+        """The current simplex basis (``None`` when the solver holds none)."""
+
+    @abstractmethod
+    def set_basis(self, basis: Basis) -> None:
+        """Start the next solve from ``basis`` (same shape as the model); raises
+        :class:`~formulations.lp.FormulationError` on a shape or backend mismatch."""
 
     @property
     @abstractmethod

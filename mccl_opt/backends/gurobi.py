@@ -27,8 +27,9 @@ import scipy.sparse as sp
 from formulations.lp import LinearProgram
 
 from ..errors import SolveError, SolverLicenseError
-from ._common import as_block, as_bounds, as_index_array, check_method
-from .base import Backend, LPSolution, SolveStatus
+from ._common import (as_block, as_bounds, as_coefficients, as_index_array, check_basis,
+                      check_method)
+from .base import Backend, Basis, LPSolution, SolveStatus
 
 __all__ = ["GurobiBackend"]
 
@@ -76,6 +77,7 @@ class GurobiBackend(Backend):
         self._model: Any = None
         self._vars: list[Any] = []      # user columns, in order
         self._constrs: list[Any] = []   # user rows, in order
+        self._slacks: dict[int, Any] = {}  # row index -> hidden slack of a range/free row
         self._int_cols = np.zeros(0, dtype=np.int64)
         self._relaxed = False
         self._new_model()
@@ -84,7 +86,7 @@ class GurobiBackend(Backend):
         if self._model is not None:
             self._model.dispose()
         self._model = self._gp.Model(env=self._env)
-        self._vars, self._constrs = [], []
+        self._vars, self._constrs, self._slacks = [], [], {}
         self._int_cols = np.zeros(0, dtype=np.int64)
         self._relaxed = False
 
@@ -126,6 +128,8 @@ class GurobiBackend(Backend):
                               shape=(k, ranged.size))
             A = sp.hstack([A, S], format="csr")
             x = gp.MVar.fromlist(self._vars + s.tolist())
+            offset = len(self._constrs)
+            self._slacks.update(zip((offset + ranged).tolist(), s.tolist()))
         if x is None:  # rows over zero columns: constant constraints 0 (sense) rhs
             x = self._model.addMVar(1, lb=0.0, ub=0.0)
             A = sp.csr_matrix((k, 1))
@@ -175,6 +179,60 @@ class GurobiBackend(Backend):
         old_to_new = np.cumsum(keep) - 1
         self._int_cols = old_to_new[self._int_cols[keep[self._int_cols]]]
         self._model.update()
+
+    def change_coefficients(self, rows: np.ndarray, cols: np.ndarray, values: np.ndarray) -> None:
+        r, c, v = as_coefficients(rows, cols, values, self.num_rows, self.num_cols)
+        for i, j, a in zip(r.tolist(), c.tolist(), v.tolist()):
+            self._model.chgCoeff(self._constrs[i], self._vars[j], a)
+        self._model.update()
+
+    def set_row_bounds(self, rows: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> None:
+        """A range or free row keeps its hidden slack (whose bounds change); a one-sided
+        or equality row changes sense and right-hand side, and gains a slack when it
+        becomes a range."""
+        gp = self._gp
+        ix = as_index_array(rows, self.num_rows, "set_row_bounds")
+        lo_a, hi_a = as_bounds(ix.shape[0], lo, hi, "set_row_bounds")
+        m = self._model
+        for i, l, u in zip(ix.tolist(), lo_a.tolist(), hi_a.tolist()):
+            con, slack = self._constrs[i], self._slacks.get(i)
+            if slack is None and not (np.isfinite(l) and np.isfinite(u) and l != u) \
+                    and (np.isfinite(l) or np.isfinite(u)):
+                sense, rhs = ("=", l) if l == u else ((">", l) if np.isfinite(l) else ("<", u))
+                con.Sense, con.RHS = sense, rhs
+                continue
+            if slack is None:
+                slack = m.addVar(column=gp.Column([-1.0], [con]))
+                self._slacks[i] = slack
+                con.Sense, con.RHS = "=", 0.0
+            slack.LB, slack.UB = float(_grb_bounds(l)), float(_grb_bounds(u))
+        m.update()
+
+    def get_basis(self) -> Basis | None:
+        m = self._model
+        try:
+            vb = np.array(m.getAttr("VBasis", self._vars), dtype=np.int64)
+            cb = np.array(m.getAttr("CBasis", self._constrs), dtype=np.int64)
+        except self._gp.GurobiError:
+            return None
+        cols = np.array([Basis.BASIC, Basis.LOWER, Basis.UPPER, Basis.ZERO], dtype=np.int8)[-vb]
+        sense = np.array([c.Sense for c in self._constrs], dtype="<U1")
+        rows = np.where(cb == 0, Basis.BASIC, np.where(sense == "<", Basis.UPPER, Basis.LOWER))
+        for i, slack in self._slacks.items():
+            rows[i] = _basis_code(int(slack.VBasis))
+        return Basis(cols, rows.astype(np.int8), self.name)
+
+    def set_basis(self, basis: Basis) -> None:
+        check_basis(basis, self.name, self.num_cols, self.num_rows)
+        vb = np.array([-1, 0, -2, -3])[basis.col_status.astype(np.int64)]
+        cb = np.where(basis.row_status == Basis.BASIC, 0, -1)
+        m = self._model
+        m.setAttr("VBasis", self._vars, vb.tolist())
+        for i, slack in self._slacks.items():
+            slack.VBasis = int(np.array([-1, 0, -2, -3])[basis.row_status[i]])
+            cb[i] = -1
+        m.setAttr("CBasis", self._constrs, cb.tolist())
+        m.update()
 
     @property
     def num_cols(self) -> int:
@@ -272,6 +330,12 @@ def _attr(model: Any, name: str) -> float | None:
         return float(model.getAttr(name))
     except Exception:  # gurobipy raises AttributeError/GurobiError for "not available"
         return None
+
+
+def _basis_code(vbasis: int) -> int:
+    """A Gurobi ``VBasis`` code (0 basic, -1 lower, -2 upper, -3 superbasic) as a
+    :class:`Basis` status."""
+    return [Basis.BASIC, Basis.LOWER, Basis.UPPER, Basis.ZERO][-vbasis]
 
 
 def _grb_bounds(v: np.ndarray) -> np.ndarray:

@@ -21,8 +21,9 @@ import numpy as np
 from formulations.lp import LinearProgram
 
 from ..errors import SolveError
-from ._common import as_block, as_bounds, as_index_array, check_method, warm_method
-from .base import Backend, LPSolution, SolveStatus
+from ._common import (as_block, as_bounds, as_coefficients, as_index_array, check_basis,
+                      check_method, warm_method)
+from .base import Backend, Basis, LPSolution, SolveStatus
 
 __all__ = ["HighsBackend"]
 
@@ -136,6 +137,39 @@ class HighsBackend(Backend):
         if ix.size == 0:
             return
         self._check(self._h.deleteCols(int(ix.size), ix), "deleteCols")
+        self._last_change = "mixed"
+
+    def change_coefficients(self, rows: np.ndarray, cols: np.ndarray, values: np.ndarray) -> None:
+        r, c, v = as_coefficients(rows, cols, values, self.num_rows, self.num_cols)
+        for i, j, a in zip(r.tolist(), c.tolist(), v.tolist()):
+            self._check(self._h.changeCoeff(i, j, a), "changeCoeff")
+        if r.size:
+            self._last_change = "mixed"
+
+    def set_row_bounds(self, rows: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> None:
+        ix = as_index_array(rows, self.num_rows, "set_row_bounds")
+        lo_a, hi_a = as_bounds(ix.shape[0], lo, hi, "set_row_bounds")
+        if ix.size == 0:
+            return
+        self._check(self._h.changeRowsBounds(int(ix.size), ix, lo_a, hi_a), "changeRowsBounds")
+        self._last_change = "bounds" if self._last_change in (None, "rows", "bounds") else "mixed"
+
+    def get_basis(self) -> Basis | None:
+        b = self._h.getBasis()
+        if not b.valid:
+            return None
+        return Basis(np.array([s.value for s in b.col_status], dtype=np.int8),
+                     np.array([s.value for s in b.row_status], dtype=np.int8), self.name)
+
+    def set_basis(self, basis: Basis) -> None:
+        check_basis(basis, self.name, self.num_cols, self.num_rows)
+        hb = self._highspy.HighsBasis()
+        st = self._highspy.HighsBasisStatus
+        codes = [st.kLower, st.kBasic, st.kUpper, st.kZero]
+        hb.col_status = [codes[s] for s in basis.col_status.tolist()]
+        hb.row_status = [codes[s] for s in basis.row_status.tolist()]
+        hb.valid = True
+        self._check(self._h.setBasis(hb), "setBasis")
         self._last_change = "mixed"
 
     @property

@@ -27,8 +27,9 @@ import scipy.sparse as sp
 
 from formulations.lp import LinearProgram
 
-from ._common import as_block, as_bounds, as_index_array, check_method, warm_method
-from .base import Backend, LPSolution, SolveStatus
+from ._common import (as_block, as_bounds, as_coefficients, as_index_array, check_basis,
+                      check_method, warm_method)
+from .base import Backend, Basis, LPSolution, SolveStatus
 
 __all__ = ["ScipBackend"]
 
@@ -151,6 +152,41 @@ class ScipBackend(Backend):
         self._c, self._col_lo, self._col_hi, self._int = (
             self._c[keep], self._col_lo[keep], self._col_hi[keep], self._int[keep])
         self._A = self._A[:, np.flatnonzero(keep)]
+        self._last_change = "mixed"
+
+    def change_coefficients(self, rows: np.ndarray, cols: np.ndarray, values: np.ndarray) -> None:
+        r, c, v = as_coefficients(rows, cols, values, self.num_rows, self.num_cols)
+        if r.size == 0:
+            return
+        for i, j, a in zip(r.tolist(), c.tolist(), v.tolist()):
+            self._lp.chgCoef(i, j, a)
+        # the copy kept for MIPs: the last value given for an entry wins
+        _, last = np.unique((r * self.num_cols + c)[::-1], return_index=True)
+        keep = r.size - 1 - last
+        r, c, v = r[keep], c[keep], v[keep]
+        old = np.asarray(self._A[r, c]).reshape(-1)
+        delta = sp.csc_matrix((v - old, (r, c)), shape=self._A.shape)
+        self._A = (self._A + delta).tocsc()
+        self._A.eliminate_zeros()
+        self._last_change = "mixed"
+
+    def set_row_bounds(self, rows: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> None:
+        ix = as_index_array(rows, self.num_rows, "set_row_bounds")
+        lo_a, hi_a = as_bounds(ix.shape[0], lo, hi, "set_row_bounds")
+        for i, l, u in zip(ix.tolist(), self._clip(lo_a), self._clip(hi_a)):
+            self._lp.chgSide(i, l, u)
+        self._row_lo[ix], self._row_hi[ix] = lo_a, hi_a
+        self._last_change = "bounds" if self._last_change in (None, "rows", "bounds") else "mixed"
+
+    def get_basis(self) -> Basis | None:
+        if self.num_cols == 0 or not self._lp.isOptimal():
+            return None
+        cstat, rstat = self._lp.getBase()
+        return Basis(np.asarray(cstat, dtype=np.int8), np.asarray(rstat, dtype=np.int8), self.name)
+
+    def set_basis(self, basis: Basis) -> None:
+        check_basis(basis, self.name, self.num_cols, self.num_rows)
+        self._lp.setBase(basis.col_status.astype(int).tolist(), basis.row_status.astype(int).tolist())
         self._last_change = "mixed"
 
     @property
