@@ -14,6 +14,9 @@ __all__ = ["TABLE_HEADERS", "table_rows", "to_json", "plot_png"]
 
 TABLE_HEADERS = ("suite", "method", "backend", "fabric", "gpus", "build s", "solve s",
                  "round s", "validate s", "total s", "vs ref", "gap", "note")
+COLORS = {"cold_cg": "tab:blue", "warm_cg": "tab:orange", "compact_lp": "tab:red",
+          "forestcoll_cold": "tab:green", "forestcoll_warm": "tab:purple"}
+STYLES = {"highs": "-", "maxflow": "-", "gurobi": "--", "scip": ":"}
 LABELS = {"cold_cg": "cold CG", "warm_cg": "warm CG", "compact_lp": "compact LP",
           "forestcoll_cold": "ForestColl-style cold", "forestcoll_warm": "ForestColl-style warm"}
 
@@ -53,7 +56,7 @@ def to_json(results: list[CaseResult], path: str | Path, *, command: str = "") -
 
 def plot_png(results: list[CaseResult], path: str | Path) -> Path:
     """Synthesis time (build + solve + round) against GPU count, one line per
-    (method, backend), log-log axes (matplotlib Agg)."""
+    (method, backend), log-log axes (matplotlib Agg); colour = method, dash = backend."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -67,8 +70,8 @@ def plot_png(results: list[CaseResult], path: str | Path) -> Path:
     for (method, backend), pts in sorted(series.items()):
         pts.sort()
         label = LABELS.get(method, method) + ("" if backend == "maxflow" else f" ({backend})")
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o",
-                linestyle="-" if backend in ("highs", "maxflow") else "--", label=label)
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=label,
+                color=COLORS.get(method), linestyle=STYLES.get(backend, "-."))
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xlabel("GPUs")

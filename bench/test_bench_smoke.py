@@ -1,0 +1,85 @@
+"""pytest-benchmark drivers over the case registry (issue 8).
+
+``make test`` runs them once each with ``--benchmark-disable`` (the CI smoke run, one
+tiny fabric); ``MCCL_BENCH_SIZES=1x2x8,1x4x8 pytest bench/test_bench_smoke.py
+--benchmark-enable`` times a real sweep.  Each benchmark times one case end to end;
+its phase times (build / solve / round / validate) and quality (gap to the reference
+bound, the LP optimum vs the instance library's manifest) go to ``extra_info``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from bench.registry import PHASES, REFERENCE, add_reference_ratios, cases, run_case, warmup
+from bench.report import plot_png, table_rows, to_json
+from instances.library import load_manifest
+
+SIZES = tuple(os.environ.get("MCCL_BENCH_SIZES", "1x2x4").split(","))
+CASES = cases("all", SIZES, ("fail2",))
+
+
+@pytest.fixture(scope="module")
+def manifest():
+    warmup()
+    return load_manifest()["instances"]
+
+
+def _known_optimum(manifest: dict, case) -> float | None:
+    rec = manifest.get(case.topology().name)
+    return None if rec is None else rec[case.suite]["rate_gbps"]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_case(benchmark, manifest, case):
+    res = benchmark.pedantic(run_case, args=(case,), rounds=1, iterations=1)
+    if res.error and "licence" in res.error:
+        pytest.skip(res.error)               # size-limited Gurobi
+    assert res.error is None, res.error
+    benchmark.extra_info.update({p: getattr(res, p) for p in PHASES})
+    benchmark.extra_info.update(gpus=res.gpus, lp_gbps=res.lp_gbps, rate_gbps=res.rate_gbps)
+    assert all(getattr(res, p) >= 0 for p in PHASES) and res.solve_s > 0
+    known = _known_optimum(manifest, case)
+    if known is not None:
+        assert res.lp_gbps == pytest.approx(known, rel=1e-6)
+    if case.method != "compact_lp":             # a validated schedule within its bound
+        assert 0 < res.rate_gbps <= res.lp_gbps * (1 + 1e-9)
+        benchmark.extra_info["gap"] = 1 - res.rate_gbps / res.lp_gbps
+
+
+def test_report_outputs(tmp_path, manifest):
+    """One instance through every method: ratios to the reference, gaps, JSON and PNG."""
+    todo = [c for c in CASES if c.shape == SIZES[0] and c.backend in ("highs", "maxflow")]
+    results = add_reference_ratios([run_case(c) for c in todo])
+    for r in results:
+        assert r.error is None and r.bound_gbps > 0
+        assert -1e-9 <= r.gap < 0.2
+        if (r.case.method, r.case.backend) == REFERENCE[r.case.suite]:
+            assert r.vs_ref == 1.0
+        if r.case.method == "compact_lp":            # the AllToAll bound itself
+            assert abs(r.gap) <= 1e-9
+    assert len(table_rows(results)) == len(todo)
+    doc = json.loads(to_json(results, tmp_path / "b.json").read_text())
+    assert doc["format"] == "mccl-bench/1" and len(doc["results"]) == len(todo)
+    assert {r["method"] for r in doc["results"]} == {
+        "compact_lp", "cold_cg", "warm_cg", "forestcoll_cold", "forestcoll_warm"}
+    png = plot_png(results, tmp_path / "b.png")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_mccl_bench_cli(tmp_path, capsys):
+    from mccl_opt.cli import main
+
+    out, png = tmp_path / "b.json", tmp_path / "b.png"
+    assert main(["bench", "--suite", "alltoall", "--sizes", SIZES[0], "--backends", "highs",
+                 "--json", str(out), "--png", str(png)]) == 0
+    captured = capsys.readouterr()
+    assert "compact_lp" in captured.out and "vs ref" in captured.out
+    assert "3/3" in captured.err                       # progress on stderr
+    assert len(json.loads(out.read_text())["results"]) == 3 and png.exists()
+    assert main(["bench", "--backends", "cplex"]) == 2
+    assert "not installed" in capsys.readouterr().err
+    assert main(["bench", "--sizes", "1x2"]) == 2
