@@ -10,13 +10,12 @@ compared with the manifest):
 * ``"master"``: the path-column restricted master of paper §4.2 over the columns that
   column generation ends with (``solve_alltoall(max_chunks=None)``), in the ``t = 1/z``
   form of :mod:`formulations.master`; optimum ``1/z*`` (s/Gbit).
-* ``"switch-removal"``: the step-aware switch-removal model (paper App. C) from
-  ``formulations.switch_removal`` when that module is installed.
+* ``"switch-removal"``: the step-aware switch-removal model (paper App. C); not
+  exportable yet (raises :class:`MCCLError`, see :func:`_switch_removal`).
 """
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -64,16 +63,12 @@ def master_columns(topo: Topology, backend: str = "highs") -> tuple[np.ndarray, 
 
 
 def _switch_removal(topo: Topology) -> LinearProgram:
-    try:
-        mod = importlib.import_module("formulations.switch_removal")
-    except ModuleNotFoundError as exc:
-        if exc.name != "formulations.switch_removal":
-            raise
-        raise MCCLError("model 'switch-removal' needs formulations/switch_removal.py, which this "
-                        "installation does not have; export 'compact' or 'master' instead") from None
-    ar = topo.arrays
-    return mod.build_switch_removal_lp(topo.num_nodes, ar.tail, ar.head, ar.capacity,
-                                       ar.is_switch, ar.gpu_nodes)
+    """Not exportable yet: ``formulations.switch_removal`` builds the model from the
+    step-aware AllGather pipeline's star-switch arrays and separated cuts, and no
+    topology-level builder exposes those."""
+    raise MCCLError(f"model 'switch-removal' cannot be exported for {topo.name} yet: it needs a "
+                    "topology-level builder of the step-aware AllGather LP (star switches and "
+                    "its separated cuts); export 'compact' or 'master' instead")
 
 
 def build_model(topo: Topology, model: str, *, commodities: str = "source",

@@ -3,8 +3,6 @@ manifest optimum (issue 8)."""
 
 from __future__ import annotations
 
-import importlib.util
-
 import highspy
 import pytest
 
@@ -13,7 +11,6 @@ from instances.library import CATALOG, load_manifest
 from mccl_opt.cli import build_parser, main
 
 SMALL = [i.name for i in CATALOG if load_manifest()["instances"][i.name]["gpus"] <= 16]
-HAVE_SWITCH_REMOVAL = importlib.util.find_spec("formulations.switch_removal") is not None
 
 
 def _highs_optimum(path) -> float:
@@ -60,7 +57,6 @@ def test_export_group_holds_both_formats():
 def test_bad_inputs_exit_2(tmp_path, capsys):
     assert main(["export", "mps", "no-such-instance", "-o", str(tmp_path / "x.mps")]) == 2
     assert "neither a topology file nor a library instance" in capsys.readouterr().err
-    if not HAVE_SWITCH_REMOVAL:
-        assert main(["export", "mps", "--model", "switch-removal", "ring-8",
-                     "-o", str(tmp_path / "x.mps")]) == 2
-        assert "switch_removal" in capsys.readouterr().err
+    assert main(["export", "mps", "--model", "switch-removal", "ring-8",
+                 "-o", str(tmp_path / "x.mps")]) == 2
+    assert "'switch-removal' cannot be exported" in capsys.readouterr().err
