@@ -127,12 +127,13 @@ def _pack(split: SplitGraph, rank_of: np.ndarray, k: int, guides: dict[int, np.n
 
 
 def solve_allgather(topo: Topology, warm: Schedule | None = None, backend: str = "highs",
-                    max_chunks: int | None = 10, step_aware: bool = False) -> Schedule:
+                    max_chunks: int | None = 10, step_aware: Any = False) -> Schedule:
     """Throughput-optimal AllGather trees (ForestColl), warm-started from ``warm``.
 
     ``max_chunks=K``: every root's trees carry multiples of ``1/k`` for one ``k <= K``
-    (the best such ``k``); ``None``: the exact optimum.  ``step_aware=True`` replaces
-    (App. C) is not implemented yet and raises :class:`SolveError`.
+    (the best such ``k``); ``None``: the exact optimum.  ``step_aware=True`` (or a
+    :class:`.step_aware.StepAware` with a rate tolerance) uses the step-aware switch
+    removal LP of App. C on ``backend`` for shallower trees.
     Raises :class:`TopologyError` for unusable fabrics, :class:`SolveError` if a
     certified fallback fails.
     """
@@ -141,9 +142,6 @@ def solve_allgather(topo: Topology, warm: Schedule | None = None, backend: str =
     if max_chunks is not None and (isinstance(max_chunks, bool) or not isinstance(max_chunks, int)
                                    or max_chunks < 1):
         raise ValueError(f"max_chunks must be a positive integer or None, got {max_chunks!r}")
-    if step_aware:
-        raise SolveError("step_aware=True (paper App. C) is not implemented yet; "
-                         "call solve_allgather(..., step_aware=False)")
     t_start = time.perf_counter()
     stats: dict[str, Any] = {"warm": warm is not None}
     hint_cuts, prev_k, guides = _warm_inputs(warm, topo)
@@ -167,7 +165,15 @@ def solve_allgather(topo: Topology, warm: Schedule | None = None, backend: str =
     t = time.perf_counter()
     split, k = _balanced_split(fab, arr.is_switch, k, y, max_chunks, stats)
     stats["balance_s"] = time.perf_counter() - t
-    lg, classes = _pack(split, arr.rank_of, k, guides, stats)
+    packed = None
+    if step_aware:
+        from .step_aware import StepAware, step_aware_pack
+        opts = step_aware if isinstance(step_aware, StepAware) else None
+        packed = step_aware_pack(split, arr.rank_of, k, guides, stats, backend, opts)
+    if packed is not None:
+        lg, classes, k = packed
+    else:
+        lg, classes = _pack(split, arr.rank_of, k, guides, stats)
 
     t = time.perf_counter()
     trees = to_physical(classes, lg)
