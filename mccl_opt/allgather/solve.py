@@ -22,6 +22,7 @@ from .fabric import fabric_of
 from .mapping import to_physical, tree_chunks
 from .splitting import LogicalGraph, SplitGraph, balance_switches, split_all
 from .throughput import Fabric, optimal_rate
+from .repair import repair_pack
 from .trees import exact_pack, greedy_pack
 
 __all__ = ["solve_allgather", "WarmState"]
@@ -99,15 +100,20 @@ def _balanced_split(fab: Fabric, is_switch: np.ndarray, k: int, y: Fraction,
 
 def _pack(split: SplitGraph, rank_of: np.ndarray, k: int, guides: dict[int, np.ndarray],
           stats: dict[str, Any]) -> tuple[LogicalGraph, list]:
-    """Spread split + greedy packing; exact splitting / exact packing as fallbacks."""
+    """Spread split + repair packing (greedy guided packing, exact splitting / exact
+    packing as fallbacks)."""
     t = time.perf_counter()
     g = split.copy()
     split_all(g, exact=False)
     lg = LogicalGraph.from_split(g, rank_of)
     stats["phase2_s"] = time.perf_counter() - t
     t = time.perf_counter()
-    classes = greedy_pack(lg.num_gpus, lg.tail, lg.head, lg.units, k, guides)
-    stats["split"], stats["packing"] = "spread", "greedy"
+    classes, info = repair_pack(lg.num_gpus, lg.tail, lg.head, lg.units, k)
+    stats.update(info)
+    stats["split"], stats["packing"] = "spread", "repair"
+    if classes is None:
+        classes = greedy_pack(lg.num_gpus, lg.tail, lg.head, lg.units, k, guides)
+        stats["packing"] = "greedy"
     if classes is None:
         if not lg.admits(k):
             t2 = time.perf_counter()
