@@ -17,6 +17,7 @@ shard (AllGather).  :func:`share_loads` and :func:`schedule_rate` compute these.
 from __future__ import annotations
 
 import json
+from itertools import chain
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence, Union
@@ -235,22 +236,53 @@ class Schedule:
 
 
 # ---------------------------------------------------------------------- load helpers
-def _path_arcs(topo: "Topology", path: Sequence[str]) -> list[int]:
-    return [topo.link_index(u, v) for u, v in zip(path[:-1], path[1:])]
-
-
 def share_loads(topo: "Topology", chunks: Iterable[Chunk]) -> np.ndarray:
     """Per-link share load ``L_a`` (sum of shares crossing link ``a``, link order).
 
+    Vectorised: every hop's node ids are mapped to indices in one pass, the hops to link
+    indices by a sorted-key search, and the shares summed with ``np.bincount``.
     Raises :class:`mccl_opt.TopologyError` if a hop is not a link of ``topo``.
     """
-    loads = np.zeros(topo.num_links)
+    paths: list[Sequence[str]] = []
+    shares: list[float] = []
     for c in chunks:
-        paths = (c.path,) if isinstance(c, PathChunk) else c.edges
-        for p in paths:
-            for a in _path_arcs(topo, p):
-                loads[a] += c.share
-    return loads
+        if isinstance(c, PathChunk):
+            paths.append(c.path)
+            shares.append(c.share)
+        else:
+            paths.extend(c.edges)
+            shares.extend([c.share] * len(c.edges))
+    if not paths:
+        return np.zeros(topo.num_links)
+    index = {n.id: i for i, n in enumerate(topo.nodes)}
+    flat = list(chain.from_iterable(paths))
+    nodes = np.fromiter((index.get(v, -1) for v in flat), dtype=np.int64, count=len(flat))
+    lengths = np.fromiter(map(len, paths), dtype=np.int64, count=len(paths))
+    ends = np.cumsum(lengths)
+    is_tail = np.ones(nodes.size, dtype=bool)
+    is_tail[ends[lengths > 0] - 1] = False        # a path's last node starts no hop
+    tails = nodes[is_tail]
+    heads = nodes[np.flatnonzero(is_tail) + 1]
+    hop_share = np.repeat(np.asarray(shares, dtype=float), np.maximum(lengths - 1, 0))
+    arcs = _link_indices(topo, tails, heads)
+    bad = np.flatnonzero(arcs < 0)
+    if bad.size:
+        pos = int(np.flatnonzero(is_tail)[bad[0]])
+        topo.link_index(flat[pos], flat[pos + 1])   # raises TopologyError naming the hop
+    return np.bincount(arcs, weights=hop_share, minlength=topo.num_links)
+
+
+def _link_indices(topo: "Topology", tails: np.ndarray, heads: np.ndarray) -> np.ndarray:
+    """Link index of each ``tails[i] -> heads[i]`` (node indices; -1 where no link)."""
+    ar = topo.arrays
+    n = topo.num_nodes
+    keys = ar.tail * n + ar.head
+    order = np.argsort(keys, kind="stable")
+    sorted_keys = keys[order]
+    want = tails * n + heads
+    pos = np.minimum(np.searchsorted(sorted_keys, want), max(keys.size - 1, 0))
+    found = (tails >= 0) & (heads >= 0) & (sorted_keys[pos] == want) if keys.size else tails < -1
+    return np.where(found, order[pos], -1)
 
 
 def schedule_rate(topo: "Topology", loads: np.ndarray) -> float:
