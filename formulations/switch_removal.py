@@ -10,10 +10,13 @@ Throughput is kept by the rooted cut conditions of the logical graph (Edmonds):
 exponentially many, so the model carries only the sets passed in ``cuts`` (the caller
 separates violated ones by max-flow and re-solves: a cutting-plane loop).
 
-Objective (spreading, so breadth-first packing finds shallow trees): maximise
-``z + eps · sum(f) / total`` where ``z <= L[u,t] / target[u,t]`` for every pair that
-shares a switch, i.e. the smallest fraction of its *target* that any pair receives.
-With ``target = 1`` this is the max-min logical capacity over switch-sharing pairs.
+Objective (spreading, so breadth-first packing finds shallow trees): a concave
+piecewise-linear utility of every switch-sharing pair's logical capacity, maximised
+in sum.  Pair ``(u, t)`` has ``segments`` pieces ``s[p,b]`` of width
+``step · target[p]``, ``sum_b s[p,b] <= L[u,t]``, worth ``(segments + 1 - b) / segments
+/ target[p]`` per unit: the first units of a poor pair are worth more than extra units
+of a rich one, so the LP water-fills (an LP stand-in for lexicographic max-min of
+``L / target`` up to ``segments · step`` times the target).
 
 Takes plain arrays (numpy/scipy only), never a :class:`mccl_opt.Topology`.
 """
@@ -28,7 +31,8 @@ import scipy.sparse as sp
 
 from .lp import FormulationError, LinearProgram
 
-__all__ = ["SwitchRemovalModel", "build_switch_removal_lp"]
+__all__ = ["SwitchRemovalModel", "build_switch_removal_lp", "build_step_lp", "hop_columns",
+           "logical_links"]
 
 
 @dataclass(frozen=True)
@@ -39,7 +43,8 @@ class SwitchRemovalModel:
     ``triple_in[j]`` (arc ``u -> w``) with ``triple_out[j]`` (arc ``w -> t``) into the
     GPU pair ``(triple_u[j], triple_t[j])`` (ranks, ``u != t``).  ``direct_*``: fixed
     GPU-to-GPU logical links (ranks, units).  ``k_keep``: trees per root to keep.
-    ``target``: per pair of :attr:`pairs`, the normaliser of the max-min objective.
+    ``target``: per pair of :attr:`pairs`, the capacity scale of its utility (default:
+    the mean transport share, the same for all pairs); ``segments``, ``step``: pieces.
     """
 
     num_gpus: int
@@ -53,7 +58,8 @@ class SwitchRemovalModel:
     direct_units: np.ndarray
     k_keep: float
     target: np.ndarray | None = None
-    eps: float = 1e-3
+    segments: int = 8
+    step: float = 0.25
 
     def __post_init__(self) -> None:
         p = len(self.triple_in)
@@ -64,8 +70,11 @@ class SwitchRemovalModel:
             raise FormulationError("direct_tail, direct_head, direct_units differ in length")
         if p and (np.asarray(self.triple_u) == np.asarray(self.triple_t)).any():
             raise FormulationError("a triple joins a GPU to itself (u == t)")
-        if self.target is not None and len(self.target) != len(self.pairs):
-            raise FormulationError(f"target needs one entry per pair ({len(self.pairs)})")
+        if self.target is not None and (len(self.target) != len(self.pairs)
+                                        or (np.asarray(self.target) <= 0).any()):
+            raise FormulationError(f"target needs one entry > 0 per pair ({len(self.pairs)})")
+        if self.segments < 1 or self.step <= 0:
+            raise FormulationError("segments must be >= 1 and step > 0")
 
     @property
     def pairs(self) -> np.ndarray:
@@ -78,6 +87,18 @@ class SwitchRemovalModel:
     def num_triples(self) -> int:
         return len(self.triple_in)
 
+    @property
+    def num_cols(self) -> int:
+        """Columns ``[f (triples); s (pairs x segments, pair-major)]``."""
+        return self.num_triples + len(self.pairs) * self.segments
+
+    def targets(self) -> np.ndarray:
+        """Per pair, the utility scale (given, or the mean share ``sum(f max) / pairs``)."""
+        if self.target is not None:
+            return np.asarray(self.target, float)
+        npairs = max(len(self.pairs), 1)
+        return np.full(len(self.pairs), max(float(np.sum(self.arc_units)) / 2 / npairs, 1e-9))
+
     def logical(self, f: np.ndarray) -> np.ndarray:
         """Dense ``N x N`` logical capacity ``L`` for triple amounts ``f``."""
         n = self.num_gpus
@@ -88,9 +109,12 @@ class SwitchRemovalModel:
                         np.asarray(self.triple_t, np.int64)), f)
         return cap
 
-    def cut_rows(self, cuts: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray, sp.csr_matrix]:
-        """Rows ``lo <= A [f; z] <= inf`` of the cut conditions for GPU sets ``cuts``
-        (boolean masks over ranks, ``True`` = inside ``S``)."""
+    def cut_rows(self, cuts: Sequence[np.ndarray], num_cols: int | None = None
+                 ) -> tuple[np.ndarray, np.ndarray, sp.csr_matrix]:
+        """Rows ``lo <= A x <= inf`` of the cut conditions for GPU sets ``cuts``
+        (boolean masks over ranks, ``True`` = inside ``S``) over the triple columns,
+        which come first; ``num_cols``: the model's column count (default
+        :attr:`num_cols`)."""
         n, p = self.num_gpus, self.num_triples
         u = np.asarray(self.triple_u, np.int64)
         t = np.asarray(self.triple_t, np.int64)
@@ -108,46 +132,148 @@ class SwitchRemovalModel:
             lo.append(self.k_keep * float((~mask).sum()) - fixed)
         r = np.concatenate(rows) if rows else np.zeros(0, np.int64)
         c = np.concatenate(cols) if cols else np.zeros(0, np.int64)
-        A = sp.csr_matrix((np.ones(r.size), (r, c)), shape=(len(lo), p + 1))
+        A = sp.csr_matrix((np.ones(r.size), (r, c)),
+                          shape=(len(lo), self.num_cols if num_cols is None else num_cols))
         return np.array(lo, float), np.full(len(lo), np.inf), A
 
 
 def build_switch_removal_lp(model: SwitchRemovalModel,
                             cuts: Sequence[np.ndarray] = ()) -> LinearProgram:
-    """The LP over columns ``[f (one per triple); z]`` with transport rows, one max-min
-    row per switch-sharing pair and the cut rows of ``cuts`` (see module doc)."""
-    p = model.num_triples
+    """The LP over columns ``[f; s]`` (see :attr:`SwitchRemovalModel.num_cols`) with one
+    transport row per arc, one utility row per switch-sharing pair and the cut rows of
+    ``cuts`` (see module doc)."""
+    p, nb = model.num_triples, model.segments
     units = np.asarray(model.arc_units, float)
     if (units < 0).any():
         raise FormulationError("arc_units must be >= 0")
     tin = np.asarray(model.triple_in, np.int64)
     tout = np.asarray(model.triple_out, np.int64)
-    m_arc = units.size
-    # transport: one row per arc (its triples as u -> w or as w -> t)
+    m_arc, ncol = units.size, model.num_cols
     arc_rows = sp.csr_matrix((np.ones(2 * p), (np.concatenate([tin, tout]),
-                                               np.tile(np.arange(p), 2))), shape=(m_arc, p + 1))
-    # max-min: L[u,t] - target * z >= direct[u,t]
+                                               np.tile(np.arange(p), 2))), shape=(m_arc, ncol))
+    # utility rows: sum_w f[u,w,t] - sum_b s[p,b] >= -direct[u,t]
     pairs = model.pairs
-    n = model.num_gpus
+    n, npair = model.num_gpus, len(pairs)
     code = np.asarray(model.triple_u, np.int64) * n + np.asarray(model.triple_t, np.int64)
     pair_of = np.searchsorted(pairs[:, 0] * n + pairs[:, 1], code)
-    target = np.ones(len(pairs)) if model.target is None else np.asarray(model.target, float)
-    direct = model.logical(np.zeros(p))[pairs[:, 0], pairs[:, 1]] if len(pairs) else np.zeros(0)
-    mm = sp.csr_matrix((np.concatenate([np.ones(p), -target]),
-                        (np.concatenate([pair_of, np.arange(len(pairs))]),
-                         np.concatenate([np.arange(p), np.full(len(pairs), p)]))),
-                       shape=(len(pairs), p + 1))
+    seg_pair = np.repeat(np.arange(npair), nb)
+    util = sp.csr_matrix((np.concatenate([np.ones(p), -np.ones(npair * nb)]),
+                          (np.concatenate([pair_of, seg_pair]),
+                           np.concatenate([np.arange(p), p + np.arange(npair * nb)]))),
+                         shape=(npair, ncol))
+    direct = model.logical(np.zeros(p))[pairs[:, 0], pairs[:, 1]] if npair else np.zeros(0)
     cut_lo, cut_hi, cut_A = model.cut_rows(cuts)
-    A = sp.vstack([arc_rows, mm, cut_A]).tocsr()
+    A = sp.vstack([arc_rows, util, cut_A]).tocsr()
     row_lo = np.concatenate([np.full(m_arc, -np.inf), -direct, cut_lo])
-    row_hi = np.concatenate([units, np.full(len(pairs), np.inf), cut_hi])
-    total = max(float(units.sum()), 1.0)
-    c = np.concatenate([np.full(p, model.eps / total), [1.0]])
+    row_hi = np.concatenate([units, np.full(npair, np.inf), cut_hi])
+    target = model.targets()
+    weight = (nb + 1 - np.arange(1, nb + 1)) / nb
+    c = np.concatenate([np.zeros(p), (weight[None, :] / target[:, None]).ravel()])
+    col_hi = np.concatenate([np.full(p, np.inf), np.repeat(model.step * target, nb)])
     names = ([f"arc{i}" for i in range(m_arc)] + [f"pair{u}_{t}" for u, t in pairs.tolist()]
              + [f"cut{i}" for i in range(len(cut_lo))])
-    return LinearProgram(c=c, A=A, row_lo=row_lo, row_hi=row_hi,
-                         col_lo=np.zeros(p + 1),
-                         col_hi=np.append(np.full(p, np.inf), np.inf if len(pairs) else 0.0),
-                         sense="max",
-                         col_names=[f"f{j}" for j in range(p)] + ["z"], row_names=names,
+    cols = [f"f{j}" for j in range(p)] + [f"s{u}_{t}_{b}" for u, t in pairs.tolist()
+                                          for b in range(nb)]
+    return LinearProgram(c=c, A=A, row_lo=row_lo, row_hi=row_hi, col_lo=np.zeros(ncol),
+                         col_hi=col_hi, sense="max", col_names=cols, row_names=names,
                          name="switch_removal")
+
+
+def hop_columns(model: SwitchRemovalModel, max_depth: int) -> np.ndarray:
+    """Hop variables ``x[r, a, d]`` of :func:`build_step_lp` as rows ``(r, u, v, d)``:
+    root ``r``'s trees use logical link ``u -> v`` (a switch-sharing pair or a direct
+    link) with ``v`` at depth ``d``; ``d = 1`` only from the root, deeper only between
+    non-roots."""
+    links = logical_links(model)
+    n = model.num_gpus
+    out = []
+    for r in range(n):
+        first = links[(links[:, 0] == r)]
+        out += [(r, u, v, 1) for u, v in first.tolist()]
+        inner = links[(links[:, 0] != r) & (links[:, 1] != r)]
+        for d in range(2, max_depth + 1):
+            out += [(r, u, v, d) for u, v in inner.tolist()]
+    return np.array(out, np.int64).reshape(-1, 4)
+
+
+def logical_links(model: SwitchRemovalModel) -> np.ndarray:
+    """Candidate logical links ``(u, v)``: switch-sharing pairs and direct links, sorted."""
+    n = model.num_gpus
+    direct = np.stack([np.asarray(model.direct_tail, np.int64),
+                       np.asarray(model.direct_head, np.int64)], axis=1).reshape(-1, 2)
+    code = np.unique(np.concatenate([model.pairs[:, 0] * n + model.pairs[:, 1],
+                                     direct[:, 0] * n + direct[:, 1]]))
+    return np.stack([code // n, code % n], axis=1)
+
+
+def build_step_lp(model: SwitchRemovalModel, max_depth: int,
+                  cuts: Sequence[np.ndarray] = ()) -> tuple[LinearProgram, np.ndarray]:
+    """Hop-indexed switch removal (App. C): columns ``[f; x]`` (``x`` as listed by
+    :func:`hop_columns`, returned too).  Rows: transport per arc; per root ``r`` and
+    GPU ``v != r``, ``sum x[r, ·->v, ·] >= k_keep`` (every tree reaches ``v`` within
+    ``max_depth`` hops); ``x[r, u->v, d] <= sum x[r, ·->u, d-1]`` (a tree edge at depth
+    ``d`` hangs below a vertex at depth ``d - 1`` of the same root); per logical link
+    ``sum_{r,d} x[r, u->v, d] <= L[u, v]``; the cut rows of ``cuts``.  Objective: minimise
+    ``sum d · x`` (mean depth of the relaxation).  A relaxation of depth-``max_depth``
+    tree packing, so infeasibility proves no such packing exists on any split."""
+    if max_depth < 1:
+        raise FormulationError("max_depth must be >= 1")
+    p, n = model.num_triples, model.num_gpus
+    hops = hop_columns(model, max_depth)
+    h = len(hops)
+    ncol = p + h
+    units = np.asarray(model.arc_units, float)
+    tin = np.asarray(model.triple_in, np.int64)
+    tout = np.asarray(model.triple_out, np.int64)
+    blocks, lo, hi = [], [], []
+    blocks.append(sp.csr_matrix((np.ones(2 * p), (np.concatenate([tin, tout]),
+                                                  np.tile(np.arange(p), 2))),
+                                shape=(units.size, ncol)))
+    lo.append(np.full(units.size, -np.inf))
+    hi.append(units)
+    r, u, v, d = hops.T
+    # coverage: one row per (r, v != r)
+    cov = r * n + v
+    blocks.append(sp.csr_matrix((np.ones(h), (cov, p + np.arange(h))), shape=(n * n, ncol)))
+    need = np.full(n * n, model.k_keep)
+    need[np.arange(n) * n + np.arange(n)] = -np.inf
+    lo.append(need)
+    hi.append(np.full(n * n, np.inf))
+    # depth: x[r,u->v,d] - sum x[r,·->u,d-1] <= 0 for d >= 2
+    deep = np.flatnonzero(d >= 2)
+    key_in = (r * n + v) * (max_depth + 1) + d           # vertex v of root r at depth d
+    order = np.argsort(key_in, kind="stable")
+    sorted_keys = key_in[order]
+    rows, cols, vals = [deep * 0 + np.arange(deep.size)], [p + deep], [np.ones(deep.size)]
+    for i, j in enumerate(deep.tolist()):
+        want = (r[j] * n + u[j]) * (max_depth + 1) + d[j] - 1
+        a, b = np.searchsorted(sorted_keys, [want, want + 1])
+        rows.append(np.full(b - a, i))
+        cols.append(p + order[a:b])
+        vals.append(-np.ones(b - a))
+    blocks.append(sp.csr_matrix((np.concatenate(vals), (np.concatenate(rows),
+                                                        np.concatenate(cols))),
+                                shape=(deep.size, ncol)))
+    lo.append(np.full(deep.size, -np.inf))
+    hi.append(np.zeros(deep.size))
+    # link capacity: sum_{r,d} x - sum_w f <= direct
+    links = logical_links(model)
+    lcode = links[:, 0] * n + links[:, 1]
+    link_of_hop = np.searchsorted(lcode, u * n + v)
+    tcode = np.asarray(model.triple_u, np.int64) * n + np.asarray(model.triple_t, np.int64)
+    link_of_triple = np.searchsorted(lcode, tcode)
+    blocks.append(sp.csr_matrix((np.concatenate([np.ones(h), -np.ones(p)]),
+                                 (np.concatenate([link_of_hop, link_of_triple]),
+                                  np.concatenate([p + np.arange(h), np.arange(p)]))),
+                                shape=(len(links), ncol)))
+    lo.append(np.full(len(links), -np.inf))
+    hi.append(model.logical(np.zeros(p))[links[:, 0], links[:, 1]])
+    cut_lo, cut_hi, cut_A = model.cut_rows(cuts, ncol)
+    blocks.append(cut_A)
+    lo.append(cut_lo)
+    hi.append(cut_hi)
+    c = np.concatenate([np.zeros(p), d.astype(float)])
+    lp = LinearProgram(c=c, A=sp.vstack(blocks).tocsr(), row_lo=np.concatenate(lo),
+                       row_hi=np.concatenate(hi), col_lo=np.zeros(ncol),
+                       col_hi=np.full(ncol, np.inf), sense="min", name="step_switch_removal")
+    return lp, hops

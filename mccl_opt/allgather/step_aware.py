@@ -22,15 +22,17 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from numba import njit
 
-from formulations.switch_removal import SwitchRemovalModel, build_switch_removal_lp
+from formulations.switch_removal import (SwitchRemovalModel, build_step_lp, logical_links,
+                                         build_switch_removal_lp)
 
 from ..backends import get_backend
 from ..backends.base import SolveStatus
 from ..errors import SolveError
 from .maxflow import INF, FlowNetwork
-from .splitting import LogicalGraph, SplitGraph, split_all
-from .trees import TreeClass, exact_pack, greedy_pack
+from .splitting import LogicalGraph, SplitGraph
+from .trees import TreeClass, greedy_pack
 
 __all__ = ["StepAware", "step_aware_pack", "switch_removal_model", "tree_depths"]
 
@@ -43,20 +45,21 @@ class StepAware:
 
     ``tolerance``: fraction of the rate that may be given up for depth (trees per root
     kept: ``ceil(k (1 - tolerance))``, so the rate stays >= ``(1 - tolerance)`` of the
-    optimum); ``objective``: ``"maxmin"`` (max-min logical units over switch-sharing
-    pairs) or ``"proportional"`` (max-min fraction of each pair's proportional share);
+    optimum); ``objective``: ``"steps"`` (hop-indexed LP: smallest depth bound whose
+    relaxation is feasible, mean depth minimised) or ``"even"`` (water-fill the logical
+    units of switch-sharing pairs; no depth variables, cheaper on large fabrics);
     ``max_rounds``: cutting-plane rounds before giving up on the LP.
     """
 
     tolerance: float = 0.0
-    objective: str = "maxmin"
+    objective: str = "steps"
     max_rounds: int = 60
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.tolerance < 1.0:
             raise ValueError(f"tolerance must be in [0, 1), got {self.tolerance!r}")
-        if self.objective not in ("maxmin", "proportional"):
-            raise ValueError(f"objective must be 'maxmin' or 'proportional', "
+        if self.objective not in ("steps", "even"):
+            raise ValueError(f"objective must be 'steps' or 'even', "
                              f"got {self.objective!r}")
         if self.max_rounds < 1:
             raise ValueError("max_rounds must be >= 1")
@@ -126,8 +129,8 @@ def _reduce_to_stars(g: SplitGraph) -> list[int]:
         _realize(g, min(inner, key=lambda w: (-len(g.in_arcs(w)), w)), None)
 
 
-def switch_removal_model(g: SplitGraph, stars: list[int], rank_of: np.ndarray, k_keep: int,
-                         objective: str = "maxmin") -> tuple[SwitchRemovalModel, list]:
+def switch_removal_model(g: SplitGraph, stars: list[int], rank_of: np.ndarray,
+                         k_keep: int) -> tuple[SwitchRemovalModel, list]:
     """The LP arrays of ``g``'s star switches; also the ``(u, w, t)`` node triples."""
     arcs: list[tuple[int, int]] = []
     index: dict[tuple[int, int], int] = {}
@@ -150,15 +153,6 @@ def switch_removal_model(g: SplitGraph, stars: list[int], rank_of: np.ndarray, k
         direct_head=np.array([rank_of[b] for _, b in direct], np.int64),
         direct_units=np.array([g.units[a] for a in direct], float),
         k_keep=float(k_keep))
-    if objective == "proportional" and triples:
-        share = np.zeros(model.num_gpus * model.num_gpus)
-        for (u, w, t) in triples:
-            total = sum(g.units[a] for a in g.in_arcs(w))
-            share[rank_of[u] * model.num_gpus + rank_of[t]] += \
-                g.units[(u, w)] * g.units[(w, t)] / max(total, 1)
-        pr = model.pairs
-        model = SwitchRemovalModel(**{**model.__dict__,
-                                      "target": share[pr[:, 0] * model.num_gpus + pr[:, 1]]})
     return model, triples
 
 
@@ -183,29 +177,34 @@ def _violated_cuts(cap: np.ndarray, k_keep: int) -> list[np.ndarray]:
 
 
 def _solve_lp(model: SwitchRemovalModel, backend: str, max_rounds: int,
-              stats: dict[str, Any]) -> np.ndarray | None:
-    """Cutting-plane loop; the triple amounts ``f`` or ``None`` if it did not converge."""
+              stats: dict[str, Any], max_depth: int | None) -> np.ndarray | None:
+    """Cutting-plane loop over the even (``max_depth=None``) or the hop-indexed LP;
+    the triple amounts ``f``, or ``None`` if the hop LP is infeasible (no packing of
+    that depth exists) or the loop did not converge."""
     n = model.num_gpus
     eye = np.eye(n, dtype=bool)
     cuts = list(eye) + list(~eye)          # in- and out-degree of every GPU
+    lp = (build_switch_removal_lp(model, cuts) if max_depth is None
+          else build_step_lp(model, max_depth, cuts)[0])
     solver = get_backend(backend)
     try:
-        solver.load(build_switch_removal_lp(model, cuts))
+        solver.load(lp)
         for rounds in range(1, max_rounds + 1):
             sol = solver.solve()
+            if sol.status in (SolveStatus.INFEASIBLE, SolveStatus.INFEASIBLE_OR_UNBOUNDED):
+                return None
             if sol.status != SolveStatus.OPTIMAL or sol.x is None:
                 raise SolveError(f"step-aware switch removal LP ended {sol.status.value} "
                                  f"in round {rounds}; try another backend")
-            f = np.maximum(sol.x[:-1], 0.0)
+            f = np.maximum(sol.x[: model.num_triples], 0.0)
             new = _violated_cuts(model.logical(f), int(model.k_keep))
-            stats["sa_rounds"], stats["sa_cuts"] = rounds, len(cuts)
-            stats["sa_objective"] = float(sol.x[-1])
+            stats["sa_rounds"] = stats.get("sa_rounds", 0) + 1
+            stats["sa_lp_cols"] = lp.num_cols
             if not new:
                 return f
-            lo, hi, A = model.cut_rows(new)
+            lo, hi, A = model.cut_rows(new, lp.num_cols)
             solver.add_rows(lo, hi, A.indptr.astype(np.int64), A.indices.astype(np.int64),
                             A.data)
-            cuts += new
         return None
     finally:
         solver.close()
@@ -228,19 +227,161 @@ def tree_depths(classes: list[TreeClass], lg: LogicalGraph) -> np.ndarray:
     return out
 
 
-def _pack(g: SplitGraph, rank_of: np.ndarray, k: int,
-          guides: dict[int, np.ndarray]) -> tuple[LogicalGraph, list[TreeClass]] | None:
-    lg = LogicalGraph.from_split(g, rank_of)
-    classes = greedy_pack(lg.num_gpus, lg.tail, lg.head, lg.units, k, guides)
-    if classes is None and lg.admits(k):
-        classes = exact_pack(lg.num_gpus, lg.tail, lg.head, lg.units, k)
-    return None if classes is None else (lg, classes)
+@njit(cache=True)
+def _capped_bfs(n, start, head, cap, k, max_depth, max_classes, root, mult, parent, depth,
+                order, count, pos):
+    """Layer-synchronous breadth-first packing with every tree's depth capped at
+    ``max_depth``: in layer ``d`` all classes, round robin, add vertices at depth <= d
+    until none can, so a link is taken for shallow tree edges before deep ones.  A
+    class extends from its shallowest vertex over the widest free link (ties: head
+    rank rotated by the root).  Returns (0, classes), (-1, stuck class) or
+    (-2, 0) when out of class slots."""
+    for r in range(n):
+        root[r] = r
+        mult[r] = k
+        for v in range(n):
+            parent[r, v] = -1
+            depth[r, v] = -1
+        depth[r, r] = 0
+        order[r, 0] = r
+        count[r] = 1
+        pos[r] = 0
+    active = np.empty(max_classes, np.int64)
+    for r in range(n):
+        active[r] = r
+    n_cls = n
+    n_active = n
+    for layer in range(1, max_depth + 1):
+        progress = True
+        while progress and n_active > 0:
+            progress = False
+            nxt = 0
+            for ai in range(n_active):
+                c = active[ai]
+                r = root[c]
+                arc = -1
+                while arc < 0 and pos[c] < count[c]:
+                    u = order[c, pos[c]]
+                    if depth[c, u] >= layer:
+                        break
+                    best_key = -1
+                    for a in range(start[u], start[u + 1]):
+                        v = head[a]
+                        if cap[a] > 0 and depth[c, v] < 0:
+                            key = cap[a] * (n + 1) + (n - (v - r) % n)
+                            if key > best_key:
+                                best_key = key
+                                arc = a
+                    if arc < 0:
+                        pos[c] += 1
+                if arc < 0:
+                    continue
+                progress = True
+                take = mult[c] if mult[c] < cap[arc] else cap[arc]
+                if take < mult[c]:
+                    if n_cls >= max_classes:
+                        return -2, 0
+                    c2 = n_cls
+                    n_cls += 1
+                    root[c2] = r
+                    mult[c2] = mult[c] - take
+                    parent[c2, :] = parent[c, :]
+                    depth[c2, :] = depth[c, :]
+                    order[c2, :] = order[c, :]
+                    count[c2] = count[c]
+                    pos[c2] = pos[c]
+                    mult[c] = take
+                    active[n_active + nxt] = c2
+                    nxt += 1
+                cap[arc] -= take
+                v = head[arc]
+                parent[c, v] = arc
+                depth[c, v] = depth[c, order[c, pos[c]]] + 1
+                order[c, count[c]] = v
+                count[c] += 1
+            m = 0
+            for ai in range(n_active + nxt):
+                c = active[ai]
+                if count[c] < n:
+                    active[m] = c
+                    m += 1
+            n_active = m
+    if n_active > 0:
+        return -1, active[0]
+    return 0, n_cls
+
+
+def capped_pack(lg: LogicalGraph, k: int, max_depth: int) -> list[TreeClass] | None:
+    """``k`` trees per root of depth <= ``max_depth`` on ``lg`` by :func:`_capped_bfs`
+    (``None`` if it gets stuck).  A completed packing respects every link's units."""
+    n = lg.num_gpus
+    order = np.lexsort((lg.head, lg.tail))
+    start = np.zeros(n + 1, np.int64)
+    np.cumsum(np.bincount(lg.tail, minlength=n), out=start[1:])
+    max_classes = 2 * n + 16
+    while True:
+        arrays = [np.zeros(max_classes, np.int64) for _ in range(2)]
+        mats = [np.zeros((max_classes, n), np.int64) for _ in range(3)]
+        cnt, pos = np.zeros(max_classes, np.int64), np.zeros(max_classes, np.int64)
+        status, n_cls = _capped_bfs(n, start, lg.head[order].astype(np.int64),
+                                    lg.units[order].astype(np.int64).copy(), k, max_depth,
+                                    max_classes, *arrays, *mats, cnt, pos)
+        if status != -2:
+            break
+        max_classes *= 2
+    if status < 0:
+        return None
+    root, mult = arrays
+    out = []
+    for c in range(n_cls):
+        par = mats[0][c].copy()
+        par[par >= 0] = order[par[par >= 0]]
+        out.append(TreeClass(int(root[c]), int(mult[c]), par))
+    return sorted(out, key=lambda t: (t.root, -t.mult))
 
 
 def _depth_key(lg: LogicalGraph, classes: list[TreeClass]) -> tuple[int, float]:
+    """(max depth, unit-weighted mean depth) of a packing."""
     d = tree_depths(classes, lg)
     w = np.array([c.mult for c in classes], float)
     return int(d.max()), float((d * w).sum() / w.sum())
+
+
+def _eccentricity(lg: LogicalGraph) -> int:
+    """Largest BFS distance from any root in the logical graph: no tree is shallower."""
+    n = lg.num_gpus
+    adj = [[] for _ in range(n)]
+    for a, b in zip(lg.tail.tolist(), lg.head.tolist()):
+        adj[a].append(b)
+    worst = 0
+    for r in range(n):
+        dist = {r: 0}
+        queue = [r]
+        for u in queue:
+            for v in adj[u]:
+                if v not in dist:
+                    dist[v] = dist[u] + 1
+                    queue.append(v)
+        worst = max(worst, max(dist.values()))
+    return worst
+
+
+def _candidates(lg: LogicalGraph, k: int, guides: dict[int, np.ndarray], low: int | None
+                ) -> list[tuple[tuple[int, float], list[TreeClass], str]]:
+    """The greedy packing and the shallowest depth-capped packing below it (from depth
+    ``low``, default the graph's eccentricity)."""
+    out = []
+    classes = greedy_pack(lg.num_gpus, lg.tail, lg.head, lg.units, k, guides)
+    limit = lg.num_gpus
+    if classes is not None:
+        out.append((_depth_key(lg, classes), classes, "greedy"))
+        limit = out[0][0][0]
+    for depth in range(max(_eccentricity(lg), low or 1, 1), limit):
+        capped = capped_pack(lg, k, depth)
+        if capped is not None:
+            out.append((_depth_key(lg, capped), capped, "capped"))
+            break
+    return out
 
 
 def step_aware_pack(split: SplitGraph, rank_of: np.ndarray, k: int,
@@ -253,35 +394,42 @@ def step_aware_pack(split: SplitGraph, rank_of: np.ndarray, k: int,
     step-aware and the default spread packing — or ``None`` if neither packing
     completed (the caller then runs its exact fallbacks).
     """
+    from .solve import _pack as default_pack   # the default Phases 2+3, for comparison
+
     opts = options or StepAware()
     t0 = time.perf_counter()
+    lg0, classes0 = default_pack(split, rank_of, k, guides, {})
+    best = ((_depth_key(lg0, classes0), -k, "default", "default"), lg0, classes0, k)
+    stats["sa_default_depth"] = best[0][0]
     k_keep = max(1, math.ceil(k * (1.0 - opts.tolerance) - 1e-9))
-    g = split.copy()
-    stars = _reduce_to_stars(g)
-    model, triples = switch_removal_model(g, stars, rank_of, k_keep, opts.objective)
+    base = split.copy()
+    stars = _reduce_to_stars(base)
+    model, triples = switch_removal_model(base, stars, rank_of, k_keep)
     stats["sa_triples"] = model.num_triples
-    f = _solve_lp(model, backend, opts.max_rounds, stats)
-    stats["sa_lp_s"] = time.perf_counter() - t0
-    candidates: list[tuple[tuple[int, float], str, LogicalGraph, list[TreeClass], int]] = []
-    if f is not None:
+    depths: list[int | None] = [None]
+    if opts.objective == "steps":
+        low = max(_eccentricity(LogicalGraph(model.num_gpus, *logical_links(model).T,
+                                             np.ones(len(logical_links(model)), np.int64), [])), 1)
+        depths = list(range(low, best[0][0][0]))
+    for depth in depths:
+        if depth is not None and depth >= best[0][0][0]:
+            break
+        f = _solve_lp(model, backend, opts.max_rounds, stats, depth)
+        if f is None:
+            stats["sa_infeasible_depth"] = depth
+            continue
+        g = base.copy()
         by_switch: dict[int, dict[tuple[int, int], float]] = {}
         for (u, w, t), amount in zip(triples, f.tolist()):
             by_switch.setdefault(w, {})[(u, t)] = amount
         for w in stars:
             _realize(g, w, by_switch.get(w, {}))
-        packed = _pack(g, rank_of, k_keep, guides)
-        if packed is not None:
-            candidates.append((_depth_key(*packed), "step-aware", *packed, k_keep))
-    default = split.copy()
-    split_all(default, exact=False)
-    packed = _pack(default, rank_of, k, guides)
-    if packed is not None:
-        candidates.append((_depth_key(*packed), "spread", *packed, k))
+        lg = LogicalGraph.from_split(g, rank_of)
+        for key, classes, packing in _candidates(lg, k_keep, guides, depth):
+            stats[f"sa_{depth}_{packing}_depth"] = key
+            rank = (key, -k_keep, "step-aware", packing)
+            if rank < best[0]:
+                best = (rank, lg, classes, k_keep)
     stats["sa_total_s"] = time.perf_counter() - t0
-    if not candidates:
-        return None
-    for key, name, *_ in candidates:
-        stats[f"sa_{name}_depth"] = key
-    key, name, lg, classes, k_used = min(candidates, key=lambda c: (c[0], -c[4], c[1]))
-    stats["split"], stats["packing"] = name, "greedy"
+    (_, _, stats["split"], stats["packing"]), lg, classes, k_used = best
     return lg, classes, k_used
