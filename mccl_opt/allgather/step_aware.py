@@ -24,8 +24,8 @@ from typing import Any
 import numpy as np
 from numba import njit
 
-from formulations.switch_removal import (SwitchRemovalModel, build_step_lp, logical_links,
-                                         build_switch_removal_lp)
+from formulations.switch_removal import (SwitchRemovalModel, build_step_lp,
+                                         build_switch_removal_lp, hop_columns, logical_links)
 
 from ..backends import get_backend
 from ..backends.base import SolveStatus
@@ -179,7 +179,7 @@ def _violated_cuts(cap: np.ndarray, k_keep: int) -> list[np.ndarray]:
 def _solve_lp(model: SwitchRemovalModel, backend: str, max_rounds: int,
               stats: dict[str, Any], max_depth: int | None) -> np.ndarray | None:
     """Cutting-plane loop over the even (``max_depth=None``) or the hop-indexed LP;
-    the triple amounts ``f``, or ``None`` if the hop LP is infeasible (no packing of
+    its solution vector (triple amounts ``f`` first), or ``None`` if the hop LP is infeasible (no packing of
     that depth exists) or the loop did not converge."""
     n = model.num_gpus
     eye = np.eye(n, dtype=bool)
@@ -201,7 +201,7 @@ def _solve_lp(model: SwitchRemovalModel, backend: str, max_rounds: int,
             stats["sa_rounds"] = stats.get("sa_rounds", 0) + 1
             stats["sa_lp_cols"] = lp.num_cols
             if not new:
-                return f
+                return np.maximum(sol.x, 0.0)
             lo, hi, A = model.cut_rows(new, lp.num_cols)
             solver.add_rows(lo, hi, A.indptr.astype(np.int64), A.indices.astype(np.int64),
                             A.data)
@@ -228,13 +228,14 @@ def tree_depths(classes: list[TreeClass], lg: LogicalGraph) -> np.ndarray:
 
 
 @njit(cache=True)
-def _capped_bfs(n, start, head, cap, k, max_depth, max_classes, root, mult, parent, depth,
-                order, count, pos):
+def _capped_bfs(n, start, head, cap, allow, k, max_depth, max_classes, root, mult, parent,
+                depth, order, count, pos):
     """Layer-synchronous breadth-first packing with every tree's depth capped at
     ``max_depth``: in layer ``d`` all classes, round robin, add vertices at depth <= d
     until none can, so a link is taken for shallow tree edges before deep ones.  A
     class extends from its shallowest vertex over the widest free link (ties: head
-    rank rotated by the root).  Returns (0, classes), (-1, stuck class) or
+    rank rotated by the root); root ``r``'s classes together take at most
+    ``allow[r, a]`` units of link ``a``.  Returns (0, classes), (-1, stuck class) or
     (-2, 0) when out of class slots."""
     for r in range(n):
         root[r] = r
@@ -267,8 +268,8 @@ def _capped_bfs(n, start, head, cap, k, max_depth, max_classes, root, mult, pare
                     best_key = -1
                     for a in range(start[u], start[u + 1]):
                         v = head[a]
-                        if cap[a] > 0 and depth[c, v] < 0:
-                            key = cap[a] * (n + 1) + (n - (v - r) % n)
+                        if cap[a] > 0 and allow[r, a] > 0 and depth[c, v] < 0:
+                            key = min(cap[a], allow[r, a]) * (n + 1) + (n - (v - r) % n)
                             if key > best_key:
                                 best_key = key
                                 arc = a
@@ -277,7 +278,7 @@ def _capped_bfs(n, start, head, cap, k, max_depth, max_classes, root, mult, pare
                 if arc < 0:
                     continue
                 progress = True
-                take = mult[c] if mult[c] < cap[arc] else cap[arc]
+                take = min(mult[c], cap[arc], allow[r, arc])
                 if take < mult[c]:
                     if n_cls >= max_classes:
                         return -2, 0
@@ -294,6 +295,7 @@ def _capped_bfs(n, start, head, cap, k, max_depth, max_classes, root, mult, pare
                     active[n_active + nxt] = c2
                     nxt += 1
                 cap[arc] -= take
+                allow[r, arc] -= take
                 v = head[arc]
                 parent[c, v] = arc
                 depth[c, v] = depth[c, order[c, pos[c]]] + 1
@@ -311,11 +313,15 @@ def _capped_bfs(n, start, head, cap, k, max_depth, max_classes, root, mult, pare
     return 0, n_cls
 
 
-def capped_pack(lg: LogicalGraph, k: int, max_depth: int) -> list[TreeClass] | None:
+def capped_pack(lg: LogicalGraph, k: int, max_depth: int,
+                allow: np.ndarray | None = None) -> list[TreeClass] | None:
     """``k`` trees per root of depth <= ``max_depth`` on ``lg`` by :func:`_capped_bfs`
-    (``None`` if it gets stuck).  A completed packing respects every link's units."""
+    (``None`` if it gets stuck); ``allow[r, i]``: units of link ``i`` root ``r`` may use
+    (default: all).  A completed packing respects every link's units."""
     n = lg.num_gpus
     order = np.lexsort((lg.head, lg.tail))
+    if allow is None:
+        allow = np.broadcast_to(lg.units, (n, lg.units.size))
     start = np.zeros(n + 1, np.int64)
     np.cumsum(np.bincount(lg.tail, minlength=n), out=start[1:])
     max_classes = 2 * n + 16
@@ -324,7 +330,8 @@ def capped_pack(lg: LogicalGraph, k: int, max_depth: int) -> list[TreeClass] | N
         mats = [np.zeros((max_classes, n), np.int64) for _ in range(3)]
         cnt, pos = np.zeros(max_classes, np.int64), np.zeros(max_classes, np.int64)
         status, n_cls = _capped_bfs(n, start, lg.head[order].astype(np.int64),
-                                    lg.units[order].astype(np.int64).copy(), k, max_depth,
+                                    lg.units[order].astype(np.int64).copy(),
+                                    np.ascontiguousarray(allow[:, order], np.int64), k, max_depth,
                                     max_classes, *arrays, *mats, cnt, pos)
         if status != -2:
             break
@@ -347,6 +354,18 @@ def _depth_key(lg: LogicalGraph, classes: list[TreeClass]) -> tuple[int, float]:
     return int(d.max()), float((d * w).sum() / w.sum())
 
 
+def _allowances(lg: LogicalGraph, hops: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """Per root and logical link, the units the hop LP plans (rounded up)."""
+    n = lg.num_gpus
+    index = np.full(n * n, -1, np.int64)
+    index[lg.tail * n + lg.head] = np.arange(lg.tail.size)
+    usage = np.zeros((n, lg.tail.size))
+    arc = index[hops[:, 1] * n + hops[:, 2]]
+    keep = arc >= 0
+    np.add.at(usage, (hops[keep, 0], arc[keep]), x[keep])
+    return np.ceil(usage - 1e-6).astype(np.int64)
+
+
 def _eccentricity(lg: LogicalGraph) -> int:
     """Largest BFS distance from any root in the logical graph: no tree is shallower."""
     n = lg.num_gpus
@@ -366,11 +385,17 @@ def _eccentricity(lg: LogicalGraph) -> int:
     return worst
 
 
-def _candidates(lg: LogicalGraph, k: int, guides: dict[int, np.ndarray], low: int | None
+def _candidates(lg: LogicalGraph, k: int, guides: dict[int, np.ndarray], low: int | None,
+                allow: np.ndarray | None = None
                 ) -> list[tuple[tuple[int, float], list[TreeClass], str]]:
     """The greedy packing and the shallowest depth-capped packing below it (from depth
-    ``low``, default the graph's eccentricity)."""
+    ``low``, default the graph's eccentricity), first within the LP's per-root
+    allowances ``allow`` when given."""
     out = []
+    if allow is not None and low is not None:
+        planned = capped_pack(lg, k, low, allow)
+        if planned is not None:
+            return [(_depth_key(lg, planned), planned, "planned")]
     classes = greedy_pack(lg.num_gpus, lg.tail, lg.head, lg.units, k, guides)
     limit = lg.num_gpus
     if classes is not None:
@@ -414,10 +439,11 @@ def step_aware_pack(split: SplitGraph, rank_of: np.ndarray, k: int,
     for depth in depths:
         if depth is not None and depth >= best[0][0][0]:
             break
-        f = _solve_lp(model, backend, opts.max_rounds, stats, depth)
-        if f is None:
+        x = _solve_lp(model, backend, opts.max_rounds, stats, depth)
+        if x is None:
             stats["sa_infeasible_depth"] = depth
             continue
+        f = x[: model.num_triples]
         g = base.copy()
         by_switch: dict[int, dict[tuple[int, int], float]] = {}
         for (u, w, t), amount in zip(triples, f.tolist()):
@@ -425,7 +451,9 @@ def step_aware_pack(split: SplitGraph, rank_of: np.ndarray, k: int,
         for w in stars:
             _realize(g, w, by_switch.get(w, {}))
         lg = LogicalGraph.from_split(g, rank_of)
-        for key, classes, packing in _candidates(lg, k_keep, guides, depth):
+        allow = None if depth is None else _allowances(lg, hop_columns(model, depth),
+                                                       x[model.num_triples:])
+        for key, classes, packing in _candidates(lg, k_keep, guides, depth, allow):
             stats[f"sa_{depth}_{packing}_depth"] = key
             rank = (key, -k_keep, "step-aware", packing)
             if rank < best[0]:
