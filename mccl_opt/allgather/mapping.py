@@ -4,6 +4,11 @@ Each logical link's units ride on one or more physical switch paths (its bundle 
 Phase 2).  A class of multiplicity ``m`` peels ``m`` units off every link it uses; if a
 link's units come from several paths the class splits so that every tree edge is one
 path.  Tree edges are listed parents first (breadth-first).
+
+:func:`map_classes` does this with array operations (consumption offsets per link by
+cumulative sums, depths by pointer jumping) whenever no class straddles two paths of a
+bundle — always the case for unit trees, i.e. at scale — and defers to the general
+:func:`to_physical` otherwise.
 """
 
 from __future__ import annotations
@@ -16,7 +21,8 @@ from ..schedule import TreeChunk
 from .splitting import LogicalGraph, _peel
 from .trees import TreeClass
 
-__all__ = ["PhysicalTree", "to_physical"]
+__all__ = ["PhysicalTree", "to_physical", "map_classes", "tree_depths", "tree_chunks",
+           "path_weights", "tree_loads"]
 
 PhysicalTree = tuple[int, int, list[tuple[int, ...]]]   # (root rank, mult, edge paths)
 
@@ -63,6 +69,80 @@ def to_physical(classes: Sequence[TreeClass], lg: LogicalGraph) -> list[Physical
 def tree_chunks(trees: Sequence[PhysicalTree], k: int, node_ids: Sequence[str],
                 gpu_ids: Sequence[str]) -> list[TreeChunk]:
     """``TreeChunk`` objects (share ``mult/k``), ordered by root rank then share."""
-    return [TreeChunk(gpu_ids[root], mult / k,
-                      tuple(tuple(node_ids[v] for v in p) for p in paths))
+    names: dict[tuple[int, ...], tuple[str, ...]] = {}
+    for _, _, paths in trees:
+        for p in paths:
+            if p not in names:
+                names[p] = tuple(node_ids[v] for v in p)
+    return [TreeChunk(gpu_ids[root], mult / k, tuple([names[p] for p in paths]))
             for root, mult, paths in trees]
+
+
+def path_weights(trees: Sequence[PhysicalTree]) -> dict[tuple[int, ...], int]:
+    """Trees (counted with multiplicity) using each physical path."""
+    weight: dict[tuple[int, ...], int] = {}
+    for _, mult, paths in trees:
+        for p in paths:
+            weight[p] = weight.get(p, 0) + mult
+    return weight
+
+
+def tree_loads(weight: dict[tuple[int, ...], int], k: int,
+               link_of: dict[tuple[int, int], int], num_links: int) -> np.ndarray:
+    """Share load of every physical link (``mult/k`` per tree edge crossing it)."""
+    loads = np.zeros(num_links)
+    for p, w in weight.items():
+        for a, b in zip(p[:-1], p[1:]):
+            loads[link_of[(a, b)]] += w / k
+    return loads
+
+
+def tree_depths(parents: np.ndarray, tail: np.ndarray) -> np.ndarray:
+    """Depth of every rank in every class (``parents[c, v]`` = logical link or -1 at
+    the root), by pointer jumping over all classes at once."""
+    has = parents >= 0
+    up = np.where(has, tail[np.where(has, parents, 0)], np.arange(parents.shape[1]))
+    depth = has.astype(np.int64)
+    hop = up
+    while True:
+        step = has[np.arange(parents.shape[0])[:, None], hop]
+        if not step.any():
+            return depth
+        depth += step
+        hop = up[np.arange(parents.shape[0])[:, None], hop]
+
+
+def map_classes(classes: Sequence[TreeClass], lg: LogicalGraph
+                ) -> tuple[list[PhysicalTree], np.ndarray, dict[tuple[int, ...], int]] | None:
+    """Vectorized :func:`to_physical` (classes keep their multiplicity), the depth of
+    every tree and :func:`path_weights`; ``None`` if some class straddles two paths of
+    a bundle."""
+    parents = np.array([c.parent_arc for c in classes], np.int64)
+    mult = np.array([c.mult for c in classes], np.int64)
+    c_idx, v_idx = np.nonzero(parents >= 0)
+    arc = parents[c_idx, v_idx]
+    m = mult[c_idx]
+    # consumption offset of each (class, link) in class order, per link
+    by_link = np.lexsort((c_idx, arc))
+    base = np.zeros(lg.units.size + 1, np.int64)
+    np.cumsum(lg.units, out=base[1:])
+    cum = np.cumsum(m[by_link])
+    first = np.r_[0, np.flatnonzero(np.diff(arc[by_link])) + 1]
+    group_start = np.repeat(cum[first] - m[by_link][first],
+                            np.diff(np.r_[first, by_link.size]))
+    lo = np.empty_like(arc)
+    lo[by_link] = base[arc[by_link]] + cum - m[by_link] - group_start
+    seg_paths = [p for b in lg.bundles for p, _ in b]
+    seg_hi = np.cumsum([u for b in lg.bundles for _, u in b])
+    seg = np.searchsorted(seg_hi, lo, side="right")
+    if np.any(lo + m > seg_hi[seg]):
+        return None
+    depth = tree_depths(parents, lg.tail)
+    order = np.lexsort((v_idx, depth[c_idx, v_idx], c_idx))
+    bounds = np.searchsorted(c_idx[order], np.arange(len(classes) + 1))
+    seg_sorted = seg[order].tolist()
+    trees = [(cls.root, cls.mult, [seg_paths[x] for x in seg_sorted[bounds[i]:bounds[i + 1]]])
+             for i, cls in enumerate(classes)]
+    used = np.bincount(seg, weights=m, minlength=len(seg_paths)).astype(np.int64)
+    weight = {seg_paths[i]: int(used[i]) for i in np.flatnonzero(used).tolist()}
+    return trees, depth.max(axis=1), weight

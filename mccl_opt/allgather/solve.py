@@ -19,7 +19,7 @@ from ..schedule import Schedule, bottleneck_links, schedule_rate
 from ..topology import Topology
 from .budget import choose_trees, exact_k
 from .fabric import fabric_of
-from .mapping import to_physical, tree_chunks
+from .mapping import map_classes, path_weights, to_physical, tree_chunks, tree_loads
 from .splitting import LogicalGraph, SplitGraph, balance_switches, split_all
 from .throughput import Fabric, optimal_rate
 from .repair import repair_pack
@@ -182,20 +182,22 @@ def solve_allgather(topo: Topology, warm: Schedule | None = None, backend: str =
         lg, classes = _pack(split, arr.rank_of, k, guides, stats)
 
     t = time.perf_counter()
-    trees = to_physical(classes, lg)
+    mapped = map_classes(classes, lg)
+    if mapped is None:
+        trees, depths = to_physical(classes, lg), None
+        weights = path_weights(trees)
+    else:
+        trees, depths, weights = mapped
     node_ids = [n.id for n in topo.nodes]
     chunks = tree_chunks(trees, k, node_ids, topo.gpus)
-    loads = np.zeros(topo.num_links)
     link = {(int(a), int(b)): i for i, (a, b) in enumerate(zip(arr.tail, arr.head))}
-    for root, mult, paths in trees:
-        for p in paths:
-            for a, b in zip(p[:-1], p[1:]):
-                loads[link[(a, b)]] += mult / k
+    loads = tree_loads(weights, k, link, topo.num_links)
     rate = schedule_rate(topo, loads)
-    depths = [max(c.depths().values()) for c in chunks]
+    if depths is None:
+        depths = np.array([max(c.depths().values()) for c in chunks])
     stats["mapping_s"] = time.perf_counter() - t
     stats["num_trees"] = len(chunks)
-    stats["max_depth"] = max(depths)
+    stats["max_depth"] = int(np.max(depths))
     stats["mean_depth"] = float(np.mean(depths))
     if guides:
         stats["guided_roots"] = len(guides)
