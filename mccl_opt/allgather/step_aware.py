@@ -1,17 +1,16 @@
 """Step-aware switch removal for AllGather (paper App. C; docs/allgather.md).
 
-Replaces Phase 2's local split proposal by an LP over the star switches
-(:mod:`formulations.switch_removal`): each switch's in-units are assigned to its
-out-neighbours so that the logical GPU graph keeps ``k_keep`` trees per root (rooted
-cut conditions, separated lazily by max-flow: a cutting-plane loop) while the smallest
-logical capacity of any switch-sharing pair is as large as possible.  Dense, even
-logical graphs let Phase 3's breadth-first packing finish in fewer GPU hops.
-
-The LP solution is made integral switch by switch (``floor(f)``, then the fractional
-parts, then any unused units: an integral transport completion, so every pair keeps at
-least ``floor(f)``) and certified by a completed packing or the rooted cut test.  The
-default spread split is packed as well and the shallower of the two packings (max,
-then mean depth) is returned, so step-aware is never deeper than the default.
+Replaces Phases 2+3 by: a hop-indexed LP over the star switches
+(:func:`formulations.switch_removal.build_step_lp`) that splits each switch's units
+into logical GPU links *and* plans, per root, tree edges by depth, for the smallest
+depth bound ``D`` whose relaxation is feasible (infeasible ``D`` is a proven lower
+bound); rooted cut conditions on the logical graph are added lazily by max-flow
+separation (cutting planes).  The LP split is made integral switch by switch (``floor``,
+fractional parts, then an integral transport completion) and packed by a
+layer-synchronous, depth-capped BFS that follows the LP's per-root plan.  A completed
+packing respects every unit (rate ``k·y``, certified by construction).  The default
+Phases 2+3 run too and the shallower result is returned, so step-aware is never deeper
+than the default.
 """
 
 from __future__ import annotations
@@ -412,12 +411,12 @@ def _candidates(lg: LogicalGraph, k: int, guides: dict[int, np.ndarray], low: in
 def step_aware_pack(split: SplitGraph, rank_of: np.ndarray, k: int,
                     guides: dict[int, np.ndarray], stats: dict[str, Any],
                     backend: str = "highs", options: StepAware | None = None,
-                    ) -> tuple[LogicalGraph, list[TreeClass], int] | None:
+                    ) -> tuple[LogicalGraph, list[TreeClass], int]:
     """Phases 2+3 with step-aware switch removal on a balanced ``split`` (tree units).
 
-    Returns ``(logical graph, tree classes, trees per root)`` — the shallower of the
-    step-aware and the default spread packing — or ``None`` if neither packing
-    completed (the caller then runs its exact fallbacks).
+    Returns ``(logical graph, tree classes, trees per root)``: the shallowest of the
+    default packing (``solve._pack``) and the packings of each LP-feasible depth bound
+    below it (max depth, then unit-weighted mean depth; ties keep more trees).
     """
     from .solve import _pack as default_pack   # the default Phases 2+3, for comparison
 
