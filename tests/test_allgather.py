@@ -13,6 +13,8 @@ from hypothesis import given, settings, strategies as st
 from instances import dgx, fail1, fail2, fail3, full_mesh, hpn, irregular, ring
 from mccl_opt import Schedule, TopologyError, validate
 from mccl_opt.allgather import solve_allgather
+from mccl_opt.allgather.mapping import map_classes, to_physical
+from mccl_opt.allgather.repair import repair_pack
 from mccl_opt.allgather.throughput import cut_tree_bandwidth
 from mccl_opt.topology import Link, Node, Topology
 
@@ -177,3 +179,110 @@ def test_cut_tree_bandwidth_is_largest_feasible():
     assert sum(c // y for c in caps) >= 150
     eps = Fraction(1, 10**9)
     assert sum((c / (y + eps)).__floor__() for c in caps) < 150
+
+
+def reference_cut_tree_bandwidth(caps: list[int], need: int) -> Fraction:
+    """Every breakpoint 1/y = j/c in increasing order; the first feasible one."""
+    caps = [c for c in caps if c > 0]
+    if sum(caps) < need:
+        return Fraction(0)
+    cands = {Fraction(j, c) for c in caps for j in range(1, (need + len(caps)) * c // sum(caps) + 2)}
+    for t in sorted(cands):
+        if sum(c * t.numerator // t.denominator for c in caps) >= need:
+            return 1 / t
+    return Fraction(0)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(min_value=0, max_value=3000), min_size=1, max_size=5),
+       st.integers(min_value=1, max_value=80))
+def test_cut_tree_bandwidth_matches_reference(caps, need):
+    assert cut_tree_bandwidth(caps, need) == reference_cut_tree_bandwidth(caps, need)
+
+
+def assert_packing(n: int, tail, head, units, k: int, classes) -> None:
+    """Every class spans all ranks from its root without cycles, ``k`` unit trees per
+    root, and no logical link carries more trees than its units."""
+    used = np.zeros(units.size, np.int64)
+    per_root = np.zeros(n, np.int64)
+    for c in classes:
+        per_root[c.root] += c.mult
+        assert c.parent_arc[c.root] == -1
+        for v in range(n):
+            if v == c.root:
+                continue
+            a = c.parent_arc[v]
+            assert a >= 0 and head[a] == v
+            used[a] += c.mult
+            w, steps = v, 0
+            while w != c.root:
+                w = tail[c.parent_arc[w]]
+                steps += 1
+                assert steps < n, "cycle"
+    assert (per_root == k).all()
+    assert (used <= units).all()
+
+
+def logical_graph(topo, max_chunks=10):
+    """Phase 1 + budget + spread split of the solver, exposed for packing tests."""
+    from mccl_opt.allgather.budget import choose_trees
+    from mccl_opt.allgather.fabric import fabric_of
+    from mccl_opt.allgather.solve import _balanced_split
+    from mccl_opt.allgather.splitting import LogicalGraph, split_all
+    from mccl_opt.allgather.throughput import optimal_rate
+    fab, _ = fabric_of(topo)
+    k, y, _ = choose_trees(fab, optimal_rate(fab), max_chunks)
+    split, k = _balanced_split(fab, topo.arrays.is_switch, k, y, max_chunks, {})
+    split_all(split, exact=False)
+    return LogicalGraph.from_split(split, topo.arrays.rank_of), k
+
+
+@pytest.mark.parametrize("topo", [hpn(1, 3, 8), hpn(1, 8, 8), fail2(hpn(1, 8, 8)), irregular(15)],
+                         ids=lambda t: t.name)
+def test_repair_pack_is_a_valid_packing(topo):
+    lg, k = logical_graph(topo)
+    classes, info = repair_pack(lg.num_gpus, lg.tail, lg.head, lg.units, k)
+    assert classes is not None
+    assert_packing(lg.num_gpus, lg.tail, lg.head, lg.units, k, classes)
+    if topo.name == "hpn-1x3x8":           # exercises the augmenting chains
+        assert info["repairs"] > 0
+
+
+@pytest.mark.parametrize("topo", [fail2(hpn(1, 2, 8)), fail3(hpn(1, 4, 8)), hpn(1, 8, 8)],
+                         ids=lambda t: t.name)
+def test_vectorized_mapping_equals_general_mapping(topo):
+    lg, k = logical_graph(topo)
+    classes, _ = repair_pack(lg.num_gpus, lg.tail, lg.head, lg.units, k)
+    fast = map_classes(classes, lg)
+    assert fast is not None
+    slow = to_physical(classes, lg)
+    assert [(r, m, sorted(p)) for r, m, p in fast[0]] == [(r, m, sorted(p)) for r, m, p in slow]
+    for (_, _, paths), depth in zip(fast[0], fast[1]):       # parents listed first
+        seen = {paths[0][0]}
+        for p in paths:
+            assert p[0] in seen
+            seen.add(p[-1])
+        assert depth >= 1
+
+
+def best_budget_rate_single_gpu_cut(caps_gbps: list[int], n: int, budget: int) -> Fraction:
+    """Independent bound for a fabric whose binding cuts are single GPUs with ingress
+    ``caps_gbps``: ``max_k k * y_k``, ``y_k`` the largest y with
+    ``sum floor(c / y) >= k (n-1)`` (by enumerating breakpoints with Fractions)."""
+    return max(k * reference_cut_tree_bandwidth(caps_gbps, k * (n - 1)) for k in range(1, budget + 1))
+
+
+@pytest.mark.parametrize("fail", [None, fail2], ids=["healthy", "fail2"])
+def test_64_gpus_valid_and_budget_optimal(fail):
+    topo = hpn(1, 8, 8) if fail is None else fail(hpn(1, 8, 8))
+    sched = solve_allgather(topo, max_chunks=10)
+    check(topo, sched)
+    assert sched.stats["packing"] == "repair"
+    assert len({c.src for c in sched.chunks}) == 64
+    if fail is None:       # every GPU ingress (2880 NVLink + 400 NIC) is a tight cut
+        assert sched.lp_rate_gbps == pytest.approx(3280 / 63, rel=1e-12)
+        bound = best_budget_rate_single_gpu_cut([2880, 400], 64, 10)
+        assert sched.rate_gbps == pytest.approx(float(bound), rel=1e-9)
+    else:
+        assert sched.rate_gbps <= sched.lp_rate_gbps
+        assert sched.rounding_gap < 0.01

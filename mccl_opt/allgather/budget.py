@@ -42,15 +42,20 @@ def _hint_cuts(fab: Fabric, p1: PhaseOneResult, extra: list[np.ndarray], count: 
     return cuts
 
 
-def _upper(fab: Fabric, k: int, cuts: list[np.ndarray]) -> Fraction:
+def _profiles(fab: Fabric, cuts: list[np.ndarray]) -> set[tuple[tuple[int, ...], int]]:
+    """Distinct ``(sorted cut capacities, GPUs outside)`` of the proper cuts."""
     is_gpu = fab.is_gpu()
-    y = None
+    out = set()
     for s in cuts:
         m = int(np.count_nonzero(is_gpu & ~s))
         if m and (is_gpu & s).any():
-            v = cut_tree_bandwidth(fab.cap[fab.cut_arcs(s)], k * m)
-            y = v if y is None else min(y, v)
-    return y if y is not None else Fraction(0)
+            out.add((tuple(sorted(fab.cap[fab.cut_arcs(s)].tolist())), m))
+    return out
+
+
+def _upper(k: int, profiles: set[tuple[tuple[int, ...], int]]) -> Fraction:
+    ys = [cut_tree_bandwidth(np.array(caps), k * m) for caps, m in sorted(profiles)]
+    return min(ys) if ys else Fraction(0)
 
 
 def choose_trees(fab: Fabric, p1: PhaseOneResult, max_chunks: int | None,
@@ -64,7 +69,8 @@ def choose_trees(fab: Fabric, p1: PhaseOneResult, max_chunks: int | None,
     budget = max_chunks if max_chunks is not None else 64
     cuts = _hint_cuts(fab, p1, extra_cuts or [])
     x_star = Fraction(p1.num, p1.den)
-    bounds = {k: min(_upper(fab, k, cuts), x_star / k) for k in range(1, budget + 1)}
+    profiles = _profiles(fab, cuts)
+    bounds = {k: min(_upper(k, profiles), x_star / k) for k in range(1, budget + 1)}
     order = sorted(bounds, key=lambda k: (-(k * bounds[k]), k))
     if prefer is not None and prefer in bounds:
         order.remove(prefer)

@@ -135,8 +135,9 @@ def optimal_rate(fab: Fabric, hint_cuts: list[np.ndarray] | None = None) -> Phas
 def cut_tree_bandwidth(caps: np.ndarray, need: int) -> Fraction:
     """Largest ``y`` with ``sum floor(caps/y) >= need`` (0 if impossible).
 
-    ``y`` is a breakpoint ``c/j``; all breakpoints between the bounds
-    ``C/(need+len)`` and ``C/need`` are enumerated and the best feasible one kept.
+    ``y`` is a breakpoint ``c/j``; every breakpoint ``t = j/c`` of ``t = 1/y`` between
+    the bounds ``need/C`` and ``(need+len)/C`` is tested in integers and the smallest
+    feasible one kept (exact, no rational arithmetic in the loop).
     """
     caps = [int(c) for c in caps if c > 0]
     if need <= 0:
@@ -144,20 +145,16 @@ def cut_tree_bandwidth(caps: np.ndarray, need: int) -> Fraction:
     total = sum(caps)
     if total < need:
         return Fraction(0)
-    lo_t = Fraction(need, total)                    # t = 1/y >= need/total
-    hi_t = Fraction(need + len(caps), total)        # floor(c t) >= c t - 1
-    cands = set()
-    for c in caps:
-        j0 = -(-need * c // total)
-        j1 = (need + len(caps)) * c // total
-        for j in range(max(1, j0), j1 + 1):
-            t = Fraction(j, c)
-            if lo_t <= t <= hi_t:
-                cands.add(t)
-    for t in sorted(cands):
-        if sum((c * t.numerator) // t.denominator for c in caps) >= need:
-            return 1 / t
-    return Fraction(0)
+    hi = need + len(caps)                 # floor(c t) >= c t - 1
+    best_j, best_c = 0, 0
+    for c in set(caps):
+        for j in range(max(1, -(-need * c // total)), hi * c // total + 1):
+            if best_c and j * best_c >= best_j * c:
+                break                     # no smaller t left for this c
+            if sum((x * j) // c for x in caps) >= need:
+                best_j, best_c = j, c
+                break
+    return Fraction(best_c, best_j) if best_c else Fraction(0)
 
 
 def best_tree_bandwidth(fab: Fabric, k: int, upper: Fraction,
