@@ -56,7 +56,7 @@ def test_strictly_shallower_where_the_hop_lp_proves_depth_two():
     cold = solve_allgather(topo)
     sa = solve_allgather(topo, step_aware=True)
     validate(topo, sa)
-    assert _max_depth(sa) == 2
+    assert _max_depth(sa) == 2 == sa.stats["sa_depth_lower_bound"]
     assert _max_depth(sa) < _max_depth(cold)
     assert sa.stats["split"] == "step-aware"
 
@@ -66,7 +66,7 @@ def test_infeasible_depth_is_a_lower_bound():
     the default nor step-aware) has all trees of depth 2."""
     topo = fail2(hpn(1, 2, 8))
     sa = solve_allgather(topo, step_aware=True)
-    assert sa.stats["sa_infeasible_depth"] == 2
+    assert sa.stats["sa_depth_lower_bound"] == 3
     assert _max_depth(sa) > 2
     assert _max_depth(solve_allgather(topo)) > 2
 

@@ -408,6 +408,32 @@ def _candidates(lg: LogicalGraph, k: int, guides: dict[int, np.ndarray], low: in
     return out
 
 
+def _feasible_depths(model: SwitchRemovalModel, limit: int, solve, stats: dict[str, Any]
+                     ) -> list[int]:
+    """Depth bounds worth packing: from the smallest whose hop LP is feasible (binary
+    search; feasibility is monotone in the bound) up to ``limit - 1``.  The smallest
+    feasible bound, or ``limit`` if ``limit - 1`` is infeasible, is a lower bound on the
+    depth of any packing (``stats['sa_depth_lower_bound']``)."""
+    links = logical_links(model)
+    low = max(_eccentricity(LogicalGraph(model.num_gpus, links[:, 0], links[:, 1],
+                                         np.ones(len(links), np.int64), [])), 1)
+    high = limit - 1
+    if high < low:
+        stats["sa_depth_lower_bound"] = low
+        return []
+    if solve(high) is None:
+        stats["sa_depth_lower_bound"] = limit
+        return []
+    while low < high:
+        mid = (low + high) // 2
+        if solve(mid) is None:
+            low = mid + 1
+        else:
+            high = mid
+    stats["sa_depth_lower_bound"] = high
+    return list(range(high, limit))
+
+
 def step_aware_pack(split: SplitGraph, rank_of: np.ndarray, k: int,
                     guides: dict[int, np.ndarray], stats: dict[str, Any],
                     backend: str = "highs", options: StepAware | None = None,
@@ -430,17 +456,21 @@ def step_aware_pack(split: SplitGraph, rank_of: np.ndarray, k: int,
     stars = _reduce_to_stars(base)
     model, triples = switch_removal_model(base, stars, rank_of, k_keep)
     stats["sa_triples"] = model.num_triples
+    solved: dict[int | None, np.ndarray | None] = {}
+
+    def solve(depth: int | None) -> np.ndarray | None:
+        if depth not in solved:
+            solved[depth] = _solve_lp(model, backend, opts.max_rounds, stats, depth)
+        return solved[depth]
+
     depths: list[int | None] = [None]
     if opts.objective == "steps":
-        low = max(_eccentricity(LogicalGraph(model.num_gpus, *logical_links(model).T,
-                                             np.ones(len(logical_links(model)), np.int64), [])), 1)
-        depths = list(range(low, best[0][0][0]))
+        depths = _feasible_depths(model, best[0][0][0], solve, stats)
     for depth in depths:
         if depth is not None and depth >= best[0][0][0]:
             break
-        x = _solve_lp(model, backend, opts.max_rounds, stats, depth)
+        x = solve(depth)
         if x is None:
-            stats["sa_infeasible_depth"] = depth
             continue
         f = x[: model.num_triples]
         g = base.copy()
