@@ -21,9 +21,9 @@ from .solve import Solved, run_cg
 __all__ = ["min_steps_solve"]
 
 
-def _columns(solved: Solved) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _columns(solved: Solved) -> tuple[np.ndarray, ...]:
     pool = solved.master.pool
-    return pool.pair.copy(), pool.start.copy(), pool.arcs.copy()
+    return pool.pair.copy(), pool.start.copy(), pool.arcs.copy(), pool.origin.copy()
 
 
 def min_steps_solve(prob: Problem, backend: str, columns, deadline: float | None,

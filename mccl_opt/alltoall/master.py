@@ -15,21 +15,29 @@ import numpy as np
 from formulations.master import build_master_lp, path_columns
 
 from ..backends import Backend, SolveStatus
+from ..backends.base import Basis
 from ..errors import SolveError
 
-__all__ = ["ColumnPool", "MasterSolution", "RestrictedMaster"]
+__all__ = ["ColumnPool", "MasterSolution", "RestrictedMaster", "BASIS_TRY_ITERATIONS"]
+
+#: Pivots a solve started from a carried-over basis may take before the master is
+#: rebuilt and solved from scratch (a reusable basis needs none; see :mod:`.warm`).
+BASIS_TRY_ITERATIONS = 50
 
 
 class ColumnPool:
     """Path columns: column ``j`` routes pair ``pair[j]`` over links
     ``arcs[start[j]:start[j+1]]`` (in path order).  Duplicates (same pair and links,
-    detected by a 64-bit hash of the column) are refused."""
+    detected by a 64-bit hash of the column) are refused.  ``origin[j]`` is the column's
+    index in the warm start it was carried over from (-1: new), so chunks that did not
+    change can be reused."""
 
     def __init__(self) -> None:
         self.pair = np.zeros(0, dtype=np.int64)
         self.start = np.zeros(1, dtype=np.int64)
         self.arcs = np.zeros(0, dtype=np.int64)
         self.hash = np.zeros(0, dtype=np.uint64)
+        self.origin = np.zeros(0, dtype=np.int64)
 
     def __len__(self) -> int:
         return int(self.pair.size)
@@ -47,7 +55,8 @@ class ColumnPool:
             np.add.at(h, seg, terms)
             return h ^ (pair.astype(np.uint64) * np.uint64(0xC2B2AE3D27D4EB4F))
 
-    def append(self, pair: np.ndarray, start: np.ndarray, arcs: np.ndarray) -> np.ndarray:
+    def append(self, pair: np.ndarray, start: np.ndarray, arcs: np.ndarray,
+               origin: np.ndarray | None = None) -> np.ndarray:
         """Add the new (non-duplicate) columns; returns the positions taken from the input."""
         pair = np.asarray(pair, dtype=np.int64)
         start = np.asarray(start, dtype=np.int64)
@@ -68,6 +77,9 @@ class ColumnPool:
             self.start = np.concatenate([self.start, self.start[-1] + np.cumsum(lengths[idx])])
             self.arcs = np.concatenate([self.arcs, arcs[fresh[seg]]])
             self.hash = np.concatenate([self.hash, h[idx]])
+            new_origin = np.full(idx.size, -1, dtype=np.int64) if origin is None else \
+                np.asarray(origin, dtype=np.int64)[idx]
+            self.origin = np.concatenate([self.origin, new_origin])
         return idx
 
     def keep(self, mask: np.ndarray) -> None:
@@ -78,6 +90,7 @@ class ColumnPool:
         self.arcs = self.arcs[mask[seg]]
         self.pair = self.pair[mask]
         self.hash = self.hash[mask]
+        self.origin = self.origin[mask]
         self.start = np.concatenate([[0], np.cumsum(lengths[mask])]).astype(np.int64)
 
     def path(self, j: int) -> np.ndarray:
@@ -123,7 +136,20 @@ class RestrictedMaster:
         self.capacity = np.asarray(capacity, dtype=float)
         self.pool = pool
         self.lower = np.zeros(len(pool))
+        self.basis_used = False
+        self._basis_try = False
         backend.load(build_master_lp(n_pairs, self.capacity, pool.pair, pool.start, pool.arcs))
+
+    def start_from(self, basis: Basis) -> None:
+        """Start the next solve from ``basis`` (an optimal basis of a previous master over
+        the same columns).  That solve gets :data:`BASIS_TRY_ITERATIONS` pivots; if it
+        needs more, the model is rebuilt and solved from scratch (with presolve)."""
+        self.backend.set_basis(basis)
+        self._basis_try = True
+
+    def get_basis(self) -> Basis | None:
+        """The backend's current basis (``None`` if it holds none)."""
+        return self.backend.get_basis()
 
     @property
     def num_columns(self) -> int:
@@ -165,7 +191,17 @@ class RestrictedMaster:
 
         Raises :class:`SolveError` on anything but an optimum or a limit with a
         solution (the master is always feasible: ``t`` can grow without bound)."""
-        sol = self.backend.solve(method=method, time_limit=time_limit)
+        if self._basis_try:
+            self._basis_try = False
+            sol = self.backend.solve(method=method, time_limit=time_limit,
+                                     iteration_limit=BASIS_TRY_ITERATIONS)
+            self.basis_used = sol.status is SolveStatus.OPTIMAL
+            if not self.basis_used:
+                self.backend.load(build_master_lp(self.n_pairs, self.capacity, self.pool.pair,
+                                                  self.pool.start, self.pool.arcs, self.lower))
+                sol = self.backend.solve(method=method, time_limit=time_limit)
+        else:
+            sol = self.backend.solve(method=method, time_limit=time_limit)
         ok = sol.status is SolveStatus.OPTIMAL or (sol.status.is_limit and sol.x is not None
                                                    and sol.row_duals is not None)
         if not ok or sol.x is None or sol.row_duals is None:

@@ -39,6 +39,7 @@ class Rounded:
     pool_pair: np.ndarray
     pool_start: np.ndarray
     pool_arcs: np.ndarray
+    pool_origin: np.ndarray
     method: str
 
 
@@ -105,7 +106,8 @@ def _best_rounding(pool: ColumnPool, y: np.ndarray, n_pairs: int, k: int, capaci
 
 
 def _snapshot(pool: ColumnPool, counts: np.ndarray, rate: float, method: str) -> Rounded:
-    return Rounded(counts.copy(), rate, pool.pair.copy(), pool.start.copy(), pool.arcs.copy(), method)
+    return Rounded(counts.copy(), rate, pool.pair.copy(), pool.start.copy(), pool.arcs.copy(),
+                   pool.origin.copy(), method)
 
 
 def deep_dive(master: RestrictedMaster, prob: Problem, y: np.ndarray, k: int, max_steps: int,

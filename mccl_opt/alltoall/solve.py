@@ -22,7 +22,7 @@ from .initial import initial_columns
 from .master import ColumnPool, RestrictedMaster
 from .problem import Problem, problem_for
 from .rounding import Rounded, deep_dive, rounded_rate
-from .warm import WarmState, warm_columns
+from .warm import WarmState, reusable_basis, warm_columns
 
 __all__ = ["solve_alltoall", "build_master", "Solved"]
 
@@ -40,13 +40,16 @@ class Solved:
 
 
 def build_master(prob: Problem, backend: str, max_steps: int,
-                 columns: tuple[np.ndarray, np.ndarray, np.ndarray] | None) -> tuple[RestrictedMaster, int]:
-    """A master over the given columns (those within ``max_steps``) plus initial columns
-    for the pairs they miss; returns it and the number of carried-over columns."""
+                 columns: tuple[np.ndarray, ...] | None,
+                 state: WarmState | None = None) -> tuple[RestrictedMaster, int]:
+    """A master over the given columns ``(pair, start, arcs, origin)`` (those within
+    ``max_steps``) plus initial columns for the pairs they miss, started from
+    ``state``'s basis when that basis is still optimal (:func:`reusable_basis`);
+    returns it and the number of carried-over columns."""
     pool = ColumnPool()
     if columns is not None:
-        pair, start, arcs = columns
-        pool.append(pair, start, arcs)
+        pair, start, arcs, origin = columns
+        pool.append(pair, start, arcs, origin)
         if len(pool):
             pool.keep(pool.steps(prob.is_step_arc) <= max_steps)
     carried = len(pool)
@@ -54,13 +57,18 @@ def build_master(prob: Problem, backend: str, max_steps: int,
     if missing.any():
         init = initial_columns(prob, max_steps, missing)
         pool.append(prob.pair_index(init.src, init.dst), init.start, init.arcs)
-    return RestrictedMaster(get_backend(backend), prob.num_pairs, prob.capacity, pool), carried
+    master = RestrictedMaster(get_backend(backend), prob.num_pairs, prob.capacity, pool)
+    basis = None if state is None else reusable_basis(prob, state, pool, master.backend.name)
+    if basis is not None:
+        master.start_from(basis)
+    return master, carried
 
 
 def run_cg(prob: Problem, backend: str, max_steps: int, columns, deadline: float | None,
-           options: CGOptions) -> Solved:
-    """Build a master (warm from ``columns``) and run column generation on it."""
-    master, carried = build_master(prob, backend, max_steps, columns)
+           options: CGOptions, state: WarmState | None = None) -> Solved:
+    """Build a master (warm from ``columns`` and ``state``'s basis) and run column
+    generation on it."""
+    master, carried = build_master(prob, backend, max_steps, columns, state)
     res = column_generation(master, prob, max_steps, options=options, deadline=deadline)
     return Solved(master, res, max_steps, carried)
 
@@ -100,6 +108,8 @@ def solve_alltoall(topo: Topology, warm: Schedule | WarmState | None = None, bac
     prob = problem_for(topo)
     options = CGOptions(rel_tol=rel_tol)
     columns = warm_columns(prob, warm) if warm is not None else None
+    state = warm.warm_state if isinstance(warm, Schedule) else warm
+    state = state if isinstance(state, WarmState) else None
     search: dict = {}
     if max_steps == "min":
         from .latency import min_steps_solve
@@ -107,9 +117,9 @@ def solve_alltoall(topo: Topology, warm: Schedule | WarmState | None = None, bac
         solved, search = min_steps_solve(prob, backend, columns, deadline, options, min_steps_tol)
     else:
         steps = topo.num_nodes - 1 if max_steps is None else int(max_steps)
-        solved = run_cg(prob, backend, steps, columns, deadline, options)
+        solved = run_cg(prob, backend, steps, columns, deadline, options, state)
     lp_done = time.perf_counter()
-    sched = _finish(prob, solved, backend, max_chunks, deadline)
+    sched = _finish(prob, solved, backend, max_chunks, deadline, state)
     sched.stats.update(search)
     sched.stats["seconds"] = time.perf_counter() - t0
     sched.stats["lp_phase_seconds"] = lp_done - t0
@@ -118,14 +128,15 @@ def solve_alltoall(topo: Topology, warm: Schedule | WarmState | None = None, bac
 
 
 def _finish(prob: Problem, solved: Solved, backend: str, max_chunks: int | None,
-            deadline: float | None) -> Schedule:
+            deadline: float | None, old: WarmState | None) -> Schedule:
     master, res = solved.master, solved.result
     pool = master.pool
     y = res.solution.y
     lp_rate = res.rate
     lp_loads = pool.loads(y, prob.num_links)
     saturated = lp_loads >= prob.capacity * res.solution.t * (1 - SATURATION_REL_TOL)
-    warm_state = WarmState.from_pool(prob, pool, y)
+    y_final = y.copy()                  # the dive appends columns to ``pool`` after these
+    basis = master.get_basis()          # ... and moves the basis
     columns_final = len(pool)
     t_round = time.perf_counter()
     dive: dict = {}
@@ -136,7 +147,12 @@ def _finish(prob: Problem, solved: Solved, backend: str, max_chunks: int | None,
                                   deadline=deadline)
     rounding_s = time.perf_counter() - t_round
     k = 1 if max_chunks is None else max_chunks
-    chunks, loads = _chunks(prob, rounded, k)
+    chunks, used, loads = _chunks(prob, rounded, k, old)
+    chunk_of = np.full(columns_final, -1, dtype=np.int64)
+    in_cg = used < columns_final
+    chunk_of[used[in_cg]] = np.flatnonzero(in_cg)
+    warm_state = WarmState.from_pool(prob, pool, y_final, res.solution.t, basis, tuple(chunks),
+                                     chunk_of)
     rate = schedule_rate(prob.topo, loads)
     if not np.isfinite(rate):
         raise SolveError("rounding produced a schedule that loads no link; report this as a bug")
@@ -148,6 +164,7 @@ def _finish(prob: Problem, solved: Solved, backend: str, max_chunks: int | None,
         "columns": columns_final,
         "columns_dropped": res.dropped,
         "warm_columns": solved.warm_columns,
+        "warm_basis": master.basis_used,
         "lp_seconds": res.lp_seconds,
         "pricing_seconds": res.pricing_seconds,
         "rounding_seconds": rounding_s,
@@ -171,27 +188,40 @@ def _fractional(pool: ColumnPool, y: np.ndarray, prob: Problem) -> Rounded:
     total = np.bincount(pool.pair, weights=y, minlength=prob.num_pairs)
     shares = y / total[pool.pair]
     return Rounded(shares, rounded_rate(pool, shares, 1, prob.capacity), pool.pair.copy(),
-                   pool.start.copy(), pool.arcs.copy(), "fractional")
+                   pool.start.copy(), pool.arcs.copy(), pool.origin.copy(), "fractional")
 
 
-def _chunks(prob: Problem, rounded: Rounded, k: int) -> tuple[list[PathChunk], np.ndarray]:
-    """Schedule chunks (ordered by pair, then column) and their per-link share loads."""
+def _chunks(prob: Problem, rounded: Rounded, k: int, old: WarmState | None
+            ) -> tuple[list[PathChunk], np.ndarray, np.ndarray]:
+    """Schedule chunks (ordered by pair, then column), the pool column of each, and the
+    per-link share loads.  A column carried over from ``old`` whose share is unchanged
+    reuses the old chunk object (same node ids, same share)."""
     topo = prob.topo
-    ids = [n.id for n in topo.nodes]
     gpus = topo.gpus
-    ar = topo.arrays
     used = np.flatnonzero(rounded.counts > 0)
     used = used[np.argsort(rounded.pool_pair[used], kind="stable")]
-    head_ids = np.array(ids, dtype=object)[ar.head[rounded.pool_arcs]].tolist()
     start = rounded.pool_start
     shares = rounded.counts / k
     loads = np.bincount(rounded.pool_arcs,
                         weights=shares[np.repeat(np.arange(shares.size), np.diff(start))],
                         minlength=prob.num_links)
-    chunks = []
-    for j in used.tolist():
+    reuse = np.full(used.size, -1, dtype=np.int64)
+    if old is not None and old.chunk_of is not None and old.chunks:
+        origin = rounded.pool_origin[used]
+        cand = np.where(origin >= 0, old.chunk_of[np.maximum(origin, 0)], -1)
+        old_share = np.array([c.share for c in old.chunks])
+        same = cand >= 0
+        same[same] = old_share[cand[same]] == shares[used[same]]
+        reuse[same] = cand[same]
+    ids = np.array([n.id for n in topo.nodes], dtype=object)
+    head = topo.arrays.head
+    chunks: list[PathChunk] = []
+    for j, r in zip(used.tolist(), reuse.tolist()):
+        if r >= 0:
+            chunks.append(old.chunks[r])
+            continue
         p = rounded.pool_pair[j]
         src = gpus[prob.pair_src[p]]
-        path = (src, *head_ids[start[j]:start[j + 1]])
+        path = (src, *ids[head[rounded.pool_arcs[start[j]:start[j + 1]]]].tolist())
         chunks.append(PathChunk(src, gpus[prob.pair_dst[p]], float(shares[j]), path))
-    return chunks, loads
+    return chunks, used, loads

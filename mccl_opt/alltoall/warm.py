@@ -8,6 +8,22 @@ the endpoints' ranks in the new topology, so renumbered GPUs map correctly.  Col
 through a vanished node or link (Fail3 replaces a GPU: every path through the old GPU
 goes) are dropped; pairs left without a column get fresh initial columns.  Capacities
 may change freely: a column is a route, not an amount.
+
+Every carried column remembers its index in the old pool (``origin``), and the state
+remembers which chunk each old column became (``chunk_of``), so the new schedule reuses
+the old :class:`~mccl_opt.schedule.PathChunk` objects whose route and share did not
+change instead of building them again (hundreds of thousands at 512 GPUs).
+
+**Basis reuse.**  The state also keeps the final master's simplex basis (plain data,
+:class:`~mccl_opt.backends.Basis`).  On a topology with the same nodes and links whose
+changed links were *not* binding in the old LP and still carry its loads at the old
+rate (e.g. Fail1: an NVSwitch link that was never the bottleneck), the old basis stays
+primal and dual feasible: a changed link's slack is basic, so its dual is 0 and neither
+the other duals nor the other basic values move.  :func:`reusable_basis` checks exactly
+that; the re-solve then needs no pivot.  When a binding link changes (Fail2) the basis
+is not used: HiGHS cannot presolve a model started from a basis, and on these masters
+(hundreds of thousands of pair rows, most pairs on one path) a presolved cold solve
+measured 3x (128 GPUs) to 50x (512 GPUs) faster than pivoting from the old basis.
 """
 
 from __future__ import annotations
@@ -17,11 +33,12 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
+from ..backends.base import Basis
 from ..schedule import PathChunk, Schedule
 from .master import ColumnPool
 from .problem import Problem
 
-__all__ = ["WarmState", "warm_columns"]
+__all__ = ["WarmState", "warm_columns", "reusable_basis"]
 
 
 @dataclass(frozen=True)
@@ -29,7 +46,11 @@ class WarmState:
     """What a warm start needs from a finished run (kept in ``Schedule.warm_state``).
 
     ``tail``/``head`` index ``node_ids`` and describe the old topology's links; the
-    columns ``pair/start/arcs`` refer to those links; ``y`` are the final path shares."""
+    columns ``start/arcs`` refer to those links; ``y`` are the final path shares;
+    ``chunks[chunk_of[j]]`` is the schedule chunk column ``j`` became (-1: none);
+    ``basis`` is the final master's basis over ``t`` and these columns, ``capacity`` and
+    ``t`` the old capacities and optimum.  Plain data, never mutated: any number of
+    warm starts may share one state."""
 
     node_ids: tuple[str, ...]
     tail: np.ndarray
@@ -37,12 +58,23 @@ class WarmState:
     start: np.ndarray
     arcs: np.ndarray
     y: np.ndarray
+    chunks: tuple[PathChunk, ...] = ()
+    chunk_of: np.ndarray | None = None
+    basis: Basis | None = None
+    capacity: np.ndarray | None = None
+    t: float = 0.0
 
     @classmethod
-    def from_pool(cls, prob: Problem, pool: ColumnPool, y: np.ndarray) -> "WarmState":
+    def from_pool(cls, prob: Problem, pool: ColumnPool, y: np.ndarray, t: float,
+                  basis: Basis | None = None, chunks: tuple[PathChunk, ...] = (),
+                  chunk_of: np.ndarray | None = None) -> "WarmState":
+        """The first ``len(y)`` columns of ``pool`` (those ``y`` are the shares of)."""
         ar = prob.topo.arrays
+        n = len(y)
         return cls(tuple(n.id for n in prob.topo.nodes), ar.tail.copy(), ar.head.copy(),
-                   pool.start.copy(), pool.arcs.copy(), np.asarray(y, dtype=float).copy())
+                   pool.start[:n + 1].copy(), pool.arcs[:pool.start[n]].copy(),
+                   np.asarray(y, dtype=float).copy(), chunks, chunk_of, basis,
+                   prob.capacity.copy(), float(t))
 
 
 def _link_lookup(prob: Problem, tails: np.ndarray, heads: np.ndarray) -> np.ndarray:
@@ -65,7 +97,8 @@ def _node_map(prob: Problem, node_ids: Sequence[str]) -> np.ndarray:
 
 def _columns(prob: Problem, start: np.ndarray, arcs: np.ndarray) -> tuple[np.ndarray, ...]:
     """Keep the columns whose arcs all exist (``arcs >= 0``) and whose endpoints are two
-    different GPUs; returns (pair, start, arcs) on the new topology."""
+    different GPUs; returns (pair, start, arcs, origin) on the new topology, ``origin``
+    being each kept column's index in the input."""
     lengths = np.diff(start)
     seg = np.repeat(np.arange(lengths.size), lengths)
     bad = np.bincount(seg, weights=(arcs < 0).astype(float), minlength=lengths.size) > 0
@@ -78,7 +111,8 @@ def _columns(prob: Problem, start: np.ndarray, arcs: np.ndarray) -> tuple[np.nda
     ok = ~bad & (src >= 0) & (dst >= 0) & (src != dst)
     keep_arcs = arcs[ok[seg]] if arcs.size else arcs
     new_start = np.concatenate([[0], np.cumsum(lengths[ok])]).astype(np.int64)
-    return prob.pair_index(src[ok], dst[ok]), new_start, keep_arcs.astype(np.int64)
+    return (prob.pair_index(src[ok], dst[ok]), new_start, keep_arcs.astype(np.int64),
+            np.flatnonzero(ok))
 
 
 def _from_state(prob: Problem, state: WarmState) -> tuple[np.ndarray, ...]:
@@ -94,14 +128,39 @@ def _from_paths(prob: Problem, paths: Iterable[Sequence[str]]) -> tuple[np.ndarr
     tails = np.array([node_map[u] for p in unique for u in p[:-1]], dtype=np.int64)
     heads = np.array([node_map[v] for p in unique for v in p[1:]], dtype=np.int64)
     start = np.concatenate([[0], np.cumsum([len(p) - 1 for p in unique])]).astype(np.int64)
-    return _columns(prob, start, _link_lookup(prob, tails, heads))
+    pair, new_start, arcs, _ = _columns(prob, start, _link_lookup(prob, tails, heads))
+    return pair, new_start, arcs, np.full(pair.size, -1, dtype=np.int64)
 
 
 def warm_columns(prob: Problem, warm: Schedule | WarmState) -> tuple[np.ndarray, ...]:
-    """(pair, start, arcs) of the previous columns still valid on ``prob``'s topology."""
+    """(pair, start, arcs, origin) of the previous columns still valid on ``prob``'s
+    topology; ``origin`` indexes the :class:`WarmState` columns (-1 for file paths)."""
     state = warm.warm_state if isinstance(warm, Schedule) else warm
     if isinstance(state, WarmState):
         return _from_state(prob, state)
     if isinstance(warm, Schedule):
         return _from_paths(prob, (c.path for c in warm.chunks if isinstance(c, PathChunk)))
     raise TypeError(f"warm must be a Schedule or WarmState, got {type(warm).__name__}")
+
+
+def reusable_basis(prob: Problem, state: WarmState, pool: ColumnPool, backend: str,
+                   rel_tol: float = 1e-9) -> Basis | None:
+    """``state.basis`` when it is optimal for the master over ``pool`` on ``prob``'s
+    capacities (module docstring), else ``None``.  Requires the same nodes and links,
+    the same columns in the same order, and every changed link non-binding in the old
+    LP and still feasible at the old rate."""
+    basis = state.basis
+    if basis is None or basis.backend != backend or state.capacity is None:
+        return None
+    ar = prob.topo.arrays
+    same_fabric = (state.node_ids == tuple(n.id for n in prob.topo.nodes)
+                   and np.array_equal(state.tail, ar.tail) and np.array_equal(state.head, ar.head))
+    n = state.y.size
+    if not same_fabric or len(pool) != n or not np.array_equal(pool.origin, np.arange(n)):
+        return None
+    seg = np.repeat(np.arange(n), np.diff(state.start))
+    load = np.bincount(state.arcs, weights=state.y[seg], minlength=prob.num_links)
+    changed = np.flatnonzero(state.capacity != prob.capacity)
+    slack_old = state.capacity[changed] * state.t * (1 - rel_tol) - load[changed]
+    slack_new = prob.capacity[changed] * state.t * (1 - rel_tol) - load[changed]
+    return basis if (slack_old > 0).all() and (slack_new > 0).all() else None
