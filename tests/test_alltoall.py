@@ -142,6 +142,66 @@ def test_warm_start_matches_cold_on_degraded_repaired_and_unrelated():
     check_schedule(other, solve_alltoall(other, warm=cold), compact_optimum(other))
 
 
+def _state_arrays(ws):
+    return [a.copy() for a in (ws.tail, ws.head, ws.start, ws.arcs, ws.y, ws.chunk_of,
+                               ws.capacity, ws.basis.col_status, ws.basis.row_status)]
+
+
+def test_warm_reuses_basis_and_chunks_when_the_changed_link_is_not_binding():
+    base = hpn(1, 4, 8)
+    healthy = solve_alltoall(base)
+    topo = fail1(base)                 # GPU0 <-> NVSwitch 2880 -> 800: never the bottleneck
+    warm = solve_alltoall(topo, warm=healthy)
+    cold = solve_alltoall(topo)
+    check_schedule(topo, warm, compact_optimum(topo))
+    assert warm.lp_rate_gbps == pytest.approx(cold.lp_rate_gbps, rel=1e-9)
+    assert warm.stats["warm_basis"] and not cold.stats["warm_basis"]
+    assert warm.solver["iterations"] == 0          # the old basis is optimal as it stands
+    old = {id(c) for c in healthy.chunks}
+    reused = sum(id(c) in old for c in warm.chunks)
+    assert reused == len(warm.chunks)              # same routes and shares: same objects
+
+
+def test_warm_after_a_binding_change_does_not_use_the_basis():
+    base = hpn(1, 4, 8)
+    healthy = solve_alltoall(base)
+    topo = fail2(base)                 # GPU0's NIC 400 -> 50: the new bottleneck
+    warm = solve_alltoall(topo, warm=healthy)
+    assert not warm.stats["warm_basis"]
+    check_schedule(topo, warm, compact_optimum(topo))
+
+
+def test_a_wrongly_reused_basis_falls_back_to_a_cold_solve(monkeypatch):
+    import mccl_opt.alltoall.solve as solve_mod
+
+    base = hpn(1, 2, 8)
+    healthy = solve_alltoall(base)
+    topo = fail2(base)
+    monkeypatch.setattr(solve_mod, "reusable_basis", lambda prob, state, pool, name: state.basis)
+    monkeypatch.setattr("mccl_opt.alltoall.master.BASIS_TRY_ITERATIONS", 1)
+    warm = solve_alltoall(topo, warm=healthy)
+    assert not warm.stats["warm_basis"]            # the try ran out of pivots: rebuilt
+    check_schedule(topo, warm, compact_optimum(topo))
+
+
+def test_one_warm_state_serves_many_warm_starts_unchanged():
+    base = hpn(1, 2, 8)
+    healthy = solve_alltoall(base)
+    before = _state_arrays(healthy.warm_state)
+    chunks_before = healthy.chunks
+    first = solve_alltoall(fail1(base), warm=healthy)
+    second = solve_alltoall(fail2(base), warm=healthy)
+    third = solve_alltoall(fail3(base), warm=healthy)
+    again = solve_alltoall(fail1(base), warm=healthy)
+    for a, b in zip(before, _state_arrays(healthy.warm_state)):
+        np.testing.assert_array_equal(a, b)
+    assert healthy.chunks is chunks_before
+    assert first.stats["warm_basis"] and again.stats["warm_basis"]
+    assert again.to_dict()["chunks"] == first.to_dict()["chunks"]
+    for topo, sched in ((fail2(base), second), (fail3(base), third)):
+        check_schedule(topo, sched, compact_optimum(topo))
+
+
 def test_warm_start_from_a_schedule_file_uses_its_chunk_paths():
     base = hpn(1, 2, 4)
     loaded = Schedule.from_dict(solve_alltoall(base).to_dict())
