@@ -286,3 +286,15 @@ def test_64_gpus_valid_and_budget_optimal(fail):
     else:
         assert sched.rate_gbps <= sched.lp_rate_gbps
         assert sched.rounding_gap < 0.01
+
+
+@pytest.mark.parametrize("seed", [7, 16, 20, 33])
+def test_fabrics_needing_exact_switch_removal(seed):
+    """Regression: the cut-slack oracle once stopped at the first sink below the wanted
+    amount and over-split switches (SolveError on these seeds)."""
+    topo = irregular(seed)
+    sched = solve_allgather(topo, max_chunks=None)
+    assert networkx_certifies(topo, sched.lp_rate_gbps)
+    if sched.stats["balanced_exactly"]:
+        assert sched.rate_gbps == pytest.approx(sched.lp_rate_gbps, rel=1e-9)
+    check(topo, sched)

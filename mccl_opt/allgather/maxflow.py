@@ -115,10 +115,11 @@ def _rooted_check(n_tot, start, arcs, head, res, caps, sink_arc0, sinks, demand,
 
 @njit(cache=True)
 def _min_over_sinks(n_tot, start, arcs, head, res, caps, sink_arc0, sinks,
-                    level, queue, it, path, stop_below):
-    """Minimum over ``sinks`` of the max-flow ``s -> T`` (each sink opened in turn);
-    stops early once the minimum is below ``stop_below``."""
-    best = 1 << 62
+                    level, queue, it, path, upper, floor):
+    """``min(upper, min over sinks of the max-flow s -> T)`` (each sink opened in
+    turn); every max-flow stops at the running minimum, and the scan stops once the
+    minimum is at most ``floor`` (the caller needs nothing below it)."""
+    best = upper
     for i in range(sinks.shape[0]):
         g = sinks[i]
         _load_caps(res, caps)
@@ -127,7 +128,7 @@ def _min_over_sinks(n_tot, start, arcs, head, res, caps, sink_arc0, sinks,
                    level, queue, it, path)
         if f < best:
             best = f
-        if best < stop_below:
+        if best <= floor:
             break
     return best
 
@@ -190,12 +191,13 @@ class FlowNetwork:
                                  self._queue, self._it, self._path))
 
     def min_flow_over_sinks(self, caps: np.ndarray, sinks: np.ndarray,
-                            stop_below: int = -1) -> int:
-        """Minimum over ``sinks`` of the max-flow with that sink opened."""
+                            upper: int = 1 << 62, floor: int = -1) -> int:
+        """``min(upper, minimum over sinks of the max-flow with that sink opened)``,
+        exact above ``floor`` (the scan may stop at any value ``<= floor``)."""
         return int(_min_over_sinks(self.n + 2, self._start, self._arcs, self._head, self._res,
                                    np.asarray(caps, np.int64), self.t_arc0,
                                    np.asarray(sinks, np.int64), self._level, self._queue,
-                                   self._it, self._path, int(stop_below)))
+                                   self._it, self._path, int(upper), int(floor)))
 
     def source_side(self) -> np.ndarray:
         """Real nodes reachable from the super-source in the last residual network

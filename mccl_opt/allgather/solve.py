@@ -98,36 +98,43 @@ def _balanced_split(fab: Fabric, is_switch: np.ndarray, k: int, y: Fraction,
                      "every tree; check one-directional link capacities of the fabric")
 
 
+def _pack_fast(lg: LogicalGraph, k: int, guides: dict[int, np.ndarray],
+               stats: dict[str, Any]) -> list | None:
+    """Repair packing, then the guided greedy portfolio (both certify themselves)."""
+    classes, info = repair_pack(lg.num_gpus, lg.tail, lg.head, lg.units, k)
+    stats.update(info)
+    stats["packing"] = "repair"
+    if classes is None:
+        classes = greedy_pack(lg.num_gpus, lg.tail, lg.head, lg.units, k, guides)
+        stats["packing"] = "greedy"
+    return classes
+
+
 def _pack(split: SplitGraph, rank_of: np.ndarray, k: int, guides: dict[int, np.ndarray],
           stats: dict[str, Any]) -> tuple[LogicalGraph, list]:
-    """Spread split + repair packing (greedy guided packing, exact splitting / exact
-    packing as fallbacks)."""
+    """Spread split + fast packing; exact splitting (when the spread split broke the
+    cut condition) and exact packing as fallbacks."""
     t = time.perf_counter()
     g = split.copy()
     split_all(g, exact=False)
     lg = LogicalGraph.from_split(g, rank_of)
     stats["phase2_s"] = time.perf_counter() - t
+    stats["split"] = "spread"
     t = time.perf_counter()
-    classes, info = repair_pack(lg.num_gpus, lg.tail, lg.head, lg.units, k)
-    stats.update(info)
-    stats["split"], stats["packing"] = "spread", "repair"
+    classes = _pack_fast(lg, k, guides, stats)
+    if classes is None and not lg.admits(k):
+        t2 = time.perf_counter()
+        g = split.copy()
+        if not split_all(g, exact=True):
+            raise SolveError("exact switch removal did not complete; the fabric's "
+                             "switches could not be balanced without losing the optimum")
+        lg = LogicalGraph.from_split(g, rank_of)
+        stats["split"] = "exact"
+        stats["phase2_s"] += time.perf_counter() - t2
+        classes = _pack_fast(lg, k, guides, stats)
     if classes is None:
-        classes = greedy_pack(lg.num_gpus, lg.tail, lg.head, lg.units, k, guides)
-        stats["packing"] = "greedy"
-    if classes is None:
-        if not lg.admits(k):
-            t2 = time.perf_counter()
-            g = split.copy()
-            if not split_all(g, exact=True):
-                raise SolveError("exact switch removal did not complete; the fabric's "
-                                 "switches could not be balanced without losing the optimum")
-            lg = LogicalGraph.from_split(g, rank_of)
-            stats["split"] = "exact"
-            stats["phase2_s"] += time.perf_counter() - t2
-            classes = greedy_pack(lg.num_gpus, lg.tail, lg.head, lg.units, k, guides)
-        if classes is None:
-            classes = exact_pack(lg.num_gpus, lg.tail, lg.head, lg.units, k)
-            stats["packing"] = "exact"
+        classes = exact_pack(lg.num_gpus, lg.tail, lg.head, lg.units, k)
+        stats["packing"] = "exact"
     stats["phase3_s"] = time.perf_counter() - t
     return lg, classes
 

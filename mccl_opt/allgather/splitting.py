@@ -147,9 +147,10 @@ def _simple(path: tuple[int, ...]) -> tuple[int, ...]:
 
 # ---------------------------------------------------------------------- cut slack oracle
 def _slack(g: SplitGraph, net: FlowNetwork, keys: list, caps: np.ndarray,
-           source: list[int], sink: list[int], stop_below: int) -> int:
-    """Min over node sets S holding a GPU, with ``source`` outside S and ``sink``
-    inside, of ``units(δ⁻(S)) - k |V_c \\ S|`` (early exit below ``stop_below``)."""
+           source: list[int], sink: list[int], want: int) -> int:
+    """``min(want, slack)``, slack the min over node sets S holding a GPU, with
+    ``source`` outside S and ``sink`` inside, of ``units(δ⁻(S)) - k |V_c \\ S|``
+    (exact when positive; any value <= 0 means "nothing can be taken")."""
     full = net.caps()
     full[: net.m] = caps
     full[net.s_arc0 + g.gpus] = g.k
@@ -161,7 +162,7 @@ def _slack(g: SplitGraph, net: FlowNetwork, keys: list, caps: np.ndarray,
     sinks = np.array([x for x in g.gpus.tolist() if x not in source], np.int64)
     if sinks.size == 0:
         return int(INF)
-    return net.min_flow_over_sinks(full, sinks, stop_below + demand) - demand
+    return net.min_flow_over_sinks(full, sinks, upper=demand + want, floor=demand) - demand
 
 
 def balance_switches(g: SplitGraph) -> bool:
@@ -250,7 +251,17 @@ def _spread_split(g: SplitGraph, w: int) -> None:
 
 
 def _exact_split(g: SplitGraph, w: int) -> bool:
-    """ForestColl's greedy maximal splitting of ``w``; ``False`` if arcs remain."""
+    """ForestColl's greedy maximal splitting of ``w``, repeated while a pass makes
+    progress (a split can make an earlier pair splittable again); ``False`` if arcs
+    remain."""
+    while g.in_arcs(w) and _split_pass(g, w):
+        pass
+    return not g.in_arcs(w) and not g.out_arcs(w)
+
+
+def _split_pass(g: SplitGraph, w: int) -> bool:
+    """One pass over the pairs ``(u, t)`` of ``w``; ``True`` if anything was split."""
+    progress = False
     for (u, _) in g.in_arcs(w):
         for (_, t) in g.out_arcs(w):
             if (u, w) not in g.units:
@@ -263,7 +274,8 @@ def _exact_split(g: SplitGraph, w: int) -> bool:
             s_b = _slack(g, net, keys, caps, [w], sorted({u, t}), want) if s_a > 0 else 0
             amount = max(0, min(want, s_a, s_b))
             g.split(u, w, t, amount)
-    return not g.in_arcs(w) and not g.out_arcs(w)
+            progress = progress or amount > 0
+    return progress
 
 
 def split_all(g: SplitGraph, exact: bool) -> bool:
