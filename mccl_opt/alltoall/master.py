@@ -138,6 +138,7 @@ class RestrictedMaster:
         self.lower = np.zeros(len(pool))
         self.basis_used = False
         self._basis_try = False
+        self._kept: Basis | None = None     # a given basis the model still sits on
         backend.load(build_master_lp(n_pairs, self.capacity, pool.pair, pool.start, pool.arcs))
 
     def start_from(self, basis: Basis) -> None:
@@ -146,10 +147,12 @@ class RestrictedMaster:
         needs more, the model is rebuilt and solved from scratch (with presolve)."""
         self.backend.set_basis(basis)
         self._basis_try = True
+        self._kept = basis
 
     def get_basis(self) -> Basis | None:
-        """The backend's current basis (``None`` if it holds none)."""
-        return self.backend.get_basis()
+        """The current basis (``None`` if the backend holds none); the basis given to
+        :meth:`start_from` itself while the model has not moved from it."""
+        return self._kept if self._kept is not None else self.backend.get_basis()
 
     @property
     def num_columns(self) -> int:
@@ -161,6 +164,7 @@ class RestrictedMaster:
         taken = self.pool.append(pair, start, arcs)
         k = taken.size
         if k:
+            self._kept = None
             sub_start = self.pool.start[before:] - self.pool.start[before]
             starts, indices, values = path_columns(self.n_pairs, self.pool.pair[before:], sub_start,
                                                    self.pool.arcs[self.pool.start[before]:])
@@ -173,6 +177,7 @@ class RestrictedMaster:
         """Remove the pool columns where ``mask`` is true (their lower bounds must be 0)."""
         cols = np.flatnonzero(mask)
         if cols.size:
+            self._kept = None
             self.backend.delete_columns(cols + 1)
             self.pool.keep(~np.asarray(mask))
             self.lower = self.lower[~np.asarray(mask)]
@@ -182,6 +187,7 @@ class RestrictedMaster:
         """Fix lower bounds on path shares (chunks fixed by the deep dive)."""
         cols = np.asarray(cols, dtype=np.int64)
         lower = np.asarray(lower, dtype=float)
+        self._kept = None
         self.backend.set_column_bounds(cols + 1, lower, np.full(cols.size, np.inf))
         self.lower[cols] = lower
 
@@ -202,6 +208,8 @@ class RestrictedMaster:
                 sol = self.backend.solve(method=method, time_limit=time_limit)
         else:
             sol = self.backend.solve(method=method, time_limit=time_limit)
+        if sol.iterations or not self.basis_used:
+            self._kept = None
         ok = sol.status is SolveStatus.OPTIMAL or (sol.status.is_limit and sol.x is not None
                                                    and sol.row_duals is not None)
         if not ok or sol.x is None or sol.row_duals is None:

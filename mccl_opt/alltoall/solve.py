@@ -152,7 +152,7 @@ def _finish(prob: Problem, solved: Solved, backend: str, max_chunks: int | None,
     in_cg = used < columns_final
     chunk_of[used[in_cg]] = np.flatnonzero(in_cg)
     warm_state = WarmState.from_pool(prob, pool, y_final, res.solution.t, basis, tuple(chunks),
-                                     chunk_of)
+                                     chunk_of, rounded.counts[used] / k)
     rate = schedule_rate(prob.topo, loads)
     if not np.isfinite(rate):
         raise SolveError("rounding produced a schedule that loads no link; report this as a bug")
@@ -205,23 +205,24 @@ def _chunks(prob: Problem, rounded: Rounded, k: int, old: WarmState | None
     loads = np.bincount(rounded.pool_arcs,
                         weights=shares[np.repeat(np.arange(shares.size), np.diff(start))],
                         minlength=prob.num_links)
-    reuse = np.full(used.size, -1, dtype=np.int64)
-    if old is not None and old.chunk_of is not None and old.chunks:
+    out = np.empty(used.size, dtype=object)
+    fresh = np.ones(used.size, dtype=bool)
+    if old is not None and old.chunk_of is not None and old.chunk_share is not None:
         origin = rounded.pool_origin[used]
         cand = np.where(origin >= 0, old.chunk_of[np.maximum(origin, 0)], -1)
-        old_share = np.array([c.share for c in old.chunks])
         same = cand >= 0
-        same[same] = old_share[cand[same]] == shares[used[same]]
-        reuse[same] = cand[same]
+        same[same] = old.chunk_share[cand[same]] == shares[used[same]]
+        if same.any():
+            old_chunks = np.empty(len(old.chunks), dtype=object)
+            old_chunks[:] = old.chunks
+            out[same] = old_chunks[cand[same]]
+            fresh = ~same
     ids = np.array([n.id for n in topo.nodes], dtype=object)
     head = topo.arrays.head
-    chunks: list[PathChunk] = []
-    for j, r in zip(used.tolist(), reuse.tolist()):
-        if r >= 0:
-            chunks.append(old.chunks[r])
-            continue
+    for i in np.flatnonzero(fresh).tolist():
+        j = used[i]
         p = rounded.pool_pair[j]
         src = gpus[prob.pair_src[p]]
         path = (src, *ids[head[rounded.pool_arcs[start[j]:start[j + 1]]]].tolist())
-        chunks.append(PathChunk(src, gpus[prob.pair_dst[p]], float(shares[j]), path))
-    return chunks, used, loads
+        out[i] = PathChunk(src, gpus[prob.pair_dst[p]], float(shares[j]), path)
+    return out.tolist(), used, loads

@@ -47,7 +47,8 @@ class WarmState:
 
     ``tail``/``head`` index ``node_ids`` and describe the old topology's links; the
     columns ``start/arcs`` refer to those links; ``y`` are the final path shares;
-    ``chunks[chunk_of[j]]`` is the schedule chunk column ``j`` became (-1: none);
+    ``chunks[chunk_of[j]]`` is the schedule chunk column ``j`` became (-1: none),
+    ``chunk_share[i]`` the share of ``chunks[i]``;
     ``basis`` is the final master's basis over ``t`` and these columns, ``capacity`` and
     ``t`` the old capacities and optimum.  Plain data, never mutated: any number of
     warm starts may share one state."""
@@ -60,6 +61,7 @@ class WarmState:
     y: np.ndarray
     chunks: tuple[PathChunk, ...] = ()
     chunk_of: np.ndarray | None = None
+    chunk_share: np.ndarray | None = None
     basis: Basis | None = None
     capacity: np.ndarray | None = None
     t: float = 0.0
@@ -67,13 +69,14 @@ class WarmState:
     @classmethod
     def from_pool(cls, prob: Problem, pool: ColumnPool, y: np.ndarray, t: float,
                   basis: Basis | None = None, chunks: tuple[PathChunk, ...] = (),
-                  chunk_of: np.ndarray | None = None) -> "WarmState":
+                  chunk_of: np.ndarray | None = None,
+                  chunk_share: np.ndarray | None = None) -> "WarmState":
         """The first ``len(y)`` columns of ``pool`` (those ``y`` are the shares of)."""
         ar = prob.topo.arrays
         n = len(y)
         return cls(tuple(n.id for n in prob.topo.nodes), ar.tail.copy(), ar.head.copy(),
                    pool.start[:n + 1].copy(), pool.arcs[:pool.start[n]].copy(),
-                   np.asarray(y, dtype=float).copy(), chunks, chunk_of, basis,
+                   np.asarray(y, dtype=float).copy(), chunks, chunk_of, chunk_share, basis,
                    prob.capacity.copy(), float(t))
 
 

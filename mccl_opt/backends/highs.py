@@ -165,9 +165,9 @@ class HighsBackend(Backend):
         check_basis(basis, self.name, self.num_cols, self.num_rows)
         hb = self._highspy.HighsBasis()
         st = self._highspy.HighsBasisStatus
-        codes = [st.kLower, st.kBasic, st.kUpper, st.kZero]
-        hb.col_status = [codes[s] for s in basis.col_status.tolist()]
-        hb.row_status = [codes[s] for s in basis.row_status.tolist()]
+        codes = np.array([st.kLower, st.kBasic, st.kUpper, st.kZero], dtype=object)
+        hb.col_status = codes[basis.col_status].tolist()
+        hb.row_status = codes[basis.row_status].tolist()
         hb.valid = True
         self._check(self._h.setBasis(hb), "setBasis")
         self._last_change = "mixed"
