@@ -298,3 +298,18 @@ def test_fabrics_needing_exact_switch_removal(seed):
     if sched.stats["balanced_exactly"]:
         assert sched.rate_gbps == pytest.approx(sched.lp_rate_gbps, rel=1e-9)
     check(topo, sched)
+
+
+@pytest.mark.parametrize("fail", [fail1, fail2], ids=["fail1", "fail2"])
+def test_warm_reuses_previous_tree_shapes(fail):
+    """ForestColl-warm keeps valid structure: previous trees whose logical links still
+    have units are reused verbatim (here on 64 GPUs), and the rate equals cold."""
+    before = solve_allgather(hpn(1, 8, 8))
+    after = fail(hpn(1, 8, 8))
+    warm = solve_allgather(after, warm=before)
+    cold = solve_allgather(after)
+    assert warm.stats["reused_trees"] > 0 and cold.stats["reused_trees"] == 0
+    assert warm.rate_gbps == pytest.approx(cold.rate_gbps, rel=1e-12)
+    check(after, warm)
+    prev = {(c.src, c.edges) for c in before.chunks}
+    assert any((c.src, c.edges) in prev for c in warm.chunks)

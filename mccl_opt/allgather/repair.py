@@ -137,9 +137,10 @@ def _repair(t, n, k, tail, in_start, in_arc, cap, off, used, user, slot_of, par,
 
 
 @njit(cache=True)
-def _grow(n, k, start, tail, head, in_start, in_arc, cap, wide, off, shift, info):
-    """Round-robin BFS growth of ``n*k`` unit trees with repair; returns
-    ``(status, par)`` with status 0 on success, -1 if some tree stayed stuck."""
+def _grow(n, k, start, tail, head, in_start, in_arc, cap, wide, off, shift, info, seed):
+    """Round-robin BFS growth of ``n*k`` unit trees with repair, trees with a complete
+    ``seed`` row (warm reuse) taken as they are; returns ``(status, par)`` with status
+    0 on success, -1 if some tree stayed stuck."""
     T = n * k
     par = np.full((T, n), -1, np.int64)
     member = np.zeros((T, n), np.bool_)
@@ -160,6 +161,20 @@ def _grow(n, k, start, tail, head, in_start, in_arc, cap, wide, off, shift, info
         r = t // k
         member[t, r] = True
         order[t, 0] = r
+        if seed[t, (r + 1) % n] < 0:
+            continue
+        for v in range(n):
+            a = seed[t, v]
+            if a >= 0:
+                cap[a] -= 1
+                s = off[a] + used[a]
+                used[a] += 1
+                user[s] = t
+                slot_of[t, v] = s
+                par[t, v] = a
+                member[t, v] = True
+                order[t, count[t]] = v
+                count[t] += 1
     done = 0
     while done < T:
         done = 0
@@ -208,9 +223,15 @@ def _grow(n, k, start, tail, head, in_start, in_arc, cap, wide, off, shift, info
 
 
 def repair_pack(n: int, tail: np.ndarray, head: np.ndarray, units: np.ndarray,
-                k: int, shift: int = 1) -> tuple[list[TreeClass] | None, dict[str, int]]:
+                k: int, shapes: tuple[np.ndarray, np.ndarray] | None = None,
+                shift: int = 1) -> tuple[list[TreeClass] | None, dict[str, int]]:
     """``k`` unit trees per root on the logical graph, merged into classes (``None``
-    if a tree gets stuck with no local augmenting chain), and repair counters."""
+    if a tree gets stuck with no local augmenting chain), and counters.
+
+    ``shapes = (roots, parent_ranks)``: previous trees (ForestColl-warm, paper §4.3),
+    reused verbatim, in order, as many unit trees each as their links' units allow;
+    only the rest is grown.
+    """
     order = np.lexsort((head, tail))
     s_tail, s_head = tail[order].astype(np.int64), head[order].astype(np.int64)
     cap = units[order].astype(np.int64).copy()
@@ -224,9 +245,12 @@ def repair_pack(n: int, tail: np.ndarray, head: np.ndarray, units: np.ndarray,
     info = np.zeros(2, np.int64)
     mean = np.bincount(s_tail, weights=cap, minlength=n) / np.maximum(np.diff(start), 1)
     wide = cap > mean[s_tail]
-    status, par = _grow(n, k, start, s_tail, s_head, in_start, in_arc, cap, wide, off, shift, info)
+    seed, reused = _seed(n, k, s_tail, s_head, cap, shapes)
+    status, par = _grow(n, k, start, s_tail, s_head, in_start, in_arc, cap, wide, off, shift,
+                        info, seed)
+    counters = {"repairs": int(info[0]), "repair_visits": int(info[1]), "reused_trees": reused}
     if status < 0:
-        return None, {"repairs": int(info[0]), "repair_visits": int(info[1])}
+        return None, counters
     mask = par >= 0
     par[mask] = order[par[mask]]
     out: list[TreeClass] = []
@@ -240,4 +264,35 @@ def repair_pack(n: int, tail: np.ndarray, head: np.ndarray, units: np.ndarray,
                 groups[key] = [row, 1]
         out.extend(TreeClass(r, m, row.copy()) for row, m in groups.values())
     out.sort(key=lambda c: (c.root, -c.mult))
-    return out, {"repairs": int(info[0]), "repair_visits": int(info[1])}
+    return out, counters
+
+
+def _seed(n: int, k: int, tail: np.ndarray, head: np.ndarray, cap: np.ndarray,
+          shapes: tuple[np.ndarray, np.ndarray] | None) -> tuple[np.ndarray, int]:
+    """Unit-tree seed rows (sorted-arc parents, -1 elsewhere) from previous shapes whose
+    every link exists and still has units; returns the rows and how many were seeded."""
+    seed = np.full((n * k, n), -1, np.int64)
+    if shapes is None:
+        return seed, 0
+    arc_of = np.full((n, n), -1, np.int64)
+    arc_of[tail, head] = np.arange(tail.size)
+    left = cap.copy()
+    taken = np.zeros(n, np.int64)
+    ranks = np.arange(n)
+    for r, parents in zip(*shapes):
+        r = int(r)
+        if taken[r] == k:
+            continue
+        kids = ranks[parents >= 0]
+        arcs = arc_of[parents[kids], kids]
+        if kids.size != n - 1 or (arcs < 0).any():
+            continue
+        m = min(k - int(taken[r]), int(left[arcs].min()))
+        if m <= 0:
+            continue
+        left[arcs] -= m
+        row = np.full(n, -1, np.int64)
+        row[kids] = arcs
+        seed[r * k + taken[r]: r * k + taken[r] + m] = row
+        taken[r] += m
+    return seed, int(taken.sum())

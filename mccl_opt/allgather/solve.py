@@ -30,7 +30,8 @@ __all__ = ["solve_allgather", "WarmState"]
 
 class WarmState(dict):
     """What ForestColl-warm reuses: ``cut`` (node ids of Phase 1's tight set), ``k``,
-    ``guides`` (per root rank, the parent rank of every rank in its largest tree)."""
+    ``guides`` (per root rank, the parent rank of every rank in its largest tree),
+    ``shapes`` (``(roots, parent ranks)`` of every tree class, largest first per root)."""
 
 
 def _guides_from(warm: Schedule, topo: Topology) -> dict[int, np.ndarray]:
@@ -52,6 +53,28 @@ def _guides_from(warm: Schedule, topo: Topology) -> dict[int, np.ndarray]:
                 par[rank[e[-1]]] = rank[e[0]]
         guides[r] = par
     return guides
+
+
+def _warm_shapes(warm: Schedule | None, topo: Topology,
+                 guides: dict[int, np.ndarray]) -> tuple[np.ndarray, np.ndarray] | None:
+    """Previous tree shapes in rank space: the warm state's, else the guides'."""
+    if warm is None:
+        return None
+    state = warm.warm_state if isinstance(warm.warm_state, dict) else {}
+    if state.get("num_gpus") == topo.num_gpus and state.get("shapes") is not None:
+        return state["shapes"]
+    if not guides:
+        return None
+    roots = sorted(guides)
+    return np.array(roots, np.int64), np.stack([guides[r] for r in roots])
+
+
+def _shapes_of(classes: list, lg: LogicalGraph) -> tuple[np.ndarray, np.ndarray]:
+    """Rank-space shapes of the classes, by root and largest first."""
+    classes = sorted(classes, key=lambda c: (c.root, -c.mult))
+    parents = np.array([c.parent_arc for c in classes], np.int64)
+    ranks = np.where(parents >= 0, lg.tail[np.maximum(parents, 0)], -1)
+    return np.array([c.root for c in classes], np.int64), ranks
 
 
 def _warm_inputs(warm: Schedule | None, topo: Topology) -> tuple[list[np.ndarray], int | None,
@@ -98,10 +121,11 @@ def _balanced_split(fab: Fabric, is_switch: np.ndarray, k: int, y: Fraction,
                      "every tree; check one-directional link capacities of the fabric")
 
 
-def _pack_fast(lg: LogicalGraph, k: int, guides: dict[int, np.ndarray],
-               stats: dict[str, Any]) -> list | None:
-    """Repair packing, then the guided greedy portfolio (both certify themselves)."""
-    classes, info = repair_pack(lg.num_gpus, lg.tail, lg.head, lg.units, k)
+def _pack_fast(lg: LogicalGraph, k: int, guides: dict[int, np.ndarray], stats: dict[str, Any],
+               shapes: tuple[np.ndarray, np.ndarray] | None) -> list | None:
+    """Repair packing (reusing previous shapes), then the guided greedy portfolio
+    (both certify themselves)."""
+    classes, info = repair_pack(lg.num_gpus, lg.tail, lg.head, lg.units, k, shapes)
     stats.update(info)
     stats["packing"] = "repair"
     if classes is None:
@@ -111,7 +135,8 @@ def _pack_fast(lg: LogicalGraph, k: int, guides: dict[int, np.ndarray],
 
 
 def _pack(split: SplitGraph, rank_of: np.ndarray, k: int, guides: dict[int, np.ndarray],
-          stats: dict[str, Any]) -> tuple[LogicalGraph, list]:
+          stats: dict[str, Any], shapes: tuple[np.ndarray, np.ndarray] | None = None
+          ) -> tuple[LogicalGraph, list]:
     """Spread split + fast packing; exact splitting (when the spread split broke the
     cut condition) and exact packing as fallbacks."""
     t = time.perf_counter()
@@ -121,7 +146,7 @@ def _pack(split: SplitGraph, rank_of: np.ndarray, k: int, guides: dict[int, np.n
     stats["phase2_s"] = time.perf_counter() - t
     stats["split"] = "spread"
     t = time.perf_counter()
-    classes = _pack_fast(lg, k, guides, stats)
+    classes = _pack_fast(lg, k, guides, stats, shapes)
     if classes is None and not lg.admits(k):
         t2 = time.perf_counter()
         g = split.copy()
@@ -131,7 +156,7 @@ def _pack(split: SplitGraph, rank_of: np.ndarray, k: int, guides: dict[int, np.n
         lg = LogicalGraph.from_split(g, rank_of)
         stats["split"] = "exact"
         stats["phase2_s"] += time.perf_counter() - t2
-        classes = _pack_fast(lg, k, guides, stats)
+        classes = _pack_fast(lg, k, guides, stats, shapes)
     if classes is None:
         classes = exact_pack(lg.num_gpus, lg.tail, lg.head, lg.units, k)
         stats["packing"] = "exact"
@@ -186,7 +211,8 @@ def solve_allgather(topo: Topology, warm: Schedule | None = None, backend: str =
     if packed is not None:
         lg, classes, k = packed
     else:
-        lg, classes = _pack(split, arr.rank_of, k, guides, stats)
+        lg, classes = _pack(split, arr.rank_of, k, guides, stats,
+                            _warm_shapes(warm, topo, guides))
 
     t = time.perf_counter()
     mapped = map_classes(classes, lg)
@@ -211,8 +237,11 @@ def solve_allgather(topo: Topology, warm: Schedule | None = None, backend: str =
     saturated = fab.cut_arcs(p1.cut)
     seconds = time.perf_counter() - t_start
     stats["total_s"] = seconds
+    roots, parents = shapes = _shapes_of(classes, lg)
+    first = np.r_[True, roots[1:] != roots[:-1]]        # classes: largest first per root
     state = WarmState(cut={node_ids[i] for i in np.flatnonzero(p1.cut)}, k=k,
-                      num_gpus=topo.num_gpus, guides=_largest_trees(chunks, topo))
+                      num_gpus=topo.num_gpus, shapes=shapes,
+                      guides={int(r): p for r, p in zip(roots[first], parents[first])})
     return Schedule(
         collective="allgather", topology=topo.name, gpus=topo.gpus, rate_gbps=rate,
         lp_rate_gbps=x_star, max_chunks=max_chunks, chunks=tuple(chunks),
@@ -221,19 +250,3 @@ def solve_allgather(topo: Topology, warm: Schedule | None = None, backend: str =
                 "maxflow_calls": p1.maxflow_calls + calls, "algorithm": "forestcoll-warm"
                 if warm is not None else "forestcoll"},
         stats=stats, warm_state=state)
-
-
-def _largest_trees(chunks: list, topo: Topology) -> dict[int, np.ndarray]:
-    rank = {g: i for i, g in enumerate(topo.gpus)}
-    best: dict[int, Any] = {}
-    for c in chunks:
-        r = rank[c.src]
-        if r not in best or c.share > best[r].share:
-            best[r] = c
-    guides = {}
-    for r, c in best.items():
-        par = np.full(topo.num_gpus, -1, np.int64)
-        for e in c.edges:
-            par[rank[e[-1]]] = rank[e[0]]
-        guides[r] = par
-    return guides
