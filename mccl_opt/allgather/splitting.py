@@ -42,6 +42,8 @@ class SplitGraph:
     k: int
     units: dict[tuple[int, int], int] = field(default_factory=dict)
     bundles: dict[tuple[int, int], Bundle] = field(default_factory=dict)
+    ins: dict[int, set[int]] = field(default_factory=dict)     # head -> tails with units
+    outs: dict[int, set[int]] = field(default_factory=dict)    # tail -> heads with units
 
     @classmethod
     def from_links(cls, n: int, tail: np.ndarray, head: np.ndarray, units: np.ndarray,
@@ -49,19 +51,21 @@ class SplitGraph:
         g = cls(n, np.asarray(is_switch, bool), np.asarray(gpus), k)
         for a, b, u in zip(tail.tolist(), head.tolist(), units.tolist()):
             if u > 0:
-                g.units[(a, b)] = u
+                g._set((a, b), u)
                 g.bundles[(a, b)] = [[(a, b), u]]
         return g
 
     def copy(self) -> "SplitGraph":
         return SplitGraph(self.n, self.is_switch, self.gpus, self.k, dict(self.units),
-                          {key: [list(p) for p in b] for key, b in self.bundles.items()})
+                          {key: [list(p) for p in b] for key, b in self.bundles.items()},
+                          {w: set(x) for w, x in self.ins.items()},
+                          {w: set(x) for w, x in self.outs.items()})
 
     def in_arcs(self, w: int) -> list[tuple[int, int]]:
-        return sorted(key for key in self.units if key[1] == w)
+        return [(u, w) for u in sorted(self.ins.get(w, ()))]
 
     def out_arcs(self, w: int) -> list[tuple[int, int]]:
-        return sorted(key for key in self.units if key[0] == w)
+        return [(w, t) for t in sorted(self.outs.get(w, ()))]
 
     def network(self) -> tuple[FlowNetwork, list[tuple[int, int]], np.ndarray]:
         keys = sorted(self.units)
@@ -77,10 +81,15 @@ class SplitGraph:
 
     def _set(self, key: tuple[int, int], value: int) -> None:
         if value > 0:
+            if key not in self.units:
+                self.ins.setdefault(key[1], set()).add(key[0])
+                self.outs.setdefault(key[0], set()).add(key[1])
             self.units[key] = value
-        else:
-            self.units.pop(key, None)
+        elif key in self.units:
+            del self.units[key]
             self.bundles.pop(key, None)
+            self.ins[key[1]].discard(key[0])
+            self.outs[key[0]].discard(key[1])
 
     def split(self, u: int, w: int, t: int, amount: int) -> None:
         """Replace ``amount`` units of ``u -> w`` and ``w -> t`` by ``u -> t``."""
@@ -114,7 +123,7 @@ class SplitGraph:
                     break
             else:
                 bundle.append([path, amt])
-        self.units[(u, t)] = self.units.get((u, t), 0) + amount
+        self._set((u, t), self.units.get((u, t), 0) + amount)
 
 
 def _peel(bundle: Bundle, amount: int, from_back: bool = False) -> Bundle:
