@@ -1,27 +1,14 @@
 """``mccl export msccl SCHED -o algo.xml``: MSCCL XML for msccl-executor-nccl.
 
-``export`` is a subcommand group shared with other exporters (``mccl export mps``):
-:func:`export_group` returns the group's action subparsers, creating the group only if
-no other module registered it first.
+``export`` is a subcommand group shared with other exporters (``mccl export mps``);
+:func:`mccl_opt.cli.export.export_group` creates it or returns the existing one.
 """
 
 from __future__ import annotations
 
 import argparse
 
-
-def export_group(sub: argparse._SubParsersAction) -> argparse._SubParsersAction:
-    """The ``export`` group's subparsers (created on first use, shared afterwards)."""
-    parser = sub.choices.get("export")
-    if parser is None:
-        parser = sub.add_parser("export", help="export schedules and models to other formats")
-        group = parser.add_subparsers(dest="export_command", metavar="FORMAT")
-        group.required = True
-        return group
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            return action
-    raise RuntimeError("the 'export' command has no format subcommands to extend")
+from mccl_opt.cli.export import export_group
 
 
 def register(sub: argparse._SubParsersAction) -> None:
