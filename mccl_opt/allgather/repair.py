@@ -27,7 +27,11 @@ from numba import njit
 
 from .trees import TreeClass
 
-__all__ = ["repair_pack"]
+__all__ = ["repair_pack", "MAX_ENTRIES"]
+
+#: largest ``k * n * n`` (unit trees x ranks) the packer allocates state for (~33 bytes
+#: each); beyond it (exact mode with a large k at scale) the caller's fallbacks run
+MAX_ENTRIES = 1 << 23
 
 
 @njit(cache=True)
@@ -230,8 +234,11 @@ def repair_pack(n: int, tail: np.ndarray, head: np.ndarray, units: np.ndarray,
 
     ``shapes = (roots, parent_ranks)``: previous trees (ForestColl-warm, paper §4.3),
     reused verbatim, in order, as many unit trees each as their links' units allow;
-    only the rest is grown.
+    only the rest is grown.  Returns ``(None, {})`` without trying when
+    ``k * n * n > MAX_ENTRIES``.
     """
+    if k * n * n > MAX_ENTRIES:
+        return None, {}
     order = np.lexsort((head, tail))
     s_tail, s_head = tail[order].astype(np.int64), head[order].astype(np.int64)
     cap = units[order].astype(np.int64).copy()
