@@ -13,11 +13,15 @@ link ``w -> v`` iff ``w`` is in it and (when it already holds ``v``) ``w`` is no
 ``v`` — re-parenting moves ``v``'s subtree along, so every tree stays an
 arborescence and every link stays within its units (capacities only ever decrease).
 
-Trees are unit trees (``k`` per root, round robin, one vertex per tree per round, link
-scan rotated by root as in :func:`~.trees.greedy_pack`); identical trees of a root are
-merged into :class:`~.trees.TreeClass` es afterwards.  Completion certifies the packing
-by construction; ``None`` means no local chain exists and the caller falls back to the
-exact packer.
+Growth: ``k`` unit trees per root, round robin (one vertex per tree per round), each
+tree scanning first the *wide* links of its vertices (units above their tail's
+average; NVLink-derived links on HPN), then the others, link scans rotated by root as
+in :func:`~.trees.greedy_pack`.  Wide-first makes a tree enter a host once and fan out
+inside it, which is what leaves the scarce rail units for the other trees (0 repairs on
+HPN up to 512 GPUs).  Warm: previous tree shapes are seeded verbatim first.  Identical
+trees of a root are merged into :class:`~.trees.TreeClass` es.  Completion certifies
+the packing by construction; ``None`` means no local chain exists and the caller
+falls back to the global packers.
 """
 
 from __future__ import annotations
@@ -60,7 +64,7 @@ def _repair(t, n, k, tail, in_start, in_arc, cap, off, used, user, slot_of, par,
     """Find and apply an augmenting chain that gives tree ``t`` one more vertex.
     Trees are checked against the (few) free links into ``v`` when discovered and
     expanded over the saturated ones only when popped.  Returns the vertex gained
-    (or -1) and the updated visit stamp."""
+    (or -1) and the updated visit stamp; ``info[1]`` counts the trees visited."""
     for i in range(n):
         v = (i + shift * (t // k)) % n
         if member[t, v]:
