@@ -197,7 +197,7 @@ def solve_allgather(topo: Topology, warm: Schedule | None = None, backend: str =
         raise SolveError("no tree bandwidth admits the chunk budget; raise max_chunks")
     stats["budget_s"] = time.perf_counter() - t
     stats["budget_maxflows"] = calls
-    stats["k"], stats["k_exact"] = k, exact_k(fab, p1)
+    stats["k"], stats["k_exact"] = int(k), int(exact_k(fab, p1))
 
     arr = topo.arrays
     t = time.perf_counter()
