@@ -7,7 +7,10 @@ trees per root for which every link carries a whole number of trees of bandwidth
 scored by the best ``y`` for which ``floor(cap/y)`` admits ``k`` trees per root
 (:func:`~.throughput.best_tree_bandwidth`); ``k`` is tried in decreasing order of a cheap
 upper bound (the tightest single-GPU cuts and Phase 1's cut), stopping once the bound
-cannot beat the best rate found; ties go to the smaller ``k``.
+cannot beat the best rate found; ties go to the smaller ``k``.  Warm: the previous
+``k`` is scored first and kept (no other ``k`` scored) when it reaches ``x*`` exactly;
+otherwise a ``k`` whose bound only ties with it is not scored, so warm may keep a
+larger ``k`` than cold at the same rate.
 """
 
 from __future__ import annotations
@@ -69,15 +72,16 @@ def choose_trees(fab: Fabric, p1: PhaseOneResult, max_chunks: int | None,
     budget = max_chunks if max_chunks is not None else 64
     cuts = _hint_cuts(fab, p1, extra_cuts or [])
     x_star = Fraction(p1.num, p1.den)
+    best_k, best_y, calls = 0, Fraction(0), 0
+    if prefer is not None and 1 <= prefer <= budget:
+        best_y, calls = best_tree_bandwidth(fab, prefer, x_star / prefer, cuts)
+        best_k = prefer
+        if prefer * best_y == x_star:     # k·y <= x* for every k: the previous k stays
+            return best_k, best_y, calls
     profiles = _profiles(fab, cuts)
     bounds = {k: min(_upper(k, profiles), x_star / k) for k in range(1, budget + 1)}
-    order = sorted(bounds, key=lambda k: (-(k * bounds[k]), k))
-    if prefer is not None and prefer in bounds:
-        order.remove(prefer)
-        order.insert(0, prefer)
-    best_k, best_y, calls = 0, Fraction(0), 0
-    for k in order:
-        if best_k and k * bounds[k] <= best_k * best_y:
+    for k in sorted(bounds, key=lambda k: (-(k * bounds[k]), k)):
+        if k == prefer or (best_k and k * bounds[k] <= best_k * best_y):
             continue
         y, c = best_tree_bandwidth(fab, k, bounds[k], cuts)
         calls += c
