@@ -9,12 +9,27 @@ from __future__ import annotations
 import sys
 import time
 
+import numpy as np
 import pytest
 
 from instances import fail1, fail2, fail3, hpn
 from mccl_opt.allgather import solve_allgather
+from mccl_opt.schedule import share_loads
 
 FAILS = {"fail1": fail1, "fail2": fail2, "fail3": fail3}
+
+
+def drift(topo, sched):
+    """The least utilised loaded link of ``sched`` degraded half-way to saturation (a
+    telemetry drift the schedule absorbs), or ``None`` if every loaded link is tight."""
+    util = share_loads(topo, sched.chunks) * sched.rate_gbps / topo.arrays.capacity
+    util[util <= 0] = np.inf
+    i = int(np.argmin(util))
+    if util[i] > 1 - 1e-6:
+        return None
+    link = topo.links[i]
+    return topo.with_capacity(src=link.src, dst=link.dst,
+                              gbps=link.capacity_gbps * (1 + util[i]) / 2)
 PHASES = ("phase1_s", "budget_s", "balance_s", "phase2_s", "phase3_s", "mapping_s")
 
 
@@ -22,15 +37,19 @@ def run(shape: tuple[int, int, int]) -> list[dict]:
     base = hpn(*shape)
     prev = solve_allgather(base)
     rows = []
-    for name, fail in FAILS.items():
-        topo = fail(base)
+    cases = [(name, fail(base)) for name, fail in FAILS.items()]
+    drifted = drift(base, prev)
+    if drifted is not None:
+        cases.append(("drift", drifted))
+    for name, topo in cases:
         t = time.perf_counter()
         cold = solve_allgather(topo)
         t_cold = time.perf_counter() - t
         t = time.perf_counter()
         warm = solve_allgather(topo, warm=prev)
         t_warm = time.perf_counter() - t
-        rows.append({"fabric": topo.name, "gpus": topo.num_gpus, "cold_s": t_cold,
+        rows.append({"fabric": topo.name if name != "drift" else f"{base.name}-drift",
+                     "gpus": topo.num_gpus, "cold_s": t_cold,
                      "warm_s": t_warm, "speedup": t_cold / t_warm, "k": cold.stats["k"],
                      "reused": warm.stats.get("reused_trees", 0),
                      "trees": cold.stats["num_trees"], "depth": cold.stats["max_depth"],

@@ -313,3 +313,22 @@ def test_warm_reuses_previous_tree_shapes(fail):
     check(after, warm)
     prev = {(c.src, c.edges) for c in before.chunks}
     assert any((c.src, c.edges) in prev for c in warm.chunks)
+
+
+def test_warm_keeps_previous_schedule_after_drift_on_unsaturated_link():
+    """A drift on a link the schedule does not saturate (aggregation links run at 53 %
+    on 2x2x4) leaves it optimal: warm re-certifies and returns it (same trees, same
+    rate as a cold solve); a drift on a saturated link does not."""
+    base = hpn(2, 2, 4)
+    before = solve_allgather(base)
+    cap = base.link("agg1", "s0tor1").capacity_gbps
+    drift = base.with_capacity(src="agg1", dst="s0tor1", gbps=0.8 * cap)
+    warm = solve_allgather(drift, warm=before)
+    cold = solve_allgather(drift)
+    assert warm.stats.get("reused_schedule") is True
+    assert warm.chunks == before.chunks
+    assert warm.rate_gbps == pytest.approx(cold.rate_gbps, rel=1e-12)
+    check(drift, warm)
+    again = solve_allgather(fail2(base), warm=warm)       # chains of warm starts
+    assert "reused_schedule" not in again.stats
+    check(fail2(base), again)

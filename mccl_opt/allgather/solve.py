@@ -21,7 +21,7 @@ from .budget import choose_trees, exact_k
 from .fabric import fabric_of
 from .mapping import map_classes, path_weights, to_physical, tree_chunks, tree_loads
 from .splitting import LogicalGraph, SplitGraph, balance_switches, split_all
-from .throughput import Fabric, optimal_rate
+from .throughput import Fabric, PhaseOneResult, optimal_rate
 from .repair import repair_pack
 from .trees import exact_pack, greedy_pack
 
@@ -31,7 +31,9 @@ __all__ = ["solve_allgather", "WarmState"]
 class WarmState(dict):
     """What ForestColl-warm reuses: ``cut`` (node ids of Phase 1's tight set), ``k``,
     ``guides`` (per root rank, the parent rank of every rank in its largest tree),
-    ``shapes`` (``(roots, parent ranks)`` of every tree class, largest first per root)."""
+    ``shapes`` (``(roots, parent ranks)`` of every tree class, largest first per root),
+    ``loads`` (share load per link) and ``links`` (the ``(tail, head)`` arrays they
+    refer to)."""
 
 
 def _guides_from(warm: Schedule, topo: Topology) -> dict[int, np.ndarray]:
@@ -164,6 +166,44 @@ def _pack(split: SplitGraph, rank_of: np.ndarray, k: int, guides: dict[int, np.n
     return lg, classes
 
 
+def _keep_previous(warm: Schedule, topo: Topology, budget_opt_gbps: float,
+                   max_chunks: int | None) -> np.ndarray | None:
+    """The previous schedule's link loads if, on the new capacities, it still reaches
+    the chunk-budget optimum (a drift on links it does not saturate); else ``None``."""
+    state = warm.warm_state if isinstance(warm.warm_state, dict) else {}
+    loads, links = state.get("loads"), state.get("links")
+    arr = topo.arrays
+    if (loads is None or links is None or warm.max_chunks != max_chunks
+            or tuple(warm.gpus) != tuple(topo.gpus) or links[0].size != arr.tail.size
+            or not (np.array_equal(links[0], arr.tail) and np.array_equal(links[1], arr.head))):
+        return None
+    if schedule_rate(topo, loads) < budget_opt_gbps * (1 - 1e-12):
+        return None
+    return loads
+
+
+def _kept_schedule(warm: Schedule, topo: Topology, loads: np.ndarray, fab: Fabric,
+                   p1: PhaseOneResult, x_star: float, stats: dict[str, Any], t_start: float,
+                   calls: int) -> Schedule:
+    """The previous trees, re-rated and re-certified on the new capacities."""
+    prev = warm.warm_state
+    rate = schedule_rate(topo, loads)
+    stats.update({key: warm.stats[key] for key in ("num_trees", "max_depth", "mean_depth")
+                  if key in warm.stats})
+    stats["k"], stats["reused_schedule"] = int(prev["k"]), True
+    seconds = time.perf_counter() - t_start
+    stats["total_s"] = seconds
+    state = WarmState(prev, cut={topo.nodes[i].id for i in np.flatnonzero(p1.cut)})
+    return Schedule(
+        collective="allgather", topology=topo.name, gpus=topo.gpus, rate_gbps=rate,
+        lp_rate_gbps=x_star, max_chunks=warm.max_chunks, chunks=warm.chunks,
+        bottleneck=bottleneck_links(topo, loads, rate, prev["k"],
+                                    saturated=fab.cut_arcs(p1.cut)),
+        solver={"backend": "maxflow", "seconds": seconds,
+                "maxflow_calls": p1.maxflow_calls + calls, "algorithm": "forestcoll-warm"},
+        stats=stats, warm_state=state)
+
+
 def solve_allgather(topo: Topology, warm: Schedule | None = None, backend: str = "highs",
                     max_chunks: int | None = 10, step_aware: Any = False) -> Schedule:
     """Throughput-optimal AllGather trees (ForestColl), warm-started from ``warm``.
@@ -198,6 +238,11 @@ def solve_allgather(topo: Topology, warm: Schedule | None = None, backend: str =
     stats["budget_s"] = time.perf_counter() - t
     stats["budget_maxflows"] = calls
     stats["k"], stats["k_exact"] = int(k), int(exact_k(fab, p1))
+
+    if warm is not None and not step_aware:
+        kept = _keep_previous(warm, topo, float(k * y) * quantum, max_chunks)
+        if kept is not None:
+            return _kept_schedule(warm, topo, kept, fab, p1, x_star, stats, t_start, calls)
 
     arr = topo.arrays
     t = time.perf_counter()
@@ -241,7 +286,8 @@ def solve_allgather(topo: Topology, warm: Schedule | None = None, backend: str =
     first = np.r_[True, roots[1:] != roots[:-1]]        # classes: largest first per root
     state = WarmState(cut={node_ids[i] for i in np.flatnonzero(p1.cut)}, k=k,
                       num_gpus=topo.num_gpus, shapes=shapes,
-                      guides={int(r): p for r, p in zip(roots[first], parents[first])})
+                      guides={int(r): p for r, p in zip(roots[first], parents[first])},
+                      loads=loads, links=(arr.tail, arr.head))
     return Schedule(
         collective="allgather", topology=topo.name, gpus=topo.gpus, rate_gbps=rate,
         lp_rate_gbps=x_star, max_chunks=max_chunks, chunks=tuple(chunks),
