@@ -43,24 +43,32 @@ def build_master(prob: Problem, backend: str, max_steps: int,
                  columns: tuple[np.ndarray, ...] | None,
                  state: WarmState | None = None) -> tuple[RestrictedMaster, int]:
     """A master over the given columns ``(pair, start, arcs, origin)`` (those within
-    ``max_steps``) plus initial columns for the pairs they miss, started from
-    ``state``'s basis when that basis is still optimal (:func:`reusable_basis`);
-    returns it and the number of carried-over columns."""
+    ``max_steps``) plus initial columns for the pairs they miss.  With ``state``'s basis
+    still optimal (:func:`reusable_basis`) the master starts from it; otherwise only the
+    columns the old LP used are kept and every solve is presolved (docs/alltoall.md).
+    Returns the master and the number of carried-over columns."""
     pool = ColumnPool()
+    basis = None
     if columns is not None:
         pair, start, arcs, origin = columns
         pool.append(pair, start, arcs, origin)
         if len(pool):
             pool.keep(pool.steps(prob.is_step_arc) <= max_steps)
+        if state is not None:
+            basis = reusable_basis(prob, state, pool, backend.lower())
+            if basis is None and len(pool):
+                carried_y = state.y[np.maximum(pool.origin, 0)]
+                pool.keep((pool.origin < 0) | (carried_y > 0))
     carried = len(pool)
     missing = np.bincount(pool.pair, minlength=prob.num_pairs) == 0
     if missing.any():
         init = initial_columns(prob, max_steps, missing)
         pool.append(prob.pair_index(init.src, init.dst), init.start, init.arcs)
     master = RestrictedMaster(get_backend(backend), prob.num_pairs, prob.capacity, pool)
-    basis = None if state is None else reusable_basis(prob, state, pool, master.backend.name)
     if basis is not None:
         master.start_from(basis)
+    elif carried:
+        master.presolve_every_time()
     return master, carried
 
 
