@@ -96,6 +96,35 @@ def _warm_inputs(warm: Schedule | None, topo: Topology) -> tuple[list[np.ndarray
     return ([cut] if cut.any() else []), state.get("k"), guides
 
 
+def _check_inputs(topo: Topology, max_chunks: int | None) -> None:
+    if not isinstance(topo, Topology):
+        raise TopologyError(f"expected a mccl_opt.Topology, got {type(topo).__name__}")
+    if max_chunks is not None and (isinstance(max_chunks, bool) or not isinstance(max_chunks, int)
+                                   or max_chunks < 1):
+        raise ValueError(f"max_chunks must be a positive integer or None, got {max_chunks!r}")
+
+
+def _phase_one_budget(topo: Topology, max_chunks: int | None, stats: dict[str, Any],
+                      hint_cuts: list[np.ndarray] | None = None, prev_k: int | None = None
+                      ) -> tuple[Fabric, float, PhaseOneResult, int, Fraction, int]:
+    """Phase 1 (exact optimum, §4.3) and the chunk budget: ``(fabric, quantum, phase-1
+    result, trees per root k, tree bandwidth y, budget max-flow calls)``."""
+    t = time.perf_counter()
+    fab, quantum = fabric_of(topo)
+    p1 = optimal_rate(fab, hint_cuts)
+    stats["phase1_s"] = time.perf_counter() - t
+    stats["phase1_maxflows"] = p1.maxflow_calls
+
+    t = time.perf_counter()
+    k, y, calls = choose_trees(fab, p1, max_chunks, prefer=prev_k, extra_cuts=hint_cuts)
+    if k == 0 or y <= 0:
+        raise SolveError("no tree bandwidth admits the chunk budget; raise max_chunks")
+    stats["budget_s"] = time.perf_counter() - t
+    stats["budget_maxflows"] = calls
+    stats["k"], stats["k_exact"] = int(k), int(exact_k(fab, p1))
+    return fab, quantum, p1, k, y, calls
+
+
 def _balanced_split(fab: Fabric, is_switch: np.ndarray, k: int, y: Fraction,
                     max_chunks: int | None, stats: dict[str, Any]) -> tuple[SplitGraph, int]:
     """Tree units of every link, switches balanced.  When balancing must give up
@@ -215,29 +244,13 @@ def solve_allgather(topo: Topology, warm: Schedule | None = None, backend: str =
     Raises :class:`TopologyError` for unusable fabrics, :class:`SolveError` if a
     certified fallback fails.
     """
-    if not isinstance(topo, Topology):
-        raise TopologyError(f"expected a mccl_opt.Topology, got {type(topo).__name__}")
-    if max_chunks is not None and (isinstance(max_chunks, bool) or not isinstance(max_chunks, int)
-                                   or max_chunks < 1):
-        raise ValueError(f"max_chunks must be a positive integer or None, got {max_chunks!r}")
+    _check_inputs(topo, max_chunks)
     t_start = time.perf_counter()
     stats: dict[str, Any] = {"warm": warm is not None}
     hint_cuts, prev_k, guides = _warm_inputs(warm, topo)
 
-    t = time.perf_counter()
-    fab, quantum = fabric_of(topo)
-    p1 = optimal_rate(fab, hint_cuts)
-    stats["phase1_s"] = time.perf_counter() - t
-    stats["phase1_maxflows"] = p1.maxflow_calls
+    fab, quantum, p1, k, y, calls = _phase_one_budget(topo, max_chunks, stats, hint_cuts, prev_k)
     x_star = float(Fraction(p1.num, p1.den) * Fraction(quantum).limit_denominator(10**12))
-
-    t = time.perf_counter()
-    k, y, calls = choose_trees(fab, p1, max_chunks, prefer=prev_k, extra_cuts=hint_cuts)
-    if k == 0 or y <= 0:
-        raise SolveError("no tree bandwidth admits the chunk budget; raise max_chunks")
-    stats["budget_s"] = time.perf_counter() - t
-    stats["budget_maxflows"] = calls
-    stats["k"], stats["k_exact"] = int(k), int(exact_k(fab, p1))
 
     if warm is not None and not step_aware:
         kept = _keep_previous(warm, topo, float(k * y) * quantum, max_chunks)

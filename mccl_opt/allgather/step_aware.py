@@ -11,6 +11,9 @@ layer-synchronous, depth-capped BFS that follows the LP's per-root plan.  A comp
 packing respects every unit (rate ``k·y``, certified by construction).  The default
 Phases 2+3 run too and the shallower result is returned, so step-aware is never deeper
 than the default.
+
+:func:`switch_removal_lp` exposes the converged LP of a topology (with every separated
+cut row) for export (``mccl export mps --model switch-removal``).
 """
 
 from __future__ import annotations
@@ -23,17 +26,20 @@ from typing import Any
 import numpy as np
 from numba import njit
 
+from formulations.lp import LinearProgram
 from formulations.switch_removal import (SwitchRemovalModel, build_step_lp,
                                          build_switch_removal_lp, hop_columns, logical_links)
 
 from ..backends import get_backend
 from ..backends.base import SolveStatus
 from ..errors import SolveError
+from ..topology import Topology
 from .maxflow import INF, FlowNetwork
 from .splitting import LogicalGraph, SplitGraph
 from .trees import TreeClass, greedy_pack
 
-__all__ = ["StepAware", "step_aware_pack", "switch_removal_model", "tree_depths"]
+__all__ = ["CutLoop", "StepAware", "step_aware_pack", "switch_removal_lp", "switch_removal_model",
+           "tree_depths"]
 
 _SCALE = 1 << 20          # fixed-point scale of fractional logical capacities in max-flow
 
@@ -157,14 +163,16 @@ def switch_removal_model(g: SplitGraph, stars: list[int], rank_of: np.ndarray,
 
 def _violated_cuts(cap: np.ndarray, k_keep: int) -> list[np.ndarray]:
     """GPU sets ``S`` (sink sides of min-cuts, one per failing sink) with
-    ``L(δ⁻(S)) < k_keep |V \\ S|``, by max-flow in fixed point."""
+    ``L(δ⁻(S)) < k_keep |V \\ S|``, by max-flow in fixed point (a violation below one
+    fixed-point unit per arc, ``|arcs| / 2**20``, counts as rounding)."""
     n = cap.shape[0]
     tail, head = np.nonzero(cap > 1e-12)
     net = FlowNetwork(n, tail, head)
     caps = net.caps()
     caps[: net.m] = np.floor(cap[tail, head] * _SCALE).astype(np.int64)
     caps[net.s_arc0: net.s_arc0 + n] = k_keep * _SCALE
-    need = k_keep * n * _SCALE - max(1, int(1e-7 * k_keep * n * _SCALE))
+    # flooring loses < 1 fixed-point unit per arc of a min-cut: tight cuts are not violated
+    need = k_keep * n * _SCALE - max(net.m, int(1e-7 * k_keep * n * _SCALE))
     found: dict[bytes, np.ndarray] = {}
     for sink in range(n):
         caps[net.t_arc0 + sink] = INF
@@ -175,23 +183,43 @@ def _violated_cuts(cap: np.ndarray, k_keep: int) -> list[np.ndarray]:
     return list(found.values())
 
 
+@dataclass(frozen=True)
+class CutLoop:
+    """Outcome of the cutting-plane loop: ``status`` is ``"optimal"``, ``"infeasible"``
+    (the hop LP: no packing of that depth exists) or ``"unconverged"`` (``max_rounds``
+    hit); ``cuts``: every GPU set of the final LP's cut rows, in row order (the initial
+    in/out-degree sets first); ``x``, ``objective``: the final solution (optimal only)."""
+
+    status: str
+    cuts: list[np.ndarray]
+    x: np.ndarray | None = None
+    objective: float | None = None
+
+
+def _cut_lp(model: SwitchRemovalModel, cuts: list[np.ndarray],
+            max_depth: int | None) -> LinearProgram:
+    """The even (``max_depth=None``) or hop-indexed LP with the cut rows of ``cuts``."""
+    return (build_switch_removal_lp(model, cuts) if max_depth is None
+            else build_step_lp(model, max_depth, cuts)[0])
+
+
 def _solve_lp(model: SwitchRemovalModel, backend: str, max_rounds: int,
-              stats: dict[str, Any], max_depth: int | None) -> np.ndarray | None:
-    """Cutting-plane loop over the even (``max_depth=None``) or the hop-indexed LP;
-    its solution vector (triple amounts ``f`` first), or ``None`` if the hop LP is infeasible (no packing of
-    that depth exists) or the loop did not converge."""
+              stats: dict[str, Any], max_depth: int | None) -> CutLoop:
+    """Cutting-plane loop over the even (``max_depth=None``) or the hop-indexed LP,
+    starting from the in- and out-degree cut of every GPU and adding the violated cuts
+    separated by max-flow each round (App. C); the solution vector has the triple
+    amounts ``f`` first."""
     n = model.num_gpus
     eye = np.eye(n, dtype=bool)
     cuts = list(eye) + list(~eye)          # in- and out-degree of every GPU
-    lp = (build_switch_removal_lp(model, cuts) if max_depth is None
-          else build_step_lp(model, max_depth, cuts)[0])
+    lp = _cut_lp(model, cuts, max_depth)
     solver = get_backend(backend)
     try:
         solver.load(lp)
         for rounds in range(1, max_rounds + 1):
             sol = solver.solve()
             if sol.status in (SolveStatus.INFEASIBLE, SolveStatus.INFEASIBLE_OR_UNBOUNDED):
-                return None
+                return CutLoop("infeasible", cuts)
             if sol.status != SolveStatus.OPTIMAL or sol.x is None:
                 raise SolveError(f"step-aware switch removal LP ended {sol.status.value} "
                                  f"in round {rounds}; try another backend")
@@ -200,13 +228,57 @@ def _solve_lp(model: SwitchRemovalModel, backend: str, max_rounds: int,
             stats["sa_rounds"] = stats.get("sa_rounds", 0) + 1
             stats["sa_lp_cols"] = lp.num_cols
             if not new:
-                return np.maximum(sol.x, 0.0)
+                return CutLoop("optimal", cuts, np.maximum(sol.x, 0.0), float(sol.objective))
             lo, hi, A = model.cut_rows(new, lp.num_cols)
             solver.add_rows(lo, hi, A.indptr.astype(np.int64), A.indices.astype(np.int64),
                             A.data)
-        return None
+            cuts += new
+        return CutLoop("unconverged", cuts)
     finally:
         solver.close()
+
+
+def switch_removal_lp(topo: Topology, *, max_chunks: int | None = 10,
+                      max_depth: int | None = None, backend: str = "highs",
+                      max_rounds: int = 60) -> tuple[LinearProgram, float]:
+    """The converged switch-removal LP of ``topo`` and its optimum (App. C).
+
+    Runs what :func:`~mccl_opt.allgather.solve_allgather` runs before switch removal
+    (Phase 1, the chunk budget for ``max_chunks``, switch balancing), reduces the fabric
+    to star switches, and solves the even LP (``max_depth=None``: maximise the
+    water-filling utility of the logical capacities, in tree units) or the hop-indexed LP
+    of depth ``max_depth`` (minimise the summed depth of tree edges) by cutting planes
+    on ``backend`` until no rooted cut condition is violated (``k`` trees per root).
+    The returned LP carries every separated cut row, so solving it alone reproduces the
+    returned optimum.  Raises :class:`SolveError` if the fabric has no switch to remove,
+    the hop LP is infeasible (no packing of depth ``max_depth`` exists) or the loop does
+    not converge within ``max_rounds`` rounds.
+    """
+    from .solve import _balanced_split, _check_inputs, _phase_one_budget
+
+    _check_inputs(topo, max_chunks)
+    if max_depth is not None and max_depth < 1:
+        raise ValueError(f"max_depth must be a positive integer or None, got {max_depth!r}")
+    stats: dict[str, Any] = {}
+    fab, _, _, k, y, _ = _phase_one_budget(topo, max_chunks, stats)
+    arr = topo.arrays
+    split, k = _balanced_split(fab, arr.is_switch, k, y, max_chunks, stats)
+    stars = _reduce_to_stars(split)
+    model, _ = switch_removal_model(split, stars, arr.rank_of, k)
+    if model.num_triples == 0:
+        raise SolveError(f"{topo.name} has no switch joining two GPUs, so its switch-removal "
+                         "model is empty; export another model for switchless fabrics")
+    loop = _solve_lp(model, backend, max_rounds, stats, max_depth)
+    if loop.status == "infeasible":
+        raise SolveError(f"{topo.name}: the hop-indexed switch-removal LP is infeasible at "
+                         f"max_depth={max_depth} (no {k}-tree packing that shallow exists); "
+                         "raise max_depth")
+    if loop.status != "optimal":
+        raise SolveError(f"{topo.name}: switch-removal cutting planes did not converge in "
+                         f"{max_rounds} rounds; raise max_rounds")
+    lp = _cut_lp(model, loop.cuts, max_depth)
+    lp.name = f"{topo.name}-switch-removal"
+    return lp, float(loop.objective)
 
 
 # ---------------------------------------------------------------------- packing
@@ -460,7 +532,7 @@ def step_aware_pack(split: SplitGraph, rank_of: np.ndarray, k: int,
 
     def solve(depth: int | None) -> np.ndarray | None:
         if depth not in solved:
-            solved[depth] = _solve_lp(model, backend, opts.max_rounds, stats, depth)
+            solved[depth] = _solve_lp(model, backend, opts.max_rounds, stats, depth).x
         return solved[depth]
 
     depths: list[int | None] = [None]
