@@ -11,9 +11,9 @@ from __future__ import annotations
 import importlib
 
 from ..errors import SolverNotAvailableError
-from .base import Backend, LPSolution, SolveStatus
+from .base import Backend, Basis, LPSolution, SolveStatus
 
-__all__ = ["Backend", "LPSolution", "SolveStatus", "get_backend", "available_backends",
+__all__ = ["Backend", "Basis", "LPSolution", "SolveStatus", "get_backend", "available_backends",
            "BACKENDS", "backend_class"]
 
 #: name -> "module:Class" of the adapter (imported lazily).
