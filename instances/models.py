@@ -10,8 +10,15 @@ compared with the manifest):
 * ``"master"``: the path-column restricted master of paper §4.2 over the columns that
   column generation ends with (``solve_alltoall(max_chunks=None)``), in the ``t = 1/z``
   form of :mod:`formulations.master`; optimum ``1/z*`` (s/Gbit).
-* ``"switch-removal"``: the step-aware switch-removal model (paper App. C); not
-  exportable yet (raises :class:`MCCLError`, see :func:`_switch_removal`).
+* ``"switch-removal"``: the step-aware switch-removal LP of paper App. C (even form of
+  :mod:`formulations.switch_removal`) on the AllGather pipeline's balanced fabric for a
+  chunk budget of 10 (``k`` trees per root, link units in tree bandwidths), with every
+  rooted cut row its cutting-plane loop separated
+  (:func:`mccl_opt.allgather.step_aware.switch_removal_lp`).  ``max`` of a
+  dimensionless water-filling utility of the logical GPU-pair capacities: not a
+  function of ``z*``; the optimum the loop converged to is ``ModelInfo.optimum``.
+  Fabrics with no switch between GPUs (rings, meshes) have no such model
+  (:class:`MCCLError`).
 """
 
 from __future__ import annotations
@@ -31,18 +38,26 @@ MODELS = ("compact", "master", "switch-removal")
 
 @dataclass(frozen=True)
 class ModelInfo:
-    """What an exported model's objective is: ``objective = f(AllToAll rate z*)``."""
+    """What an exported model's objective is: ``objective = f(AllToAll rate z*)`` for
+    ``"rate_gbps"`` (z) and ``"inverse_rate"`` (1/z); ``"utility"`` (switch-removal) is
+    no function of ``z*`` and comes with the ``optimum`` found while building."""
 
     model: str
     sense: str
-    objective: str          # "rate_gbps" (z) or "inverse_rate" (1/z)
+    objective: str          # "rate_gbps" (z), "inverse_rate" (1/z) or "utility"
     num_cols: int
     num_rows: int
     nnz: int
+    optimum: float | None = None
 
     def optimum_from_rate(self, rate_gbps: float) -> float:
         """The model's optimal objective given the instance's optimal AllToAll rate."""
-        return rate_gbps if self.objective == "rate_gbps" else 1.0 / rate_gbps
+        if self.objective == "rate_gbps":
+            return rate_gbps
+        if self.objective == "inverse_rate":
+            return 1.0 / rate_gbps
+        raise MCCLError(f"the {self.model} optimum does not follow from the AllToAll rate; "
+                        "use ModelInfo.optimum")
 
 
 def master_columns(topo: Topology, backend: str = "highs") -> tuple[np.ndarray, ...]:
@@ -62,19 +77,22 @@ def master_columns(topo: Topology, backend: str = "highs") -> tuple[np.ndarray, 
     return pair.astype(np.int64), start, arcs
 
 
-def _switch_removal(topo: Topology) -> LinearProgram:
-    """Not exportable yet: ``formulations.switch_removal`` builds the model from the
-    step-aware AllGather pipeline's star-switch arrays and separated cuts, and no
-    topology-level builder exposes those."""
-    raise MCCLError(f"model 'switch-removal' cannot be exported for {topo.name} yet: it needs a "
-                    "topology-level builder of the step-aware AllGather LP (star switches and "
-                    "its separated cuts); export 'compact' or 'master' instead")
+def _switch_removal(topo: Topology, backend: str) -> tuple[LinearProgram, float]:
+    """The converged step-aware switch-removal LP and its optimum (App. C)."""
+    from mccl_opt.allgather.step_aware import switch_removal_lp
+    from mccl_opt.errors import SolveError
+
+    try:
+        return switch_removal_lp(topo, backend=backend)
+    except SolveError as exc:
+        raise MCCLError(f"model 'switch-removal' cannot be exported for {topo.name}: {exc}") from None
 
 
 def build_model(topo: Topology, model: str, *, commodities: str = "source",
                 backend: str = "highs") -> tuple[LinearProgram, ModelInfo]:
     """The LP of ``model`` (one of :data:`MODELS`) on ``topo``, named after the topology."""
     ar = topo.arrays
+    optimum = None
     if model == "compact":
         from formulations.compact import build_compact_lp
 
@@ -86,9 +104,11 @@ def build_model(topo: Topology, model: str, *, commodities: str = "source",
         pair, start, arcs = master_columns(topo, backend)
         lp = build_master_lp(topo.num_gpus * (topo.num_gpus - 1), ar.capacity, pair, start, arcs)
     elif model == "switch-removal":
-        lp = _switch_removal(topo)
+        lp, optimum = _switch_removal(topo, backend)
     else:
         raise MCCLError(f"unknown model {model!r}; choose one of {', '.join(MODELS)}")
     lp.name = f"{topo.name}-{model}"
-    objective = "rate_gbps" if lp.sense == "max" else "inverse_rate"
-    return lp, ModelInfo(model, lp.sense, objective, lp.num_cols, lp.num_rows, int(lp.A.nnz))
+    objective = ("utility" if model == "switch-removal"
+                 else "rate_gbps" if lp.sense == "max" else "inverse_rate")
+    return lp, ModelInfo(model, lp.sense, objective, lp.num_cols, lp.num_rows, int(lp.A.nnz),
+                         optimum)
