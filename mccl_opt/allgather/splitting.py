@@ -252,11 +252,43 @@ def _spread_split(g: SplitGraph, w: int) -> None:
         amounts += flow
         np.subtract.at(supply, tail, flow)
         np.subtract.at(demand, head - nu, flow)
+    if all(len(g.bundles[x]) == 1 for x in ins) and all(len(g.bundles[x]) == 1 for x in outs):
+        _split_star(g, w, ins, outs, [(us[i], ts[j]) for i, j in pairs], amounts.tolist())
+        return
     for p, (i, j) in enumerate(pairs):
         g.split(us[i], w, ts[j], int(amounts[p]))
     for i, u in enumerate(us):           # forced loops u -> w -> u (u dominates w)
         if supply[i]:
             g.split(u, w, u, int(supply[i]))
+
+
+def _split_star(g: SplitGraph, w: int, ins: list, outs: list, pairs: list[tuple[int, int]],
+                amounts: list[int]) -> None:
+    """Split every unit of ``w`` at once when each incident arc rides on one path: the
+    same logical arcs and bundles as :meth:`SplitGraph.split` pair by pair (in pair
+    order), without peeling bundles one amount at a time.  Units left on an in-arc are
+    forced loops ``u -> w -> u`` and vanish."""
+    path_in = {a[0]: g.bundles[a][0][0] for a in ins}
+    path_out = {b[1]: g.bundles[b][0][0] for b in outs}
+    for (u, t), amt in zip(pairs, amounts):
+        if amt <= 0:
+            continue
+        walk = path_in[u] + path_out[t][1:]
+        path = walk if len(set(walk)) == len(walk) else _simple(walk)
+        key = (u, t)
+        bundle = g.bundles.get(key)
+        if bundle is None:
+            g.bundles[key] = [[path, amt]]
+        else:
+            for entry in bundle:
+                if entry[0] == path:
+                    entry[1] += amt
+                    break
+            else:
+                bundle.append([path, amt])
+        g._set(key, g.units.get(key, 0) + amt)
+    for key in ins + outs:
+        g._set(key, 0)
 
 
 def _exact_split(g: SplitGraph, w: int) -> bool:
