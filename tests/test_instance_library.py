@@ -40,6 +40,11 @@ def test_records_are_self_consistent(manifest):
         zr = rec["alltoall"]["rate_gbps"]
         assert rec["models"]["compact"]["optimum"] == pytest.approx(zr, rel=REL_TOL)
         assert rec["models"]["master"]["optimum"] == pytest.approx(1 / zr, rel=REL_TOL)
+        assert set(rec["models"]) == set(library.exported_models(topo))
+        sr = rec["models"].get("switch-removal")
+        if sr is not None:      # a utility of logical capacities, not a rate
+            assert (sr["sense"], sr["objective"]) == ("max", "utility") and sr["optimum"] > 0
+            assert topo.num_gpus <= library.SWITCH_REMOVAL_MAX_GPUS and topo.switches
 
 
 def test_optima_respect_independent_cut_bounds(manifest):
@@ -72,6 +77,17 @@ def test_check_detects_a_wrong_optimum(tmp_path, monkeypatch):
     monkeypatch.setattr(library, "MANIFEST", bad)
     with pytest.raises(MCCLError, match="ring-8: manifest alltoall rate"):
         check(names=["ring-8"])
+
+
+def test_check_detects_a_wrong_switch_removal_optimum(tmp_path, monkeypatch):
+    data = json.loads(library.MANIFEST.read_text())
+    rec = next(r for r in data["instances"] if r["name"] == "dgx-8")
+    rec["models"]["switch-removal"]["optimum"] *= 1.001
+    bad = tmp_path / "manifest.json"
+    bad.write_text(json.dumps(data))
+    monkeypatch.setattr(library, "MANIFEST", bad)
+    with pytest.raises(MCCLError, match="dgx-8: manifest switch-removal optimum"):
+        check(names=["dgx-8"])
 
 
 def test_maxflow_certificate_rejects_a_wrong_rate():
