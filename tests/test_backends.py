@@ -406,3 +406,30 @@ def test_missing_package_names_pip_package(monkeypatch, name, package):
     assert name not in available_backends()
     with pytest.raises(SolverNotAvailableError, match=f"pip install {package}"):
         get_backend(name)
+
+
+def test_highs_recovers_when_another_highs_started_the_thread_pool():
+    """HiGHS's scheduler is process-wide; a Highs object run with default threads before
+    our single-thread adapter must not make the adapter return NOT_SOLVED."""
+    import subprocess
+    import sys
+    import textwrap
+
+    code = textwrap.dedent("""
+        import highspy, numpy as np, scipy.sparse as sp
+        from formulations.lp import LinearProgram
+        from mccl_opt.backends import get_backend
+        other = highspy.Highs()
+        other.setOptionValue("output_flag", False)
+        other.addVar(0, 1)
+        other.run()
+        lp = LinearProgram(c=[1.0, 1.0], A=sp.csr_matrix(np.array([[1.0, 2.0]])),
+                           row_lo=[-np.inf], row_hi=[4.0], col_lo=[0, 0], col_hi=[3, 3])
+        b = get_backend("highs")
+        b.load(lp)
+        sol = b.solve()
+        print(sol.status.value, round(sol.objective, 9))
+    """)
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.split()[-2:] == ["optimal", "3.5"]

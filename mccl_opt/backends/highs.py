@@ -214,8 +214,15 @@ class HighsBackend(Backend):
         h = self._h
         h.setOptionValue("time_limit", float("inf") if time_limit is None else float(time_limit))
         t0 = time.perf_counter()
-        h.run()
+        run_status = h.run()
         status = self._model_status()
+        if run_status == self._highspy.HighsStatus.kError and status is SolveStatus.NOT_SOLVED:
+            # HiGHS's thread pool is process-wide: if another Highs object in this process
+            # started it with a different thread count, run() refuses.  Restart the pool
+            # with ours and retry once.
+            h.resetGlobalScheduler(True)
+            h.run()
+            status = self._model_status()
         if status is SolveStatus.INFEASIBLE_OR_UNBOUNDED and not mip:
             # Presolve could not tell which; a plain simplex run on the original model can.
             h.setOptionValue("presolve", "off")
