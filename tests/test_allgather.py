@@ -332,3 +332,36 @@ def test_warm_keeps_previous_schedule_after_drift_on_unsaturated_link():
     again = solve_allgather(fail2(base), warm=warm)       # chains of warm starts
     assert "reused_schedule" not in again.stats
     check(fail2(base), again)
+
+
+@pytest.mark.parametrize("topo", SMALL + [fail1(hpn(1, 2, 4)), fail2(hpn(1, 2, 4))],
+                         ids=lambda t: t.name)
+def test_cut_upper_bound_is_at_least_the_optimum(topo):
+    """The max-flow-free warm guess (single-GPU ingress/egress cuts) never undercuts the
+    exact optimum, and with the optimal cut as a hint it equals it."""
+    from mccl_opt.allgather.fabric import fabric_of
+    from mccl_opt.allgather.throughput import cut_upper_bound, optimal_rate
+    fab, _ = fabric_of(topo)
+    exact = optimal_rate(fab)
+    bound = cut_upper_bound(fab)
+    assert bound.maxflow_calls == 0
+    assert Fraction(bound.num, bound.den) >= exact.rate
+    assert cut_upper_bound(fab, [exact.cut]).rate == exact.rate
+
+
+@pytest.mark.parametrize("fail,guess", [(fail1, "certified by packing"), (fail2, "rejected")],
+                         ids=["fail1", "fail2"])
+def test_warm_guess_is_certified_or_rejected(fail, guess):
+    """Fail1 on 64 GPUs: warm skips Phase 1's max-flow sweep (the packing certifies the
+    single-GPU cut bound) and still matches cold in rate and optimum; Fail2's optimum
+    is not reachable with <= 10 chunks, so the guess is rejected and the exact path runs."""
+    before = solve_allgather(hpn(1, 8, 8))
+    after = fail(hpn(1, 8, 8))
+    warm = solve_allgather(after, warm=before)
+    cold = solve_allgather(after)
+    assert warm.stats["phase1_guess"] == guess
+    if guess.startswith("certified"):
+        assert warm.solver["maxflow_calls"] == 0
+    assert warm.lp_rate_gbps == pytest.approx(cold.lp_rate_gbps, rel=1e-12)
+    assert warm.rate_gbps == pytest.approx(cold.rate_gbps, rel=1e-12)
+    check(after, warm)

@@ -8,9 +8,9 @@ scored by the best ``y`` for which ``floor(cap/y)`` admits ``k`` trees per root
 (:func:`~.throughput.best_tree_bandwidth`); ``k`` is tried in decreasing order of a cheap
 upper bound (the tightest single-GPU cuts and Phase 1's cut), stopping once the bound
 cannot beat the best rate found; ties go to the smaller ``k``.  Warm: the previous
-``k`` is scored first and kept (no other ``k`` scored) when it reaches ``x*`` exactly;
-otherwise a ``k`` whose bound only ties with it is not scored, so warm may keep a
-larger ``k`` than cold at the same rate.
+``k`` goes first among ``k`` with the same bound and wins ties in ``k·y``; the search
+stops as soon as some ``k`` reaches ``x*`` exactly, so warm never scores more ``k`` than
+cold and may keep a larger ``k`` than cold at the same rate.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import numpy as np
 
 from .throughput import Fabric, PhaseOneResult, best_tree_bandwidth, cut_tree_bandwidth
 
-__all__ = ["exact_k", "choose_trees", "MAX_UNITS"]
+__all__ = ["exact_k", "choose_trees", "guess_trees", "MAX_UNITS"]
 
 #: trees a link may carry before the exact k is declared impractical (int64 headroom)
 MAX_UNITS = 1 << 40
@@ -73,18 +73,35 @@ def choose_trees(fab: Fabric, p1: PhaseOneResult, max_chunks: int | None,
     cuts = _hint_cuts(fab, p1, extra_cuts or [])
     x_star = Fraction(p1.num, p1.den)
     best_k, best_y, calls = 0, Fraction(0), 0
-    if prefer is not None and 1 <= prefer <= budget:
-        best_y, calls = best_tree_bandwidth(fab, prefer, x_star / prefer, cuts)
-        best_k = prefer
-        if prefer * best_y == x_star:     # k·y <= x* for every k: the previous k stays
-            return best_k, best_y, calls
     profiles = _profiles(fab, cuts)
     bounds = {k: min(_upper(k, profiles), x_star / k) for k in range(1, budget + 1)}
-    for k in sorted(bounds, key=lambda k: (-(k * bounds[k]), k)):
-        if k == prefer or (best_k and k * bounds[k] <= best_k * best_y):
+    for k in sorted(bounds, key=lambda k: (-(k * bounds[k]), k != prefer, k)):
+        if best_k and k * bounds[k] <= best_k * best_y:
             continue
         y, c = best_tree_bandwidth(fab, k, bounds[k], cuts)
         calls += c
-        if k * y > best_k * best_y or (k * y == best_k * best_y and k < best_k):
+        better = k * y > best_k * best_y
+        if better or (k * y == best_k * best_y and best_k != prefer and (k < best_k or k == prefer)):
             best_k, best_y = k, y
+        if k * y == x_star:               # k·y <= x* for every k: nothing can beat it
+            break
     return best_k, best_y, calls
+
+
+def guess_trees(fab: Fabric, bound: PhaseOneResult,
+                max_chunks: int | None) -> tuple[int, Fraction] | None:
+    """``(k, y)`` with ``k·y`` equal to the upper bound ``bound`` on ``x*`` (no max-flow):
+    the exact ``k0`` of the bound if the budget allows it, else the smallest ``k`` whose
+    hint-cut bound does not exclude ``y = bound/k``; ``None`` if none.  Only a completed packing of ``k`` trees per root in ``floor(cap/y)``
+    units proves ``bound = x*`` (then no ``k <= K`` can do better)."""
+    x = Fraction(bound.num, bound.den)
+    k0 = exact_k(fab, bound)
+    if (max_chunks is None or k0 <= max_chunks) and \
+            int(fab.cap.max()) * k0 * bound.den // bound.num <= MAX_UNITS:
+        return k0, x / k0
+    budget = max_chunks if max_chunks is not None else 64
+    profiles = _profiles(fab, _hint_cuts(fab, bound, []))
+    for k in range(1, budget + 1):          # fewest trees: least Phase 2/3 work
+        if _upper(k, profiles) * k >= x:
+            return k, x / k
+    return None

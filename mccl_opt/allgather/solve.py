@@ -17,11 +17,11 @@ import numpy as np
 from ..errors import SolveError, TopologyError
 from ..schedule import Schedule, bottleneck_links, schedule_rate
 from ..topology import Topology
-from .budget import choose_trees, exact_k
+from .budget import choose_trees, exact_k, guess_trees
 from .fabric import fabric_of
 from .mapping import map_classes, path_weights, to_physical, tree_chunks, tree_loads
 from .splitting import LogicalGraph, SplitGraph, balance_switches, split_all
-from .throughput import Fabric, PhaseOneResult, optimal_rate
+from .throughput import Fabric, PhaseOneResult, cut_upper_bound, optimal_rate
 from .repair import repair_pack
 from .trees import exact_pack, greedy_pack
 
@@ -233,6 +233,58 @@ def _kept_schedule(warm: Schedule, topo: Topology, loads: np.ndarray, fab: Fabri
         stats=stats, warm_state=state)
 
 
+def _gbps(p1: PhaseOneResult, quantum: float) -> float:
+    return float(Fraction(p1.num, p1.den) * Fraction(quantum).limit_denominator(10**12))
+
+
+def _warm_guess(topo: Topology, warm: Schedule, max_chunks: int | None,
+                hint_cuts: list[np.ndarray], guides: dict[int, np.ndarray],
+                stats: dict[str, Any], t_start: float) -> Schedule | None:
+    """ForestColl-warm without Phase 1's max-flow sweep: guess ``x*`` as the smallest
+    single-GPU ingress/egress or previous-cut ratio (an upper bound), take ``k`` trees
+    of bandwidth ``y = guess/k`` and pack them (reusing the previous shapes).  A
+    completed packing reaches the bound, so the guess is ``x*`` and the rate is cold's;
+    otherwise ``None`` (the caller runs the exact Phase 1; nothing is reused from here).
+    The previous schedule is kept outright if it already reaches the bound."""
+    if topo.num_gpus < 2:
+        return None
+    t = time.perf_counter()
+    fab, quantum = fabric_of(topo)
+    bound = cut_upper_bound(fab, hint_cuts)
+    guess = guess_trees(fab, bound, max_chunks)
+    stats["phase1_s"] = time.perf_counter() - t
+    stats["phase1_maxflows"] = 0
+    if guess is None:
+        return None
+    k, y = guess
+    x_star = _gbps(bound, quantum)
+    kept = _keep_previous(warm, topo, x_star, max_chunks)
+    if kept is not None:
+        stats["phase1_guess"] = "certified by the previous schedule"
+        return _kept_schedule(warm, topo, kept, fab, bound, x_star, stats, t_start, 0)
+    arr = topo.arrays
+    t = time.perf_counter()
+    split, k_bal = _balanced_split(fab, arr.is_switch, k, y, max_chunks, stats)
+    stats["balance_s"] = time.perf_counter() - t
+    if not stats["balanced_exactly"] or k_bal != k:
+        return None
+    t = time.perf_counter()
+    g = split.copy()
+    split_all(g, exact=False)
+    lg = LogicalGraph.from_split(g, arr.rank_of)
+    stats["phase2_s"] = time.perf_counter() - t
+    stats["split"] = "spread"
+    t = time.perf_counter()
+    classes = _pack_fast(lg, k, guides, stats, _warm_shapes(warm, topo, guides))
+    stats["phase3_s"] = time.perf_counter() - t
+    if classes is None:
+        return None
+    stats["phase1_guess"] = "certified by packing"
+    stats["k"], stats["k_exact"] = int(k), int(exact_k(fab, bound))
+    return _finish(topo, warm, max_chunks, fab, bound, x_star, k, lg, classes, guides, stats,
+                   t_start, 0)
+
+
 def solve_allgather(topo: Topology, warm: Schedule | None = None, backend: str = "highs",
                     max_chunks: int | None = 10, step_aware: Any = False) -> Schedule:
     """Throughput-optimal AllGather trees (ForestColl), warm-started from ``warm``.
@@ -249,8 +301,13 @@ def solve_allgather(topo: Topology, warm: Schedule | None = None, backend: str =
     stats: dict[str, Any] = {"warm": warm is not None}
     hint_cuts, prev_k, guides = _warm_inputs(warm, topo)
 
+    if warm is not None and not step_aware:
+        quick = _warm_guess(topo, warm, max_chunks, hint_cuts, guides, stats, t_start)
+        if quick is not None:
+            return quick
+        stats["phase1_guess"] = "rejected"
     fab, quantum, p1, k, y, calls = _phase_one_budget(topo, max_chunks, stats, hint_cuts, prev_k)
-    x_star = float(Fraction(p1.num, p1.den) * Fraction(quantum).limit_denominator(10**12))
+    x_star = _gbps(p1, quantum)
 
     if warm is not None and not step_aware:
         kept = _keep_previous(warm, topo, float(k * y) * quantum, max_chunks)
@@ -261,6 +318,7 @@ def solve_allgather(topo: Topology, warm: Schedule | None = None, backend: str =
     t = time.perf_counter()
     split, k = _balanced_split(fab, arr.is_switch, k, y, max_chunks, stats)
     stats["balance_s"] = time.perf_counter() - t
+    shapes = _warm_shapes(warm, topo, guides)
     packed = None
     if step_aware:
         from .step_aware import StepAware, step_aware_pack
@@ -269,9 +327,17 @@ def solve_allgather(topo: Topology, warm: Schedule | None = None, backend: str =
     if packed is not None:
         lg, classes, k = packed
     else:
-        lg, classes = _pack(split, arr.rank_of, k, guides, stats,
-                            _warm_shapes(warm, topo, guides))
+        lg, classes = _pack(split, arr.rank_of, k, guides, stats, shapes)
+    return _finish(topo, warm, max_chunks, fab, p1, x_star, k, lg, classes, guides, stats,
+                   t_start, calls)
 
+
+def _finish(topo: Topology, warm: Schedule | None, max_chunks: int | None, fab: Fabric,
+            p1: PhaseOneResult, x_star: float, k: int, lg: LogicalGraph, classes: list,
+            guides: dict[int, np.ndarray], stats: dict[str, Any], t_start: float,
+            calls: int) -> Schedule:
+    """Physical trees of the packed classes, their loads and rate, the warm state."""
+    arr = topo.arrays
     t = time.perf_counter()
     mapped = map_classes(classes, lg)
     if mapped is None:

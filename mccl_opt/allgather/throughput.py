@@ -28,7 +28,7 @@ import numpy as np
 from .maxflow import FlowNetwork
 
 __all__ = ["Fabric", "PhaseOneResult", "optimal_rate", "best_tree_bandwidth",
-           "cut_tree_bandwidth"]
+           "cut_tree_bandwidth", "cut_upper_bound"]
 
 
 @dataclass
@@ -89,6 +89,37 @@ def _violated_cut(fab: Fabric, link_caps: np.ndarray, super_cap: int, demand: in
     if pos < 0:
         return -1, None
     return pos, ~fab.net.source_side()
+
+
+def cut_upper_bound(fab: Fabric, hint_cuts: list[np.ndarray] | None = None) -> PhaseOneResult:
+    """The smallest ratio ``cap(δ⁻(S)) / |V_c \\ S|`` over the single-GPU sets ``{g}``
+    (ingress), their complements (egress) and ``hint_cuts``: an upper bound on ``x*``
+    without any max-flow (``maxflow_calls = 0``).  ForestColl-warm guesses ``x*`` with it
+    after a failure and lets a completed packing certify the guess (§4.3)."""
+    is_gpu = fab.is_gpu()
+    n_gpu = fab.num_gpus
+    ingress = np.bincount(fab.head, weights=fab.cap, minlength=fab.n).astype(np.int64)
+    egress = np.bincount(fab.tail, weights=fab.cap, minlength=fab.n).astype(np.int64)
+    best: tuple[int, int, np.ndarray] | None = None
+    if n_gpu > 1:
+        for caps, complement in ((ingress, False), (egress, True)):
+            g = int(fab.gpus[np.argmin(caps[fab.gpus])])
+            s = np.zeros(fab.n, bool)
+            s[g] = True
+            c = int(caps[g])
+            m = 1 if complement else n_gpu - 1
+            if best is None or c * best[1] < best[0] * m:
+                best = (c, m, ~s if complement else s)
+    for s in hint_cuts or []:
+        m = int(np.count_nonzero(is_gpu & ~s))
+        if m and (is_gpu & s).any():
+            c = int(fab.cap[fab.cut_arcs(s)].sum())
+            if best is None or c * best[1] < best[0] * m:
+                best = (c, m, s)
+    if best is None:
+        raise ValueError("a fabric needs at least two GPUs for an AllGather bound")
+    g = np.gcd(best[0], best[1]) or 1
+    return PhaseOneResult(best[0] // g, best[1] // g, best[2], 0)
 
 
 def optimal_rate(fab: Fabric, hint_cuts: list[np.ndarray] | None = None) -> PhaseOneResult:
