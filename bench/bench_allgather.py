@@ -52,6 +52,10 @@ def run(shape: tuple[int, int, int]) -> list[dict]:
                      "gpus": topo.num_gpus, "cold_s": t_cold,
                      "warm_s": t_warm, "speedup": t_cold / t_warm, "k": cold.stats["k"],
                      "reused": warm.stats.get("reused_trees", 0),
+                     "guess": {"certified by packing": "packing", "rejected": "rejected",
+                               "certified by the previous schedule": "kept"}.get(
+                                   warm.stats.get("phase1_guess"), "-"),
+                     "warm_p1_s": warm.stats.get("phase1_s", 0.0) + warm.stats.get("budget_s", 0.0),
                      "trees": cold.stats["num_trees"], "depth": cold.stats["max_depth"],
                      "gap": cold.rounding_gap,
                      **{p: cold.stats.get(p, 0.0) for p in PHASES}})
@@ -66,7 +70,8 @@ def test_smoke_tiny(benchmark):
 if __name__ == "__main__":
     shapes = [tuple(int(x) for x in s.split("x")) for s in (sys.argv[1:] or ["1x2x4", "1x2x8"])]
     solve_allgather(hpn(1, 2, 2))          # compile numba kernels outside the timings
-    cols = ["fabric", "gpus", "cold_s", "warm_s", "speedup", "k", "reused", "trees", "depth", "gap", *PHASES]
+    cols = ["fabric", "gpus", "cold_s", "warm_s", "speedup", "k", "reused", "guess", "warm_p1_s",
+            "trees", "depth", "gap", *PHASES]
     print(" ".join(f"{c:>10s}" for c in cols))
     for shape in shapes:
         for r in run(shape):

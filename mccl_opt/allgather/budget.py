@@ -7,10 +7,10 @@ trees per root for which every link carries a whole number of trees of bandwidth
 scored by the best ``y`` for which ``floor(cap/y)`` admits ``k`` trees per root
 (:func:`~.throughput.best_tree_bandwidth`); ``k`` is tried in decreasing order of a cheap
 upper bound (the tightest single-GPU cuts and Phase 1's cut), stopping once the bound
-cannot beat the best rate found; ties go to the smaller ``k``.  Warm: the previous
-``k`` goes first among ``k`` with the same bound and wins ties in ``k·y``; the search
-stops as soon as some ``k`` reaches ``x*`` exactly, so warm never scores more ``k`` than
-cold and may keep a larger ``k`` than cold at the same rate.
+cannot beat the best rate found; ties go to the smaller ``k`` (fewest trees: least
+Phase 2/3 work), and the search stops once some ``k`` reaches ``x*`` exactly.  Warm
+solves choose exactly like cold ones (keeping the previous ``k`` on ties was measured
+slower: more trees to split, pack and map).
 """
 
 from __future__ import annotations
@@ -62,8 +62,7 @@ def _upper(k: int, profiles: set[tuple[tuple[int, ...], int]]) -> Fraction:
 
 
 def choose_trees(fab: Fabric, p1: PhaseOneResult, max_chunks: int | None,
-                 prefer: int | None = None, extra_cuts: list[np.ndarray] | None = None
-                 ) -> tuple[int, Fraction, int]:
+                 extra_cuts: list[np.ndarray] | None = None) -> tuple[int, Fraction, int]:
     """``(k, y, maxflow calls)``: trees per root and tree bandwidth (quanta)."""
     k0 = exact_k(fab, p1)
     max_units = int(fab.cap.max()) * k0 * p1.den // p1.num
@@ -75,13 +74,12 @@ def choose_trees(fab: Fabric, p1: PhaseOneResult, max_chunks: int | None,
     best_k, best_y, calls = 0, Fraction(0), 0
     profiles = _profiles(fab, cuts)
     bounds = {k: min(_upper(k, profiles), x_star / k) for k in range(1, budget + 1)}
-    for k in sorted(bounds, key=lambda k: (-(k * bounds[k]), k != prefer, k)):
+    for k in sorted(bounds, key=lambda k: (-(k * bounds[k]), k)):
         if best_k and k * bounds[k] <= best_k * best_y:
             continue
         y, c = best_tree_bandwidth(fab, k, bounds[k], cuts)
         calls += c
-        better = k * y > best_k * best_y
-        if better or (k * y == best_k * best_y and best_k != prefer and (k < best_k or k == prefer)):
+        if k * y > best_k * best_y or (k * y == best_k * best_y and k < best_k):
             best_k, best_y = k, y
         if k * y == x_star:               # k·y <= x* for every k: nothing can beat it
             break

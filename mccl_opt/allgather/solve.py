@@ -79,10 +79,10 @@ def _shapes_of(classes: list, lg: LogicalGraph) -> tuple[np.ndarray, np.ndarray]
     return np.array([c.root for c in classes], np.int64), ranks
 
 
-def _warm_inputs(warm: Schedule | None, topo: Topology) -> tuple[list[np.ndarray], int | None,
-                                                                 dict[int, np.ndarray]]:
+def _warm_inputs(warm: Schedule | None, topo: Topology
+                 ) -> tuple[list[np.ndarray], dict[int, np.ndarray]]:
     if warm is None:
-        return [], None, {}
+        return [], {}
     if not isinstance(warm, Schedule) or warm.collective != "allgather":
         raise TypeError("warm must be a previous AllGather Schedule")
     state = warm.warm_state if isinstance(warm.warm_state, dict) else {}
@@ -93,7 +93,7 @@ def _warm_inputs(warm: Schedule | None, topo: Topology) -> tuple[list[np.ndarray
     guides = state.get("guides") if state.get("num_gpus") == topo.num_gpus else None
     if guides is None:
         guides = _guides_from(warm, topo)
-    return ([cut] if cut.any() else []), state.get("k"), guides
+    return ([cut] if cut.any() else []), guides
 
 
 def _check_inputs(topo: Topology, max_chunks: int | None) -> None:
@@ -105,7 +105,7 @@ def _check_inputs(topo: Topology, max_chunks: int | None) -> None:
 
 
 def _phase_one_budget(topo: Topology, max_chunks: int | None, stats: dict[str, Any],
-                      hint_cuts: list[np.ndarray] | None = None, prev_k: int | None = None
+                      hint_cuts: list[np.ndarray] | None = None
                       ) -> tuple[Fabric, float, PhaseOneResult, int, Fraction, int]:
     """Phase 1 (exact optimum, §4.3) and the chunk budget: ``(fabric, quantum, phase-1
     result, trees per root k, tree bandwidth y, budget max-flow calls)``."""
@@ -116,7 +116,7 @@ def _phase_one_budget(topo: Topology, max_chunks: int | None, stats: dict[str, A
     stats["phase1_maxflows"] = p1.maxflow_calls
 
     t = time.perf_counter()
-    k, y, calls = choose_trees(fab, p1, max_chunks, prefer=prev_k, extra_cuts=hint_cuts)
+    k, y, calls = choose_trees(fab, p1, max_chunks, extra_cuts=hint_cuts)
     if k == 0 or y <= 0:
         raise SolveError("no tree bandwidth admits the chunk budget; raise max_chunks")
     stats["budget_s"] = time.perf_counter() - t
@@ -242,7 +242,7 @@ def _warm_guess(topo: Topology, warm: Schedule, max_chunks: int | None,
                 stats: dict[str, Any], t_start: float) -> Schedule | None:
     """ForestColl-warm without Phase 1's max-flow sweep: guess ``x*`` as the smallest
     single-GPU ingress/egress or previous-cut ratio (an upper bound), take ``k`` trees
-    of bandwidth ``y = guess/k`` and pack them (reusing the previous shapes).  A
+    of bandwidth ``y = guess/k`` and repair-pack them (reusing the previous shapes).  A
     completed packing reaches the bound, so the guess is ``x*`` and the rate is cold's;
     otherwise ``None`` (the caller runs the exact Phase 1; nothing is reused from here).
     The previous schedule is kept outright if it already reaches the bound."""
@@ -275,10 +275,13 @@ def _warm_guess(topo: Topology, warm: Schedule, max_chunks: int | None,
     stats["phase2_s"] = time.perf_counter() - t
     stats["split"] = "spread"
     t = time.perf_counter()
-    classes = _pack_fast(lg, k, guides, stats, _warm_shapes(warm, topo, guides))
+    classes, info = repair_pack(lg.num_gpus, lg.tail, lg.head, lg.units, k,
+                                _warm_shapes(warm, topo, guides))
     stats["phase3_s"] = time.perf_counter() - t
-    if classes is None:
+    if classes is None:                   # a wrong guess fails here, before any greedy
         return None
+    stats.update(info)
+    stats["packing"] = "repair"
     stats["phase1_guess"] = "certified by packing"
     stats["k"], stats["k_exact"] = int(k), int(exact_k(fab, bound))
     return _finish(topo, warm, max_chunks, fab, bound, x_star, k, lg, classes, guides, stats,
@@ -299,14 +302,14 @@ def solve_allgather(topo: Topology, warm: Schedule | None = None, backend: str =
     _check_inputs(topo, max_chunks)
     t_start = time.perf_counter()
     stats: dict[str, Any] = {"warm": warm is not None}
-    hint_cuts, prev_k, guides = _warm_inputs(warm, topo)
+    hint_cuts, guides = _warm_inputs(warm, topo)
 
     if warm is not None and not step_aware:
         quick = _warm_guess(topo, warm, max_chunks, hint_cuts, guides, stats, t_start)
         if quick is not None:
             return quick
         stats["phase1_guess"] = "rejected"
-    fab, quantum, p1, k, y, calls = _phase_one_budget(topo, max_chunks, stats, hint_cuts, prev_k)
+    fab, quantum, p1, k, y, calls = _phase_one_budget(topo, max_chunks, stats, hint_cuts)
     x_star = _gbps(p1, quantum)
 
     if warm is not None and not step_aware:
