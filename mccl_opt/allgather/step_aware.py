@@ -36,7 +36,7 @@ from ..errors import SolveError
 from ..topology import Topology
 from .maxflow import INF, FlowNetwork
 from .splitting import LogicalGraph, SplitGraph
-from .trees import TreeClass, greedy_pack
+from .trees import TreeClass, greedy_pack, split_off_remainder
 
 __all__ = ["CutLoop", "StepAware", "step_aware_pack", "switch_removal_lp", "switch_removal_model",
            "tree_depths"]
@@ -355,14 +355,8 @@ def _capped_bfs(n, start, head, cap, allow, k, max_depth, max_classes, root, mul
                         return -2, 0
                     c2 = n_cls
                     n_cls += 1
-                    root[c2] = r
-                    mult[c2] = mult[c] - take
-                    parent[c2, :] = parent[c, :]
-                    depth[c2, :] = depth[c, :]
-                    order[c2, :] = order[c, :]
-                    count[c2] = count[c]
+                    split_off_remainder(c, c2, r, take, root, mult, parent, depth, order, count)
                     pos[c2] = pos[c]
-                    mult[c] = take
                     active[n_active + nxt] = c2
                     nxt += 1
                 cap[arc] -= take

@@ -46,6 +46,19 @@ class TreeClass:
 
 
 @njit(cache=True)
+def split_off_remainder(c, c2, r, take, root, mult, parent, depth, order, count):
+    """Tree class ``c`` (root ``r``) can only take ``take`` of its multiplicity over the
+    next arc: the rest becomes class ``c2`` with a copy of ``c``'s partial tree."""
+    root[c2] = r
+    mult[c2] = mult[c] - take
+    parent[c2, :] = parent[c, :]
+    depth[c2, :] = depth[c, :]
+    order[c2, :] = order[c, :]
+    count[c2] = count[c]
+    mult[c] = take
+
+
+@njit(cache=True)
 def _greedy_bfs(n, start, tail, head, cap, k, guide_start, guide_child, has_guide, max_classes,
             root, mult, parent, depth, order, count, pos, scanned, gpos, gscan, arc_of, shift):
     n_cls = n
@@ -111,17 +124,11 @@ def _greedy_bfs(n, start, tail, head, cap, k, guide_start, guide_child, has_guid
                     return -2, 0
                 c2 = n_cls
                 n_cls += 1
-                root[c2] = r
-                mult[c2] = mult[c] - take
-                parent[c2, :] = parent[c, :]
-                depth[c2, :] = depth[c, :]
-                order[c2, :] = order[c, :]
-                count[c2] = count[c]
+                split_off_remainder(c, c2, r, take, root, mult, parent, depth, order, count)
                 pos[c2] = pos[c]
                 scanned[c2] = scanned[c]
                 gpos[c2] = gpos[c]
                 gscan[c2] = gscan[c]
-                mult[c] = take
                 active[n_active + nxt] = c2   # temporarily past the current round
                 nxt += 1
             cap[arc] -= take
@@ -255,13 +262,7 @@ def _greedy_wide(n, start, tail, head, cap, k, guide_start, guide_child, has_gui
                     return -2, 0
                 c2 = n_cls
                 n_cls += 1
-                root[c2] = r
-                mult[c2] = mult[c] - take
-                parent[c2, :] = parent[c, :]
-                depth[c2, :] = depth[c, :]
-                order[c2, :] = order[c, :]
-                count[c2] = count[c]
-                mult[c] = take
+                split_off_remainder(c, c2, r, take, root, mult, parent, depth, order, count)
             cap[arc] -= take
             v = head[arc]
             parent[c, v] = arc
