@@ -12,10 +12,13 @@ Each :meth:`Rescheduler.submit` starts one *swap round* on a background thread:
    ``gate/<round>``: the first rank to decide writes ``go`` (all arrived) or ``abort``
    (timeout); every rank follows the stored value, so ranks never disagree.
 3. **OOB all-gather** (only on ``go``, so every rank is present and it cannot hang):
-   with issuing paused, ranks exchange ``(staged versions, last issued seq)`` with
-   ``all_gather_object`` on a gloo side group.  The newest version staged on *every*
+   with issuing paused, ranks exchange one fixed-size int64 row each with a single
+   tensor ``all_gather_into_tensor`` on a gloo side group (no pickling, one
+   collective): ``[round, collective, version, last issued seq, newest staged
+   versions...]`` (see :func:`encode_row`).  The newest version staged on *every*
    rank (the paper's minimum of the newest staged versions) is selected and
    ``K = max seq``: collectives up to ``K`` use the old schedule, later ones the new.
+   Every rank decides from the same gathered rows, so all ranks agree.
 
 If a rank did not stage the version (failure or ``stage_timeout``) the selected
 version is the old one; if a rank does not arrive within ``oob_timeout`` the round is
@@ -31,18 +34,66 @@ import threading
 import time
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
+import torch
 import torch.distributed as dist
 
 from mccl_opt.schedule import Schedule
 
+from .program import COLLECTIVES_EXEC
+
 if TYPE_CHECKING:
     from .communicator import Communicator
 
-__all__ = ["Rescheduler", "SwapEvent"]
+__all__ = ["Decision", "Rescheduler", "SwapEvent", "decide", "encode_row"]
 
 log = logging.getLogger(__name__)
+
+#: staged versions newer than the active one that a rank advertises (newest first); an
+#: older common version beyond these is ignored (the round then keeps the old schedule)
+MAX_ADVERTISED = 8
+_HEADER = 4                       # round, collective index, round's version, last seq
+_SEQ = 3
+ROW_LEN = _HEADER + MAX_ADVERTISED
+_NONE = -(2 ** 63)                # padding of unused version slots
+# one fixed-size tensor all-gather (torch >= 2.12 renamed all_gather_into_tensor)
+_all_gather_rows = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+
+
+def encode_row(rnd: int, collective: str, version: int, last_seq: int,
+               staged: Iterable[int]) -> torch.Tensor:
+    """This rank's OOB row: ``[round, collective index, round's version, last issued seq,
+    newest staged versions (at most MAX_ADVERTISED, descending, padded)]``, int64."""
+    newest = sorted(set(staged), reverse=True)[:MAX_ADVERTISED]
+    row = torch.full((ROW_LEN,), _NONE, dtype=torch.int64)
+    row[:_HEADER] = torch.tensor([rnd, COLLECTIVES_EXEC.index(collective), version, last_seq])
+    row[_HEADER:_HEADER + len(newest)] = torch.tensor(newest, dtype=torch.int64)
+    return row
+
+
+@dataclass(frozen=True)
+class Decision:
+    """Outcome of one OOB exchange, identical on every rank (computed from the same rows)."""
+
+    best: int | None              # newest version staged on every rank; None: keep old
+    k: int                        # last sequence number that runs the old schedule
+    missing: list[int]            # ranks that did not stage the round's version
+
+
+def decide(rows: torch.Tensor, rnd: int, collective: str, version: int) -> Decision:
+    """Choose the version and ``K`` from the gathered ``(world, ROW_LEN)`` rows (§6.2.2):
+    the newest version every rank staged and ``K = max`` of the last issued seqs."""
+    expect = torch.tensor([rnd, COLLECTIVES_EXEC.index(collective), version])
+    bad = [r for r in range(rows.shape[0]) if not torch.equal(rows[r, :3], expect)]
+    if bad:
+        raise RuntimeError(f"ranks {bad} are in a different swap round than (round {rnd}, "
+                           f"{collective} v{version}): {rows[:, :3].tolist()}; every rank "
+                           "must be given the same sequence of versions")
+    sets = [set(r[_HEADER:].tolist()) - {_NONE} for r in rows]
+    common = set.intersection(*sets)
+    return Decision(best=max(common) if common else None, k=int(rows[:, _SEQ].max()),
+                    missing=[r for r, vs in enumerate(sets) if version not in vs])
 
 
 @dataclass
@@ -181,29 +232,25 @@ class Rescheduler:
             return ev
 
         active = self.comm.active[coll]
-        mine_versions = sorted(v for (c, v) in self.staged if c == coll and v > active.version)
+        row = encode_row(rnd, coll, version, 0, (v for (c, v) in self.staged
+                                                 if c == coll and v > active.version))
+        flat = torch.empty(n * ROW_LEN, dtype=torch.int64)
         with self.comm.paused() as last_seq:
             t3 = time.perf_counter()
-            gathered: list = [None] * n
-            dist.all_gather_object(gathered, (rnd, coll, mine_versions, last_seq),
-                                   group=self.side_group)
+            row[_SEQ] = last_seq
+            _all_gather_rows(flat, row, group=self.side_group)
             ev.oob_s = time.perf_counter() - t3
-            if any(g[0] != rnd or g[1] != coll for g in gathered):
-                raise RuntimeError(f"ranks disagree on swap round {rnd}: {gathered}; every "
-                                   "rank must be given the same sequence of versions")
-            common = set(gathered[0][2]).intersection(*(set(g[2]) for g in gathered[1:]))
-            k = max(g[3] for g in gathered)
-            ev.from_version = active.version
-            if common:
-                best = max(common)
-                self.comm.schedule_switch(self.staged[(coll, best)], k)
-                for key in [key for key in self.staged if key[0] == coll and key[1] < best]:
-                    del self.staged[key]
-                ev.outcome, ev.k, ev.version = "switch", k, best
-            else:
-                ev.k = k
-                ev.ranks_missing = [r for r, g in enumerate(gathered) if version not in g[2]]
-                ev.reason = ev.reason or (f"version {version} is not staged on ranks "
-                                          f"{ev.ranks_missing}; keeping the old schedule")
+            dec = decide(flat.view(n, ROW_LEN), rnd, coll, version)
+            ev.from_version, ev.k = active.version, dec.k
+            if dec.best is not None:
+                self.comm.schedule_switch(self.staged[(coll, dec.best)], dec.k)
+                ev.outcome, ev.version = "switch", dec.best
+        if dec.best is not None:
+            for key in [key for key in self.staged if key[0] == coll and key[1] < dec.best]:
+                del self.staged[key]
+        else:
+            ev.ranks_missing = dec.missing
+            ev.reason = ev.reason or (f"version {version} is not staged on ranks "
+                                      f"{dec.missing}; keeping the old schedule")
         ev.total_s = time.perf_counter() - t0
         return ev
