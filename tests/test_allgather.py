@@ -13,7 +13,7 @@ from hypothesis import given, settings, strategies as st
 from instances import dgx, fail1, fail2, fail3, full_mesh, hpn, irregular, ring
 from mccl_opt import Schedule, TopologyError, validate
 from mccl_opt.allgather import solve_allgather
-from mccl_opt.allgather.mapping import map_classes, to_physical
+from mccl_opt.allgather.mapping import MappedTrees, map_classes, to_physical
 from mccl_opt.allgather.repair import repair_pack
 from mccl_opt.allgather.throughput import cut_tree_bandwidth
 from mccl_opt.topology import Link, Node, Topology
@@ -256,8 +256,14 @@ def test_vectorized_mapping_equals_general_mapping(topo):
     fast = map_classes(classes, lg)
     assert fast is not None
     slow = to_physical(classes, lg)
-    assert [(r, m, sorted(p)) for r, m, p in fast[0]] == [(r, m, sorted(p)) for r, m, p in slow]
-    for (_, _, paths), depth in zip(fast[0], fast[1]):       # parents listed first
+    mapped = fast[0]
+    trees = [(r, m, [mapped.paths[j] for j in e])
+             for r, m, e in zip(mapped.roots, mapped.mults, mapped.edges)]
+    assert [(r, m, sorted(p)) for r, m, p in trees] == [(r, m, sorted(p)) for r, m, p in slow]
+    ref = MappedTrees.from_physical(slow)
+    weight = dict(zip(ref.paths, ref.used.tolist()))
+    assert {p: u for p, u in zip(mapped.paths, mapped.used.tolist()) if u} == weight
+    for (_, _, paths), depth in zip(trees, fast[1]):       # parents listed first
         seen = {paths[0][0]}
         for p in paths:
             assert p[0] in seen

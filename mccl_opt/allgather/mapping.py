@@ -13,6 +13,7 @@ bundle — always the case for unit trees, i.e. at scale — and defers to the g
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
@@ -21,8 +22,8 @@ from ..schedule import TreeChunk
 from .splitting import LogicalGraph, _peel
 from .trees import TreeClass
 
-__all__ = ["PhysicalTree", "to_physical", "map_classes", "tree_depths", "tree_chunks",
-           "path_weights", "tree_loads"]
+__all__ = ["PhysicalTree", "MappedTrees", "to_physical", "map_classes", "tree_depths",
+           "tree_chunks", "tree_loads"]
 
 PhysicalTree = tuple[int, int, list[tuple[int, ...]]]   # (root rank, mult, edge paths)
 
@@ -66,35 +67,50 @@ def to_physical(classes: Sequence[TreeClass], lg: LogicalGraph) -> list[Physical
     return out
 
 
-def tree_chunks(trees: Sequence[PhysicalTree], k: int, node_ids: Sequence[str],
+@dataclass(frozen=True)
+class MappedTrees:
+    """Physical trees by path index: tree ``i`` is rooted at rank ``roots[i]``, has
+    multiplicity ``mults[i]`` and its edges ride ``paths[j]`` for ``j in edges[i]``
+    (parents first); ``used[j]`` counts the trees (with multiplicity) riding path ``j``."""
+
+    roots: list[int]
+    mults: list[int]
+    edges: list[list[int]]
+    paths: list[tuple[int, ...]]
+    used: np.ndarray
+
+    @classmethod
+    def from_physical(cls, trees: Sequence[PhysicalTree]) -> "MappedTrees":
+        """Index the paths of :func:`to_physical`'s trees (first use order)."""
+        index: dict[tuple[int, ...], int] = {}
+        edges = [[index.setdefault(p, len(index)) for p in paths] for _, _, paths in trees]
+        used = np.zeros(len(index), np.int64)
+        for (_, mult, _), idx in zip(trees, edges):
+            np.add.at(used, np.array(idx, np.int64), mult)
+        return cls([t[0] for t in trees], [t[1] for t in trees], edges, list(index), used)
+
+
+def tree_chunks(mapped: MappedTrees, k: int, node_ids: Sequence[str],
                 gpu_ids: Sequence[str]) -> list[TreeChunk]:
-    """``TreeChunk`` objects (share ``mult/k``), ordered by root rank then share."""
-    names: dict[tuple[int, ...], tuple[str, ...]] = {}
-    for _, _, paths in trees:
-        for p in paths:
-            if p not in names:
-                names[p] = tuple(node_ids[v] for v in p)
-    return [TreeChunk(gpu_ids[root], mult / k, tuple([names[p] for p in paths]))
-            for root, mult, paths in trees]
+    """``TreeChunk`` objects (share ``mult/k``), one per mapped tree, in order."""
+    names = [tuple([node_ids[v] for v in p]) for p in mapped.paths]
+    return [TreeChunk(gpu_ids[root], mult / k, tuple([names[j] for j in idx]))
+            for root, mult, idx in zip(mapped.roots, mapped.mults, mapped.edges)]
 
 
-def path_weights(trees: Sequence[PhysicalTree]) -> dict[tuple[int, ...], int]:
-    """Trees (counted with multiplicity) using each physical path."""
-    weight: dict[tuple[int, ...], int] = {}
-    for _, mult, paths in trees:
-        for p in paths:
-            weight[p] = weight.get(p, 0) + mult
-    return weight
-
-
-def tree_loads(weight: dict[tuple[int, ...], int], k: int,
-               link_of: dict[tuple[int, int], int], num_links: int) -> np.ndarray:
-    """Share load of every physical link (``mult/k`` per tree edge crossing it)."""
-    loads = np.zeros(num_links)
-    for p, w in weight.items():
-        for a, b in zip(p[:-1], p[1:]):
-            loads[link_of[(a, b)]] += w / k
-    return loads
+def tree_loads(mapped: MappedTrees, k: int, link_of: np.ndarray, num_links: int) -> np.ndarray:
+    """Share load of every physical link (``mult/k`` per tree edge crossing it);
+    ``link_of[a, b]`` is the link index of ``a -> b``."""
+    hot = np.flatnonzero(mapped.used).tolist()
+    lens = np.array([len(mapped.paths[j]) - 1 for j in hot], np.int64)
+    nodes = np.fromiter((v for j in hot for v in mapped.paths[j]), np.int64,
+                        count=int(lens.sum() + len(hot)))
+    starts = np.cumsum(lens + 1)[:-1]           # index of every path's first node but one
+    pair = np.ones(max(nodes.size - 1, 0), bool)  # (nodes[i], nodes[i+1]) is a path link
+    pair[starts - 1] = False
+    links = link_of[nodes[:-1][pair], nodes[1:][pair]]
+    weight = np.repeat(mapped.used[hot], lens) / k
+    return np.bincount(links, weights=weight, minlength=num_links)
 
 
 def tree_depths(parents: np.ndarray, tail: np.ndarray) -> np.ndarray:
@@ -113,10 +129,9 @@ def tree_depths(parents: np.ndarray, tail: np.ndarray) -> np.ndarray:
 
 
 def map_classes(classes: Sequence[TreeClass], lg: LogicalGraph
-                ) -> tuple[list[PhysicalTree], np.ndarray, dict[tuple[int, ...], int]] | None:
-    """Vectorized :func:`to_physical` (classes keep their multiplicity), the depth of
-    every tree and :func:`path_weights`; ``None`` if some class straddles two paths of
-    a bundle."""
+                ) -> tuple[MappedTrees, np.ndarray] | None:
+    """Vectorized :func:`to_physical` (classes keep their multiplicity) and the depth
+    of every tree; ``None`` if some class straddles two paths of a bundle."""
     parents = np.array([c.parent_arc for c in classes], np.int64)
     mult = np.array([c.mult for c in classes], np.int64)
     c_idx, v_idx = np.nonzero(parents >= 0)
@@ -139,10 +154,10 @@ def map_classes(classes: Sequence[TreeClass], lg: LogicalGraph
         return None
     depth = tree_depths(parents, lg.tail)
     order = np.lexsort((v_idx, depth[c_idx, v_idx], c_idx))
-    bounds = np.searchsorted(c_idx[order], np.arange(len(classes) + 1))
+    bounds = np.searchsorted(c_idx[order], np.arange(len(classes) + 1)).tolist()
     seg_sorted = seg[order].tolist()
-    trees = [(cls.root, cls.mult, [seg_paths[x] for x in seg_sorted[bounds[i]:bounds[i + 1]]])
-             for i, cls in enumerate(classes)]
     used = np.bincount(seg, weights=m, minlength=len(seg_paths)).astype(np.int64)
-    weight = {seg_paths[i]: int(used[i]) for i in np.flatnonzero(used).tolist()}
-    return trees, depth.max(axis=1), weight
+    mapped = MappedTrees([c.root for c in classes], mult.tolist(),
+                         [seg_sorted[bounds[i]:bounds[i + 1]] for i in range(len(classes))],
+                         seg_paths, used)
+    return mapped, depth.max(axis=1)

@@ -19,7 +19,7 @@ from ..schedule import Schedule, bottleneck_links, schedule_rate
 from ..topology import Topology
 from .budget import choose_trees, exact_k, guess_trees
 from .fabric import fabric_of
-from .mapping import map_classes, path_weights, to_physical, tree_chunks, tree_loads
+from .mapping import MappedTrees, map_classes, to_physical, tree_chunks, tree_loads
 from .splitting import LogicalGraph, SplitGraph, balance_switches, split_all
 from .throughput import Fabric, PhaseOneResult, cut_upper_bound, optimal_rate
 from .repair import repair_pack
@@ -344,14 +344,14 @@ def _finish(topo: Topology, warm: Schedule | None, max_chunks: int | None, fab: 
     t = time.perf_counter()
     mapped = map_classes(classes, lg)
     if mapped is None:
-        trees, depths = to_physical(classes, lg), None
-        weights = path_weights(trees)
+        trees, depths = MappedTrees.from_physical(to_physical(classes, lg)), None
     else:
-        trees, depths, weights = mapped
+        trees, depths = mapped
     node_ids = [n.id for n in topo.nodes]
     chunks = tree_chunks(trees, k, node_ids, topo.gpus)
-    link = {(int(a), int(b)): i for i, (a, b) in enumerate(zip(arr.tail, arr.head))}
-    loads = tree_loads(weights, k, link, topo.num_links)
+    link = np.full((topo.num_nodes, topo.num_nodes), -1, np.int64)
+    link[arr.tail, arr.head] = np.arange(arr.tail.size)
+    loads = tree_loads(trees, k, link, topo.num_links)
     rate = schedule_rate(topo, loads)
     if depths is None:
         depths = np.array([max(c.depths().values()) for c in chunks])
