@@ -216,10 +216,13 @@ def balance_switches(g: SplitGraph) -> bool:
 def _switch_order(g: SplitGraph) -> list[int]:
     """Switches whose neighbours are switches first (aggregation before ToR before
     NVSwitch), ties by index: deterministic."""
-    sw = np.flatnonzero(g.is_switch).tolist()
-    nsw = {w: sum(1 for (a, b) in g.units if (a == w and g.is_switch[b]) or
-                  (b == w and g.is_switch[a])) for w in sw}
-    return sorted(sw, key=lambda w: (-nsw[w], w))
+    nsw = np.zeros(g.n, np.int64)
+    for a, b in g.units:
+        if g.is_switch[a] and g.is_switch[b]:
+            nsw[a] += 1
+            nsw[b] += 1
+    sw = np.flatnonzero(g.is_switch)
+    return sw[np.lexsort((sw, -nsw[sw]))].tolist()
 
 
 def _spread_split(g: SplitGraph, w: int) -> None:
@@ -268,25 +271,29 @@ def _split_star(g: SplitGraph, w: int, ins: list, outs: list, pairs: list[tuple[
     same logical arcs and bundles as :meth:`SplitGraph.split` pair by pair (in pair
     order), without peeling bundles one amount at a time.  Units left on an in-arc are
     forced loops ``u -> w -> u`` and vanish."""
-    path_in = {a[0]: g.bundles[a][0][0] for a in ins}
-    path_out = {b[1]: g.bundles[b][0][0] for b in outs}
+    units, bundles, heads_of, tails_of = g.units, g.bundles, g.outs, g.ins
+    path_in = {a[0]: bundles[a][0][0] for a in ins}
+    path_out = {b[1]: bundles[b][0][0] for b in outs}
     for (u, t), amt in zip(pairs, amounts):
         if amt <= 0:
             continue
         walk = path_in[u] + path_out[t][1:]
         path = walk if len(set(walk)) == len(walk) else _simple(walk)
         key = (u, t)
-        bundle = g.bundles.get(key)
-        if bundle is None:
-            g.bundles[key] = [[path, amt]]
+        old = units.get(key)
+        if old is None:                  # a new logical arc (what SplitGraph._set does)
+            units[key] = amt
+            bundles[key] = [[path, amt]]
+            tails_of.setdefault(t, set()).add(u)
+            heads_of.setdefault(u, set()).add(t)
+            continue
+        units[key] = old + amt
+        for entry in bundles[key]:
+            if entry[0] == path:
+                entry[1] += amt
+                break
         else:
-            for entry in bundle:
-                if entry[0] == path:
-                    entry[1] += amt
-                    break
-            else:
-                bundle.append([path, amt])
-        g._set(key, g.units.get(key, 0) + amt)
+            bundles[key].append([path, amt])
     for key in ins + outs:
         g._set(key, 0)
 
@@ -346,13 +353,14 @@ class LogicalGraph:
 
     @classmethod
     def from_split(cls, g: SplitGraph, rank_of: np.ndarray) -> "LogicalGraph":
-        keys = sorted(g.units, key=lambda kv: (rank_of[kv[0]], rank_of[kv[1]]))
-        assert all(not g.is_switch[a] and not g.is_switch[b] for a, b in keys)
-        return cls(int(g.gpus.size),
-                   np.array([rank_of[a] for a, _ in keys], np.int64),
-                   np.array([rank_of[b] for _, b in keys], np.int64),
-                   np.array([g.units[key] for key in keys], np.int64),
-                   [g.bundles[key] for key in keys])
+        keys = list(g.units)
+        ends = np.array(keys, np.int64).reshape(-1, 2)
+        assert not g.is_switch[ends].any(), "switches left after splitting"
+        tail, head = rank_of[ends[:, 0]], rank_of[ends[:, 1]]
+        order = np.lexsort((head, tail))
+        units = np.fromiter(g.units.values(), np.int64, count=len(keys))
+        return cls(int(g.gpus.size), tail[order].astype(np.int64), head[order].astype(np.int64),
+                   units[order], [g.bundles[keys[i]] for i in order.tolist()])
 
     def admits(self, k: int) -> bool:
         """Rooted cut test: ``k`` trees per root fit (Edmonds' branching theorem)."""
