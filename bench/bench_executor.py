@@ -109,7 +109,7 @@ def main() -> None:
 
     ev = run_ranks(_hot_swap, args.world, args.swaps, timeout=600)
     flat = [e for rank in ev for e in rank]
-    switched = sum(e[4] == "switch" for e in flat)
+    switched = sum(e[-1] == "switch" for e in flat)
     print(f"\nhot-swap on {args.world} gloo ranks: {switched}/{len(flat)} rank-rounds switched "
           "(paper: swap 11.6 ms, OOB 5.74 ms)")
     for i, name in enumerate(("stage", "arrive", "oob (paused)", "total")):
