@@ -283,27 +283,40 @@ def _seed(n: int, k: int, tail: np.ndarray, head: np.ndarray, cap: np.ndarray,
     """Unit-tree seed rows (sorted-arc parents, -1 elsewhere) from previous shapes whose
     every link exists and still has units; returns the rows and how many were seeded."""
     seed = np.full((n * k, n), -1, np.int64)
-    if shapes is None:
+    if shapes is None or len(shapes[0]) == 0:
         return seed, 0
+    roots = np.asarray(shapes[0], np.int64)
+    parents = np.asarray(shapes[1], np.int64)
     arc_of = np.full((n, n), -1, np.int64)
     arc_of[tail, head] = np.arange(tail.size)
-    left = cap.copy()
+    has = parents >= 0
+    arcs = np.where(has, arc_of[np.maximum(parents, 0), np.arange(n)[None, :]], -1)
+    usable = (has.sum(axis=1) == n - 1) & ~(has & (arcs < 0)).any(axis=1)
+    taken = _seed_rows(k, roots, arcs, usable, cap.copy(), seed)
+    return seed, int(taken.sum())
+
+
+@njit(cache=True)
+def _seed_rows(k, roots, arcs, usable, left, seed):
+    """In order, give each usable shape as many of its root's ``k`` unit trees as its
+    links' remaining units allow (``left`` is consumed); fills ``seed``, returns the
+    number of seeded unit trees per root."""
+    n = arcs.shape[1]
     taken = np.zeros(n, np.int64)
-    ranks = np.arange(n)
-    for r, parents in zip(*shapes):
-        r = int(r)
-        if taken[r] == k:
+    for i in range(roots.size):
+        r = roots[i]
+        if not usable[i] or taken[r] == k:
             continue
-        kids = ranks[parents >= 0]
-        arcs = arc_of[parents[kids], kids]
-        if kids.size != n - 1 or (arcs < 0).any():
-            continue
-        m = min(k - int(taken[r]), int(left[arcs].min()))
+        m = k - taken[r]
+        for v in range(n):
+            if arcs[i, v] >= 0 and left[arcs[i, v]] < m:
+                m = left[arcs[i, v]]
         if m <= 0:
             continue
-        left[arcs] -= m
-        row = np.full(n, -1, np.int64)
-        row[kids] = arcs
-        seed[r * k + taken[r]: r * k + taken[r] + m] = row
+        for v in range(n):
+            if arcs[i, v] >= 0:
+                left[arcs[i, v]] -= m
+        for j in range(r * k + taken[r], r * k + taken[r] + m):
+            seed[j, :] = arcs[i, :]
         taken[r] += m
-    return seed, int(taken.sum())
+    return taken
