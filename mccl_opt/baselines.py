@@ -21,10 +21,10 @@ Each hop between two GPUs takes the fewest-hop, then lowest-latency, switch-only
 
 from __future__ import annotations
 
-import heapq
 from typing import Sequence
 
 from .errors import TopologyError
+from .paths import path_nodes, switch_paths_from
 from .schedule import (PathChunk, Schedule, TreeChunk, bottleneck_links, schedule_rate,
                        share_loads)
 from .topology import Topology
@@ -35,48 +35,15 @@ Path = tuple[str, ...]
 
 
 # ---------------------------------------------------------------------- paths
-def _switch_paths_from(topo: Topology, src: int) -> dict[int, Path]:
-    """Fewest-hop, then lowest-latency paths from GPU ``src`` to every GPU it reaches
-    through switches only (Dijkstra on ``(hops, latency, node)``)."""
-    arr = topo.arrays
-    ids = [n.id for n in topo.nodes]
-    best: dict[int, tuple[int, float]] = {src: (0, 0.0)}
-    pred: dict[int, int] = {}
-    heap = [(0, 0.0, src)]
-    out: dict[int, Path] = {}
-    while heap:
-        hops, lat, v = heapq.heappop(heap)
-        if best.get(v, (hops, lat)) < (hops, lat):
-            continue
-        if v != src and not arr.is_switch[v]:
-            path = [v]
-            while path[-1] != src:
-                path.append(pred[path[-1]])
-            out[int(v)] = tuple(ids[u] for u in reversed(path))
-            continue
-        for a in arr.out_arcs[arr.out_start[v]:arr.out_start[v + 1]]:
-            w = int(arr.head[a])
-            key = (hops + 1, lat + float(arr.latency[a]))
-            if w not in best or key < best[w]:
-                best[w] = key
-                pred[w] = int(v)
-                heapq.heappush(heap, (key[0], key[1], w))
-    out.pop(src, None)
-    return out
-
-
 class _Paths:
-    """Switch-only GPU-to-GPU paths, computed per source on demand."""
+    """Switch-only GPU-to-GPU paths as node ids (:func:`mccl_opt.paths.switch_paths_from`)."""
 
     def __init__(self, topo: Topology) -> None:
         self.topo = topo
-        self._by_src: dict[int, dict[int, Path]] = {}
 
     def get(self, u: str, v: str) -> Path | None:
-        ui, vi = self.topo.node_index(u), self.topo.node_index(v)
-        if ui not in self._by_src:
-            self._by_src[ui] = _switch_paths_from(self.topo, ui)
-        return self._by_src[ui].get(vi)
+        arcs = switch_paths_from(self.topo, self.topo.node_index(u)).get(self.topo.node_index(v))
+        return None if arcs is None else path_nodes(self.topo, arcs)
 
     def need(self, u: str, v: str, why: str) -> Path:
         p = self.get(u, v)

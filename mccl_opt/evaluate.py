@@ -20,13 +20,13 @@ message_bytes / N`` per ordered pair (DESIGN.md §2).
 
 from __future__ import annotations
 
-from collections import deque
 from typing import Any, Sequence
 
 import numpy as np
 
 from .baselines import direct_alltoall, pxn_alltoall, ring_allgather
-from .errors import ScheduleError
+from .errors import ScheduleError, TopologyError
+from .paths import path_nodes, switch_path
 from .schedule import (PathChunk, Schedule, TreeChunk, chunk_counts, schedule_rate,
                        share_loads)
 from .topology import Topology
@@ -39,29 +39,11 @@ DEFAULT_GAMMA = 0.05
 
 # ---------------------------------------------------------------------- no re-opt
 def _switch_route(topo: Topology, u: str, v: str) -> tuple[str, ...]:
-    """Fewest-hop route ``u -> v`` whose interior nodes are switches (BFS, node order)."""
-    arr = topo.arrays
-    src, dst = topo.node_index(u), topo.node_index(v)
-    pred = {src: -1}
-    queue = deque([src])
-    while queue:
-        x = queue.popleft()
-        if x == dst:
-            break
-        if x != src and not arr.is_switch[x]:
-            continue
-        for a in arr.out_arcs[arr.out_start[x]:arr.out_start[x + 1]]:
-            y = int(arr.head[a])
-            if y not in pred:
-                pred[y] = x
-                queue.append(y)
-    if dst not in pred:
-        raise ScheduleError(f"cannot transplant hop {u}->{v}: no route through switches in {topo.name!r}")
-    route = [dst]
-    while route[-1] != src:
-        route.append(pred[route[-1]])
-    ids = [n.id for n in topo.nodes]
-    return tuple(ids[x] for x in reversed(route))
+    """The switch-only route ``u -> v`` the network takes (:func:`mccl_opt.paths.switch_path`)."""
+    try:
+        return path_nodes(topo, switch_path(topo, topo.node_index(u), topo.node_index(v)))
+    except TopologyError as exc:
+        raise ScheduleError(f"cannot transplant hop {u}->{v}: {exc}") from None
 
 
 def _reroute(topo: Topology, path: Sequence[str], rename: dict[str, str]) -> tuple[str, ...]:
@@ -76,7 +58,7 @@ def transplant(schedule: Schedule, topo: Topology) -> Schedule:
     """Run an existing schedule on a changed fabric ("no re-opt").
 
     GPUs are matched by rank (Fail3's backup takes the failed GPU's rank); a hop that is
-    no longer a link is replaced by the fewest-hop switch route the network would use
+    no longer a link is replaced by the fewest-hop (then lowest-latency) switch route the network would use
     (e.g. ``g0 -> tor`` becomes ``g0-bk -> bk-tor -> tor``).  Rates are recomputed.
     """
     if len(schedule.gpus) != topo.num_gpus:

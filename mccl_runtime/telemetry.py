@@ -34,7 +34,6 @@ Rejected samples are counted per reason (:data:`REASONS`) and never raise out of
 
 from __future__ import annotations
 
-import heapq
 import math
 import time
 from collections import Counter
@@ -43,7 +42,8 @@ from typing import Any, Callable, Iterable, Mapping
 
 import numpy as np
 
-from mccl_opt.errors import TelemetryError
+from mccl_opt.errors import TelemetryError, TopologyError
+from mccl_opt.paths import switch_path
 from mccl_opt.topology import Topology
 
 __all__ = ["Sample", "RejectedSample", "IngestReport", "LinkMap", "MeasurementStore", "REASONS",
@@ -156,36 +156,12 @@ class LinkMap:
         return cands[0][1]
 
     def _switch_path(self, src: str, dst: str) -> tuple[int, ...]:
-        """Fewest-hop, then lowest-latency path whose interior nodes are switches."""
-        topo, arr = self.topo, self.topo.arrays
-        s, d = topo.node_index(src), topo.node_index(dst)
-        best: dict[int, tuple[int, float]] = {s: (0, 0.0)}
-        parent: dict[int, int] = {}
-        heap: list[tuple[int, float, int]] = [(0, 0.0, s)]
-        while heap:
-            hops, lat, u = heapq.heappop(heap)
-            if best.get(u) != (hops, lat) or u == d:
-                continue
-            if u != s and not arr.is_switch[u]:
-                continue
-            for k in range(arr.out_start[u], arr.out_start[u + 1]):
-                a = int(arr.out_arcs[k])
-                v = int(arr.head[a])
-                cand = (hops + 1, lat + float(arr.latency[a]))
-                if v not in best or cand < best[v]:
-                    best[v] = cand
-                    parent[v] = a
-                    heapq.heappush(heap, (cand[0], cand[1], v))
-        if d not in parent:
-            raise RejectedSample("unknown_link", f"no switch-only path {src!r} -> {dst!r} in {topo.name!r}")
-        path = []
-        v = d
-        while v != s:
-            a = parent[v]
-            path.append(a)
-            v = int(arr.tail[a])
-        return tuple(reversed(path))
-
+        """The pair's overlay link: :func:`mccl_opt.paths.switch_path` as arc indices."""
+        topo = self.topo
+        try:
+            return switch_path(topo, topo.node_index(src), topo.node_index(dst))
+        except TopologyError as exc:
+            raise RejectedSample("unknown_link", str(exc)) from None
 
 class MeasurementStore:
     """EWMA store of telemetry channels and the measured capacities ``M`` (paper §3.2).

@@ -3,7 +3,6 @@ time bound, dwell, AllReduce decomposition, persistence."""
 
 from __future__ import annotations
 
-import heapq
 import threading
 import time
 
@@ -13,6 +12,7 @@ import pytest
 import mccl_opt as mo
 from instances import hpn
 from mccl_opt.errors import TopologyError
+from mccl_opt.paths import switch_paths_from
 from mccl_opt.schedule import Schedule, TreeChunk, bottleneck_links, schedule_rate, share_loads
 from mccl_opt.topology import Topology
 from mccl_runtime.manager import Policy, ScheduleManager
@@ -23,32 +23,9 @@ from mccl_runtime.telemetry import MeasurementStore
 # GPU-to-GPU hops): a hand-built schedule that works on pruned fabrics too.
 def _gpu_hops(topo: Topology, src: int) -> dict[int, list[int]]:
     """Shortest switch-only paths (as node lists) from GPU node ``src`` to every GPU."""
-    arr = topo.arrays
-    best: dict[int, tuple[int, float]] = {src: (0, 0.0)}
-    parent: dict[int, int] = {}
-    heap = [(0, 0.0, src)]
-    while heap:
-        hops, lat, u = heapq.heappop(heap)
-        if best[u] != (hops, lat) or (u != src and not arr.is_switch[u]):
-            continue
-        for k in range(arr.out_start[u], arr.out_start[u + 1]):
-            a = int(arr.out_arcs[k])
-            v = int(arr.head[a])
-            cand = (hops + 1, lat + float(arr.latency[a]))
-            if v not in best or cand < best[v]:
-                best[v] = cand
-                parent[v] = u
-                heapq.heappush(heap, (cand[0], cand[1], v))
-    paths = {}
-    for g in arr.gpu_nodes:
-        g = int(g)
-        if g == src or g not in parent:
-            continue
-        path = [g]
-        while path[-1] != src:
-            path.append(parent[path[-1]])
-        paths[g] = path[::-1]
-    return paths
+    tail, head = topo.arrays.tail, topo.arrays.head
+    return {g: [int(tail[arcs[0]]), *(int(head[a]) for a in arcs)]
+            for g, arcs in switch_paths_from(topo, src).items()}
 
 
 def bfs_allgather(topo: Topology) -> Schedule:
