@@ -233,52 +233,52 @@ def _spread_split(g: SplitGraph, w: int) -> None:
     b_t = np.array([g.units[x] for x in outs], np.int64)
     total = int(a_u.sum())
     nu, nt = len(us), len(ts)
-    pairs = [(i, j) for i in range(nu) for j in range(nt) if us[i] != ts[j]]
-    tail = np.array([i for i, _ in pairs], np.int64)
-    head = np.array([nu + j for _, j in pairs], np.int64)
+    us_a, ts_a = np.array(us, np.int64), np.array(ts, np.int64)
+    tail, col = np.nonzero(us_a[:, None] != ts_a[None, :])   # pairs u != t, row-major
+    head = nu + col
+    npairs = tail.size
     net = FlowNetwork(nu + nt, tail, head)
     b_of = dict(zip(ts, b_t.tolist()))
-    amounts = np.zeros(len(pairs), np.int64)
+    rest = np.maximum(total - np.array([b_of.get(u, 0) for u in us], np.int64), 1)
+    amounts = np.zeros(npairs, np.int64)
     supply, demand = a_u.copy(), b_t.copy()
     for stage in (0, 1):
         caps = net.caps()
-        if stage == 0:
-            for p, (i, j) in enumerate(pairs):
-                rest = total - b_of.get(us[i], 0)
-                caps[p] = -(-int(a_u[i]) * int(b_t[j]) // max(rest, 1))
-        else:
-            caps[: len(pairs)] = INF
+        caps[:npairs] = -(-a_u[tail] * b_t[col] // rest[tail]) if stage == 0 else INF
         caps[net.s_arc0: net.s_arc0 + nu] = supply
         caps[net.t_arc0 + nu: net.t_arc0 + nu + nt] = demand
         net.max_flow(caps)
-        flow = net._res[1: 2 * len(pairs): 2].copy()
+        flow = net._res[1: 2 * npairs: 2].copy()
         amounts += flow
         np.subtract.at(supply, tail, flow)
-        np.subtract.at(demand, head - nu, flow)
+        np.subtract.at(demand, col, flow)
+    pos = np.flatnonzero(amounts > 0)
+    src, dst = us_a[tail[pos]].tolist(), ts_a[col[pos]].tolist()
     if all(len(g.bundles[x]) == 1 for x in ins) and all(len(g.bundles[x]) == 1 for x in outs):
-        _split_star(g, w, ins, outs, [(us[i], ts[j]) for i, j in pairs], amounts.tolist())
+        _split_star(g, ins, outs, src, dst, amounts[pos].tolist())
         return
-    for p, (i, j) in enumerate(pairs):
-        g.split(us[i], w, ts[j], int(amounts[p]))
+    for u, t, amt in zip(src, dst, amounts[pos].tolist()):
+        g.split(u, w, t, amt)
     for i, u in enumerate(us):           # forced loops u -> w -> u (u dominates w)
         if supply[i]:
             g.split(u, w, u, int(supply[i]))
 
 
-def _split_star(g: SplitGraph, w: int, ins: list, outs: list, pairs: list[tuple[int, int]],
+def _split_star(g: SplitGraph, ins: list, outs: list, src: list[int], dst: list[int],
                 amounts: list[int]) -> None:
-    """Split every unit of ``w`` at once when each incident arc rides on one path: the
-    same logical arcs and bundles as :meth:`SplitGraph.split` pair by pair (in pair
-    order), without peeling bundles one amount at a time.  Units left on an in-arc are
-    forced loops ``u -> w -> u`` and vanish."""
+    """Split every unit of a switch at once when each incident arc (``ins``, ``outs``)
+    rides on one path: ``amounts[i] > 0`` units of ``src[i] -> dst[i]``, giving the same
+    logical arcs and bundles as :meth:`SplitGraph.split` pair by pair (in pair order),
+    without peeling bundles one amount at a time.  Units left on an in-arc are forced
+    loops ``u -> w -> u`` and vanish."""
     units, bundles, heads_of, tails_of = g.units, g.bundles, g.outs, g.ins
     path_in = {a[0]: bundles[a][0][0] for a in ins}
     path_out = {b[1]: bundles[b][0][0] for b in outs}
-    for (u, t), amt in zip(pairs, amounts):
-        if amt <= 0:
-            continue
+    direct = all(len(p) == 2 for p in path_in.values()) and \
+        all(len(p) == 2 for p in path_out.values())     # u -> w -> t is simple (u != t)
+    for u, t, amt in zip(src, dst, amounts):
         walk = path_in[u] + path_out[t][1:]
-        path = walk if len(set(walk)) == len(walk) else _simple(walk)
+        path = walk if direct or len(set(walk)) == len(walk) else _simple(walk)
         key = (u, t)
         old = units.get(key)
         if old is None:                  # a new logical arc (what SplitGraph._set does)
