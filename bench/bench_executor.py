@@ -8,7 +8,11 @@ Everything runs as forked processes on this machine, so absolute times reflect t
 machine's cores (8 ranks on 2 cores oversubscribe it); the table reports medians and
 ratios.  Hot-swap rows: ``stage`` compiles the staged version for the last size,
 ``arrive`` waits for every rank to reach the round (store, not paused), ``oob`` is the
-all-gather during which issuing is paused, ``total`` is the swap round end to end.
+exchange during which issuing is paused, ``total`` is the swap round end to end.  The
+last table times the paused exchange alone, interleaved so that all three see the same
+load: the former pickled ``all_gather_object`` (two collectives), a ring
+``all_gather_single`` of the int64 row, and the one-hop ``all_to_all_single`` of the
+replicated row that the rescheduler uses.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ import executor_cuda.communicator  # noqa: E402,F401  (imported before forking)
 import executor_cuda.rescheduler  # noqa: E402,F401
 from executor_cuda.launch import run_ranks  # noqa: E402
 from executor_cuda.rail_schedules import rail_allgather, rail_alltoall  # noqa: E402
+from executor_cuda.rescheduler import ROW_LEN, encode_row  # noqa: E402
 from instances import hpn  # noqa: E402
 
 SIZES_KB = (16, 256, 2048)
@@ -91,6 +96,31 @@ def _hot_swap(rank: int, world: int, swaps: int) -> list[tuple]:
     return out
 
 
+def _oob_exchange(rank: int, world: int, iters: int) -> dict[str, float]:
+    """Median seconds of each way to exchange the OOB rows, interleaved per iteration."""
+    from datetime import timedelta
+
+    group = dist.new_group(list(range(world)), backend="gloo", timeout=timedelta(seconds=30))
+    row = encode_row(1, "alltoall", 2, 1234, [2])
+    send, rows = row.repeat(world, 1), torch.empty((world, ROW_LEN), dtype=torch.int64)
+    ways = {
+        "all_gather_object (before)": lambda: dist.all_gather_object(
+            [None] * world, (1, "alltoall", [2], 1234), group=group),
+        "all_gather_single int64 row": lambda: dist.all_gather_single(
+            rows.view(-1), row, group=group),
+        "all_to_all_single int64 row (now)": lambda: dist.all_to_all_single(
+            rows.view(-1), send.view(-1), group=group),
+    }
+    times: dict[str, list[float]] = {name: [] for name in ways}
+    for _ in range(iters):
+        for name, fn in ways.items():
+            dist.barrier(group=group)
+            t = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - t)
+    return {name: statistics.median(ts) for name, ts in times.items()}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--world", type=int, default=8)
@@ -115,6 +145,14 @@ def main() -> None:
     for i, name in enumerate(("stage", "arrive", "oob (paused)", "total")):
         vals = [e[i] * 1e3 for e in flat]
         print(f"  {name:13} median {statistics.median(vals):7.2f} ms   max {max(vals):7.2f} ms")
+
+    oob = run_ranks(_oob_exchange, args.world, 3 * args.iters, timeout=600)
+    print(f"\nOOB exchange alone on {args.world} gloo ranks (median over ranks of each "
+          f"rank's median of {3 * args.iters})")
+    ref = statistics.median(r["all_gather_object (before)"] for r in oob)
+    for name in oob[0]:
+        t = statistics.median(r[name] for r in oob)
+        print(f"  {name:34} {t * 1e3:7.2f} ms   {t / ref:5.2f} x before")
 
 
 if __name__ == "__main__":
