@@ -94,7 +94,8 @@ def tree_chunks(mapped: MappedTrees, k: int, node_ids: Sequence[str],
                 gpu_ids: Sequence[str]) -> list[TreeChunk]:
     """``TreeChunk`` objects (share ``mult/k``), one per mapped tree, in order."""
     names = [tuple([node_ids[v] for v in p]) for p in mapped.paths]
-    return [TreeChunk(gpu_ids[root], mult / k, tuple([names[j] for j in idx]))
+    name = names.__getitem__
+    return [TreeChunk(gpu_ids[root], mult / k, tuple(map(name, idx)))
             for root, mult, idx in zip(mapped.roots, mapped.mults, mapped.edges)]
 
 

@@ -253,10 +253,10 @@ def _spread_split(g: SplitGraph, w: int) -> None:
         np.subtract.at(supply, tail, flow)
         np.subtract.at(demand, col, flow)
     pos = np.flatnonzero(amounts > 0)
-    src, dst = us_a[tail[pos]].tolist(), ts_a[col[pos]].tolist()
     if all(len(g.bundles[x]) == 1 for x in ins) and all(len(g.bundles[x]) == 1 for x in outs):
-        _split_star(g, ins, outs, src, dst, amounts[pos].tolist())
+        _split_star(g, ins, outs, tail[pos], col[pos], amounts[pos].tolist())
         return
+    src, dst = us_a[tail[pos]].tolist(), ts_a[col[pos]].tolist()
     for u, t, amt in zip(src, dst, amounts[pos].tolist()):
         g.split(u, w, t, amt)
     for i, u in enumerate(us):           # forced loops u -> w -> u (u dominates w)
@@ -264,21 +264,19 @@ def _spread_split(g: SplitGraph, w: int) -> None:
             g.split(u, w, u, int(supply[i]))
 
 
-def _split_star(g: SplitGraph, ins: list, outs: list, src: list[int], dst: list[int],
+def _split_star(g: SplitGraph, ins: list, outs: list, i_in: np.ndarray, j_out: np.ndarray,
                 amounts: list[int]) -> None:
-    """Split every unit of a switch at once when each incident arc (``ins``, ``outs``)
-    rides on one path: ``amounts[i] > 0`` units of ``src[i] -> dst[i]``, giving the same
-    logical arcs and bundles as :meth:`SplitGraph.split` pair by pair (in pair order),
-    without peeling bundles one amount at a time.  Units left on an in-arc are forced
-    loops ``u -> w -> u`` and vanish."""
+    """Split every unit of a switch at once when each incident arc rides on one path:
+    ``amounts[p] > 0`` units of ``ins[i_in[p]]`` joined to ``outs[j_out[p]]``, giving the
+    same logical arcs and bundles as :meth:`SplitGraph.split` pair by pair (in pair
+    order), without peeling bundles one amount at a time.  Units left on an in-arc are
+    forced loops ``u -> w -> u`` and vanish."""
     units, bundles, heads_of, tails_of = g.units, g.bundles, g.outs, g.ins
-    path_in = {a[0]: bundles[a][0][0] for a in ins}
-    path_out = {b[1]: bundles[b][0][0] for b in outs}
-    direct = all(len(p) == 2 for p in path_in.values()) and \
-        all(len(p) == 2 for p in path_out.values())     # u -> w -> t is simple (u != t)
-    for u, t, amt in zip(src, dst, amounts):
-        walk = path_in[u] + path_out[t][1:]
-        path = walk if direct or len(set(walk)) == len(walk) else _simple(walk)
+    paths = _star_paths([bundles[a][0][0] for a in ins], [bundles[b][0][0] for b in outs],
+                        i_in, j_out)
+    src = [ins[i][0] for i in i_in.tolist()]
+    dst = [outs[j][1] for j in j_out.tolist()]
+    for u, t, amt, path in zip(src, dst, amounts, paths):
         key = (u, t)
         old = units.get(key)
         if old is None:                  # a new logical arc (what SplitGraph._set does)
@@ -296,6 +294,26 @@ def _split_star(g: SplitGraph, ins: list, outs: list, src: list[int], dst: list[
             bundles[key].append([path, amt])
     for key in ins + outs:
         g._set(key, 0)
+
+
+def _star_paths(p_in: list[tuple[int, ...]], p_out: list[tuple[int, ...]],
+                i_in: np.ndarray, j_out: np.ndarray) -> list[tuple[int, ...]]:
+    """Simple paths ``p_in[i] + p_out[j][1:]`` (cycles cut) for every pair, by array
+    operations on the pairs whose in- and out-path have the same lengths."""
+    paths: list[tuple[int, ...]] = [()] * i_in.size
+    len_in = np.array([len(p) for p in p_in], np.int64)[i_in]
+    len_out = np.array([len(p) for p in p_out], np.int64)[j_out]
+    for li in np.unique(len_in).tolist():
+        rows_in = np.array([p if len(p) == li else (-1,) * li for p in p_in], np.int64)
+        for lo in np.unique(len_out[len_in == li]).tolist():
+            rows_out = np.array([p if len(p) == lo else (-1,) * lo for p in p_out], np.int64)
+            sel = np.flatnonzero((len_in == li) & (len_out == lo))
+            walk = np.concatenate([rows_in[i_in[sel]], rows_out[j_out[sel]][:, 1:]], axis=1)
+            ordered = np.sort(walk, axis=1)
+            loop = (ordered[:, 1:] == ordered[:, :-1]).any(axis=1).tolist()
+            for r, path, cyc in zip(sel.tolist(), map(tuple, walk.tolist()), loop):
+                paths[r] = _simple(path) if cyc else path
+    return paths
 
 
 def _exact_split(g: SplitGraph, w: int) -> bool:
