@@ -13,9 +13,10 @@ Each :meth:`Rescheduler.submit` starts one *swap round* on a background thread:
    (timeout); every rank follows the stored value, so ranks never disagree.
 3. **OOB all-gather** (only on ``go``, so every rank is present and it cannot hang):
    with issuing paused, ranks exchange one fixed-size int64 row each with a single
-   tensor ``all_gather_into_tensor`` on a gloo side group (no pickling, one
-   collective): ``[round, collective, version, last issued seq, newest staged
-   versions...]`` (see :func:`encode_row`).  The newest version staged on *every*
+   tensor collective on a gloo side group (no pickling; an all-to-all of the
+   replicated row, one hop instead of gloo's all-gather ring):
+   ``[round, collective, version, last issued seq, newest staged versions...]``
+   (see :func:`encode_row`).  The newest version staged on *every*
    rank (the paper's minimum of the newest staged versions) is selected and
    ``K = max seq``: collectives up to ``K`` use the old schedule, later ones the new.
    Every rank decides from the same gathered rows, so all ranks agree.
