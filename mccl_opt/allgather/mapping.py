@@ -93,7 +93,9 @@ class MappedTrees:
 def tree_chunks(mapped: MappedTrees, k: int, node_ids: Sequence[str],
                 gpu_ids: Sequence[str]) -> list[TreeChunk]:
     """``TreeChunk`` objects (share ``mult/k``), one per mapped tree, in order."""
-    names = [tuple([node_ids[v] for v in p]) for p in mapped.paths]
+    names: list[tuple[str, ...]] = [()] * len(mapped.paths)
+    for j in np.flatnonzero(mapped.used).tolist():     # only the paths trees ride
+        names[j] = tuple([node_ids[v] for v in mapped.paths[j]])
     name = names.__getitem__
     return [TreeChunk(gpu_ids[root], mult / k, tuple(map(name, idx)))
             for root, mult, idx in zip(mapped.roots, mapped.mults, mapped.edges)]
@@ -139,7 +141,7 @@ def map_classes(classes: Sequence[TreeClass], lg: LogicalGraph
     arc = parents[c_idx, v_idx]
     m = mult[c_idx]
     # consumption offset of each (class, link) in class order, per link
-    by_link = np.lexsort((c_idx, arc))
+    by_link = np.argsort(arc, kind="stable")        # c_idx ascends: class order per link
     base = np.zeros(lg.units.size + 1, np.int64)
     np.cumsum(lg.units, out=base[1:])
     cum = np.cumsum(m[by_link])
@@ -154,7 +156,8 @@ def map_classes(classes: Sequence[TreeClass], lg: LogicalGraph
     if np.any(lo + m > seg_hi[seg]):
         return None
     depth = tree_depths(parents, lg.tail)
-    order = np.lexsort((v_idx, depth[c_idx, v_idx], c_idx))
+    # per class (ascending) by depth, then rank (v_idx ascends within a class)
+    order = np.argsort(c_idx * (int(depth.max()) + 1) + depth[c_idx, v_idx], kind="stable")
     bounds = np.searchsorted(c_idx[order], np.arange(len(classes) + 1)).tolist()
     seg_sorted = seg[order].tolist()
     used = np.bincount(seg, weights=m, minlength=len(seg_paths)).astype(np.int64)
