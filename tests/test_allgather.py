@@ -13,8 +13,9 @@ from hypothesis import given, settings, strategies as st
 from instances import dgx, fail1, fail2, fail3, full_mesh, hpn, irregular, ring
 from mccl_opt import Schedule, TopologyError, validate
 from mccl_opt.allgather import solve_allgather
-from mccl_opt.allgather.mapping import MappedTrees, map_classes, to_physical
+from mccl_opt.allgather.mapping import MappedTrees, map_classes, to_physical, tree_loads
 from mccl_opt.allgather.repair import repair_pack
+from mccl_opt.allgather.splitting import _simple, _star_paths
 from mccl_opt.allgather.throughput import cut_tree_bandwidth
 from mccl_opt.topology import Link, Node, Topology
 
@@ -269,6 +270,33 @@ def test_vectorized_mapping_equals_general_mapping(topo):
             assert p[0] in seen
             seen.add(p[-1])
         assert depth >= 1
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.lists(st.integers(0, 6), min_size=1, max_size=4), min_size=1, max_size=5),
+       st.lists(st.lists(st.integers(0, 6), min_size=1, max_size=4), min_size=1, max_size=5),
+       st.data())
+def test_star_paths_equal_pairwise_cycle_cutting(heads, tails, data):
+    """The array-grouped star split paths are the per-pair simple walks through switch 9."""
+    p_in = [tuple(h) + (9,) for h in heads]
+    p_out = [(9,) + tuple(t) for t in tails]
+    pairs = data.draw(st.lists(st.tuples(st.integers(0, len(p_in) - 1),
+                                         st.integers(0, len(p_out) - 1)), max_size=12))
+    i_in = np.array([i for i, _ in pairs], np.int64)
+    j_out = np.array([j for _, j in pairs], np.int64)
+    assert _star_paths(p_in, p_out, i_in, j_out) == [_simple(p_in[i] + p_out[j][1:])
+                                                     for i, j in pairs]
+
+
+def test_tree_loads_count_every_path_link():
+    """Loads: ``used/k`` on every consecutive node pair of every used path, nothing else."""
+    paths = [(0, 3, 1), (1, 2), (2, 3, 0), (0, 1)]
+    mapped = MappedTrees([0, 1], [2, 1], [[0, 1], [2]], paths, np.array([2, 2, 1, 0]))
+    tail, head = np.array([0, 3, 1, 2, 3, 0]), np.array([3, 1, 2, 3, 0, 1])
+    link_of = np.full((4, 4), -1, np.int64)
+    link_of[tail, head] = np.arange(6)
+    loads = tree_loads(mapped, 4, link_of, 6)
+    assert loads.tolist() == [0.5, 0.5, 0.5, 0.25, 0.25, 0.0]
 
 
 def best_budget_rate_single_gpu_cut(caps_gbps: list[int], n: int, budget: int) -> Fraction:
