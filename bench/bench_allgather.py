@@ -32,6 +32,11 @@ def drift(topo, sched):
     link = topo.links[i]
     return topo.with_capacity(src=link.src, dst=link.dst,
                               gbps=link.capacity_gbps * (1 + util[i]) / 2)
+#: warm stats (x* guess, budget guess) -> table label
+GUESS = {("certified by packing", None): "packing", ("rejected", "rejected"): "rejected",
+         ("rejected", "certified by packing"): "budget",
+         ("certified by the previous schedule", None): "kept",
+         ("rejected", "certified by the previous schedule"): "kept"}
 PHASES = ("phase1_s", "budget_s", "balance_s", "phase2_s", "phase3_s", "mapping_s")
 
 
@@ -64,9 +69,8 @@ def run(shape: tuple[int, int, int], repeat: int = 1) -> list[dict]:
                      "gpus": topo.num_gpus, "cold_s": t_cold,
                      "warm_s": t_warm, "speedup": t_cold / t_warm, "k": cold.stats["k"],
                      "reused": warm.stats.get("reused_trees", 0),
-                     "guess": {"certified by packing": "packing", "rejected": "rejected",
-                               "certified by the previous schedule": "kept"}.get(
-                                   warm.stats.get("phase1_guess"), "-"),
+                     "guess": GUESS.get((warm.stats.get("phase1_guess"),
+                                         warm.stats.get("budget_guess")), "-"),
                      "warm_p1_s": warm.stats.get("phase1_s", 0.0) + warm.stats.get("budget_s", 0.0),
                      "trees": cold.stats["num_trees"], "depth": cold.stats["max_depth"],
                      "gap": cold.rounding_gap,

@@ -22,7 +22,7 @@ import numpy as np
 
 from .throughput import Fabric, PhaseOneResult, best_tree_bandwidth, cut_tree_bandwidth
 
-__all__ = ["exact_k", "choose_trees", "guess_trees", "MAX_UNITS"]
+__all__ = ["exact_k", "choose_trees", "guess_trees", "guess_budget", "MAX_UNITS"]
 
 #: trees a link may carry before the exact k is declared impractical (int64 headroom)
 MAX_UNITS = 1 << 40
@@ -103,3 +103,24 @@ def guess_trees(fab: Fabric, bound: PhaseOneResult,
         if _upper(k, profiles) * k >= x:
             return k, x / k
     return None
+
+
+def guess_budget(fab: Fabric, p1: PhaseOneResult, max_chunks: int | None,
+                 extra_cuts: list[np.ndarray] | None = None) -> tuple[int, Fraction] | None:
+    """``(k, ȳ)`` for the budget search :func:`choose_trees` would sweep (``k0 > K``),
+    without its max-flows: ``ȳ_k = min(hint-cut bound, x*/k)`` bounds the best tree
+    bandwidth of ``k`` from above, so ``max_k k·ȳ_k`` (ties: smallest ``k``) bounds the
+    budget optimum.  A completed packing of ``k`` trees per root in ``floor(cap/ȳ)``
+    proves ``ȳ_k = y_k`` and that no ``k' <= K`` does better, i.e. ``(k, ȳ)`` is
+    exactly :func:`choose_trees`' answer.  ``None`` when no sweep is needed or no
+    bound is positive."""
+    k0 = exact_k(fab, p1)
+    if (max_chunks is None or k0 <= max_chunks) and \
+            int(fab.cap.max()) * k0 * p1.den // p1.num <= MAX_UNITS:
+        return None
+    x_star = Fraction(p1.num, p1.den)
+    profiles = _profiles(fab, _hint_cuts(fab, p1, extra_cuts or []))
+    budget = max_chunks if max_chunks is not None else 64
+    bounds = {k: min(_upper(k, profiles), x_star / k) for k in range(1, budget + 1)}
+    k = max(bounds, key=lambda k: (k * bounds[k], -k))
+    return (k, bounds[k]) if bounds[k] > 0 else None

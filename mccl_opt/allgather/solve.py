@@ -17,7 +17,7 @@ import numpy as np
 from ..errors import SolveError, TopologyError
 from ..schedule import Schedule, bottleneck_links, schedule_rate
 from ..topology import Topology
-from .budget import choose_trees, exact_k, guess_trees
+from .budget import choose_trees, exact_k, guess_budget, guess_trees
 from .fabric import fabric_of
 from .mapping import MappedTrees, map_classes, to_physical, tree_chunks, tree_loads
 from .splitting import LogicalGraph, SplitGraph, balance_switches, split_all
@@ -262,6 +262,22 @@ def _warm_guess(topo: Topology, warm: Schedule, max_chunks: int | None,
     if kept is not None:
         stats["phase1_guess"] = "certified by the previous schedule"
         return _kept_schedule(warm, topo, kept, fab, bound, x_star, stats, t_start, 0)
+    stats["k_exact"] = int(exact_k(fab, bound))
+    packed = _certify_by_packing(topo, warm, max_chunks, fab, k, y, guides, stats)
+    if packed is None:
+        return None
+    stats["phase1_guess"] = "certified by packing"
+    return _finish(topo, warm, max_chunks, fab, bound, x_star, k, *packed, guides, stats,
+                   t_start, 0)
+
+
+def _certify_by_packing(topo: Topology, warm: Schedule, max_chunks: int | None, fab: Fabric,
+                        k: int, y: Fraction, guides: dict[int, np.ndarray],
+                        stats: dict[str, Any]) -> tuple[LogicalGraph, list] | None:
+    """Balance, spread-split and repair-pack ``k`` trees per root of bandwidth ``y``
+    (reusing the previous shapes); the logical graph and classes if the packing
+    completes — then ``k·y`` is reached, which certifies a guessed ``(k, y)`` that
+    bounds the optimum — else ``None``."""
     arr = topo.arrays
     t = time.perf_counter()
     split, k_bal = _balanced_split(fab, arr.is_switch, k, y, max_chunks, stats)
@@ -282,9 +298,43 @@ def _warm_guess(topo: Topology, warm: Schedule, max_chunks: int | None,
         return None
     stats.update(info)
     stats["packing"] = "repair"
-    stats["phase1_guess"] = "certified by packing"
-    stats["k"], stats["k_exact"] = int(k), int(exact_k(fab, bound))
-    return _finish(topo, warm, max_chunks, fab, bound, x_star, k, lg, classes, guides, stats,
+    stats["k"] = int(k)
+    return lg, classes
+
+
+def _warm_budget(topo: Topology, warm: Schedule, max_chunks: int | None,
+                 hint_cuts: list[np.ndarray], guides: dict[int, np.ndarray],
+                 stats: dict[str, Any], t_start: float) -> Schedule | None:
+    """ForestColl-warm when the ``x*`` guess was rejected because ``k0 > K`` (the
+    budget optimum lies below ``x*``, e.g. Fail2 at >= 32 GPUs): the exact Phase 1
+    (seeded with the previous cut), then the chunk budget *guessed* without its
+    max-flow sweep (:func:`.budget.guess_budget`) and certified by a completed packing;
+    ``None`` (the caller runs the exact budget) if there is nothing to guess or the
+    packing gets stuck."""
+    if topo.num_gpus < 2:
+        return None
+    t = time.perf_counter()
+    fab, quantum = fabric_of(topo)
+    p1 = optimal_rate(fab, hint_cuts)
+    stats["phase1_s"] = time.perf_counter() - t
+    stats["phase1_maxflows"] = p1.maxflow_calls
+    t = time.perf_counter()
+    guess = guess_budget(fab, p1, max_chunks, hint_cuts)
+    stats["budget_s"], stats["budget_maxflows"] = time.perf_counter() - t, 0
+    if guess is None:
+        return None
+    k, y = guess
+    x_star = _gbps(p1, quantum)
+    kept = _keep_previous(warm, topo, float(k * y) * quantum, max_chunks)
+    if kept is not None:
+        stats["budget_guess"] = "certified by the previous schedule"
+        return _kept_schedule(warm, topo, kept, fab, p1, x_star, stats, t_start, 0)
+    stats["k_exact"] = int(exact_k(fab, p1))
+    packed = _certify_by_packing(topo, warm, max_chunks, fab, k, y, guides, stats)
+    if packed is None:
+        return None
+    stats["budget_guess"] = "certified by packing"
+    return _finish(topo, warm, max_chunks, fab, p1, x_star, k, *packed, guides, stats,
                    t_start, 0)
 
 
@@ -309,6 +359,10 @@ def solve_allgather(topo: Topology, warm: Schedule | None = None, backend: str =
         if quick is not None:
             return quick
         stats["phase1_guess"] = "rejected"
+        quick = _warm_budget(topo, warm, max_chunks, hint_cuts, guides, stats, t_start)
+        if quick is not None:
+            return quick
+        stats["budget_guess"] = "rejected"
     fab, quantum, p1, k, y, calls = _phase_one_budget(topo, max_chunks, stats, hint_cuts)
     x_star = _gbps(p1, quantum)
 
