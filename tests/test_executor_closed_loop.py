@@ -75,7 +75,8 @@ def _executor(rank: int, world: int, endpoint: str) -> dict:
             if upd is not None and upd[1] == "a2a" and upd[2] > comm.active["alltoall"].version:
                 comm.stage(upd[3])
 
-    threading.Thread(target=listen, daemon=True).start()
+    listener = threading.Thread(target=listen, daemon=True)
+    listener.start()
     times: dict[str, list[float]] = {"healthy": [], "degraded": [], "recovered": []}
     wrong = 0
 
@@ -103,6 +104,10 @@ def _executor(rank: int, world: int, endpoint: str) -> dict:
     for _ in range(10):
         times["recovered"].append(op(i)); i += 1
     stop.set()
+    listener.join()
+    # a swap round may still be finishing on this rank's background thread while
+    # another rank has already logged it: wait for every round this rank submitted
+    assert comm.rescheduler.wait(timeout=60), "a swap round did not finish"
     events = [(e.outcome, e.k, e.version) for e in comm.rescheduler.events]
     result = {"wrong": wrong, "events": events, "v1": v1, "v_end": comm.active["alltoall"].version,
               "med": {k: statistics.median(v) if v else None for k, v in times.items()},
