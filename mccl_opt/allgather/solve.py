@@ -258,17 +258,8 @@ def _warm_guess(topo: Topology, warm: Schedule, max_chunks: int | None,
         return None
     k, y = guess
     x_star = _gbps(bound, quantum)
-    kept = _keep_previous(warm, topo, x_star, max_chunks)
-    if kept is not None:
-        stats["phase1_guess"] = "certified by the previous schedule"
-        return _kept_schedule(warm, topo, kept, fab, bound, x_star, stats, t_start, 0)
-    stats["k_exact"] = int(exact_k(fab, bound))
-    packed = _certify_by_packing(topo, warm, max_chunks, fab, k, y, guides, stats)
-    if packed is None:
-        return None
-    stats["phase1_guess"] = "certified by packing"
-    return _finish(topo, warm, max_chunks, fab, bound, x_star, k, *packed, guides, stats,
-                   t_start, 0)
+    return _keep_or_certify(topo, warm, max_chunks, fab, bound, x_star, x_star, k, y, guides,
+                            stats, t_start, "phase1_guess")
 
 
 def _certify_by_packing(topo: Topology, warm: Schedule, max_chunks: int | None, fab: Fabric,
@@ -324,16 +315,26 @@ def _warm_budget(topo: Topology, warm: Schedule, max_chunks: int | None,
     if guess is None:
         return None
     k, y = guess
-    x_star = _gbps(p1, quantum)
-    kept = _keep_previous(warm, topo, float(k * y) * quantum, max_chunks)
+    return _keep_or_certify(topo, warm, max_chunks, fab, p1, _gbps(p1, quantum),
+                            float(k * y) * quantum, k, y, guides, stats, t_start, "budget_guess")
+
+
+def _keep_or_certify(topo: Topology, warm: Schedule, max_chunks: int | None, fab: Fabric,
+                     p1: PhaseOneResult, x_star: float, target_gbps: float, k: int,
+                     y: Fraction, guides: dict[int, np.ndarray], stats: dict[str, Any],
+                     t_start: float, stat_key: str) -> Schedule | None:
+    """Certify a guessed ``(k, y)`` reaching ``target_gbps``: keep the previous schedule
+    if it already reaches it, else a completed packing of ``k`` trees of bandwidth ``y``
+    does; ``None`` if the packing gets stuck (the caller falls back to the exact path)."""
+    kept = _keep_previous(warm, topo, target_gbps, max_chunks)
     if kept is not None:
-        stats["budget_guess"] = "certified by the previous schedule"
+        stats[stat_key] = "certified by the previous schedule"
         return _kept_schedule(warm, topo, kept, fab, p1, x_star, stats, t_start, 0)
     stats["k_exact"] = int(exact_k(fab, p1))
     packed = _certify_by_packing(topo, warm, max_chunks, fab, k, y, guides, stats)
     if packed is None:
         return None
-    stats["budget_guess"] = "certified by packing"
+    stats[stat_key] = "certified by packing"
     return _finish(topo, warm, max_chunks, fab, p1, x_star, k, *packed, guides, stats,
                    t_start, 0)
 

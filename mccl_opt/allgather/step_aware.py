@@ -36,7 +36,7 @@ from ..errors import SolveError
 from ..topology import Topology
 from .maxflow import INF, FlowNetwork
 from .splitting import LogicalGraph, SplitGraph
-from .trees import TreeClass, greedy_pack, split_off_remainder
+from .trees import TreeClass, greedy_pack, init_root_classes, split_off_remainder
 
 __all__ = ["CutLoop", "StepAware", "step_aware_pack", "switch_removal_lp", "switch_removal_model",
            "tree_depths"]
@@ -308,15 +308,8 @@ def _capped_bfs(n, start, head, cap, allow, k, max_depth, max_classes, root, mul
     rank rotated by the root); root ``r``'s classes together take at most
     ``allow[r, a]`` units of link ``a``.  Returns (0, classes), (-1, stuck class) or
     (-2, 0) when out of class slots."""
+    init_root_classes(n, k, root, mult, parent, depth, order, count)
     for r in range(n):
-        root[r] = r
-        mult[r] = k
-        for v in range(n):
-            parent[r, v] = -1
-            depth[r, v] = -1
-        depth[r, r] = 0
-        order[r, 0] = r
-        count[r] = 1
         pos[r] = 0
     active = np.empty(max_classes, np.int64)
     for r in range(n):

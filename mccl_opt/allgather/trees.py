@@ -46,6 +46,20 @@ class TreeClass:
 
 
 @njit(cache=True)
+def init_root_classes(n, k, root, mult, parent, depth, order, count):
+    """Class ``r`` (one per root) starts as root ``r`` alone with multiplicity ``k``."""
+    for r in range(n):
+        root[r] = r
+        mult[r] = k
+        for v in range(n):
+            parent[r, v] = -1
+            depth[r, v] = -1
+        depth[r, r] = 0
+        order[r, 0] = r
+        count[r] = 1
+
+
+@njit(cache=True)
 def split_off_remainder(c, c2, r, take, root, mult, parent, depth, order, count):
     """Tree class ``c`` (root ``r``) can only take ``take`` of its multiplicity over the
     next arc: the rest becomes class ``c2`` with a copy of ``c``'s partial tree."""
@@ -62,15 +76,8 @@ def split_off_remainder(c, c2, r, take, root, mult, parent, depth, order, count)
 def _greedy_bfs(n, start, tail, head, cap, k, guide_start, guide_child, has_guide, max_classes,
             root, mult, parent, depth, order, count, pos, scanned, gpos, gscan, arc_of, shift):
     n_cls = n
+    init_root_classes(n, k, root, mult, parent, depth, order, count)
     for r in range(n):
-        root[r] = r
-        mult[r] = k
-        for v in range(n):
-            parent[r, v] = -1
-            depth[r, v] = -1
-        depth[r, r] = 0
-        order[r, 0] = r
-        count[r] = 1
         pos[r] = 0
         scanned[r] = 0
         gpos[r] = 0
@@ -201,15 +208,7 @@ def _greedy_wide(n, start, tail, head, cap, k, guide_start, guide_child, has_gui
     m_arcs = head.shape[0]
     hk = np.empty(m_arcs + n, np.int64)
     ha = np.empty(m_arcs + n, np.int64)
-    for r in range(n):
-        root[r] = r
-        mult[r] = k
-        for v in range(n):
-            parent[r, v] = -1
-            depth[r, v] = -1
-        depth[r, r] = 0
-        order[r, 0] = r
-        count[r] = 1
+    init_root_classes(n, k, root, mult, parent, depth, order, count)
     n_cls = n
     c = 0
     while c < n_cls:
