@@ -112,16 +112,18 @@ def price_all(n, tail, head, price, step_arcs, switch_arcs, is_switch, gpu_nodes
 
 @njit(cache=True)
 def balance_chunks(counts, units, pair, start, arcs, pair_start, pair_cols, arc_start, arc_cols,
-                   capacity, k, max_moves):
+                   capacity, k, max_moves, base):
     """Greedy completion + bottleneck-relief local search of chunk counts (see
     :mod:`.rounding`).  ``counts`` holds the fixed chunks per column and is completed
     in place: every pair's missing chunks go one at a time (round robin over pairs) to the
     column of that pair with ``units > counts`` whose links would end least utilised;
     then chunks leave the most utilised link for another column of their pair while that
-    strictly lowers the utilisation of every link they move to below the maximum."""
+    strictly lowers the utilisation of every link they move to below the maximum.
+    ``base`` is a fixed load per link (in chunks) of routes outside ``counts``; pairs
+    without columns are skipped."""
     n_links = capacity.size
     n_pairs = pair_start.size - 1
-    load = np.zeros(n_links)
+    load = base.copy()
     for j in range(counts.size):
         for i in range(start[j], start[j + 1]):
             load[arcs[i]] += counts[j]
@@ -135,7 +137,7 @@ def balance_chunks(counts, units, pair, start, arcs, pair_start, pair_cols, arc_
     while left:
         left = False
         for p in range(n_pairs):
-            if missing[p] <= 0:
+            if missing[p] <= 0 or pair_start[p] == pair_start[p + 1]:
                 continue
             best_j = -1
             best_u = np.inf

@@ -51,6 +51,7 @@ class CGResult:
     pricing_seconds: float = 0.0
     iterations: int = 0
     dropped: int = 0
+    shortest: np.ndarray | None = None     # the last pricing's shortest path costs (N x N)
 
     @property
     def rate(self) -> float:
@@ -87,6 +88,7 @@ def column_generation(master: RestrictedMaster, prob: Problem, max_steps: int, *
     min_pool = options.drop_min_pool or 3 * prob.num_pairs
     status = "optimal"
     last: MasterSolution | None = None
+    shortest = None
     rnd = 0
     for rnd in range(1, options.max_rounds + 1):
         # the first solve is never cut short: without it there is no schedule at all
@@ -105,6 +107,7 @@ def column_generation(master: RestrictedMaster, prob: Problem, max_steps: int, *
         t1 = time.perf_counter()
         priced = price_paths(prob.graph, sol.w, threshold, max_steps, want)
         pr_s += time.perf_counter() - t1
+        shortest = priced.shortest
         if bound:
             best_bound = max(best_bound, farley_bound(priced.shortest, sol.w, master.capacity, prob))
             history.append((sol.rate, 1.0 / best_bound if best_bound > 0 else float("inf")))
@@ -125,4 +128,4 @@ def column_generation(master: RestrictedMaster, prob: Problem, max_steps: int, *
             last.y = last.y[~stale]
     assert last is not None
     bound_t = min(best_bound, last.t) if bound else last.t
-    return CGResult(last, bound_t, status, rnd, history, lp_s, pr_s, iters, dropped)
+    return CGResult(last, bound_t, status, rnd, history, lp_s, pr_s, iters, dropped, shortest)

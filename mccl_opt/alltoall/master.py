@@ -130,10 +130,13 @@ class RestrictedMaster:
     """The live restricted master: a :class:`ColumnPool` mirrored in a backend model."""
 
     def __init__(self, backend: Backend, n_pairs: int, capacity: np.ndarray,
-                 pool: ColumnPool) -> None:
+                 pool: ColumnPool, demand: np.ndarray | None = None,
+                 background: np.ndarray | None = None) -> None:
         self.backend = backend
         self.n_pairs = n_pairs
         self.capacity = np.asarray(capacity, dtype=float)
+        self.demand = demand                # per-pair row rhs (None: all 1)
+        self.background = background        # per-link fixed load (None: all 0)
         self.pool = pool
         self.lower = np.zeros(len(pool))
         self.basis_used = False
@@ -141,7 +144,8 @@ class RestrictedMaster:
         self._kept: Basis | None = None     # a given basis the model still sits on
         self.presolve_each_solve = False
         self._dirty = False
-        backend.load(build_master_lp(n_pairs, self.capacity, pool.pair, pool.start, pool.arcs))
+        backend.load(build_master_lp(n_pairs, self.capacity, pool.pair, pool.start, pool.arcs,
+                                     demand=demand, background=background))
 
     def presolve_every_time(self) -> None:
         """Rebuild the model before each solve that follows added columns, so every
@@ -167,10 +171,11 @@ class RestrictedMaster:
     def num_columns(self) -> int:
         return len(self.pool)
 
-    def add(self, pair: np.ndarray, start: np.ndarray, arcs: np.ndarray) -> int:
+    def add(self, pair: np.ndarray, start: np.ndarray, arcs: np.ndarray,
+            origin: np.ndarray | None = None) -> int:
         """Add new path columns (duplicates skipped); returns how many were added."""
         before = len(self.pool)
-        taken = self.pool.append(pair, start, arcs)
+        taken = self.pool.append(pair, start, arcs, origin)
         k = taken.size
         if k:
             self._kept = None
@@ -201,10 +206,23 @@ class RestrictedMaster:
         self.backend.set_column_bounds(cols + 1, lower, np.full(cols.size, np.inf))
         self.lower[cols] = lower
 
+    def set_rows(self, demand: np.ndarray | None, background: np.ndarray | None) -> None:
+        """New pair demands and link background loads (see :func:`build_master_lp`)."""
+        self.demand, self.background = demand, background
+        self._kept = None
+        n_links = self.capacity.size
+        lo = np.concatenate([np.ones(self.n_pairs) if demand is None else demand,
+                             np.full(n_links, -np.inf)])
+        hi = np.concatenate([np.full(self.n_pairs, np.inf),
+                             np.zeros(n_links) if background is None else -background])
+        self.backend.set_row_bounds(np.arange(lo.size), lo, hi)
+        self._dirty = True
+
     def _rebuild(self) -> None:
         """Reload the model from the pool (the next solve is cold, with presolve)."""
         self.backend.load(build_master_lp(self.n_pairs, self.capacity, self.pool.pair,
-                                          self.pool.start, self.pool.arcs, self.lower))
+                                          self.pool.start, self.pool.arcs, self.lower,
+                                          self.demand, self.background))
 
     def solve(self, where: str, *, method: str = "auto",
               time_limit: float | None = None) -> MasterSolution:

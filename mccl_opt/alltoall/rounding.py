@@ -43,9 +43,13 @@ class Rounded:
     method: str
 
 
-def rounded_rate(pool: ColumnPool, counts: np.ndarray, k: int, capacity: np.ndarray) -> float:
-    """Exact rate of chunk ``counts``: ``min_a cap_a / load_a``."""
+def rounded_rate(pool: ColumnPool, counts: np.ndarray, k: int, capacity: np.ndarray,
+                 background: np.ndarray | None = None) -> float:
+    """Exact rate of chunk ``counts``: ``min_a cap_a / load_a`` (``background``: fixed
+    share loads of routes outside the pool, added to the links)."""
     load = pool.loads(counts / k, capacity.size)
+    if background is not None:
+        load = load + background
     used = load > 0
     return float(np.min(capacity[used] / load[used]))
 
@@ -67,10 +71,12 @@ def largest_remainder(pool: ColumnPool, y: np.ndarray, n_pairs: int, k: int) -> 
 
 
 def balanced(pool: ColumnPool, y: np.ndarray, n_pairs: int, k: int, capacity: np.ndarray,
-             fixed: np.ndarray | None = None, max_moves: int | None = None) -> np.ndarray:
+             fixed: np.ndarray | None = None, max_moves: int | None = None,
+             background: np.ndarray | None = None) -> np.ndarray:
     """Chunk counts per column: integral parts of ``K·y_j/sum_p y`` (at least ``fixed``),
     the missing chunks placed greedily where they raise the link utilisation least, then
-    moved off the most utilised link while that helps (numba kernel)."""
+    moved off the most utilised link while that helps (numba kernel).  Pairs without
+    columns get no chunks; ``background`` (share loads outside the pool) counts as load."""
     from ._kernels import balance_chunks
 
     y = np.where(y > _EPS, y, 0.0)
@@ -90,18 +96,22 @@ def balanced(pool: ColumnPool, y: np.ndarray, n_pairs: int, k: int, capacity: np
     return balance_chunks(counts.astype(np.int64), units, pool.pair, pool.start, pool.arcs,
                           pair_start.astype(np.int64), by_pair.astype(np.int64),
                           arc_start.astype(np.int64), seg[by_arc].astype(np.int64),
-                          np.asarray(capacity, dtype=float), k, moves)
+                          np.asarray(capacity, dtype=float), k, moves,
+                          np.zeros(capacity.size) if background is None
+                          else np.asarray(background, dtype=float) * k)
 
 
 def _best_rounding(pool: ColumnPool, y: np.ndarray, n_pairs: int, k: int, capacity: np.ndarray,
-                   fixed: np.ndarray | None) -> tuple[np.ndarray, float, str]:
+                   fixed: np.ndarray | None, background: np.ndarray | None = None
+                   ) -> tuple[np.ndarray, float, str]:
     """The better of largest-remainder and balanced rounding of ``y``."""
     lr = largest_remainder(pool, y, n_pairs, k)
     if fixed is not None:
         done = np.bincount(pool.pair, weights=fixed, minlength=n_pairs) >= k
         lr = np.where(done[pool.pair], fixed, lr)
-    bal = balanced(pool, y, n_pairs, k, capacity, fixed)
-    r_lr, r_bal = rounded_rate(pool, lr, k, capacity), rounded_rate(pool, bal, k, capacity)
+    bal = balanced(pool, y, n_pairs, k, capacity, fixed, background=background)
+    r_lr = rounded_rate(pool, lr, k, capacity, background)
+    r_bal = rounded_rate(pool, bal, k, capacity, background)
     return (bal, r_bal, "balanced") if r_bal > r_lr else (lr, r_lr, "largest_remainder")
 
 
@@ -113,17 +123,22 @@ def _snapshot(pool: ColumnPool, counts: np.ndarray, rate: float, method: str) ->
 def deep_dive(master: RestrictedMaster, prob: Problem, y: np.ndarray, k: int, max_steps: int,
               lp_rate: float, *, good_enough: float = 1e-3, max_dives: int = 12,
               max_backtracks: int = 3, deadline: float | None = None,
-              options: CGOptions = CGOptions()) -> tuple[Rounded, dict]:
+              options: CGOptions = CGOptions(), background: np.ndarray | None = None,
+              pairs: np.ndarray | None = None) -> tuple[Rounded, dict]:
     """Best of the plain roundings and a deep dive from the LP solution ``y``.
 
     The dive runs only while the best rounding is more than ``good_enough`` (relative)
     below ``lp_rate``.  Leaves ``master`` with fixed lower bounds; returns the best
     rounding (with a copy of the column pool it refers to) and dive statistics.
+    ``pairs`` (bool per pair) limits the rounding to those pairs, whose columns alone are
+    in the pool; ``background`` is the other pairs' fixed (rounded) share loads, which the
+    master's capacity rows must already carry.
     """
     pool = master.pool
     lr = largest_remainder(pool, y, prob.num_pairs, k)
-    lr_rate = rounded_rate(pool, lr, k, master.capacity)
-    counts, rate, how = _best_rounding(pool, y, prob.num_pairs, k, master.capacity, None)
+    lr_rate = rounded_rate(pool, lr, k, master.capacity, background)
+    counts, rate, how = _best_rounding(pool, y, prob.num_pairs, k, master.capacity, None,
+                                       background)
     best = _snapshot(pool, counts, rate, how)
     stats = {"dive_steps": 0, "backtracks": 0, "lr_rate": lr_rate, "pricing_rounds": 0}
     options = CGOptions(rel_tol=options.rel_tol, drop_after=np.iinfo(np.int64).max)  # indices stay
@@ -168,6 +183,8 @@ def deep_dive(master: RestrictedMaster, prob: Problem, y: np.ndarray, k: int, ma
             break
         master.set_lower(changed, target[changed] / k)
         done = np.bincount(pool.pair, weights=target, minlength=prob.num_pairs) >= k
+        if pairs is not None:
+            done |= ~pairs
         want = prob.pair_matrix((~done).astype(float), 0.0) > 0
         res = column_generation(master, prob, max_steps, options=options, deadline=deadline,
                                 want=want, bound=False, label=f"deep dive step {step + 1}")
@@ -187,7 +204,8 @@ def deep_dive(master: RestrictedMaster, prob: Problem, y: np.ndarray, k: int, ma
             y = np.concatenate([y, np.zeros(len(pool) - y.size)])
             continue
         y = res.solution.y
-        counts, rate, how = _best_rounding(pool, y, prob.num_pairs, k, master.capacity, fixed)
+        counts, rate, how = _best_rounding(pool, y, prob.num_pairs, k, master.capacity, fixed,
+                                           background)
         if rate > best.rate * (1 + 1e-12):
             best = _snapshot(pool, counts, rate, f"deep_dive+{how}")
         if res.rate <= best.rate * (1 + 1e-9):

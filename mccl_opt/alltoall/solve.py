@@ -22,7 +22,8 @@ from .initial import initial_columns
 from .master import ColumnPool, RestrictedMaster
 from .problem import Problem, problem_for
 from .rounding import Rounded, deep_dive, rounded_rate
-from .warm import WarmState, reusable_basis, warm_columns
+from .local import local_eligible, local_resolve
+from .warm import WarmState, changes_are_nonbinding, csr_take, reusable_basis, warm_columns
 
 __all__ = ["solve_alltoall", "build_master", "Solved"]
 
@@ -115,9 +116,19 @@ def solve_alltoall(topo: Topology, warm: Schedule | WarmState | None = None, bac
     deadline = None if time_limit is None else t0 + float(time_limit)
     prob = problem_for(topo)
     options = CGOptions(rel_tol=rel_tol)
-    columns = warm_columns(prob, warm) if warm is not None else None
     state = warm.warm_state if isinstance(warm, Schedule) else warm
     state = state if isinstance(state, WarmState) else None
+    if max_steps != "min" and local_eligible(prob, state, max_chunks) and not (
+            state.basis is not None and changes_are_nonbinding(prob, state)):
+        steps = topo.num_nodes - 1 if max_steps is None else int(max_steps)
+        t_local = time.perf_counter()
+        sched = local_resolve(prob, state, backend, steps, max_chunks, options, deadline)
+        if sched is not None:
+            sched.stats["lp_phase_seconds"] += t_local - t0
+            sched.stats["seconds"] = time.perf_counter() - t0
+            sched.solver["seconds"] = sched.stats["seconds"]
+            return sched
+    columns = warm_columns(prob, warm) if warm is not None else None
     search: dict = {}
     if max_steps == "min":
         from .latency import min_steps_solve
@@ -159,13 +170,9 @@ def _finish(prob: Problem, solved: Solved, backend: str, max_chunks: int | None,
     chunk_of = np.full(columns_final, -1, dtype=np.int64)
     in_cg = used < columns_final
     chunk_of[used[in_cg]] = np.flatnonzero(in_cg)
+    routes = (rounded.pool_pair[used], *csr_take(rounded.pool_start, rounded.pool_arcs, used))
     warm_state = WarmState.from_pool(prob, pool, y_final, res.solution.t, basis, tuple(chunks),
-                                     chunk_of, rounded.counts[used] / k)
-    rate = schedule_rate(prob.topo, loads)
-    if not np.isfinite(rate):
-        raise SolveError("rounding produced a schedule that loads no link; report this as a bug")
-    if rate > lp_rate and rate <= lp_rate * (1 + 1e-9):
-        lp_rate = rate                                  # float noise of the LP's t
+                                     chunk_of, rounded.counts[used] / k, routes, max_chunks)
     stats = {
         "status": res.status,
         "rounds": res.rounds,
@@ -177,16 +184,32 @@ def _finish(prob: Problem, solved: Solved, backend: str, max_chunks: int | None,
         "pricing_seconds": res.pricing_seconds,
         "rounding_seconds": rounding_s,
         "lp_bound_gbps": res.rate_bound,
-        "lp_gap": max(0.0, res.rate_bound / lp_rate - 1.0) if lp_rate > 0 else 0.0,
         "bound_history": [list(h) for h in res.history],
         "max_steps": solved.max_steps,
         "rounding": rounded.method,
+        "warm_mode": "basis" if master.basis_used else ("full" if solved.warm_columns else "cold"),
         **dive,
     }
+    return make_schedule(prob, chunks, loads, lp_rate, saturated, max_chunks, backend,
+                         res.iterations, stats, warm_state)
+
+
+def make_schedule(prob: Problem, chunks: list[PathChunk], loads: np.ndarray, lp_rate: float,
+                  saturated: np.ndarray, max_chunks: int | None, backend: str, iterations: int,
+                  stats: dict, warm_state: WarmState) -> Schedule:
+    """The :class:`Schedule` of rounded ``chunks`` with per-link share ``loads``, and its
+    bottleneck cut (the LP-``saturated`` links); ``stats["lp_gap"]`` uses the final rate."""
+    rate = schedule_rate(prob.topo, loads)
+    if not np.isfinite(rate):
+        raise SolveError("rounding produced a schedule that loads no link; report this as a bug")
+    if rate > lp_rate and rate <= lp_rate * (1 + 1e-9):
+        lp_rate = rate                                  # float noise of the LP's t
+    bound = stats["lp_bound_gbps"]
+    stats["lp_gap"] = max(0.0, bound / lp_rate - 1.0) if lp_rate > 0 else 0.0
     bottleneck = bottleneck_links(prob.topo, loads, rate, max_chunks, saturated=saturated)
     return Schedule("alltoall", prob.topo.name, prob.topo.gpus, rate, lp_rate, max_chunks,
                     tuple(chunks), bottleneck, 1,
-                    {"backend": backend, "seconds": 0.0, "iterations": res.iterations},
+                    {"backend": backend, "seconds": 0.0, "iterations": iterations},
                     stats, warm_state)
 
 

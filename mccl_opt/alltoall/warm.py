@@ -38,7 +38,17 @@ from ..schedule import PathChunk, Schedule
 from .master import ColumnPool
 from .problem import Problem
 
-__all__ = ["WarmState", "warm_columns", "reusable_basis"]
+__all__ = ["WarmState", "warm_columns", "reusable_basis", "changes_are_nonbinding", "csr_take"]
+
+
+def csr_take(start: np.ndarray, arcs: np.ndarray, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Rows ``idx`` (in that order) of the CSR list ``start/arcs``."""
+    idx = np.asarray(idx, dtype=np.int64)
+    lengths = start[idx + 1] - start[idx]
+    new_start = np.zeros(idx.size + 1, dtype=np.int64)
+    np.cumsum(lengths, out=new_start[1:])
+    pos = np.arange(new_start[-1]) - np.repeat(new_start[:-1] - start[idx], lengths)
+    return new_start, arcs[pos]
 
 
 @dataclass(frozen=True)
@@ -50,7 +60,10 @@ class WarmState:
     ``chunks[chunk_of[j]]`` is the schedule chunk column ``j`` became (-1: none),
     ``chunk_share[i]`` the share of ``chunks[i]``;
     ``basis`` is the final master's basis over ``t`` and these columns, ``capacity`` and
-    ``t`` the old capacities and optimum.  Plain data, never mutated: any number of
+    ``t`` the old capacities and optimum.  ``pair`` is each column's pair; chunk ``i``
+    routes pair ``chunk_pair[i]`` over links ``chunk_arcs[chunk_start[i]:chunk_start[i+1]]``
+    and the schedule had ``max_chunks`` chunks per pair (what the local re-optimisation
+    of :mod:`.local` needs).  Plain data, never mutated: any number of
     warm starts may share one state."""
 
     node_ids: tuple[str, ...]
@@ -65,19 +78,28 @@ class WarmState:
     basis: Basis | None = None
     capacity: np.ndarray | None = None
     t: float = 0.0
+    pair: np.ndarray | None = None
+    chunk_pair: np.ndarray | None = None
+    chunk_start: np.ndarray | None = None
+    chunk_arcs: np.ndarray | None = None
+    max_chunks: int | None = None
 
     @classmethod
     def from_pool(cls, prob: Problem, pool: ColumnPool, y: np.ndarray, t: float,
                   basis: Basis | None = None, chunks: tuple[PathChunk, ...] = (),
                   chunk_of: np.ndarray | None = None,
-                  chunk_share: np.ndarray | None = None) -> "WarmState":
-        """The first ``len(y)`` columns of ``pool`` (those ``y`` are the shares of)."""
+                  chunk_share: np.ndarray | None = None,
+                  chunk_routes: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
+                  max_chunks: int | None = None) -> "WarmState":
+        """The first ``len(y)`` columns of ``pool`` (those ``y`` are the shares of);
+        ``chunk_routes``: (pair, start, arcs) of the chunks."""
         ar = prob.topo.arrays
         n = len(y)
+        cp, cs, ca = chunk_routes if chunk_routes is not None else (None, None, None)
         return cls(tuple(n.id for n in prob.topo.nodes), ar.tail.copy(), ar.head.copy(),
                    pool.start[:n + 1].copy(), pool.arcs[:pool.start[n]].copy(),
                    np.asarray(y, dtype=float).copy(), chunks, chunk_of, chunk_share, basis,
-                   prob.capacity.copy(), float(t))
+                   prob.capacity.copy(), float(t), pool.pair[:n].copy(), cp, cs, ca, max_chunks)
 
 
 def _link_lookup(prob: Problem, tails: np.ndarray, heads: np.ndarray) -> np.ndarray:
@@ -161,9 +183,17 @@ def reusable_basis(prob: Problem, state: WarmState, pool: ColumnPool, backend: s
     n = state.y.size
     if not same_fabric or len(pool) != n or not np.array_equal(pool.origin, np.arange(n)):
         return None
-    seg = np.repeat(np.arange(n), np.diff(state.start))
+    return basis if changes_are_nonbinding(prob, state, rel_tol) else None
+
+
+def changes_are_nonbinding(prob: Problem, state: WarmState, rel_tol: float = 1e-9) -> bool:
+    """Every link whose capacity changed was non-binding in the old LP and still carries
+    the old LP's load at the old rate (``state`` on the same links as ``prob``)."""
+    if state.capacity is None:
+        return False
+    seg = np.repeat(np.arange(state.y.size), np.diff(state.start))
     load = np.bincount(state.arcs, weights=state.y[seg], minlength=prob.num_links)
     changed = np.flatnonzero(state.capacity != prob.capacity)
     slack_old = state.capacity[changed] * state.t * (1 - rel_tol) - load[changed]
     slack_new = prob.capacity[changed] * state.t * (1 - rel_tol) - load[changed]
-    return basis if (slack_old > 0).all() and (slack_new > 0).all() else None
+    return bool((slack_old > 0).all() and (slack_new > 0).all())
