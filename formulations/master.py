@@ -62,16 +62,15 @@ def path_columns(n_pairs: int, col_pair: np.ndarray, col_start: np.ndarray,
 
 def build_master_lp(n_pairs: int, capacities: np.ndarray, col_pair: np.ndarray,
                     col_start: np.ndarray, col_arcs: np.ndarray,
-                    col_lo: np.ndarray | None = None, demand: np.ndarray | None = None,
+                    col_lo: np.ndarray | None = None,
                     background: np.ndarray | None = None) -> LinearProgram:
     """The restricted master LP above over the given path columns (``col_lo``: lower
     bounds of the path shares, e.g. chunks fixed by rounding; default 0).
 
-    ``demand`` (per pair, default 1) and ``background`` (per link, default 0) give the
-    pair rows ``sum y >= demand_p`` and the capacity rows
-    ``sum beta y - cap_a t <= -background_a``: a master over some pairs only, the other
-    pairs' fixed routes loading the links (warm local re-optimisation; a fixed pair has
-    demand 0 and no columns)."""
+    ``background`` (per link, default 0) gives the capacity rows
+    ``sum beta y - cap_a t <= -background_a``: a master over some pairs only (numbered
+    ``0..n_pairs-1`` here), the other pairs' fixed routes loading the links (warm local
+    re-optimisation)."""
     capacities = np.asarray(capacities, dtype=float)
     if (capacities <= 0).any():
         raise FormulationError("capacities must be > 0")
@@ -88,9 +87,8 @@ def build_master_lp(n_pairs: int, capacities: np.ndarray, col_pair: np.ndarray,
     lo = np.zeros(k + 1)
     if col_lo is not None:
         lo[1:] = np.asarray(col_lo, dtype=float)
-    pair_lo = np.ones(n_pairs) if demand is None else np.asarray(demand, dtype=float)
     link_hi = np.zeros(n_links) if background is None else -np.asarray(background, dtype=float)
-    row_lo = np.concatenate([pair_lo, np.full(n_links, -np.inf)])
+    row_lo = np.concatenate([np.ones(n_pairs), np.full(n_links, -np.inf)])
     row_hi = np.concatenate([np.full(n_pairs, np.inf), link_hi])
     return LinearProgram(c, A, row_lo, row_hi, lo, np.full(k + 1, np.inf), sense="min",
                          name="alltoall-master")

@@ -99,9 +99,10 @@ def local_resolve(prob: Problem, state: WarmState, backend: str, max_steps: int,
         master.add(pair[cols], st, arcs, cols)
 
     pool = ColumnPool()
+    cols = np.flatnonzero(free[pair])
+    pool.append(pair[cols], *csr_take(state.start, state.arcs, cols), cols)
     master = RestrictedMaster(get_backend(backend), n_pairs, prob.capacity, pool,
-                              free.astype(float), background(free))
-    add_pairs(master, free)
+                              free, background(free))
     master.presolve_every_time()
     rounds = grow = iterations = 0
     lp_s = pr_s = 0.0
@@ -128,13 +129,19 @@ def local_resolve(prob: Problem, state: WarmState, backend: str, max_steps: int,
         fixed = used & ~free[pair]
         excess = np.bincount(pair, weights=np.where(fixed, y_old * (col_price - sp[pair]), 0.0),
                              minlength=n_pairs)
+        # the fixed pairs priced above their shortest paths, and those on links the
+        # restricted optimum saturates (degenerate duals price only one of them)
+        load = pool.loads(res.solution.y, n_links) + background(free)
+        tight = load >= prob.capacity * t * (1 - 1e-9)
+        on_tight = np.bincount(seg, weights=tight[state.arcs], minlength=n) > 0
         new = ~free & (excess > 1e-9 * t / n_pairs)
+        new[pair[fixed & on_tight]] = True
         if not new.any():
             return None
         grow += 1
         free |= new
+        master.set_rows(free, background(free))
         add_pairs(master, new)
-        master.set_rows(free.astype(float), background(free))
 
     lp_phase = time.perf_counter() - t_start
     sol = res.solution
@@ -154,7 +161,7 @@ def local_resolve(prob: Problem, state: WarmState, backend: str, max_steps: int,
     if max_chunks is None:
         rounded = _fractional(pool, y, prob)
     else:
-        master.set_rows(free.astype(float), b_round)
+        master.set_rows(free, b_round)
         rounded, dive = deep_dive(master, prob, y, max_chunks, max_steps, lp_rate,
                                   deadline=deadline, background=b_round, pairs=free)
     rounding_s = time.perf_counter() - t_round

@@ -130,13 +130,16 @@ class RestrictedMaster:
     """The live restricted master: a :class:`ColumnPool` mirrored in a backend model."""
 
     def __init__(self, backend: Backend, n_pairs: int, capacity: np.ndarray,
-                 pool: ColumnPool, demand: np.ndarray | None = None,
+                 pool: ColumnPool, pairs: np.ndarray | None = None,
                  background: np.ndarray | None = None) -> None:
+        """``pairs`` (bool per pair, default all): the pairs with a row (the pool holds
+        columns of those pairs only); ``background``: a fixed load per link (the other
+        pairs' routes, see :func:`formulations.master.build_master_lp`)."""
         self.backend = backend
         self.n_pairs = n_pairs
         self.capacity = np.asarray(capacity, dtype=float)
-        self.demand = demand                # per-pair row rhs (None: all 1)
-        self.background = background        # per-link fixed load (None: all 0)
+        self._set_pairs(pairs)
+        self.background = background
         self.pool = pool
         self.lower = np.zeros(len(pool))
         self.basis_used = False
@@ -144,8 +147,15 @@ class RestrictedMaster:
         self._kept: Basis | None = None     # a given basis the model still sits on
         self.presolve_each_solve = False
         self._dirty = False
-        backend.load(build_master_lp(n_pairs, self.capacity, pool.pair, pool.start, pool.arcs,
-                                     demand=demand, background=background))
+        backend.load(build_master_lp(self.n_rows, self.capacity, self._row[pool.pair],
+                                     pool.start, pool.arcs, background=background))
+
+    def _set_pairs(self, pairs: np.ndarray | None) -> None:
+        rows = np.arange(self.n_pairs) if pairs is None else np.flatnonzero(pairs)
+        self.pair_rows = rows                           # global pair of each pair row
+        self._row = np.full(self.n_pairs, -1, dtype=np.int64)
+        self._row[rows] = np.arange(rows.size)
+        self.n_rows = int(rows.size)
 
     def presolve_every_time(self) -> None:
         """Rebuild the model before each solve that follows added columns, so every
@@ -181,7 +191,8 @@ class RestrictedMaster:
             self._kept = None
             self._dirty = True
             sub_start = self.pool.start[before:] - self.pool.start[before]
-            starts, indices, values = path_columns(self.n_pairs, self.pool.pair[before:], sub_start,
+            starts, indices, values = path_columns(self.n_rows, self._row[self.pool.pair[before:]],
+                                                   sub_start,
                                                    self.pool.arcs[self.pool.start[before]:])
             self.backend.add_columns(np.zeros(k), np.zeros(k), np.full(k, np.inf),
                                      starts, indices, values)
@@ -206,23 +217,19 @@ class RestrictedMaster:
         self.backend.set_column_bounds(cols + 1, lower, np.full(cols.size, np.inf))
         self.lower[cols] = lower
 
-    def set_rows(self, demand: np.ndarray | None, background: np.ndarray | None) -> None:
-        """New pair demands and link background loads (see :func:`build_master_lp`)."""
-        self.demand, self.background = demand, background
+    def set_rows(self, pairs: np.ndarray | None, background: np.ndarray | None) -> None:
+        """New pair rows and link background loads (as in the constructor; the pool must
+        hold columns of those pairs only).  The model is rebuilt before the next solve."""
+        self._set_pairs(pairs)
+        self.background = background
         self._kept = None
-        n_links = self.capacity.size
-        lo = np.concatenate([np.ones(self.n_pairs) if demand is None else demand,
-                             np.full(n_links, -np.inf)])
-        hi = np.concatenate([np.full(self.n_pairs, np.inf),
-                             np.zeros(n_links) if background is None else -background])
-        self.backend.set_row_bounds(np.arange(lo.size), lo, hi)
-        self._dirty = True
+        self._rebuild()
 
     def _rebuild(self) -> None:
         """Reload the model from the pool (the next solve is cold, with presolve)."""
-        self.backend.load(build_master_lp(self.n_pairs, self.capacity, self.pool.pair,
+        self.backend.load(build_master_lp(self.n_rows, self.capacity, self._row[self.pool.pair],
                                           self.pool.start, self.pool.arcs, self.lower,
-                                          self.demand, self.background))
+                                          self.background))
 
     def solve(self, where: str, *, method: str = "auto",
               time_limit: float | None = None) -> MasterSolution:
@@ -253,7 +260,10 @@ class RestrictedMaster:
                 f"{self.num_columns} columns; the master is always feasible, so this is "
                 f"numerical trouble: retry with another backend or method")
         duals = sol.row_duals
-        return MasterSolution(sol.status, float(sol.x[0]), np.maximum(sol.x[1:], 0.0),
-                              np.maximum(duals[:self.n_pairs], 0.0),
-                              np.maximum(-duals[self.n_pairs:], 0.0),
+        sigma = np.maximum(duals[:self.n_rows], 0.0)
+        if self.n_rows != self.n_pairs:
+            sigma = np.zeros(self.n_pairs)
+            sigma[self.pair_rows] = np.maximum(duals[:self.n_rows], 0.0)
+        return MasterSolution(sol.status, float(sol.x[0]), np.maximum(sol.x[1:], 0.0), sigma,
+                              np.maximum(-duals[self.n_rows:], 0.0),
                               sol.iterations, sol.seconds)
