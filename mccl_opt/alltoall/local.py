@@ -19,7 +19,7 @@ pairs and prove that the result is optimal for the full master:
    so the gap is ``sum_F (sigma_p - SP_p) + sum_fixed (sum_j y_j w(P_j) - SP_p·sum_j y_j)``:
    once no free column prices out, it is exactly the fixed pairs' excess over their
    shortest paths.  The fixed pairs with an excess join ``F`` and the loop repeats (at
-   most ``max_grow`` times); if that does not certify, the caller falls back to the full
+   most a few times); if that does not certify, the caller falls back to the full
    warm master.
 4. Rounding: the fixed pairs keep their old chunks (the same objects); the free pairs
    are rounded against the fixed chunks' loads (the restricted master's rows are reset
@@ -67,10 +67,14 @@ def local_eligible(prob: Problem, state: WarmState | None, max_chunks: int | Non
 
 def local_resolve(prob: Problem, state: WarmState, backend: str, max_steps: int,
                   max_chunks: int | None, options: CGOptions, deadline: float | None,
-                  max_grow: int = 4) -> Schedule | None:
+                  max_steps_local: int = 3, max_free: float = 0.3,
+                  step_rounds: int = 10) -> Schedule | None:
     """The schedule of the certified local re-optimisation (module docstring), or
     ``None`` when it does not apply or does not certify (the caller then solves the full
-    warm master)."""
+    warm master).  Gives up when the free pairs would exceed ``max_free`` of all pairs
+    (the restricted master is then hardly smaller than the full one) or after
+    ``max_steps_local`` column generation runs of ``step_rounds`` rounds each, between
+    which the fixed pairs that cause the gap join the free ones."""
     from .solve import SATURATION_REL_TOL, _chunks, _fractional, make_schedule
 
     t_start = time.perf_counter()
@@ -104,14 +108,16 @@ def local_resolve(prob: Problem, state: WarmState, backend: str, max_steps: int,
     master = RestrictedMaster(get_backend(backend), n_pairs, prob.capacity, pool,
                               free, background(free))
     master.presolve_every_time()
-    rounds = grow = iterations = 0
+    step_options = CGOptions(options.rel_tol, options.drop_after, options.drop_min_pool, step_rounds)
+    rounds = grow = iterations = steps = 0
     lp_s = pr_s = 0.0
     history: list = []
     bound_t = 0.0
     while True:
         want = prob.pair_matrix(free.astype(float), 0.0) > 0
-        res = column_generation(master, prob, max_steps, options=options, deadline=deadline,
+        res = column_generation(master, prob, max_steps, options=step_options, deadline=deadline,
                                 want=want, label=f"local re-optimisation {grow + 1}")
+        steps += 1
         rounds += res.rounds
         iterations += res.iterations
         lp_s += res.lp_seconds
@@ -121,7 +127,7 @@ def local_resolve(prob: Problem, state: WarmState, backend: str, max_steps: int,
         bound_t = max(bound_t, min(res.bound_t, t))
         if t - bound_t <= options.rel_tol * t or res.status != "optimal":
             break
-        if grow >= max_grow or res.shortest is None:
+        if steps >= max_steps_local or res.shortest is None:
             return None
         w = res.solution.w
         sp = res.shortest[prob.pair_src, prob.pair_dst]
@@ -135,8 +141,11 @@ def local_resolve(prob: Problem, state: WarmState, backend: str, max_steps: int,
         tight = load >= prob.capacity * t * (1 - 1e-9)
         on_tight = np.bincount(seg, weights=tight[state.arcs], minlength=n) > 0
         new = ~free & (excess > 1e-9 * t / n_pairs)
-        new[pair[fixed & on_tight]] = True
-        if not new.any():
+        if res.rounds == step_rounds and excess.sum() < 0.5 * (t - res.bound_t):
+            continue                    # the free pairs' own gap dominates: keep pricing
+        if res.rounds < step_rounds:    # restricted optimum reached
+            new[pair[fixed & on_tight]] = True
+        if not new.any() or (free | new).sum() > max_free * n_pairs:
             return None
         grow += 1
         free |= new

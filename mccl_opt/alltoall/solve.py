@@ -118,8 +118,9 @@ def solve_alltoall(topo: Topology, warm: Schedule | WarmState | None = None, bac
     options = CGOptions(rel_tol=rel_tol)
     state = warm.warm_state if isinstance(warm, Schedule) else warm
     state = state if isinstance(state, WarmState) else None
-    if max_steps != "min" and local_eligible(prob, state, max_chunks) and not (
-            state.basis is not None and changes_are_nonbinding(prob, state)):
+    tried_local = max_steps != "min" and local_eligible(prob, state, max_chunks) and not (
+        state.basis is not None and changes_are_nonbinding(prob, state))
+    if tried_local:
         steps = topo.num_nodes - 1 if max_steps is None else int(max_steps)
         t_local = time.perf_counter()
         sched = local_resolve(prob, state, backend, steps, max_chunks, options, deadline)
@@ -140,6 +141,7 @@ def solve_alltoall(topo: Topology, warm: Schedule | WarmState | None = None, bac
     lp_done = time.perf_counter()
     sched = _finish(prob, solved, backend, max_chunks, deadline, state)
     sched.stats.update(search)
+    sched.stats["local_fallback"] = bool(tried_local)
     sched.stats["seconds"] = time.perf_counter() - t0
     sched.stats["lp_phase_seconds"] = lp_done - t0
     sched.solver["seconds"] = sched.stats["seconds"]

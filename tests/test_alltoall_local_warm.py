@@ -1,0 +1,157 @@
+"""Warm local re-optimisation with a global certificate ("pair fixing",
+mccl_opt/alltoall/local.py): after a capacity-only change the warm solve re-optimises the
+pairs whose routes cross a changed link, keeps every other pair's routes and chunks, and
+proves the combined LP solution optimal with the Farley bound over all pairs."""
+
+from __future__ import annotations
+
+import pytest
+
+from instances import degrade, dgx, fail2, hpn, irregular, ring
+from mccl_opt import validate
+from mccl_opt.alltoall import solve_alltoall
+from mccl_opt.backends import available_backends
+
+REL = 1e-6
+
+
+def _nic(topo, gpu=0):
+    g = topo.gpus[gpu]
+    return g, [l for l in topo.links if l.src == g][-1].dst
+
+
+def check_same_as_cold(topo, warm, cold=None):
+    cold = cold if cold is not None else solve_alltoall(topo)
+    rep = validate(topo, warm)
+    assert warm.lp_rate_gbps == pytest.approx(cold.lp_rate_gbps, rel=REL)
+    assert warm.stats["lp_bound_gbps"] >= cold.lp_rate_gbps * (1 - 1e-9)
+    assert warm.rate_gbps <= warm.lp_rate_gbps * (1 + 1e-9)
+    assert rep.rate_gbps == pytest.approx(warm.rate_gbps, rel=1e-9)
+    assert all(abs(c.share * 10 - round(c.share * 10)) < 1e-9 for c in warm.chunks)
+    return cold
+
+
+@pytest.mark.parametrize("shape", [(1, 2, 8), (1, 4, 8)])
+def test_fail2_warm_takes_the_local_path_and_equals_cold(shape):
+    base = hpn(*shape)
+    healthy = solve_alltoall(base)
+    topo = fail2(base)
+    warm = solve_alltoall(topo, warm=healthy)
+    assert warm.stats["warm_mode"] == "local"
+    assert 0 < warm.stats["free_pairs"] < base.num_gpus * (base.num_gpus - 1)
+    assert warm.stats["certificate_rounds"] == 1
+    cold = check_same_as_cold(topo, warm)
+    assert warm.rate_gbps >= (1 - 0.01) * warm.lp_rate_gbps      # rounding gap <= 1 %
+    # the fixed pairs' chunks are the old objects
+    free_src = {c.src for c in warm.chunks if not any(c is o for o in healthy.chunks)}
+    assert sum(any(c is o for o in healthy.chunks) for c in warm.chunks) > len(warm.chunks) // 2
+    assert free_src                                  # ... and some pairs were re-routed
+    assert cold.stats["warm_mode"] == "cold"
+
+
+@pytest.mark.parametrize("make", [
+    lambda: dgx(),
+    lambda: ring(5),
+    lambda: irregular(1),
+], ids=["dgx", "ring5", "irregular1"])
+def test_degraded_binding_link_of_other_fabrics(make):
+    base = make()
+    healthy = solve_alltoall(base)
+    # degrade the link the healthy LP loads most, relative to its capacity (binding)
+    best = max(range(len(base.links)),
+               key=lambda a: sum(c.share for c in healthy.chunks
+                                 if any((u, v) == (base.links[a].src, base.links[a].dst)
+                                        for u, v in zip(c.path, c.path[1:])))
+               / base.links[a].capacity_gbps)
+    link = base.links[best]
+    topo = degrade(base, link.src, link.dst, link.capacity_gbps / 2)
+    warm = solve_alltoall(topo, warm=healthy)
+    assert warm.stats["warm_mode"] == "local"
+    check_same_as_cold(topo, warm)
+
+
+def test_certificate_grows_the_free_set_when_the_first_is_not_enough():
+    # from Fail2 (GPU0's NIC at 50 Gbps) to 25 Gbps: freeing the pairs on that NIC is
+    # not enough, the certificate frees the fixed pairs priced above their shortest paths
+    base = hpn(1, 4, 8)
+    g, tor = _nic(base)
+    failed = solve_alltoall(fail2(base), warm=solve_alltoall(base))
+    topo = degrade(base, g, tor, 25.0)
+    warm = solve_alltoall(topo, warm=failed)
+    assert warm.stats["warm_mode"] == "local"
+    assert warm.stats["certificate_rounds"] > 1
+    check_same_as_cold(topo, warm)
+
+
+def test_local_path_falls_back_to_the_full_master_when_it_cannot_certify():
+    # a repaired NIC (50 -> 200 Gbps): most pairs re-balance, the free set would pass
+    # its size limit, so the full warm master solves it
+    base = hpn(1, 4, 8)
+    g, tor = _nic(base)
+    failed = solve_alltoall(fail2(base), warm=solve_alltoall(base))
+    topo = degrade(base, g, tor, 200.0)
+    warm = solve_alltoall(topo, warm=failed)
+    assert warm.stats["warm_mode"] == "full" and warm.stats["local_fallback"]
+    check_same_as_cold(topo, warm)
+
+
+def test_chained_warm_healthy_fail2_repaired_equals_cold_each_time():
+    base = hpn(1, 4, 8)
+    healthy = solve_alltoall(base)
+    topo = fail2(base)
+    first = solve_alltoall(topo, warm=healthy)
+    check_same_as_cold(topo, first)
+    repaired = solve_alltoall(base, warm=first)              # capacity back up
+    check_same_as_cold(base, repaired, healthy)
+    again = solve_alltoall(topo, warm=repaired)               # and down again
+    check_same_as_cold(topo, again)
+    # a warm start from a local result takes the local path again
+    g, tor = _nic(base)
+    lower = degrade(base, g, tor, 40.0)
+    third = solve_alltoall(lower, warm=first)
+    assert third.stats["warm_mode"] == "local"
+    check_same_as_cold(lower, third)
+    fourth = solve_alltoall(topo, warm=third)
+    check_same_as_cold(topo, fourth)
+
+
+def test_capacity_increase_of_a_binding_link_is_correct():
+    base = hpn(1, 2, 8)
+    g, tor = _nic(base)
+    healthy = solve_alltoall(base)
+    topo = degrade(base, g, tor, 800.0)
+    check_same_as_cold(topo, solve_alltoall(topo, warm=healthy))
+
+
+def test_fractional_warm_local():
+    base = hpn(1, 2, 8)
+    healthy = solve_alltoall(base, max_chunks=None)
+    topo = fail2(base)
+    warm = solve_alltoall(topo, warm=healthy, max_chunks=None)
+    assert warm.stats["warm_mode"] == "local"
+    cold = solve_alltoall(topo, max_chunks=None)
+    assert warm.lp_rate_gbps == pytest.approx(cold.lp_rate_gbps, rel=REL)
+    assert warm.rate_gbps == pytest.approx(warm.lp_rate_gbps, rel=1e-6)
+    validate(topo, warm)
+
+
+def test_other_max_chunks_does_not_reuse_old_chunks():
+    base = hpn(1, 2, 8)
+    healthy = solve_alltoall(base, max_chunks=10)
+    topo = fail2(base)
+    warm = solve_alltoall(topo, warm=healthy, max_chunks=4)
+    assert warm.stats["warm_mode"] != "local"
+    assert all(abs(c.share * 4 - round(c.share * 4)) < 1e-9 for c in warm.chunks)
+    validate(topo, warm)
+
+
+@pytest.mark.parametrize("name", [b for b in available_backends() if b != "highs"])
+def test_local_warm_on_other_backends(name):
+    base = hpn(1, 2, 4)
+    healthy = solve_alltoall(base, backend=name)
+    topo = fail2(base)
+    warm = solve_alltoall(topo, warm=healthy, backend=name)
+    assert warm.stats["warm_mode"] == "local"
+    cold = solve_alltoall(topo, backend="highs")
+    assert warm.lp_rate_gbps == pytest.approx(cold.lp_rate_gbps, rel=REL)
+    validate(topo, warm)
