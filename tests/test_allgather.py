@@ -336,19 +336,21 @@ def test_fabrics_needing_exact_switch_removal(seed):
 
 @pytest.mark.parametrize("fail", [fail1], ids=["fail1"])
 def test_warm_reuses_previous_tree_shapes(fail):
-    """ForestColl-warm keeps valid structure: previous trees whose logical links still
-    have units are reused verbatim (here on 64 GPUs), and the rate equals cold.  (Warm
-    picks cold's ``k``; after Fail2 that is k=1, where no previous 1/5-share tree fits.)"""
+    """ForestColl-warm keeps valid structure: after Fail1 on 64 GPUs the previous
+    physical trees are rerouted (most keep every edge) and the rate equals cold; on a
+    fabric with other GPUs (Fail3) previous logical shapes seed the packing instead."""
     before = solve_allgather(hpn(1, 8, 8))
     after = fail(hpn(1, 8, 8))
     warm = solve_allgather(after, warm=before)
     cold = solve_allgather(after)
-    assert warm.stats["k"] == cold.stats["k"]
-    assert warm.stats["reused_trees"] > 0 and cold.stats["reused_trees"] == 0
+    assert warm.stats["reroute"] == "done" and warm.stats["k"] == cold.stats["k"]
     assert warm.rate_gbps == pytest.approx(cold.rate_gbps, rel=1e-12)
     check(after, warm)
     prev = {(c.src, c.edges) for c in before.chunks}
-    assert any((c.src, c.edges) in prev for c in warm.chunks)
+    assert sum((c.src, c.edges) in prev for c in warm.chunks) > len(warm.chunks) // 2
+    before3 = solve_allgather(hpn(1, 2, 8))
+    warm3 = solve_allgather(fail3(hpn(1, 2, 8)), warm=before3)
+    assert "reroute" not in warm3.stats and warm3.stats["reused_trees"] > 0
 
 
 def test_warm_keeps_previous_schedule_after_drift_on_unsaturated_link():
@@ -385,14 +387,14 @@ def test_cut_upper_bound_is_at_least_the_optimum(topo):
     assert cut_upper_bound(fab, [exact.cut]).rate == exact.rate
 
 
-@pytest.mark.parametrize("fail,guess", [(fail1, "certified by packing"), (fail2, "rejected")],
+@pytest.mark.parametrize("fail,guess", [(fail1, "certified by rerouting"), (fail2, "rejected")],
                          ids=["fail1", "fail2"])
 def test_warm_guess_is_certified_or_rejected(fail, guess):
-    """Fail1 on 64 GPUs: warm skips Phase 1's max-flow sweep (the packing certifies the
-    single-GPU cut bound) and still matches cold in rate and optimum; Fail2's optimum
-    is not reachable with <= 10 chunks, so the guess is rejected and the exact Phase 1
-    runs, but the chunk budget is guessed from cut bounds and certified by the packing
-    (no budget sweep; same k and rate as cold)."""
+    """Fail1 on 64 GPUs: warm skips Phase 1's max-flow sweep (the rerouted previous
+    trees certify the single-GPU cut bound) and still matches cold in rate and optimum;
+    Fail2's optimum is not reachable with <= 10 chunks, so the guess is rejected and the
+    exact Phase 1 runs, but the chunk budget is guessed from cut bounds and certified by
+    rerouting or packing (no budget sweep; same k and rate as cold)."""
     before = solve_allgather(hpn(1, 8, 8))
     after = fail(hpn(1, 8, 8))
     warm = solve_allgather(after, warm=before)
@@ -401,9 +403,65 @@ def test_warm_guess_is_certified_or_rejected(fail, guess):
     if guess.startswith("certified"):
         assert warm.solver["maxflow_calls"] == 0
     else:           # exact Phase 1, budget guessed and certified by packing: no sweep
-        assert warm.stats["budget_guess"] == "certified by packing"
+        assert warm.stats["budget_guess"] in ("certified by rerouting", "certified by packing")
         assert warm.stats["budget_maxflows"] == 0 < cold.stats["budget_maxflows"]
         assert warm.stats["k"] == cold.stats["k"]
     assert warm.lp_rate_gbps == pytest.approx(cold.lp_rate_gbps, rel=1e-12)
     assert warm.rate_gbps == pytest.approx(cold.rate_gbps, rel=1e-12)
     check(after, warm)
+
+
+@pytest.mark.parametrize("shape,fail", [((1, 2, 8), fail1), ((1, 2, 8), fail2),
+                                        ((1, 4, 8), fail1), ((1, 16, 8), fail2)],
+                         ids=["1x2x8-fail1", "1x2x8-fail2", "1x4x8-fail1", "1x16x8-fail2"])
+def test_rerouted_previous_trees_reach_cold_rate(shape, fail):
+    """A degraded link: the previous trees, rerouted around the links now over capacity,
+    reach exactly the cold (certified) rate and pass the validator."""
+    before = solve_allgather(hpn(*shape))
+    after = fail(hpn(*shape))
+    warm = solve_allgather(after, warm=before)
+    cold = solve_allgather(after)
+    assert warm.stats["reroute"] == "done" and warm.stats["rerouted_edges"] > 0
+    assert warm.rate_gbps == pytest.approx(cold.rate_gbps, rel=1e-9)
+    check(after, warm)
+    per_root: dict[str, float] = {}
+    for c in warm.chunks:
+        per_root[c.src] = per_root.get(c.src, 0.0) + c.share
+    assert all(v == pytest.approx(1.0) for v in per_root.values())
+
+
+def test_reroute_cannot_beat_the_optimum():
+    """Rerouting never claims more than the fabric allows: asked for 1 % above the
+    certified optimum it gives up; at the optimum it fits every link in unit trees."""
+    from mccl_opt.allgather.fabric import fabric_of
+    from mccl_opt.allgather.reroute import requantized, reroute
+    from mccl_opt.allgather.solve import _forest_of
+
+    before = solve_allgather(hpn(1, 4, 8))
+    after = fail1(hpn(1, 4, 8))
+    cold = solve_allgather(after)
+    fab, quantum = fabric_of(after)
+    forest = _forest_of(before, after)
+    k = cold.stats["k"]
+    best = Fraction(cold.rate_gbps / quantum).limit_denominator(10**9)
+    assert reroute(forest, after, fab.cap, k, best * Fraction(101, 100)) is None
+    done = reroute(forest, after, fab.cap, k, best)
+    assert done is not None
+    units = done.loads * k
+    unit = best / k
+    assert np.all(units <= (fab.cap * unit.denominator) // unit.numerator + 1e-9)
+    q = requantized(forest, 7)
+    assert np.all(np.bincount(q.roots, weights=q.mults) == 7)
+
+
+def test_chained_warm_reroutes_from_a_rerouted_schedule():
+    """healthy -> Fail1 (rerouted) -> Fail1 + Fail2 (rerouted from that) -> healthy:
+    every step equals its cold rate and validates."""
+    base = hpn(1, 4, 8)
+    both = fail2(fail1(base))
+    prev = solve_allgather(base)
+    for topo in (fail1(base), both, base):
+        warm = solve_allgather(topo, warm=prev)
+        assert warm.rate_gbps == pytest.approx(solve_allgather(topo).rate_gbps, rel=1e-9)
+        check(topo, warm)
+        prev = warm

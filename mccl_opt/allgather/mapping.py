@@ -71,13 +71,15 @@ def to_physical(classes: Sequence[TreeClass], lg: LogicalGraph) -> list[Physical
 class MappedTrees:
     """Physical trees by path index: tree ``i`` is rooted at rank ``roots[i]``, has
     multiplicity ``mults[i]`` and its edges ride ``paths[j]`` for ``j in edges[i]``
-    (parents first); ``used[j]`` counts the trees (with multiplicity) riding path ``j``."""
+    (parents first); ``used[j]`` counts the trees (with multiplicity) riding path ``j``;
+    ``edge_matrix`` is ``edges`` as one array when :func:`map_classes` built it."""
 
     roots: list[int]
     mults: list[int]
     edges: list[list[int]]
     paths: list[tuple[int, ...]]
     used: np.ndarray
+    edge_matrix: np.ndarray | None = None
 
     @classmethod
     def from_physical(cls, trees: Sequence[PhysicalTree]) -> "MappedTrees":
@@ -159,9 +161,10 @@ def map_classes(classes: Sequence[TreeClass], lg: LogicalGraph
     # per class (ascending) by depth, then rank (v_idx ascends within a class)
     order = np.argsort(c_idx * (int(depth.max()) + 1) + depth[c_idx, v_idx], kind="stable")
     bounds = np.searchsorted(c_idx[order], np.arange(len(classes) + 1)).tolist()
-    seg_sorted = seg[order].tolist()
+    seg_sorted = seg[order]
+    as_list = seg_sorted.tolist()
     used = np.bincount(seg, weights=m, minlength=len(seg_paths)).astype(np.int64)
     mapped = MappedTrees([c.root for c in classes], mult.tolist(),
-                         [seg_sorted[bounds[i]:bounds[i + 1]] for i in range(len(classes))],
-                         seg_paths, used)
+                         [as_list[bounds[i]:bounds[i + 1]] for i in range(len(classes))],
+                         seg_paths, used, seg_sorted.reshape(len(classes), -1))
     return mapped, depth.max(axis=1)

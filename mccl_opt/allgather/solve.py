@@ -23,6 +23,7 @@ from .mapping import MappedTrees, map_classes, to_physical, tree_chunks, tree_lo
 from .splitting import LogicalGraph, SplitGraph, balance_switches, split_all
 from .throughput import Fabric, PhaseOneResult, cut_upper_bound, optimal_rate
 from .repair import repair_pack
+from .reroute import PhysicalForest, Rerouted, reroute
 from .trees import exact_pack, greedy_pack
 
 __all__ = ["solve_allgather", "WarmState"]
@@ -32,8 +33,9 @@ class WarmState(dict):
     """What ForestColl-warm reuses: ``cut`` (node ids of Phase 1's tight set), ``k``,
     ``guides`` (per root rank, the parent rank of every rank in its largest tree),
     ``shapes`` (``(roots, parent ranks)`` of every tree class, largest first per root),
-    ``loads`` (share load per link) and ``links`` (the ``(tail, head)`` arrays they
-    refer to)."""
+    ``loads`` (share load per link), ``links`` (the ``(tail, head)`` arrays they
+    refer to) and the physical trees: ``forest`` (a :class:`.reroute.PhysicalForest`)
+    or the ``mapped`` trees and ``tree_depths`` it is built from on demand."""
 
 
 def _guides_from(warm: Schedule, topo: Topology) -> dict[int, np.ndarray]:
@@ -233,6 +235,65 @@ def _kept_schedule(warm: Schedule, topo: Topology, loads: np.ndarray, fab: Fabri
         stats=stats, warm_state=state)
 
 
+def _forest_of(warm: Schedule, topo: Topology) -> PhysicalForest | None:
+    """The previous schedule's physical trees, if ``topo`` has its nodes and links."""
+    state = warm.warm_state if isinstance(warm.warm_state, dict) else {}
+    links = state.get("links")
+    arr = topo.arrays
+    if (links is None or tuple(warm.gpus) != tuple(topo.gpus) or links[0].size != arr.tail.size
+            or not (np.array_equal(links[0], arr.tail) and np.array_equal(links[1], arr.head))):
+        return None
+    forest = state.get("forest")
+    if forest is None and state.get("mapped") is not None:
+        forest = PhysicalForest.from_mapped(state["mapped"], state["k"], state["tree_depths"],
+                                            topo, warm.chunks)
+    return forest
+
+
+def _reroute_previous(warm: Schedule, topo: Topology, fab: Fabric, k: int, y: Fraction,
+                      stats: dict[str, Any]) -> Rerouted | None:
+    """The previous trees, as ``k`` unit trees per root, rerouted to carry ``k·y``
+    (quanta; certified by the caller as an upper bound of the budget optimum) on the
+    new capacities, or ``None``."""
+    t = time.perf_counter()
+    forest = _forest_of(warm, topo)
+    if forest is None:
+        return None
+    out = reroute(forest, topo, fab.cap, k, k * y)
+    stats["reroute_s"] = time.perf_counter() - t
+    stats["reroute"] = "failed" if out is None else "done"
+    return out
+
+
+def _rerouted_schedule(topo: Topology, warm: Schedule, max_chunks: int | None, fab: Fabric,
+                       p1: PhaseOneResult, x_star: float, rerouted: Rerouted,
+                       stats: dict[str, Any], t_start: float, calls: int) -> Schedule:
+    """The schedule of rerouted previous trees and its warm state."""
+    forest, loads = rerouted.forest, rerouted.loads
+    rate = schedule_rate(topo, loads)
+    stats.update(k=forest.k, rerouted_edges=rerouted.moved_edges,
+                 rerouted_trees=rerouted.rebuilt_trees, num_trees=int(forest.roots.size),
+                 max_depth=int(forest.depth.max()), mean_depth=float(forest.depth.mean()))
+    seconds = time.perf_counter() - t_start
+    stats["total_s"] = seconds
+    order = np.lexsort((-forest.mults, forest.roots))
+    roots, parents = forest.roots[order], forest.parent[order].astype(np.int64)
+    first = np.r_[True, roots[1:] != roots[:-1]]
+    node_ids = [n.id for n in topo.nodes]
+    arr = topo.arrays
+    state = WarmState(cut={node_ids[i] for i in np.flatnonzero(p1.cut)}, k=forest.k,
+                      num_gpus=topo.num_gpus, shapes=(roots, parents),
+                      guides={int(r): p for r, p in zip(roots[first], parents[first])},
+                      loads=loads, links=(arr.tail, arr.head), forest=forest)
+    return Schedule(
+        collective="allgather", topology=topo.name, gpus=topo.gpus, rate_gbps=rate,
+        lp_rate_gbps=x_star, max_chunks=max_chunks, chunks=forest.chunks,
+        bottleneck=bottleneck_links(topo, loads, rate, forest.k, saturated=fab.cut_arcs(p1.cut)),
+        solver={"backend": "maxflow", "seconds": seconds,
+                "maxflow_calls": p1.maxflow_calls + calls, "algorithm": "forestcoll-warm"},
+        stats=stats, warm_state=state)
+
+
 def _gbps(p1: PhaseOneResult, quantum: float) -> float:
     return float(Fraction(p1.num, p1.den) * Fraction(quantum).limit_denominator(10**12))
 
@@ -258,8 +319,11 @@ def _warm_guess(topo: Topology, warm: Schedule, max_chunks: int | None,
         return None
     k, y = guess
     x_star = _gbps(bound, quantum)
+    # beyond the budget (k0 > K) a guess of x* is rarely reachable: when the previous
+    # trees could not be rerouted to it, no packing tests it either
+    pack = max_chunks is None or exact_k(fab, bound) <= max_chunks
     return _keep_or_certify(topo, warm, max_chunks, fab, bound, x_star, x_star, k, y, guides,
-                            stats, t_start, "phase1_guess")
+                            stats, t_start, "phase1_guess", pack)
 
 
 def _certify_by_packing(topo: Topology, warm: Schedule, max_chunks: int | None, fab: Fabric,
@@ -322,14 +386,23 @@ def _warm_budget(topo: Topology, warm: Schedule, max_chunks: int | None,
 def _keep_or_certify(topo: Topology, warm: Schedule, max_chunks: int | None, fab: Fabric,
                      p1: PhaseOneResult, x_star: float, target_gbps: float, k: int,
                      y: Fraction, guides: dict[int, np.ndarray], stats: dict[str, Any],
-                     t_start: float, stat_key: str) -> Schedule | None:
+                     t_start: float, stat_key: str, pack: bool = True) -> Schedule | None:
     """Certify a guessed ``(k, y)`` reaching ``target_gbps``: keep the previous schedule
-    if it already reaches it, else a completed packing of ``k`` trees of bandwidth ``y``
-    does; ``None`` if the packing gets stuck (the caller falls back to the exact path)."""
+    if it already reaches it, else the previous trees rerouted to carry it
+    (:mod:`.reroute`), else (if ``pack``) a completed packing of ``k`` trees of
+    bandwidth ``y`` does; ``None`` if all fail (the caller falls back to the exact
+    path)."""
     kept = _keep_previous(warm, topo, target_gbps, max_chunks)
     if kept is not None:
         stats[stat_key] = "certified by the previous schedule"
         return _kept_schedule(warm, topo, kept, fab, p1, x_star, stats, t_start, 0)
+    rerouted = _reroute_previous(warm, topo, fab, k, y, stats)
+    if rerouted is not None:
+        stats[stat_key] = "certified by rerouting"
+        return _rerouted_schedule(topo, warm, max_chunks, fab, p1, x_star, rerouted, stats,
+                                  t_start, 0)
+    if not pack and stats.get("reroute") == "failed":
+        return None
     stats["k_exact"] = int(exact_k(fab, p1))
     packed = _certify_by_packing(topo, warm, max_chunks, fab, k, y, guides, stats)
     if packed is None:
@@ -371,6 +444,10 @@ def solve_allgather(topo: Topology, warm: Schedule | None = None, backend: str =
         kept = _keep_previous(warm, topo, float(k * y) * quantum, max_chunks)
         if kept is not None:
             return _kept_schedule(warm, topo, kept, fab, p1, x_star, stats, t_start, calls)
+        rerouted = _reroute_previous(warm, topo, fab, k, y, stats)
+        if rerouted is not None:
+            return _rerouted_schedule(topo, warm, max_chunks, fab, p1, x_star, rerouted, stats,
+                                      t_start, calls)
 
     arr = topo.arrays
     t = time.perf_counter()
@@ -424,7 +501,8 @@ def _finish(topo: Topology, warm: Schedule | None, max_chunks: int | None, fab: 
     state = WarmState(cut={node_ids[i] for i in np.flatnonzero(p1.cut)}, k=k,
                       num_gpus=topo.num_gpus, shapes=shapes,
                       guides={int(r): p for r, p in zip(roots[first], parents[first])},
-                      loads=loads, links=(arr.tail, arr.head))
+                      loads=loads, links=(arr.tail, arr.head), mapped=trees,
+                      tree_depths=depths)
     return Schedule(
         collective="allgather", topology=topo.name, gpus=topo.gpus, rate_gbps=rate,
         lp_rate_gbps=x_star, max_chunks=max_chunks, chunks=tuple(chunks),

@@ -1,0 +1,468 @@
+"""ForestColl-warm by rerouting the previous physical trees (paper §4.3).
+
+A localised degradation (Fail1: NVSwitch lanes of one GPU; Fail2: one NIC) moves the
+optimum and with it the tree bandwidth, so Phase 2's logical graph and Phase 3's
+packing change everywhere.  The previous *physical* trees, however, are still spanning
+trees over real switch paths: at the new rate only the tree edges that cross a link
+now over capacity are wrong.  :func:`reroute` keeps every previous tree with its
+multiplicity (``k_old`` unit trees per root, shares ``m / k_old``) and moves each
+offending edge ``(t, v)`` to another parent ``u`` of ``v`` -- any GPU outside ``v``'s
+subtree in ``t``, over a switch-only path into ``v`` whose links still have room
+(widest first) -- splitting the tree when only part of its multiplicity fits.  Moving
+``v``'s in-edge keeps ``t`` a spanning arborescence.  When no link is left over capacity
+the trees carry ``target`` per root; the caller has certified ``target`` as an upper
+bound of the chunk-budget optimum, so the result is optimal.  If some link stays over
+capacity nothing is returned and the caller packs from scratch.
+
+Capacities are counted in unit trees exactly as Phase 3 does: ``floor(cap_a / b)`` for
+the unit bandwidth ``b = target / k_old`` in capacity quanta.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+from itertools import chain
+from typing import Sequence
+
+import numpy as np
+from numba import njit
+
+from ..schedule import TreeChunk
+from ..topology import Topology
+from .mapping import MappedTrees
+
+__all__ = ["PhysicalForest", "Rerouted", "requantized", "reroute"]
+
+#: extra tree slots for the splits of one reroute, as a multiple of the trees kept
+SPLIT_SLOTS = 1.0
+#: passes over the edges still crossing over-capacity links
+REROUTE_PASSES = 4
+
+
+@dataclass(frozen=True)
+class PathTable:
+    """Switch paths by index: node indices ``nodes[j]``, links
+    ``links[start[j]:start[j+1]]``, tail and head ranks, and for one-switch paths the
+    key ``(u·n + s)·n + v`` (``-1`` for longer ones) that finds duplicates."""
+
+    nodes: tuple[tuple[int, ...], ...]
+    start: np.ndarray
+    links: np.ndarray
+    tail: np.ndarray
+    head: np.ndarray
+    key: np.ndarray
+
+    @classmethod
+    def build(cls, paths: Sequence[tuple[int, ...]], topo: Topology) -> "PathTable":
+        arr, n = topo.arrays, topo.num_nodes
+        link_of = np.full((n, n), -1, np.int64)
+        link_of[arr.tail, arr.head] = np.arange(arr.tail.size)
+        lens = np.fromiter(map(len, paths), np.int64, count=len(paths))
+        nodes = np.fromiter(chain.from_iterable(paths), np.int64, count=int(lens.sum()))
+        ends = np.cumsum(lens)
+        first = ends - lens
+        hop = np.ones(nodes.size, bool)
+        hop[ends - 1] = False
+        start = np.zeros(len(paths) + 1, np.int64)
+        np.cumsum(lens - 1, out=start[1:])
+        key = np.where(lens == 3, (nodes[first] * n + nodes[np.minimum(first + 1, nodes.size - 1)])
+                       * n + nodes[ends - 1], -1)
+        return cls(tuple(paths), start, link_of[nodes[hop], nodes[np.flatnonzero(hop) + 1]],
+                   arr.rank_of[nodes[first]], arr.rank_of[nodes[ends - 1]], key)
+
+    def extended(self, paths: Sequence[tuple[int, ...]], topo: Topology) -> "PathTable":
+        """This table followed by ``paths``."""
+        if not paths:
+            return self
+        more = PathTable.build(paths, topo)
+        return PathTable(self.nodes + more.nodes,
+                         np.concatenate([self.start, more.start[1:] + self.start[-1]]),
+                         np.concatenate([self.links, more.links]),
+                         np.concatenate([self.tail, more.tail]),
+                         np.concatenate([self.head, more.head]),
+                         np.concatenate([self.key, more.key]))
+
+
+@dataclass(frozen=True)
+class PhysicalForest:
+    """A schedule's trees in rank space: tree ``t`` has root rank ``roots[t]``,
+    multiplicity ``mults[t]`` (of ``k`` unit trees per root), the parent rank of every
+    rank ``parent[t, v]`` over switch path ``via[t, v]`` of ``paths`` (``-1`` at the
+    root), maximum depth ``depth[t]`` and schedule chunk ``chunks[t]``."""
+
+    k: int
+    roots: np.ndarray
+    mults: np.ndarray
+    parent: np.ndarray
+    via: np.ndarray
+    depth: np.ndarray
+    paths: PathTable
+    chunks: tuple[TreeChunk, ...]
+
+    @classmethod
+    def from_mapped(cls, mapped: MappedTrees, k: int, depths: np.ndarray, topo: Topology,
+                    chunks: Sequence[TreeChunk]) -> "PhysicalForest":
+        """From Phase 3's mapped trees (one chunk per tree, in order) on ``topo``."""
+        num_trees, num_gpus = len(mapped.roots), topo.num_gpus
+        edges = mapped.edge_matrix
+        if edges is None:
+            edges = np.array(mapped.edges, np.int64)
+        edges = edges.reshape(num_trees, num_gpus - 1)
+        table = PathTable.build(mapped.paths, topo)
+        parent = np.full((num_trees, num_gpus), -1, np.int32)
+        via = np.full((num_trees, num_gpus), -1, np.int32)
+        rows = np.repeat(np.arange(num_trees), num_gpus - 1)
+        heads = table.head[edges].ravel()
+        parent[rows, heads] = table.tail[edges].ravel()
+        via[rows, heads] = edges.ravel()
+        return cls(int(k), np.asarray(mapped.roots, np.int64), np.asarray(mapped.mults, np.int64),
+                   parent, via, np.asarray(depths, np.int64), table, tuple(chunks))
+
+
+@dataclass(frozen=True)
+class Rerouted:
+    """A rerouted forest, its share load per link, and how many trees it rebuilt."""
+
+    forest: PhysicalForest
+    loads: np.ndarray
+    moved_edges: int
+    rebuilt_trees: int
+
+
+@njit(cache=True)
+def _over(g, p_start, p_links, load, cap):
+    """Whether path ``g`` crosses a link over capacity."""
+    for e in range(p_start[g], p_start[g + 1]):
+        if load[p_links[e]] > cap[p_links[e]]:
+            return True
+    return False
+
+
+@njit(cache=True)
+def _climb(parent, via, t, u, v, p_start, p_links, load, cap):
+    """``-1`` if ``u`` lies in ``v``'s subtree of tree ``t``, else ``u``'s depth, plus
+    the number of ranks for every ancestor edge still over capacity (to be moved)."""
+    depth = 0
+    w = u
+    while w >= 0:
+        if w == v:
+            return -1
+        depth += 1
+        g = via[t, w]
+        if g >= 0 and _over(g, p_start, p_links, load, cap):
+            depth += parent.shape[1]
+        w = parent[t, w]
+    return depth
+
+
+@njit(cache=True)
+def _room(q, p, m, p_start, p_links, load, cap):
+    """Units path ``q`` can take when path ``p`` (carrying ``m``) is freed."""
+    room = m
+    for e in range(p_start[q], p_start[q + 1]):
+        a = p_links[e]
+        r = cap[a] - load[a]
+        for f in range(p_start[p], p_start[p + 1]):
+            if p_links[f] == a:
+                r += m
+        if r < room:
+            room = r
+    return room
+
+
+@njit(cache=True)
+def _move(parent, via, load, t, v, q, take, p_start, p_links, p_tail):
+    """Re-hang rank ``v`` of tree ``t`` (carrying ``take``) on path ``q``."""
+    p = via[t, v]
+    for e in range(p_start[p], p_start[p + 1]):
+        load[p_links[e]] -= take
+    for e in range(p_start[q], p_start[q + 1]):
+        load[p_links[e]] += take
+    parent[t, v] = p_tail[q]
+    via[t, v] = q
+
+
+@njit(cache=True)
+def _split(parent, via, mult, roots, changed, num_trees, t, take):
+    """Tree ``t`` gives ``take`` of its multiplicity to a copy; returns the copy's slot
+    (``-1`` when no slot is left)."""
+    if num_trees >= mult.size:
+        return -1
+    parent[num_trees, :] = parent[t, :]
+    via[num_trees, :] = via[t, :]
+    roots[num_trees] = roots[t]
+    mult[num_trees] = take
+    mult[t] -= take
+    changed[t] = True
+    return num_trees
+
+
+@njit(cache=True)
+def _best_parent(parent, via, t, v, avoid, m, p_start, p_links, p_tail, in_start, in_paths,
+                 load, cap):
+    """``(path, units, tail depth)``: the path into ``v`` whose tail is outside
+    ``avoid``'s subtree in tree ``t`` and that takes the most of ``v``'s multiplicity
+    ``m`` (all of it first), then has the shallowest tail; ``(-1, 0, 0)`` if none has
+    room."""
+    p = via[t, v]
+    best_q, best_r, best_d = -1, 0, 0
+    for qi in range(in_start[v], in_start[v + 1]):
+        q = in_paths[qi]
+        if q == p:
+            continue
+        depth = _climb(parent, via, t, p_tail[q], avoid, p_start, p_links, load, cap)
+        if depth < 0:
+            continue
+        room = _room(q, p, m, p_start, p_links, load, cap)
+        if room <= 0:
+            continue
+        if best_q < 0 or room > best_r or (room == best_r and depth < best_d):
+            best_q, best_r, best_d = q, room, depth
+    return best_q, best_r, best_d
+
+
+@njit(cache=True)
+def _chain(parent, via, t, v, m, p_start, p_links, p_tail, in_start, in_paths, load, cap):
+    """A chain re-hanging ``v`` (all of whose candidate parents lie in its own subtree
+    of tree ``t``): ``v`` below ``u1`` below (``u2`` below) ``w``, with ``u1``, ``u2``
+    from ``v``'s subtree and ``w`` outside it, every new path with room.  The result is
+    a tree: only chain ranks change parents, and ``w``'s ancestors are outside ``v``'s
+    subtree.  Returns the shallowest as ``(q, u1, q1, u2, q2, units, depth of v)``,
+    ``q = -1`` if none."""
+    p = via[t, v]
+    best = (-1, -1, -1, -1, -1, 0, 1 << 30)
+    for ai in range(in_start[v], in_start[v + 1]):
+        q = in_paths[ai]
+        u1 = p_tail[q]
+        if q == p or _climb(parent, via, t, u1, v, p_start, p_links, load, cap) >= 0:
+            continue
+        r = _room(q, p, m, p_start, p_links, load, cap)
+        if r <= 0:
+            continue
+        q1, r1, d1 = _best_parent(parent, via, t, u1, v, m, p_start, p_links, p_tail,
+                                  in_start, in_paths, load, cap)
+        if q1 >= 0 and d1 + 2 < best[6]:
+            best = (q, u1, q1, -1, -1, min(r, r1), d1 + 2)
+            continue
+        for bi in range(in_start[u1], in_start[u1 + 1]):
+            q1 = in_paths[bi]
+            u2 = p_tail[q1]
+            if q1 == via[t, u1] or u2 == v or _climb(parent, via, t, u2, v, p_start, p_links,
+                                                     load, cap) >= 0:
+                continue
+            r1 = _room(q1, via[t, u1], m, p_start, p_links, load, cap)
+            if r1 <= 0:
+                continue
+            q2, r2, d2 = _best_parent(parent, via, t, u2, v, m, p_start, p_links, p_tail,
+                                      in_start, in_paths, load, cap)
+            if q2 >= 0 and d2 + 3 < best[6]:
+                best = (q, u1, q1, u2, q2, min(r, r1, r2), d2 + 3)
+    return best
+
+
+@njit(cache=True)
+def _reroute_edges(parent, via, mult, roots, num_trees, p_start, p_links, p_tail, in_start,
+                   in_paths, load, cap, cand_t, cand_v, changed):
+    """Move every candidate edge ``(t, v)`` whose path crosses an over-capacity link
+    (module docstring).  First choice: a parent outside ``v``'s subtree taking the
+    most of the multiplicity, then the shallowest (an ancestor edge still over
+    capacity counts as deep).  A chain through ``v``'s subtree (:func:`_chain`) when
+    there is no such parent or the chain leaves ``v`` shallower.  Splits the tree when only
+    part of its multiplicity fits.  Returns ``(trees, moves)``; ``trees = -1`` when the
+    split slots ran out or a move overlapped itself."""
+    moves = 0
+    for i in range(cand_t.size):
+        t = cand_t[i]
+        v = cand_v[i]
+        while _over(via[t, v], p_start, p_links, load, cap):
+            p = via[t, v]
+            m = mult[t]
+            q, room, depth = _best_parent(parent, via, t, v, v, m, p_start, p_links, p_tail,
+                                          in_start, in_paths, load, cap)
+            q1, u1, q2, u2 = -1, -1, -1, -1
+            if q < 0 or depth > 2:               # a chain: w -> (u2 ->) u1 -> v, u's below v
+                c = _chain(parent, via, t, v, m, p_start, p_links, p_tail, in_start, in_paths,
+                           load, cap)
+                if c[0] >= 0 and (q < 0 or c[6] < depth + 1):
+                    q, u1, q1, u2, q2, room = c[0], c[1], c[2], c[3], c[4], c[5]
+            if q < 0:
+                break
+            moved = t
+            if room < m:
+                moved = _split(parent, via, mult, roots, changed, num_trees, t, room)
+                if moved < 0:
+                    return -1, moves
+                num_trees += 1
+            take = mult[moved]
+            if q2 >= 0:
+                _move(parent, via, load, moved, u2, q2, take, p_start, p_links, p_tail)
+            if q1 >= 0:
+                _move(parent, via, load, moved, u1, q1, take, p_start, p_links, p_tail)
+            _move(parent, via, load, moved, v, q, take, p_start, p_links, p_tail)
+            changed[moved] = True
+            moves += 1
+            if _over(q, p_start, p_links, load, cap) or (
+                    q1 >= 0 and _over(q1, p_start, p_links, load, cap)) or (
+                    q2 >= 0 and _over(q2, p_start, p_links, load, cap)):
+                return -1, moves                 # two steps of a chain shared a link
+    return num_trees, moves
+
+
+def _crossing(via: np.ndarray, table: PathTable, over: np.ndarray
+              ) -> tuple[np.ndarray, np.ndarray]:
+    """``(trees, ranks)`` of the tree edges whose path crosses a link marked ``over``."""
+    seg = np.repeat(np.arange(table.start.size - 1), np.diff(table.start))
+    bad = np.bincount(seg, weights=over[table.links], minlength=table.start.size - 1) > 0
+    t, v = np.nonzero(bad[np.maximum(via, 0)] & (via >= 0))
+    return t.astype(np.int64), v.astype(np.int64)
+
+
+def _one_switch_paths(topo: Topology, heads: np.ndarray, table: PathTable
+                      ) -> list[tuple[int, ...]]:
+    """Every ``gpu -> switch -> head`` path into the given head ranks not in ``table``."""
+    arr, n = topo.arrays, topo.num_nodes
+    into = arr.is_switch[arr.tail] & np.isin(arr.head, arr.gpu_nodes[heads])
+    sw, hd = arr.tail[into], arr.head[into]
+    up = (arr.rank_of[arr.tail] >= 0) & arr.is_switch[arr.head]
+    order = np.argsort(arr.head[up], kind="stable")
+    up_sw, up_gpu = arr.head[up][order], arr.tail[up][order]
+    lo = np.searchsorted(up_sw, sw, "left")
+    count = np.searchsorted(up_sw, sw, "right") - lo
+    offset = np.arange(count.sum()) - np.repeat(np.cumsum(count) - count, count)
+    g = up_gpu[np.repeat(lo, count) + offset]
+    s, h = np.repeat(sw, count), np.repeat(hd, count)
+    fresh = (g != h) & ~np.isin((g * n + s) * n + h, table.key)
+    return list(zip(g[fresh].tolist(), s[fresh].tolist(), h[fresh].tolist()))
+
+
+def _with_neighbours(topo: Topology, ranks: np.ndarray) -> np.ndarray:
+    """The ranks and every rank one switch away from them (two-step moves need those)."""
+    arr = topo.arrays
+    nodes = arr.gpu_nodes[ranks]
+    sw = arr.tail[np.isin(arr.head, nodes) & arr.is_switch[arr.tail]]
+    near = arr.tail[np.isin(arr.head, sw)]
+    near = near[arr.rank_of[near] >= 0]
+    return np.union1d(ranks, arr.rank_of[near])
+
+
+def _unit_loads(forest: PhysicalForest, num_links: int) -> np.ndarray:
+    """Unit trees crossing every link."""
+    via, table = forest.via, forest.paths
+    per_path = np.bincount(via[via >= 0], weights=np.repeat(forest.mults, (via >= 0).sum(axis=1)),
+                           minlength=table.start.size - 1)
+    return np.rint(np.bincount(table.links, weights=np.repeat(per_path, np.diff(table.start)),
+                               minlength=num_links)).astype(np.int64)
+
+
+def _depths(parent: np.ndarray) -> np.ndarray:
+    """Depth of every rank of every tree (pointer jumping)."""
+    rows = np.arange(parent.shape[0])[:, None]
+    has = parent >= 0
+    up = np.where(has, parent, np.arange(parent.shape[1]))
+    depth = has.astype(np.int64)
+    hop = up
+    while True:
+        step = has[rows, hop]
+        if not step.any():
+            return depth
+        depth += step
+        hop = up[rows, hop]
+
+
+def requantized(forest: PhysicalForest, k: int) -> PhysicalForest:
+    """The forest with ``k`` unit trees per root: every root's multiplicities scaled by
+    ``k / forest.k`` and rounded by largest remainder (trees left at 0 dropped)."""
+    if k == forest.k:
+        return forest
+    scaled = forest.mults * k / forest.k
+    base = np.floor(scaled + 1e-9).astype(np.int64)
+    order = np.lexsort((-(scaled - base), forest.roots))
+    roots = forest.roots[order]
+    group = np.r_[0, np.flatnonzero(roots[1:] != roots[:-1]) + 1]
+    position = np.arange(roots.size) - np.repeat(group, np.diff(np.r_[group, roots.size]))
+    missing = k - np.bincount(forest.roots, weights=base, minlength=int(roots.max()) + 1)
+    mult = base.copy()
+    mult[order] += position < missing[roots]
+    keep = np.flatnonzero(mult > 0)
+    chunks = tuple(TreeChunk(c.src, int(m) / k, c.edges)
+                   for c, m in zip([forest.chunks[i] for i in keep.tolist()], mult[keep].tolist()))
+    return PhysicalForest(k, forest.roots[keep], mult[keep], forest.parent[keep],
+                          forest.via[keep], forest.depth[keep], forest.paths, chunks)
+
+
+def reroute(forest: PhysicalForest, topo: Topology, cap_q: np.ndarray, k: int,
+            target: Fraction) -> Rerouted | None:
+    """``forest``, requantized to ``k`` unit trees per root, rerouted to carry
+    ``target`` (quanta per root) on capacities ``cap_q`` (quanta per link of ``topo``,
+    which must have the forest's nodes and links), or ``None`` if some link stays over
+    capacity (module docstring)."""
+    forest = requantized(forest, k)
+    unit = target / forest.k
+    if int(cap_q.max()) * unit.denominator >= 1 << 62:
+        return None                     # unit counts beyond int64: let Phase 3 decide
+    cap = (cap_q * unit.denominator) // unit.numerator
+    load = _unit_loads(forest, topo.num_links)
+    over = load > cap
+    if not over.any():                  # the (requantized) previous trees already fit
+        return Rerouted(forest, load / forest.k, 0, 0)
+    table = forest.paths
+    cand_t, cand_v = _crossing(forest.via, table, over)
+    # candidate paths into the affected ranks and their one-switch neighbours
+    heads = _with_neighbours(topo, np.unique(cand_v))
+    table = table.extended(_one_switch_paths(topo, heads, table), topo)
+    into = np.flatnonzero(np.isin(table.head, heads))
+    into = into[np.argsort(table.head[into], kind="stable")]
+    in_start = np.zeros(topo.num_gpus + 1, np.int64)
+    np.cumsum(np.bincount(table.head[into], minlength=topo.num_gpus), out=in_start[1:])
+
+    trees = forest.roots.size
+    slots = trees + int(SPLIT_SLOTS * trees) + 16
+    parent = np.empty((slots, topo.num_gpus), np.int32)
+    via = np.empty((slots, topo.num_gpus), np.int32)
+    parent[:trees], via[:trees] = forest.parent, forest.via
+    mult = np.zeros(slots, np.int64)
+    roots = np.zeros(slots, np.int64)
+    mult[:trees], roots[:trees] = forest.mults, forest.roots
+    changed = np.zeros(slots, bool)
+    moves = 0
+    for _ in range(REROUTE_PASSES):     # a later pass finds room earlier moves made
+        trees, done = _reroute_edges(parent, via, mult, roots, trees, table.start, table.links,
+                                     table.tail, in_start, into, load, cap, cand_t, cand_v,
+                                     changed)
+        moves += done
+        over = load > cap
+        if trees < 0 or done == 0 or not over.any():
+            break
+        cand_t, cand_v = _crossing(via[:trees], table, over)
+        if not np.isin(cand_v, heads).all():
+            break
+    if trees < 0 or over.any():
+        return None
+    new = _rebuilt(forest, topo, table, parent[:trees], via[:trees], mult[:trees],
+                   roots[:trees], changed[:trees])
+    return Rerouted(new, load / forest.k, moves, int(changed[:trees].sum()))
+
+
+def _rebuilt(forest: PhysicalForest, topo: Topology, table: PathTable, parent: np.ndarray,
+             via: np.ndarray, mult: np.ndarray, roots: np.ndarray,
+             changed: np.ndarray) -> PhysicalForest:
+    """The forest with new chunks (edges by depth, parents first) for the changed trees."""
+    redo = np.flatnonzero(changed)
+    depth = np.zeros(roots.size, np.int64)
+    depth[:forest.depth.size] = forest.depth
+    chunks = list(forest.chunks) + [None] * (roots.size - len(forest.chunks))
+    if redo.size:
+        d = _depths(parent[redo])
+        depth[redo] = d.max(axis=1)
+        order = np.argsort(d, axis=1, kind="stable")[:, 1:]     # the root comes first
+        edge_paths = np.take_along_axis(via[redo], order, axis=1)
+        ids = [n.id for n in topo.nodes]
+        names = np.empty(len(table.nodes), object)
+        for q in np.unique(edge_paths).tolist():
+            names[q] = tuple([ids[v] for v in table.nodes[q]])
+        gpus, k = topo.gpus, forest.k
+        for t, row in zip(redo.tolist(), names[edge_paths].tolist()):
+            chunks[t] = TreeChunk(gpus[int(roots[t])], int(mult[t]) / k, tuple(row))
+    return PhysicalForest(forest.k, roots.copy(), mult.copy(), parent.copy(), via.copy(),
+                          depth, table, tuple(chunks))
