@@ -4,7 +4,8 @@ For each HPN shape and failure: the compact arc-flow LP (App. G, one commodity p
 source -- the smaller of the two equivalent compact models, so the comparison favours
 the baseline) solved by the HiGHS backend; a cold ``solve_alltoall`` on the failed
 fabric; and a warm one started from the healthy fabric's schedule (the re-synthesis
-after a single-link/GPU failure).  Each row pairs the times with quality: rounds,
+after a single-link/GPU failure; ``warm_mode``: ``basis`` = old basis reused, ``local`` =
+only ``free_pairs`` re-optimised with a global certificate, ``full`` = full warm master).  Each row pairs the times with quality: rounds,
 columns, the rounding gap, and that the LP optima agree.
 
     python bench/bench_alltoall.py --sizes 1x2x8 1x4x8 1x8x8 1x16x8 [--compact-max-gpus 128]
@@ -53,7 +54,8 @@ def run_case(shape: str, failure: str, compact_max_gpus: int, healthy=None) -> d
     row = {"shape": shape, "failure": failure, "gpus": topo.num_gpus,
            "cold_s": t_cold, "warm_s": t_warm, "warm_speedup": t_cold / t_warm,
            "rounds": cold.stats["rounds"], "warm_rounds": warm.stats["rounds"],
-           "warm_basis": warm.stats["warm_basis"],
+           "warm_basis": warm.stats["warm_basis"], "warm_mode": warm.stats["warm_mode"],
+           "free_pairs": warm.stats.get("free_pairs", "-"),
            "columns": cold.stats["columns"], "lp_gbps": cold.lp_rate_gbps,
            "gap_pct": 100 * cold.rounding_gap, "warm_gap_pct": 100 * warm.rounding_gap,
            "compact_s": float("nan"), "compact_speedup": float("nan"), "lp_match": True}
@@ -67,7 +69,8 @@ def run_case(shape: str, failure: str, compact_max_gpus: int, healthy=None) -> d
 
 def print_table(rows: list[dict]) -> None:
     cols = ["shape", "failure", "gpus", "compact_s", "cold_s", "warm_s", "compact_speedup",
-            "warm_speedup", "rounds", "warm_rounds", "warm_basis", "columns", "lp_gbps", "gap_pct",
+            "warm_speedup", "rounds", "warm_rounds", "warm_mode", "free_pairs", "columns", "lp_gbps",
+            "gap_pct",
             "warm_gap_pct", "lp_match"]
     fmt = {float: lambda v: f"{v:.3g}"}
     cells = [[fmt.get(type(r[c]), str)(r[c]) for c in cols] for r in rows]

@@ -41,7 +41,7 @@ from .colgen import CGOptions, column_generation
 from .master import ColumnPool, RestrictedMaster
 from .problem import Problem
 from .rounding import deep_dive
-from .warm import WarmState, csr_take
+from .warm import WarmState, csr_mask, csr_take
 
 __all__ = ["local_resolve", "local_eligible"]
 
@@ -103,11 +103,10 @@ def local_resolve(prob: Problem, state: WarmState, backend: str, max_steps: int,
         master.add(pair[cols], st, arcs, cols)
 
     pool = ColumnPool()
-    cols = np.flatnonzero(free[pair])
-    pool.append(pair[cols], *csr_take(state.start, state.arcs, cols), cols)
-    master = RestrictedMaster(get_backend(backend), n_pairs, prob.capacity, pool,
-                              free, background(free))
-    master.presolve_every_time()
+    sel = free[pair]
+    pool.append(pair[sel], *csr_mask(state.start, state.arcs, sel, seg), np.flatnonzero(sel))
+    b_lp = background(free)
+    master = RestrictedMaster(get_backend(backend), n_pairs, prob.capacity, pool, free, b_lp)
     step_options = CGOptions(options.rel_tol, options.drop_after, options.drop_min_pool, step_rounds)
     rounds = grow = iterations = steps = 0
     lp_s = pr_s = 0.0
@@ -149,7 +148,8 @@ def local_resolve(prob: Problem, state: WarmState, backend: str, max_steps: int,
             return None
         grow += 1
         free |= new
-        master.set_rows(free, background(free))
+        b_lp = background(free)
+        master.set_rows(free, b_lp)
         add_pairs(master, new)
 
     lp_phase = time.perf_counter() - t_start
@@ -157,11 +157,10 @@ def local_resolve(prob: Problem, state: WarmState, backend: str, max_steps: int,
     lp_rate = sol.rate
     y = sol.y.copy()
     cols_final = len(pool)
-    lp_loads = pool.loads(y, n_links) + background(free)
+    lp_loads = pool.loads(y, n_links) + b_lp
     saturated = lp_loads >= prob.capacity * sol.t * (1 - SATURATION_REL_TOL)
     k = 1 if max_chunks is None else max_chunks
     keep = ~free[state.chunk_pair]                      # the fixed pairs' old chunks
-    kept = np.flatnonzero(keep)
     cseg = np.repeat(np.arange(keep.size), np.diff(state.chunk_start))
     b_round = np.bincount(state.chunk_arcs, weights=np.where(keep, state.chunk_share, 0.0)[cseg],
                           minlength=n_links)
@@ -177,41 +176,36 @@ def local_resolve(prob: Problem, state: WarmState, backend: str, max_steps: int,
     new_chunks, new_used, new_loads = _chunks(prob, rounded, k, state)
     loads = new_loads + b_round
 
-    # combined chunks, ordered by pair (a pair is either fixed or free)
-    all_chunks = np.concatenate([_objects(state.chunks)[kept], _objects(new_chunks)])
-    c_pair = np.concatenate([state.chunk_pair[kept], rounded.pool_pair[new_used]])
-    order = np.argsort(c_pair, kind="stable")
-    position = np.empty(order.size, dtype=np.int64)
-    position[order] = np.arange(order.size)
-    ks, ka = csr_take(state.chunk_start, state.chunk_arcs, kept)
+    # the new state: the fixed pairs' old chunks, then the new ones (the schedule
+    # orders them by pair; a pair is either fixed or free) ...
+    c_pair = np.concatenate([state.chunk_pair[keep], rounded.pool_pair[new_used]])
+    ks, ka = csr_mask(state.chunk_start, state.chunk_arcs, keep, cseg)
     ns, na = csr_take(rounded.pool_start, rounded.pool_arcs, new_used)
-    c_start = np.concatenate([ks, ks[-1] + ns[1:]])
-    c_arcs = np.concatenate([ka, na])
-    c_start, c_arcs = csr_take(c_start, c_arcs, order)
-    c_share = np.concatenate([state.chunk_share[kept], rounded.counts[new_used] / k])[order]
-
-    # combined columns: the fixed pairs' used old columns, then the restricted pool
-    fc = np.flatnonzero(used & ~free[pair])
-    fs, fa = csr_take(state.start, state.arcs, fc)
+    c_objects = np.concatenate([state.chunk_array[keep], _objects(new_chunks)])
+    c_share = np.concatenate([state.chunk_share[keep], rounded.counts[new_used] / k])
+    # ... and its columns: the fixed pairs' used old columns, then the restricted pool
+    fixed = used & ~free[pair]
+    fs, fa = csr_mask(state.start, state.arcs, fixed, seg)
     new_index_of_old = np.full(keep.size, -1, dtype=np.int64)
-    new_index_of_old[kept] = position[:kept.size]
-    old_of = state.chunk_of[fc] if state.chunk_of is not None else np.full(fc.size, -1)
+    new_index_of_old[keep] = np.arange(ks.size - 1)
+    old_of = state.chunk_of[fixed] if state.chunk_of is not None else np.full(fs.size - 1, -1)
     chunk_of_fixed = np.where(old_of >= 0, new_index_of_old[np.maximum(old_of, 0)], -1)
     chunk_of_free = np.full(cols_final, -1, dtype=np.int64)
     in_cg = new_used < cols_final
-    chunk_of_free[new_used[in_cg]] = position[kept.size:][in_cg]
+    chunk_of_free[new_used[in_cg]] = ks.size - 1 + np.flatnonzero(in_cg)
     warm_state = WarmState(
         state.node_ids, state.tail, state.head,
         np.concatenate([fs, fs[-1] + pool.start[1:cols_final + 1]]),
         np.concatenate([fa, pool.arcs[:pool.start[cols_final]]]),
-        np.concatenate([y_old[fc], y]), tuple(all_chunks[order].tolist()),
+        np.concatenate([y_old[fixed], y]), tuple(c_objects.tolist()),
         np.concatenate([chunk_of_fixed, chunk_of_free]), c_share, None,
-        prob.capacity.copy(), float(sol.t), np.concatenate([pair[fc], pool.pair[:cols_final]]),
-        c_pair[order], c_start, c_arcs, max_chunks)
+        prob.capacity.copy(), float(sol.t), np.concatenate([pair[fixed], pool.pair[:cols_final]]),
+        c_pair, np.concatenate([ks, ks[-1] + ns[1:]]), np.concatenate([ka, na]), max_chunks)
+    chunk_list = c_objects[np.argsort(c_pair, kind="stable")].tolist()
     stats = {
         "status": res.status,
         "rounds": rounds,
-        "columns": cols_final + fc.size,
+        "columns": cols_final + fs.size - 1,
         "columns_dropped": 0,
         "warm_columns": n,
         "warm_basis": False,
@@ -228,5 +222,5 @@ def local_resolve(prob: Problem, state: WarmState, backend: str, max_steps: int,
         "rounding": rounded.method,
         **dive,
     }
-    return make_schedule(prob, list(all_chunks[order]), loads, lp_rate, saturated, max_chunks,
+    return make_schedule(prob, chunk_list, loads, lp_rate, saturated, max_chunks,
                          backend, iterations, stats, warm_state)

@@ -246,9 +246,7 @@ def _chunks(prob: Problem, rounded: Rounded, k: int, old: WarmState | None
         same = cand >= 0
         same[same] = old.chunk_share[cand[same]] == shares[used[same]]
         if same.any():
-            old_chunks = np.empty(len(old.chunks), dtype=object)
-            old_chunks[:] = old.chunks
-            out[same] = old_chunks[cand[same]]
+            out[same] = old.chunk_array[cand[same]]
             fresh = ~same
     ids = np.array([n.id for n in topo.nodes], dtype=object)
     head = topo.arrays.head
