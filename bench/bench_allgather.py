@@ -35,6 +35,8 @@ def drift(topo, sched):
 #: warm stats (x* guess, budget guess) -> table label
 GUESS = {("certified by packing", None): "packing", ("rejected", "rejected"): "rejected",
          ("rejected", "certified by packing"): "budget",
+         ("certified by rerouting", None): "reroute",
+         ("rejected", "certified by rerouting"): "budget+rr",
          ("certified by the previous schedule", None): "kept",
          ("rejected", "certified by the previous schedule"): "kept"}
 PHASES = ("phase1_s", "budget_s", "balance_s", "phase2_s", "phase3_s", "mapping_s")
@@ -69,6 +71,8 @@ def run(shape: tuple[int, int, int], repeat: int = 1) -> list[dict]:
                      "gpus": topo.num_gpus, "cold_s": t_cold,
                      "warm_s": t_warm, "speedup": t_cold / t_warm, "k": cold.stats["k"],
                      "reused": warm.stats.get("reused_trees", 0),
+                     "moved": warm.stats.get("rerouted_edges", 0),
+                     "warm_depth": warm.stats["max_depth"],
                      "guess": GUESS.get((warm.stats.get("phase1_guess"),
                                          warm.stats.get("budget_guess")), "-"),
                      "warm_p1_s": warm.stats.get("phase1_s", 0.0) + warm.stats.get("budget_s", 0.0),
@@ -90,8 +94,8 @@ if __name__ == "__main__":
         repeat, args = int(args[1]), args[2:]
     shapes = [tuple(int(x) for x in s.split("x")) for s in (args or ["1x2x4", "1x2x8"])]
     solve_allgather(hpn(1, 2, 2))          # compile numba kernels outside the timings
-    cols = ["fabric", "gpus", "cold_s", "warm_s", "speedup", "k", "reused", "guess", "warm_p1_s",
-            "trees", "depth", "gap", *PHASES]
+    cols = ["fabric", "gpus", "cold_s", "warm_s", "speedup", "k", "reused", "moved", "guess",
+            "warm_p1_s", "trees", "depth", "warm_depth", "gap", *PHASES]
     print(" ".join(f"{c:>10s}" for c in cols))
     for shape in shapes:
         for r in run(shape, repeat):

@@ -38,6 +38,8 @@ __all__ = ["PhysicalForest", "Rerouted", "requantized", "reroute"]
 SPLIT_SLOTS = 1.0
 #: passes over the edges still crossing over-capacity links
 REROUTE_PASSES = 4
+#: attempts per pass to make room for a chain in other trees
+MAKE_ROOM_CALLS = 64
 
 
 @dataclass(frozen=True)
@@ -262,13 +264,107 @@ def _chain(parent, via, t, v, m, p_start, p_links, p_tail, in_start, in_paths, l
 
 
 @njit(cache=True)
+def _last_link_blocks(q, p_start, p_links, load, cap):
+    """Whether only the last link of path ``q`` (the one into its head) is full."""
+    last = p_links[p_start[q + 1] - 1]
+    if load[last] < cap[last]:
+        return False
+    for e in range(p_start[q], p_start[q + 1] - 1):
+        if load[p_links[e]] >= cap[p_links[e]]:
+            return False
+    return True
+
+
+@njit(cache=True)
+def _free_into(parent, via, mult, roots, changed, num_trees, x, b, need, skip, p_start, p_links,
+               p_tail, in_start, in_paths, load, cap):
+    """Free up to ``need`` units on link ``b`` into rank ``x`` by re-hanging ``x`` in
+    other trees than ``skip`` onto paths that avoid ``b`` and have room.  Returns
+    ``(trees, units freed)``; ``trees = -1`` when the split slots ran out."""
+    freed = 0
+    for t in range(num_trees):
+        if freed >= need:
+            break
+        p = via[t, x]
+        if t == skip or p < 0:
+            continue
+        crosses = False
+        for e in range(p_start[p], p_start[p + 1]):
+            if p_links[e] == b:
+                crosses = True
+        if not crosses:
+            continue
+        m = mult[t]
+        best_q, best_r, best_d = -1, 0, 1 << 30
+        for qi in range(in_start[x], in_start[x + 1]):
+            q = in_paths[qi]
+            uses_b = False
+            for e in range(p_start[q], p_start[q + 1]):
+                if p_links[e] == b:
+                    uses_b = True
+            if q == p or uses_b:
+                continue
+            depth = _climb(parent, via, t, p_tail[q], x, p_start, p_links, load, cap)
+            room = _room(q, p, min(m, need - freed), p_start, p_links, load, cap)
+            if depth < 0 or room <= 0:
+                continue
+            if room > best_r or (room == best_r and depth < best_d):
+                best_q, best_r, best_d = q, room, depth
+        if best_q < 0:
+            continue
+        moved = t
+        if best_r < m:
+            moved = _split(parent, via, mult, roots, changed, num_trees, t, best_r)
+            if moved < 0:
+                return -1, freed
+            num_trees += 1
+        _move(parent, via, load, moved, x, best_q, mult[moved], p_start, p_links, p_tail)
+        changed[moved] = True
+        freed += mult[moved]
+    return num_trees, freed
+
+
+@njit(cache=True)
+def _make_room(parent, via, mult, roots, changed, num_trees, t, v, p_start, p_links, p_tail,
+               in_start, in_paths, load, cap):
+    """For a rank ``v`` of tree ``t`` that neither a parent nor a chain can take: find a
+    rank ``u`` of ``v``'s subtree that could feed ``v``, whose only outside parent path
+    is blocked by a full link into ``u``, and free that link in other trees
+    (:func:`_free_into`).  Returns ``(trees, freed)``."""
+    p = via[t, v]
+    m = mult[t]
+    for ai in range(in_start[v], in_start[v + 1]):
+        q = in_paths[ai]
+        u = p_tail[q]
+        if q == p or _climb(parent, via, t, u, v, p_start, p_links, load, cap) >= 0 \
+                or _room(q, p, m, p_start, p_links, load, cap) <= 0:
+            continue
+        for bi in range(in_start[u], in_start[u + 1]):
+            q1 = in_paths[bi]
+            if q1 == via[t, u] or _climb(parent, via, t, p_tail[q1], v, p_start, p_links,
+                                         load, cap) < 0:
+                continue
+            if _last_link_blocks(q1, p_start, p_links, load, cap):
+                b = p_links[p_start[q1 + 1] - 1]
+                trees, freed = _free_into(parent, via, mult, roots, changed, num_trees, u, b, m,
+                                          t, p_start, p_links, p_tail, in_start, in_paths,
+                                          load, cap)
+                if trees < 0 or freed > 0:
+                    return trees, freed
+    return num_trees, 0
+
+
+@njit(cache=True)
 def _reroute_edges(parent, via, mult, roots, num_trees, p_start, p_links, p_tail, in_start,
-                   in_paths, load, cap, cand_t, cand_v, changed):
+                   in_paths, load, cap, cand_t, cand_v, changed, room_calls):
     """Move every candidate edge ``(t, v)`` whose path crosses an over-capacity link
     (module docstring).  First choice: a parent outside ``v``'s subtree taking the
     most of the multiplicity, then the shallowest (an ancestor edge still over
     capacity counts as deep).  A chain through ``v``'s subtree (:func:`_chain`) when
-    there is no such parent or the chain leaves ``v`` shallower.  Splits the tree when only
+    there is no such parent or the chain leaves ``v`` shallower; when neither exists,
+    room made for a chain in other trees (:func:`_make_room`, at most ``room_calls``
+    times: on a target that cannot be reached it would search every tree each time).
+    Splits the tree when only
     part of its multiplicity fits.  Returns ``(trees, moves)``; ``trees = -1`` when the
     split slots ran out or a move overlapped itself."""
     moves = 0
@@ -286,6 +382,16 @@ def _reroute_edges(parent, via, mult, roots, num_trees, p_start, p_links, p_tail
                            load, cap)
                 if c[0] >= 0 and (q < 0 or c[6] < depth + 1):
                     q, u1, q1, u2, q2, room = c[0], c[1], c[2], c[3], c[4], c[5]
+            if q < 0 and room_calls > 0:         # make room in other trees, then retry
+                room_calls -= 1
+                num_trees, freed = _make_room(parent, via, mult, roots, changed, num_trees, t,
+                                              v, p_start, p_links, p_tail, in_start, in_paths,
+                                              load, cap)
+                if num_trees < 0:
+                    return -1, moves
+                if freed > 0:
+                    moves += 1
+                    continue
             if q < 0:
                 break
             moved = t
@@ -429,7 +535,7 @@ def reroute(forest: PhysicalForest, topo: Topology, cap_q: np.ndarray, k: int,
     for _ in range(REROUTE_PASSES):     # a later pass finds room earlier moves made
         trees, done = _reroute_edges(parent, via, mult, roots, trees, table.start, table.links,
                                      table.tail, in_start, into, load, cap, cand_t, cand_v,
-                                     changed)
+                                     changed, MAKE_ROOM_CALLS)
         moves += done
         over = load > cap
         if trees < 0 or done == 0 or not over.any():
