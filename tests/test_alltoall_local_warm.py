@@ -70,14 +70,19 @@ def test_degraded_binding_link_of_other_fabrics(make):
     check_same_as_cold(topo, warm)
 
 
-def test_certificate_grows_the_free_set_when_the_first_is_not_enough():
-    # from Fail2 (GPU0's NIC at 50 Gbps) to 25 Gbps: freeing the pairs on that NIC is
-    # not enough, the certificate frees the fixed pairs priced above their shortest paths
+def _from_fail2_to(gbps):
+    """1x4x8 warm-started from its Fail2 schedule, with GPU0's NIC at ``gbps``."""
     base = hpn(1, 4, 8)
     g, tor = _nic(base)
     failed = solve_alltoall(fail2(base), warm=solve_alltoall(base))
-    topo = degrade(base, g, tor, 25.0)
-    warm = solve_alltoall(topo, warm=failed)
+    topo = degrade(base, g, tor, gbps)
+    return topo, solve_alltoall(topo, warm=failed)
+
+
+def test_certificate_grows_the_free_set_when_the_first_is_not_enough():
+    # 50 -> 25 Gbps: freeing the pairs on that NIC is not enough, the certificate frees
+    # the fixed pairs priced above their shortest paths
+    topo, warm = _from_fail2_to(25.0)
     assert warm.stats["warm_mode"] == "local"
     assert warm.stats["certificate_rounds"] > 1
     check_same_as_cold(topo, warm)
@@ -86,11 +91,7 @@ def test_certificate_grows_the_free_set_when_the_first_is_not_enough():
 def test_local_path_falls_back_to_the_full_master_when_it_cannot_certify():
     # a repaired NIC (50 -> 200 Gbps): most pairs re-balance, the free set would pass
     # its size limit, so the full warm master solves it
-    base = hpn(1, 4, 8)
-    g, tor = _nic(base)
-    failed = solve_alltoall(fail2(base), warm=solve_alltoall(base))
-    topo = degrade(base, g, tor, 200.0)
-    warm = solve_alltoall(topo, warm=failed)
+    topo, warm = _from_fail2_to(200.0)
     assert warm.stats["warm_mode"] == "full" and warm.stats["local_fallback"]
     check_same_as_cold(topo, warm)
 
