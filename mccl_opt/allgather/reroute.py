@@ -34,8 +34,6 @@ from .mapping import MappedTrees
 
 __all__ = ["PhysicalForest", "Rerouted", "requantized", "reroute"]
 
-#: extra tree slots for the splits of one reroute, as a multiple of the trees kept
-SPLIT_SLOTS = 1.0
 #: passes over the edges still crossing over-capacity links
 REROUTE_PASSES = 4
 #: attempts per pass to make room for a chain in other trees
@@ -160,16 +158,20 @@ def _climb(parent, via, t, u, v, p_start, p_links, load, cap):
 
 @njit(cache=True)
 def _room(q, p, m, p_start, p_links, load, cap):
-    """Units path ``q`` can take when path ``p`` (carrying ``m``) is freed."""
+    """Units (at most ``m``) that can move from path ``p`` to path ``q``: a link on both
+    keeps its load, so it must not be over capacity; any other link of ``q`` needs room."""
     room = m
     for e in range(p_start[q], p_start[q + 1]):
         a = p_links[e]
-        r = cap[a] - load[a]
+        shared = False
         for f in range(p_start[p], p_start[p + 1]):
             if p_links[f] == a:
-                r += m
-        if r < room:
-            room = r
+                shared = True
+        if shared:
+            if load[a] > cap[a]:
+                return 0
+        elif cap[a] - load[a] < room:
+            room = cap[a] - load[a]
     return room
 
 
@@ -365,12 +367,13 @@ def _reroute_edges(parent, via, mult, roots, num_trees, p_start, p_links, p_tail
     room made for a chain in other trees (:func:`_make_room`, at most ``room_calls``
     times: on a target that cannot be reached it would search every tree each time).
     Splits the tree when only
-    part of its multiplicity fits.  Returns ``(trees, moves)``; ``trees = -1`` when the
-    split slots ran out or a move overlapped itself."""
+    part of its multiplicity fits (a chain whose steps turn out to share a full link is
+    undone).  Returns ``(trees, moves)``; ``trees = -1`` when the split slots ran out."""
     moves = 0
     for i in range(cand_t.size):
         t = cand_t[i]
         v = cand_v[i]
+        made_room = False
         while _over(via[t, v], p_start, p_links, load, cap):
             p = via[t, v]
             m = mult[t]
@@ -382,8 +385,9 @@ def _reroute_edges(parent, via, mult, roots, num_trees, p_start, p_links, p_tail
                            load, cap)
                 if c[0] >= 0 and (q < 0 or c[6] < depth + 1):
                     q, u1, q1, u2, q2, room = c[0], c[1], c[2], c[3], c[4], c[5]
-            if q < 0 and room_calls > 0:         # make room in other trees, then retry
+            if q < 0 and room_calls > 0 and not made_room:    # make room elsewhere, retry
                 room_calls -= 1
+                made_room = True
                 num_trees, freed = _make_room(parent, via, mult, roots, changed, num_trees, t,
                                               v, p_start, p_links, p_tail, in_start, in_paths,
                                               load, cap)
@@ -401,17 +405,29 @@ def _reroute_edges(parent, via, mult, roots, num_trees, p_start, p_links, p_tail
                     return -1, moves
                 num_trees += 1
             take = mult[moved]
+            old_v, old_u1, old_u2 = via[moved, v], -1, -1
             if q2 >= 0:
+                old_u2 = via[moved, u2]
                 _move(parent, via, load, moved, u2, q2, take, p_start, p_links, p_tail)
             if q1 >= 0:
+                old_u1 = via[moved, u1]
                 _move(parent, via, load, moved, u1, q1, take, p_start, p_links, p_tail)
             _move(parent, via, load, moved, v, q, take, p_start, p_links, p_tail)
-            changed[moved] = True
-            moves += 1
             if _over(q, p_start, p_links, load, cap) or (
                     q1 >= 0 and _over(q1, p_start, p_links, load, cap)) or (
                     q2 >= 0 and _over(q2, p_start, p_links, load, cap)):
-                return -1, moves                 # two steps of a chain shared a link
+                # steps of a chain shared a link: undo, give up on this edge
+                _move(parent, via, load, moved, v, old_v, take, p_start, p_links, p_tail)
+                if q1 >= 0:
+                    _move(parent, via, load, moved, u1, old_u1, take, p_start, p_links, p_tail)
+                if q2 >= 0:
+                    _move(parent, via, load, moved, u2, old_u2, take, p_start, p_links, p_tail)
+                if moved != t:
+                    mult[t] += take
+                    num_trees -= 1
+                break
+            changed[moved] = True
+            moves += 1
     return num_trees, moves
 
 
@@ -479,6 +495,7 @@ def _depths(parent: np.ndarray) -> np.ndarray:
 def requantized(forest: PhysicalForest, k: int) -> PhysicalForest:
     """The forest with ``k`` unit trees per root: every root's multiplicities scaled by
     ``k / forest.k`` and rounded by largest remainder (trees left at 0 dropped)."""
+    k = int(k)
     if k == forest.k:
         return forest
     scaled = forest.mults * k / forest.k
@@ -523,7 +540,8 @@ def reroute(forest: PhysicalForest, topo: Topology, cap_q: np.ndarray, k: int,
     np.cumsum(np.bincount(table.head[into], minlength=topo.num_gpus), out=in_start[1:])
 
     trees = forest.roots.size
-    slots = trees + int(SPLIT_SLOTS * trees) + 16
+    # splits divide multiplicities (at most k·N trees); memory caps the slots
+    slots = min(forest.k * topo.num_gpus, 2 * trees + 4 * topo.num_gpus)
     parent = np.empty((slots, topo.num_gpus), np.int32)
     via = np.empty((slots, topo.num_gpus), np.int32)
     parent[:trees], via[:trees] = forest.parent, forest.via
