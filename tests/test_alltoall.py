@@ -4,6 +4,8 @@ time limit and step bounds."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -147,16 +149,20 @@ def _state_arrays(ws):
                                ws.capacity, ws.basis.col_status, ws.basis.row_status)]
 
 
-def test_warm_reuses_basis_and_chunks_when_the_changed_link_is_not_binding():
+@pytest.mark.parametrize("prices", [True, False], ids=["certified-reuse", "basis"])
+def test_warm_reuses_basis_and_chunks_when_the_changed_link_is_not_binding(prices):
     base = hpn(1, 4, 8)
     healthy = solve_alltoall(base)
     topo = fail1(base)                 # GPU0 <-> NVSwitch 2880 -> 800: never the bottleneck
-    warm = solve_alltoall(topo, warm=healthy)
+    # without the old run's prices the Farley certificate cannot be re-checked: basis path
+    start = healthy if prices else dataclasses.replace(healthy.warm_state, w=None)
+    warm = solve_alltoall(topo, warm=start)
     cold = solve_alltoall(topo)
     check_schedule(topo, warm, compact_optimum(topo))
     assert warm.lp_rate_gbps == pytest.approx(cold.lp_rate_gbps, rel=1e-9)
-    assert warm.stats["warm_basis"] and not cold.stats["warm_basis"]
-    assert warm.solver["iterations"] == 0          # the old basis is optimal as it stands
+    assert warm.stats["warm_mode"] == ("reuse" if prices else "basis")
+    assert warm.stats["warm_basis"] != prices and not cold.stats["warm_basis"]
+    assert warm.solver["iterations"] == 0          # the old solution is optimal as it stands
     old = {id(c) for c in healthy.chunks}
     reused = sum(id(c) in old for c in warm.chunks)
     assert reused == len(warm.chunks)              # same routes and shares: same objects
@@ -179,7 +185,8 @@ def test_a_wrongly_reused_basis_falls_back_to_a_cold_solve(monkeypatch):
     topo = fail2(base)
     monkeypatch.setattr(solve_mod, "reusable_basis", lambda prob, state, pool, name: state.basis)
     monkeypatch.setattr("mccl_opt.alltoall.master.BASIS_TRY_ITERATIONS", 1)
-    warm = solve_alltoall(topo, warm=healthy)
+    # without chunk routes the local path does not apply: the full master from the basis
+    warm = solve_alltoall(topo, warm=dataclasses.replace(healthy.warm_state, chunk_pair=None))
     assert not warm.stats["warm_basis"]            # the try ran out of pivots: rebuilt
     check_schedule(topo, warm, compact_optimum(topo))
 
@@ -196,7 +203,7 @@ def test_one_warm_state_serves_many_warm_starts_unchanged():
     for a, b in zip(before, _state_arrays(healthy.warm_state)):
         np.testing.assert_array_equal(a, b)
     assert healthy.chunks is chunks_before
-    assert first.stats["warm_basis"] and again.stats["warm_basis"]
+    assert first.stats["warm_mode"] == again.stats["warm_mode"] == "reuse"
     assert again.to_dict()["chunks"] == first.to_dict()["chunks"]
     for topo, sched in ((fail2(base), second), (fail3(base), third)):
         check_schedule(topo, sched, compact_optimum(topo))

@@ -156,3 +156,26 @@ def test_local_warm_on_other_backends(name):
     cold = solve_alltoall(topo, backend="highs")
     assert warm.lp_rate_gbps == pytest.approx(cold.lp_rate_gbps, rel=REL)
     validate(topo, warm)
+
+
+def test_certified_reuse_only_when_the_old_certificate_still_holds():
+    from instances import fail1
+
+    base = hpn(1, 4, 8)
+    healthy = solve_alltoall(base)
+    topo1 = fail1(base)
+    first = solve_alltoall(topo1, warm=healthy)
+    assert first.stats["warm_mode"] == "reuse" and first.stats["rounds"] == 0
+    check_same_as_cold(topo1, first)
+    # chained: from the reused state to Fail2 (local) and back to healthy
+    topo2 = fail2(base)
+    second = solve_alltoall(topo2, warm=first)
+    assert second.stats["warm_mode"] == "local"
+    check_same_as_cold(topo2, second)
+    check_same_as_cold(base, solve_alltoall(base, warm=second), healthy)
+    # a binding change never reuses; nor does another step bound
+    assert solve_alltoall(topo2, warm=healthy).stats["warm_mode"] != "reuse"
+    bounded = solve_alltoall(topo1, warm=healthy, max_steps=4)
+    assert bounded.stats["warm_mode"] != "reuse"
+    assert bounded.lp_rate_gbps == pytest.approx(solve_alltoall(topo1, max_steps=4).lp_rate_gbps,
+                                                 rel=REL)

@@ -52,6 +52,7 @@ class CGResult:
     iterations: int = 0
     dropped: int = 0
     shortest: np.ndarray | None = None     # the last pricing's shortest path costs (N x N)
+    shortest_w: np.ndarray | None = None   # ... and the arc prices it priced
 
     @property
     def rate(self) -> float:
@@ -88,7 +89,7 @@ def column_generation(master: RestrictedMaster, prob: Problem, max_steps: int, *
     min_pool = options.drop_min_pool or 3 * prob.num_pairs
     status = "optimal"
     last: MasterSolution | None = None
-    shortest = None
+    shortest = shortest_w = None
     rnd = 0
     for rnd in range(1, options.max_rounds + 1):
         # the first solve is never cut short: without it there is no schedule at all
@@ -107,7 +108,7 @@ def column_generation(master: RestrictedMaster, prob: Problem, max_steps: int, *
         t1 = time.perf_counter()
         priced = price_paths(prob.graph, sol.w, threshold, max_steps, want)
         pr_s += time.perf_counter() - t1
-        shortest = priced.shortest
+        shortest, shortest_w = priced.shortest, sol.w
         if bound:
             best_bound = max(best_bound, farley_bound(priced.shortest, sol.w, master.capacity, prob))
             history.append((sol.rate, 1.0 / best_bound if best_bound > 0 else float("inf")))
@@ -128,4 +129,5 @@ def column_generation(master: RestrictedMaster, prob: Problem, max_steps: int, *
             last.y = last.y[~stale]
     assert last is not None
     bound_t = min(best_bound, last.t) if bound else last.t
-    return CGResult(last, bound_t, status, rnd, history, lp_s, pr_s, iters, dropped, shortest)
+    return CGResult(last, bound_t, status, rnd, history, lp_s, pr_s, iters, dropped, shortest,
+                    shortest_w)

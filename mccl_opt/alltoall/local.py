@@ -32,6 +32,7 @@ basis), so a chained warm start works the same way.
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 import numpy as np
 
@@ -43,7 +44,7 @@ from .problem import Problem
 from .rounding import deep_dive
 from .warm import WarmState, csr_mask, csr_take
 
-__all__ = ["local_resolve", "local_eligible"]
+__all__ = ["local_resolve", "local_eligible", "reuse_certified"]
 
 
 def _objects(items) -> np.ndarray:
@@ -200,7 +201,8 @@ def local_resolve(prob: Problem, state: WarmState, backend: str, max_steps: int,
         np.concatenate([y_old[fixed], y]), tuple(c_objects.tolist()),
         np.concatenate([chunk_of_fixed, chunk_of_free]), c_share, None,
         prob.capacity.copy(), float(sol.t), np.concatenate([pair[fixed], pool.pair[:cols_final]]),
-        c_pair, np.concatenate([ks, ks[-1] + ns[1:]]), np.concatenate([ka, na]), max_chunks)
+        c_pair, np.concatenate([ks, ks[-1] + ns[1:]]), np.concatenate([ka, na]), max_chunks
+    ).with_prices(res, prob, max_steps)
     chunk_list = c_objects[np.argsort(c_pair, kind="stable")].tolist()
     stats = {
         "status": res.status,
@@ -224,3 +226,53 @@ def local_resolve(prob: Problem, state: WarmState, backend: str, max_steps: int,
     }
     return make_schedule(prob, chunk_list, loads, lp_rate, saturated, max_chunks,
                          backend, iterations, stats, warm_state)
+
+
+def reuse_certified(prob: Problem, state: WarmState | None, backend: str, max_steps: int,
+                    max_chunks: int | None, rel_tol: float) -> Schedule | None:
+    """The old schedule itself, when a capacity-only change leaves the old LP solution
+    provably optimal; else ``None``.
+
+    The old shares still fit at the old ``t`` under the new capacities, and the old
+    run's last pricing (prices ``w``, ``sum_p SP_p(w)``, same step bound) still gives a
+    Farley bound ``sum_p SP_p(w) / max(1, cap·w)`` within ``rel_tol`` of ``t``: then ``t``
+    is the new optimum with the same certificate, no LP needs solving, and the old
+    chunks stay (when their rounded rate did not drop).  This is the case of a changed
+    link the old LP did not price (``w_a = 0``), e.g. Fail1."""
+    from .solve import SATURATION_REL_TOL, make_schedule
+
+    if not local_eligible(prob, state, max_chunks) or state.w is None \
+            or state.max_steps != max_steps or state.w.size != prob.num_links:
+        return None
+    t = state.t
+    bound = state.sp_sum / max(1.0, float(prob.capacity @ state.w))
+    if not (t > 0 and t - bound <= rel_tol * t):
+        return None
+    seg = np.repeat(np.arange(state.y.size), np.diff(state.start))
+    lp_loads = np.bincount(state.arcs, weights=state.y[seg], minlength=prob.num_links)
+    if (lp_loads > prob.capacity * t * (1 + 1e-9)).any():
+        return None
+    cseg = np.repeat(np.arange(state.chunk_pair.size), np.diff(state.chunk_start))
+    loads = np.bincount(state.chunk_arcs, weights=state.chunk_share[cseg],
+                        minlength=prob.num_links)
+    used = loads > 0
+    if (np.min(prob.capacity[used] / loads[used])
+            < np.min(state.capacity[used] / loads[used]) * (1 - 1e-12)):
+        return None                         # the rounding's bottleneck moved: re-round
+    order = np.argsort(state.chunk_pair, kind="stable")
+    chunks = state.chunk_array[order].tolist()
+    saturated = lp_loads >= prob.capacity * t * (1 - SATURATION_REL_TOL)
+    from .warm import changes_are_nonbinding
+
+    basis = state.basis if changes_are_nonbinding(prob, state) else None
+    new_state = replace(state, capacity=prob.capacity.copy(), basis=basis)
+    stats = {
+        "status": "optimal", "rounds": 0, "columns": int(state.y.size), "columns_dropped": 0,
+        "warm_columns": int(state.y.size), "warm_basis": False, "warm_mode": "reuse",
+        "lp_seconds": 0.0, "pricing_seconds": 0.0, "rounding_seconds": 0.0,
+        "lp_bound_gbps": 1.0 / bound if bound > 0 else float("inf"),
+        "bound_history": [[1.0 / t, 1.0 / bound if bound > 0 else float("inf")]],
+        "max_steps": max_steps, "rounding": "reused",
+    }
+    return make_schedule(prob, chunks, loads, 1.0 / t, saturated, max_chunks, backend, 0,
+                         stats, new_state)

@@ -22,7 +22,7 @@ from .initial import initial_columns
 from .master import ColumnPool, RestrictedMaster
 from .problem import Problem, problem_for
 from .rounding import Rounded, deep_dive, rounded_rate
-from .local import local_eligible, local_resolve
+from .local import local_eligible, local_resolve, reuse_certified
 from .warm import WarmState, changes_are_nonbinding, csr_take, reusable_basis, warm_columns
 
 __all__ = ["solve_alltoall", "build_master", "Solved"]
@@ -118,10 +118,16 @@ def solve_alltoall(topo: Topology, warm: Schedule | WarmState | None = None, bac
     options = CGOptions(rel_tol=rel_tol)
     state = warm.warm_state if isinstance(warm, Schedule) else warm
     state = state if isinstance(state, WarmState) else None
+    steps = topo.num_nodes - 1 if max_steps in (None, "min") else int(max_steps)
+    if max_steps != "min":
+        sched = reuse_certified(prob, state, backend, steps, max_chunks, rel_tol)
+        if sched is not None:
+            sched.stats["seconds"] = sched.stats["lp_phase_seconds"] = time.perf_counter() - t0
+            sched.solver["seconds"] = sched.stats["seconds"]
+            return sched
     tried_local = max_steps != "min" and local_eligible(prob, state, max_chunks) and not (
         state.basis is not None and changes_are_nonbinding(prob, state))
     if tried_local:
-        steps = topo.num_nodes - 1 if max_steps is None else int(max_steps)
         t_local = time.perf_counter()
         sched = local_resolve(prob, state, backend, steps, max_chunks, options, deadline)
         if sched is not None:
@@ -136,7 +142,6 @@ def solve_alltoall(topo: Topology, warm: Schedule | WarmState | None = None, bac
 
         solved, search = min_steps_solve(prob, backend, columns, deadline, options, min_steps_tol)
     else:
-        steps = topo.num_nodes - 1 if max_steps is None else int(max_steps)
         solved = run_cg(prob, backend, steps, columns, deadline, options, state)
     lp_done = time.perf_counter()
     sched = _finish(prob, solved, backend, max_chunks, deadline, state)
@@ -174,7 +179,8 @@ def _finish(prob: Problem, solved: Solved, backend: str, max_chunks: int | None,
     chunk_of[used[in_cg]] = np.flatnonzero(in_cg)
     routes = (rounded.pool_pair[used], *csr_take(rounded.pool_start, rounded.pool_arcs, used))
     warm_state = WarmState.from_pool(prob, pool, y_final, res.solution.t, basis, tuple(chunks),
-                                     chunk_of, rounded.counts[used] / k, routes, max_chunks)
+                                     chunk_of, rounded.counts[used] / k, routes, max_chunks
+                                     ).with_prices(res, prob, solved.max_steps)
     stats = {
         "status": res.status,
         "rounds": res.rounds,

@@ -28,7 +28,7 @@ measured 3x (128 GPUs) to 50x (512 GPUs) faster than pivoting from the old basis
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import Iterable, Sequence
 
@@ -94,6 +94,17 @@ class WarmState:
     chunk_start: np.ndarray | None = None
     chunk_arcs: np.ndarray | None = None
     max_chunks: int | None = None
+    w: np.ndarray | None = None
+    sp_sum: float = 0.0
+    max_steps: int | None = None
+
+    def with_prices(self, res, prob: Problem, max_steps: int) -> "WarmState":
+        """This state plus the last pricing of column generation ``res`` (arc prices
+        ``w`` and ``sum_p SP_p(w)``, a Farley certificate for :mod:`.local`)."""
+        if res.shortest is None or res.shortest_w is None:
+            return replace(self, max_steps=max_steps)
+        sp = float(res.shortest[prob.pair_src, prob.pair_dst].sum())
+        return replace(self, w=res.shortest_w.copy(), sp_sum=sp, max_steps=max_steps)
 
     @cached_property
     def chunk_array(self) -> np.ndarray:
