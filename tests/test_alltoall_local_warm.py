@@ -88,10 +88,20 @@ def test_certificate_grows_the_free_set_when_the_first_is_not_enough():
     check_same_as_cold(topo, warm)
 
 
-def test_local_path_falls_back_to_the_full_master_when_it_cannot_certify():
-    # a repaired NIC (50 -> 200 Gbps): most pairs re-balance, the free set would pass
-    # its size limit, so the full warm master solves it
+def test_a_repaired_bottleneck_goes_to_the_full_master():
+    # a repaired NIC (50 -> 200 Gbps): most pairs re-balance onto it, so the local path is
+    # not tried
     topo, warm = _from_fail2_to(200.0)
+    assert warm.stats["warm_mode"] == "full" and not warm.stats["local_fallback"]
+    check_same_as_cold(topo, warm)
+
+
+def test_local_path_falls_back_to_the_full_master_when_it_cannot_certify(monkeypatch):
+    import mccl_opt.alltoall.local as local
+
+    # the growth case above, with no room to grow: the full warm master solves it
+    monkeypatch.setattr(local.local_resolve, "__defaults__", (3, 0.0, 10))
+    topo, warm = _from_fail2_to(25.0)
     assert warm.stats["warm_mode"] == "full" and warm.stats["local_fallback"]
     check_same_as_cold(topo, warm)
 

@@ -22,7 +22,7 @@ from .initial import initial_columns
 from .master import ColumnPool, RestrictedMaster
 from .problem import Problem, problem_for
 from .rounding import Rounded, deep_dive, rounded_rate
-from .local import local_eligible, local_resolve, reuse_certified
+from .local import local_eligible, local_resolve, raises_a_binding_link, reuse_certified
 from .warm import WarmState, changes_are_nonbinding, csr_take, reusable_basis, warm_columns
 
 __all__ = ["solve_alltoall", "build_master", "Solved"]
@@ -125,8 +125,9 @@ def solve_alltoall(topo: Topology, warm: Schedule | WarmState | None = None, bac
             sched.stats["seconds"] = sched.stats["lp_phase_seconds"] = time.perf_counter() - t0
             sched.solver["seconds"] = sched.stats["seconds"]
             return sched
-    tried_local = max_steps != "min" and local_eligible(prob, state, max_chunks) and not (
-        state.basis is not None and changes_are_nonbinding(prob, state))
+    tried_local = (max_steps != "min" and local_eligible(prob, state, max_chunks)
+                   and not (state.basis is not None and changes_are_nonbinding(prob, state))
+                   and not raises_a_binding_link(prob, state))
     if tried_local:
         t_local = time.perf_counter()
         sched = local_resolve(prob, state, backend, steps, max_chunks, options, deadline)
