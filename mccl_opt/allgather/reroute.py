@@ -37,7 +37,7 @@ __all__ = ["PhysicalForest", "Rerouted", "requantized", "reroute"]
 #: passes over the edges still crossing over-capacity links
 REROUTE_PASSES = 4
 #: attempts per pass to make room for a chain in other trees
-MAKE_ROOM_CALLS = 64
+MAKE_ROOM_CALLS = 32
 
 
 @dataclass(frozen=True)
@@ -332,7 +332,7 @@ def _make_room(parent, via, mult, roots, changed, num_trees, t, v, p_start, p_li
     """For a rank ``v`` of tree ``t`` that neither a parent nor a chain can take: find a
     rank ``u`` of ``v``'s subtree that could feed ``v``, whose only outside parent path
     is blocked by a full link into ``u``, and free that link in other trees
-    (:func:`_free_into`).  Returns ``(trees, freed)``."""
+    (:func:`_free_into`, a scan of every tree).  Returns ``(trees, freed)``."""
     p = via[t, v]
     m = mult[t]
     for ai in range(in_start[v], in_start[v + 1]):
@@ -380,7 +380,7 @@ def _reroute_edges(parent, via, mult, roots, num_trees, p_start, p_links, p_tail
             q, room, depth = _best_parent(parent, via, t, v, v, m, p_start, p_links, p_tail,
                                           in_start, in_paths, load, cap)
             q1, u1, q2, u2 = -1, -1, -1, -1
-            if q < 0 or depth > 2:               # a chain: w -> (u2 ->) u1 -> v, u's below v
+            if q < 0 or depth > 3:               # a chain: w -> (u2 ->) u1 -> v, u's below v
                 c = _chain(parent, via, t, v, m, p_start, p_links, p_tail, in_start, in_paths,
                            load, cap)
                 if c[0] >= 0 and (q < 0 or c[6] < depth + 1):

@@ -319,8 +319,11 @@ def _warm_guess(topo: Topology, warm: Schedule, max_chunks: int | None,
         return None
     k, y = guess
     x_star = _gbps(bound, quantum)
+    # beyond the budget (k0 > K) a guess of x* is rarely reachable: when the previous
+    # trees cannot be rerouted to it, no packing tests it either
+    pack = max_chunks is None or exact_k(fab, bound) <= max_chunks
     return _keep_or_certify(topo, warm, max_chunks, fab, bound, x_star, x_star, k, y, guides,
-                            stats, t_start, "phase1_guess")
+                            stats, t_start, "phase1_guess", pack)
 
 
 def _certify_by_packing(topo: Topology, warm: Schedule, max_chunks: int | None, fab: Fabric,
