@@ -27,6 +27,10 @@ pairs and prove that the result is optimal for the full master:
 
 The new schedule's :class:`~.warm.WarmState` holds the combined columns and shares (no
 basis), so a chained warm start works the same way.
+
+:func:`reuse_certified` is the degenerate case ``F = {}``: when the old shares still fit
+at the old ``t`` and the old run's own Farley certificate (its last prices) still holds
+under the new capacities, the old schedule is returned as it stands, with no LP at all.
 """
 
 from __future__ import annotations
@@ -70,10 +74,8 @@ def raises_a_binding_link(prob: Problem, state: WarmState, rel_tol: float = 1e-6
     """A link the old LP saturated gains capacity (a repair or upgrade of the
     bottleneck): then most pairs may re-balance onto it, and the local path would only
     grow its free set until it gives up (measured: 1x16x8 repaired from Fail2)."""
-    seg = np.repeat(np.arange(state.y.size), np.diff(state.start))
-    load = np.bincount(state.arcs, weights=state.y[seg], minlength=prob.num_links)
     up = prob.capacity > state.capacity
-    return bool((load[up] >= state.capacity[up] * state.t * (1 - rel_tol)).any())
+    return bool((state.lp_load[up] >= state.capacity[up] * state.t * (1 - rel_tol)).any())
 
 
 def local_resolve(prob: Problem, state: WarmState, backend: str, max_steps: int,
@@ -91,10 +93,11 @@ def local_resolve(prob: Problem, state: WarmState, backend: str, max_steps: int,
     t_start = time.perf_counter()
     n_pairs, n_links = prob.num_pairs, prob.num_links
     n = state.y.size
-    seg = np.repeat(np.arange(n), np.diff(state.start))
+    seg = state.column_of_arc
     pair, y_old = state.pair, state.y
     used = y_old > 0
-    if (np.bincount(seg, weights=prob.is_step_arc[state.arcs], minlength=n)[used]
+    if max_steps < prob.topo.num_nodes - 1 and (
+            np.bincount(seg, weights=prob.is_step_arc[state.arcs], minlength=n)[used]
             > max_steps).any():
         return None
     changed = state.capacity != prob.capacity
@@ -172,7 +175,7 @@ def local_resolve(prob: Problem, state: WarmState, backend: str, max_steps: int,
     saturated = lp_loads >= prob.capacity * sol.t * (1 - SATURATION_REL_TOL)
     k = 1 if max_chunks is None else max_chunks
     keep = ~free[state.chunk_pair]                      # the fixed pairs' old chunks
-    cseg = np.repeat(np.arange(keep.size), np.diff(state.chunk_start))
+    cseg = state.chunk_of_arc
     b_round = np.bincount(state.chunk_arcs, weights=np.where(keep, state.chunk_share, 0.0)[cseg],
                           minlength=n_links)
     t_round = time.perf_counter()
@@ -258,12 +261,10 @@ def reuse_certified(prob: Problem, state: WarmState | None, backend: str, max_st
     bound = state.sp_sum / max(1.0, float(prob.capacity @ state.w))
     if not (t > 0 and t - bound <= rel_tol * t):
         return None
-    seg = np.repeat(np.arange(state.y.size), np.diff(state.start))
-    lp_loads = np.bincount(state.arcs, weights=state.y[seg], minlength=prob.num_links)
+    lp_loads = state.lp_load
     if (lp_loads > prob.capacity * t * (1 + 1e-9)).any():
         return None
-    cseg = np.repeat(np.arange(state.chunk_pair.size), np.diff(state.chunk_start))
-    loads = np.bincount(state.chunk_arcs, weights=state.chunk_share[cseg],
+    loads = np.bincount(state.chunk_arcs, weights=state.chunk_share[state.chunk_of_arc],
                         minlength=prob.num_links)
     used = loads > 0
     if (np.min(prob.capacity[used] / loads[used])

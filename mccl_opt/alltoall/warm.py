@@ -107,6 +107,22 @@ class WarmState:
         return replace(self, w=res.shortest_w.copy(), sp_sum=sp, max_steps=max_steps)
 
     @cached_property
+    def column_of_arc(self) -> np.ndarray:
+        """The column of every entry of ``arcs`` (built once)."""
+        return np.repeat(np.arange(self.y.size), np.diff(self.start))
+
+    @cached_property
+    def lp_load(self) -> np.ndarray:
+        """Per-link load of the old LP shares (old link indices; built once)."""
+        return np.bincount(self.arcs, weights=self.y[self.column_of_arc],
+                           minlength=self.tail.size)
+
+    @cached_property
+    def chunk_of_arc(self) -> np.ndarray:
+        """The chunk of every entry of ``chunk_arcs`` (built once)."""
+        return np.repeat(np.arange(self.chunk_pair.size), np.diff(self.chunk_start))
+
+    @cached_property
     def chunk_array(self) -> np.ndarray:
         """``chunks`` as a numpy object array (built once; fancy-indexed by chunk reuse)."""
         out = np.empty(len(self.chunks), dtype=object)
@@ -220,8 +236,7 @@ def changes_are_nonbinding(prob: Problem, state: WarmState, rel_tol: float = 1e-
     the old LP's load at the old rate (``state`` on the same links as ``prob``)."""
     if state.capacity is None:
         return False
-    seg = np.repeat(np.arange(state.y.size), np.diff(state.start))
-    load = np.bincount(state.arcs, weights=state.y[seg], minlength=prob.num_links)
+    load = state.lp_load
     changed = np.flatnonzero(state.capacity != prob.capacity)
     slack_old = state.capacity[changed] * state.t * (1 - rel_tol) - load[changed]
     slack_new = prob.capacity[changed] * state.t * (1 - rel_tol) - load[changed]
