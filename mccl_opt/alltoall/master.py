@@ -147,6 +147,7 @@ class RestrictedMaster:
         self._kept: Basis | None = None     # a given basis the model still sits on
         self.presolve_each_solve = False
         self._dirty = False
+        self._stale = False                 # the backend model awaits a rebuild
         backend.load(build_master_lp(self.n_rows, self.capacity, self._row[pool.pair],
                                      pool.start, pool.arcs, background=background))
 
@@ -175,6 +176,8 @@ class RestrictedMaster:
     def get_basis(self) -> Basis | None:
         """The current basis (``None`` if the backend holds none); the basis given to
         :meth:`start_from` itself while the model has not moved from it."""
+        if self._stale:
+            return None
         return self._kept if self._kept is not None else self.backend.get_basis()
 
     @property
@@ -190,13 +193,15 @@ class RestrictedMaster:
         if k:
             self._kept = None
             self._dirty = True
+            self.lower = np.concatenate([self.lower, np.zeros(k)])
+            if self._stale:
+                return k                    # the rebuild brings them in
             sub_start = self.pool.start[before:] - self.pool.start[before]
             starts, indices, values = path_columns(self.n_rows, self._row[self.pool.pair[before:]],
                                                    sub_start,
                                                    self.pool.arcs[self.pool.start[before]:])
             self.backend.add_columns(np.zeros(k), np.zeros(k), np.full(k, np.inf),
                                      starts, indices, values)
-            self.lower = np.concatenate([self.lower, np.zeros(k)])
         return k
 
     def drop(self, mask: np.ndarray) -> int:
@@ -204,7 +209,8 @@ class RestrictedMaster:
         cols = np.flatnonzero(mask)
         if cols.size:
             self._kept = None
-            self.backend.delete_columns(cols + 1)
+            if not self._stale:
+                self.backend.delete_columns(cols + 1)
             self.pool.keep(~np.asarray(mask))
             self.lower = self.lower[~np.asarray(mask)]
         return int(cols.size)
@@ -214,7 +220,8 @@ class RestrictedMaster:
         cols = np.asarray(cols, dtype=np.int64)
         lower = np.asarray(lower, dtype=float)
         self._kept = None
-        self.backend.set_column_bounds(cols + 1, lower, np.full(cols.size, np.inf))
+        if not self._stale:
+            self.backend.set_column_bounds(cols + 1, lower, np.full(cols.size, np.inf))
         self.lower[cols] = lower
 
     def set_rows(self, pairs: np.ndarray | None, background: np.ndarray | None) -> None:
@@ -223,10 +230,11 @@ class RestrictedMaster:
         self._set_pairs(pairs)
         self.background = background
         self._kept = None
-        self._rebuild()
+        self._stale = True
 
     def _rebuild(self) -> None:
         """Reload the model from the pool (the next solve is cold, with presolve)."""
+        self._stale = False
         self.backend.load(build_master_lp(self.n_rows, self.capacity, self._row[self.pool.pair],
                                           self.pool.start, self.pool.arcs, self.lower,
                                           self.background))
@@ -237,7 +245,7 @@ class RestrictedMaster:
 
         Raises :class:`SolveError` on anything but an optimum or a limit with a
         solution (the master is always feasible: ``t`` can grow without bound)."""
-        if self.presolve_each_solve and self._dirty:
+        if self._stale or (self.presolve_each_solve and self._dirty):
             self._rebuild()
         self._dirty = False
         if self._basis_try:
