@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from instances import degrade, dgx, fail2, hpn, irregular, ring
+from instances import degrade, dgx, fail1, fail2, hpn, irregular, ring
 from mccl_opt import validate
 from mccl_opt.alltoall import solve_alltoall
 from mccl_opt.backends import available_backends
@@ -169,23 +169,18 @@ def test_local_warm_on_other_backends(name):
 
 
 def test_certified_reuse_only_when_the_old_certificate_still_holds():
-    from instances import fail1
-
     base = hpn(1, 4, 8)
     healthy = solve_alltoall(base)
-    topo1 = fail1(base)
-    first = solve_alltoall(topo1, warm=healthy)
-    assert first.stats["warm_mode"] == "reuse" and first.stats["rounds"] == 0
-    check_same_as_cold(topo1, first)
-    # chained: from the reused state to Fail2 (local) and back to healthy
-    topo2 = fail2(base)
-    second = solve_alltoall(topo2, warm=first)
-    assert second.stats["warm_mode"] == "local"
-    check_same_as_cold(topo2, second)
-    check_same_as_cold(base, solve_alltoall(base, warm=second), healthy)
-    # a binding change never reuses; nor does another step bound
-    assert solve_alltoall(topo2, warm=healthy).stats["warm_mode"] != "reuse"
-    bounded = solve_alltoall(topo1, warm=healthy, max_steps=4)
+    # a non-binding change keeps the old certificate: the old schedule, no LP; a binding
+    # one does not; nor does another step bound
+    for topo, mode in ((fail1(base), "reuse"), (fail2(base), "local")):
+        sched = solve_alltoall(topo, warm=healthy)
+        assert sched.stats["warm_mode"] == mode
+        assert (sched.stats["rounds"] == 0) == (mode == "reuse")
+        check_same_as_cold(topo, sched)
+        # chained: from the reused (or local) state back to the healthy fabric
+        check_same_as_cold(base, solve_alltoall(base, warm=sched), healthy)
+    bounded = solve_alltoall(fail1(base), warm=healthy, max_steps=4)
     assert bounded.stats["warm_mode"] != "reuse"
-    assert bounded.lp_rate_gbps == pytest.approx(solve_alltoall(topo1, max_steps=4).lp_rate_gbps,
-                                                 rel=REL)
+    assert bounded.lp_rate_gbps == pytest.approx(
+        solve_alltoall(fail1(base), max_steps=4).lp_rate_gbps, rel=REL)
