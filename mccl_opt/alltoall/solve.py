@@ -28,6 +28,10 @@ from .warm import WarmState, changes_are_nonbinding, csr_take, reusable_basis, w
 __all__ = ["solve_alltoall", "build_master", "Solved"]
 
 SATURATION_REL_TOL = 1e-6
+#: A warm master without a usable basis is rebuilt and presolved before every solve
+#: from this many pairs up (256 GPUs); below, warm primal simplex after added columns is
+#: faster (docs/alltoall.md, *Which columns carry over*).
+PRESOLVE_EVERY_TIME_MIN_PAIRS = 30_000
 
 
 @dataclass
@@ -46,7 +50,8 @@ def build_master(prob: Problem, backend: str, max_steps: int,
     """A master over the given columns ``(pair, start, arcs, origin)`` (those within
     ``max_steps``) plus initial columns for the pairs they miss.  With ``state``'s basis
     still optimal (:func:`reusable_basis`) the master starts from it; otherwise only the
-    columns the old LP used are kept and every solve is presolved (docs/alltoall.md).
+    columns the old LP used are kept, and from :data:`PRESOLVE_EVERY_TIME_MIN_PAIRS`
+    pairs up every solve is presolved (docs/alltoall.md).
     Returns the master and the number of carried-over columns."""
     pool = ColumnPool()
     basis = None
@@ -69,7 +74,8 @@ def build_master(prob: Problem, backend: str, max_steps: int,
     if basis is not None:
         master.start_from(basis)
     elif carried:
-        master.presolve_every_time()
+        if prob.num_pairs >= PRESOLVE_EVERY_TIME_MIN_PAIRS:
+            master.presolve_every_time()
     return master, carried
 
 
