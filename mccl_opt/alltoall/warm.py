@@ -24,6 +24,8 @@ that; the re-solve then needs no pivot.  When a binding link changes (Fail2) the
 is not used: HiGHS cannot presolve a model started from a basis, and on these masters
 (hundreds of thousands of pair rows, most pairs on one path) a presolved cold solve
 measured 3x (128 GPUs) to 50x (512 GPUs) faster than pivoting from the old basis.
+Capacity-only changes first try :mod:`.local` (certified reuse of the old schedule, then
+the local re-optimisation of the pairs the change touches).
 """
 
 from __future__ import annotations
