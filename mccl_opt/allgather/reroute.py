@@ -36,8 +36,10 @@ __all__ = ["PhysicalForest", "Rerouted", "requantized", "reroute"]
 
 #: passes over the edges still crossing over-capacity links
 REROUTE_PASSES = 4
-#: attempts per pass to make room for a chain in other trees
+#: attempts per pass to make room for a chain in other trees ...
 MAKE_ROOM_CALLS = 32
+#: ... and blocked links each attempt tries to free
+FREE_TRIES = 32
 
 
 @dataclass(frozen=True)
@@ -332,9 +334,11 @@ def _make_room(parent, via, mult, roots, changed, num_trees, t, v, p_start, p_li
     """For a rank ``v`` of tree ``t`` that neither a parent nor a chain can take: find a
     rank ``u`` of ``v``'s subtree that could feed ``v``, whose only outside parent path
     is blocked by a full link into ``u``, and free that link in other trees
-    (:func:`_free_into`, a scan of every tree).  Returns ``(trees, freed)``."""
+    (:func:`_free_into`: a scan of every tree, at most :data:`FREE_TRIES` links, so a
+    target that cannot be reached fails in bounded time).  Returns ``(trees, freed)``."""
     p = via[t, v]
     m = mult[t]
+    tries = FREE_TRIES
     for ai in range(in_start[v], in_start[v + 1]):
         q = in_paths[ai]
         u = p_tail[q]
@@ -346,7 +350,8 @@ def _make_room(parent, via, mult, roots, changed, num_trees, t, v, p_start, p_li
             if q1 == via[t, u] or _climb(parent, via, t, p_tail[q1], v, p_start, p_links,
                                          load, cap) < 0:
                 continue
-            if _last_link_blocks(q1, p_start, p_links, load, cap):
+            if tries > 0 and _last_link_blocks(q1, p_start, p_links, load, cap):
+                tries -= 1
                 b = p_links[p_start[q1 + 1] - 1]
                 trees, freed = _free_into(parent, via, mult, roots, changed, num_trees, u, b, m,
                                           t, p_start, p_links, p_tail, in_start, in_paths,
