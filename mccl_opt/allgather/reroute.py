@@ -190,32 +190,44 @@ def _move(parent, via, load, t, v, q, take, p_start, p_links, p_tail):
 
 
 @njit(cache=True)
-def _split(parent, via, mult, roots, changed, num_trees, t, take):
-    """Tree ``t`` gives ``take`` of its multiplicity to a copy; returns the copy's slot
-    (``-1`` when no slot is left)."""
+def _take(parent, via, mult, roots, changed, num_trees, t, units):
+    """``(slot, trees)``: the tree carrying ``units`` of tree ``t``'s multiplicity --
+    ``t`` itself if it has no more, else a copy split off from it (``slot = -1`` when no
+    slot is left)."""
+    if units >= mult[t]:
+        return t, num_trees
     if num_trees >= mult.size:
-        return -1
+        return -1, num_trees
     parent[num_trees, :] = parent[t, :]
     via[num_trees, :] = via[t, :]
     roots[num_trees] = roots[t]
-    mult[num_trees] = take
-    mult[t] -= take
+    mult[num_trees] = units
+    mult[t] -= units
     changed[t] = True
-    return num_trees
+    return num_trees, num_trees + 1
+
+
+@njit(cache=True)
+def _uses(q, b, p_start, p_links):
+    """Whether path ``q`` crosses link ``b``."""
+    for e in range(p_start[q], p_start[q + 1]):
+        if p_links[e] == b:
+            return True
+    return False
 
 
 @njit(cache=True)
 def _best_parent(parent, via, t, v, avoid, m, p_start, p_links, p_tail, in_start, in_paths,
-                 load, cap):
-    """``(path, units, tail depth)``: the path into ``v`` whose tail is outside
-    ``avoid``'s subtree in tree ``t`` and that takes the most of ``v``'s multiplicity
-    ``m`` (all of it first), then has the shallowest tail; ``(-1, 0, 0)`` if none has
-    room."""
+                 load, cap, skip_link):
+    """``(path, units, tail depth)``: the path into ``v`` (not crossing ``skip_link``;
+    ``-1``: any) whose tail is outside ``avoid``'s subtree in tree ``t`` and that takes
+    the most of ``m`` units (all of them first), then has the shallowest tail;
+    ``(-1, 0, 0)`` if none has room."""
     p = via[t, v]
     best_q, best_r, best_d = -1, 0, 0
     for qi in range(in_start[v], in_start[v + 1]):
         q = in_paths[qi]
-        if q == p:
+        if q == p or (skip_link >= 0 and _uses(q, skip_link, p_start, p_links)):
             continue
         depth = _climb(parent, via, t, p_tail[q], avoid, p_start, p_links, load, cap)
         if depth < 0:
@@ -247,7 +259,7 @@ def _chain(parent, via, t, v, m, p_start, p_links, p_tail, in_start, in_paths, l
         if r <= 0:
             continue
         q1, r1, d1 = _best_parent(parent, via, t, u1, v, m, p_start, p_links, p_tail,
-                                  in_start, in_paths, load, cap)
+                                  in_start, in_paths, load, cap, -1)
         if q1 >= 0 and d1 + 2 < best[6]:
             best = (q, u1, q1, -1, -1, min(r, r1), d1 + 2)
             continue
@@ -261,7 +273,7 @@ def _chain(parent, via, t, v, m, p_start, p_links, p_tail, in_start, in_paths, l
             if r1 <= 0:
                 continue
             q2, r2, d2 = _best_parent(parent, via, t, u2, v, m, p_start, p_links, p_tail,
-                                      in_start, in_paths, load, cap)
+                                      in_start, in_paths, load, cap, -1)
             if q2 >= 0 and d2 + 3 < best[6]:
                 best = (q, u1, q1, u2, q2, min(r, r1, r2), d2 + 3)
     return best
@@ -292,37 +304,16 @@ def _free_into(parent, via, mult, roots, changed, num_trees, x, b, need, skip, p
         p = via[t, x]
         if t == skip or p < 0:
             continue
-        crosses = False
-        for e in range(p_start[p], p_start[p + 1]):
-            if p_links[e] == b:
-                crosses = True
-        if not crosses:
+        if not _uses(p, b, p_start, p_links):
             continue
-        m = mult[t]
-        best_q, best_r, best_d = -1, 0, 1 << 30
-        for qi in range(in_start[x], in_start[x + 1]):
-            q = in_paths[qi]
-            uses_b = False
-            for e in range(p_start[q], p_start[q + 1]):
-                if p_links[e] == b:
-                    uses_b = True
-            if q == p or uses_b:
-                continue
-            depth = _climb(parent, via, t, p_tail[q], x, p_start, p_links, load, cap)
-            room = _room(q, p, min(m, need - freed), p_start, p_links, load, cap)
-            if depth < 0 or room <= 0:
-                continue
-            if room > best_r or (room == best_r and depth < best_d):
-                best_q, best_r, best_d = q, room, depth
-        if best_q < 0:
+        q, room, _ = _best_parent(parent, via, t, x, x, min(mult[t], need - freed), p_start,
+                                  p_links, p_tail, in_start, in_paths, load, cap, b)
+        if q < 0:
             continue
-        moved = t
-        if best_r < m:
-            moved = _split(parent, via, mult, roots, changed, num_trees, t, best_r)
-            if moved < 0:
-                return -1, freed
-            num_trees += 1
-        _move(parent, via, load, moved, x, best_q, mult[moved], p_start, p_links, p_tail)
+        moved, num_trees = _take(parent, via, mult, roots, changed, num_trees, t, room)
+        if moved < 0:
+            return -1, freed
+        _move(parent, via, load, moved, x, q, mult[moved], p_start, p_links, p_tail)
         changed[moved] = True
         freed += mult[moved]
     return num_trees, freed
@@ -383,7 +374,7 @@ def _reroute_edges(parent, via, mult, roots, num_trees, p_start, p_links, p_tail
             p = via[t, v]
             m = mult[t]
             q, room, depth = _best_parent(parent, via, t, v, v, m, p_start, p_links, p_tail,
-                                          in_start, in_paths, load, cap)
+                                          in_start, in_paths, load, cap, -1)
             q1, u1, q2, u2 = -1, -1, -1, -1
             if q < 0 or depth > 3:               # a chain: w -> (u2 ->) u1 -> v, u's below v
                 c = _chain(parent, via, t, v, m, p_start, p_links, p_tail, in_start, in_paths,
@@ -403,12 +394,9 @@ def _reroute_edges(parent, via, mult, roots, num_trees, p_start, p_links, p_tail
                     continue
             if q < 0:
                 break
-            moved = t
-            if room < m:
-                moved = _split(parent, via, mult, roots, changed, num_trees, t, room)
-                if moved < 0:
-                    return -1, moves
-                num_trees += 1
+            moved, num_trees = _take(parent, via, mult, roots, changed, num_trees, t, room)
+            if moved < 0:
+                return -1, moves
             take = mult[moved]
             old_v, old_u1, old_u2 = via[moved, v], -1, -1
             if q2 >= 0:
