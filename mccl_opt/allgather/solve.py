@@ -197,16 +197,25 @@ def _pack(split: SplitGraph, rank_of: np.ndarray, k: int, guides: dict[int, np.n
     return lg, classes
 
 
+def _same_fabric(warm: Schedule, topo: Topology) -> dict | None:
+    """The previous schedule's warm state if ``topo`` has its GPUs and links (only
+    capacities may differ), else ``None``."""
+    state = warm.warm_state if isinstance(warm.warm_state, dict) else {}
+    links = state.get("links")
+    arr = topo.arrays
+    if (links is None or tuple(warm.gpus) != tuple(topo.gpus) or links[0].size != arr.tail.size
+            or not (np.array_equal(links[0], arr.tail) and np.array_equal(links[1], arr.head))):
+        return None
+    return state
+
+
 def _keep_previous(warm: Schedule, topo: Topology, budget_opt_gbps: float,
                    max_chunks: int | None) -> np.ndarray | None:
     """The previous schedule's link loads if, on the new capacities, it still reaches
     the chunk-budget optimum (a drift on links it does not saturate); else ``None``."""
-    state = warm.warm_state if isinstance(warm.warm_state, dict) else {}
-    loads, links = state.get("loads"), state.get("links")
-    arr = topo.arrays
-    if (loads is None or links is None or warm.max_chunks != max_chunks
-            or tuple(warm.gpus) != tuple(topo.gpus) or links[0].size != arr.tail.size
-            or not (np.array_equal(links[0], arr.tail) and np.array_equal(links[1], arr.head))):
+    state = _same_fabric(warm, topo)
+    loads = None if state is None else state.get("loads")
+    if loads is None or warm.max_chunks != max_chunks:
         return None
     if schedule_rate(topo, loads) < budget_opt_gbps * (1 - 1e-12):
         return None
@@ -237,11 +246,8 @@ def _kept_schedule(warm: Schedule, topo: Topology, loads: np.ndarray, fab: Fabri
 
 def _forest_of(warm: Schedule, topo: Topology) -> PhysicalForest | None:
     """The previous schedule's physical trees, if ``topo`` has its nodes and links."""
-    state = warm.warm_state if isinstance(warm.warm_state, dict) else {}
-    links = state.get("links")
-    arr = topo.arrays
-    if (links is None or tuple(warm.gpus) != tuple(topo.gpus) or links[0].size != arr.tail.size
-            or not (np.array_equal(links[0], arr.tail) and np.array_equal(links[1], arr.head))):
+    state = _same_fabric(warm, topo)
+    if state is None:
         return None
     forest = state.get("forest")
     if forest is None and state.get("mapped") is not None:
@@ -255,6 +261,8 @@ def _reroute_previous(warm: Schedule, topo: Topology, fab: Fabric, k: int, y: Fr
     """The previous trees, as ``k`` unit trees per root, rerouted to carry ``k·y``
     (quanta; certified by the caller as an upper bound of the budget optimum) on the
     new capacities, or ``None``."""
+    if stats.get("reroute_failed_at") == (k, y):
+        return None                     # deterministic: the same target fails again
     t = time.perf_counter()
     forest = _forest_of(warm, topo)
     if forest is None:
@@ -262,6 +270,8 @@ def _reroute_previous(warm: Schedule, topo: Topology, fab: Fabric, k: int, y: Fr
     out = reroute(forest, topo, fab.cap, k, k * y)
     stats["reroute_s"] = time.perf_counter() - t
     stats["reroute"] = "failed" if out is None else "done"
+    if out is None:
+        stats["reroute_failed_at"] = (k, y)
     return out
 
 
@@ -277,14 +287,8 @@ def _rerouted_schedule(topo: Topology, warm: Schedule, max_chunks: int | None, f
     seconds = time.perf_counter() - t_start
     stats["total_s"] = seconds
     order = np.lexsort((-forest.mults, forest.roots))
-    roots, parents = forest.roots[order], forest.parent[order].astype(np.int64)
-    first = np.r_[True, roots[1:] != roots[:-1]]
-    node_ids = [n.id for n in topo.nodes]
-    arr = topo.arrays
-    state = WarmState(cut={node_ids[i] for i in np.flatnonzero(p1.cut)}, k=forest.k,
-                      num_gpus=topo.num_gpus, shapes=(roots, parents),
-                      guides={int(r): p for r, p in zip(roots[first], parents[first])},
-                      loads=loads, links=(arr.tail, arr.head), forest=forest)
+    shapes = (forest.roots[order], forest.parent[order].astype(np.int64))
+    state = _warm_state(topo, p1, forest.k, shapes, loads, forest=forest)
     return Schedule(
         collective="allgather", topology=topo.name, gpus=topo.gpus, rate_gbps=rate,
         lp_rate_gbps=x_star, max_chunks=max_chunks, chunks=forest.chunks,
@@ -292,6 +296,21 @@ def _rerouted_schedule(topo: Topology, warm: Schedule, max_chunks: int | None, f
         solver={"backend": "maxflow", "seconds": seconds,
                 "maxflow_calls": p1.maxflow_calls + calls, "algorithm": "forestcoll-warm"},
         stats=stats, warm_state=state)
+
+
+def _warm_state(topo: Topology, p1: PhaseOneResult, k: int,
+                shapes: tuple[np.ndarray, np.ndarray], loads: np.ndarray,
+                **trees: Any) -> WarmState:
+    """A new schedule's warm state; ``shapes`` are by root, largest first, so the
+    first shape of every root is its guide; ``trees`` the physical-tree entries."""
+    roots, parents = shapes
+    first = np.r_[True, roots[1:] != roots[:-1]]
+    node_ids = [n.id for n in topo.nodes]
+    arr = topo.arrays
+    return WarmState(cut={node_ids[i] for i in np.flatnonzero(p1.cut)}, k=int(k),
+                     num_gpus=topo.num_gpus, shapes=shapes,
+                     guides={int(r): p for r, p in zip(roots[first], parents[first])},
+                     loads=loads, links=(arr.tail, arr.head), **trees)
 
 
 def _gbps(p1: PhaseOneResult, quantum: float) -> float:
@@ -499,13 +518,8 @@ def _finish(topo: Topology, warm: Schedule | None, max_chunks: int | None, fab: 
     saturated = fab.cut_arcs(p1.cut)
     seconds = time.perf_counter() - t_start
     stats["total_s"] = seconds
-    roots, parents = shapes = _shapes_of(classes, lg)
-    first = np.r_[True, roots[1:] != roots[:-1]]        # classes: largest first per root
-    state = WarmState(cut={node_ids[i] for i in np.flatnonzero(p1.cut)}, k=k,
-                      num_gpus=topo.num_gpus, shapes=shapes,
-                      guides={int(r): p for r, p in zip(roots[first], parents[first])},
-                      loads=loads, links=(arr.tail, arr.head), mapped=trees,
-                      tree_depths=depths)
+    state = _warm_state(topo, p1, k, _shapes_of(classes, lg), loads, mapped=trees,
+                        tree_depths=depths)
     return Schedule(
         collective="allgather", topology=topo.name, gpus=topo.gpus, rate_gbps=rate,
         lp_rate_gbps=x_star, max_chunks=max_chunks, chunks=tuple(chunks),
