@@ -46,15 +46,9 @@ from .colgen import CGOptions, column_generation
 from .master import ColumnPool, RestrictedMaster
 from .problem import Problem
 from .rounding import deep_dive
-from .warm import WarmState, csr_mask, csr_take
+from .warm import WarmState, csr_mask, csr_take, object_array
 
 __all__ = ["local_resolve", "local_eligible", "reuse_certified", "raises_a_binding_link"]
-
-
-def _objects(items) -> np.ndarray:
-    out = np.empty(len(items), dtype=object)
-    out[:] = list(items)
-    return out
 
 
 def local_eligible(prob: Problem, state: WarmState | None, max_chunks: int | None) -> bool:
@@ -195,7 +189,7 @@ def local_resolve(prob: Problem, state: WarmState, backend: str, max_steps: int,
     c_pair = np.concatenate([state.chunk_pair[keep], rounded.pool_pair[new_used]])
     ks, ka = csr_mask(state.chunk_start, state.chunk_arcs, keep, cseg)
     ns, na = csr_take(rounded.pool_start, rounded.pool_arcs, new_used)
-    c_objects = np.concatenate([state.chunk_array[keep], _objects(new_chunks)])
+    c_objects = np.concatenate([state.chunk_array[keep], object_array(new_chunks)])
     c_share = np.concatenate([state.chunk_share[keep], rounded.counts[new_used] / k])
     # ... and its columns: the fixed pairs' used old columns, then the restricted pool
     fixed = used & ~free[pair]

@@ -64,6 +64,13 @@ def csr_mask(start: np.ndarray, arcs: np.ndarray, mask: np.ndarray, seg: np.ndar
     return new_start, arcs[mask[seg]]
 
 
+def object_array(items: Sequence) -> np.ndarray:
+    """``items`` as a 1-D numpy object array (elements kept as they are, even tuples)."""
+    out = np.empty(len(items), dtype=object)
+    out[:] = list(items)
+    return out
+
+
 @dataclass(frozen=True)
 class WarmState:
     """What a warm start needs from a finished run (kept in ``Schedule.warm_state``).
@@ -127,9 +134,7 @@ class WarmState:
     @cached_property
     def chunk_array(self) -> np.ndarray:
         """``chunks`` as a numpy object array (built once; fancy-indexed by chunk reuse)."""
-        out = np.empty(len(self.chunks), dtype=object)
-        out[:] = self.chunks
-        return out
+        return object_array(self.chunks)
 
     @classmethod
     def from_pool(cls, prob: Problem, pool: ColumnPool, y: np.ndarray, t: float,
