@@ -45,8 +45,10 @@ FREE_TRIES = 32
 @dataclass(frozen=True)
 class PathTable:
     """Switch paths by index: node indices ``nodes[j]``, links
-    ``links[start[j]:start[j+1]]``, tail and head ranks, and for one-switch paths the
-    key ``(u·n + s)·n + v`` (``-1`` for longer ones) that finds duplicates."""
+    ``links[start[j]:start[j+1]]``, tail and head ranks, for one-switch paths the
+    key ``(u·n + s)·n + v`` (``-1`` for longer ones) that finds duplicates, and a
+    cache ``names[j]`` of the node-id tuple that is path ``j`` in a schedule (``None``
+    until needed; tables and forests share name tuples with their schedules)."""
 
     nodes: tuple[tuple[int, ...], ...]
     start: np.ndarray
@@ -54,6 +56,15 @@ class PathTable:
     tail: np.ndarray
     head: np.ndarray
     key: np.ndarray
+    names: list
+
+    def named(self, paths: np.ndarray, ids: Sequence[str]) -> list:
+        """``names``, with the entries of ``paths`` filled in."""
+        names, nodes = self.names, self.nodes
+        for j in paths.tolist():
+            if names[j] is None:
+                names[j] = tuple([ids[v] for v in nodes[j]])
+        return names
 
     @classmethod
     def build(cls, paths: Sequence[tuple[int, ...]], topo: Topology) -> "PathTable":
@@ -71,7 +82,8 @@ class PathTable:
         key = np.where(lens == 3, (nodes[first] * n + nodes[np.minimum(first + 1, nodes.size - 1)])
                        * n + nodes[ends - 1], -1)
         return cls(tuple(paths), start, link_of[nodes[hop], nodes[np.flatnonzero(hop) + 1]],
-                   arr.rank_of[nodes[first]], arr.rank_of[nodes[ends - 1]], key)
+                   arr.rank_of[nodes[first]], arr.rank_of[nodes[ends - 1]], key,
+                   [None] * len(paths))
 
     def extended(self, paths: Sequence[tuple[int, ...]], topo: Topology) -> "PathTable":
         """This table followed by ``paths``."""
@@ -83,7 +95,7 @@ class PathTable:
                          np.concatenate([self.links, more.links]),
                          np.concatenate([self.tail, more.tail]),
                          np.concatenate([self.head, more.head]),
-                         np.concatenate([self.key, more.key]))
+                         np.concatenate([self.key, more.key]), self.names + more.names)
 
 
 @dataclass(frozen=True)
@@ -91,7 +103,8 @@ class PhysicalForest:
     """A schedule's trees in rank space: tree ``t`` has root rank ``roots[t]``,
     multiplicity ``mults[t]`` (of ``k`` unit trees per root), the parent rank of every
     rank ``parent[t, v]`` over switch path ``via[t, v]`` of ``paths`` (``-1`` at the
-    root), maximum depth ``depth[t]`` and schedule chunk ``chunks[t]``."""
+    root), maximum depth ``depth[t]`` and schedule edges ``edges[t]`` (node-id paths,
+    parents first)."""
 
     k: int
     roots: np.ndarray
@@ -100,26 +113,52 @@ class PhysicalForest:
     via: np.ndarray
     depth: np.ndarray
     paths: PathTable
-    chunks: tuple[TreeChunk, ...]
+    edges: tuple[tuple[tuple[str, ...], ...], ...]
 
     @classmethod
     def from_mapped(cls, mapped: MappedTrees, k: int, depths: np.ndarray, topo: Topology,
                     chunks: Sequence[TreeChunk]) -> "PhysicalForest":
-        """From Phase 3's mapped trees (one chunk per tree, in order) on ``topo``."""
+        """From Phase 3's mapped trees (one chunk per tree, in order, its edges in the
+        order of ``mapped.edges``) on ``topo``."""
         num_trees, num_gpus = len(mapped.roots), topo.num_gpus
         edges = mapped.edge_matrix
         if edges is None:
             edges = np.array(mapped.edges, np.int64)
         edges = edges.reshape(num_trees, num_gpus - 1)
         table = PathTable.build(mapped.paths, topo)
-        parent = np.full((num_trees, num_gpus), -1, np.int32)
-        via = np.full((num_trees, num_gpus), -1, np.int32)
-        rows = np.repeat(np.arange(num_trees), num_gpus - 1)
-        heads = table.head[edges].ravel()
-        parent[rows, heads] = table.tail[edges].ravel()
-        via[rows, heads] = edges.ravel()
+        parent, via, first = _index_trees(edges, table.tail, table.head, num_gpus,
+                                          len(table.nodes))
+        tree_edges = tuple(c.edges for c in chunks)
+        used = np.flatnonzero(first >= 0)
+        for j, t, i in zip(used.tolist(), (first[used] // (num_gpus - 1)).tolist(),
+                           (first[used] % (num_gpus - 1)).tolist()):
+            table.names[j] = tree_edges[t][i]
         return cls(int(k), np.asarray(mapped.roots, np.int64), np.asarray(mapped.mults, np.int64),
-                   parent, via, np.asarray(depths, np.int64), table, tuple(chunks))
+                   parent, via, np.asarray(depths, np.int64), table, tree_edges)
+
+    def tree_chunks(self, gpu_ids: Sequence[str]) -> tuple[TreeChunk, ...]:
+        """The schedule chunks: share ``mults[t] / k`` of root ``roots[t]``'s shard."""
+        k = self.k
+        return tuple(TreeChunk(gpu_ids[r], m / k, e) for r, m, e in
+                     zip(self.roots.tolist(), self.mults.tolist(), self.edges))
+
+
+@njit(cache=True)
+def _index_trees(edges, p_tail, p_head, num_gpus, num_paths):
+    """``(parent, via, first)`` of trees given as rows of path indices: ``first[j]``
+    is the flat position in ``edges`` of path ``j``'s first use (``-1`` if unused)."""
+    num_trees, per_tree = edges.shape
+    parent = np.full((num_trees, num_gpus), -1, np.int32)
+    via = np.full((num_trees, num_gpus), -1, np.int32)
+    first = np.full(num_paths, -1, np.int64)
+    for t in range(num_trees):
+        for i in range(per_tree):
+            q = edges[t, i]
+            parent[t, p_head[q]] = p_tail[q]
+            via[t, p_head[q]] = q
+            if first[q] < 0:
+                first[q] = t * per_tree + i
+    return parent, via, first
 
 
 @dataclass(frozen=True)
@@ -262,6 +301,10 @@ def _chain(parent, via, t, v, m, p_start, p_links, p_tail, in_start, in_paths, l
                                   in_start, in_paths, load, cap, -1)
         if q1 >= 0 and d1 + 2 < best[6]:
             best = (q, u1, q1, -1, -1, min(r, r1), d1 + 2)
+            if best[6] <= 3:                 # a tail at the root: nothing is shallower
+                break
+            continue
+        if best[6] <= 4:                     # a two-step chain reaches depth 4 at best
             continue
         for bi in range(in_start[u1], in_start[u1 + 1]):
             q1 = in_paths[bi]
@@ -276,6 +319,8 @@ def _chain(parent, via, t, v, m, p_start, p_links, p_tail, in_start, in_paths, l
                                       in_start, in_paths, load, cap, -1)
             if q2 >= 0 and d2 + 3 < best[6]:
                 best = (q, u1, q1, u2, q2, min(r, r1, r2), d2 + 3)
+                if best[6] <= 4:
+                    break
     return best
 
 
@@ -424,13 +469,28 @@ def _reroute_edges(parent, via, mult, roots, num_trees, p_start, p_links, p_tail
     return num_trees, moves
 
 
-def _crossing(via: np.ndarray, table: PathTable, over: np.ndarray
-              ) -> tuple[np.ndarray, np.ndarray]:
+@njit(cache=True)
+def _crossing(via, p_start, p_links, over):
     """``(trees, ranks)`` of the tree edges whose path crosses a link marked ``over``."""
-    seg = np.repeat(np.arange(table.start.size - 1), np.diff(table.start))
-    bad = np.bincount(seg, weights=over[table.links], minlength=table.start.size - 1) > 0
-    t, v = np.nonzero(bad[np.maximum(via, 0)] & (via >= 0))
-    return t.astype(np.int64), v.astype(np.int64)
+    bad = np.zeros(p_start.size - 1, np.bool_)
+    for q in range(bad.size):
+        for e in range(p_start[q], p_start[q + 1]):
+            if over[p_links[e]]:
+                bad[q] = True
+    count = 0
+    for t in range(via.shape[0]):
+        for v in range(via.shape[1]):
+            if via[t, v] >= 0 and bad[via[t, v]]:
+                count += 1
+    trees = np.empty(count, np.int64)
+    ranks = np.empty(count, np.int64)
+    i = 0
+    for t in range(via.shape[0]):
+        for v in range(via.shape[1]):
+            if via[t, v] >= 0 and bad[via[t, v]]:
+                trees[i], ranks[i] = t, v
+                i += 1
+    return trees, ranks
 
 
 def _one_switch_paths(topo: Topology, heads: np.ndarray, table: PathTable
@@ -447,7 +507,10 @@ def _one_switch_paths(topo: Topology, heads: np.ndarray, table: PathTable
     offset = np.arange(count.sum()) - np.repeat(np.cumsum(count) - count, count)
     g = up_gpu[np.repeat(lo, count) + offset]
     s, h = np.repeat(sw, count), np.repeat(hd, count)
-    fresh = (g != h) & ~np.isin((g * n + s) * n + h, table.key)
+    known = np.sort(table.key)
+    key = (g * n + s) * n + h
+    at = np.minimum(np.searchsorted(known, key), known.size - 1)
+    fresh = (g != h) & (known[at] != key)
     return list(zip(g[fresh].tolist(), s[fresh].tolist(), h[fresh].tolist()))
 
 
@@ -461,28 +524,51 @@ def _with_neighbours(topo: Topology, ranks: np.ndarray) -> np.ndarray:
     return np.union1d(ranks, arr.rank_of[near])
 
 
-def _unit_loads(forest: PhysicalForest, num_links: int) -> np.ndarray:
+@njit(cache=True)
+def _unit_loads(via, mults, p_start, p_links, num_links):
     """Unit trees crossing every link."""
-    via, table = forest.via, forest.paths
-    per_path = np.bincount(via[via >= 0], weights=np.repeat(forest.mults, (via >= 0).sum(axis=1)),
-                           minlength=table.start.size - 1)
-    return np.rint(np.bincount(table.links, weights=np.repeat(per_path, np.diff(table.start)),
-                               minlength=num_links)).astype(np.int64)
+    per_path = np.zeros(p_start.size - 1, np.int64)
+    for t in range(via.shape[0]):
+        for v in range(via.shape[1]):
+            if via[t, v] >= 0:
+                per_path[via[t, v]] += mults[t]
+    load = np.zeros(num_links, np.int64)
+    for q in range(per_path.size):
+        for e in range(p_start[q], p_start[q + 1]):
+            load[p_links[e]] += per_path[q]
+    return load
 
 
-def _depths(parent: np.ndarray) -> np.ndarray:
-    """Depth of every rank of every tree (pointer jumping)."""
-    rows = np.arange(parent.shape[0])[:, None]
-    has = parent >= 0
-    up = np.where(has, parent, np.arange(parent.shape[1]))
-    depth = has.astype(np.int64)
-    hop = up
-    while True:
-        step = has[rows, hop]
-        if not step.any():
-            return depth
-        depth += step
-        hop = up[rows, hop]
+@njit(cache=True)
+def _edge_order(parent, via):
+    """Per tree: its maximum depth and the paths of its edges ordered by the depth of
+    their heads (parents first; ranks in order within a depth)."""
+    num_trees, n = parent.shape
+    depth = np.empty(n, np.int64)
+    max_depth = np.zeros(num_trees, np.int64)
+    out = np.empty((num_trees, n - 1), np.int64)
+    for t in range(num_trees):
+        depth[:] = -1
+        for v in range(n):
+            d, w = 0, v                  # climb to a rank of known depth
+            while w >= 0 and depth[w] < 0:
+                d += 1
+                w = parent[t, w]
+            base = -1 if w < 0 else depth[w]
+            w = v                        # write the depths on the way up
+            while w >= 0 and depth[w] < 0:
+                depth[w] = base + d
+                d -= 1
+                w = parent[t, w]
+        top = depth.max()
+        max_depth[t] = top
+        i = 0
+        for level in range(1, top + 1):
+            for v in range(n):
+                if depth[v] == level:
+                    out[t, i] = via[t, v]
+                    i += 1
+    return max_depth, out
 
 
 def requantized(forest: PhysicalForest, k: int) -> PhysicalForest:
@@ -501,10 +587,9 @@ def requantized(forest: PhysicalForest, k: int) -> PhysicalForest:
     mult = base.copy()
     mult[order] += position < missing[roots]
     keep = np.flatnonzero(mult > 0)
-    chunks = tuple(TreeChunk(c.src, int(m) / k, c.edges)
-                   for c, m in zip([forest.chunks[i] for i in keep.tolist()], mult[keep].tolist()))
+    edges = tuple([forest.edges[i] for i in keep.tolist()])
     return PhysicalForest(k, forest.roots[keep], mult[keep], forest.parent[keep],
-                          forest.via[keep], forest.depth[keep], forest.paths, chunks)
+                          forest.via[keep], forest.depth[keep], forest.paths, edges)
 
 
 def reroute(forest: PhysicalForest, topo: Topology, cap_q: np.ndarray, k: int,
@@ -518,12 +603,12 @@ def reroute(forest: PhysicalForest, topo: Topology, cap_q: np.ndarray, k: int,
     if int(cap_q.max()) * unit.denominator >= 1 << 62:
         return None                     # unit counts beyond int64: let Phase 3 decide
     cap = (cap_q * unit.denominator) // unit.numerator
-    load = _unit_loads(forest, topo.num_links)
+    table = forest.paths
+    load = _unit_loads(forest.via, forest.mults, table.start, table.links, topo.num_links)
     over = load > cap
     if not over.any():                  # the (requantized) previous trees already fit
         return Rerouted(forest, load / forest.k, 0, 0)
-    table = forest.paths
-    cand_t, cand_v = _crossing(forest.via, table, over)
+    cand_t, cand_v = _crossing(forest.via, table.start, table.links, over)
     # candidate paths into the affected ranks and their one-switch neighbours
     heads = _with_neighbours(topo, np.unique(cand_v))
     table = table.extended(_one_switch_paths(topo, heads, table), topo)
@@ -551,7 +636,7 @@ def reroute(forest: PhysicalForest, topo: Topology, cap_q: np.ndarray, k: int,
         over = load > cap
         if trees < 0 or done == 0 or not over.any():
             break
-        cand_t, cand_v = _crossing(via[:trees], table, over)
+        cand_t, cand_v = _crossing(via[:trees], table.start, table.links, over)
         if not np.isin(cand_v, heads).all():
             break
     if trees < 0 or over.any():
@@ -564,22 +649,15 @@ def reroute(forest: PhysicalForest, topo: Topology, cap_q: np.ndarray, k: int,
 def _rebuilt(forest: PhysicalForest, topo: Topology, table: PathTable, parent: np.ndarray,
              via: np.ndarray, mult: np.ndarray, roots: np.ndarray,
              changed: np.ndarray) -> PhysicalForest:
-    """The forest with new chunks (edges by depth, parents first) for the changed trees."""
+    """The forest with new edges (by depth, parents first) for the changed trees."""
     redo = np.flatnonzero(changed)
     depth = np.zeros(roots.size, np.int64)
     depth[:forest.depth.size] = forest.depth
-    chunks = list(forest.chunks) + [None] * (roots.size - len(forest.chunks))
+    edges = list(forest.edges) + [()] * (roots.size - len(forest.edges))
     if redo.size:
-        d = _depths(parent[redo])
-        depth[redo] = d.max(axis=1)
-        order = np.argsort(d, axis=1, kind="stable")[:, 1:]     # the root comes first
-        edge_paths = np.take_along_axis(via[redo], order, axis=1)
-        ids = [n.id for n in topo.nodes]
-        names = np.empty(len(table.nodes), object)
-        for q in np.unique(edge_paths).tolist():
-            names[q] = tuple([ids[v] for v in table.nodes[q]])
-        gpus, k = topo.gpus, forest.k
-        for t, row in zip(redo.tolist(), names[edge_paths].tolist()):
-            chunks[t] = TreeChunk(gpus[int(roots[t])], int(mult[t]) / k, tuple(row))
+        depth[redo], edge_paths = _edge_order(parent[redo], via[redo])
+        name = table.named(np.unique(edge_paths), [n.id for n in topo.nodes]).__getitem__
+        for t, row in zip(redo.tolist(), edge_paths.tolist()):
+            edges[t] = tuple(map(name, row))
     return PhysicalForest(forest.k, roots.copy(), mult.copy(), parent.copy(), via.copy(),
-                          depth, table, tuple(chunks))
+                          depth, table, tuple(edges))

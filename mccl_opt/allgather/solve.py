@@ -291,7 +291,7 @@ def _rerouted_schedule(topo: Topology, warm: Schedule, max_chunks: int | None, f
     state = _warm_state(topo, p1, forest.k, shapes, loads, forest=forest)
     return Schedule(
         collective="allgather", topology=topo.name, gpus=topo.gpus, rate_gbps=rate,
-        lp_rate_gbps=x_star, max_chunks=max_chunks, chunks=forest.chunks,
+        lp_rate_gbps=x_star, max_chunks=max_chunks, chunks=forest.tree_chunks(topo.gpus),
         bottleneck=bottleneck_links(topo, loads, rate, forest.k, saturated=fab.cut_arcs(p1.cut)),
         solver={"backend": "maxflow", "seconds": seconds,
                 "maxflow_calls": p1.maxflow_calls + calls, "algorithm": "forestcoll-warm"},
