@@ -129,22 +129,21 @@ def optimal_rate(fab: Fabric, hint_cuts: list[np.ndarray] | None = None) -> Phas
     the starting ratio; the result does not depend on them.
     """
     n_gpu = fab.num_gpus
+    if n_gpu < 2:
+        raise ValueError("a fabric needs at least two GPUs for an AllGather rate")
     is_gpu = fab.is_gpu()
-    best: tuple[int, int, np.ndarray] | None = None
-    candidates = []
-    for g in fab.gpus:
-        s = np.zeros(fab.n, bool)
-        s[g] = True
-        candidates.append(s)
-    candidates += list(hint_cuts or [])
-    for s in candidates:
+    ingress = np.bincount(fab.head, weights=fab.cap, minlength=fab.n).astype(np.int64)
+    g = int(fab.gpus[np.argmin(ingress[fab.gpus])])     # the first GPU of least ingress
+    single = np.zeros(fab.n, bool)
+    single[g] = True
+    best = (int(ingress[g]), n_gpu - 1, single)
+    for s in hint_cuts or []:
         m = int(np.count_nonzero(is_gpu & ~s))
         if m == 0 or not (is_gpu & s).any():
             continue
         c = int(fab.cap[fab.cut_arcs(s)].sum())
-        if best is None or c * best[1] < best[0] * m:
+        if c * best[1] < best[0] * m:
             best = (c, m, s)
-    assert best is not None
     num, den, cut = best
     calls = 0
     order = fab.gpus.copy()
