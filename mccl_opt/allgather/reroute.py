@@ -517,11 +517,12 @@ def _one_switch_paths(topo: Topology, heads: np.ndarray, table: PathTable
 def _with_neighbours(topo: Topology, ranks: np.ndarray) -> np.ndarray:
     """The ranks and every rank one switch away from them (two-step moves need those)."""
     arr = topo.arrays
-    nodes = arr.gpu_nodes[ranks]
-    sw = arr.tail[np.isin(arr.head, nodes) & arr.is_switch[arr.tail]]
-    near = arr.tail[np.isin(arr.head, sw)]
-    near = near[arr.rank_of[near] >= 0]
-    return np.union1d(ranks, arr.rank_of[near])
+    mark = np.zeros(topo.num_nodes, bool)
+    mark[arr.gpu_nodes[ranks]] = True
+    switches = np.zeros(topo.num_nodes, bool)
+    switches[arr.tail[mark[arr.head] & arr.is_switch[arr.tail]]] = True
+    mark[arr.tail[switches[arr.head]]] = True
+    return arr.rank_of[np.flatnonzero(mark & ~arr.is_switch)]
 
 
 @njit(cache=True)
