@@ -381,12 +381,12 @@ def _warm_budget(topo: Topology, warm: Schedule, max_chunks: int | None,
                  stats: dict[str, Any], t_start: float) -> Schedule | None:
     """ForestColl-warm when the ``x*`` guess was rejected because ``k0 > K`` (the
     budget optimum lies below ``x*``, e.g. Fail2 at >= 32 GPUs): the exact Phase 1
-    (seeded with the previous cut), then the chunk budget *guessed* without its
-    max-flow sweep (:func:`.budget.guess_budget`) and certified by rerouted previous
-    trees or, when those cannot be rerouted at all, a completed packing; ``None`` (the
-    caller runs the exact budget) if there is nothing to guess or that fails.  (A
-    failed reroute means a non-tight guess more often than not, and the exact budget
-    sweep costs less than a packing from 256 GPUs on.)"""
+    (seeded with the previous cut), then the chunk budget *guessed* with a few probing
+    max-flows instead of its sweep (:func:`.budget.guess_budget`) and certified by
+    rerouted previous trees or, when those cannot be rerouted at all, a completed
+    packing; ``None`` (the caller runs the exact budget) if there is nothing to guess
+    or that fails.  (A failed reroute means a non-tight guess more often than not, and
+    the exact budget sweep costs less than a packing from 256 GPUs on.)"""
     if topo.num_gpus < 2:
         return None
     t = time.perf_counter()
@@ -396,10 +396,10 @@ def _warm_budget(topo: Topology, warm: Schedule, max_chunks: int | None,
     stats["phase1_maxflows"] = p1.maxflow_calls
     t = time.perf_counter()
     guess = guess_budget(fab, p1, max_chunks, hint_cuts)
-    stats["budget_s"], stats["budget_maxflows"] = time.perf_counter() - t, 0
+    stats["budget_s"] = time.perf_counter() - t
     if guess is None:
         return None
-    k, y = guess
+    k, y, stats["budget_maxflows"] = guess
     return _keep_or_certify(topo, warm, max_chunks, fab, p1, _gbps(p1, quantum),
                             float(k * y) * quantum, k, y, guides, stats, t_start, "budget_guess",
                             pack=False)

@@ -28,7 +28,7 @@ import numpy as np
 from .maxflow import FlowNetwork
 
 __all__ = ["Fabric", "PhaseOneResult", "optimal_rate", "best_tree_bandwidth",
-           "cut_tree_bandwidth", "cut_upper_bound"]
+           "violated_tree_cut", "cut_tree_bandwidth", "cut_upper_bound"]
 
 
 @dataclass
@@ -187,33 +187,43 @@ def cut_tree_bandwidth(caps: np.ndarray, need: int) -> Fraction:
     return Fraction(best_c, best_j) if best_c else Fraction(0)
 
 
-def best_tree_bandwidth(fab: Fabric, k: int, upper: Fraction,
-                        hint_cuts: list[np.ndarray] | None = None) -> tuple[Fraction, int]:
+def violated_tree_cut(fab: Fabric, k: int, y: Fraction,
+                      sinks: np.ndarray) -> tuple[int, np.ndarray | None]:
+    """Rooted test of ``k`` trees per root when link ``a`` carries ``floor(cap_a / y)``
+    trees: (position in ``sinks`` of the first GPU short of ``N k`` or -1, the sink side
+    of its minimum cut)."""
+    units = (fab.cap * y.denominator) // y.numerator
+    return _violated_cut(fab, units, k, fab.num_gpus * k, sinks)
+
+
+def best_tree_bandwidth(fab: Fabric, k: int, upper: Fraction, start: int = 0,
+                        stop_below: Fraction = Fraction(0)
+                        ) -> tuple[Fraction, int, int, list[np.ndarray]]:
     """Largest tree bandwidth ``y <= upper`` such that ``k`` trees per root fit when
-    link ``a`` carries ``floor(cap_a / y)`` trees; returns ``(y, maxflow calls)``.
+    link ``a`` carries ``floor(cap_a / y)`` trees; returns ``(y, maxflow calls, GPUs
+    passed, violated sink sides)``.
 
     Same sweep as :func:`optimal_rate`: a violated cut lowers ``y`` to the largest
-    value that cut admits (:func:`cut_tree_bandwidth`).
+    value that cut admits (:func:`cut_tree_bandwidth`).  The sweep may resume: the first
+    ``start`` GPUs are known to pass at ``upper``.  It stops early, with ``y`` only an
+    upper bound and fewer than ``N`` GPUs passed, once ``y < stop_below``; with all
+    ``N`` passed ``y`` is exact.
     """
     n_gpu = fab.num_gpus
     is_gpu = fab.is_gpu()
     y = upper
-    for s in hint_cuts or []:
-        m = int(np.count_nonzero(is_gpu & ~s))
-        if m and (is_gpu & s).any():
-            y = min(y, cut_tree_bandwidth(fab.cap[fab.cut_arcs(s)], k * m))
     calls = 0
-    order = fab.gpus.copy()
-    start = 0
-    while y > 0 and start < n_gpu:
-        units = (fab.cap * y.denominator) // y.numerator
-        pos, sink_side = _violated_cut(fab, units, k, n_gpu * k, order[start:])
+    cuts: list[np.ndarray] = []
+    while y > 0 and y >= stop_below and start < n_gpu:
+        pos, sink_side = violated_tree_cut(fab, k, y, fab.gpus[start:])
         calls += (n_gpu - start) if pos < 0 else pos + 1
         if pos < 0:
+            start = n_gpu
             break
         start += pos
         m = int(np.count_nonzero(is_gpu & ~sink_side))
         y_new = cut_tree_bandwidth(fab.cap[fab.cut_arcs(sink_side)], k * m)
         assert y_new < y
         y = y_new
-    return y, calls
+        cuts.append(sink_side)
+    return y, calls, start, cuts
