@@ -414,15 +414,16 @@ def _keep_or_certify(topo: Topology, warm: Schedule, max_chunks: int | None, fab
     (:mod:`.reroute`), else (if ``pack``) a completed packing of ``k`` trees of
     bandwidth ``y`` does; ``None`` if all fail (the caller falls back to the exact
     path)."""
+    calls = stats.get("budget_maxflows", 0)       # the budget guess's probes
     kept = _keep_previous(warm, topo, target_gbps, max_chunks)
     if kept is not None:
         stats[stat_key] = "certified by the previous schedule"
-        return _kept_schedule(warm, topo, kept, fab, p1, x_star, stats, t_start, 0)
+        return _kept_schedule(warm, topo, kept, fab, p1, x_star, stats, t_start, calls)
     rerouted = _reroute_previous(warm, topo, fab, k, y, stats)
     if rerouted is not None:
         stats[stat_key] = "certified by rerouting"
         return _rerouted_schedule(topo, warm, max_chunks, fab, p1, x_star, rerouted, stats,
-                                  t_start, 0)
+                                  t_start, calls)
     if not pack and stats.get("reroute") == "failed":
         return None
     stats["k_exact"] = int(exact_k(fab, p1))
@@ -431,7 +432,7 @@ def _keep_or_certify(topo: Topology, warm: Schedule, max_chunks: int | None, fab
         return None
     stats[stat_key] = "certified by packing"
     return _finish(topo, warm, max_chunks, fab, p1, x_star, k, *packed, guides, stats,
-                   t_start, 0)
+                   t_start, calls)
 
 
 def solve_allgather(topo: Topology, warm: Schedule | None = None, backend: str = "highs",
