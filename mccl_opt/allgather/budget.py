@@ -25,7 +25,7 @@ import numpy as np
 from .throughput import (Fabric, PhaseOneResult, best_tree_bandwidth, cut_tree_bandwidth,
                          violated_tree_cut)
 
-__all__ = ["exact_k", "choose_trees", "guess_trees", "guess_budget", "MAX_UNITS"]
+__all__ = ["exact_k", "CutBounds", "choose_trees", "guess_trees", "guess_budget", "MAX_UNITS"]
 
 #: trees a link may carry before the exact k is declared impractical (int64 headroom)
 MAX_UNITS = 1 << 40
@@ -43,36 +43,56 @@ def _weakest_gpus(fab: Fabric, count: int = 8) -> np.ndarray:
     return fab.gpus[np.argsort(ingress, kind="stable")[:count]]
 
 
-def _hint_cuts(fab: Fabric, p1: PhaseOneResult, extra: list[np.ndarray]) -> list[np.ndarray]:
-    """Phase 1's cut, ``extra`` cuts and the single-GPU cuts of :func:`_weakest_gpus`."""
-    cuts = [p1.cut] + list(extra)
-    for g in _weakest_gpus(fab):
-        s = np.zeros(fab.n, bool)
-        s[g] = True
-        cuts.append(s)
-    return cuts
+Profile = tuple[tuple[int, ...], int]
 
 
-def _profiles(fab: Fabric, cuts: list[np.ndarray]) -> set[tuple[tuple[int, ...], int]]:
-    """Distinct ``(sorted cut capacities, GPUs outside)`` of the proper cuts."""
-    is_gpu = fab.is_gpu()
-    out = set()
-    for s in cuts:
-        m = int(np.count_nonzero(is_gpu & ~s))
-        if m and (is_gpu & s).any():
-            out.add((tuple(sorted(fab.cap[fab.cut_arcs(s)].tolist())), m))
-    return out
+class CutBounds:
+    """Cut bounds on the tree bandwidth of one fabric: a set of cut *profiles*
+    ``(sorted capacities, GPUs outside)`` and, memoised per profile and ``k``, the
+    largest ``y`` with which the cut admits ``k`` trees per root
+    (:func:`~.throughput.cut_tree_bandwidth`).  One instance serves every guess and
+    search of a solve, so a profile's bound is computed once."""
 
+    def __init__(self, fab: Fabric) -> None:
+        self.fab = fab
+        self.profiles: set[Profile] = set()
+        self._is_gpu = fab.is_gpu()
+        self._y: dict[tuple[Profile, int], Fraction] = {}
 
-def _upper(k: int, profiles: set[tuple[tuple[int, ...], int]]) -> Fraction:
-    ys = [cut_tree_bandwidth(np.array(caps), k * m) for caps, m in sorted(profiles)]
-    return min(ys) if ys else Fraction(0)
+    def add(self, cuts: list[np.ndarray]) -> set[Profile]:
+        """Add the proper cuts among ``cuts`` (sink-side masks); returns the new profiles."""
+        fab, is_gpu = self.fab, self._is_gpu
+        new = set()
+        for s in cuts:
+            m = int(np.count_nonzero(is_gpu & ~s))
+            if m and (is_gpu & s).any():
+                new.add((tuple(sorted(fab.cap[fab.cut_arcs(s)].tolist())), m))
+        new -= self.profiles
+        self.profiles |= new
+        return new
 
+    def upper(self, k: int, profiles: set[Profile] | None = None) -> Fraction:
+        """The smallest bound on ``y_k`` over ``profiles`` (default: all; 0 if none)."""
+        ys = []
+        for prof in self.profiles if profiles is None else profiles:
+            y = self._y.get((prof, k))
+            if y is None:
+                y = self._y[prof, k] = cut_tree_bandwidth(np.array(prof[0]), k * prof[1])
+            ys.append(y)
+        return min(ys) if ys else Fraction(0)
 
-def _bounds(budget: int, x_star: Fraction,
-            profiles: set[tuple[tuple[int, ...], int]]) -> dict[int, Fraction]:
-    """``ȳ_k = min(cut bound of the profiles, x*/k)`` for every ``k <= budget``."""
-    return {k: min(_upper(k, profiles), x_star / k) for k in range(1, budget + 1)}
+    def bounds(self, budget: int, x_star: Fraction) -> dict[int, Fraction]:
+        """``ȳ_k = min(cut bound, x*/k)`` for every ``k <= budget``."""
+        return {k: min(self.upper(k), x_star / k) for k in range(1, budget + 1)}
+
+    def add_hints(self, p1: PhaseOneResult, extra: list[np.ndarray]) -> None:
+        """Phase 1's cut, ``extra`` cuts and the single-GPU cuts of :func:`_weakest_gpus`."""
+        cuts = [p1.cut] + list(extra)
+        for g in _weakest_gpus(self.fab):
+            single = np.zeros(self.fab.n, bool)
+            single[g] = True
+            cuts.append(single)
+        self.add(cuts)
 
 
 def _ranked(bounds: dict[int, Fraction]) -> list[int]:
@@ -80,19 +100,26 @@ def _ranked(bounds: dict[int, Fraction]) -> list[int]:
     return sorted(bounds, key=lambda k: (-(k * bounds[k]), k))
 
 
+def _exact_fits(fab: Fabric, p1: PhaseOneResult, max_chunks: int | None, k0: int) -> bool:
+    """Whether ``k0`` trees per root are within the budget and int64 unit counts."""
+    return (max_chunks is None or k0 <= max_chunks) and \
+        int(fab.cap.max()) * k0 * p1.den // p1.num <= MAX_UNITS
+
+
 def choose_trees(fab: Fabric, p1: PhaseOneResult, max_chunks: int | None,
-                 extra_cuts: list[np.ndarray] | None = None) -> tuple[int, Fraction, int]:
+                 extra_cuts: list[np.ndarray] | None = None,
+                 cuts: CutBounds | None = None) -> tuple[int, Fraction, int]:
     """``(k, y, maxflow calls)``: trees per root and tree bandwidth (quanta), the best
     ``k·y_k`` over ``k <= K`` (ties: smallest ``k``; ``(0, 0)`` if every ``y_k`` is 0),
-    found best-first with shared cuts (module doc)."""
+    found best-first with shared cuts (module doc); ``cuts`` may carry the bounds of
+    an earlier guess on the same fabric."""
     k0 = exact_k(fab, p1)
-    max_units = int(fab.cap.max()) * k0 * p1.den // p1.num
-    if (max_chunks is None or k0 <= max_chunks) and max_units <= MAX_UNITS:
+    if _exact_fits(fab, p1, max_chunks, k0):
         return k0, Fraction(p1.num, p1.den * k0), 0
     budget = max_chunks if max_chunks is not None else 64
-    x_star = Fraction(p1.num, p1.den)
-    profiles = _profiles(fab, _hint_cuts(fab, p1, extra_cuts or []))
-    bounds = _bounds(budget, x_star, profiles)
+    cuts = cuts or CutBounds(fab)
+    cuts.add_hints(p1, extra_cuts or [])
+    bounds = cuts.bounds(budget, Fraction(p1.num, p1.den))
     passed = dict.fromkeys(bounds, 0)
     calls = 0
     while True:
@@ -102,37 +129,37 @@ def choose_trees(fab: Fabric, p1: PhaseOneResult, max_chunks: int | None,
         if passed[k] == fab.num_gpus:           # y_k = ȳ_k >= every other ȳ
             return k, bounds[k], calls
         rival = rest[0] * bounds[rest[0]] / k if rest else Fraction(0)
-        y, c, passed[k], cuts = best_tree_bandwidth(fab, k, bounds[k], passed[k], rival)
+        y, c, passed[k], found = best_tree_bandwidth(fab, k, bounds[k], passed[k], rival)
         calls += c
         bounds[k] = y
-        new = _profiles(fab, cuts) - profiles
+        new = cuts.add(found)
         if new:
-            profiles |= new
-            bounds = {j: min(b, _upper(j, new)) for j, b in bounds.items()}
+            bounds = {j: min(b, cuts.upper(j, new)) for j, b in bounds.items()}
 
 
-def guess_trees(fab: Fabric, bound: PhaseOneResult,
-                max_chunks: int | None) -> tuple[int, Fraction] | None:
+def guess_trees(fab: Fabric, bound: PhaseOneResult, max_chunks: int | None,
+                cuts: CutBounds | None = None) -> tuple[int, Fraction] | None:
     """``(k, y)`` with ``k·y`` equal to the upper bound ``bound`` on ``x*`` (no max-flow):
     the exact ``k0`` of the bound if the budget allows it, else the smallest ``k`` whose
-    hint-cut bound does not exclude ``y = bound/k``; ``None`` if none.  Only a completed packing of ``k`` trees per root in ``floor(cap/y)``
-    units proves ``bound = x*`` (then no ``k <= K`` can do better)."""
+    hint-cut bound does not exclude ``y = bound/k``; ``None`` if none.  Only a completed
+    packing of ``k`` trees per root in ``floor(cap/y)`` units proves ``bound = x*``
+    (then no ``k <= K`` can do better).  ``cuts`` keeps the cut bounds for later guesses."""
     x = Fraction(bound.num, bound.den)
     k0 = exact_k(fab, bound)
-    if (max_chunks is None or k0 <= max_chunks) and \
-            int(fab.cap.max()) * k0 * bound.den // bound.num <= MAX_UNITS:
+    if _exact_fits(fab, bound, max_chunks, k0):
         return k0, x / k0
     budget = max_chunks if max_chunks is not None else 64
-    profiles = _profiles(fab, _hint_cuts(fab, bound, []))
+    cuts = cuts or CutBounds(fab)
+    cuts.add_hints(bound, [])
     for k in range(1, budget + 1):          # fewest trees: least Phase 2/3 work
-        if _upper(k, profiles) * k >= x:
+        if cuts.upper(k) * k >= x:
             return k, x / k
     return None
 
 
 def guess_budget(fab: Fabric, p1: PhaseOneResult, max_chunks: int | None,
-                 extra_cuts: list[np.ndarray] | None = None,
-                 rounds: int = 4) -> tuple[int, Fraction, int] | None:
+                 extra_cuts: list[np.ndarray] | None = None, rounds: int = 4,
+                 cuts: CutBounds | None = None) -> tuple[int, Fraction, int] | None:
     """``(k, ȳ, maxflow calls)`` for the budget search :func:`choose_trees` would run
     (``k0 > K``), with a few probing max-flows instead of its sweeps: ``ȳ_k = min(cut
     bound, x*/k)`` bounds the best tree bandwidth of ``k`` from above, so ``max_k k·ȳ_k``
@@ -142,18 +169,17 @@ def guess_budget(fab: Fabric, p1: PhaseOneResult, max_chunks: int | None,
     cut is a true cut: the result stays an upper bound).  A completed packing of ``k``
     trees per root in ``floor(cap/ȳ)`` proves ``ȳ_k = y_k`` and that no ``k' <= K`` does
     better, i.e. ``(k, ȳ)`` is exactly :func:`choose_trees`' answer.  ``None`` when no
-    search is needed or no bound is positive."""
-    k0 = exact_k(fab, p1)
-    if (max_chunks is None or k0 <= max_chunks) and \
-            int(fab.cap.max()) * k0 * p1.den // p1.num <= MAX_UNITS:
+    search is needed or no bound is positive.  ``cuts`` may carry earlier bounds."""
+    if _exact_fits(fab, p1, max_chunks, exact_k(fab, p1)):
         return None
     x_star = Fraction(p1.num, p1.den)
-    profiles = _profiles(fab, _hint_cuts(fab, p1, extra_cuts or []))
+    cuts = cuts or CutBounds(fab)
+    cuts.add_hints(p1, extra_cuts or [])
     budget = max_chunks if max_chunks is not None else 64
     sinks = _weakest_gpus(fab)
     calls = 0
     for probe in range(rounds + 1):
-        bounds = _bounds(budget, x_star, profiles)
+        bounds = cuts.bounds(budget, x_star)
         k = _ranked(bounds)[0]
         if bounds[k] <= 0:
             return None
@@ -163,5 +189,5 @@ def guess_budget(fab: Fabric, p1: PhaseOneResult, max_chunks: int | None,
         calls += len(sinks) if pos < 0 else pos + 1
         if sink_side is None:
             break
-        profiles |= _profiles(fab, [sink_side])
+        cuts.add([sink_side])
     return k, bounds[k], calls

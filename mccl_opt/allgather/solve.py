@@ -17,8 +17,8 @@ import numpy as np
 from ..errors import SolveError, TopologyError
 from ..schedule import Schedule, bottleneck_links, schedule_rate
 from ..topology import Topology
-from .budget import choose_trees, exact_k, guess_budget, guess_trees
-from .fabric import fabric_of
+from .budget import CutBounds, choose_trees, exact_k, guess_budget, guess_trees
+from .fabric import fabric_of, quantum_for
 from .mapping import MappedTrees, map_classes, to_physical, tree_chunks, tree_loads
 from .splitting import LogicalGraph, SplitGraph, balance_switches, split_all
 from .throughput import Fabric, PhaseOneResult, cut_upper_bound, optimal_rate
@@ -107,10 +107,12 @@ def _check_inputs(topo: Topology, max_chunks: int | None) -> None:
 
 
 def _phase_one_budget(topo: Topology, max_chunks: int | None, stats: dict[str, Any],
-                      hint_cuts: list[np.ndarray] | None = None
+                      hint_cuts: list[np.ndarray] | None = None,
+                      cuts: CutBounds | None = None
                       ) -> tuple[Fabric, float, PhaseOneResult, int, Fraction, int]:
     """Phase 1 (exact optimum, §4.3) and the chunk budget: ``(fabric, quantum, phase-1
-    result, trees per root k, tree bandwidth y, budget max-flow calls)``."""
+    result, trees per root k, tree bandwidth y, budget max-flow calls)``; ``cuts``: the
+    cut bounds of the warm guesses on the same capacities."""
     t = time.perf_counter()
     fab, quantum = fabric_of(topo)
     p1 = optimal_rate(fab, hint_cuts)
@@ -118,7 +120,7 @@ def _phase_one_budget(topo: Topology, max_chunks: int | None, stats: dict[str, A
     stats["phase1_maxflows"] = p1.maxflow_calls
 
     t = time.perf_counter()
-    k, y, calls = choose_trees(fab, p1, max_chunks, extra_cuts=hint_cuts)
+    k, y, calls = choose_trees(fab, p1, max_chunks, extra_cuts=hint_cuts, cuts=cuts)
     if k == 0 or y <= 0:
         raise SolveError("no tree bandwidth admits the chunk budget; raise max_chunks")
     stats["budget_s"] = time.perf_counter() - t
@@ -319,19 +321,17 @@ def _gbps(p1: PhaseOneResult, quantum: float) -> float:
 
 def _warm_guess(topo: Topology, warm: Schedule, max_chunks: int | None,
                 hint_cuts: list[np.ndarray], guides: dict[int, np.ndarray],
-                stats: dict[str, Any], t_start: float) -> Schedule | None:
+                stats: dict[str, Any], t_start: float, cuts: CutBounds) -> Schedule | None:
     """ForestColl-warm without Phase 1's max-flow sweep: guess ``x*`` as the smallest
     single-GPU ingress/egress or previous-cut ratio (an upper bound), take ``k`` trees
     of bandwidth ``y = guess/k`` and repair-pack them (reusing the previous shapes).  A
     completed packing reaches the bound, so the guess is ``x*`` and the rate is cold's;
     otherwise ``None`` (the caller runs the exact Phase 1; nothing is reused from here).
     The previous schedule is kept outright if it already reaches the bound."""
-    if topo.num_gpus < 2:
-        return None
     t = time.perf_counter()
-    fab, quantum = fabric_of(topo)
+    fab, quantum = cuts.fab, quantum_for(topo.arrays.capacity)
     bound = cut_upper_bound(fab, hint_cuts)
-    guess = guess_trees(fab, bound, max_chunks)
+    guess = guess_trees(fab, bound, max_chunks, cuts)
     stats["phase1_s"] = time.perf_counter() - t
     stats["phase1_maxflows"] = 0
     if guess is None:
@@ -378,7 +378,7 @@ def _certify_by_packing(topo: Topology, warm: Schedule, max_chunks: int | None, 
 
 def _warm_budget(topo: Topology, warm: Schedule, max_chunks: int | None,
                  hint_cuts: list[np.ndarray], guides: dict[int, np.ndarray],
-                 stats: dict[str, Any], t_start: float) -> Schedule | None:
+                 stats: dict[str, Any], t_start: float, cuts: CutBounds) -> Schedule | None:
     """ForestColl-warm when the ``x*`` guess was rejected because ``k0 > K`` (the
     budget optimum lies below ``x*``, e.g. Fail2 at >= 32 GPUs): the exact Phase 1
     (seeded with the previous cut), then the chunk budget *guessed* with a few probing
@@ -387,15 +387,13 @@ def _warm_budget(topo: Topology, warm: Schedule, max_chunks: int | None,
     packing; ``None`` (the caller runs the exact budget) if there is nothing to guess
     or that fails.  (A failed reroute means a non-tight guess more often than not, and
     the exact budget sweep costs less than a packing from 256 GPUs on.)"""
-    if topo.num_gpus < 2:
-        return None
     t = time.perf_counter()
-    fab, quantum = fabric_of(topo)
+    fab, quantum = cuts.fab, quantum_for(topo.arrays.capacity)
     p1 = optimal_rate(fab, hint_cuts)
     stats["phase1_s"] = time.perf_counter() - t
     stats["phase1_maxflows"] = p1.maxflow_calls
     t = time.perf_counter()
-    guess = guess_budget(fab, p1, max_chunks, hint_cuts)
+    guess = guess_budget(fab, p1, max_chunks, hint_cuts, cuts=cuts)
     stats["budget_s"] = time.perf_counter() - t
     if guess is None:
         return None
@@ -451,16 +449,18 @@ def solve_allgather(topo: Topology, warm: Schedule | None = None, backend: str =
     stats: dict[str, Any] = {"warm": warm is not None}
     hint_cuts, guides = _warm_inputs(warm, topo)
 
+    cuts = None
     if warm is not None and not step_aware:
-        quick = _warm_guess(topo, warm, max_chunks, hint_cuts, guides, stats, t_start)
+        cuts = CutBounds(fabric_of(topo)[0])        # cut bounds shared by the guesses
+        quick = _warm_guess(topo, warm, max_chunks, hint_cuts, guides, stats, t_start, cuts)
         if quick is not None:
             return quick
         stats["phase1_guess"] = "rejected"
-        quick = _warm_budget(topo, warm, max_chunks, hint_cuts, guides, stats, t_start)
+        quick = _warm_budget(topo, warm, max_chunks, hint_cuts, guides, stats, t_start, cuts)
         if quick is not None:
             return quick
         stats["budget_guess"] = "rejected"
-    fab, quantum, p1, k, y, calls = _phase_one_budget(topo, max_chunks, stats, hint_cuts)
+    fab, quantum, p1, k, y, calls = _phase_one_budget(topo, max_chunks, stats, hint_cuts, cuts)
     x_star = _gbps(p1, quantum)
 
     if warm is not None and not step_aware:
