@@ -6,6 +6,8 @@ each call takes a capacity vector, so the many max-flow calls of ForestColl's ph
 ``s = n`` and a super-sink ``T = n + 1``, with one auxiliary arc ``s -> v`` and one
 ``v -> T`` per real node ``v``.  Their capacities express the rooted test of Phase 1
 (``s -> gpu`` of capacity x) and "force node v onto the source / sink side" (``INF``).
+The scans over sinks (one ``g -> T`` opened at a time) build one flow from scratch and
+repair it from each sink to the next instead of restarting (:func:`_move_sink`).
 
 Kernels are ``numba.njit(cache=True)`` and compile on first use.
 """
@@ -22,6 +24,9 @@ INF = np.int64(1) << np.int64(60)
 
 @njit(cache=True)
 def _bfs_levels(n_tot, start, arcs, head, res, s, t, level, queue):
+    """BFS levels from ``s`` over arcs with residual capacity; return whether ``t`` is
+    reached.  Stops as soon as ``t`` is labelled (Dinic uses no level beyond it);
+    ``t = -1`` labels everything reachable."""
     for i in range(n_tot):
         level[i] = -1
     level[s] = 0
@@ -37,9 +42,11 @@ def _bfs_levels(n_tot, start, arcs, head, res, s, t, level, queue):
                 v = head[a]
                 if level[v] < 0:
                     level[v] = level[u] + 1
+                    if v == t:
+                        return True
                     queue[qt] = v
                     qt += 1
-    return level[t] >= 0
+    return False
 
 
 @njit(cache=True)
@@ -97,18 +104,60 @@ def _load_caps(res, caps):
 
 
 @njit(cache=True)
+def _set_cap(res, a, cap):
+    """Give arc ``a`` capacity ``cap``, keeping as much of its flow as fits; return the
+    flow removed (now stranded as excess at the arc's tail)."""
+    flow = res[2 * a + 1]
+    cut = max(flow - cap, 0)
+    res[2 * a] = cap - flow + cut
+    res[2 * a + 1] = flow - cut
+    return cut
+
+
+@njit(cache=True)
+def _move_sink(n_tot, start, arcs, head, res, old_arc, old_cap, new_arc,
+               level, queue, it, path):
+    """Turn a max-flow (or a flow at its limit) with the sink arc ``old_arc`` open into
+    one with ``old_arc`` back at ``old_cap`` and ``new_arc`` opened to INF; return the
+    flow value lost (0: the value is unchanged).
+
+    The excess ``x`` stranded at the old sink ``g`` is routed ``g -> T`` in the residual
+    network (paths may pass through ``s``), at most ``x``.  What cannot be routed goes
+    back ``g -> s``: the excess came from ``s``, so reverse residual arcs carry it.
+    Exact: if ``g -> T`` is left short, the set ``A`` reachable from ``g`` holds ``s``
+    (the excess reaches it) but not ``T``, and pushing ``g -> s`` only changes arcs
+    inside ``A``, so no ``s -> T`` augmenting path exists: the flow is maximum."""
+    s = n_tot - 2
+    t = n_tot - 1
+    g = head[2 * old_arc + 1]
+    x = _set_cap(res, old_arc, old_cap)
+    _set_cap(res, new_arc, INF)
+    moved = _dinic(n_tot, start, arcs, head, res, g, t, x, level, queue, it, path)
+    if moved < x:
+        _dinic(n_tot, start, arcs, head, res, g, s, x - moved, level, queue, it, path)
+    return x - moved
+
+
+@njit(cache=True)
 def _rooted_check(n_tot, start, arcs, head, res, caps, sink_arc0, sinks, demand,
                   level, queue, it, path):
     """Return the first position ``i`` in ``sinks`` whose max-flow ``s -> T`` (with
     ``sinks[i] -> T`` opened to INF) is below ``demand``, or -1 if every sink passes.
-    On failure ``res`` holds the residual network of that sink's max-flow."""
-    for i in range(sinks.shape[0]):
-        g = sinks[i]
-        _load_caps(res, caps)
-        res[2 * (sink_arc0 + g)] = 1 << 60
-        f = _dinic(n_tot, start, arcs, head, res, n_tot - 2, n_tot - 1, demand,
-                   level, queue, it, path)
-        if f < demand:
+    On failure ``res`` holds the residual network of that sink's max-flow.
+
+    Only the first sink's flow is built from scratch; each next sink repairs the last
+    flow (:func:`_move_sink`), which stays at ``demand`` while sinks pass."""
+    if sinks.shape[0] == 0:
+        return -1
+    _load_caps(res, caps)
+    _set_cap(res, sink_arc0 + sinks[0], INF)
+    if _dinic(n_tot, start, arcs, head, res, n_tot - 2, n_tot - 1, demand,
+              level, queue, it, path) < demand:
+        return 0
+    for i in range(1, sinks.shape[0]):
+        old = sink_arc0 + sinks[i - 1]
+        if _move_sink(n_tot, start, arcs, head, res, old, caps[old], sink_arc0 + sinks[i],
+                      level, queue, it, path) > 0:
             return i
     return -1
 
@@ -117,19 +166,26 @@ def _rooted_check(n_tot, start, arcs, head, res, caps, sink_arc0, sinks, demand,
 def _min_over_sinks(n_tot, start, arcs, head, res, caps, sink_arc0, sinks,
                     level, queue, it, path, upper, floor):
     """``min(upper, min over sinks of the max-flow s -> T)`` (each sink opened in
-    turn); every max-flow stops at the running minimum, and the scan stops once the
-    minimum is at most ``floor`` (the caller needs nothing below it)."""
-    best = upper
-    for i in range(sinks.shape[0]):
-        g = sinks[i]
-        _load_caps(res, caps)
-        res[2 * (sink_arc0 + g)] = 1 << 60
-        f = _dinic(n_tot, start, arcs, head, res, n_tot - 2, n_tot - 1, best,
-                   level, queue, it, path)
-        if f < best:
-            best = f
+    turn); the scan stops once the minimum is at most ``floor`` (the caller needs
+    nothing below it).
+
+    Only the first sink's flow is built from scratch, stopped at ``upper``; each next
+    sink repairs the last flow (:func:`_move_sink`), which keeps its value, the running
+    minimum, or loses some and is then a maximum flow: the new minimum."""
+    if sinks.shape[0] == 0:
+        return upper
+    _load_caps(res, caps)
+    _set_cap(res, sink_arc0 + sinks[0], INF)
+    flow = _dinic(n_tot, start, arcs, head, res, n_tot - 2, n_tot - 1, upper,
+                  level, queue, it, path)
+    best = min(upper, flow)
+    for i in range(1, sinks.shape[0]):
         if best <= floor:
             break
+        old = sink_arc0 + sinks[i - 1]
+        flow -= _move_sink(n_tot, start, arcs, head, res, old, caps[old],
+                           sink_arc0 + sinks[i], level, queue, it, path)
+        best = min(best, flow)
     return best
 
 
@@ -203,5 +259,5 @@ class FlowNetwork:
         """Real nodes reachable from the super-source in the last residual network
         (the source side of a minimum cut)."""
         _bfs_levels(self.n + 2, self._start, self._arcs, self._head, self._res,
-                    self.n, self.n + 1, self._level, self._queue)
+                    self.n, -1, self._level, self._queue)      # no target: full search
         return self._level[: self.n] >= 0

@@ -1,0 +1,154 @@
+"""Incremental rooted check (mccl_opt/allgather/maxflow.py) against a from-scratch
+networkx max-flow per sink: first failing position, min-cut source side, min over sinks."""
+
+from __future__ import annotations
+
+import networkx as nx
+import numpy as np
+import pytest
+from networkx.algorithms.flow import edmonds_karp
+
+from instances import fail1, fail2, hpn
+from mccl_opt.allgather.fabric import fabric_of
+from mccl_opt.allgather.maxflow import INF, FlowNetwork
+from mccl_opt.allgather.throughput import optimal_rate
+
+
+def reference(net: FlowNetwork, caps: np.ndarray, sink: int) -> tuple[int, np.ndarray]:
+    """Max-flow value with ``sink -> T`` opened, and the real nodes reachable from the
+    super-source in its residual network (the minimal min-cut source side)."""
+    s, t = net.n, net.n + 1
+    g = nx.DiGraph()
+    g.add_nodes_from(range(net.n + 2))
+    caps = caps.copy()
+    caps[net.t_arc0 + sink] = INF
+    for u, v, c in zip(net._tail.tolist(), net._fhead.tolist(), caps.tolist()):  # all arcs
+        if u != v and c > 0:
+            g.add_edge(u, v, capacity=g.edges[u, v]["capacity"] + c if g.has_edge(u, v) else c)
+    r = edmonds_karp(g, s, t)
+    seen = {s}
+    stack = [s]
+    while stack:
+        u = stack.pop()
+        for v, d in r[u].items():
+            if v not in seen and d["capacity"] - d["flow"] > 0:
+                seen.add(v)
+                stack.append(v)
+    side = np.zeros(net.n, bool)
+    side[[v for v in seen if v < net.n]] = True
+    return int(r.graph["flow_value"]), side
+
+
+def expected_position(values: list[int], demand: int) -> int:
+    return next((i for i, f in enumerate(values) if f < demand), -1)
+
+
+def check_rooted(net, caps, sinks, demand, refs) -> int:
+    """Compare ``first_failing_sink`` (and the source side on failure) with ``refs``,
+    the reference per sink of ``sinks``; return the position."""
+    pos = net.first_failing_sink(caps, sinks, demand)
+    assert pos == expected_position([refs[g][0] for g in sinks.tolist()], demand)
+    if pos >= 0:
+        np.testing.assert_array_equal(net.source_side(), refs[int(sinks[pos])][1])
+    return pos
+
+
+def random_network(seed: int, forced: bool = False):
+    """A random directed network (parallel arcs allowed), super-source arcs of equal
+    capacity into a random set of "GPUs"; with ``forced``, some nodes forced onto the
+    source side (``s -> v`` INF) and some onto the sink side (``v -> T`` INF)."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(3, 26))
+    m = int(rng.integers(n, 5 * n))
+    tail = rng.integers(0, n, m)
+    head = (tail + rng.integers(1, n, m)) % n
+    net = FlowNetwork(n, tail, head)
+    caps = net.caps()
+    caps[: net.m] = rng.integers(0, 12, m)
+    gpus = rng.choice(n, int(rng.integers(2, n + 1)), replace=False)
+    caps[net.s_arc0 + gpus] = int(rng.integers(1, 8))
+    if forced:
+        caps[net.s_arc0 + rng.choice(n, 1)] = INF
+        caps[net.t_arc0 + rng.choice(n, int(rng.integers(0, 3)))] = INF
+    return rng, net, caps, rng.permutation(gpus)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_first_failing_sink_matches_per_sink_maxflow(seed):
+    rng, net, caps, sinks = random_network(seed)
+    sinks = np.concatenate([sinks, rng.choice(sinks, 2)])        # repeated sinks too
+    refs = {g: reference(net, caps, g) for g in set(sinks.tolist())}
+    values = sorted({f for f, _ in refs.values()})
+    total = int(caps[net.s_arc0: net.t_arc0].sum())
+    for demand in {0, 1, total, *values, *(f + 1 for f in values)}:
+        check_rooted(net, caps, sinks, demand, refs)
+
+
+def test_failure_at_first_middle_and_last_sink():
+    """A sink with the strictly smallest max-flow placed first, in the middle and last
+    fails exactly there at ``demand = its flow + 1``; at its flow every sink passes."""
+    placed, networks = set(), 0
+    for seed in range(200):
+        rng, net, caps, sinks = random_network(1000 + seed)
+        refs = {g: reference(net, caps, g) for g in sinks.tolist()}
+        low = min(refs, key=lambda g: refs[g][0])
+        rest = [g for g in sinks.tolist() if g != low]
+        if len(rest) < 2 or min(refs[g][0] for g in rest) == refs[low][0]:
+            continue
+        for j in (0, len(rest) // 2, len(rest)):
+            order = np.array(rest[:j] + [low] + rest[j:], np.int64)
+            assert check_rooted(net, caps, order, refs[low][0] + 1, refs) == j
+            assert check_rooted(net, caps, order, refs[low][0], refs) == -1
+            placed.add("first" if j == 0 else "last" if j == len(rest) else "middle")
+        networks += 1
+        if networks == 12:
+            break
+    assert placed == {"first", "middle", "last"}
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_min_flow_over_sinks_matches_per_sink_maxflow(seed):
+    """Also with nodes forced onto either side by INF arcs (the splitting slack oracle),
+    where closing a sink that is forced onto the sink side leaves its arc open."""
+    _, net, caps, sinks = random_network(2000 + seed, forced=True)
+    lowest = min(reference(net, caps, g)[0] for g in sinks.tolist())
+    for upper in (1 << 62, lowest + 3, lowest, max(lowest - 2, 0)):
+        assert net.min_flow_over_sinks(caps, sinks, upper=upper) == min(upper, lowest)
+        for floor in (lowest - 1, lowest, lowest + 1):
+            got = net.min_flow_over_sinks(caps, sinks, upper=upper, floor=floor)
+            if min(upper, lowest) > floor:
+                assert got == min(upper, lowest)
+            else:
+                assert min(upper, lowest) <= got <= floor
+
+
+def test_max_flow_matches_networkx():
+    for seed in range(20):
+        _, net, caps, sinks = random_network(3000 + seed)
+        caps[net.t_arc0 + sinks[0]] = 1 << 40
+        value, side = reference(net, caps, int(sinks[0]))
+        assert net.max_flow(caps) == value
+        np.testing.assert_array_equal(net.source_side(), side)
+        assert net.max_flow(caps, limit=value // 2) == value // 2
+
+
+@pytest.mark.parametrize("topo", [f(hpn(*shape)) for shape in [(1, 2, 4), (1, 4, 8)]
+                                  for f in (lambda t: t, fail1, fail2)],
+                         ids=lambda t: t.name)
+def test_rooted_check_on_hpn_fabrics(topo):
+    """Phase 1's test at ``x*`` (every GPU passes) and just above it (the failing GPU
+    and its cut, with the degraded GPU first, in the middle and last)."""
+    fab, _ = fabric_of(topo)
+    p1 = optimal_rate(fab)
+    n_gpu = fab.num_gpus
+    net = fab.net
+    for scale, extra in ((1, 0), (1000, 1)):
+        caps = net.caps()
+        caps[: net.m] = fab.cap * p1.den * scale
+        caps[net.s_arc0 + fab.gpus] = p1.num * scale + extra
+        demand = n_gpu * (p1.num * scale + extra)
+        refs = {g: reference(net, caps, g) for g in fab.gpus.tolist()}
+        for shift in (0, n_gpu // 2, n_gpu - 1):
+            pos = check_rooted(net, caps, np.roll(fab.gpus, shift), demand, refs)
+            assert (pos < 0) == (extra == 0)
+        check_rooted(net, caps, fab.gpus[::-1].copy(), demand, refs)
