@@ -58,6 +58,7 @@ class CutBounds:
         self.profiles: set[Profile] = set()
         self._is_gpu = fab.is_gpu()
         self._y: dict[tuple[Profile, int], Fraction] = {}
+        self._singles_added = False
 
     def add(self, cuts: list[np.ndarray]) -> set[Profile]:
         """Add the proper cuts among ``cuts`` (sink-side masks); returns the new profiles."""
@@ -81,18 +82,25 @@ class CutBounds:
             ys.append(y)
         return min(ys) if ys else Fraction(0)
 
+    def admits(self, k: int, y: Fraction) -> bool:
+        """Whether every profile's cut admits ``k`` trees per root of bandwidth ``y``
+        (``sum floor(cap / y) >= k · GPUs outside``), i.e. ``upper(k) >= y``."""
+        return all(sum(c * y.denominator // y.numerator for c in caps) >= k * m
+                   for caps, m in self.profiles)
+
     def bounds(self, budget: int, x_star: Fraction) -> dict[int, Fraction]:
         """``ȳ_k = min(cut bound, x*/k)`` for every ``k <= budget``."""
         return {k: min(self.upper(k), x_star / k) for k in range(1, budget + 1)}
 
     def add_hints(self, p1: PhaseOneResult, extra: list[np.ndarray]) -> None:
-        """Phase 1's cut, ``extra`` cuts and the single-GPU cuts of :func:`_weakest_gpus`."""
-        cuts = [p1.cut] + list(extra)
-        for g in _weakest_gpus(self.fab):
-            single = np.zeros(self.fab.n, bool)
-            single[g] = True
-            cuts.append(single)
-        self.add(cuts)
+        """Phase 1's cut, ``extra`` cuts and (once) the single-GPU cuts of
+        :func:`_weakest_gpus` (a GPU's profile: its ingress capacities)."""
+        self.add([p1.cut] + list(extra))
+        if not self._singles_added:
+            fab, outside = self.fab, self.fab.num_gpus - 1
+            self.profiles |= {(tuple(sorted(fab.cap[fab.head == g].tolist())), outside)
+                              for g in _weakest_gpus(fab).tolist()}
+            self._singles_added = True
 
 
 def _ranked(bounds: dict[int, Fraction]) -> list[int]:
@@ -152,7 +160,7 @@ def guess_trees(fab: Fabric, bound: PhaseOneResult, max_chunks: int | None,
     cuts = cuts or CutBounds(fab)
     cuts.add_hints(bound, [])
     for k in range(1, budget + 1):          # fewest trees: least Phase 2/3 work
-        if cuts.upper(k) * k >= x:
+        if cuts.admits(k, x / k):
             return k, x / k
     return None
 

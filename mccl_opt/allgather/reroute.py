@@ -495,9 +495,10 @@ def _crossing(via, p_start, p_links, over):
 
 def _one_switch_paths(topo: Topology, heads: np.ndarray, table: PathTable
                       ) -> list[tuple[int, ...]]:
-    """Every ``gpu -> switch -> head`` path into the given head ranks not in ``table``."""
+    """Every ``gpu -> switch -> head`` path into the head ranks (a mask over ranks)
+    not in ``table``."""
     arr, n = topo.arrays, topo.num_nodes
-    into = arr.is_switch[arr.tail] & np.isin(arr.head, arr.gpu_nodes[heads])
+    into = arr.is_switch[arr.tail] & (arr.rank_of[arr.head] >= 0) & heads[arr.rank_of[arr.head]]
     sw, hd = arr.tail[into], arr.head[into]
     up = (arr.rank_of[arr.tail] >= 0) & arr.is_switch[arr.head]
     order = np.argsort(arr.head[up], kind="stable")
@@ -515,14 +516,15 @@ def _one_switch_paths(topo: Topology, heads: np.ndarray, table: PathTable
 
 
 def _with_neighbours(topo: Topology, ranks: np.ndarray) -> np.ndarray:
-    """The ranks and every rank one switch away from them (two-step moves need those)."""
+    """Mask over ranks: the ranks and every rank one switch away from them (two-step
+    moves need those)."""
     arr = topo.arrays
     mark = np.zeros(topo.num_nodes, bool)
     mark[arr.gpu_nodes[ranks]] = True
     switches = np.zeros(topo.num_nodes, bool)
     switches[arr.tail[mark[arr.head] & arr.is_switch[arr.tail]]] = True
     mark[arr.tail[switches[arr.head]]] = True
-    return arr.rank_of[np.flatnonzero(mark & ~arr.is_switch)]
+    return mark[arr.gpu_nodes]
 
 
 @njit(cache=True)
@@ -582,8 +584,10 @@ def requantized(forest: PhysicalForest, k: int) -> PhysicalForest:
     base = np.floor(scaled + 1e-9).astype(np.int64)
     order = np.lexsort((-(scaled - base), forest.roots))
     roots = forest.roots[order]
-    group = np.r_[0, np.flatnonzero(roots[1:] != roots[:-1]) + 1]
-    position = np.arange(roots.size) - np.repeat(group, np.diff(np.r_[group, roots.size]))
+    first = np.ones(roots.size, bool)
+    first[1:] = roots[1:] != roots[:-1]
+    group = np.flatnonzero(first)
+    position = np.arange(roots.size) - np.repeat(group, np.diff(group, append=roots.size))
     missing = k - np.bincount(forest.roots, weights=base, minlength=int(roots.max()) + 1)
     mult = base.copy()
     mult[order] += position < missing[roots]
@@ -611,9 +615,9 @@ def reroute(forest: PhysicalForest, topo: Topology, cap_q: np.ndarray, k: int,
         return Rerouted(forest, load / forest.k, 0, 0)
     cand_t, cand_v = _crossing(forest.via, table.start, table.links, over)
     # candidate paths into the affected ranks and their one-switch neighbours
-    heads = _with_neighbours(topo, np.unique(cand_v))
+    heads = _with_neighbours(topo, cand_v)
     table = table.extended(_one_switch_paths(topo, heads, table), topo)
-    into = np.flatnonzero(np.isin(table.head, heads))
+    into = np.flatnonzero(heads[table.head])
     into = into[np.argsort(table.head[into], kind="stable")]
     in_start = np.zeros(topo.num_gpus + 1, np.int64)
     np.cumsum(np.bincount(table.head[into], minlength=topo.num_gpus), out=in_start[1:])
@@ -638,7 +642,7 @@ def reroute(forest: PhysicalForest, topo: Topology, cap_q: np.ndarray, k: int,
         if trees < 0 or done == 0 or not over.any():
             break
         cand_t, cand_v = _crossing(via[:trees], table.start, table.links, over)
-        if not np.isin(cand_v, heads).all():
+        if not heads[cand_v].all():
             break
     if trees < 0 or over.any():
         return None
@@ -657,7 +661,8 @@ def _rebuilt(forest: PhysicalForest, topo: Topology, table: PathTable, parent: n
     edges = list(forest.edges) + [()] * (roots.size - len(forest.edges))
     if redo.size:
         depth[redo], edge_paths = _edge_order(parent[redo], via[redo])
-        name = table.named(np.unique(edge_paths), [n.id for n in topo.nodes]).__getitem__
+        used = np.flatnonzero(np.bincount(edge_paths.ravel(), minlength=len(table.nodes)))
+        name = table.named(used, [n.id for n in topo.nodes]).__getitem__
         for t, row in zip(redo.tolist(), edge_paths.tolist()):
             edges[t] = tuple(map(name, row))
     return PhysicalForest(forest.k, roots.copy(), mult.copy(), parent.copy(), via.copy(),

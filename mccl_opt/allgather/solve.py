@@ -306,7 +306,8 @@ def _warm_state(topo: Topology, p1: PhaseOneResult, k: int,
     """A new schedule's warm state; ``shapes`` are by root, largest first, so the
     first shape of every root is its guide; ``trees`` the physical-tree entries."""
     roots, parents = shapes
-    first = np.r_[True, roots[1:] != roots[:-1]]
+    first = np.ones(roots.size, bool)
+    first[1:] = roots[1:] != roots[:-1]
     node_ids = [n.id for n in topo.nodes]
     arr = topo.arrays
     return WarmState(cut={node_ids[i] for i in np.flatnonzero(p1.cut)}, k=int(k),
