@@ -497,22 +497,42 @@ def _one_switch_paths(topo: Topology, heads: np.ndarray, table: PathTable
                       ) -> list[tuple[int, ...]]:
     """Every ``gpu -> switch -> head`` path into the head ranks (a mask over ranks)
     not in ``table``."""
-    arr, n = topo.arrays, topo.num_nodes
-    into = arr.is_switch[arr.tail] & (arr.rank_of[arr.head] >= 0) & heads[arr.rank_of[arr.head]]
-    sw, hd = arr.tail[into], arr.head[into]
-    up = (arr.rank_of[arr.tail] >= 0) & arr.is_switch[arr.head]
-    order = np.argsort(arr.head[up], kind="stable")
-    up_sw, up_gpu = arr.head[up][order], arr.tail[up][order]
-    lo = np.searchsorted(up_sw, sw, "left")
-    count = np.searchsorted(up_sw, sw, "right") - lo
-    offset = np.arange(count.sum()) - np.repeat(np.cumsum(count) - count, count)
-    g = up_gpu[np.repeat(lo, count) + offset]
-    s, h = np.repeat(sw, count), np.repeat(hd, count)
-    known = np.sort(table.key)
-    key = (g * n + s) * n + h
-    at = np.minimum(np.searchsorted(known, key), known.size - 1)
-    fresh = (g != h) & (known[at] != key)
-    return list(zip(g[fresh].tolist(), s[fresh].tolist(), h[fresh].tolist()))
+    arr = topo.arrays
+    g, s, h = _one_switch_candidates(arr.tail, arr.head, arr.is_switch, arr.rank_of, heads,
+                                     np.sort(table.key), topo.num_nodes)
+    return list(zip(g.tolist(), s.tolist(), h.tolist()))
+
+
+@njit(cache=True)
+def _one_switch_candidates(tail, head, is_switch, rank_of, heads, known, n):
+    """``(gpus, switches, heads)`` of the paths ``g -> s -> h`` (links in index order,
+    then ``g`` by the index of its link into ``s``) with ``heads[rank(h)]`` whose key
+    ``(g·n + s)·n + h`` is not in the sorted ``known``."""
+    count = np.zeros(n + 1, np.int64)          # GPU -> switch links, grouped by switch
+    for a in range(tail.size):
+        if rank_of[tail[a]] >= 0 and is_switch[head[a]]:
+            count[head[a] + 1] += 1
+    start = np.cumsum(count)
+    fill = start[:-1].copy()
+    up = np.empty(start[-1], np.int64)
+    for a in range(tail.size):
+        if rank_of[tail[a]] >= 0 and is_switch[head[a]]:
+            up[fill[head[a]]] = tail[a]
+            fill[head[a]] += 1
+    out_g, out_s, out_h = [], [], []
+    for a in range(tail.size):
+        sw, h = tail[a], head[a]
+        if not is_switch[sw] or rank_of[h] < 0 or not heads[rank_of[h]]:
+            continue
+        for i in range(start[sw], start[sw + 1]):
+            g = up[i]
+            key = (g * n + sw) * n + h
+            j = np.searchsorted(known, key)
+            if g != h and (j == known.size or known[j] != key):
+                out_g.append(g)
+                out_s.append(sw)
+                out_h.append(h)
+    return np.array(out_g, np.int64), np.array(out_s, np.int64), np.array(out_h, np.int64)
 
 
 def _with_neighbours(topo: Topology, ranks: np.ndarray) -> np.ndarray:

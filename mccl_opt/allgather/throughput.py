@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from fractions import Fraction
+from typing import Sequence
 
 import numpy as np
 
@@ -162,7 +163,7 @@ def optimal_rate(fab: Fabric, hint_cuts: list[np.ndarray] | None = None) -> Phas
     return PhaseOneResult(num // g, den // g, cut, calls)
 
 
-def cut_tree_bandwidth(caps: np.ndarray, need: int) -> Fraction:
+def cut_tree_bandwidth(caps: np.ndarray | Sequence[int], need: int) -> Fraction:
     """Largest ``y`` with ``sum floor(caps/y) >= need`` (0 if impossible).
 
     ``y`` is a breakpoint ``c/j``; every breakpoint ``t = j/c`` of ``t = 1/y`` between
