@@ -84,11 +84,11 @@ class CutBounds:
                 best = y
         return Fraction(0) if best is None else best
 
-    def admits(self, k: int, y: Fraction) -> bool:
-        """Whether every profile's cut admits ``k`` trees per root of bandwidth ``y``
-        (``sum floor(cap / y) >= k · GPUs outside``), i.e. ``upper(k) >= y``."""
-        return all(sum(c * y.denominator // y.numerator for c in caps) >= k * m
-                   for caps, m in self.profiles)
+    def admits(self, k: int, x: Fraction) -> bool:
+        """Whether every profile's cut admits ``k`` trees per root of bandwidth ``x/k``
+        (``sum floor(cap·k / x) >= k · GPUs outside``), i.e. ``upper(k) >= x/k``."""
+        num, den = x.numerator, x.denominator * k
+        return all(sum(c * den // num for c in caps) >= k * m for caps, m in self.profiles)
 
     def bounds(self, budget: int, x_star: Fraction) -> dict[int, Fraction]:
         """``ȳ_k = min(cut bound, x*/k)`` for every ``k <= budget``."""
@@ -176,7 +176,7 @@ def guess_trees(fab: Fabric, bound: PhaseOneResult, max_chunks: int | None,
     cuts = cuts or CutBounds(fab)
     cuts.add_hints(bound, [])
     for k in range(1, budget + 1):          # fewest trees: least Phase 2/3 work
-        if cuts.admits(k, x / k):
+        if cuts.admits(k, x):
             return k, x / k
     return None
 
