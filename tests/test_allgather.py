@@ -457,6 +457,38 @@ def test_reroute_cannot_beat_the_optimum():
     assert np.all(np.bincount(q.roots, weights=q.mults) == 7)
 
 
+def test_requantization_rounds_by_largest_remainder():
+    """Every root keeps exactly k unit trees; each tree gets floor or ceil of its scaled
+    multiplicity, and a tree rounded down never has a larger remainder than one of its
+    root's trees rounded up (ties: the earlier tree goes up)."""
+    from mccl_opt.allgather.reroute import _largest_remainder
+
+    rng = np.random.default_rng(7)
+    for _ in range(300):
+        k_old, k = int(rng.integers(1, 12)), int(rng.integers(1, 300))
+        roots, mults = [], []
+        for r in range(int(rng.integers(1, 6))):
+            cuts = np.sort(rng.choice(np.arange(1, k_old), int(rng.integers(0, k_old)),
+                                      replace=False)) if k_old > 1 else np.array([], int)
+            parts = np.diff(np.concatenate([[0], cuts, [k_old]]))
+            roots += [r] * parts.size
+            mults += parts.tolist()
+        perm = rng.permutation(len(roots))
+        roots, mults = np.array(roots)[perm], np.array(mults)[perm]
+        out = _largest_remainder(mults, roots, k, k_old)
+        scaled = mults * k / k_old
+        assert np.all(np.bincount(roots, weights=out) == k)
+        up = out > np.floor(scaled + 1e-9)
+        assert np.all(out - np.floor(scaled + 1e-9) <= 1)
+        rem = scaled - np.floor(scaled + 1e-9)
+        for r in np.unique(roots):
+            mine = np.flatnonzero(roots == r)
+            if up[mine].any() and (~up[mine]).any():
+                lowest_up = min(mine[up[mine]], key=lambda t: (rem[t], -t))
+                highest_down = max(mine[~up[mine]], key=lambda t: (rem[t], -t))
+                assert (rem[lowest_up], -lowest_up) > (rem[highest_down], -highest_down)
+
+
 def test_chained_warm_reroutes_from_a_rerouted_schedule():
     """healthy -> Fail1 (rerouted) -> Fail1 + Fail2 (rerouted from that) -> healthy:
     every step equals its cold rate and validates."""

@@ -596,25 +596,50 @@ def _edge_order(parent, via):
 
 def requantized(forest: PhysicalForest, k: int) -> PhysicalForest:
     """The forest with ``k`` unit trees per root: every root's multiplicities scaled by
-    ``k / forest.k`` and rounded by largest remainder (trees left at 0 dropped)."""
+    ``k / forest.k`` and rounded by largest remainder (ties: earlier tree; trees left
+    at 0 dropped)."""
     k = int(k)
     if k == forest.k:
         return forest
-    scaled = forest.mults * k / forest.k
-    base = np.floor(scaled + 1e-9).astype(np.int64)
-    order = np.lexsort((-(scaled - base), forest.roots))
-    roots = forest.roots[order]
-    first = np.ones(roots.size, bool)
-    first[1:] = roots[1:] != roots[:-1]
-    group = np.flatnonzero(first)
-    position = np.arange(roots.size) - np.repeat(group, np.diff(group, append=roots.size))
-    missing = k - np.bincount(forest.roots, weights=base, minlength=int(roots.max()) + 1)
-    mult = base.copy()
-    mult[order] += position < missing[roots]
+    mult = _largest_remainder(forest.mults, forest.roots, k, forest.k)
     keep = np.flatnonzero(mult > 0)
     edges = tuple([forest.edges[i] for i in keep.tolist()])
     return PhysicalForest(k, forest.roots[keep], mult[keep], forest.parent[keep],
                           forest.via[keep], forest.depth[keep], forest.paths, edges)
+
+
+@njit(cache=True)
+def _largest_remainder(mults, roots, k, k_old):
+    """Multiplicities ``mults · k / k_old`` rounded down, then one more unit for the
+    trees of largest remainder of every root until its ``k`` is reached."""
+    scaled = mults * k / k_old
+    out = np.floor(scaled + 1e-9).astype(np.int64)
+    rem = scaled - out
+    num_roots = roots.max() + 1
+    missing = np.full(num_roots, k, np.int64)
+    start = np.zeros(num_roots + 1, np.int64)       # trees grouped by root, in order
+    for t in range(roots.size):
+        missing[roots[t]] -= out[t]
+        start[roots[t] + 1] += 1
+    start = np.cumsum(start)
+    fill = start[:-1].copy()
+    by_root = np.empty(roots.size, np.int64)
+    for t in range(roots.size):
+        by_root[fill[roots[t]]] = t
+        fill[roots[t]] += 1
+    taken = np.zeros(roots.size, np.bool_)
+    for r in range(num_roots):
+        for _ in range(missing[r]):
+            best = -1
+            for i in range(start[r], start[r + 1]):
+                t = by_root[i]
+                if not taken[t] and (best < 0 or rem[t] > rem[best]):
+                    best = t
+            if best < 0:
+                break
+            taken[best] = True
+            out[best] += 1
+    return out
 
 
 def reroute(forest: PhysicalForest, topo: Topology, cap_q: np.ndarray, k: int,
