@@ -239,21 +239,27 @@ class Schedule:
 def share_loads(topo: "Topology", chunks: Iterable[Chunk]) -> np.ndarray:
     """Per-link share load ``L_a`` (sum of shares crossing link ``a``, link order).
 
-    Vectorised: every hop's node ids are mapped to indices in one pass, the hops to link
-    indices by a sorted-key search, and the shares summed with ``np.bincount``.
+    Vectorised: shares are summed per distinct path (:func:`distinct_paths`), every
+    hop's node ids are mapped to indices in one pass, the hops to link indices by
+    a sorted-key search, and the shares summed with ``np.bincount``.
     Raises :class:`mccl_opt.TopologyError` if a hop is not a link of ``topo``.
     """
-    paths: list[Sequence[str]] = []
+    hops: list[Sequence[str]] = []
     shares: list[float] = []
+    counts: list[int] = []
     for c in chunks:
         if isinstance(c, PathChunk):
-            paths.append(c.path)
-            shares.append(c.share)
+            hops.append(c.path)
+            counts.append(1)
         else:
-            paths.extend(c.edges)
-            shares.extend([c.share] * len(c.edges))
-    if not paths:
+            hops.extend(c.edges)
+            counts.append(len(c.edges))
+        shares.append(c.share)
+    if not hops:
         return np.zeros(topo.num_links)
+    paths, ids = distinct_paths(hops)
+    shares = np.bincount(ids, weights=np.repeat(np.asarray(shares, float), counts),
+                         minlength=len(paths))
     index = {n.id: i for i, n in enumerate(topo.nodes)}
     flat = list(chain.from_iterable(paths))
     nodes = np.fromiter((index.get(v, -1) for v in flat), dtype=np.int64, count=len(flat))
@@ -263,13 +269,20 @@ def share_loads(topo: "Topology", chunks: Iterable[Chunk]) -> np.ndarray:
     is_tail[ends[lengths > 0] - 1] = False        # a path's last node starts no hop
     tails = nodes[is_tail]
     heads = nodes[np.flatnonzero(is_tail) + 1]
-    hop_share = np.repeat(np.asarray(shares, dtype=float), np.maximum(lengths - 1, 0))
+    hop_share = np.repeat(shares, np.maximum(lengths - 1, 0))
     arcs = _link_indices(topo, tails, heads)
     bad = np.flatnonzero(arcs < 0)
     if bad.size:
         pos = int(np.flatnonzero(is_tail)[bad[0]])
         topo.link_index(flat[pos], flat[pos + 1])   # raises TopologyError naming the hop
     return np.bincount(arcs, weights=hop_share, minlength=topo.num_links)
+
+
+def distinct_paths(paths: list[Sequence[str]]) -> tuple[list[Sequence[str]], np.ndarray]:
+    """``(distinct paths in first-use order, index of every path among them)``; AllGather
+    trees share most of their edges, so per-path work is done once per distinct path."""
+    first = {p: i for i, p in enumerate(dict.fromkeys(paths))}
+    return list(first), np.fromiter(map(first.__getitem__, paths), np.int64, count=len(paths))
 
 
 def _link_indices(topo: "Topology", tails: np.ndarray, heads: np.ndarray) -> np.ndarray:

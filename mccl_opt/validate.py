@@ -18,11 +18,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from fractions import Fraction
+from itertools import chain
 
 import numpy as np
 
 from .errors import ScheduleError, TopologyError
-from .schedule import PathChunk, Schedule, TreeChunk, schedule_rate, share_loads
+from .schedule import (PathChunk, Schedule, TreeChunk, distinct_paths, schedule_rate,
+                       share_loads)
 from .topology import Topology
 
 __all__ = ["validate", "ValidationReport"]
@@ -101,10 +103,53 @@ def _check_tree(topo: Topology, c: TreeChunk, where: str, problems: list[str]) -
     return max(depths.values()) if depths else 0
 
 
+def _well_formed_trees(topo: Topology, trees: list[TreeChunk]) -> tuple[np.ndarray, np.ndarray]:
+    """``(ok, depth)`` per tree, checked for all trees at once: every edge is a
+    GPU-to-GPU path through switches, every GPU but the root is the head of exactly one
+    edge and reaches the root through its parents (parent pointers doubled
+    ``log2 N`` times).  Distinct edge paths are checked once (trees share them)."""
+    n = topo.num_gpus
+    rank = {g: i for i, g in enumerate(topo.gpus)}
+    is_gpu = {nd.id: nd.is_gpu for nd in topo.nodes}
+    sizes = np.fromiter((len(c.edges) for c in trees), np.int64, count=len(trees))
+    paths, ids = distinct_paths(list(chain.from_iterable(c.edges for c in trees)))
+    ends = np.full((len(paths), 2), -1, np.int64)      # (tail, head) rank; -1: not GPU-to-GPU
+    for j, e in enumerate(paths):
+        if all(is_gpu.get(v) is not True for v in e[1:-1]):
+            ends[j] = rank.get(e[0], -1), rank.get(e[-1], -1)
+    ok = sizes == n - 1
+    depth = np.zeros(len(trees), np.int64)
+    good = np.flatnonzero(ok)
+    if good.size == 0 or n < 2:
+        return ok & (n < 2), depth
+    first = np.cumsum(sizes) - sizes
+    edge = ends[ids[first[good][:, None] + np.arange(n - 1)]]          # (trees, n-1, 2)
+    tail, head = edge[..., 0], edge[..., 1]
+    roots = np.array([rank[trees[t].src] for t in good.tolist()], np.int64)
+    rows = np.arange(good.size)[:, None]
+    fine = (tail >= 0).all(axis=1) & (head >= 0).all(axis=1)
+    tail, head = np.where(fine[:, None], tail, 0), np.where(fine[:, None], head, 0)
+    count = np.bincount((rows * n + head).ravel(), minlength=good.size * n).reshape(good.size, n)
+    expect = np.ones((good.size, n), np.int64)
+    expect[rows[:, 0], roots] = 0
+    fine &= (count == expect).all(axis=1)
+    parent = np.repeat(np.arange(n)[None, :], good.size, axis=0)
+    parent[rows, head] = tail
+    parent[rows[:, 0], roots] = roots                        # the root points at itself
+    dist = (parent != np.arange(n)).astype(np.int64)
+    for _ in range(max(1, int(np.ceil(np.log2(n)))) + 1):
+        dist = dist + np.take_along_axis(dist, parent, axis=1)
+        parent = np.take_along_axis(parent, parent, axis=1)
+    fine &= (parent == roots[:, None]).all(axis=1)
+    ok[good] = fine
+    depth[good] = np.where(fine, dist.max(axis=1), 0)
+    return ok, depth
+
+
 def _check_allgather(topo: Topology, sched: Schedule, tol: float, problems: list[str]) -> int:
     gpus = set(topo.gpus)
     per_root: dict[str, list[float]] = {}
-    max_depth = 0
+    trees: list[tuple[int, TreeChunk]] = []
     for i, c in enumerate(sched.chunks):
         if not isinstance(c, TreeChunk):
             problems.append(f"chunk {i}: an AllGather chunk must be a tree")
@@ -115,8 +160,12 @@ def _check_allgather(topo: Topology, sched: Schedule, tol: float, problems: list
             continue
         if c.share <= 0:
             problems.append(f"{where}: share must be > 0")
-        max_depth = max(max_depth, _check_tree(topo, c, where, problems))
+        trees.append((i, c))
         per_root.setdefault(c.src, []).append(c.share)
+    ok, depth = _well_formed_trees(topo, [c for _, c in trees])
+    max_depth = int(depth.max()) if depth.size else 0
+    for (i, c) in (trees[t] for t in np.flatnonzero(~ok).tolist()):   # say what is wrong
+        max_depth = max(max_depth, _check_tree(topo, c, f"tree {i} (root {c.src})", problems))
     for g in topo.gpus:
         shares = per_root.get(g, [])
         if abs(sum(shares) - 1.0) > tol:

@@ -134,3 +134,40 @@ def test_load_errors(tmp_path):
         Schedule.load(p)
     with pytest.raises(ScheduleError, match="cannot read"):
         Schedule.load(tmp_path / "none.json")
+
+
+def test_bulk_tree_check_agrees_with_the_per_tree_check():
+    """The validator checks all AllGather trees at once; on random trees (valid, and with
+    a head repeated, an edge re-pointed into a cycle, a GPU relay, a missing edge) it
+    flags exactly the trees the per-tree check finds a problem in, and reports their
+    depths."""
+    from mccl_opt.validate import _check_tree, _well_formed_trees
+
+    topo = full_mesh(7)
+    gpus = topo.gpus
+    rng = np.random.default_rng(3)
+    trees = []
+    for _ in range(400):
+        root = int(rng.integers(7))
+        order = [root] + [v for v in rng.permutation(7).tolist() if v != root]
+        edges = [(gpus[order[int(rng.integers(i))]], gpus[order[i]]) for i in range(1, 7)]
+        kind = int(rng.integers(5))
+        if kind == 1:                                   # a GPU receives twice
+            edges[0] = (edges[0][0], edges[1][1])
+        elif kind == 2:                                 # a cycle cut off from the root
+            a, b = edges[-1][1], edges[-2][1]
+            if a != b:
+                edges[-1], edges[-2] = (b, a), (a, b)
+        elif kind == 3:                                 # relay through a GPU
+            edges[0] = (edges[0][0], gpus[(root + 1) % 7], edges[0][1])
+        elif kind == 4:
+            edges = edges[:-1]
+        trees.append(TreeChunk(gpus[root], 1.0, tuple(edges)))
+    ok, depth = _well_formed_trees(topo, trees)
+    for t, c in enumerate(trees):
+        problems: list[str] = []
+        d = _check_tree(topo, c, "t", problems)
+        assert ok[t] == (not problems)
+        if ok[t]:
+            assert depth[t] == d == max(c.depths().values())
+    assert 0 < ok.sum() < len(trees)
