@@ -155,6 +155,24 @@ def test_hop_columns_respect_depth_rules():
     assert (v != r).all()                        # nothing enters the root
 
 
+def test_hop_lp_beyond_max_columns_keeps_the_default_packing():
+    """The column count the size guard uses is the hop LP's; above ``max_columns`` no
+    LP is built, the default packing is returned and ``sa_skipped`` says why."""
+    from formulations.switch_removal import logical_links
+
+    model = _star(3.0, 1.0, n=5)
+    links, n = len(logical_links(model)), model.num_gpus
+    for depth in (1, 2, 4):
+        assert len(hop_columns(model, depth)) == links * (1 + (depth - 1) * (n - 2))
+    topo = fail1(hpn(1, 2, 8))
+    sa = solve_allgather(topo, step_aware=StepAware(max_columns=100))
+    validate(topo, sa)
+    assert "max_columns=100" in sa.stats["sa_skipped"] and "sa_lp_cols" not in sa.stats
+    assert _max_depth(sa) == _max_depth(solve_allgather(topo))
+    with pytest.raises(ValueError, match="max_columns"):
+        StepAware(max_columns=0)
+
+
 def test_even_lp_water_fills_the_star():
     # 4 GPUs, 3 units each way: the even optimum gives every ordered pair one unit
     lp = build_switch_removal_lp(_star(3.0, 1.0, n=4))
