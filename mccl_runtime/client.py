@@ -8,7 +8,7 @@ from typing import Any, Iterable
 
 from mccl_opt.schedule import Schedule
 
-from .protocol import REPLIES, SCHEDULE_TOPIC, ProtocolError, decode, encode
+from .protocol import REPLIES, SCHEDULE_TOPIC, ProtocolError, ReplayGuard, decode, encode
 
 __all__ = ["ControllerClient", "Subscription", "ScheduleUpdate"]
 
@@ -23,6 +23,7 @@ class ControllerClient:
 
         self._zmq = zmq
         self.endpoint, self.key, self.timeout_s = endpoint, key, timeout_s
+        self.replay = ReplayGuard() if key else None
         self._ctx = zmq.Context()
         self._sock = self._connect()
 
@@ -41,7 +42,7 @@ class ControllerClient:
             self._sock = self._connect()
             raise ProtocolError("timeout", f"no reply from the controller at {self.endpoint} within "
                                            f"{self.timeout_s} s; is `mccl controller serve` running?")
-        msg = decode(self._sock.recv_multipart()[-1], self.key, REPLIES)
+        msg = decode(self._sock.recv_multipart()[-1], self.key, REPLIES, self.replay)
         if msg.type == "error":
             raise ProtocolError(str(msg.body.get("reason")), f"controller: {msg.body.get('message')}")
         return msg.type, msg.body
@@ -84,8 +85,8 @@ class ControllerClient:
 
 
 class Subscription:
-    """A SUB socket on the controller's publisher; messages failing the signature check
-    are dropped and counted in ``rejected``."""
+    """A SUB socket on the controller's publisher; messages failing the signature or
+    replay check are dropped and counted in ``rejected``."""
 
     def __init__(self, ctx: Any, endpoint: str, key: bytes | None) -> None:
         import zmq
@@ -95,6 +96,7 @@ class Subscription:
         self._sock.setsockopt(zmq.SUBSCRIBE, SCHEDULE_TOPIC)
         self._sock.connect(endpoint)
         self.key = key
+        self.replay = ReplayGuard() if key else None
         self.rejected = 0
 
     def recv(self, timeout_s: float) -> ScheduleUpdate | None:
@@ -106,7 +108,7 @@ class Subscription:
             if not self._sock.poll(int(left * 1000) + 1):
                 return None
             try:
-                msg = decode(self._sock.recv_multipart()[-1], self.key, ("schedule",))
+                msg = decode(self._sock.recv_multipart()[-1], self.key, ("schedule",), self.replay)
                 b = msg.body
                 return str(b["comm"]), str(b["name"]), int(b["version"]), Schedule.from_dict(b["schedule"])
             except (ProtocolError, KeyError, TypeError, ValueError):

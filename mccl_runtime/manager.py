@@ -51,7 +51,12 @@ KINDS = DYNAMIC_KINDS + ("allreduce",)
 
 
 def solver_synthesizer(backend: str = "highs", max_chunks: int = 10) -> Synthesizer:
-    """The product optimizer: ``mccl_opt.solve_alltoall`` / ``solve_allgather``, warm."""
+    """The product optimizer: ``mccl_opt.solve_alltoall`` / ``solve_allgather``, warm;
+    their compiled kernels are loaded here (:func:`.warmup.load_kernels`), not at the
+    first failure."""
+    from .warmup import load_kernels
+
+    load_kernels(backend)
 
     def synthesize(kind: str, topo: Topology, warm: Schedule | None,
                    time_limit_s: float | None) -> Schedule:

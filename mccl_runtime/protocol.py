@@ -1,11 +1,14 @@
 """The controller's wire protocol: versioned JSON messages, optionally HMAC-signed.
 
-Every message is one JSON object ``{"v": 1, "type": T, "body": {...}, "sig": S}``.
-With a shared key, ``sig`` is the hex HMAC-SHA256 of the canonical JSON of
-``{"v", "type", "body"}`` (sorted keys, no spaces); a receiver holding a key rejects
-unsigned or wrongly signed messages, so a stranger can neither inject telemetry nor
-publish schedules.  Without a key ``sig`` is ``null`` and ignored.  Signing does not
-stop a replay of a captured message (documented in docs/runtime.md).
+Every message is one JSON object ``{"v": 2, "type": T, "body": {...}, "sig": S}``.
+With a shared key the sender adds ``ts`` (its wall clock, seconds) and ``nonce`` (128
+random bits, hex), and ``sig`` is the hex HMAC-SHA256 of the canonical JSON of
+``{"v", "type", "body", "ts", "nonce"}`` (sorted keys, no spaces).  A receiver holding a
+key rejects unsigned or wrongly signed messages, so a stranger can neither inject
+telemetry nor publish schedules, and (:class:`ReplayGuard`) messages sent more than a
+window away from its clock or whose nonce it has already seen, so a captured message
+cannot be replayed.  Without a key ``sig``, ``ts`` and ``nonce`` are ``null`` and
+ignored.
 
 Requests: ``ping``, ``register``, ``telemetry``, ``get_schedule``, ``list``, ``stats``.
 Replies: ``ok``, ``schedule``, ``error`` (body ``{"reason", "message"}``).  The
@@ -17,21 +20,29 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import math
+import secrets
+import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from mccl_opt.errors import MCCLError
 
-__all__ = ["VERSION", "REQUESTS", "REPLIES", "MAX_MESSAGE_BYTES", "ProtocolError", "Message",
-           "encode", "decode", "load_key", "SCHEDULE_TOPIC"]
+__all__ = ["VERSION", "REQUESTS", "REPLIES", "MAX_MESSAGE_BYTES", "REPLAY_WINDOW_S",
+           "ProtocolError", "Message", "ReplayGuard", "encode", "decode", "load_key",
+           "SCHEDULE_TOPIC"]
 
-VERSION = 1
+VERSION = 2
 REQUESTS = ("ping", "register", "telemetry", "get_schedule", "list", "stats")
 REPLIES = ("ok", "schedule", "error")
 SCHEDULE_TOPIC = b"schedule"
 MAX_MESSAGE_BYTES = 64 << 20
 MIN_KEY_BYTES = 16
+#: how far (seconds) a signed message's send time may be from the receiver's clock
+REPLAY_WINDOW_S = 60.0
+#: nonces a receiver remembers before it forgets the expired ones early
+MAX_NONCES = 1 << 20
 
 
 class ProtocolError(MCCLError):
@@ -48,27 +59,68 @@ class Message:
     body: dict[str, Any]
 
 
-def _canonical(v: int, type_: str, body: Any) -> bytes:
-    return json.dumps({"v": v, "type": type_, "body": body}, sort_keys=True,
-                      separators=(",", ":")).encode()
+class ReplayGuard:
+    """A receiver's defence against replayed signed messages: a message must have been
+    sent within ``window_s`` of ``clock()`` (else ``stale``) and carry a nonce not seen
+    before (else ``replayed``).  Nonces are remembered only while their send time is
+    inside the window; a replay of an older message fails the time check instead."""
+
+    def __init__(self, window_s: float = REPLAY_WINDOW_S,
+                 clock: Callable[[], float] = time.time) -> None:
+        if not window_s > 0:
+            raise ValueError(f"window_s must be positive, got {window_s!r}")
+        self.window_s, self.clock = float(window_s), clock
+        self._seen: dict[str, float] = {}          # nonce -> send time, in arrival order
+
+    def check(self, ts: Any, nonce: Any) -> None:
+        now = self.clock()
+        if isinstance(ts, bool) or not isinstance(ts, (int, float)) or not math.isfinite(ts):
+            raise ProtocolError("bad_envelope", "a signed message needs a numeric 'ts'")
+        if not isinstance(nonce, str) or len(nonce) != 32:
+            raise ProtocolError("bad_envelope", "a signed message needs a 32-hex-digit 'nonce'")
+        if abs(now - ts) > self.window_s:
+            raise ProtocolError("stale", f"message sent {now - ts:+.1f} s from this clock, outside "
+                                         f"the {self.window_s:g} s replay window (check the clocks)")
+        self._forget(now)
+        if nonce in self._seen:
+            raise ProtocolError("replayed", "this message was received before (same nonce)")
+        self._seen[nonce] = float(ts)
+
+    def _forget(self, now: float) -> None:
+        expired = now - self.window_s
+        seen = self._seen
+        while seen and next(iter(seen.values())) < expired:
+            del seen[next(iter(seen))]
+        if len(seen) > MAX_NONCES:                 # out-of-order send times kept old ones
+            self._seen = {n: t for n, t in seen.items() if t >= expired}
 
 
-def _sign(key: bytes, v: int, type_: str, body: Any) -> str:
-    return hmac.new(key, _canonical(v, type_, body), hashlib.sha256).hexdigest()
+def _canonical(v: int, type_: str, body: Any, ts: Any, nonce: Any) -> bytes:
+    return json.dumps({"v": v, "type": type_, "body": body, "ts": ts, "nonce": nonce},
+                      sort_keys=True, separators=(",", ":")).encode()
+
+
+def _sign(key: bytes, v: int, type_: str, body: Any, ts: Any, nonce: Any) -> str:
+    return hmac.new(key, _canonical(v, type_, body, ts, nonce), hashlib.sha256).hexdigest()
 
 
 def encode(type_: str, body: Mapping[str, Any] | None = None, key: bytes | None = None) -> bytes:
-    """Serialise (and sign, given ``key``) one message."""
+    """Serialise (and, given ``key``, time-stamp and sign) one message."""
     body = dict(body or {})
-    sig = _sign(key, VERSION, type_, body) if key else None
-    return json.dumps({"v": VERSION, "type": type_, "body": body, "sig": sig},
-                      separators=(",", ":")).encode()
+    ts = nonce = sig = None
+    if key:
+        ts, nonce = time.time(), secrets.token_hex(16)
+        sig = _sign(key, VERSION, type_, body, ts, nonce)
+    return json.dumps({"v": VERSION, "type": type_, "body": body, "ts": ts, "nonce": nonce,
+                       "sig": sig}, separators=(",", ":")).encode()
 
 
-def decode(raw: bytes, key: bytes | None = None, types: tuple[str, ...] | None = None) -> Message:
+def decode(raw: bytes, key: bytes | None = None, types: tuple[str, ...] | None = None,
+           guard: ReplayGuard | None = None) -> Message:
     """Parse and check one message; raises :class:`ProtocolError` with a reason:
     ``too_large``, ``malformed_json``, ``bad_envelope``, ``unsupported_version``,
-    ``unknown_type``, ``unsigned`` or ``bad_signature``."""
+    ``unknown_type``, ``unsigned``, ``bad_signature``, and with a ``guard``, ``stale``
+    or ``replayed``."""
     if len(raw) > MAX_MESSAGE_BYTES:
         raise ProtocolError("too_large", f"message of {len(raw)} bytes exceeds {MAX_MESSAGE_BYTES}")
     try:
@@ -76,7 +128,7 @@ def decode(raw: bytes, key: bytes | None = None, types: tuple[str, ...] | None =
     except (UnicodeDecodeError, ValueError) as exc:
         raise ProtocolError("malformed_json", f"message is not JSON: {exc}") from None
     if not isinstance(data, dict) or not {"v", "type", "body"} <= set(data) or not isinstance(data["body"], dict):
-        raise ProtocolError("bad_envelope", 'a message must be {"v": 1, "type": ..., "body": {...}, "sig": ...}')
+        raise ProtocolError("bad_envelope", 'a message must be {"v": 2, "type": ..., "body": {...}, "sig": ...}')
     if data["v"] != VERSION:
         raise ProtocolError("unsupported_version", f"protocol version {data['v']!r} is not supported (this is {VERSION})")
     type_ = data["type"]
@@ -86,8 +138,11 @@ def decode(raw: bytes, key: bytes | None = None, types: tuple[str, ...] | None =
         sig = data.get("sig")
         if not isinstance(sig, str):
             raise ProtocolError("unsigned", "this controller requires signed messages; pass the shared key file")
-        if not hmac.compare_digest(sig, _sign(key, VERSION, type_, data["body"])):
+        ts, nonce = data.get("ts"), data.get("nonce")
+        if not hmac.compare_digest(sig, _sign(key, VERSION, type_, data["body"], ts, nonce)):
             raise ProtocolError("bad_signature", "message signature does not match the shared key")
+        if guard is not None:
+            guard.check(ts, nonce)
     return Message(type_, data["body"])
 
 

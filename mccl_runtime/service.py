@@ -25,7 +25,8 @@ from mccl_opt.errors import MCCLError, TopologyError
 from mccl_opt.topology import Topology
 
 from .manager import Event, Policy, ScheduleManager, Synthesizer
-from .protocol import REQUESTS, SCHEDULE_TOPIC, Message, ProtocolError, decode, encode
+from .protocol import (REPLAY_WINDOW_S, REQUESTS, SCHEDULE_TOPIC, Message, ProtocolError,
+                       ReplayGuard, decode, encode)
 from .state import load_state, save_state
 from .telemetry import MeasurementStore
 
@@ -54,7 +55,8 @@ class ControllerService:
                  pub_bind: str | None = None, key: bytes | None = None,
                  state_path: str | Path | None = None, synthesize: Synthesizer | None = None,
                  alpha: float = 0.012, policy: Policy = Policy(), allow_remote: bool = False,
-                 persist_interval_s: float = 1.0, clock: Callable[[], float] = time.time) -> None:
+                 persist_interval_s: float = 1.0, clock: Callable[[], float] = time.time,
+                 replay_window_s: float = REPLAY_WINDOW_S) -> None:
         if pub_bind is None:
             pub_bind = bind.rsplit(":", 1)[0] + ":*" if bind.startswith("tcp://") else bind + "-pub"
         for ep in (bind, pub_bind):
@@ -63,6 +65,7 @@ class ControllerService:
                                 "(and a --key-file) to expose the controller to the network")
         self.bind_req, self.bind_pub = _ephemeral(bind), _ephemeral(pub_bind)
         self.key = key
+        self.replay = ReplayGuard(replay_window_s) if key else None
         self.clock = clock
         self.state_path = Path(state_path) if state_path else None
         self.persist_interval_s = persist_interval_s
@@ -147,7 +150,7 @@ class ControllerService:
             self.protocol_errors["bad_frames"] += 1
             return
         try:
-            msg = decode(payload, self.key, REQUESTS)
+            msg = decode(payload, self.key, REQUESTS, self.replay)
             self.requests[msg.type] += 1
             reply_type, body = self._dispatch(msg, pub)
         except ProtocolError as exc:

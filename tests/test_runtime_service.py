@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -96,19 +97,88 @@ def test_signed_service_rejects_strangers():
             assert friend.stats()["protocol_errors"] == {"unsigned": 1, "bad_signature": 1}
 
 
-def test_subscriber_drops_forged_schedules():
+@contextlib.contextmanager
+def _publisher_and_subscriber():
+    """A bare PUB socket and a signed :class:`Subscription` connected to it."""
+    from mccl_runtime.client import Subscription
+
     ctx = zmq.Context.instance()
     pub = ctx.socket(zmq.PUB)
     pub.setsockopt(zmq.LINGER, 0)
     port = pub.bind_to_random_port("tcp://127.0.0.1")
-    from mccl_runtime.client import Subscription
     sub = Subscription(ctx, f"tcp://127.0.0.1:{port}", KEY)
     time.sleep(0.3)
-    pub.send_multipart([b"schedule", encode("schedule", {"comm": "w", "name": "x", "version": 9,
-                                                         "schedule": {}}, b"forged-key-forged")])
-    assert sub.recv(0.5) is None and sub.rejected == 1
-    sub.close()
-    pub.close(0)
+    try:
+        yield pub, sub
+    finally:
+        sub.close()
+        pub.close(0)
+
+
+def test_subscriber_drops_forged_schedules():
+    with _publisher_and_subscriber() as (pub, sub):
+        pub.send_multipart([b"schedule", encode("schedule", {"comm": "w", "name": "x", "version": 9,
+                                                             "schedule": {}}, b"forged-key-forged")])
+        assert sub.recv(0.5) is None and sub.rejected == 1
+
+
+def test_signed_service_rejects_replayed_and_stale_requests(monkeypatch):
+    """A captured signed request sent again is refused (same nonce), and so is one whose
+    send time lies outside the replay window; both are counted, neither is applied."""
+    import mccl_runtime.protocol as protocol
+
+    with Server(key=KEY) as svc:
+        raw = zmq.Context.instance().socket(zmq.DEALER)
+        raw.setsockopt(zmq.LINGER, 0)
+        raw.connect(svc.endpoint)
+        captured = encode("telemetry", {"samples": _degraded(time.time())}, KEY)
+        reasons = []
+        for payload in (captured, captured):
+            raw.send_multipart([b"", payload])
+            assert raw.poll(5000)
+            reply = decode(raw.recv_multipart()[-1], KEY)
+            reasons.append(reply.body.get("reason", reply.type))
+        monkeypatch.setattr(protocol.time, "time", lambda: time.monotonic() - 1e6)
+        old = encode("telemetry", {"samples": _degraded(time.time())}, KEY)
+        monkeypatch.undo()
+        raw.send_multipart([b"", old])
+        assert raw.poll(5000)
+        reasons.append(decode(raw.recv_multipart()[-1], KEY).body["reason"])
+        raw.close(0)
+        assert reasons == ["ok", "replayed", "stale"]
+        assert svc.store.accepted == 2 and svc.protocol_errors == {"replayed": 1, "stale": 1}
+
+
+def test_subscriber_drops_a_replayed_schedule():
+    from mccl_opt.allgather import solve_allgather
+
+    msg = encode("schedule", {"comm": "w", "name": "x", "version": 3,
+                              "schedule": solve_allgather(TOPO).to_dict()}, KEY)
+    with _publisher_and_subscriber() as (pub, sub):
+        pub.send_multipart([b"schedule", msg])
+        assert sub.recv(2.0)[2] == 3
+        pub.send_multipart([b"schedule", msg])
+        assert sub.recv(0.5) is None and sub.rejected == 1
+
+
+def test_replay_guard_forgets_only_what_the_time_check_refuses():
+    from mccl_runtime.protocol import ReplayGuard
+
+    now = [1000.0]
+    guard = ReplayGuard(window_s=10.0, clock=lambda: now[0])
+    guard.check(995.0, "a" * 32)
+    with pytest.raises(ProtocolError, match="before"):
+        guard.check(995.0, "a" * 32)
+    now[0] = 1006.0                          # "a" expires (995 < 996) only when stale too
+    guard.check(1005.0, "b" * 32)
+    assert "a" * 32 not in guard._seen
+    with pytest.raises(ProtocolError) as err:
+        guard.check(995.0, "a" * 32)
+    assert err.value.reason == "stale"
+    for ts, nonce in ((float("nan"), "c" * 32), (1005.0, "short"), (True, "d" * 32)):
+        with pytest.raises(ProtocolError) as err:
+            guard.check(ts, nonce)
+        assert err.value.reason == "bad_envelope"
 
 
 def test_restart_resumes_from_state_without_resynthesis(tmp_path):
