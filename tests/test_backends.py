@@ -362,6 +362,28 @@ def test_small_mip(backend):
     assert backend.solve().objective == pytest.approx(relax.objective)
 
 
+@pytest.mark.parametrize("name", BACKENDS)
+def test_presolve_off_gives_the_same_answers(name):
+    """``presolve=False`` (used for warm re-solves of small LPs) changes nothing but the
+    solver's route: same optimum and duals, same infeasible/unbounded statuses, same MIP."""
+    backend = get_backend(name, presolve=False)
+    assert backend.presolve is False
+    if name == "highs":
+        assert backend._h.getOptionValue("presolve")[-1] == "off"
+    backend.load(max_case())
+    sol = backend.solve()
+    assert sol.objective == pytest.approx(10.5, abs=1e-6)
+    np.testing.assert_allclose(sol.row_duals, [0.5, 2.5, -1.5, 0], atol=1e-6)
+    backend.load(lp_of([1, 1], [[1, 0], [1, 1]], [5, -INF], [INF, 3]))
+    assert backend.solve().status is SolveStatus.INFEASIBLE
+    backend.load(lp_of([1, 1], [[1, -1]], [-INF], [3]))
+    assert backend.solve().status is SolveStatus.UNBOUNDED
+    lp, best = knapsack()
+    backend.load(lp)
+    assert backend.solve_mip(time_limit=30, mip_gap=0.0).objective == pytest.approx(best)
+    backend.close()
+
+
 def test_bad_arrays_raise_formulation_error(backend):
     backend.load(max_case())
     with pytest.raises(FormulationError, match="starts"):

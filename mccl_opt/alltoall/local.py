@@ -114,7 +114,9 @@ def local_resolve(prob: Problem, state: WarmState, backend: str, max_steps: int,
     sel = free[pair]
     pool.append(pair[sel], *csr_mask(state.start, state.arcs, sel, seg), np.flatnonzero(sel))
     b_lp = background(free)
-    master = RestrictedMaster(get_backend(backend), n_pairs, prob.capacity, pool, free, b_lp)
+    # a small LP re-solved a few times: the solver's presolve costs more than it saves
+    master = RestrictedMaster(get_backend(backend, presolve=False), n_pairs, prob.capacity,
+                              pool, free, b_lp)
     step_options = CGOptions(options.rel_tol, options.drop_after, options.drop_min_pool, step_rounds)
     rounds = grow = iterations = steps = 0
     lp_s = pr_s = 0.0

@@ -103,15 +103,18 @@ class Backend(ABC):
 
     Lifecycle: ``b = get_backend("highs"); b.load(lp); sol = b.solve(); b.add_columns(...);
     sol = b.solve()`` (warm from the previous basis where the solver allows).
+    Options: ``threads``, ``silent``, ``presolve`` (``False`` skips the solver's presolve:
+    cheaper for the small, repeatedly re-solved LPs of warm starts).
     """
 
     name: ClassVar[str]
     pip_package: ClassVar[str]
     module_name: ClassVar[str]
 
-    def __init__(self, *, threads: int = 1, silent: bool = True) -> None:
+    def __init__(self, *, threads: int = 1, silent: bool = True, presolve: bool = True) -> None:
         self.threads = threads
         self.silent = silent
+        self.presolve = presolve
 
     @classmethod
     def is_available(cls) -> bool:

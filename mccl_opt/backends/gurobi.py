@@ -59,8 +59,8 @@ class GurobiBackend(Backend):
     pip_package: ClassVar[str] = "gurobipy"
     module_name: ClassVar[str] = "gurobipy"
 
-    def __init__(self, *, threads: int = 1, silent: bool = True) -> None:
-        super().__init__(threads=threads, silent=silent)
+    def __init__(self, *, threads: int = 1, silent: bool = True, presolve: bool = True) -> None:
+        super().__init__(threads=threads, silent=silent, presolve=presolve)
         import gurobipy as gp
 
         self._gp = gp
@@ -68,6 +68,7 @@ class GurobiBackend(Backend):
             self._env = gp.Env(empty=True)
             self._env.setParam("OutputFlag", 0 if silent else 1)
             self._env.setParam("Threads", int(threads))
+            self._env.setParam("Presolve", -1 if presolve else 0)
             self._env.start()
         except gp.GurobiError as exc:
             raise SolverLicenseError(

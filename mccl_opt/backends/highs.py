@@ -70,8 +70,8 @@ class HighsBackend(Backend):
     pip_package: ClassVar[str] = "highspy"
     module_name: ClassVar[str] = "highspy"
 
-    def __init__(self, *, threads: int = 1, silent: bool = True) -> None:
-        super().__init__(threads=threads, silent=silent)
+    def __init__(self, *, threads: int = 1, silent: bool = True, presolve: bool = True) -> None:
+        super().__init__(threads=threads, silent=silent, presolve=presolve)
         import highspy
 
         self._highspy = highspy
@@ -79,8 +79,13 @@ class HighsBackend(Backend):
         self._h.setOptionValue("output_flag", not silent)
         # Threads only take effect before the first run().
         self._h.setOptionValue("threads", int(threads))
+        self._h.setOptionValue("presolve", self._presolve_option)
         self._has_int = False
         self._last_change: str | None = None
+
+    @property
+    def _presolve_option(self) -> str:
+        return "choose" if self.presolve else "off"
 
     # ------------------------------------------------------------------ building
     def load(self, lp: LinearProgram) -> None:
@@ -227,7 +232,7 @@ class HighsBackend(Backend):
             # Presolve could not tell which; a plain simplex run on the original model can.
             h.setOptionValue("presolve", "off")
             h.run()
-            h.setOptionValue("presolve", "choose")
+            h.setOptionValue("presolve", self._presolve_option)
             status = self._model_status()
         seconds = time.perf_counter() - t0
         if status is SolveStatus.NUMERICAL_ERROR:

@@ -54,8 +54,8 @@ class ScipBackend(Backend):
     pip_package: ClassVar[str] = "pyscipopt"
     module_name: ClassVar[str] = "pyscipopt"
 
-    def __init__(self, *, threads: int = 1, silent: bool = True) -> None:
-        super().__init__(threads=threads, silent=silent)
+    def __init__(self, *, threads: int = 1, silent: bool = True, presolve: bool = True) -> None:
+        super().__init__(threads=threads, silent=silent, presolve=presolve)
         import pyscipopt
 
         self._ps = pyscipopt
@@ -77,6 +77,7 @@ class ScipBackend(Backend):
         self._inf = float(self._lp.infinity())
         P = self._ps.SCIP_LPPARAM
         self._lp.setIntParam(P.LPINFO, 0 if self.silent else 1)
+        self._lp.setIntParam(P.PRESOLVING, 1 if self.presolve else 0)
         if lp.num_rows:
             self._lp.addRows([[] for _ in range(lp.num_rows)],
                              lhss=self._clip(lp.row_lo), rhss=self._clip(lp.row_hi))
@@ -273,6 +274,8 @@ class ScipBackend(Backend):
         model = ps.Model()
         if self.silent:
             model.hideOutput()
+        if not self.presolve:
+            model.setPresolve(ps.SCIP_PARAMSETTING.OFF)
         bound = _side
         xs = [model.addVar(lb=bound(lo), ub=bound(hi), obj=float(c),
                            vtype="I" if integer else "C")
