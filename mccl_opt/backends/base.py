@@ -30,6 +30,8 @@ import numpy as np
 
 from formulations.lp import LinearProgram
 
+from ._common import SparseBlock, as_block, as_bounds
+
 __all__ = ["Backend", "Basis", "LPSolution", "SolveStatus", "LPMethod"]
 
 
@@ -115,6 +117,18 @@ class Backend(ABC):
         self.threads = threads
         self.silent = silent
         self.presolve = presolve
+        #: what changed since the last solve (``None``, ``"cols"``, ``"rows"``, ``"bounds"``
+        #: or ``"mixed"``): picks the warm simplex variant (:func:`._common.warm_method`)
+        self._last_change: str | None = None
+
+    def _changed(self, kind: str) -> None:
+        """Record a change of ``kind`` (``"cols"``, ``"rows"``, ``"bounds"``, ``"mixed"``):
+        columns keep primal feasibility, rows and bounds dual feasibility; any mix keeps
+        neither."""
+        last = self._last_change
+        keeps = {"cols": (None, "cols"), "rows": (None, "rows", "bounds"),
+                 "bounds": (None, "rows", "bounds")}.get(kind, ())
+        self._last_change = kind if last in keeps else "mixed"
 
     @classmethod
     def is_available(cls) -> bool:
@@ -127,16 +141,37 @@ class Backend(ABC):
     def load(self, lp: LinearProgram) -> None:
         """Replace the model with ``lp`` (bulk build from its sparse arrays)."""
 
-    @abstractmethod
     def add_columns(self, cost: np.ndarray, lb: np.ndarray, ub: np.ndarray,
                     starts: np.ndarray, indices: np.ndarray, values: np.ndarray) -> None:
         """Append ``len(cost)`` columns given in CSC form: column ``j`` has row indices
         ``indices[starts[j]:starts[j+1]]`` (``starts`` has ``len(cost)+1`` entries)."""
+        cost = np.asarray(cost, dtype=float).reshape(-1)
+        k = cost.shape[0]
+        lo, hi = as_bounds(k, lb, ub, "add_columns")
+        block = as_block(k, starts, indices, values, self.num_rows, "add_columns")
+        if k:
+            self._append_columns(cost, lo, hi, block)
+            self._changed("cols")
 
-    @abstractmethod
     def add_rows(self, lo: np.ndarray, hi: np.ndarray,
                  starts: np.ndarray, indices: np.ndarray, values: np.ndarray) -> None:
         """Append ``len(lo)`` rows given in CSR form over the existing columns."""
+        lo = np.asarray(lo, dtype=float).reshape(-1)
+        k = lo.shape[0]
+        lo, hi = as_bounds(k, lo, hi, "add_rows")
+        block = as_block(k, starts, indices, values, self.num_cols, "add_rows")
+        if k:
+            self._append_rows(lo, hi, block)
+            self._changed("rows")
+
+    @abstractmethod
+    def _append_columns(self, cost: np.ndarray, lo: np.ndarray, hi: np.ndarray,
+                        block: SparseBlock) -> None:
+        """Add checked, non-empty columns (``block``: CSC over the existing rows)."""
+
+    @abstractmethod
+    def _append_rows(self, lo: np.ndarray, hi: np.ndarray, block: SparseBlock) -> None:
+        """Add checked, non-empty rows (``block``: CSR over the existing columns)."""
 
     @abstractmethod
     def set_column_bounds(self, cols: np.ndarray, lb: np.ndarray, ub: np.ndarray) -> None:

@@ -27,7 +27,7 @@ import scipy.sparse as sp
 from formulations.lp import LinearProgram
 
 from ..errors import SolveError, SolverLicenseError
-from ._common import (as_block, as_bounds, as_coefficients, as_index_array, check_basis,
+from ._common import (SparseBlock, as_bounds, as_coefficients, as_index_array, check_basis,
                       check_method)
 from .base import Backend, Basis, LPSolution, SolveStatus
 
@@ -136,29 +136,20 @@ class GurobiBackend(Backend):
             A = sp.csr_matrix((k, 1))
         return self._model.addMConstr(sp.csr_matrix(A), x, sense, rhs).tolist()
 
-    def add_columns(self, cost: np.ndarray, lb: np.ndarray, ub: np.ndarray,
-                    starts: np.ndarray, indices: np.ndarray, values: np.ndarray) -> None:
+    def _append_columns(self, cost: np.ndarray, lo: np.ndarray, hi: np.ndarray,
+                        block: SparseBlock) -> None:
         gp = self._gp
-        cost = np.asarray(cost, dtype=float).reshape(-1)
-        k = cost.shape[0]
-        lo, hi = as_bounds(k, lb, ub, "add_columns")
-        blk = as_block(k, starts, indices, values, self.num_rows, "add_columns")
         lo, hi = _grb_bounds(lo), _grb_bounds(hi)
         constrs = self._constrs
         m = self._model
-        for j in range(k):
-            rows, vals = blk.slice(j)
+        for j in range(cost.shape[0]):
+            rows, vals = block.slice(j)
             col = gp.Column(vals.tolist(), [constrs[i] for i in rows.tolist()])
             self._vars.append(m.addVar(lb=lo[j], ub=hi[j], obj=cost[j], column=col))
         m.update()
 
-    def add_rows(self, lo: np.ndarray, hi: np.ndarray,
-                 starts: np.ndarray, indices: np.ndarray, values: np.ndarray) -> None:
-        lo_a = np.asarray(lo, dtype=float).reshape(-1)
-        k = lo_a.shape[0]
-        lo_a, hi_a = as_bounds(k, lo_a, hi, "add_rows")
-        blk = as_block(k, starts, indices, values, self.num_cols, "add_rows")
-        self._constrs += self._add_constrs(blk.to_csr(self.num_cols), lo_a, hi_a)
+    def _append_rows(self, lo: np.ndarray, hi: np.ndarray, block: SparseBlock) -> None:
+        self._constrs += self._add_constrs(block.to_csr(self.num_cols), lo, hi)
         self._model.update()
 
     def set_column_bounds(self, cols: np.ndarray, lb: np.ndarray, ub: np.ndarray) -> None:

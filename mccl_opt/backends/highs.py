@@ -21,7 +21,7 @@ import numpy as np
 from formulations.lp import LinearProgram
 
 from ..errors import SolveError
-from ._common import (as_block, as_bounds, as_coefficients, as_index_array, check_basis,
+from ._common import (SparseBlock, as_bounds, as_coefficients, as_index_array, check_basis,
                       check_method, warm_method)
 from .base import Backend, Basis, LPSolution, SolveStatus
 
@@ -81,7 +81,6 @@ class HighsBackend(Backend):
         self._h.setOptionValue("threads", int(threads))
         self._h.setOptionValue("presolve", self._presolve_option)
         self._has_int = False
-        self._last_change: str | None = None
 
     @property
     def _presolve_option(self) -> str:
@@ -103,31 +102,16 @@ class HighsBackend(Backend):
         self._has_int = bool(lp.integrality.any())
         self._last_change = None
 
-    def add_columns(self, cost: np.ndarray, lb: np.ndarray, ub: np.ndarray,
-                    starts: np.ndarray, indices: np.ndarray, values: np.ndarray) -> None:
-        cost = np.asarray(cost, dtype=float).reshape(-1)
-        k = cost.shape[0]
-        lo, hi = as_bounds(k, lb, ub, "add_columns")
-        blk = as_block(k, starts, indices, values, self.num_rows, "add_columns")
-        if k == 0:
-            return
-        status = self._h.addCols(k, cost, lo, hi, int(blk.indices.shape[0]),
-                                 blk.starts[:-1], blk.indices, blk.values)
+    def _append_columns(self, cost: np.ndarray, lo: np.ndarray, hi: np.ndarray,
+                        block: SparseBlock) -> None:
+        status = self._h.addCols(cost.shape[0], cost, lo, hi, int(block.indices.shape[0]),
+                                 block.starts[:-1], block.indices, block.values)
         self._check(status, "addCols")
-        self._last_change = "cols" if self._last_change in (None, "cols") else "mixed"
 
-    def add_rows(self, lo: np.ndarray, hi: np.ndarray,
-                 starts: np.ndarray, indices: np.ndarray, values: np.ndarray) -> None:
-        lo_a = np.asarray(lo, dtype=float).reshape(-1)
-        k = lo_a.shape[0]
-        lo_a, hi_a = as_bounds(k, lo_a, hi, "add_rows")
-        blk = as_block(k, starts, indices, values, self.num_cols, "add_rows")
-        if k == 0:
-            return
-        status = self._h.addRows(k, lo_a, hi_a, int(blk.indices.shape[0]),
-                                 blk.starts[:-1], blk.indices, blk.values)
+    def _append_rows(self, lo: np.ndarray, hi: np.ndarray, block: SparseBlock) -> None:
+        status = self._h.addRows(lo.shape[0], lo, hi, int(block.indices.shape[0]),
+                                 block.starts[:-1], block.indices, block.values)
         self._check(status, "addRows")
-        self._last_change = "rows" if self._last_change in (None, "rows", "bounds") else "mixed"
 
     def set_column_bounds(self, cols: np.ndarray, lb: np.ndarray, ub: np.ndarray) -> None:
         ix = as_index_array(cols, self.num_cols, "set_column_bounds")
@@ -135,21 +119,21 @@ class HighsBackend(Backend):
         if ix.size == 0:
             return
         self._check(self._h.changeColsBounds(int(ix.size), ix, lo, hi), "changeColsBounds")
-        self._last_change = "bounds" if self._last_change in (None, "rows", "bounds") else "mixed"
+        self._changed("bounds")
 
     def delete_columns(self, cols: np.ndarray) -> None:
         ix = np.unique(as_index_array(cols, self.num_cols, "delete_columns"))
         if ix.size == 0:
             return
         self._check(self._h.deleteCols(int(ix.size), ix), "deleteCols")
-        self._last_change = "mixed"
+        self._changed("mixed")
 
     def change_coefficients(self, rows: np.ndarray, cols: np.ndarray, values: np.ndarray) -> None:
         r, c, v = as_coefficients(rows, cols, values, self.num_rows, self.num_cols)
         for i, j, a in zip(r.tolist(), c.tolist(), v.tolist()):
             self._check(self._h.changeCoeff(i, j, a), "changeCoeff")
         if r.size:
-            self._last_change = "mixed"
+            self._changed("mixed")
 
     def set_row_bounds(self, rows: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> None:
         ix = as_index_array(rows, self.num_rows, "set_row_bounds")
@@ -157,7 +141,7 @@ class HighsBackend(Backend):
         if ix.size == 0:
             return
         self._check(self._h.changeRowsBounds(int(ix.size), ix, lo_a, hi_a), "changeRowsBounds")
-        self._last_change = "bounds" if self._last_change in (None, "rows", "bounds") else "mixed"
+        self._changed("bounds")
 
     def get_basis(self) -> Basis | None:
         b = self._h.getBasis()
@@ -175,7 +159,7 @@ class HighsBackend(Backend):
         hb.row_status = codes[basis.row_status].tolist()
         hb.valid = True
         self._check(self._h.setBasis(hb), "setBasis")
-        self._last_change = "mixed"
+        self._changed("mixed")
 
     @property
     def num_cols(self) -> int:

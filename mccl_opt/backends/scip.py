@@ -27,7 +27,7 @@ import scipy.sparse as sp
 
 from formulations.lp import LinearProgram
 
-from ._common import (as_block, as_bounds, as_coefficients, as_index_array, check_basis,
+from ._common import (SparseBlock, as_bounds, as_coefficients, as_index_array, check_basis,
                       check_method, warm_method)
 from .base import Backend, Basis, LPSolution, SolveStatus
 
@@ -82,7 +82,7 @@ class ScipBackend(Backend):
             self._lp.addRows([[] for _ in range(lp.num_rows)],
                              lhss=self._clip(lp.row_lo), rhss=self._clip(lp.row_hi))
         self._lp_add_cols(lp.c, lp.col_lo, lp.col_hi, self._A)
-        self._last_change: str | None = None
+        self._last_change = None
 
     def load(self, lp: LinearProgram) -> None:
         self._load_arrays(lp)
@@ -100,37 +100,22 @@ class ScipBackend(Backend):
         self._lp.addCols(entries, objs=np.asarray(cost, float).tolist(),
                          lbs=self._clip(lo), ubs=self._clip(hi))
 
-    def add_columns(self, cost: np.ndarray, lb: np.ndarray, ub: np.ndarray,
-                    starts: np.ndarray, indices: np.ndarray, values: np.ndarray) -> None:
-        cost = np.asarray(cost, dtype=float).reshape(-1)
-        k = cost.shape[0]
-        lo, hi = as_bounds(k, lb, ub, "add_columns")
-        blk = as_block(k, starts, indices, values, self.num_rows, "add_columns")
-        if k == 0:
-            return
-        block = blk.to_csc(self.num_rows)
-        self._lp_add_cols(cost, lo, hi, block)
+    def _append_columns(self, cost: np.ndarray, lo: np.ndarray, hi: np.ndarray,
+                        block: SparseBlock) -> None:
+        csc = block.to_csc(self.num_rows)
+        self._lp_add_cols(cost, lo, hi, csc)
         self._c = np.concatenate([self._c, cost])
         self._col_lo = np.concatenate([self._col_lo, lo])
         self._col_hi = np.concatenate([self._col_hi, hi])
-        self._int = np.concatenate([self._int, np.zeros(k, dtype=bool)])
-        self._A = sp.hstack([self._A, block], format="csc")
-        self._last_change = "cols" if self._last_change in (None, "cols") else "mixed"
+        self._int = np.concatenate([self._int, np.zeros(cost.shape[0], dtype=bool)])
+        self._A = sp.hstack([self._A, csc], format="csc")
 
-    def add_rows(self, lo: np.ndarray, hi: np.ndarray,
-                 starts: np.ndarray, indices: np.ndarray, values: np.ndarray) -> None:
-        lo_a = np.asarray(lo, dtype=float).reshape(-1)
-        k = lo_a.shape[0]
-        lo_a, hi_a = as_bounds(k, lo_a, hi, "add_rows")
-        blk = as_block(k, starts, indices, values, self.num_cols, "add_rows")
-        if k == 0:
-            return
-        entries = [list(zip(*(a.tolist() for a in blk.slice(i)))) for i in range(k)]
-        self._lp.addRows(entries, lhss=self._clip(lo_a), rhss=self._clip(hi_a))
-        self._row_lo = np.concatenate([self._row_lo, lo_a])
-        self._row_hi = np.concatenate([self._row_hi, hi_a])
-        self._A = sp.vstack([self._A, blk.to_csr(self.num_cols)], format="csc")
-        self._last_change = "rows" if self._last_change in (None, "rows", "bounds") else "mixed"
+    def _append_rows(self, lo: np.ndarray, hi: np.ndarray, block: SparseBlock) -> None:
+        entries = [list(zip(*(a.tolist() for a in block.slice(i)))) for i in range(lo.shape[0])]
+        self._lp.addRows(entries, lhss=self._clip(lo), rhss=self._clip(hi))
+        self._row_lo = np.concatenate([self._row_lo, lo])
+        self._row_hi = np.concatenate([self._row_hi, hi])
+        self._A = sp.vstack([self._A, block.to_csr(self.num_cols)], format="csc")
 
     def set_column_bounds(self, cols: np.ndarray, lb: np.ndarray, ub: np.ndarray) -> None:
         ix = as_index_array(cols, self.num_cols, "set_column_bounds")
@@ -138,7 +123,7 @@ class ScipBackend(Backend):
         for j, l, u in zip(ix.tolist(), self._clip(lo), self._clip(hi)):
             self._lp.chgBound(j, l, u)
         self._col_lo[ix], self._col_hi[ix] = lo, hi
-        self._last_change = "bounds" if self._last_change in (None, "rows", "bounds") else "mixed"
+        self._changed("bounds")
 
     def delete_columns(self, cols: np.ndarray) -> None:
         ix = np.unique(as_index_array(cols, self.num_cols, "delete_columns"))
@@ -153,7 +138,7 @@ class ScipBackend(Backend):
         self._c, self._col_lo, self._col_hi, self._int = (
             self._c[keep], self._col_lo[keep], self._col_hi[keep], self._int[keep])
         self._A = self._A[:, np.flatnonzero(keep)]
-        self._last_change = "mixed"
+        self._changed("mixed")
 
     def change_coefficients(self, rows: np.ndarray, cols: np.ndarray, values: np.ndarray) -> None:
         r, c, v = as_coefficients(rows, cols, values, self.num_rows, self.num_cols)
@@ -169,7 +154,7 @@ class ScipBackend(Backend):
         delta = sp.csc_matrix((v - old, (r, c)), shape=self._A.shape)
         self._A = (self._A + delta).tocsc()
         self._A.eliminate_zeros()
-        self._last_change = "mixed"
+        self._changed("mixed")
 
     def set_row_bounds(self, rows: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> None:
         ix = as_index_array(rows, self.num_rows, "set_row_bounds")
@@ -177,7 +162,7 @@ class ScipBackend(Backend):
         for i, l, u in zip(ix.tolist(), self._clip(lo_a), self._clip(hi_a)):
             self._lp.chgSide(i, l, u)
         self._row_lo[ix], self._row_hi[ix] = lo_a, hi_a
-        self._last_change = "bounds" if self._last_change in (None, "rows", "bounds") else "mixed"
+        self._changed("bounds")
 
     def get_basis(self) -> Basis | None:
         if self.num_cols == 0 or not self._lp.isOptimal():
@@ -188,7 +173,7 @@ class ScipBackend(Backend):
     def set_basis(self, basis: Basis) -> None:
         check_basis(basis, self.name, self.num_cols, self.num_rows)
         self._lp.setBase(basis.col_status.astype(int).tolist(), basis.row_status.astype(int).tolist())
-        self._last_change = "mixed"
+        self._changed("mixed")
 
     @property
     def num_cols(self) -> int:
