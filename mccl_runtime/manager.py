@@ -312,8 +312,12 @@ class ScheduleManager:
             ldt = d.get("last_decision_t")
             coll.last_decision_t = -math.inf if ldt is None else float(ldt)
             if d.get("schedule") is not None:
-                self._install(coll, Schedule.from_dict(d["schedule"]),
-                              np.asarray(d["synth_capacity"], dtype=float), int(d["version"]))
+                from mccl_opt.allgather import restore_warm_state
+
+                # AllGather trees get their warm state back: the next failure reroutes them
+                schedule = restore_warm_state(Schedule.from_dict(d["schedule"]), self.store.topo)
+                self._install(coll, schedule, np.asarray(d["synth_capacity"], dtype=float),
+                              int(d["version"]))
             elif coll.dynamic:
                 self._start(coll, 0.0, None)
         self.counters.update({k: int(v) for k, v in dict(data.get("counters", {})).items()

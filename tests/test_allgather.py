@@ -502,6 +502,35 @@ def test_chained_warm_reroutes_from_a_rerouted_schedule():
         prev = warm
 
 
+@pytest.mark.parametrize("fail", [fail1, fail2], ids=["fail1", "fail2"])
+def test_warm_from_a_saved_schedule_reroutes_its_trees(fail):
+    """A schedule read back from JSON has no warm state; restore_warm_state rebuilds it
+    from the trees, and the warm start then reroutes them to cold's rate.  Trees that
+    do not fit the topology (a corrupted edge, shares of no common 1/k) leave the
+    schedule as it was."""
+    from mccl_opt.allgather import restore_warm_state
+
+    base = hpn(1, 4, 8)
+    loaded = Schedule.from_dict(solve_allgather(base).to_dict())
+    assert loaded.warm_state is None
+    restored = restore_warm_state(loaded, base)
+    forest = restored.warm_state["forest"]
+    assert sorted(forest.tree_chunks(base.gpus), key=repr) == sorted(loaded.chunks, key=repr)
+    after = fail(base)
+    warm = solve_allgather(after, warm=restored)
+    assert warm.stats["reroute"] == "done"
+    assert warm.rate_gbps == pytest.approx(solve_allgather(after).rate_gbps, rel=1e-9)
+    check(after, warm)
+    d = loaded.to_dict()
+    d["chunks"][0]["edges"][0]["path"] = d["chunks"][0]["edges"][0]["path"][::-1]
+    broken = Schedule.from_dict(d)
+    assert restore_warm_state(broken, base) is broken
+    d = loaded.to_dict()
+    d["chunks"][0]["share"] = d["chunks"][0]["share"] * 0.999
+    odd = Schedule.from_dict(d)
+    assert restore_warm_state(odd, base) is odd
+
+
 def test_warm_after_random_degradations_matches_cold():
     """Irregular fabrics, one random link scaled by 0.1-2x: warm (rerouted where the
     previous trees can be, else packed) equals cold in rate and validates; the reroute

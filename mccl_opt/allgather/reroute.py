@@ -20,6 +20,7 @@ the unit bandwidth ``b = target / k_old`` in capacity quanta.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from fractions import Fraction
 from itertools import chain
@@ -28,12 +29,14 @@ from typing import Sequence
 import numpy as np
 from numba import njit
 
-from ..schedule import TreeChunk
+from ..schedule import TreeChunk, distinct_paths
 from ..topology import Topology
 from .mapping import MappedTrees
 
 __all__ = ["PhysicalForest", "Rerouted", "requantized", "reroute"]
 
+#: largest tree count per root a schedule read without warm state is taken apart into
+MAX_TREES_PER_ROOT = 1 << 16
 #: passes over the edges still crossing over-capacity links
 REROUTE_PASSES = 4
 #: attempts per pass to make room for a chain in other trees ...
@@ -136,11 +139,79 @@ class PhysicalForest:
         return cls(int(k), np.asarray(mapped.roots, np.int64), np.asarray(mapped.mults, np.int64),
                    parent, via, np.asarray(depths, np.int64), table, tree_edges)
 
+    @classmethod
+    def from_chunks(cls, chunks: Sequence[TreeChunk], topo: Topology) -> "PhysicalForest | None":
+        """From a schedule's tree chunks alone (one read from a file has no warm state)
+        on ``topo``; ``None`` unless every chunk is a spanning tree of ``topo``'s GPUs over
+        its switch-only paths and all shares are multiples of one ``1/k``."""
+        n = topo.num_gpus
+        rank = {g: i for i, g in enumerate(topo.gpus)}
+        if not chunks or any(not isinstance(c, TreeChunk) or c.src not in rank
+                             or len(c.edges) != n - 1 for c in chunks):
+            return None
+        exact = {s: Fraction(s).limit_denominator(MAX_TREES_PER_ROOT)
+                 for s in {c.share for c in chunks}}
+        k = math.lcm(*(f.denominator for f in exact.values()))
+        mults = np.array([int(exact[c.share] * k) for c in chunks], np.int64)
+        roots = np.array([rank[c.src] for c in chunks], np.int64)
+        if k > MAX_TREES_PER_ROOT or (mults <= 0).any() or \
+                not (np.bincount(roots, weights=mults, minlength=n) == k).all():
+            return None
+        paths, ids = distinct_paths(list(chain.from_iterable(c.edges for c in chunks)))
+        index = {nd.id: i for i, nd in enumerate(topo.nodes)}
+        if any(v not in index for p in paths for v in p):
+            return None
+        table = PathTable.build([tuple(index[v] for v in p) for p in paths], topo)
+        inner = np.array([v for p in table.nodes for v in p[1:-1]], np.int64)
+        if (table.links < 0).any() or (table.tail < 0).any() or (table.head < 0).any() \
+                or not topo.arrays.is_switch[inner].all():
+            return None
+        table.names[:] = paths
+        parent, via, _ = _index_trees(ids.reshape(len(chunks), n - 1), table.tail, table.head,
+                                      n, len(paths))
+        depth = _spanning_depths(parent, roots)
+        if (depth < 0).any():
+            return None
+        return cls(int(k), roots, mults, parent, via, depth, table,
+                   tuple(c.edges for c in chunks))
+
     def tree_chunks(self, gpu_ids: Sequence[str]) -> tuple[TreeChunk, ...]:
         """The schedule chunks: share ``mults[t] / k`` of root ``roots[t]``'s shard."""
         k = self.k
         return tuple(TreeChunk(gpu_ids[r], m / k, e) for r, m, e in
                      zip(self.roots.tolist(), self.mults.tolist(), self.edges))
+
+
+@njit(cache=True)
+def _spanning_depths(parent, roots):
+    """Per tree: its depth, or -1 unless every rank reaches the root through parent
+    links (a rank without a parent or on a cycle, or a root with a parent)."""
+    num_trees, n = parent.shape
+    out = np.empty(num_trees, np.int64)
+    depth = np.empty(n, np.int64)
+    for t in range(num_trees):
+        depth[:] = -1
+        depth[roots[t]] = 0
+        out[t] = -1 if parent[t, roots[t]] >= 0 else 0
+        for v in range(n):
+            if out[t] < 0:
+                break
+            d, w = 0, v                  # climb to a rank of known depth (at most n hops)
+            while depth[w] < 0 and d <= n:
+                w = parent[t, w]
+                d += 1
+                if w < 0:
+                    break
+            if w < 0 or d > n:
+                out[t] = -1
+                break
+            base, w = depth[w], v        # write the depths on the way up
+            while depth[w] < 0:
+                depth[w] = base + d
+                d -= 1
+                w = parent[t, w]
+            out[t] = max(out[t], depth[v])
+    return out
 
 
 @njit(cache=True)

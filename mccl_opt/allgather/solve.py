@@ -8,6 +8,7 @@ ForestColl procedures are the fallbacks (see docs/allgather.md).
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from fractions import Fraction
 from typing import Any
@@ -15,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import SolveError, TopologyError
-from ..schedule import Schedule, bottleneck_links, schedule_rate
+from ..schedule import Schedule, bottleneck_links, schedule_rate, share_loads
 from ..topology import Topology
 from .budget import CutBounds, choose_trees, exact_k, guess_budget, guess_trees
 from .fabric import fabric_of, quantum_for
@@ -26,7 +27,7 @@ from .repair import repair_pack
 from .reroute import PhysicalForest, Rerouted, reroute
 from .trees import exact_pack, greedy_pack
 
-__all__ = ["solve_allgather", "WarmState"]
+__all__ = ["solve_allgather", "restore_warm_state", "WarmState"]
 
 
 class WarmState(dict):
@@ -235,7 +236,7 @@ def _kept_schedule(warm: Schedule, topo: Topology, loads: np.ndarray, fab: Fabri
     stats["k"], stats["reused_schedule"] = int(prev["k"]), True
     seconds = time.perf_counter() - t_start
     stats["total_s"] = seconds
-    state = WarmState(prev, cut={topo.nodes[i].id for i in np.flatnonzero(p1.cut)})
+    state = WarmState(prev, cut=_cut_ids(topo, p1))
     return Schedule(
         collective="allgather", topology=topo.name, gpus=topo.gpus, rate_gbps=rate,
         lp_rate_gbps=x_star, max_chunks=warm.max_chunks, chunks=warm.chunks,
@@ -288,9 +289,8 @@ def _rerouted_schedule(topo: Topology, warm: Schedule, max_chunks: int | None, f
                  max_depth=int(forest.depth.max()), mean_depth=float(forest.depth.mean()))
     seconds = time.perf_counter() - t_start
     stats["total_s"] = seconds
-    order = np.lexsort((-forest.mults, forest.roots))
-    shapes = (forest.roots[order], forest.parent[order].astype(np.int64))
-    state = _warm_state(topo, p1, forest.k, shapes, loads, forest=forest)
+    state = _warm_state(topo, _cut_ids(topo, p1), forest.k, _forest_shapes(forest), loads,
+                        forest=forest)
     return Schedule(
         collective="allgather", topology=topo.name, gpus=topo.gpus, rate_gbps=rate,
         lp_rate_gbps=x_star, max_chunks=max_chunks, chunks=forest.tree_chunks(topo.gpus),
@@ -300,17 +300,49 @@ def _rerouted_schedule(topo: Topology, warm: Schedule, max_chunks: int | None, f
         stats=stats, warm_state=state)
 
 
-def _warm_state(topo: Topology, p1: PhaseOneResult, k: int,
+def _forest_shapes(forest: PhysicalForest) -> tuple[np.ndarray, np.ndarray]:
+    """Rank-space shapes of a forest's trees, by root and largest first."""
+    order = np.lexsort((-forest.mults, forest.roots))
+    return forest.roots[order], forest.parent[order].astype(np.int64)
+
+
+def restore_warm_state(schedule: Schedule, topo: Topology) -> Schedule:
+    """An AllGather ``schedule`` read without its warm state (a file, a controller's saved
+    state) with that state rebuilt from its trees on ``topo`` (its GPUs and links), so a
+    warm start from it reroutes the trees (:mod:`.reroute`) instead of packing anew; the
+    schedule unchanged if it has a warm state or its chunks are not spanning trees over
+    ``topo``'s switch paths with shares in multiples of one ``1/k``.  Costs ~60 ms at
+    128 GPUs: done when a schedule is loaded, not when a failure strikes."""
+    state = schedule.warm_state
+    if schedule.collective != "allgather" or (isinstance(state, dict) and state.get("links")) \
+            or tuple(schedule.gpus) != tuple(topo.gpus):
+        return schedule
+    forest = PhysicalForest.from_chunks(schedule.chunks, topo)
+    if forest is None:
+        return schedule
+    cut = {b.dst for b in schedule.bottleneck}
+    state = _warm_state(topo, cut, forest.k, _forest_shapes(forest),
+                        share_loads(topo, schedule.chunks), forest=forest)
+    return dataclasses.replace(schedule, warm_state=state)
+
+
+def _cut_ids(topo: Topology, p1: PhaseOneResult) -> set[str]:
+    """Node ids of Phase 1's tight set."""
+    node_ids = [n.id for n in topo.nodes]
+    return {node_ids[i] for i in np.flatnonzero(p1.cut)}
+
+
+def _warm_state(topo: Topology, cut: set[str], k: int,
                 shapes: tuple[np.ndarray, np.ndarray], loads: np.ndarray,
                 **trees: Any) -> WarmState:
-    """A new schedule's warm state; ``shapes`` are by root, largest first, so the
-    first shape of every root is its guide; ``trees`` the physical-tree entries."""
+    """A new schedule's warm state; ``cut`` the node ids of its tight set; ``shapes``
+    are by root, largest first, so the first shape of every root is its guide;
+    ``trees`` the physical-tree entries."""
     roots, parents = shapes
     first = np.ones(roots.size, bool)
     first[1:] = roots[1:] != roots[:-1]
-    node_ids = [n.id for n in topo.nodes]
     arr = topo.arrays
-    return WarmState(cut={node_ids[i] for i in np.flatnonzero(p1.cut)}, k=int(k),
+    return WarmState(cut=cut, k=int(k),
                      num_gpus=topo.num_gpus, shapes=shapes,
                      guides={int(r): p for r, p in zip(roots[first], parents[first])},
                      loads=loads, links=(arr.tail, arr.head), **trees)
@@ -520,7 +552,7 @@ def _finish(topo: Topology, warm: Schedule | None, max_chunks: int | None, fab: 
     saturated = fab.cut_arcs(p1.cut)
     seconds = time.perf_counter() - t_start
     stats["total_s"] = seconds
-    state = _warm_state(topo, p1, k, _shapes_of(classes, lg), loads, mapped=trees,
+    state = _warm_state(topo, _cut_ids(topo, p1), k, _shapes_of(classes, lg), loads, mapped=trees,
                         tree_depths=depths)
     return Schedule(
         collective="allgather", topology=topo.name, gpus=topo.gpus, rate_gbps=rate,

