@@ -38,6 +38,9 @@ def _rows(shape: str, failure: str) -> list[dict]:
     from ..evaluate import transplant
     from ..sim import simulate
 
+    from mccl_runtime.warmup import load_kernels
+
+    load_kernels()          # as a controller does at start-up: the timings are the solves'
     healthy = hpn(*parse_shape(shape))
     degraded = apply_failure(healthy, failure)
     rows = []
