@@ -136,8 +136,12 @@ def _balanced_split(fab: Fabric, is_switch: np.ndarray, k: int, y: Fraction,
     capacity the optimum cannot spare (one-directional degradations), the balanced
     fabric becomes the input and ``k``, ``y`` are chosen again on it (at most 3 times);
     ``stats['balanced_exactly']`` records it and the schedule's rate then sits below
-    ``lp_rate_gbps``."""
+    ``lp_rate_gbps``.  If that does not converge, every cable at a switch gets the smaller
+    of its two directions' capacities (``stats['symmetrized']``): then each switch's
+    in-units equal its out-units by construction, and the trees, synthesized for less
+    capacity than the fabric has, are valid on it."""
     stats["balanced_exactly"] = True
+    original = fab
     for _ in range(3):
         units = (fab.cap * y.denominator) // y.numerator
         split = SplitGraph.from_links(fab.n, fab.tail, fab.head, units, is_switch, fab.gpus, k)
@@ -153,8 +157,31 @@ def _balanced_split(fab: Fabric, is_switch: np.ndarray, k: int, y: Fraction,
         k, y, _ = choose_trees(fab, p1, max_chunks)     # y now in the old tree units
         if y <= 0:
             break
+    fab = _symmetrized(original, is_switch)
+    p1 = optimal_rate(fab)
+    if p1.num > 0:
+        k, y, _ = choose_trees(fab, p1, max_chunks)
+        if y > 0:
+            units = (fab.cap * y.denominator) // y.numerator
+            split = SplitGraph.from_links(fab.n, fab.tail, fab.head, units, is_switch, fab.gpus, k)
+            if balance_switches(split):
+                stats["symmetrized"] = True
+                return split, k
     raise SolveError("switches could not be balanced (in- vs out-capacity) without losing "
-                     "every tree; check one-directional link capacities of the fabric")
+                     "every tree, even with each cable at its weaker direction; check the "
+                     "one-directional links of the fabric")
+
+
+def _symmetrized(fab: Fabric, is_switch: np.ndarray) -> Fabric:
+    """``fab`` with every arc at a switch capped at its reverse arc's capacity (0 when
+    there is none), so every switch's in-capacity equals its out-capacity."""
+    reverse = {(int(a), int(b)): i for i, (a, b) in enumerate(zip(fab.tail, fab.head))}
+    cap = fab.cap.copy()
+    for i, (a, b) in enumerate(zip(fab.tail.tolist(), fab.head.tolist())):
+        if is_switch[a] or is_switch[b]:
+            j = reverse.get((b, a))
+            cap[i] = min(cap[i], fab.cap[j]) if j is not None else 0
+    return Fabric.build(fab.n, fab.tail, fab.head, cap, fab.gpus)
 
 
 def _pack_fast(lg: LogicalGraph, k: int, guides: dict[int, np.ndarray], stats: dict[str, Any],
