@@ -168,14 +168,15 @@ def test_unbalanced_switch_gives_valid_schedule():
 def test_switch_balancing_falls_back_to_the_weaker_directions(max_chunks):
     """A switch with far more out- than in-capacity (one direction of two cables
     changed): re-optimising on the balanced fabric does not converge for K = 3, 10, 20
-    (this raised SolveError), so every cable at a switch takes its weaker direction,
-    which balances every switch; the trees are valid on the real fabric, warm too."""
+    (this raised SolveError) and reaches only 16.7 Gbps for K = None; every cable at a
+    switch at its weaker direction balances every switch and gives 100-108 Gbps, so it
+    is chosen; the trees are valid on the real fabric, warm too."""
     topo = irregular(786).with_capacity(src="h0g0", dst="h0sw", gbps=640.0) \
         .with_capacity(src="h0g1", dst="h0g0", gbps=30.0)
     sched = solve_allgather(topo, max_chunks=max_chunks)
     assert sched.stats["balanced_exactly"] is False
-    assert sched.stats.get("symmetrized", False) is (max_chunks is not None)
-    assert 0 < sched.rate_gbps <= sched.lp_rate_gbps
+    assert sched.stats["symmetrized"] is True
+    assert 100.0 - 1e-9 <= sched.rate_gbps <= sched.lp_rate_gbps
     check(topo, sched)
     warm = solve_allgather(topo, warm=solve_allgather(irregular(786), max_chunks=max_chunks),
                            max_chunks=max_chunks)

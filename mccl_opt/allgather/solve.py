@@ -133,43 +133,59 @@ def _phase_one_budget(topo: Topology, max_chunks: int | None, stats: dict[str, A
 def _balanced_split(fab: Fabric, is_switch: np.ndarray, k: int, y: Fraction,
                     max_chunks: int | None, stats: dict[str, Any]) -> tuple[SplitGraph, int]:
     """Tree units of every link, switches balanced.  When balancing must give up
-    capacity the optimum cannot spare (one-directional degradations), the balanced
-    fabric becomes the input and ``k``, ``y`` are chosen again on it (at most 3 times);
-    ``stats['balanced_exactly']`` records it and the schedule's rate then sits below
-    ``lp_rate_gbps``.  If that does not converge, every cable at a switch gets the smaller
-    of its two directions' capacities (``stats['symmetrized']``): then each switch's
-    in-units equal its out-units by construction, and the trees, synthesized for less
-    capacity than the fabric has, are valid on it."""
+    capacity the optimum cannot spare (one-directional degradations;
+    ``stats['balanced_exactly'] = False``, the rate then sits below ``lp_rate_gbps``),
+    two balanced fabrics are tried and the one with more bandwidth per root kept: the
+    balanced units re-optimised (``k``, ``y`` chosen again on them, at most 3 times), and
+    every cable at a switch at the smaller of its two directions' capacities, which
+    balances each switch by construction (``stats['symmetrized']``).  The trees,
+    synthesized for less capacity than the fabric has, are valid on it."""
     stats["balanced_exactly"] = True
-    original = fab
+    units = (fab.cap * y.denominator) // y.numerator
+    split = SplitGraph.from_links(fab.n, fab.tail, fab.head, units, is_switch, fab.gpus, k)
+    if balance_switches(split):
+        return split, k
+    stats["balanced_exactly"] = False
+    options = []                        # (bandwidth per root in quanta, split, k, symmetrized)
+    original, unit = fab, Fraction(1)   # a unit of ``fab``'s capacities, in quanta
     for _ in range(3):
-        units = (fab.cap * y.denominator) // y.numerator
-        split = SplitGraph.from_links(fab.n, fab.tail, fab.head, units, is_switch, fab.gpus, k)
-        if balance_switches(split):
-            return split, k
-        stats["balanced_exactly"] = False
         kept = np.array([split.units.get((a, b), 0) for a, b in
                          zip(fab.tail.tolist(), fab.head.tolist())], np.int64)
-        fab = Fabric.build(fab.n, fab.tail, fab.head, kept, fab.gpus)
-        p1 = optimal_rate(fab)
-        if p1.num == 0:
+        fab, unit = Fabric.build(fab.n, fab.tail, fab.head, kept, fab.gpus), unit * y
+        balanced = _split_for(fab, is_switch, max_chunks)
+        if balanced is None:
             break
-        k, y, _ = choose_trees(fab, p1, max_chunks)     # y now in the old tree units
-        if y <= 0:
+        split, k, y, exact = balanced
+        if exact:
+            options.append((k * y * unit, split, k, False))
             break
-    fab = _symmetrized(original, is_switch)
+    balanced = _split_for(_symmetrized(original, is_switch), is_switch, max_chunks)
+    if balanced is not None and balanced[3]:
+        split, k, y, _ = balanced
+        options.append((k * y, split, k, True))
+    if not options:
+        raise SolveError("switches could not be balanced (in- vs out-capacity) without losing "
+                         "every tree, even with each cable at its weaker direction; check the "
+                         "one-directional links of the fabric")
+    _, split, k, symmetrized = max(options, key=lambda o: o[0])     # ties: re-optimised
+    if symmetrized:
+        stats["symmetrized"] = True
+    return split, k
+
+
+def _split_for(fab: Fabric, is_switch: np.ndarray, max_chunks: int | None
+               ) -> tuple[SplitGraph, int, Fraction, bool] | None:
+    """Phase 1 and the chunk budget on ``fab``, then its tree units with switches
+    balanced: ``(split, k, y, balanced without loss)``, or ``None`` if no tree fits."""
     p1 = optimal_rate(fab)
-    if p1.num > 0:
-        k, y, _ = choose_trees(fab, p1, max_chunks)
-        if y > 0:
-            units = (fab.cap * y.denominator) // y.numerator
-            split = SplitGraph.from_links(fab.n, fab.tail, fab.head, units, is_switch, fab.gpus, k)
-            if balance_switches(split):
-                stats["symmetrized"] = True
-                return split, k
-    raise SolveError("switches could not be balanced (in- vs out-capacity) without losing "
-                     "every tree, even with each cable at its weaker direction; check the "
-                     "one-directional links of the fabric")
+    if p1.num == 0:
+        return None
+    k, y, _ = choose_trees(fab, p1, max_chunks)
+    if y <= 0:
+        return None
+    units = (fab.cap * y.denominator) // y.numerator
+    split = SplitGraph.from_links(fab.n, fab.tail, fab.head, units, is_switch, fab.gpus, k)
+    return split, k, y, balance_switches(split)
 
 
 def _symmetrized(fab: Fabric, is_switch: np.ndarray) -> Fabric:
