@@ -26,6 +26,10 @@ def _child(fn: Callable, rank: int, world: int, path: str, args: tuple, conn) ->
     try:
         dist.init_process_group("gloo", init_method=f"file://{path}", rank=rank,
                                 world_size=world)
+        # every rank's full mesh is up before any rank can finish and exit: a rank whose
+        # fn needs no collective used to close its sockets while a slower rank was still
+        # connecting ("Gloo connectFullMesh failed ... Connection closed by peer")
+        dist.barrier()
         result = fn(rank, world, *args)
         conn.send(("ok", result))
     except BaseException:  # noqa: BLE001 - reported to the parent
