@@ -120,8 +120,8 @@ def _well_formed_trees(topo: Topology, trees: list[TreeChunk]) -> tuple[np.ndarr
     ok = sizes == n - 1
     depth = np.zeros(len(trees), np.int64)
     good = np.flatnonzero(ok)
-    if good.size == 0 or n < 2:
-        return ok & (n < 2), depth
+    if good.size == 0:                 # (a topology has at least two GPUs)
+        return ok, depth
     first = np.cumsum(sizes) - sizes
     edge = ends[ids[first[good][:, None] + np.arange(n - 1)]]          # (trees, n-1, 2)
     tail, head = edge[..., 0], edge[..., 1]

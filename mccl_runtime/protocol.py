@@ -89,8 +89,11 @@ class ReplayGuard:
     def _forget(self, now: float) -> None:
         expired = now - self.window_s
         seen = self._seen
-        while seen and next(iter(seen.values())) < expired:
-            del seen[next(iter(seen))]
+        while seen:
+            nonce, sent = next(iter(seen.items()))
+            if sent >= expired:
+                break
+            del seen[nonce]
         if len(seen) > MAX_NONCES:                 # out-of-order send times kept old ones
             self._seen = {n: t for n, t in seen.items() if t >= expired}
 

@@ -40,7 +40,7 @@ def exact_k(fab: Fabric, p1: PhaseOneResult) -> int:
 
 def _weakest_gpus(fab: Fabric, count: int = 8) -> np.ndarray:
     """The ``count`` GPUs with the smallest ingress (ties: rank order)."""
-    ingress = np.bincount(fab.head, weights=fab.cap, minlength=fab.n)[fab.gpus]
+    ingress = fab.ingress()[fab.gpus]
     return fab.gpus[np.argsort(ingress, kind="stable")[:count]]
 
 

@@ -183,34 +183,37 @@ class PhysicalForest:
 
 
 @njit(cache=True)
+def _rank_depths(parents, depth):
+    """Fill ``depth`` with every rank's hops below the parentless rank its parent
+    links lead to; ``False`` if some rank's links run in a cycle instead."""
+    n = parents.size
+    depth[:] = -1
+    for v in range(n):
+        d, w = 0, v                      # climb to a rank of known depth
+        while w >= 0 and depth[w] < 0:
+            d += 1
+            if d > n:
+                return False
+            w = parents[w]
+        base, w = (-1 if w < 0 else depth[w]), v
+        while w >= 0 and depth[w] < 0:   # write the depths on the way up
+            depth[w] = base + d
+            d -= 1
+            w = parents[w]
+    return True
+
+
+@njit(cache=True)
 def _spanning_depths(parent, roots):
     """Per tree: its depth, or -1 unless every rank reaches the root through parent
     links (a rank without a parent or on a cycle, or a root with a parent)."""
     num_trees, n = parent.shape
-    out = np.empty(num_trees, np.int64)
+    out = np.full(num_trees, -1, np.int64)
     depth = np.empty(n, np.int64)
     for t in range(num_trees):
-        depth[:] = -1
-        depth[roots[t]] = 0
-        out[t] = -1 if parent[t, roots[t]] >= 0 else 0
-        for v in range(n):
-            if out[t] < 0:
-                break
-            d, w = 0, v                  # climb to a rank of known depth (at most n hops)
-            while depth[w] < 0 and d <= n:
-                w = parent[t, w]
-                d += 1
-                if w < 0:
-                    break
-            if w < 0 or d > n:
-                out[t] = -1
-                break
-            base, w = depth[w], v        # write the depths on the way up
-            while depth[w] < 0:
-                depth[w] = base + d
-                d -= 1
-                w = parent[t, w]
-            out[t] = max(out[t], depth[v])
+        if (parent[t] < 0).sum() == 1 and parent[t, roots[t]] < 0 \
+                and _rank_depths(parent[t], depth):
+            out[t] = depth.max()
     return out
 
 
@@ -642,18 +645,7 @@ def _edge_order(parent, via):
     max_depth = np.zeros(num_trees, np.int64)
     out = np.empty((num_trees, n - 1), np.int64)
     for t in range(num_trees):
-        depth[:] = -1
-        for v in range(n):
-            d, w = 0, v                  # climb to a rank of known depth
-            while w >= 0 and depth[w] < 0:
-                d += 1
-                w = parent[t, w]
-            base = -1 if w < 0 else depth[w]
-            w = v                        # write the depths on the way up
-            while w >= 0 and depth[w] < 0:
-                depth[w] = base + d
-                d -= 1
-                w = parent[t, w]
+        _rank_depths(parent[t], depth)
         top = depth.max()
         max_depth[t] = top
         i = 0

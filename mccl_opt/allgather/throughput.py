@@ -61,6 +61,10 @@ class Fabric:
         mask[self.gpus] = True
         return mask
 
+    def ingress(self) -> np.ndarray:
+        """Capacity into every node (quanta)."""
+        return np.bincount(self.head, weights=self.cap, minlength=self.n).astype(np.int64)
+
     def cut_arcs(self, sink_side: np.ndarray) -> np.ndarray:
         """Mask of the arcs entering ``sink_side`` (δ⁻(S))."""
         return ~sink_side[self.tail] & sink_side[self.head]
@@ -99,7 +103,7 @@ def cut_upper_bound(fab: Fabric, hint_cuts: list[np.ndarray] | None = None) -> P
     after a failure and lets a completed packing certify the guess (§4.3)."""
     is_gpu = fab.is_gpu()
     n_gpu = fab.num_gpus
-    ingress = np.bincount(fab.head, weights=fab.cap, minlength=fab.n).astype(np.int64)
+    ingress = fab.ingress()
     egress = np.bincount(fab.tail, weights=fab.cap, minlength=fab.n).astype(np.int64)
     best: tuple[int, int, np.ndarray] | None = None
     if n_gpu > 1:
@@ -133,7 +137,7 @@ def optimal_rate(fab: Fabric, hint_cuts: list[np.ndarray] | None = None) -> Phas
     if n_gpu < 2:
         raise ValueError("a fabric needs at least two GPUs for an AllGather rate")
     is_gpu = fab.is_gpu()
-    ingress = np.bincount(fab.head, weights=fab.cap, minlength=fab.n).astype(np.int64)
+    ingress = fab.ingress()
     g = int(fab.gpus[np.argmin(ingress[fab.gpus])])     # the first GPU of least ingress
     single = np.zeros(fab.n, bool)
     single[g] = True
