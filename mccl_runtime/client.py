@@ -1,14 +1,19 @@
 """Executor-side client of the controller service: push telemetry, fetch or subscribe
-to schedule versions.  Every receive is bounded by a timeout (``zmq.Poller``), so a dead
-controller raises :class:`~mccl_runtime.protocol.ProtocolError` instead of hanging."""
+to schedule versions.  Every receive is bounded by a timeout (``zmq.Poller``) and by
+size (``ZMQ_MAXMSGSIZE``), so a dead or misbehaving controller raises
+:class:`~mccl_runtime.protocol.ProtocolError` instead of hanging; telemetry batches are
+split into requests of at most :data:`~mccl_runtime.protocol.MAX_BATCH_SAMPLES`."""
 
 from __future__ import annotations
 
+from collections import Counter
+from itertools import islice
 from typing import Any, Iterable
 
 from mccl_opt.schedule import Schedule
 
-from .protocol import REPLIES, SCHEDULE_TOPIC, ProtocolError, ReplayGuard, decode, encode
+from .protocol import (MAX_BATCH_SAMPLES, MAX_MESSAGE_BYTES, REPLIES, SCHEDULE_TOPIC, ProtocolError,
+                       ReplayGuard, decode, encode)
 
 __all__ = ["ControllerClient", "Subscription", "ScheduleUpdate"]
 
@@ -30,6 +35,7 @@ class ControllerClient:
     def _connect(self) -> Any:
         sock = self._ctx.socket(self._zmq.DEALER)
         sock.setsockopt(self._zmq.LINGER, 0)
+        sock.setsockopt(self._zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES)
         sock.connect(self.endpoint)
         return sock
 
@@ -54,14 +60,26 @@ class ControllerClient:
         return self.request("register", {"comm": comm, "name": name, "kind": kind})[1]["registered"]
 
     def push_telemetry(self, samples: Iterable[dict[str, Any]]) -> dict[str, Any]:
-        """Send one batch; returns ``{"accepted": n, "rejected": {reason: count}}``."""
-        return self.request("telemetry", {"samples": list(samples)})[1]
+        """Send a batch (as requests of at most ``MAX_BATCH_SAMPLES`` samples); returns
+        ``{"accepted": n, "rejected": {reason: count}}`` summed over the requests."""
+        it, accepted, rejected = iter(samples), 0, Counter()
+        while True:
+            part = list(islice(it, MAX_BATCH_SAMPLES))
+            body = self.request("telemetry", {"samples": part})[1]
+            accepted += int(body.get("accepted", 0))
+            rejected.update({str(k): int(v) for k, v in dict(body.get("rejected", {})).items()})
+            if len(part) < MAX_BATCH_SAMPLES:
+                break
+        return {"accepted": accepted, "rejected": dict(rejected)}
 
     def get_schedule(self, comm: str, name: str) -> tuple[int, Schedule | None]:
         """The active version and schedule (``(0, None)`` before the first synthesis)."""
         body = self.request("get_schedule", {"comm": comm, "name": name})[1]
         sched = body.get("schedule")
-        return int(body["version"]), Schedule.from_dict(sched) if sched is not None else None
+        try:
+            return int(body["version"]), Schedule.from_dict(sched) if sched is not None else None
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ProtocolError("bad_reply", f"malformed schedule reply from the controller: {exc}") from None
 
     def list(self) -> list[dict[str, Any]]:
         return self.request("list")[1]["collectives"]
@@ -93,6 +111,7 @@ class Subscription:
 
         self._sock = ctx.socket(zmq.SUB)
         self._sock.setsockopt(zmq.LINGER, 0)
+        self._sock.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES)
         self._sock.setsockopt(zmq.SUBSCRIBE, SCHEDULE_TOPIC)
         self._sock.connect(endpoint)
         self.key = key

@@ -13,6 +13,13 @@ ignored.
 Requests: ``ping``, ``register``, ``telemetry``, ``get_schedule``, ``list``, ``stats``.
 Replies: ``ok``, ``schedule``, ``error`` (body ``{"reason", "message"}``).  The
 publisher sends ``schedule`` messages under the topic ``b"schedule"``.
+
+Limits (docs/runtime.md, "Limits and guarantees"): a request is at most
+:data:`MAX_REQUEST_BYTES` (replies and publications, which carry schedules, at most
+:data:`MAX_MESSAGE_BYTES`), nested at most :data:`MAX_DEPTH` deep, with integer
+literals of at most :data:`MAX_INT_DIGITS` digits; a telemetry request carries at most
+:data:`MAX_BATCH_SAMPLES` samples.  Error messages never quote more than a few dozen
+characters of what the sender sent.
 """
 
 from __future__ import annotations
@@ -21,6 +28,8 @@ import hashlib
 import hmac
 import json
 import math
+import os
+import re
 import secrets
 import time
 from dataclasses import dataclass
@@ -29,15 +38,27 @@ from typing import Any, Callable, Mapping
 
 from mccl_opt.errors import MCCLError
 
-__all__ = ["VERSION", "REQUESTS", "REPLIES", "MAX_MESSAGE_BYTES", "REPLAY_WINDOW_S",
+__all__ = ["VERSION", "REQUESTS", "REPLIES", "MAX_MESSAGE_BYTES", "MAX_REQUEST_BYTES",
+           "MAX_BATCH_SAMPLES", "MAX_DEPTH", "MAX_INT_DIGITS", "REPLAY_WINDOW_S",
            "ProtocolError", "Message", "ReplayGuard", "encode", "decode", "load_key",
-           "SCHEDULE_TOPIC"]
+           "brief", "SCHEDULE_TOPIC"]
 
 VERSION = 2
 REQUESTS = ("ping", "register", "telemetry", "get_schedule", "list", "stats")
 REPLIES = ("ok", "schedule", "error")
 SCHEDULE_TOPIC = b"schedule"
+#: largest reply or publication (a schedule of a large fabric)
 MAX_MESSAGE_BYTES = 64 << 20
+#: largest request; the service's socket drops the connection of a peer sending more
+MAX_REQUEST_BYTES = 2 << 20
+#: samples per telemetry request (the client splits larger batches): one batch costs
+#: the service a few ms, so a ping never waits behind a long one
+MAX_BATCH_SAMPLES = 8192
+#: nesting depth of a message (the deepest legitimate one, a schedule, has 7 levels)
+MAX_DEPTH = 32
+#: digits of an integer literal (larger ones cannot be a count, time or rate)
+MAX_INT_DIGITS = 20
+_SIG = re.compile(r"[0-9a-f]{64}")
 MIN_KEY_BYTES = 16
 #: how far (seconds) a signed message's send time may be from the receiver's clock
 REPLAY_WINDOW_S = 60.0
@@ -74,8 +95,8 @@ class ReplayGuard:
 
     def check(self, ts: Any, nonce: Any) -> None:
         now = self.clock()
-        if isinstance(ts, bool) or not isinstance(ts, (int, float)) or not math.isfinite(ts):
-            raise ProtocolError("bad_envelope", "a signed message needs a numeric 'ts'")
+        if isinstance(ts, bool) or not isinstance(ts, (int, float)) or not _finite(ts):
+            raise ProtocolError("bad_envelope", "a signed message needs a finite numeric 'ts'")
         if not isinstance(nonce, str) or len(nonce) != 32:
             raise ProtocolError("bad_envelope", "a signed message needs a 32-hex-digit 'nonce'")
         if abs(now - ts) > self.window_s:
@@ -96,6 +117,41 @@ class ReplayGuard:
             del seen[nonce]
         if len(seen) > MAX_NONCES:                 # out-of-order send times kept old ones
             self._seen = {n: t for n, t in seen.items() if t >= expired}
+
+
+def _finite(x: int | float) -> bool:
+    try:
+        return math.isfinite(x)
+    except OverflowError:                       # an int beyond float range
+        return False
+
+
+def brief(value: Any, limit: int = 40) -> str:
+    """``repr(value)`` cut to ``limit`` characters: error replies never echo a
+    sender's input back at length."""
+    text = repr(value) if not isinstance(value, (str, bytes)) or len(value) <= limit else repr(value[:limit])
+    return text if len(text) <= limit + 2 else text[:limit] + "..."
+
+
+def _parse_int(text: str) -> int:
+    if len(text.lstrip("-")) > MAX_INT_DIGITS:
+        raise ProtocolError("malformed_json", f"an integer literal has {len(text)} digits; "
+                                              f"at most {MAX_INT_DIGITS} are accepted")
+    return int(text)
+
+
+def _too_deep(obj: Any, limit: int) -> bool:
+    """Whether containers nest deeper than ``limit`` (an explicit stack, no recursion)."""
+    stack = [(obj, 1)]
+    while stack:
+        o, depth = stack.pop()
+        items = o.values() if isinstance(o, dict) else o
+        for v in items:
+            if isinstance(v, (dict, list)):
+                if depth >= limit:
+                    return True
+                stack.append((v, depth + 1))
+    return False
 
 
 def _canonical(v: int, type_: str, body: Any, ts: Any, nonce: Any) -> bytes:
@@ -119,30 +175,36 @@ def encode(type_: str, body: Mapping[str, Any] | None = None, key: bytes | None 
 
 
 def decode(raw: bytes, key: bytes | None = None, types: tuple[str, ...] | None = None,
-           guard: ReplayGuard | None = None) -> Message:
+           guard: ReplayGuard | None = None, max_bytes: int = MAX_MESSAGE_BYTES) -> Message:
     """Parse and check one message; raises :class:`ProtocolError` with a reason:
-    ``too_large``, ``malformed_json``, ``bad_envelope``, ``unsupported_version``,
-    ``unknown_type``, ``unsigned``, ``bad_signature``, and with a ``guard``, ``stale``
-    or ``replayed``."""
-    if len(raw) > MAX_MESSAGE_BYTES:
-        raise ProtocolError("too_large", f"message of {len(raw)} bytes exceeds {MAX_MESSAGE_BYTES}")
+    ``too_large``, ``malformed_json`` (also too deep or an over-long integer),
+    ``bad_envelope``, ``unsupported_version``, ``unknown_type``, ``unsigned``,
+    ``bad_signature``, and with a ``guard``, ``stale`` or ``replayed``.  Nothing else
+    escapes, whatever the bytes."""
+    if len(raw) > max_bytes:
+        raise ProtocolError("too_large", f"message of {len(raw)} bytes exceeds {max_bytes}")
     try:
-        data = json.loads(raw)
+        data = json.loads(raw, parse_int=_parse_int)
+    except RecursionError:
+        raise ProtocolError("malformed_json", f"message nests deeper than {MAX_DEPTH} levels") from None
     except (UnicodeDecodeError, ValueError) as exc:
-        raise ProtocolError("malformed_json", f"message is not JSON: {exc}") from None
+        raise ProtocolError("malformed_json", f"message is not JSON: {brief(str(exc), 80)}") from None
     if not isinstance(data, dict) or not {"v", "type", "body"} <= set(data) or not isinstance(data["body"], dict):
         raise ProtocolError("bad_envelope", 'a message must be {"v": 2, "type": ..., "body": {...}, "sig": ...}')
+    if _too_deep(data, MAX_DEPTH):
+        raise ProtocolError("malformed_json", f"message nests deeper than {MAX_DEPTH} levels")
     if data["v"] != VERSION:
-        raise ProtocolError("unsupported_version", f"protocol version {data['v']!r} is not supported (this is {VERSION})")
+        raise ProtocolError("unsupported_version", f"protocol version {brief(data['v'])} is not supported "
+                                                   f"(this is {VERSION})")
     type_ = data["type"]
     if not isinstance(type_, str) or (types is not None and type_ not in types):
-        raise ProtocolError("unknown_type", f"message type {type_!r} is not one of {types}")
+        raise ProtocolError("unknown_type", f"message type {brief(type_)} is not one of {types}")
     if key:
         sig = data.get("sig")
         if not isinstance(sig, str):
             raise ProtocolError("unsigned", "this controller requires signed messages; pass the shared key file")
         ts, nonce = data.get("ts"), data.get("nonce")
-        if not hmac.compare_digest(sig, _sign(key, VERSION, type_, data["body"], ts, nonce)):
+        if not _SIG.fullmatch(sig) or not hmac.compare_digest(sig, _sign(key, VERSION, type_, data["body"], ts, nonce)):
             raise ProtocolError("bad_signature", "message signature does not match the shared key")
         if guard is not None:
             guard.check(ts, nonce)
@@ -150,11 +212,16 @@ def decode(raw: bytes, key: bytes | None = None, types: tuple[str, ...] | None =
 
 
 def load_key(path: str | Path) -> bytes:
-    """Read a shared key file (at least 16 bytes after stripping whitespace)."""
+    """Read a shared key file (at least 16 bytes after stripping whitespace) that only
+    its owner can read (a key readable by group or others is refused)."""
     try:
+        mode = os.stat(path).st_mode
         key = Path(path).read_bytes().strip()
     except OSError as exc:
         raise MCCLError(f"cannot read key file {str(path)!r}: {exc.strerror}") from None
+    if os.name == "posix" and mode & 0o077:
+        raise MCCLError(f"key file {str(path)!r} is readable by group or others (mode {mode & 0o777:o}); "
+                        f"run `chmod 600 {path}`")
     if len(key) < MIN_KEY_BYTES:
         raise MCCLError(f"key file {str(path)!r} holds {len(key)} bytes; use at least {MIN_KEY_BYTES} "
                         "(e.g. `head -c 32 /dev/urandom | base64 > key`)")

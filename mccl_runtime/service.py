@@ -2,45 +2,79 @@
 
 A ZeroMQ ROUTER socket answers requests (:mod:`mccl_runtime.protocol`) from executors
 (REQ or DEALER sockets); a PUB socket publishes every new schedule version under the
-topic ``b"schedule"``.  Each telemetry batch is ingested and followed by one manager
-decision (Algorithm 1, re-synthesis start); finished re-syntheses are collected on every
-loop turn.  Binding is loopback-only unless ``allow_remote`` is set.  The state (the
-topology, the telemetry channels behind ``M``, the schedules with their versions and
-the counters) is saved atomically after every publish or registration, at most every
-``persist_interval_s`` after telemetry, and on shutdown; a restarted service resumes
-from it without re-synthesizing.  :meth:`ControllerService.stop` (the CLI wires
-SIGTERM/SIGINT to it) ends the loop, saves the state and closes the sockets.
+topic ``b"schedule"``.  One loop turn receives up to :data:`TURN_MESSAGES` requests (or
+:data:`TURN_BUDGET_S` of work), makes one manager decision (Algorithm 1, re-synthesis
+start) if telemetry arrived, collects finished re-syntheses and publishes them.
+
+Guarantees (docs/runtime.md, "Limits and guarantees"):
+
+* **A message never stops the service.**  Every exception a request raises becomes an
+  ``error`` reply (reason ``internal`` for unexpected ones), a counted rejection and a
+  log line; failures of the loop's own work (a synthesizer bug) are logged and counted.
+* **Persist before publish.**  A new version is written to the state file before it
+  goes out on PUB, so a version seen by anyone survives a crash and is never reused
+  for other chunks; a registration is written before it is acknowledged.
+* **Bounded work.**  Requests above ``max_request_bytes`` are dropped by the socket
+  (``ZMQ_MAXMSGSIZE``); a telemetry request carries at most ``MAX_BATCH_SAMPLES``
+  samples; at most ``max_collectives`` collectives are registered; telemetry alone
+  rewrites the state at most every ``persist_interval_s``.
+
+Binding is loopback-only unless ``allow_remote`` is set, which needs a key.
+:meth:`ControllerService.stop` (the CLI wires SIGTERM/SIGINT to it) ends the loop, saves
+the state and closes the sockets.
 """
 
 from __future__ import annotations
 
+import ipaddress
+import logging
 import threading
 import time
 from collections import Counter
 from pathlib import Path
 from typing import Any, Callable
-from urllib.parse import urlsplit
 
-from mccl_opt.errors import MCCLError, TopologyError
+from mccl_opt.errors import MCCLError
 from mccl_opt.topology import Topology
 
 from .manager import Event, Policy, ScheduleManager, Synthesizer
-from .protocol import (REPLAY_WINDOW_S, REQUESTS, SCHEDULE_TOPIC, Message, ProtocolError,
-                       ReplayGuard, decode, encode)
-from .state import load_state, save_state
+from .protocol import (MAX_BATCH_SAMPLES, MAX_REQUEST_BYTES, REPLAY_WINDOW_S, REQUESTS,
+                       SCHEDULE_TOPIC, Message, ProtocolError, ReplayGuard, brief, decode, encode)
+from .state import load_state, remove_temporaries, save_state
 from .telemetry import MeasurementStore
 
-__all__ = ["ControllerService", "is_loopback"]
+__all__ = ["ControllerService", "is_loopback", "MAX_COLLECTIVES", "MAX_NAME_CHARS"]
 
-LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1", "[::1]")
+log = logging.getLogger("mccl.controller")
+
+#: registered collectives per controller (each costs a schedule in every state write)
+MAX_COLLECTIVES = 256
+#: characters of a communicator or collective name
+MAX_NAME_CHARS = 128
+#: requests handled per loop turn before the loop decides, publishes and persists
+TURN_MESSAGES = 64
+TURN_BUDGET_S = 0.02
+#: characters of an error reply's message
+MAX_ERROR_CHARS = 300
 
 
 def is_loopback(endpoint: str) -> bool:
-    """True for ``ipc://``/``inproc://`` endpoints and TCP on a loopback address."""
+    """True for ``ipc://``/``inproc://`` endpoints and TCP on a loopback address
+    (``localhost``, ``127.0.0.0/8``, ``::1``); the host is parsed as an IP address, so
+    a host name that merely starts with ``127.`` is not loopback."""
     if endpoint.startswith(("ipc://", "inproc://")):
         return True
-    host = urlsplit(endpoint.replace("*", "0")).hostname if endpoint.startswith("tcp://") else None
-    return host in LOOPBACK_HOSTS or (host or "").startswith("127.")
+    if not endpoint.startswith("tcp://"):
+        return False
+    host = endpoint[len("tcp://"):].rpartition(":")[0]
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def _ephemeral(endpoint: str) -> str:
@@ -56,42 +90,55 @@ class ControllerService:
                  state_path: str | Path | None = None, synthesize: Synthesizer | None = None,
                  alpha: float = 0.012, policy: Policy = Policy(), allow_remote: bool = False,
                  persist_interval_s: float = 1.0, clock: Callable[[], float] = time.time,
-                 replay_window_s: float = REPLAY_WINDOW_S) -> None:
+                 replay_window_s: float = REPLAY_WINDOW_S, max_collectives: int = MAX_COLLECTIVES,
+                 max_request_bytes: int = MAX_REQUEST_BYTES) -> None:
         if pub_bind is None:
             pub_bind = bind.rsplit(":", 1)[0] + ":*" if bind.startswith("tcp://") else bind + "-pub"
+        if allow_remote and not key:
+            raise MCCLError("--allow-remote needs a --key-file: without a key anyone who can reach the "
+                            "port could inject telemetry and read schedules")
         for ep in (bind, pub_bind):
             if not allow_remote and not is_loopback(ep):
-                raise MCCLError(f"refusing to bind {ep!r}: not a loopback address; pass --allow-remote "
-                                "(and a --key-file) to expose the controller to the network")
+                raise MCCLError(f"refusing to bind {brief(ep, 80)}: not a loopback address; pass "
+                                "--allow-remote (and a --key-file) to expose the controller to the network")
         self.bind_req, self.bind_pub = _ephemeral(bind), _ephemeral(pub_bind)
         self.key = key
         self.replay = ReplayGuard(replay_window_s) if key else None
         self.clock = clock
         self.state_path = Path(state_path) if state_path else None
         self.persist_interval_s = persist_interval_s
+        self.max_collectives = max_collectives
+        self.max_request_bytes = max_request_bytes
         self.store = MeasurementStore(topo, alpha=alpha, clock=clock)
         self.manager = ScheduleManager(self.store, synthesize, policy)
         self.protocol_errors: Counter[str] = Counter()
         self.requests: Counter[str] = Counter()
+        self.internal_errors = 0
         self.endpoint: str | None = None
         self.pub_endpoint: str | None = None
         self.ready = threading.Event()
         self.resumed = False
         self._stop = threading.Event()
-        self._dirty_since: float | None = None
+        self._dirty_since: float | None = None     # telemetry not yet written
+        self._must_persist = False                 # a registration not yet written
+        self._decide = False                       # telemetry arrived since the last decision
+        self._unpublished: list[Event] = []        # new versions waiting for their write
         self._resume()
 
     # ------------------------------------------------------------------ state
     def _resume(self) -> None:
-        state = load_state(self.state_path) if self.state_path else None
+        if self.state_path is None:
+            return
+        for tmp in remove_temporaries(self.state_path):
+            log.warning("removed %s, left by a write that did not finish", tmp)
+        state = load_state(self.state_path, self.store.topo, now=self.clock(),
+                           max_ratio=self.store.max_ratio,
+                           future_tolerance_s=self.store.future_tolerance_s)
         if state is None:
             return
-        if Topology.from_dict(state.get("topology")) != self.store.topo:
-            raise TopologyError(f"state file {self.state_path} was written for another topology; pass that "
-                                "topology or delete the state file")
-        self.store.restore(state.get("telemetry", {}))
-        self.manager.restore(state.get("manager", {}))
-        self.protocol_errors.update(state.get("protocol_errors", {}))
+        self.store.restore(state["telemetry"])
+        self.manager.restore(state["manager"])
+        self.protocol_errors.update(state["protocol_errors"])
         self.resumed = True
 
     def state(self) -> dict[str, Any]:
@@ -99,9 +146,11 @@ class ControllerService:
                 "manager": self.manager.to_dict(), "protocol_errors": dict(self.protocol_errors)}
 
     def persist(self) -> None:
+        """Write the state file (if any) now."""
         if self.state_path:
             save_state(self.state_path, self.state())
         self._dirty_since = None
+        self._must_persist = False
 
     # ------------------------------------------------------------------ loop
     def stop(self) -> None:
@@ -112,56 +161,107 @@ class ControllerService:
         """Run until :meth:`stop`; always saves the state and closes the sockets."""
         import zmq
 
+        if not self.key:
+            log.warning("serving WITHOUT a key: any local process can inject telemetry and "
+                        "register collectives; pass --key-file to sign and check every message")
         ctx = zmq.Context()
         router = ctx.socket(zmq.ROUTER)
         pub = ctx.socket(zmq.PUB)
         for s in (router, pub):
             s.setsockopt(zmq.LINGER, 0)
+        router.setsockopt(zmq.MAXMSGSIZE, self.max_request_bytes)
         try:
-            router.bind(self.bind_req)
-            pub.bind(self.bind_pub)
+            for sock, ep in ((router, self.bind_req), (pub, self.bind_pub)):
+                try:
+                    sock.bind(ep)
+                except zmq.ZMQError as exc:
+                    raise MCCLError(f"cannot bind {ep}: {exc}; is another controller running there? "
+                                    "pick another --bind/--pub-bind (port 0 picks a free one)") from None
             self.endpoint = router.getsockopt(zmq.LAST_ENDPOINT).decode()
             self.pub_endpoint = pub.getsockopt(zmq.LAST_ENDPOINT).decode()
             self.ready.set()
             poller = zmq.Poller()
             poller.register(router, zmq.POLLIN)
             while not self._stop.is_set():
-                if poller.poll(poll_ms):
-                    for _ in range(64):
-                        try:
-                            frames = router.recv_multipart(zmq.NOBLOCK)
-                        except zmq.Again:
-                            break
-                        self._handle(router, pub, frames)
-                self._publish(pub, self.manager.poll(self.clock()))
-                if self._dirty_since is not None and self.clock() - self._dirty_since >= self.persist_interval_s:
-                    self.persist()
+                held = self._receive(router, zmq) if poller.poll(poll_ms) else []
+                self._turn(pub)
+                for frames in held:                # acknowledged once written
+                    router.send_multipart(frames)
         finally:
             self.ready.set()
             self.manager.close()
-            self.persist()
+            self._guarded("final state write", self.persist)
             router.close(0)
             pub.close(0)
             ctx.term()
 
-    def _handle(self, router: Any, pub: Any, frames: list[bytes]) -> None:
-        envelope, payload = frames[:-1], frames[-1]
+    def _receive(self, router: Any, zmq: Any) -> list[list[bytes]]:
+        """Answer up to one turn's requests; returns the replies held back until the
+        state is written (registrations)."""
+        held = []
+        deadline = time.perf_counter() + TURN_BUDGET_S
+        for _ in range(TURN_MESSAGES):
+            try:
+                frames = router.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                break
+            reply = self._handle(frames)
+            if reply is not None and self._must_persist:
+                held.append(reply)
+            elif reply is not None:
+                router.send_multipart(reply)
+            if time.perf_counter() > deadline:
+                break
+        return held
+
+    def _turn(self, pub: Any) -> None:
+        """The loop's own work: one decision, collect jobs, publish, persist."""
+        now = self.clock()
+        events: list[Event] = []
+        if self._decide:
+            self._decide = False
+            events = self._guarded("decision", lambda: self.manager.step(now)) or []
+        else:
+            events = self._guarded("collecting re-syntheses", lambda: self.manager.poll(now)) or []
+        self._publish(pub, events)
+        if self._must_persist or (self._dirty_since is not None
+                                  and self.clock() - self._dirty_since >= self.persist_interval_s):
+            self._guarded("state write", self.persist)
+
+    def _guarded(self, what: str, work: Callable[[], Any]) -> Any:
+        """Run the loop's own work; an exception is logged and counted, not fatal
+        (the result is then ``False``)."""
+        try:
+            return work()
+        except Exception:
+            self.internal_errors += 1
+            log.exception("controller: %s failed; the service keeps running", what)
+            return False
+
+    def _handle(self, frames: list[bytes]) -> list[bytes] | None:
+        """One request to its reply frames; never raises."""
         if len(frames) < 2:
             self.protocol_errors["bad_frames"] += 1
-            return
+            return None
+        envelope, payload = frames[:-1], frames[-1]
         try:
-            msg = decode(payload, self.key, REQUESTS, self.replay)
+            msg = decode(payload, self.key, REQUESTS, self.replay, max_bytes=self.max_request_bytes)
             self.requests[msg.type] += 1
-            reply_type, body = self._dispatch(msg, pub)
+            return envelope + [encode(*self._dispatch(msg), self.key)]
         except ProtocolError as exc:
             self.protocol_errors[exc.reason] += 1
-            reply_type, body = "error", {"reason": exc.reason, "message": str(exc)}
+            body = {"reason": exc.reason, "message": str(exc)[:MAX_ERROR_CHARS]}
         except MCCLError as exc:
             self.protocol_errors["rejected"] += 1
-            reply_type, body = "error", {"reason": "rejected", "message": str(exc)}
-        router.send_multipart(envelope + [encode(reply_type, body, self.key)])
+            body = {"reason": "rejected", "message": str(exc)[:MAX_ERROR_CHARS]}
+        except Exception as exc:                   # a bug: answer, count, log, keep serving
+            self.protocol_errors["internal"] += 1
+            log.exception("controller: a %d-byte request raised %s", len(payload), type(exc).__name__)
+            body = {"reason": "internal", "message": f"the controller failed on this request "
+                                                     f"({type(exc).__name__}); it is logged"}
+        return envelope + [encode("error", body, self.key)]
 
-    def _dispatch(self, msg: Message, pub: Any) -> tuple[str, dict[str, Any]]:
+    def _dispatch(self, msg: Message) -> tuple[str, dict[str, Any]]:
         b, now = msg.body, self.clock()
         if msg.type == "ping":
             return "ok", {"topology": self.store.topo.name, "pub": self.pub_endpoint, "resumed": self.resumed}
@@ -169,15 +269,15 @@ class ControllerService:
             samples = b.get("samples")
             if not isinstance(samples, list):
                 raise ProtocolError("bad_body", "telemetry body needs 'samples': a list of samples")
+            if len(samples) > MAX_BATCH_SAMPLES:
+                raise ProtocolError("too_large", f"{len(samples)} samples in one request; at most "
+                                                 f"{MAX_BATCH_SAMPLES} (split the batch)")
             report = self.store.ingest(samples, now)
-            self._publish(pub, self.manager.step(now))
+            self._decide = True
             self._dirty_since = self._dirty_since if self._dirty_since is not None else now
             return "ok", report.to_dict()
         if msg.type == "register":
-            comm, name, kind = (_field(b, k) for k in ("comm", "name", "kind"))
-            colls = self.manager.register(comm, name, kind, now=now)
-            self.persist()
-            return "ok", {"registered": [c.name for c in colls]}
+            return "ok", {"registered": self._register(_field(b, "comm"), _field(b, "name"), _field(b, "kind"), now)}
         if msg.type == "get_schedule":
             coll = self.manager.get(_field(b, "comm"), _field(b, "name"))
             return "schedule", {"comm": coll.comm, "name": coll.name, "version": coll.version,
@@ -187,21 +287,43 @@ class ControllerService:
                                            "dynamic": c.dynamic, "version": c.version}
                                           for c in self.manager.collectives()]}
         return "ok", {"telemetry": self.store.counters(), "manager": dict(self.manager.counters),
-                      "protocol_errors": dict(self.protocol_errors), "requests": dict(self.requests)}
+                      "protocol_errors": dict(self.protocol_errors), "requests": dict(self.requests),
+                      "internal_errors": self.internal_errors}
+
+    def _register(self, comm: str, name: str, kind: str, now: float) -> list[str]:
+        """Register all of a collective or nothing (an AllReduce is two entries), within
+        the cap; the reply waits until the state file holds it."""
+        names = [f"{name}/reducescatter", f"{name}/allgather"] if kind == "allreduce" else [name]
+        taken = [n for n in names if any(c.key == (comm, n) for c in self.manager.collectives())]
+        if taken:
+            raise MCCLError(f"collective {brief(comm)}/{brief(taken[0])} is already registered")
+        if len(self.manager.collectives()) + len(names) > self.max_collectives:
+            raise MCCLError(f"this controller already serves {len(self.manager.collectives())} collectives "
+                            f"(at most {self.max_collectives})")
+        colls = self.manager.register(comm, name, kind, now=now)
+        self._must_persist = True
+        return [c.name for c in colls]
 
     def _publish(self, pub: Any, events: list[Event]) -> None:
-        published = [e for e in events if e.action == "published"]
-        for e in published:
-            coll = self.manager.get(e.comm, e.name)
+        """Write the state, then send the new versions (never the other way round: a
+        version someone saw must survive a crash).  If the write fails, the versions
+        wait and both are retried on the next turn."""
+        self._unpublished += [e for e in events if e.action == "published"]
+        if not self._unpublished:
+            return
+        if self._guarded("state write before publishing", self.persist) is False:
+            return
+        for key in dict.fromkeys((e.comm, e.name) for e in self._unpublished):
+            coll = self.manager.get(*key)           # its latest version, the one written
             body = {"comm": coll.comm, "name": coll.name, "version": coll.version,
                     "schedule": coll.schedule.to_dict()}
             pub.send_multipart([SCHEDULE_TOPIC, encode("schedule", body, self.key)])
-        if published:
-            self.persist()
+        self._unpublished = []
 
 
 def _field(body: dict[str, Any], name: str) -> str:
     v = body.get(name)
-    if not isinstance(v, str) or not v:
-        raise ProtocolError("bad_body", f"request body needs a non-empty string {name!r}")
+    if not isinstance(v, str) or not v or len(v) > MAX_NAME_CHARS or not v.isprintable():
+        raise ProtocolError("bad_body", f"request body needs a printable string {name!r} of 1 to "
+                                        f"{MAX_NAME_CHARS} characters")
     return v
