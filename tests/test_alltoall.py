@@ -14,7 +14,7 @@ import scipy.sparse as sp
 from scipy.optimize import linprog
 from scipy.sparse.csgraph import dijkstra
 
-from formulations.compact import _expanded_arcs, build_compact_lp
+from formulations.compact import build_compact_lp
 from instances import dgx, fail1, fail2, fail3, hpn, irregular, ring
 from mccl_opt import Schedule, SolverLicenseError, TopologyError, validate
 from mccl_opt.alltoall import solve_alltoall
@@ -98,6 +98,23 @@ def test_every_backend_reaches_the_same_optimum(name):
     assert sched.solver["backend"] == name
 
 
+def time_expanded_arcs(topo, steps):
+    """The time-expanded graph of paper §4.2, built here independently of the package:
+    copy ``i`` of every node for ``i = 0..steps``; an arc into a switch stays in its copy,
+    any other arc moves one copy up.  Returns (tail, head, physical link) and node count."""
+    a = topo.arrays
+    n = topo.num_nodes
+    et, eh, el = [], [], []
+    for i in range(steps + 1):
+        for link in range(topo.num_links):
+            into_switch = a.is_switch[a.head[link]]
+            if into_switch or i < steps:
+                et.append(i * n + a.tail[link])
+                eh.append((i if into_switch else i + 1) * n + a.head[link])
+                el.append(link)
+    return np.array(et), np.array(eh), np.array(el), (steps + 1) * n
+
+
 def test_pricing_equals_time_expanded_dag_shortest_paths():
     """The level-by-level kernel equals Dijkstra on the explicit time-expanded graph."""
     rng = np.random.default_rng(3)
@@ -108,7 +125,7 @@ def test_pricing_equals_time_expanded_dag_shortest_paths():
         graph = PricingGraph.from_arrays(topo.num_nodes, a.tail, a.head, a.is_switch, a.gpu_nodes)
         g = topo.num_gpus
         out = price_paths(graph, price, np.full((g, g), np.inf), steps)
-        et, eh, el, n_exp = _expanded_arcs(topo.num_nodes, a.tail, a.head, a.is_switch, steps)
+        et, eh, el, n_exp = time_expanded_arcs(topo, steps)
         # Dijkstra needs one weight per (tail, head): keep the cheapest expanded arc
         w = price[el] + 1e-300
         m = sp.coo_matrix((w, (et, eh)), shape=(n_exp, n_exp)).tocsr()
@@ -145,8 +162,9 @@ def test_warm_start_matches_cold_on_degraded_repaired_and_unrelated():
 
 
 def _state_arrays(ws):
-    return [a.copy() for a in (ws.tail, ws.head, ws.start, ws.arcs, ws.y, ws.chunk_of,
-                               ws.capacity, ws.basis.col_status, ws.basis.row_status)]
+    return [a.copy() for a in (ws.fabric.tail, ws.fabric.head, ws.lp.start, ws.lp.arcs, ws.lp.y,
+                               ws.chunks.of_column, ws.fabric.capacity, ws.basis.col_status,
+                               ws.basis.row_status)]
 
 
 @pytest.mark.parametrize("prices", [True, False], ids=["certified-reuse", "basis"])
@@ -155,7 +173,7 @@ def test_warm_reuses_basis_and_chunks_when_the_changed_link_is_not_binding(price
     healthy = solve_alltoall(base)
     topo = fail1(base)                 # GPU0 <-> NVSwitch 2880 -> 800: never the bottleneck
     # without the old run's prices the Farley certificate cannot be re-checked: basis path
-    start = healthy if prices else dataclasses.replace(healthy.warm_state, w=None)
+    start = healthy if prices else dataclasses.replace(healthy.warm_state, certificate=None)
     warm = solve_alltoall(topo, warm=start)
     cold = solve_alltoall(topo)
     check_schedule(topo, warm, compact_optimum(topo))
@@ -178,15 +196,15 @@ def test_warm_after_a_binding_change_does_not_use_the_basis():
 
 
 def test_a_wrongly_reused_basis_falls_back_to_a_cold_solve(monkeypatch):
-    import mccl_opt.alltoall.solve as solve_mod
+    import mccl_opt.alltoall.driver as driver
 
     base = hpn(1, 2, 8)
     healthy = solve_alltoall(base)
     topo = fail2(base)
-    monkeypatch.setattr(solve_mod, "reusable_basis", lambda prob, state, pool, name: state.basis)
+    monkeypatch.setattr(driver, "reusable_basis", lambda prob, state, pool, name: state.basis)
     monkeypatch.setattr("mccl_opt.alltoall.master.BASIS_TRY_ITERATIONS", 1)
     # without chunk routes the local path does not apply: the full master from the basis
-    warm = solve_alltoall(topo, warm=dataclasses.replace(healthy.warm_state, chunk_pair=None))
+    warm = solve_alltoall(topo, warm=dataclasses.replace(healthy.warm_state, chunks=None))
     assert not warm.stats["warm_basis"]            # the try ran out of pivots: rebuilt
     check_schedule(topo, warm, compact_optimum(topo))
 
@@ -222,10 +240,10 @@ def test_warm_start_from_a_schedule_file_uses_its_chunk_paths():
 def test_bottleneck_is_exactly_the_lp_saturated_links():
     topo = fail2(hpn(1, 2, 8))
     sched = solve_alltoall(topo)
-    ws = sched.warm_state
+    lp = sched.warm_state.lp
     t = 1.0 / sched.lp_rate_gbps
-    seg = np.repeat(np.arange(ws.y.size), np.diff(ws.start))
-    lp_load = np.bincount(ws.arcs, weights=ws.y[seg], minlength=topo.num_links)
+    seg = np.repeat(np.arange(lp.y.size), np.diff(lp.start))
+    lp_load = np.bincount(lp.arcs, weights=lp.y[seg], minlength=topo.num_links)
     saturated = lp_load >= topo.arrays.capacity * t * (1 - 1e-6)
     loads = validate(topo, sched).loads
     expected = {(topo.links[a].src, topo.links[a].dst) for a in np.flatnonzero(saturated & (loads > 0))}
@@ -279,3 +297,19 @@ def test_bad_arguments_raise():
         solve_alltoall(ring(4), max_chunks=0)
     with pytest.raises(ValueError):
         solve_alltoall(ring(4), max_steps="fast")
+
+
+def test_column_generation_reports_a_round_limit_not_optimal():
+    from mccl_opt.alltoall.colgen import CGOptions, CGStatus, column_generation
+    from mccl_opt.alltoall.driver import build_master
+    from mccl_opt.alltoall.problem import problem_for
+
+    prob = problem_for(fail2(hpn(1, 2, 8)))
+    steps = prob.topo.num_nodes - 1
+    master, _ = build_master(prob, "highs", steps, None)
+    cut = column_generation(master, prob, steps, options=CGOptions(max_rounds=1))
+    assert cut.status is CGStatus.ROUND_LIMIT and cut.rounds == 1
+    assert cut.rate < cut.rate_bound * (1 - 1e-7)          # not certified yet
+    done = column_generation(master, prob, steps)          # the same master, to the end
+    assert done.status is CGStatus.OPTIMAL
+    assert done.rate == pytest.approx(compact_optimum(prob.topo), rel=REL)

@@ -1,16 +1,19 @@
 """AllToAll synthesis by column generation (paper §4.2, App. D and G).
 
 ``solve_alltoall(topo, warm=None, backend="highs", max_chunks=10, max_steps=None,
-time_limit=None)`` returns a :class:`mccl_opt.Schedule`.  Modules: :mod:`.pricing`
-(step-bounded shortest paths, numba), :mod:`.master` (restricted master over a backend),
-:mod:`.colgen` (the loop and its Farley bound), :mod:`.rounding` (largest remainder +
-deep dive), :mod:`.warm` (column transfer), :mod:`.latency` (``max_steps="min"``),
-:mod:`.solve` (the entry point).
+time_limit=None)`` returns a :class:`mccl_opt.Schedule`.  Modules, bottom up:
+:mod:`.problem` (instance arrays), :mod:`.pricing` (step-bounded shortest paths, numba),
+:mod:`.master` (restricted master over a backend), :mod:`.colgen` (the loop, its Farley
+bound and :class:`~.colgen.CGStatus`), :mod:`.rounding` (largest remainder + deep dive),
+:mod:`.state` (the typed :class:`WarmState`), :mod:`.warm` (column transfer, basis
+reuse), :mod:`.assemble` (outcome -> schedule, typed run report), :mod:`.driver` (the full
+column-generation run), :mod:`.latency` (``max_steps="min"``), :mod:`.local` (certified
+reuse and local re-optimisation), :mod:`.solve` (the entry point, orchestration only).
 """
 
 from __future__ import annotations
 
 from .solve import solve_alltoall
-from .warm import WarmState
+from .state import WarmState
 
 __all__ = ["solve_alltoall", "WarmState"]

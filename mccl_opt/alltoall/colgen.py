@@ -11,21 +11,34 @@ for ``drop_after`` rounds once the pool is large.
 ``sigma'_p = SP_p(w)`` (the pricing's shortest path costs) is dual feasible once ``w``
 is scaled to ``sum_a cap_a w_a <= 1``, so ``t* >= sum_p SP_p(w) / max(1, cap·w)`` and
 ``z* <= 1 / that``.  The loop stops when the master's ``t`` is within ``rel_tol`` of the
-best bound, or when no column prices out.
+best bound, or when no column prices out; :class:`CGStatus` says which limit, if any,
+ended it instead.
 """
 
 from __future__ import annotations
 
+import enum
 import time
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..errors import SolveError
 from .master import MasterSolution, RestrictedMaster
 from .pricing import price_paths
 from .problem import Problem
 
-__all__ = ["CGOptions", "CGResult", "column_generation", "farley_bound"]
+__all__ = ["CGOptions", "CGResult", "CGStatus", "column_generation", "farley_bound"]
+
+
+class CGStatus(enum.Enum):
+    """How :func:`column_generation` ended: ``OPTIMAL`` (within ``rel_tol`` of the bound,
+    or no column prices out), ``TIME_LIMIT`` (the deadline passed) or ``ROUND_LIMIT``
+    (``max_rounds`` rounds without either).  ``value`` is the JSON word."""
+
+    OPTIMAL = "optimal"
+    TIME_LIMIT = "time_limit"
+    ROUND_LIMIT = "round_limit"
 
 
 @dataclass(frozen=True)
@@ -44,7 +57,7 @@ class CGResult:
 
     solution: MasterSolution
     bound_t: float
-    status: str                    # "optimal" | "time_limit"
+    status: CGStatus
     rounds: int
     history: list[tuple[float, float]] = field(default_factory=list)   # (z_master, z_bound)
     lp_seconds: float = 0.0
@@ -87,7 +100,7 @@ def column_generation(master: RestrictedMaster, prob: Problem, max_steps: int, *
     iters = dropped = 0
     age = np.zeros(master.num_columns, dtype=np.int64)
     min_pool = options.drop_min_pool or 3 * prob.num_pairs
-    status = "optimal"
+    status = CGStatus.ROUND_LIMIT       # unless a break below says otherwise
     last: MasterSolution | None = None
     shortest = shortest_w = None
     rnd = 0
@@ -100,7 +113,7 @@ def column_generation(master: RestrictedMaster, prob: Problem, max_steps: int, *
         lp_s += time.perf_counter() - t0
         iters += sol.iterations
         if sol.status.is_limit and last is not None:
-            status = "time_limit"
+            status = CGStatus.TIME_LIMIT
             break
         last = sol
         tol_rc = 1e-9 * max(float(sol.sigma.max(initial=0.0)), 1e-300)
@@ -113,12 +126,14 @@ def column_generation(master: RestrictedMaster, prob: Problem, max_steps: int, *
             best_bound = max(best_bound, farley_bound(priced.shortest, sol.w, master.capacity, prob))
             history.append((sol.rate, 1.0 / best_bound if best_bound > 0 else float("inf")))
             if sol.t - best_bound <= options.rel_tol * sol.t:
+                status = CGStatus.OPTIMAL
                 break
         if deadline is not None and time.perf_counter() >= deadline:
-            status = "time_limit"
+            status = CGStatus.TIME_LIMIT
             break
         added = master.add(prob.pair_index(priced.src, priced.dst), priced.start, priced.arcs)
         if added == 0:
+            status = CGStatus.OPTIMAL
             break
         age = np.concatenate([np.where(sol.y > 0, 0, age + 1), np.zeros(added, dtype=np.int64)])
         last.y = np.concatenate([last.y, np.zeros(added)])
@@ -127,7 +142,8 @@ def column_generation(master: RestrictedMaster, prob: Problem, max_steps: int, *
             dropped += master.drop(stale)
             age = age[~stale]
             last.y = last.y[~stale]
-    assert last is not None
+    if last is None:                    # max_rounds < 1: nothing was solved
+        raise SolveError(f"{label}: max_rounds must be at least 1, got {options.max_rounds}")
     bound_t = min(best_bound, last.t) if bound else last.t
     return CGResult(last, bound_t, status, rnd, history, lp_s, pr_s, iters, dropped, shortest,
                     shortest_w)

@@ -16,7 +16,7 @@ import numpy as np
 from .colgen import CGOptions
 from .initial import min_steps_per_pair
 from .problem import Problem
-from .solve import Solved, run_cg
+from .driver import Solved, run_cg
 
 __all__ = ["min_steps_solve"]
 

@@ -25,7 +25,7 @@ pairs and prove that the result is optimal for the full master:
    are rounded against the fixed chunks' loads (the restricted master's rows are reset
    to them before the deep dive).
 
-The new schedule's :class:`~.warm.WarmState` holds the combined columns and shares (no
+The new schedule's :class:`~.state.WarmState` holds the combined columns and shares (no
 basis), so a chained warm start works the same way.
 
 :func:`reuse_certified` is the degenerate case ``F = {}``: when the old shares still fit
@@ -41,12 +41,14 @@ from dataclasses import replace
 import numpy as np
 
 from ..backends import get_backend
-from ..schedule import Schedule
-from .colgen import CGOptions, column_generation
+from .assemble import SATURATION_REL_TOL, Outcome, RunReport, WarmMode, fractional, schedule_chunks
+from .colgen import CGOptions, CGStatus, column_generation
+from .driver import certificate_of
 from .master import ColumnPool, RestrictedMaster
 from .problem import Problem
 from .rounding import deep_dive
-from .warm import WarmState, csr_mask, csr_take, object_array
+from .state import ChunkRoutes, LPColumns, WarmState, csr_mask, csr_take, object_array
+from .warm import changes_are_nonbinding
 
 __all__ = ["local_resolve", "local_eligible", "reuse_certified", "raises_a_binding_link"]
 
@@ -54,48 +56,44 @@ __all__ = ["local_resolve", "local_eligible", "reuse_certified", "raises_a_bindi
 def local_eligible(prob: Problem, state: WarmState | None, max_chunks: int | None) -> bool:
     """Same nodes and links, only capacities changed, and the state carries what the
     local path needs (column pairs, chunk routes at the same ``max_chunks``)."""
-    if state is None or state.capacity is None or state.pair is None or state.chunk_pair is None:
+    if state is None or state.chunks is None:
         return False
-    if state.max_chunks != max_chunks or len(state.chunks) != state.chunk_pair.size:
+    if state.chunks.max_chunks != max_chunks or not state.chunks.complete:
         return False
-    ar = prob.topo.arrays
-    return (state.node_ids == tuple(n.id for n in prob.topo.nodes)
-            and np.array_equal(state.tail, ar.tail) and np.array_equal(state.head, ar.head)
-            and bool((state.capacity != prob.capacity).any()))
+    return state.fabric.same_links(prob) and bool((state.fabric.capacity != prob.capacity).any())
 
 
 def raises_a_binding_link(prob: Problem, state: WarmState, rel_tol: float = 1e-6) -> bool:
     """A link the old LP saturated gains capacity (a repair or upgrade of the
     bottleneck): then most pairs may re-balance onto it, and the local path would only
     grow its free set until it gives up (measured: 1x16x8 repaired from Fail2)."""
-    up = prob.capacity > state.capacity
-    return bool((state.lp_load[up] >= state.capacity[up] * state.t * (1 - rel_tol)).any())
+    old = state.fabric.capacity
+    up = prob.capacity > old
+    return bool((state.lp_load[up] >= old[up] * state.lp.t * (1 - rel_tol)).any())
 
 
 def local_resolve(prob: Problem, state: WarmState, backend: str, max_steps: int,
                   max_chunks: int | None, options: CGOptions, deadline: float | None,
                   max_steps_local: int = 3, max_free: float = 0.3,
-                  step_rounds: int = 10) -> Schedule | None:
-    """The schedule of the certified local re-optimisation (module docstring), or
+                  step_rounds: int = 10) -> Outcome | None:
+    """The outcome of the certified local re-optimisation (module docstring), or
     ``None`` when it does not apply or does not certify (the caller then solves the full
     warm master).  Gives up when the free pairs would exceed ``max_free`` of all pairs
     (the restricted master is then hardly smaller than the full one) or after
     ``max_steps_local`` column generation runs of ``step_rounds`` rounds each, between
     which the fixed pairs that cause the gap join the free ones."""
-    from .solve import SATURATION_REL_TOL, _chunks, _fractional, make_schedule
-
-    t_start = time.perf_counter()
     n_pairs, n_links = prob.num_pairs, prob.num_links
-    n = state.y.size
-    seg = state.column_of_arc
-    pair, y_old = state.pair, state.y
+    old, old_chunks = state.lp, state.chunks
+    n = old.count
+    seg = old.of_arc
+    pair, y_old = old.pair, old.y
     used = y_old > 0
     if max_steps < prob.topo.num_nodes - 1 and (
-            np.bincount(seg, weights=prob.is_step_arc[state.arcs], minlength=n)[used]
+            np.bincount(seg, weights=prob.is_step_arc[old.arcs], minlength=n)[used]
             > max_steps).any():
         return None
-    changed = state.capacity != prob.capacity
-    crosses = np.bincount(seg, weights=changed[state.arcs], minlength=n) > 0
+    changed = state.fabric.capacity != prob.capacity
+    crosses = np.bincount(seg, weights=changed[old.arcs], minlength=n) > 0
     free = np.zeros(n_pairs, dtype=bool)
     free[pair[used & crosses]] = True
     if not free.any():
@@ -103,16 +101,16 @@ def local_resolve(prob: Problem, state: WarmState, backend: str, max_steps: int,
 
     def background(free: np.ndarray) -> np.ndarray:
         fixed = used & ~free[pair]
-        return np.bincount(state.arcs, weights=np.where(fixed, y_old, 0.0)[seg], minlength=n_links)
+        return np.bincount(old.arcs, weights=np.where(fixed, y_old, 0.0)[seg], minlength=n_links)
 
     def add_pairs(master: RestrictedMaster, new: np.ndarray) -> None:
         cols = np.flatnonzero(new[pair])
-        st, arcs = csr_take(state.start, state.arcs, cols)
+        st, arcs = csr_take(old.start, old.arcs, cols)
         master.add(pair[cols], st, arcs, cols)
 
     pool = ColumnPool()
     sel = free[pair]
-    pool.append(pair[sel], *csr_mask(state.start, state.arcs, sel, seg), np.flatnonzero(sel))
+    pool.append(pair[sel], *csr_mask(old.start, old.arcs, sel, seg), np.flatnonzero(sel))
     b_lp = background(free)
     # a small LP re-solved a few times: the solver's presolve costs more than it saves
     master = RestrictedMaster(get_backend(backend, presolve=False), n_pairs, prob.capacity,
@@ -134,13 +132,13 @@ def local_resolve(prob: Problem, state: WarmState, backend: str, max_steps: int,
         history += res.history
         t = res.solution.t
         bound_t = max(bound_t, min(res.bound_t, t))
-        if t - bound_t <= options.rel_tol * t or res.status != "optimal":
+        if t - bound_t <= options.rel_tol * t or res.status is CGStatus.TIME_LIMIT:
             break
         if steps >= max_steps_local or res.shortest is None:
             return None
         w = res.solution.w
         sp = res.shortest[prob.pair_src, prob.pair_dst]
-        col_price = np.bincount(seg, weights=w[state.arcs], minlength=n)
+        col_price = np.bincount(seg, weights=w[old.arcs], minlength=n)
         fixed = used & ~free[pair]
         excess = np.bincount(pair, weights=np.where(fixed, y_old * (col_price - sp[pair]), 0.0),
                              minlength=n_pairs)
@@ -148,7 +146,7 @@ def local_resolve(prob: Problem, state: WarmState, backend: str, max_steps: int,
         # restricted optimum saturates (degenerate duals price only one of them)
         load = pool.loads(res.solution.y, n_links) + background(free)
         tight = load >= prob.capacity * t * (1 - 1e-9)
-        on_tight = np.bincount(seg, weights=tight[state.arcs], minlength=n) > 0
+        on_tight = np.bincount(seg, weights=tight[old.arcs], minlength=n) > 0
         new = ~free & (excess > 1e-9 * t / n_pairs)
         if res.rounds == step_rounds and excess.sum() < 0.5 * (t - res.bound_t):
             continue                    # the free pairs' own gap dominates: keep pricing
@@ -162,7 +160,7 @@ def local_resolve(prob: Problem, state: WarmState, backend: str, max_steps: int,
         master.set_rows(free, b_lp)
         add_pairs(master, new)
 
-    lp_phase = time.perf_counter() - t_start
+    lp_done = time.perf_counter()
     sol = res.solution
     lp_rate = sol.rate
     y = sol.y.copy()
@@ -170,75 +168,62 @@ def local_resolve(prob: Problem, state: WarmState, backend: str, max_steps: int,
     lp_loads = pool.loads(y, n_links) + b_lp
     saturated = lp_loads >= prob.capacity * sol.t * (1 - SATURATION_REL_TOL)
     k = 1 if max_chunks is None else max_chunks
-    keep = ~free[state.chunk_pair]                      # the fixed pairs' old chunks
-    cseg = state.chunk_of_arc
-    b_round = np.bincount(state.chunk_arcs, weights=np.where(keep, state.chunk_share, 0.0)[cseg],
+    keep = ~free[old_chunks.pair]                       # the fixed pairs' old chunks
+    cseg = old_chunks.of_arc
+    b_round = np.bincount(old_chunks.arcs, weights=np.where(keep, old_chunks.share, 0.0)[cseg],
                           minlength=n_links)
     t_round = time.perf_counter()
     dive: dict = {}
     if max_chunks is None:
-        rounded = _fractional(pool, y, prob)
+        rounded = fractional(pool, y, prob)
     else:
         master.set_rows(free, b_round)
         rounded, dive = deep_dive(master, prob, y, max_chunks, max_steps, lp_rate,
                                   deadline=deadline, background=b_round, pairs=free)
     rounding_s = time.perf_counter() - t_round
-    new_chunks, new_used, new_loads = _chunks(prob, rounded, k, state)
+    new_chunks, new_used, new_loads = schedule_chunks(prob, rounded, k, state)
     loads = new_loads + b_round
 
     # the new state: the fixed pairs' old chunks, then the new ones (the schedule
     # orders them by pair; a pair is either fixed or free) ...
-    c_pair = np.concatenate([state.chunk_pair[keep], rounded.pool_pair[new_used]])
-    ks, ka = csr_mask(state.chunk_start, state.chunk_arcs, keep, cseg)
+    c_pair = np.concatenate([old_chunks.pair[keep], rounded.pool_pair[new_used]])
+    ks, ka = csr_mask(old_chunks.start, old_chunks.arcs, keep, cseg)
     ns, na = csr_take(rounded.pool_start, rounded.pool_arcs, new_used)
-    c_objects = np.concatenate([state.chunk_array[keep], object_array(new_chunks)])
-    c_share = np.concatenate([state.chunk_share[keep], rounded.counts[new_used] / k])
+    c_objects = np.concatenate([old_chunks.array[keep], object_array(new_chunks)])
+    c_share = np.concatenate([old_chunks.share[keep], rounded.counts[new_used] / k])
     # ... and its columns: the fixed pairs' used old columns, then the restricted pool
     fixed = used & ~free[pair]
-    fs, fa = csr_mask(state.start, state.arcs, fixed, seg)
+    fs, fa = csr_mask(old.start, old.arcs, fixed, seg)
     new_index_of_old = np.full(keep.size, -1, dtype=np.int64)
     new_index_of_old[keep] = np.arange(ks.size - 1)
-    old_of = state.chunk_of[fixed] if state.chunk_of is not None else np.full(fs.size - 1, -1)
+    old_of = old_chunks.of_column[fixed]
     chunk_of_fixed = np.where(old_of >= 0, new_index_of_old[np.maximum(old_of, 0)], -1)
     chunk_of_free = np.full(cols_final, -1, dtype=np.int64)
     in_cg = new_used < cols_final
     chunk_of_free[new_used[in_cg]] = ks.size - 1 + np.flatnonzero(in_cg)
-    warm_state = WarmState(
-        state.node_ids, state.tail, state.head,
-        np.concatenate([fs, fs[-1] + pool.start[1:cols_final + 1]]),
-        np.concatenate([fa, pool.arcs[:pool.start[cols_final]]]),
-        np.concatenate([y_old[fixed], y]), tuple(c_objects.tolist()),
-        np.concatenate([chunk_of_fixed, chunk_of_free]), c_share, None,
-        prob.capacity.copy(), float(sol.t), np.concatenate([pair[fixed], pool.pair[:cols_final]]),
-        c_pair, np.concatenate([ks, ks[-1] + ns[1:]]), np.concatenate([ka, na]), max_chunks
-    ).with_prices(res, prob, max_steps)
+    lp = LPColumns(np.concatenate([pair[fixed], pool.pair[:cols_final]]),
+                   np.concatenate([fs, fs[-1] + pool.start[1:cols_final + 1]]),
+                   np.concatenate([fa, pool.arcs[:pool.start[cols_final]]]),
+                   np.concatenate([y_old[fixed], y]), float(sol.t))
+    routes = ChunkRoutes(tuple(c_objects.tolist()), c_pair, np.concatenate([ks, ks[-1] + ns[1:]]),
+                         np.concatenate([ka, na]), c_share,
+                         np.concatenate([chunk_of_fixed, chunk_of_free]), max_chunks)
+    warm_state = WarmState(replace(state.fabric, capacity=prob.capacity.copy()), lp, routes,
+                           None, certificate_of(res, prob, max_steps))
     chunk_list = c_objects[np.argsort(c_pair, kind="stable")].tolist()
-    stats = {
-        "status": res.status,
-        "rounds": rounds,
-        "columns": cols_final + fs.size - 1,
-        "columns_dropped": 0,
-        "warm_columns": n,
-        "warm_basis": False,
-        "warm_mode": "local",
-        "free_pairs": int(free.sum()),
-        "certificate_rounds": grow + 1,
-        "lp_seconds": lp_s,
-        "pricing_seconds": pr_s,
-        "rounding_seconds": rounding_s,
-        "lp_phase_seconds": lp_phase,
-        "lp_bound_gbps": 1.0 / bound_t if bound_t > 0 else float("inf"),
-        "bound_history": [list(h) for h in history],
-        "max_steps": max_steps,
-        "rounding": rounded.method,
-        **dive,
-    }
-    return make_schedule(prob, chunk_list, loads, lp_rate, saturated, max_chunks,
-                         backend, iterations, stats, warm_state)
+    report = RunReport(
+        status=CGStatus.TIME_LIMIT if res.status is CGStatus.TIME_LIMIT else CGStatus.OPTIMAL,
+        warm_mode=WarmMode.LOCAL, backend=backend, iterations=iterations, rounds=rounds,
+        columns=cols_final + fs.size - 1, columns_dropped=0, warm_columns=n,
+        lp_bound_gbps=1.0 / bound_t if bound_t > 0 else float("inf"),
+        bound_history=[list(h) for h in history], max_steps=max_steps, rounding=rounded.method,
+        lp_seconds=lp_s, pricing_seconds=pr_s, rounding_seconds=rounding_s,
+        extra={"free_pairs": int(free.sum()), "certificate_rounds": grow + 1, **dive})
+    return Outcome(chunk_list, loads, lp_rate, saturated, warm_state, report, lp_done)
 
 
 def reuse_certified(prob: Problem, state: WarmState | None, backend: str, max_steps: int,
-                    max_chunks: int | None, rel_tol: float) -> Schedule | None:
+                    max_chunks: int | None, rel_tol: float) -> Outcome | None:
     """The old schedule itself, when a capacity-only change leaves the old LP solution
     provably optimal; else ``None``.
 
@@ -248,38 +233,33 @@ def reuse_certified(prob: Problem, state: WarmState | None, backend: str, max_st
     is the new optimum with the same certificate, no LP needs solving, and the old
     chunks stay (when their rounded rate did not drop).  This is the case of a changed
     link the old LP did not price (``w_a = 0``), e.g. Fail1."""
-    from .solve import SATURATION_REL_TOL, make_schedule
-
-    if not local_eligible(prob, state, max_chunks) or state.w is None \
-            or state.max_steps != max_steps or state.w.size != prob.num_links:
+    if not local_eligible(prob, state, max_chunks):
         return None
-    t = state.t
-    bound = state.sp_sum / max(1.0, float(prob.capacity @ state.w))
+    cert = state.certificate
+    if cert is None or cert.max_steps != max_steps or cert.w.size != prob.num_links:
+        return None
+    t = state.lp.t
+    bound = cert.bound_t(prob.capacity)
     if not (t > 0 and t - bound <= rel_tol * t):
         return None
     lp_loads = state.lp_load
     if (lp_loads > prob.capacity * t * (1 + 1e-9)).any():
         return None
-    loads = np.bincount(state.chunk_arcs, weights=state.chunk_share[state.chunk_of_arc],
-                        minlength=prob.num_links)
+    chunks = state.chunks
+    loads = np.bincount(chunks.arcs, weights=chunks.share[chunks.of_arc], minlength=prob.num_links)
     used = loads > 0
     if (np.min(prob.capacity[used] / loads[used])
-            < np.min(state.capacity[used] / loads[used]) * (1 - 1e-12)):
+            < np.min(state.fabric.capacity[used] / loads[used]) * (1 - 1e-12)):
         return None                         # the rounding's bottleneck moved: re-round
-    order = np.argsort(state.chunk_pair, kind="stable")
-    chunks = state.chunk_array[order].tolist()
+    order = np.argsort(chunks.pair, kind="stable")
     saturated = lp_loads >= prob.capacity * t * (1 - SATURATION_REL_TOL)
-    from .warm import changes_are_nonbinding
-
     basis = state.basis if changes_are_nonbinding(prob, state) else None
-    new_state = replace(state, capacity=prob.capacity.copy(), basis=basis)
-    stats = {
-        "status": "optimal", "rounds": 0, "columns": int(state.y.size), "columns_dropped": 0,
-        "warm_columns": int(state.y.size), "warm_basis": False, "warm_mode": "reuse",
-        "lp_seconds": 0.0, "pricing_seconds": 0.0, "rounding_seconds": 0.0,
-        "lp_bound_gbps": 1.0 / bound if bound > 0 else float("inf"),
-        "bound_history": [[1.0 / t, 1.0 / bound if bound > 0 else float("inf")]],
-        "max_steps": max_steps, "rounding": "reused",
-    }
-    return make_schedule(prob, chunks, loads, 1.0 / t, saturated, max_chunks, backend, 0,
-                         stats, new_state)
+    new_state = replace(state, fabric=replace(state.fabric, capacity=prob.capacity.copy()),
+                        basis=basis)
+    bound_gbps = 1.0 / bound if bound > 0 else float("inf")
+    report = RunReport(
+        status=CGStatus.OPTIMAL, warm_mode=WarmMode.REUSE, backend=backend, iterations=0,
+        rounds=0, columns=state.lp.count, columns_dropped=0, warm_columns=state.lp.count,
+        lp_bound_gbps=bound_gbps, bound_history=[[1.0 / t, bound_gbps]], max_steps=max_steps,
+        rounding="reused")
+    return Outcome(chunks.array[order].tolist(), loads, 1.0 / t, saturated, new_state, report)

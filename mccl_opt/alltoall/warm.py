@@ -1,6 +1,6 @@
-"""Warm start: carry path columns over to a changed topology (issue item 4).
+"""Warm start: carry path columns over to a changed topology (paper §4.1, §4.2).
 
-A previous run leaves a :class:`WarmState` (its final master's columns, in
+A previous run leaves a :class:`~.state.WarmState` (its final master's columns, in
 ``Schedule.warm_state``); a schedule read from a file has only its chunk paths.  Either
 way a column survives when every node and link of its path still exists in the new
 topology (matched by node id) and its endpoints are GPUs; its pair is re-derived from
@@ -30,8 +30,6 @@ the local re-optimisation of the pairs the change touches).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-from functools import cached_property
 from typing import Iterable, Sequence
 
 import numpy as np
@@ -40,118 +38,9 @@ from ..backends.base import Basis
 from ..schedule import PathChunk, Schedule
 from .master import ColumnPool
 from .problem import Problem
+from .state import WarmState
 
-__all__ = ["WarmState", "warm_columns", "reusable_basis", "changes_are_nonbinding", "csr_take",
-           "csr_mask"]
-
-
-def csr_take(start: np.ndarray, arcs: np.ndarray, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Rows ``idx`` (in that order) of the CSR list ``start/arcs``."""
-    idx = np.asarray(idx, dtype=np.int64)
-    lengths = start[idx + 1] - start[idx]
-    new_start = np.zeros(idx.size + 1, dtype=np.int64)
-    np.cumsum(lengths, out=new_start[1:])
-    pos = np.arange(new_start[-1]) - np.repeat(new_start[:-1] - start[idx], lengths)
-    return new_start, arcs[pos]
-
-
-def csr_mask(start: np.ndarray, arcs: np.ndarray, mask: np.ndarray, seg: np.ndarray
-             ) -> tuple[np.ndarray, np.ndarray]:
-    """The rows where ``mask`` holds (in order) of the CSR list ``start/arcs``; ``seg``
-    is the row of every entry (``np.repeat(arange, diff(start))``)."""
-    new_start = np.zeros(int(mask.sum()) + 1, dtype=np.int64)
-    np.cumsum(np.diff(start)[mask], out=new_start[1:])
-    return new_start, arcs[mask[seg]]
-
-
-def object_array(items: Sequence) -> np.ndarray:
-    """``items`` as a 1-D numpy object array (elements kept as they are, even tuples)."""
-    out = np.empty(len(items), dtype=object)
-    out[:] = list(items)
-    return out
-
-
-@dataclass(frozen=True)
-class WarmState:
-    """What a warm start needs from a finished run (kept in ``Schedule.warm_state``).
-
-    ``tail``/``head`` index ``node_ids`` and describe the old topology's links; the
-    columns ``start/arcs`` refer to those links; ``y`` are the final path shares;
-    ``chunks[chunk_of[j]]`` is the schedule chunk column ``j`` became (-1: none),
-    ``chunk_share[i]`` the share of ``chunks[i]``;
-    ``basis`` is the final master's basis over ``t`` and these columns, ``capacity`` and
-    ``t`` the old capacities and optimum.  ``pair`` is each column's pair; chunk ``i``
-    routes pair ``chunk_pair[i]`` over links ``chunk_arcs[chunk_start[i]:chunk_start[i+1]]``
-    and the schedule had ``max_chunks`` chunks per pair (what the local re-optimisation
-    of :mod:`.local` needs).  Plain data, never mutated: any number of
-    warm starts may share one state."""
-
-    node_ids: tuple[str, ...]
-    tail: np.ndarray
-    head: np.ndarray
-    start: np.ndarray
-    arcs: np.ndarray
-    y: np.ndarray
-    chunks: tuple[PathChunk, ...] = ()
-    chunk_of: np.ndarray | None = None
-    chunk_share: np.ndarray | None = None
-    basis: Basis | None = None
-    capacity: np.ndarray | None = None
-    t: float = 0.0
-    pair: np.ndarray | None = None
-    chunk_pair: np.ndarray | None = None
-    chunk_start: np.ndarray | None = None
-    chunk_arcs: np.ndarray | None = None
-    max_chunks: int | None = None
-    w: np.ndarray | None = None
-    sp_sum: float = 0.0
-    max_steps: int | None = None
-
-    def with_prices(self, res, prob: Problem, max_steps: int) -> "WarmState":
-        """This state plus the last pricing of column generation ``res`` (arc prices
-        ``w`` and ``sum_p SP_p(w)``, a Farley certificate for :mod:`.local`)."""
-        if res.shortest is None or res.shortest_w is None:
-            return replace(self, max_steps=max_steps)
-        sp = float(res.shortest[prob.pair_src, prob.pair_dst].sum())
-        return replace(self, w=res.shortest_w.copy(), sp_sum=sp, max_steps=max_steps)
-
-    @cached_property
-    def column_of_arc(self) -> np.ndarray:
-        """The column of every entry of ``arcs`` (built once)."""
-        return np.repeat(np.arange(self.y.size), np.diff(self.start))
-
-    @cached_property
-    def lp_load(self) -> np.ndarray:
-        """Per-link load of the old LP shares (old link indices; built once)."""
-        return np.bincount(self.arcs, weights=self.y[self.column_of_arc],
-                           minlength=self.tail.size)
-
-    @cached_property
-    def chunk_of_arc(self) -> np.ndarray:
-        """The chunk of every entry of ``chunk_arcs`` (built once)."""
-        return np.repeat(np.arange(self.chunk_pair.size), np.diff(self.chunk_start))
-
-    @cached_property
-    def chunk_array(self) -> np.ndarray:
-        """``chunks`` as a numpy object array (built once; fancy-indexed by chunk reuse)."""
-        return object_array(self.chunks)
-
-    @classmethod
-    def from_pool(cls, prob: Problem, pool: ColumnPool, y: np.ndarray, t: float,
-                  basis: Basis | None = None, chunks: tuple[PathChunk, ...] = (),
-                  chunk_of: np.ndarray | None = None,
-                  chunk_share: np.ndarray | None = None,
-                  chunk_routes: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
-                  max_chunks: int | None = None) -> "WarmState":
-        """The first ``len(y)`` columns of ``pool`` (those ``y`` are the shares of);
-        ``chunk_routes``: (pair, start, arcs) of the chunks."""
-        ar = prob.topo.arrays
-        n = len(y)
-        cp, cs, ca = chunk_routes if chunk_routes is not None else (None, None, None)
-        return cls(tuple(n.id for n in prob.topo.nodes), ar.tail.copy(), ar.head.copy(),
-                   pool.start[:n + 1].copy(), pool.arcs[:pool.start[n]].copy(),
-                   np.asarray(y, dtype=float).copy(), chunks, chunk_of, chunk_share, basis,
-                   prob.capacity.copy(), float(t), pool.pair[:n].copy(), cp, cs, ca, max_chunks)
+__all__ = ["warm_columns", "reusable_basis", "changes_are_nonbinding"]
 
 
 def _link_lookup(prob: Problem, tails: np.ndarray, heads: np.ndarray) -> np.ndarray:
@@ -193,9 +82,10 @@ def _columns(prob: Problem, start: np.ndarray, arcs: np.ndarray) -> tuple[np.nda
 
 
 def _from_state(prob: Problem, state: WarmState) -> tuple[np.ndarray, ...]:
-    node_map = _node_map(prob, state.node_ids)
-    arc_map = _link_lookup(prob, node_map[state.tail], node_map[state.head])
-    return _columns(prob, state.start, arc_map[state.arcs] if state.arcs.size else state.arcs)
+    node_map = _node_map(prob, state.fabric.node_ids)
+    arc_map = _link_lookup(prob, node_map[state.fabric.tail], node_map[state.fabric.head])
+    lp = state.lp
+    return _columns(prob, lp.start, arc_map[lp.arcs] if lp.arcs.size else lp.arcs)
 
 
 def _from_paths(prob: Problem, paths: Iterable[Sequence[str]]) -> tuple[np.ndarray, ...]:
@@ -227,13 +117,11 @@ def reusable_basis(prob: Problem, state: WarmState, pool: ColumnPool, backend: s
     the same columns in the same order, and every changed link non-binding in the old
     LP and still feasible at the old rate."""
     basis = state.basis
-    if basis is None or basis.backend != backend or state.capacity is None:
+    if basis is None or basis.backend != backend:
         return None
-    ar = prob.topo.arrays
-    same_fabric = (state.node_ids == tuple(n.id for n in prob.topo.nodes)
-                   and np.array_equal(state.tail, ar.tail) and np.array_equal(state.head, ar.head))
-    n = state.y.size
-    if not same_fabric or len(pool) != n or not np.array_equal(pool.origin, np.arange(n)):
+    n = state.lp.count
+    if (not state.fabric.same_links(prob) or len(pool) != n
+            or not np.array_equal(pool.origin, np.arange(n))):
         return None
     return basis if changes_are_nonbinding(prob, state, rel_tol) else None
 
@@ -241,10 +129,9 @@ def reusable_basis(prob: Problem, state: WarmState, pool: ColumnPool, backend: s
 def changes_are_nonbinding(prob: Problem, state: WarmState, rel_tol: float = 1e-9) -> bool:
     """Every link whose capacity changed was non-binding in the old LP and still carries
     the old LP's load at the old rate (``state`` on the same links as ``prob``)."""
-    if state.capacity is None:
-        return False
     load = state.lp_load
-    changed = np.flatnonzero(state.capacity != prob.capacity)
-    slack_old = state.capacity[changed] * state.t * (1 - rel_tol) - load[changed]
-    slack_new = prob.capacity[changed] * state.t * (1 - rel_tol) - load[changed]
+    old, t = state.fabric.capacity, state.lp.t
+    changed = np.flatnonzero(old != prob.capacity)
+    slack_old = old[changed] * t * (1 - rel_tol) - load[changed]
+    slack_new = prob.capacity[changed] * t * (1 - rel_tol) - load[changed]
     return bool((slack_old > 0).all() and (slack_new > 0).all())

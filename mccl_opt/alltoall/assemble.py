@@ -1,0 +1,169 @@
+"""From rounded columns to a :class:`~mccl_opt.Schedule`: the one AllToAll assembler.
+
+Every way a run can end (certified reuse, local re-optimisation, full column
+generation; :mod:`.solve`) produces an :class:`Outcome` -- the rounded chunks, their
+per-link share loads, the LP rate, the links the LP saturates, the new
+:class:`~.state.WarmState` and a typed :class:`RunReport` -- and
+:func:`make_schedule` turns it into the schedule, with the rate recomputed from the
+loads (``min_a cap_a / load_a``) and the bottleneck cut ``K_s`` of paper §3.2.
+``Schedule.stats`` is the report's JSON view (:meth:`RunReport.to_stats`).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..errors import SolveError
+from ..schedule import PathChunk, Schedule, bottleneck_links, schedule_rate
+from .colgen import CGStatus
+from .master import ColumnPool
+from .problem import Problem
+from .rounding import Rounded, rounded_rate
+from .state import WarmState
+
+__all__ = ["SATURATION_REL_TOL", "WarmMode", "RunReport", "Outcome", "make_schedule",
+           "fractional", "schedule_chunks"]
+
+#: A link counts as saturated by the LP (in the bottleneck cut) within this relative tolerance.
+SATURATION_REL_TOL = 1e-6
+
+
+class WarmMode(enum.Enum):
+    """How a run used its warm start (docs/alltoall.md): none (``COLD``), the full warm
+    master (``FULL``), the old basis (``BASIS``), the certified local re-optimisation
+    (``LOCAL``) or the old schedule itself, re-certified (``REUSE``)."""
+
+    COLD = "cold"
+    FULL = "full"
+    BASIS = "basis"
+    LOCAL = "local"
+    REUSE = "reuse"
+
+
+@dataclass
+class RunReport:
+    """What a run did, typed; :meth:`to_stats` is the JSON view in ``Schedule.stats``.
+
+    ``status``: how the LP phase ended; ``lp_bound_gbps``: the certified upper bound on
+    the LP rate; ``rounding``: the rounding that won (``"fractional"``, ``"reused"``,
+    ``"balanced"``, ...); ``extra``: the JSON-only details of the phases (deep-dive
+    counters, the step search, the local path's free pairs)."""
+
+    status: CGStatus
+    warm_mode: WarmMode
+    backend: str
+    iterations: int
+    rounds: int
+    columns: int
+    columns_dropped: int
+    warm_columns: int
+    lp_bound_gbps: float
+    bound_history: list[list[float]]
+    max_steps: int
+    rounding: str
+    lp_seconds: float = 0.0
+    pricing_seconds: float = 0.0
+    rounding_seconds: float = 0.0
+    extra: dict = field(default_factory=dict)
+
+    def to_stats(self, lp_rate: float) -> dict:
+        """The JSON view; ``lp_gap`` is the bound's relative excess over ``lp_rate``."""
+        return {
+            "status": self.status.value,
+            "rounds": self.rounds,
+            "columns": self.columns,
+            "columns_dropped": self.columns_dropped,
+            "warm_columns": self.warm_columns,
+            "warm_basis": self.warm_mode is WarmMode.BASIS,
+            "warm_mode": self.warm_mode.value,
+            "lp_seconds": self.lp_seconds,
+            "pricing_seconds": self.pricing_seconds,
+            "rounding_seconds": self.rounding_seconds,
+            "lp_bound_gbps": self.lp_bound_gbps,
+            "bound_history": self.bound_history,
+            "max_steps": self.max_steps,
+            "rounding": self.rounding,
+            **self.extra,
+            "lp_gap": max(0.0, self.lp_bound_gbps / lp_rate - 1.0) if lp_rate > 0 else 0.0,
+        }
+
+
+@dataclass
+class Outcome:
+    """A finished run before assembly: the rounded ``chunks`` (ordered by pair), their
+    per-link share ``loads``, the LP rate, the links the LP ``saturated``, the new warm
+    state, the report, and when the LP phase ended (``time.perf_counter``; ``None``:
+    no LP was solved)."""
+
+    chunks: list[PathChunk]
+    loads: np.ndarray
+    lp_rate: float
+    saturated: np.ndarray
+    warm_state: WarmState
+    report: RunReport
+    lp_done: float | None = None
+
+
+def make_schedule(prob: Problem, outcome: Outcome, max_chunks: int | None) -> Schedule:
+    """The :class:`Schedule` of ``outcome``: rate recomputed from the share loads, the
+    LP rate raised to it within float noise, the bottleneck cut of the LP-saturated links."""
+    rate = schedule_rate(prob.topo, outcome.loads)
+    if not np.isfinite(rate):
+        raise SolveError("rounding produced a schedule that loads no link; report this as a bug")
+    lp_rate = outcome.lp_rate
+    if lp_rate < rate <= lp_rate * (1 + 1e-9):
+        lp_rate = rate                                  # float noise of the LP's t
+    report = outcome.report
+    bottleneck = bottleneck_links(prob.topo, outcome.loads, rate, max_chunks,
+                                  saturated=outcome.saturated)
+    return Schedule("alltoall", prob.topo.name, prob.topo.gpus, rate, lp_rate, max_chunks,
+                    tuple(outcome.chunks), bottleneck, 1,
+                    {"backend": report.backend, "seconds": 0.0, "iterations": report.iterations},
+                    report.to_stats(lp_rate), outcome.warm_state)
+
+
+def fractional(pool: ColumnPool, y: np.ndarray, prob: Problem) -> Rounded:
+    """The LP solution itself, as shares ``y_j / sum_p y`` (``max_chunks=None``)."""
+    y = np.where(y > 1e-12, y, 0.0)
+    total = np.bincount(pool.pair, weights=y, minlength=prob.num_pairs)
+    shares = y / total[pool.pair]
+    return Rounded(shares, rounded_rate(pool, shares, 1, prob.capacity), pool.pair.copy(),
+                   pool.start.copy(), pool.arcs.copy(), pool.origin.copy(), "fractional")
+
+
+def schedule_chunks(prob: Problem, rounded: Rounded, k: int, old: WarmState | None
+                    ) -> tuple[list[PathChunk], np.ndarray, np.ndarray]:
+    """Schedule chunks (ordered by pair, then column), the pool column of each, and the
+    per-link share loads.  A column carried over from ``old`` whose share is unchanged
+    reuses the old chunk object (same node ids, same share)."""
+    topo = prob.topo
+    gpus = topo.gpus
+    used = np.flatnonzero(rounded.counts > 0)
+    used = used[np.argsort(rounded.pool_pair[used], kind="stable")]
+    start = rounded.pool_start
+    shares = rounded.counts / k
+    loads = np.bincount(rounded.pool_arcs,
+                        weights=shares[np.repeat(np.arange(shares.size), np.diff(start))],
+                        minlength=prob.num_links)
+    out = np.empty(used.size, dtype=object)
+    fresh = np.ones(used.size, dtype=bool)
+    if old is not None and old.chunks is not None:
+        origin = rounded.pool_origin[used]
+        cand = np.where(origin >= 0, old.chunks.of_column[np.maximum(origin, 0)], -1)
+        same = cand >= 0
+        same[same] = old.chunks.share[cand[same]] == shares[used[same]]
+        if same.any():
+            out[same] = old.chunks.array[cand[same]]
+            fresh = ~same
+    ids = np.array([n.id for n in topo.nodes], dtype=object)
+    head = topo.arrays.head
+    for i in np.flatnonzero(fresh).tolist():
+        j = used[i]
+        p = rounded.pool_pair[j]
+        src = gpus[prob.pair_src[p]]
+        path = (src, *ids[head[rounded.pool_arcs[start[j]:start[j + 1]]]].tolist())
+        out[i] = PathChunk(src, gpus[prob.pair_dst[p]], float(shares[j]), path)
+    return out.tolist(), used, loads

@@ -1,0 +1,141 @@
+"""The full column-generation run: build a (warm) master, solve it to LP optimality,
+round it (paper §4.2, App. D).
+
+:func:`run_cg` builds the restricted master over the carried-over columns (plus initial
+columns for the pairs they miss) and runs :func:`~.colgen.column_generation`;
+:func:`round_solved` rounds the result to ``max_chunks`` chunks per pair by the deep
+dive (:mod:`.rounding`) and returns the :class:`~.assemble.Outcome` the assembler turns
+into a schedule, with the warm state of the run.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..backends import get_backend
+from .assemble import SATURATION_REL_TOL, Outcome, RunReport, WarmMode, fractional, schedule_chunks
+from .colgen import CGOptions, CGResult, column_generation
+from .initial import initial_columns
+from .master import ColumnPool, RestrictedMaster
+from .problem import Problem
+from .rounding import deep_dive
+from .state import ChunkRoutes, LPColumns, OldFabric, PricingCertificate, WarmState, csr_take
+from .warm import reusable_basis
+
+__all__ = ["Solved", "build_master", "run_cg", "round_solved", "certificate_of",
+           "PRESOLVE_EVERY_TIME_MIN_PAIRS"]
+
+#: A warm master without a usable basis is rebuilt and presolved before every solve
+#: from this many pairs up (256 GPUs); below, warm primal simplex after added columns is
+#: faster (docs/alltoall.md, *Which columns carry over*).
+PRESOLVE_EVERY_TIME_MIN_PAIRS = 30_000
+
+
+@dataclass
+class Solved:
+    """A column-generation run: its master (live), result and step bound, and how many
+    of its columns were carried over from a warm start."""
+
+    master: RestrictedMaster
+    result: CGResult
+    max_steps: int
+    warm_columns: int
+
+
+def build_master(prob: Problem, backend: str, max_steps: int,
+                 columns: tuple[np.ndarray, ...] | None,
+                 state: WarmState | None = None) -> tuple[RestrictedMaster, int]:
+    """A master over the given columns ``(pair, start, arcs, origin)`` (those within
+    ``max_steps``) plus initial columns for the pairs they miss.  With ``state``'s basis
+    still optimal (:func:`~.warm.reusable_basis`) the master starts from it; otherwise
+    only the columns the old LP used are kept, and from
+    :data:`PRESOLVE_EVERY_TIME_MIN_PAIRS` pairs up every solve is presolved
+    (docs/alltoall.md).  Returns the master and the number of carried-over columns."""
+    pool = ColumnPool()
+    basis = None
+    if columns is not None:
+        pair, start, arcs, origin = columns
+        pool.append(pair, start, arcs, origin)
+        if len(pool):
+            pool.keep(pool.steps(prob.is_step_arc) <= max_steps)
+        if state is not None:
+            basis = reusable_basis(prob, state, pool, backend.lower())
+            if basis is None and len(pool):
+                carried_y = state.lp.y[np.maximum(pool.origin, 0)]
+                pool.keep((pool.origin < 0) | (carried_y > 0))
+    carried = len(pool)
+    missing = np.bincount(pool.pair, minlength=prob.num_pairs) == 0
+    if missing.any():
+        init = initial_columns(prob, max_steps, missing)
+        pool.append(prob.pair_index(init.src, init.dst), init.start, init.arcs)
+    master = RestrictedMaster(get_backend(backend), prob.num_pairs, prob.capacity, pool)
+    if basis is not None:
+        master.start_from(basis)
+    elif carried:
+        if prob.num_pairs >= PRESOLVE_EVERY_TIME_MIN_PAIRS:
+            master.presolve_every_time()
+    return master, carried
+
+
+def run_cg(prob: Problem, backend: str, max_steps: int, columns, deadline: float | None,
+           options: CGOptions, state: WarmState | None = None) -> Solved:
+    """Build a master (warm from ``columns`` and ``state``'s basis) and run column
+    generation on it."""
+    master, carried = build_master(prob, backend, max_steps, columns, state)
+    res = column_generation(master, prob, max_steps, options=options, deadline=deadline)
+    return Solved(master, res, max_steps, carried)
+
+
+def certificate_of(res: CGResult, prob: Problem, max_steps: int) -> PricingCertificate | None:
+    """The last pricing of ``res`` as a Farley certificate (``None``: it did not price)."""
+    if res.shortest is None or res.shortest_w is None:
+        return None
+    sp = float(res.shortest[prob.pair_src, prob.pair_dst].sum())
+    return PricingCertificate(res.shortest_w.copy(), sp, max_steps)
+
+
+def round_solved(prob: Problem, solved: Solved, backend: str, max_chunks: int | None,
+                 deadline: float | None, old: WarmState | None) -> Outcome:
+    """Round the LP of ``solved`` (deep dive, or the fractional shares when
+    ``max_chunks`` is None) and collect the outcome and the run's warm state."""
+    master, res = solved.master, solved.result
+    pool = master.pool
+    y = res.solution.y
+    lp_done = time.perf_counter()
+    lp_loads = pool.loads(y, prob.num_links)
+    saturated = lp_loads >= prob.capacity * res.solution.t * (1 - SATURATION_REL_TOL)
+    y_final = y.copy()                  # the dive appends columns to ``pool`` after these
+    basis = master.get_basis()          # ... and moves the basis
+    columns_final = len(pool)
+    lp = LPColumns.from_pool(pool, y_final, res.solution.t)
+    t_round = time.perf_counter()
+    dive: dict = {}
+    if max_chunks is None:
+        rounded = fractional(pool, y, prob)
+    else:
+        rounded, dive = deep_dive(master, prob, y, max_chunks, solved.max_steps, res.rate,
+                                  deadline=deadline)
+    rounding_s = time.perf_counter() - t_round
+    k = 1 if max_chunks is None else max_chunks
+    chunks, used, loads = schedule_chunks(prob, rounded, k, old)
+    chunk_of = np.full(columns_final, -1, dtype=np.int64)
+    in_cg = used < columns_final
+    chunk_of[used[in_cg]] = np.flatnonzero(in_cg)
+    routes = ChunkRoutes(tuple(chunks), rounded.pool_pair[used],
+                         *csr_take(rounded.pool_start, rounded.pool_arcs, used),
+                         rounded.counts[used] / k, chunk_of, max_chunks)
+    warm_state = WarmState(OldFabric.of(prob), lp, routes, basis,
+                           certificate_of(res, prob, solved.max_steps))
+    mode = (WarmMode.BASIS if master.basis_used
+            else WarmMode.FULL if solved.warm_columns else WarmMode.COLD)
+    report = RunReport(
+        status=res.status, warm_mode=mode, backend=backend, iterations=res.iterations,
+        rounds=res.rounds, columns=columns_final, columns_dropped=res.dropped,
+        warm_columns=solved.warm_columns, lp_bound_gbps=res.rate_bound,
+        bound_history=[list(h) for h in res.history], max_steps=solved.max_steps,
+        rounding=rounded.method, lp_seconds=res.lp_seconds, pricing_seconds=res.pricing_seconds,
+        rounding_seconds=rounding_s, extra=dive)
+    return Outcome(chunks, loads, res.rate, saturated, warm_state, report, lp_done)
