@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 import scipy.sparse as sp
 
 from formulations.lp import FormulationError
 
-if TYPE_CHECKING:
-    from .base import Basis
+from .solution import Basis
 
 __all__ = ["METHODS", "check_method", "warm_method", "SparseBlock", "as_block", "as_bounds",
            "as_index_array", "as_coefficients", "check_basis"]
@@ -127,7 +125,7 @@ def as_coefficients(rows: np.ndarray, cols: np.ndarray, values: np.ndarray, num_
     return r, c, v
 
 
-def check_basis(basis: "Basis", backend: str, num_cols: int, num_rows: int) -> None:
+def check_basis(basis: Basis, backend: str, num_cols: int, num_rows: int) -> None:
     """Raise if ``basis`` was made by another backend or has another model's shape."""
     if basis.backend != backend:
         raise FormulationError(f"set_basis: a {basis.backend!r} basis cannot start a "
