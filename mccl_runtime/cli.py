@@ -28,7 +28,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.set_defaults(handler=_serve)
 
     lp = sub.add_parser("loop", help="closed-loop simulation: gray failure, detection, re-synthesis, swap")
-    from .loop import add_arguments
+    from .loop_report import add_arguments
 
     add_arguments(lp)
     lp.set_defaults(handler=_loop)
@@ -74,6 +74,6 @@ def _announce(svc) -> None:
 
 
 def _loop(args: argparse.Namespace) -> int:
-    from .loop import main
+    from .loop_report import main
 
     return main(args, out=sys.stdout)

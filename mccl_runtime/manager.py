@@ -17,6 +17,17 @@ re-synthesizes flagged ones warm in a worker thread, and publishes new versions.
   ``M``, the current schedule still deviates (``max delta > clear_ratio * Gamma``) and
   the new schedule's rate beats the current one's by more than ``min_gain``; otherwise
   it is aborted and the current schedule kept.
+* Newest estimate wins: a finished job whose input capacities differ from the latest
+  ``M`` by more than ``restart_tol`` (relative, on any link) is ``superseded``: it is
+  discarded and a new job starts at once on the latest ``M`` (at most ``max_restarts``
+  times in a row; then the re-check below decides).  A failure that cleared meanwhile
+  aborts (``cleared``) before this test.
+* Confidence before synthesis: while the store reports links with an unconfirmed change
+  (:meth:`MeasurementStore.pending_links`, level estimator), no job starts, for at most
+  ``settle_max_s``; so two links failing together are synthesized for together.
+* Capacity gained: a link measured above ``(1 + Gamma)`` times the capacity the schedule
+  was synthesized for also flags it (Algorithm 1 cannot see a recovered link that the
+  schedule stopped using, because it is in no cut).
 * Anti-thrashing: hysteresis on Gamma (flag above ``Gamma``, "cleared" only below
   ``clear_ratio * Gamma``) and a minimum dwell time: a collective is not re-flagged
   within ``min_dwell_s`` of its last publish or abort.
@@ -79,6 +90,9 @@ class Policy:
     min_dwell_s: float = 1.0
     time_limit_s: float = 60.0
     min_gain: float = 0.01
+    restart_tol: float = 0.1
+    max_restarts: int = 3
+    settle_max_s: float = 0.05
 
     def __post_init__(self) -> None:
         if not self.gamma > 0:
@@ -87,6 +101,8 @@ class Policy:
             raise MCCLError(f"clear_ratio must be in [0, 1], got {self.clear_ratio!r}")
         if self.min_dwell_s < 0 or self.time_limit_s <= 0 or self.min_gain < 0:
             raise MCCLError("min_dwell_s and min_gain must be >= 0 and time_limit_s > 0")
+        if self.restart_tol <= 0 or self.max_restarts < 0 or self.settle_max_s < 0:
+            raise MCCLError("restart_tol must be > 0, max_restarts and settle_max_s >= 0")
 
 
 @dataclass
@@ -95,6 +111,7 @@ class _Job:
     topo: Topology
     started_t: float
     trigger: DriftReport | None = None
+    restarts: int = 0
     future: Future | None = None
     wall_start: list[float] = field(default_factory=list)
 
@@ -122,6 +139,7 @@ class Collective:
 @dataclass(frozen=True)
 class Event:
     """Something the manager did: ``resynthesis`` (started), ``published``, ``aborted``,
+    ``superseded`` (discarded for a newer estimate; a ``resynthesis`` follows),
     ``timeout`` or ``failed``."""
 
     t: float
@@ -147,7 +165,9 @@ class ScheduleManager:
         self.policy = policy
         self._collectives: dict[tuple[str, str], Collective] = {}
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mccl-synth")
-        self.counters = {"resyntheses": 0, "published": 0, "aborted": 0, "timeouts": 0, "failures": 0}
+        self.counters = {"resyntheses": 0, "published": 0, "aborted": 0, "timeouts": 0, "failures": 0,
+                         "superseded": 0}
+        self._pending_since: float | None = None
 
     # ------------------------------------------------------------------ registry
     def register(self, comm: str, name: str, kind: str, schedule: Schedule | None = None,
@@ -195,6 +215,8 @@ class ScheduleManager:
     def check(self, now: float) -> list[tuple[Collective, DriftReport]]:
         """Algorithm 1 on every dynamic collective that is idle and past its dwell time;
         returns the flagged ones."""
+        if self._unsettled(now):
+            return []
         m = self.store.measured()
         flagged = []
         for coll in self.collectives():
@@ -203,9 +225,23 @@ class ScheduleManager:
             if now - coll.last_decision_t < self.policy.min_dwell_s:
                 continue
             report = detect(m, coll.profile, self.policy.gamma)
-            if report.flagged:
+            if report.flagged or self._gained(m, coll):
                 flagged.append((coll, report))
         return flagged
+
+    def _unsettled(self, now: float) -> bool:
+        """Links with an unconfirmed change hold decisions back, for at most ``settle_max_s``."""
+        if self.store.pending_links().size == 0:
+            self._pending_since = None
+            return False
+        if self._pending_since is None:
+            self._pending_since = now
+        return now - self._pending_since < self.policy.settle_max_s
+
+    def _gained(self, m: np.ndarray, coll: Collective) -> bool:
+        """Some link is measured above ``(1 + Gamma)`` x the capacity ``coll`` was built for."""
+        return coll.synth_capacity is not None and bool(
+            np.any(m > (1.0 + self.policy.gamma) * coll.synth_capacity))
 
     def step(self, now: float) -> list[Event]:
         """One controller decision: collect finished jobs, then detect and start jobs."""
@@ -214,9 +250,9 @@ class ScheduleManager:
             events.append(self._start(coll, now, report))
         return events
 
-    def _start(self, coll: Collective, now: float, report: DriftReport | None) -> Event:
+    def _start(self, coll: Collective, now: float, report: DriftReport | None, restarts: int = 0) -> Event:
         topo = self.store.measured_topology()
-        job = _Job(initial=coll.schedule is None, topo=topo, started_t=now, trigger=report)
+        job = _Job(initial=coll.schedule is None, topo=topo, started_t=now, trigger=report, restarts=restarts)
         job.future = self._pool.submit(self._run, job, coll.kind, coll.schedule)
         coll.job = job
         self.counters["resyntheses"] += 1
@@ -247,6 +283,8 @@ class ScheduleManager:
                 continue
             coll.job = None
             events.append(self._finish(coll, job, now))
+            if events[-1].action == "superseded":
+                events.append(self._start(coll, now, job.trigger, job.restarts + 1))
         return events
 
     def _finish(self, coll: Collective, job: _Job, now: float) -> Event:
@@ -264,8 +302,13 @@ class ScheduleManager:
             cur_rate, new_rate = _rate(m, coll.profile.loads), _rate(m, new_profile.loads)
             detail.update(max_delta=report.max_delta, rate_before=cur_rate, rate_after=new_rate)
             reason = None
-            if report.max_delta <= self.policy.clear_ratio * self.policy.gamma:
+            moved = float(np.max(np.abs(m - job.topo.arrays.capacity) / job.topo.arrays.capacity))
+            if report.max_delta <= self.policy.clear_ratio * self.policy.gamma and not self._gained(m, coll):
                 reason = "cleared"
+            elif moved > self.policy.restart_tol and job.restarts < self.policy.max_restarts:
+                self.counters["superseded"] += 1
+                detail["moved"] = moved
+                return Event(now, coll.comm, coll.name, "superseded", coll.version, detail)
             elif new_rate <= cur_rate * (1.0 + self.policy.min_gain):
                 reason = "no_gain"
             if reason:

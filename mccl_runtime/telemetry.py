@@ -22,8 +22,10 @@ Mapping onto topology links (see docs/runtime.md):
   shared link clears it and the degraded link is the one only slow pairs cross.
 
 ``link`` and ``gpu`` samples are *direct* channels (one per link); ``pair`` samples are
-channels per ordered pair.  Each channel holds an EWMA started at the nominal capacity
-(the paper's startup probing).  ``M_a`` is the direct channel of ``a`` if there is one,
+channels per ordered pair.  Each channel holds an estimate started at the nominal
+capacity (the paper's startup probing): an EWMA (``estimator="ewma"``, the paper's) or
+the confirmed level of a change-point tracker (``estimator="level"``,
+:mod:`mccl_runtime.level`), which a re-synthesis can trust right after a change.  ``M_a`` is the direct channel of ``a`` if there is one,
 else the largest pair channel crossing ``a``, else the nominal capacity.  ``M_a`` never
 drops below ``floor_ratio`` of nominal, so the measured topology stays valid.
 
@@ -46,12 +48,15 @@ from mccl_opt.errors import TelemetryError, TopologyError
 from mccl_opt.paths import switch_path
 from mccl_opt.topology import Topology
 
+from .level import LevelParams, LevelTracker
+
 __all__ = ["Sample", "RejectedSample", "IngestReport", "LinkMap", "MeasurementStore", "REASONS",
            "parse_sample"]
 
 #: Why a sample can be rejected (keys of the rejection counters).
 REASONS = ("malformed", "nan", "negative", "unknown_link", "future", "stale", "above_nominal")
 KINDS = ("pair", "gpu", "link")
+ESTIMATORS = ("ewma", "level")
 
 
 class RejectedSample(TelemetryError):
@@ -169,14 +174,21 @@ class MeasurementStore:
     ``alpha`` is the EWMA smoothing factor (paper Fig. 13 uses 0.012), ``max_ratio`` the
     largest believable sample relative to nominal, ``future_tolerance_s`` the clock skew
     allowed before a timestamp counts as from the future.  ``clock`` gives "now" when
-    :meth:`ingest` is not told.
+    :meth:`ingest` is not told.  ``estimator="level"`` replaces each channel's EWMA by a
+    :class:`~mccl_runtime.level.LevelTracker` with ``level_params``.
     """
 
     def __init__(self, topo: Topology, *, alpha: float = 0.012, max_ratio: float = 1.5,
                  future_tolerance_s: float = 0.5, floor_ratio: float = 1e-3,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, estimator: str = "ewma",
+                 level_params: LevelParams | None = None) -> None:
         if not 0.0 < alpha <= 1.0:
             raise TelemetryError(f"EWMA alpha must be in (0, 1], got {alpha!r}")
+        if estimator not in ESTIMATORS:
+            raise TelemetryError(f"estimator must be one of {ESTIMATORS}, got {estimator!r}")
+        self.estimator = estimator
+        self.level_params = level_params or LevelParams()
+        self._trackers: dict[Any, LevelTracker] = {}             # channel key -> tracker (level mode)
         if max_ratio <= 1.0:
             raise TelemetryError(f"max_ratio must be > 1 (a sample may exceed nominal slightly), got {max_ratio!r}")
         self.topo = topo
@@ -252,9 +264,53 @@ class MeasurementStore:
         value, last_t = table.get(key, (nominal, -math.inf))
         if s.t < last_t:
             return False
+        if self.estimator == "level":
+            tracker = self._trackers.get(key)
+            if tracker is None:
+                tracker = self._trackers[key] = LevelTracker(value, self.level_params)
+            changed = tracker.update(s.t, s.gbps)
+            table[key] = (tracker.level, s.t)
+            if changed:
+                self._measured = None
+            return True
         table[key] = ((1.0 - self.alpha) * value + self.alpha * s.gbps, s.t)
         self._measured = None
         return True
+
+    def ingest_links(self, links: np.ndarray, t: np.ndarray, gbps: np.ndarray) -> int:
+        """Fast path for trusted in-process telemetry (the closed-loop simulator): ``link``
+        samples given as link indices, times and Gbps, applied in time order.  Returns
+        the number applied (stale ones are counted as rejected)."""
+        order = np.lexsort((np.arange(len(t)), t))
+        nominal = self.topo.arrays.capacity
+        applied = 0
+        for a, ti, y in zip(np.asarray(links)[order].tolist(), np.asarray(t)[order].tolist(),
+                            np.asarray(gbps)[order].tolist()):
+            if self._apply(Sample("link", "", "", y, ti), (a,), nominal[a]):
+                applied += 1
+            else:
+                self.rejected["stale"] += 1
+        self.accepted += applied
+        return applied
+
+    def last_sample_t(self) -> np.ndarray:
+        """Time of each link's latest direct sample (``-inf`` where none)."""
+        out = np.full(self.topo.num_links, -np.inf)
+        for a, (_, t) in self._direct.items():
+            out[a] = t
+        return out
+
+    def pending_links(self) -> np.ndarray:
+        """Links whose estimate has an unconfirmed change (level mode; empty for EWMA)."""
+        out = set()
+        for key, tracker in self._trackers.items():
+            if tracker.pending:
+                if isinstance(key, tuple):
+                    slot = self._pair_slot[key]
+                    out.update(l for s_, l in zip(self._entry_slot, self._entry_link) if s_ == slot)
+                else:
+                    out.add(key)
+        return np.array(sorted(out), dtype=np.int64)
 
     def _register_pair(self, key: tuple[str, str], links: tuple[int, ...]) -> None:
         slot = len(self._pair_slot)

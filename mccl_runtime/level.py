@@ -1,0 +1,127 @@
+"""Per-channel level estimation with change points: what a re-synthesis can trust.
+
+The paper's controller smooths every telemetry channel with an EWMA (§3.2).  An EWMA
+with a small factor rejects noise and short dips, but when Algorithm 1 flags, the EWMA
+has moved only about ``Gamma`` of the way to the new level, so a schedule synthesized
+on it is built for a fabric that no longer exists (docs/runtime.md, "Why the first swap
+recovered little").  This module instead estimates the *current level* of a channel:
+
+* **Change detection**: a two-sided CUSUM on relative deviations from the confirmed
+  level ``L``: ``S- <- max(0, S- + (1 - y/L) - k)`` and ``S+ <- max(0, S+ + (y/L - 1) - k)``;
+  an alarm is raised when either exceeds ``h``.  The change point is the last time both
+  sums were zero; the samples since then are the *post-change run*.
+* **Level**: the mean of the post-change run.  A two-window test guards it: once the
+  run holds ``2 n_min`` samples, if its last ``n_min`` samples differ from the rest by
+  more than ``2 k`` (relative), a second change happened (the link degraded further, or
+  a dip ended) and the run restarts at the last ``n_min`` samples.
+* **Confidence rule**: a new level is *confirmed* (becomes ``L``) only when the run has
+  at least ``n_min`` samples, spans at least ``hold_s`` seconds (a dip shorter than that
+  never confirms), its relative standard error is at most ``se_max`` and it differs from
+  ``L`` by more than ``k``.  A run whose level returns to within ``k`` of ``L`` is
+  dropped (a rejected transient).
+
+A channel with an alarm and no confirmed level yet is *pending*: a controller should not
+synthesize while a link it depends on is pending (docs/runtime.md).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from mccl_opt.errors import TelemetryError
+
+__all__ = ["LevelParams", "LevelTracker"]
+
+
+@dataclass(frozen=True)
+class LevelParams:
+    """Estimator parameters (relative units; see the module docstring)."""
+
+    k: float = 0.05
+    h: float = 1.0
+    n_min: int = 8
+    se_max: float = 0.02
+    hold_s: float = 0.008
+    max_run: int = 512
+
+    def __post_init__(self) -> None:
+        if not (0 < self.k < 1 and self.h > 0 and self.n_min >= 2 and 0 < self.se_max < 1
+                and self.hold_s >= 0 and self.max_run >= 2 * self.n_min):
+            raise TelemetryError("level estimator needs 0 < k < 1, h > 0, n_min >= 2, 0 < se_max < 1, "
+                                 f"hold_s >= 0 and max_run >= 2 n_min; got {self}")
+
+
+@dataclass
+class LevelTracker:
+    """One channel's confirmed level, CUSUM state and post-change run."""
+
+    level: float
+    params: LevelParams = field(default_factory=LevelParams)
+    s_lo: float = 0.0
+    s_hi: float = 0.0
+    alarm: bool = False
+    t_last: float = -math.inf
+    run_t: list[float] = field(default_factory=list)
+    run_y: list[float] = field(default_factory=list)
+    confirmed: int = 0
+    rejected: int = 0
+    changed_at: float | None = None
+
+    @property
+    def pending(self) -> bool:
+        """An alarm is raised and no new level is confirmed yet."""
+        return self.alarm
+
+    def update(self, t: float, y: float) -> bool:
+        """Feed one sample (``t`` seconds, ``y`` Gbps); True when a new level was confirmed."""
+        p = self.params
+        self.t_last = t
+        r = y / self.level
+        self.s_lo = max(0.0, self.s_lo + (1.0 - r) - p.k)
+        self.s_hi = max(0.0, self.s_hi + (r - 1.0) - p.k)
+        if not self.alarm and self.s_lo == 0.0 and self.s_hi == 0.0:
+            self.run_t.clear()
+            self.run_y.clear()
+            return False
+        self.run_t.append(t)
+        self.run_y.append(y)
+        if len(self.run_y) > p.max_run:
+            del self.run_t[0], self.run_y[0]
+        if not self.alarm:
+            self.alarm = self.s_lo > p.h or self.s_hi > p.h
+            if not self.alarm:
+                return False
+        return self._evaluate()
+
+    def _evaluate(self) -> bool:
+        p = self.params
+        ys = self.run_y
+        if len(ys) >= 2 * p.n_min:
+            recent = sum(ys[-p.n_min:]) / p.n_min
+            older = sum(ys[:-p.n_min]) / (len(ys) - p.n_min)
+            if abs(recent - older) > 2.0 * p.k * max(recent, older):
+                del self.run_t[:-p.n_min], self.run_y[:-p.n_min]
+                ys = self.run_y
+        n = len(ys)
+        mean = sum(ys) / n
+        if n >= p.n_min and abs(mean - self.level) <= p.k * self.level:
+            self.rejected += 1                         # back to the confirmed level: a transient
+            self._reset()
+            return False
+        if n < p.n_min or self.run_t[-1] - self.run_t[0] < p.hold_s or mean <= 0:
+            return False
+        var = sum((y - mean) ** 2 for y in ys) / (n - 1)
+        if math.sqrt(var / n) > p.se_max * mean:
+            return False
+        self.changed_at = self.run_t[0]
+        self.level = mean
+        self.confirmed += 1
+        self._reset()
+        return True
+
+    def _reset(self) -> None:
+        self.s_lo = self.s_hi = 0.0
+        self.alarm = False
+        self.run_t.clear()
+        self.run_y.clear()
