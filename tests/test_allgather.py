@@ -15,7 +15,7 @@ from mccl_opt import Schedule, TopologyError, validate
 from mccl_opt.allgather import solve_allgather
 from mccl_opt.allgather.mapping import MappedTrees, map_classes, to_physical, tree_loads
 from mccl_opt.allgather.repair import repair_pack
-from mccl_opt.allgather.splitting import _simple, _star_paths
+from mccl_opt.allgather.splitting import simple_path, star_paths
 from mccl_opt.allgather.throughput import cut_tree_bandwidth
 from mccl_opt.topology import Link, Node, Topology
 
@@ -245,16 +245,10 @@ def assert_packing(n: int, tail, head, units, k: int, classes) -> None:
 
 def logical_graph(topo, max_chunks=10):
     """Phase 1 + budget + spread split of the solver, exposed for packing tests."""
-    from mccl_opt.allgather.budget import choose_trees
-    from mccl_opt.allgather.fabric import fabric_of
-    from mccl_opt.allgather.solve import _balanced_split
-    from mccl_opt.allgather.splitting import LogicalGraph, split_all
-    from mccl_opt.allgather.throughput import optimal_rate
-    fab, _ = fabric_of(topo)
-    k, y, _ = choose_trees(fab, optimal_rate(fab), max_chunks)
-    split, k = _balanced_split(fab, topo.arrays.is_switch, k, y, max_chunks, {})
-    split_all(split, exact=False)
-    return LogicalGraph.from_split(split, topo.arrays.rank_of), k
+    from mccl_opt.allgather.pipeline import balanced_split, phase_one_budget, spread_logical
+    budget = phase_one_budget(topo, max_chunks, {})
+    balanced = balanced_split(budget.fab, topo.arrays.is_switch, budget.k, budget.y, max_chunks)
+    return spread_logical(balanced.split, topo.arrays.rank_of), balanced.k
 
 
 @pytest.mark.parametrize("topo", [hpn(1, 3, 8), hpn(1, 8, 8), fail2(hpn(1, 8, 8)), irregular(15)],
@@ -303,7 +297,7 @@ def test_star_paths_equal_pairwise_cycle_cutting(heads, tails, data):
                                          st.integers(0, len(p_out) - 1)), max_size=12))
     i_in = np.array([i for i, _ in pairs], np.int64)
     j_out = np.array([j for _, j in pairs], np.int64)
-    assert _star_paths(p_in, p_out, i_in, j_out) == [_simple(p_in[i] + p_out[j][1:])
+    assert star_paths(p_in, p_out, i_in, j_out) == [simple_path(p_in[i] + p_out[j][1:])
                                                      for i, j in pairs]
 
 
@@ -456,14 +450,15 @@ def test_reroute_cannot_beat_the_optimum():
     """Rerouting never claims more than the fabric allows: asked for 1 % above the
     certified optimum it gives up; at the optimum it fits every link in unit trees."""
     from mccl_opt.allgather.fabric import fabric_of
-    from mccl_opt.allgather.reroute import requantized, reroute
-    from mccl_opt.allgather.solve import _forest_of
+    from mccl_opt.allgather.forest import requantized
+    from mccl_opt.allgather.reroute import reroute
+    from mccl_opt.allgather.warm import Previous
 
     before = solve_allgather(hpn(1, 4, 8))
     after = fail1(hpn(1, 4, 8))
     cold = solve_allgather(after)
     fab, quantum = fabric_of(after)
-    forest = _forest_of(before, after)
+    forest = Previous(before, after).forest
     k = cold.stats["k"]
     best = Fraction(cold.rate_gbps / quantum).limit_denominator(10**9)
     assert reroute(forest, after, fab.cap, k, best * Fraction(101, 100)) is None
@@ -480,7 +475,7 @@ def test_requantization_rounds_by_largest_remainder():
     """Every root keeps exactly k unit trees; each tree gets floor or ceil of its scaled
     multiplicity, and a tree rounded down never has a larger remainder than one of its
     root's trees rounded up (ties: the earlier tree goes up)."""
-    from mccl_opt.allgather.reroute import _largest_remainder
+    from mccl_opt.allgather.forest import largest_remainder
 
     rng = np.random.default_rng(7)
     for _ in range(300):
@@ -494,7 +489,7 @@ def test_requantization_rounds_by_largest_remainder():
             mults += parts.tolist()
         perm = rng.permutation(len(roots))
         roots, mults = np.array(roots)[perm], np.array(mults)[perm]
-        out = _largest_remainder(mults, roots, k, k_old)
+        out = largest_remainder(mults, roots, k, k_old)
         scaled = mults * k / k_old
         assert np.all(np.bincount(roots, weights=out) == k)
         up = out > np.floor(scaled + 1e-9)
@@ -533,7 +528,7 @@ def test_warm_from_a_saved_schedule_reroutes_its_trees(fail):
     loaded = Schedule.from_dict(solve_allgather(base).to_dict())
     assert loaded.warm_state is None
     restored = restore_warm_state(loaded, base)
-    forest = restored.warm_state["forest"]
+    forest = restored.warm_state.forest
     assert sorted(forest.tree_chunks(base.gpus), key=repr) == sorted(loaded.chunks, key=repr)
     after = fail(base)
     warm = solve_allgather(after, warm=restored)

@@ -15,7 +15,7 @@ from formulations.switch_removal import (SwitchRemovalModel, build_step_lp,
 from instances import fail1, fail2, hpn
 from mccl_opt import validate
 from mccl_opt.allgather import solve_allgather
-from mccl_opt.allgather.step_aware import StepAware, capped_pack, tree_depths
+from mccl_opt.allgather.step_aware import StepAware, capped_pack, class_depths
 from mccl_opt.allgather.splitting import LogicalGraph
 from mccl_opt.backends import available_backends, get_backend
 from mccl_opt.errors import SolverLicenseError
@@ -205,7 +205,7 @@ def test_capped_packing_respects_units_and_depth():
     lg = LogicalGraph(n, tail.astype(np.int64), head.astype(np.int64),
                       np.ones(tail.size, np.int64), [])
     classes = capped_pack(lg, 1, 1)
-    assert classes is not None and (tree_depths(classes, lg) == 1).all()
+    assert classes is not None and (class_depths(classes, lg) == 1).all()
     used = np.zeros(tail.size, np.int64)
     for c in classes:
         for v in np.flatnonzero(c.parent_arc >= 0):

@@ -1,6 +1,7 @@
 """AllGather synthesis: ForestColl tree packing, history-guided warm re-synthesis and
 step-aware switch removal (paper §4.3 and App. C)."""
 
-from .solve import restore_warm_state, solve_allgather
+from .solve import solve_allgather
+from .warm import WarmState, restore_warm_state
 
-__all__ = ["solve_allgather", "restore_warm_state"]
+__all__ = ["solve_allgather", "restore_warm_state", "WarmState"]

@@ -19,11 +19,12 @@ from typing import Sequence
 import numpy as np
 
 from ..schedule import TreeChunk
-from .splitting import LogicalGraph, _peel
+from .depths import max_depths, parent_ranks, rank_depths
+from .splitting import LogicalGraph, peel
 from .trees import TreeClass
 
-__all__ = ["PhysicalTree", "MappedTrees", "to_physical", "map_classes", "tree_depths",
-           "tree_chunks", "tree_loads"]
+__all__ = ["PhysicalTree", "MappedTrees", "to_physical", "map_classes", "tree_chunks",
+           "tree_loads"]
 
 PhysicalTree = tuple[int, int, list[tuple[int, ...]]]   # (root rank, mult, edge paths)
 
@@ -45,7 +46,7 @@ def to_physical(classes: Sequence[TreeClass], lg: LogicalGraph) -> list[Physical
     for cls in classes:
         subs: list[tuple[int, list[tuple[int, ...]]]] = [(cls.mult, [])]
         for v in _bfs_vertices(cls, lg):
-            pieces = _peel(bundles[int(cls.parent_arc[v])], cls.mult)
+            pieces = peel(bundles[int(cls.parent_arc[v])], cls.mult)
             if len(pieces) == 1:
                 path = pieces[0][0]
                 for _, edges in subs:
@@ -91,6 +92,15 @@ class MappedTrees:
             np.add.at(used, np.array(idx, np.int64), mult)
         return cls([t[0] for t in trees], [t[1] for t in trees], edges, list(index), used)
 
+    def depths(self, rank_of: np.ndarray, num_gpus: int) -> np.ndarray:
+        """Depth of every tree (``rank_of``: GPU rank of every node, ``-1`` otherwise)."""
+        parents = np.full((len(self.roots), num_gpus), -1, np.int64)
+        for i, idx in enumerate(self.edges):
+            for j in idx:
+                path = self.paths[j]
+                parents[i, rank_of[path[-1]]] = rank_of[path[0]]
+        return max_depths(parents)
+
 
 def tree_chunks(mapped: MappedTrees, k: int, node_ids: Sequence[str],
                 gpu_ids: Sequence[str]) -> list[TreeChunk]:
@@ -118,21 +128,6 @@ def tree_loads(mapped: MappedTrees, k: int, link_of: np.ndarray, num_links: int)
     return np.bincount(links, weights=weight, minlength=num_links)
 
 
-def tree_depths(parents: np.ndarray, tail: np.ndarray) -> np.ndarray:
-    """Depth of every rank in every class (``parents[c, v]`` = logical link or -1 at
-    the root), by pointer jumping over all classes at once."""
-    has = parents >= 0
-    up = np.where(has, tail[np.where(has, parents, 0)], np.arange(parents.shape[1]))
-    depth = has.astype(np.int64)
-    hop = up
-    while True:
-        step = has[np.arange(parents.shape[0])[:, None], hop]
-        if not step.any():
-            return depth
-        depth += step
-        hop = up[np.arange(parents.shape[0])[:, None], hop]
-
-
 def map_classes(classes: Sequence[TreeClass], lg: LogicalGraph
                 ) -> tuple[MappedTrees, np.ndarray] | None:
     """Vectorized :func:`to_physical` (classes keep their multiplicity) and the depth
@@ -157,7 +152,7 @@ def map_classes(classes: Sequence[TreeClass], lg: LogicalGraph
     seg = np.searchsorted(seg_hi, lo, side="right")
     if np.any(lo + m > seg_hi[seg]):
         return None
-    depth = tree_depths(parents, lg.tail)
+    depth = rank_depths(parent_ranks(parents, lg.tail))
     # per class (ascending) by depth, then rank (v_idx ascends within a class)
     order = np.argsort(c_idx * (int(depth.max()) + 1) + depth[c_idx, v_idx], kind="stable")
     bounds = np.searchsorted(c_idx[order], np.arange(len(classes) + 1)).tolist()

@@ -27,7 +27,8 @@ import numpy as np
 
 from .maxflow import INF, FlowNetwork
 
-__all__ = ["LogicalGraph", "SplitGraph", "balance_switches", "split_all"]
+__all__ = ["LogicalGraph", "SplitGraph", "balance_switches", "split_all", "peel", "simple_path",
+           "star_paths"]
 
 Bundle = list  # list of [path (tuple of node indices), units]
 
@@ -76,7 +77,7 @@ class SplitGraph:
 
     def reduce(self, key: tuple[int, int], amount: int) -> None:
         """Drop ``amount`` units of an arc (taken from the back of its bundle)."""
-        _peel(self.bundles[key], amount, from_back=True)
+        peel(self.bundles[key], amount, from_back=True)
         self._set(key, self.units[key] - amount)
 
     def _set(self, key: tuple[int, int], value: int) -> None:
@@ -95,8 +96,8 @@ class SplitGraph:
         """Replace ``amount`` units of ``u -> w`` and ``w -> t`` by ``u -> t``."""
         if amount <= 0:
             return
-        first = _peel(self.bundles[(u, w)], amount)
-        second = _peel(self.bundles[(w, t)], amount)
+        first = peel(self.bundles[(u, w)], amount)
+        second = peel(self.bundles[(w, t)], amount)
         self._set((u, w), self.units[(u, w)] - amount)
         self._set((w, t), self.units[(w, t)] - amount)
         if u == t:
@@ -106,7 +107,7 @@ class SplitGraph:
         ra, rb = first[0][1], second[0][1]
         while i < len(first):
             take = min(ra, rb)
-            pieces.append([_simple(first[i][0] + second[j][0][1:]), take])
+            pieces.append([simple_path(first[i][0] + second[j][0][1:]), take])
             ra -= take
             rb -= take
             if ra == 0:
@@ -126,7 +127,7 @@ class SplitGraph:
         self._set((u, t), self.units.get((u, t), 0) + amount)
 
 
-def _peel(bundle: Bundle, amount: int, from_back: bool = False) -> Bundle:
+def peel(bundle: Bundle, amount: int, from_back: bool = False) -> Bundle:
     """Remove ``amount`` units from a bundle; return the removed pieces."""
     out: Bundle = []
     while amount > 0:
@@ -140,7 +141,7 @@ def _peel(bundle: Bundle, amount: int, from_back: bool = False) -> Bundle:
     return out
 
 
-def _simple(path: tuple[int, ...]) -> tuple[int, ...]:
+def simple_path(path: tuple[int, ...]) -> tuple[int, ...]:
     """Cut cycles out of a walk (a loop only adds load)."""
     out: list[int] = []
     pos: dict[int, int] = {}
@@ -272,7 +273,7 @@ def _split_star(g: SplitGraph, ins: list, outs: list, i_in: np.ndarray, j_out: n
     order), without peeling bundles one amount at a time.  Units left on an in-arc are
     forced loops ``u -> w -> u`` and vanish."""
     units, bundles, heads_of, tails_of = g.units, g.bundles, g.outs, g.ins
-    paths = _star_paths([bundles[a][0][0] for a in ins], [bundles[b][0][0] for b in outs],
+    paths = star_paths([bundles[a][0][0] for a in ins], [bundles[b][0][0] for b in outs],
                         i_in, j_out)
     src = [ins[i][0] for i in i_in.tolist()]
     dst = [outs[j][1] for j in j_out.tolist()]
@@ -296,7 +297,7 @@ def _split_star(g: SplitGraph, ins: list, outs: list, i_in: np.ndarray, j_out: n
         g._set(key, 0)
 
 
-def _star_paths(p_in: list[tuple[int, ...]], p_out: list[tuple[int, ...]],
+def star_paths(p_in: list[tuple[int, ...]], p_out: list[tuple[int, ...]],
                 i_in: np.ndarray, j_out: np.ndarray) -> list[tuple[int, ...]]:
     """Simple paths ``p_in[i] + p_out[j][1:]`` (cycles cut) for every pair, by array
     operations on the pairs whose in- and out-path have the same lengths."""
@@ -312,7 +313,7 @@ def _star_paths(p_in: list[tuple[int, ...]], p_out: list[tuple[int, ...]],
             ordered = np.sort(walk, axis=1)
             loop = (ordered[:, 1:] == ordered[:, :-1]).any(axis=1).tolist()
             for r, path, cyc in zip(sel.tolist(), map(tuple, walk.tolist()), loop):
-                paths[r] = _simple(path) if cyc else path
+                paths[r] = simple_path(path) if cyc else path
     return paths
 
 

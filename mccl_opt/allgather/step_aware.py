@@ -34,12 +34,15 @@ from ..backends import get_backend
 from ..backends.base import SolveStatus
 from ..errors import SolveError
 from ..topology import Topology
+from .depths import max_depths, parent_ranks
 from .maxflow import INF, FlowNetwork
+from .pipeline import (Packed, Packing, SplitKind, balanced_split, check_inputs, pack,
+                       phase_one_budget)
 from .splitting import LogicalGraph, SplitGraph
 from .trees import TreeClass, greedy_pack, init_root_classes, split_off_remainder
 
 __all__ = ["CutLoop", "StepAware", "step_aware_pack", "switch_removal_lp", "switch_removal_model",
-           "tree_depths"]
+           "capped_pack", "class_depths"]
 
 _SCALE = 1 << 20          # fixed-point scale of fractional logical capacities in max-flow
 
@@ -261,15 +264,14 @@ def switch_removal_lp(topo: Topology, *, max_chunks: int | None = 10,
     the hop LP is infeasible (no packing of depth ``max_depth`` exists) or the loop does
     not converge within ``max_rounds`` rounds.
     """
-    from .solve import _balanced_split, _check_inputs, _phase_one_budget
-
-    _check_inputs(topo, max_chunks)
+    check_inputs(topo, max_chunks)
     if max_depth is not None and max_depth < 1:
         raise ValueError(f"max_depth must be a positive integer or None, got {max_depth!r}")
     stats: dict[str, Any] = {}
-    fab, _, _, k, y, _ = _phase_one_budget(topo, max_chunks, stats)
+    budget = phase_one_budget(topo, max_chunks, stats)
     arr = topo.arrays
-    split, k = _balanced_split(fab, arr.is_switch, k, y, max_chunks, stats)
+    balanced = balanced_split(budget.fab, arr.is_switch, budget.k, budget.y, max_chunks)
+    split, k = balanced.split, balanced.k
     stars = _reduce_to_stars(split)
     model, _ = switch_removal_model(split, stars, arr.rank_of, k)
     if model.num_triples == 0:
@@ -289,20 +291,9 @@ def switch_removal_lp(topo: Topology, *, max_chunks: int | None = 10,
 
 
 # ---------------------------------------------------------------------- packing
-def tree_depths(classes: list[TreeClass], lg: LogicalGraph) -> np.ndarray:
-    """Depth (GPU hops) of every tree class."""
-    out = np.zeros(len(classes), np.int64)
-    for i, cls in enumerate(classes):
-        par = cls.parent_arc
-        best = 0
-        for v in range(lg.num_gpus):
-            d, x = 0, v
-            while par[x] >= 0:
-                x = int(lg.tail[par[x]])
-                d += 1
-            best = max(best, d)
-        out[i] = best
-    return out
+def class_depths(classes: list[TreeClass], lg: LogicalGraph) -> np.ndarray:
+    """Depth (GPU hops) of every tree class on ``lg``."""
+    return max_depths(parent_ranks(np.array([c.parent_arc for c in classes]), lg.tail))
 
 
 @njit(cache=True)
@@ -414,7 +405,7 @@ def capped_pack(lg: LogicalGraph, k: int, max_depth: int,
 
 def _depth_key(lg: LogicalGraph, classes: list[TreeClass]) -> tuple[int, float]:
     """(max depth, unit-weighted mean depth) of a packing."""
-    d = tree_depths(classes, lg)
+    d = class_depths(classes, lg)
     w = np.array([c.mult for c in classes], float)
     return int(d.max()), float((d * w).sum() / w.sum())
 
@@ -515,18 +506,17 @@ def _feasible_depths(model: SwitchRemovalModel, limit: int, solve, stats: dict[s
 def step_aware_pack(split: SplitGraph, rank_of: np.ndarray, k: int,
                     guides: dict[int, np.ndarray], stats: dict[str, Any],
                     backend: str = "highs", options: StepAware | None = None,
-                    ) -> tuple[LogicalGraph, list[TreeClass], int]:
+                    ) -> Packed:
     """Phases 2+3 with step-aware switch removal on a balanced ``split`` (tree units).
 
-    Returns ``(logical graph, tree classes, trees per root)``: the shallowest of the
-    default packing (``solve._pack``) and the packings of each LP-feasible depth bound
-    below it (max depth, then unit-weighted mean depth; ties keep more trees).
+    Returns the shallowest of the default packing (:func:`.pipeline.pack`) and the
+    packings of each LP-feasible depth bound below it (max depth, then unit-weighted
+    mean depth; ties keep more trees).
     """
-    from .solve import _pack as default_pack   # the default Phases 2+3, for comparison
-
     opts = options or StepAware()
     t0 = time.perf_counter()
-    lg0, classes0 = default_pack(split, rank_of, k, guides, {})
+    default = pack(split, rank_of, k, guides, {})   # the default Phases 2+3, for comparison
+    lg0, classes0 = default.lg, default.classes
     best = ((_depth_key(lg0, classes0), -k, "default", "default"), lg0, classes0, k)
     stats["sa_default_depth"] = best[0][0]
     k_keep = max(1, math.ceil(k * (1.0 - opts.tolerance) - 1e-9))
@@ -566,5 +556,6 @@ def step_aware_pack(split: SplitGraph, rank_of: np.ndarray, k: int,
             if rank < best[0]:
                 best = (rank, lg, classes, k_keep)
     stats["sa_total_s"] = time.perf_counter() - t0
-    (_, _, stats["split"], stats["packing"]), lg, classes, k_used = best
-    return lg, classes, k_used
+    (_, _, split_kind, packing), lg, classes, k_used = best
+    stats["split"], stats["packing"] = split_kind, packing
+    return Packed(lg, classes, k_used, SplitKind(split_kind), Packing(packing))

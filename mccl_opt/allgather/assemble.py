@@ -1,0 +1,174 @@
+"""One solve's context and the one place an AllGather :class:`~mccl_opt.Schedule` is built.
+
+:class:`Run` carries what every phase of one ``solve_allgather`` call needs (the
+topology, the chunk budget, the previous schedule, the ``stats`` JSON view, the start
+time, what a failed reroute already proved).  A schedule comes from one of three tree
+sources, each certified optimal for the chunk budget (docs/allgather.md): the previous
+schedule kept (:func:`kept`), the previous trees rerouted (:func:`rerouted`), or Phase 3's
+packing mapped to physical trees (:func:`packed`); :func:`assemble` builds the schedule
+(rate, bottleneck of Phase 1's tight cut, solver record, warm state) for all three.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from enum import Enum
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+
+from ..schedule import Schedule, bottleneck_links, schedule_rate
+from ..topology import Topology
+from .budget import CutBounds
+from .mapping import MappedTrees, map_classes, to_physical, tree_chunks, tree_loads
+from .pipeline import Budget, Packed, Shapes, gbps
+from .reroute import Rerouted
+from .throughput import Fabric, PhaseOneResult
+from .warm import Previous, WarmState
+
+__all__ = ["Run", "Optimum", "RerouteOutcome", "assemble", "kept", "rerouted", "packed"]
+
+
+class RerouteOutcome(str, Enum):
+    """Whether the previous trees were rerouted to a target (``stats['reroute']``)."""
+
+    DONE = "done"
+    FAILED = "failed"
+
+
+@dataclass
+class Run:
+    """One ``solve_allgather`` call.  ``prev``: the previous schedule (``None`` cold);
+    ``cuts``: cut bounds shared by the warm guesses; ``failed_target``: the ``(k, y)``
+    a reroute already failed to reach (it would fail again); ``reroute``: the last
+    reroute's outcome; ``stats``: the schedule's JSON view, filled as phases run."""
+
+    topo: Topology
+    max_chunks: int | None
+    stats: dict[str, Any]
+    t_start: float
+    prev: Previous | None = None
+    cuts: CutBounds | None = None
+    failed_target: tuple[int, Fraction] | None = None
+    reroute: RerouteOutcome | None = None
+
+    @classmethod
+    def start(cls, topo: Topology, warm: Schedule | None, max_chunks: int | None) -> "Run":
+        run = cls(topo, max_chunks, {"warm": warm is not None}, time.perf_counter())
+        run.prev = None if warm is None else Previous(warm, topo)
+        return run
+
+    @property
+    def hint_cuts(self) -> list[np.ndarray]:
+        return [] if self.prev is None else self.prev.hint_cuts
+
+    @property
+    def guides(self) -> dict[int, np.ndarray]:
+        return {} if self.prev is None else self.prev.guides
+
+    @property
+    def shapes(self) -> Shapes | None:
+        return None if self.prev is None else self.prev.shapes
+
+
+@dataclass(frozen=True)
+class Optimum:
+    """What certifies a schedule's rate: the integer fabric, the Phase 1 result whose
+    cut is the bottleneck (exact, or the guessed bound a certificate proved exact),
+    ``x*`` in Gbps and the max-flows spent beyond Phase 1."""
+
+    fab: Fabric
+    p1: PhaseOneResult
+    x_star_gbps: float
+    maxflows: int
+
+    @classmethod
+    def of(cls, budget: Budget) -> "Optimum":
+        return cls(budget.fab, budget.p1, budget.x_star_gbps, budget.maxflows)
+
+    @classmethod
+    def guessed(cls, fab: Fabric, p1: PhaseOneResult, quantum: float,
+                maxflows: int) -> "Optimum":
+        return cls(fab, p1, gbps(p1, quantum), maxflows)
+
+
+def cut_ids(topo: Topology, p1: PhaseOneResult) -> set[str]:
+    """Node ids of Phase 1's tight set."""
+    node_ids = [n.id for n in topo.nodes]
+    return {node_ids[i] for i in np.flatnonzero(p1.cut)}
+
+
+def assemble(run: Run, opt: Optimum, k: int, chunks: tuple, loads: np.ndarray,
+             state: WarmState, warm_algorithm: bool) -> Schedule:
+    """The schedule of ``chunks`` (``k`` unit trees per root) with share ``loads`` per link."""
+    topo, stats = run.topo, run.stats
+    rate = schedule_rate(topo, loads)
+    seconds = time.perf_counter() - run.t_start
+    stats["total_s"] = seconds
+    return Schedule(
+        collective="allgather", topology=topo.name, gpus=topo.gpus, rate_gbps=rate,
+        lp_rate_gbps=opt.x_star_gbps, max_chunks=run.max_chunks, chunks=tuple(chunks),
+        bottleneck=bottleneck_links(topo, loads, rate, k, saturated=opt.fab.cut_arcs(opt.p1.cut)),
+        solver={"backend": "maxflow", "seconds": seconds,
+                "maxflow_calls": opt.p1.maxflow_calls + opt.maxflows,
+                "algorithm": "forestcoll-warm" if warm_algorithm else "forestcoll"},
+        stats=stats, warm_state=state)
+
+
+def kept(run: Run, opt: Optimum, loads: np.ndarray) -> Schedule:
+    """The previous trees, re-rated and re-certified on the new capacities."""
+    prev = run.prev.schedule
+    state = run.prev.same_fabric
+    run.stats.update({key: prev.stats[key] for key in ("num_trees", "max_depth", "mean_depth")
+                      if key in prev.stats})
+    run.stats["k"], run.stats["reused_schedule"] = state.k, True
+    return assemble(run, opt, state.k, prev.chunks, loads,
+                    state.with_cut(cut_ids(run.topo, opt.p1)), True)
+
+
+def rerouted(run: Run, opt: Optimum, result: Rerouted) -> Schedule:
+    """The schedule of rerouted previous trees."""
+    forest = result.forest
+    run.stats.update(k=forest.k, rerouted_edges=result.moved_edges,
+                     rerouted_trees=result.rebuilt_trees, num_trees=int(forest.roots.size),
+                     max_depth=int(forest.depth.max()), mean_depth=float(forest.depth.mean()))
+    state = WarmState.of_trees(run.topo, cut_ids(run.topo, opt.p1), forest.k, forest.shapes(),
+                               result.loads, forest=forest)
+    return assemble(run, opt, forest.k, forest.tree_chunks(run.topo.gpus), result.loads, state,
+                    True)
+
+
+def packed(run: Run, opt: Optimum, result: Packed) -> Schedule:
+    """Physical trees of Phase 3's classes (:mod:`.mapping`), their loads and rate."""
+    topo, stats, k = run.topo, run.stats, result.k
+    arr = topo.arrays
+    t = time.perf_counter()
+    mapped = map_classes(result.classes, result.lg)
+    if mapped is None:
+        trees = MappedTrees.from_physical(to_physical(result.classes, result.lg))
+        depths = trees.depths(arr.rank_of, topo.num_gpus)
+    else:
+        trees, depths = mapped
+    chunks = tree_chunks(trees, k, [n.id for n in topo.nodes], topo.gpus)
+    link = np.full((topo.num_nodes, topo.num_nodes), -1, np.int64)
+    link[arr.tail, arr.head] = np.arange(arr.tail.size)
+    loads = tree_loads(trees, k, link, topo.num_links)
+    stats["mapping_s"] = time.perf_counter() - t
+    stats["num_trees"] = len(chunks)
+    stats["max_depth"] = int(np.max(depths))
+    stats["mean_depth"] = float(np.mean(depths))
+    if run.guides:
+        stats["guided_roots"] = len(run.guides)
+    state = WarmState.of_trees(topo, cut_ids(topo, opt.p1), k, _shapes_of(result), loads,
+                               mapped=trees, tree_depths=depths)
+    return assemble(run, opt, k, chunks, loads, state, run.prev is not None)
+
+
+def _shapes_of(result: Packed) -> Shapes:
+    """Rank-space shapes of the classes, by root and largest first."""
+    classes = sorted(result.classes, key=lambda c: (c.root, -c.mult))
+    parents = np.array([c.parent_arc for c in classes], np.int64)
+    ranks = np.where(parents >= 0, result.lg.tail[np.maximum(parents, 0)], -1)
+    return np.array([c.root for c in classes], np.int64), ranks

@@ -1,0 +1,253 @@
+"""The cold ForestColl phases (paper §4.3), shared by :func:`.solve.solve_allgather`,
+the warm certificates (:mod:`.certify`) and step-aware switch removal (:mod:`.step_aware`).
+
+Phase 1 and the chunk budget (:func:`phase_one_budget`), switch balancing
+(:func:`balanced_split`), Phase 2 switch removal and Phase 3 packing (:func:`pack`).
+Each returns a typed result; ``stats`` only receives the JSON view (timings, names).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from enum import Enum
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+
+from ..errors import SolveError, TopologyError
+from ..topology import Topology
+from .budget import CutBounds, choose_trees, exact_k
+from .fabric import fabric_of
+from .repair import repair_pack
+from .splitting import LogicalGraph, SplitGraph, balance_switches, split_all
+from .throughput import Fabric, PhaseOneResult, optimal_rate
+from .trees import TreeClass, exact_pack, greedy_pack
+
+__all__ = ["Budget", "Balanced", "Packed", "Packing", "SplitKind", "check_inputs",
+           "phase_one_budget", "balanced_split", "spread_logical", "pack", "gbps"]
+
+Shapes = tuple[np.ndarray, np.ndarray]
+
+
+class Packing(str, Enum):
+    """Which Phase 3 packer completed (``stats['packing']``)."""
+
+    REPAIR = "repair"
+    GREEDY = "greedy"
+    EXACT = "exact"
+    PLANNED = "planned"           # step-aware: depth-capped within the hop LP's plan
+    CAPPED = "capped"             # step-aware: depth-capped
+    DEFAULT = "default"           # step-aware kept the default packing
+
+
+class SplitKind(str, Enum):
+    """Which Phase 2 switch removal built the logical graph (``stats['split']``)."""
+
+    SPREAD = "spread"
+    EXACT = "exact"
+    STEP_AWARE = "step-aware"     # the hop LP's integral split (App. C)
+    DEFAULT = "default"           # step-aware kept the default split
+
+
+def check_inputs(topo: Topology, max_chunks: int | None) -> None:
+    """Reject a non-topology and a chunk budget that is not a positive integer or None."""
+    if not isinstance(topo, Topology):
+        raise TopologyError(f"expected a mccl_opt.Topology, got {type(topo).__name__}")
+    if max_chunks is not None and (isinstance(max_chunks, bool) or not isinstance(max_chunks, int)
+                                   or max_chunks < 1):
+        raise ValueError(f"max_chunks must be a positive integer or None, got {max_chunks!r}")
+
+
+def gbps(rate: PhaseOneResult, quantum: float) -> float:
+    """A rate in quanta (Phase 1's exact fraction) in Gbps."""
+    return float(Fraction(rate.num, rate.den) * Fraction(quantum).limit_denominator(10**12))
+
+
+@dataclass(frozen=True)
+class Budget:
+    """Phase 1 and the chunk budget: the integer fabric and its quantum (Gbps), Phase 1's
+    optimum and tight cut ``p1``, ``k`` trees per root of bandwidth ``y`` (quanta) and
+    the max-flows the budget took."""
+
+    fab: Fabric
+    quantum: float
+    p1: PhaseOneResult
+    k: int
+    y: Fraction
+    maxflows: int
+
+    @property
+    def x_star_gbps(self) -> float:
+        return gbps(self.p1, self.quantum)
+
+    @property
+    def target_gbps(self) -> float:
+        """The chunk-budget optimum ``k·y`` in Gbps."""
+        return float(self.k * self.y) * self.quantum
+
+
+def phase_one_budget(topo: Topology, max_chunks: int | None, stats: dict[str, Any],
+                     hint_cuts: list[np.ndarray] | None = None,
+                     cuts: CutBounds | None = None) -> Budget:
+    """Phase 1 (exact optimum, §4.3) and the chunk budget; ``cuts``: the cut bounds of
+    the warm guesses on the same capacities."""
+    t = time.perf_counter()
+    fab, quantum = fabric_of(topo)
+    p1 = optimal_rate(fab, hint_cuts)
+    stats["phase1_s"] = time.perf_counter() - t
+    stats["phase1_maxflows"] = p1.maxflow_calls
+
+    t = time.perf_counter()
+    k, y, calls = choose_trees(fab, p1, max_chunks, extra_cuts=hint_cuts, cuts=cuts)
+    if k == 0 or y <= 0:
+        raise SolveError("no tree bandwidth admits the chunk budget; raise max_chunks")
+    stats["budget_s"] = time.perf_counter() - t
+    stats["budget_maxflows"] = calls
+    stats["k"], stats["k_exact"] = int(k), int(exact_k(fab, p1))
+    return Budget(fab, quantum, p1, int(k), y, calls)
+
+
+@dataclass(frozen=True)
+class Balanced:
+    """Tree units of every link with switches balanced, for ``k`` trees per root;
+    ``exact``: balanced without giving up capacity the optimum needs; ``symmetrized``:
+    the fabric with every cable at a switch at its weaker direction was used."""
+
+    split: SplitGraph
+    k: int
+    exact: bool
+    symmetrized: bool = False
+
+    def record(self, stats: dict[str, Any]) -> None:
+        stats["balanced_exactly"] = self.exact
+        if self.symmetrized:
+            stats["symmetrized"] = True
+
+
+def balanced_split(fab: Fabric, is_switch: np.ndarray, k: int, y: Fraction,
+                   max_chunks: int | None) -> Balanced:
+    """Tree units of every link, switches balanced.  When balancing must give up
+    capacity the optimum cannot spare (one-directional degradations; the rate then sits
+    below ``lp_rate_gbps``), two balanced fabrics are tried and the one with more
+    bandwidth per root kept: the balanced units re-optimised (``k``, ``y`` chosen again
+    on them, at most 3 times), and every cable at a switch at the smaller of its two
+    directions' capacities, which balances each switch by construction.  The trees,
+    synthesized for less capacity than the fabric has, are valid on it."""
+    units = (fab.cap * y.denominator) // y.numerator
+    split = SplitGraph.from_links(fab.n, fab.tail, fab.head, units, is_switch, fab.gpus, k)
+    if balance_switches(split):
+        return Balanced(split, k, True)
+    options = []                        # (bandwidth per root in quanta, split, k, symmetrized)
+    original, unit = fab, Fraction(1)   # a unit of ``fab``'s capacities, in quanta
+    for _ in range(3):
+        kept = np.array([split.units.get((a, b), 0) for a, b in
+                         zip(fab.tail.tolist(), fab.head.tolist())], np.int64)
+        fab, unit = Fabric.build(fab.n, fab.tail, fab.head, kept, fab.gpus), unit * y
+        balanced = _split_for(fab, is_switch, max_chunks)
+        if balanced is None:
+            break
+        split, k, y, exact = balanced
+        if exact:
+            options.append((k * y * unit, split, k, False))
+            break
+    balanced = _split_for(_symmetrized(original, is_switch), is_switch, max_chunks)
+    if balanced is not None and balanced[3]:
+        split, k, y, _ = balanced
+        options.append((k * y, split, k, True))
+    if not options:
+        raise SolveError("switches could not be balanced (in- vs out-capacity) without losing "
+                         "every tree, even with each cable at its weaker direction; check the "
+                         "one-directional links of the fabric")
+    _, split, k, symmetrized = max(options, key=lambda o: o[0])     # ties: re-optimised
+    return Balanced(split, k, False, symmetrized)
+
+
+def _split_for(fab: Fabric, is_switch: np.ndarray, max_chunks: int | None
+               ) -> tuple[SplitGraph, int, Fraction, bool] | None:
+    """Phase 1 and the chunk budget on ``fab``, then its tree units with switches
+    balanced: ``(split, k, y, balanced without loss)``, or ``None`` if no tree fits."""
+    p1 = optimal_rate(fab)
+    if p1.num == 0:
+        return None
+    k, y, _ = choose_trees(fab, p1, max_chunks)
+    if y <= 0:
+        return None
+    units = (fab.cap * y.denominator) // y.numerator
+    split = SplitGraph.from_links(fab.n, fab.tail, fab.head, units, is_switch, fab.gpus, k)
+    return split, k, y, balance_switches(split)
+
+
+def _symmetrized(fab: Fabric, is_switch: np.ndarray) -> Fabric:
+    """``fab`` with every arc at a switch capped at its reverse arc's capacity (0 when
+    there is none), so every switch's in-capacity equals its out-capacity."""
+    reverse = {(int(a), int(b)): i for i, (a, b) in enumerate(zip(fab.tail, fab.head))}
+    cap = fab.cap.copy()
+    for i, (a, b) in enumerate(zip(fab.tail.tolist(), fab.head.tolist())):
+        if is_switch[a] or is_switch[b]:
+            j = reverse.get((b, a))
+            cap[i] = min(cap[i], fab.cap[j]) if j is not None else 0
+    return Fabric.build(fab.n, fab.tail, fab.head, cap, fab.gpus)
+
+
+@dataclass(frozen=True)
+class Packed:
+    """Phases 2+3: the logical graph, its tree classes (``k`` unit trees per root) and
+    which switch removal and packer produced them."""
+
+    lg: LogicalGraph
+    classes: list[TreeClass]
+    k: int
+    split: SplitKind
+    packing: Packing
+
+    def record(self, stats: dict[str, Any]) -> None:
+        stats["split"], stats["packing"] = self.split.value, self.packing.value
+
+
+def spread_logical(split: SplitGraph, rank_of: np.ndarray) -> LogicalGraph:
+    """Phase 2 by the spread proposal (:mod:`.splitting`) on a copy of ``split``."""
+    g = split.copy()
+    split_all(g, exact=False)
+    return LogicalGraph.from_split(g, rank_of)
+
+
+def _pack_fast(lg: LogicalGraph, k: int, guides: dict[int, np.ndarray], stats: dict[str, Any],
+               shapes: Shapes | None) -> tuple[list[TreeClass], Packing] | None:
+    """Repair packing (reusing previous shapes), then the guided greedy portfolio
+    (both certify themselves)."""
+    classes, info = repair_pack(lg.num_gpus, lg.tail, lg.head, lg.units, k, shapes)
+    stats.update(info)
+    if classes is not None:
+        return classes, Packing.REPAIR
+    classes = greedy_pack(lg.num_gpus, lg.tail, lg.head, lg.units, k, guides)
+    return None if classes is None else (classes, Packing.GREEDY)
+
+
+def pack(split: SplitGraph, rank_of: np.ndarray, k: int, guides: dict[int, np.ndarray],
+         stats: dict[str, Any], shapes: Shapes | None = None) -> Packed:
+    """Phases 2+3: spread split + fast packing; exact splitting (when the spread split
+    broke the cut condition) and exact packing as fallbacks."""
+    t = time.perf_counter()
+    lg = spread_logical(split, rank_of)
+    kind = SplitKind.SPREAD
+    stats["phase2_s"] = time.perf_counter() - t
+    t = time.perf_counter()
+    found = _pack_fast(lg, k, guides, stats, shapes)
+    if found is None and not lg.admits(k):
+        t2 = time.perf_counter()
+        g = split.copy()
+        if not split_all(g, exact=True):
+            raise SolveError("exact switch removal did not complete; the fabric's "
+                             "switches could not be balanced without losing the optimum")
+        lg = LogicalGraph.from_split(g, rank_of)
+        kind = SplitKind.EXACT
+        stats["phase2_s"] += time.perf_counter() - t2
+        found = _pack_fast(lg, k, guides, stats, shapes)
+    if found is None:
+        found = exact_pack(lg.num_gpus, lg.tail, lg.head, lg.units, k), Packing.EXACT
+    stats["phase3_s"] = time.perf_counter() - t
+    packed = Packed(lg, found[0], k, kind, found[1])
+    packed.record(stats)
+    return packed
