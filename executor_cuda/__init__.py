@@ -23,10 +23,10 @@ _LAZY = {
     "Telemetry": "executor_cuda.telemetry",
     "LinkSample": "executor_cuda.telemetry",
     "FaultInjector": "executor_cuda.faults",
-    "compile_schedule": "executor_cuda.program",
-    "direct_schedule": "executor_cuda.program",
-    "to_msccl_xml": "executor_cuda.msccl",
-    "check_msccl_xml": "executor_cuda.msccl",
+    "compile_schedule": "mccl_opt.lowering.program",
+    "direct_schedule": "mccl_opt.lowering.program",
+    "to_msccl_xml": "mccl_opt.lowering.msccl",
+    "check_msccl_xml": "mccl_opt.lowering.msccl",
 }
 
 

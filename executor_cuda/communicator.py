@@ -1,7 +1,7 @@
 """Run synthesized schedules on torch.distributed ranks (paper §3.3, the fast path).
 
 :class:`Communicator` executes the per-rank program compiled by
-:mod:`executor_cuda.program` with point-to-point operations
+:mod:`mccl_opt.lowering.program` with point-to-point operations
 (``batch_isend_irecv``): NCCL with CUDA tensors, gloo with CPU tensors, one code path.
 Rank ``r`` of the process group is GPU ``schedule.gpus[r]``.
 
@@ -32,7 +32,7 @@ from mccl_opt.errors import ScheduleError
 from mccl_opt.schedule import Schedule
 
 from .faults import FaultInjector
-from .program import (COLLECTIVES_EXEC, GlobalProgram, ProgramCache, Segment,
+from mccl_opt.lowering.program import (COLLECTIVES_EXEC, GlobalProgram, ProgramCache, Segment,
                       direct_schedule)
 from .telemetry import Telemetry
 
@@ -46,7 +46,7 @@ class Communicator:
 
     ``schedule`` is one :class:`Schedule` or several (at most one per collective); a
     collective without a schedule runs the direct fallback
-    (:func:`~executor_cuda.program.direct_schedule`).  ``pipeline`` slices every chunk
+    (:func:`~mccl_opt.lowering.program.direct_schedule`).  ``pipeline`` slices every chunk
     for pipelining through relays.  ``telemetry`` records per-peer transfer samples,
     ``faults`` emulates slow links.  ``hot_swap=True`` creates the gloo side group and
     the background :class:`~executor_cuda.rescheduler.Rescheduler` (collective: every
@@ -65,8 +65,9 @@ class Communicator:
         self.group = process_group if process_group is not None else dist.group.WORLD
         self.rank = dist.get_rank(self.group)
         self.world = dist.get_world_size(self.group)
-        self._peers = [dist.get_global_rank(self.group, r) if process_group is not None else r
-                       for r in range(self.world)]
+        #: global rank of every group rank (rank order)
+        self.peers = [dist.get_global_rank(self.group, r) if process_group is not None else r
+                      for r in range(self.world)]
         if pipeline < 1:
             raise ValueError(f"pipeline must be >= 1, got {pipeline}")
         self.pipeline = pipeline
@@ -149,6 +150,15 @@ class Communicator:
             self._waiters = None
 
     # ------------------------------------------------------------------ swap hooks
+    # (the :class:`~executor_cuda.rescheduler.SwapTarget` protocol: ``name``, ``rank``,
+    # ``world``, ``peers``, ``active``, ``prepare``, ``paused``, ``schedule_switch``)
+    def prepare(self, schedule: Schedule) -> None:
+        """Compile ``schedule`` for the block size its collective ran with last (fills
+        the program cache, so the first collective after a swap does not compile)."""
+        block = self.recent_sizes.get(schedule.collective)
+        if block is not None:
+            self.cache.get(schedule, block, self.pipeline)
+
     @contextmanager
     def paused(self) -> Iterator[int]:
         """Pause issuing collectives; yields the last issued sequence number."""
@@ -203,14 +213,14 @@ class Communicator:
             start = _event(cuda)
             for m in recvs:
                 tensor = _gather_target(bufs, m.dst_segs, unpack)
-                ops.append(dist.P2POp(dist.irecv, tensor, self._peers[m.src], self.group))
+                ops.append(dist.P2POp(dist.irecv, tensor, self.peers[m.src], self.group))
                 recv_meta.append((m.src, tensor.numel() * tensor.element_size()))
             stamps_in = torch.zeros(len(recvs), dtype=torch.int64)
             if stamped:     # each sender tells when it was ready to send (its round start)
                 stamp_out = torch.tensor([t0], dtype=torch.int64)
-                ops += [dist.P2POp(dist.irecv, stamps_in[i:i + 1], self._peers[m.src],
+                ops += [dist.P2POp(dist.irecv, stamps_in[i:i + 1], self.peers[m.src],
                                    self.group, tag=STAMP_TAG) for i, m in enumerate(recvs)]
-                ops += [dist.P2POp(dist.isend, stamp_out, self._peers[m.dst], self.group,
+                ops += [dist.P2POp(dist.isend, stamp_out, self.peers[m.dst], self.group,
                                    tag=STAMP_TAG) for m in sends]
             for m in sends:
                 tensor = _pack(bufs, m.src_segs)
@@ -219,7 +229,7 @@ class Communicator:
                 if delay > 0:
                     delayed.append((delay, m.dst, tensor))
                 else:
-                    ops.append(dist.P2POp(dist.isend, tensor, self._peers[m.dst], self.group))
+                    ops.append(dist.P2POp(dist.isend, tensor, self.peers[m.dst], self.group))
             works = dist.batch_isend_irecv(ops) if ops else []
             recv_works, other = works[:len(recvs)], works[len(recvs):]
             timed = self._start_timing(recv_works) if stamped else None
@@ -227,7 +237,7 @@ class Communicator:
                 wait = (t0 + delay * 1e9 - time.time_ns()) / 1e9
                 if wait > 0:
                     time.sleep(wait)
-                other.append(dist.isend(tensor, self._peers[dst], self.group))
+                other.append(dist.isend(tensor, self.peers[dst], self.group))
             for w in (other if timed is not None else recv_works + other):
                 w.wait()
             self._record(recv_meta, gpus, seq, t0, start, timed, stamps_in)

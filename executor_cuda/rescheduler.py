@@ -35,19 +35,16 @@ import threading
 import time
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Callable, Iterable
+from typing import Any, Callable, ContextManager, Iterable, Protocol
 
 import torch
 import torch.distributed as dist
 
 from mccl_opt.schedule import Schedule
 
-from .program import COLLECTIVES_EXEC
+from mccl_opt.lowering.program import COLLECTIVES_EXEC
 
-if TYPE_CHECKING:
-    from .communicator import Communicator
-
-__all__ = ["Decision", "Rescheduler", "SwapEvent", "decide", "encode_row"]
+__all__ = ["Decision", "Rescheduler", "SwapEvent", "SwapTarget", "decide", "encode_row"]
 
 log = logging.getLogger(__name__)
 
@@ -113,14 +110,35 @@ class SwapEvent:
     ranks_missing: list[int] = field(default_factory=list)
 
 
+class SwapTarget(Protocol):
+    """What the rescheduler needs from the communicator whose schedules it swaps
+    (:class:`~executor_cuda.communicator.Communicator` implements it)."""
+
+    name: str                         # prefix of this communicator's store keys
+    rank: int
+    world: int
+    peers: list[int]                  # global rank of every group rank
+    active: dict[str, Schedule]       # the schedule each collective runs now
+
+    def prepare(self, schedule: Schedule) -> None:
+        """Compile ``schedule`` for the sizes run recently (staging)."""
+
+    def paused(self) -> ContextManager[int]:
+        """Hold issuing; yields the last issued sequence number."""
+
+    def schedule_switch(self, schedule: Schedule, k: int) -> None:
+        """Run ``schedule`` from sequence number ``k + 1`` on (while paused)."""
+
+
 class Rescheduler:
-    """Background hot-swap engine of one :class:`Communicator` (see module docstring).
+    """Background hot-swap engine of one communicator (a :class:`SwapTarget`; see the
+    module docstring).
 
     ``stage_hook(schedule)`` runs during staging (tests use it to make a rank never
     finish staging).  Creating one is collective (it creates the gloo side group).
     """
 
-    def __init__(self, comm: "Communicator", *, stage_timeout: float = 5.0,
+    def __init__(self, comm: SwapTarget, *, stage_timeout: float = 5.0,
                  oob_timeout: float = 10.0, store: Any = None,
                  stage_hook: Callable[[Schedule], None] | None = None) -> None:
         self.comm = comm
@@ -131,8 +149,7 @@ class Rescheduler:
         self.staged: dict[tuple[str, int], Schedule] = {}
         base = store if store is not None else dist.distributed_c10d._get_default_store()
         self.store = dist.PrefixStore(f"mccl_exec/{comm.name}/", base)
-        ranks = [comm._peers[r] for r in range(comm.world)]
-        self.side_group = dist.new_group(ranks=ranks, backend="gloo",
+        self.side_group = dist.new_group(ranks=list(comm.peers), backend="gloo",
                                          timeout=timedelta(seconds=oob_timeout))
         self._round = 0
         self._done = threading.Condition()
@@ -181,9 +198,7 @@ class Rescheduler:
     def _stage(self, schedule: Schedule) -> None:
         if self.stage_hook is not None:
             self.stage_hook(schedule)
-        block = self.comm.recent_sizes.get(schedule.collective)
-        if block is not None:
-            self.comm.cache.get(schedule, block, self.comm.pipeline)
+        self.comm.prepare(schedule)
         self.staged[(schedule.collective, schedule.version)] = schedule
 
     def _stage_with_timeout(self, schedule: Schedule) -> str:

@@ -14,7 +14,7 @@ lives in ``instances/data/<name>.json`` and its manifest record in
   networkx max-flow test (Edmonds' branching theorem: with a super-source feeding every
   GPU at ``x``, every GPU must receive ``N·x``): feasible at ``x*``, infeasible at
   ``x*·(1 + REL_STEP)``;
-* for every exported model (:mod:`instances.models`) its size and known optimum: the
+* for every exported model (:mod:`mccl_opt.models`) its size and known optimum: the
   AllToAll models' optima must match ``z*`` (or ``1/z*``); the switch-removal model
   (only on fabrics with switches and at most :data:`SWITCH_REMOVAL_MAX_GPUS` GPUs)
   has no closed form, so its exported LP, solved from scratch, must match the optimum
@@ -116,7 +116,7 @@ def alltoall_compact_rate(topo: Topology, backend: str = "highs") -> float:
     """``z*`` by the compact arc-flow LP (paper App. G.3, per-source commodities)."""
     from mccl_opt.backends import get_backend
 
-    from .models import build_model
+    from mccl_opt.models import build_model
 
     lp, _ = build_model(topo, "compact")
     with get_backend(backend) as be:
@@ -164,7 +164,7 @@ def model_optima(topo: Topology, rate_gbps: float, backend: str = "highs") -> di
     the optimum implied by the AllToAll rate."""
     from mccl_opt.backends import get_backend
 
-    from .models import build_model
+    from mccl_opt.models import build_model
 
     out = {}
     for model in exported_models(topo):

@@ -1,4 +1,4 @@
-"""The solver-facing models of an instance, for export as MPS/LP (issue 8, item 2).
+"""The solver-facing LP models of a topology, for export as MPS/LP (docs/modelling.md).
 
 ``build_model(topo, model)`` returns a :class:`formulations.lp.LinearProgram` and a
 :class:`ModelInfo` (what the optimum means, so a third-party solver's objective can be
@@ -28,8 +28,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from formulations.lp import LinearProgram
-from mccl_opt.errors import MCCLError
-from mccl_opt.topology import Topology
+
+from .errors import MCCLError, SolveError
+from .topology import Topology
 
 __all__ = ["MODELS", "ModelInfo", "build_model", "master_columns"]
 
@@ -65,22 +66,16 @@ def master_columns(topo: Topology, backend: str = "highs") -> tuple[np.ndarray, 
 
     Pairs are ``s·(N-1) + d - (d > s)`` over GPU ranks, as in :mod:`formulations.master`.
     """
-    from mccl_opt.alltoall import solve_alltoall
+    from .alltoall import solve_alltoall
 
-    state = solve_alltoall(topo, backend=backend, max_chunks=None).warm_state
-    ar = topo.arrays
-    start = np.asarray(state.start, dtype=np.int64)
-    arcs = np.asarray(state.arcs, dtype=np.int64)
-    src = ar.rank_of[ar.tail[arcs[start[:-1]]]]
-    dst = ar.rank_of[ar.head[arcs[start[1:] - 1]]]
-    pair = src * (topo.num_gpus - 1) + dst - (dst > src)
-    return pair.astype(np.int64), start, arcs
+    lp = solve_alltoall(topo, backend=backend, max_chunks=None).warm_state.lp
+    return (np.asarray(lp.pair, dtype=np.int64), np.asarray(lp.start, dtype=np.int64),
+            np.asarray(lp.arcs, dtype=np.int64))
 
 
 def _switch_removal(topo: Topology, backend: str) -> tuple[LinearProgram, float]:
     """The converged step-aware switch-removal LP and its optimum (App. C)."""
-    from mccl_opt.allgather.step_aware import switch_removal_lp
-    from mccl_opt.errors import SolveError
+    from .allgather.step_aware import switch_removal_lp
 
     try:
         return switch_removal_lp(topo, backend=backend)

@@ -1,10 +1,13 @@
-"""Plain-text tables and JSON output shared by the CLI commands."""
+"""Plain-text tables and JSON output: how every ``mccl`` command, benchmark and report
+prints results (DESIGN.md §5: results print as a short table, ``--json`` as JSON)."""
 
 from __future__ import annotations
 
 import json
 import sys
 from typing import Any, Sequence
+
+__all__ = ["print_table", "print_json"]
 
 
 def print_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], *, file=None) -> None:
@@ -26,4 +29,5 @@ def print_table(headers: Sequence[str], rows: Sequence[Sequence[Any]], *, file=N
 
 
 def print_json(obj: Any) -> None:
+    """Print ``obj`` as indented JSON (numpy scalars as floats)."""
     print(json.dumps(obj, indent=1, default=float))

@@ -122,7 +122,7 @@ def main(args: argparse.Namespace, out: TextIO) -> int:
     if args.json:
         print(json.dumps(res), file=out)
         return 0
-    from mccl_opt.cli._table import print_table
+    from mccl_opt.tables import print_table
 
     print(f"workload {res['workload']!r} on {res['topology']}: compute {res['compute_s'] * 1e3:.3f} ms "
           "per iteration", file=out)

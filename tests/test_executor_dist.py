@@ -10,7 +10,7 @@ import warnings
 import pytest
 import torch
 
-from executor_cuda.program import direct_schedule
+from mccl_opt.lowering.program import direct_schedule
 from executor_cuda.rail_schedules import rail_allgather, rail_alltoall
 from instances import hpn
 from executor_cuda.launch import run_ranks

@@ -10,8 +10,8 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from executor_cuda.msccl import check_msccl_xml, to_msccl_xml
-from executor_cuda.program import direct_schedule
+from mccl_opt.lowering.msccl import check_msccl_xml, to_msccl_xml
+from mccl_opt.lowering.program import direct_schedule
 from executor_cuda.rail_schedules import rail_allgather, rail_alltoall
 from instances import hpn
 from mccl_opt.cli import main

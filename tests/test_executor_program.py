@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from executor_cuda.program import (OUT, STAGE, ProgramCache, chunk_bounds,
+from mccl_opt.lowering.program import (OUT, STAGE, ProgramCache, chunk_bounds,
                                    compile_schedule, direct_schedule, slice_bounds)
 from executor_cuda.rail_schedules import rail_allgather, rail_alltoall
 from instances import hpn

@@ -29,7 +29,6 @@ COMMAND_MODULES = (
     "mccl_opt.cli.eval",
     "mccl_opt.cli.bench",
     "mccl_runtime.cli",
-    "executor_cuda.cli",
 )
 
 

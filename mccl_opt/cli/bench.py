@@ -55,7 +55,7 @@ def _split(text: str | None) -> list[str] | None:
 def _bench(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
-    from ._table import print_table
+    from ..tables import print_table
 
     registry, report = registry_modules()
     if args.max_chunks < 1:

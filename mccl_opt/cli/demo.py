@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from ._table import print_json, print_table
+from ..tables import print_json, print_table
 
 MESSAGE_BYTES = 16 * 2**20
 

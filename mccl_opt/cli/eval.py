@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from ..errors import TopologyError
-from ._table import print_json, print_table
+from ..tables import print_json, print_table
 
 HEADERS = ("failure", "baseline", "baseline GB/s", "no-reopt GB/s", "reopt GB/s",
            "no-reopt x", "reopt x", "cut check")

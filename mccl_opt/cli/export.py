@@ -1,12 +1,13 @@
-"""``mccl export mps --model compact|master|switch-removal TOPO -o F [--lp]``.
+"""``mccl export mps|msccl``: a model or a schedule in another tool's format.
 
-Writes an instance's model (see :mod:`instances.models`) as free MPS, and with ``--lp``
-also as a CPLEX LP file next to it, so any LP solver can be run on it.  When the
-topology is a library instance (same name and content as the shipped file), the
-manifest's known optimum is printed with the file.
+``mccl export mps --model compact|master|switch-removal TOPO -o F [--lp]`` writes an
+instance's model (see :mod:`mccl_opt.models`) as free MPS, and with ``--lp`` also as a
+CPLEX LP file next to it, so any LP solver can be run on it.  When the topology is a
+library instance (same name and content as the shipped file), the manifest's known
+optimum is printed with the file.
 
-``export`` is a group shared with ``mccl export msccl`` (``executor_cuda.cli``): whichever
-module registers first creates it, the other attaches its format to it.
+``mccl export msccl SCHED -o algo.xml`` writes a schedule as MSCCL XML for
+msccl-executor-nccl (:mod:`mccl_opt.lowering.msccl`) and replays it with the checker.
 """
 
 from __future__ import annotations
@@ -17,22 +18,16 @@ from pathlib import Path
 MODEL_CHOICES = ("compact", "master", "switch-removal")
 
 
-def export_group(sub: argparse._SubParsersAction) -> argparse._SubParsersAction:
-    """The ``export`` group's subparsers (created on first use, shared afterwards)."""
-    parser = sub.choices.get("export")
-    if parser is None:
-        parser = sub.add_parser("export", help="export schedules and models to other formats")
-        group = parser.add_subparsers(dest="export_command", metavar="FORMAT")
-        group.required = True
-        return group
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            return action
-    raise RuntimeError("the 'export' command has no format subcommands to extend")
-
-
 def register(sub: argparse._SubParsersAction) -> None:
-    p = export_group(sub).add_parser(
+    group = sub.add_parser("export", help="export schedules and models to other formats"
+                           ).add_subparsers(dest="export_command", metavar="FORMAT")
+    group.required = True
+    _register_mps(group)
+    _register_msccl(group)
+
+
+def _register_mps(group: argparse._SubParsersAction) -> None:
+    p = group.add_parser(
         "mps", help="write an instance's LP model as MPS (and LP) for any solver")
     p.add_argument("topology", help="mccl-topology/1 file, or a library instance name (hpn-1x2x8-fail2)")
     p.add_argument("--model", choices=MODEL_CHOICES, default="compact",
@@ -80,9 +75,9 @@ def known_optimum(topo, model: str) -> float | None:
 
 def _export_mps(args: argparse.Namespace) -> int:
     from formulations.export import write_lp, write_mps
-    from instances.models import build_model
+    from mccl_opt.models import build_model
 
-    from ._table import print_json, print_table
+    from ..tables import print_json, print_table
 
     topo = _load_topology(args.topology)
     lp, info = build_model(topo, args.model, commodities=args.commodities)
@@ -96,4 +91,37 @@ def _export_mps(args: argparse.Namespace) -> int:
         print_json(summary)
     else:
         print_table(list(summary), [[", ".join(files), *list(summary.values())[1:]]])
+    return 0
+
+
+def _register_msccl(group: argparse._SubParsersAction) -> None:
+    p = group.add_parser("msccl", help="write a schedule as MSCCL XML (load it with MSCCL_ALGO_DIR)")
+    p.add_argument("schedule", help="mccl-schedule/1 file (alltoall or allgather)")
+    p.add_argument("-o", "--output", required=True, help="XML file to write")
+    p.add_argument("--channels", type=int, default=1, help="channels to spread transfers over")
+    p.add_argument("--proto", default="Simple", choices=["Simple", "LL", "LL128"])
+    p.add_argument("--min-bytes", type=int, default=0, help="smallest buffer MSCCL uses it for")
+    p.add_argument("--max-bytes", type=int, default=1 << 40, help="largest buffer MSCCL uses it for")
+    p.add_argument("--json", action="store_true", help="print the checker's summary as JSON")
+    p.set_defaults(handler=_export_msccl)
+
+
+def _export_msccl(args: argparse.Namespace) -> int:
+    from ..lowering.msccl import check_msccl_xml, to_msccl_xml
+    from ..schedule import Schedule
+    from ..tables import print_json, print_table
+
+    sched = Schedule.load(args.schedule)
+    text = to_msccl_xml(sched, nchannels=args.channels, proto=args.proto,
+                        min_bytes=args.min_bytes, max_bytes=args.max_bytes)
+    report = check_msccl_xml(text)
+    with open(args.output, "w") as fh:
+        fh.write(text)
+    info = {"output": args.output, "collective": report.collective, "ngpus": report.ngpus,
+            "threadblocks": report.threadblocks, "steps": report.steps,
+            "transfers": report.transfers, "checked": True}
+    if args.json:
+        print_json(info)
+    else:
+        print_table(list(info), [list(info.values())])
     return 0

@@ -6,7 +6,7 @@ import argparse
 import sys
 import time
 
-from ._table import print_json, print_table
+from ..tables import print_json, print_table
 
 
 def register(sub: argparse._SubParsersAction) -> None:

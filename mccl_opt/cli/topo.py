@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from collections import Counter
 
-from ._table import print_json, print_table
+from ..tables import print_json, print_table
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -7,7 +7,7 @@ The exporter writes the algorithm format loaded by msccl-executor-nccl
 maxBytes>`` / ``<gpu id i_chunks o_chunks s_chunks>`` / ``<tb id send recv chan>`` /
 ``<step s type srcbuf srcoff dstbuf dstoff cnt depid deps hasdep/>``.
 
-Lowering: the schedule is compiled by :mod:`executor_cuda.program` with one *chunk* per
+Lowering: the schedule is compiled by :mod:`mccl_opt.lowering.program` with one *chunk* per
 element, ``C`` chunks per block (the least common denominator of the shares, at most
 ``MAX_COUNT - 1``).  Every GPU gets one send-only threadblock per (peer, channel), one
 receive-only threadblock per (peer, channel) and one threadblock for local copies, so
@@ -15,6 +15,10 @@ each threadblock has at most one send and one receive peer.  Transfers are liste
 round order on both ends of every (peer, channel) connection; a send that forwards
 data depends (``depid``/``deps``) on the receive that brought it, which ran in an
 earlier round, so the program cannot deadlock (and :func:`check_msccl_xml` proves it).
+
+Longer than ~400 lines on purpose: the exporter and the checker that replays its XML
+are two halves of one format contract (every attribute written is one read back), kept
+side by side so a change to one is seen next to the other.
 """
 
 from __future__ import annotations
