@@ -230,9 +230,13 @@ def _manager(v: Any, topo: Topology, latest: float, max_ratio: float) -> dict[st
 
 def _schedule(d: Mapping[str, Any], where: str, kind: str, version: int, topo: Topology,
               max_ratio: float, schedule_cls: type) -> tuple[dict[str, Any], list[float]]:
-    """A stored schedule, valid (:func:`mccl_opt.validate`) on its synthesis capacities."""
+    """A stored schedule, valid (:func:`mccl_opt.validate`: every block delivered, hops
+    real links, trees spanning, shares summing to 1) on its synthesis capacities."""
+    from dataclasses import replace
+
     import numpy as np
 
+    from mccl_opt.schedule import schedule_rate, share_loads
     from mccl_opt.validate import validate
 
     if version < 1:
@@ -252,7 +256,12 @@ def _schedule(d: Mapping[str, Any], where: str, kind: str, version: int, topo: T
             raise MCCLError(f"a {kind} needs a {kind} schedule, got {sched.collective}")
         if sched.version != version:
             raise MCCLError(f"its version {sched.version} differs from the collective's {version}")
-        validate(topo.with_capacities(cap), sched)
+        on = topo.with_capacities(cap)
+        try:        # the stated rate is not trusted (the manager profiles the schedule on ``cap``)
+            rate = schedule_rate(on, share_loads(on, sched.chunks))
+        except MCCLError:
+            rate = sched.rate_gbps                      # validate names the hop that is no link
+        validate(on, replace(sched, rate_gbps=rate, lp_rate_gbps=max(rate, sched.lp_rate_gbps)))
     except (MCCLError, TypeError, ValueError, OverflowError) as exc:
         raise MCCLError(f"{where}.schedule: {exc}") from None
     return d["schedule"], cap.tolist()

@@ -317,3 +317,80 @@ def test_temporary_files_of_an_interrupted_write_are_removed_at_start(tmp_path):
     left.write_text("{half")
     ControllerService(TOPO, "tcp://127.0.0.1:0", synthesize=PruningSynth(), state_path=state)
     assert not left.exists()
+
+
+# ---------------------------------------------------------------------- 3. the state file is checked
+def _good_state(tmp_path: Path) -> dict:
+    """A real state: a registered AllGather at version 2 after a degraded cable."""
+    from tests.test_runtime_manager import bfs_allgather
+
+    path = tmp_path / "good.json"
+    svc = ControllerService(TOPO, "tcp://127.0.0.1:0", synthesize=PruningSynth(), alpha=1.0,
+                            state_path=path)
+    svc.manager.register("world", "ag", "allgather", bfs_allgather(TOPO))
+    svc.store.ingest(_degraded(time.time() - 1.0))
+    svc.manager.register("world", "ar", "allreduce", bfs_allgather(TOPO))
+    svc.persist()
+    svc.manager.close()
+    return json.loads(path.read_text())
+
+
+def _set(d, path, value):
+    *head, last = path
+    for k in head:
+        d = d[k]
+    if value is KeyError:
+        del d[last]
+    else:
+        d[last] = value
+
+
+AG = ("manager", "collectives", 0)
+
+
+@pytest.mark.parametrize("path, value, field", [
+    (AG + ("synth_capacity",), KeyError, "collectives[0].synth_capacity is missing"),
+    (AG + ("version",), "abc", "collectives[0].version"),
+    (AG + ("version",), -5, "collectives[0].version"),
+    (AG + ("kind",), "broadcast", "collectives[0].kind"),
+    (AG + ("synth_capacity", 0), int("9" * 401), "synth_capacity[0]"),
+    (AG + ("synth_capacity", 3), 1e300, "synth_capacity[3]"),
+    (AG + ("last_decision_t",), 1e300, "collectives[0].last_decision_t"),
+    (AG + ("schedule", "chunks", 0, "share"), 0.5, "collectives[0].schedule"),
+    (AG + ("schedule", "version"), 7, "collectives[0].schedule"),
+    (("telemetry", "direct", 0, "value"), float("nan"), "telemetry.direct[0].value"),
+    (("telemetry", "direct", 0, "value"), 1e9, "telemetry.direct[0].value"),
+    (("telemetry", "direct", 0, "t"), 1e300, "telemetry.direct[0].t"),
+    (("telemetry", "direct", 0, "src"), "nowhere", "telemetry.direct[0]"),
+    (("telemetry", "accepted"), -1, "telemetry.accepted"),
+    (("protocol_errors",), {"x": "many"}, "protocol_errors.x"),
+    (("manager", "collectives"), {}, "manager.collectives must be a list"),
+])
+def test_a_bad_state_file_is_refused_naming_the_field(tmp_path, path, value, field):
+    state = _good_state(tmp_path)
+    _set(state, path, value)
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(state))
+    with pytest.raises(MCCLError) as err:
+        ControllerService(TOPO, "tcp://127.0.0.1:0", synthesize=PruningSynth(), state_path=bad)
+    assert type(err.value) is MCCLError and field in str(err.value) and "bad.json" in str(err.value)
+
+
+def test_the_good_state_file_resumes(tmp_path):
+    path = tmp_path / "s.json"
+    path.write_text(json.dumps(_good_state(tmp_path)))
+    svc = ControllerService(TOPO, "tcp://127.0.0.1:0", synthesize=PruningSynth(), state_path=path)
+    assert svc.resumed and [c.name for c in svc.manager.collectives()] == [
+        "ag", "ar/allgather", "ar/reducescatter"]
+    assert svc.store.measured()[TOPO.link_index("s0h0g0", "s0tor0")] == 50.0
+    svc.manager.close()
+
+
+@pytest.mark.parametrize("content", [b"\xff\xfe{}", b"[" * 100_000 + b"]" * 100_000,
+                                     b'{"format":"mccl-controller-state/1","manager":' + b"[" * 500
+                                     + b"]" * 500 + b"}", b"{half"])
+def test_an_unreadable_state_file_is_one_clear_error(tmp_path, content):
+    bad = tmp_path / "bad.json"
+    bad.write_bytes(content)
+    with pytest.raises(MCCLError, match="bad.json"):
+        ControllerService(TOPO, "tcp://127.0.0.1:0", synthesize=PruningSynth(), state_path=bad)
