@@ -82,10 +82,13 @@ if __name__ == "__main__":
             _print(sim_rows(shape, modes), ["fabric", "gpus", "collective", "mode", "chunks", "streams",
                                             "events", "build_s", "sim_s", "efficiency", "algbw"])
     else:
+        from instances import apply_failure
         from mccl_opt.evaluate import run_failure_experiment
 
         for shape in parsed:
             for coll in ("allgather", "alltoall"):
-                _print(run_failure_experiment(hpn(*shape), coll),
+                topo = hpn(*shape)
+                failures = {f: apply_failure(topo, f) for f in ("fail1", "fail2", "fail3")}
+                _print(run_failure_experiment(topo, coll, failures),
                        ["topology", "collective", "failure", "baseline_algbw", "no_reopt_algbw",
                         "reopt_algbw", "no_reopt_speedup", "reopt_speedup", "reopt_needed"])

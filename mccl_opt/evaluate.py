@@ -1,7 +1,8 @@
-"""The gray-failure experiment of the paper's Figure 9 (issue 5 item 3).
+"""The gray-failure experiment of the paper's Figure 9 (paper §6.3, docs/sim.md).
 
-For a fabric and each failure (Fail1/Fail2/Fail3, ``instances.failures``), three
-schedules run in the simulator on the *degraded* fabric:
+For a fabric and each degraded version of it (the paper's Fail1/Fail2/Fail3 come from
+``instances.apply_failure``; the caller builds them, this layer does not import
+instances), three schedules run in the simulator on the *degraded* fabric:
 
 (a) the NCCL-style baseline built for the degraded fabric (ring AllGather; PXN AllToAll
     on a rail fabric, direct AllToAll elsewhere),
@@ -20,7 +21,7 @@ message_bytes / N`` per ordered pair (DESIGN.md §2).
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Mapping
 
 import numpy as np
 
@@ -126,19 +127,20 @@ def _solve(topo: Topology, collective: str, backend: str) -> Schedule:
     return solve_alltoall(topo, backend=backend)
 
 
-def run_failure_experiment(topo: Topology, collective: str, message_bytes: float = 128 * 2**20,
-                           failures: Sequence[str] = ("fail1", "fail2", "fail3"), *,
+def run_failure_experiment(topo: Topology, collective: str, failures: Mapping[str, Topology],
+                           message_bytes: float = 128 * 2**20, *,
                            backend: str = "highs", gamma: float = DEFAULT_GAMMA,
                            pieces: int | None = None, progress=None) -> list[dict[str, Any]]:
     """Figure 9: baseline vs no re-opt vs re-opt on each degraded fabric.
+
+    ``failures`` maps a failure's name to the degraded fabric (same GPUs as ``topo``),
+    e.g. ``{f: apply_failure(topo, f) for f in ("fail1", "fail2", "fail3")}``.
 
     Returns one row per failure with algbw (GB/s) of the three schedules, their speedups
     over the baseline, their fluid rates, and the cut check (``reopt_needed``).
     ``pieces=None`` simulates in fluid mode (fast, exact for rates); an integer cuts
     every chunk into that many pipelined pieces (slow on large fabrics).
     """
-    from instances import apply_failure
-
     from .sim import simulate
 
     if collective not in COLLECTIVES:
@@ -148,8 +150,7 @@ def run_failure_experiment(topo: Topology, collective: str, message_bytes: float
     healthy = _solve(topo, collective, backend)
     block = message_bytes if collective == "allgather" else message_bytes / topo.num_gpus
     rows = []
-    for failure in failures:
-        degraded = apply_failure(topo, failure)
+    for failure, degraded in failures.items():
         say(f"{collective}/{failure}: baseline, no re-opt and re-opt schedules")
         base_name, base = _baseline(degraded, collective)
         stale = transplant(healthy, degraded)

@@ -49,11 +49,14 @@ def _eval(args: argparse.Namespace) -> int:
 
     topo = _topology(args.target)
     collectives = ["allgather", "alltoall"] if args.collective == "both" else [args.collective]
-    failures = [f.strip() for f in args.failures.split(",") if f.strip()]
+    from instances import apply_failure
+
+    names = [f.strip() for f in args.failures.split(",") if f.strip()]
     say = (lambda msg: print(msg, file=sys.stderr)) if not args.json else None
     rows = []
+    failures = {name: apply_failure(topo, name) for name in names}
     for coll in collectives:
-        rows += run_failure_experiment(topo, coll, args.message_mb * 2**20, failures,
+        rows += run_failure_experiment(topo, coll, failures, args.message_mb * 2**20,
                                        backend=args.backend, pieces=args.pieces, progress=say)
     png = Path(args.png or f"mccl-eval-{topo.name}.png")
     _plot(rows, topo.name, png)
