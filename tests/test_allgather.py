@@ -1,4 +1,4 @@
-"""AllGather synthesizer (issue 4): optimum vs independent bounds, valid schedules,
+"""AllGather synthesizer (paper §4.3): optimum vs independent bounds, valid schedules,
 warm == cold, budgets, degenerate fabrics."""
 
 from __future__ import annotations
@@ -260,6 +260,18 @@ def test_repair_pack_is_a_valid_packing(topo):
     assert_packing(lg.num_gpus, lg.tail, lg.head, lg.units, k, classes)
     if topo.name == "hpn-1x3x8":           # exercises the augmenting chains
         assert info["repairs"] > 0
+
+
+@pytest.mark.parametrize("topo", [hpn(1, 2, 4), fail1(hpn(1, 2, 4)), fail2(hpn(1, 2, 4))],
+                         ids=lambda t: t.name)
+def test_exact_pack_is_a_valid_packing(topo):
+    """The exact (Lovász) fallback packs k trees per root within every link's units
+    on a logical graph that meets the cut condition."""
+    from mccl_opt.allgather.exact_packing import exact_pack
+    lg, k = logical_graph(topo)
+    assert lg.admits(k)
+    classes = exact_pack(lg.num_gpus, lg.tail, lg.head, lg.units, k)
+    assert_packing(lg.num_gpus, lg.tail, lg.head, lg.units, k, classes)
 
 
 @pytest.mark.parametrize("topo", [fail2(hpn(1, 2, 8)), fail3(hpn(1, 4, 8)), hpn(1, 8, 8)],

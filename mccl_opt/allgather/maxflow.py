@@ -255,6 +255,10 @@ class FlowNetwork:
                                    np.asarray(sinks, np.int64), self._level, self._queue,
                                    self._it, self._path, int(upper), int(floor)))
 
+    def flows(self, count: int) -> np.ndarray:
+        """Flow on the first ``count`` arcs after the last :meth:`max_flow`."""
+        return self._res[1: 2 * count: 2].copy()
+
     def source_side(self) -> np.ndarray:
         """Real nodes reachable from the super-source in the last residual network
         (the source side of a minimum cut)."""

@@ -19,11 +19,12 @@ import numpy as np
 from ..errors import SolveError, TopologyError
 from ..topology import Topology
 from .budget import CutBounds, choose_trees, exact_k
+from .exact_packing import exact_pack
 from .fabric import fabric_of
 from .repair import repair_pack
 from .splitting import LogicalGraph, SplitGraph, balance_switches, split_all
 from .throughput import Fabric, PhaseOneResult, optimal_rate
-from .trees import TreeClass, exact_pack, greedy_pack
+from .trees import TreeClass, greedy_pack
 
 __all__ = ["Budget", "Balanced", "Packed", "Packing", "SplitKind", "check_inputs",
            "phase_one_budget", "balanced_split", "spread_logical", "pack", "gbps"]

@@ -28,7 +28,7 @@ import numpy as np
 from .maxflow import INF, FlowNetwork
 
 __all__ = ["LogicalGraph", "SplitGraph", "balance_switches", "split_all", "peel", "simple_path",
-           "star_paths"]
+           "star_paths", "transport"]
 
 Bundle = list  # list of [path (tuple of node indices), units]
 
@@ -226,7 +226,30 @@ def _switch_order(g: SplitGraph) -> list[int]:
     return sw[np.lexsort((sw, -nsw[sw]))].tolist()
 
 
+def transport(n_in: int, n_out: int, tail: np.ndarray, col: np.ndarray, supply: np.ndarray,
+              demand: np.ndarray, stages: list) -> np.ndarray:
+    """Integral transport of a switch's units over pairs ``p`` (in-arc ``tail[p]`` to
+    out-arc ``col[p]``), in stages: each a max-flow from the ``supply`` left to the
+    ``demand`` left with pair capacities ``stages[i]`` (``None``: unbounded).  Returns the
+    amount of every pair; ``supply`` and ``demand`` are reduced in place."""
+    net = FlowNetwork(n_in + n_out, tail, n_in + col)
+    amounts = np.zeros(tail.size, np.int64)
+    for pair_caps in stages:
+        caps = net.caps()
+        caps[:tail.size] = INF if pair_caps is None else pair_caps
+        caps[net.s_arc0: net.s_arc0 + n_in] = supply
+        caps[net.t_arc0 + n_in: net.t_arc0 + n_in + n_out] = demand
+        net.max_flow(caps)
+        flow = net.flows(tail.size)
+        amounts += flow
+        np.subtract.at(supply, tail, flow)
+        np.subtract.at(demand, col, flow)
+    return amounts
+
+
 def _spread_split(g: SplitGraph, w: int) -> None:
+    """Split every unit of switch ``w``: pair amounts from the proportional share
+    (rounded up), then whatever completes the transport (module docstring)."""
     ins, outs = g.in_arcs(w), g.out_arcs(w)
     us = [a[0] for a in ins]
     ts = [b[1] for b in outs]
@@ -236,23 +259,11 @@ def _spread_split(g: SplitGraph, w: int) -> None:
     nu, nt = len(us), len(ts)
     us_a, ts_a = np.array(us, np.int64), np.array(ts, np.int64)
     tail, col = np.nonzero(us_a[:, None] != ts_a[None, :])   # pairs u != t, row-major
-    head = nu + col
-    npairs = tail.size
-    net = FlowNetwork(nu + nt, tail, head)
     b_of = dict(zip(ts, b_t.tolist()))
     rest = np.maximum(total - np.array([b_of.get(u, 0) for u in us], np.int64), 1)
-    amounts = np.zeros(npairs, np.int64)
     supply, demand = a_u.copy(), b_t.copy()
-    for stage in (0, 1):
-        caps = net.caps()
-        caps[:npairs] = -(-a_u[tail] * b_t[col] // rest[tail]) if stage == 0 else INF
-        caps[net.s_arc0: net.s_arc0 + nu] = supply
-        caps[net.t_arc0 + nu: net.t_arc0 + nu + nt] = demand
-        net.max_flow(caps)
-        flow = net._res[1: 2 * npairs: 2].copy()
-        amounts += flow
-        np.subtract.at(supply, tail, flow)
-        np.subtract.at(demand, col, flow)
+    amounts = transport(nu, nt, tail, col, supply, demand,
+                        [-(-a_u[tail] * b_t[col] // rest[tail]), None])
     pos = np.flatnonzero(amounts > 0)
     if all(len(g.bundles[x]) == 1 for x in ins) and all(len(g.bundles[x]) == 1 for x in outs):
         _split_star(g, ins, outs, tail[pos], col[pos], amounts[pos].tolist())

@@ -24,7 +24,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from numba import njit
 
 from formulations.lp import LinearProgram
 from formulations.switch_removal import (SwitchRemovalModel, build_step_lp,
@@ -34,15 +33,13 @@ from ..backends import get_backend
 from ..backends.base import SolveStatus
 from ..errors import SolveError
 from ..topology import Topology
-from .depths import max_depths, parent_ranks
+from .capped import allowances, candidates, depth_key, eccentricity
 from .maxflow import INF, FlowNetwork
 from .pipeline import (Packed, Packing, SplitKind, balanced_split, check_inputs, pack,
                        phase_one_budget)
-from .splitting import LogicalGraph, SplitGraph
-from .trees import TreeClass, greedy_pack, init_root_classes, split_off_remainder
+from .splitting import LogicalGraph, SplitGraph, transport
 
-__all__ = ["CutLoop", "StepAware", "step_aware_pack", "switch_removal_lp", "switch_removal_model",
-           "capped_pack", "class_depths"]
+__all__ = ["CutLoop", "StepAware", "step_aware_pack", "switch_removal_lp", "switch_removal_model"]
 
 _SCALE = 1 << 20          # fixed-point scale of fractional logical capacities in max-flow
 
@@ -89,7 +86,7 @@ def _has_switch_neighbour(g: SplitGraph, w: int) -> bool:
 def _realize(g: SplitGraph, w: int, seed: dict[tuple[int, int], float] | None) -> None:
     """Split every unit of switch ``w``: each pair ``(u, t)`` first gets
     ``floor(seed)``, then up to ``ceil(seed)``, then whatever completes the transport
-    (``seed=None``: proportional shares as the seed).  Integral max-flows throughout."""
+    (:func:`.splitting.transport`; ``seed=None``: proportional shares as the seed)."""
     ins, outs = g.in_arcs(w), g.out_arcs(w)
     us, ts = [a for a, _ in ins], [b for _, b in outs]
     supply = np.array([g.units[a] for a in ins], np.int64)
@@ -104,25 +101,12 @@ def _realize(g: SplitGraph, w: int, seed: dict[tuple[int, int], float] | None) -
         amounts[i_p] = take
         supply[i] -= take
         demand[j] -= take
-    if pairs:
-        tail = np.array([i for i, _ in pairs], np.int64)
-        head = np.array([len(us) + j for _, j in pairs], np.int64)
-        net = FlowNetwork(len(us) + len(ts), tail, head)
-        for stage in (1, 2):
-            caps = net.caps()
-            if stage == 1:
-                frac = [seed.get((us[i], ts[j]), 0.0) for i, j in pairs]
-                caps[: len(pairs)] = [int(math.ceil(s - 1e-9)) - int(math.floor(s + 1e-9))
-                                      for s in frac]
-            else:
-                caps[: len(pairs)] = INF
-            caps[net.s_arc0: net.s_arc0 + len(us)] = supply
-            caps[net.t_arc0 + len(us): net.t_arc0 + len(us) + len(ts)] = demand
-            net.max_flow(caps)
-            flow = net._res[1: 2 * len(pairs): 2].copy()
-            amounts += flow
-            np.subtract.at(supply, tail, flow)
-            np.subtract.at(demand, head - len(us), flow)
+    if pairs:                        # then up to ceil(seed), then any completion
+        frac = [seed.get((us[i], ts[j]), 0.0) for i, j in pairs]
+        amounts += transport(len(us), len(ts), np.array([i for i, _ in pairs], np.int64),
+                             np.array([j for _, j in pairs], np.int64), supply, demand,
+                             [np.array([int(math.ceil(s - 1e-9)) - int(math.floor(s + 1e-9))
+                                        for s in frac], np.int64), None])
     for i_p, (i, j) in enumerate(pairs):
         g.split(us[i], w, ts[j], int(amounts[i_p]))
     for i, u in enumerate(us):        # units that can only loop back (u -> w -> u)
@@ -290,181 +274,6 @@ def switch_removal_lp(topo: Topology, *, max_chunks: int | None = 10,
     return lp, float(loop.objective)
 
 
-# ---------------------------------------------------------------------- packing
-def class_depths(classes: list[TreeClass], lg: LogicalGraph) -> np.ndarray:
-    """Depth (GPU hops) of every tree class on ``lg``."""
-    return max_depths(parent_ranks(np.array([c.parent_arc for c in classes]), lg.tail))
-
-
-@njit(cache=True)
-def _capped_bfs(n, start, head, cap, allow, k, max_depth, max_classes, root, mult, parent,
-                depth, order, count, pos):
-    """Layer-synchronous breadth-first packing with every tree's depth capped at
-    ``max_depth``: in layer ``d`` all classes, round robin, add vertices at depth <= d
-    until none can, so a link is taken for shallow tree edges before deep ones.  A
-    class extends from its shallowest vertex over the widest free link (ties: head
-    rank rotated by the root); root ``r``'s classes together take at most
-    ``allow[r, a]`` units of link ``a``.  Returns (0, classes), (-1, stuck class) or
-    (-2, 0) when out of class slots."""
-    init_root_classes(n, k, root, mult, parent, depth, order, count)
-    for r in range(n):
-        pos[r] = 0
-    active = np.empty(max_classes, np.int64)
-    for r in range(n):
-        active[r] = r
-    n_cls = n
-    n_active = n
-    for layer in range(1, max_depth + 1):
-        progress = True
-        while progress and n_active > 0:
-            progress = False
-            nxt = 0
-            for ai in range(n_active):
-                c = active[ai]
-                r = root[c]
-                arc = -1
-                while arc < 0 and pos[c] < count[c]:
-                    u = order[c, pos[c]]
-                    if depth[c, u] >= layer:
-                        break
-                    best_key = -1
-                    for a in range(start[u], start[u + 1]):
-                        v = head[a]
-                        if cap[a] > 0 and allow[r, a] > 0 and depth[c, v] < 0:
-                            key = min(cap[a], allow[r, a]) * (n + 1) + (n - (v - r) % n)
-                            if key > best_key:
-                                best_key = key
-                                arc = a
-                    if arc < 0:
-                        pos[c] += 1
-                if arc < 0:
-                    continue
-                progress = True
-                take = min(mult[c], cap[arc], allow[r, arc])
-                if take < mult[c]:
-                    if n_cls >= max_classes:
-                        return -2, 0
-                    c2 = n_cls
-                    n_cls += 1
-                    split_off_remainder(c, c2, r, take, root, mult, parent, depth, order, count)
-                    pos[c2] = pos[c]
-                    active[n_active + nxt] = c2
-                    nxt += 1
-                cap[arc] -= take
-                allow[r, arc] -= take
-                v = head[arc]
-                parent[c, v] = arc
-                depth[c, v] = depth[c, order[c, pos[c]]] + 1
-                order[c, count[c]] = v
-                count[c] += 1
-            m = 0
-            for ai in range(n_active + nxt):
-                c = active[ai]
-                if count[c] < n:
-                    active[m] = c
-                    m += 1
-            n_active = m
-    if n_active > 0:
-        return -1, active[0]
-    return 0, n_cls
-
-
-def capped_pack(lg: LogicalGraph, k: int, max_depth: int,
-                allow: np.ndarray | None = None) -> list[TreeClass] | None:
-    """``k`` trees per root of depth <= ``max_depth`` on ``lg`` by :func:`_capped_bfs`
-    (``None`` if it gets stuck); ``allow[r, i]``: units of link ``i`` root ``r`` may use
-    (default: all).  A completed packing respects every link's units."""
-    n = lg.num_gpus
-    order = np.lexsort((lg.head, lg.tail))
-    if allow is None:
-        allow = np.broadcast_to(lg.units, (n, lg.units.size))
-    start = np.zeros(n + 1, np.int64)
-    np.cumsum(np.bincount(lg.tail, minlength=n), out=start[1:])
-    max_classes = 2 * n + 16
-    while True:
-        arrays = [np.zeros(max_classes, np.int64) for _ in range(2)]
-        mats = [np.zeros((max_classes, n), np.int64) for _ in range(3)]
-        cnt, pos = np.zeros(max_classes, np.int64), np.zeros(max_classes, np.int64)
-        status, n_cls = _capped_bfs(n, start, lg.head[order].astype(np.int64),
-                                    lg.units[order].astype(np.int64).copy(),
-                                    np.ascontiguousarray(allow[:, order], np.int64), k, max_depth,
-                                    max_classes, *arrays, *mats, cnt, pos)
-        if status != -2:
-            break
-        max_classes *= 2
-    if status < 0:
-        return None
-    root, mult = arrays
-    out = []
-    for c in range(n_cls):
-        par = mats[0][c].copy()
-        par[par >= 0] = order[par[par >= 0]]
-        out.append(TreeClass(int(root[c]), int(mult[c]), par))
-    return sorted(out, key=lambda t: (t.root, -t.mult))
-
-
-def _depth_key(lg: LogicalGraph, classes: list[TreeClass]) -> tuple[int, float]:
-    """(max depth, unit-weighted mean depth) of a packing."""
-    d = class_depths(classes, lg)
-    w = np.array([c.mult for c in classes], float)
-    return int(d.max()), float((d * w).sum() / w.sum())
-
-
-def _allowances(lg: LogicalGraph, hops: np.ndarray, x: np.ndarray) -> np.ndarray:
-    """Per root and logical link, the units the hop LP plans (rounded up)."""
-    n = lg.num_gpus
-    index = np.full(n * n, -1, np.int64)
-    index[lg.tail * n + lg.head] = np.arange(lg.tail.size)
-    usage = np.zeros((n, lg.tail.size))
-    arc = index[hops[:, 1] * n + hops[:, 2]]
-    keep = arc >= 0
-    np.add.at(usage, (hops[keep, 0], arc[keep]), x[keep])
-    return np.ceil(usage - 1e-6).astype(np.int64)
-
-
-def _eccentricity(lg: LogicalGraph) -> int:
-    """Largest BFS distance from any root in the logical graph: no tree is shallower."""
-    n = lg.num_gpus
-    adj = [[] for _ in range(n)]
-    for a, b in zip(lg.tail.tolist(), lg.head.tolist()):
-        adj[a].append(b)
-    worst = 0
-    for r in range(n):
-        dist = {r: 0}
-        queue = [r]
-        for u in queue:
-            for v in adj[u]:
-                if v not in dist:
-                    dist[v] = dist[u] + 1
-                    queue.append(v)
-        worst = max(worst, max(dist.values()))
-    return worst
-
-
-def _candidates(lg: LogicalGraph, k: int, guides: dict[int, np.ndarray], low: int | None,
-                allow: np.ndarray | None = None
-                ) -> list[tuple[tuple[int, float], list[TreeClass], str]]:
-    """The greedy packing and the shallowest depth-capped packing below it (from depth
-    ``low``, default the graph's eccentricity), first within the LP's per-root
-    allowances ``allow`` when given."""
-    out = []
-    if allow is not None and low is not None:
-        planned = capped_pack(lg, k, low, allow)
-        if planned is not None:
-            return [(_depth_key(lg, planned), planned, "planned")]
-    classes = greedy_pack(lg.num_gpus, lg.tail, lg.head, lg.units, k, guides)
-    limit = lg.num_gpus
-    if classes is not None:
-        out.append((_depth_key(lg, classes), classes, "greedy"))
-        limit = out[0][0][0]
-    for depth in range(max(_eccentricity(lg), low or 1, 1), limit):
-        capped = capped_pack(lg, k, depth)
-        if capped is not None:
-            out.append((_depth_key(lg, capped), capped, "capped"))
-            break
-    return out
-
-
 def _feasible_depths(model: SwitchRemovalModel, limit: int, solve, stats: dict[str, Any],
                      max_columns: int) -> list[int]:
     """Depth bounds worth packing: from the smallest whose hop LP is feasible (binary
@@ -473,7 +282,7 @@ def _feasible_depths(model: SwitchRemovalModel, limit: int, solve, stats: dict[s
     the largest tried is infeasible, is a lower bound on the depth of any packing
     (``stats['sa_depth_lower_bound']``)."""
     links = logical_links(model)
-    low = max(_eccentricity(LogicalGraph(model.num_gpus, links[:, 0], links[:, 1],
+    low = max(eccentricity(LogicalGraph(model.num_gpus, links[:, 0], links[:, 1],
                                          np.ones(len(links), np.int64), [])), 1)
     n = model.num_gpus
 
@@ -517,7 +326,7 @@ def step_aware_pack(split: SplitGraph, rank_of: np.ndarray, k: int,
     t0 = time.perf_counter()
     default = pack(split, rank_of, k, guides, {})   # the default Phases 2+3, for comparison
     lg0, classes0 = default.lg, default.classes
-    best = ((_depth_key(lg0, classes0), -k, "default", "default"), lg0, classes0, k)
+    best = ((depth_key(lg0, classes0), -k, "default", "default"), lg0, classes0, k)
     stats["sa_default_depth"] = best[0][0]
     k_keep = max(1, math.ceil(k * (1.0 - opts.tolerance) - 1e-9))
     base = split.copy()
@@ -548,9 +357,9 @@ def step_aware_pack(split: SplitGraph, rank_of: np.ndarray, k: int,
         for w in stars:
             _realize(g, w, by_switch.get(w, {}))
         lg = LogicalGraph.from_split(g, rank_of)
-        allow = None if depth is None else _allowances(lg, hop_columns(model, depth),
+        allow = None if depth is None else allowances(lg, hop_columns(model, depth),
                                                        x[model.num_triples:])
-        for key, classes, packing in _candidates(lg, k_keep, guides, depth, allow):
+        for key, classes, packing in candidates(lg, k_keep, guides, depth, allow):
             stats[f"sa_{depth}_{packing}_depth"] = key
             rank = (key, -k_keep, "step-aware", packing)
             if rank < best[0]:

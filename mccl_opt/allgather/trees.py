@@ -12,12 +12,8 @@ multiplicity ``m`` over a logical link with ``c`` free units takes ``min(m, c)``
   which crosses scarce cuts once per class.  With a *guide* (ForestColl-warm, paper
   §4.3) a class first tries the links its root's previous tree used, A*-like, then
   falls back to the order above.  Completing every class proves optimality by
-  construction (every link stays within its units); if both orders get stuck,
-* :func:`exact_pack` (Lovász's proof of Edmonds' branching theorem, as in ForestColl)
-  extends a class ``j`` over ``u -> v`` only by the amount every dangerous set allows:
-  ``min`` over ``S`` with ``u ∉ S ∋ v``, ``S ∩ R_j ≠ ∅`` of ``units(δ⁻(S)) - p(S)``,
-  ``p(S)`` the multiplicity of classes with no vertex in ``S``; one max-flow each.
-  This never gets stuck when the cut condition holds.
+  construction (every link stays within its units); if both orders get stuck, the
+  exact packing of :mod:`.exact_packing` (Lovász, as in ForestColl) runs.
 """
 
 from __future__ import annotations
@@ -27,12 +23,12 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
-from .maxflow import INF, FlowNetwork
 
 #: root-dependent rotations of the BFS link scan tried in turn (deterministic)
 SHIFTS = (1, 3, 7, 0)
 
-__all__ = ["TreeClass", "greedy_pack", "exact_pack", "guide_arrays"]
+__all__ = ["TreeClass", "greedy_pack", "guide_arrays", "init_root_classes",
+           "split_off_remainder", "add_vertex", "keep_unfinished"]
 
 
 @dataclass
@@ -70,6 +66,28 @@ def split_off_remainder(c, c2, r, take, root, mult, parent, depth, order, count)
     order[c2, :] = order[c, :]
     count[c2] = count[c]
     mult[c] = take
+
+
+@njit(cache=True)
+def add_vertex(c, arc, u, v, parent, depth, order, count):
+    """Class ``c`` reaches rank ``v`` over logical link ``arc`` from its rank ``u``."""
+    parent[c, v] = arc
+    depth[c, v] = depth[c, u] + 1
+    order[c, count[c]] = v
+    count[c] += 1
+
+
+@njit(cache=True)
+def keep_unfinished(active, size, count, n):
+    """Compact ``active[:size]`` to the classes not yet spanning all ``n`` ranks (in
+    order); returns their number."""
+    m = 0
+    for ai in range(size):
+        c = active[ai]
+        if count[c] < n:
+            active[m] = c
+            m += 1
+    return m
 
 
 @njit(cache=True)
@@ -139,20 +157,9 @@ def _greedy_bfs(n, start, tail, head, cap, k, guide_start, guide_child, has_guid
                 active[n_active + nxt] = c2   # temporarily past the current round
                 nxt += 1
             cap[arc] -= take
-            v = head[arc]
-            parent[c, v] = arc
-            depth[c, v] = depth[c, tail[arc]] + 1
-            count_c = count[c]
-            order[c, count_c] = v
-            count[c] = count_c + 1
-        # compact: keep unfinished classes (current + newly split) in order
-        m = 0
-        for ai in range(n_active + nxt):
-            c = active[ai]
-            if count[c] < n:
-                active[m] = c
-                m += 1
-        n_active = m
+            add_vertex(c, arc, tail[arc], head[arc], parent, depth, order, count)
+        # keep unfinished classes (current + newly split) in order
+        n_active = keep_unfinished(active, n_active + nxt, count, n)
     return 0, n_cls
 
 
@@ -264,10 +271,7 @@ def _greedy_wide(n, start, tail, head, cap, k, guide_start, guide_child, has_gui
                 split_off_remainder(c, c2, r, take, root, mult, parent, depth, order, count)
             cap[arc] -= take
             v = head[arc]
-            parent[c, v] = arc
-            depth[c, v] = depth[c, tail[arc]] + 1
-            order[c, count[c]] = v
-            count[c] += 1
+            add_vertex(c, arc, tail[arc], v, parent, depth, order, count)
             for a in range(start[v], start[v + 1]):
                 if cap[a] > 0 and depth[c, head[a]] < 0:
                     size = _push(hk, ha, size, cap[a], depth[c, v] * m_arcs + a)
@@ -344,78 +348,3 @@ def greedy_pack(n: int, tail: np.ndarray, head: np.ndarray, units: np.ndarray, k
             out.append(TreeClass(int(root[c]), int(mult[c]), par))
         out.sort(key=lambda t: (t.root, -t.mult))
         return out
-
-
-def exact_pack(n: int, tail: np.ndarray, head: np.ndarray, units: np.ndarray,
-               k: int) -> list[TreeClass]:
-    """Lovász-style exact packing with max-flow-bounded extensions (see module doc)."""
-    cap = units.astype(np.int64).copy()
-    out_arcs = [np.flatnonzero(tail == u) for u in range(n)]
-    classes = [[r, k, np.full(n, -1, np.int64), np.zeros(n, bool)] for r in range(n)]
-    for c in classes:
-        c[3][c[0]] = True
-    i = 0
-    while i < len(classes):
-        cls = classes[i]
-        while not cls[3].all():
-            amount, arc = 0, -1
-            for u in _bfs_order(cls, tail, head):
-                for a in out_arcs[u]:
-                    v = int(head[a])
-                    if cls[3][v] or cap[a] == 0:
-                        continue
-                    want = min(cls[1], int(cap[a]))
-                    amount = min(want, _allowance(n, tail, head, cap, classes, i, u, v, want))
-                    if amount > 0:
-                        arc = int(a)
-                        break
-                if arc >= 0:
-                    break
-            if arc < 0:
-                raise RuntimeError("exact tree packing stuck: the logical graph violates "
-                                   "the cut condition for k trees per root")
-            if amount < cls[1]:
-                classes.append([cls[0], cls[1] - amount, cls[2].copy(), cls[3].copy()])
-                cls[1] = amount
-            cap[arc] -= amount
-            cls[2][int(head[arc])] = arc
-            cls[3][int(head[arc])] = True
-        i += 1
-    return sorted((TreeClass(c[0], c[1], c[2]) for c in classes), key=lambda t: (t.root, -t.mult))
-
-
-def _bfs_order(cls: list, tail: np.ndarray, head: np.ndarray) -> list[int]:
-    par = cls[2]
-    kids: dict[int, list[int]] = {}
-    for v in np.flatnonzero(par >= 0).tolist():
-        kids.setdefault(int(tail[par[v]]), []).append(v)
-    seq = [cls[0]]
-    for u in seq:
-        seq.extend(sorted(kids.get(u, [])))
-    return seq
-
-
-def _allowance(n: int, tail: np.ndarray, head: np.ndarray, cap: np.ndarray,
-               classes: list, j: int, u: int, v: int, want: int) -> int:
-    """``min`` slack over sets ``S`` with ``u ∉ S ∋ v`` meeting class ``j``'s vertices."""
-    others = [i for i in range(len(classes)) if i != j]
-    nx = n + len(others)
-    extra_t, extra_h = [], []
-    for p, i in enumerate(others):
-        for w in np.flatnonzero(classes[i][3]).tolist():
-            extra_t.append(n + p)
-            extra_h.append(w)
-    t_all = np.concatenate([tail, np.array(extra_t, np.int64)])
-    h_all = np.concatenate([head, np.array(extra_h, np.int64)])
-    net = FlowNetwork(nx, t_all, h_all)
-    caps = net.caps()
-    caps[: tail.size] = cap
-    caps[tail.size: net.m] = INF
-    for p, i in enumerate(others):
-        caps[net.s_arc0 + n + p] = classes[i][1]
-    caps[net.s_arc0 + u] = INF
-    caps[net.t_arc0 + v] = INF
-    total = sum(c[1] for c in classes)
-    mj = classes[j][1]
-    flow = net.max_flow(caps, limit=total - mj + want)
-    return flow + mj - total
