@@ -1,1 +1,2 @@
-"""Benchmarks: the case registry (:mod:`bench.registry`) and pytest-benchmark drivers."""
+"""Benchmarks: pytest-benchmark drivers and scripts over the case registry
+(:mod:`instances.benchmarks.registry`) and the GPU check."""

@@ -1,4 +1,4 @@
-"""pytest-benchmark drivers over the case registry (issue 8).
+"""pytest-benchmark drivers over the case registry (:mod:`instances.benchmarks`).
 
 ``make test`` runs them once each with ``--benchmark-disable`` (the CI smoke run, one
 tiny fabric); ``MCCL_BENCH_SIZES=1x2x8,1x4x8 pytest bench/test_bench_smoke.py
@@ -14,8 +14,9 @@ import os
 
 import pytest
 
-from bench.registry import PHASES, REFERENCE, add_reference_ratios, cases, run_case, warmup
-from bench.report import plot_png, table_rows, to_json
+from instances.benchmarks.registry import (PHASES, REFERENCE, add_reference_ratios, cases, run_case,
+                                           warmup)
+from instances.benchmarks.report import plot_png, table_rows, to_json
 from instances.library import load_manifest
 
 SIZES = tuple(os.environ.get("MCCL_BENCH_SIZES", "1x2x4").split(","))

@@ -1,6 +1,6 @@
 """``mccl bench [--suite alltoall|allgather|all] [--sizes 1x2x8,1x4x8] [--json OUT] [--png OUT]``.
 
-Runs the cases of :mod:`bench.registry` with a progress indicator on stderr, prints a
+Runs the cases of :mod:`instances.benchmarks.registry` with a progress indicator on stderr, prints a
 table (phase times, ``vs ref`` = the reference method's time in the same run divided by
 the case's, gap to the reference bound), and writes JSON and a PNG of synthesis time
 against GPU count per method on log axes.
@@ -9,9 +9,7 @@ against GPU count per method on log axes.
 from __future__ import annotations
 
 import argparse
-import importlib
 import sys
-from pathlib import Path
 
 from ..errors import MCCLError
 
@@ -33,21 +31,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=_bench)
 
 
-def registry_modules():
-    """``(bench.registry, bench.report)``, from the install or the source checkout."""
-    try:
-        return importlib.import_module("bench.registry"), importlib.import_module("bench.report")
-    except ModuleNotFoundError as exc:
-        if exc.name not in ("bench", "bench.registry", "bench.report"):
-            raise
-    root = Path(__file__).resolve().parents[2]
-    if not (root / "bench" / "registry.py").exists():
-        raise MCCLError("mccl bench needs the bench/ folder of the mccl source checkout; "
-                        "run it from a clone of the repository") from None
-    sys.path.insert(0, str(root))
-    return importlib.import_module("bench.registry"), importlib.import_module("bench.report")
-
-
 def _split(text: str | None) -> list[str] | None:
     return None if text is None else [t.strip() for t in text.split(",") if t.strip()]
 
@@ -55,9 +38,10 @@ def _split(text: str | None) -> list[str] | None:
 def _bench(args: argparse.Namespace) -> int:
     from dataclasses import replace
 
+    from instances.benchmarks import registry, report
+
     from ..tables import print_table
 
-    registry, report = registry_modules()
     if args.max_chunks < 1:
         raise MCCLError(f"--max-chunks must be >= 1, got {args.max_chunks}")
     failures = tuple(None if f == "none" else f for f in _split(args.failures))

@@ -1,4 +1,5 @@
-"""Benchmark case registry: synthesizers and LP models swept over fabric sizes (issue 8).
+"""Benchmark case registry: synthesizers and LP models swept over fabric sizes
+(docs/benchmarks.md).
 
 A :class:`Case` is one (suite, method, backend, HPN shape, failure).  Running it times
 four phases separately and records the quality beside the times:
@@ -26,9 +27,11 @@ import time
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 
-from instances import apply_failure, hpn, parse_shape
 from mccl_opt.errors import MCCLError
 from mccl_opt.topology import Topology
+
+from ..failures import apply_failure
+from ..hpn import hpn, parse_shape
 
 __all__ = ["Case", "CaseResult", "SUITES", "METHODS", "REFERENCE", "cases", "warmup",
            "run_case", "add_reference_ratios"]

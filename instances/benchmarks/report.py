@@ -1,5 +1,5 @@
 """Benchmark reports: a table, a ``mccl-bench/1`` JSON document and a log-log PNG of
-synthesis time against GPU count per method (issue 8, item 4)."""
+synthesis time against GPU count per method (docs/benchmarks.md)."""
 
 from __future__ import annotations
 
