@@ -22,6 +22,7 @@ import numpy as np
 from ..schedule import Schedule, bottleneck_links, schedule_rate
 from ..topology import Topology
 from .budget import CutBounds
+from .depths import parent_ranks
 from .mapping import MappedTrees, map_classes, to_physical, tree_chunks, tree_loads
 from .pipeline import Budget, Packed, Shapes, gbps
 from .reroute import Rerouted
@@ -169,6 +170,5 @@ def packed(run: Run, opt: Optimum, result: Packed) -> Schedule:
 def _shapes_of(result: Packed) -> Shapes:
     """Rank-space shapes of the classes, by root and largest first."""
     classes = sorted(result.classes, key=lambda c: (c.root, -c.mult))
-    parents = np.array([c.parent_arc for c in classes], np.int64)
-    ranks = np.where(parents >= 0, result.lg.tail[np.maximum(parents, 0)], -1)
+    ranks = parent_ranks(np.array([c.parent_arc for c in classes], np.int64), result.lg.tail)
     return np.array([c.root for c in classes], np.int64), ranks
