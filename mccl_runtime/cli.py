@@ -19,10 +19,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--state", help="state file: resume from it and keep it up to date")
     s.add_argument("--collective", action="append", default=[], metavar="COMM/NAME:KIND",
                    help="register a collective at start, e.g. world/ag:allgather (repeatable)")
-    s.add_argument("--alpha", type=float, default=0.012, help="EWMA smoothing factor (default %(default)s)")
-    s.add_argument("--gamma", type=float, default=0.1, help="Algorithm 1 threshold Gamma (default %(default)s)")
-    s.add_argument("--dwell", type=float, default=1.0, help="minimum seconds between decisions per collective")
-    s.add_argument("--time-limit", type=float, default=60.0, help="re-synthesis time bound in seconds")
+    s.add_argument("--alpha", type=_finite, default=0.012, help="EWMA smoothing factor (default %(default)s)")
+    s.add_argument("--gamma", type=_finite, default=0.1, help="Algorithm 1 threshold Gamma (default %(default)s)")
+    s.add_argument("--dwell", type=_finite, default=1.0, help="minimum seconds between decisions per collective")
+    s.add_argument("--time-limit", type=_finite, default=60.0, help="re-synthesis time bound in seconds")
     s.add_argument("--backend", default="highs", help="LP backend for the synthesizers")
     s.add_argument("--allow-remote", action="store_true", help="allow binding a non-loopback address")
     s.set_defaults(handler=_serve)
@@ -34,33 +34,83 @@ def register(sub: argparse._SubParsersAction) -> None:
     lp.set_defaults(handler=_loop)
 
 
-def _serve(args: argparse.Namespace) -> int:
-    import signal
+def _finite(text: str) -> float:
+    """A finite float argument (``nan``/``inf`` are refused by argparse)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if value != value or value in (float("inf"), float("-inf")):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
+    return value
 
+
+def _collective_specs(specs: list[str]) -> list[tuple[str, str, str]]:
+    """``COMM/NAME:KIND`` strings as triples, checked before anything starts."""
     from mccl_opt.errors import MCCLError
-    from mccl_opt.topology import Topology
 
-    from .manager import Policy, solver_synthesizer
-    from .protocol import load_key
-    from .service import ControllerService
+    from .manager import KINDS
 
-    topo = Topology.load(args.topology)
-    svc = ControllerService(
-        topo, args.bind, pub_bind=args.pub_bind, key=load_key(args.key_file) if args.key_file else None,
-        state_path=args.state, synthesize=solver_synthesizer(args.backend), alpha=args.alpha,
-        policy=Policy(gamma=args.gamma, min_dwell_s=args.dwell, time_limit_s=args.time_limit),
-        allow_remote=args.allow_remote)
-    for spec in args.collective:
+    out = []
+    for spec in specs:
         comm_name, _, kind = spec.partition(":")
         comm, _, name = comm_name.partition("/")
         if not (comm and name and kind):
             raise MCCLError(f"--collective must look like COMM/NAME:KIND, got {spec!r}")
-        if not any(c.key == (comm, name) or c.name.startswith(name + "/") for c in svc.manager.collectives()):
-            svc.manager.register(comm, name, kind)
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: svc.stop())
+        if kind not in KINDS:
+            raise MCCLError(f"--collective {spec!r}: KIND must be one of {', '.join(KINDS)}")
+        out.append((comm, name, kind))
+    return out
+
+
+class _LazySynthesizer:
+    """The product synthesizer, built (backend checked, kernels compiled) by
+    :meth:`load` or the first call: the state file is checked before that cost."""
+
+    def __init__(self, backend: str) -> None:
+        import threading
+
+        self.backend, self._fn, self._lock = backend, None, threading.Lock()
+
+    def load(self):
+        from .manager import solver_synthesizer
+
+        with self._lock:
+            if self._fn is None:
+                self._fn = solver_synthesizer(self.backend)
+            return self._fn
+
+    def __call__(self, *args):
+        return self.load()(*args)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    import logging
+    import signal
     import threading
 
+    from mccl_opt.topology import Topology
+
+    from .manager import Policy
+    from .protocol import load_key
+    from .service import ControllerService
+
+    logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    specs = _collective_specs(args.collective)
+    topo = Topology.load(args.topology)
+    key = load_key(args.key_file) if args.key_file else None
+    policy = Policy(gamma=args.gamma, min_dwell_s=args.dwell, time_limit_s=args.time_limit)
+    synthesize = _LazySynthesizer(args.backend)
+    svc = ControllerService(
+        topo, args.bind, pub_bind=args.pub_bind, key=key, state_path=args.state,
+        synthesize=synthesize, alpha=args.alpha, policy=policy, allow_remote=args.allow_remote)
+    synthesize.load()
+    for comm, name, kind in specs:          # a resumed controller already has them
+        names = [f"{name}/reducescatter", f"{name}/allgather"] if kind == "allreduce" else [name]
+        if not all(any(c.key == (comm, n) for c in svc.manager.collectives()) for n in names):
+            svc.register(comm, name, kind, now=0.0)
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: svc.stop())
     threading.Thread(target=_announce, args=(svc,), daemon=True).start()
     svc.serve_forever()
     print("controller stopped; state saved" if args.state else "controller stopped", file=sys.stderr)
@@ -69,8 +119,9 @@ def _serve(args: argparse.Namespace) -> int:
 
 def _announce(svc) -> None:
     svc.ready.wait()
-    print(f"controller on {svc.endpoint} (publisher {svc.pub_endpoint}), topology {svc.store.topo.name}"
-          f"{', resumed from state' if svc.resumed else ''}", flush=True)
+    if svc.endpoint is not None:            # None: binding failed, the error follows
+        print(f"controller on {svc.endpoint} (publisher {svc.pub_endpoint}), topology {svc.store.topo.name}"
+              f"{', resumed from state' if svc.resumed else ''}", flush=True)
 
 
 def _loop(args: argparse.Namespace) -> int:

@@ -277,7 +277,7 @@ class ControllerService:
             self._dirty_since = self._dirty_since if self._dirty_since is not None else now
             return "ok", report.to_dict()
         if msg.type == "register":
-            return "ok", {"registered": self._register(_field(b, "comm"), _field(b, "name"), _field(b, "kind"), now)}
+            return "ok", {"registered": self.register(_field(b, "comm"), _field(b, "name"), _field(b, "kind"), now)}
         if msg.type == "get_schedule":
             coll = self.manager.get(_field(b, "comm"), _field(b, "name"))
             return "schedule", {"comm": coll.comm, "name": coll.name, "version": coll.version,
@@ -290,9 +290,12 @@ class ControllerService:
                       "protocol_errors": dict(self.protocol_errors), "requests": dict(self.requests),
                       "internal_errors": self.internal_errors}
 
-    def _register(self, comm: str, name: str, kind: str, now: float) -> list[str]:
+    def register(self, comm: str, name: str, kind: str, now: float) -> list[str]:
         """Register all of a collective or nothing (an AllReduce is two entries), within
-        the cap; the reply waits until the state file holds it."""
+        the cap; written at the end of the loop turn (a request's reply waits for it)."""
+        for label, v in (("comm", comm), ("name", name)):
+            if len(v) > MAX_NAME_CHARS or not v.isprintable():
+                raise ProtocolError("bad_body", f"{label} must be printable, at most {MAX_NAME_CHARS} characters")
         names = [f"{name}/reducescatter", f"{name}/allgather"] if kind == "allreduce" else [name]
         taken = [n for n in names if any(c.key == (comm, n) for c in self.manager.collectives())]
         if taken:
@@ -323,7 +326,6 @@ class ControllerService:
 
 def _field(body: dict[str, Any], name: str) -> str:
     v = body.get(name)
-    if not isinstance(v, str) or not v or len(v) > MAX_NAME_CHARS or not v.isprintable():
-        raise ProtocolError("bad_body", f"request body needs a printable string {name!r} of 1 to "
-                                        f"{MAX_NAME_CHARS} characters")
+    if not isinstance(v, str) or not v:
+        raise ProtocolError("bad_body", f"request body needs a non-empty string {name!r}")
     return v

@@ -394,3 +394,30 @@ def test_an_unreadable_state_file_is_one_clear_error(tmp_path, content):
     bad.write_bytes(content)
     with pytest.raises(MCCLError, match="bad.json"):
         ControllerService(TOPO, "tcp://127.0.0.1:0", synthesize=PruningSynth(), state_path=bad)
+
+
+# ---------------------------------------------------------------------- the CLI: errors, never tracebacks
+def _mccl(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "mccl_opt.cli", *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=timeout, env={**os.environ, "PYTHONPATH": str(ROOT)})
+
+
+def _one_error_line(proc: subprocess.CompletedProcess, *words: str) -> None:
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and all(w in errors[0] for w in words), proc.stderr
+
+
+def test_cli_serve_refuses_a_bad_state_file_and_a_port_in_use(tmp_path):
+    topo = tmp_path / "t.json"
+    TOPO.save(topo)
+    state = _good_state(tmp_path)
+    state["telemetry"]["direct"][0]["value"] = float("nan")
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(state))
+    _one_error_line(_mccl("controller", "serve", "--topology", str(topo), "--bind", "tcp://127.0.0.1:0",
+                          "--state", str(bad)), "telemetry.direct[0].value")
+    with Server() as svc:
+        _one_error_line(_mccl("controller", "serve", "--topology", str(topo), "--bind", svc.endpoint),
+                        "cannot bind", "Address already in use")
