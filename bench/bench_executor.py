@@ -32,7 +32,7 @@ import torch.distributed as dist  # noqa: E402
 import executor_cuda.communicator  # noqa: E402,F401  (imported before forking)
 import executor_cuda.rescheduler  # noqa: E402,F401
 from executor_cuda.launch import run_ranks  # noqa: E402
-from executor_cuda.rail_schedules import rail_allgather, rail_alltoall  # noqa: E402
+from mccl_opt.baselines import rail_allgather, rail_alltoall  # noqa: E402
 from executor_cuda.rescheduler import ROW_LEN, encode_row  # noqa: E402
 from instances import hpn  # noqa: E402
 

@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 
 from mccl_opt.lowering.program import OUT, compile_schedule, direct_schedule  # noqa: E402
-from executor_cuda.rail_schedules import rail_allgather, rail_alltoall  # noqa: E402
+from mccl_opt.baselines import rail_allgather, rail_alltoall  # noqa: E402
 from instances import hpn  # noqa: E402
 
 DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.int64, torch.uint8)

@@ -1,4 +1,4 @@
-"""NCCL-style baseline schedules in the ``mccl-schedule/1`` model (issue 5 item 2).
+"""Baseline and reference schedules in the ``mccl-schedule/1`` model (docs/sim.md).
 
 * :func:`ring_allgather` -- NCCL ring AllGather.  On a rail-optimized fabric (HPN,
   ``topo.extra["family"] == "hpn"``) one ring (channel) per rail ``c``: it enters a host
@@ -14,6 +14,14 @@
 * :func:`pxn_alltoall` -- with PXN (NCCL >= 2.12): a cross-rail pair first crosses the
   source host's NVSwitch to the GPU whose rail matches the destination, which sends
   over its own NIC.
+* :func:`rail_alltoall` / :func:`rail_allgather` -- rail-aware reference schedules for
+  exercising executors without a solver (relays, multi-chunk blocks, depth-2 trees;
+  HPN only, paper §6.1 layout).  ``rail_alltoall`` is the PXN schedule; with
+  ``split=True`` every cross-rail block goes 0.3 over the PXN relay and 0.7 over the
+  direct one.  ``rail_allgather``: per root, one tree reaches the root's host mates
+  through the NVSwitch and its rail peers through their ToR, each rail peer forwarding
+  to its own host (depth 2); with ``split=True`` a second tree (share 1/2) is a chain
+  along ranks where every hop crosses one switch (else the first tree again).
 
 Each hop between two GPUs takes the fewest-hop, then lowest-latency, switch-only path
 (ties broken by node order).  ``rate_gbps = lp_rate_gbps`` is the rate of the loads.
@@ -29,7 +37,8 @@ from .schedule import (PathChunk, Schedule, TreeChunk, bottleneck_links, schedul
                        share_loads)
 from .topology import Topology
 
-__all__ = ["ring_allgather", "direct_alltoall", "pxn_alltoall", "ring_orders"]
+__all__ = ["ring_allgather", "direct_alltoall", "pxn_alltoall", "ring_orders", "rail_alltoall",
+           "rail_allgather"]
 
 Path = tuple[str, ...]
 
@@ -114,7 +123,11 @@ def _relay_path(paths: _Paths, src: str, dst: str, relay: str) -> Path:
     return first + second[1:]
 
 
-def _alltoall(topo: Topology, pxn: bool) -> Schedule:
+def _alltoall(topo: Topology, pxn_share: float, name: str, max_chunks: int = 1,
+              version: int = 1) -> Schedule:
+    """Pairs with a switch-only path take it; on HPN the others (cross-rail) send
+    ``pxn_share`` over the PXN relay (source host's GPU on the destination's rail) and
+    the rest over the direct one (destination host's GPU on the source's rail)."""
     paths = _Paths(topo)
     gpus = topo.gpus
     grid = _rail_grid(topo)
@@ -124,16 +137,16 @@ def _alltoall(topo: Topology, pxn: bool) -> Schedule:
             if si == di:
                 continue
             p = paths.get(s, d)
-            if p is None:
-                if grid is None:
-                    p = _shortest_any(topo, s, d, pxn)
-                else:
-                    n = grid[1]
-                    relay = si - si % n + di % n if pxn else di - di % n + si % n
-                    p = _relay_path(paths, s, d, gpus[relay])
-            chunks.append(PathChunk(s, d, 1.0, p))
-    name = "nccl-pxn" if pxn else "nccl-direct"
-    return _finish(topo, "alltoall", chunks, 1, name)
+            if p is not None:
+                chunks.append(PathChunk(s, d, 1.0, p))
+            elif grid is None:
+                chunks.append(PathChunk(s, d, 1.0, _shortest_any(topo, s, d, pxn_share > 0)))
+            else:
+                n = grid[1]
+                routes = ((pxn_share, si - si % n + di % n), (1.0 - pxn_share, di - di % n + si % n))
+                chunks += [PathChunk(s, d, share, _relay_path(paths, s, d, gpus[relay]))
+                           for share, relay in routes if share > 0]
+    return _finish(topo, "alltoall", chunks, max_chunks, name, version=version)
 
 
 def _shortest_any(topo: Topology, s: str, d: str, pxn: bool) -> Path:
@@ -151,20 +164,60 @@ def _shortest_any(topo: Topology, s: str, d: str, pxn: bool) -> Path:
 
 def direct_alltoall(topo: Topology) -> Schedule:
     """NCCL pairwise AllToAll without PXN (cross-rail relayed on the destination host)."""
-    return _alltoall(topo, pxn=False)
+    return _alltoall(topo, 0.0, "nccl-direct")
 
 
 def pxn_alltoall(topo: Topology) -> Schedule:
     """NCCL pairwise AllToAll with PXN (cross-rail relayed on the source host's GPU whose
     rail matches the destination)."""
-    return _alltoall(topo, pxn=True)
+    return _alltoall(topo, 1.0, "nccl-pxn")
+
+
+# ---------------------------------------------------------------------- rail references
+def _need_grid(topo: Topology, what: str) -> tuple[int, int]:
+    grid = _rail_grid(topo)
+    if grid is None:
+        raise TopologyError(f"{what} needs an HPN fabric (instances.hpn); {topo.name!r} is not one")
+    return grid
+
+
+def rail_alltoall(topo: Topology, split: bool = False, version: int = 1) -> Schedule:
+    """Rail-aware reference AllToAll (module docstring); ``version`` is the schedule's."""
+    _need_grid(topo, "rail_alltoall")
+    if split:
+        return _alltoall(topo, 0.3, "rail-split", max_chunks=10, version=version)
+    return _alltoall(topo, 1.0, "nccl-pxn", max_chunks=10, version=version)
+
+
+def rail_allgather(topo: Topology, split: bool = False, version: int = 1) -> Schedule:
+    """Rail-aware reference AllGather (module docstring); ``version`` is the schedule's."""
+    _, n = _need_grid(topo, "rail_allgather")
+    paths = _Paths(topo)
+    gpus = topo.gpus
+    chunks: list[TreeChunk] = []
+    for r, root in enumerate(gpus):
+        host = r - r % n
+        edges = [paths.need(root, gpus[g], "rail AllGather") for g in range(host, host + n) if g != r]
+        for peer in range(r % n, len(gpus), n):
+            if peer == r:
+                continue
+            edges.append(paths.need(root, gpus[peer], "rail AllGather"))
+            mates = range(peer - peer % n, peer - peer % n + n)
+            edges += [paths.need(gpus[peer], gpus[g], "rail AllGather") for g in mates if g != peer]
+        chunks.append(TreeChunk(root, 0.5 if split else 1.0, tuple(edges)))
+        if split:
+            order = [gpus[(r + i) % len(gpus)] for i in range(len(gpus))]
+            chain = [paths.get(u, v) for u, v in zip(order, order[1:])]
+            one_switch = all(p is not None and len(p) == 3 for p in chain)
+            chunks.append(TreeChunk(root, 0.5, tuple(chain) if one_switch else tuple(edges)))
+    return _finish(topo, "allgather", chunks, 2 if split else 1, "rail-tree", version=version)
 
 
 def _finish(topo: Topology, collective: str, chunks: Sequence, max_chunks: int, name: str,
-            **info: int) -> Schedule:
+            version: int = 1, **info: int) -> Schedule:
     loads = share_loads(topo, chunks)
     rate = schedule_rate(topo, loads)
     return Schedule(collective=collective, topology=topo.name, gpus=topo.gpus, rate_gbps=rate,
                     lp_rate_gbps=rate, max_chunks=max_chunks, chunks=tuple(chunks),
-                    bottleneck=bottleneck_links(topo, loads, rate, max_chunks),
+                    bottleneck=bottleneck_links(topo, loads, rate, max_chunks), version=version,
                     solver={"backend": "baseline", "algorithm": name, **info})

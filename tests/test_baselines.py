@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from instances import dgx, fail1, fail2, fail3, hpn, ring
-from mccl_opt.baselines import direct_alltoall, pxn_alltoall, ring_allgather, ring_orders
+from mccl_opt.baselines import (direct_alltoall, pxn_alltoall, rail_allgather, rail_alltoall,
+                                 ring_allgather, ring_orders)
 from mccl_opt.errors import TopologyError
 from mccl_opt.sim import simulate
 from mccl_opt.validate import validate
@@ -102,3 +103,16 @@ def test_simulated_baselines_match_closed_form_times(shape):
         res = simulate(topo, build(topo), block)
         # a relayed pair pays one extra piece (1/16 of its block) of pipeline fill
         assert direct_s * (1 - 1e-9) <= res.completion_s <= direct_s * (1 + 1 / 16) + 2e-6
+
+
+def test_rail_references_are_the_pxn_schedule_and_its_two_route_split():
+    topo = hpn(1, 2, 4)
+    pxn, rail, split = pxn_alltoall(topo), rail_alltoall(topo, version=3), rail_alltoall(topo, split=True)
+    assert [c.path for c in rail.chunks] == [c.path for c in pxn.chunks] and rail.version == 3
+    # a cross-rail pair: 0.3 over the PXN relay, 0.7 over the direct relay (another route)
+    pair = [c for c in split.chunks if (c.src, c.dst) == (topo.gpus[0], topo.gpus[5])]
+    assert sorted(c.share for c in pair) == [0.3, 0.7] and pair[0].path != pair[1].path
+    for sched in (rail, split, rail_allgather(topo), rail_allgather(topo, split=True)):
+        assert validate(topo, sched).rate_gbps == pytest.approx(sched.rate_gbps)
+    with pytest.raises(TopologyError, match="needs an HPN fabric"):
+        rail_allgather(ring(4))

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from mccl_opt.lowering.program import direct_schedule
-from executor_cuda.rail_schedules import rail_allgather, rail_alltoall
+from mccl_opt.baselines import rail_allgather, rail_alltoall
 from instances import hpn
 from executor_cuda.launch import run_ranks
 

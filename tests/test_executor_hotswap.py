@@ -11,7 +11,7 @@ import warnings
 import pytest
 import torch
 
-from executor_cuda.rail_schedules import rail_alltoall
+from mccl_opt.baselines import rail_alltoall
 from executor_cuda.rescheduler import MAX_ADVERTISED, ROW_LEN, decide, encode_row
 from instances import hpn
 from executor_cuda.launch import run_ranks

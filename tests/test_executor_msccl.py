@@ -12,7 +12,7 @@ import pytest
 
 from mccl_opt.lowering.msccl import check_msccl_xml, to_msccl_xml
 from mccl_opt.lowering.program import direct_schedule
-from executor_cuda.rail_schedules import rail_allgather, rail_alltoall
+from mccl_opt.baselines import rail_allgather, rail_alltoall
 from instances import hpn
 from mccl_opt.cli import main
 from mccl_opt.errors import ScheduleError

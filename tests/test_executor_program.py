@@ -12,7 +12,7 @@ import pytest
 
 from mccl_opt.lowering.program import (OUT, STAGE, ProgramCache, chunk_bounds,
                                    compile_schedule, direct_schedule, slice_bounds)
-from executor_cuda.rail_schedules import rail_allgather, rail_alltoall
+from mccl_opt.baselines import rail_allgather, rail_alltoall
 from instances import hpn
 from mccl_opt.errors import ScheduleError
 from mccl_opt.schedule import PathChunk, Schedule, TreeChunk
