@@ -113,6 +113,9 @@ class Subscription:
         self._sock.setsockopt(zmq.LINGER, 0)
         self._sock.setsockopt(zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES)
         self._sock.setsockopt(zmq.SUBSCRIBE, SCHEDULE_TOPIC)
+        # watched from before the connect, so a handshake that completes at once is seen
+        self._monitor = self._sock.get_monitor_socket(zmq.EVENT_HANDSHAKE_SUCCEEDED)
+        self._connected = False
         self._sock.connect(endpoint)
         self.key = key
         self.replay = ReplayGuard() if key else None
@@ -134,5 +137,33 @@ class Subscription:
                 self.rejected += 1
         return None
 
+    def wait_connected(self, timeout_s: float) -> bool:
+        """Block until the connection to the publisher has finished its handshake (the
+        subscription is sent with it), so updates published from then on arrive: a
+        ZeroMQ subscriber that has not connected yet silently misses them ("slow
+        joiner").  ``False`` after ``timeout_s`` without a connection."""
+        import time
+
+        import zmq
+        from zmq.utils.monitor import recv_monitor_message
+
+        deadline = time.monotonic() + timeout_s
+        while (not self._connected and self._monitor is not None
+               and (left := deadline - time.monotonic()) > 0):
+            if not self._monitor.poll(int(left * 1000) + 1):
+                break
+            event = recv_monitor_message(self._monitor)["event"]
+            self._connected = event == zmq.EVENT_HANDSHAKE_SUCCEEDED
+        if self._connected:
+            self._stop_monitor()
+        return self._connected
+
+    def _stop_monitor(self) -> None:
+        if self._monitor is not None:
+            self._sock.disable_monitor()
+            self._monitor.close(0)
+            self._monitor = None
+
     def close(self) -> None:
+        self._stop_monitor()
         self._sock.close(0)

@@ -12,8 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-
-zmq = pytest.importorskip("zmq")
+import zmq
 
 from mccl_opt.errors import MCCLError
 from mccl_runtime.client import ControllerClient
@@ -52,7 +51,7 @@ def test_round_trip_register_subscribe_degrade_and_malformed():
     with Server() as svc, ControllerClient(svc.endpoint, timeout_s=5.0) as cli:
         assert cli.ping()["topology"] == TOPO.name
         sub = cli.subscribe()
-        time.sleep(0.3)                                   # let the subscription reach the publisher
+        assert sub.wait_connected(5.0)                    # no update is published before this
         assert cli.register("world", "ag", "allgather") == ["ag"]
         upd = sub.recv(5.0)
         assert upd is not None and upd[:3] == ("world", "ag", 1)
@@ -99,20 +98,35 @@ def test_signed_service_rejects_strangers():
 
 @contextlib.contextmanager
 def _publisher_and_subscriber():
-    """A bare PUB socket and a signed :class:`Subscription` connected to it."""
+    """A bare publisher and a signed :class:`Subscription` connected to it; returns once
+    the publisher holds the subscription (an XPUB hands it to the application), so
+    nothing sent afterwards is dropped."""
     from mccl_runtime.client import Subscription
 
     ctx = zmq.Context.instance()
-    pub = ctx.socket(zmq.PUB)
+    pub = ctx.socket(zmq.XPUB)
     pub.setsockopt(zmq.LINGER, 0)
     port = pub.bind_to_random_port("tcp://127.0.0.1")
     sub = Subscription(ctx, f"tcp://127.0.0.1:{port}", KEY)
-    time.sleep(0.3)
+    assert pub.poll(5000) and pub.recv()[:1] == b"\x01"    # the subscribe message arrived
     try:
         yield pub, sub
     finally:
         sub.close()
         pub.close(0)
+
+
+def test_subscription_reports_no_connection_without_a_publisher():
+    from mccl_runtime.client import Subscription
+
+    probe = zmq.Context.instance().socket(zmq.PUB)
+    port = probe.bind_to_random_port("tcp://127.0.0.1")
+    probe.close(0)                                        # a port nobody listens on now
+    sub = Subscription(zmq.Context.instance(), f"tcp://127.0.0.1:{port}", KEY)
+    try:
+        assert sub.wait_connected(0.2) is False
+    finally:
+        sub.close()
 
 
 def test_subscriber_drops_forged_schedules():
