@@ -45,6 +45,7 @@ from mccl_opt.errors import MCCLError
 from mccl_opt.schedule import Schedule
 from mccl_opt.topology import Topology
 
+from .level import LevelParams
 from .manager import Policy, ScheduleManager, Synthesizer, solver_synthesizer
 from .scenario import Event, Scenario
 from .telemetry import MeasurementStore
@@ -79,6 +80,7 @@ class LoopConfig:
     probe_period_ms: float = 10.0
     probe_bytes: float = 512 * 2**10
     fluid: bool | None = None
+    level: LevelParams = LevelParams()
 
 
 @dataclass
@@ -125,8 +127,14 @@ def link_windows(res: Any, cap_rows: np.ndarray, window_bytes: float,
         starts, ends = res.times[edges[0::2]], res.times[edges[1::2]]
         nbytes = (np.interp(ends, res.times, cum) - np.interp(starts, res.times, cum)) * 1e9 / 8
         n = np.maximum(1, np.ceil(nbytes / window_bytes)).astype(int)
-        if n.sum() > max_windows:
+        if n.size >= max_windows:                  # more stretches than windows: the largest ones, once
+            keep = np.argsort(-nbytes, kind="stable")[:max_windows]
+            n = np.zeros_like(n)
+            n[keep] = 1
+        elif n.sum() > max_windows:
             n = np.maximum(1, np.floor(n * max_windows / n.sum())).astype(int)
+        starts, ends = starts[n > 0], ends[n > 0]
+        n = n[n > 0]
         run = np.repeat(np.arange(n.size), n + 1)                 # window edges of every run at once
         pos = np.arange(run.size) - np.repeat(np.cumsum(n + 1) - (n + 1), n + 1)
         w = starts[run] + (ends - starts)[run] * pos / n[run]
@@ -210,11 +218,12 @@ def run_loop(cfg: LoopConfig = LoopConfig(), synthesize: Synthesizer | None = No
     topo, timeline = scn.topology, scn.timeline()
     fluid = cfg.fluid if cfg.fluid is not None else topo.num_gpus > 16
     synthesize = synthesize or solver_synthesizer(cfg.backend, cfg.max_chunks)
-    store = MeasurementStore(topo, alpha=cfg.alpha, estimator=cfg.estimator)
+    store = MeasurementStore(topo, alpha=cfg.alpha, estimator=cfg.estimator, level_params=cfg.level)
     manager = ScheduleManager(store, synthesize,
                               Policy(gamma=cfg.gamma, min_dwell_s=cfg.dwell_ms / 1e3, time_limit_s=600.0))
     manager.register("world", scn.collective, scn.collective, synthesize(scn.collective, topo, None, None))
     coll = manager.get("world", scn.collective)
+    validate(topo, coll.schedule)                          # loads the validator's kernels before timing swaps
     rng = np.random.default_rng(scn.seed)
     probe = _Probe(cfg, topo)
     breaks = np.array([tb for tb, _, _ in timeline])

@@ -5,7 +5,7 @@ Per scenario event (in the file's order), from the rows of :func:`.loop.run_loop
 * ``algbw_before``: the last collective that ended before the event;
 * ``algbw_degraded``: mean of the collectives after the event on the old schedule;
 * ``algbw_after``: the first collective on the first version published for the event;
-* ``algbw_final``: the last collective before the next event (or the end);
+* ``algbw_final``: the last collective that ended before the next event (or the end);
 * ``algbw_offline``: the schedule synthesized cold for the event's true fabric,
   simulated the same way; ``recovery_ratio = algbw_after / algbw_offline``;
 * ``detect_ms`` / ``synth_ms`` / ``swap_ms`` / ``reaction_ms`` as in :mod:`.loop`;
@@ -61,6 +61,7 @@ def _event(out: Any, i: int, synthesize: Any, fluid: bool, state: int) -> dict[s
     reaction = first_new["t_ms"] - te if first_new else None
     after = first_new["algbw"] if first_new else None
     span = sum(r["end_ms"] - r["t_ms"] for r in seg)
+    final = [r for r in seg if r["end_ms"] <= tn] or seg
     good = next((r for r in seg if r["algbw"] >= 0.95 * offline), None)
     return {
         "t_ms": te, "kind": ev.kind, "detect_ms": detect, "synth_ms": synth,
@@ -68,7 +69,7 @@ def _event(out: Any, i: int, synthesize: Any, fluid: bool, state: int) -> dict[s
         "reaction_ms": reaction,
         "algbw_before": before[-1]["algbw"] if before else None,
         "algbw_degraded": float(np.mean(degraded)) if degraded else None,
-        "algbw_after": after, "algbw_final": seg[-1]["algbw"] if seg else None,
+        "algbw_after": after, "algbw_final": final[-1]["algbw"] if final else None,
         "algbw_offline": offline, "recovery_ratio": None if after is None else after / offline,
         "versions": [{"version": e["version"], "t_ms": e["t_ms"]} for e in pubs],
         # beyond the fixed JSON fields (benchmark and text output)

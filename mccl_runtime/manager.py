@@ -16,7 +16,8 @@ re-synthesizes flagged ones warm in a worker thread, and publishes new versions.
 * Re-check before publish: a finished job is published only if, under the *latest*
   ``M``, the current schedule still deviates (``max delta > clear_ratio * Gamma``) and
   the new schedule's rate beats the current one's by more than ``min_gain``; otherwise
-  it is aborted and the current schedule kept.
+  it is aborted and the current schedule kept (after ``no_gain`` its cut and base
+  slacks are re-derived on the job's ``M``, so the same drift does not flag again).
 * Newest estimate wins: a finished job whose input capacities differ from the latest
   ``M`` by more than ``restart_tol`` (relative, on any link) is ``superseded``: it is
   discarded and a new job starts at once on the latest ``M`` (at most ``max_restarts``
@@ -158,7 +159,8 @@ class ScheduleManager:
     """Registry, drift detection, warm re-synthesis and publishing (module docstring)."""
 
     def __init__(self, store: MeasurementStore, synthesize: Synthesizer | None = None,
-                 policy: Policy = Policy()) -> None:
+                 policy: Policy = Policy(), clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock                       # wall clock of the time bound (injectable for tests)
         self.store = store
         self.topo = store.topo
         self.synthesize = synthesize or solver_synthesizer()
@@ -261,7 +263,7 @@ class ScheduleManager:
 
     def _run(self, job: _Job, kind: str, warm: Schedule | None) -> tuple[Schedule, float]:
         t0 = time.perf_counter()
-        job.wall_start.append(time.monotonic())
+        job.wall_start.append(self.clock())
         schedule = self.synthesize(kind, job.topo, warm, self.policy.time_limit_s)
         return schedule, time.perf_counter() - t0
 
@@ -275,7 +277,7 @@ class ScheduleManager:
         for coll in running:
             job = coll.job
             if not job.future.done():
-                if job.wall_start and time.monotonic() - job.wall_start[0] > self.policy.time_limit_s:
+                if job.wall_start and self.clock() - job.wall_start[0] > self.policy.time_limit_s:
                     coll.job, coll.last_decision_t = None, now
                     self.counters["timeouts"] += 1
                     events.append(Event(now, coll.comm, coll.name, "timeout", coll.version,
@@ -314,6 +316,10 @@ class ScheduleManager:
             if reason:
                 self.counters["aborted"] += 1
                 detail["reason"] = reason
+                if reason == "no_gain":
+                    # the current schedule is as good as any for this M: measure drift from here on
+                    coll.profile = profile_schedule(job.topo, replace(coll.schedule, bottleneck=()))
+                    coll.synth_capacity = np.array(job.topo.arrays.capacity, dtype=float)
                 return Event(now, coll.comm, coll.name, "aborted", coll.version, detail)
         self._install(coll, new, job.topo.arrays.capacity, coll.version + 1)
         self.counters["published"] += 1

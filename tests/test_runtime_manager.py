@@ -15,6 +15,7 @@ from mccl_opt.errors import TopologyError
 from mccl_opt.paths import switch_paths_from
 from mccl_opt.schedule import Schedule, TreeChunk, bottleneck_links, schedule_rate, share_loads
 from mccl_opt.topology import Topology
+from mccl_runtime.drift import detect
 from mccl_runtime.manager import Policy, ScheduleManager
 from mccl_runtime.telemetry import MeasurementStore
 
@@ -61,14 +62,19 @@ TOPO = hpn(1, 2, 2)
 
 class PruningSynth:
     """A capacity-aware stand-in for the real optimizer: BFS trees on the topology
-    without links measured below half their nominal capacity."""
+    without links measured below half their nominal capacity.  ``started`` is set when
+    a call begins; with a ``gate`` the call then waits for it."""
 
     def __init__(self, gate: threading.Event | None = None, sleep_s: float = 0.0) -> None:
         self.calls: list[tuple[str, bool]] = []
+        self.capacities: list[np.ndarray] = []
         self.gate, self.sleep_s = gate, sleep_s
+        self.started = threading.Event()
 
     def __call__(self, kind, topo, warm, time_limit_s):
         self.calls.append((kind, warm is not None))
+        self.capacities.append(topo.arrays.capacity.copy())
+        self.started.set()
         if self.gate is not None:
             assert self.gate.wait(10.0)
         time.sleep(self.sleep_s)
@@ -90,9 +96,9 @@ def _cable(src, dst, gbps, t):
             {"kind": "link", "src": dst, "dst": src, "gbps": gbps, "t": t}]
 
 
-def _manager(synth, **policy):
+def _manager(synth, clock=time.monotonic, **policy):
     store = MeasurementStore(TOPO, alpha=1.0)
-    mgr = ScheduleManager(store, synth, Policy(**{"gamma": 0.1, "min_dwell_s": 0.0, **policy}))
+    mgr = ScheduleManager(store, synth, Policy(**{"gamma": 0.1, "min_dwell_s": 0.0, **policy}), clock=clock)
     mgr.register("world", "ag", "allgather", bfs_allgather(TOPO))
     return store, mgr
 
@@ -143,15 +149,102 @@ def test_degradation_that_clears_during_resynthesis_is_not_published():
     mgr.close()
 
 
+class FakeClock:
+    """An injected wall clock: time moves only when the test says so."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
 def test_slow_synthesis_is_abandoned_at_the_time_bound():
-    synth = PruningSynth(sleep_s=0.6)
-    store, mgr = _manager(synth, time_limit_s=0.1)
+    gate, clock = threading.Event(), FakeClock()
+    synth = PruningSynth(gate=gate)
+    store, mgr = _manager(synth, clock=clock, time_limit_s=0.1)
     store.ingest(_cable("s0h0g0", "s0tor0", 50.0, 1.0), now=1.0)
     mgr.step(1.0)
-    time.sleep(0.3)
-    assert [e.action for e in mgr.poll(1.3)] == ["timeout"]
-    time.sleep(0.5)
+    assert synth.started.wait(5.0)
+    clock.now += 0.05                                               # within the bound
+    assert mgr.poll(1.05) == []
+    clock.now += 0.1                                                # past it
+    assert [e.action for e in mgr.poll(1.15)] == ["timeout"]
+    gate.set()                                                      # the late result is discarded
+    mgr.wait_idle(5.0)
     assert mgr.poll(2.0) == [] and mgr.get("world", "ag").version == 1
+    mgr.close()
+
+
+def test_further_degradation_during_synthesis_restarts_on_the_newest_estimate():
+    gate = threading.Event()
+    synth = PruningSynth(gate=gate)
+    store, mgr = _manager(synth)
+    nic = TOPO.link_index("s0h0g0", "s0tor0")
+    store.ingest(_cable("s0h0g0", "s0tor0", 190.0, 1.0), now=1.0)
+    assert [e.action for e in mgr.step(1.0)] == ["resynthesis"]
+    store.ingest(_cable("s0h0g0", "s0tor0", 50.0, 2.0), now=2.0)   # worse while synthesizing
+    gate.set()
+    events = mgr.poll(2.0, wait_s=5.0)
+    assert [e.action for e in events] == ["superseded", "resynthesis"]
+    assert events[0].detail["moved"] > 0.5
+    events = mgr.poll(3.0, wait_s=5.0)
+    assert [e.action for e in events] == ["published"]
+    assert [c[nic] for c in synth.capacities] == [190.0, 50.0]      # the newest estimate won
+    assert mgr.get("world", "ag").synth_capacity[nic] == 50.0
+    mgr.close()
+
+
+def test_no_synthesis_while_a_link_change_is_unconfirmed():
+    from mccl_runtime.level import LevelParams
+
+    synth = PruningSynth()
+    store = MeasurementStore(TOPO, estimator="level", level_params=LevelParams(n_min=4, hold_s=0.0))
+    mgr = ScheduleManager(store, synth, Policy(gamma=0.1, min_dwell_s=0.0, settle_max_s=10.0))
+    mgr.register("world", "ag", "allgather", bfs_allgather(TOPO))
+    nic, other = ("s0h0g0", "s0tor0"), ("s0tor1", "s0h1g1")
+    t = 1.0
+    for _ in range(4):                                       # the NIC cable's drop is confirmed
+        t += 0.01
+        store.ingest(_cable(*nic, 50.0, t), now=t)
+    assert store.measured()[TOPO.link_index(*nic)] == pytest.approx(50.0)
+
+    def other_sample(t):
+        store.ingest([{"kind": "link", "src": other[0], "dst": other[1], "gbps": 100.0, "t": t}], now=t)
+
+    for _ in range(2):                                       # a second link: alarmed, not confirmed
+        t += 0.01
+        other_sample(t)
+    assert TOPO.link_index(*other) in store.pending_links()
+    assert mgr.step(t) == [] and synth.calls == []          # held back while a change is unconfirmed
+    for _ in range(2):
+        t += 0.01
+        other_sample(t)
+    assert store.pending_links().size == 0
+    assert [e.action for e in mgr.step(t)] == ["resynthesis"]
+    mgr.poll(t, wait_s=5.0)
+    cap = synth.capacities[0]                                # both changes in the one synthesis
+    assert cap[TOPO.link_index(*nic)] == pytest.approx(50.0)
+    assert cap[TOPO.link_index(*other)] == pytest.approx(100.0)
+    mgr.close()
+
+
+def test_capacity_gained_on_an_avoided_link_flags_the_schedule():
+    synth = PruningSynth()
+    store, mgr = _manager(synth)
+    store.ingest(_cable("s0h0g0", "s0tor0", 50.0, 1.0), now=1.0)
+    mgr.step(1.0)
+    assert [e.action for e in mgr.poll(1.0, wait_s=5.0)] == ["published"]
+    coll = mgr.get("world", "ag")
+    nic = TOPO.link_index("s0h0g0", "s0tor0")
+    assert coll.profile.loads[nic] == 0                             # the new schedule avoids the NIC
+    store.ingest(_cable("s0h0g0", "s0tor0", 400.0, 2.0), now=2.0)   # recovered (seen by a probe)
+    report = detect(store.measured(), coll.profile, 0.1)
+    assert not report.flagged                                       # Algorithm 1 alone cannot see it
+    assert [e.action for e in mgr.step(2.0)] == ["resynthesis"]
+    # this capacity-oblivious stand-in gains nothing from the NIC: the re-check keeps v2
+    assert [(e.action, e.detail.get("reason")) for e in mgr.poll(2.0, wait_s=5.0)] == [("aborted", "no_gain")]
+    assert synth.capacities[-1][nic] == 400.0                       # synthesized for the recovered NIC
     mgr.close()
 
 
