@@ -5,7 +5,6 @@ re-synthesizes, the executors swap at one agreed K, and the time per collective 
 
 from __future__ import annotations
 
-import importlib.util
 import multiprocessing as mp
 import statistics
 import threading
@@ -18,11 +17,6 @@ import torch.distributed
 
 from executor_cuda.launch import run_ranks
 from instances import full_mesh
-
-pytestmark = pytest.mark.skipif(
-    importlib.util.find_spec("zmq") is None or importlib.util.find_spec("mccl_runtime.client") is None
-    or importlib.util.find_spec("mccl_opt.alltoall") is None,
-    reason="needs pyzmq, mccl_runtime.client and mccl_opt.alltoall")
 
 BLOCK = 4096            # float32 elements per block: 16 KiB
 SLOW_GBPS = 0.0005      # emulated gray failure on rank 0 -> rank 1: 262 ms per block

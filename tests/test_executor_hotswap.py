@@ -11,10 +11,10 @@ import warnings
 import pytest
 import torch
 
-from mccl_opt.baselines import rail_alltoall
+from executor_cuda.launch import run_ranks
 from executor_cuda.rescheduler import MAX_ADVERTISED, ROW_LEN, decide, encode_row
 from instances import hpn
-from executor_cuda.launch import run_ranks
+from mccl_opt.baselines import rail_alltoall
 
 N_OPS = 200
 

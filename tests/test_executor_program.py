@@ -10,11 +10,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mccl_opt.lowering.program import (OUT, STAGE, ProgramCache, chunk_bounds,
-                                   compile_schedule, direct_schedule, slice_bounds)
-from mccl_opt.baselines import rail_allgather, rail_alltoall
 from instances import hpn
+from mccl_opt.baselines import rail_allgather, rail_alltoall
 from mccl_opt.errors import ScheduleError
+from mccl_opt.lowering.program import (OUT, STAGE, ProgramCache, chunk_bounds, compile_schedule,
+                                       direct_schedule, slice_bounds)
 from mccl_opt.schedule import PathChunk, Schedule, TreeChunk
 
 
