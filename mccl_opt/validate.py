@@ -12,19 +12,26 @@ chunks and the topology.  Checked:
   (AllToAll: exactly ``1/max_chunks``);
 * the rate recomputed from the link loads equals ``rate_gbps`` and does not exceed
   ``lp_rate_gbps``.
+
+The loads and the rate are computed here, not with the helpers the synthesizers use
+(:func:`mccl_opt.schedule.share_loads`, :func:`~mccl_opt.schedule.schedule_rate`):
+shares are summed per distinct path in a dict, each hop is looked up by its node ids in
+the topology's link table, and the rate is ``1 / max_a (L_a / cap_a)``, so a bug in the
+synthesizers' load arithmetic cannot hide itself.
 """
 
 from __future__ import annotations
 
+from collections import defaultdict
 from dataclasses import dataclass
 from fractions import Fraction
 from itertools import chain
+from typing import Iterable
 
 import numpy as np
 
-from .errors import ScheduleError, TopologyError
-from .schedule import (PathChunk, Schedule, TreeChunk, distinct_paths, schedule_rate,
-                       share_loads)
+from .errors import ScheduleError
+from .schedule import Chunk, PathChunk, Schedule, TreeChunk
 from .topology import Topology
 
 __all__ = ["validate", "ValidationReport"]
@@ -112,7 +119,10 @@ def _well_formed_trees(topo: Topology, trees: list[TreeChunk]) -> tuple[np.ndarr
     rank = {g: i for i, g in enumerate(topo.gpus)}
     is_gpu = {nd.id: nd.is_gpu for nd in topo.nodes}
     sizes = np.fromiter((len(c.edges) for c in trees), np.int64, count=len(trees))
-    paths, ids = distinct_paths(list(chain.from_iterable(c.edges for c in trees)))
+    edges = list(chain.from_iterable(c.edges for c in trees))
+    index = {p: i for i, p in enumerate(dict.fromkeys(edges))}
+    paths = list(index)
+    ids = np.fromiter(map(index.__getitem__, edges), np.int64, count=len(edges))
     ends = np.full((len(paths), 2), -1, np.int64)      # (tail, head) rank; -1: not GPU-to-GPU
     for j, e in enumerate(paths):
         if all(is_gpu.get(v) is not True for v in e[1:-1]):
@@ -191,23 +201,51 @@ def validate(topo: Topology, schedule: Schedule, *, tol: float = 1e-6) -> Valida
         steps = _check_alltoall(topo, schedule, tol, problems)
     else:
         steps = _check_allgather(topo, schedule, tol, problems)
-    try:
-        loads = share_loads(topo, schedule.chunks)
-    except TopologyError as exc:
-        problems.append(f"a hop is not a link: {exc}")
-        loads = None
-    rate = float("nan")
-    util = np.zeros(topo.num_links)
-    if loads is not None:
-        rate = schedule_rate(topo, loads)
-        if not np.isclose(rate, schedule.rate_gbps, rtol=tol * 10, atol=1e-9):
-            problems.append(f"recomputed rate {rate:.9g} Gbps differs from rate_gbps {schedule.rate_gbps:.9g}")
-        util = rate * loads / topo.arrays.capacity
+    loads = _link_loads(topo, schedule.chunks, problems)
+    rate = _rate(topo, loads)
+    if not np.isclose(rate, schedule.rate_gbps, rtol=tol * 10, atol=1e-9):
+        problems.append(f"recomputed rate {rate:.9g} Gbps differs from rate_gbps {schedule.rate_gbps:.9g}")
     if schedule.rate_gbps > schedule.lp_rate_gbps * (1 + tol * 10) + 1e-9:
         problems.append(f"rate_gbps {schedule.rate_gbps:.9g} exceeds lp_rate_gbps {schedule.lp_rate_gbps:.9g}")
     if problems:
         shown = "\n  ".join(problems[:20])
         more = f"\n  ... and {len(problems) - 20} more" if len(problems) > 20 else ""
         raise ScheduleError(f"schedule is invalid for topology {topo.name!r}:\n  {shown}{more}")
-    assert loads is not None
+    util = rate * loads / topo.arrays.capacity
     return ValidationReport(rate, loads, util, len(schedule.chunks), steps)
+
+
+def _link_loads(topo: Topology, chunks: Iterable[Chunk], problems: list[str]) -> np.ndarray:
+    """``L_a``: the shares crossing each link, summed per distinct path first (AllGather
+    trees share their GPU-to-GPU paths); a hop that is no link is a problem (not loaded)."""
+    per_path: defaultdict[tuple[str, ...], float] = defaultdict(float)
+    for c in chunks:
+        if isinstance(c, PathChunk):
+            per_path[tuple(c.path)] += c.share
+        else:
+            for e in c.edges:
+                per_path[tuple(e)] += c.share
+    link_of = {(link.src, link.dst): a for a, link in enumerate(topo.links)}
+    arcs: list[int] = []
+    weights: list[float] = []
+    missing: set[tuple[str, str]] = set()
+    for path, share in per_path.items():
+        for hop in zip(path, path[1:]):
+            a = link_of.get(hop)
+            if a is None:
+                missing.add(hop)
+            else:
+                arcs.append(a)
+                weights.append(share)
+    for u, v in sorted(missing)[:5]:
+        problems.append(f"hop {u} -> {v} is not a link of the topology")
+    return np.bincount(np.asarray(arcs, dtype=np.int64), weights=np.asarray(weights, dtype=float),
+                       minlength=topo.num_links)
+
+
+def _rate(topo: Topology, loads: np.ndarray) -> float:
+    """``1 / max_a (L_a / cap_a)`` over the loaded links (``inf`` when none is loaded)."""
+    used = loads > 1e-12
+    if not used.any():
+        return float("inf")
+    return float(1.0 / np.max(loads[used] / topo.arrays.capacity[used]))

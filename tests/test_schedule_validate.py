@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
+import networkx as nx
 import numpy as np
 import pytest
 
 from instances import full_mesh, hpn
 from mccl_opt import PathChunk, Schedule, ScheduleError, TreeChunk, validate
+from mccl_opt.baselines import ring_allgather
 from mccl_opt.schedule import bottleneck_links, chunk_counts, schedule_rate, share_loads
 
 
@@ -136,21 +139,15 @@ def test_load_errors(tmp_path):
         Schedule.load(tmp_path / "none.json")
 
 
-def test_bulk_tree_check_agrees_with_the_per_tree_check():
-    """The validator checks all AllGather trees at once; on random trees (valid, and with
-    a head repeated, an edge re-pointed into a cycle, a GPU relay, a missing edge) it
-    flags exactly the trees the per-tree check finds a problem in, and reports their
-    depths."""
-    from mccl_opt.validate import _check_tree, _well_formed_trees
-
-    topo = full_mesh(7)
-    gpus = topo.gpus
-    rng = np.random.default_rng(3)
-    trees = []
-    for _ in range(400):
-        root = int(rng.integers(7))
-        order = [root] + [v for v in rng.permutation(7).tolist() if v != root]
-        edges = [(gpus[order[int(rng.integers(i))]], gpus[order[i]]) for i in range(1, 7)]
+def _random_trees(gpus, count, seed):
+    """Random spanning trees over ``gpus``, a fifth each valid, with a head repeated,
+    an edge re-pointed into a cycle, a relay through a GPU, or an edge missing."""
+    n = len(gpus)
+    rng = np.random.default_rng(seed)
+    for _ in range(count):
+        root = int(rng.integers(n))
+        order = [root] + [v for v in rng.permutation(n).tolist() if v != root]
+        edges = [(gpus[order[int(rng.integers(i))]], gpus[order[i]]) for i in range(1, n)]
         kind = int(rng.integers(5))
         if kind == 1:                                   # a GPU receives twice
             edges[0] = (edges[0][0], edges[1][1])
@@ -159,15 +156,56 @@ def test_bulk_tree_check_agrees_with_the_per_tree_check():
             if a != b:
                 edges[-1], edges[-2] = (b, a), (a, b)
         elif kind == 3:                                 # relay through a GPU
-            edges[0] = (edges[0][0], gpus[(root + 1) % 7], edges[0][1])
+            edges[0] = (edges[0][0], gpus[(root + 1) % n], edges[0][1])
         elif kind == 4:
             edges = edges[:-1]
-        trees.append(TreeChunk(gpus[root], 1.0, tuple(edges)))
-    ok, depth = _well_formed_trees(topo, trees)
-    for t, c in enumerate(trees):
-        problems: list[str] = []
-        d = _check_tree(topo, c, "t", problems)
-        assert ok[t] == (not problems)
-        if ok[t]:
-            assert depth[t] == d == max(c.depths().values())
-    assert 0 < ok.sum() < len(trees)
+        yield root, tuple(edges)
+
+
+def test_validator_refuses_exactly_the_trees_that_are_no_arborescence():
+    """``validate`` on a schedule holding one random tree (the other roots use stars)
+    refuses it exactly when networkx says the tree is no spanning arborescence of
+    GPU-to-GPU hops, and otherwise reports its depth."""
+    topo = full_mesh(7)
+    gpus = topo.gpus
+    cap = dict(((link.src, link.dst), link.capacity_gbps) for link in topo.links)
+    verdicts = []
+    for root, edges in _random_trees(gpus, 200, seed=3):
+        chunks = [TreeChunk(gpus[root], 1.0, edges)] + [
+            TreeChunk(g, 1.0, tuple((g, h) for h in gpus if h != g)) for g in gpus if g != gpus[root]]
+        load: dict = {}
+        for c in chunks:
+            for e in c.edges:
+                for hop in zip(e, e[1:]):
+                    load[hop] = load.get(hop, 0.0) + c.share
+        rate = min(cap[h] / x for h, x in load.items() if h in cap)
+        sched = Schedule("allgather", topo.name, gpus, rate, rate, 1, tuple(chunks))
+        g = nx.DiGraph([(e[0], e[-1]) for e in edges])
+        fine = (all(len(e) == 2 for e in edges) and len(edges) == len(gpus) - 1
+                and g.number_of_nodes() == len(gpus) and nx.is_arborescence(g)
+                and g.in_degree(gpus[root]) == 0)
+        verdicts.append(fine)
+        if fine:
+            depth = max(nx.shortest_path_length(g, gpus[root]).values())
+            assert validate(topo, sched).max_steps == max(depth, 1)
+        else:
+            with pytest.raises(ScheduleError, match=f"root {gpus[root]}"):
+                validate(topo, sched)
+    assert 0 < sum(verdicts) < len(verdicts)
+
+
+def test_validator_does_not_use_the_synthesizers_load_helpers(monkeypatch):
+    """The validator recomputes loads and the rate itself: with the schedule module's
+    helpers broken it still accepts a valid schedule and refuses a wrong rate."""
+    import mccl_opt.schedule as schedule_mod
+
+    def broken(*args, **kwargs):
+        raise AssertionError("the validator must not call the synthesizers' helpers")
+
+    topo = full_mesh(5)
+    sched = ring_allgather(topo)
+    monkeypatch.setattr(schedule_mod, "share_loads", broken)
+    monkeypatch.setattr(schedule_mod, "schedule_rate", broken)
+    assert validate(topo, sched).rate_gbps == pytest.approx(sched.rate_gbps, rel=1e-12)
+    with pytest.raises(ScheduleError, match="recomputed rate"):
+        validate(topo, dataclasses.replace(sched, rate_gbps=sched.rate_gbps * 0.5))
