@@ -17,6 +17,7 @@ shard (AllGather).  :func:`share_loads` and :func:`schedule_rate` compute these.
 from __future__ import annotations
 
 import json
+import math
 from itertools import chain
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +26,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence, Union
 import numpy as np
 
 from .errors import ScheduleError
+from .jsonfile import read_json
 
 if TYPE_CHECKING:
     from .topology import Topology
@@ -212,9 +214,9 @@ class Schedule:
             max_chunks=max_chunks,
             chunks=tuple(chunks),
             bottleneck=tuple(bottleneck),
-            version=int(data.get("version", 1)),
-            solver=dict(data.get("solver", {})),
-            stats=dict(data.get("stats", {})),
+            version=_version(data.get("version", 1)),
+            solver=_object(data.get("solver", {}), "solver"),
+            stats=_object(data.get("stats", {}), "stats"),
         )
 
     def save(self, path: str | Path) -> None:
@@ -223,12 +225,7 @@ class Schedule:
     @classmethod
     def load(cls, path: str | Path) -> "Schedule":
         path = Path(path)
-        try:
-            data = json.loads(path.read_text())
-        except OSError as exc:
-            raise ScheduleError(f"cannot read schedule file {str(path)!r}: {exc.strerror}") from None
-        except json.JSONDecodeError as exc:
-            raise ScheduleError(f"{path}: malformed JSON at line {exc.lineno}: {exc.msg}") from None
+        data = read_json(path, ScheduleError, "schedule")
         try:
             return cls.from_dict(data)
         except ScheduleError as exc:
@@ -341,9 +338,25 @@ def _as_list(v: Any, where: str) -> list:
 
 
 def _number(v: Any, where: str) -> float:
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not np.isfinite(v):
-        raise ScheduleError(f"'{where}' must be a finite number, got {v!r}")
+    try:
+        ok = not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v)
+    except OverflowError:                       # an int beyond float range
+        ok = False
+    if not ok:
+        raise ScheduleError(f"'{where}' must be a finite number, got {str(v)[:40]}")
     return float(v)
+
+
+def _version(v: Any) -> int:
+    if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < 2**63:
+        raise ScheduleError(f"'version' must be a non-negative integer, got {str(v)[:40]}")
+    return v
+
+
+def _object(v: Any, where: str) -> dict:
+    if not isinstance(v, Mapping):
+        raise ScheduleError(f"'{where}' must be an object, got {type(v).__name__}")
+    return dict(v)
 
 
 def _path(v: Any, where: str) -> tuple[str, ...]:

@@ -22,6 +22,7 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 
 from .errors import TopologyError
+from .jsonfile import read_json
 
 __all__ = ["Node", "Link", "Topology", "TopologyArrays", "FORMAT_TAG"]
 
@@ -120,11 +121,11 @@ class Topology:
             if link.src == link.dst:
                 raise TopologyError(f"{where}: self-loop; a link must join two different nodes")
             cap = link.capacity_gbps
-            if isinstance(cap, bool) or not isinstance(cap, (int, float)) or not math.isfinite(cap) or cap <= 0:
+            if isinstance(cap, bool) or not isinstance(cap, (int, float)) or not _finite(cap) or cap <= 0:
                 raise TopologyError(
                     f"{where}: capacity_gbps must be a finite number > 0, got {cap!r}")
             lat = link.latency_us
-            if isinstance(lat, bool) or not isinstance(lat, (int, float)) or not math.isfinite(lat) or lat < 0:
+            if isinstance(lat, bool) or not isinstance(lat, (int, float)) or not _finite(lat) or lat < 0:
                 raise TopologyError(f"{where}: latency_us must be a finite number >= 0, got {lat!r}")
             key = (link.src, link.dst)
             if key in self._link_index:
@@ -347,15 +348,7 @@ class Topology:
     def load(cls, path: str | Path) -> "Topology":
         """Read a ``mccl-topology/1`` JSON file."""
         path = Path(path)
-        try:
-            text = path.read_text()
-        except OSError as exc:
-            raise TopologyError(f"cannot read topology file {str(path)!r}: {exc.strerror}") from None
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise TopologyError(
-                f"{path}: malformed JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
+        data = read_json(path, TopologyError, "topology")
         try:
             return cls.from_dict(data)
         except TopologyError as exc:
@@ -389,3 +382,11 @@ class Topology:
     def __repr__(self) -> str:
         return (f"Topology({self._name!r}: {self.num_gpus} GPUs, {len(self.switches)} switches, "
                 f"{self.num_links} links)")
+
+
+def _finite(x: int | float) -> bool:
+    """``math.isfinite`` that says False for an int beyond float range."""
+    try:
+        return math.isfinite(x)
+    except OverflowError:
+        return False

@@ -4,8 +4,8 @@ Each subcommand group lives in its own module exposing ``register(subparsers)``;
 modules are cheap to import (heavy imports happen inside the handlers).  Groups that
 belong to upper layers (``mccl loop``, ``mccl controller``) are registered from those
 packages' ``cli`` modules, imported here lazily by name: this is the one place where
-the core dispatches upwards.  Every :class:`mccl_opt.MCCLError` is printed as
-``error: <message>`` with exit status 2.
+the core dispatches upwards.  Every :class:`mccl_opt.MCCLError` (and a failed file
+write, ``OSError``) is printed as ``error: <message>`` with exit status 2.
 """
 
 from __future__ import annotations
@@ -55,6 +55,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.handler(args) or 0)
     except MCCLError as exc:
         print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:                     # a write the early path checks could not foresee
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"error: {where}{exc.strerror or exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

@@ -42,8 +42,12 @@ def _bench(args: argparse.Namespace) -> int:
 
     from ..tables import print_table
 
+    from ._guard import output_path
+
     if args.max_chunks < 1:
         raise MCCLError(f"--max-chunks must be >= 1, got {args.max_chunks}")
+    output_path(args.json, "--json")
+    output_path(args.png, "--png")
     failures = tuple(None if f == "none" else f for f in _split(args.failures))
     backends = _split(args.backends)
     if backends is not None:

@@ -47,7 +47,10 @@ def _topology(target: list[str]):
 def _eval(args: argparse.Namespace) -> int:
     from ..evaluate import run_failure_experiment
 
+    from ._guard import output_path
+
     topo = _topology(args.target)
+    output_path(args.png or f"mccl-eval-{topo.name}.png", "--png")
     collectives = ["allgather", "alltoall"] if args.collective == "both" else [args.collective]
     from instances import apply_failure
 

@@ -78,7 +78,9 @@ def _export_mps(args: argparse.Namespace) -> int:
     from mccl_opt.models import build_model
 
     from ..tables import print_json, print_table
+    from ._guard import output_path
 
+    output_path(args.output, "-o")
     topo = _load_topology(args.topology)
     lp, info = build_model(topo, args.model, commodities=args.commodities)
     files = [str(write_mps(lp, args.output))]
@@ -102,6 +104,8 @@ def _register_msccl(group: argparse._SubParsersAction) -> None:
     p.add_argument("--proto", default="Simple", choices=["Simple", "LL", "LL128"])
     p.add_argument("--min-bytes", type=int, default=0, help="smallest buffer MSCCL uses it for")
     p.add_argument("--max-bytes", type=int, default=1 << 40, help="largest buffer MSCCL uses it for")
+    p.add_argument("--topology", help="mccl-topology/1 file: check the schedule against it first "
+                                      "(without it, the schedule is checked on its own paths)")
     p.add_argument("--json", action="store_true", help="print the checker's summary as JSON")
     p.set_defaults(handler=_export_msccl)
 
@@ -111,7 +115,24 @@ def _export_msccl(args: argparse.Namespace) -> int:
     from ..schedule import Schedule
     from ..tables import print_json, print_table
 
+    from ..errors import MCCLError, ScheduleError
+    from ._guard import check_self_consistent, output_path, structure_problem
+
+    if not 0 <= args.min_bytes <= args.max_bytes:
+        raise MCCLError(f"need 0 <= --min-bytes <= --max-bytes, got {args.min_bytes} and {args.max_bytes}")
+    output_path(args.output, "-o")
     sched = Schedule.load(args.schedule)
+    if args.topology:
+        from ..topology import Topology
+
+        problem = structure_problem(Topology.load(args.topology), sched)
+        if problem is not None:
+            raise ScheduleError(f"{args.schedule}: {problem}")
+    else:
+        try:
+            check_self_consistent(sched)
+        except ScheduleError as exc:
+            raise ScheduleError(f"{args.schedule}: {exc}") from None
     text = to_msccl_xml(sched, nchannels=args.channels, proto=args.proto,
                         min_bytes=args.min_bytes, max_bytes=args.max_bytes)
     report = check_msccl_xml(text)

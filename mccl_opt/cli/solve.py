@@ -23,9 +23,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         s.add_argument("--max-chunks", type=_chunks, default=10,
                        help="chunk budget K (default 10; 'none' for the exact fractional optimum)")
         if name == "alltoall":
-            s.add_argument("--max-steps", default=None,
-                           help="step bound m_s: an integer, or 'min' for the smallest lossless one")
-            s.add_argument("--time-limit", type=float, default=None, help="seconds; returns the best so far")
+            s.add_argument("--max-steps", type=_max_steps, default=None,
+                           help="step bound m_s: a positive integer, or 'min' for the smallest lossless one")
+            s.add_argument("--time-limit", type=_seconds, default=None, help="seconds; returns the best so far")
         else:
             s.add_argument("--step-aware", action="store_true",
                            help="step-aware switch removal: shallower trees (paper App. C)")
@@ -36,19 +36,64 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _chunks(text: str) -> int | None:
     if text.lower() == "none":
         return None
-    value = int(text)
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
     if value < 1:
-        raise argparse.ArgumentTypeError("--max-chunks must be >= 1 or 'none'")
+        raise argparse.ArgumentTypeError("--max-chunks must be an integer >= 1 or 'none'")
     return value
 
 
-def _max_steps(text: str | None) -> int | str | None:
-    if text is None or text == "min":
+def _max_steps(text: str) -> int | str:
+    if text == "min":
         return text
     try:
-        return int(text)
+        value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError("--max-steps must be an integer or 'min'") from None
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError("--max-steps must be a positive integer or 'min'")
+    return value
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError("--time-limit must be a positive number of seconds")
+    return value
+
+
+def _first_problem(message: str) -> str:
+    """The first listed problem of a validator message (its header says 'invalid')."""
+    lines = [line.strip() for line in message.splitlines() if line.strip()]
+    return lines[1] if len(lines) > 1 else lines[0]
+
+
+def _warm(args: argparse.Namespace, topo):
+    """The ``--warm`` schedule, or ``None``.  Another collective's schedule is refused;
+    one that is not valid on this topology (:func:`._guard.structure_problem`) is
+    reported on stderr and the solve runs cold (a cold solve is always correct)."""
+    import mccl_opt as mo
+
+    from ..errors import ScheduleError
+    from ._guard import structure_problem
+
+    if not args.warm:
+        return None
+    warm = mo.Schedule.load(args.warm)
+    if warm.collective != args.collective:
+        raise ScheduleError(f"--warm {args.warm} is an {warm.collective} schedule; "
+                            f"`mccl solve {args.collective}` needs an {args.collective} one")
+    problem = structure_problem(topo, warm)
+    if problem is not None:
+        print(f"warning: --warm {args.warm} is not a valid schedule for {topo.name} "
+              f"({_first_problem(problem)}); solving cold", file=sys.stderr)
+        return None
+    return warm
 
 
 def summary(schedule, seconds: float) -> dict:
@@ -62,13 +107,16 @@ def summary(schedule, seconds: float) -> dict:
 def _solve(args: argparse.Namespace) -> int:
     import mccl_opt as mo
 
+    from ._guard import output_path
+
+    output_path(args.output, "-o")
     topo = mo.Topology.load(args.topology)
-    warm = mo.Schedule.load(args.warm) if args.warm else None
+    warm = _warm(args, topo)
     start = time.perf_counter()
     if args.collective == "alltoall":
         sched = mo.solve_alltoall(topo, warm=warm, backend=args.backend,
                                   max_chunks=args.max_chunks,
-                                  max_steps=_max_steps(args.max_steps), time_limit=args.time_limit)
+                                  max_steps=args.max_steps, time_limit=args.time_limit)
     else:
         from mccl_opt.allgather import restore_warm_state
 

@@ -15,7 +15,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     h = tsub.add_parser("hpn", help="build an HPN rail-optimized fabric SxHxN (paper §6.1)")
     h.add_argument("shape", help="segments x hosts x GPUs per host, e.g. 1x2x8")
     h.add_argument("--fail", choices=["fail1", "fail2", "fail3"], help="apply a paper failure")
-    h.add_argument("--gpu", type=int, default=0, help="rank of the GPU the failure hits (default 0)")
+    h.add_argument("--gpu", type=int, default=None, help="rank of the GPU the failure hits (default 0)")
     h.add_argument("-o", "--output", help="write the topology JSON here")
     h.add_argument("--json", action="store_true", help="print the summary as JSON")
     h.set_defaults(handler=_hpn)
@@ -49,7 +49,13 @@ def _report(topo, as_json: bool) -> None:
 def _hpn(args: argparse.Namespace) -> int:
     from instances import apply_failure, hpn, parse_shape
 
-    topo = apply_failure(hpn(*parse_shape(args.shape)), args.fail, args.gpu)
+    from ..errors import MCCLError
+    from ._guard import output_path
+
+    if args.gpu is not None and args.fail is None:
+        raise MCCLError("--gpu picks the GPU a failure hits; give --fail too")
+    output_path(args.output, "-o")
+    topo = apply_failure(hpn(*parse_shape(args.shape)), args.fail, 0 if args.gpu is None else args.gpu)
     if args.output:
         topo.save(args.output)
     _report(topo, args.json)

@@ -1,0 +1,73 @@
+"""Checks the commands run on their arguments and input files before any work starts,
+so a bad path or schedule fails at once with one ``error:`` line instead of after a
+long run or silently."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+from pathlib import Path
+
+from ..errors import MCCLError, ScheduleError
+
+__all__ = ["output_path", "structure_problem", "check_self_consistent"]
+
+
+def output_path(path: str | None, option: str) -> None:
+    """Refuse an output file whose folder is missing or not writable (``None``: no output)."""
+    if path is None:
+        return
+    p = Path(path)
+    folder = p.parent if str(p.parent) else Path(".")
+    if p.is_dir():
+        raise MCCLError(f"{option} {path!r} is a folder; give a file name")
+    if not folder.is_dir():
+        raise MCCLError(f"{option} {path!r}: the folder {str(folder)!r} does not exist")
+    if not os.access(folder, os.W_OK) or (p.exists() and not os.access(p, os.W_OK)):
+        raise MCCLError(f"{option} {path!r} cannot be written (permission denied)")
+
+
+def structure_problem(topo, sched) -> str | None:
+    """Why ``sched`` is not a valid schedule on ``topo`` (:func:`mccl_opt.validate`:
+    GPUs, every block delivered, hops real links, trees spanning, shares), or ``None``.
+    The stated rate is not compared: a schedule from before a capacity change is
+    structurally fine on the changed fabric."""
+    from ..errors import TopologyError
+    from ..schedule import schedule_rate, share_loads
+    from ..validate import validate
+
+    try:
+        rate = schedule_rate(topo, share_loads(topo, sched.chunks))
+    except TopologyError:
+        rate = sched.rate_gbps                   # validate names the hop that is no link
+    try:
+        validate(topo, replace(sched, rate_gbps=rate, lp_rate_gbps=max(rate, sched.lp_rate_gbps)))
+    except ScheduleError as exc:
+        return str(exc)
+    return None
+
+
+def check_self_consistent(sched) -> None:
+    """Validate a schedule without its topology, on the fabric its own hops describe
+    (its ``gpus`` are the GPUs, every other node a switch): chunks naming GPUs missing
+    from ``gpus``, undelivered blocks, broken trees and bad shares are refused."""
+    from ..errors import TopologyError
+    from ..schedule import PathChunk
+    from ..topology import Link, Node, Topology
+
+    gpus = list(sched.gpus)
+    gpu_set = set(gpus)
+    hops: dict[tuple[str, str], None] = {}
+    for c in sched.chunks:
+        for path in ((c.path,) if isinstance(c, PathChunk) else c.edges):
+            hops.update(dict.fromkeys(zip(path[:-1], path[1:])))
+    others = sorted({v for hop in hops for v in hop} - gpu_set)
+    try:
+        fabric = Topology("<the schedule's own paths>", [Node(g, "gpu") for g in gpus]
+                          + [Node(v, "switch") for v in others],
+                          [Link(a, b, 1.0, 0.0) for a, b in hops])
+    except TopologyError as exc:
+        raise ScheduleError(f"the schedule's own paths do not form a fabric its GPUs share: {exc}") from None
+    problem = structure_problem(fabric, sched)
+    if problem:
+        raise ScheduleError(problem)
