@@ -1,4 +1,4 @@
-"""Executor benchmarks on CPU gloo ranks (issue 7): executor time against torch's own
+"""Executor benchmarks on CPU gloo ranks (docs/executor.md): executor time against torch's own
 collectives, telemetry overhead, and hot-swap latency (paper §6.2.2: swap 11.6 ms of
 which OOB synchronization 5.74 ms, on an 8-GPU prototype).
 

@@ -1,4 +1,4 @@
-"""GPU check for the executor (issue 7), one script, well under five minutes.
+"""GPU check for the executor (docs/executor.md), one script, well under five minutes.
 
 * With 2+ GPUs: one NCCL rank per GPU.  For the rail AllToAll / AllGather schedules
   (HPN 1x2x(G/2), or direct schedules for an odd count) and several dtypes it checks
@@ -202,7 +202,7 @@ def _event(cuda: bool):
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description="executor GPU check (issue 7)")
+    ap = argparse.ArgumentParser(description="executor GPU check (docs/executor.md)")
     ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     ap.add_argument("--ranks", type=int, default=8, help="emulated ranks on one device")
     ap.add_argument("--iters", type=int, default=10)

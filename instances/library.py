@@ -1,4 +1,5 @@
-"""The instance library: families of shipped fabrics and a manifest of their optima (issue 8).
+"""The instance library: families of shipped fabrics and a manifest of their optima
+(docs/benchmarks.md).
 
 Every catalogue entry is a deterministic generator call; its ``mccl-topology/1`` file
 lives in ``instances/data/<name>.json`` and its manifest record in

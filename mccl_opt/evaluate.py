@@ -1,4 +1,4 @@
-"""The gray-failure experiment of the paper's Figure 9 (paper §6.3, docs/sim.md).
+"""The gray-failure experiment of the paper's Figure 9 (paper §6.1, docs/sim.md).
 
 For a fabric and each degraded version of it (the paper's Fail1/Fail2/Fail3 come from
 ``instances.apply_failure``; the caller builds them, this layer does not import

@@ -1,5 +1,5 @@
 """`mccl export mps`: every exported model re-imports into HiGHS and solves to the
-manifest optimum (issue 8); the switch-removal LP carries its separated cut rows."""
+manifest optimum (docs/benchmarks.md); the switch-removal LP carries its separated cut rows."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Instance library (issue 8): manifest optima vs recomputation and independent bounds."""
+"""Instance library (docs/benchmarks.md): manifest optima vs recomputation and independent bounds."""
 
 from __future__ import annotations
 

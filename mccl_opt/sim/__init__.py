@@ -1,4 +1,4 @@
-"""Fluid fabric simulator (issue 5, docs/sim.md).
+"""Fluid fabric simulator (paper §6.1, docs/sim.md).
 
 ``simulate(topo, schedule, message_bytes)`` runs a ``mccl-schedule/1`` schedule on a
 fabric whose capacities may change over time and returns a :class:`SimResult`
