@@ -508,8 +508,10 @@ def test_reroute_cannot_beat_the_optimum():
     from mccl_opt.allgather.reroute import reroute
     from mccl_opt.allgather.warm import Previous
 
+    from mccl_opt.allgather.canonical import canonical
+
     before = solve_allgather(hpn(1, 4, 8))
-    after = fail1(hpn(1, 4, 8))
+    after = canonical(fail1(hpn(1, 4, 8)))       # the listing the warm state refers to
     cold = solve_allgather(after)
     fab, quantum = fabric_of(after)
     forest = Previous(before, after).forest
@@ -617,3 +619,87 @@ def test_warm_after_random_degradations_matches_cold():
             check(topo, warm)
             rerouted += warm.stats.get("reroute") == "done"
     assert rerouted >= 4
+
+
+def _relisted(topo: Topology, seed: int, gpus_too: bool = False) -> Topology:
+    """``topo`` with its nodes and links listed in a shuffled order (the GPUs keep their
+    relative order, i.e. their ranks, unless ``gpus_too``)."""
+    rng = np.random.default_rng(seed)
+    d = topo.to_dict()
+    gpus = [n for n in d["nodes"] if n["kind"] == "gpu"]
+    switches = [n for n in d["nodes"] if n["kind"] != "gpu"]
+    if gpus_too:
+        gpus = [gpus[i] for i in rng.permutation(len(gpus))]
+    switches = [switches[i] for i in rng.permutation(len(switches))]
+    cut = int(rng.integers(0, len(switches) + 1))
+    d["nodes"] = switches[:cut] + gpus + switches[cut:]
+    d["links"] = [d["links"][i] for i in rng.permutation(len(d["links"]))]
+    return Topology.from_dict(d)
+
+
+@pytest.mark.parametrize("topo", [fail2(hpn(1, 2, 8)), hpn(2, 2, 4), irregular(7),
+                                  irregular(16).with_capacity(src=irregular(16).links[3].src,
+                                                              dst=irregular(16).links[3].dst,
+                                                              gbps=7.0, both_directions=False)],
+                         ids=lambda t: t.name)
+def test_switch_and_link_order_do_not_change_the_schedule(topo):
+    """Switches and links listed in any order (GPU ranks kept): the very same trees, also
+    on an unbalanced fabric (one direction of a cable changed), and a warm start from a
+    schedule of one listing reroutes on another."""
+    cold = solve_allgather(topo)
+    trees = sorted((c.src, c.share, c.edges) for c in cold.chunks)
+    for seed in range(3):
+        other = _relisted(topo, seed)
+        again = solve_allgather(other)
+        assert again.rate_gbps == cold.rate_gbps
+        assert sorted((c.src, c.share, c.edges) for c in again.chunks) == trees
+        check(other, again)
+
+
+@pytest.mark.parametrize("topo", [hpn(2, 2, 8), fail1(hpn(1, 4, 8)), fail3(hpn(1, 2, 8)),
+                                  irregular(3), irregular(20)], ids=lambda t: t.name)
+def test_any_listing_gives_the_same_rate(topo):
+    """Nodes (GPUs included, so ranks change) and links in any order: the same rate."""
+    rate = solve_allgather(topo).rate_gbps
+    for seed in range(3):
+        other = _relisted(topo, seed, gpus_too=True)
+        sched = solve_allgather(other)
+        assert sched.rate_gbps == pytest.approx(rate, rel=1e-9)
+        check(other, sched)
+
+
+def test_warm_start_across_listings():
+    """A schedule synthesized on one listing warm-starts a solve on another listing of
+    the failed fabric: its trees are rerouted to cold's rate."""
+    base = hpn(1, 4, 8)
+    prev = solve_allgather(_relisted(base, 1))
+    after = _relisted(fail1(base), 2)
+    warm = solve_allgather(after, warm=prev)
+    assert warm.stats["reroute"] == "done"
+    assert warm.rate_gbps == pytest.approx(solve_allgather(fail1(base)).rate_gbps, rel=1e-9)
+    check(after, warm)
+
+
+@pytest.mark.parametrize("nodes,links,optimum", [
+    ([("sp0", "switch"), ("sp1", "switch"), ("sp2", "switch"), ("h1g0", "gpu"), ("h1g1", "gpu")],
+     [("h1g0", "sp0", 200.), ("sp0", "h1g0", 100.), ("h1g1", "sp2", 100.), ("sp2", "h1g1", 100.),
+      ("sp0", "sp1", 3200.), ("sp1", "sp0", 3200.), ("sp1", "sp2", 800.), ("sp2", "sp1", 800.),
+      ("sp2", "sp0", 200.)], 100.0),
+    ([("sp0", "switch"), ("sp1", "switch"), ("sp2", "switch"), ("h0g1", "gpu"), ("h1g0", "gpu"),
+      ("h1g1", "gpu")],
+     [("h0g1", "sp1", 400.), ("sp1", "h0g1", 100.), ("h1g0", "sp1", 100.), ("sp1", "h1g0", 100.),
+      ("h1g1", "sp2", 18.), ("sp2", "h1g1", 18.), ("sp0", "sp1", 200.), ("sp1", "sp0", 200.),
+      ("sp1", "sp2", 800.), ("sp2", "sp1", 100.), ("sp2", "sp0", 100.)], 9.0)],
+    ids=["peel-index", "split-key"])
+def test_unbalanced_switch_leftovers_are_dropped_not_split(nodes, links, optimum):
+    """Switches whose in- and out-units differ (one-directional capacities): units that no
+    pair can take are dropped instead of split into a loop over a missing link (which
+    raised IndexError / KeyError inside the splitting); both reach their optimum."""
+    topo = Topology.from_dict({
+        "format": "mccl-topology/1", "name": "unbalanced",
+        "nodes": [{"id": i, "kind": k} for i, k in nodes],
+        "links": [{"src": a, "dst": b, "capacity_gbps": c, "latency_us": 1.0} for a, b, c in links]})
+    for k in (10, None):
+        sched = solve_allgather(topo, max_chunks=k)
+        assert sched.rate_gbps == pytest.approx(optimum, rel=1e-9)
+        check(topo, sched)

@@ -23,6 +23,7 @@ from ..schedule import Schedule
 from ..topology import Topology
 from .assemble import Optimum, Run, packed
 from .budget import CutBounds
+from .canonical import canonical
 from .certify import Certificate, GuessKind, keep_or_reroute, warm_budget, warm_guess
 from .fabric import fabric_of
 from .pipeline import balanced_split, check_inputs, pack, phase_one_budget
@@ -44,6 +45,7 @@ def solve_allgather(topo: Topology, warm: Schedule | None = None, backend: str =
     certified fallback fails.
     """
     check_inputs(topo, max_chunks)
+    topo = canonical(topo)            # same schedule whatever order the file lists things in
     run = Run.start(topo, warm, max_chunks)
     rewarm = run.prev is not None and not step_aware
 

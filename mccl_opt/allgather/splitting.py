@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..errors import SolveError
 from .maxflow import INF, FlowNetwork
 
 __all__ = ["LogicalGraph", "SplitGraph", "balance_switches", "split_all", "peel", "simple_path",
@@ -304,9 +305,17 @@ def _spread_split(g: SplitGraph, w: int) -> None:
     src, dst = us_a[tail[pos]].tolist(), ts_a[col[pos]].tolist()
     for u, t, amt in zip(src, dst, amounts[pos].tolist()):
         g.split(u, w, t, amt)
-    for i, u in enumerate(us):           # forced loops u -> w -> u (u dominates w)
-        if supply[i]:
-            g.split(u, w, u, int(supply[i]))
+    out_left = dict(zip(ts, demand.tolist()))
+    for i, u in enumerate(us):           # forced loops u -> w -> u (u dominates w) vanish
+        loop = min(int(supply[i]), out_left.get(u, 0))
+        if loop:
+            g.split(u, w, u, loop)
+            demand[out_of[u]] -= loop
+        if supply[i] > loop:             # a switch left unbalanced: units no pair can take
+            g.reduce((u, w), int(supply[i]) - loop)
+    for j, t in enumerate(ts):
+        if demand[j]:
+            g.reduce((w, t), int(demand[j]))
 
 
 def _split_star(g: SplitGraph, ins: list, outs: list, i_in: np.ndarray, j_out: np.ndarray,
@@ -418,7 +427,9 @@ class LogicalGraph:
     def from_split(cls, g: SplitGraph, rank_of: np.ndarray) -> "LogicalGraph":
         keys = list(g.units)
         ends = np.array(keys, np.int64).reshape(-1, 2)
-        assert not g.is_switch[ends].any(), "switches left after splitting"
+        if g.is_switch[ends].any():
+            raise SolveError("switch removal left links at a switch (its in- and out-units "
+                             "could not be paired); the fabric's switches are unbalanced")
         tail, head = rank_of[ends[:, 0]], rank_of[ends[:, 1]]
         order = np.lexsort((head, tail))
         units = np.fromiter(g.units.values(), np.int64, count=len(keys))

@@ -19,6 +19,7 @@ import numpy as np
 
 from ..schedule import Schedule, schedule_rate, share_loads
 from ..topology import Topology
+from .canonical import canonical
 from .forest import PhysicalForest
 from .mapping import MappedTrees
 
@@ -169,6 +170,7 @@ def restore_warm_state(schedule: Schedule, topo: Topology) -> Schedule:
     if schedule.collective != "allgather" or isinstance(schedule.warm_state, WarmState) \
             or tuple(schedule.gpus) != tuple(topo.gpus):
         return schedule
+    topo = canonical(topo)            # the listing solve_allgather works on
     forest = PhysicalForest.from_chunks(schedule.chunks, topo)
     if forest is None:
         return schedule
