@@ -6,6 +6,7 @@ split into requests of at most :data:`~mccl_runtime.protocol.MAX_BATCH_SAMPLES`.
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from itertools import islice
 from typing import Any, Iterable
@@ -18,6 +19,8 @@ from .protocol import (MAX_BATCH_SAMPLES, MAX_MESSAGE_BYTES, REPLIES, SCHEDULE_T
 __all__ = ["ControllerClient", "Subscription", "ScheduleUpdate"]
 
 ScheduleUpdate = tuple[str, str, int, Schedule]
+#: pauses before asking a busy controller again
+BUSY_RETRY_S = (0.05, 0.1, 0.2)
 
 
 class ControllerClient:
@@ -65,12 +68,24 @@ class ControllerClient:
         it, accepted, rejected = iter(samples), 0, Counter()
         while True:
             part = list(islice(it, MAX_BATCH_SAMPLES))
-            body = self.request("telemetry", {"samples": part})[1]
+            body = self._telemetry(part)
             accepted += int(body.get("accepted", 0))
             rejected.update({str(k): int(v) for k, v in dict(body.get("rejected", {})).items()})
             if len(part) < MAX_BATCH_SAMPLES:
                 break
         return {"accepted": accepted, "rejected": dict(rejected)}
+
+    def _telemetry(self, part: list[dict[str, Any]]) -> dict[str, Any]:
+        """One telemetry request; a ``busy`` controller (its backlog of large requests is
+        full) is asked again after 50, 100, 200 ms before the error is raised."""
+        for wait_s in BUSY_RETRY_S:
+            try:
+                return self.request("telemetry", {"samples": part})[1]
+            except ProtocolError as exc:
+                if exc.reason != "busy":
+                    raise
+            time.sleep(wait_s)
+        return self.request("telemetry", {"samples": part})[1]
 
     def get_schedule(self, comm: str, name: str) -> tuple[int, Schedule | None]:
         """The active version and schedule (``(0, None)`` before the first synthesis)."""
@@ -123,8 +138,6 @@ class Subscription:
 
     def recv(self, timeout_s: float) -> ScheduleUpdate | None:
         """The next valid update, or ``None`` after ``timeout_s``."""
-        import time
-
         deadline = time.monotonic() + timeout_s
         while (left := deadline - time.monotonic()) > 0:
             if not self._sock.poll(int(left * 1000) + 1):

@@ -50,10 +50,10 @@ SCHEDULE_TOPIC = b"schedule"
 #: largest reply or publication (a schedule of a large fabric)
 MAX_MESSAGE_BYTES = 64 << 20
 #: largest request; the service's socket drops the connection of a peer sending more
-MAX_REQUEST_BYTES = 2 << 20
+MAX_REQUEST_BYTES = 1 << 20
 #: samples per telemetry request (the client splits larger batches): one batch costs
-#: the service a few ms, so a ping never waits behind a long one
-MAX_BATCH_SAMPLES = 8192
+#: the service milliseconds, so a ping never waits long behind one
+MAX_BATCH_SAMPLES = 2048
 #: nesting depth of a message (the deepest legitimate one, a schedule, has 7 levels)
 MAX_DEPTH = 32
 #: digits of an integer literal (larger ones cannot be a count, time or rate)

@@ -2,9 +2,10 @@
 
 A ZeroMQ ROUTER socket answers requests (:mod:`mccl_runtime.protocol`) from executors
 (REQ or DEALER sockets); a PUB socket publishes every new schedule version under the
-topic ``b"schedule"``.  One loop turn receives up to :data:`TURN_MESSAGES` requests (or
-:data:`TURN_BUDGET_S` of work), makes one manager decision (Algorithm 1, re-synthesis
-start) if telemetry arrived, collects finished re-syntheses and publishes them.
+topic ``b"schedule"``.  One loop turn answers the queued requests, small ones first
+(:mod:`.inbox`), large ones for up to :data:`TURN_BUDGET_S`, then makes one manager
+decision (Algorithm 1, re-synthesis start) if telemetry arrived, collects finished
+re-syntheses and publishes them.
 
 Guarantees (docs/runtime.md, "Limits and guarantees"):
 
@@ -16,8 +17,10 @@ Guarantees (docs/runtime.md, "Limits and guarantees"):
   for other chunks; a registration is written before it is acknowledged.
 * **Bounded work.**  Requests above ``max_request_bytes`` are dropped by the socket
   (``ZMQ_MAXMSGSIZE``); a telemetry request carries at most ``MAX_BATCH_SAMPLES``
-  samples; at most ``max_collectives`` collectives are registered; telemetry alone
-  rewrites the state at most every ``persist_interval_s``.
+  samples; at most ``MAX_BACKLOG`` large requests wait (more are refused ``busy``), and
+  a small one waits only for the large one in progress; at most ``max_collectives``
+  collectives are registered; telemetry alone rewrites the state at most every
+  ``persist_interval_s``.
 
 Binding is loopback-only unless ``allow_remote`` is set, which needs a key.
 :meth:`ControllerService.stop` (the CLI wires SIGTERM/SIGINT to it) ends the loop, saves
@@ -40,6 +43,7 @@ from mccl_opt.topology import Topology
 from .manager import Event, Policy, ScheduleManager, Synthesizer
 from .protocol import (MAX_BATCH_SAMPLES, MAX_REQUEST_BYTES, REPLAY_WINDOW_S, REQUESTS,
                        SCHEDULE_TOPIC, Message, ProtocolError, ReplayGuard, brief, decode, encode)
+from .inbox import Inbox
 from .state import load_state, remove_temporaries, save_state
 from .telemetry import MeasurementStore
 
@@ -51,7 +55,8 @@ log = logging.getLogger("mccl.controller")
 MAX_COLLECTIVES = 256
 #: characters of a communicator or collective name
 MAX_NAME_CHARS = 128
-#: requests handled per loop turn before the loop decides, publishes and persists
+#: requests received per drain, and seconds of large requests per loop turn, before the
+#: loop decides, publishes and persists
 TURN_MESSAGES = 64
 TURN_BUDGET_S = 0.02
 #: characters of an error reply's message
@@ -180,10 +185,10 @@ class ControllerService:
             self.endpoint = router.getsockopt(zmq.LAST_ENDPOINT).decode()
             self.pub_endpoint = pub.getsockopt(zmq.LAST_ENDPOINT).decode()
             self.ready.set()
-            poller = zmq.Poller()
-            poller.register(router, zmq.POLLIN)
+            inbox = Inbox(router, zmq)
             while not self._stop.is_set():
-                held = self._receive(router, zmq) if poller.poll(poll_ms) else []
+                router.poll(0 if inbox.backlog else poll_ms)
+                held = self._serve_requests(inbox, router)
                 self._turn(pub)
                 for frames in held:                # acknowledged once written
                     router.send_multipart(frames)
@@ -195,21 +200,30 @@ class ControllerService:
             pub.close(0)
             ctx.term()
 
-    def _receive(self, router: Any, zmq: Any) -> list[list[bytes]]:
-        """Answer up to one turn's requests; returns the replies held back until the
-        state is written (registrations)."""
-        held = []
-        deadline = time.perf_counter() + TURN_BUDGET_S
-        for _ in range(TURN_MESSAGES):
-            try:
-                frames = router.recv_multipart(zmq.NOBLOCK)
-            except zmq.Again:
-                break
+    def _serve_requests(self, inbox: Inbox, router: Any) -> list[list[bytes]]:
+        """Answer one turn's requests, small ones first (:class:`.inbox.Inbox`), large
+        ones for up to ``TURN_BUDGET_S`` (at least one); returns the replies held back
+        until the state is written (a registration's and those after it)."""
+        held: list[list[bytes]] = []
+
+        def answer(frames: list[bytes]) -> None:
             reply = self._handle(frames)
             if reply is not None and self._must_persist:
                 held.append(reply)
             elif reply is not None:
                 router.send_multipart(reply)
+
+        def refuse(frames: list[bytes]) -> None:
+            self.protocol_errors["busy"] += 1
+            router.send_multipart(frames[:-1] + [encode("error", {
+                "reason": "busy", "message": "the controller is saturated with large requests; retry"},
+                self.key)])
+
+        deadline = time.perf_counter() + TURN_BUDGET_S
+        inbox.drain(answer, refuse, TURN_MESSAGES)
+        while (frames := inbox.pop()) is not None:
+            answer(frames)
+            inbox.drain(answer, refuse, TURN_MESSAGES)
             if time.perf_counter() > deadline:
                 break
         return held

@@ -421,3 +421,29 @@ def test_cli_serve_refuses_a_bad_state_file_and_a_port_in_use(tmp_path):
     with Server() as svc:
         _one_error_line(_mccl("controller", "serve", "--topology", str(topo), "--bind", svc.endpoint),
                         "cannot bind", "Address already in use")
+
+
+def test_inbox_answers_small_requests_first_keeping_each_senders_order():
+    from mccl_runtime.inbox import Inbox
+
+    class Router:
+        def __init__(self, queued):
+            self.queued = list(queued)
+
+        def recv_multipart(self, flags):
+            if not self.queued:
+                raise zmq.Again()
+            return self.queued.pop(0)
+
+    big, small = b"x" * 20_000, b"ping"
+    router = Router([[b"A", b"", big], [b"B", b"", small], [b"A", b"", small], [b"C", b"", big],
+                     [b"D", b"", big], [b"E", b"", small]])
+    inbox = Inbox(router, zmq, max_backlog=3)
+    answered, refused = [], []
+    inbox.drain(lambda f: answered.append(f[0]), lambda f: refused.append(f[0]), limit=10)
+    # B and E skip the queue; A's small request waits behind A's large one; D does not fit
+    assert answered == [b"B", b"E"] and refused == [b"D"]
+    order = []
+    while (f := inbox.pop()) is not None:
+        order.append((f[0], len(f[-1])))
+    assert order == [(b"A", 20_000), (b"A", 4), (b"C", 20_000)]
