@@ -3,11 +3,16 @@
 Smoke (CI): ``pytest bench/bench_allgather.py --benchmark-disable``.
 Table: ``python bench/bench_allgather.py [--repeat R] 1x2x8 1x4x8`` (shapes SxHxN; each
 solve timed as the fastest of R runs, default 1, cold and warm runs alternating).
+Node-order sweep: ``python bench/bench_allgather.py --orders 2,3,4,5,6,7,8,16,32`` (cold
+solves of two-segment HPN 2xHx8 as generated, listed ToRs first / NVSwitch and GPUs per
+host / aggregation last, and shuffled with the GPU ranks; rates must agree).
 """
 
 from __future__ import annotations
 
 import math
+import random
+import re
 import sys
 import time
 
@@ -17,6 +22,7 @@ import pytest
 from instances import fail1, fail2, fail3, hpn
 from mccl_opt.allgather import solve_allgather
 from mccl_opt.schedule import share_loads
+from mccl_opt.topology import Topology
 
 FAILS = {"fail1": fail1, "fail2": fail2, "fail3": fail3}
 
@@ -83,6 +89,56 @@ def run(shape: tuple[int, int, int], repeat: int = 1) -> list[dict]:
     return rows
 
 
+def tors_first(topo: Topology) -> Topology:
+    """HPN ``topo`` listed ToRs first, then every host's NVSwitch and GPUs, aggregation
+    switches last (the listing that once took 60-106 s cold at 80-112 GPUs)."""
+    d = topo.to_dict()
+    hosts: dict[str, list] = {}
+    for n in d["nodes"]:
+        m = re.match(r"(s\d+h\d+)", n["id"])
+        if m:
+            hosts.setdefault(m.group(1), []).append(n)
+    per_host = [n for ns in hosts.values() for n in sorted(ns, key=lambda n: n["kind"] == "gpu")]
+    d["nodes"] = ([n for n in d["nodes"] if "tor" in n["id"]] + per_host
+                  + [n for n in d["nodes"] if n["id"].startswith("agg")])
+    return Topology.from_dict(d)
+
+
+def shuffled(topo: Topology, seed: int) -> Topology:
+    """``topo`` with nodes (GPU ranks included) and links in a random order."""
+    d = topo.to_dict()
+    rng = random.Random(seed)
+    rng.shuffle(d["nodes"])
+    rng.shuffle(d["links"])
+    return Topology.from_dict(d)
+
+
+def order_sweep(hosts: list[int], repeat: int = 1) -> list[dict]:
+    """Cold seconds (fastest of ``repeat``) of 2xHx8 in three listings; rates must agree."""
+    rows = []
+    for h in hosts:
+        base = hpn(2, h, 8)
+        listings = {"generated": base, "tors-first": tors_first(base), "shuffled": shuffled(base, h)}
+        row: dict = {"fabric": base.name, "gpus": base.num_gpus}
+        rates = []
+        for name, topo in listings.items():
+            best = math.inf
+            for _ in range(repeat):
+                t = time.perf_counter()
+                sched = solve_allgather(topo)
+                best = min(best, time.perf_counter() - t)
+            rates.append(sched.rate_gbps)
+            row[f"{name}_s"] = best
+        assert max(rates) - min(rates) <= 1e-9 * max(rates), (base.name, rates)
+        row["rate"] = rates[0]
+        rows.append(row)
+    return rows
+
+
+def test_smoke_order_sweep():
+    assert order_sweep([2])[0]["rate"] > 0
+
+
 def test_smoke_tiny(benchmark):
     sched = benchmark(solve_allgather, fail2(hpn(1, 2, 4)))
     assert sched.rate_gbps > 0
@@ -93,9 +149,16 @@ if __name__ == "__main__":
     repeat = 1
     if args[:1] == ["--repeat"]:
         repeat, args = int(args[1]), args[2:]
-    shapes = [tuple(int(x) for x in s.split("x")) for s in (args or ["1x2x4", "1x2x8"])]
     # load the numba kernels of the cold and the warm paths outside the timings
     solve_allgather(fail2(hpn(1, 2, 4)), warm=solve_allgather(hpn(1, 2, 4)))
+    if args[:1] == ["--orders"]:
+        cols = ["fabric", "gpus", "generated_s", "tors-first_s", "shuffled_s", "rate"]
+        print(" ".join(f"{c:>13s}" for c in cols))
+        for r in order_sweep([int(h) for h in args[1].split(",")], repeat):
+            print(" ".join(f"{r[c]:>13.4f}" if isinstance(r[c], float) else f"{r[c]!s:>13s}"
+                           for c in cols))
+        sys.exit(0)
+    shapes = [tuple(int(x) for x in s.split("x")) for s in (args or ["1x2x4", "1x2x8"])]
     cols = ["fabric", "gpus", "cold_s", "warm_s", "speedup", "k", "reused", "moved", "guess",
             "warm_p1_s", "trees", "depth", "warm_depth", "gap", *PHASES]
     print(" ".join(f"{c:>10s}" for c in cols))
