@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence, Union
 import numpy as np
 
 from .errors import ScheduleError
-from .jsonfile import read_json
+from .files import read_json
 
 if TYPE_CHECKING:
     from .topology import Topology

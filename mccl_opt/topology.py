@@ -22,7 +22,7 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 
 from .errors import TopologyError
-from .jsonfile import read_json
+from .files import read_json
 
 __all__ = ["Node", "Link", "Topology", "TopologyArrays", "FORMAT_TAG"]
 

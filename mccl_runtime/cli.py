@@ -125,6 +125,28 @@ def _announce(svc) -> None:
 
 
 def _loop(args: argparse.Namespace) -> int:
+    from mccl_opt.files import check_output_path
+
     from .loop_report import main
 
+    _check_loop_flags(args)
+    check_output_path(args.png, "--png")
     return main(args, out=sys.stdout)
+
+
+def _check_loop_flags(args: argparse.Namespace) -> None:
+    """The built-in case's flags, held to the rules of a scenario file
+    (:mod:`.scenario`) before the simulation starts."""
+    import math
+
+    from mccl_opt.errors import MCCLError
+
+    if args.scenario or args.workload:
+        return
+    for flag, value in (("--duration-ms", args.duration_ms), ("--size-mib", args.size_mib)):
+        if not (math.isfinite(value) and value > 0):
+            raise MCCLError(f"{flag} must be a positive number, got {value:g}")
+    if not (math.isfinite(args.t0_ms) and 0 <= args.t0_ms < args.duration_ms):
+        raise MCCLError(f"--t0-ms must be in [0, --duration-ms) = [0, {args.duration_ms:g}), got {args.t0_ms:g}")
+    if not 0 <= args.noise < 0.5:
+        raise MCCLError(f"--noise must be in [0, 0.5), got {args.noise:g}")

@@ -11,7 +11,7 @@ import pytest
 from instances import hpn
 from mccl_opt import Schedule, validate
 from mccl_opt.cli import main
-from mccl_opt.jsonfile import MAX_INT_DIGITS
+from mccl_opt.files import MAX_INT_DIGITS
 from tests.test_runtime_manager import bfs_allgather
 
 TOPO = hpn(1, 2, 2)
@@ -127,3 +127,11 @@ def test_export_msccl_refuses_what_it_can_check(capsys, files, tmp_path):
 
 def test_topo_gpu_without_a_failure_is_refused(capsys):
     _fails(capsys, ["topo", "hpn", "1x2x2", "--gpu", "3"], "--fail")
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--duration-ms", "0"], ["--duration-ms"]), (["--noise", "-1"], ["--noise"]),
+    (["--t0-ms", "500"], ["--t0-ms"]), (["--size-mib", "nan"], ["--size-mib"]),
+    (["--png", "/nonexistent-folder/x.png"], ["does not exist"])])
+def test_loop_flags_are_checked_before_the_simulation(capsys, argv, words):
+    _fails(capsys, ["loop", *argv], *words)

@@ -4,27 +4,12 @@ long run or silently."""
 
 from __future__ import annotations
 
-import os
 from dataclasses import replace
-from pathlib import Path
 
-from ..errors import MCCLError, ScheduleError
+from ..errors import ScheduleError
+from ..files import check_output_path as output_path
 
 __all__ = ["output_path", "structure_problem", "check_self_consistent"]
-
-
-def output_path(path: str | None, option: str) -> None:
-    """Refuse an output file whose folder is missing or not writable (``None``: no output)."""
-    if path is None:
-        return
-    p = Path(path)
-    folder = p.parent if str(p.parent) else Path(".")
-    if p.is_dir():
-        raise MCCLError(f"{option} {path!r} is a folder; give a file name")
-    if not folder.is_dir():
-        raise MCCLError(f"{option} {path!r}: the folder {str(folder)!r} does not exist")
-    if not os.access(folder, os.W_OK) or (p.exists() and not os.access(p, os.W_OK)):
-        raise MCCLError(f"{option} {path!r} cannot be written (permission denied)")
 
 
 def structure_problem(topo, sched) -> str | None:
