@@ -4,6 +4,7 @@ the closed loop (paper §6.2, Fig. 13) over scenario classes x sizes x collectiv
     python bench/bench_runtime.py                 # decision latency + closed-loop table
     python bench/bench_runtime.py --loop-only --sizes 1x2x4 --classes fail2,dip
     python bench/bench_runtime.py --tradeoff      # estimator: detection delay vs false swaps
+    python bench/bench_runtime.py --probe-cost    # algbw cost of probes while a failure lasts
     pytest bench/bench_runtime.py --benchmark-enable
 
 Closed-loop classes (all on rank 0 of host 0 unless said): ``fail1`` (NVSwitch cable
@@ -166,6 +167,28 @@ def print_loop_row(r: dict, flush: bool = False) -> None:
           f"{f(100 * (r['probe_cost'] or 0), 6, 2)} {clear:>16}", flush=flush)
 
 
+def probe_cost() -> None:
+    """Algbw cost of probing while Fail2 lasts (HPN 1x2x4), paired runs: probes off, on
+    links without passive windows (default), on every link held below nominal."""
+    from mccl_runtime.loop import LoopConfig, run_loop
+    from mccl_runtime.scenario import parse_scenario
+
+    print(f"{'collective':<10} {'probes':<10} {'mean algbw during failure':>26} {'cost':>7} {'probe time':>10}")
+    for coll in ("allgather", "alltoall"):
+        scn = parse_scenario(loop_scenario("fail2", "1x2x4", coll))
+        base = None
+        for label, cfg in (("off", LoopConfig(probe_period_ms=0.0)), ("idle", LoopConfig()),
+                           ("all", LoopConfig(probe_idle_only=False))):
+            res = run_loop(cfg, scenario=scn)
+            rows = [r for r in res.rows if r["version"] > 1]           # after the swap, failure lasting
+            span = sum(r["end_ms"] - r["t_ms"] for r in rows)
+            bw = sum(r["algbw"] * (r["end_ms"] - r["t_ms"]) for r in rows) / span
+            base = base or bw
+            probe = sum(r["probe_ms"] for r in rows) / span
+            print(f"{coll:<10} {label:<10} {bw:>26.2f} {100 * (1 - bw / base):>6.2f}% {100 * probe:>9.2f}%",
+                  flush=True)
+
+
 def tradeoff(settings=((0.5, 0.004), (1.0, 0.008), (2.0, 0.016))) -> None:
     """Estimator trade-off: detection delay (Fail2 and a 25 % NIC drop) vs false swaps
     (dips of 5 and 10 ms to 10 %, 5 % noise) for CUSUM thresholds ``h`` and ``hold_s``."""
@@ -220,9 +243,13 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--classes", default=",".join(CLASSES))
     p.add_argument("--collectives", default="allgather,alltoall")
     p.add_argument("--tradeoff", action="store_true", help="only the estimator trade-off table")
+    p.add_argument("--probe-cost", action="store_true", help="only the probe cost table")
     args = p.parse_args(argv)
     if args.tradeoff:
         tradeoff()
+        return
+    if args.probe_cost:
+        probe_cost()
         return
     if not args.loop_only:
         print("decision latency per telemetry batch (ingest + Algorithm 1 on AllGather + AllToAll)")

@@ -14,8 +14,10 @@ runs saturated (the channels keep it busy); each saturated stretch is cut into w
 of about ``window_bytes`` (the proxy's per-chunk measurement), at most ``max_windows``
 per link and collective, and each window reports its mean throughput times
 ``1 + noise * N(0, 1)``.  Links the estimator holds below nominal are *probed* every
-``probe_period_ms`` with ``probe_bytes`` sent alone on the link (4 windows): the only
-way to see that a link the schedule avoids, or no longer saturates, has recovered.  A
+``probe_period_ms`` with ``probe_bytes`` sent alone on the link (4 windows) when no
+passive window measured it during the last period (every period with
+``probe_idle_only=False``): the only way to see that a link the schedule avoids, or no
+longer saturates, has recovered.  A
 probe on a link the active schedule uses is charged in full to the collective that
 follows (an upper bound: it delays that collective by the probe's duration).
 
@@ -79,6 +81,7 @@ class LoopConfig:
     max_windows: int = 16
     probe_period_ms: float = 10.0
     probe_bytes: float = 512 * 2**10
+    probe_idle_only: bool = True
     fluid: bool | None = None
     level: LevelParams = LevelParams()
 
@@ -184,6 +187,7 @@ class _Probe:
         self.period = cfg.probe_period_ms / 1e3
         self.nbytes = cfg.probe_bytes
         self.nominal = topo.arrays.capacity
+        self.idle_only = cfg.probe_idle_only
         self.next_t = 0.0
 
     def run(self, t: float, store: MeasurementStore, true_cap: np.ndarray,
@@ -194,7 +198,8 @@ class _Probe:
             return 0.0, np.zeros(0, dtype=np.int64), np.zeros(0), np.zeros(0)
         self.next_t = t + self.period
         low = store.measured() < 0.95 * self.nominal
-        suspect = np.flatnonzero(low & (store.last_sample_t() < t - self.period))
+        idle = store.last_sample_t() < t - self.period if self.idle_only else True
+        suspect = np.flatnonzero(low & idle)
         if suspect.size == 0:
             return 0.0, np.zeros(0, dtype=np.int64), np.zeros(0), np.zeros(0)
         dur = self.nbytes * 8 / (true_cap[suspect] * 1e9)

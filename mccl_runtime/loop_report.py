@@ -3,7 +3,8 @@
 Per scenario event (in the file's order), from the rows of :func:`.loop.run_loop`:
 
 * ``algbw_before``: the last collective that ended before the event;
-* ``algbw_degraded``: mean of the collectives after the event on the old schedule;
+* ``algbw_degraded``: mean of the collectives after the event on the old schedule (for a
+  dip: those that started during it);
 * ``algbw_after``: the first collective on the first version published for the event;
 * ``algbw_final``: the last collective that ended before the next event (or the end);
 * ``algbw_offline``: the schedule synthesized cold for the event's true fabric,
@@ -50,7 +51,8 @@ def _event(out: Any, i: int, synthesize: Any, fluid: bool, state: int) -> dict[s
     starts = [e for e in mine if e["action"] == "resynthesis"]
     first_new = next((r for r in seg if pubs and r["version"] == pubs[0]["version"]), None)
     old_version = seg[0]["version"] if seg else None
-    degraded = [r["algbw"] for r in seg if r["version"] == old_version and (first_new is None or r is not first_new)
+    until = te + ev.duration_s * 1e3 if ev.duration_s is not None else tn      # a dip: only its collectives
+    degraded = [r["algbw"] for r in seg if r["version"] == old_version and r["t_ms"] < until
                 and (first_new is None or r["t_ms"] < first_new["t_ms"])]
     offline = _offline(out, scn.timeline()[state][1], synthesize, fluid)
     detect = starts[0]["t_ms"] - te if starts else None

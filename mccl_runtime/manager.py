@@ -29,6 +29,12 @@ re-synthesizes flagged ones warm in a worker thread, and publishes new versions.
 * Capacity gained: a link measured above ``(1 + Gamma)`` times the capacity the schedule
   was synthesized for also flags it (Algorithm 1 cannot see a recovered link that the
   schedule stopped using, because it is in no cut).
+* Known fabrics: every published schedule is remembered with the capacities it was
+  synthesized for (``known_fabrics`` per collective, most recent first).  When ``M``
+  matches one of them within ``restart_tol / 2`` on every link, that schedule is reused
+  instead of synthesized (e.g. the healthy schedule after a failure clears: warm
+  re-synthesis from the degraded schedule reaches the same rate, but not always the
+  same tree shapes).
 * Anti-thrashing: hysteresis on Gamma (flag above ``Gamma``, "cleared" only below
   ``clear_ratio * Gamma``) and a minimum dwell time: a collective is not re-flagged
   within ``min_dwell_s`` of its last publish or abort.
@@ -94,6 +100,7 @@ class Policy:
     restart_tol: float = 0.1
     max_restarts: int = 3
     settle_max_s: float = 0.05
+    known_fabrics: int = 4
 
     def __post_init__(self) -> None:
         if not self.gamma > 0:
@@ -113,6 +120,7 @@ class _Job:
     started_t: float
     trigger: DriftReport | None = None
     restarts: int = 0
+    known: tuple[np.ndarray, Schedule] | None = None
     future: Future | None = None
     wall_start: list[float] = field(default_factory=list)
 
@@ -131,6 +139,7 @@ class Collective:
     profile: ScheduleProfile | None = None
     last_decision_t: float = -math.inf
     job: _Job | None = None
+    known: list[tuple[np.ndarray, Schedule]] = field(default_factory=list)
 
     @property
     def key(self) -> tuple[str, str]:
@@ -212,6 +221,9 @@ class ScheduleManager:
         coll.schedule = replace(schedule, version=version)
         coll.version = version
         coll.synth_capacity = np.array(capacity, dtype=float)
+        coll.known = [(coll.synth_capacity, schedule)] + [
+            (c, s) for c, s in coll.known if not np.array_equal(c, coll.synth_capacity)]
+        del coll.known[self.policy.known_fabrics:]
 
     # ------------------------------------------------------------------ the loop
     def check(self, now: float) -> list[tuple[Collective, DriftReport]]:
@@ -254,16 +266,27 @@ class ScheduleManager:
 
     def _start(self, coll: Collective, now: float, report: DriftReport | None, restarts: int = 0) -> Event:
         topo = self.store.measured_topology()
-        job = _Job(initial=coll.schedule is None, topo=topo, started_t=now, trigger=report, restarts=restarts)
+        job = _Job(initial=coll.schedule is None, topo=topo, started_t=now, trigger=report, restarts=restarts,
+                   known=self._known(coll, topo.arrays.capacity))
         job.future = self._pool.submit(self._run, job, coll.kind, coll.schedule)
         coll.job = job
         self.counters["resyntheses"] += 1
         detail = report.to_dict(self.topo, coll.profile.cut) if report and coll.profile else {}
         return Event(now, coll.comm, coll.name, "resynthesis", coll.version, detail)
 
+    def _known(self, coll: Collective, m: np.ndarray) -> tuple[np.ndarray, Schedule] | None:
+        """``(capacities, schedule)`` published for capacities within ``restart_tol / 2`` of
+        ``m``, if any (other than the active one's)."""
+        for cap, schedule in coll.known:
+            if cap is not coll.synth_capacity and np.all(np.abs(m - cap) <= 0.5 * self.policy.restart_tol * cap):
+                return cap, schedule
+        return None
+
     def _run(self, job: _Job, kind: str, warm: Schedule | None) -> tuple[Schedule, float]:
         t0 = time.perf_counter()
         job.wall_start.append(self.clock())
+        if job.known is not None:
+            return job.known[1], time.perf_counter() - t0
         schedule = self.synthesize(kind, job.topo, warm, self.policy.time_limit_s)
         return schedule, time.perf_counter() - t0
 
@@ -321,7 +344,10 @@ class ScheduleManager:
                     coll.profile = profile_schedule(job.topo, replace(coll.schedule, bottleneck=()))
                     coll.synth_capacity = np.array(job.topo.arrays.capacity, dtype=float)
                 return Event(now, coll.comm, coll.name, "aborted", coll.version, detail)
-        self._install(coll, new, job.topo.arrays.capacity, coll.version + 1)
+        cap = job.known[0] if job.known is not None else job.topo.arrays.capacity
+        self._install(coll, new, cap, coll.version + 1)
+        if job.known is not None:
+            detail["known_fabric"] = True
         self.counters["published"] += 1
         return Event(now, coll.comm, coll.name, "published", coll.version, detail)
 

@@ -242,9 +242,15 @@ def test_capacity_gained_on_an_avoided_link_flags_the_schedule():
     report = detect(store.measured(), coll.profile, 0.1)
     assert not report.flagged                                       # Algorithm 1 alone cannot see it
     assert [e.action for e in mgr.step(2.0)] == ["resynthesis"]
-    # this capacity-oblivious stand-in gains nothing from the NIC: the re-check keeps v2
+    # the fabric is v1's again: v1 is reused, not synthesized; this capacity-oblivious
+    # stand-in's v1 is no faster than v2, so the re-check keeps v2
     assert [(e.action, e.detail.get("reason")) for e in mgr.poll(2.0, wait_s=5.0)] == [("aborted", "no_gain")]
-    assert synth.capacities[-1][nic] == 400.0                       # synthesized for the recovered NIC
+    assert len(synth.calls) == 1
+    # a third fabric, never seen: synthesized
+    store.ingest(_cable("s0h0g1", "s0tor1", 100.0, 3.0), now=3.0)
+    mgr.step(3.0)
+    mgr.poll(3.0, wait_s=5.0)
+    assert len(synth.calls) == 2 and synth.capacities[-1][nic] == 400.0
     mgr.close()
 
 
