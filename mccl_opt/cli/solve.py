@@ -8,6 +8,9 @@ import time
 
 from ..tables import print_json, print_table
 
+#: above this many GPUs, say before solving that it will take a while
+LARGE_GPUS = 1024
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("solve", help="synthesize a schedule for a topology file")
@@ -112,6 +115,9 @@ def _solve(args: argparse.Namespace) -> int:
     output_path(args.output, "-o")
     topo = mo.Topology.load(args.topology)
     warm = _warm(args, topo)
+    if topo.num_gpus > LARGE_GPUS:
+        print(f"solving {args.collective} for {topo.name}: {topo.num_gpus} GPUs, {len(topo.nodes)} nodes, "
+              f"{topo.num_links} links; fabrics this large take minutes (Ctrl-C stops)", file=sys.stderr)
     start = time.perf_counter()
     if args.collective == "alltoall":
         sched = mo.solve_alltoall(topo, warm=warm, backend=args.backend,
