@@ -18,7 +18,8 @@ recovered little").  This module instead estimates the *current level* of a chan
   at least ``n_min`` samples, spans at least ``hold_s`` seconds (a dip shorter than that
   never confirms), its relative standard error is at most ``se_max`` and it differs from
   ``L`` by more than ``k``.  A run whose level returns to within ``k`` of ``L`` is
-  dropped (a rejected transient).
+  dropped (a rejected transient).  Only the newest ``max_run`` samples are kept; the
+  hold time still counts from the change point.
 
 A channel with an alarm and no confirmed level yet is *pending*: a controller should not
 synthesize while a link it depends on is pending (docs/runtime.md).
@@ -62,6 +63,7 @@ class LevelTracker:
     s_hi: float = 0.0
     alarm: bool = False
     t_last: float = -math.inf
+    run_start: float = 0.0
     run_t: list[float] = field(default_factory=list)
     run_y: list[float] = field(default_factory=list)
     confirmed: int = 0
@@ -84,9 +86,11 @@ class LevelTracker:
             self.run_t.clear()
             self.run_y.clear()
             return False
+        if not self.run_t:
+            self.run_start = t
         self.run_t.append(t)
         self.run_y.append(y)
-        if len(self.run_y) > p.max_run:
+        if len(self.run_y) > p.max_run:                   # keep the newest; the run still starts at run_start
             del self.run_t[0], self.run_y[0]
         if not self.alarm:
             self.alarm = self.s_lo > p.h or self.s_hi > p.h
@@ -103,18 +107,19 @@ class LevelTracker:
             if abs(recent - older) > 2.0 * p.k * max(recent, older):
                 del self.run_t[:-p.n_min], self.run_y[:-p.n_min]
                 ys = self.run_y
+                self.run_start = self.run_t[0]
         n = len(ys)
         mean = sum(ys) / n
         if n >= p.n_min and abs(mean - self.level) <= p.k * self.level:
             self.rejected += 1                         # back to the confirmed level: a transient
             self._reset()
             return False
-        if n < p.n_min or self.run_t[-1] - self.run_t[0] < p.hold_s or mean <= 0:
+        if n < p.n_min or self.run_t[-1] - self.run_start < p.hold_s or mean <= 0:
             return False
         var = sum((y - mean) ** 2 for y in ys) / (n - 1)
         if math.sqrt(var / n) > p.se_max * mean:
             return False
-        self.changed_at = self.run_t[0]
+        self.changed_at = self.run_start
         self.level = mean
         self.confirmed += 1
         self._reset()

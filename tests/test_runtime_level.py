@@ -62,3 +62,10 @@ def test_recovery_is_an_upward_change():
 def test_bad_parameters_are_a_telemetry_error():
     with pytest.raises(TelemetryError, match="n_min"):
         LevelParams(n_min=1)
+
+
+def test_a_long_hold_is_reached_even_when_the_run_is_trimmed():
+    tr = LevelTracker(400.0, LevelParams(hold_s=0.05, max_run=32))
+    confirmed = feed(tr, np.r_[np.full(10, 400.0), np.full(200, 300.0)], dt=0.001)   # 25 % drop
+    assert len(confirmed) == 1 and confirmed[0] >= 0.010 + 0.05 - 1e-9
+    assert tr.level == pytest.approx(300.0)
