@@ -703,3 +703,17 @@ def test_unbalanced_switch_leftovers_are_dropped_not_split(nodes, links, optimum
         sched = solve_allgather(topo, max_chunks=k)
         assert sched.rate_gbps == pytest.approx(optimum, rel=1e-9)
         check(topo, sched)
+
+
+def test_an_internal_failure_reaches_the_caller_as_solve_error(monkeypatch):
+    """Whatever goes wrong inside the ForestColl phases reaches the caller as a typed
+    SolveError naming the fabric (a chain of methods catches it), never as a KeyError."""
+    import mccl_opt.allgather.solve as solve_module
+    from mccl_opt.errors import SolveError
+
+    def broken(*args, **kwargs):
+        raise KeyError((0, 2))
+
+    monkeypatch.setattr(solve_module, "pack", broken)
+    with pytest.raises(SolveError, match="hpn-1x2x4"):
+        solve_allgather(hpn(1, 2, 4))

@@ -19,6 +19,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from ..errors import SolveError
 from ..schedule import Schedule
 from ..topology import Topology
 from .assemble import Optimum, Run, packed
@@ -41,11 +42,22 @@ def solve_allgather(topo: Topology, warm: Schedule | None = None, backend: str =
     (the best such ``k``); ``None``: the exact optimum.  ``step_aware=True`` (or a
     :class:`.step_aware.StepAware` with a rate tolerance) uses the step-aware switch
     removal LP of App. C on ``backend`` for shallower trees.
-    Raises :class:`TopologyError` for unusable fabrics, :class:`SolveError` if a
-    certified fallback fails.
+    The fabric is solved in a canonical listing (:mod:`.canonical`), so the order a file
+    lists switches and links in does not matter.  Raises :class:`TopologyError` for
+    unusable fabrics, :class:`SolveError` if a certified fallback fails (never an
+    internal ``KeyError``/``IndexError``/``AssertionError``).
     """
     check_inputs(topo, max_chunks)
-    topo = canonical(topo)            # same schedule whatever order the file lists things in
+    try:
+        return _forestcoll(canonical(topo), warm, backend, max_chunks, step_aware)
+    except (KeyError, IndexError, AssertionError, ZeroDivisionError) as e:
+        raise SolveError(f"ForestColl failed on {topo.name!r} ({type(e).__name__}: {e}); "
+                         "a bug: please report the topology file") from e
+
+
+def _forestcoll(topo: Topology, warm: Schedule | None, backend: str, max_chunks: int | None,
+                step_aware: Any) -> Schedule:
+    """The ForestColl(-warm) steps 1-4 on a canonically listed ``topo``."""
     run = Run.start(topo, warm, max_chunks)
     rewarm = run.prev is not None and not step_aware
 

@@ -26,6 +26,7 @@ from typing import Sequence
 
 import numpy as np
 
+from ..errors import SolveError
 from .maxflow import FlowNetwork
 
 __all__ = ["Fabric", "PhaseOneResult", "optimal_rate", "best_tree_bandwidth",
@@ -161,7 +162,9 @@ def optimal_rate(fab: Fabric, hint_cuts: list[np.ndarray] | None = None) -> Phas
         start += pos
         c = int(fab.cap[fab.cut_arcs(sink_side)].sum())
         m = int(np.count_nonzero(is_gpu & ~sink_side))
-        assert c * den < num * m, "min cut did not improve the ratio"
+        if c * den >= num * m:          # a violated cut always lowers the ratio
+            raise SolveError("Phase 1: a violated min-cut did not lower the rate (max-flow "
+                             "and cut disagree); the capacities may overflow int64 quanta")
         num, den, cut = c, m, sink_side
     g = np.gcd(num, den) or 1
     return PhaseOneResult(num // g, den // g, cut, calls)
@@ -228,7 +231,9 @@ def best_tree_bandwidth(fab: Fabric, k: int, upper: Fraction, start: int = 0,
         start += pos
         m = int(np.count_nonzero(is_gpu & ~sink_side))
         y_new = cut_tree_bandwidth(fab.cap[fab.cut_arcs(sink_side)], k * m)
-        assert y_new < y
+        if y_new >= y:                  # a violated cut always lowers the bandwidth
+            raise SolveError("chunk budget: a violated cut did not lower the tree bandwidth "
+                             "(max-flow and cut disagree)")
         y = y_new
         cuts.append(sink_side)
     return y, calls, start, cuts
