@@ -1,5 +1,7 @@
-"""MCCL executor on torch.distributed: schedule compiler, communicator, passive
-telemetry, online rescheduler (hot-swap), fault injection and MSCCL XML export.
+"""MCCL executor on torch.distributed: communicator, passive telemetry, online
+rescheduler (hot-swap) and fault injection.  The torch-free lowering it runs (schedule
+compiler, MSCCL XML export) lives in :mod:`mccl_opt.lowering`; its names are also
+reachable here (``executor_cuda.compile_schedule``, ``executor_cuda.to_msccl_xml``, ...).
 
 Importing this package is cheap (no torch import); the torch-based parts load on
 first attribute access.
