@@ -43,61 +43,87 @@ def _switches(*ids: str) -> list[tuple[str, str]]:
 
 
 # --------------------------------------------------------------------------- fabrics
+CAP = st.sampled_from(ODD) | st.floats(1.0, 3200.0).map(lambda v: round(v, 3))
+FACTOR = st.sampled_from([0.05, 0.125, 0.25, 0.5, 0.9, 0.3713])
+
+
 @st.composite
-def fabrics(draw: Any, balanced: bool, max_gpus: int = 10) -> mo.Topology:
-    """A connected fabric.  ``balanced``: cables at switches are symmetric, plus
-    directed GPU -> switch -> GPU extras (both keep every switch balanced); else
-    any cable may be asymmetric or degraded in one direction."""
+def random_fabrics(draw: Any, balanced: bool, max_gpus: int) -> dict[tuple[str, str], float]:
+    """GPUs on 1-2 of up to 4 switches (a switch tree), extra cables, one-direction
+    links.  ``balanced``: cables at switches are symmetric, and the extras are GPU ->
+    switch -> GPU flows (both keep every switch balanced)."""
     n = draw(st.integers(2, max_gpus))
     m = draw(st.integers(0 if n <= 4 else 1, 4))
     gpus = [f"g{i}" for i in range(n)]
     sws = [f"s{j}" for j in range(m)]
-    cap = st.sampled_from(ODD) | st.floats(1.0, 3200.0).map(lambda v: round(v, 3))
-    cables: dict[tuple[str, str], list[float]] = {}
+    links: dict[tuple[str, str], float] = {}
 
-    def cable(a: str, b: str, at_switch: bool) -> None:
-        if (a, b) in cables or (b, a) in cables:
+    def cable(a: str, b: str) -> None:
+        if (a, b) in links or (b, a) in links:
             return
-        c = draw(cap)
-        back = c
-        if not (balanced and at_switch) and draw(st.booleans()):
-            back = draw(cap | st.sampled_from([c * 0.125, c * 0.5, c * 0.9]))
-        cables[a, b] = [c, back]
+        links[a, b] = links[b, a] = c = draw(CAP)
+        if not (balanced and (a in sws or b in sws)) and draw(st.booleans()):
+            links[draw(st.sampled_from([(a, b), (b, a)]))] = draw(CAP | st.just(c * 0.125))
 
     for j in range(1, m):                                     # switch spanning tree
-        cable(sws[draw(st.integers(0, j - 1))], sws[j], True)
+        cable(sws[draw(st.integers(0, j - 1))], sws[j])
     for i, g in enumerate(gpus):                              # GPU uplinks
         if m == 0:
             if i:
-                cable(gpus[draw(st.integers(0, i - 1))], g, False)
+                cable(gpus[draw(st.integers(0, i - 1))], g)
             continue
         for s in draw(st.lists(st.sampled_from(sws), min_size=1, max_size=2, unique=True)):
-            cable(g, s, True)
+            cable(g, s)
     names = gpus + sws
-    for a, b in draw(st.lists(st.tuples(st.sampled_from(names), st.sampled_from(names)), max_size=4)):
+    pairs = st.lists(st.tuples(st.sampled_from(names), st.sampled_from(names)), max_size=4)
+    for a, b in draw(pairs):
         if a != b:
-            cable(a, b, a in sws or b in sws)
-    links = {}
-    for (a, b), (c, back) in cables.items():
-        links[a, b], links[b, a] = c, back
-    extras = draw(st.lists(st.tuples(st.sampled_from(names), st.sampled_from(names)), max_size=3))
-    for a, b in extras:
+            cable(a, b)
+    for a, b in draw(pairs):
         if a == b or (a, b) in links:
             continue
+        if not balanced or (a in gpus and b in gpus):         # one-direction link
+            links[a, b] = draw(CAP)
+        elif a in gpus and b in sws:                          # extra flow a -> b -> h
+            outs = [h for (t, h) in links if t == b and h in gpus and h != a]
+            if outs:
+                links[a, b] = delta = draw(CAP)
+                links[b, draw(st.sampled_from(outs))] += delta
+    return links
+
+
+@st.composite
+def host_fabrics(draw: Any, balanced: bool, max_gpus: int) -> dict[tuple[str, str], float]:
+    """A small HPN-like fabric (DESIGN.md §3): hosts with an NVSwitch, one ToR per
+    rail; cables degraded (both directions if ``balanced``, else one)."""
+    hosts = draw(st.integers(1, 3))
+    per = min(draw(st.integers(2 if hosts == 1 else 1, 4)), max_gpus // hosts)
+    nvs, nic = draw(st.sampled_from([2880.0, 1237.5, 800.0])), draw(st.sampled_from([400.0, 594.087]))
+    links: dict[tuple[str, str], float] = {}
+    for h in range(hosts):
+        for g in range(per):
+            if per > 1:
+                links[f"h{h}g{g}", f"nvs{h}"] = links[f"nvs{h}", f"h{h}g{g}"] = nvs
+            if hosts > 1:
+                links[f"h{h}g{g}", f"tor{g}"] = links[f"tor{g}", f"h{h}g{g}"] = nic
+    keys = sorted(links)
+    up = [k for k in keys if k[0].startswith("h")]            # GPU -> switch: the gap-prone side
+    for i, on_up, factor in draw(st.lists(st.tuples(st.integers(0, 10**6), st.booleans(), FACTOR),
+                                          min_size=1, max_size=3)):
+        a, b = (up if on_up else keys)[i % len(up if on_up else keys)]
+        links[a, b] *= factor
         if balanced:
-            if a in gpus and b in gpus:                       # one-direction GPU link
-                links[a, b] = draw(cap)
-            elif a in gpus and b in sws:                      # extra flow g -> s -> g'
-                outs = [h for (t, h) in links if t == b and h in gpus and h != a]
-                if outs:
-                    delta = draw(cap)
-                    links[a, b] = delta
-                    h = draw(st.sampled_from(outs))
-                    links[b, h] += delta
-        else:
-            links[a, b] = draw(cap)                           # one-direction link
-    node_list = [(g, "gpu") for g in gpus] + [(s, "switch") for s in sws]
-    node_list = draw(st.permutations(node_list))
+            links[b, a] *= factor
+    return links
+
+
+@st.composite
+def fabrics(draw: Any, balanced: bool, max_gpus: int = 10) -> mo.Topology:
+    """A connected fabric (random or HPN-like), nodes and links in shuffled order."""
+    links = draw(random_fabrics(balanced, max_gpus) | host_fabrics(balanced, max_gpus))
+    names = sorted({v for key in links for v in key})
+    kinds = ["switch" if v.startswith(("s", "nvs", "tor")) else "gpu" for v in names]
+    node_list = draw(st.permutations(list(zip(names, kinds))))
     link_list = draw(st.permutations(sorted((a, b, c) for (a, b), c in links.items())))
     return _topo(node_list, link_list, "fuzz")
 
@@ -223,6 +249,27 @@ def _star_tree_rate(topo: mo.Topology) -> float:
     return float(np.min(f.cap[used] / loads[used]))
 
 
+@st.composite
+def stars(draw: Any) -> tuple[mo.Topology, float]:
+    """One switch, GPU i with uplink u_i and downlink d_i, and the bound
+    ``min(min_i d_i / (N-1), min_i u_i, sum_i u_i / (N (N-1)))``: every GPU receives N-1
+    shards, every shard leaves its root, and each of the N (N-1) deliveries crosses an
+    uplink once (the switch cannot copy).  The oracle LP reaches it."""
+    n = draw(st.integers(2, 7))
+    down = draw(st.lists(st.sampled_from([400.0, 445.565, 594.087]) | CAP, min_size=n, max_size=n))
+    up = [c * draw(st.sampled_from([1.0, 0.9, 0.5, 0.25, 0.125]) | st.floats(0.01, 2.0)) for c in down]
+    links = [(f"g{i}", "s", up[i]) for i in range(n)] + [("s", f"g{i}", down[i]) for i in range(n)]
+    bound = min(min(down) / (n - 1), min(up), sum(up) / (n * (n - 1)))
+    return _topo(_gpus(*(f"g{i}" for i in range(n))) + _switches("s"), links, "star"), bound
+
+
+@FUZZ
+@given(stars())
+def test_oracle_star_closed_form(star):
+    topo, bound = star
+    assert forwarding_optimum(topo).rate_gbps == pytest.approx(bound, rel=1e-7)
+
+
 def test_checker_rejects_broken_schedules():
     topo = _topo(*HAND["mesh-3"][:2])
     sched = mo.solve_allgather(topo, max_chunks=None)
@@ -320,6 +367,14 @@ def test_any_warm_matches_oracle(topo, which, factor):
     prev = mo.solve_allgather(perturbed(topo, which, factor), max_chunks=10)
     sched = mo.solve_allgather(topo, warm=prev, max_chunks=10)
     assert_matches_oracle(topo, sched, forwarding_optimum(topo).rate_gbps, 10)
+
+
+@GENERAL
+@FUZZ
+@given(stars())
+def test_any_star_matches_closed_form(star):
+    topo, bound = star
+    assert_matches_oracle(topo, mo.solve_allgather(topo, max_chunks=10), bound, 10)
 
 
 @GENERAL
