@@ -77,6 +77,24 @@ class TopologyArrays:
     in_arcs: np.ndarray
 
 
+def _arrays(tail: np.ndarray, head: np.ndarray, cap: np.ndarray, lat: np.ndarray,
+            is_switch: np.ndarray) -> TopologyArrays:
+    """The :class:`TopologyArrays` of arcs ``tail -> head`` over nodes ``is_switch``."""
+    n = is_switch.size
+    gpu_nodes = np.flatnonzero(~is_switch).astype(np.int64)
+    rank_of = np.full(n, -1, dtype=np.int64)
+    rank_of[gpu_nodes] = np.arange(gpu_nodes.size)
+    out_order = np.lexsort((head, tail)).astype(np.int64)
+    out_start = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.bincount(tail, minlength=n), out=out_start[1:])
+    in_order = np.lexsort((tail, head)).astype(np.int64)
+    in_start = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.bincount(head, minlength=n), out=in_start[1:])
+    return TopologyArrays(*(_freeze(a) for a in (
+        tail, head, cap, lat, is_switch, gpu_nodes, rank_of,
+        out_start, out_order, in_start, in_order)))
+
+
 def _freeze(a: np.ndarray) -> np.ndarray:
     a.setflags(write=False)
     return a
@@ -239,24 +257,12 @@ class Topology:
     @cached_property
     def arrays(self) -> TopologyArrays:
         """Array views for numeric code, built once."""
-        n = self.num_nodes
-        tail = np.array([self._node_index[l.src] for l in self._links], dtype=np.int64)
-        head = np.array([self._node_index[l.dst] for l in self._links], dtype=np.int64)
-        cap = np.array([float(l.capacity_gbps) for l in self._links], dtype=np.float64)
-        lat = np.array([float(l.latency_us) for l in self._links], dtype=np.float64)
-        is_switch = np.array([not nd.is_gpu for nd in self._nodes], dtype=bool)
-        gpu_nodes = np.flatnonzero(~is_switch).astype(np.int64)
-        rank_of = np.full(n, -1, dtype=np.int64)
-        rank_of[gpu_nodes] = np.arange(gpu_nodes.size)
-        out_order = np.lexsort((head, tail)).astype(np.int64)
-        out_start = np.zeros(n + 1, dtype=np.int64)
-        np.cumsum(np.bincount(tail, minlength=n), out=out_start[1:])
-        in_order = np.lexsort((tail, head)).astype(np.int64)
-        in_start = np.zeros(n + 1, dtype=np.int64)
-        np.cumsum(np.bincount(head, minlength=n), out=in_start[1:])
-        return TopologyArrays(*(_freeze(a) for a in (
-            tail, head, cap, lat, is_switch, gpu_nodes, rank_of,
-            out_start, out_order, in_start, in_order)))
+        return _arrays(
+            np.array([self._node_index[l.src] for l in self._links], dtype=np.int64),
+            np.array([self._node_index[l.dst] for l in self._links], dtype=np.int64),
+            np.array([float(l.capacity_gbps) for l in self._links], dtype=np.float64),
+            np.array([float(l.latency_us) for l in self._links], dtype=np.float64),
+            np.array([not nd.is_gpu for nd in self._nodes], dtype=bool))
 
     # ------------------------------------------------------------------ derived topologies
     def with_capacity(self, changes: Mapping[tuple[str, str], float] | None = None,
@@ -296,6 +302,29 @@ class Topology:
 
     def renamed(self, name: str) -> "Topology":
         return Topology(name, self._nodes, self._links, self._extra)
+
+    def relisted(self, node_order: Iterable[int], link_order: Iterable[int]) -> "Topology":
+        """The same fabric with its nodes and links listed in another order (permutations
+        of their indices; GPU ranks follow the new node order).  Nothing is re-validated:
+        a permutation of a valid topology is valid."""
+        out = Topology.__new__(Topology)
+        out._name, out._extra = self._name, self._extra
+        out._nodes = tuple(self._nodes[i] for i in node_order)
+        out._links = tuple(self._links[i] for i in link_order)
+        if len(out._nodes) != len(self._nodes) or len(out._links) != len(self._links):
+            raise TopologyError("relisted: node_order and link_order must be permutations")
+        out._node_index = {n.id: i for i, n in enumerate(out._nodes)}
+        out._link_index = {(l.src, l.dst): i for i, l in enumerate(out._links)}
+        if len(out._node_index) != len(out._nodes) or len(out._link_index) != len(out._links):
+            raise TopologyError("relisted: node_order and link_order must be permutations")
+        if "arrays" in self.__dict__:            # permuted, not rebuilt from the links
+            a, nodes, links = self.arrays, np.asarray(node_order), np.asarray(link_order)
+            position = np.empty(nodes.size, np.int64)
+            position[nodes] = np.arange(nodes.size)
+            out.__dict__["arrays"] = _arrays(position[a.tail[links]], position[a.head[links]],
+                                             a.capacity[links], a.latency[links],
+                                             a.is_switch[nodes])
+        return out
 
     # ------------------------------------------------------------------ serialisation
     def to_dict(self) -> dict[str, Any]:

@@ -717,3 +717,23 @@ def test_an_internal_failure_reaches_the_caller_as_solve_error(monkeypatch):
     monkeypatch.setattr(solve_module, "pack", broken)
     with pytest.raises(SolveError, match="hpn-1x2x4"):
         solve_allgather(hpn(1, 2, 4))
+
+
+def test_canonical_listing_is_a_relisting_of_the_same_fabric():
+    """The canonical listing keeps the GPUs in rank order, lists switches by id and links
+    by (tail, head); its arrays (permuted, not rebuilt) equal those of the same lists
+    validated from scratch, and listing it again changes nothing."""
+    from mccl_opt.allgather.canonical import canonical
+
+    topo = _relisted(fail2(hpn(2, 2, 4)), 5)
+    topo.arrays
+    canon = canonical(topo)
+    assert canon.gpus == topo.gpus and canonical(canon) is canon
+    switches = [n.id for n in canon.nodes[canon.num_gpus:]]
+    assert switches == sorted(switches)
+    fresh = Topology(canon.name, canon.nodes, canon.links, canon.extra)
+    for field in ("tail", "head", "capacity", "latency", "is_switch", "gpu_nodes", "rank_of",
+                  "out_start", "out_arcs", "in_start", "in_arcs"):
+        assert np.array_equal(getattr(canon.arrays, field), getattr(fresh.arrays, field))
+    assert (np.diff(canon.arrays.tail * canon.num_nodes + canon.arrays.head) > 0).all()
+    assert canon.link_index("s0h0g0", "s0h0nvs") == fresh.link_index("s0h0g0", "s0h0nvs")

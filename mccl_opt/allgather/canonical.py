@@ -22,15 +22,19 @@ __all__ = ["canonical"]
 
 def canonical(topo: Topology) -> Topology:
     """``topo`` listed canonically (module docstring); the same object if it already is."""
+    nodes, n_gpus = topo.nodes, topo.num_gpus
+    switches = sorted(range(n_gpus, len(nodes)), key=lambda i: nodes[i].id)
+    if all(nd.is_gpu for nd in nodes[:n_gpus]) and switches == list(range(n_gpus, len(nodes))):
+        order = np.arange(len(nodes))
+    else:
+        order = np.concatenate([np.flatnonzero([nd.is_gpu for nd in nodes]),
+                                np.flatnonzero([not nd.is_gpu for nd in nodes])[
+                                    np.argsort([nd.id for nd in nodes if not nd.is_gpu],
+                                               kind="stable")]])
+    position = np.empty(len(nodes), np.int64)
+    position[order] = np.arange(len(nodes))
     arr = topo.arrays
-    n_gpus = topo.num_gpus
-    switch_ids = [nd.id for nd in topo.nodes[n_gpus:]]
-    if not arr.is_switch[:n_gpus].any() and switch_ids == sorted(switch_ids):
-        key = arr.tail * topo.num_nodes + arr.head
-        if key.size < 2 or bool((key[1:] > key[:-1]).all()):
-            return topo
-    gpus = [nd for nd in topo.nodes if nd.is_gpu]
-    switches = sorted((nd for nd in topo.nodes if not nd.is_gpu), key=lambda nd: nd.id)
-    index = {nd.id: i for i, nd in enumerate(gpus + switches)}
-    links = sorted(topo.links, key=lambda ln: (index[ln.src], index[ln.dst]))
-    return Topology(topo.name, gpus + switches, links, topo.extra)
+    key = position[arr.tail] * len(nodes) + position[arr.head]
+    if (order == np.arange(len(nodes))).all() and (key.size < 2 or bool((key[1:] > key[:-1]).all())):
+        return topo
+    return topo.relisted(order.tolist(), np.argsort(key, kind="stable").tolist())
