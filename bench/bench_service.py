@@ -12,6 +12,10 @@ Ingest (samples/s, best of ``--repeat``): one batch of ``MAX_BATCH_SAMPLES`` sam
 * ``service``: a controller in another process, fed by a client that pushes batches
   back to back (encode, zmq, decode, ingest, reply).
 
+State writes: with 1 to 256 registered AllGathers (ring schedules), the first write
+(every schedule version file new), a write with nothing new (what telemetry costs) and
+one with one new version (what a publish or a registration costs).
+
 Ping under a flood: a controller (``mccl controller serve`` semantics, the test
 synthesizer so no solver runs) in its own process; ``--flooders`` processes push
 full-size telemetry batches as fast as the controller takes them (8 in flight each),
@@ -93,6 +97,49 @@ def ingest_rates(topo, repeat: int) -> dict[str, float]:
     return best
 
 
+# ---------------------------------------------------------------------- state writes
+def _no_synthesis(kind, topo, warm, time_limit_s):
+    raise AssertionError("the service benchmark registers only given schedules")
+
+
+def state_writes(topo, counts: list[int], repeat: int) -> list[list]:
+    """One state write with ``n`` registered AllGathers (ring schedules): the first
+    (every version file new), a later one with nothing new (telemetry), and one after
+    one more registration (one new version file, what a publish costs)."""
+    import tempfile
+
+    from mccl_opt.baselines import ring_allgather
+    from mccl_runtime.service import ControllerService
+    from mccl_runtime.state import versions_dir
+
+    ring = ring_allgather(topo)
+    rows = []
+    with tempfile.TemporaryDirectory() as d:
+        for n in counts:
+            path = Path(d) / f"s{n}.json"
+            svc = ControllerService(topo, "tcp://127.0.0.1:0", synthesize=_no_synthesis, state_path=path,
+                                    max_collectives=n + repeat)
+            for k in range(n):
+                svc.manager.register("world", f"ag{k}", "allgather", ring)
+            first = _timed(svc.persist)
+            steady = min(_timed(svc.persist) for _ in range(repeat))
+            one_new = []
+            for k in range(repeat):
+                svc.manager.register("world", f"extra{k}", "allgather", ring)
+                one_new.append(_timed(svc.persist))
+            total = path.stat().st_size + sum(f.stat().st_size for f in versions_dir(path).iterdir())
+            rows.append([n, f"{path.stat().st_size / 2**10:.0f}", f"{total / 2**20:.1f}", f"{first * 1e3:.0f}",
+                         f"{steady * 1e3:.1f}", f"{min(one_new) * 1e3:.1f}"])
+            svc.manager.close()
+    return rows
+
+
+def _timed(fn) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
 # ---------------------------------------------------------------------- processes
 def _spawn(*args: str) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, str(Path(__file__).resolve()), *args], cwd=ROOT,
@@ -106,10 +153,9 @@ def serve(shape: str) -> None:
 
     from mccl_runtime.manager import Policy
     from mccl_runtime.service import ControllerService
-    from tests.test_runtime_manager import PruningSynth
 
-    svc = ControllerService(hpn(*parse_shape(shape)), "tcp://127.0.0.1:0", synthesize=PruningSynth(),
-                            policy=Policy(gamma=10.0))          # no re-synthesis: serving only
+    svc = ControllerService(hpn(*parse_shape(shape)), "tcp://127.0.0.1:0", synthesize=_no_synthesis,
+                            policy=Policy(gamma=10.0))          # nothing registered: serving only
     signal.signal(signal.SIGTERM, lambda *_: svc.stop())
     threading.Thread(target=lambda: (svc.ready.wait(), print(svc.endpoint, flush=True)),
                      daemon=True).start()
@@ -208,6 +254,9 @@ def main() -> None:
           f"best of {args.repeat}")
     rates = ingest_rates(topo, args.repeat)
     print_table(["path", "samples/s"], [[k, f"{v:,.0f}"] for k, v in rates.items()])
+    print(f"\nstate write (fsync included) with n registered ring AllGathers; later writes best of {args.repeat}")
+    print_table(["collectives", "main KiB", "all MiB", "first ms", "nothing new ms", "one new version ms"],
+                state_writes(topo, [1, 16, 64, 256], args.repeat))
     print(f"\nping round trip (ms) while {args.flooders} processes flood full batches, "
           f"{args.rounds} alternating rounds of {args.flood_s:g} s")
     print_table(["phase", "pings", "p50", "p95", "p99", "max", "ingested samples/s"],

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from mccl_opt.errors import MCCLError
+from mccl_opt.files import too_deep
 
 __all__ = ["VERSION", "REQUESTS", "REPLIES", "MAX_MESSAGE_BYTES", "MAX_REQUEST_BYTES",
            "MAX_BATCH_SAMPLES", "MAX_DEPTH", "MAX_INT_DIGITS", "REPLAY_WINDOW_S",
@@ -140,20 +141,6 @@ def _parse_int(text: str) -> int:
     return int(text)
 
 
-def _too_deep(obj: Any, limit: int) -> bool:
-    """Whether containers nest deeper than ``limit`` (an explicit stack, no recursion)."""
-    stack = [(obj, 1)]
-    while stack:
-        o, depth = stack.pop()
-        items = o.values() if isinstance(o, dict) else o
-        for v in items:
-            if isinstance(v, (dict, list)):
-                if depth >= limit:
-                    return True
-                stack.append((v, depth + 1))
-    return False
-
-
 def _canonical(v: int, type_: str, body: Any, ts: Any, nonce: Any) -> bytes:
     return json.dumps({"v": v, "type": type_, "body": body, "ts": ts, "nonce": nonce},
                       sort_keys=True, separators=(",", ":")).encode()
@@ -191,7 +178,7 @@ def decode(raw: bytes, key: bytes | None = None, types: tuple[str, ...] | None =
         raise ProtocolError("malformed_json", f"message is not JSON: {brief(str(exc), 80)}") from None
     if not isinstance(data, dict) or not {"v", "type", "body"} <= set(data) or not isinstance(data["body"], dict):
         raise ProtocolError("bad_envelope", 'a message must be {"v": 2, "type": ..., "body": {...}, "sig": ...}')
-    if _too_deep(data, MAX_DEPTH):
+    if too_deep(data, MAX_DEPTH):
         raise ProtocolError("malformed_json", f"message nests deeper than {MAX_DEPTH} levels")
     if data["v"] != VERSION:
         raise ProtocolError("unsupported_version", f"protocol version {brief(data['v'])} is not supported "

@@ -44,7 +44,7 @@ from .manager import Event, Policy, ScheduleManager, Synthesizer
 from .protocol import (MAX_BATCH_SAMPLES, MAX_REQUEST_BYTES, REPLAY_WINDOW_S, REQUESTS,
                        SCHEDULE_TOPIC, Message, ProtocolError, ReplayGuard, brief, decode, encode)
 from .inbox import Inbox
-from .state import load_state, remove_temporaries, save_state
+from .state import StateWriter, load_state, remove_temporaries
 from .telemetry import MeasurementStore
 
 __all__ = ["ControllerService", "is_loopback", "MAX_COLLECTIVES", "MAX_NAME_CHARS"]
@@ -111,6 +111,7 @@ class ControllerService:
         self.replay = ReplayGuard(replay_window_s) if key else None
         self.clock = clock
         self.state_path = Path(state_path) if state_path else None
+        self.writer = StateWriter(self.state_path, topo) if self.state_path else None
         self.persist_interval_s = persist_interval_s
         self.max_collectives = max_collectives
         self.max_request_bytes = max_request_bytes
@@ -143,17 +144,14 @@ class ControllerService:
             return
         self.store.restore(state["telemetry"])
         self.manager.restore(state["manager"])
+        self.writer.adopt(self.manager, state)
         self.protocol_errors.update(state["protocol_errors"])
         self.resumed = True
 
-    def state(self) -> dict[str, Any]:
-        return {"topology": self.store.topo.to_dict(), "telemetry": self.store.to_dict(),
-                "manager": self.manager.to_dict(), "protocol_errors": dict(self.protocol_errors)}
-
     def persist(self) -> None:
-        """Write the state file (if any) now."""
-        if self.state_path:
-            save_state(self.state_path, self.state())
+        """Write the state file (if any) now (:class:`.state.StateWriter`)."""
+        if self.writer is not None:
+            self.writer.write(self.store, self.manager, self.protocol_errors)
         self._dirty_since = None
         self._must_persist = False
 

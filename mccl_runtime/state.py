@@ -1,42 +1,50 @@
-"""The controller state file: atomic writes and a load that checks every field.
+"""The controller state on disk: incremental, atomic writes and a checked load.
 
-A state file is read back only after it passed :func:`check_state`: the topology must be
-the served one, every telemetry channel must name a link or GPU pair of it with a finite,
-believable value and a time not in the future, every collective must have a known kind,
-a non-negative version and (if it has one) a schedule that :func:`mccl_opt.validate`
-accepts on the capacities it was synthesized for.  Anything else is refused with one
-:class:`~mccl_opt.errors.MCCLError` naming the field (``manager.collectives[2].version``),
-never a ``KeyError`` or a poisoned EWMA.
+``STATE`` (``--state``) is a small JSON file: the topology, the telemetry channels,
+the counters and, per collective, its kind, version and last decision time.  Each
+schedule version lives in its own file ``STATE.d/<sha256>.json`` (the schedule and the
+capacities it was synthesized for), written once, when the version is first saved, so a
+write costs the small file plus the new versions, not every schedule again.  Files are
+written to a temporary name, flushed to disk and renamed; the main file's rename is the
+commit point (a crash leaves the old or the new state, never half), and version files
+no longer named by it are removed after it.
+
+:func:`load_state` reads it back, inlines each version file after checking its digest,
+and hands the result to :func:`.state_check.check_state`.  Format 1 (schedules inline
+in the main file) is still read.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
-import math
 import os
+import re
 import tempfile
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from mccl_opt.errors import MCCLError
+from mccl_opt.files import read_json
 from mccl_opt.topology import Topology
 
-__all__ = ["STATE_FORMAT", "MAX_STATE_DEPTH", "save_state", "load_state", "check_state",
-           "remove_temporaries"]
+from .state_check import check_state
 
-STATE_FORMAT = "mccl-controller-state/1"
-#: nesting depth of a state file (the path of an AllGather tree edge sits at level 10)
-MAX_STATE_DEPTH = 24
-_KINDS = {"allgather": True, "alltoall": True, "reducescatter": False}
+__all__ = ["STATE_FORMAT", "StateWriter", "load_state", "remove_temporaries", "versions_dir"]
+
+STATE_FORMAT = "mccl-controller-state/2"
+_FORMATS = ("mccl-controller-state/1", STATE_FORMAT)
+_VERSION_FILE = re.compile(r"[0-9a-f]{64}\.json")
 
 
-def save_state(path: str | Path, state: dict[str, Any]) -> None:
-    """Write ``state`` to ``path`` atomically: a temporary file in the same directory
-    (mode 0600), flushed to disk, then renamed over the old file (readers see old or
-    new, never half)."""
-    path = Path(path)
-    data = json.dumps({"format": STATE_FORMAT, **state}, separators=(",", ":")).encode()
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent or ".")
+def versions_dir(path: Path) -> Path:
+    """The folder of ``path``'s schedule version files."""
+    return path.with_name(path.name + ".d")
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    """``data`` to ``path`` by a flushed temporary file (mode 0600) and a rename."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
@@ -49,219 +57,127 @@ def save_state(path: str | Path, state: dict[str, Any]) -> None:
         raise
 
 
+def _sync_dir(folder: Path) -> None:
+    """Make the renames in ``folder`` durable (POSIX; a no-op elsewhere)."""
+    if os.name == "posix":
+        fd = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+class StateWriter:
+    """Writes the state of a store, a manager and error counters to ``path``,
+    serializing each schedule version once (module docstring)."""
+
+    def __init__(self, path: str | Path, topo: Topology) -> None:
+        self.path = Path(path)
+        self.dir = versions_dir(self.path)
+        self._topology = json.dumps(topo.to_dict(), separators=(",", ":"))
+        self._files: dict[tuple[str, str], tuple[int, Any, str]] = {}   # key -> (version, schedule, file)
+
+    def _version_file(self, coll: Any) -> str:
+        """The file of ``coll``'s current version, written if it is new."""
+        known = self._files.get(coll.key)
+        if known is not None and known[0] == coll.version and known[1] is coll.schedule:
+            return known[2]
+        data = json.dumps({"schedule": coll.schedule.to_dict(),
+                           "synth_capacity": coll.synth_capacity.tolist()}, separators=(",", ":")).encode()
+        name = hashlib.sha256(data).hexdigest() + ".json"
+        if not (self.dir / name).exists():
+            self.dir.mkdir(mode=0o700, exist_ok=True)
+            _write_atomic(self.dir / name, data)
+        self._files[coll.key] = (coll.version, coll.schedule, name)
+        return name
+
+    def adopt(self, manager: Any, state: dict[str, Any]) -> None:
+        """Remember the version files a loaded ``state`` named for the collectives the
+        manager restored from it, so the next write does not serialize them again."""
+        for d in state["manager"]["collectives"]:
+            if d.get("schedule_file"):
+                coll = manager.get(d["comm"], d["name"])
+                self._files[coll.key] = (coll.version, coll.schedule, d["schedule_file"])
+
+    def write(self, store: Any, manager: Any, protocol_errors: dict[str, int]) -> None:
+        """Save now: new version files, then the main file, then drop unnamed versions."""
+        import math
+
+        colls = []
+        for c in manager.collectives():
+            colls.append({"comm": c.comm, "name": c.name, "kind": c.kind, "dynamic": c.dynamic,
+                          "version": c.version,
+                          "last_decision_t": c.last_decision_t if math.isfinite(c.last_decision_t) else None,
+                          "schedule": {"file": self._version_file(c)} if c.schedule is not None else None})
+        rest = json.dumps({"telemetry": store.to_dict(),
+                           "manager": {"collectives": colls, "counters": dict(manager.counters)},
+                           "protocol_errors": dict(protocol_errors)}, separators=(",", ":"))
+        data = f'{{"format":"{STATE_FORMAT}","topology":{self._topology},{rest[1:]}'.encode()
+        if self.dir.exists():
+            _sync_dir(self.dir)
+        _write_atomic(self.path, data)
+        _sync_dir(self.path.parent)
+        self._drop_unnamed({c["schedule"]["file"] for c in colls if c["schedule"]})
+
+    def _drop_unnamed(self, named: set[str]) -> None:
+        self._files = {k: v for k, v in self._files.items() if v[2] in named}
+        if self.dir.exists():
+            for f in self.dir.iterdir():
+                if _VERSION_FILE.fullmatch(f.name) and f.name not in named:
+                    f.unlink(missing_ok=True)
+
+
 def remove_temporaries(path: str | Path) -> list[Path]:
-    """Delete the ``.<name>.*.tmp`` files a process killed inside :func:`save_state`
-    left next to ``path``; returns them."""
+    """Delete the ``.*.tmp`` files a process killed inside a write left next to
+    ``path`` and in its version folder; returns them."""
     path = Path(path)
-    left = sorted((path.parent or Path(".")).glob(f".{path.name}.*.tmp"))
+    left = sorted(path.parent.glob(f".{path.name}.*.tmp"))
+    if versions_dir(path).is_dir():
+        left += sorted(versions_dir(path).glob(".*.tmp"))
     for tmp in left:
         tmp.unlink(missing_ok=True)
     return left
 
 
-def load_state(path: str | Path, topo: Topology | None = None, *, now: float | None = None,
+def _inline_versions(data: dict[str, Any], path: Path) -> None:
+    """Replace each ``{"file": name}`` schedule by the version file's content, checking
+    that its name is its SHA-256."""
+    colls = data.get("manager", {}).get("collectives") if isinstance(data.get("manager"), dict) else None
+    for i, c in enumerate(colls if isinstance(colls, list) else []):
+        ref = c.get("schedule") if isinstance(c, dict) else None
+        if not isinstance(ref, dict) or "file" not in ref:
+            continue
+        where = f"manager.collectives[{i}].schedule.file"
+        name = ref["file"]
+        if not isinstance(name, str) or not _VERSION_FILE.fullmatch(name):
+            raise MCCLError(f"{where} must be a version file name (64 hex digits + .json)")
+        try:
+            raw = (versions_dir(path) / name).read_bytes()
+        except OSError as exc:
+            raise MCCLError(f"{where}: cannot read {versions_dir(path) / name}: {exc.strerror}") from None
+        if hashlib.sha256(raw).hexdigest() + ".json" != name:
+            raise MCCLError(f"{where}: {name} does not match its content (corrupt)")
+        content = read_json(versions_dir(path) / name, MCCLError, "schedule version")
+        if not isinstance(content, dict) or not {"schedule", "synth_capacity"} <= set(content):
+            raise MCCLError(f"{where}: {name} must hold 'schedule' and 'synth_capacity'")
+        c["schedule"], c["synth_capacity"] = content["schedule"], content["synth_capacity"]
+        c["schedule_file"] = name
+
+
+def load_state(path: str | Path, topo: Topology, *, now: float | None = None,
                max_ratio: float = 1.5, future_tolerance_s: float = 0.5) -> dict[str, Any] | None:
-    """The saved state, or ``None`` if ``path`` does not exist.  Given ``topo``, the
-    state is checked against it (:func:`check_state`) and returned normalised."""
+    """The saved state checked against ``topo`` (:func:`.state_check.check_state`) and
+    normalised, or ``None`` if ``path`` does not exist.  Any problem raises one
+    :class:`MCCLError` naming the file and the field."""
     path = Path(path)
     if not path.exists():
         return None
     try:
-        data = json.loads(path.read_bytes())
-    except RecursionError:
-        raise MCCLError(f"controller state {str(path)!r} nests too deeply; delete it to start fresh") from None
-    except (OSError, ValueError) as exc:
-        raise MCCLError(f"cannot read controller state {str(path)!r} ({exc}); delete it to start fresh") from None
-    if not isinstance(data, dict) or data.get("format") != STATE_FORMAT:
-        raise MCCLError(f"{path} is not a {STATE_FORMAT} file; delete it or pass another --state")
-    if topo is None:
-        return data
-    try:
+        data = read_json(path, MCCLError, "controller state")
+        if not isinstance(data, dict) or data.get("format") not in _FORMATS:
+            raise MCCLError(f"not a {STATE_FORMAT} file; pass another --state")
+        _inline_versions(data, path)
         return check_state(data, topo, now=now, max_ratio=max_ratio, future_tolerance_s=future_tolerance_s)
     except MCCLError as exc:
-        raise MCCLError(f"controller state {str(path)!r}: {exc}; fix the field or delete the file "
-                        "to start fresh") from None
-
-
-# ---------------------------------------------------------------------- field checks
-def _get(d: Mapping[str, Any], key: str, where: str) -> Any:
-    if key not in d:
-        raise MCCLError(f"{where}.{key} is missing")
-    return d[key]
-
-
-def _obj(v: Any, where: str) -> Mapping[str, Any]:
-    if not isinstance(v, Mapping):
-        raise MCCLError(f"{where} must be an object, got {type(v).__name__}")
-    return v
-
-
-def _list(v: Any, where: str) -> list[Any]:
-    if not isinstance(v, list):
-        raise MCCLError(f"{where} must be a list, got {type(v).__name__}")
-    return v
-
-
-def _str(v: Any, where: str) -> str:
-    if not isinstance(v, str) or not v:
-        raise MCCLError(f"{where} must be a non-empty string")
-    return v
-
-
-def _num(v: Any, where: str, lo: float = -math.inf, hi: float = math.inf) -> float:
-    """A finite number in ``[lo, hi]`` (ints beyond float range are refused too)."""
-    try:
-        x = float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else math.nan
-    except OverflowError:
-        x = math.inf
-    if not math.isfinite(x) or not lo <= x <= hi:
-        raise MCCLError(f"{where} must be a finite number in [{lo:g}, {hi:g}], got {str(v)[:40]}")
-    return x
-
-
-def _count(v: Any, where: str) -> int:
-    if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < 2**63:
-        raise MCCLError(f"{where} must be a non-negative integer, got {str(v)[:40]}")
-    return v
-
-
-def _counters(v: Any, where: str) -> dict[str, int]:
-    return {str(k): _count(n, f"{where}.{str(k)[:40]}") for k, n in _obj(v, where).items()}
-
-
-def _depth_ok(obj: Any, limit: int) -> bool:
-    stack = [(obj, 1)]
-    while stack:
-        o, depth = stack.pop()
-        for v in (o.values() if isinstance(o, dict) else o):
-            if isinstance(v, (dict, list)):
-                if depth >= limit:
-                    return False
-                stack.append((v, depth + 1))
-    return True
-
-
-def check_state(data: Mapping[str, Any], topo: Topology, *, now: float | None = None,
-                max_ratio: float = 1.5, future_tolerance_s: float = 0.5) -> dict[str, Any]:
-    """Check a parsed state file against the served topology; returns it normalised
-    (numbers as floats/ints).  Raises :class:`MCCLError` naming the first bad field.
-    ``now`` (default: the wall clock) bounds every stored time from above."""
-    import time
-
-    now = time.time() if now is None else now
-    if not _depth_ok(data, MAX_STATE_DEPTH):
-        raise MCCLError(f"the file nests deeper than {MAX_STATE_DEPTH} levels")
-    try:
-        saved = Topology.from_dict(_get(data, "topology", "state"))
-    except MCCLError as exc:
-        raise MCCLError(f"state.topology: {exc}") from None
-    if saved != topo:
-        raise MCCLError("it was written for another topology; pass that topology")
-    return {**data, "topology": data["topology"],
-            "telemetry": _telemetry(data.get("telemetry", {}), topo, now + future_tolerance_s, max_ratio),
-            "manager": _manager(data.get("manager", {}), topo, now + future_tolerance_s, max_ratio),
-            "protocol_errors": _counters(data.get("protocol_errors", {}), "protocol_errors")}
-
-
-def _channel(d: Any, where: str, latest: float, cap: float) -> dict[str, Any]:
-    d = _obj(d, where)
-    return {"src": _str(_get(d, "src", where), f"{where}.src"),
-            "dst": _str(_get(d, "dst", where), f"{where}.dst"),
-            "value": _num(_get(d, "value", where), f"{where}.value", 0.0, cap),
-            "t": _num(_get(d, "t", where), f"{where}.t", -math.inf, latest)}
-
-
-def _telemetry(v: Any, topo: Topology, latest: float, max_ratio: float) -> dict[str, Any]:
-    tel = _obj(v, "telemetry")
-    top = max_ratio * float(topo.arrays.capacity.max())
-    direct = []
-    for i, d in enumerate(_list(tel.get("direct", []), "telemetry.direct")):
-        where = f"telemetry.direct[{i}]"
-        c = _channel(d, where, latest, top)
-        if not topo.has_link(c["src"], c["dst"]):
-            raise MCCLError(f"{where}: no link {c['src'][:40]!r} -> {c['dst'][:40]!r} in {topo.name!r}")
-        nominal = float(topo.arrays.capacity[topo.link_index(c["src"], c["dst"])])
-        _num(c["value"], f"{where}.value", 0.0, max_ratio * nominal)
-        direct.append(c)
-    pairs = []
-    for i, d in enumerate(_list(tel.get("pairs", []), "telemetry.pairs")):
-        where = f"telemetry.pairs[{i}]"
-        c = _channel(d, where, latest, top)
-        for end in ("src", "dst"):
-            if not topo.has_node(c[end]) or not topo.is_gpu(c[end]):
-                raise MCCLError(f"{where}.{end}: {c[end][:40]!r} is not a GPU of {topo.name!r}")
-        pairs.append(c)
-    return {**tel, "direct": direct, "pairs": pairs,
-            "accepted": _count(tel.get("accepted", 0), "telemetry.accepted"),
-            "rejected": _counters(tel.get("rejected", {}), "telemetry.rejected")}
-
-
-def _manager(v: Any, topo: Topology, latest: float, max_ratio: float) -> dict[str, Any]:
-    from mccl_opt.schedule import Schedule
-
-    mgr = _obj(v, "manager")
-    seen: set[tuple[str, str]] = set()
-    colls = []
-    for i, d in enumerate(_list(mgr.get("collectives", []), "manager.collectives")):
-        where = f"manager.collectives[{i}]"
-        d = _obj(d, where)
-        comm, name = _str(_get(d, "comm", where), f"{where}.comm"), _str(_get(d, "name", where), f"{where}.name")
-        if (comm, name) in seen:
-            raise MCCLError(f"{where}: {comm[:40]}/{name[:40]} appears twice")
-        seen.add((comm, name))
-        kind = _get(d, "kind", where)
-        if kind not in _KINDS:
-            raise MCCLError(f"{where}.kind must be one of {tuple(_KINDS)}, got {str(kind)[:40]!r}")
-        dynamic = _get(d, "dynamic", where)
-        if dynamic is not _KINDS[kind]:
-            raise MCCLError(f"{where}.dynamic must be {_KINDS[kind]} for a {kind}")
-        version = _count(_get(d, "version", where), f"{where}.version")
-        ldt = d.get("last_decision_t")
-        out = {**d, "comm": comm, "name": name, "kind": kind, "dynamic": dynamic, "version": version,
-               "last_decision_t": None if ldt is None else _num(ldt, f"{where}.last_decision_t", -math.inf, latest),
-               "schedule": None, "synth_capacity": None}
-        if d.get("schedule") is not None:
-            out["schedule"], out["synth_capacity"] = _schedule(d, where, kind, version, topo, max_ratio, Schedule)
-        elif version != 0 and dynamic:
-            raise MCCLError(f"{where}.schedule is missing for version {version}")
-        colls.append(out)
-    return {**mgr, "collectives": colls, "counters": _counters(mgr.get("counters", {}), "manager.counters")}
-
-
-def _schedule(d: Mapping[str, Any], where: str, kind: str, version: int, topo: Topology,
-              max_ratio: float, schedule_cls: type) -> tuple[dict[str, Any], list[float]]:
-    """A stored schedule, valid (:func:`mccl_opt.validate`: every block delivered, hops
-    real links, trees spanning, shares summing to 1) on its synthesis capacities."""
-    from dataclasses import replace
-
-    import numpy as np
-
-    from mccl_opt.schedule import schedule_rate, share_loads
-    from mccl_opt.validate import validate
-
-    if version < 1:
-        raise MCCLError(f"{where}.version must be >= 1 for a collective with a schedule, got {version}")
-    caps = _list(_get(d, "synth_capacity", where), f"{where}.synth_capacity")
-    if len(caps) != topo.num_links:
-        raise MCCLError(f"{where}.synth_capacity has {len(caps)} entries; {topo.name!r} has "
-                        f"{topo.num_links} links")
-    nominal = topo.arrays.capacity
-    cap = np.array([_num(c, f"{where}.synth_capacity[{a}]", 0.0, max_ratio * float(nominal[a]))
-                    for a, c in enumerate(caps)])
-    if (cap <= 0).any():
-        raise MCCLError(f"{where}.synth_capacity[{int(np.argmin(cap))}] must be positive")
-    try:
-        sched = schedule_cls.from_dict(d["schedule"])
-        if sched.collective != kind:
-            raise MCCLError(f"a {kind} needs a {kind} schedule, got {sched.collective}")
-        if sched.version != version:
-            raise MCCLError(f"its version {sched.version} differs from the collective's {version}")
-        on = topo.with_capacities(cap)
-        try:        # the stated rate is not trusted (the manager profiles the schedule on ``cap``)
-            rate = schedule_rate(on, share_loads(on, sched.chunks))
-        except MCCLError:
-            rate = sched.rate_gbps                      # validate names the hop that is no link
-        validate(on, replace(sched, rate_gbps=rate, lp_rate_gbps=max(rate, sched.lp_rate_gbps)))
-    except (MCCLError, TypeError, ValueError, OverflowError) as exc:
-        raise MCCLError(f"{where}.schedule: {exc}") from None
-    return d["schedule"], cap.tolist()
+        raise MCCLError(f"controller state {str(path)!r}: {exc}; fix it or delete the file (and "
+                        f"{versions_dir(path).name}/) to start fresh") from None

@@ -256,11 +256,11 @@ def test_registrations_are_capped_and_atomic():
 def test_telemetry_rewrites_the_state_at_most_once_per_interval(tmp_path, monkeypatch):
     import threading
 
-    import mccl_runtime.service as service
+    from mccl_runtime.state import StateWriter
 
     writes = []
-    real = service.save_state
-    monkeypatch.setattr(service, "save_state", lambda *a: (writes.append(time.time()), real(*a)))
+    real = StateWriter.write
+    monkeypatch.setattr(StateWriter, "write", lambda *a: (writes.append(time.time()), real(*a)))
     gate = threading.Event()                                     # holds the baseline synthesis
     with Server(synth=PruningSynth(gate=gate), state_path=tmp_path / "s.json",
                 persist_interval_s=60.0) as svc, ControllerClient(svc.endpoint, timeout_s=5.0) as cli:
@@ -321,7 +321,9 @@ def test_temporary_files_of_an_interrupted_write_are_removed_at_start(tmp_path):
 
 # ---------------------------------------------------------------------- 3. the state file is checked
 def _good_state(tmp_path: Path) -> dict:
-    """A real state: a registered AllGather at version 2 after a degraded cable."""
+    """A real state with its schedules inline: a registered AllGather and AllReduce,
+    given while a cable is degraded."""
+    from mccl_runtime.state import _inline_versions
     from tests.test_runtime_manager import bfs_allgather
 
     path = tmp_path / "good.json"
@@ -332,7 +334,9 @@ def _good_state(tmp_path: Path) -> dict:
     svc.manager.register("world", "ar", "allreduce", bfs_allgather(TOPO))
     svc.persist()
     svc.manager.close()
-    return json.loads(path.read_text())
+    state = json.loads(path.read_text())
+    _inline_versions(state, path)              # schedules inline, as format 1 keeps them
+    return state
 
 
 def _set(d, path, value):
@@ -353,7 +357,7 @@ AG = ("manager", "collectives", 0)
     (AG + ("version",), "abc", "collectives[0].version"),
     (AG + ("version",), -5, "collectives[0].version"),
     (AG + ("kind",), "broadcast", "collectives[0].kind"),
-    (AG + ("synth_capacity", 0), int("9" * 401), "synth_capacity[0]"),
+    (AG + ("synth_capacity", 0), int("9" * 401), "integer literal has 401 digits"),
     (AG + ("synth_capacity", 3), 1e300, "synth_capacity[3]"),
     (AG + ("last_decision_t",), 1e300, "collectives[0].last_decision_t"),
     (AG + ("schedule", "chunks", 0, "share"), 0.5, "collectives[0].schedule"),
@@ -447,3 +451,79 @@ def test_inbox_answers_small_requests_first_keeping_each_senders_order():
     while (f := inbox.pop()) is not None:
         order.append((f[0], len(f[-1])))
     assert order == [(b"A", 20_000), (b"A", 4), (b"C", 20_000)]
+
+
+def test_each_schedule_version_is_written_once_and_dropped_when_superseded(tmp_path):
+    """The main file names version files by digest; telemetry-only writes add none, a new
+    version adds one and removes the one it replaces; a restart reads them back."""
+    from mccl_runtime.state import versions_dir
+
+    state = tmp_path / "s.json"
+    with Server(state_path=state, persist_interval_s=0.0) as svc, \
+            ControllerClient(svc.endpoint, timeout_s=5.0) as cli:
+        cli.register("world", "ag", "allgather")
+        deadline = time.time() + 5
+        while cli.get_schedule("world", "ag")[0] < 1 and time.time() < deadline:
+            time.sleep(0.02)
+        first = sorted(p.name for p in versions_dir(state).iterdir())
+        mtime = (versions_dir(state) / first[0]).stat().st_mtime_ns
+        for _ in range(5):                              # written each turn (interval 0)
+            cli.push_telemetry([{"kind": "link", "src": "s0h0g0", "dst": "s0h0nvs", "gbps": 2000.0,
+                                 "t": time.time()}])
+        assert sorted(p.name for p in versions_dir(state).iterdir()) == first
+        assert (versions_dir(state) / first[0]).stat().st_mtime_ns == mtime
+        cli.push_telemetry(_degraded(time.time()))
+        while cli.get_schedule("world", "ag")[0] < 2 and time.time() < deadline:
+            time.sleep(0.02)
+        second = sorted(p.name for p in versions_dir(state).iterdir())
+        assert len(second) == 1 and second != first
+        served = cli.get_schedule("world", "ag")
+    assert json.loads(state.read_text())["manager"]["collectives"][0]["schedule"] == {"file": second[0]}
+    with Server(state_path=state) as svc, ControllerClient(svc.endpoint, timeout_s=5.0) as cli:
+        again = cli.get_schedule("world", "ag")
+        assert again[0] == 2 and again[1].to_dict() == served[1].to_dict()
+
+
+@pytest.mark.parametrize("damage, words", [
+    ("edit", ["does not match its content"]), ("delete", ["cannot read"]),
+    ("escape", ["must be a version file name"])])
+def test_a_damaged_version_file_is_refused(tmp_path, damage, words):
+    from mccl_runtime.state import versions_dir
+    from tests.test_runtime_manager import bfs_allgather
+
+    state = tmp_path / "s.json"
+    svc = ControllerService(TOPO, "tcp://127.0.0.1:0", synthesize=PruningSynth(), state_path=state)
+    svc.manager.register("world", "ag", "allgather", bfs_allgather(TOPO))
+    svc.persist()
+    svc.manager.close()
+    (version,) = versions_dir(state).iterdir()
+    if damage == "edit":
+        version.write_text(version.read_text().replace('"share":1.0', '"share":0.5', 1))
+    elif damage == "delete":
+        version.unlink()
+    else:
+        data = json.loads(state.read_text())
+        data["manager"]["collectives"][0]["schedule"]["file"] = "../../etc/passwd"
+        state.write_text(json.dumps(data))
+    with pytest.raises(MCCLError) as err:
+        ControllerService(TOPO, "tcp://127.0.0.1:0", synthesize=PruningSynth(), state_path=state)
+    assert "manager.collectives[0].schedule.file" in str(err.value)
+    assert all(w in str(err.value) for w in words), str(err.value)
+
+
+def test_a_resumed_controller_does_not_rewrite_its_version_files(tmp_path, monkeypatch):
+    from mccl_opt.schedule import Schedule
+    from tests.test_runtime_manager import bfs_allgather
+
+    state = tmp_path / "s.json"
+    svc = ControllerService(TOPO, "tcp://127.0.0.1:0", synthesize=PruningSynth(), state_path=state)
+    svc.manager.register("world", "ag", "allgather", bfs_allgather(TOPO))
+    svc.persist()
+    svc.manager.close()
+    svc = ControllerService(TOPO, "tcp://127.0.0.1:0", synthesize=PruningSynth(), state_path=state)
+    calls = []
+    real = Schedule.to_dict
+    monkeypatch.setattr(Schedule, "to_dict", lambda self: (calls.append(1), real(self))[1])
+    svc.persist()
+    svc.manager.close()
+    assert calls == []
