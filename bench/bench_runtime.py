@@ -11,7 +11,8 @@ Closed-loop classes (all on rank 0 of host 0 unless said): ``fail1`` (NVSwitch c
 2880 -> 800), ``fail2`` (NIC cable 400 -> 50), ``nic1dir`` (GPU -> ToR only, 400 -> 100),
 ``two`` (Fail2 on host 0 GPU 0 and the NIC cable of host 1 GPU 1 to 100, at once),
 ``dip`` (NIC cable to 10 % for 5 ms), ``noise1`` / ``noise5`` (healthy, 1 % / 5 %
-telemetry noise), ``clear`` (Fail2 at 20 ms, cleared at 120 ms).  AllGather moves 16 MiB
+telemetry noise), ``clear`` (Fail2 at 20 ms, cleared at 120 / 260 / 860 ms on 8 / 16 / 64
+GPUs).  Runs last 160 / 300 / 900 ms (noise: 5 s on 8 GPUs, 1 s on 16).  AllGather moves 16 MiB
 per GPU; AllToAll a 128 MiB send buffer per rank (``128 MiB / N`` per pair).
 
 A *decision* is what the controller does per telemetry batch: ingest the batch into the
@@ -109,7 +110,10 @@ def loop_scenario(cls: str, shape: str, collective: str, noise_ms: float = 5000.
         "noise1": [], "noise5": [],
         "clear": [{"t_ms": 20, "links": [nic]}, {"t_ms": 120, "clear": True}],
     }[cls]
-    duration = noise_ms if cls.startswith("noise") else (260.0 if cls == "clear" else 160.0)
+    span = {8: 160.0, 16: 300.0}.get(n, 900.0)             # degraded collectives and swaps grow with N
+    if cls == "clear":
+        events[1]["t_ms"] = span - 40.0
+    duration = noise_ms if cls.startswith("noise") else (2 * span - 40.0 if cls == "clear" else span)
     return {"format": "mccl-scenario/1", "topology": f"hpn {shape}", "collective": collective,
             "message_bytes": size, "duration_ms": duration,
             "noise": {"noise1": 0.01, "noise5": 0.05}.get(cls, 0.01), "events": events}
@@ -128,8 +132,8 @@ def measure_loop(cls: str, shape: str, collective: str, **cfg) -> dict:
     row = {"class": cls, "shape": shape, "gpus": res.scenario.topology.num_gpus, "collective": collective,
            "false_swaps": s["false_swaps"], "wall_s": time.perf_counter() - wall,
            "healthy": s["algbw_healthy"], "sim_ms": res.scenario.duration_s * 1e3}
-    for k in ("detect_ms", "synth_ms", "swap_ms", "reaction_ms", "algbw_degraded", "algbw_after",
-              "algbw_offline", "recovery_ratio", "probe_cost"):
+    for k in ("detect_ms", "synth_ms", "swap_ms", "dispatch_ms", "reaction_ms", "algbw_degraded", "algbw_after",
+              "algbw_final", "algbw_offline", "recovery_ratio", "probe_cost"):
         row[k] = ev.get(k)
     row["versions"] = len(ev.get("versions", [])) if ev else 0
     if cls == "clear":
@@ -151,7 +155,7 @@ def loop_table(sizes, classes, collectives=("allgather", "alltoall")) -> list[di
     return rows
 
 
-LOOP_HEADER = (f"{'class':<8} {'gpus':>4} {'coll':<9} {'detect':>7} {'synth':>7} {'swap':>7} {'react':>7} "
+LOOP_HEADER = (f"{'class':<8} {'gpus':>4} {'coll':<9} {'detect':>7} {'synth':>7} {'swap':>7} {'disp':>6} {'react':>7} "
                f"{'degr':>7} {'after':>7} {'offline':>7} {'ratio':>6} {'vers':>4} {'false':>5} {'probe%':>6} "
                f"{'clear':>16}")
 
@@ -161,9 +165,14 @@ def print_loop_row(r: dict, flush: bool = False) -> None:
     clear = ""
     if r["class"] == "clear":
         clear = f"v{r['clear_versions']} {f(r['clear_recovered_ms'], 5)}ms r{f(r['clear_ratio'], 4, 2)}"
+    ratio = r["recovery_ratio"]
+    if ratio is None and r["versions"] == 0 and r["algbw_final"] and not r["class"].startswith(("dip", "noise")):
+        ratio_s = f"{r['algbw_final'] / r['algbw_offline']:>5.3f}*"       # no version needed: final / offline
+    else:
+        ratio_s = f(ratio, 6, 3)
     print(f"{r['class']:<8} {r['gpus']:>4} {r['collective']:<9} {f(r['detect_ms'])} {f(r['synth_ms'])} "
-          f"{f(r['swap_ms'])} {f(r['reaction_ms'])} {f(r['algbw_degraded'])} {f(r['algbw_after'])} "
-          f"{f(r['algbw_offline'])} {f(r['recovery_ratio'], 6, 3)} {r['versions']:>4} {r['false_swaps']:>5} "
+          f"{f(r['swap_ms'])} {f(r['dispatch_ms'], 6)} {f(r['reaction_ms'])} {f(r['algbw_degraded'])} "
+          f"{f(r['algbw_after'])} {f(r['algbw_offline'])} {ratio_s} {r['versions']:>4} {r['false_swaps']:>5} "
           f"{f(100 * (r['probe_cost'] or 0), 6, 2)} {clear:>16}", flush=flush)
 
 

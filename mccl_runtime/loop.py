@@ -26,11 +26,12 @@ Timing model (simulated clock, real synthesis):
 * ``detect``: from the event to the collective boundary at which a job starts.
 * ``synth``: the synthesizer's measured wall time (summed over superseded jobs);
   collectives keep running on the stale schedule meanwhile and their telemetry is
-  ingested, then the manager re-checks and publishes, aborts or restarts.
-* ``swap``: until the next collective boundary, plus the measured dispatch cost
-  (serialising, parsing and validating the schedule) and ``oob_ms``, the out-of-band
-  version/sequence AllGather of the Online Rescheduler (paper §3.3; 5.74 ms in
-  Fig. 13(b)).  The next collective runs on the new version.
+  ingested.  When that time has elapsed (also in the middle of a collective) the
+  manager re-checks on the telemetry received so far and publishes, aborts or restarts.
+* ``swap``: the measured dispatch cost (serialising, parsing and validating the
+  schedule) and ``oob_ms``, the out-of-band version/sequence AllGather of the Online
+  Rescheduler (paper §3.3; 5.74 ms in Fig. 13(b)), then the wait for the next collective
+  boundary: the next collective runs on the new version.
 """
 
 from __future__ import annotations
@@ -256,22 +257,26 @@ def run_loop(cfg: LoopConfig = LoopConfig(), synthesize: Synthesizer | None = No
                              "algbw": scn.topology.num_gpus * scn.message_bytes / (t - start) / 1e9})
             gbps = np.concatenate([gw, py])
             gbps = np.maximum(0.0, gbps * (1.0 + scn.noise * rng.standard_normal(gbps.size)))
+            stamped: list[tuple[float, Any]] = []
+            if t >= ready_t:       # the job finished during this collective: decide then, on the telemetry so far
+                now, ready_t = ready_t, math.inf
+                stamped += [(now, e) for e in manager.poll(now)]
             store.ingest_links(np.concatenate([links, pl]), np.concatenate([start + charged + tw, pt]), gbps)
-            events = manager.step(t) if math.isinf(ready_t) else []
-            if t >= ready_t:
-                events += manager.poll(t)
-                ready_t = math.inf
-            for e in events:
-                out.events.append(e.to_dict() | {"t_ms": t * 1e3})
+            if math.isinf(ready_t) and not any(e.action == "resynthesis" for _, e in stamped):
+                stamped += [(t, e) for e in manager.step(t)]
+            for now, e in stamped:
+                out.events.append(e.to_dict() | {"t_ms": now * 1e3})
                 if e.action == "resynthesis":
                     # the job's result becomes visible once its measured wall time has elapsed
                     manager.wait_idle()
-                    ready_t = t + _last_synth_s(manager)
+                    ready_t = now + _last_synth_s(manager)
                 elif e.action == "published":
                     wall = time.perf_counter()
                     validate(topo.with_capacities(coll.synth_capacity),
                              Schedule.from_dict(json.loads(json.dumps(coll.schedule.to_dict()))))
-                    swap_at = t + time.perf_counter() - wall + cfg.oob_ms / 1e3
+                    dispatch = time.perf_counter() - wall
+                    out.events[-1]["detail"]["dispatch_s"] = dispatch
+                    swap_at = now + dispatch + cfg.oob_ms / 1e3
     finally:
         manager.close()
     out.summary = summarize(out, cfg, synthesize, fluid)

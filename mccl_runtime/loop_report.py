@@ -4,7 +4,7 @@ Per scenario event (in the file's order), from the rows of :func:`.loop.run_loop
 
 * ``algbw_before``: the last collective that ended before the event;
 * ``algbw_degraded``: mean of the collectives after the event on the old schedule (for a
-  dip: those that started during it);
+  dip: those it overlapped);
 * ``algbw_after``: the first collective on the first version published for the event;
 * ``algbw_final``: the last collective that ended before the next event (or the end);
 * ``algbw_offline``: the schedule synthesized cold for the event's true fabric,
@@ -51,9 +51,12 @@ def _event(out: Any, i: int, synthesize: Any, fluid: bool, state: int) -> dict[s
     starts = [e for e in mine if e["action"] == "resynthesis"]
     first_new = next((r for r in seg if pubs and r["version"] == pubs[0]["version"]), None)
     old_version = seg[0]["version"] if seg else None
-    until = te + ev.duration_s * 1e3 if ev.duration_s is not None else tn      # a dip: only its collectives
-    degraded = [r["algbw"] for r in seg if r["version"] == old_version and r["t_ms"] < until
-                and (first_new is None or r["t_ms"] < first_new["t_ms"])]
+    if ev.duration_s is not None:                   # a dip: the collectives it overlapped
+        until = te + ev.duration_s * 1e3
+        degraded = [r["algbw"] for r in rows if r["end_ms"] > te and r["t_ms"] < until]
+    else:
+        degraded = [r["algbw"] for r in seg if r["version"] == old_version
+                    and (first_new is None or r["t_ms"] < first_new["t_ms"])]
     offline = _offline(out, scn.timeline()[state][1], synthesize, fluid)
     detect = starts[0]["t_ms"] - te if starts else None
     synth = None
@@ -78,13 +81,15 @@ def _event(out: Any, i: int, synthesize: Any, fluid: bool, state: int) -> dict[s
         "recovered_ms": None if good is None else good["end_ms"] - te,
         "probe_cost": sum(r["probe_ms"] for r in seg) / span if span else 0.0,
         "superseded": sum(e["action"] == "superseded" for e in mine),
+        "dispatch_ms": 1e3 * pubs[0]["detail"]["dispatch_s"] if pubs and "dispatch_s" in pubs[0]["detail"] else None,
         "aborted": sum(e["action"] == "aborted" for e in mine),
     }
 
 
 def summarize(out: Any, cfg: Any, synthesize: Any, fluid: bool) -> dict[str, Any]:
     """The loop's figures (module docstring); ``events`` carries extra keys beyond
-    :data:`EVENT_KEYS` (``recovered_ms``, ``probe_cost``, ``superseded``, ``aborted``)."""
+    :data:`EVENT_KEYS` (``recovered_ms``, ``probe_cost``, ``superseded``, ``aborted``,
+    ``dispatch_ms``)."""
     scn = out.scenario
     timeline = scn.timeline()
     states: dict[int, int] = {}                        # event -> its first timeline state
