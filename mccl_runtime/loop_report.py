@@ -133,8 +133,10 @@ def plot(out: Any, path: str, title: str) -> None:
     s, end = out.summary, out.scenario.duration_s * 1e3
     if s["algbw_healthy"] is not None:
         ax.axhline(s["algbw_healthy"], color="tab:gray", lw=0.6, ls=":", label="healthy")
-    for i, ev in enumerate(s["events"]):
+    for i, (ev, spec) in enumerate(zip(s["events"], out.scenario.events)):
         nxt = s["events"][i + 1]["t_ms"] if i + 1 < len(s["events"]) else end
+        if spec.duration_s is not None:
+            nxt = ev["t_ms"] + spec.duration_s * 1e3          # a dip's fabric lasts only the dip
         ax.axvline(ev["t_ms"], color="tab:red", ls="--", lw=0.8)
         ax.hlines(ev["algbw_offline"], ev["t_ms"], nxt, colors="tab:purple", ls="--", lw=1.0,
                   label="offline re-optimization" if i == 0 else None)
@@ -146,7 +148,7 @@ def plot(out: Any, path: str, title: str) -> None:
     ax.set_ylabel("algbw (GB/s)")
     ax.set_title(title)
     ax.set_ylim(bottom=0)
-    ax.legend(fontsize=7, loc="upper right")
+    ax.legend(fontsize=7, loc="lower right")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
