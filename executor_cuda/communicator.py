@@ -205,7 +205,7 @@ class Communicator:
             _view(bufs, d).copy_(_view(bufs, s))
         cuda = out.is_cuda
         stamped = self.telemetry is not None and not cuda
-        for sends, recvs in me.rounds:
+        for rnd, (sends, recvs) in enumerate(me.rounds):
             if not sends and not recvs:
                 continue
             ops, unpack, delayed, recv_meta = [], [], [], []
@@ -224,8 +224,8 @@ class Communicator:
                                    tag=STAMP_TAG) for m in sends]
             for m in sends:
                 tensor = _pack(bufs, m.src_segs)
-                delay = self.faults.delay_s(self.rank, m.dst, tensor.numel() *
-                                            tensor.element_size()) if self.faults else 0.0
+                delay = self.faults.message_delay_s(prog, rnd, m, tensor.numel() *
+                                                    tensor.element_size()) if self.faults else 0.0
                 if delay > 0:
                     delayed.append((delay, m.dst, tensor))
                 else:

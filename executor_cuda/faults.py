@@ -1,18 +1,45 @@
-"""Fault injection: emulate a slow (gray-failed) link between chosen ranks on CPU.
+"""Fault injection: emulate slow links on CPU ranks (gloo).
 
-gloo cannot throttle a TCP connection, so the executor emulates a link of
-``gbps`` Gbps from rank ``src`` to rank ``dst`` by posting each send on it only after
-``8 * bytes / (gbps * 1e9)`` seconds (delay proportional to bytes).  Sends to other
-peers of the same round are posted first, so only the slow link is delayed and the
-receiver's telemetry sees exactly that link degrade (paper §6.2.2's halved link).
-The injector is thread-safe and can be changed while collectives run.
+gloo cannot throttle a TCP connection, so the executor emulates a slow transfer by
+posting each send only after a delay counted from the start of its round (sends of
+the same round with a smaller delay are posted first, so only the slow transfers are
+held back and the receivers' telemetry sees exactly those slow down).
+
+Two injectors share that hook (:meth:`FaultInjector.message_delay_s`, called by the
+communicator for every send):
+
+* :class:`FaultInjector`: a set of slow rank-to-rank links ``(src, dst) -> Gbps``; a
+  send of ``b`` bytes on one waits ``8 b / (Gbps * 1e9)`` s (paper §6.2.2's halved
+  link).
+* :class:`FabricEmulator`: a whole fabric (a ``mccl-topology/1`` topology with
+  capacities that scenario events change, docs/executor.md "Emulated fabric").  Every
+  message of a round is routed on its GPU pair's switch-only path (the route the
+  controller's pair telemetry assumes, :mod:`mccl_opt.paths`); a link's *load* in a
+  round is the bytes of every message of that round crossing it, across all ranks
+  (every rank compiles the same global program, so each computes the same loads
+  without communicating).  A message waits until its most loaded link, relative to
+  capacity, has drained: ``max over links l of its path of 8 * load_l / cap_l``
+  (the step model of paper §4.2: a round lasts as long as its busiest link), in
+  fabric seconds, times ``time_scale`` real seconds per fabric second; bytes are
+  ``byte_scale`` fabric bytes per real byte (ranks move small tensors that stand for
+  the scenario's message).  A capacity change thus slows every transfer whose path
+  crosses the link, in proportion to its share of that link's round.
+  Latencies are not emulated (microseconds on the fabric).
+
+Both are thread-safe and may be changed while collectives run.
 """
 
 from __future__ import annotations
 
 import threading
+from typing import Any, Sequence
 
-__all__ = ["FaultInjector"]
+import numpy as np
+
+from mccl_opt.errors import TopologyError
+from mccl_opt.topology import Topology
+
+__all__ = ["FaultInjector", "FabricEmulator"]
 
 
 class FaultInjector:
@@ -42,7 +69,111 @@ class FaultInjector:
             gbps = self._slow.get((src, dst))
         return 0.0 if gbps is None else 8.0 * nbytes / (gbps * 1e9)
 
+    def message_delay_s(self, prog: Any, rnd: int, msg: Any, nbytes: int) -> float:
+        """The communicator's hook: delay of ``msg`` (a lowered
+        :class:`~mccl_opt.lowering.program.Message` of ``nbytes`` bytes, round ``rnd``
+        of global program ``prog``) from its round's start."""
+        return self.delay_s(msg.src, msg.dst, nbytes)
+
     @property
     def links(self) -> dict[tuple[int, int], float]:
         with self._lock:
             return dict(self._slow)
+
+
+class FabricEmulator(FaultInjector):
+    """A fabric whose link capacities pace every message (module docstring).
+
+    ``gpus`` are the GPU ids in rank order (a schedule's ``gpus``); ``time_scale`` real
+    seconds per fabric second and ``byte_scale`` fabric bytes per real byte.
+    """
+
+    def __init__(self, topo: Topology, gpus: Sequence[str], *, time_scale: float = 1.0,
+                 byte_scale: float = 1.0) -> None:
+        super().__init__()
+        if not (time_scale > 0 and byte_scale > 0):
+            raise ValueError(f"time_scale and byte_scale must be > 0, got {time_scale}, {byte_scale}")
+        missing = [g for g in gpus if not (topo.has_node(g) and topo.is_gpu(g))]
+        if missing:
+            raise TopologyError(f"ranks {missing} are not GPUs of {topo.name!r}")
+        self.topo = topo
+        self.gpus = tuple(gpus)
+        self.time_scale = float(time_scale)
+        self.byte_scale = float(byte_scale)
+        self._cap = topo.arrays.capacity.astype(float).copy()
+        self._epoch = 0
+        self._routes: dict[tuple[int, int], np.ndarray] = {}
+        self._cache: dict[tuple[int, int], tuple[Any, dict[tuple[int, int, int], float]]] = {}
+
+    # ------------------------------------------------------------------ the fabric
+    def set_capacities(self, capacity: np.ndarray) -> None:
+        """Give every link its current capacity (Gbps, topology link order)."""
+        cap = np.asarray(capacity, dtype=float)
+        if cap.shape != self._cap.shape or not np.all(cap > 0):
+            raise ValueError(f"need {self._cap.size} positive capacities, got shape {cap.shape}")
+        with self._lock:
+            self._cap = cap.copy()
+            self._epoch += 1
+            self._cache.clear()
+
+    @property
+    def capacities(self) -> np.ndarray:
+        with self._lock:
+            return self._cap.copy()
+
+    def route(self, src: int, dst: int) -> np.ndarray:
+        """Link indices of the switch-only path from rank ``src`` to rank ``dst``."""
+        key = (src, dst)
+        hit = self._routes.get(key)
+        if hit is None:
+            from mccl_opt.paths import switch_path
+
+            t = self.topo
+            hit = self._routes[key] = np.asarray(
+                switch_path(t, t.node_index(self.gpus[src]), t.node_index(self.gpus[dst])), dtype=np.int64)
+        return hit
+
+    # ------------------------------------------------------------------ pacing
+    def message_delay_s(self, prog: Any, rnd: int, msg: Any, nbytes: int) -> float:
+        elem = nbytes // max(1, msg.numel) if msg.numel else 0
+        key = (id(prog), elem)
+        with self._lock:
+            cap, epoch = self._cap, self._epoch
+            hit = self._cache.get(key)
+        if hit is None or hit[0] is not prog:        # the program is kept: its id stays its own
+            hit = (prog, self.program_delays(prog, elem, cap))
+            with self._lock:
+                if epoch == self._epoch:
+                    if len(self._cache) > 16:
+                        self._cache.clear()
+                    self._cache[key] = hit
+        return hit[1].get((rnd, msg.src, msg.dst), 0.0)
+
+    def program_delays(self, prog: Any, elem_bytes: int,
+                       capacity: np.ndarray | None = None) -> dict[tuple[int, int, int], float]:
+        """Real-time delay of every message ``(round, src, dst)`` of ``prog`` on
+        ``capacity`` (default: the current fabric)."""
+        cap = self.capacities if capacity is None else np.asarray(capacity, dtype=float)
+        by_round: dict[int, list[Any]] = {}
+        for m in prog.messages:
+            by_round.setdefault(m.round, []).append(m)
+        out: dict[tuple[int, int, int], float] = {}
+        for rnd, msgs in by_round.items():
+            load = np.zeros(cap.size)
+            for m in msgs:
+                np.add.at(load, self.route(m.src, m.dst), m.numel * elem_bytes)
+            drain = 8.0 * load * self.byte_scale / (cap * 1e9) * self.time_scale
+            for m in msgs:
+                out[(rnd, m.src, m.dst)] = float(drain[self.route(m.src, m.dst)].max())
+        return out
+
+    def program_time_s(self, prog: Any, elem_bytes: int, capacity: np.ndarray | None = None) -> float:
+        """Emulated real time of one collective of ``prog`` if ranks stepped rounds in
+        lock step: the sum over rounds of the round's longest delay.  Ranks do not wait
+        for each other between rounds (a rank starts its next round when its own
+        messages are done), so a run takes at most this, and exactly this for
+        schedules whose every round has the same slowest rank."""
+        per_round: dict[int, float] = {}
+        for (rnd, _, _), d in self.program_delays(prog, elem_bytes, capacity).items():
+            per_round[rnd] = max(per_round.get(rnd, 0.0), d)
+        return sum(per_round.values())

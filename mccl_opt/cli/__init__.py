@@ -29,6 +29,7 @@ COMMAND_MODULES = (
     "mccl_opt.cli.eval",
     "mccl_opt.cli.bench",
     "mccl_runtime.cli",
+    "mccl_opt.cli.loop_exec",
 )
 
 

@@ -1,0 +1,315 @@
+"""One rank of ``mccl loop --executor gloo`` (docs/executor.md, "Scenarios on real ranks").
+
+Each rank fetches the controller's first schedule, runs the collective back to back on
+a :class:`~executor_cuda.communicator.Communicator` paced by a
+:class:`~executor_cuda.faults.FabricEmulator`, reports its passive telemetry to the
+controller after every collective (:class:`ModelReporter`), stages every version the
+controller publishes (the hot-swap of paper §3.3), and finally runs each event's
+offline schedule directly on that event's fabric.
+
+Ranks must issue the same collectives: after each one they all-reduce (max) one small
+row ``[fabric state, stop]`` on a gloo side group, so every rank uses the same fabric
+for the next collective and stops at the same one.
+"""
+
+from __future__ import annotations
+
+import queue
+import statistics
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, Sequence
+
+import numpy as np
+
+from mccl_opt.schedule import Schedule
+from mccl_opt.topology import Topology
+
+from .faults import FabricEmulator
+from .telemetry import LinkSample
+
+__all__ = ["RankPlan", "ModelReporter", "rank_main"]
+
+COMM, NAME = "world", "loop"
+
+
+@dataclass(frozen=True)
+class RankPlan:
+    """What every rank runs (built by :mod:`executor_cuda.scenario_run`)."""
+
+    endpoint: str
+    topology: Topology
+    collective: str
+    block_numel: int                      # float32 elements per shard / per pair block
+    time_scale: float                     # real seconds per fabric second
+    byte_scale: float                     # fabric bytes per real byte
+    timeline: tuple[tuple[float, np.ndarray], ...]   # (real seconds from origin, capacities)
+    duration_s: float                     # real seconds of the scenario
+    offline: tuple[tuple[int, Schedule], ...]        # (timeline state, schedule) per event
+    offline_reps: int = 5
+    warmup: int = 5
+    client_timeout_s: float = 10.0
+    first_schedule_s: float = 60.0
+    oob_timeout_s: float = 20.0
+
+
+class ModelReporter:
+    """Executor telemetry in the topology's units, for the controller's ``pair`` samples.
+
+    A message's time on the emulated fabric depends on how many messages share its
+    links in its round, which changes with the schedule; so each pair's measured
+    seconds over a collective are compared with the seconds the schedule's own round
+    model predicts on the *nominal* fabric (:meth:`FabricEmulator.program_delays`):
+    ``ratio = expected / measured``.  The median of a pair's warm-up ratios (for a
+    pair first used later, of all pairs' warm-up ratios) is its healthy baseline (fixed software overheads, like the paper's startup probing); the pair is
+    reported at ``nominal * min(1, median of its last `window` ratios / baseline)``: the
+    median of a few measurement windows (paper §5) ignores one slow collective (a busy
+    shared core) and follows a lasting change after ``window // 2 + 1`` collectives.
+    While :attr:`calibrating` (the healthy warm-up collectives) ratios only build the
+    baselines.
+    """
+
+    def __init__(self, emulator: FabricEmulator, nominal: dict[tuple[str, str], float],
+                 window: int = 3) -> None:
+        self.emu = emulator
+        self.nominal = nominal
+        self.nominal_cap = emulator.topo.arrays.capacity.astype(float)
+        self.window = window
+        self.recent: dict[tuple[str, str], deque[float]] = {}
+        self.calibrating = True
+        self.baseline: dict[tuple[str, str], list[float]] = {}
+        self._expected: dict[int, tuple[Any, dict[tuple[int, int], float]]] = {}
+
+    def expected(self, prog: Any, elem_bytes: int) -> dict[tuple[int, int], float]:
+        """Nominal-fabric seconds per rank pair of one collective of ``prog``."""
+        hit = self._expected.get(id(prog))
+        if hit is None or hit[0] is not prog:
+            per_pair: dict[tuple[int, int], float] = {}
+            for (_, s, d), t in self.emu.program_delays(prog, elem_bytes, self.nominal_cap).items():
+                per_pair[(s, d)] = per_pair.get((s, d), 0.0) + t
+            hit = self._expected[id(prog)] = (prog, per_pair)
+        return hit[1]
+
+    def __call__(self, samples: Sequence[LinkSample], prog: Any, elem_bytes: int,
+                 now: float) -> list[dict[str, Any]]:
+        rank = {g: r for r, g in enumerate(self.emu.gpus)}
+        expect = self.expected(prog, elem_bytes)
+        pooled = [x for h in self.baseline.values() for x in h]
+        out: list[dict[str, Any]] = []
+        for s in samples:
+            key = (s.src, s.dst)
+            exp = expect.get((rank.get(s.src, -1), rank.get(s.dst, -1)), 0.0)
+            nominal = self.nominal.get(key)
+            if nominal is None or exp <= 0 or s.seconds <= 0:
+                continue
+            ratio = exp / s.seconds
+            if self.calibrating:
+                self.baseline.setdefault(key, []).append(ratio)
+                continue
+            hist = self.baseline.get(key) or pooled
+            if not hist:
+                continue
+            recent = self.recent.setdefault(key, deque(maxlen=self.window))
+            recent.append(ratio / statistics.median(hist))
+            out.append({"kind": "pair", "src": s.src, "dst": s.dst,
+                        "gbps": nominal * min(1.0, statistics.median(recent)), "t": now})
+        return out
+
+
+def _state_at(plan: RankPlan, elapsed: float) -> int:
+    state = 0
+    for i, (t, _) in enumerate(plan.timeline):
+        if elapsed >= t:
+            state = i
+    return state
+
+
+class _Pusher:
+    """Sends telemetry batches from a queue on its own thread and client, so a
+    collective never waits for the controller; ``dead`` is set when it stops answering."""
+
+    def __init__(self, endpoint: str, timeout_s: float) -> None:
+        from mccl_runtime.client import ControllerClient
+
+        self.client = ControllerClient(endpoint, timeout_s=timeout_s)
+        self.queue: queue.Queue = queue.Queue(maxsize=256)
+        self.dead: str = ""
+        self.sent = 0
+        self.thread = threading.Thread(target=self._loop, name="mccl-loop-push", daemon=True)
+        self.thread.start()
+
+    def put(self, samples: list[dict[str, Any]]) -> None:
+        if samples and not self.dead:
+            try:
+                self.queue.put_nowait(samples)
+            except queue.Full:
+                pass                                # telemetry is best effort
+
+    def _loop(self) -> None:
+        from mccl_opt.errors import MCCLError
+
+        while (batch := self.queue.get()) is not None:
+            try:
+                self.client.push_telemetry(batch)
+                self.sent += len(batch)
+            except MCCLError as exc:
+                self.dead = str(exc)
+
+    def close(self) -> None:
+        self.queue.put(None)
+        self.thread.join(2 * self.client.timeout_s)
+        self.client.close()
+
+
+def _first_schedule(client: Any, plan: RankPlan) -> Schedule:
+    from mccl_opt.errors import MCCLError
+
+    deadline = time.monotonic() + plan.first_schedule_s
+    while time.monotonic() < deadline:
+        _, sched = client.get_schedule(COMM, NAME)
+        if sched is not None:
+            return sched
+        time.sleep(0.1)
+    raise MCCLError(f"the controller published no first schedule within {plan.first_schedule_s:g} s")
+
+
+class _Workload:
+    """Input/output tensors of the collective and a check of every result."""
+
+    def __init__(self, collective: str, rank: int, world: int, n: int) -> None:
+        import torch
+
+        self.collective, self.rank, self.world, self.n = collective, rank, world, n
+        if collective == "allgather":
+            self.inp = torch.empty(n)
+            self.out = torch.empty(world * n)
+        else:
+            self.inp = torch.empty(world * n)
+            self.out = torch.empty(world * n)
+        self.wrong = 0
+
+    def run(self, comm: Any, i: int) -> float:
+        """One collective with fresh contents; returns its seconds."""
+        import torch
+
+        if self.collective == "allgather":
+            self.inp.fill_(self.rank * 1000.0 + i % 997)
+            t = time.perf_counter()
+            comm.all_gather_into_tensor(self.out, self.inp)
+            dt = time.perf_counter() - t
+            want = torch.arange(self.world, dtype=torch.float32) * 1000.0 + i % 997
+            ok = torch.equal(self.out.view(self.world, self.n),
+                             want.unsqueeze(1).expand(self.world, self.n))
+        else:
+            base = torch.arange(self.world, dtype=torch.float32)
+            self.inp.view(self.world, self.n).copy_(
+                (self.rank * 1000.0 + base * 10.0 + i % 7).unsqueeze(1).expand(self.world, self.n))
+            t = time.perf_counter()
+            comm.all_to_all_single(self.out, self.inp)
+            dt = time.perf_counter() - t
+            want = base * 1000.0 + self.rank * 10.0 + i % 7
+            ok = torch.equal(self.out.view(self.world, self.n),
+                             want.unsqueeze(1).expand(self.world, self.n))
+        self.wrong += not ok
+        return dt
+
+
+def rank_main(rank: int, world: int, plan: RankPlan) -> dict[str, Any]:
+    """The body of one rank (``run_ranks``); returns its measurements."""
+    import torch
+    import torch.distributed as dist
+
+    from mccl_runtime.client import ControllerClient
+
+    from .communicator import Communicator
+    from .reporting import pair_nominal
+    from .telemetry import Telemetry
+
+    client = ControllerClient(plan.endpoint, timeout_s=plan.client_timeout_s)
+    sched = _first_schedule(client, plan)
+    emu = FabricEmulator(plan.topology, sched.gpus, time_scale=plan.time_scale, byte_scale=plan.byte_scale)
+    emu.set_capacities(plan.timeline[0][1])
+    tel = Telemetry(flush_interval=None)
+    comm = Communicator(None, sched, telemetry=tel, faults=emu, stage_timeout=10,
+                        oob_timeout=plan.oob_timeout_s)
+    side = dist.new_group(backend="gloo", timeout=timedelta(seconds=plan.oob_timeout_s))
+    reporter = ModelReporter(emu, pair_nominal(plan.topology))
+    pusher = _Pusher(plan.endpoint, plan.client_timeout_s)
+    sub = client.subscribe()
+    sub.wait_connected(5.0)
+    received: list[tuple[int, float]] = []
+    origin = [0.0]
+    stop = threading.Event()
+
+    def listen() -> None:
+        while not stop.is_set():
+            upd = sub.recv(0.1)
+            if upd is not None and upd[1] == NAME and upd[2] > comm.active[plan.collective].version:
+                received.append((upd[2], time.time() - origin[0]))
+                comm.stage(upd[3])
+
+    work = _Workload(plan.collective, rank, world, plan.block_numel)
+    for i in range(plan.warmup):                     # compile, connect, set baselines
+        work.run(comm, i)
+        _report(tel, comm, plan, reporter, pusher)
+    reporter.calibrating = False
+    clock = torch.tensor([time.time() + 0.05], dtype=torch.float64)
+    dist.broadcast(clock, 0, group=side)
+    origin[0] = float(clock.item())
+    time.sleep(max(0.0, origin[0] - time.time()))
+    listener = threading.Thread(target=listen, name="mccl-loop-listen", daemon=True)
+    listener.start()
+    rows: list[tuple[int, int, int, float, float]] = []
+    state, i, dead = 0, plan.warmup, ""
+    while True:
+        if not np.array_equal(emu.capacities, plan.timeline[state][1]):
+            emu.set_capacities(plan.timeline[state][1])
+        start = time.time() - origin[0]
+        dt = work.run(comm, i)
+        rows.append((comm.seq, comm.trace[-1][2], state, start, dt))
+        _report(tel, comm, plan, reporter, pusher)
+        i += 1
+        elapsed = time.time() - origin[0]
+        dead = dead or pusher.dead
+        flags = torch.tensor([_state_at(plan, elapsed), int(elapsed >= plan.duration_s or bool(dead))])
+        dist.all_reduce(flags, op=dist.ReduceOp.MAX, group=side)
+        state = int(flags[0])
+        if flags[1]:
+            break
+    stop.set()
+    listener.join()
+    comm.rescheduler.wait(timeout=plan.oob_timeout_s + 15)
+    swaps = [(e.outcome, e.version, e.k) for e in comm.rescheduler.events]
+    offline = _offline(plan, emu, work, i) if not dead else {}
+    comm.close()
+    sub.close()
+    pusher.close()
+    client.close()
+    return {"rows": rows, "received": received, "swaps": swaps, "offline": offline,
+            "wrong": work.wrong, "dead": dead, "pushed": pusher.sent, "first_version": sched.version}
+
+
+def _report(tel: Any, comm: Any, plan: RankPlan, reporter: ModelReporter, pusher: _Pusher) -> None:
+    samples = tel.drain()
+    if samples:
+        schedule = comm.active[plan.collective]
+        prog = comm.cache.get(schedule, plan.block_numel, comm.pipeline)
+        pusher.put(reporter(samples, prog, 4, time.time()))
+
+
+def _offline(plan: RankPlan, emu: FabricEmulator, work: _Workload, i: int) -> dict[int, list[float]]:
+    """Each event's offline schedule run directly on its fabric: seconds per collective."""
+    from .communicator import Communicator
+
+    out: dict[int, list[float]] = {}
+    for state, schedule in plan.offline:
+        emu.set_capacities(plan.timeline[state][1])
+        comm = Communicator(None, schedule, faults=emu, hot_swap=False)
+        work.run(comm, i)                            # compiles the program
+        out[state] = [work.run(comm, i + k + 1) for k in range(plan.offline_reps)]
+        i += plan.offline_reps + 1
+        comm.close()
+    return out

@@ -1,0 +1,218 @@
+"""``mccl loop --executor gloo``: a closed-loop scenario on real ranks (paper §6.2.2, Fig. 13).
+
+The parent process
+
+1. reads the ``mccl-scenario/1`` file and synthesizes, for the scenario's healthy fabric
+   and for every event's true fabric, the offline schedule (cold, like the simulated
+   loop's ``algbw_offline``);
+2. chooses the emulation scales: ranks move ``block_kib`` KiB blocks that stand for the
+   scenario's ``message_bytes`` (``byte_scale``), and fabric time is dilated so the
+   healthy offline schedule takes ``collective_ms`` of real time (``time_scale``); the
+   scenario's event times are dilated the same way;
+3. starts the controller as a real ``mccl controller serve`` subprocess on a free
+   loopback port, with the collective registered;
+4. launches ``world`` ranks with torch.distributed (gloo, CPU tensors;
+   :mod:`executor_cuda.scenario_rank`), each pacing its sends with a
+   :class:`~executor_cuda.faults.FabricEmulator` that follows the scenario's timeline;
+5. merges the ranks' measurements into the summary (:mod:`.scenario_report`).
+
+Every wait is bounded: the controller must announce itself within ``start_timeout_s``,
+the ranks must finish within the scenario's real duration plus margins
+(:func:`~executor_cuda.launch.run_ranks` kills them after), and a controller that stops
+answering ends the run.  Failures are :class:`~mccl_opt.errors.MCCLError` (``mccl``
+exits 2 with the message).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from mccl_opt.errors import MCCLError
+
+__all__ = ["GlooLoopConfig", "run_gloo_loop", "ControllerProcess", "plan_scales"]
+
+
+@dataclass(frozen=True)
+class GlooLoopConfig:
+    """Settings of a real-rank run (see the module docstring)."""
+
+    world: int = 8
+    block_kib: float = 32.0
+    collective_ms: float = 60.0
+    alpha: float = 1.0
+    gamma: float = 0.3
+    dwell_s: float = 1.0
+    time_limit_s: float = 30.0
+    backend: str = "highs"
+    offline_reps: int = 5
+    warmup: int = 5
+    max_real_s: float = 600.0
+    start_timeout_s: float = 60.0
+
+
+class ControllerProcess:
+    """``mccl controller serve`` in a subprocess on a free loopback port."""
+
+    def __init__(self, topology_path: str, collective: str, cfg: GlooLoopConfig, log_path: str) -> None:
+        from .scenario_rank import COMM, NAME
+
+        cmd = [sys.executable, "-m", "mccl_opt.cli", "controller", "serve", "--topology", topology_path,
+               "--bind", "tcp://127.0.0.1:0", "--collective", f"{COMM}/{NAME}:{collective}",
+               "--alpha", str(cfg.alpha), "--gamma", str(cfg.gamma), "--dwell", str(cfg.dwell_s),
+               "--time-limit", str(cfg.time_limit_s), "--backend", cfg.backend]
+        self.log_path = log_path
+        self._log = open(log_path, "w")
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self._log, text=True,
+                                     start_new_session=True)
+        self.endpoint: str | None = None
+        self._lines: list[str] = []
+        self._found = threading.Event()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self._lines.append(line)
+            m = re.match(r"controller on (\S+)", line)
+            if m and self.endpoint is None:
+                self.endpoint = m.group(1)
+                self._found.set()
+        self._found.set()
+
+    def wait_ready(self, timeout_s: float) -> str:
+        """The request endpoint, once the controller announced it; raises
+        :class:`MCCLError` if it exits or stays silent for ``timeout_s``."""
+        self._found.wait(timeout_s)
+        if self.endpoint is None:
+            raise MCCLError("the controller (`mccl controller serve`) did not start within "
+                            f"{timeout_s:g} s: {self.tail()}")
+        return self.endpoint
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def tail(self, lines: int = 5) -> str:
+        self._log.flush()
+        try:
+            text = Path(self.log_path).read_text().strip().splitlines()[-lines:]
+        except OSError:
+            text = []
+        code = self.proc.poll()
+        state = "still running" if code is None else f"exit status {code}"
+        return f"{state}; log: " + (" | ".join(text) if text else "(empty)")
+
+    def stop(self) -> None:
+        """SIGTERM (the service saves and closes), SIGKILL after 10 s."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        self._log.close()
+
+
+def plan_scales(scenario: Any, healthy: Any, cfg: GlooLoopConfig) -> tuple[int, float, float, float]:
+    """``(block_numel, byte_scale, time_scale, healthy_fabric_s)``: float32 elements per
+    block, fabric bytes per real byte, real seconds per fabric second, and the healthy
+    offline schedule's emulated time on the fabric."""
+    from mccl_opt.lowering.program import compile_schedule
+
+    from .faults import FabricEmulator
+
+    block = max(1, int(cfg.block_kib * 1024 // 4))
+    byte_scale = scenario.message_bytes / (4.0 * block)
+    emu = FabricEmulator(scenario.topology, healthy.gpus, time_scale=1.0, byte_scale=byte_scale)
+    fabric_s = emu.program_time_s(compile_schedule(healthy, block), 4)
+    if not fabric_s > 0:
+        raise MCCLError("the healthy schedule moves no data; nothing to emulate")
+    return block, byte_scale, cfg.collective_ms / 1e3 / fabric_s, fabric_s
+
+
+def _check(scenario: Any, cfg: GlooLoopConfig) -> None:
+    n = scenario.topology.num_gpus
+    if cfg.world != n:
+        raise MCCLError(f"--world {cfg.world} does not match the scenario's fabric ({n} GPUs in "
+                        f"{scenario.topology.name!r}); pass --world {n}")
+    if not 2 <= cfg.world <= 64:
+        raise MCCLError(f"--world must be in [2, 64] for CPU ranks, got {cfg.world}")
+    for label, v in (("--block-kib", cfg.block_kib), ("--collective-ms", cfg.collective_ms)):
+        if not v > 0:
+            raise MCCLError(f"{label} must be > 0, got {v:g}")
+
+
+def run_gloo_loop(scenario: Any, cfg: GlooLoopConfig) -> dict[str, Any]:
+    """Run ``scenario`` on ``cfg.world`` gloo ranks with a controller process; returns
+    the summary of :func:`executor_cuda.scenario_report.summarize`."""
+    import torch  # noqa: F401 - imported before forking, so the ranks start in milliseconds
+
+    from mccl_runtime.manager import solver_synthesizer
+
+    from .launch import run_ranks
+    from .scenario_rank import RankPlan, rank_main
+    from .scenario_report import summarize
+
+    _check(scenario, cfg)
+    synth = solver_synthesizer(cfg.backend)
+    topo = scenario.topology
+    timeline = scenario.timeline()
+    healthy = synth(scenario.collective, topo, None, None)
+    block, byte_scale, time_scale, fabric_s = plan_scales(scenario, healthy, cfg)
+    real_s = scenario.duration_s * time_scale
+    if real_s > cfg.max_real_s:
+        raise MCCLError(f"the scenario would run {real_s:.0f} s on real ranks ({scenario.duration_s * 1e3:g} ms "
+                        f"of fabric time at {time_scale:.0f}x so a healthy collective takes "
+                        f"{cfg.collective_ms:g} ms); shorten duration_ms or lower --collective-ms")
+    first_state: dict[int, int] = {}
+    for k, (_, _, ev) in enumerate(timeline):
+        first_state.setdefault(ev, k)
+    offline = tuple((first_state[i], synth(scenario.collective, topo.with_capacities(timeline[first_state[i]][1]),
+                                           None, None)) for i in range(len(scenario.events)))
+    with tempfile.TemporaryDirectory(prefix="mccl-loop-") as tmp:
+        topo_path = os.path.join(tmp, "topology.json")
+        topo.save(topo_path)
+        ctrl = ControllerProcess(topo_path, scenario.collective, cfg, os.path.join(tmp, "controller.log"))
+        try:
+            endpoint = ctrl.wait_ready(cfg.start_timeout_s)
+            plan = RankPlan(endpoint=endpoint, topology=topo, collective=scenario.collective,
+                            block_numel=block, time_scale=time_scale, byte_scale=byte_scale,
+                            timeline=tuple((t * time_scale, cap) for t, cap, _ in timeline),
+                            duration_s=real_s, offline=offline, offline_reps=cfg.offline_reps,
+                            warmup=cfg.warmup)
+            budget = (cfg.start_timeout_s + real_s + 60
+                      + len(offline) * (cfg.offline_reps + 1) * 20 * cfg.collective_ms / 1e3)
+            t0 = time.monotonic()
+            try:
+                res = run_ranks(rank_main, cfg.world, plan, timeout=budget)
+            except TimeoutError as exc:
+                raise MCCLError(f"the ranks did not finish within {budget:.0f} s ({exc}); controller "
+                                f"{ctrl.tail(2)}") from None
+            except AssertionError as exc:
+                raise MCCLError(f"a rank failed: {_last_error(str(exc))}; controller {ctrl.tail(2)}") from None
+            wall = time.monotonic() - t0
+            dead = [r["dead"] for r in res if r["dead"]]
+            if dead or not ctrl.alive():
+                raise MCCLError(f"the controller stopped answering during the run ({dead[0] if dead else ''}); "
+                                f"controller {ctrl.tail(3)}")
+        finally:
+            ctrl.stop()
+    return summarize(scenario, res, plan, fabric_s, wall)
+
+
+def _last_error(text: str) -> str:
+    """The last line of the first rank's traceback, e.g. ``MCCLError: ...``."""
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    rank = next((ln for ln in lines if ln.startswith("rank ")), "a rank")
+    errs = [ln for ln in lines if re.match(r"^[\w.]+(Error|Exception)\b", ln)]
+    return f"{rank.rstrip(':')} {errs[0] if errs else (lines[-1] if lines else '')}"

@@ -1,0 +1,69 @@
+"""``mccl loop --executor gloo``: the closed loop on real ranks (docs/executor.md).
+
+Adds ``--executor``, ``--world``, ``--block-kib`` and ``--collective-ms`` to the
+``mccl loop`` command registered by :mod:`mccl_runtime.cli`, and sends ``gloo`` runs to
+:mod:`executor_cuda.scenario_run` (the CLI is the one place that may import the
+executor layer; the runtime must not).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+#: defaults of the real-rank controller where the simulated loop's differ
+GLOO_ALPHA, GLOO_GAMMA = 1.0, 0.3
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    loop = sub.choices.get("loop")
+    if loop is None:                          # the runtime layer is not installed
+        return
+    g = loop.add_argument_group("real ranks (--executor gloo)")
+    g.add_argument("--executor", choices=["sim", "gloo"], default="sim",
+                   help="sim: the fabric simulator (default); gloo: real torch.distributed CPU ranks, "
+                        "a controller process and an emulated fabric (needs --scenario)")
+    g.add_argument("--world", type=int, default=None, help="ranks to launch (the scenario's GPU count)")
+    g.add_argument("--block-kib", type=float, default=32.0,
+                   help="real bytes per block (KiB) standing for the scenario's message (default %(default)s)")
+    g.add_argument("--collective-ms", type=float, default=60.0,
+                   help="real time of a healthy collective; fabric time is dilated to it (default %(default)s)")
+    g.add_argument("--max-real-s", type=float, default=600.0,
+                   help="refuse scenarios that would run longer than this on real ranks (default %(default)s)")
+    sim_handler = loop.get_default("handler")
+
+    def handler(args: argparse.Namespace) -> int:
+        if args.executor == "gloo":
+            return _gloo(args)
+        return sim_handler(args)
+
+    loop.set_defaults(handler=handler)
+
+
+def _gloo(args: argparse.Namespace) -> int:
+    import json
+
+    from mccl_opt.errors import MCCLError
+    from mccl_runtime.loop import LoopConfig
+    from mccl_runtime.scenario import load_scenario
+
+    if not args.scenario:
+        raise MCCLError("--executor gloo needs --scenario FILE (a mccl-scenario/1 file)")
+    if args.png or args.workload:
+        raise MCCLError("--png and --workload are simulation-only; drop them with --executor gloo")
+    from executor_cuda.scenario_report import print_summary
+    from executor_cuda.scenario_run import GlooLoopConfig, run_gloo_loop
+
+    scenario = load_scenario(args.scenario)
+    d = LoopConfig()
+    cfg = GlooLoopConfig(world=args.world if args.world is not None else scenario.topology.num_gpus,
+                         block_kib=args.block_kib, collective_ms=args.collective_ms,
+                         alpha=args.alpha if args.alpha != d.alpha else GLOO_ALPHA,
+                         gamma=args.gamma if args.gamma != d.gamma else GLOO_GAMMA,
+                         backend=args.backend, max_real_s=args.max_real_s)
+    summary = run_gloo_loop(scenario, cfg)
+    if args.json:
+        print(json.dumps(summary), file=sys.stdout)
+    else:
+        print_summary(summary, sys.stdout)
+    return 0
