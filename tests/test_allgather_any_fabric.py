@@ -158,7 +158,7 @@ def assert_matches_oracle(topo: mo.Topology, sched: mo.Schedule, optimum: float,
     """lp_rate is the forwarding-only optimum; the rounded schedule is valid and
     not above it; a reported cut bound is at least it."""
     assert sched.lp_rate_gbps == pytest.approx(optimum, rel=REL)
-    assert sched.rate_gbps <= sched.lp_rate_gbps * (1 + 1e-9)
+    assert sched.rate_gbps <= sched.lp_rate_gbps * (1 + REL)
     got = check_schedule(topo, sched, max_chunks)
     assert got.rate_gbps == pytest.approx(sched.rate_gbps, rel=REL)
     mo.validate(topo, sched)
