@@ -11,6 +11,7 @@ from collections import Counter
 from itertools import islice
 from typing import Any, Iterable
 
+from mccl_opt.errors import MCCLError
 from mccl_opt.schedule import Schedule
 
 from .protocol import (MAX_BATCH_SAMPLES, MAX_MESSAGE_BYTES, REPLIES, SCHEDULE_TOPIC, ProtocolError,
@@ -146,7 +147,7 @@ class Subscription:
                 msg = decode(self._sock.recv_multipart()[-1], self.key, ("schedule",), self.replay)
                 b = msg.body
                 return str(b["comm"]), str(b["name"]), int(b["version"]), Schedule.from_dict(b["schedule"])
-            except (ProtocolError, KeyError, TypeError, ValueError):
+            except (MCCLError, KeyError, TypeError, ValueError):     # a bad schedule too
                 self.rejected += 1
         return None
 

@@ -527,3 +527,12 @@ def test_a_resumed_controller_does_not_rewrite_its_version_files(tmp_path, monke
     svc.persist()
     svc.manager.close()
     assert calls == []
+
+
+def test_a_subscriber_drops_a_signed_publication_whose_schedule_is_malformed():
+    from tests.test_runtime_service import _publisher_and_subscriber
+
+    with _publisher_and_subscriber() as (pub, sub):
+        pub.send_multipart([b"schedule", encode("schedule", {"comm": "w", "name": "x", "version": 2,
+                                                             "schedule": {"format": "nope"}}, KEY)])
+        assert sub.recv(0.5) is None and sub.rejected == 1
