@@ -58,6 +58,7 @@ class GlooLoopConfig:
     warmup: int = 5
     max_real_s: float = 600.0
     start_timeout_s: float = 60.0
+    client_timeout_s: float = 10.0
 
 
 class ControllerProcess:
@@ -189,7 +190,7 @@ def run_gloo_loop(scenario: Any, cfg: GlooLoopConfig) -> dict[str, Any]:
                             block_numel=block, time_scale=time_scale, byte_scale=byte_scale,
                             timeline=tuple((t * time_scale, cap) for t, cap, _ in timeline),
                             duration_s=real_s, offline=offline, offline_reps=cfg.offline_reps,
-                            warmup=cfg.warmup)
+                            warmup=cfg.warmup, client_timeout_s=cfg.client_timeout_s)
             budget = (cfg.start_timeout_s + real_s + 60
                       + len(offline) * (cfg.offline_reps + 1) * 20 * cfg.collective_ms / 1e3)
             t0 = time.monotonic()
