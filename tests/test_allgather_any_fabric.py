@@ -192,6 +192,14 @@ HAND = {   # name: (nodes, links, forwarding optimum, cut bound), derived by han
     "no-copy-star": (STAR_NODES, STAR_LINKS, 25., 50.),
     "reproducer-index": (N1, L1, 100., 100.),
     "reproducer-key": (N2, L2, 9., 9.),
+    # stars: min(min down / (N-1), min up, sum up / (N (N-1))), see stars()
+    "dead-end-switch": (_gpus("g0", "g1", "g2") + _switches("s0", "s1"),
+                        [("g0", "s0", 1.), ("g1", "s0", 18.), ("g2", "s0", 18.), ("s0", "g0", 18.),
+                         ("s0", "g1", 18.), ("s0", "g2", 18.), ("s0", "s1", 100.), ("s1", "s0", 100.)],
+                        1., 1.),
+    "nvs-uplink-half": (_gpus("a", "b", "c") + _switches("nvs"),
+                        [("a", "nvs", 1440.), ("b", "nvs", 2880.), ("c", "nvs", 2880.),
+                         ("nvs", "a", 2880.), ("nvs", "b", 2880.), ("nvs", "c", 2880.)], 1200., 1440.),
 }
 
 
@@ -378,7 +386,8 @@ def test_any_star_matches_closed_form(star):
 
 
 @pytest.mark.parametrize("case", ["reproducer-index", "reproducer-key",
-                                  pytest.param("no-copy-star", marks=GENERAL)])
+                                  *(pytest.param(c, marks=GENERAL) for c in
+                                    ("no-copy-star", "dead-end-switch", "nvs-uplink-half"))])
 @pytest.mark.parametrize("max_chunks", [10, None])
 def test_regressions(case, max_chunks):
     nodes, links, opt, cut = HAND[case]
