@@ -166,6 +166,7 @@ def assert_matches_oracle(topo: mo.Topology, sched: mo.Schedule, optimum: float,
         assert sched.rate_gbps == pytest.approx(optimum, rel=REL)
     if "cut_bound_gbps" in sched.stats:
         assert sched.stats["cut_bound_gbps"] >= sched.lp_rate_gbps * (1 - 1e-9)
+        assert sched.stats["cut_bound_gbps"] == pytest.approx(cut_bound(topo), rel=REL)
 
 
 # --------------------------------------------------------------------------- the oracle
