@@ -129,7 +129,7 @@ def deep_dive(master: RestrictedMaster, prob: Problem, y: np.ndarray, k: int, ma
 
     The dive runs only while the best rounding is more than ``good_enough`` (relative)
     below ``lp_rate``.  Leaves ``master`` with fixed lower bounds; returns the best
-    rounding (with a copy of the column pool it refers to) and dive statistics.
+    rounding (with a copy of the column pool it refers to) and the dive's counters (JSON).
     ``pairs`` (bool per pair) limits the rounding to those pairs, whose columns alone are
     in the pool; ``background`` is the other pairs' fixed (rounded) share loads, which the
     master's capacity rows must already carry.
@@ -140,7 +140,7 @@ def deep_dive(master: RestrictedMaster, prob: Problem, y: np.ndarray, k: int, ma
     counts, rate, how = _best_rounding(pool, y, prob.num_pairs, k, master.capacity, None,
                                        background)
     best = _snapshot(pool, counts, rate, how)
-    stats = {"dive_steps": 0, "backtracks": 0, "lr_rate": lr_rate, "pricing_rounds": 0}
+    dive_steps = backtracks = pricing_rounds = 0
     options = CGOptions(rel_tol=options.rel_tol, drop_after=np.iinfo(np.int64).max)  # indices stay
     tabu: set[int] = set()
     fixed = np.zeros(len(pool), dtype=np.int64)
@@ -188,17 +188,17 @@ def deep_dive(master: RestrictedMaster, prob: Problem, y: np.ndarray, k: int, ma
         want = prob.pair_matrix((~done).astype(float), 0.0) > 0
         res = column_generation(master, prob, max_steps, options=options, deadline=deadline,
                                 want=want, bound=False, label=f"deep dive step {step + 1}")
-        stats["dive_steps"] += 1
-        stats["pricing_rounds"] += res.rounds
+        dive_steps += 1
+        pricing_rounds += res.rounds
         grown = len(pool) - fixed.size
         fixed = np.concatenate([target, np.zeros(grown, dtype=np.int64)])
         if res.rate <= best.rate * (1 + 1e-9) and chosen.size:
             # no completion of these fixings can beat the best rounding: undo the batch
-            stats["backtracks"] += 1
+            backtracks += 1
             fixed[chosen] -= 1
             master.set_lower(chosen, fixed[chosen] / k)
             tabu.update(int(j) for j in chosen)
-            if stats["backtracks"] > max_backtracks:
+            if backtracks > max_backtracks:
                 break
             batch = max(batch / 2, 0.05)
             y = np.concatenate([y, np.zeros(len(pool) - y.size)])
@@ -211,4 +211,5 @@ def deep_dive(master: RestrictedMaster, prob: Problem, y: np.ndarray, k: int, ma
         if res.rate <= best.rate * (1 + 1e-9):
             break                                   # the residual LP cannot do better
         batch = 0.25 if batch == 0 else min(1.0, batch * 1.5)
-    return best, stats
+    return best, {"dive_steps": dive_steps, "backtracks": backtracks, "lr_rate": lr_rate,
+                  "pricing_rounds": pricing_rounds}
