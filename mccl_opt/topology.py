@@ -8,6 +8,11 @@ mask and CSR out-/in-adjacency.
 
 At most one link per ordered node pair: a schedule path is a node sequence, so a pair
 must name one link.  Parallel cables are one link of their summed capacity.
+
+Longer than ~400 lines on purpose: one immutable class with its validation, its array
+view, its derived copies (capacities changed, renamed, relisted) and its
+``mccl-topology/1`` file format; every part reads the same private fields, and the
+validation must see every constructor path.
 """
 
 from __future__ import annotations
