@@ -11,7 +11,6 @@ import threading
 import time
 import warnings
 
-import pytest
 import torch
 import torch.distributed
 
