@@ -149,19 +149,22 @@ class _Pusher:
                 pass                                # telemetry is best effort
 
     def _loop(self) -> None:
-        from mccl_opt.errors import MCCLError
-
         while (batch := self.queue.get()) is not None:
+            if self.dead:
+                continue
             try:
                 self.client.push_telemetry(batch)
                 self.sent += len(batch)
-            except MCCLError as exc:
-                self.dead = str(exc)
+            except Exception as exc:  # noqa: BLE001 - ends the run on every rank, reported
+                self.dead = str(exc) or type(exc).__name__
 
     def close(self) -> None:
+        """Stop the thread; its client is closed only once the thread has returned (a
+        request still waiting on a dead controller ends by its own timeout)."""
         self.queue.put(None)
-        self.thread.join(2 * self.client.timeout_s)
-        self.client.close()
+        self.thread.join(5 * self.client.timeout_s)
+        if not self.thread.is_alive():
+            self.client.close()
 
 
 def _first_schedule(client: Any, plan: RankPlan) -> Schedule:

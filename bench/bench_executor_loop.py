@@ -1,0 +1,106 @@
+"""The closed loop on real ranks (docs/executor.md, "Scenarios on real ranks"): gloo CPU
+ranks, a ``mccl controller serve`` process and the emulated fabric, per scenario class.
+
+    python bench/bench_executor_loop.py [--shape 1x2x4] [--collectives allgather,alltoall]
+                                        [--repeats 1] [--json]
+
+Each case is one ``mccl loop --executor gloo`` run of a scenario built here: HPN
+``shape``, a 16 MiB message, a healthy phase, then ``fail2`` (GPU0 <-> its ToR, 400 ->
+50 Gbps, both directions) or ``onedir`` (GPU1 -> its ToR only, 400 -> 100 Gbps), held
+to the end.  Columns: median real ms per collective healthy / degraded (old schedule)
+/ first collective on the new version / the event's offline schedule run directly on
+the degraded fabric; reaction (event to the first new-version collective, real ms);
+versions received; recovery ratio ``offline / after`` (first collective, and median
+of the first three).  Times are the slowest rank's; the ranks share this machine's
+cores, so rerun or raise ``--repeats`` (the table then shows the median per case).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import torch  # noqa: E402,F401  (imported before the ranks fork)
+
+from executor_cuda.scenario_run import GlooLoopConfig, run_gloo_loop  # noqa: E402
+from mccl_runtime.scenario import parse_scenario  # noqa: E402
+
+EVENTS = {
+    "fail2": [{"src": "s0h0g0", "dst": "s0tor0", "capacity_gbps": 50, "both_directions": True}],
+    "onedir": [{"src": "s0h0g1", "dst": "s0tor1", "capacity_gbps": 100, "both_directions": False}],
+}
+
+
+def scenario(shape: str, collective: str, event: str, t_ms: float, duration_ms: float):
+    return parse_scenario({
+        "format": "mccl-scenario/1", "topology": f"hpn {shape}", "collective": collective,
+        "message_bytes": 16 * 2**20, "duration_ms": duration_ms,
+        "events": [{"t_ms": t_ms, "links": EVENTS[event]}]})
+
+
+def run(shape: str, collective: str, event: str, cfg: GlooLoopConfig, healthy_n: int,
+        total_n: int) -> dict:
+    """One run; event time and duration are set in healthy collectives of fabric time."""
+    from executor_cuda.scenario_run import plan_scales
+    from mccl_runtime.manager import solver_synthesizer
+
+    probe = scenario(shape, collective, event, 1.0, 2.0)
+    healthy = solver_synthesizer(cfg.backend)(collective, probe.topology, None, None)
+    fabric_ms = 1e3 * plan_scales(probe, healthy, cfg)[3]
+    scn = scenario(shape, collective, event, healthy_n * fabric_ms, total_n * fabric_ms)
+    return run_gloo_loop(scn, cfg)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--shape", default="1x2x4")
+    ap.add_argument("--collectives", default="allgather,alltoall")
+    ap.add_argument("--events", default="fail2,onedir")
+    ap.add_argument("--repeats", type=int, default=1)
+    ap.add_argument("--healthy", type=int, default=30, help="healthy collectives before the event")
+    ap.add_argument("--total", type=int, default=120, help="scenario length in healthy collectives")
+    ap.add_argument("--collective-ms", type=float, default=60.0)
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args()
+    n = 1
+    for part in args.shape.split("x"):
+        n *= int(part)
+    cfg = GlooLoopConfig(world=n, collective_ms=args.collective_ms)
+    rows = []
+    for coll in args.collectives.split(","):
+        for event in args.events.split(","):
+            runs = [run(args.shape, coll, event, cfg, args.healthy, args.total) for _ in range(args.repeats)]
+            evs = [r["events"][0] for r in runs]
+
+            def med(key: str, evs=evs):
+                vals = [e[key] for e in evs if e[key] is not None]
+                return statistics.median(vals) if vals else None
+
+            rows.append({"case": f"{coll}/{event}", "healthy_ms": statistics.median(r["time_healthy_ms"] for r in runs),
+                         "degraded_ms": med("time_degraded_ms"), "after_ms": med("time_after_ms"),
+                         "offline_ms": med("time_offline_ms"), "reaction_ms": med("reaction_ms"),
+                         "versions": [len(e["versions"]) for e in evs],
+                         "false_swaps": [r["false_swaps"] for r in runs],
+                         "recovery": med("recovery_ratio"), "recovery3": med("recovery_ratio3"),
+                         "wrong": sum(r["wrong_results"] for r in runs)})
+    if args.json:
+        print(json.dumps(rows))
+        return
+    print(f"closed loop on {n} gloo ranks, HPN {args.shape}, 16 MiB, healthy collective ~{args.collective_ms:g} ms "
+          f"real, {args.repeats} run(s) per case (medians)")
+    f = (lambda v, p=1: "n/a" if v is None else f"{v:.{p}f}")
+    print(f"{'case':<18}{'healthy':>9}{'degraded':>10}{'after':>8}{'offline':>9}{'reaction':>10}"
+          f"{'versions':>10}{'false':>7}{'recovery':>10}{'first3':>8}")
+    for r in rows:
+        print(f"{r['case']:<18}{f(r['healthy_ms']):>9}{f(r['degraded_ms']):>10}{f(r['after_ms']):>8}"
+              f"{f(r['offline_ms']):>9}{f(r['reaction_ms'], 0):>10}{','.join(map(str, r['versions'])):>10}"
+              f"{','.join(map(str, r['false_swaps'])):>7}{f(r['recovery'], 2):>10}{f(r['recovery3'], 2):>8}")
+
+
+if __name__ == "__main__":
+    main()
