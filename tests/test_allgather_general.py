@@ -1,0 +1,192 @@
+"""The general AllGather method (mccl_opt.allgather.general): the forwarding-only optimum
+on unbalanced fabrics, certified bound, rounding, warm start, agreement with ForestColl
+on balanced fabrics."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+from scipy.optimize import linprog
+
+import mccl_opt as mo
+from instances import hpn
+from mccl_opt.allgather.colgen import CGOptions
+from mccl_opt.allgather.general import solve_general
+
+
+def _topo(nodes, links, name="r") -> mo.Topology:
+    return mo.Topology.from_dict({
+        "format": "mccl-topology/1", "name": name,
+        "nodes": [{"id": i, "kind": k} for i, k in nodes],
+        "links": [{"src": a, "dst": b, "capacity_gbps": c, "latency_us": 1.0}
+                  for a, b, c in links]})
+
+
+REPRO_100 = ([("sp0", "switch"), ("sp1", "switch"), ("sp2", "switch"), ("h1g0", "gpu"),
+              ("h1g1", "gpu")],
+             [("h1g0", "sp0", 200.), ("sp0", "h1g0", 100.), ("h1g1", "sp2", 100.),
+              ("sp2", "h1g1", 100.), ("sp0", "sp1", 3200.), ("sp1", "sp0", 3200.),
+              ("sp1", "sp2", 800.), ("sp2", "sp1", 800.), ("sp2", "sp0", 200.)])
+REPRO_9 = ([("sp0", "switch"), ("sp1", "switch"), ("sp2", "switch"), ("h0g1", "gpu"),
+            ("h1g0", "gpu"), ("h1g1", "gpu")],
+           [("h0g1", "sp1", 400.), ("sp1", "h0g1", 100.), ("h1g0", "sp1", 100.),
+            ("sp1", "h1g0", 100.), ("h1g1", "sp2", 18.), ("sp2", "h1g1", 18.),
+            ("sp0", "sp1", 200.), ("sp1", "sp0", 200.), ("sp1", "sp2", 800.),
+            ("sp2", "sp1", 100.), ("sp2", "sp0", 100.)])
+
+
+def _brute_optimum(topo: mo.Topology) -> float:
+    """The forwarding-only optimum by enumeration (independent of the solver): every
+    spanning arborescence over the GPUs, every simple switch-only path per edge, one LP
+    column per combination (tiny fabrics only)."""
+    nodes = [n.id for n in topo.nodes]
+    gpus = list(topo.gpus)
+    out = {u: [l.dst for l in topo.links if l.src == u] for u in nodes}
+
+    def paths(u, v):
+        found, stack = [], [(u, [u])]
+        while stack:
+            x, p = stack.pop()
+            for y in out[x]:
+                if y == v:
+                    found.append(p + [y])
+                elif not topo.is_gpu(y) and y not in p:
+                    stack.append((y, p + [y]))
+        return found
+
+    pp = {(u, v): paths(u, v) for u in gpus for v in gpus if u != v}
+    cols, col_root = [], []
+    for r in gpus:
+        others = [v for v in gpus if v != r]
+        for par in itertools.product(gpus, repeat=len(others)):
+            parent = dict(zip(others, par))
+            if any(parent[v] == v for v in others):
+                continue
+            ok = True
+            for v in others:
+                u, s = v, 0
+                while u != r and s <= len(gpus):
+                    u, s = parent[u], s + 1
+                ok &= u == r
+            if not ok:
+                continue
+            for choice in itertools.product(*(pp[(parent[v], v)] for v in others)):
+                load = np.zeros(topo.num_links)
+                for p in choice:
+                    for a, b in zip(p, p[1:]):
+                        load[topo.link_index(a, b)] += 1
+                cols.append(load)
+                col_root.append(gpus.index(r))
+    n = len(cols)
+    g = len(gpus)
+    # variables: x, w_1..w_n ; max x
+    A = np.zeros((g + topo.num_links, n + 1))
+    A[:g, 0] = 1.0
+    for j, (load, r) in enumerate(zip(cols, col_root)):
+        A[r, j + 1] = -1.0
+        A[g:, j + 1] = load
+    b = np.concatenate([np.zeros(g), topo.arrays.capacity])
+    c = np.zeros(n + 1)
+    c[0] = -1.0
+    res = linprog(c, A_ub=A, b_ub=b, bounds=(0, None), method="highs")
+    return -res.fun
+
+
+@pytest.mark.parametrize("case,expected", [(REPRO_100, 100.0), (REPRO_9, 9.0)])
+def test_reproducers_reach_the_forwarding_only_optimum(case, expected):
+    topo = _topo(*case)
+    for k in (10, None):
+        s = solve_general(topo, max_chunks=k)
+        mo.validate(topo, s)
+        assert s.lp_rate_gbps == pytest.approx(expected, rel=1e-9)
+        assert s.stats["bound_gbps"] >= s.lp_rate_gbps * (1 - 1e-12)
+        assert s.stats["cg_gap"] <= 1e-8
+    assert s.rate_gbps == pytest.approx(expected, rel=1e-9)       # fractional: the optimum
+
+
+def test_hpn_one_direction_degradation():
+    topo = hpn(1, 2, 8).with_capacity({("s0h0g1", "s0h0nvs"): 360.0})
+    s = solve_general(topo, max_chunks=None)
+    mo.validate(topo, s)
+    assert s.lp_rate_gbps == pytest.approx(593.0 / 3.0, rel=1e-9)   # 197.67 Gbps
+    rounded = solve_general(topo, max_chunks=10)
+    mo.validate(topo, rounded)
+    assert 0.9 * s.lp_rate_gbps <= rounded.rate_gbps <= rounded.lp_rate_gbps
+    assert rounded.rounding_gap == pytest.approx(1 - rounded.rate_gbps / rounded.lp_rate_gbps)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_matches_enumeration_on_tiny_unbalanced_fabrics(seed):
+    rng = np.random.default_rng(seed)
+    nodes = [("g0", "gpu"), ("g1", "gpu"), ("g2", "gpu"), ("s0", "switch"), ("s1", "switch")]
+    links = []
+    for u, v in [("g0", "s0"), ("g1", "s0"), ("g2", "s1"), ("s0", "s1"), ("g1", "s1")]:
+        links.append((u, v, float(rng.choice([10.0, 25.0, 40.0, 100.0]))))
+        links.append((v, u, float(rng.choice([10.0, 25.0, 40.0, 100.0]))))   # asymmetric
+    if seed % 2:
+        links.append(("g0", "g2", 15.0))                                      # a direct link
+    topo = _topo(nodes, links)
+    s = solve_general(topo, max_chunks=None)
+    mo.validate(topo, s)
+    assert s.lp_rate_gbps == pytest.approx(_brute_optimum(topo), rel=1e-7)
+
+
+def test_rounding_respects_max_chunks():
+    topo = _topo(*REPRO_9)
+    for k in (1, 3, 7):
+        s = solve_general(topo, max_chunks=k)
+        rep = mo.validate(topo, s)
+        assert rep.rate_gbps == pytest.approx(s.rate_gbps)
+        for r in topo.gpus:
+            shares = [c.share for c in s.chunks if c.src == r]
+            assert len(shares) <= k and sum(shares) == pytest.approx(1.0)
+            assert all(abs(x * k - round(x * k)) < 1e-9 for x in shares)
+
+
+@pytest.mark.parametrize("shape", [(1, 2, 4), (1, 3, 2)])
+def test_agrees_with_forestcoll_on_balanced_fabrics(shape):
+    """On balanced fabrics ForestColl's cut optimum is reachable, so both methods find
+    the same optimum, and neither rounded rate exceeds it."""
+    from instances import fail1, fail2
+    for topo in (hpn(*shape), fail2(hpn(*shape)), fail1(hpn(*shape))):
+        fc = mo.solve_allgather(topo, max_chunks=10)
+        s = solve_general(topo, max_chunks=10)
+        mo.validate(topo, s)
+        assert s.lp_rate_gbps == pytest.approx(fc.lp_rate_gbps, rel=1e-7)
+        assert fc.rate_gbps <= s.lp_rate_gbps * (1 + 1e-9)
+        assert 0.8 * s.lp_rate_gbps <= s.rate_gbps <= s.lp_rate_gbps * (1 + 1e-12)
+
+
+def test_warm_start_after_one_link_change():
+    topo = hpn(1, 2, 4).with_capacity({("s0h0g1", "s0h0nvs"): 300.0})
+    first = solve_general(topo, max_chunks=10)
+    changed = topo.with_capacity({("s0h1g2", "s0tor2"): 150.0})
+    cold = solve_general(changed, max_chunks=10)
+    warm = solve_general(changed, warm=first, max_chunks=10)
+    mo.validate(changed, warm)
+    assert warm.lp_rate_gbps == pytest.approx(cold.lp_rate_gbps, rel=1e-9)
+    assert warm.stats["warm_columns"] > 0
+    loaded = mo.Schedule.from_dict(first.to_dict())             # no warm state: from chunks
+    again = solve_general(changed, warm=loaded, max_chunks=10)
+    assert again.stats["warm_columns"] == len(first.chunks)
+    assert again.lp_rate_gbps == pytest.approx(cold.lp_rate_gbps, rel=1e-9)
+    other = solve_general(hpn(1, 3, 2), warm=first)             # other GPUs: nothing reused
+    assert other.stats["warm_columns"] == 0
+
+
+def test_node_order_does_not_change_the_optimum():
+    nodes, links = REPRO_9
+    a = solve_general(_topo(nodes, links), max_chunks=None)
+    b = solve_general(_topo(nodes[::-1], links[::-1]), max_chunks=None)
+    assert a.lp_rate_gbps == pytest.approx(b.lp_rate_gbps, rel=1e-9)
+
+
+def test_time_limit_returns_a_valid_schedule_with_its_gap():
+    topo = hpn(1, 3, 4).with_capacity({("s0h0g1", "s0h0nvs"): 300.0})
+    s = solve_general(topo, max_chunks=None,
+                      options=CGOptions(seed_rounds=1, time_limit=0.0))
+    mo.validate(topo, s)
+    assert s.stats["cg_status"] in ("time_limit", "optimal")
+    assert s.stats["bound_gbps"] >= s.lp_rate_gbps * (1 - 1e-12)
