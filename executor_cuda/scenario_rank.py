@@ -62,14 +62,17 @@ class ModelReporter:
     A message's time on the emulated fabric depends on how many messages share its
     links in its round, which changes with the schedule; so each pair's measured
     seconds over a collective are compared with the seconds the schedule's own round
-    model predicts on the *nominal* fabric (:meth:`FabricEmulator.program_delays`):
-    ``ratio = expected / measured``.  The median of a pair's warm-up ratios (for a
-    pair first used later, of all pairs' warm-up ratios) is its healthy baseline (fixed software overheads, like the paper's startup probing); the pair is
-    reported at ``nominal * min(1, median of its last `window` ratios / baseline)``: the
-    median of a few measurement windows (paper §5) ignores one slow collective (a busy
-    shared core) and follows a lasting change after ``window // 2 + 1`` collectives.
-    While :attr:`calibrating` (the healthy warm-up collectives) ratios only build the
-    baselines.
+    model predicts on the *nominal* fabric (:meth:`FabricEmulator.program_delays`).
+    gloo adds a roughly fixed cost per message (posting, copying, waking the receiving
+    thread), which would make a slow link look faster than it is if it were divided
+    out as a ratio; so the healthy warm-up collectives (:attr:`calibrating`, like the
+    paper's startup probing) estimate it per message, as the median of
+    ``(measured - expected) / messages`` of the pair (for a pair first used later, of
+    all pairs), and later samples report
+    ``nominal * min(1, expected / (measured - messages * cost))``.  Each pair reports
+    the median of its last ``window`` collectives: the median of a few measurement
+    windows (paper §5) ignores one slow collective (a busy shared core) and follows a
+    lasting change after ``window // 2 + 1`` collectives.
     """
 
     def __init__(self, emulator: FabricEmulator, nominal: dict[tuple[str, str], float],
@@ -78,9 +81,9 @@ class ModelReporter:
         self.nominal = nominal
         self.nominal_cap = emulator.topo.arrays.capacity.astype(float)
         self.window = window
+        self.overhead: dict[tuple[str, str], list[float]] = {}
         self.recent: dict[tuple[str, str], deque[float]] = {}
         self.calibrating = True
-        self.baseline: dict[tuple[str, str], list[float]] = {}
         self._expected: dict[int, tuple[Any, dict[tuple[int, int], float]]] = {}
 
     def expected(self, prog: Any, elem_bytes: int) -> dict[tuple[int, int], float]:
@@ -97,25 +100,26 @@ class ModelReporter:
                  now: float) -> list[dict[str, Any]]:
         rank = {g: r for r, g in enumerate(self.emu.gpus)}
         expect = self.expected(prog, elem_bytes)
-        pooled = [x for h in self.baseline.values() for x in h]
+        pooled = [x for h in self.overhead.values() for x in h]
         out: list[dict[str, Any]] = []
         for s in samples:
             key = (s.src, s.dst)
             exp = expect.get((rank.get(s.src, -1), rank.get(s.dst, -1)), 0.0)
             nominal = self.nominal.get(key)
-            if nominal is None or exp <= 0 or s.seconds <= 0:
+            if nominal is None or exp <= 0 or s.seconds <= 0 or s.count < 1:
                 continue
-            ratio = exp / s.seconds
             if self.calibrating:
-                self.baseline.setdefault(key, []).append(ratio)
+                self.overhead.setdefault(key, []).append((s.seconds - exp) / s.count)
                 continue
-            hist = self.baseline.get(key) or pooled
+            hist = self.overhead.get(key) or pooled
             if not hist:
                 continue
+            cost = max(0.0, statistics.median(hist))
+            ratio = exp / max(s.seconds - s.count * cost, 1e-9)
             recent = self.recent.setdefault(key, deque(maxlen=self.window))
-            recent.append(ratio / statistics.median(hist))
+            recent.append(min(1.0, ratio))
             out.append({"kind": "pair", "src": s.src, "dst": s.dst,
-                        "gbps": nominal * min(1.0, statistics.median(recent)), "t": now})
+                        "gbps": nominal * statistics.median(recent), "t": now})
         return out
 
 

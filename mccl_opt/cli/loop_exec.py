@@ -35,6 +35,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     def handler(args: argparse.Namespace) -> int:
         if args.executor == "gloo":
             return _gloo(args)
+        if args.world is not None:
+            from mccl_opt.errors import MCCLError
+
+            raise MCCLError("--world applies to --executor gloo (the simulation takes its GPUs from the fabric)")
         return sim_handler(args)
 
     loop.set_defaults(handler=handler)
