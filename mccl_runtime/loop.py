@@ -24,7 +24,9 @@ follows (an upper bound: it delays that collective by the probe's duration).
 Timing model (simulated clock, real synthesis):
 
 * ``detect``: from the event to the collective boundary at which a job starts.
-* ``synth``: the synthesizer's measured wall time (summed over superseded jobs);
+* ``synth``: the synthesizer's measured wall time (summed over superseded jobs), or
+  ``synth_ms`` when given (a modelled synthesizer speed: deterministic runs on a loaded
+  machine);
   collectives keep running on the stale schedule meanwhile and their telemetry is
   ingested.  When that time has elapsed (also in the middle of a collective) the
   manager re-checks on the telemetry received so far and publishes, aborts or restarts.
@@ -85,6 +87,7 @@ class LoopConfig:
     probe_idle_only: bool = True
     fluid: bool | None = None
     level: LevelParams = LevelParams()
+    synth_ms: float | None = None
 
 
 @dataclass
@@ -266,10 +269,12 @@ def run_loop(cfg: LoopConfig = LoopConfig(), synthesize: Synthesizer | None = No
                 stamped += [(t, e) for e in manager.step(t)]
             for now, e in stamped:
                 out.events.append(e.to_dict() | {"t_ms": now * 1e3})
+                if cfg.synth_ms is not None and "synth_s" in e.detail:
+                    out.events[-1]["detail"]["synth_s"] = cfg.synth_ms / 1e3
                 if e.action == "resynthesis":
-                    # the job's result becomes visible once its measured wall time has elapsed
+                    # the job's result becomes visible once its (measured or modelled) time has elapsed
                     manager.wait_idle()
-                    ready_t = now + _last_synth_s(manager)
+                    ready_t = now + (_last_synth_s(manager) if cfg.synth_ms is None else cfg.synth_ms / 1e3)
                 elif e.action == "published":
                     wall = time.perf_counter()
                     validate(topo.with_capacities(coll.synth_capacity),
