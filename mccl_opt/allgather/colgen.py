@@ -39,8 +39,8 @@ class CGOptions:
     """Tolerances and column management of :func:`column_generation`."""
 
     rel_tol: float = 1e-9          # stop when bound - x <= rel_tol * x
-    drop_after: int = 10           # drop columns at zero weight for this many rounds ...
-    drop_min_pool: int = 0         # ... once the pool exceeds this many (0: 8 x rows)
+    drop_after: int = 2            # drop columns at zero weight for this many rounds ...
+    drop_min_pool: int = 0         # ... once the pool exceeds this many (0: the row count)
     max_rounds: int = 10_000
     time_limit: float | None = None
     method: str = "primal"         # LP method of the master re-solves
@@ -138,7 +138,7 @@ def column_generation(topo: Topology, backend: Backend, capacity: np.ndarray,
     pool = TreePool()
     pool.append(roots, trees)
     master = TreeMaster(backend, g, capacity, pool)
-    min_pool = options.drop_min_pool or 8 * (g + capacity.size)
+    min_pool = options.drop_min_pool or g + capacity.size
     age = np.zeros(len(pool), dtype=np.int64)
     best_bound = np.inf
     history: list[tuple[float, float]] = []

@@ -103,6 +103,14 @@ def _depth(edges: tuple[tuple[str, ...], ...], root: str) -> int:
     return best
 
 
+def _rate_scale(topo: Topology) -> float:
+    """The smallest GPU egress capacity: an upper bound on the rate (every root sends its
+    shard out), so the master's rate and capacities are O(1) whatever the units."""
+    arr = topo.arrays
+    egress = np.bincount(arr.tail, weights=arr.capacity, minlength=topo.num_nodes)
+    return float(egress[arr.gpu_nodes].min())
+
+
 def solve_general(topo: Topology, warm: Schedule | None = None, backend: str = "highs",
                   max_chunks: int | None = 10, cut_bound_gbps: float | None = None,
                   options: CGOptions = CGOptions()) -> Schedule:
@@ -114,7 +122,7 @@ def solve_general(topo: Topology, warm: Schedule | None = None, backend: str = "
         raise TopologyError("an AllGather needs at least 2 GPUs")
     t_start = time.perf_counter()
     arr = topo.arrays
-    scale = float(arr.capacity.max())
+    scale = _rate_scale(topo)
     capacity = arr.capacity / scale
     stats: dict[str, Any] = {"warm": warm is not None, "method": "general"}
     roots, trees = _warm_columns(warm, topo)
