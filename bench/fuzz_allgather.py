@@ -48,7 +48,7 @@ def _cap(rng: np.random.Generator) -> float:
     return float(rng.choice(ODD)) if rng.random() < 0.6 else round(float(rng.uniform(1, 3200)), 3)
 
 
-def random_fabric(rng: np.random.Generator, max_gpus: int) -> mo.Topology:
+def random_fabric(rng: np.random.Generator, max_gpus: int, index: int) -> mo.Topology:
     """GPUs on 1-2 switches of a switch tree, extra cables, asymmetric and one-direction links."""
     n = int(rng.integers(2, max_gpus + 1))
     m = int(rng.integers(0 if n <= 4 else 1, 5))
@@ -81,10 +81,11 @@ def random_fabric(rng: np.random.Generator, max_gpus: int) -> mo.Topology:
             links[a, b] = _cap(rng)                               # one-direction link
     nodes = [(g, "gpu") for g in gpus] + [(s, "switch") for s in sws]
     return mo.Topology.from_dict(topology_dict(nodes, [(a, b, c) for (a, b), c in links.items()],
-                                               f"random-{n}g{m}s"))
+                                               f"random{index}-{n}g{m}s"))
 
 
-def hpn_chain(rng: np.random.Generator, shape: tuple[int, int, int], steps: int) -> Iterator[mo.Topology]:
+def hpn_chain(rng: np.random.Generator, shape: tuple[int, int, int], steps: int,
+              chain: int) -> Iterator[mo.Topology]:
     """Degradations (one or both directions) and repairs of random cables of an HPN fabric."""
     base = hpn(*shape)
     healthy = {(l.src, l.dst): l.capacity_gbps for l in base.links}
@@ -100,7 +101,8 @@ def hpn_chain(rng: np.random.Generator, shape: tuple[int, int, int], steps: int)
             changes = {(link.src, link.dst): gbps}
             if kind == "both":
                 changes[link.dst, link.src] = gbps
-        topo = topo.with_capacity(changes).renamed(f"hpn-{'x'.join(map(str, shape))}-step{step}-{kind}")
+        name = f"hpn-{'x'.join(map(str, shape))}-c{chain}s{step}-{kind}"
+        topo = topo.with_capacity(changes).renamed(name)
         yield topo
 
 
@@ -120,7 +122,7 @@ class Tally:
         self.example: dict[tuple[str, str], str] = {}
         self.gaps: list[tuple[float, float, str, str]] = []
         self.order: list[str] = []
-        self.times: dict[str, list[float]] = defaultdict(list)
+        self.times: dict[str, list[tuple[float, str]]] = defaultdict(list)
         self.cut_reported = [0, 0]          # fabrics with cut > optimum: [reported, all]
 
     def solve(self, mode: str, topo: mo.Topology, opt: float, timeout: float,
@@ -131,7 +133,7 @@ class Tally:
         try:
             sched = call()
             signal.alarm(0)
-            self.times[mode].append(time.perf_counter() - t0)
+            self.times[mode].append((time.perf_counter() - t0, topo.name))
             problem = self._judge(topo, sched, opt, max_chunks)
         except SolveTimeout:
             problem = ("Timeout", f"over {timeout:.0f} s")
@@ -170,11 +172,11 @@ class Tally:
 def fuzz(args: argparse.Namespace) -> Tally:
     rng = np.random.default_rng(args.seed)
     tally = Tally()
-    fabrics: list[tuple[str, mo.Topology]] = [("random", random_fabric(rng, 10))
-                                              for _ in range(args.random)]
+    fabrics: list[tuple[str, mo.Topology]] = [("random", random_fabric(rng, 10, i))
+                                              for i in range(args.random)]
     for shape in [(1, 2, 4), (1, 2, 8), (2, 2, 4)]:
-        for _ in range(args.chains):
-            fabrics += [("hpn", t) for t in hpn_chain(rng, shape, args.steps)]
+        for chain in range(args.chains):
+            fabrics += [("hpn", t) for t in hpn_chain(rng, shape, args.steps, chain)]
     previous: mo.Schedule | None = None
     for i, (family, topo) in enumerate(fabrics):
         opt = forwarding_optimum(topo).rate_gbps
@@ -190,7 +192,7 @@ def fuzz(args: argparse.Namespace) -> Tally:
         if (None in rates and rates != [None, None]) or \
                 (None not in rates and abs(rates[0] - rates[1]) > REL * rates[0]):
             tally.order.append(f"{topo.name}: lp_rate {rates[0]} as listed, {rates[1]} shuffled")
-        if family == "hpn" and previous is not None and "step0" not in topo.name:
+        if family == "hpn" and previous is not None and "s0-" not in topo.name:
             warm_from = previous
             tally.solve("warm", topo, opt, args.timeout,
                         lambda: mo.solve_allgather(topo, warm=warm_from), 10)
@@ -225,9 +227,10 @@ def report(tally: Tally, seconds: float) -> None:
         print(f"  {row}")
     print(f"fabrics whose cut bound is above the forwarding-only optimum: {tally.cut_reported[1]}; "
           f"stats['cut_bound_gbps'] reported by the cold solve on {tally.cut_reported[0]}")
-    print("\nsolve seconds per mode: median / max")
+    print("\nsolve seconds per mode: median / max (slowest fabric)")
     for mode, ts in sorted(tally.times.items()):
-        print(f"  {mode:9} {np.median(ts):.3f} / {max(ts):.3f}")
+        worst = max(ts)
+        print(f"  {mode:9} {np.median([t for t, _ in ts]):.3f} / {worst[0]:.3f} ({worst[1]})")
 
 
 def main(argv: list[str] | None = None) -> int:
