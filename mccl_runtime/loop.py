@@ -23,7 +23,9 @@ follows (an upper bound: it delays that collective by the probe's duration).
 
 Timing model (simulated clock, real synthesis):
 
-* ``detect``: from the event to the collective boundary at which a job starts.
+* ``detect``: from the event to the decision that starts a job.  The controller gets each
+  window's sample at the window's end and decides every ``tick_ms`` (1 ms) and at every
+  collective boundary, so a long collective does not delay detection to its end.
 * ``synth``: the synthesizer's measured wall time (summed over superseded jobs), or
   ``synth_ms`` when given (a modelled synthesizer speed: deterministic runs on a loaded
   machine);
@@ -88,6 +90,7 @@ class LoopConfig:
     fluid: bool | None = None
     level: LevelParams = LevelParams()
     synth_ms: float | None = None
+    tick_ms: float = 1.0
 
 
 @dataclass
@@ -215,6 +218,61 @@ class _Probe:
         return charged, links, times, gbps
 
 
+class _Controller:
+    """The controller's side of the loop: telemetry arrives in time order and is decided on
+    every ``tick_ms`` (also inside a long collective), and when a job's time has elapsed."""
+
+    def __init__(self, cfg: LoopConfig, store: MeasurementStore, manager: ScheduleManager,
+                 topo: Topology, out: LoopResult) -> None:
+        self.cfg, self.store, self.manager, self.topo, self.out = cfg, store, manager, topo, out
+        self.tick = cfg.tick_ms / 1e3
+        self.cursor, self.ready_t, self.swap_at = 0.0, math.inf, math.inf
+
+    def advance(self, until: float, links: np.ndarray, times: np.ndarray, gbps: np.ndarray) -> None:
+        """Ingest the samples (all at or before ``until``), deciding on the way."""
+        order = np.argsort(times, kind="stable")
+        links, times, gbps = links[order], times[order], gbps[order]
+        i = 0
+        while True:
+            tau = min(self.cursor + self.tick, until, self.ready_t)
+            j = int(np.searchsorted(times, tau, side="right"))
+            if j > i:
+                self.store.ingest_links(links[i:j], times[i:j], gbps[i:j])
+                i = j
+            if tau >= self.ready_t:          # the job's time has elapsed: decide on the telemetry so far
+                self.ready_t = math.inf
+                events = self.manager.poll(tau)
+            else:
+                events = self.manager.step(tau) if math.isinf(self.ready_t) else []
+            for e in events:
+                self._handle(tau, e)
+            self.cursor = max(self.cursor, tau)
+            if tau >= until and self.ready_t > until:
+                break
+        if i < len(times):
+            self.store.ingest_links(links[i:], times[i:], gbps[i:])
+
+    def _handle(self, now: float, e: Any) -> None:
+        from mccl_opt.validate import validate
+
+        cfg = self.cfg
+        self.out.events.append(e.to_dict() | {"t_ms": now * 1e3})
+        detail = self.out.events[-1]["detail"]
+        if cfg.synth_ms is not None and "synth_s" in detail:
+            detail["synth_s"] = cfg.synth_ms / 1e3
+        if e.action == "resynthesis":
+            # the job's result becomes visible once its (measured or modelled) time has elapsed
+            self.manager.wait_idle()
+            self.ready_t = now + (_last_synth_s(self.manager) if cfg.synth_ms is None else cfg.synth_ms / 1e3)
+        elif e.action == "published":
+            coll = self.manager.get(e.comm, e.name)
+            wall = time.perf_counter()
+            validate(self.topo.with_capacities(coll.synth_capacity),
+                     Schedule.from_dict(json.loads(json.dumps(coll.schedule.to_dict()))))
+            detail["dispatch_s"] = time.perf_counter() - wall
+            self.swap_at = now + detail["dispatch_s"] + cfg.oob_ms / 1e3
+
+
 def run_loop(cfg: LoopConfig = LoopConfig(), synthesize: Synthesizer | None = None,
              scenario: Scenario | None = None) -> LoopResult:
     """Run the closed loop of the module docstring on ``scenario`` (default: the
@@ -238,12 +296,13 @@ def run_loop(cfg: LoopConfig = LoopConfig(), synthesize: Synthesizer | None = No
     breaks = np.array([tb for tb, _, _ in timeline])
     cache: dict[tuple[int, int], tuple[Any, tuple[np.ndarray, np.ndarray, np.ndarray]]] = {}
     out = LoopResult(scn)
-    t, active, ready_t, swap_at = 0.0, coll.schedule, math.inf, math.inf
+    ctl = _Controller(cfg, store, manager, topo, out)
+    t, active = 0.0, coll.schedule
     used = coll.profile.loads > 0                          # links the active schedule uses
     try:
         while t < scn.duration_s:
-            if t >= swap_at:                               # the next collective runs the new version
-                active, swap_at, used = coll.schedule, math.inf, coll.profile.loads > 0
+            if t >= ctl.swap_at:                           # the next collective runs the new version
+                active, ctl.swap_at, used = coll.schedule, math.inf, coll.profile.loads > 0
             k = int(np.searchsorted(breaks, t, side="right")) - 1
             key = (active.version, k)
             hit = cache.get(key)
@@ -260,28 +319,7 @@ def run_loop(cfg: LoopConfig = LoopConfig(), synthesize: Synthesizer | None = No
                              "algbw": scn.topology.num_gpus * scn.message_bytes / (t - start) / 1e9})
             gbps = np.concatenate([gw, py])
             gbps = np.maximum(0.0, gbps * (1.0 + scn.noise * rng.standard_normal(gbps.size)))
-            stamped: list[tuple[float, Any]] = []
-            if t >= ready_t:       # the job finished during this collective: decide then, on the telemetry so far
-                now, ready_t = ready_t, math.inf
-                stamped += [(now, e) for e in manager.poll(now)]
-            store.ingest_links(np.concatenate([links, pl]), np.concatenate([start + charged + tw, pt]), gbps)
-            if math.isinf(ready_t) and not any(e.action == "resynthesis" for _, e in stamped):
-                stamped += [(t, e) for e in manager.step(t)]
-            for now, e in stamped:
-                out.events.append(e.to_dict() | {"t_ms": now * 1e3})
-                if cfg.synth_ms is not None and "synth_s" in e.detail:
-                    out.events[-1]["detail"]["synth_s"] = cfg.synth_ms / 1e3
-                if e.action == "resynthesis":
-                    # the job's result becomes visible once its (measured or modelled) time has elapsed
-                    manager.wait_idle()
-                    ready_t = now + (_last_synth_s(manager) if cfg.synth_ms is None else cfg.synth_ms / 1e3)
-                elif e.action == "published":
-                    wall = time.perf_counter()
-                    validate(topo.with_capacities(coll.synth_capacity),
-                             Schedule.from_dict(json.loads(json.dumps(coll.schedule.to_dict()))))
-                    dispatch = time.perf_counter() - wall
-                    out.events[-1]["detail"]["dispatch_s"] = dispatch
-                    swap_at = now + dispatch + cfg.oob_ms / 1e3
+            ctl.advance(t, np.concatenate([links, pl]), np.concatenate([start + charged + tw, pt]), gbps)
     finally:
         manager.close()
     out.summary = summarize(out, cfg, synthesize, fluid)
