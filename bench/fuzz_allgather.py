@@ -3,19 +3,22 @@ independent oracle of ``tests/oracle_allgather.py`` (forwarding-only optimum, cu
 schedule checker).  A script, not a test (pytest collects ``bench_*.py`` only).
 
     python bench/fuzz_allgather.py [--random 200] [--chains 4] [--steps 6] [--seed 0]
-                                   [--exact-gpus 6] [--timeout 60]
+                                   [--exact-gpus 6] [--timeout 60] [--entry MODULE:FUNCTION]
 
 Fabrics: seeded random ones (2-10 GPUs, up to 4 switches, asymmetric cables, one-direction
 links, odd capacities) and chains of one-direction degradations, two-direction
 degradations and repairs on HPN 1x2x4, 1x2x8 and 2x2x4 (each step solved cold and warm
 from the previous step).  Every fabric is also solved with nodes and links shuffled.
 Prints failures by mode and exception type, the worst gaps of ``lp_rate_gbps`` and
-``rate_gbps`` to the oracle, order dependence and solve times.
+``rate_gbps`` to the oracle, order dependence and solve times.  ``--entry`` judges
+another function with ``solve_allgather``'s signature (default
+``mccl_opt:solve_allgather``).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import signal
 import sys
 import time
@@ -169,7 +172,7 @@ class Tally:
         return None
 
 
-def fuzz(args: argparse.Namespace) -> Tally:
+def fuzz(args: argparse.Namespace, solve: Callable[..., mo.Schedule]) -> Tally:
     rng = np.random.default_rng(args.seed)
     tally = Tally()
     fabrics: list[tuple[str, mo.Topology]] = [("random", random_fabric(rng, 10, i))
@@ -181,13 +184,13 @@ def fuzz(args: argparse.Namespace) -> Tally:
     for i, (family, topo) in enumerate(fabrics):
         opt = forwarding_optimum(topo).rate_gbps
         cut = cut_bound(topo)
-        cold = tally.solve("cold", topo, opt, args.timeout, lambda: mo.solve_allgather(topo), 10)
+        cold = tally.solve("cold", topo, opt, args.timeout, lambda: solve(topo), 10)
         if cut > opt * (1 + REL):
             tally.cut_reported[1] += 1
             tally.cut_reported[0] += cold is not None and "cut_bound_gbps" in cold.stats
         other = shuffled(topo, rng)
         moved = tally.solve("shuffled", other, opt, args.timeout,
-                            lambda: mo.solve_allgather(other), 10)
+                            lambda: solve(other), 10)
         rates = [None if s is None else s.lp_rate_gbps for s in (cold, moved)]
         if (None in rates and rates != [None, None]) or \
                 (None not in rates and abs(rates[0] - rates[1]) > REL * rates[0]):
@@ -195,10 +198,10 @@ def fuzz(args: argparse.Namespace) -> Tally:
         if family == "hpn" and previous is not None and "s0-" not in topo.name:
             warm_from = previous
             tally.solve("warm", topo, opt, args.timeout,
-                        lambda: mo.solve_allgather(topo, warm=warm_from), 10)
+                        lambda: solve(topo, warm=warm_from), 10)
         if topo.num_gpus <= args.exact_gpus:
             tally.solve("exact", topo, opt, args.timeout,
-                        lambda: mo.solve_allgather(topo, max_chunks=None), None)
+                        lambda: solve(topo, max_chunks=None), None)
         previous = cold
         if (i + 1) % 50 == 0:
             print(f"... {i + 1}/{len(fabrics)} fabrics", file=sys.stderr, flush=True)
@@ -242,14 +245,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--exact-gpus", type=int, default=6,
                     help="also solve max_chunks=None on fabrics with at most this many GPUs")
     ap.add_argument("--timeout", type=float, default=60, help="seconds per solve")
+    ap.add_argument("--entry", default="mccl_opt:solve_allgather",
+                    help="the solver to judge, MODULE:FUNCTION (default mccl_opt:solve_allgather)")
     args = ap.parse_args(argv)
+    module, _, name = args.entry.partition(":")
+    solve = getattr(importlib.import_module(module), name)
     signal.signal(signal.SIGALRM, _alarm)
-    first = mo.solve_allgather(hpn(1, 2, 2))                  # compile/load the kernels first
-    mo.solve_allgather(hpn(1, 2, 2).with_capacity(src="s0h0g0", dst="s0h0nvs", gbps=800.0,
-                                                  both_directions=False), warm=first)
-    mo.solve_allgather(hpn(1, 2, 2), max_chunks=None)
+    first = solve(hpn(1, 2, 2))                               # compile/load the kernels first
+    solve(hpn(1, 2, 2).with_capacity(src="s0h0g0", dst="s0h0nvs", gbps=800.0,
+                                     both_directions=False), warm=first)
+    solve(hpn(1, 2, 2), max_chunks=None)
+    print(f"judging {args.entry}")
     t0 = time.perf_counter()
-    tally = fuzz(args)
+    tally = fuzz(args, solve)
     report(tally, time.perf_counter() - t0)
     return 0
 
