@@ -52,6 +52,37 @@ def test_emulator_slows_transfers_crossing_a_degraded_link():
     assert emu.program_time_s(prog, 4) == pytest.approx(8 * emu.program_time_s(prog, 4, topo.arrays.capacity))
 
 
+def test_reporter_removes_the_per_message_cost_and_ignores_one_slow_collective():
+    from executor_cuda.faults import FabricEmulator
+    from executor_cuda.reporting import pair_nominal
+    from executor_cuda.scenario_rank import ModelReporter
+    from executor_cuda.telemetry import LinkSample
+    from instances import hpn
+    from mccl_opt.lowering.program import compile_schedule, direct_schedule
+
+    topo = hpn(1, 1, 4)
+    g = topo.gpus
+    emu = FabricEmulator(topo, g, time_scale=1.0, byte_scale=1.0)
+    prog = compile_schedule(direct_schedule("allgather", g), 1000)
+    e = 3 * 4000 * 8 / 2880e9                 # every message's nominal time (see above)
+    cost = 4 * e                              # gloo's per-message cost dominates
+    rep = ModelReporter(emu, pair_nominal(topo))
+
+    def push(slow: float, slow_pair=(g[0], g[1])) -> dict:
+        samples = [LinkSample(a, b, 4000, (slow if (a, b) == slow_pair else 1.0) * e + cost, 1, 0, 0)
+                   for a in g for b in g if a != b]
+        return {(x["src"], x["dst"]): x["gbps"] for x in rep(samples, prog, 4, 0.0)}
+
+    assert push(1.0) == {}                    # calibrating: nothing reported
+    rep.calibrating = False
+    for _ in range(2):
+        assert all(v == pytest.approx(2880) for v in push(1.0).values())
+    assert push(8.0)[(g[0], g[1])] == pytest.approx(2880)       # one slow collective: median of 3
+    got = push(8.0)
+    assert got[(g[0], g[1])] == pytest.approx(2880 / 8)          # a lasting one: the link's level
+    assert got[(g[1], g[0])] == pytest.approx(2880)
+
+
 def test_real_ranks_swap_and_recover(tmp_path, capsys):
     rc = main(["loop", "--executor", "gloo", "--world", "4", "--scenario", _scenario(tmp_path), "--json"])
     out = capsys.readouterr()
