@@ -247,7 +247,7 @@ def rank_main(rank: int, world: int, plan: RankPlan) -> dict[str, Any]:
     pusher = _Pusher(plan.endpoint, plan.client_timeout_s)
     sub = client.subscribe()
     sub.wait_connected(5.0)
-    received: list[tuple[int, float]] = []
+    received: list[tuple[int, float, float | None]] = []      # version, arrival, synthesis s
     origin = [0.0]
     stop = threading.Event()
 
@@ -255,7 +255,9 @@ def rank_main(rank: int, world: int, plan: RankPlan) -> dict[str, Any]:
         while not stop.is_set():
             upd = sub.recv(0.1)
             if upd is not None and upd[1] == NAME and upd[2] > comm.active[plan.collective].version:
-                received.append((upd[2], time.time() - origin[0]))
+                seconds = upd[3].solver.get("seconds") if isinstance(upd[3].solver, dict) else None
+                received.append((upd[2], time.time() - origin[0],
+                                 float(seconds) if isinstance(seconds, (int, float)) else None))
                 comm.stage(upd[3])
 
     work = _Workload(plan.collective, rank, world, plan.block_numel)

@@ -14,7 +14,11 @@ divided by ``time_scale``):
   directly on the event's fabric;
 * ``recovery_ratio = algbw_after / algbw_offline`` (``recovery_ratio3`` with
   ``time_after3_ms``);
-* ``reaction_ms``: from the event to the start of the first collective on a new version;
+* ``reaction_ms``: from the event to the start of the first collective on a new version,
+  made of ``received_ms`` (the event to the version's arrival at rank 0: detection,
+  synthesis and publishing in the controller) and ``swap_ms`` (arrival to the first
+  collective on it: staging, the out-of-band exchange, the next collective boundary);
+  ``synth_ms`` is the synthesizer's time written in the schedule;
 * ``versions``: versions the ranks received from the controller between the event and
   the next one, with the time each arrived.
 """
@@ -42,7 +46,7 @@ def _median(xs: Sequence[float]) -> float | None:
     return statistics.median(xs) if xs else None
 
 
-def _event(i: int, scenario: Any, plan: Any, rows: list[dict[str, Any]], received: list[tuple[int, float]],
+def _event(i: int, scenario: Any, plan: Any, rows: list[dict[str, Any]], received: list[tuple[int, float, Any]],
            offline: dict[int, float], state: int, algbw: Any) -> dict[str, Any]:
     ev = scenario.events[i]
     te = plan.timeline[state][0]
@@ -67,8 +71,12 @@ def _event(i: int, scenario: Any, plan: Any, rows: list[dict[str, Any]], receive
         "time_final_ms": ms(final[-1]["dt"] if final else None), "time_offline_ms": ms(t_off),
         "reaction_ms": None if first_new is None else 1e3 * (first_new["start"] - te),
         "degraded_collectives": len(degraded),
-        "versions": [{"version": v, "t_ms": 1e3 * t} for v, t in received if te <= t < tn],
+        "versions": [{"version": v, "t_ms": 1e3 * t} for v, t, _ in received if te <= t < tn],
     }
+    mine = [(v, t, sec) for v, t, sec in received if te <= t < tn]
+    out["received_ms"] = 1e3 * (mine[0][1] - te) if mine else None
+    out["synth_ms"] = 1e3 * mine[0][2] if mine and mine[0][2] is not None else None
+    out["swap_ms"] = (None if not (mine and first_new) else 1e3 * (first_new["start"] - mine[0][1]))
     for key in ("before", "degraded", "after", "after3", "final", "offline"):
         out[f"algbw_{key}"] = algbw(out[f"time_{key}_ms"])
     out["recovery_ratio"] = (None if not (t_after and t_off) else t_off / t_after)
@@ -77,7 +85,7 @@ def _event(i: int, scenario: Any, plan: Any, rows: list[dict[str, Any]], receive
 
 
 def summarize(scenario: Any, res: Sequence[dict[str, Any]], plan: Any, fabric_s: float,
-              wall_s: float) -> dict[str, Any]:
+              wall_s: float, controller: dict[str, Any] | None = None) -> dict[str, Any]:
     """The ``--json`` object of a real-rank run (module docstring)."""
     rows = _merge(res)
     n = scenario.topology.num_gpus
@@ -96,7 +104,7 @@ def summarize(scenario: Any, res: Sequence[dict[str, Any]], plan: Any, fabric_s:
               for i in range(len(scenario.events))]
     t_first = plan.timeline[1][0] if len(plan.timeline) > 1 else plan.duration_s
     healthy = [r["dt"] for r in rows if r["state"] == 0 and r["end"] <= t_first]
-    false = sum(1 for _, t in received if t < t_first)
+    false = sum(1 for _, t, _ in received if t < t_first)
     false += sum(len(e["versions"]) for e in events if e["kind"] == "dip")
     return {
         "executor": "gloo", "world": n, "collective": scenario.collective,
@@ -106,7 +114,7 @@ def summarize(scenario: Any, res: Sequence[dict[str, Any]], plan: Any, fabric_s:
         "algbw_healthy": algbw(1e3 * statistics.median(healthy)) if healthy else None,
         "false_swaps": false, "collectives": len(rows),
         "wrong_results": sum(r["wrong"] for r in res),
-        "swap_rounds": res[0]["swaps"], "real_s": wall_s,
+        "swap_rounds": res[0]["swaps"], "real_s": wall_s, "controller": controller or {},
         "events": events,
     }
 
@@ -125,7 +133,9 @@ def print_summary(s: dict[str, Any], out: TextIO) -> None:
         for label in ("before", "degraded", "after", "after3", "final", "offline"):
             print(f"  {label:<9} {f(ev[f'time_{label}_ms'], ' ms'):>12}  {f(ev[f'algbw_{label}'], ' GB/s'):>14}",
                   file=out)
-        print(f"  reaction  {f(ev['reaction_ms'], ' ms')}; recovery ratio {f(ev['recovery_ratio'])} "
+        print(f"  reaction  {f(ev['reaction_ms'], ' ms')} (version received after {f(ev['received_ms'], ' ms')}, "
+              f"synthesis {f(ev['synth_ms'], ' ms')}, swap {f(ev['swap_ms'], ' ms')})", file=out)
+        print(f"  recovery ratio {f(ev['recovery_ratio'])} "
               f"(first 3: {f(ev['recovery_ratio3'])})", file=out)
         print("  versions  " + (", ".join(f"v{v['version']} at {v['t_ms']:.0f} ms" for v in ev["versions"])
                                 or "none received"), file=out)

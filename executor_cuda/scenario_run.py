@@ -206,9 +206,20 @@ def run_gloo_loop(scenario: Any, cfg: GlooLoopConfig) -> dict[str, Any]:
             if dead or not ctrl.alive():
                 raise MCCLError(f"the controller stopped answering during the run ({dead[0] if dead else ''}); "
                                 f"controller {ctrl.tail(3)}")
+            stats = _controller_stats(endpoint, cfg.client_timeout_s)
         finally:
             ctrl.stop()
-    return summarize(scenario, res, plan, fabric_s, wall)
+    return summarize(scenario, res, plan, fabric_s, wall, stats)
+
+
+def _controller_stats(endpoint: str, timeout_s: float) -> dict[str, Any]:
+    """The controller's counters (re-syntheses, published, aborted, superseded,
+    telemetry accepted/rejected) at the end of the run."""
+    from mccl_runtime.client import ControllerClient
+
+    with ControllerClient(endpoint, timeout_s=timeout_s) as client:
+        stats = client.stats()
+    return {"manager": stats.get("manager", {}), "telemetry": stats.get("telemetry", {})}
 
 
 def _last_error(text: str) -> str:
