@@ -38,9 +38,7 @@ def _warm_columns(warm: Schedule | None, topo: Topology) -> tuple[list[int], lis
     """The previous schedule's trees that are still valid on ``topo`` (same GPUs, every
     hop a link), as ``(root ranks, arcs)``; plus its kept tree columns when its links
     are ``topo``'s."""
-    if warm is None or not isinstance(warm, Schedule) or warm.collective != "allgather":
-        return [], []
-    if tuple(warm.gpus) != tuple(topo.gpus):
+    if warm is None or tuple(warm.gpus) != tuple(topo.gpus):
         return [], []
     arr = topo.arrays
     roots: list[int] = []
@@ -120,6 +118,8 @@ def solve_general(topo: Topology, warm: Schedule | None = None, backend: str = "
         raise TopologyError(f"expected a mccl_opt.Topology, got {type(topo).__name__}")
     if topo.num_gpus < 2:
         raise TopologyError("an AllGather needs at least 2 GPUs")
+    if warm is not None and (not isinstance(warm, Schedule) or warm.collective != "allgather"):
+        raise TypeError("warm must be a previous AllGather Schedule")
     t_start = time.perf_counter()
     arr = topo.arrays
     scale = _rate_scale(topo)

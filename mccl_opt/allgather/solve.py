@@ -25,6 +25,7 @@ from ..topology import Topology
 from .assemble import Optimum, Run, packed
 from .budget import CutBounds
 from .canonical import canonical
+from .chain import EXACT_TREES_LIMIT, solve_by_general, switches_balanced
 from .certify import Certificate, GuessKind, keep_or_reroute, warm_budget, warm_guess
 from .fabric import fabric_of
 from .pipeline import balanced_split, check_inputs, pack, phase_one_budget
@@ -43,21 +44,45 @@ def solve_allgather(topo: Topology, warm: Schedule | None = None, backend: str =
     :class:`.step_aware.StepAware` with a rate tolerance) uses the step-aware switch
     removal LP of App. C on ``backend`` for shallower trees.
     The fabric is solved in a canonical listing (:mod:`.canonical`), so the order a file
-    lists switches and links in does not matter.  Raises :class:`TopologyError` for
-    unusable fabrics, :class:`SolveError` if a certified fallback fails (never an
-    internal ``KeyError``/``IndexError``/``AssertionError``).
+    lists switches and links in does not matter.  Fabrics with unbalanced switches, and
+    any the ForestColl path cannot solve exactly, go to the general method (the
+    forwarding-only optimum by column generation over trees, :mod:`.chain`,
+    :mod:`.general`; ``step_aware`` does not apply there).  Raises
+    :class:`TopologyError` for unusable fabrics, :class:`SolveError` only on numerical
+    trouble (never an internal ``KeyError``/``IndexError``/``AssertionError``).
     """
     check_inputs(topo, max_chunks)
+    topo = canonical(topo)
+    if not switches_balanced(topo):                   # ForestColl is exact on balanced only
+        return solve_by_general(topo, warm, backend, max_chunks, "unbalanced switches")
     try:
-        return _forestcoll(canonical(topo), warm, backend, max_chunks, step_aware)
+        sched = _typed_forestcoll(topo, warm, backend, max_chunks, step_aware)
+    except SolveError as e:
+        return solve_by_general(topo, warm, backend, max_chunks, f"ForestColl: {e}")
+    if sched is None:
+        return solve_by_general(topo, warm, backend, max_chunks,
+                                f"more than {EXACT_TREES_LIMIT} exact trees per root")
+    if sched.stats.get("balanced_exactly") is False:
+        return solve_by_general(topo, warm, backend, max_chunks, "switch balancing lost capacity")
+    return sched
+
+
+def _typed_forestcoll(topo: Topology, warm: Schedule | None, backend: str,
+                      max_chunks: int | None, step_aware: Any) -> Schedule | None:
+    """:func:`_forestcoll`, an internal error turned into a :class:`SolveError` naming the
+    fabric (the chain of methods catches it)."""
+    try:
+        return _forestcoll(topo, warm, backend, max_chunks, step_aware)
     except (KeyError, IndexError, AssertionError, ZeroDivisionError) as e:
         raise SolveError(f"ForestColl failed on {topo.name!r} ({type(e).__name__}: {e}); "
                          "a bug: please report the topology file") from e
 
 
 def _forestcoll(topo: Topology, warm: Schedule | None, backend: str, max_chunks: int | None,
-                step_aware: Any) -> Schedule:
-    """The ForestColl(-warm) steps 1-4 on a canonically listed ``topo``."""
+                step_aware: Any) -> Schedule | None:
+    """The ForestColl(-warm) steps 1-4 on a canonically listed ``topo``; ``None`` when
+    the exact optimum (``max_chunks=None``) needs more than :data:`.chain.EXACT_TREES_LIMIT`
+    trees per root."""
     run = Run.start(topo, warm, max_chunks)
     rewarm = run.prev is not None and not step_aware
 
@@ -73,6 +98,8 @@ def _forestcoll(topo: Topology, warm: Schedule | None, backend: str, max_chunks:
         run.stats[GuessKind.BUDGET.value] = Certificate.REJECTED.value
 
     budget = phase_one_budget(topo, max_chunks, run.stats, run.hint_cuts, run.cuts)   # 2.
+    if max_chunks is None and budget.k > EXACT_TREES_LIMIT:
+        return None
     if rewarm:
         quick = keep_or_reroute(run, budget)
         if quick is not None:
