@@ -57,7 +57,7 @@ class GlooLoopConfig:
     offline_reps: int = 5
     warmup: int = 5
     max_real_s: float = 600.0
-    start_timeout_s: float = 60.0
+    start_timeout_s: float = 90.0
     client_timeout_s: float = 10.0
 
 
