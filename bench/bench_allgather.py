@@ -6,6 +6,8 @@ solve timed as the fastest of R runs, default 1, cold and warm runs alternating)
 Node-order sweep: ``python bench/bench_allgather.py --orders 2,3,4,5,6,7,8,16,32`` (cold
 solves of two-segment HPN 2xHx8 as generated, listed ToRs first / NVSwitch and GPUs per
 host / aggregation last, and shuffled with the GPU ranks; rates must agree).
+Unbalanced fabrics (general method): ``python bench/bench_allgather.py [--repeat R]
+--unbalanced 1x2x8 1x4x8`` (one-direction degradations; cold, warm, gap to the optimum).
 """
 
 from __future__ import annotations
@@ -135,6 +137,30 @@ def order_sweep(hosts: list[int], repeat: int = 1) -> list[dict]:
     return rows
 
 
+def unbalanced(shape: tuple[int, int, int], repeat: int = 1) -> dict:
+    """One-direction degradations (the general method): GPU1's NVSwitch uplink at 360 of
+    2880 Gbps, then also GPU2's NIC uplink at 200 of 400 Gbps solved cold and warm from
+    the first schedule (fastest of ``repeat``, alternating); ``gap`` is the rounding gap
+    at 10 chunks, ``cg_gap`` the certified gap of the column generation."""
+    before = hpn(*shape).with_capacity({("s0h0g1", "s0h0nvs"): 360.0})
+    after = before.with_capacity({("s0h0g2", "s0tor2"): 200.0})
+    prev = solve_allgather(before)
+    (t_cold, cold), (t_warm, warm) = timed_pair(repeat, after, prev)
+    assert cold.stats["method"] == warm.stats["method"] == "general"
+    assert math.isclose(warm.lp_rate_gbps, cold.lp_rate_gbps, rel_tol=1e-7)
+    return {"fabric": f"{before.name}-1dir", "gpus": after.num_gpus, "cold_s": t_cold,
+            "warm_s": t_warm, "speedup": t_cold / t_warm, "lp": cold.lp_rate_gbps,
+            "cut": cold.stats.get("cut_bound_gbps", cold.lp_rate_gbps), "rate": cold.rate_gbps,
+            "gap": cold.rounding_gap, "cg_gap": max(cold.stats["cg_gap"], warm.stats["cg_gap"]),
+            "rounds": f"{cold.stats['cg_rounds']}/{warm.stats['cg_rounds']}",
+            "depth": cold.stats["max_depth"]}
+
+
+def test_smoke_unbalanced():
+    row = unbalanced((1, 2, 4))
+    assert row["cg_gap"] < 1e-7 and row["rate"] <= row["lp"] * (1 + 1e-12) <= row["cut"] * 1.001
+
+
 def test_smoke_order_sweep():
     assert order_sweep([2])[0]["rate"] > 0
 
@@ -151,6 +177,15 @@ if __name__ == "__main__":
         repeat, args = int(args[1]), args[2:]
     # load the numba kernels of the cold and the warm paths outside the timings
     solve_allgather(fail2(hpn(1, 2, 4)), warm=solve_allgather(hpn(1, 2, 4)))
+    if args[:1] == ["--unbalanced"]:
+        cols = ["fabric", "gpus", "cold_s", "warm_s", "speedup", "lp", "cut", "rate", "gap",
+                "cg_gap", "rounds", "depth"]
+        print(" ".join(f"{c:>13s}" for c in cols))
+        for shape in args[1:]:
+            r = unbalanced(tuple(int(x) for x in shape.split("x")), repeat)
+            print(" ".join(f"{r[c]:>13.4g}" if isinstance(r[c], float) else f"{r[c]!s:>13s}"
+                           for c in cols))
+        sys.exit(0)
     if args[:1] == ["--orders"]:
         cols = ["fabric", "gpus", "generated_s", "tors-first_s", "shuffled_s", "rate"]
         print(" ".join(f"{c:>13s}" for c in cols))

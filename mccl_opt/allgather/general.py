@@ -170,6 +170,8 @@ def _schedule(topo: Topology, res: CGResult, scale: float, max_chunks: int | Non
     lp_loads = pool.loads(res.weights, topo.num_links) * scale
     saturated = lp_loads >= topo.arrays.capacity * (1 - 1e-9)
     stats.update(num_trees=len(chunks), max_depth=int(max(depths)), mean_depth=float(np.mean(depths)))
+    if max_chunks is not None:
+        stats["k"] = int(max_chunks)            # every share is a multiple of 1/k
     if cut_bound_gbps is not None and cut_bound_gbps > lp_rate * (1 + 1e-9):
         stats["cut_bound_gbps"] = float(cut_bound_gbps)
     seconds = time.perf_counter() - t_start
