@@ -189,6 +189,7 @@ class MeasurementStore:
         self.estimator = estimator
         self.level_params = level_params or LevelParams()
         self._trackers: dict[Any, LevelTracker] = {}             # channel key -> tracker (level mode)
+        self._rev: np.ndarray | None = None
         if max_ratio <= 1.0:
             raise TelemetryError(f"max_ratio must be > 1 (a sample may exceed nominal slightly), got {max_ratio!r}")
         self.topo = topo
@@ -334,9 +335,34 @@ class MeasurementStore:
             for a, (value, _) in self._direct.items():
                 m[a] = value
             m = np.maximum(m, self.floor_ratio * nominal)
+            if self.estimator == "level":
+                m = self._pair_cables(m)
             m.setflags(write=False)
             self._measured = m
         return self._measured
+
+    def _pair_cables(self, m: np.ndarray) -> np.ndarray:
+        """Level mode: a cable whose two directions moved off nominal to levels within
+        ``k`` of each other gets the lower level on both.  The two confirmed levels of one
+        failure differ only by noise; left apart they would describe a slightly unbalanced
+        cable, which some synthesizer paths treat very differently from a balanced one."""
+        rev = self._reverse_links()
+        moved = np.abs(m - self.topo.arrays.capacity) > self.level_params.k * self.topo.arrays.capacity
+        a = np.flatnonzero(moved & (rev >= 0))
+        a = a[moved[rev[a]]]
+        close = np.abs(m[a] - m[rev[a]]) <= self.level_params.k * np.maximum(m[a], m[rev[a]])
+        a = a[close]
+        out = m.copy()
+        out[a] = np.minimum(m[a], m[rev[a]])
+        return out
+
+    def _reverse_links(self) -> np.ndarray:
+        """Index of each link's reverse direction (-1 where there is none), built once."""
+        if self._rev is None:
+            topo = self.topo
+            self._rev = np.array([topo.link_index(l.dst, l.src) if topo.has_link(l.dst, l.src) else -1
+                                  for l in topo.links], dtype=np.int64)
+        return self._rev
 
     def measured_topology(self, name: str | None = None) -> Topology:
         """The topology with ``M`` as capacities (the optimizer's input, paper §3.1)."""

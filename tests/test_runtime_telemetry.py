@@ -129,3 +129,21 @@ def test_measured_capacity_never_reaches_zero():
     store.ingest([_link("s0h0g0", "s0tor0", 0.0)], now=0.0)
     assert store.measured().min() > 0
     store.measured_topology()                      # a valid Topology
+
+
+def test_level_mode_gives_both_directions_of_a_failed_cable_one_level():
+    from mccl_runtime.level import LevelParams
+
+    topo = hpn(1, 2, 2)
+    store = MeasurementStore(topo, estimator="level", level_params=LevelParams(n_min=4, hold_s=0.0))
+    for i in range(6):
+        t = 1.0 + 0.01 * i
+        store.ingest([{"kind": "link", "src": "s0h0g0", "dst": "s0tor0", "gbps": 49.5, "t": t},
+                      {"kind": "link", "src": "s0tor0", "dst": "s0h0g0", "gbps": 50.5, "t": t},
+                      {"kind": "link", "src": "s0h0g1", "dst": "s0tor1", "gbps": 100.0, "t": t}], now=t)
+    m = store.measured()
+    up, down = topo.link_index("s0h0g0", "s0tor0"), topo.link_index("s0tor0", "s0h0g0")
+    assert m[up] == m[down] == pytest.approx(49.5)             # noise apart: one cable level, the lower
+    # a one-direction degradation stays one-directional
+    assert m[topo.link_index("s0h0g1", "s0tor1")] == pytest.approx(100.0)
+    assert m[topo.link_index("s0tor1", "s0h0g1")] == 400.0
