@@ -155,10 +155,10 @@ def _switch_reach(f: Plain) -> list[tuple[int, int]]:
 
 @dataclass(frozen=True)
 class Optimum:
-    """The forwarding-only optimum ``rate_gbps`` and, per root, its logical capacities."""
+    """The forwarding-only optimum and its logical capacities ``g^r_uv`` (node indices)."""
 
     rate_gbps: float
-    logical: dict[tuple[int, int, int], float]   # (root, u, v) -> g^r_uv (node indices)
+    logical: dict[tuple[int, int, int], float]
 
 
 def forwarding_optimum(topo: Any) -> Optimum:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import networkx as nx
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, Phase, given, settings, strategies as st
@@ -230,6 +231,24 @@ def test_oracle_between_tree_bound_and_cut_bound(topo):
         assert cut == pytest.approx(brute_force_cut(topo), rel=1e-7)
     assert 0 < opt <= cut * (1 + 1e-7)
     assert opt >= _star_tree_rate(topo) * (1 - 1e-7)
+
+
+@FUZZ
+@given(fabrics(balanced=False, max_gpus=6))
+def test_oracle_logical_capacities_satisfy_edmonds_condition(topo):
+    """The oracle's per-root logical capacities g^r admit an r -> d flow of value x for
+    every d (networkx max-flow), the condition of Edmonds' branching theorem."""
+    opt = forwarding_optimum(topo)
+    f = plain(topo)
+    for r in f.gpus.tolist():
+        g = nx.DiGraph()
+        g.add_nodes_from(f.gpus.tolist())
+        for (root, u, v), c in opt.logical.items():
+            if root == r:
+                g.add_edge(u, v, capacity=c)
+        for d in f.gpus.tolist():
+            if d != r:
+                assert nx.maximum_flow_value(g, r, d) >= opt.rate_gbps * (1 - 1e-6)
 
 
 def _star_tree_rate(topo: mo.Topology) -> float:
