@@ -10,6 +10,8 @@ re-synthesizes flagged ones warm in a worker thread, and publishes new versions.
 * The optimizer input is the measured topology (``Topology.with_capacities(M)``); the
   current schedule is passed as ``warm`` (AllToAll: column generation; AllGather:
   ForestColl-warm).
+* Every synthesized schedule is validated (:func:`mccl_opt.validate.validate`) on the
+  job's topology in the worker; an invalid one ends the job as ``failed``.
 * Time bound: the synthesizer gets ``time_limit_s`` (AllToAll honours it); a job still
   running after it is abandoned (its result is discarded; a Python thread cannot be
   killed, so the CPU is freed only when it returns).
@@ -287,7 +289,10 @@ class ScheduleManager:
         job.wall_start.append(self.clock())
         if job.known is not None:
             return job.known[1], time.perf_counter() - t0
+        from mccl_opt.validate import validate
+
         schedule = self.synthesize(kind, job.topo, warm, self.policy.time_limit_s)
+        validate(job.topo, schedule)            # an invalid result is a ``failed`` job, never published
         return schedule, time.perf_counter() - t0
 
     def poll(self, now: float, wait_s: float | None = None) -> list[Event]:

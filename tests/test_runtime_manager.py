@@ -301,3 +301,18 @@ def test_state_round_trip_does_not_resynthesize():
     assert mgr2.step(5.0) == [] and fresh.calls == []
     np.testing.assert_array_equal(coll.synth_capacity, mgr.get("world", "ag").synth_capacity)
     mgr2.close()
+
+
+def test_an_invalid_synthesized_schedule_is_never_published():
+    def broken(kind, topo, warm, time_limit_s):
+        good = bfs_allgather(topo)
+        return mo.Schedule("allgather", topo.name, topo.gpus, good.rate_gbps, good.lp_rate_gbps, 1,
+                           good.chunks[1:], good.bottleneck)        # one root's shard never sent
+
+    store, mgr = _manager(broken)
+    store.ingest(_cable("s0h0g0", "s0tor0", 50.0, 1.0), now=1.0)
+    mgr.step(1.0)
+    events = mgr.poll(1.0, wait_s=5.0)
+    assert [e.action for e in events] == ["failed"] and "s0h0g0" in events[0].detail["error"]
+    assert mgr.get("world", "ag").version == 1
+    mgr.close()
