@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
+from numba import njit
 
 from ..schedule import TreeChunk
 from .depths import max_depths, parent_ranks, rank_depths
@@ -134,32 +135,56 @@ def map_classes(classes: Sequence[TreeClass], lg: LogicalGraph
     of every tree; ``None`` if some class straddles two paths of a bundle."""
     parents = np.array([c.parent_arc for c in classes], np.int64)
     mult = np.array([c.mult for c in classes], np.int64)
-    c_idx, v_idx = np.nonzero(parents >= 0)
-    arc = parents[c_idx, v_idx]
-    m = mult[c_idx]
-    # consumption offset of each (class, link) in class order, per link
-    by_link = np.argsort(arc, kind="stable")        # c_idx ascends: class order per link
+    seg_paths = [p for b in lg.bundles for p, _ in b]
+    seg_hi = np.cumsum(np.array([u for b in lg.bundles for _, u in b], np.int64))
+    depth = rank_depths(parent_ranks(parents, lg.tail))
     base = np.zeros(lg.units.size + 1, np.int64)
     np.cumsum(lg.units, out=base[1:])
-    cum = np.cumsum(m[by_link])
-    first = np.r_[0, np.flatnonzero(np.diff(arc[by_link])) + 1]
-    group_start = np.repeat(cum[first] - m[by_link][first],
-                            np.diff(np.r_[first, by_link.size]))
-    lo = np.empty_like(arc)
-    lo[by_link] = base[arc[by_link]] + cum - m[by_link] - group_start
-    seg_paths = [p for b in lg.bundles for p, _ in b]
-    seg_hi = np.cumsum([u for b in lg.bundles for _, u in b])
-    seg = np.searchsorted(seg_hi, lo, side="right")
-    if np.any(lo + m > seg_hi[seg]):
+    edges, used = _segments(parents, mult, base, seg_hi, depth)
+    if edges is None:
         return None
-    depth = rank_depths(parent_ranks(parents, lg.tail))
-    # per class (ascending) by depth, then rank (v_idx ascends within a class)
-    order = np.argsort(c_idx * (int(depth.max()) + 1) + depth[c_idx, v_idx], kind="stable")
-    bounds = np.searchsorted(c_idx[order], np.arange(len(classes) + 1)).tolist()
-    seg_sorted = seg[order]
-    as_list = seg_sorted.tolist()
-    used = np.bincount(seg, weights=m, minlength=len(seg_paths)).astype(np.int64)
-    mapped = MappedTrees([c.root for c in classes], mult.tolist(),
-                         [as_list[bounds[i]:bounds[i + 1]] for i in range(len(classes))],
-                         seg_paths, used, seg_sorted.reshape(len(classes), -1))
+    mapped = MappedTrees([c.root for c in classes], mult.tolist(), edges.tolist(), seg_paths,
+                         used, edges)
     return mapped, depth.max(axis=1)
+
+
+@njit(cache=True)
+def _segments(parents, mult, base, seg_hi, depth):
+    """Per class, the bundle segment (physical path) of every tree edge, ordered by the
+    depth of its head, then rank; and the multiplicity riding every segment.  A link's
+    units are consumed in class order (a class takes ``mult`` units from the link's
+    running offset); ``(None, used)`` if some class's units straddle two segments."""
+    num_classes, n = parents.shape
+    consumed = np.zeros(base.size, np.int64)
+    used = np.zeros(seg_hi.size, np.int64)
+    edges = np.empty((num_classes, max(n - 1, 0)), np.int64)
+    seg = np.empty(n, np.int64)
+    count = np.zeros(n + 1, np.int64)
+    for c in range(num_classes):
+        m = mult[c]
+        top = 0
+        for v in range(n):
+            a = parents[c, v]
+            if a < 0:
+                continue
+            lo = base[a] + consumed[a]
+            consumed[a] += m
+            s = np.searchsorted(seg_hi, lo, side="right")
+            if lo + m > seg_hi[s]:
+                return None, used
+            seg[v] = s
+            used[s] += m
+            if depth[c, v] > top:
+                top = depth[c, v]
+        count[: top + 2] = 0                  # counting sort by depth (ranks in order)
+        for v in range(n):
+            if parents[c, v] >= 0:
+                count[depth[c, v] + 1] += 1
+        for d in range(1, top + 2):
+            count[d] += count[d - 1]
+        for v in range(n):
+            if parents[c, v] >= 0:
+                d = depth[c, v]
+                edges[c, count[d]] = seg[v]
+                count[d] += 1
+    return edges, used
