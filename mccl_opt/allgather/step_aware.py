@@ -106,8 +106,7 @@ def _realize(g: SplitGraph, w: int, seed: dict[tuple[int, int], float] | None) -
         amounts += transport(len(us), len(ts), np.array([i for i, _ in pairs], np.int64),
                              np.array([j for _, j in pairs], np.int64), supply, demand,
                              [np.array([int(math.ceil(s - 1e-9)) - int(math.floor(s + 1e-9))
-                                        for s in frac], np.int64), None],
-                             np.array([ts.index(u) if u in ts else -1 for u in us], np.int64))
+                                        for s in frac], np.int64), None])
     for i_p, (i, j) in enumerate(pairs):
         g.split(us[i], w, ts[j], int(amounts[i_p]))
     for i, u in enumerate(us):        # units that can only loop back (u -> w -> u)
