@@ -37,7 +37,8 @@ from .capped import allowances, candidates, depth_key, eccentricity
 from .maxflow import INF, FlowNetwork
 from .pipeline import (Packed, Packing, SplitKind, balanced_split, check_inputs, pack,
                        phase_one_budget)
-from .splitting import LogicalGraph, SplitGraph, transport
+from .splitting import LogicalGraph, SplitGraph
+from .transport import transport
 
 __all__ = ["CutLoop", "StepAware", "step_aware_pack", "switch_removal_lp", "switch_removal_model"]
 
@@ -86,7 +87,7 @@ def _has_switch_neighbour(g: SplitGraph, w: int) -> bool:
 def _realize(g: SplitGraph, w: int, seed: dict[tuple[int, int], float] | None) -> None:
     """Split every unit of switch ``w``: each pair ``(u, t)`` first gets
     ``floor(seed)``, then up to ``ceil(seed)``, then whatever completes the transport
-    (:func:`.splitting.transport`; ``seed=None``: proportional shares as the seed)."""
+    (:func:`.transport.transport`; ``seed=None``: proportional shares as the seed)."""
     ins, outs = g.in_arcs(w), g.out_arcs(w)
     us, ts = [a for a, _ in ins], [b for _, b in outs]
     supply = np.array([g.units[a] for a in ins], np.int64)
