@@ -134,15 +134,22 @@ def test_matches_enumeration_on_tiny_unbalanced_fabrics(seed):
 
 
 def test_rounding_respects_max_chunks():
-    topo = _topo(*REPRO_9)
-    for k in (1, 3, 7):
-        s = solve_general(topo, max_chunks=k)
+    topo = hpn(1, 2, 4).with_capacity({("s0h0g1", "s0h0nvs"): 300.0})
+    rates = []
+    for kmax in range(1, 11):
+        s = solve_general(topo, max_chunks=kmax)
         rep = mo.validate(topo, s)
         assert rep.rate_gbps == pytest.approx(s.rate_gbps)
+        k = s.stats["k"]
+        assert 1 <= k <= kmax
         for r in topo.gpus:
             shares = [c.share for c in s.chunks if c.src == r]
             assert len(shares) <= k and sum(shares) == pytest.approx(1.0)
             assert all(abs(x * k - round(x * k)) < 1e-9 for x in shares)
+        rates.append(s.rate_gbps)
+    # the best k <= K is kept, so more chunks never round worse (same LP solution)
+    assert all(b >= a * (1 - 1e-12) for a, b in zip(rates, rates[1:]))
+    assert rates[-1] > rates[0]
 
 
 @pytest.mark.parametrize("shape", [(1, 2, 4), (1, 3, 2)])

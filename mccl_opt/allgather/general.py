@@ -152,7 +152,9 @@ def _schedule(topo: Topology, res: CGResult, scale: float, max_chunks: int | Non
     if max_chunks is None:
         shares = fractional_shares(pool, res.weights, g)
     else:
-        shares = round_trees(pool, res.weights, g, capacity, max_chunks) / max_chunks
+        counts, k = round_trees(pool, res.weights, g, capacity, max_chunks)
+        shares = counts / k
+        stats["k"] = k                          # every share is a multiple of 1/k
     stats["rounding_s"] = time.perf_counter() - t
     used = np.flatnonzero(shares > 0)
     gpus = topo.gpus
@@ -170,8 +172,6 @@ def _schedule(topo: Topology, res: CGResult, scale: float, max_chunks: int | Non
     lp_loads = pool.loads(res.weights, topo.num_links) * scale
     saturated = lp_loads >= topo.arrays.capacity * (1 - 1e-9)
     stats.update(num_trees=len(chunks), max_depth=int(max(depths)), mean_depth=float(np.mean(depths)))
-    if max_chunks is not None:
-        stats["k"] = int(max_chunks)            # every share is a multiple of 1/k
     if cut_bound_gbps is not None and cut_bound_gbps > lp_rate * (1 + 1e-9):
         stats["cut_bound_gbps"] = float(cut_bound_gbps)
     seconds = time.perf_counter() - t_start
@@ -184,7 +184,7 @@ def _schedule(topo: Topology, res: CGResult, scale: float, max_chunks: int | Non
     return Schedule(
         collective="allgather", topology=topo.name, gpus=topo.gpus, rate_gbps=rate,
         lp_rate_gbps=lp_rate, max_chunks=max_chunks, chunks=tuple(chunks),
-        bottleneck=bottleneck_links(topo, loads, rate, max_chunks, saturated=saturated),
+        bottleneck=bottleneck_links(topo, loads, rate, stats.get("k"), saturated=saturated),
         solver={"backend": backend, "seconds": seconds, "iterations": res.iterations,
                 "algorithm": "tree-colgen"},
         stats=stats, warm_state=state)

@@ -3,16 +3,20 @@
 The master's optimum gives every root ``r`` trees with weights ``w_T``; the fractional
 schedule sends share ``w_T / sum_{T of r} w_T`` of ``r``'s shard over ``T``.  An
 executable schedule with ``max_chunks = K`` gives every tree a whole number ``n_T`` of
-chunks of ``1/K`` (``sum_{T of r} n_T = K``, so at most ``K`` trees per root), and its
-rate is recomputed from the link loads, ``min_a cap_a / L_a`` with
-``L_a = sum_T n_T load_T(a) / K`` (DESIGN.md §2).
+chunks of ``1/k`` for one ``k <= K`` (``sum_{T of r} n_T = k``, so at most ``K`` trees per
+root), and its rate is recomputed from the link loads, ``min_a cap_a / L_a`` with
+``L_a = sum_T n_T load_T(a) / k`` (DESIGN.md §2).
 
-1. **Largest remainder** per root: ``n_T = floor(K s_T)``, the missing chunks to the
+For every ``k <= K`` (shares in multiples of ``1/k``, as the validator accepts), and the
+best ``k`` kept:
+
+1. **Largest remainder** per root: ``n_T = floor(k s_T)``, the missing chunks to the
    largest fractional parts (ties: the earlier column).
 2. **Local search** (deterministic): move one chunk between two trees of one root, among
-   the trees of the LP's support, when the move lowers the highest link utilisation
-   ``L_a / cap_a`` (or keeps it and saturates fewer links); best move first, until none
-   improves.  Each accepted move strictly lowers ``(max utilisation, links at the max)``
+   the LP's support and the other trees of the final pool (as many as a bounded load
+   matrix holds), when the move lowers the highest link utilisation ``L_a / cap_a`` (or
+   keeps it and saturates fewer links); best move first, until none improves.  Each
+   accepted move strictly lowers ``(max utilisation, links at the max)``
    lexicographically, so the search ends.
 """
 
@@ -79,19 +83,40 @@ def _local_search(n: np.ndarray, roots: np.ndarray, load: np.ndarray, capacity: 
     return n
 
 
-def round_trees(pool: TreePool, weights: np.ndarray, n_roots: int, capacity: np.ndarray,
-                k: int, max_moves: int | None = None) -> np.ndarray:
-    """Chunk counts per pool column: at most ``k`` per root, ``k`` in all per root
-    (module docstring); columns outside the LP's support get 0."""
-    shares = fractional_shares(pool, weights, n_roots)
+#: per root, at most this many trees outside the LP's support join the local search
+_EXTRA_PER_ROOT = 3
+
+
+def _candidates(pool: TreePool, shares: np.ndarray, n_roots: int) -> np.ndarray:
+    """The LP's support, then per root up to :data:`_EXTRA_PER_ROOT` other pool trees
+    (the latest priced: alternative trees the local search may move chunks to)."""
     support = np.flatnonzero(shares > 0)
-    roots = pool.root[support]
-    n = _largest_remainder(shares[support], roots, n_roots, k)
-    load = np.zeros((support.size, capacity.size))
-    for i, j in enumerate(support):
+    rest = np.flatnonzero(shares <= 0)[::-1]
+    _, first = np.unique(pool.root[rest], return_index=True)
+    picks = [rest[np.flatnonzero(pool.root[rest] == pool.root[rest][i])[:_EXTRA_PER_ROOT]]
+             for i in first]
+    return np.concatenate([support, *picks]).astype(np.int64) if picks else support
+
+def round_trees(pool: TreePool, weights: np.ndarray, n_roots: int, capacity: np.ndarray,
+                max_chunks: int, max_moves: int | None = None) -> tuple[np.ndarray, int]:
+    """``(chunk counts per pool column, k)``: every root's counts sum to ``k``, the
+    ``k <= max_chunks`` whose rounding (module docstring) has the highest rate (ties: the
+    smallest ``k``), so a larger ``max_chunks`` never rounds worse from the same LP."""
+    shares = fractional_shares(pool, weights, n_roots)
+    cand = _candidates(pool, shares, n_roots)
+    roots = pool.root[cand]
+    load = np.zeros((cand.size, capacity.size))
+    for i, j in enumerate(cand):
         np.add.at(load[i], pool.tree(int(j)), 1.0)
-    moves = max_moves if max_moves is not None else 4 * k * n_roots
-    n = _local_search(n, roots, load, capacity, k, moves)
+    best: tuple[float, np.ndarray, int] | None = None
+    for k in range(1, max_chunks + 1):
+        n = _largest_remainder(shares[cand], roots, n_roots, k)
+        moves = max_moves if max_moves is not None else 4 * k * n_roots
+        n = _local_search(n, roots, load, capacity, k, moves)
+        peak = float(((n @ load) / (k * capacity)).max())
+        if best is None or peak < best[0] * (1 - 1e-12):
+            best = (peak, n, k)
+    _, n, k = best
     out = np.zeros(len(pool), dtype=np.int64)
-    out[support] = n
-    return out
+    out[cand] = n
+    return out, k
