@@ -197,3 +197,23 @@ def test_time_limit_returns_a_valid_schedule_with_its_gap():
     mo.validate(topo, s)
     assert s.stats["cg_status"] in ("time_limit", "optimal")
     assert s.stats["bound_gbps"] >= s.lp_rate_gbps * (1 - 1e-12)
+
+
+def test_chain_picks_the_method():
+    """Balanced fabrics keep ForestColl; unbalanced switches go to the general method,
+    with the (higher) cut bound reported apart; a balanced fabric whose exact tree count
+    explodes (arbitrary float capacities, max_chunks=None) goes to the general method."""
+    healthy = hpn(1, 2, 4)
+    assert mo.solve_allgather(healthy).stats.get("method") != "general"
+    one_dir = hpn(1, 2, 8).with_capacity({("s0h0g1", "s0h0nvs"): 360.0})
+    s = mo.solve_allgather(one_dir, max_chunks=None)
+    assert s.stats["method"] == "general" and s.stats["general_reason"] == "unbalanced switches"
+    assert s.stats["cut_bound_gbps"] == pytest.approx(656.0 / 3.0, rel=1e-9)
+    assert s.lp_rate_gbps == pytest.approx(593.0 / 3.0, rel=1e-9)
+    odd = healthy.with_capacity(src="s0h0g1", dst="s0h0nvs", gbps=594.087, both_directions=True) \
+        .with_capacity(src="s0h1g2", dst="s0tor2", gbps=445.565, both_directions=True)
+    exact = mo.solve_allgather(odd, max_chunks=None)
+    assert "exact trees" in exact.stats["general_reason"]
+    assert exact.rate_gbps == pytest.approx(exact.lp_rate_gbps, rel=1e-9)
+    assert exact.lp_rate_gbps == pytest.approx(mo.solve_allgather(odd).lp_rate_gbps, rel=1e-9)
+    mo.validate(odd, exact)
