@@ -23,8 +23,6 @@ from tests.oracle_allgather import (brute_force_cut, check_schedule, cut_bound,
                                     forwarding_optimum, plain, topology_dict)
 
 REL = 1e-6
-ROUNDING = pytest.mark.xfail(reason="the general method rounds with k = max_chunks only, not the best "
-                             "k <= max_chunks", strict=False)
 # no shrinking: a failure reports its (unshrunk) fabric at once; CI time stays bounded
 FUZZ = settings(max_examples=12, deadline=None, derandomize=True, database=None,
                 phases=[Phase.explicit, Phase.generate],
@@ -432,7 +430,6 @@ HPN_1X2X3 = (_gpus(*(f"h{h}g{g}" for h in range(2) for g in range(3)))
               for a, b in ((x, y), (y, x))])
 
 
-@ROUNDING
 @pytest.mark.parametrize("case, optimum, fewer, reached", [
     (TWO_PATHS, 2972.1965, 6, 2672.932), (HPN_1X2X3, 218.0, 6, 216.0)], ids=["two-paths", "hpn-1x2x3"])
 def test_rounding_tries_every_k_up_to_max_chunks(case, optimum, fewer, reached):
@@ -447,7 +444,6 @@ def test_rounding_tries_every_k_up_to_max_chunks(case, optimum, fewer, reached):
     assert many.rate_gbps >= few.rate_gbps * (1 - 1e-9)
 
 
-@ROUNDING
 @FUZZ
 @given(fabrics(balanced=False, max_gpus=6), st.integers(1, 9))
 def test_more_chunks_never_lower_the_rate(topo, fewer):
