@@ -56,7 +56,6 @@ class CGResult:
     weights: np.ndarray            # per pool column
     rate: float                    # the master's x: reached by the fractional schedule
     bound: float                   # certified upper bound on the optimum
-    pi: np.ndarray                 # the link prices of the last master
     status: str                    # "optimal" | "time_limit" | "stalled"
     rounds: int
     lp_seconds: float = 0.0
@@ -175,5 +174,5 @@ def column_generation(topo: Topology, backend: Backend, capacity: np.ndarray,
             age, pt.w = age[~stale], pt.w[~stale]
     if pt is None:
         raise ValueError("CGOptions.max_rounds must be at least 1")
-    return CGResult(pool, pt.w, pt.x, max(best_bound, pt.x), pt.pi, status, rnd, lp_s, pr_s,
-                    iters, dropped, history)
+    return CGResult(pool, pt.w, pt.x, max(best_bound, pt.x), status, rnd, lp_s, pr_s, iters,
+                    dropped, history)
