@@ -604,9 +604,10 @@ def test_warm_from_a_saved_schedule_reroutes_its_trees(fail):
 
 
 def test_warm_after_random_degradations_matches_cold():
-    """Irregular fabrics (their switches are unbalanced, so the general method solves),
-    one random link scaled by 0.1-2x: warm reaches cold's optimum from the previous
-    trees and validates.  (ForestColl-warm's rerouting: HPN tests above.)"""
+    """Irregular fabrics (their switches are unbalanced, so the weaker-direction fabric
+    or the general method solves), one random link scaled by 0.1-2x: warm takes cold's
+    method, reaches cold's optimum (the general method from the previous trees) and
+    validates.  (ForestColl-warm's rerouting: HPN tests above.)"""
     for seed in range(12):
         base = irregular(seed)
         prev = solve_allgather(base)
@@ -616,8 +617,8 @@ def test_warm_after_random_degradations_matches_cold():
             topo = base.with_capacity(src=link.src, dst=link.dst, gbps=link.capacity_gbps
                                       * float(rng.choice([0.1, 0.25, 0.5, 2.0])))
             warm, cold = solve_allgather(topo, warm=prev), solve_allgather(topo)
-            assert warm.stats["method"] == cold.stats["method"] == "general"
-            assert warm.stats["warm_columns"] > 0
+            assert warm.stats["method"] == cold.stats["method"]
+            assert warm.stats["method"] != "general" or warm.stats["warm_columns"] > 0
             assert warm.lp_rate_gbps == pytest.approx(cold.lp_rate_gbps, rel=1e-9)
             check(topo, warm)
 

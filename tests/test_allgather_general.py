@@ -217,3 +217,43 @@ def test_chain_picks_the_method():
     assert exact.rate_gbps == pytest.approx(exact.lp_rate_gbps, rel=1e-9)
     assert exact.lp_rate_gbps == pytest.approx(mo.solve_allgather(odd).lp_rate_gbps, rel=1e-9)
     mo.validate(odd, exact)
+
+
+def test_weaker_directions_balance_every_switch():
+    from mccl_opt.allgather.chain import switches_balanced, weaker_directions
+
+    topo = hpn(2, 2, 4).with_capacity({("s0h0g1", "s0h0nvs"): 360.0, ("s1tor0", "s1h1g0"): 77.5})
+    assert not switches_balanced(topo)
+    sub = weaker_directions(topo)
+    assert switches_balanced(sub)
+    cap = {(l.src, l.dst): l.capacity_gbps for l in topo.links}
+    for link in sub.links:
+        expected = min(cap[(link.src, link.dst)], cap[(link.dst, link.src)])
+        assert link.capacity_gbps == pytest.approx(expected)
+
+
+def test_one_direction_nic_degradation_is_solved_exactly_on_the_weaker_fabric():
+    """A one-direction NIC degradation: ForestColl on the weaker-direction fabric reaches
+    the real fabric's cut bound, hence the forwarding-only optimum, which the general
+    method computed on its own confirms; its trees are valid on the real fabric."""
+    topo = hpn(1, 2, 8).with_capacity({("s0h0g0", "s0tor0"): 50.0})
+    s = mo.solve_allgather(topo)
+    mo.validate(topo, s)
+    assert s.stats["method"] == "forestcoll-weaker-directions"
+    assert s.lp_rate_gbps == pytest.approx(solve_general(topo, max_chunks=None).lp_rate_gbps,
+                                           rel=1e-9)
+    assert s.rate_gbps <= s.lp_rate_gbps * (1 + 1e-9)
+
+
+def test_unbalanced_fabric_keeps_the_better_rounding():
+    """Where the weaker-direction optimum stays below the cut bound the general method
+    solves; the kept schedule rounds no worse than the general method's own."""
+    topo = hpn(2, 2, 8).with_capacity({("s0h0g0", "s0tor0"): 50.0})
+    s = mo.solve_allgather(topo)
+    mo.validate(topo, s)
+    from mccl_opt.allgather.canonical import canonical
+
+    own = solve_general(canonical(topo), max_chunks=10)       # the listing the chain solves
+    assert s.stats["method"] == "general"
+    assert s.lp_rate_gbps == pytest.approx(own.lp_rate_gbps, rel=1e-9)
+    assert s.rate_gbps >= own.rate_gbps * (1 - 1e-9)

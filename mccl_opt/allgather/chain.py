@@ -5,7 +5,14 @@ out-capacity): directed splitting-off then preserves the cut optimum, and that o
 is reached with forwarding-only switches.  Elsewhere the cut bound can lie above every
 forwarding-only schedule and switch removal can fail, so the chain is:
 
-1. unbalanced switches -> the general method (:mod:`.general`);
+1. unbalanced switches -> ForestColl on the *weaker-direction* fabric (every cable at a
+   switch at the smaller of its two directions' capacities: balanced by construction, and
+   its trees are valid on the real fabric).  When that optimum reaches the real fabric's
+   cut bound it is the forwarding-only optimum (no schedule exceeds the cut bound) and
+   costs milliseconds (a one-direction NIC degradation usually lands here); otherwise the
+   general method (:mod:`.general`), and the better rounded schedule of the two is kept
+   (seeding the column generation with those trees measured slower than its own
+   multiplicative-weights start);
 2. balanced -> ForestColl; if it raises (a :class:`SolveError`, typed by the
    orchestrator), gives up capacity while balancing (``stats['balanced_exactly']`` is
    false), or, with ``max_chunks=None``, needs more than :data:`EXACT_TREES_LIMIT` trees
@@ -17,17 +24,21 @@ The general method never fails on a connected fabric with positive capacities.
 
 from __future__ import annotations
 
+import dataclasses
+from typing import Callable
+
 import numpy as np
 
-from ..errors import MCCLError
-from ..schedule import Schedule
+from ..errors import MCCLError, SolveError, TopologyError
+from ..schedule import Schedule, bottleneck_links, schedule_rate, share_loads
 from ..topology import Topology
 from .fabric import fabric_of
 from .general import solve_general
 from .pipeline import gbps
 from .throughput import optimal_rate
 
-__all__ = ["EXACT_TREES_LIMIT", "switches_balanced", "cut_bound_gbps", "solve_by_general"]
+__all__ = ["EXACT_TREES_LIMIT", "switches_balanced", "cut_bound_gbps", "solve_by_general",
+           "weaker_directions", "solve_unbalanced"]
 
 #: above this many exact trees per root (``max_chunks=None``), the general method
 #: solves instead of ForestColl's exact packing
@@ -35,6 +46,14 @@ EXACT_TREES_LIMIT = 4096
 
 #: relative tolerance of the balance test (capacities summed in another order)
 _BALANCE_TOL = 1e-12
+
+#: relative tolerance of "the weaker-direction optimum reaches the cut bound" (both are
+#: exact rationals of the quantized capacities; this only absorbs the Gbps conversion)
+_REACH_TOL = 1e-9
+
+#: ForestColl on a (canonically listed, balanced) topology, warm-started; ``None`` when
+#: it declines (see :func:`.solve._forestcoll`); raises :class:`SolveError` on failure
+ForestColl = Callable[[Topology, "Schedule | None"], "Schedule | None"]
 
 
 def switches_balanced(topo: Topology) -> bool:
@@ -64,3 +83,61 @@ def solve_by_general(topo: Topology, warm: Schedule | None, backend: str,
                           cut_bound_gbps=cut_bound_gbps(topo))
     sched.stats["general_reason"] = reason
     return sched
+
+
+def weaker_directions(topo: Topology) -> Topology | None:
+    """``topo`` with every cable at a switch at its weaker direction's capacity, so every
+    switch's in-capacity equals its out-capacity; ``None`` when a link at a switch has no
+    reverse link (no balanced sub-fabric of this kind exists)."""
+    arr = topo.arrays
+    at_switch = arr.is_switch[arr.tail] | arr.is_switch[arr.head]
+    n = topo.num_nodes
+    key = arr.tail.astype(np.int64) * n + arr.head
+    order = np.argsort(key)
+    reverse_key = arr.head.astype(np.int64) * n + arr.tail
+    pos = np.minimum(np.searchsorted(key, reverse_key, sorter=order), key.size - 1)
+    reverse = order[pos]
+    has_reverse = key[reverse] == reverse_key
+    if not has_reverse[at_switch].all():
+        return None
+    capacity = np.where(at_switch, np.minimum(arr.capacity, arr.capacity[reverse]), arr.capacity)
+    return topo.with_capacities(capacity)
+
+
+def solve_unbalanced(topo: Topology, warm: Schedule | None, backend: str,
+                     max_chunks: int | None, forestcoll: ForestColl) -> Schedule:
+    """A fabric with unbalanced switches (step 1 of the chain above): ForestColl on
+    :func:`weaker_directions` if its optimum reaches the cut bound, else the general
+    method, keeping the better rounded schedule of the two."""
+    bound = cut_bound_gbps(topo)
+    sub = weaker_directions(topo)
+    weaker = None
+    if sub is not None:
+        try:
+            weaker = forestcoll(sub, warm)
+        except (SolveError, TopologyError):
+            weaker = None
+    if weaker is not None and bound is not None \
+            and weaker.lp_rate_gbps >= bound * (1 - _REACH_TOL):
+        return _rerated(weaker, topo, bound, "weaker-direction fabric reaches the cut bound")
+    general = solve_by_general(topo, warm, backend, max_chunks, "unbalanced switches")
+    if weaker is not None:
+        kept = _rerated(weaker, topo, general.lp_rate_gbps, "")
+        if kept.rate_gbps > general.rate_gbps * (1 + _REACH_TOL):
+            stats = {**general.stats, "rounded_by": "forestcoll on the weaker-direction fabric"}
+            return dataclasses.replace(general, chunks=kept.chunks, rate_gbps=kept.rate_gbps,
+                                       bottleneck=kept.bottleneck, stats=stats)
+    return general
+
+
+def _rerated(sched: Schedule, topo: Topology, lp_rate: float, reason: str) -> Schedule:
+    """``sched`` (trees synthesized for a sub-fabric of ``topo``) on ``topo``'s
+    capacities: loads, rate and bottleneck recomputed, ``lp_rate_gbps`` set."""
+    loads = share_loads(topo, sched.chunks)
+    rate = schedule_rate(topo, loads)
+    stats = dict(sched.stats)
+    if reason:
+        stats.update(method="forestcoll-weaker-directions", general_reason=reason)
+    return dataclasses.replace(
+        sched, lp_rate_gbps=lp_rate, rate_gbps=rate, stats=stats,
+        bottleneck=bottleneck_links(topo, loads, rate, sched.stats.get("k")))

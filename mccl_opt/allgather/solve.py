@@ -25,7 +25,7 @@ from ..topology import Topology
 from .assemble import Optimum, Run, packed
 from .budget import CutBounds
 from .canonical import canonical
-from .chain import EXACT_TREES_LIMIT, solve_by_general, switches_balanced
+from .chain import EXACT_TREES_LIMIT, solve_by_general, solve_unbalanced, switches_balanced
 from .certify import Certificate, GuessKind, keep_or_reroute, warm_budget, warm_guess
 from .fabric import fabric_of
 from .pipeline import balanced_split, check_inputs, pack, phase_one_budget
@@ -54,7 +54,8 @@ def solve_allgather(topo: Topology, warm: Schedule | None = None, backend: str =
     check_inputs(topo, max_chunks)
     topo = canonical(topo)
     if not switches_balanced(topo):                   # ForestColl is exact on balanced only
-        return solve_by_general(topo, warm, backend, max_chunks, "unbalanced switches")
+        return solve_unbalanced(topo, warm, backend, max_chunks,
+                                lambda sub, w: _typed_forestcoll(sub, w, backend, max_chunks, False))
     try:
         sched = _typed_forestcoll(topo, warm, backend, max_chunks, step_aware)
     except SolveError as e:
