@@ -14,6 +14,13 @@ effect at the first sequence number after the agreed ``K`` (paper §6.2.2).
 
 A communicator must be driven by one thread (like an NCCL communicator); ``stage``
 may be called from any thread.
+
+Every collective has a deadline: ``timeout_s`` beyond its expected time (``8 x block
+bytes / rate`` of its schedule, times :data:`TIMEOUT_SLOWDOWN` for links running slower
+than the schedule assumed).  A rank still waiting for a peer at the deadline (a stopped,
+dead or hung peer) raises :class:`CollectiveTimeoutError`, so every live rank fails
+within a few deadlines instead of the process group's timeout (30 min by default).  A
+communicator that raised it must not be used again (like an aborted NCCL communicator).
 """
 
 from __future__ import annotations
@@ -21,14 +28,15 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
+from datetime import timedelta
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from typing import Iterator, Sequence
+from typing import Callable, Iterator, Sequence
 
 import torch
 import torch.distributed as dist
 
-from mccl_opt.errors import ScheduleError
+from mccl_opt.errors import MCCLError, ScheduleError
 from mccl_opt.schedule import Schedule
 
 from .faults import FaultInjector
@@ -36,9 +44,16 @@ from mccl_opt.lowering.program import (COLLECTIVES_EXEC, GlobalProgram, ProgramC
                       direct_schedule)
 from .telemetry import Telemetry
 
-__all__ = ["Communicator"]
+__all__ = ["Communicator", "CollectiveTimeoutError", "TIMEOUT_SLOWDOWN"]
 
 STAMP_TAG = 1      # telemetry timestamps travel beside the data (gloo matches on tags)
+#: how much slower than its schedule's rate a collective may run before the timeout
+#: (a gray failure in the paper cuts a link to 1/8)
+TIMEOUT_SLOWDOWN = 10.0
+
+
+class CollectiveTimeoutError(MCCLError):
+    """A collective missed its deadline: a peer stopped, died or hangs."""
 
 
 class Communicator:
@@ -58,7 +73,7 @@ class Communicator:
                  pipeline: int = 1, telemetry: Telemetry | None = None,
                  faults: FaultInjector | None = None, hot_swap: bool = True,
                  name: str = "mccl", stage_timeout: float = 5.0,
-                 oob_timeout: float = 10.0) -> None:
+                 oob_timeout: float = 10.0, timeout_s: float | None = 10.0) -> None:
         if not dist.is_initialized():
             raise RuntimeError("torch.distributed is not initialised; call "
                                "dist.init_process_group(...) before creating a Communicator")
@@ -70,6 +85,11 @@ class Communicator:
                       for r in range(self.world)]
         if pipeline < 1:
             raise ValueError(f"pipeline must be >= 1, got {pipeline}")
+        if timeout_s is not None and not timeout_s > 0:
+            raise ValueError(f"timeout_s must be > 0 seconds (or None: no deadline), got {timeout_s!r}")
+        #: seconds a collective may take beyond its expected time (None: no deadline)
+        self.timeout_s = timeout_s
+        self._deadline: tuple | None = None          # (deadline, budget, collective, seq, version)
         self.pipeline = pipeline
         self.telemetry = telemetry
         self.faults = faults
@@ -193,6 +213,11 @@ class Communicator:
         seq, schedule = self._issue(collective)
         self.recent_sizes[collective] = block
         prog = self.cache.get(schedule, block, self.pipeline)
+        expected = 8.0 * block * out.element_size() / (schedule.rate_gbps * 1e9) \
+            if schedule.rate_gbps > 0 else 0.0
+        budget = None if self.timeout_s is None else self.timeout_s + TIMEOUT_SLOWDOWN * expected
+        self._deadline = None if budget is None else (time.monotonic() + budget, budget, collective, seq,
+                                                      schedule.version)
         self._run(prog, schedule.gpus, out.view(-1), inp.view(-1), seq)
 
     def _run(self, prog: GlobalProgram, gpus: Sequence[str], out: torch.Tensor,
@@ -238,11 +263,37 @@ class Communicator:
                 if wait > 0:
                     time.sleep(wait)
                 other.append(dist.isend(tensor, self.peers[dst], self.group))
-            for w in (other if timed is not None else recv_works + other):
-                w.wait()
+            # each wait names the peer it waits for (sends and stamp sends: the round's peers)
+            known = len(recvs) if stamped else 0           # ``other`` starts with the stamp receives
+            waits = [] if timed is not None else [(w, [m.src]) for w, m in zip(recv_works, recvs)]
+            waits += [(w, [m.src]) for w, m in zip(other[:known], recvs)]
+            waits += [(w, [m.src for m in recvs] + [m.dst for m in sends]) for w in other[known:]]
+            for w, who in waits:
+                self._wait(lambda t, w=w: _wait_work(w, t), who)
+            for fut, m in zip(timed or (), recvs):
+                self._wait(lambda t, f=fut: f.result(timeout=t), [m.src])
             self._record(recv_meta, gpus, seq, t0, start, timed, stamps_in)
             for target, segs in unpack:
                 _scatter(bufs, segs, target)
+
+    def _wait(self, done: Callable[[float | None], object], peers: list[int]) -> None:
+        """``done(timeout_s)`` within the collective's deadline; a miss raises
+        :class:`CollectiveTimeoutError` naming the peers of the round."""
+        if self._deadline is None:
+            done(None)
+            return
+        deadline, budget, collective, seq, version = self._deadline
+        try:
+            done(max(deadline - time.monotonic(), 1e-3))
+            return
+        except Exception:               # gloo and NCCL raise RuntimeError subclasses on a timeout
+            if time.monotonic() < deadline - 1e-3:
+                raise
+        raise CollectiveTimeoutError(
+            f"{collective} #{seq} (schedule v{version}) on rank {self.rank}: no progress with rank(s) "
+            f"{sorted(set(peers))} within {budget:.3g} s; a peer is stopped, dead or hung.  This "
+            "communicator cannot be used again: restart the job (Communicator(timeout_s=...) sets "
+            "the margin above the expected time)")
 
     def _start_timing(self, works: list) -> list:
         """Wait on each gloo receive in its own pool thread, so that each completion time
@@ -250,7 +301,8 @@ class Communicator:
         if self._waiters is None:
             self._waiters = ThreadPoolExecutor(max_workers=max(1, self.world - 1),
                                                thread_name_prefix="mccl-recv-timer")
-        return [self._waiters.submit(_timed_wait, w) for w in works]
+        left = None if self._deadline is None else max(self._deadline[0] - time.monotonic(), 1e-3)
+        return [self._waiters.submit(_timed_wait, w, left) for w in works]
 
     def _record(self, meta: list, gpus: Sequence[str], seq: int, t0: int, start,
                 timed: list | None, stamps: torch.Tensor) -> None:
@@ -271,8 +323,15 @@ class Communicator:
             tel.record(gpus[src], me, nbytes, max(fut.result() - max(t0, stamp), 1) / 1e9, seq)
 
 
-def _timed_wait(work) -> int:
-    work.wait()
+def _wait_work(work, timeout_s: float | None) -> None:
+    if timeout_s is None:
+        work.wait()
+    else:
+        work.wait(timeout=timedelta(seconds=timeout_s))
+
+
+def _timed_wait(work, timeout_s: float | None) -> int:
+    _wait_work(work, timeout_s)
     return time.time_ns()
 
 
