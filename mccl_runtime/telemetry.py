@@ -216,7 +216,7 @@ class MeasurementStore:
         self._channel_of_wire: dict[tuple[Any, Any, Any], int] = {}
         self._channel_of_key: dict[tuple[bool, Any], int] = {}
         self._channels: list[tuple[bool, Any, tuple[int, ...]]] = []
-        self._channel_nominal = np.zeros(0)
+        self._channel_nominal: list[float] = []
 
     # ------------------------------------------------------------------ ingest
     def ingest(self, samples: Iterable[Any], now: float | None = None) -> IngestReport:
@@ -265,7 +265,7 @@ class MeasurementStore:
         if cid is None:
             cid = self._channel_of_key[key] = len(self._channels)
             self._channels.append((*key, links))
-            self._channel_nominal = np.append(self._channel_nominal, nominal)
+            self._channel_nominal.append(nominal)
         self._channel_of_wire[wire] = cid
         return cid
 
@@ -296,7 +296,9 @@ class MeasurementStore:
         nan = ~(np.isfinite(y) & np.isfinite(t))
         negative = ~nan & (y < 0)
         future = ~nan & ~negative & (t > now + self.future_tolerance_s)
-        above = ~nan & ~negative & ~future & (y > self.max_ratio * self._channel_nominal[c])
+        nominal_of = self._channel_nominal
+        nominal = np.array([nominal_of[i] for i in ids], dtype=float)
+        above = ~nan & ~negative & ~future & (y > self.max_ratio * nominal)
         rejected = Counter({r: int(m.sum()) for r, m in (("nan", nan), ("negative", negative),
                                                          ("future", future), ("above_nominal", above))})
         good = np.flatnonzero(~(nan | negative | future | above))
