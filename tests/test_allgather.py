@@ -742,3 +742,21 @@ def test_canonical_listing_is_a_relisting_of_the_same_fabric():
         assert np.array_equal(getattr(canon.arrays, field), getattr(fresh.arrays, field))
     assert (np.diff(canon.arrays.tail * canon.num_nodes + canon.arrays.head) > 0).all()
     assert canon.link_index("s0h0g0", "s0h0nvs") == fresh.link_index("s0h0g0", "s0h0nvs")
+
+
+def test_lp_rate_never_below_the_schedule_rate_with_odd_capacities():
+    """Capacities that are not multiples of the quantum: the quantized optimum sits a
+    hair below the true one, and the reported lp_rate is never below what the schedule
+    itself reaches (the rounding gap is never negative)."""
+    topo = Topology.from_dict({
+        "format": "mccl-topology/1", "name": "odd",
+        "nodes": [{"id": "a", "kind": "gpu"}, {"id": "b", "kind": "gpu"},
+                  {"id": "s", "kind": "switch"}],
+        "links": [{"src": u, "dst": v, "capacity_gbps": c, "latency_us": 1.0}
+                  for u, v, c in [("a", "s", 74.260875), ("s", "a", 74.260875),
+                                  ("b", "s", 594.087), ("s", "b", 594.087)]]})
+    for k in (10, None):
+        s = solve_allgather(topo, max_chunks=k)
+        assert s.rate_gbps == pytest.approx(74.260875, rel=1e-6)
+        assert s.lp_rate_gbps >= s.rate_gbps
+        assert s.rounding_gap >= 0

@@ -110,7 +110,8 @@ def assemble(run: Run, opt: Optimum, k: int, chunks: tuple, loads: np.ndarray,
     stats["total_s"] = seconds
     return Schedule(
         collective="allgather", topology=topo.name, gpus=topo.gpus, rate_gbps=rate,
-        lp_rate_gbps=opt.x_star_gbps, max_chunks=run.max_chunks, chunks=tuple(chunks),
+        # the quantized optimum may sit up to 5e-7 below a schedule's true rate (.fabric)
+        lp_rate_gbps=max(opt.x_star_gbps, rate), max_chunks=run.max_chunks, chunks=tuple(chunks),
         bottleneck=bottleneck_links(topo, loads, rate, k, saturated=opt.fab.cut_arcs(opt.p1.cut)),
         solver={"backend": "maxflow", "seconds": seconds,
                 "maxflow_calls": opt.p1.maxflow_calls + opt.maxflows,

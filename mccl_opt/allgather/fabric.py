@@ -6,7 +6,9 @@ exact integers; ``lp_rate_gbps`` is the exact optimum of the quantized fabric
 (identical to the true optimum when capacities are multiples of ``q``, as every shipped
 instance's are, and within 5e-7 of it otherwise: measured capacities are arbitrary
 floats, and a coarser quantum let a schedule's true rate exceed its ``lp_rate_gbps``
-by more than the validator's tolerance, e.g. 1.5625 vs 1.562 Gbps at 1 Mbps).
+by more than the validator's tolerance, e.g. 1.5625 vs 1.562 Gbps at 1 Mbps).  A
+schedule whose rate exceeds the quantized optimum proves the true optimum at least that
+high, so the reported ``lp_rate_gbps`` is the larger of the two (never below ``rate``).
 """
 
 from __future__ import annotations
