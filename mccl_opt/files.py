@@ -4,26 +4,39 @@ Whatever a file holds, :func:`read_json` either returns the parsed document or r
 the caller's :class:`~mccl_opt.errors.MCCLError` subclass with one message naming the
 file: unreadable, not UTF-8, malformed, nested deeper than :data:`MAX_DEPTH` levels, or
 holding an integer literal longer than :data:`MAX_INT_DIGITS` digits (which no count,
-capacity or share needs, and which would overflow a float later).
+capacity or share needs, and which would overflow a float later).  A gzip-compressed
+file (recognised by its magic bytes, whatever its name) is decompressed first, up to
+:data:`MAX_JSON_BYTES`; :func:`write_json` writes compact JSON, compressed when the
+file name ends in ``.gz``.
 :func:`check_output_path` refuses an output file that cannot be written before any
 work starts.
 """
 
 from __future__ import annotations
 
+import gzip
+import io
 import json
 import os
+import re
+import zlib
 from pathlib import Path
 from typing import Any
 
 from .errors import MCCLError
 
-__all__ = ["read_json", "check_output_path", "MAX_DEPTH", "MAX_INT_DIGITS", "too_deep"]
+__all__ = ["read_json", "write_json", "check_output_path", "MAX_DEPTH", "MAX_INT_DIGITS",
+           "MAX_JSON_BYTES", "too_deep"]
 
 #: nesting depth of a file (the deepest the project writes, an AllGather edge path, is 5)
 MAX_DEPTH = 64
 #: digits of an integer literal
 MAX_INT_DIGITS = 30
+#: decompressed size of a gzip-compressed file (a 512-GPU schedule is a few MB)
+MAX_JSON_BYTES = 1 << 30
+_GZIP_MAGIC = b"\x1f\x8b"
+#: a run of digits longer than any accepted integer literal (only then is each one checked)
+_LONG_DIGITS = re.compile(r"\d{%d}" % (MAX_INT_DIGITS + 1))
 
 
 class _LongInteger(ValueError):
@@ -37,16 +50,17 @@ def _parse_int(text: str) -> int:
 
 
 def too_deep(obj: Any, limit: int = MAX_DEPTH) -> bool:
-    """Whether containers nest deeper than ``limit`` (an explicit stack, no recursion)."""
-    stack = [(obj, 1)]
+    """Whether containers nest deeper than ``limit`` (an explicit stack, no recursion;
+    a container's element types are collected in one C-level pass, so the long lists
+    of numbers of schedule files cost little)."""
+    stack = [(obj, 1)] if isinstance(obj, (dict, list)) else []
     while stack:
         o, depth = stack.pop()
-        if isinstance(o, (dict, list)):
-            for v in (o.values() if isinstance(o, dict) else o):
-                if isinstance(v, (dict, list)):
-                    if depth >= limit:
-                        return True
-                    stack.append((v, depth + 1))
+        values = o.values() if isinstance(o, dict) else o
+        if any(issubclass(k, (dict, list)) for k in set(map(type, values))):
+            if depth >= limit:
+                return True
+            stack.extend((v, depth + 1) for v in values if isinstance(v, (dict, list)))
     return False
 
 
@@ -58,12 +72,14 @@ def read_json(path: str | Path, error: type[MCCLError], what: str) -> Any:
         raw = path.read_bytes()
     except OSError as exc:
         raise error(f"cannot read {what} file {str(path)!r}: {exc.strerror}") from None
+    if raw[:2] == _GZIP_MAGIC:
+        raw = _gunzip(raw, path, error)
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise error(f"{path}: not UTF-8 text (byte {exc.start}); is it a {what} file?") from None
     try:
-        data = json.loads(text, parse_int=_parse_int)
+        data = json.loads(text, parse_int=_parse_int) if _LONG_DIGITS.search(text) else json.loads(text)
     except RecursionError:
         raise error(f"{path}: JSON nested deeper than {MAX_DEPTH} levels") from None
     except _LongInteger as exc:
@@ -73,6 +89,26 @@ def read_json(path: str | Path, error: type[MCCLError], what: str) -> Any:
     if too_deep(data):
         raise error(f"{path}: JSON nested deeper than {MAX_DEPTH} levels")
     return data
+
+
+def _gunzip(raw: bytes, path: Path, error: type[MCCLError]) -> bytes:
+    try:
+        with gzip.GzipFile(fileobj=io.BytesIO(raw)) as f:
+            data = f.read(MAX_JSON_BYTES + 1)
+    except (OSError, EOFError, zlib.error) as exc:
+        raise error(f"{path}: damaged gzip data ({exc or 'truncated'})") from None
+    if len(data) > MAX_JSON_BYTES:
+        raise error(f"{path}: decompresses to more than {MAX_JSON_BYTES >> 20} MiB")
+    return data
+
+
+def write_json(path: str | Path, obj: Any) -> None:
+    """Write ``obj`` as compact JSON (no indentation) to ``path``, gzip-compressed when
+    the name ends in ``.gz``."""
+    data = (json.dumps(obj, separators=(",", ":")) + "\n").encode()
+    if str(path).endswith(".gz"):
+        data = gzip.compress(data, compresslevel=6, mtime=0)
+    Path(path).write_bytes(data)
 
 
 def check_output_path(path: str | None, option: str) -> None:

@@ -1,4 +1,4 @@
-"""Schedules and the ``mccl-schedule/1`` format (DESIGN.md §4).
+"""Schedules and their files, ``mccl-schedule/2`` and ``/1`` (docs/architecture.md).
 
 A :class:`Schedule` is what both synthesizers return and what the simulator, the
 runtime and the executor consume.
@@ -16,8 +16,6 @@ shard (AllGather).  :func:`share_loads` and :func:`schedule_rate` compute these.
 
 from __future__ import annotations
 
-import json
-import math
 from itertools import chain
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,15 +24,18 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence, Union
 import numpy as np
 
 from .errors import ScheduleError
-from .files import read_json
+from .files import read_json, write_json
+from .schedule_format import (FORMAT_V1, FORMAT_V2, FORMATS, as_list, as_object, jsonable, number,
+                              pack_v1, pack_v2, unpack_chunks, version_number)
 
 if TYPE_CHECKING:
     from .topology import Topology
 
-__all__ = ["PathChunk", "TreeChunk", "BottleneckLink", "Schedule", "FORMAT_TAG",
+__all__ = ["PathChunk", "TreeChunk", "BottleneckLink", "Schedule", "FORMAT_TAG", "FORMATS",
            "COLLECTIVES", "share_loads", "schedule_rate", "bottleneck_links", "chunk_counts"]
 
-FORMAT_TAG = "mccl-schedule/1"
+#: the format :meth:`Schedule.save` writes (:data:`FORMATS` are read)
+FORMAT_TAG = FORMAT_V2
 COLLECTIVES = ("alltoall", "allgather")
 SATURATION_TOL = 1e-6
 
@@ -147,83 +148,80 @@ class Schedule:
         return len(self.gpus)
 
     # ------------------------------------------------------------------ serialisation
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self, compact: bool = True) -> dict[str, Any]:
+        """The schedule as a ``mccl-schedule/2`` dictionary (paths and trees stored once,
+        the format files and the controller's messages use), or with ``compact=False``
+        as ``mccl-schedule/1`` (every chunk spelled out).  :meth:`from_dict` reads both."""
+        alltoall = self.collective == "alltoall"
+        raw = [(c.src, c.dst, c.share, c.path) if alltoall else (c.src, c.share, c.edges)
+               for c in self.chunks]
         d: dict[str, Any] = {
-            "format": FORMAT_TAG,
+            "format": FORMAT_TAG if compact else FORMAT_V1,
             "collective": self.collective,
             "topology": self.topology,
             "gpus": list(self.gpus),
             "rate_gbps": float(self.rate_gbps),
             "lp_rate_gbps": float(self.lp_rate_gbps),
             "max_chunks": self.max_chunks,
-            "chunks": [c.to_dict() for c in self.chunks],
-            "bottleneck": [b.to_dict() for b in self.bottleneck],
-            "version": int(self.version),
-            "solver": _jsonable(self.solver),
         }
+        if compact:
+            d.update(pack_v2(self.gpus, alltoall, raw))
+        else:
+            d["chunks"] = pack_v1(alltoall, raw)
+        d.update(bottleneck=[b.to_dict() for b in self.bottleneck], version=int(self.version),
+                 solver=jsonable(self.solver))
         if self.stats:
-            d["stats"] = _jsonable(self.stats)
+            d["stats"] = jsonable(self.stats)
         return d
 
     @classmethod
     def from_dict(cls, data: Any) -> "Schedule":
-        """Parse a ``mccl-schedule/1`` dictionary; raises :class:`ScheduleError`."""
+        """Parse a ``mccl-schedule/2`` or ``/1`` dictionary; raises :class:`ScheduleError`."""
         if not isinstance(data, Mapping):
             raise ScheduleError(f"a schedule must be a JSON object, got {type(data).__name__}")
-        if data.get("format") != FORMAT_TAG:
-            raise ScheduleError(f"'format' must be {FORMAT_TAG!r}, got {data.get('format')!r}")
+        if data.get("format") not in FORMATS:
+            raise ScheduleError(f"'format' must be one of {FORMATS}, got {str(data.get('format'))[:40]!r}")
         for key in ("collective", "gpus", "rate_gbps", "chunks"):
             if key not in data:
                 raise ScheduleError(f"schedule lacks '{key}'")
         collective = data["collective"]
         if collective not in COLLECTIVES:
             raise ScheduleError(f"'collective' must be one of {COLLECTIVES}, got {collective!r}")
-        chunks: list[Chunk] = []
-        for i, c in enumerate(_as_list(data["chunks"], "chunks")):
-            where = f"chunks[{i}]"
-            if not isinstance(c, Mapping):
-                raise ScheduleError(f"{where} must be an object")
-            share = _number(c.get("share"), f"{where}.share")
-            if collective == "alltoall":
-                path = _path(c.get("path"), f"{where}.path")
-                src, dst = c.get("src", path[0]), c.get("dst", path[-1])
-                chunks.append(PathChunk(str(src), str(dst), share, path))
-            else:
-                edges = tuple(_path(e.get("path") if isinstance(e, Mapping) else None,
-                                    f"{where}.edges[{j}].path")
-                              for j, e in enumerate(_as_list(c.get("edges"), f"{where}.edges")))
-                if "src" not in c:
-                    raise ScheduleError(f"{where} lacks 'src'")
-                chunks.append(TreeChunk(str(c["src"]), share, edges))
+        gpus = tuple(str(g) for g in as_list(data["gpus"], "gpus"))
+        raw = unpack_chunks(data, collective == "alltoall", gpus)
+        chunks = [PathChunk(*c) for c in raw] if collective == "alltoall" else [TreeChunk(*c) for c in raw]
         bottleneck = []
-        for i, b in enumerate(_as_list(data.get("bottleneck", []), "bottleneck")):
+        for i, b in enumerate(as_list(data.get("bottleneck", []), "bottleneck")):
             if not isinstance(b, Mapping) or not {"src", "dst"} <= set(b):
                 raise ScheduleError(f"bottleneck[{i}] needs 'src' and 'dst'")
             bottleneck.append(BottleneckLink(str(b["src"]), str(b["dst"]),
-                                             _number(b.get("chunks", 0), f"bottleneck[{i}].chunks"),
-                                             _number(b.get("base_slack", 0.0), f"bottleneck[{i}].base_slack")))
+                                             number(b.get("chunks", 0), f"bottleneck[{i}].chunks"),
+                                             number(b.get("base_slack", 0.0), f"bottleneck[{i}].base_slack")))
         max_chunks = data.get("max_chunks")
         if max_chunks is not None and (not isinstance(max_chunks, int) or max_chunks < 1):
             raise ScheduleError(f"'max_chunks' must be a positive integer or null, got {max_chunks!r}")
         return cls(
             collective=collective,
             topology=str(data.get("topology", "")),
-            gpus=tuple(str(g) for g in _as_list(data["gpus"], "gpus")),
-            rate_gbps=_number(data["rate_gbps"], "rate_gbps"),
-            lp_rate_gbps=_number(data.get("lp_rate_gbps", data["rate_gbps"]), "lp_rate_gbps"),
+            gpus=gpus,
+            rate_gbps=number(data["rate_gbps"], "rate_gbps"),
+            lp_rate_gbps=number(data.get("lp_rate_gbps", data["rate_gbps"]), "lp_rate_gbps"),
             max_chunks=max_chunks,
             chunks=tuple(chunks),
             bottleneck=tuple(bottleneck),
-            version=_version(data.get("version", 1)),
-            solver=_object(data.get("solver", {}), "solver"),
-            stats=_object(data.get("stats", {}), "stats"),
+            version=version_number(data.get("version", 1)),
+            solver=as_object(data.get("solver", {}), "solver"),
+            stats=as_object(data.get("stats", {}), "stats"),
         )
 
-    def save(self, path: str | Path) -> None:
-        Path(path).write_text(json.dumps(self.to_dict(), indent=1) + "\n")
+    def save(self, path: str | Path, compact: bool = True) -> None:
+        """Write the schedule as ``mccl-schedule/2`` (``/1`` with ``compact=False``),
+        gzip-compressed when ``path`` ends in ``.gz``."""
+        write_json(path, self.to_dict(compact))
 
     @classmethod
     def load(cls, path: str | Path) -> "Schedule":
+        """Read a ``mccl-schedule/2`` or ``/1`` file, plain or gzip-compressed."""
         path = Path(path)
         data = read_json(path, ScheduleError, "schedule")
         try:
@@ -329,49 +327,3 @@ def bottleneck_links(topo: "Topology", loads: np.ndarray, rate: float, max_chunk
         link = topo.links[a]
         out.append(BottleneckLink(link.src, link.dst, float(counts[a]), float(max(0.0, slack[a]))))
     return tuple(out)
-
-
-def _as_list(v: Any, where: str) -> list:
-    if not isinstance(v, list):
-        raise ScheduleError(f"'{where}' must be a list")
-    return v
-
-
-def _number(v: Any, where: str) -> float:
-    try:
-        ok = not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v)
-    except OverflowError:                       # an int beyond float range
-        ok = False
-    if not ok:
-        raise ScheduleError(f"'{where}' must be a finite number, got {str(v)[:40]}")
-    return float(v)
-
-
-def _version(v: Any) -> int:
-    if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < 2**63:
-        raise ScheduleError(f"'version' must be a non-negative integer, got {str(v)[:40]}")
-    return v
-
-
-def _object(v: Any, where: str) -> dict:
-    if not isinstance(v, Mapping):
-        raise ScheduleError(f"'{where}' must be an object, got {type(v).__name__}")
-    return dict(v)
-
-
-def _path(v: Any, where: str) -> tuple[str, ...]:
-    if not isinstance(v, list) or len(v) < 2 or not all(isinstance(x, str) for x in v):
-        raise ScheduleError(f"'{where}' must be a list of at least two node ids")
-    return tuple(v)
-
-
-def _jsonable(obj: Any) -> Any:
-    if isinstance(obj, Mapping):
-        return {str(k): _jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_jsonable(v) for v in obj]
-    if isinstance(obj, np.generic):
-        return obj.item()
-    if isinstance(obj, np.ndarray):
-        return obj.tolist()
-    return obj

@@ -26,7 +26,7 @@ def files(tmp_path_factory) -> dict[str, Path]:
     assert main(["solve", "alltoall", str(topo), "-o", str(a2a), "--json"]) == 0
     ag = d / "ag.json"
     bfs_allgather(TOPO).save(ag)
-    s = json.loads(a2a.read_text())
+    s = Schedule.load(a2a).to_dict(compact=False)
     t = json.loads(topo.read_text())
     out = {"topo": topo, "a2a": a2a, "ag": ag}
 

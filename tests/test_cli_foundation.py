@@ -50,7 +50,7 @@ def test_check_accepts_a_valid_schedule_and_rejects_a_broken_one(tmp_path, capsy
     sched.save(spath)
     assert main(["check", str(tpath), str(spath), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["valid"] is True
-    d = sched.to_dict()
+    d = sched.to_dict(compact=False)
     d["chunks"] = d["chunks"][1:]
     spath.write_text(json.dumps(d))
     assert main(["check", str(tpath), str(spath)]) == 2

@@ -65,7 +65,7 @@ AG = ("manager", "collectives", 0)
     (AG + ("synth_capacity", 0), int("9" * 401), "integer literal has 401 digits"),
     (AG + ("synth_capacity", 3), 1e300, "synth_capacity[3]"),
     (AG + ("last_decision_t",), 1e300, "collectives[0].last_decision_t"),
-    (AG + ("schedule", "chunks", 0, "share"), 0.5, "collectives[0].schedule"),
+    (AG + ("schedule", "chunks", 0, 1), 0.5, "collectives[0].schedule"),       # [src, share, tree]
     (AG + ("schedule", "version"), 7, "collectives[0].schedule"),
     (("telemetry", "direct", 0, "value"), float("nan"), "telemetry.direct[0].value"),
     (("telemetry", "direct", 0, "value"), 1e9, "telemetry.direct[0].value"),
@@ -150,7 +150,9 @@ def test_a_damaged_version_file_is_refused(tmp_path, damage, words):
     svc.manager.close()
     (version,) = versions_dir(state).iterdir()
     if damage == "edit":
-        version.write_text(version.read_text().replace('"share":1.0', '"share":0.5', 1))
+        data = json.loads(version.read_text())
+        data["schedule"]["chunks"][0][1] = 0.5            # a chunk's share: [src, share, tree]
+        version.write_text(json.dumps(data, separators=(",", ":")))
     elif damage == "delete":
         version.unlink()
     else:

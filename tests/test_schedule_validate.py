@@ -45,10 +45,11 @@ def test_round_trip_through_json(tmp_path):
     topo = full_mesh(3)
     for sched in (direct_alltoall(topo, 2), star_allgather(topo)):
         path = tmp_path / "s.json"
-        sched.save(path)
-        again = Schedule.load(path)
-        assert again == sched
-        assert json.loads(path.read_text())["format"] == "mccl-schedule/1"
+        for compact, tag in ((True, "mccl-schedule/2"), (False, "mccl-schedule/1")):
+            sched.save(path, compact=compact)
+            again = Schedule.load(path)
+            assert again == sched
+            assert json.loads(path.read_text())["format"] == tag
 
 
 def test_bottleneck_counts_and_slack():
@@ -66,7 +67,7 @@ def test_bottleneck_counts_and_slack():
 
 
 def _broken(sched: Schedule, **changes) -> Schedule:
-    d = sched.to_dict()
+    d = sched.to_dict(compact=False)
     d.update(changes)
     return Schedule.from_dict(d)
 
@@ -74,7 +75,7 @@ def _broken(sched: Schedule, **changes) -> Schedule:
 def test_validator_catches_alltoall_defects():
     topo = full_mesh(3)
     good = direct_alltoall(topo, 2)
-    d = good.to_dict()
+    d = good.to_dict(compact=False)
     cases = {
         "missing block": dict(chunks=d["chunks"][2:]),
         "hop is not a link": dict(chunks=[{**d["chunks"][0], "path": ["g0", "g9"]}] + d["chunks"][1:]),
@@ -93,7 +94,7 @@ def test_validator_catches_alltoall_defects():
 def test_validator_catches_allgather_defects():
     topo = full_mesh(4)
     good = star_allgather(topo)
-    d = good.to_dict()
+    d = good.to_dict(compact=False)
     t0 = d["chunks"][0]
     chain = {**t0, "edges": [{"path": ["g0", "g1"]}, {"path": ["g1", "g2"]}, {"path": ["g2", "g1"]},
                              {"path": ["g2", "g3"]}]}

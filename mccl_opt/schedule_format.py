@@ -1,0 +1,232 @@
+"""The schedule file formats: ``mccl-schedule/2`` (written) and ``mccl-schedule/1`` (read).
+
+Both are documented in docs/architecture.md ("Schedule files").  ``mccl-schedule/1`` spells
+every chunk out (an AllGather tree repeats the node ids of each of its edges), so a
+512-GPU AllGather schedule is tens of MB and takes seconds to write and parse.
+``mccl-schedule/2`` stores each distinct node path once and refers to it by index:
+
+* node index ``i`` is ``gpus[i]`` for ``i < len(gpus)``, else ``nodes[i - len(gpus)]``;
+* ``paths``: the distinct paths, as lists of node indices;
+* AllToAll ``chunks``: ``[src, dst, share, path]`` (node, node, float, path index);
+* AllGather ``trees``: the distinct trees, as lists of path indices (one per edge), and
+  ``chunks``: ``[src, share, tree]`` (node, float, tree index).
+
+Everything else (rates, ``bottleneck``, ``version``, ``solver``, ``stats``) is as in
+``mccl-schedule/1``.  This module converts between a format's dictionary and plain chunk
+tuples — ``(src, dst, share, path)`` or ``(src, share, edges)`` — and raises
+:class:`~mccl_opt.errors.ScheduleError` naming the bad entry.
+"""
+
+from __future__ import annotations
+
+import math
+from itertools import chain
+from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
+
+from .errors import ScheduleError
+
+__all__ = ["FORMAT_V1", "FORMAT_V2", "FORMATS", "pack_v1", "pack_v2", "unpack_chunks",
+           "as_list", "number", "version_number", "as_object", "jsonable"]
+
+FORMAT_V1 = "mccl-schedule/1"
+FORMAT_V2 = "mccl-schedule/2"
+FORMATS = (FORMAT_V1, FORMAT_V2)
+
+PathTuple = tuple[str, ...]
+#: ``(src, dst, share, path)`` for AllToAll, ``(src, share, edges)`` for AllGather
+ChunkTuple = tuple
+
+
+# ---------------------------------------------------------------------- writing
+def pack_v1(alltoall: bool, chunks: Iterable[ChunkTuple]) -> list[dict[str, Any]]:
+    """``mccl-schedule/1`` ``chunks``: every path spelled out."""
+    if alltoall:
+        return [{"src": s, "dst": d, "share": float(f), "path": list(p)} for s, d, f, p in chunks]
+    return [{"src": s, "share": float(f), "edges": [{"path": list(e)} for e in edges]}
+            for s, f, edges in chunks]
+
+
+def pack_v2(gpus: Sequence[str], alltoall: bool, chunks: Sequence[ChunkTuple]) -> dict[str, Any]:
+    """``mccl-schedule/2`` tables: ``{"nodes", "paths", "chunks"}`` (and ``"trees"``)."""
+    index: dict[str, int] = {g: i for i, g in enumerate(gpus)}
+    extra: list[str] = []
+    path_ids: dict[PathTuple, int] = {}
+    paths: list[list[int]] = []
+
+    def node(v: str) -> int:
+        i = index.get(v)
+        if i is None:
+            i = index[v] = len(index)
+            extra.append(v)
+        return i
+
+    def path(p: PathTuple) -> int:
+        k = path_ids.get(p)
+        if k is None:
+            k = path_ids[p] = len(paths)
+            ids = list(map(index.get, p))
+            paths.append(ids if None not in ids else [node(v) for v in p])
+        return k
+
+    out: dict[str, Any] = {}
+    if alltoall:
+        rows = [[node(s), node(d), float(f), path(p)] for s, d, f, p in chunks]
+    else:
+        tree_ids: dict[tuple[int, ...], int] = {}
+        trees: list[list[int]] = []
+        rows = []
+        for p in dict.fromkeys(chain.from_iterable(edges for _, _, edges in chunks)):
+            path(p)                                     # every edge path numbered first
+        for s, f, edges in chunks:
+            key = tuple(map(path_ids.__getitem__, edges))
+            t = tree_ids.get(key)
+            if t is None:
+                t = tree_ids[key] = len(trees)
+                trees.append(list(key))
+            rows.append([node(s), float(f), t])
+        out["trees"] = trees
+    out.update(nodes=extra, paths=paths, chunks=rows)
+    return out
+
+
+# ---------------------------------------------------------------------- reading
+def unpack_chunks(data: Mapping[str, Any], alltoall: bool, gpus: Sequence[str]) -> list[ChunkTuple]:
+    """The chunk tuples of a ``mccl-schedule/1`` or ``/2`` dictionary (``format`` checked
+    by the caller)."""
+    if data.get("format") == FORMAT_V2:
+        return _unpack_v2(data, alltoall, gpus)
+    return _unpack_v1(as_list(data["chunks"], "chunks"), alltoall)
+
+
+def _unpack_v1(raw: list, alltoall: bool) -> list[ChunkTuple]:
+    out: list[ChunkTuple] = []
+    for i, c in enumerate(raw):
+        where = f"chunks[{i}]"
+        if not isinstance(c, Mapping):
+            raise ScheduleError(f"{where} must be an object")
+        share = number(c.get("share"), f"{where}.share")
+        if alltoall:
+            p = _path(c.get("path"), f"{where}.path")
+            out.append((str(c.get("src", p[0])), str(c.get("dst", p[-1])), share, p))
+        else:
+            edges = tuple(_path(e.get("path") if isinstance(e, Mapping) else None, f"{where}.edges[{j}].path")
+                          for j, e in enumerate(as_list(c.get("edges"), f"{where}.edges")))
+            if "src" not in c:
+                raise ScheduleError(f"{where} lacks 'src'")
+            out.append((str(c["src"]), share, edges))
+    return out
+
+
+def _unpack_v2(data: Mapping[str, Any], alltoall: bool, gpus: Sequence[str]) -> list[ChunkTuple]:
+    extra = as_list(data.get("nodes", []), "nodes")
+    if not all(isinstance(v, str) for v in extra):
+        raise ScheduleError("'nodes' must be a list of node ids")
+    table = list(gpus) + extra
+    paths = _index_lists(as_list(data.get("paths"), "paths"), table, "paths", 2)
+    out: list[ChunkTuple] = []
+    rows = as_list(data["chunks"], "chunks")
+    width = 4 if alltoall else 3
+    if not all(isinstance(r, list) and len(r) == width for r in rows):
+        bad = next(i for i, r in enumerate(rows) if not (isinstance(r, list) and len(r) == width))
+        form = "[src, dst, share, path]" if alltoall else "[src, share, tree]"
+        raise ScheduleError(f"'chunks[{bad}]' must be a list {form}")
+    if alltoall:
+        src, dst, share, path = _columns(rows, 4)
+        return list(zip(_column(src, table, "src"), _column(dst, table, "dst"),
+                        _shares(share), _column(path, paths, "path")))
+    trees = _index_lists(as_list(data.get("trees"), "trees"), paths, "trees", 0)
+    src, share, tree = _columns(rows, 3)
+    return list(zip(_column(src, table, "src"), _shares(share), _column(tree, trees, "tree")))
+
+
+def _columns(rows: list, width: int) -> list[tuple]:
+    return list(zip(*rows)) if rows else [()] * width
+
+
+def _column(col: tuple, table: Sequence, what: str) -> list:
+    """``[table[i] for i in col]``: the ``what`` index of every chunk, checked in bulk."""
+    if col and not (set(map(type, col)) == {int} and 0 <= min(col) and max(col) < len(table)):
+        for i, v in enumerate(col):
+            _lookup(v, table, f"chunks[{i}] {what}")
+    return list(map(table.__getitem__, col))
+
+
+def _shares(col: tuple) -> list[float]:
+    try:
+        if set(map(type, col)) <= {float, int} and all(map(math.isfinite, col)):
+            return list(map(float, col))
+    except OverflowError:                       # an int beyond float range
+        pass
+    return [number(f, f"chunks[{i}] share") for i, f in enumerate(col)]
+
+
+def _index_lists(lists: list, table: Sequence, name: str, min_len: int) -> list[tuple]:
+    """``[tuple(table[i] for i in v) for v in lists]``, every ``v`` a list of at least
+    ``min_len`` in-range integers; checked in bulk, then the first bad entry is named."""
+    flat = list(chain.from_iterable(v for v in lists if isinstance(v, list)))
+    ok = (all(isinstance(v, list) and len(v) >= min_len for v in lists)
+          and (not flat or (set(map(type, flat)) == {int} and 0 <= min(flat) and max(flat) < len(table))))
+    if not ok:
+        for k, v in enumerate(lists):
+            if not isinstance(v, list) or len(v) < min_len:
+                raise ScheduleError(f"'{name}[{k}]' must be a list of at least {min_len} indices")
+            if v and not (set(map(type, v)) == {int} and 0 <= min(v) and max(v) < len(table)):
+                raise ScheduleError(f"'{name}[{k}]' must hold integer indices in 0..{len(table) - 1}")
+    get = table.__getitem__
+    return [tuple(map(get, v)) for v in lists]
+
+
+def _lookup(i: Any, table: Sequence, where: str) -> Any:
+    if type(i) is not int or not 0 <= i < len(table):
+        raise ScheduleError(f"'{where}' must be an integer index in 0..{len(table) - 1}, got {str(i)[:40]}")
+    return table[i]
+
+
+# ---------------------------------------------------------------------- field checks
+def as_list(v: Any, where: str) -> list:
+    if not isinstance(v, list):
+        raise ScheduleError(f"'{where}' must be a list")
+    return v
+
+
+def number(v: Any, where: str) -> float:
+    try:
+        ok = not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v)
+    except OverflowError:                       # an int beyond float range
+        ok = False
+    if not ok:
+        raise ScheduleError(f"'{where}' must be a finite number, got {str(v)[:40]}")
+    return float(v)
+
+
+def version_number(v: Any) -> int:
+    if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < 2**63:
+        raise ScheduleError(f"'version' must be a non-negative integer, got {str(v)[:40]}")
+    return v
+
+
+def as_object(v: Any, where: str) -> dict:
+    if not isinstance(v, Mapping):
+        raise ScheduleError(f"'{where}' must be an object, got {type(v).__name__}")
+    return dict(v)
+
+
+def _path(v: Any, where: str) -> PathTuple:
+    if not isinstance(v, list) or len(v) < 2 or not all(isinstance(x, str) for x in v):
+        raise ScheduleError(f"'{where}' must be a list of at least two node ids")
+    return tuple(v)
+
+
+def jsonable(obj: Any) -> Any:
+    """``obj`` with numpy scalars and arrays as plain Python values."""
+    if isinstance(obj, Mapping):
+        return {str(k): jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [jsonable(v) for v in obj]
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if isinstance(obj, np.ndarray):
+        return obj.tolist()
+    return obj
