@@ -20,7 +20,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                             ("allgather", "AllGather by ForestColl tree packing (paper §4.3)")):
         s = ssub.add_parser(name, help=help_text)
         s.add_argument("topology", help="mccl-topology/1 file")
-        s.add_argument("-o", "--output", help="write the mccl-schedule/1 file here")
+        s.add_argument("-o", "--output", help="write the schedule file here (mccl-schedule/2; gzip-compressed if it ends in .gz)")
         s.add_argument("--warm", help="previous schedule to warm-start from")
         s.add_argument("--backend", default="highs", help="LP/MIP backend: highs (default), gurobi, scip")
         s.add_argument("--max-chunks", type=_chunks, default=10,
@@ -99,12 +99,35 @@ def _warm(args: argparse.Namespace, topo):
     return warm
 
 
+def certificate(schedule) -> dict:
+    """How close the solve is to proven optimal, from the synthesizer's stats.
+
+    ``status``: how it ended (``optimal``; ``time_limit``, ``round_limit`` or
+    ``stalled`` when column generation stopped early); ``bound_gbps``: a certified
+    upper bound on the rate of any schedule in the synthesizer's model (AllToAll: the
+    column-generation bound on the LP, paper §4.2; AllGather: the tree master's bound,
+    or the exact ForestColl optimum, paper §4.3), ``None`` when the solve stopped before
+    it had one; ``certified_gap``: ``1 - rate_gbps / bound_gbps``, what the schedule may
+    still lose to the optimum (``None`` without a bound)."""
+    stats = schedule.stats
+    if schedule.collective == "alltoall":
+        status, bound = stats.get("status", "unknown"), stats.get("lp_bound_gbps")
+    elif "cg_status" in stats:                  # the general method (column generation)
+        status, bound = stats["cg_status"], stats.get("bound_gbps")
+    else:                                       # ForestColl: an exact optimum, no time limit
+        status, bound = "optimal", schedule.lp_rate_gbps
+    if not isinstance(bound, (int, float)) or not 0 < bound < float("inf"):
+        bound = None
+    gap = None if bound is None else max(0.0, 1.0 - schedule.rate_gbps / bound)
+    return {"status": str(status), "bound_gbps": bound, "certified_gap": gap}
+
+
 def summary(schedule, seconds: float) -> dict:
     return {"collective": schedule.collective, "topology": schedule.topology,
             "gpus": schedule.num_gpus, "chunks": len(schedule.chunks),
             "rate_gbps": schedule.rate_gbps, "lp_rate_gbps": schedule.lp_rate_gbps,
-            "rounding_gap": schedule.rounding_gap, "bottleneck_links": len(schedule.bottleneck),
-            "seconds": seconds}
+            "rounding_gap": schedule.rounding_gap, **certificate(schedule),
+            "bottleneck_links": len(schedule.bottleneck), "seconds": seconds}
 
 
 def _solve(args: argparse.Namespace) -> int:
@@ -136,10 +159,15 @@ def _solve(args: argparse.Namespace) -> int:
     if args.output:
         sched.save(args.output)
     info = summary(sched, seconds)
+    if info["status"] != "optimal":
+        bound = "no bound yet" if info["bound_gbps"] is None else \
+            f"bound {info['bound_gbps']:.4g} Gbps, certified gap {info['certified_gap']:.2%}"
+        print(f"warning: the solve stopped early ({info['status']}): the schedule runs at "
+              f"{sched.rate_gbps:.4g} Gbps, not proven optimal ({bound})", file=sys.stderr)
     if args.json:
         print_json(info)
     else:
-        print_table(list(info), [list(info.values())])
+        print_table(list(info), [["none" if v is None else v for v in info.values()]])
         if args.output:
             print(f"wrote {args.output}", file=sys.stderr)
     return 0
