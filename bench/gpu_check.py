@@ -3,7 +3,7 @@
 * With 2+ GPUs: one NCCL rank per GPU.  For the rail AllToAll / AllGather schedules
   (HPN 1x2x(G/2), or direct schedules for an odd count) and several dtypes it checks
   the executor's result bit for bit against torch's ``all_to_all_single`` /
-  ``all_gather_into_tensor`` and prints algbw (nccl-tests definition, DESIGN.md §2)
+  ``all_gather_into_tensor`` and prints algbw (nccl-tests definition, README "Units and definitions")
   of both, plus the CUDA-event telemetry of the last run.
 * With 1 GPU: every rank's compiled program is executed on the one device (each
   message becomes a device copy between the ranks' buffers, timed with CUDA events by

@@ -2,7 +2,7 @@
 
 Per collective, the time is the slowest rank's (a collective ends when its last rank
 does).  Per scenario event, in the file's order (real times in ms from the scenario's
-start; ``algbw_*`` in GB/s of the emulated fabric, DESIGN.md §2, i.e. the real time
+start; ``algbw_*`` in GB/s of the emulated fabric, README "Units and definitions", i.e. the real time
 divided by ``time_scale``):
 
 * ``time_before_ms``: median of the last 5 collectives that ended before the event;

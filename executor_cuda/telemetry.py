@@ -44,7 +44,7 @@ class LinkSample:
 
     @property
     def gbps(self) -> float:
-        """Effective throughput in Gbps (10^9 bit/s), DESIGN.md §2 units."""
+        """Effective throughput in Gbps (10^9 bit/s), README "Units and definitions"."""
         return 8.0 * self.bytes / self.seconds / 1e9 if self.seconds > 0 else 0.0
 
     def to_controller(self, t: float) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""Topology generators and shipped instances (DESIGN.md §3).
+"""Topology generators and shipped instances (docs/modelling.md).
 
 ``hpn`` builds the paper's rail-optimized S×H×N fabric, ``fail1/fail2/fail3`` the
 paper's gray failures; ``dgx``, ``ring``, ``full_mesh`` and ``irregular`` are small test

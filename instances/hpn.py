@@ -1,4 +1,4 @@
-"""HPN-style rail-optimized fabrics S×H×N (paper §6.1, DESIGN.md §3).
+"""HPN-style rail-optimized fabrics S×H×N (paper §6.1, docs/modelling.md).
 
 Per host: N GPUs and one NVSwitch; each GPU has a 2880 Gbps / 25 ns link to its host's
 NVSwitch (both directions) and one 400 Gbps / 0.5 µs NIC link to the ToR of its rail

@@ -29,9 +29,15 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        import importlib
+#: subpackages reachable as attributes (``mo.backends``) without an explicit import
+_SUBMODULES = ("backends", "baselines", "sim", "evaluate", "allgather", "alltoall", "lowering")
 
+
+def __getattr__(name: str) -> Any:
+    import importlib
+
+    if name in _LAZY:
         return getattr(importlib.import_module(_LAZY[name]), name)
+    if name in _SUBMODULES:
+        return importlib.import_module(f"mccl_opt.{name}")
     raise AttributeError(f"module 'mccl_opt' has no attribute {name!r}")

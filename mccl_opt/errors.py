@@ -1,4 +1,4 @@
-"""The MCCL error hierarchy (DESIGN.md §6).
+"""The MCCL error hierarchy (README "Python API").
 
 Every error the package raises on bad input or solver trouble derives from
 :class:`MCCLError`, so callers (and the CLI, which prints the message and exits

@@ -16,7 +16,7 @@ old schedule is still optimal and no re-synthesis is needed.
 
 Message sizes follow the paper's "128 MB per source": an AllGather shard of
 ``message_bytes``; an AllToAll send buffer of ``message_bytes``, i.e. ``B =
-message_bytes / N`` per ordered pair (DESIGN.md §2).
+message_bytes / N`` per ordered pair (README "Units and definitions").
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ runtime and the executor consume.
 * AllGather: each :class:`TreeChunk` carries ``share`` of ``src``'s shard over a
   spanning arborescence of GPU-to-GPU ``edges``; an edge's interior nodes are switches.
 
-Rates (DESIGN.md §2): with per-link *share load* ``L_a`` (the sum of the shares of the
+Rates (README "Units and definitions"): with per-link *share load* ``L_a`` (the sum of the shares of the
 chunks crossing link ``a``, counting an AllGather tree once per edge that crosses it),
 the schedule sustains ``rate = min_a cap_a / L_a`` Gbps per block (AllToAll) or per
 shard (AllGather).  :func:`share_loads` and :func:`schedule_rate` compute these.

@@ -1,5 +1,5 @@
 """Plain-text tables and JSON output: how every ``mccl`` command, benchmark and report
-prints results (DESIGN.md §5: results print as a short table, ``--json`` as JSON)."""
+prints results (README "Command line": results print as a short table, ``--json`` as JSON)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The fabric model: GPUs, switches and directed links (DESIGN.md §2-3).
+"""The fabric model: GPUs, switches and directed links (README "Units and definitions", docs/modelling.md).
 
 A :class:`Topology` is immutable.  Nodes are GPUs or switches; links are directed
 (a cable is two links) with a capacity in Gbps and a latency in microseconds.  GPU

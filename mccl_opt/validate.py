@@ -1,4 +1,4 @@
-"""The schedule validator (DESIGN.md §4, ``mccl check``).
+"""The schedule validator (docs/modelling.md, ``mccl check``).
 
 Independent of both synthesizers: it re-derives everything a schedule claims from its
 chunks and the topology.  Checked:

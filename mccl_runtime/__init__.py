@@ -7,9 +7,28 @@ Importing this package is cheap: zmq, matplotlib and the synthesizers load on fi
 
 from __future__ import annotations
 
+from typing import Any
+
 from .drift import DriftReport, ScheduleProfile, detect, profile_schedule
 from .manager import Collective, Event, Policy, ScheduleManager, solver_synthesizer
 from .telemetry import IngestReport, MeasurementStore
 
 __all__ = ["MeasurementStore", "IngestReport", "detect", "profile_schedule", "DriftReport",
-           "ScheduleProfile", "ScheduleManager", "Policy", "Collective", "Event", "solver_synthesizer"]
+           "ScheduleProfile", "ScheduleManager", "Policy", "Collective", "Event", "solver_synthesizer",
+           "ControllerService", "ControllerClient", "run_loop", "LoopConfig"]
+
+#: names whose modules import zmq or the synthesizers, loaded on first use
+_LAZY = {
+    "ControllerService": "mccl_runtime.service",
+    "ControllerClient": "mccl_runtime.client",
+    "run_loop": "mccl_runtime.loop",
+    "LoopConfig": "mccl_runtime.loop",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'mccl_runtime' has no attribute {name!r}")

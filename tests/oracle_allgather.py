@@ -1,9 +1,9 @@
 """Independent AllGather oracle: the forwarding-only optimum, the cut bound and a
-schedule checker, written from the model's definition (DESIGN.md §2 and §4) with
+schedule checker, written from the model's definition (README "Units and definitions", docs/modelling.md) with
 scipy only.  It shares no code with :mod:`mccl_opt.allgather`, :mod:`mccl_opt.schedule`
 or :mod:`mccl_opt.validate`, so the tests can use it to judge them.
 
-Model (DESIGN.md §2).  GPUs ``G`` (``N = |G|``) and switches are joined by directed
+Model (README "Units and definitions").  GPUs ``G`` (``N = |G|``) and switches are joined by directed
 links ``a`` of capacity ``c_a``.  An AllGather schedule at rate ``x`` gives, for every
 root ``r``, trees with weights ``w_T >= 0`` summing to ``x``; a tree is a spanning
 arborescence of the *logical* GPU graph rooted at ``r`` whose edge ``u -> v`` is a
@@ -277,7 +277,7 @@ class CheckedSchedule:
 
 def check_schedule(topo: Any, sched: Any, max_chunks: int | None = None,
                    rel: float = 1e-6) -> CheckedSchedule:
-    """Check an AllGather schedule against the model (DESIGN.md §4); raise
+    """Check an AllGather schedule against the model (docs/modelling.md); raise
     ``AssertionError`` naming the first problem, else return recomputed loads and rate.
 
     Every GPU is a root; shares are positive and sum to 1 per root (multiples of ``1/k``

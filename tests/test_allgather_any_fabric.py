@@ -1,5 +1,5 @@
 """AllGather on any fabric, judged by the independent oracle of ``oracle_allgather``
-(forwarding-only optimum from the model's definition, DESIGN.md §2; cut bound; schedule
+(forwarding-only optimum from the model's definition, README "Units and definitions"; cut bound; schedule
 checker).  Hypothesis fabrics have 2-10 GPUs, a few switches, asymmetric cables,
 one-direction links and degradations, odd float capacities and shuffled node and link
 order; they are always connected.
@@ -94,7 +94,7 @@ def random_fabrics(draw: Any, balanced: bool, max_gpus: int) -> dict[tuple[str, 
 
 @st.composite
 def host_fabrics(draw: Any, balanced: bool, max_gpus: int) -> dict[tuple[str, str], float]:
-    """A small HPN-like fabric (DESIGN.md §3): hosts with an NVSwitch, one ToR per
+    """A small HPN-like fabric (docs/modelling.md): hosts with an NVSwitch, one ToR per
     rail; cables degraded (both directions if ``balanced``, else one)."""
     hosts = draw(st.integers(1, 3))
     per = min(draw(st.integers(2 if hosts == 1 else 1, 4)), max_gpus // hosts)

@@ -4,7 +4,7 @@ order a file lists its switches and links in.
 The ForestColl phases break ties by node and link index (switch order of Phase 2, arcs
 scanned by the packers), so the same fabric listed in another order could give other
 trees and, where a phase is a heuristic (balancing an unbalanced switch), another rate.
-:func:`canonical` lists the GPUs first in their given order (their ranks, DESIGN.md §3,
+:func:`canonical` lists the GPUs first in their given order (their ranks, docs/modelling.md,
 are part of the fabric), then the switches by id, and the links by (tail, head) in that
 node order; a topology already in this order is returned as is.  Schedules name nodes by
 id and keep the GPU order, so a schedule synthesized on the canonical listing is a

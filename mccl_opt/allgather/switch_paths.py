@@ -1,7 +1,7 @@
 """Cheapest switch-only paths between all ordered GPU pairs under link prices.
 
 An AllGather tree edge ``u -> v`` is a transfer whose interior nodes are switches only
-(DESIGN.md §4; switches forward and never duplicate, so every tree edge is one path
+(docs/modelling.md; switches forward and never duplicate, so every tree edge is one path
 through the fabric).  Pricing in the general method (:mod:`.colgen`) needs, for link
 prices ``pi >= 0``, the cheapest such path for every ordered GPU pair: one Dijkstra
 per source GPU that expands the source and switches only (a GPU reached is a leaf).

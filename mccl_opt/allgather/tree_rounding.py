@@ -5,7 +5,7 @@ schedule sends share ``w_T / sum_{T of r} w_T`` of ``r``'s shard over ``T``.  An
 executable schedule with ``max_chunks = K`` gives every tree a whole number ``n_T`` of
 chunks of ``1/k`` for one ``k <= K`` (``sum_{T of r} n_T = k``, so at most ``K`` trees per
 root), and its rate is recomputed from the link loads, ``min_a cap_a / L_a`` with
-``L_a = sum_T n_T load_T(a) / k`` (DESIGN.md §2).
+``L_a = sum_T n_T load_T(a) / k`` (README "Units and definitions").
 
 For every ``k <= K`` (shares in multiples of ``1/k``, as the validator accepts), and the
 best ``k`` kept:

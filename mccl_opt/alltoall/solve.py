@@ -52,7 +52,7 @@ def solve_alltoall(topo: Topology, warm: Schedule | WarmState | None = None, bac
                    max_chunks: int | None = 10, max_steps: int | str | None = None,
                    time_limit: float | None = None, *, rel_tol: float = 1e-7,
                    min_steps_tol: float = 1e-6) -> Schedule:
-    """Synthesize an AllToAll schedule for ``topo`` (DESIGN.md §5).
+    """Synthesize an AllToAll schedule for ``topo`` (README "Python API").
 
     ``warm``: a previous schedule (or its ``warm_state``) whose still-valid columns seed
     the master.  ``max_chunks``: chunks of ``1/K`` per pair (``None``: the fractional LP

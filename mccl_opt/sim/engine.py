@@ -33,7 +33,7 @@ def simulate(topo: Topology, schedule: Schedule, message_bytes: float, *,
     """Run ``schedule`` on ``topo`` moving ``message_bytes`` per block.
 
     ``message_bytes`` is B bytes per ordered GPU pair (AllToAll) or the shard bytes per
-    GPU (AllGather), DESIGN.md §2.  Chunks are cut into pieces of at most
+    GPU (AllGather), README "Units and definitions".  Chunks are cut into pieces of at most
     ``slice_bytes`` (default 512 KiB) or into exactly ``pieces`` pieces (``pieces=1``:
     whole-chunk store-and-forward).  ``fluid=True`` is the fast mode for large fabrics:
     infinitely fine pieces, each chunk one flow over all its links at once.

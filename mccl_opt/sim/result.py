@@ -44,7 +44,7 @@ class SimResult:
     # ------------------------------------------------------------------ headline figures
     @property
     def algbw_gbytes_per_s(self) -> float:
-        """nccl-tests algorithm bandwidth ``N * message_bytes / time`` in GB/s (DESIGN.md §2)."""
+        """nccl-tests algorithm bandwidth ``N * message_bytes / time`` in GB/s (README "Units and definitions")."""
         return self.num_gpus * self.message_bytes / self.completion_s / 1e9
 
     @property
