@@ -19,6 +19,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--state", help="state file: resume from it and keep it up to date")
     s.add_argument("--collective", action="append", default=[], metavar="COMM/NAME:KIND",
                    help="register a collective at start, e.g. world/ag:allgather (repeatable)")
+    s.add_argument("--estimator", choices=["ewma", "level"], default="ewma",
+                   help="link estimate: the paper's EWMA (default) or the change-point level "
+                        "(docs/runtime.md; re-synthesizes for the new level once confirmed)")
     s.add_argument("--alpha", type=_finite, default=0.012, help="EWMA smoothing factor (default %(default)s)")
     s.add_argument("--gamma", type=_finite, default=0.1, help="Algorithm 1 threshold Gamma (default %(default)s)")
     s.add_argument("--dwell", type=_finite, default=1.0, help="minimum seconds between decisions per collective")
@@ -28,7 +31,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.set_defaults(handler=_serve)
 
     lp = sub.add_parser("loop", help="closed-loop simulation: gray failure, detection, re-synthesis, swap")
-    from .loop_report import add_arguments
+    from .loop_cli import add_arguments
 
     add_arguments(lp)
     lp.set_defaults(handler=_loop)
@@ -103,7 +106,7 @@ def _serve(args: argparse.Namespace) -> int:
     synthesize = _LazySynthesizer(args.backend)
     svc = ControllerService(
         topo, args.bind, pub_bind=args.pub_bind, key=key, state_path=args.state,
-        synthesize=synthesize, alpha=args.alpha, policy=policy, allow_remote=args.allow_remote)
+        synthesize=synthesize, alpha=args.alpha, estimator=args.estimator, policy=policy, allow_remote=args.allow_remote)
     synthesize.load()
     for comm, name, kind in specs:          # a resumed controller already has them
         names = [f"{name}/reducescatter", f"{name}/allgather"] if kind == "allreduce" else [name]
@@ -127,7 +130,7 @@ def _announce(svc) -> None:
 def _loop(args: argparse.Namespace) -> int:
     from mccl_opt.files import check_output_path
 
-    from .loop_report import main
+    from .loop_cli import main
 
     _check_loop_flags(args)
     check_output_path(args.png, "--png")

@@ -1,5 +1,9 @@
 """The Schedule Manager and optimizer wrapper (paper §3.1-3.2).
 
+Longer than ~400 lines on purpose: the registry, the job life cycle (start, settle,
+supersede, abort, publish) and the re-check before publishing are one state machine
+whose invariants are read together.
+
 It keeps a registry of collectives per communicator, runs Algorithm 1
 (:mod:`mccl_runtime.drift`) on each dynamic one under the measured capacities ``M``,
 re-synthesizes flagged ones warm in a worker thread, and publishes new versions.

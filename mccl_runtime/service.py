@@ -93,8 +93,8 @@ class ControllerService:
     def __init__(self, topo: Topology, bind: str = "tcp://127.0.0.1:5555", *,
                  pub_bind: str | None = None, key: bytes | None = None,
                  state_path: str | Path | None = None, synthesize: Synthesizer | None = None,
-                 alpha: float = 0.012, policy: Policy = Policy(), allow_remote: bool = False,
-                 persist_interval_s: float = 1.0, clock: Callable[[], float] = time.time,
+                 alpha: float = 0.012, estimator: str = "ewma", policy: Policy = Policy(),
+                 allow_remote: bool = False, persist_interval_s: float = 1.0, clock: Callable[[], float] = time.time,
                  replay_window_s: float = REPLAY_WINDOW_S, max_collectives: int = MAX_COLLECTIVES,
                  max_request_bytes: int = MAX_REQUEST_BYTES) -> None:
         if pub_bind is None:
@@ -115,7 +115,7 @@ class ControllerService:
         self.persist_interval_s = persist_interval_s
         self.max_collectives = max_collectives
         self.max_request_bytes = max_request_bytes
-        self.store = MeasurementStore(topo, alpha=alpha, clock=clock)
+        self.store = MeasurementStore(topo, alpha=alpha, estimator=estimator, clock=clock)
         self.manager = ScheduleManager(self.store, synthesize, policy)
         self.protocol_errors: Counter[str] = Counter()
         self.requests: Counter[str] = Counter()

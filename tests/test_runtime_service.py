@@ -263,3 +263,23 @@ def test_cli_serve_subprocess_graceful_sigterm(tmp_path):
             proc.wait(5)
     assert state.exists()
     assert '"accepted":2' in state.read_text()
+
+
+def test_level_estimator_synthesizes_for_the_confirmed_new_level():
+    """``estimator="level"``: one low sample is not trusted (no new version); a run of
+    them confirms the change, and the version published is synthesized for the new
+    level itself (the EWMA would still remember the healthy link)."""
+    with Server(estimator="level") as svc, ControllerClient(svc.endpoint, timeout_s=5.0) as cli:
+        sub = cli.subscribe()
+        assert sub.wait_connected(5.0)
+        assert cli.register("world", "ag", "allgather") == ["ag"]
+        assert sub.recv(5.0)[2] == 1
+        t0 = time.time() - 1.0
+        assert cli.push_telemetry(_degraded(t0))["accepted"] == 2
+        assert cli.stats()["manager"]["published"] == 1        # one sample: not confirmed
+        for i in range(1, 16):
+            cli.push_telemetry(_degraded(t0 + 0.004 * i))
+        upd = sub.recv(10.0)
+        assert upd is not None and upd[2] == 2
+        a = TOPO.link_index("s0h0g0", "s0tor0")
+        assert svc.store.measured()[a] == pytest.approx(50.0, rel=0.02)

@@ -1,4 +1,4 @@
-"""The layer rule of DESIGN.md §1 and docs/architecture.md, checked on the source with ``ast``.
+"""The layer rule of docs/architecture.md, checked on the source with ``ast``.
 
 Layers, bottom up: ``formulations`` <- ``mccl_opt`` (core) <- ``instances`` <-
 ``mccl_runtime`` <- ``executor_cuda``.  Imports only point down or sideways; no two

@@ -1,0 +1,133 @@
+"""Telemetry samples: the wire format, its checks and the topology links a sample
+measures (paper §3.3, §5; the store that turns them into ``M`` is
+:mod:`mccl_runtime.telemetry`, whose docstring gives the format and the link mapping).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from mccl_opt.errors import TelemetryError, TopologyError
+from mccl_opt.paths import switch_path
+from mccl_opt.topology import Topology
+
+__all__ = ["Sample", "RejectedSample", "IngestReport", "LinkMap", "REASONS", "KINDS",
+           "parse_sample"]
+
+#: Why a sample can be rejected (keys of the rejection counters).
+REASONS = ("malformed", "nan", "negative", "unknown_link", "future", "stale", "above_nominal")
+KINDS = ("pair", "gpu", "link")
+
+class RejectedSample(TelemetryError):
+    """A sample the controller will not use; ``reason`` is one of :data:`REASONS`."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One parsed sample.  For ``gpu`` samples ``src`` is the GPU and ``dst`` the
+    direction (``"out"`` or ``"in"``)."""
+
+    kind: str
+    src: str
+    dst: str
+    gbps: float
+    t: float
+
+
+@dataclass(frozen=True)
+class IngestReport:
+    """Outcome of one batch: accepted count and rejected counts per reason."""
+
+    accepted: int
+    rejected: dict[str, int] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"accepted": self.accepted, "rejected": dict(self.rejected)}
+
+
+def parse_sample(data: Any) -> Sample:
+    """Parse the wire form of a sample; raises :class:`RejectedSample` (``malformed``,
+    ``nan`` or ``negative``)."""
+    if isinstance(data, Sample):
+        s = data
+    else:
+        if not isinstance(data, (dict, Mapping)):
+            raise RejectedSample("malformed", f"a sample must be an object, got {type(data).__name__}")
+        kind = data.get("kind")
+        if kind not in KINDS:
+            raise RejectedSample("malformed", f"sample 'kind' must be one of {KINDS}, got {kind!r}")
+        if kind == "gpu":
+            src, dst = data.get("gpu"), data.get("dir", "out")
+            if dst not in ("out", "in"):
+                raise RejectedSample("malformed", f"gpu sample 'dir' must be 'out' or 'in', got {dst!r}")
+        else:
+            src, dst = data.get("src"), data.get("dst")
+        if not isinstance(src, str) or not isinstance(dst, str):
+            raise RejectedSample("malformed", f"{kind} sample needs string node ids, got {src!r}, {dst!r}")
+        gbps, t = data.get("gbps"), data.get("t")
+        for label, v in (("gbps", gbps), ("t", t)):
+            if type(v) is not float and (isinstance(v, bool) or not isinstance(v, (int, float))):
+                raise RejectedSample("malformed", f"sample '{label}' must be a number, got {v!r}")
+        try:
+            s = Sample(kind, src, dst, float(gbps), float(t))
+        except OverflowError:           # an integer beyond float range
+            raise RejectedSample("nan", f"sample {src}->{dst} has a value beyond float range") from None
+    if not (math.isfinite(s.gbps) and math.isfinite(s.t)):
+        raise RejectedSample("nan", f"sample {s.src}->{s.dst} has a non-finite value ({s.gbps}, t={s.t})")
+    if s.gbps < 0:
+        raise RejectedSample("negative", f"sample {s.src}->{s.dst} has negative throughput {s.gbps}")
+    return s
+
+
+class LinkMap:
+    """Resolves samples to topology links (the mapping in the module docstring)."""
+
+    def __init__(self, topo: Topology) -> None:
+        self.topo = topo
+        self._resolved: dict[tuple[str, str, str], tuple[tuple[int, ...], float]] = {}
+
+    def resolve(self, s: Sample) -> tuple[tuple[int, ...], float]:
+        """``(links, nominal)`` of a sample's channel, cached; raises :class:`RejectedSample`."""
+        key = (s.kind, s.src, s.dst)
+        hit = self._resolved.get(key)
+        if hit is None:
+            links = self.links_of(s)
+            hit = self._resolved[key] = (links, float(min(self.topo.arrays.capacity[a] for a in links)))
+        return hit
+
+    def links_of(self, s: Sample) -> tuple[int, ...]:
+        """Link indices a sample measures; raises :class:`RejectedSample` (``unknown_link``)."""
+        topo = self.topo
+        if s.kind == "link":
+            if not topo.has_link(s.src, s.dst):
+                raise RejectedSample("unknown_link", f"no link {s.src!r} -> {s.dst!r} in {topo.name!r}")
+            return (topo.link_index(s.src, s.dst),)
+        if not topo.has_node(s.src) or not topo.is_gpu(s.src):
+            raise RejectedSample("unknown_link", f"{s.src!r} is not a GPU of {topo.name!r}")
+        if s.kind == "gpu":
+            sw = self._intra_switch(s.src)
+            return (topo.link_index(s.src, sw) if s.dst == "out" else topo.link_index(sw, s.src),)
+        if not topo.has_node(s.dst) or not topo.is_gpu(s.dst) or s.src == s.dst:
+            raise RejectedSample("unknown_link", f"pair sample {s.src!r} -> {s.dst!r} needs two distinct GPUs")
+        return self._switch_path(s.src, s.dst)
+
+    def _intra_switch(self, gpu: str) -> str:
+        cands = sorted((l.latency_us, l.dst) for l in self.topo.links
+                       if l.src == gpu and not self.topo.is_gpu(l.dst))
+        if not cands:
+            raise RejectedSample("unknown_link", f"GPU {gpu!r} has no intra-node switch for a gpu sample")
+        return cands[0][1]
+
+    def _switch_path(self, src: str, dst: str) -> tuple[int, ...]:
+        """The pair's overlay link: :func:`mccl_opt.paths.switch_path` as arc indices."""
+        topo = self.topo
+        try:
+            return switch_path(topo, topo.node_index(src), topo.node_index(dst))
+        except TopologyError as exc:
+            raise RejectedSample("unknown_link", str(exc)) from None
