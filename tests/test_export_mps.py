@@ -12,7 +12,7 @@ import pytest
 from formulations.export import read_mps, write_mps
 from formulations.switch_removal import SwitchRemovalModel, build_switch_removal_lp
 from instances.library import CATALOG, load_manifest
-from mccl_opt.allgather.step_aware import _solve_lp, switch_removal_lp
+from mccl_opt.allgather.step_aware import solve_cut_lp, switch_removal_lp
 from mccl_opt.cli import build_parser, main
 from mccl_opt.errors import MCCLError, SolveError
 from mccl_opt.models import build_model
@@ -116,7 +116,7 @@ def _two_group_model() -> SwitchRemovalModel:
 
 def test_final_lp_with_separated_cuts_reproduces_the_optimum(tmp_path):
     model = _two_group_model()
-    loop = _solve_lp(model, "highs", 60, {}, None)
+    loop = solve_cut_lp(model, "highs", 60, {}, None)
     assert loop.status == "optimal" and len(loop.cuts) > 2 * model.num_gpus   # cuts were added
     path = write_mps(build_switch_removal_lp(model, loop.cuts), tmp_path / "sr.mps")
     h = _highs()

@@ -14,8 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-
-zmq = pytest.importorskip("zmq")
+import zmq
 
 from mccl_opt.errors import MCCLError
 from mccl_runtime.client import ControllerClient
@@ -180,7 +179,7 @@ def test_a_kill_between_persist_and_publish_never_reuses_a_version(tmp_path, cra
     proc = Proc("--state", str(state), "--crash", crash)
     with ControllerClient(proc.endpoint, timeout_s=5.0) as cli:
         sub = cli.subscribe()
-        time.sleep(0.3)                                   # let the subscription reach the publisher
+        assert sub.wait_connected(5.0)                    # no update is published before this
         cli.register("world", "ag", "allgather")
         upd = sub.recv(5.0)
         assert upd is not None and upd[2] == 1
@@ -194,7 +193,7 @@ def test_a_kill_between_persist_and_publish_never_reuses_a_version(tmp_path, cra
     try:
         with ControllerClient(proc.endpoint, timeout_s=5.0) as cli:
             sub = cli.subscribe()
-            time.sleep(0.3)
+            assert sub.wait_connected(5.0)
             before = cli.get_schedule("world", "ag")
             assert before[0] == (2 if crash == "after_write" else 1)
             _record(seen, *before)

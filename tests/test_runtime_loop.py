@@ -97,7 +97,6 @@ CLASSES = {
 @pytest.mark.parametrize("collective", ["allgather", "alltoall"])
 @pytest.mark.parametrize("cls", sorted(CLASSES))
 def test_first_swap_recovers_what_offline_reoptimization_offers(cls, collective):
-    pytest.importorskip("mccl_opt.allgather")
     # synthesis time modelled (5 ms): on a loaded machine the measured one could outlast the run
     res = run_loop(LoopConfig(synth_ms=5.0),
                    scenario=scenario([{"t_ms": 20, "links": CLASSES[cls]}], collective, duration_ms=120.0))
@@ -111,7 +110,6 @@ def test_first_swap_recovers_what_offline_reoptimization_offers(cls, collective)
 
 
 def test_a_short_dip_publishes_nothing():
-    pytest.importorskip("mccl_opt.allgather")
     res = run_loop(LoopConfig(), scenario=scenario(
         [{"t_ms": 20, "links": [_cable("s0h0g0", "s0tor0", 40.0)], "duration_ms": 5}]))
     ev = res.summary["events"][0]
@@ -121,13 +119,11 @@ def test_a_short_dip_publishes_nothing():
 
 @pytest.mark.parametrize("noise", [0.01, 0.05])
 def test_noise_on_a_healthy_fabric_publishes_nothing(noise):
-    pytest.importorskip("mccl_opt.allgather")
     res = run_loop(LoopConfig(), scenario=scenario([], duration_ms=300.0, noise=noise))
     assert res.summary["false_swaps"] == 0 and not [e for e in res.events if e["action"] == "resynthesis"]
 
 
 def test_back_to_healthy_after_clear():
-    pytest.importorskip("mccl_opt.allgather")
     res = run_loop(LoopConfig(synth_ms=5.0),
                    scenario=scenario([{"t_ms": 20, "links": [NIC]}, {"t_ms": 80, "clear": True}], duration_ms=160.0))
     s = res.summary
@@ -152,7 +148,6 @@ def test_recovery_of_an_avoided_link_is_seen_only_through_probes(fake_synth, pro
 
 
 def test_cli_scenario_json_has_exactly_the_documented_fields(tmp_path):
-    pytest.importorskip("mccl_opt.allgather")
     from mccl_opt.cli import main
 
     path = tmp_path / "s.json"
@@ -170,7 +165,6 @@ def test_cli_scenario_json_has_exactly_the_documented_fields(tmp_path):
 
 
 def test_builtin_case_json_keeps_its_fields():
-    pytest.importorskip("mccl_opt.allgather")
     from mccl_opt.cli import main
 
     out = io.StringIO()
@@ -184,7 +178,6 @@ def test_builtin_case_json_keeps_its_fields():
 
 
 def test_workload_speedup_orders_the_three_cases():
-    pytest.importorskip("mccl_opt.allgather")
     pytest.importorskip("mccl_opt.alltoall")
     profile = {"format": "mccl-workload/1", "name": "t", "compute_share": 0.5,
                "collectives": [{"kind": "allgather", "bytes": 2**24, "count": 10},

@@ -40,7 +40,8 @@ from .pipeline import (Packed, Packing, SplitKind, balanced_split, check_inputs,
 from .splitting import LogicalGraph, SplitGraph
 from .transport import transport
 
-__all__ = ["CutLoop", "StepAware", "step_aware_pack", "switch_removal_lp", "switch_removal_model"]
+__all__ = ["CutLoop", "StepAware", "solve_cut_lp", "step_aware_pack", "switch_removal_lp",
+           "switch_removal_model"]
 
 _SCALE = 1 << 20          # fixed-point scale of fractional logical capacities in max-flow
 
@@ -198,7 +199,7 @@ def _cut_lp(model: SwitchRemovalModel, cuts: list[np.ndarray],
             else build_step_lp(model, max_depth, cuts)[0])
 
 
-def _solve_lp(model: SwitchRemovalModel, backend: str, max_rounds: int,
+def solve_cut_lp(model: SwitchRemovalModel, backend: str, max_rounds: int,
               stats: dict[str, Any], max_depth: int | None) -> CutLoop:
     """Cutting-plane loop over the even (``max_depth=None``) or the hop-indexed LP,
     starting from the in- and out-degree cut of every GPU and adding the violated cuts
@@ -262,7 +263,7 @@ def switch_removal_lp(topo: Topology, *, max_chunks: int | None = 10,
     if model.num_triples == 0:
         raise SolveError(f"{topo.name} has no switch joining two GPUs, so its switch-removal "
                          "model is empty; export another model for switchless fabrics")
-    loop = _solve_lp(model, backend, max_rounds, stats, max_depth)
+    loop = solve_cut_lp(model, backend, max_rounds, stats, max_depth)
     if loop.status == "infeasible":
         raise SolveError(f"{topo.name}: the hop-indexed switch-removal LP is infeasible at "
                          f"max_depth={max_depth} (no {k}-tree packing that shallow exists); "
@@ -338,7 +339,7 @@ def step_aware_pack(split: SplitGraph, rank_of: np.ndarray, k: int,
 
     def solve(depth: int | None) -> np.ndarray | None:
         if depth not in solved:
-            solved[depth] = _solve_lp(model, backend, opts.max_rounds, stats, depth).x
+            solved[depth] = solve_cut_lp(model, backend, opts.max_rounds, stats, depth).x
         return solved[depth]
 
     depths: list[int | None] = [None]
