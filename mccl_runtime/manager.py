@@ -195,6 +195,9 @@ class ScheduleManager:
         if kind not in KINDS:
             raise ScheduleError(f"collective kind must be one of {KINDS}, got {kind!r}")
         if kind == "allreduce":
+            for part in ("reducescatter", "allgather"):     # all or nothing
+                if (comm, f"{name}/{part}") in self._collectives:
+                    raise ScheduleError(f"collective {comm}/{name}/{part} is already registered")
             rs = self._add(Collective(comm, f"{name}/reducescatter", "reducescatter", dynamic=False))
             return [rs] + self.register(comm, f"{name}/allgather", "allgather", schedule, now)
         if schedule is not None and schedule.collective != kind:

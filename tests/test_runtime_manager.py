@@ -280,6 +280,10 @@ def test_allreduce_is_static_reducescatter_plus_dynamic_allgather():
     assert mgr.get("tp", "grad/reducescatter").schedule is None
     with pytest.raises(mo.ScheduleError, match="already registered"):
         mgr.register("tp", "grad/allgather", "allgather")
+    mgr.register("tp", "y/allgather", "allgather")
+    with pytest.raises(mo.ScheduleError, match="already registered"):
+        mgr.register("tp", "y", "allreduce")            # all or nothing
+    assert ("tp", "y/reducescatter") not in {c.key for c in mgr.collectives()}
     mgr.close()
 
 
