@@ -20,6 +20,7 @@ $(STAMP_DEV): pyproject.toml | $(PY)
 	touch $@ $(STAMP)
 
 demo: $(STAMP)
+	$(VENV)/bin/mccl warmup
 	$(VENV)/bin/mccl demo
 
 test: $(STAMP_DEV)

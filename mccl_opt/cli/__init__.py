@@ -22,6 +22,7 @@ __all__ = ["main", "build_parser"]
 #: Modules that contribute subcommands, in help order.  Missing ones are skipped.
 COMMAND_MODULES = (
     "mccl_opt.cli.demo",
+    "mccl_opt.cli.warmup",
     "mccl_opt.cli.topo",
     "mccl_opt.cli.solve",
     "mccl_opt.cli.check",
