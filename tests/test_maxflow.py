@@ -22,7 +22,7 @@ def reference(net: FlowNetwork, caps: np.ndarray, sink: int) -> tuple[int, np.nd
     g.add_nodes_from(range(net.n + 2))
     caps = caps.copy()
     caps[net.t_arc0 + sink] = INF
-    for u, v, c in zip(net._tail.tolist(), net._fhead.tolist(), caps.tolist()):  # all arcs
+    for u, v, c in zip(net.arc_tail.tolist(), net.arc_head.tolist(), caps.tolist()):  # all arcs
         if u != v and c > 0:
             g.add_edge(u, v, capacity=g.edges[u, v]["capacity"] + c if g.has_edge(u, v) else c)
     r = edmonds_karp(g, s, t)

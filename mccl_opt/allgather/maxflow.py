@@ -216,8 +216,8 @@ class FlowNetwork:
         self._start = np.zeros(n_tot + 1, np.int64)
         np.cumsum(np.bincount(r_tail, minlength=n_tot), out=self._start[1:])
         self._head = r_head
-        self._tail = all_tail
-        self._fhead = all_head
+        self.arc_tail = all_tail             # every arc, in the capacity vector's order
+        self.arc_head = all_head
         self._res = np.zeros(2 * self.num_arcs, np.int64)
         self._level = np.empty(n_tot, np.int64)
         self._queue = np.empty(n_tot, np.int64)
