@@ -3,6 +3,7 @@ ranks, a ``mccl controller serve`` process and the emulated fabric, per scenario
 
     python bench/bench_executor_loop.py [--shape 1x2x4] [--collectives allgather,alltoall]
                                         [--repeats 1] [--json]
+    python bench/bench_executor_loop.py --clear [--repeats 2]    # probes, recovery after clear
 
 Each case is one ``mccl loop --executor gloo`` run of a scenario built here: HPN
 ``shape``, a 16 MiB message, a healthy phase, then ``fail2`` (GPU0 <-> its ToR, 400 ->
@@ -56,6 +57,33 @@ def run(shape: str, collective: str, event: str, cfg: GlooLoopConfig, healthy_n:
     return run_gloo_loop(scn, cfg)
 
 
+def clear_table(repeats: int, collective_ms: float) -> None:
+    """Recovery after ``clear`` on 4 ranks (HPN 1x2x2, AllGather), probes on and off
+    alternately (paired, so both see the same load): GPU0 <-> its ToR at 8 Gbps, the
+    first swap avoids the NIC's pairs, then ``clear``.  Columns: healthy ms, ms per
+    collective on the avoiding schedule (last three before the clear) and the probes'
+    share of that time, then after the clear: versions, reaction (clear to the first
+    collective on a new version), last three collectives / healthy."""
+    from executor_cuda.scenario_run import GlooLoopConfig, run_gloo_loop
+
+    scn = parse_scenario({
+        "format": "mccl-scenario/1", "topology": "hpn 1x2x2", "collective": "allgather",
+        "message_bytes": 16 * 2**20, "duration_ms": 130,
+        "events": [{"t_ms": 10, "links": [EVENTS["fail2"][0] | {"capacity_gbps": 8}]},
+                   {"t_ms": 90, "clear": True}]})
+    f = (lambda v, p=1: "n/a" if v is None else f"{v:.{p}f}")
+    print(f"recovery after clear, 4 gloo ranks, HPN 1x2x2 AllGather, healthy collective ~{collective_ms:g} ms, "
+          f"probes every 4 collectives or off, alternating")
+    print(f"{'probes':<8}{'healthy':>9}{'avoiding':>10}{'probe %':>9}{'versions':>10}{'reaction':>10}{'final/healthy':>15}")
+    for _ in range(repeats):
+        for every in (4, 0):
+            s = run_gloo_loop(scn, GlooLoopConfig(world=4, collective_ms=collective_ms, probe_every=every))
+            fail, clear = s["events"]
+            print(f"{'every 4' if every else 'off':<8}{f(s['time_healthy_ms']):>9}{f(fail['time_final3_ms']):>10}"
+                  f"{f(100 * fail['probe_share']):>9}{len(clear['versions']):>10}{f(clear['reaction_ms'], 0):>10}"
+                  f"{f(clear['time_final3_ms'] / s['time_healthy_ms'], 2):>15}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--shape", default="1x2x4")
@@ -66,7 +94,11 @@ def main() -> None:
     ap.add_argument("--total", type=int, default=120, help="scenario length in healthy collectives")
     ap.add_argument("--collective-ms", type=float, default=60.0)
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--clear", action="store_true", help="only the recovery-after-clear table (probes on/off)")
     args = ap.parse_args()
+    if args.clear:
+        clear_table(args.repeats, 30.0)
+        return
     n = 1
     for part in args.shape.split("x"):
         n *= int(part)

@@ -167,6 +167,13 @@ class FabricEmulator(FaultInjector):
                 out[(rnd, m.src, m.dst)] = float(drain[self.route(m.src, m.dst)].max())
         return out
 
+    def pair_delay_s(self, src: int, dst: int, nbytes: int, capacity: np.ndarray | None = None) -> float:
+        """Real-time delay of ``nbytes`` sent alone from rank ``src`` to rank ``dst`` (a
+        probe): its path's slowest link on ``capacity`` (default: the current fabric)."""
+        cap = self.capacities if capacity is None else np.asarray(capacity, dtype=float)
+        slowest = float(cap[self.route(src, dst)].min())
+        return 8.0 * nbytes * self.byte_scale / (slowest * 1e9) * self.time_scale
+
     def program_time_s(self, prog: Any, elem_bytes: int, capacity: np.ndarray | None = None) -> float:
         """Emulated real time of one collective of ``prog`` if ranks stepped rounds in
         lock step: the sum over rounds of the round's longest delay.  Ranks do not wait

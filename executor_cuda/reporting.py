@@ -13,14 +13,16 @@ from __future__ import annotations
 
 import statistics
 import time
+from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
 from collections import defaultdict
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
 from mccl_opt.topology import Topology
 
 from .telemetry import LinkSample
 
-__all__ = ["CalibratedReporter", "pair_nominal"]
+__all__ = ["CalibratedReporter", "PairProber", "pair_nominal"]
 
 
 def pair_nominal(topo: Topology) -> dict[tuple[str, str], float]:
@@ -71,3 +73,109 @@ class CalibratedReporter:
         if out:
             self.push(out)
             self.sent += len(out)
+
+
+class PairProber:
+    """Probes of GPU pairs the active schedule no longer loads (docs/executor.md "Probes").
+
+    Passive telemetry measures only the pairs a schedule sends on, so once the controller
+    swapped to a schedule that avoids a degraded link, it would never see that link
+    recover.  Like the simulated loop's probes (docs/runtime.md "Links the schedule stops
+    using: probes"), every ``every`` collectives the ranks send one ``numel``-element
+    float32 message alone on each *suspect* pair: a pair some rank last reported below
+    ``LOW`` of nominal and that the active program has no message on.  Each rank's
+    :meth:`wanted` row is all-reduced (max) with the lock-step flags, so all ranks probe
+    the same pairs at the same collective boundary, all pairs at once (each alone on its
+    path).  The sender writes the round's start time into the message (ranks share one
+    host's monotonic clock), waits the probe's emulated time on the current fabric
+    (:meth:`FabricEmulator.pair_delay_s`) and sends; the receiver notes its arrival and
+    reports the pair through :meth:`ModelReporter.probe` (one message: one per-message
+    gloo cost removed).  A probe that does not arrive in time is an error, never a hang.
+    """
+
+    def __init__(self, emu: Any, rank: int, world: int, numel: int, every: int) -> None:
+        import torch
+
+        self.emu, self.rank, self.world, self.every = emu, rank, world, every
+        self.buf = torch.zeros(max(1, numel // 2), dtype=torch.float64)   # numel float32's bytes
+        self.nbytes = 8 * self.buf.numel()
+        self.nominal_cap = emu.topo.arrays.capacity.astype(float)
+        self._pool: ThreadPoolExecutor | None = None     # waits each receive (gloo p2p
+                                                          # completes only inside wait())
+
+    def due(self, i: int) -> bool:
+        """Whether collective ``i`` (the same count on every rank) is followed by probes."""
+        return self.every > 0 and i % self.every == 0
+
+    def wanted(self, reporter: Any, prog: Any) -> list[int]:
+        """This rank's row of suspect pairs (``world * world``, 1 at ``src * world + dst``)."""
+        row = [0] * (self.world * self.world)
+        used = {(m.src, m.dst) for m in prog.messages}
+        rank = {g: r for r, g in enumerate(self.emu.gpus)}
+        for (s, d), low in reporter.low.items():
+            if low and s in rank and d in rank and (rank[s], rank[d]) not in used:
+                row[rank[s] * self.world + rank[d]] = 1
+        return row
+
+    def run(self, mask: Sequence[int], group: Any, reporter: Any,
+            timeout_s: float = 20.0) -> list[dict[str, Any]]:
+        """Probe every pair of the agreed ``mask`` at once; the ``pair`` samples this rank
+        received.  Raises :class:`~executor_cuda.communicator.CollectiveTimeoutError` naming the
+        peers whose probe did not arrive within ``timeout_s``."""
+        import torch.distributed as dist
+
+        from .communicator import CollectiveTimeoutError
+
+        pairs = [divmod(k, self.world) for k, v in enumerate(mask) if v]
+        t0 = time.monotonic()
+        recvs = []
+        for src, dst in pairs:
+            if dst == self.rank:
+                buf = self.buf.clone()
+                recvs.append((src, buf, dist.irecv(buf, src, group=group)))
+        sends = []
+        for delay, dst in sorted((self.emu.pair_delay_s(s, d, self.nbytes), d) for s, d in pairs if s == self.rank):
+            time.sleep(max(0.0, t0 + delay - time.monotonic()))
+            buf = self.buf.clone()
+            buf[0] = t0
+            sends.append((buf, dist.isend(buf, dst, group=group)))
+        out: list[dict[str, Any]] = []
+        if recvs:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(max_workers=max(1, self.world - 1),
+                                                thread_name_prefix="mccl-probe")
+            arrived = [self._pool.submit(_arrival, w, timeout_s) for _, _, w in recvs]
+            late = []
+            for (src, buf, _), fut in zip(recvs, arrived):
+                end = fut.result()
+                if end is None:
+                    late.append(src)
+                    continue
+                expected = self.emu.pair_delay_s(src, self.rank, self.nbytes, self.nominal_cap)
+                sample = reporter.probe(self.emu.gpus[src], self.emu.gpus[self.rank],
+                                        end - float(buf[0]), expected, time.time())
+                if sample is not None:
+                    out.append(sample)
+            if late:
+                raise CollectiveTimeoutError(f"probes from ranks {late} did not arrive within "
+                                             f"{timeout_s:g} s; is a peer stopped?")
+        for _, work in sends:
+            work.wait()
+        return out
+
+
+    def close(self) -> None:
+        """Stop the receive waiters (every wait is bounded, none is left running)."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
+
+
+def _arrival(work: Any, timeout_s: float) -> float | None:
+    """Monotonic time at which ``work`` (a receive) completed; ``None`` if it did not
+    within ``timeout_s``."""
+    try:
+        work.wait(timeout=timedelta(seconds=timeout_s))
+    except RuntimeError:
+        return None
+    return time.monotonic()

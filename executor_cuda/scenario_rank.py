@@ -8,8 +8,9 @@ controller publishes (the hot-swap of paper §3.3), and finally runs each event'
 offline schedule directly on that event's fabric.
 
 Ranks must issue the same collectives: after each one they all-reduce (max) one small
-row ``[fabric state, stop]`` on a gloo side group, so every rank uses the same fabric
-for the next collective and stops at the same one.
+row ``[fabric state, stop, suspect pairs]`` on a gloo side group, so every rank uses
+the same fabric for the next collective, stops at the same one, and probes the same
+pairs the schedule no longer loads (:class:`~executor_cuda.reporting.PairProber`).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from .telemetry import LinkSample
 __all__ = ["RankPlan", "ModelReporter", "rank_main"]
 
 COMM, NAME = "world", "loop"
+LOW = 0.95              # a pair reported below this share of nominal is probed once unused
 
 
 @dataclass(frozen=True)
@@ -54,6 +56,8 @@ class RankPlan:
     client_timeout_s: float = 10.0
     first_schedule_s: float = 60.0
     oob_timeout_s: float = 20.0
+    probe_every: int = 4                  # collectives between probes of unused suspect pairs (0: off)
+    probe_numel: int = 256                # float32 elements per probe message
 
 
 class ModelReporter:
@@ -83,6 +87,7 @@ class ModelReporter:
         self.window = window
         self.overhead: dict[tuple[str, str], list[float]] = {}
         self.recent: dict[tuple[str, str], deque[float]] = {}
+        self.low: dict[tuple[str, str], bool] = {}          # last report below LOW x nominal
         self.calibrating = True
         self._expected: dict[int, tuple[Any, dict[tuple[int, int], float]]] = {}
 
@@ -115,12 +120,26 @@ class ModelReporter:
             if not hist:
                 continue
             cost = max(0.0, statistics.median(hist))
-            ratio = exp / max(s.seconds - s.count * cost, 1e-9)
-            recent = self.recent.setdefault(key, deque(maxlen=self.window))
-            recent.append(min(1.0, ratio))
-            out.append({"kind": "pair", "src": s.src, "dst": s.dst,
-                        "gbps": nominal * statistics.median(recent), "t": now})
+            out.append(self._level(key, exp / max(s.seconds - s.count * cost, 1e-9), now))
         return out
+
+    def probe(self, src: str, dst: str, seconds: float, expected: float, now: float) -> dict[str, Any] | None:
+        """The ``pair`` sample of one probe of ``src -> dst`` (one message measured
+        ``seconds``, ``expected`` on the nominal fabric), folded into the pair's median
+        like a collective's sample; ``None`` while calibrating or for an unknown pair."""
+        key = (src, dst)
+        hist = self.overhead.get(key) or [x for h in self.overhead.values() for x in h]
+        if self.calibrating or key not in self.nominal or not hist or expected <= 0:
+            return None
+        cost = max(0.0, statistics.median(hist))
+        return self._level(key, expected / max(seconds - cost, 1e-9), now)
+
+    def _level(self, key: tuple[str, str], ratio: float, now: float) -> dict[str, Any]:
+        recent = self.recent.setdefault(key, deque(maxlen=self.window))
+        recent.append(min(1.0, ratio))
+        gbps = self.nominal[key] * statistics.median(recent)
+        self.low[key] = gbps < LOW * self.nominal[key]
+        return {"kind": "pair", "src": key[0], "dst": key[1], "gbps": gbps, "t": now}
 
 
 def _state_at(plan: RankPlan, elapsed: float) -> int:
@@ -232,7 +251,7 @@ def rank_main(rank: int, world: int, plan: RankPlan) -> dict[str, Any]:
     from mccl_runtime.client import ControllerClient
 
     from .communicator import Communicator
-    from .reporting import pair_nominal
+    from .reporting import PairProber, pair_nominal
     from .telemetry import Telemetry
 
     client = ControllerClient(plan.endpoint, timeout_s=plan.client_timeout_s)
@@ -244,6 +263,7 @@ def rank_main(rank: int, world: int, plan: RankPlan) -> dict[str, Any]:
                         oob_timeout=plan.oob_timeout_s)
     side = dist.new_group(backend="gloo", timeout=timedelta(seconds=plan.oob_timeout_s))
     reporter = ModelReporter(emu, pair_nominal(plan.topology))
+    prober = PairProber(emu, rank, world, plan.probe_numel, plan.probe_every)
     pusher = _Pusher(plan.endpoint, plan.client_timeout_s)
     sub = client.subscribe()
     sub.wait_connected(5.0)
@@ -272,6 +292,7 @@ def rank_main(rank: int, world: int, plan: RankPlan) -> dict[str, Any]:
     listener = threading.Thread(target=listen, name="mccl-loop-listen", daemon=True)
     listener.start()
     rows: list[tuple[int, int, int, float, float]] = []
+    probes: list[tuple[int, float, float, int]] = []        # seq, start, seconds, pairs
     state, i, dead = 0, plan.warmup, ""
     while True:
         if not np.array_equal(emu.capacities, plan.timeline[state][1]):
@@ -283,30 +304,40 @@ def rank_main(rank: int, world: int, plan: RankPlan) -> dict[str, Any]:
         i += 1
         elapsed = time.time() - origin[0]
         dead = dead or pusher.dead
-        flags = torch.tensor([_state_at(plan, elapsed), int(elapsed >= plan.duration_s or bool(dead))])
+        due = prober.due(i)
+        wanted = prober.wanted(reporter, _program(comm, plan)) if due else []
+        flags = torch.tensor([_state_at(plan, elapsed), int(elapsed >= plan.duration_s or bool(dead))] + wanted)
         dist.all_reduce(flags, op=dist.ReduceOp.MAX, group=side)
         state = int(flags[0])
         if flags[1]:
             break
+        if due and int(flags[2:].sum()):
+            start = time.time() - origin[0]
+            pusher.put(prober.run(flags[2:].tolist(), side, reporter, plan.oob_timeout_s))
+            probes.append((comm.seq, start, time.time() - origin[0] - start, int(flags[2:].sum())))
     stop.set()
     listener.join()
     comm.rescheduler.wait(timeout=plan.oob_timeout_s + 15)
     swaps = [(e.outcome, e.version, e.k) for e in comm.rescheduler.events]
     offline = _offline(plan, emu, work, i) if not dead else {}
+    prober.close()
     comm.close()
     sub.close()
     pusher.close()
     client.close()
-    return {"rows": rows, "received": received, "swaps": swaps, "offline": offline,
+    return {"rows": rows, "probes": probes, "received": received, "swaps": swaps, "offline": offline,
             "wrong": work.wrong, "dead": dead, "pushed": pusher.sent, "first_version": sched.version}
 
 
 def _report(tel: Any, comm: Any, plan: RankPlan, reporter: ModelReporter, pusher: _Pusher) -> None:
     samples = tel.drain()
     if samples:
-        schedule = comm.active[plan.collective]
-        prog = comm.cache.get(schedule, plan.block_numel, comm.pipeline)
-        pusher.put(reporter(samples, prog, 4, time.time()))
+        pusher.put(reporter(samples, _program(comm, plan), 4, time.time()))
+
+
+def _program(comm: Any, plan: RankPlan) -> Any:
+    """The lowered program of the active version (the one the last collective ran)."""
+    return comm.cache.get(comm.active[plan.collective], plan.block_numel, comm.pipeline)
 
 
 def _offline(plan: RankPlan, emu: FabricEmulator, work: _Workload, i: int) -> dict[int, list[float]]:

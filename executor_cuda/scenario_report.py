@@ -19,6 +19,11 @@ divided by ``time_scale``):
   synthesis and publishing in the controller) and ``swap_ms`` (arrival to the first
   collective on it: staging, the out-of-band exchange, the next collective boundary);
   ``synth_ms`` is the synthesizer's time written in the schedule;
+* ``time_final3_ms``: median of the last three collectives before the next event;
+* ``probes``, ``probe_ms``: probe rounds (:class:`~executor_cuda.reporting.PairProber`)
+  between the event and the next one and their real time (the slowest rank's);
+  ``probe_share``: their share of the time from the first new version on (probes plus
+  collectives), i.e. the algbw the probes cost while a schedule avoids a link;
 * ``versions``: versions the ranks received from the controller between the event and
   the next one, with the time each arrived.
 """
@@ -42,12 +47,23 @@ def _merge(res: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
              "end": start + slowest[seq]} for seq, v, st, start, _ in res[0]["rows"]]
 
 
+def _merge_probes(res: Sequence[dict[str, Any]]) -> list[tuple[int, float, float, int]]:
+    """One row per probe round ``(seq, start, seconds, pairs)``: rank 0's start, the
+    slowest rank's seconds (the next collective starts when every rank is done)."""
+    slowest: dict[int, float] = {}
+    for r in res:
+        for seq, _, dt, _ in r.get("probes", []):
+            slowest[seq] = max(slowest.get(seq, 0.0), dt)
+    return [(seq, start, slowest[seq], n) for seq, start, _, n in res[0].get("probes", [])]
+
+
 def _median(xs: Sequence[float]) -> float | None:
     return statistics.median(xs) if xs else None
 
 
 def _event(i: int, scenario: Any, plan: Any, rows: list[dict[str, Any]], received: list[tuple[int, float, Any]],
-           offline: dict[int, float], state: int, algbw: Any) -> dict[str, Any]:
+           offline: dict[int, float], state: int, algbw: Any,
+           probe_rows: Sequence[tuple[int, float, float, int]]) -> dict[str, Any]:
     ev = scenario.events[i]
     te = plan.timeline[state][0]
     nxt = [plan.timeline[k][0] for k in range(len(plan.timeline)) if plan.timeline[k][0] > te + 1e-12]
@@ -61,6 +77,9 @@ def _event(i: int, scenario: Any, plan: Any, rows: list[dict[str, Any]], receive
                 and (first_new is None or r["start"] < first_new["start"])]
     after3 = [r["dt"] for r in seg if first_new and r["version"] == first_new["version"]][:3]
     final = [r for r in seg if r["end"] <= tn] or seg
+    probes = [p for p in probe_rows if te <= p[1] < tn]
+    since = first_new["start"] if first_new else tn          # probes run once a schedule avoids a pair
+    busy = sum(r["dt"] for r in seg if r["start"] >= since) + sum(p[2] for p in probes if p[1] >= since)
     t_off = offline.get(state)
     t_after = first_new["dt"] if first_new else None
     ms = (lambda x: None if x is None else 1e3 * x)
@@ -68,7 +87,10 @@ def _event(i: int, scenario: Any, plan: Any, rows: list[dict[str, Any]], receive
         "t_ms": ev.t_s * 1e3, "kind": ev.kind, "t_real_ms": 1e3 * te,
         "time_before_ms": ms(_median(before)), "time_degraded_ms": ms(_median(degraded)),
         "time_after_ms": ms(t_after), "time_after3_ms": ms(_median(after3)),
-        "time_final_ms": ms(final[-1]["dt"] if final else None), "time_offline_ms": ms(t_off),
+        "time_final_ms": ms(final[-1]["dt"] if final else None),
+        "time_final3_ms": ms(_median([r["dt"] for r in final[-3:]])), "time_offline_ms": ms(t_off),
+        "probes": len(probes), "probe_ms": 1e3 * sum(p[2] for p in probes),
+        "probe_share": sum(p[2] for p in probes if p[1] >= since) / busy if busy > 0 else 0.0,
         "reaction_ms": None if first_new is None else 1e3 * (first_new["start"] - te),
         "degraded_collectives": len(degraded),
         "versions": [{"version": v, "t_ms": 1e3 * t} for v, t, _ in received if te <= t < tn],
@@ -100,7 +122,8 @@ def summarize(scenario: Any, res: Sequence[dict[str, Any]], plan: Any, fabric_s:
     first_state: dict[int, int] = {}
     for k, (_, _, ev) in enumerate(scenario.timeline()):
         first_state.setdefault(ev, k)
-    events = [_event(i, scenario, plan, rows, received, offline, first_state[i], algbw)
+    probe_rows = _merge_probes(res)
+    events = [_event(i, scenario, plan, rows, received, offline, first_state[i], algbw, probe_rows)
               for i in range(len(scenario.events))]
     t_first = plan.timeline[1][0] if len(plan.timeline) > 1 else plan.duration_s
     healthy = [r["dt"] for r in rows if r["state"] == 0 and r["end"] <= t_first]
@@ -114,7 +137,8 @@ def summarize(scenario: Any, res: Sequence[dict[str, Any]], plan: Any, fabric_s:
         "algbw_healthy": algbw(1e3 * statistics.median(healthy)) if healthy else None,
         "false_swaps": false, "collectives": len(rows),
         "wrong_results": sum(r["wrong"] for r in res),
-        "swap_rounds": res[0]["swaps"], "real_s": wall_s, "controller": controller or {},
+        "swap_rounds": res[0]["swaps"], "probe_every": plan.probe_every,
+        "probes": len(probe_rows), "probe_ms": 1e3 * sum(p[2] for p in probe_rows), "real_s": wall_s, "controller": controller or {},
         "events": events,
     }
 
@@ -137,5 +161,7 @@ def print_summary(s: dict[str, Any], out: TextIO) -> None:
               f"synthesis {f(ev['synth_ms'], ' ms')}, swap {f(ev['swap_ms'], ' ms')})", file=out)
         print(f"  recovery ratio {f(ev['recovery_ratio'])} "
               f"(first 3: {f(ev['recovery_ratio3'])})", file=out)
+        print(f"  probes    {ev['probes']} rounds, {ev['probe_ms']:.1f} ms, "
+              f"{100 * ev['probe_share']:.1f} % of the time", file=out)
         print("  versions  " + (", ".join(f"v{v['version']} at {v['t_ms']:.0f} ms" for v in ev["versions"])
                                 or "none received"), file=out)

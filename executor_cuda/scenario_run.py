@@ -59,6 +59,8 @@ class GlooLoopConfig:
     max_real_s: float = 600.0
     start_timeout_s: float = 90.0
     client_timeout_s: float = 10.0
+    probe_every: int = 4
+    probe_kib: float = 512.0              # fabric KiB per probe (the simulated loop's probe_bytes)
 
 
 class ControllerProcess:
@@ -190,7 +192,9 @@ def run_gloo_loop(scenario: Any, cfg: GlooLoopConfig) -> dict[str, Any]:
                             block_numel=block, time_scale=time_scale, byte_scale=byte_scale,
                             timeline=tuple((t * time_scale, cap) for t, cap, _ in timeline),
                             duration_s=real_s, offline=offline, offline_reps=cfg.offline_reps,
-                            warmup=cfg.warmup, client_timeout_s=cfg.client_timeout_s)
+                            warmup=cfg.warmup, client_timeout_s=cfg.client_timeout_s,
+                            probe_every=cfg.probe_every,
+                            probe_numel=max(1, round(cfg.probe_kib * 1024 / byte_scale / 4)))
             budget = (cfg.start_timeout_s + real_s + 60
                       + len(offline) * (cfg.offline_reps + 1) * 20 * cfg.collective_ms / 1e3)
             t0 = time.monotonic()

@@ -100,6 +100,34 @@ def test_real_ranks_swap_and_recover(tmp_path, capsys):
     assert ev["algbw_after"] == pytest.approx(ev["recovery_ratio"] * ev["algbw_offline"])
 
 
+def test_real_ranks_notice_a_cleared_failure_by_probes(tmp_path, capsys):
+    """Fail2 at 10 ms, ``clear`` at 25 ms: the first swap avoids s0h0g0's NIC, so only
+    the probes of the pairs it no longer loads can see the link come back.  After the
+    clear a new version must arrive and the last collectives run within 1.3x of the
+    healthy time: the emulator gives the healthy schedule exactly the healthy time on
+    the restored fabric (ratio 1.0), median-of-3 gloo noise on shared cores stays under
+    ~20 %, and a schedule still avoiding the NIC is 2x slower (emulated, printed)."""
+    path = tmp_path / "clear.json"
+    path.write_text(json.dumps({
+        "format": "mccl-scenario/1", "topology": "hpn 1x2x2", "collective": "allgather",
+        "message_bytes": 16 * 2**20, "duration_ms": 130,
+        "events": [{"t_ms": 10, "links": [FAIL2 | {"capacity_gbps": 8}]}, {"t_ms": 90, "clear": True}]}))
+    rc = main(["loop", "--executor", "gloo", "--world", "4", "--scenario", str(path), "--collective-ms", "30", "--json"])
+    out = capsys.readouterr()
+    assert rc == 0, out.err
+    s = json.loads(out.out)
+    fail, clear = s["events"]
+    print(f"probes: healthy {s['time_healthy_ms']:.1f} ms, degraded {fail['time_degraded_ms']:.1f}, "
+          f"after swap {fail['time_final3_ms']:.1f} ({fail['probes']} probes, "
+          f"{100 * fail['probe_share']:.1f} % of the time), after clear: reaction {clear['reaction_ms']} ms, "
+          f"final {clear['time_final3_ms']:.1f} ms, versions {clear['versions']}")
+    assert s["wrong_results"] == 0
+    assert fail["versions"] and fail["probes"] >= 1, "no probe of the avoided pairs while the failure lasted"
+    assert clear["versions"], "the recovery after the clear was never noticed"
+    assert clear["time_final3_ms"] <= 1.3 * s["time_healthy_ms"]
+    assert 0 < fail["probe_share"] < 0.5
+
+
 def test_dead_controller_is_a_clear_error(tmp_path, monkeypatch):
     """The controller is killed while the ranks run: they stop at the same collective
     and the run ends with an error naming the controller (or, if it died before the
