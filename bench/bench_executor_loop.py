@@ -74,7 +74,8 @@ def clear_table(repeats: int, collective_ms: float) -> None:
     f = (lambda v, p=1: "n/a" if v is None else f"{v:.{p}f}")
     print(f"recovery after clear, 4 gloo ranks, HPN 1x2x2 AllGather, healthy collective ~{collective_ms:g} ms, "
           f"probes every 4 collectives or off, alternating")
-    print(f"{'probes':<8}{'healthy':>9}{'avoiding':>10}{'probe %':>9}{'versions':>10}{'reaction':>10}{'final/healthy':>15}")
+    print(f"{'probes':<8}{'healthy':>9}{'avoiding':>10}{'probe %':>9}{'versions':>10}{'reaction':>10}"
+          f"{'final/healthy':>15}")
     for _ in range(repeats):
         for every in (4, 0):
             s = run_gloo_loop(scn, GlooLoopConfig(world=4, collective_ms=collective_ms, probe_every=every))
