@@ -69,3 +69,37 @@ def test_subcommand_help(argv):
     with pytest.raises(SystemExit) as exc:
         main(argv)
     assert exc.value.code == 0
+
+
+def test_topology_argument_reads_files_library_names_and_hpn_names(tmp_path):
+    from mccl_opt.cli._inputs import load_topology
+    from mccl_opt.errors import TopologyError
+
+    assert load_topology("hpn-1x2x8-fail2").name == "hpn-1x2x8-fail2"
+    big = load_topology("hpn-2x4x8-fail1")                # not shipped: generated
+    healthy = load_topology("hpn-2x4x8")
+    assert big.num_gpus == 64
+    assert sum(l.capacity_gbps for l in big.links) < sum(l.capacity_gbps for l in healthy.links)
+    path = tmp_path / "t.json"
+    big.save(path)
+    assert load_topology(str(path)).num_links == big.num_links
+    with pytest.raises(TopologyError, match="neither a topology file"):
+        load_topology("hpn-2x4")
+
+
+@pytest.mark.parametrize("text,want", [("512", 512), ("1K", 1024), ("4m", 4 << 20),
+                                       ("1G", 1 << 30), ("1.5MiB", 3 << 19), ("2KB", 2048)])
+def test_byte_sizes_take_binary_suffixes(text, want):
+    from mccl_opt.cli._inputs import format_bytes, parse_bytes
+
+    assert parse_bytes(text) == want
+    assert parse_bytes(format_bytes(want)) == want
+
+
+@pytest.mark.parametrize("bad", ["0", "-1K", "1.5", "1e9", "nan", "K", "1X"])
+def test_bad_byte_sizes_are_refused(bad):
+    from mccl_opt.cli._inputs import parse_bytes
+    from mccl_opt.errors import MCCLError
+
+    with pytest.raises(MCCLError, match="size"):
+        parse_bytes(bad)

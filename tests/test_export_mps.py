@@ -81,7 +81,7 @@ def test_export_group_holds_both_formats():
 
 def test_bad_inputs_exit_2(tmp_path, capsys):
     assert main(["export", "mps", "no-such-instance", "-o", str(tmp_path / "x.mps")]) == 2
-    assert "neither a topology file nor a library instance" in capsys.readouterr().err
+    assert "neither a topology file nor an instance name" in capsys.readouterr().err
     assert main(["export", "mps", "--model", "switch-removal", "ring-8",
                  "-o", str(tmp_path / "x.mps")]) == 2
     assert "no switch joining two GPUs" in capsys.readouterr().err

@@ -21,7 +21,7 @@ RATE_TOL = 1e-6
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("check", help="validate a schedule file against a topology file")
-    p.add_argument("topology")
+    p.add_argument("topology", help="topology: a mccl-topology/1 file, a library name (hpn-1x2x8-fail2, dgx-8) or hpn-SxHxN[-failK]")
     p.add_argument("schedule")
     p.add_argument("--strict", action="store_true",
                    help="also fail (exit 2) when the schedule runs at another rate than it states")
@@ -46,10 +46,10 @@ def gpu_mismatch(topo, sched) -> str | None:
 def _check(args: argparse.Namespace) -> int:
     from ..errors import ScheduleError
     from ..schedule import Schedule, schedule_rate, share_loads
-    from ..topology import Topology
     from ..validate import validate
+    from ._inputs import load_topology
 
-    topo = Topology.load(args.topology)
+    topo = load_topology(args.topology)
     sched = Schedule.load(args.schedule)
     problem = gpu_mismatch(topo, sched)
     if problem:

@@ -33,7 +33,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _topology(target: list[str]):
     from instances import hpn, parse_shape
 
-    from ..topology import Topology
+    from ._inputs import load_topology
 
     if target[0] == "hpn":
         if len(target) != 2:
@@ -41,7 +41,7 @@ def _topology(target: list[str]):
         return hpn(*parse_shape(target[1]))
     if len(target) != 1:
         raise TopologyError("give either 'hpn SxHxN' or one topology JSON file")
-    return Topology.load(target[0])
+    return load_topology(target[0])
 
 
 def _eval(args: argparse.Namespace) -> int:

@@ -29,7 +29,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _register_mps(group: argparse._SubParsersAction) -> None:
     p = group.add_parser(
         "mps", help="write an instance's LP model as MPS (and LP) for any solver")
-    p.add_argument("topology", help="mccl-topology/1 file, or a library instance name (hpn-1x2x8-fail2)")
+    p.add_argument("topology", help="topology: a mccl-topology/1 file, a library name (hpn-1x2x8-fail2, dgx-8) or hpn-SxHxN[-failK]")
     p.add_argument("--model", choices=MODEL_CHOICES, default="compact",
                    help="compact: AllToAll arc-flow LP (max z); master: column-generation "
                         "master over its final columns (min 1/z); switch-removal: App. C model")
@@ -39,21 +39,6 @@ def _register_mps(group: argparse._SubParsersAction) -> None:
     p.add_argument("--lp", action="store_true", help="also write a CPLEX LP file (OUTPUT with .lp)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     p.set_defaults(handler=_export_mps)
-
-
-def _load_topology(spec: str):
-    from mccl_opt.errors import TopologyError
-    from mccl_opt.topology import Topology
-
-    if Path(spec).exists():
-        return Topology.load(spec)
-    from instances.library import instance
-
-    try:
-        return instance(spec).load()
-    except Exception:
-        raise TopologyError(f"{spec!r} is neither a topology file nor a library instance name "
-                            "(see instances/data/manifest.json)") from None
 
 
 def known_optimum(topo, model: str) -> float | None:
@@ -81,7 +66,9 @@ def _export_mps(args: argparse.Namespace) -> int:
     from ._guard import output_path
 
     output_path(args.output, "-o")
-    topo = _load_topology(args.topology)
+    from ._inputs import load_topology
+
+    topo = load_topology(args.topology)
     lp, info = build_model(topo, args.model, commodities=args.commodities)
     files = [str(write_mps(lp, args.output))]
     if args.lp:
@@ -123,9 +110,9 @@ def _export_msccl(args: argparse.Namespace) -> int:
     output_path(args.output, "-o")
     sched = Schedule.load(args.schedule)
     if args.topology:
-        from ..topology import Topology
+        from ._inputs import load_topology
 
-        problem = structure_problem(Topology.load(args.topology), sched)
+        problem = structure_problem(load_topology(args.topology), sched)
         if problem is not None:
             raise ScheduleError(f"{args.schedule}: {problem}")
     else:

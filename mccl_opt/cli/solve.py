@@ -19,7 +19,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     for name, help_text in (("alltoall", "AllToAll by column generation (paper §4.2)"),
                             ("allgather", "AllGather by ForestColl tree packing (paper §4.3)")):
         s = ssub.add_parser(name, help=help_text)
-        s.add_argument("topology", help="mccl-topology/1 file")
+        s.add_argument("topology", help="topology: a mccl-topology/1 file, a library name (hpn-1x2x8-fail2, dgx-8) or hpn-SxHxN[-failK]")
         s.add_argument("-o", "--output", help="write the schedule file here (mccl-schedule/2; gzip-compressed if it ends in .gz)")
         s.add_argument("--warm", help="previous schedule to warm-start from")
         s.add_argument("--backend", default="highs", help="LP/MIP backend: highs (default), gurobi, scip")
@@ -136,9 +136,10 @@ def _solve(args: argparse.Namespace) -> int:
     import mccl_opt as mo
 
     from ._guard import output_path
+    from ._inputs import load_topology
 
     output_path(args.output, "-o")
-    topo = mo.Topology.load(args.topology)
+    topo = load_topology(args.topology)
     warm = _warm(args, topo)
     if topo.num_gpus > LARGE_GPUS:
         print(f"solving {args.collective} for {topo.name}: {topo.num_gpus} GPUs, {len(topo.nodes)} nodes, "

@@ -20,7 +20,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     h.add_argument("--json", action="store_true", help="print the summary as JSON")
     h.set_defaults(handler=_hpn)
     s = tsub.add_parser("show", help="summarise a mccl-topology/1 file")
-    s.add_argument("file")
+    s.add_argument("file", help="topology: a mccl-topology/1 file, a library name (hpn-1x2x8-fail2, dgx-8) or hpn-SxHxN[-failK]")
     s.add_argument("--json", action="store_true", help="print the summary as JSON")
     s.set_defaults(handler=_show)
 
@@ -65,7 +65,7 @@ def _hpn(args: argparse.Namespace) -> int:
 
 
 def _show(args: argparse.Namespace) -> int:
-    from ..topology import Topology
+    from ._inputs import load_topology
 
-    _report(Topology.load(args.file), args.json)
+    _report(load_topology(args.file), args.json)
     return 0

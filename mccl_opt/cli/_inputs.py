@@ -1,0 +1,61 @@
+"""Arguments every subcommand reads the same way: a topology given as a file, a library
+instance name or a generated HPN name, and byte sizes with K/M/G suffixes."""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+
+from ..errors import MCCLError, TopologyError
+
+__all__ = ["load_topology", "parse_bytes", "format_bytes"]
+
+_HPN_NAME = re.compile(r"hpn-(\d+)x(\d+)x(\d+)(?:-(fail[123]))?")
+#: binary multiples, as nccl-tests reads ``-b 1K -e 1G``
+_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+_SIZE = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([KMGT]?)(?:I?B)?\s*", re.IGNORECASE)
+
+
+def load_topology(spec: str):
+    """The topology ``spec`` names: an existing ``mccl-topology/1`` file, a library
+    instance (``hpn-1x2x8-fail2``, ``dgx-8``, ``irregular-3``; see
+    ``instances/data/manifest.json``) or any HPN shape with an optional paper failure
+    (``hpn-4x64x8``, ``hpn-2x32x8-fail1``), generated on the fly."""
+    from ..topology import Topology
+
+    if Path(spec).exists() or spec.endswith((".json", ".gz")):
+        return Topology.load(spec)
+    from instances import apply_failure, hpn
+    from instances.library import CATALOG
+
+    for inst in CATALOG:
+        if inst.name == spec:
+            return inst.load()
+    match = _HPN_NAME.fullmatch(spec)
+    if match:
+        s, h, n = (int(g) for g in match.groups()[:3])
+        return apply_failure(hpn(s, h, n), match.group(4))
+    raise TopologyError(f"{spec!r} is neither a topology file nor an instance name; give a "
+                        "mccl-topology/1 file, a library name (e.g. hpn-1x2x8-fail2, dgx-8, "
+                        "ring-8) or hpn-SxHxN[-fail1|-fail2|-fail3]")
+
+
+def parse_bytes(text: str | int | float, what: str = "size") -> int:
+    """Bytes from ``"512"``, ``"1K"``, ``"4M"``, ``"1G"``, ``"1.5MiB"`` (binary
+    multiples, like nccl-tests); must be a positive whole number of bytes."""
+    match = _SIZE.fullmatch(str(text))
+    if not match:
+        raise MCCLError(f"{what} must be a byte count like 1024, 64K, 4M or 1G; got {text!r}")
+    value = float(match.group(1)) * _UNITS[match.group(2).upper()]
+    if not math.isfinite(value) or value < 1 or value != int(value):
+        raise MCCLError(f"{what} must be a positive whole number of bytes; got {text!r}")
+    return int(value)
+
+
+def format_bytes(n: int) -> str:
+    """``1048576`` -> ``"1M"``; sizes that are no whole multiple keep their bytes."""
+    for unit in ("T", "G", "M", "K"):
+        if n >= _UNITS[unit] and n % _UNITS[unit] == 0:
+            return f"{n // _UNITS[unit]}{unit}"
+    return str(n)
