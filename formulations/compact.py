@@ -27,6 +27,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from .lp import FormulationError, LinearProgram
+from .names import FabricLabels
 
 __all__ = ["build_compact_lp", "build_chunked_milp"]
 
@@ -119,14 +120,49 @@ def _flow_blocks(n_nodes: int, tails: np.ndarray, heads: np.ndarray, is_switch: 
             (np.concatenate(demand_rows), np.concatenate(demand_vals)), cap, n_cons, col)
 
 
+def _names(labels: FabricLabels, n_nodes: int, tails: np.ndarray, heads: np.ndarray,
+           is_switch: np.ndarray, gpus: np.ndarray, max_steps: int | None,
+           commodities: str) -> tuple[list[str], list[str]]:
+    """Column and row names in :func:`_flow_blocks`' order (docs/benchmarks.md): ``z``;
+    per commodity ``f_<comm>_<tail>_<head>[_<step>]`` (flow on a link, at the step of
+    its tail) and ``a_<comm>_<gpu>[_<step>]`` (absorbed at a destination); rows
+    ``n_<comm>_<node>[_<step>]`` (conservation), ``s_<comm>_<gpu>`` (a destination's
+    super-sink) and ``cap_<tail>_<head>``.  ``<comm>`` is ``<src>_<dst>`` (pair) or
+    ``<src>`` (source)."""
+    if len(labels.node) != n_nodes or len(labels.link) != tails.size:
+        raise FormulationError("labels must name every node and link of the model")
+    et, _, el, n_exp = _expanded_arcs(n_nodes, tails, heads, is_switch, max_steps)
+    copies = 1 if max_steps is None else max_steps + 1
+    timed = max_steps is not None
+    arc = [labels.link[a] + (f"_{t // n_nodes}" if timed else "")
+           for a, t in zip(el.tolist(), et.tolist())]
+    node = [labels.node[v % n_nodes] + (f"_{v // n_nodes}" if timed else "")
+            for v in range(n_exp)]
+    gpu = labels.gpu
+    n_g = len(gpus)
+    if commodities == "pair":
+        comm = [(s, [d], f"{gpu[s]}_{gpu[d]}") for s in range(n_g) for d in range(n_g) if s != d]
+    else:
+        comm = [(s, [d for d in range(n_g) if d != s], gpu[s]) for s in range(n_g)]
+    cols, rows = ["z"], []
+    for _, dests, c in comm:
+        cols += [f"f_{c}_{a}" for a in arc]
+        cols += [f"a_{c}_{gpu[d]}" + (f"_{i}" if timed else "") for d in dests
+                 for i in range(copies)]
+        rows += [f"n_{c}_{v}" for v in node] + [f"s_{c}_{g}" for g in gpu]
+    return cols, rows + labels.capacity_rows()
+
+
 def build_compact_lp(n_nodes: int, tails: np.ndarray, heads: np.ndarray,
                      capacities: np.ndarray, is_switch: np.ndarray, gpus: np.ndarray, *,
-                     max_steps: int | None = None, commodities: str = "pair") -> LinearProgram:
+                     max_steps: int | None = None, commodities: str = "pair",
+                     labels: FabricLabels | None = None) -> LinearProgram:
     """The arc-flow LP ``max z`` (paper App. G.3); column 0 is ``z`` (Gbps per pair).
 
     ``gpus[r]`` is the node index of rank ``r``.  Rows: per commodity one conservation
     row per (expanded) node and per GPU super-sink (``inflow - outflow = b_v·z``), then
-    one capacity row per link.
+    one capacity row per link.  ``labels`` (:mod:`formulations.names`): name the rows
+    and columns after the fabric's nodes and links (for MPS/LP export).
     """
     tails, heads, capacities, is_switch, gpus = _check(n_nodes, tails, heads, capacities,
                                                        is_switch, gpus)
@@ -141,8 +177,13 @@ def build_compact_lp(n_nodes: int, tails: np.ndarray, heads: np.ndarray,
     row_hi = np.concatenate([np.zeros(n_cons), capacities])
     obj = np.zeros(n_cols)
     obj[0] = 1.0
+    col_names = row_names = None
+    if labels is not None:
+        col_names, row_names = _names(labels, n_nodes, tails, heads, is_switch, gpus,
+                                      max_steps, commodities)
     return LinearProgram(obj, A, row_lo, row_hi, np.zeros(n_cols), np.full(n_cols, np.inf),
-                         sense="max", name="alltoall-compact")
+                         sense="max", name="alltoall-compact", col_names=col_names,
+                         row_names=row_names)
 
 
 def build_chunked_milp(n_nodes: int, tails: np.ndarray, heads: np.ndarray,

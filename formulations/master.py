@@ -31,6 +31,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from .lp import FormulationError, LinearProgram
+from .names import FabricLabels
 
 __all__ = ["build_master_lp", "path_columns"]
 
@@ -63,14 +64,19 @@ def path_columns(n_pairs: int, col_pair: np.ndarray, col_start: np.ndarray,
 def build_master_lp(n_pairs: int, capacities: np.ndarray, col_pair: np.ndarray,
                     col_start: np.ndarray, col_arcs: np.ndarray,
                     col_lo: np.ndarray | None = None,
-                    background: np.ndarray | None = None) -> LinearProgram:
+                    background: np.ndarray | None = None,
+                    labels: FabricLabels | None = None) -> LinearProgram:
     """The restricted master LP above over the given path columns (``col_lo``: lower
     bounds of the path shares, e.g. chunks fixed by rounding; default 0).
 
     ``background`` (per link, default 0) gives the capacity rows
     ``sum beta y - cap_a t <= -background_a``: a master over some pairs only (numbered
     ``0..n_pairs-1`` here), the other pairs' fixed routes loading the links (warm local
-    re-optimisation)."""
+    re-optimisation).
+
+    ``labels`` (:mod:`formulations.names`; a master over every ordered pair): rows
+    ``d_<src>_<dst>`` (a pair's demand) and ``cap_<tail>_<head>``, columns ``t`` and
+    ``p_<src>_<dst>_<k>`` (the pair's ``k``-th path column, in column order)."""
     capacities = np.asarray(capacities, dtype=float)
     if (capacities <= 0).any():
         raise FormulationError("capacities must be > 0")
@@ -90,5 +96,23 @@ def build_master_lp(n_pairs: int, capacities: np.ndarray, col_pair: np.ndarray,
     link_hi = np.zeros(n_links) if background is None else -np.asarray(background, dtype=float)
     row_lo = np.concatenate([np.ones(n_pairs), np.full(n_links, -np.inf)])
     row_hi = np.concatenate([np.full(n_pairs, np.inf), link_hi])
-    return LinearProgram(c, A, row_lo, row_hi, lo, np.full(k + 1, np.inf), sense="min",
-                         name="alltoall-master")
+    lp = LinearProgram(c, A, row_lo, row_hi, lo, np.full(k + 1, np.inf), sense="min",
+                       name="alltoall-master")
+    if labels is not None:
+        lp.col_names, lp.row_names = _names(labels, n_pairs, n_links, col_pair)
+    return lp
+
+
+def _names(labels: FabricLabels, n_pairs: int, n_links: int,
+           col_pair: np.ndarray) -> tuple[list[str], list[str]]:
+    """Column and row names of :func:`build_master_lp` (its docstring)."""
+    pairs = labels.ordered_pairs()
+    if len(pairs) != n_pairs or len(labels.link) != n_links:
+        raise FormulationError(f"labels name {len(pairs)} pairs and {len(labels.link)} links, "
+                               f"the master has {n_pairs} pair rows and {n_links} links")
+    seen = np.zeros(n_pairs, dtype=np.int64)
+    cols = ["t"]
+    for p in np.asarray(col_pair, dtype=np.int64).tolist():
+        cols.append(f"p_{pairs[p]}_{seen[p]}")
+        seen[p] += 1
+    return cols, [f"d_{p}" for p in pairs] + labels.capacity_rows()

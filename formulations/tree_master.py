@@ -21,6 +21,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from .lp import FormulationError, LinearProgram
+from .names import FabricLabels
 
 __all__ = ["build_tree_master_lp", "tree_columns"]
 
@@ -57,8 +58,13 @@ def tree_columns(n_roots: int, col_root: np.ndarray, col_start: np.ndarray,
 
 
 def build_tree_master_lp(n_roots: int, capacity: np.ndarray, col_root: np.ndarray,
-                         col_start: np.ndarray, col_arcs: np.ndarray) -> LinearProgram:
-    """The master over the given tree columns (module docstring); ``capacity`` per link."""
+                         col_start: np.ndarray, col_arcs: np.ndarray,
+                         labels: FabricLabels | None = None) -> LinearProgram:
+    """The master over the given tree columns (module docstring); ``capacity`` per link.
+
+    ``labels`` (:mod:`formulations.names`, every GPU a root): rows ``r_<root>`` and
+    ``cap_<tail>_<head>``, columns ``x`` and ``t_<root>_<k>`` (the root's ``k``-th tree
+    column, in column order)."""
     capacity = np.asarray(capacity, dtype=float)
     if (capacity <= 0).any() or not np.isfinite(capacity).all():
         raise FormulationError("link capacities must be positive and finite")
@@ -74,8 +80,19 @@ def build_tree_master_lp(n_roots: int, capacity: np.ndarray, col_root: np.ndarra
     A = sp.csc_matrix((data, rows, ptr), shape=(n_roots + n_links, k + 1)).tocsr()
     c = np.zeros(k + 1)
     c[0] = 1.0
+    cols = rows = None
+    if labels is not None:
+        if len(labels.gpu) != n_roots or len(labels.link) != n_links:
+            raise FormulationError(f"labels name {len(labels.gpu)} GPUs and {len(labels.link)} "
+                                   f"links, the master has {n_roots} roots and {n_links} links")
+        seen = np.zeros(n_roots, dtype=np.int64)
+        cols = ["x"]
+        for r in np.asarray(col_root, dtype=np.int64).tolist():
+            cols.append(f"t_{labels.gpu[r]}_{seen[r]}")
+            seen[r] += 1
+        rows = [f"r_{g}" for g in labels.gpu] + labels.capacity_rows()
     return LinearProgram(
         c=c, A=A, row_lo=np.full(n_roots + n_links, -np.inf),
         row_hi=np.concatenate([np.zeros(n_roots), capacity]),
         col_lo=np.zeros(k + 1), col_hi=np.full(k + 1, np.inf), sense="max",
-        name="allgather_tree_master")
+        col_names=cols, row_names=rows, name="allgather_tree_master")

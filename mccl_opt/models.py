@@ -85,19 +85,25 @@ def _switch_removal(topo: Topology, backend: str) -> tuple[LinearProgram, float]
 
 def build_model(topo: Topology, model: str, *, commodities: str = "source",
                 backend: str = "highs") -> tuple[LinearProgram, ModelInfo]:
-    """The LP of ``model`` (one of :data:`MODELS`) on ``topo``, named after the topology."""
+    """The LP of ``model`` (one of :data:`MODELS`) on ``topo``, named after the topology;
+    the compact LP's and the master's rows and columns are named after its nodes and
+    links (:mod:`formulations.names`)."""
+    from formulations.names import FabricLabels
+
     ar = topo.arrays
     optimum = None
+    labels = FabricLabels.of([n.id for n in topo.nodes], ar.tail, ar.head, ar.gpu_nodes)
     if model == "compact":
         from formulations.compact import build_compact_lp
 
         lp = build_compact_lp(topo.num_nodes, ar.tail, ar.head, ar.capacity, ar.is_switch,
-                              ar.gpu_nodes, commodities=commodities)
+                              ar.gpu_nodes, commodities=commodities, labels=labels)
     elif model == "master":
         from formulations.master import build_master_lp
 
         pair, start, arcs = master_columns(topo, backend)
-        lp = build_master_lp(topo.num_gpus * (topo.num_gpus - 1), ar.capacity, pair, start, arcs)
+        lp = build_master_lp(topo.num_gpus * (topo.num_gpus - 1), ar.capacity, pair, start, arcs,
+                             labels=labels)
     elif model == "switch-removal":
         lp, optimum = _switch_removal(topo, backend)
     else:
