@@ -29,6 +29,7 @@ from typing import Callable
 
 import numpy as np
 
+from .. import progress
 from ..errors import MCCLError, SolveError, TopologyError
 from ..schedule import Schedule, bottleneck_links, schedule_rate, share_loads
 from ..topology import Topology
@@ -79,6 +80,7 @@ def solve_by_general(topo: Topology, warm: Schedule | None, backend: str,
                      max_chunks: int | None, reason: str) -> Schedule:
     """The general method, with the cut bound for ``stats['cut_bound_gbps']`` and
     ``stats['general_reason']`` saying why it ran."""
+    progress.update("AllGather: general method (column generation over trees)")
     sched = solve_general(topo, warm=warm, backend=backend, max_chunks=max_chunks,
                           cut_bound_gbps=cut_bound_gbps(topo))
     sched.stats["general_reason"] = reason

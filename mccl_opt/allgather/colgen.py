@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .. import progress
 from ..backends import Backend
 from ..topology import Topology
 from .arborescence import min_arborescences
@@ -157,6 +158,7 @@ def column_generation(topo: Topology, backend: Backend, capacity: np.ndarray,
         if total > 0 and np.isfinite(total):
             best_bound = min(best_bound, float(pt.pi @ capacity) / total)
         history.append((pt.x, best_bound))
+        progress.update("AllGather general method: column generation", rnd, pt.x, best_bound)
         if best_bound - pt.x <= options.rel_tol * max(pt.x, 1e-300):
             status = "optimal"
             break

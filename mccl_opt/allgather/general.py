@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import progress
 from ..backends import get_backend
 from ..errors import SolveError, TopologyError
 from ..schedule import Schedule, TreeChunk, bottleneck_links, schedule_rate
@@ -127,6 +128,7 @@ def solve_general(topo: Topology, warm: Schedule | None = None, backend: str = "
     stats: dict[str, Any] = {"warm": warm is not None, "method": "general"}
     roots, trees = _warm_columns(warm, topo)
     stats["warm_columns"] = len(roots)
+    progress.update("AllGather general method: starting trees")
     t = time.perf_counter()
     mwu_r, mwu_t = mwu_trees(topo, capacity, rounds=options.seed_rounds if not roots
                              else options.warm_seed_rounds)
@@ -148,6 +150,7 @@ def _schedule(topo: Topology, res: CGResult, scale: float, max_chunks: int | Non
     """Round, build the chunks, recompute loads and rate, and the warm state."""
     pool, g = res.pool, topo.num_gpus
     capacity = topo.arrays.capacity / scale
+    progress.update("AllGather general method: rounding")
     t = time.perf_counter()
     if max_chunks is None:
         shares = fractional_shares(pool, res.weights, g)

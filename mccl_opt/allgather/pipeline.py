@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import progress
 from ..errors import SolveError, TopologyError
 from ..topology import Topology
 from .budget import CutBounds, choose_trees, exact_k
@@ -94,12 +95,14 @@ def phase_one_budget(topo: Topology, max_chunks: int | None, stats: dict[str, An
                      cuts: CutBounds | None = None) -> Budget:
     """Phase 1 (exact optimum, §4.3) and the chunk budget; ``cuts``: the cut bounds of
     the warm guesses on the same capacities."""
+    progress.update("AllGather phase 1: exact optimum (max-flow)")
     t = time.perf_counter()
     fab, quantum = fabric_of(topo)
     p1 = optimal_rate(fab, hint_cuts)
     stats["phase1_s"] = time.perf_counter() - t
     stats["phase1_maxflows"] = p1.maxflow_calls
 
+    progress.update("AllGather: chunk budget")
     t = time.perf_counter()
     k, y, calls = choose_trees(fab, p1, max_chunks, extra_cuts=hint_cuts, cuts=cuts)
     if k == 0 or y <= 0:
@@ -230,10 +233,12 @@ def pack(split: SplitGraph, rank_of: np.ndarray, k: int, guides: dict[int, np.nd
          stats: dict[str, Any], shapes: Shapes | None = None) -> Packed:
     """Phases 2+3: spread split + fast packing; exact splitting (when the spread split
     broke the cut condition) and exact packing as fallbacks."""
+    progress.update("AllGather phase 2: switch removal")
     t = time.perf_counter()
     lg = spread_logical(split, rank_of)
     kind = SplitKind.SPREAD
     stats["phase2_s"] = time.perf_counter() - t
+    progress.update("AllGather phase 3: tree packing")
     t = time.perf_counter()
     found = _pack_fast(lg, k, guides, stats, shapes)
     if found is None and not lg.admits(k):

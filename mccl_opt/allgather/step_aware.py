@@ -29,6 +29,7 @@ from formulations.lp import LinearProgram
 from formulations.switch_removal import (SwitchRemovalModel, build_step_lp,
                                          build_switch_removal_lp, hop_columns, logical_links)
 
+from .. import progress
 from ..backends import get_backend
 from ..backends.base import SolveStatus
 from ..errors import SolveError
@@ -213,6 +214,7 @@ def solve_cut_lp(model: SwitchRemovalModel, backend: str, max_rounds: int,
     try:
         solver.load(lp)
         for rounds in range(1, max_rounds + 1):
+            progress.update("AllGather step-aware: switch-removal LP, cutting planes", rounds)
             sol = solver.solve()
             if sol.status in (SolveStatus.INFEASIBLE, SolveStatus.INFEASIBLE_OR_UNBOUNDED):
                 return CutLoop("infeasible", cuts)
@@ -314,6 +316,17 @@ def _feasible_depths(model: SwitchRemovalModel, limit: int, solve, stats: dict[s
     return list(range(high, limit))
 
 
+def _verdict(shallower: bool, found: tuple[int, float], default: tuple[int, float],
+             skipped: str | None) -> str:
+    """``stats['step_aware']``: whether step-aware found trees shallower than the default
+    packing's (max depth, then mean depth), and why not when it did not."""
+    if shallower:
+        return (f"shallower trees: max depth {found[0]}, mean {found[1]:.3g} "
+                f"(default trees: {default[0]}, {default[1]:.3g})")
+    why = f"; {skipped}" if skipped else ""
+    return f"nothing shallower than the default trees (max depth {default[0]}){why}"
+
+
 def step_aware_pack(split: SplitGraph, rank_of: np.ndarray, k: int,
                     guides: dict[int, np.ndarray], stats: dict[str, Any],
                     backend: str = "highs", options: StepAware | None = None,
@@ -326,6 +339,7 @@ def step_aware_pack(split: SplitGraph, rank_of: np.ndarray, k: int,
     """
     opts = options or StepAware()
     t0 = time.perf_counter()
+    progress.update("AllGather step-aware: default packing, for comparison")
     default = pack(split, rank_of, k, guides, {})   # the default Phases 2+3, for comparison
     lg0, classes0 = default.lg, default.classes
     best = ((depth_key(lg0, classes0), -k, "default", "default"), lg0, classes0, k)
@@ -369,4 +383,6 @@ def step_aware_pack(split: SplitGraph, rank_of: np.ndarray, k: int,
     stats["sa_total_s"] = time.perf_counter() - t0
     (_, _, split_kind, packing), lg, classes, k_used = best
     stats["split"], stats["packing"] = split_kind, packing
+    stats["step_aware"] = _verdict(split_kind == "step-aware", best[0][0],
+                                   stats["sa_default_depth"], stats.get("sa_skipped"))
     return Packed(lg, classes, k_used, SplitKind(split_kind), Packing(packing))

@@ -10,7 +10,16 @@ for ``drop_after`` rounds once the pool is large.
 ``sum_a cap_a w_a <= 1``, ``w, sigma >= 0``.  For the master's prices ``w``,
 ``sigma'_p = SP_p(w)`` (the pricing's shortest path costs) is dual feasible once ``w``
 is scaled to ``sum_a cap_a w_a <= 1``, so ``t* >= sum_p SP_p(w) / max(1, cap·w)`` and
-``z* <= 1 / that``.  The loop stops when the master's ``t`` is within ``rel_tol`` of the
+``z* <= 1 / that``.
+
+**Cut prices.**  Any ``w >= 0`` gives such a bound.  On degenerate fabrics (healthy
+HPN: many equal-cost paths) the master's vertex dual prices one or two saturated links
+that other paths avoid, so its bound is 0 for dozens of rounds while the master value is
+already optimal.  When the vertex bound does not close, the loop also prices
+``w_a = 1 / cap(S)`` on the set ``S`` of links the master saturates: the bound is then
+the cut bound ``sum_p crossings_p(S) / cap(S)`` of that set, which certifies a master
+whose bottleneck is a whole tier of links in round 1 (docs/alltoall.md, *Scale*).  The
+best bound's prices are kept as the run's certificate.  The loop stops when the master's ``t`` is within ``rel_tol`` of the
 best bound, or when no column prices out; :class:`CGStatus` says which limit, if any,
 ended it instead.
 """
@@ -23,12 +32,17 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .. import progress
 from ..errors import SolveError
 from .master import MasterSolution, RestrictedMaster
 from .pricing import price_paths
 from .problem import Problem
 
-__all__ = ["CGOptions", "CGResult", "CGStatus", "column_generation", "farley_bound"]
+__all__ = ["CGOptions", "CGResult", "CGStatus", "column_generation", "farley_bound",
+           "cut_prices"]
+
+#: A link is saturated when its load is within this relative tolerance of ``cap·t``.
+CUT_REL_TOL = 1e-6
 
 
 class CGStatus(enum.Enum):
@@ -66,6 +80,8 @@ class CGResult:
     dropped: int = 0
     shortest: np.ndarray | None = None     # the last pricing's shortest path costs (N x N)
     shortest_w: np.ndarray | None = None   # ... and the arc prices it priced
+    cert_sp: float | None = None           # sum_p SP_p(w) of the best bound's prices ...
+    cert_w: np.ndarray | None = None       # ... and those prices (the run's certificate)
 
     @property
     def rate(self) -> float:
@@ -82,6 +98,18 @@ def farley_bound(shortest: np.ndarray, w: np.ndarray, capacity: np.ndarray, prob
     if not np.isfinite(sp).all():
         return 0.0
     return float(sp.sum() / max(1.0, float(capacity @ w)))
+
+
+def cut_prices(master: RestrictedMaster, sol: MasterSolution) -> np.ndarray | None:
+    """Prices ``1 / cap(S)`` on the links ``S`` the master solution saturates (its own
+    load plus the master's background), 0 elsewhere; ``None`` if none is saturated."""
+    load = master.pool.loads(sol.y, master.capacity.size)
+    if master.background is not None:
+        load = load + master.background
+    sat = load >= master.capacity * sol.t * (1 - CUT_REL_TOL)
+    if not sat.any():
+        return None
+    return sat / float(master.capacity @ sat)
 
 
 def column_generation(master: RestrictedMaster, prob: Problem, max_steps: int, *,
@@ -102,7 +130,9 @@ def column_generation(master: RestrictedMaster, prob: Problem, max_steps: int, *
     min_pool = options.drop_min_pool or 3 * prob.num_pairs
     status = CGStatus.ROUND_LIMIT       # unless a break below says otherwise
     last: MasterSolution | None = None
-    shortest = shortest_w = None
+    shortest = shortest_w = cert_w = None
+    cert_sp: float | None = None
+    all_pairs = np.full((prob.num_gpus, prob.num_gpus), -np.inf)
     rnd = 0
     for rnd in range(1, options.max_rounds + 1):
         # the first solve is never cut short: without it there is no schedule at all
@@ -123,8 +153,23 @@ def column_generation(master: RestrictedMaster, prob: Problem, max_steps: int, *
         pr_s += time.perf_counter() - t1
         shortest, shortest_w = priced.shortest, sol.w
         if bound:
-            best_bound = max(best_bound, farley_bound(priced.shortest, sol.w, master.capacity, prob))
+            candidates = [(sol.w, priced.shortest)]
+            closed = sol.t - farley_bound(priced.shortest, sol.w, master.capacity, prob)
+            if closed > options.rel_tol * sol.t:
+                w_cut = cut_prices(master, sol)
+                if w_cut is not None:
+                    t1 = time.perf_counter()
+                    cut = price_paths(prob.graph, w_cut, all_pairs, max_steps)
+                    pr_s += time.perf_counter() - t1
+                    candidates.append((w_cut, cut.shortest))
+            for w_c, sp_c in candidates:
+                b = farley_bound(sp_c, w_c, master.capacity, prob)
+                if b > best_bound or cert_w is None:
+                    best_bound = max(best_bound, b)
+                    cert_w = w_c
+                    cert_sp = float(sp_c[prob.pair_src, prob.pair_dst].sum())
             history.append((sol.rate, 1.0 / best_bound if best_bound > 0 else float("inf")))
+            progress.update(label, rnd, *history[-1], "Gbps")
             if sol.t - best_bound <= options.rel_tol * sol.t:
                 status = CGStatus.OPTIMAL
                 break
@@ -146,4 +191,4 @@ def column_generation(master: RestrictedMaster, prob: Problem, max_steps: int, *
         raise SolveError(f"{label}: max_rounds must be at least 1, got {options.max_rounds}")
     bound_t = min(best_bound, last.t) if bound else last.t
     return CGResult(last, bound_t, status, rnd, history, lp_s, pr_s, iters, dropped, shortest,
-                    shortest_w)
+                    shortest_w, cert_sp, cert_w)

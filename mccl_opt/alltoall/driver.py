@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .. import progress
 from ..backends import get_backend
 from .assemble import SATURATION_REL_TOL, Outcome, RunReport, WarmMode, fractional, schedule_chunks
 from .colgen import CGOptions, CGResult, column_generation
@@ -84,13 +85,17 @@ def run_cg(prob: Problem, backend: str, max_steps: int, columns, deadline: float
            options: CGOptions, state: WarmState | None = None) -> Solved:
     """Build a master (warm from ``columns`` and ``state``'s basis) and run column
     generation on it."""
+    progress.update("AllToAll: building the master")
     master, carried = build_master(prob, backend, max_steps, columns, state)
     res = column_generation(master, prob, max_steps, options=options, deadline=deadline)
     return Solved(master, res, max_steps, carried)
 
 
 def certificate_of(res: CGResult, prob: Problem, max_steps: int) -> PricingCertificate | None:
-    """The last pricing of ``res`` as a Farley certificate (``None``: it did not price)."""
+    """The prices of ``res``'s best Farley bound (else its last pricing) as a certificate
+    (``None``: it did not price)."""
+    if res.cert_w is not None and res.cert_sp is not None:
+        return PricingCertificate(res.cert_w.copy(), res.cert_sp, max_steps)
     if res.shortest is None or res.shortest_w is None:
         return None
     sp = float(res.shortest[prob.pair_src, prob.pair_dst].sum())
@@ -112,6 +117,7 @@ def round_solved(prob: Problem, solved: Solved, backend: str, max_chunks: int | 
     columns_final = len(pool)
     lp = LPColumns.from_pool(pool, y_final, res.solution.t)
     t_round = time.perf_counter()
+    progress.update("AllToAll: rounding (deep dive)")
     dive: dict = {}
     if max_chunks is None:
         rounded = fractional(pool, y, prob)

@@ -15,6 +15,7 @@ import importlib
 import sys
 from typing import Sequence
 
+from .. import progress
 from ..errors import MCCLError
 
 __all__ = ["main", "build_parser"]
@@ -54,7 +55,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        return int(args.handler(args) or 0)
+        try:
+            return int(args.handler(args) or 0)
+        finally:
+            progress.stop()             # clear a progress line before an error message
     except MCCLError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

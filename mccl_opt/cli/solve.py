@@ -33,6 +33,8 @@ def register(sub: argparse._SubParsersAction) -> None:
             s.add_argument("--step-aware", action="store_true",
                            help="step-aware switch removal: shallower trees (paper App. C)")
         s.add_argument("--json", action="store_true", help="print the result summary as JSON")
+        s.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                       help="phase, round, bound and gap on stderr (default: when stderr is a terminal)")
         s.set_defaults(handler=_solve)
 
 
@@ -148,6 +150,9 @@ def _solve(args: argparse.Namespace) -> int:
 
     announce((args.collective,))
     kernel_load_s = load_kernels(args.backend, (args.collective,))[args.collective]
+    from mccl_opt import progress
+
+    progress.start(args.progress, label=topo.name)
     start = time.perf_counter()             # kernel compilation/loading is not the solve's
     if args.collective == "alltoall":
         sched = mo.solve_alltoall(topo, warm=warm, backend=args.backend,
@@ -162,6 +167,9 @@ def _solve(args: argparse.Namespace) -> int:
         sched = mo.solve_allgather(topo, warm=warm, backend=args.backend,
                                    max_chunks=args.max_chunks, step_aware=args.step_aware)
     seconds = time.perf_counter() - start
+    progress.stop()
+    if "step_aware" in sched.stats:
+        print(f"step-aware: {sched.stats['step_aware']}", file=sys.stderr)
     sched.stats["kernel_load_s"] = kernel_load_s
     mo.validate(topo, sched)
     if args.output:
