@@ -10,7 +10,12 @@ returns a new topology; the input is not modified.
   failed GPU's rank (same position in the GPU order) and id ``<old>-bk``.  It has a
   dedicated 50 Gbps cable to its old host's NVSwitch and a 100 Gbps NIC to a backup ToR
   (``bk-tor``) that joins the failed GPU's ToR, with 1 µs of extra latency on each
-  cable (1.525 µs and 1.5 µs).  The failed GPU's own links disappear.
+  cable (1.525 µs and 1.5 µs).  The failed GPU's own links disappear.  On a host
+  whose GPUs reach several NVSwitch planes (a DGX-like box: every switch neighbour
+  but the NIC's), the 50 Gbps are split evenly over one cable to each plane the
+  failed GPU reached, so every host switch the old schedules used stays reachable.
+  A GPU with no switch neighbour, or no NIC besides its NVSwitch, cannot be failed
+  this way (:class:`~mccl_opt.errors.TopologyError` saying why).
 """
 
 from __future__ import annotations
@@ -37,17 +42,23 @@ def _gpu(topo: Topology, gpu: int | str) -> str:
     return gpu
 
 
-def _neighbour_switch(topo: Topology, gpu: str, prefer_latency_below: bool) -> str:
-    """The GPU's NVSwitch (lowest-latency switch neighbour) or NIC ToR (the other one)."""
+def _switch_neighbours(topo: Topology, gpu: str) -> list[str]:
+    """The GPU's switch neighbours by (latency, id): NVSwitch planes first, NIC ToR last."""
     switch_links = [l for l in topo.links if l.src == gpu and not topo.is_gpu(l.dst)]
     if not switch_links:
-        raise TopologyError(f"GPU {gpu!r} has no link to a switch")
+        raise TopologyError(f"GPU {gpu!r} has no link to a switch (its fabric has direct GPU links only)")
     switch_links.sort(key=lambda l: (l.latency_us, l.dst))
+    return [l.dst for l in switch_links]
+
+
+def _neighbour_switch(topo: Topology, gpu: str, prefer_latency_below: bool) -> str:
+    """The GPU's NVSwitch (lowest-latency switch neighbour) or NIC ToR (the other one)."""
+    switches = _switch_neighbours(topo, gpu)
     if prefer_latency_below:
-        return switch_links[0].dst
-    if len(switch_links) < 2:
+        return switches[0]
+    if len(switches) < 2:
         raise TopologyError(f"GPU {gpu!r} has no NIC link (only one switch neighbour)")
-    return switch_links[-1].dst
+    return switches[-1]
 
 
 def _suffix(topo: Topology, tag: str) -> str:
@@ -76,8 +87,8 @@ def fail2(topo: Topology, gpu: int | str = 0) -> Topology:
 def fail3(topo: Topology, gpu: int | str = 0) -> Topology:
     """Fail3: the GPU is replaced by a backup in another rack (see module docstring)."""
     g = _gpu(topo, gpu)
-    nvs = _neighbour_switch(topo, g, True)
     tor = _neighbour_switch(topo, g, False)
+    planes = _switch_neighbours(topo, g)[:-1]
     backup, bk_tor = f"{g}-bk", "bk-tor"
     for new in (backup, bk_tor):
         if topo.has_node(new):
@@ -85,11 +96,11 @@ def fail3(topo: Topology, gpu: int | str = 0) -> Topology:
     nodes = [Node(backup, "gpu") if n.id == g else n for n in topo.nodes]
     nodes.append(Node(bk_tor, "switch"))
     links = [l for l in topo.links if g not in (l.src, l.dst)]
-    nvs_lat = topo.link(g, nvs).latency_us + FAIL3_EXTRA_LATENCY_US
     nic_lat = topo.link(g, tor).latency_us + FAIL3_EXTRA_LATENCY_US
     tor_gbps = topo.link(g, tor).capacity_gbps
-    for a, b, gbps, lat in ((backup, nvs, FAIL3_HOST_GBPS, nvs_lat),
-                            (backup, bk_tor, FAIL3_NIC_GBPS, nic_lat),
+    cables = [(backup, nvs, FAIL3_HOST_GBPS / len(planes),
+               topo.link(g, nvs).latency_us + FAIL3_EXTRA_LATENCY_US) for nvs in planes]
+    for a, b, gbps, lat in (*cables, (backup, bk_tor, FAIL3_NIC_GBPS, nic_lat),
                             (bk_tor, tor, tor_gbps, FAIL3_EXTRA_LATENCY_US)):
         links += [Link(a, b, gbps, lat), Link(b, a, gbps, lat)]
     return Topology(_suffix(topo, "fail3"), nodes, links, topo.extra)
