@@ -22,7 +22,9 @@ lives in ``instances/data/<name>.json`` and its manifest record in
   its cutting-plane loop converged to.
 
 ``python -m instances.library build`` writes the topology files and the manifest;
-``python -m instances.library check [--max-gpus N]`` recomputes and compares.
+``python -m instances.library check [--max-gpus N]`` recomputes and compares;
+``python -m instances.library build --tier medium|hard [--out DIR]`` writes a solver
+benchmarking tier (:mod:`instances.tiers`).
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ from .hpn import hpn
 __all__ = ["Instance", "CATALOG", "MANIFEST", "REL_TOL", "REL_STEP", "catalog", "instance",
            "load_manifest", "measure", "alltoall_cg_rate", "alltoall_compact_rate",
            "allgather_rate", "allgather_maxflow_certificate", "exported_models", "model_optima",
-           "build", "check"]
+           "build", "check", "hpn_entry", "FAILURES"]
 
 MANIFEST = DATA_DIR / "manifest.json"
 FORMAT = "mccl-instance-manifest/1"
@@ -76,7 +78,8 @@ class Instance:
         return Topology.load(self.path) if self.path.exists() else self.make()
 
 
-def _hpn_entry(shape: tuple[int, int, int], failure: str | None) -> Instance:
+def hpn_entry(shape: tuple[int, int, int], failure: str | None) -> Instance:
+    """The catalogue entry of HPN ``shape`` under ``failure`` (``None``: healthy)."""
     topo_name = "hpn-{}x{}x{}".format(*shape) + (f"-{failure}" if failure else "")
     return Instance(topo_name, "hpn", {"shape": "x".join(map(str, shape)), "failure": failure},
                     lambda: apply_failure(hpn(*shape), failure))
@@ -85,7 +88,7 @@ def _hpn_entry(shape: tuple[int, int, int], failure: str | None) -> Instance:
 def catalog() -> list[Instance]:
     """The families: HPN S×H×N with each failure (paper §6.1), DGX-like, ring, full mesh,
     seeded irregular fabrics; ordered by family, then size."""
-    out = [_hpn_entry(shape, f) for shape in HPN_SHAPES for f in FAILURES]
+    out = [hpn_entry(shape, f) for shape in HPN_SHAPES for f in FAILURES]
     out.append(Instance("dgx-8", "dgx", {"gpus": 8, "nvswitches": 4}, lambda: dgx()))
     out.append(Instance("ring-8", "ring", {"gpus": 8}, lambda: ring(8)))
     out.append(Instance("mesh-6", "full_mesh", {"gpus": 6}, lambda: full_mesh(6)))
@@ -284,14 +287,39 @@ def check(max_gpus: int | None = None, backend: str = "highs", names: list[str] 
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m instances.library",
-                                     description="Build or check the instance library manifest.")
+    parser = argparse.ArgumentParser(
+        prog="python -m instances.library",
+        description="Build or check the instance library manifest; build a solver "
+                    "benchmarking tier (docs/benchmarks.md).")
     parser.add_argument("action", choices=["build", "check"])
-    parser.add_argument("--max-gpus", type=int, default=None, help="check: only instances this small")
+    parser.add_argument("--max-gpus", type=int, default=None,
+                        help="only instances with at most this many GPUs")
     parser.add_argument("--backend", default="highs")
+    parser.add_argument("--tier", default=None, choices=["tiny", "easy", "medium", "hard"],
+                        help="build: write this tier's MPS files and tier manifest to --out "
+                             "instead of rebuilding the shipped library")
+    parser.add_argument("--out", default=None,
+                        help="build --tier: the directory (default: a cache directory, "
+                             "$MCCL_CACHE_DIR/lp-tiers/TIER or ~/.cache/mccl/lp-tiers/TIER)")
+    parser.add_argument("--compact-max-cols", type=int, default=None,
+                        help="build --tier: attempt compact LPs up to this many columns")
+    parser.add_argument("--compact-time-limit", type=float, default=None,
+                        help="build --tier: seconds for one compact LP solve")
     args = parser.parse_args(argv)
     try:
-        if args.action == "build":
+        if args.tier is not None:
+            if args.action != "build":
+                raise MCCLError("--tier goes with build; check a tier with "
+                                "`mccl bench --suite lp --tier TIER`")
+            from . import tiers
+
+            limits = {k: v for k, v in (("compact_max_cols", args.compact_max_cols),
+                                        ("compact_time_limit", args.compact_time_limit))
+                      if v is not None}
+            out = args.out or tiers.default_dir(args.tier)
+            done = tiers.build_tier(args.tier, out, args.backend, max_gpus=args.max_gpus, **limits)
+            print(f"wrote {len(done['instances'])} instances to {out}")
+        elif args.action == "build":
             build(args.backend)
         else:
             print(f"{len(check(args.max_gpus, args.backend))} instances agree with {MANIFEST.name}")
