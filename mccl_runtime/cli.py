@@ -28,6 +28,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--time-limit", type=_finite, default=60.0, help="re-synthesis time bound in seconds")
     s.add_argument("--backend", default="highs", help="LP backend for the synthesizers")
     s.add_argument("--allow-remote", action="store_true", help="allow binding a non-loopback address")
+    s.add_argument("-v", "--verbose", action="count", default=0,
+                   help="log one line per decision on stderr (-v: info; -vv: debug, adds telemetry ingest)")
+    s.add_argument("--log-level", choices=["warning", "info", "debug"],
+                   help="log level of the controller's lines (default warning; overrides -v)")
     s.set_defaults(handler=_serve)
 
     lp = sub.add_parser("loop", help="closed-loop simulation: gray failure, detection, re-synthesis, swap")
@@ -94,11 +98,15 @@ def _serve(args: argparse.Namespace) -> int:
 
     from mccl_opt.topology import Topology
 
+    from .decision_log import LEVELS
     from .manager import Policy
     from .protocol import load_key
     from .service import ControllerService
 
-    logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    level = args.log_level or ("warning", "info", "debug")[min(args.verbose, 2)]
+    logging.basicConfig(stream=sys.stderr, level=logging.WARNING,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("mccl").setLevel(LEVELS[level])     # numba and zmq stay at warning
     specs = _collective_specs(args.collective)
     topo = Topology.load(args.topology)
     key = load_key(args.key_file) if args.key_file else None

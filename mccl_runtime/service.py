@@ -40,6 +40,7 @@ from typing import Any, Callable
 from mccl_opt.errors import MCCLError
 from mccl_opt.topology import Topology
 
+from .decision_log import log_events
 from .manager import Event, Policy, ScheduleManager, Synthesizer
 from .protocol import (MAX_BATCH_SAMPLES, MAX_REQUEST_BYTES, REPLAY_WINDOW_S, REQUESTS,
                        SCHEDULE_TOPIC, Message, ProtocolError, ReplayGuard, brief, decode, encode)
@@ -147,6 +148,8 @@ class ControllerService:
         self.writer.adopt(self.manager, state)
         self.protocol_errors.update(state["protocol_errors"])
         self.resumed = True
+        log.info("resumed from %s: %s", self.state_path, ", ".join(
+            f"{c.comm}/{c.name} v{c.version}" for c in self.manager.collectives()) or "no collectives")
 
     def persist(self) -> None:
         """Write the state file (if any) now (:class:`.state.StateWriter`)."""
@@ -235,6 +238,7 @@ class ControllerService:
             events = self._guarded("decision", lambda: self.manager.step(now)) or []
         else:
             events = self._guarded("collecting re-syntheses", lambda: self.manager.poll(now)) or []
+        log_events(log, events, self.manager)
         self._publish(pub, events)
         if self._must_persist or (self._dirty_since is not None
                                   and self.clock() - self._dirty_since >= self.persist_interval_s):
@@ -284,10 +288,11 @@ class ControllerService:
             if len(samples) > MAX_BATCH_SAMPLES:
                 raise ProtocolError("too_large", f"{len(samples)} samples in one request; at most "
                                                  f"{MAX_BATCH_SAMPLES} (split the batch)")
-            report = self.store.ingest(samples, now)
+            body = self.store.ingest(samples, now).to_dict()
+            log.debug("telemetry: %d samples: %s", len(samples), body)
             self._decide = True
             self._dirty_since = self._dirty_since if self._dirty_since is not None else now
-            return "ok", report.to_dict()
+            return "ok", body
         if msg.type == "register":
             return "ok", {"registered": self.register(_field(b, "comm"), _field(b, "name"), _field(b, "kind"), now)}
         if msg.type == "get_schedule":
@@ -316,6 +321,7 @@ class ControllerService:
             raise MCCLError(f"this controller already serves {len(self.manager.collectives())} collectives "
                             f"(at most {self.max_collectives})")
         colls = self.manager.register(comm, name, kind, now=now)
+        log.info("registered %s/%s (%s); synthesizing the first schedule", comm, name, kind)
         self._must_persist = True
         return [c.name for c in colls]
 
