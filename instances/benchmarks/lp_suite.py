@@ -31,7 +31,7 @@ __all__ = ["SuiteRow", "add_arguments", "run", "run_suite", "HEADERS", "table_ro
 
 TIERS = ("tiny", "easy", "medium", "hard")
 HEADERS = ("instance", "model", "backend", "status", "solve s", "iters", "rel err", "note")
-NOTE_WIDTH = 30
+TABLE_WIDTH = 100
 TIME_LIMIT = 600.0
 
 
@@ -151,16 +151,19 @@ def run_suite(directory: Path, backends: list[str], *, repeat: int = 1,
     return rows
 
 
-def table_rows(rows: list[SuiteRow]) -> list[list]:
-    """Table cells; notes cut to fit 100 columns (``--json`` has them whole)."""
-    out = []
-    for r in rows:
-        note = r.note if len(r.note) <= NOTE_WIDTH else r.note[:NOTE_WIDTH - 3] + "..."
-        out.append([r.instance, r.model, r.backend, r.status,
-                    "-" if r.seconds is None else r.seconds,
-                    "-" if r.iterations is None else r.iterations,
-                    "-" if r.rel_error is None else f"{r.rel_error:.1e}", note])
-    return out
+def table_rows(rows: list[SuiteRow], width: int = TABLE_WIDTH) -> list[list]:
+    """Table cells; notes cut so that a line fits ``width`` columns (``--json`` and
+    ``--out`` keep them whole)."""
+    cells = [[r.instance, r.model, r.backend, r.status,
+              "-" if r.seconds is None else f"{r.seconds:.3g}",
+              "-" if r.iterations is None else str(r.iterations),
+              "-" if r.rel_error is None else f"{r.rel_error:.1e}"] for r in rows]
+    used = sum(max([len(h)] + [len(c[i]) for c in cells]) + 2
+               for i, h in enumerate(HEADERS[:-1]))
+    room = max(width - used, len(HEADERS[-1]))
+    for cell, r in zip(cells, rows):
+        cell.append(r.note if len(r.note) <= room else r.note[:room - 3] + "...")
+    return cells
 
 
 def run(args: argparse.Namespace) -> int:
