@@ -1,7 +1,7 @@
 """The instance library: families of shipped fabrics and a manifest of their optima
 (docs/benchmarks.md).
 
-Every catalogue entry is a deterministic generator call; its ``mccl-topology/1`` file
+Every catalogue entry (:mod:`.catalog`) is a deterministic generator call; its ``mccl-topology/1`` file
 lives in ``instances/data/<name>.json`` and its manifest record in
 ``instances/data/manifest.json`` holds, per instance:
 
@@ -33,79 +33,18 @@ import argparse
 import json
 import sys
 import time
-from dataclasses import dataclass, field
-from typing import Callable
 
 from mccl_opt.errors import MCCLError
 from mccl_opt.topology import Topology
 
 from . import DATA_DIR
-from .fabrics import dgx, full_mesh, irregular, ring
-from .failures import apply_failure
-from .hpn import hpn
+from .catalog import (CATALOG, EXPORTED_MODELS, FORMAT, MANIFEST, REL_STEP, REL_TOL,
+                      SWITCH_REMOVAL_MAX_GPUS, Instance, catalog, instance, read_manifest)
 
 __all__ = ["Instance", "CATALOG", "MANIFEST", "REL_TOL", "REL_STEP", "catalog", "instance",
            "load_manifest", "measure", "alltoall_cg_rate", "alltoall_compact_rate",
            "allgather_rate", "allgather_maxflow_certificate", "exported_models", "model_optima",
-           "build", "check", "hpn_entry", "FAILURES"]
-
-MANIFEST = DATA_DIR / "manifest.json"
-FORMAT = "mccl-instance-manifest/1"
-REL_TOL = 1e-6          # two methods agree to this relative tolerance
-REL_STEP = 1e-4         # "infeasible just above": x*(1 + REL_STEP) must fail the max-flow test
-HPN_SHAPES = ((1, 2, 4), (1, 2, 8), (1, 4, 8), (2, 2, 4), (2, 2, 8))
-FAILURES = (None, "fail1", "fail2", "fail3")
-IRREGULAR_SEEDS = (1, 2, 3, 4, 5, 6)
-EXPORTED_MODELS = ("compact", "master", "switch-removal")
-SWITCH_REMOVAL_MAX_GPUS = 16   # the cutting-plane loop runs at build and check time
-
-
-@dataclass(frozen=True)
-class Instance:
-    """One catalogue entry: a family, its parameters and the generator call."""
-
-    name: str
-    family: str
-    params: dict = field(hash=False)
-    make: Callable[[], Topology] = field(hash=False, repr=False, compare=False)
-
-    @property
-    def path(self):
-        return DATA_DIR / f"{self.name}.json"
-
-    def load(self) -> Topology:
-        """The shipped file (generated on the fly if the file is missing)."""
-        return Topology.load(self.path) if self.path.exists() else self.make()
-
-
-def hpn_entry(shape: tuple[int, int, int], failure: str | None) -> Instance:
-    """The catalogue entry of HPN ``shape`` under ``failure`` (``None``: healthy)."""
-    topo_name = "hpn-{}x{}x{}".format(*shape) + (f"-{failure}" if failure else "")
-    return Instance(topo_name, "hpn", {"shape": "x".join(map(str, shape)), "failure": failure},
-                    lambda: apply_failure(hpn(*shape), failure))
-
-
-def catalog() -> list[Instance]:
-    """The families: HPN S×H×N with each failure (paper §6.1), DGX-like, ring, full mesh,
-    seeded irregular fabrics; ordered by family, then size."""
-    out = [hpn_entry(shape, f) for shape in HPN_SHAPES for f in FAILURES]
-    out.append(Instance("dgx-8", "dgx", {"gpus": 8, "nvswitches": 4}, lambda: dgx()))
-    out.append(Instance("ring-8", "ring", {"gpus": 8}, lambda: ring(8)))
-    out.append(Instance("mesh-6", "full_mesh", {"gpus": 6}, lambda: full_mesh(6)))
-    out += [Instance(f"irregular-{s}", "irregular", {"seed": s}, (lambda s=s: irregular(s)))
-            for s in IRREGULAR_SEEDS]
-    return out
-
-
-CATALOG: tuple[Instance, ...] = tuple(catalog())
-
-
-def instance(name: str) -> Instance:
-    """The catalogue entry called ``name``."""
-    for inst in CATALOG:
-        if inst.name == name:
-            return inst
-    raise MCCLError(f"no instance {name!r} in the library; known: {', '.join(i.name for i in CATALOG)}")
+           "build", "check"]
 
 
 # ------------------------------------------------------------------- the methods
@@ -236,13 +175,7 @@ def measure(inst: Instance, backend: str = "highs") -> dict:
 # ------------------------------------------------------------- manifest I/O
 def load_manifest() -> dict:
     """The committed manifest, keyed by instance name under ``"instances"``."""
-    if not MANIFEST.exists():
-        raise MCCLError(f"{MANIFEST} is missing; run `python -m instances.library build`")
-    data = json.loads(MANIFEST.read_text())
-    if data.get("format") != FORMAT:
-        raise MCCLError(f"{MANIFEST}: format {data.get('format')!r}, expected {FORMAT!r}")
-    data["instances"] = {rec["name"]: rec for rec in data["instances"]}
-    return data
+    return read_manifest(MANIFEST)
 
 
 def build(backend: str = "highs", *, log=sys.stderr) -> dict:

@@ -38,7 +38,7 @@ from mccl_opt.errors import MCCLError
 from mccl_opt.topology import Topology
 
 from .fabrics import irregular
-from .library import CATALOG, FAILURES, REL_TOL, Instance, hpn_entry, load_manifest
+from .catalog import CATALOG, FAILURES, MANIFEST, REL_TOL, Instance, hpn_entry, read_manifest
 
 __all__ = ["TIERS", "TIER_MANIFEST", "TierSpec", "tier_instances", "default_dir", "build_tier",
            "load_tier", "COMPACT_MAX_COLS", "COMPACT_TIME_LIMIT"]
@@ -176,7 +176,7 @@ def _easy_record(inst: Instance, out: Path, backend: str) -> dict:
     """An easy-tier record: the shipped manifest's certified optima, models re-exported."""
     from mccl_opt.models import build_model
 
-    rec = load_manifest()["instances"][inst.name]
+    rec = read_manifest(MANIFEST)["instances"][inst.name]
     topo = inst.load()
     models = {}
     for model in TIER_MODELS:
