@@ -7,7 +7,9 @@ rank order is the order of the GPU nodes.  Numeric code uses the array views
 mask and CSR out-/in-adjacency.
 
 At most one link per ordered node pair: a schedule path is a node sequence, so a pair
-must name one link.  Parallel cables are one link of their summed capacity.
+must name one link.  Parallel links listed for one pair are merged into one link of
+their summed capacity and smallest latency, recorded in the metadata
+(:attr:`Topology.parallel_links`, :mod:`mccl_opt.parallel_links`).
 
 Longer than ~400 lines on purpose: one immutable class with its validation, its array
 view, its derived copies (capacities changed, renamed, relisted) and its
@@ -28,6 +30,7 @@ import numpy as np
 
 from .errors import TopologyError
 from .files import read_json
+from .parallel_links import METADATA_KEY, check_link_ids, merge_parallel
 
 __all__ = ["Node", "Link", "Topology", "TopologyArrays", "FORMAT_TAG"]
 
@@ -150,12 +153,23 @@ class Topology:
             lat = link.latency_us
             if isinstance(lat, bool) or not isinstance(lat, (int, float)) or not _finite(lat) or lat < 0:
                 raise TopologyError(f"{where}: latency_us must be a finite number >= 0, got {lat!r}")
-            key = (link.src, link.dst)
-            if key in self._link_index:
-                raise TopologyError(
-                    f"{where}: duplicate link; merge parallel cables into one link of summed capacity")
-            self._link_index[key] = i
+            self._link_index.setdefault((link.src, link.dst), i)
+        check_link_ids(self._links)
+        if len(self._link_index) < len(self._links):
+            self._merge_parallel()
         self._check_gpus_connected(gpus)
+
+    def _merge_parallel(self) -> None:
+        """Merge parallel links (:func:`mccl_opt.parallel_links.merge_parallel`) and
+        append the merge records to the metadata."""
+        links, records = merge_parallel(self._links)
+        earlier = self._extra.get(METADATA_KEY, [])
+        if not isinstance(earlier, list):
+            raise TopologyError(f"top-level {METADATA_KEY!r} must be a list of merge records "
+                                f"(MCCL writes it when it merges parallel links), got {earlier!r}")
+        self._links = tuple(links)
+        self._extra[METADATA_KEY] = earlier + records
+        self._link_index = {(l.src, l.dst): i for i, l in enumerate(self._links)}
 
     def _check_gpus_connected(self, gpus: list[str]) -> None:
         """Every GPU must reach every other GPU (strong connectivity of the GPU set)."""
@@ -201,6 +215,14 @@ class Topology:
     @property
     def extra(self) -> Mapping[str, Any]:
         return dict(self._extra)
+
+    @property
+    def parallel_links(self) -> list[dict[str, Any]]:
+        """The merges of parallel links (one record per node pair: ``src``, ``dst``,
+        ``links``, merged ``capacity_gbps``/``latency_us`` and the ``parts``), including
+        those recorded by the file this topology was loaded from."""
+        records = self._extra.get(METADATA_KEY, [])
+        return list(records) if isinstance(records, list) else []
 
     @cached_property
     def gpus(self) -> tuple[str, ...]:

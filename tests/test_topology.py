@@ -120,7 +120,15 @@ def _mutated(fn) -> dict:
     (lambda d: d["links"][0].update(capacity_gbps="fast"), "capacity_gbps must be a finite number > 0"),
     (lambda d: d["links"][0].update(latency_us=-1), "latency_us must be a finite number >= 0"),
     (lambda d: d["links"][0].pop("capacity_gbps"), r"links\[0\] lacks 'capacity_gbps'"),
-    (lambda d: d["links"].append(dict(d["links"][0])), "duplicate link"),
+    (lambda d: (d["links"][0].update(id="c1"), d["links"].append(dict(d["links"][0]))),
+     r"links #0 \('a' -> 'sw'\) and #4 \('a' -> 'sw'\) both carry id 'c1': the same link listed twice"),
+    (lambda d: (d["links"][0].update(id="c1"), d["links"][1].update(id="c1")),
+     "both carry id 'c1': link ids must be unique"),
+    (lambda d: d["links"][2].update(id=["x"]), "'id' must be a string or number"),
+    (lambda d: d["links"].append({"src": "a", "dst": "sw", "capacity_gbps": 0}),
+     r"link #4 \('a' -> 'sw'\): capacity_gbps must be a finite number > 0"),
+    (lambda d: (d.update(parallel_links={"a": 1}), d["links"].append(dict(d["links"][1]))),
+     "top-level 'parallel_links' must be a list"),
     (lambda d: d.update(nodes=[n for n in d["nodes"] if n["id"] != "b"],
                         links=[l for l in d["links"] if "b" not in (l["src"], l["dst"])]),
      "1 GPU"),
@@ -158,3 +166,70 @@ def test_equality_and_hash_follow_content():
     a, b = hpn(1, 2, 4), hpn(1, 2, 4)
     assert a == b and hash(a) == hash(b)
     assert fail2(a) != a
+
+
+# ---------------------------------------------------------------- parallel links
+
+def _pair_fabric(ab_links: list[tuple[float, float]]) -> Topology:
+    """GPUs a, b on a 50 Gbps switch, with the links ``a -> b`` and ``b -> a`` listed
+    as ``ab_links`` ((Gbps, µs) each, parallel when several): the a-b capacity bounds
+    both collectives' rates."""
+    nodes = [Node("a", "gpu"), Node("b", "gpu"), Node("sw", "switch")]
+    links = [Link(g, "sw", 50.0, 0.5) for g in "ab"] + [Link("sw", g, 50.0, 0.5) for g in "ab"]
+    for gbps, lat in ab_links:
+        links += [Link("a", "b", gbps, lat, {"kind": "nvlink"}), Link("b", "a", gbps, lat, {"kind": "nvlink"})]
+    return Topology("pair", nodes, links)
+
+
+def test_parallel_links_merge_into_one_link_of_summed_capacity_and_smallest_latency():
+    topo = _pair_fabric([(100.0, 0.05), (100.0, 0.025)])
+    assert topo.num_links == 6
+    merged = topo.link("a", "b")
+    assert (merged.capacity_gbps, merged.latency_us) == (200.0, 0.025)
+    assert merged.extra == {"kind": "nvlink"}                  # keys every part agrees on
+    assert topo.link_index("a", "b") == 4 and topo.link_index("b", "a") == 5   # first members' slots
+    assert topo.arrays.capacity[4] == 200.0
+    assert topo.parallel_links == [
+        {"src": s, "dst": d, "links": 2, "capacity_gbps": 200.0, "latency_us": 0.025,
+         "parts": [{"kind": "nvlink", "capacity_gbps": 100.0, "latency_us": 0.05},
+                   {"kind": "nvlink", "capacity_gbps": 100.0, "latency_us": 0.025}]}
+        for s, d in (("a", "b"), ("b", "a"))]
+    assert topo == _pair_fabric([(200.0, 0.025)])
+    assert _pair_fabric([(200.0, 0.025)]).parallel_links == []
+
+
+def test_parallel_links_give_the_rates_of_the_merged_fabric():
+    """Two 100 Gbps NVLinks are one 200 Gbps link to both synthesizers (one 100 Gbps
+    link is not: the a-b capacity sets the rate)."""
+    from mccl_opt import solve_allgather, solve_alltoall
+
+    two, one_fat, one_thin = (_pair_fabric(x) for x in ([(100.0, 0.025), (100.0, 0.025)],
+                                                         [(200.0, 0.025)], [(100.0, 0.025)]))
+    rates = {}
+    for name, topo in (("two", two), ("fat", one_fat), ("thin", one_thin)):
+        rates[name] = (solve_alltoall(topo, max_chunks=None).lp_rate_gbps,
+                       solve_allgather(topo, max_chunks=None).lp_rate_gbps)
+    assert rates["two"] == pytest.approx(rates["fat"], rel=1e-9)
+    assert rates["thin"][0] < rates["fat"][0] * (1 - 1e-3)
+    assert rates["thin"][1] < rates["fat"][1] * (1 - 1e-3)
+
+
+def test_a_merged_topology_saves_the_merged_link_and_its_record(tmp_path):
+    d = tiny_dict()
+    d["links"].append({"src": "a", "dst": "sw", "capacity_gbps": 25.0, "latency_us": 0.1, "id": "x2"})
+    topo = Topology.from_dict(d)
+    assert topo.link("a", "sw").capacity_gbps == 125.0 and topo.link("a", "sw").latency_us == 0.1
+    assert topo.link("a", "sw").extra == {}                   # 'cable' is on one part only
+    path = tmp_path / "t.json"
+    topo.save(path)
+    data = json.loads(path.read_text())
+    assert [(l["src"], l["dst"], l["capacity_gbps"]) for l in data["links"]][0] == ("a", "sw", 125.0)
+    assert len(data["links"]) == 4
+    assert data["parallel_links"][0]["parts"][1] == {"id": "x2", "capacity_gbps": 25.0, "latency_us": 0.1}
+    again = Topology.load(path)
+    assert again == topo and again.parallel_links == topo.parallel_links
+    data["links"].append({"src": "sw", "dst": "b", "capacity_gbps": 10.0})   # one more merge
+    later = Topology.from_dict(data)
+    assert [(r["src"], r["dst"]) for r in later.parallel_links] == [("a", "sw"), ("sw", "b")]
+    assert later.link("sw", "b").capacity_gbps == 60.0
+    assert topo.with_capacity(src="a", dst="sw", gbps=7.0).parallel_links == topo.parallel_links
