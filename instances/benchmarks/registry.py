@@ -1,8 +1,8 @@
 """Benchmark case registry: synthesizers and LP models swept over fabric sizes
 (docs/benchmarks.md).
 
-A :class:`Case` is one (suite, method, backend, HPN shape, failure).  Running it times
-four phases separately and records the quality beside the times:
+A :class:`Case` is one (suite, method, backend, HPN shape, failure).  :func:`run_case`
+runs it once and times four phases separately, with the quality beside the times:
 
 =========  ==========================================================================
 build      instance arrays / model construction (``problem_for``, compact LP + load)
@@ -13,34 +13,37 @@ round      LP solution -> executable schedule: deep-dive rounding to ``K`` chunk
 validate   ``mccl_opt.validate`` of the schedule
 =========  ==========================================================================
 
-Quality: ``gap = 1 - rate / bound`` where ``bound`` is the optimum of the same run's
-reference method (compact LP for AllToAll, cold ForestColl's cut search for AllGather),
-and ``lp_gbps`` (each method's own LP optimum, which must equal the bound).  Methods:
-``cold_cg`` / ``warm_cg`` (warm = re-synthesis from the healthy fabric's schedule),
-``compact_lp`` (one commodity per source, the smaller compact model), ``forestcoll_cold``
-/ ``forestcoll_warm``.  LP methods run on every installed backend.
+Methods: ``compact_lp`` (one commodity per source, the AllToAll reference), ``cold_cg``
+/ ``warm_cg`` (column generation from scratch / re-synthesis from the healthy fabric's
+schedule, §4.2), ``forestcoll_cold`` (the AllGather reference) / ``forestcoll_warm``
+(§4.3).  LP methods run on each requested backend.  Every run builds its fabric afresh
+and a warm run starts from a freshly solved healthy schedule (solved untimed), so no
+run reuses what an earlier one cached on those objects.  Repeats, medians and the
+ratios to the reference live in :mod:`.repeat`.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass, field
-from functools import lru_cache
+from dataclasses import dataclass, field
 
-from mccl_opt.errors import MCCLError
+from mccl_opt.errors import MCCLError, SolverLicenseError, SolverNotAvailableError
 from mccl_opt.topology import Topology
 
 from ..failures import apply_failure
 from ..hpn import hpn, parse_shape
 
-__all__ = ["Case", "CaseResult", "SUITES", "METHODS", "REFERENCE", "cases", "warmup",
-           "run_case", "add_reference_ratios"]
+__all__ = ["Case", "CaseResult", "SUITES", "METHODS", "REFERENCE", "PHASES", "cases",
+           "run_case", "not_installed"]
 
 METHODS = {"alltoall": ("compact_lp", "cold_cg", "warm_cg"),
            "allgather": ("forestcoll_cold", "forestcoll_warm")}
 SUITES = ("alltoall", "allgather", "all")
-REFERENCE = {"alltoall": ("compact_lp", "highs"), "allgather": ("forestcoll_cold", "maxflow")}
+#: The method whose optimum is each suite's bound and whose time ``vs ref`` divides by.
+REFERENCE = {"alltoall": "compact_lp", "allgather": "forestcoll_cold"}
 PHASES = ("build_s", "solve_s", "round_s", "validate_s")
+#: The backend ForestColl cases are listed under (it solves max-flows, no LP).
+MAXFLOW = "maxflow"
 
 
 @dataclass(frozen=True)
@@ -49,7 +52,7 @@ class Case:
 
     suite: str
     method: str
-    backend: str          # "maxflow" for ForestColl (no LP solver)
+    backend: str          # MAXFLOW for ForestColl (no LP solver)
     shape: str            # HPN SxHxN
     failure: str | None   # None, fail1, fail2, fail3
     max_chunks: int = 10
@@ -58,13 +61,21 @@ class Case:
     def id(self) -> str:
         return f"{self.suite}-{self.method}-{self.backend}-{self.shape}-{self.failure or 'healthy'}"
 
+    @property
+    def num_gpus(self) -> int:
+        s, h, n = parse_shape(self.shape)
+        return s * h * n
+
     def topology(self) -> Topology:
-        return apply_failure(_healthy(self.shape), self.failure)
+        """A freshly built fabric (nothing cached on it by an earlier run)."""
+        return apply_failure(hpn(*parse_shape(self.shape)), self.failure)
 
 
 @dataclass
 class CaseResult:
-    """Phase times (s), quality and sizes of one run; ``error`` set if it could not run."""
+    """Phase times (s) and quality of one run.  ``status`` is ``ok``, ``skipped`` (the
+    backend is not installed or its licence cannot solve this size) or ``error`` (the
+    method failed); ``reason`` says why for the last two."""
 
     case: Case
     gpus: int
@@ -74,72 +85,69 @@ class CaseResult:
     validate_s: float = 0.0
     lp_gbps: float = float("nan")
     rate_gbps: float = float("nan")
-    bound_gbps: float = float("nan")
-    gap: float = float("nan")
-    vs_ref: float = float("nan")     # reference total time / this total time (>1: faster)
     extra: dict = field(default_factory=dict)
-    error: str | None = None
+    status: str = "ok"
+    reason: str | None = None
 
     @property
     def total_s(self) -> float:
         """Synthesis time: build + solve + round (validation excluded)."""
         return self.build_s + self.solve_s + self.round_s
 
-    def to_dict(self) -> dict:
-        d = asdict(self)
-        d.update(d.pop("case"))
-        d["id"], d["total_s"] = self.case.id, self.total_s
-        return d
-
-
-@lru_cache(maxsize=16)
-def _healthy(shape: str) -> Topology:
-    return hpn(*parse_shape(shape))
-
-
-@lru_cache(maxsize=16)
-def _healthy_schedule(suite: str, shape: str, backend: str):
-    """The healthy fabric's schedule a warm case starts from (solved once, untimed)."""
-    if suite == "alltoall":
-        from mccl_opt.alltoall import solve_alltoall
-
-        return solve_alltoall(_healthy(shape), backend=backend)
-    from mccl_opt.allgather import solve_allgather
-
-    return solve_allgather(_healthy(shape))
-
 
 def cases(suite: str = "all", sizes: tuple[str, ...] = ("1x2x8",),
           failures: tuple[str | None, ...] = ("fail2",), backends: tuple[str, ...] | None = None,
-          methods: tuple[str, ...] | None = None) -> list[Case]:
-    """The sweep: every method of the suite(s) × size × failure × installed backend."""
-    from mccl_opt.backends import available_backends
+          methods: tuple[str, ...] | None = None, max_chunks: int = 10) -> list[Case]:
+    """The sweep: every method of the suite(s) × size × failure × backend (default: the
+    installed ones; a named backend that is not installed gives cases that run as
+    ``skipped``).  Within an instance the cases of one backend are adjacent (compact LP,
+    cold, warm), so repeated rounds alternate cold and warm runs."""
+    from mccl_opt.backends import BACKENDS, available_backends
 
     if suite not in SUITES:
         raise MCCLError(f"unknown suite {suite!r}; choose one of {', '.join(SUITES)}")
+    unknown = sorted(set(backends or ()) - set(BACKENDS))
+    if unknown:
+        raise MCCLError(f"unknown backend(s) {', '.join(unknown)}; choose from "
+                        f"{', '.join(BACKENDS)}")
+    if max_chunks < 1:
+        raise MCCLError(f"max_chunks must be >= 1, got {max_chunks}")
     backends = tuple(backends or available_backends())
     for shape in sizes:
         parse_shape(shape)                  # TopologyError names a bad shape early
     out = []
     for s in (("alltoall", "allgather") if suite == "all" else (suite,)):
+        chosen = [m for m in METHODS[s] if methods is None or m in methods]
         for shape in sizes:
             for failure in failures:
-                for method in METHODS[s]:
-                    if methods is not None and method not in methods:
-                        continue
-                    for be in (("maxflow",) if s == "allgather" else backends):
-                        out.append(Case(s, method, be, shape, failure))
+                for be in ((MAXFLOW,) if s == "allgather" else backends):
+                    out += [Case(s, m, be, shape, failure, max_chunks) for m in chosen]
     return out
 
 
-def warmup() -> None:
-    """Compile the numba kernels (pricing, max-flow) outside the timings."""
-    from mccl_opt.allgather import solve_allgather
-    from mccl_opt.alltoall import solve_alltoall
+def not_installed() -> dict[str, str]:
+    """Known LP backends whose solver package is missing -> how to install it (the
+    default sweep runs only installed ones; reports name these)."""
+    from mccl_opt.backends import BACKENDS, backend_class
 
-    tiny = hpn(1, 2, 2)
-    solve_alltoall(tiny)
-    solve_allgather(tiny)
+    out = {}
+    for name in BACKENDS:
+        cls = backend_class(name)
+        if not cls.is_available():
+            out[name] = f"not installed: pip install {cls.pip_package}"
+    return out
+
+
+def _previous(case: Case):
+    """The healthy fabric's schedule a warm case starts from (solved afresh, untimed)."""
+    healthy = hpn(*parse_shape(case.shape))
+    if case.suite == "alltoall":
+        from mccl_opt.alltoall import solve_alltoall
+
+        return solve_alltoall(healthy, backend=case.backend, max_chunks=case.max_chunks)
+    from mccl_opt.allgather import solve_allgather
+
+    return solve_allgather(healthy, max_chunks=case.max_chunks)
 
 
 def _validate(res: CaseResult, topo: Topology, sched) -> None:
@@ -155,9 +163,9 @@ def _run_cg(case: Case, topo: Topology, res: CaseResult) -> None:
     from mccl_opt.alltoall import solve_alltoall
     from mccl_opt.alltoall.problem import problem_for
 
-    warm = _healthy_schedule("alltoall", case.shape, case.backend) if case.method == "warm_cg" else None
+    warm = _previous(case) if case.method == "warm_cg" else None
     t = time.perf_counter()
-    problem_for(topo)                       # cached: solve_alltoall reuses it
+    problem_for(topo)                       # cached on topo: solve_alltoall reuses it
     res.build_s = time.perf_counter() - t
     sched = solve_alltoall(topo, warm=warm, backend=case.backend, max_chunks=case.max_chunks)
     res.solve_s = sched.stats["lp_phase_seconds"]
@@ -193,13 +201,15 @@ def _run_forestcoll(case: Case, topo: Topology, res: CaseResult) -> None:
     from mccl_opt.allgather import solve_allgather
     from mccl_opt.allgather.fabric import fabric_of
 
-    warm = _healthy_schedule("allgather", case.shape, "") if case.method == "forestcoll_warm" else None
+    warm = _previous(case) if case.method == "forestcoll_warm" else None
     t = time.perf_counter()
     fabric_of(topo)
     res.build_s = time.perf_counter() - t
     sched = solve_allgather(topo, warm=warm, max_chunks=case.max_chunks)
+    # solve_allgather builds the integer fabric again inside its own total_s: the
+    # phases are cut out of that total, so build + solve + round == total_s
     res.solve_s = sched.stats["phase1_s"]
-    res.round_s = sched.stats["total_s"] - sched.stats["phase1_s"]
+    res.round_s = max(0.0, sched.stats["total_s"] - res.solve_s - res.build_s)
     res.extra = {"k": sched.stats["k"], "trees": sched.stats["num_trees"],
                  "max_depth": sched.stats["max_depth"]}
     _validate(res, topo, sched)
@@ -210,29 +220,14 @@ _RUNNERS = {"cold_cg": _run_cg, "warm_cg": _run_cg, "compact_lp": _run_compact,
 
 
 def run_case(case: Case) -> CaseResult:
-    """Run one case; a solver/licence/synthesis failure is recorded in ``error``."""
-    topo = case.topology()
-    res = CaseResult(case, topo.num_gpus)
+    """Run one case once.  A backend that is not installed or a size-limited licence
+    makes the result ``skipped``; any other library error makes it ``error``; both keep
+    the message in ``reason``."""
+    res = CaseResult(case, case.num_gpus)
     try:
-        _RUNNERS[case.method](case, topo, res)
+        _RUNNERS[case.method](case, case.topology(), res)
+    except (SolverNotAvailableError, SolverLicenseError) as exc:
+        res.status, res.reason = "skipped", str(exc)
     except MCCLError as exc:
-        res.error = f"{type(exc).__name__}: {exc}"
+        res.status, res.reason = "error", f"{type(exc).__name__}: {exc}"
     return res
-
-
-def add_reference_ratios(results: list[CaseResult]) -> list[CaseResult]:
-    """Fill ``bound_gbps``, ``gap`` and ``vs_ref`` from each instance's reference run in
-    ``results`` (the LP optimum it found and its total time)."""
-    ref = {}
-    for r in results:
-        if (r.case.method, r.case.backend) == REFERENCE[r.case.suite] and r.error is None:
-            ref[(r.case.suite, r.case.shape, r.case.failure)] = r
-    for r in results:
-        base = ref.get((r.case.suite, r.case.shape, r.case.failure))
-        if base is None or r.error is not None:
-            continue
-        r.bound_gbps = base.lp_gbps
-        achieved = r.lp_gbps if r.case.method == "compact_lp" else r.rate_gbps
-        r.gap = 1.0 - achieved / base.lp_gbps
-        r.vs_ref = base.total_s / r.total_s if r.total_s > 0 else float("nan")
-    return results

@@ -1,80 +1,105 @@
-"""``mccl bench [--suite alltoall|allgather|all] [--sizes 1x2x8,1x4x8] [--json OUT] [--png OUT]``.
+"""``mccl bench``: benchmark the synthesizers and LP models over fabric sizes
+(docs/benchmarks.md).
 
-Runs the cases of :mod:`instances.benchmarks.registry` with a progress indicator on stderr, prints a
-table (phase times, ``vs ref`` = the reference method's time in the same run divided by
-the case's, gap to the reference bound), and writes JSON and a PNG of synthesis time
-against GPU count per method on log axes.
+``--suite alltoall|allgather|all`` runs the cases of :mod:`instances.benchmarks.registry`
+— one untimed warm-up run per case, then ``--repeat`` timed rounds with cold and warm
+runs alternating (:mod:`instances.benchmarks.repeat`) — with progress on stderr, and
+prints one table per failure (median phase times, spread, ratio and gap to the
+reference) with its notes below; ``--json`` prints the ``mccl-bench/2`` document
+instead, ``--out FILE`` writes it, ``--png FILE`` plots time against GPU count.
+``--suite lp`` runs the exported LP models on each backend
+(:mod:`instances.benchmarks.lp_suite`, which adds its own options).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 
 from ..errors import MCCLError
 
 DEFAULT_SIZES = "1x2x4,1x2x8,1x4x8"
+SUITES = ("alltoall", "allgather", "all", "lp")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("bench", help="benchmark the synthesizers and LP models over fabric sizes")
-    p.add_argument("--suite", choices=["alltoall", "allgather", "all"], default="all")
+    p.add_argument("--suite", choices=SUITES, default="all",
+                   help="synthesizer cases (alltoall, allgather, all) or the LP model suite (lp)")
     p.add_argument("--sizes", default=DEFAULT_SIZES,
                    help=f"comma-separated HPN shapes SxHxN (default {DEFAULT_SIZES})")
     p.add_argument("--failures", default="fail2",
                    help="comma-separated failures to re-synthesize after (fail1,fail2,fail3,none)")
     p.add_argument("--backends", default=None,
-                   help="comma-separated LP backends (default: every installed one)")
+                   help="comma-separated LP backends (default: every installed one; a named one "
+                        "that is not installed is reported as skipped)")
     p.add_argument("--max-chunks", type=int, default=10, help="chunks per pair / tree budget K")
-    p.add_argument("--json", metavar="OUT", default=None, help="write results as mccl-bench/1 JSON")
-    p.add_argument("--png", metavar="OUT", default=None, help="write the time-vs-GPUs plot")
+    p.add_argument("--repeat", type=int, default=5,
+                   help="timed runs per case after one untimed warm-up run (default 5)")
+    p.add_argument("--json", action="store_true", help="print the results as mccl-bench/2 JSON")
+    p.add_argument("--out", metavar="FILE", default=None,
+                   help="write the mccl-bench/2 JSON to FILE")
+    p.add_argument("--png", metavar="FILE", default=None, help="write the time-vs-GPUs plot")
+    from instances.benchmarks import lp_suite
+
+    lp_suite.add_arguments(p)                   # its own options (--tier, --dir, --time-limit)
     p.set_defaults(handler=_bench)
 
 
-def _split(text: str | None) -> list[str] | None:
+def split(text: str | None) -> list[str] | None:
+    """``"a, b,"`` -> ``["a", "b"]``; ``None`` stays ``None``."""
     return None if text is None else [t.strip() for t in text.split(",") if t.strip()]
 
 
+def _progress(done: int, total: int, case, rnd: int) -> None:
+    tty = sys.stderr.isatty()
+    bar = "#" * (30 * done // total)
+    what = "warm-up" if rnd == 0 else f"round {rnd}"
+    start, end = ("\r", "" if done < total else "\n") if tty else ("", "\n")
+    print(f"{start}[{bar:<30}] {done}/{total} {what} {case.id:<55}", end=end,
+          file=sys.stderr, flush=True)
+
+
 def _bench(args: argparse.Namespace) -> int:
-    from dataclasses import replace
-
-    from instances.benchmarks import registry, report
-
-    from ..tables import print_table
-
     from ._guard import output_path
 
-    if args.max_chunks < 1:
-        raise MCCLError(f"--max-chunks must be >= 1, got {args.max_chunks}")
-    output_path(args.json, "--json")
+    if args.repeat < 1:
+        raise MCCLError(f"--repeat must be >= 1, got {args.repeat}")
+    output_path(args.out, "--out")
     output_path(args.png, "--png")
-    failures = tuple(None if f == "none" else f for f in _split(args.failures))
-    backends = _split(args.backends)
-    if backends is not None:
-        from ..backends import available_backends
+    if args.suite == "lp":
+        from instances.benchmarks import lp_suite
 
-        missing = sorted(set(backends) - set(available_backends()))
-        if missing:
-            raise MCCLError(f"backend(s) {', '.join(missing)} not installed; available: "
-                            f"{', '.join(available_backends())}")
-    todo = [replace(c, max_chunks=args.max_chunks) for c in registry.cases(
-        args.suite, tuple(_split(args.sizes)), failures,
-        tuple(backends) if backends else None)]
-    print("compiling kernels ...", file=sys.stderr)
-    registry.warmup()
-    results = []
-    end = "" if sys.stderr.isatty() else "\n"
-    for k, case in enumerate(todo, 1):
-        bar = "#" * (30 * k // len(todo))
-        print(f"\r[{bar:<30}] {k}/{len(todo)} {case.id:<60}", end=end, file=sys.stderr, flush=True)
-        results.append(registry.run_case(case))
-    if end == "":
-        print(file=sys.stderr)
-    registry.add_reference_ratios(results)
-    print_table(report.TABLE_HEADERS, report.table_rows(results))
+        if args.png:
+            raise MCCLError("--png plots the synthesizer suites; --suite lp has no plot")
+        return int(lp_suite.run(args) or 0)
+    return _synthesis(args)
+
+
+def _synthesis(args: argparse.Namespace) -> int:
+    from instances.benchmarks import registry, report
+    from instances.benchmarks.repeat import add_reference_ratios, measure
+
+    from ..tables import print_json
+
+    failures = tuple(None if f in ("none", "healthy") else f for f in split(args.failures))
+    todo = registry.cases(args.suite, tuple(split(args.sizes)), failures,
+                          tuple(split(args.backends) or ()) or None, max_chunks=args.max_chunks)
+    not_run = registry.not_installed() if args.backends is None else {}
+    load = {"before": report.machine_load()}
+    results = add_reference_ratios(measure(todo, args.repeat, _progress))
+    load["after"] = report.machine_load()
     command = "mccl bench " + " ".join(sys.argv[2:]) if sys.argv[1:2] == ["bench"] else "mccl bench"
+    doc = report.to_doc(results, repeat=args.repeat, load=load, command=command, not_run=not_run)
     if args.json:
-        print(f"wrote {report.to_json(results, args.json, command=command)}", file=sys.stderr)
+        print_json(doc)
+    else:
+        report.print_report(results, args.repeat, load, sys.stdout, not_run=not_run)
+    if args.out:
+        with open(args.out, "w") as fh:
+            fh.write(json.dumps(doc, indent=1, default=float) + "\n")
+        print(f"wrote {args.out}", file=sys.stderr)
     if args.png:
-        print(f"wrote {report.plot_png(results, args.png)}", file=sys.stderr)
+        print(f"wrote {report.plot_png(results, args.png, repeat=args.repeat)}", file=sys.stderr)
     return 0
