@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import numbers
+
 import numpy as np
 
 from mccl_opt.errors import TopologyError
@@ -24,8 +26,8 @@ def dgx(gpus: int = 8, nvswitches: int = 4, nvlink_gbps: float = 1200.0,
     """A DGX-like box: every GPU has one NVLink bundle (``nvlink_gbps``, 25 ns) to each of
     ``nvswitches`` NVSwitches, plus a NIC to a shared leaf switch (``nic_gbps``, 0.5 µs)."""
     _check_count(gpus)
-    if nvswitches < 1:
-        raise TopologyError("nvswitches must be >= 1")
+    if isinstance(nvswitches, bool) or not isinstance(nvswitches, int) or nvswitches < 1:
+        raise TopologyError(f"nvswitches must be an integer >= 1, got {nvswitches!r}")
     nodes = [Node(f"g{i}", "gpu") for i in range(gpus)]
     nodes += [Node(f"nvs{k}", "switch") for k in range(nvswitches)] + [Node("leaf", "switch")]
     links: list[Link] = []
@@ -74,6 +76,14 @@ def irregular(seed: int, *, max_hosts: int = 3, max_gpus_per_host: int = 4,
     random degradations of some cables (one direction only, to break symmetry).
     Deterministic for a given seed.
     """
+    for label, value in (("max_hosts", max_hosts), ("max_gpus_per_host", max_gpus_per_host)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise TopologyError(f"{label} must be an integer >= 1, got {value!r}")
+    for label, value in (("direct_link_prob", direct_link_prob), ("degrade_prob", degrade_prob)):
+        if not 0 <= value <= 1:
+            raise TopologyError(f"{label} must be a probability in [0, 1], got {value!r}")
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:
+        raise TopologyError(f"seed must be an integer >= 0, got {seed!r}")
     rng = np.random.default_rng(seed)
     n_hosts = int(rng.integers(1, max_hosts + 1))
     sizes = [int(rng.integers(1, max_gpus_per_host + 1)) for _ in range(n_hosts)]

@@ -124,11 +124,41 @@ def certificate(schedule) -> dict:
     return {"status": str(status), "bound_gbps": bound, "certified_gap": gap}
 
 
-def summary(schedule, seconds: float) -> dict:
+def warm_mode(schedule) -> str:
+    """``cold``, or ``warm:<how>`` the solve used its warm start.  AllToAll (paper §4.2,
+    docs/alltoall.md): ``full`` (the old columns in the master), ``basis`` (and the old
+    basis), ``local`` (certified local re-optimisation), ``reuse`` (the old schedule,
+    re-certified).  AllGather (paper §4.3, docs/allgather.md): ``kept`` (the old trees,
+    re-certified), ``rerouted`` (the old trees with their broken edges rerouted),
+    ``repacked`` (new trees packed from a warm guess), ``columns`` (the general method's
+    master seeded with the old trees)."""
+    stats = schedule.stats
+    if schedule.collective == "alltoall":
+        mode = str(stats.get("warm_mode", "cold"))
+        return "cold" if mode == "cold" else f"warm:{mode}"
+    if not stats.get("warm"):
+        return "cold"
+    if stats.get("method") == "general":
+        return "warm:columns" if stats.get("warm_columns") else "cold"
+    if stats.get("reused_schedule"):
+        return "warm:kept"
+    return "warm:rerouted" if "rerouted_trees" in stats else "warm:repacked"
+
+
+#: the two rows of the result table (each <= 100 columns); ``--json`` has every key
+TABLE_ROWS = (("collective", "topology", "gpus", "chunks", "steps", "warm", "backend", "seconds"),
+              ("rate_gbps", "lp_rate_gbps", "rounding_gap", "status", "bound_gbps",
+               "certified_gap", "bottleneck_links"))
+
+
+def summary(schedule, seconds: float, steps: int) -> dict:
     """The result row; ``seconds`` is the solve's wall time without kernel loading
-    (reported apart as ``kernel_load_s``, :mod:`mccl_runtime.warmup`)."""
+    (reported apart as ``kernel_load_s``, :mod:`mccl_runtime.warmup`); ``steps`` the
+    schedule's step count as the validator derives it (AllToAll: the longest path's
+    steps; AllGather: the deepest tree's depth; docs/modelling.md)."""
     return {"collective": schedule.collective, "topology": schedule.topology,
-            "gpus": schedule.num_gpus, "chunks": len(schedule.chunks),
+            "gpus": schedule.num_gpus, "chunks": len(schedule.chunks), "steps": steps,
+            "warm": warm_mode(schedule), "backend": str(schedule.solver.get("backend", "unknown")),
             "rate_gbps": schedule.rate_gbps, "lp_rate_gbps": schedule.lp_rate_gbps,
             "rounding_gap": schedule.rounding_gap, **certificate(schedule),
             "bottleneck_links": len(schedule.bottleneck), "seconds": seconds}
@@ -171,10 +201,10 @@ def _solve(args: argparse.Namespace) -> int:
     if "step_aware" in sched.stats:
         print(f"step-aware: {sched.stats['step_aware']}", file=sys.stderr)
     sched.stats["kernel_load_s"] = kernel_load_s
-    mo.validate(topo, sched)
+    report = mo.validate(topo, sched)
     if args.output:
         sched.save(args.output)
-    info = summary(sched, seconds)
+    info = summary(sched, seconds, report.max_steps)
     if info["status"] != "optimal":
         bound = "no bound yet" if info["bound_gbps"] is None else \
             f"bound {info['bound_gbps']:.4g} Gbps, certified gap {info['certified_gap']:.2%}"
@@ -183,7 +213,8 @@ def _solve(args: argparse.Namespace) -> int:
     if args.json:
         print_json({**info, "kernel_load_s": kernel_load_s})
     else:
-        print_table(list(info), [["none" if v is None else v for v in info.values()]])
+        for keys in TABLE_ROWS:
+            print_table(keys, [["none" if info[k] is None else info[k] for k in keys]])
         if args.output:
             print(f"wrote {args.output}", file=sys.stderr)
     return 0

@@ -1,4 +1,5 @@
-"""``mccl topo``: build HPN instances and inspect topology files."""
+"""``mccl topo``: build fabrics (HPN, DGX-like, ring, mesh, irregular) and inspect
+topology files: link classes, degraded links, merged parallel links."""
 
 from __future__ import annotations
 
@@ -7,6 +8,65 @@ from collections import Counter
 
 from ..tables import print_json, print_table
 
+TOPO_ARG_HELP = ("topology: a mccl-topology/1 file, a library name (hpn-1x2x8-fail2, dgx-8) "
+                 "or hpn-SxHxN[-failK]")
+SHOW_EPILOG = (
+    "Degraded links: a link's class is the ports of its higher-tier end facing the lower "
+    "tier (tier = hops to the nearest GPU): gpu@S are the GPU links of switch S, tier1@S "
+    "its links to tier-1 switches; GPU-GPU links form one class; a cable between two "
+    "switches of one tier is its own class. The nominal capacity of a class is the one "
+    "most of its links run at (ties: the larger); a link below 0.95 x nominal is listed, "
+    "as 'one way' when its reverse link is not degraded. Parallel links of one node pair "
+    "are merged on loading (summed capacity, smallest latency) and listed. "
+    "See docs/modelling.md.")
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def _positive(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
+    return value
+
+
+def _nonnegative(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}")
+    return value
+
+
+def _probability(text: str) -> float:
+    value = _nonnegative(text)
+    if value > 1:
+        raise argparse.ArgumentTypeError(f"expected a probability in [0, 1], got {text!r}")
+    return value
+
+
+def _outputs(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-o", "--output", help="write the topology JSON here")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+
+
+def _failure(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--fail", choices=["fail1", "fail2", "fail3"], help="apply a paper failure (§6.1)")
+    p.add_argument("--gpu", type=int, default=None, help="rank of the GPU the failure hits (default 0)")
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("topo", help="build or inspect topologies")
@@ -14,24 +74,64 @@ def register(sub: argparse._SubParsersAction) -> None:
     tsub.required = True
     h = tsub.add_parser("hpn", help="build an HPN rail-optimized fabric SxHxN (paper §6.1)")
     h.add_argument("shape", help="segments x hosts x GPUs per host, e.g. 1x2x8")
-    h.add_argument("--fail", choices=["fail1", "fail2", "fail3"], help="apply a paper failure")
-    h.add_argument("--gpu", type=int, default=None, help="rank of the GPU the failure hits (default 0)")
-    h.add_argument("-o", "--output", help="write the topology JSON here")
-    h.add_argument("--json", action="store_true", help="print the summary as JSON")
-    h.set_defaults(handler=_hpn)
-    s = tsub.add_parser("show", help="summarise a mccl-topology/1 file")
-    s.add_argument("file", help="topology: a mccl-topology/1 file, a library name (hpn-1x2x8-fail2, dgx-8) or hpn-SxHxN[-failK]")
+    _failure(h)
+    _outputs(h)
+    h.set_defaults(handler=_build, make=_hpn)
+    d = tsub.add_parser("dgx", help="build a DGX-like box: NVSwitches plus one NIC leaf switch")
+    d.add_argument("--gpus", type=_count, default=8, help="GPUs in the box (default 8)")
+    d.add_argument("--nvswitches", type=_count, default=4, help="NVSwitches (default 4)")
+    d.add_argument("--nvlink-gbps", type=_positive, default=1200.0,
+                   help="each GPU's NVLink bundle to each NVSwitch, Gbps (default 1200)")
+    d.add_argument("--nic-gbps", type=_positive, default=400.0,
+                   help="each GPU's NIC to the leaf switch, Gbps (default 400)")
+    _failure(d)
+    _outputs(d)
+    d.set_defaults(handler=_build, make=_dgx)
+    r = tsub.add_parser("ring", help="build a ring of N GPUs joined by direct links")
+    r.add_argument("gpus", type=_count, help="number of GPUs (>= 2)")
+    r.add_argument("--gbps", type=_positive, default=100.0, help="link capacity, Gbps (default 100)")
+    r.add_argument("--latency-us", type=_nonnegative, default=1.0, help="link latency, µs (default 1)")
+    r.add_argument("--one-way", action="store_true", help="links in one direction only (a unidirectional ring)")
+    _outputs(r)
+    r.set_defaults(handler=_build, make=_ring)
+    m = tsub.add_parser("mesh", help="build a full mesh of N GPUs (a direct link per ordered pair)")
+    m.add_argument("gpus", type=_count, help="number of GPUs (>= 2)")
+    m.add_argument("--gbps", type=_positive, default=100.0, help="link capacity, Gbps (default 100)")
+    m.add_argument("--latency-us", type=_nonnegative, default=1.0, help="link latency, µs (default 1)")
+    _outputs(m)
+    m.set_defaults(handler=_build, make=_mesh)
+    i = tsub.add_parser("irregular", help="build a seeded irregular fabric (uneven hosts, random "
+                        "NICs and direct cables, random one-direction degradations)")
+    i.add_argument("--seed", type=int, required=True, help="random seed (the same seed, the same fabric)")
+    i.add_argument("--max-hosts", type=_count, default=3, help="hosts drawn from 1..this (default 3)")
+    i.add_argument("--max-gpus-per-host", type=_count, default=4, help="GPUs per host drawn from 1..this (default 4)")
+    i.add_argument("--direct-link-prob", type=_probability, default=0.3,
+                   help="probability of a direct cable per GPU pair (default 0.3)")
+    i.add_argument("--degrade-prob", type=_probability, default=0.2,
+                   help="probability that a link is degraded to 1/8, 1/4 or 1/2 (default 0.2; 0: none)")
+    _outputs(i)
+    i.set_defaults(handler=_build, make=_irregular)
+    s = tsub.add_parser("show", help="summarise a topology: link classes, degraded links, "
+                        "merged parallel links", epilog=SHOW_EPILOG)
+    s.add_argument("file", help=TOPO_ARG_HELP)
     s.add_argument("--json", action="store_true", help="print the summary as JSON")
     s.set_defaults(handler=_show)
 
 
 def summary(topo) -> dict:
+    """What ``topo show`` prints: sizes, links by capacity and latency, the degraded
+    links (:mod:`mccl_opt.link_classes`) and the merged parallel links."""
+    from ..link_classes import DEGRADED_BELOW, degraded_links
+
     caps = Counter((round(l.capacity_gbps, 6), round(l.latency_us, 6)) for l in topo.links)
     return {
         "name": topo.name, "gpus": topo.num_gpus, "switches": len(topo.switches),
         "links": topo.num_links,
         "link_classes": [{"capacity_gbps": c, "latency_us": lat, "count": n}
                          for (c, lat), n in sorted(caps.items(), reverse=True)],
+        "degraded_below": DEGRADED_BELOW,
+        "degraded_links": [d.to_dict() for d in degraded_links(topo)],
+        "parallel_links": topo.parallel_links,
     }
 
 
@@ -44,18 +144,66 @@ def _report(topo, as_json: bool) -> None:
           f"{info['links']} directed links")
     print_table(["capacity_gbps", "latency_us", "links"],
                 [(c["capacity_gbps"], c["latency_us"], c["count"]) for c in info["link_classes"]])
+    degraded = info["degraded_links"]
+    print(f"degraded links (below {info['degraded_below']:g} x their class's nominal): "
+          f"{len(degraded) or 'none'}")
+    if degraded:
+        print_table(["src", "dst", "gbps", "nominal", "class", "reverse_gbps", "direction"],
+                    [(d["src"], d["dst"], d["capacity_gbps"], d["nominal_gbps"], d["link_class"],
+                      "none" if d["reverse_gbps"] is None else d["reverse_gbps"],
+                      "one way" if d["one_direction"] else "both ways" if d["reverse_gbps"] is not None else "-")
+                     for d in degraded])
+    merged = info["parallel_links"]
+    if merged:
+        print(f"parallel links merged (summed capacity, smallest latency): {len(merged)} node pair(s)")
+        print_table(["src", "dst", "links", "gbps", "latency_us", "parts_gbps"],
+                    [(r["src"], r["dst"], r["links"], r["capacity_gbps"], r["latency_us"],
+                      "+".join(f"{p['capacity_gbps']:g}" for p in r["parts"])) for r in merged])
 
 
-def _hpn(args: argparse.Namespace) -> int:
-    from instances import apply_failure, hpn, parse_shape
+def _hpn(args: argparse.Namespace):
+    from instances import hpn, parse_shape
+
+    return hpn(*parse_shape(args.shape))
+
+
+def _dgx(args: argparse.Namespace):
+    from instances import dgx
+
+    return dgx(args.gpus, args.nvswitches, args.nvlink_gbps, args.nic_gbps)
+
+
+def _ring(args: argparse.Namespace):
+    from instances import ring
+
+    return ring(args.gpus, args.gbps, bidirectional=not args.one_way, latency_us=args.latency_us)
+
+
+def _mesh(args: argparse.Namespace):
+    from instances import full_mesh
+
+    return full_mesh(args.gpus, args.gbps, args.latency_us)
+
+
+def _irregular(args: argparse.Namespace):
+    from instances import irregular
+
+    return irregular(args.seed, max_hosts=args.max_hosts, max_gpus_per_host=args.max_gpus_per_host,
+                     direct_link_prob=args.direct_link_prob, degrade_prob=args.degrade_prob)
+
+
+def _build(args: argparse.Namespace) -> int:
+    """Generate the fabric ``args.make`` builds, apply ``--fail``, write ``-o``, report."""
+    from instances import apply_failure
 
     from ..errors import MCCLError
     from ._guard import output_path
 
-    if args.gpu is not None and args.fail is None:
+    fail, gpu = getattr(args, "fail", None), getattr(args, "gpu", None)
+    if gpu is not None and fail is None:
         raise MCCLError("--gpu picks the GPU a failure hits; give --fail too")
     output_path(args.output, "-o")
-    topo = apply_failure(hpn(*parse_shape(args.shape)), args.fail, 0 if args.gpu is None else args.gpu)
+    topo = apply_failure(args.make(args), fail, 0 if gpu is None else gpu)
     if args.output:
         topo.save(args.output)
     _report(topo, args.json)
