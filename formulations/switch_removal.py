@@ -30,6 +30,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from .lp import FormulationError, LinearProgram
+from .names import FabricLabels
 
 __all__ = ["SwitchRemovalModel", "build_switch_removal_lp", "build_step_lp", "hop_columns",
            "logical_links"]
@@ -45,6 +46,8 @@ class SwitchRemovalModel:
     GPU-to-GPU logical links (ranks, units).  ``k_keep``: trees per root to keep.
     ``target``: per pair of :attr:`pairs`, the capacity scale of its utility (default:
     the mean transport share, the same for all pairs); ``segments``, ``step``: pieces.
+    ``arc_nodes`` (``(tail, head)`` node index per arc) and ``labels`` (the fabric's
+    tokens, :mod:`formulations.names`): optional, they name the exported rows/columns.
     """
 
     num_gpus: int
@@ -60,6 +63,8 @@ class SwitchRemovalModel:
     target: np.ndarray | None = None
     segments: int = 8
     step: float = 0.25
+    arc_nodes: np.ndarray | None = None
+    labels: FabricLabels | None = None
 
     def __post_init__(self) -> None:
         p = len(self.triple_in)
@@ -170,13 +175,38 @@ def build_switch_removal_lp(model: SwitchRemovalModel,
     weight = (nb + 1 - np.arange(1, nb + 1)) / nb
     c = np.concatenate([np.zeros(p), (weight[None, :] / target[:, None]).ravel()])
     col_hi = np.concatenate([np.full(p, np.inf), np.repeat(model.step * target, nb)])
-    names = ([f"arc{i}" for i in range(m_arc)] + [f"pair{u}_{t}" for u, t in pairs.tolist()]
-             + [f"cut{i}" for i in range(len(cut_lo))])
-    cols = [f"f{j}" for j in range(p)] + [f"s{u}_{t}_{b}" for u, t in pairs.tolist()
-                                          for b in range(nb)]
+    cols, names = _names(model, pairs, len(cut_lo))
     return LinearProgram(c=c, A=A, row_lo=row_lo, row_hi=row_hi, col_lo=np.zeros(ncol),
                          col_hi=col_hi, sense="max", col_names=cols, row_names=names,
                          name="switch_removal")
+
+
+def _names(model: SwitchRemovalModel, pairs: np.ndarray,
+           n_cuts: int) -> tuple[list[str], list[str]]:
+    """Column and row names of :func:`build_switch_removal_lp`.  With ``arc_nodes`` and
+    ``labels``: rows ``arc_<tail>_<head>`` (the units of an arc of the star-reduced
+    fabric: a link, or a bundle of switch paths between its ends), ``u_<u>_<t>`` (a
+    pair's utility), ``cut_<i>``; columns ``f_<u>_<w>_<t>`` (units ``u -> w`` forwarded
+    to ``t``) and ``s_<u>_<t>_<b>``.  Without: ``arc<i>``, ``pair<u>_<t>``, ``cut<i>``,
+    ``f<j>``, ``s<u>_<t>_<b>`` over indices and ranks."""
+    nb, lab = model.segments, model.labels
+    if lab is None or model.arc_nodes is None:
+        gpu = [str(r) for r in range(model.num_gpus)]
+        arcs = [f"arc{i}" for i in range(len(model.arc_units))]
+        triples = [f"f{j}" for j in range(model.num_triples)]
+        util, cut, seg = "pair", "cut", "s"
+    else:
+        gpu = list(lab.gpu)
+        ends = np.asarray(model.arc_nodes, np.int64)
+        arcs = [f"arc_{lab.node[a]}_{lab.node[b]}" for a, b in ends.tolist()]
+        triples = [f"f_{lab.node[u]}_{lab.node[w]}_{gpu[t]}" for (u, w), t in
+                   zip(ends[np.asarray(model.triple_in, np.int64)].tolist(),
+                       np.asarray(model.triple_t, np.int64).tolist())]
+        util, cut, seg = "u_", "cut_", "s_"
+    rows = (arcs + [f"{util}{gpu[u]}_{gpu[t]}" for u, t in pairs.tolist()]
+            + [f"{cut}{i}" for i in range(n_cuts)])
+    cols = triples + [f"{seg}{gpu[u]}_{gpu[t]}_{b}" for u, t in pairs.tolist() for b in range(nb)]
+    return cols, rows
 
 
 def hop_columns(model: SwitchRemovalModel, max_depth: int) -> np.ndarray:

@@ -123,6 +123,28 @@ def test_colliding_ids_get_unique_names_that_map_back(tmp_path, model):
     assert highs_objective(path) == pytest.approx(highs_objective(tmp_path / "a.lp"), rel=1e-9)
 
 
+@pytest.mark.parametrize("name", ["hpn-1x2x4", "hpn-1x2x4-fail3"])
+def test_switch_removal_names_name_arcs_and_gpus(tmp_path, name):
+    topo = library.instance(name).load()
+    lp, _ = build_model(topo, "switch-removal")
+    kinds, coef, _ = read_sections(write_mps(lp, tmp_path / "sr.mps"))
+    assert len(set(lp.col_names)) == lp.num_cols and len(set(lp.row_names)) == lp.num_rows
+    ar = topo.arrays
+    node_of = FabricLabels.of([n.id for n in topo.nodes], ar.tail, ar.head, ar.gpu_nodes).node_of
+    arcs = [tuple(node_of[x] for x in r.split("_")[1:]) for r in kinds if r.startswith("arc_")]
+    assert arcs and all(topo.is_gpu(a) != topo.is_gpu(b) for a, b in arcs)   # GPU <-> star
+    if name == "hpn-1x2x4":          # no switch was split: every arc is a physical link
+        assert all(topo.has_link(a, b) for a, b in arcs)
+    else:                           # the backup GPU's id ("s0h0g0-bk") is sanitised
+        assert ("s0h0g0-bk", "s0h0nvs") in arcs
+    flows = [c for c in lp.col_names if c.startswith("f_")]
+    assert len(flows) == sum(1 for c in lp.col_names if not c.startswith("s_"))
+    for col in flows:       # f_<u>_<w>_<t> sits in the rows of arcs u -> w and w -> t
+        _, u, w, t = col.split("_")
+        assert {f"arc_{u}_{w}", f"arc_{w}_{t}"} <= {r for c, r in coef if c == col}
+        assert topo.is_gpu(node_of[u]) and topo.is_gpu(node_of[t]) and not topo.is_gpu(node_of[w])
+
+
 def test_tree_master_names():
     topo = awkward_topology()
     ar = topo.arrays

@@ -20,12 +20,13 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
 from formulations.lp import LinearProgram
+from formulations.names import FabricLabels
 from formulations.switch_removal import (SwitchRemovalModel, build_step_lp,
                                          build_switch_removal_lp, hop_columns, logical_links)
 
@@ -154,7 +155,7 @@ def switch_removal_model(g: SplitGraph, stars: list[int], rank_of: np.ndarray,
         direct_tail=np.array([rank_of[a] for a, _ in direct], np.int64),
         direct_head=np.array([rank_of[b] for _, b in direct], np.int64),
         direct_units=np.array([g.units[a] for a in direct], float),
-        k_keep=float(k_keep))
+        k_keep=float(k_keep), arc_nodes=np.array(arcs, np.int64).reshape(-1, 2))
     return model, triples
 
 
@@ -262,6 +263,8 @@ def switch_removal_lp(topo: Topology, *, max_chunks: int | None = 10,
     split, k = balanced.split, balanced.k
     stars = _reduce_to_stars(split)
     model, _ = switch_removal_model(split, stars, arr.rank_of, k)
+    model = replace(model, labels=FabricLabels.of([n.id for n in topo.nodes], arr.tail,
+                                                  arr.head, arr.gpu_nodes))
     if model.num_triples == 0:
         raise SolveError(f"{topo.name} has no switch joining two GPUs, so its switch-removal "
                          "model is empty; export another model for switchless fabrics")
