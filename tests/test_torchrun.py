@@ -1,0 +1,87 @@
+"""The README's torchrun example for real: a ``mccl controller serve`` subprocess and a
+3-rank gloo job started by ``torchrun -m executor_cuda.torchrun`` that registers its
+collective, runs the controller's current schedule, checks every result and reports
+telemetry."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from instances import full_mesh
+from mccl_runtime.client import ControllerClient
+
+ROOT = Path(__file__).resolve().parents[1]
+ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
+
+
+def _torchrun() -> list[str]:
+    script = Path(sys.executable).parent / "torchrun"
+    return [str(script)] if script.exists() else [sys.executable, "-m", "torch.distributed.run"]
+
+
+@pytest.fixture()
+def controller(tmp_path):
+    full_mesh(3).save(tmp_path / "t3.json")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mccl_opt.cli", "controller", "serve", "--topology",
+         str(tmp_path / "t3.json"), "--bind", "tcp://127.0.0.1:0", "--alpha", "1", "--dwell", "0"],
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
+    try:
+        line = proc.stdout.readline()
+        assert line.startswith("controller on tcp://127.0.0.1:"), line + proc.stderr.read()
+        yield line.split()[2]
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+
+
+def _job(endpoint: str, cwd: Path, *extra: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        _torchrun() + ["--standalone", "--nproc-per-node", "3", "-m", "executor_cuda.torchrun",
+                       "--controller", endpoint, "--iters", "8", "--numel", "1000", *extra],
+        cwd=cwd, env=ENV, capture_output=True, text=True, timeout=120)
+
+
+def test_torchrun_job_runs_the_controllers_current_schedule(controller, tmp_path):
+    with ControllerClient(controller, timeout_s=10.0) as cli:
+        assert cli.register("world", "ag", "allgather") == ["ag"]
+        deadline = time.monotonic() + 30
+        while cli.get_schedule("world", "ag")[0] < 1:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        # the g0-g1 cable at 12.5 of 100 Gbps: the controller publishes version 2 (relaying
+        # through g2) before the job starts
+        cli.push_telemetry([{"kind": "link", "src": a, "dst": b, "gbps": 12.5, "t": time.time()}
+                            for a, b in (("g0", "g1"), ("g1", "g0"))] * 200)
+        while cli.get_schedule("world", "ag")[0] < 2:
+            assert time.monotonic() < deadline, "no version 2 after the degradation"
+            time.sleep(0.05)
+        done = _job(controller, tmp_path)
+        assert done.returncode == 0, done.stdout + done.stderr
+        summary = json.loads(done.stdout.strip().splitlines()[-1])
+        assert summary["ranks"] == 3 and summary["backend"] == "gloo"
+        assert summary["wrong"] == 0 and summary["iters"] == 8
+        assert summary["versions"][0] >= 2                      # not the stale version 1
+        assert summary["telemetry_sent"] > 0
+        assert cli.stats()["telemetry"]["accepted"] > 400      # the ranks' samples arrived
+
+
+def test_outside_torchrun_says_how_to_start_it(tmp_path):
+    env = {k: v for k, v in ENV.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    done = subprocess.run([sys.executable, "-m", "executor_cuda.torchrun", "--controller",
+                           "tcp://127.0.0.1:9"], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 2
+    assert "error: RANK and WORLD_SIZE are not set: start this with torchrun" in done.stderr
