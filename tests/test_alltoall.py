@@ -198,15 +198,16 @@ def test_warm_after_a_binding_change_does_not_use_the_basis():
 def test_a_wrongly_reused_basis_falls_back_to_a_cold_solve(monkeypatch):
     import mccl_opt.alltoall.driver as driver
 
+    # a Fail2 run (many columns; a healthy master has one column per pair and is solved
+    # in closed form) warm-started on the repaired fabric, where its basis is not optimal
     base = hpn(1, 2, 8)
-    healthy = solve_alltoall(base)
-    topo = fail2(base)
+    degraded = solve_alltoall(fail2(base))
     monkeypatch.setattr(driver, "reusable_basis", lambda prob, state, pool, name: state.basis)
     monkeypatch.setattr("mccl_opt.alltoall.master.BASIS_TRY_ITERATIONS", 1)
     # without chunk routes the local path does not apply: the full master from the basis
-    warm = solve_alltoall(topo, warm=dataclasses.replace(healthy.warm_state, chunks=None))
+    warm = solve_alltoall(base, warm=dataclasses.replace(degraded.warm_state, chunks=None))
     assert not warm.stats["warm_basis"]            # the try ran out of pivots: rebuilt
-    check_schedule(topo, warm, compact_optimum(topo))
+    check_schedule(base, warm, compact_optimum(base))
 
 
 def test_one_warm_state_serves_many_warm_starts_unchanged():

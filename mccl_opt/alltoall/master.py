@@ -147,9 +147,10 @@ class RestrictedMaster:
         self._kept: Basis | None = None     # a given basis the model still sits on
         self.presolve_each_solve = False
         self._dirty = False
-        self._stale = False                 # the backend model awaits a rebuild
-        backend.load(build_master_lp(self.n_rows, self.capacity, self._row[pool.pair],
-                                     pool.start, pool.arcs, background=background))
+        # the backend model is built on the first solve that needs it (a master with one
+        # column per pair row is solved in closed form, :meth:`_single_column_solution`)
+        self._stale = True
+        self._closed_form: Basis | None = None  # the basis of a closed-form solve
 
     def _set_pairs(self, pairs: np.ndarray | None) -> None:
         rows = np.arange(self.n_pairs) if pairs is None else np.flatnonzero(pairs)
@@ -169,6 +170,8 @@ class RestrictedMaster:
         """Start the next solve from ``basis`` (an optimal basis of a previous master over
         the same columns).  That solve gets :data:`BASIS_TRY_ITERATIONS` pivots; if it
         needs more, the model is rebuilt and solved from scratch (with presolve)."""
+        if self._stale:
+            self._rebuild()
         self.backend.set_basis(basis)
         self._basis_try = True
         self._kept = basis
@@ -177,7 +180,7 @@ class RestrictedMaster:
         """The current basis (``None`` if the backend holds none); the basis given to
         :meth:`start_from` itself while the model has not moved from it."""
         if self._stale:
-            return None
+            return self._closed_form
         return self._kept if self._kept is not None else self.backend.get_basis()
 
     @property
@@ -191,7 +194,7 @@ class RestrictedMaster:
         taken = self.pool.append(pair, start, arcs, origin)
         k = taken.size
         if k:
-            self._kept = None
+            self._kept = self._closed_form = None
             self._dirty = True
             self.lower = np.concatenate([self.lower, np.zeros(k)])
             if self._stale:
@@ -208,7 +211,7 @@ class RestrictedMaster:
         """Remove the pool columns where ``mask`` is true (their lower bounds must be 0)."""
         cols = np.flatnonzero(mask)
         if cols.size:
-            self._kept = None
+            self._kept = self._closed_form = None
             if not self._stale:
                 self.backend.delete_columns(cols + 1)
             self.pool.keep(~np.asarray(mask))
@@ -219,7 +222,7 @@ class RestrictedMaster:
         """Fix lower bounds on path shares (chunks fixed by the deep dive)."""
         cols = np.asarray(cols, dtype=np.int64)
         lower = np.asarray(lower, dtype=float)
-        self._kept = None
+        self._kept = self._closed_form = None
         if not self._stale:
             self.backend.set_column_bounds(cols + 1, lower, np.full(cols.size, np.inf))
         self.lower[cols] = lower
@@ -229,7 +232,7 @@ class RestrictedMaster:
         hold columns of those pairs only).  The model is rebuilt before the next solve."""
         self._set_pairs(pairs)
         self.background = background
-        self._kept = None
+        self._kept = self._closed_form = None
         self._stale = True
 
     def _rebuild(self) -> None:
@@ -239,12 +242,52 @@ class RestrictedMaster:
                                           self.pool.start, self.pool.arcs, self.lower,
                                           self.background))
 
+    def _single_column_solution(self) -> MasterSolution | None:
+        """The optimum in closed form when every pair row has exactly one column (a cold
+        master over the initial columns), else ``None``.
+
+        Then ``y_j = 1`` (each pair row is ``y_j >= 1`` and ``t`` only grows with ``y``)
+        and ``t = max_a (load_a + background_a) / cap_a``.  A dual optimum: ``w`` =
+        ``1/cap_a*`` on one link ``a*`` attaining the maximum, ``sigma_p = w(P_p)``
+        (``sum_p sigma_p = load_a*/cap_a* = t``, ``cap·w = 1``).  Its basis -- ``t`` and
+        every ``y_j`` basic, the slacks of all links but ``a*`` basic, pair rows and
+        ``a*`` nonbasic -- is kept for warm starts."""
+        pool = self.pool
+        if (not len(pool) or len(pool) != self.n_rows or self.lower.max() > 1.0
+                or np.bincount(self._row[pool.pair], minlength=self.n_rows).min() != 1):
+            return None
+        y = np.ones(len(pool))
+        load = pool.loads(y, self.capacity.size)
+        if self.background is not None:
+            load = load + self.background
+        util = load / self.capacity
+        star = int(np.argmax(util))
+        t = float(util[star])
+        if not t > 0:
+            return None
+        w = np.zeros(self.capacity.size)
+        w[star] = 1.0 / self.capacity[star]
+        seg = np.repeat(np.arange(len(pool)), np.diff(pool.start))
+        sigma = np.zeros(self.n_pairs)
+        sigma[pool.pair] = np.bincount(seg, weights=w[pool.arcs], minlength=len(pool))
+        row_status = np.full(self.n_rows + self.capacity.size, Basis.BASIC, dtype=np.int8)
+        row_status[:self.n_rows] = Basis.LOWER
+        row_status[self.n_rows + star] = Basis.UPPER
+        self._closed_form = Basis(np.full(len(pool) + 1, Basis.BASIC, dtype=np.int8),
+                                  row_status, self.backend.name)
+        return MasterSolution(SolveStatus.OPTIMAL, t, y, sigma, w, 0, 0.0)
+
     def solve(self, where: str, *, method: str = "auto",
               time_limit: float | None = None) -> MasterSolution:
         """Solve the master; ``where`` names the round for error messages.
 
         Raises :class:`SolveError` on anything but an optimum or a limit with a
         solution (the master is always feasible: ``t`` can grow without bound)."""
+        self._closed_form = None
+        if self._stale and not self._basis_try:
+            closed = self._single_column_solution()
+            if closed is not None:
+                return closed
         if self._stale or (self.presolve_each_solve and self._dirty):
             self._rebuild()
         self._dirty = False

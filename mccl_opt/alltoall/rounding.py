@@ -104,11 +104,16 @@ def balanced(pool: ColumnPool, y: np.ndarray, n_pairs: int, k: int, capacity: np
 def _best_rounding(pool: ColumnPool, y: np.ndarray, n_pairs: int, k: int, capacity: np.ndarray,
                    fixed: np.ndarray | None, background: np.ndarray | None = None
                    ) -> tuple[np.ndarray, float, str]:
-    """The better of largest-remainder and balanced rounding of ``y``."""
+    """The better of largest-remainder and balanced rounding of ``y`` (largest remainder
+    alone when it is exact: every share already a whole number of chunks)."""
     lr = largest_remainder(pool, y, n_pairs, k)
     if fixed is not None:
         done = np.bincount(pool.pair, weights=fixed, minlength=n_pairs) >= k
         lr = np.where(done[pool.pair], fixed, lr)
+    y_pos = np.where(y > _EPS, y, 0.0)
+    units = k * y_pos / np.bincount(pool.pair, weights=y_pos, minlength=n_pairs)[pool.pair]
+    if np.abs(units - lr).max(initial=0.0) <= _EPS:
+        return lr, rounded_rate(pool, lr, k, capacity, background), "largest_remainder"
     bal = balanced(pool, y, n_pairs, k, capacity, fixed, background=background)
     r_lr = rounded_rate(pool, lr, k, capacity, background)
     r_bal = rounded_rate(pool, bal, k, capacity, background)
