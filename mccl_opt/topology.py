@@ -112,7 +112,8 @@ class Topology:
     """An immutable GPU fabric.
 
     Build one with :meth:`from_dict`, :meth:`load`, the generators in :mod:`instances`,
-    or the constructor (which validates exactly as loading does).
+    or the constructor (which validates exactly as loading does, and merges parallel
+    links, :mod:`mccl_opt.parallel_links`).
     """
 
     def __init__(self, name: str, nodes: Iterable[Node], links: Iterable[Link],

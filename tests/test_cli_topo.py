@@ -193,3 +193,20 @@ def test_solve_reports_steps_warm_mode_status_and_backend(tmp_path, capsys, coll
     values = dict(zip(table[0].split() + table[3].split(), table[2].split() + table[5].split()))
     assert values["warm"] == warm["warm"] and values["status"] == "optimal"
     assert values["steps"] == str(warm["steps"]) and values["backend"] == warm["backend"]
+
+
+def test_warm_mode_names_how_the_warm_start_was_used():
+    from mccl_opt.cli.solve import warm_mode
+
+    topo = fail2(hpn(1, 2, 4))
+    ag, a2a = mo.solve_allgather(topo), mo.solve_alltoall(topo)
+    assert (warm_mode(ag), warm_mode(a2a)) == ("cold", "cold")
+    assert warm_mode(mo.solve_allgather(topo, warm=ag)) == "warm:kept"
+    assert warm_mode(mo.solve_alltoall(topo, warm=a2a)) == "warm:basis"
+    nearby = topo.with_capacity(src="s0h1g2", dst="s0h1nvs", gbps=100.0)
+    assert warm_mode(mo.solve_alltoall(nearby, warm=a2a)) == "warm:local"
+    one_way = hpn(1, 2, 8).with_capacity({("s0h0g1", "s0h0nvs"): 360.0})   # the general method
+    general = mo.solve_allgather(one_way, max_chunks=None)
+    again = mo.solve_allgather(one_way.with_capacity({("s0h0g2", "s0h0nvs"): 300.0}), warm=general,
+                               max_chunks=None)
+    assert (warm_mode(general), warm_mode(again)) == ("cold", "warm:columns")
