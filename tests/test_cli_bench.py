@@ -101,6 +101,10 @@ def test_bad_arguments_fail_before_any_run(capsys):
     assert code == 2 and "--repeat must be >= 1" in err
     code, _, err = _bench(capsys, "--sizes", "1x2")
     assert code == 2 and "SxHxN" in err
+    code, _, err = _bench(capsys, "--failures", "fail9")
+    assert code == 2 and "unknown failure(s) fail9" in err
+    code, _, err = _bench(capsys, "--sizes", ",")
+    assert code == 2 and "no case to run" in err
     code, _, err = _bench(capsys, "--suite", "lp", "--png", "x.png")
     assert code == 2 and "--png" in err
 

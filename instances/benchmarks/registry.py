@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from mccl_opt.errors import MCCLError, SolverLicenseError, SolverNotAvailableError
 from mccl_opt.topology import Topology
 
-from ..failures import apply_failure
+from ..failures import FAILURES, apply_failure
 from ..hpn import hpn, parse_shape
 
 __all__ = ["Case", "CaseResult", "SUITES", "METHODS", "REFERENCE", "PHASES", "cases",
@@ -115,6 +115,12 @@ def cases(suite: str = "all", sizes: tuple[str, ...] = ("1x2x8",),
     backends = tuple(backends or available_backends())
     for shape in sizes:
         parse_shape(shape)                  # TopologyError names a bad shape early
+    bad = [f for f in failures if f is not None and f not in FAILURES]
+    if bad:
+        raise MCCLError(f"unknown failure(s) {', '.join(map(str, bad))}; choose from "
+                        f"{', '.join(FAILURES)} or none")
+    if not sizes or not failures:
+        raise MCCLError("no case to run: give at least one size and one failure")
     out = []
     for s in (("alltoall", "allgather") if suite == "all" else (suite,)):
         chosen = [m for m in METHODS[s] if methods is None or m in methods]

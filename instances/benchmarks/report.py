@@ -60,6 +60,11 @@ def _num(v: float, fmt: str) -> str:
     return "-" if v is None or not math.isfinite(v) else format(v, fmt)
 
 
+def _pct(gap: float) -> float:
+    """``gap`` in percent, a solver's last-digit noise (|gap| < 1e-7) shown as 0."""
+    return 0.0 if abs(gap) < 1e-7 else 100 * gap
+
+
 def _notes(results: list[Measured]) -> dict[str, int]:
     """Reason -> note number, in order of first appearance."""
     out: dict[str, int] = {}
@@ -85,7 +90,7 @@ def table_rows(results: list[Measured], notes: dict[str, int] | None = None) -> 
         rnd = _ms(m.median("round_s")) if c.method != "compact_lp" else "-"
         rows.append(head + [_ms(m.median("build_s")), _ms(m.median("solve_s")), rnd,
                             _ms(total["median"]), f"{100 * spread:.0f}%", _num(m.vs_ref, ".3g"),
-                            _num(100 * m.gap + 0.0, ".2f"), ""])
+                            _num(_pct(m.gap), ".2f"), ""])
     return rows
 
 
@@ -106,9 +111,9 @@ def print_report(results: list[Measured], repeat: int, load: dict,
     before, after = load.get("before"), load.get("after")
     text = [
         f"Times in ms: median of {repeat} timed run(s) per case after one untimed warm-up run; "
-        "cold and warm runs alternate. total = build + solve + round (validation excluded; "
-        "all figures with min, max and every run in --json). spread = (max - min) / median "
-        "of the total.",
+        "cold and warm runs alternate. total = build + solve + round of each run (validation "
+        "excluded), each column its own median; min, max and every run in --json. spread = "
+        "(max - min) / median of the total.",
         "cold: synthesis from scratch; warm: re-synthesis from the healthy fabric's schedule. "
         "A2A = AllToAll (compact LP App. G.3, column generation §4.2), AG = AllGather "
         "(ForestColl-style, §4.3; backend maxflow: no LP solver).",
