@@ -229,11 +229,13 @@ def test_missing_backend_and_licence_limit_are_skipped_rows(tiny_tier, monkeypat
                               out=out)) == 0
     table = capsys.readouterr().out.splitlines()
     assert max(map(len, table)) <= 100 and "skipped" in table[-1]
+    assert "not installed: pip install" in table[-1] and "licence limit" in table[-2]
     rows = json.loads(out.read_text())["rows"]
     by = {b: [r for r in rows if r["backend"] == b] for b in ("highs", "gurobi", "scip")}
-    assert all(r["status"] == "skipped" and "pip install pyscipopt" in r["note"]
-               for r in by["scip"])
-    assert all(r["status"] == "skipped" and "size-limited" in r["note"] for r in by["gurobi"])
+    assert all(r["status"] == "skipped" and r["reason"] == "not installed"
+               and r["note"] == "pip install pyscipopt" for r in by["scip"])
+    assert all(r["status"] == "skipped" and r["reason"] == "licence limit"
+               and "size-limited" in r["note"] for r in by["gurobi"])
     assert all(r["status"] == "optimal" and r["repeats"] == 2 for r in by["highs"])
     assert lp_suite.run(_args(tiny_tier, backends="highs", json=True)) == 0
     assert {r["status"] for r in json.loads(capsys.readouterr().out)} == {"optimal"}

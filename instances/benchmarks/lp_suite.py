@@ -55,7 +55,8 @@ class SuiteRow:
     iterations: int | None = None
     objective: float | None = None
     rel_error: float | None = None
-    note: str = ""
+    reason: str = ""                # short: why skipped or failed (the table's note)
+    note: str = ""                  # the full message
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -100,11 +101,14 @@ def _run_model(base: dict, lp, backend: str, repeat: int, time_limit: float | No
         for _ in range(repeat):
             sol = _solve_once(backend, lp, time_limit)
             times.append(sol.seconds)
-    except (SolverLicenseError, SolverNotAvailableError) as exc:
-        row.status, row.note = "skipped", str(exc)
+    except SolverLicenseError as exc:
+        row.status, row.reason, row.note = "skipped", "licence limit", str(exc)
+        return row
+    except SolverNotAvailableError as exc:
+        row.status, row.reason, row.note = "skipped", "not installed", str(exc)
         return row
     except MCCLError as exc:
-        row.note = f"{type(exc).__name__}: {exc}"
+        row.reason, row.note = type(exc).__name__, str(exc)
         return row
     row.status, row.repeats, row.iterations = sol.status.value, len(times), int(sol.iterations)
     row.seconds = statistics.median(times)
@@ -127,7 +131,7 @@ def run_suite(directory: Path, backends: list[str], *, repeat: int = 1,
     if repeat < 1:
         raise MCCLError(f"--repeat must be >= 1, got {repeat}")
     manifest = load_tier(directory)
-    missing = {b: f"not installed: pip install {backend_class(b).pip_package}"
+    missing = {b: f"pip install {backend_class(b).pip_package}"
                for b in backends if not backend_class(b).is_available()}
     rows: list[SuiteRow] = []
     for rec in manifest["instances"]:
@@ -145,15 +149,16 @@ def run_suite(directory: Path, backends: list[str], *, repeat: int = 1,
             for be in backends:
                 print(f"{rec['name']} {model} {be}", file=log, flush=True)
                 if be in missing:
-                    rows.append(SuiteRow(backend=be, status="skipped", note=missing[be], **base))
+                    rows.append(SuiteRow(backend=be, status="skipped", reason="not installed",
+                                         note=missing[be], **base))
                 else:
                     rows.append(_run_model(base, lp, be, repeat, time_limit))
     return rows
 
 
 def table_rows(rows: list[SuiteRow], width: int = TABLE_WIDTH) -> list[list]:
-    """Table cells; notes cut so that a line fits ``width`` columns (``--json`` and
-    ``--out`` keep them whole)."""
+    """Table cells; the note is the short reason plus as much of the message as fits
+    ``width`` columns (``--json`` and ``--out`` keep the whole message)."""
     cells = [[r.instance, r.model, r.backend, r.status,
               "-" if r.seconds is None else f"{r.seconds:.3g}",
               "-" if r.iterations is None else str(r.iterations),
@@ -162,7 +167,8 @@ def table_rows(rows: list[SuiteRow], width: int = TABLE_WIDTH) -> list[list]:
                for i, h in enumerate(HEADERS[:-1]))
     room = max(width - used, len(HEADERS[-1]))
     for cell, r in zip(cells, rows):
-        cell.append(r.note if len(r.note) <= room else r.note[:room - 3] + "...")
+        note = f"{r.reason}: {r.note}" if r.reason else r.note
+        cell.append(note if len(note) <= room else note[:room - 3] + "...")
     return cells
 
 
