@@ -73,7 +73,8 @@ def test_json_on_stdout_holds_medians_and_every_repeat(tmp_path, capsys):
         for k in range(2):
             assert runs["total_s"][k] == pytest.approx(
                 runs["build_s"][k] + runs["solve_s"][k] + runs["round_s"][k])
-        for f in ("build_s", "solve_s", "round_s", "validate_s", "total_s"):
+        assert all(c > 0 for c in runs["cpu_s"])
+        for f in ("build_s", "solve_s", "round_s", "validate_s", "total_s", "cpu_s"):
             s = r[f]
             assert s["min"] <= s["median"] <= s["max"]
             assert s["min"] == min(runs[f]) and s["max"] == max(runs[f])

@@ -22,7 +22,7 @@ from .registry import PHASES, REFERENCE, Case, CaseResult, run_case
 
 __all__ = ["Measured", "FIGURES", "measure", "add_reference_ratios"]
 
-FIGURES = (*PHASES, "total_s")
+FIGURES = (*PHASES, "total_s", "cpu_s")
 
 #: ``progress(done, total, case, round)`` after each run (round 0 is the warm-up).
 Progress = Callable[[int, int, Case, int], None]
@@ -44,7 +44,7 @@ class Measured:
     vs_ref: float = float("nan")     # reference median total / this median total (>1: faster)
 
     def values(self, figure: str) -> list[float]:
-        """``figure`` (a phase or ``total_s``) of every timed run, in run order."""
+        """``figure`` (one of :data:`FIGURES`) of every timed run, in run order."""
         return [getattr(r, figure) for r in self.runs]
 
     def stat(self, figure: str) -> dict[str, float] | None:

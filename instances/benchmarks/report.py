@@ -112,8 +112,8 @@ def print_report(results: list[Measured], repeat: int, load: dict,
     text = [
         f"Times in ms: median of {repeat} timed run(s) per case after one untimed warm-up run; "
         "cold and warm runs alternate. total = build + solve + round of each run (validation "
-        "excluded), each column its own median; min, max and every run in --json. spread = "
-        "(max - min) / median of the total.",
+        "excluded), each column its own median; min, max, every run and CPU times in --json. "
+        "spread = (max - min) / median of the total.",
         "cold: synthesis from scratch; warm: re-synthesis from the healthy fabric's schedule. "
         "A2A = AllToAll (compact LP App. G.3, column generation §4.2), AG = AllGather "
         "(ForestColl-style, §4.3; backend maxflow: no LP solver).",
@@ -163,7 +163,9 @@ def to_doc(results: list[Measured], *, repeat: int, load: dict, command: str = "
                         "cpus": os.cpu_count(), "load_average": load},
             "protocol": {"warmup_runs": 1, "repeat": repeat, "statistic": "median",
                          "order": "rounds over all cases, alternately forward and reversed",
-                         "total_s": "build_s + solve_s + round_s", "units": "seconds"},
+                         "total_s": "build_s + solve_s + round_s",
+                         "cpu_s": "process CPU time (all threads) over the same calls",
+                         "units": "seconds"},
             "reference": {"alltoall": "compact_lp (highs when it ran)",
                           "allgather": "forestcoll_cold"},
             "results": [_result_doc(m) for m in results]}
