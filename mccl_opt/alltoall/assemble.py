@@ -139,8 +139,6 @@ def schedule_chunks(prob: Problem, rounded: Rounded, k: int, old: WarmState | No
     """Schedule chunks (ordered by pair, then column), the pool column of each, and the
     per-link share loads.  A column carried over from ``old`` whose share is unchanged
     reuses the old chunk object (same node ids, same share)."""
-    topo = prob.topo
-    gpus = topo.gpus
     used = np.flatnonzero(rounded.counts > 0)
     used = used[np.argsort(rounded.pool_pair[used], kind="stable")]
     start = rounded.pool_start
@@ -158,12 +156,30 @@ def schedule_chunks(prob: Problem, rounded: Rounded, k: int, old: WarmState | No
         if same.any():
             out[same] = old.chunks.array[cand[same]]
             fresh = ~same
-    ids = np.array([n.id for n in topo.nodes], dtype=object)
-    head = topo.arrays.head
-    for i in np.flatnonzero(fresh).tolist():
-        j = used[i]
-        p = rounded.pool_pair[j]
-        src = gpus[prob.pair_src[p]]
-        path = (src, *ids[head[rounded.pool_arcs[start[j]:start[j + 1]]]].tolist())
-        out[i] = PathChunk(src, gpus[prob.pair_dst[p]], float(shares[j]), path)
+    new = np.flatnonzero(fresh)
+    if new.size:
+        out[new] = _path_chunks(prob, rounded, used[new], shares)
     return out.tolist(), used, loads
+
+
+def _path_chunks(prob: Problem, rounded: Rounded, cols: np.ndarray, shares: np.ndarray
+                 ) -> list[PathChunk]:
+    """New :class:`PathChunk` objects for pool columns ``cols``, built a path length at a
+    time from node-id matrices (no per-chunk array slicing)."""
+    topo = prob.topo
+    ids = np.array([n.id for n in topo.nodes], dtype=object)
+    gpus = np.array(topo.gpus, dtype=object)
+    pair = rounded.pool_pair[cols]
+    src = gpus[prob.pair_src[pair]]
+    dst = gpus[prob.pair_dst[pair]]
+    first = rounded.pool_start[cols]
+    length = rounded.pool_start[cols + 1] - first
+    paths = np.empty(cols.size, dtype=object)
+    for n_arcs in np.unique(length).tolist():
+        rows = np.flatnonzero(length == n_arcs)
+        nodes = np.empty((rows.size, n_arcs + 1), dtype=object)
+        nodes[:, 0] = src[rows]
+        arcs = rounded.pool_arcs[first[rows, None] + np.arange(n_arcs)]
+        nodes[:, 1:] = ids[topo.arrays.head[arcs]]
+        paths[rows] = list(map(tuple, nodes.tolist()))
+    return list(map(PathChunk, src.tolist(), dst.tolist(), shares[cols].tolist(), paths.tolist()))
