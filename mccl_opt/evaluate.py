@@ -4,8 +4,9 @@ For a fabric and each degraded version of it (the paper's Fail1/Fail2/Fail3 come
 ``instances.apply_failure``; the caller builds them, this layer does not import
 instances), three schedules run in the simulator on the *degraded* fabric:
 
-(a) the NCCL-style baseline built for the degraded fabric (ring AllGather; PXN AllToAll
-    on a rail fabric, direct AllToAll elsewhere),
+(a) the NCCL baselines built for the degraded fabric, named as NCCL's algorithms
+    (``nccl-ring`` AllGather; ``nccl-pxn`` and ``nccl-direct`` AllToAll on a rail
+    fabric, ``nccl-direct`` elsewhere); Figure 9 compares against the first,
 (b) "no re-opt": the schedule synthesized for the healthy fabric, transplanted onto the
     degraded one (:func:`transplant`),
 (c) "re-opt": the schedule re-synthesized for the degraded fabric,
@@ -21,7 +22,8 @@ message_bytes / N`` per ordered pair (README "Units and definitions").
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -32,7 +34,8 @@ from .schedule import (PathChunk, Schedule, TreeChunk, chunk_counts, schedule_ra
                        share_loads)
 from .topology import Topology
 
-__all__ = ["run_failure_experiment", "transplant", "cut_check", "COLLECTIVES"]
+__all__ = ["run_failure_experiment", "failure_cases", "FailureCase", "figure9_row", "nccl_baselines",
+           "transplant", "cut_check", "COLLECTIVES", "NO_REOPT", "REOPT"]
 
 COLLECTIVES = ("allgather", "alltoall")
 DEFAULT_GAMMA = 0.05
@@ -109,12 +112,34 @@ def cut_check(healthy: Schedule, stale: Schedule, topo: Topology,
 
 
 # ---------------------------------------------------------------------- experiment
-def _baseline(topo: Topology, collective: str) -> tuple[str, Schedule]:
+NO_REOPT, REOPT = "mccl-no-reopt", "mccl-reopt"
+
+
+@dataclass(frozen=True)
+class FailureCase:
+    """One degraded fabric and the schedules compared on it (paper §6.1).
+
+    ``schedules`` maps a method to its schedule: the NCCL baselines under their NCCL
+    names first (:func:`nccl_baselines`), then ``mccl-no-reopt`` (the healthy schedule
+    transplanted) and ``mccl-reopt`` (re-synthesized); ``baseline`` is the one Figure 9
+    compares against.  ``reopt_needed``/``cut_deviation`` come from :func:`cut_check`.
+    """
+
+    failure: str
+    topo: Topology
+    schedules: dict[str, Schedule]
+    baseline: str
+    reopt_needed: bool
+    cut_deviation: float
+
+
+def nccl_baselines(topo: Topology, collective: str) -> dict[str, Schedule]:
+    """NCCL's algorithms on ``topo``: ring AllGather; PXN (HPN only) and direct AllToAll."""
     if collective == "allgather":
-        return "nccl-ring", ring_allgather(topo)
-    if topo.extra.get("family") == "hpn":
-        return "nccl-pxn", pxn_alltoall(topo)
-    return "nccl-direct", direct_alltoall(topo)
+        return {"nccl-ring": ring_allgather(topo)}
+    out = {"nccl-pxn": pxn_alltoall(topo)} if topo.extra.get("family") == "hpn" else {}
+    out["nccl-direct"] = direct_alltoall(topo)
+    return out
 
 
 def _solve(topo: Topology, collective: str, backend: str) -> Schedule:
@@ -125,6 +150,49 @@ def _solve(topo: Topology, collective: str, backend: str) -> Schedule:
     from .alltoall import solve_alltoall
 
     return solve_alltoall(topo, backend=backend)
+
+
+def failure_cases(topo: Topology, collective: str, failures: Mapping[str, Topology], *,
+                  backend: str = "highs", gamma: float = DEFAULT_GAMMA,
+                  progress: Callable[[str], None] | None = None) -> list[FailureCase]:
+    """Synthesize once for the healthy ``topo`` and once per degraded fabric of
+    ``failures`` (name -> topology with the same GPUs; ``topo`` itself stands for the
+    healthy fabric, where no-reopt and reopt are the healthy schedule)."""
+    if collective not in COLLECTIVES:
+        raise ScheduleError(f"collective must be one of {COLLECTIVES}, got {collective!r}")
+    say = progress or (lambda msg: None)
+    say(f"{collective}: synthesizing for healthy {topo.name}")
+    healthy = _solve(topo, collective, backend)
+    cases = []
+    for failure, degraded in failures.items():
+        say(f"{collective}/{failure}: baseline, no re-opt and re-opt schedules")
+        schedules = nccl_baselines(degraded, collective)
+        baseline = next(iter(schedules))
+        if degraded is topo:
+            schedules[NO_REOPT] = schedules[REOPT] = healthy
+        else:
+            schedules[NO_REOPT] = transplant(healthy, degraded)
+            schedules[REOPT] = _solve(degraded, collective, backend)
+        needed, deviation = cut_check(healthy, schedules[NO_REOPT], degraded, gamma)
+        cases.append(FailureCase(failure, degraded, schedules, baseline, bool(needed), float(deviation)))
+    return cases
+
+
+def figure9_row(case: FailureCase, collective: str, block_bytes: float,
+                algbw: Mapping[str, float]) -> dict[str, Any]:
+    """The Figure 9 row of one case from each method's simulated algbw (GB/s)."""
+    base, stale, reopt = (case.schedules[k] for k in (case.baseline, NO_REOPT, REOPT))
+    bw = {"baseline": algbw[case.baseline], "no_reopt": algbw[NO_REOPT], "reopt": algbw[REOPT]}
+    return {
+        "failure": case.failure, "collective": collective, "topology": case.topo.name,
+        "gpus": case.topo.num_gpus, "block_bytes": block_bytes, "baseline": case.baseline,
+        "baseline_algbw": bw["baseline"], "no_reopt_algbw": bw["no_reopt"], "reopt_algbw": bw["reopt"],
+        "no_reopt_speedup": bw["no_reopt"] / bw["baseline"], "reopt_speedup": bw["reopt"] / bw["baseline"],
+        "baseline_rate_gbps": base.rate_gbps, "no_reopt_rate_gbps": stale.rate_gbps,
+        "reopt_rate_gbps": reopt.rate_gbps, "reopt_needed": case.reopt_needed,
+        "cut_deviation": case.cut_deviation,
+        "stale_still_optimal": bool(stale.rate_gbps >= reopt.rate_gbps * (1 - 1e-6)),
+    }
 
 
 def run_failure_experiment(topo: Topology, collective: str, failures: Mapping[str, Topology],
@@ -143,31 +211,12 @@ def run_failure_experiment(topo: Topology, collective: str, failures: Mapping[st
     """
     from .sim import simulate
 
-    if collective not in COLLECTIVES:
-        raise ScheduleError(f"collective must be one of {COLLECTIVES}, got {collective!r}")
-    say = progress or (lambda msg: None)
-    say(f"{collective}: synthesizing for healthy {topo.name}")
-    healthy = _solve(topo, collective, backend)
     block = message_bytes if collective == "allgather" else message_bytes / topo.num_gpus
+    mode = {"fluid": True} if pieces is None else {"pieces": pieces}
     rows = []
-    for failure, degraded in failures.items():
-        say(f"{collective}/{failure}: baseline, no re-opt and re-opt schedules")
-        base_name, base = _baseline(degraded, collective)
-        stale = transplant(healthy, degraded)
-        reopt = _solve(degraded, collective, backend)
-        needed, deviation = cut_check(healthy, stale, degraded, gamma)
-        mode = {"fluid": True} if pieces is None else {"pieces": pieces}
-        sims = {k: simulate(degraded, s, block, **mode)
-                for k, s in (("baseline", base), ("no_reopt", stale), ("reopt", reopt))}
-        bw = {k: r.algbw_gbytes_per_s for k, r in sims.items()}
-        rows.append({
-            "failure": failure, "collective": collective, "topology": topo.name,
-            "gpus": topo.num_gpus, "block_bytes": block, "baseline": base_name,
-            "baseline_algbw": bw["baseline"], "no_reopt_algbw": bw["no_reopt"], "reopt_algbw": bw["reopt"],
-            "no_reopt_speedup": bw["no_reopt"] / bw["baseline"], "reopt_speedup": bw["reopt"] / bw["baseline"],
-            "baseline_rate_gbps": base.rate_gbps, "no_reopt_rate_gbps": stale.rate_gbps,
-            "reopt_rate_gbps": reopt.rate_gbps, "reopt_needed": bool(needed),
-            "cut_deviation": float(deviation),
-            "stale_still_optimal": bool(stale.rate_gbps >= reopt.rate_gbps * (1 - 1e-6)),
-        })
+    for case in failure_cases(topo, collective, failures, backend=backend, gamma=gamma,
+                              progress=progress):
+        algbw = {k: simulate(case.topo, case.schedules[k], block, **mode).algbw_gbytes_per_s
+                 for k in (case.baseline, NO_REOPT, REOPT)}
+        rows.append(figure9_row(case, collective, block, algbw))
     return rows

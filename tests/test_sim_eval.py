@@ -51,12 +51,13 @@ def test_cli_eval_writes_table_json_and_png(tmp_path, capsys, monkeypatch):
     from mccl_opt.cli import main
 
     monkeypatch.chdir(tmp_path)
-    assert main(["eval", "hpn", "1x2x2", "--collective", "allgather", "--json"]) == 0
+    assert main(["eval", "hpn", "1x2x2", "--collective", "allgather", "--json", "-b", "1M", "-e", "1M"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert len(out["rows"]) == 3
+    assert [r["failure"] for r in out["summary"]] == ["fail1", "fail2", "fail3"]
+    assert len(out["rows"]) == 3 * 3                    # failures x (nccl-ring, no-reopt, reopt)
     assert (tmp_path / "mccl-eval-hpn-1x2x2.png").stat().st_size > 1000
     assert main(["eval", "hpn", "1x2x2", "--collective", "alltoall", "--failures", "fail2",
-                 "--png", "x.png"]) == 0
+                 "-b", "1M", "-e", "1M", "--png", "x.png"]) == 0
     text = capsys.readouterr().out
     assert "fail2" in text and "reopt x" in text and (tmp_path / "x.png").exists()
 

@@ -1,32 +1,45 @@
-"""``mccl eval hpn SxHxN | TOPO.json``: the gray-failure speedup table (paper Figure 9)."""
+"""``mccl eval TOPOLOGY -b 1K -e 1G -f 2``: NCCL baselines, MCCL without and with
+re-optimization under gray failures, per message size in nccl-tests' conventions
+(docs/sim.md "mccl eval"), then the Figure 9 speedup summary at the largest size."""
 
 from __future__ import annotations
 
 import argparse
+import csv
 import sys
 from pathlib import Path
 
 from ..errors import TopologyError
 from ..tables import print_json, print_table
 
-HEADERS = ("failure", "baseline", "baseline GB/s", "no-reopt GB/s", "reopt GB/s",
-           "no-reopt x", "reopt x", "cut check")
+SUMMARY_HEADERS = ("failure", "baseline", "baseline GB/s", "no-reopt GB/s", "reopt GB/s",
+                   "no-reopt x", "reopt x", "cut check")
+_SWEEP_HEADERS = (("size", "(B)"), ("count", "(elements)"), ("type", ""), ("method", ""),
+                  ("time", "(us)"), ("algbw", "(GB/s)"), ("busbw", "(GB/s)"), ("model", ""))
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("eval", help="speedups of re-optimised schedules under gray failures (Fig. 9)")
+    p = sub.add_parser("eval", help="NCCL baselines vs MCCL (re-optimised) under gray failures, "
+                                    "nccl-tests style size sweep and Figure 9 speedups")
     p.add_argument("target", nargs="+", metavar="TOPOLOGY",
-                   help="'hpn SxHxN' (e.g. hpn 1x4x8) or a mccl-topology/1 JSON file")
+                   help="'hpn SxHxN', a library instance (dgx-8, hpn-1x2x8) or a mccl-topology/1 file")
     p.add_argument("--collective", choices=["allgather", "alltoall", "both"], default="both")
     p.add_argument("--failures", default="fail1,fail2,fail3",
-                   help="comma-separated failures (default fail1,fail2,fail3)")
-    p.add_argument("--message-mb", type=float, default=128.0,
-                   help="MiB per source: AllGather shard / AllToAll send buffer (default 128)")
-    p.add_argument("--pieces", type=int, default=None,
-                   help="simulate N pipelined pieces per chunk (default: fluid mode, fast)")
+                   help="comma-separated failures, 'none' for the healthy fabric (default "
+                        "fail1,fail2,fail3); one that does not apply to the fabric is skipped")
+    p.add_argument("-b", "--minbytes", default="1K", help="smallest size, K/M/G suffixes (default 1K)")
+    p.add_argument("-e", "--maxbytes", default="1G", help="largest size (default 1G)")
+    p.add_argument("-f", "--stepfactor", type=int, default=2, help="size multiplier (default 2)")
+    p.add_argument("--model", choices=("auto", "event", "fluid"), default="auto",
+                   help="simulation: event-level with latency where tractable, fluid beyond (auto, "
+                        "default), or force one")
+    p.add_argument("--event-limit", type=int, default=None, metavar="PIECES",
+                   help="auto: event-level while a size's schedules have at most this many "
+                        "512 KiB pieces (default mccl_opt.sweep.DEFAULT_EVENT_LIMIT, docs/sim.md)")
     p.add_argument("--backend", default="highs", help="LP backend of the synthesizers")
-    p.add_argument("--png", default=None, help="bar chart path (default mccl-eval-<topology>.png)")
-    p.add_argument("--json", action="store_true", help="print the rows as JSON")
+    p.add_argument("--png", default=None, help="busbw plot path (default mccl-eval-<topology>.png)")
+    p.add_argument("--csv", default=None, metavar="FILE", help="also write the sweep rows as CSV")
+    p.add_argument("--json", action="store_true", help="print rows, summary and skipped failures as JSON")
     p.set_defaults(handler=_eval)
 
 
@@ -44,63 +57,133 @@ def _topology(target: list[str]):
     return load_topology(target[0])
 
 
+def _failures(topo, spec: str, say) -> tuple[dict, list[dict]]:
+    """The degraded fabrics to evaluate, and the failures that do not apply to ``topo``."""
+    from instances import FAILURES, apply_failure
+
+    names = [f.strip() for f in spec.split(",") if f.strip()]
+    known = [*FAILURES, "none"]
+    unknown = [f for f in names if f not in known]
+    if unknown or not names:
+        raise TopologyError(f"--failures: unknown {', '.join(unknown) or '(empty list)'}; "
+                            f"choose from {', '.join(known)}")
+    fabrics, skipped = {}, []
+    for name in dict.fromkeys(names):
+        try:
+            fabrics[name] = apply_failure(topo, name)
+        except TopologyError as exc:
+            skipped.append({"failure": name, "reason": str(exc)})
+            say(f"{name} does not apply to {topo.name}: {exc}; skipped")
+    if not fabrics:
+        raise TopologyError(f"none of the failures applies to {topo.name} "
+                            f"({'; '.join(s['reason'] for s in skipped)}); "
+                            "use --failures none to compare the methods on the healthy fabric")
+    return fabrics, skipped
+
+
 def _eval(args: argparse.Namespace) -> int:
-    from ..evaluate import run_failure_experiment
+    from ..evaluate import failure_cases
+    from ..sweep import DEFAULT_EVENT_LIMIT, check_sizes, summary_rows, sweep_rows
 
     from ._guard import output_path
+    from ._inputs import parse_bytes
 
     topo = _topology(args.target)
-    output_path(args.png or f"mccl-eval-{topo.name}.png", "--png")
     collectives = ["allgather", "alltoall"] if args.collective == "both" else [args.collective]
-    from instances import apply_failure
-
-    names = [f.strip() for f in args.failures.split(",") if f.strip()]
-    say = (lambda msg: print(msg, file=sys.stderr)) if not args.json else None
-    rows = []
-    failures = {name: apply_failure(topo, name) for name in names}
-    for coll in collectives:
-        rows += run_failure_experiment(topo, coll, failures, args.message_mb * 2**20,
-                                       backend=args.backend, pieces=args.pieces, progress=say)
+    sizes = check_sizes(collectives, parse_bytes(args.minbytes, "-b"), parse_bytes(args.maxbytes, "-e"),
+                        args.stepfactor, topo.num_gpus)
+    limit = DEFAULT_EVENT_LIMIT if args.event_limit is None else args.event_limit
+    if limit < 0:
+        raise TopologyError(f"--event-limit must be >= 0, got {limit}")
     png = Path(args.png or f"mccl-eval-{topo.name}.png")
+    output_path(str(png), "--png")
+    if args.csv:
+        output_path(args.csv, "--csv")
+    warn = lambda msg: print(msg, file=sys.stderr)  # noqa: E731
+    say = None if args.json else warn
+    failures, skipped = _failures(topo, args.failures, warn)
+    rows, summary = [], []
+    for coll in collectives:
+        cases = failure_cases(topo, coll, failures, backend=args.backend, progress=say)
+        mine = sweep_rows(cases, coll, sizes, model=args.model, event_limit=limit,
+                          progress=say)
+        rows += mine
+        summary += summary_rows(cases, coll, mine)
     _plot(rows, topo.name, png)
+    if args.csv:
+        _write_csv(rows, Path(args.csv))
     if args.json:
-        print_json({"topology": topo.name, "png": str(png), "rows": rows})
+        print_json({"topology": topo.name, "gpus": topo.num_gpus, "png": str(png), "csv": args.csv,
+                    "sizes": sizes, "rows": rows, "summary": summary, "skipped": skipped})
         return 0
     for coll in collectives:
-        print(f"\n{coll} on {topo.name}, {args.message_mb:g} MiB per source "
-              f"(speedup = algbw / baseline algbw)")
-        print_table(HEADERS, [_cells(r) for r in rows if r["collective"] == coll])
-    print(f"\nwrote {png}")
+        for failure in failures:
+            print(f"\n# {coll} on {topo.name} ({topo.num_gpus} GPUs), {failure}")
+            _print_sweep([r for r in rows if r["collective"] == coll and r["failure"] == failure])
+    size = summary[0]["size"] if summary else sizes[-1]
+    for coll in collectives:
+        print(f"\n{coll} on {topo.name} at size {size} B (speedup = algbw / baseline algbw)")
+        print_table(SUMMARY_HEADERS, [_summary_cells(r) for r in summary if r["collective"] == coll])
+    print(f"\nwrote {png}" + (f" and {args.csv}" if args.csv else ""))
     return 0
 
 
-def _cells(r: dict) -> list:
+def _print_sweep(rows: list[dict]) -> None:
+    """One nccl-tests style block: right-aligned columns, '#' header lines."""
+    cells = [[str(r["size"]), str(r["count"]), r["type"], r["method"], f"{r['time_us']:.2f}",
+              f"{r['algbw_GBps']:.2f}", f"{r['busbw_GBps']:.2f}", r["model"]] for r in rows]
+    widths = [max(len(a), len(b), *(len(c[i]) for c in cells)) for i, (a, b) in enumerate(_SWEEP_HEADERS)]
+    for k in range(2):
+        print(("#" + "  ".join(h[k].rjust(w) for h, w in zip(_SWEEP_HEADERS, widths))[1:]).rstrip())
+    for c in cells:
+        print("  ".join(v.rjust(w) for v, w in zip(c, widths)))
+
+
+def _summary_cells(r: dict) -> list:
     verdict = "re-opt needed" if r["reopt_needed"] else "cut saturated: keep"
     return [r["failure"], r["baseline"], r["baseline_algbw"], r["no_reopt_algbw"], r["reopt_algbw"],
             r["no_reopt_speedup"], r["reopt_speedup"], verdict]
 
 
+def _write_csv(rows: list[dict], path: Path) -> None:
+    from ..sweep import ROW_FIELDS
+
+    with path.open("w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=ROW_FIELDS)
+        writer.writeheader()
+        writer.writerows(rows)
+
+
 def _plot(rows: list[dict], name: str, path: Path) -> None:
-    """Grouped bars like the paper's Figure 9: one panel per collective."""
+    """busbw (GB/s) vs size per method: one panel per collective (rows) and failure (columns)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    colls = sorted({r["collective"] for r in rows})
-    fig, axes = plt.subplots(1, len(colls), figsize=(5 * len(colls), 3.6), squeeze=False)
-    for ax, coll in zip(axes[0], colls):
-        sub = [r for r in rows if r["collective"] == coll]
-        xs = range(len(sub))
-        for k, (key, label) in enumerate((("baseline", "baseline"), ("no_reopt", "no re-opt"),
-                                          ("reopt", "MCCL re-opt"))):
-            vals = [1.0 if key == "baseline" else r[f"{key}_speedup"] for r in sub]
-            ax.bar([x + (k - 1) * 0.27 for x in xs], vals, width=0.27, label=label)
-        ax.set_xticks(list(xs), [r["failure"] for r in sub])
-        ax.set_ylabel("algbw speedup over baseline")
-        ax.set_title(f"{coll} ({name})")
-        ax.axhline(1.0, color="grey", linewidth=0.5)
-    axes[0][0].legend(fontsize=8)
+    from ._inputs import format_bytes
+
+    colls = list(dict.fromkeys(r["collective"] for r in rows))
+    fails = list(dict.fromkeys(r["failure"] for r in rows))
+    fig, axes = plt.subplots(len(colls), len(fails), figsize=(4.2 * len(fails), 3.4 * len(colls)),
+                             squeeze=False)
+    sizes = sorted({r["size"] for r in rows})
+    for i, coll in enumerate(colls):
+        for j, failure in enumerate(fails):
+            ax = axes[i][j]
+            sub = [r for r in rows if r["collective"] == coll and r["failure"] == failure]
+            for method in dict.fromkeys(r["method"] for r in sub):
+                pts = [(r["size"], r["busbw_GBps"]) for r in sub if r["method"] == method]
+                ax.plot(*zip(*pts), marker="o", markersize=3, label=method)
+            ax.set_xscale("log", base=2)
+            step = -(-len(sizes) // 6)           # at most 6 labelled sizes
+            ax.set_xticks(sizes[::step], [format_bytes(s) for s in sizes[::step]])
+            ax.minorticks_off()
+            ax.set_xlabel("size (bytes, nccl-tests)")
+            ax.set_ylabel("busbw (GB/s)")
+            ax.set_title(f"{coll}, {failure} ({name})", fontsize=9)
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=7, loc="upper left")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
