@@ -117,16 +117,21 @@ def _check_below(below: float) -> None:
         raise MCCLError(f"the degradation threshold must be in (0, 1], got {below!r}")
 
 
-def nominal_capacities(topo: "Topology", below: float = DEGRADED_BELOW) -> dict[str, float]:
-    """The nominal capacity (Gbps) of every link class of ``topo``."""
+def nominal_capacities(topo: "Topology", below: float = DEGRADED_BELOW,
+                       labels: list[str] | None = None) -> dict[str, float]:
+    """The nominal capacity (Gbps) of every link class of ``topo`` (``labels``:
+    :func:`link_classes` of ``topo`` when the caller has them already)."""
     _check_below(below)
-    return _class_nominals(link_classes(topo), topo.arrays.capacity, below)
+    return _class_nominals(link_classes(topo) if labels is None else labels,
+                           topo.arrays.capacity, below)
 
 
-def degraded_links(topo: "Topology", below: float = DEGRADED_BELOW) -> list[DegradedLink]:
-    """The links below ``below`` x their class's nominal capacity, in link order."""
+def degraded_links(topo: "Topology", below: float = DEGRADED_BELOW,
+                   labels: list[str] | None = None) -> list[DegradedLink]:
+    """The links below ``below`` x their class's nominal capacity, in link order
+    (``labels``: :func:`link_classes` of ``topo`` when the caller has them already)."""
     _check_below(below)
-    labels = link_classes(topo)
+    labels = link_classes(topo) if labels is None else labels
     cap = topo.arrays.capacity
     nominal = _class_nominals(labels, cap, below)
     low = {a for a, label in enumerate(labels) if cap[a] < below * nominal[label]}

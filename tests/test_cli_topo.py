@@ -210,3 +210,12 @@ def test_warm_mode_names_how_the_warm_start_was_used():
     again = mo.solve_allgather(one_way.with_capacity({("s0h0g2", "s0h0nvs"): 300.0}), warm=general,
                                max_chunks=None)
     assert (warm_mode(general), warm_mode(again)) == ("cold", "warm:columns")
+
+
+def test_topo_show_lists_the_link_classes_with_their_nominal(capsys):
+    info = _json(capsys, ["topo", "show", "hpn-2x2x4-fail1"])
+    classes = {c["class"]: (c["links"], c["nominal_gbps"]) for c in info["link_classes"]}
+    assert classes["gpu@s0h0nvs"] == (8, 2880.0) and classes["gpu@s1tor3"] == (4, 400.0)
+    assert classes["tier1@agg0"] == (4, 800.0)
+    assert sum(n for n, _ in classes.values()) == info["links"]
+    assert sum(c["count"] for c in info["link_speeds"]) == info["links"]

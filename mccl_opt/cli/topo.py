@@ -111,26 +111,31 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="probability that a link is degraded to 1/8, 1/4 or 1/2 (default 0.2; 0: none)")
     _outputs(i)
     i.set_defaults(handler=_build, make=_irregular)
-    s = tsub.add_parser("show", help="summarise a topology: link classes, degraded links, "
-                        "merged parallel links", epilog=SHOW_EPILOG)
+    s = tsub.add_parser("show", help="summarise a topology: link speeds and classes, degraded "
+                        "links, merged parallel links", epilog=SHOW_EPILOG)
     s.add_argument("file", help=TOPO_ARG_HELP)
     s.add_argument("--json", action="store_true", help="print the summary as JSON")
     s.set_defaults(handler=_show)
 
 
 def summary(topo) -> dict:
-    """What ``topo show`` prints: sizes, links by capacity and latency, the degraded
-    links (:mod:`mccl_opt.link_classes`) and the merged parallel links."""
-    from ..link_classes import DEGRADED_BELOW, degraded_links
+    """What ``topo show`` prints: sizes, links by capacity and latency, the link classes
+    with their nominal capacities, the degraded links (:mod:`mccl_opt.link_classes`)
+    and the merged parallel links."""
+    from ..link_classes import DEGRADED_BELOW, degraded_links, link_classes, nominal_capacities
 
-    caps = Counter((round(l.capacity_gbps, 6), round(l.latency_us, 6)) for l in topo.links)
+    speeds = Counter((round(l.capacity_gbps, 6), round(l.latency_us, 6)) for l in topo.links)
+    labels = link_classes(topo)
+    nominal = nominal_capacities(topo, labels=labels)
     return {
         "name": topo.name, "gpus": topo.num_gpus, "switches": len(topo.switches),
         "links": topo.num_links,
-        "link_classes": [{"capacity_gbps": c, "latency_us": lat, "count": n}
-                         for (c, lat), n in sorted(caps.items(), reverse=True)],
+        "link_speeds": [{"capacity_gbps": c, "latency_us": lat, "count": n}
+                        for (c, lat), n in sorted(speeds.items(), reverse=True)],
+        "link_classes": [{"class": label, "links": n, "nominal_gbps": nominal[label]}
+                         for label, n in Counter(labels).items()],
         "degraded_below": DEGRADED_BELOW,
-        "degraded_links": [d.to_dict() for d in degraded_links(topo)],
+        "degraded_links": [d.to_dict() for d in degraded_links(topo, labels=labels)],
         "parallel_links": topo.parallel_links,
     }
 
@@ -143,7 +148,8 @@ def _report(topo, as_json: bool) -> None:
     print(f"topology {info['name']}: {info['gpus']} GPUs, {info['switches']} switches, "
           f"{info['links']} directed links")
     print_table(["capacity_gbps", "latency_us", "links"],
-                [(c["capacity_gbps"], c["latency_us"], c["count"]) for c in info["link_classes"]])
+                [(c["capacity_gbps"], c["latency_us"], c["count"]) for c in info["link_speeds"]])
+    print(f"link classes: {len(info['link_classes'])} (each with its nominal capacity in --json)")
     degraded = info["degraded_links"]
     print(f"degraded links (below {info['degraded_below']:g} x their class's nominal): "
           f"{len(degraded) or 'none'}")
