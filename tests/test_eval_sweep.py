@@ -89,14 +89,16 @@ def test_auto_model_switches_to_fluid_above_the_event_limit(small_cases):
 
 
 def test_fluid_and_event_level_agree_at_large_sizes(small_cases):
-    """At 256 MiB every chunk is cut into >= 16 pieces of 512 KiB: pipeline fill and
-    latency are small, the two models agree within 2% (docs/sim.md)."""
+    """At 64 MiB on 4 GPUs every chunk is cut into >= 16 pieces of 512 KiB: pipeline fill
+    and latency are small and the two models agree within 1% (docs/sim.md states the
+    tolerances measured on larger fabrics)."""
     for coll, cases in small_cases.items():
-        ev = sweep_rows(cases, coll, [2**28], model="event")
-        fl = sweep_rows(cases, coll, [2**28], model="fluid")
+        ev = sweep_rows(cases, coll, [2**26], model="event")
+        fl = sweep_rows(cases, coll, [2**26], model="fluid")
+        assert [r["model"] for r in ev + fl] == ["event"] * len(ev) + ["fluid"] * len(fl)
         for a, b in zip(ev, fl):
             assert a["method"] == b["method"]
-            assert a["algbw_GBps"] == pytest.approx(b["algbw_GBps"], rel=0.02), (coll, a["method"])
+            assert a["algbw_GBps"] == pytest.approx(b["algbw_GBps"], rel=0.01), (coll, a["method"])
 
 
 def test_summary_is_figure9_at_the_largest_size(small_cases):
