@@ -24,6 +24,7 @@ scaling every ``n_a`` by one constant, still exact for coarser AllGather tree sh
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Sequence
 
 import numpy as np
 
@@ -31,7 +32,8 @@ from mccl_opt.errors import ScheduleError
 from mccl_opt.schedule import Schedule, bottleneck_links, schedule_rate, share_loads
 from mccl_opt.topology import Topology
 
-__all__ = ["ScheduleProfile", "DriftReport", "bottleneck_rate", "cut_slack", "detect", "profile_schedule"]
+__all__ = ["ScheduleProfile", "DriftReport", "ProfileStack", "bottleneck_rate", "cut_slack", "detect",
+           "profile_schedule"]
 
 
 @dataclass(frozen=True)
@@ -87,6 +89,53 @@ def detect(m: np.ndarray, profile: ScheduleProfile, gamma: float) -> DriftReport
     worst = int(np.argmax(delta))
     max_delta = float(delta[worst])
     return DriftReport(x_min, slack, delta, max_delta, worst, max_delta > gamma)
+
+
+class ProfileStack:
+    """Algorithm 1 for many schedules at once (one controller decision, docs/runtime.md).
+
+    The profiles' ``n`` are stacked as a sparse row per schedule (used links only) and
+    their cuts as one flat array, so step 1 is one gather, divide and per-row minimum
+    and steps 2-3 one gather and per-row maximum over every schedule.  The arithmetic is
+    :func:`detect`'s, operation for operation, so the flags are the same.  ``capacity``
+    (one row per profile, the capacities each schedule was synthesized for) gives the
+    capacity-gained test: a link measured above ``(1 + gamma)`` times it.
+    """
+
+    def __init__(self, profiles: Sequence[ScheduleProfile], capacity: Sequence[np.ndarray], gamma: float) -> None:
+        self.profiles = tuple(profiles)
+        self.gamma = gamma
+        used = [np.flatnonzero(p.n > 0) for p in profiles]
+        self.link = np.concatenate(used + [np.zeros(0, dtype=np.int64)])
+        self.n = np.concatenate([p.n[u] for p, u in zip(profiles, used)] + [np.zeros(0)])
+        sizes = np.array([len(u) for u in used], dtype=np.int64)
+        self.used_rows = np.flatnonzero(sizes)
+        self.used_start = (np.cumsum(sizes) - sizes)[self.used_rows]
+        cuts = [p.cut for p in profiles]
+        self.cut = np.concatenate(cuts + [np.zeros(0, dtype=np.int64)])
+        self.cut_n = np.concatenate([p.n[p.cut] for p in profiles] + [np.zeros(0)])
+        self.base = np.concatenate([p.base_slack for p in profiles] + [np.zeros(0)])
+        cut_sizes = np.array([len(c) for c in cuts], dtype=np.int64)
+        self.cut_row = np.repeat(np.arange(len(profiles)), cut_sizes)
+        self.threshold = (1.0 + gamma) * np.array(capacity, dtype=float).reshape(len(profiles), -1)
+
+    def flags(self, m: np.ndarray) -> np.ndarray:
+        """Per schedule: flagged by Algorithm 1 (``max delta > gamma``) or by a gained link."""
+        rows = len(self.profiles)
+        x_min = np.full(rows, np.inf)
+        if len(self.link):
+            x_min[self.used_rows] = np.minimum.reduceat(m[self.link] / self.n, self.used_start)
+        flagged = np.zeros(rows, dtype=bool)
+        live = np.isfinite(x_min)[self.cut_row]
+        if live.any():
+            cut, row = self.cut[live], self.cut_row[live]
+            mc = m[cut]
+            delta = np.abs((mc - self.cut_n[live] * x_min[row]) / mc - self.base[live])
+            starts = np.flatnonzero(np.r_[True, row[1:] != row[:-1]])
+            flagged[row[starts]] = np.maximum.reduceat(delta, starts) > self.gamma
+        if rows:
+            flagged |= (m > self.threshold).any(axis=1)
+        return flagged
 
 
 def profile_schedule(topo: Topology, schedule: Schedule) -> ScheduleProfile:

@@ -30,9 +30,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from mccl_opt.errors import TelemetryError
 
-__all__ = ["LevelParams", "LevelTracker"]
+__all__ = ["LevelParams", "LevelTracker", "fold_levels"]
 
 
 @dataclass(frozen=True)
@@ -130,3 +132,42 @@ class LevelTracker:
         self.alarm = False
         self.run_t.clear()
         self.run_y.clear()
+
+
+def fold_levels(level: np.ndarray, c: np.ndarray, y: np.ndarray, t: np.ndarray,
+                busy: dict[int, LevelTracker], params: LevelParams) -> list[int]:
+    """Feed a batch (sorted by channel, then time and arrival) to the channels' trackers;
+    returns the channels whose level was confirmed anew (``level`` is updated in place).
+
+    A channel not in ``busy`` is *quiet* (no alarm, empty run: its whole state is its
+    level).  A quiet channel's sample with ``|y/L - 1| <= k`` leaves both CUSUM sums at 0,
+    so it changes nothing but the time: those samples are checked at once on arrays.
+    From a channel's first other sample on, its samples go through a
+    :class:`LevelTracker` in order, which stays in ``busy`` until it is quiet again.
+    The results are those of :meth:`LevelTracker.update` sample by sample."""
+    k = params.k
+    r = y / level[c]
+    moved = ((1.0 - r) - k > 0.0) | ((r - 1.0) - k > 0.0)
+    if busy:
+        moved |= np.isin(c, np.fromiter(busy, dtype=np.int64, count=len(busy)))
+    if not moved.any():
+        return []
+    pos = np.arange(len(c))
+    starts = np.flatnonzero(np.r_[True, c[1:] != c[:-1]])
+    first = np.minimum.reduceat(np.where(moved, pos, len(c)), starts)
+    group = np.repeat(np.arange(len(starts)), np.diff(np.append(starts, len(c))))
+    changed = []
+    touched = set()
+    for i in np.flatnonzero(pos >= first[group]).tolist():
+        cid = int(c[i])
+        tracker = busy.get(cid)
+        if tracker is None:
+            tracker = busy[cid] = LevelTracker(float(level[cid]), params)
+        touched.add(cid)
+        if tracker.update(float(t[i]), float(y[i])):
+            changed.append(cid)
+        level[cid] = tracker.level
+    for cid in touched:
+        if not busy[cid].alarm and not busy[cid].run_y:
+            del busy[cid]
+    return changed

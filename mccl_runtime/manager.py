@@ -62,7 +62,7 @@ from mccl_opt.errors import MCCLError, ScheduleError
 from mccl_opt.schedule import Schedule
 from mccl_opt.topology import Topology
 
-from .drift import DriftReport, ScheduleProfile, detect, profile_schedule
+from .drift import DriftReport, ProfileStack, ScheduleProfile, detect, profile_schedule
 from .telemetry import MeasurementStore
 
 __all__ = ["Policy", "Collective", "Event", "ScheduleManager", "Synthesizer", "solver_synthesizer",
@@ -185,6 +185,7 @@ class ScheduleManager:
         self.counters = {"resyntheses": 0, "published": 0, "aborted": 0, "timeouts": 0, "failures": 0,
                          "superseded": 0}
         self._pending_since: float | None = None
+        self._stack: ProfileStack | None = None
 
     # ------------------------------------------------------------------ registry
     def register(self, comm: str, name: str, kind: str, schedule: Schedule | None = None,
@@ -241,16 +242,21 @@ class ScheduleManager:
         if self._unsettled(now):
             return []
         m = self.store.measured()
-        flagged = []
-        for coll in self.collectives():
-            if not coll.dynamic or coll.profile is None or coll.job is not None:
-                continue
-            if now - coll.last_decision_t < self.policy.min_dwell_s:
-                continue
-            report = detect(m, coll.profile, self.policy.gamma)
-            if report.flagged or self._gained(m, coll):
-                flagged.append((coll, report))
-        return flagged
+        profiled = [c for c in self.collectives() if c.dynamic and c.profile is not None]
+        if not profiled:
+            return []
+        flags = self._stack_of(profiled).flags(m)
+        return [(coll, detect(m, coll.profile, self.policy.gamma)) for coll, flag in zip(profiled, flags.tolist())
+                if flag and coll.job is None and now - coll.last_decision_t >= self.policy.min_dwell_s]
+
+    def _stack_of(self, colls: list[Collective]) -> ProfileStack:
+        """The collectives' profiles stacked for Algorithm 1 (rebuilt when one changes)."""
+        stack = self._stack
+        if stack is None or len(stack.profiles) != len(colls) or any(
+                p is not c.profile for p, c in zip(stack.profiles, colls)):
+            stack = self._stack = ProfileStack([c.profile for c in colls], [c.synth_capacity for c in colls],
+                                               self.policy.gamma)
+        return stack
 
     def _unsettled(self, now: float) -> bool:
         """Links with an unconfirmed change hold decisions back, for at most ``settle_max_s``."""

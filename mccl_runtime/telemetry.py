@@ -39,6 +39,7 @@ from __future__ import annotations
 import math
 import time
 from collections import Counter
+from operator import itemgetter
 from typing import Any, Callable, Iterable, Mapping
 
 import numpy as np
@@ -46,7 +47,8 @@ import numpy as np
 from mccl_opt.errors import TelemetryError
 from mccl_opt.topology import Topology
 
-from .level import LevelParams, LevelTracker
+from .channels import Channels
+from .level import LevelParams, LevelTracker, fold_levels
 from .samples import (KINDS, REASONS, IngestReport, LinkMap, RejectedSample, Sample,
                       parse_sample)
 
@@ -55,6 +57,8 @@ __all__ = ["Sample", "RejectedSample", "IngestReport", "LinkMap", "MeasurementSt
 
 #: the plain number types a vectorised batch accepts
 _NUMBERS = {float, int}
+_WIRE, _KIND = itemgetter("kind", "src", "dst"), itemgetter(0)
+_GBPS, _T = itemgetter("gbps"), itemgetter("t")
 ESTIMATORS = ("ewma", "level")
 
 
@@ -65,7 +69,8 @@ class MeasurementStore:
     largest believable sample relative to nominal, ``future_tolerance_s`` the clock skew
     allowed before a timestamp counts as from the future.  ``clock`` gives "now" when
     :meth:`ingest` is not told.  ``estimator="level"`` replaces each channel's EWMA by a
-    :class:`~mccl_runtime.level.LevelTracker` with ``level_params``.
+    :class:`~mccl_runtime.level.LevelTracker` with ``level_params``.  The channels live in
+    arrays (:class:`~mccl_runtime.channels.Channels`) and a batch is folded at once.
     """
 
     def __init__(self, topo: Topology, *, alpha: float = 0.012, max_ratio: float = 1.5,
@@ -78,7 +83,7 @@ class MeasurementStore:
             raise TelemetryError(f"estimator must be one of {ESTIMATORS}, got {estimator!r}")
         self.estimator = estimator
         self.level_params = level_params or LevelParams()
-        self._trackers: dict[Any, LevelTracker] = {}             # channel key -> tracker (level mode)
+        self._trackers: dict[int, LevelTracker] = {}             # busy channel -> tracker (level mode)
         self._rev: np.ndarray | None = None
         if max_ratio <= 1.0:
             raise TelemetryError(f"max_ratio must be > 1 (a sample may exceed nominal slightly), got {max_ratio!r}")
@@ -89,55 +94,68 @@ class MeasurementStore:
         self.floor_ratio = float(floor_ratio)
         self.clock = clock
         self.map = LinkMap(topo)
-        self._direct: dict[int, tuple[float, float]] = {}          # link -> (value, t)
-        self._pairs: dict[tuple[str, str], tuple[float, float]] = {}  # pair -> (value, t)
-        self._pair_slot: dict[tuple[str, str], int] = {}             # pair -> row of _entry_*
-        self._entry_slot: list[int] = []                             # (slot, link) incidence
-        self._entry_link: list[int] = []
+        self.chan = Channels(topo)
         self.accepted = 0
         self.rejected: Counter[str] = Counter()
         self._measured: np.ndarray | None = None
-        # the vectorised ingest's channels: wire key (kind, a, b) -> channel id -> (is pair,
-        # key in _pairs or _direct, links), nominal capacity per channel
-        self._channel_of_wire: dict[tuple[Any, Any, Any], int] = {}
-        self._channel_of_key: dict[tuple[bool, Any], int] = {}
-        self._channels: list[tuple[bool, Any, tuple[int, ...]]] = []
-        self._channel_nominal: list[float] = []
+        # wire key (kind, a, b) -> channel id, for the wire keys the vectorised parse resolved
+        self._channels: dict[tuple[Any, Any, Any], int] = {}
+
+    @property
+    def _direct(self) -> dict[int, tuple[float, float]]:
+        """Direct channels that have a sample: link -> (value, time)."""
+        ch = self.chan
+        return {a: (float(ch.value[a]), float(ch.t[a])) for a in np.flatnonzero(np.isfinite(ch.t[:ch.num_links])).tolist()}
+
+    @property
+    def _pairs(self) -> dict[tuple[str, str], tuple[float, float]]:
+        """Pair channels that have a sample: (src, dst) -> (value, time)."""
+        ch = self.chan
+        return {key: (float(ch.value[cid]), float(ch.t[cid])) for key, cid in ch.pair_id.items()
+                if math.isfinite(ch.t[cid])}
 
     # ------------------------------------------------------------------ ingest
     def ingest(self, samples: Iterable[Any], now: float | None = None) -> IngestReport:
-        """Validate and apply a batch; bad samples are counted, never raised.  An EWMA
-        store takes a batch of well-formed wire samples in numpy
-        (:meth:`_ingest_columns`); anything else goes sample by sample."""
+        """Validate and apply a batch; bad samples are counted, never raised.  A batch of
+        well-formed wire samples is parsed as columns (:meth:`_parse_columns`); anything
+        else is checked sample by sample, which words each rejection.  Either way the
+        accepted samples are folded into their channels at once (:meth:`_fold`)."""
         now = self.clock() if now is None else float(now)
-        if self.estimator == "ewma":
-            samples = samples if isinstance(samples, list) else list(samples)
-            report = self._ingest_columns(samples, now)
-            if report is not None:
-                return report
-        good: list[tuple[float, int, Sample, tuple[int, ...], float]] = []
+        samples = samples if isinstance(samples, list) else list(samples)
+        parsed = self._parse_columns(samples, now)
+        if parsed is None:
+            parsed = self._parse_each(samples, now)
+        c, y, t, rejected = parsed
+        order = np.argsort(c, kind="stable")
+        if len(c) > 1 and not (c[order[1:]] > c[order[:-1]]).all():  # a channel sampled twice
+            order = np.lexsort((np.arange(len(c)), t, c))            # by channel, time, arrival
+        applied, rejected["stale"] = self._fold(c[order], y[order], t[order])
+        rejected = +rejected                                           # drop the zero counts
+        self.accepted += applied
+        self.rejected.update(rejected)
+        return IngestReport(applied, {r: rejected[r] for r in REASONS if rejected[r]})
+
+    def _parse_each(self, samples: list[Any], now: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, Counter]:
+        """Sample-by-sample checks: the accepted samples' channels, values and times."""
+        c, y, t = [], [], []
         rejected: Counter[str] = Counter()
-        for i, raw in enumerate(samples):
+        for raw in samples:
             try:
                 s, links, nominal = self._check(raw, now)
             except RejectedSample as exc:
                 rejected[exc.reason] += 1
                 continue
-            good.append((s.t, i, s, links, nominal))
-        good.sort(key=lambda g: (g[0], g[1]))
-        applied = 0
-        for _, _, s, links, nominal in good:
-            if self._apply(s, links, nominal):
-                applied += 1
-            else:
-                rejected["stale"] += 1
-        self.accepted += applied
-        self.rejected.update(rejected)
-        return IngestReport(applied, {r: rejected[r] for r in REASONS if rejected[r]})
+            c.append(self._channel_of(s.kind, s.src, s.dst, links, nominal))
+            y.append(s.gbps)
+            t.append(s.t)
+        return np.array(c, dtype=np.int64), np.array(y, dtype=float), np.array(t, dtype=float), rejected
 
-    def _channel_id(self, wire: tuple[Any, Any, Any]) -> int | None:
-        """The channel of a wire key ``(kind, a, b)``, registered on first sight; ``None``
-        for a key the sample-by-sample path must reject."""
+    def _channel_of(self, kind: str, a: str, b: str, links: tuple[int, ...], nominal: float) -> int:
+        return self.chan.pair((a, b), links, nominal) if kind == "pair" else links[0]
+
+    def _wire_channel(self, wire: tuple[Any, Any, Any]) -> int | None:
+        """The channel of a wire key ``(kind, a, b)``, cached; ``None`` for a key the
+        sample-by-sample path must reject."""
         kind, a, b = wire
         if kind not in KINDS or not isinstance(a, str) or not isinstance(b, str) \
                 or (kind == "gpu" and b not in ("out", "in")):
@@ -146,32 +164,31 @@ class MeasurementStore:
             links, nominal = self.map.resolve(Sample(kind, a, b, 0.0, 0.0))
         except RejectedSample:
             return None
-        key = (kind == "pair", (a, b) if kind == "pair" else links[0])
-        cid = self._channel_of_key.get(key)
-        if cid is None:
-            cid = self._channel_of_key[key] = len(self._channels)
-            self._channels.append((*key, links))
-            self._channel_nominal.append(nominal)
-        self._channel_of_wire[wire] = cid
+        cid = self._channels[wire] = self._channel_of(kind, a, b, links, nominal)
         return cid
 
-    def _ingest_columns(self, batch: list[Any], now: float) -> IngestReport | None:
-        """Vectorised EWMA ingest (paper §3.2), the same result as sample by sample:
-        the batch's columns are pulled out once, the checks run on arrays, and each
-        channel's samples, in time order, fold into ``(1-a)^n v + sum a (1-a)^(n-1-k) y_k``.
-        ``None`` if a sample is not a plain wire object with numbers and a known channel
-        (the sample-by-sample path then words its rejection)."""
+    def _parse_columns(self, batch: list[Any], now: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, Counter] | None:
+        """Vectorised checks: the batch's columns are pulled out once, each sample's
+        channel comes from a cache, and ``nan``, ``negative``, ``future`` and
+        ``above_nominal`` are tested on arrays.  ``None`` if a sample is not a plain wire
+        object with numbers and a known channel."""
         try:
-            wire = [(k, d["gpu"], d.get("dir", "out")) if (k := d["kind"]) == "gpu"
-                    else (k, d["src"], d["dst"]) for d in batch]
-            ys, ts = [d["gbps"] for d in batch], [d["t"] for d in batch]
+            ys, ts = list(map(_GBPS, batch)), list(map(_T, batch))
+            try:                                    # no gpu sample: every key read in C
+                wire = list(map(_WIRE, batch))
+                gpu = "gpu" in set(map(_KIND, wire))
+            except KeyError:
+                gpu = True
+            if gpu:
+                wire = [(k, d["gpu"], d.get("dir", "out")) if (k := d["kind"]) == "gpu"
+                        else (k, d["src"], d["dst"]) for d in batch]
         except (KeyError, TypeError):
             return None
         if not set(map(type, ys)) <= _NUMBERS or not set(map(type, ts)) <= _NUMBERS:
             return None
-        ids = list(map(self._channel_of_wire.get, wire))
+        ids = list(map(self._channels.get, wire))
         if None in ids:
-            ids = [self._channel_id(w) for w in wire]
+            ids = [self._wire_channel(w) for w in wire]
             if None in ids:
                 return None
         try:
@@ -182,41 +199,29 @@ class MeasurementStore:
         nan = ~(np.isfinite(y) & np.isfinite(t))
         negative = ~nan & (y < 0)
         future = ~nan & ~negative & (t > now + self.future_tolerance_s)
-        nominal_of = self._channel_nominal
-        nominal = np.array([nominal_of[i] for i in ids], dtype=float)
-        above = ~nan & ~negative & ~future & (y > self.max_ratio * nominal)
+        above = ~nan & ~negative & ~future & (y > self.max_ratio * self.chan.nominal[c])
         rejected = Counter({r: int(m.sum()) for r, m in (("nan", nan), ("negative", negative),
                                                          ("future", future), ("above_nominal", above))})
         good = np.flatnonzero(~(nan | negative | future | above))
-        order = good[np.lexsort((good, t[good], c[good]))]            # by channel, time, arrival
-        c, y, t = c[order], y[order], t[order]
-        chans, first = np.unique(c, return_index=True)
-        channels, tables = self._channels, (self._direct, self._pairs)
-        start = [tables[channels[cid][0]].get(channels[cid][1], (self._channel_nominal[cid], -math.inf))
-                 for cid in chans.tolist()]
-        v0, t0 = np.array([x[0] for x in start]), np.array([x[1] for x in start])
-        group = np.repeat(np.arange(len(chans)), np.diff(np.append(first, len(c))))
-        fresh = t >= t0[group]                                         # older than the channel: stale
-        rejected["stale"] = int(len(c) - fresh.sum())
-        y, t, group = y[fresh], t[fresh], group[fresh]
-        n = np.bincount(group, minlength=len(chans))
-        end = np.cumsum(n)
-        keep = 1.0 - self.alpha
-        v = keep ** n * v0 + np.bincount(group, weights=self.alpha * keep ** (end[group] - 1 - np.arange(len(y))) * y,
-                                         minlength=len(chans))
-        last_t = t[np.maximum(end - 1, 0)] if len(y) else t0
-        for cid, nj, vj, tj in zip(chans.tolist(), n.tolist(), v.tolist(), last_t.tolist()):
-            if nj:
-                is_pair, key, links = channels[cid]
-                if is_pair and key not in self._pair_slot:
-                    self._register_pair(key, links)
-                tables[is_pair][key] = (vj, tj)
-        if len(y):
+        return c[good], y[good], t[good], rejected
+
+    def _fold(self, c: np.ndarray, y: np.ndarray, t: np.ndarray) -> tuple[int, int]:
+        """Apply samples sorted by channel, time and arrival: ``(applied, stale)``.  A
+        sample older than its channel's last one is stale."""
+        if not len(c):
+            return 0, 0
+        if self.estimator == "ewma":
+            applied, stale = self.chan.fold_ewma(c, y, t, self.alpha)
+            if applied:
+                self._measured = None
+            return applied, stale
+        chans, group, fresh = self.chan.split(c, t)
+        c, y, t = c[fresh], y[fresh], t[fresh]
+        if fold_levels(self.chan.value, c, y, t, self._trackers, self.level_params):
             self._measured = None
-        rejected = +rejected                                           # drop the zero counts
-        self.accepted += len(y)
-        self.rejected.update(rejected)
-        return IngestReport(len(y), {r: rejected[r] for r in REASONS if rejected[r]})
+        last = np.flatnonzero(np.r_[c[1:] != c[:-1], True]) if len(c) else np.zeros(0, dtype=np.int64)
+        self.chan.t[c[last]] = t[last]
+        return len(c), int(len(fresh) - len(c))
 
     def ingest_strict(self, samples: Iterable[Any], now: float | None = None) -> IngestReport:
         """Like :meth:`ingest`, but any bad sample raises :class:`TelemetryError` and
@@ -240,86 +245,35 @@ class MeasurementStore:
                                  f"{s.gbps} Gbps on {s.src}->{s.dst} exceeds {self.max_ratio} x nominal {nominal}")
         return s, links, nominal
 
-    def _apply(self, s: Sample, links: tuple[int, ...], nominal: float) -> bool:
-        if s.kind == "pair":
-            table: dict = self._pairs
-            key: Any = (s.src, s.dst)
-            if key not in self._pair_slot:
-                self._register_pair(key, links)
-        else:
-            table, key = self._direct, links[0]
-        value, last_t = table.get(key, (nominal, -math.inf))
-        if s.t < last_t:
-            return False
-        if self.estimator == "level":
-            tracker = self._trackers.get(key)
-            if tracker is None:
-                tracker = self._trackers[key] = LevelTracker(value, self.level_params)
-            changed = tracker.update(s.t, s.gbps)
-            table[key] = (tracker.level, s.t)
-            if changed:
-                self._measured = None
-            return True
-        table[key] = ((1.0 - self.alpha) * value + self.alpha * s.gbps, s.t)
-        self._measured = None
-        return True
-
     def ingest_links(self, links: np.ndarray, t: np.ndarray, gbps: np.ndarray) -> int:
         """Fast path for trusted in-process telemetry (the closed-loop simulator): ``link``
         samples given as link indices, times and Gbps, applied in time order.  Returns
         the number applied (stale ones are counted as rejected)."""
-        order = np.lexsort((np.arange(len(t)), t))
-        nominal = self.topo.arrays.capacity
-        applied = 0
-        for a, ti, y in zip(np.asarray(links)[order].tolist(), np.asarray(t)[order].tolist(),
-                            np.asarray(gbps)[order].tolist()):
-            if self._apply(Sample("link", "", "", y, ti), (a,), nominal[a]):
-                applied += 1
-            else:
-                self.rejected["stale"] += 1
+        c, t, y = (np.asarray(x) for x in (links, t, gbps))
+        order = np.lexsort((np.arange(len(t)), t, c))
+        applied, stale = self._fold(c[order].astype(np.int64), y[order].astype(float), t[order].astype(float))
+        self.rejected["stale"] += stale
         self.accepted += applied
         return applied
 
     def last_sample_t(self) -> np.ndarray:
         """Time of each link's latest direct sample (``-inf`` where none)."""
-        out = np.full(self.topo.num_links, -np.inf)
-        for a, (_, t) in self._direct.items():
-            out[a] = t
-        return out
+        return self.chan.t[:self.topo.num_links].copy()
 
     def pending_links(self) -> np.ndarray:
         """Links whose estimate has an unconfirmed change (level mode; empty for EWMA)."""
-        out = set()
-        for key, tracker in self._trackers.items():
+        out: set[int] = set()
+        for cid, tracker in self._trackers.items():
             if tracker.pending:
-                if isinstance(key, tuple):
-                    slot = self._pair_slot[key]
-                    out.update(l for s_, l in zip(self._entry_slot, self._entry_link) if s_ == slot)
-                else:
-                    out.add(key)
+                out.update(self.chan.links_of_pair(cid) if cid >= self.chan.num_links else (cid,))
         return np.array(sorted(out), dtype=np.int64)
-
-    def _register_pair(self, key: tuple[str, str], links: tuple[int, ...]) -> None:
-        slot = len(self._pair_slot)
-        self._pair_slot[key] = slot
-        self._entry_slot.extend([slot] * len(links))
-        self._entry_link.extend(links)
 
     # ------------------------------------------------------------------ outputs
     def measured(self) -> np.ndarray:
         """``M_a`` per link (link order), Gbps; a fresh read-only array."""
         if self._measured is None:
             nominal = self.topo.arrays.capacity
-            pair_max = np.full(self.topo.num_links, -np.inf)
-            if self._pair_slot:
-                values = np.empty(len(self._pair_slot))
-                for key, slot in self._pair_slot.items():
-                    values[slot] = self._pairs[key][0]
-                np.maximum.at(pair_max, np.asarray(self._entry_link, dtype=np.int64),
-                              values[np.asarray(self._entry_slot, dtype=np.int64)])
-            m = np.where(np.isfinite(pair_max), pair_max, nominal)
-            for a, (value, _) in self._direct.items():
-                m[a] = value
+            m = self.chan.measured()
             m = np.maximum(m, self.floor_ratio * nominal)
             if self.estimator == "level":
                 m = self._pair_cables(m)
@@ -373,14 +327,17 @@ class MeasurementStore:
     def restore(self, data: Mapping[str, Any]) -> None:
         """Load channels and counters written by :meth:`to_dict` (same topology)."""
         try:
-            self._direct = {self.topo.link_index(d["src"], d["dst"]): (float(d["value"]), float(d["t"]))
-                            for d in data.get("direct", [])}
-            self._pairs = {}
-            self._pair_slot, self._entry_slot, self._entry_link = {}, [], []
+            direct = [(self.topo.link_index(d["src"], d["dst"]), float(d["value"]), float(d["t"]))
+                      for d in data.get("direct", [])]
+            self.chan.clear()
+            self._channels, self._trackers = {}, {}
+            for a, value, t in direct:
+                self.chan.value[a], self.chan.t[a] = value, t
             for d in data.get("pairs", []):
                 s = parse_sample({"kind": "pair", "src": d["src"], "dst": d["dst"], "gbps": 0.0, "t": 0.0})
-                self._register_pair((s.src, s.dst), self.map.resolve(s)[0])
-                self._pairs[(s.src, s.dst)] = (float(d["value"]), float(d["t"]))
+                links, nominal = self.map.resolve(s)
+                cid = self.chan.pair((s.src, s.dst), links, nominal)
+                self.chan.value[cid], self.chan.t[cid] = float(d["value"]), float(d["t"])
             self.accepted = int(data.get("accepted", 0))
             self.rejected = Counter({str(k): int(v) for k, v in dict(data.get("rejected", {})).items()})
         except (KeyError, TypeError, ValueError) as exc:

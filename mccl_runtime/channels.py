@@ -1,0 +1,129 @@
+"""Telemetry channels as arrays: one estimate and one time per channel, folded a batch at once.
+
+A *channel* is what one telemetry stream estimates (paper §3.2-3.3; the mapping of samples
+onto channels is :mod:`mccl_runtime.samples`): one *direct* channel per link (``link`` and
+``gpu`` samples; channel id = link index) and one channel per ordered GPU pair (``pair``
+samples; ids after the links, registered on first sight).  Each holds a value (started at
+the nominal capacity, the paper's startup probing) and the time of its last sample.
+
+:meth:`Channels.fold_ewma` applies a batch of samples, already sorted by channel, time and
+arrival, with the EWMA ``v <- (1-a) v + a y`` of each channel's samples in time order
+(``(1-a)^n v + sum_k a (1-a)^(n-1-k) y_k``); the change-point estimator's batch fold is
+:func:`mccl_runtime.level.fold_levels`.  :meth:`Channels.measured` builds ``M`` with the
+rule of docs/runtime.md ("Telemetry"): the direct channel, else the largest pair channel
+crossing the link, else nominal.  Everything is numpy over channels; Python runs per
+channel only where a change-point tracker is busy.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from mccl_opt.topology import Topology
+
+__all__ = ["Channels"]
+
+
+class Channels:
+    """Per-channel values and times (direct channels first), and the pair -> link incidence."""
+
+    def __init__(self, topo: Topology) -> None:
+        self.topo = topo
+        self.num_links = topo.num_links
+        self.capacity = np.asarray(topo.arrays.capacity, dtype=float)
+        size = max(16, 2 * self.num_links)
+        self.value = np.empty(size)
+        self.value[:self.num_links] = self.capacity
+        self.t = np.full(size, -math.inf)
+        self.nominal = np.empty(size)
+        self.nominal[:self.num_links] = self.capacity
+        self.count = self.num_links
+        self.pair_id: dict[tuple[str, str], int] = {}          # pair -> channel id
+        self.pair_key: list[tuple[str, str]] = []              # channel id - num_links -> pair
+        self._entry_channel: list[int] = []                     # (pair channel, link) incidence
+        self._entry_link: list[int] = []
+        self._incidence: tuple[np.ndarray, np.ndarray] | None = None
+
+    # ------------------------------------------------------------------ registry
+    def pair(self, key: tuple[str, str], links: tuple[int, ...], nominal: float) -> int:
+        """The channel id of an ordered GPU pair measuring ``links``, registered on first sight."""
+        cid = self.pair_id.get(key)
+        if cid is not None:
+            return cid
+        cid = self.count
+        if cid == len(self.value):
+            grow = len(self.value)
+            self.value = np.concatenate([self.value, np.empty(grow)])
+            self.t = np.concatenate([self.t, np.full(grow, -math.inf)])
+            self.nominal = np.concatenate([self.nominal, np.empty(grow)])
+        self.value[cid] = self.nominal[cid] = nominal
+        self.t[cid] = -math.inf
+        self.count += 1
+        self.pair_id[key] = cid
+        self.pair_key.append(key)
+        self._entry_channel.extend([cid] * len(links))
+        self._entry_link.extend(links)
+        self._incidence = None
+        return cid
+
+    def links_of_pair(self, cid: int) -> list[int]:
+        """The links a pair channel measures."""
+        return [l for c, l in zip(self._entry_channel, self._entry_link) if c == cid]
+
+    def clear(self) -> None:
+        """Forget every sample and pair channel (before a restore)."""
+        self.__init__(self.topo)
+
+    # ------------------------------------------------------------------ folding
+    def split(self, c: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """For samples sorted by channel then time: the channels, each sample's group index
+        and the mask of fresh samples (not older than the channel's last sample)."""
+        first = np.flatnonzero(np.r_[True, c[1:] != c[:-1]])
+        chans = c[first]
+        if len(first) == len(c):                             # one sample per channel
+            return chans, np.arange(len(c)), t >= self.t[chans]
+        group = np.repeat(np.arange(len(chans)), np.diff(np.append(first, len(c))))
+        return chans, group, t >= self.t[chans][group]
+
+    def fold_ewma(self, c: np.ndarray, y: np.ndarray, t: np.ndarray, alpha: float) -> tuple[int, int]:
+        """EWMA of each channel's samples in order (sorted by channel, time, arrival);
+        returns ``(applied, stale)``."""
+        chans, group, fresh = self.split(c, t)
+        y, t, group = y[fresh], t[fresh], group[fresh]
+        n = np.bincount(group, minlength=len(chans))
+        end = np.cumsum(n)
+        keep = 1.0 - alpha
+        decay = keep ** (end[group] - 1 - np.arange(len(y)))
+        v = keep ** n * self.value[chans] + np.bincount(group, weights=alpha * decay * y, minlength=len(chans))
+        hit = n > 0
+        self.value[chans[hit]] = v[hit]
+        self.t[chans[hit]] = t[end[hit] - 1]
+        return len(y), int(len(fresh) - len(y))
+
+    # ------------------------------------------------------------------ outputs
+    def measured(self) -> np.ndarray:
+        """``M`` before the floor: direct channel, else the largest sampled pair crossing
+        the link, else nominal (docs/runtime.md)."""
+        L = self.num_links
+        m = self.capacity.copy()
+        if self._entry_channel:
+            ch, link = self._sorted_incidence()
+            vals = np.where(np.isfinite(self.t[ch]), self.value[ch], -math.inf)
+            starts = np.flatnonzero(np.r_[True, link[1:] != link[:-1]])
+            best = np.maximum.reduceat(vals, starts)
+            seen = np.isfinite(best)
+            m[link[starts[seen]]] = best[seen]
+        direct = np.isfinite(self.t[:L])
+        m[direct] = self.value[:L][direct]
+        return m
+
+    def _sorted_incidence(self) -> tuple[np.ndarray, np.ndarray]:
+        if self._incidence is None:
+            ch = np.asarray(self._entry_channel, dtype=np.int64)
+            link = np.asarray(self._entry_link, dtype=np.int64)
+            order = np.argsort(link, kind="stable")
+            self._incidence = (ch[order], link[order])
+        return self._incidence
+
