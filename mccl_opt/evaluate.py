@@ -122,24 +122,36 @@ class FailureCase:
     ``schedules`` maps a method to its schedule: the NCCL baselines under their NCCL
     names first (:func:`nccl_baselines`), then ``mccl-no-reopt`` (the healthy schedule
     transplanted) and ``mccl-reopt`` (re-synthesized); ``baseline`` is the one Figure 9
-    compares against.  ``reopt_needed``/``cut_deviation`` come from :func:`cut_check`.
+    compares against (the first baseline, ``None`` when none applies to the fabric);
+    ``unavailable`` says why a baseline is missing.  ``reopt_needed``/``cut_deviation``
+    come from :func:`cut_check`.
     """
 
     failure: str
     topo: Topology
     schedules: dict[str, Schedule]
-    baseline: str
+    baseline: str | None
     reopt_needed: bool
     cut_deviation: float
+    unavailable: dict[str, str]
 
 
-def nccl_baselines(topo: Topology, collective: str) -> dict[str, Schedule]:
-    """NCCL's algorithms on ``topo``: ring AllGather; PXN (HPN only) and direct AllToAll."""
+def nccl_baselines(topo: Topology, collective: str) -> tuple[dict[str, Schedule], dict[str, str]]:
+    """NCCL's algorithms on ``topo`` (ring AllGather; PXN on HPN and direct AllToAll),
+    and why any of them cannot be built there (e.g. a rank-order ring hop with no
+    switch-only path on an irregular fabric)."""
     if collective == "allgather":
-        return {"nccl-ring": ring_allgather(topo)}
-    out = {"nccl-pxn": pxn_alltoall(topo)} if topo.extra.get("family") == "hpn" else {}
-    out["nccl-direct"] = direct_alltoall(topo)
-    return out
+        builders = {"nccl-ring": ring_allgather}
+    else:
+        builders = {"nccl-pxn": pxn_alltoall} if topo.extra.get("family") == "hpn" else {}
+        builders["nccl-direct"] = direct_alltoall
+    built, unavailable = {}, {}
+    for name, build in builders.items():
+        try:
+            built[name] = build(topo)
+        except TopologyError as exc:
+            unavailable[name] = str(exc)
+    return built, unavailable
 
 
 def _solve(topo: Topology, collective: str, backend: str) -> Schedule:
@@ -166,29 +178,34 @@ def failure_cases(topo: Topology, collective: str, failures: Mapping[str, Topolo
     cases = []
     for failure, degraded in failures.items():
         say(f"{collective}/{failure}: baseline, no re-opt and re-opt schedules")
-        schedules = nccl_baselines(degraded, collective)
-        baseline = next(iter(schedules))
+        schedules, unavailable = nccl_baselines(degraded, collective)
+        baseline = next(iter(schedules), None)
         if degraded is topo:
             schedules[NO_REOPT] = schedules[REOPT] = healthy
         else:
             schedules[NO_REOPT] = transplant(healthy, degraded)
             schedules[REOPT] = _solve(degraded, collective, backend)
         needed, deviation = cut_check(healthy, schedules[NO_REOPT], degraded, gamma)
-        cases.append(FailureCase(failure, degraded, schedules, baseline, bool(needed), float(deviation)))
+        cases.append(FailureCase(failure, degraded, schedules, baseline, bool(needed), float(deviation),
+                                 unavailable))
     return cases
 
 
 def figure9_row(case: FailureCase, collective: str, block_bytes: float,
                 algbw: Mapping[str, float]) -> dict[str, Any]:
-    """The Figure 9 row of one case from each method's simulated algbw (GB/s)."""
-    base, stale, reopt = (case.schedules[k] for k in (case.baseline, NO_REOPT, REOPT))
-    bw = {"baseline": algbw[case.baseline], "no_reopt": algbw[NO_REOPT], "reopt": algbw[REOPT]}
+    """The Figure 9 row of one case from each method's simulated algbw (GB/s); without a
+    baseline its figures and the speedups are ``None``."""
+    stale, reopt = case.schedules[NO_REOPT], case.schedules[REOPT]
+    base = case.schedules.get(case.baseline) if case.baseline else None
+    bw = {"baseline": algbw[case.baseline] if base else None, "no_reopt": algbw[NO_REOPT],
+          "reopt": algbw[REOPT]}
     return {
         "failure": case.failure, "collective": collective, "topology": case.topo.name,
         "gpus": case.topo.num_gpus, "block_bytes": block_bytes, "baseline": case.baseline,
         "baseline_algbw": bw["baseline"], "no_reopt_algbw": bw["no_reopt"], "reopt_algbw": bw["reopt"],
-        "no_reopt_speedup": bw["no_reopt"] / bw["baseline"], "reopt_speedup": bw["reopt"] / bw["baseline"],
-        "baseline_rate_gbps": base.rate_gbps, "no_reopt_rate_gbps": stale.rate_gbps,
+        "no_reopt_speedup": bw["no_reopt"] / bw["baseline"] if base else None,
+        "reopt_speedup": bw["reopt"] / bw["baseline"] if base else None,
+        "baseline_rate_gbps": base.rate_gbps if base else None, "no_reopt_rate_gbps": stale.rate_gbps,
         "reopt_rate_gbps": reopt.rate_gbps, "reopt_needed": case.reopt_needed,
         "cut_deviation": case.cut_deviation,
         "stale_still_optimal": bool(stale.rate_gbps >= reopt.rate_gbps * (1 - 1e-6)),
@@ -217,6 +234,6 @@ def run_failure_experiment(topo: Topology, collective: str, failures: Mapping[st
     for case in failure_cases(topo, collective, failures, backend=backend, gamma=gamma,
                               progress=progress):
         algbw = {k: simulate(case.topo, case.schedules[k], block, **mode).algbw_gbytes_per_s
-                 for k in (case.baseline, NO_REOPT, REOPT)}
+                 for k in (case.baseline, NO_REOPT, REOPT) if k}
         rows.append(figure9_row(case, collective, block, algbw))
     return rows

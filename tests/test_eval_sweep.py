@@ -211,3 +211,18 @@ def test_dgx8_eval_with_every_failure_exits_0(tmp_path, capsys, monkeypatch):
     # the synthesizer's claim, model-free: re-optimizing never loses rate to the stale schedule
     assert all(r["reopt_rate_gbps"] >= r["no_reopt_rate_gbps"] * (1 - 1e-6) for r in out["summary"])
     assert {r["failure"] for r in out["summary"]} == {"fail1", "fail2", "fail3"}
+
+
+def test_a_baseline_that_cannot_be_built_is_skipped_and_figure9_says_na(tmp_path, capsys, monkeypatch):
+    """irregular-4's rank-order ring has a hop with no switch-only path: no nccl-ring."""
+    from mccl_opt.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    assert main(["eval", "irregular-4", "--failures", "none", "--collective", "allgather",
+                 "-b", "1M", "-e", "1M", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    (skip,) = out["skipped"]
+    assert skip["method"] == "nccl-ring" and "no switch-only path" in skip["reason"]
+    assert {r["method"] for r in out["rows"]} == {NO_REOPT, REOPT}
+    (summary,) = out["summary"]
+    assert summary["baseline"] is None and summary["reopt_speedup"] is None

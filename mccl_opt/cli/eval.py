@@ -39,7 +39,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--backend", default="highs", help="LP backend of the synthesizers")
     p.add_argument("--png", default=None, help="busbw plot path (default mccl-eval-<topology>.png)")
     p.add_argument("--csv", default=None, metavar="FILE", help="also write the sweep rows as CSV")
-    p.add_argument("--json", action="store_true", help="print rows, summary and skipped failures as JSON")
+    p.add_argument("--json", action="store_true", help="print rows, summary and what was skipped (failures, "
+                                                               "baselines) as JSON")
     p.set_defaults(handler=_eval)
 
 
@@ -72,7 +73,7 @@ def _failures(topo, spec: str, say) -> tuple[dict, list[dict]]:
         try:
             fabrics[name] = apply_failure(topo, name)
         except TopologyError as exc:
-            skipped.append({"failure": name, "reason": str(exc)})
+            skipped.append({"failure": name, "collective": None, "method": None, "reason": str(exc)})
             say(f"{name} does not apply to {topo.name}: {exc}; skipped")
     if not fabrics:
         raise TopologyError(f"none of the failures applies to {topo.name} "
@@ -105,6 +106,11 @@ def _eval(args: argparse.Namespace) -> int:
     rows, summary = [], []
     for coll in collectives:
         cases = failure_cases(topo, coll, failures, backend=args.backend, progress=say)
+        for case in cases:
+            for method, reason in case.unavailable.items():
+                skipped.append({"failure": case.failure, "collective": coll, "method": method,
+                                "reason": reason})
+                warn(f"{method} does not apply to {case.topo.name}: {reason}; skipped")
         mine = sweep_rows(cases, coll, sizes, model=args.model, event_limit=limit,
                           progress=say)
         rows += mine
@@ -141,8 +147,9 @@ def _print_sweep(rows: list[dict]) -> None:
 
 def _summary_cells(r: dict) -> list:
     verdict = "re-opt needed" if r["reopt_needed"] else "cut saturated: keep"
-    return [r["failure"], r["baseline"], r["baseline_algbw"], r["no_reopt_algbw"], r["reopt_algbw"],
-            r["no_reopt_speedup"], r["reopt_speedup"], verdict]
+    cells = [r["failure"], r["baseline"], r["baseline_algbw"], r["no_reopt_algbw"], r["reopt_algbw"],
+             r["no_reopt_speedup"], r["reopt_speedup"], verdict]
+    return ["n/a" if v is None else v for v in cells]
 
 
 def _write_csv(rows: list[dict], path: Path) -> None:
