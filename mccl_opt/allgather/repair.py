@@ -18,7 +18,9 @@ tree scanning first the *wide* links of its vertices (units above their tail's
 average; NVLink-derived links on HPN), then the others, link scans rotated by root as
 in :func:`~.trees.greedy_pack`.  Wide-first makes a tree enter a host once and fan out
 inside it, which is what leaves the scarce rail units for the other trees (0 repairs on
-HPN up to 512 GPUs).  Warm: previous tree shapes are seeded verbatim first.  Identical
+HPN up to 1024 GPUs).  Saturated links leave a per-tier skip list (union-find
+"next live link"), so a scan never revisits them; a repair search enqueues a link's
+users once.  Warm: previous tree shapes are seeded verbatim first.  Identical
 trees of a root are merged into :class:`~.trees.TreeClass` es.  Completion certifies
 the packing by construction; ``None`` means no local chain exists and the caller
 falls back to the global packers.
@@ -33,38 +35,89 @@ from .trees import TreeClass
 
 __all__ = ["repair_pack", "MAX_ENTRIES"]
 
-#: largest ``k * n * n`` (unit trees x ranks) the packer allocates state for (~33 bytes
-#: each); beyond it (exact mode with a large k at scale) the caller's fallbacks run
-MAX_ENTRIES = 1 << 23
+#: largest ``k * n * n`` (unit trees x ranks) the packer allocates state for (~17 bytes
+#: each: 4.5 GB at the limit; 4096 GPUs with k = 10 take 2.9 GB); beyond it the
+#: caller's fallbacks run
+MAX_ENTRIES = 1 << 28
 
 
 @njit(cache=True)
-def _below(par, tail, w, v, root):
-    """Is ``w`` in the subtree of ``v`` (walking ``w``'s parents up to the root)?"""
+def _find(nxt, p):
+    """First live position ``>= p`` of a skip list (``nxt[q] == q``: ``q`` is live;
+    ``nxt[-1]`` is a live sentinel), halving the paths it walks."""
+    while nxt[p] != p:
+        nxt[p] = nxt[nxt[p]]
+        p = nxt[p]
+    return p
+
+
+@njit(cache=True)
+def _spend(a, cap, wide, skip):
+    """Take one unit of arc ``a``; a saturated arc leaves its tier's skip list."""
+    cap[a] -= 1
+    if cap[a] == 0:
+        skip[0 if wide[a] else 1, a] = a + 1
+
+
+@njit(cache=True)
+def _attach(t, v, a, off, used, user, slot_of, par, member, order, count):
+    """Tree ``t`` reaches rank ``v`` over link ``a`` (its unit already spent)."""
+    s = off[a] + used[a]
+    used[a] += 1
+    user[s] = t
+    slot_of[t, v] = s
+    par[t, v] = a
+    member[t, v] = True
+    order[t, count[t]] = v
+    count[t] += 1
+
+
+@njit(cache=True)
+def _below(par, tail, w, v, root, memo, memo_below, token, path):
+    """Is ``w`` in the subtree of ``v``?  Walks ``w``'s parents up to ``v``, the root or
+    a rank answered under ``token`` (one tree and ``v``) and records the answer for every
+    rank walked (``memo``/``memo_below``)."""
+    depth = 0
     while True:
+        if memo[w] == token:
+            found = memo_below[w]
+            break
         if w == v:
-            return True
+            found = True
+            break
         if w == root:
-            return False
+            found = False
+            break
+        path[depth] = w
+        depth += 1
         w = tail[par[w]]
+    for i in range(depth):
+        memo[path[i]] = token
+        memo_below[path[i]] = found
+    return found
 
 
 @njit(cache=True)
-def _usable(x, b, v, k, tail, par, member):
-    """May tree ``x`` take link ``b`` (into ``v``) as ``v``'s parent?"""
+def _usable(x, b, v, k, tail, par, member, memo, memo_below, token, path):
+    """May tree ``x`` take link ``b`` (into ``v``) as ``v``'s parent? (``token``: see
+    :func:`_below`.)"""
     w = tail[b]
     if not member[x, w] or b == par[x, v]:
         return False
-    return not (member[x, v] and _below(par[x], tail, w, v, x // k))
+    return not (member[x, v] and _below(par[x], tail, w, v, x // k, memo, memo_below, token,
+                                        path))
 
 
 @njit(cache=True)
-def _repair(t, n, k, tail, in_start, in_arc, cap, off, used, user, slot_of, par, member,
-            count, order, stamp, seen, q_tree, q_pred, q_arc, free, shift, info):
+def _repair(t, n, k, tail, in_start, in_arc, cap, wide, skip, off, used, user, slot_of, par,
+            member, count, order, stamp, seen, arc_seen, q_tree, q_pred, q_arc, free, shift, info,
+            memo, memo_below, path):
     """Find and apply an augmenting chain that gives tree ``t`` one more vertex.
     Trees are checked against the (few) free links into ``v`` when discovered and
-    expanded over the saturated ones only when popped.  Returns the vertex gained
-    (or -1) and the updated visit stamp; ``info[1]`` counts the trees visited."""
+    expanded over the saturated ones only when popped; a link's users are enqueued
+    once per search (``arc_seen``), not once per tree that may take it.  Returns the vertex gained
+    (or -1) and the updated visit stamp; ``info[1]`` counts the trees visited,
+    ``info[2]`` is the memo token of :func:`_below`."""
     for i in range(n):
         v = (i + shift * (t // k)) % n
         if member[t, v]:
@@ -84,17 +137,22 @@ def _repair(t, n, k, tail, in_start, in_arc, cap, off, used, user, slot_of, par,
         qt = 1
         end = -1
         end_arc = -1
+        info[2] += 1
         for f in range(n_free):
-            if _usable(t, free[f], v, k, tail, par, member):
+            if _usable(t, free[f], v, k, tail, par, member, memo, memo_below, info[2], path):
                 end = 0
                 end_arc = free[f]
                 break
         while qh < qt and end < 0:
             x = q_tree[qh]
+            info[2] += 1
+            token = info[2]
             for p in range(in_start[v], in_start[v + 1]):
                 b = in_arc[p]
-                if cap[b] > 0 or not _usable(x, b, v, k, tail, par, member):
+                if arc_seen[b] == stamp or cap[b] > 0 or \
+                        not _usable(x, b, v, k, tail, par, member, memo, memo_below, token, path):
                     continue
+                arc_seen[b] = stamp     # its users are all seen now: never expand it again
                 for s in range(off[b], off[b] + used[b]):
                     y = user[s]
                     if seen[y] == stamp:
@@ -103,8 +161,10 @@ def _repair(t, n, k, tail, in_start, in_arc, cap, off, used, user, slot_of, par,
                     q_tree[qt] = y
                     q_pred[qt] = qh
                     q_arc[qt] = b
+                    info[2] += 1
                     for f in range(n_free):
-                        if _usable(y, free[f], v, k, tail, par, member):
+                        if _usable(y, free[f], v, k, tail, par, member, memo, memo_below,
+                                   info[2], path):
                             end = qt
                             end_arc = free[f]
                             break
@@ -122,7 +182,7 @@ def _repair(t, n, k, tail, in_start, in_arc, cap, off, used, user, slot_of, par,
         b = end_arc
         x = q_tree[j]
         s = slot_of[x, v]          # x's old slot (on the arc its predecessor takes), if any
-        cap[b] -= 1
+        _spend(b, cap, wide, skip)
         ns = off[b] + used[b]
         used[b] += 1
         user[ns] = x
@@ -145,25 +205,59 @@ def _repair(t, n, k, tail, in_start, in_arc, cap, off, used, user, slot_of, par,
 
 
 @njit(cache=True)
+def _next_arc(t, tier, u, r, shift, start, head, member, skip, scanned):
+    """The next arc of tier ``tier`` out of ``u`` that tree ``t`` (root ``r``) can take,
+    scanning ``u``'s links from the rotated offset ``shift * r + u`` and skipping
+    saturated ones through the tier's skip list; -1 when ``u`` has none left.
+    ``scanned[tier, t]`` counts the positions passed (the scan resumes there)."""
+    st = start[u]
+    deg = start[u + 1] - st
+    if deg == 0:
+        return -1
+    o = (shift * r + u) % deg
+    while scanned[tier, t] < deg:
+        sc = scanned[tier, t]
+        if o + sc < deg:            # first segment [o, deg), then [0, o)
+            p = st + o + sc
+            lim = st + deg
+        else:
+            p = st + o + sc - deg
+            lim = st + o
+        f = _find(skip[tier], p)
+        if f >= lim:
+            scanned[tier, t] = sc + lim - p
+            continue
+        scanned[tier, t] = sc + f - p + 1
+        if not member[t, head[f]]:
+            return f
+    return -1
+
+
+@njit(cache=True)
 def _grow(n, k, start, tail, head, in_start, in_arc, cap, wide, off, shift, info, seed):
     """Round-robin BFS growth of ``n*k`` unit trees with repair, trees with a complete
     ``seed`` row (warm reuse) taken as they are; returns ``(status, par)`` with status
     0 on success, -1 if some tree stayed stuck."""
     T = n * k
-    par = np.full((T, n), -1, np.int64)
+    m = cap.shape[0]
+    par = np.full((T, n), -1, np.int32)
     member = np.zeros((T, n), np.bool_)
-    order = np.zeros((T, n), np.int64)
+    order = np.zeros((T, n), np.int32)
     count = np.ones(T, np.int64)
     pos = np.zeros((2, T), np.int64)
     scanned = np.zeros((2, T), np.int64)
-    slot_of = np.full((T, n), -1, np.int64)
-    used = np.zeros(cap.shape[0], np.int64)
-    user = np.full(off[-1] + 1, -1, np.int64)
+    slot_of = np.full((T, n), -1, np.int32)
+    used = np.zeros(m, np.int64)
+    user = np.full(off[-1] + 1, -1, np.int32)
     seen = np.zeros(T, np.int64)
+    arc_seen = np.zeros(m, np.int64)
     q_tree = np.empty(T, np.int64)
     q_pred = np.empty(T, np.int64)
     q_arc = np.empty(T, np.int64)
     free = np.empty(n, np.int64)
+    memo = np.zeros(n, np.int64)
+    memo_below = np.zeros(n, np.bool_)
+    path = np.empty(n + 1, np.int64)
     stamp = 0
     for t in range(T):
         r = t // k
@@ -172,17 +266,14 @@ def _grow(n, k, start, tail, head, in_start, in_arc, cap, wide, off, shift, info
         if seed[t, (r + 1) % n] < 0:
             continue
         for v in range(n):
-            a = seed[t, v]
-            if a >= 0:
-                cap[a] -= 1
-                s = off[a] + used[a]
-                used[a] += 1
-                user[s] = t
-                slot_of[t, v] = s
-                par[t, v] = a
-                member[t, v] = True
-                order[t, count[t]] = v
-                count[t] += 1
+            if seed[t, v] >= 0:
+                cap[seed[t, v]] -= 1        # skip lists are built after seeding
+                _attach(t, v, seed[t, v], off, used, user, slot_of, par, member, order, count)
+    skip = np.empty((2, m + 1), np.int64)   # per tier: live arcs (wide first, then the rest)
+    for a in range(m + 1):
+        live = a == m or cap[a] > 0
+        skip[0, a] = a if live and (a == m or wide[a]) else a + 1
+        skip[1, a] = a if live and (a == m or not wide[a]) else a + 1
     done = 0
     while done < T:
         done = 0
@@ -194,36 +285,23 @@ def _grow(n, k, start, tail, head, in_start, in_arc, cap, wide, off, shift, info
             arc = -1
             for tier in range(2):       # wide links (tail's above-average) first
                 while arc < 0 and pos[tier, t] < count[t]:
-                    u = order[t, pos[tier, t]]
-                    deg = start[u + 1] - start[u]
-                    while scanned[tier, t] < deg:
-                        a = start[u] + (shift * r + u + scanned[tier, t]) % deg
-                        scanned[tier, t] += 1
-                        if wide[a] == (tier == 0) and cap[a] > 0 and not member[t, head[a]]:
-                            arc = a
-                            break
+                    arc = _next_arc(t, tier, order[t, pos[tier, t]], r, shift, start, head,
+                                    member, skip, scanned)
                     if arc < 0:
                         pos[tier, t] += 1
                         scanned[tier, t] = 0
                 if arc >= 0:
                     break
             if arc >= 0:
-                v = head[arc]
-                cap[arc] -= 1
-                s = off[arc] + used[arc]
-                used[arc] += 1
-                user[s] = t
-                slot_of[t, v] = s
-                par[t, v] = arc
-                member[t, v] = True
-                order[t, count[t]] = v
-                count[t] += 1
+                _spend(arc, cap, wide, skip)
+                _attach(t, head[arc], arc, off, used, user, slot_of, par, member, order, count)
             else:
                 # every scanned link of t stays saturated (capacities never grow), so
                 # pos/scanned need no reset; repair may free nothing but gives t a vertex
-                v, stamp = _repair(t, n, k, tail, in_start, in_arc, cap, off, used, user,
-                                   slot_of, par, member, count, order, stamp, seen,
-                                   q_tree, q_pred, q_arc, free, shift, info)
+                v, stamp = _repair(t, n, k, tail, in_start, in_arc, cap, wide, skip, off, used,
+                                   user, slot_of, par, member, count, order, stamp, seen,
+                                   arc_seen, q_tree, q_pred, q_arc, free, shift, info, memo, memo_below,
+                                   path)
                 info[0] += 1
                 if v < 0:
                     return -1, par
@@ -253,7 +331,7 @@ def repair_pack(n: int, tail: np.ndarray, head: np.ndarray, units: np.ndarray,
     np.cumsum(np.bincount(s_head, minlength=n), out=in_start[1:])
     off = np.zeros(cap.size + 1, np.int64)
     np.cumsum(cap, out=off[1:])
-    info = np.zeros(2, np.int64)
+    info = np.zeros(3, np.int64)
     mean = np.bincount(s_tail, weights=cap, minlength=n) / np.maximum(np.diff(start), 1)
     wide = cap > mean[s_tail]
     seed, reused = _seed(n, k, s_tail, s_head, cap, shapes)
@@ -262,8 +340,6 @@ def repair_pack(n: int, tail: np.ndarray, head: np.ndarray, units: np.ndarray,
     counters = {"repairs": int(info[0]), "repair_visits": int(info[1]), "reused_trees": reused}
     if status < 0:
         return None, counters
-    mask = par >= 0
-    par[mask] = order[par[mask]]
     out: list[TreeClass] = []
     for r in range(n):
         groups: dict[bytes, list] = {}
@@ -273,7 +349,8 @@ def repair_pack(n: int, tail: np.ndarray, head: np.ndarray, units: np.ndarray,
                 groups[key][1] += 1
             else:
                 groups[key] = [row, 1]
-        out.extend(TreeClass(r, m, row.copy()) for row, m in groups.values())
+        out.extend(TreeClass(r, m, np.where(row >= 0, order[np.maximum(row, 0)], -1))
+                   for row, m in groups.values())
     out.sort(key=lambda c: (c.root, -c.mult))
     return out, counters
 
@@ -282,7 +359,7 @@ def _seed(n: int, k: int, tail: np.ndarray, head: np.ndarray, cap: np.ndarray,
           shapes: tuple[np.ndarray, np.ndarray] | None) -> tuple[np.ndarray, int]:
     """Unit-tree seed rows (sorted-arc parents, -1 elsewhere) from previous shapes whose
     every link exists and still has units; returns the rows and how many were seeded."""
-    seed = np.full((n * k, n), -1, np.int64)
+    seed = np.full((n * k, n), -1, np.int32)
     if shapes is None or len(shapes[0]) == 0:
         return seed, 0
     roots = np.asarray(shapes[0], np.int64)
