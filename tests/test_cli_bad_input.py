@@ -76,7 +76,7 @@ def test_output_paths_are_checked_before_the_work(capsys, files, tmp_path):
     t, s = str(files["topo"]), str(files["a2a"])
     for argv in (["solve", "alltoall", t, "-o", bad], ["export", "msccl", s, "-o", bad],
                  ["export", "mps", t, "-o", bad], ["eval", "hpn", "1x2x2", "--png", bad],
-                 ["bench", "--sizes", "1x2x2", "--json", bad], ["topo", "hpn", "1x2x2", "-o", bad]):
+                 ["bench", "--sizes", "1x2x2", "--out", bad], ["topo", "hpn", "1x2x2", "-o", bad]):
         _fails(capsys, argv, f"{argv[-2]} {bad!r}: the folder", "does not exist")
     _fails(capsys, ["solve", "allgather", t, "-o", str(tmp_path)], "is a folder")
 
