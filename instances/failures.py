@@ -92,7 +92,8 @@ def fail3(topo: Topology, gpu: int | str = 0) -> Topology:
     backup, bk_tor = f"{g}-bk", "bk-tor"
     for new in (backup, bk_tor):
         if topo.has_node(new):
-            raise TopologyError(f"cannot apply fail3: node {new!r} already exists")
+            raise TopologyError(f"cannot apply fail3: node {new!r} already exists "
+                                "(the fabric already has a Fail3 backup)")
     nodes = [Node(backup, "gpu") if n.id == g else n for n in topo.nodes]
     nodes.append(Node(bk_tor, "switch"))
     links = [l for l in topo.links if g not in (l.src, l.dst)]
