@@ -14,9 +14,11 @@ classified like a generated one:
 * a class's **nominal** capacity is the capacity most of its links run at, within the
   tolerance :data:`DEGRADED_BELOW` (ties: the larger), so a class that mixes speeds by
   design (double NVLinks next to single ones) keeps its common speed as nominal;
-* a link is **degraded** when its capacity is below ``DEGRADED_BELOW`` x its class's
-  nominal; it is degraded **in one direction** when the reverse link exists and is not
-  degraded.
+* a link's **nominal** is the larger of its class's nominal and its reverse link's
+  capacity (the two directions of a cable run at one speed when healthy, so a cable
+  slower one way is caught even in a class of mixed speeds);
+* a link is **degraded** when its capacity is below ``DEGRADED_BELOW`` x its nominal;
+  it is degraded **in one direction** when the reverse link exists and is not degraded.
 """
 
 from __future__ import annotations
@@ -128,18 +130,22 @@ def nominal_capacities(topo: "Topology", below: float = DEGRADED_BELOW,
 
 def degraded_links(topo: "Topology", below: float = DEGRADED_BELOW,
                    labels: list[str] | None = None) -> list[DegradedLink]:
-    """The links below ``below`` x their class's nominal capacity, in link order
-    (``labels``: :func:`link_classes` of ``topo`` when the caller has them already)."""
+    """The links below ``below`` x their nominal capacity — the larger of their class's
+    and their reverse link's — in link order (``labels``: :func:`link_classes` of
+    ``topo`` when the caller has them already)."""
     _check_below(below)
     labels = link_classes(topo) if labels is None else labels
     cap = topo.arrays.capacity
-    nominal = _class_nominals(labels, cap, below)
-    low = {a for a, label in enumerate(labels) if cap[a] < below * nominal[label]}
+    by_class = _class_nominals(labels, cap, below)
+    reverse = [topo.link_index(l.dst, l.src) if topo.has_link(l.dst, l.src) else None
+               for l in topo.links]
+    nominal = [max(by_class[label], 0.0 if rev is None else float(cap[rev]))
+               for label, rev in zip(labels, reverse)]
+    low = {a for a in range(topo.num_links) if cap[a] < below * nominal[a]}
     out = []
     for a in sorted(low):
-        link = topo.links[a]
-        rev = topo.link_index(link.dst, link.src) if topo.has_link(link.dst, link.src) else None
-        out.append(DegradedLink(link.src, link.dst, float(cap[a]), nominal[labels[a]], labels[a],
+        link, rev = topo.links[a], reverse[a]
+        out.append(DegradedLink(link.src, link.dst, float(cap[a]), nominal[a], labels[a],
                                 None if rev is None else float(cap[rev]),
                                 rev is not None and rev not in low))
     return out

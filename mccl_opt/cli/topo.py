@@ -15,8 +15,9 @@ SHOW_EPILOG = (
     "tier (tier = hops to the nearest GPU): gpu@S are the GPU links of switch S, tier1@S "
     "its links to tier-1 switches; GPU-GPU links form one class; a cable between two "
     "switches of one tier is its own class. The nominal capacity of a class is the one "
-    "most of its links run at (ties: the larger); a link below 0.95 x nominal is listed, "
-    "as 'one way' when its reverse link is not degraded. Parallel links of one node pair "
+    "most of its links run at (ties: the larger); a link below 0.95 x the larger of its "
+    "class's nominal and its reverse link's capacity is listed, as 'one way' when its "
+    "reverse link is not degraded. Parallel links of one node pair "
     "are merged on loading (summed capacity, smallest latency) and listed. "
     "See docs/modelling.md.")
 
@@ -151,7 +152,7 @@ def _report(topo, as_json: bool) -> None:
                 [(c["capacity_gbps"], c["latency_us"], c["count"]) for c in info["link_speeds"]])
     print(f"link classes: {len(info['link_classes'])} (each with its nominal capacity in --json)")
     degraded = info["degraded_links"]
-    print(f"degraded links (below {info['degraded_below']:g} x their class's nominal): "
+    print(f"degraded links (below {info['degraded_below']:g} x nominal): "
           f"{len(degraded) or 'none'}")
     if degraded:
         print_table(["src", "dst", "gbps", "nominal", "class", "reverse_gbps", "direction"],
