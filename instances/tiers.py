@@ -105,12 +105,12 @@ def default_dir(tier: str) -> Path:
 
 # ------------------------------------------------------------------ certification
 def _cg(topo: Topology, backend: str):
-    """Column generation to the LP optimum: (schedule, seconds)."""
+    """Column generation to the LP optimum: (schedule, wall seconds, CPU seconds)."""
     from mccl_opt.alltoall import solve_alltoall
 
-    t = time.perf_counter()
+    t, cpu = time.perf_counter(), time.process_time()
     sched = solve_alltoall(topo, backend=backend, max_chunks=None)
-    return sched, time.perf_counter() - t
+    return sched, time.perf_counter() - t, time.process_time() - cpu
 
 
 def _compact(topo: Topology, backend: str, max_cols: int, time_limit: float) -> tuple[dict, object]:
@@ -122,12 +122,12 @@ def _compact(topo: Topology, backend: str, max_cols: int, time_limit: float) -> 
     lp, _ = build_model(topo, "compact")
     if lp.num_cols > max_cols:
         return {"attempted": False, "reason": f"{lp.num_cols} columns > {max_cols}"}, lp
-    t = time.perf_counter()
+    t, cpu = time.perf_counter(), time.process_time()
     with get_backend(backend) as be:
         be.load(lp)
         sol = be.solve(time_limit=time_limit)
     rec = {"attempted": True, "status": sol.status.value, "seconds": time.perf_counter() - t,
-           "iterations": int(sol.iterations)}
+           "cpu_seconds": time.process_time() - cpu, "iterations": int(sol.iterations)}
     if sol.status == SolveStatus.OPTIMAL:
         rec["rate_gbps"] = float(sol.objective)
     return rec, lp
@@ -141,7 +141,7 @@ def certify(topo: Topology, backend: str = "highs", *, compact_max_cols: int = C
     from formulations.master import build_master_lp
     from formulations.names import FabricLabels
 
-    sched, cg_s = _cg(topo, backend)
+    sched, cg_s, cg_cpu = _cg(topo, backend)
     st = sched.stats
     z_cg = float(sched.lp_rate_gbps)
     compact, compact_lp = _compact(topo, backend, compact_max_cols, compact_time_limit)
@@ -159,7 +159,8 @@ def certify(topo: Topology, backend: str = "highs", *, compact_max_cols: int = C
         "certificate": "compact_lp" if z_lp is not None else "cg_farley_bound",
         "column_generation": {"rate_gbps": z_cg, "bound_gbps": float(st["lp_bound_gbps"]),
                               "gap": float(st["lp_gap"]), "status": st["status"],
-                              "rounds": int(st["rounds"]), "seconds": cg_s},
+                              "rounds": int(st["rounds"]), "seconds": cg_s,
+                              "cpu_seconds": cg_cpu},
         "compact_lp": compact,
     }
     return alltoall, {"compact": compact_lp, "master": master}
@@ -204,7 +205,11 @@ def build_tier(tier: str, out: Path | None = None, backend: str = "highs", *,
     out = Path(out) if out is not None else default_dir(tier)
     out.mkdir(parents=True, exist_ok=True)
     spec = _spec(tier)
-    records = []
+    records: list[dict] = []
+    manifest = {"format": TIER_FORMAT, "tier": tier, "backend": backend, "rel_tol": REL_TOL,
+                "generated_by": f"python -m instances.library build --tier {tier}",
+                "compact_max_cols": compact_max_cols, "compact_time_limit": compact_time_limit,
+                "complete": False, "instances": records}
     todo = tier_instances(tier)
     for k, inst in enumerate(todo, 1):
         topo = inst.load()
@@ -229,12 +234,11 @@ def build_tier(tier: str, out: Path | None = None, backend: str = "highs", *,
                                        z if m == "compact" else 1.0 / z)
                              for m, lp in lps.items()}
         records.append(rec)
+        # rewritten after each instance: an interrupted build keeps what it finished
+        (out / TIER_MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
         print(f"[{k}/{len(todo)}] {inst.name}: {time.perf_counter() - t:.1f} s", file=log,
               flush=True)
-    manifest = {"format": TIER_FORMAT, "tier": tier, "backend": backend, "rel_tol": REL_TOL,
-                "generated_by": f"python -m instances.library build --tier {tier}",
-                "compact_max_cols": compact_max_cols, "compact_time_limit": compact_time_limit,
-                "instances": records}
+    manifest["complete"] = True
     (out / TIER_MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
     return manifest
 
