@@ -138,8 +138,10 @@ def _no_synthesis(monkeypatch):
     (["-b", "1K", "-e", "1M", "-f", "1"], "-f must be"),
     (["-b", "8", "--collective", "alltoall"], "too small for alltoall"),
     (["-e", "lots"], "byte count"),
+    (["--event-limit", "-1"], "--event-limit must be >= 0"),
+    (["--failures", "fail1,failX"], "unknown failX"),
 ])
-def test_bad_sizes_exit_2_before_synthesis(flags, message, monkeypatch, capsys, tmp_path):
+def test_bad_arguments_exit_2_before_synthesis(flags, message, monkeypatch, capsys, tmp_path):
     from mccl_opt.cli import main
 
     _no_synthesis(monkeypatch)

@@ -9,7 +9,7 @@ import csv
 import sys
 from pathlib import Path
 
-from ..errors import TopologyError
+from ..errors import MCCLError, TopologyError
 from ..tables import print_json, print_table
 
 SUMMARY_HEADERS = ("failure", "baseline", "baseline GB/s", "no-reopt GB/s", "reopt GB/s",
@@ -95,7 +95,7 @@ def _eval(args: argparse.Namespace) -> int:
                         args.stepfactor, topo.num_gpus)
     limit = DEFAULT_EVENT_LIMIT if args.event_limit is None else args.event_limit
     if limit < 0:
-        raise TopologyError(f"--event-limit must be >= 0, got {limit}")
+        raise MCCLError(f"--event-limit must be >= 0, got {limit}")
     png = Path(args.png or f"mccl-eval-{topo.name}.png")
     output_path(str(png), "--png")
     if args.csv:
