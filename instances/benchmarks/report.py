@@ -8,7 +8,10 @@ import math
 import os
 import platform
 import textwrap
+from pathlib import Path
 from typing import TextIO
+
+from mccl_opt.tables import print_table
 
 from ..failures import FAIL1_GBPS, FAIL2_GBPS, FAIL3_HOST_GBPS, FAIL3_NIC_GBPS
 from ..hpn import NIC_GBPS, NVSWITCH_GBPS
@@ -98,8 +101,6 @@ def print_report(results: list[Measured], repeat: int, load: dict,
                  file: TextIO | None = None, *, not_run: dict[str, str] | None = None) -> None:
     """One table per failure (a title line above), then the notes, wrapped to
     :data:`WIDTH` columns, never cut; ``not_run``: backends left out of the sweep and why."""
-    from mccl_opt.tables import print_table
-
     notes = _notes(results)
     failures = list(dict.fromkeys(m.case.failure for m in results))
     for k, failure in enumerate(failures):
@@ -180,12 +181,10 @@ def _time_label(seconds: float, _pos=None) -> str:
     return f"{seconds * 1e3:g} ms" if seconds < 1 else f"{seconds:g} s"
 
 
-def plot_png(results: list[Measured], path, *, repeat: int):
+def plot_png(results: list[Measured], path: str | Path, *, repeat: int) -> Path:
     """Median synthesis time (bars: min..max) against GPU count, one line per (method,
     backend), one panel per failure (named in its title); the legend sits right of the
     panels; cases that did not run are listed under them."""
-    from pathlib import Path
-
     import matplotlib
 
     matplotlib.use("Agg")
