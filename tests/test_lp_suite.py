@@ -206,7 +206,8 @@ def _args(directory, **kw) -> argparse.Namespace:
     parser.add_argument("--out", default=None)
     parser.add_argument("--repeat", type=int, default=1)
     lp_suite.add_arguments(parser)
-    argv = ["--tier", "tiny", "--dir", str(directory)]
+    argv = ["--dir", str(directory)]
+    kw.setdefault("tier", "tiny")
     for k, v in kw.items():
         argv += [f"--{k}"] + ([] if v is True else [str(v)])
     return parser.parse_args(argv)
@@ -246,6 +247,8 @@ def test_bad_inputs_are_typed_errors(tmp_path, tiny_tier):
         tiers.load_tier(tmp_path)
     with pytest.raises(MCCLError, match="unknown backend"):
         lp_suite.run(_args(tiny_tier, backends="cplex"))
+    with pytest.raises(MCCLError, match="holds the tiny tier, not medium"):
+        lp_suite.run(_args(tiny_tier, tier="medium"))
     with pytest.raises(MCCLError, match="unknown tier"):
         tiers.tier_instances("huge")
     assert library.main(["check", "--tier", "tiny"]) == 2

@@ -61,9 +61,9 @@ class SuiteRow:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The options ``--suite lp`` adds to the ``mccl bench`` parser."""
-    parser.add_argument("--tier", choices=TIERS, default="easy",
-                        help="--suite lp: instance tier (easy <= 32 GPUs, medium 64-128, "
-                             "hard 256-512; tiny: a 4-8 GPU smoke tier)")
+    parser.add_argument("--tier", choices=TIERS, default=None,
+                        help="--suite lp: instance tier (easy <= 32 GPUs, the default; medium "
+                             "64-128; hard 256-512; tiny: a 4-8 GPU smoke tier)")
     parser.add_argument("--dir", default=None,
                         help="--suite lp: the tier's directory (default: the cache directory "
                              "`python -m instances.library build --tier` writes to); the "
@@ -180,12 +180,17 @@ def run(args: argparse.Namespace) -> int:
     """``mccl bench --suite lp``: table on stdout (or ``--json`` rows), ``--out FILE``."""
     from mccl_opt.tables import print_json, print_table
 
-    from ..tiers import TIER_MANIFEST, build_tier, default_dir
+    from ..tiers import TIER_MANIFEST, build_tier, default_dir, load_tier
 
-    directory = Path(args.dir) if getattr(args, "dir", None) else default_dir(args.tier)
+    tier = args.tier or "easy"
+    directory = Path(args.dir) if getattr(args, "dir", None) else default_dir(tier)
     if not (directory / TIER_MANIFEST).exists():
-        print(f"generating the {args.tier} tier in {directory} ...", file=sys.stderr)
-        build_tier(args.tier, directory)
+        print(f"generating the {tier} tier in {directory} ...", file=sys.stderr)
+        build_tier(tier, directory)
+    held = load_tier(directory)["tier"]
+    if args.tier is not None and held != args.tier:
+        raise MCCLError(f"{directory} holds the {held} tier, not {args.tier}; pass --tier {held} "
+                        f"or another --dir")
     rows = run_suite(directory, _backends(getattr(args, "backends", None)),
                      repeat=getattr(args, "repeat", None) or 1,
                      time_limit=getattr(args, "time_limit", TIME_LIMIT))
@@ -196,7 +201,7 @@ def run(args: argparse.Namespace) -> int:
         print_table(HEADERS, table_rows(rows))
     out = getattr(args, "out", None)
     if out:
-        Path(out).write_text(json.dumps({"format": "mccl-bench-lp/1", "tier": args.tier,
+        Path(out).write_text(json.dumps({"format": "mccl-bench-lp/1", "tier": held,
                                          "dir": str(directory), "rows": doc}, indent=1) + "\n")
         print(f"wrote {out}", file=sys.stderr)
     return 0
