@@ -57,6 +57,18 @@ def test_table_fits_100_columns_and_names_skipped_backends(tmp_path, capsys, mon
     assert {r["status"] for r in doc["results"] if r["backend"] == "highs"} == {"ok"}
 
 
+def test_default_sweep_names_the_backends_it_leaves_out(capsys, monkeypatch):
+    from mccl_opt.backends.scip import ScipBackend
+
+    monkeypatch.setattr(ScipBackend, "module_name", "pyscipopt_missing_for_this_test")
+    code, out, err = _bench(capsys, "--suite", "allgather", "--sizes", "1x2x4", "--repeat", "1")
+    assert code == 0, err
+    assert "Backends not run: scip: not installed: pip install pyscipopt" in " ".join(out.split())
+    code, out, err = _bench(capsys, "--suite", "allgather", "--sizes", "1x2x4", "--repeat", "1",
+                            "--json")
+    assert json.loads(out)["backends_not_run"] == {"scip": "not installed: pip install pyscipopt"}
+
+
 def test_json_on_stdout_holds_medians_and_every_repeat(tmp_path, capsys):
     out_file = tmp_path / "b.json"
     code, out, err = _bench(capsys, "--suite", "allgather", "--json", "--out", str(out_file),
