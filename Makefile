@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 STAMP_DEV := $(VENV)/.installed-dev
 
-.PHONY: demo test bench clean
+.PHONY: demo test test-install bench clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -25,6 +25,10 @@ demo: $(STAMP)
 
 test: $(STAMP_DEV)
 	$(PY) -m pytest -q
+
+# a wheel installed into a fresh virtualenv runs every README command (minutes)
+test-install: $(STAMP_DEV)
+	$(PY) -m pytest tests/test_wheel_install.py -m slow_install -q -s
 
 bench: $(STAMP_DEV)
 	$(PY) -m pytest bench --benchmark-enable -q -s
