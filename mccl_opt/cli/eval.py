@@ -126,10 +126,10 @@ def _eval(args: argparse.Namespace) -> int:
         for failure in failures:
             print(f"\n# {coll} on {topo.name} ({topo.num_gpus} GPUs), {failure}")
             _print_sweep([r for r in rows if r["collective"] == coll and r["failure"] == failure])
-    size = summary[0]["size"] if summary else sizes[-1]
     for coll in collectives:
-        print(f"\n{coll} on {topo.name} at size {size} B (speedup = algbw / baseline algbw)")
-        print_table(SUMMARY_HEADERS, [_summary_cells(r) for r in summary if r["collective"] == coll])
+        mine = [r for r in summary if r["collective"] == coll]
+        print(f"\n{coll} on {topo.name} at size {mine[0]['size']} B (speedup = algbw / baseline algbw)")
+        print_table(SUMMARY_HEADERS, [_summary_cells(r) for r in mine])
     print(f"\nwrote {png}" + (f" and {args.csv}" if args.csv else ""))
     return 0
 
