@@ -115,3 +115,23 @@ def test_cli_serve_verbose_logs_decisions(tmp_path):
             proc.wait(5)
     assert "INFO mccl.controller: registered world/ag (allgather)" in err
     assert "INFO mccl.controller: world/ag: published v1 (first schedule, synthesis " in err
+
+
+def test_changed_links_names_the_moved_links_and_counts_the_rest():
+    from types import SimpleNamespace
+
+    from mccl_runtime.decision_log import changed_links
+
+    old = TOPO.arrays.capacity.astype(float)
+    m = old.copy()
+    m[[0, 2, 3, 5, 7]] *= [0.5, 0.95, 2.0, 0.1, 0.0]       # link 2 moved 5 %: under Gamma
+    coll = SimpleNamespace(synth_capacity=old)
+    manager = SimpleNamespace(get=lambda comm, name: coll, topo=TOPO,
+                              store=SimpleNamespace(measured=lambda: m))
+    out = changed_links(manager, Event(0.0, "w", "ag", "resynthesis", 1, {}), 0.1)
+    link = TOPO.links
+    assert out[:3] == [f"{link[a].src}->{link[a].dst} {old[a]:.4g} -> {m[a]:.4g} Gbps"
+                       for a in (0, 3, 5)]
+    assert out[3:] == ["1 more links"]
+    coll.synth_capacity = None                                 # no schedule yet
+    assert changed_links(manager, Event(0.0, "w", "ag", "resynthesis", 0, {}), 0.1) == []
