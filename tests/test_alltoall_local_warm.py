@@ -81,10 +81,19 @@ def _from_fail2_to(gbps):
     return topo, solve_alltoall(topo, warm=failed)
 
 
+def _growth_case():
+    """1x4x8 Fail2 (cold), then GPU1's NIC (s0h0g1 <-> s0tor1, saturated there) cut to a
+    quarter: freeing the pairs on that NIC is not enough to certify.  Which degenerate
+    optimum the old LP sits on decides whether a case needs growing; this one does."""
+    old = fail2(hpn(1, 4, 8))
+    link = next(x for x in old.links if (x.src, x.dst) == ("s0h0g1", "s0tor1"))
+    topo = degrade(old, link.src, link.dst, link.capacity_gbps / 4)
+    return topo, solve_alltoall(topo, warm=solve_alltoall(old))
+
+
 def test_certificate_grows_the_free_set_when_the_first_is_not_enough():
-    # 50 -> 25 Gbps: freeing the pairs on that NIC is not enough, the certificate frees
-    # the fixed pairs priced above their shortest paths
-    topo, warm = _from_fail2_to(25.0)
+    # the certificate frees the fixed pairs priced above their shortest paths
+    topo, warm = _growth_case()
     assert warm.stats["warm_mode"] == "local"
     assert warm.stats["certificate_rounds"] > 1
     check_same_as_cold(topo, warm)
@@ -103,7 +112,7 @@ def test_local_path_falls_back_to_the_full_master_when_it_cannot_certify(monkeyp
 
     # the growth case above, with no room to grow: the full warm master solves it
     monkeypatch.setattr(local.local_resolve, "__defaults__", (3, 0.0, 10))
-    topo, warm = _from_fail2_to(25.0)
+    topo, warm = _growth_case()
     assert warm.stats["warm_mode"] == "full" and warm.stats["local_fallback"]
     check_same_as_cold(topo, warm)
 

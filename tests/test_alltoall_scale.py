@@ -61,3 +61,53 @@ def test_cut_prices_are_the_saturated_links_scaled_to_unit_capacity():
     res = column_generation(master, prob, steps)
     assert res.rounds == 1 and res.bound_t == pytest.approx(sol.t, rel=1e-9)
     np.testing.assert_array_equal(res.cert_w, w)
+
+
+def test_fixed_single_column_pairs_give_the_full_master_optimum_duals_and_basis():
+    """A master whose single-column pairs stay out of the solver (fixed at y = 1) reaches
+    the same optimum as the full master, and its basis, reported over every pair, is
+    optimal for the full master over the same columns (zero pivots from it)."""
+    from mccl_opt.alltoall.colgen import farley_bound
+    from mccl_opt.alltoall.initial import initial_columns
+    from mccl_opt.alltoall.master import ColumnPool, RestrictedMaster
+    from mccl_opt.backends import get_backend
+
+    prob = problem_for(fail2(hpn(1, 4, 8)))
+    steps = prob.topo.num_nodes - 1
+    init = initial_columns(prob, steps, np.ones(prob.num_pairs, dtype=bool))
+
+    def master(fix: bool, pool: ColumnPool | None = None) -> RestrictedMaster:
+        if pool is None:
+            pool = ColumnPool()
+            pool.append(prob.pair_index(init.src, init.dst), init.start, init.arcs)
+        return RestrictedMaster(get_backend("highs"), prob.num_pairs, prob.capacity, pool,
+                                fix_single_pairs=fix)
+
+    fixed, full = master(True), master(False)
+    res_fixed = column_generation(fixed, prob, steps)
+    res_full = column_generation(full, prob, steps)
+    assert res_fixed.rounds > 1 and 0 < fixed.n_rows < prob.num_pairs
+    assert res_fixed.solution.t == pytest.approx(res_full.solution.t, rel=1e-9)
+    sol = res_fixed.solution
+    single = np.bincount(fixed.pool.pair, minlength=prob.num_pairs)[fixed.pool.pair] == 1
+    np.testing.assert_array_equal(sol.y[single], 1.0)
+    # the reported duals are dual feasible for every column with equality on used ones
+    seg = np.repeat(np.arange(len(fixed.pool)), np.diff(fixed.pool.start))
+    price = np.bincount(seg, weights=sol.w[fixed.pool.arcs], minlength=len(fixed.pool))
+    assert (price >= sol.sigma[fixed.pool.pair] - 1e-9).all()
+    np.testing.assert_allclose(price[sol.y > 1e-9], sol.sigma[fixed.pool.pair][sol.y > 1e-9],
+                               atol=1e-9)
+    assert sol.sigma.sum() == pytest.approx(sol.t, rel=1e-9)
+    # its basis over every pair starts the full master over the same columns at the optimum
+    basis = fixed.get_basis()
+    n_rows = prob.num_pairs + prob.num_links
+    assert basis.col_status.size == len(fixed.pool) + 1 and basis.row_status.size == n_rows
+    assert (basis.col_status == 1).sum() + (basis.row_status == 1).sum() == n_rows
+    same = ColumnPool()
+    same.append(fixed.pool.pair, fixed.pool.start, fixed.pool.arcs)
+    check = master(False, same)
+    check.start_from(basis)
+    again = check.solve("check")
+    assert check.basis_used and again.iterations == 0
+    assert again.t == pytest.approx(sol.t, rel=1e-9)
+    assert farley_bound(res_fixed.shortest, sol.w, prob.capacity, prob) <= sol.t * (1 + 1e-9)

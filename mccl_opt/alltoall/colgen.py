@@ -112,6 +112,23 @@ def cut_prices(master: RestrictedMaster, sol: MasterSolution) -> np.ndarray | No
     return sat / float(master.capacity @ sat)
 
 
+CUT_COLUMNS = True
+
+
+def _used_path_cost(master: RestrictedMaster, sol: MasterSolution, w: np.ndarray,
+                    prob: Problem) -> np.ndarray:
+    """Per pair (``N x N``), the cheapest cost under ``w`` of a path the master uses,
+    less a relative tolerance: cut pricing returns the paths strictly cheaper."""
+    pool = master.pool
+    seg = np.repeat(np.arange(len(pool)), np.diff(pool.start))
+    cost = np.bincount(seg, weights=w[pool.arcs], minlength=len(pool))
+    best = np.full(prob.num_pairs, np.inf)
+    used = sol.y > 0
+    np.minimum.at(best, pool.pair[used], cost[used])
+    best = np.where(np.isfinite(best), best * (1 - 1e-9) - 1e-12 * float(w.max(initial=0.0)), -np.inf)
+    return prob.pair_matrix(best, -np.inf)
+
+
 def column_generation(master: RestrictedMaster, prob: Problem, max_steps: int, *,
                       options: CGOptions = CGOptions(), deadline: float | None = None,
                       want: np.ndarray | None = None, bound: bool = True,
@@ -152,6 +169,7 @@ def column_generation(master: RestrictedMaster, prob: Problem, max_steps: int, *
         priced = price_paths(prob.graph, sol.w, threshold, max_steps, want)
         pr_s += time.perf_counter() - t1
         shortest, shortest_w = priced.shortest, sol.w
+        cut = None
         if bound:
             candidates = [(sol.w, priced.shortest)]
             closed = sol.t - farley_bound(priced.shortest, sol.w, master.capacity, prob)
@@ -159,7 +177,9 @@ def column_generation(master: RestrictedMaster, prob: Problem, max_steps: int, *
                 w_cut = cut_prices(master, sol)
                 if w_cut is not None:
                     t1 = time.perf_counter()
-                    cut = price_paths(prob.graph, w_cut, all_pairs, max_steps)
+                    cut_thr = (_used_path_cost(master, sol, w_cut, prob) if CUT_COLUMNS
+                               else all_pairs)
+                    cut = price_paths(prob.graph, w_cut, cut_thr, max_steps, want)
                     pr_s += time.perf_counter() - t1
                     candidates.append((w_cut, cut.shortest))
             for w_c, sp_c in candidates:
@@ -177,6 +197,8 @@ def column_generation(master: RestrictedMaster, prob: Problem, max_steps: int, *
             status = CGStatus.TIME_LIMIT
             break
         added = master.add(prob.pair_index(priced.src, priced.dst), priced.start, priced.arcs)
+        if cut is not None and cut.count:
+            added += master.add(prob.pair_index(cut.src, cut.dst), cut.start, cut.arcs)
         if added == 0:
             status = CGStatus.OPTIMAL
             break

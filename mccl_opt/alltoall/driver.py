@@ -72,7 +72,8 @@ def build_master(prob: Problem, backend: str, max_steps: int,
     if missing.any():
         init = initial_columns(prob, max_steps, missing)
         pool.append(prob.pair_index(init.src, init.dst), init.start, init.arcs)
-    master = RestrictedMaster(get_backend(backend), prob.num_pairs, prob.capacity, pool)
+    master = RestrictedMaster(get_backend(backend), prob.num_pairs, prob.capacity, pool,
+                              fix_single_pairs=columns is None)
     if basis is not None:
         master.start_from(basis)
     elif carried:

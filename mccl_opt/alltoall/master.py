@@ -82,16 +82,20 @@ class ColumnPool:
             self.origin = np.concatenate([self.origin, new_origin])
         return idx
 
-    def keep(self, mask: np.ndarray) -> None:
-        """Keep only the columns where ``mask`` is true (order preserved)."""
+    def select(self, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(pair, start, arcs)`` of the columns where ``mask`` is true (order kept)."""
         mask = np.asarray(mask, dtype=bool)
         lengths = np.diff(self.start)
         seg = np.repeat(np.arange(self.pair.size), lengths)
-        self.arcs = self.arcs[mask[seg]]
-        self.pair = self.pair[mask]
+        return (self.pair[mask], np.concatenate([[0], np.cumsum(lengths[mask])]).astype(np.int64),
+                self.arcs[mask[seg]])
+
+    def keep(self, mask: np.ndarray) -> None:
+        """Keep only the columns where ``mask`` is true (order preserved)."""
+        mask = np.asarray(mask, dtype=bool)
+        self.pair, self.start, self.arcs = self.select(mask)
         self.hash = self.hash[mask]
         self.origin = self.origin[mask]
-        self.start = np.concatenate([[0], np.cumsum(lengths[mask])]).astype(np.int64)
 
     def path(self, j: int) -> np.ndarray:
         return self.arcs[self.start[j]:self.start[j + 1]]
@@ -126,31 +130,48 @@ class MasterSolution:
         return 1.0 / self.t if self.t > 0 else float("inf")
 
 
+WARM_ACTIVATION = True
+
+
 class RestrictedMaster:
-    """The live restricted master: a :class:`ColumnPool` mirrored in a backend model."""
+    """The live restricted master: a :class:`ColumnPool` mirrored in a backend model.
+
+    With ``fix_single_pairs`` a pair whose only column is its first one has no row in
+    the backend model: that column is fixed at ``y = 1`` and loads the links as
+    background, and its pair's dual is the column's price ``w(P)`` (its reduced cost
+    is 0: the column is basic).  Adding a column for such a pair gives it its row (the
+    model is rebuilt before the next solve).  The restricted master is the same LP --
+    a pair with one column must route all of it there -- but the solver sees only the
+    pairs that have a choice; with no such pair the optimum is the closed form of
+    :meth:`_closed_form_solution`.  Solutions, duals and bases are always reported over
+    the whole pool and every pair (docs/alltoall.md, *Scale*).
+    """
 
     def __init__(self, backend: Backend, n_pairs: int, capacity: np.ndarray,
                  pool: ColumnPool, pairs: np.ndarray | None = None,
-                 background: np.ndarray | None = None) -> None:
+                 background: np.ndarray | None = None, *, fix_single_pairs: bool = False) -> None:
         """``pairs`` (bool per pair, default all): the pairs with a row (the pool holds
         columns of those pairs only); ``background``: a fixed load per link (the other
-        pairs' routes, see :func:`formulations.master.build_master_lp`)."""
+        pairs' routes, see :func:`formulations.master.build_master_lp`);
+        ``fix_single_pairs``: see the class docstring (with ``pairs`` None only)."""
         self.backend = backend
         self.n_pairs = n_pairs
         self.capacity = np.asarray(capacity, dtype=float)
+        self.pool = pool
+        self._fix = fix_single_pairs and pairs is None
+        if self._fix:
+            pairs = np.bincount(pool.pair, minlength=n_pairs) != 1
         self._set_pairs(pairs)
         self.background = background
-        self.pool = pool
         self.lower = np.zeros(len(pool))
         self.basis_used = False
         self._basis_try = False
         self._kept: Basis | None = None     # a given basis the model still sits on
         self.presolve_each_solve = False
         self._dirty = False
-        # the backend model is built on the first solve that needs it (a master with one
-        # column per pair row is solved in closed form, :meth:`_single_column_solution`)
-        self._stale = True
-        self._closed_form: Basis | None = None  # the basis of a closed-form solve
+        self._stale = True                  # the backend model is built when a solve needs it
+        self._closed_form: Basis | None = None  # the model basis of a closed-form solve
+        self._restart: Basis | None = None      # a full basis the next rebuild starts from
 
     def _set_pairs(self, pairs: np.ndarray | None) -> None:
         rows = np.arange(self.n_pairs) if pairs is None else np.flatnonzero(pairs)
@@ -158,6 +179,22 @@ class RestrictedMaster:
         self._row = np.full(self.n_pairs, -1, dtype=np.int64)
         self._row[rows] = np.arange(rows.size)
         self.n_rows = int(rows.size)
+        self._stale = True
+
+    def _in_model(self) -> np.ndarray:
+        """Pool columns that are backend model columns (their pair has a row)."""
+        return self._row[self.pool.pair] >= 0
+
+    def _model_cols(self, cols: np.ndarray) -> np.ndarray:
+        """Backend column index (``t`` is column 0) of pool columns ``cols`` in the model."""
+        return np.cumsum(self._in_model())[cols]
+
+    def _activate(self, pairs: np.ndarray) -> None:
+        """Give ``pairs`` (indices) their rows; the model is rebuilt before the next solve."""
+        mask = self._row >= 0
+        mask[pairs] = True
+        self._set_pairs(mask)
+        self._kept = self._closed_form = None
 
     def presolve_every_time(self) -> None:
         """Rebuild the model before each solve that follows added columns, so every
@@ -168,8 +205,11 @@ class RestrictedMaster:
 
     def start_from(self, basis: Basis) -> None:
         """Start the next solve from ``basis`` (an optimal basis of a previous master over
-        the same columns).  That solve gets :data:`BASIS_TRY_ITERATIONS` pivots; if it
-        needs more, the model is rebuilt and solved from scratch (with presolve)."""
+        the same columns, every pair with its row).  That solve gets
+        :data:`BASIS_TRY_ITERATIONS` pivots; if it needs more, the model is rebuilt and
+        solved from scratch (with presolve)."""
+        if self.n_rows < self.n_pairs:
+            self._activate(np.arange(self.n_pairs))
         if self._stale:
             self._rebuild()
         self.backend.set_basis(basis)
@@ -177,11 +217,27 @@ class RestrictedMaster:
         self._kept = basis
 
     def get_basis(self) -> Basis | None:
-        """The current basis (``None`` if the backend holds none); the basis given to
-        :meth:`start_from` itself while the model has not moved from it."""
+        """The current basis over the whole pool and every pair (``None`` if the backend
+        holds none); the basis given to :meth:`start_from` itself while the model has
+        not moved from it.  A fixed pair's column is basic, its row at its bound."""
+        return self._full_basis(len(self.pool))
+
+    def _full_basis(self, n_cols: int) -> Basis | None:
+        """:meth:`get_basis` over the first ``n_cols`` pool columns (those the model has)."""
         if self._stale:
-            return self._closed_form
-        return self._kept if self._kept is not None else self.backend.get_basis()
+            model = self._closed_form
+        else:
+            model = self._kept if self._kept is not None else self.backend.get_basis()
+        if model is None or not self._fix:
+            return model
+        inside = self._in_model()[:n_cols]
+        cols = np.full(n_cols + 1, Basis.BASIC, dtype=np.int8)
+        cols[0] = model.col_status[0]
+        cols[1:][inside] = model.col_status[1:]
+        rows = np.full(self.n_pairs + self.capacity.size, Basis.LOWER, dtype=np.int8)
+        rows[self.pair_rows] = model.row_status[:self.n_rows]
+        rows[self.n_pairs:] = model.row_status[self.n_rows:]
+        return Basis(cols, rows, model.backend)
 
     @property
     def num_columns(self) -> int:
@@ -194,88 +250,115 @@ class RestrictedMaster:
         taken = self.pool.append(pair, start, arcs, origin)
         k = taken.size
         if k:
+            new_pairs = self.pool.pair[before:]
+            if self._fix and (self._row[new_pairs] < 0).any():
+                if self._restart is None and WARM_ACTIVATION:
+                    self._restart = self._full_basis(before)   # optimal so far: restart there
+                self._activate(new_pairs)
             self._kept = self._closed_form = None
             self._dirty = True
             self.lower = np.concatenate([self.lower, np.zeros(k)])
             if self._stale:
                 return k                    # the rebuild brings them in
             sub_start = self.pool.start[before:] - self.pool.start[before]
-            starts, indices, values = path_columns(self.n_rows, self._row[self.pool.pair[before:]],
-                                                   sub_start,
+            starts, indices, values = path_columns(self.n_rows, self._row[new_pairs], sub_start,
                                                    self.pool.arcs[self.pool.start[before]:])
             self.backend.add_columns(np.zeros(k), np.zeros(k), np.full(k, np.inf),
                                      starts, indices, values)
         return k
 
     def drop(self, mask: np.ndarray) -> int:
-        """Remove the pool columns where ``mask`` is true (their lower bounds must be 0)."""
+        """Remove the pool columns where ``mask`` is true (their lower bounds must be 0;
+        fixed columns are never removed)."""
+        mask = np.asarray(mask, dtype=bool) & self._in_model()
         cols = np.flatnonzero(mask)
         if cols.size:
-            self._kept = self._closed_form = None
+            self._kept = self._closed_form = self._restart = None
             if not self._stale:
-                self.backend.delete_columns(cols + 1)
-            self.pool.keep(~np.asarray(mask))
-            self.lower = self.lower[~np.asarray(mask)]
+                self.backend.delete_columns(self._model_cols(cols))
+            self.pool.keep(~mask)
+            self.lower = self.lower[~mask]
         return int(cols.size)
 
     def set_lower(self, cols: np.ndarray, lower: np.ndarray) -> None:
-        """Fix lower bounds on path shares (chunks fixed by the deep dive)."""
+        """Fix lower bounds on path shares (chunks fixed by the deep dive; a fixed
+        column already carries ``y = 1``)."""
         cols = np.asarray(cols, dtype=np.int64)
         lower = np.asarray(lower, dtype=float)
-        self._kept = self._closed_form = None
-        if not self._stale:
-            self.backend.set_column_bounds(cols + 1, lower, np.full(cols.size, np.inf))
+        self._kept = self._closed_form = self._restart = None
         self.lower[cols] = lower
+        above = self.pool.pair[cols[lower > 1.0]]
+        if self._fix and (self._row[above] < 0).any():
+            self._activate(above)
+        if not self._stale:
+            inside = self._row[self.pool.pair[cols]] >= 0
+            self.backend.set_column_bounds(self._model_cols(cols[inside]), lower[inside],
+                                           np.full(int(inside.sum()), np.inf))
 
     def set_rows(self, pairs: np.ndarray | None, background: np.ndarray | None) -> None:
         """New pair rows and link background loads (as in the constructor; the pool must
         hold columns of those pairs only).  The model is rebuilt before the next solve."""
         self._set_pairs(pairs)
         self.background = background
-        self._kept = self._closed_form = None
-        self._stale = True
+        self._kept = self._closed_form = self._restart = None
 
-    def _rebuild(self) -> None:
-        """Reload the model from the pool (the next solve is cold, with presolve)."""
+    def _model_background(self) -> np.ndarray | None:
+        """``background`` plus the fixed columns' loads (``y = 1``)."""
+        inside = self._in_model()
+        if inside.all():
+            return self.background
+        fixed = self.pool.loads((~inside).astype(float), self.capacity.size)
+        return fixed if self.background is None else fixed + self.background
+
+    def _rebuild(self) -> bool:
+        """Reload the model from the pool: cold, with presolve, or -- after pairs got
+        their rows -- from the previous optimum's basis (still primal feasible: the
+        new rows' fixed columns stay basic at 1, the new columns at 0).  Returns whether
+        it starts from that basis."""
         self._stale = False
-        self.backend.load(build_master_lp(self.n_rows, self.capacity, self._row[self.pool.pair],
-                                          self.pool.start, self.pool.arcs, self.lower,
-                                          self.background))
+        inside = self._in_model()
+        pair, start, arcs = self.pool.select(inside)
+        self.backend.load(build_master_lp(self.n_rows, self.capacity, self._row[pair], start,
+                                          arcs, self.lower[inside], self._model_background()))
+        full, self._restart = self._restart, None
+        if full is None:
+            return False
+        cols = np.full(len(self.pool) + 1, Basis.LOWER, dtype=np.int8)
+        cols[:full.col_status.size] = full.col_status
+        rows = np.concatenate([full.row_status[self.pair_rows], full.row_status[self.n_pairs:]])
+        self.backend.set_basis(Basis(cols[np.concatenate([[True], inside])], rows, full.backend))
+        return True
 
-    def _single_column_solution(self) -> MasterSolution | None:
-        """The optimum in closed form when every pair row has exactly one column (a cold
-        master over the initial columns), else ``None``.
-
-        Then ``y_j = 1`` (each pair row is ``y_j >= 1`` and ``t`` only grows with ``y``)
-        and ``t = max_a (load_a + background_a) / cap_a``.  A dual optimum: ``w`` =
-        ``1/cap_a*`` on one link ``a*`` attaining the maximum, ``sigma_p = w(P_p)``
-        (``sum_p sigma_p = load_a*/cap_a* = t``, ``cap·w = 1``).  Its basis -- ``t`` and
-        every ``y_j`` basic, the slacks of all links but ``a*`` basic, pair rows and
-        ``a*`` nonbasic -- is kept for warm starts."""
-        pool = self.pool
-        if (not len(pool) or len(pool) != self.n_rows or self.lower.max() > 1.0
-                or np.bincount(self._row[pool.pair], minlength=self.n_rows).min() != 1):
+    def _closed_form_solution(self) -> MasterSolution | None:
+        """The optimum when no pair has a row (every column fixed at ``y = 1``), else
+        ``None``: ``t = max_a (load_a + background_a) / cap_a``.  A dual optimum: ``w =
+        1/cap_a*`` on one link ``a*`` attaining the maximum, ``sigma_p = w(P_p)``
+        (``sum_p sigma_p = load_a*/cap_a* = t``, ``cap·w = 1``); its model basis has
+        ``t`` and every link slack but ``a*``'s basic."""
+        if self.n_rows or self._basis_try or not len(self.pool):
             return None
-        y = np.ones(len(pool))
-        load = pool.loads(y, self.capacity.size)
-        if self.background is not None:
-            load = load + self.background
-        util = load / self.capacity
+        background = self._model_background()
+        util = (np.zeros(self.capacity.size) if background is None else background) / self.capacity
         star = int(np.argmax(util))
         t = float(util[star])
         if not t > 0:
             return None
+        rows = np.full(self.capacity.size, Basis.BASIC, dtype=np.int8)
+        rows[star] = Basis.UPPER
+        self._closed_form = Basis(np.array([Basis.BASIC], dtype=np.int8), rows, self.backend.name)
         w = np.zeros(self.capacity.size)
         w[star] = 1.0 / self.capacity[star]
-        seg = np.repeat(np.arange(len(pool)), np.diff(pool.start))
-        sigma = np.zeros(self.n_pairs)
-        sigma[pool.pair] = np.bincount(seg, weights=w[pool.arcs], minlength=len(pool))
-        row_status = np.full(self.n_rows + self.capacity.size, Basis.BASIC, dtype=np.int8)
-        row_status[:self.n_rows] = Basis.LOWER
-        row_status[self.n_rows + star] = Basis.UPPER
-        self._closed_form = Basis(np.full(len(pool) + 1, Basis.BASIC, dtype=np.int8),
-                                  row_status, self.backend.name)
-        return MasterSolution(SolveStatus.OPTIMAL, t, y, sigma, w, 0, 0.0)
+        return MasterSolution(SolveStatus.OPTIMAL, t, np.ones(len(self.pool)), self._fixed_sigma(
+            np.zeros(self.n_pairs), w), w, 0, 0.0)
+
+    def _fixed_sigma(self, sigma: np.ndarray, w: np.ndarray) -> np.ndarray:
+        """``sigma`` with each fixed pair's dual set to its column's price under ``w``."""
+        out = ~self._in_model()
+        if out.any():
+            pair, start, arcs = self.pool.select(out)
+            seg = np.repeat(np.arange(pair.size), np.diff(start))
+            sigma[pair] = np.bincount(seg, weights=w[arcs], minlength=pair.size)
+        return sigma
 
     def solve(self, where: str, *, method: str = "auto",
               time_limit: float | None = None) -> MasterSolution:
@@ -284,12 +367,12 @@ class RestrictedMaster:
         Raises :class:`SolveError` on anything but an optimum or a limit with a
         solution (the master is always feasible: ``t`` can grow without bound)."""
         self._closed_form = None
-        if self._stale and not self._basis_try:
-            closed = self._single_column_solution()
-            if closed is not None:
-                return closed
+        closed = self._closed_form_solution() if self._stale else None
+        if closed is not None:
+            return closed
         if self._stale or (self.presolve_each_solve and self._dirty):
-            self._rebuild()
+            if self._rebuild() and method == "auto":
+                method = "primal"
         self._dirty = False
         if self._basis_try:
             self._basis_try = False
@@ -311,10 +394,12 @@ class RestrictedMaster:
                 f"{self.num_columns} columns; the master is always feasible, so this is "
                 f"numerical trouble: retry with another backend or method")
         duals = sol.row_duals
-        sigma = np.maximum(duals[:self.n_rows], 0.0)
-        if self.n_rows != self.n_pairs:
-            sigma = np.zeros(self.n_pairs)
-            sigma[self.pair_rows] = np.maximum(duals[:self.n_rows], 0.0)
-        return MasterSolution(sol.status, float(sol.x[0]), np.maximum(sol.x[1:], 0.0), sigma,
-                              np.maximum(-duals[self.n_rows:], 0.0),
-                              sol.iterations, sol.seconds)
+        w = np.maximum(-duals[self.n_rows:], 0.0)
+        sigma = np.zeros(self.n_pairs)
+        sigma[self.pair_rows] = np.maximum(duals[:self.n_rows], 0.0)
+        y = np.ones(len(self.pool))
+        y[self._in_model()] = np.maximum(sol.x[1:], 0.0)
+        if self._fix:
+            sigma = self._fixed_sigma(sigma, w)
+        return MasterSolution(sol.status, float(sol.x[0]), y, sigma, w, sol.iterations,
+                              sol.seconds)
