@@ -36,11 +36,15 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "that is not installed is reported as skipped)")
     p.add_argument("--max-chunks", type=int, default=10, help="chunks per pair / tree budget K")
     p.add_argument("--repeat", type=int, default=5,
-                   help="timed runs per case after one untimed warm-up run (default 5)")
-    p.add_argument("--json", action="store_true", help="print the results as mccl-bench/2 JSON")
+                   help="timed runs per case (default 5; synthesizer suites: after one "
+                        "untimed warm-up run)")
+    p.add_argument("--json", action="store_true",
+                   help="print the results as JSON on stdout instead of the table "
+                        "(mccl-bench/2; --suite lp: its own rows)")
     p.add_argument("--out", metavar="FILE", default=None,
-                   help="write the mccl-bench/2 JSON to FILE")
-    p.add_argument("--png", metavar="FILE", default=None, help="write the time-vs-GPUs plot")
+                   help="write the JSON document to FILE (mccl-bench/2, or the LP suite's)")
+    p.add_argument("--png", metavar="FILE", default=None,
+                   help="write the time-vs-GPUs plot (synthesizer suites)")
     from instances.benchmarks import lp_suite
 
     lp_suite.add_arguments(p)                   # its own options (--tier, --dir, --time-limit)
