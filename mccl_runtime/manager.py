@@ -6,7 +6,9 @@ whose invariants are read together.
 
 It keeps a registry of collectives per communicator, runs Algorithm 1
 (:mod:`mccl_runtime.drift`) on each dynamic one under the measured capacities ``M``,
-re-synthesizes flagged ones warm in a worker thread, and publishes new versions.
+re-synthesizes flagged ones warm in a worker thread, or with a
+:class:`~mccl_runtime.pool.SynthesisPool` in worker processes (one job per affected
+collective, concurrently), and publishes new versions.
 
 * AllGather and AllToAll are dynamic.  An AllReduce is registered as a *static*
   ReduceScatter (left to the vendor library, never re-synthesized) plus a dynamic
@@ -51,7 +53,7 @@ from __future__ import annotations
 
 import math
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import BrokenExecutor, Future, ThreadPoolExecutor
 from concurrent.futures import wait as wait_futures
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterable, Mapping
@@ -63,6 +65,7 @@ from mccl_opt.schedule import Schedule
 from mccl_opt.topology import Topology
 
 from .drift import DriftReport, ProfileStack, ScheduleProfile, detect, profile_schedule
+from .pool import JobResult, SynthesisPool, run_job
 from .telemetry import MeasurementStore
 
 __all__ = ["Policy", "Collective", "Event", "ScheduleManager", "Synthesizer", "solver_synthesizer",
@@ -174,11 +177,13 @@ class ScheduleManager:
     """Registry, drift detection, warm re-synthesis and publishing (module docstring)."""
 
     def __init__(self, store: MeasurementStore, synthesize: Synthesizer | None = None,
-                 policy: Policy = Policy(), clock: Callable[[], float] = time.monotonic) -> None:
+                 policy: Policy = Policy(), clock: Callable[[], float] = time.monotonic,
+                 pool: SynthesisPool | None = None) -> None:
         self.clock = clock                       # wall clock of the time bound (injectable for tests)
         self.store = store
         self.topo = store.topo
-        self.synthesize = synthesize or solver_synthesizer()
+        self.pool = pool                         # synthesis in worker processes (owned: closed with us)
+        self.synthesize = synthesize or (None if pool else solver_synthesizer())
         self.policy = policy
         self._collectives: dict[tuple[str, str], Collective] = {}
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mccl-synth")
@@ -225,9 +230,11 @@ class ScheduleManager:
     def collectives(self) -> list[Collective]:
         return [self._collectives[k] for k in sorted(self._collectives)]
 
-    def _install(self, coll: Collective, schedule: Schedule, capacity: np.ndarray, version: int) -> None:
-        topo = self.topo.with_capacities(capacity)
-        coll.profile = profile_schedule(topo, schedule)
+    def _install(self, coll: Collective, schedule: Schedule, capacity: np.ndarray, version: int,
+                 profile: ScheduleProfile | None = None) -> None:
+        """Make ``schedule`` the active version; ``profile`` is its profile on ``capacity``
+        if already known (a job computes it in its worker)."""
+        coll.profile = profile or profile_schedule(self.topo.with_capacities(capacity), schedule)
         coll.schedule = replace(schedule, version=version)
         coll.version = version
         coll.synth_capacity = np.array(capacity, dtype=float)
@@ -283,7 +290,10 @@ class ScheduleManager:
         topo = self.store.measured_topology()
         job = _Job(initial=coll.schedule is None, topo=topo, started_t=now, trigger=report, restarts=restarts,
                    known=self._known(coll, topo.arrays.capacity))
-        job.future = self._pool.submit(self._run, job, coll.kind, coll.schedule)
+        if self.pool is not None and job.known is None:
+            job.future = self.pool.submit(coll.kind, topo.arrays.capacity, coll.schedule, self.policy.time_limit_s)
+        else:
+            job.future = self._pool.submit(self._run, job, coll.kind, coll.schedule)
         coll.job = job
         self.counters["resyntheses"] += 1
         detail = report.to_dict(self.topo, coll.profile.cut) if report and coll.profile else {}
@@ -297,16 +307,12 @@ class ScheduleManager:
                 return cap, schedule
         return None
 
-    def _run(self, job: _Job, kind: str, warm: Schedule | None) -> tuple[Schedule, float]:
-        t0 = time.perf_counter()
+    def _run(self, job: _Job, kind: str, warm: Schedule | None) -> JobResult:
+        """A job in the worker thread (no process pool, or a known fabric)."""
         job.wall_start.append(self.clock())
         if job.known is not None:
-            return job.known[1], time.perf_counter() - t0
-        from mccl_opt.validate import validate
-
-        schedule = self.synthesize(kind, job.topo, warm, self.policy.time_limit_s)
-        validate(job.topo, schedule)            # an invalid result is a ``failed`` job, never published
-        return schedule, time.perf_counter() - t0
+            return job.known[1], 0.0, profile_schedule(job.topo, job.known[1])
+        return run_job(job.topo, self.synthesize, kind, warm, self.policy.time_limit_s)
 
     def poll(self, now: float, wait_s: float | None = None) -> list[Event]:
         """Finish jobs that are done (waiting up to ``wait_s`` for running ones): re-check,
@@ -318,6 +324,12 @@ class ScheduleManager:
         for coll in running:
             job = coll.job
             if not job.future.done():
+                if not job.wall_start and job.future.running():
+                    job.wall_start.append(self.clock())     # a process job's start, seen from here
+                stale = None if job.wall_start else self._stale(coll, job)
+                if stale and job.future.cancel():           # still queued: drop it now
+                    events += self._drop_queued(coll, job, stale, now)
+                    continue
                 if job.wall_start and self.clock() - job.wall_start[0] > self.policy.time_limit_s:
                     coll.job, coll.last_decision_t = None, now
                     self.counters["timeouts"] += 1
@@ -330,12 +342,37 @@ class ScheduleManager:
                 events.append(self._start(coll, now, job.trigger, job.restarts + 1))
         return events
 
+    def _stale(self, coll: Collective, job: _Job) -> str | None:
+        """Whether a queued job is already out of date: ``cleared`` (the current schedule
+        no longer deviates) or ``superseded`` (``M`` moved by more than ``restart_tol``),
+        the tests :meth:`_finish` applies to a finished job, in its order."""
+        if job.initial or coll.profile is None:
+            return None
+        m = self.store.measured()
+        report = detect(m, coll.profile, self.policy.gamma)
+        if report.max_delta <= self.policy.clear_ratio * self.policy.gamma and not self._gained(m, coll):
+            return "cleared"
+        if _moved(m, job.topo.arrays.capacity) > self.policy.restart_tol and job.restarts < self.policy.max_restarts:
+            return "superseded"
+        return None
+
+    def _drop_queued(self, coll: Collective, job: _Job, why: str, now: float) -> list[Event]:
+        """A cancelled queued job: abort it (``cleared``) or restart it on the latest ``M``."""
+        coll.job, coll.last_decision_t = None, now
+        detail: dict[str, Any] = {"started_t": job.started_t, "queued": True}
+        if why == "cleared":
+            self.counters["aborted"] += 1
+            return [Event(now, coll.comm, coll.name, "aborted", coll.version, {**detail, "reason": "cleared"})]
+        self.counters["superseded"] += 1
+        detail["moved"] = _moved(self.store.measured(), job.topo.arrays.capacity)
+        return [Event(now, coll.comm, coll.name, "superseded", coll.version, detail),
+                self._start(coll, now, job.trigger, job.restarts + 1)]
+
     def _finish(self, coll: Collective, job: _Job, now: float) -> Event:
         coll.last_decision_t = now
         try:
-            new, seconds = job.future.result()
-            new_profile = profile_schedule(job.topo, new)
-        except MCCLError as exc:
+            new, seconds, new_profile = job.future.result()
+        except (MCCLError, BrokenExecutor) as exc:          # a synthesizer error, or a worker died
             self.counters["failures"] += 1
             return Event(now, coll.comm, coll.name, "failed", coll.version, {"error": str(exc)})
         detail: dict[str, Any] = {"synth_s": seconds, "started_t": job.started_t}
@@ -345,7 +382,7 @@ class ScheduleManager:
             cur_rate, new_rate = _rate(m, coll.profile.loads), _rate(m, new_profile.loads)
             detail.update(max_delta=report.max_delta, rate_before=cur_rate, rate_after=new_rate)
             reason = None
-            moved = float(np.max(np.abs(m - job.topo.arrays.capacity) / job.topo.arrays.capacity))
+            moved = _moved(m, job.topo.arrays.capacity)
             if report.max_delta <= self.policy.clear_ratio * self.policy.gamma and not self._gained(m, coll):
                 reason = "cleared"
             elif moved > self.policy.restart_tol and job.restarts < self.policy.max_restarts:
@@ -363,7 +400,7 @@ class ScheduleManager:
                     coll.synth_capacity = np.array(job.topo.arrays.capacity, dtype=float)
                 return Event(now, coll.comm, coll.name, "aborted", coll.version, detail)
         cap = job.known[0] if job.known is not None else job.topo.arrays.capacity
-        self._install(coll, new, cap, coll.version + 1)
+        self._install(coll, new, cap, coll.version + 1, None if job.known is not None else new_profile)
         if job.known is not None:
             detail["known_fabric"] = True
         self.counters["published"] += 1
@@ -380,6 +417,8 @@ class ScheduleManager:
     def close(self) -> None:
         """Stop accepting jobs; running ones are abandoned (not waited for)."""
         self._pool.shutdown(wait=False, cancel_futures=True)
+        if self.pool is not None:
+            self.pool.shutdown()
 
     # ------------------------------------------------------------------ persistence
     def to_dict(self) -> dict[str, Any]:
@@ -415,6 +454,11 @@ class ScheduleManager:
                 self._start(coll, 0.0, None)
         self.counters.update({k: int(v) for k, v in dict(data.get("counters", {})).items()
                               if k in self.counters})
+
+
+def _moved(m: np.ndarray, capacity: np.ndarray) -> float:
+    """The largest relative change of ``m`` from ``capacity`` on any link."""
+    return float(np.max(np.abs(m - capacity) / capacity))
 
 
 def _rate(m: np.ndarray, loads: np.ndarray) -> float:

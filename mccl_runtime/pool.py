@@ -1,0 +1,122 @@
+"""Synthesis jobs in worker processes: a controller for many communicators (paper §3.1).
+
+A failure in a cluster hits every collective whose schedule crosses the failed link, and
+each needs its own warm re-synthesis.  In one controller process these jobs would run one
+after another and compete with telemetry for the interpreter; :class:`SynthesisPool` runs
+them in ``workers`` processes instead (one job per affected collective), so the
+controller's loop only submits jobs and collects results.
+
+* Workers start with the ``forkserver`` method (``spawn`` where there is none), never by
+  forking the controller with its sockets and threads.  Each is warmed once: the
+  synthesizer factory runs in the worker's initializer (the product synthesizer loads
+  the compiled kernels there, :func:`mccl_runtime.warmup.load_kernels`), and
+  :meth:`SynthesisPool.start` waits until every worker has done so.
+* The fabric goes to each worker once, at start; a job sends only the capacities it is
+  synthesized for (one float per link), the collective's kind, the warm schedule and the
+  time limit.
+* The worker synthesizes, validates (:func:`mccl_opt.validate.validate`) and profiles the
+  result for Algorithm 1 (:func:`mccl_runtime.drift.profile_schedule`), so none of this
+  runs in the controller.  A result comes back pickled: the schedule with its warm state
+  (the next failure's warm start) and its profile arrays.
+* A job is a :class:`concurrent.futures.Future`.  A queued job can be cancelled (the
+  manager does so when the capacities move on before it starts); a running one cannot,
+  and its result is discarded when it arrives if it is stale (docs/runtime.md, "Races").
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import time
+from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures import wait as wait_futures
+from typing import Any, Callable
+
+import numpy as np
+
+from mccl_opt.errors import MCCLError
+from mccl_opt.schedule import Schedule
+from mccl_opt.topology import Topology
+
+from .drift import ScheduleProfile, profile_schedule
+
+__all__ = ["SynthesisPool", "JobResult"]
+
+#: what a job returns: the schedule, the seconds it took and its Algorithm 1 profile
+JobResult = tuple[Schedule, float, ScheduleProfile]
+
+_WORKER: dict[str, Any] = {}
+
+
+def _init_worker(topo: Topology, factory: Callable[[], Callable]) -> None:
+    """Worker initializer: keep the fabric and build the synthesizer (kernels load here)."""
+    _WORKER["topo"] = topo
+    _WORKER["synthesize"] = factory()
+
+
+def _ready() -> int:
+    """A no-op job: the worker's pid once its initializer has run."""
+    time.sleep(0.05)                # long enough that each worker of the pool takes one
+    return os.getpid()
+
+
+def run_job(topo: Topology, synthesize: Callable, kind: str, warm: Schedule | None,
+            time_limit_s: float | None) -> JobResult:
+    """Synthesize on ``topo``, validate and profile; what a worker (or a thread) runs."""
+    from mccl_opt.validate import validate
+
+    t0 = time.perf_counter()
+    schedule = synthesize(kind, topo, warm, time_limit_s)
+    validate(topo, schedule)            # an invalid result is a ``failed`` job, never published
+    seconds = time.perf_counter() - t0
+    return schedule, seconds, profile_schedule(topo, schedule)
+
+
+def _job(kind: str, capacity: np.ndarray, warm: Schedule | None, time_limit_s: float | None) -> JobResult:
+    topo = _WORKER["topo"].with_capacities(capacity)
+    return run_job(topo, _WORKER["synthesize"], kind, warm, time_limit_s)
+
+
+class SynthesisPool:
+    """``workers`` synthesis processes for ``topo`` (module docstring).
+
+    ``factory`` builds the synthesizer in each worker and must be picklable (a module-level
+    function, or :func:`functools.partial` of one), e.g.
+    ``functools.partial(solver_synthesizer, "highs", 10)``.
+    """
+
+    def __init__(self, topo: Topology, factory: Callable[[], Callable], workers: int = 2,
+                 start_method: str | None = None) -> None:
+        if workers < 1:
+            raise MCCLError(f"a synthesis pool needs at least 1 worker, got {workers}")
+        methods = multiprocessing.get_all_start_methods()
+        method = start_method or ("forkserver" if "forkserver" in methods else "spawn")
+        if method not in methods:
+            raise MCCLError(f"start method {method!r} is not available here; use one of {methods}")
+        self.topo = topo
+        self.workers = workers
+        self._executor = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context(method),
+                                             initializer=_init_worker, initargs=(topo, factory))
+
+    def start(self, timeout_s: float | None = 120.0) -> set[int]:
+        """Start every worker and wait until each has built its synthesizer; their pids."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        pids: set[int] = set()
+        while len(pids) < self.workers:      # a worker still in its initializer takes no job yet
+            left = None if deadline is None else deadline - time.monotonic()
+            futures = [self._executor.submit(_ready) for _ in range(self.workers)]
+            done, pending = wait_futures(futures, timeout=left)
+            if pending or (left is not None and left <= 0):
+                raise MCCLError(f"synthesis workers did not start within {timeout_s} s")
+            pids.update(f.result() for f in done)
+        return pids
+
+    def submit(self, kind: str, capacity: np.ndarray, warm: Schedule | None,
+               time_limit_s: float | None) -> Future:
+        """One synthesis job on the fabric with ``capacity`` (Gbps per link); its future
+        gives a :data:`JobResult`."""
+        return self._executor.submit(_job, kind, np.asarray(capacity, dtype=float), warm, time_limit_s)
+
+    def shutdown(self, wait: bool = False) -> None:
+        """Cancel queued jobs and stop the workers (``wait``: after running jobs finish)."""
+        self._executor.shutdown(wait=wait, cancel_futures=True)
