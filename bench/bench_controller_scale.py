@@ -17,6 +17,16 @@ change-point level estimator (:mod:`mccl_runtime.level`).
 Per row: the median and the worst of ``--rounds`` decisions after one warm-up batch
 (channels and pair paths resolved), split into ingest and check.  One process on a
 shared machine: the load average is printed; compare rows of one run.
+
+``--swap`` measures a cluster event instead: ``--comms`` communicators on one HPN fabric
+(``--swap-shape``, default 1x8x8 = 64 GPUs), alternately AllGather and AllToAll, each with
+its healthy schedule, all hit by one Fail2 (rank 0's NIC cable to 50 Gbps) at once.  The
+loop ingests a batch covering every link each turn and makes one decision
+(:meth:`ScheduleManager.step`); the figure is the time from the failure's batch until
+every communicator has its new version, and the loop's turn times meanwhile (what
+telemetry waits for).  Synthesis runs in the manager's worker thread (``thread``, the
+default before the pool) or in a :class:`~mccl_runtime.pool.SynthesisPool` of 1 or 2
+processes (``pool1``, ``pool2``), in the order given by ``--modes``.
 """
 
 from __future__ import annotations
@@ -99,16 +109,92 @@ def measure(topo, schedule, estimator: str, copies: int, batches: list[list[dict
             "decision_ms": float(np.median(total)), "worst_ms": float(np.max(total))}
 
 
+def link_batch(topo, m: np.ndarray, t: float) -> list[dict]:
+    """One ``link`` sample per link at the capacities ``m``."""
+    return [{"kind": "link", "src": l.src, "dst": l.dst, "gbps": float(m[a]), "t": t}
+            for a, l in enumerate(topo.links)]
+
+
+def measure_swap(shape: str, comms: int, mode: str, healthy: dict, limit_s: float = 600.0) -> dict:
+    """Fail2 on ``comms`` communicators at once: time until every one has a new version."""
+    import functools
+
+    from instances import fail2, parse_shape
+    from mccl_runtime.manager import solver_synthesizer
+    from mccl_runtime.pool import SynthesisPool
+
+    topo = hpn(*parse_shape(shape))
+    store = MeasurementStore(topo, alpha=1.0)
+    policy = Policy(gamma=0.1, min_dwell_s=0.0, time_limit_s=limit_s)
+    pool, start_s = None, 0.0
+    if mode.startswith("pool"):
+        t0 = time.perf_counter()
+        pool = SynthesisPool(topo, functools.partial(solver_synthesizer, "highs", 10), workers=int(mode[4:]))
+        pool.start()
+        start_s = time.perf_counter() - t0
+    mgr = ScheduleManager(store, None if pool else solver_synthesizer(), policy, pool=pool)
+    kinds = ("allgather", "alltoall")
+    for c in range(comms):
+        mgr.register(f"comm{c}", "c", kinds[c % 2], healthy[kinds[c % 2]])
+    m = fail2(topo).arrays.capacity
+    turns, done, synth = [], {}, []
+    t_fail = time.perf_counter()
+    while len(done) < comms and time.perf_counter() - t_fail < limit_s:
+        t0 = time.perf_counter()
+        store.ingest(link_batch(topo, m, t0), now=t0)
+        for e in mgr.step(t0):
+            if e.action in ("published", "aborted", "failed", "timeout"):
+                done[e.comm] = (e.action, time.perf_counter() - t_fail)
+                synth.append(e.detail.get("synth_s", float("nan")))
+        turns.append(time.perf_counter() - t0)
+        time.sleep(0.002)
+    mgr.close()
+    actions = sorted({a for a, _ in done.values()})
+    return {"mode": mode, "comms": comms, "gpus": topo.num_gpus, "swapped": sum(a == "published" for a, _ in done.values()),
+            "outcomes": ",".join(actions), "all_swapped_s": max((t for _, t in done.values()), default=float("nan")),
+            "first_s": min((t for _, t in done.values()), default=float("nan")),
+            "job_s_median": float(np.nanmedian(synth)) if synth else float("nan"),
+            "turn_ms_p50": 1e3 * float(np.median(turns)), "turn_ms_max": 1e3 * float(np.max(turns)),
+            "pool_start_s": start_s}
+
+
+def swap_main(a) -> list[dict]:
+    import mccl_opt as mo
+    from instances import parse_shape
+    from mccl_opt.tables import print_table
+    from mccl_runtime.warmup import load_kernels
+
+    load_kernels()
+    topo = hpn(*parse_shape(a.swap_shape))
+    healthy = {"allgather": mo.solve_allgather(topo), "alltoall": mo.solve_alltoall(topo)}
+    rows = []
+    for mode in a.modes.split(","):
+        rows.append(measure_swap(a.swap_shape, a.comms, mode, healthy))
+        print(rows[-1], flush=True)
+    print_table(["mode", "communicators", "GPUs", "swapped", "outcomes", "first done s", "all swapped s",
+                 "job s (median)", "turn ms p50", "turn ms max", "pool start s"],
+                [[r["mode"], r["comms"], r["gpus"], r["swapped"], r["outcomes"], r["first_s"], r["all_swapped_s"],
+                  r["job_s_median"], r["turn_ms_p50"], r["turn_ms_max"], r["pool_start_s"]] for r in rows])
+    print(f"load average {os.getloadavg()}")
+    return rows
+
+
 def main(argv: list[str] | None = None) -> list[dict]:
     from mccl_opt.tables import print_table
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--swap", action="store_true", help="Fail2 on many communicators at once (module docstring)")
+    p.add_argument("--swap-shape", default="1x8x8")
+    p.add_argument("--comms", type=int, default=64)
+    p.add_argument("--modes", default="thread,pool1,pool2")
     p.add_argument("--gpus", default="512,2048", help=f"comma separated, from {sorted(SHAPES)}")
     p.add_argument("--copies", type=int, default=1, help="communicators the ring AllGather is registered under")
     p.add_argument("--estimators", default="ewma,level")
     p.add_argument("--rounds", type=int, default=10)
     p.add_argument("--pairs", action="store_true", help="add one pair sample per same-rail GPU pair")
     a = p.parse_args(argv)
+    if a.swap:
+        return swap_main(a)
     rows = []
     for gpus in (int(x) for x in a.gpus.split(",")):
         if gpus not in SHAPES:
