@@ -123,8 +123,10 @@ class FailureCase:
     names first (:func:`nccl_baselines`), then ``mccl-no-reopt`` (the healthy schedule
     transplanted) and ``mccl-reopt`` (re-synthesized); ``baseline`` is the one Figure 9
     compares against (the first baseline, ``None`` when none applies to the fabric);
-    ``unavailable`` says why a baseline is missing.  ``reopt_needed``/``cut_deviation``
-    come from :func:`cut_check`.
+    ``unavailable`` says why a baseline or ``mccl-no-reopt`` is missing (the healthy
+    schedule has a hop the degraded network cannot route without a GPU forwarding).
+    ``reopt_needed``/``cut_deviation`` come from :func:`cut_check` (``True``/1 when the
+    healthy schedule cannot run).
     """
 
     failure: str
@@ -183,9 +185,13 @@ def failure_cases(topo: Topology, collective: str, failures: Mapping[str, Topolo
         if degraded is topo:
             schedules[NO_REOPT] = schedules[REOPT] = healthy
         else:
-            schedules[NO_REOPT] = transplant(healthy, degraded)
+            try:
+                schedules[NO_REOPT] = transplant(healthy, degraded)
+            except ScheduleError as exc:
+                unavailable[NO_REOPT] = f"the healthy schedule cannot run on {degraded.name}: {exc}"
             schedules[REOPT] = _solve(degraded, collective, backend)
-        needed, deviation = cut_check(healthy, schedules[NO_REOPT], degraded, gamma)
+        needed, deviation = (cut_check(healthy, schedules[NO_REOPT], degraded, gamma)
+                             if NO_REOPT in schedules else (True, 1.0))
         cases.append(FailureCase(failure, degraded, schedules, baseline, bool(needed), float(deviation),
                                  unavailable))
     return cases
@@ -193,22 +199,26 @@ def failure_cases(topo: Topology, collective: str, failures: Mapping[str, Topolo
 
 def figure9_row(case: FailureCase, collective: str, block_bytes: float,
                 algbw: Mapping[str, float]) -> dict[str, Any]:
-    """The Figure 9 row of one case from each method's simulated algbw (GB/s); without a
-    baseline its figures and the speedups are ``None``."""
-    stale, reopt = case.schedules[NO_REOPT], case.schedules[REOPT]
-    base = case.schedules.get(case.baseline) if case.baseline else None
-    bw = {"baseline": algbw[case.baseline] if base else None, "no_reopt": algbw[NO_REOPT],
-          "reopt": algbw[REOPT]}
+    """The Figure 9 row of one case from each method's simulated algbw (GB/s); the
+    figures of a method the case lacks (no baseline applies, or the healthy schedule
+    cannot run on the degraded fabric) and the speedups they enter are ``None``."""
+    methods = {"baseline": case.baseline, "no_reopt": NO_REOPT, "reopt": REOPT}
+    bw = {k: algbw[m] if m in case.schedules else None for k, m in methods.items()}
+    rate = {k: case.schedules[m].rate_gbps if m in case.schedules else None for k, m in methods.items()}
+
+    def speedup(k: str) -> float | None:
+        return None if bw[k] is None or bw["baseline"] is None else bw[k] / bw["baseline"]
+
     return {
         "failure": case.failure, "collective": collective, "topology": case.topo.name,
         "gpus": case.topo.num_gpus, "block_bytes": block_bytes, "baseline": case.baseline,
         "baseline_algbw": bw["baseline"], "no_reopt_algbw": bw["no_reopt"], "reopt_algbw": bw["reopt"],
-        "no_reopt_speedup": bw["no_reopt"] / bw["baseline"] if base else None,
-        "reopt_speedup": bw["reopt"] / bw["baseline"] if base else None,
-        "baseline_rate_gbps": base.rate_gbps if base else None, "no_reopt_rate_gbps": stale.rate_gbps,
-        "reopt_rate_gbps": reopt.rate_gbps, "reopt_needed": case.reopt_needed,
+        "no_reopt_speedup": speedup("no_reopt"), "reopt_speedup": speedup("reopt"),
+        "baseline_rate_gbps": rate["baseline"], "no_reopt_rate_gbps": rate["no_reopt"],
+        "reopt_rate_gbps": rate["reopt"], "reopt_needed": case.reopt_needed,
         "cut_deviation": case.cut_deviation,
-        "stale_still_optimal": bool(stale.rate_gbps >= reopt.rate_gbps * (1 - 1e-6)),
+        "stale_still_optimal": rate["no_reopt"] is not None
+        and bool(rate["no_reopt"] >= rate["reopt"] * (1 - 1e-6)),
     }
 
 
@@ -234,6 +244,6 @@ def run_failure_experiment(topo: Topology, collective: str, failures: Mapping[st
     for case in failure_cases(topo, collective, failures, backend=backend, gamma=gamma,
                               progress=progress):
         algbw = {k: simulate(case.topo, case.schedules[k], block, **mode).algbw_gbytes_per_s
-                 for k in (case.baseline, NO_REOPT, REOPT) if k}
+                 for k in (case.baseline, NO_REOPT, REOPT) if k in case.schedules}
         rows.append(figure9_row(case, collective, block, algbw))
     return rows

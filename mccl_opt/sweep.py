@@ -163,7 +163,7 @@ def summary_rows(cases: Sequence[FailureCase], collective: str,
             raise SimulationError(f"no sweep rows for {collective}/{case.failure}")
         size = max(r["size"] for r in mine)
         at = {r["method"]: r for r in mine if r["size"] == size}
-        algbw = {m: at[m]["algbw_GBps"] for m in (case.baseline, NO_REOPT, REOPT) if m}
+        algbw = {m: at[m]["algbw_GBps"] for m in (case.baseline, NO_REOPT, REOPT) if m in at}
         row = figure9_row(case, collective, at[REOPT]["count"] * ELEMENT_BYTES, algbw)
         row.update(size=size, model=at[REOPT]["model"])
         out.append(row)

@@ -228,3 +228,18 @@ def test_a_baseline_that_cannot_be_built_is_skipped_and_figure9_says_na(tmp_path
     assert {r["method"] for r in out["rows"]} == {NO_REOPT, REOPT}
     (summary,) = out["summary"]
     assert summary["baseline"] is None and summary["reopt_speedup"] is None
+
+
+def test_a_healthy_schedule_that_cannot_run_after_fail3_is_left_out():
+    """irregular-5: the failed GPU's direct GPU link carried a hop that no switch route
+    replaces, so the stale schedule cannot run; re-opt is needed by definition."""
+    from instances import load_instance
+    from mccl_opt.evaluate import figure9_row
+
+    topo = load_instance("irregular-5")
+    (case,) = failure_cases(topo, "alltoall", {"fail3": fail3(topo)})
+    assert NO_REOPT not in case.schedules and "cannot run" in case.unavailable[NO_REOPT]
+    assert case.reopt_needed and case.cut_deviation == 1.0
+    row = figure9_row(case, "alltoall", 1024.0, {"nccl-direct": 1.0, REOPT: 4.0})
+    assert row["no_reopt_algbw"] is None and row["no_reopt_speedup"] is None
+    assert row["reopt_speedup"] == 4.0 and row["stale_still_optimal"] is False

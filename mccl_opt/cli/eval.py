@@ -76,8 +76,8 @@ def _failures(topo, spec: str, say) -> tuple[dict, list[dict]]:
             skipped.append({"failure": name, "collective": None, "method": None, "reason": str(exc)})
             say(f"{name} does not apply to {topo.name}: {exc}; skipped")
     if not fabrics:
-        raise TopologyError(f"none of the failures applies to {topo.name} "
-                            f"({'; '.join(s['reason'] for s in skipped)}); "
+        reasons = "; ".join(dict.fromkeys(s["reason"] for s in skipped))
+        raise TopologyError(f"none of the failures applies to {topo.name} ({reasons}); "
                             "use --failures none to compare the methods on the healthy fabric")
     return fabrics, skipped
 
