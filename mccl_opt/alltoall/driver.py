@@ -52,7 +52,8 @@ def build_master(prob: Problem, backend: str, max_steps: int,
     """A master over the given columns ``(pair, start, arcs, origin)`` (those within
     ``max_steps``) plus initial columns for the pairs they miss.  With ``state``'s basis
     still optimal (:func:`~.warm.reusable_basis`) the master starts from it; otherwise
-    only the columns the old LP used are kept, and from
+    only the columns the old LP used are kept, pairs with a single column stay out of
+    the solver until they get a second one (``fix_single_pairs``), and from
     :data:`PRESOLVE_EVERY_TIME_MIN_PAIRS` pairs up every solve is presolved
     (docs/alltoall.md).  Returns the master and the number of carried-over columns."""
     pool = ColumnPool()
@@ -73,7 +74,7 @@ def build_master(prob: Problem, backend: str, max_steps: int,
         init = initial_columns(prob, max_steps, missing)
         pool.append(prob.pair_index(init.src, init.dst), init.start, init.arcs)
     master = RestrictedMaster(get_backend(backend), prob.num_pairs, prob.capacity, pool,
-                              fix_single_pairs=columns is None)
+                              fix_single_pairs=basis is None)
     if basis is not None:
         master.start_from(basis)
     elif carried:
