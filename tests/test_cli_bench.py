@@ -38,7 +38,7 @@ def test_table_fits_100_columns_and_names_skipped_backends(tmp_path, capsys, mon
     monkeypatch.setattr(ScipBackend, "module_name", "pyscipopt_missing_for_this_test")
     out_file = tmp_path / "b.json"
     code, out, err = _bench(capsys, "--suite", "alltoall", "--backends", "highs,scip",
-                            "--out", str(out_file), *TINY)
+                            "--out", str(out_file), "--progress", *TINY)
     assert code == 0, err
     lines = out.splitlines()
     assert max(len(line) for line in lines) <= 100
@@ -74,6 +74,7 @@ def test_json_on_stdout_holds_medians_and_every_repeat(tmp_path, capsys):
     code, out, err = _bench(capsys, "--suite", "allgather", "--json", "--out", str(out_file),
                             *TINY)
     assert code == 0, err
+    assert err.strip() == f"wrote {out_file}"         # no progress off a terminal by default
     doc = json.loads(out)                                # nothing but JSON on stdout
     assert doc == json.loads(out_file.read_text())
     assert doc["format"] == "mccl-bench/2" and doc["protocol"]["repeat"] == 2

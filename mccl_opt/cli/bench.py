@@ -43,6 +43,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "(mccl-bench/2; --suite lp: its own rows)")
     p.add_argument("--out", metavar="FILE", default=None,
                    help="write the JSON document to FILE (mccl-bench/2, or the LP suite's)")
+    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                   help="one progress line per run on stderr (default: on a terminal only)")
     p.add_argument("--png", metavar="FILE", default=None,
                    help="write the time-vs-GPUs plot (synthesizer suites)")
     from instances.benchmarks import lp_suite
@@ -56,13 +58,22 @@ def split(text: str | None) -> list[str] | None:
     return None if text is None else [t.strip() for t in text.split(",") if t.strip()]
 
 
-def _progress(done: int, total: int, case, rnd: int) -> None:
-    tty = sys.stderr.isatty()
-    bar = "#" * (30 * done // total)
-    what = "warm-up" if rnd == 0 else f"round {rnd}"
-    start, end = ("\r", "" if done < total else "\n") if tty else ("", "\n")
-    print(f"{start}[{bar:<30}] {done}/{total} {what} {case.id:<55}", end=end,
-          file=sys.stderr, flush=True)
+def _progress(force: bool | None):
+    """The ``measure`` callback drawing ``done/total round case`` on stderr (a terminal,
+    or any stream with ``--progress``); ``None`` when progress is off.  Its own
+    reporter, not :func:`mccl_opt.progress.start`: the synthesizers' updates must not
+    be formatted inside the timed runs."""
+    from .. import progress
+
+    reporter = progress.Reporter(sys.stderr, "mccl bench")
+    if force is False or (force is None and not reporter.terminal):
+        return None, reporter
+
+    def show(done: int, total: int, case, rnd: int) -> None:
+        what = "warm-up" if rnd == 0 else f"round {rnd}"
+        reporter.update(f"{done}/{total} {what} {case.id}", None, None, None, None)
+
+    return show, reporter
 
 
 def _bench(args: argparse.Namespace) -> int:
@@ -92,7 +103,11 @@ def _synthesis(args: argparse.Namespace) -> int:
                           tuple(split(args.backends) or ()) or None, max_chunks=args.max_chunks)
     not_run = registry.not_installed() if args.backends is None else {}
     load = {"before": report.machine_load()}
-    results = add_reference_ratios(measure(todo, args.repeat, _progress))
+    show, reporter = _progress(args.progress)
+    try:
+        results = add_reference_ratios(measure(todo, args.repeat, show))
+    finally:
+        reporter.close()
     load["after"] = report.machine_load()
     command = "mccl bench " + " ".join(sys.argv[2:]) if sys.argv[1:2] == ["bench"] else "mccl bench"
     doc = report.to_doc(results, repeat=args.repeat, load=load, command=command, not_run=not_run)
