@@ -174,12 +174,10 @@ def _path_chunks(prob: Problem, rounded: Rounded, cols: np.ndarray, shares: np.n
     dst = gpus[prob.pair_dst[pair]]
     first = rounded.pool_start[cols]
     length = rounded.pool_start[cols + 1] - first
-    paths = np.empty(cols.size, dtype=object)
+    paths: list[tuple[str, ...]] = [()] * cols.size
     for n_arcs in np.unique(length).tolist():
         rows = np.flatnonzero(length == n_arcs)
-        nodes = np.empty((rows.size, n_arcs + 1), dtype=object)
-        nodes[:, 0] = src[rows]
-        arcs = rounded.pool_arcs[first[rows, None] + np.arange(n_arcs)]
-        nodes[:, 1:] = ids[topo.arrays.head[arcs]]
-        paths[rows] = list(map(tuple, nodes.tolist()))
-    return list(map(PathChunk, src.tolist(), dst.tolist(), shares[cols].tolist(), paths.tolist()))
+        heads = ids[topo.arrays.head[rounded.pool_arcs[first[rows, None] + np.arange(n_arcs)]]]
+        for i, path in zip(rows.tolist(), zip(src[rows].tolist(), *heads.T.tolist())):
+            paths[i] = path
+    return list(map(PathChunk, src.tolist(), dst.tolist(), shares[cols].tolist(), paths))
