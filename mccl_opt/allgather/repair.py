@@ -18,9 +18,9 @@ tree scanning first the *wide* links of its vertices (units above their tail's
 average; NVLink-derived links on HPN), then the others, link scans rotated by root as
 in :func:`~.trees.greedy_pack`.  Wide-first makes a tree enter a host once and fan out
 inside it, which is what leaves the scarce rail units for the other trees (0 repairs on
-HPN up to 1024 GPUs).  Saturated links leave a per-tier skip list (union-find
-"next live link"), so a scan never revisits them; a repair search enqueues a link's
-users once.  Warm: previous tree shapes are seeded verbatim first.  Identical
+HPN up to 1024 GPUs); the repair search is :mod:`.augment` (short searches first).
+Saturated links leave a per-tier skip list (union-find "next live link"), so a scan
+never revisits them.  Warm: previous tree shapes are seeded verbatim first.  Identical
 trees of a root are merged into :class:`~.trees.TreeClass` es.  Completion certifies
 the packing by construction; ``None`` means no local chain exists and the caller
 falls back to the global packers.
@@ -31,6 +31,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from .augment import attach, repair, spend
 from .trees import TreeClass
 
 __all__ = ["repair_pack", "MAX_ENTRIES"]
@@ -39,6 +40,9 @@ __all__ = ["repair_pack", "MAX_ENTRIES"]
 #: each: 4.5 GB at the limit; 4096 GPUs with k = 10 take 2.9 GB); beyond it the
 #: caller's fallbacks run
 MAX_ENTRIES = 1 << 28
+
+#: trees a first repair search visits per missing vertex before trying the next one
+SHORT_SEARCH = 16
 
 
 @njit(cache=True)
@@ -49,159 +53,6 @@ def _find(nxt, p):
         nxt[p] = nxt[nxt[p]]
         p = nxt[p]
     return p
-
-
-@njit(cache=True)
-def _spend(a, cap, wide, skip):
-    """Take one unit of arc ``a``; a saturated arc leaves its tier's skip list."""
-    cap[a] -= 1
-    if cap[a] == 0:
-        skip[0 if wide[a] else 1, a] = a + 1
-
-
-@njit(cache=True)
-def _attach(t, v, a, off, used, user, slot_of, par, member, order, count):
-    """Tree ``t`` reaches rank ``v`` over link ``a`` (its unit already spent)."""
-    s = off[a] + used[a]
-    used[a] += 1
-    user[s] = t
-    slot_of[t, v] = s
-    par[t, v] = a
-    member[t, v] = True
-    order[t, count[t]] = v
-    count[t] += 1
-
-
-@njit(cache=True)
-def _below(par, tail, w, v, root, memo, memo_below, token, path):
-    """Is ``w`` in the subtree of ``v``?  Walks ``w``'s parents up to ``v``, the root or
-    a rank answered under ``token`` (one tree and ``v``) and records the answer for every
-    rank walked (``memo``/``memo_below``)."""
-    depth = 0
-    while True:
-        if memo[w] == token:
-            found = memo_below[w]
-            break
-        if w == v:
-            found = True
-            break
-        if w == root:
-            found = False
-            break
-        path[depth] = w
-        depth += 1
-        w = tail[par[w]]
-    for i in range(depth):
-        memo[path[i]] = token
-        memo_below[path[i]] = found
-    return found
-
-
-@njit(cache=True)
-def _usable(x, b, v, k, tail, par, member, memo, memo_below, token, path):
-    """May tree ``x`` take link ``b`` (into ``v``) as ``v``'s parent? (``token``: see
-    :func:`_below`.)"""
-    w = tail[b]
-    if not member[x, w] or b == par[x, v]:
-        return False
-    return not (member[x, v] and _below(par[x], tail, w, v, x // k, memo, memo_below, token,
-                                        path))
-
-
-@njit(cache=True)
-def _repair(t, n, k, tail, in_start, in_arc, cap, wide, skip, off, used, user, slot_of, par,
-            member, count, order, stamp, seen, arc_seen, q_tree, q_pred, q_arc, free, shift, info,
-            memo, memo_below, path):
-    """Find and apply an augmenting chain that gives tree ``t`` one more vertex.
-    Trees are checked against the (few) free links into ``v`` when discovered and
-    expanded over the saturated ones only when popped; a link's users are enqueued
-    once per search (``arc_seen``), not once per tree that may take it.  Returns the vertex gained
-    (or -1) and the updated visit stamp; ``info[1]`` counts the trees visited,
-    ``info[2]`` is the memo token of :func:`_below`."""
-    for i in range(n):
-        v = (i + shift * (t // k)) % n
-        if member[t, v]:
-            continue
-        n_free = 0
-        for p in range(in_start[v], in_start[v + 1]):
-            if cap[in_arc[p]] > 0:
-                free[n_free] = in_arc[p]
-                n_free += 1
-        if n_free == 0:
-            continue
-        stamp += 1
-        seen[t] = stamp
-        q_tree[0] = t
-        q_pred[0] = -1
-        qh = 0
-        qt = 1
-        end = -1
-        end_arc = -1
-        info[2] += 1
-        for f in range(n_free):
-            if _usable(t, free[f], v, k, tail, par, member, memo, memo_below, info[2], path):
-                end = 0
-                end_arc = free[f]
-                break
-        while qh < qt and end < 0:
-            x = q_tree[qh]
-            info[2] += 1
-            token = info[2]
-            for p in range(in_start[v], in_start[v + 1]):
-                b = in_arc[p]
-                if arc_seen[b] == stamp or cap[b] > 0 or \
-                        not _usable(x, b, v, k, tail, par, member, memo, memo_below, token, path):
-                    continue
-                arc_seen[b] = stamp     # its users are all seen now: never expand it again
-                for s in range(off[b], off[b] + used[b]):
-                    y = user[s]
-                    if seen[y] == stamp:
-                        continue
-                    seen[y] = stamp
-                    q_tree[qt] = y
-                    q_pred[qt] = qh
-                    q_arc[qt] = b
-                    info[2] += 1
-                    for f in range(n_free):
-                        if _usable(y, free[f], v, k, tail, par, member, memo, memo_below,
-                                   info[2], path):
-                            end = qt
-                            end_arc = free[f]
-                            break
-                    qt += 1
-                    if end >= 0:
-                        break
-                if end >= 0:
-                    break
-            qh += 1
-        info[1] += qt
-        if end < 0:
-            continue
-        # apply: the tree at position j takes its new arc; walk back along predecessors
-        j = end
-        b = end_arc
-        x = q_tree[j]
-        s = slot_of[x, v]          # x's old slot (on the arc its predecessor takes), if any
-        _spend(b, cap, wide, skip)
-        ns = off[b] + used[b]
-        used[b] += 1
-        user[ns] = x
-        slot_of[x, v] = ns
-        par[x, v] = b
-        while q_pred[j] >= 0:
-            b = q_arc[j]           # the arc x held and its predecessor takes over
-            j = q_pred[j]
-            y = q_tree[j]
-            s_next = slot_of[y, v]
-            user[s] = y
-            slot_of[y, v] = s
-            par[y, v] = b
-            s = s_next
-        member[t, v] = True
-        order[t, count[t]] = v
-        count[t] += 1
-        return v, stamp
-    return -1, stamp
 
 
 @njit(cache=True)
@@ -250,7 +101,7 @@ def _grow(n, k, start, tail, head, in_start, in_arc, cap, wide, off, shift, info
     used = np.zeros(m, np.int64)
     user = np.full(off[-1] + 1, -1, np.int32)
     seen = np.zeros(T, np.int64)
-    arc_seen = np.zeros(m, np.int64)
+    sat = np.empty(max(np.diff(in_start).max(), 1), np.int64)   # saturated links into v
     q_tree = np.empty(T, np.int64)
     q_pred = np.empty(T, np.int64)
     q_arc = np.empty(T, np.int64)
@@ -268,7 +119,10 @@ def _grow(n, k, start, tail, head, in_start, in_arc, cap, wide, off, shift, info
         for v in range(n):
             if seed[t, v] >= 0:
                 cap[seed[t, v]] -= 1        # skip lists are built after seeding
-                _attach(t, v, seed[t, v], off, used, user, slot_of, par, member, order, count)
+                attach(t, v, seed[t, v], off, used, user, slot_of, par, member, order, count)
+    in_free = np.zeros(n, np.int64)          # free units into every rank
+    for a in range(m):
+        in_free[head[a]] += cap[a]
     skip = np.empty((2, m + 1), np.int64)   # per tier: live arcs (wide first, then the rest)
     for a in range(m + 1):
         live = a == m or cap[a] > 0
@@ -293,15 +147,18 @@ def _grow(n, k, start, tail, head, in_start, in_arc, cap, wide, off, shift, info
                 if arc >= 0:
                     break
             if arc >= 0:
-                _spend(arc, cap, wide, skip)
-                _attach(t, head[arc], arc, off, used, user, slot_of, par, member, order, count)
+                spend(arc, cap, wide, skip, in_free, head)
+                attach(t, head[arc], arc, off, used, user, slot_of, par, member, order, count)
             else:
                 # every scanned link of t stays saturated (capacities never grow), so
                 # pos/scanned need no reset; repair may free nothing but gives t a vertex
-                v, stamp = _repair(t, n, k, tail, in_start, in_arc, cap, wide, skip, off, used,
-                                   user, slot_of, par, member, count, order, stamp, seen,
-                                   arc_seen, q_tree, q_pred, q_arc, free, shift, info, memo, memo_below,
-                                   path)
+                v = -1
+                for limit in (SHORT_SEARCH, T + 1):     # short chains first, then any
+                    if v < 0:
+                        v, stamp = repair(t, n, k, tail, head, in_free, in_start, in_arc, cap,
+                                          wide, skip, off, used, user, slot_of, par, member,
+                                          count, order, stamp, seen, sat, q_tree, q_pred, q_arc,
+                                          free, shift, info, memo, memo_below, path, limit)
                 info[0] += 1
                 if v < 0:
                     return -1, par

@@ -1,0 +1,176 @@
+"""Phase 3's local augmenting repair (paper §4.3; the packer is :mod:`.repair`).
+
+A unit tree ``t`` stuck in :func:`.repair._grow` gains a missing vertex ``v`` by a chain
+``t = x0, x1, ..., xj``: ``x_i`` takes over the link into ``v`` used by ``x_{i+1}`` and
+``xj`` re-parents ``v`` onto a link with a free unit.  A tree may take link ``w -> v``
+iff ``w`` is in it and (when it already holds ``v``) ``w`` is not below ``v``, so every
+tree stays an arborescence and every link within its units.  The search is breadth-first
+over the trees holding ``v``; the state arrays are :func:`.repair._grow`'s.
+"""
+
+from __future__ import annotations
+
+from numba import njit
+
+__all__ = ["repair", "spend", "attach"]
+
+
+@njit(cache=True)
+def spend(a, cap, wide, skip, in_free, head):
+    """Take one unit of arc ``a``; a saturated arc leaves its tier's skip list."""
+    cap[a] -= 1
+    in_free[head[a]] -= 1
+    if cap[a] == 0:
+        skip[0 if wide[a] else 1, a] = a + 1
+
+
+@njit(cache=True)
+def attach(t, v, a, off, used, user, slot_of, par, member, order, count):
+    """Tree ``t`` reaches rank ``v`` over link ``a`` (its unit already spent)."""
+    s = off[a] + used[a]
+    used[a] += 1
+    user[s] = t
+    slot_of[t, v] = s
+    par[t, v] = a
+    member[t, v] = True
+    order[t, count[t]] = v
+    count[t] += 1
+
+
+@njit(cache=True)
+def _below(par, tail, w, v, root, memo, memo_below, token, path):
+    """Is ``w`` in the subtree of ``v``?  Walks ``w``'s parents up to ``v``, the root or
+    a rank answered under ``token`` (one tree and ``v``) and records the answer for every
+    rank walked (``memo``/``memo_below``)."""
+    depth = 0
+    while True:
+        if memo[w] == token:
+            found = memo_below[w]
+            break
+        if w == v:
+            found = True
+            break
+        if w == root:
+            found = False
+            break
+        path[depth] = w
+        depth += 1
+        w = tail[par[w]]
+    for i in range(depth):
+        memo[path[i]] = token
+        memo_below[path[i]] = found
+    return found
+
+
+@njit(cache=True)
+def _usable(x, b, v, k, tail, par, member, memo, memo_below, token, path):
+    """May tree ``x`` take link ``b`` (into ``v``) as ``v``'s parent? (``token``: see
+    :func:`_below`.)"""
+    w = tail[b]
+    if not member[x, w] or b == par[x, v]:
+        return False
+    return not (member[x, v] and _below(par[x], tail, w, v, x // k, memo, memo_below, token,
+                                        path))
+
+
+@njit(cache=True)
+def repair(t, n, k, tail, head, in_free, in_start, in_arc, cap, wide, skip, off, used, user,
+           slot_of, par, member, count, order, stamp, seen, sat, q_tree, q_pred, q_arc, free,
+           shift, info, memo, memo_below, path, limit):
+    """Find and apply an augmenting chain that gives tree ``t`` one more vertex.
+    ``v`` runs over the missing ranks with a free unit into them (``in_free``), each
+    search stopping after ``limit`` trees.  Trees are checked against the (few) free
+    links into ``v`` when discovered and expanded over the saturated ones only when popped; an expanded link leaves the
+    search's list ``sat`` (its users are all enqueued).  Returns the vertex gained
+    (or -1) and the updated visit stamp; ``info[1]`` counts the trees visited,
+    ``info[2]`` is the memo token of :func:`_below`."""
+    for i in range(n):
+        v = (i + shift * (t // k)) % n
+        if member[t, v] or in_free[v] == 0:
+            continue
+        n_free = 0
+        n_sat = 0
+        for p in range(in_start[v], in_start[v + 1]):
+            if cap[in_arc[p]] > 0:
+                free[n_free] = in_arc[p]
+                n_free += 1
+            else:
+                sat[n_sat] = in_arc[p]
+                n_sat += 1
+        if n_free == 0:
+            continue
+        stamp += 1
+        seen[t] = stamp
+        q_tree[0] = t
+        q_pred[0] = -1
+        qh = 0
+        qt = 1
+        end = -1
+        end_arc = -1
+        info[2] += 1
+        for f in range(n_free):
+            if _usable(t, free[f], v, k, tail, par, member, memo, memo_below, info[2], path):
+                end = 0
+                end_arc = free[f]
+                break
+        while qh < qt and qt < limit and end < 0:
+            x = q_tree[qh]
+            info[2] += 1
+            token = info[2]
+            kept = 0
+            for p in range(n_sat):
+                b = sat[p]
+                if not _usable(x, b, v, k, tail, par, member, memo, memo_below, token, path):
+                    sat[kept] = b
+                    kept += 1
+                    continue
+                for s in range(off[b], off[b] + used[b]):
+                    y = user[s]
+                    if seen[y] == stamp:
+                        continue
+                    seen[y] = stamp
+                    q_tree[qt] = y
+                    q_pred[qt] = qh
+                    q_arc[qt] = b
+                    info[2] += 1
+                    for f in range(n_free):
+                        if _usable(y, free[f], v, k, tail, par, member, memo, memo_below,
+                                   info[2], path):
+                            end = qt
+                            end_arc = free[f]
+                            break
+                    qt += 1
+                    if end >= 0:
+                        break
+                if end >= 0:
+                    break
+            n_sat = kept                # expanded links left the list: all users seen
+            qh += 1
+        info[1] += qt
+        if end < 0:
+            continue
+        # apply: the tree at position j takes its new arc; walk back along predecessors
+        j = end
+        b = end_arc
+        x = q_tree[j]
+        s = slot_of[x, v]          # x's old slot (on the arc its predecessor takes), if any
+        spend(b, cap, wide, skip, in_free, head)
+        ns = off[b] + used[b]
+        used[b] += 1
+        user[ns] = x
+        slot_of[x, v] = ns
+        par[x, v] = b
+        while q_pred[j] >= 0:
+            b = q_arc[j]           # the arc x held and its predecessor takes over
+            j = q_pred[j]
+            y = q_tree[j]
+            s_next = slot_of[y, v]
+            user[s] = y
+            slot_of[y, v] = s
+            par[y, v] = b
+            s = s_next
+        member[t, v] = True
+        order[t, count[t]] = v
+        count[t] += 1
+        return v, stamp
+    return -1, stamp
