@@ -170,6 +170,15 @@ def test_json_and_csv_carry_the_same_rows(tmp_path, capsys, monkeypatch):
     assert (tmp_path / "mccl-eval-hpn-1x2x2.png").stat().st_size > 1000
 
 
+def test_help_states_the_event_limit_in_force(capsys):
+    from mccl_opt.cli import main
+    from mccl_opt.sweep import DEFAULT_EVENT_LIMIT
+
+    with pytest.raises(SystemExit):
+        main(["eval", "--help"])
+    assert f"default {DEFAULT_EVENT_LIMIT}:" in " ".join(capsys.readouterr().out.split())
+
+
 def test_table_prints_nccl_tests_blocks_and_the_summary(tmp_path, capsys, monkeypatch):
     from mccl_opt.cli import main
 

@@ -35,7 +35,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "default), or force one")
     p.add_argument("--event-limit", type=int, default=None, metavar="PIECES",
                    help="auto: event-level while a size's schedules have at most this many "
-                        "512 KiB pieces (default mccl_opt.sweep.DEFAULT_EVENT_LIMIT, docs/sim.md)")
+                        "512 KiB pieces (default 4096: mccl_opt.sweep.DEFAULT_EVENT_LIMIT, docs/sim.md)")
     p.add_argument("--backend", default="highs", help="LP backend of the synthesizers")
     p.add_argument("--png", default=None, help="busbw plot path (default mccl-eval-<topology>.png)")
     p.add_argument("--csv", default=None, metavar="FILE", help="also write the sweep rows as CSV")
