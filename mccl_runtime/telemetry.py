@@ -98,6 +98,7 @@ class MeasurementStore:
         self.accepted = 0
         self.rejected: Counter[str] = Counter()
         self._measured: np.ndarray | None = None
+        self._measured_topo: tuple[np.ndarray, Topology] | None = None
         # wire key (kind, a, b) -> channel id, for the wire keys the vectorised parse resolved
         self._channels: dict[tuple[Any, Any, Any], int] = {}
 
@@ -305,8 +306,14 @@ class MeasurementStore:
         return self._rev
 
     def measured_topology(self, name: str | None = None) -> Topology:
-        """The topology with ``M`` as capacities (the optimizer's input, paper §3.1)."""
-        return self.topo.with_capacities(self.measured(), name=name or f"{self.topo.name}-measured")
+        """The topology with ``M`` as capacities (the optimizer's input, paper §3.1); built
+        once per ``M`` (the jobs a decision starts share it)."""
+        m = self.measured()
+        if name is not None:
+            return self.topo.with_capacities(m, name=name)
+        if self._measured_topo is None or self._measured_topo[0] is not m:
+            self._measured_topo = (m, self.topo.with_capacities(m, name=f"{self.topo.name}-measured"))
+        return self._measured_topo[1]
 
     def counters(self) -> dict[str, Any]:
         return {"accepted": self.accepted, "rejected": {r: self.rejected[r] for r in REASONS}}
