@@ -240,6 +240,7 @@ def test_missing_backend_and_licence_limit_are_skipped_rows(tiny_tier, monkeypat
     assert all(r["status"] == "optimal" and r["repeats"] == 2 for r in by["highs"])
     assert lp_suite.run(_args(tiny_tier, backends="highs", json=True)) == 0
     assert {r["status"] for r in json.loads(capsys.readouterr().out)} == {"optimal"}
+    assert lp_suite.run_suite(tiny_tier, ["highs"], max_gpus=3) == []
 
 
 def test_bad_inputs_are_typed_errors(tmp_path, tiny_tier):

@@ -68,6 +68,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="--suite lp: the tier's directory (default: the cache directory "
                              "`python -m instances.library build --tier` writes to); the "
                              "tier is generated there when its manifest is missing")
+    parser.add_argument("--max-gpus", type=int, default=None,
+                        help="--suite lp: only the tier's instances with at most this many GPUs")
     parser.add_argument("--time-limit", type=float, default=TIME_LIMIT,
                         help=f"--suite lp: seconds per solve (default {TIME_LIMIT:g})")
 
@@ -120,8 +122,10 @@ def _run_model(base: dict, lp, backend: str, repeat: int, time_limit: float | No
 
 
 def run_suite(directory: Path, backends: list[str], *, repeat: int = 1,
-              time_limit: float | None = TIME_LIMIT, log=sys.stderr) -> list[SuiteRow]:
-    """Rows for every model of the tier in ``directory`` × ``backends``."""
+              time_limit: float | None = TIME_LIMIT, max_gpus: int | None = None,
+              log=sys.stderr) -> list[SuiteRow]:
+    """Rows for every model of the tier in ``directory`` (instances with at most
+    ``max_gpus`` GPUs) × ``backends``."""
     from formulations.export import read_mps
     from formulations.lp import FormulationError
     from mccl_opt.backends import backend_class
@@ -139,6 +143,8 @@ def run_suite(directory: Path, backends: list[str], *, repeat: int = 1,
                for b in backends if not backend_class(b).is_available()}
     rows: list[SuiteRow] = []
     for rec in manifest["instances"]:
+        if max_gpus is not None and rec["gpus"] > max_gpus:
+            continue
         for model, info in rec["models"].items():
             path = Path(directory) / info["file"]
             base = {"instance": rec["name"], "model": model, "gpus": rec["gpus"],
@@ -193,7 +199,8 @@ def run(args: argparse.Namespace) -> int:
                         f"or another --dir")
     rows = run_suite(directory, _backends(getattr(args, "backends", None)),
                      repeat=getattr(args, "repeat", None) or 1,
-                     time_limit=getattr(args, "time_limit", TIME_LIMIT))
+                     time_limit=getattr(args, "time_limit", TIME_LIMIT),
+                     max_gpus=getattr(args, "max_gpus", None))
     doc = [asdict(r) for r in rows]
     if getattr(args, "json", False):
         print_json(doc)
