@@ -162,7 +162,8 @@ def _write_csv(rows: list[dict], path: Path) -> None:
 
 
 def _plot(rows: list[dict], name: str, path: Path) -> None:
-    """busbw (GB/s) vs size per method: one panel per collective (rows) and failure (columns)."""
+    """busbw (GB/s) vs size per method: one panel per collective (rows) and failure
+    (columns); a dotted line marks the size from which the fluid model took over."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -182,6 +183,11 @@ def _plot(rows: list[dict], name: str, path: Path) -> None:
             for method in dict.fromkeys(r["method"] for r in sub):
                 pts = [(r["size"], r["busbw_GBps"]) for r in sub if r["method"] == method]
                 ax.plot(*zip(*pts), marker="o", markersize=3, label=method)
+            fluid = [r["size"] for r in sub if r["model"] == "fluid"]
+            if fluid and len(fluid) < len(sub):
+                ax.axvline(min(fluid), color="grey", linestyle=":", linewidth=1)
+                ax.annotate("event | fluid", (min(fluid), 0.02), xycoords=("data", "axes fraction"),
+                            fontsize=7, color="grey", ha="center", backgroundcolor="white")
             ax.set_xscale("log", base=2)
             step = -(-len(sizes) // 6)           # at most 6 labelled sizes
             ax.set_xticks(sizes[::step], [format_bytes(s) for s in sizes[::step]])
