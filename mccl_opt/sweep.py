@@ -111,12 +111,16 @@ def _chunk_shape(topo: Topology, schedule: Schedule) -> tuple[np.ndarray, np.nda
     return shares, segs
 
 
+def _pieces(shape: tuple[np.ndarray, np.ndarray], block_bytes: float) -> int:
+    shares, segs = shape
+    pieces = np.maximum(1, np.ceil(shares * block_bytes / DEFAULT_SLICE_BYTES - 1e-9))
+    return int(np.dot(segs, pieces))
+
+
 def piece_count(topo: Topology, schedule: Schedule, block_bytes: float) -> int:
     """Pieces the event-level model moves: per chunk, segments x ``ceil(chunk / 512 KiB)``
     (identical chunks counted each; an upper bound on the simulator's streams x pieces)."""
-    shares, segs = _chunk_shape(topo, schedule)
-    pieces = np.maximum(1, np.ceil(shares * block_bytes / DEFAULT_SLICE_BYTES - 1e-9))
-    return int(np.dot(segs, pieces))
+    return _pieces(_chunk_shape(topo, schedule), block_bytes)
 
 
 def sweep_rows(cases: Sequence[FailureCase], collective: str, sizes: Sequence[int], *,
@@ -137,11 +141,12 @@ def sweep_rows(cases: Sequence[FailureCase], collective: str, sizes: Sequence[in
         n = case.topo.num_gpus
         factor = bus_factor(collective, n)
         say(f"{collective}/{case.failure}: simulating {len(sizes)} sizes x {len(case.schedules)} methods")
+        shapes = [_chunk_shape(case.topo, s) for s in case.schedules.values()] if model == "auto" else []
         for size in sizes:
             count = nccl_count(collective, size, n)
             block = float(count * ELEMENT_BYTES)
             event = model == "event" or (model == "auto" and max(
-                piece_count(case.topo, s, block) for s in case.schedules.values()) <= event_limit)
+                _pieces(shape, block) for shape in shapes) <= event_limit)
             for method, sched in case.schedules.items():
                 sim = simulate(case.topo, sched, block, fluid=not event)
                 algbw = nccl_size(count, n) / sim.completion_s / 1e9
