@@ -41,7 +41,7 @@ from .fabrics import irregular
 from .catalog import CATALOG, FAILURES, MANIFEST, REL_TOL, Instance, hpn_entry, read_manifest
 
 __all__ = ["TIERS", "TIER_MANIFEST", "TierSpec", "tier_instances", "default_dir", "build_tier",
-           "load_tier", "COMPACT_MAX_COLS", "COMPACT_TIME_LIMIT"]
+           "load_tier", "COMPACT_MAX_COLS", "COMPACT_TIME_LIMIT", "TIER_MODELS"]
 
 TIER_FORMAT = "mccl-lp-tier/1"
 TIER_MANIFEST = "tier-manifest.json"

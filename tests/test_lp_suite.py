@@ -241,6 +241,8 @@ def test_missing_backend_and_licence_limit_are_skipped_rows(tiny_tier, monkeypat
     assert lp_suite.run(_args(tiny_tier, backends="highs", json=True)) == 0
     assert {r["status"] for r in json.loads(capsys.readouterr().out)} == {"optimal"}
     assert lp_suite.run_suite(tiny_tier, ["highs"], max_gpus=3) == []
+    assert lp_suite.run(_args(tiny_tier, backends="highs", models="master", json=True)) == 0
+    assert {r["model"] for r in json.loads(capsys.readouterr().out)} == {"master"}
 
 
 def test_bad_inputs_are_typed_errors(tmp_path, tiny_tier):
@@ -248,6 +250,8 @@ def test_bad_inputs_are_typed_errors(tmp_path, tiny_tier):
         tiers.load_tier(tmp_path)
     with pytest.raises(MCCLError, match="unknown backend"):
         lp_suite.run(_args(tiny_tier, backends="cplex"))
+    with pytest.raises(MCCLError, match="unknown model.*switch"):
+        lp_suite.run(_args(tiny_tier, models="switch"))
     with pytest.raises(MCCLError, match="holds the tiny tier, not medium"):
         lp_suite.run(_args(tiny_tier, tier="medium"))
     with pytest.raises(MCCLError, match="unknown tier"):

@@ -70,6 +70,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "tier is generated there when its manifest is missing")
     parser.add_argument("--max-gpus", type=int, default=None,
                         help="--suite lp: only the tier's instances with at most this many GPUs")
+    parser.add_argument("--models", default=None,
+                        help="--suite lp: comma-separated models to run (compact,master; "
+                             "default both)")
     parser.add_argument("--time-limit", type=float, default=TIME_LIMIT,
                         help=f"--suite lp: seconds per solve (default {TIME_LIMIT:g})")
 
@@ -85,6 +88,19 @@ def _backends(text: str | list[str] | None) -> list[str]:
         raise MCCLError(f"unknown backend(s) {', '.join(unknown)}; choose from "
                         f"{', '.join(BACKENDS)}")
     return [n.lower() for n in names]
+
+
+def _models(text: str | None) -> list[str] | None:
+    from ..tiers import TIER_MODELS
+
+    if text is None:
+        return None
+    names = [t.strip() for t in text.split(",") if t.strip()]
+    unknown = sorted(set(names) - set(TIER_MODELS))
+    if unknown or not names:
+        raise MCCLError(f"--models: unknown model(s) {', '.join(unknown) or '(none given)'}; "
+                        f"choose from {', '.join(TIER_MODELS)}")
+    return names
 
 
 def _solve_once(backend: str, lp, time_limit: float | None):
@@ -123,9 +139,9 @@ def _run_model(base: dict, lp, backend: str, repeat: int, time_limit: float | No
 
 def run_suite(directory: Path, backends: list[str], *, repeat: int = 1,
               time_limit: float | None = TIME_LIMIT, max_gpus: int | None = None,
-              log=sys.stderr) -> list[SuiteRow]:
+              models: list[str] | None = None, log=sys.stderr) -> list[SuiteRow]:
     """Rows for every model of the tier in ``directory`` (instances with at most
-    ``max_gpus`` GPUs) × ``backends``."""
+    ``max_gpus`` GPUs; only ``models`` when given) × ``backends``."""
     from formulations.export import read_mps
     from formulations.lp import FormulationError
     from mccl_opt.backends import backend_class
@@ -146,6 +162,8 @@ def run_suite(directory: Path, backends: list[str], *, repeat: int = 1,
         if max_gpus is not None and rec["gpus"] > max_gpus:
             continue
         for model, info in rec["models"].items():
+            if models is not None and model not in models:
+                continue
             path = Path(directory) / info["file"]
             base = {"instance": rec["name"], "model": model, "gpus": rec["gpus"],
                     "cols": info["cols"], "rows": info["rows"], "nnz": info["nnz"],
@@ -200,7 +218,8 @@ def run(args: argparse.Namespace) -> int:
     rows = run_suite(directory, _backends(getattr(args, "backends", None)),
                      repeat=getattr(args, "repeat", None) or 1,
                      time_limit=getattr(args, "time_limit", TIME_LIMIT),
-                     max_gpus=getattr(args, "max_gpus", None))
+                     max_gpus=getattr(args, "max_gpus", None),
+                     models=_models(getattr(args, "models", None)))
     doc = [asdict(r) for r in rows]
     if getattr(args, "json", False):
         print_json(doc)
