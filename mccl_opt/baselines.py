@@ -7,7 +7,8 @@
   stays on one rail (NCCL's "rings stay on a NIC" rule).  Even hosts are entered on rail
   ``c`` and left on ``c-1``, odd hosts the reverse; with an odd number of hosts the last
   host leaves on ``c-2``.  Each ring carries ``1/N`` of every shard as one chain tree per
-  root.  Elsewhere: one ring in rank order.
+  root.  Elsewhere: one ring in rank order, run as one channel per switch plane its hops
+  share (a DGX's NVSwitches; channel ``c`` crosses plane ``c``), or one channel.
 * :func:`direct_alltoall` -- NCCL's pairwise AllToAll without PXN: every pair on one
   fewest-hop path; a cross-rail pair goes out on the *source's* NIC to the destination
   host's GPU on the source's rail, which forwards over its NVSwitch.
@@ -99,21 +100,43 @@ def ring_orders(topo: Topology) -> list[list[int]]:
     return rings
 
 
+def _plane_routes(topo: Topology, paths: _Paths, u: str, v: str) -> list[Path]:
+    """The hop ``u -> v`` through each lowest-latency switch both GPUs reach by one link
+    (the NVSwitch planes of a DGX-like host, not its slower NIC leaf), else its one
+    switch-only path."""
+    delay = {s: topo.link(u, s).latency_us + topo.link(s, v).latency_us
+             for s in topo.switches if topo.has_link(u, s) and topo.has_link(s, v)}
+    planes = [(u, s, v) for s, d in delay.items() if d <= min(delay.values()) + 1e-9]
+    if len(planes) > 1 and not topo.has_link(u, v):
+        return planes
+    return [paths.need(u, v, "ring AllGather")]
+
+
+def _channels(topo: Topology, paths: _Paths, order: list[int]) -> list[list[Path]]:
+    """Hop routes of each channel of the ring ``order``: on an HPN fabric one channel
+    per ring; elsewhere as many channels as the hops have switch planes in common,
+    channel ``c`` crossing plane ``c`` (NCCL spreads its channels over the NVSwitches)."""
+    gpus = topo.gpus
+    routes = [_plane_routes(topo, paths, gpus[order[k]], gpus[order[(k + 1) % len(order)]])
+              for k in range(len(order))]
+    width = 1 if _rail_grid(topo) is not None else max(1, min(len(r) for r in routes))
+    return [[r[c % len(r)] for r in routes] for c in range(width)]
+
+
 def ring_allgather(topo: Topology) -> Schedule:
-    """NCCL-style ring AllGather (see module docstring); a chain tree per root and ring."""
+    """NCCL-style ring AllGather (see module docstring); a chain tree per root and channel."""
     paths = _Paths(topo)
     gpus = topo.gpus
-    rings = ring_orders(topo)
-    share = 1.0 / len(rings)
+    channels = [(order, hops) for order in ring_orders(topo)
+                for hops in _channels(topo, paths, order)]
+    share = 1.0 / len(channels)
     chunks: list[TreeChunk] = []
-    for order in rings:
-        hops = [paths.need(gpus[order[k]], gpus[order[(k + 1) % len(order)]], "ring AllGather")
-                for k in range(len(order))]
+    for order, hops in channels:
         for i, r in enumerate(order):
             edges = tuple(hops[(i + k) % len(order)] for k in range(len(order) - 1))
             chunks.append(TreeChunk(gpus[r], share, edges))
     chunks.sort(key=lambda c: topo.rank(c.src))
-    return _finish(topo, "allgather", chunks, len(rings), "nccl-ring", channels=len(rings))
+    return _finish(topo, "allgather", chunks, len(channels), "nccl-ring", channels=len(channels))
 
 
 # ---------------------------------------------------------------------- AllToAll

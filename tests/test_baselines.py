@@ -116,3 +116,20 @@ def test_rail_references_are_the_pxn_schedule_and_its_two_route_split():
         assert validate(topo, sched).rate_gbps == pytest.approx(sched.rate_gbps)
     with pytest.raises(TopologyError, match="needs an HPN fabric"):
         rail_allgather(ring(4))
+
+
+def test_ring_spreads_its_channels_over_every_nvswitch_plane():
+    """On a DGX-like host each ring hop has one NVSwitch per plane: one channel per
+    plane, so the ring runs at planes x NVLink / (n - 1) and never crosses the NIC leaf."""
+    from instances import dgx
+
+    from mccl_opt import validate
+    from mccl_opt.baselines import ring_allgather
+
+    topo = dgx(gpus=6, nvswitches=3, nvlink_gbps=100.0)
+    sched = ring_allgather(topo)
+    validate(topo, sched)
+    assert sched.solver["channels"] == 3
+    assert sched.rate_gbps == pytest.approx(3 * 100.0 / 5)
+    used = {hop[1] for c in sched.chunks for hop in c.edges}
+    assert used == {"nvs0", "nvs1", "nvs2"}
