@@ -82,9 +82,11 @@ class Reference:
         return out
 
 
-def _batches(seed: int, rounds: int = 60) -> list[tuple[float, list[dict]]]:
+def _batches(seed: int, rounds: int = 60, layout: bool = False) -> list[tuple[float, list[dict]]]:
     """Link, gpu and pair samples at 2 % noise; some links degrade for a while (to 5-60 %),
-    with out-of-order, stale, future and above-nominal samples mixed in."""
+    with out-of-order, stale, future and above-nominal samples mixed in.  ``layout``: every
+    batch names the same channels in the same order (``link`` and ``pair`` samples only),
+    as an executor flushing the same links does."""
     rng = np.random.default_rng(seed)
     links = [(l.src, l.dst, l.capacity_gbps) for l in TOPO.links]
     gpus = list(TOPO.gpus)
@@ -96,11 +98,12 @@ def _batches(seed: int, rounds: int = 60) -> list[tuple[float, list[dict]]]:
             factor[int(rng.integers(len(links)))] = rng.choice([1.0, 0.05, 0.3, 0.6])
         t0 = 0.001 * r
         batch = []
+        keys = np.random.default_rng(seed + 100) if layout else rng
         for _ in range(400):
             t = t0 + 0.001 * rng.random()
-            kind = rng.integers(3)
+            kind = keys.choice([0, 2]) if layout else keys.integers(3)
             if kind == 0:
-                a = int(rng.integers(len(links)))
+                a = int(keys.integers(len(links)))
                 s, d, cap = links[a]
                 y = cap * factor[a]
                 sample = {"kind": "link", "src": s, "dst": d}
@@ -109,7 +112,7 @@ def _batches(seed: int, rounds: int = 60) -> list[tuple[float, list[dict]]]:
                 y = 2880.0
                 sample = {"kind": "gpu", "gpu": g, "dir": ["out", "in"][int(rng.integers(2))]}
             else:
-                u, v = pairs[int(rng.integers(len(pairs)))]
+                u, v = pairs[int(keys.integers(len(pairs)))]
                 y = 400.0 * (0.5 if rng.random() < 0.1 else 1.0)
                 sample = {"kind": "pair", "src": u, "dst": v}
             sample.update(gbps=float(y * (1 + 0.02 * rng.standard_normal())), t=t)
@@ -135,13 +138,13 @@ def _manager(estimator: str, alpha: float) -> tuple[MeasurementStore, ScheduleMa
     return store, mgr
 
 
-@pytest.mark.parametrize("estimator,alpha,seed", [("ewma", 0.3, 0), ("ewma", 1.0, 1), ("level", 0.012, 2),
-                                                  ("level", 0.012, 3)])
-def test_vectorised_decision_flags_what_the_per_sample_logic_flags(estimator, alpha, seed):
+@pytest.mark.parametrize("estimator,alpha,seed,layout", [("ewma", 0.3, 0, False), ("ewma", 1.0, 1, True),
+                                                         ("level", 0.012, 2, False), ("level", 0.012, 3, True)])
+def test_vectorised_decision_flags_what_the_per_sample_logic_flags(estimator, alpha, seed, layout):
     store, mgr = _manager(estimator, alpha)
     ref = Reference(estimator, alpha)
     flag_counts = []
-    for now, batch in _batches(seed):
+    for now, batch in _batches(seed, layout=layout):
         store.ingest(batch, now)
         ref.ingest(batch, now)
         m_ref = ref.measured(store)
@@ -158,6 +161,7 @@ def test_vectorised_decision_flags_what_the_per_sample_logic_flags(estimator, al
         assert got == want
         flag_counts.append(len(got))
     assert store.accepted == ref.accepted
+    assert (store._layout is not None) == layout          # the repeated layout took the cached ids
     assert 0 < sum(flag_counts) < len(flag_counts) * 4      # some batches flag, not all of them
     mgr.close()
 
