@@ -12,7 +12,9 @@ Gbps, ``fail3``: a GPU replaced) the failed fabric cold and warm from the health
 schedule.  Rows: wall seconds of ``solve_alltoall``, column generation rounds, columns,
 the LP rate (cold and warm must agree to 1e-6), the process's peak resident memory so
 far (``ru_maxrss``), and ``warm_mode``.  ``--base DIR`` runs the same cases with the code
-of another checkout (``git worktree add DIR <commit>``) put first on ``PYTHONPATH``.
+of another checkout (``git worktree add DIR <commit>``) put first on ``PYTHONPATH``;
+``--without cut_columns warm_restart`` adds runs of the new code with one of its
+switches off (``colgen.CUT_COLUMNS``, ``master.WARM_RESTART``).
 A process gets ``--timeout-s`` of wall time and an address-space cap of ``--mem-gb``.
 The load average is printed with the table: on a shared machine compare ratios within
 one run.
@@ -26,9 +28,11 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Sequence
 
 ROOT = Path(__file__).resolve().parents[1]
 STATES = ("healthy", "fail1", "fail2", "fail3")
+SWITCHES = ("cut_columns", "warm_restart")     # colgen.CUT_COLUMNS, master.WARM_RESTART
 
 CHILD = r"""
 import json, resource, sys, time
@@ -38,6 +42,11 @@ if cap > 0:
     resource.setrlimit(resource.RLIMIT_AS, (lim, lim))
 from instances import FAILURES, hpn, parse_shape
 from mccl_opt.alltoall import solve_alltoall
+import mccl_opt.alltoall.colgen, mccl_opt.alltoall.master
+for switch in filter(None, sys.argv[4].split(",")):
+    module, name = {"cut_columns": ("colgen", "CUT_COLUMNS"),
+                    "warm_restart": ("master", "WARM_RESTART")}[switch]
+    setattr(getattr(mccl_opt.alltoall, module), name, False)
 
 def rss_gb():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
@@ -70,12 +79,13 @@ for state in sys.argv[2].split(","):
 """
 
 
-def run_size(shape: str, states: list[str], code: Path, timeout_s: float, mem_gb: float
-             ) -> list[dict]:
+def run_size(shape: str, states: list[str], code: Path, timeout_s: float, mem_gb: float,
+             without: Sequence[str] = ()) -> list[dict]:
     """The rows of one size with the code under ``code`` (a fresh process)."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(code), os.environ.get("PYTHONPATH", "")]))
     try:
-        proc = subprocess.run([sys.executable, "-c", CHILD, shape, ",".join(states), str(mem_gb)],
+        proc = subprocess.run([sys.executable, "-c", CHILD, shape, ",".join(states), str(mem_gb),
+                               ",".join(without)],
                               capture_output=True, text=True, timeout=timeout_s, env=env,
                               cwd=str(code))
         out, err, failed = proc.stdout, proc.stderr, proc.returncode != 0
@@ -96,9 +106,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--base", type=Path, help="another checkout to run the same cases with")
     ap.add_argument("--timeout-s", type=float, default=900.0)
     ap.add_argument("--mem-gb", type=float, default=8.0)
+    ap.add_argument("--without", nargs="*", default=[], choices=SWITCHES,
+                    help="also run the new code with these switched off (rows 'new-<switch>')")
     ap.add_argument("--json", type=Path, help="write every row here")
     args = ap.parse_args(argv)
-    trees = [("new", ROOT)] + ([("base", args.base.resolve())] if args.base else [])
+    trees = [("new", ROOT, ())] + [(f"new-{w}", ROOT, (w,)) for w in args.without]
+    trees += [("base", args.base.resolve(), ())] if args.base else []
     load = os.getloadavg()
     print(f"load average {load[0]:.1f} {load[1]:.1f} {load[2]:.1f}")
     print("| code | shape | GPUs | state | mode | s | rounds | columns | LP Gbps | gap % | warm mode "
@@ -109,8 +122,8 @@ def main(argv: list[str] | None = None) -> None:
         gpus = 1
         for part in shape.split("x"):
             gpus *= int(part)
-        for name, tree in trees:
-            for r in run_size(shape, args.states, tree, args.timeout_s, args.mem_gb):
+        for name, tree, without in trees:
+            for r in run_size(shape, args.states, tree, args.timeout_s, args.mem_gb, without):
                 r.update(code=name, shape=shape)
                 results.append(r)
                 if r["mode"] == "error":

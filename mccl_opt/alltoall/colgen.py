@@ -112,6 +112,8 @@ def cut_prices(master: RestrictedMaster, sol: MasterSolution) -> np.ndarray | No
     return sat / float(master.capacity @ sat)
 
 
+#: The cut pricing pass also returns the paths cheaper under the cut prices than a pair's
+#: used ones (docs/alltoall.md, *Scale*); a switch for measuring what they bring.
 CUT_COLUMNS = True
 
 
