@@ -2,7 +2,7 @@
 
     python bench/bench_scale.py                                   # the full curve (slow)
     python bench/bench_scale.py --collectives allgather --sizes 64,128,256 --out /tmp/scale
-    python bench/bench_scale.py --timeout-s 300 --mem-gb 8 --out bench/results/scale
+    python bench/bench_scale.py --timeout-s 300 --mem-gb 8 --out docs
 
 For each collective (AllGather, AllToAll) and HPN size (GPUs: 64 = 1x8x8, 128 = 1x16x8,
 256 = 1x32x8, 512 = 2x32x8, 1024 = 2x64x8 for AllGather and 4x32x8 for AllToAll, as in
@@ -23,8 +23,8 @@ rate and the status.  The fit is least squares on ``log t = log a + b log N`` ov
 points that ran at 128 GPUs or more (smaller solves are dominated by fixed costs); the
 exponent ``b`` is printed per curve, and a PNG plots the curves (log-log).
 
-Results go to ``--out``: ``scale.json`` (every row, the fits, the machine load), and
-``scale.png``.  On a shared machine the times are noisy; the load average is recorded.
+Results go to ``--out`` (default ``docs``): ``scale_curve.json`` (every row, the fits,
+the machine load) and ``scale_curve.png``; docs/scale.md discusses them.  On a shared machine the times are noisy; the load average is recorded.
 """
 
 from __future__ import annotations
@@ -211,7 +211,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--sizes", default=None, help="GPU counts, comma separated (default: per collective)")
     p.add_argument("--timeout-s", type=float, default=300.0)
     p.add_argument("--mem-gb", type=float, default=8.0)
-    p.add_argument("--out", default="bench/results/scale", help="folder for scale.json and scale.png")
+    p.add_argument("--out", default="docs", help="folder for scale_curve.json and scale_curve.png")
     a = p.parse_args(argv)
     collectives = [c for c in a.collectives.split(",") if c]
     unknown = [c for c in collectives if c not in SHAPES]
@@ -232,8 +232,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     result = {"rows": rows, "fits": fitted, "load_before": load_before, "load_after": os.getloadavg(),
               "timeout_s": a.timeout_s, "mem_gb": a.mem_gb, "cpus": os.cpu_count(),
               "bench_peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
-    (out / "scale.json").write_text(json.dumps(result, indent=1))
-    plot(rows, out / "scale.png")
+    (out / "scale_curve.json").write_text(json.dumps(result, indent=1))
+    plot(rows, out / "scale_curve.png")
     print_table(["collective", "GPUs", "case", "status", "seconds", "peak GB", "rate Gbps"],
                 [[r["collective"], r["gpus"], r["case"], r["status"], r.get("seconds", "-"),
                   r["peak_mb"] / 1024 if "peak_mb" in r else "-", r.get("rate_gbps", "-")] for r in rows])
