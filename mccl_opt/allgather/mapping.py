@@ -78,7 +78,7 @@ class MappedTrees:
 
     roots: list[int]
     mults: list[int]
-    edges: list[list[int]]
+    edges: Sequence[Sequence[int]]
     paths: list[tuple[int, ...]]
     used: np.ndarray
     edge_matrix: np.ndarray | None = None
@@ -106,12 +106,16 @@ class MappedTrees:
 def tree_chunks(mapped: MappedTrees, k: int, node_ids: Sequence[str],
                 gpu_ids: Sequence[str]) -> list[TreeChunk]:
     """``TreeChunk`` objects (share ``mult/k``), one per mapped tree, in order."""
-    names: list[tuple[str, ...]] = [()] * len(mapped.paths)
+    names = np.empty(len(mapped.paths), object)
+    names[:] = [()] * len(mapped.paths)
     for j in np.flatnonzero(mapped.used).tolist():     # only the paths trees ride
         names[j] = tuple([node_ids[v] for v in mapped.paths[j]])
-    name = names.__getitem__
-    return [TreeChunk(gpu_ids[root], mult / k, tuple(map(name, idx)))
-            for root, mult, idx in zip(mapped.roots, mapped.mults, mapped.edges)]
+    if mapped.edge_matrix is not None:                  # one gather, no list per tree
+        rows = map(tuple, names[mapped.edge_matrix])
+    else:
+        rows = (tuple(names[idx]) for idx in mapped.edges)
+    return [TreeChunk(gpu_ids[root], mult / k, row)
+            for root, mult, row in zip(mapped.roots, mapped.mults, rows)]
 
 
 def tree_loads(mapped: MappedTrees, k: int, link_of: np.ndarray, num_links: int) -> np.ndarray:
@@ -137,25 +141,29 @@ def map_classes(classes: Sequence[TreeClass], lg: LogicalGraph
     mult = np.array([c.mult for c in classes], np.int64)
     seg_paths = [p for b in lg.bundles for p, _ in b]
     seg_hi = np.cumsum(np.array([u for b in lg.bundles for _, u in b], np.int64))
+    first_seg = np.zeros(len(lg.bundles), np.int64)   # every link's first segment
+    np.cumsum(np.fromiter(map(len, lg.bundles), np.int64, count=len(lg.bundles))[:-1],
+              out=first_seg[1:])
     depth = rank_depths(parent_ranks(parents, lg.tail))
     base = np.zeros(lg.units.size + 1, np.int64)
     np.cumsum(lg.units, out=base[1:])
-    edges, used = _segments(parents, mult, base, seg_hi, depth)
+    edges, used = _segments(parents, mult, base, seg_hi, first_seg, depth)
     if edges is None:
         return None
-    mapped = MappedTrees([c.root for c in classes], mult.tolist(), edges.tolist(), seg_paths,
-                         used, edges)
+    mapped = MappedTrees([c.root for c in classes], mult.tolist(), edges, seg_paths, used, edges)
     return mapped, depth.max(axis=1)
 
 
 @njit(cache=True)
-def _segments(parents, mult, base, seg_hi, depth):
+def _segments(parents, mult, base, seg_hi, first_seg, depth):
     """Per class, the bundle segment (physical path) of every tree edge, ordered by the
     depth of its head, then rank; and the multiplicity riding every segment.  A link's
     units are consumed in class order (a class takes ``mult`` units from the link's
-    running offset); ``(None, used)`` if some class's units straddle two segments."""
+    running offset, its segments in turn from ``first_seg``); ``(None, used)`` if some
+    class's units straddle two segments."""
     num_classes, n = parents.shape
     consumed = np.zeros(base.size, np.int64)
+    cur = first_seg.copy()                    # the segment every link's offset is in
     used = np.zeros(seg_hi.size, np.int64)
     edges = np.empty((num_classes, max(n - 1, 0)), np.int64)
     seg = np.empty(n, np.int64)
@@ -169,7 +177,10 @@ def _segments(parents, mult, base, seg_hi, depth):
                 continue
             lo = base[a] + consumed[a]
             consumed[a] += m
-            s = np.searchsorted(seg_hi, lo, side="right")
+            s = cur[a]
+            while seg_hi[s] <= lo:
+                s += 1
+            cur[a] = s
             if lo + m > seg_hi[s]:
                 return None, used
             seg[v] = s
