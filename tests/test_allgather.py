@@ -15,7 +15,8 @@ from mccl_opt import Schedule, TopologyError, validate
 from mccl_opt.allgather import solve_allgather
 from mccl_opt.allgather.mapping import MappedTrees, map_classes, to_physical, tree_loads
 from mccl_opt.allgather.repair import repair_pack
-from mccl_opt.allgather.splitting import simple_path, star_paths
+from mccl_opt.allgather.splitting import simple_path
+from mccl_opt.allgather.star import star_paths
 from mccl_opt.allgather.transport import transport
 from mccl_opt.allgather.throughput import cut_tree_bandwidth
 from mccl_opt.topology import Link, Node, Topology

@@ -27,10 +27,10 @@ import numpy as np
 
 from ..errors import SolveError
 from .maxflow import INF, FlowNetwork
+from .star import split_star
 from .transport import transport
 
-__all__ = ["LogicalGraph", "SplitGraph", "balance_switches", "split_all", "peel", "simple_path",
-           "star_paths"]
+__all__ = ["LogicalGraph", "SplitGraph", "balance_switches", "split_all", "peel", "simple_path"]
 
 Bundle = list  # list of [path (tuple of node indices), units]
 
@@ -249,7 +249,7 @@ def _spread_split(g: SplitGraph, w: int) -> None:
                         np.array([out_of.get(u, -1) for u in us], np.int64))
     pos = np.flatnonzero(amounts > 0)
     if all(len(g.bundles[x]) == 1 for x in ins) and all(len(g.bundles[x]) == 1 for x in outs):
-        _split_star(g, ins, outs, tail[pos], col[pos], amounts[pos].tolist())
+        split_star(g, ins, outs, tail[pos], col[pos], amounts[pos].tolist())
         return
     src, dst = us_a[tail[pos]].tolist(), ts_a[col[pos]].tolist()
     for u, t, amt in zip(src, dst, amounts[pos].tolist()):
@@ -265,58 +265,6 @@ def _spread_split(g: SplitGraph, w: int) -> None:
     for j, t in enumerate(ts):
         if demand[j]:
             g.reduce((w, t), int(demand[j]))
-
-
-def _split_star(g: SplitGraph, ins: list, outs: list, i_in: np.ndarray, j_out: np.ndarray,
-                amounts: list[int]) -> None:
-    """Split every unit of a switch at once when each incident arc rides on one path:
-    ``amounts[p] > 0`` units of ``ins[i_in[p]]`` joined to ``outs[j_out[p]]``, giving the
-    same logical arcs and bundles as :meth:`SplitGraph.split` pair by pair (in pair
-    order), without peeling bundles one amount at a time.  Units left on an in-arc are
-    forced loops ``u -> w -> u`` and vanish."""
-    units, bundles, heads_of, tails_of = g.units, g.bundles, g.outs, g.ins
-    paths = star_paths([bundles[a][0][0] for a in ins], [bundles[b][0][0] for b in outs],
-                        i_in, j_out)
-    src = [ins[i][0] for i in i_in.tolist()]
-    dst = [outs[j][1] for j in j_out.tolist()]
-    for u, t, amt, path in zip(src, dst, amounts, paths):
-        key = (u, t)
-        old = units.get(key)
-        if old is None:                  # a new logical arc (what SplitGraph._set does)
-            units[key] = amt
-            bundles[key] = [[path, amt]]
-            tails_of.setdefault(t, set()).add(u)
-            heads_of.setdefault(u, set()).add(t)
-            continue
-        units[key] = old + amt
-        for entry in bundles[key]:
-            if entry[0] == path:
-                entry[1] += amt
-                break
-        else:
-            bundles[key].append([path, amt])
-    for key in ins + outs:
-        g._set(key, 0)
-
-
-def star_paths(p_in: list[tuple[int, ...]], p_out: list[tuple[int, ...]],
-                i_in: np.ndarray, j_out: np.ndarray) -> list[tuple[int, ...]]:
-    """Simple paths ``p_in[i] + p_out[j][1:]`` (cycles cut) for every pair, by array
-    operations on the pairs whose in- and out-path have the same lengths."""
-    paths: list[tuple[int, ...]] = [()] * i_in.size
-    len_in = np.array([len(p) for p in p_in], np.int64)[i_in]
-    len_out = np.array([len(p) for p in p_out], np.int64)[j_out]
-    for li in np.unique(len_in).tolist():
-        rows_in = np.array([p if len(p) == li else (-1,) * li for p in p_in], np.int64)
-        for lo in np.unique(len_out[len_in == li]).tolist():
-            rows_out = np.array([p if len(p) == lo else (-1,) * lo for p in p_out], np.int64)
-            sel = np.flatnonzero((len_in == li) & (len_out == lo))
-            walk = np.concatenate([rows_in[i_in[sel]], rows_out[j_out[sel]][:, 1:]], axis=1)
-            ordered = np.sort(walk, axis=1)
-            loop = (ordered[:, 1:] == ordered[:, :-1]).any(axis=1).tolist()
-            for r, path, cyc in zip(sel.tolist(), map(tuple, walk.tolist()), loop):
-                paths[r] = simple_path(path) if cyc else path
-    return paths
 
 
 def _exact_split(g: SplitGraph, w: int) -> bool:
