@@ -27,6 +27,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--dwell", type=_finite, default=1.0, help="minimum seconds between decisions per collective")
     s.add_argument("--time-limit", type=_finite, default=60.0, help="re-synthesis time bound in seconds")
     s.add_argument("--backend", default="highs", help="LP backend for the synthesizers")
+    s.add_argument("--workers", type=int, default=0,
+                   help="run re-syntheses in this many worker processes (default: one thread in the controller)")
     s.add_argument("--allow-remote", action="store_true", help="allow binding a non-loopback address")
     s.add_argument("-v", "--verbose", action="count", default=0,
                    help="log one line per decision on stderr (-v: info; -vv: debug, adds telemetry ingest)")
@@ -91,6 +93,18 @@ class _LazySynthesizer:
         return self.load()(*args)
 
 
+def _start_pool(topo, backend: str, workers: int):
+    """A started :class:`~mccl_runtime.pool.SynthesisPool` of the product synthesizer."""
+    import functools
+
+    from .manager import solver_synthesizer
+    from .pool import SynthesisPool
+
+    pool = SynthesisPool(topo, functools.partial(solver_synthesizer, backend), workers=workers)
+    pool.start()
+    return pool
+
+
 def _serve(args: argparse.Namespace) -> int:
     import logging
     import signal
@@ -112,10 +126,13 @@ def _serve(args: argparse.Namespace) -> int:
     key = load_key(args.key_file) if args.key_file else None
     policy = Policy(gamma=args.gamma, min_dwell_s=args.dwell, time_limit_s=args.time_limit)
     synthesize = _LazySynthesizer(args.backend)
+    pool = _start_pool(topo, args.backend, args.workers) if args.workers > 0 else None
     svc = ControllerService(
         topo, args.bind, pub_bind=args.pub_bind, key=key, state_path=args.state,
-        synthesize=synthesize, alpha=args.alpha, estimator=args.estimator, policy=policy, allow_remote=args.allow_remote)
-    synthesize.load()
+        synthesize=synthesize, alpha=args.alpha, estimator=args.estimator, policy=policy, allow_remote=args.allow_remote,
+        pool=pool)
+    if pool is None:
+        synthesize.load()
     for comm, name, kind in specs:          # a resumed controller already has them
         names = [f"{name}/reducescatter", f"{name}/allgather"] if kind == "allreduce" else [name]
         if not all(any(c.key == (comm, n) for c in svc.manager.collectives()) for n in names):

@@ -42,6 +42,7 @@ from mccl_opt.topology import Topology
 
 from .decision_log import log_events
 from .manager import Event, Policy, ScheduleManager, Synthesizer
+from .pool import SynthesisPool
 from .protocol import (MAX_BATCH_SAMPLES, MAX_REQUEST_BYTES, REPLAY_WINDOW_S, REQUESTS,
                        SCHEDULE_TOPIC, Message, ProtocolError, ReplayGuard, brief, decode, encode)
 from .inbox import Inbox
@@ -97,7 +98,7 @@ class ControllerService:
                  alpha: float = 0.012, estimator: str = "ewma", policy: Policy = Policy(),
                  allow_remote: bool = False, persist_interval_s: float = 1.0, clock: Callable[[], float] = time.time,
                  replay_window_s: float = REPLAY_WINDOW_S, max_collectives: int = MAX_COLLECTIVES,
-                 max_request_bytes: int = MAX_REQUEST_BYTES) -> None:
+                 max_request_bytes: int = MAX_REQUEST_BYTES, pool: SynthesisPool | None = None) -> None:
         if pub_bind is None:
             pub_bind = bind.rsplit(":", 1)[0] + ":*" if bind.startswith("tcp://") else bind + "-pub"
         if allow_remote and not key:
@@ -117,7 +118,7 @@ class ControllerService:
         self.max_collectives = max_collectives
         self.max_request_bytes = max_request_bytes
         self.store = MeasurementStore(topo, alpha=alpha, estimator=estimator, clock=clock)
-        self.manager = ScheduleManager(self.store, synthesize, policy)
+        self.manager = ScheduleManager(self.store, synthesize, policy, pool=pool)   # pool: jobs in processes
         self.protocol_errors: Counter[str] = Counter()
         self.requests: Counter[str] = Counter()
         self.internal_errors = 0
