@@ -119,10 +119,16 @@ def test_export_msccl_refuses_what_it_can_check(capsys, files, tmp_path):
                     str(files["topo"])], "nowhere")
     _fails(capsys, ["export", "msccl", str(files["a2a"]), "-o", out, "--min-bytes", "100",
                     "--max-bytes", "10"], "--min-bytes")
+    _fails(capsys, ["export", "msccl", str(files["a2a"]), "-o", out, "--min-bytes", "2X"],
+           "--min-bytes")
     assert not Path(out).exists()
     for sched in ("a2a", "ag"):
         assert main(["export", "msccl", str(files[sched]), "-o", out, "--topology", str(files["topo"]),
                      "--json"]) == 0
+    assert main(["export", "msccl", str(files["a2a"]), "-o", out, "--min-bytes", "64K",
+                 "--max-bytes", "1G"]) == 0
+    text = Path(out).read_text()
+    assert f'minBytes="{64 << 10}"' in text and f'maxBytes="{1 << 30}"' in text
 
 
 def test_topo_gpu_without_a_failure_is_refused(capsys):

@@ -89,8 +89,10 @@ def _register_msccl(group: argparse._SubParsersAction) -> None:
     p.add_argument("-o", "--output", required=True, help="XML file to write")
     p.add_argument("--channels", type=int, default=1, help="channels to spread transfers over")
     p.add_argument("--proto", default="Simple", choices=["Simple", "LL", "LL128"])
-    p.add_argument("--min-bytes", type=int, default=0, help="smallest buffer MSCCL uses it for")
-    p.add_argument("--max-bytes", type=int, default=1 << 40, help="largest buffer MSCCL uses it for")
+    p.add_argument("--min-bytes", default="0",
+                   help="smallest buffer MSCCL uses it for (bytes; K/M/G suffixes, e.g. 64K)")
+    p.add_argument("--max-bytes", default="1T",
+                   help="largest buffer MSCCL uses it for (bytes; K/M/G/T suffixes, default 1T)")
     p.add_argument("--topology", help="mccl-topology/1 file: check the schedule against it first "
                                       "(without it, the schedule is checked on its own paths)")
     p.add_argument("--json", action="store_true", help="print the checker's summary as JSON")
@@ -105,8 +107,12 @@ def _export_msccl(args: argparse.Namespace) -> int:
     from ..errors import MCCLError, ScheduleError
     from ._guard import check_self_consistent, output_path, structure_problem
 
-    if not 0 <= args.min_bytes <= args.max_bytes:
-        raise MCCLError(f"need 0 <= --min-bytes <= --max-bytes, got {args.min_bytes} and {args.max_bytes}")
+    from ._inputs import parse_bytes
+
+    args.min_bytes = 0 if str(args.min_bytes).strip() == "0" else parse_bytes(args.min_bytes, "--min-bytes")
+    args.max_bytes = parse_bytes(args.max_bytes, "--max-bytes")
+    if args.min_bytes > args.max_bytes:
+        raise MCCLError(f"need --min-bytes <= --max-bytes, got {args.min_bytes} and {args.max_bytes}")
     output_path(args.output, "-o")
     sched = Schedule.load(args.schedule)
     if args.topology:
