@@ -76,16 +76,19 @@ def _usable(x, b, v, k, tail, par, member, memo, memo_below, token, path):
 @njit(cache=True)
 def repair(t, n, k, tail, head, in_free, in_start, in_arc, cap, wide, skip, off, used, user,
            slot_of, par, member, count, order, stamp, seen, sat, q_tree, q_pred, q_arc, free,
-           shift, info, memo, memo_below, path, limit):
+           shift, info, memo, memo_below, path, limit, max_visits):
     """Find and apply an augmenting chain that gives tree ``t`` one more vertex.
     ``v`` runs over the missing ranks with a free unit into them (``in_free``), each
-    search stopping after ``limit`` trees.  Trees are checked against the (few) free
-    links into ``v`` when discovered and expanded over the saturated ones only when popped; an expanded link leaves the
+    search stopping after ``limit`` trees (all searches once ``info[1] > max_visits``).
+    Trees are checked against the (few) free links into ``v`` when discovered and
+    expanded over the saturated ones only when popped; an expanded link leaves the
     search's list ``sat`` (its users are all enqueued).  Returns the vertex gained
     (or -1) and the updated visit stamp; ``info[1]`` counts the trees visited,
     ``info[2]`` is the memo token of :func:`_below`."""
     for i in range(n):
         v = (i + shift * (t // k)) % n
+        if info[1] > max_visits:
+            return -1, stamp
         if member[t, v] or in_free[v] == 0:
             continue
         n_free = 0

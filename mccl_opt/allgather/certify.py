@@ -180,7 +180,9 @@ def _certify_by_packing(run: Run, fab: Fabric, k: int, y: Fraction) -> Packed | 
     stats["phase2_s"] = time.perf_counter() - t
     stats["split"] = SplitKind.SPREAD.value
     t = time.perf_counter()
-    classes, info = repair_pack(lg.num_gpus, lg.tail, lg.head, lg.units, k, run.shapes)
+    n = lg.num_gpus                       # a wrong guess must not cost more than a packing
+    classes, info = repair_pack(n, lg.tail, lg.head, lg.units, k, run.shapes,
+                                max_visits=k * n * n)
     stats["phase3_s"] = time.perf_counter() - t
     if classes is None:                   # a wrong guess fails here, before any greedy
         return None

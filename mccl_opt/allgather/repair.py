@@ -85,10 +85,12 @@ def _next_arc(t, tier, u, r, shift, start, head, member, skip, scanned):
 
 
 @njit(cache=True)
-def _grow(n, k, start, tail, head, in_start, in_arc, cap, wide, off, shift, info, seed):
+def _grow(n, k, start, tail, head, in_start, in_arc, cap, wide, off, shift, info, seed,
+          max_visits):
     """Round-robin BFS growth of ``n*k`` unit trees with repair, trees with a complete
     ``seed`` row (warm reuse) taken as they are; returns ``(status, par)`` with status
-    0 on success, -1 if some tree stayed stuck."""
+    0 on success, -1 if some tree stayed stuck or the repairs visited more than
+    ``max_visits`` trees."""
     T = n * k
     m = cap.shape[0]
     par = np.full((T, n), -1, np.int32)
@@ -158,7 +160,8 @@ def _grow(n, k, start, tail, head, in_start, in_arc, cap, wide, off, shift, info
                         v, stamp = repair(t, n, k, tail, head, in_free, in_start, in_arc, cap,
                                           wide, skip, off, used, user, slot_of, par, member,
                                           count, order, stamp, seen, sat, q_tree, q_pred, q_arc,
-                                          free, shift, info, memo, memo_below, path, limit)
+                                          free, shift, info, memo, memo_below, path, limit,
+                                          max_visits)
                 info[0] += 1
                 if v < 0:
                     return -1, par
@@ -167,13 +170,16 @@ def _grow(n, k, start, tail, head, in_start, in_arc, cap, wide, off, shift, info
 
 def repair_pack(n: int, tail: np.ndarray, head: np.ndarray, units: np.ndarray,
                 k: int, shapes: tuple[np.ndarray, np.ndarray] | None = None,
-                shift: int = 1) -> tuple[list[TreeClass] | None, dict[str, int]]:
+                shift: int = 1, max_visits: int = 1 << 62
+                ) -> tuple[list[TreeClass] | None, dict[str, int]]:
     """``k`` unit trees per root on the logical graph, merged into classes (``None``
     if a tree gets stuck with no local augmenting chain), and counters.
 
     ``shapes = (roots, parent_ranks)``: previous trees (ForestColl-warm, paper §4.3),
     reused verbatim, in order, as many unit trees each as their links' units allow;
-    only the rest is grown.  Returns ``(None, {})`` without trying when
+    only the rest is grown.  ``max_visits``: give up (``None``) once the repair searches
+    have visited that many trees (a guessed target that may not fit).  Returns
+    ``(None, {})`` without trying when
     ``k * n * n > MAX_ENTRIES``.
     """
     if k * n * n > MAX_ENTRIES:
@@ -193,7 +199,7 @@ def repair_pack(n: int, tail: np.ndarray, head: np.ndarray, units: np.ndarray,
     wide = cap > mean[s_tail]
     seed, reused = _seed(n, k, s_tail, s_head, cap, shapes)
     status, par = _grow(n, k, start, s_tail, s_head, in_start, in_arc, cap, wide, off, shift,
-                        info, seed)
+                        info, seed, max_visits)
     counters = {"repairs": int(info[0]), "repair_visits": int(info[1]), "reused_trees": reused}
     if status < 0:
         return None, counters
