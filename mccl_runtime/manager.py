@@ -191,6 +191,7 @@ class ScheduleManager:
                          "superseded": 0}
         self._pending_since: float | None = None
         self._stack: ProfileStack | None = None
+        self._queued_m: np.ndarray | None = None       # the M queued jobs were last checked against
 
     # ------------------------------------------------------------------ registry
     def register(self, comm: str, name: str, kind: str, schedule: Schedule | None = None,
@@ -318,6 +319,8 @@ class ScheduleManager:
         """Finish jobs that are done (waiting up to ``wait_s`` for running ones): re-check,
         then publish or abort; abandon jobs past the time bound."""
         running = [c for c in self.collectives() if c.job is not None]
+        m = self.store.measured()
+        recheck, self._queued_m = m is not self._queued_m, m       # queued jobs go stale only when M moves
         if wait_s and running:
             wait_futures([c.job.future for c in running], timeout=wait_s)
         events = []
@@ -326,7 +329,7 @@ class ScheduleManager:
             if not job.future.done():
                 if not job.wall_start and job.future.running():
                     job.wall_start.append(self.clock())     # a process job's start, seen from here
-                stale = None if job.wall_start else self._stale(coll, job)
+                stale = None if job.wall_start or not recheck else self._stale(coll, job)
                 if stale and job.future.cancel():           # still queued: drop it now
                     events += self._drop_queued(coll, job, stale, now)
                     continue
