@@ -266,6 +266,55 @@ def test_repair_pack_is_a_valid_packing(topo):
         assert info["repairs"] > 0
 
 
+def assert_packing_arrays(n: int, tail, head, units, k: int, classes) -> None:
+    """:func:`assert_packing` by array operations (for hundreds of GPUs): every rank's
+    parent pointer, followed ``n`` times (by squaring), ends at the class's root."""
+    roots = np.array([c.root for c in classes], np.int64)
+    mults = np.array([c.mult for c in classes], np.int64)
+    arcs = np.array([c.parent_arc for c in classes], np.int64)
+    rows = np.arange(len(classes))
+    assert (arcs[rows, roots] == -1).all()
+    arcs[rows, roots] = 0                       # placeholders, checked above
+    ranks = np.arange(n)
+    off_root = ranks[None, :] != roots[:, None]
+    assert (arcs >= 0).all() and (head[arcs] == ranks[None, :])[off_root].all()
+    up = np.where(off_root, tail[arcs], roots[:, None])
+    for _ in range(int(np.ceil(np.log2(n))) + 1):
+        up = up[rows[:, None], up]
+    assert (up == roots[:, None]).all(), "a rank does not reach its root (cycle)"
+    assert (np.bincount(roots, weights=mults, minlength=n) == k).all()
+    weight = np.broadcast_to(mults[:, None], arcs.shape)[off_root]
+    used = np.bincount(arcs[off_root], weights=weight, minlength=units.size)
+    assert (used <= units).all()
+
+
+def test_repair_pack_at_512_gpus_with_augmenting_chains():
+    """HPN 8x8x8 (512 GPUs, k = 5): thousands of augmenting chains, a valid packing; a
+    visit budget too small for them gives up instead (a guess that may not fit)."""
+    lg, k = logical_graph(hpn(8, 8, 8))
+    classes, info = repair_pack(lg.num_gpus, lg.tail, lg.head, lg.units, k)
+    assert classes is not None and info["repairs"] > 1000
+    assert_packing_arrays(lg.num_gpus, lg.tail, lg.head, lg.units, k, classes)
+    small, info = repair_pack(lg.num_gpus, lg.tail, lg.head, lg.units, k,
+                              max_visits=info["repair_visits"] // 2)
+    assert small is None and info["repairs"] > 0
+
+
+def test_array_packing_check_catches_a_cycle():
+    """The array check itself: a class whose two ranks are each other's parents fails."""
+    lg, k = logical_graph(hpn(1, 2, 4))
+    classes, _ = repair_pack(lg.num_gpus, lg.tail, lg.head, lg.units, k)
+    assert_packing_arrays(lg.num_gpus, lg.tail, lg.head, lg.units, k, classes)
+    c = classes[0]
+    a, b = [v for v in range(lg.num_gpus) if v != c.root][:2]
+    ab = np.flatnonzero((lg.tail == a) & (lg.head == b))
+    ba = np.flatnonzero((lg.tail == b) & (lg.head == a))
+    assert ab.size and ba.size
+    c.parent_arc[b], c.parent_arc[a] = ab[0], ba[0]
+    with pytest.raises(AssertionError):
+        assert_packing_arrays(lg.num_gpus, lg.tail, lg.head, lg.units, k, classes)
+
+
 @pytest.mark.parametrize("topo", [hpn(1, 2, 4), fail1(hpn(1, 2, 4)), fail2(hpn(1, 2, 4))],
                          ids=lambda t: t.name)
 def test_exact_pack_is_a_valid_packing(topo):
