@@ -18,13 +18,16 @@ each in its own Python process (kernels loaded first, outside the timer):
 A process gets ``--timeout-s`` of wall time and ``--mem-gb`` of resident memory (polled
 from ``/proc`` every 0.2 s and killed above it).  Once a case of a curve times out, runs
 out of memory or fails, its larger sizes are skipped (recorded as ``skipped``).  Each
-row records the solve seconds, the process's peak resident memory (``ru_maxrss``), the
+row records the solve seconds, the process's peak resident memory (``ru_maxrss``) and
+its resident memory just before the solve (``base_mb``: interpreter, kernels, inputs), the
 rate and the status.  The fit is least squares on ``log t = log a + b log N`` over the
 points that ran at 128 GPUs or more (smaller solves are dominated by fixed costs); the
-exponent ``b`` is printed per curve, and a PNG plots the curves (log-log).
+exponent ``b`` is printed per curve (for memory, of the growth over ``base_mb``), and a PNG
+plots the curves (log-log).
 
 Results go to ``--out`` (default ``docs``): ``scale_curve.json`` (every row, the fits,
-the machine load) and ``scale_curve.png``; docs/scale.md discusses them.  On a shared machine the times are noisy; the load average is recorded.
+the machine load) and ``scale_curve.png``; docs/scale.md discusses them.  On a shared
+machine the times are noisy; the load average is recorded.
 """
 
 from __future__ import annotations
@@ -71,13 +74,17 @@ if case == "fail2_warm":
     if coll == "allgather":
         from mccl_opt.allgather import restore_warm_state
         warm = restore_warm_state(warm, healthy)
+def rss_mb():
+    with open("/proc/self/status") as f:
+        return next(int(l.split()[1]) for l in f if l.startswith("VmRSS:")) / 1024
+base_mb = rss_mb()
 t0 = time.perf_counter()
 s = solve(topo, warm=warm)
 seconds = time.perf_counter() - t0
 if case == "healthy_cold":
     s.save(path)
 print(json.dumps({"seconds": seconds, "rate_gbps": s.rate_gbps, "lp_rate_gbps": s.lp_rate_gbps,
-                  "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+                  "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "base_mb": base_mb}))
 """
 
 
@@ -166,7 +173,7 @@ def fits(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
             ok = [r for r in rows if r["collective"] == coll and r["case"] == case and r["status"] == "ok"
                   and r["gpus"] >= FIT_MIN_GPUS]
             t = fit_power([(r["gpus"], r["seconds"]) for r in ok])
-            m = fit_power([(r["gpus"], r["peak_mb"]) for r in ok])
+            m = fit_power([(r["gpus"], r["peak_mb"] - r["base_mb"]) for r in ok])
             if t:
                 out.append({"collective": coll, "case": case, "points": len(ok),
                             "gpus": [r["gpus"] for r in ok], "time_exponent": t["b"],
