@@ -61,13 +61,14 @@ def same_rail_pairs(topo) -> list[tuple[str, str]]:
     return [(u, v) for members in groups.values() for u in members for v in members if u != v]
 
 
-def setup(gpus: int, copies: int, schedule=None):
-    """The fabric, its ring AllGather and a batch maker (every link once, 1 % noise)."""
+def setup(gpus: int):
+    """The fabric and its ring AllGather."""
     topo = hpn(*SHAPES[gpus])
-    return topo, schedule or ring_allgather(topo)
+    return topo, ring_allgather(topo)
 
 
 def make_batches(topo, rounds: int, pairs: bool, seed: int = 0) -> list[list[dict]]:
+    """``rounds + 1`` batches: every link once (1 % noise), plus same-rail pairs if ``pairs``."""
     rng = np.random.default_rng(seed)
     cap = topo.arrays.capacity
     ends = [(l.src, l.dst) for l in topo.links]
@@ -199,7 +200,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     for gpus in (int(x) for x in a.gpus.split(",")):
         if gpus not in SHAPES:
             p.error(f"no HPN shape for {gpus} GPUs; choose from {sorted(SHAPES)}")
-        topo, schedule = setup(gpus, a.copies)
+        topo, schedule = setup(gpus)
         batches = make_batches(topo, a.rounds, a.pairs)
         for est in a.estimators.split(","):
             rows.append(measure(topo, schedule, est, a.copies, batches))
