@@ -124,3 +124,27 @@ def test_queued_job_aborted_when_the_failure_clears():
     assert any(e.detail.get("queued") for e in aborted)
     assert all(c.version == 1 for c in mgr.collectives())
     mgr.close()
+
+
+def test_service_with_a_pool_publishes_versions_synthesized_in_a_worker():
+    """``ControllerService(pool=...)`` (``mccl controller serve --workers``): the first
+    schedule and the re-synthesis after a failure come from the worker process."""
+    from mccl_runtime.client import ControllerClient
+    from tests.test_runtime_manager import TOPO as SMALL
+    from tests.test_runtime_manager import PruningSynth
+    from tests.test_runtime_service import Server, _degraded
+
+    pool = SynthesisPool(SMALL, PruningSynth, workers=1)
+    pool.start()
+    server = Server(pool=pool)
+    with server as svc, ControllerClient(svc.endpoint, timeout_s=5.0) as cli:
+        sub = cli.subscribe()
+        assert sub.wait_connected(5.0)
+        assert cli.register("world", "ag", "allgather") == ["ag"]
+        assert sub.recv(10.0)[:3] == ("world", "ag", 1)
+        cli.push_telemetry(_degraded(time.time()))
+        upd = sub.recv(10.0)
+        assert upd is not None and upd[:3] == ("world", "ag", 2)
+        nic = SMALL.link_index("s0h0g0", "s0tor0")
+        assert svc.manager.get("world", "ag").profile.n[nic] == 0      # the new trees avoid the failed NIC
+    assert server.synth.calls == []                 # the in-process synthesizer never ran
