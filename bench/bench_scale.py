@@ -17,13 +17,14 @@ each in its own Python process (kernels loaded first, outside the timer):
 
 A process gets ``--timeout-s`` of wall time and ``--mem-gb`` of resident memory (polled
 from ``/proc`` every 0.2 s and killed above it).  Once a case of a curve times out, runs
-out of memory or fails, its larger sizes are skipped (recorded as ``skipped``).  Each
-row records the solve seconds, the process's peak resident memory (``ru_maxrss``) and
-its resident memory just before the solve (``base_mb``: interpreter, kernels, inputs), the
-rate and the status.  The fit is least squares on ``log t = log a + b log N`` over the
-points that ran at 128 GPUs or more (smaller solves are dominated by fixed costs); the
-exponent ``b`` is printed per curve (for memory, of the growth over ``base_mb``), and a PNG
-plots the curves (log-log).
+out of memory or fails, its larger sizes are skipped (``skipped``); with ``--budget-s``,
+a case gets at most the budget left (``cut (budget)`` if that ends it) and none starts
+after it is spent (``skipped (budget)``).  Each row records the solve seconds, the
+process's peak resident memory (``ru_maxrss``) and its resident memory just before the
+solve (``base_mb``: interpreter, kernels, inputs), the rate and the status.  The fit is
+least squares on ``log t = log a + b log N`` over the points that ran at 128 GPUs or more
+(smaller solves are dominated by fixed costs); the exponent ``b`` is printed per curve
+(for memory, of the growth over ``base_mb``), and a PNG plots the curves (log-log).
 
 Results go to ``--out`` (default ``docs``): ``scale_curve.json`` (every row, the fits,
 the machine load) and ``scale_curve.png``; docs/scale.md discusses them.  On a shared
@@ -140,9 +141,11 @@ def fit_power(points: Sequence[tuple[float, float]]) -> dict[str, float] | None:
 
 
 def run_curves(collectives: Sequence[str], sizes: dict[str, Sequence[int]], *, timeout_s: float,
-               mem_gb: float, log=print) -> list[dict[str, Any]]:
-    """Every (collective, case, size) row; larger sizes of a curve are skipped after a failure."""
+               mem_gb: float, budget_s: float = math.inf, log=print) -> list[dict[str, Any]]:
+    """Every (collective, case, size) row; larger sizes of a curve are skipped after a failure,
+    and every case once ``budget_s`` of wall time has passed (a case gets at most what is left)."""
     rows = []
+    start = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="mccl-scale-") as tmp:
         for coll in collectives:
             stopped: set[str] = set()
@@ -151,10 +154,14 @@ def run_curves(collectives: Sequence[str], sizes: dict[str, Sequence[int]], *, t
                 path = str(Path(tmp) / f"{coll}-{gpus}.json")
                 for case in CASES:
                     blocked = case in stopped or (case == "fail2_warm" and "healthy_cold" in stopped)
-                    if blocked:
-                        row = {"collective": coll, "shape": shape, "case": case, "status": "skipped"}
+                    left = budget_s - (time.monotonic() - start)
+                    if blocked or left <= 0:
+                        row = {"collective": coll, "shape": shape, "case": case,
+                               "status": "skipped" if blocked else "skipped (budget)"}
                     else:
-                        row = run_case(coll, shape, case, path, timeout_s=timeout_s, mem_gb=mem_gb)
+                        row = run_case(coll, shape, case, path, timeout_s=min(timeout_s, left), mem_gb=mem_gb)
+                        if row["status"] == "timeout" and left < timeout_s:
+                            row["status"] = "cut (budget)"
                     row["gpus"] = gpus
                     rows.append(row)
                     if row["status"] != "ok":
@@ -216,8 +223,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--collectives", default="allgather,alltoall")
     p.add_argument("--sizes", default=None, help="GPU counts, comma separated (default: per collective)")
+    p.add_argument("--max-gpus", type=int, default=None, help="per collective, only sizes up to this")
     p.add_argument("--timeout-s", type=float, default=300.0)
     p.add_argument("--mem-gb", type=float, default=8.0)
+    p.add_argument("--budget-s", type=float, default=math.inf, help="wall time for the whole run")
     p.add_argument("--out", default="docs", help="folder for scale_curve.json and scale_curve.png")
     a = p.parse_args(argv)
     collectives = [c for c in a.collectives.split(",") if c]
@@ -231,8 +240,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         if bad:
             p.error(f"no HPN shape for {bad} GPUs; choose from {sorted(SHAPES['allgather'])}")
         sizes = {c: wanted for c in collectives}
+    if a.max_gpus:
+        sizes = {c: [n for n in sizes[c] if n <= a.max_gpus] for c in collectives}
     load_before = os.getloadavg()
-    rows = run_curves(collectives, sizes, timeout_s=a.timeout_s, mem_gb=a.mem_gb)
+    rows = run_curves(collectives, sizes, timeout_s=a.timeout_s, mem_gb=a.mem_gb, budget_s=a.budget_s)
     fitted = fits(rows)
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
