@@ -42,6 +42,7 @@ class Channels:
         self.count = self.num_links
         self.pair_id: dict[tuple[str, str], int] = {}          # pair -> channel id
         self.pair_key: list[tuple[str, str]] = []              # channel id - num_links -> pair
+        self.pair_links: list[tuple[int, ...]] = []             # channel id - num_links -> its links
         self._entry_channel: list[int] = []                     # (pair channel, link) incidence
         self._entry_link: list[int] = []
         self._incidence: tuple[np.ndarray, np.ndarray] | None = None
@@ -63,14 +64,15 @@ class Channels:
         self.count += 1
         self.pair_id[key] = cid
         self.pair_key.append(key)
+        self.pair_links.append(tuple(links))
         self._entry_channel.extend([cid] * len(links))
         self._entry_link.extend(links)
         self._incidence = None
         return cid
 
-    def links_of_pair(self, cid: int) -> list[int]:
+    def links_of_pair(self, cid: int) -> tuple[int, ...]:
         """The links a pair channel measures."""
-        return [l for c, l in zip(self._entry_channel, self._entry_link) if c == cid]
+        return self.pair_links[cid - self.num_links]
 
     def clear(self) -> None:
         """Forget every sample and pair channel (before a restore)."""
