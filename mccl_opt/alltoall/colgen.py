@@ -122,8 +122,7 @@ def _used_path_cost(master: RestrictedMaster, sol: MasterSolution, w: np.ndarray
     """Per pair (``N x N``), the cheapest cost under ``w`` of a path the master uses,
     less a relative tolerance: cut pricing returns the paths strictly cheaper."""
     pool = master.pool
-    seg = np.repeat(np.arange(len(pool)), np.diff(pool.start))
-    cost = np.bincount(seg, weights=w[pool.arcs], minlength=len(pool))
+    cost = pool.costs(w)
     best = np.full(prob.num_pairs, np.inf)
     used = sol.y > 0
     np.minimum.at(best, pool.pair[used], cost[used])

@@ -271,9 +271,7 @@ class RestrictedMaster:
         """``sigma`` with each fixed pair's dual set to its column's price under ``w``."""
         out = ~self._in_model()
         if out.any():
-            pair, start, arcs = self.pool.select(out)
-            seg = np.repeat(np.arange(pair.size), np.diff(start))
-            sigma[pair] = np.bincount(seg, weights=w[arcs], minlength=pair.size)
+            sigma[self.pool.pair[out]] = self.pool.costs(w)[out]
         return sigma
 
     def solve(self, where: str, *, method: str = "auto",

@@ -90,6 +90,11 @@ class ColumnPool:
         seg = np.repeat(np.arange(self.pair.size), np.diff(self.start))
         return np.bincount(self.arcs, weights=np.asarray(weights)[seg], minlength=n_links)
 
+    def costs(self, price: np.ndarray) -> np.ndarray:
+        """Price of every column: the sum of ``price`` over its links."""
+        seg = np.repeat(np.arange(self.pair.size), np.diff(self.start))
+        return np.bincount(seg, weights=np.asarray(price)[self.arcs], minlength=self.pair.size)
+
     def steps(self, is_step_arc: np.ndarray) -> np.ndarray:
         """Steps (arcs into a GPU) of every column."""
         seg = np.repeat(np.arange(self.pair.size), np.diff(self.start))
