@@ -188,6 +188,31 @@ def fits(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+def markdown(rows: Sequence[dict[str, Any]], fitted: Sequence[dict[str, Any]]) -> str:
+    """The rows as one markdown table (seconds per case, peak GB) and the fitted exponents."""
+    def cell(r: dict[str, Any] | None) -> str:
+        if r is None:
+            return ""
+        if r["status"] != "ok":
+            return r["status"]
+        return f"{r['seconds']:.3g} s, {r['peak_mb'] / 1024:.2g} GB"
+
+    lines = ["| collective | GPUs | " + " | ".join(c.replace("_", " ") for c in CASES) + " |",
+             "|---|---|" + "---|" * len(CASES)]
+    for coll in SHAPES:
+        for gpus in sorted({r["gpus"] for r in rows if r["collective"] == coll}):
+            got = {r["case"]: r for r in rows if r["collective"] == coll and r["gpus"] == gpus}
+            shape = next(iter(got.values()))["shape"]
+            lines.append(f"| {coll} | {gpus} ({shape}) | " + " | ".join(cell(got.get(c)) for c in CASES) + " |")
+    lines += ["", "| collective | case | GPUs fitted | time exponent | memory exponent (over base) |",
+              "|---|---|---|---|---|"]
+    for f in fitted:
+        mem = "-" if f["memory_exponent"] is None else f"{f['memory_exponent']:.2f}"
+        lines.append(f"| {f['collective']} | {f['case'].replace('_', ' ')} | "
+                     f"{','.join(map(str, f['gpus']))} | {f['time_exponent']:.2f} | {mem} |")
+    return "\n".join(lines)
+
+
 def plot(rows: Sequence[dict[str, Any]], path: Path) -> None:
     """Time and peak memory against GPUs, log-log, one line per curve."""
     import matplotlib
@@ -259,6 +284,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     print_table(["collective", "case", "points", "GPUs fitted", "time exponent", "memory exponent"],
                 [[f["collective"], f["case"], f["points"], ",".join(map(str, f["gpus"])), f["time_exponent"],
                   f["memory_exponent"] if f["memory_exponent"] is not None else "-"] for f in fitted])
+    print()
+    print(markdown(rows, fitted))
     print(f"\nload average before {load_before}, after {result['load_after']}; results in {out}")
     return result
 
