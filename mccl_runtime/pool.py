@@ -13,7 +13,8 @@ controller's loop only submits jobs and collects results.
   :meth:`SynthesisPool.start` waits until every worker has done so.
 * The fabric goes to each worker once, at start; a job sends only the capacities it is
   synthesized for (one float per link), the collective's kind, the warm schedule and the
-  time limit.
+  time limit.  A worker builds the measured topology once per capacities (the jobs of one
+  failure share it).
 * The worker synthesizes, validates (:func:`mccl_opt.validate.validate`) and profiles the
   result for Algorithm 1 (:func:`mccl_runtime.drift.profile_schedule`), so none of this
   runs in the controller.  A result comes back pickled: the schedule with its warm state
@@ -73,8 +74,11 @@ def run_job(topo: Topology, synthesize: Callable, kind: str, warm: Schedule | No
 
 
 def _job(kind: str, capacity: np.ndarray, warm: Schedule | None, time_limit_s: float | None) -> JobResult:
-    topo = _WORKER["topo"].with_capacities(capacity)
-    return run_job(topo, _WORKER["synthesize"], kind, warm, time_limit_s)
+    key = capacity.tobytes()
+    last = _WORKER.get("measured")
+    if last is None or last[0] != key:             # the jobs of one failure share their fabric
+        last = _WORKER["measured"] = (key, _WORKER["topo"].with_capacities(capacity))
+    return run_job(last[1], _WORKER["synthesize"], kind, warm, time_limit_s)
 
 
 class SynthesisPool:
