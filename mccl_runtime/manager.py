@@ -320,7 +320,8 @@ class ScheduleManager:
         then publish or abort; abandon jobs past the time bound."""
         running = [c for c in self.collectives() if c.job is not None]
         m = self.store.measured()
-        recheck, self._queued_m = m is not self._queued_m, m       # queued jobs go stale only when M moves
+        recheck = self._queued_m is None or (m is not self._queued_m and not np.array_equal(m, self._queued_m))
+        self._queued_m = m                       # queued jobs go stale only when M moves
         if wait_s and running:
             wait_futures([c.job.future for c in running], timeout=wait_s)
         events = []
