@@ -27,7 +27,7 @@ least squares on ``log t = log a + b log N`` over the points that ran at 128 GPU
 (for memory, of the growth over ``base_mb``), and a PNG plots the curves (log-log).
 
 Results go to ``--out`` (default ``docs``): ``scale_curve.json`` (every row, the fits,
-the machine load) and ``scale_curve.png``; docs/scale.md discusses them.  On a shared
+the machine load) and ``scale_curve.png``; docs/scale.md discusses them (``--merge`` combines runs).  On a shared
 machine the times are noisy; the load average is recorded.
 """
 
@@ -253,6 +253,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--mem-gb", type=float, default=8.0)
     p.add_argument("--budget-s", type=float, default=math.inf, help="wall time for the whole run")
     p.add_argument("--out", default="docs", help="folder for scale_curve.json and scale_curve.png")
+    p.add_argument("--merge", nargs="+", metavar="JSON",
+                   help="run nothing: combine the rows of earlier runs' scale_curve.json files")
     a = p.parse_args(argv)
     collectives = [c for c in a.collectives.split(",") if c]
     unknown = [c for c in collectives if c not in SHAPES]
@@ -267,14 +269,21 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         sizes = {c: wanted for c in collectives}
     if a.max_gpus:
         sizes = {c: [n for n in sizes[c] if n <= a.max_gpus] for c in collectives}
-    load_before = os.getloadavg()
-    rows = run_curves(collectives, sizes, timeout_s=a.timeout_s, mem_gb=a.mem_gb, budget_s=a.budget_s)
+    if a.merge:
+        runs = [json.loads(Path(f).read_text()) for f in a.merge]
+        rows = [r for run in runs for r in run["rows"]]
+        load_before, load_after = runs[0]["load_before"], runs[-1]["load_after"]
+        extra = {"runs": [{k: v for k, v in run.items() if k not in ("rows", "fits")} for run in runs]}
+    else:
+        load_before = os.getloadavg()
+        rows = run_curves(collectives, sizes, timeout_s=a.timeout_s, mem_gb=a.mem_gb, budget_s=a.budget_s)
+        load_after = os.getloadavg()
+        extra = {"timeout_s": a.timeout_s, "mem_gb": a.mem_gb, "budget_s": None if math.isinf(a.budget_s) else a.budget_s, "cpus": os.cpu_count(),
+                 "bench_peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
     fitted = fits(rows)
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    result = {"rows": rows, "fits": fitted, "load_before": load_before, "load_after": os.getloadavg(),
-              "timeout_s": a.timeout_s, "mem_gb": a.mem_gb, "cpus": os.cpu_count(),
-              "bench_peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+    result = {"rows": rows, "fits": fitted, "load_before": load_before, "load_after": load_after, **extra}
     (out / "scale_curve.json").write_text(json.dumps(result, indent=1))
     plot(rows, out / "scale_curve.png")
     print_table(["collective", "GPUs", "case", "status", "seconds", "peak GB", "rate Gbps"],
