@@ -27,8 +27,9 @@ least squares on ``log t = log a + b log N`` over the points that ran at 128 GPU
 (for memory, of the growth over ``base_mb``), and a PNG plots the curves (log-log).
 
 Results go to ``--out`` (default ``docs``): ``scale_curve.json`` (every row, the fits,
-the machine load) and ``scale_curve.png``; docs/scale.md discusses them (``--merge`` combines runs).  On a shared
-machine the times are noisy; the load average is recorded.
+the machine load) and ``scale_curve.png``; docs/scale.md discusses them.  ``--merge``
+combines the rows of earlier runs (one per collective, say).  On a shared machine the
+times are noisy; the load average is recorded.
 """
 
 from __future__ import annotations
@@ -278,7 +279,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         load_before = os.getloadavg()
         rows = run_curves(collectives, sizes, timeout_s=a.timeout_s, mem_gb=a.mem_gb, budget_s=a.budget_s)
         load_after = os.getloadavg()
-        extra = {"timeout_s": a.timeout_s, "mem_gb": a.mem_gb, "budget_s": None if math.isinf(a.budget_s) else a.budget_s, "cpus": os.cpu_count(),
+        extra = {"timeout_s": a.timeout_s, "mem_gb": a.mem_gb, "cpus": os.cpu_count(),
+                 "budget_s": None if math.isinf(a.budget_s) else a.budget_s,
                  "bench_peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
     fitted = fits(rows)
     out = Path(a.out)
