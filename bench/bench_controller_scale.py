@@ -151,7 +151,8 @@ def measure_swap(shape: str, comms: int, mode: str, healthy: dict, limit_s: floa
         time.sleep(0.002)
     mgr.close()
     actions = sorted({a for a, _ in done.values()})
-    return {"mode": mode, "comms": comms, "gpus": topo.num_gpus, "swapped": sum(a == "published" for a, _ in done.values()),
+    return {"mode": mode, "comms": comms, "gpus": topo.num_gpus,
+            "swapped": sum(a == "published" for a, _ in done.values()),
             "outcomes": ",".join(actions), "all_swapped_s": max((t for _, t in done.values()), default=float("nan")),
             "first_s": min((t for _, t in done.values()), default=float("nan")),
             "job_s_median": float(np.nanmedian(synth)) if synth else float("nan"),

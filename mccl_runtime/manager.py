@@ -235,7 +235,9 @@ class ScheduleManager:
                  profile: ScheduleProfile | None = None) -> None:
         """Make ``schedule`` the active version; ``profile`` is its profile on ``capacity``
         if already known (a job computes it in its worker)."""
-        coll.profile = profile or profile_schedule(self.topo.with_capacities(capacity), schedule)
+        if profile is None:
+            profile = profile_schedule(self.topo.with_capacities(capacity), schedule)
+        coll.profile = profile
         coll.schedule = replace(schedule, version=version)
         coll.version = version
         coll.synth_capacity = np.array(capacity, dtype=float)

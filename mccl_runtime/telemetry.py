@@ -107,7 +107,8 @@ class MeasurementStore:
     def _direct(self) -> dict[int, tuple[float, float]]:
         """Direct channels that have a sample: link -> (value, time)."""
         ch = self.chan
-        return {a: (float(ch.value[a]), float(ch.t[a])) for a in np.flatnonzero(np.isfinite(ch.t[:ch.num_links])).tolist()}
+        seen = np.flatnonzero(np.isfinite(ch.t[:ch.num_links])).tolist()
+        return {a: (float(ch.value[a]), float(ch.t[a])) for a in seen}
 
     @property
     def _pairs(self) -> dict[tuple[str, str], tuple[float, float]]:
