@@ -32,6 +32,9 @@ __all__ = ["exact_k", "CutBounds", "fewest_trees", "choose_trees", "guess_trees"
 #: trees a link may carry before the exact k is declared impractical (int64 headroom)
 MAX_UNITS = 1 << 40
 
+#: largest k :func:`fewest_trees` tries below the exact k0
+FEWEST_TRIES = 64
+
 
 def exact_k(fab: Fabric, p1: PhaseOneResult) -> int:
     """Fewest trees per root that realise ``x*`` exactly."""
@@ -136,12 +139,13 @@ def fewest_trees(fab: Fabric, p1: PhaseOneResult, k0: int) -> tuple[int, Fractio
     ``floor(cap·k/x*)`` admit ``k`` trees per root (single-GPU and Phase 1 cuts first,
     then the rooted test): ``k0`` makes every link's units exact, but the floors drop
     only capacity no tight cut needs, so fewer trees often reach ``x*`` too (4096-GPU
-    HPN: 1 instead of 5).  Cold and warm choose alike (same fabric, same ``x*``)."""
+    HPN: 1 instead of 5).  Only ``k <= FEWEST_TRIES`` are tried (exact mode's ``k0``
+    can be in the millions).  Cold and warm choose alike (same fabric, same ``x*``)."""
     x = Fraction(p1.num, p1.den)
     singles = CutBounds(fab)
     singles.add_hints(p1, [])
     calls = 0
-    for k in range(1, k0):
+    for k in range(1, min(k0, FEWEST_TRIES + 1)):
         if singles.admits(k, x):
             pos, _ = violated_tree_cut(fab, k, x / k, fab.gpus)
             calls += fab.num_gpus if pos < 0 else pos + 1
