@@ -257,4 +257,24 @@ def load_tier(directory: Path) -> dict:
     if not isinstance(data, dict) or data.get("format") != TIER_FORMAT:
         raise MCCLError(f"{path}: format {data.get('format') if isinstance(data, dict) else None!r}, "
                         f"expected {TIER_FORMAT!r}; rebuild it")
+    _check_records(path, data)
     return data
+
+
+def _check_records(path: Path, data: dict) -> None:
+    """Every field the suite reads is there (a hand-edited manifest names its bad entry)."""
+    recs = data.get("instances")
+    ok = isinstance(recs, list) and isinstance(data.get("tier"), str)
+    for k, rec in enumerate(recs if ok else []):
+        models = rec.get("models") if isinstance(rec, dict) else None
+        good = (isinstance(models, dict) and isinstance(rec.get("name"), str)
+                and isinstance(rec.get("gpus"), int) and all(
+                    isinstance(m, dict) and isinstance(m.get("file"), str)
+                    and all(isinstance(m.get(f), (int, float)) and m.get(f) is not True
+                            for f in ("cols", "rows", "nnz", "optimum"))
+                    and m["optimum"] != 0 for m in models.values()))
+        if not good:
+            raise MCCLError(f"{path}: instance entry {k} lacks name, gpus or a model's file, "
+                            "sizes and nonzero optimum; rebuild the tier")
+    if not ok:
+        raise MCCLError(f"{path}: no tier name or instance list; rebuild the tier")

@@ -248,6 +248,14 @@ def test_missing_backend_and_licence_limit_are_skipped_rows(tiny_tier, monkeypat
 def test_bad_inputs_are_typed_errors(tmp_path, tiny_tier):
     with pytest.raises(MCCLError, match="build --tier TIER"):
         tiers.load_tier(tmp_path)
+    data = json.loads((tiny_tier / tiers.TIER_MANIFEST).read_text())
+    del data["instances"][1]["models"]["master"]["optimum"]
+    (tmp_path / tiers.TIER_MANIFEST).write_text(json.dumps(data))
+    with pytest.raises(MCCLError, match="instance entry 1 lacks"):
+        tiers.load_tier(tmp_path)
+    (tmp_path / tiers.TIER_MANIFEST).write_text("{not json")
+    with pytest.raises(MCCLError, match="not a readable tier manifest"):
+        tiers.load_tier(tmp_path)
     with pytest.raises(MCCLError, match="unknown backend"):
         lp_suite.run(_args(tiny_tier, backends="cplex"))
     with pytest.raises(MCCLError, match="unknown model.*switch"):

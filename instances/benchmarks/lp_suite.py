@@ -152,8 +152,8 @@ def run_suite(directory: Path, backends: list[str], *, repeat: int = 1,
         raise MCCLError(f"--repeat must be >= 1, got {repeat}")
     manifest = load_tier(directory)
     if not manifest.get("complete", True):
-        print(f"warning: {directory} holds an interrupted build ({len(manifest['instances'])} "
-              f"instances); rebuild it with `python -m instances.library build --tier "
+        print(f"warning: {directory} holds an incomplete build, interrupted or still running "
+              f"({len(manifest['instances'])} instances); finish it with `python -m instances.library build --tier "
               f"{manifest['tier']} --out {directory}`", file=log)
     missing = {b: f"pip install {backend_class(b).pip_package}"
                for b in backends if not backend_class(b).is_available()}
