@@ -39,7 +39,7 @@ def fill_depths(parents, depth):
 
 @njit(cache=True)
 def _all_depths(parents):
-    out = np.empty(parents.shape, np.int64)
+    out = np.empty(parents.shape, parents.dtype)
     for t in range(parents.shape[0]):
         fill_depths(parents[t], out[t])
     return out
@@ -58,8 +58,10 @@ def _spanning(parents, roots):
 
 
 def rank_depths(parents: np.ndarray) -> np.ndarray:
-    """Depth of every rank in every tree (rows of parent ranks, ``-1`` at the root)."""
-    return _all_depths(np.ascontiguousarray(parents, np.int64))
+    """Depth of every rank in every tree (rows of parent ranks, ``-1`` at the root;
+    int32 rows stay int32)."""
+    parents = np.ascontiguousarray(parents)
+    return _all_depths(parents if parents.dtype == np.int32 else parents.astype(np.int64))
 
 
 def max_depths(parents: np.ndarray) -> np.ndarray:
@@ -74,6 +76,7 @@ def spanning_depths(parents: np.ndarray, roots: np.ndarray) -> np.ndarray:
 
 
 def parent_ranks(parent_arcs: np.ndarray, tail: np.ndarray) -> np.ndarray:
-    """Parent ranks of trees given by the logical links into every rank (``-1``: none)."""
-    parent_arcs = np.asarray(parent_arcs, np.int64)
+    """Parent ranks of trees given by the logical links into every rank (``-1``: none;
+    the dtype of ``tail``)."""
+    parent_arcs = np.asarray(parent_arcs)
     return np.where(parent_arcs >= 0, tail[np.maximum(parent_arcs, 0)], -1)

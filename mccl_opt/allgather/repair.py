@@ -116,7 +116,7 @@ def _grow(n, k, start, tail, head, in_start, in_arc, cap, wide, off, shift, info
         r = t // k
         member[t, r] = True
         order[t, 0] = r
-        if seed[t, (r + 1) % n] < 0:
+        if seed.shape[0] == 0 or seed[t, (r + 1) % n] < 0:
             continue
         for v in range(n):
             if seed[t, v] >= 0:
@@ -212,8 +212,8 @@ def repair_pack(n: int, tail: np.ndarray, head: np.ndarray, units: np.ndarray,
                 groups[key][1] += 1
             else:
                 groups[key] = [row, 1]
-        out.extend(TreeClass(r, m, np.where(row >= 0, order[np.maximum(row, 0)], -1))
-                   for row, m in groups.values())
+        out.extend(TreeClass(r, m, np.where(row >= 0, order[np.maximum(row, 0)], -1)
+                             .astype(np.int32)) for row, m in groups.values())
     out.sort(key=lambda c: (c.root, -c.mult))
     return out, counters
 
@@ -222,9 +222,9 @@ def _seed(n: int, k: int, tail: np.ndarray, head: np.ndarray, cap: np.ndarray,
           shapes: tuple[np.ndarray, np.ndarray] | None) -> tuple[np.ndarray, int]:
     """Unit-tree seed rows (sorted-arc parents, -1 elsewhere) from previous shapes whose
     every link exists and still has units; returns the rows and how many were seeded."""
-    seed = np.full((n * k, n), -1, np.int32)
     if shapes is None or len(shapes[0]) == 0:
-        return seed, 0
+        return np.full((0, n), -1, np.int32), 0        # cold: no rows (memory at scale)
+    seed = np.full((n * k, n), -1, np.int32)
     roots = np.asarray(shapes[0], np.int64)
     parents = np.asarray(shapes[1], np.int64)
     arc_of = np.full((n, n), -1, np.int64)
