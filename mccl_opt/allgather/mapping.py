@@ -165,7 +165,7 @@ def _segments(parents, mult, base, seg_hi, first_seg, depth):
     consumed = np.zeros(base.size, np.int64)
     cur = first_seg.copy()                    # the segment every link's offset is in
     used = np.zeros(seg_hi.size, np.int64)
-    edges = np.empty((num_classes, max(n - 1, 0)), np.int64)
+    edges = np.empty((num_classes, max(n - 1, 0)), np.int32)
     seg = np.empty(n, np.int64)
     count = np.zeros(n + 1, np.int64)
     for c in range(num_classes):
