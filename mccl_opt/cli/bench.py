@@ -111,14 +111,15 @@ def _synthesis(args: argparse.Namespace) -> int:
     load["after"] = report.machine_load()
     command = "mccl bench " + " ".join(sys.argv[2:]) if sys.argv[1:2] == ["bench"] else "mccl bench"
     doc = report.to_doc(results, repeat=args.repeat, load=load, command=command, not_run=not_run)
-    if args.json:
-        print_json(doc)
-    else:
-        report.print_report(results, args.repeat, load, sys.stdout, not_run=not_run)
+    # the files first: a closed stdout (``mccl bench | head``) must not lose them
     if args.out:
         with open(args.out, "w") as fh:
             fh.write(json.dumps(doc, indent=1, default=float) + "\n")
         print(f"wrote {args.out}", file=sys.stderr)
     if args.png:
         print(f"wrote {report.plot_png(results, args.png, repeat=args.repeat)}", file=sys.stderr)
+    if args.json:
+        print_json(doc)
+    else:
+        report.print_report(results, args.repeat, load, sys.stdout, not_run=not_run)
     return 0
