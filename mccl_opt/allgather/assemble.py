@@ -171,5 +171,6 @@ def packed(run: Run, opt: Optimum, result: Packed) -> Schedule:
 def _shapes_of(result: Packed) -> Shapes:
     """Rank-space shapes of the classes, by root and largest first."""
     classes = sorted(result.classes, key=lambda c: (c.root, -c.mult))
-    ranks = parent_ranks(np.array([c.parent_arc for c in classes], np.int64), result.lg.tail)
+    ranks = parent_ranks(np.array([c.parent_arc for c in classes], np.int32),   # 4096 GPUs
+                         result.lg.tail.astype(np.int32))
     return np.array([c.root for c in classes], np.int64), ranks
