@@ -130,10 +130,10 @@ def test_cli_error_clears_the_reporter(monkeypatch, capsys):
 
 
 def test_step_aware_says_when_it_found_nothing_shallower(capsys):
-    """HPN 1x2x4: the default trees already have depth 2, the smallest possible (no GPU
+    """HPN 2x2x4: the default trees already have depth 2, the smallest possible (no GPU
     shares a switch with every other), so step-aware says it found nothing shallower;
     HPN 1x2x8 Fail1: the hop LP's depth-2 trees beat the default ones."""
-    assert main(["solve", "allgather", "hpn-1x2x4", "--step-aware", "--json"]) == 0
+    assert main(["solve", "allgather", "hpn-2x2x4", "--step-aware", "--json"]) == 0
     err = capsys.readouterr().err
     assert "step-aware: nothing shallower than the default trees (max depth 2)" in err
     sa = solve_allgather(fail1(hpn(1, 2, 8)), step_aware=True)
