@@ -22,7 +22,7 @@ from .colgen import CGStatus
 from .master import ColumnPool
 from .problem import Problem
 from .rounding import Rounded, rounded_rate
-from .state import WarmState
+from .state import WarmState, object_array
 
 __all__ = ["SATURATION_REL_TOL", "WarmMode", "RunReport", "Outcome", "make_schedule",
            "fractional", "schedule_chunks"]
@@ -135,8 +135,9 @@ def fractional(pool: ColumnPool, y: np.ndarray, prob: Problem) -> Rounded:
 
 
 def schedule_chunks(prob: Problem, rounded: Rounded, k: int, old: WarmState | None
-                    ) -> tuple[list[PathChunk], np.ndarray, np.ndarray]:
-    """Schedule chunks (ordered by pair, then column), the pool column of each, and the
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Schedule chunks (an object array of :class:`PathChunk`, ordered by pair, then
+    column), the pool column of each, and the
     per-link share loads.  A column carried over from ``old`` whose share is unchanged
     reuses the old chunk object (same node ids, same share)."""
     used = np.flatnonzero(rounded.counts > 0)
@@ -158,8 +159,8 @@ def schedule_chunks(prob: Problem, rounded: Rounded, k: int, old: WarmState | No
             fresh = ~same
     new = np.flatnonzero(fresh)
     if new.size:
-        out[new] = _path_chunks(prob, rounded, used[new], shares)
-    return out.tolist(), used, loads
+        out[new] = object_array(_path_chunks(prob, rounded, used[new], shares))
+    return out, used, loads
 
 
 def _path_chunks(prob: Problem, rounded: Rounded, cols: np.ndarray, shares: np.ndarray

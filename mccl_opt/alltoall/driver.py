@@ -132,7 +132,7 @@ def round_solved(prob: Problem, solved: Solved, backend: str, max_chunks: int | 
     chunk_of = np.full(columns_final, -1, dtype=np.int64)
     in_cg = used < columns_final
     chunk_of[used[in_cg]] = np.flatnonzero(in_cg)
-    routes = ChunkRoutes(tuple(chunks), rounded.pool_pair[used],
+    routes = ChunkRoutes(chunks, rounded.pool_pair[used],
                          *csr_take(rounded.pool_start, rounded.pool_arcs, used),
                          rounded.counts[used] / k, chunk_of, max_chunks)
     warm_state = WarmState(OldFabric.of(prob), lp, routes, basis,
@@ -146,4 +146,4 @@ def round_solved(prob: Problem, solved: Solved, backend: str, max_chunks: int | 
         bound_history=[list(h) for h in res.history], max_steps=solved.max_steps,
         rounding=rounded.method, lp_seconds=res.lp_seconds, pricing_seconds=res.pricing_seconds,
         rounding_seconds=rounding_s, extra=dive)
-    return Outcome(chunks, loads, res.rate, saturated, warm_state, report, lp_done)
+    return Outcome(chunks.tolist(), loads, res.rate, saturated, warm_state, report, lp_done)

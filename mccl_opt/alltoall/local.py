@@ -47,7 +47,7 @@ from .driver import certificate_of
 from .master import ColumnPool, RestrictedMaster
 from .problem import Problem
 from .rounding import deep_dive
-from .state import ChunkRoutes, LPColumns, WarmState, csr_mask, csr_take, object_array
+from .state import ChunkRoutes, LPColumns, WarmState, csr_mask, csr_take
 from .warm import changes_are_nonbinding
 
 __all__ = ["local_resolve", "local_eligible", "reuse_certified", "raises_a_binding_link"]
@@ -189,7 +189,7 @@ def local_resolve(prob: Problem, state: WarmState, backend: str, max_steps: int,
     c_pair = np.concatenate([old_chunks.pair[keep], rounded.pool_pair[new_used]])
     ks, ka = csr_mask(old_chunks.start, old_chunks.arcs, keep, cseg)
     ns, na = csr_take(rounded.pool_start, rounded.pool_arcs, new_used)
-    c_objects = np.concatenate([old_chunks.array[keep], object_array(new_chunks)])
+    c_objects = np.concatenate([old_chunks.array[keep], new_chunks])
     c_share = np.concatenate([old_chunks.share[keep], rounded.counts[new_used] / k])
     # ... and its columns: the fixed pairs' used old columns, then the restricted pool
     fixed = used & ~free[pair]
@@ -205,7 +205,7 @@ def local_resolve(prob: Problem, state: WarmState, backend: str, max_steps: int,
                    np.concatenate([fs, fs[-1] + pool.start[1:cols_final + 1]]),
                    np.concatenate([fa, pool.arcs[:pool.start[cols_final]]]),
                    np.concatenate([y_old[fixed], y]), float(sol.t))
-    routes = ChunkRoutes(tuple(c_objects.tolist()), c_pair, np.concatenate([ks, ks[-1] + ns[1:]]),
+    routes = ChunkRoutes(c_objects, c_pair, np.concatenate([ks, ks[-1] + ns[1:]]),
                          np.concatenate([ka, na]), c_share,
                          np.concatenate([chunk_of_fixed, chunk_of_free]), max_chunks)
     warm_state = WarmState(replace(state.fabric, capacity=prob.capacity.copy()), lp, routes,

@@ -27,7 +27,6 @@ from typing import Sequence
 import numpy as np
 
 from ..backends.base import Basis
-from ..schedule import PathChunk
 from .master import ColumnPool
 from .problem import Problem
 
@@ -55,10 +54,10 @@ def csr_mask(start: np.ndarray, arcs: np.ndarray, mask: np.ndarray, seg: np.ndar
 
 
 def object_array(items: Sequence) -> np.ndarray:
-    """``items`` as a 1-D numpy object array (elements kept as they are, even tuples)."""
-    out = np.empty(len(items), dtype=object)
-    out[:] = list(items)
-    return out
+    """``items`` as a 1-D numpy object array (elements kept as they are, even tuples).
+    ``np.fromiter`` copies the references only; assigning a list into an object array
+    first probes every element as a possible sequence (5x slower at 1M chunks)."""
+    return np.fromiter(items, dtype=object, count=len(items))
 
 
 @dataclass(frozen=True)
@@ -115,12 +114,13 @@ class LPColumns:
 
 @dataclass(frozen=True)
 class ChunkRoutes:
-    """The rounded schedule: chunk ``i`` is ``objects[i]`` with share ``share[i]``,
+    """The rounded schedule: chunk ``i`` is ``array[i]`` (a numpy object array of
+    :class:`~mccl_opt.schedule.PathChunk`, fancy-indexed by chunk reuse) with share ``share[i]``,
     routing pair ``pair[i]`` over the old links ``arcs[start[i]:start[i+1]]``;
     ``of_column[j]`` is the chunk LP column ``j`` became (-1: none); ``max_chunks`` is
     the schedule's chunk count per pair (``None``: fractional)."""
 
-    objects: tuple[PathChunk, ...]
+    array: np.ndarray
     pair: np.ndarray
     start: np.ndarray
     arcs: np.ndarray
@@ -133,15 +133,10 @@ class ChunkRoutes:
         """The chunk of every entry of ``arcs`` (built once)."""
         return np.repeat(np.arange(self.pair.size), np.diff(self.start))
 
-    @cached_property
-    def array(self) -> np.ndarray:
-        """``objects`` as a numpy object array (built once; fancy-indexed by chunk reuse)."""
-        return object_array(self.objects)
-
     @property
     def complete(self) -> bool:
         """Every chunk object has its route."""
-        return len(self.objects) == self.pair.size
+        return self.array.size == self.pair.size
 
 
 @dataclass(frozen=True)
