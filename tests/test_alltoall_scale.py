@@ -111,3 +111,29 @@ def test_fixed_single_column_pairs_give_the_full_master_optimum_duals_and_basis(
     assert check.basis_used and again.iterations == 0
     assert again.t == pytest.approx(sol.t, rel=1e-9)
     assert farley_bound(res_fixed.shortest, sol.w, prob.capacity, prob) <= sol.t * (1 + 1e-9)
+
+
+def test_csr_kernels_equal_the_per_entry_numpy_expansion_bit_for_bit():
+    """The warm path's CSR kernels (no array as long as ``arcs``) give the same floats as
+    ``np.bincount`` over the per-entry expansion, and ``csr_mask_then`` the same rows as
+    masking then concatenating (empty rows, zero weights and an empty tail included)."""
+    from mccl_opt.alltoall._segments import column_loads, column_sums
+    from mccl_opt.alltoall.state import csr_mask_then, csr_take
+    rng = np.random.default_rng(7)
+    lengths = rng.integers(0, 6, 400)
+    start = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    arcs = rng.integers(0, 37, int(start[-1])).astype(np.int64)
+    seg = np.repeat(np.arange(lengths.size), lengths)
+    weight = np.where(rng.random(lengths.size) < 0.3, 0.0, rng.random(lengths.size) / 3)
+    price = rng.random(37) / 7
+    assert np.array_equal(column_loads(start, arcs, weight, 37),
+                          np.bincount(arcs, weights=weight[seg], minlength=37))
+    assert np.array_equal(column_sums(start, arcs, price),
+                          np.bincount(seg, weights=price[arcs], minlength=lengths.size))
+    mask = rng.random(lengths.size) < 0.8
+    for tail in (np.array([3, 1, 2]), np.zeros(0, dtype=np.int64)):
+        s2, a2 = csr_take(start, arcs, tail)
+        got_start, got_arcs = csr_mask_then(start, arcs, mask, s2, np.concatenate([a2, [99]]))
+        rows = np.concatenate([np.flatnonzero(mask), tail])
+        want_start, want_arcs = csr_take(start, arcs, rows)
+        assert np.array_equal(got_start, want_start) and np.array_equal(got_arcs, want_arcs)

@@ -47,7 +47,7 @@ from .driver import certificate_of
 from .master import ColumnPool, RestrictedMaster
 from .problem import Problem
 from .rounding import deep_dive
-from .state import ChunkRoutes, LPColumns, WarmState, csr_mask, csr_take
+from .state import ChunkRoutes, LPColumns, WarmState, csr_mask_then, csr_take
 from .warm import changes_are_nonbinding
 
 __all__ = ["local_resolve", "local_eligible", "reuse_certified", "raises_a_binding_link"]
@@ -82,18 +82,18 @@ def local_resolve(prob: Problem, state: WarmState, backend: str, max_steps: int,
     (the restricted master is then hardly smaller than the full one) or after
     ``max_steps_local`` column generation runs of ``step_rounds`` rounds each, between
     which the fixed pairs that cause the gap join the free ones."""
+    from ._segments import column_loads, column_sums
     n_pairs, n_links = prob.num_pairs, prob.num_links
     old, old_chunks = state.lp, state.chunks
     n = old.count
-    seg = old.of_arc
     pair, y_old = old.pair, old.y
     used = y_old > 0
     if max_steps < prob.topo.num_nodes - 1 and (
-            np.bincount(seg, weights=prob.is_step_arc[old.arcs], minlength=n)[used]
+            column_sums(old.start, old.arcs, prob.is_step_arc.astype(float))[used]
             > max_steps).any():
         return None
     changed = state.fabric.capacity != prob.capacity
-    crosses = np.bincount(seg, weights=changed[old.arcs], minlength=n) > 0
+    crosses = column_sums(old.start, old.arcs, changed.astype(float)) > 0
     free = np.zeros(n_pairs, dtype=bool)
     free[pair[used & crosses]] = True
     if not free.any():
@@ -101,7 +101,7 @@ def local_resolve(prob: Problem, state: WarmState, backend: str, max_steps: int,
 
     def background(free: np.ndarray) -> np.ndarray:
         fixed = used & ~free[pair]
-        return np.bincount(old.arcs, weights=np.where(fixed, y_old, 0.0)[seg], minlength=n_links)
+        return column_loads(old.start, old.arcs, np.where(fixed, y_old, 0.0), n_links)
 
     def add_pairs(master: RestrictedMaster, new: np.ndarray) -> None:
         cols = np.flatnonzero(new[pair])
@@ -110,7 +110,8 @@ def local_resolve(prob: Problem, state: WarmState, backend: str, max_steps: int,
 
     pool = ColumnPool()
     sel = free[pair]
-    pool.append(pair[sel], *csr_mask(old.start, old.arcs, sel, seg), np.flatnonzero(sel))
+    cols = np.flatnonzero(sel)
+    pool.append(pair[cols], *csr_take(old.start, old.arcs, cols), cols)
     b_lp = background(free)
     # a small LP re-solved a few times: the solver's presolve costs more than it saves
     master = RestrictedMaster(get_backend(backend, presolve=False), n_pairs, prob.capacity,
@@ -138,7 +139,7 @@ def local_resolve(prob: Problem, state: WarmState, backend: str, max_steps: int,
             return None
         w = res.solution.w
         sp = res.shortest[prob.pair_src, prob.pair_dst]
-        col_price = np.bincount(seg, weights=w[old.arcs], minlength=n)
+        col_price = column_sums(old.start, old.arcs, w)
         fixed = used & ~free[pair]
         excess = np.bincount(pair, weights=np.where(fixed, y_old * (col_price - sp[pair]), 0.0),
                              minlength=n_pairs)
@@ -146,7 +147,7 @@ def local_resolve(prob: Problem, state: WarmState, backend: str, max_steps: int,
         # restricted optimum saturates (degenerate duals price only one of them)
         load = pool.loads(res.solution.y, n_links) + background(free)
         tight = load >= prob.capacity * t * (1 - 1e-9)
-        on_tight = np.bincount(seg, weights=tight[old.arcs], minlength=n) > 0
+        on_tight = column_sums(old.start, old.arcs, tight.astype(float)) > 0
         new = ~free & (excess > 1e-9 * t / n_pairs)
         if res.rounds == step_rounds and excess.sum() < 0.5 * (t - res.bound_t):
             continue                    # the free pairs' own gap dominates: keep pricing
@@ -169,9 +170,8 @@ def local_resolve(prob: Problem, state: WarmState, backend: str, max_steps: int,
     saturated = lp_loads >= prob.capacity * sol.t * (1 - SATURATION_REL_TOL)
     k = 1 if max_chunks is None else max_chunks
     keep = ~free[old_chunks.pair]                       # the fixed pairs' old chunks
-    cseg = old_chunks.of_arc
-    b_round = np.bincount(old_chunks.arcs, weights=np.where(keep, old_chunks.share, 0.0)[cseg],
-                          minlength=n_links)
+    b_round = column_loads(old_chunks.start, old_chunks.arcs,
+                           np.where(keep, old_chunks.share, 0.0), n_links)
     t_round = time.perf_counter()
     dive: dict = {}
     if max_chunks is None:
@@ -187,26 +187,24 @@ def local_resolve(prob: Problem, state: WarmState, backend: str, max_steps: int,
     # the new state: the fixed pairs' old chunks, then the new ones (the schedule
     # orders them by pair; a pair is either fixed or free) ...
     c_pair = np.concatenate([old_chunks.pair[keep], rounded.pool_pair[new_used]])
-    ks, ka = csr_mask(old_chunks.start, old_chunks.arcs, keep, cseg)
-    ns, na = csr_take(rounded.pool_start, rounded.pool_arcs, new_used)
+    c_start, c_arcs = csr_mask_then(old_chunks.start, old_chunks.arcs, keep,
+                                    *csr_take(rounded.pool_start, rounded.pool_arcs, new_used))
+    n_kept = int(keep.sum())
     c_objects = np.concatenate([old_chunks.array[keep], new_chunks])
     c_share = np.concatenate([old_chunks.share[keep], rounded.counts[new_used] / k])
     # ... and its columns: the fixed pairs' used old columns, then the restricted pool
     fixed = used & ~free[pair]
-    fs, fa = csr_mask(old.start, old.arcs, fixed, seg)
     new_index_of_old = np.full(keep.size, -1, dtype=np.int64)
-    new_index_of_old[keep] = np.arange(ks.size - 1)
+    new_index_of_old[keep] = np.arange(n_kept)
     old_of = old_chunks.of_column[fixed]
     chunk_of_fixed = np.where(old_of >= 0, new_index_of_old[np.maximum(old_of, 0)], -1)
     chunk_of_free = np.full(cols_final, -1, dtype=np.int64)
     in_cg = new_used < cols_final
-    chunk_of_free[new_used[in_cg]] = ks.size - 1 + np.flatnonzero(in_cg)
+    chunk_of_free[new_used[in_cg]] = n_kept + np.flatnonzero(in_cg)
     lp = LPColumns(np.concatenate([pair[fixed], pool.pair[:cols_final]]),
-                   np.concatenate([fs, fs[-1] + pool.start[1:cols_final + 1]]),
-                   np.concatenate([fa, pool.arcs[:pool.start[cols_final]]]),
+                   *csr_mask_then(old.start, old.arcs, fixed, pool.start[:cols_final + 1], pool.arcs),
                    np.concatenate([y_old[fixed], y]), float(sol.t))
-    routes = ChunkRoutes(c_objects, c_pair, np.concatenate([ks, ks[-1] + ns[1:]]),
-                         np.concatenate([ka, na]), c_share,
+    routes = ChunkRoutes(c_objects, c_pair, c_start, c_arcs, c_share,
                          np.concatenate([chunk_of_fixed, chunk_of_free]), max_chunks)
     warm_state = WarmState(replace(state.fabric, capacity=prob.capacity.copy()), lp, routes,
                            None, certificate_of(res, prob, max_steps))
@@ -214,7 +212,7 @@ def local_resolve(prob: Problem, state: WarmState, backend: str, max_steps: int,
     report = RunReport(
         status=CGStatus.TIME_LIMIT if res.status is CGStatus.TIME_LIMIT else CGStatus.OPTIMAL,
         warm_mode=WarmMode.LOCAL, backend=backend, iterations=iterations, rounds=rounds,
-        columns=cols_final + fs.size - 1, columns_dropped=0, warm_columns=n,
+        columns=lp.count, columns_dropped=0, warm_columns=n,
         lp_bound_gbps=1.0 / bound_t if bound_t > 0 else float("inf"),
         bound_history=[list(h) for h in history], max_steps=max_steps, rounding=rounded.method,
         lp_seconds=lp_s, pricing_seconds=pr_s, rounding_seconds=rounding_s,
@@ -245,8 +243,9 @@ def reuse_certified(prob: Problem, state: WarmState | None, backend: str, max_st
     lp_loads = state.lp_load
     if (lp_loads > prob.capacity * t * (1 + 1e-9)).any():
         return None
+    from ._segments import column_loads
     chunks = state.chunks
-    loads = np.bincount(chunks.arcs, weights=chunks.share[chunks.of_arc], minlength=prob.num_links)
+    loads = column_loads(chunks.start, chunks.arcs, chunks.share, prob.num_links)
     used = loads > 0
     if (np.min(prob.capacity[used] / loads[used])
             < np.min(state.fabric.capacity[used] / loads[used]) * (1 - 1e-12)):

@@ -31,7 +31,7 @@ from .master import ColumnPool
 from .problem import Problem
 
 __all__ = ["WarmState", "OldFabric", "LPColumns", "ChunkRoutes", "PricingCertificate",
-           "csr_take", "csr_mask", "object_array"]
+           "csr_take", "csr_mask_then", "object_array"]
 
 
 def csr_take(start: np.ndarray, arcs: np.ndarray, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -44,13 +44,22 @@ def csr_take(start: np.ndarray, arcs: np.ndarray, idx: np.ndarray) -> tuple[np.n
     return new_start, arcs[pos]
 
 
-def csr_mask(start: np.ndarray, arcs: np.ndarray, mask: np.ndarray, seg: np.ndarray
-             ) -> tuple[np.ndarray, np.ndarray]:
-    """The rows where ``mask`` holds (in order) of the CSR list ``start/arcs``; ``seg``
-    is the row of every entry (``np.repeat(arange, diff(start))``)."""
-    new_start = np.zeros(int(mask.sum()) + 1, dtype=np.int64)
-    np.cumsum(np.diff(start)[mask], out=new_start[1:])
-    return new_start, arcs[mask[seg]]
+def csr_mask_then(start: np.ndarray, arcs: np.ndarray, mask: np.ndarray,
+                  start2: np.ndarray, arcs2: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The rows where ``mask`` holds (in order) of the CSR list ``start/arcs``, followed
+    by every row of ``start2/arcs2`` (``start2[0] == 0``); each output array is
+    allocated once (no intermediate as long as ``arcs``)."""
+    lengths = np.diff(start)
+    kept = int(mask.sum())
+    new_start = np.empty(kept + start2.size, dtype=np.int64)
+    new_start[0] = 0
+    np.cumsum(lengths[mask], out=new_start[1:kept + 1])
+    mid = int(new_start[kept])
+    new_start[kept + 1:] = mid + start2[1:]
+    out = np.empty(mid + int(start2[-1]), dtype=arcs.dtype)
+    np.compress(np.repeat(mask, lengths), arcs, out=out[:mid])
+    out[mid:] = arcs2[:start2[-1]]
+    return new_start, out
 
 
 def object_array(items: Sequence) -> np.ndarray:
@@ -99,11 +108,6 @@ class LPColumns:
     def count(self) -> int:
         return int(self.y.size)
 
-    @cached_property
-    def of_arc(self) -> np.ndarray:
-        """The column of every entry of ``arcs`` (built once)."""
-        return np.repeat(np.arange(self.y.size), np.diff(self.start))
-
     @classmethod
     def from_pool(cls, pool: ColumnPool, y: np.ndarray, t: float) -> "LPColumns":
         """The first ``len(y)`` columns of ``pool`` (those ``y`` are the shares of)."""
@@ -127,11 +131,6 @@ class ChunkRoutes:
     share: np.ndarray
     of_column: np.ndarray
     max_chunks: int | None
-
-    @cached_property
-    def of_arc(self) -> np.ndarray:
-        """The chunk of every entry of ``arcs`` (built once)."""
-        return np.repeat(np.arange(self.pair.size), np.diff(self.start))
 
     @property
     def complete(self) -> bool:
@@ -170,5 +169,5 @@ class WarmState:
     @cached_property
     def lp_load(self) -> np.ndarray:
         """Per-link load of the old LP shares (old link indices; built once)."""
-        return np.bincount(self.lp.arcs, weights=self.lp.y[self.lp.of_arc],
-                           minlength=self.fabric.tail.size)
+        from ._segments import column_loads
+        return column_loads(self.lp.start, self.lp.arcs, self.lp.y, self.fabric.tail.size)
