@@ -12,8 +12,11 @@ each in its own Python process (kernels loaded first, outside the timer):
 * ``healthy_cold``: ``solve_*`` on the healthy fabric, no warm start; the schedule is
   saved for the next case;
 * ``fail2_cold``: Fail2 (rank 0's NIC cable 400 -> 50 Gbps), no warm start;
-* ``fail2_warm``: Fail2 from the healthy schedule (loaded, warm state rebuilt, outside
-  the timer): what the controller pays after a failure (paper §3.1).
+* ``fail2_warm``: Fail2 from the healthy schedule solved in the same process (outside the
+  timer), warm state in memory: what the controller pays after a failure (paper §3.1);
+* ``fail2_warm_file``: Fail2 from the healthy schedule loaded from its file (AllGather's
+  warm state restored outside the timer; AllToAll rebuilds its LP columns inside it): a
+  controller restarted from its state file.
 
 A process gets ``--timeout-s`` of wall time and ``--mem-gb`` of resident memory (polled
 from ``/proc`` every 0.2 s and killed above it).  Once a case of a curve times out, runs
@@ -57,7 +60,7 @@ SHAPES = {
 }
 DEFAULT_SIZES = {"allgather": (64, 128, 256, 512, 1024, 2048, 4096),
                  "alltoall": (64, 128, 256, 512, 1024, 2048)}
-CASES = ("healthy_cold", "fail2_cold", "fail2_warm")
+CASES = ("healthy_cold", "fail2_cold", "fail2_warm", "fail2_warm_file")
 FIT_MIN_GPUS = 128
 
 # One case in a fresh process: argv = collective shape case schedule_file
@@ -72,6 +75,11 @@ solve = mo.solve_allgather if coll == "allgather" else mo.solve_alltoall
 healthy = hpn(*parse_shape(shape))
 topo, warm = (healthy, None) if case == "healthy_cold" else (fail2(healthy), None)
 if case == "fail2_warm":
+    warm = solve(healthy)
+if case == "fail2_warm_file":
+    import os
+    if not os.path.exists(path):
+        solve(healthy).save(path)
     warm = mo.Schedule.load(path)
     if coll == "allgather":
         from mccl_opt.allgather import restore_warm_state
@@ -142,7 +150,8 @@ def fit_power(points: Sequence[tuple[float, float]]) -> dict[str, float] | None:
 
 
 def run_curves(collectives: Sequence[str], sizes: dict[str, Sequence[int]], *, timeout_s: float,
-               mem_gb: float, budget_s: float = math.inf, log=print) -> list[dict[str, Any]]:
+               mem_gb: float, budget_s: float = math.inf, cases: Sequence[str] = CASES,
+               log=print) -> list[dict[str, Any]]:
     """Every (collective, case, size) row; larger sizes of a curve are skipped after a failure,
     and every case once ``budget_s`` of wall time has passed (a case gets at most what is left)."""
     rows = []
@@ -154,7 +163,9 @@ def run_curves(collectives: Sequence[str], sizes: dict[str, Sequence[int]], *, t
                 shape = SHAPES[coll][gpus]
                 path = str(Path(tmp) / f"{coll}-{gpus}.json")
                 for case in CASES:
-                    blocked = case in stopped or (case == "fail2_warm" and "healthy_cold" in stopped)
+                    if case not in cases:
+                        continue
+                    blocked = case in stopped or (case.startswith("fail2_warm") and "healthy_cold" in stopped)
                     left = budget_s - (time.monotonic() - start)
                     if blocked or left <= 0:
                         row = {"collective": coll, "shape": shape, "case": case,
@@ -223,7 +234,7 @@ def plot(rows: Sequence[dict[str, Any]], path: Path) -> None:
 
     fig, (ax_t, ax_m) = plt.subplots(1, 2, figsize=(11, 4.2))
     for coll, marker in (("allgather", "o"), ("alltoall", "s")):
-        for case, style in zip(CASES, ("-", "--", ":")):
+        for case, style in zip(CASES, ("-", "--", ":", "-.")):
             ok = [r for r in rows if r["collective"] == coll and r["case"] == case and r["status"] == "ok"]
             if not ok:
                 continue
@@ -254,10 +265,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--mem-gb", type=float, default=8.0)
     p.add_argument("--budget-s", type=float, default=math.inf, help="wall time for the whole run")
     p.add_argument("--out", default="docs", help="folder for scale_curve.json and scale_curve.png")
+    p.add_argument("--cases", default=",".join(CASES), help=f"comma separated, from {', '.join(CASES)}")
     p.add_argument("--merge", nargs="+", metavar="JSON",
                    help="run nothing: combine the rows of earlier runs' scale_curve.json files")
     a = p.parse_args(argv)
     collectives = [c for c in a.collectives.split(",") if c]
+    cases = [c for c in a.cases.split(",") if c]
+    if set(cases) - set(CASES):
+        p.error(f"unknown case(s) {sorted(set(cases) - set(CASES))}; choose from {', '.join(CASES)}")
     unknown = [c for c in collectives if c not in SHAPES]
     if unknown:
         p.error(f"unknown collective(s) {unknown}; choose from {sorted(SHAPES)}")
@@ -277,7 +292,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         extra = {"runs": [{k: v for k, v in run.items() if k not in ("rows", "fits")} for run in runs]}
     else:
         load_before = os.getloadavg()
-        rows = run_curves(collectives, sizes, timeout_s=a.timeout_s, mem_gb=a.mem_gb, budget_s=a.budget_s)
+        rows = run_curves(collectives, sizes, timeout_s=a.timeout_s, mem_gb=a.mem_gb, budget_s=a.budget_s,
+                          cases=cases)
         load_after = os.getloadavg()
         extra = {"timeout_s": a.timeout_s, "mem_gb": a.mem_gb, "cpus": os.cpu_count(),
                  "budget_s": None if math.isinf(a.budget_s) else a.budget_s,
