@@ -288,16 +288,43 @@ def assert_packing_arrays(n: int, tail, head, units, k: int, classes) -> None:
     assert (used <= units).all()
 
 
-def test_repair_pack_at_512_gpus_with_augmenting_chains():
-    """HPN 8x8x8 (512 GPUs, k = 5): thousands of augmenting chains, a valid packing; a
-    visit budget too small for them gives up instead (a guess that may not fit)."""
+def test_repair_pack_grows_multi_segment_hpn_without_chains():
+    """HPN 8x8x8 (512 GPUs, k = 1): every host's rail ingress is exactly tight; growing
+    each tree over its root's rail first (the narrow component) packs it without a
+    single augmenting chain (a plain wide-then-narrow order needed thousands)."""
     lg, k = logical_graph(hpn(8, 8, 8))
     classes, info = repair_pack(lg.num_gpus, lg.tail, lg.head, lg.units, k)
-    assert classes is not None and info["repairs"] > 1000
+    assert classes is not None and info["repairs"] == 0
     assert_packing_arrays(lg.num_gpus, lg.tail, lg.head, lg.units, k, classes)
-    small, info = repair_pack(lg.num_gpus, lg.tail, lg.head, lg.units, k,
-                              max_visits=info["repair_visits"] // 2)
-    assert small is None and info["repairs"] > 0
+
+
+def _tight_union(n: int, k: int, seed: int, fan: int):
+    """The links (with multiplicities as units) of ``k`` random spanning arborescences
+    per root (each vertex hangs below one of the ``fan`` previous ones in a random
+    order): exactly tight, every unit must be used."""
+    rng = np.random.default_rng(seed)
+    units: dict[tuple[int, int], int] = {}
+    for r in range(n):
+        for _ in range(k):
+            order = np.concatenate([[r], rng.permutation(np.delete(np.arange(n), r))])
+            for i in range(1, n):
+                arc = (int(order[rng.integers(max(0, i - fan), i)]), int(order[i]))
+                units[arc] = units.get(arc, 0) + 1
+    arcs = np.array(list(units))
+    return arcs[:, 0], arcs[:, 1], np.array(list(units.values()))
+
+
+def test_repair_pack_with_augmenting_chains():
+    """Exactly tight random unions of trees where growth gets stuck: augmenting chains
+    complete them (valid packings); a visit budget too small for the chains gives up
+    instead (a guess that may not fit)."""
+    for n, k, seed in ((8, 1, 40), (4, 2, 92)):
+        tail, head, units = _tight_union(n, k, seed, fan=2)
+        classes, info = repair_pack(n, tail, head, units, k)
+        assert classes is not None and info["repairs"] >= 2
+        assert_packing_arrays(n, tail, head, units, k, classes)
+        small, _ = repair_pack(n, tail, head, units, k, max_visits=0)   # the 2nd gives up
+        assert small is None
 
 
 def test_array_packing_check_catches_a_cycle():

@@ -16,12 +16,13 @@ __all__ = ["repair", "spend", "attach"]
 
 
 @njit(cache=True)
-def spend(a, cap, wide, skip, in_free, head):
-    """Take one unit of arc ``a``; a saturated arc leaves its tier's skip list."""
+def spend(a, cap, tier_of, skip, in_free, head):
+    """Take one unit of arc ``a``; a saturated arc leaves its skip list
+    (``tier_of[a]``: the row of ``skip`` listing it)."""
     cap[a] -= 1
     in_free[head[a]] -= 1
     if cap[a] == 0:
-        skip[0 if wide[a] else 1, a] = a + 1
+        skip[tier_of[a], a] = a + 1
 
 
 @njit(cache=True)
@@ -74,7 +75,7 @@ def _usable(x, b, v, k, tail, par, member, memo, memo_below, token, path):
 
 
 @njit(cache=True)
-def repair(t, n, k, tail, head, in_free, in_start, in_arc, cap, wide, skip, off, used, user,
+def repair(t, n, k, tail, head, in_free, in_start, in_arc, cap, tier_of, skip, off, used, user,
            slot_of, par, member, count, order, stamp, seen, sat, q_tree, q_pred, q_arc, free,
            shift, info, memo, memo_below, path, limit, max_visits):
     """Find and apply an augmenting chain that gives tree ``t`` one more vertex.
@@ -157,7 +158,7 @@ def repair(t, n, k, tail, head, in_free, in_start, in_arc, cap, wide, skip, off,
         b = end_arc
         x = q_tree[j]
         s = slot_of[x, v]          # x's old slot (on the arc its predecessor takes), if any
-        spend(b, cap, wide, skip, in_free, head)
+        spend(b, cap, tier_of, skip, in_free, head)
         ns = off[b] + used[b]
         used[b] += 1
         user[ns] = x

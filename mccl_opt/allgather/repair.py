@@ -13,12 +13,17 @@ link ``w -> v`` iff ``w`` is in it and (when it already holds ``v``) ``w`` is no
 ``v`` — re-parenting moves ``v``'s subtree along, so every tree stays an
 arborescence and every link stays within its units (capacities only ever decrease).
 
-Growth: ``k`` unit trees per root, round robin (one vertex per tree per round), each
-tree scanning first the *wide* links of its vertices (units above their tail's
-average; NVLink-derived links on HPN), then the others, link scans rotated by root as
-in :func:`~.trees.greedy_pack`.  Wide-first makes a tree enter a host once and fan out
-inside it, which is what leaves the scarce rail units for the other trees (0 repairs on
-HPN up to 1024 GPUs); the repair search is :mod:`.augment` (short searches first).
+Growth: ``k`` unit trees per root, round robin (up to ``n // BATCH_PARTS`` vertices per
+tree per turn), each tree scanning first the *wide* links of its vertices (units above their
+tail's average; NVLink-derived links on HPN), then the narrow links out of its
+vertices in the root's *narrow component* (weakly connected over narrow links: a rail
+on HPN), then those out of its other vertices, narrow links above their tail's narrow
+average first; link scans rotated by root as in :func:`~.trees.greedy_pack`.
+Wide-first makes a tree enter a host once and fan out inside it, and the root's rail
+first makes the trees of one rail share that rail's units, which is what the exactly
+tight host ingress of multi-segment HPN needs (0 repairs up to 2048 GPUs, where a
+plain wide-then-narrow order needed ~7400 chains); the repair search is
+:mod:`.augment` (short searches first).
 Saturated links leave a per-tier skip list (union-find "next live link"), so a scan
 never revisits them.  Warm: previous tree shapes are seeded verbatim first.  Identical
 trees of a root are merged into :class:`~.trees.TreeClass` es.  Completion certifies
@@ -30,6 +35,8 @@ from __future__ import annotations
 
 import numpy as np
 from numba import njit
+from scipy.sparse import coo_matrix
+from scipy.sparse.csgraph import connected_components
 
 from .augment import attach, repair, spend
 from .trees import TreeClass
@@ -43,6 +50,18 @@ MAX_ENTRIES = 1 << 28
 
 #: trees a first repair search visits per missing vertex before trying the next one
 SHORT_SEARCH = 16
+
+#: a tree adds up to ``n // BATCH_PARTS`` vertices per turn of the round robin (at
+#: least one): its rows stay in cache, and every tree still grows in 64 steps or more,
+#: which keeps the fairness that avoids repairs (n // 16 needed 30 at 2048 GPUs)
+BATCH_PARTS = 64
+
+#: growth tiers: wide links; narrow links out of vertices in the root's narrow
+#: component, then out of the other vertices, each the above-average ones first.
+#: ``TIER_ARCS``: the skip list each tier scans (0 wide, 1 narrow above the tail's
+#: narrow average, 2 other narrow); ``TIER_OWN``: 1 own component, 0 others, -1 any
+TIER_ARCS = (0, 1, 2, 1, 2)
+TIER_OWN = (-1, 1, 1, 0, 0)
 
 
 @njit(cache=True)
@@ -59,8 +78,9 @@ def _find(nxt, p):
 def _next_arc(t, tier, u, r, shift, start, head, member, skip, scanned):
     """The next arc of tier ``tier`` out of ``u`` that tree ``t`` (root ``r``) can take,
     scanning ``u``'s links from the rotated offset ``shift * r + u`` and skipping
-    saturated ones through the tier's skip list; -1 when ``u`` has none left.
-    ``scanned[tier, t]`` counts the positions passed (the scan resumes there)."""
+    saturated ones through the skip list of the tier's arcs (``TIER_ARCS``); -1 when
+    ``u`` has none left.  ``scanned[tier, t]`` counts the positions passed (the scan
+    resumes there)."""
     st = start[u]
     deg = start[u + 1] - st
     if deg == 0:
@@ -74,7 +94,7 @@ def _next_arc(t, tier, u, r, shift, start, head, member, skip, scanned):
         else:
             p = st + o + sc - deg
             lim = st + o
-        f = _find(skip[tier], p)
+        f = _find(skip[TIER_ARCS[tier]], p)
         if f >= lim:
             scanned[tier, t] = sc + lim - p
             continue
@@ -85,8 +105,8 @@ def _next_arc(t, tier, u, r, shift, start, head, member, skip, scanned):
 
 
 @njit(cache=True)
-def _grow(n, k, start, tail, head, in_start, in_arc, cap, wide, off, shift, info, seed,
-          max_visits):
+def _grow(n, k, start, tail, head, in_start, in_arc, cap, tier_of, comp, off, shift, info,
+          seed, max_visits):
     """Round-robin BFS growth of ``n*k`` unit trees with repair, trees with a complete
     ``seed`` row (warm reuse) taken as they are; returns ``(status, par)`` with status
     0 on success, -1 if some tree stayed stuck or the repairs visited more than
@@ -97,8 +117,8 @@ def _grow(n, k, start, tail, head, in_start, in_arc, cap, wide, off, shift, info
     member = np.zeros((T, n), np.bool_)
     order = np.zeros((T, n), np.int32)
     count = np.ones(T, np.int64)
-    pos = np.zeros((2, T), np.int64)
-    scanned = np.zeros((2, T), np.int64)
+    pos = np.zeros((5, T), np.int64)
+    scanned = np.zeros((5, T), np.int64)
     slot_of = np.full((T, n), -1, np.int32)
     used = np.zeros(m, np.int64)
     user = np.full(off[-1] + 1, -1, np.int32)
@@ -112,6 +132,7 @@ def _grow(n, k, start, tail, head, in_start, in_arc, cap, wide, off, shift, info
     memo_below = np.zeros(n, np.bool_)
     path = np.empty(n + 1, np.int64)
     stamp = 0
+    batch = max(1, n // BATCH_PARTS)
     for t in range(T):
         r = t // k
         member[t, r] = True
@@ -125,11 +146,10 @@ def _grow(n, k, start, tail, head, in_start, in_arc, cap, wide, off, shift, info
     in_free = np.zeros(n, np.int64)          # free units into every rank
     for a in range(m):
         in_free[head[a]] += cap[a]
-    skip = np.empty((2, m + 1), np.int64)   # per tier: live arcs (wide first, then the rest)
+    skip = np.empty((3, m + 1), np.int64)   # per arc class (TIER_ARCS): its live arcs
     for a in range(m + 1):
-        live = a == m or cap[a] > 0
-        skip[0, a] = a if live and (a == m or wide[a]) else a + 1
-        skip[1, a] = a if live and (a == m or not wide[a]) else a + 1
+        for c in range(3):
+            skip[c, a] = a if a == m or (cap[a] > 0 and tier_of[a] == c) else a + 1
     done = 0
     while done < T:
         done = 0
@@ -138,33 +158,39 @@ def _grow(n, k, start, tail, head, in_start, in_arc, cap, wide, off, shift, info
                 done += 1
                 continue
             r = t // k
-            arc = -1
-            for tier in range(2):       # wide links (tail's above-average) first
-                while arc < 0 and pos[tier, t] < count[t]:
-                    arc = _next_arc(t, tier, order[t, pos[tier, t]], r, shift, start, head,
-                                    member, skip, scanned)
-                    if arc < 0:
-                        pos[tier, t] += 1
-                        scanned[tier, t] = 0
-                if arc >= 0:
+            for _ in range(batch):
+                if count[t] == n:
                     break
-            if arc >= 0:
-                spend(arc, cap, wide, skip, in_free, head)
-                attach(t, head[arc], arc, off, used, user, slot_of, par, member, order, count)
-            else:
-                # every scanned link of t stays saturated (capacities never grow), so
-                # pos/scanned need no reset; repair may free nothing but gives t a vertex
-                v = -1
-                for limit in (SHORT_SEARCH, T + 1):     # short chains first, then any
+                arc = -1
+                for tier in range(5):       # wide links, then narrow ones in r's component
+                    while arc < 0 and pos[tier, t] < count[t]:
+                        u = order[t, pos[tier, t]]
+                        if TIER_OWN[tier] >= 0 and (comp[u] == comp[r]) != (TIER_OWN[tier] == 1):
+                            pos[tier, t] += 1       # the other narrow tier's vertex
+                            continue
+                        arc = _next_arc(t, tier, u, r, shift, start, head, member, skip, scanned)
+                        if arc < 0:
+                            pos[tier, t] += 1
+                            scanned[tier, t] = 0
+                    if arc >= 0:
+                        break
+                if arc >= 0:
+                    spend(arc, cap, tier_of, skip, in_free, head)
+                    attach(t, head[arc], arc, off, used, user, slot_of, par, member, order, count)
+                else:
+                    # every scanned link of t stays saturated (capacities never grow), so
+                    # pos/scanned need no reset; repair may free nothing but gives t a vertex
+                    v = -1
+                    for limit in (SHORT_SEARCH, T + 1):     # short chains first, then any
+                        if v < 0:
+                            v, stamp = repair(t, n, k, tail, head, in_free, in_start, in_arc, cap,
+                                              tier_of, skip, off, used, user, slot_of, par, member,
+                                              count, order, stamp, seen, sat, q_tree, q_pred, q_arc,
+                                              free, shift, info, memo, memo_below, path, limit,
+                                              max_visits)
+                    info[0] += 1
                     if v < 0:
-                        v, stamp = repair(t, n, k, tail, head, in_free, in_start, in_arc, cap,
-                                          wide, skip, off, used, user, slot_of, par, member,
-                                          count, order, stamp, seen, sat, q_tree, q_pred, q_arc,
-                                          free, shift, info, memo, memo_below, path, limit,
-                                          max_visits)
-                info[0] += 1
-                if v < 0:
-                    return -1, par
+                        return -1, par
     return 0, par
 
 
@@ -197,9 +223,14 @@ def repair_pack(n: int, tail: np.ndarray, head: np.ndarray, units: np.ndarray,
     info = np.zeros(3, np.int64)
     mean = np.bincount(s_tail, weights=cap, minlength=n) / np.maximum(np.diff(start), 1)
     wide = cap > mean[s_tail]
+    narrow = np.where(wide, 0, cap)
+    n_mean = np.bincount(s_tail, weights=narrow, minlength=n) / np.maximum(
+        np.bincount(s_tail, weights=~wide, minlength=n), 1)
+    tier_of = np.where(wide, 0, np.where(cap > n_mean[s_tail], 1, 2)).astype(np.int64)
     seed, reused = _seed(n, k, s_tail, s_head, cap, shapes)
-    status, par = _grow(n, k, start, s_tail, s_head, in_start, in_arc, cap, wide, off, shift,
-                        info, seed, max_visits)
+    comp = narrow_components(n, s_tail, s_head, wide)
+    status, par = _grow(n, k, start, s_tail, s_head, in_start, in_arc, cap, tier_of, comp, off,
+                        shift, info, seed, max_visits)
     counters = {"repairs": int(info[0]), "repair_visits": int(info[1]), "reused_trees": reused}
     if status < 0:
         return None, counters
@@ -216,6 +247,19 @@ def repair_pack(n: int, tail: np.ndarray, head: np.ndarray, units: np.ndarray,
                              .astype(np.int32)) for row, m in groups.values())
     out.sort(key=lambda c: (c.root, -c.mult))
     return out, counters
+
+
+def narrow_components(n: int, tail: np.ndarray, head: np.ndarray, wide: np.ndarray
+                      ) -> np.ndarray:
+    """Weakly connected components of the narrow (not wide) links, one label per rank.
+
+    On HPN they are the rails: a tree that enters new hosts through its root's rail
+    first and fans out over NVLink inside them enters every host once, which is what
+    the exactly tight host ingress (every rail unit used) needs."""
+    narrow = ~wide
+    adj = coo_matrix((np.ones(int(narrow.sum()), np.int8), (tail[narrow], head[narrow])),
+                     shape=(n, n))
+    return connected_components(adj, directed=True, connection="weak")[1].astype(np.int64)
 
 
 def _seed(n: int, k: int, tail: np.ndarray, head: np.ndarray, cap: np.ndarray,
