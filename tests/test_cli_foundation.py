@@ -103,3 +103,14 @@ def test_bad_byte_sizes_are_refused(bad):
 
     with pytest.raises(MCCLError, match="size"):
         parse_bytes(bad)
+
+
+@pytest.mark.parametrize("argv", [["topo", "ring", "0"], ["topo", "ring", "1.5"],
+                                  ["topo", "mesh", "4", "--gbps", "nan"],
+                                  ["topo", "irregular", "--seed", "1", "--degrade-prob", "2"],
+                                  ["solve", "allgather", "hpn-1x2x4", "--max-chunks", "0"],
+                                  ["solve", "alltoall", "hpn-1x2x4", "--time-limit", "inf"]])
+def test_bad_numbers_are_usage_errors_naming_what_is_expected(argv, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 2 and "expected" in capsys.readouterr().err

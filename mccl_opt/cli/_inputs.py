@@ -3,13 +3,15 @@ instance name or a generated HPN name, and byte sizes with K/M/G suffixes."""
 
 from __future__ import annotations
 
+import argparse
 import math
 import re
 from pathlib import Path
+from typing import Callable
 
 from ..errors import MCCLError, TopologyError
 
-__all__ = ["load_topology", "parse_bytes", "format_bytes"]
+__all__ = ["load_topology", "parse_bytes", "format_bytes", "number_arg"]
 
 _HPN_NAME = re.compile(r"hpn-(\d+)x(\d+)x(\d+)(?:-(fail[123]))?")
 #: binary multiples, as nccl-tests reads ``-b 1K -e 1G``
@@ -59,3 +61,18 @@ def format_bytes(n: int) -> str:
         if n >= _UNITS[unit] and n % _UNITS[unit] == 0:
             return f"{n // _UNITS[unit]}{unit}"
     return str(n)
+
+
+def number_arg(cast: type, low: float, *, low_open: bool = False, high: float = math.inf,
+               expected: str) -> Callable[[str], float]:
+    """An argparse ``type=`` that accepts ``cast(text)`` in ``[low, high]`` (``(low, high]``
+    with ``low_open``), finite, and otherwise says ``expected ..., got TEXT``."""
+    def parse(text: str):
+        try:
+            value = cast(text)
+        except ValueError:
+            value = math.nan
+        if not (math.isfinite(value) and (value > low if low_open else value >= low) and value <= high):
+            raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}")
+        return value
+    return parse

@@ -7,6 +7,7 @@ import sys
 import time
 
 from ..tables import print_json, print_table
+from ._inputs import number_arg
 
 #: above this many GPUs, say before solving that it will take a while
 LARGE_GPUS = 1024
@@ -38,38 +39,17 @@ def register(sub: argparse._SubParsersAction) -> None:
         s.set_defaults(handler=_solve)
 
 
+_chunk_count = number_arg(int, 1, expected="an integer >= 1 or 'none'")
+_step_count = number_arg(int, 1, expected="a positive integer or 'min'")
+_seconds = number_arg(float, 0, low_open=True, expected="a positive number of seconds")
+
+
 def _chunks(text: str) -> int | None:
-    if text.lower() == "none":
-        return None
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError("--max-chunks must be an integer >= 1 or 'none'")
-    return value
+    return None if text.lower() == "none" else _chunk_count(text)
 
 
 def _max_steps(text: str) -> int | str:
-    if text == "min":
-        return text
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError("--max-steps must be a positive integer or 'min'")
-    return value
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = float("nan")
-    if not 0 < value < float("inf"):
-        raise argparse.ArgumentTypeError("--time-limit must be a positive number of seconds")
-    return value
+    return text if text == "min" else _step_count(text)
 
 
 def _first_problem(message: str) -> str:

@@ -7,6 +7,7 @@ import argparse
 from collections import Counter
 
 from ..tables import print_json, print_table
+from ._inputs import number_arg
 
 TOPO_ARG_HELP = ("topology: a mccl-topology/1 file, a library name (hpn-1x2x8-fail2, dgx-8) "
                  "or hpn-SxHxN[-failK]")
@@ -22,41 +23,10 @@ SHOW_EPILOG = (
     "See docs/modelling.md.")
 
 
-def _count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
-
-
-def _positive(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = float("nan")
-    if not 0 < value < float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
-    return value
-
-
-def _nonnegative(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = float("nan")
-    if not 0 <= value < float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}")
-    return value
-
-
-def _probability(text: str) -> float:
-    value = _nonnegative(text)
-    if value > 1:
-        raise argparse.ArgumentTypeError(f"expected a probability in [0, 1], got {text!r}")
-    return value
+_count = number_arg(int, 1, expected="a positive integer")
+_positive = number_arg(float, 0, low_open=True, expected="a positive number")
+_nonnegative = number_arg(float, 0, expected="a number >= 0")
+_probability = number_arg(float, 0, high=1, expected="a probability in [0, 1]")
 
 
 def _outputs(p: argparse.ArgumentParser) -> None:
