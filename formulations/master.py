@@ -31,7 +31,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from .lp import FormulationError, LinearProgram
-from .names import FabricLabels
+from .names import FabricLabels, numbered
 
 __all__ = ["build_master_lp", "path_columns"]
 
@@ -110,9 +110,4 @@ def _names(labels: FabricLabels, n_pairs: int, n_links: int,
     if len(pairs) != n_pairs or len(labels.link) != n_links:
         raise FormulationError(f"labels name {len(pairs)} pairs and {len(labels.link)} links, "
                                f"the master has {n_pairs} pair rows and {n_links} links")
-    seen = np.zeros(n_pairs, dtype=np.int64)
-    cols = ["t"]
-    for p in np.asarray(col_pair, dtype=np.int64).tolist():
-        cols.append(f"p_{pairs[p]}_{seen[p]}")
-        seen[p] += 1
-    return cols, [f"d_{p}" for p in pairs] + labels.capacity_rows()
+    return ["t"] + numbered("p", pairs, col_pair), [f"d_{p}" for p in pairs] + labels.capacity_rows()

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["TOKEN_MAX", "tokens", "FabricLabels"]
+__all__ = ["TOKEN_MAX", "tokens", "disambiguate", "numbered", "FabricLabels"]
 
 TOKEN_MAX = 40              # five tokens and the prefixes stay under 255 characters
 _UNSAFE = re.compile(r"[^A-Za-z0-9.]")
@@ -30,13 +30,28 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9.]")
 
 def tokens(ids: Sequence[str]) -> list[str]:
     """Unique MPS/LP-safe tokens for ``ids``, deterministic (module docstring)."""
-    natural = [_UNSAFE.sub(".", str(s))[:TOKEN_MAX] or "." for s in ids]
+    return disambiguate([_UNSAFE.sub(".", str(s))[:TOKEN_MAX] or "." for s in ids])
+
+
+def disambiguate(names: Sequence[str]) -> list[str]:
+    """``names`` with the k-th repeat of a name (k >= 1) suffixed ``~k``."""
     seen: Counter[str] = Counter()
     out = []
-    for tok in natural:
-        k = seen[tok]
-        seen[tok] += 1
-        out.append(tok if k == 0 else f"{tok}~{k}")
+    for name in names:
+        k = seen[name]
+        seen[name] += 1
+        out.append(name if k == 0 else f"{name}~{k}")
+    return out
+
+
+def numbered(prefix: str, labels: Sequence[str], groups: np.ndarray) -> list[str]:
+    """``<prefix>_<labels[g]>_<k>`` for each entry ``g`` of ``groups``, ``k`` counting
+    the earlier entries of the same group (path or tree columns per pair or root)."""
+    seen: Counter[int] = Counter()
+    out = []
+    for g in np.asarray(groups, dtype=np.int64).tolist():
+        out.append(f"{prefix}_{labels[g]}_{seen[g]}")
+        seen[g] += 1
     return out
 
 
@@ -57,12 +72,7 @@ class FabricLabels:
         node = tokens(node_ids)
         raw = [f"{node[t]}_{node[h]}" for t, h in zip(np.asarray(tails).tolist(),
                                                       np.asarray(heads).tolist())]
-        seen: Counter[str] = Counter()
-        link = []
-        for name in raw:
-            k = seen[name]
-            seen[name] += 1
-            link.append(name if k == 0 else f"{name}~{k}")
+        link = disambiguate(raw)
         return cls(tuple(node), tuple(link), tuple(node[g] for g in np.asarray(gpus).tolist()),
                    dict(zip(node, map(str, node_ids))))
 

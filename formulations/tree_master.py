@@ -21,7 +21,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from .lp import FormulationError, LinearProgram
-from .names import FabricLabels
+from .names import FabricLabels, numbered
 
 __all__ = ["build_tree_master_lp", "tree_columns"]
 
@@ -85,11 +85,7 @@ def build_tree_master_lp(n_roots: int, capacity: np.ndarray, col_root: np.ndarra
         if len(labels.gpu) != n_roots or len(labels.link) != n_links:
             raise FormulationError(f"labels name {len(labels.gpu)} GPUs and {len(labels.link)} "
                                    f"links, the master has {n_roots} roots and {n_links} links")
-        seen = np.zeros(n_roots, dtype=np.int64)
-        cols = ["x"]
-        for r in np.asarray(col_root, dtype=np.int64).tolist():
-            cols.append(f"t_{labels.gpu[r]}_{seen[r]}")
-            seen[r] += 1
+        cols = ["x"] + numbered("t", labels.gpu, col_root)
         rows = [f"r_{g}" for g in labels.gpu] + labels.capacity_rows()
     return LinearProgram(
         c=c, A=A, row_lo=np.full(n_roots + n_links, -np.inf),
