@@ -22,8 +22,10 @@ average first; link scans rotated by root as in :func:`~.trees.greedy_pack`.
 Wide-first makes a tree enter a host once and fan out inside it, and the root's rail
 first makes the trees of one rail share that rail's units, which is what the exactly
 tight host ingress of multi-segment HPN needs (0 repairs up to 2048 GPUs, where a
-plain wide-then-narrow order needed ~7400 chains); the repair search is
-:mod:`.augment` (short searches first).
+plain wide-then-narrow order needed ~7400 chains).  Below ``RAIL_FIRST_MIN_RANKS`` the
+plain order (wide, then narrow in scan order, one vertex per turn) is kept: it packs
+small fabrics without repairs and with shallower trees under failures.  The repair
+search is :mod:`.augment` (short searches first).
 Saturated links leave a per-tier skip list (union-find "next live link"), so a scan
 never revisits them.  Warm: previous tree shapes are seeded verbatim first.  Identical
 trees of a root are merged into :class:`~.trees.TreeClass` es.  Completion certifies
@@ -55,6 +57,13 @@ SHORT_SEARCH = 16
 #: least one): its rows stay in cache, and every tree still grows in 64 steps or more,
 #: which keeps the fairness that avoids repairs (n // 16 needed 30 at 2048 GPUs)
 BATCH_PARTS = 64
+
+#: from this many ranks on, trees grow rail first in batched turns (below: wide links,
+#: then narrow ones in scan order, one vertex per turn, as that packs small fabrics
+#: without repairs and with shallower trees under failures: HPN 1x2x8 Fail2 depth 5,
+#: not 6, and 2-7 % more simulated bandwidth at 16 MiB; 8x8x8 needs >1000 repairs
+#: without the rail-first order)
+RAIL_FIRST_MIN_RANKS = 512
 
 #: growth tiers: wide links; narrow links out of vertices in the root's narrow
 #: component, then out of the other vertices, each the above-average ones first.
@@ -105,8 +114,8 @@ def _next_arc(t, tier, u, r, shift, start, head, member, skip, scanned):
 
 
 @njit(cache=True)
-def _grow(n, k, start, tail, head, in_start, in_arc, cap, tier_of, comp, off, shift, info,
-          seed, max_visits):
+def _grow(n, k, start, tail, head, in_start, in_arc, cap, tier_of, comp, batch, off, shift,
+          info, seed, max_visits):
     """Round-robin BFS growth of ``n*k`` unit trees with repair, trees with a complete
     ``seed`` row (warm reuse) taken as they are; returns ``(status, par)`` with status
     0 on success, -1 if some tree stayed stuck or the repairs visited more than
@@ -132,7 +141,6 @@ def _grow(n, k, start, tail, head, in_start, in_arc, cap, tier_of, comp, off, sh
     memo_below = np.zeros(n, np.bool_)
     path = np.empty(n + 1, np.int64)
     stamp = 0
-    batch = max(1, n // BATCH_PARTS)
     for t in range(T):
         r = t // k
         member[t, r] = True
@@ -226,11 +234,17 @@ def repair_pack(n: int, tail: np.ndarray, head: np.ndarray, units: np.ndarray,
     narrow = np.where(wide, 0, cap)
     n_mean = np.bincount(s_tail, weights=narrow, minlength=n) / np.maximum(
         np.bincount(s_tail, weights=~wide, minlength=n), 1)
-    tier_of = np.where(wide, 0, np.where(cap > n_mean[s_tail], 1, 2)).astype(np.int64)
     seed, reused = _seed(n, k, s_tail, s_head, cap, shapes)
-    comp = narrow_components(n, s_tail, s_head, wide)
-    status, par = _grow(n, k, start, s_tail, s_head, in_start, in_arc, cap, tier_of, comp, off,
-                        shift, info, seed, max_visits)
+    if n >= RAIL_FIRST_MIN_RANKS:
+        tier_of = np.where(wide, 0, np.where(cap > n_mean[s_tail], 1, 2)).astype(np.int64)
+        comp = narrow_components(n, s_tail, s_head, wide)
+        batch = max(1, n // BATCH_PARTS)
+    else:                                   # wide, then narrow in scan order, one per turn
+        tier_of = np.where(wide, 0, 1).astype(np.int64)
+        comp = np.zeros(n, np.int64)
+        batch = 1
+    status, par = _grow(n, k, start, s_tail, s_head, in_start, in_arc, cap, tier_of, comp,
+                        batch, off, shift, info, seed, max_visits)
     counters = {"repairs": int(info[0]), "repair_visits": int(info[1]), "reused_trees": reused}
     if status < 0:
         return None, counters
