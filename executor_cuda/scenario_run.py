@@ -204,7 +204,11 @@ def run_gloo_loop(scenario: Any, cfg: GlooLoopConfig) -> dict[str, Any]:
                 raise MCCLError(f"the ranks did not finish within {budget:.0f} s ({exc}); controller "
                                 f"{ctrl.tail(2)}") from None
             except AssertionError as exc:
-                raise MCCLError(f"a rank failed: {_last_error(str(exc))}; controller {ctrl.tail(2)}") from None
+                # a dead controller is the cause, whichever rank noticed first (the others
+                # may only see their peers leave the process group)
+                cause = "the controller stopped answering during the run" if not ctrl.alive() \
+                    else "a rank failed"
+                raise MCCLError(f"{cause}: {_last_error(str(exc))}; controller {ctrl.tail(2)}") from None
             wall = time.monotonic() - t0
             dead = [r["dead"] for r in res if r["dead"]]
             if dead or not ctrl.alive():
