@@ -39,6 +39,14 @@ def _failure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gpu", type=int, default=None, help="rank of the GPU the failure hits (default 0)")
 
 
+def _direct_links(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """The arguments of a fabric of N GPUs joined by direct links (ring, mesh)."""
+    p.add_argument("gpus", type=_count, help="number of GPUs (>= 2)")
+    p.add_argument("--gbps", type=_positive, default=100.0, help="link capacity, Gbps (default 100)")
+    p.add_argument("--latency-us", type=_nonnegative, default=1.0, help="link latency, µs (default 1)")
+    return p
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("topo", help="build or inspect topologies")
     tsub = p.add_subparsers(dest="topo_command", metavar="ACTION")
@@ -58,17 +66,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     _failure(d)
     _outputs(d)
     d.set_defaults(handler=_build, make=_dgx)
-    r = tsub.add_parser("ring", help="build a ring of N GPUs joined by direct links")
-    r.add_argument("gpus", type=_count, help="number of GPUs (>= 2)")
-    r.add_argument("--gbps", type=_positive, default=100.0, help="link capacity, Gbps (default 100)")
-    r.add_argument("--latency-us", type=_nonnegative, default=1.0, help="link latency, µs (default 1)")
+    r = _direct_links(tsub.add_parser("ring", help="build a ring of N GPUs joined by direct links"))
     r.add_argument("--one-way", action="store_true", help="links in one direction only (a unidirectional ring)")
     _outputs(r)
     r.set_defaults(handler=_build, make=_ring)
-    m = tsub.add_parser("mesh", help="build a full mesh of N GPUs (a direct link per ordered pair)")
-    m.add_argument("gpus", type=_count, help="number of GPUs (>= 2)")
-    m.add_argument("--gbps", type=_positive, default=100.0, help="link capacity, Gbps (default 100)")
-    m.add_argument("--latency-us", type=_nonnegative, default=1.0, help="link latency, µs (default 1)")
+    m = _direct_links(tsub.add_parser("mesh", help="build a full mesh of N GPUs (a direct link per "
+                                      "ordered pair)"))
     _outputs(m)
     m.set_defaults(handler=_build, make=_mesh)
     i = tsub.add_parser("irregular", help="build a seeded irregular fabric (uneven hosts, random "
