@@ -47,6 +47,12 @@ collective, concurrently), and publishes new versions.
   ``clear_ratio * Gamma``) and a minimum dwell time: a collective is not re-flagged
   within ``min_dwell_s`` of its last publish or abort.
 * Versions are per collective, start at 1 and only grow (also across restarts).
+* Communicators over sub-fabrics: a communicator registered with its members (GPU ids,
+  in rank order) has its collectives synthesized on the sub-fabric they induce
+  (:mod:`mccl_runtime.groups`, :func:`mccl_opt.subfabric.induced`: members and
+  switches, no other GPU); Algorithm 1 sees their profiles on the fabric's links, and
+  every capacity comparison above looks only at the sub-fabric's links, so a drift
+  re-synthesizes only the communicators whose sub-fabric it touches.
 """
 
 from __future__ import annotations
@@ -65,6 +71,7 @@ from mccl_opt.schedule import Schedule
 from mccl_opt.topology import Topology
 
 from .drift import DriftReport, ProfileStack, ScheduleProfile, detect, profile_schedule
+from .groups import Groups
 from .pool import JobResult, SynthesisPool, run_job
 from .telemetry import MeasurementStore
 
@@ -125,7 +132,8 @@ class Policy:
 @dataclass
 class _Job:
     initial: bool
-    topo: Topology
+    topo: Topology                   # what the job synthesizes on: the (sub-)fabric under ``capacity``
+    capacity: np.ndarray             # the fabric's measured capacities the job started on
     started_t: float
     trigger: DriftReport | None = None
     restarts: int = 0
@@ -149,6 +157,7 @@ class Collective:
     last_decision_t: float = -math.inf
     job: _Job | None = None
     known: list[tuple[np.ndarray, Schedule]] = field(default_factory=list)
+    gpus: tuple[str, ...] | None = None     # the communicator's members; None: the whole fabric
 
     @property
     def key(self) -> tuple[str, str]:
@@ -186,6 +195,7 @@ class ScheduleManager:
         self.synthesize = synthesize or (None if pool else solver_synthesizer())
         self.policy = policy
         self._collectives: dict[tuple[str, str], Collective] = {}
+        self.groups = Groups(self.topo)
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mccl-synth")
         self.counters = {"resyntheses": 0, "published": 0, "aborted": 0, "timeouts": 0, "failures": 0,
                          "superseded": 0}
@@ -195,21 +205,25 @@ class ScheduleManager:
 
     # ------------------------------------------------------------------ registry
     def register(self, comm: str, name: str, kind: str, schedule: Schedule | None = None,
-                 now: float = 0.0) -> list[Collective]:
+                 now: float = 0.0, gpus: Iterable[str] | None = None) -> list[Collective]:
         """Register a collective; without ``schedule`` a baseline is synthesized
         asynchronously on the current ``M`` (startup phase, paper §3.1).  An
-        ``allreduce`` becomes a static ReduceScatter plus a dynamic AllGather."""
+        ``allreduce`` becomes a static ReduceScatter plus a dynamic AllGather.
+        ``gpus``: the communicator's members in rank order (default: the members it was
+        first registered with, else every GPU); bad or disconnected members raise
+        :class:`~mccl_opt.errors.TopologyError`."""
         if kind not in KINDS:
             raise ScheduleError(f"collective kind must be one of {KINDS}, got {kind!r}")
+        members = self.groups.members(comm, None if gpus is None else list(gpus))
         if kind == "allreduce":
             for part in ("reducescatter", "allgather"):     # all or nothing
                 if (comm, f"{name}/{part}") in self._collectives:
                     raise ScheduleError(f"collective {comm}/{name}/{part} is already registered")
-            rs = self._add(Collective(comm, f"{name}/reducescatter", "reducescatter", dynamic=False))
-            return [rs] + self.register(comm, f"{name}/allgather", "allgather", schedule, now)
+            rs = self._add(Collective(comm, f"{name}/reducescatter", "reducescatter", dynamic=False, gpus=members))
+            return [rs] + self.register(comm, f"{name}/allgather", "allgather", schedule, now, members)
         if schedule is not None and schedule.collective != kind:
             raise ScheduleError(f"{comm}/{name}: a {kind} needs a {kind} schedule, got {schedule.collective}")
-        coll = self._add(Collective(comm, name, kind, dynamic=True))
+        coll = self._add(Collective(comm, name, kind, dynamic=True, gpus=members))
         if schedule is None:
             self._start(coll, now, None)
         else:
@@ -220,6 +234,7 @@ class ScheduleManager:
         if coll.key in self._collectives:
             raise ScheduleError(f"collective {coll.comm}/{coll.name} is already registered")
         self._collectives[coll.key] = coll
+        self.groups.bind(coll.comm, coll.gpus)
         return coll
 
     def get(self, comm: str, name: str) -> Collective:
@@ -236,7 +251,8 @@ class ScheduleManager:
         """Make ``schedule`` the active version; ``profile`` is its profile on ``capacity``
         if already known (a job computes it in its worker)."""
         if profile is None:
-            profile = profile_schedule(self.topo.with_capacities(capacity), schedule)
+            profile = self.groups.lift(coll.gpus, profile_schedule(self.groups.topology(coll.gpus, capacity),
+                                                                   schedule))
         coll.profile = profile
         coll.schedule = replace(schedule, version=version)
         coll.version = version
@@ -264,9 +280,19 @@ class ScheduleManager:
         stack = self._stack
         if stack is None or len(stack.profiles) != len(colls) or any(
                 p is not c.profile for p, c in zip(stack.profiles, colls)):
-            stack = self._stack = ProfileStack([c.profile for c in colls], [c.synth_capacity for c in colls],
+            stack = self._stack = ProfileStack([c.profile for c in colls], [self._gain_capacity(c) for c in colls],
                                                self.policy.gamma)
         return stack
+
+    def _gain_capacity(self, coll: Collective) -> np.ndarray:
+        """``coll``'s synthesis capacities for the capacity-gained test: infinite outside
+        its sub-fabric (a link it cannot use never flags it)."""
+        if coll.gpus is None:
+            return coll.synth_capacity
+        links = self.groups.links(coll.gpus)
+        cap = np.full(self.topo.num_links, math.inf)
+        cap[links] = coll.synth_capacity[links]
+        return cap
 
     def _unsettled(self, now: float) -> bool:
         """Links with an unconfirmed change hold decisions back, for at most ``settle_max_s``."""
@@ -279,8 +305,9 @@ class ScheduleManager:
 
     def _gained(self, m: np.ndarray, coll: Collective) -> bool:
         """Some link is measured above ``(1 + Gamma)`` x the capacity ``coll`` was built for."""
+        links = self.groups.links(coll.gpus)
         return coll.synth_capacity is not None and bool(
-            np.any(m > (1.0 + self.policy.gamma) * coll.synth_capacity))
+            np.any(m[links] > (1.0 + self.policy.gamma) * coll.synth_capacity[links]))
 
     def step(self, now: float) -> list[Event]:
         """One controller decision: collect finished jobs, then detect and start jobs."""
@@ -290,11 +317,12 @@ class ScheduleManager:
         return events
 
     def _start(self, coll: Collective, now: float, report: DriftReport | None, restarts: int = 0) -> Event:
-        topo = self.store.measured_topology()
-        job = _Job(initial=coll.schedule is None, topo=topo, started_t=now, trigger=report, restarts=restarts,
-                   known=self._known(coll, topo.arrays.capacity))
+        m = self.store.measured()
+        topo = self.store.measured_topology() if coll.gpus is None else self.groups.topology(coll.gpus, m)
+        job = _Job(initial=coll.schedule is None, topo=topo, capacity=m, started_t=now, trigger=report,
+                   restarts=restarts, known=self._known(coll, m))
         if self.pool is not None and job.known is None:
-            job.future = self.pool.submit(coll.kind, topo.arrays.capacity, coll.schedule, self.policy.time_limit_s)
+            job.future = self.pool.submit(coll.kind, m, coll.schedule, self.policy.time_limit_s, coll.gpus)
         else:
             job.future = self._pool.submit(self._run, job, coll.kind, coll.schedule)
         coll.job = job
@@ -305,8 +333,10 @@ class ScheduleManager:
     def _known(self, coll: Collective, m: np.ndarray) -> tuple[np.ndarray, Schedule] | None:
         """``(capacities, schedule)`` published for capacities within ``restart_tol / 2`` of
         ``m``, if any (other than the active one's)."""
+        links = self.groups.links(coll.gpus)
         for cap, schedule in coll.known:
-            if cap is not coll.synth_capacity and np.all(np.abs(m - cap) <= 0.5 * self.policy.restart_tol * cap):
+            if cap is not coll.synth_capacity and np.all(
+                    np.abs(m[links] - cap[links]) <= 0.5 * self.policy.restart_tol * cap[links]):
                 return cap, schedule
         return None
 
@@ -358,7 +388,7 @@ class ScheduleManager:
         report = detect(m, coll.profile, self.policy.gamma)
         if report.max_delta <= self.policy.clear_ratio * self.policy.gamma and not self._gained(m, coll):
             return "cleared"
-        if _moved(m, job.topo.arrays.capacity) > self.policy.restart_tol and job.restarts < self.policy.max_restarts:
+        if self._moved(m, coll, job) > self.policy.restart_tol and job.restarts < self.policy.max_restarts:
             return "superseded"
         return None
 
@@ -370,7 +400,7 @@ class ScheduleManager:
             self.counters["aborted"] += 1
             return [Event(now, coll.comm, coll.name, "aborted", coll.version, {**detail, "reason": "cleared"})]
         self.counters["superseded"] += 1
-        detail["moved"] = _moved(self.store.measured(), job.topo.arrays.capacity)
+        detail["moved"] = self._moved(self.store.measured(), coll, job)
         return [Event(now, coll.comm, coll.name, "superseded", coll.version, detail),
                 self._start(coll, now, job.trigger, job.restarts + 1)]
 
@@ -381,6 +411,7 @@ class ScheduleManager:
         except (MCCLError, BrokenExecutor) as exc:          # a synthesizer error, or a worker died
             self.counters["failures"] += 1
             return Event(now, coll.comm, coll.name, "failed", coll.version, {"error": str(exc)})
+        new_profile = self.groups.lift(coll.gpus, new_profile)
         detail: dict[str, Any] = {"synth_s": seconds, "started_t": job.started_t}
         if not job.initial:
             m = self.store.measured()
@@ -388,7 +419,7 @@ class ScheduleManager:
             cur_rate, new_rate = _rate(m, coll.profile.loads), _rate(m, new_profile.loads)
             detail.update(max_delta=report.max_delta, rate_before=cur_rate, rate_after=new_rate)
             reason = None
-            moved = _moved(m, job.topo.arrays.capacity)
+            moved = self._moved(m, coll, job)
             if report.max_delta <= self.policy.clear_ratio * self.policy.gamma and not self._gained(m, coll):
                 reason = "cleared"
             elif moved > self.policy.restart_tol and job.restarts < self.policy.max_restarts:
@@ -402,15 +433,21 @@ class ScheduleManager:
                 detail["reason"] = reason
                 if reason == "no_gain":
                     # the current schedule is as good as any for this M: measure drift from here on
-                    coll.profile = profile_schedule(job.topo, replace(coll.schedule, bottleneck=()))
-                    coll.synth_capacity = np.array(job.topo.arrays.capacity, dtype=float)
+                    coll.profile = self.groups.lift(
+                        coll.gpus, profile_schedule(job.topo, replace(coll.schedule, bottleneck=())))
+                    coll.synth_capacity = np.array(job.capacity, dtype=float)
                 return Event(now, coll.comm, coll.name, "aborted", coll.version, detail)
-        cap = job.known[0] if job.known is not None else job.topo.arrays.capacity
+        cap = job.known[0] if job.known is not None else job.capacity
         self._install(coll, new, cap, coll.version + 1, None if job.known is not None else new_profile)
         if job.known is not None:
             detail["known_fabric"] = True
         self.counters["published"] += 1
         return Event(now, coll.comm, coll.name, "published", coll.version, detail)
+
+    def _moved(self, m: np.ndarray, coll: Collective, job: _Job) -> float:
+        """The largest relative change of ``m`` from the job's input on ``coll``'s links."""
+        links = self.groups.links(coll.gpus)
+        return _moved(m[links], job.capacity[links])
 
     def busy(self) -> bool:
         return any(c.job is not None for c in self._collectives.values())
@@ -431,7 +468,7 @@ class ScheduleManager:
         return {
             "collectives": [{
                 "comm": c.comm, "name": c.name, "kind": c.kind, "dynamic": c.dynamic,
-                "version": c.version,
+                "version": c.version, "gpus": list(c.gpus) if c.gpus is not None else None,
                 "last_decision_t": c.last_decision_t if math.isfinite(c.last_decision_t) else None,
                 "schedule": c.schedule.to_dict() if c.schedule else None,
                 "synth_capacity": c.synth_capacity.tolist() if c.synth_capacity is not None else None,
@@ -446,14 +483,17 @@ class ScheduleManager:
             if not isinstance(d, Mapping) or not {"comm", "name", "kind", "dynamic", "version"} <= set(d):
                 raise ScheduleError("controller state: a collective entry lacks comm/name/kind/dynamic/version; "
                                     "delete the state file to start fresh")
-            coll = self._add(Collective(str(d["comm"]), str(d["name"]), str(d["kind"]), bool(d["dynamic"])))
+            members = self.groups.members(str(d["comm"]), d.get("gpus"))
+            coll = self._add(Collective(str(d["comm"]), str(d["name"]), str(d["kind"]), bool(d["dynamic"]),
+                                        gpus=members))
             ldt = d.get("last_decision_t")
             coll.last_decision_t = -math.inf if ldt is None else float(ldt)
             if d.get("schedule") is not None:
                 from mccl_opt.allgather import restore_warm_state
 
                 # AllGather trees get their warm state back: the next failure reroutes them
-                schedule = restore_warm_state(Schedule.from_dict(d["schedule"]), self.store.topo)
+                fabric = self.topo if members is None else self.groups.fabric(members).topology
+                schedule = restore_warm_state(Schedule.from_dict(d["schedule"]), fabric)
                 self._install(coll, schedule, np.asarray(d["synth_capacity"], dtype=float),
                               int(d["version"]))
             elif coll.dynamic:

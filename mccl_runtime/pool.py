@@ -13,8 +13,9 @@ controller's loop only submits jobs and collects results.
   :meth:`SynthesisPool.start` waits until every worker has done so.
 * The fabric goes to each worker once, at start; a job sends only the capacities it is
   synthesized for (one float per link), the collective's kind, the warm schedule and the
-  time limit.  A worker builds the measured topology once per capacities (the jobs of one
-  failure share it).
+  time limit, and for a communicator over a sub-fabric its members.  A worker builds the
+  measured topology once per capacities and communicator fabric (the jobs of one failure
+  share it), and each member list's sub-fabric (:func:`mccl_opt.subfabric.induced`) once.
 * The worker synthesizes, validates (:func:`mccl_opt.validate.validate`) and profiles the
   result for Algorithm 1 (:func:`mccl_runtime.drift.profile_schedule`), so none of this
   runs in the controller.  A result comes back pickled: the schedule with its warm state
@@ -73,12 +74,25 @@ def run_job(topo: Topology, synthesize: Callable, kind: str, warm: Schedule | No
     return schedule, seconds, profile_schedule(topo, schedule)
 
 
-def _job(kind: str, capacity: np.ndarray, warm: Schedule | None, time_limit_s: float | None) -> JobResult:
+def _job(kind: str, capacity: np.ndarray, warm: Schedule | None, time_limit_s: float | None,
+         gpus: tuple[str, ...] | None = None) -> JobResult:
+    from mccl_opt.subfabric import induced
+
     key = capacity.tobytes()
     last = _WORKER.get("measured")
     if last is None or last[0] != key:             # the jobs of one failure share their fabric
-        last = _WORKER["measured"] = (key, _WORKER["topo"].with_capacities(capacity))
-    return run_job(last[1], _WORKER["synthesize"], kind, warm, time_limit_s)
+        last = _WORKER["measured"] = (key, {})
+    topo = last[1].get(gpus)
+    if topo is None:
+        if gpus is None:
+            topo = _WORKER["topo"].with_capacities(capacity)
+        else:
+            fabrics = _WORKER.setdefault("fabrics", {})
+            if gpus not in fabrics:
+                fabrics[gpus] = induced(_WORKER["topo"], gpus)
+            topo = fabrics[gpus].measured(capacity)
+        last[1][gpus] = topo
+    return run_job(topo, _WORKER["synthesize"], kind, warm, time_limit_s)
 
 
 class SynthesisPool:
@@ -116,10 +130,12 @@ class SynthesisPool:
         return pids
 
     def submit(self, kind: str, capacity: np.ndarray, warm: Schedule | None,
-               time_limit_s: float | None) -> Future:
-        """One synthesis job on the fabric with ``capacity`` (Gbps per link); its future
-        gives a :data:`JobResult`."""
-        return self._executor.submit(_job, kind, np.asarray(capacity, dtype=float), warm, time_limit_s)
+               time_limit_s: float | None, gpus: tuple[str, ...] | None = None) -> Future:
+        """One synthesis job on the fabric with ``capacity`` (Gbps per link), or on the
+        sub-fabric the members ``gpus`` induce in it; its future gives a :data:`JobResult`
+        (the profile on the job's own fabric's links)."""
+        return self._executor.submit(_job, kind, np.asarray(capacity, dtype=float), warm, time_limit_s,
+                                     None if gpus is None else tuple(gpus))
 
     def shutdown(self, wait: bool = False) -> None:
         """Cancel queued jobs and stop the workers (``wait``: after running jobs finish)."""
