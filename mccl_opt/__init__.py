@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from . import process_exit
 from .errors import (MCCLError, ScheduleError, SolveError, SolverLicenseError,
                      SolverNotAvailableError, TelemetryError, TopologyError)
 from .schedule import BottleneckLink, PathChunk, Schedule, TreeChunk
@@ -15,6 +16,8 @@ from .topology import Link, Node, Topology
 from .validate import ValidationReport, validate
 
 __version__ = "0.1.0"
+
+process_exit.install()
 
 __all__ = [
     "MCCLError", "TopologyError", "SolverNotAvailableError", "SolverLicenseError",

@@ -25,7 +25,7 @@ import threading
 import time
 from pathlib import Path
 
-__all__ = ["load_kernels", "COLLECTIVES", "cache_location"]
+__all__ = ["load_kernels", "COLLECTIVES", "cache_location", "compiling_notice"]
 
 COLLECTIVES = ("allgather", "alltoall")
 
@@ -91,8 +91,8 @@ def cache_location() -> str:
             f"set NUMBA_CACHE_DIR to choose another folder)")
 
 
-def announce(collectives: tuple[str, ...]) -> None:
-    """One progress line on stderr (when it is a terminal) before kernels load."""
-    if sys.stderr.isatty():
-        print(f"loading the {' and '.join(collectives)} kernels (compiled once after installation, "
-              f"about a minute; `mccl warmup` does it ahead)...", file=sys.stderr, flush=True)
+def compiling_notice() -> None:
+    """One line on stderr when a command's solve starts compiling kernels (an empty cache;
+    passed as ``on_compile`` to :func:`mccl_opt.kernel_time.kernel_seconds`)."""
+    print("compiling the synthesizers' numba kernels: once after installation, about a minute "
+          "(`mccl warmup` does it ahead)...", file=sys.stderr, flush=True)

@@ -1,6 +1,6 @@
-"""Compile cost: ``mccl warmup`` compiles/loads the kernels once, ``mccl solve`` loads
-them before its timer and reports the load apart (``kernel_load_s``), ``make demo``
-runs the warm-up, and the README says where the cache goes."""
+"""Compile cost: ``mccl warmup`` compiles/loads the kernels once, ``mccl solve`` keeps
+kernel loading out of its ``seconds`` and reports it apart (``kernel_load_s``), ``make
+demo`` runs the warm-up, and the README says where the cache goes."""
 
 from __future__ import annotations
 
@@ -28,7 +28,8 @@ def test_warmup_command_reports_each_collective_once(capsys):
 
 
 def test_solve_loads_kernels_outside_its_seconds(tmp_path):
-    """In a new process the load is reported apart; the schedule file records it too."""
+    """In a new process the load is reported apart; the schedule file records it too;
+    the command runs no extra warm-up solves (the second solve loads nothing)."""
     topo, out = tmp_path / "t.json", tmp_path / "s.json"
     fail2(hpn(1, 2, 4)).save(topo)
     code = ("import json, sys; from mccl_opt.cli import main; "

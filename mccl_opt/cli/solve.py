@@ -133,7 +133,7 @@ TABLE_ROWS = (("collective", "topology", "gpus", "chunks", "steps", "warm", "bac
 
 def summary(schedule, seconds: float, steps: int) -> dict:
     """The result row; ``seconds`` is the solve's wall time without kernel loading
-    (reported apart as ``kernel_load_s``, :mod:`mccl_runtime.warmup`); ``steps`` the
+    (reported apart as ``kernel_load_s``, :mod:`mccl_opt.kernel_time`); ``steps`` the
     schedule's step count as the validator derives it (AllToAll: the longest path's
     steps; AllGather: the deepest tree's depth; docs/modelling.md)."""
     return {"collective": schedule.collective, "topology": schedule.topology,
@@ -156,27 +156,27 @@ def _solve(args: argparse.Namespace) -> int:
     if topo.num_gpus > LARGE_GPUS:
         print(f"solving {args.collective} for {topo.name}: {topo.num_gpus} GPUs, {len(topo.nodes)} nodes, "
               f"{topo.num_links} links; fabrics this large take minutes (Ctrl-C stops)", file=sys.stderr)
-    from mccl_runtime.warmup import announce, load_kernels
-
-    announce((args.collective,))
-    kernel_load_s = load_kernels(args.backend, (args.collective,))[args.collective]
     from mccl_opt import progress
+    from mccl_opt.kernel_time import kernel_seconds
+    from mccl_runtime.warmup import compiling_notice
 
     progress.start(args.progress, label=topo.name)
-    start = time.perf_counter()             # kernel compilation/loading is not the solve's
-    if args.collective == "alltoall":
-        sched = mo.solve_alltoall(topo, warm=warm, backend=args.backend,
-                                  max_chunks=args.max_chunks,
-                                  max_steps=args.max_steps, time_limit=args.time_limit)
-    else:
+    if args.collective == "allgather" and warm is not None:
         from mccl_opt.allgather import restore_warm_state
 
-        if warm is not None:            # the trees' warm state, rebuilt outside the timing
-            warm = restore_warm_state(warm, topo)
-            start = time.perf_counter()
-        sched = mo.solve_allgather(topo, warm=warm, backend=args.backend,
-                                   max_chunks=args.max_chunks, step_aware=args.step_aware)
-    seconds = time.perf_counter() - start
+        warm = restore_warm_state(warm, topo)   # the trees' warm state, rebuilt outside the timing
+    with kernel_seconds(on_compile=compiling_notice) as kernels:
+        start = time.perf_counter()
+        if args.collective == "alltoall":
+            sched = mo.solve_alltoall(topo, warm=warm, backend=args.backend,
+                                      max_chunks=args.max_chunks,
+                                      max_steps=args.max_steps, time_limit=args.time_limit)
+        else:
+            sched = mo.solve_allgather(topo, warm=warm, backend=args.backend,
+                                       max_chunks=args.max_chunks, step_aware=args.step_aware)
+        wall = time.perf_counter() - start
+    kernel_load_s = kernels.seconds         # kernel compilation/loading is not the solve's
+    seconds = wall - kernel_load_s
     progress.stop()
     if "step_aware" in sched.stats:
         print(f"step-aware: {sched.stats['step_aware']}", file=sys.stderr)

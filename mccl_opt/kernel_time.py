@@ -1,0 +1,91 @@
+"""Seconds a block of code spent compiling or loading numba kernels.
+
+A numba kernel is compiled on its first call with new argument types, or loaded from the
+on-disk cache (docs/architecture.md, "Kernels: compiled once, loaded per process"); either
+way numba holds its global compiler lock meanwhile and announces it on its event bus
+(``numba.core.event``, event ``"numba:compiler_lock"``).  :func:`kernel_seconds` counts
+that time for the calling thread, so a solve can report it apart (``stats["kernel_load_s"]``)
+and keep it out of its ``seconds``: the first solve of a process must not look slower than
+the next one because a kernel loaded inside it.
+
+``on_compile`` is called once per block when numba really compiles (an empty cache: the
+first process after an installation), e.g. to print a progress line; loads from the cache
+do not call it.  Cost: listeners called twice per kernel compile or load, nothing on
+ordinary kernel calls.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from contextlib import contextmanager
+from typing import Callable, Iterator
+
+__all__ = ["KernelClock", "kernel_seconds"]
+
+_per_thread = threading.local()
+_registered = False
+_register_lock = threading.Lock()
+
+
+def _thread_total() -> float:
+    return getattr(_per_thread, "total", 0.0)
+
+
+def _register_listener() -> None:
+    """Listen to numba's compiler-lock events once per process (numba imported here,
+    lazily: callers reach this only when a synthesizer is running)."""
+    global _registered
+    with _register_lock:
+        if _registered:
+            return
+        from numba.core import event
+
+        class _LockTimer(event.Listener):
+            def on_start(self, ev: event.Event) -> None:
+                depth = getattr(_per_thread, "depth", 0)
+                if depth == 0:
+                    _per_thread.start = time.perf_counter()
+                _per_thread.depth = depth + 1
+
+            def on_end(self, ev: event.Event) -> None:
+                _per_thread.depth = depth = getattr(_per_thread, "depth", 1) - 1
+                if depth == 0:
+                    _per_thread.total = _thread_total() + time.perf_counter() - _per_thread.start
+
+        class _CompileNotice(event.Listener):
+            def on_start(self, ev: event.Event) -> None:
+                notify = getattr(_per_thread, "on_compile", None)
+                if notify is not None:
+                    _per_thread.on_compile = None
+                    notify()
+
+            def on_end(self, ev: event.Event) -> None:
+                pass
+
+        event.register("numba:compiler_lock", _LockTimer())
+        event.register("numba:compile", _CompileNotice())
+        _registered = True
+
+
+class KernelClock:
+    """Kernel compile/load seconds of one block, read after the block (:attr:`seconds`)."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+
+
+@contextmanager
+def kernel_seconds(on_compile: Callable[[], None] | None = None) -> Iterator[KernelClock]:
+    """Measure the numba compile/load time this thread spends inside the block; call
+    ``on_compile`` before the block's first real compilation, if any."""
+    _register_listener()
+    clock = KernelClock()
+    before = _thread_total()
+    outer = getattr(_per_thread, "on_compile", None)
+    _per_thread.on_compile = on_compile or outer
+    try:
+        yield clock
+    finally:
+        clock.seconds = _thread_total() - before
+        _per_thread.on_compile = outer
