@@ -82,12 +82,13 @@ def _from_fail2_to(gbps):
 
 
 def _growth_case():
-    """1x4x8 Fail2 (cold), then GPU1's NIC (s0h0g1 <-> s0tor1, saturated there) cut to a
-    quarter: freeing the pairs on that NIC is not enough to certify.  Which degenerate
-    optimum the old LP sits on decides whether a case needs growing; this one does."""
+    """1x4x8 Fail2 (cold), then host 1's GPU0 NIC (s0h1g0 -> s0tor0) cut to an eighth:
+    freeing the pairs on that link is not enough to certify.  Which degenerate optimum
+    the old LP and the restricted masters sit on decides whether a case needs growing;
+    this one does."""
     old = fail2(hpn(1, 4, 8))
-    link = next(x for x in old.links if (x.src, x.dst) == ("s0h0g1", "s0tor1"))
-    topo = degrade(old, link.src, link.dst, link.capacity_gbps / 4)
+    link = next(x for x in old.links if (x.src, x.dst) == ("s0h1g0", "s0tor0"))
+    topo = degrade(old, link.src, link.dst, link.capacity_gbps / 8)
     return topo, solve_alltoall(topo, warm=solve_alltoall(old))
 
 

@@ -113,9 +113,10 @@ def local_resolve(prob: Problem, state: WarmState, backend: str, max_steps: int,
     cols = np.flatnonzero(sel)
     pool.append(pair[cols], *csr_take(old.start, old.arcs, cols), cols)
     b_lp = background(free)
-    # a small LP re-solved a few times: the solver's presolve costs more than it saves
-    master = RestrictedMaster(get_backend(backend, presolve=False), n_pairs, prob.capacity,
-                              pool, free, b_lp)
+    # every solve cold, presolved, primal: at 1024 GPUs the warm primal re-solve after
+    # the free pairs' new columns took 2x as long (docs/alltoall.md, *third pass*)
+    master = RestrictedMaster(get_backend(backend), n_pairs, prob.capacity, pool, free, b_lp)
+    master.presolve_every_time("primal")
     step_options = CGOptions(options.rel_tol, options.drop_after, options.drop_min_pool, step_rounds)
     rounds = grow = iterations = steps = 0
     lp_s = pr_s = 0.0

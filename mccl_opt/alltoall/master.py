@@ -84,6 +84,7 @@ class RestrictedMaster:
         self._basis_try = False
         self._kept: Basis | None = None     # a given basis the model still sits on
         self.presolve_each_solve = False
+        self._rebuilt_method = "auto"
         self._dirty = False
         self._stale = True                  # the backend model is built when a solve needs it
         self._closed_form: Basis | None = None  # the model basis of a closed-form solve
@@ -112,12 +113,15 @@ class RestrictedMaster:
         self._set_pairs(mask)
         self._kept = self._closed_form = None
 
-    def presolve_every_time(self) -> None:
+    def presolve_every_time(self, method: str = "auto") -> None:
         """Rebuild the model before each solve that follows added columns, so every
-        solve is a cold, presolved one.  For a master carried over from another
-        topology without a usable basis: there, the warm primal simplex after adding
-        columns pivots on the whole unpresolved model (0.1 s a pivot at 512 GPUs)."""
+        solve is a cold, presolved one (with ``method`` where the caller asks for
+        ``"auto"``).  For a master carried over from another topology without a usable
+        basis: there, the warm primal simplex after adding columns pivots on the whole
+        unpresolved model (0.1 s a pivot at 512 GPUs); and for the local master
+        (:mod:`.local`), whose warm primal re-solve took twice as long as a cold one."""
         self.presolve_each_solve = True
+        self._rebuilt_method = method
 
     def start_from(self, basis: Basis) -> None:
         """Start the next solve from ``basis`` (an optimal basis of a previous master over
@@ -287,6 +291,8 @@ class RestrictedMaster:
         if self._stale or (self.presolve_each_solve and self._dirty):
             if self._rebuild() and method == "auto":
                 method = "primal"
+            elif method == "auto" and self.presolve_each_solve:
+                method = self._rebuilt_method
         self._dirty = False
         if self._basis_try:
             self._basis_try = False
