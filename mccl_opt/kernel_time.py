@@ -19,9 +19,12 @@ from __future__ import annotations
 import threading
 import time
 from contextlib import contextmanager
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 
-__all__ = ["KernelClock", "kernel_seconds"]
+__all__ = ["KernelClock", "kernel_seconds", "TOTAL_KEYS", "charge_apart"]
+
+#: a schedule's whole-solve timings (``solver`` and ``stats``); phase timings stay raw
+TOTAL_KEYS = ("seconds", "total_s")
 
 _per_thread = threading.local()
 _registered = False
@@ -89,3 +92,14 @@ def kernel_seconds(on_compile: Callable[[], None] | None = None) -> Iterator[Ker
     finally:
         clock.seconds = _thread_total() - before
         _per_thread.on_compile = outer
+
+
+def charge_apart(schedule: Any, clock: KernelClock) -> Any:
+    """Take ``clock.seconds`` out of ``schedule``'s whole-solve timings (:data:`TOTAL_KEYS`
+    in ``solver`` and ``stats``) and record it as ``stats["kernel_load_s"]``."""
+    for table in (schedule.solver, schedule.stats):
+        for key in TOTAL_KEYS:
+            if isinstance(table.get(key), float):
+                table[key] = max(0.0, table[key] - clock.seconds)
+    schedule.stats["kernel_load_s"] = clock.seconds
+    return schedule

@@ -39,3 +39,28 @@ def test_other_threads_compiles_are_not_counted():
     with kernel_seconds() as after:
         kernel(np.ones(2))                       # compiled by the worker already
     assert after.seconds == 0.0
+
+
+def test_solvers_report_kernel_time_apart_from_seconds():
+    """A new process's first solves load kernels: that time is in ``kernel_load_s``,
+    not in ``seconds``; the solves' own ``seconds`` plus it fit in the measured wall."""
+    import json
+    import subprocess
+    import sys
+
+    code = """
+import json, time
+from instances import hpn
+import mccl_opt as mo
+out = []
+for solve in (mo.solve_allgather, mo.solve_allgather):
+    start = time.perf_counter(); s = solve(hpn(1, 2, 4)); wall = time.perf_counter() - start
+    out.append([wall, s.solver["seconds"], s.stats["total_s"], s.stats["kernel_load_s"]])
+print(json.dumps(out))
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=600, check=True)
+    (wall1, solver1, total1, load1), (wall2, solver2, total2, load2) = json.loads(done.stdout)
+    assert load1 > 0.0 and load2 == 0.0
+    assert solver1 == total1 and solver1 + load1 <= wall1
+    assert solver2 == total2 and solver2 <= wall2

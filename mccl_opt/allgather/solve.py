@@ -20,6 +20,7 @@ import time
 from typing import Any
 
 from ..errors import SolveError
+from ..kernel_time import charge_apart, kernel_seconds
 from ..schedule import Schedule
 from ..topology import Topology
 from .assemble import Optimum, Run, packed
@@ -49,8 +50,17 @@ def solve_allgather(topo: Topology, warm: Schedule | None = None, backend: str =
     forwarding-only optimum by column generation over trees, :mod:`.chain`,
     :mod:`.general`; ``step_aware`` does not apply there).  Raises
     :class:`TopologyError` for unusable fabrics, :class:`SolveError` only on numerical
-    trouble (never an internal ``KeyError``/``IndexError``/``AssertionError``).
+    trouble (never an internal ``KeyError``/``IndexError``/``AssertionError``).  Numba
+    kernels compiled or loaded inside the call are timed apart (``stats["kernel_load_s"]``,
+    :mod:`mccl_opt.kernel_time`), not in ``seconds``.
     """
+    with kernel_seconds() as kernels:
+        sched = _solve(topo, warm, backend, max_chunks, step_aware)
+    return charge_apart(sched, kernels)
+
+
+def _solve(topo: Topology, warm: Schedule | None, backend: str, max_chunks: int | None,
+           step_aware: Any) -> Schedule:
     check_inputs(topo, max_chunks)
     topo = canonical(topo)
     if not switches_balanced(topo):                   # ForestColl is exact on balanced only
