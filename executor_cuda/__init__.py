@@ -9,8 +9,7 @@ first attribute access.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from mccl_opt.lazy import lazy_getattr
 
 __all__ = ["Communicator", "Rescheduler", "SwapEvent", "Telemetry", "LinkSample",
            "FaultInjector", "CalibratedReporter", "compile_schedule", "direct_schedule",
@@ -32,7 +31,4 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'executor_cuda' has no attribute {name!r}")
+__getattr__ = lazy_getattr(__name__, _LAZY)

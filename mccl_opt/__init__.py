@@ -6,11 +6,10 @@ kernel; the synthesizers are loaded on first use.
 
 from __future__ import annotations
 
-from typing import Any
-
 from . import process_exit
 from .errors import (MCCLError, ScheduleError, SolveError, SolverLicenseError,
                      SolverNotAvailableError, TelemetryError, TopologyError)
+from .lazy import lazy_getattr
 from .schedule import BottleneckLink, PathChunk, Schedule, TreeChunk
 from .topology import Link, Node, Topology
 from .validate import ValidationReport, validate
@@ -36,11 +35,4 @@ _LAZY = {
 _SUBMODULES = ("backends", "baselines", "sim", "evaluate", "allgather", "alltoall", "lowering")
 
 
-def __getattr__(name: str) -> Any:
-    import importlib
-
-    if name in _LAZY:
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    if name in _SUBMODULES:
-        return importlib.import_module(f"mccl_opt.{name}")
-    raise AttributeError(f"module 'mccl_opt' has no attribute {name!r}")
+__getattr__ = lazy_getattr(__name__, _LAZY, _SUBMODULES)

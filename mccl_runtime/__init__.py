@@ -7,7 +7,7 @@ Importing this package is cheap: zmq, matplotlib and the synthesizers load on fi
 
 from __future__ import annotations
 
-from typing import Any
+from mccl_opt.lazy import lazy_getattr
 
 from .drift import DriftReport, ScheduleProfile, detect, profile_schedule
 from .manager import Collective, Event, Policy, ScheduleManager, solver_synthesizer
@@ -26,9 +26,4 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        import importlib
-
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'mccl_runtime' has no attribute {name!r}")
+__getattr__ = lazy_getattr(__name__, _LAZY)
