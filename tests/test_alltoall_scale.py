@@ -113,27 +113,48 @@ def test_fixed_single_column_pairs_give_the_full_master_optimum_duals_and_basis(
     assert farley_bound(res_fixed.shortest, sol.w, prob.capacity, prob) <= sol.t * (1 + 1e-9)
 
 
-def test_csr_kernels_equal_the_per_entry_numpy_expansion_bit_for_bit():
-    """The warm path's CSR kernels (no array as long as ``arcs``) give the same floats as
-    ``np.bincount`` over the per-entry expansion, and ``csr_mask_then`` the same rows as
-    masking then concatenating (empty rows, zero weights and an empty tail included)."""
+def test_layered_rows_equal_the_copied_list_and_numpy_bit_for_bit():
+    """The warm state's layered link lists (``Rows``: kept rows of a shared base plus new
+    rows, chained twice) hold the same rows as masking and concatenating copies, and
+    their numba sums give the same floats as ``np.bincount`` over the per-entry
+    expansion of the copy (empty rows, zero weights and an empty tail included)."""
     from mccl_opt.alltoall._segments import column_loads, column_sums
-    from mccl_opt.alltoall.state import csr_mask_then, csr_take
+    from mccl_opt.alltoall.rows import Rows, csr_take
     rng = np.random.default_rng(7)
-    lengths = rng.integers(0, 6, 400)
-    start = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
-    arcs = rng.integers(0, 37, int(start[-1])).astype(np.int64)
-    seg = np.repeat(np.arange(lengths.size), lengths)
-    weight = np.where(rng.random(lengths.size) < 0.3, 0.0, rng.random(lengths.size) / 3)
-    price = rng.random(37) / 7
-    assert np.array_equal(column_loads(start, arcs, weight, 37),
-                          np.bincount(arcs, weights=weight[seg], minlength=37))
-    assert np.array_equal(column_sums(start, arcs, price),
-                          np.bincount(seg, weights=price[arcs], minlength=lengths.size))
-    mask = rng.random(lengths.size) < 0.8
-    for tail in (np.array([3, 1, 2]), np.zeros(0, dtype=np.int64)):
-        s2, a2 = csr_take(start, arcs, tail)
-        got_start, got_arcs = csr_mask_then(start, arcs, mask, s2, np.concatenate([a2, [99]]))
-        rows = np.concatenate([np.flatnonzero(mask), tail])
-        want_start, want_arcs = csr_take(start, arcs, rows)
-        assert np.array_equal(got_start, want_start) and np.array_equal(got_arcs, want_arcs)
+
+    def random_rows(n):
+        lengths = rng.integers(0, 6, n)
+        start = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+        return start, rng.integers(0, 37, int(start[-1])).astype(np.int64)
+
+    def check(rows, start, arcs):
+        assert rows.count == start.size - 1
+        assert np.array_equal(rows.flat[0], start) and np.array_equal(rows.flat[1], arcs)
+        n = start.size - 1
+        seg = np.repeat(np.arange(n), np.diff(start))
+        weight = np.where(rng.random(n) < 0.3, 0.0, rng.random(n) / 3)
+        price = rng.random(37) / 7
+        want = np.bincount(arcs, weights=weight[seg], minlength=37)
+        assert np.array_equal(rows.loads(weight, 37), want)
+        assert np.array_equal(column_loads(start, arcs, weight, 37), want)
+        sums = np.bincount(seg, weights=price[arcs], minlength=n)
+        assert np.array_equal(rows.sums(price), sums)
+        assert np.array_equal(column_sums(start, arcs, price), sums)
+        for idx in (np.flatnonzero(rng.random(n) < 0.2), np.arange(max(n - 3, 0), n),
+                    np.array([n - 1, 0, 2])):
+            got, want_take = rows.take(idx), csr_take(start, arcs, idx)
+            assert np.array_equal(got[0], want_take[0]) and np.array_equal(got[1], want_take[1])
+
+    start, arcs = random_rows(400)
+    rows = Rows(start, arcs)
+    check(rows, start, arcs)
+    for tail in (5, 0, 9):                               # three generations, one adds nothing
+        mask = rng.random(rows.count) < 0.8
+        s2, a2 = random_rows(tail)
+        new = rows.keep_then(mask, s2, np.concatenate([a2, [99]]))   # a2's slack ignored
+        kept = csr_take(start, arcs, np.flatnonzero(mask))
+        start = np.concatenate([kept[0], kept[0][-1] + s2[1:]])
+        arcs = np.concatenate([kept[1], a2])
+        assert new.base_arcs is rows.base_arcs           # shared, not copied
+        rows = new
+        check(rows, start, arcs)

@@ -22,7 +22,8 @@ from .colgen import CGStatus
 from .master import ColumnPool
 from .problem import Problem
 from .rounding import Rounded, rounded_rate
-from .state import WarmState, object_array
+from .rows import object_array
+from .state import WarmState
 
 __all__ = ["SATURATION_REL_TOL", "WarmMode", "RunReport", "Outcome", "make_schedule",
            "fractional", "schedule_chunks"]
@@ -144,9 +145,8 @@ def schedule_chunks(prob: Problem, rounded: Rounded, k: int, old: WarmState | No
     used = used[np.argsort(rounded.pool_pair[used], kind="stable")]
     start = rounded.pool_start
     shares = rounded.counts / k
-    loads = np.bincount(rounded.pool_arcs,
-                        weights=shares[np.repeat(np.arange(shares.size), np.diff(start))],
-                        minlength=prob.num_links)
+    from ._segments import column_loads
+    loads = column_loads(start, rounded.pool_arcs, shares, prob.num_links)
     out = np.empty(used.size, dtype=object)
     fresh = np.ones(used.size, dtype=bool)
     if old is not None and old.chunks is not None:

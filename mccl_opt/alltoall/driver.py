@@ -23,7 +23,8 @@ from .initial import initial_columns
 from .master import ColumnPool, RestrictedMaster
 from .problem import Problem
 from .rounding import deep_dive
-from .state import ChunkRoutes, LPColumns, OldFabric, PricingCertificate, WarmState, csr_take
+from .rows import Rows, csr_take
+from .state import ChunkRoutes, LPColumns, OldFabric, PricingCertificate, WarmState
 from .warm import reusable_basis
 
 __all__ = ["Solved", "build_master", "run_cg", "round_solved", "certificate_of",
@@ -133,7 +134,7 @@ def round_solved(prob: Problem, solved: Solved, backend: str, max_chunks: int | 
     in_cg = used < columns_final
     chunk_of[used[in_cg]] = np.flatnonzero(in_cg)
     routes = ChunkRoutes(chunks, rounded.pool_pair[used],
-                         *csr_take(rounded.pool_start, rounded.pool_arcs, used),
+                         Rows(*csr_take(rounded.pool_start, rounded.pool_arcs, used)),
                          rounded.counts[used] / k, chunk_of, max_chunks)
     warm_state = WarmState(OldFabric.of(prob), lp, routes, basis,
                            certificate_of(res, prob, solved.max_steps))

@@ -47,7 +47,8 @@ from .driver import certificate_of
 from .master import ColumnPool, RestrictedMaster
 from .problem import Problem
 from .rounding import deep_dive
-from .state import ChunkRoutes, LPColumns, WarmState, csr_mask_then, csr_take
+from .rows import csr_take
+from .state import ChunkRoutes, LPColumns, WarmState
 from .warm import changes_are_nonbinding
 
 __all__ = ["local_resolve", "local_eligible", "reuse_certified", "raises_a_binding_link"]
@@ -82,18 +83,18 @@ def local_resolve(prob: Problem, state: WarmState, backend: str, max_steps: int,
     (the restricted master is then hardly smaller than the full one) or after
     ``max_steps_local`` column generation runs of ``step_rounds`` rounds each, between
     which the fixed pairs that cause the gap join the free ones."""
-    from ._segments import column_loads, column_sums
     n_pairs, n_links = prob.num_pairs, prob.num_links
     old, old_chunks = state.lp, state.chunks
+    routes = old.routes
     n = old.count
     pair, y_old = old.pair, old.y
     used = y_old > 0
     if max_steps < prob.topo.num_nodes - 1 and (
-            column_sums(old.start, old.arcs, prob.is_step_arc.astype(float))[used]
+            routes.sums(prob.is_step_arc)[used]
             > max_steps).any():
         return None
     changed = state.fabric.capacity != prob.capacity
-    crosses = column_sums(old.start, old.arcs, changed.astype(float)) > 0
+    crosses = routes.sums(changed) > 0
     free = np.zeros(n_pairs, dtype=bool)
     free[pair[used & crosses]] = True
     if not free.any():
@@ -101,17 +102,17 @@ def local_resolve(prob: Problem, state: WarmState, backend: str, max_steps: int,
 
     def background(free: np.ndarray) -> np.ndarray:
         fixed = used & ~free[pair]
-        return column_loads(old.start, old.arcs, np.where(fixed, y_old, 0.0), n_links)
+        return routes.loads(np.where(fixed, y_old, 0.0), n_links)
 
     def add_pairs(master: RestrictedMaster, new: np.ndarray) -> None:
         cols = np.flatnonzero(new[pair])
-        st, arcs = csr_take(old.start, old.arcs, cols)
+        st, arcs = routes.take(cols)
         master.add(pair[cols], st, arcs, cols)
 
     pool = ColumnPool()
     sel = free[pair]
     cols = np.flatnonzero(sel)
-    pool.append(pair[cols], *csr_take(old.start, old.arcs, cols), cols)
+    pool.append(pair[cols], *routes.take(cols), cols)
     b_lp = background(free)
     # every solve cold, presolved, primal: at 1024 GPUs the warm primal re-solve after
     # the free pairs' new columns took 2x as long (docs/alltoall.md, *third pass*)
@@ -140,7 +141,7 @@ def local_resolve(prob: Problem, state: WarmState, backend: str, max_steps: int,
             return None
         w = res.solution.w
         sp = res.shortest[prob.pair_src, prob.pair_dst]
-        col_price = column_sums(old.start, old.arcs, w)
+        col_price = routes.sums(w)
         fixed = used & ~free[pair]
         excess = np.bincount(pair, weights=np.where(fixed, y_old * (col_price - sp[pair]), 0.0),
                              minlength=n_pairs)
@@ -148,7 +149,7 @@ def local_resolve(prob: Problem, state: WarmState, backend: str, max_steps: int,
         # restricted optimum saturates (degenerate duals price only one of them)
         load = pool.loads(res.solution.y, n_links) + background(free)
         tight = load >= prob.capacity * t * (1 - 1e-9)
-        on_tight = column_sums(old.start, old.arcs, tight.astype(float)) > 0
+        on_tight = routes.sums(tight) > 0
         new = ~free & (excess > 1e-9 * t / n_pairs)
         if res.rounds == step_rounds and excess.sum() < 0.5 * (t - res.bound_t):
             continue                    # the free pairs' own gap dominates: keep pricing
@@ -171,8 +172,7 @@ def local_resolve(prob: Problem, state: WarmState, backend: str, max_steps: int,
     saturated = lp_loads >= prob.capacity * sol.t * (1 - SATURATION_REL_TOL)
     k = 1 if max_chunks is None else max_chunks
     keep = ~free[old_chunks.pair]                       # the fixed pairs' old chunks
-    b_round = column_loads(old_chunks.start, old_chunks.arcs,
-                           np.where(keep, old_chunks.share, 0.0), n_links)
+    b_round = old_chunks.routes.loads(np.where(keep, old_chunks.share, 0.0), n_links)
     t_round = time.perf_counter()
     dive: dict = {}
     if max_chunks is None:
@@ -188,8 +188,8 @@ def local_resolve(prob: Problem, state: WarmState, backend: str, max_steps: int,
     # the new state: the fixed pairs' old chunks, then the new ones (the schedule
     # orders them by pair; a pair is either fixed or free) ...
     c_pair = np.concatenate([old_chunks.pair[keep], rounded.pool_pair[new_used]])
-    c_start, c_arcs = csr_mask_then(old_chunks.start, old_chunks.arcs, keep,
-                                    *csr_take(rounded.pool_start, rounded.pool_arcs, new_used))
+    c_routes = old_chunks.routes.keep_then(
+        keep, *csr_take(rounded.pool_start, rounded.pool_arcs, new_used))
     n_kept = int(keep.sum())
     c_objects = np.concatenate([old_chunks.array[keep], new_chunks])
     c_share = np.concatenate([old_chunks.share[keep], rounded.counts[new_used] / k])
@@ -203,11 +203,11 @@ def local_resolve(prob: Problem, state: WarmState, backend: str, max_steps: int,
     in_cg = new_used < cols_final
     chunk_of_free[new_used[in_cg]] = n_kept + np.flatnonzero(in_cg)
     lp = LPColumns(np.concatenate([pair[fixed], pool.pair[:cols_final]]),
-                   *csr_mask_then(old.start, old.arcs, fixed, pool.start[:cols_final + 1], pool.arcs),
+                   routes.keep_then(fixed, pool.start[:cols_final + 1], pool.arcs),
                    np.concatenate([y_old[fixed], y]), float(sol.t))
-    routes = ChunkRoutes(c_objects, c_pair, c_start, c_arcs, c_share,
-                         np.concatenate([chunk_of_fixed, chunk_of_free]), max_chunks)
-    warm_state = WarmState(replace(state.fabric, capacity=prob.capacity.copy()), lp, routes,
+    chunk_routes = ChunkRoutes(c_objects, c_pair, c_routes, c_share,
+                               np.concatenate([chunk_of_fixed, chunk_of_free]), max_chunks)
+    warm_state = WarmState(replace(state.fabric, capacity=prob.capacity.copy()), lp, chunk_routes,
                            None, certificate_of(res, prob, max_steps))
     chunk_list = c_objects[np.argsort(c_pair, kind="stable")].tolist()
     report = RunReport(
@@ -244,9 +244,8 @@ def reuse_certified(prob: Problem, state: WarmState | None, backend: str, max_st
     lp_loads = state.lp_load
     if (lp_loads > prob.capacity * t * (1 + 1e-9)).any():
         return None
-    from ._segments import column_loads
     chunks = state.chunks
-    loads = column_loads(chunks.start, chunks.arcs, chunks.share, prob.num_links)
+    loads = chunks.routes.loads(chunks.share, prob.num_links)
     used = loads > 0
     if (np.min(prob.capacity[used] / loads[used])
             < np.min(state.fabric.capacity[used] / loads[used]) * (1 - 1e-12)):

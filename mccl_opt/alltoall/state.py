@@ -15,58 +15,22 @@ It is made of small typed pieces, each with one meaning:
   new capacities;
 * ``basis``: the final master's simplex basis (:class:`~mccl_opt.backends.Basis`).
 
-Also the CSR helpers that slice these column lists.
+The routes are :class:`~.rows.Rows`: a warm state derived by the local
+re-optimisation shares its parent's arrays for the routes it keeps.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Sequence
-
 import numpy as np
 
 from ..backends.base import Basis
 from .master import ColumnPool
 from .problem import Problem
+from .rows import Rows
 
-__all__ = ["WarmState", "OldFabric", "LPColumns", "ChunkRoutes", "PricingCertificate",
-           "csr_take", "csr_mask_then", "object_array"]
-
-
-def csr_take(start: np.ndarray, arcs: np.ndarray, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Rows ``idx`` (in that order) of the CSR list ``start/arcs``."""
-    idx = np.asarray(idx, dtype=np.int64)
-    lengths = start[idx + 1] - start[idx]
-    new_start = np.zeros(idx.size + 1, dtype=np.int64)
-    np.cumsum(lengths, out=new_start[1:])
-    pos = np.arange(new_start[-1]) - np.repeat(new_start[:-1] - start[idx], lengths)
-    return new_start, arcs[pos]
-
-
-def csr_mask_then(start: np.ndarray, arcs: np.ndarray, mask: np.ndarray,
-                  start2: np.ndarray, arcs2: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The rows where ``mask`` holds (in order) of the CSR list ``start/arcs``, followed
-    by every row of ``start2/arcs2`` (``start2[0] == 0``); each output array is
-    allocated once (no intermediate as long as ``arcs``)."""
-    lengths = np.diff(start)
-    kept = int(mask.sum())
-    new_start = np.empty(kept + start2.size, dtype=np.int64)
-    new_start[0] = 0
-    np.cumsum(lengths[mask], out=new_start[1:kept + 1])
-    mid = int(new_start[kept])
-    new_start[kept + 1:] = mid + start2[1:]
-    out = np.empty(mid + int(start2[-1]), dtype=arcs.dtype)
-    np.compress(np.repeat(mask, lengths), arcs, out=out[:mid])
-    out[mid:] = arcs2[:start2[-1]]
-    return new_start, out
-
-
-def object_array(items: Sequence) -> np.ndarray:
-    """``items`` as a 1-D numpy object array (elements kept as they are, even tuples).
-    ``np.fromiter`` copies the references only; assigning a list into an object array
-    first probes every element as a possible sequence (5x slower at 1M chunks)."""
-    return np.fromiter(items, dtype=object, count=len(items))
+__all__ = ["WarmState", "OldFabric", "LPColumns", "ChunkRoutes", "PricingCertificate"]
 
 
 @dataclass(frozen=True)
@@ -95,12 +59,11 @@ class OldFabric:
 
 @dataclass(frozen=True)
 class LPColumns:
-    """The final master: column ``j`` routes pair ``pair[j]`` over the old links
-    ``arcs[start[j]:start[j+1]]`` with LP share ``y[j]``; ``t`` is the LP optimum."""
+    """The final master: column ``j`` routes pair ``pair[j]`` over the old links of row
+    ``j`` of ``routes`` with LP share ``y[j]``; ``t`` is the LP optimum."""
 
     pair: np.ndarray
-    start: np.ndarray
-    arcs: np.ndarray
+    routes: Rows
     y: np.ndarray
     t: float
 
@@ -108,26 +71,35 @@ class LPColumns:
     def count(self) -> int:
         return int(self.y.size)
 
+    @property
+    def start(self) -> np.ndarray:
+        """The routes as a plain CSR list: column ``j`` crosses ``arcs[start[j]:start[j+1]]``."""
+        return self.routes.flat[0]
+
+    @property
+    def arcs(self) -> np.ndarray:
+        return self.routes.flat[1]
+
     @classmethod
     def from_pool(cls, pool: ColumnPool, y: np.ndarray, t: float) -> "LPColumns":
         """The first ``len(y)`` columns of ``pool`` (those ``y`` are the shares of)."""
         n = len(y)
-        return cls(pool.pair[:n].copy(), pool.start[:n + 1].copy(),
-                   pool.arcs[:pool.start[n]].copy(), np.asarray(y, dtype=float).copy(), float(t))
+        return cls(pool.pair[:n].copy(), Rows(pool.start[:n + 1].copy(),
+                                              pool.arcs[:pool.start[n]].copy()),
+                   np.asarray(y, dtype=float).copy(), float(t))
 
 
 @dataclass(frozen=True)
 class ChunkRoutes:
     """The rounded schedule: chunk ``i`` is ``array[i]`` (a numpy object array of
-    :class:`~mccl_opt.schedule.PathChunk`, fancy-indexed by chunk reuse) with share ``share[i]``,
-    routing pair ``pair[i]`` over the old links ``arcs[start[i]:start[i+1]]``;
+    :class:`~mccl_opt.schedule.PathChunk`, fancy-indexed by chunk reuse) with share
+    ``share[i]``, routing pair ``pair[i]`` over the old links of row ``i`` of ``routes``;
     ``of_column[j]`` is the chunk LP column ``j`` became (-1: none); ``max_chunks`` is
     the schedule's chunk count per pair (``None``: fractional)."""
 
     array: np.ndarray
     pair: np.ndarray
-    start: np.ndarray
-    arcs: np.ndarray
+    routes: Rows
     share: np.ndarray
     of_column: np.ndarray
     max_chunks: int | None
@@ -169,5 +141,4 @@ class WarmState:
     @cached_property
     def lp_load(self) -> np.ndarray:
         """Per-link load of the old LP shares (old link indices; built once)."""
-        from ._segments import column_loads
-        return column_loads(self.lp.start, self.lp.arcs, self.lp.y, self.fabric.tail.size)
+        return self.lp.routes.loads(self.lp.y, self.fabric.tail.size)
