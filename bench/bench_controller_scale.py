@@ -27,6 +27,17 @@ every communicator has its new version, and the loop's turn times meanwhile (wha
 telemetry waits for).  Synthesis runs in the manager's worker thread (``thread``, the
 default before the pool) or in a :class:`~mccl_runtime.pool.SynthesisPool` of 1 or 2
 processes (``pool1``, ``pool2``), in the order given by ``--modes``.
+
+``--groups`` measures one controller serving a job's communicators over sub-fabrics
+(docs/runtime.md, "Communicators over sub-fabrics") on one HPN fabric (``--swap-shape``):
+a tensor-parallel AllGather per host (its GPUs), a data-parallel AllGather per rail (one
+GPU per host) and an expert-parallel AllToAll per ``--ep-hosts`` consecutive hosts (all
+their GPUs), each with the healthy schedule of its own sub-fabric.  ``--event fail2``
+degrades rank 0's NIC cable to 50 Gbps; ``--event tor`` degrades every cable of rail 0's
+ToR to 100 Gbps (a gray ToR).  Per mode: how many communicators' sub-fabrics hold a
+degraded link, how many were re-synthesized and swapped, the time until the last swap,
+and the largest relative difference between a swapped schedule's LP rate and a cold solve
+of its degraded sub-fabric (every swapped schedule is also validated there).
 """
 
 from __future__ import annotations
@@ -160,6 +171,118 @@ def measure_swap(shape: str, comms: int, mode: str, healthy: dict, limit_s: floa
             "pool_start_s": start_s}
 
 
+def job_groups(topo, ep_hosts: int) -> dict[str, tuple[str, list[str]]]:
+    """``comm -> (kind, members)``: TP per host, DP per rail, EP per ``ep_hosts`` hosts."""
+    hosts: dict[str, list[str]] = {}
+    for g in topo.gpus:
+        hosts.setdefault(g[:g.rindex("g")], []).append(g)
+    names = list(hosts)
+    out = {f"tp{h}": ("allgather", hosts[n]) for h, n in enumerate(names)}
+    out.update({f"dp{r}": ("allgather", [hosts[n][r] for n in names]) for r in range(len(hosts[names[0]]))})
+    out.update({f"ep{k}": ("alltoall", [g for n in names[k * ep_hosts:(k + 1) * ep_hosts] for g in hosts[n]])
+                for k in range(len(names) // ep_hosts)})
+    return out
+
+
+def event_capacity(topo, event: str) -> np.ndarray:
+    """The fabric's capacities after ``event`` (``fail2`` or ``tor``)."""
+    from instances import fail2
+
+    if event == "fail2":
+        return fail2(topo).arrays.capacity
+    tor = next(s for s in topo.switches if "tor" in s)
+    m = topo.arrays.capacity.copy()
+    for a, l in enumerate(topo.links):
+        if tor in (l.src, l.dst):
+            m[a] = 100.0
+    return m
+
+
+def measure_groups(topo, groups: dict, healthy: dict, event: str, mode: str, limit_s: float = 600.0) -> dict:
+    """One event on a job's communicators over sub-fabrics (module docstring)."""
+    import functools
+
+    import mccl_opt as mo
+    from mccl_opt.subfabric import induced
+    from mccl_runtime.manager import solver_synthesizer
+    from mccl_runtime.pool import SynthesisPool
+
+    store = MeasurementStore(topo, alpha=1.0)
+    pool = None
+    if mode.startswith("pool"):
+        pool = SynthesisPool(topo, functools.partial(solver_synthesizer, "highs", 10), workers=int(mode[4:]))
+        pool.start()
+    mgr = ScheduleManager(store, None if pool else solver_synthesizer(),
+                          Policy(gamma=0.1, min_dwell_s=0.0, time_limit_s=limit_s), pool=pool)
+    for comm, (kind, gpus) in groups.items():
+        mgr.register(comm, "c", kind, healthy[comm], gpus=gpus)
+    m = event_capacity(topo, event)
+    changed = np.flatnonzero(m != topo.arrays.capacity)
+    holding = [c for c, (_, g) in groups.items() if np.isin(changed, mgr.groups.fabric(tuple(g)).links).any()]
+    turns, started, done, synth = [], set(), {}, []
+    t_fail = time.perf_counter()
+    while time.perf_counter() - t_fail < limit_s:
+        t0 = time.perf_counter()
+        store.ingest(link_batch(topo, m, t0), now=t0)
+        for e in mgr.step(t0):
+            if e.action == "resynthesis":
+                started.add(e.comm)
+            elif e.action in ("published", "aborted", "failed", "timeout"):
+                done[e.comm] = (e.action, time.perf_counter() - t_fail)
+                synth.append(e.detail.get("synth_s", float("nan")))
+        turns.append(time.perf_counter() - t0)
+        if not mgr.busy():
+            break
+        time.sleep(0.002)
+    mgr.close()
+    degraded, gap = topo.with_capacities(m), 0.0
+    for coll in mgr.collectives():
+        if coll.version > 1:
+            on = induced(degraded, coll.gpus).topology
+            mo.validate(on, coll.schedule)
+            cold = (mo.solve_allgather if coll.kind == "allgather" else mo.solve_alltoall)(on)
+            gap = max(gap, abs(coll.schedule.lp_rate_gbps / cold.lp_rate_gbps - 1.0))
+    swapped = sorted(c for c, (a, _) in done.items() if a == "published")
+    return {"mode": mode, "event": event, "comms": len(groups), "gpus": topo.num_gpus,
+            "holding": len(holding), "resynthesized": len(started), "swapped": len(swapped),
+            "swapped_names": ",".join(swapped),
+            "touched_outside": len(started - set(holding)),
+            "all_swapped_s": max((t for _, t in done.values()), default=0.0),
+            "job_s_median": float(np.nanmedian(synth)) if synth else float("nan"),
+            "turn_ms_p50": 1e3 * float(np.median(turns)), "turn_ms_max": 1e3 * float(np.max(turns)),
+            "lp_vs_cold": gap}
+
+
+def groups_main(a) -> list[dict]:
+    import mccl_opt as mo
+    from instances import parse_shape
+    from mccl_opt.subfabric import induced
+    from mccl_opt.tables import print_table
+    from mccl_runtime.warmup import load_kernels
+
+    load_kernels()
+    topo = hpn(*parse_shape(a.swap_shape))
+    groups = job_groups(topo, a.ep_hosts)
+    t0 = time.perf_counter()
+    healthy = {c: (mo.solve_allgather if k == "allgather" else mo.solve_alltoall)(induced(topo, g).topology)
+               for c, (k, g) in groups.items()}
+    print(f"{len(groups)} communicators on {topo.name}: healthy schedules in {time.perf_counter() - t0:.2f} s",
+          flush=True)
+    rows = []
+    for event in a.event.split(","):
+        for mode in a.modes.split(","):
+            rows.append(measure_groups(topo, groups, healthy, event, mode))
+            print(rows[-1], flush=True)
+    print_table(["event", "mode", "communicators", "GPUs", "sub-fabric holds a link", "re-synthesized",
+                 "swapped", "touched outside", "all swapped s", "job s (median)", "turn ms p50", "turn ms max",
+                 "LP vs cold"],
+                [[r["event"], r["mode"], r["comms"], r["gpus"], r["holding"], r["resynthesized"], r["swapped"],
+                  r["touched_outside"], r["all_swapped_s"], r["job_s_median"], r["turn_ms_p50"],
+                  r["turn_ms_max"], r["lp_vs_cold"]] for r in rows])
+    print(f"load average {os.getloadavg()}")
+    return rows
+
+
 def swap_main(a) -> list[dict]:
     import mccl_opt as mo
     from instances import parse_shape
@@ -186,6 +309,10 @@ def main(argv: list[str] | None = None) -> list[dict]:
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--swap", action="store_true", help="Fail2 on many communicators at once (module docstring)")
+    p.add_argument("--groups", action="store_true",
+                   help="TP, DP and EP communicators over sub-fabrics, one event (module docstring)")
+    p.add_argument("--event", default="fail2", help="--groups: fail2 and/or tor, comma separated")
+    p.add_argument("--ep-hosts", type=int, default=2, help="--groups: hosts per expert-parallel group")
     p.add_argument("--swap-shape", default="1x8x8")
     p.add_argument("--comms", type=int, default=64)
     p.add_argument("--modes", default="thread,pool1,pool2")
@@ -197,6 +324,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
     a = p.parse_args(argv)
     if a.swap:
         return swap_main(a)
+    if a.groups:
+        return groups_main(a)
     rows = []
     for gpus in (int(x) for x in a.gpus.split(",")):
         if gpus not in SHAPES:

@@ -19,6 +19,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--state", help="state file: resume from it and keep it up to date")
     s.add_argument("--collective", action="append", default=[], metavar="COMM/NAME:KIND",
                    help="register a collective at start, e.g. world/ag:allgather (repeatable)")
+    s.add_argument("--members", action="append", default=[], metavar="COMM=GPU,GPU,...",
+                   help="the GPUs of a communicator of --collective, in rank order, e.g. "
+                        "tp0=s0h0g0,s0h0g1 (repeatable; default: every GPU of the fabric); its "
+                        "schedules are synthesized on the sub-fabric they induce")
     s.add_argument("--estimator", choices=["ewma", "level"], default="ewma",
                    help="link estimate: the paper's EWMA (default) or the change-point level "
                         "(docs/runtime.md; re-synthesizes for the new level once confirmed)")
@@ -52,6 +56,23 @@ def _finite(text: str) -> float:
     if value != value or value in (float("inf"), float("-inf")):
         raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
     return value
+
+
+def _member_specs(specs: list[str]) -> dict[str, list[str]]:
+    """``COMM=GPU,GPU,...`` strings as ``{comm: members}`` (the ids are checked against
+    the topology when the collectives are registered)."""
+    from mccl_opt.errors import MCCLError
+
+    out: dict[str, list[str]] = {}
+    for spec in specs:
+        comm, _, gpus = spec.partition("=")
+        members = [g.strip() for g in gpus.split(",") if g.strip()]
+        if not comm or not members:
+            raise MCCLError(f"--members must look like COMM=GPU,GPU,..., got {spec!r}")
+        if comm in out:
+            raise MCCLError(f"--members names communicator {comm!r} twice; give its GPUs once")
+        out[comm] = members
+    return out
 
 
 def _collective_specs(specs: list[str]) -> list[tuple[str, str, str]]:
@@ -122,6 +143,12 @@ def _serve(args: argparse.Namespace) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("mccl").setLevel(LEVELS[level])     # numba and zmq stay at warning
     specs = _collective_specs(args.collective)
+    members = _member_specs(args.members)
+    if set(members) - {comm for comm, _, _ in specs}:
+        from mccl_opt.errors import MCCLError
+
+        raise MCCLError(f"--members {sorted(set(members) - {c for c, _, _ in specs})[0]!r}: no --collective "
+                        "of that communicator; register one with --collective COMM/NAME:KIND")
     topo = Topology.load(args.topology)
     key = load_key(args.key_file) if args.key_file else None
     policy = Policy(gamma=args.gamma, min_dwell_s=args.dwell, time_limit_s=args.time_limit)
@@ -136,7 +163,7 @@ def _serve(args: argparse.Namespace) -> int:
     for comm, name, kind in specs:          # a resumed controller already has them
         names = [f"{name}/reducescatter", f"{name}/allgather"] if kind == "allreduce" else [name]
         if not all(any(c.key == (comm, n) for c in svc.manager.collectives()) for n in names):
-            svc.register(comm, name, kind, now=0.0)
+            svc.register(comm, name, kind, now=0.0, gpus=members.get(comm))
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: svc.stop())
     threading.Thread(target=_announce, args=(svc,), daemon=True).start()

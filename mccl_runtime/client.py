@@ -60,8 +60,16 @@ class ControllerClient:
     def ping(self) -> dict[str, Any]:
         return self.request("ping")[1]
 
-    def register(self, comm: str, name: str, kind: str) -> list[str]:
-        return self.request("register", {"comm": comm, "name": name, "kind": kind})[1]["registered"]
+    def register(self, comm: str, name: str, kind: str, gpus: Iterable[str] | None = None) -> list[str]:
+        """Register a collective of communicator ``comm``; ``gpus``: its members (GPU ids
+        in rank order; default every GPU of the fabric, or the members ``comm`` was first
+        registered with).  Returns the registered names."""
+        body: dict[str, Any] = {"comm": comm, "name": name, "kind": kind}
+        if isinstance(gpus, str):
+            raise MCCLError(f"gpus must be a list of GPU ids, got one string {gpus[:40]!r}")
+        if gpus is not None:
+            body["gpus"] = list(gpus)
+        return self.request("register", body)[1]["registered"]
 
     def push_telemetry(self, samples: Iterable[dict[str, Any]]) -> dict[str, Any]:
         """Send a batch (as requests of at most ``MAX_BATCH_SAMPLES`` samples); returns

@@ -11,6 +11,9 @@ cannot be replayed.  Without a key ``sig``, ``ts`` and ``nonce`` are ``null`` an
 ignored.
 
 Requests: ``ping``, ``register``, ``telemetry``, ``get_schedule``, ``list``, ``stats``.
+A ``register`` body is ``{"comm", "name", "kind"}`` plus, for a communicator over part
+of the fabric, ``"gpus"``: its members' GPU ids in rank order (docs/runtime.md,
+"Communicators over sub-fabrics").
 Replies: ``ok``, ``schedule``, ``error`` (body ``{"reason", "message"}``).  The
 publisher sends ``schedule`` messages under the topic ``b"schedule"``.
 

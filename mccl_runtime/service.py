@@ -295,22 +295,38 @@ class ControllerService:
             self._dirty_since = self._dirty_since if self._dirty_since is not None else now
             return "ok", body
         if msg.type == "register":
-            return "ok", {"registered": self.register(_field(b, "comm"), _field(b, "name"), _field(b, "kind"), now)}
+            return "ok", {"registered": self.register(_field(b, "comm"), _field(b, "name"), _field(b, "kind"), now,
+                                                      self._members(b.get("gpus")))}
         if msg.type == "get_schedule":
             coll = self.manager.get(_field(b, "comm"), _field(b, "name"))
             return "schedule", {"comm": coll.comm, "name": coll.name, "version": coll.version,
                                 "schedule": coll.schedule.to_dict() if coll.schedule else None}
         if msg.type == "list":
             return "ok", {"collectives": [{"comm": c.comm, "name": c.name, "kind": c.kind,
-                                           "dynamic": c.dynamic, "version": c.version}
+                                           "dynamic": c.dynamic, "version": c.version,
+                                           "gpus": list(c.gpus) if c.gpus is not None else None}
                                           for c in self.manager.collectives()]}
         return "ok", {"telemetry": self.store.counters(), "manager": dict(self.manager.counters),
                       "protocol_errors": dict(self.protocol_errors), "requests": dict(self.requests),
                       "internal_errors": self.internal_errors}
 
-    def register(self, comm: str, name: str, kind: str, now: float) -> list[str]:
+    def _members(self, gpus: Any) -> list[str] | None:
+        """A register request's ``gpus``: absent, or a list of at most as many GPU ids as
+        the fabric has (the manager checks the ids themselves)."""
+        if gpus is None:
+            return None
+        if not isinstance(gpus, list) or not all(isinstance(g, str) and len(g) <= MAX_NAME_CHARS for g in gpus):
+            raise ProtocolError("bad_body", f"'gpus' must be a list of GPU ids (strings of at most "
+                                            f"{MAX_NAME_CHARS} characters)")
+        if len(gpus) > self.store.topo.num_gpus:
+            raise ProtocolError("bad_body", f"'gpus' lists {len(gpus)} ids; the fabric has "
+                                            f"{self.store.topo.num_gpus} GPUs")
+        return gpus
+
+    def register(self, comm: str, name: str, kind: str, now: float, gpus: list[str] | None = None) -> list[str]:
         """Register all of a collective or nothing (an AllReduce is two entries), within
-        the cap; written at the end of the loop turn (a request's reply waits for it)."""
+        the cap; written at the end of the loop turn (a request's reply waits for it).
+        ``gpus``: the communicator's members (:meth:`ScheduleManager.register`)."""
         for label, v in (("comm", comm), ("name", name)):
             if len(v) > MAX_NAME_CHARS or not v.isprintable():
                 raise ProtocolError("bad_body", f"{label} must be printable, at most {MAX_NAME_CHARS} characters")
@@ -321,8 +337,9 @@ class ControllerService:
         if len(self.manager.collectives()) + len(names) > self.max_collectives:
             raise MCCLError(f"this controller already serves {len(self.manager.collectives())} collectives "
                             f"(at most {self.max_collectives})")
-        colls = self.manager.register(comm, name, kind, now=now)
-        log.info("registered %s/%s (%s); synthesizing the first schedule", comm, name, kind)
+        colls = self.manager.register(comm, name, kind, now=now, gpus=gpus)
+        log.info("registered %s/%s (%s, %s); synthesizing the first schedule", comm, name, kind,
+                 "every GPU" if colls[0].gpus is None else f"{len(colls[0].gpus)} GPUs")
         self._must_persist = True
         return [c.name for c in colls]
 

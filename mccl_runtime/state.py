@@ -106,7 +106,7 @@ class StateWriter:
         colls = []
         for c in manager.collectives():
             colls.append({"comm": c.comm, "name": c.name, "kind": c.kind, "dynamic": c.dynamic,
-                          "version": c.version,
+                          "version": c.version, "gpus": list(c.gpus) if c.gpus is not None else None,
                           "last_decision_t": c.last_decision_t if math.isfinite(c.last_decision_t) else None,
                           "schedule": {"file": self._version_file(c)} if c.schedule is not None else None})
         rest = json.dumps({"telemetry": store.to_dict(),

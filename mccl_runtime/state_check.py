@@ -15,6 +15,7 @@ from typing import Any, Mapping
 
 from mccl_opt.errors import MCCLError
 from mccl_opt.files import too_deep
+from mccl_opt.subfabric import induced
 from mccl_opt.topology import Topology
 
 __all__ = ["check_state", "MAX_STATE_DEPTH"]
@@ -148,8 +149,16 @@ def _manager(v: Any, topo: Topology, latest: float, max_ratio: float) -> dict[st
         out = {**d, "comm": comm, "name": name, "kind": kind, "dynamic": dynamic, "version": version,
                "last_decision_t": None if ldt is None else _num(ldt, f"{where}.last_decision_t", -math.inf, latest),
                "schedule": None, "synth_capacity": None}
+        fabric = topo
+        if d.get("gpus") is not None:           # a communicator over a sub-fabric: check it there
+            try:
+                sub = induced(topo, d["gpus"])
+            except MCCLError as exc:
+                raise MCCLError(f"{where}.gpus: {exc}") from None
+            fabric, out["gpus"] = sub, list(sub.gpus)
         if d.get("schedule") is not None:
-            out["schedule"], out["synth_capacity"] = _schedule(d, where, kind, version, topo, max_ratio, Schedule)
+            out["schedule"], out["synth_capacity"] = _schedule(d, where, kind, version, topo, max_ratio, Schedule,
+                                                               fabric)
         elif version != 0 and dynamic:
             raise MCCLError(f"{where}.schedule is missing for version {version}")
         colls.append(out)
@@ -157,9 +166,10 @@ def _manager(v: Any, topo: Topology, latest: float, max_ratio: float) -> dict[st
 
 
 def _schedule(d: Mapping[str, Any], where: str, kind: str, version: int, topo: Topology,
-              max_ratio: float, schedule_cls: type) -> tuple[dict[str, Any], list[float]]:
+              max_ratio: float, schedule_cls: type, fabric: Any) -> tuple[dict[str, Any], list[float]]:
     """A stored schedule, valid (:func:`mccl_opt.validate`: every block delivered, hops
-    real links, trees spanning, shares summing to 1) on its synthesis capacities."""
+    real links, trees spanning, shares summing to 1) on its synthesis capacities, on
+    ``fabric``: ``topo`` or the communicator's sub-fabric (:class:`mccl_opt.subfabric.SubFabric`)."""
     from dataclasses import replace
 
     import numpy as np
@@ -184,7 +194,7 @@ def _schedule(d: Mapping[str, Any], where: str, kind: str, version: int, topo: T
             raise MCCLError(f"a {kind} needs a {kind} schedule, got {sched.collective}")
         if sched.version != version:
             raise MCCLError(f"its version {sched.version} differs from the collective's {version}")
-        on = topo.with_capacities(cap)
+        on = topo.with_capacities(cap) if fabric is topo else fabric.measured(cap)
         try:        # the stated rate is not trusted (the manager profiles the schedule on ``cap``)
             rate = schedule_rate(on, share_loads(on, sched.chunks))
         except MCCLError:
