@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 import time
 
@@ -165,15 +166,14 @@ def _solve(args: argparse.Namespace) -> int:
         from mccl_opt.allgather import restore_warm_state
 
         warm = restore_warm_state(warm, topo)   # the trees' warm state, rebuilt outside the timing
+    if args.collective == "alltoall":           # imported here, outside the timing
+        solve = functools.partial(mo.solve_alltoall, max_steps=args.max_steps,
+                                  time_limit=args.time_limit)
+    else:
+        solve = functools.partial(mo.solve_allgather, step_aware=args.step_aware)
     with kernel_seconds(on_compile=compiling_notice) as kernels:
         start = time.perf_counter()
-        if args.collective == "alltoall":
-            sched = mo.solve_alltoall(topo, warm=warm, backend=args.backend,
-                                      max_chunks=args.max_chunks,
-                                      max_steps=args.max_steps, time_limit=args.time_limit)
-        else:
-            sched = mo.solve_allgather(topo, warm=warm, backend=args.backend,
-                                       max_chunks=args.max_chunks, step_aware=args.step_aware)
+        sched = solve(topo, warm=warm, backend=args.backend, max_chunks=args.max_chunks)
         wall = time.perf_counter() - start
     kernel_load_s = kernels.seconds         # kernel compilation/loading is not the solve's
     seconds = wall - kernel_load_s
