@@ -15,8 +15,6 @@ from mccl_opt import Schedule, TopologyError, validate
 from mccl_opt.allgather import solve_allgather
 from mccl_opt.allgather.mapping import MappedTrees, map_classes, to_physical, tree_loads
 from mccl_opt.allgather.repair import repair_pack
-from mccl_opt.allgather.splitting import simple_path
-from mccl_opt.allgather.star import star_paths
 from mccl_opt.allgather.transport import transport
 from mccl_opt.allgather.throughput import cut_tree_bandwidth
 from mccl_opt.topology import Link, Node, Topology
@@ -417,22 +415,6 @@ def test_two_segment_hpn_splits_without_losing_units():
     assert sched.stats["split"] == "spread" and sched.stats["packing"] == "repair"
     assert sched.stats["max_depth"] <= 6
     check(hpn(2, 2, 8), sched)
-
-
-@settings(max_examples=60, deadline=None)
-@given(st.lists(st.lists(st.integers(0, 6), min_size=1, max_size=4), min_size=1, max_size=5),
-       st.lists(st.lists(st.integers(0, 6), min_size=1, max_size=4), min_size=1, max_size=5),
-       st.data())
-def test_star_paths_equal_pairwise_cycle_cutting(heads, tails, data):
-    """The array-grouped star split paths are the per-pair simple walks through switch 9."""
-    p_in = [tuple(h) + (9,) for h in heads]
-    p_out = [(9,) + tuple(t) for t in tails]
-    pairs = data.draw(st.lists(st.tuples(st.integers(0, len(p_in) - 1),
-                                         st.integers(0, len(p_out) - 1)), max_size=12))
-    i_in = np.array([i for i, _ in pairs], np.int64)
-    j_out = np.array([j for _, j in pairs], np.int64)
-    assert star_paths(p_in, p_out, i_in, j_out) == [simple_path(p_in[i] + p_out[j][1:])
-                                                     for i, j in pairs]
 
 
 def test_tree_loads_count_every_path_link():

@@ -139,11 +139,9 @@ def map_classes(classes: Sequence[TreeClass], lg: LogicalGraph
     of every tree; ``None`` if some class straddles two paths of a bundle."""
     parents = np.array([c.parent_arc for c in classes], np.int32)   # 4 bytes: 4096 GPUs
     mult = np.array([c.mult for c in classes], np.int64)
-    seg_paths = [p for b in lg.bundles for p, _ in b]
-    seg_hi = np.cumsum(np.array([u for b in lg.bundles for _, u in b], np.int64))
-    first_seg = np.zeros(len(lg.bundles), np.int64)   # every link's first segment
-    np.cumsum(np.fromiter(map(len, lg.bundles), np.int64, count=len(lg.bundles))[:-1],
-              out=first_seg[1:])
+    seg_paths = lg.bundles.paths()
+    seg_hi = np.cumsum(lg.bundles.units)
+    first_seg = lg.bundles.start[:-1].copy()          # every link's first segment
     depth = rank_depths(parent_ranks(parents, lg.tail.astype(np.int32)))
     base = np.zeros(lg.units.size + 1, np.int64)
     np.cumsum(lg.units, out=base[1:])

@@ -24,6 +24,7 @@ from .exact_packing import exact_pack
 from .fabric import fabric_of
 from .repair import repair_pack
 from .splitting import LogicalGraph, SplitGraph, balance_switches, split_all
+from .spread import spread_split
 from .throughput import Fabric, PhaseOneResult, optimal_rate
 from .trees import TreeClass, greedy_pack
 
@@ -211,10 +212,8 @@ class Packed:
 
 
 def spread_logical(split: SplitGraph, rank_of: np.ndarray) -> LogicalGraph:
-    """Phase 2 by the spread proposal (:mod:`.splitting`) on a copy of ``split``."""
-    g = split.copy()
-    split_all(g, exact=False)
-    return LogicalGraph.from_split(g, rank_of)
+    """Phase 2 by the spread proposal (:mod:`.spread`); ``split`` is left as it was."""
+    return spread_split(split, rank_of)
 
 
 def _pack_fast(lg: LogicalGraph, k: int, guides: dict[int, np.ndarray], stats: dict[str, Any],
@@ -244,7 +243,7 @@ def pack(split: SplitGraph, rank_of: np.ndarray, k: int, guides: dict[int, np.nd
     if found is None and not lg.admits(k):
         t2 = time.perf_counter()
         g = split.copy()
-        if not split_all(g, exact=True):
+        if not split_all(g):
             raise SolveError("exact switch removal did not complete; the fabric's "
                              "switches could not be balanced without losing the optimum")
         lg = LogicalGraph.from_split(g, rank_of)

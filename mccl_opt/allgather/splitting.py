@@ -9,8 +9,8 @@ into ``α`` units of a logical link ``u -> t``.
 * **Balance.**  Splitting needs a switch's in- and out-units equal; a switch with more
   in- than out-units (one-directional degradations) gives up the excess on its in-links
   (or out-links), each reduction as large as the rooted cut condition allows.
-* **Spread proposal** (default, cheap): each switch is split like a transportation
-  problem whose pair amounts start from the proportional share
+* **Spread proposal** (default, cheap; in arrays, :mod:`.spread`): each switch is split
+  like a transportation problem whose pair amounts start from the proportional share
   ``a_u b_t / (C - b_u)``, so every GPU gets logical links to all its switch peers
   (dense, shallow trees) instead of ForestColl's chain-like greedy result.
 * **Exact greedy** (fallback, ForestColl): pairs ``(u, t)`` in order, each split by the
@@ -26,11 +26,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import SolveError
+from .bundles import Bundles
 from .maxflow import INF, FlowNetwork
-from .star import split_star
-from .transport import transport
 
-__all__ = ["LogicalGraph", "SplitGraph", "balance_switches", "split_all", "peel", "simple_path"]
+__all__ = ["LogicalGraph", "SplitGraph", "balance_switches", "split_all", "switch_order",
+           "gpu_links", "peel", "simple_path"]
 
 Bundle = list  # list of [path (tuple of node indices), units]
 
@@ -216,7 +216,20 @@ def balance_switches(g: SplitGraph) -> bool:
 
 
 # ---------------------------------------------------------------------- splitting
-def _switch_order(g: SplitGraph) -> list[int]:
+def gpu_links(is_switch: np.ndarray, rank_of: np.ndarray, tail: np.ndarray, head: np.ndarray
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The links ``tail -> head`` (node indices) left after switch removal in logical
+    order: ``(order, tail ranks, head ranks)`` sorted by tail rank, then head rank;
+    :class:`SolveError` if a link still touches a switch."""
+    if (is_switch[tail] | is_switch[head]).any():
+        raise SolveError("switch removal left links at a switch (its in- and out-units "
+                         "could not be paired); the fabric's switches are unbalanced")
+    tail, head = rank_of[tail].astype(np.int64), rank_of[head].astype(np.int64)
+    order = np.lexsort((head, tail))
+    return order, tail[order], head[order]
+
+
+def switch_order(g: SplitGraph) -> list[int]:
     """Switches whose neighbours are switches first (aggregation before ToR before
     NVSwitch), ties by index: deterministic."""
     nsw = np.zeros(g.n, np.int64)
@@ -226,45 +239,6 @@ def _switch_order(g: SplitGraph) -> list[int]:
             nsw[b] += 1
     sw = np.flatnonzero(g.is_switch)
     return sw[np.lexsort((sw, -nsw[sw]))].tolist()
-
-
-def _spread_split(g: SplitGraph, w: int) -> None:
-    """Split every unit of switch ``w``: pair amounts from the proportional share
-    (rounded up), then whatever completes the transport (module docstring)."""
-    ins, outs = g.in_arcs(w), g.out_arcs(w)
-    us = [a[0] for a in ins]
-    ts = [b[1] for b in outs]
-    a_u = np.array([g.units[x] for x in ins], np.int64)
-    b_t = np.array([g.units[x] for x in outs], np.int64)
-    total = int(a_u.sum())
-    nu, nt = len(us), len(ts)
-    us_a, ts_a = np.array(us, np.int64), np.array(ts, np.int64)
-    tail, col = np.nonzero(us_a[:, None] != ts_a[None, :])   # pairs u != t, row-major
-    b_of = dict(zip(ts, b_t.tolist()))
-    rest = np.maximum(total - np.array([b_of.get(u, 0) for u in us], np.int64), 1)
-    supply, demand = a_u.copy(), b_t.copy()
-    out_of = {t: j for j, t in enumerate(ts)}
-    amounts = transport(nu, nt, tail, col, supply, demand,
-                        [-(-a_u[tail] * b_t[col] // rest[tail]), None],
-                        np.array([out_of.get(u, -1) for u in us], np.int64))
-    pos = np.flatnonzero(amounts > 0)
-    if all(len(g.bundles[x]) == 1 for x in ins) and all(len(g.bundles[x]) == 1 for x in outs):
-        split_star(g, ins, outs, tail[pos], col[pos], amounts[pos].tolist())
-        return
-    src, dst = us_a[tail[pos]].tolist(), ts_a[col[pos]].tolist()
-    for u, t, amt in zip(src, dst, amounts[pos].tolist()):
-        g.split(u, w, t, amt)
-    out_left = dict(zip(ts, demand.tolist()))
-    for i, u in enumerate(us):           # forced loops u -> w -> u (u dominates w) vanish
-        loop = min(int(supply[i]), out_left.get(u, 0))
-        if loop:
-            g.split(u, w, u, loop)
-            demand[out_of[u]] -= loop
-        if supply[i] > loop:             # a switch left unbalanced: units no pair can take
-            g.reduce((u, w), int(supply[i]) - loop)
-    for j, t in enumerate(ts):
-        if demand[j]:
-            g.reduce((w, t), int(demand[j]))
 
 
 def _exact_split(g: SplitGraph, w: int) -> bool:
@@ -295,43 +269,36 @@ def _split_pass(g: SplitGraph, w: int) -> bool:
     return progress
 
 
-def split_all(g: SplitGraph, exact: bool) -> bool:
-    """Split off every switch (spread proposal, or exact greedy when ``exact``).
-
-    Returns ``False`` only when the exact greedy could not complete a switch.
-    """
-    for w in _switch_order(g):
-        if exact:
-            if not _exact_split(g, w):
-                return False
-        else:
-            _spread_split(g, w)
-    return True
+def split_all(g: SplitGraph) -> bool:
+    """Split off every switch by the exact greedy (module docstring); ``False`` when it
+    could not complete a switch."""
+    return all(_exact_split(g, w) for w in switch_order(g))
 
 
 @dataclass
 class LogicalGraph:
     """GPU-only logical links: ``tail[i] -> head[i]`` (ranks) with ``units[i]`` and
-    ``bundles[i]`` (physical node-index paths with units)."""
+    ``bundles[i]`` (physical node-index paths with units, :class:`.bundles.Bundles`;
+    a list view ``[[path, units], ...]`` per link is converted)."""
 
     num_gpus: int
     tail: np.ndarray
     head: np.ndarray
     units: np.ndarray
-    bundles: list[Bundle]
+    bundles: Bundles
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.bundles, Bundles):
+            self.bundles = Bundles.from_lists(self.bundles)
 
     @classmethod
     def from_split(cls, g: SplitGraph, rank_of: np.ndarray) -> "LogicalGraph":
         keys = list(g.units)
         ends = np.array(keys, np.int64).reshape(-1, 2)
-        if g.is_switch[ends].any():
-            raise SolveError("switch removal left links at a switch (its in- and out-units "
-                             "could not be paired); the fabric's switches are unbalanced")
-        tail, head = rank_of[ends[:, 0]], rank_of[ends[:, 1]]
-        order = np.lexsort((head, tail))
+        order, tail, head = gpu_links(g.is_switch, rank_of, ends[:, 0], ends[:, 1])
         units = np.fromiter(g.units.values(), np.int64, count=len(keys))
-        return cls(int(g.gpus.size), tail[order].astype(np.int64), head[order].astype(np.int64),
-                   units[order], [g.bundles[keys[i]] for i in order.tolist()])
+        return cls(int(g.gpus.size), tail, head, units[order],
+                   [g.bundles[keys[i]] for i in order.tolist()])
 
     def admits(self, k: int) -> bool:
         """Rooted cut test: ``k`` trees per root fit (Edmonds' branching theorem)."""

@@ -10,6 +10,7 @@ another pair: a dropped loop takes ingress from ``u`` that the cut condition may
 from __future__ import annotations
 
 import numpy as np
+from numba import njit
 
 from .maxflow import INF, FlowNetwork
 
@@ -39,27 +40,32 @@ def transport(n_in: int, n_out: int, tail: np.ndarray, col: np.ndarray, supply: 
         np.subtract.at(supply, tail, flow)
         np.subtract.at(demand, col, flow)
     if loop_of is not None and supply.any():
-        _unloop(n_in, n_out, tail, col, amounts, supply, demand, loop_of)
+        _unloop(n_in, n_out, np.asarray(tail, np.int64), np.asarray(col, np.int64), amounts,
+                supply, demand, np.asarray(loop_of, np.int64))
     return amounts
 
 
-def _unloop(n_in: int, n_out: int, tail: np.ndarray, col: np.ndarray, amounts: np.ndarray,
-            supply: np.ndarray, demand: np.ndarray, loop_of: np.ndarray) -> None:
+@njit(cache=True)
+def _unloop(n_in, n_out, tail, col, amounts, supply, demand, loop_of):
     """Place units left on loops: when in-arc ``i`` (tail ``u``) and out-arc ``j`` (head
     ``u``) still hold ``m`` units that only the loop ``u -> w -> u`` could join, move
-    them through a pair ``(i', j')`` avoiding ``u``: ``(i', j') -= m``, ``(i', j) += m``,
-    ``(i, j') += m``.  Every in- and out-arc keeps its total, the loop is gone."""
+    them through pairs ``(i', j')`` avoiding ``u``, in pair order: ``(i', j') -= m``,
+    ``(i', j) += m``, ``(i, j') += m``.  Every in- and out-arc keeps its total, the loop
+    is gone.  (Both pairs added exist: ``u`` is neither ``i'``'s tail nor ``j'``'s head.)"""
     index = np.full((n_in, n_out), -1, np.int64)
-    index[tail, col] = np.arange(tail.size)
-    for i in np.flatnonzero(supply).tolist():
-        j = int(loop_of[i])
-        if j < 0:
+    for p in range(tail.size):
+        index[tail[p], col[p]] = p
+    for i in range(n_in):
+        j = loop_of[i]
+        if supply[i] == 0 or j < 0:
             continue
-        left = min(int(supply[i]), int(demand[j]))
-        for p in np.flatnonzero((amounts > 0) & (tail != i) & (col != j)).tolist():
+        left = min(supply[i], demand[j])
+        for p in range(tail.size):
             if left == 0:
                 break
-            m = min(left, int(amounts[p]))
+            if amounts[p] == 0 or tail[p] == i or col[p] == j:
+                continue
+            m = min(left, amounts[p])
             amounts[p] -= m
             amounts[index[tail[p], j]] += m
             amounts[index[i, col[p]]] += m

@@ -1,0 +1,270 @@
+"""Phase 2 by the spread proposal, in arrays (ForestColl switch removal, paper §4.3, Fig. 18).
+
+Switches are split one at a time in :func:`.splitting.switch_order`.  Splitting ``w``
+pairs its in-links ``u -> w`` with its out-links ``w -> t`` (``u != t``) by the
+integral transport of :func:`.transport.transport`, seeded with the proportional
+share ``a_u b_t / (C - b_u)`` (rounded up) so every GPU gets logical links to all its
+switch peers; then every unit at ``w`` is gone: paired units become logical links
+``u -> t``, units left on an in-link are forced loops ``u -> w -> u`` and units no pair
+takes (an unbalanced switch) are dropped.
+
+The graph lives in arrays: every arc (logical or physical) has its units and a linked
+list of bundle segments, each segment its units and its path in a node buffer; a hash
+map finds the arc ``u -> t``.  A compiled kernel applies one switch's pairs in pair
+order (in-links by tail, out-links by head): pair ``(u, t)`` of ``m`` units takes
+``m`` units off the front of both bundles, zips them, and every piece rides the walk
+``path(u, w) + path(w, t)[1:]`` with its cycles cut (a loop only adds load), merged
+into the segment of ``u -> t`` with the same path if there is one.  This is
+:meth:`.splitting.SplitGraph.split` pair by pair, so the logical graph and its bundles
+equal the dictionary form's (``tests/test_allgather_split_arrays.py`` compares them).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit, types
+from numba.typed import Dict
+
+from .bundles import Bundles
+from .splitting import LogicalGraph, SplitGraph, gpu_links, switch_order
+from .transport import transport
+
+__all__ = ["spread_split"]
+
+
+class _Arrays:
+    """The growing arrays of the split (module docstring): arcs, segments, node buffer."""
+
+    def __init__(self, g: SplitGraph) -> None:
+        keys = list(g.units)
+        m = len(keys)
+        segs = [seg for key in keys for seg in g.bundles[key]]
+        self.tail = np.array([a for a, _ in keys], np.int64).reshape(-1)
+        self.head = np.array([b for _, b in keys], np.int64).reshape(-1)
+        self.units = np.array([g.units[key] for key in keys], np.int64).reshape(-1)
+        counts = np.array([len(g.bundles[key]) for key in keys], np.int64).reshape(-1)
+        self.nseg = counts.copy()
+        first = np.zeros(m, np.int64)
+        np.cumsum(counts[:-1], out=first[1:])
+        self.first = np.where(counts > 0, first, -1)
+        self.last = np.where(counts > 0, first + counts - 1, -1)
+        self.seg_units = np.array([u for _, u in segs], np.int64).reshape(-1)
+        self.seg_next = np.arange(1, len(segs) + 1, dtype=np.int64)
+        self.seg_next[self.last[counts > 0]] = -1
+        lens = np.array([len(p) for p, _ in segs], np.int64).reshape(-1)
+        self.seg_plen = lens
+        self.seg_pstart = np.zeros(len(segs), np.int64)
+        np.cumsum(lens[:-1], out=self.seg_pstart[1:])
+        self.buf = np.array([v for p, _ in segs for v in p], np.int64).reshape(-1)
+        self.maxlen = int(lens.max()) if lens.size else 0
+        self.n_arcs, self.n_segs, self.top = m, len(segs), int(lens.sum())
+        at_switch = g.is_switch[self.tail] | g.is_switch[self.head]
+        self.listed = at_switch.copy()
+        self.switch_arcs = np.flatnonzero(at_switch).astype(np.int64)
+        self.n_listed = self.switch_arcs.size
+        self.index = Dict.empty(types.int64, types.int64)
+        _index_arcs(self.index, self.tail, self.head, g.n)
+
+    def reserve(self, arcs: int, segs: int, nodes: int) -> None:
+        """Room for ``arcs`` more arcs, ``segs`` more segments and ``nodes`` more nodes."""
+        for names, used, more in ((("tail", "head", "units", "nseg", "first", "last",
+                                    "listed", "switch_arcs"), self.n_arcs, arcs),
+                                  (("seg_units", "seg_next", "seg_plen", "seg_pstart"),
+                                   self.n_segs, segs),
+                                  (("buf",), self.top, nodes)):
+            for name in names:
+                arr = getattr(self, name)
+                if used + more > arr.size:
+                    grown = np.zeros(max(2 * arr.size, used + more), arr.dtype)
+                    grown[: arr.size] = arr
+                    setattr(self, name, grown)
+
+    def at(self, w: int) -> tuple[np.ndarray, np.ndarray]:
+        """The live in-arcs of ``w`` by tail and its live out-arcs by head (arc ids)."""
+        cand = self.switch_arcs[: self.n_listed]
+        live = self.units[cand] > 0
+        if live.sum() * 2 < cand.size:                     # drop dead arcs from the list
+            self.listed[cand[~live]] = False
+            cand = cand[live]
+            self.switch_arcs[: cand.size] = cand
+            self.n_listed = cand.size
+            live = np.ones(cand.size, bool)
+        ins = cand[live & (self.head[cand] == w)]
+        outs = cand[live & (self.tail[cand] == w)]
+        return ins[np.argsort(self.tail[ins])], outs[np.argsort(self.head[outs])]
+
+
+def spread_split(g: SplitGraph, rank_of: np.ndarray) -> LogicalGraph:
+    """Split off every switch of ``g`` by the spread proposal (module docstring);
+    ``g`` is left as it was."""
+    st = _Arrays(g)
+    for w in switch_order(g):
+        ins, outs = st.at(w)
+        if ins.size == 0 and outs.size == 0:
+            continue
+        i_in, j_out, amounts = _pair_amounts(st, ins, outs)
+        reach = int((st.nseg[ins[i_in]] + st.nseg[outs[j_out]]).sum())
+        st.reserve(i_in.size, reach, reach * 2 * st.maxlen)
+        (st.n_arcs, st.n_segs, st.top, st.n_listed, st.maxlen) = _split_switch(
+            ins, outs, i_in, j_out, amounts, g.is_switch, g.n, st.index,
+            st.tail, st.head, st.units, st.nseg, st.first, st.last, st.listed, st.switch_arcs,
+            st.seg_units, st.seg_next, st.seg_pstart, st.seg_plen, st.buf,
+            st.n_arcs, st.n_segs, st.top, st.n_listed, st.maxlen)
+    return _logical(st, g, rank_of)
+
+
+def _pair_amounts(st: _Arrays, ins: np.ndarray, outs: np.ndarray
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The spread proposal's transport at one switch: pairs ``(i, j)`` (row-major, ``u
+    != t``) with positive amounts, as in-arc positions, out-arc positions and units."""
+    us, ts = st.tail[ins], st.head[outs]
+    a_u, b_t = st.units[ins], st.units[outs]
+    tail, col = np.nonzero(us[:, None] != ts[None, :])
+    pos = np.minimum(np.searchsorted(ts, us), max(ts.size - 1, 0))
+    back = (ts[pos] == us) if ts.size else np.zeros(us.size, bool)
+    loop_of = np.where(back, pos, -1)                   # out-arc back to each in-arc's tail
+    rest = np.maximum(int(a_u.sum()) - np.where(back, b_t[pos] if ts.size else 0, 0), 1)
+    amounts = transport(us.size, ts.size, tail, col, a_u.copy(), b_t.copy(),
+                        [-(-a_u[tail] * b_t[col] // rest[tail]), None], loop_of)
+    keep = np.flatnonzero(amounts > 0)
+    return tail[keep], col[keep], amounts[keep]
+
+
+@njit(cache=True)
+def _index_arcs(index, tail, head, n):
+    for a in range(tail.size):
+        index[tail[a] * n + head[a]] = a
+
+
+@njit(cache=True)
+def _split_switch(ins, outs, i_in, j_out, amounts, is_switch, n, index,
+                  tail, head, units, nseg, first, last, listed, switch_arcs,
+                  seg_units, seg_next, seg_pstart, seg_plen, buf,
+                  n_arcs, n_segs, top, n_listed, maxlen):
+    """Apply one switch's pairs in order (module docstring), then drop every arc at
+    the switch; returns the new counts ``(arcs, segments, buffer top, listed, longest
+    path)``."""
+    for p in range(i_in.size):
+        a, b, m = ins[i_in[p]], outs[j_out[p]], amounts[p]
+        u, t = tail[a], head[b]
+        key = u * n + t
+        c = -1
+        if key in index:
+            c = index[key]
+        else:
+            c = n_arcs
+            n_arcs += 1
+            index[key] = c
+            tail[c], head[c], units[c], nseg[c] = u, t, 0, 0
+            first[c], last[c], listed[c] = -1, -1, False
+        if not listed[c] and (is_switch[u] or is_switch[t]):
+            listed[c] = True
+            switch_arcs[n_listed] = c
+            n_listed += 1
+        units[a] -= m
+        units[b] -= m
+        units[c] += m
+        while m > 0:
+            sa, sb = first[a], first[b]
+            take = min(m, seg_units[sa], seg_units[sb])
+            length = _walk(buf, top, seg_pstart[sa], seg_plen[sa], seg_pstart[sb], seg_plen[sb])
+            same = _find_path(buf, top, length, first[c], seg_next, seg_pstart, seg_plen)
+            if same >= 0:
+                seg_units[same] += take
+            else:
+                s = n_segs
+                n_segs += 1
+                seg_units[s], seg_next[s] = take, -1
+                seg_pstart[s], seg_plen[s] = top, length
+                top += length
+                maxlen = max(maxlen, length)
+                if last[c] >= 0:
+                    seg_next[last[c]] = s
+                else:
+                    first[c] = s
+                last[c] = s
+                nseg[c] += 1
+            for arc, seg in ((a, sa), (b, sb)):
+                seg_units[seg] -= take
+                if seg_units[seg] == 0:
+                    first[arc] = seg_next[seg]
+                    nseg[arc] -= 1
+                    if first[arc] < 0:
+                        last[arc] = -1
+            m -= take
+    for group in (ins, outs):
+        for a in group:
+            units[a], nseg[a], first[a], last[a] = 0, 0, -1, -1
+    return n_arcs, n_segs, top, n_listed, maxlen
+
+
+@njit(cache=True)
+def _walk(buf, top, start_a, len_a, start_b, len_b):
+    """Write the walk ``path a + path b[1:]`` at ``buf[top:]`` with its cycles cut (a
+    node seen before truncates the path back to it); returns its length."""
+    n = 0
+    for i in range(len_a + len_b - 1):
+        v = buf[start_a + i] if i < len_a else buf[start_b + i - len_a + 1]
+        j = 0
+        while j < n and buf[top + j] != v:
+            j += 1
+        if j < n:
+            n = j + 1
+        else:
+            buf[top + n] = v
+            n += 1
+    return n
+
+
+@njit(cache=True)
+def _find_path(buf, top, length, s, seg_next, seg_pstart, seg_plen):
+    """The segment of the list from ``s`` whose path equals ``buf[top:top+length]``; -1
+    if none."""
+    while s >= 0:
+        if seg_plen[s] == length:
+            lo = seg_pstart[s]
+            j = 0
+            while j < length and buf[lo + j] == buf[top + j]:
+                j += 1
+            if j == length:
+                return s
+        s = seg_next[s]
+    return -1
+
+
+def _logical(st: _Arrays, g: SplitGraph, rank_of: np.ndarray) -> LogicalGraph:
+    """The live arcs as a :class:`.splitting.LogicalGraph` (links by tail, head rank)."""
+    live = np.flatnonzero(st.units[: st.n_arcs] > 0)
+    order, tail, head = gpu_links(g.is_switch, rank_of, st.tail[live], st.head[live])
+    arcs = live[order]
+    start = np.zeros(arcs.size + 1, np.int64)
+    np.cumsum(st.nseg[arcs], out=start[1:])
+    seg_units, path_start, nodes = _gather(arcs, start, st.first, st.seg_next, st.seg_units,
+                                           st.seg_pstart, st.seg_plen, st.buf)
+    return LogicalGraph(int(g.gpus.size), tail, head, st.units[arcs].copy(),
+                        Bundles(start, seg_units, path_start, nodes))
+
+
+@njit(cache=True)
+def _gather(arcs, start, first, seg_next, seg_units, seg_pstart, seg_plen, buf):
+    """The segments of ``arcs`` in order (CSR ``start``), with their paths compacted."""
+    num = start[-1]
+    units = np.empty(num, np.int64)
+    path_start = np.zeros(num + 1, np.int64)
+    k = 0
+    for a in arcs:
+        s = first[a]
+        while s >= 0:
+            units[k] = seg_units[s]
+            path_start[k + 1] = path_start[k] + seg_plen[s]
+            k += 1
+            s = seg_next[s]
+    nodes = np.empty(path_start[-1], np.int64)
+    k = 0
+    for a in arcs:
+        s = first[a]
+        while s >= 0:
+            nodes[path_start[k]: path_start[k + 1]] = buf[seg_pstart[s]: seg_pstart[s] + seg_plen[s]]
+            k += 1
+            s = seg_next[s]
+    return units, path_start, nodes
