@@ -7,6 +7,10 @@ runtime and the executor consume.
   ``path`` (node ids; interior nodes may be switches or relay GPUs).
 * AllGather: each :class:`TreeChunk` carries ``share`` of ``src``'s shard over a
   spanning arborescence of GPU-to-GPU ``edges``; an edge's interior nodes are switches.
+  A synthesizer may hand its trees over as arrays (:class:`TreeChunks`, module
+  :mod:`.schedule_chunks`): ``chunks`` is then a sequence that builds each
+  :class:`TreeChunk` when read, and the file writer and :func:`share_loads` read the
+  arrays.
 
 Rates (README "Units and definitions"): with per-link *share load* ``L_a`` (the sum of the shares of the
 chunks crossing link ``a``, counting an AllGather tree once per edge that crosses it),
@@ -19,72 +23,27 @@ from __future__ import annotations
 from itertools import chain
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence, Union
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
 from .errors import ScheduleError
 from .files import read_json, write_json
+from .schedule_chunks import Chunk, PathChunk, TreeChunk, TreeChunks, TreeTable, distinct_paths
 from .schedule_format import (FORMAT_V1, FORMAT_V2, FORMATS, as_list, as_object, jsonable, number,
-                              pack_v1, pack_v2, unpack_chunks, version_number)
+                              pack_v1, pack_v2, pack_v2_table, unpack_chunks, version_number)
 
 if TYPE_CHECKING:
     from .topology import Topology
 
-__all__ = ["PathChunk", "TreeChunk", "BottleneckLink", "Schedule", "FORMAT_TAG", "FORMATS",
-           "COLLECTIVES", "share_loads", "schedule_rate", "bottleneck_links", "chunk_counts"]
+__all__ = ["PathChunk", "TreeChunk", "TreeChunks", "TreeTable", "BottleneckLink", "Schedule",
+           "FORMAT_TAG", "FORMATS", "COLLECTIVES", "share_loads", "schedule_rate",
+           "bottleneck_links", "chunk_counts", "distinct_paths"]
 
 #: the format :meth:`Schedule.save` writes (:data:`FORMATS` are read)
 FORMAT_TAG = FORMAT_V2
 COLLECTIVES = ("alltoall", "allgather")
 SATURATION_TOL = 1e-6
-
-
-@dataclass(frozen=True)
-class PathChunk:
-    """An AllToAll chunk: ``share`` of the ``src -> dst`` block routed along ``path``."""
-
-    src: str
-    dst: str
-    share: float
-    path: tuple[str, ...]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"src": self.src, "dst": self.dst, "share": float(self.share), "path": list(self.path)}
-
-
-@dataclass(frozen=True)
-class TreeChunk:
-    """An AllGather chunk: ``share`` of ``src``'s shard sent over a spanning tree.
-
-    ``edges[i]`` is the node path of one GPU-to-GPU transfer (interior nodes switches).
-    """
-
-    src: str
-    share: float
-    edges: tuple[tuple[str, ...], ...]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"src": self.src, "share": float(self.share),
-                "edges": [{"path": list(e)} for e in self.edges]}
-
-    def depths(self) -> dict[str, int]:
-        """Depth (GPU hops from the root) of every GPU of the tree."""
-        children: dict[str, list[str]] = {}
-        for e in self.edges:
-            children.setdefault(e[0], []).append(e[-1])
-        depth = {self.src: 0}
-        stack = [self.src]
-        while stack:
-            u = stack.pop()
-            for v in children.get(u, ()):
-                if v not in depth:
-                    depth[v] = depth[u] + 1
-                    stack.append(v)
-        return depth
-
-
-Chunk = Union[PathChunk, TreeChunk]
 
 
 @dataclass(frozen=True)
@@ -122,7 +81,7 @@ class Schedule:
     rate_gbps: float
     lp_rate_gbps: float
     max_chunks: int | None
-    chunks: tuple[Chunk, ...]
+    chunks: Sequence[Chunk]
     bottleneck: tuple[BottleneckLink, ...] = ()
     version: int = 1
     solver: dict[str, Any] = field(default_factory=dict)
@@ -133,7 +92,8 @@ class Schedule:
         if self.collective not in COLLECTIVES:
             raise ScheduleError(f"collective must be one of {COLLECTIVES}, got {self.collective!r}")
         self.gpus = tuple(self.gpus)
-        self.chunks = tuple(self.chunks)
+        if not isinstance(self.chunks, TreeChunks):           # array trees stay arrays
+            self.chunks = tuple(self.chunks)
         self.bottleneck = tuple(self.bottleneck)
 
     @property
@@ -153,8 +113,12 @@ class Schedule:
         the format files and the controller's messages use), or with ``compact=False``
         as ``mccl-schedule/1`` (every chunk spelled out).  :meth:`from_dict` reads both."""
         alltoall = self.collective == "alltoall"
-        raw = [(c.src, c.dst, c.share, c.path) if alltoall else (c.src, c.share, c.edges)
-               for c in self.chunks]
+        table = None
+        if compact and isinstance(self.chunks, TreeChunks):
+            table = pack_v2_table(self.gpus, self.chunks.table)
+        raw = [] if table is not None else [
+            (c.src, c.dst, c.share, c.path) if alltoall else (c.src, c.share, c.edges)
+            for c in self.chunks]
         d: dict[str, Any] = {
             "format": FORMAT_TAG if compact else FORMAT_V1,
             "collective": self.collective,
@@ -165,7 +129,7 @@ class Schedule:
             "max_chunks": self.max_chunks,
         }
         if compact:
-            d.update(pack_v2(self.gpus, alltoall, raw))
+            d.update(table if table is not None else pack_v2(self.gpus, alltoall, raw))
         else:
             d["chunks"] = pack_v1(alltoall, raw)
         d.update(bottleneck=[b.to_dict() for b in self.bottleneck], version=int(self.version),
@@ -239,6 +203,8 @@ def share_loads(topo: "Topology", chunks: Iterable[Chunk]) -> np.ndarray:
     a sorted-key search, and the shares summed with ``np.bincount``.
     Raises :class:`mccl_opt.TopologyError` if a hop is not a link of ``topo``.
     """
+    if isinstance(chunks, TreeChunks):
+        return _table_loads(topo, chunks)
     hops: list[Sequence[str]] = []
     shares: list[float] = []
     counts: list[int] = []
@@ -255,6 +221,18 @@ def share_loads(topo: "Topology", chunks: Iterable[Chunk]) -> np.ndarray:
     paths, ids = distinct_paths(hops)
     shares = np.bincount(ids, weights=np.repeat(np.asarray(shares, float), counts),
                          minlength=len(paths))
+    return _path_loads(topo, paths, shares)
+
+
+def _table_loads(topo: "Topology", chunks: TreeChunks) -> np.ndarray:
+    """:func:`share_loads` of array trees: shares summed per path of the table."""
+    per_path = chunks.table.path_shares()
+    used = np.flatnonzero(per_path)
+    return _path_loads(topo, chunks.path_names(used), per_path[used])
+
+
+def _path_loads(topo: "Topology", paths: Sequence[Sequence[str]], shares: np.ndarray) -> np.ndarray:
+    """Share load per link of node-id ``paths`` carrying ``shares``."""
     index = {n.id: i for i, n in enumerate(topo.nodes)}
     flat = list(chain.from_iterable(paths))
     nodes = np.fromiter((index.get(v, -1) for v in flat), dtype=np.int64, count=len(flat))
@@ -271,13 +249,6 @@ def share_loads(topo: "Topology", chunks: Iterable[Chunk]) -> np.ndarray:
         pos = int(np.flatnonzero(is_tail)[bad[0]])
         topo.link_index(flat[pos], flat[pos + 1])   # raises TopologyError naming the hop
     return np.bincount(arcs, weights=hop_share, minlength=topo.num_links)
-
-
-def distinct_paths(paths: list[Sequence[str]]) -> tuple[list[Sequence[str]], np.ndarray]:
-    """``(distinct paths in first-use order, index of every path among them)``; AllGather
-    trees share most of their edges, so per-path work is done once per distinct path."""
-    first = {p: i for i, p in enumerate(dict.fromkeys(paths))}
-    return list(first), np.fromiter(map(first.__getitem__, paths), np.int64, count=len(paths))
 
 
 def _link_indices(topo: "Topology", tails: np.ndarray, heads: np.ndarray) -> np.ndarray:

@@ -26,8 +26,9 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 
 from .errors import ScheduleError
+from .schedule_chunks import TreeTable
 
-__all__ = ["FORMAT_V1", "FORMAT_V2", "FORMATS", "pack_v1", "pack_v2", "unpack_chunks",
+__all__ = ["FORMAT_V1", "FORMAT_V2", "FORMATS", "pack_v1", "pack_v2", "pack_v2_table", "unpack_chunks",
            "as_list", "number", "version_number", "as_object", "jsonable"]
 
 FORMAT_V1 = "mccl-schedule/1"
@@ -89,6 +90,77 @@ def pack_v2(gpus: Sequence[str], alltoall: bool, chunks: Sequence[ChunkTuple]) -
         out["trees"] = trees
     out.update(nodes=extra, paths=paths, chunks=rows)
     return out
+
+
+def pack_v2_table(gpus: Sequence[str], table: TreeTable) -> dict[str, Any] | None:
+    """:func:`pack_v2` of the AllGather trees of ``table``, from its arrays (the same
+    dictionary, without a node-id tuple per edge); ``None`` if a tree's root is no GPU."""
+    n = len(gpus)
+    rank = {g: i for i, g in enumerate(gpus)}
+    node_ids = table.node_ids
+    node_rank = np.fromiter((rank.get(v, -1) for v in node_ids), np.int64, count=len(node_ids))
+    src = node_rank[table.src]
+    if (src < 0).any():
+        return None
+    flat = table.edges.ravel()
+    uniq, first = np.unique(flat, return_index=True)
+    used = uniq[np.argsort(first, kind="stable")]               # paths in first-use order
+    rows = [table.paths[j] for j in used.tolist()]
+    lens = np.fromiter(map(len, rows), np.int64, count=len(rows))
+    nodes = np.fromiter(chain.from_iterable(rows), np.int64, count=int(lens.sum()))
+    extra = nodes[node_rank[nodes] < 0]
+    found, at = np.unique(extra, return_index=True)
+    extra = found[np.argsort(at, kind="stable")]                # switches in first-use order
+    number = node_rank.copy()
+    number[extra] = n + np.arange(extra.size)
+    same = _first_equal_paths(number[nodes], lens)            # equal node lists: one path
+    keep = np.flatnonzero(same == np.arange(same.size))
+    path_id = np.full(len(table.paths), -1, np.int64)
+    path_id[used] = np.searchsorted(keep, same)
+    starts = np.cumsum(lens) - lens
+    file_nodes = number[nodes].tolist()
+    paths = [file_nodes[a:a + b] for a, b in zip(starts[keep].tolist(), lens[keep].tolist())]
+    tree_of, firsts = _first_equal_rows(path_id[table.edges])
+    return {"trees": path_id[table.edges[firsts]].tolist(),
+            "nodes": [node_ids[v] for v in extra.tolist()], "paths": paths,
+            "chunks": [list(c) for c in zip(src.tolist(), map(float, table.shares.tolist()),
+                                            tree_of.tolist())]}
+
+
+def _first_equal_paths(nodes: np.ndarray, lens: np.ndarray) -> np.ndarray:
+    """Per path (``lens`` nodes each, concatenated in ``nodes``), the first path with the
+    same nodes."""
+    out = np.arange(lens.size)
+    starts = np.cumsum(lens) - lens
+    for length in np.unique(lens).tolist():
+        members = np.flatnonzero(lens == length)
+        block = nodes[starts[members][:, None] + np.arange(length)]
+        _, first, inverse = np.unique(block, axis=0, return_index=True, return_inverse=True)
+        out[members] = members[first[inverse.ravel()]]
+    return out
+
+
+def _first_equal_rows(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(class of every row, first row of every class)``: equal rows form one class,
+    classes numbered in order of first row.  Rows are hashed by blocks (bounded memory)
+    and rows of equal hash compared."""
+    weights = np.random.default_rng(0).integers(1, 2**62, rows.shape[1], dtype=np.int64)
+    hashes = np.empty(rows.shape[0], np.int64)
+    for lo in range(0, rows.shape[0], 1024):
+        hashes[lo:lo + 1024] = (rows[lo:lo + 1024].astype(np.int64) * weights).sum(axis=1)
+    firsts: list[int] = []
+    seen: dict[int, list[int]] = {}
+    tree_of = np.empty(rows.shape[0], np.int64)
+    for r, h in enumerate(hashes.tolist()):
+        for c in seen.get(h, ()):
+            if np.array_equal(rows[firsts[c]], rows[r]):
+                tree_of[r] = c
+                break
+        else:
+            seen.setdefault(h, []).append(len(firsts))
+            tree_of[r] = len(firsts)
+            firsts.append(r)
+    return tree_of, np.array(firsts, np.int64)
 
 
 # ---------------------------------------------------------------------- reading

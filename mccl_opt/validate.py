@@ -15,7 +15,7 @@ chunks and the topology.  Checked:
 
 The loads and the rate are computed here, not with the helpers the synthesizers use
 (:func:`mccl_opt.schedule.share_loads`, :func:`~mccl_opt.schedule.schedule_rate`):
-shares are summed per distinct path in a dict, each hop is looked up by its node ids in
+shares are summed per distinct path in a dict (array trees: per path of their table), each hop is looked up by its node ids in
 the topology's link table, and the rate is ``1 / max_a (L_a / cap_a)``, so a bug in the
 synthesizers' load arithmetic cannot hide itself.
 """
@@ -25,13 +25,13 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 from fractions import Fraction
-from itertools import chain
-from typing import Iterable
+from typing import Iterable, Sequence
 
 import numpy as np
 
 from .errors import ScheduleError
-from .schedule import Chunk, PathChunk, Schedule, TreeChunk
+from .schedule import Chunk, PathChunk, Schedule, TreeChunk, TreeChunks
+from .schedule_chunks import edge_paths
 from .topology import Topology
 
 __all__ = ["validate", "ValidationReport"]
@@ -110,19 +110,17 @@ def _check_tree(topo: Topology, c: TreeChunk, where: str, problems: list[str]) -
     return max(depths.values()) if depths else 0
 
 
-def _well_formed_trees(topo: Topology, trees: list[TreeChunk]) -> tuple[np.ndarray, np.ndarray]:
-    """``(ok, depth)`` per tree, checked for all trees at once: every edge is a
-    GPU-to-GPU path through switches, every GPU but the root is the head of exactly one
-    edge and reaches the root through its parents (parent pointers doubled
-    ``log2 N`` times).  Distinct edge paths are checked once (trees share them)."""
+def _well_formed_trees(topo: Topology, trees: Sequence[TreeChunk],
+                       srcs: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """``(ok, depth)`` per tree (rooted at ``srcs``), checked for all trees at once: every
+    edge is a GPU-to-GPU path through switches, every GPU but the root is the head of
+    exactly one edge and reaches the root through its parents (parent pointers doubled
+    ``log2 N`` times).  Distinct edge paths are checked once (trees share them; array
+    trees are read from their path table)."""
     n = topo.num_gpus
     rank = {g: i for i, g in enumerate(topo.gpus)}
     is_gpu = {nd.id: nd.is_gpu for nd in topo.nodes}
-    sizes = np.fromiter((len(c.edges) for c in trees), np.int64, count=len(trees))
-    edges = list(chain.from_iterable(c.edges for c in trees))
-    index = {p: i for i, p in enumerate(dict.fromkeys(edges))}
-    paths = list(index)
-    ids = np.fromiter(map(index.__getitem__, edges), np.int64, count=len(edges))
+    paths, ids, sizes = edge_paths(trees)
     ends = np.full((len(paths), 2), -1, np.int64)      # (tail, head) rank; -1: not GPU-to-GPU
     for j, e in enumerate(paths):
         if all(is_gpu.get(v) is not True for v in e[1:-1]):
@@ -135,7 +133,7 @@ def _well_formed_trees(topo: Topology, trees: list[TreeChunk]) -> tuple[np.ndarr
     first = np.cumsum(sizes) - sizes
     edge = ends[ids[first[good][:, None] + np.arange(n - 1)]]          # (trees, n-1, 2)
     tail, head = edge[..., 0], edge[..., 1]
-    roots = np.array([rank[trees[t].src] for t in good.tolist()], np.int64)
+    roots = np.array([rank[srcs[t]] for t in good.tolist()], np.int64)
     rows = np.arange(good.size)[:, None]
     fine = (tail >= 0).all(axis=1) & (head >= 0).all(axis=1)
     tail, head = np.where(fine[:, None], tail, 0), np.where(fine[:, None], head, 0)
@@ -159,22 +157,25 @@ def _well_formed_trees(topo: Topology, trees: list[TreeChunk]) -> tuple[np.ndarr
 def _check_allgather(topo: Topology, sched: Schedule, tol: float, problems: list[str]) -> int:
     gpus = set(topo.gpus)
     per_root: dict[str, list[float]] = {}
-    trees: list[tuple[int, TreeChunk]] = []
-    for i, c in enumerate(sched.chunks):
-        if not isinstance(c, TreeChunk):
+    keep: list[int] = []
+    for i, (src, share) in enumerate(_roots_and_shares(sched.chunks)):
+        if src is None:
             problems.append(f"chunk {i}: an AllGather chunk must be a tree")
             continue
-        where = f"tree {i} (root {c.src})"
-        if c.src not in gpus:
+        where = f"tree {i} (root {src})"
+        if src not in gpus:
             problems.append(f"{where}: root is not a GPU of the topology")
             continue
-        if c.share <= 0:
+        if share <= 0:
             problems.append(f"{where}: share must be > 0")
-        trees.append((i, c))
-        per_root.setdefault(c.src, []).append(c.share)
-    ok, depth = _well_formed_trees(topo, [c for _, c in trees])
+        keep.append(i)
+        per_root.setdefault(src, []).append(share)
+    chunks = sched.chunks
+    trees = chunks if len(keep) == len(chunks) else [chunks[i] for i in keep]
+    ok, depth = _well_formed_trees(topo, trees, [s for s, _ in _roots_and_shares(trees)])
     max_depth = int(depth.max()) if depth.size else 0
-    for (i, c) in (trees[t] for t in np.flatnonzero(~ok).tolist()):   # say what is wrong
+    for i in (keep[t] for t in np.flatnonzero(~ok).tolist()):        # say what is wrong
+        c = chunks[i]
         max_depth = max(max_depth, _check_tree(topo, c, f"tree {i} (root {c.src})", problems))
     for g in topo.gpus:
         shares = per_root.get(g, [])
@@ -187,6 +188,15 @@ def _check_allgather(topo: Topology, sched: Schedule, tol: float, problems: list
                 problems.append(f"root {g}: shares (e.g. {fr}) are not multiples of 1/k for any "
                                 f"k <= {sched.max_chunks}")
     return max_depth
+
+
+def _roots_and_shares(chunks: Sequence[Chunk]) -> list[tuple[str | None, float]]:
+    """``(src, share)`` of every tree chunk (``(None, 0.0)`` for a chunk that is no tree),
+    read from the arrays of array trees."""
+    if isinstance(chunks, TreeChunks):
+        table = chunks.table
+        return list(zip([table.node_ids[v] for v in table.src.tolist()], table.shares.tolist()))
+    return [(c.src, c.share) if isinstance(c, TreeChunk) else (None, 0.0) for c in chunks]
 
 
 def validate(topo: Topology, schedule: Schedule, *, tol: float = 1e-6) -> ValidationReport:
@@ -219,6 +229,11 @@ def _link_loads(topo: Topology, chunks: Iterable[Chunk], problems: list[str]) ->
     """``L_a``: the shares crossing each link, summed per distinct path first (AllGather
     trees share their GPU-to-GPU paths); a hop that is no link is a problem (not loaded)."""
     per_path: defaultdict[tuple[str, ...], float] = defaultdict(float)
+    if isinstance(chunks, TreeChunks):          # array trees: shares summed per table path
+        paths, ids, sizes = edge_paths(chunks)
+        weight = np.repeat(chunks.table.shares, sizes)
+        per_path.update(zip(paths, np.bincount(ids, weights=weight, minlength=len(paths)).tolist()))
+        chunks = ()
     for c in chunks:
         if isinstance(c, PathChunk):
             per_path[tuple(c.path)] += c.share

@@ -9,8 +9,8 @@ switch peers; then every unit at ``w`` is gone: paired units become logical link
 takes (an unbalanced switch) are dropped.
 
 The graph lives in arrays: every arc (logical or physical) has its units and a linked
-list of bundle segments, each segment its units and its path in a node buffer; a hash
-map finds the arc ``u -> t``.  A compiled kernel applies one switch's pairs in pair
+list of bundle segments, each segment its units and its path in a node buffer; an
+open-addressing hash table finds the arc ``u -> t``.  A compiled kernel applies one switch's pairs in pair
 order (in-links by tail, out-links by head): pair ``(u, t)`` of ``m`` units takes
 ``m`` units off the front of both bundles, zips them, and every piece rides the walk
 ``path(u, w) + path(w, t)[1:]`` with its cycles cut (a loop only adds load), merged
@@ -22,8 +22,7 @@ equal the dictionary form's (``tests/test_allgather_split_arrays.py`` compares t
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, types
-from numba.typed import Dict
+from numba import njit
 
 from .bundles import Bundles
 from .splitting import LogicalGraph, SplitGraph, gpu_links, switch_order
@@ -62,8 +61,9 @@ class _Arrays:
         self.listed = at_switch.copy()
         self.switch_arcs = np.flatnonzero(at_switch).astype(np.int64)
         self.n_listed = self.switch_arcs.size
-        self.index = Dict.empty(types.int64, types.int64)
-        _index_arcs(self.index, self.tail, self.head, g.n)
+        self.n = g.n
+        self.keys = self.slots = np.zeros(0, np.int64)
+        self.reserve(0, 0, 0)
 
     def reserve(self, arcs: int, segs: int, nodes: int) -> None:
         """Room for ``arcs`` more arcs, ``segs`` more segments and ``nodes`` more nodes."""
@@ -78,6 +78,10 @@ class _Arrays:
                     grown = np.zeros(max(2 * arr.size, used + more), arr.dtype)
                     grown[: arr.size] = arr
                     setattr(self, name, grown)
+        if 2 * (self.n_arcs + arcs) > self.keys.size:        # the hash map at most half full
+            size = 1 << max(4, int(4 * (self.n_arcs + arcs)).bit_length())
+            self.keys, self.slots = np.full(size, -1, np.int64), np.empty(size, np.int64)
+            _index_arcs(self.keys, self.slots, self.tail, self.head, self.n_arcs, self.n)
 
     def at(self, w: int) -> tuple[np.ndarray, np.ndarray]:
         """The live in-arcs of ``w`` by tail and its live out-arcs by head (arc ids)."""
@@ -106,7 +110,7 @@ def spread_split(g: SplitGraph, rank_of: np.ndarray) -> LogicalGraph:
         reach = int((st.nseg[ins[i_in]] + st.nseg[outs[j_out]]).sum())
         st.reserve(i_in.size, reach, reach * 2 * st.maxlen)
         (st.n_arcs, st.n_segs, st.top, st.n_listed, st.maxlen) = _split_switch(
-            ins, outs, i_in, j_out, amounts, g.is_switch, g.n, st.index,
+            ins, outs, i_in, j_out, amounts, g.is_switch, g.n, st.keys, st.slots,
             st.tail, st.head, st.units, st.nseg, st.first, st.last, st.listed, st.switch_arcs,
             st.seg_units, st.seg_next, st.seg_pstart, st.seg_plen, st.buf,
             st.n_arcs, st.n_segs, st.top, st.n_listed, st.maxlen)
@@ -131,13 +135,27 @@ def _pair_amounts(st: _Arrays, ins: np.ndarray, outs: np.ndarray
 
 
 @njit(cache=True)
-def _index_arcs(index, tail, head, n):
-    for a in range(tail.size):
-        index[tail[a] * n + head[a]] = a
+def _slot(keys, key):
+    """The slot of ``key`` in the open-addressing table ``keys`` (linear probing), or
+    the empty slot (``-1``) where it goes."""
+    mask = keys.size - 1
+    i = ((key * 2654435761) >> 16) & mask
+    while keys[i] != -1 and keys[i] != key:
+        i = (i + 1) & mask
+    return i
 
 
 @njit(cache=True)
-def _split_switch(ins, outs, i_in, j_out, amounts, is_switch, n, index,
+def _index_arcs(keys, slots, tail, head, count, n):
+    """Enter arcs ``0..count-1`` (key ``tail·n + head``) into an empty table."""
+    for a in range(count):
+        key = tail[a] * n + head[a]
+        i = _slot(keys, key)
+        keys[i], slots[i] = key, a
+
+
+@njit(cache=True)
+def _split_switch(ins, outs, i_in, j_out, amounts, is_switch, n, keys, slots,
                   tail, head, units, nseg, first, last, listed, switch_arcs,
                   seg_units, seg_next, seg_pstart, seg_plen, buf,
                   n_arcs, n_segs, top, n_listed, maxlen):
@@ -148,13 +166,13 @@ def _split_switch(ins, outs, i_in, j_out, amounts, is_switch, n, index,
         a, b, m = ins[i_in[p]], outs[j_out[p]], amounts[p]
         u, t = tail[a], head[b]
         key = u * n + t
-        c = -1
-        if key in index:
-            c = index[key]
+        i = _slot(keys, key)
+        if keys[i] == key:
+            c = slots[i]
         else:
             c = n_arcs
             n_arcs += 1
-            index[key] = c
+            keys[i], slots[i] = key, c
             tail[c], head[c], units[c], nseg[c] = u, t, 0, 0
             first[c], last[c], listed[c] = -1, -1, False
         if not listed[c] and (is_switch[u] or is_switch[t]):

@@ -1,0 +1,147 @@
+"""AllGather trees held as arrays (``TreeChunks``): the same schedule as per-edge tuples.
+
+A synthesized AllGather schedule keeps its trees as a path table and a row of path
+indices per tree (mccl_opt/schedule_chunks.py); these tests check that every reader
+(the sequence itself, the file writer, ``share_loads``, the validator) sees exactly the
+schedule the per-edge ``TreeChunk`` tuples describe.
+"""
+
+from __future__ import annotations
+
+import pickle
+
+import numpy as np
+import pytest
+
+from instances import fail1, fail2, fail3, hpn
+from mccl_opt import Schedule, ScheduleError, TreeChunk, validate
+from mccl_opt.allgather import solve_allgather
+from mccl_opt.allgather.mapping import map_classes, tree_chunks
+from mccl_opt.allgather.repair import repair_pack
+from mccl_opt.schedule import TreeChunks, TreeTable, share_loads
+from mccl_opt.schedule_format import pack_v2
+
+FABRICS = [hpn(1, 2, 8), fail2(hpn(1, 2, 8)), fail3(hpn(1, 4, 8)), fail1(hpn(2, 2, 8)),
+           fail2(hpn(2, 4, 8))]
+
+
+def per_edge(chunks) -> tuple[TreeChunk, ...]:
+    """The same chunks as plain per-edge tuples."""
+    return tuple(TreeChunk(c.src, c.share, tuple(tuple(e) for e in c.edges)) for c in chunks)
+
+
+def as_tuples(sched: Schedule) -> Schedule:
+    """``sched`` with its chunks spelled out (what every schedule was before arrays)."""
+    return Schedule(sched.collective, sched.topology, sched.gpus, sched.rate_gbps,
+                    sched.lp_rate_gbps, sched.max_chunks, per_edge(sched.chunks),
+                    sched.bottleneck, sched.version, sched.solver, sched.stats)
+
+
+@pytest.fixture(scope="module", params=FABRICS, ids=lambda t: t.name)
+def solved(request):
+    topo = request.param
+    return topo, solve_allgather(topo)
+
+
+@pytest.mark.parametrize("topo", [fail2(hpn(1, 2, 8)), fail3(hpn(1, 4, 8)), hpn(1, 8, 8)],
+                         ids=lambda t: t.name)
+def test_mapped_arrays_are_the_per_edge_trees(topo):
+    """Same roots, shares, edges (in order) and node paths as the per-edge construction
+    (each edge the node ids of its mapped path)."""
+    from tests.test_allgather import logical_graph
+    lg, k = logical_graph(topo)
+    classes, _ = repair_pack(lg.num_gpus, lg.tail, lg.head, lg.units, k)
+    mapped, _ = map_classes(classes, lg)
+    ids = [n.id for n in topo.nodes]
+    chunks = tree_chunks(mapped, k, ids, topo.arrays.gpu_nodes)
+    ref = [TreeChunk(topo.gpus[r], m / k, tuple(tuple(ids[v] for v in mapped.paths[j]) for j in row))
+           for r, m, row in zip(mapped.roots, mapped.mults, mapped.edges)]
+    assert isinstance(chunks, TreeChunks) and len(chunks) == len(ref)
+    assert list(chunks) == ref
+    assert [chunks[i] for i in range(len(ref))] == ref and chunks[-1] == ref[-1]
+    assert chunks == tuple(ref) and tuple(ref) == chunks
+    assert chunks[1:3] == tuple(ref[1:3])
+    with pytest.raises(IndexError):
+        chunks[len(ref)]
+    first, again = chunks[0], chunks[0]
+    assert first.edges[0] is again.edges[0]         # one name tuple per path, shared
+
+
+def test_solved_schedule_validates_and_matches_per_edge(solved):
+    topo, sched = solved
+    assert isinstance(sched.chunks, TreeChunks)         # Phase 3's trees stay arrays
+    plain = as_tuples(sched)
+    report = validate(topo, sched)
+    assert report.rate_gbps == pytest.approx(sched.rate_gbps, rel=1e-9)
+    assert np.allclose(report.loads, validate(topo, plain).loads, rtol=1e-12, atol=0)
+    assert np.allclose(share_loads(topo, sched.chunks), share_loads(topo, plain.chunks),
+                       rtol=1e-12, atol=0)
+    assert sched == plain
+
+
+def test_file_from_arrays_is_the_per_edge_file(solved, tmp_path):
+    """The writer reads the arrays and writes the very dictionary the per-edge chunks
+    give (``mccl-schedule/2``; ``/1`` too); both read back to the same schedule."""
+    topo, sched = solved
+    plain = as_tuples(sched)
+    assert sched.to_dict() == plain.to_dict()
+    assert sched.to_dict(compact=False) == plain.to_dict(compact=False)
+    for name, compact in (("s.json", True), ("s1.json.gz", False)):
+        sched.save(tmp_path / name, compact=compact)
+        back = Schedule.load(tmp_path / name)
+        assert back == plain and back.chunks == sched.chunks
+        validate(topo, back)
+
+
+def test_pickled_array_chunks_keep_their_trees(solved):
+    _, sched = solved
+    back = pickle.loads(pickle.dumps(sched))
+    assert back.chunks == sched.chunks and type(back.chunks) is type(sched.chunks)
+
+
+def _table(edges, src=(0, 1), shares=(1.0, 1.0)) -> TreeChunks:
+    """Trees over GPUs a, b, c (nodes 0-2) and switch s (3); paths 0-5 are
+    a-s-b, a-s-c, b-s-a, b-s-c, c-s-a and a duplicate of a-s-b."""
+    ids = ("a", "b", "c", "s")
+    paths = [(0, 3, 1), (0, 3, 2), (1, 3, 0), (1, 3, 2), (2, 3, 0), (0, 3, 1)]
+    return TreeChunks(TreeTable(ids, paths, np.array(src), np.array(shares, float),
+                                np.array(edges, np.int64)))
+
+
+def _star():
+    from mccl_opt.topology import Link, Node, Topology
+    nodes = [Node("a", "gpu"), Node("b", "gpu"), Node("c", "gpu"), Node("s", "switch")]
+    links = [Link(g, "s", 100.0) for g in "abc"] + [Link("s", g, 100.0) for g in "abc"]
+    return Topology("star3", nodes, links)
+
+
+def test_writer_merges_equal_paths_and_trees_like_the_per_edge_writer():
+    """Two table paths with the same nodes are one file path, two equal trees one file
+    tree, in first-use order, as when the chunks are written edge by edge."""
+    chunks = _table([[5, 1], [2, 3], [0, 1]], src=(0, 1, 0), shares=(0.5, 1.0, 0.5))
+    plain = per_edge(chunks)
+    sched = Schedule("allgather", "star3", ("a", "b", "c"), 50.0, 50.0, 2, chunks)
+    want = pack_v2(("a", "b", "c"), False, [(c.src, c.share, c.edges) for c in plain])
+    got = sched.to_dict()
+    assert {k: got[k] for k in want} == want
+    assert len(got["paths"]) == 4 and len(got["trees"]) == 2
+
+
+def test_validator_reads_array_trees_and_finds_their_faults():
+    topo = _star()
+    good = Schedule("allgather", "star3", ("a", "b", "c"), 50.0, 50.0, 1,
+                    _table([[0, 1], [2, 3], [4, 5]], src=(0, 1, 2), shares=(1.0, 1.0, 1.0)))
+    assert validate(topo, good).rate_gbps == pytest.approx(50.0)
+    twice = Schedule("allgather", "star3", ("a", "b", "c"), 50.0, 50.0, 1,
+                     _table([[0, 5], [2, 3], [4, 5]], src=(0, 1, 2), shares=(1.0, 1.0, 1.0)))
+    with pytest.raises(ScheduleError, match="tree 0 .*receives the shard twice"):
+        validate(topo, twice)
+    rooted = Schedule("allgather", "star3", ("a", "b", "c"), 50.0, 50.0, 1,
+                      _table([[0, 1], [2, 3], [0, 1]], src=(0, 1, 2), shares=(1.0, 1.0, 1.0)))
+    with pytest.raises(ScheduleError, match="root c: tree shares sum to 0|tree 2"):
+        validate(topo, rooted)
+
+
+def test_a_table_needs_one_root_share_and_row_per_tree():
+    with pytest.raises(ScheduleError, match="one src, share and row"):
+        _table([[0, 1]], src=(0, 1))
