@@ -38,6 +38,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--collective", choices=["allgather", "alltoall"], default="allgather")
     p.add_argument("--comm", default="world", help="communicator name at the controller (default %(default)s)")
     p.add_argument("--name", default="ag", help="collective name at the controller (default %(default)s)")
+    p.add_argument("--members", help="the communicator's GPU ids in rank order, comma separated "
+                                      "(default: every GPU of the controller's fabric)")
     p.add_argument("--numel", type=int, default=65536,
                    help="float32 elements per shard (AllGather) or per pair block (AllToAll)")
     p.add_argument("--iters", type=int, default=20, help="collectives to run (default %(default)s)")
@@ -140,12 +142,13 @@ def run(args: argparse.Namespace, rank: int, world: int, local_rank: int) -> dic
     key = load_key(args.key_file) if args.key_file else None
     client = ControllerClient(args.controller, key, timeout_s=10.0)
     if rank == 0 and not any(c["comm"] == args.comm and c["name"] == args.name for c in client.list()):
-        client.register(args.comm, args.name, args.collective)
+        client.register(args.comm, args.name, args.collective, gpus=args.members.split(",") if args.members else None)
     sched = _first_schedule(client, args.comm, args.name, args.wait_s)
     if sched.collective != args.collective or sched.num_gpus != world:
         raise MCCLError(f"the controller's {args.comm}/{args.name} is a {sched.num_gpus}-GPU "
                         f"{sched.collective} schedule; this job runs {world} ranks of "
-                        f"{args.collective} (serve a topology with {world} GPUs)")
+                        f"{args.collective} (serve a topology with {world} GPUs, or pass --members "
+                        f"with {world} GPU ids)")
     pusher = None if args.no_telemetry else _Pusher(args.controller, key)
     tel = Telemetry(on_flush=pusher) if pusher else None
     comm = Communicator(None, sched, telemetry=tel)

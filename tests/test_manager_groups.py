@@ -192,3 +192,21 @@ def test_state_round_trip_keeps_members_and_sub_fabric_profiles():
         assert np.array_equal(a.profile.n, b.profile.n) and np.array_equal(a.profile.cut, b.profile.cut)
     mgr.close()
     again.close()
+
+
+def test_a_state_file_with_bad_members_is_refused_naming_the_field():
+    from mccl_opt.errors import MCCLError
+    from mccl_runtime.state_check import check_state
+
+    entry = {"comm": "x", "name": "c", "kind": "allgather", "dynamic": True, "version": 0,
+             "gpus": ["s0h0g0", "s0h0g0"]}
+    with pytest.raises(MCCLError, match=r"manager\.collectives\[0\]\.gpus: GPU 's0h0g0' is listed twice"):
+        check_state({"topology": TOPO.to_dict(), "manager": {"collectives": [entry]}}, TOPO)
+    # a schedule of the group's sub-fabric is checked there (and would fail on the whole fabric)
+    tp0 = _healthy("tp0")
+    entry = {**entry, "gpus": GROUPS["tp0"][1], "version": 1, "schedule": tp0.to_dict(),
+             "synth_capacity": TOPO.arrays.capacity.tolist()}
+    out = check_state({"topology": TOPO.to_dict(), "manager": {"collectives": [entry]}}, TOPO)
+    assert out["manager"]["collectives"][0]["gpus"] == GROUPS["tp0"][1]
+    with pytest.raises(MCCLError, match=r"collectives\[0\]\.schedule"):
+        check_state({"topology": TOPO.to_dict(), "manager": {"collectives": [{**entry, "gpus": None}]}}, TOPO)

@@ -1,0 +1,54 @@
+"""A torchrun job over part of the controller's fabric: ``mccl controller serve`` on a
+5-GPU mesh and a 3-rank gloo job (``executor_cuda.torchrun --members``) whose ranks are
+3 of those GPUs in another order.  The job registers its communicator with its members,
+runs the schedule of their sub-fabric with every result checked, and its telemetry
+lands on the fabric's links."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from instances import full_mesh
+from mccl_runtime.client import ControllerClient
+from tests.test_torchrun import ENV, _job
+
+MEMBERS = ["g3", "g1", "g4"]
+
+
+def test_torchrun_job_over_a_sub_fabric(tmp_path):
+    full_mesh(5).save(tmp_path / "t5.json")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mccl_opt.cli", "controller", "serve", "--topology", str(tmp_path / "t5.json"),
+         "--bind", "tcp://127.0.0.1:0", "--alpha", "1", "--dwell", "0"],
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
+    try:
+        line = proc.stdout.readline()
+        assert line.startswith("controller on tcp://127.0.0.1:"), line + proc.stderr.read()
+        endpoint = line.split()[2]
+        done = _job(endpoint, tmp_path, "--comm", "grp", "--members", ",".join(MEMBERS))
+        assert done.returncode == 0, done.stdout + done.stderr
+        summary = json.loads(done.stdout.strip().splitlines()[-1])
+        assert summary["ranks"] == 3 and summary["wrong"] == 0 and summary["iters"] == 8
+        with ControllerClient(endpoint, timeout_s=10.0) as cli:
+            [coll] = cli.request("list")[1]["collectives"]
+            assert (coll["comm"], coll["gpus"]) == ("grp", MEMBERS)
+            _, sched = cli.get_schedule("grp", "ag")
+            assert list(sched.gpus) == MEMBERS                  # rank r runs as GPU MEMBERS[r]
+            deadline = time.monotonic() + 10
+            while cli.stats()["telemetry"]["accepted"] == 0:     # the ranks' samples arrived
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+            assert not any(cli.stats()["telemetry"]["rejected"].values())
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
