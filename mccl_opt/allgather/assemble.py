@@ -15,15 +15,14 @@ import time
 from dataclasses import dataclass
 from enum import Enum
 from fractions import Fraction
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
-from ..schedule import Schedule, bottleneck_links, schedule_rate
+from ..schedule import Schedule, TreeChunk, bottleneck_links, schedule_rate
 from ..topology import Topology
 from .budget import CutBounds
-from .depths import parent_ranks
-from .mapping import MappedTrees, map_classes, to_physical, tree_chunks, tree_loads
+from .mapping import MappedTrees, class_ranks, map_classes, to_physical, tree_chunks, tree_loads
 from .pipeline import Budget, Packed, Shapes, gbps
 from .reroute import Rerouted
 from .throughput import Fabric, PhaseOneResult
@@ -101,7 +100,7 @@ def cut_ids(topo: Topology, p1: PhaseOneResult) -> set[str]:
     return {node_ids[i] for i in np.flatnonzero(p1.cut)}
 
 
-def assemble(run: Run, opt: Optimum, k: int, chunks: tuple, loads: np.ndarray,
+def assemble(run: Run, opt: Optimum, k: int, chunks: Sequence[TreeChunk], loads: np.ndarray,
              state: WarmState, warm_algorithm: bool) -> Schedule:
     """The schedule of ``chunks`` (``k`` unit trees per root) with share ``loads`` per link."""
     topo, stats = run.topo, run.stats
@@ -111,7 +110,7 @@ def assemble(run: Run, opt: Optimum, k: int, chunks: tuple, loads: np.ndarray,
     return Schedule(
         collective="allgather", topology=topo.name, gpus=topo.gpus, rate_gbps=rate,
         # the quantized optimum may sit up to 5e-7 below a schedule's true rate (.fabric)
-        lp_rate_gbps=max(opt.x_star_gbps, rate), max_chunks=run.max_chunks, chunks=tuple(chunks),
+        lp_rate_gbps=max(opt.x_star_gbps, rate), max_chunks=run.max_chunks, chunks=chunks,
         bottleneck=bottleneck_links(topo, loads, rate, k, saturated=opt.fab.cut_arcs(opt.p1.cut)),
         solver={"backend": "maxflow", "seconds": seconds,
                 "maxflow_calls": opt.p1.maxflow_calls + opt.maxflows,
@@ -147,13 +146,15 @@ def packed(run: Run, opt: Optimum, result: Packed) -> Schedule:
     topo, stats, k = run.topo, run.stats, result.k
     arr = topo.arrays
     t = time.perf_counter()
-    mapped = map_classes(result.classes, result.lg)
+    arcs, ranks = class_ranks(result.classes, result.lg)
+    mapped = map_classes(result.classes, result.lg, (arcs, ranks))
+    del arcs
     if mapped is None:
         trees = MappedTrees.from_physical(to_physical(result.classes, result.lg))
         depths = trees.depths(arr.rank_of, topo.num_gpus)
     else:
         trees, depths = mapped
-    chunks = tree_chunks(trees, k, [n.id for n in topo.nodes], topo.gpus)
+    chunks = tree_chunks(trees, k, [n.id for n in topo.nodes], arr.gpu_nodes)
     link = np.full((topo.num_nodes, topo.num_nodes), -1, np.int64)
     link[arr.tail, arr.head] = np.arange(arr.tail.size)
     loads = tree_loads(trees, k, link, topo.num_links)
@@ -163,14 +164,15 @@ def packed(run: Run, opt: Optimum, result: Packed) -> Schedule:
     stats["mean_depth"] = float(np.mean(depths))
     if run.guides:
         stats["guided_roots"] = len(run.guides)
-    state = WarmState.of_trees(topo, cut_ids(topo, opt.p1), k, _shapes_of(result), loads,
+    state = WarmState.of_trees(topo, cut_ids(topo, opt.p1), k, _shapes_of(result, ranks), loads,
                                mapped=trees, tree_depths=depths)
     return assemble(run, opt, k, chunks, loads, state, run.prev is not None)
 
 
-def _shapes_of(result: Packed) -> Shapes:
-    """Rank-space shapes of the classes, by root and largest first."""
-    classes = sorted(result.classes, key=lambda c: (c.root, -c.mult))
-    ranks = parent_ranks(np.array([c.parent_arc for c in classes], np.int32),   # 4096 GPUs
-                         result.lg.tail.astype(np.int32))
-    return np.array([c.root for c in classes], np.int64), ranks
+def _shapes_of(result: Packed, ranks: np.ndarray) -> Shapes:
+    """Rank-space shapes of the classes (``ranks``: their parent ranks), by root and
+    largest first."""
+    roots = np.array([c.root for c in result.classes], np.int64)
+    mults = np.array([c.mult for c in result.classes], np.int64)
+    order = np.lexsort((-mults, roots))            # stable: as sorted() by (root, -mult)
+    return roots[order], ranks[order]

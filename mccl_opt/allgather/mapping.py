@@ -1,9 +1,11 @@
-"""From logical tree classes to physical ``TreeChunk`` trees.
+"""From logical tree classes to physical trees (a schedule's :class:`~mccl_opt.TreeChunks`).
 
 Each logical link's units ride on one or more physical switch paths (its bundle from
 Phase 2).  A class of multiplicity ``m`` peels ``m`` units off every link it uses; if a
 link's units come from several paths the class splits so that every tree edge is one
-path.  Tree edges are listed parents first (breadth-first).
+path.  Tree edges are listed parents first (breadth-first).  The schedule's trees are
+the mapped arrays themselves (:func:`tree_chunks`: a path table and a row of path indices
+per tree), not a Python tuple per tree edge.
 
 :func:`map_classes` does this with array operations (consumption offsets per link by
 cumulative sums, depths by pointer jumping) whenever no class straddles two paths of a
@@ -14,18 +16,19 @@ bundle — always the case for unit trees, i.e. at scale — and defers to the g
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import chain
 from typing import Sequence
 
 import numpy as np
 from numba import njit
 
-from ..schedule import TreeChunk
+from ..schedule import TreeChunks, TreeTable
 from .depths import max_depths, parent_ranks, rank_depths
 from .splitting import LogicalGraph, peel
 from .trees import TreeClass
 
-__all__ = ["PhysicalTree", "MappedTrees", "to_physical", "map_classes", "tree_chunks",
-           "tree_loads"]
+__all__ = ["PhysicalTree", "MappedTrees", "to_physical", "map_classes", "class_ranks",
+           "tree_chunks", "tree_loads"]
 
 PhysicalTree = tuple[int, int, list[tuple[int, ...]]]   # (root rank, mult, edge paths)
 
@@ -104,27 +107,24 @@ class MappedTrees:
 
 
 def tree_chunks(mapped: MappedTrees, k: int, node_ids: Sequence[str],
-                gpu_ids: Sequence[str]) -> list[TreeChunk]:
-    """``TreeChunk`` objects (share ``mult/k``), one per mapped tree, in order."""
-    names = np.empty(len(mapped.paths), object)
-    names[:] = [()] * len(mapped.paths)
-    for j in np.flatnonzero(mapped.used).tolist():     # only the paths trees ride
-        names[j] = tuple([node_ids[v] for v in mapped.paths[j]])
-    if mapped.edge_matrix is not None:                  # one gather, no list per tree
-        rows = map(tuple, names[mapped.edge_matrix])
-    else:
-        rows = (tuple(names[idx]) for idx in mapped.edges)
-    return [TreeChunk(gpu_ids[root], mult / k, row)
-            for root, mult, row in zip(mapped.roots, mapped.mults, rows)]
+                gpu_nodes: np.ndarray) -> TreeChunks:
+    """The schedule's chunks (share ``mult/k``), one per mapped tree, in order, as arrays
+    (``gpu_nodes[r]``: the node index of rank ``r``)."""
+    edges = mapped.edge_matrix
+    if edges is None:
+        edges = np.array(mapped.edges, np.int64).reshape(len(mapped.roots), -1)
+    src = np.asarray(gpu_nodes, np.int64)[np.asarray(mapped.roots, np.int64)]
+    return TreeChunks(TreeTable(node_ids, mapped.paths, src,
+                                np.asarray(mapped.mults, np.int64) / k, edges))
 
 
 def tree_loads(mapped: MappedTrees, k: int, link_of: np.ndarray, num_links: int) -> np.ndarray:
     """Share load of every physical link (``mult/k`` per tree edge crossing it);
     ``link_of[a, b]`` is the link index of ``a -> b``."""
     hot = np.flatnonzero(mapped.used).tolist()
-    lens = np.array([len(mapped.paths[j]) - 1 for j in hot], np.int64)
-    nodes = np.fromiter((v for j in hot for v in mapped.paths[j]), np.int64,
-                        count=int(lens.sum() + len(hot)))
+    rows = [mapped.paths[j] for j in hot]
+    lens = np.fromiter(map(len, rows), np.int64, count=len(rows)) - 1
+    nodes = np.fromiter(chain.from_iterable(rows), np.int64, count=int(lens.sum() + len(hot)))
     starts = np.cumsum(lens + 1)[:-1]           # index of every path's first node but one
     pair = np.ones(max(nodes.size - 1, 0), bool)  # (nodes[i], nodes[i+1]) is a path link
     pair[starts - 1] = False
@@ -133,16 +133,18 @@ def tree_loads(mapped: MappedTrees, k: int, link_of: np.ndarray, num_links: int)
     return np.bincount(links, weights=weight, minlength=num_links)
 
 
-def map_classes(classes: Sequence[TreeClass], lg: LogicalGraph
+def map_classes(classes: Sequence[TreeClass], lg: LogicalGraph,
+                arcs_ranks: tuple[np.ndarray, np.ndarray] | None = None
                 ) -> tuple[MappedTrees, np.ndarray] | None:
     """Vectorized :func:`to_physical` (classes keep their multiplicity) and the depth
-    of every tree; ``None`` if some class straddles two paths of a bundle."""
-    parents = np.array([c.parent_arc for c in classes], np.int32)   # 4 bytes: 4096 GPUs
+    of every tree; ``None`` if some class straddles two paths of a bundle.
+    ``arcs_ranks``: :func:`class_ranks` of the classes if the caller has it."""
+    parents, ranks = class_ranks(classes, lg) if arcs_ranks is None else arcs_ranks
     mult = np.array([c.mult for c in classes], np.int64)
     seg_paths = lg.bundles.paths()
     seg_hi = np.cumsum(lg.bundles.units)
     first_seg = lg.bundles.start[:-1].copy()          # every link's first segment
-    depth = rank_depths(parent_ranks(parents, lg.tail.astype(np.int32)))
+    depth = rank_depths(ranks)
     base = np.zeros(lg.units.size + 1, np.int64)
     np.cumsum(lg.units, out=base[1:])
     edges, used = _segments(parents, mult, base, seg_hi, first_seg, depth)
@@ -150,6 +152,13 @@ def map_classes(classes: Sequence[TreeClass], lg: LogicalGraph
         return None
     mapped = MappedTrees([c.root for c in classes], mult.tolist(), edges, seg_paths, used, edges)
     return mapped, depth.max(axis=1)
+
+
+def class_ranks(classes: Sequence[TreeClass], lg: LogicalGraph) -> tuple[np.ndarray, np.ndarray]:
+    """The logical link and the parent rank into every rank of every class (int32
+    rows, 4 bytes an entry at 4096 GPUs; ``-1`` at the root)."""
+    arcs = np.array([c.parent_arc for c in classes], np.int32)
+    return arcs, parent_ranks(arcs, lg.tail.astype(np.int32))
 
 
 @njit(cache=True)
