@@ -9,31 +9,48 @@ __all__ = ["price_all"]
 
 
 @njit(cache=True)
-def _close_switches(dist, pred_row, tail, head, price, switch_arcs):
+def _close_switches(dist, pred_row, tail, head, price, switch_arcs, moved):
+    """Sweep the arcs into switches until no label improves.  Only an arc whose tail
+    ``moved`` (improved) in this level can improve its head: at the end of the previous
+    level every switch arc had ``dist[tail] + price >= dist[head]``, and heads only
+    decrease.  Skipping the others changes nothing (same labels, same predecessors)."""
     changed_any = False
     changed = True
     while changed:
         changed = False
         for i in range(switch_arcs.size):
             a = switch_arcs[i]
-            nd = dist[tail[a]] + price[a]
+            u = tail[a]
+            if not moved[u]:
+                continue
+            nd = dist[u] + price[a]
             v = head[a]
             if nd < dist[v]:
                 dist[v] = nd
                 pred_row[v] = a
+                moved[v] = True
                 changed = True
                 changed_any = True
     return changed_any
 
+
 @njit(cache=True)
 def price_all(n, tail, head, price, step_arcs, switch_arcs, is_switch, gpu_nodes,
-              max_steps, threshold, want):
+              max_steps, threshold, want, sources):
+    """Shortest paths from the GPUs of rank ``sources`` (rows of ``shortest``; the other
+    rows stay 0) and the improving paths among them (see :func:`~.pricing.price_paths`).
+    Each source is computed on its own, so a subset gives the same rows and paths."""
     g = gpu_nodes.size
     levels = max_steps + 1
     shortest = np.zeros((g, g))
     pred = np.full((levels, n), -1, dtype=np.int64)
     prev = np.empty(n)
     cur = np.empty(n)
+    # nodes whose label improved in the previous / the current level: a step arc from a
+    # node that did not improve in level k-1 cannot improve its head in level k (it was
+    # relaxed from the same label then), so it is skipped -- same result, less work
+    moved_prev = np.zeros(n, dtype=np.bool_)
+    moved = np.zeros(n, dtype=np.bool_)
     cap = 1024
     out_src = np.empty(cap, dtype=np.int64)
     out_dst = np.empty(cap, dtype=np.int64)
@@ -43,29 +60,36 @@ def price_all(n, tail, head, price, step_arcs, switch_arcs, is_switch, gpu_nodes
     out_arcs = np.empty(arc_cap, dtype=np.int64)
     count = 0
     buf = np.empty(n, dtype=np.int64)
-    for s in range(g):
+    for s in sources:
         src = gpu_nodes[s]
         cur[:] = np.inf
         cur[src] = 0.0
         pred[0, :] = -1
-        _close_switches(cur, pred[0], tail, head, price, switch_arcs)
+        moved[:] = False
+        moved[src] = True
+        _close_switches(cur, pred[0], tail, head, price, switch_arcs, moved)
         last = 0
         for k in range(1, levels):
             prev[:] = cur
+            moved_prev[:] = moved
+            moved[:] = False
             pred[k, :] = -1
             changed = False
             for i in range(step_arcs.size):
                 a = step_arcs[i]
-                nd = prev[tail[a]] + price[a]
+                u = tail[a]
+                if not moved_prev[u]:
+                    continue
+                nd = prev[u] + price[a]
                 v = head[a]
                 if nd < cur[v]:
                     cur[v] = nd
                     pred[k, v] = a
+                    moved[v] = True
                     changed = True
-            if _close_switches(cur, pred[k], tail, head, price, switch_arcs):
-                changed = True
             if not changed:
-                break
+                break                   # no GPU improved: the switch closure cannot either
+            _close_switches(cur, pred[k], tail, head, price, switch_arcs, moved)
             last = k
         for d in range(g):
             if d == s:

@@ -77,11 +77,51 @@ class PricedColumns:
         return int(self.src.size)
 
 
+#: The zero-price condensation (:func:`condensed_shortest`) is tried while the
+#: zero-price arcs leave at most this many strongly connected components.
+CONDENSE_MAX_COMPONENTS = 256
+
+
+def condensed_shortest(graph: PricingGraph, price: np.ndarray) -> np.ndarray | None:
+    """Every GPU pair's shortest path cost under ``price >= 0`` with no step bound, from
+    the strongly connected components of the zero-price arcs: inside one component
+    every node reaches every other at cost 0, so the costs are the shortest paths
+    between components (Floyd-Warshall over the components, each link between two
+    components an edge).  Exact up to the order of the float additions.  ``None``
+    when there are more than :data:`CONDENSE_MAX_COMPONENTS` components (prices on
+    many links: the kernel is as fast)."""
+    from scipy.sparse import csr_matrix
+    from scipy.sparse.csgraph import connected_components
+
+    n = graph.n_nodes
+    zero = price == 0.0
+    free = csr_matrix((np.ones(int(zero.sum())), (graph.tail[zero], graph.head[zero])),
+                      shape=(n, n))
+    count, label = connected_components(free, directed=True, connection="strong")
+    if count > CONDENSE_MAX_COMPONENTS:
+        return None
+    dist = np.full((count, count), np.inf)
+    np.fill_diagonal(dist, 0.0)
+    lt, lh = label[graph.tail], label[graph.head]
+    cross = lt != lh
+    np.minimum.at(dist, (lt[cross], lh[cross]), price[cross])
+    for k in range(count):
+        np.minimum(dist, dist[:, k, None] + dist[None, k, :], out=dist)
+    gl = label[graph.gpu_nodes]
+    return dist[gl[:, None], gl[None, :]]
+
+
 def price_paths(graph: PricingGraph, price: np.ndarray, threshold: np.ndarray,
                 max_steps: int, want: np.ndarray | None = None) -> PricedColumns:
     """Shortest paths with at most ``max_steps`` steps from every GPU to every GPU
     under non-negative arc ``price``; returns every pair's shortest cost and, for the
     pairs with ``want[s, d]`` whose cost is strictly below ``threshold[s, d]``, the path.
+
+    Without a step bound and with prices on few links, every pair's cost comes from
+    :func:`condensed_shortest`, and the kernel runs only from the sources with a wanted
+    pair that may price out (cost below its threshold up to a relative 1e-9, far above
+    the float error of either sum): it returns the same paths as a run from every
+    source, and at 1024 GPUs most passes need a few sources or none.
     """
     g = graph.num_gpus
     price = np.ascontiguousarray(np.maximum(price, 0.0), dtype=np.float64)
@@ -89,9 +129,18 @@ def price_paths(graph: PricingGraph, price: np.ndarray, threshold: np.ndarray,
     if want is None:
         want = np.ones((g, g), dtype=np.bool_)
     levels = int(min(max_steps, graph.n_nodes - 1))
+    shortest = condensed_shortest(graph, price) if levels == graph.n_nodes - 1 else None
+    if shortest is None:
+        sources = np.arange(g, dtype=np.int64)
+    else:
+        maybe = want & (shortest < threshold * (1 + 1e-9))     # costs are >= 0
+        sources = np.flatnonzero(maybe.any(axis=1)).astype(np.int64)
     from ._kernels import price_all
 
     out = price_all(graph.n_nodes, graph.tail, graph.head, price, graph.step_arcs,
                     graph.switch_arcs, graph.is_switch, graph.gpu_nodes, levels, threshold,
-                    np.ascontiguousarray(want, dtype=np.bool_))
+                    np.ascontiguousarray(want, dtype=np.bool_), sources)
+    if shortest is not None:
+        shortest[sources] = out[0][sources]
+        out = (shortest,) + out[1:]
     return PricedColumns(*out)

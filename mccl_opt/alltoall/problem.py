@@ -1,7 +1,7 @@
 """The AllToAll instance as arrays: ordered GPU pairs, link capacities, pricing graph.
 
 Pairs are numbered source-major: pair ``p`` of ``(s, d)`` (ranks, ``s != d``) is
-``s·(N-1) + d - [d > s]``.  Built once per topology and cached (weakly).
+``s·(N-1) + d - [d > s]``.  Built once per topology object and cached while it lives.
 """
 
 from __future__ import annotations
@@ -54,20 +54,24 @@ class Problem:
         return out
 
 
-_CACHE: "weakref.WeakKeyDictionary[Topology, Problem]" = weakref.WeakKeyDictionary()
+#: Per live topology (by identity), its problem's arrays.  Keyed by ``id`` with a
+#: finalizer, as :mod:`mccl_opt.paths` does: a Topology hashes all of its links (18 ms
+#: at 1024 GPUs), and a cached Problem holding its topology would keep it alive.
+_CACHE: dict[int, tuple] = {}
 
 
 def problem_for(topo: Topology) -> Problem:
-    """The (cached) :class:`Problem` of ``topo``."""
-    cached = _CACHE.get(topo)
-    if cached is not None and cached.topo is topo:
-        return cached
-    ar = topo.arrays
-    graph = PricingGraph.from_arrays(topo.num_nodes, ar.tail, ar.head, ar.is_switch, ar.gpu_nodes)
-    n = graph.num_gpus
-    s, d = np.meshgrid(np.arange(n), np.arange(n), indexing="ij")
-    off = s != d
-    prob = Problem(topo, graph, np.asarray(ar.capacity, dtype=float), s[off].astype(np.int64),
-                   d[off].astype(np.int64), ~np.asarray(ar.is_switch)[ar.head])
-    _CACHE[topo] = prob
-    return prob
+    """The :class:`Problem` of ``topo`` (its arrays built once per topology object)."""
+    cached = _CACHE.get(id(topo))
+    if cached is None:
+        ar = topo.arrays
+        graph = PricingGraph.from_arrays(topo.num_nodes, ar.tail, ar.head, ar.is_switch,
+                                         ar.gpu_nodes)
+        n = graph.num_gpus
+        s, d = np.meshgrid(np.arange(n), np.arange(n), indexing="ij")
+        off = s != d
+        cached = _CACHE[id(topo)] = (graph, np.asarray(ar.capacity, dtype=float),
+                                     s[off].astype(np.int64), d[off].astype(np.int64),
+                                     ~np.asarray(ar.is_switch)[ar.head])
+        weakref.finalize(topo, _CACHE.pop, id(topo), None)
+    return Problem(topo, *cached)
