@@ -10,7 +10,8 @@ then :meth:`ScheduleManager.check` (the estimator's ``M``, Algorithm 1 and the
 capacity-gained test on every registered collective).  The collectives are the ring
 AllGather of the fabric (the NCCL-style baseline: every link used, a cut of one link per
 GPU), registered under ``--copies`` communicators, so the check's cost per collective
-shows.  ``--pairs`` adds one ``pair`` sample per same-rail GPU pair of a segment (what
+shows; ``--job-groups`` registers the communicators of ``--groups`` (below) instead, each
+with the NCCL-style baseline of its sub-fabric (ring AllGather, direct AllToAll).  ``--pairs`` adds one ``pair`` sample per same-rail GPU pair of a segment (what
 executors report for inter-node traffic).  Both estimators: the paper's EWMA and the
 change-point level estimator (:mod:`mccl_runtime.level`).
 
@@ -96,11 +97,13 @@ def make_batches(topo, rounds: int, pairs: bool, seed: int = 0) -> list[list[dic
     return out
 
 
-def measure(topo, schedule, estimator: str, copies: int, batches: list[list[dict]]) -> dict:
+def measure(topo, registrations: list[tuple], estimator: str, batches: list[list[dict]]) -> dict:
+    """Decisions with ``registrations`` (``(comm, kind, schedule, members)``) registered."""
     store = MeasurementStore(topo, alpha=0.012, estimator=estimator, clock=lambda: 1e9)
     mgr = ScheduleManager(store, _no_synthesis, Policy(gamma=0.1, min_dwell_s=0.0))
-    for c in range(copies):
-        mgr.register(f"comm{c}", "ag", "allgather", schedule)
+    for comm, kind, schedule, gpus in registrations:
+        mgr.register(comm, "c", kind, schedule, gpus=gpus)
+    copies = len(registrations)
     ingest_ms, check_ms = [], []
     for i, batch in enumerate(batches):
         now = batch[0]["t"]
@@ -182,6 +185,16 @@ def job_groups(topo, ep_hosts: int) -> dict[str, tuple[str, list[str]]]:
     out.update({f"ep{k}": ("alltoall", [g for n in names[k * ep_hosts:(k + 1) * ep_hosts] for g in hosts[n]])
                 for k in range(len(names) // ep_hosts)})
     return out
+
+
+def job_baselines(topo, ep_hosts: int) -> list[tuple]:
+    """The :func:`job_groups` communicators with the NCCL-style baselines of their
+    sub-fabrics (ring AllGather, direct AllToAll), as ``(comm, kind, schedule, members)``."""
+    from mccl_opt.baselines import direct_alltoall
+    from mccl_opt.subfabric import induced
+
+    return [(comm, kind, (ring_allgather if kind == "allgather" else direct_alltoall)(induced(topo, g).topology), g)
+            for comm, (kind, g) in job_groups(topo, ep_hosts).items()]
 
 
 def event_capacity(topo, event: str) -> np.ndarray:
@@ -321,6 +334,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
     p.add_argument("--estimators", default="ewma,level")
     p.add_argument("--rounds", type=int, default=10)
     p.add_argument("--pairs", action="store_true", help="add one pair sample per same-rail GPU pair")
+    p.add_argument("--job-groups", action="store_true",
+                   help="register the --groups communicators (NCCL-style baselines of their sub-fabrics) "
+                        "instead of --copies whole-fabric ring AllGathers")
     a = p.parse_args(argv)
     if a.swap:
         return swap_main(a)
@@ -332,8 +348,10 @@ def main(argv: list[str] | None = None) -> list[dict]:
             p.error(f"no HPN shape for {gpus} GPUs; choose from {sorted(SHAPES)}")
         topo, schedule = setup(gpus)
         batches = make_batches(topo, a.rounds, a.pairs)
+        regs = job_baselines(topo, a.ep_hosts) if a.job_groups else [
+            (f"comm{c}", "allgather", schedule, None) for c in range(a.copies)]
         for est in a.estimators.split(","):
-            rows.append(measure(topo, schedule, est, a.copies, batches))
+            rows.append(measure(topo, regs, est, batches))
             print(rows[-1], flush=True)
     print_table(["GPUs", "links", "samples", "estimator", "collectives", "ingest ms", "check ms",
                  "decision ms (median)", "worst ms"],
