@@ -94,10 +94,12 @@ class CGResult:
 
 def farley_bound(shortest: np.ndarray, w: np.ndarray, capacity: np.ndarray, prob: Problem) -> float:
     """Lower bound on the optimal ``t`` from arc prices ``w`` (module docstring)."""
-    sp = shortest[prob.pair_src, prob.pair_dst]
-    if not np.isfinite(sp).all():
-        return 0.0
-    return float(sp.sum() / max(1.0, float(capacity @ w)))
+    return _bound(float(prob.pair_values(shortest).sum()), w, capacity)
+
+
+def _bound(sp_sum: float, w: np.ndarray, capacity: np.ndarray) -> float:
+    """:func:`farley_bound` from ``sum_p SP_p(w)`` (0 when a pair is unreachable)."""
+    return sp_sum / max(1.0, float(capacity @ w)) if np.isfinite(sp_sum) else 0.0
 
 
 def cut_prices(master: RestrictedMaster, sol: MasterSolution) -> np.ndarray | None:
@@ -172,8 +174,8 @@ def column_generation(master: RestrictedMaster, prob: Problem, max_steps: int, *
         shortest, shortest_w = priced.shortest, sol.w
         cut = None
         if bound:
-            candidates = [(sol.w, priced.shortest)]
-            closed = sol.t - farley_bound(priced.shortest, sol.w, master.capacity, prob)
+            candidates = [(sol.w, float(prob.pair_values(priced.shortest).sum()))]
+            closed = sol.t - _bound(candidates[0][1], sol.w, master.capacity)
             if closed > options.rel_tol * sol.t:
                 w_cut = cut_prices(master, sol)
                 if w_cut is not None:
@@ -182,13 +184,13 @@ def column_generation(master: RestrictedMaster, prob: Problem, max_steps: int, *
                                else all_pairs)
                     cut = price_paths(prob.graph, w_cut, cut_thr, max_steps, want)
                     pr_s += time.perf_counter() - t1
-                    candidates.append((w_cut, cut.shortest))
-            for w_c, sp_c in candidates:
-                b = farley_bound(sp_c, w_c, master.capacity, prob)
+                    candidates.append((w_cut, float(prob.pair_values(cut.shortest).sum())))
+            for w_c, sp_sum in candidates:
+                b = _bound(sp_sum, w_c, master.capacity)
                 if b > best_bound or cert_w is None:
                     best_bound = max(best_bound, b)
                     cert_w = w_c
-                    cert_sp = float(sp_c[prob.pair_src, prob.pair_dst].sum())
+                    cert_sp = sp_sum
             history.append((sol.rate, 1.0 / best_bound if best_bound > 0 else float("inf")))
             progress.update(label, rnd, *history[-1], "Gbps")
             if sol.t - best_bound <= options.rel_tol * sol.t:

@@ -101,7 +101,7 @@ def certificate_of(res: CGResult, prob: Problem, max_steps: int) -> PricingCerti
         return PricingCertificate(res.cert_w.copy(), res.cert_sp, max_steps)
     if res.shortest is None or res.shortest_w is None:
         return None
-    sp = float(res.shortest[prob.pair_src, prob.pair_dst].sum())
+    sp = float(prob.pair_values(res.shortest).sum())
     return PricingCertificate(res.shortest_w.copy(), sp, max_steps)
 
 

@@ -22,7 +22,7 @@ def initial_columns(prob: Problem, max_steps: int, missing: np.ndarray) -> Price
     want = prob.pair_matrix(missing.astype(float), 0.0) > 0
     threshold = np.full((prob.num_gpus, prob.num_gpus), np.inf)
     priced = price_paths(prob.graph, 1.0 / prob.capacity, threshold, max_steps, want)
-    unreachable = missing & ~np.isfinite(priced.shortest[prob.pair_src, prob.pair_dst])
+    unreachable = missing & ~np.isfinite(prob.pair_values(priced.shortest))
     if unreachable.any():
         p = int(np.flatnonzero(unreachable)[0])
         gpus = prob.topo.gpus

@@ -140,7 +140,7 @@ def local_resolve(prob: Problem, state: WarmState, backend: str, max_steps: int,
         if steps >= max_steps_local or res.shortest is None:
             return None
         w = res.solution.w
-        sp = res.shortest[prob.pair_src, prob.pair_dst]
+        sp = prob.pair_values(res.shortest)
         col_price = routes.sums(w)
         fixed = used & ~free[pair]
         excess = np.bincount(pair, weights=np.where(fixed, y_old * (col_price - sp[pair]), 0.0),

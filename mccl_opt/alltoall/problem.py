@@ -49,9 +49,23 @@ class Problem:
     def pair_matrix(self, values: np.ndarray, diagonal: float) -> np.ndarray:
         """An ``N x N`` matrix with ``values[p]`` at ``(src, dst)`` and ``diagonal`` on it."""
         n = self.num_gpus
-        out = np.full((n, n), diagonal, dtype=float)
-        out[self.pair_src, self.pair_dst] = values
+        out = np.empty((n, n), dtype=float)
+        _off_diagonal(out)[:] = np.reshape(values, (n - 1, n))
+        np.fill_diagonal(out, diagonal)
         return out
+
+    def pair_values(self, matrix: np.ndarray) -> np.ndarray:
+        """``matrix[src, dst]`` of every pair, in pair order (an ``N x N`` matrix)."""
+        return _off_diagonal(np.ascontiguousarray(matrix)).reshape(-1)
+
+
+def _off_diagonal(matrix: np.ndarray) -> np.ndarray:
+    """A view of the off-diagonal entries of a C-contiguous ``N x N`` matrix as ``N-1``
+    rows of ``N``, in row-major order -- the source-major pair order -- without an index
+    array: entry ``(s, d)`` is at ``s·N + d``, and the diagonal entries ``k·(N+1)`` are
+    exactly the last column of the flat array past its first entry, cut in rows of N+1."""
+    n = matrix.shape[0]
+    return matrix.reshape(-1)[1:].reshape(n - 1, n + 1)[:, :n] if n > 1 else matrix[:0, :0]
 
 
 #: Per live topology (by identity), its problem's arrays.  Keyed by ``id`` with a

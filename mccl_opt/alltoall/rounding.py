@@ -54,6 +54,15 @@ def rounded_rate(pool: ColumnPool, counts: np.ndarray, k: int, capacity: np.ndar
     return float(np.min(capacity[used] / load[used]))
 
 
+def _starts(keys: np.ndarray, n: int) -> np.ndarray:
+    """Where each key ``0..n-1`` starts in ``keys`` sorted (``n + 1`` offsets): the
+    exclusive prefix sums of the key counts (as ``searchsorted`` of ``arange(n + 1)`` in
+    the sorted keys, without searching ``n`` values)."""
+    out = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.bincount(keys, minlength=n), out=out[1:])
+    return out
+
+
 def largest_remainder(pool: ColumnPool, y: np.ndarray, n_pairs: int, k: int) -> np.ndarray:
     """Chunk counts per column: largest-remainder rounding of ``K·y_j / sum_p y``."""
     y = np.where(y > _EPS, y, 0.0)
@@ -63,7 +72,7 @@ def largest_remainder(pool: ColumnPool, y: np.ndarray, n_pairs: int, k: int) -> 
     frac = np.where(y > 0, units - counts, -1.0)
     missing = k - np.bincount(pool.pair, weights=counts, minlength=n_pairs)
     order = np.lexsort((np.arange(y.size), -y, -frac, pool.pair))
-    first = np.searchsorted(pool.pair[order], np.arange(n_pairs))
+    first = _starts(pool.pair, n_pairs)[:-1]           # first position of each pair in order
     rank = np.arange(y.size) - first[pool.pair[order]]
     bump = np.zeros(y.size)
     bump[order] = (rank < missing[pool.pair[order]]).astype(float)
@@ -88,10 +97,10 @@ def balanced(pool: ColumnPool, y: np.ndarray, n_pairs: int, k: int, capacity: np
         over = np.bincount(pool.pair, weights=counts, minlength=n_pairs) > k
         counts = np.where(over[pool.pair], fixed, counts)
     by_pair = np.argsort(pool.pair, kind="stable")
-    pair_start = np.searchsorted(pool.pair[by_pair], np.arange(n_pairs + 1))
+    pair_start = _starts(pool.pair, n_pairs)
     seg = np.repeat(np.arange(len(pool)), np.diff(pool.start))
     by_arc = np.lexsort((seg, pool.arcs))
-    arc_start = np.searchsorted(pool.arcs[by_arc], np.arange(capacity.size + 1))
+    arc_start = _starts(pool.arcs, capacity.size)
     moves = 20 * n_pairs if max_moves is None else max_moves
     return balance_chunks(counts.astype(np.int64), units, pool.pair, pool.start, pool.arcs,
                           pair_start.astype(np.int64), by_pair.astype(np.int64),
