@@ -69,6 +69,6 @@ def _tuples(path_start: np.ndarray, nodes: np.ndarray) -> list[tuple[int, ...]]:
     out = np.empty(lens.size, object)
     for length in np.unique(lens).tolist():
         sel = np.flatnonzero(lens == length)
-        rows = nodes[path_start[sel][:, None] + np.arange(length)].tolist()
-        out[sel] = np.fromiter(map(tuple, rows), object, count=sel.size)
+        columns = nodes[path_start[sel][None, :] + np.arange(length)[:, None]].tolist()
+        out[sel] = np.fromiter(zip(*columns), object, count=sel.size)
     return out.tolist()
