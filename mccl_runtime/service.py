@@ -338,8 +338,8 @@ class ControllerService:
             raise MCCLError(f"this controller already serves {len(self.manager.collectives())} collectives "
                             f"(at most {self.max_collectives})")
         colls = self.manager.register(comm, name, kind, now=now, gpus=gpus)
-        log.info("registered %s/%s (%s, %s); synthesizing the first schedule", comm, name, kind,
-                 "every GPU" if colls[0].gpus is None else f"{len(colls[0].gpus)} GPUs")
+        members = "" if colls[0].gpus is None else f" over {len(colls[0].gpus)} GPUs"
+        log.info("registered %s/%s (%s%s); synthesizing the first schedule", comm, name, kind, members)
         self._must_persist = True
         return [c.name for c in colls]
 
