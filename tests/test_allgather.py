@@ -465,8 +465,9 @@ def test_fabrics_needing_exact_switch_removal(seed):
 @pytest.mark.parametrize("fail", [fail1], ids=["fail1"])
 def test_warm_reuses_previous_tree_shapes(fail):
     """ForestColl-warm keeps valid structure: after Fail1 on 64 GPUs the previous
-    physical trees are rerouted (most keep every edge) and the rate equals cold; on a
-    fabric with other GPUs (Fail3) previous logical shapes seed the packing instead."""
+    physical trees are rerouted (most keep every edge) and the rate equals cold; after
+    Fail3 they are carried onto the backup GPU and rerouted too (a fabric whose shape
+    changed otherwise: tests/test_allgather_warm_transfer.py)."""
     before = solve_allgather(hpn(1, 8, 8))
     after = fail(hpn(1, 8, 8))
     warm = solve_allgather(after, warm=before)
@@ -478,7 +479,7 @@ def test_warm_reuses_previous_tree_shapes(fail):
     assert sum((c.src, c.edges) in prev for c in warm.chunks) > len(warm.chunks) // 2
     before3 = solve_allgather(hpn(1, 2, 8))
     warm3 = solve_allgather(fail3(hpn(1, 2, 8)), warm=before3)
-    assert "reroute" not in warm3.stats and warm3.stats["reused_trees"] > 0
+    assert warm3.stats["reroute"] == "done" and "reused_trees" not in warm3.stats
 
 
 def test_warm_keeps_previous_schedule_after_drift_on_unsaturated_link():
@@ -646,7 +647,7 @@ def test_warm_from_a_saved_schedule_reroutes_its_trees(fail):
     assert loaded.warm_state is None
     restored = restore_warm_state(loaded, base)
     forest = restored.warm_state.forest
-    assert sorted(forest.tree_chunks(base.gpus), key=repr) == sorted(loaded.chunks, key=repr)
+    assert sorted(forest.tree_chunks(), key=repr) == sorted(loaded.chunks, key=repr)
     after = fail(base)
     warm = solve_allgather(after, warm=restored)
     assert warm.stats["reroute"] == "done"

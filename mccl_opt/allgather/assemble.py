@@ -137,7 +137,7 @@ def rerouted(run: Run, opt: Optimum, result: Rerouted) -> Schedule:
                      max_depth=int(forest.depth.max()), mean_depth=float(forest.depth.mean()))
     state = WarmState.of_trees(run.topo, cut_ids(run.topo, opt.p1), forest.k, forest.shapes(),
                                result.loads, forest=forest)
-    return assemble(run, opt, forest.k, forest.tree_chunks(run.topo.gpus), result.loads, state,
+    return assemble(run, opt, forest.k, forest.tree_chunks(), result.loads, state,
                     True)
 
 

@@ -1,12 +1,16 @@
 """The physical forest: a schedule's AllGather trees in rank space over switch paths.
 
 ForestColl-warm (paper §4.3; docs/allgather.md, *Rerouting*) edits the previous
-schedule's *physical* trees.  :class:`PhysicalForest` holds them as arrays (the parent
-rank of every rank and the switch path it hangs on, per tree, with a multiplicity of
-``k`` unit trees per root); :class:`PathTable` indexes the switch paths.  A forest is
-built from Phase 3's mapped trees (:meth:`PhysicalForest.from_mapped`) or from a
-schedule's chunks alone (:meth:`PhysicalForest.from_chunks`, for a schedule read from a
-file); :func:`requantized` rescales it to another ``k``; :mod:`.reroute` moves its edges.
+schedule's *physical* trees.  :class:`PhysicalForest` holds them as arrays only (the
+parent rank of every rank and the switch path it hangs on, per tree, with a
+multiplicity of ``k`` unit trees per root, and every tree's edges as a row of path
+indices, parents first); :class:`PathTable` indexes the switch paths as flat node
+arrays.  No Python object per tree edge is made: the schedule's chunks are a
+:class:`~mccl_opt.TreeChunks` view of the same arrays (:meth:`PhysicalForest.tree_chunks`).
+A forest is built from Phase 3's mapped trees (:meth:`PhysicalForest.from_mapped`), from
+a schedule's chunks alone (:meth:`PhysicalForest.from_chunks`, for a schedule read from
+a file) or carried onto a fabric whose GPUs were replaced (:mod:`.transfer`);
+:func:`requantized` rescales it to another ``k``; :mod:`.reroute` moves its edges.
 """
 
 from __future__ import annotations
@@ -20,72 +24,120 @@ from typing import Sequence
 import numpy as np
 from numba import njit
 
-from ..schedule import TreeChunk, distinct_paths
+from ..schedule import TreeChunk, TreeChunks, TreeTable, distinct_paths
 from ..topology import Topology
 from .depths import fill_depths, spanning_depths
 from .mapping import MappedTrees
 
-__all__ = ["PathTable", "PhysicalForest", "requantized", "largest_remainder", "rebuilt",
-           "unit_loads", "edge_order", "MAX_TREES_PER_ROOT"]
+__all__ = ["PathTable", "FlatPaths", "PhysicalForest", "requantized", "largest_remainder",
+           "rebuilt", "unit_loads", "edge_order", "link_lookup", "hop_positions",
+           "MAX_TREES_PER_ROOT"]
 
 #: largest tree count per root a schedule read without warm state is taken apart into
 MAX_TREES_PER_ROOT = 1 << 16
 
 
+def link_lookup(topo: Topology, tails: np.ndarray, heads: np.ndarray) -> np.ndarray:
+    """The link index of every ``tails[i] -> heads[i]`` of ``topo`` (``-1``: no such
+    link), by binary search over the sorted link keys (no ``n x n`` matrix)."""
+    arr, n = topo.arrays, topo.num_nodes
+    key = arr.tail.astype(np.int64) * n + arr.head
+    order = np.argsort(key, kind="stable")
+    sorted_key = key[order]
+    want = np.asarray(tails, np.int64) * n + heads
+    pos = np.minimum(np.searchsorted(sorted_key, want), max(key.size - 1, 0))
+    found = sorted_key[pos] == want if key.size else np.zeros(want.size, bool)
+    return np.where(found, order[pos], -1)
+
+
+def hop_positions(first: np.ndarray) -> np.ndarray:
+    """Positions in a flat path array of every node that is followed by another node of
+    its path (paths ``flat[first[j]:first[j+1]]``): hop ``i`` runs ``flat[i] -> flat[i+1]``."""
+    hop = np.ones(int(first[-1]), bool)
+    hop[first[1:] - 1] = False
+    return np.flatnonzero(hop)
+
+
+class FlatPaths(Sequence):
+    """Paths stored flat (path ``j``: ``flat[first[j]:first[j+1]]``), read as tuples of
+    node indices (what a :class:`~mccl_opt.TreeTable` names paths by)."""
+
+    def __init__(self, flat: np.ndarray, first: np.ndarray) -> None:
+        self.flat, self.first = flat, first
+
+    def __len__(self) -> int:
+        return int(self.first.size - 1)
+
+    def __getitem__(self, j):
+        if isinstance(j, slice):
+            return [self[i] for i in range(*j.indices(len(self)))]
+        if not -len(self) <= j < len(self):
+            raise IndexError(f"path {j} of {len(self)}")
+        j %= len(self)
+        return tuple(self.flat[self.first[j]:self.first[j + 1]].tolist())
+
+
 @dataclass(frozen=True)
 class PathTable:
-    """Switch paths by index: node indices ``nodes[j]``, links
-    ``links[start[j]:start[j+1]]``, tail and head ranks, for one-switch paths the
-    key ``(u·n + s)·n + v`` (``-1`` for longer ones) that finds duplicates, and a
-    cache ``names[j]`` of the node-id tuple that is path ``j`` in a schedule (``None``
-    until needed; tables and forests share name tuples with their schedules)."""
+    """Switch paths by index on one topology: path ``j`` visits the nodes
+    ``flat[first[j]:first[j+1]]`` (``nodes[j]``: the same as a tuple) and crosses the
+    links ``links[start[j]:start[j+1]]`` (``-1`` where the topology has no such link),
+    from rank ``tail[j]`` to rank ``head[j]``; ``key`` is ``(u·n + s)·n + v`` for
+    one-switch paths (``-1`` for others), to find duplicates; ``node_ids`` and
+    ``gpu_nodes`` (node index of every rank) are the topology's."""
 
-    nodes: tuple[tuple[int, ...], ...]
+    nodes: Sequence[tuple[int, ...]]
+    flat: np.ndarray
+    first: np.ndarray
     start: np.ndarray
     links: np.ndarray
     tail: np.ndarray
     head: np.ndarray
     key: np.ndarray
-    names: list
-
-    def named(self, paths: np.ndarray, ids: Sequence[str]) -> list:
-        """``names``, with the entries of ``paths`` filled in."""
-        names, nodes = self.names, self.nodes
-        for j in paths.tolist():
-            if names[j] is None:
-                names[j] = tuple([ids[v] for v in nodes[j]])
-        return names
+    node_ids: tuple[str, ...]
+    gpu_nodes: np.ndarray
 
     @classmethod
     def build(cls, paths: Sequence[tuple[int, ...]], topo: Topology) -> "PathTable":
-        arr, n = topo.arrays, topo.num_nodes
-        link_of = np.full((n, n), -1, np.int64)
-        link_of[arr.tail, arr.head] = np.arange(arr.tail.size)
+        """The table of ``paths`` (node-index tuples, shared as ``nodes``) on ``topo``."""
         lens = np.fromiter(map(len, paths), np.int64, count=len(paths))
-        nodes = np.fromiter(chain.from_iterable(paths), np.int64, count=int(lens.sum()))
-        ends = np.cumsum(lens)
-        first = ends - lens
-        hop = np.ones(nodes.size, bool)
-        hop[ends - 1] = False
-        start = np.zeros(len(paths) + 1, np.int64)
-        np.cumsum(lens - 1, out=start[1:])
-        key = np.where(lens == 3, (nodes[first] * n + nodes[np.minimum(first + 1, nodes.size - 1)])
-                       * n + nodes[ends - 1], -1)
-        return cls(tuple(paths), start, link_of[nodes[hop], nodes[np.flatnonzero(hop) + 1]],
-                   arr.rank_of[nodes[first]], arr.rank_of[nodes[ends - 1]], key,
-                   [None] * len(paths))
+        flat = np.fromiter(chain.from_iterable(paths), np.int64, count=int(lens.sum()))
+        first = np.zeros(len(paths) + 1, np.int64)
+        np.cumsum(lens, out=first[1:])
+        return cls.from_flat(flat, first, topo, paths)
+
+    @classmethod
+    def from_flat(cls, flat: np.ndarray, first: np.ndarray, topo: Topology,
+                  nodes: Sequence[tuple[int, ...]] | None = None,
+                  links: np.ndarray | None = None) -> "PathTable":
+        """The table of the flat paths ``flat``/``first`` on ``topo`` (``links``: their
+        links if the caller knows them)."""
+        arr, n = topo.arrays, topo.num_nodes
+        lens = np.diff(first)
+        heads = flat[first[1:] - 1]
+        tails = flat[first[:-1]]
+        mid = flat[np.minimum(first[:-1] + 1, max(flat.size - 1, 0))]
+        key = np.where(lens == 3, (tails * n + mid) * n + heads, -1)
+        if links is None:
+            hops = hop_positions(first)
+            links = link_lookup(topo, flat[hops], flat[hops + 1])
+        return cls(FlatPaths(flat, first) if nodes is None else nodes, flat, first,
+                   first - np.arange(first.size), links, arr.rank_of[tails],
+                   arr.rank_of[heads], key, tuple(nd.id for nd in topo.nodes), arr.gpu_nodes)
 
     def extended(self, paths: Sequence[tuple[int, ...]], topo: Topology) -> "PathTable":
-        """This table followed by ``paths``."""
+        """This table followed by ``paths`` (on the same topology)."""
         if not paths:
             return self
         more = PathTable.build(paths, topo)
-        return PathTable(self.nodes + more.nodes,
+        flat = np.concatenate([self.flat, more.flat])
+        first = np.concatenate([self.first, more.first[1:] + self.first[-1]])
+        return PathTable(FlatPaths(flat, first), flat, first,
                          np.concatenate([self.start, more.start[1:] + self.start[-1]]),
                          np.concatenate([self.links, more.links]),
                          np.concatenate([self.tail, more.tail]),
                          np.concatenate([self.head, more.head]),
-                         np.concatenate([self.key, more.key]), self.names + more.names)
+                         np.concatenate([self.key, more.key]), self.node_ids, self.gpu_nodes)
 
 
 @dataclass(frozen=True)
@@ -93,8 +145,8 @@ class PhysicalForest:
     """A schedule's trees in rank space: tree ``t`` has root rank ``roots[t]``,
     multiplicity ``mults[t]`` (of ``k`` unit trees per root), the parent rank of every
     rank ``parent[t, v]`` over switch path ``via[t, v]`` of ``paths`` (``-1`` at the
-    root), maximum depth ``depth[t]`` and schedule edges ``edges[t]`` (node-id paths,
-    parents first)."""
+    root), maximum depth ``depth[t]`` and its edges as the row ``rows[t]`` of path
+    indices (parents first)."""
 
     k: int
     roots: np.ndarray
@@ -103,28 +155,21 @@ class PhysicalForest:
     via: np.ndarray
     depth: np.ndarray
     paths: PathTable
-    edges: tuple[tuple[tuple[str, ...], ...], ...]
+    rows: np.ndarray
 
     @classmethod
-    def from_mapped(cls, mapped: MappedTrees, k: int, depths: np.ndarray, topo: Topology,
-                    chunks: Sequence[TreeChunk]) -> "PhysicalForest":
-        """From Phase 3's mapped trees (one chunk per tree, in order, its edges in the
-        order of ``mapped.edges``) on ``topo``."""
+    def from_mapped(cls, mapped: MappedTrees, k: int, depths: np.ndarray,
+                    topo: Topology) -> "PhysicalForest":
+        """From Phase 3's mapped trees on ``topo`` (edges in the order of ``mapped.edges``)."""
         num_trees, num_gpus = len(mapped.roots), topo.num_gpus
-        edges = mapped.edge_matrix
-        if edges is None:
-            edges = np.array(mapped.edges, np.int64)
-        edges = edges.reshape(num_trees, num_gpus - 1)
+        rows = mapped.edge_matrix
+        if rows is None:
+            rows = np.array(mapped.edges, np.int64)
+        rows = rows.reshape(num_trees, num_gpus - 1)
         table = PathTable.build(mapped.paths, topo)
-        parent, via, first = _index_trees(edges, table.tail, table.head, num_gpus,
-                                          len(table.nodes))
-        tree_edges = tuple(c.edges for c in chunks)
-        used = np.flatnonzero(first >= 0)
-        for j, t, i in zip(used.tolist(), (first[used] // (num_gpus - 1)).tolist(),
-                           (first[used] % (num_gpus - 1)).tolist()):
-            table.names[j] = tree_edges[t][i]
+        parent, via = _index_trees(rows, table.tail, table.head, num_gpus)
         return cls(int(k), np.asarray(mapped.roots, np.int64), np.asarray(mapped.mults, np.int64),
-                   parent, via, np.asarray(depths, np.int64), table, tree_edges)
+                   parent, via, np.asarray(depths, np.int64), table, rows)
 
     @classmethod
     def from_chunks(cls, chunks: Sequence[TreeChunk], topo: Topology) -> "PhysicalForest | None":
@@ -153,44 +198,41 @@ class PhysicalForest:
         if (table.links < 0).any() or (table.tail < 0).any() or (table.head < 0).any() \
                 or not topo.arrays.is_switch[inner].all():
             return None
-        table.names[:] = paths
-        parent, via, _ = _index_trees(ids.reshape(len(chunks), n - 1), table.tail, table.head,
-                                      n, len(paths))
+        rows = ids.reshape(len(chunks), n - 1)
+        parent, via = _index_trees(rows, table.tail, table.head, n)
         depth = spanning_depths(parent, roots)
         if (depth < 0).any():
             return None
-        return cls(int(k), roots, mults, parent, via, depth, table,
-                   tuple(c.edges for c in chunks))
+        return cls(int(k), roots, mults, parent, via, depth, table, rows)
 
-    def tree_chunks(self, gpu_ids: Sequence[str]) -> tuple[TreeChunk, ...]:
-        """The schedule chunks: share ``mults[t] / k`` of root ``roots[t]``'s shard."""
-        k = self.k
-        return tuple(TreeChunk(gpu_ids[r], m / k, e) for r, m, e in
-                     zip(self.roots.tolist(), self.mults.tolist(), self.edges))
+    def tree_chunks(self) -> TreeChunks:
+        """The schedule chunks (share ``mults[t] / k`` of root ``roots[t]``'s shard), a
+        view of the forest's arrays."""
+        table = self.paths
+        return TreeChunks(TreeTable(table.node_ids, table.nodes, table.gpu_nodes[self.roots],
+                                    self.mults / self.k, self.rows))
 
     def shapes(self) -> tuple[np.ndarray, np.ndarray]:
         """Rank-space shapes ``(roots, parent ranks)`` of the trees, by root and largest
         first (a warm start's guides and seeds)."""
         order = np.lexsort((-self.mults, self.roots))
-        return self.roots[order], self.parent[order].astype(np.int64)
+        if (order[1:] > order[:-1]).all():          # already in order: no copy
+            return self.roots, self.parent
+        return self.roots[order], self.parent[order]
 
 
 @njit(cache=True)
-def _index_trees(edges, p_tail, p_head, num_gpus, num_paths):
-    """``(parent, via, first)`` of trees given as rows of path indices: ``first[j]``
-    is the flat position in ``edges`` of path ``j``'s first use (``-1`` if unused)."""
-    num_trees, per_tree = edges.shape
+def _index_trees(rows, p_tail, p_head, num_gpus):
+    """``(parent, via)`` of trees given as rows of path indices."""
+    num_trees, per_tree = rows.shape
     parent = np.full((num_trees, num_gpus), -1, np.int32)
     via = np.full((num_trees, num_gpus), -1, np.int32)
-    first = np.full(num_paths, -1, np.int64)
     for t in range(num_trees):
         for i in range(per_tree):
-            q = edges[t, i]
+            q = rows[t, i]
             parent[t, p_head[q]] = p_tail[q]
             via[t, p_head[q]] = q
-            if first[q] < 0:
-                first[q] = t * per_tree + i
-    return parent, via, first
+    return parent, via
 
 
 @njit(cache=True)
@@ -209,14 +251,13 @@ def unit_loads(via, mults, p_start, p_links, num_links):
 
 
 @njit(cache=True)
-def edge_order(parent, via):
-    """Per tree: its maximum depth and the paths of its edges ordered by the depth of
-    their heads (parents first; ranks in order within a depth)."""
-    num_trees, n = parent.shape
+def edge_order(parent, via, trees, rows, max_depth):
+    """For the trees ``trees``: their maximum depth (into ``max_depth``) and the paths
+    of their edges ordered by the depth of their heads (into ``rows``; parents first,
+    ranks in order within a depth)."""
+    n = parent.shape[1]
     depth = np.empty(n, np.int64)
-    max_depth = np.zeros(num_trees, np.int64)
-    out = np.empty((num_trees, n - 1), np.int64)
-    for t in range(num_trees):
+    for t in trees:
         fill_depths(parent[t], depth)
         top = depth.max()
         max_depth[t] = top
@@ -224,9 +265,8 @@ def edge_order(parent, via):
         for level in range(1, top + 1):
             for v in range(n):
                 if depth[v] == level:
-                    out[t, i] = via[t, v]
+                    rows[t, i] = via[t, v]
                     i += 1
-    return max_depth, out
 
 
 def requantized(forest: PhysicalForest, k: int) -> PhysicalForest:
@@ -238,9 +278,11 @@ def requantized(forest: PhysicalForest, k: int) -> PhysicalForest:
         return forest
     mult = largest_remainder(forest.mults, forest.roots, k, forest.k)
     keep = np.flatnonzero(mult > 0)
-    edges = tuple([forest.edges[i] for i in keep.tolist()])
+    if keep.size == mult.size:
+        return PhysicalForest(k, forest.roots, mult, forest.parent, forest.via, forest.depth,
+                              forest.paths, forest.rows)
     return PhysicalForest(k, forest.roots[keep], mult[keep], forest.parent[keep],
-                          forest.via[keep], forest.depth[keep], forest.paths, edges)
+                          forest.via[keep], forest.depth[keep], forest.paths, forest.rows[keep])
 
 
 @njit(cache=True)
@@ -277,19 +319,16 @@ def largest_remainder(mults, roots, k, k_old):
     return out
 
 
-def rebuilt(forest: PhysicalForest, topo: Topology, table: PathTable, parent: np.ndarray,
-            via: np.ndarray, mult: np.ndarray, roots: np.ndarray,
-            changed: np.ndarray) -> PhysicalForest:
-    """The forest with new edges (by depth, parents first) for the changed trees."""
+def rebuilt(forest: PhysicalForest, table: PathTable, parent: np.ndarray, via: np.ndarray,
+            mult: np.ndarray, roots: np.ndarray, changed: np.ndarray) -> PhysicalForest:
+    """The forest with trees ``parent``/``via`` over ``table`` (its first trees are
+    ``forest``'s; the arrays are taken, not copied) and new edge rows (by depth,
+    parents first) for the changed trees."""
     redo = np.flatnonzero(changed)
+    old = forest.depth.size
     depth = np.zeros(roots.size, np.int64)
-    depth[:forest.depth.size] = forest.depth
-    edges = list(forest.edges) + [()] * (roots.size - len(forest.edges))
-    if redo.size:
-        depth[redo], edge_paths = edge_order(parent[redo], via[redo])
-        used = np.flatnonzero(np.bincount(edge_paths.ravel(), minlength=len(table.nodes)))
-        name = table.named(used, [n.id for n in topo.nodes]).__getitem__
-        for t, row in zip(redo.tolist(), edge_paths.tolist()):
-            edges[t] = tuple(map(name, row))
-    return PhysicalForest(forest.k, roots.copy(), mult.copy(), parent.copy(), via.copy(),
-                          depth, table, tuple(edges))
+    depth[:old] = forest.depth
+    rows = np.empty((roots.size, forest.rows.shape[1]), forest.rows.dtype)
+    rows[:old] = forest.rows
+    edge_order(parent, via, redo, rows, depth)
+    return PhysicalForest(forest.k, roots, mult, parent, via, depth, table, rows)

@@ -467,29 +467,47 @@ def reroute(forest: PhysicalForest, topo: Topology, cap_q: np.ndarray, k: int,
     paths = _candidate_paths(table, heads, topo.num_gpus)
 
     trees = forest.roots.size
-    # splits divide multiplicities (at most k·N trees); memory caps the slots
-    slots = min(forest.k * topo.num_gpus, 2 * trees + 4 * topo.num_gpus)
-    work = Trees(np.empty((slots, topo.num_gpus), np.int32),
-                 np.empty((slots, topo.num_gpus), np.int32),
+    # splits divide multiplicities (at most k·N trees) and memory caps the slots; a
+    # first try leaves room for a quarter more trees, a second (same moves, as the
+    # kernels are deterministic) runs only if those slots ran out
+    most = min(forest.k * topo.num_gpus, 2 * trees + 4 * topo.num_gpus)
+    for slots in sorted({min(most, trees + max(64, trees // 4)), most}):
+        units = Units(load.copy(), cap)
+        work, trees, moves = _edit(forest, paths, table, units, cand_t, cand_v, heads, slots)
+        if trees >= 0:
+            break
+    if trees < 0 or (units.load > cap).any():
+        return None
+    # the forest keeps the work arrays unless a quarter or more of their slots is idle
+    own = (lambda a: a[:trees]) if 4 * trees >= 3 * slots else (lambda a: a[:trees].copy())
+    new = rebuilt(forest, table, own(work.parent), own(work.via), own(work.mult),
+                  own(work.roots), work.changed[:trees])
+    return Rerouted(new, units.load / forest.k, moves, int(work.changed[:trees].sum()))
+
+
+def _edit(forest: PhysicalForest, paths: Paths, table: PathTable, units: Units,
+          cand_t: np.ndarray, cand_v: np.ndarray, heads: np.ndarray,
+          slots: int) -> tuple[Trees, int, int]:
+    """The passes of :func:`_reroute_edges` on a copy of ``forest`` with room for
+    ``slots`` trees: ``(trees, tree count, moves)``, the count ``-1`` when the slots
+    ran out; ``units.load`` is updated."""
+    trees = forest.roots.size
+    n = forest.parent.shape[1]
+    work = Trees(np.empty((slots, n), np.int32), np.empty((slots, n), np.int32),
                  np.zeros(slots, np.int64), np.zeros(slots, np.int64), np.zeros(slots, bool))
     work.parent[:trees], work.via[:trees] = forest.parent, forest.via
     work.mult[:trees], work.roots[:trees] = forest.mults, forest.roots
-    units = Units(load, cap)
     moves = 0
     for _ in range(REROUTE_PASSES):     # a later pass finds room earlier moves made
         trees, done = _reroute_edges(work, trees, paths, units, cand_t, cand_v, MAKE_ROOM_CALLS)
         moves += done
-        over = load > cap
+        over = units.load > units.cap
         if trees < 0 or done == 0 or not over.any():
             break
         cand_t, cand_v = _crossing(work.via[:trees], table.start, table.links, over)
         if not heads[cand_v].all():
             break
-    if trees < 0 or over.any():
-        return None
-    new = rebuilt(forest, topo, table, work.parent[:trees], work.via[:trees],
-                  work.mult[:trees], work.roots[:trees], work.changed[:trees])
-    return Rerouted(new, load / forest.k, moves, int(work.changed[:trees].sum()))
+    return work, trees, moves
 
 
 def _candidate_paths(table: PathTable, heads: np.ndarray, num_gpus: int) -> Paths:
