@@ -225,7 +225,7 @@ def gpu_links(is_switch: np.ndarray, rank_of: np.ndarray, tail: np.ndarray, head
         raise SolveError("switch removal left links at a switch (its in- and out-units "
                          "could not be paired); the fabric's switches are unbalanced")
     tail, head = rank_of[tail].astype(np.int64), rank_of[head].astype(np.int64)
-    order = np.lexsort((head, tail))
+    order = np.argsort(tail * max(int(rank_of.max()) + 1, 1) + head)     # pairs are distinct
     return order, tail[order], head[order]
 
 

@@ -59,8 +59,9 @@ class _Arrays:
         self.n_arcs, self.n_segs, self.top = m, len(segs), int(lens.sum())
         at_switch = g.is_switch[self.tail] | g.is_switch[self.head]
         self.listed = at_switch.copy()
-        self.switch_arcs = np.flatnonzero(at_switch).astype(np.int64)
-        self.n_listed = self.switch_arcs.size
+        self.switch_arcs = np.zeros(m, np.int64)             # as long as the arc arrays
+        self.n_listed = int(at_switch.sum())
+        self.switch_arcs[: self.n_listed] = np.flatnonzero(at_switch)
         self.n = g.n
         self.keys = self.slots = np.zeros(0, np.int64)
         self.reserve(0, 0, 0)
@@ -75,11 +76,11 @@ class _Arrays:
             for name in names:
                 arr = getattr(self, name)
                 if used + more > arr.size:
-                    grown = np.zeros(max(2 * arr.size, used + more), arr.dtype)
-                    grown[: arr.size] = arr
+                    grown = np.empty(max(2 * arr.size, used + more), arr.dtype)
+                    grown[:used] = arr[:used]
                     setattr(self, name, grown)
         if 2 * (self.n_arcs + arcs) > self.keys.size:        # the hash map at most half full
-            size = 1 << max(4, int(4 * (self.n_arcs + arcs)).bit_length())
+            size = 1 << max(4, int(2 * (self.n_arcs + arcs)).bit_length())
             self.keys, self.slots = np.full(size, -1, np.int64), np.empty(size, np.int64)
             _index_arcs(self.keys, self.slots, self.tail, self.head, self.n_arcs, self.n)
 
