@@ -38,7 +38,9 @@ degrades rank 0's NIC cable to 50 Gbps; ``--event tor`` degrades every cable of 
 ToR to 100 Gbps (a gray ToR).  Per mode: how many communicators' sub-fabrics hold a
 degraded link, how many were re-synthesized and swapped, the time until the last swap,
 and the largest relative difference between a swapped schedule's LP rate and a cold solve
-of its degraded sub-fabric (every swapped schedule is also validated there).
+of its degraded sub-fabric (every swapped schedule is also validated there).  ``--layout
+overlap`` registers ``--comms`` communicators of ``--ep-hosts`` whole hosts instead, all
+holding host 0 and alternately AllGather and AllToAll, so one Fail2 hits every one.
 """
 
 from __future__ import annotations
@@ -187,6 +189,21 @@ def job_groups(topo, ep_hosts: int) -> dict[str, tuple[str, list[str]]]:
     return out
 
 
+def overlapping_groups(topo, comms: int, hosts: int) -> dict[str, tuple[str, list[str]]]:
+    """``comms`` communicators of ``hosts`` whole hosts each, alternately AllGather and
+    AllToAll, that all hold host 0 (so rank 0's NIC is in every sub-fabric); the other
+    hosts are dealt round robin from the rest."""
+    names = sorted({g[:g.rindex("g")] for g in topo.gpus}, key=lambda h: topo.gpus.index(h + "g0"))
+    rest = names[1:]
+    if not 1 < hosts <= len(names):
+        raise SystemExit(f"--ep-hosts must be in [2, {len(names)}] for {topo.name}")
+    out = {}
+    for k in range(comms):
+        chosen = [names[0]] + [rest[(k * (hosts - 1) + j) % len(rest)] for j in range(hosts - 1)]
+        out[f"c{k}"] = (("allgather", "alltoall")[k % 2], [g for g in topo.gpus if g[:g.rindex("g")] in chosen])
+    return out
+
+
 def job_baselines(topo, ep_hosts: int) -> list[tuple]:
     """The :func:`job_groups` communicators with the NCCL-style baselines of their
     sub-fabrics (ring AllGather, direct AllToAll), as ``(comm, kind, schedule, members)``."""
@@ -275,7 +292,7 @@ def groups_main(a) -> list[dict]:
 
     load_kernels()
     topo = hpn(*parse_shape(a.swap_shape))
-    groups = job_groups(topo, a.ep_hosts)
+    groups = job_groups(topo, a.ep_hosts) if a.layout == "job" else overlapping_groups(topo, a.comms, a.ep_hosts)
     t0 = time.perf_counter()
     healthy = {c: (mo.solve_allgather if k == "allgather" else mo.solve_alltoall)(induced(topo, g).topology)
                for c, (k, g) in groups.items()}
@@ -325,7 +342,10 @@ def main(argv: list[str] | None = None) -> list[dict]:
     p.add_argument("--groups", action="store_true",
                    help="TP, DP and EP communicators over sub-fabrics, one event (module docstring)")
     p.add_argument("--event", default="fail2", help="--groups: fail2 and/or tor, comma separated")
-    p.add_argument("--ep-hosts", type=int, default=2, help="--groups: hosts per expert-parallel group")
+    p.add_argument("--ep-hosts", type=int, default=2,
+                   help="--groups: hosts per expert-parallel group (--layout overlap: per communicator)")
+    p.add_argument("--layout", choices=["job", "overlap"], default="job",
+                   help="--groups: a job's TP/DP/EP groups, or --comms communicators that all hold host 0")
     p.add_argument("--swap-shape", default="1x8x8")
     p.add_argument("--comms", type=int, default=64)
     p.add_argument("--modes", default="thread,pool1,pool2")
