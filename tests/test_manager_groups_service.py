@@ -105,3 +105,19 @@ def test_groups_through_the_service_and_a_restart(tmp_path):
             assert got == {"tp0": (1, GROUPS["tp0"][1]), "dp1": (1, GROUPS["dp1"][1]), "ep0": (2, ep0)}
     finally:
         _stop(proc)
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--members", "tp9=s0h0g0,s0h0g1"], "--members 'tp9': no --collective of that communicator"),
+    (["--collective", "tp0/ag:allgather", "--members", "tp0="], "--members must look like COMM=GPU,GPU"),
+    (["--collective", "tp0/ag:allgather", "--members", "tp0=s0h0g0", "--members", "tp0=s0h0g1"],
+     "names communicator 'tp0' twice"),
+    (["--collective", "tp0/ag:allgather", "--members", "tp0=s0h0g0,s0h0g0"], "'s0h0g0' is listed twice"),
+])
+def test_serve_refuses_bad_members_with_exit_status_2(tmp_path, capsys, extra, message):
+    from mccl_opt.cli import main
+
+    TOPO.save(tmp_path / "t.json")
+    assert main(["controller", "serve", "--topology", str(tmp_path / "t.json"), "--bind", "tcp://127.0.0.1:0",
+                 *extra]) == 2
+    assert message in capsys.readouterr().err
