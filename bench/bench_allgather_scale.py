@@ -12,8 +12,8 @@ those the schedule's ``stats`` report (``phase1_s``: exact optimum, ``budget_s``
 budget, ``balance_s``, ``phase2_s``: switch removal, ``phase3_s``: tree packing,
 ``mapping_s``: logical to physical trees).  ``lp`` (Gbps) is the optimum; cold and warm
 must agree in rate.  The machine may be shared: the load average is printed with the
-table, ``cold_cpu_s`` is the cold solve's CPU time (what contention inflates least), and
-single runs are noisy (compare ratios within one run).
+table, ``cold_cpu_s`` and ``warm_cpu_s`` are the solves' CPU times (what contention
+inflates least), and single runs are noisy (compare ratios within one run).
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ import sys
 import time
 
 PHASES = ("phase1_s", "budget_s", "balance_s", "phase2_s", "phase3_s", "mapping_s")
-COLUMNS = ("fabric", "gpus", "cold_s", "cold_cpu_s", "warm_s", *PHASES, "k", "packing", "depth",
-           "lp", "rss_gb")
+COLUMNS = ("fabric", "gpus", "cold_s", "cold_cpu_s", "warm_s", "warm_cpu_s", *PHASES, "k", "packing",
+           "depth", "lp", "rss_gb")
 
 
 def one(shape: str, state: str) -> dict:
@@ -50,13 +50,13 @@ def one(shape: str, state: str) -> dict:
         t, c = time.perf_counter(), time.process_time()
         cold = solve_allgather(topo)
         cold_s, cold_cpu = time.perf_counter() - t, time.process_time() - c
-    t = time.perf_counter()
+    t, c = time.perf_counter(), time.process_time()
     warm = solve_allgather(topo, warm=healthy)
-    warm_s = time.perf_counter() - t
+    warm_s, warm_cpu = time.perf_counter() - t, time.process_time() - c
     if not math.isclose(warm.rate_gbps, cold.rate_gbps, rel_tol=1e-9):
         raise SystemExit(f"{topo.name}: warm rate {warm.rate_gbps} != cold {cold.rate_gbps}")
     return {"fabric": topo.name, "gpus": topo.num_gpus, "cold_s": cold_s, "cold_cpu_s": cold_cpu,
-            "warm_s": warm_s,
+            "warm_s": warm_s, "warm_cpu_s": warm_cpu,
             **{p: float(cold.stats.get(p, 0.0)) for p in PHASES},
             "k": cold.stats.get("k", "-"), "packing": cold.stats.get("packing", "-"),
             "depth": cold.stats.get("max_depth", "-"), "lp": cold.lp_rate_gbps,
