@@ -83,7 +83,9 @@ if case == "fail2_warm_file":
     warm = mo.Schedule.load(path)
     if coll == "allgather":
         from mccl_opt.allgather import restore_warm_state
-        warm = restore_warm_state(warm, healthy)
+    else:
+        from mccl_opt.alltoall import restore_warm_state
+    warm = restore_warm_state(warm, healthy)
 def rss_mb():
     with open("/proc/self/status") as f:
         return next(int(l.split()[1]) for l in f if l.startswith("VmRSS:")) / 1024

@@ -8,7 +8,9 @@ Each fabric is ``instances.irregular(seed)`` with odd float capacities (every ca
 directions scaled by different odd factors), then a chain of ``--steps`` one-way
 degradations (a random link to 5-90 % of its capacity, odd factors) with an occasional
 repair.  Every step is solved cold, warm from the previous step's schedule (the chain a
-controller follows) and warm from the first step's schedule, with 10 chunks and
+controller follows), warm from the previous step's schedule written to JSON, read back
+and restored (``restore_warm_state``: a restarted controller) and warm from the first
+step's schedule, with 10 chunks and
 fractional (``max_chunks=None``).  Each schedule is validated (``mccl_opt.validate``: every
 block delivered, loads and rate recomputed) and its ``lp_rate_gbps`` compared with the
 compact optimum.  Prints the worst relative gap per mode, the warm paths taken and every
@@ -31,6 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import mccl_opt as mo                                            # noqa: E402
 from formulations.compact import build_compact_lp                # noqa: E402
 from instances import irregular                                  # noqa: E402
+from mccl_opt.alltoall import restore_warm_state                 # noqa: E402
 
 ODD = (0.9137, 0.7, 0.4452, 0.333, 1.0, 1.618, 0.5, 0.1234)
 
@@ -90,12 +93,13 @@ def main(argv: list[str] | None = None) -> int:
     for f in range(args.fabrics):
         fabrics = chain(args.seed * 1000 + f, args.steps, args.max_gpus, rng)
         for k in (10, None):
-            first = prev = None
+            first = prev = prev_topo = None
             for topo in fabrics:
                 z = compact_optimum(topo)
                 runs = [("cold", None)]
                 if prev is not None:
-                    runs += [("warm-chain", prev), ("warm-first", first)]
+                    from_file = restore_warm_state(mo.Schedule.from_dict(prev.to_dict()), prev_topo)
+                    runs += [("warm-chain", prev), ("warm-first", first), ("warm-file", from_file)]
                 done: dict[str, mo.Schedule] = {}
                 for mode, warm in runs:
                     label = f"{mode} K={k}"
@@ -120,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
                     if mode != "cold":
                         paths[mode, sched.stats["warm_mode"]] += 1
                 first = first or done.get("cold")
-                prev = done.get("warm-chain", done.get("cold"))
+                prev, prev_topo = done.get("warm-chain", done.get("cold")), topo
     print(f"{args.fabrics} fabrics x {args.steps + 1} states, {solves} solves in "
           f"{time.perf_counter() - t0:.1f} s")
     print("| mode | worst relative gap to the compact LP | fabric |")

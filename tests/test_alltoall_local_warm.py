@@ -5,6 +5,8 @@ proves the combined LP solution optimal with the Farley bound over all pairs."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from instances import degrade, dgx, fail1, fail2, hpn, irregular, ring
@@ -196,3 +198,37 @@ def test_certified_reuse_only_when_the_old_certificate_still_holds():
     assert bounded.stats["warm_mode"] != "reuse"
     assert bounded.lp_rate_gbps == pytest.approx(
         solve_alltoall(fail1(base), max_steps=4).lp_rate_gbps, rel=REL)
+
+
+@pytest.mark.parametrize("failure", [fail1, fail2])
+def test_a_schedule_read_from_a_file_warm_starts_locally_after_restore(failure, tmp_path):
+    from mccl_opt import Schedule
+    from mccl_opt.alltoall import restore_warm_state
+
+    base = hpn(1, 4, 8)
+    path = tmp_path / "healthy.json"
+    solve_alltoall(base).save(path)
+    loaded = Schedule.load(path)
+    assert loaded.warm_state is None
+    restored = restore_warm_state(loaded, base)
+    assert restored.warm_state is not None and restored.chunks == loaded.chunks
+    topo = failure(base)
+    warm = solve_alltoall(topo, warm=restored)
+    assert warm.stats["warm_mode"] == "local"                  # not the full warm master
+    check_same_as_cold(topo, warm)
+    # the fixed pairs keep the loaded chunk objects
+    assert sum(any(c is o for o in loaded.chunks) for c in warm.chunks) > len(warm.chunks) // 2
+
+
+def test_restore_leaves_schedules_it_cannot_map_unchanged():
+    from mccl_opt.alltoall import restore_warm_state
+
+    sched = solve_alltoall(hpn(1, 2, 4))
+    assert restore_warm_state(sched, hpn(1, 2, 4)) is sched     # already has its state
+    bare = dataclasses.replace(sched, warm_state=None)
+    assert restore_warm_state(bare, hpn(1, 2, 8)) is bare        # other GPUs
+    assert restore_warm_state(bare, ring(8)).warm_state is None  # other GPU names / links
+    c = bare.chunks[0]
+    bent = dataclasses.replace(bare, chunks=(dataclasses.replace(c, path=c.path[::-1]),)
+                               + bare.chunks[1:])
+    assert restore_warm_state(bent, hpn(1, 2, 4)) is bent        # a path that is no path here

@@ -8,12 +8,14 @@ bound and :class:`~.colgen.CGStatus`), :mod:`.rounding` (largest remainder + dee
 :mod:`.state` (the typed :class:`WarmState`), :mod:`.warm` (column transfer, basis
 reuse), :mod:`.assemble` (outcome -> schedule, typed run report), :mod:`.driver` (the full
 column-generation run), :mod:`.latency` (``max_steps="min"``), :mod:`.local` (certified
-reuse and local re-optimisation), :mod:`.solve` (the entry point, orchestration only).
+reuse and local re-optimisation), :mod:`.restore` (a warm state from a loaded
+schedule's chunks), :mod:`.solve` (the entry point, orchestration only).
 """
 
 from __future__ import annotations
 
+from .restore import restore_warm_state
 from .solve import solve_alltoall
 from .state import WarmState
 
-__all__ = ["solve_alltoall", "WarmState"]
+__all__ = ["solve_alltoall", "restore_warm_state", "WarmState"]

@@ -40,10 +40,10 @@ from .master import ColumnPool
 from .problem import Problem
 from .state import WarmState
 
-__all__ = ["warm_columns", "reusable_basis", "changes_are_nonbinding"]
+__all__ = ["warm_columns", "reusable_basis", "changes_are_nonbinding", "link_lookup"]
 
 
-def _link_lookup(prob: Problem, tails: np.ndarray, heads: np.ndarray) -> np.ndarray:
+def link_lookup(prob: Problem, tails: np.ndarray, heads: np.ndarray) -> np.ndarray:
     """New link index of each (tail, head) node pair of the new topology, -1 if absent."""
     ar = prob.topo.arrays
     n = prob.topo.num_nodes
@@ -83,7 +83,7 @@ def _columns(prob: Problem, start: np.ndarray, arcs: np.ndarray) -> tuple[np.nda
 
 def _from_state(prob: Problem, state: WarmState) -> tuple[np.ndarray, ...]:
     node_map = _node_map(prob, state.fabric.node_ids)
-    arc_map = _link_lookup(prob, node_map[state.fabric.tail], node_map[state.fabric.head])
+    arc_map = link_lookup(prob, node_map[state.fabric.tail], node_map[state.fabric.head])
     lp = state.lp
     return _columns(prob, lp.start, arc_map[lp.arcs] if lp.arcs.size else lp.arcs)
 
@@ -95,7 +95,7 @@ def _from_paths(prob: Problem, paths: Iterable[Sequence[str]]) -> tuple[np.ndarr
     tails = np.array([node_map[u] for p in unique for u in p[:-1]], dtype=np.int64)
     heads = np.array([node_map[v] for p in unique for v in p[1:]], dtype=np.int64)
     start = np.concatenate([[0], np.cumsum([len(p) - 1 for p in unique])]).astype(np.int64)
-    pair, new_start, arcs, _ = _columns(prob, start, _link_lookup(prob, tails, heads))
+    pair, new_start, arcs, _ = _columns(prob, start, link_lookup(prob, tails, heads))
     return pair, new_start, arcs, np.full(pair.size, -1, dtype=np.int64)
 
 
