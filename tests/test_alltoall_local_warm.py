@@ -49,6 +49,11 @@ def test_fail2_warm_takes_the_local_path_and_equals_cold(shape):
     assert sum(any(c is o for o in healthy.chunks) for c in warm.chunks) > len(warm.chunks) // 2
     assert free_src                                  # ... and some pairs were re-routed
     assert cold.stats["warm_mode"] == "cold"
+    # the new state keeps the old routes it needs by reference (layered), not as copies
+    old, new = healthy.warm_state, warm.warm_state
+    assert new.lp.routes.base_arcs is old.lp.routes.base_arcs
+    assert new.chunks.routes.base_arcs is old.chunks.routes.base_arcs
+    assert new.lp.routes.count == new.lp.count and new.chunks.routes.count == len(warm.chunks)
 
 
 @pytest.mark.parametrize("make", [
