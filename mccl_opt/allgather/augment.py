@@ -15,30 +15,26 @@ from numba import njit
 __all__ = ["repair", "spend", "attach"]
 
 
-@njit(cache=True)
-def spend(a, cap, tier_of, skip, in_free, head):
-    """Take one unit of arc ``a``; a saturated arc leaves its skip list
-    (``tier_of[a]``: the row of ``skip`` listing it)."""
+@njit(cache=True, _nrt=False)
+def spend(a, cap, pos, skip, in_free, head):
+    """Take one unit of arc ``a``; a saturated arc leaves the skip list of the class
+    lists (``pos[a]``: its position there)."""
     cap[a] -= 1
     in_free[head[a]] -= 1
-    if cap[a] == 0:
-        skip[tier_of[a], a] = a + 1
+    skip[pos[a]] = pos[a] + (cap[a] == 0)     # a live position lists itself
 
 
-@njit(cache=True)
-def attach(t, v, a, off, used, user, slot_of, par, member, order, count):
-    """Tree ``t`` reaches rank ``v`` over link ``a`` (its unit already spent)."""
-    s = off[a] + used[a]
-    used[a] += 1
-    user[s] = t
-    slot_of[t, v] = s
+@njit(cache=True, _nrt=False)
+def attach(t, v, a, par, member, order, count):
+    """Tree ``t`` reaches rank ``v`` over link ``a`` (its unit already spent; the
+    repair index, once built, is updated by the caller)."""
     par[t, v] = a
     member[t, v] = True
     order[t, count[t]] = v
     count[t] += 1
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def _below(par, tail, w, v, root, memo, memo_below, token, path):
     """Is ``w`` in the subtree of ``v``?  Walks ``w``'s parents up to ``v``, the root or
     a rank answered under ``token`` (one tree and ``v``) and records the answer for every
@@ -63,7 +59,7 @@ def _below(par, tail, w, v, root, memo, memo_below, token, path):
     return found
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def _usable(x, b, v, k, tail, par, member, memo, memo_below, token, path):
     """May tree ``x`` take link ``b`` (into ``v``) as ``v``'s parent? (``token``: see
     :func:`_below`.)"""
@@ -74,8 +70,8 @@ def _usable(x, b, v, k, tail, par, member, memo, memo_below, token, path):
                                         path))
 
 
-@njit(cache=True)
-def repair(t, n, k, tail, head, in_free, in_start, in_arc, cap, tier_of, skip, off, used, user,
+@njit(cache=True, _nrt=False)
+def repair(t, n, k, tail, head, in_free, in_start, in_arc, cap, pos, skip, off, used, user,
            slot_of, par, member, count, order, stamp, seen, sat, q_tree, q_pred, q_arc, free,
            shift, info, memo, memo_below, path, limit, max_visits):
     """Find and apply an augmenting chain that gives tree ``t`` one more vertex.
@@ -158,7 +154,7 @@ def repair(t, n, k, tail, head, in_free, in_start, in_arc, cap, tier_of, skip, o
         b = end_arc
         x = q_tree[j]
         s = slot_of[x, v]          # x's old slot (on the arc its predecessor takes), if any
-        spend(b, cap, tier_of, skip, in_free, head)
+        spend(b, cap, pos, skip, in_free, head)
         ns = off[b] + used[b]
         used[b] += 1
         user[ns] = x

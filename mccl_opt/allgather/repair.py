@@ -13,67 +13,59 @@ link ``w -> v`` iff ``w`` is in it and (when it already holds ``v``) ``w`` is no
 ``v`` — re-parenting moves ``v``'s subtree along, so every tree stays an
 arborescence and every link stays within its units (capacities only ever decrease).
 
-Growth: ``k`` unit trees per root, round robin (up to ``n // BATCH_PARTS`` vertices per
-tree per turn), each tree scanning first the *wide* links of its vertices (units above their
-tail's average; NVLink-derived links on HPN), then the narrow links out of its
-vertices in the root's *narrow component* (weakly connected over narrow links: a rail
-on HPN), then those out of its other vertices, narrow links above their tail's narrow
-average first; link scans rotated by root as in :func:`~.trees.greedy_pack`.
-Wide-first makes a tree enter a host once and fan out inside it, and the root's rail
-first makes the trees of one rail share that rail's units, which is what the exactly
-tight host ingress of multi-segment HPN needs (0 repairs up to 2048 GPUs, where a
-plain wide-then-narrow order needed ~7400 chains).  Below ``RAIL_FIRST_MIN_RANKS`` the
-plain order (wide, then narrow in scan order, one vertex per turn) is kept: it packs
-small fabrics without repairs and with shallower trees under failures.  The repair
-search is :mod:`.augment` (short searches first).
-Saturated links leave a per-tier skip list (union-find "next live link"), so a scan
-never revisits them.  Warm: previous tree shapes are seeded verbatim first.  Identical
-trees of a root are merged into :class:`~.trees.TreeClass` es.  Completion certifies
-the packing by construction; ``None`` means no local chain exists and the caller
-falls back to the global packers.
+Growth: ``k`` unit trees per root, round robin, in the order of :mod:`.growth_order`
+(wide links first, then the root's rail, then the rest; batched turns from
+``RAIL_FIRST_MIN_RANKS`` ranks on); link scans rotated by root as in
+:func:`~.trees.greedy_pack`.  Wide-first makes a tree enter a host once and fan out
+inside it, and the root's rail first makes the trees of one rail share that rail's
+units, which is what the exactly tight host ingress of multi-segment HPN needs (0
+repairs up to 2048 GPUs, where a plain wide-then-narrow order needed ~7400 chains).
+The repair search is :mod:`.augment` (short searches first).
+
+Cost: a tree's scan of one class of links touches that class's compact list only, and
+saturated links leave a skip list (union-find "next live link"), so a scan never
+revisits them.  The repair index (every link's users, every tree's slot on its links)
+is built only when a tree first gets stuck, in the order the units were taken, so
+packings without repairs (most large ones) never pay for it (4096 GPUs, k = 9: 1.3 GB)
+and packings with repairs equal those of an index kept all along.  The kernels the
+growth loop calls are compiled without reference counting (``_nrt=False``: they
+allocate nothing; atomic reference counts around the calls took ~30 % of the growth
+time in a profile).  Warm: previous tree
+shapes are seeded verbatim first.  Identical trees of a root are merged into
+:class:`~.trees.TreeClass` es.  Completion certifies the packing by construction;
+``None`` means no local chain exists and the caller falls back to the global packers.
 """
 
 from __future__ import annotations
 
 import numpy as np
 from numba import njit
-from scipy.sparse import coo_matrix
-from scipy.sparse.csgraph import connected_components
 
 from .augment import attach, repair, spend
+from .growth_order import growth_order
 from .trees import TreeClass
 
 __all__ = ["repair_pack", "MAX_ENTRIES"]
 
-#: largest ``k * n * n`` (unit trees x ranks) the packer allocates state for (~17 bytes
-#: each: 4.5 GB at the limit; 4096 GPUs with k = 10 take 2.9 GB); beyond it the
-#: caller's fallbacks run
+#: largest ``k * n * n`` (unit trees x ranks) the packer allocates state for (9 bytes
+#: each while growing, 13 once a repair needs the index, plus 4 per logical unit:
+#: 3.5 GB at the limit; 4096 GPUs with k = 9 grow in 1.4 GB); beyond it the caller's
+#: fallbacks run
 MAX_ENTRIES = 1 << 28
 
 #: trees a first repair search visits per missing vertex before trying the next one
 SHORT_SEARCH = 16
 
-#: a tree adds up to ``n // BATCH_PARTS`` vertices per turn of the round robin (at
-#: least one): its rows stay in cache, and every tree still grows in 64 steps or more,
-#: which keeps the fairness that avoids repairs (n // 16 needed 30 at 2048 GPUs)
-BATCH_PARTS = 64
-
-#: from this many ranks on, trees grow rail first in batched turns (below: wide links,
-#: then narrow ones in scan order, one vertex per turn, as that packs small fabrics
-#: without repairs and with shallower trees under failures: HPN 1x2x8 Fail2 depth 5,
-#: not 6, and 2-7 % more simulated bandwidth at 16 MiB; 8x8x8 needs >1000 repairs
-#: without the rail-first order)
-RAIL_FIRST_MIN_RANKS = 512
-
-#: growth tiers: wide links; narrow links out of vertices in the root's narrow
-#: component, then out of the other vertices, each the above-average ones first.
-#: ``TIER_ARCS``: the skip list each tier scans (0 wide, 1 narrow above the tail's
-#: narrow average, 2 other narrow); ``TIER_OWN``: 1 own component, 0 others, -1 any
+#: growth tiers (:mod:`.growth_order`): wide links; narrow links out of vertices in the
+#: root's narrow component, then out of the other vertices, each the above-average
+#: ones first.  ``TIER_ARCS``: the class list each tier scans (0 wide, 1 narrow above
+#: the tail's narrow average, 2 other narrow); ``TIER_OWN``: 1 own component, 0
+#: others, -1 any
 TIER_ARCS = (0, 1, 2, 1, 2)
 TIER_OWN = (-1, 1, 1, 0, 0)
 
 
-@njit(cache=True)
+@njit(cache=True, _nrt=False)
 def _find(nxt, p):
     """First live position ``>= p`` of a skip list (``nxt[q] == q``: ``q`` is live;
     ``nxt[-1]`` is a live sentinel), halving the paths it walks."""
@@ -83,39 +75,80 @@ def _find(nxt, p):
     return p
 
 
-@njit(cache=True)
-def _next_arc(t, tier, u, r, shift, start, head, member, skip, scanned):
-    """The next arc of tier ``tier`` out of ``u`` that tree ``t`` (root ``r``) can take,
-    scanning ``u``'s links from the rotated offset ``shift * r + u`` and skipping
-    saturated ones through the skip list of the tier's arcs (``TIER_ARCS``); -1 when
-    ``u`` has none left.  ``scanned[tier, t]`` counts the positions passed (the scan
-    resumes there)."""
-    st = start[u]
-    deg = start[u + 1] - st
-    if deg == 0:
+@njit(cache=True, _nrt=False)
+def _next_arc(t, tier, u, r, shift, start, cstart, chead, cfpos, skip, member, scanned, rot):
+    """The list position of the next arc of tier ``tier`` out of ``u`` that tree ``t``
+    (root ``r``) can take, -1 when ``u`` has none left.  ``u``'s links are scanned from
+    the rotated offset ``shift * r + u`` of its whole out-list, restricted to the tier's
+    class (``TIER_ARCS``), skipping saturated links through the skip list;
+    ``scanned[tier, t]`` counts the class positions passed (the scan resumes there),
+    ``rot[tier, t]`` is the rotated start within the class."""
+    c = TIER_ARCS[tier]
+    cs = cstart[c, u]
+    ce = cstart[c, u + 1]
+    dc = ce - cs
+    if dc == 0:
         return -1
-    o = (shift * r + u) % deg
-    while scanned[tier, t] < deg:
-        sc = scanned[tier, t]
-        if o + sc < deg:            # first segment [o, deg), then [0, o)
-            p = st + o + sc
-            lim = st + deg
+    sc = scanned[tier, t]
+    if sc == 0:                 # first class arc at or after the rotated full position
+        o = (shift * r + u) % (start[u + 1] - start[u])
+        lo, hi = cs, ce
+        while lo < hi:
+            mid = (lo + hi) >> 1
+            if cfpos[mid] < o:
+                lo = mid + 1
+            else:
+                hi = mid
+        rot[tier, t] = lo - cs
+    oc = rot[tier, t]
+    while sc < dc:
+        if oc + sc < dc:            # first segment [oc, dc), then [0, oc)
+            p = cs + oc + sc
+            lim = ce
         else:
-            p = st + o + sc - deg
-            lim = st + o
-        f = _find(skip[TIER_ARCS[tier]], p)
+            p = cs + oc + sc - dc
+            lim = cs + oc
+        f = _find(skip, p)
         if f >= lim:
-            scanned[tier, t] = sc + lim - p
+            sc += lim - p
             continue
-        scanned[tier, t] = sc + f - p + 1
-        if not member[t, head[f]]:
+        sc += f - p + 1
+        if not member[t, chead[f]]:
+            scanned[tier, t] = sc
             return f
+    scanned[tier, t] = sc
     return -1
 
+@njit(cache=True, _nrt=False)
+def _index(batch, seeded, par, order, count, off, used, user, slot_of):
+    """The repair index (every link's users, in slots ``off[a] .. off[a] + used[a]``;
+    ``slot_of[t, v]``: the slot of ``t``'s link into ``v``), built when the first tree
+    gets stuck, in the order the trees took their units: seeded trees first, then turn
+    by turn of the round robin (``batch`` ranks per tree per turn), tree by tree."""
+    T, n = par.shape
+    for t in range(T):
+        if seeded[t]:
+            for i in range(1, count[t]):
+                _enlist(t, order[t, i], par[t, order[t, i]], off, used, user, slot_of)
+    for lo in range(1, n, batch):
+        for t in range(T):
+            if not seeded[t]:
+                for i in range(lo, min(count[t], lo + batch)):
+                    _enlist(t, order[t, i], par[t, order[t, i]], off, used, user, slot_of)
+
+
+@njit(cache=True, _nrt=False)
+def _enlist(t, v, a, off, used, user, slot_of):
+    """Tree ``t``'s link ``a`` into ``v`` takes the next slot of ``a``."""
+    s = off[a] + used[a]
+    used[a] += 1
+    user[s] = t
+    slot_of[t, v] = s
+
 
 @njit(cache=True)
-def _grow(n, k, start, tail, head, in_start, in_arc, cap, tier_of, comp, batch, off, shift,
-          info, seed, max_visits):
+def _grow(n, k, start, tail, head, in_start, in_arc, cap, cstart, carc, chead, cfpos, cpos, skip,
+          comp, batch, off, shift, info, seed, max_visits):
     """Round-robin BFS growth of ``n*k`` unit trees with repair, trees with a complete
     ``seed`` row (warm reuse) taken as they are; returns ``(status, par)`` with status
     0 on success, -1 if some tree stayed stuck or the repairs visited more than
@@ -126,12 +159,15 @@ def _grow(n, k, start, tail, head, in_start, in_arc, cap, tier_of, comp, batch, 
     member = np.zeros((T, n), np.bool_)
     order = np.zeros((T, n), np.int32)
     count = np.ones(T, np.int64)
+    seeded = np.zeros(T, np.bool_)
     pos = np.zeros((5, T), np.int64)
     scanned = np.zeros((5, T), np.int64)
-    slot_of = np.full((T, n), -1, np.int32)
+    rot = np.zeros((5, T), np.int64)
     used = np.zeros(m, np.int64)
-    user = np.full(off[-1] + 1, -1, np.int32)
-    seen = np.zeros(T, np.int64)
+    user = np.empty(0, np.int32)            # the repair index: built on the first repair
+    slot_of = np.empty((0, 0), np.int32)
+    indexed = False
+    seen = np.zeros(T, np.int64)             # repair search scratch
     sat = np.empty(max(np.diff(in_start).max(), 1), np.int64)   # saturated links into v
     q_tree = np.empty(T, np.int64)
     q_pred = np.empty(T, np.int64)
@@ -147,17 +183,17 @@ def _grow(n, k, start, tail, head, in_start, in_arc, cap, tier_of, comp, batch, 
         order[t, 0] = r
         if seed.shape[0] == 0 or seed[t, (r + 1) % n] < 0:
             continue
+        seeded[t] = True
         for v in range(n):
             if seed[t, v] >= 0:
                 cap[seed[t, v]] -= 1        # skip lists are built after seeding
-                attach(t, v, seed[t, v], off, used, user, slot_of, par, member, order, count)
+                attach(t, v, seed[t, v], par, member, order, count)
     in_free = np.zeros(n, np.int64)          # free units into every rank
     for a in range(m):
         in_free[head[a]] += cap[a]
-    skip = np.empty((3, m + 1), np.int64)   # per arc class (TIER_ARCS): its live arcs
-    for a in range(m + 1):
-        for c in range(3):
-            skip[c, a] = a if a == m or (cap[a] > 0 and tier_of[a] == c) else a + 1
+    for p in range(m):
+        if cap[carc[p]] == 0:
+            skip[p] = p + 1
     done = 0
     while done < T:
         done = 0
@@ -169,36 +205,44 @@ def _grow(n, k, start, tail, head, in_start, in_arc, cap, tier_of, comp, batch, 
             for _ in range(batch):
                 if count[t] == n:
                     break
-                arc = -1
+                f = -1
                 for tier in range(5):       # wide links, then narrow ones in r's component
-                    while arc < 0 and pos[tier, t] < count[t]:
+                    while f < 0 and pos[tier, t] < count[t]:
                         u = order[t, pos[tier, t]]
                         if TIER_OWN[tier] >= 0 and (comp[u] == comp[r]) != (TIER_OWN[tier] == 1):
                             pos[tier, t] += 1       # the other narrow tier's vertex
                             continue
-                        arc = _next_arc(t, tier, u, r, shift, start, head, member, skip, scanned)
-                        if arc < 0:
+                        f = _next_arc(t, tier, u, r, shift, start, cstart, chead, cfpos, skip,
+                                      member, scanned, rot)
+                        if f < 0:
                             pos[tier, t] += 1
                             scanned[tier, t] = 0
-                    if arc >= 0:
+                    if f >= 0:
                         break
-                if arc >= 0:
-                    spend(arc, cap, tier_of, skip, in_free, head)
-                    attach(t, head[arc], arc, off, used, user, slot_of, par, member, order, count)
-                else:
-                    # every scanned link of t stays saturated (capacities never grow), so
-                    # pos/scanned need no reset; repair may free nothing but gives t a vertex
-                    v = -1
-                    for limit in (SHORT_SEARCH, T + 1):     # short chains first, then any
-                        if v < 0:
-                            v, stamp = repair(t, n, k, tail, head, in_free, in_start, in_arc, cap,
-                                              tier_of, skip, off, used, user, slot_of, par, member,
-                                              count, order, stamp, seen, sat, q_tree, q_pred, q_arc,
-                                              free, shift, info, memo, memo_below, path, limit,
-                                              max_visits)
-                    info[0] += 1
+                if f >= 0:
+                    arc = carc[f]
+                    spend(arc, cap, cpos, skip, in_free, head)
+                    attach(t, head[arc], arc, par, member, order, count)
+                    if indexed:
+                        _enlist(t, head[arc], arc, off, used, user, slot_of)
+                    continue
+                if not indexed:
+                    user = np.full(off[-1] + 1, -1, np.int32)
+                    slot_of = np.full((T, n), -1, np.int32)
+                    _index(batch, seeded, par, order, count, off, used, user, slot_of)
+                    indexed = True
+                # every scanned link of t stays saturated (capacities never grow), so
+                # pos/scanned need no reset; repair may free nothing but gives t a vertex
+                v = -1
+                for limit in (SHORT_SEARCH, T + 1):     # short chains first, then any
                     if v < 0:
-                        return -1, par
+                        v, stamp = repair(t, n, k, tail, head, in_free, in_start, in_arc, cap,
+                                          cpos, skip, off, used, user, slot_of, par, member, count,
+                                          order, stamp, seen, sat, q_tree, q_pred, q_arc, free,
+                                          shift, info, memo, memo_below, path, limit, max_visits)
+                info[0] += 1
+                if v < 0:
+                    return -1, par
     return 0, par
 
 
@@ -229,21 +273,9 @@ def repair_pack(n: int, tail: np.ndarray, head: np.ndarray, units: np.ndarray,
     off = np.zeros(cap.size + 1, np.int64)
     np.cumsum(cap, out=off[1:])
     info = np.zeros(3, np.int64)
-    mean = np.bincount(s_tail, weights=cap, minlength=n) / np.maximum(np.diff(start), 1)
-    wide = cap > mean[s_tail]
-    narrow = np.where(wide, 0, cap)
-    n_mean = np.bincount(s_tail, weights=narrow, minlength=n) / np.maximum(
-        np.bincount(s_tail, weights=~wide, minlength=n), 1)
     seed, reused = _seed(n, k, s_tail, s_head, cap, shapes)
-    if n >= RAIL_FIRST_MIN_RANKS:
-        tier_of = np.where(wide, 0, np.where(cap > n_mean[s_tail], 1, 2)).astype(np.int64)
-        comp = narrow_components(n, s_tail, s_head, wide)
-        batch = max(1, n // BATCH_PARTS)
-    else:                                   # wide, then narrow in scan order, one per turn
-        tier_of = np.where(wide, 0, 1).astype(np.int64)
-        comp = np.zeros(n, np.int64)
-        batch = 1
-    status, par = _grow(n, k, start, s_tail, s_head, in_start, in_arc, cap, tier_of, comp,
+    lists, comp, batch = growth_order(n, s_tail, s_head, cap, start)
+    status, par = _grow(n, k, start, s_tail, s_head, in_start, in_arc, cap, *lists, comp,
                         batch, off, shift, info, seed, max_visits)
     counters = {"repairs": int(info[0]), "repair_visits": int(info[1]), "reused_trees": reused}
     if status < 0:
@@ -261,19 +293,6 @@ def repair_pack(n: int, tail: np.ndarray, head: np.ndarray, units: np.ndarray,
                              .astype(np.int32)) for row, m in groups.values())
     out.sort(key=lambda c: (c.root, -c.mult))
     return out, counters
-
-
-def narrow_components(n: int, tail: np.ndarray, head: np.ndarray, wide: np.ndarray
-                      ) -> np.ndarray:
-    """Weakly connected components of the narrow (not wide) links, one label per rank.
-
-    On HPN they are the rails: a tree that enters new hosts through its root's rail
-    first and fans out over NVLink inside them enters every host once, which is what
-    the exactly tight host ingress (every rail unit used) needs."""
-    narrow = ~wide
-    adj = coo_matrix((np.ones(int(narrow.sum()), np.int8), (tail[narrow], head[narrow])),
-                     shape=(n, n))
-    return connected_components(adj, directed=True, connection="weak")[1].astype(np.int64)
 
 
 def _seed(n: int, k: int, tail: np.ndarray, head: np.ndarray, cap: np.ndarray,
