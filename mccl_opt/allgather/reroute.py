@@ -194,24 +194,46 @@ def _best_parent(T, t, v, avoid, m, P, L, skip_link):
 
 
 @njit(cache=True)
+def _memo_parent(T, t, u, v, m, P, L, memo):
+    """:func:`_best_parent` ``(T, t, u, v, m, P, L, -1)``, computed once per rank ``u``
+    within one :func:`_chain` call (loads do not change there)."""
+    if memo[u, 0] == -2:
+        memo[u, 0], memo[u, 1], memo[u, 2] = _best_parent(T, t, u, v, m, P, L, -1)
+    return memo[u, 0], memo[u, 1], memo[u, 2]
+
+
+@njit(cache=True)
+def _memo_climb(T, t, u, v, P, L, memo):
+    """:func:`_climb` ``(T, t, u, v, P, L)``, computed once per rank ``u`` within one
+    :func:`_chain` call."""
+    if memo[u] == -2:
+        memo[u] = _climb(T, t, u, v, P, L)
+    return memo[u]
+
+
+@njit(cache=True)
 def _chain(T, t, v, m, P, L):
     """A chain re-hanging ``v`` (all of whose candidate parents lie in its own subtree
     of tree ``t``): ``v`` below ``u1`` below (``u2`` below) ``w``, with ``u1``, ``u2``
     from ``v``'s subtree and ``w`` outside it, every new path with room.  The result is
     a tree: only chain ranks change parents, and ``w``'s ancestors are outside ``v``'s
     subtree.  Returns the shallowest as ``(q, u1, q1, u2, q2, units, depth of v)``,
-    ``q = -1`` if none."""
+    ``q = -1`` if none.  Parent searches and climbs are memoised per rank (the same
+    ranks recur as ``u1`` and ``u2`` of many candidates)."""
     p = T.via[t, v]
+    n = T.parent.shape[1]
+    parents = np.full((n, 3), -2, np.int64)
+    climbs = np.full(n, -2, np.int64)
     best = (-1, -1, -1, -1, -1, 0, 1 << 30)
     for ai in range(P.into_start[v], P.into_start[v + 1]):
         q = P.into[ai]
         u1 = P.tail[q]
-        if q == p or _climb(T, t, u1, v, P, L) >= 0:
+        if q == p or _memo_climb(T, t, u1, v, P, L, climbs) >= 0:
             continue
         r = _room(q, p, m, P, L)
         if r <= 0:
             continue
-        q1, r1, d1 = _best_parent(T, t, u1, v, m, P, L, -1)
+        q1, r1, d1 = _memo_parent(T, t, u1, v, m, P, L, parents)
         if q1 >= 0 and d1 + 2 < best[6]:
             best = (q, u1, q1, -1, -1, min(r, r1), d1 + 2)
             if best[6] <= 3:                 # a tail at the root: nothing is shallower
@@ -222,12 +244,12 @@ def _chain(T, t, v, m, P, L):
         for bi in range(P.into_start[u1], P.into_start[u1 + 1]):
             q1 = P.into[bi]
             u2 = P.tail[q1]
-            if q1 == T.via[t, u1] or u2 == v or _climb(T, t, u2, v, P, L) >= 0:
+            if q1 == T.via[t, u1] or u2 == v or _memo_climb(T, t, u2, v, P, L, climbs) >= 0:
                 continue
             r1 = _room(q1, T.via[t, u1], m, P, L)
             if r1 <= 0:
                 continue
-            q2, r2, d2 = _best_parent(T, t, u2, v, m, P, L, -1)
+            q2, r2, d2 = _memo_parent(T, t, u2, v, m, P, L, parents)
             if q2 >= 0 and d2 + 3 < best[6]:
                 best = (q, u1, q1, u2, q2, min(r, r1, r2), d2 + 3)
                 if best[6] <= 4:
