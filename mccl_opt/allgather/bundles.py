@@ -20,9 +20,10 @@ import numpy as np
 __all__ = ["Bundles"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Bundles:
-    """Every logical link's physical paths with their units (module docstring)."""
+    """Every logical link's physical paths with their units (module docstring);
+    compare list views (``list(b)``), not objects."""
 
     start: np.ndarray
     units: np.ndarray
