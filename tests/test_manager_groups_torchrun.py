@@ -7,12 +7,10 @@ lands on the fabric's links."""
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 from instances import full_mesh
 from mccl_runtime.client import ControllerClient
