@@ -10,26 +10,40 @@ over the trees holding ``v``; the state arrays are :func:`.repair._grow`'s.
 
 from __future__ import annotations
 
+import numpy as np
 from numba import njit
 
-__all__ = ["repair", "spend", "attach"]
+__all__ = ["repair", "spend", "attach", "has", "add"]
 
 
 @njit(cache=True, _nrt=False)
-def spend(a, cap, pos, skip, in_free, head):
-    """Take one unit of arc ``a``; a saturated arc leaves the skip list of the class
-    lists (``pos[a]``: its position there)."""
+def has(bits, t, v):
+    """Is rank ``v`` in tree ``t``?  (``bits[t]``: its ranks, 64 to a word.)"""
+    return (bits[t, v >> 6] >> (v & 63)) & 1 == 1
+
+
+@njit(cache=True, _nrt=False)
+def add(bits, t, v):
+    """Rank ``v`` joins tree ``t``."""
+    bits[t, v >> 6] |= np.int64(1) << (v & 63)
+
+
+@njit(cache=True, _nrt=False)
+def spend(a, cap, skip, in_free, head):
+    """Take one unit of arc ``a``; a saturated arc leaves the skip list."""
     cap[a] -= 1
     in_free[head[a]] -= 1
-    skip[pos[a]] = pos[a] + (cap[a] == 0)     # a live position lists itself
+    skip[a] = a + (cap[a] == 0)     # a live arc lists itself
 
 
 @njit(cache=True, _nrt=False)
-def attach(t, v, a, par, member, order, count):
+def attach(t, v, a, link, by_rank, member, order, count):
     """Tree ``t`` reaches rank ``v`` over link ``a`` (its unit already spent; the
-    repair index, once built, is updated by the caller)."""
-    par[t, v] = a
-    member[t, v] = True
+    repair index, once built, is updated by the caller).  ``link[t]`` holds each
+    rank's parent link at the rank (``by_rank``: once the repair index exists) or at
+    its position in ``order[t]`` (while growing: the row is written in sequence)."""
+    link[t, v if by_rank else count[t]] = a
+    add(member, t, v)
     order[t, count[t]] = v
     count[t] += 1
 
@@ -64,14 +78,14 @@ def _usable(x, b, v, k, tail, par, member, memo, memo_below, token, path):
     """May tree ``x`` take link ``b`` (into ``v``) as ``v``'s parent? (``token``: see
     :func:`_below`.)"""
     w = tail[b]
-    if not member[x, w] or b == par[x, v]:
+    if not has(member, x, w) or b == par[x, v]:
         return False
-    return not (member[x, v] and _below(par[x], tail, w, v, x // k, memo, memo_below, token,
+    return not (has(member, x, v) and _below(par[x], tail, w, v, x // k, memo, memo_below, token,
                                         path))
 
 
 @njit(cache=True, _nrt=False)
-def repair(t, n, k, tail, head, in_free, in_start, in_arc, cap, pos, skip, off, used, user,
+def repair(t, n, k, tail, head, in_free, in_start, in_arc, cap, skip, off, used, user,
            slot_of, par, member, count, order, stamp, seen, sat, q_tree, q_pred, q_arc, free,
            shift, info, memo, memo_below, path, limit, max_visits):
     """Find and apply an augmenting chain that gives tree ``t`` one more vertex.
@@ -86,7 +100,7 @@ def repair(t, n, k, tail, head, in_free, in_start, in_arc, cap, pos, skip, off, 
         v = (i + shift * (t // k)) % n
         if info[1] > max_visits:
             return -1, stamp
-        if member[t, v] or in_free[v] == 0:
+        if has(member, t, v) or in_free[v] == 0:
             continue
         n_free = 0
         n_sat = 0
@@ -154,7 +168,7 @@ def repair(t, n, k, tail, head, in_free, in_start, in_arc, cap, pos, skip, off, 
         b = end_arc
         x = q_tree[j]
         s = slot_of[x, v]          # x's old slot (on the arc its predecessor takes), if any
-        spend(b, cap, pos, skip, in_free, head)
+        spend(b, cap, skip, in_free, head)
         ns = off[b] + used[b]
         used[b] += 1
         user[ns] = x
@@ -169,7 +183,7 @@ def repair(t, n, k, tail, head, in_free, in_start, in_arc, cap, pos, skip, off, 
             slot_of[y, v] = s
             par[y, v] = b
             s = s_next
-        member[t, v] = True
+        add(member, t, v)
         order[t, count[t]] = v
         count[t] += 1
         return v, stamp

@@ -6,8 +6,8 @@ links on HPN), narrow above its tail's narrow average, other narrow.  From
 out of its vertices in its root's *narrow component* (weakly connected over narrow
 links: a rail on HPN), then those out of its other vertices, each above-average ones
 first, and grows up to ``n // BATCH_PARTS`` vertices per turn; below, wide links then
-narrow ones, one vertex per turn.  :class:`ArcLists` stores the links class by class,
-so a scan of one class touches that class's links only.
+narrow ones, one vertex per turn.  :class:`GrowthOrder` numbers the links class by
+class, so a scan of one class touches that class's links only.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import numpy as np
 from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 
-__all__ = ["ArcLists", "GrowthOrder", "growth_order", "narrow_components",
+__all__ = ["GrowthOrder", "growth_order", "narrow_components",
            "RAIL_FIRST_MIN_RANKS", "BATCH_PARTS"]
 
 #: a tree adds up to ``n // BATCH_PARTS`` vertices per turn of the round robin (at
@@ -34,61 +34,44 @@ BATCH_PARTS = 64
 RAIL_FIRST_MIN_RANKS = 512
 
 
-class ArcLists(NamedTuple):
-    """The links of each class (0 wide, 1 and 2 narrow) in one array, class by class,
-    each class by tail then head: class ``c``'s links out of ``u`` sit at positions
-    ``start[c, u] .. start[c, u + 1]``; ``arc``: the link at a position, ``head`` its
-    head, ``fpos`` its index in its tail's whole out-list (the rotated scan starts
-    there), ``pos``: the position of each link; ``skip``: the live positions (a
-    saturated link's position points past itself), with a live sentinel at the end."""
-
-    start: np.ndarray
-    arc: np.ndarray
-    head: np.ndarray
-    fpos: np.ndarray
-    pos: np.ndarray
-    skip: np.ndarray
-
-
 class GrowthOrder(NamedTuple):
-    """The class lists, every rank's narrow component and the vertices per turn."""
+    """Links renumbered class by class (0 wide, 1 narrow above its tail's narrow
+    average, 2 other narrow), each class by tail then head: ``perm[i]``, the original
+    index of link ``i``; class ``c``'s links out of ``u`` are ``start[c, u] ..
+    start[c, u + 1]``; ``fpos[i]``: link ``i``'s index in its tail's whole out-list by
+    head (a scan rotated over that list starts there); ``comp``: every rank's narrow
+    component; ``batch``: vertices a tree adds per turn."""
 
-    lists: ArcLists
+    perm: np.ndarray
+    start: np.ndarray
+    fpos: np.ndarray
     comp: np.ndarray
     batch: int
 
 
-def growth_order(n: int, tail: np.ndarray, head: np.ndarray, units: np.ndarray,
-                 start: np.ndarray) -> GrowthOrder:
-    """The growth order of links sorted by tail then head (``start``: tail offsets)."""
-    deg = np.diff(start)
+def growth_order(n: int, tail: np.ndarray, head: np.ndarray, units: np.ndarray
+                 ) -> GrowthOrder:
+    """The growth order of the logical links (``units``: tree units of each)."""
+    deg = np.bincount(tail, minlength=n)
     mean = np.bincount(tail, weights=units, minlength=n) / np.maximum(deg, 1)
     wide = units > mean[tail]
     if n < RAIL_FIRST_MIN_RANKS:            # wide, then narrow in scan order, one per turn
-        return GrowthOrder(arc_lists(n, tail, head, start, np.where(wide, 0, 1)),
-                           np.zeros(n, np.int64), 1)
-    n_mean = np.bincount(tail, weights=np.where(wide, 0, units), minlength=n) / np.maximum(
-        np.bincount(tail, weights=~wide, minlength=n), 1)
-    cls = np.where(wide, 0, np.where(units > n_mean[tail], 1, 2))
-    return GrowthOrder(arc_lists(n, tail, head, start, cls),
-                       narrow_components(n, tail, head, wide), max(1, n // BATCH_PARTS))
-
-
-def arc_lists(n: int, tail: np.ndarray, head: np.ndarray, start: np.ndarray,
-              cls: np.ndarray) -> ArcLists:
-    """:class:`ArcLists` of links sorted by tail then head, ``cls``: each link's class."""
-    m = tail.size
-    arc = np.argsort(cls, kind="stable")
+        cls, comp, batch = np.where(wide, 0, 1), np.zeros(n, np.int64), 1
+    else:
+        n_mean = np.bincount(tail, weights=np.where(wide, 0, units), minlength=n) / \
+            np.maximum(np.bincount(tail, weights=~wide, minlength=n), 1)
+        cls = np.where(wide, 0, np.where(units > n_mean[tail], 1, 2))
+        comp, batch = narrow_components(n, tail, head, wide), max(1, n // BATCH_PARTS)
+    by_tail = np.lexsort((head, tail))
+    fpos = np.empty(tail.size, np.int64)
+    fpos[by_tail] = np.arange(tail.size) - (np.cumsum(deg) - deg)[tail[by_tail]]
+    perm = np.lexsort((head, tail, cls))
     counts = np.zeros((3, n), np.int64)
     np.add.at(counts, (cls, tail), 1)
-    cstart = np.zeros((3, n + 1), np.int64)
-    cstart[:, 1:] = np.cumsum(counts.ravel()).reshape(3, n)
-    cstart[1:, 0] = cstart[:-1, -1]
-    pos = np.empty(m, np.int64)
-    pos[arc] = np.arange(m)
-    return ArcLists(cstart, arc.astype(np.int64), head[arc].astype(np.int32),
-                    (arc - start[tail[arc]]).astype(np.int32), pos,
-                    np.arange(m + 1, dtype=np.int64))
+    start = np.zeros((3, n + 1), np.int64)
+    start[:, 1:] = np.cumsum(counts.ravel()).reshape(3, n)
+    start[1:, 0] = start[:-1, -1]
+    return GrowthOrder(perm, start, fpos[perm], comp, batch)
 
 
 def narrow_components(n: int, tail: np.ndarray, head: np.ndarray, wide: np.ndarray

@@ -41,7 +41,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from .augment import attach, repair, spend
+from .augment import add, attach, has, repair, spend
 from .growth_order import growth_order
 from .trees import TreeClass
 
@@ -76,11 +76,11 @@ def _find(nxt, p):
 
 
 @njit(cache=True, _nrt=False)
-def _next_arc(t, tier, u, r, shift, start, cstart, chead, cfpos, skip, member, scanned, rot):
-    """The list position of the next arc of tier ``tier`` out of ``u`` that tree ``t``
-    (root ``r``) can take, -1 when ``u`` has none left.  ``u``'s links are scanned from
-    the rotated offset ``shift * r + u`` of its whole out-list, restricted to the tier's
-    class (``TIER_ARCS``), skipping saturated links through the skip list;
+def _next_arc(t, tier, u, r, shift, outdeg, cstart, fpos, skip, head, member, scanned, rot):
+    """The next link of tier ``tier`` out of ``u`` that tree ``t`` (root ``r``) can
+    take, -1 when ``u`` has none left.  ``u``'s links are scanned from the rotated
+    offset ``shift * r + u`` of its whole out-list, restricted to the tier's class
+    (``TIER_ARCS``), skipping saturated links through the skip list;
     ``scanned[tier, t]`` counts the class positions passed (the scan resumes there),
     ``rot[tier, t]`` is the rotated start within the class."""
     c = TIER_ARCS[tier]
@@ -90,12 +90,12 @@ def _next_arc(t, tier, u, r, shift, start, cstart, chead, cfpos, skip, member, s
     if dc == 0:
         return -1
     sc = scanned[tier, t]
-    if sc == 0:                 # first class arc at or after the rotated full position
-        o = (shift * r + u) % (start[u + 1] - start[u])
+    if sc == 0:                 # first class link at or after the rotated full position
+        o = (shift * r + u) % outdeg[u]
         lo, hi = cs, ce
         while lo < hi:
             mid = (lo + hi) >> 1
-            if cfpos[mid] < o:
+            if fpos[mid] < o:
                 lo = mid + 1
             else:
                 hi = mid
@@ -113,11 +113,26 @@ def _next_arc(t, tier, u, r, shift, start, cstart, chead, cfpos, skip, member, s
             sc += lim - p
             continue
         sc += f - p + 1
-        if not member[t, chead[f]]:
+        if not has(member, t, head[f]):
             scanned[tier, t] = sc
             return f
     scanned[tier, t] = sc
     return -1
+
+
+@njit(cache=True, _nrt=False)
+def _by_rank(link, order, count, row):
+    """Rewrite each tree's ``link`` row from order positions to ranks (``row``: scratch
+    of one row)."""
+    n = link.shape[1]
+    for t in range(link.shape[0]):
+        for v in range(n):
+            row[v] = -1
+        for i in range(1, count[t]):
+            row[order[t, i]] = link[t, i]
+        for v in range(n):
+            link[t, v] = row[v]
+
 
 @njit(cache=True, _nrt=False)
 def _index(batch, seeded, par, order, count, off, used, user, slot_of):
@@ -147,16 +162,16 @@ def _enlist(t, v, a, off, used, user, slot_of):
 
 
 @njit(cache=True)
-def _grow(n, k, start, tail, head, in_start, in_arc, cap, cstart, carc, chead, cfpos, cpos, skip,
-          comp, batch, off, shift, info, seed, max_visits):
+def _grow(n, k, outdeg, cstart, fpos, tail, head, in_start, in_arc, cap, comp, batch, off, shift,
+          info, seed, max_visits):
     """Round-robin BFS growth of ``n*k`` unit trees with repair, trees with a complete
     ``seed`` row (warm reuse) taken as they are; returns ``(status, par)`` with status
     0 on success, -1 if some tree stayed stuck or the repairs visited more than
-    ``max_visits`` trees."""
+    ``max_visits`` trees (``par[t, v]``: the link into ``v``, -1 at the root)."""
     T = n * k
     m = cap.shape[0]
-    par = np.full((T, n), -1, np.int32)
-    member = np.zeros((T, n), np.bool_)
+    par = np.full((T, n), -1, np.int32)     # by order position until the index exists
+    member = np.zeros((T, (n + 63) >> 6), np.int64)
     order = np.zeros((T, n), np.int32)
     count = np.ones(T, np.int64)
     seeded = np.zeros(T, np.bool_)
@@ -179,21 +194,20 @@ def _grow(n, k, start, tail, head, in_start, in_arc, cap, cstart, carc, chead, c
     stamp = 0
     for t in range(T):
         r = t // k
-        member[t, r] = True
+        add(member, t, r)
         order[t, 0] = r
         if seed.shape[0] == 0 or seed[t, (r + 1) % n] < 0:
             continue
         seeded[t] = True
         for v in range(n):
             if seed[t, v] >= 0:
-                cap[seed[t, v]] -= 1        # skip lists are built after seeding
-                attach(t, v, seed[t, v], par, member, order, count)
+                cap[seed[t, v]] -= 1        # the skip list is built after seeding
+                attach(t, v, seed[t, v], par, False, member, order, count)
     in_free = np.zeros(n, np.int64)          # free units into every rank
+    skip = np.arange(m + 1)                  # live links (a saturated one points past)
     for a in range(m):
         in_free[head[a]] += cap[a]
-    for p in range(m):
-        if cap[carc[p]] == 0:
-            skip[p] = p + 1
+        skip[a] += cap[a] == 0
     done = 0
     while done < T:
         done = 0
@@ -205,28 +219,28 @@ def _grow(n, k, start, tail, head, in_start, in_arc, cap, cstart, carc, chead, c
             for _ in range(batch):
                 if count[t] == n:
                     break
-                f = -1
+                arc = -1
                 for tier in range(5):       # wide links, then narrow ones in r's component
-                    while f < 0 and pos[tier, t] < count[t]:
+                    while arc < 0 and pos[tier, t] < count[t]:
                         u = order[t, pos[tier, t]]
                         if TIER_OWN[tier] >= 0 and (comp[u] == comp[r]) != (TIER_OWN[tier] == 1):
                             pos[tier, t] += 1       # the other narrow tier's vertex
                             continue
-                        f = _next_arc(t, tier, u, r, shift, start, cstart, chead, cfpos, skip,
-                                      member, scanned, rot)
-                        if f < 0:
+                        arc = _next_arc(t, tier, u, r, shift, outdeg, cstart, fpos, skip, head,
+                                        member, scanned, rot)
+                        if arc < 0:
                             pos[tier, t] += 1
                             scanned[tier, t] = 0
-                    if f >= 0:
+                    if arc >= 0:
                         break
-                if f >= 0:
-                    arc = carc[f]
-                    spend(arc, cap, cpos, skip, in_free, head)
-                    attach(t, head[arc], arc, par, member, order, count)
+                if arc >= 0:
+                    spend(arc, cap, skip, in_free, head)
                     if indexed:
                         _enlist(t, head[arc], arc, off, used, user, slot_of)
+                    attach(t, head[arc], arc, par, indexed, member, order, count)
                     continue
                 if not indexed:
+                    _by_rank(par, order, count, np.empty(n, np.int32))
                     user = np.full(off[-1] + 1, -1, np.int32)
                     slot_of = np.full((T, n), -1, np.int32)
                     _index(batch, seeded, par, order, count, off, used, user, slot_of)
@@ -237,12 +251,14 @@ def _grow(n, k, start, tail, head, in_start, in_arc, cap, cstart, carc, chead, c
                 for limit in (SHORT_SEARCH, T + 1):     # short chains first, then any
                     if v < 0:
                         v, stamp = repair(t, n, k, tail, head, in_free, in_start, in_arc, cap,
-                                          cpos, skip, off, used, user, slot_of, par, member, count,
+                                          skip, off, used, user, slot_of, par, member, count,
                                           order, stamp, seen, sat, q_tree, q_pred, q_arc, free,
                                           shift, info, memo, memo_below, path, limit, max_visits)
                 info[0] += 1
                 if v < 0:
                     return -1, par
+    if not indexed:
+        _by_rank(par, order, count, np.empty(n, np.int32))
     return 0, par
 
 
@@ -262,11 +278,10 @@ def repair_pack(n: int, tail: np.ndarray, head: np.ndarray, units: np.ndarray,
     """
     if k * n * n > MAX_ENTRIES:
         return None, {}
-    order = np.lexsort((head, tail))
-    s_tail, s_head = tail[order].astype(np.int64), head[order].astype(np.int64)
+    go = growth_order(n, tail, head, units)
+    order = go.perm
+    s_tail, s_head = tail[order].astype(np.int32), head[order].astype(np.int32)
     cap = units[order].astype(np.int64).copy()
-    start = np.zeros(n + 1, np.int64)
-    np.cumsum(np.bincount(s_tail, minlength=n), out=start[1:])
     in_arc = np.lexsort((s_tail, s_head)).astype(np.int64)
     in_start = np.zeros(n + 1, np.int64)
     np.cumsum(np.bincount(s_head, minlength=n), out=in_start[1:])
@@ -274,9 +289,9 @@ def repair_pack(n: int, tail: np.ndarray, head: np.ndarray, units: np.ndarray,
     np.cumsum(cap, out=off[1:])
     info = np.zeros(3, np.int64)
     seed, reused = _seed(n, k, s_tail, s_head, cap, shapes)
-    lists, comp, batch = growth_order(n, s_tail, s_head, cap, start)
-    status, par = _grow(n, k, start, s_tail, s_head, in_start, in_arc, cap, *lists, comp,
-                        batch, off, shift, info, seed, max_visits)
+    status, par = _grow(n, k, np.bincount(s_tail, minlength=n), go.start, go.fpos, s_tail,
+                        s_head, in_start, in_arc, cap, go.comp, go.batch, off, shift, info,
+                        seed, max_visits)
     counters = {"repairs": int(info[0]), "repair_visits": int(info[1]), "reused_trees": reused}
     if status < 0:
         return None, counters
