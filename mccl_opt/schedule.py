@@ -31,7 +31,8 @@ from .errors import ScheduleError
 from .files import read_json, write_json
 from .schedule_chunks import Chunk, PathChunk, TreeChunk, TreeChunks, TreeTable, distinct_paths
 from .schedule_format import (FORMAT_V1, FORMAT_V2, FORMATS, as_list, as_object, jsonable, number,
-                              pack_v1, pack_v2, pack_v2_table, unpack_chunks, version_number)
+                              pack_v1, pack_v2, pack_v2_table, unpack_chunks, unpack_tree_table,
+                              version_number)
 
 if TYPE_CHECKING:
     from .topology import Topology
@@ -152,8 +153,12 @@ class Schedule:
         if collective not in COLLECTIVES:
             raise ScheduleError(f"'collective' must be one of {COLLECTIVES}, got {collective!r}")
         gpus = tuple(str(g) for g in as_list(data["gpus"], "gpus"))
-        raw = unpack_chunks(data, collective == "alltoall", gpus)
-        chunks = [PathChunk(*c) for c in raw] if collective == "alltoall" else [TreeChunk(*c) for c in raw]
+        table = unpack_tree_table(data, gpus) if collective == "allgather" else None
+        if table is not None:                             # trees of one size: arrays
+            chunks: Sequence[Chunk] = TreeChunks(table)
+        else:
+            raw = unpack_chunks(data, collective == "alltoall", gpus)
+            chunks = [PathChunk(*c) for c in raw] if collective == "alltoall" else [TreeChunk(*c) for c in raw]
         bottleneck = []
         for i, b in enumerate(as_list(data.get("bottleneck", []), "bottleneck")):
             if not isinstance(b, Mapping) or not {"src", "dst"} <= set(b):
@@ -171,7 +176,7 @@ class Schedule:
             rate_gbps=number(data["rate_gbps"], "rate_gbps"),
             lp_rate_gbps=number(data.get("lp_rate_gbps", data["rate_gbps"]), "lp_rate_gbps"),
             max_chunks=max_chunks,
-            chunks=tuple(chunks),
+            chunks=chunks,
             bottleneck=tuple(bottleneck),
             version=version_number(data.get("version", 1)),
             solver=as_object(data.get("solver", {}), "solver"),

@@ -29,6 +29,7 @@ from .errors import ScheduleError
 from .schedule_chunks import TreeTable
 
 __all__ = ["FORMAT_V1", "FORMAT_V2", "FORMATS", "pack_v1", "pack_v2", "pack_v2_table", "unpack_chunks",
+           "unpack_tree_table",
            "as_list", "number", "version_number", "as_object", "jsonable"]
 
 FORMAT_V1 = "mccl-schedule/1"
@@ -192,25 +193,59 @@ def _unpack_v1(raw: list, alltoall: bool) -> list[ChunkTuple]:
 
 
 def _unpack_v2(data: Mapping[str, Any], alltoall: bool, gpus: Sequence[str]) -> list[ChunkTuple]:
+    table, raw_paths, rows = _v2_parts(data, alltoall, gpus)
+    paths = _named(raw_paths, table)
+    if alltoall:
+        src, dst, share, path = _columns(rows, 4)
+        return list(zip(_column(src, table, "src"), _column(dst, table, "dst"),
+                        _shares(share), _column(path, paths, "path")))
+    trees = _named(_v2_trees(data, len(paths)), paths)
+    src, share, tree = _columns(rows, 3)
+    return list(zip(_column(src, table, "src"), _shares(share), _column(tree, trees, "tree")))
+
+
+def unpack_tree_table(data: Mapping[str, Any], gpus: Sequence[str]) -> TreeTable | None:
+    """The AllGather trees of a ``mccl-schedule/2`` dictionary as a :class:`TreeTable`
+    (no tuple per tree edge), checked as :func:`unpack_chunks` checks them; ``None`` for
+    another format, no chunks, or trees of different edge counts (read those as tuples)."""
+    if data.get("format") != FORMAT_V2:
+        return None
+    table, raw_paths, rows = _v2_parts(data, False, gpus)
+    raw_trees = _v2_trees(data, len(raw_paths))
+    if not rows or len(set(map(len, raw_trees))) != 1:
+        return None
+    src, share, tree = _columns(rows, 3)
+    src = _column(src, range(len(table)), "src")
+    shares = _shares(share)
+    tree = _column(tree, range(len(raw_trees)), "tree")
+    edges = np.array(raw_trees, np.int64)[np.array(tree, np.int64)]
+    return TreeTable(tuple(table), list(map(tuple, raw_paths)), np.array(src, np.int64),
+                     np.array(shares, float), edges)
+
+
+def _v2_parts(data: Mapping[str, Any], alltoall: bool, gpus: Sequence[str]
+              ) -> tuple[list[str], list, list]:
+    """The node table, the checked path lists (node indices) and the chunk rows."""
     extra = as_list(data.get("nodes", []), "nodes")
     if not all(isinstance(v, str) for v in extra):
         raise ScheduleError("'nodes' must be a list of node ids")
     table = list(gpus) + extra
-    paths = _index_lists(as_list(data.get("paths"), "paths"), table, "paths", 2)
-    out: list[ChunkTuple] = []
+    raw_paths = as_list(data.get("paths"), "paths")
+    _check_index_lists(raw_paths, len(table), "paths", 2)
     rows = as_list(data["chunks"], "chunks")
     width = 4 if alltoall else 3
     if not all(isinstance(r, list) and len(r) == width for r in rows):
         bad = next(i for i, r in enumerate(rows) if not (isinstance(r, list) and len(r) == width))
         form = "[src, dst, share, path]" if alltoall else "[src, share, tree]"
         raise ScheduleError(f"'chunks[{bad}]' must be a list {form}")
-    if alltoall:
-        src, dst, share, path = _columns(rows, 4)
-        return list(zip(_column(src, table, "src"), _column(dst, table, "dst"),
-                        _shares(share), _column(path, paths, "path")))
-    trees = _index_lists(as_list(data.get("trees"), "trees"), paths, "trees", 0)
-    src, share, tree = _columns(rows, 3)
-    return list(zip(_column(src, table, "src"), _shares(share), _column(tree, trees, "tree")))
+    return table, raw_paths, rows
+
+
+def _v2_trees(data: Mapping[str, Any], num_paths: int) -> list:
+    """The checked tree lists (path indices)."""
+    raw_trees = as_list(data.get("trees"), "trees")
+    _check_index_lists(raw_trees, num_paths, "trees", 0)
+    return raw_trees
 
 
 def _columns(rows: list, width: int) -> list[tuple]:
@@ -234,18 +269,22 @@ def _shares(col: tuple) -> list[float]:
     return [number(f, f"chunks[{i}] share") for i, f in enumerate(col)]
 
 
-def _index_lists(lists: list, table: Sequence, name: str, min_len: int) -> list[tuple]:
-    """``[tuple(table[i] for i in v) for v in lists]``, every ``v`` a list of at least
-    ``min_len`` in-range integers; checked in bulk, then the first bad entry is named."""
+def _check_index_lists(lists: list, size: int, name: str, min_len: int) -> None:
+    """Every ``v`` of ``lists`` a list of at least ``min_len`` integers in ``0..size-1``;
+    checked in bulk, then the first bad entry is named."""
     flat = list(chain.from_iterable(v for v in lists if isinstance(v, list)))
     ok = (all(isinstance(v, list) and len(v) >= min_len for v in lists)
-          and (not flat or (set(map(type, flat)) == {int} and 0 <= min(flat) and max(flat) < len(table))))
+          and (not flat or (set(map(type, flat)) == {int} and 0 <= min(flat) and max(flat) < size)))
     if not ok:
         for k, v in enumerate(lists):
             if not isinstance(v, list) or len(v) < min_len:
                 raise ScheduleError(f"'{name}[{k}]' must be a list of at least {min_len} indices")
-            if v and not (set(map(type, v)) == {int} and 0 <= min(v) and max(v) < len(table)):
-                raise ScheduleError(f"'{name}[{k}]' must hold integer indices in 0..{len(table) - 1}")
+            if v and not (set(map(type, v)) == {int} and 0 <= min(v) and max(v) < size):
+                raise ScheduleError(f"'{name}[{k}]' must hold integer indices in 0..{size - 1}")
+
+
+def _named(lists: list, table: Sequence) -> list[tuple]:
+    """``[tuple(table[i] for i in v) for v in lists]`` (indices checked)."""
     get = table.__getitem__
     return [tuple(map(get, v)) for v in lists]
 

@@ -145,3 +145,21 @@ def test_validator_reads_array_trees_and_finds_their_faults():
 def test_a_table_needs_one_root_share_and_row_per_tree():
     with pytest.raises(ScheduleError, match="one src, share and row"):
         _table([[0, 1]], src=(0, 1))
+
+
+def test_compact_files_load_as_arrays_and_others_as_tuples(solved, tmp_path):
+    """A ``mccl-schedule/2`` AllGather file reads into a tree table (the same chunks);
+    ``mccl-schedule/1`` and trees of different sizes read as tuples."""
+    topo, sched = solved
+    sched.save(tmp_path / "s.json")
+    sched.save(tmp_path / "s1.json", compact=False)
+    v2, v1 = Schedule.load(tmp_path / "s.json"), Schedule.load(tmp_path / "s1.json")
+    assert isinstance(v2.chunks, TreeChunks) and isinstance(v1.chunks, tuple)
+    assert v2 == v1 == sched and v2.to_dict() == sched.to_dict()
+    ragged = {"format": "mccl-schedule/2", "collective": "allgather", "gpus": ["a", "b", "c"],
+              "rate_gbps": 1.0, "nodes": ["s"], "paths": [[0, 3, 1], [0, 3, 2], [1, 3, 0]],
+              "trees": [[0, 1], [2]], "chunks": [[0, 1.0, 0], [1, 1.0, 1]]}
+    loaded = Schedule.from_dict(ragged)
+    assert isinstance(loaded.chunks, tuple) and loaded.chunks[1].edges == (("b", "s", "a"),)
+    with pytest.raises(ScheduleError, match=r"chunks\[1\] tree' must be an integer index in 0..1"):
+        Schedule.from_dict({**ragged, "trees": [[0, 1], [2, 0]], "chunks": [[0, 1.0, 0], [1, 1.0, 2]]})

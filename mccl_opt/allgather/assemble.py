@@ -146,9 +146,9 @@ def packed(run: Run, opt: Optimum, result: Packed) -> Schedule:
     topo, stats, k = run.topo, run.stats, result.k
     arr = topo.arrays
     t = time.perf_counter()
-    arcs, ranks = class_ranks(result.classes, result.lg)
-    mapped = map_classes(result.classes, result.lg, (arcs, ranks))
-    del arcs
+    arcs, ranks, depth = class_ranks(result.classes, result.lg)
+    mapped = map_classes(result.classes, result.lg, (arcs, ranks, depth))
+    del arcs, depth                                  # 0.6 GB each at 4096 GPUs, k = 9
     if mapped is None:
         trees = MappedTrees.from_physical(to_physical(result.classes, result.lg))
         depths = trees.depths(arr.rank_of, topo.num_gpus)
@@ -175,4 +175,6 @@ def _shapes_of(result: Packed, ranks: np.ndarray) -> Shapes:
     roots = np.array([c.root for c in result.classes], np.int64)
     mults = np.array([c.mult for c in result.classes], np.int64)
     order = np.lexsort((-mults, roots))            # stable: as sorted() by (root, -mult)
+    if (order[1:] > order[:-1]).all():             # already in order: no copy
+        return roots, ranks
     return roots[order], ranks[order]
