@@ -63,36 +63,46 @@ def _ready() -> int:
 
 
 def run_job(topo: Topology, synthesize: Callable, kind: str, warm: Schedule | None,
-            time_limit_s: float | None) -> JobResult:
-    """Synthesize on ``topo``, validate and profile; what a worker (or a thread) runs."""
+            time_limit_s: float | None, warm_fabric: Topology | None = None) -> JobResult:
+    """Synthesize on ``topo``, validate and profile; what a worker (or a thread) runs.
+    ``warm_fabric``: an AllToAll ``warm`` read from a file gets its warm state rebuilt on
+    it first (:func:`mccl_opt.alltoall.restore_warm_state`; counted in the seconds)."""
     from mccl_opt.validate import validate
 
     t0 = time.perf_counter()
+    if warm is not None and warm_fabric is not None:
+        from mccl_opt.alltoall import restore_warm_state
+
+        warm = restore_warm_state(warm, warm_fabric)
     schedule = synthesize(kind, topo, warm, time_limit_s)
     validate(topo, schedule)            # an invalid result is a ``failed`` job, never published
     seconds = time.perf_counter() - t0
     return schedule, seconds, profile_schedule(topo, schedule)
 
 
-def _job(kind: str, capacity: np.ndarray, warm: Schedule | None, time_limit_s: float | None,
-         gpus: tuple[str, ...] | None = None) -> JobResult:
+def _fabric(capacity: np.ndarray, gpus: tuple[str, ...] | None) -> Topology:
+    """The fabric, or the sub-fabric ``gpus`` induce (built once), under ``capacity``."""
     from mccl_opt.subfabric import induced
 
+    if gpus is None:
+        return _WORKER["topo"].with_capacities(capacity)
+    fabrics = _WORKER.setdefault("fabrics", {})
+    if gpus not in fabrics:
+        fabrics[gpus] = induced(_WORKER["topo"], gpus)
+    return fabrics[gpus].measured(capacity)
+
+
+def _job(kind: str, capacity: np.ndarray, warm: Schedule | None, time_limit_s: float | None,
+         gpus: tuple[str, ...] | None = None, warm_capacity: np.ndarray | None = None) -> JobResult:
     key = capacity.tobytes()
     last = _WORKER.get("measured")
     if last is None or last[0] != key:             # the jobs of one failure share their fabric
         last = _WORKER["measured"] = (key, {})
     topo = last[1].get(gpus)
     if topo is None:
-        if gpus is None:
-            topo = _WORKER["topo"].with_capacities(capacity)
-        else:
-            fabrics = _WORKER.setdefault("fabrics", {})
-            if gpus not in fabrics:
-                fabrics[gpus] = induced(_WORKER["topo"], gpus)
-            topo = fabrics[gpus].measured(capacity)
-        last[1][gpus] = topo
-    return run_job(topo, _WORKER["synthesize"], kind, warm, time_limit_s)
+        topo = last[1][gpus] = _fabric(capacity, gpus)
+    warm_fabric = None if warm_capacity is None else _fabric(warm_capacity, gpus)
+    return run_job(topo, _WORKER["synthesize"], kind, warm, time_limit_s, warm_fabric)
 
 
 class SynthesisPool:
@@ -130,12 +140,16 @@ class SynthesisPool:
         return pids
 
     def submit(self, kind: str, capacity: np.ndarray, warm: Schedule | None,
-               time_limit_s: float | None, gpus: tuple[str, ...] | None = None) -> Future:
+               time_limit_s: float | None, gpus: tuple[str, ...] | None = None,
+               warm_capacity: np.ndarray | None = None) -> Future:
         """One synthesis job on the fabric with ``capacity`` (Gbps per link), or on the
         sub-fabric the members ``gpus`` induce in it; its future gives a :data:`JobResult`
-        (the profile on the job's own fabric's links)."""
+        (the profile on the job's own fabric's links).  ``warm_capacity``: the capacities
+        an AllToAll ``warm`` read from a file was synthesized for (its warm state is
+        rebuilt on them in the worker, :func:`run_job`)."""
         return self._executor.submit(_job, kind, np.asarray(capacity, dtype=float), warm, time_limit_s,
-                                     None if gpus is None else tuple(gpus))
+                                     None if gpus is None else tuple(gpus),
+                                     None if warm_capacity is None else np.asarray(warm_capacity, dtype=float))
 
     def shutdown(self, wait: bool = False) -> None:
         """Cancel queued jobs and stop the workers (``wait``: after running jobs finish)."""

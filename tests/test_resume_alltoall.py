@@ -1,0 +1,118 @@
+"""A controller resumed from its state file warm-starts AllToAll on the local path: the
+schedule read back has no solver state, and its first synthesis job rebuilds it from the
+chunk paths on the capacities the schedule was synthesized for (docs/runtime.md,
+"Warm state after a restart"), in a worker thread or a pool process."""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import pytest
+
+import mccl_opt as mo
+from instances import fail2, hpn
+from mccl_opt.subfabric import induced
+from mccl_runtime.manager import Policy, ScheduleManager, solver_synthesizer
+from mccl_runtime.pool import SynthesisPool
+from mccl_runtime.state import StateWriter, load_state
+from mccl_runtime.telemetry import MeasurementStore
+
+BASE = hpn(1, 2, 8)
+FAILED = fail2(BASE)
+REL = 1e-6
+
+
+def _samples(topo, target, t):
+    """Link samples moving ``topo``'s capacities to ``target``'s (the changed links)."""
+    changed = np.flatnonzero(topo.arrays.capacity != target.arrays.capacity)
+    return [{"kind": "link", "src": topo.links[a].src, "dst": topo.links[a].dst,
+             "gbps": float(target.arrays.capacity[a]), "t": t} for a in changed.tolist()]
+
+
+def _manager(pool=None):
+    store = MeasurementStore(BASE, alpha=1.0)
+    synth = None if pool else solver_synthesizer()
+    return store, ScheduleManager(store, synth, Policy(min_dwell_s=0.0), pool=pool)
+
+
+def _saved_and_resumed(tmp_path, register, pool=None):
+    """A manager whose collectives got their baselines, written to a state file and read
+    back into a fresh manager (and store)."""
+    store, mgr = _manager()
+    register(mgr)
+    events = mgr.poll(0.0, wait_s=60.0)
+    assert {e.action for e in events} == {"published"}
+    path = tmp_path / "state.json"
+    StateWriter(path, BASE).write(store, mgr, {})
+    mgr.close()
+    state = load_state(path, BASE)
+    store2, mgr2 = _manager(pool)
+    store2.restore(state["telemetry"])
+    mgr2.restore(state["manager"])
+    return store2, mgr2
+
+
+def _fail2(store, mgr, t=10.0):
+    store.ingest(_samples(BASE, FAILED, t), now=t)
+    started = mgr.step(t)
+    events = mgr.poll(t, wait_s=60.0)
+    return started, events
+
+
+def _same_as_cold(topo, sched):
+    cold = mo.solve_alltoall(topo)
+    mo.validate(topo, sched)
+    assert sched.lp_rate_gbps == pytest.approx(cold.lp_rate_gbps, rel=REL)
+    assert sched.rate_gbps == pytest.approx(cold.rate_gbps, rel=REL)
+
+
+def test_a_resumed_controller_warm_starts_alltoall_locally(tmp_path):
+    def register(mgr):
+        mgr.register("world", "a2a", "alltoall")
+        mgr.register("world", "ag", "allgather")
+
+    store, mgr = _saved_and_resumed(tmp_path, register)
+    a2a, ag = mgr.get("world", "a2a"), mgr.get("world", "ag")
+    assert a2a.version == 1 and a2a.schedule.warm_state is None       # not rebuilt while loading
+    np.testing.assert_array_equal(a2a.restore_on, BASE.arrays.capacity)
+    assert ag.schedule.warm_state is not None and ag.restore_on is None   # AllGather: at load, as before
+    loaded = a2a.schedule
+
+    started, events = _fail2(store, mgr)
+    assert [(e.name, e.action) for e in started] == [("a2a", "resynthesis"), ("ag", "resynthesis")]
+    assert {(e.name, e.action) for e in events} == {("a2a", "published"), ("ag", "published")}
+    assert a2a.version == 2 and a2a.restore_on is None
+    assert a2a.schedule.stats["warm_mode"] == "local"
+    _same_as_cold(FAILED, a2a.schedule)
+    # without the rebuilt state the same warm start does not take the local path
+    assert mo.solve_alltoall(FAILED, warm=loaded).stats["warm_mode"] != "local"
+    mgr.close()
+
+
+def test_a_registered_alltoall_schedule_from_a_file_is_restored_in_its_first_job(tmp_path):
+    path = tmp_path / "healthy.json"
+    mo.solve_alltoall(BASE).save(path)
+    store, mgr = _manager()
+    mgr.register("world", "a2a", "alltoall", mo.Schedule.load(path))
+    coll = mgr.get("world", "a2a")
+    np.testing.assert_array_equal(coll.restore_on, BASE.arrays.capacity)
+    _, events = _fail2(store, mgr, 1.0)
+    assert [e.action for e in events] == ["published"]
+    assert coll.schedule.stats["warm_mode"] == "local" and coll.restore_on is None
+    mgr.close()
+
+
+def test_a_resumed_controller_with_a_pool_restores_a_sub_fabric_alltoall_in_the_worker(tmp_path):
+    members = list(BASE.gpus[:8]) + [BASE.gpus[8], BASE.gpus[9]]   # host 0 and two GPUs of host 1
+    pool = SynthesisPool(BASE, functools.partial(solver_synthesizer, "highs", 10), workers=1)
+    pool.start()
+    store, mgr = _saved_and_resumed(
+        tmp_path, lambda m: m.register("tp", "a2a", "alltoall", gpus=members), pool=pool)
+    coll = mgr.get("tp", "a2a")
+    assert coll.gpus == tuple(members) and coll.schedule.warm_state is None
+    _, events = _fail2(store, mgr)
+    assert [e.action for e in events] == ["published"]
+    assert coll.schedule.stats["warm_mode"] == "local"
+    _same_as_cold(induced(FAILED, members).topology, coll.schedule)
+    mgr.close()
