@@ -144,3 +144,23 @@ def test_carried_refuses_other_gpu_counts():
     state = before.warm_state
     other = canonical(hpn(1, 4, 8))
     assert carried(state.forest, before.gpus, state.links, other) is None
+
+
+def test_a_gpu_renamed_in_place_keeps_every_tree():
+    """A GPU replaced by one on the very same cables (a new id, no other change): the
+    trees are carried unchanged, fit as they are (no edge moves) and keep the rate."""
+    from mccl_opt.topology import Link, Node
+
+    base = hpn(1, 2, 8)
+    before = solve_allgather(base)
+    new = {"s0h0g0": "s0h0g0-new"}
+    swapped = Topology("hpn-1x2x8-renamed",
+                       [Node(new.get(n.id, n.id), n.kind) for n in base.nodes],
+                       [Link(new.get(l.src, l.src), new.get(l.dst, l.dst), l.capacity_gbps,
+                             l.latency_us) for l in base.links])
+    warm = solve_allgather(swapped, warm=before)
+    assert warm.stats["reroute"] == "done" and warm.stats["rerouted_edges"] == 0
+    assert warm.rate_gbps == pytest.approx(before.rate_gbps, rel=1e-12)
+    validate(swapped, warm)
+    old = sorted((c.share, tuple(new.get(v, v) for e in c.edges for v in e)) for c in before.chunks)
+    assert sorted((c.share, tuple(v for e in c.edges for v in e)) for c in warm.chunks) == old
