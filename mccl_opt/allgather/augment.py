@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-__all__ = ["repair", "spend", "attach", "has", "add"]
+__all__ = ["repair", "spend", "attach", "has", "add", "join"]
 
 
 @njit(cache=True, _nrt=False)
@@ -29,6 +29,16 @@ def add(bits, t, v):
 
 
 @njit(cache=True, _nrt=False)
+def join(t, v, member, missing, part_col):
+    """Rank ``v`` joins tree ``t``: its member bit, and one rank less missing from each
+    of its parts (``missing[t, part_col[v, 0]]``: wide, ``[v, 1]``: narrow; see
+    :mod:`.growth_order`)."""
+    add(member, t, v)
+    missing[t, part_col[v, 0]] -= 1
+    missing[t, part_col[v, 1]] -= 1
+
+
+@njit(cache=True, _nrt=False)
 def spend(a, cap, skip, in_free, head):
     """Take one unit of arc ``a``; a saturated arc leaves the skip list."""
     cap[a] -= 1
@@ -37,13 +47,13 @@ def spend(a, cap, skip, in_free, head):
 
 
 @njit(cache=True, _nrt=False)
-def attach(t, v, a, link, by_rank, member, order, count):
+def attach(t, v, a, link, by_rank, member, missing, part_col, order, count):
     """Tree ``t`` reaches rank ``v`` over link ``a`` (its unit already spent; the
     repair index, once built, is updated by the caller).  ``link[t]`` holds each
     rank's parent link at the rank (``by_rank``: once the repair index exists) or at
     its position in ``order[t]`` (while growing: the row is written in sequence)."""
     link[t, v if by_rank else count[t]] = a
-    add(member, t, v)
+    join(t, v, member, missing, part_col)
     order[t, count[t]] = v
     count[t] += 1
 
@@ -86,8 +96,8 @@ def _usable(x, b, v, k, tail, par, member, memo, memo_below, token, path):
 
 @njit(cache=True, _nrt=False)
 def repair(t, n, k, tail, head, in_free, in_start, in_arc, cap, skip, off, used, user,
-           slot_of, par, member, count, order, stamp, seen, sat, q_tree, q_pred, q_arc, free,
-           shift, info, memo, memo_below, path, limit, max_visits):
+           slot_of, par, member, missing, part_col, count, order, stamp, seen, sat, q_tree,
+           q_pred, q_arc, free, shift, info, memo, memo_below, path, limit, max_visits):
     """Find and apply an augmenting chain that gives tree ``t`` one more vertex.
     ``v`` runs over the missing ranks with a free unit into them (``in_free``), each
     search stopping after ``limit`` trees (all searches once ``info[1] > max_visits``).
@@ -183,7 +193,7 @@ def repair(t, n, k, tail, head, in_free, in_start, in_arc, cap, skip, off, used,
             slot_of[y, v] = s
             par[y, v] = b
             s = s_next
-        add(member, t, v)
+        join(t, v, member, missing, part_col)
         order[t, count[t]] = v
         count[t] += 1
         return v, stamp

@@ -18,7 +18,7 @@ import numpy as np
 from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 
-__all__ = ["GrowthOrder", "growth_order", "narrow_components",
+__all__ = ["GrowthOrder", "growth_order", "components",
            "RAIL_FIRST_MIN_RANKS", "BATCH_PARTS"]
 
 #: a tree adds up to ``n // BATCH_PARTS`` vertices per turn of the round robin (at
@@ -40,13 +40,23 @@ class GrowthOrder(NamedTuple):
     index of link ``i``; class ``c``'s links out of ``u`` are ``start[c, u] ..
     start[c, u + 1]``; ``fpos[i]``: link ``i``'s index in its tail's whole out-list by
     head (a scan rotated over that list starts there); ``comp``: every rank's narrow
-    component; ``batch``: vertices a tree adds per turn."""
+    component; ``batch``: vertices a tree adds per turn.
+
+    ``part_col[v]``: the columns of ``v``'s wide and narrow *parts* (weakly connected
+    components over wide, resp. narrow links: hosts and rails on HPN) among all parts,
+    ``part_size`` their sizes.  A link never leaves its class's part, so once a tree
+    holds every rank of ``u``'s part, ``u``'s links of that class lead to ranks the
+    tree has and its scan is skipped (the packer keeps a count of missing ranks per
+    tree and part).  More than ``n // 4`` parts of a kind are merged into one (no
+    skips, little memory)."""
 
     perm: np.ndarray
     start: np.ndarray
     fpos: np.ndarray
     comp: np.ndarray
     batch: int
+    part_col: np.ndarray
+    part_size: np.ndarray
 
 
 def growth_order(n: int, tail: np.ndarray, head: np.ndarray, units: np.ndarray
@@ -55,13 +65,18 @@ def growth_order(n: int, tail: np.ndarray, head: np.ndarray, units: np.ndarray
     deg = np.bincount(tail, minlength=n)
     mean = np.bincount(tail, weights=units, minlength=n) / np.maximum(deg, 1)
     wide = units > mean[tail]
+    rails = components(n, tail[~wide], head[~wide])
     if n < RAIL_FIRST_MIN_RANKS:            # wide, then narrow in scan order, one per turn
         cls, comp, batch = np.where(wide, 0, 1), np.zeros(n, np.int64), 1
     else:
         n_mean = np.bincount(tail, weights=np.where(wide, 0, units), minlength=n) / \
             np.maximum(np.bincount(tail, weights=~wide, minlength=n), 1)
         cls = np.where(wide, 0, np.where(units > n_mean[tail], 1, 2))
-        comp, batch = narrow_components(n, tail, head, wide), max(1, n // BATCH_PARTS)
+        comp, batch = rails, max(1, n // BATCH_PARTS)
+    labels = [components(n, tail[wide], head[wide]), rails]
+    labels = [lab if lab.max() < n // 4 else np.zeros(n, np.int64) for lab in labels]
+    part_col = np.stack([labels[0], labels[1] + labels[0].max() + 1], axis=1)
+    part_size = np.bincount(part_col.ravel()).astype(np.int16)
     by_tail = np.lexsort((head, tail))
     fpos = np.empty(tail.size, np.int64)
     fpos[by_tail] = np.arange(tail.size) - (np.cumsum(deg) - deg)[tail[by_tail]]
@@ -71,17 +86,15 @@ def growth_order(n: int, tail: np.ndarray, head: np.ndarray, units: np.ndarray
     start = np.zeros((3, n + 1), np.int64)
     start[:, 1:] = np.cumsum(counts.ravel()).reshape(3, n)
     start[1:, 0] = start[:-1, -1]
-    return GrowthOrder(perm, start, fpos[perm], comp, batch)
+    return GrowthOrder(perm, start, fpos[perm], comp, batch, part_col, part_size)
 
 
-def narrow_components(n: int, tail: np.ndarray, head: np.ndarray, wide: np.ndarray
-                      ) -> np.ndarray:
-    """Weakly connected components of the narrow (not wide) links, one label per rank.
+def components(n: int, tail: np.ndarray, head: np.ndarray) -> np.ndarray:
+    """Weakly connected components of the links ``tail -> head``, one label per rank.
 
-    On HPN they are the rails: a tree that enters new hosts through its root's rail
-    first and fans out over NVLink inside them enters every host once, which is what
-    the exactly tight host ingress (every rail unit used) needs."""
-    narrow = ~wide
-    adj = coo_matrix((np.ones(int(narrow.sum()), np.int8), (tail[narrow], head[narrow])),
-                     shape=(n, n))
+    Over the narrow links of HPN they are the rails: a tree that enters new hosts
+    through its root's rail first and fans out over NVLink inside them enters every
+    host once, which is what the exactly tight host ingress (every rail unit used)
+    needs; over the wide links, the hosts."""
+    adj = coo_matrix((np.ones(tail.size, np.int8), (tail, head)), shape=(n, n))
     return connected_components(adj, directed=True, connection="weak")[1].astype(np.int64)

@@ -41,7 +41,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from .augment import add, attach, has, repair, spend
+from .augment import attach, has, join, repair, spend
 from .growth_order import growth_order
 from .trees import TreeClass
 
@@ -162,8 +162,8 @@ def _enlist(t, v, a, off, used, user, slot_of):
 
 
 @njit(cache=True)
-def _grow(n, k, outdeg, cstart, fpos, tail, head, in_start, in_arc, cap, comp, batch, off, shift,
-          info, seed, max_visits):
+def _grow(n, k, outdeg, cstart, fpos, tail, head, in_start, in_arc, cap, comp, part_col,
+          part_size, batch, off, shift, info, seed, max_visits):
     """Round-robin BFS growth of ``n*k`` unit trees with repair, trees with a complete
     ``seed`` row (warm reuse) taken as they are; returns ``(status, par)`` with status
     0 on success, -1 if some tree stayed stuck or the repairs visited more than
@@ -172,6 +172,7 @@ def _grow(n, k, outdeg, cstart, fpos, tail, head, in_start, in_arc, cap, comp, b
     m = cap.shape[0]
     par = np.full((T, n), -1, np.int32)     # by order position until the index exists
     member = np.zeros((T, (n + 63) >> 6), np.int64)
+    missing = np.empty((T, part_size.size), np.int16)  # ranks of each part not in the tree
     order = np.zeros((T, n), np.int32)
     count = np.ones(T, np.int64)
     seeded = np.zeros(T, np.bool_)
@@ -194,7 +195,8 @@ def _grow(n, k, outdeg, cstart, fpos, tail, head, in_start, in_arc, cap, comp, b
     stamp = 0
     for t in range(T):
         r = t // k
-        add(member, t, r)
+        missing[t, :] = part_size
+        join(t, r, member, missing, part_col)
         order[t, 0] = r
         if seed.shape[0] == 0 or seed[t, (r + 1) % n] < 0:
             continue
@@ -202,7 +204,7 @@ def _grow(n, k, outdeg, cstart, fpos, tail, head, in_start, in_arc, cap, comp, b
         for v in range(n):
             if seed[t, v] >= 0:
                 cap[seed[t, v]] -= 1        # the skip list is built after seeding
-                attach(t, v, seed[t, v], par, False, member, order, count)
+                attach(t, v, seed[t, v], par, False, member, missing, part_col, order, count)
     in_free = np.zeros(n, np.int64)          # free units into every rank
     skip = np.arange(m + 1)                  # live links (a saturated one points past)
     for a in range(m):
@@ -223,8 +225,10 @@ def _grow(n, k, outdeg, cstart, fpos, tail, head, in_start, in_arc, cap, comp, b
                 for tier in range(5):       # wide links, then narrow ones in r's component
                     while arc < 0 and pos[tier, t] < count[t]:
                         u = order[t, pos[tier, t]]
-                        if TIER_OWN[tier] >= 0 and (comp[u] == comp[r]) != (TIER_OWN[tier] == 1):
-                            pos[tier, t] += 1       # the other narrow tier's vertex
+                        if TIER_OWN[tier] >= 0 and (comp[u] == comp[r]) != (TIER_OWN[tier] == 1) \
+                                or missing[t, part_col[u, min(TIER_ARCS[tier], 1)]] == 0:
+                            pos[tier, t] += 1       # the other narrow tier's vertex, or all
+                            scanned[tier, t] = 0    # u's links lead to ranks t has
                             continue
                         arc = _next_arc(t, tier, u, r, shift, outdeg, cstart, fpos, skip, head,
                                         member, scanned, rot)
@@ -237,7 +241,8 @@ def _grow(n, k, outdeg, cstart, fpos, tail, head, in_start, in_arc, cap, comp, b
                     spend(arc, cap, skip, in_free, head)
                     if indexed:
                         _enlist(t, head[arc], arc, off, used, user, slot_of)
-                    attach(t, head[arc], arc, par, indexed, member, order, count)
+                    attach(t, head[arc], arc, par, indexed, member, missing, part_col, order,
+                           count)
                     continue
                 if not indexed:
                     _by_rank(par, order, count, np.empty(n, np.int32))
@@ -251,9 +256,10 @@ def _grow(n, k, outdeg, cstart, fpos, tail, head, in_start, in_arc, cap, comp, b
                 for limit in (SHORT_SEARCH, T + 1):     # short chains first, then any
                     if v < 0:
                         v, stamp = repair(t, n, k, tail, head, in_free, in_start, in_arc, cap,
-                                          skip, off, used, user, slot_of, par, member, count,
-                                          order, stamp, seen, sat, q_tree, q_pred, q_arc, free,
-                                          shift, info, memo, memo_below, path, limit, max_visits)
+                                          skip, off, used, user, slot_of, par, member, missing,
+                                          part_col, count, order, stamp, seen, sat, q_tree,
+                                          q_pred, q_arc, free, shift, info, memo, memo_below,
+                                          path, limit, max_visits)
                 info[0] += 1
                 if v < 0:
                     return -1, par
@@ -290,8 +296,8 @@ def repair_pack(n: int, tail: np.ndarray, head: np.ndarray, units: np.ndarray,
     info = np.zeros(3, np.int64)
     seed, reused = _seed(n, k, s_tail, s_head, cap, shapes)
     status, par = _grow(n, k, np.bincount(s_tail, minlength=n), go.start, go.fpos, s_tail,
-                        s_head, in_start, in_arc, cap, go.comp, go.batch, off, shift, info,
-                        seed, max_visits)
+                        s_head, in_start, in_arc, cap, go.comp, go.part_col, go.part_size,
+                        go.batch, off, shift, info, seed, max_visits)
     counters = {"repairs": int(info[0]), "repair_visits": int(info[1]), "reused_trees": reused}
     if status < 0:
         return None, counters
