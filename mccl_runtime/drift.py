@@ -98,8 +98,11 @@ class ProfileStack:
     their cuts as one flat array, so step 1 is one gather, divide and per-row minimum
     and steps 2-3 one gather and per-row maximum over every schedule.  The arithmetic is
     :func:`detect`'s, operation for operation, so the flags are the same.  ``capacity``
-    (one row per profile, the capacities each schedule was synthesized for) gives the
-    capacity-gained test: a link measured above ``(1 + gamma)`` times it.
+    (one row per profile, the capacities each schedule was synthesized for, ``inf`` on
+    links it may not use) gives the capacity-gained test: a link measured above
+    ``(1 + gamma)`` times it.  Only a row's links below ``inf`` are kept (a sub-fabric's),
+    and communicators registered with equal rows share one, so the test reads each
+    distinct row's own links once instead of every link per collective.
     """
 
     def __init__(self, profiles: Sequence[ScheduleProfile], capacity: Sequence[np.ndarray], gamma: float) -> None:
@@ -117,7 +120,7 @@ class ProfileStack:
         self.base = np.concatenate([p.base_slack for p in profiles] + [np.zeros(0)])
         cut_sizes = np.array([len(c) for c in cuts], dtype=np.int64)
         self.cut_row = np.repeat(np.arange(len(profiles)), cut_sizes)
-        self.threshold = (1.0 + gamma) * np.array(capacity, dtype=float).reshape(len(profiles), -1)
+        self.gain_of, self.gain_link, self.gain_threshold, self.gain_start = _gain_rows(capacity, gamma)
 
     def flags(self, m: np.ndarray) -> np.ndarray:
         """Per schedule: flagged by Algorithm 1 (``max delta > gamma``) or by a gained link."""
@@ -133,9 +136,36 @@ class ProfileStack:
             delta = np.abs((mc - self.cut_n[live] * x_min[row]) / mc - self.base[live])
             starts = np.flatnonzero(np.r_[True, row[1:] != row[:-1]])
             flagged[row[starts]] = np.maximum.reduceat(delta, starts) > self.gamma
-        if rows:
-            flagged |= (m > self.threshold).any(axis=1)
+        if len(self.gain_link):
+            over = np.logical_or.reduceat(m[self.gain_link] > self.gain_threshold, self.gain_start)
+            flagged |= np.append(over, False)[self.gain_of]
         return flagged
+
+
+def _gain_rows(capacity: Sequence[np.ndarray], gamma: float) -> tuple[np.ndarray, ...]:
+    """The capacity-gained thresholds ``(1 + gamma) * capacity`` of every row, kept sparse:
+    ``(slot_of, link, threshold, start)``.  Row ``r`` reads the links of slot
+    ``k = slot_of[r]``, ``link[start[k]:start[k + 1]]``, and equal rows share a slot.  A
+    link at ``inf`` (or NaN) can never be exceeded and is left out; a row with no link
+    left has no slot (``slot_of[r]`` is one past the last: an always-False entry)."""
+    index: dict[bytes, int] = {}
+    row_of = np.empty(len(capacity), dtype=np.int64)
+    links: list[np.ndarray] = []
+    values: list[np.ndarray] = []
+    for r, cap in enumerate(capacity):
+        thr = (1.0 + gamma) * np.asarray(cap, dtype=float)
+        keep = np.flatnonzero(thr < np.inf)
+        thr = thr[keep]
+        row_of[r] = index.setdefault(keep.tobytes() + thr.tobytes(), len(index))
+        if row_of[r] == len(links):
+            links.append(keep)
+            values.append(thr)
+    sizes = np.array([len(k) for k in links], dtype=np.int64)
+    slot = np.cumsum(sizes > 0) - 1
+    slot[sizes == 0] = np.count_nonzero(sizes)
+    start = (np.cumsum(sizes) - sizes)[sizes > 0]
+    return (slot[row_of], np.concatenate(links + [np.zeros(0, dtype=np.int64)]),
+            np.concatenate(values + [np.zeros(0)]), start)
 
 
 def profile_schedule(topo: Topology, schedule: Schedule) -> ScheduleProfile:

@@ -1,0 +1,103 @@
+"""ProfileStack (Algorithm 1 on every collective at once, paper §3.2) against the
+per-collective reference: :func:`detect` plus the capacity-gained test on the
+collective's own links, on random batches, with whole-fabric and sub-fabric
+communicators, equal capacity rows (shared slots) and rows with no finite link."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from instances import fail2, hpn
+from mccl_opt.baselines import direct_alltoall, ring_allgather
+from mccl_runtime.drift import ProfileStack, detect, profile_schedule
+from mccl_runtime.groups import Groups
+
+GAMMA = 0.1
+TOPO = hpn(1, 4, 4)
+
+
+def _collectives():
+    """``(profile, gain capacity row, links or None)`` of whole-fabric and sub-fabric
+    communicators; the gain row is ``inf`` outside a sub-fabric, as the manager builds it."""
+    groups = Groups(TOPO)
+    cap = TOPO.arrays.capacity
+    degraded = fail2(TOPO).arrays.capacity
+    hosts = [TOPO.gpus[i:i + 4] for i in range(0, 16, 4)]
+    rails = [TOPO.gpus[r::4] for r in range(4)]
+    out = []
+    for synth in (cap, degraded):
+        whole = TOPO.with_capacities(synth)
+        for build in (ring_allgather, direct_alltoall):
+            prof = profile_schedule(whole, build(whole))
+            out += [(prof, synth.copy(), None), (prof, synth.copy(), None)]   # equal rows: one slot
+        for members, builds in [(g, (ring_allgather, direct_alltoall)) for g in hosts[:2] + rails[:2]] + [
+                (hosts[0] + hosts[1], (direct_alltoall,))]:         # a ring across hosts crosses rails
+            sub = groups.fabric(tuple(members))
+            on = sub.measured(synth)
+            for build in builds:
+                prof = groups.lift(tuple(members), profile_schedule(on, build(on)))
+                row = np.full(TOPO.num_links, np.inf)
+                row[sub.links] = synth[sub.links]
+                out.append((prof, row, sub.links))
+    # a collective whose gain row has no finite link: never flagged by a gain
+    out.append((out[0][0], np.full(TOPO.num_links, np.inf), np.zeros(0, dtype=np.int64)))
+    return out
+
+
+COLLECTIVES = _collectives()
+
+
+def _reference(m: np.ndarray) -> list[bool]:
+    flags = []
+    for prof, row, links in COLLECTIVES:
+        sel = slice(None) if links is None else links
+        gained = bool(np.any(m[sel] > (1.0 + GAMMA) * row[sel]))
+        flags.append(detect(m, prof, GAMMA).flagged or gained)
+    return flags
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_stack_flags_what_each_collective_flags(seed):
+    rng = np.random.default_rng(seed)
+    stack = ProfileStack([c[0] for c in COLLECTIVES], [c[1] for c in COLLECTIVES], GAMMA)
+    cap = TOPO.arrays.capacity
+    seen = set()
+    for _ in range(40):
+        m = cap * (1.0 + 0.01 * rng.standard_normal(cap.size))
+        hit = rng.choice(cap.size, size=int(rng.integers(0, 4)), replace=False)
+        m[hit] *= rng.choice([0.1, 0.5, 0.85, 1.15, 1.5, 9.0], size=hit.size)
+        got = stack.flags(m).tolist()
+        assert got == _reference(m)
+        seen.update(got)
+    assert seen == {False, True}                     # both answers occur
+
+
+def test_equal_rows_share_a_slot_and_empty_rows_have_none():
+    stack = ProfileStack([c[0] for c in COLLECTIVES], [c[1] for c in COLLECTIVES], GAMMA)
+    assert stack.gain_of[0] == stack.gain_of[1]
+    assert stack.gain_of[-1] == len(stack.gain_start)          # the always-False entry
+    sub_rows = [i for i, c in enumerate(COLLECTIVES) if c[2] is not None and len(c[2])]
+    # a sub-fabric row keeps only its own links
+    assert len(stack.gain_link) < len(set(stack.gain_of.tolist())) * TOPO.num_links
+    i = sub_rows[0]
+    k = stack.gain_of[i]
+    end = stack.gain_start[k + 1] if k + 1 < len(stack.gain_start) else len(stack.gain_link)
+    np.testing.assert_array_equal(stack.gain_link[stack.gain_start[k]:end], COLLECTIVES[i][2])
+
+
+def test_one_gained_link_flags_only_communicators_holding_it():
+    stack = ProfileStack([c[0] for c in COLLECTIVES], [c[1] for c in COLLECTIVES], GAMMA)
+    m = np.minimum(TOPO.arrays.capacity, fail2(TOPO).arrays.capacity)
+    base = stack.flags(m)
+    nvs = TOPO.link_index("s0h3g2", "s0h3nvs")          # host 3: in no listed sub-fabric
+    m[nvs] *= 2.0
+    got = stack.flags(m)
+    holding = [links is None or nvs in links for _, _, links in COLLECTIVES]
+    assert got.tolist() == [b or h for b, h in zip(base.tolist(), holding)]
+    assert got.tolist() == _reference(m)
+
+
+def test_empty_stack():
+    stack = ProfileStack([], [], GAMMA)
+    assert stack.flags(TOPO.arrays.capacity).tolist() == []
