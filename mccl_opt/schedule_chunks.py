@@ -23,8 +23,8 @@ import numpy as np
 
 from .errors import ScheduleError
 
-__all__ = ["PathChunk", "TreeChunk", "Chunk", "TreeTable", "TreeChunks", "edge_paths",
-           "distinct_paths"]
+__all__ = ["PathChunk", "TreeChunk", "Chunk", "TreeTable", "TreeChunks", "FlatPaths",
+           "path_nodes", "edge_paths", "distinct_paths"]
 
 
 @dataclass(frozen=True)
@@ -169,6 +169,44 @@ class TreeChunks(Sequence[TreeChunk]):
         """The node-id tuples of the paths ``paths`` (indices into the table)."""
         get = self._name(paths).__getitem__
         return list(map(get, paths.tolist()))
+
+
+class FlatPaths(Sequence[tuple[int, ...]]):
+    """Paths stored flat (path ``j``: ``flat[first[j]:first[j+1]]``), read as tuples of
+    node indices (what a :class:`TreeTable` names paths by); a tuple is built per read,
+    all of them in one pass when iterated."""
+
+    def __init__(self, flat: np.ndarray, first: np.ndarray) -> None:
+        self.flat, self.first = flat, first
+
+    def __len__(self) -> int:
+        return int(self.first.size - 1)
+
+    def __getitem__(self, j):
+        if isinstance(j, slice):
+            return [self[i] for i in range(*j.indices(len(self)))]
+        if not -len(self) <= j < len(self):
+            raise IndexError(f"path {j} of {len(self)}")
+        j %= len(self)
+        return tuple(self.flat[self.first[j]:self.first[j + 1]].tolist())
+
+    def __iter__(self) -> Iterator[tuple[int, ...]]:
+        flat, first = self.flat.tolist(), self.first.tolist()
+        return (tuple(flat[a:b]) for a, b in zip(first[:-1], first[1:]))
+
+
+def path_nodes(paths: Sequence[tuple[int, ...]], which: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(lengths, nodes)``: the node count of every path ``which[i]`` and their nodes
+    one after another (flat paths gathered without a tuple per path)."""
+    if isinstance(paths, FlatPaths):
+        lo, hi = paths.first[which], paths.first[which + 1]
+        lens = hi - lo
+        ends = np.cumsum(lens)
+        nodes = paths.flat[np.repeat(lo - (ends - lens), lens) + np.arange(int(ends[-1]) if ends.size else 0)]
+        return lens, nodes
+    rows = [paths[j] for j in which.tolist()]
+    lens = np.fromiter(map(len, rows), np.int64, count=len(rows))
+    return lens, np.fromiter(chain.from_iterable(rows), np.int64, count=int(lens.sum()))
 
 
 def edge_paths(chunks: Sequence[TreeChunk]) -> tuple[list[tuple[str, ...]], np.ndarray, np.ndarray]:

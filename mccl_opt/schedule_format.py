@@ -26,7 +26,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 
 from .errors import ScheduleError
-from .schedule_chunks import TreeTable
+from .schedule_chunks import TreeTable, path_nodes
 
 __all__ = ["FORMAT_V1", "FORMAT_V2", "FORMATS", "pack_v1", "pack_v2", "pack_v2_table", "unpack_chunks",
            "unpack_tree_table",
@@ -106,9 +106,7 @@ def pack_v2_table(gpus: Sequence[str], table: TreeTable) -> dict[str, Any] | Non
     flat = table.edges.ravel()
     uniq, first = np.unique(flat, return_index=True)
     used = uniq[np.argsort(first, kind="stable")]               # paths in first-use order
-    rows = [table.paths[j] for j in used.tolist()]
-    lens = np.fromiter(map(len, rows), np.int64, count=len(rows))
-    nodes = np.fromiter(chain.from_iterable(rows), np.int64, count=int(lens.sum()))
+    lens, nodes = path_nodes(table.paths, used)
     extra = nodes[node_rank[nodes] < 0]
     found, at = np.unique(extra, return_index=True)
     extra = found[np.argsort(at, kind="stable")]                # switches in first-use order

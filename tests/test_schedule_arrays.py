@@ -19,6 +19,7 @@ from mccl_opt.allgather import solve_allgather
 from mccl_opt.allgather.mapping import map_classes, tree_chunks
 from mccl_opt.allgather.repair import repair_pack
 from mccl_opt.schedule import TreeChunks, TreeTable, share_loads
+from mccl_opt.schedule_chunks import FlatPaths, path_nodes
 from mccl_opt.schedule_format import pack_v2
 
 FABRICS = [hpn(1, 2, 8), fail2(hpn(1, 2, 8)), fail3(hpn(1, 4, 8)), fail1(hpn(2, 2, 8)),
@@ -163,3 +164,17 @@ def test_compact_files_load_as_arrays_and_others_as_tuples(solved, tmp_path):
     assert isinstance(loaded.chunks, tuple) and loaded.chunks[1].edges == (("b", "s", "a"),)
     with pytest.raises(ScheduleError, match=r"chunks\[1\] tree' must be an integer index in 0..1"):
         Schedule.from_dict({**ragged, "trees": [[0, 1], [2, 0]], "chunks": [[0, 1.0, 0], [1, 1.0, 2]]})
+
+
+def test_flat_paths_read_as_the_tuples_they_store():
+    tuples = [(0, 3, 1), (2,), (4, 5, 6, 7), (1, 3, 0)]
+    first = np.cumsum([0] + [len(p) for p in tuples])
+    flat = FlatPaths(np.array([v for p in tuples for v in p]), first)
+    assert list(flat) == tuples and [flat[j] for j in range(4)] == tuples and flat[-1] == tuples[-1]
+    assert flat[1:3] == tuples[1:3] and len(flat) == 4
+    with pytest.raises(IndexError):
+        flat[4]
+    which = np.array([3, 0, 2])
+    for paths in (flat, tuples):
+        lens, nodes = path_nodes(paths, which)
+        assert lens.tolist() == [3, 3, 4] and nodes.tolist() == [1, 3, 0, 0, 3, 1, 4, 5, 6, 7]

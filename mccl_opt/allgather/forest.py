@@ -25,6 +25,7 @@ import numpy as np
 from numba import njit
 
 from ..schedule import TreeChunk, TreeChunks, TreeTable, distinct_paths
+from ..schedule_chunks import FlatPaths
 from ..topology import Topology
 from .depths import fill_depths, spanning_depths
 from .mapping import MappedTrees
@@ -56,25 +57,6 @@ def hop_positions(first: np.ndarray) -> np.ndarray:
     hop = np.ones(int(first[-1]), bool)
     hop[first[1:] - 1] = False
     return np.flatnonzero(hop)
-
-
-class FlatPaths(Sequence):
-    """Paths stored flat (path ``j``: ``flat[first[j]:first[j+1]]``), read as tuples of
-    node indices (what a :class:`~mccl_opt.TreeTable` names paths by)."""
-
-    def __init__(self, flat: np.ndarray, first: np.ndarray) -> None:
-        self.flat, self.first = flat, first
-
-    def __len__(self) -> int:
-        return int(self.first.size - 1)
-
-    def __getitem__(self, j):
-        if isinstance(j, slice):
-            return [self[i] for i in range(*j.indices(len(self)))]
-        if not -len(self) <= j < len(self):
-            raise IndexError(f"path {j} of {len(self)}")
-        j %= len(self)
-        return tuple(self.flat[self.first[j]:self.first[j + 1]].tolist())
 
 
 @dataclass(frozen=True)
@@ -166,7 +148,9 @@ class PhysicalForest:
         if rows is None:
             rows = np.array(mapped.edges, np.int64)
         rows = rows.reshape(num_trees, num_gpus - 1)
-        table = PathTable.build(mapped.paths, topo)
+        paths = mapped.paths
+        table = (PathTable.from_flat(paths.flat, paths.first, topo, paths)
+                 if isinstance(paths, FlatPaths) else PathTable.build(paths, topo))
         parent, via = _index_trees(rows, table.tail, table.head, num_gpus)
         return cls(int(k), np.asarray(mapped.roots, np.int64), np.asarray(mapped.mults, np.int64),
                    parent, via, np.asarray(depths, np.int64), table, rows)

@@ -16,13 +16,13 @@ bundle — always the case for unit trees, i.e. at scale — and defers to the g
 from __future__ import annotations
 
 from dataclasses import dataclass
-from itertools import chain
 from typing import Sequence
 
 import numpy as np
 from numba import njit
 
 from ..schedule import TreeChunks, TreeTable
+from ..schedule_chunks import FlatPaths, path_nodes
 from .depths import fill_depths, max_depths
 from .splitting import LogicalGraph, peel
 from .trees import TreeClass
@@ -82,7 +82,7 @@ class MappedTrees:
     roots: list[int]
     mults: list[int]
     edges: Sequence[Sequence[int]]
-    paths: list[tuple[int, ...]]
+    paths: Sequence[tuple[int, ...]]
     used: np.ndarray
     edge_matrix: np.ndarray | None = None
 
@@ -121,10 +121,9 @@ def tree_chunks(mapped: MappedTrees, k: int, node_ids: Sequence[str],
 def tree_loads(mapped: MappedTrees, k: int, link_of: np.ndarray, num_links: int) -> np.ndarray:
     """Share load of every physical link (``mult/k`` per tree edge crossing it);
     ``link_of[a, b]`` is the link index of ``a -> b``."""
-    hot = np.flatnonzero(mapped.used).tolist()
-    rows = [mapped.paths[j] for j in hot]
-    lens = np.fromiter(map(len, rows), np.int64, count=len(rows)) - 1
-    nodes = np.fromiter(chain.from_iterable(rows), np.int64, count=int(lens.sum() + len(hot)))
+    hot = np.flatnonzero(mapped.used)
+    lens, nodes = path_nodes(mapped.paths, hot)
+    lens -= 1
     starts = np.cumsum(lens + 1)[:-1]           # index of every path's first node but one
     pair = np.ones(max(nodes.size - 1, 0), bool)  # (nodes[i], nodes[i+1]) is a path link
     pair[starts - 1] = False
@@ -141,7 +140,7 @@ def map_classes(classes: Sequence[TreeClass], lg: LogicalGraph,
     ``arcs_ranks``: :func:`class_ranks` of the classes if the caller has it."""
     parents, _, depth = class_ranks(classes, lg) if arcs_ranks is None else arcs_ranks
     mult = np.array([c.mult for c in classes], np.int64)
-    seg_paths = lg.bundles.paths()
+    seg_paths = FlatPaths(lg.bundles.nodes, lg.bundles.path_start)   # no tuple per path
     seg_hi = np.cumsum(lg.bundles.units)
     first_seg = lg.bundles.start[:-1].copy()          # every link's first segment
     base = np.zeros(lg.units.size + 1, np.int64)
