@@ -191,7 +191,8 @@ def _path_steps(topo: mo.Topology, sched: mo.Schedule) -> int:
 def test_solve_reports_steps_warm_mode_status_and_backend(tmp_path, capsys, collective, warm_label):
     old, new = tmp_path / "old.json", tmp_path / "new.json"
     cold = _json(capsys, ["solve", collective, "hpn-1x2x4-fail2", "-o", str(old)])
-    warm = _json(capsys, ["solve", collective, "hpn-1x2x4", "--warm", str(old), "-o", str(new)])
+    warm = _json(capsys, ["solve", collective, "hpn-1x2x4", "--warm", str(old), "--warm-topology",
+                          "hpn-1x2x4-fail2", "-o", str(new)])
     for info, spec, path in ((cold, "hpn-1x2x4-fail2", old), (warm, "hpn-1x2x4", new)):
         topo, sched = load_topology(spec), mo.Schedule.load(path)
         assert info["steps"] == _path_steps(topo, sched) >= 1
@@ -201,7 +202,7 @@ def test_solve_reports_steps_warm_mode_status_and_backend(tmp_path, capsys, coll
     assert warm["warm"].startswith(warm_label) and warm["warm"] != "warm:"
     if collective == "alltoall":
         assert warm["warm"] == "warm:" + mo.Schedule.load(new).stats["warm_mode"]
-    assert main(["solve", collective, "hpn-1x2x4", "--warm", str(old)]) == 0
+    assert main(["solve", collective, "hpn-1x2x4", "--warm", str(old), "--warm-topology", "hpn-1x2x4-fail2"]) == 0
     table = capsys.readouterr().out.splitlines()
     assert max(len(line) for line in table) <= 100
     values = dict(zip(table[0].split() + table[3].split(), table[2].split() + table[5].split()))

@@ -1,4 +1,13 @@
-"""``mccl solve alltoall|allgather TOPO -o SCHED [--warm OLD]``."""
+"""``mccl solve alltoall|allgather TOPO -o SCHED [--warm OLD.json [--warm-topology OLD]]``.
+
+A warm schedule read from a file carries no solver state; it is rebuilt before the timed
+solve (as a controller does on resume, docs/runtime.md).  AllToAll rebuilds it from the
+chunk paths on the fabric the schedule was solved for, whose capacities a change is
+measured against (``--warm-topology``; default: this topology when the schedule names
+it).  AllGather's state records GPUs and links but no capacities, so it is rebuilt on
+this topology, where the warm schedule must be valid anyway; ``--warm-topology`` is
+only checked against the schedule's GPUs there.
+"""
 
 from __future__ import annotations
 
@@ -24,6 +33,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         s.add_argument("topology", help="topology: a mccl-topology/1 file, a library name (hpn-1x2x8-fail2, dgx-8) or hpn-SxHxN[-failK]")
         s.add_argument("-o", "--output", help="write the schedule file here (mccl-schedule/2; gzip-compressed if it ends in .gz)")
         s.add_argument("--warm", help="previous schedule to warm-start from")
+        s.add_argument("--warm-topology", metavar="OLD",
+                       help="the topology --warm was solved for (same forms as TOPOLOGY); default: "
+                            "TOPOLOGY when the schedule names it")
         s.add_argument("--backend", default="highs", help="LP/MIP backend: highs (default), gurobi, scip")
         s.add_argument("--max-chunks", type=_chunks, default=10,
                        help="chunk budget K (default 10; 'none' for the exact fractional optimum)")
@@ -80,6 +92,40 @@ def _warm(args: argparse.Namespace, topo):
               f"({_first_problem(problem)}); solving cold", file=sys.stderr)
         return None
     return warm
+
+
+def _restored(args: argparse.Namespace, topo, warm):
+    """``warm`` with its warm state rebuilt (module docstring) and the seconds that took;
+    a ``--warm-topology`` with other GPUs than the schedule, or an AllToAll schedule of
+    another topology without one, is an error."""
+    from ..errors import ScheduleError
+    from ._inputs import load_topology
+    from .check import gpu_mismatch
+
+    old = topo
+    if args.warm_topology:
+        old = load_topology(args.warm_topology)
+        problem = gpu_mismatch(old, warm)
+        if problem:
+            raise ScheduleError(f"--warm-topology {args.warm_topology} is not the fabric --warm {args.warm} "
+                                f"was solved for: {problem}")
+    elif warm.topology != topo.name and args.collective == "alltoall":
+        raise ScheduleError(f"--warm {args.warm} was solved for topology {warm.topology!r}, not {topo.name!r}; "
+                            f"pass --warm-topology with that fabric (a file, a library name or hpn-SxHxN"
+                            f"[-failK]) so its warm state can be rebuilt on it")
+    if args.collective == "alltoall":
+        from mccl_opt.alltoall import restore_warm_state
+    else:
+        from mccl_opt.allgather import restore_warm_state
+
+        old = topo
+    start = time.perf_counter()
+    restored = restore_warm_state(warm, old)
+    seconds = time.perf_counter() - start
+    if restored.warm_state is None:
+        print(f"warning: --warm {args.warm}: its warm state could not be rebuilt on {old.name} (its "
+              f"chunks are not paths or trees of it); the warm start is slower", file=sys.stderr)
+    return restored, seconds
 
 
 def certificate(schedule) -> dict:
@@ -148,24 +194,29 @@ def summary(schedule, seconds: float, steps: int) -> dict:
 def _solve(args: argparse.Namespace) -> int:
     import mccl_opt as mo
 
+    from ..errors import MCCLError
     from ._guard import output_path
     from ._inputs import load_topology
 
     output_path(args.output, "-o")
+    if args.warm_topology and not args.warm:
+        raise MCCLError("--warm-topology names the fabric of the --warm schedule; pass --warm too")
     topo = load_topology(args.topology)
     warm = _warm(args, topo)
-    if topo.num_gpus > LARGE_GPUS:
-        print(f"solving {args.collective} for {topo.name}: {topo.num_gpus} GPUs, {len(topo.nodes)} nodes, "
-              f"{topo.num_links} links; fabrics this large take minutes (Ctrl-C stops)", file=sys.stderr)
     from mccl_opt import progress
     from mccl_opt.kernel_time import kernel_seconds
     from mccl_runtime.warmup import compiling_notice
 
+    restore_s = None
+    with kernel_seconds(on_compile=compiling_notice) as restore_kernels:
+        if warm is not None:                    # the warm state, rebuilt outside the timing
+            warm, restore_s = _restored(args, topo, warm)
+    if restore_s is not None:
+        restore_s -= restore_kernels.seconds
+    if topo.num_gpus > LARGE_GPUS:
+        print(f"solving {args.collective} for {topo.name}: {topo.num_gpus} GPUs, {len(topo.nodes)} nodes, "
+              f"{topo.num_links} links; fabrics this large take minutes (Ctrl-C stops)", file=sys.stderr)
     progress.start(args.progress, label=topo.name)
-    if args.collective == "allgather" and warm is not None:
-        from mccl_opt.allgather import restore_warm_state
-
-        warm = restore_warm_state(warm, topo)   # the trees' warm state, rebuilt outside the timing
     if args.collective == "alltoall":           # imported here, outside the timing
         solve = functools.partial(mo.solve_alltoall, max_steps=args.max_steps,
                                   time_limit=args.time_limit)
@@ -175,8 +226,8 @@ def _solve(args: argparse.Namespace) -> int:
         start = time.perf_counter()
         sched = solve(topo, warm=warm, backend=args.backend, max_chunks=args.max_chunks)
         wall = time.perf_counter() - start
-    kernel_load_s = kernels.seconds         # kernel compilation/loading is not the solve's
-    seconds = wall - kernel_load_s
+    seconds = wall - kernels.seconds        # kernel compilation/loading is not the solve's
+    kernel_load_s = kernels.seconds + restore_kernels.seconds
     progress.stop()
     if "step_aware" in sched.stats:
         print(f"step-aware: {sched.stats['step_aware']}", file=sys.stderr)
@@ -191,7 +242,7 @@ def _solve(args: argparse.Namespace) -> int:
         print(f"warning: the solve stopped early ({info['status']}): the schedule runs at "
               f"{sched.rate_gbps:.4g} Gbps, not proven optimal ({bound})", file=sys.stderr)
     if args.json:
-        print_json({**info, "kernel_load_s": kernel_load_s})
+        print_json({**info, "kernel_load_s": kernel_load_s, "warm_restore_s": restore_s})
     else:
         for keys in TABLE_ROWS:
             print_table(keys, [["none" if info[k] is None else info[k] for k in keys]])
