@@ -37,7 +37,8 @@ def test_gpu_count_mismatch_is_one_plain_line(capsys, files):
     rc, out, err = _run(capsys, str(files["bigger"]), str(files["a2a"]))
     assert rc == 2 and out == ""
     assert err.strip() == ("error: schedule has 8 GPUs, topology 'hpn-1x4x4' has 16; "
-                           "was it synthesized for another topology?")
+                           "was it synthesized for another topology? Its 8 GPUs are all GPUs of 'hpn-1x4x4': "
+                           "for a communicator's schedule, pass --members schedule (or its ranks, GPU,GPU,...)")
 
 
 @pytest.mark.parametrize("sched", ["a2a", "ag"])

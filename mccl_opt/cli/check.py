@@ -6,6 +6,14 @@ to one: :func:`mccl_opt.validate`).  The rate it reaches is recomputed on the fa
 capacities; a schedule synthesized before a capacity change stays valid and is reported
 with the rate it runs at here.  ``--strict`` also requires that rate to be the one the
 file states (what :func:`mccl_opt.validate` checks), exiting 2 otherwise.
+
+A communicator's schedule (the controller synthesizes one per communicator on the
+sub-fabric its members induce, :func:`mccl_opt.subfabric.induced`) is checked on that
+sub-fabric: ``--members GPU,GPU,...`` names its ranks in order, ``--members schedule``
+takes them from the schedule's GPU list.  Without the option the schedule must list the
+topology's GPUs; when its GPUs are a strict subset of them, the error says to pass it
+(a schedule of a smaller fabric whose GPU names recur, e.g. HPN 1x2x4 in 1x4x4, is not
+silently taken for a communicator's).
 """
 
 from __future__ import annotations
@@ -25,6 +33,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("schedule")
     p.add_argument("--strict", action="store_true",
                    help="also fail (exit 2) when the schedule runs at another rate than it states")
+    p.add_argument("--members", metavar="GPU,GPU,...",
+                   help="a communicator's ranks in order: check on the sub-fabric they induce in TOPOLOGY; "
+                        "'schedule': the schedule's own GPU list")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(handler=_check)
 
@@ -43,6 +54,36 @@ def gpu_mismatch(topo, sched) -> str | None:
     return None
 
 
+def _fabric(topo, sched, members: str | None):
+    """The fabric to check ``sched`` on: ``topo``, or the sub-fabric the ``--members``
+    induce (module docstring); and a line saying which (``None`` for ``topo``)."""
+    from ..errors import ScheduleError, TopologyError
+    from ..subfabric import induced
+
+    if members is None:
+        problem = gpu_mismatch(topo, sched)
+        if problem and _subset(topo, sched):
+            raise ScheduleError(f"{problem} Its {len(sched.gpus)} GPUs are all GPUs of {topo.name!r}: for a "
+                                f"communicator's schedule, pass --members schedule (or its ranks, GPU,GPU,...)")
+        return topo, None
+    if members == "schedule":
+        if not _subset(topo, sched):
+            raise TopologyError(f"--members schedule: the schedule's GPUs are not a strict subset of "
+                                f"{topo.name!r}'s; check it on its own topology")
+        gpus, how = list(sched.gpus), "members from the schedule"
+    else:
+        gpus, how = [g.strip() for g in members.split(",")], "--members"
+        if not all(gpus):
+            raise TopologyError(f"--members {members!r} has an empty entry; list GPU ids separated by commas")
+    sub = induced(topo, gpus)
+    return sub.topology, f"the sub-fabric its {len(sub.gpus)} members induce in {topo.name} ({how})"
+
+
+def _subset(topo, sched) -> bool:
+    """``sched``'s GPUs are fewer than ``topo``'s and all GPUs of it."""
+    return len(sched.gpus) < topo.num_gpus and all(topo.has_node(g) and topo.is_gpu(g) for g in sched.gpus)
+
+
 def _check(args: argparse.Namespace) -> int:
     from ..errors import ScheduleError
     from ..schedule import Schedule, schedule_rate, share_loads
@@ -51,6 +92,7 @@ def _check(args: argparse.Namespace) -> int:
 
     topo = load_topology(args.topology)
     sched = Schedule.load(args.schedule)
+    topo, sub_fabric = _fabric(topo, sched, args.members)
     problem = gpu_mismatch(topo, sched)
     if problem:
         raise ScheduleError(problem)
@@ -63,7 +105,8 @@ def _check(args: argparse.Namespace) -> int:
         rate = schedule_rate(topo, share_loads(topo, sched.chunks))
         report = validate(topo, replace(sched, rate_gbps=rate, lp_rate_gbps=max(rate, sched.lp_rate_gbps)))
     same = abs(report.rate_gbps - sched.rate_gbps) <= RATE_TOL * max(sched.rate_gbps, 1e-12)
-    info = {"valid": True, "collective": sched.collective, "chunks": report.num_chunks,
+    info = {"valid": True, "collective": sched.collective, "fabric": topo.name,
+            "members": None if sub_fabric is None else topo.num_gpus, "chunks": report.num_chunks,
             "rate_gbps": report.rate_gbps, "schedule_rate_gbps": sched.rate_gbps,
             "rate_as_stated": same, "lp_rate_gbps": sched.lp_rate_gbps,
             "rounding_gap": sched.rounding_gap, "max_steps": report.max_steps,
@@ -71,11 +114,14 @@ def _check(args: argparse.Namespace) -> int:
     if args.json:
         print_json(info)
         return 0
+    if sub_fabric is not None:
+        print(f"checking {args.schedule} on {sub_fabric}")
     if same:
         print(f"OK: {args.schedule} is a valid {sched.collective} schedule for {topo.name}")
     else:
         print(f"OK: {args.schedule} is a valid {sched.collective} schedule for {topo.name}; "
               f"runs at {report.rate_gbps:.4g} Gbps on this fabric (schedule says {sched.rate_gbps:.4g}; "
               f"re-synthesize for this fabric, or pass --strict to make this an error)")
-    print_table(list(info)[1:], [list(info.values())[1:]])
+    keys = [k for k in info if k not in ("valid", "fabric", "members")]
+    print_table(keys, [[info[k] for k in keys]])
     return 0
