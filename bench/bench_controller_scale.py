@@ -15,8 +15,9 @@ with the NCCL-style baseline of its sub-fabric (ring AllGather, direct AllToAll)
 executors report for inter-node traffic).  Both estimators: the paper's EWMA and the
 change-point level estimator (:mod:`mccl_runtime.level`).
 
-Per row: the median and the worst of ``--rounds`` decisions after one warm-up batch
-(channels and pair paths resolved), split into ingest and check.  One process on a
+Per row: the mean registration time per collective (its profile, paper §3.2), and the
+median and the worst of ``--rounds`` decisions after one warm-up batch (channels and pair
+paths resolved), split into ingest and check.  One process on a
 shared machine: the load average is printed; compare rows of one run.
 
 ``--swap`` measures a cluster event instead: ``--comms`` communicators on one HPN fabric
@@ -103,8 +104,10 @@ def measure(topo, registrations: list[tuple], estimator: str, batches: list[list
     """Decisions with ``registrations`` (``(comm, kind, schedule, members)``) registered."""
     store = MeasurementStore(topo, alpha=0.012, estimator=estimator, clock=lambda: 1e9)
     mgr = ScheduleManager(store, _no_synthesis, Policy(gamma=0.1, min_dwell_s=0.0))
+    t0 = time.perf_counter()
     for comm, kind, schedule, gpus in registrations:
         mgr.register(comm, "c", kind, schedule, gpus=gpus)
+    register_s = time.perf_counter() - t0
     copies = len(registrations)
     ingest_ms, check_ms = [], []
     for i, batch in enumerate(batches):
@@ -123,7 +126,8 @@ def measure(topo, registrations: list[tuple], estimator: str, batches: list[list
     total = np.add(ingest_ms, check_ms)
     return {"gpus": topo.num_gpus, "links": topo.num_links, "samples": len(batches[0]), "estimator": estimator,
             "collectives": copies, "ingest_ms": float(np.median(ingest_ms)), "check_ms": float(np.median(check_ms)),
-            "decision_ms": float(np.median(total)), "worst_ms": float(np.max(total))}
+            "decision_ms": float(np.median(total)), "worst_ms": float(np.max(total)),
+            "register_ms": 1e3 * register_s / max(copies, 1)}
 
 
 def link_batch(topo, m: np.ndarray, t: float) -> list[dict]:
@@ -373,10 +377,10 @@ def main(argv: list[str] | None = None) -> list[dict]:
         for est in a.estimators.split(","):
             rows.append(measure(topo, regs, est, batches))
             print(rows[-1], flush=True)
-    print_table(["GPUs", "links", "samples", "estimator", "collectives", "ingest ms", "check ms",
-                 "decision ms (median)", "worst ms"],
-                [[r["gpus"], r["links"], r["samples"], r["estimator"], r["collectives"], r["ingest_ms"],
-                  r["check_ms"], r["decision_ms"], r["worst_ms"]] for r in rows])
+    print_table(["GPUs", "links", "samples", "estimator", "collectives", "register ms/coll", "ingest ms",
+                 "check ms", "decision ms (median)", "worst ms"],
+                [[r["gpus"], r["links"], r["samples"], r["estimator"], r["collectives"], r["register_ms"],
+                  r["ingest_ms"], r["check_ms"], r["decision_ms"], r["worst_ms"]] for r in rows])
     print(f"load average {os.getloadavg()}")
     return rows
 

@@ -101,34 +101,36 @@ class ProfileStack:
     (one row per profile, the capacities each schedule was synthesized for, ``inf`` on
     links it may not use) gives the capacity-gained test: a link measured above
     ``(1 + gamma)`` times it.  Only a row's links below ``inf`` are kept (a sub-fabric's),
-    and communicators registered with equal rows share one, so the test reads each
-    distinct row's own links once instead of every link per collective.
+    and collectives with equal rows share one, so the test reads each distinct row's own
+    links once instead of every link per collective.  Equal profiles (one schedule
+    registered under several communicators) likewise share one row of Algorithm 1.
     """
 
     def __init__(self, profiles: Sequence[ScheduleProfile], capacity: Sequence[np.ndarray], gamma: float) -> None:
         self.profiles = tuple(profiles)
         self.gamma = gamma
-        used = [np.flatnonzero(p.n > 0) for p in profiles]
+        self.row_of, distinct = _distinct_profiles(self.profiles)
+        self.rows = len(distinct)
+        used = [np.flatnonzero(p.n > 0) for p in distinct]
         self.link = np.concatenate(used + [np.zeros(0, dtype=np.int64)])
-        self.n = np.concatenate([p.n[u] for p, u in zip(profiles, used)] + [np.zeros(0)])
+        self.n = np.concatenate([p.n[u] for p, u in zip(distinct, used)] + [np.zeros(0)])
         sizes = np.array([len(u) for u in used], dtype=np.int64)
         self.used_rows = np.flatnonzero(sizes)
         self.used_start = (np.cumsum(sizes) - sizes)[self.used_rows]
-        cuts = [p.cut for p in profiles]
+        cuts = [p.cut for p in distinct]
         self.cut = np.concatenate(cuts + [np.zeros(0, dtype=np.int64)])
-        self.cut_n = np.concatenate([p.n[p.cut] for p in profiles] + [np.zeros(0)])
-        self.base = np.concatenate([p.base_slack for p in profiles] + [np.zeros(0)])
+        self.cut_n = np.concatenate([p.n[p.cut] for p in distinct] + [np.zeros(0)])
+        self.base = np.concatenate([p.base_slack for p in distinct] + [np.zeros(0)])
         cut_sizes = np.array([len(c) for c in cuts], dtype=np.int64)
-        self.cut_row = np.repeat(np.arange(len(profiles)), cut_sizes)
+        self.cut_row = np.repeat(np.arange(self.rows), cut_sizes)
         self.gain_of, self.gain_link, self.gain_threshold, self.gain_start = _gain_rows(capacity, gamma)
 
     def flags(self, m: np.ndarray) -> np.ndarray:
         """Per schedule: flagged by Algorithm 1 (``max delta > gamma``) or by a gained link."""
-        rows = len(self.profiles)
-        x_min = np.full(rows, np.inf)
+        x_min = np.full(self.rows, np.inf)
         if len(self.link):
             x_min[self.used_rows] = np.minimum.reduceat(m[self.link] / self.n, self.used_start)
-        flagged = np.zeros(rows, dtype=bool)
+        flagged = np.zeros(self.rows, dtype=bool)
         live = np.isfinite(x_min)[self.cut_row]
         if live.any():
             cut, row = self.cut[live], self.cut_row[live]
@@ -136,10 +138,26 @@ class ProfileStack:
             delta = np.abs((mc - self.cut_n[live] * x_min[row]) / mc - self.base[live])
             starts = np.flatnonzero(np.r_[True, row[1:] != row[:-1]])
             flagged[row[starts]] = np.maximum.reduceat(delta, starts) > self.gamma
+        flagged = flagged[self.row_of]
         if len(self.gain_link):
             over = np.logical_or.reduceat(m[self.gain_link] > self.gain_threshold, self.gain_start)
             flagged |= np.append(over, False)[self.gain_of]
         return flagged
+
+
+def _distinct_profiles(profiles: tuple[ScheduleProfile, ...]) -> tuple[np.ndarray, list[ScheduleProfile]]:
+    """``(row_of, distinct)``: equal profiles (one schedule registered under several
+    communicators on the same capacities) share a row of Algorithm 1."""
+    index: dict[tuple[bytes, bytes, bytes], int] = {}
+    row_of = np.empty(len(profiles), dtype=np.int64)
+    distinct: list[ScheduleProfile] = []
+    for r, p in enumerate(profiles):
+        key = (np.asarray(p.n, dtype=float).tobytes(), np.asarray(p.cut, dtype=np.int64).tobytes(),
+               np.asarray(p.base_slack, dtype=float).tobytes())
+        row_of[r] = index.setdefault(key, len(distinct))
+        if row_of[r] == len(distinct):
+            distinct.append(p)
+    return row_of, distinct
 
 
 def _gain_rows(capacity: Sequence[np.ndarray], gamma: float) -> tuple[np.ndarray, ...]:

@@ -101,3 +101,28 @@ def test_one_gained_link_flags_only_communicators_holding_it():
 def test_empty_stack():
     stack = ProfileStack([], [], GAMMA)
     assert stack.flags(TOPO.arrays.capacity).tolist() == []
+
+
+def test_equal_profiles_share_a_row_and_different_ones_do_not():
+    """One schedule registered twice (two profile objects) is one row of Algorithm 1; a
+    profile differing only in its base slacks or its cut keeps its own row and answer."""
+    from mccl_runtime.drift import ScheduleProfile
+
+    whole = [c for c in COLLECTIVES if c[2] is None]
+    p, row = whole[0][0], whole[0][1]
+    twin = ScheduleProfile(p.n.copy(), p.cut.copy(), p.base_slack.copy(), p.loads.copy())
+    shifted = ScheduleProfile(p.n, p.cut, p.base_slack + 0.2, p.loads)        # flags on a healthy fabric
+    fewer = ScheduleProfile(p.n, p.cut[1:], p.base_slack[1:], p.loads)
+    other = np.setdiff1d(np.flatnonzero(p.n), p.cut)[0]                     # a used link outside the cut
+    moved = ScheduleProfile(p.n, np.r_[other, p.cut[1:]], p.base_slack, p.loads)
+    profiles = [p, twin, shifted, fewer, moved, whole[2][0]]
+    stack = ProfileStack(profiles, [row] * len(profiles), GAMMA)
+    assert stack.row_of[0] == stack.row_of[1] and len(set(stack.row_of.tolist())) == 5
+    rng = np.random.default_rng(7)
+    cap = TOPO.arrays.capacity
+    for _ in range(30):
+        m = cap * (1.0 + 0.01 * rng.standard_normal(cap.size))
+        m[rng.integers(cap.size)] *= rng.choice([0.1, 0.5, 1.5])
+        want = [detect(m, q, GAMMA).flagged or bool(np.any(m > (1.0 + GAMMA) * row)) for q in profiles]
+        assert stack.flags(m).tolist() == want
+    assert stack.flags(cap).tolist() == [False, False, True, False, True, False]
