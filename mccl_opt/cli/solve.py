@@ -23,6 +23,14 @@ from ._inputs import number_arg
 LARGE_GPUS = 1024
 
 
+WARM_TOPOLOGY_HELP = {
+    "alltoall": "the topology --warm was solved for (same forms as TOPOLOGY), where its warm state is "
+                "rebuilt; default: TOPOLOGY when the schedule names it, else required",
+    "allgather": "the topology --warm was solved for (same forms as TOPOLOGY), checked against its GPUs; "
+                 "the trees' warm state is rebuilt on TOPOLOGY",
+}
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("solve", help="synthesize a schedule for a topology file")
     ssub = p.add_subparsers(dest="collective", metavar="COLLECTIVE")
@@ -33,9 +41,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         s.add_argument("topology", help="topology: a mccl-topology/1 file, a library name (hpn-1x2x8-fail2, dgx-8) or hpn-SxHxN[-failK]")
         s.add_argument("-o", "--output", help="write the schedule file here (mccl-schedule/2; gzip-compressed if it ends in .gz)")
         s.add_argument("--warm", help="previous schedule to warm-start from")
-        s.add_argument("--warm-topology", metavar="OLD",
-                       help="the topology --warm was solved for (same forms as TOPOLOGY); default: "
-                            "TOPOLOGY when the schedule names it")
+        s.add_argument("--warm-topology", metavar="OLD", help=WARM_TOPOLOGY_HELP[name])
         s.add_argument("--backend", default="highs", help="LP/MIP backend: highs (default), gurobi, scip")
         s.add_argument("--max-chunks", type=_chunks, default=10,
                        help="chunk budget K (default 10; 'none' for the exact fractional optimum)")
