@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-__all__ = ["repair", "spend", "attach", "has", "add", "join"]
+__all__ = ["repair", "spend", "attach", "has", "add", "join", "index_users", "enlist"]
 
 
 @njit(cache=True, _nrt=False)
@@ -30,12 +30,11 @@ def add(bits, t, v):
 
 @njit(cache=True, _nrt=False)
 def join(t, v, member, missing, part_col):
-    """Rank ``v`` joins tree ``t``: its member bit, and one rank less missing from each
-    of its parts (``missing[t, part_col[v, 0]]``: wide, ``[v, 1]``: narrow; see
-    :mod:`.growth_order`)."""
+    """Rank ``v`` joins tree ``t``: its member bit, and one rank less missing from its
+    part of each link class (``missing[t, part_col[v, c]]``; see :mod:`.growth_order`)."""
     add(member, t, v)
-    missing[t, part_col[v, 0]] -= 1
-    missing[t, part_col[v, 1]] -= 1
+    for c in range(part_col.shape[1]):
+        missing[t, part_col[v, c]] -= 1
 
 
 @njit(cache=True, _nrt=False)
@@ -56,6 +55,33 @@ def attach(t, v, a, link, by_rank, member, missing, part_col, order, count):
     join(t, v, member, missing, part_col)
     order[t, count[t]] = v
     count[t] += 1
+
+
+@njit(cache=True, _nrt=False)
+def index_users(batch, seeded, par, order, count, off, used, user, slot_of):
+    """The repair index (every link's users, in slots ``off[a] .. off[a] + used[a]``;
+    ``slot_of[t, v]``: the slot of ``t``'s link into ``v``), built when the first tree
+    gets stuck, in the order the trees took their units: seeded trees first, then turn
+    by turn of the round robin (``batch`` ranks per tree per turn), tree by tree."""
+    T, n = par.shape
+    for t in range(T):
+        if seeded[t]:
+            for i in range(1, count[t]):
+                enlist(t, order[t, i], par[t, order[t, i]], off, used, user, slot_of)
+    for lo in range(1, n, batch):
+        for t in range(T):
+            if not seeded[t]:
+                for i in range(lo, min(count[t], lo + batch)):
+                    enlist(t, order[t, i], par[t, order[t, i]], off, used, user, slot_of)
+
+
+@njit(cache=True, _nrt=False)
+def enlist(t, v, a, off, used, user, slot_of):
+    """Tree ``t``'s link ``a`` into ``v`` takes the next slot of ``a``."""
+    s = off[a] + used[a]
+    used[a] += 1
+    user[s] = t
+    slot_of[t, v] = s
 
 
 @njit(cache=True, _nrt=False)

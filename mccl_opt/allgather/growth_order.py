@@ -65,17 +65,19 @@ def growth_order(n: int, tail: np.ndarray, head: np.ndarray, units: np.ndarray
     deg = np.bincount(tail, minlength=n)
     mean = np.bincount(tail, weights=units, minlength=n) / np.maximum(deg, 1)
     wide = units > mean[tail]
-    rails = components(n, tail[~wide], head[~wide])
     if n < RAIL_FIRST_MIN_RANKS:            # wide, then narrow in scan order, one per turn
         cls, comp, batch = np.where(wide, 0, 1), np.zeros(n, np.int64), 1
     else:
         n_mean = np.bincount(tail, weights=np.where(wide, 0, units), minlength=n) / \
             np.maximum(np.bincount(tail, weights=~wide, minlength=n), 1)
         cls = np.where(wide, 0, np.where(units > n_mean[tail], 1, 2))
-        comp, batch = rails, max(1, n // BATCH_PARTS)
-    labels = [components(n, tail[wide], head[wide]), rails]
-    labels = [lab if lab.max() < n // 4 else np.zeros(n, np.int64) for lab in labels]
-    part_col = np.stack([labels[0], labels[1] + labels[0].max() + 1], axis=1)
+        rail = ~wide & ~_reverse_wide(n, tail, head, wide)
+        comp, batch = components(n, tail[rail], head[rail]), max(1, n // BATCH_PARTS)
+    part_col = np.zeros((n, 3), np.int64)
+    for c in range(3):
+        label = components(n, tail[cls == c], head[cls == c])
+        part_col[:, c] = (label if label.max() < n // 4 else 0) + (part_col[:, c - 1].max() + 1
+                                                                   if c else 0)
     part_size = np.bincount(part_col.ravel()).astype(np.int16)
     by_tail = np.lexsort((head, tail))
     fpos = np.empty(tail.size, np.int64)
@@ -89,12 +91,25 @@ def growth_order(n: int, tail: np.ndarray, head: np.ndarray, units: np.ndarray
     return GrowthOrder(perm, start, fpos[perm], comp, batch, part_col, part_size)
 
 
+def _reverse_wide(n: int, tail: np.ndarray, head: np.ndarray, wide: np.ndarray
+                  ) -> np.ndarray:
+    """Per link: is its reverse link wide (``False`` where there is none)?"""
+    key = tail.astype(np.int64) * n + head
+    by_key = np.argsort(key)
+    rev = head.astype(np.int64) * n + tail
+    at = np.minimum(np.searchsorted(key[by_key], rev), key.size - 1)
+    found = key[by_key[at]] == rev
+    return found & wide[by_key[at]]
+
+
 def components(n: int, tail: np.ndarray, head: np.ndarray) -> np.ndarray:
     """Weakly connected components of the links ``tail -> head``, one label per rank.
 
-    Over the narrow links of HPN they are the rails: a tree that enters new hosts
-    through its root's rail first and fans out over NVLink inside them enters every
-    host once, which is what the exactly tight host ingress (every rail unit used)
-    needs; over the wide links, the hosts."""
+    Over the wide links of HPN they are the hosts, over the links narrow both ways
+    the rails: a tree that enters new hosts through its root's rail first and fans out
+    over NVLink inside them enters every host once, which is what the exactly tight
+    host ingress (every rail unit used) needs.  (A degraded NVLink link is narrow for
+    the healthy GPU only; counting it would merge rails: HPN Fail3's backup GPU joined
+    all eight rails into one at 2048 GPUs.)"""
     adj = coo_matrix((np.ones(tail.size, np.int8), (tail, head)), shape=(n, n))
     return connected_components(adj, directed=True, connection="weak")[1].astype(np.int64)

@@ -41,7 +41,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from .augment import attach, has, join, repair, spend
+from .augment import attach, enlist, has, index_users, join, repair, spend
 from .growth_order import growth_order
 from .trees import TreeClass
 
@@ -121,6 +121,42 @@ def _next_arc(t, tier, u, r, shift, outdeg, cstart, fpos, skip, head, member, sc
 
 
 @njit(cache=True, _nrt=False)
+def _mark_tails(t, n, member, in_start, in_arc, tail, skip, cstart, tails, stamp):
+    """For a tree ``t`` missing few ranks: mark (``tails[u, 0] = stamp``) every rank
+    ``u`` of ``t`` with a live link to a missing rank, and in ``tails[u, 1]`` the
+    classes of those links (bit ``c``).  A scan need only visit marked ranks: an
+    unmarked rank's links lead to ranks ``t`` has or are saturated, so the top-down
+    scan would pass it (the same links are found, far fewer looked at)."""
+    for w in range(member.shape[1]):
+        gaps = ~member[t, w]
+        while gaps != 0:
+            low = gaps & -gaps
+            gaps ^= low
+            v = w * 64 + _bit(low)
+            if v >= n:
+                break
+            for p in range(in_start[v], in_start[v + 1]):
+                a = in_arc[p]
+                u = tail[a]
+                if skip[a] != a or not has(member, t, u):
+                    continue                # saturated, or from a rank t lacks
+                if tails[u, 0] != stamp:
+                    tails[u, 0] = stamp
+                    tails[u, 1] = 0
+                tails[u, 1] |= 1 << ((a >= cstart[1, 0]) + (a >= cstart[2, 0]))
+
+
+@njit(cache=True, _nrt=False)
+def _bit(low):
+    """The index of the single set bit of ``low``."""
+    i = 0
+    while low != 1 and i < 63:
+        low = (low >> 1) & 0x7FFFFFFFFFFFFFFF
+        i += 1
+    return i
+
+
+@njit(cache=True, _nrt=False)
 def _by_rank(link, order, count, row):
     """Rewrite each tree's ``link`` row from order positions to ranks (``row``: scratch
     of one row)."""
@@ -132,33 +168,6 @@ def _by_rank(link, order, count, row):
             row[order[t, i]] = link[t, i]
         for v in range(n):
             link[t, v] = row[v]
-
-
-@njit(cache=True, _nrt=False)
-def _index(batch, seeded, par, order, count, off, used, user, slot_of):
-    """The repair index (every link's users, in slots ``off[a] .. off[a] + used[a]``;
-    ``slot_of[t, v]``: the slot of ``t``'s link into ``v``), built when the first tree
-    gets stuck, in the order the trees took their units: seeded trees first, then turn
-    by turn of the round robin (``batch`` ranks per tree per turn), tree by tree."""
-    T, n = par.shape
-    for t in range(T):
-        if seeded[t]:
-            for i in range(1, count[t]):
-                _enlist(t, order[t, i], par[t, order[t, i]], off, used, user, slot_of)
-    for lo in range(1, n, batch):
-        for t in range(T):
-            if not seeded[t]:
-                for i in range(lo, min(count[t], lo + batch)):
-                    _enlist(t, order[t, i], par[t, order[t, i]], off, used, user, slot_of)
-
-
-@njit(cache=True, _nrt=False)
-def _enlist(t, v, a, off, used, user, slot_of):
-    """Tree ``t``'s link ``a`` into ``v`` takes the next slot of ``a``."""
-    s = off[a] + used[a]
-    used[a] += 1
-    user[s] = t
-    slot_of[t, v] = s
 
 
 @njit(cache=True)
@@ -193,6 +202,9 @@ def _grow(n, k, outdeg, cstart, fpos, tail, head, in_start, in_arc, cap, comp, p
     memo_below = np.zeros(n, np.bool_)
     path = np.empty(n + 1, np.int64)
     stamp = 0
+    tails = np.zeros((n, 2), np.int64)      # ranks to scan once few are missing
+    few = max(1, n // max(np.diff(in_start).max(), 1))
+    marked = 0
     for t in range(T):
         r = t // k
         missing[t, :] = part_size
@@ -222,13 +234,21 @@ def _grow(n, k, outdeg, cstart, fpos, tail, head, in_start, in_arc, cap, comp, p
                 if count[t] == n:
                     break
                 arc = -1
+                upto = 0                    # order positions below it: marked ranks only
+                if n - count[t] <= few:     # marking costs <= ~n steps
+                    marked += 1
+                    _mark_tails(t, n, member, in_start, in_arc, tail, skip, cstart, tails,
+                                marked)
+                    upto = count[t]
                 for tier in range(5):       # wide links, then narrow ones in r's component
                     while arc < 0 and pos[tier, t] < count[t]:
                         u = order[t, pos[tier, t]]
                         if TIER_OWN[tier] >= 0 and (comp[u] == comp[r]) != (TIER_OWN[tier] == 1) \
-                                or missing[t, part_col[u, min(TIER_ARCS[tier], 1)]] == 0:
-                            pos[tier, t] += 1       # the other narrow tier's vertex, or all
-                            scanned[tier, t] = 0    # u's links lead to ranks t has
+                                or missing[t, part_col[u, TIER_ARCS[tier]]] == 0 \
+                                or pos[tier, t] < upto and (tails[u, 0] != marked or (
+                                    tails[u, 1] >> TIER_ARCS[tier]) & 1 == 0):
+                            pos[tier, t] += 1       # the other narrow tier's vertex, or
+                            scanned[tier, t] = 0    # all u's links lead to ranks t has
                             continue
                         arc = _next_arc(t, tier, u, r, shift, outdeg, cstart, fpos, skip, head,
                                         member, scanned, rot)
@@ -240,7 +260,7 @@ def _grow(n, k, outdeg, cstart, fpos, tail, head, in_start, in_arc, cap, comp, p
                 if arc >= 0:
                     spend(arc, cap, skip, in_free, head)
                     if indexed:
-                        _enlist(t, head[arc], arc, off, used, user, slot_of)
+                        enlist(t, head[arc], arc, off, used, user, slot_of)
                     attach(t, head[arc], arc, par, indexed, member, missing, part_col, order,
                            count)
                     continue
@@ -248,7 +268,7 @@ def _grow(n, k, outdeg, cstart, fpos, tail, head, in_start, in_arc, cap, comp, p
                     _by_rank(par, order, count, np.empty(n, np.int32))
                     user = np.full(off[-1] + 1, -1, np.int32)
                     slot_of = np.full((T, n), -1, np.int32)
-                    _index(batch, seeded, par, order, count, off, used, user, slot_of)
+                    index_users(batch, seeded, par, order, count, off, used, user, slot_of)
                     indexed = True
                 # every scanned link of t stays saturated (capacities never grow), so
                 # pos/scanned need no reset; repair may free nothing but gives t a vertex
