@@ -48,6 +48,7 @@ class Groups:
         self.topo = topo
         self._members: dict[str, tuple[str, ...] | None] = {}
         self._fabrics: dict[tuple[str, ...], SubFabric] = {}
+        self._measured: dict[tuple[str, ...] | None, tuple[bytes, Topology]] = {}
 
     def members(self, comm: str, gpus: Any = None) -> tuple[str, ...] | None:
         """The members of ``comm`` once ``gpus`` is checked: a new communicator takes
@@ -84,10 +85,17 @@ class Groups:
         return slice(None) if members is None else self.fabric(members).links
 
     def topology(self, members: tuple[str, ...] | None, capacity: np.ndarray) -> Topology:
-        """The communicator's fabric under the parent capacities ``capacity``."""
-        if members is None:
-            return self.topo.with_capacities(capacity)
-        return self.fabric(members).measured(capacity)
+        """The communicator's fabric under the parent capacities ``capacity``.  The last
+        one built per member list is kept (topologies are immutable): collectives that
+        register on one ``M`` (a job's start) share it instead of each validating a copy."""
+        capacity = np.asarray(capacity, dtype=float)
+        key = capacity.tobytes()
+        last = self._measured.get(members)
+        if last is not None and last[0] == key:
+            return last[1]
+        topo = self.topo.with_capacities(capacity) if members is None else self.fabric(members).measured(capacity)
+        self._measured[members] = (key, topo)
+        return topo
 
     def lift(self, members: tuple[str, ...] | None, profile: ScheduleProfile) -> ScheduleProfile:
         """A job's profile on the parent fabric's links."""

@@ -93,3 +93,23 @@ def test_ring_allgather_trees_are_rank_ordered_chains():
         heads = [e[-1] for e in c.edges]
         assert c.edges[0][0] == c.src and all(e[0] == h for e, h in zip(c.edges[1:], heads))
         assert sorted(heads + [c.src], key=topo.rank) == list(topo.gpus)
+
+
+def test_groups_share_a_measured_topology_per_capacity_vector():
+    """Collectives registered on one ``M`` get one fabric object (built once); another
+    ``M`` or another member list gets its own, with its capacities."""
+    from mccl_runtime.groups import Groups
+
+    topo = hpn(1, 2, 4)
+    groups = Groups(topo)
+    cap = topo.arrays.capacity
+    host = topo.gpus[:4]
+    whole = groups.topology(None, cap.copy())
+    assert groups.topology(None, cap.copy()) is whole
+    sub = groups.topology(host, cap)
+    assert sub is not whole and sub.num_gpus == 4 and groups.topology(host, cap.copy()) is sub
+    m = fail2(topo).arrays.capacity
+    degraded = groups.topology(None, m)
+    assert degraded is not whole
+    np.testing.assert_array_equal(degraded.arrays.capacity, m)
+    np.testing.assert_array_equal(groups.topology(None, cap).arrays.capacity, cap)
