@@ -508,7 +508,9 @@ class ScheduleManager:
                 # AllGather trees get their warm state back now, an AllToAll's in its next
                 # job (``restore_on``, set by _install): the next failure reroutes/re-optimises locally
                 fabric = self.topo if members is None else self.groups.fabric(members).topology
-                schedule = restore_warm_state(Schedule.from_dict(d["schedule"]), fabric)
+                parsed = d.get("parsed_schedule")       # checked by load_state: not parsed again
+                schedule = parsed if isinstance(parsed, Schedule) else Schedule.from_dict(d["schedule"])
+                schedule = restore_warm_state(schedule, fabric)
                 self._install(coll, schedule, np.asarray(d["synth_capacity"], dtype=float),
                               int(d["version"]))
             elif coll.dynamic:

@@ -73,7 +73,8 @@ def _counters(v: Any, where: str) -> dict[str, int]:
 def check_state(data: Mapping[str, Any], topo: Topology, *, now: float | None = None,
                 max_ratio: float = 1.5, future_tolerance_s: float = 0.5) -> dict[str, Any]:
     """Check a parsed state file against the served topology; returns it normalised
-    (numbers as floats/ints).  Raises :class:`MCCLError` naming the first bad field.
+    (numbers as floats/ints; each collective's checked :class:`~mccl_opt.schedule.Schedule`
+    also as ``parsed_schedule``, so a resume does not parse it twice).  Raises :class:`MCCLError` naming the first bad field.
     ``now`` (default: the wall clock) bounds every stored time from above."""
     import time
 
@@ -157,8 +158,9 @@ def _manager(v: Any, topo: Topology, latest: float, max_ratio: float) -> dict[st
                 raise MCCLError(f"{where}.gpus: {exc}") from None
             fabric, out["gpus"] = sub, list(sub.gpus)
         if d.get("schedule") is not None:
-            out["schedule"], out["synth_capacity"] = _schedule(d, where, kind, version, topo, max_ratio, Schedule,
-                                                               fabric)
+            out["parsed_schedule"], out["synth_capacity"] = _schedule(d, where, kind, version, topo, max_ratio,
+                                                                      Schedule, fabric)
+            out["schedule"] = d["schedule"]
         elif version != 0 and dynamic:
             raise MCCLError(f"{where}.schedule is missing for version {version}")
         colls.append(out)
@@ -166,10 +168,11 @@ def _manager(v: Any, topo: Topology, latest: float, max_ratio: float) -> dict[st
 
 
 def _schedule(d: Mapping[str, Any], where: str, kind: str, version: int, topo: Topology,
-              max_ratio: float, schedule_cls: type, fabric: Any) -> tuple[dict[str, Any], list[float]]:
-    """A stored schedule, valid (:func:`mccl_opt.validate`: every block delivered, hops
-    real links, trees spanning, shares summing to 1) on its synthesis capacities, on
-    ``fabric``: ``topo`` or the communicator's sub-fabric (:class:`mccl_opt.subfabric.SubFabric`)."""
+              max_ratio: float, schedule_cls: type, fabric: Any) -> tuple[Any, list[float]]:
+    """A stored schedule, parsed and checked valid (:func:`mccl_opt.validate`: every block
+    delivered, hops real links, trees spanning, shares summing to 1) on its synthesis
+    capacities, on ``fabric``: ``topo`` or the communicator's sub-fabric
+    (:class:`mccl_opt.subfabric.SubFabric`); and those capacities."""
     from dataclasses import replace
 
     import numpy as np
@@ -202,4 +205,4 @@ def _schedule(d: Mapping[str, Any], where: str, kind: str, version: int, topo: T
         validate(on, replace(sched, rate_gbps=rate, lp_rate_gbps=max(rate, sched.lp_rate_gbps)))
     except (MCCLError, TypeError, ValueError, OverflowError) as exc:
         raise MCCLError(f"{where}.schedule: {exc}") from None
-    return d["schedule"], cap.tolist()
+    return sched, cap.tolist()

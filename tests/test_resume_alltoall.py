@@ -50,6 +50,8 @@ def _saved_and_resumed(tmp_path, register, pool=None):
     store2, mgr2 = _manager(pool)
     store2.restore(state["telemetry"])
     mgr2.restore(state["manager"])
+    for d in state["manager"]["collectives"]:       # checked once while loading, not parsed again
+        assert mgr2.get(d["comm"], d["name"]).schedule.chunks is d["parsed_schedule"].chunks
     return store2, mgr2
 
 
