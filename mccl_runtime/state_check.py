@@ -74,12 +74,13 @@ def check_state(data: Mapping[str, Any], topo: Topology, *, now: float | None = 
                 max_ratio: float = 1.5, future_tolerance_s: float = 0.5) -> dict[str, Any]:
     """Check a parsed state file against the served topology; returns it normalised
     (numbers as floats/ints; each collective's checked :class:`~mccl_opt.schedule.Schedule`
-    also as ``parsed_schedule``, so a resume does not parse it twice).  Raises :class:`MCCLError` naming the first bad field.
-    ``now`` (default: the wall clock) bounds every stored time from above."""
+    also as ``parsed_schedule``, so a resume does not parse it twice).  Raises
+    :class:`MCCLError` naming the first bad field.  ``now`` (default: the wall clock)
+    bounds every stored time from above."""
     import time
 
     now = time.time() if now is None else now
-    if too_deep(data, MAX_STATE_DEPTH):
+    if too_deep(_outside_version_files(data), MAX_STATE_DEPTH):
         raise MCCLError(f"the file nests deeper than {MAX_STATE_DEPTH} levels")
     try:
         saved = Topology.from_dict(_get(data, "topology", "state"))
@@ -91,6 +92,18 @@ def check_state(data: Mapping[str, Any], topo: Topology, *, now: float | None = 
             "telemetry": _telemetry(data.get("telemetry", {}), topo, now + future_tolerance_s, max_ratio),
             "manager": _manager(data.get("manager", {}), topo, now + future_tolerance_s, max_ratio),
             "protocol_errors": _counters(data.get("protocol_errors", {}), "protocol_errors")}
+
+
+def _outside_version_files(data: Mapping[str, Any]) -> Any:
+    """``data`` without the schedules inlined from version files (``schedule_file``):
+    reading a file already bounded their depth (:func:`mccl_opt.files.read_json`, as for
+    any schedule file), and walking them again cost 2 s at 512 GPUs."""
+    mgr = data.get("manager")
+    colls = mgr.get("collectives") if isinstance(mgr, Mapping) else None
+    if not isinstance(colls, list):
+        return data
+    colls = [{**c, "schedule": None} if isinstance(c, Mapping) and "schedule_file" in c else c for c in colls]
+    return {**data, "manager": {**mgr, "collectives": colls}}
 
 
 def _channel(d: Any, where: str, latest: float, cap: float) -> dict[str, Any]:

@@ -118,3 +118,30 @@ def test_a_resumed_controller_with_a_pool_restores_a_sub_fabric_alltoall_in_the_
     assert coll.schedule.stats["warm_mode"] == "local"
     _same_as_cold(induced(FAILED, members).topology, coll.schedule)
     mgr.close()
+
+
+def test_the_depth_check_walks_version_file_schedules_once(tmp_path, monkeypatch):
+    import json
+
+    from mccl_opt.errors import MCCLError
+    from mccl_runtime import state_check
+
+    store, mgr = _manager()
+    mgr.register("world", "a2a", "alltoall", mo.solve_alltoall(BASE))
+    path = tmp_path / "state.json"
+    StateWriter(path, BASE).write(store, mgr, {})
+    mgr.close()
+    walked = []
+    real = state_check.too_deep
+    monkeypatch.setattr(state_check, "too_deep", lambda obj, limit: walked.append(obj) or real(obj, limit))
+    assert load_state(path, BASE)["manager"]["collectives"][0]["parsed_schedule"].collective == "alltoall"
+    assert [c["schedule"] for c in walked[0]["manager"]["collectives"]] == [None]   # read_json bounded it
+    data = json.loads(path.read_text())
+    deep: list = []
+    data["protocol_errors"] = {"x": deep}
+    for _ in range(30):
+        deep.append([])
+        deep = deep[0]
+    path.write_text(json.dumps(data))
+    with pytest.raises(MCCLError, match="nests deeper than 24"):
+        load_state(path, BASE)
