@@ -358,7 +358,9 @@ class ScheduleManager:
         job.wall_start.append(self.clock())
         if job.known is not None:
             return job.known[1], 0.0, profile_schedule(job.topo, job.known[1])
-        warm_fabric = None if job.warm_capacity is None else self.groups.topology(gpus, job.warm_capacity)
+        cap = job.warm_capacity              # built here, not through Groups' cache of the measured fabrics
+        warm_fabric = None if cap is None else (
+            self.topo.with_capacities(cap) if gpus is None else self.groups.fabric(gpus).measured(cap))
         return run_job(job.topo, self.synthesize, kind, warm, self.policy.time_limit_s, warm_fabric)
 
     def poll(self, now: float, wait_s: float | None = None) -> list[Event]:
