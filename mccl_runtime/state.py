@@ -3,8 +3,9 @@
 ``STATE`` (``--state``) is a small JSON file: the topology, the telemetry channels,
 the counters and, per collective, its kind, version and last decision time.  Each
 schedule version lives in its own file ``STATE.d/<sha256>.json`` (the schedule and the
-capacities it was synthesized for), written once, when the version is first saved, so a
-write costs the small file plus the new versions, not every schedule again.  Files are
+capacities it was synthesized for), written once, when the version is first saved (and
+again if an abort for no gain re-bases its capacities), so a write costs the small file
+plus the new versions, not every schedule again.  Files are
 written to a temporary name, flushed to disk and renamed; the main file's rename is the
 commit point (a crash leaves the old or the new state, never half), and version files
 no longer named by it are removed after it.
@@ -75,20 +76,23 @@ class StateWriter:
         self.path = Path(path)
         self.dir = versions_dir(self.path)
         self._topology = json.dumps(topo.to_dict(), separators=(",", ":"))
-        self._files: dict[tuple[str, str], tuple[int, Any, str]] = {}   # key -> (version, schedule, file)
+        # key -> (version, schedule, synthesis capacities, file)
+        self._files: dict[tuple[str, str], tuple[int, Any, Any, str]] = {}
 
     def _version_file(self, coll: Any) -> str:
-        """The file of ``coll``'s current version, written if it is new."""
+        """The file of ``coll``'s current version, written if it is new or its synthesis
+        capacities moved (an abort for no gain keeps the schedule and re-bases them)."""
         known = self._files.get(coll.key)
-        if known is not None and known[0] == coll.version and known[1] is coll.schedule:
-            return known[2]
+        if known is not None and known[0] == coll.version and known[1] is coll.schedule \
+                and known[2] is coll.synth_capacity:
+            return known[3]
         data = json.dumps({"schedule": coll.schedule.to_dict(),
                            "synth_capacity": coll.synth_capacity.tolist()}, separators=(",", ":")).encode()
         name = hashlib.sha256(data).hexdigest() + ".json"
         if not (self.dir / name).exists():
             self.dir.mkdir(mode=0o700, exist_ok=True)
             _write_atomic(self.dir / name, data)
-        self._files[coll.key] = (coll.version, coll.schedule, name)
+        self._files[coll.key] = (coll.version, coll.schedule, coll.synth_capacity, name)
         return name
 
     def adopt(self, manager: Any, state: dict[str, Any]) -> None:
@@ -97,7 +101,7 @@ class StateWriter:
         for d in state["manager"]["collectives"]:
             if d.get("schedule_file"):
                 coll = manager.get(d["comm"], d["name"])
-                self._files[coll.key] = (coll.version, coll.schedule, d["schedule_file"])
+                self._files[coll.key] = (coll.version, coll.schedule, coll.synth_capacity, d["schedule_file"])
 
     def write(self, store: Any, manager: Any, protocol_errors: dict[str, int]) -> None:
         """Save now: new version files, then the main file, then drop unnamed versions."""
@@ -120,7 +124,7 @@ class StateWriter:
         self._drop_unnamed({c["schedule"]["file"] for c in colls if c["schedule"]})
 
     def _drop_unnamed(self, named: set[str]) -> None:
-        self._files = {k: v for k, v in self._files.items() if v[2] in named}
+        self._files = {k: v for k, v in self._files.items() if v[3] in named}
         if self.dir.exists():
             for f in self.dir.iterdir():
                 if _VERSION_FILE.fullmatch(f.name) and f.name not in named:

@@ -145,3 +145,39 @@ def test_the_depth_check_walks_version_file_schedules_once(tmp_path, monkeypatch
     path.write_text(json.dumps(data))
     with pytest.raises(MCCLError, match="nests deeper than 24"):
         load_state(path, BASE)
+
+
+def test_capacities_re_based_by_a_no_gain_abort_are_saved(tmp_path):
+    from dataclasses import replace
+
+    from mccl_opt.schedule import bottleneck_links, schedule_rate, share_loads
+
+    healthy = mo.solve_alltoall(BASE)
+
+    def same_chunks(kind, topo, warm, time_limit_s):      # nothing better than the current schedule
+        loads = share_loads(topo, healthy.chunks)
+        rate = schedule_rate(topo, loads)
+        return replace(healthy, rate_gbps=rate, lp_rate_gbps=rate, warm_state=None,
+                       bottleneck=bottleneck_links(topo, loads, rate, healthy.max_chunks))
+
+    store = MeasurementStore(BASE, alpha=1.0)
+    mgr = ScheduleManager(store, same_chunks, Policy(min_dwell_s=0.0))
+    mgr.register("world", "a2a", "alltoall", healthy)
+    path = tmp_path / "state.json"
+    writer = StateWriter(path, BASE)
+    writer.write(store, mgr, {})
+    _, events = _fail2(store, mgr, 1.0)
+    assert [(e.action, e.detail.get("reason")) for e in events] == [("aborted", "no_gain")]
+    coll = mgr.get("world", "a2a")
+    np.testing.assert_array_equal(coll.synth_capacity, FAILED.arrays.capacity)
+    writer.write(store, mgr, {})
+    mgr.close()
+    state = load_state(path, BASE)
+    store2, mgr2 = _manager()
+    store2.restore(state["telemetry"])
+    mgr2.restore(state["manager"])
+    again = mgr2.get("world", "a2a")
+    np.testing.assert_array_equal(again.synth_capacity, FAILED.arrays.capacity)
+    assert again.version == coll.version == 1
+    assert len(list((tmp_path / "state.json.d").iterdir())) == 1
+    mgr2.close()
