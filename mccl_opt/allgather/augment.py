@@ -30,8 +30,8 @@ def add(bits, t, v):
 
 @njit(cache=True, _nrt=False)
 def join(t, v, member, missing, part_col):
-    """Rank ``v`` joins tree ``t``: its member bit, and one rank less missing from its
-    part of each link class (``missing[t, part_col[v, c]]``; see :mod:`.growth_order`)."""
+    """Rank ``v`` joins tree ``t``: its member bit, and one rank less missing from each
+    of its parts (``missing[t, part_col[v, j]]``; see :mod:`.growth_order`)."""
     add(member, t, v)
     for c in range(part_col.shape[1]):
         missing[t, part_col[v, c]] -= 1

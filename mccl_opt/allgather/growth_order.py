@@ -42,9 +42,9 @@ class GrowthOrder(NamedTuple):
     head (a scan rotated over that list starts there); ``comp``: every rank's narrow
     component; ``batch``: vertices a tree adds per turn.
 
-    ``part_col[v]``: the columns of ``v``'s wide and narrow *parts* (weakly connected
-    components over wide, resp. narrow links: hosts and rails on HPN) among all parts,
-    ``part_size`` their sizes.  A link never leaves its class's part, so once a tree
+    ``part_col[v, class_part[c]]``: the column of ``v``'s *part* for link class ``c``
+    (weakly connected components over the class's links: hosts and rails on HPN)
+    among all parts, ``part_size`` their sizes.  A link never leaves its class's part, so once a tree
     holds every rank of ``u``'s part, ``u``'s links of that class lead to ranks the
     tree has and its scan is skipped (the packer keeps a count of missing ranks per
     tree and part).  More than ``n // 4`` parts of a kind are merged into one (no
@@ -57,6 +57,7 @@ class GrowthOrder(NamedTuple):
     batch: int
     part_col: np.ndarray
     part_size: np.ndarray
+    class_part: np.ndarray
 
 
 def growth_order(n: int, tail: np.ndarray, head: np.ndarray, units: np.ndarray
@@ -73,33 +74,38 @@ def growth_order(n: int, tail: np.ndarray, head: np.ndarray, units: np.ndarray
         cls = np.where(wide, 0, np.where(units > n_mean[tail], 1, 2))
         rail = ~wide & ~_reverse_wide(n, tail, head, wide)
         comp, batch = components(n, tail[rail], head[rail]), max(1, n // BATCH_PARTS)
-    part_col = np.zeros((n, 3), np.int64)
+    labels: list[np.ndarray] = []          # distinct partitions (rails serve both narrow
+    class_part = np.zeros(3, np.int64)      # classes on HPN)
     for c in range(3):
         label = components(n, tail[cls == c], head[cls == c])
-        part_col[:, c] = (label if label.max() < n // 4 else 0) + (part_col[:, c - 1].max() + 1
-                                                                   if c else 0)
+        label = label if label.max() < n // 4 else np.zeros(n, np.int64)
+        same = [j for j, other in enumerate(labels) if np.array_equal(other, label)]
+        class_part[c] = same[0] if same else len(labels)
+        if not same:
+            labels.append(label + sum(int(lab.max()) + 1 for lab in labels))
+    part_col = np.stack(labels, axis=1)
     part_size = np.bincount(part_col.ravel()).astype(np.int16)
-    by_tail = np.lexsort((head, tail))
+    key = tail.astype(np.int64) * n + head   # one sort key (links usually come sorted)
+    by_tail = np.argsort(key)
     fpos = np.empty(tail.size, np.int64)
     fpos[by_tail] = np.arange(tail.size) - (np.cumsum(deg) - deg)[tail[by_tail]]
-    perm = np.lexsort((head, tail, cls))
-    counts = np.zeros((3, n), np.int64)
-    np.add.at(counts, (cls, tail), 1)
+    perm = np.argsort(cls * (n * n) + key)
+    counts = np.bincount(cls * n + tail, minlength=3 * n)
     start = np.zeros((3, n + 1), np.int64)
     start[:, 1:] = np.cumsum(counts.ravel()).reshape(3, n)
     start[1:, 0] = start[:-1, -1]
-    return GrowthOrder(perm, start, fpos[perm], comp, batch, part_col, part_size)
+    return GrowthOrder(perm, start, fpos[perm], comp, batch, part_col, part_size, class_part)
 
 
 def _reverse_wide(n: int, tail: np.ndarray, head: np.ndarray, wide: np.ndarray
                   ) -> np.ndarray:
     """Per link: is its reverse link wide (``False`` where there is none)?"""
-    key = tail.astype(np.int64) * n + head
-    by_key = np.argsort(key)
+    wide_keys = np.sort(tail[wide].astype(np.int64) * n + head[wide])
+    if wide_keys.size == 0:
+        return np.zeros(tail.size, bool)
     rev = head.astype(np.int64) * n + tail
-    at = np.minimum(np.searchsorted(key[by_key], rev), key.size - 1)
-    found = key[by_key[at]] == rev
-    return found & wide[by_key[at]]
+    at = np.minimum(np.searchsorted(wide_keys, rev), wide_keys.size - 1)
+    return wide_keys[at] == rev
 
 
 def components(n: int, tail: np.ndarray, head: np.ndarray) -> np.ndarray:

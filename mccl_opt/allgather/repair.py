@@ -172,7 +172,7 @@ def _by_rank(link, order, count, row):
 
 @njit(cache=True)
 def _grow(n, k, outdeg, cstart, fpos, tail, head, in_start, in_arc, cap, comp, part_col,
-          part_size, batch, off, shift, info, seed, max_visits):
+          part_size, class_part, batch, off, shift, info, seed, max_visits):
     """Round-robin BFS growth of ``n*k`` unit trees with repair, trees with a complete
     ``seed`` row (warm reuse) taken as they are; returns ``(status, par)`` with status
     0 on success, -1 if some tree stayed stuck or the repairs visited more than
@@ -203,7 +203,7 @@ def _grow(n, k, outdeg, cstart, fpos, tail, head, in_start, in_arc, cap, comp, p
     path = np.empty(n + 1, np.int64)
     stamp = 0
     tails = np.zeros((n, 2), np.int64)      # ranks to scan once few are missing
-    few = max(1, n // max(np.diff(in_start).max(), 1))
+    few = max(1, n // (4 * max(np.diff(in_start).max(), 1)))
     marked = 0
     for t in range(T):
         r = t // k
@@ -235,7 +235,7 @@ def _grow(n, k, outdeg, cstart, fpos, tail, head, in_start, in_arc, cap, comp, p
                     break
                 arc = -1
                 upto = 0                    # order positions below it: marked ranks only
-                if n - count[t] <= few:     # marking costs <= ~n steps
+                if n - count[t] <= few:     # marking costs <= ~n/4 steps
                     marked += 1
                     _mark_tails(t, n, member, in_start, in_arc, tail, skip, cstart, tails,
                                 marked)
@@ -244,7 +244,7 @@ def _grow(n, k, outdeg, cstart, fpos, tail, head, in_start, in_arc, cap, comp, p
                     while arc < 0 and pos[tier, t] < count[t]:
                         u = order[t, pos[tier, t]]
                         if TIER_OWN[tier] >= 0 and (comp[u] == comp[r]) != (TIER_OWN[tier] == 1) \
-                                or missing[t, part_col[u, TIER_ARCS[tier]]] == 0 \
+                                or missing[t, part_col[u, class_part[TIER_ARCS[tier]]]] == 0 \
                                 or pos[tier, t] < upto and (tails[u, 0] != marked or (
                                     tails[u, 1] >> TIER_ARCS[tier]) & 1 == 0):
                             pos[tier, t] += 1       # the other narrow tier's vertex, or
@@ -308,7 +308,7 @@ def repair_pack(n: int, tail: np.ndarray, head: np.ndarray, units: np.ndarray,
     order = go.perm
     s_tail, s_head = tail[order].astype(np.int32), head[order].astype(np.int32)
     cap = units[order].astype(np.int64).copy()
-    in_arc = np.lexsort((s_tail, s_head)).astype(np.int64)
+    in_arc = np.argsort(s_head.astype(np.int64) * n + s_tail)
     in_start = np.zeros(n + 1, np.int64)
     np.cumsum(np.bincount(s_head, minlength=n), out=in_start[1:])
     off = np.zeros(cap.size + 1, np.int64)
@@ -317,23 +317,42 @@ def repair_pack(n: int, tail: np.ndarray, head: np.ndarray, units: np.ndarray,
     seed, reused = _seed(n, k, s_tail, s_head, cap, shapes)
     status, par = _grow(n, k, np.bincount(s_tail, minlength=n), go.start, go.fpos, s_tail,
                         s_head, in_start, in_arc, cap, go.comp, go.part_col, go.part_size,
-                        go.batch, off, shift, info, seed, max_visits)
+                        go.class_part, go.batch, off, shift, info, seed, max_visits)
     counters = {"repairs": int(info[0]), "repair_visits": int(info[1]), "reused_trees": reused}
     if status < 0:
         return None, counters
-    out: list[TreeClass] = []
-    for r in range(n):
-        groups: dict[bytes, list] = {}
-        for row in par[r * k:(r + 1) * k]:
-            key = row.tobytes()
-            if key in groups:
-                groups[key][1] += 1
-            else:
-                groups[key] = [row, 1]
-        out.extend(TreeClass(r, m, np.where(row >= 0, order[np.maximum(row, 0)], -1)
-                             .astype(np.int32)) for row, m in groups.values())
+    mult = np.zeros(len(par), np.int64)
+    _merge(par, order, k, mult)
+    out = [TreeClass(int(t) // k, int(mult[t]), par[t]) for t in np.flatnonzero(mult)]
     out.sort(key=lambda c: (c.root, -c.mult))
     return out, counters
+
+
+@njit(cache=True, _nrt=False)
+def _merge(par, perm, k, mult):
+    """Identical unit trees of a root as one class: in place, links renumbered to the
+    caller's (``perm``); ``mult[t]``: how many of its root's trees equal tree ``t`` and
+    no earlier one (0 for a tree merged into an earlier one)."""
+    T, n = par.shape
+    for t in range(T):
+        for v in range(n):
+            if par[t, v] >= 0:
+                par[t, v] = perm[par[t, v]]
+        rep = t
+        for s in range(t - t % k, t):
+            if mult[s] > 0 and _same(par, s, t):
+                rep = s
+                break
+        mult[rep] += 1
+
+
+@njit(cache=True, _nrt=False)
+def _same(rows, s, t):
+    """Are rows ``s`` and ``t`` equal?"""
+    for v in range(rows.shape[1]):
+        if rows[s, v] != rows[t, v]:
+            return False
+    return True
 
 
 def _seed(n: int, k: int, tail: np.ndarray, head: np.ndarray, cap: np.ndarray,
