@@ -7,13 +7,13 @@ lands on the fabric's links."""
 from __future__ import annotations
 
 import json
-import signal
 import subprocess
 import sys
 import time
 
 from instances import full_mesh
 from mccl_runtime.client import ControllerClient
+from tests.procs import stop
 from tests.test_torchrun import ENV, _job
 
 MEMBERS = ["g3", "g1", "g4"]
@@ -44,9 +44,4 @@ def test_torchrun_job_over_a_sub_fabric(tmp_path):
                 time.sleep(0.05)
             assert not any(cli.stats()["telemetry"]["rejected"].values())
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
+        stop(proc)

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -17,6 +16,7 @@ import pytest
 
 from instances import full_mesh
 from mccl_runtime.client import ControllerClient
+from tests.procs import stop
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -39,12 +39,7 @@ def controller(tmp_path):
         assert line.startswith("controller on tcp://127.0.0.1:"), line + proc.stderr.read()
         yield line.split()[2]
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
+        stop(proc)
 
 
 def _job(endpoint: str, cwd: Path, *extra: str) -> subprocess.CompletedProcess:
