@@ -52,7 +52,10 @@ def _register_listener() -> None:
                 _per_thread.depth = depth + 1
 
             def on_end(self, ev: event.Event) -> None:
-                _per_thread.depth = depth = getattr(_per_thread, "depth", 1) - 1
+                depth = getattr(_per_thread, "depth", 0)
+                if depth == 0:          # the lock was taken before this listener existed
+                    return
+                _per_thread.depth = depth = depth - 1
                 if depth == 0:
                     _per_thread.total = _thread_total() + time.perf_counter() - _per_thread.start
 

@@ -66,3 +66,28 @@ print(json.dumps(out))
         assert load1 > 0.0 and load2 == 0.0
         assert solver1 == total1 and solver1 + load1 <= wall1
         assert solver2 == total2 and solver2 <= wall2
+
+
+def test_a_lock_taken_before_the_listener_existed_is_ignored():
+    """A thread releasing numba's compiler lock it took before the listener was registered
+    (another thread's first kernel_seconds) neither fails nor counts."""
+    from numba.core import event
+
+    from mccl_opt import kernel_time
+
+    kernel_time._register_listener()
+    outcome = []
+
+    def release_then_measure():
+        try:
+            event.end_event("numba:compiler_lock")   # an end with no start in this thread
+            with kernel_seconds() as clock:
+                pass
+            outcome.append(clock.seconds)
+        except Exception as e:                      # noqa: BLE001 -- reported below
+            outcome.append(e)
+
+    worker = threading.Thread(target=release_then_measure)
+    worker.start()
+    worker.join()
+    assert outcome == [0.0]
