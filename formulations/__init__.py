@@ -1,14 +1,29 @@
 """Solver-neutral models (the bottom layer; numpy and scipy only): the sparse
 :class:`LinearProgram` container, the builders of the compact arc-flow model (paper
 App. G), the AllToAll restricted master (§4.2) and the switch-removal models (App. C),
-and MPS/LP file export.  See docs/modelling.md and docs/benchmarks.md ("Model export")."""
+and MPS/LP file export.  See docs/modelling.md and docs/benchmarks.md ("Model export").
+
+The names below load their module on first access (PEP 562), so a synthesizer that
+needs only the master LP does not import the compact model or the file export."""
 
 from __future__ import annotations
 
-from .compact import build_chunked_milp, build_compact_lp
-from .export import read_mps, write_lp, write_mps
-from .lp import FormulationError, LinearProgram
-from .master import build_master_lp, path_columns
+import importlib
+from typing import Any
 
-__all__ = ["LinearProgram", "FormulationError", "build_compact_lp", "build_chunked_milp",
-           "build_master_lp", "path_columns", "write_mps", "write_lp", "read_mps"]
+_HOME = {"LinearProgram": "lp", "FormulationError": "lp",
+         "build_compact_lp": "compact", "build_chunked_milp": "compact",
+         "build_master_lp": "master", "path_columns": "master",
+         "write_mps": "export", "write_lp": "export", "read_mps": "export"}
+
+__all__ = list(_HOME)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _HOME:
+        return getattr(importlib.import_module(f"{__name__}.{_HOME[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(list(globals()) + __all__)

@@ -34,7 +34,6 @@ from ..errors import MCCLError, SolveError, TopologyError
 from ..schedule import Schedule, bottleneck_links, schedule_rate, share_loads
 from ..topology import Topology
 from .fabric import fabric_of
-from .general import solve_general
 from .pipeline import gbps
 from .throughput import optimal_rate
 
@@ -80,6 +79,8 @@ def solve_by_general(topo: Topology, warm: Schedule | None, backend: str,
                      max_chunks: int | None, reason: str) -> Schedule:
     """The general method, with the cut bound for ``stats['cut_bound_gbps']`` and
     ``stats['general_reason']`` saying why it ran."""
+    from .general import solve_general      # column generation over trees: only here
+
     progress.update("AllGather: general method (column generation over trees)")
     sched = solve_general(topo, warm=warm, backend=backend, max_chunks=max_chunks,
                           cut_bound_gbps=cut_bound_gbps(topo))

@@ -243,7 +243,7 @@ class FlowNetwork:
         ``v -> T`` arc closed."""
         return int(_rooted_check(self.n + 2, self._start, self._arcs, self._head, self._res,
                                  np.asarray(caps, np.int64), self.t_arc0,
-                                 np.asarray(sinks, np.int64), int(demand), self._level,
+                                 _writable(sinks), int(demand), self._level,
                                  self._queue, self._it, self._path))
 
     def min_flow_over_sinks(self, caps: np.ndarray, sinks: np.ndarray,
@@ -252,7 +252,7 @@ class FlowNetwork:
         exact above ``floor`` (the scan may stop at any value ``<= floor``)."""
         return int(_min_over_sinks(self.n + 2, self._start, self._arcs, self._head, self._res,
                                    np.asarray(caps, np.int64), self.t_arc0,
-                                   np.asarray(sinks, np.int64), self._level, self._queue,
+                                   _writable(sinks), self._level, self._queue,
                                    self._it, self._path, int(upper), int(floor)))
 
     def flows(self, count: int) -> np.ndarray:
@@ -265,3 +265,10 @@ class FlowNetwork:
         _bfs_levels(self.n + 2, self._start, self._arcs, self._head, self._res,
                     self.n, -1, self._level, self._queue)      # no target: full search
         return self._level[: self.n] >= 0
+
+
+def _writable(sinks: np.ndarray) -> np.ndarray:
+    """``sinks`` as a writable int64 array: the kernels take one array type, so a
+    read-only view (a cached rank list) does not load a second compiled signature."""
+    sinks = np.asarray(sinks, np.int64)
+    return sinks if sinks.flags.writeable else sinks.copy()

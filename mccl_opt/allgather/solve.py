@@ -30,7 +30,6 @@ from .chain import EXACT_TREES_LIMIT, solve_by_general, solve_unbalanced, switch
 from .certify import Certificate, GuessKind, keep_or_reroute, warm_budget, warm_guess
 from .fabric import fabric_of
 from .pipeline import balanced_split, check_inputs, pack, phase_one_budget
-from .step_aware import StepAware, step_aware_pack
 from .warm import WarmState, restore_warm_state
 
 __all__ = ["solve_allgather", "restore_warm_state", "WarmState"]
@@ -122,6 +121,8 @@ def _forestcoll(topo: Topology, warm: Schedule | None, backend: str, max_chunks:
     balanced.record(run.stats)
     run.stats["balance_s"] = time.perf_counter() - t
     if step_aware:
+        from .step_aware import StepAware, step_aware_pack      # only when asked for
+
         opts = step_aware if isinstance(step_aware, StepAware) else None
         result = step_aware_pack(balanced.split, arr.rank_of, balanced.k, run.guides, run.stats,
                                  backend, opts)

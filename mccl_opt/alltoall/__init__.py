@@ -14,8 +14,11 @@ schedule's chunks), :mod:`.solve` (the entry point, orchestration only).
 
 from __future__ import annotations
 
-from .restore import restore_warm_state
+from ..lazy import lazy_getattr
 from .solve import solve_alltoall
 from .state import WarmState
 
 __all__ = ["solve_alltoall", "restore_warm_state", "WarmState"]
+
+#: a warm state from a loaded schedule is rebuilt only where a caller asks for one
+__getattr__ = lazy_getattr(__name__, {"restore_warm_state": f"{__name__}.restore"})

@@ -90,14 +90,10 @@ def condensed_shortest(graph: PricingGraph, price: np.ndarray) -> np.ndarray | N
     components an edge).  Exact up to the order of the float additions.  ``None``
     when there are more than :data:`CONDENSE_MAX_COMPONENTS` components (prices on
     many links: the kernel is as fast)."""
-    from scipy.sparse import csr_matrix
-    from scipy.sparse.csgraph import connected_components
+    from ..graph_components import strong_components
 
-    n = graph.n_nodes
     zero = price == 0.0
-    free = csr_matrix((np.ones(int(zero.sum())), (graph.tail[zero], graph.head[zero])),
-                      shape=(n, n))
-    count, label = connected_components(free, directed=True, connection="strong")
+    count, label = strong_components(graph.n_nodes, graph.tail[zero], graph.head[zero])
     if count > CONDENSE_MAX_COMPONENTS:
         return None
     dist = np.full((count, count), np.inf)

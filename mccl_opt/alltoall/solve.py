@@ -25,7 +25,6 @@ from ..topology import Topology
 from .assemble import Outcome, make_schedule
 from .colgen import CGOptions
 from .driver import round_solved, run_cg
-from .latency import min_steps_solve
 from .local import local_eligible, local_resolve, raises_a_binding_link, reuse_certified
 from .problem import problem_for
 from .state import WarmState
@@ -96,6 +95,8 @@ def _synthesize(topo: Topology, warm: Schedule | WarmState | None, backend: str,
         columns = warm_columns(prob, warm) if warm is not None else None
         search: dict = {}
         if max_steps == "min":
+            from .latency import min_steps_solve    # the step search: only when asked for
+
             solved, search = min_steps_solve(prob, backend, columns, deadline, options,
                                              min_steps_tol)
         else:
