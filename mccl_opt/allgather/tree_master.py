@@ -22,70 +22,32 @@ from formulations.tree_master import build_tree_master_lp, tree_columns
 
 from ..backends import Backend, SolveStatus
 from ..errors import SolveError
+from ..ragged import RaggedColumns, column_hash
 
 __all__ = ["TreePool", "TreeMaster", "MasterPoint"]
 
 
-class TreePool:
-    """Tree columns (module docstring)."""
+class TreePool(RaggedColumns):
+    """Tree columns (module docstring); a tree's hash is that of its sorted links (its
+    link multiset), its links are kept in edge order."""
 
-    def __init__(self) -> None:
-        self.root = np.zeros(0, dtype=np.int64)
-        self.start = np.zeros(1, dtype=np.int64)
-        self.arcs = np.zeros(0, dtype=np.int64)
-        self.hash = np.zeros(0, dtype=np.uint64)
-
-    def __len__(self) -> int:
-        return int(self.root.size)
-
-    @staticmethod
-    def _hash(root: int, arcs: np.ndarray) -> np.uint64:
-        with np.errstate(over="ignore"):
-            a = np.sort(arcs).astype(np.uint64) + np.uint64(1)
-            mult = np.uint64(0x9E3779B97F4A7C15) ** (np.arange(a.size, dtype=np.uint64)
-                                                      + np.uint64(1))
-            return np.uint64(np.sum(a * mult, dtype=np.uint64)) ^ (
-                np.uint64(root + 1) * np.uint64(0xC2B2AE3D27D4EB4F))
+    @property
+    def root(self) -> np.ndarray:
+        return self.owner
 
     def append(self, roots: list[int], trees: list[np.ndarray]) -> np.ndarray:
         """Add the new (non-duplicate) trees; returns the positions taken from the input."""
-        taken: list[int] = []
-        known = set(self.hash.tolist())
-        hashes, parts = [], []
-        for i, (r, arcs) in enumerate(zip(roots, trees)):
-            h = self._hash(int(r), np.asarray(arcs, dtype=np.int64))
-            if int(h) in known:
-                continue
-            known.add(int(h))
-            taken.append(i)
-            hashes.append(h)
-            parts.append(np.asarray(arcs, dtype=np.int64))
-        if taken:
-            lengths = np.array([p.size for p in parts], dtype=np.int64)
-            self.root = np.concatenate([self.root, np.asarray(roots, np.int64)[taken]])
-            self.start = np.concatenate([self.start, self.start[-1] + np.cumsum(lengths)])
-            self.arcs = np.concatenate([self.arcs, *parts])
-            self.hash = np.concatenate([self.hash, np.array(hashes, dtype=np.uint64)])
-        return np.array(taken, dtype=np.int64)
-
-    def keep(self, mask: np.ndarray) -> None:
-        """Keep only the columns where ``mask`` is true (order preserved)."""
-        mask = np.asarray(mask, dtype=bool)
-        lengths = np.diff(self.start)
-        seg = np.repeat(np.arange(self.root.size), lengths)
-        self.arcs = self.arcs[mask[seg]]
-        self.root = self.root[mask]
-        self.hash = self.hash[mask]
-        self.start = np.concatenate([[0], np.cumsum(lengths[mask])]).astype(np.int64)
+        owner = np.asarray(roots, dtype=np.int64).reshape(-1)
+        parts = [np.asarray(t, dtype=np.int64).reshape(-1) for t in trees]
+        start = np.zeros(owner.size + 1, dtype=np.int64)
+        np.cumsum([p.size for p in parts], out=start[1:])
+        arcs = np.concatenate(parts) if parts else np.zeros(0, np.int64)
+        seg = np.repeat(np.arange(owner.size), np.diff(start))
+        multiset = arcs[np.lexsort((arcs, seg))]
+        return self._add(owner, start, arcs, column_hash(owner, start, multiset))
 
     def tree(self, j: int) -> np.ndarray:
-        return self.arcs[self.start[j]:self.start[j + 1]]
-
-    def loads(self, weights: np.ndarray, n_links: int) -> np.ndarray:
-        """Per-link sum of ``weights[j]`` times the crossings of column ``j``."""
-        seg = np.repeat(np.arange(self.root.size), np.diff(self.start))
-        return np.bincount(self.arcs, weights=np.asarray(weights, float)[seg],
-                           minlength=n_links)
+        return self.column(j)
 
 
 @dataclass

@@ -1,0 +1,102 @@
+"""Column pools of link lists in CSR form, with duplicate columns refused by a hash.
+
+The base of both column generations' pools: AllToAll path columns (paper §4.2,
+:class:`mccl_opt.alltoall.pool.ColumnPool`) and the general AllGather method's tree
+columns (:class:`mccl_opt.allgather.tree_master.TreePool`).  Depends on numpy only.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["RaggedColumns", "column_hash"]
+
+_MULT = np.uint64(0x9E3779B97F4A7C15)
+_OWNER_MIX = np.uint64(0xC2B2AE3D27D4EB4F)
+
+
+def column_hash(owner: np.ndarray, start: np.ndarray, arcs: np.ndarray) -> np.ndarray:
+    """A 64-bit polynomial hash of ``(owner[j], arcs[start[j]:start[j+1]])`` per column,
+    wrapping modulo 2^64 (the arcs' order counts: sort each column first for a hash of
+    its arc multiset)."""
+    lengths = np.diff(start)
+    seg = np.repeat(np.arange(owner.size), lengths)
+    pos = np.arange(arcs.size) - start[:-1][seg]
+    with np.errstate(over="ignore"):
+        terms = (arcs.astype(np.uint64) + np.uint64(1)) * \
+            _MULT ** (pos.astype(np.uint64) + np.uint64(1))
+        h = np.zeros(owner.size, dtype=np.uint64)
+        np.add.at(h, seg, terms)
+        return h ^ (owner.astype(np.uint64) * _OWNER_MIX)
+
+
+class RaggedColumns:
+    """Column ``j`` belongs to ``owner[j]`` (an AllToAll pair, an AllGather root) and
+    uses the links ``arcs[start[j]:start[j+1]]``; ``hash[j]`` identifies it.  Subclasses
+    name the owner and list further per-column arrays in ``_extras`` (kept in step by
+    :meth:`keep` and :meth:`_add`)."""
+
+    _extras: tuple[str, ...] = ()
+
+    def __init__(self) -> None:
+        self.owner = np.zeros(0, dtype=np.int64)
+        self.start = np.zeros(1, dtype=np.int64)
+        self.arcs = np.zeros(0, dtype=np.int64)
+        self.hash = np.zeros(0, dtype=np.uint64)
+        for name in self._extras:
+            setattr(self, name, np.zeros(0, dtype=np.int64))
+
+    def __len__(self) -> int:
+        return int(self.owner.size)
+
+    def column(self, j: int) -> np.ndarray:
+        """The links of column ``j``."""
+        return self.arcs[self.start[j]:self.start[j + 1]]
+
+    def column_of_arc(self) -> np.ndarray:
+        """Per entry of ``arcs``: the column it belongs to."""
+        return np.repeat(np.arange(self.owner.size), np.diff(self.start))
+
+    def _add(self, owner: np.ndarray, start: np.ndarray, arcs: np.ndarray,
+             hashes: np.ndarray, **extras: np.ndarray) -> np.ndarray:
+        """Append the columns whose hash is new (the first of equal ones in the input);
+        returns their positions in the input.  ``extras``: a value per input column for
+        each name in ``_extras``."""
+        _, first = np.unique(hashes, return_index=True)
+        fresh = np.zeros(owner.size, dtype=bool)
+        fresh[first] = True
+        if self.hash.size:
+            known = np.sort(self.hash)
+            pos = np.minimum(np.searchsorted(known, hashes), known.size - 1)
+            fresh &= known[pos] != hashes
+        idx = np.flatnonzero(fresh)
+        if idx.size:
+            lengths = np.diff(start)
+            seg = np.repeat(np.arange(owner.size), lengths)
+            self.owner = np.concatenate([self.owner, owner[idx]])
+            self.start = np.concatenate([self.start, self.start[-1] + np.cumsum(lengths[idx])])
+            self.arcs = np.concatenate([self.arcs, arcs[fresh[seg]]])
+            self.hash = np.concatenate([self.hash, hashes[idx]])
+            for name in self._extras:
+                setattr(self, name, np.concatenate([getattr(self, name), extras[name][idx]]))
+        return idx
+
+    def select(self, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(owner, start, arcs)`` of the columns where ``mask`` is true (order kept)."""
+        mask = np.asarray(mask, dtype=bool)
+        lengths = np.diff(self.start)
+        return (self.owner[mask], np.concatenate([[0], np.cumsum(lengths[mask])]).astype(np.int64),
+                self.arcs[mask[self.column_of_arc()]])
+
+    def keep(self, mask: np.ndarray) -> None:
+        """Keep only the columns where ``mask`` is true (order preserved)."""
+        mask = np.asarray(mask, dtype=bool)
+        self.owner, self.start, self.arcs = self.select(mask)
+        self.hash = self.hash[mask]
+        for name in self._extras:
+            setattr(self, name, getattr(self, name)[mask])
+
+    def loads(self, weights: np.ndarray, n_links: int) -> np.ndarray:
+        """Per-link sum of ``weights[j]`` times the crossings of column ``j``."""
+        return np.bincount(self.arcs, weights=np.asarray(weights, float)[self.column_of_arc()],
+                           minlength=n_links)
