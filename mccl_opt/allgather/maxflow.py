@@ -232,7 +232,7 @@ class FlowNetwork:
 
     def max_flow(self, caps: np.ndarray, limit: int = 1 << 62) -> int:
         """Max-flow from the super-source to the super-sink under ``caps``."""
-        _load_caps(self._res, np.asarray(caps, np.int64))
+        self._res[0::2], self._res[1::2] = caps, 0     # _load_caps, without loading a kernel
         return int(_dinic(self.n + 2, self._start, self._arcs, self._head, self._res,
                           self.n, self.n + 1, limit, self._level, self._queue, self._it,
                           self._path))
