@@ -10,7 +10,8 @@ runtime and the executor consume.
   A synthesizer may hand its trees over as arrays (:class:`TreeChunks`, module
   :mod:`.schedule_chunks`): ``chunks`` is then a sequence that builds each
   :class:`TreeChunk` when read, and the file writer and :func:`share_loads` read the
-  arrays.
+  arrays.  AllToAll chunks are held the same way (:class:`PathChunks`, module
+  :mod:`.schedule_paths`) by the synthesizer and by a schedule read from a file.
 
 Rates (README "Units and definitions"): with per-link *share load* ``L_a`` (the sum of the shares of the
 chunks crossing link ``a``, counting an AllGather tree once per edge that crosses it),
@@ -23,26 +24,30 @@ from __future__ import annotations
 from itertools import chain
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
 from .errors import ScheduleError
 from .files import read_json, write_json
 from .schedule_chunks import Chunk, PathChunk, TreeChunk, TreeChunks, TreeTable, distinct_paths
-from .schedule_format import (FORMAT_V1, FORMAT_V2, FORMATS, as_list, as_object, jsonable, number,
-                              pack_v1, pack_v2, pack_v2_table, unpack_chunks, unpack_tree_table,
+from .schedule_format import (FORMAT_V1, FORMAT_V2, as_list, as_object, jsonable, number, pack_v1,
+                              pack_v2, pack_v2_table, unpack_chunks, unpack_tree_table,
                               version_number)
+from .schedule_format_v3 import FORMAT_V3, pack_v3, unpack_v2_paths, unpack_v3
+from .schedule_paths import PathChunks, PathTable, path_table
 
 if TYPE_CHECKING:
     from .topology import Topology
 
-__all__ = ["PathChunk", "TreeChunk", "TreeChunks", "TreeTable", "BottleneckLink", "Schedule",
-           "FORMAT_TAG", "FORMATS", "COLLECTIVES", "share_loads", "schedule_rate",
+__all__ = ["PathChunk", "TreeChunk", "TreeChunks", "TreeTable", "PathChunks", "PathTable",
+           "BottleneckLink", "Schedule", "FORMAT_TAG", "FORMATS", "COLLECTIVES", "share_loads", "schedule_rate",
            "bottleneck_links", "chunk_counts", "distinct_paths"]
 
-#: the format :meth:`Schedule.save` writes (:data:`FORMATS` are read)
+#: the format :meth:`Schedule.save` writes for AllGather (AllToAll: ``FORMAT_V3``;
+#: :data:`FORMATS` are read)
 FORMAT_TAG = FORMAT_V2
+FORMATS = (FORMAT_V1, FORMAT_V2, FORMAT_V3)
 COLLECTIVES = ("alltoall", "allgather")
 SATURATION_TOL = 1e-6
 
@@ -93,7 +98,7 @@ class Schedule:
         if self.collective not in COLLECTIVES:
             raise ScheduleError(f"collective must be one of {COLLECTIVES}, got {self.collective!r}")
         self.gpus = tuple(self.gpus)
-        if not isinstance(self.chunks, TreeChunks):           # array trees stay arrays
+        if not isinstance(self.chunks, (TreeChunks, PathChunks)):     # arrays stay arrays
             self.chunks = tuple(self.chunks)
         self.bottleneck = tuple(self.bottleneck)
 
@@ -110,18 +115,21 @@ class Schedule:
 
     # ------------------------------------------------------------------ serialisation
     def to_dict(self, compact: bool = True) -> dict[str, Any]:
-        """The schedule as a ``mccl-schedule/2`` dictionary (paths and trees stored once,
-        the format files and the controller's messages use), or with ``compact=False``
-        as ``mccl-schedule/1`` (every chunk spelled out).  :meth:`from_dict` reads both."""
+        """The schedule as the dictionary files and the controller's messages use:
+        ``mccl-schedule/3`` for AllToAll (chunk columns), ``mccl-schedule/2`` for
+        AllGather (paths and trees stored once), or with ``compact=False`` as
+        ``mccl-schedule/1`` (every chunk spelled out).  :meth:`from_dict` reads all three."""
         alltoall = self.collective == "alltoall"
         table = None
-        if compact and isinstance(self.chunks, TreeChunks):
+        if compact and alltoall:
+            table = pack_v3(self.gpus, self._path_table())
+        elif compact and isinstance(self.chunks, TreeChunks):
             table = pack_v2_table(self.gpus, self.chunks.table)
         raw = [] if table is not None else [
             (c.src, c.dst, c.share, c.path) if alltoall else (c.src, c.share, c.edges)
             for c in self.chunks]
         d: dict[str, Any] = {
-            "format": FORMAT_TAG if compact else FORMAT_V1,
+            "format": (FORMAT_V3 if alltoall else FORMAT_TAG) if compact else FORMAT_V1,
             "collective": self.collective,
             "topology": self.topology,
             "gpus": list(self.gpus),
@@ -130,7 +138,7 @@ class Schedule:
             "max_chunks": self.max_chunks,
         }
         if compact:
-            d.update(table if table is not None else pack_v2(self.gpus, alltoall, raw))
+            d.update(table if table is not None else pack_v2(self.gpus, raw))
         else:
             d["chunks"] = pack_v1(alltoall, raw)
         d.update(bottleneck=[b.to_dict() for b in self.bottleneck], version=int(self.version),
@@ -139,9 +147,17 @@ class Schedule:
             d["stats"] = jsonable(self.stats)
         return d
 
+    def _path_table(self) -> PathTable:
+        """The AllToAll chunks as a :class:`PathTable`; every chunk must be a path."""
+        table, positions = path_table(self.chunks)
+        if positions.size < len(self.chunks):
+            bad = int(np.setdiff1d(np.arange(len(self.chunks)), positions)[0])
+            raise ScheduleError(f"chunk {bad}: an AllToAll chunk must be a path")
+        return table
+
     @classmethod
     def from_dict(cls, data: Any) -> "Schedule":
-        """Parse a ``mccl-schedule/2`` or ``/1`` dictionary; raises :class:`ScheduleError`."""
+        """Parse a ``mccl-schedule/3``, ``/2`` or ``/1`` dictionary; raises :class:`ScheduleError`."""
         if not isinstance(data, Mapping):
             raise ScheduleError(f"a schedule must be a JSON object, got {type(data).__name__}")
         if data.get("format") not in FORMATS:
@@ -153,9 +169,15 @@ class Schedule:
         if collective not in COLLECTIVES:
             raise ScheduleError(f"'collective' must be one of {COLLECTIVES}, got {collective!r}")
         gpus = tuple(str(g) for g in as_list(data["gpus"], "gpus"))
+        fmt = data["format"]
+        if fmt == FORMAT_V3 and collective != "alltoall":
+            raise ScheduleError(f"'{FORMAT_V3}' holds AllToAll schedules; AllGather ones are "
+                                f"written as '{FORMAT_V2}'")
         table = unpack_tree_table(data, gpus) if collective == "allgather" else None
         if table is not None:                             # trees of one size: arrays
             chunks: Sequence[Chunk] = TreeChunks(table)
+        elif collective == "alltoall" and fmt != FORMAT_V1:
+            chunks = PathChunks(unpack_v3(data, gpus) if fmt == FORMAT_V3 else unpack_v2_paths(data, gpus))
         else:
             raw = unpack_chunks(data, collective == "alltoall", gpus)
             chunks = [PathChunk(*c) for c in raw] if collective == "alltoall" else [TreeChunk(*c) for c in raw]
@@ -184,13 +206,14 @@ class Schedule:
         )
 
     def save(self, path: str | Path, compact: bool = True) -> None:
-        """Write the schedule as ``mccl-schedule/2`` (``/1`` with ``compact=False``),
+        """Write the schedule as ``mccl-schedule/3`` (AllToAll) or ``/2`` (AllGather;
+        ``/1`` with ``compact=False``),
         gzip-compressed when ``path`` ends in ``.gz``."""
         write_json(path, self.to_dict(compact))
 
     @classmethod
     def load(cls, path: str | Path) -> "Schedule":
-        """Read a ``mccl-schedule/2`` or ``/1`` file, plain or gzip-compressed."""
+        """Read a ``mccl-schedule/3``, ``/2`` or ``/1`` file, plain or gzip-compressed."""
         path = Path(path)
         data = read_json(path, ScheduleError, "schedule")
         try:
@@ -210,6 +233,11 @@ def share_loads(topo: "Topology", chunks: Iterable[Chunk]) -> np.ndarray:
     """
     if isinstance(chunks, TreeChunks):
         return _table_loads(topo, chunks)
+    if isinstance(chunks, PathChunks):           # array paths: one share per hop, no tuples
+        t = chunks.table
+        index = t.node_map([n.id for n in topo.nodes])
+        return _hop_loads(topo, index[t.paths.flat], t.lengths, t.shares,
+                          lambda pos: t.node_ids[int(t.paths.flat[pos])])
     hops: list[Sequence[str]] = []
     shares: list[float] = []
     counts: list[int] = []
@@ -242,6 +270,16 @@ def _path_loads(topo: "Topology", paths: Sequence[Sequence[str]], shares: np.nda
     flat = list(chain.from_iterable(paths))
     nodes = np.fromiter((index.get(v, -1) for v in flat), dtype=np.int64, count=len(flat))
     lengths = np.fromiter(map(len, paths), dtype=np.int64, count=len(paths))
+    return _hop_loads(topo, nodes, lengths, shares, flat.__getitem__)
+
+
+def _hop_loads(topo: "Topology", nodes: np.ndarray, lengths: np.ndarray, shares: np.ndarray,
+               name: Callable[[int], str]) -> np.ndarray:
+    """Share load per link of the paths whose node indices (-1: no node of ``topo``) are
+    ``nodes``, ``lengths[i]`` nodes each, carrying ``shares``; ``name(pos)``: the node id
+    at flat position ``pos`` (to name a hop that is no link)."""
+    if nodes.size == 0:
+        return np.zeros(topo.num_links)
     ends = np.cumsum(lengths)
     is_tail = np.ones(nodes.size, dtype=bool)
     is_tail[ends[lengths > 0] - 1] = False        # a path's last node starts no hop
@@ -252,7 +290,7 @@ def _path_loads(topo: "Topology", paths: Sequence[Sequence[str]], shares: np.nda
     bad = np.flatnonzero(arcs < 0)
     if bad.size:
         pos = int(np.flatnonzero(is_tail)[bad[0]])
-        topo.link_index(flat[pos], flat[pos + 1])   # raises TopologyError naming the hop
+        topo.link_index(name(pos), name(pos + 1))   # raises TopologyError naming the hop
     return np.bincount(arcs, weights=hop_share, minlength=topo.num_links)
 
 

@@ -1,4 +1,6 @@
-"""The schedule file formats: ``mccl-schedule/2`` (written) and ``mccl-schedule/1`` (read).
+"""The schedule file formats: ``mccl-schedule/2`` (written for AllGather) and
+``mccl-schedule/1`` (read).  AllToAll schedules are written as ``mccl-schedule/3``
+(columns, :mod:`.schedule_format_v3`, which also reads the AllToAll chunks of ``/2``).
 
 Both are documented in docs/architecture.md ("Schedule files").  ``mccl-schedule/1`` spells
 every chunk out (an AllGather tree repeats the node ids of each of its edges), so a
@@ -29,7 +31,7 @@ from .errors import ScheduleError
 from .schedule_chunks import TreeTable, path_nodes
 
 __all__ = ["FORMAT_V1", "FORMAT_V2", "FORMATS", "pack_v1", "pack_v2", "pack_v2_table", "unpack_chunks",
-           "unpack_tree_table",
+           "unpack_tree_table", "v2_parts",
            "as_list", "number", "version_number", "as_object", "jsonable"]
 
 FORMAT_V1 = "mccl-schedule/1"
@@ -50,8 +52,10 @@ def pack_v1(alltoall: bool, chunks: Iterable[ChunkTuple]) -> list[dict[str, Any]
             for s, f, edges in chunks]
 
 
-def pack_v2(gpus: Sequence[str], alltoall: bool, chunks: Sequence[ChunkTuple]) -> dict[str, Any]:
-    """``mccl-schedule/2`` tables: ``{"nodes", "paths", "chunks"}`` (and ``"trees"``)."""
+def pack_v2(gpus: Sequence[str], chunks: Sequence[ChunkTuple]) -> dict[str, Any]:
+    """``mccl-schedule/2`` tables of AllGather tree tuples: ``{"trees", "nodes", "paths",
+    "chunks"}`` (AllToAll schedules are written as ``mccl-schedule/3``,
+    :mod:`.schedule_format_v3`)."""
     index: dict[str, int] = {g: i for i, g in enumerate(gpus)}
     extra: list[str] = []
     path_ids: dict[PathTuple, int] = {}
@@ -72,25 +76,19 @@ def pack_v2(gpus: Sequence[str], alltoall: bool, chunks: Sequence[ChunkTuple]) -
             paths.append(ids if None not in ids else [node(v) for v in p])
         return k
 
-    out: dict[str, Any] = {}
-    if alltoall:
-        rows = [[node(s), node(d), float(f), path(p)] for s, d, f, p in chunks]
-    else:
-        tree_ids: dict[tuple[int, ...], int] = {}
-        trees: list[list[int]] = []
-        rows = []
-        for p in dict.fromkeys(chain.from_iterable(edges for _, _, edges in chunks)):
-            path(p)                                     # every edge path numbered first
-        for s, f, edges in chunks:
-            key = tuple(map(path_ids.__getitem__, edges))
-            t = tree_ids.get(key)
-            if t is None:
-                t = tree_ids[key] = len(trees)
-                trees.append(list(key))
-            rows.append([node(s), float(f), t])
-        out["trees"] = trees
-    out.update(nodes=extra, paths=paths, chunks=rows)
-    return out
+    tree_ids: dict[tuple[int, ...], int] = {}
+    trees: list[list[int]] = []
+    rows = []
+    for p in dict.fromkeys(chain.from_iterable(edges for _, _, edges in chunks)):
+        path(p)                                     # every edge path numbered first
+    for s, f, edges in chunks:
+        key = tuple(map(path_ids.__getitem__, edges))
+        t = tree_ids.get(key)
+        if t is None:
+            t = tree_ids[key] = len(trees)
+            trees.append(list(key))
+        rows.append([node(s), float(f), t])
+    return {"trees": trees, "nodes": extra, "paths": paths, "chunks": rows}
 
 
 def pack_v2_table(gpus: Sequence[str], table: TreeTable) -> dict[str, Any] | None:
@@ -164,10 +162,11 @@ def _first_equal_rows(rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 # ---------------------------------------------------------------------- reading
 def unpack_chunks(data: Mapping[str, Any], alltoall: bool, gpus: Sequence[str]) -> list[ChunkTuple]:
-    """The chunk tuples of a ``mccl-schedule/1`` or ``/2`` dictionary (``format`` checked
-    by the caller)."""
-    if data.get("format") == FORMAT_V2:
-        return _unpack_v2(data, alltoall, gpus)
+    """The chunk tuples of a ``mccl-schedule/1`` dictionary, or of a ``/2`` one's AllGather
+    trees (``format`` checked by the caller; AllToAll chunks of ``/2`` and ``/3`` are read
+    as arrays, :mod:`.schedule_format_v3`)."""
+    if data.get("format") == FORMAT_V2 and not alltoall:
+        return _unpack_v2_trees(data, gpus)
     return _unpack_v1(as_list(data["chunks"], "chunks"), alltoall)
 
 
@@ -190,13 +189,9 @@ def _unpack_v1(raw: list, alltoall: bool) -> list[ChunkTuple]:
     return out
 
 
-def _unpack_v2(data: Mapping[str, Any], alltoall: bool, gpus: Sequence[str]) -> list[ChunkTuple]:
-    table, raw_paths, rows = _v2_parts(data, alltoall, gpus)
+def _unpack_v2_trees(data: Mapping[str, Any], gpus: Sequence[str]) -> list[ChunkTuple]:
+    table, raw_paths, rows = v2_parts(data, False, gpus)
     paths = _named(raw_paths, table)
-    if alltoall:
-        src, dst, share, path = _columns(rows, 4)
-        return list(zip(_column(src, table, "src"), _column(dst, table, "dst"),
-                        _shares(share), _column(path, paths, "path")))
     trees = _named(_v2_trees(data, len(paths)), paths)
     src, share, tree = _columns(rows, 3)
     return list(zip(_column(src, table, "src"), _shares(share), _column(tree, trees, "tree")))
@@ -208,7 +203,7 @@ def unpack_tree_table(data: Mapping[str, Any], gpus: Sequence[str]) -> TreeTable
     another format, no chunks, or trees of different edge counts (read those as tuples)."""
     if data.get("format") != FORMAT_V2:
         return None
-    table, raw_paths, rows = _v2_parts(data, False, gpus)
+    table, raw_paths, rows = v2_parts(data, False, gpus)
     raw_trees = _v2_trees(data, len(raw_paths))
     if not rows or len(set(map(len, raw_trees))) != 1:
         return None
@@ -221,7 +216,7 @@ def unpack_tree_table(data: Mapping[str, Any], gpus: Sequence[str]) -> TreeTable
                      np.array(shares, float), edges)
 
 
-def _v2_parts(data: Mapping[str, Any], alltoall: bool, gpus: Sequence[str]
+def v2_parts(data: Mapping[str, Any], alltoall: bool, gpus: Sequence[str]
               ) -> tuple[list[str], list, list]:
     """The node table, the checked path lists (node indices) and the chunk rows."""
     extra = as_list(data.get("nodes", []), "nodes")

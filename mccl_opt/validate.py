@@ -15,9 +15,11 @@ chunks and the topology.  Checked:
 
 The loads and the rate are computed here, not with the helpers the synthesizers use
 (:func:`mccl_opt.schedule.share_loads`, :func:`~mccl_opt.schedule.schedule_rate`):
-shares are summed per distinct path in a dict (array trees: per path of their table), each hop is looked up by its node ids in
-the topology's link table, and the rate is ``1 / max_a (L_a / cap_a)``, so a bug in the
-synthesizers' load arithmetic cannot hide itself.
+AllGather shares are summed per distinct path in a dict (array trees: per path of their
+table), AllToAll shares per hop over the chunk arrays (:mod:`.validate_paths`, which
+also holds the AllToAll checks), each hop is looked up by its node ids in the topology's
+link table, and the rate is ``1 / max_a (L_a / cap_a)``, so a bug in the synthesizers'
+load arithmetic cannot hide itself.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from .errors import ScheduleError
 from .schedule import Chunk, PathChunk, Schedule, TreeChunk, TreeChunks
 from .schedule_chunks import edge_paths
 from .topology import Topology
+from .validate_paths import SHOWN, check_alltoall, path_loads
 
 __all__ = ["validate", "ValidationReport"]
 
@@ -54,38 +57,6 @@ class ValidationReport:
 
 def _is_multiple(share: float, k: int, tol: float) -> bool:
     return abs(share * k - round(share * k)) <= tol * max(1, k)
-
-
-def _check_alltoall(topo: Topology, sched: Schedule, tol: float, problems: list[str]) -> int:
-    gpus = set(topo.gpus)
-    totals: dict[tuple[str, str], float] = {}
-    max_steps = 0
-    for i, c in enumerate(sched.chunks):
-        if not isinstance(c, PathChunk):
-            problems.append(f"chunk {i}: an AllToAll chunk must be a path")
-            continue
-        where = f"chunk {i} ({c.src}->{c.dst})"
-        if c.src not in gpus or c.dst not in gpus or c.src == c.dst:
-            problems.append(f"{where}: src and dst must be two different GPUs of the topology")
-            continue
-        if c.path[0] != c.src or c.path[-1] != c.dst:
-            problems.append(f"{where}: path must start at src and end at dst")
-        if len(set(c.path)) != len(c.path):
-            problems.append(f"{where}: path visits a node twice")
-        if c.share <= 0:
-            problems.append(f"{where}: share must be > 0")
-        if sched.max_chunks and not _is_multiple(c.share, sched.max_chunks, tol):
-            problems.append(f"{where}: share {c.share} is not a multiple of 1/{sched.max_chunks}")
-        steps = sum(1 for v in c.path[1:] if topo.has_node(v) and topo.is_gpu(v))
-        max_steps = max(max_steps, steps)
-        totals[(c.src, c.dst)] = totals.get((c.src, c.dst), 0.0) + c.share
-    for s in topo.gpus:
-        for d in topo.gpus:
-            if s != d and abs(totals.get((s, d), 0.0) - 1.0) > tol:
-                problems.append(f"block {s}->{d}: shares sum to {totals.get((s, d), 0.0):.9g}, not 1")
-                if len(problems) > 20:
-                    return max_steps
-    return max_steps
 
 
 def _check_tree(topo: Topology, c: TreeChunk, where: str, problems: list[str]) -> int:
@@ -208,18 +179,19 @@ def validate(topo: Topology, schedule: Schedule, *, tol: float = 1e-6) -> Valida
             f"schedule GPUs {list(schedule.gpus)[:4]}... do not match topology {topo.name!r} "
             f"ranks {list(topo.gpus)[:4]}...; was it synthesized for another topology?")
     if schedule.collective == "alltoall":
-        steps = _check_alltoall(topo, schedule, tol, problems)
+        steps, table = check_alltoall(topo, schedule, tol, problems)
+        loads = path_loads(topo, table, problems)
     else:
         steps = _check_allgather(topo, schedule, tol, problems)
-    loads = _link_loads(topo, schedule.chunks, problems)
+        loads = _link_loads(topo, schedule.chunks, problems)
     rate = _rate(topo, loads)
     if not np.isclose(rate, schedule.rate_gbps, rtol=tol * 10, atol=1e-9):
         problems.append(f"recomputed rate {rate:.9g} Gbps differs from rate_gbps {schedule.rate_gbps:.9g}")
     if schedule.rate_gbps > schedule.lp_rate_gbps * (1 + tol * 10) + 1e-9:
         problems.append(f"rate_gbps {schedule.rate_gbps:.9g} exceeds lp_rate_gbps {schedule.lp_rate_gbps:.9g}")
     if problems:
-        shown = "\n  ".join(problems[:20])
-        more = f"\n  ... and {len(problems) - 20} more" if len(problems) > 20 else ""
+        shown = "\n  ".join(problems[:SHOWN])
+        more = f"\n  ... and {len(problems) - SHOWN} more" if len(problems) > SHOWN else ""
         raise ScheduleError(f"schedule is invalid for topology {topo.name!r}:\n  {shown}{more}")
     util = rate * loads / topo.arrays.capacity
     return ValidationReport(rate, loads, util, len(schedule.chunks), steps)

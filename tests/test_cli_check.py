@@ -9,7 +9,7 @@ import json
 import pytest
 
 from instances import fail2, hpn
-from mccl_opt import solve_alltoall, solve_allgather
+from mccl_opt import Schedule, solve_alltoall, solve_allgather
 from mccl_opt.cli import main
 
 HEALTHY = hpn(1, 2, 4)
@@ -64,7 +64,7 @@ def test_as_stated_on_its_own_fabric_and_strict_passes(capsys, files):
 
 
 def test_structural_problems_stay_invalid_without_strict(capsys, files, tmp_path):
-    d = json.loads(files["a2a"].read_text())
+    d = Schedule.load(files["a2a"]).to_dict(compact=False)    # chunks spelled out
     d["chunks"] = d["chunks"][1:]                      # one block undelivered
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps(d))

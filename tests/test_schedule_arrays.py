@@ -122,7 +122,7 @@ def test_writer_merges_equal_paths_and_trees_like_the_per_edge_writer():
     chunks = _table([[5, 1], [2, 3], [0, 1]], src=(0, 1, 0), shares=(0.5, 1.0, 0.5))
     plain = per_edge(chunks)
     sched = Schedule("allgather", "star3", ("a", "b", "c"), 50.0, 50.0, 2, chunks)
-    want = pack_v2(("a", "b", "c"), False, [(c.src, c.share, c.edges) for c in plain])
+    want = pack_v2(("a", "b", "c"), [(c.src, c.share, c.edges) for c in plain])
     got = sched.to_dict()
     assert {k: got[k] for k in want} == want
     assert len(got["paths"]) == 4 and len(got["trees"]) == 2

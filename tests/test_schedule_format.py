@@ -84,7 +84,7 @@ def test_gzip_is_recognised_by_content_and_damage_is_an_error(schedules, tmp_pat
     gz = tmp_path / "s.json.gz"
     sched.save(gz)
     raw = gz.read_bytes()
-    assert raw[:2] == b"\x1f\x8b" and json.loads(gzip.decompress(raw))["format"] == "mccl-schedule/2"
+    assert raw[:2] == b"\x1f\x8b" and json.loads(gzip.decompress(raw))["format"] == "mccl-schedule/3"
     renamed = tmp_path / "s.json"
     renamed.write_bytes(raw)
     assert Schedule.load(renamed) == sched

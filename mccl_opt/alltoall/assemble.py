@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import SolveError
-from ..schedule import PathChunk, Schedule, bottleneck_links, schedule_rate
+from ..schedule import PathChunk, PathChunks, PathTable, Schedule, bottleneck_links, schedule_rate
+from ..schedule_chunks import FlatPaths
 from .colgen import CGStatus
 from .master import ColumnPool
 from .problem import Problem
@@ -26,7 +27,7 @@ from .rows import object_array
 from .state import WarmState
 
 __all__ = ["SATURATION_REL_TOL", "WarmMode", "RunReport", "Outcome", "make_schedule",
-           "fractional", "schedule_chunks"]
+           "chunk_view", "fractional", "schedule_chunks"]
 
 #: A link counts as saturated by the LP (in the bottleneck cut) within this relative tolerance.
 SATURATION_REL_TOL = 1e-6
@@ -121,9 +122,33 @@ def make_schedule(prob: Problem, outcome: Outcome, max_chunks: int | None) -> Sc
     bottleneck = bottleneck_links(prob.topo, outcome.loads, rate, max_chunks,
                                   saturated=outcome.saturated)
     return Schedule("alltoall", prob.topo.name, prob.topo.gpus, rate, lp_rate, max_chunks,
-                    tuple(outcome.chunks), bottleneck, 1,
+                    chunk_view(prob, outcome), bottleneck, 1,
                     {"backend": report.backend, "seconds": 0.0, "iterations": report.iterations},
                     report.to_stats(lp_rate), outcome.warm_state)
+
+
+def chunk_view(prob: Problem, outcome: Outcome) -> PathChunks | tuple[PathChunk, ...]:
+    """The outcome's chunks as arrays (:class:`PathChunks`: the writer, ``share_loads`` and
+    the validator read no chunk object) with the chunk objects attached.  The arrays come
+    from the warm state's chunk routes (its rows, ordered by pair, are the chunks in
+    order): a path is the tail of its first link, then the head of every link."""
+    routes = outcome.warm_state.chunks
+    if routes is None or routes.pair.size != len(outcome.chunks):
+        return tuple(outcome.chunks)
+    order = np.argsort(routes.pair, kind="stable")
+    start, arcs = routes.routes.take(order)
+    ar = prob.topo.arrays
+    first = start + np.arange(start.size)                   # one node more than links per path
+    flat = np.empty(int(first[-1]), np.int64)
+    opens = first[:-1]
+    flat[opens] = ar.tail[arcs[start[:-1]]]
+    rest = np.ones(flat.size, bool)
+    rest[opens] = False
+    flat[rest] = ar.head[arcs]
+    pair = routes.pair[order]
+    table = PathTable([n.id for n in prob.topo.nodes], ar.gpu_nodes[prob.pair_src[pair]],
+                      ar.gpu_nodes[prob.pair_dst[pair]], routes.share[order], FlatPaths(flat, first))
+    return PathChunks(table, outcome.chunks)
 
 
 def fractional(pool: ColumnPool, y: np.ndarray, prob: Problem) -> Rounded:

@@ -17,12 +17,12 @@ not when a failure strikes, as for AllGather (:func:`mccl_opt.allgather.restore_
 from __future__ import annotations
 
 import dataclasses
-from itertools import chain
 from typing import Sequence
 
 import numpy as np
 
-from ..schedule import PathChunk, Schedule
+from ..schedule import PathChunks, Schedule
+from ..schedule_paths import path_table
 from ..topology import Topology
 from .problem import Problem, problem_for
 from .rows import Rows, object_array
@@ -37,35 +37,40 @@ def restore_warm_state(schedule: Schedule, topo: Topology) -> Schedule:
     rebuilt from its chunks on ``topo``, the fabric it was synthesized for (its
     capacities are the ones a later change is compared with).  The schedule is returned
     unchanged if it already has a warm state, is not AllToAll, lists other GPUs, or a
-    chunk's path is not a path of ``topo`` from its source to its destination."""
+    chunk's path is not a path of ``topo`` from its source to its destination.  Array
+    chunks (:class:`PathChunks`) get the chunk objects the state holds attached, so
+    reading them later builds none."""
     if schedule.collective != "alltoall" or isinstance(schedule.warm_state, WarmState) \
             or tuple(schedule.gpus) != tuple(topo.gpus) or not schedule.chunks:
         return schedule
     state = state_of_chunks(problem_for(topo), schedule.chunks, schedule.max_chunks)
-    return schedule if state is None else dataclasses.replace(schedule, warm_state=state)
+    if state is None:
+        return schedule
+    chunks = schedule.chunks
+    if isinstance(chunks, PathChunks) and chunks.objects is None:
+        chunks = PathChunks(chunks.table, state.chunks.array)
+    return dataclasses.replace(schedule, chunks=chunks, warm_state=state)
 
 
 def state_of_chunks(prob: Problem, chunks: Sequence, max_chunks: int | None) -> WarmState | None:
     """The warm state whose LP columns and chunk routes are ``chunks`` themselves (one
     column per chunk, ``y`` = its share); ``None`` if a chunk is not a path of ``prob``'s
-    topology between its own GPUs."""
-    if not all(isinstance(c, PathChunk) for c in chunks):
+    topology between its own GPUs.  Read from the chunks' arrays (:func:`path_table`)."""
+    table, positions = path_table(chunks)
+    if positions.size < len(chunks):
         return None
     topo = prob.topo
-    rank = {g: i for i, g in enumerate(topo.gpus)}
-    index = {n.id: i for i, n in enumerate(topo.nodes)}
-    n = len(chunks)
-    try:
-        src = np.fromiter((rank[c.src] for c in chunks), np.int64, count=n)
-        dst = np.fromiter((rank[c.dst] for c in chunks), np.int64, count=n)
-        lengths = np.fromiter((len(c.path) for c in chunks), np.int64, count=n)
-        nodes = np.fromiter(map(index.__getitem__, chain.from_iterable(c.path for c in chunks)),
-                            np.int64, count=int(lengths.sum()))
-    except KeyError:
+    index = table.node_map([nd.id for nd in topo.nodes])
+    rank_of = topo.arrays.rank_of
+    src_node, dst_node, nodes = index[table.src], index[table.dst], index[table.paths.flat]
+    if (src_node < 0).any() or (dst_node < 0).any() or (nodes < 0).any():
         return None
-    if (lengths < 2).any() or (src == dst).any():
+    src, dst = rank_of[src_node], rank_of[dst_node]
+    lengths = table.lengths
+    n = lengths.size
+    if (src < 0).any() or (dst < 0).any() or (lengths < 2).any() or (src == dst).any():
         return None
-    first = np.cumsum(lengths) - lengths
+    first = table.paths.first[:-1]
     gpu = prob.graph.gpu_nodes
     if (nodes[first] != gpu[src]).any() or (nodes[first + lengths - 1] != gpu[dst]).any():
         return None
@@ -77,7 +82,7 @@ def state_of_chunks(prob: Problem, chunks: Sequence, max_chunks: int | None) -> 
     start = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(lengths - 1, out=start[1:])
     routes = Rows(start, arcs)
-    share = np.fromiter((c.share for c in chunks), float, count=n)
+    share = table.shares.copy()
     pair = prob.pair_index(src, dst)
     util = routes.loads(share, prob.num_links) / prob.capacity
     lp = LPColumns(pair, routes, share, float(util.max()))
