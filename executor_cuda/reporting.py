@@ -3,21 +3,28 @@
 The controller compares measured throughput with the nominal capacity of each overlay
 link.  Executor timings include software overheads (and on gloo CPU ranks are far from
 any GPU fabric), so :class:`CalibratedReporter` does what the paper's startup probing
-does: the first ``warmup`` flushes of each GPU pair set its healthy baseline, and later
-samples are reported as ``nominal * measured / baseline`` (capped at nominal), as the
-controller's ``pair`` samples.  Pairs without an overlay link in the topology (no
+(§3.1) does: the first ``warmup`` messages of each GPU pair set its healthy baseline, and
+later samples are reported as ``nominal * measured / baseline`` (capped at nominal), as
+the controller's ``pair`` samples.  Pairs without an overlay link in the topology (no
 switch-only path) are not reported.
+
+The warm-up counts *messages* (``LinkSample.count``), not flushes: a flush holds whatever
+the collectives of one flush interval sent, so fast warm-up collectives all land in one
+flush, and a warm-up of ``warmup`` flushes then took its remaining baselines from the
+first flushes after a failure: the degraded link became the "healthy" baseline and was
+reported at nominal for good.  :meth:`CalibratedReporter.calibrated` tells when a pair's
+warm-up is over.
 """
 
 from __future__ import annotations
 
-import statistics
 import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from collections import defaultdict
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
+from mccl_opt.errors import TelemetryError
 from mccl_opt.topology import Topology
 
 from .telemetry import LinkSample
@@ -44,17 +51,30 @@ def pair_nominal(topo: Topology) -> dict[tuple[str, str], float]:
 class CalibratedReporter:
     """``on_flush`` callback of :class:`~executor_cuda.telemetry.Telemetry` that pushes
     calibrated ``pair`` samples with ``push(samples)`` (e.g.
-    ``ControllerClient.push_telemetry``)."""
+    ``ControllerClient.push_telemetry``).
+
+    Each pair's baseline is the median throughput of its first ``warmup`` messages
+    (each flush's throughput weighted by its message count; the flush that completes
+    the warm-up counts whole); its later flushes are reported.
+    """
 
     def __init__(self, push: Callable[[list[dict[str, Any]]], Any],
                  nominal: Mapping[tuple[str, str], float], warmup: int = 5,
                  clock: Callable[[], float] = time.time) -> None:
+        if warmup < 1:
+            raise TelemetryError(f"warmup must be >= 1 message per pair (the healthy baseline), got {warmup}")
         self.push = push
         self.nominal = dict(nominal)
         self.warmup = warmup
         self.clock = clock
-        self.baseline: dict[tuple[str, str], list[float]] = defaultdict(list)
+        #: per pair, (Gbps, messages) of each warm-up flush
+        self.baseline: dict[tuple[str, str], list[tuple[float, int]]] = defaultdict(list)
+        self._ref: dict[tuple[str, str], float] = {}      # the finished baselines, Gbps
         self.sent = 0
+
+    def calibrated(self, pairs: Iterable[tuple[str, str]]) -> bool:
+        """Whether every pair of ``pairs`` (``(src, dst)`` GPU ids) has its baseline."""
+        return all(p in self._ref for p in pairs)
 
     def __call__(self, samples: list[LinkSample]) -> None:
         out = []
@@ -63,16 +83,30 @@ class CalibratedReporter:
             nominal = self.nominal.get(key)
             if nominal is None or s.gbps <= 0:
                 continue
-            hist = self.baseline[key]
-            if len(hist) < self.warmup:
-                hist.append(s.gbps)
+            ref = self._ref.get(key)
+            if ref is None:
+                hist = self.baseline[key]
+                hist.append((s.gbps, max(1, s.count)))
+                if sum(n for _, n in hist) >= self.warmup:
+                    self._ref[key] = _weighted_median(hist)
                 continue
-            ratio = s.gbps / statistics.median(hist)
             out.append({"kind": "pair", "src": s.src, "dst": s.dst,
-                        "gbps": nominal * min(1.0, ratio), "t": self.clock()})
+                        "gbps": nominal * min(1.0, s.gbps / ref), "t": self.clock()})
         if out:
             self.push(out)
             self.sent += len(out)
+
+
+def _weighted_median(values: Sequence[tuple[float, int]]) -> float:
+    """The median of ``values`` given as ``(value, weight)`` (the lower one on a tie)."""
+    ordered = sorted(values)
+    half = sum(w for _, w in ordered) / 2.0
+    seen = 0
+    for v, w in ordered:
+        seen += w
+        if seen >= half:
+            return v
+    return ordered[-1][0]
 
 
 class PairProber:

@@ -11,14 +11,52 @@ import threading
 import time
 import warnings
 
+import pytest
 import torch
 import torch.distributed
 
 from executor_cuda.launch import run_ranks
+from executor_cuda.reporting import CalibratedReporter
+from executor_cuda.telemetry import LinkSample
 from instances import full_mesh
+from mccl_opt.errors import TelemetryError
 
 BLOCK = 4096            # float32 elements per block: 16 KiB
 SLOW_GBPS = 0.0005      # emulated gray failure on rank 0 -> rank 1: 262 ms per block
+
+
+def _flush(seconds_per_message: float, messages: int) -> LinkSample:
+    """One flush of ``g0 -> g1``: ``messages`` blocks of ``seconds_per_message`` each."""
+    return LinkSample("g0", "g1", 4 * BLOCK * messages, seconds_per_message * messages, messages,
+                      0, messages - 1)
+
+
+def test_calibration_counts_messages_not_flushes():
+    """Fast healthy collectives fill one flush; the flushes after a gray failure must
+    not complete the baseline (else the slow link is reported at nominal for good)."""
+    pushed: list[dict] = []
+    rep = CalibratedReporter(pushed.extend, {("g0", "g1"): 100.0}, warmup=3, clock=lambda: 1.0)
+    rep([_flush(0.002, 20)])                       # 20 healthy collectives, one flush
+    assert not pushed
+    for _ in range(3):
+        rep([_flush(0.262, 1)])                    # 131x slower from the next flush on
+    assert [round(p["gbps"], 2) for p in pushed] == [0.76] * 3
+    assert rep.calibrated([("g0", "g1")]) and not rep.calibrated([("g1", "g0")])
+
+
+def test_calibration_baseline_weighs_flushes_by_messages():
+    """One slow first collective (connection set-up) does not set a pair's baseline
+    when the warm-up's other messages are healthy; a later 10x slowdown reads 10 Gbps."""
+    pushed: list[dict] = []
+    rep = CalibratedReporter(pushed.extend, {("g0", "g1"): 100.0}, warmup=5, clock=lambda: 1.0)
+    rep([_flush(0.05, 1)])
+    assert not rep.calibrated([("g0", "g1")])
+    rep([_flush(0.002, 19)])
+    rep([_flush(0.002, 4), LinkSample("g9", "g1", 4096, 0.001, 1, 0, 0)])   # no overlay link: skipped
+    rep([_flush(0.02, 4)])
+    assert [round(p["gbps"], 1) for p in pushed] == [100.0, 10.0]
+    with pytest.raises(TelemetryError, match="warmup"):
+        CalibratedReporter(pushed.extend, {}, warmup=0)
 
 
 def _controller(conn) -> None:
@@ -38,7 +76,7 @@ def _controller(conn) -> None:
 def _executor(rank: int, world: int, endpoint: str) -> dict:
     from executor_cuda.communicator import Communicator
     from executor_cuda.faults import FaultInjector
-    from executor_cuda.reporting import CalibratedReporter, pair_nominal
+    from executor_cuda.reporting import pair_nominal
     from executor_cuda.telemetry import Telemetry
     from mccl_runtime.client import ControllerClient
 
@@ -55,8 +93,8 @@ def _executor(rank: int, world: int, endpoint: str) -> dict:
         version, sched = client.get_schedule("world", "a2a")
     assert sched is not None, "the controller never published a first schedule"
     push_client = ControllerClient(endpoint, timeout_s=20)      # used by the flusher thread
-    tel = Telemetry(on_flush=CalibratedReporter(push_client.push_telemetry, pair_nominal(topo),
-                                                warmup=3), flush_interval=0.1)
+    reporter = CalibratedReporter(push_client.push_telemetry, pair_nominal(topo), warmup=3)
+    tel = Telemetry(on_flush=reporter, flush_interval=0.1)
     faults = FaultInjector()
     comm = Communicator(None, sched, telemetry=tel, faults=faults, stage_timeout=10, oob_timeout=30)
     sub = client.subscribe()
@@ -88,7 +126,13 @@ def _executor(rank: int, world: int, endpoint: str) -> dict:
     i = 0
     for _ in range(20):
         times["healthy"].append(op(i)); i += 1
-    time.sleep(0.5)                     # let the healthy baselines reach the controller
+    time.sleep(0.5)                     # let the healthy samples be flushed
+    # the baselines of this rank's incoming pairs come from healthy collectives only
+    incoming = [(g, topo.gpus[rank]) for g in topo.gpus if g != topo.gpus[rank]]
+    deadline = time.monotonic() + 10
+    while not reporter.calibrated(incoming) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert reporter.calibrated(incoming), f"no healthy baseline after 20 collectives: {reporter.baseline}"
     faults.slow_link(0, 1, SLOW_GBPS, bidirectional=False)
     v1 = comm.active["alltoall"].version
     deadline = time.monotonic() + 60
