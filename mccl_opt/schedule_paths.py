@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from itertools import chain
-from typing import Any, Iterator, Sequence, overload
+from typing import Any, Callable, Iterator, Sequence, overload
 
 import numpy as np
 
@@ -69,16 +69,32 @@ class PathTable:
 class PathChunks(Sequence[PathChunk]):
     """The :class:`PathChunk` of every chunk of a :class:`PathTable`, built when read
     (``objects``: the chunks already built, e.g. by a synthesizer, returned as they
-    are).  Equal to any sequence of equal chunks."""
+    are).  With ``objects``, ``table`` may be a function that makes the table, called
+    on first use of :attr:`table` (a synthesizer defers that work to the reader who
+    needs the arrays).  Equal to any sequence of equal chunks."""
 
-    def __init__(self, table: PathTable, objects: Sequence[PathChunk] | None = None) -> None:
-        if objects is not None and len(objects) != len(table.paths):
-            raise ScheduleError(f"{len(objects)} chunk objects for a table of {len(table.paths)}")
-        self.table = table
-        self.objects = objects
+    def __init__(self, table: PathTable | Callable[[], PathTable],
+                 objects: Sequence[PathChunk] | None = None) -> None:
+        if objects is None and not isinstance(table, PathTable):
+            raise ScheduleError("a deferred path table needs the chunk objects")
+        self._table, self.objects = table, objects
+        if isinstance(table, PathTable):
+            self._check(table)
+
+    @property
+    def table(self) -> PathTable:
+        """The chunks as arrays (made on first use when deferred)."""
+        if not isinstance(self._table, PathTable):
+            self._table = self._check(self._table())
+        return self._table
+
+    def _check(self, table: PathTable) -> PathTable:
+        if self.objects is not None and len(self.objects) != len(table.paths):
+            raise ScheduleError(f"{len(self.objects)} chunk objects for a table of {len(table.paths)}")
+        return table
 
     def __len__(self) -> int:
-        return len(self.table.paths)
+        return len(self.objects) if self.objects is not None else len(self.table.paths)
 
     @overload
     def __getitem__(self, i: int) -> PathChunk: ...
@@ -120,7 +136,7 @@ class PathChunks(Sequence[PathChunk]):
     __hash__ = None     # type: ignore[assignment]  (like a list: equal to tuples of chunks)
 
     def __repr__(self) -> str:
-        return f"PathChunks({len(self)} paths, {self.table.paths.flat.size} nodes)"
+        return f"PathChunks({len(self)} paths)"
 
     def __getstate__(self) -> dict[str, Any]:
         return {"table": self.table}                 # chunk objects are rebuilt on demand

@@ -57,11 +57,7 @@ def check_alltoall(topo: Topology, sched: Schedule, tol: float, problems: list[s
     _report_chunks(chunks, positions, not_path, flags, k, problems)
 
     g = len(topo.gpus)
-    on_gpu = (rank[flat] >= 0).astype(np.int64)
-    row_of = np.repeat(np.arange(lengths.size), lengths)
-    steps = np.bincount(row_of, weights=on_gpu, minlength=lengths.size)
-    steps[lengths > 0] -= on_gpu[first[:-1][lengths > 0]]          # hops *into* a GPU
-    max_steps = int(steps[ends_ok].max()) if ends_ok.any() else 0
+    max_steps = _most_steps(flat, first, lengths, (rank >= 0).astype(np.int32), ends_ok)
     pair = rank[src[ends_ok]] * g + rank[dst[ends_ok]]
     totals = np.bincount(pair, weights=shares[ends_ok], minlength=g * g).reshape(g, g)
     off = ~np.eye(g, dtype=bool)
@@ -71,6 +67,18 @@ def check_alltoall(topo: Topology, sched: Schedule, tol: float, problems: list[s
         if len(problems) > SHOWN:
             break
     return max_steps, table
+
+
+def _most_steps(flat: np.ndarray, first: np.ndarray, lengths: np.ndarray, is_gpu: np.ndarray,
+                which: np.ndarray) -> int:
+    """The most hops into a GPU (steps, paper §4.2) on a path of the chunks ``which``."""
+    some = np.flatnonzero(which & (lengths > 0))
+    if some.size == 0:
+        return 0
+    on_gpu = is_gpu[flat]
+    opens = first[:-1][lengths > 0]               # nonempty paths tile ``flat``
+    steps = np.add.reduceat(on_gpu, opens) - on_gpu[opens]       # not the first node
+    return int(steps[np.searchsorted(opens, first[some])].max())
 
 
 def _path_ends(flat: np.ndarray, first: np.ndarray, lengths: np.ndarray, src: np.ndarray,
@@ -136,26 +144,25 @@ def path_loads(topo: Topology, table: PathTable, problems: list[str]) -> np.ndar
     flat, lengths = table.paths.flat, table.lengths
     if flat.size == 0:
         return np.zeros(topo.num_links)
-    is_tail = np.ones(flat.size, bool)
-    is_tail[(np.cumsum(lengths) - 1)[lengths > 0]] = False
-    tail_pos = np.flatnonzero(is_tail)
-    tails, heads = flat[tail_pos], flat[tail_pos + 1]
+    n = len(table.node_ids)
+    in_path = np.ones(flat.size - 1, bool)              # flat[i] -> flat[i+1] is a hop
+    in_path[(np.cumsum(lengths) - 1)[(lengths > 0)][:-1]] = False
+    hops = (flat[:-1] * n + flat[1:])[in_path]
     hop_share = np.repeat(table.shares, np.maximum(lengths - 1, 0))
-    link = _hop_links(topo, table.node_ids, tails, heads)
+    link = _hop_links(topo, table.node_ids, hops)
     bad = link < 0
     if bad.any():
-        n = len(table.node_ids)
-        keys = np.unique(tails[bad] * n + heads[bad])
+        keys = np.unique(hops[bad])
         ids = table.node_ids
         missing = sorted((ids[u], ids[v]) for u, v in zip((keys // n).tolist(), (keys % n).tolist()))
         problems.extend(f"hop {u} -> {v} is not a link of the topology" for u, v in missing[:5])
     return np.bincount(link[~bad], weights=hop_share[~bad], minlength=topo.num_links)
 
 
-def _hop_links(topo: Topology, node_ids: Sequence[str], tails: np.ndarray, heads: np.ndarray
-               ) -> np.ndarray:
-    """The link index of every hop ``node_ids[tails[i]] -> node_ids[heads[i]]`` (-1: none),
-    from a node-pair table of ``topo.links`` (dense when small, else per distinct hop)."""
+def _hop_links(topo: Topology, node_ids: Sequence[str], hops: np.ndarray) -> np.ndarray:
+    """The link index of every hop ``node_ids[u] -> node_ids[v]``, given as ``u * n + v``
+    (``n`` node ids; -1: no link), from a node-pair table of ``topo.links`` (dense when
+    small, else per distinct hop)."""
     n = len(node_ids)
     index = {v: i for i, v in enumerate(node_ids)}
     link_of: dict[int, int] = {}
@@ -164,9 +171,9 @@ def _hop_links(topo: Topology, node_ids: Sequence[str], tails: np.ndarray, heads
         if u is not None and v is not None:
             link_of[u * n + v] = a
     if n * n <= _DENSE_MAX:
-        dense = np.full(n * n, -1, np.int64)
-        dense[np.fromiter(link_of, np.int64, len(link_of))] = np.fromiter(link_of.values(), np.int64, len(link_of))
-        return dense[tails * n + heads]
-    keys, inverse = np.unique(tails * n + heads, return_inverse=True)
+        dense = np.full(n * n, -1, np.int32)
+        dense[np.fromiter(link_of, np.int64, len(link_of))] = np.fromiter(link_of.values(), np.int32, len(link_of))
+        return dense[hops]
+    keys, inverse = np.unique(hops, return_inverse=True)
     found = np.fromiter((link_of.get(key, -1) for key in keys.tolist()), np.int64, count=keys.size)
     return found[inverse.ravel()]

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
+from functools import partial
 
 import numpy as np
 
@@ -24,7 +25,7 @@ from .master import ColumnPool
 from .problem import Problem
 from .rounding import Rounded, rounded_rate
 from .rows import object_array
-from .state import WarmState
+from .state import ChunkRoutes, WarmState
 
 __all__ = ["SATURATION_REL_TOL", "WarmMode", "RunReport", "Outcome", "make_schedule",
            "chunk_view", "fractional", "schedule_chunks"]
@@ -129,12 +130,18 @@ def make_schedule(prob: Problem, outcome: Outcome, max_chunks: int | None) -> Sc
 
 def chunk_view(prob: Problem, outcome: Outcome) -> PathChunks | tuple[PathChunk, ...]:
     """The outcome's chunks as arrays (:class:`PathChunks`: the writer, ``share_loads`` and
-    the validator read no chunk object) with the chunk objects attached.  The arrays come
-    from the warm state's chunk routes (its rows, ordered by pair, are the chunks in
-    order): a path is the tail of its first link, then the head of every link."""
+    the validator read no chunk object) with the chunk objects attached.  The table is
+    made when first read, not in the solve: from the warm state's chunk routes (its
+    rows, ordered by pair, are the chunks in order; a path is the tail of its first
+    link, then the head of every link)."""
     routes = outcome.warm_state.chunks
     if routes is None or routes.pair.size != len(outcome.chunks):
         return tuple(outcome.chunks)
+    return PathChunks(partial(_route_table, prob, routes), outcome.chunks)
+
+
+def _route_table(prob: Problem, routes: ChunkRoutes) -> PathTable:
+    """The :class:`PathTable` of ``routes`` (rows ordered by pair, stably)."""
     order = np.argsort(routes.pair, kind="stable")
     start, arcs = routes.routes.take(order)
     ar = prob.topo.arrays
@@ -146,9 +153,8 @@ def chunk_view(prob: Problem, outcome: Outcome) -> PathChunks | tuple[PathChunk,
     rest[opens] = False
     flat[rest] = ar.head[arcs]
     pair = routes.pair[order]
-    table = PathTable([n.id for n in prob.topo.nodes], ar.gpu_nodes[prob.pair_src[pair]],
-                      ar.gpu_nodes[prob.pair_dst[pair]], routes.share[order], FlatPaths(flat, first))
-    return PathChunks(table, outcome.chunks)
+    return PathTable([n.id for n in prob.topo.nodes], ar.gpu_nodes[prob.pair_src[pair]],
+                     ar.gpu_nodes[prob.pair_dst[pair]], routes.share[order], FlatPaths(flat, first))
 
 
 def fractional(pool: ColumnPool, y: np.ndarray, prob: Problem) -> Rounded:
