@@ -13,6 +13,7 @@ also turns any other sequence of chunks into a table (one pass, no per-chunk arr
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from itertools import chain
 from typing import Any, Callable, Iterator, Sequence, overload
 
@@ -139,10 +140,22 @@ class PathChunks(Sequence[PathChunk]):
         return f"PathChunks({len(self)} paths)"
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"table": self.table}                 # chunk objects are rebuilt on demand
+        """The chunk objects when built (they are shared with a warm state's) and the
+        table when made (a deferred one is not made for pickling)."""
+        state: dict[str, Any] = {}
+        if self.objects is not None:
+            state["objects"] = self.objects
+        if self.objects is None or isinstance(self._table, PathTable):
+            state["table"] = self.table
+        return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["table"])
+        objects = state.get("objects")
+        self.__init__(state["table"] if "table" in state else partial(_table_of, objects), objects)
+
+
+def _table_of(chunks: Sequence[PathChunk]) -> PathTable:
+    return path_table(chunks)[0]
 
 
 def path_table(chunks: Sequence) -> tuple[PathTable, np.ndarray]:

@@ -190,8 +190,14 @@ def test_the_sequence_reads_like_a_tuple():
         view[len(view)]
     other = swap(sched, 3, share=objects[3].share / 2).chunks
     assert view != other and PathChunks(path_table(other)[0]) != view
-    back = pickle.loads(pickle.dumps(sched))
-    assert isinstance(back.chunks, PathChunks) and back.chunks.objects is None and back == sched
+    fresh = solve_alltoall(fail2(hpn(1, 2, 4)))           # its table not made yet
+    back = pickle.loads(pickle.dumps(fresh))            # objects built: they travel
+    assert isinstance(back.chunks, PathChunks) and back.chunks.objects is not None
+    assert back == fresh and back.chunks.table.same_chunks(fresh.chunks.table)
+    both = pickle.loads(pickle.dumps(fresh))            # table made by now: it travels too
+    assert both.chunks.objects is not None and isinstance(both.chunks._table, type(view.table))
+    again = pickle.loads(pickle.dumps(view))             # a table only: it travels
+    assert again.objects is None and again == view == objects
 
 
 @pytest.mark.parametrize("change, message", [
