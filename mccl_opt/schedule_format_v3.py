@@ -4,7 +4,7 @@ chunks of ``mccl-schedule/2`` read into a :class:`~mccl_opt.schedule_paths.PathT
 An AllToAll chunk's path is almost never shared (it ends at its own pair's GPU), so the
 path table of ``mccl-schedule/2`` only adds a list per path: at 1024 GPUs (a million
 chunks) its million small lists cost 3 s of JSON parsing alone.  ``mccl-schedule/3``
-stores the chunks as five flat lists instead (docs/architecture.md, "Schedule files")::
+stores the chunks as five flat lists instead (docs/modelling.md, "Schedules")::
 
     "nodes": ["s0h0nvs", ...],                # node index i: gpus[i], else nodes[i - len(gpus)]
     "chunks": {"src": [..], "dst": [..],      # node index of each chunk's block ends

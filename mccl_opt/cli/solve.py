@@ -39,7 +39,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                             ("allgather", "AllGather by ForestColl tree packing (paper §4.3)")):
         s = ssub.add_parser(name, help=help_text)
         s.add_argument("topology", help="topology: a mccl-topology/1 file, a library name (hpn-1x2x8-fail2, dgx-8) or hpn-SxHxN[-failK]")
-        s.add_argument("-o", "--output", help="write the schedule file here (mccl-schedule/2; gzip-compressed if it ends in .gz)")
+        s.add_argument("-o", "--output", help="write the schedule file here (mccl-schedule/3 for AllToAll, /2 for AllGather; gzip-compressed if it ends in .gz)")
         s.add_argument("--warm", help="previous schedule to warm-start from")
         s.add_argument("--warm-topology", metavar="OLD", help=WARM_TOPOLOGY_HELP[name])
         s.add_argument("--backend", default="highs", help="LP/MIP backend: highs (default), gurobi, scip")
