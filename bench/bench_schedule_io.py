@@ -7,7 +7,8 @@ For each fabric, one schedule is synthesized, then written and read back in each
 
 * ``v1-indented``: ``mccl-schedule/1`` with one-space indentation (the earlier writer);
 * ``v1``: ``mccl-schedule/1``, compact JSON;
-* ``v2``: ``mccl-schedule/2`` (paths and trees stored once), compact JSON — the default;
+* ``v2``: the compact format, compact JSON — the default: ``mccl-schedule/2`` (paths and
+  trees stored once) for AllGather, ``mccl-schedule/3`` (chunk columns) for AllToAll;
 * ``v2.gz``: the same, gzip-compressed (``-o s.json.gz``).
 
 ``save``/``load`` are :meth:`Schedule.save` / :meth:`Schedule.load` (``v1-indented`` is
