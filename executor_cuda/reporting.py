@@ -98,15 +98,16 @@ class CalibratedReporter:
 
 
 def _weighted_median(values: Sequence[tuple[float, int]]) -> float:
-    """The median of ``values`` given as ``(value, weight)`` (the lower one on a tie)."""
+    """The median of ``values`` (non-empty) given as ``(value, weight)`` (the lower one on
+    a tie)."""
     ordered = sorted(values)
     half = sum(w for _, w in ordered) / 2.0
     seen = 0
     for v, w in ordered:
         seen += w
         if seen >= half:
-            return v
-    return ordered[-1][0]
+            break
+    return v
 
 
 class PairProber:
