@@ -47,6 +47,7 @@ class CGOptions:
     method: str = "primal"         # LP method of the master re-solves
     seed_rounds: int = 50          # multiplicative-weights rounds of starting trees (cold)
     warm_seed_rounds: int = 5      # ... when the previous schedule's trees are given
+    smoothing: float = 0.8         # dual smoothing weight of the stability centre (0: off)
 
 
 @dataclass
@@ -124,6 +125,16 @@ def _candidates(topo: Topology, price: np.ndarray, pt: MasterPoint, roots: np.nd
     return total, out_r, out_t
 
 
+def _pricing_points(center: np.ndarray | None, pi: np.ndarray, alpha: float):
+    """Where a round prices (Wentges smoothing): first between the stability centre
+    (the prices of the best bound so far) and the master's duals, ``alpha`` of the
+    way to the centre; then, if that finds no column the master wants (a mispricing),
+    at the duals themselves, which finds one unless the master is optimal."""
+    if center is not None and alpha > 0:
+        yield alpha * center + (1.0 - alpha) * pi
+    yield pi
+
+
 def column_generation(topo: Topology, backend: Backend, capacity: np.ndarray,
                       roots: list[int], trees: list[np.ndarray],
                       options: CGOptions = CGOptions()) -> CGResult:
@@ -141,6 +152,7 @@ def column_generation(topo: Topology, backend: Backend, capacity: np.ndarray,
     min_pool = options.drop_min_pool or g + capacity.size
     age = np.zeros(len(pool), dtype=np.int64)
     best_bound = np.inf
+    center: np.ndarray | None = None        # the prices of the best bound so far
     history: list[tuple[float, float]] = []
     lp_s = pr_s = 0.0
     iters = dropped = 0
@@ -153,10 +165,21 @@ def column_generation(topo: Topology, backend: Backend, capacity: np.ndarray,
         lp_s += time.perf_counter() - t0
         iters += pt.iterations
         t1 = time.perf_counter()
-        total, new_r, new_t = _candidates(topo, pt.pi, pt, all_roots)
+        added = 0
+        for price in _pricing_points(center, pt.pi, options.smoothing):
+            total, new_r, new_t = _candidates(topo, price, pt, all_roots)
+            if total > 0 and np.isfinite(total) and float(price @ capacity) / total < best_bound:
+                best_bound, center = float(price @ capacity) / total, price
+            if best_bound - pt.x <= options.rel_tol * max(pt.x, 1e-300) or \
+                    (deadline is not None and time.perf_counter() >= deadline):
+                break
+            added = master.add(new_r, new_t)        # duplicates of pool columns are refused
+            if added:
+                break
         pr_s += time.perf_counter() - t1
-        if total > 0 and np.isfinite(total):
-            best_bound = min(best_bound, float(pt.pi @ capacity) / total)
+        if added:
+            age = np.concatenate([np.where(pt.w > 0, 0, age + 1), np.zeros(added, np.int64)])
+            pt.w = np.concatenate([pt.w, np.zeros(added)])
         history.append((pt.x, best_bound))
         progress.update("AllGather general method: column generation", rnd, pt.x, best_bound)
         if best_bound - pt.x <= options.rel_tol * max(pt.x, 1e-300):
@@ -165,11 +188,8 @@ def column_generation(topo: Topology, backend: Backend, capacity: np.ndarray,
         if deadline is not None and time.perf_counter() >= deadline:
             status = "time_limit"
             break
-        added = master.add(new_r, new_t)
         if added == 0:
             break
-        age = np.concatenate([np.where(pt.w > 0, 0, age + 1), np.zeros(added, np.int64)])
-        pt.w = np.concatenate([pt.w, np.zeros(added)])
         if master.num_columns > min_pool:
             stale = age >= options.drop_after
             dropped += master.drop(stale)
