@@ -115,17 +115,21 @@ class PathChunks(Sequence[PathChunk]):
                          tuple([ids[v] for v in path]))
 
     def __iter__(self) -> Iterator[PathChunk]:
-        if self.objects is not None:
-            return iter(self.objects)
-        return self._built()
+        return iter(self.objects if self.objects is not None else self._built())
 
-    def _built(self) -> Iterator[PathChunk]:
+    def _built(self) -> list[PathChunk]:
+        """Every chunk, built from the table: node-id tuples made a path length at a time
+        (``zip`` over the columns of a node-id matrix, no per-chunk slicing)."""
         t = self.table
-        ids = t.node_ids
-        names = [ids[v] for v in t.paths.flat.tolist()]
-        first = t.paths.first.tolist()
-        for s, d, f, a, b in zip(t.src.tolist(), t.dst.tolist(), t.shares.tolist(), first, first[1:]):
-            yield PathChunk(ids[s], ids[d], f, tuple(names[a:b]))
+        ids = np.array(t.node_ids, dtype=object)
+        flat, first, lengths = t.paths.flat, t.paths.first, t.lengths
+        paths: list[tuple[str, ...]] = [()] * lengths.size
+        for length in np.flatnonzero(np.bincount(lengths)).tolist():
+            rows = np.flatnonzero(lengths == length)
+            names = ids[flat[first[rows, None] + np.arange(length)]]
+            for i, path in zip(rows.tolist(), zip(*names.T.tolist())):
+                paths[i] = path
+        return list(map(PathChunk, ids[t.src].tolist(), ids[t.dst].tolist(), t.shares.tolist(), paths))
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, PathChunks):
