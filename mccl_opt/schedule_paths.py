@@ -70,17 +70,19 @@ class PathTable:
 class PathChunks(Sequence[PathChunk]):
     """The :class:`PathChunk` of every chunk of a :class:`PathTable`, built when read
     (``objects``: the chunks already built, e.g. by a synthesizer, returned as they
-    are).  With ``objects``, ``table`` may be a function that makes the table, called
-    on first use of :attr:`table` (a synthesizer defers that work to the reader who
-    needs the arrays).  Equal to any sequence of equal chunks."""
+    are).  ``table`` may be a function that makes the table, called on first use of
+    :attr:`table` (the synthesizer defers that work to the reader who needs the
+    arrays); ``size`` (or ``objects``) then says how many chunks it will hold.  Equal to
+    any sequence of equal chunks."""
 
     def __init__(self, table: PathTable | Callable[[], PathTable],
-                 objects: Sequence[PathChunk] | None = None) -> None:
-        if objects is None and not isinstance(table, PathTable):
-            raise ScheduleError("a deferred path table needs the chunk objects")
+                 objects: Sequence[PathChunk] | None = None, size: int | None = None) -> None:
         self._table, self.objects = table, objects
+        self._size = len(objects) if objects is not None else size
         if isinstance(table, PathTable):
             self._check(table)
+        elif self._size is None:
+            raise ScheduleError("a deferred path table needs its chunk count")
 
     @property
     def table(self) -> PathTable:
@@ -90,12 +92,13 @@ class PathChunks(Sequence[PathChunk]):
         return self._table
 
     def _check(self, table: PathTable) -> PathTable:
-        if self.objects is not None and len(self.objects) != len(table.paths):
-            raise ScheduleError(f"{len(self.objects)} chunk objects for a table of {len(table.paths)}")
+        if self._size is not None and self._size != len(table.paths):
+            raise ScheduleError(f"{self._size} chunks expected, a table of {len(table.paths)}")
+        self._size = len(table.paths)
         return table
 
     def __len__(self) -> int:
-        return len(self.objects) if self.objects is not None else len(self.table.paths)
+        return int(self._size)
 
     @overload
     def __getitem__(self, i: int) -> PathChunk: ...

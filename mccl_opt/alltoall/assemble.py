@@ -18,17 +18,16 @@ from functools import partial
 import numpy as np
 
 from ..errors import SolveError
-from ..schedule import PathChunk, PathChunks, PathTable, Schedule, bottleneck_links, schedule_rate
+from ..schedule import PathChunks, PathTable, Schedule, bottleneck_links, schedule_rate
 from ..schedule_chunks import FlatPaths
 from .colgen import CGStatus
 from .master import ColumnPool
 from .problem import Problem
 from .rounding import Rounded, rounded_rate
-from .rows import object_array
 from .state import ChunkRoutes, WarmState
 
 __all__ = ["SATURATION_REL_TOL", "WarmMode", "RunReport", "Outcome", "make_schedule",
-           "chunk_view", "fractional", "schedule_chunks"]
+           "chunk_view", "fractional", "rounded_columns"]
 
 #: A link counts as saturated by the LP (in the bottleneck cut) within this relative tolerance.
 SATURATION_REL_TOL = 1e-6
@@ -96,12 +95,11 @@ class RunReport:
 
 @dataclass
 class Outcome:
-    """A finished run before assembly: the rounded ``chunks`` (ordered by pair), their
-    per-link share ``loads``, the LP rate, the links the LP ``saturated``, the new warm
-    state, the report, and when the LP phase ended (``time.perf_counter``; ``None``:
-    no LP was solved)."""
+    """A finished run before assembly: the rounded chunks' per-link share ``loads``, the
+    LP rate, the links the LP ``saturated``, the new warm state (its chunk routes are
+    the rounded chunks), the report, and when the LP phase ended
+    (``time.perf_counter``; ``None``: no LP was solved)."""
 
-    chunks: list[PathChunk]
     loads: np.ndarray
     lp_rate: float
     saturated: np.ndarray
@@ -123,21 +121,19 @@ def make_schedule(prob: Problem, outcome: Outcome, max_chunks: int | None) -> Sc
     bottleneck = bottleneck_links(prob.topo, outcome.loads, rate, max_chunks,
                                   saturated=outcome.saturated)
     return Schedule("alltoall", prob.topo.name, prob.topo.gpus, rate, lp_rate, max_chunks,
-                    chunk_view(prob, outcome), bottleneck, 1,
+                    chunk_view(prob, outcome.warm_state.chunks), bottleneck, 1,
                     {"backend": report.backend, "seconds": 0.0, "iterations": report.iterations},
                     report.to_stats(lp_rate), outcome.warm_state)
 
 
-def chunk_view(prob: Problem, outcome: Outcome) -> PathChunks | tuple[PathChunk, ...]:
-    """The outcome's chunks as arrays (:class:`PathChunks`: the writer, ``share_loads`` and
-    the validator read no chunk object) with the chunk objects attached.  The table is
-    made when first read, not in the solve: from the warm state's chunk routes (its
-    rows, ordered by pair, are the chunks in order; a path is the tail of its first
-    link, then the head of every link)."""
-    routes = outcome.warm_state.chunks
-    if routes is None or routes.pair.size != len(outcome.chunks):
-        return tuple(outcome.chunks)
-    return PathChunks(partial(_route_table, prob, routes), outcome.chunks)
+def chunk_view(prob: Problem, routes: ChunkRoutes | None) -> PathChunks:
+    """The schedule's chunks: the chunk routes of a run's warm state, ordered by pair, as
+    arrays (:class:`PathChunks`; no chunk object is built unless one is read).  The
+    table is made when first read (the writer, ``share_loads``, the validator), not in
+    the solve: a path is the tail of its first link, then the head of every link."""
+    if routes is None:
+        raise SolveError("a run ended without its chunk routes; report this as a bug")
+    return PathChunks(partial(_route_table, prob, routes), size=routes.pair.size)
 
 
 def _route_table(prob: Problem, routes: ChunkRoutes) -> PathTable:
@@ -166,50 +162,11 @@ def fractional(pool: ColumnPool, y: np.ndarray, prob: Problem) -> Rounded:
                    pool.start.copy(), pool.arcs.copy(), pool.origin.copy(), "fractional")
 
 
-def schedule_chunks(prob: Problem, rounded: Rounded, k: int, old: WarmState | None
-                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Schedule chunks (an object array of :class:`PathChunk`, ordered by pair, then
-    column), the pool column of each, and the
-    per-link share loads.  A column carried over from ``old`` whose share is unchanged
-    reuses the old chunk object (same node ids, same share)."""
+def rounded_columns(prob: Problem, rounded: Rounded, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """The pool columns the rounding uses (ordered by pair, then column: the schedule's
+    chunks) and their per-link share loads."""
     used = np.flatnonzero(rounded.counts > 0)
     used = used[np.argsort(rounded.pool_pair[used], kind="stable")]
-    start = rounded.pool_start
-    shares = rounded.counts / k
     from ._segments import column_loads
-    loads = column_loads(start, rounded.pool_arcs, shares, prob.num_links)
-    out = np.empty(used.size, dtype=object)
-    fresh = np.ones(used.size, dtype=bool)
-    if old is not None and old.chunks is not None:
-        origin = rounded.pool_origin[used]
-        cand = np.where(origin >= 0, old.chunks.of_column[np.maximum(origin, 0)], -1)
-        same = cand >= 0
-        same[same] = old.chunks.share[cand[same]] == shares[used[same]]
-        if same.any():
-            out[same] = old.chunks.array[cand[same]]
-            fresh = ~same
-    new = np.flatnonzero(fresh)
-    if new.size:
-        out[new] = object_array(_path_chunks(prob, rounded, used[new], shares))
-    return out, used, loads
-
-
-def _path_chunks(prob: Problem, rounded: Rounded, cols: np.ndarray, shares: np.ndarray
-                 ) -> list[PathChunk]:
-    """New :class:`PathChunk` objects for pool columns ``cols``, built a path length at a
-    time from node-id matrices (no per-chunk array slicing)."""
-    topo = prob.topo
-    ids = np.array([n.id for n in topo.nodes], dtype=object)
-    gpus = np.array(topo.gpus, dtype=object)
-    pair = rounded.pool_pair[cols]
-    src = gpus[prob.pair_src[pair]]
-    dst = gpus[prob.pair_dst[pair]]
-    first = rounded.pool_start[cols]
-    length = rounded.pool_start[cols + 1] - first
-    paths: list[tuple[str, ...]] = [()] * cols.size
-    for n_arcs in np.unique(length).tolist():
-        rows = np.flatnonzero(length == n_arcs)
-        heads = ids[topo.arrays.head[rounded.pool_arcs[first[rows, None] + np.arange(n_arcs)]]]
-        for i, path in zip(rows.tolist(), zip(src[rows].tolist(), *heads.T.tolist())):
-            paths[i] = path
-    return list(map(PathChunk, src.tolist(), dst.tolist(), shares[cols].tolist(), paths))
+    loads = column_loads(rounded.pool_start, rounded.pool_arcs, rounded.counts / k, prob.num_links)
+    return used, loads

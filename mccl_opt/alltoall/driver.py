@@ -17,7 +17,7 @@ import numpy as np
 
 from .. import progress
 from ..backends import get_backend
-from .assemble import SATURATION_REL_TOL, Outcome, RunReport, WarmMode, fractional, schedule_chunks
+from .assemble import SATURATION_REL_TOL, Outcome, RunReport, WarmMode, fractional, rounded_columns
 from .colgen import CGOptions, CGResult, column_generation
 from .initial import initial_columns
 from .master import ColumnPool, RestrictedMaster
@@ -129,11 +129,11 @@ def round_solved(prob: Problem, solved: Solved, backend: str, max_chunks: int | 
                                   deadline=deadline)
     rounding_s = time.perf_counter() - t_round
     k = 1 if max_chunks is None else max_chunks
-    chunks, used, loads = schedule_chunks(prob, rounded, k, old)
+    used, loads = rounded_columns(prob, rounded, k)
     chunk_of = np.full(columns_final, -1, dtype=np.int64)
     in_cg = used < columns_final
     chunk_of[used[in_cg]] = np.flatnonzero(in_cg)
-    routes = ChunkRoutes(chunks, rounded.pool_pair[used],
+    routes = ChunkRoutes(rounded.pool_pair[used],
                          Rows(*csr_take(rounded.pool_start, rounded.pool_arcs, used)),
                          rounded.counts[used] / k, chunk_of, max_chunks)
     warm_state = WarmState(OldFabric.of(prob), lp, routes, basis,
@@ -147,4 +147,4 @@ def round_solved(prob: Problem, solved: Solved, backend: str, max_chunks: int | 
         bound_history=[list(h) for h in res.history], max_steps=solved.max_steps,
         rounding=rounded.method, lp_seconds=res.lp_seconds, pricing_seconds=res.pricing_seconds,
         rounding_seconds=rounding_s, extra=dive)
-    return Outcome(chunks.tolist(), loads, res.rate, saturated, warm_state, report, lp_done)
+    return Outcome(loads, res.rate, saturated, warm_state, report, lp_done)

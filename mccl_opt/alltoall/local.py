@@ -21,7 +21,7 @@ pairs and prove that the result is optimal for the full master:
    shortest paths.  The fixed pairs with an excess join ``F`` and the loop repeats (at
    most a few times); if that does not certify, the caller falls back to the full
    warm master.
-4. Rounding: the fixed pairs keep their old chunks (the same objects); the free pairs
+4. Rounding: the fixed pairs keep their old chunks (the same routes); the free pairs
    are rounded against the fixed chunks' loads (the restricted master's rows are reset
    to them before the deep dive).
 
@@ -41,7 +41,7 @@ from dataclasses import replace
 import numpy as np
 
 from ..backends import get_backend
-from .assemble import SATURATION_REL_TOL, Outcome, RunReport, WarmMode, fractional, schedule_chunks
+from .assemble import SATURATION_REL_TOL, Outcome, RunReport, WarmMode, fractional, rounded_columns
 from .colgen import CGOptions, CGStatus, column_generation
 from .driver import certificate_of
 from .master import ColumnPool, RestrictedMaster
@@ -59,7 +59,7 @@ def local_eligible(prob: Problem, state: WarmState | None, max_chunks: int | Non
     local path needs (column pairs, chunk routes at the same ``max_chunks``)."""
     if state is None or state.chunks is None:
         return False
-    if state.chunks.max_chunks != max_chunks or not state.chunks.complete:
+    if state.chunks.max_chunks != max_chunks:
         return False
     return state.fabric.same_links(prob) and bool((state.fabric.capacity != prob.capacity).any())
 
@@ -182,7 +182,7 @@ def local_resolve(prob: Problem, state: WarmState, backend: str, max_steps: int,
         rounded, dive = deep_dive(master, prob, y, max_chunks, max_steps, lp_rate,
                                   deadline=deadline, background=b_round, pairs=free)
     rounding_s = time.perf_counter() - t_round
-    new_chunks, new_used, new_loads = schedule_chunks(prob, rounded, k, state)
+    new_used, new_loads = rounded_columns(prob, rounded, k)
     loads = new_loads + b_round
 
     # the new state: the fixed pairs' old chunks, then the new ones (the schedule
@@ -191,7 +191,6 @@ def local_resolve(prob: Problem, state: WarmState, backend: str, max_steps: int,
     c_routes = old_chunks.routes.keep_then(
         keep, *csr_take(rounded.pool_start, rounded.pool_arcs, new_used))
     n_kept = int(keep.sum())
-    c_objects = np.concatenate([old_chunks.array[keep], new_chunks])
     c_share = np.concatenate([old_chunks.share[keep], rounded.counts[new_used] / k])
     # ... and its columns: the fixed pairs' used old columns, then the restricted pool
     fixed = used & ~free[pair]
@@ -205,11 +204,10 @@ def local_resolve(prob: Problem, state: WarmState, backend: str, max_steps: int,
     lp = LPColumns(np.concatenate([pair[fixed], pool.pair[:cols_final]]),
                    routes.keep_then(fixed, pool.start[:cols_final + 1], pool.arcs),
                    np.concatenate([y_old[fixed], y]), float(sol.t))
-    chunk_routes = ChunkRoutes(c_objects, c_pair, c_routes, c_share,
+    chunk_routes = ChunkRoutes(c_pair, c_routes, c_share,
                                np.concatenate([chunk_of_fixed, chunk_of_free]), max_chunks)
     warm_state = WarmState(replace(state.fabric, capacity=prob.capacity.copy()), lp, chunk_routes,
                            None, certificate_of(res, prob, max_steps))
-    chunk_list = c_objects[np.argsort(c_pair, kind="stable")].tolist()
     report = RunReport(
         status=CGStatus.TIME_LIMIT if res.status is CGStatus.TIME_LIMIT else CGStatus.OPTIMAL,
         warm_mode=WarmMode.LOCAL, backend=backend, iterations=iterations, rounds=rounds,
@@ -218,7 +216,7 @@ def local_resolve(prob: Problem, state: WarmState, backend: str, max_steps: int,
         bound_history=[list(h) for h in history], max_steps=max_steps, rounding=rounded.method,
         lp_seconds=lp_s, pricing_seconds=pr_s, rounding_seconds=rounding_s,
         extra={"free_pairs": int(free.sum()), "certificate_rounds": grow + 1, **dive})
-    return Outcome(chunk_list, loads, lp_rate, saturated, warm_state, report, lp_done)
+    return Outcome(loads, lp_rate, saturated, warm_state, report, lp_done)
 
 
 def reuse_certified(prob: Problem, state: WarmState | None, backend: str, max_steps: int,
@@ -250,7 +248,6 @@ def reuse_certified(prob: Problem, state: WarmState | None, backend: str, max_st
     if (np.min(prob.capacity[used] / loads[used])
             < np.min(state.fabric.capacity[used] / loads[used]) * (1 - 1e-12)):
         return None                         # the rounding's bottleneck moved: re-round
-    order = np.argsort(chunks.pair, kind="stable")
     saturated = lp_loads >= prob.capacity * t * (1 - SATURATION_REL_TOL)
     basis = state.basis if changes_are_nonbinding(prob, state) else None
     new_state = replace(state, fabric=replace(state.fabric, capacity=prob.capacity.copy()),
@@ -261,4 +258,4 @@ def reuse_certified(prob: Problem, state: WarmState | None, backend: str, max_st
         rounds=0, columns=state.lp.count, columns_dropped=0, warm_columns=state.lp.count,
         lp_bound_gbps=bound_gbps, bound_history=[[1.0 / t, bound_gbps]], max_steps=max_steps,
         rounding="reused")
-    return Outcome(chunks.array[order].tolist(), loads, 1.0 / t, saturated, new_state, report)
+    return Outcome(loads, 1.0 / t, saturated, new_state, report)

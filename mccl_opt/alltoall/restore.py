@@ -21,11 +21,11 @@ from typing import Sequence
 
 import numpy as np
 
-from ..schedule import PathChunks, Schedule
+from ..schedule import Schedule
 from ..schedule_paths import path_table
 from ..topology import Topology
 from .problem import Problem, problem_for
-from .rows import Rows, object_array
+from .rows import Rows
 from .state import ChunkRoutes, LPColumns, OldFabric, WarmState
 from .warm import link_lookup
 
@@ -37,19 +37,12 @@ def restore_warm_state(schedule: Schedule, topo: Topology) -> Schedule:
     rebuilt from its chunks on ``topo``, the fabric it was synthesized for (its
     capacities are the ones a later change is compared with).  The schedule is returned
     unchanged if it already has a warm state, is not AllToAll, lists other GPUs, or a
-    chunk's path is not a path of ``topo`` from its source to its destination.  Array
-    chunks (:class:`PathChunks`) get the chunk objects the state holds attached, so
-    reading them later builds none."""
+    chunk's path is not a path of ``topo`` from its source to its destination."""
     if schedule.collective != "alltoall" or isinstance(schedule.warm_state, WarmState) \
             or tuple(schedule.gpus) != tuple(topo.gpus) or not schedule.chunks:
         return schedule
     state = state_of_chunks(problem_for(topo), schedule.chunks, schedule.max_chunks)
-    if state is None:
-        return schedule
-    chunks = schedule.chunks
-    if isinstance(chunks, PathChunks) and chunks.objects is None:
-        chunks = PathChunks(chunks.table, state.chunks.array)
-    return dataclasses.replace(schedule, chunks=chunks, warm_state=state)
+    return schedule if state is None else dataclasses.replace(schedule, warm_state=state)
 
 
 def state_of_chunks(prob: Problem, chunks: Sequence, max_chunks: int | None) -> WarmState | None:
@@ -86,6 +79,5 @@ def state_of_chunks(prob: Problem, chunks: Sequence, max_chunks: int | None) -> 
     pair = prob.pair_index(src, dst)
     util = routes.loads(share, prob.num_links) / prob.capacity
     lp = LPColumns(pair, routes, share, float(util.max()))
-    chunk_routes = ChunkRoutes(object_array(chunks), pair, routes, share.copy(),
-                               np.arange(n, dtype=np.int64), max_chunks)
+    chunk_routes = ChunkRoutes(pair, routes, share.copy(), np.arange(n, dtype=np.int64), max_chunks)
     return WarmState(OldFabric.of(prob), lp, chunk_routes)

@@ -8,8 +8,8 @@ It is made of small typed pieces, each with one meaning:
 * :class:`LPColumns`: the final master's path columns, their LP shares ``y`` and the
   optimum ``t = 1/z`` (paper §4.2);
 * :class:`ChunkRoutes`: the rounded schedule's chunks as routes over the old links, so
-  unchanged chunks are reused and the local re-optimisation (:mod:`.local`) can keep
-  the pairs a change does not touch;
+  the local re-optimisation (:mod:`.local`) can keep the pairs a change does not touch
+  (the schedule's chunk arrays are made from them, :func:`~.assemble.make_schedule`);
 * :class:`PricingCertificate`: the last pricing's arc prices and the sum of shortest
   paths under them, a Farley bound that :func:`~.local.reuse_certified` re-checks under
   new capacities;
@@ -91,23 +91,16 @@ class LPColumns:
 
 @dataclass(frozen=True)
 class ChunkRoutes:
-    """The rounded schedule: chunk ``i`` is ``array[i]`` (a numpy object array of
-    :class:`~mccl_opt.schedule.PathChunk`, fancy-indexed by chunk reuse) with share
-    ``share[i]``, routing pair ``pair[i]`` over the old links of row ``i`` of ``routes``;
-    ``of_column[j]`` is the chunk LP column ``j`` became (-1: none); ``max_chunks`` is
-    the schedule's chunk count per pair (``None``: fractional)."""
+    """The rounded schedule: chunk ``i`` carries share ``share[i]`` of pair ``pair[i]``
+    over the old links of row ``i`` of ``routes``; ``of_column[j]`` is the chunk LP
+    column ``j`` became (-1: none); ``max_chunks`` is the schedule's chunk count per
+    pair (``None``: fractional)."""
 
-    array: np.ndarray
     pair: np.ndarray
     routes: Rows
     share: np.ndarray
     of_column: np.ndarray
     max_chunks: int | None
-
-    @property
-    def complete(self) -> bool:
-        """Every chunk object has its route."""
-        return self.array.size == self.pair.size
 
 
 @dataclass(frozen=True)
