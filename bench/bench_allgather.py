@@ -7,7 +7,9 @@ Node-order sweep: ``python bench/bench_allgather.py --orders 2,3,4,5,6,7,8,16,32
 solves of two-segment HPN 2xHx8 as generated, listed ToRs first / NVSwitch and GPUs per
 host / aggregation last, and shuffled with the GPU ranks; rates must agree).
 Unbalanced fabrics (general method): ``python bench/bench_allgather.py [--repeat R]
---unbalanced 1x2x8 1x4x8`` (one-direction degradations; cold, warm, gap to the optimum).
+--unbalanced 1x2x8 1x4x8`` (one-direction degradations; cold, warm, gap to the optimum);
+``--nic-one-way 1x4x8 1x16x8`` (a NIC degraded one way: the general method with and
+without its dual smoothing).
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ import pytest
 
 from instances import fail1, fail2, fail3, hpn
 from mccl_opt.allgather import solve_allgather
+from mccl_opt.allgather.colgen import CGOptions
+from mccl_opt.allgather.general import solve_general
 from mccl_opt.schedule import share_loads
 from mccl_opt.topology import Topology
 
@@ -156,6 +160,26 @@ def unbalanced(shape: tuple[int, int, int], repeat: int = 1) -> dict:
             "depth": cold.stats["max_depth"]}
 
 
+def nic_one_way(shape: tuple[int, int, int]) -> dict:
+    """GPU0's NIC uplink at 100 of 400 Gbps in one direction only (the general method,
+    cold), solved with the column generation's dual smoothing (the default) and without
+    it (``CGOptions(smoothing=0)``) in one run: same certified optimum, rounds and seconds
+    of each."""
+    topo = hpn(*shape).with_capacity(src="s0h0g0", dst="s0tor0", gbps=100.0,
+                                     both_directions=False)
+    row: dict = {"fabric": f"{topo.name}-nic-1way", "gpus": topo.num_gpus}
+    for name, alpha in (("smoothed", CGOptions().smoothing), ("plain", 0.0)):
+        t = time.perf_counter()
+        sched = solve_general(topo, options=CGOptions(smoothing=alpha))
+        row[f"{name}_s"] = time.perf_counter() - t
+        row[f"{name}_rounds"] = sched.stats["cg_rounds"]
+        row[f"{name}_lp"] = sched.lp_rate_gbps
+        assert sched.stats["cg_status"] == "optimal", sched.stats["cg_status"]
+    assert math.isclose(row["smoothed_lp"], row["plain_lp"], rel_tol=1e-9)
+    row["speedup"] = row["plain_s"] / row["smoothed_s"]
+    return row
+
+
 def test_smoke_unbalanced():
     row = unbalanced((1, 2, 4))
     assert row["cg_gap"] < 1e-7 and row["rate"] <= row["lp"] * (1 + 1e-12) <= row["cut"] * 1.001
@@ -184,6 +208,15 @@ if __name__ == "__main__":
         for shape in args[1:]:
             r = unbalanced(tuple(int(x) for x in shape.split("x")), repeat)
             print(" ".join(f"{r[c]:>13.4g}" if isinstance(r[c], float) else f"{r[c]!s:>13s}"
+                           for c in cols))
+        sys.exit(0)
+    if args[:1] == ["--nic-one-way"]:
+        cols = ["fabric", "gpus", "smoothed_s", "plain_s", "speedup", "smoothed_rounds",
+                "plain_rounds", "smoothed_lp"]
+        print(" ".join(f"{c:>15s}" for c in cols))
+        for shape in args[1:]:
+            r = nic_one_way(tuple(int(x) for x in shape.split("x")))
+            print(" ".join(f"{r[c]:>15.4g}" if isinstance(r[c], float) else f"{r[c]!s:>15s}"
                            for c in cols))
         sys.exit(0)
     if args[:1] == ["--orders"]:
