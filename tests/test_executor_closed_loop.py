@@ -218,8 +218,9 @@ def test_closed_loop_swaps_and_improves():
     for r in res:
         assert r["wrong"] == 0
         assert r["v_end"] > r["v1"], f"no swap happened: {r}"
-    switches = [[e for e in r["events"] if e[0] == "switch"] for r in res]
-    assert all(s == switches[0] for s in switches), f"ranks disagree on K: {switches}"
+    # every rank was given the same versions: every swap round ran on all ranks alike
+    events = [r["events"] for r in res]
+    assert all(e == events[0] for e in events), f"ranks disagree on the swap rounds: {events}"
     med = res[0]["med"]
     print(f"closed loop: median s per AllToAll {med}, {res[0]['n_degraded']} ops before the swap")
     assert med["recovered"] < med["degraded"] / 2, med
