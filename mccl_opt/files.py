@@ -24,8 +24,8 @@ from typing import Any
 
 from .errors import MCCLError
 
-__all__ = ["read_json", "write_json", "check_output_path", "MAX_DEPTH", "MAX_INT_DIGITS",
-           "MAX_JSON_BYTES", "too_deep"]
+__all__ = ["read_json", "write_json", "check_output_path", "has_digit_run", "MAX_DEPTH",
+           "MAX_INT_DIGITS", "MAX_JSON_BYTES", "too_deep"]
 
 #: nesting depth of a file (the deepest the project writes, an AllGather edge path, is 5)
 MAX_DEPTH = 64
@@ -34,11 +34,15 @@ MAX_INT_DIGITS = 30
 #: decompressed size of a gzip-compressed file (a 512-GPU schedule is a few MB)
 MAX_JSON_BYTES = 1 << 30
 _GZIP_MAGIC = b"\x1f\x8b"
-#: a run of digits longer than any accepted integer literal (only then is each one checked):
-#: searched for in the bytes with every ASCII digit made "0" (JSON numbers are ASCII; a
-#: regular expression scans a digit-dense 50 MB schedule ten times slower)
 _DIGITS_AS_ZERO = bytes.maketrans(b"123456789", b"000000000")
-_LONG_DIGITS = b"0" * (MAX_INT_DIGITS + 1)
+
+
+def has_digit_run(raw: bytes, longer_than: int) -> bool:
+    """Whether ``raw`` holds more than ``longer_than`` ASCII digits in a row (only then
+    must a JSON parser check each integer literal's length).  Searched for with every
+    digit made "0" (JSON numbers are ASCII): a regular expression scans a digit-dense
+    50 MB schedule ten times slower."""
+    return b"0" * (longer_than + 1) in raw.translate(_DIGITS_AS_ZERO)
 
 
 class _LongInteger(ValueError):
@@ -81,7 +85,7 @@ def read_json(path: str | Path, error: type[MCCLError], what: str) -> Any:
     except UnicodeDecodeError as exc:
         raise error(f"{path}: not UTF-8 text (byte {exc.start}); is it a {what} file?") from None
     try:
-        long_digits = _LONG_DIGITS in raw.translate(_DIGITS_AS_ZERO)
+        long_digits = has_digit_run(raw, MAX_INT_DIGITS)
         data = json.loads(text, parse_int=_parse_int) if long_digits else json.loads(text)
     except RecursionError:
         raise error(f"{path}: JSON nested deeper than {MAX_DEPTH} levels") from None

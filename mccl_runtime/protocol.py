@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from mccl_opt.errors import MCCLError
-from mccl_opt.files import too_deep
+from mccl_opt.files import has_digit_run, too_deep
 
 __all__ = ["VERSION", "REQUESTS", "REPLIES", "MAX_MESSAGE_BYTES", "MAX_REQUEST_BYTES",
            "MAX_BATCH_SAMPLES", "MAX_DEPTH", "MAX_INT_DIGITS", "REPLAY_WINDOW_S",
@@ -63,7 +63,6 @@ MAX_DEPTH = 32
 #: digits of an integer literal (larger ones cannot be a count, time or rate)
 MAX_INT_DIGITS = 20
 _SIG = re.compile(r"[0-9a-f]{64}")
-_LONG_DIGITS = re.compile(rb"\d{%d}" % (MAX_INT_DIGITS + 1))
 MIN_KEY_BYTES = 16
 #: how far (seconds) a signed message's send time may be from the receiver's clock
 REPLAY_WINDOW_S = 60.0
@@ -176,7 +175,8 @@ def decode(raw: bytes, key: bytes | None = None, types: tuple[str, ...] | None =
         raise ProtocolError("too_large", f"message of {len(raw)} bytes exceeds {max_bytes}")
     try:
         # each integer literal is checked only if the message has a run of digits that long
-        data = json.loads(raw, parse_int=_parse_int) if _LONG_DIGITS.search(raw) else json.loads(raw)
+        data = json.loads(raw, parse_int=_parse_int) if has_digit_run(raw, MAX_INT_DIGITS) \
+            else json.loads(raw)
     except RecursionError:
         raise ProtocolError("malformed_json", f"message nests deeper than {MAX_DEPTH} levels") from None
     except (UnicodeDecodeError, ValueError) as exc:
