@@ -90,28 +90,27 @@ def _strong(n, tail, head):
     for s in range(n):
         if index[s] >= 0:
             continue
-        depth = 0
-        frames[0] = s
-        index[s] = low[s] = counter
-        counter += 1
-        cursor[s] = start[s]
-        stack[top] = s
-        top += 1
-        on_stack[s] = True
-        while depth >= 0:
+        depth = -1
+        found = s                           # a node to enter next (-1: none)
+        while True:
+            if found >= 0:                  # enter it: number it, push it, descend
+                index[found] = low[found] = counter
+                counter += 1
+                cursor[found] = start[found]
+                stack[top] = found
+                top += 1
+                on_stack[found] = True
+                depth += 1
+                frames[depth] = found
+                found = -1
+            if depth < 0:
+                break
             v = frames[depth]
             if cursor[v] < start[v + 1]:
                 w = out[cursor[v]]
                 cursor[v] += 1
                 if index[w] < 0:
-                    index[w] = low[w] = counter
-                    counter += 1
-                    cursor[w] = start[w]
-                    stack[top] = w
-                    top += 1
-                    on_stack[w] = True
-                    depth += 1
-                    frames[depth] = w
+                    found = w
                 elif on_stack[w] and index[w] < low[v]:
                     low[v] = index[w]
                 continue

@@ -19,19 +19,10 @@ import pytest
 
 from instances import fail2, full_mesh, hpn
 from mccl_opt import PathChunk, Schedule, ScheduleError, Topology, TreeChunk, solve_alltoall, validate
-from mccl_opt.schedule import PathChunks, bottleneck_links, schedule_rate, share_loads
+from mccl_opt.schedule import PathChunks, share_loads
 from mccl_opt.schedule_paths import path_table
 from mccl_opt.topology import Link, Node
-
-
-def direct(topo: Topology, split: int) -> Schedule:
-    """Every block sent straight over its own link in ``split`` equal chunks."""
-    chunks = [PathChunk(s, d, 1.0 / split, (s, d))
-              for s in topo.gpus for d in topo.gpus if s != d for _ in range(split)]
-    loads = share_loads(topo, chunks)
-    rate = schedule_rate(topo, loads)
-    return Schedule("alltoall", topo.name, topo.gpus, rate, rate, split, tuple(chunks),
-                    bottleneck_links(topo, loads, rate, split))
+from tests.test_schedule_validate import direct_alltoall
 
 
 def swap(sched: Schedule, i: int, **change) -> Schedule:
@@ -80,7 +71,7 @@ def as_form(sched: Schedule, form: str, tmp_path) -> Schedule:
 
 FORMS = ["tuples", "arrays", "v3 file", "v1 file", "v2 dict"]
 MESH3, MESH4 = full_mesh(3), full_mesh(4)
-GOOD3, GOOD4 = direct(MESH3, 2), direct(MESH4, 2)
+GOOD3, GOOD4 = direct_alltoall(MESH3, 2), direct_alltoall(MESH4, 2)
 HEAD3 = "schedule is invalid for topology 'mesh-3':\n  "
 RATE = "recomputed rate 66.6666667 Gbps differs from rate_gbps 100"
 PAIRS4 = [(s, d) for s in MESH4.gpus for d in MESH4.gpus if s != d]
