@@ -4,7 +4,8 @@ Each rank fetches the controller's first schedule, runs the collective back to b
 a :class:`~executor_cuda.communicator.Communicator` paced by a
 :class:`~executor_cuda.faults.FabricEmulator`, reports its passive telemetry to the
 controller after every collective (:class:`ModelReporter`), stages every version the
-controller publishes (the hot-swap of paper §3.3), and finally runs each event's
+controller publishes (the hot-swap of paper §3.3; the ranks agree on the last one,
+:class:`~executor_cuda.follower.VersionFollower`), and finally runs each event's
 offline schedule directly on that event's fabric.
 
 Ranks must issue the same collectives: after each one they all-reduce (max) one small
@@ -251,6 +252,7 @@ def rank_main(rank: int, world: int, plan: RankPlan) -> dict[str, Any]:
     from mccl_runtime.client import ControllerClient
 
     from .communicator import Communicator
+    from .follower import VersionFollower
     from .reporting import PairProber, pair_nominal
     from .telemetry import Telemetry
 
@@ -269,16 +271,11 @@ def rank_main(rank: int, world: int, plan: RankPlan) -> dict[str, Any]:
     sub.wait_connected(5.0)
     received: list[tuple[int, float, float | None]] = []      # version, arrival, synthesis s
     origin = [0.0]
-    stop = threading.Event()
 
-    def listen() -> None:
-        while not stop.is_set():
-            upd = sub.recv(0.1)
-            if upd is not None and upd[1] == NAME and upd[2] > comm.active[plan.collective].version:
-                seconds = upd[3].solver.get("seconds") if isinstance(upd[3].solver, dict) else None
-                received.append((upd[2], time.time() - origin[0],
-                                 float(seconds) if isinstance(seconds, (int, float)) else None))
-                comm.stage(upd[3])
+    def log(version: int, schedule: Schedule) -> None:
+        seconds = schedule.solver.get("seconds") if isinstance(schedule.solver, dict) else None
+        received.append((version, time.time() - origin[0],
+                         float(seconds) if isinstance(seconds, (int, float)) else None))
 
     work = _Workload(plan.collective, rank, world, plan.block_numel)
     for i in range(plan.warmup):                     # compile, connect, set baselines
@@ -289,8 +286,7 @@ def rank_main(rank: int, world: int, plan: RankPlan) -> dict[str, Any]:
     dist.broadcast(clock, 0, group=side)
     origin[0] = float(clock.item())
     time.sleep(max(0.0, origin[0] - time.time()))
-    listener = threading.Thread(target=listen, name="mccl-loop-listen", daemon=True)
-    listener.start()
+    follower = VersionFollower(comm, sub, COMM, NAME, plan.collective, on_version=log)
     rows: list[tuple[int, int, int, float, float]] = []
     probes: list[tuple[int, float, float, int]] = []        # seq, start, seconds, pairs
     state, i, dead = 0, plan.warmup, ""
@@ -315,8 +311,7 @@ def rank_main(rank: int, world: int, plan: RankPlan) -> dict[str, Any]:
             start = time.time() - origin[0]
             pusher.put(prober.run(flags[2:].tolist(), side, reporter, plan.oob_timeout_s))
             probes.append((comm.seq, start, time.time() - origin[0] - start, int(flags[2:].sum())))
-    stop.set()
-    listener.join()
+    follower.finish(group=side, timeout_s=plan.oob_timeout_s)   # the same versions on every rank
     comm.rescheduler.wait(timeout=plan.oob_timeout_s + 15)
     swaps = [(e.outcome, e.version, e.k) for e in comm.rescheduler.events]
     offline = _offline(plan, emu, work, i) if not dead else {}

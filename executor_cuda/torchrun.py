@@ -8,8 +8,10 @@ CUDA is available, else gloo on CPU).  Rank 0 registers the collective with the
 controller (``mccl controller serve``); every rank fetches the controller's schedule,
 runs the collective ``--iters`` times on a :class:`~executor_cuda.Communicator`, checks
 every result, pushes its passive telemetry to the controller and stages every version
-the controller publishes (hot-swap, paper §3.3).  Rank 0 prints one JSON line: ranks,
-backend, versions run, wrong results, median seconds and algbw (nccl-tests convention).
+the controller publishes (hot-swap, paper §3.3); at the end the ranks agree on the last
+version to stage (:class:`~executor_cuda.follower.VersionFollower`, docs/executor.md).
+Rank 0 prints one JSON line: ranks, backend, versions run, wrong results, median
+seconds and algbw (nccl-tests convention).
 Exit status: 0, 1 if a result was wrong, 2 on an error (printed as ``error: ...``).
 """
 
@@ -20,7 +22,6 @@ import json
 import os
 import statistics
 import sys
-import threading
 import time
 from typing import Any
 
@@ -131,6 +132,7 @@ def run(args: argparse.Namespace, rank: int, world: int, local_rank: int) -> dic
     from mccl_runtime.protocol import load_key
 
     from .communicator import Communicator
+    from .follower import VersionFollower
     from .telemetry import Telemetry
 
     backend = args.backend if args.backend != "auto" else (
@@ -154,17 +156,7 @@ def run(args: argparse.Namespace, rank: int, world: int, local_rank: int) -> dic
     comm = Communicator(None, sched, telemetry=tel)
     sub = client.subscribe()
     sub.wait_connected(5.0)
-    stop = threading.Event()
-
-    def listen() -> None:                                # new versions are staged (hot-swap)
-        while not stop.is_set():
-            upd = sub.recv(0.1)
-            if upd is not None and upd[:2] == (args.comm, args.name) \
-                    and upd[2] > comm.active[args.collective].version:
-                comm.stage(upd[3])
-
-    listener = threading.Thread(target=listen, name="mccl-torchrun-listen", daemon=True)
-    listener.start()
+    follower = VersionFollower(comm, sub, args.comm, args.name, args.collective)   # hot-swap
     n = args.numel
     inp = torch.empty(n if args.collective == "allgather" else world * n, device=device)
     out = torch.empty(world * n, device=device)
@@ -178,8 +170,7 @@ def run(args: argparse.Namespace, rank: int, world: int, local_rank: int) -> dic
             torch.cuda.synchronize(device)
         seconds.append(time.perf_counter() - t)
         wrong += not _check(out, args.collective, rank, world, i)
-    stop.set()
-    listener.join()
+    follower.finish(timeout_s=args.wait_s)               # every rank stages the same versions
     versions = sorted({v for _, c, v in comm.trace if c == args.collective})
     totals = torch.tensor([wrong], dtype=torch.int64, device=device)
     dist.all_reduce(totals)

@@ -5,7 +5,6 @@ re-synthesizes, the executors swap at one agreed K, and the time per collective 
 
 from __future__ import annotations
 
-import math
 import multiprocessing as mp
 import statistics
 import threading
@@ -16,6 +15,7 @@ import pytest
 import torch
 import torch.distributed
 
+from executor_cuda.follower import VersionFollower
 from executor_cuda.launch import run_ranks
 from executor_cuda.reporting import CalibratedReporter
 from executor_cuda.telemetry import LinkSample
@@ -60,56 +60,6 @@ def test_calibration_baseline_weighs_flushes_by_messages():
         CalibratedReporter(pushed.extend, {}, warmup=0)
 
 
-class _Stager:
-    """Stages every version the controller publishes, in order, on this rank's
-    communicator (from a listener thread, as it arrives).  The rescheduler needs every
-    rank to be given the same sequence of versions, but ranks stop at slightly different
-    moments, and a version published then reached only some of them: its swap round
-    waited ``oob_timeout`` for the others.  :meth:`finish` makes them agree first."""
-
-    def __init__(self, comm, sub, name: str) -> None:
-        self.comm, self.sub, self.name = comm, sub, name
-        self.last = comm.active["alltoall"].version
-        self.limit = math.inf
-        self.pending: list = []
-        self.lock = threading.Lock()
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=self._listen, daemon=True)
-        self.thread.start()
-
-    def _listen(self) -> None:
-        while not self.stop.is_set():
-            upd = self.sub.recv(0.2)
-            if upd is not None and upd[1] == self.name:
-                with self.lock:
-                    self.pending.append((upd[2], upd[3]))
-                    self._admit()
-
-    def _admit(self) -> None:
-        """Stage the received versions up to ``limit`` (call holding the lock)."""
-        while self.pending and self.pending[0][0] <= self.limit:
-            version, schedule = self.pending.pop(0)
-            if version > self.last:
-                self.comm.stage(schedule)
-                self.last = version
-
-    def finish(self, timeout_s: float = 20.0) -> None:
-        """Collective: stage exactly the versions up to the newest one any rank staged."""
-        with self.lock:
-            self.limit = self.last
-        newest = torch.tensor([self.last], dtype=torch.int64)
-        torch.distributed.all_reduce(newest, op=torch.distributed.ReduceOp.MAX)
-        with self.lock:
-            self.limit = int(newest)
-            self._admit()
-        deadline = time.monotonic() + timeout_s
-        while self.last < self.limit and time.monotonic() < deadline:
-            time.sleep(0.01)
-        self.stop.set()
-        self.thread.join()
-        assert self.last == self.limit, f"version {self.limit} never reached this rank"
-
-
 def _controller(conn) -> None:
     from mccl_runtime.manager import Policy
     from mccl_runtime.service import ControllerService
@@ -149,7 +99,8 @@ def _executor(rank: int, world: int, endpoint: str) -> dict:
     faults = FaultInjector()
     comm = Communicator(None, sched, telemetry=tel, faults=faults, stage_timeout=10, oob_timeout=30)
     sub = client.subscribe()
-    stager = _Stager(comm, sub, "a2a")
+    # every published version is staged; finish() agrees on the last one (docs/executor.md)
+    follower = VersionFollower(comm, sub, "world", "a2a", "alltoall")
     times: dict[str, list[float]] = {"healthy": [], "degraded": [], "first_swap": [], "recovered": []}
     wrong = 0
 
@@ -188,7 +139,7 @@ def _executor(rank: int, world: int, endpoint: str) -> dict:
         times["first_swap"].append(op(i)); i += 1
     for _ in range(10):
         times["recovered"].append(op(i)); i += 1
-    stager.finish()
+    follower.finish()
     # a swap round may still be finishing on this rank's background thread while
     # another rank has already logged it: wait for every round this rank submitted
     assert comm.rescheduler.wait(timeout=60), "a swap round did not finish"

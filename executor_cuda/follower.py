@@ -1,0 +1,155 @@
+"""Follow the controller's published versions of one collective on an executor rank, and
+stop following at a version every rank agrees on (docs/executor.md, "Hot-swap" and
+"Stopping: the agreed last version"; docs/runtime.md, "Protocol and service").
+
+The rescheduler picks one switch point ``K`` for a version only when every rank is
+given the same sequence of versions (paper §5: the ranks agree on the collective where
+the new schedule starts).  A listener that each rank simply stops on its own breaks
+this at the end of a job: a version published at that moment reaches some ranks and
+not others, and its swap round waits ``oob_timeout`` for the missing ranks or aborts.
+:class:`VersionFollower` stages versions as they arrive and, in :meth:`finish`, first
+agrees on the newest version any rank staged (one all-reduce, MAX) and stages exactly
+up to it on every rank before it stops.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from typing import Any, Callable, Protocol
+
+from mccl_opt.errors import MCCLError
+from mccl_opt.schedule import Schedule
+
+__all__ = ["VersionFollower", "VersionTimeoutError"]
+
+#: ``(comm, name, version, schedule)``, as :meth:`mccl_runtime.client.Subscription.recv` returns
+Update = tuple[str, str, int, Schedule]
+
+
+class VersionTimeoutError(MCCLError):
+    """The version the ranks agreed to stop at did not reach this rank in time."""
+
+
+class _Subscription(Protocol):
+    def recv(self, timeout_s: float) -> Update | None: ...
+
+
+class VersionFollower:
+    """Stages every newer published version of ``comm_name``/``name`` on ``comm``.
+
+    ``comm`` is an :class:`~executor_cuda.communicator.Communicator` (anything with
+    ``stage(schedule)`` and ``active``), ``subscription`` a connected
+    :class:`~mccl_runtime.client.Subscription` (call its ``wait_connected`` first, or
+    versions published before the connection are missed).  ``comm_name=None`` accepts
+    every communicator name.  A listener thread receives updates; a version is staged
+    only if it is newer than every version seen before (the initial schedule's
+    included), so duplicates and stale updates are dropped and versions are staged in
+    increasing order.  ``on_version(version, schedule)`` is called once per staged
+    version, just before it is staged.  :attr:`staged` lists the staged versions.
+    """
+
+    def __init__(self, comm: Any, subscription: _Subscription, comm_name: str | None, name: str,
+                 collective: str, on_version: Callable[[int, Schedule], None] | None = None,
+                 poll_s: float = 0.1) -> None:
+        self.comm, self.sub = comm, subscription
+        self.comm_name, self.name = comm_name, name
+        self.on_version = on_version
+        self.poll_s = poll_s
+        self.last = int(comm.active[collective].version)       # newest version staged (or initial)
+        self.limit: float = math.inf                           # stage nothing newer than this
+        self.staged: list[int] = []
+        self.error: BaseException | None = None
+        self._seen = self.last                                 # newest version received
+        self._pending: list[Update] = []                       # received, newer than limit
+        self._cond = threading.Condition()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._listen, name="mccl-version-follower", daemon=True)
+        self._thread.start()
+
+    # ------------------------------------------------------------------ receiving
+    def _listen(self) -> None:
+        while not self._stop.is_set():
+            upd = self.sub.recv(self.poll_s)
+            if upd is None:
+                continue
+            try:
+                self.offer(upd)
+            except Exception as exc:  # noqa: BLE001 - re-raised by finish() on this rank
+                with self._cond:
+                    self.error = exc
+                    self._cond.notify_all()
+                return
+
+    def offer(self, upd: Update) -> None:
+        """Take one received update (the listener thread calls this for every update)."""
+        comm_name, name, version, schedule = upd
+        if name != self.name or (self.comm_name is not None and comm_name != self.comm_name):
+            return
+        with self._cond:
+            if version <= self._seen:                  # a duplicate, or older than one seen
+                return
+            self._seen = version
+            self._pending.append(upd)                  # increasing, since version > _seen
+            self._admit()
+
+    def _admit(self) -> None:
+        """Stage the pending versions up to :attr:`limit` (holding the condition's lock)."""
+        while self._pending and self._pending[0][2] <= self.limit:
+            _, _, version, schedule = self._pending.pop(0)
+            if self.on_version is not None:
+                self.on_version(version, schedule)
+            self.comm.stage(schedule)
+            self.last = version
+            self.staged.append(version)
+        self._cond.notify_all()
+
+    # ------------------------------------------------------------------ stopping
+    def hold(self) -> int:
+        """Stage nothing newer than what is staged now (versions arriving meanwhile
+        wait); returns that newest staged version, this rank's input to the agreement."""
+        with self._cond:
+            self.limit = self.last
+            return self.last
+
+    def release(self, agreed: int, timeout_s: float) -> None:
+        """Stage exactly the versions up to ``agreed``, waiting up to ``timeout_s`` for
+        those not received yet, then stop listening.  Raises
+        :class:`VersionTimeoutError` when ``agreed`` did not arrive, or the error that
+        stopped the listener (e.g. a :class:`~mccl_opt.errors.ScheduleError` from staging)."""
+        try:
+            with self._cond:
+                self.limit = agreed
+                self._admit()
+                self._cond.wait_for(lambda: self.last >= agreed or self.error is not None, timeout_s)
+        finally:
+            self.close()
+        if self.error is not None:
+            raise self.error
+        if self.last < agreed:
+            raise VersionTimeoutError(
+                f"the ranks agreed to stage {self.comm_name or '*'}/{self.name} up to version "
+                f"{agreed}, but this rank received only up to version {self._seen} within "
+                f"{timeout_s:g} s: the controller's update did not reach it (subscribe and "
+                f"wait_connected before the first version is fetched, or raise timeout_s)")
+
+    def finish(self, group: Any = None, timeout_s: float = 20.0) -> int:
+        """Collective over ``group`` (default: the world group): agree on the newest
+        version any rank staged (all-reduce MAX), stage exactly up to it, stop.
+        Returns the agreed version; every rank has then staged the same versions."""
+        import torch
+        import torch.distributed as dist
+
+        device = (torch.device("cuda", torch.cuda.current_device())
+                  if dist.get_backend(group) == "nccl" else torch.device("cpu"))
+        newest = torch.tensor([self.hold()], dtype=torch.int64, device=device)
+        dist.all_reduce(newest, op=dist.ReduceOp.MAX, group=group)
+        agreed = int(newest.item())
+        self.release(agreed, timeout_s)
+        return agreed
+
+    def close(self) -> None:
+        """Stop the listener thread (at most ``poll_s`` later); staged versions stay staged."""
+        self._stop.set()
+        if self._thread is not threading.current_thread():
+            self._thread.join()
