@@ -9,7 +9,8 @@ this at the end of a job: a version published at that moment reaches some ranks 
 not others, and its swap round waits ``oob_timeout`` for the missing ranks or aborts.
 :class:`VersionFollower` stages versions as they arrive and, in :meth:`finish`, first
 agrees on the newest version any rank staged (one all-reduce, MAX) and stages exactly
-up to it on every rank before it stops.
+up to it on every rank before it stops.  :func:`agree_first` does the same at the
+start: every rank begins on the same version of the schedule.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from typing import Any, Callable, Protocol
 from mccl_opt.errors import MCCLError
 from mccl_opt.schedule import Schedule
 
-__all__ = ["VersionFollower", "VersionTimeoutError"]
+__all__ = ["VersionFollower", "VersionTimeoutError", "agree_first"]
 
 #: ``(comm, name, version, schedule)``, as :meth:`mccl_runtime.client.Subscription.recv` returns
 Update = tuple[str, str, int, Schedule]
@@ -137,14 +138,7 @@ class VersionFollower:
         """Collective over ``group`` (default: the world group): agree on the newest
         version any rank staged (all-reduce MAX), stage exactly up to it, stop.
         Returns the agreed version; every rank has then staged the same versions."""
-        import torch
-        import torch.distributed as dist
-
-        device = (torch.device("cuda", torch.cuda.current_device())
-                  if dist.get_backend(group) == "nccl" else torch.device("cpu"))
-        newest = torch.tensor([self.hold()], dtype=torch.int64, device=device)
-        dist.all_reduce(newest, op=dist.ReduceOp.MAX, group=group)
-        agreed = int(newest.item())
+        agreed = _max_over_ranks([self.hold()], group)[0]
         self.release(agreed, timeout_s)
         return agreed
 
@@ -153,3 +147,38 @@ class VersionFollower:
         self._stop.set()
         if self._thread is not threading.current_thread():
             self._thread.join()
+
+
+def agree_first(fetch: Callable[[], Schedule], group: Any = None, attempts: int = 10) -> Schedule:
+    """Collective over ``group``: the first schedule, the same version on every rank.
+
+    Each rank fetches the controller's current version (``fetch``, e.g. from
+    ``ControllerClient.get_schedule``); a version published while the ranks fetch would
+    start them on different schedules.  The ranks all-reduce (MAX) ``[version,
+    -version]``; until the newest and oldest agree, ranks behind fetch again.  Subscribe
+    before calling this, so that no later version is missed (docs/executor.md,
+    "Stopping: the agreed last version").  Raises :class:`VersionTimeoutError` after
+    ``attempts`` rounds without agreement.
+    """
+    sched = fetch()
+    for _ in range(attempts):
+        newest, oldest = _max_over_ranks([sched.version, -sched.version], group)
+        if newest == -oldest:
+            return sched
+        if sched.version < newest:
+            sched = fetch()
+    raise VersionTimeoutError(f"the ranks fetched different first schedule versions {attempts} "
+                              f"times in a row (this rank: {sched.version}); the controller "
+                              f"publishes faster than the ranks start: retry, or raise attempts")
+
+
+def _max_over_ranks(values: list[int], group: Any) -> list[int]:
+    """Element-wise MAX of ``values`` over the ranks of ``group`` (on the GPU for NCCL)."""
+    import torch
+    import torch.distributed as dist
+
+    device = (torch.device("cuda", torch.cuda.current_device())
+              if dist.get_backend(group) == "nccl" else torch.device("cpu"))
+    row = torch.tensor(values, dtype=torch.int64, device=device)
+    dist.all_reduce(row, op=dist.ReduceOp.MAX, group=group)
+    return [int(v) for v in row.tolist()]

@@ -252,12 +252,14 @@ def rank_main(rank: int, world: int, plan: RankPlan) -> dict[str, Any]:
     from mccl_runtime.client import ControllerClient
 
     from .communicator import Communicator
-    from .follower import VersionFollower
+    from .follower import VersionFollower, agree_first
     from .reporting import PairProber, pair_nominal
     from .telemetry import Telemetry
 
     client = ControllerClient(plan.endpoint, timeout_s=plan.client_timeout_s)
-    sched = _first_schedule(client, plan)
+    sub = client.subscribe()                         # before the first fetch: no version missed
+    sub.wait_connected(5.0)
+    sched = agree_first(lambda: _first_schedule(client, plan))     # the same on every rank
     emu = FabricEmulator(plan.topology, sched.gpus, time_scale=plan.time_scale, byte_scale=plan.byte_scale)
     emu.set_capacities(plan.timeline[0][1])
     tel = Telemetry(flush_interval=None)
@@ -267,8 +269,6 @@ def rank_main(rank: int, world: int, plan: RankPlan) -> dict[str, Any]:
     reporter = ModelReporter(emu, pair_nominal(plan.topology))
     prober = PairProber(emu, rank, world, plan.probe_numel, plan.probe_every)
     pusher = _Pusher(plan.endpoint, plan.client_timeout_s)
-    sub = client.subscribe()
-    sub.wait_connected(5.0)
     received: list[tuple[int, float, float | None]] = []      # version, arrival, synthesis s
     origin = [0.0]
 

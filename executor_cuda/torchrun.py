@@ -132,7 +132,7 @@ def run(args: argparse.Namespace, rank: int, world: int, local_rank: int) -> dic
     from mccl_runtime.protocol import load_key
 
     from .communicator import Communicator
-    from .follower import VersionFollower
+    from .follower import VersionFollower, agree_first
     from .telemetry import Telemetry
 
     backend = args.backend if args.backend != "auto" else (
@@ -145,7 +145,9 @@ def run(args: argparse.Namespace, rank: int, world: int, local_rank: int) -> dic
     client = ControllerClient(args.controller, key, timeout_s=10.0)
     if rank == 0 and not any(c["comm"] == args.comm and c["name"] == args.name for c in client.list()):
         client.register(args.comm, args.name, args.collective, gpus=args.members.split(",") if args.members else None)
-    sched = _first_schedule(client, args.comm, args.name, args.wait_s)
+    sub = client.subscribe()                             # before the first fetch: no version missed
+    sub.wait_connected(5.0)
+    sched = agree_first(lambda: _first_schedule(client, args.comm, args.name, args.wait_s))
     if sched.collective != args.collective or sched.num_gpus != world:
         raise MCCLError(f"the controller's {args.comm}/{args.name} is a {sched.num_gpus}-GPU "
                         f"{sched.collective} schedule; this job runs {world} ranks of "
@@ -154,8 +156,6 @@ def run(args: argparse.Namespace, rank: int, world: int, local_rank: int) -> dic
     pusher = None if args.no_telemetry else _Pusher(args.controller, key)
     tel = Telemetry(on_flush=pusher) if pusher else None
     comm = Communicator(None, sched, telemetry=tel)
-    sub = client.subscribe()
-    sub.wait_connected(5.0)
     follower = VersionFollower(comm, sub, args.comm, args.name, args.collective)   # hot-swap
     n = args.numel
     inp = torch.empty(n if args.collective == "allgather" else world * n, device=device)

@@ -1,7 +1,8 @@
 """The executor's version follower (docs/executor.md, "Stopping: the agreed last
 version"): versions are staged in increasing order, once, for one communicator/name
 only; ``finish`` makes every rank stage exactly the versions up to the newest one any
-rank staged, so no swap round waits for a rank that stopped listening (paper §5)."""
+rank staged, so no swap round waits for a rank that stopped listening (paper §5), and
+``agree_first`` starts every rank on the same version."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from executor_cuda.follower import VersionFollower, VersionTimeoutError
+from executor_cuda.follower import VersionFollower, VersionTimeoutError, agree_first
 from executor_cuda.launch import run_ranks
 from mccl_opt.errors import MCCLError, ScheduleError
 from mccl_opt.lowering.program import direct_schedule
@@ -151,37 +152,61 @@ def _alltoall_ok(comm, rank: int, world: int, i: int) -> bool:
     return torch.equal(out, want)
 
 
+def _fetcher(versions: list[int]):
+    """``fetch`` for :func:`agree_first`: the controller's current version, as it changes."""
+    fetched: list[int] = []
+
+    def fetch():
+        fetched.append(versions[min(len(fetched), len(versions) - 1)])
+        return _sched(fetched[-1])
+    return fetch, fetched
+
+
 def _follow_worker(rank: int, world: int) -> dict:
     from executor_cuda.communicator import Communicator
 
     warnings.simplefilter("ignore")
-    comm = Communicator(None, _sched(1), stage_timeout=10, oob_timeout=30)
-    # rank 0 has v3 before the stop; ranks 1 and 2 receive it only while the ranks agree,
-    # and rank 1 also v4, which no rank had staged: it must not be staged
+    # v2 is published while the ranks fetch their first schedule: ranks 0 and 2 saw v1
+    stuck, _ = _fetcher([1] if rank == 1 else [2])
+    try:
+        agree_first(stuck, attempts=2)
+        gave_up = ""
+    except VersionTimeoutError as exc:
+        gave_up = str(exc)
+    fetch, fetched = _fetcher([2] if rank == 1 else [1, 2])
+    first = agree_first(fetch)
+    comm = Communicator(None, first, stage_timeout=10, oob_timeout=30)
+    # every rank receives v2 again (the version it started on); rank 0 has v3 before the
+    # stop, ranks 1 and 2 receive it only while the ranks agree, and rank 1 also v4,
+    # which no rank had staged: it must not be staged
     before = [2, 3] if rank == 0 else [2]
     sub = _GatedSub(before, {0: [], 1: [3, 4], 2: [3]}[rank])
     f = VersionFollower(comm, sub, "world", "a2a", "alltoall", poll_s=0.02)
     sub.follower = f
     wrong = sum(not _alltoall_ok(comm, rank, world, i) for i in range(3))
     deadline = time.monotonic() + 30
-    while f.staged != before and time.monotonic() < deadline:
+    while (sub.before or f.last < before[-1]) and time.monotonic() < deadline:
         time.sleep(0.01)
     staged_before = list(f.staged)
     agreed = f.finish(timeout_s=30)
     assert comm.rescheduler.wait(timeout=60), "a swap round did not finish"
     wrong += sum(not _alltoall_ok(comm, rank, world, i) for i in range(3, 6))
     events = [(e.outcome, e.version, e.k) for e in comm.rescheduler.events]
-    result = {"before": staged_before, "agreed": agreed, "staged": f.staged, "events": events,
-              "last": comm.trace[-1][2], "wrong": wrong}
+    result = {"gave_up": gave_up, "fetched": fetched, "first": first.version, "before": staged_before,
+              "agreed": agreed, "staged": f.staged, "events": events, "last": comm.trace[-1][2],
+              "wrong": wrong}
     comm.close()
     return result
 
 
-def test_ranks_stage_the_same_versions_after_finish():
+def test_ranks_start_on_one_version_and_stage_the_same_versions_after_finish():
     res = run_ranks(_follow_worker, 3, timeout=120)
-    assert [r["before"] for r in res] == [[2, 3], [2], [2]]
+    assert all("different first schedule versions 2 times" in r["gave_up"] for r in res)
+    assert [r["fetched"] for r in res] == [[1, 2], [2], [1, 2]]    # ranks behind fetched again
+    assert [r["first"] for r in res] == [2, 2, 2]
+    assert [r["before"] for r in res] == [[3], [], []]
     for r in res:
-        assert r["agreed"] == 3 and r["staged"] == [2, 3] and r["wrong"] == 0
+        assert r["agreed"] == 3 and r["staged"] == [3] and r["wrong"] == 0
         assert r["last"] == 3                       # every rank runs the agreed version
         assert all(outcome != "abort" for outcome, _, _ in r["events"]), r["events"]
     assert all(r["events"] == res[0]["events"] for r in res), [r["events"] for r in res]
