@@ -159,7 +159,7 @@ def test_disconnected_topology_raises():
 def test_unbalanced_switch_gives_valid_schedule():
     topo = irregular(180)          # spine: 150 Gbps in, 350 Gbps out
     sched = solve_allgather(topo, max_chunks=None)
-    assert sched.stats["method"] == "general"        # unbalanced: the general method
+    assert sched.stats["method"] in ("general", "forestcoll-balanced-restriction")  # unbalanced
     assert sched.stats["cut_bound_gbps"] == pytest.approx(float(brute_force_bound(topo)), rel=1e-9)
     assert sched.rate_gbps == pytest.approx(sched.lp_rate_gbps, rel=1e-9)
     assert sched.lp_rate_gbps < sched.stats["cut_bound_gbps"]
@@ -172,11 +172,12 @@ def test_switch_balancing_falls_back_to_the_weaker_directions(max_chunks):
     changed): ForestColl's balancing re-optimised did not converge for K = 3, 10, 20
     and reached only 16.7 Gbps for K = None, every cable at its weaker direction
     100-108 Gbps; the general method (unbalanced switches) reaches the forwarding-only
-    optimum 204.2 Gbps (171-204 rounded); the trees are valid, warm too."""
+    optimum 204.2 Gbps (171-204 rounded), as does ForestColl on the best balanced
+    restriction; the trees are valid, warm too."""
     topo = irregular(786).with_capacity(src="h0g0", dst="h0sw", gbps=640.0) \
         .with_capacity(src="h0g1", dst="h0g0", gbps=30.0)
     sched = solve_allgather(topo, max_chunks=max_chunks)
-    assert sched.stats["method"] == "general"
+    assert sched.stats["method"] in ("general", "forestcoll-balanced-restriction")
     assert sched.lp_rate_gbps == pytest.approx(204.1666666666, rel=1e-9)
     assert 108.0 <= sched.rate_gbps <= sched.lp_rate_gbps * (1 + 1e-12)
     check(topo, sched)

@@ -64,7 +64,8 @@ def _solve(topo: Topology, warm: Schedule | None, backend: str, max_chunks: int 
     topo = canonical(topo)
     if not switches_balanced(topo):                   # ForestColl is exact on balanced only
         return solve_unbalanced(topo, warm, backend, max_chunks,
-                                lambda sub, w: _typed_forestcoll(sub, w, backend, max_chunks, False))
+                                lambda sub, w, k=max_chunks: _typed_forestcoll(sub, w, backend, k,
+                                                                               False))
     try:
         sched = _typed_forestcoll(topo, warm, backend, max_chunks, step_aware)
     except SolveError as e:

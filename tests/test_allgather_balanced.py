@@ -1,0 +1,149 @@
+"""The balanced restriction (mccl_opt.allgather.balanced): the forwarding-only optimum of
+an unbalanced fabric as the best cut bound over balanced capacities c' <= c, certified
+in exact integers, then ForestColl on c' (docs/allgather.md "Balanced restriction")."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import mccl_opt as mo
+from instances import hpn
+from mccl_opt.allgather import balanced
+from mccl_opt.allgather.balanced import Restriction, balanced_restriction
+from mccl_opt.allgather.canonical import canonical
+from mccl_opt.allgather.chain import switches_balanced
+from mccl_opt.allgather.fabric import fabric_of
+from mccl_opt.allgather.general import solve_general
+
+NIC = ("s0h0g0", "s0tor0", 100.0)        # one NIC uplink at 100 of 400 Gbps, one way
+NVLINK = ("s0h0g1", "s0h0nvs", 360.0)    # one NVLink at 360 Gbps, one way
+
+
+def _degraded(shape: tuple[int, int, int], fault: tuple[str, str, float]) -> mo.Topology:
+    src, dst, gbps = fault
+    return canonical(hpn(*shape).with_capacity(src=src, dst=dst, gbps=gbps,
+                                               both_directions=False))
+
+
+def _random_fabric(rng: np.random.Generator, index: int) -> mo.Topology:
+    """GPUs on 1-2 of a few switches joined in a tree, extra cables, some cables weaker
+    one way and some one-direction links: switches unbalanced almost always."""
+    n, m = int(rng.integers(3, 8)), int(rng.integers(1, 4))
+    gpus, sws = [f"g{i}" for i in range(n)], [f"s{j}" for j in range(m)]
+    links: dict[tuple[str, str], float] = {}
+    caps = [25.0, 40.0, 100.0, 200.0, 360.0, 400.0]
+
+    def cable(a: str, b: str) -> None:
+        if a != b and (a, b) not in links and (b, a) not in links:
+            links[a, b] = links[b, a] = float(rng.choice(caps))
+            if rng.random() < 0.5:
+                links[a, b] *= float(rng.choice([0.25, 0.5]))
+
+    for j in range(1, m):
+        cable(sws[int(rng.integers(j))], sws[j])
+    for g in gpus:
+        for s in rng.choice(sws, size=int(rng.integers(1, min(2, m) + 1)), replace=False):
+            cable(g, str(s))
+    for _ in range(int(rng.integers(0, 3))):
+        cable(str(rng.choice(gpus)), str(rng.choice(gpus + sws)))
+    return mo.Topology.from_dict({
+        "format": "mccl-topology/1", "name": f"rand{index}",
+        "nodes": [{"id": g, "kind": "gpu"} for g in gpus]
+        + [{"id": s, "kind": "switch"} for s in sws],
+        "links": [{"src": a, "dst": b, "capacity_gbps": c, "latency_us": 1.0}
+                  for (a, b), c in links.items()]})
+
+
+def _assert_balanced_below(topo: mo.Topology, r: Restriction) -> None:
+    """The restriction is <= c and balanced at every switch, in exact integers."""
+    fab, q = fabric_of(topo)
+    scale = round(q / r.unit_gbps)
+    assert scale * r.unit_gbps == pytest.approx(q, rel=1e-12)
+    assert (r.units >= 0).all() and (r.units <= fab.cap * scale).all()
+    net = np.zeros(fab.n, np.int64)
+    np.add.at(net, fab.head, r.units)
+    np.subtract.at(net, fab.tail, r.units)
+    assert (net[topo.arrays.is_switch] == 0).all()
+
+
+@pytest.mark.parametrize("shape", [(1, 2, 8), (1, 4, 8), (2, 4, 8)])
+@pytest.mark.parametrize("fault", [NIC, NVLINK], ids=["nic", "nvlink"])
+def test_hpn_degradations_reach_the_general_optimum(shape, fault):
+    topo = _degraded(shape, fault)
+    optimum = solve_general(topo, max_chunks=None).lp_rate_gbps
+    r = balanced_restriction(topo)
+    assert r is not None
+    assert r.rate_gbps == pytest.approx(optimum, rel=1e-9)
+    _assert_balanced_below(topo, r)
+    for k in (None, 10):
+        s = mo.solve_allgather(topo, max_chunks=k)
+        mo.validate(topo, s)
+        assert s.lp_rate_gbps == pytest.approx(optimum, rel=1e-9)
+        assert s.rate_gbps <= s.lp_rate_gbps * (1 + 1e-9)
+        if k is None:
+            assert s.rate_gbps == pytest.approx(optimum, rel=1e-9)
+
+
+def test_restriction_is_used_where_the_weaker_directions_fall_short():
+    topo = _degraded((1, 4, 8), NIC)
+    s = mo.solve_allgather(topo, max_chunks=None)
+    assert s.stats["method"] == "forestcoll-balanced-restriction"
+    assert s.stats["cut_rounds"] >= 1
+    assert s.stats["cut_bound_gbps"] > s.lp_rate_gbps * (1 + 1e-6)     # bound not reached
+    later = topo.with_capacity(src="s0h0g1", dst="s0tor1", gbps=50.0, both_directions=False)
+    warm = mo.solve_allgather(later, warm=s, max_chunks=None)
+    mo.validate(later, warm)
+    assert warm.stats["method"] == "forestcoll-balanced-restriction"
+    assert warm.lp_rate_gbps == pytest.approx(
+        solve_general(canonical(later), max_chunks=None).lp_rate_gbps, rel=1e-9)
+
+
+def test_random_unbalanced_fabrics_match_the_general_method():
+    rng = np.random.default_rng(7)
+    certified = tried = 0
+    for i in range(40):
+        topo = canonical(_random_fabric(rng, i))
+        if switches_balanced(topo):
+            continue
+        tried += 1
+        optimum = solve_general(topo, max_chunks=None).lp_rate_gbps
+        r = balanced_restriction(topo)
+        if r is not None:
+            certified += 1
+            assert r.rate_gbps == pytest.approx(optimum, rel=1e-9), topo.name
+            _assert_balanced_below(topo, r)
+        s = mo.solve_allgather(topo, max_chunks=None)
+        mo.validate(topo, s)
+        assert s.lp_rate_gbps == pytest.approx(optimum, rel=1e-9), topo.name
+    assert tried >= 20 and certified >= 0.9 * tried
+
+
+def test_certificate_rejects_a_wrong_restriction():
+    topo = _degraded((1, 4, 8), NIC)
+    fab, q = fabric_of(topo)
+    sw = topo.arrays.is_switch
+    r = balanced_restriction(topo)
+    x = r.rate_gbps / q
+    cap = r.units * (r.unit_gbps / q)
+    assert balanced._certified(fab, sw, cap, x, q, 1) is not None
+    over = cap.copy()
+    over[np.argmax(fab.cap)] = fab.cap.max() * 1.5                   # above c
+    assert balanced._certified(fab, sw, over, x, q, 1) is None
+    uneven = cap.copy()
+    uneven[np.flatnonzero(sw[fab.head] & (cap > 0))[0]] *= 0.5      # a switch unbalanced
+    assert balanced._certified(fab, sw, uneven, x, q, 1) is None
+    assert balanced._certified(fab, sw, cap * 0.99, x, q, 1) is None   # below the optimum
+
+
+def test_chain_falls_back_when_forestcoll_misses_the_claimed_optimum(monkeypatch):
+    topo = _degraded((1, 4, 8), NIC)
+    true = balanced_restriction(topo)
+
+    def inflated(*args, **kwargs):
+        return Restriction(true.units, true.unit_gbps, true.rate_gbps * 1.01, true.rounds)
+
+    monkeypatch.setattr(balanced, "balanced_restriction", inflated)
+    s = mo.solve_allgather(topo, max_chunks=None)
+    assert s.stats["method"] == "general"
+    assert s.lp_rate_gbps == pytest.approx(true.rate_gbps, rel=1e-9)
