@@ -13,7 +13,7 @@ from mccl_opt.lazy import lazy_getattr
 
 __all__ = ["Communicator", "Rescheduler", "SwapEvent", "Telemetry", "LinkSample",
            "FaultInjector", "CalibratedReporter", "compile_schedule", "direct_schedule",
-           "to_msccl_xml", "check_msccl_xml", "run_ranks"]
+           "to_msccl_xml", "check_msccl_xml", "run_ranks", "VersionFollower", "agree_first"]
 
 _LAZY = {
     "Communicator": "executor_cuda.communicator",
@@ -24,6 +24,8 @@ _LAZY = {
     "Telemetry": "executor_cuda.telemetry",
     "LinkSample": "executor_cuda.telemetry",
     "FaultInjector": "executor_cuda.faults",
+    "VersionFollower": "executor_cuda.follower",
+    "agree_first": "executor_cuda.follower",
     "compile_schedule": "mccl_opt.lowering.program",
     "direct_schedule": "mccl_opt.lowering.program",
     "to_msccl_xml": "mccl_opt.lowering.msccl",

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence

@@ -120,7 +120,7 @@ class SwitchRemovalModel:
         (boolean masks over ranks, ``True`` = inside ``S``) over the triple columns,
         which come first; ``num_cols``: the model's column count (default
         :attr:`num_cols`)."""
-        n, p = self.num_gpus, self.num_triples
+        n = self.num_gpus
         u = np.asarray(self.triple_u, np.int64)
         t = np.asarray(self.triple_t, np.int64)
         dt = np.asarray(self.direct_tail, np.int64)
