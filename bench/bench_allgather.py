@@ -9,7 +9,9 @@ host / aggregation last, and shuffled with the GPU ranks; rates must agree).
 Unbalanced fabrics (general method): ``python bench/bench_allgather.py [--repeat R]
 --unbalanced 1x2x8 1x4x8`` (one-direction degradations; cold, warm, gap to the optimum);
 ``--nic-one-way 1x4x8 1x16x8`` (a NIC degraded one way: the general method with and
-without its dual smoothing).
+without its dual smoothing); ``--restriction 1x16x8 2x16x8`` (the same fault: the chain,
+i.e. ForestColl on the best balanced restriction, vs the general method alone, K = 10
+and exact).
 """
 
 from __future__ import annotations
@@ -150,14 +152,37 @@ def unbalanced(shape: tuple[int, int, int], repeat: int = 1) -> dict:
     after = before.with_capacity({("s0h0g2", "s0tor2"): 200.0})
     prev = solve_allgather(before)
     (t_cold, cold), (t_warm, warm) = timed_pair(repeat, after, prev)
-    assert cold.stats["method"] == warm.stats["method"] == "general"
+    assert cold.stats["method"] in ("general", "forestcoll-balanced-restriction")
     assert math.isclose(warm.lp_rate_gbps, cold.lp_rate_gbps, rel_tol=1e-7)
     return {"fabric": f"{before.name}-1dir", "gpus": after.num_gpus, "cold_s": t_cold,
             "warm_s": t_warm, "speedup": t_cold / t_warm, "lp": cold.lp_rate_gbps,
             "cut": cold.stats.get("cut_bound_gbps", cold.lp_rate_gbps), "rate": cold.rate_gbps,
-            "gap": cold.rounding_gap, "cg_gap": max(cold.stats["cg_gap"], warm.stats["cg_gap"]),
-            "rounds": f"{cold.stats['cg_rounds']}/{warm.stats['cg_rounds']}",
-            "depth": cold.stats["max_depth"]}
+            "gap": cold.rounding_gap,
+            "cg_gap": max(cold.stats.get("cg_gap", 0.0), warm.stats.get("cg_gap", 0.0)),
+            "rounds": f"{_rounds(cold)}/{_rounds(warm)}", "depth": cold.stats.get("max_depth")}
+
+
+def _rounds(sched) -> int:
+    """Column generation or cutting-plane rounds of an unbalanced-fabric solve."""
+    return sched.stats.get("cg_rounds", sched.stats.get("cut_rounds", 0))
+
+
+def restriction(shape: tuple[int, int, int], max_chunks: int | None) -> dict:
+    """GPU0's NIC uplink at 100 of 400 Gbps one way, cold: the chain (ForestColl on the
+    best balanced restriction) and the general method alone, in one run, same optimum."""
+    topo = hpn(*shape).with_capacity(src="s0h0g0", dst="s0tor0", gbps=100.0,
+                                     both_directions=False)
+    t = time.perf_counter()
+    chain = solve_allgather(topo, max_chunks=max_chunks)
+    t_chain = time.perf_counter() - t
+    t = time.perf_counter()
+    general = solve_general(topo, max_chunks=max_chunks)
+    t_general = time.perf_counter() - t
+    assert math.isclose(chain.lp_rate_gbps, general.lp_rate_gbps, rel_tol=1e-9)
+    return {"fabric": f"{topo.name}-nic-1way", "gpus": topo.num_gpus, "K": str(max_chunks),
+            "chain_s": t_chain, "general_s": t_general, "speedup": t_general / t_chain,
+            "method": chain.stats["method"], "rounds": f"{_rounds(chain)}/{_rounds(general)}",
+            "lp": chain.lp_rate_gbps, "rate": chain.rate_gbps, "general_rate": general.rate_gbps}
 
 
 def nic_one_way(shape: tuple[int, int, int]) -> dict:
@@ -183,6 +208,12 @@ def nic_one_way(shape: tuple[int, int, int]) -> dict:
 def test_smoke_unbalanced():
     row = unbalanced((1, 2, 4))
     assert row["cg_gap"] < 1e-7 and row["rate"] <= row["lp"] * (1 + 1e-12) <= row["cut"] * 1.001
+
+
+def test_smoke_restriction():
+    row = restriction((1, 4, 8), None)
+    assert row["method"] == "forestcoll-balanced-restriction"
+    assert math.isclose(row["rate"], row["lp"], rel_tol=1e-9)
 
 
 def test_smoke_order_sweep():
@@ -218,6 +249,16 @@ if __name__ == "__main__":
             r = nic_one_way(tuple(int(x) for x in shape.split("x")))
             print(" ".join(f"{r[c]:>15.4g}" if isinstance(r[c], float) else f"{r[c]!s:>15s}"
                            for c in cols))
+        sys.exit(0)
+    if args[:1] == ["--restriction"]:
+        cols = ["fabric", "gpus", "K", "chain_s", "general_s", "speedup", "method", "rounds",
+                "lp", "rate", "general_rate"]
+        print(" ".join(f"{c:>15s}" for c in cols))
+        for shape in args[1:]:
+            for k in (10, None):
+                r = restriction(tuple(int(x) for x in shape.split("x")), k)
+                print(" ".join(f"{r[c]:>15.8g}" if isinstance(r[c], float) else f"{r[c]!s:>15s}"
+                               for c in cols), flush=True)
         sys.exit(0)
     if args[:1] == ["--orders"]:
         cols = ["fabric", "gpus", "generated_s", "tors-first_s", "shuffled_s", "rate"]
