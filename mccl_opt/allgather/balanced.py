@@ -110,6 +110,8 @@ def restricted_topology(topo: Topology, r: Restriction) -> tuple[Topology, float
     topology's Gbps to real Gbps; raises :class:`SolveError` if no such scaling
     exists (capacities too fine for the quantum)."""
     keep = r.units > 0
+    if not keep.any():
+        raise SolveError("balanced restriction: every capacity is zero")
     units = r.units[keep]
     g = math.gcd(*(int(u) for u in units))
     units = units // g
@@ -234,6 +236,8 @@ def _certified(fab: Fabric, is_switch: np.ndarray, cap: np.ndarray, x: float, q:
     """The LP's ``c'`` read back as exact rationals over a common denominator, kept only
     if it is ``<= c``, exactly balanced at every switch, and its exact cut bound is the
     LP optimum ``x`` within :data:`CERT_TOL`."""
+    if x <= 0:
+        return None
     eps = _READ_TOL * float(fab.cap.max())
     fracs = [_simplest_near(float(v), eps) for v in cap]
     den = math.lcm(*(f.denominator for f in fracs))
