@@ -47,8 +47,8 @@ def test_allgather_reports_the_method_it_ran(tmp_path, capsys):
     forest, _, _ = _solve(tmp_path, capsys, fail2(hpn(1, 2, 4)), "allgather")
     assert forest["status"] == "optimal" and forest["bound_gbps"] == pytest.approx(forest["lp_rate_gbps"])
     one_way = hpn(1, 2, 8).with_capacity({("s0h0g1", "s0h0nvs"): 360.0})   # the general method
-    general, _, _ = _solve(tmp_path, capsys, one_way, "allgather", "--max-chunks", "none")
-    sched = mo.solve_allgather(one_way, max_chunks=None)
+    general, _, _ = _solve(tmp_path, capsys, one_way, "allgather")   # (it rounds better at K=10)
+    sched = mo.solve_allgather(one_way)
     assert sched.stats["method"] == "general"
     assert general["status"] == sched.stats["cg_status"]
     assert general["bound_gbps"] == pytest.approx(sched.stats["bound_gbps"], rel=1e-9)
