@@ -18,7 +18,9 @@ working set, separated by Phase 1's rooted max-flow test at the LP's ``(x, c')``
 LP is a relaxation of the cut-bound condition, so when no cut is violated its ``x`` is
 the optimum.  The LP's floats are then recovered as exact rationals, and the
 restriction is kept only if it is *certified* in exact integers: ``c' <= c``, every
-switch balanced, and Phase 1's exact cut bound of ``c'`` equal to the LP optimum.
+switch balanced, and Phase 1's exact cut bound of ``c'`` equal to the LP optimum (the
+lower bound is exact; the upper bound is the LP relaxation's optimum, a floating-point
+LP as the general method's column-generation bound is).
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ from ..topology import Topology
 from .fabric import fabric_of
 from .throughput import Fabric, _violated_cut, optimal_rate
 
-__all__ = ["Restriction", "balanced_restriction", "restricted_topology"]
+__all__ = ["CERT_TOL", "Restriction", "balanced_restriction", "restricted_topology"]
 
 #: relative tolerance of "no cut is violated" and of the exact certificate
 CERT_TOL = 1e-9
@@ -64,8 +66,8 @@ class Restriction:
     rounds: int
 
 
-def balanced_restriction(topo: Topology, backend: str = "highs", max_rounds: int = 200,
-                         hint_cuts: list[np.ndarray] | None = None) -> Restriction | None:
+def balanced_restriction(topo: Topology, backend: str = "highs",
+                         max_rounds: int = 200) -> Restriction | None:
     """The best balanced restriction of ``topo`` (module docstring), certified, or
     ``None`` when the cutting planes do not converge within ``max_rounds`` or the LP's
     solution cannot be certified in exact arithmetic.
@@ -76,7 +78,7 @@ def balanced_restriction(topo: Topology, backend: str = "highs", max_rounds: int
     fab, q = fabric_of(topo)
     is_switch = topo.arrays.is_switch
     lp = _CutLP(fab, is_switch, backend)
-    lp.add_cuts(_starting_cuts(fab) + list(hint_cuts or []) + [optimal_rate(fab).cut])
+    lp.add_cuts(_starting_cuts(fab) + [optimal_rate(fab).cut])
     best = _cutting_planes(lp, fab, None, max_rounds)
     if best is None:
         return None
