@@ -201,9 +201,11 @@ class _CutLP:
 def _separate(fab: Fabric, cap: np.ndarray, x: float) -> list[np.ndarray]:
     """Sink sides of cuts violated by ``cap`` (quanta, floats) at rate ``x``: Phase 1's
     rooted test at every GPU (one minimum cut per failing GPU).  Capacities are rounded
-    down on a grid ``2^-10`` quanta fine, so a cut found is violated by the floats too."""
-    grid = 1024
-    links = np.floor(cap * grid).astype(np.int64)
+    *up* on a grid of ``1/grid`` quanta (``grid`` a power of two, as fine as int64
+    max-flow allows up to ``2^20``), so every cut found is violated by the floats too."""
+    span = max(float(cap.max()), 1.0) * fab.num_gpus
+    grid = 2 ** max(0, min(20, math.floor(math.log2(2.0 ** 56 / span))))
+    links = np.ceil(cap * grid).astype(np.int64)
     per_gpu = int(math.floor(x * grid))
     if per_gpu <= 0:
         return []
