@@ -23,7 +23,6 @@ import sys
 import time
 
 import numpy as np
-import pytest
 
 from instances import fail1, fail2, fail3, hpn
 from mccl_opt.allgather import solve_allgather
