@@ -41,8 +41,8 @@ from .fabric import fabric_of
 from .pipeline import gbps
 from .throughput import optimal_rate
 
-__all__ = ["EXACT_TREES_LIMIT", "RESTRICTION_ROUNDING_GAP", "switches_balanced", "cut_bound_gbps", "solve_by_general",
-           "weaker_directions", "solve_by_restriction", "solve_unbalanced"]
+__all__ = ["EXACT_TREES_LIMIT", "RESTRICTION_ROUNDING_GAP", "switches_balanced", "cut_bound_gbps",
+           "solve_by_general", "weaker_directions", "solve_by_restriction", "solve_unbalanced"]
 
 #: above this many exact trees per root (``max_chunks=None``), the general method
 #: solves instead of ForestColl's exact packing
