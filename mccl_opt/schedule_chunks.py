@@ -179,6 +179,35 @@ class FlatPaths(Sequence[tuple[int, ...]]):
     def __init__(self, flat: np.ndarray, first: np.ndarray) -> None:
         self.flat, self.first = flat, first
 
+    @classmethod
+    def of_lengths(cls, flat: np.ndarray, lengths: np.ndarray) -> "FlatPaths":
+        """The paths ``flat`` cut into pieces of ``lengths`` nodes."""
+        first = np.zeros(len(lengths) + 1, np.int64)
+        np.cumsum(lengths, out=first[1:])
+        return cls(flat, first)
+
+    @classmethod
+    def of_tuples(cls, paths: Sequence[Sequence[int]]) -> "FlatPaths":
+        """The node-index tuples ``paths``, stored flat."""
+        lengths = np.fromiter(map(len, paths), np.int64, count=len(paths))
+        return cls.of_lengths(np.fromiter(chain.from_iterable(paths), np.int64,
+                                          count=int(lengths.sum())), lengths)
+
+    @property
+    def lengths(self) -> np.ndarray:
+        """Node count of every path."""
+        return np.diff(self.first)
+
+    def by_length(self, min_length: int = 1) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """``(rows, nodes)`` per path length of at least ``min_length``: the paths of
+        that length and their nodes as one matrix (a row per path), so per-path work is
+        one numpy operation per length."""
+        lengths = self.lengths
+        for length in np.flatnonzero(np.bincount(lengths)).tolist():
+            if length >= min_length:
+                rows = np.flatnonzero(lengths == length)
+                yield rows, self.flat[self.first[rows, None] + np.arange(length)]
+
     def __len__(self) -> int:
         return int(self.first.size - 1)
 

@@ -68,13 +68,12 @@ def unpack_v3(data: Mapping[str, Any], gpus: Sequence[str]) -> PathTable:
     src = _ints(cols["src"], 0, size, "chunks.src")
     dst = _ints(cols["dst"], 0, size, "chunks.dst")
     lengths = _ints(cols["path_length"], 2, None, "chunks.path_length")
-    first = np.zeros(n + 1, np.int64)
-    np.cumsum(lengths, out=first[1:])
-    if len(cols["path_nodes"]) != first[-1]:
+    if len(cols["path_nodes"]) != lengths.sum():
         raise ScheduleError(f"'chunks.path_nodes' has {len(cols['path_nodes'])} entries, "
-                            f"the path lengths add up to {int(first[-1])}")
+                            f"the path lengths add up to {int(lengths.sum())}")
     flat = _ints(cols["path_nodes"], 0, size, "chunks.path_nodes")
-    return _table(nodes, src, dst, _floats(cols["share"], "chunks.share"), flat, first)
+    return _table(nodes, src, dst, _floats(cols["share"], "chunks.share"),
+                  FlatPaths.of_lengths(flat, lengths))
 
 
 def unpack_v2_paths(data: Mapping[str, Any], gpus: Sequence[str]) -> PathTable:
@@ -86,13 +85,8 @@ def unpack_v2_paths(data: Mapping[str, Any], gpus: Sequence[str]) -> PathTable:
     dst = _ints(list(cols[1]), 0, len(nodes), "chunks[].dst", rows=True)
     shares = _floats(list(cols[2]), "chunks[].share", rows=True)
     path = _ints(list(cols[3]), 0, len(raw_paths), "chunks[].path", rows=True)
-    lens = np.fromiter(map(len, raw_paths), np.int64, count=len(raw_paths))
-    stored = FlatPaths(np.fromiter((v for p in raw_paths for v in p), np.int64, count=int(lens.sum())),
-                       np.concatenate([[0], np.cumsum(lens)]).astype(np.int64))
-    lengths, flat = path_nodes(stored, path)
-    first = np.zeros(len(rows) + 1, np.int64)
-    np.cumsum(lengths, out=first[1:])
-    return _table(nodes, src, dst, shares, flat, first)
+    lengths, flat = path_nodes(FlatPaths.of_tuples(raw_paths), path)
+    return _table(nodes, src, dst, shares, FlatPaths.of_lengths(flat, lengths))
 
 
 def _node_table(data: Mapping[str, Any], gpus: Sequence[str]) -> list[str]:
@@ -103,14 +97,14 @@ def _node_table(data: Mapping[str, Any], gpus: Sequence[str]) -> list[str]:
 
 
 def _table(nodes: list[str], src: np.ndarray, dst: np.ndarray, shares: np.ndarray,
-           flat: np.ndarray, first: np.ndarray) -> PathTable:
+           paths: FlatPaths) -> PathTable:
     """The table, a node id listed twice (a GPU again in ``nodes``) given one index."""
     distinct = list(dict.fromkeys(nodes))
     if len(distinct) < len(nodes):
         where = {v: i for i, v in enumerate(distinct)}
         canon = np.fromiter(map(where.__getitem__, nodes), np.int64, count=len(nodes))
-        src, dst, flat = canon[src], canon[dst], canon[flat]
-    return PathTable(distinct, src, dst, shares, FlatPaths(flat, first))
+        src, dst, paths = canon[src], canon[dst], FlatPaths(canon[paths.flat], paths.first)
+    return PathTable(distinct, src, dst, shares, paths)
 
 
 def _where(name: str, i: int, rows: bool) -> str:

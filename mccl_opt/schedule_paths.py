@@ -47,7 +47,7 @@ class PathTable:
     @property
     def lengths(self) -> np.ndarray:
         """Node count of every chunk's path."""
-        return np.diff(self.paths.first)
+        return self.paths.lengths
 
     def node_map(self, node_ids: Sequence[str]) -> np.ndarray:
         """Per node of this table, its index in ``node_ids`` (-1 where absent)."""
@@ -125,12 +125,9 @@ class PathChunks(Sequence[PathChunk]):
         (``zip`` over the columns of a node-id matrix, no per-chunk slicing)."""
         t = self.table
         ids = np.array(t.node_ids, dtype=object)
-        flat, first, lengths = t.paths.flat, t.paths.first, t.lengths
-        paths: list[tuple[str, ...]] = [()] * lengths.size
-        for length in np.flatnonzero(np.bincount(lengths)).tolist():
-            rows = np.flatnonzero(lengths == length)
-            names = ids[flat[first[rows, None] + np.arange(length)]]
-            for i, path in zip(rows.tolist(), zip(*names.T.tolist())):
+        paths: list[tuple[str, ...]] = [()] * len(t.paths)
+        for rows, nodes in t.paths.by_length():
+            for i, path in zip(rows.tolist(), zip(*ids[nodes].T.tolist())):
                 paths[i] = path
         return list(map(PathChunk, ids[t.src].tolist(), ids[t.dst].tolist(), t.shares.tolist(), paths))
 
@@ -182,11 +179,9 @@ def path_table(chunks: Sequence) -> tuple[PathTable, np.ndarray]:
     ids = list(dict.fromkeys(chain(srcs, dsts, chain.from_iterable(paths))))
     index = {v: i for i, v in enumerate(ids)}.__getitem__
     lengths = np.fromiter(map(len, paths), np.int64, count=len(paths))
-    first = np.zeros(len(paths) + 1, np.int64)
-    np.cumsum(lengths, out=first[1:])
-    flat = np.fromiter(map(index, chain.from_iterable(paths)), np.int64, count=int(first[-1]))
+    flat = np.fromiter(map(index, chain.from_iterable(paths)), np.int64, count=int(lengths.sum()))
     table = PathTable(ids, np.fromiter(map(index, srcs), np.int64, count=len(items)),
                       np.fromiter(map(index, dsts), np.int64, count=len(items)),
                       np.fromiter((c.share for c in items), float, count=len(items)),
-                      FlatPaths(flat, first))
+                      FlatPaths.of_lengths(flat, lengths))
     return table, positions

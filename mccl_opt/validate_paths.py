@@ -46,7 +46,7 @@ def check_alltoall(topo: Topology, sched: Schedule, tol: float, problems: list[s
     starts_right, ends_right = _path_ends(flat, first, lengths, src, dst)
     flags = [~ends_ok,
              ends_ok & ~(starts_right & ends_right),
-             ends_ok & _revisits(flat, first, lengths),
+             ends_ok & _revisits(table),
              ends_ok & (shares <= 0)]
     k = sched.max_chunks
     if k:
@@ -92,13 +92,12 @@ def _path_ends(flat: np.ndarray, first: np.ndarray, lengths: np.ndarray, src: np
     return some & (head == src), some & (tail == dst)
 
 
-def _revisits(flat: np.ndarray, first: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+def _revisits(table: PathTable) -> np.ndarray:
     """Per chunk, whether its path lists a node twice (the paths of each length sorted as
     one matrix)."""
-    out = np.zeros(lengths.size, bool)
-    for length in np.flatnonzero(np.bincount(lengths[lengths > 1])).tolist():
-        rows = np.flatnonzero(lengths == length)
-        block = np.sort(flat[first[rows, None] + np.arange(length)], axis=1)
+    out = np.zeros(len(table.paths), bool)
+    for rows, nodes in table.paths.by_length(min_length=2):
+        block = np.sort(nodes, axis=1)
         out[rows] = (block[:, 1:] == block[:, :-1]).any(axis=1)
     return out
 

@@ -82,11 +82,8 @@ class PathTable:
     @classmethod
     def build(cls, paths: Sequence[tuple[int, ...]], topo: Topology) -> "PathTable":
         """The table of ``paths`` (node-index tuples, shared as ``nodes``) on ``topo``."""
-        lens = np.fromiter(map(len, paths), np.int64, count=len(paths))
-        flat = np.fromiter(chain.from_iterable(paths), np.int64, count=int(lens.sum()))
-        first = np.zeros(len(paths) + 1, np.int64)
-        np.cumsum(lens, out=first[1:])
-        return cls.from_flat(flat, first, topo, paths)
+        stored = FlatPaths.of_tuples(paths)
+        return cls.from_flat(stored.flat, stored.first, topo, paths)
 
     @classmethod
     def from_flat(cls, flat: np.ndarray, first: np.ndarray, topo: Topology,
