@@ -88,14 +88,14 @@ def cut_bound_gbps(topo: Topology) -> float | None:
 
 
 def solve_by_general(topo: Topology, warm: Schedule | None, backend: str,
-                     max_chunks: int | None, reason: str) -> Schedule:
-    """The general method, with the cut bound for ``stats['cut_bound_gbps']`` and
-    ``stats['general_reason']`` saying why it ran."""
+                     max_chunks: int | None, reason: str, bound: float | None) -> Schedule:
+    """The general method, with the cut bound ``bound`` (:func:`cut_bound_gbps`) for
+    ``stats['cut_bound_gbps']`` and ``stats['general_reason']`` saying why it ran."""
     from .general import solve_general      # column generation over trees: only here
 
     progress.update("AllGather: general method (column generation over trees)")
     sched = solve_general(topo, warm=warm, backend=backend, max_chunks=max_chunks,
-                          cut_bound_gbps=cut_bound_gbps(topo))
+                          cut_bound_gbps=bound)
     sched.stats["general_reason"] = reason
     return sched
 
@@ -137,10 +137,10 @@ def solve_unbalanced(topo: Topology, warm: Schedule | None, backend: str,
         return _rerated(weaker, topo, bound, "weaker-direction fabric reaches the cut bound")
     best = solve_by_restriction(topo, warm, backend, max_chunks, forestcoll, bound)
     if best is None:
-        best = solve_by_general(topo, warm, backend, max_chunks, "unbalanced switches")
+        best = solve_by_general(topo, warm, backend, max_chunks, "unbalanced switches", bound)
     elif best.rate_gbps < best.lp_rate_gbps * (1 - RESTRICTION_ROUNDING_GAP):
         general = solve_by_general(topo, warm, backend, max_chunks,
-                                   "balanced restriction rounded too far below its optimum")
+                                   "balanced restriction rounded too far below its optimum", bound)
         if general.rate_gbps > best.rate_gbps * (1 + _REACH_TOL):
             best = general
     if weaker is not None:

@@ -26,7 +26,8 @@ from ..topology import Topology
 from .assemble import Optimum, Run, packed
 from .budget import CutBounds
 from .canonical import canonical
-from .chain import EXACT_TREES_LIMIT, solve_by_general, solve_unbalanced, switches_balanced
+from .chain import (EXACT_TREES_LIMIT, cut_bound_gbps, solve_by_general, solve_unbalanced,
+                    switches_balanced)
 from .certify import Certificate, GuessKind, keep_or_reroute, warm_budget, warm_guess
 from .fabric import fabric_of
 from .pipeline import balanced_split, check_inputs, pack, phase_one_budget
@@ -69,12 +70,15 @@ def _solve(topo: Topology, warm: Schedule | None, backend: str, max_chunks: int 
     try:
         sched = _typed_forestcoll(topo, warm, backend, max_chunks, step_aware)
     except SolveError as e:
-        return solve_by_general(topo, warm, backend, max_chunks, f"ForestColl: {e}")
+        return solve_by_general(topo, warm, backend, max_chunks, f"ForestColl: {e}",
+                                cut_bound_gbps(topo))
     if sched is None:
         return solve_by_general(topo, warm, backend, max_chunks,
-                                f"more than {EXACT_TREES_LIMIT} exact trees per root")
+                                f"more than {EXACT_TREES_LIMIT} exact trees per root",
+                                cut_bound_gbps(topo))
     if sched.stats.get("balanced_exactly") is False:
-        return solve_by_general(topo, warm, backend, max_chunks, "switch balancing lost capacity")
+        return solve_by_general(topo, warm, backend, max_chunks, "switch balancing lost capacity",
+                                cut_bound_gbps(topo))
     return sched
 
 
