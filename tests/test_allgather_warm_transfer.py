@@ -11,7 +11,7 @@ from instances import fail2, fail3, hpn
 from mccl_opt import Schedule, validate
 from mccl_opt.allgather import restore_warm_state, solve_allgather
 from mccl_opt.allgather.canonical import canonical
-from mccl_opt.allgather.forest import FlatPaths, PathTable, link_lookup
+from mccl_opt.allgather.forest import FlatPaths, SwitchPathTable, link_lookup
 from mccl_opt.allgather.transfer import _loop_free, carried
 from mccl_opt.allgather.warm import Previous
 from mccl_opt.topology import Topology
@@ -124,7 +124,7 @@ def test_link_lookup_and_flat_paths():
             for x, y in zip(a.tolist(), b.tolist())]
     assert link_lookup(topo, a, b).tolist() == want
     paths = [(0, 8, 1), (3, 8, 2)]
-    table = PathTable.build(paths, topo)
+    table = SwitchPathTable.build(paths, topo)
     flat = FlatPaths(table.flat, table.first)
     assert list(flat) == paths and flat[-1] == paths[-1]
     with pytest.raises(IndexError):

@@ -4,7 +4,7 @@ ForestColl-warm (paper §4.3; docs/allgather.md, *Rerouting*) edits the previous
 schedule's *physical* trees.  :class:`PhysicalForest` holds them as arrays only (the
 parent rank of every rank and the switch path it hangs on, per tree, with a
 multiplicity of ``k`` unit trees per root, and every tree's edges as a row of path
-indices, parents first); :class:`PathTable` indexes the switch paths as flat node
+indices, parents first); :class:`SwitchPathTable` indexes the switch paths as flat node
 arrays.  No Python object per tree edge is made: the schedule's chunks are a
 :class:`~mccl_opt.TreeChunks` view of the same arrays (:meth:`PhysicalForest.tree_chunks`).
 A forest is built from Phase 3's mapped trees (:meth:`PhysicalForest.from_mapped`), from
@@ -30,7 +30,7 @@ from ..topology import Topology
 from .depths import fill_depths, spanning_depths
 from .mapping import MappedTrees
 
-__all__ = ["PathTable", "FlatPaths", "PhysicalForest", "requantized", "largest_remainder",
+__all__ = ["SwitchPathTable", "FlatPaths", "PhysicalForest", "requantized", "largest_remainder",
            "rebuilt", "unit_loads", "edge_order", "link_lookup", "hop_positions",
            "MAX_TREES_PER_ROOT"]
 
@@ -60,7 +60,7 @@ def hop_positions(first: np.ndarray) -> np.ndarray:
 
 
 @dataclass(frozen=True)
-class PathTable:
+class SwitchPathTable:
     """Switch paths by index on one topology: path ``j`` visits the nodes
     ``flat[first[j]:first[j+1]]`` (``nodes[j]``: the same as a tuple) and crosses the
     links ``links[start[j]:start[j+1]]`` (``-1`` where the topology has no such link),
@@ -80,7 +80,7 @@ class PathTable:
     gpu_nodes: np.ndarray
 
     @classmethod
-    def build(cls, paths: Sequence[tuple[int, ...]], topo: Topology) -> "PathTable":
+    def build(cls, paths: Sequence[tuple[int, ...]], topo: Topology) -> "SwitchPathTable":
         """The table of ``paths`` (node-index tuples, shared as ``nodes``) on ``topo``."""
         stored = FlatPaths.of_tuples(paths)
         return cls.from_flat(stored.flat, stored.first, topo, paths)
@@ -88,7 +88,7 @@ class PathTable:
     @classmethod
     def from_flat(cls, flat: np.ndarray, first: np.ndarray, topo: Topology,
                   nodes: Sequence[tuple[int, ...]] | None = None,
-                  links: np.ndarray | None = None) -> "PathTable":
+                  links: np.ndarray | None = None) -> "SwitchPathTable":
         """The table of the flat paths ``flat``/``first`` on ``topo`` (``links``: their
         links if the caller knows them)."""
         arr, n = topo.arrays, topo.num_nodes
@@ -104,14 +104,14 @@ class PathTable:
                    first - np.arange(first.size), links, arr.rank_of[tails],
                    arr.rank_of[heads], key, tuple(nd.id for nd in topo.nodes), arr.gpu_nodes)
 
-    def extended(self, paths: Sequence[tuple[int, ...]], topo: Topology) -> "PathTable":
+    def extended(self, paths: Sequence[tuple[int, ...]], topo: Topology) -> "SwitchPathTable":
         """This table followed by ``paths`` (on the same topology)."""
         if not paths:
             return self
-        more = PathTable.build(paths, topo)
+        more = SwitchPathTable.build(paths, topo)
         flat = np.concatenate([self.flat, more.flat])
         first = np.concatenate([self.first, more.first[1:] + self.first[-1]])
-        return PathTable(FlatPaths(flat, first), flat, first,
+        return SwitchPathTable(FlatPaths(flat, first), flat, first,
                          np.concatenate([self.start, more.start[1:] + self.start[-1]]),
                          np.concatenate([self.links, more.links]),
                          np.concatenate([self.tail, more.tail]),
@@ -133,7 +133,7 @@ class PhysicalForest:
     parent: np.ndarray
     via: np.ndarray
     depth: np.ndarray
-    paths: PathTable
+    paths: SwitchPathTable
     rows: np.ndarray
 
     @classmethod
@@ -146,8 +146,8 @@ class PhysicalForest:
             rows = np.array(mapped.edges, np.int64)
         rows = rows.reshape(num_trees, num_gpus - 1)
         paths = mapped.paths
-        table = (PathTable.from_flat(paths.flat, paths.first, topo, paths)
-                 if isinstance(paths, FlatPaths) else PathTable.build(paths, topo))
+        table = (SwitchPathTable.from_flat(paths.flat, paths.first, topo, paths)
+                 if isinstance(paths, FlatPaths) else SwitchPathTable.build(paths, topo))
         parent, via = _index_trees(rows, table.tail, table.head, num_gpus)
         return cls(int(k), np.asarray(mapped.roots, np.int64), np.asarray(mapped.mults, np.int64),
                    parent, via, np.asarray(depths, np.int64), table, rows)
@@ -174,7 +174,7 @@ class PhysicalForest:
         index = {nd.id: i for i, nd in enumerate(topo.nodes)}
         if any(v not in index for p in paths for v in p):
             return None
-        table = PathTable.build([tuple(index[v] for v in p) for p in paths], topo)
+        table = SwitchPathTable.build([tuple(index[v] for v in p) for p in paths], topo)
         inner = np.array([v for p in table.nodes for v in p[1:-1]], np.int64)
         if (table.links < 0).any() or (table.tail < 0).any() or (table.head < 0).any() \
                 or not topo.arrays.is_switch[inner].all():
@@ -300,7 +300,7 @@ def largest_remainder(mults, roots, k, k_old):
     return out
 
 
-def rebuilt(forest: PhysicalForest, table: PathTable, parent: np.ndarray, via: np.ndarray,
+def rebuilt(forest: PhysicalForest, table: SwitchPathTable, parent: np.ndarray, via: np.ndarray,
             mult: np.ndarray, roots: np.ndarray, changed: np.ndarray) -> PhysicalForest:
     """The forest with trees ``parent``/``via`` over ``table`` (its first trees are
     ``forest``'s; the arrays are taken, not copied) and new edge rows (by depth,

@@ -33,7 +33,7 @@ import numpy as np
 from numba import njit
 
 from ..topology import Topology
-from .forest import PathTable, PhysicalForest, rebuilt, requantized, unit_loads
+from .forest import SwitchPathTable, PhysicalForest, rebuilt, requantized, unit_loads
 
 __all__ = ["Rerouted", "reroute"]
 
@@ -411,7 +411,7 @@ def _crossing(via, p_start, p_links, over):
     return trees, ranks
 
 
-def _one_switch_paths(topo: Topology, heads: np.ndarray, table: PathTable
+def _one_switch_paths(topo: Topology, heads: np.ndarray, table: SwitchPathTable
                       ) -> list[tuple[int, ...]]:
     """Every ``gpu -> switch -> head`` path into the head ranks (a mask over ranks)
     not in ``table``."""
@@ -507,7 +507,7 @@ def reroute(forest: PhysicalForest, topo: Topology, cap_q: np.ndarray, k: int,
     return Rerouted(new, units.load / forest.k, moves, int(work.changed[:trees].sum()))
 
 
-def _edit(forest: PhysicalForest, paths: Paths, table: PathTable, units: Units,
+def _edit(forest: PhysicalForest, paths: Paths, table: SwitchPathTable, units: Units,
           cand_t: np.ndarray, cand_v: np.ndarray, heads: np.ndarray,
           slots: int) -> tuple[Trees, int, int]:
     """The passes of :func:`_reroute_edges` on a copy of ``forest`` with room for
@@ -532,7 +532,7 @@ def _edit(forest: PhysicalForest, paths: Paths, table: PathTable, units: Units,
     return work, trees, moves
 
 
-def _candidate_paths(table: PathTable, heads: np.ndarray, num_gpus: int) -> Paths:
+def _candidate_paths(table: SwitchPathTable, heads: np.ndarray, num_gpus: int) -> Paths:
     """The kernels' view of ``table``: every path, and those into the ``heads`` ranks
     grouped by head rank."""
     into = np.flatnonzero(heads[table.head])

@@ -24,7 +24,7 @@ from typing import Sequence
 import numpy as np
 
 from ..topology import Topology
-from .forest import PathTable, PhysicalForest, hop_positions, link_lookup
+from .forest import SwitchPathTable, PhysicalForest, hop_positions, link_lookup
 
 __all__ = ["carried"]
 
@@ -51,7 +51,7 @@ def carried(forest: PhysicalForest, old_gpus: Sequence[str],
     links = link_of[table.links]                     # the new link of every path hop
     broken = np.flatnonzero(links < 0)
     if broken.size == 0:
-        return _with_paths(forest, PathTable.from_flat(flat, table.first, topo, links=links))
+        return _with_paths(forest, SwitchPathTable.from_flat(flat, table.first, topo, links=links))
     at = hop_positions(table.first)[broken]
     is_new = np.zeros(topo.num_nodes, bool)
     is_new[arr.gpu_nodes[replaced]] = True
@@ -132,7 +132,7 @@ def _loop_free(path: list[int]) -> list[int]:
 
 
 def _rewritten(flat: np.ndarray, first: np.ndarray, links: np.ndarray,
-               spliced: dict[int, list[int]], topo: Topology) -> PathTable:
+               spliced: dict[int, list[int]], topo: Topology) -> SwitchPathTable:
     """The table of the flat paths (hops over ``links``) with the paths ``spliced``
     replaced, indices kept: the untouched runs between them are copied as blocks."""
     start = first - np.arange(first.size)
@@ -151,11 +151,11 @@ def _rewritten(flat: np.ndarray, first: np.ndarray, links: np.ndarray,
     link_parts.append(links[start[done]:])
     new_first = np.zeros_like(first)
     np.cumsum(lens, out=new_first[1:])
-    return PathTable.from_flat(np.concatenate(node_parts), new_first, topo,
+    return SwitchPathTable.from_flat(np.concatenate(node_parts), new_first, topo,
                                links=np.concatenate(link_parts))
 
 
-def _with_paths(forest: PhysicalForest, table: PathTable) -> PhysicalForest | None:
+def _with_paths(forest: PhysicalForest, table: SwitchPathTable) -> PhysicalForest | None:
     """``forest`` over ``table`` (same path indices, hence the same parent ranks)."""
     if (table.links < 0).any() or not (table.tail == forest.paths.tail).all() \
             or not (table.head == forest.paths.head).all():
