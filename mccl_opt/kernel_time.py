@@ -21,7 +21,7 @@ import time
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator
 
-__all__ = ["KernelClock", "kernel_seconds", "TOTAL_KEYS", "charge_apart"]
+__all__ = ["KernelClock", "kernel_seconds", "thread_kernel_seconds", "TOTAL_KEYS", "charge_apart"]
 
 #: a schedule's whole-solve timings (``solver`` and ``stats``); phase timings stay raw
 TOTAL_KEYS = ("seconds", "total_s")
@@ -33,6 +33,12 @@ _register_lock = threading.Lock()
 
 def _thread_total() -> float:
     return getattr(_per_thread, "total", 0.0)
+
+
+def thread_kernel_seconds() -> float:
+    """Kernel compile/load seconds this thread has spent so far (a running total; only
+    counted while some :func:`kernel_seconds` block has registered the listener)."""
+    return _thread_total()
 
 
 def _register_listener() -> None:

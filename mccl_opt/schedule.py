@@ -30,6 +30,7 @@ import numpy as np
 
 from .errors import ScheduleError
 from .files import read_json, write_json
+from .report import SolveReport
 from .schedule_chunks import Chunk, PathChunk, TreeChunk, TreeChunks, TreeTable, distinct_paths
 from .schedule_format import (FORMAT_V1, FORMAT_V2, as_list, as_object, jsonable, number, pack_v1,
                               pack_v2, pack_v2_table, unpack_chunks, unpack_tree_table,
@@ -93,6 +94,7 @@ class Schedule:
     solver: dict[str, Any] = field(default_factory=dict)
     stats: dict[str, Any] = field(default_factory=dict)
     warm_state: Any = field(default=None, repr=False, compare=False)
+    report: SolveReport | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.collective not in COLLECTIVES:
@@ -145,6 +147,8 @@ class Schedule:
                  solver=jsonable(self.solver))
         if self.stats:
             d["stats"] = jsonable(self.stats)
+        if self.report is not None:
+            d["report"] = jsonable(self.report.to_dict())
         return d
 
     def _path_table(self) -> PathTable:
@@ -203,6 +207,7 @@ class Schedule:
             version=version_number(data.get("version", 1)),
             solver=as_object(data.get("solver", {}), "solver"),
             stats=as_object(data.get("stats", {}), "stats"),
+            report=None if data.get("report") is None else SolveReport.from_dict(data["report"]),
         )
 
     def save(self, path: str | Path, compact: bool = True) -> None:

@@ -18,7 +18,8 @@ collective, concurrently), and publishes new versions.
   ForestColl-warm).
 * Every synthesized schedule is validated (:func:`mccl_opt.validate.validate`) on the
   job's topology in the worker; an invalid one ends the job as ``failed``.
-* Time bound: the synthesizer gets ``time_limit_s`` (AllToAll honours it); a job still
+* Time bound: the synthesizer gets ``time_limit_s`` (both synthesizers honour it and
+  return their best valid schedule by then, ``report.termination`` saying so); a job still
   running after it is abandoned (its result is discarded; a Python thread cannot be
   killed, so the CPU is freed only when it returns).
 * Re-check before publish: a finished job is published only if, under the *latest*
@@ -107,7 +108,8 @@ def solver_synthesizer(backend: str = "highs", max_chunks: int = 10) -> Synthesi
         if kind == "alltoall":
             return mccl_opt.solve_alltoall(topo, warm=warm, backend=backend, max_chunks=max_chunks,
                                            time_limit=time_limit_s)
-        return mccl_opt.solve_allgather(topo, warm=warm, backend=backend, max_chunks=max_chunks)
+        return mccl_opt.solve_allgather(topo, warm=warm, backend=backend, max_chunks=max_chunks,
+                                        time_limit=time_limit_s)
 
     return synthesize
 

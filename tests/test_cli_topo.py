@@ -201,7 +201,7 @@ def test_solve_reports_steps_warm_mode_status_and_backend(tmp_path, capsys, coll
     assert cold["warm"] == "cold"
     assert warm["warm"].startswith(warm_label) and warm["warm"] != "warm:"
     if collective == "alltoall":
-        assert warm["warm"] == "warm:" + mo.Schedule.load(new).stats["warm_mode"]
+        assert warm["warm"] == "warm:" + mo.Schedule.load(new).report.warm.value
     assert main(["solve", collective, "hpn-1x2x4", "--warm", str(old), "--warm-topology", "hpn-1x2x4-fail2"]) == 0
     table = capsys.readouterr().out.splitlines()
     assert max(len(line) for line in table) <= 100

@@ -35,7 +35,8 @@ def as_tuples(sched: Schedule) -> Schedule:
     """``sched`` with its chunks spelled out (what every schedule was before arrays)."""
     return Schedule(sched.collective, sched.topology, sched.gpus, sched.rate_gbps,
                     sched.lp_rate_gbps, sched.max_chunks, per_edge(sched.chunks),
-                    sched.bottleneck, sched.version, sched.solver, sched.stats)
+                    sched.bottleneck, sched.version, sched.solver, sched.stats,
+                    report=sched.report)
 
 
 @pytest.fixture(scope="module", params=FABRICS, ids=lambda t: t.name)

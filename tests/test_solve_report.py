@@ -9,6 +9,7 @@ import json
 import pytest
 
 import mccl_opt as mo
+from mccl_opt.report import Termination
 from instances import fail2, hpn
 from mccl_opt.cli import main
 from mccl_opt.cli.solve import certificate
@@ -55,10 +56,12 @@ def test_allgather_reports_the_method_it_ran(tmp_path, capsys):
 
 
 def test_certificate_of_a_stopped_tree_master():
+    """The certificate is read from the typed report, not from ``stats``."""
     sched = mo.solve_allgather(hpn(1, 2, 2))
-    stopped = dataclasses.replace(sched, stats={**sched.stats, "cg_status": "time_limit",
-                                                "bound_gbps": 2 * sched.rate_gbps})
+    report = dataclasses.replace(sched.report, termination=Termination.TIME_LIMIT,
+                                 bound_gbps=2 * sched.rate_gbps)
+    stopped = dataclasses.replace(sched, report=report, stats={**sched.stats, "cg_status": "optimal"})
     assert certificate(stopped) == {"status": "time_limit", "bound_gbps": 2 * sched.rate_gbps,
                                     "certified_gap": pytest.approx(0.5)}
-    unbounded = dataclasses.replace(stopped, stats={**stopped.stats, "bound_gbps": float("inf")})
+    unbounded = dataclasses.replace(stopped, report=dataclasses.replace(report, bound_gbps=None))
     assert certificate(unbounded)["bound_gbps"] is None and certificate(unbounded)["certified_gap"] is None

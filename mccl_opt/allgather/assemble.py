@@ -19,6 +19,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from ..report import Method, SolveReport, Termination, WarmUse
 from ..schedule import Schedule, TreeChunk, bottleneck_links, schedule_rate
 from ..topology import Topology
 from .budget import CutBounds
@@ -101,21 +102,26 @@ def cut_ids(topo: Topology, p1: PhaseOneResult) -> set[str]:
 
 
 def assemble(run: Run, opt: Optimum, k: int, chunks: Sequence[TreeChunk], loads: np.ndarray,
-             state: WarmState, warm_algorithm: bool) -> Schedule:
-    """The schedule of ``chunks`` (``k`` unit trees per root) with share ``loads`` per link."""
+             state: WarmState, warm: WarmUse) -> Schedule:
+    """The schedule of ``chunks`` (``k`` unit trees per root) with share ``loads`` per link;
+    its report: ForestColl, optimal at the chunk budget, bounded by ``x*``."""
     topo, stats = run.topo, run.stats
     rate = schedule_rate(topo, loads)
     seconds = time.perf_counter() - run.t_start
     stats["total_s"] = seconds
+    # the quantized optimum may sit up to 5e-7 below a schedule's true rate (.fabric)
+    optimum = max(opt.x_star_gbps, rate)
+    report = SolveReport(collective="allgather", method=Method.FORESTCOLL,
+                         termination=Termination.OPTIMAL, bound_gbps=optimum, warm=warm,
+                         max_chunks=run.max_chunks, seconds=seconds, k=int(k))
     return Schedule(
         collective="allgather", topology=topo.name, gpus=topo.gpus, rate_gbps=rate,
-        # the quantized optimum may sit up to 5e-7 below a schedule's true rate (.fabric)
-        lp_rate_gbps=max(opt.x_star_gbps, rate), max_chunks=run.max_chunks, chunks=chunks,
+        lp_rate_gbps=optimum, max_chunks=run.max_chunks, chunks=chunks,
         bottleneck=bottleneck_links(topo, loads, rate, k, saturated=opt.fab.cut_arcs(opt.p1.cut)),
         solver={"backend": "maxflow", "seconds": seconds,
                 "maxflow_calls": opt.p1.maxflow_calls + opt.maxflows,
-                "algorithm": "forestcoll-warm" if warm_algorithm else "forestcoll"},
-        stats=stats, warm_state=state)
+                "algorithm": "forestcoll" if warm is WarmUse.COLD else "forestcoll-warm"},
+        stats=stats, warm_state=state, report=report)
 
 
 def kept(run: Run, opt: Optimum, loads: np.ndarray) -> Schedule:
@@ -126,7 +132,7 @@ def kept(run: Run, opt: Optimum, loads: np.ndarray) -> Schedule:
                       if key in prev.stats})
     run.stats["k"], run.stats["reused_schedule"] = state.k, True
     return assemble(run, opt, state.k, prev.chunks, loads,
-                    state.with_cut(cut_ids(run.topo, opt.p1)), True)
+                    state.with_cut(cut_ids(run.topo, opt.p1)), WarmUse.KEPT)
 
 
 def rerouted(run: Run, opt: Optimum, result: Rerouted) -> Schedule:
@@ -138,7 +144,7 @@ def rerouted(run: Run, opt: Optimum, result: Rerouted) -> Schedule:
     state = WarmState.of_trees(run.topo, cut_ids(run.topo, opt.p1), forest.k, forest.shapes(),
                                result.loads, forest=forest)
     return assemble(run, opt, forest.k, forest.tree_chunks(), result.loads, state,
-                    True)
+                    WarmUse.REROUTED)
 
 
 def packed(run: Run, opt: Optimum, result: Packed) -> Schedule:
@@ -166,7 +172,8 @@ def packed(run: Run, opt: Optimum, result: Packed) -> Schedule:
         stats["guided_roots"] = len(run.guides)
     state = WarmState.of_trees(topo, cut_ids(topo, opt.p1), k, _shapes_of(result, ranks), loads,
                                mapped=trees, tree_depths=depths)
-    return assemble(run, opt, k, chunks, loads, state, run.prev is not None)
+    return assemble(run, opt, k, chunks, loads, state,
+                    WarmUse.COLD if run.prev is None else WarmUse.SHAPES)
 
 
 def _shapes_of(result: Packed, ranks: np.ndarray) -> Shapes:

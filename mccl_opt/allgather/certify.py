@@ -21,9 +21,10 @@ from dataclasses import dataclass
 from enum import Enum
 from fractions import Fraction
 
+from .. import anytime
 from ..schedule import Schedule
 from .assemble import Optimum, RerouteOutcome, Run, kept, packed, rerouted
-from .budget import exact_k, guess_budget, guess_trees
+from .budget import EXACT_TREES_LIMIT, exact_k, guess_budget, guess_trees
 from .fabric import quantum_for
 from .pipeline import Budget, Packed, Packing, SplitKind, balanced_split, spread_logical
 from .repair import repair_pack
@@ -75,7 +76,7 @@ def warm_guess(run: Run) -> Schedule | None:
     found = guess_trees(fab, bound, run.max_chunks, run.cuts)
     run.stats["phase1_s"] = time.perf_counter() - t
     run.stats["phase1_maxflows"] = 0
-    if found is None:
+    if found is None or found[0] > EXACT_TREES_LIMIT:   # cold would not pack that many
         return None
     k, y = found
     opt = Optimum.guessed(fab, bound, quantum, 0)
@@ -131,12 +132,14 @@ def _keep_or_certify(run: Run, guess: Guess) -> Schedule | None:
     if loads is not None:
         run.stats[key] = Certificate.KEPT.value
         return kept(run, guess.opt, loads)
+    anytime.check("ForestColl-warm: before rerouting")
     result = _reroute_previous(run, guess.opt.fab, guess.k, guess.y)
     if result is not None:
         run.stats[key] = Certificate.REROUTED.value
         return rerouted(run, guess.opt, result)
     if not guess.pack and run.reroute is RerouteOutcome.FAILED:
         return None
+    anytime.check("ForestColl-warm: before certifying by packing")
     run.stats["k_exact"] = int(exact_k(guess.opt.fab, guess.opt.p1))
     found = _certify_by_packing(run, guess.opt.fab, guess.k, guess.y)
     if found is None:

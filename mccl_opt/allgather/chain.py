@@ -29,24 +29,24 @@ The general method never fails on a connected fabric with positive capacities.
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable
+import time
+from dataclasses import dataclass, field
+from typing import Callable, TypeVar
 
 import numpy as np
 
-from .. import progress
+from .. import anytime, progress
 from ..errors import MCCLError, SolveError, TopologyError
+from ..report import Attempt, Method
 from ..schedule import Schedule, bottleneck_links, schedule_rate, share_loads
 from ..topology import Topology
+from .budget import EXACT_TREES_LIMIT
 from .fabric import fabric_of
 from .pipeline import gbps
 from .throughput import optimal_rate
 
-__all__ = ["EXACT_TREES_LIMIT", "RESTRICTION_ROUNDING_GAP", "switches_balanced", "cut_bound_gbps",
+__all__ = ["Declined", "Trail", "ForestColl", "EXACT_TREES_LIMIT", "RESTRICTION_ROUNDING_GAP", "switches_balanced", "cut_bound_gbps",
            "solve_by_general", "weaker_directions", "solve_by_restriction", "solve_unbalanced"]
-
-#: above this many exact trees per root (``max_chunks=None``), the general method
-#: solves instead of ForestColl's exact packing
-EXACT_TREES_LIMIT = 4096
 
 #: with ``max_chunks=K``, a balanced-restriction schedule rounded further than this below
 #: its optimum also runs the general method, and the better rounding is kept (ForestColl's
@@ -62,10 +62,43 @@ _BALANCE_TOL = 1e-12
 #: exact rationals of the quantized capacities; this only absorbs the Gbps conversion)
 _REACH_TOL = 1e-9
 
-#: ForestColl on a (canonically listed, balanced) topology, warm-started, optionally with
-#: another chunk limit than the caller's; ``None`` when it declines (see
-#: :func:`.solve._forestcoll`); raises :class:`SolveError` on failure
-ForestColl = Callable[..., "Schedule | None"]
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Declined:
+    """A method that chose not to solve a fabric, and why (the next method runs)."""
+
+    reason: str
+
+
+#: ForestColl on a (canonically listed, balanced) topology, warm-started from a schedule,
+#: at a chunk limit (see :func:`.solve._forestcoll`); raises :class:`SolveError` on failure
+ForestColl = Callable[[Topology, "Schedule | None", "int | None"], "Schedule | Declined"]
+
+
+@dataclass
+class Trail:
+    """The methods one solve tried, in order, with their times and outcomes
+    (``SolveReport.attempts``)."""
+
+    attempts: list[Attempt] = field(default_factory=list)
+
+    def add(self, attempt: Attempt) -> None:
+        self.attempts.append(attempt)
+
+    def run(self, method: Method, attempt: Callable[[], T], outcome: str) -> T:
+        """``attempt()``, recorded as ``method`` with ``outcome`` (a failure is recorded
+        with its error and re-raised)."""
+        t = time.perf_counter()
+        try:
+            result = attempt()
+        except (SolveError, TopologyError) as e:
+            self.add(Attempt(method, time.perf_counter() - t, f"failed: {e}"))
+            raise
+        self.add(Attempt(method, time.perf_counter() - t,
+                         f"declined: {result.reason}" if isinstance(result, Declined) else outcome))
+        return result
 
 
 def switches_balanced(topo: Topology) -> bool:
@@ -88,15 +121,17 @@ def cut_bound_gbps(topo: Topology) -> float | None:
 
 
 def solve_by_general(topo: Topology, warm: Schedule | None, backend: str,
-                     max_chunks: int | None, reason: str, bound: float | None) -> Schedule:
-    """The general method, with the cut bound ``bound`` (:func:`cut_bound_gbps`) for
-    ``stats['cut_bound_gbps']`` and ``stats['general_reason']`` saying why it ran."""
+                     max_chunks: int | None, reason: str, bound: float | None,
+                     trail: Trail) -> Schedule:
+    """The general method, with the cut bound ``bound`` (:func:`cut_bound_gbps`) for the
+    report and ``stats['general_reason']`` saying why it ran; offered to the time limit."""
     from .general import solve_general      # column generation over trees: only here
 
     progress.update("AllGather: general method (column generation over trees)")
-    sched = solve_general(topo, warm=warm, backend=backend, max_chunks=max_chunks,
-                          cut_bound_gbps=bound)
+    sched = trail.run(Method.GENERAL, lambda: solve_general(
+        topo, warm=warm, backend=backend, max_chunks=max_chunks, cut_bound_gbps=bound), "returned")
     sched.stats["general_reason"] = reason
+    anytime.offer(sched)
     return sched
 
 
@@ -120,41 +155,51 @@ def weaker_directions(topo: Topology) -> Topology | None:
 
 
 def solve_unbalanced(topo: Topology, warm: Schedule | None, backend: str,
-                     max_chunks: int | None, forestcoll: ForestColl) -> Schedule:
+                     max_chunks: int | None, forestcoll: ForestColl, trail: Trail) -> Schedule:
     """A fabric with unbalanced switches (step 1 of the chain above): ForestColl on
-    :func:`weaker_directions` if its optimum reaches the cut bound, else the general
-    method, keeping the better rounded schedule of the two."""
+    :func:`weaker_directions` if its optimum reaches the cut bound, else the balanced
+    restriction or the general method, keeping the better rounded schedule."""
     bound = cut_bound_gbps(topo)
     sub = weaker_directions(topo)
     weaker = None
     if sub is not None:
         try:
-            weaker = forestcoll(sub, warm)
+            found = trail.run(Method.WEAKER_DIRECTIONS, lambda: forestcoll(sub, warm, max_chunks),
+                              "returned")
         except (SolveError, TopologyError):
-            weaker = None
-    if weaker is not None and bound is not None \
-            and weaker.lp_rate_gbps >= bound * (1 - _REACH_TOL):
-        return _rerated(weaker, topo, bound, "weaker-direction fabric reaches the cut bound")
-    best = solve_by_restriction(topo, warm, backend, max_chunks, forestcoll, bound)
+            found = None
+        if isinstance(found, Schedule):
+            reaches = bound is not None and found.lp_rate_gbps >= bound * (1 - _REACH_TOL)
+            if reaches:                      # no schedule exceeds the cut bound: optimal
+                return _rerated(found, topo, bound, Method.WEAKER_DIRECTIONS,
+                                "weaker-direction fabric reaches the cut bound")
+            weaker = _rerated(found, topo, found.lp_rate_gbps, Method.WEAKER_DIRECTIONS,
+                              "weaker-direction fabric")
+            weaker.report = dataclasses.replace(weaker.report, bound_gbps=None)   # not certified
+            anytime.offer(weaker)
+    anytime.check("the balanced restriction")
+    best = solve_by_restriction(topo, warm, backend, max_chunks, forestcoll, bound, trail)
     if best is None:
-        best = solve_by_general(topo, warm, backend, max_chunks, "unbalanced switches", bound)
+        best = solve_by_general(topo, warm, backend, max_chunks, "unbalanced switches", bound,
+                                trail)
     elif best.rate_gbps < best.lp_rate_gbps * (1 - RESTRICTION_ROUNDING_GAP):
         general = solve_by_general(topo, warm, backend, max_chunks,
-                                   "balanced restriction rounded too far below its optimum", bound)
+                                   "balanced restriction rounded too far below its optimum", bound,
+                                   trail)
         if general.rate_gbps > best.rate_gbps * (1 + _REACH_TOL):
             best = general
-    if weaker is not None:
-        kept = _rerated(weaker, topo, best.lp_rate_gbps, "")
-        if kept.rate_gbps > best.rate_gbps * (1 + _REACH_TOL):
-            stats = {**best.stats, "rounded_by": "forestcoll on the weaker-direction fabric"}
-            return dataclasses.replace(best, chunks=kept.chunks, rate_gbps=kept.rate_gbps,
-                                       bottleneck=kept.bottleneck, stats=stats)
+    if weaker is not None and weaker.rate_gbps > best.rate_gbps * (1 + _REACH_TOL):
+        stats = {**best.stats, "rounded_by": "forestcoll on the weaker-direction fabric"}
+        return dataclasses.replace(best, chunks=weaker.chunks, rate_gbps=weaker.rate_gbps,
+                                   bottleneck=weaker.bottleneck, stats=stats,
+                                   warm_state=weaker.warm_state,
+                                   report=dataclasses.replace(best.report, k=weaker.report.k))
     return best
 
 
 def solve_by_restriction(topo: Topology, warm: Schedule | None, backend: str,
                          max_chunks: int | None, forestcoll: ForestColl,
-                         bound: float | None) -> Schedule | None:
+                         bound: float | None, trail: Trail) -> Schedule | None:
     """ForestColl on the best balanced restriction ``c'`` of ``topo`` (:mod:`.balanced`),
     kept only when the restriction's optimum is certified and ForestColl's optimum on
     ``c'`` is that value; ``None`` otherwise (the caller falls back to the general
@@ -163,40 +208,52 @@ def solve_by_restriction(topo: Topology, warm: Schedule | None, backend: str,
     from .balanced import CERT_TOL, balanced_restriction, restricted_topology
 
     progress.update("AllGather: balanced restriction (cutting planes)")
+    t = time.perf_counter()
     try:
         found = balanced_restriction(topo, backend)
         if found is None:
+            trail.add(Attempt(Method.BALANCED_RESTRICTION, time.perf_counter() - t,
+                              "declined: no certified restriction"))
             return None
         sub, to_gbps = restricted_topology(topo, found)
-    except (SolveError, TopologyError):
+    except (SolveError, TopologyError) as e:
+        trail.add(Attempt(Method.BALANCED_RESTRICTION, time.perf_counter() - t, f"failed: {e}"))
         return None
     for k in [None] if max_chunks is None else range(max_chunks, 0, -1):
         try:
             sched = forestcoll(sub, warm, k)
         except (SolveError, TopologyError):
             continue
-        if sched is None or abs(sched.lp_rate_gbps * to_gbps - found.rate_gbps) \
+        if isinstance(sched, Declined) or abs(sched.lp_rate_gbps * to_gbps - found.rate_gbps) \
                 > CERT_TOL * found.rate_gbps:
-            return None
-        out = _rerated(sched, topo, found.rate_gbps, "balanced restriction: cut bound of c' <= c")
+            break
+        cut = bound if bound is not None and bound > found.rate_gbps * (1 + _REACH_TOL) else None
+        out = _rerated(sched, topo, found.rate_gbps, Method.BALANCED_RESTRICTION,
+                       "balanced restriction: cut bound of c' <= c", cut)
         if max_chunks is None and out.rate_gbps < found.rate_gbps * (1 - CERT_TOL):
-            return None
-        out.stats.update(method="forestcoll-balanced-restriction", cut_rounds=found.rounds)
-        out.stats.pop("cut_bound_gbps", None)
-        if bound is not None and bound > found.rate_gbps * (1 + _REACH_TOL):
-            out.stats["cut_bound_gbps"] = bound
+            break
+        out.stats["cut_rounds"] = found.rounds
+        trail.add(Attempt(Method.BALANCED_RESTRICTION, time.perf_counter() - t, "returned"))
+        anytime.offer(out)
         return out
+    trail.add(Attempt(Method.BALANCED_RESTRICTION, time.perf_counter() - t,
+                      "declined: ForestColl on c' did not reach its certified optimum"))
     return None
 
 
-def _rerated(sched: Schedule, topo: Topology, lp_rate: float, reason: str) -> Schedule:
+def _rerated(sched: Schedule, topo: Topology, lp_rate: float, method: Method, reason: str,
+             cut_bound: float | None = None) -> Schedule:
     """``sched`` (trees synthesized for a sub-fabric of ``topo``) on ``topo``'s
-    capacities: loads, rate and bottleneck recomputed, ``lp_rate_gbps`` set."""
+    capacities: loads, rate and bottleneck recomputed, ``lp_rate_gbps`` set, reported as
+    ``method`` (optimal when ``lp_rate`` is the forwarding-only optimum, bound by it)."""
     loads = share_loads(topo, sched.chunks)
     rate = schedule_rate(topo, loads)
-    stats = dict(sched.stats)
-    if reason:
-        stats.update(method="forestcoll-weaker-directions", general_reason=reason)
+    stats = {**sched.stats, "method": method.value, "general_reason": reason}
+    stats.pop("cut_bound_gbps", None)
+    if cut_bound is not None:
+        stats["cut_bound_gbps"] = cut_bound
+    report = dataclasses.replace(sched.report, method=method, bound_gbps=max(lp_rate, rate),
+                                 cut_bound_gbps=cut_bound)
     return dataclasses.replace(
-        sched, lp_rate_gbps=lp_rate, rate_gbps=rate, stats=stats,
-        bottleneck=bottleneck_links(topo, loads, rate, sched.stats.get("k")))
+        sched, lp_rate_gbps=lp_rate, rate_gbps=rate, stats=stats, report=report,
+        bottleneck=bottleneck_links(topo, loads, rate, report.k))

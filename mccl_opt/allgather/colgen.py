@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .. import progress
+from .. import anytime, progress
 from ..backends import Backend
 from ..topology import Topology
 from .arborescence import min_arborescences
@@ -141,9 +141,13 @@ def column_generation(topo: Topology, backend: Backend, capacity: np.ndarray,
     """Solve the tree master to optimality from the given starting columns
     (``capacity`` per link, in the units the rates come back in).  Every round's prices
     give a valid bound (module docstring); at ``options.time_limit`` the master's rate,
-    which its trees reach, is returned with the best bound and ``status='time_limit'``."""
+    which its trees reach, is returned with the best bound and ``status='time_limit'``;
+    so is it at the time limit of the enclosing solve (:func:`mccl_opt.anytime.limit_left`),
+    while a sub-budget of it passing (a warm attempt's) abandons the run
+    (:func:`mccl_opt.anytime.check`)."""
     t_start = time.perf_counter()
-    deadline = None if options.time_limit is None else t_start + options.time_limit
+    limits = [t for t in (options.time_limit, anytime.limit_left()) if t is not None]
+    deadline = t_start + min(limits) if limits else None
     g = topo.num_gpus
     all_roots = np.arange(g)
     pool = TreePool()
@@ -188,6 +192,7 @@ def column_generation(topo: Topology, backend: Backend, capacity: np.ndarray,
         if deadline is not None and time.perf_counter() >= deadline:
             status = "time_limit"
             break
+        anytime.check("the general method's column generation")
         if added == 0:
             break
         if master.num_columns > min_pool:

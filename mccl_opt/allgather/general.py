@@ -23,13 +23,14 @@ import numpy as np
 from .. import progress
 from ..backends import get_backend
 from ..errors import SolveError, TopologyError
+from ..report import Method, SolveReport, Termination, WarmUse
 from ..schedule import Schedule, TreeChunk, bottleneck_links, schedule_rate
 from ..topology import Topology
 from .colgen import CGOptions, CGResult, column_generation, mwu_trees
 from .tree_master import TreePool
 from .tree_rounding import fractional_shares, round_trees
 
-__all__ = ["solve_general", "GENERAL_STATE_KEY"]
+__all__ = ["solve_general", "tree_edges", "GENERAL_STATE_KEY"]
 
 #: key of the general method's entry in a schedule's warm state
 GENERAL_STATE_KEY = "tree_columns"
@@ -74,7 +75,7 @@ def _warm_columns(warm: Schedule | None, topo: Topology) -> tuple[list[int], lis
     return roots, trees
 
 
-def _edges(topo: Topology, arcs: np.ndarray) -> tuple[tuple[str, ...], ...]:
+def tree_edges(topo: Topology, arcs: np.ndarray) -> tuple[tuple[str, ...], ...]:
     """Node-id paths of a tree column's edges (an edge ends at the first GPU)."""
     arr, nodes = topo.arrays, topo.nodes
     out: list[tuple[str, ...]] = []
@@ -152,6 +153,7 @@ def _schedule(topo: Topology, res: CGResult, scale: float, max_chunks: int | Non
     capacity = topo.arrays.capacity / scale
     progress.update("AllGather general method: rounding")
     t = time.perf_counter()
+    k: int | None = None
     if max_chunks is None:
         shares = fractional_shares(pool, res.weights, g)
     else:
@@ -163,7 +165,7 @@ def _schedule(topo: Topology, res: CGResult, scale: float, max_chunks: int | Non
     gpus = topo.gpus
     chunks, depths = [], []
     for j in used:
-        edges = _edges(topo, pool.tree(int(j)))
+        edges = tree_edges(topo, pool.tree(int(j)))
         root = gpus[int(pool.root[j])]
         chunks.append(TreeChunk(root, float(shares[j]), edges))
         depths.append(_depth(edges, root))
@@ -175,8 +177,9 @@ def _schedule(topo: Topology, res: CGResult, scale: float, max_chunks: int | Non
     lp_loads = pool.loads(res.weights, topo.num_links) * scale
     saturated = lp_loads >= topo.arrays.capacity * (1 - 1e-9)
     stats.update(num_trees=len(chunks), max_depth=int(max(depths)), mean_depth=float(np.mean(depths)))
+    cut_bound = None
     if cut_bound_gbps is not None and cut_bound_gbps > lp_rate * (1 + 1e-9):
-        stats["cut_bound_gbps"] = float(cut_bound_gbps)
+        cut_bound = stats["cut_bound_gbps"] = float(cut_bound_gbps)
     seconds = time.perf_counter() - t_start
     stats["total_s"] = seconds
     keep = res.weights > 0
@@ -184,10 +187,14 @@ def _schedule(topo: Topology, res: CGResult, scale: float, max_chunks: int | Non
     kept.append([int(r) for r in pool.root[keep]], [pool.tree(int(j)) for j in np.flatnonzero(keep)])
     state = {GENERAL_STATE_KEY: {"pool": kept, "tail": topo.arrays.tail,
                                  "head": topo.arrays.head}}
+    report = SolveReport(collective="allgather", method=Method.GENERAL,
+                         termination=Termination(res.status), bound_gbps=res.bound * scale,
+                         warm=WarmUse.COLUMNS if stats["warm_columns"] else WarmUse.COLD,
+                         max_chunks=max_chunks, seconds=seconds, cut_bound_gbps=cut_bound, k=k)
     return Schedule(
         collective="allgather", topology=topo.name, gpus=topo.gpus, rate_gbps=rate,
         lp_rate_gbps=lp_rate, max_chunks=max_chunks, chunks=tuple(chunks),
-        bottleneck=bottleneck_links(topo, loads, rate, stats.get("k"), saturated=saturated),
+        bottleneck=bottleneck_links(topo, loads, rate, k, saturated=saturated),
         solver={"backend": backend, "seconds": seconds, "iterations": res.iterations,
                 "algorithm": "tree-colgen"},
-        stats=stats, warm_state=state)
+        stats=stats, warm_state=state, report=report)

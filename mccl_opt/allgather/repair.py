@@ -299,8 +299,7 @@ def repair_pack(n: int, tail: np.ndarray, head: np.ndarray, units: np.ndarray,
     reused verbatim, in order, as many unit trees each as their links' units allow;
     only the rest is grown.  ``max_visits``: give up (``None``) once the repair searches
     have visited that many trees (a guessed target that may not fit).  Returns
-    ``(None, {})`` without trying when
-    ``k * n * n > MAX_ENTRIES``.
+    ``(None, {})`` without trying when ``k * n * n > MAX_ENTRIES``.
     """
     if k * n * n > MAX_ENTRIES:
         return None, {}
@@ -322,28 +321,29 @@ def repair_pack(n: int, tail: np.ndarray, head: np.ndarray, units: np.ndarray,
     if status < 0:
         return None, counters
     mult = np.zeros(len(par), np.int64)
-    _merge(par, order, k, mult)
+    _merge(par, order, k, mult, np.empty(k, np.int64))
     out = [TreeClass(int(t) // k, int(mult[t]), par[t]) for t in np.flatnonzero(mult)]
     out.sort(key=lambda c: (c.root, -c.mult))
     return out, counters
 
 
 @njit(cache=True, _nrt=False)
-def _merge(par, perm, k, mult):
-    """Identical unit trees of a root as one class: in place, links renumbered to the
-    caller's (``perm``); ``mult[t]``: how many of its root's trees equal tree ``t`` and
-    no earlier one (0 for a tree merged into an earlier one)."""
+def _merge(par, perm, k, mult, reps):
+    """Identical unit trees of a root as one class, in place, links renumbered (``perm``);
+    ``mult[t]``: its root's trees equal to ``t`` and no earlier one (``reps``: classes)."""
     T, n = par.shape
+    classes = 0
     for t in range(T):
+        classes *= t % k != 0                   # a new root: no class yet
         for v in range(n):
             if par[t, v] >= 0:
                 par[t, v] = perm[par[t, v]]
-        rep = t
-        for s in range(t - t % k, t):
-            if mult[s] > 0 and _same(par, s, t):
-                rep = s
-                break
-        mult[rep] += 1
+        i = 0
+        while i < classes and not _same(par, reps[i], t):
+            i += 1
+        if i == classes:
+            reps[classes], classes = t, classes + 1
+        mult[reps[i]] += 1
 
 
 @njit(cache=True, _nrt=False)

@@ -2,48 +2,67 @@
 
 Read top to bottom, one call is:
 
-1. a warm start first tries to *guess* the optimum and certify the guess by the
-   previous schedule, its rerouted trees or a packing (:mod:`.certify`);
-2. otherwise Phase 1 (exact optimum) and the chunk budget (:mod:`.pipeline`,
-   :mod:`.throughput`, :mod:`.budget`), after which a warm start tries the previous
-   schedule and trees once more at cold's budget;
-3. switch balancing, Phase 2 switch removal and Phase 3 tree packing
-   (:mod:`.pipeline`; step-aware: :mod:`.step_aware`);
-4. the physical trees and the schedule (:mod:`.assemble`).
+1. with a time limit, a first valid schedule at once (:mod:`.first`), offered to the
+   limit (:mod:`mccl_opt.anytime`), which returns the best offered when it passes;
+2. a warm start runs under a budget derived from the cold solve time it carries
+   (:func:`warm_budget_s`); one that does not finish within it is abandoned and the
+   fabric solved cold (*warm never slower than cold*, docs/allgather.md);
+3. the method chain (:mod:`.chain`): ForestColl on balanced fabrics, else the
+   weaker-direction fabric, the balanced restriction and the general method;
+4. ForestColl itself: a warm start's certified guesses (:mod:`.certify`), else Phase 1
+   and the chunk budget, switch balancing, Phase 2 and Phase 3 (:mod:`.pipeline`;
+   step-aware: :mod:`.step_aware`), and the schedule (:mod:`.assemble`).
 
-docs/allgather.md describes every phase and the measured figures.
+Every schedule carries a typed :class:`~mccl_opt.report.SolveReport`: the method, how
+the solve ended, the bound, the warm use and the methods tried with their times.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import Any
 
+import numpy as np
+
+from .. import anytime
 from ..errors import SolveError
 from ..kernel_time import charge_apart, kernel_seconds
+from ..report import Attempt, Method, SolveReport, Termination, WarmUse
 from ..schedule import Schedule
 from ..topology import Topology
 from .assemble import Optimum, Run, packed
-from .budget import CutBounds
+from .budget import EXACT_TREES_LIMIT, CutBounds
 from .canonical import canonical
-from .chain import (EXACT_TREES_LIMIT, cut_bound_gbps, solve_by_general, solve_unbalanced,
-                    switches_balanced)
+from .chain import Declined, Trail, cut_bound_gbps, solve_by_general, solve_unbalanced, \
+    switches_balanced
 from .certify import Certificate, GuessKind, keep_or_reroute, warm_budget, warm_guess
 from .fabric import fabric_of
+from .first import first_schedule
 from .pipeline import balanced_split, check_inputs, pack, phase_one_budget
 from .warm import WarmState, restore_warm_state
 
-__all__ = ["solve_allgather", "restore_warm_state", "WarmState"]
+__all__ = ["solve_allgather", "restore_warm_state", "WarmState", "warm_budget_s",
+           "WARM_SHARE", "WARM_FLOOR_S"]
+
+#: a warm start may spend this share of the cold solve time it carries ...
+WARM_SHARE = 0.4
+#: ... and never less than this (s).  Abandoned at its budget, a warm start costs the
+#: budget plus a cold solve: <= 1.5x cold from 10 ms of cold time on, <= 15 ms below
+WARM_FLOOR_S = 0.005
 
 
 def solve_allgather(topo: Topology, warm: Schedule | None = None, backend: str = "highs",
-                    max_chunks: int | None = 10, step_aware: Any = False) -> Schedule:
+                    max_chunks: int | None = 10, step_aware: Any = False,
+                    time_limit: float | None = None) -> Schedule:
     """Throughput-optimal AllGather trees (ForestColl), warm-started from ``warm``.
 
     ``max_chunks=K``: every root's trees carry multiples of ``1/k`` for one ``k <= K``
     (the best such ``k``); ``None``: the exact optimum.  ``step_aware=True`` (or a
     :class:`.step_aware.StepAware` with a rate tolerance) uses the step-aware switch
-    removal LP of App. C on ``backend`` for shallower trees.
+    removal LP of App. C on ``backend`` for shallower trees.  ``time_limit`` (s): the
+    best valid schedule found by then is returned, ``report.termination`` saying
+    whether it is optimal, with the certified bound and gap.
     The fabric is solved in a canonical listing (:mod:`.canonical`), so the order a file
     lists switches and links in does not matter.  Fabrics with unbalanced switches, and
     any the ForestColl path cannot solve exactly, go to the general method (the
@@ -54,36 +73,97 @@ def solve_allgather(topo: Topology, warm: Schedule | None = None, backend: str =
     kernels compiled or loaded inside the call are timed apart (``stats["kernel_load_s"]``,
     :mod:`mccl_opt.kernel_time`), not in ``seconds``.
     """
-    with kernel_seconds() as kernels:
-        sched = _solve(topo, warm, backend, max_chunks, step_aware)
-    return charge_apart(sched, kernels)
-
-
-def _solve(topo: Topology, warm: Schedule | None, backend: str, max_chunks: int | None,
-           step_aware: Any) -> Schedule:
     check_inputs(topo, max_chunks)
-    topo = canonical(topo)
+    _check_time_limit(time_limit)
+    with kernel_seconds() as kernels:
+        sched = _solve_limited(canonical(topo), warm, backend, max_chunks, step_aware, time_limit)
+    sched = charge_apart(sched, kernels)
+    return _timed(sched, warm, kernels.seconds)
+
+
+def warm_budget_s(warm: Schedule) -> float | None:
+    """Seconds a warm start from ``warm`` may take before it is abandoned for a cold
+    solve: :data:`WARM_SHARE` of the cold solve time ``warm`` carries, at least
+    :data:`WARM_FLOOR_S`; ``None`` (no budget) when ``warm`` carries none (a file
+    written without a report)."""
+    report = warm.report if isinstance(warm, Schedule) else None
+    if report is None or report.cold_seconds is None:
+        return None
+    return max(WARM_FLOOR_S, WARM_SHARE * report.cold_seconds)
+
+
+def _check_time_limit(time_limit: float | None) -> None:
+    if time_limit is None:
+        return
+    if isinstance(time_limit, bool) or not isinstance(time_limit, (int, float)) \
+            or not 0 < time_limit < float("inf"):
+        raise SolveError(f"time_limit must be a positive number of seconds, got {time_limit!r}")
+
+
+def _solve_limited(topo: Topology, warm: Schedule | None, backend: str, max_chunks: int | None,
+                   step_aware: Any, time_limit: float | None) -> Schedule:
+    """Steps 1-2 of the module doc: the first schedule, the limit, the warm budget."""
+    trail = Trail()
+    start = time.perf_counter()
+
+    def solve() -> Schedule:
+        if time_limit is not None:
+            trail.run(Method.FIRST, lambda: _offered(first_schedule(topo, warm, max_chunks)),
+                      "kept as fallback")
+        return _warm_or_cold(topo, warm, backend, max_chunks, step_aware, trail)
+
+    sched, stopped = anytime.limited(time_limit, solve)
+    if stopped is not None:
+        trail.add(Attempt(Method.FIRST, 0.0, f"time limit reached in {stopped.stopped_in}"))
+        sched = _at_time_limit(topo, sched, max_chunks)
+    return _with_trail(sched, trail, time.perf_counter() - start)
+
+
+def _offered(sched: Schedule) -> Schedule:
+    anytime.offer(sched)
+    return sched
+
+
+def _warm_or_cold(topo: Topology, warm: Schedule | None, backend: str, max_chunks: int | None,
+                  step_aware: Any, trail: Trail) -> Schedule:
+    """The warm start within its budget (:func:`warm_budget_s`), else cold."""
+    budget = None if warm is None else warm_budget_s(warm)
+    if budget is None:
+        return _chain(topo, warm, backend, max_chunks, step_aware, trail)
+    t = time.perf_counter()
+    sched, declined = anytime.stage(
+        budget, lambda: _chain(topo, warm, backend, max_chunks, step_aware, trail))
+    if not declined:
+        return sched
+    trail.add(Attempt(Method.FORESTCOLL, time.perf_counter() - t,
+                      f"declined: the warm start passed its budget of {budget:.3g} s"))
+    cold = _chain(topo, None, backend, max_chunks, step_aware, trail)
+    return _set_report(cold, warm=WarmUse.DECLINED)
+
+
+def _chain(topo: Topology, warm: Schedule | None, backend: str, max_chunks: int | None,
+           step_aware: Any, trail: Trail) -> Schedule:
+    """Step 3: which method solves ``topo`` (:mod:`.chain`)."""
+
+    def forestcoll(sub: Topology, w: Schedule | None, k: int | None) -> Schedule | Declined:
+        return _typed_forestcoll(sub, w, backend, k, False)
+
     if not switches_balanced(topo):                   # ForestColl is exact on balanced only
-        return solve_unbalanced(topo, warm, backend, max_chunks,
-                                lambda sub, w, k=max_chunks: _typed_forestcoll(sub, w, backend, k,
-                                                                               False))
+        return solve_unbalanced(topo, warm, backend, max_chunks, forestcoll, trail)
+    t = time.perf_counter()
     try:
         sched = _typed_forestcoll(topo, warm, backend, max_chunks, step_aware)
     except SolveError as e:
-        return solve_by_general(topo, warm, backend, max_chunks, f"ForestColl: {e}",
-                                cut_bound_gbps(topo))
-    if sched is None:
-        return solve_by_general(topo, warm, backend, max_chunks,
-                                f"more than {EXACT_TREES_LIMIT} exact trees per root",
-                                cut_bound_gbps(topo))
-    if sched.stats.get("balanced_exactly") is False:
-        return solve_by_general(topo, warm, backend, max_chunks, "switch balancing lost capacity",
-                                cut_bound_gbps(topo))
+        sched = Declined(f"ForestColl: {e}")
+    if isinstance(sched, Declined):
+        trail.add(Attempt(Method.FORESTCOLL, time.perf_counter() - t, f"declined: {sched.reason}"))
+        return solve_by_general(topo, warm, backend, max_chunks, sched.reason,
+                                cut_bound_gbps(topo), trail)
     return sched
 
 
 def _typed_forestcoll(topo: Topology, warm: Schedule | None, backend: str,
-                      max_chunks: int | None, step_aware: Any) -> Schedule | None:
+                      max_chunks: int | None, step_aware: Any) -> Schedule | Declined:
     """:func:`_forestcoll`, an internal error turned into a :class:`SolveError` naming the
     fabric (the chain of methods catches it)."""
     try:
@@ -94,37 +174,43 @@ def _typed_forestcoll(topo: Topology, warm: Schedule | None, backend: str,
 
 
 def _forestcoll(topo: Topology, warm: Schedule | None, backend: str, max_chunks: int | None,
-                step_aware: Any) -> Schedule | None:
-    """The ForestColl(-warm) steps 1-4 on a canonically listed ``topo``; ``None`` when
-    the exact optimum (``max_chunks=None``) needs more than :data:`.chain.EXACT_TREES_LIMIT`
-    trees per root."""
+                step_aware: Any) -> Schedule | Declined:
+    """Step 4 on a canonically listed ``topo``; :class:`.chain.Declined` when the exact
+    optimum (``max_chunks=None``) needs more than :data:`.budget.EXACT_TREES_LIMIT`
+    trees per root or switch balancing loses capacity the optimum needs."""
     run = Run.start(topo, warm, max_chunks)
     rewarm = run.prev is not None and not step_aware
 
-    if rewarm:                                        # 1. guesses, certified
+    if rewarm:                                        # guesses, certified
         run.cuts = CutBounds(fabric_of(topo)[0])      # cut bounds shared by the guesses
         quick = warm_guess(run)
         if quick is not None:
             return quick
         run.stats[GuessKind.X_STAR.value] = Certificate.REJECTED.value
+        anytime.check("ForestColl-warm: after the x* guess")
         quick = warm_budget(run)
         if quick is not None:
             return quick
         run.stats[GuessKind.BUDGET.value] = Certificate.REJECTED.value
 
-    budget = phase_one_budget(topo, max_chunks, run.stats, run.hint_cuts, run.cuts)   # 2.
+    anytime.check("ForestColl: before Phase 1")
+    budget = phase_one_budget(topo, max_chunks, run.stats, run.hint_cuts, run.cuts)
     if max_chunks is None and budget.k > EXACT_TREES_LIMIT:
-        return None
+        return Declined(f"more than {EXACT_TREES_LIMIT} exact trees per root")
     if rewarm:
         quick = keep_or_reroute(run, budget)
         if quick is not None:
             return quick
 
-    arr = topo.arrays                                 # 3.
+    anytime.check("ForestColl: before switch balancing")
+    arr = topo.arrays
     t = time.perf_counter()
     balanced = balanced_split(budget.fab, arr.is_switch, budget.k, budget.y, max_chunks)
     balanced.record(run.stats)
     run.stats["balance_s"] = time.perf_counter() - t
+    if not balanced.exact:                            # the rate would sit below the optimum
+        return Declined("switch balancing lost capacity")
+    anytime.check("ForestColl: before Phases 2-3")
     if step_aware:
         from .step_aware import StepAware, step_aware_pack      # only when asked for
 
@@ -133,4 +219,63 @@ def _forestcoll(topo: Topology, warm: Schedule | None, backend: str, max_chunks:
                                  backend, opts)
     else:
         result = pack(balanced.split, arr.rank_of, balanced.k, run.guides, run.stats, run.shapes)
-    return packed(run, Optimum.of(budget), result)                  # 4.
+    return packed(run, Optimum.of(budget), result)
+
+
+def _at_time_limit(topo: Topology, best: Schedule, max_chunks: int | None) -> Schedule:
+    """The best schedule offered when the limit passed, reported as stopped there, with
+    the tightest single-GPU cut bound (no max-flow) as its certified bound."""
+    bound = _single_gpu_bound(topo)
+    base = best.report
+    if base is not None and base.bound_gbps is not None:
+        bound = min(bound, base.bound_gbps)
+    report = SolveReport(collective="allgather",
+                         method=base.method if base is not None else Method.FIRST,
+                         termination=Termination.TIME_LIMIT, bound_gbps=max(bound, best.rate_gbps),
+                         warm=base.warm if base is not None else WarmUse.COLD,
+                         max_chunks=max_chunks, seconds=0.0,
+                         k=base.k if base is not None else None)
+    stats = {**best.stats, "status": Termination.TIME_LIMIT.value}
+    return dataclasses.replace(best, stats=stats, report=report)
+
+
+def _single_gpu_bound(topo: Topology) -> float:
+    """``min_g min(ingress(g) / (N - 1), egress(g))`` in Gbps: every GPU receives
+    ``N - 1`` shards and sends its own, so no AllGather rate exceeds it (paper §4.3's
+    cut bound restricted to single GPUs)."""
+    arr = topo.arrays
+    n = topo.num_nodes
+    ingress = np.bincount(arr.head, weights=arr.capacity, minlength=n)[arr.gpu_nodes]
+    egress = np.bincount(arr.tail, weights=arr.capacity, minlength=n)[arr.gpu_nodes]
+    return float(min(ingress.min() / max(topo.num_gpus - 1, 1), egress.min()))
+
+
+def _set_report(sched: Schedule, **changes: Any) -> Schedule:
+    if sched.report is not None:
+        sched.report = dataclasses.replace(sched.report, **changes)
+    return sched
+
+
+def _with_trail(sched: Schedule, trail: Trail, seconds: float) -> Schedule:
+    """The report with the methods tried and the whole call's seconds."""
+    report = sched.report
+    if report is None:                                # every maker sets one; be safe
+        raise SolveError("internal: a schedule was built without a report; please report it")
+    sched.report = dataclasses.replace(report, attempts=tuple(trail.attempts), seconds=seconds)
+    return sched
+
+
+def _timed(sched: Schedule, warm: Schedule | None, kernel_s: float) -> Schedule:
+    """Seconds without the ``kernel_s`` of kernel loading, and the cold solve time the
+    next warm start measures its budget by: this call's when cold, else carried."""
+    report = sched.report
+    seconds = max(0.0, report.seconds - kernel_s)
+    if report.termination is Termination.TIME_LIMIT:
+        cold = None                                   # a cold solve would take longer
+    elif report.warm in (WarmUse.COLD, WarmUse.DECLINED):
+        cold = seconds
+    else:
+        previous = warm.report if isinstance(warm, Schedule) else None
+        cold = previous.cold_seconds if previous is not None else None
+    sched.report = dataclasses.replace(report, seconds=seconds, cold_seconds=cold)
+    return sched

@@ -18,6 +18,7 @@ from functools import partial
 import numpy as np
 
 from ..errors import SolveError
+from ..report import Method, SolveReport, Termination, WarmUse
 from ..schedule import PathChunks, PathTable, Schedule, bottleneck_links, schedule_rate
 from ..schedule_chunks import FlatPaths
 from .colgen import CGStatus
@@ -43,6 +44,13 @@ class WarmMode(enum.Enum):
     BASIS = "basis"
     LOCAL = "local"
     REUSE = "reuse"
+
+    @property
+    def use(self) -> WarmUse:
+        """The collective-neutral :class:`~mccl_opt.report.WarmUse`."""
+        return {WarmMode.COLD: WarmUse.COLD, WarmMode.FULL: WarmUse.COLUMNS,
+                WarmMode.BASIS: WarmUse.BASIS, WarmMode.LOCAL: WarmUse.LOCAL,
+                WarmMode.REUSE: WarmUse.KEPT}[self]
 
 
 @dataclass
@@ -70,6 +78,16 @@ class RunReport:
     pricing_seconds: float = 0.0
     rounding_seconds: float = 0.0
     extra: dict = field(default_factory=dict)
+
+    def solve_report(self, max_chunks: int | None) -> SolveReport:
+        """The shared :class:`~mccl_opt.report.SolveReport` (``seconds`` set by the solve)."""
+        bound = self.lp_bound_gbps if 0 < self.lp_bound_gbps < float("inf") else None
+        return SolveReport(collective="alltoall", method=Method.COLUMN_GENERATION,
+                           termination=Termination(self.status.value), bound_gbps=bound,
+                           warm=self.warm_mode.use, max_chunks=max_chunks, seconds=0.0,
+                           k=max_chunks, phases=(("lp", self.lp_seconds),
+                                                 ("pricing", self.pricing_seconds),
+                                                 ("rounding", self.rounding_seconds)))
 
     def to_stats(self, lp_rate: float) -> dict:
         """The JSON view; ``lp_gap`` is the bound's relative excess over ``lp_rate``."""
@@ -123,7 +141,8 @@ def make_schedule(prob: Problem, outcome: Outcome, max_chunks: int | None) -> Sc
     return Schedule("alltoall", prob.topo.name, prob.topo.gpus, rate, lp_rate, max_chunks,
                     chunk_view(prob, outcome.warm_state.chunks), bottleneck, 1,
                     {"backend": report.backend, "seconds": 0.0, "iterations": report.iterations},
-                    report.to_stats(lp_rate), outcome.warm_state)
+                    report.to_stats(lp_rate), outcome.warm_state,
+                    report=report.solve_report(max_chunks))
 
 
 def chunk_view(prob: Problem, routes: ChunkRoutes | None) -> PathChunks:

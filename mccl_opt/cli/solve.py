@@ -135,47 +135,38 @@ def _restored(args: argparse.Namespace, topo, warm):
 
 
 def certificate(schedule) -> dict:
-    """How close the solve is to proven optimal, from the synthesizer's stats.
+    """How close the solve is to proven optimal, from its typed report
+    (:class:`mccl_opt.report.SolveReport`).
 
     ``status``: how it ended (``optimal``; ``time_limit``, ``round_limit`` or
-    ``stalled`` when column generation stopped early); ``bound_gbps``: a certified
-    upper bound on the rate of any schedule in the synthesizer's model (AllToAll: the
-    column-generation bound on the LP, paper §4.2; AllGather: the tree master's bound,
-    or the exact ForestColl optimum, paper §4.3), ``None`` when the solve stopped before
-    it had one; ``certified_gap``: ``1 - rate_gbps / bound_gbps``, what the schedule may
-    still lose to the optimum (``None`` without a bound)."""
-    stats = schedule.stats
-    if schedule.collective == "alltoall":
-        status, bound = stats.get("status", "unknown"), stats.get("lp_bound_gbps")
-    elif "cg_status" in stats:                  # the general method (column generation)
-        status, bound = stats["cg_status"], stats.get("bound_gbps")
-    else:                                       # ForestColl: an exact optimum, no time limit
-        status, bound = "optimal", schedule.lp_rate_gbps
-    if not isinstance(bound, (int, float)) or not 0 < bound < float("inf"):
-        bound = None
-    gap = None if bound is None else max(0.0, 1.0 - schedule.rate_gbps / bound)
-    return {"status": str(status), "bound_gbps": bound, "certified_gap": gap}
+    ``stalled`` when it stopped early); ``bound_gbps``: a certified upper bound on the
+    rate of any schedule in the synthesizer's model (AllToAll: the column-generation
+    bound on the LP, paper §4.2; AllGather: the tree master's bound, or the exact
+    ForestColl optimum, paper §4.3), ``None`` when the solve stopped before it had one;
+    ``certified_gap``: ``1 - rate_gbps / bound_gbps``, what the schedule may still lose
+    to the optimum (``None`` without a bound).  A schedule without a report (a file
+    written by an older mccl) says ``unknown``."""
+    report = schedule.report
+    if report is None:
+        return {"status": "unknown", "bound_gbps": None, "certified_gap": None}
+    return {"status": report.termination.value, "bound_gbps": report.bound_gbps,
+            "certified_gap": report.certified_gap(schedule.rate_gbps)}
 
 
 def warm_mode(schedule) -> str:
-    """``cold``, or ``warm:<how>`` the solve used its warm start.  AllToAll (paper §4.2,
-    docs/alltoall.md): ``full`` (the old columns in the master), ``basis`` (and the old
-    basis), ``local`` (certified local re-optimisation), ``reuse`` (the old schedule,
-    re-certified).  AllGather (paper §4.3, docs/allgather.md): ``kept`` (the old trees,
-    re-certified), ``rerouted`` (the old trees with their broken edges rerouted),
-    ``repacked`` (new trees packed from a warm guess), ``columns`` (the general method's
-    master seeded with the old trees)."""
-    stats = schedule.stats
-    if schedule.collective == "alltoall":
-        mode = str(stats.get("warm_mode", "cold"))
-        return "cold" if mode == "cold" else f"warm:{mode}"
-    if not stats.get("warm"):
+    """``cold``, or ``warm:<how>`` the solve used its warm start (the report's
+    :class:`mccl_opt.report.WarmUse`).  AllToAll (paper §4.2, docs/alltoall.md):
+    ``columns`` (the old columns in the master), ``basis`` (and the old basis), ``local``
+    (certified local re-optimisation), ``kept`` (the old schedule, re-certified).
+    AllGather (paper §4.3, docs/allgather.md): ``kept`` (the old trees, re-certified),
+    ``rerouted`` (the old trees with their broken edges rerouted), ``shapes`` (new trees
+    packed from a warm guess, seeded with the old shapes), ``columns`` (the general
+    method's master seeded with the old trees), ``declined`` (the warm start did not pay
+    within its budget: solved cold)."""
+    report = schedule.report
+    if report is None or report.warm.value == "cold":
         return "cold"
-    if stats.get("method") == "general":
-        return "warm:columns" if stats.get("warm_columns") else "cold"
-    if stats.get("reused_schedule"):
-        return "warm:kept"
-    return "warm:rerouted" if "rerouted_trees" in stats else "warm:repacked"
+    return f"warm:{report.warm.value}"
 
 
 #: the two rows of the result table (each <= 100 columns); ``--json`` has every key

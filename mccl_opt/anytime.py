@@ -1,0 +1,171 @@
+"""Anytime solves: a time limit that holds, and the best schedule found so far.
+
+A synthesizer called with ``time_limit=S`` runs inside :func:`limited`, which makes an
+:class:`Anytime` the *current* one for that call (a context variable: nested solves and
+threads each see their own).  The solve offers every valid schedule it builds
+(:func:`offer`: the first cheap one, then better ones), and its phases call :func:`check`
+at their boundaries and inside their Python-level loops.  Once the limit has passed,
+:func:`check` raises :class:`TimeLimitReached`; :func:`limited` catches it and returns the
+best schedule offered, so the caller gets a valid schedule at the limit (or, if none was
+offered yet, a :class:`~mccl_opt.errors.SolveError` saying so).  Without a limit,
+:func:`check` is one context-variable lookup and :func:`offer` does nothing.
+
+:func:`stage` runs one optional attempt (a warm start) under a sub-budget: when the
+sub-budget passes, the attempt is abandoned and the caller goes on with the next method,
+which is how a warm start that does not pay is detected early (docs/allgather.md,
+*Warm never slower than cold*).
+"""
+
+from __future__ import annotations
+
+import time
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from typing import Callable, Iterator, TypeVar
+
+from .errors import SolveError
+from .kernel_time import thread_kernel_seconds
+
+__all__ = ["Anytime", "TimeLimitReached", "limited", "check", "offer", "limit_left", "stage",
+           "current"]
+
+T = TypeVar("T")
+
+
+class TimeLimitReached(Exception):
+    """Raised by :func:`check` past the current limit; caught by :func:`limited` or
+    :func:`stage`, never seen by a caller of a synthesizer."""
+
+    def __init__(self, where: str, owner: "Anytime") -> None:
+        super().__init__(f"time limit reached in {where}")
+        self.where = where
+        self.owner = owner
+
+
+@dataclass
+class Anytime:
+    """One limited solve: its deadline (``time.perf_counter()`` seconds), the best
+    schedule offered so far (by ``rate_gbps``) and where the limit was reached."""
+
+    deadline: float
+    parent: "Anytime | None" = None
+    best: object | None = None
+    stopped_in: str | None = None
+    offers: int = 0
+    kernels_from: float | None = None     # stage: numba compile/load time does not count
+    _rate: float = field(default=float("-inf"), repr=False)
+
+    @property
+    def is_stage(self) -> bool:
+        """A sub-budget of a solve (:func:`stage`), not a solve's own limit."""
+        return self.kernels_from is not None
+
+    def _now(self) -> float:
+        now = time.perf_counter()
+        if self.kernels_from is not None:
+            now -= thread_kernel_seconds() - self.kernels_from
+        return now
+
+    def expired(self) -> bool:
+        return self._now() >= self.deadline
+
+    def remaining(self) -> float:
+        return max(0.0, self.deadline - self._now())
+
+    def offer(self, schedule: object, rate: float) -> None:
+        self.offers += 1
+        if rate > self._rate:
+            self.best, self._rate = schedule, rate
+        if self.parent is not None:
+            self.parent.offer(schedule, rate)
+
+
+_current: ContextVar[Anytime | None] = ContextVar("mccl_anytime", default=None)
+
+
+def current() -> Anytime | None:
+    """The innermost limit of this context, ``None`` without one."""
+    return _current.get()
+
+
+def check(where: str) -> None:
+    """Raise :class:`TimeLimitReached` if this context's limit (or an enclosing one) has
+    passed; ``where`` names the phase for the report."""
+    limit, expired = _current.get(), None
+    while limit is not None:             # the outermost expired limit owns the stop
+        if limit.expired():
+            expired = limit
+        limit = limit.parent
+    if expired is not None:
+        expired.stopped_in = where
+        raise TimeLimitReached(where, expired)
+
+
+def offer(schedule: object) -> None:
+    """Offer a valid schedule as a result should the limit pass (kept if it is the best
+    offered so far); a no-op without a limit."""
+    limit = _current.get()
+    if limit is not None:
+        limit.offer(schedule, float(getattr(schedule, "rate_gbps")))
+
+
+def limit_left() -> float | None:
+    """Seconds left before the outermost limit, the solve's own (``None`` without one):
+    an iterative method that can stop with a valid result stops there by itself."""
+    limit, outer = _current.get(), None
+    while limit is not None:
+        if not limit.is_stage:
+            outer = limit
+        limit = limit.parent
+    return None if outer is None else outer.remaining()
+
+
+@contextmanager
+def _entered(seconds: float, count_kernels: bool = True) -> Iterator[Anytime]:
+    parent = _current.get()
+    deadline = time.perf_counter() + seconds
+    if parent is not None:
+        deadline = min(deadline, parent.deadline)
+    limit = Anytime(deadline, parent, kernels_from=None if count_kernels
+                    else thread_kernel_seconds())
+    token = _current.set(limit)
+    try:
+        yield limit
+    finally:
+        _current.reset(token)
+
+
+def limited(seconds: float | None, solve: Callable[[], T]) -> tuple[T | None, Anytime | None]:
+    """``solve()`` under a limit of ``seconds``: ``(its result, None)`` when it finished,
+    ``(best offered, the Anytime)`` when the limit passed first.  ``seconds=None``: no
+    limit, ``(solve(), None)``.  Raises :class:`SolveError` if the limit passed before any
+    schedule was offered."""
+    if seconds is None:
+        return solve(), None
+    with _entered(seconds) as limit:
+        try:
+            return solve(), None
+        except TimeLimitReached as stop:
+            if stop.owner is not limit:
+                raise
+    if limit.best is None:
+        raise SolveError(f"time limit of {seconds:g} s reached in {limit.stopped_in} before any "
+                         "schedule was found; raise the time limit")
+    return limit.best, limit          # type: ignore[return-value]
+
+
+def stage(seconds: float, attempt: Callable[[], T]) -> tuple[T | None, bool]:
+    """Run one optional ``attempt`` with a sub-budget of ``seconds`` of solving (numba
+    kernels compiled or loaded meanwhile do not count: a first call in a process must
+    not look slow), inside any enclosing limit: ``(result, False)`` when it finished,
+    ``(None, True)`` when the sub-budget passed first.  The enclosing limit passing
+    propagates (the caller's caller handles it)."""
+    with _entered(seconds, count_kernels=False) as limit:
+        try:
+            return attempt(), False
+        except TimeLimitReached as stop:
+            if stop.owner is not limit:
+                raise
+    return None, True
+

@@ -1,0 +1,170 @@
+"""AllGather under a time limit and a warm budget (issue: AllGather without cliffs).
+
+No test here times anything: a limit shorter than any solve, and a warm start made slow
+on purpose, check what the solve *returns* (a valid schedule, its report, the rate cold
+reaches), not how fast it was.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import numpy as np
+import pytest
+
+import mccl_opt as mo
+from instances import fail2, hpn
+from mccl_opt import anytime
+from mccl_opt.allgather import certify, solve as ag_solve
+from mccl_opt.report import Method, SolveReport, Termination, WarmUse
+
+from .oracle_allgather import check_schedule, cut_bound
+
+
+def _one_way(topo: mo.Topology, src: str, dst: str, gbps: float) -> mo.Topology:
+    return topo.with_capacity({(src, dst): gbps})
+
+
+@pytest.mark.parametrize("topo", [hpn(1, 2, 8), fail2(hpn(1, 2, 8)),
+                                  _one_way(hpn(1, 2, 8), "s0h0g1", "s0tor1", 100.0)],
+                         ids=["healthy", "fail2", "one-way"])
+def test_a_limit_shorter_than_the_solve_returns_a_valid_schedule_with_a_true_bound(topo):
+    full = mo.solve_allgather(topo)
+    limited = mo.solve_allgather(topo, time_limit=1e-6)
+    report = limited.report
+    assert report.termination is Termination.TIME_LIMIT
+    assert mo.validate(topo, limited).rate_gbps == pytest.approx(limited.rate_gbps, rel=1e-9)
+    check_schedule(topo, limited)   # independent checker
+    # the bound is an upper bound on the optimum, and on the cut bound's side of it
+    assert report.bound_gbps >= full.lp_rate_gbps * (1 - 1e-9)
+    assert report.bound_gbps >= limited.rate_gbps
+    assert report.certified_gap(limited.rate_gbps) == pytest.approx(
+        1 - limited.rate_gbps / report.bound_gbps)
+    assert any("time limit" in a.outcome for a in report.attempts)
+
+
+def test_a_generous_limit_changes_nothing():
+    topo = fail2(hpn(1, 2, 8))
+    plain, limited = mo.solve_allgather(topo), mo.solve_allgather(topo, time_limit=600)
+    assert limited.rate_gbps == pytest.approx(plain.rate_gbps, rel=1e-12)
+    assert limited.report.termination is Termination.OPTIMAL
+    assert limited.report.method is plain.report.method is Method.FORESTCOLL
+    assert [a.method for a in limited.report.attempts][:1] == [Method.FIRST]
+
+
+def test_the_first_schedule_of_a_warm_limited_solve_is_the_previous_trees():
+    topo = hpn(1, 2, 8)
+    old = mo.solve_allgather(topo)
+    after = topo.with_capacity({("s0h0g0", "s0tor0"): 50.0, ("s0tor0", "s0h0g0"): 50.0})
+    limited = mo.solve_allgather(after, warm=old, time_limit=1e-6)
+    assert limited.report.method is Method.FIRST and limited.report.warm is WarmUse.KEPT
+    assert [c.edges for c in limited.chunks] == [c.edges for c in old.chunks]
+    assert mo.validate(after, limited).rate_gbps == pytest.approx(limited.rate_gbps, rel=1e-9)
+
+
+@pytest.mark.parametrize("bad", [0, -1.0, float("nan"), float("inf"), "1", True])
+def test_a_bad_time_limit_is_a_typed_error(bad):
+    with pytest.raises(mo.MCCLError, match="time_limit"):
+        mo.solve_allgather(hpn(1, 2, 2), time_limit=bad)
+
+
+def test_a_warm_start_over_its_budget_is_abandoned_for_cold(monkeypatch):
+    """A warm start made slow on purpose: the solve declines it at its budget and
+    returns cold's schedule (same rate), saying so in the report."""
+    topo = hpn(1, 2, 8)
+    old = mo.solve_allgather(topo)
+    old.report = dataclasses.replace(old.report, cold_seconds=0.0)     # budget: the floor
+    after = topo.with_capacity({("s0h0g0", "s0tor0"): 50.0, ("s0tor0", "s0h0g0"): 50.0})
+    cold = mo.solve_allgather(after)
+    real_guess = certify.warm_guess
+
+    def slow_guess(run):
+        time.sleep(ag_solve.WARM_FLOOR_S + 0.03)
+        anytime.check("a warm guess made slow on purpose")
+        return real_guess(run)
+
+    monkeypatch.setattr(ag_solve, "warm_guess", slow_guess)
+    warm = mo.solve_allgather(after, warm=old)
+    assert warm.report.warm is WarmUse.DECLINED
+    assert warm.rate_gbps == pytest.approx(cold.rate_gbps, rel=1e-12)
+    assert any(a.outcome.startswith("declined: the warm start passed its budget")
+               for a in warm.report.attempts)
+    assert warm.report.cold_seconds is not None        # the next budget is measured again
+
+
+def test_warm_budget_follows_the_cold_time_carried():
+    topo = hpn(1, 2, 8)
+    cold = mo.solve_allgather(topo)
+    assert cold.report.cold_seconds == pytest.approx(cold.report.seconds)
+    warm = mo.solve_allgather(fail2(topo), warm=cold)
+    assert warm.report.warm is not WarmUse.COLD
+    assert warm.report.cold_seconds == cold.report.cold_seconds        # carried, not re-measured
+    assert ag_solve.warm_budget_s(warm) == pytest.approx(
+        max(ag_solve.WARM_FLOOR_S, ag_solve.WARM_SHARE * cold.report.cold_seconds))
+    bare = dataclasses.replace(cold, report=None)
+    assert ag_solve.warm_budget_s(bare) is None                        # nothing to go by
+
+
+def _chain(seed: int):
+    """A seeded chain of one-way and two-way degradations and repairs on HPN 1x2x6."""
+    rng = np.random.default_rng(seed)
+    base = hpn(1, 2, 6)
+    topo = base
+    links = list(base.links)
+    for _ in range(4):
+        link = links[int(rng.integers(len(links)))]
+        gbps = link.capacity_gbps * float(rng.choice([0.05, 0.25, 0.5, 0.7, 1.0, rng.uniform(0.01, 1)]))
+        change = {(link.src, link.dst): gbps}
+        if rng.random() < 0.5:
+            change[link.dst, link.src] = gbps
+        topo = topo.with_capacity(change)
+        yield topo
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_warm_reaches_cold_exact_rate_along_event_chains(seed):
+    """``max_chunks=None``: warm and cold give the same (exact) rate after every event,
+    at the forwarding-only optimum of the independent oracle where it is a cut bound."""
+    prev = mo.solve_allgather(hpn(1, 2, 6), max_chunks=None)
+    for topo in _chain(seed):
+        cold = mo.solve_allgather(topo, max_chunks=None)
+        warm = mo.solve_allgather(topo, warm=prev, max_chunks=None)
+        assert warm.rate_gbps == pytest.approx(cold.rate_gbps, rel=1e-6)
+        assert warm.rate_gbps <= cut_bound(topo) * (1 + 1e-6)
+        assert mo.validate(topo, warm).rate_gbps == pytest.approx(warm.rate_gbps, rel=1e-9)
+        prev = warm
+
+
+def test_anytime_returns_the_best_offer_and_nests():
+    class S:                        # anything with a rate can be offered
+        def __init__(self, rate):
+            self.rate_gbps = rate
+
+    def solve():
+        anytime.offer(S(1.0))
+        anytime.offer(S(3.0))
+        anytime.offer(S(2.0))
+        result, declined = anytime.stage(0.0, lambda: anytime.check("inner") or S(9.0))
+        assert result is None and declined
+        while True:
+            anytime.check("outer loop")
+
+    best, stopped = anytime.limited(0.01, solve)
+    assert best.rate_gbps == 3.0 and stopped.stopped_in == "outer loop" and stopped.offers == 3
+    assert anytime.limited(None, lambda: 5) == (5, None)
+    anytime.check("no limit here")                   # a no-op outside a limit
+    with pytest.raises(mo.SolveError, match="before any schedule"):
+        anytime.limited(0.0, lambda: anytime.check("start"))
+
+
+def test_report_round_trips_through_a_file(tmp_path):
+    sched = mo.solve_allgather(fail2(hpn(1, 2, 4)))
+    path = tmp_path / "s.json"
+    sched.save(path)
+    again = mo.Schedule.load(path)
+    assert again.report == sched.report and isinstance(again.report, SolveReport)
+    bad = sched.to_dict()
+    bad["report"] = {**bad["report"], "termination": "maybe"}
+    with pytest.raises(mo.ScheduleError, match="'report' is malformed"):
+        mo.Schedule.from_dict(bad)
