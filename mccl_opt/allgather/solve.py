@@ -61,7 +61,7 @@ def solve_allgather(topo: Topology, warm: Schedule | None = None, backend: str =
 
 def _solve(topo: Topology, warm: Schedule | None, backend: str, max_chunks: int | None,
            step_aware: Any) -> Schedule:
-    check_inputs(topo, max_chunks)
+    check_inputs(topo, max_chunks, warm, backend)
     topo = canonical(topo)
     if not switches_balanced(topo):                   # ForestColl is exact on balanced only
         return solve_unbalanced(topo, warm, backend, max_chunks,
