@@ -33,7 +33,11 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
+
+if TYPE_CHECKING:
+    from mccl_opt.schedule import Schedule
+    from mccl_opt.topology import Topology
 
 __all__ = ["load_kernels", "COLLECTIVES", "GROUPS", "KernelGroup", "cache_location",
            "compiling_notice"]
@@ -54,26 +58,27 @@ class KernelGroup:
     run: Callable[[str], None]
 
 
-def _fabrics():
+def _fabrics() -> tuple[Topology, Topology]:
     """HPN 1x2x4 and 1x2x8 (``instances`` is imported lazily)."""
     from instances import hpn
 
     return hpn(1, 2, 4), hpn(1, 2, 8)
 
 
-def _one_way(topo):
+def _one_way(topo: Topology) -> Topology:
     """``topo`` with GPU 0's NIC degraded in one direction (unbalanced switches)."""
     return topo.with_capacity(src="s0h0g0", dst="s0tor0", gbps=100.0, both_directions=False)
 
 
-def _from_file(schedule):
+def _from_file(schedule: Schedule) -> Schedule:
     """``schedule`` as a file gives it back: without its warm state."""
     from mccl_opt.schedule import Schedule
 
     return Schedule.from_dict(schedule.to_dict())
 
 
-def _warm_every_way(solve, restore, topo, previous, healthy, backend: str) -> None:
+def _warm_every_way(solve: Callable[..., Schedule], restore: Callable[[Schedule, Topology], Schedule],
+                    topo: Topology, previous: Schedule, healthy: Topology, backend: str) -> None:
     """A warm solve on ``topo`` from ``previous`` (solved on ``healthy``) in memory, read
     back from a file, and from a file with its warm state rebuilt (``restore``)."""
     on_file = _from_file(previous)
@@ -109,8 +114,9 @@ def _forestcoll(backend: str) -> None:
 
 def _unbalanced(backend: str) -> None:
     """Weaker directions (a one-way NIC; on two segments the repair packer gives up and
-    the greedy one packs), the balanced restriction (a one-way NVSwitch lane) and the
-    general method (capacities whose exact trees explode), cold and warm."""
+    the greedy one packs), the balanced restriction (a one-way NVSwitch lane), the
+    general method (capacities whose exact trees explode) and a warm start from its
+    schedule."""
     from instances import hpn
     from mccl_opt.allgather import restore_warm_state, solve_allgather
 
@@ -118,8 +124,7 @@ def _unbalanced(backend: str) -> None:
         previous = solve_allgather(healthy, backend=backend)
         degraded = _one_way(healthy)
         solve_allgather(degraded, backend=backend)
-        _warm_every_way(solve_allgather, restore_warm_state, degraded, previous, healthy,
-                            backend)
+        _warm_every_way(solve_allgather, restore_warm_state, degraded, previous, healthy, backend)
     solve_allgather(_one_way(hpn(2, 2, 4)), backend=backend)     # greedy packing, min over sinks
     lane = hpn(1, 2, 8).with_capacity({("s0h0g1", "s0h0nvs"): 360.0})
     solve_allgather(lane, backend=backend, max_chunks=None)
