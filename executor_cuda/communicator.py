@@ -36,7 +36,7 @@ from typing import Callable, Iterator, Sequence
 import torch
 import torch.distributed as dist
 
-from mccl_opt.errors import MCCLError, ScheduleError
+from mccl_opt.errors import InputError, MCCLError, ScheduleError
 from mccl_opt.schedule import Schedule
 
 from .faults import FaultInjector
@@ -84,9 +84,9 @@ class Communicator:
         self.peers = [dist.get_global_rank(self.group, r) if process_group is not None else r
                       for r in range(self.world)]
         if pipeline < 1:
-            raise ValueError(f"pipeline must be >= 1, got {pipeline}")
+            raise InputError(f"pipeline must be >= 1, got {pipeline}")
         if timeout_s is not None and not timeout_s > 0:
-            raise ValueError(f"timeout_s must be > 0 seconds (or None: no deadline), got {timeout_s!r}")
+            raise InputError(f"timeout_s must be > 0 seconds (or None: no deadline), got {timeout_s!r}")
         #: seconds a collective may take beyond its expected time (None: no deadline)
         self.timeout_s = timeout_s
         self._deadline: tuple | None = None          # (deadline, budget, collective, seq, version)
@@ -121,7 +121,7 @@ class Communicator:
         """``out[r*n:(r+1)*n] = inp`` of rank ``r`` (``n = inp.numel()``), like torch's."""
         _check_pair(out, inp)
         if out.numel() != self.world * inp.numel():
-            raise ValueError(f"all_gather_into_tensor: output has {out.numel()} elements, "
+            raise InputError(f"all_gather_into_tensor: output has {out.numel()} elements, "
                              f"expected world_size * input = {self.world * inp.numel()}")
         self._collective("allgather", out, inp, inp.numel())
 
@@ -129,7 +129,7 @@ class Communicator:
         """Block ``d`` of ``inp`` goes to rank ``d``; block ``s`` of ``out`` comes from ``s``."""
         _check_pair(out, inp)
         if inp.numel() != out.numel() or inp.numel() % self.world:
-            raise ValueError(f"all_to_all_single: input ({inp.numel()}) and output "
+            raise InputError(f"all_to_all_single: input ({inp.numel()}) and output "
                              f"({out.numel()}) must have the same size, divisible by the "
                              f"world size {self.world}")
         self._collective("alltoall", out, inp, inp.numel() // self.world)
@@ -337,10 +337,10 @@ def _timed_wait(work, timeout_s: float | None) -> int:
 
 def _check_pair(out: torch.Tensor, inp: torch.Tensor) -> None:
     if out.dtype != inp.dtype or out.device != inp.device:
-        raise ValueError(f"input ({inp.dtype}, {inp.device}) and output ({out.dtype}, "
+        raise InputError(f"input ({inp.dtype}, {inp.device}) and output ({out.dtype}, "
                          f"{out.device}) must have the same dtype and device")
     if not (out.is_contiguous() and inp.is_contiguous()):
-        raise ValueError("input and output tensors must be contiguous")
+        raise InputError("input and output tensors must be contiguous")
 
 
 def _view(bufs: tuple, seg: Segment) -> torch.Tensor:

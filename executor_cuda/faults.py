@@ -36,7 +36,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from mccl_opt.errors import TopologyError
+from mccl_opt.errors import InputError, TopologyError
 from mccl_opt.topology import Topology
 
 __all__ = ["FaultInjector", "FabricEmulator"]
@@ -52,7 +52,7 @@ class FaultInjector:
     def slow_link(self, src: int, dst: int, gbps: float, bidirectional: bool = True) -> None:
         """Make ``src -> dst`` (and ``dst -> src`` if ``bidirectional``) run at ``gbps``."""
         if not gbps > 0:
-            raise ValueError(f"emulated link rate must be > 0 Gbps, got {gbps}")
+            raise InputError(f"emulated link rate must be > 0 Gbps, got {gbps}")
         with self._lock:
             self._slow[(src, dst)] = float(gbps)
             if bidirectional:
@@ -92,7 +92,7 @@ class FabricEmulator(FaultInjector):
                  byte_scale: float = 1.0) -> None:
         super().__init__()
         if not (time_scale > 0 and byte_scale > 0):
-            raise ValueError(f"time_scale and byte_scale must be > 0, got {time_scale}, {byte_scale}")
+            raise InputError(f"time_scale and byte_scale must be > 0, got {time_scale}, {byte_scale}")
         missing = [g for g in gpus if not (topo.has_node(g) and topo.is_gpu(g))]
         if missing:
             raise TopologyError(f"ranks {missing} are not GPUs of {topo.name!r}")
@@ -110,7 +110,7 @@ class FabricEmulator(FaultInjector):
         """Give every link its current capacity (Gbps, topology link order)."""
         cap = np.asarray(capacity, dtype=float)
         if cap.shape != self._cap.shape or not np.all(cap > 0):
-            raise ValueError(f"need {self._cap.size} positive capacities, got shape {cap.shape}")
+            raise InputError(f"need {self._cap.size} positive capacities, got shape {cap.shape}")
         with self._lock:
             self._cap = cap.copy()
             self._epoch += 1

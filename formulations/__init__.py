@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-_HOME = {"LinearProgram": "lp", "FormulationError": "lp",
+_HOME = {"LinearProgram": "lp", "FormulationError": "errors", "MCCLError": "errors",
          "build_compact_lp": "compact", "build_chunked_milp": "compact",
          "build_master_lp": "master", "path_columns": "master",
          "write_mps": "export", "write_lp": "export", "read_mps": "export"}

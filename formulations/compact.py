@@ -26,7 +26,8 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
-from .lp import FormulationError, LinearProgram
+from .errors import FormulationError
+from .lp import LinearProgram
 from .names import FabricLabels
 
 __all__ = ["build_compact_lp", "build_chunked_milp"]

@@ -28,7 +28,8 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
-from .lp import FormulationError, LinearProgram
+from .errors import FormulationError
+from .lp import LinearProgram
 
 __all__ = ["write_mps", "write_lp", "read_mps"]
 

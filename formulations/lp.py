@@ -12,11 +12,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import scipy.sparse as sp
 
-__all__ = ["LinearProgram", "FormulationError"]
+from .errors import FormulationError
 
-
-class FormulationError(ValueError):
-    """A model whose arrays are inconsistent (shapes, NaN, crossed bounds)."""
+__all__ = ["LinearProgram"]
 
 
 @dataclass

@@ -29,7 +29,8 @@ from typing import Sequence
 import numpy as np
 import scipy.sparse as sp
 
-from .lp import FormulationError, LinearProgram
+from .errors import FormulationError
+from .lp import LinearProgram
 from .names import FabricLabels
 
 __all__ = ["SwitchRemovalModel", "build_switch_removal_lp", "build_step_lp", "hop_columns",

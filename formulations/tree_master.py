@@ -20,7 +20,8 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
-from .lp import FormulationError, LinearProgram
+from .errors import FormulationError
+from .lp import LinearProgram
 from .names import FabricLabels, numbered
 
 __all__ = ["build_tree_master_lp", "tree_columns"]

@@ -7,7 +7,7 @@ kernel; the synthesizers are loaded on first use.
 from __future__ import annotations
 
 from . import process_exit
-from .errors import (MCCLError, ScheduleError, SolveError, SolverLicenseError,
+from .errors import (InputError, MCCLError, ScheduleError, SolveError, SolverLicenseError,
                      SolverNotAvailableError, TelemetryError, TopologyError)
 from .lazy import lazy_getattr
 from .schedule import BottleneckLink, PathChunk, Schedule, TreeChunk
@@ -19,7 +19,7 @@ __version__ = "0.1.0"
 process_exit.install()
 
 __all__ = [
-    "MCCLError", "TopologyError", "SolverNotAvailableError", "SolverLicenseError",
+    "MCCLError", "InputError", "TopologyError", "SolverNotAvailableError", "SolverLicenseError",
     "SolveError", "ScheduleError", "TelemetryError",
     "Topology", "Node", "Link", "Schedule", "PathChunk", "TreeChunk", "BottleneckLink",
     "validate", "ValidationReport", "solve_alltoall", "solve_allgather", "__version__",

@@ -1,14 +1,22 @@
-"""The MCCL error hierarchy (README "Python API").
+"""The MCCL error hierarchy (README "Python API", docs/architecture.md "Errors").
 
-Every error the package raises on bad input or solver trouble derives from
+Every error the packages raise on bad input or solver trouble derives from
 :class:`MCCLError`, so callers (and the CLI, which prints the message and exits
 with status 2) can catch one type.  Messages say what is wrong *and* what to fix.
+The root itself is defined in the bottom layer (:mod:`formulations.errors`, so that
+the model builders' ``FormulationError`` is an ``MCCLError`` too) and re-exported here.
+Every type but the root also derives from the built-in type an older caller may
+catch (``ValueError``, ``ImportError``, ``RuntimeError``).
 """
 
 from __future__ import annotations
 
+from formulations.errors import FormulationError, MCCLError
+
 __all__ = [
     "MCCLError",
+    "InputError",
+    "FormulationError",
     "TopologyError",
     "SolverNotAvailableError",
     "SolverLicenseError",
@@ -18,8 +26,10 @@ __all__ = [
 ]
 
 
-class MCCLError(Exception):
-    """Base class of every error raised by MCCL."""
+class InputError(MCCLError, ValueError):
+    """A parameter a function cannot use (a chunk budget, step bound, time limit,
+    tolerance or option out of range, a wrong type); the message names the parameter
+    and what it accepts."""
 
 
 class TopologyError(MCCLError, ValueError):

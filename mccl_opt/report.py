@@ -141,7 +141,7 @@ class SolveReport:
 def _seconds(value: Any) -> float:
     v = float(value)
     if not 0 <= v < math.inf:
-        raise ValueError(f"seconds must be finite and >= 0, got {value!r}")
+        raise ScheduleError(f"'report': seconds must be finite and >= 0, got {value!r}")
     return v
 
 
@@ -154,5 +154,5 @@ def _optional_rate(value: Any) -> float | None:
         return None
     v = float(value)
     if not 0 < v < math.inf:
-        raise ValueError(f"a rate must be finite and > 0, got {value!r}")
+        raise ScheduleError(f"'report': a rate must be finite and > 0, got {value!r}")
     return v

@@ -28,7 +28,7 @@ from typing import Any, Iterable, Mapping
 
 import numpy as np
 
-from .errors import TopologyError
+from .errors import InputError, TopologyError
 from .files import read_json
 from .parallel_links import METADATA_KEY, check_link_ids, merge_parallel
 
@@ -303,10 +303,13 @@ class Topology:
         """
         changes = dict(changes or {})
         if kwargs:
-            src, dst, gbps = kwargs.pop("src"), kwargs.pop("dst"), kwargs.pop("gbps")
-            both = kwargs.pop("both_directions", True)
-            if kwargs:
-                raise TypeError(f"unexpected arguments {sorted(kwargs)}")
+            missing = {"src", "dst", "gbps"} - set(kwargs)
+            unknown = set(kwargs) - {"src", "dst", "gbps", "both_directions"}
+            if missing or unknown:
+                raise InputError(f"with_capacity(src=..., dst=..., gbps=..., both_directions=True): "
+                                 f"missing {sorted(missing)}, unexpected {sorted(unknown)}")
+            src, dst, gbps = kwargs["src"], kwargs["dst"], kwargs["gbps"]
+            both = kwargs.get("both_directions", True)
             changes[(src, dst)] = gbps
             if both:
                 changes[(dst, src)] = gbps

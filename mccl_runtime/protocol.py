@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
-from mccl_opt.errors import MCCLError
+from mccl_opt.errors import InputError, MCCLError
 from mccl_opt.files import has_digit_run, too_deep
 
 __all__ = ["VERSION", "REQUESTS", "REPLIES", "MAX_MESSAGE_BYTES", "MAX_REQUEST_BYTES",
@@ -93,7 +93,7 @@ class ReplayGuard:
     def __init__(self, window_s: float = REPLAY_WINDOW_S,
                  clock: Callable[[], float] = time.time) -> None:
         if not window_s > 0:
-            raise ValueError(f"window_s must be positive, got {window_s!r}")
+            raise InputError(f"window_s must be positive, got {window_s!r}")
         self.window_s, self.clock = float(window_s), clock
         self._seen: dict[str, float] = {}          # nonce -> send time, in arrival order
 

@@ -1,15 +1,23 @@
-"""Compile, or load, the synthesizers' numba kernels before the work that is timed.
+"""Compile, or load, every numba kernel a solve can use before the work that is timed.
 
-The numba kernels of both synthesizers are compiled on first use into numba's on-disk
-cache (``cache=True``), so only the first process after an installation compiles them
-(about a minute on two cores); every later process still *loads* them on first use
-(0.5-1 s).  Neither belongs in a solve's ``seconds``: a controller must not charge it to
-its reaction to the first gray failure, and ``mccl solve --warm`` must not look slower
-than cold because the warm path's kernels load inside it.  :func:`load_kernels` runs
-every path the product synthesizer takes (cold; warm after a degraded NVSwitch link, a
-degraded NIC and a NIC degraded in one direction, which takes the AllGather's path for
-unbalanced switches) once per collective, on two small built-in fabrics, and says how long
-that took; ``mccl warmup`` runs it ahead (``make demo`` does).
+The numba kernels of both synthesizers, the validator and the simulator are compiled on
+first use into numba's on-disk cache (``cache=True``), so only the first process after an
+installation compiles them (20-40 s on two cores); every later process still *loads*
+them on first use (about a second).  Neither belongs in a solve's ``seconds``: a
+controller must not charge it to its reaction to the first gray failure, and ``mccl solve
+--warm`` must not look slower than cold because the warm path's kernels load inside it.
+
+A kernel is compiled once per *signature* (argument types and array layouts), and the
+paths of a solve call the kernels with different ones, so :func:`load_kernels` runs every
+path once, in the :data:`GROUPS` below, on small built-in fabrics (HPN 1x2x4 and 1x2x8,
+the AllGather's packing on 16 GPUs takes a branch 8 GPUs do not): AllToAll cold, warm in
+memory, warm from a file (with and without its warm state rebuilt), the local re-solve
+and step bounds; AllGather ForestColl cold and warm the same ways; AllGather on
+unbalanced fabrics (weaker directions, the balanced restriction, the general column
+generation, cold and warm); step-aware trees; the validator and the simulator (event
+and fluid).  ``tests/test_warmup.py`` checks, with numba's compile events, that no solve
+on any path compiles after it.  ``mccl warmup`` runs it ahead (``make demo`` does) and
+prints one line per group.
 
 Where the cache lives: numba writes it next to the package's sources (``__pycache__``)
 or, when that folder is read-only (a system-wide install), under the user's cache
@@ -23,56 +31,166 @@ import os
 import sys
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Callable
 
-__all__ = ["load_kernels", "COLLECTIVES", "cache_location", "compiling_notice"]
+if TYPE_CHECKING:
+    from mccl_opt.schedule import Schedule
+    from mccl_opt.topology import Topology
+
+__all__ = ["load_kernels", "COLLECTIVES", "GROUPS", "KernelGroup", "cache_location",
+           "compiling_notice"]
 
 COLLECTIVES = ("allgather", "alltoall")
 
 _lock = threading.Lock()
 
 
-class _Fabrics:
-    """HPN 1x2x4 and 1x2x8: the AllGather's tree packing on 16 GPUs takes a path (and
-    compiles a kernel) that 8 GPUs do not; built on first use (``instances`` is imported
-    lazily)."""
+@dataclass(frozen=True)
+class KernelGroup:
+    """One warm-up step: ``run(backend)`` takes every path of ``label`` once; it is run
+    for ``collective`` (``None``: whichever collective is asked for)."""
 
-    def __iter__(self):
-        from instances import hpn
+    key: str
+    label: str
+    collective: str | None
+    run: Callable[[str], None]
 
-        return iter((hpn(1, 2, 4), hpn(1, 2, 8)))
+
+def _fabrics() -> tuple[Topology, Topology]:
+    """HPN 1x2x4 and 1x2x8 (``instances`` is imported lazily)."""
+    from instances import hpn
+
+    return hpn(1, 2, 4), hpn(1, 2, 8)
 
 
-WARMUP_FABRICS = _Fabrics()
+def _one_way(topo: Topology) -> Topology:
+    """``topo`` with GPU 0's NIC degraded in one direction (unbalanced switches)."""
+    return topo.with_capacity(src="s0h0g0", dst="s0tor0", gbps=100.0, both_directions=False)
+
+
+def _from_file(schedule: Schedule) -> Schedule:
+    """``schedule`` as a file gives it back: without its warm state."""
+    from mccl_opt.schedule import Schedule
+
+    return Schedule.from_dict(schedule.to_dict())
+
+
+def _warm_every_way(solve: Callable[..., Schedule], restore: Callable[[Schedule, Topology], Schedule],
+                    topo: Topology, previous: Schedule, healthy: Topology, backend: str) -> None:
+    """A warm solve on ``topo`` from ``previous`` (solved on ``healthy``) in memory, read
+    back from a file, and from a file with its warm state rebuilt (``restore``)."""
+    on_file = _from_file(previous)
+    for warm in (previous, on_file, restore(on_file, healthy)):
+        solve(topo, warm=warm, backend=backend)
+
+
+def _alltoall(backend: str) -> None:
+    from instances import fail1, fail2
+    from mccl_opt.alltoall import restore_warm_state, solve_alltoall
+
+    for healthy in _fabrics():
+        previous = solve_alltoall(healthy, backend=backend)
+        solve_alltoall(healthy, backend=backend, max_chunks=None)
+        solve_alltoall(healthy, backend=backend, max_steps="min")
+        for degraded in (fail1(healthy), fail2(healthy), _one_way(healthy)):
+            _warm_every_way(solve_alltoall, restore_warm_state, degraded, previous, healthy, backend)
+        solve_alltoall(fail2(healthy), backend=backend, max_steps=2)
+
+
+def _forestcoll(backend: str) -> None:
+    from instances import fail1, fail2
+    from mccl_opt.allgather import restore_warm_state, solve_allgather
+
+    for healthy in _fabrics():
+        previous = solve_allgather(healthy, backend=backend)
+        solve_allgather(healthy, backend=backend, max_chunks=None)
+        for degraded in (fail1(healthy), fail2(healthy)):
+            solve_allgather(degraded, backend=backend)
+            _warm_every_way(solve_allgather, restore_warm_state, degraded, previous, healthy,
+                            backend)
+
+
+def _unbalanced(backend: str) -> None:
+    """Weaker directions (a one-way NIC; on two segments the repair packer gives up and
+    the greedy one packs), the balanced restriction (a one-way NVSwitch lane), the
+    general method (capacities whose exact trees explode) and a warm start from its
+    schedule."""
+    from instances import hpn
+    from mccl_opt.allgather import restore_warm_state, solve_allgather
+
+    for healthy in _fabrics():
+        previous = solve_allgather(healthy, backend=backend)
+        degraded = _one_way(healthy)
+        solve_allgather(degraded, backend=backend)
+        _warm_every_way(solve_allgather, restore_warm_state, degraded, previous, healthy, backend)
+    solve_allgather(_one_way(hpn(2, 2, 4)), backend=backend)     # greedy packing, min over sinks
+    lane = hpn(1, 2, 8).with_capacity({("s0h0g1", "s0h0nvs"): 360.0})
+    solve_allgather(lane, backend=backend, max_chunks=None)
+    odd = hpn(1, 2, 4).with_capacity(src="s0h0g1", dst="s0h0nvs", gbps=594.087) \
+        .with_capacity(src="s0h1g2", dst="s0tor2", gbps=445.565)
+    general = solve_allgather(odd, backend=backend, max_chunks=None)
+    solve_allgather(odd.with_capacity(src="s0h0g2", dst="s0h0nvs", gbps=500.0), warm=general,
+                    backend=backend, max_chunks=None)
+
+
+def _step_aware(backend: str) -> None:
+    from instances import fail2
+    from mccl_opt.allgather import solve_allgather
+
+    healthy = _fabrics()[0]
+    solve_allgather(healthy, backend=backend, step_aware=True)
+    solve_allgather(fail2(healthy), backend=backend, step_aware=True)
+
+
+def _validate_simulate(backend: str) -> None:
+    from instances import fail2
+    from mccl_opt.allgather import solve_allgather
+    from mccl_opt.alltoall import solve_alltoall
+    from mccl_opt.sim import simulate
+    from mccl_opt.validate import validate
+
+    topo = fail2(_fabrics()[0])
+    for solve in (solve_allgather, solve_alltoall):
+        schedule = solve(topo, backend=backend)
+        validate(topo, schedule)
+        simulate(topo, schedule, 2**20)
+        simulate(topo, schedule, 2**20, fluid=True)
+
+
+GROUPS: tuple[KernelGroup, ...] = (
+    KernelGroup("alltoall", "AllToAll: cold, warm (in memory, from a file), local re-solve, "
+                "step bounds", "alltoall", _alltoall),
+    KernelGroup("allgather", "AllGather ForestColl: cold, warm (in memory, from a file)",
+                "allgather", _forestcoll),
+    KernelGroup("allgather_unbalanced", "AllGather unbalanced switches: weaker directions, "
+                "balanced restriction, general method", "allgather", _unbalanced),
+    KernelGroup("allgather_step_aware", "AllGather step-aware trees", "allgather", _step_aware),
+    KernelGroup("validate_simulate", "validator and simulator", None, _validate_simulate),
+)
+
 _loaded: set[tuple[str, str]] = set()
 
 
-def load_kernels(backend: str = "highs", collectives: tuple[str, ...] = COLLECTIVES) -> dict[str, float]:
-    """Run each collective's cold and warm paths once on HPN 1x2x4 and 1x2x8 (idempotent per
-    process, backend and collective; thread-safe).  Returns the seconds this call spent
-    per collective (0.0 for one already loaded in this process)."""
-    spent: dict[str, float] = {}
+def load_kernels(backend: str = "highs", collectives: tuple[str, ...] = COLLECTIVES,
+                 on_group: Callable[[KernelGroup], None] | None = None) -> dict[str, float]:
+    """Run the :data:`GROUPS` of ``collectives`` (and the shared ones) once per process
+    and backend (idempotent, thread-safe); ``on_group`` is called before each group that
+    runs.  Returns the seconds this call spent per group key (0.0 for a group already run
+    in this process)."""
+    chosen = [g for g in GROUPS if g.collective is None or g.collective in collectives]
+    spent = {g.key: 0.0 for g in chosen}
     with _lock:
-        todo = [c for c in collectives if (backend, c) not in _loaded]
-        spent.update({c: 0.0 for c in collectives})
-        if not todo:
-            return spent
-        from instances import fail1, fail2
-        from mccl_opt.allgather import solve_allgather
-        from mccl_opt.alltoall import solve_alltoall
-
-        solvers = {"allgather": solve_allgather, "alltoall": solve_alltoall}
-        for collective in todo:
-            solve = solvers[collective]
+        for group in chosen:
+            if (backend, group.key) in _loaded:
+                continue
+            if on_group is not None:
+                on_group(group)
             start = time.perf_counter()
-            for healthy in WARMUP_FABRICS:
-                one_way = healthy.with_capacity(src="s0h0g0", dst="s0tor0", gbps=100.0,
-                                                both_directions=False)
-                previous = solve(healthy, backend=backend)
-                for degraded in (fail1(healthy), fail2(healthy), one_way):
-                    solve(degraded, warm=previous, backend=backend)
-            spent[collective] = time.perf_counter() - start
-            _loaded.add((backend, collective))
+            group.run(backend)
+            spent[group.key] = time.perf_counter() - start
+            _loaded.add((backend, group.key))
     return spent
 
 
@@ -94,5 +212,5 @@ def cache_location() -> str:
 def compiling_notice() -> None:
     """One line on stderr when a command's solve starts compiling kernels (an empty cache;
     passed as ``on_compile`` to :func:`mccl_opt.kernel_time.kernel_seconds`)."""
-    print("compiling the synthesizers' numba kernels: once after installation, about a minute "
+    print("compiling the synthesizers' numba kernels: once after installation, 20-40 s "
           "(`mccl warmup` does it ahead)...", file=sys.stderr, flush=True)

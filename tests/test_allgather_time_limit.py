@@ -63,7 +63,7 @@ def test_the_first_schedule_of_a_warm_limited_solve_is_the_previous_trees():
     assert mo.validate(after, limited).rate_gbps == pytest.approx(limited.rate_gbps, rel=1e-9)
 
 
-@pytest.mark.parametrize("bad", [0, -1.0, float("nan"), float("inf"), "1", True])
+@pytest.mark.parametrize("bad", [0, -1.0, float("nan"), "1", True])
 def test_a_bad_time_limit_is_a_typed_error(bad):
     with pytest.raises(mo.MCCLError, match="time_limit"):
         mo.solve_allgather(hpn(1, 2, 2), time_limit=bad)

@@ -27,6 +27,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from ..errors import InputError
+
 __all__ = ["min_arborescence", "min_arborescences"]
 
 
@@ -189,12 +191,12 @@ def min_arborescences(cost: np.ndarray, roots: np.ndarray) -> tuple[np.ndarray, 
     meaningless, when some node cannot be reached from that root)."""
     D = np.ascontiguousarray(cost, dtype=np.float64)
     if D.ndim != 2 or D.shape[0] != D.shape[1]:
-        raise ValueError(f"cost must be a square matrix, got shape {D.shape}")
+        raise InputError(f"cost must be a square matrix, got shape {D.shape}")
     if np.isnan(D).any() or np.isneginf(D).any():
-        raise ValueError("edge costs must be numbers or +inf (no edge), not NaN or -inf")
+        raise InputError("edge costs must be numbers or +inf (no edge), not NaN or -inf")
     r = np.ascontiguousarray(roots, dtype=np.int64).reshape(-1)
     if r.size and (r.min() < 0 or r.max() >= D.shape[0]):
-        raise ValueError(f"roots must lie in 0..{D.shape[0] - 1}")
+        raise InputError(f"roots must lie in 0..{D.shape[0] - 1}")
     return _arborescences(D, r)
 
 

@@ -27,6 +27,7 @@ import numpy as np
 
 from .. import anytime, progress
 from ..backends import Backend
+from ..errors import InputError
 from ..topology import Topology
 from .arborescence import min_arborescences
 from .switch_paths import SwitchPaths
@@ -200,6 +201,6 @@ def column_generation(topo: Topology, backend: Backend, capacity: np.ndarray,
             dropped += master.drop(stale)
             age, pt.w = age[~stale], pt.w[~stale]
     if pt is None:
-        raise ValueError("CGOptions.max_rounds must be at least 1")
+        raise InputError("CGOptions.max_rounds must be at least 1")
     return CGResult(pool, pt.w, pt.x, max(best_bound, pt.x), status, rnd, lp_s, pr_s, iters,
                     dropped, history)

@@ -22,7 +22,7 @@ import numpy as np
 
 from .. import progress
 from ..backends import get_backend
-from ..errors import SolveError, TopologyError
+from ..errors import ScheduleError, SolveError, TopologyError
 from ..report import Method, SolveReport, Termination, WarmUse
 from ..schedule import Schedule, TreeChunk, bottleneck_links, schedule_rate
 from ..topology import Topology
@@ -121,7 +121,7 @@ def solve_general(topo: Topology, warm: Schedule | None = None, backend: str = "
     if topo.num_gpus < 2:
         raise TopologyError("an AllGather needs at least 2 GPUs")
     if warm is not None and (not isinstance(warm, Schedule) or warm.collective != "allgather"):
-        raise TypeError("warm must be a previous AllGather Schedule")
+        raise ScheduleError("warm must be a previous AllGather Schedule")
     t_start = time.perf_counter()
     arr = topo.arrays
     scale = _rate_scale(topo)

@@ -17,7 +17,9 @@ from typing import Any
 import numpy as np
 
 from .. import progress
-from ..errors import SolveError, TopologyError
+from ..entry_checks import check_backend, check_max_chunks, check_topology, check_warm
+from ..errors import SolveError
+from ..schedule import Schedule
 from ..topology import Topology
 from .budget import CutBounds, choose_trees, exact_k
 from .exact_packing import exact_pack
@@ -54,13 +56,15 @@ class SplitKind(str, Enum):
     DEFAULT = "default"           # step-aware kept the default split
 
 
-def check_inputs(topo: Topology, max_chunks: int | None) -> None:
-    """Reject a non-topology and a chunk budget that is not a positive integer or None."""
-    if not isinstance(topo, Topology):
-        raise TopologyError(f"expected a mccl_opt.Topology, got {type(topo).__name__}")
-    if max_chunks is not None and (isinstance(max_chunks, bool) or not isinstance(max_chunks, int)
-                                   or max_chunks < 1):
-        raise ValueError(f"max_chunks must be a positive integer or None, got {max_chunks!r}")
+def check_inputs(topo: Topology, max_chunks: int | None, warm: Schedule | None = None,
+                 backend: str = "highs") -> None:
+    """The AllGather side of the synthesizers' one error contract (:mod:`..entry_checks`):
+    a non-topology, a bad chunk budget, an unknown or missing backend and a warm start
+    that is not a previous AllGather schedule get the errors AllToAll gives them."""
+    check_topology(topo)
+    check_max_chunks(max_chunks)
+    check_backend(backend)
+    check_warm(warm, "allgather")
 
 
 def gbps(rate: PhaseOneResult, quantum: float) -> float:

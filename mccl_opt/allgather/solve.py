@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from .. import anytime
+from ..entry_checks import check_time_limit
 from ..errors import SolveError
 from ..kernel_time import charge_apart, kernel_seconds
 from ..report import Attempt, Method, SolveReport, Termination, WarmUse
@@ -73,8 +74,8 @@ def solve_allgather(topo: Topology, warm: Schedule | None = None, backend: str =
     kernels compiled or loaded inside the call are timed apart (``stats["kernel_load_s"]``,
     :mod:`mccl_opt.kernel_time`), not in ``seconds``.
     """
-    check_inputs(topo, max_chunks)
-    _check_time_limit(time_limit)
+    check_inputs(topo, max_chunks, warm, backend)
+    check_time_limit(time_limit)
     with kernel_seconds() as kernels:
         sched = _solve_limited(canonical(topo), warm, backend, max_chunks, step_aware, time_limit)
     sched = charge_apart(sched, kernels)
@@ -90,14 +91,6 @@ def warm_budget_s(warm: Schedule) -> float | None:
     if report is None or report.cold_seconds is None:
         return None
     return max(WARM_FLOOR_S, WARM_SHARE * report.cold_seconds)
-
-
-def _check_time_limit(time_limit: float | None) -> None:
-    if time_limit is None:
-        return
-    if isinstance(time_limit, bool) or not isinstance(time_limit, (int, float)) \
-            or not 0 < time_limit < float("inf"):
-        raise SolveError(f"time_limit must be a positive number of seconds, got {time_limit!r}")
 
 
 def _solve_limited(topo: Topology, warm: Schedule | None, backend: str, max_chunks: int | None,

@@ -33,7 +33,7 @@ from formulations.switch_removal import (SwitchRemovalModel, build_step_lp,
 from .. import progress
 from ..backends import get_backend
 from ..backends.base import SolveStatus
-from ..errors import SolveError
+from ..errors import InputError, SolveError
 from ..topology import Topology
 from .capped import allowances, candidates, depth_key, eccentricity
 from .maxflow import INF, FlowNetwork
@@ -71,14 +71,14 @@ class StepAware:
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.tolerance < 1.0:
-            raise ValueError(f"tolerance must be in [0, 1), got {self.tolerance!r}")
+            raise InputError(f"tolerance must be in [0, 1), got {self.tolerance!r}")
         if self.objective not in ("steps", "even"):
-            raise ValueError(f"objective must be 'steps' or 'even', "
+            raise InputError(f"objective must be 'steps' or 'even', "
                              f"got {self.objective!r}")
         if self.max_rounds < 1:
-            raise ValueError("max_rounds must be >= 1")
+            raise InputError("max_rounds must be >= 1")
         if self.max_columns < 1:
-            raise ValueError("max_columns must be >= 1")
+            raise InputError("max_columns must be >= 1")
 
 
 # ---------------------------------------------------------------------- model
@@ -255,7 +255,7 @@ def switch_removal_lp(topo: Topology, *, max_chunks: int | None = 10,
     """
     check_inputs(topo, max_chunks)
     if max_depth is not None and max_depth < 1:
-        raise ValueError(f"max_depth must be a positive integer or None, got {max_depth!r}")
+        raise InputError(f"max_depth must be a positive integer or None, got {max_depth!r}")
     stats: dict[str, Any] = {}
     budget = phase_one_budget(topo, max_chunks, stats)
     arr = topo.arrays

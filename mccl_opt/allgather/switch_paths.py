@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from ..errors import InputError
 from ..topology import Topology
 
 __all__ = ["SwitchPaths", "switch_paths"]
@@ -154,5 +155,5 @@ def switch_paths(topo: Topology, price: np.ndarray) -> SwitchPaths:
     """:class:`SwitchPaths` of ``topo`` under link prices ``price >= 0``."""
     price = np.asarray(price, dtype=np.float64)
     if price.shape != (topo.num_links,) or not np.isfinite(price).all() or (price < 0).any():
-        raise ValueError(f"price must hold {topo.num_links} finite non-negative link prices")
+        raise InputError(f"price must hold {topo.num_links} finite non-negative link prices")
     return SwitchPaths(topo, price)

@@ -26,7 +26,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ..errors import SolveError
+from ..errors import InputError, SolveError, TopologyError
 from .maxflow import FlowNetwork
 
 __all__ = ["Fabric", "PhaseOneResult", "optimal_rate", "best_tree_bandwidth",
@@ -123,7 +123,7 @@ def cut_upper_bound(fab: Fabric, hint_cuts: list[np.ndarray] | None = None) -> P
             if best is None or c * best[1] < best[0] * m:
                 best = (c, m, s)
     if best is None:
-        raise ValueError("a fabric needs at least two GPUs for an AllGather bound")
+        raise TopologyError("a fabric needs at least two GPUs for an AllGather bound")
     g = np.gcd(best[0], best[1]) or 1
     return PhaseOneResult(best[0] // g, best[1] // g, best[2], 0)
 
@@ -136,7 +136,7 @@ def optimal_rate(fab: Fabric, hint_cuts: list[np.ndarray] | None = None) -> Phas
     """
     n_gpu = fab.num_gpus
     if n_gpu < 2:
-        raise ValueError("a fabric needs at least two GPUs for an AllGather rate")
+        raise TopologyError("a fabric needs at least two GPUs for an AllGather rate")
     is_gpu = fab.is_gpu()
     ingress = fab.ingress()
     g = int(fab.gpus[np.argmin(ingress[fab.gpus])])     # the first GPU of least ingress
@@ -179,7 +179,7 @@ def cut_tree_bandwidth(caps: np.ndarray | Sequence[int], need: int) -> Fraction:
     """
     caps = [int(c) for c in caps if c > 0]
     if need <= 0:
-        raise ValueError("need must be positive")
+        raise InputError("need must be positive")
     total = sum(caps)
     if total < need:
         return Fraction(0)

@@ -40,8 +40,9 @@ def transport(n_in: int, n_out: int, tail: np.ndarray, col: np.ndarray, supply: 
         np.subtract.at(supply, tail, flow)
         np.subtract.at(demand, col, flow)
     if loop_of is not None and supply.any():
-        _unloop(n_in, n_out, np.asarray(tail, np.int64), np.asarray(col, np.int64), amounts,
-                supply, demand, np.asarray(loop_of, np.int64))
+        # contiguous arrays whether callers pass slices or not: one kernel signature
+        _unloop(n_in, n_out, np.ascontiguousarray(tail, np.int64), np.ascontiguousarray(col, np.int64),
+                amounts, supply, demand, np.ascontiguousarray(loop_of, np.int64))
     return amounts
 
 

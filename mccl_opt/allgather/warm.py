@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import ScheduleError
 from ..schedule import Schedule, schedule_rate, share_loads
 from ..topology import Topology
 from .canonical import canonical
@@ -84,7 +85,7 @@ class Previous:
 
     def __init__(self, schedule: Schedule, topo: Topology) -> None:
         if not isinstance(schedule, Schedule) or schedule.collective != "allgather":
-            raise TypeError("warm must be a previous AllGather Schedule")
+            raise ScheduleError("warm must be a previous AllGather Schedule")
         self.schedule = schedule
         self.topo = topo
         state = schedule.warm_state

@@ -19,8 +19,11 @@ from __future__ import annotations
 import dataclasses
 
 import time
+from typing import Any
 
-from ..errors import ScheduleError
+from ..entry_checks import (check_backend, check_max_chunks, check_time_limit, check_topology,
+                            check_warm)
+from ..errors import InputError
 from ..kernel_time import charge_apart, kernel_seconds
 from ..schedule import Schedule
 from ..topology import Topology
@@ -35,19 +38,18 @@ from .warm import changes_are_nonbinding, warm_columns
 __all__ = ["solve_alltoall"]
 
 
-def _check_args(topo: Topology, warm, max_chunks, max_steps, time_limit) -> None:
-    if not isinstance(topo, Topology):
-        raise TypeError(f"topo must be a mccl_opt.Topology, got {type(topo).__name__}")
-    if max_chunks is not None and (isinstance(max_chunks, bool) or not isinstance(max_chunks, int)
-                                   or max_chunks < 1):
-        raise ValueError(f"max_chunks must be a positive integer or None, got {max_chunks!r}")
+def _check_args(topo: Topology, warm: Any, backend: Any, max_chunks: Any, max_steps: Any,
+                time_limit: Any) -> None:
+    """The AllToAll side of the synthesizers' one error contract (:mod:`..entry_checks`),
+    plus the step bound only AllToAll takes."""
+    check_topology(topo)
+    check_max_chunks(max_chunks)
     if max_steps is not None and max_steps != "min" and (
             isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1):
-        raise ValueError(f"max_steps must be None, a positive integer or 'min', got {max_steps!r}")
-    if time_limit is not None and not time_limit > 0:
-        raise ValueError(f"time_limit must be > 0 seconds, got {time_limit!r}")
-    if isinstance(warm, Schedule) and warm.collective != "alltoall":
-        raise ScheduleError(f"cannot warm-start AllToAll from a {warm.collective!r} schedule")
+        raise InputError(f"max_steps must be None, a positive integer or 'min', got {max_steps!r}")
+    check_time_limit(time_limit)
+    check_backend(backend)
+    check_warm(warm, "alltoall", (WarmState,))
 
 
 def solve_alltoall(topo: Topology, warm: Schedule | WarmState | None = None, backend: str = "highs",
@@ -66,7 +68,7 @@ def solve_alltoall(topo: Topology, warm: Schedule | WarmState | None = None, bac
     loaded inside the call are timed apart (``stats["kernel_load_s"]``,
     :mod:`mccl_opt.kernel_time`), not in ``seconds``.
     """
-    _check_args(topo, warm, max_chunks, max_steps, time_limit)
+    _check_args(topo, warm, backend, max_chunks, max_steps, time_limit)
     with kernel_seconds() as kernels:
         sched = _synthesize(topo, warm, backend, max_chunks, max_steps, time_limit, rel_tol,
                             min_steps_tol)

@@ -35,6 +35,7 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from ..backends.base import Basis
+from ..errors import ScheduleError
 from ..schedule import PathChunk, Schedule
 from .master import ColumnPool
 from .problem import Problem
@@ -107,7 +108,7 @@ def warm_columns(prob: Problem, warm: Schedule | WarmState) -> tuple[np.ndarray,
         return _from_state(prob, state)
     if isinstance(warm, Schedule):
         return _from_paths(prob, (c.path for c in warm.chunks if isinstance(c, PathChunk)))
-    raise TypeError(f"warm must be a Schedule or WarmState, got {type(warm).__name__}")
+    raise ScheduleError(f"warm must be a Schedule or WarmState, got {type(warm).__name__}")
 
 
 def reusable_basis(prob: Problem, state: WarmState, pool: ColumnPool, backend: str,

@@ -14,7 +14,7 @@ from ..errors import SolverNotAvailableError
 from .base import Backend, Basis, LPSolution, SolveStatus
 
 __all__ = ["Backend", "Basis", "LPSolution", "SolveStatus", "get_backend", "available_backends",
-           "BACKENDS", "backend_class"]
+           "BACKENDS", "backend_class", "installed_class"]
 
 #: name -> "module:Class" of the adapter (imported lazily).
 BACKENDS: dict[str, str] = {
@@ -40,12 +40,18 @@ def available_backends() -> list[str]:
     return [name for name in BACKENDS if backend_class(name).is_available()]
 
 
-def get_backend(name: str = "highs", **options) -> Backend:
-    """A fresh adapter instance; raises :class:`SolverNotAvailableError` naming the pip
-    package when the solver is not installed."""
+def installed_class(name: str) -> type[Backend]:
+    """The adapter class for ``name`` when its solver is installed (checked with
+    ``find_spec``, nothing imported); raises :class:`SolverNotAvailableError` naming the
+    pip package otherwise, or the known names for an unknown one."""
     cls = backend_class(name)
     if not cls.is_available():
         raise SolverNotAvailableError(
             f"backend {name!r} needs the Python package {cls.pip_package!r}: "
             f"pip install {cls.pip_package}  (or: pip install 'mccl[{name}]')")
-    return cls(**options)
+    return cls
+
+
+def get_backend(name: str = "highs", **options) -> Backend:
+    """A fresh adapter instance (:func:`installed_class` says why there is none)."""
+    return installed_class(name)(**options)

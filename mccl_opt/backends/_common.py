@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
-from formulations.lp import FormulationError
+from formulations.errors import FormulationError
 
 from .solution import Basis
 

@@ -131,7 +131,7 @@ class Backend(ABC):
     @abstractmethod
     def set_basis(self, basis: Basis) -> None:
         """Start the next solve from ``basis`` (same shape as the model); raises
-        :class:`~formulations.lp.FormulationError` on a shape or backend mismatch."""
+        :class:`~formulations.errors.FormulationError` on a shape or backend mismatch."""
 
     @property
     @abstractmethod

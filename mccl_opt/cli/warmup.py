@@ -1,6 +1,7 @@
-"""``mccl warmup``: compile (first run after installation) or load the synthesizers'
-numba kernels, and say how long it took and where the cache is (the compile cost is
-explained in :mod:`mccl_runtime.warmup`)."""
+"""``mccl warmup``: compile (first run after installation) or load every numba kernel
+a solve can use, one progress line per group of paths, then how long each group took
+and where the cache is (the groups and the compile cost are explained in
+:mod:`mccl_runtime.warmup`)."""
 
 from __future__ import annotations
 
@@ -18,16 +19,21 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _warmup(args: argparse.Namespace) -> int:
-    from mccl_runtime.warmup import COLLECTIVES, cache_location, load_kernels
+    from mccl_runtime.warmup import COLLECTIVES, GROUPS, cache_location, load_kernels
 
     where = cache_location()
-    print(f"compiling or loading the synthesizers' kernels (the first run after installation "
-          f"compiles them: about a minute; cache: {where})", file=sys.stderr, flush=True)
-    spent = load_kernels(args.backend, COLLECTIVES)
-    info = {"backend": args.backend, **{f"{c}_s": spent[c] for c in COLLECTIVES},
-            "total_s": sum(spent.values()), "cache": where}
+    print(f"compiling or loading the numba kernels of every solve path (the first run after "
+          f"installation compiles them: 20-40 s; cache: {where})", file=sys.stderr, flush=True)
+
+    def announce(group) -> None:
+        print(f"  [{GROUPS.index(group) + 1}/{len(GROUPS)}] {group.label}", file=sys.stderr, flush=True)
+
+    spent = load_kernels(args.backend, COLLECTIVES, on_group=announce)
+    total = sum(spent.values())
     if args.json:
-        print_json(info)
+        print_json({"backend": args.backend, **{f"{key}_s": s for key, s in spent.items()},
+                    "total_s": total, "cache": where})
     else:
-        print_table(list(info), [list(info.values())])
+        print_table(["group", "seconds"], [[key, s] for key, s in spent.items()] + [["total", total]])
+        print(f"backend {args.backend}; cache: {where}")
     return 0

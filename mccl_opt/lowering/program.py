@@ -32,7 +32,7 @@ from collections import OrderedDict, defaultdict
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
-from mccl_opt.errors import ScheduleError
+from mccl_opt.errors import InputError, ScheduleError
 from mccl_opt.schedule import PathChunk, Schedule, TreeChunk
 
 __all__ = ["COLLECTIVES_EXEC", "INP", "OUT", "STAGE", "Segment", "Message", "RankProgram", "GlobalProgram",
@@ -290,7 +290,7 @@ def compile_schedule(schedule: Schedule, block_numel: int, pipeline: int = 1) ->
     elements into the global round program.  Raises :class:`ScheduleError` if the
     schedule does not deliver every block."""
     if block_numel < 0 or pipeline < 1:
-        raise ValueError("block_numel must be >= 0 and pipeline >= 1")
+        raise InputError("block_numel must be >= 0 and pipeline >= 1")
     if schedule.collective == "alltoall":
         return _lower_alltoall(schedule, int(block_numel), int(pipeline))
     return _lower_allgather(schedule, int(block_numel), int(pipeline))
