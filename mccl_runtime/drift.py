@@ -104,11 +104,17 @@ class ProfileStack:
     and collectives with equal rows share one, so the test reads each distinct row's own
     links once instead of every link per collective.  Equal profiles (one schedule
     registered under several communicators) likewise share one row of Algorithm 1.
+    With ``rate_loss``, a schedule is also flagged when its bottleneck rate under ``M``
+    is more than ``rate_loss`` below its rate on ``capacity`` (capacity lost: drift that
+    arrives in small steps, measured against the fabric the schedule was built for).
     """
 
-    def __init__(self, profiles: Sequence[ScheduleProfile], capacity: Sequence[np.ndarray], gamma: float) -> None:
+    def __init__(self, profiles: Sequence[ScheduleProfile], capacity: Sequence[np.ndarray], gamma: float,
+                 rate_loss: float | None = None) -> None:
         self.profiles = tuple(profiles)
         self.gamma = gamma
+        self.lost_below = None if rate_loss is None else (1.0 - rate_loss) * np.array(
+            [bottleneck_rate(np.asarray(c, dtype=float), p.n) for p, c in zip(self.profiles, capacity)])
         self.row_of, distinct = _distinct_profiles(self.profiles)
         self.rows = len(distinct)
         used = [np.flatnonzero(p.n > 0) for p in distinct]
@@ -126,7 +132,8 @@ class ProfileStack:
         self.gain_of, self.gain_link, self.gain_threshold, self.gain_start = _gain_rows(capacity, gamma)
 
     def flags(self, m: np.ndarray) -> np.ndarray:
-        """Per schedule: flagged by Algorithm 1 (``max delta > gamma``) or by a gained link."""
+        """Per schedule: flagged by Algorithm 1 (``max delta > gamma``), by a gained link
+        or (with ``rate_loss``) by a lost rate."""
         x_min = np.full(self.rows, np.inf)
         if len(self.link):
             x_min[self.used_rows] = np.minimum.reduceat(m[self.link] / self.n, self.used_start)
@@ -139,6 +146,8 @@ class ProfileStack:
             starts = np.flatnonzero(np.r_[True, row[1:] != row[:-1]])
             flagged[row[starts]] = np.maximum.reduceat(delta, starts) > self.gamma
         flagged = flagged[self.row_of]
+        if self.lost_below is not None:
+            flagged |= x_min[self.row_of] < self.lost_below
         if len(self.gain_link):
             over = np.logical_or.reduceat(m[self.gain_link] > self.gain_threshold, self.gain_start)
             flagged |= np.append(over, False)[self.gain_of]

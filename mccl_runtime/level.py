@@ -77,6 +77,14 @@ class LevelTracker:
         """An alarm is raised and no new level is confirmed yet."""
         return self.alarm
 
+    @property
+    def provisional(self) -> float:
+        """The newest estimate: the post-change run's mean while a change is pending (not
+        yet confirmed), else the confirmed level."""
+        if self.alarm and self.run_y:
+            return sum(self.run_y) / len(self.run_y)
+        return self.level
+
     def update(self, t: float, y: float) -> bool:
         """Feed one sample (``t`` seconds, ``y`` Gbps); True when a new level was confirmed."""
         p = self.params

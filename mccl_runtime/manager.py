@@ -34,6 +34,18 @@ collective, concurrently), and publishes new versions.
 * Confidence before synthesis: while the store reports links with an unconfirmed change
   (:meth:`MeasurementStore.pending_links`, level estimator), no job starts, for at most
   ``settle_max_s``; so two links failing together are synthesized for together.
+* Everything known at publish time: a finished job is also checked against changes
+  still being confirmed.  When a pending link that the new schedule uses, or that the
+  job saw degraded, has a newest estimate (:meth:`MeasurementStore.provisional`) more
+  than ``restart_tol`` away from the job's input, the result is *held* (event ``held``)
+  until the change is confirmed or ``settle_max_s`` has passed, and then re-checked as
+  usual: a failure that clears during synthesis aborts (``cleared``), a further drop
+  supersedes it.  So the newest estimate wins however long synthesis takes.
+* Capacity lost (ramps): besides Algorithm 1, a collective is flagged when its rate
+  under ``M`` has fallen more than ``rate_loss`` below its rate on the capacities it was
+  synthesized for: drift that arrives in steps is measured against the fabric the
+  schedule was built for, not step to step.  A re-synthesis that gains nothing re-bases
+  those capacities (``no_gain``), so a uniform slowdown is synthesized for once.
 * Capacity gained: a link measured above ``(1 + Gamma)`` times the capacity the schedule
   was synthesized for also flags it (Algorithm 1 cannot see a recovered link that the
   schedule stopped using, because it is in no cut).
@@ -125,6 +137,7 @@ class Policy:
     max_restarts: int = 3
     settle_max_s: float = 0.05
     known_fabrics: int = 4
+    rate_loss: float = 0.05
 
     def __post_init__(self) -> None:
         if not self.gamma > 0:
@@ -135,6 +148,8 @@ class Policy:
             raise MCCLError("min_dwell_s and min_gain must be >= 0 and time_limit_s > 0")
         if self.restart_tol <= 0 or self.max_restarts < 0 or self.settle_max_s < 0:
             raise MCCLError("restart_tol must be > 0, max_restarts and settle_max_s >= 0")
+        if not 0.0 < self.rate_loss <= 1.0:
+            raise MCCLError(f"rate_loss must be in (0, 1] (1 turns the capacity-lost test off), got {self.rate_loss!r}")
 
 
 @dataclass
@@ -149,6 +164,8 @@ class _Job:
     future: Future | None = None
     wall_start: list[float] = field(default_factory=list)
     warm_capacity: np.ndarray | None = None  # the warm schedule's synthesis capacities, to restore on
+    result: JobResult | None = None          # the finished result (profile lifted), kept while held
+    held_since: float | None = None          # when the result was first held for a pending change
 
 
 @dataclass
@@ -293,7 +310,7 @@ class ScheduleManager:
         if stack is None or len(stack.profiles) != len(colls) or any(
                 p is not c.profile for p, c in zip(stack.profiles, colls)):
             stack = self._stack = ProfileStack([c.profile for c in colls], [self._gain_capacity(c) for c in colls],
-                                               self.policy.gamma)
+                                               self.policy.gamma, self.policy.rate_loss)
         return stack
 
     def _gain_capacity(self, coll: Collective) -> np.ndarray:
@@ -320,6 +337,22 @@ class ScheduleManager:
         links = self.groups.links(coll.gpus)
         return coll.synth_capacity is not None and bool(
             np.any(m[links] > (1.0 + self.policy.gamma) * coll.synth_capacity[links]))
+
+    def _lost(self, m: np.ndarray, coll: Collective, share: float = 1.0) -> bool:
+        """``coll``'s rate under ``m`` is more than ``share * rate_loss`` below its rate on
+        the capacities it was synthesized for (capacity lost: ramps)."""
+        if coll.synth_capacity is None or coll.profile is None:
+            return False
+        built = _rate(coll.synth_capacity, coll.profile.loads)
+        return _rate(m, coll.profile.loads) < (1.0 - share * self.policy.rate_loss) * built
+
+    def _recovered(self, m: np.ndarray, coll: Collective) -> bool:
+        """The drift that started a job is gone: Algorithm 1's deviation is back within
+        ``clear_ratio * Gamma``, no link gained capacity and the rate is within
+        ``clear_ratio * rate_loss`` of what the schedule was built for (hysteresis)."""
+        report = detect(m, coll.profile, self.policy.gamma)
+        return (report.max_delta <= self.policy.clear_ratio * self.policy.gamma and not self._gained(m, coll)
+                and not self._lost(m, coll, self.policy.clear_ratio))
 
     def step(self, now: float) -> list[Event]:
         """One controller decision: collect finished jobs, then detect and start jobs."""
@@ -389,8 +422,11 @@ class ScheduleManager:
                                         {"time_limit_s": self.policy.time_limit_s}))
                 continue
             coll.job = None
-            events.append(self._finish(coll, job, now))
-            if events[-1].action == "superseded":
+            event = self._finish(coll, job, now)
+            if event is None:                                # still held; announced when first held
+                continue
+            events.append(event)
+            if event.action == "superseded":
                 events.append(self._start(coll, now, job.trigger, job.restarts + 1))
         return events
 
@@ -401,8 +437,7 @@ class ScheduleManager:
         if job.initial or coll.profile is None:
             return None
         m = self.store.measured()
-        report = detect(m, coll.profile, self.policy.gamma)
-        if report.max_delta <= self.policy.clear_ratio * self.policy.gamma and not self._gained(m, coll):
+        if self._recovered(m, coll):
             return "cleared"
         if self._moved(m, coll, job) > self.policy.restart_tol and job.restarts < self.policy.max_restarts:
             return "superseded"
@@ -420,15 +455,30 @@ class ScheduleManager:
         return [Event(now, coll.comm, coll.name, "superseded", coll.version, detail),
                 self._start(coll, now, job.trigger, job.restarts + 1)]
 
-    def _finish(self, coll: Collective, job: _Job, now: float) -> Event:
-        coll.last_decision_t = now
-        try:
-            new, seconds, new_profile = job.future.result()
-        except (MCCLError, BrokenExecutor) as exc:          # a synthesizer error, or a worker died
-            self.counters["failures"] += 1
-            return Event(now, coll.comm, coll.name, "failed", coll.version, {"error": str(exc)})
-        new_profile = self.groups.lift(coll.gpus, new_profile)
+    def _finish(self, coll: Collective, job: _Job, now: float) -> Event | None:
+        """Decide a finished job: ``held`` (kept in ``coll.job``; ``None`` once announced),
+        ``failed``, ``aborted``, ``superseded`` or ``published``."""
+        if job.result is None:
+            try:
+                new, seconds, new_profile = job.future.result()
+            except (MCCLError, BrokenExecutor) as exc:          # a synthesizer error, or a worker died
+                coll.last_decision_t = now
+                self.counters["failures"] += 1
+                return Event(now, coll.comm, coll.name, "failed", coll.version, {"error": str(exc)})
+            job.result = (new, seconds, self.groups.lift(coll.gpus, new_profile))
+        new, seconds, new_profile = job.result
         detail: dict[str, Any] = {"synth_s": seconds, "started_t": job.started_t}
+        if not job.initial:
+            held = self._held_by(coll, job, new_profile, now)
+            if held:
+                coll.job = job
+                if job.held_since is not None:
+                    return None
+                job.held_since = now
+                return Event(now, coll.comm, coll.name, "held", coll.version, {**detail, "pending": held})
+        coll.last_decision_t = now
+        if job.held_since is not None:
+            detail["held_s"] = now - job.held_since
         if not job.initial:
             m = self.store.measured()
             report = detect(m, coll.profile, self.policy.gamma)
@@ -436,7 +486,7 @@ class ScheduleManager:
             detail.update(max_delta=report.max_delta, rate_before=cur_rate, rate_after=new_rate)
             reason = None
             moved = self._moved(m, coll, job)
-            if report.max_delta <= self.policy.clear_ratio * self.policy.gamma and not self._gained(m, coll):
+            if self._recovered(m, coll):
                 reason = "cleared"
             elif moved > self.policy.restart_tol and job.restarts < self.policy.max_restarts:
                 self.counters["superseded"] += 1
@@ -459,6 +509,25 @@ class ScheduleManager:
             detail["known_fabric"] = True
         self.counters["published"] += 1
         return Event(now, coll.comm, coll.name, "published", coll.version, detail)
+
+    def _held_by(self, coll: Collective, job: _Job, new_profile: ScheduleProfile,
+                 now: float) -> list[list[str]]:
+        """The pending links (``[src, dst]``) that hold a finished job back: on ``coll``'s
+        fabric, used by the new schedule or degraded in the job's input, with a newest
+        estimate more than ``restart_tol`` from what the job synthesized for.  Empty once
+        they are confirmed, or ``settle_max_s`` after the hold began."""
+        pending = self.store.pending_links()
+        if pending.size == 0 or (job.held_since is not None and now - job.held_since >= self.policy.settle_max_s):
+            return []
+        mine = np.zeros(self.topo.num_links, dtype=bool)
+        mine[self.groups.links(coll.gpus)] = True
+        pending = pending[mine[pending]]
+        nominal = self.topo.arrays.capacity[pending]
+        cap = job.capacity[pending]
+        relied = (new_profile.loads[pending] > 1e-12) | (cap < (1.0 - self.policy.restart_tol) * nominal)
+        newest = self.store.provisional()[pending]
+        moving = relied & (np.abs(newest - cap) > self.policy.restart_tol * cap)
+        return [[self.topo.links[a].src, self.topo.links[a].dst] for a in pending[moving].tolist()]
 
     def _moved(self, m: np.ndarray, coll: Collective, job: _Job) -> float:
         """The largest relative change of ``m`` from the job's input on ``coll``'s links."""
