@@ -65,6 +65,7 @@ from mccl_opt.schedule import Schedule
 from mccl_opt.topology import Topology
 
 from .drift import bottleneck_rate
+from .inflight import InFlight
 from .level import LevelParams
 from .manager import Policy, ScheduleManager, Synthesizer, solver_synthesizer
 from .scenario import Event, Scenario
@@ -239,43 +240,6 @@ class _Probe:
         return charged, links, times, gbps
 
 
-@dataclass(frozen=True)
-class _InFlight:
-    """A collective in flight: when its data movement began, its version, and the traffic
-    (Gbit) each link has carried by each of the simulator's row times."""
-
-    start: float
-    version: int
-    times: np.ndarray
-    carried: np.ndarray
-
-    @classmethod
-    def of(cls, start: float, version: int, res: Any) -> "_InFlight":
-        gbit = res.link_gbps * np.diff(res.times)[:, None]
-        return cls(start, version, np.asarray(res.times),
-                   np.vstack([np.zeros(gbit.shape[1]), np.cumsum(gbit, axis=0)]))
-
-    def left(self, t: float) -> np.ndarray:
-        """Gbit each link still has to carry at ``t`` (what each rank's per-connection
-        byte counters tell)."""
-        x = min(max(t - self.start, 0.0), float(self.times[-1]))
-        row = min(int(np.searchsorted(self.times, x, side="right")) - 1, len(self.times) - 2)
-        span = self.times[row + 1] - self.times[row]
-        frac = (x - self.times[row]) / span if span > 0 else 1.0
-        done = self.carried[row] + frac * (self.carried[row + 1] - self.carried[row])
-        return self.carried[-1] - done
-
-    def remaining_s(self, t: float, m: np.ndarray) -> float:
-        """A lower bound on its time left: every link must still carry what is left on it
-        at its measured capacity ``m`` (Gbps)."""
-        return float(np.max(self.left(t) / m, initial=0.0))
-
-    def progress(self, t: float) -> float:
-        """The share of its link traffic done at ``t``."""
-        total = float(self.carried[-1].sum())
-        return 1.0 - float(self.left(t).sum()) / total if total > 0 else 1.0
-
-
 class _Controller:
     """The controller's side of the loop: telemetry arrives in time order and is decided on
     every ``tick_ms`` (also inside a long collective), and when a job's time has elapsed."""
@@ -289,7 +253,7 @@ class _Controller:
         self.coll = manager.collectives()[0]
 
     def advance(self, until: float, links: np.ndarray, times: np.ndarray, gbps: np.ndarray,
-                inflight: _InFlight | None = None) -> float:
+                inflight: InFlight | None = None) -> float:
         """Ingest the samples (all at or before ``until``), deciding on the way; returns
         ``until``, or the earlier time at which ``inflight`` was aborted for a new
         version (then only the samples up to that time were ingested)."""
@@ -319,7 +283,7 @@ class _Controller:
             self.store.ingest_links(links[i:], times[i:], gbps[i:])
         return until
 
-    def _abort(self, inflight: _InFlight, t: float) -> bool:
+    def _abort(self, inflight: InFlight, t: float) -> bool:
         """Whether the in-flight collective is aborted for the version ready at ``t``: it
         runs an older version and would take longer to finish than a fresh run of the new
         one under ``M`` (module docstring)."""
@@ -394,7 +358,7 @@ def run_loop(cfg: LoopConfig = LoopConfig(), synthesize: Synthesizer | None = No
             start, end = t, t + charged + res.completion_s
             gbps = np.concatenate([gw, py])
             gbps = np.maximum(0.0, gbps * (1.0 + scn.noise * rng.standard_normal(gbps.size)))
-            flight = _InFlight.of(start + charged, active.version, res)
+            flight = InFlight.of(start + charged, active.version, res)
             t = ctl.advance(end, np.concatenate([links, pl]), np.concatenate([start + charged + tw, pt]), gbps,
                             flight)
             if t < end:                                    # aborted for the new version: re-run on it

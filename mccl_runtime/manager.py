@@ -41,11 +41,12 @@ collective, concurrently), and publishes new versions.
   until the change is confirmed or ``settle_max_s`` has passed, and then re-checked as
   usual: a failure that clears during synthesis aborts (``cleared``), a further drop
   supersedes it.  So the newest estimate wins however long synthesis takes.
-* Capacity lost (ramps): besides Algorithm 1, a collective is flagged when its rate
-  under ``M`` has fallen more than ``rate_loss`` below its rate on the capacities it was
-  synthesized for: drift that arrives in steps is measured against the fabric the
-  schedule was built for, not step to step.  A re-synthesis that gains nothing re-bases
-  those capacities (``no_gain``), so a uniform slowdown is synthesized for once.
+* Capacity lost (ramps): a collective whose rate under ``M`` has fallen more than
+  ``rate_loss`` below its rate on the capacities it was synthesized for is flagged at
+  the hysteresis floor ``clear_ratio * Gamma`` instead of ``Gamma``: drift that arrives
+  in small steps is measured against the fabric the schedule was built for, and a step
+  that costs throughput is acted on before the deviation reaches ``Gamma``.  A
+  uniformly scaled cut (no schedule can route around it) still never flags.
 * Capacity gained: a link measured above ``(1 + Gamma)`` times the capacity the schedule
   was synthesized for also flags it (Algorithm 1 cannot see a recovered link that the
   schedule stopped using, because it is in no cut).
@@ -310,7 +311,8 @@ class ScheduleManager:
         if stack is None or len(stack.profiles) != len(colls) or any(
                 p is not c.profile for p, c in zip(stack.profiles, colls)):
             stack = self._stack = ProfileStack([c.profile for c in colls], [self._gain_capacity(c) for c in colls],
-                                               self.policy.gamma, self.policy.rate_loss)
+                                               self.policy.gamma, self.policy.rate_loss,
+                                               self.policy.clear_ratio * self.policy.gamma)
         return stack
 
     def _gain_capacity(self, coll: Collective) -> np.ndarray:
@@ -338,21 +340,11 @@ class ScheduleManager:
         return coll.synth_capacity is not None and bool(
             np.any(m[links] > (1.0 + self.policy.gamma) * coll.synth_capacity[links]))
 
-    def _lost(self, m: np.ndarray, coll: Collective, share: float = 1.0) -> bool:
-        """``coll``'s rate under ``m`` is more than ``share * rate_loss`` below its rate on
-        the capacities it was synthesized for (capacity lost: ramps)."""
-        if coll.synth_capacity is None or coll.profile is None:
-            return False
-        built = _rate(coll.synth_capacity, coll.profile.loads)
-        return _rate(m, coll.profile.loads) < (1.0 - share * self.policy.rate_loss) * built
-
     def _recovered(self, m: np.ndarray, coll: Collective) -> bool:
         """The drift that started a job is gone: Algorithm 1's deviation is back within
-        ``clear_ratio * Gamma``, no link gained capacity and the rate is within
-        ``clear_ratio * rate_loss`` of what the schedule was built for (hysteresis)."""
+        ``clear_ratio * Gamma`` (hysteresis) and no link gained capacity."""
         report = detect(m, coll.profile, self.policy.gamma)
-        return (report.max_delta <= self.policy.clear_ratio * self.policy.gamma and not self._gained(m, coll)
-                and not self._lost(m, coll, self.policy.clear_ratio))
+        return report.max_delta <= self.policy.clear_ratio * self.policy.gamma and not self._gained(m, coll)
 
     def step(self, now: float) -> list[Event]:
         """One controller decision: collect finished jobs, then detect and start jobs."""
