@@ -40,7 +40,10 @@ collective, concurrently), and publishes new versions.
   than ``restart_tol`` away from the job's input, the result is *held* (event ``held``)
   until the change is confirmed or ``settle_max_s`` has passed, and then re-checked as
   usual: a failure that clears during synthesis aborts (``cleared``), a further drop
-  supersedes it.  So the newest estimate wins however long synthesis takes.
+  supersedes it.  A superseded job restarts once no change is pending (at most
+  ``settle_max_s`` later), so one restart covers both directions of a cable that are
+  confirmed a few samples apart.  So the newest estimate wins however long synthesis
+  takes.
 * Capacity lost (ramps): a collective whose rate under ``M`` has fallen more than
   ``rate_loss`` below its rate on the capacities it was synthesized for is flagged at
   the hysteresis floor ``clear_ratio * Gamma`` instead of ``Gamma``: drift that arrives
@@ -186,6 +189,7 @@ class Collective:
     known: list[tuple[np.ndarray, Schedule]] = field(default_factory=list)
     gpus: tuple[str, ...] | None = None     # the communicator's members; None: the whole fabric
     restore_on: np.ndarray | None = None    # an AllToAll schedule without warm state: its synthesis capacities
+    deferred: tuple[DriftReport | None, int] | None = None  # a superseded job's restart (trigger, restarts)
 
     @property
     def key(self) -> tuple[str, str]:
@@ -303,7 +307,8 @@ class ScheduleManager:
             return []
         flags = self._stack_of(profiled).flags(m)
         return [(coll, detect(m, coll.profile, self.policy.gamma)) for coll, flag in zip(profiled, flags.tolist())
-                if flag and coll.job is None and now - coll.last_decision_t >= self.policy.min_dwell_s]
+                if flag and coll.job is None and coll.deferred is None
+                and now - coll.last_decision_t >= self.policy.min_dwell_s]
 
     def _stack_of(self, colls: list[Collective]) -> ProfileStack:
         """The collectives' profiles stacked for Algorithm 1 (rebuilt when one changes)."""
@@ -349,6 +354,10 @@ class ScheduleManager:
     def step(self, now: float) -> list[Event]:
         """One controller decision: collect finished jobs, then detect and start jobs."""
         events = self.poll(now)
+        if not self._unsettled(now):
+            for coll in [c for c in self.collectives() if c.deferred is not None]:
+                (trigger, restarts), coll.deferred = coll.deferred, None
+                events.append(self._start(coll, now, trigger, restarts))
         for coll, report in self.check(now):
             events.append(self._start(coll, now, report))
         return events
@@ -419,7 +428,7 @@ class ScheduleManager:
                 continue
             events.append(event)
             if event.action == "superseded":
-                events.append(self._start(coll, now, job.trigger, job.restarts + 1))
+                events += self._restart(coll, job, now)
         return events
 
     def _stale(self, coll: Collective, job: _Job) -> str | None:
@@ -444,8 +453,15 @@ class ScheduleManager:
             return [Event(now, coll.comm, coll.name, "aborted", coll.version, {**detail, "reason": "cleared"})]
         self.counters["superseded"] += 1
         detail["moved"] = self._moved(self.store.measured(), coll, job)
-        return [Event(now, coll.comm, coll.name, "superseded", coll.version, detail),
-                self._start(coll, now, job.trigger, job.restarts + 1)]
+        return [Event(now, coll.comm, coll.name, "superseded", coll.version, detail)] + self._restart(coll, job, now)
+
+    def _restart(self, coll: Collective, job: _Job, now: float) -> list[Event]:
+        """Restart a superseded job on the latest ``M`` now, or once no change is pending
+        (:meth:`step`; at most ``settle_max_s`` later)."""
+        if self._unsettled(now):
+            coll.deferred = (job.trigger, job.restarts + 1)
+            return []
+        return [self._start(coll, now, job.trigger, job.restarts + 1)]
 
     def _finish(self, coll: Collective, job: _Job, now: float) -> Event | None:
         """Decide a finished job: ``held`` (kept in ``coll.job``; ``None`` once announced),
@@ -527,7 +543,7 @@ class ScheduleManager:
         return _moved(m[links], job.capacity[links])
 
     def busy(self) -> bool:
-        return any(c.job is not None for c in self._collectives.values())
+        return any(c.job is not None or c.deferred is not None for c in self._collectives.values())
 
     def wait_idle(self, timeout_s: float | None = None) -> bool:
         """Block until running jobs finish (without publishing them); True if all did."""
