@@ -17,7 +17,7 @@ Per scenario event (in the file's order), from the rows of :func:`.loop.run_loop
   ``algbw_offline`` (null when none in the segment), whatever version ran it.
 
 Collectives aborted for a new version (:mod:`.loop`) are no rows; ``lost_ms`` sums the
-time they ran in the segment.
+time ran by those aborted in the segment.
 
 ``false_swaps`` counts versions published before the first event or because of a dip.
 """
@@ -90,7 +90,7 @@ def _event(out: Any, i: int, synthesize: Any, fluid: bool, state: int) -> dict[s
         "dispatch_ms": 1e3 * pubs[0]["detail"]["dispatch_s"] if pubs and "dispatch_s" in pubs[0]["detail"] else None,
         "aborted": sum(e["action"] == "aborted" for e in mine),
         "held": sum(e["action"] == "held" for e in mine),
-        "lost_ms": sum(a["end_ms"] - a["t_ms"] for a in out.aborted if te <= a["t_ms"] < tn),
+        "lost_ms": sum(a["end_ms"] - a["t_ms"] for a in out.aborted if te <= a["end_ms"] < tn),
     }
 
 
