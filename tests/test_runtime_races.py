@@ -41,18 +41,25 @@ def _nic(cap):
     return cap[TOPO.link_index(*NIC)]
 
 
-def test_a_result_is_held_while_a_further_drop_is_confirmed_then_the_newest_estimate_wins():
-    gate = threading.Event()
-    synth = tm.PruningSynth(gate=gate)                   # slow on purpose: finishes when the test says
-    store, mgr = _level_manager(synth, settle_max_s=10.0)
-    t = _feed(store, 190.0, 1.0, 4)                      # confirmed at 190
+def _finished_while_pending(first, then, samples=2, settle_max_s=10.0):
+    """A job started on the NIC confirmed at ``first`` Gbps, finished by a synthesizer made
+    slow on purpose once ``samples`` samples of ``then`` Gbps have arrived (a change
+    still being confirmed): ``(synth, store, manager, t)``."""
+    synth = tm.PruningSynth(gate=threading.Event())
+    store, mgr = _level_manager(synth, settle_max_s=settle_max_s)
+    t = _feed(store, first, 1.0, 4)
     assert [e.action for e in mgr.step(t)] == ["resynthesis"]
-    t = _feed(store, 50.0, t, 2)                         # a further drop: alarmed, not confirmed
+    t = _feed(store, then, t, samples)
+    synth.gate.set()
+    mgr.wait_idle(5.0)
+    return synth, store, mgr, t
+
+
+def test_a_result_is_held_while_a_further_drop_is_confirmed_then_the_newest_estimate_wins():
+    synth, store, mgr, t = _finished_while_pending(190.0, 50.0)     # a further drop, not confirmed
     assert TOPO.link_index(*NIC) in store.pending_links()
     assert _nic(store.measured()) == pytest.approx(190.0)
     assert _nic(store.provisional()) == pytest.approx(50.0, rel=0.05)
-    gate.set()
-    mgr.wait_idle(5.0)
     events = mgr.poll(t)
     assert [e.action for e in events] == ["held"] and events[0].detail["pending"]
     assert mgr.poll(t + 0.001) == [] and mgr.get("world", "ag").version == 1     # announced once, not published
@@ -69,14 +76,7 @@ def test_a_result_is_held_while_a_further_drop_is_confirmed_then_the_newest_esti
 
 
 def test_a_clear_still_being_confirmed_never_publishes_the_failures_schedule():
-    gate = threading.Event()
-    synth = tm.PruningSynth(gate=gate)
-    store, mgr = _level_manager(synth, settle_max_s=10.0)
-    t = _feed(store, 50.0, 1.0, 4)
-    assert [e.action for e in mgr.step(t)] == ["resynthesis"]
-    t = _feed(store, 400.0, t, 2)                        # the failure clears: alarmed, not confirmed
-    gate.set()
-    mgr.wait_idle(5.0)
+    synth, store, mgr, t = _finished_while_pending(50.0, 400.0)     # the clear, not confirmed
     assert [e.action for e in mgr.poll(t)] == ["held"]
     t = _feed(store, 400.0, t, 3)
     events = mgr.step(t)
@@ -86,14 +86,7 @@ def test_a_clear_still_being_confirmed_never_publishes_the_failures_schedule():
 
 
 def test_a_hold_ends_after_settle_max_s_and_a_pending_change_elsewhere_holds_nothing():
-    gate = threading.Event()
-    synth = tm.PruningSynth(gate=gate)
-    store, mgr = _level_manager(synth, settle_max_s=0.05)
-    t = _feed(store, 50.0, 1.0, 4)
-    mgr.step(t)
-    t = _feed(store, 25.0, t, 3)                         # pending, and never confirmed
-    gate.set()
-    mgr.wait_idle(5.0)
+    synth, store, mgr, t = _finished_while_pending(50.0, 25.0, samples=3, settle_max_s=0.05)  # never confirmed
     assert [e.action for e in mgr.poll(t)] == ["held"]
     assert mgr.poll(t + 0.01) == []
     events = mgr.poll(t + 0.06)                          # past settle_max_s: decided on what is confirmed
@@ -101,12 +94,7 @@ def test_a_hold_ends_after_settle_max_s_and_a_pending_change_elsewhere_holds_not
     mgr.close()
 
     # an alarm on a link the new schedule does not use and the job saw healthy holds nothing
-    synth = tm.PruningSynth(gate=threading.Event())
-    store, mgr = _level_manager(synth, settle_max_s=10.0)
-    t = _feed(store, 50.0, 1.0, 4)
-    mgr.step(t)
-    synth.gate.set()
-    mgr.wait_idle(5.0)
+    synth, store, mgr, t = _finished_while_pending(50.0, 50.0, samples=0)
     loads = mgr.get("world", "ag").job.future.result()[2].loads
     unused = next(a for a in np.flatnonzero(loads == 0).tolist() if a != TOPO.link_index(*NIC)
                   and TOPO.links[a].src != NIC[1])
