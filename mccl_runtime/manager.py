@@ -375,6 +375,8 @@ class ScheduleManager:
         coll.job = job
         self.counters["resyntheses"] += 1
         detail = report.to_dict(self.topo, coll.profile.cut) if report and coll.profile else {}
+        if report and not report.flagged and coll.profile:
+            detail["capacity"] = "gained" if self._gained(m, coll) else "lost"
         return Event(now, coll.comm, coll.name, "resynthesis", coll.version, detail)
 
     def _known(self, coll: Collective, m: np.ndarray) -> tuple[np.ndarray, Schedule] | None:
