@@ -15,13 +15,9 @@ of about ``window_bytes`` (the proxy's per-chunk measurement), at most ``max_win
 per link and collective, and each window reports its mean throughput times
 ``1 + noise * N(0, 1)``.  Windows are bounded in time too: a stretch gets at least one
 window per ``window_s``, so a link at 1 % of nominal (whose collectives last 100 x
-longer) reports as often per millisecond as a healthy one and is confirmed as fast.  Links the estimator holds below nominal are *probed* every
-``probe_period_ms`` with ``probe_bytes`` sent alone on the link (4 windows) when no
-passive window measured it during the last period (every period with
-``probe_idle_only=False``): the only way to see that a link the schedule avoids, or no
-longer saturates, has recovered.  A
-probe on a link the active schedule uses is charged in full to the collective that
-follows (an upper bound: it delays that collective by the probe's duration).
+longer) reports as often per millisecond as a healthy one and is confirmed as fast.
+Links the estimator holds below nominal are *probed* (:mod:`.probes`): the only way to
+see that a link the schedule avoids, or no longer saturates, has changed.
 
 Timing model (simulated clock, real synthesis):
 
@@ -56,7 +52,7 @@ import json
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -67,6 +63,7 @@ from mccl_opt.topology import Topology
 from .drift import bottleneck_rate
 from .inflight import InFlight
 from .level import LevelParams
+from .probes import Probe
 from .manager import Policy, ScheduleManager, Synthesizer, solver_synthesizer
 from .scenario import Event, Scenario
 from .telemetry import MeasurementStore
@@ -209,45 +206,18 @@ def simulate_span(topo: Topology, schedule: Schedule, message_bytes: float, time
     return res, caps[np.searchsorted(bounds, res.times[:-1], side="right")]
 
 
-class _Probe:
-    """Probes of links held below nominal (module docstring)."""
-
-    def __init__(self, cfg: LoopConfig, topo: Topology) -> None:
-        self.period = cfg.probe_period_ms / 1e3
-        self.nbytes = cfg.probe_bytes
-        self.nominal = topo.arrays.capacity
-        self.idle_only = cfg.probe_idle_only
-        self.next_t = 0.0
-
-    def run(self, t: float, store: MeasurementStore, true_cap: np.ndarray,
-            used: np.ndarray) -> tuple[float, np.ndarray, np.ndarray, np.ndarray]:
-        """``(charged seconds, links, t, gbps)`` of the probes due at ``t``: links held
-        below nominal that no passive window measured within the last period."""
-        if self.period <= 0 or t < self.next_t:
-            return 0.0, np.zeros(0, dtype=np.int64), np.zeros(0), np.zeros(0)
-        self.next_t = t + self.period
-        low = store.measured() < 0.95 * self.nominal
-        idle = store.last_sample_t() < t - self.period if self.idle_only else True
-        suspect = np.flatnonzero(low & idle)
-        if suspect.size == 0:
-            return 0.0, np.zeros(0, dtype=np.int64), np.zeros(0), np.zeros(0)
-        dur = self.nbytes * 8 / (true_cap[suspect] * 1e9)
-        frac = np.arange(1, 5) / 4.0
-        links = np.repeat(suspect, 4)
-        times = t + (dur[:, None] * frac[None, :]).ravel()
-        gbps = np.repeat(true_cap[suspect], 4)
-        charged = float(dur[used[suspect]].max()) if used[suspect].any() else 0.0
-        return charged, links, times, gbps
-
-
 class _Controller:
     """The controller's side of the loop: telemetry arrives in time order and is decided on
     every ``tick_ms`` (also inside a long collective), and when a job's time has elapsed."""
 
     def __init__(self, cfg: LoopConfig, store: MeasurementStore, manager: ScheduleManager,
-                 topo: Topology, out: LoopResult, message_bytes: float) -> None:
+                 topo: Topology, out: LoopResult, message_bytes: float, probe: Probe,
+                 noisy: Callable[[np.ndarray], np.ndarray]) -> None:
         self.cfg, self.store, self.manager, self.topo, self.out = cfg, store, manager, topo, out
         self.message_bytes = message_bytes
+        self.probe, self.noisy = probe, noisy
+        timeline = out.scenario.timeline()
+        self.breaks, self.caps = np.array([tb for tb, _, _ in timeline]), [cap for _, cap, _ in timeline]
         self.tick = cfg.tick_ms / 1e3
         self.cursor, self.ready_t, self.swap_at = 0.0, math.inf, math.inf
         self.coll = manager.collectives()[0]
@@ -267,6 +237,11 @@ class _Controller:
             if j > i:
                 self.store.ingest_links(links[i:j], times[i:j], gbps[i:j])
                 i = j
+            if inflight is not None:                 # links idle in the collective: probed for free
+                cap = self.caps[int(np.searchsorted(self.breaks, tau, side="right")) - 1]
+                pl, pt, py = self.probe.during(tau, self.store, cap, inflight.busy(tau))
+                if pl.size:
+                    self.store.ingest_links(pl, pt, self.noisy(py))
             if tau >= self.ready_t:          # the job's time has elapsed: decide on the telemetry so far
                 self.ready_t = math.inf
                 events = self.manager.poll(tau)
@@ -334,11 +309,15 @@ def run_loop(cfg: LoopConfig = LoopConfig(), synthesize: Synthesizer | None = No
     coll = manager.get("world", scn.collective)
     validate(topo, coll.schedule)                          # loads the validator's kernels before timing swaps
     rng = np.random.default_rng(scn.seed)
-    probe = _Probe(cfg, topo)
     breaks = np.array([tb for tb, _, _ in timeline])
     cache: dict[tuple[int, int], tuple[Any, tuple[np.ndarray, np.ndarray, np.ndarray]]] = {}
     out = LoopResult(scn)
-    ctl = _Controller(cfg, store, manager, topo, out, scn.message_bytes)
+    probe = Probe(cfg.probe_period_ms / 1e3, cfg.probe_bytes, topo.arrays.capacity, cfg.probe_idle_only)
+
+    def noisy(gbps: np.ndarray) -> np.ndarray:
+        return np.maximum(0.0, gbps * (1.0 + scn.noise * rng.standard_normal(gbps.size)))
+
+    ctl = _Controller(cfg, store, manager, topo, out, scn.message_bytes, probe, noisy)
     t, active = 0.0, coll.schedule
     used = coll.profile.loads > 0                          # links the active schedule uses
     try:
@@ -354,10 +333,9 @@ def run_loop(cfg: LoopConfig = LoopConfig(), synthesize: Synthesizer | None = No
                 if k + 1 >= len(breaks) or breaks[k + 1] >= t + res.completion_s:
                     cache[key] = hit
             res, (links, tw, gw) = hit
-            charged, pl, pt, py = probe.run(t, store, timeline[k][1], used)
+            charged, pl, pt, py = probe.between(t, store, timeline[k][1], used)
             start, end = t, t + charged + res.completion_s
-            gbps = np.concatenate([gw, py])
-            gbps = np.maximum(0.0, gbps * (1.0 + scn.noise * rng.standard_normal(gbps.size)))
+            gbps = noisy(np.concatenate([gw, py]))
             flight = InFlight.of(start + charged, active.version, res)
             t = ctl.advance(end, np.concatenate([links, pl]), np.concatenate([start + charged + tw, pt]), gbps,
                             flight)
