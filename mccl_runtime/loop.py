@@ -220,6 +220,7 @@ class _Controller:
         self.breaks, self.caps = np.array([tb for tb, _, _ in timeline]), [cap for _, cap, _ in timeline]
         self.tick = cfg.tick_ms / 1e3
         self.cursor, self.ready_t, self.swap_at = 0.0, math.inf, math.inf
+        self.swap_held = False
         self.coll = manager.collectives()[0]
 
     def advance(self, until: float, links: np.ndarray, times: np.ndarray, gbps: np.ndarray,
@@ -250,13 +251,27 @@ class _Controller:
             for e in events:
                 self._handle(tau, e)
             self.cursor = max(self.cursor, tau)
-            if tau >= swap and self.swap_at == swap and self._abort(inflight, tau):
+            if tau >= swap and self.swap_at == swap and self.swap_fits(tau) and self._abort(inflight, tau):
                 return tau
             if tau >= until and self.ready_t > until:
                 break
         if i < len(times):
             self.store.ingest_links(links[i:], times[i:], gbps[i:])
         return until
+
+    def swap_fits(self, t: float) -> bool:
+        """Whether the version due at ``t`` still fits everything the controller knows
+        (:meth:`ScheduleManager.swap_hold`); a change since its publish holds the swap,
+        at most ``settle_max_s`` past its due time (the ranks keep the old version)."""
+        held = self.manager.swap_hold(self.coll.comm, self.coll.name)
+        if not held or t - self.swap_at >= self.manager.policy.settle_max_s:
+            return True
+        if not self.swap_held:
+            self.swap_held = True
+            self.out.events.append({"t": t, "t_ms": t * 1e3, "comm": self.coll.comm, "name": self.coll.name,
+                                    "action": "swap_held", "version": self.coll.version,
+                                    "detail": {"links": held}})
+        return False
 
     def _abort(self, inflight: InFlight, t: float) -> bool:
         """Whether the in-flight collective is aborted for the version ready at ``t``: it
@@ -288,6 +303,7 @@ class _Controller:
             Schedule.from_dict(json.loads(json.dumps(coll.schedule.to_dict())))     # what an executor parses
             detail["dispatch_s"] = time.perf_counter() - wall
             self.swap_at = now + detail["dispatch_s"] + cfg.oob_ms / 1e3
+            self.swap_held = False
 
 
 def run_loop(cfg: LoopConfig = LoopConfig(), synthesize: Synthesizer | None = None,
@@ -322,7 +338,7 @@ def run_loop(cfg: LoopConfig = LoopConfig(), synthesize: Synthesizer | None = No
     used = coll.profile.loads > 0                          # links the active schedule uses
     try:
         while t < scn.duration_s:
-            if t >= ctl.swap_at:                           # the next collective runs the new version
+            if t >= ctl.swap_at and ctl.swap_fits(t):       # the next collective runs the new version
                 active, ctl.swap_at, used = coll.schedule, math.inf, coll.profile.loads > 0
             k = int(np.searchsorted(breaks, t, side="right")) - 1
             key = (active.version, k)

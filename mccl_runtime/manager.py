@@ -43,7 +43,10 @@ collective, concurrently), and publishes new versions.
   supersedes it.  A superseded job restarts once no change is pending (at most
   ``settle_max_s`` later), so one restart covers both directions of a cable that are
   confirmed a few samples apart.  So the newest estimate wins however long synthesis
-  takes.
+  takes.  A version already published is checked the same way when executors are about to
+  swap it in (:meth:`ScheduleManager.swap_hold`): a change it relies on that started after
+  the publish holds the swap (the loop waits for the next version, at most
+  ``settle_max_s``).
 * Capacity lost (ramps): a collective whose rate under ``M`` has fallen more than
   ``rate_loss`` below its rate on the capacities it was synthesized for is flagged at
   the hysteresis floor ``clear_ratio * Gamma`` instead of ``Gamma``: drift that arrives
@@ -522,22 +525,41 @@ class ScheduleManager:
 
     def _held_by(self, coll: Collective, job: _Job, new_profile: ScheduleProfile,
                  now: float) -> list[list[str]]:
-        """The pending links (``[src, dst]``) that hold a finished job back: on ``coll``'s
-        fabric, used by the new schedule or degraded in the job's input, with a newest
-        estimate more than ``restart_tol`` from what the job synthesized for.  Empty once
-        they are confirmed, or ``settle_max_s`` after the hold began."""
-        pending = self.store.pending_links()
-        if pending.size == 0 or (job.held_since is not None and now - job.held_since >= self.policy.settle_max_s):
+        """The pending links that hold a finished job back (:meth:`_changing_under`, on the
+        job's input and the new schedule); none once they are confirmed, or
+        ``settle_max_s`` after the hold began."""
+        if job.held_since is not None and now - job.held_since >= self.policy.settle_max_s:
+            return []
+        return self._changing_under(coll, job.capacity, new_profile.loads)
+
+    def _changing_under(self, coll: Collective, capacity: np.ndarray, loads: np.ndarray,
+                        pending_only: bool = True) -> list[list[str]]:
+        """The pending links (every link with ``pending_only=False``), as ``[src, dst]``, on
+        ``coll``'s fabric that a schedule with ``loads``, synthesized for ``capacity``,
+        relies on (it uses them, or they were more than ``restart_tol`` below nominal)
+        whose newest estimate is more than ``restart_tol`` from ``capacity``."""
+        pending = self.store.pending_links() if pending_only else np.arange(self.topo.num_links)
+        if pending.size == 0:
             return []
         mine = np.zeros(self.topo.num_links, dtype=bool)
         mine[self.groups.links(coll.gpus)] = True
         pending = pending[mine[pending]]
         nominal = self.topo.arrays.capacity[pending]
-        cap = job.capacity[pending]
-        relied = (new_profile.loads[pending] > 1e-12) | (cap < (1.0 - self.policy.restart_tol) * nominal)
+        cap = capacity[pending]
+        relied = (loads[pending] > 1e-12) | (cap < (1.0 - self.policy.restart_tol) * nominal)
         newest = self.store.provisional()[pending]
         moving = relied & (np.abs(newest - cap) > self.policy.restart_tol * cap)
         return [[self.topo.links[a].src, self.topo.links[a].dst] for a in pending[moving].tolist()]
+
+    def swap_hold(self, comm: str, name: str) -> list[list[str]]:
+        """The links whose change since the active version was published, confirmed or
+        still being confirmed, makes it unfit to be swapped in now (what the controller
+        would tell executors that have not swapped yet: wait for the next version).
+        Empty when the version fits everything known."""
+        coll = self.get(comm, name)
+        if coll.profile is None or coll.synth_capacity is None:
+            return []
+        return self._changing_under(coll, coll.synth_capacity, coll.profile.loads, pending_only=False)
 
     def _moved(self, m: np.ndarray, coll: Collective, job: _Job) -> float:
         """The largest relative change of ``m`` from the job's input on ``coll``'s links."""

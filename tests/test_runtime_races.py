@@ -259,3 +259,16 @@ def test_free_probes_inside_a_collective_only_measure_idle_links_held_low():
     assert nic not in probe.during(1.05, store, true_cap, busy)[0]
     store.ingest_links(links, t, gbps)                           # just probed: not again within a period
     assert probe.during(1.055, store, true_cap, np.zeros(TOPO.num_links, dtype=bool))[0].size == 0
+
+
+@pytest.mark.parametrize("synth_ms", [26.0, 30.0])
+def test_a_clear_between_publish_and_swap_holds_the_swap_until_the_next_version(synth_ms):
+    # the failure's schedule is published at 55-59 ms, just before the clear at 60 ms; it is
+    # due at the ranks after dispatch and the OOB exchange, when the clear is already alarmed
+    res = run_loop(LoopConfig(synth_ms=synth_ms), scenario=_scenario(
+        [{"t_ms": 20, "links": _cable(50.0)}, {"t_ms": 60, "clear": True}], shape="1x2x4", duration_ms=150.0))
+    published = [e for e in res.events if e["action"] == "published"]
+    assert published[0]["t_ms"] < 60.0 and any(e["action"] == "swap_held" for e in res.events)
+    assert all(r["version"] != 2 for r in res.rows)                  # the failure's schedule never ran
+    clear = res.summary["events"][1]
+    assert clear["algbw_final"] >= 0.95 * clear["algbw_offline"] and len(clear["versions"]) <= 1
