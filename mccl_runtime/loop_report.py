@@ -90,6 +90,7 @@ def _event(out: Any, i: int, synthesize: Any, fluid: bool, state: int) -> dict[s
         "dispatch_ms": 1e3 * pubs[0]["detail"]["dispatch_s"] if pubs and "dispatch_s" in pubs[0]["detail"] else None,
         "aborted": sum(e["action"] == "aborted" for e in mine),
         "held": sum(e["action"] == "held" for e in mine),
+        "swap_held": sum(e["action"] == "swap_held" for e in mine),
         "lost_ms": sum(a["end_ms"] - a["t_ms"] for a in out.aborted if te <= a["end_ms"] < tn),
     }
 
@@ -97,7 +98,7 @@ def _event(out: Any, i: int, synthesize: Any, fluid: bool, state: int) -> dict[s
 def summarize(out: Any, cfg: Any, synthesize: Any, fluid: bool) -> dict[str, Any]:
     """The loop's figures (module docstring); ``events`` carries extra keys beyond
     :data:`EVENT_KEYS` (``probe_cost``, ``superseded``, ``aborted``, ``held``,
-    ``dispatch_ms``, ``lost_ms``)."""
+    ``swap_held``, ``dispatch_ms``, ``lost_ms``)."""
     scn = out.scenario
     timeline = scn.timeline()
     states: dict[int, int] = {}                        # event -> its first timeline state
