@@ -133,7 +133,7 @@ def measure_loop(cls: str, shape: str, collective: str, **cfg) -> dict:
            "false_swaps": s["false_swaps"], "wall_s": time.perf_counter() - wall,
            "healthy": s["algbw_healthy"], "sim_ms": res.scenario.duration_s * 1e3}
     for k in ("detect_ms", "synth_ms", "swap_ms", "dispatch_ms", "reaction_ms", "algbw_degraded", "algbw_after",
-              "algbw_final", "algbw_offline", "recovery_ratio", "probe_cost"):
+              "algbw_final", "algbw_offline", "recovery_ratio", "probe_cost", "recovered_ms"):
         row[k] = ev.get(k)
     row["versions"] = len(ev.get("versions", [])) if ev else 0
     if cls == "clear":
@@ -156,7 +156,7 @@ def loop_table(sizes, classes, collectives=("allgather", "alltoall")) -> list[di
 
 
 LOOP_HEADER = (f"{'class':<8} {'gpus':>4} {'coll':<9} {'detect':>7} {'synth':>7} {'swap':>7} {'disp':>6} {'react':>7} "
-               f"{'degr':>7} {'after':>7} {'offline':>7} {'ratio':>6} {'vers':>4} {'false':>5} {'probe%':>6} "
+               f"{'degr':>7} {'after':>7} {'offline':>7} {'ratio':>6} {'t95':>7} {'vers':>4} {'false':>5} {'probe%':>6} "
                f"{'clear':>16}")
 
 
@@ -172,7 +172,8 @@ def print_loop_row(r: dict, flush: bool = False) -> None:
         ratio_s = f(ratio, 6, 3)
     print(f"{r['class']:<8} {r['gpus']:>4} {r['collective']:<9} {f(r['detect_ms'])} {f(r['synth_ms'])} "
           f"{f(r['swap_ms'])} {f(r['dispatch_ms'], 6)} {f(r['reaction_ms'])} {f(r['algbw_degraded'])} "
-          f"{f(r['algbw_after'])} {f(r['algbw_offline'])} {ratio_s} {r['versions']:>4} {r['false_swaps']:>5} "
+          f"{f(r['algbw_after'])} {f(r['algbw_offline'])} {ratio_s} {f(r['recovered_ms'])} {r['versions']:>4} "
+          f"{r['false_swaps']:>5} "
           f"{f(100 * (r['probe_cost'] or 0), 6, 2)} {clear:>16}", flush=flush)
 
 
@@ -266,8 +267,8 @@ def main(argv: list[str] | None = None) -> None:
         for g in SHAPES:
             r = measure_decision(g)
             print(f"{r['gpus']:>5} {r['links']:>6} {r['samples']:>8} {r['median_ms']:>10.2f} {r['max_ms']:>8.2f}")
-    print("\nclosed loop (simulation; times in ms, algbw in GB/s; ratio = after / offline; "
-          "clear: versions, time to >= 0.95 of healthy, ratio)")
+    print("\nclosed loop (simulation; times in ms, algbw in GB/s; ratio = after / offline; t95 = from the event "
+          "to the first collective at >= 0.95 of offline; clear: versions, time to >= 0.95 of healthy, ratio)")
     print(LOOP_HEADER)
     loop_table(args.sizes.split(","), args.classes.split(","), tuple(args.collectives.split(",")))
 

@@ -105,20 +105,22 @@ class Channels:
         return len(y), int(len(fresh) - len(y))
 
     # ------------------------------------------------------------------ outputs
-    def measured(self) -> np.ndarray:
+    def measured(self, value: np.ndarray | None = None) -> np.ndarray:
         """``M`` before the floor: direct channel, else the largest sampled pair crossing
-        the link, else nominal (docs/runtime.md)."""
+        the link, else nominal (docs/runtime.md); ``value`` replaces the channel values
+        (the store's provisional estimate)."""
+        value = self.value if value is None else value
         L = self.num_links
         m = self.capacity.copy()
         if self._entry_channel:
             ch, link = self._sorted_incidence()
-            vals = np.where(np.isfinite(self.t[ch]), self.value[ch], -math.inf)
+            vals = np.where(np.isfinite(self.t[ch]), value[ch], -math.inf)
             starts = np.flatnonzero(np.r_[True, link[1:] != link[:-1]])
             best = np.maximum.reduceat(vals, starts)
             seen = np.isfinite(best)
             m[link[starts[seen]]] = best[seen]
         direct = np.isfinite(self.t[:L])
-        m[direct] = self.value[:L][direct]
+        m[direct] = value[:L][direct]
         return m
 
     def _sorted_incidence(self) -> tuple[np.ndarray, np.ndarray]:

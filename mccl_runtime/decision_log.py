@@ -62,6 +62,9 @@ def describe(event: Event, gamma: float | None = None, changed: list[str] | None
             threshold = f" > Gamma {gamma:g}" if gamma is not None else ""
             why = (f"Algorithm 1: max delta {d.get('max_delta', 0.0):.3g}{threshold} on cut link "
                    f"{worst[0]}->{worst[1]}, bottleneck rate {_rate(d.get('x_min'))} Gbps")
+        elif d.get("capacity") == "lost":
+            why = (f"its rate fell below the schedule's synthesis capacities, max delta "
+                   f"{d.get('max_delta', 0.0):.3g}")
         else:
             why = "a link gained capacity above the schedule's"
         return f"{who} v{event.version}: {what} ({why}); re-synthesis started"
@@ -76,6 +79,10 @@ def describe(event: Event, gamma: float | None = None, changed: list[str] | None
         reason = {"cleared": "the drift cleared", "no_gain": "no gain"}.get(d.get("reason"), d.get("reason"))
         parts = ", ".join(p for p in (rates, synth) if p)
         return f"{who}: re-synthesis aborted ({reason}; {parts}); keeping v{event.version}"
+    if event.action == "held":
+        links = ", ".join(f"{a}->{b}" for a, b in d.get("pending", []))
+        return (f"{who}: re-synthesis done ({synth}), held while {links} is still being confirmed; "
+                f"keeping v{event.version}")
     if event.action == "superseded":
         return (f"{who}: re-synthesis superseded (capacities moved {d.get('moved', 0.0):.3g} since "
                 f"it started; {synth}); restarting on the latest estimate")

@@ -104,11 +104,21 @@ class ProfileStack:
     and collectives with equal rows share one, so the test reads each distinct row's own
     links once instead of every link per collective.  Equal profiles (one schedule
     registered under several communicators) likewise share one row of Algorithm 1.
+    With ``rate_loss``, a schedule whose bottleneck rate under ``M`` is more than
+    ``rate_loss`` below its rate on ``capacity`` (capacity lost, measured against the
+    fabric it was built for) is flagged at the lower deviation ``lost_gamma``: a change
+    that costs throughput and moves the cut's slacks is acted on before it reaches
+    ``gamma`` (a ramp's first small step), while a uniformly scaled cut, whose slacks do
+    not move and which no schedule can route around, still never flags.
     """
 
-    def __init__(self, profiles: Sequence[ScheduleProfile], capacity: Sequence[np.ndarray], gamma: float) -> None:
+    def __init__(self, profiles: Sequence[ScheduleProfile], capacity: Sequence[np.ndarray], gamma: float,
+                 rate_loss: float | None = None, lost_gamma: float | None = None) -> None:
         self.profiles = tuple(profiles)
         self.gamma = gamma
+        self.lost_gamma = gamma if lost_gamma is None else lost_gamma
+        self.lost_below = None if rate_loss is None else (1.0 - rate_loss) * np.array(
+            [bottleneck_rate(np.asarray(c, dtype=float), p.n) for p, c in zip(self.profiles, capacity)])
         self.row_of, distinct = _distinct_profiles(self.profiles)
         self.rows = len(distinct)
         used = [np.flatnonzero(p.n > 0) for p in distinct]
@@ -126,19 +136,23 @@ class ProfileStack:
         self.gain_of, self.gain_link, self.gain_threshold, self.gain_start = _gain_rows(capacity, gamma)
 
     def flags(self, m: np.ndarray) -> np.ndarray:
-        """Per schedule: flagged by Algorithm 1 (``max delta > gamma``) or by a gained link."""
+        """Per schedule: flagged by Algorithm 1 (``max delta > gamma``), by a lost rate
+        with ``max delta > lost_gamma`` (with ``rate_loss``) or by a gained link."""
         x_min = np.full(self.rows, np.inf)
         if len(self.link):
             x_min[self.used_rows] = np.minimum.reduceat(m[self.link] / self.n, self.used_start)
-        flagged = np.zeros(self.rows, dtype=bool)
+        max_delta = np.zeros(self.rows)
         live = np.isfinite(x_min)[self.cut_row]
         if live.any():
             cut, row = self.cut[live], self.cut_row[live]
             mc = m[cut]
             delta = np.abs((mc - self.cut_n[live] * x_min[row]) / mc - self.base[live])
             starts = np.flatnonzero(np.r_[True, row[1:] != row[:-1]])
-            flagged[row[starts]] = np.maximum.reduceat(delta, starts) > self.gamma
-        flagged = flagged[self.row_of]
+            max_delta[row[starts]] = np.maximum.reduceat(delta, starts)
+        max_delta = max_delta[self.row_of]
+        flagged = max_delta > self.gamma
+        if self.lost_below is not None:
+            flagged |= (x_min[self.row_of] < self.lost_below) & (max_delta > self.lost_gamma)
         if len(self.gain_link):
             over = np.logical_or.reduceat(m[self.gain_link] > self.gain_threshold, self.gain_start)
             flagged |= np.append(over, False)[self.gain_of]

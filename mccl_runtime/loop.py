@@ -13,13 +13,11 @@ Telemetry, like the paper's measurement windows (§5): a link is measured only w
 runs saturated (the channels keep it busy); each saturated stretch is cut into windows
 of about ``window_bytes`` (the proxy's per-chunk measurement), at most ``max_windows``
 per link and collective, and each window reports its mean throughput times
-``1 + noise * N(0, 1)``.  Links the estimator holds below nominal are *probed* every
-``probe_period_ms`` with ``probe_bytes`` sent alone on the link (4 windows) when no
-passive window measured it during the last period (every period with
-``probe_idle_only=False``): the only way to see that a link the schedule avoids, or no
-longer saturates, has recovered.  A
-probe on a link the active schedule uses is charged in full to the collective that
-follows (an upper bound: it delays that collective by the probe's duration).
+``1 + noise * N(0, 1)``.  Windows are bounded in time too: a stretch gets at least one
+window per ``window_s``, so a link at 1 % of nominal (whose collectives last 100 x
+longer) reports as often per millisecond as a healthy one and is confirmed as fast.
+Links the estimator holds below nominal are *probed* (:mod:`.probes`): the only way to
+see that a link the schedule avoids, or no longer saturates, has changed.
 
 Timing model (simulated clock, real synthesis):
 
@@ -37,6 +35,15 @@ Timing model (simulated clock, real synthesis):
   version/sequence AllGather of the Online Rescheduler (paper §3.3; 5.74 ms in
   Fig. 13(b)), then the wait for the next collective boundary: the next collective runs
   on the new version.
+* **A collective stuck on a stale version is aborted** (``abort_stale``): when the new
+  version is ready (after the OOB exchange, where every rank already agrees on the
+  version) while a collective of an older one is in flight, the time it still needs is
+  bounded from below by the bytes left on each link (the ranks' per-connection
+  counters) over that link's measured capacity ``M``.  If that bound exceeds the new
+  version's expected time under ``M`` (``8 x bytes / rate``, the executor's deadline
+  base), the collective is aborted on all ranks and re-run from scratch on the new
+  version; its partial work is lost (reported as ``lost_ms``).  So a collective crawling
+  over a near-dead link does not hold the swap hostage.
 """
 
 from __future__ import annotations
@@ -45,7 +52,7 @@ import json
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -53,7 +60,10 @@ from mccl_opt.errors import MCCLError
 from mccl_opt.schedule import Schedule
 from mccl_opt.topology import Topology
 
+from .drift import bottleneck_rate
+from .inflight import InFlight
 from .level import LevelParams
+from .probes import Probe
 from .manager import Policy, ScheduleManager, Synthesizer, solver_synthesizer
 from .scenario import Event, Scenario
 from .telemetry import MeasurementStore
@@ -85,6 +95,8 @@ class LoopConfig:
     max_chunks: int = 10
     window_bytes: float = 512 * 2**10
     max_windows: int = 16
+    window_s: float = 0.001
+    abort_stale: bool = True
     probe_period_ms: float = 10.0
     probe_bytes: float = 512 * 2**10
     probe_idle_only: bool = True
@@ -96,12 +108,15 @@ class LoopConfig:
 
 @dataclass
 class LoopResult:
-    """The timeline (one row per collective), the manager's events and the scenario."""
+    """The timeline (one row per completed collective), the collectives aborted for a
+    new version (``aborted``: start, abort time, version, progress), the manager's
+    events and the scenario."""
 
     scenario: Scenario
     rows: list[dict[str, Any]] = field(default_factory=list)
     events: list[dict[str, Any]] = field(default_factory=list)
     summary: dict[str, Any] = field(default_factory=dict)
+    aborted: list[dict[str, Any]] = field(default_factory=list)
 
 
 def builtin_scenario(cfg: LoopConfig) -> Scenario:
@@ -125,10 +140,12 @@ def builtin_scenario(cfg: LoopConfig) -> Scenario:
                     cfg.noise, cfg.seed)
 
 
-def link_windows(res: Any, cap_rows: np.ndarray, window_bytes: float,
-                 max_windows: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def link_windows(res: Any, cap_rows: np.ndarray, window_bytes: float, max_windows: int,
+                 window_s: float = math.inf) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Measurement windows of one simulated collective: ``(links, t_end, gbps)``, times
-    relative to its start.  Only saturated stretches are measured (paper §5)."""
+    relative to its start.  Only saturated stretches are measured (paper §5); a window
+    closes after ``window_bytes`` (at most ``max_windows`` per link) or ``window_s``,
+    whichever comes first."""
     dt = np.diff(res.times)
     sat = (res.link_gbps >= cap_rows * (1.0 - 1e-6)) & (res.link_gbps > 0) & (dt[:, None] > 0)
     out_l, out_t, out_y = [], [], []
@@ -144,6 +161,7 @@ def link_windows(res: Any, cap_rows: np.ndarray, window_bytes: float,
             n[keep] = 1
         elif n.sum() > max_windows:
             n = np.maximum(1, np.floor(n * max_windows / n.sum())).astype(int)
+        n = np.maximum(n, np.floor((ends - starts) / window_s)).astype(int)       # bounded in time
         starts, ends = starts[n > 0], ends[n > 0]
         n = n[n > 0]
         run = np.repeat(np.arange(n.size), n + 1)                 # window edges of every run at once
@@ -188,58 +206,43 @@ def simulate_span(topo: Topology, schedule: Schedule, message_bytes: float, time
     return res, caps[np.searchsorted(bounds, res.times[:-1], side="right")]
 
 
-class _Probe:
-    """Probes of links held below nominal (module docstring)."""
-
-    def __init__(self, cfg: LoopConfig, topo: Topology) -> None:
-        self.period = cfg.probe_period_ms / 1e3
-        self.nbytes = cfg.probe_bytes
-        self.nominal = topo.arrays.capacity
-        self.idle_only = cfg.probe_idle_only
-        self.next_t = 0.0
-
-    def run(self, t: float, store: MeasurementStore, true_cap: np.ndarray,
-            used: np.ndarray) -> tuple[float, np.ndarray, np.ndarray, np.ndarray]:
-        """``(charged seconds, links, t, gbps)`` of the probes due at ``t``: links held
-        below nominal that no passive window measured within the last period."""
-        if self.period <= 0 or t < self.next_t:
-            return 0.0, np.zeros(0, dtype=np.int64), np.zeros(0), np.zeros(0)
-        self.next_t = t + self.period
-        low = store.measured() < 0.95 * self.nominal
-        idle = store.last_sample_t() < t - self.period if self.idle_only else True
-        suspect = np.flatnonzero(low & idle)
-        if suspect.size == 0:
-            return 0.0, np.zeros(0, dtype=np.int64), np.zeros(0), np.zeros(0)
-        dur = self.nbytes * 8 / (true_cap[suspect] * 1e9)
-        frac = np.arange(1, 5) / 4.0
-        links = np.repeat(suspect, 4)
-        times = t + (dur[:, None] * frac[None, :]).ravel()
-        gbps = np.repeat(true_cap[suspect], 4)
-        charged = float(dur[used[suspect]].max()) if used[suspect].any() else 0.0
-        return charged, links, times, gbps
-
-
 class _Controller:
     """The controller's side of the loop: telemetry arrives in time order and is decided on
     every ``tick_ms`` (also inside a long collective), and when a job's time has elapsed."""
 
     def __init__(self, cfg: LoopConfig, store: MeasurementStore, manager: ScheduleManager,
-                 topo: Topology, out: LoopResult) -> None:
+                 topo: Topology, out: LoopResult, message_bytes: float, probe: Probe,
+                 noisy: Callable[[np.ndarray], np.ndarray]) -> None:
         self.cfg, self.store, self.manager, self.topo, self.out = cfg, store, manager, topo, out
+        self.message_bytes = message_bytes
+        self.probe, self.noisy = probe, noisy
+        timeline = out.scenario.timeline()
+        self.breaks, self.caps = np.array([tb for tb, _, _ in timeline]), [cap for _, cap, _ in timeline]
         self.tick = cfg.tick_ms / 1e3
         self.cursor, self.ready_t, self.swap_at = 0.0, math.inf, math.inf
+        self.swap_held = False
+        self.coll = manager.collectives()[0]
 
-    def advance(self, until: float, links: np.ndarray, times: np.ndarray, gbps: np.ndarray) -> None:
-        """Ingest the samples (all at or before ``until``), deciding on the way."""
+    def advance(self, until: float, links: np.ndarray, times: np.ndarray, gbps: np.ndarray,
+                inflight: InFlight | None = None) -> float:
+        """Ingest the samples (all at or before ``until``), deciding on the way; returns
+        ``until``, or the earlier time at which ``inflight`` was aborted for a new
+        version (then only the samples up to that time were ingested)."""
         order = np.argsort(times, kind="stable")
         links, times, gbps = links[order], times[order], gbps[order]
         i = 0
         while True:
-            tau = min(self.cursor + self.tick, until, self.ready_t)
+            swap = self.swap_at if inflight is not None and self.cursor < self.swap_at < until else math.inf
+            tau = min(self.cursor + self.tick, until, self.ready_t, swap)
             j = int(np.searchsorted(times, tau, side="right"))
             if j > i:
                 self.store.ingest_links(links[i:j], times[i:j], gbps[i:j])
                 i = j
+            if inflight is not None:                 # links idle in the collective: probed for free
+                cap = self.caps[int(np.searchsorted(self.breaks, tau, side="right")) - 1]
+                pl, pt, py = self.probe.during(tau, self.store, cap, inflight.busy(tau))
+                if pl.size:
+                    self.store.ingest_links(pl, pt, self.noisy(py))
             if tau >= self.ready_t:          # the job's time has elapsed: decide on the telemetry so far
                 self.ready_t = math.inf
                 events = self.manager.poll(tau)
@@ -248,27 +251,59 @@ class _Controller:
             for e in events:
                 self._handle(tau, e)
             self.cursor = max(self.cursor, tau)
+            if tau >= swap and self.swap_at == swap and self.swap_fits(tau) and self._abort(inflight, tau):
+                return tau
             if tau >= until and self.ready_t > until:
                 break
         if i < len(times):
             self.store.ingest_links(links[i:], times[i:], gbps[i:])
+        return until
+
+    def swap_fits(self, t: float) -> bool:
+        """Whether the version due at ``t`` still fits everything the controller knows
+        (:meth:`ScheduleManager.swap_hold`); a change since its publish holds the swap,
+        at most ``settle_max_s`` past its due time (the ranks keep the old version)."""
+        held = self.manager.swap_hold(self.coll.comm, self.coll.name)
+        if not held or t - self.swap_at >= self.manager.policy.settle_max_s:
+            return True
+        if not self.swap_held:
+            self.swap_held = True
+            self.out.events.append({"t": t, "t_ms": t * 1e3, "comm": self.coll.comm, "name": self.coll.name,
+                                    "action": "swap_held", "version": self.coll.version,
+                                    "detail": {"links": held}})
+        return False
+
+    def _abort(self, inflight: InFlight, t: float) -> bool:
+        """Whether the in-flight collective is aborted for the version ready at ``t``: it
+        runs an older version and would take longer to finish than a fresh run of the new
+        one under ``M`` (module docstring)."""
+        coll = self.coll
+        if not self.cfg.abort_stale or coll.schedule.version == inflight.version:
+            return False
+        m = self.store.measured()
+        built = bottleneck_rate(coll.synth_capacity, coll.profile.n)
+        fresh = 8.0 * self.message_bytes / (coll.schedule.rate_gbps * 1e9 * bottleneck_rate(m, coll.profile.n) / built)
+        return inflight.remaining_s(t, m) > fresh
 
     def _handle(self, now: float, e: Any) -> None:
         cfg = self.cfg
         self.out.events.append(e.to_dict() | {"t_ms": now * 1e3})
         detail = self.out.events[-1]["detail"]
-        if cfg.synth_ms is not None and "synth_s" in detail:
+        modelled = cfg.synth_ms is not None and not detail.get("known_fabric")
+        if modelled and "synth_s" in detail:
             detail["synth_s"] = cfg.synth_ms / 1e3
         if e.action == "resynthesis":
             # the job's result becomes visible once its (measured or modelled) time has elapsed
             self.manager.wait_idle()
-            self.ready_t = now + (_last_synth_s(self.manager) if cfg.synth_ms is None else cfg.synth_ms / 1e3)
+            seconds, known = _last_job(self.manager)
+            self.ready_t = now + (cfg.synth_ms / 1e3 if cfg.synth_ms is not None and not known else seconds)
         elif e.action == "published":
             coll = self.manager.get(e.comm, e.name)
             wall = time.perf_counter()
             Schedule.from_dict(json.loads(json.dumps(coll.schedule.to_dict())))     # what an executor parses
             detail["dispatch_s"] = time.perf_counter() - wall
             self.swap_at = now + detail["dispatch_s"] + cfg.oob_ms / 1e3
+            self.swap_held = False
 
 
 def run_loop(cfg: LoopConfig = LoopConfig(), synthesize: Synthesizer | None = None,
@@ -290,43 +325,53 @@ def run_loop(cfg: LoopConfig = LoopConfig(), synthesize: Synthesizer | None = No
     coll = manager.get("world", scn.collective)
     validate(topo, coll.schedule)                          # loads the validator's kernels before timing swaps
     rng = np.random.default_rng(scn.seed)
-    probe = _Probe(cfg, topo)
     breaks = np.array([tb for tb, _, _ in timeline])
     cache: dict[tuple[int, int], tuple[Any, tuple[np.ndarray, np.ndarray, np.ndarray]]] = {}
     out = LoopResult(scn)
-    ctl = _Controller(cfg, store, manager, topo, out)
+    probe = Probe(cfg.probe_period_ms / 1e3, cfg.probe_bytes, topo.arrays.capacity, cfg.probe_idle_only)
+
+    def noisy(gbps: np.ndarray) -> np.ndarray:
+        return np.maximum(0.0, gbps * (1.0 + scn.noise * rng.standard_normal(gbps.size)))
+
+    ctl = _Controller(cfg, store, manager, topo, out, scn.message_bytes, probe, noisy)
     t, active = 0.0, coll.schedule
     used = coll.profile.loads > 0                          # links the active schedule uses
     try:
         while t < scn.duration_s:
-            if t >= ctl.swap_at:                           # the next collective runs the new version
+            if t >= ctl.swap_at and ctl.swap_fits(t):       # the next collective runs the new version
                 active, ctl.swap_at, used = coll.schedule, math.inf, coll.profile.loads > 0
             k = int(np.searchsorted(breaks, t, side="right")) - 1
             key = (active.version, k)
             hit = cache.get(key)
             if hit is None or (k + 1 < len(breaks) and breaks[k + 1] < t + hit[0].completion_s):
                 res, cap_rows = simulate_span(topo, active, scn.message_bytes, timeline, t, k, fluid)
-                hit = (res, link_windows(res, cap_rows, cfg.window_bytes, cfg.max_windows))
+                hit = (res, link_windows(res, cap_rows, cfg.window_bytes, cfg.max_windows, cfg.window_s))
                 if k + 1 >= len(breaks) or breaks[k + 1] >= t + res.completion_s:
                     cache[key] = hit
             res, (links, tw, gw) = hit
-            charged, pl, pt, py = probe.run(t, store, timeline[k][1], used)
-            start, t = t, t + charged + res.completion_s
+            charged, pl, pt, py = probe.between(t, store, timeline[k][1], used)
+            start, end = t, t + charged + res.completion_s
+            gbps = noisy(np.concatenate([gw, py]))
+            flight = InFlight.of(start + charged, active.version, res)
+            t = ctl.advance(end, np.concatenate([links, pl]), np.concatenate([start + charged + tw, pt]), gbps,
+                            flight)
+            if t < end:                                    # aborted for the new version: re-run on it
+                out.aborted.append({"t_ms": start * 1e3, "end_ms": t * 1e3, "version": active.version,
+                                    "progress": flight.progress(t)})
+                continue
             out.rows.append({"t_ms": start * 1e3, "end_ms": t * 1e3, "version": active.version, "state": k,
                              "probe_ms": charged * 1e3,
                              "algbw": scn.topology.num_gpus * scn.message_bytes / (t - start) / 1e9})
-            gbps = np.concatenate([gw, py])
-            gbps = np.maximum(0.0, gbps * (1.0 + scn.noise * rng.standard_normal(gbps.size)))
-            ctl.advance(t, np.concatenate([links, pl]), np.concatenate([start + charged + tw, pt]), gbps)
     finally:
         manager.close()
     out.summary = summarize(out, cfg, synthesize, fluid)
     return out
 
 
-def _last_synth_s(manager: ScheduleManager) -> float:
-    """Wall time of the job that just finished (read without publishing it)."""
+def _last_job(manager: ScheduleManager) -> tuple[float, bool]:
+    """``(wall seconds, known fabric)`` of the job that just finished (read without
+    publishing it)."""
     for c in manager.collectives():
         if c.job is not None and c.job.future.done() and c.job.future.exception() is None:
-            return c.job.future.result()[1]
-    return 0.0
+            return c.job.future.result()[1], c.job.known is not None
+    return 0.0, False

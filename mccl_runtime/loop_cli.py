@@ -75,7 +75,8 @@ def main(args: argparse.Namespace, out: TextIO) -> int:
                                ("swap", "swap_ms", "ms"), ("reaction", "reaction_ms", "ms"),
                                ("algbw before", "algbw_before", "GB/s"), ("algbw degraded", "algbw_degraded", "GB/s"),
                                ("algbw after", "algbw_after", "GB/s"), ("algbw final", "algbw_final", "GB/s"),
-                               ("algbw offline", "algbw_offline", "GB/s")):
+                               ("algbw offline", "algbw_offline", "GB/s"), ("at 0.95 offline", "recovered_ms", "ms"),
+                               ("lost to aborts", "lost_ms", "ms")):
             print(f"  {label:<15} {_fmt(ev[k], unit)}", file=out)
         ratio = ev["recovery_ratio"]
         print(f"  recovery ratio  {'n/a' if ratio is None else f'{ratio:.3f}'}", file=out)

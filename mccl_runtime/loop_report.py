@@ -6,12 +6,18 @@ Per scenario event (in the file's order), from the rows of :func:`.loop.run_loop
 * ``algbw_before``: the last collective that ended before the event;
 * ``algbw_degraded``: mean of the collectives after the event on the old schedule (for a
   dip: those it overlapped);
-* ``algbw_after``: the first collective on the first version published for the event;
+* ``algbw_after``: the first collective on the first version published for the event
+  that ran (a version superseded before the swap never runs: then the next one's);
 * ``algbw_final``: the last collective that ended before the next event (or the end);
 * ``algbw_offline``: the schedule synthesized cold for the event's true fabric,
   simulated the same way; ``recovery_ratio = algbw_after / algbw_offline``;
 * ``detect_ms`` / ``synth_ms`` / ``swap_ms`` / ``reaction_ms`` as in :mod:`.loop`;
-* ``versions``: versions published between the event and the next one.
+* ``versions``: versions published between the event and the next one;
+* ``recovered_ms``: from the event to the end of the first collective at >= 0.95 of
+  ``algbw_offline`` (null when none in the segment), whatever version ran it.
+
+Collectives aborted for a new version (:mod:`.loop`) are no rows; ``lost_ms`` sums the
+time ran by those aborted in the segment.
 
 ``false_swaps`` counts versions published before the first event or because of a dip.
 """
@@ -25,7 +31,8 @@ import numpy as np
 __all__ = ["EVENT_KEYS", "summarize", "public_summary", "builtin_summary", "plot"]
 
 EVENT_KEYS = ("t_ms", "kind", "detect_ms", "synth_ms", "swap_ms", "reaction_ms", "algbw_before",
-              "algbw_degraded", "algbw_after", "algbw_final", "algbw_offline", "recovery_ratio", "versions")
+              "algbw_degraded", "algbw_after", "algbw_final", "algbw_offline", "recovery_ratio", "versions",
+              "recovered_ms")
 
 
 def _offline(out: Any, cap: np.ndarray, synthesize: Any, fluid: bool) -> float:
@@ -48,7 +55,7 @@ def _event(out: Any, i: int, synthesize: Any, fluid: bool, state: int) -> dict[s
     mine = [e for e in out.events if te <= e["t_ms"] < tn]
     pubs = [e for e in mine if e["action"] == "published"]
     starts = [e for e in mine if e["action"] == "resynthesis"]
-    first_new = next((r for r in seg if pubs and r["version"] == pubs[0]["version"]), None)
+    first_new = next((r for r in seg if pubs and r["version"] >= pubs[0]["version"]), None)
     old_version = seg[0]["version"] if seg else None
     if ev.duration_s is not None:                   # a dip: the collectives it overlapped
         until = te + ev.duration_s * 1e3
@@ -82,13 +89,16 @@ def _event(out: Any, i: int, synthesize: Any, fluid: bool, state: int) -> dict[s
         "superseded": sum(e["action"] == "superseded" for e in mine),
         "dispatch_ms": 1e3 * pubs[0]["detail"]["dispatch_s"] if pubs and "dispatch_s" in pubs[0]["detail"] else None,
         "aborted": sum(e["action"] == "aborted" for e in mine),
+        "held": sum(e["action"] == "held" for e in mine),
+        "swap_held": sum(e["action"] == "swap_held" for e in mine),
+        "lost_ms": sum(a["end_ms"] - a["t_ms"] for a in out.aborted if te <= a["end_ms"] < tn),
     }
 
 
 def summarize(out: Any, cfg: Any, synthesize: Any, fluid: bool) -> dict[str, Any]:
     """The loop's figures (module docstring); ``events`` carries extra keys beyond
-    :data:`EVENT_KEYS` (``recovered_ms``, ``probe_cost``, ``superseded``, ``aborted``,
-    ``dispatch_ms``)."""
+    :data:`EVENT_KEYS` (``probe_cost``, ``superseded``, ``aborted``, ``held``,
+    ``swap_held``, ``dispatch_ms``, ``lost_ms``)."""
     scn = out.scenario
     timeline = scn.timeline()
     states: dict[int, int] = {}                        # event -> its first timeline state

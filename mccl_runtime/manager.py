@@ -35,6 +35,25 @@ collective, concurrently), and publishes new versions.
 * Confidence before synthesis: while the store reports links with an unconfirmed change
   (:meth:`MeasurementStore.pending_links`, level estimator), no job starts, for at most
   ``settle_max_s``; so two links failing together are synthesized for together.
+* Everything known at publish time: a finished job is also checked against changes
+  still being confirmed.  When a pending link that the new schedule uses, or that the
+  job saw degraded, has a newest estimate (:meth:`MeasurementStore.provisional`) more
+  than ``restart_tol`` away from the job's input, the result is *held* (event ``held``)
+  until the change is confirmed or ``settle_max_s`` has passed, and then re-checked as
+  usual: a failure that clears during synthesis aborts (``cleared``), a further drop
+  supersedes it.  A superseded job restarts once no change is pending (at most
+  ``settle_max_s`` later), so one restart covers both directions of a cable that are
+  confirmed a few samples apart.  So the newest estimate wins however long synthesis
+  takes.  A version already published is checked the same way when executors are about to
+  swap it in (:meth:`ScheduleManager.swap_hold`): a change it relies on that started after
+  the publish holds the swap (the loop waits for the next version, at most
+  ``settle_max_s``).
+* Capacity lost (ramps): a collective whose rate under ``M`` has fallen more than
+  ``rate_loss`` below its rate on the capacities it was synthesized for is flagged at
+  the hysteresis floor ``clear_ratio * Gamma`` instead of ``Gamma``: drift that arrives
+  in small steps is measured against the fabric the schedule was built for, and a step
+  that costs throughput is acted on before the deviation reaches ``Gamma``.  A
+  uniformly scaled cut (no schedule can route around it) still never flags.
 * Capacity gained: a link measured above ``(1 + Gamma)`` times the capacity the schedule
   was synthesized for also flags it (Algorithm 1 cannot see a recovered link that the
   schedule stopped using, because it is in no cut).
@@ -127,6 +146,7 @@ class Policy:
     max_restarts: int = 3
     settle_max_s: float = 0.05
     known_fabrics: int = 4
+    rate_loss: float = 0.05
 
     def __post_init__(self) -> None:
         if not self.gamma > 0:
@@ -137,6 +157,8 @@ class Policy:
             raise MCCLError("min_dwell_s and min_gain must be >= 0 and time_limit_s > 0")
         if self.restart_tol <= 0 or self.max_restarts < 0 or self.settle_max_s < 0:
             raise MCCLError("restart_tol must be > 0, max_restarts and settle_max_s >= 0")
+        if not 0.0 < self.rate_loss <= 1.0:
+            raise MCCLError(f"rate_loss must be in (0, 1] (1 turns the capacity-lost test off), got {self.rate_loss!r}")
 
 
 @dataclass
@@ -151,6 +173,8 @@ class _Job:
     future: Future | None = None
     wall_start: list[float] = field(default_factory=list)
     warm_capacity: np.ndarray | None = None  # the warm schedule's synthesis capacities, to restore on
+    result: JobResult | None = None          # the finished result (profile lifted), kept while held
+    held_since: float | None = None          # when the result was first held for a pending change
 
 
 @dataclass
@@ -170,6 +194,7 @@ class Collective:
     known: list[tuple[np.ndarray, Schedule]] = field(default_factory=list)
     gpus: tuple[str, ...] | None = None     # the communicator's members; None: the whole fabric
     restore_on: np.ndarray | None = None    # an AllToAll schedule without warm state: its synthesis capacities
+    deferred: tuple[DriftReport | None, int] | None = None  # a superseded job's restart (trigger, restarts)
 
     @property
     def key(self) -> tuple[str, str]:
@@ -287,7 +312,8 @@ class ScheduleManager:
             return []
         flags = self._stack_of(profiled).flags(m)
         return [(coll, detect(m, coll.profile, self.policy.gamma)) for coll, flag in zip(profiled, flags.tolist())
-                if flag and coll.job is None and now - coll.last_decision_t >= self.policy.min_dwell_s]
+                if flag and coll.job is None and coll.deferred is None
+                and now - coll.last_decision_t >= self.policy.min_dwell_s]
 
     def _stack_of(self, colls: list[Collective]) -> ProfileStack:
         """The collectives' profiles stacked for Algorithm 1 (rebuilt when one changes)."""
@@ -295,7 +321,8 @@ class ScheduleManager:
         if stack is None or len(stack.profiles) != len(colls) or any(
                 p is not c.profile for p, c in zip(stack.profiles, colls)):
             stack = self._stack = ProfileStack([c.profile for c in colls], [self._gain_capacity(c) for c in colls],
-                                               self.policy.gamma)
+                                               self.policy.gamma, self.policy.rate_loss,
+                                               self.policy.clear_ratio * self.policy.gamma)
         return stack
 
     def _gain_capacity(self, coll: Collective) -> np.ndarray:
@@ -323,9 +350,19 @@ class ScheduleManager:
         return coll.synth_capacity is not None and bool(
             np.any(m[links] > (1.0 + self.policy.gamma) * coll.synth_capacity[links]))
 
+    def _recovered(self, m: np.ndarray, coll: Collective) -> bool:
+        """The drift that started a job is gone: Algorithm 1's deviation is back within
+        ``clear_ratio * Gamma`` (hysteresis) and no link gained capacity."""
+        report = detect(m, coll.profile, self.policy.gamma)
+        return report.max_delta <= self.policy.clear_ratio * self.policy.gamma and not self._gained(m, coll)
+
     def step(self, now: float) -> list[Event]:
         """One controller decision: collect finished jobs, then detect and start jobs."""
         events = self.poll(now)
+        if not self._unsettled(now):
+            for coll in [c for c in self.collectives() if c.deferred is not None]:
+                (trigger, restarts), coll.deferred = coll.deferred, None
+                events.append(self._start(coll, now, trigger, restarts))
         for coll, report in self.check(now):
             events.append(self._start(coll, now, report))
         return events
@@ -343,6 +380,8 @@ class ScheduleManager:
         coll.job = job
         self.counters["resyntheses"] += 1
         detail = report.to_dict(self.topo, coll.profile.cut) if report and coll.profile else {}
+        if report and not report.flagged and coll.profile:
+            detail["capacity"] = "gained" if self._gained(m, coll) else "lost"
         return Event(now, coll.comm, coll.name, "resynthesis", coll.version, detail)
 
     def _known(self, coll: Collective, m: np.ndarray) -> tuple[np.ndarray, Schedule] | None:
@@ -391,9 +430,12 @@ class ScheduleManager:
                                         {"time_limit_s": self.policy.time_limit_s}))
                 continue
             coll.job = None
-            events.append(self._finish(coll, job, now))
-            if events[-1].action == "superseded":
-                events.append(self._start(coll, now, job.trigger, job.restarts + 1))
+            event = self._finish(coll, job, now)
+            if event is None:                                # still held; announced when first held
+                continue
+            events.append(event)
+            if event.action == "superseded":
+                events += self._restart(coll, job, now)
         return events
 
     def _stale(self, coll: Collective, job: _Job) -> str | None:
@@ -403,8 +445,7 @@ class ScheduleManager:
         if job.initial or coll.profile is None:
             return None
         m = self.store.measured()
-        report = detect(m, coll.profile, self.policy.gamma)
-        if report.max_delta <= self.policy.clear_ratio * self.policy.gamma and not self._gained(m, coll):
+        if self._recovered(m, coll):
             return "cleared"
         if self._moved(m, coll, job) > self.policy.restart_tol and job.restarts < self.policy.max_restarts:
             return "superseded"
@@ -419,18 +460,40 @@ class ScheduleManager:
             return [Event(now, coll.comm, coll.name, "aborted", coll.version, {**detail, "reason": "cleared"})]
         self.counters["superseded"] += 1
         detail["moved"] = self._moved(self.store.measured(), coll, job)
-        return [Event(now, coll.comm, coll.name, "superseded", coll.version, detail),
-                self._start(coll, now, job.trigger, job.restarts + 1)]
+        return [Event(now, coll.comm, coll.name, "superseded", coll.version, detail)] + self._restart(coll, job, now)
 
-    def _finish(self, coll: Collective, job: _Job, now: float) -> Event:
-        coll.last_decision_t = now
-        try:
-            new, seconds, new_profile = job.future.result()
-        except (MCCLError, BrokenExecutor) as exc:          # a synthesizer error, or a worker died
-            self.counters["failures"] += 1
-            return Event(now, coll.comm, coll.name, "failed", coll.version, {"error": str(exc)})
-        new_profile = self.groups.lift(coll.gpus, new_profile)
+    def _restart(self, coll: Collective, job: _Job, now: float) -> list[Event]:
+        """Restart a superseded job on the latest ``M`` now, or once no change is pending
+        (:meth:`step`; at most ``settle_max_s`` later)."""
+        if self._unsettled(now):
+            coll.deferred = (job.trigger, job.restarts + 1)
+            return []
+        return [self._start(coll, now, job.trigger, job.restarts + 1)]
+
+    def _finish(self, coll: Collective, job: _Job, now: float) -> Event | None:
+        """Decide a finished job: ``held`` (kept in ``coll.job``; ``None`` once announced),
+        ``failed``, ``aborted``, ``superseded`` or ``published``."""
+        if job.result is None:
+            try:
+                new, seconds, new_profile = job.future.result()
+            except (MCCLError, BrokenExecutor) as exc:          # a synthesizer error, or a worker died
+                coll.last_decision_t = now
+                self.counters["failures"] += 1
+                return Event(now, coll.comm, coll.name, "failed", coll.version, {"error": str(exc)})
+            job.result = (new, seconds, self.groups.lift(coll.gpus, new_profile))
+        new, seconds, new_profile = job.result
         detail: dict[str, Any] = {"synth_s": seconds, "started_t": job.started_t}
+        if not job.initial:
+            held = self._held_by(coll, job, new_profile, now)
+            if held:
+                coll.job = job
+                if job.held_since is not None:
+                    return None
+                job.held_since = now
+                return Event(now, coll.comm, coll.name, "held", coll.version, {**detail, "pending": held})
+        coll.last_decision_t = now
+        if job.held_since is not None:
+            detail["held_s"] = now - job.held_since
         if not job.initial:
             m = self.store.measured()
             report = detect(m, coll.profile, self.policy.gamma)
@@ -438,7 +501,7 @@ class ScheduleManager:
             detail.update(max_delta=report.max_delta, rate_before=cur_rate, rate_after=new_rate)
             reason = None
             moved = self._moved(m, coll, job)
-            if report.max_delta <= self.policy.clear_ratio * self.policy.gamma and not self._gained(m, coll):
+            if self._recovered(m, coll):
                 reason = "cleared"
             elif moved > self.policy.restart_tol and job.restarts < self.policy.max_restarts:
                 self.counters["superseded"] += 1
@@ -462,13 +525,51 @@ class ScheduleManager:
         self.counters["published"] += 1
         return Event(now, coll.comm, coll.name, "published", coll.version, detail)
 
+    def _held_by(self, coll: Collective, job: _Job, new_profile: ScheduleProfile,
+                 now: float) -> list[list[str]]:
+        """The pending links that hold a finished job back (:meth:`_changing_under`, on the
+        job's input and the new schedule); none once they are confirmed, or
+        ``settle_max_s`` after the hold began."""
+        if job.held_since is not None and now - job.held_since >= self.policy.settle_max_s:
+            return []
+        return self._changing_under(coll, job.capacity, new_profile.loads)
+
+    def _changing_under(self, coll: Collective, capacity: np.ndarray, loads: np.ndarray,
+                        pending_only: bool = True) -> list[list[str]]:
+        """The pending links (every link with ``pending_only=False``), as ``[src, dst]``, on
+        ``coll``'s fabric that a schedule with ``loads``, synthesized for ``capacity``,
+        relies on (it uses them, or they were more than ``restart_tol`` below nominal)
+        whose newest estimate is more than ``restart_tol`` from ``capacity``."""
+        pending = self.store.pending_links() if pending_only else np.arange(self.topo.num_links)
+        if pending.size == 0:
+            return []
+        mine = np.zeros(self.topo.num_links, dtype=bool)
+        mine[self.groups.links(coll.gpus)] = True
+        pending = pending[mine[pending]]
+        nominal = self.topo.arrays.capacity[pending]
+        cap = capacity[pending]
+        relied = (loads[pending] > 1e-12) | (cap < (1.0 - self.policy.restart_tol) * nominal)
+        newest = self.store.provisional()[pending]
+        moving = relied & (np.abs(newest - cap) > self.policy.restart_tol * cap)
+        return [[self.topo.links[a].src, self.topo.links[a].dst] for a in pending[moving].tolist()]
+
+    def swap_hold(self, comm: str, name: str) -> list[list[str]]:
+        """The links whose change since the active version was published, confirmed or
+        still being confirmed, makes it unfit to be swapped in now (what the controller
+        would tell executors that have not swapped yet: wait for the next version).
+        Empty when the version fits everything known."""
+        coll = self.get(comm, name)
+        if coll.profile is None or coll.synth_capacity is None:
+            return []
+        return self._changing_under(coll, coll.synth_capacity, coll.profile.loads, pending_only=False)
+
     def _moved(self, m: np.ndarray, coll: Collective, job: _Job) -> float:
         """The largest relative change of ``m`` from the job's input on ``coll``'s links."""
         links = self.groups.links(coll.gpus)
         return _moved(m[links], job.capacity[links])
 
     def busy(self) -> bool:
-        return any(c.job is not None for c in self._collectives.values())
+        return any(c.job is not None or c.deferred is not None for c in self._collectives.values())
 
     def wait_idle(self, timeout_s: float | None = None) -> bool:
         """Block until running jobs finish (without publishing them); True if all did."""

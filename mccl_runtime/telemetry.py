@@ -287,14 +287,29 @@ class MeasurementStore:
     def measured(self) -> np.ndarray:
         """``M_a`` per link (link order), Gbps; a fresh read-only array."""
         if self._measured is None:
-            nominal = self.topo.arrays.capacity
-            m = self.chan.measured()
-            m = np.maximum(m, self.floor_ratio * nominal)
-            if self.estimator == "level":
-                m = self._pair_cables(m)
-            m.setflags(write=False)
-            self._measured = m
+            self._measured = self._links_of(self.chan.value)
         return self._measured
+
+    def provisional(self) -> np.ndarray:
+        """``M`` with every pending change taken at its newest estimate (the mean of its
+        post-change run, :attr:`LevelTracker.provisional`): everything known now,
+        confirmed or still being confirmed.  Equal to :meth:`measured` when nothing is
+        pending (and always with the EWMA)."""
+        pending = [(cid, tr.provisional) for cid, tr in self._trackers.items() if tr.pending and tr.run_y]
+        if not pending:
+            return self.measured()
+        value = self.chan.value.copy()
+        for cid, estimate in pending:
+            value[cid] = estimate
+        return self._links_of(value)
+
+    def _links_of(self, value: np.ndarray) -> np.ndarray:
+        """``M`` from channel values: per link, floored, cables paired (level mode)."""
+        m = np.maximum(self.chan.measured(value), self.floor_ratio * self.topo.arrays.capacity)
+        if self.estimator == "level":
+            m = self._pair_cables(m)
+        m.setflags(write=False)
+        return m
 
     def _pair_cables(self, m: np.ndarray) -> np.ndarray:
         """Level mode: a cable whose two directions moved off nominal to levels within

@@ -89,6 +89,12 @@ def test_describe_every_outcome():
                                          "x_min": 1.0}), 0.1, ["a->b 50 -> 400 Gbps"])
     assert gained == ("w/ag v3: a->b 50 -> 400 Gbps (a link gained capacity above the "
                       "schedule's); re-synthesis started")
+    lost = describe(ev("resynthesis", {"flagged": False, "max_delta": 0.07, "worst_link": None, "x_min": 1.0,
+                                       "capacity": "lost"}), 0.1, ["a->b 400 -> 356 Gbps"])
+    assert lost == ("w/ag v3: a->b 400 -> 356 Gbps (its rate fell below the schedule's synthesis "
+                    "capacities, max delta 0.07); re-synthesis started")
+    assert describe(ev("held", {"synth_s": 0.0123, "pending": [["a", "b"]]})) == \
+        "w/ag: re-synthesis done (synthesis 0.0123 s), held while a->b is still being confirmed; keeping v3"
 
 
 def test_cli_serve_verbose_logs_decisions(tmp_path):

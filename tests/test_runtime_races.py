@@ -1,3 +1,245 @@
+"""The loop under time (issue 26): publication races against changes still being
+confirmed, synthesis made slow on purpose, dead links, stuck collectives, ramps, and the
+report's figures when the first version never runs."""
+
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+import tests.test_runtime_manager as tm
+from mccl_runtime.drift import ProfileStack, profile_schedule
+from mccl_runtime.level import LevelParams, LevelTracker
+from mccl_runtime.loop import LoopConfig, link_windows, run_loop
+from mccl_runtime.manager import Policy, ScheduleManager
+from mccl_runtime.scenario import parse_scenario
+from mccl_runtime.telemetry import MeasurementStore
+
+TOPO = tm.TOPO
+NIC = ("s0h0g0", "s0tor0")
+
+
+def _level_manager(synth, **policy):
+    """A level-estimator store (n_min 4, no hold time) and a manager on the BFS AllGather."""
+    store = MeasurementStore(TOPO, estimator="level", level_params=LevelParams(n_min=4, hold_s=0.0))
+    mgr = ScheduleManager(store, synth, Policy(**{"gamma": 0.1, "min_dwell_s": 0.0, **policy}))
+    mgr.register("world", "ag", "allgather", tm.bfs_allgather(TOPO))
+    return store, mgr
+
+
+def _feed(store, gbps, t, n):
+    """``n`` samples of both directions of the NIC cable, 10 ms apart, from ``t``."""
+    for _ in range(n):
+        t += 0.01
+        store.ingest(tm._cable(*NIC, gbps, t), now=t)
+    return t
+
+
+def _nic(cap):
+    return cap[TOPO.link_index(*NIC)]
+
+
+def _finished_while_pending(first, then, samples=2, settle_max_s=10.0):
+    """A job started on the NIC confirmed at ``first`` Gbps, finished by a synthesizer made
+    slow on purpose once ``samples`` samples of ``then`` Gbps have arrived (a change
+    still being confirmed): ``(synth, store, manager, t)``."""
+    synth = tm.PruningSynth(gate=threading.Event())
+    store, mgr = _level_manager(synth, settle_max_s=settle_max_s)
+    t = _feed(store, first, 1.0, 4)
+    assert [e.action for e in mgr.step(t)] == ["resynthesis"]
+    t = _feed(store, then, t, samples)
+    synth.gate.set()
+    mgr.wait_idle(5.0)
+    return synth, store, mgr, t
+
+
+def test_a_result_is_held_while_a_further_drop_is_confirmed_then_the_newest_estimate_wins():
+    synth, store, mgr, t = _finished_while_pending(190.0, 50.0)     # a further drop, not confirmed
+    assert TOPO.link_index(*NIC) in store.pending_links()
+    assert _nic(store.measured()) == pytest.approx(190.0)
+    assert _nic(store.provisional()) == pytest.approx(50.0, rel=0.05)
+    events = mgr.poll(t)
+    assert [e.action for e in events] == ["held"] and events[0].detail["pending"]
+    assert mgr.poll(t + 0.001) == [] and mgr.get("world", "ag").version == 1     # announced once, not published
+    t = _feed(store, 50.0, t, 3)                         # now confirmed
+    assert store.pending_links().size == 0
+    events = mgr.step(t)
+    assert [e.action for e in events] == ["superseded", "resynthesis"]
+    events = mgr.poll(t, wait_s=5.0)
+    assert [e.action for e in events] == ["published"]
+    assert [_nic(c) for c in synth.capacities] == [pytest.approx(190.0), pytest.approx(50.0, rel=0.05)]
+    assert _nic(mgr.get("world", "ag").synth_capacity) == pytest.approx(50.0, rel=0.05)
+    assert mgr.counters["published"] == 1                # nothing was ever published for 190
+    mgr.close()
+
+
+def test_a_clear_still_being_confirmed_never_publishes_the_failures_schedule():
+    synth, store, mgr, t = _finished_while_pending(50.0, 400.0)     # the clear, not confirmed
+    assert [e.action for e in mgr.poll(t)] == ["held"]
+    t = _feed(store, 400.0, t, 3)
+    events = mgr.step(t)
+    assert [(e.action, e.detail.get("reason")) for e in events] == [("aborted", "cleared")]
+    assert mgr.get("world", "ag").version == 1 and mgr.counters["published"] == 0
+    mgr.close()
+
+
+def test_a_hold_ends_after_settle_max_s_and_a_pending_change_elsewhere_holds_nothing():
+    synth, store, mgr, t = _finished_while_pending(50.0, 25.0, samples=3, settle_max_s=0.05)  # never confirmed
+    assert [e.action for e in mgr.poll(t)] == ["held"]
+    assert mgr.poll(t + 0.01) == []
+    events = mgr.poll(t + 0.06)                          # past settle_max_s: decided on what is confirmed
+    assert [e.action for e in events] == ["published"] and events[0].detail["held_s"] >= 0.05
+    mgr.close()
+
+    # an alarm on a link the new schedule does not use and the job saw healthy holds nothing
+    synth, store, mgr, t = _finished_while_pending(50.0, 50.0, samples=0)
+    loads = mgr.get("world", "ag").job.future.result()[2].loads
+    unused = next(a for a in np.flatnonzero(loads == 0).tolist() if a != TOPO.link_index(*NIC)
+                  and TOPO.links[a].src != NIC[1])
+    link = TOPO.links[unused]
+    for _ in range(2):
+        t += 0.01
+        store.ingest([{"kind": "link", "src": link.src, "dst": link.dst, "gbps": 0.1 * link.capacity_gbps, "t": t}],
+                     now=t)
+    assert unused in store.pending_links()
+    assert [e.action for e in mgr.poll(t)] == ["published"]
+    mgr.close()
+
+
+def test_capacity_lost_lowers_the_threshold_but_a_uniformly_scaled_cut_never_flags():
+    sched = tm.bfs_allgather(TOPO)
+    prof = profile_schedule(TOPO, sched)
+    cap = TOPO.arrays.capacity.copy()
+    plain = ProfileStack([prof], [cap], 0.1)
+    lossy = ProfileStack([prof], [cap], 0.1, rate_loss=0.05, lost_gamma=0.05)
+    m = cap.copy()
+    m[prof.cut[0]] *= 0.92                               # one cut link, -8 %: deviation ~0.08
+    assert not plain.flags(m)[0] and lossy.flags(m)[0]
+    m = cap * 0.8                                        # every link -20 %: rate lost, no deviation
+    assert not plain.flags(m)[0] and not lossy.flags(m)[0]
+    m = cap.copy()
+    m[prof.cut[0]] *= 0.97                               # -3 %: neither (noise-sized)
+    assert not lossy.flags(m)[0]
+
+
+def test_the_spanning_window_of_a_change_point_is_left_out_of_the_new_level():
+    tr = LevelTracker(400.0)
+    ys = [56.0] + [50.0] * 12                            # the first window spans a drop to 50
+    confirmed_after = next(i for i, y in enumerate(ys) if tr.update(0.001 * (i + 1), y))
+    assert tr.level == pytest.approx(50.0)
+    assert confirmed_after <= 9                          # n_min + the spanning window
+
+
+def _scenario(events, shape="1x2x8", collective="allgather", duration_ms=150.0):
+    n = 1
+    for x in shape.split("x"):
+        n *= int(x)
+    size = 16 * 2**20 if collective == "allgather" else 128 * 2**20 / n
+    return parse_scenario({"format": "mccl-scenario/1", "topology": f"hpn {shape}", "collective": collective,
+                           "message_bytes": size, "duration_ms": duration_ms, "events": events})
+
+
+def _cable(gbps):
+    return [{"src": NIC[0], "dst": NIC[1], "capacity_gbps": gbps}]
+
+
+def _first_runs(rows):
+    first = {}
+    for r in rows:
+        first.setdefault(r["version"], r)
+    return first
+
+
+@pytest.mark.parametrize("synth_ms", [5.0, 45.0, 80.0])
+def test_degrade_then_further_no_stale_version_runs_whatever_the_synthesis_time(synth_ms):
+    res = run_loop(LoopConfig(synth_ms=synth_ms), scenario=_scenario(
+        [{"t_ms": 20, "links": _cable(200.0)}, {"t_ms": 70, "links": _cable(50.0)}],
+        shape="1x2x4", collective="alltoall", duration_ms=250.0))
+    s = res.summary
+    second = s["events"][1]
+    # every version that first runs after the second drop runs at the level offline offers
+    late = [r for v, r in _first_runs(res.rows).items() if v > 1 and r["t_ms"] >= 70.0]
+    assert late and all(r["algbw"] >= 0.95 * second["algbw_offline"] for r in late), (late, second)
+    assert second["algbw_final"] >= 0.95 * second["algbw_offline"]
+    assert all(len(ev["versions"]) <= 2 for ev in s["events"]) and s["false_swaps"] == 0
+
+
+@pytest.mark.parametrize("synth_ms", [25.0, 35.0, 45.0])
+def test_a_failure_that_clears_during_synthesis_never_runs_its_schedule(synth_ms):
+    # the job starts ~9 ms after the failure at 20 ms; it finishes after the clear at 60 ms
+    res = run_loop(LoopConfig(synth_ms=synth_ms), scenario=_scenario(
+        [{"t_ms": 20, "links": _cable(50.0)}, {"t_ms": 60, "clear": True}], shape="1x2x4", duration_ms=150.0))
+    starts = [e["t_ms"] for e in res.events if e["action"] == "resynthesis"]
+    if starts[0] + synth_ms > 60.0:                      # the clear came during synthesis
+        assert {r["version"] for r in res.rows} == {1}
+        assert not [e for e in res.events if e["action"] == "published"]
+    clear = res.summary["events"][1]
+    assert clear["algbw_final"] >= 0.95 * clear["algbw_offline"]
+
+
+def test_time_bounded_windows_report_a_dead_link_every_window_s():
+    from instances import hpn
+    from mccl_opt.baselines import ring_allgather
+    from mccl_opt.sim import simulate
+
+    topo = hpn(1, 2, 4)
+    dead = topo.with_capacity(src=NIC[0], dst=NIC[1], gbps=4.0)
+    res = simulate(dead, ring_allgather(topo), 2**24)
+    nic = topo.link_index(*NIC)
+    cap = dead.arrays.capacity[None, :]
+    by_bytes = link_windows(res, cap, 2**19, 16)
+    by_time = link_windows(res, cap, 2**19, 16, window_s=0.001)
+    count = (lambda w: int(np.count_nonzero(w[0] == nic)))
+    assert count(by_bytes) <= 16 < count(by_time)
+    t = np.sort(by_time[1][by_time[0] == nic])
+    assert np.median(np.diff(t)) <= 0.0011               # one window per millisecond while saturated
+    np.testing.assert_allclose(by_time[2][by_time[0] == nic], 4.0, rtol=1e-6)
+
+
+@pytest.mark.parametrize("collective", ["allgather", "alltoall"])
+def test_a_link_at_one_percent_is_detected_within_30_ms_and_recovered_within_100_ms(collective):
+    res = run_loop(LoopConfig(synth_ms=10.0), scenario=_scenario([{"t_ms": 20, "links": _cable(4.0)}],
+                                                                 collective=collective))
+    ev = res.summary["events"][0]
+    assert ev["detect_ms"] <= 30.0, ev
+    assert ev["recovered_ms"] is not None and ev["recovered_ms"] <= 100.0, ev
+    assert len(ev["versions"]) <= 2 and res.summary["false_swaps"] == 0
+
+
+def test_a_collective_stuck_on_a_dead_link_is_aborted_and_rerun_on_the_new_version():
+    scn = _scenario([{"t_ms": 20, "links": _cable(1.0)}], collective="alltoall")     # 0.25 % of nominal
+    runs = {abort: run_loop(LoopConfig(synth_ms=10.0, abort_stale=abort), scenario=scn) for abort in (True, False)}
+    on, off = (runs[a].summary["events"][0] for a in (True, False))
+    assert runs[True].aborted and on["lost_ms"] > 0
+    assert all(a["version"] < 2 for a in runs[True].aborted)
+    assert not runs[False].aborted and off["lost_ms"] == 0
+    # waiting for the stale collective costs far more than the aborted work
+    assert off["reaction_ms"] is None or off["reaction_ms"] > on["reaction_ms"] + 50.0
+    assert on["reaction_ms"] <= 60.0 and on["recovery_ratio"] >= 0.95
+
+
+def test_first_version_that_never_ran_reports_the_next_one_that_did():
+    from mccl_runtime.loop import LoopResult
+    from mccl_runtime.loop_report import _event
+
+    scn = _scenario([{"t_ms": 10, "links": _cable(50.0)}], shape="1x2x4", duration_ms=40.0)
+    out = LoopResult(scn)
+    out.rows = [{"t_ms": 0.0, "end_ms": 10.0, "version": 1, "state": 0, "probe_ms": 0.0, "algbw": 100.0},
+                {"t_ms": 10.0, "end_ms": 20.0, "version": 1, "state": 1, "probe_ms": 0.0, "algbw": 10.0},
+                {"t_ms": 20.0, "end_ms": 30.0, "version": 3, "state": 1, "probe_ms": 0.0, "algbw": 80.0}]
+    out.events = [{"t_ms": 12.0, "action": "resynthesis", "version": 1, "detail": {}},
+                  {"t_ms": 14.0, "action": "published", "version": 2, "detail": {"synth_s": 0.002}},
+                  {"t_ms": 16.0, "action": "published", "version": 3, "detail": {"synth_s": 0.002}}]
+
+    def offline_synth(kind, topo, warm, limit):
+        return tm.bfs_allgather(topo)
+
+    ev = _event(out, 0, offline_synth, False, 1)
+    assert ev["reaction_ms"] == pytest.approx(10.0) and ev["algbw_after"] == 80.0
+    assert ev["recovery_ratio"] == pytest.approx(80.0 / ev["algbw_offline"])
+    assert ev["recovered_ms"] == (20.0 if 80.0 >= 0.95 * ev["algbw_offline"] else None)
 
 
 def test_free_probes_inside_a_collective_only_measure_idle_links_held_low():
@@ -17,3 +259,16 @@ def test_free_probes_inside_a_collective_only_measure_idle_links_held_low():
     assert nic not in probe.during(1.05, store, true_cap, busy)[0]
     store.ingest_links(links, t, gbps)                           # just probed: not again within a period
     assert probe.during(1.055, store, true_cap, np.zeros(TOPO.num_links, dtype=bool))[0].size == 0
+
+
+@pytest.mark.parametrize("synth_ms", [26.0, 30.0])
+def test_a_clear_between_publish_and_swap_holds_the_swap_until_the_next_version(synth_ms):
+    # the failure's schedule is published at 55-59 ms, just before the clear at 60 ms; it is
+    # due at the ranks after dispatch and the OOB exchange, when the clear is already alarmed
+    res = run_loop(LoopConfig(synth_ms=synth_ms), scenario=_scenario(
+        [{"t_ms": 20, "links": _cable(50.0)}, {"t_ms": 60, "clear": True}], shape="1x2x4", duration_ms=150.0))
+    published = [e for e in res.events if e["action"] == "published"]
+    assert published[0]["t_ms"] < 60.0 and any(e["action"] == "swap_held" for e in res.events)
+    assert all(r["version"] != 2 for r in res.rows)                  # the failure's schedule never ran
+    clear = res.summary["events"][1]
+    assert clear["algbw_final"] >= 0.95 * clear["algbw_offline"] and len(clear["versions"]) <= 1

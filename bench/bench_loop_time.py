@@ -1,0 +1,155 @@
+"""The closed loop under time (issue 26): scenario classes whose difficulty is *when*
+things happen, over freshly generated ``mccl-scenario/1`` files.
+
+    python bench/bench_loop_time.py --fabrics "hpn 1x2x8,irregular 7" --out /tmp/scn
+    python bench/bench_loop_time.py --classes further,flap --collectives alltoall
+
+Every class acts on one NIC cable (both directions): ``s0h0g0 - s0tor0`` on HPN, and on
+an irregular fabric (``instances.irregular(seed)``) the GPU-spine cable ``h1g2 - spine``
+when there is one, else the first GPU-spine cable of the healthy AllGather's cut.
+Capacities are fractions of the cable's nominal:
+
+* ``steady``: to 12.5 % at 20 ms (Fail2);
+* ``further``: to 50 % at 20 ms, then to 12.5 % 50 ms later;
+* ``flap``: to 12.5 % at 20 ms, cleared 40 ms later;
+* ``dead``: to 1 % at 20 ms;
+* ``ramp``: from 100 % to 12.5 % in 8 equal steps, one every 100 ms;
+* ``noise5``: healthy, 5 % telemetry noise (false swaps);
+* ``further-slow`` / ``flap-slow``: ``further`` / ``flap`` with a synthesizer made slow on
+  purpose (45 / 35 ms modelled synthesis, ``LoopConfig.synth_ms``): on HPN 1x2x8 its
+  result is ready while the second change is still being confirmed.
+
+One line per event: ``ratio`` = first collective on a new version / offline, ``final`` =
+end of segment / offline, ``t95`` = from the event to the first collective at >= 0.95 of
+offline, ``vers`` = versions published in the segment, ``stale`` = versions that first ran
+in the segment below 0.95 of offline (a stale version that ran), ``lost`` = time of
+collectives aborted for a new version.  The scenario files are written to ``--out``
+(a temporary folder by default) and read back, as ``mccl loop --scenario`` would.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+CLASSES = ("steady", "further", "flap", "dead", "ramp", "noise5", "further-slow", "flap-slow")
+SLOW_MS = {"further-slow": 45.0, "flap-slow": 35.0}
+
+
+def fabric(spec: str):
+    """``"hpn SxHxN"`` or ``"irregular SEED"`` -> (topology, the cable the events act on)."""
+    kind, arg = spec.split()
+    if kind == "hpn":
+        from instances import hpn, parse_shape
+
+        return hpn(*parse_shape(arg)), ("s0h0g0", "s0tor0")
+    from instances import irregular
+
+    topo = irregular(int(arg))
+    if topo.has_link("h1g2", "spine"):
+        return topo, ("h1g2", "spine")
+    import mccl_opt
+
+    cut = mccl_opt.solve_allgather(topo).bottleneck
+    return topo, next((b.src, b.dst) for b in cut if b.dst == "spine")
+
+
+def scenario(cls: str, spec: str, collective: str) -> dict:
+    """The ``mccl-scenario/1`` dictionary of one case (module docstring)."""
+    topo, (src, dst) = fabric(spec)
+    nominal = topo.links[topo.link_index(src, dst)].capacity_gbps
+
+    def at(t_ms: float, share: float) -> dict:
+        return {"t_ms": t_ms, "links": [{"src": src, "dst": dst, "capacity_gbps": nominal * share}]}
+
+    base = cls.replace("-slow", "")
+    events = {
+        "steady": [at(20, 0.125)],
+        "further": [at(20, 0.5), at(70, 0.125)],
+        "flap": [at(20, 0.125), {"t_ms": 60, "clear": True}],
+        "dead": [at(20, 0.01)],
+        "ramp": [at(20 + 100 * i, 1.0 - 0.875 * (i + 1) / 8) for i in range(8)],
+        "noise5": [],
+    }[base]
+    size = 16 * 2**20 if collective == "allgather" else 128 * 2**20 / topo.num_gpus
+    duration = {"ramp": 900.0, "noise5": 600.0}.get(base, 250.0 if topo.num_gpus <= 16 else 600.0)
+    return {"format": "mccl-scenario/1", "topology": topo.to_dict(), "collective": collective,
+            "message_bytes": size, "duration_ms": duration, "noise": 0.05 if base == "noise5" else 0.01,
+            "events": events}
+
+
+def run_case(path: Path, cls: str) -> dict:
+    """Run one scenario file; the summary and the rows' versions."""
+    from mccl_runtime.loop import LoopConfig, run_loop
+    from mccl_runtime.scenario import load_scenario
+
+    wall = time.perf_counter()
+    res = run_loop(LoopConfig(synth_ms=SLOW_MS.get(cls)), scenario=load_scenario(str(path)))
+    return {"summary": res.summary, "rows": res.rows, "wall_s": time.perf_counter() - wall,
+            "aborted": len(getattr(res, "aborted", []))}
+
+
+def stale_versions(rows: list[dict], ev: dict, end_ms: float) -> int:
+    """Versions that first ran inside the event's segment below 0.95 of its offline level."""
+    first: dict[int, dict] = {}
+    for r in rows:
+        first.setdefault(r["version"], r)
+    return sum(1 for r in first.values() if ev["t_ms"] <= r["t_ms"] < end_ms
+               and r["algbw"] < 0.95 * ev["algbw_offline"])
+
+
+HEADER = (f"{'fabric':<14} {'coll':<9} {'class':<12} {'ev':>2} {'kind':<8} {'detect':>7} {'react':>7} "
+          f"{'ratio':>6} {'final':>6} {'t95':>7} {'vers':>4} {'stale':>5} {'lost':>6} {'false':>5} {'wall_s':>6}")
+
+
+def print_rows(spec: str, collective: str, cls: str, out: dict) -> None:
+    f = (lambda v, w=7, p=1: f"{'-':>{w}}" if v is None else f"{v:>{w}.{p}f}")
+    s = out["summary"]
+    events = s["events"] or [None]
+    for i, ev in enumerate(events):
+        if ev is None:
+            print(f"{spec:<14} {collective:<9} {cls:<12} {'-':>2} {'healthy':<8} {'':>7} {'':>7} {'':>6} {'':>6} "
+                  f"{'':>7} {'':>4} {'':>5} {'':>6} {s['false_swaps']:>5} {out['wall_s']:>6.1f}", flush=True)
+            continue
+        end = s["events"][i + 1]["t_ms"] if i + 1 < len(s["events"]) else float("inf")
+        final = None if ev["algbw_final"] is None else ev["algbw_final"] / ev["algbw_offline"]
+        print(f"{spec:<14} {collective:<9} {cls:<12} {i:>2} {ev['kind']:<8} {f(ev['detect_ms'])} "
+              f"{f(ev['reaction_ms'])} {f(ev['recovery_ratio'], 6, 3)} {f(final, 6, 3)} "
+              f"{f(ev.get('recovered_ms'))} {len(ev['versions']):>4} {stale_versions(out['rows'], ev, end):>5} "
+              f"{f(ev.get('lost_ms'), 6)} {s['false_swaps']:>5} {out['wall_s']:>6.1f}", flush=True)
+
+
+def main(argv: list[str] | None = None) -> None:
+    import argparse
+
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--fabrics", default="hpn 1x2x8,irregular 7,hpn 1x8x8")
+    p.add_argument("--classes", default=",".join(CLASSES))
+    p.add_argument("--collectives", default="allgather,alltoall")
+    p.add_argument("--out", default=None, help="folder for the scenario files (default: a temporary one)")
+    p.add_argument("--json", default=None, help="also write every summary to this file")
+    args = p.parse_args(argv)
+    folder = Path(args.out or tempfile.mkdtemp(prefix="mccl-loop-time-"))
+    folder.mkdir(parents=True, exist_ok=True)
+    print(HEADER)
+    results = []
+    for spec in args.fabrics.split(","):
+        for collective in args.collectives.split(","):
+            for cls in args.classes.split(","):
+                path = folder / f"{spec.replace(' ', '-')}-{collective}-{cls}.json"
+                path.write_text(json.dumps(scenario(cls, spec, collective)))
+                out = run_case(path, cls)
+                print_rows(spec, collective, cls, out)
+                results.append({"fabric": spec, "collective": collective, "class": cls,
+                                "summary": out["summary"]})
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, default=float))
+
+
+if __name__ == "__main__":
+    main()
