@@ -24,7 +24,7 @@ from .exact_packing import exact_pack
 from .fabric import fabric_of
 from .repair import repair_pack
 from .splitting import LogicalGraph, SplitGraph, balance_switches, split_all
-from .spread import spread_split
+from .guarded_spread import spread_keeping_cuts
 from .throughput import Fabric, PhaseOneResult, optimal_rate
 from .trees import TreeClass, greedy_pack
 
@@ -212,8 +212,9 @@ class Packed:
 
 
 def spread_logical(split: SplitGraph, rank_of: np.ndarray) -> LogicalGraph:
-    """Phase 2 by the spread proposal (:mod:`.spread`); ``split`` is left as it was."""
-    return spread_split(split, rank_of)
+    """Phase 2 by the spread proposal, its pairings guarded where the plain one breaks
+    the rooted cut condition (:mod:`.guarded_spread`); ``split`` is left as it was."""
+    return spread_keeping_cuts(split, rank_of)
 
 
 def _pack_fast(lg: LogicalGraph, k: int, guides: dict[int, np.ndarray], stats: dict[str, Any],
