@@ -86,6 +86,7 @@ def solve(topo: mo.Topology, old: bool, max_chunks: int | None, timeout: float
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--old-timeout", type=float, default=20.0)
+    ap.add_argument("--new-timeout", type=float, default=120.0)
     ap.add_argument("--big", action="store_true")
     ap.add_argument("--exact", action="store_true", help="max_chunks=None instead of 10")
     ap.add_argument("--repeat", type=int, default=1)
@@ -101,15 +102,16 @@ def main(argv: list[str] | None = None) -> int:
         topo = make()
         new_t = old_t = float("inf")
         for _ in range(args.repeat):
-            t, rate_new, path_new = solve(topo, False, max_chunks, 600.0)
+            t, rate_new, path_new = solve(topo, False, max_chunks, args.new_timeout)
             new_t = min(new_t, t)
             t, rate_old, path_old = solve(topo, True, max_chunks, args.old_timeout)
             old_t = min(old_t, t)
-        same = rate_old is None or abs(rate_old - rate_new) <= 1e-9 * rate_new
-        bad += not same
+        same = None in (rate_old, rate_new) or abs(rate_old - rate_new) <= 1e-9 * rate_new
+        bad += not same or rate_new is None
         old_s = f">{args.old_timeout:g}" if rate_old is None else f"{old_t:.3f}"
-        print(f"{topo.name:38s} {topo.num_gpus:5d} {new_t:8.3f} {old_s:>8s} {path_new:16s} "
-              f"{path_old:16s} {rate_new:.4f}{'' if same else f' != old {rate_old:.4f}'}",
+        new_s = f">{args.new_timeout:g}" if rate_new is None else f"{new_t:.3f}"
+        print(f"{topo.name:38s} {topo.num_gpus:5d} {new_s:>8s} {old_s:>8s} {path_new:16s} "
+              f"{path_old:16s} {rate_new or float('nan'):.4f}{'' if same else f' != old {rate_old:.4f}'}",
               flush=True)
     return 1 if bad else 0
 

@@ -100,6 +100,10 @@ class _Builder:
         return Topology(name, self.nodes, self.links, extra)
 
 
+def _weak_tag(weak_link_gbps: float | None) -> str:
+    return "" if weak_link_gbps is None else f"-weak{weak_link_gbps:g}"
+
+
 def _shape_name(hosts: list[int]) -> str:
     return str(hosts[0]) if len(set(hosts)) == 1 else "-".join(map(str, hosts))
 
@@ -228,7 +232,8 @@ def host_ring(hosts: int = 4, gpus: int = 8, *, nic_gbps: float = 400.0,
         nxt = (h + 1) % hosts
         for g in range(gpus):
             b.cable(ids[h][g], ids[nxt][g], weak if h == 0 else nic)
-    return b.topology(f"hostring-{hosts}x{gpus}", {"family": "host_ring", "hosts": hosts, "gpus": gpus})
+    return b.topology(f"hostring-{hosts}x{gpus}{_weak_tag(weak_link_gbps)}",
+                      {"family": "host_ring", "hosts": hosts, "gpus": gpus})
 
 
 def host_torus(rows: int = 2, cols: int = 2, gpus: int = 8, *, nic_gbps: float = 400.0,
@@ -257,7 +262,7 @@ def host_torus(rows: int = 2, cols: int = 2, gpus: int = 8, *, nic_gbps: float =
         gbps = weak if {a, z} == {(0, 0), (0, 1 % cols)} else nic
         for g in range(gpus):
             b.cable(ids[a][g], ids[z][g], gbps)
-    return b.topology(f"hosttorus-{rows}x{cols}x{gpus}",
+    return b.topology(f"hosttorus-{rows}x{cols}x{gpus}{_weak_tag(weak_link_gbps)}",
                       {"family": "host_torus", "rows": rows, "cols": cols, "gpus": gpus})
 
 
