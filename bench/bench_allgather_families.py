@@ -5,9 +5,9 @@ new in one run (docs/allgather.md, "Structure-independent packing").
 
 Every case is solved cold (``max_chunks=10``, and ``None`` with ``--exact``) twice per
 repeat, alternating: *new* is the solver as shipped (spread split guarded against the rooted
-cut condition, :mod:`mccl_opt.allgather.guarded_spread`); *old* is the same solver with the
-plain spread split (the path before the guard: a failed rooted test sends it to the exact
-split and Lovász's exact packing), cut off after ``--old-timeout`` seconds.  Kernels are
+cut condition, :mod:`mccl_opt.allgather.guarded_spread`); *old* is the same solver without
+the guard (the path before it: a failed rooted test sends it to the exact split and
+Lovász's exact packing), cut off after ``--old-timeout`` seconds.  Kernels are
 compiled before any timing.  A case also solved with its nodes renamed and relisted
 (``scrambled``) must give the same rate.  ``--big`` adds shared aggregation 2x16x8 and
 2x64x8 (256 and 1024 GPUs).
@@ -25,7 +25,6 @@ import mccl_opt as mo
 from instances.aggregation import (host_ring, host_torus, leaf_spine, multi_spine, scrambled,
                                    shared_aggregation, superpod)
 from mccl_opt.allgather import pipeline
-from mccl_opt.allgather.spread import spread_split
 
 CASES: list[Callable[[], mo.Topology]] = [
     lambda: shared_aggregation(2, 2, 8),
@@ -51,11 +50,11 @@ BIG: list[Callable[[], mo.Topology]] = [
     lambda: shared_aggregation(2, 64, 8),
 ]
 
-GUARDED = pipeline.spread_keeping_cuts
+GUARDED = pipeline.guarded_spread
 
 
-def _plain(g: Any, rank_of: Any) -> Any:
-    return spread_split(g, rank_of)
+def _no_guard(g: Any, rank_of: Any, failed: Any) -> None:
+    return None
 
 
 class _Timeout(Exception):
@@ -69,7 +68,7 @@ def _alarm(signum: int, frame: Any) -> None:
 def solve(topo: mo.Topology, old: bool, max_chunks: int | None, timeout: float
           ) -> tuple[float, float | None, str]:
     """Seconds, rate (``None`` on time-out) and ``split/packing`` of one cold solve."""
-    pipeline.spread_keeping_cuts = _plain if old else GUARDED
+    pipeline.guarded_spread = _no_guard if old else GUARDED
     signal.signal(signal.SIGALRM, _alarm)
     signal.setitimer(signal.ITIMER_REAL, timeout)
     t = time.perf_counter()
@@ -79,7 +78,7 @@ def solve(topo: mo.Topology, old: bool, max_chunks: int | None, timeout: float
         return time.perf_counter() - t, None, "timeout"
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
-        pipeline.spread_keeping_cuts = GUARDED
+        pipeline.guarded_spread = GUARDED
     return time.perf_counter() - t, s.rate_gbps, f"{s.stats.get('split')}/{s.stats.get('packing')}"
 
 

@@ -1,8 +1,8 @@
 """Phase 2's spread proposal kept within the rooted cut condition (paper §4.3; docs/allgather.md,
 "Structure-independent packing").
 
-The plain spread split (:mod:`.spread`) is tried first; when its logical graph fails the
-rooted cut test for ``k`` trees per root, the split is redone with every switch's pairing
+When the plain spread split's (:mod:`.spread`) logical graph fails the rooted cut test
+for ``k`` trees per root, the split is redone with every switch's pairing
 guarded (:mod:`.cut_guard`): first against the node sets learned from the logical graphs
 that failed (each round one rooted sweep over the logical graph and one minimum cut in the
 physical one: cheap), then, if that does not converge in :data:`LEARN_ROUNDS` rounds, with
@@ -18,25 +18,26 @@ from .cut_guard import KnownCuts, SweepGuard, violated_set
 from .splitting import LogicalGraph, SplitGraph
 from .spread import spread_split
 
-__all__ = ["spread_keeping_cuts", "LEARN_ROUNDS"]
+__all__ = ["guarded_spread", "LEARN_ROUNDS"]
 
 #: spread splits guarded by learned sets before the per-switch sweep guard
 LEARN_ROUNDS = 8
 
 
-def spread_keeping_cuts(g: SplitGraph, rank_of: np.ndarray) -> LogicalGraph:
-    """The spread split of ``g``, guarded when needed (module docstring); the plain one
-    when no guard gets a logical graph that admits ``g.k`` trees per root (``g`` itself
-    may violate the condition: a guessed budget of a warm start)."""
-    plain = spread_split(g, rank_of)
-    found = _violated_ranks(plain, g.k)
+def guarded_spread(g: SplitGraph, rank_of: np.ndarray, failed: LogicalGraph
+                   ) -> LogicalGraph | None:
+    """The spread split of ``g`` redone with guarded pairings (module docstring), given
+    the plain split ``failed`` whose logical graph fails the rooted test for ``g.k``
+    trees per root; ``None`` when ``g`` itself fails it (no split can pass) or no guard
+    gets a logical graph that passes."""
+    found = _violated_ranks(failed, g.k)
     if found is None:
-        return plain
+        return failed
     keys = list(g.units)
     arcs = (np.array([a for a, _ in keys], np.int64), np.array([b for _, b in keys], np.int64),
             np.fromiter(g.units.values(), np.int64, count=len(keys)))
     if violated_set(g.n, g.gpus, g.k, arcs) is not None:
-        return plain
+        return None
     known = KnownCuts(g.n, g.gpus, g.k, arcs)
     for _ in range(LEARN_ROUNDS):
         if not any([known.learn(inside) for inside in found]):
@@ -45,8 +46,7 @@ def spread_keeping_cuts(g: SplitGraph, rank_of: np.ndarray) -> LogicalGraph:
         found = _violated_ranks(lg, g.k)
         if found is None:
             return lg
-    swept = spread_split(g, rank_of, SweepGuard(g.n, g.gpus, g.k))
-    return plain if swept is None else swept
+    return spread_split(g, rank_of, SweepGuard(g.n, g.gpus, g.k))
 
 
 def _violated_ranks(lg: LogicalGraph, k: int) -> list[np.ndarray] | None:
