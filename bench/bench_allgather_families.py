@@ -1,7 +1,8 @@
 """AllGather cold solves on the aggregation families (:mod:`instances.aggregation`), old path vs
 new in one run (docs/allgather.md, "Structure-independent packing").
 
-``python bench/bench_allgather_families.py [--old-timeout S] [--big] [--repeat R]``
+``python bench/bench_allgather_families.py [--old-timeout S] [--new-timeout S] [--big] [--repeat R]
+[--scrambles N] [--exact]``
 
 Every case is solved cold (``max_chunks=10``, and ``None`` with ``--exact``) twice per
 repeat, alternating: *new* is the solver as shipped (spread split guarded against the rooted
@@ -10,7 +11,8 @@ the guard (the path before it: a failed rooted test sends it to the exact split 
 Lovász's exact packing), cut off after ``--old-timeout`` seconds.  Kernels are
 compiled before any timing.  A case also solved with its nodes renamed and relisted
 (``scrambled``) must give the same rate.  ``--big`` adds shared aggregation 2x16x8 and
-2x64x8 (256 and 1024 GPUs).
+2x64x8 (256 and 1024 GPUs); ``--scrambles N`` solves shared aggregation 2x5x8 under N
+renamings and relistings (median and max seconds, the rates must agree).
 """
 
 from __future__ import annotations
@@ -89,6 +91,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--big", action="store_true")
     ap.add_argument("--exact", action="store_true", help="max_chunks=None instead of 10")
     ap.add_argument("--repeat", type=int, default=1)
+    ap.add_argument("--scrambles", type=int, default=0,
+                    help="also solve shared aggregation 2x5x8 under this many renamings")
     args = ap.parse_args(argv)
     max_chunks = None if args.exact else 10
     for topo in (shared_aggregation(2, 2, 4), host_ring(3, 2)):       # compile the kernels
@@ -112,7 +116,23 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{topo.name:38s} {topo.num_gpus:5d} {new_s:>8s} {old_s:>8s} {path_new:16s} "
               f"{path_old:16s} {rate_new or float('nan'):.4f}{'' if same else f' != old {rate_old:.4f}'}",
               flush=True)
+    if args.scrambles:
+        bad += _scrambles(args.scrambles, max_chunks)
     return 1 if bad else 0
+
+
+def _scrambles(count: int, max_chunks: int | None) -> int:
+    """Shared aggregation 2x5x8 renamed and relisted ``count`` times: cold seconds
+    (median, max) and the distinct rates (one expected); returns 1 if they differ."""
+    times, rates = [], set()
+    for seed in range(count):
+        t, rate, _ = solve(scrambled(shared_aggregation(2, 5, 8), seed), False, max_chunks, 600.0)
+        times.append(t)
+        rates.add(round(rate, 9))
+    times.sort()
+    print(f"sharedagg-2x5x8 under {count} renamings: median {times[count // 2]:.3f} s, "
+          f"max {times[-1]:.3f} s, rates {sorted(rates)}")
+    return int(len(rates) != 1)
 
 
 if __name__ == "__main__":
