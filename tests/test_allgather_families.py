@@ -20,7 +20,7 @@ import mccl_opt as mo
 from instances.aggregation import (host_ring, host_torus, leaf_spine, multi_spine, scrambled,
                                    shared_aggregation, superpod)
 from mccl_opt.allgather.canonical import canonical
-from mccl_opt.allgather.cut_guard import exchange, violated_set
+from mccl_opt.allgather.cut_guard import SweepGuard, exchange, violated_set
 from mccl_opt.allgather.exact_packing import exact_pack
 from mccl_opt.allgather.guarded_spread import guarded_spread
 from mccl_opt.allgather.pipeline import balanced_split, phase_one_budget
@@ -70,6 +70,8 @@ def test_guarded_split_admits_k_where_the_plain_one_does_not(topo):
     assert not plain.admits(k)                                   # the cliff this guards
     lg = guarded_spread(split, arr.rank_of, plain)
     assert lg is not None and lg.admits(k)
+    swept = spread_split(split, arr.rank_of, SweepGuard(split.n, split.gpus, k))   # fallback
+    assert swept is not None and swept.admits(k)
     if topo.num_gpus <= 16:
         assert_packing(lg.num_gpus, lg.tail, lg.head, lg.units, k,
                        exact_pack(lg.num_gpus, lg.tail, lg.head, lg.units, k))
