@@ -26,6 +26,7 @@ from .exact_packing import exact_pack
 from .fabric import fabric_of
 from .repair import repair_pack
 from .splitting import LogicalGraph, SplitGraph, balance_switches, split_all
+from .guarded_spread import guarded_spread
 from .spread import spread_split
 from .throughput import Fabric, PhaseOneResult, optimal_rate
 from .trees import TreeClass, greedy_pack
@@ -51,6 +52,7 @@ class SplitKind(str, Enum):
     """Which Phase 2 switch removal built the logical graph (``stats['split']``)."""
 
     SPREAD = "spread"
+    GUARDED = "guarded"           # the spread split with pairings guarded by the cut condition
     EXACT = "exact"
     STEP_AWARE = "step-aware"     # the hop LP's integral split (App. C)
     DEFAULT = "default"           # step-aware kept the default split
@@ -220,22 +222,26 @@ def spread_logical(split: SplitGraph, rank_of: np.ndarray) -> LogicalGraph:
     return spread_split(split, rank_of)
 
 
-def _pack_fast(lg: LogicalGraph, k: int, guides: dict[int, np.ndarray], stats: dict[str, Any],
-               shapes: Shapes | None) -> tuple[list[TreeClass], Packing] | None:
-    """Repair packing (reusing previous shapes), then the guided greedy portfolio
-    (both certify themselves)."""
+def _pack_repair(lg: LogicalGraph, k: int, stats: dict[str, Any], shapes: Shapes | None
+                 ) -> tuple[list[TreeClass], Packing] | None:
+    """Repair packing, reusing previous shapes (certifies itself)."""
     classes, info = repair_pack(lg.num_gpus, lg.tail, lg.head, lg.units, k, shapes)
     stats.update(info)
-    if classes is not None:
-        return classes, Packing.REPAIR
+    return None if classes is None else (classes, Packing.REPAIR)
+
+
+def _pack_greedy(lg: LogicalGraph, k: int, guides: dict[int, np.ndarray]
+                 ) -> tuple[list[TreeClass], Packing] | None:
+    """The guided greedy portfolio (certifies itself)."""
     classes = greedy_pack(lg.num_gpus, lg.tail, lg.head, lg.units, k, guides)
     return None if classes is None else (classes, Packing.GREEDY)
 
 
 def pack(split: SplitGraph, rank_of: np.ndarray, k: int, guides: dict[int, np.ndarray],
          stats: dict[str, Any], shapes: Shapes | None = None) -> Packed:
-    """Phases 2+3: spread split + fast packing; exact splitting (when the spread split
-    broke the cut condition) and exact packing as fallbacks."""
+    """Phases 2+3: spread split + fast packing; when the spread split broke the cut
+    condition, the spread split with guarded pairings (:mod:`.guarded_spread`), then
+    exact splitting, and exact packing as the last fallback."""
     progress.update("AllGather phase 2: switch removal")
     t = time.perf_counter()
     lg = spread_logical(split, rank_of)
@@ -243,8 +249,18 @@ def pack(split: SplitGraph, rank_of: np.ndarray, k: int, guides: dict[int, np.nd
     stats["phase2_s"] = time.perf_counter() - t
     progress.update("AllGather phase 3: tree packing")
     t = time.perf_counter()
-    found = _pack_fast(lg, k, guides, stats, shapes)
-    if found is None and not lg.admits(k):
+    found = _pack_repair(lg, k, stats, shapes)
+    admits = found is not None or lg.admits(k)
+    if not admits:
+        t2 = time.perf_counter()
+        guarded = guarded_spread(split, rank_of, lg)
+        stats["phase2_s"] += time.perf_counter() - t2
+        if guarded is not None:                   # it passes the rooted test
+            lg, kind, admits = guarded, SplitKind.GUARDED, True
+            found = _pack_repair(lg, k, stats, shapes)
+    if found is None:
+        found = _pack_greedy(lg, k, guides)
+    if found is None and not admits:
         t2 = time.perf_counter()
         g = split.copy()
         if not split_all(g):
@@ -253,7 +269,7 @@ def pack(split: SplitGraph, rank_of: np.ndarray, k: int, guides: dict[int, np.nd
         lg = LogicalGraph.from_split(g, rank_of)
         kind = SplitKind.EXACT
         stats["phase2_s"] += time.perf_counter() - t2
-        found = _pack_fast(lg, k, guides, stats, shapes)
+        found = _pack_repair(lg, k, stats, shapes) or _pack_greedy(lg, k, guides)
     if found is None:
         found = exact_pack(lg.num_gpus, lg.tail, lg.head, lg.units, k), Packing.EXACT
     stats["phase3_s"] = time.perf_counter() - t

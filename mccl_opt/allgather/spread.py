@@ -25,10 +25,13 @@ import numpy as np
 from numba import njit
 
 from .bundles import Bundles
+from .cut_guard import KnownCuts, SweepGuard
 from .splitting import LogicalGraph, SplitGraph, gpu_links, switch_order
 from .transport import transport
 
 __all__ = ["spread_split"]
+
+Guard = KnownCuts | SweepGuard
 
 
 class _Arrays:
@@ -99,15 +102,24 @@ class _Arrays:
         return ins[np.argsort(self.tail[ins])], outs[np.argsort(self.head[outs])]
 
 
-def spread_split(g: SplitGraph, rank_of: np.ndarray) -> LogicalGraph:
+def spread_split(g: SplitGraph, rank_of: np.ndarray, guard: Guard | None = None
+                 ) -> LogicalGraph | None:
     """Split off every switch of ``g`` by the spread proposal (module docstring);
-    ``g`` is left as it was."""
+    ``g`` is left as it was.  ``guard`` (:mod:`.cut_guard`) adjusts every switch's
+    pairing to keep the rooted cut condition; ``None`` if it could not."""
     st = _Arrays(g)
+    if guard is not None:
+        guard.start()
     for w in switch_order(g):
         ins, outs = st.at(w)
         if ins.size == 0 and outs.size == 0:
             continue
         i_in, j_out, amounts = _pair_amounts(st, ins, outs)
+        if guard is not None:
+            pairs = _guarded(st, guard, w, ins, outs, i_in, j_out, amounts)
+            if pairs is None:
+                return None
+            i_in, j_out, amounts = pairs
         reach = int((st.nseg[ins[i_in]] + st.nseg[outs[j_out]]).sum())
         st.reserve(i_in.size, reach, reach * 2 * st.maxlen)
         (st.n_arcs, st.n_segs, st.top, st.n_listed, st.maxlen) = _split_switch(
@@ -116,6 +128,25 @@ def spread_split(g: SplitGraph, rank_of: np.ndarray) -> LogicalGraph:
             st.seg_units, st.seg_next, st.seg_pstart, st.seg_plen, st.buf,
             st.n_arcs, st.n_segs, st.top, st.n_listed, st.maxlen)
     return _logical(st, g, rank_of)
+
+
+def _guarded(st: _Arrays, guard: Guard, w: int, ins: np.ndarray, outs: np.ndarray,
+             i_in: np.ndarray, j_out: np.ndarray, amounts: np.ndarray
+             ) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """Switch ``w``'s pairs as ``guard`` adjusts them (row-major), or ``None``."""
+    def rest() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        live = st.units[: st.n_arcs] > 0
+        live[ins] = live[outs] = False
+        return st.tail[: st.n_arcs][live], st.head[: st.n_arcs][live], st.units[: st.n_arcs][live]
+
+    dense = np.zeros((ins.size, outs.size), np.int64)
+    dense[i_in, j_out] = amounts
+    ends = (st.tail[ins], st.head[outs], st.units[ins], st.units[outs])
+    guarded = guard.pairing(w, ends, dense, rest)
+    if guarded is None:
+        return None
+    i_in, j_out = np.nonzero(guarded)
+    return i_in, j_out, guarded[i_in, j_out]
 
 
 def _pair_amounts(st: _Arrays, ins: np.ndarray, outs: np.ndarray
