@@ -236,6 +236,11 @@ def report(tally: Tally, seconds: float) -> None:
         print(f"  {mode:9} {np.median([t for t, _ in ts]):.3f} / {worst[0]:.3f} ({worst[1]})")
 
 
+def tally_failed(tally: Tally) -> bool:
+    """Whether any solve of the fuzz failed or depended on the node order."""
+    return bool(sum(tally.fails.values()) or tally.order)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--random", type=int, default=200, help="random fabrics (default 200)")
@@ -245,6 +250,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--exact-gpus", type=int, default=6,
                     help="also solve max_chunks=None on fabrics with at most this many GPUs")
     ap.add_argument("--timeout", type=float, default=60, help="seconds per solve")
+    ap.add_argument("--families", nargs="*", default=None, metavar="FAMILY",
+                    help="also run event chains over fabric families (all when none named: "
+                         "hpn shared-agg multi-spine leaf-spine superpod host-ring host-torus), "
+                         "cold and warm, with time percentiles")
+    ap.add_argument("--family-chains", type=int, default=2, help="chains per family fabric and budget")
+    ap.add_argument("--scramble", action="store_true", help="rename and reorder the family fabrics")
     ap.add_argument("--entry", default="mccl_opt:solve_allgather",
                     help="the solver to judge, MODULE:FUNCTION (default mccl_opt:solve_allgather)")
     args = ap.parse_args(argv)
@@ -260,7 +271,15 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     tally = fuzz(args, solve)
     report(tally, time.perf_counter() - t0)
-    return 0
+    if args.families is not None:
+        from bench.allgather_chains import FAMILIES, print_chains, run_chains
+
+        t0 = time.perf_counter()
+        chains = run_chains(args.family_chains, args.steps, args.seed, (10, None),
+                            args.families or list(FAMILIES), args.scramble, cut_bound)
+        print_chains(chains, time.perf_counter() - t0)
+        return 1 if chains.failures or tally_failed(tally) else 0
+    return 1 if tally_failed(tally) else 0
 
 
 if __name__ == "__main__":

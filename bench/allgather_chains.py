@@ -1,0 +1,160 @@
+"""Event chains over fabric families: cold and warm AllGather times and answers.
+
+Used by ``python bench/fuzz_allgather.py --families`` (docs/benchmarks.md).  For every
+family and size, seeded chains of events (one-way degradations, two-way degradations,
+repairs, odd float capacities) are applied one after another; each state is solved cold
+and warm from the previous state's warm schedule, at ``max_chunks=10`` and ``None``.
+Judged per state: the schedule validates, warm reaches cold's rate at ``max_chunks=None``
+(within 1e-6), and no rate exceeds the independent oracle's cut bound.  Reported per
+family and size: cold and warm time percentiles (p50 / p90 / p99 / max), how often warm
+exceeded ``max(1.5 x cold, 20 ms)`` (the issue's target), and how often the warm start was
+declined at its budget.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Callable, Iterator
+
+import numpy as np
+
+import mccl_opt as mo
+from instances import hpn
+from instances.aggregation import (host_ring, host_torus, leaf_spine, multi_spine, scrambled,
+                                   shared_aggregation, superpod)
+
+__all__ = ["FAMILIES", "ChainTally", "run_chains", "print_chains"]
+
+#: family name -> sizes -> fabric (each at most 128 GPUs)
+FAMILIES: dict[str, list[Callable[[], mo.Topology]]] = {
+    "hpn": [lambda: hpn(1, 2, 8), lambda: hpn(1, 4, 8), lambda: hpn(2, 4, 8), lambda: hpn(2, 8, 8)],
+    "shared-agg": [lambda: shared_aggregation(2, 2, 8), lambda: shared_aggregation(2, 5, 8),
+                   lambda: shared_aggregation(2, 8, 8)],
+    "multi-spine": [lambda: multi_spine(2, 2, 8, spines=2), lambda: multi_spine(2, 4, 8, spines=4)],
+    "leaf-spine": [lambda: leaf_spine(2, 2, 8), lambda: leaf_spine(4, 2, 8)],
+    "superpod": [lambda: superpod(2, 2, 8), lambda: superpod(2, 4, 8)],
+    "host-ring": [lambda: host_ring(4, 8), lambda: host_ring(8, 8)],
+    "host-torus": [lambda: host_torus(2, 2, 8), lambda: host_torus(3, 3, 4)],
+}
+
+FACTORS = (0.01, 0.05, 0.125, 0.25, 0.5, 0.9)
+
+
+def events(base: mo.Topology, rng: np.random.Generator, steps: int) -> Iterator[tuple[str, mo.Topology]]:
+    """``steps`` events on ``base``: one-way or two-way degradations of a random link
+    (a listed factor or an odd float one), or the repair of a random cable."""
+    healthy = {(l.src, l.dst): l.capacity_gbps for l in base.links}
+    topo = base
+    for _ in range(steps):
+        link = base.links[int(rng.integers(base.num_links))]
+        kind = str(rng.choice(["one-way", "one-way", "two-way", "repair"]))
+        if kind == "repair":
+            changes = {(link.src, link.dst): healthy[link.src, link.dst]}
+            if (link.dst, link.src) in healthy:
+                changes[link.dst, link.src] = healthy[link.dst, link.src]
+        else:
+            factor = float(rng.choice(FACTORS)) if rng.random() < 0.6 else float(rng.uniform(0.01, 1))
+            gbps = round(link.capacity_gbps * factor, 3) or 0.001
+            changes = {(link.src, link.dst): gbps}
+            if kind == "two-way" and (link.dst, link.src) in healthy:
+                changes[link.dst, link.src] = gbps
+        topo = topo.with_capacity(changes)
+        yield kind, topo
+
+
+@dataclass
+class ChainTally:
+    """Per (family, GPUs, budget): solve times, failures, slow warm steps."""
+
+    cold: dict[tuple, list[float]] = field(default_factory=lambda: defaultdict(list))
+    warm: dict[tuple, list[float]] = field(default_factory=lambda: defaultdict(list))
+    slow: dict[tuple, int] = field(default_factory=lambda: defaultdict(int))
+    declined: dict[tuple, int] = field(default_factory=lambda: defaultdict(int))
+    failures: list[str] = field(default_factory=list)
+    worst_warm: dict[tuple, tuple[float, float, str]] = field(default_factory=dict)
+
+
+def _timed(solve: Callable[[], mo.Schedule]) -> tuple[mo.Schedule | None, float, str]:
+    t = time.perf_counter()
+    try:
+        sched = solve()
+    except mo.MCCLError as e:
+        return None, time.perf_counter() - t, f"{type(e).__name__}: {e}"
+    return sched, time.perf_counter() - t, ""
+
+
+def _judge(topo: mo.Topology, sched: mo.Schedule, bound: float) -> str:
+    try:
+        rate = mo.validate(topo, sched).rate_gbps
+    except mo.MCCLError as e:
+        return f"invalid: {e}"
+    if rate > bound * (1 + 1e-6):
+        return f"rate {rate:.6g} above the oracle's cut bound {bound:.6g}"
+    return ""
+
+
+def run_chains(chains: int, steps: int, seed: int, budgets: tuple[int | None, ...],
+               families: list[str], scramble: bool,
+               cut_bound: Callable[[mo.Topology], float]) -> ChainTally:
+    """Solve every family's chains cold and warm (see the module doc)."""
+    tally = ChainTally()
+    rng = np.random.default_rng(seed)
+    for family in families:
+        for make in FAMILIES[family]:
+            base = make()
+            if scramble:
+                base = scrambled(base, int(rng.integers(1 << 30)))
+            for budget in budgets:
+                key = (family, base.num_gpus, "None" if budget is None else budget)
+                for c in range(chains):
+                    prev = mo.solve_allgather(base, max_chunks=budget)
+                    for step, (kind, topo) in enumerate(events(base, rng, steps)):
+                        where = f"{base.name} K={key[2]} chain {c} step {step} ({kind})"
+                        cold, tc, err_c = _timed(lambda: mo.solve_allgather(topo, max_chunks=budget))
+                        warm, tw, err_w = _timed(lambda: mo.solve_allgather(topo, warm=prev,
+                                                                            max_chunks=budget))
+                        if cold is None or warm is None:
+                            tally.failures.append(f"{where}: {err_c or err_w}")
+                            break
+                        tally.cold[key].append(tc)
+                        tally.warm[key].append(tw)
+                        if tw > max(1.5 * tc, 0.02):
+                            tally.slow[key] += 1
+                        if warm.report.warm.value == "declined":
+                            tally.declined[key] += 1
+                        if tw > tally.worst_warm.get(key, (0.0, 0.0, ""))[0]:
+                            tally.worst_warm[key] = (tw, tc, where)
+                        bound = cut_bound(topo)
+                        problem = _judge(topo, cold, bound) or _judge(topo, warm, bound)
+                        if not problem and budget is None and \
+                                abs(warm.rate_gbps - cold.rate_gbps) > 1e-6 * cold.rate_gbps:
+                            problem = f"warm {warm.rate_gbps:.6g} != cold {cold.rate_gbps:.6g}"
+                        if problem:
+                            tally.failures.append(f"{where}: {problem}")
+                        prev = warm
+    return tally
+
+
+def _pcts(values: list[float]) -> str:
+    p = np.percentile(values, [50, 90, 99])
+    return f"{p[0]:.3f} {p[1]:.3f} {p[2]:.3f} {max(values):.3f}"
+
+
+def print_chains(tally: ChainTally, seconds: float) -> None:
+    """The per-family table and every failure."""
+    print(f"\nfamily chains ({seconds:.0f} s): times in s, p50 p90 p99 max")
+    print(f"{'family':12} {'GPUs':>4} {'K':>4} {'states':>6}  {'cold':27}  {'warm':27}"
+          f"  {'slow':>4} {'declined':>8}")
+    for key in sorted(tally.cold, key=lambda k: (k[0], k[1], str(k[2]))):
+        family, gpus, budget = key
+        print(f"{family:12} {gpus:>4} {budget!s:>4} {len(tally.cold[key]):>6}  "
+              f"{_pcts(tally.cold[key]):27}  {_pcts(tally.warm[key]):27}  "
+              f"{tally.slow[key]:>4} {tally.declined[key]:>8}")
+    worst = sorted(tally.worst_warm.values(), reverse=True)[:5]
+    for tw, tc, where in worst:
+        print(f"  slowest warm {tw:.3f} s (cold {tc:.3f} s): {where}")
+    print(f"failures: {len(tally.failures)}")
+    for line in tally.failures[:20]:
+        print(f"  {line}")
