@@ -43,8 +43,9 @@ from mccl_opt.topology import Topology
 from .decision_log import log_events
 from .manager import Event, Policy, ScheduleManager, Synthesizer
 from .pool import SynthesisPool
-from .protocol import (MAX_BATCH_SAMPLES, MAX_REQUEST_BYTES, REPLAY_WINDOW_S, REQUESTS,
-                       SCHEDULE_TOPIC, Message, ProtocolError, ReplayGuard, brief, decode, encode)
+from .protocol import (MAX_BATCH_SAMPLES, MAX_REQUEST_BYTES, MUTATING, REPLAY_WINDOW_S, REQUESTS,
+                       SCHEDULE_TOPIC, Message, ProtocolError, ReplayGuard, SequenceGuard, brief, decode,
+                       encode)
 from .inbox import Inbox
 from .state import StateWriter, load_state, remove_temporaries
 from .telemetry import MeasurementStore
@@ -111,6 +112,10 @@ class ControllerService:
         self.bind_req, self.bind_pub = _ephemeral(bind), _ephemeral(pub_bind)
         self.key = key
         self.replay = ReplayGuard(replay_window_s) if key else None
+        # a new epoch at every start: requests signed for an earlier one are refused
+        self.sequence = SequenceGuard(window_s=replay_window_s) if key else None
+        self.epoch = self.sequence.epoch if self.sequence else None
+        self._pub_seq = 0
         self.clock = clock
         self.state_path = Path(state_path) if state_path else None
         self.writer = StateWriter(self.state_path, topo) if self.state_path else None
@@ -217,9 +222,8 @@ class ControllerService:
 
         def refuse(frames: list[bytes]) -> None:
             self.protocol_errors["busy"] += 1
-            router.send_multipart(frames[:-1] + [encode("error", {
-                "reason": "busy", "message": "the controller is saturated with large requests; retry"},
-                self.key)])
+            router.send_multipart(frames[:-1] + [self._encode("error", {
+                "reason": "busy", "message": "the controller is saturated with large requests; retry"})])
 
         deadline = time.perf_counter() + TURN_BUDGET_S
         inbox.drain(answer, refuse, TURN_MESSAGES)
@@ -263,8 +267,10 @@ class ControllerService:
         envelope, payload = frames[:-1], frames[-1]
         try:
             msg = decode(payload, self.key, REQUESTS, self.replay, max_bytes=self.max_request_bytes)
+            if self.sequence is not None and msg.type in MUTATING:
+                self.sequence.check(msg)
             self.requests[msg.type] += 1
-            return envelope + [encode(*self._dispatch(msg), self.key)]
+            return envelope + [self._encode(*self._dispatch(msg))]
         except ProtocolError as exc:
             self.protocol_errors[exc.reason] += 1
             body = {"reason": exc.reason, "message": str(exc)[:MAX_ERROR_CHARS]}
@@ -276,12 +282,17 @@ class ControllerService:
             log.exception("controller: a %d-byte request raised %s", len(payload), type(exc).__name__)
             body = {"reason": "internal", "message": f"the controller failed on this request "
                                                      f"({type(exc).__name__}); it is logged"}
-        return envelope + [encode("error", body, self.key)]
+        return envelope + [self._encode("error", body)]
+
+    def _encode(self, type_: str, body: dict[str, Any]) -> bytes:
+        """A reply, signed with this start's epoch (a client learns the epoch from it)."""
+        return encode(type_, body, self.key, epoch=self.epoch)
 
     def _dispatch(self, msg: Message) -> tuple[str, dict[str, Any]]:
         b, now = msg.body, self.clock()
         if msg.type == "ping":
-            return "ok", {"topology": self.store.topo.name, "pub": self.pub_endpoint, "resumed": self.resumed}
+            return "ok", {"topology": self.store.topo.name, "pub": self.pub_endpoint, "resumed": self.resumed,
+                          "epoch": self.epoch}
         if msg.type == "telemetry":
             samples = b.get("samples")
             if not isinstance(samples, list):
@@ -356,7 +367,9 @@ class ControllerService:
             coll = self.manager.get(*key)           # its latest version, the one written
             body = {"comm": coll.comm, "name": coll.name, "version": coll.version,
                     "schedule": coll.schedule.to_dict()}
-            pub.send_multipart([SCHEDULE_TOPIC, encode("schedule", body, self.key)])
+            self._pub_seq += 1
+            pub.send_multipart([SCHEDULE_TOPIC, encode("schedule", body, self.key, epoch=self.epoch,
+                                                       seq=self._pub_seq)])
         self._unpublished = []
 
 
