@@ -168,6 +168,12 @@ def _serve(args: argparse.Namespace) -> int:
         signal.signal(sig, lambda *_: svc.stop())
     threading.Thread(target=_announce, args=(svc,), daemon=True).start()
     svc.serve_forever()
+    if args.state and not svc.final_write_ok:
+        from mccl_opt.errors import MCCLError
+
+        raise MCCLError(f"controller stopped, but the final state write to {args.state!r} failed "
+                        f"({svc.durable.failure or 'see the log'}); the file holds the last state written "
+                        "successfully")
     print("controller stopped; state saved" if args.state else "controller stopped", file=sys.stderr)
     return 0
 

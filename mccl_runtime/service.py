@@ -13,8 +13,10 @@ Guarantees (docs/runtime.md, "Limits and guarantees"):
   ``error`` reply (reason ``internal`` for unexpected ones), a counted rejection and a
   log line; failures of the loop's own work (a synthesizer bug) are logged and counted.
 * **Persist before publish.**  A new version is written to the state file before it
-  goes out on PUB, so a version seen by anyone survives a crash and is never reused
-  for other chunks; a registration is written before it is acknowledged.
+  goes out on PUB or is served by ``get_schedule``, so a version seen by anyone survives
+  a crash and is never reused for other chunks; a registration is written before it is
+  acknowledged, and undone (error reply ``not_persisted``) if the write fails.  A
+  failing disk puts the service in read-only mode (:mod:`.durability`), logged once.
 * **Bounded work.**  Requests above ``max_request_bytes`` are dropped by the socket
   (``ZMQ_MAXMSGSIZE``); a telemetry request carries at most ``MAX_BATCH_SAMPLES``
   samples; at most ``MAX_BACKLOG`` large requests wait (more are refused ``busy``), and
@@ -41,6 +43,7 @@ from mccl_opt.errors import MCCLError
 from mccl_opt.topology import Topology
 
 from .decision_log import log_events
+from .durability import DurableState
 from .manager import Event, Policy, ScheduleManager, Synthesizer
 from .pool import SynthesisPool
 from .protocol import (MAX_BATCH_SAMPLES, MAX_REQUEST_BYTES, MUTATING, REPLAY_WINDOW_S, REQUESTS,
@@ -119,6 +122,8 @@ class ControllerService:
         self.clock = clock
         self.state_path = Path(state_path) if state_path else None
         self.writer = StateWriter(self.state_path, topo) if self.state_path else None
+        self.durable = DurableState(self.writer)
+        self.final_write_ok: bool | None = None    # after serve_forever: the last write's outcome
         self.persist_interval_s = persist_interval_s
         self.max_collectives = max_collectives
         self.max_request_bytes = max_request_bytes
@@ -134,6 +139,7 @@ class ControllerService:
         self._stop = threading.Event()
         self._dirty_since: float | None = None     # telemetry not yet written
         self._must_persist = False                 # a registration not yet written
+        self._unsaved: list[tuple[str, list[str]]] = []    # (comm, names) registered, not yet written
         self._decide = False                       # telemetry arrived since the last decision
         self._unpublished: list[Event] = []        # new versions waiting for their write
         self._resume()
@@ -142,8 +148,11 @@ class ControllerService:
     def _resume(self) -> None:
         if self.state_path is None:
             return
-        for tmp in remove_temporaries(self.state_path):
-            log.warning("removed %s, left by a write that did not finish", tmp)
+        try:
+            for tmp in remove_temporaries(self.state_path):
+                log.warning("removed %s, left by a write that did not finish", tmp)
+        except OSError as exc:                     # a read-only disk: the first write will say so
+            log.warning("cannot remove a temporary file next to %s: %s", self.state_path, exc.strerror)
         state = load_state(self.state_path, self.store.topo, now=self.clock(),
                            max_ratio=self.store.max_ratio,
                            future_tolerance_s=self.store.future_tolerance_s)
@@ -153,16 +162,19 @@ class ControllerService:
         self.manager.restore(state["manager"])
         self.writer.adopt(self.manager, state)
         self.protocol_errors.update(state["protocol_errors"])
+        self.durable.adopt(self.manager)
         self.resumed = True
         log.info("resumed from %s: %s", self.state_path, ", ".join(
             f"{c.comm}/{c.name} v{c.version}" for c in self.manager.collectives()) or "no collectives")
 
-    def persist(self) -> None:
-        """Write the state file (if any) now (:class:`.state.StateWriter`)."""
-        if self.writer is not None:
-            self.writer.write(self.store, self.manager, self.protocol_errors)
+    def persist(self) -> bool:
+        """Write the state file (if any) now (:class:`.state.StateWriter`); ``False`` if
+        the write failed (the service is then read-only, :mod:`.durability`)."""
+        if not self.durable.save(self.store, self.manager, self.protocol_errors):
+            return False
         self._dirty_since = None
         self._must_persist = False
+        return True
 
     # ------------------------------------------------------------------ loop
     def stop(self) -> None:
@@ -170,7 +182,8 @@ class ControllerService:
         self._stop.set()
 
     def serve_forever(self, poll_ms: int = 20) -> None:
-        """Run until :meth:`stop`; always saves the state and closes the sockets."""
+        """Run until :meth:`stop`; always tries a last state write (``final_write_ok``
+        says whether it worked) and closes the sockets."""
         import zmq
 
         if not self.key:
@@ -197,26 +210,27 @@ class ControllerService:
                 router.poll(0 if inbox.backlog else poll_ms)
                 held = self._serve_requests(inbox, router)
                 self._turn(pub)
-                for frames in held:                # acknowledged once written
-                    router.send_multipart(frames)
+                self._answer_held(router, held)
         finally:
             self.ready.set()
             self.manager.close()
-            self._guarded("final state write", self.persist)
+            self.final_write_ok = self._guarded("final state write", self.persist) is True
             router.close(0)
             pub.close(0)
             ctx.term()
 
-    def _serve_requests(self, inbox: Inbox, router: Any) -> list[list[bytes]]:
+    def _serve_requests(self, inbox: Inbox, router: Any) -> list[tuple[list[bytes], bool]]:
         """Answer one turn's requests, small ones first (:class:`.inbox.Inbox`), large
         ones for up to ``TURN_BUDGET_S`` (at least one); returns the replies held back
-        until the state is written (a registration's and those after it)."""
-        held: list[list[bytes]] = []
+        until the state is written (a registration's and those after it), each with
+        whether it acknowledges a registration."""
+        held: list[tuple[list[bytes], bool]] = []
 
         def answer(frames: list[bytes]) -> None:
+            registered = len(self._unsaved)
             reply = self._handle(frames)
             if reply is not None and self._must_persist:
-                held.append(reply)
+                held.append((reply, len(self._unsaved) > registered))
             elif reply is not None:
                 router.send_multipart(reply)
 
@@ -245,9 +259,29 @@ class ControllerService:
             events = self._guarded("collecting re-syntheses", lambda: self.manager.poll(now)) or []
         log_events(log, events, self.manager)
         self._publish(pub, events)
-        if self._must_persist or (self._dirty_since is not None
+        if self._must_persist or (self._dirty_since is not None and self.durable.due()
                                   and self.clock() - self._dirty_since >= self.persist_interval_s):
-            self._guarded("state write", self.persist)
+            self.persist()
+
+    def _answer_held(self, router: Any, held: list[tuple[list[bytes], bool]]) -> None:
+        """Send the replies held for this turn's write.  If the write failed, the turn's
+        registrations are undone and their replies become ``not_persisted`` errors: no
+        ``ok`` for a registration a restart would not know."""
+        failed = self._must_persist
+        if failed:
+            for comm, names in self._unsaved:
+                self.manager.unregister(comm, names)
+            undone = {(comm, n) for comm, names in self._unsaved for n in names}
+            self._unpublished = [e for e in self._unpublished if (e.comm, e.name) not in undone]
+            self._must_persist = False
+        self._unsaved = []
+        for frames, acknowledges in held:
+            if failed and acknowledges:
+                self.protocol_errors["not_persisted"] += 1
+                frames = frames[:-1] + [self._encode("error", {"reason": "not_persisted", "message": (
+                    f"the registration was undone: the state file cannot be written "
+                    f"({self.durable.failure}); the controller is read-only until its disk works")[:MAX_ERROR_CHARS]})]
+            router.send_multipart(frames)
 
     def _guarded(self, what: str, work: Callable[[], Any]) -> Any:
         """Run the loop's own work; an exception is logged and counted, not fatal
@@ -292,7 +326,7 @@ class ControllerService:
         b, now = msg.body, self.clock()
         if msg.type == "ping":
             return "ok", {"topology": self.store.topo.name, "pub": self.pub_endpoint, "resumed": self.resumed,
-                          "epoch": self.epoch}
+                          "epoch": self.epoch, "read_only": self.durable.failure}
         if msg.type == "telemetry":
             samples = b.get("samples")
             if not isinstance(samples, list):
@@ -310,16 +344,18 @@ class ControllerService:
                                                       self._members(b.get("gpus")))}
         if msg.type == "get_schedule":
             coll = self.manager.get(_field(b, "comm"), _field(b, "name"))
-            return "schedule", {"comm": coll.comm, "name": coll.name, "version": coll.version,
-                                "schedule": coll.schedule.to_dict() if coll.schedule else None}
+            version, schedule = self.durable.served(coll)      # the version on disk
+            return "schedule", {"comm": coll.comm, "name": coll.name, "version": version,
+                                "schedule": schedule.to_dict() if schedule else None}
         if msg.type == "list":
             return "ok", {"collectives": [{"comm": c.comm, "name": c.name, "kind": c.kind,
-                                           "dynamic": c.dynamic, "version": c.version,
+                                           "dynamic": c.dynamic, "version": self.durable.served(c)[0],
                                            "gpus": list(c.gpus) if c.gpus is not None else None}
                                           for c in self.manager.collectives()]}
         return "ok", {"telemetry": self.store.counters(), "manager": dict(self.manager.counters),
                       "protocol_errors": dict(self.protocol_errors), "requests": dict(self.requests),
-                      "internal_errors": self.internal_errors}
+                      "internal_errors": self.internal_errors, "read_only": self.durable.failure,
+                      "failed_writes": self.durable.failed_writes}
 
     def _members(self, gpus: Any) -> list[str] | None:
         """A register request's ``gpus``: absent, or a list of at most as many GPU ids as
@@ -352,21 +388,21 @@ class ControllerService:
         members = "" if colls[0].gpus is None else f" over {len(colls[0].gpus)} GPUs"
         log.info("registered %s/%s (%s%s); synthesizing the first schedule", comm, name, kind, members)
         self._must_persist = True
+        self._unsaved.append((comm, [c.name for c in colls]))
         return [c.name for c in colls]
 
     def _publish(self, pub: Any, events: list[Event]) -> None:
         """Write the state, then send the new versions (never the other way round: a
         version someone saw must survive a crash).  If the write fails, the versions
-        wait and both are retried on the next turn."""
+        wait (not served either) and both are retried (read-only mode: every
+        ``WRITE_RETRY_S``)."""
         self._unpublished += [e for e in events if e.action == "published"]
-        if not self._unpublished:
-            return
-        if self._guarded("state write before publishing", self.persist) is False:
+        if not self._unpublished or not self.durable.due() or not self.persist():
             return
         for key in dict.fromkeys((e.comm, e.name) for e in self._unpublished):
-            coll = self.manager.get(*key)           # its latest version, the one written
-            body = {"comm": coll.comm, "name": coll.name, "version": coll.version,
-                    "schedule": coll.schedule.to_dict()}
+            coll = self.manager.get(*key)
+            version, schedule = self.durable.served(coll)       # its latest version, the one written
+            body = {"comm": coll.comm, "name": coll.name, "version": version, "schedule": schedule.to_dict()}
             self._pub_seq += 1
             pub.send_multipart([SCHEDULE_TOPIC, encode("schedule", body, self.key, epoch=self.epoch,
                                                        seq=self._pub_seq)])

@@ -124,11 +124,15 @@ class StateWriter:
         self._drop_unnamed({c["schedule"]["file"] for c in colls if c["schedule"]})
 
     def _drop_unnamed(self, named: set[str]) -> None:
+        """Remove version files the main file no longer names (best effort: the state is
+        already committed, and a file left now is removed by a later write)."""
         self._files = {k: v for k, v in self._files.items() if v[3] in named}
-        if self.dir.exists():
-            for f in self.dir.iterdir():
+        try:
+            for f in self.dir.iterdir() if self.dir.exists() else ():
                 if _VERSION_FILE.fullmatch(f.name) and f.name not in named:
                     f.unlink(missing_ok=True)
+        except OSError:
+            pass
 
 
 def remove_temporaries(path: str | Path) -> list[Path]:
