@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from mccl_opt.errors import MCCLError
-from mccl_opt.files import has_digit_run, too_deep
+from mccl_opt.files import has_digit_run, read_bounded, too_deep
 
 __all__ = ["VERSION", "REQUESTS", "MUTATING", "REPLIES", "MAX_MESSAGE_BYTES", "MAX_REQUEST_BYTES",
            "MAX_BATCH_SAMPLES", "MAX_DEPTH", "MAX_INT_DIGITS", "REPLAY_WINDOW_S", "MAX_CLIENTS",
@@ -75,6 +75,8 @@ _SIG = re.compile(r"[0-9a-f]{64}")
 #: a nonce, a client id and an epoch: 128 bits as 32 lower-case hex digits, nothing else
 _ID = re.compile(r"[0-9a-f]{32}")
 MIN_KEY_BYTES = 16
+#: largest key file read
+MAX_KEY_FILE_BYTES = 1 << 16
 #: how far (seconds) a signed message's send time may be from the receiver's clock
 REPLAY_WINDOW_S = 60.0
 #: nonces a receiver remembers before it forgets the expired ones early
@@ -313,9 +315,9 @@ def load_key(path: str | Path) -> bytes:
     its owner can read (a key readable by group or others is refused)."""
     try:
         mode = os.stat(path).st_mode
-        key = Path(path).read_bytes().strip()
     except OSError as exc:
         raise MCCLError(f"cannot read key file {str(path)!r}: {exc.strerror}") from None
+    key = read_bounded(path, MCCLError, "key", MAX_KEY_FILE_BYTES).strip()
     if os.name == "posix" and mode & 0o077:
         raise MCCLError(f"key file {str(path)!r} is readable by group or others (mode {mode & 0o777:o}); "
                         f"run `chmod 600 {path}`")

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from mccl_opt.errors import MCCLError
-from mccl_opt.files import read_json
+from mccl_opt.files import read_bounded, read_json
 from mccl_opt.topology import Topology
 
 from .state_check import check_state
@@ -159,10 +159,7 @@ def _inline_versions(data: dict[str, Any], path: Path) -> None:
         name = ref["file"]
         if not isinstance(name, str) or not _VERSION_FILE.fullmatch(name):
             raise MCCLError(f"{where} must be a version file name (64 hex digits + .json)")
-        try:
-            raw = (versions_dir(path) / name).read_bytes()
-        except OSError as exc:
-            raise MCCLError(f"{where}: cannot read {versions_dir(path) / name}: {exc.strerror}") from None
+        raw = read_bounded(versions_dir(path) / name, MCCLError, f"{where}: schedule version")
         if hashlib.sha256(raw).hexdigest() + ".json" != name:
             raise MCCLError(f"{where}: {name} does not match its content (corrupt)")
         content = read_json(versions_dir(path) / name, MCCLError, "schedule version")
