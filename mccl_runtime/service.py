@@ -31,7 +31,6 @@ the state and closes the sockets.
 
 from __future__ import annotations
 
-import ipaddress
 import logging
 import threading
 import time
@@ -44,6 +43,7 @@ from mccl_opt.topology import Topology
 
 from .decision_log import log_events
 from .durability import DurableState
+from .endpoints import ephemeral, is_loopback
 from .manager import Event, Policy, ScheduleManager, Synthesizer
 from .pool import SynthesisPool
 from .protocol import (MAX_BATCH_SAMPLES, MAX_REQUEST_BYTES, MUTATING, REPLAY_WINDOW_S, REQUESTS,
@@ -69,30 +69,6 @@ TURN_BUDGET_S = 0.02
 MAX_ERROR_CHARS = 300
 
 
-def is_loopback(endpoint: str) -> bool:
-    """True for ``ipc://``/``inproc://`` endpoints and TCP on a loopback address
-    (``localhost``, ``127.0.0.0/8``, ``::1``); the host is parsed as an IP address, so
-    a host name that merely starts with ``127.`` is not loopback."""
-    if endpoint.startswith(("ipc://", "inproc://")):
-        return True
-    if not endpoint.startswith("tcp://"):
-        return False
-    host = endpoint[len("tcp://"):].rpartition(":")[0]
-    if host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-def _ephemeral(endpoint: str) -> str:
-    """zmq spells an ephemeral TCP port ``*``; accept ``:0`` too."""
-    return endpoint[:-2] + ":*" if endpoint.startswith("tcp://") and endpoint.endswith(":0") else endpoint
-
-
 class ControllerService:
     """The controller: a :class:`ScheduleManager` behind ZeroMQ sockets."""
 
@@ -112,7 +88,7 @@ class ControllerService:
             if not allow_remote and not is_loopback(ep):
                 raise MCCLError(f"refusing to bind {brief(ep, 80)}: not a loopback address; pass "
                                 "--allow-remote (and a --key-file) to expose the controller to the network")
-        self.bind_req, self.bind_pub = _ephemeral(bind), _ephemeral(pub_bind)
+        self.bind_req, self.bind_pub = ephemeral(bind), ephemeral(pub_bind)
         self.key = key
         self.replay = ReplayGuard(replay_window_s) if key else None
         # a new epoch at every start: requests signed for an earlier one are refused

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from ..errors import MCCLError, TopologyError
 from ..tables import print_json, print_table
+from ._inputs import MAX_COUNT, backend_arg, number_arg
 
 SUMMARY_HEADERS = ("failure", "baseline", "baseline GB/s", "no-reopt GB/s", "reopt GB/s",
                    "no-reopt x", "reopt x", "cut check")
@@ -29,14 +30,14 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "fail1,fail2,fail3); one that does not apply to the fabric is skipped")
     p.add_argument("-b", "--minbytes", default="1K", help="smallest size, K/M/G suffixes (default 1K)")
     p.add_argument("-e", "--maxbytes", default="1G", help="largest size (default 1G)")
-    p.add_argument("-f", "--stepfactor", type=int, default=2, help="size multiplier (default 2)")
+    p.add_argument("-f", "--stepfactor", type=number_arg(int, 2, high=MAX_COUNT, expected="an integer >= 2"), default=2, help="size multiplier (default 2)")
     p.add_argument("--model", choices=("auto", "event", "fluid"), default="auto",
                    help="simulation: event-level with latency where tractable, fluid beyond (auto, "
                         "default), or force one")
     p.add_argument("--event-limit", type=int, default=None, metavar="PIECES",
                    help="auto: event-level while a size's schedules have at most this many "
                         "512 KiB pieces (default 4096: mccl_opt.sweep.DEFAULT_EVENT_LIMIT, docs/sim.md)")
-    p.add_argument("--backend", default="highs", help="LP backend of the synthesizers")
+    p.add_argument("--backend", type=backend_arg, default="highs", help="LP backend of the synthesizers")
     p.add_argument("--png", default=None, help="busbw plot path (default mccl-eval-<topology>.png)")
     p.add_argument("--csv", default=None, metavar="FILE", help="also write the sweep rows as CSV")
     p.add_argument("--json", action="store_true", help="print rows, summary and what was skipped (failures, "
