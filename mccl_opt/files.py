@@ -83,11 +83,12 @@ def read_bounded(path: str | Path, error: type[MCCLError], what: str, limit: int
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     except OSError as exc:
         raise error(f"cannot read {what} file {str(path)!r}: {exc.strerror}") from None
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
+        os.close(fd)
+        raise error(f"{what} file {str(path)!r} is not a regular file (a FIFO, device, socket or "
+                    "folder); give a file")
     with os.fdopen(fd, "rb") as f:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise error(f"{what} file {str(path)!r} is not a regular file (a FIFO, device, socket or "
-                        "folder); give a file")
         if info.st_size > limit:
             raise error(f"{what} file {str(path)!r} has {info.st_size} bytes; at most {limit} are read")
         try:
