@@ -138,7 +138,7 @@ def test_solving_a_huge_generated_name_is_refused_up_front(capsys):
     ("solve", "alltoall", TOPO_FILE, "--backend", "bogus"),
     ("eval", TOPO_FILE, "-e", "1180591620717411303424"),
     ("eval", TOPO_FILE, "-e", "1" + "0" * 400 + "G"),
-    ("eval", TOPO_FILE, "-f", "1"),
+    ("eval", TOPO_FILE, "-f", "1"),                           # checked after parsing
     ("eval", TOPO_FILE, "--backend", "bogus"),
     ("warmup", "--backend", "bogus"),
     ("bench", "--max-chunks", str(2 ** 64)),
