@@ -46,7 +46,9 @@ from mccl_runtime.telemetry import MeasurementStore  # noqa: E402
 
 
 def make_batch(topo, n: int, t: float, seed: int = 0) -> list[dict]:
-    """``n`` valid samples: link, gpu and pair kinds in turn, values near nominal."""
+    """``n`` valid samples: link, gpu and pair kinds in turn, values near nominal, at
+    times ``t, t + 1 us, ...`` (a channel's samples differ in time: an equal-``t`` repeat
+    would be refused as stale)."""
     from mccl_runtime.telemetry import RejectedSample, Sample
 
     rng = np.random.default_rng(seed)
@@ -64,15 +66,15 @@ def make_batch(topo, n: int, t: float, seed: int = 0) -> list[dict]:
                 pass
     out = []
     for i in range(n):
-        y = float(rng.uniform(0.5, 1.0))
+        y, t_i = float(rng.uniform(0.5, 1.0)), t + 1e-6 * i
         if i % 3 == 0 or not pairs:
             a, b, cap = links[i % len(links)]
-            out.append({"kind": "link", "src": a, "dst": b, "gbps": cap * y, "t": t})
+            out.append({"kind": "link", "src": a, "dst": b, "gbps": cap * y, "t": t_i})
         elif i % 3 == 1:
-            out.append({"kind": "gpu", "gpu": gpus[i % len(gpus)], "dir": "out", "gbps": 100.0 * y, "t": t})
+            out.append({"kind": "gpu", "gpu": gpus[i % len(gpus)], "dir": "out", "gbps": 100.0 * y, "t": t_i})
         else:
             u, v = pairs[i % len(pairs)]
-            out.append({"kind": "pair", "src": u, "dst": v, "gbps": 50.0 * y, "t": t})
+            out.append({"kind": "pair", "src": u, "dst": v, "gbps": 50.0 * y, "t": t_i})
     return out
 
 
@@ -81,12 +83,12 @@ def ingest_rates(topo, repeat: int) -> dict[str, float]:
     """Samples/s of one batch into a store that has seen its channels before (the
     steady state: a channel is registered once, on its first sample)."""
     t = time.time()
-    batch = make_batch(topo, MAX_BATCH_SAMPLES, t - 1.0)
-    raw = encode("telemetry", {"samples": batch})
+    first, batch = (make_batch(topo, MAX_BATCH_SAMPLES, t - s) for s in (3.0, 2.0))
+    raw = encode("telemetry", {"samples": make_batch(topo, MAX_BATCH_SAMPLES, t - 1.0)})
     best = {"store": 0.0, "wire": 0.0}
     for _ in range(repeat):
         store = MeasurementStore(topo)
-        store.ingest(batch, t)
+        store.ingest(first, t)
         t0 = time.perf_counter()
         rep = store.ingest(batch, t)
         t1 = time.perf_counter()

@@ -3,19 +3,27 @@ and demos of the executor on one machine.
 
 Each rank calls ``fn(rank, world, *args)`` after ``init_process_group("gloo")`` on a
 FileStore in a fresh temporary directory; return values come back through a pipe.
-On timeout every child is killed and the test fails, naming the ranks still running.
+A rank that fails, dies (killed) or hangs (stopped) is named in one :class:`RankFailure`;
+on timeout every child is killed and the run fails, naming the ranks still running.
 """
 
 from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import signal
 import tempfile
 import time
 import traceback
+from multiprocessing.connection import wait
 from typing import Any, Callable
 
-__all__ = ["run_ranks"]
+from mccl_opt.errors import MCCLError
+
+__all__ = ["run_ranks", "RankFailure", "FAILURE_GRACE_S"]
+
+#: seconds the other ranks get to report after one rank failed, before they are killed
+FAILURE_GRACE_S = 5.0
 
 
 def _child(fn: Callable, rank: int, world: int, path: str, args: tuple, conn) -> None:
@@ -39,12 +47,32 @@ def _child(fn: Callable, rank: int, world: int, path: str, args: tuple, conn) ->
         os._exit(0)      # skip interpreter teardown (daemon threads, gloo sockets)
 
 
-def run_ranks(fn: Callable, world: int, *args: Any, timeout: float = 60.0) -> list[Any]:
+class RankFailure(MCCLError, AssertionError):
+    """Ranks failed: each one's traceback, or how it died (killed, stopped or hung).  An
+    ``AssertionError`` too, for tests that expect one."""
+
+
+def _death(exitcode: int | None) -> str:
+    if exitcode is None:
+        return "still running"
+    if exitcode < 0:
+        try:
+            return f"killed by {signal.Signals(-exitcode).name}"
+        except ValueError:
+            return f"killed by signal {-exitcode}"
+    return f"exited with status {exitcode}"
+
+
+def run_ranks(fn: Callable, world: int, *args: Any, timeout: float = 60.0,
+              grace_s: float = FAILURE_GRACE_S) -> list[Any]:
     """Run ``fn`` on ``world`` forked ranks; returns the per-rank results.
 
     Import torch in the parent first: forked children then start in milliseconds.
-    Raises ``AssertionError`` with every failing rank's traceback, ``TimeoutError``
-    (after killing the children) if they do not finish within ``timeout`` seconds.
+    Results are awaited from all ranks at once.  Raises :class:`RankFailure` naming every
+    failed rank: its traceback, ``RankDied`` for one that ended without a result (killed),
+    ``RankHung`` for one still running ``grace_s`` after the first failure (stopped, or
+    blocked on a dead peer; it is killed).  ``TimeoutError`` (after killing the children)
+    if no rank failed and they do not finish within ``timeout`` seconds.
     """
     ctx = mp.get_context("fork")
     with tempfile.TemporaryDirectory() as tmp:
@@ -58,23 +86,42 @@ def run_ranks(fn: Callable, world: int, *args: Any, timeout: float = 60.0) -> li
             procs.append(p)
             pipes.append(parent)
         results: list[Any] = [None] * world
-        errors = []
+        causes: list[str] = []                  # ranks that died or hung: the likely cause, listed first
+        errors: list[str] = []
         deadline = time.monotonic() + timeout
+        first_failure: float | None = None
+        pending = {conn: r for r, conn in enumerate(pipes)}
         try:
-            for r, conn in enumerate(pipes):
-                if not conn.poll(max(0.0, deadline - time.monotonic())):
-                    raise TimeoutError(f"ranks {[i for i, p in enumerate(procs) if p.is_alive()]}"
-                                       f" still running after {timeout} s")
-                status, value = conn.recv()
-                if status == "error":
-                    errors.append(f"rank {r}:\n{value}")
-                results[r] = value
+            while pending:
+                until = deadline if first_failure is None else min(deadline, first_failure + grace_s)
+                ready = wait(list(pending), max(0.0, until - time.monotonic()))
+                if not ready:
+                    break
+                for conn in ready:
+                    r = pending.pop(conn)
+                    try:
+                        status, value = conn.recv()
+                    except EOFError:
+                        procs[r].join(1.0)
+                        status, value = "died", _death(procs[r].exitcode)
+                    if status == "ok":
+                        results[r] = value
+                        continue
+                    first_failure = first_failure or time.monotonic()
+                    if status == "died":
+                        causes.append(f"rank {r}:\nRankDied: {value} before returning a result")
+                    else:
+                        errors.append(f"rank {r}:\n{value}")
+            if pending and first_failure is None:
+                raise TimeoutError(f"ranks {sorted(pending.values())} still running after {timeout} s")
+            causes += [f"rank {r}:\nRankHung: still running {grace_s:g} s after the first failure "
+                       f"(stopped, or waiting on a dead peer); killed" for r in sorted(pending.values())]
         finally:
             for p in procs:
-                p.join(1.0)
+                p.join(0.2 if pending else 1.0)
                 if p.is_alive():
                     p.kill()
                     p.join()
-        if errors:
-            raise AssertionError("\n".join(errors))
+        if causes or errors:
+            raise RankFailure("\n".join(causes + errors))
         return results

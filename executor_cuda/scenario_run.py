@@ -162,7 +162,7 @@ def run_gloo_loop(scenario: Any, cfg: GlooLoopConfig) -> dict[str, Any]:
 
     from mccl_runtime.manager import solver_synthesizer
 
-    from .launch import run_ranks
+    from .launch import RankFailure, run_ranks
     from .scenario_rank import RankPlan, rank_main
     from .scenario_report import summarize
 
@@ -203,11 +203,12 @@ def run_gloo_loop(scenario: Any, cfg: GlooLoopConfig) -> dict[str, Any]:
             except TimeoutError as exc:
                 raise MCCLError(f"the ranks did not finish within {budget:.0f} s ({exc}); controller "
                                 f"{ctrl.tail(2)}") from None
-            except AssertionError as exc:
+            except RankFailure as exc:
                 # a dead controller is the cause, whichever rank noticed first (the others
-                # may only see their peers leave the process group)
+                # may only see their peers leave the process group); else the first rank
+                # that died or hung, else the first that failed
                 cause = "the controller stopped answering during the run" if not ctrl.alive() \
-                    else "a rank failed"
+                    else f"a rank failed in the {scenario.collective} collective"
                 raise MCCLError(f"{cause}: {_last_error(str(exc))}; controller {ctrl.tail(2)}") from None
             wall = time.monotonic() - t0
             dead = [r["dead"] for r in res if r["dead"]]

@@ -162,18 +162,28 @@ def run(args: argparse.Namespace, rank: int, world: int, local_rank: int) -> dic
     out = torch.empty(world * n, device=device)
     run_one = comm.all_gather_into_tensor if args.collective == "allgather" else comm.all_to_all_single
     seconds, wrong = [], 0
-    for i in range(args.iters):
-        _fill(inp, args.collective, rank, world, i)
-        t = time.perf_counter()
-        run_one(out, inp)
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        seconds.append(time.perf_counter() - t)
-        wrong += not _check(out, args.collective, rank, world, i)
-    follower.finish(timeout_s=args.wait_s)               # every rank stages the same versions
-    versions = sorted({v for _, c, v in comm.trace if c == args.collective})
-    totals = torch.tensor([wrong], dtype=torch.int64, device=device)
-    dist.all_reduce(totals)
+    step = "iteration 0"
+    try:
+        for i in range(args.iters):
+            step = f"iteration {i}"
+            _fill(inp, args.collective, rank, world, i)
+            t = time.perf_counter()
+            run_one(out, inp)
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            seconds.append(time.perf_counter() - t)
+            wrong += not _check(out, args.collective, rank, world, i)
+        step = "the final version agreement"
+        follower.finish(timeout_s=args.wait_s)           # every rank stages the same versions
+        versions = sorted({v for _, c, v in comm.trace if c == args.collective})
+        totals = torch.tensor([wrong], dtype=torch.int64, device=device)
+        step = "the final error count"
+        dist.all_reduce(totals)
+    except RuntimeError as exc:                          # gloo/NCCL: a peer left or stopped
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:160]
+        raise MCCLError(f"rank {rank}: the {args.collective} collective {args.comm}/{args.name} failed at "
+                        f"{step}: {first}; a peer rank died or stopped (torchrun names the rank that "
+                        "exited)") from None
     comm.close()                                         # flushes the last telemetry
     if pusher is not None and pusher.client is not None:
         pusher.client.close()

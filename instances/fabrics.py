@@ -9,6 +9,8 @@ import numpy as np
 from mccl_opt.errors import TopologyError
 from mccl_opt.topology import Link, Node, Topology
 
+from .limits import check_size
+
 __all__ = ["dgx", "ring", "full_mesh", "irregular"]
 
 
@@ -28,6 +30,7 @@ def dgx(gpus: int = 8, nvswitches: int = 4, nvlink_gbps: float = 1200.0,
     _check_count(gpus)
     if isinstance(nvswitches, bool) or not isinstance(nvswitches, int) or nvswitches < 1:
         raise TopologyError(f"nvswitches must be an integer >= 1, got {nvswitches!r}")
+    check_size(f"dgx-{gpus}", 2 * gpus * (nvswitches + 1))
     nodes = [Node(f"g{i}", "gpu") for i in range(gpus)]
     nodes += [Node(f"nvs{k}", "switch") for k in range(nvswitches)] + [Node("leaf", "switch")]
     links: list[Link] = []
@@ -42,6 +45,7 @@ def ring(gpus: int = 4, gbps: float = 100.0, *, bidirectional: bool = True,
          latency_us: float = 1.0) -> Topology:
     """GPUs on a ring of direct links (both directions unless ``bidirectional=False``)."""
     _check_count(gpus)
+    check_size(f"ring-{gpus}", 2 * gpus)
     nodes = [Node(f"g{i}", "gpu") for i in range(gpus)]
     links: list[Link] = []
     for i in range(gpus):
@@ -60,6 +64,7 @@ def ring(gpus: int = 4, gbps: float = 100.0, *, bidirectional: bool = True,
 def full_mesh(gpus: int = 4, gbps: float = 100.0, latency_us: float = 1.0) -> Topology:
     """Every ordered GPU pair joined by a direct link."""
     _check_count(gpus)
+    check_size(f"mesh-{gpus}", gpus * (gpus - 1))
     nodes = [Node(f"g{i}", "gpu") for i in range(gpus)]
     links = [Link(f"g{i}", f"g{j}", gbps, latency_us)
              for i in range(gpus) for j in range(gpus) if i != j]
@@ -84,6 +89,8 @@ def irregular(seed: int, *, max_hosts: int = 3, max_gpus_per_host: int = 4,
             raise TopologyError(f"{label} must be a probability in [0, 1], got {value!r}")
     if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:
         raise TopologyError(f"seed must be an integer >= 0, got {seed!r}")
+    most = max_hosts * max_gpus_per_host                  # GPUs at most; direct cables among them
+    check_size(f"irregular-{seed} of up to {most} GPUs", most * (most - 1) + 6 * most)
     rng = np.random.default_rng(seed)
     n_hosts = int(rng.integers(1, max_hosts + 1))
     sizes = [int(rng.integers(1, max_gpus_per_host + 1)) for _ in range(n_hosts)]

@@ -19,6 +19,8 @@ from __future__ import annotations
 from mccl_opt.errors import TopologyError
 from mccl_opt.topology import Link, Node, Topology
 
+from .limits import check_size
+
 __all__ = ["hpn", "NVSWITCH_GBPS", "NVSWITCH_LATENCY_US", "NIC_GBPS", "NIC_LATENCY_US",
            "gpu_id", "nvswitch_id", "tor_id", "agg_id", "parse_shape"]
 
@@ -71,6 +73,7 @@ def hpn(segments: int = 1, hosts: int = 2, gpus: int = 8, *,
         raise TopologyError("an HPN fabric needs at least 2 GPUs")
     if agg_oversubscription <= 0:
         raise TopologyError("agg_oversubscription must be > 0")
+    check_size(f"hpn-{segments}x{hosts}x{gpus}", 4 * segments * hosts * gpus + 2 * segments * gpus)
     nodes: list[Node] = []
     links: list[Link] = []
     for s in range(segments):

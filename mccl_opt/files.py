@@ -1,5 +1,7 @@
 """The project's files, safely: JSON input (topologies, schedules) and output paths.
 
+Every input file is read by :func:`read_bounded`: a regular file of at most
+:data:`MAX_FILE_BYTES` (a FIFO, ``/dev/zero`` or a folder is refused at once).
 Whatever a file holds, :func:`read_json` either returns the parsed document or raises
 the caller's :class:`~mccl_opt.errors.MCCLError` subclass with one message naming the
 file: unreadable, not UTF-8, malformed, nested deeper than :data:`MAX_DEPTH` levels, or
@@ -18,13 +20,14 @@ import gzip
 import io
 import json
 import os
+import stat
 import zlib
 from pathlib import Path
 from typing import Any
 
 from .errors import MCCLError
 
-__all__ = ["read_json", "write_json", "check_output_path", "has_digit_run", "MAX_DEPTH",
+__all__ = ["read_json", "read_bounded", "MAX_FILE_BYTES", "write_json", "check_output_path", "has_digit_run", "MAX_DEPTH",
            "MAX_INT_DIGITS", "MAX_JSON_BYTES", "too_deep"]
 
 #: nesting depth of a file (the deepest the project writes, an AllGather edge path, is 5)
@@ -33,6 +36,8 @@ MAX_DEPTH = 64
 MAX_INT_DIGITS = 30
 #: decompressed size of a gzip-compressed file (a 512-GPU schedule is a few MB)
 MAX_JSON_BYTES = 1 << 30
+#: size of any input file read (regular files only, :func:`read_bounded`)
+MAX_FILE_BYTES = 1 << 30
 _GZIP_MAGIC = b"\x1f\x8b"
 _DIGITS_AS_ZERO = bytes.maketrans(b"123456789", b"000000000")
 
@@ -70,14 +75,36 @@ def too_deep(obj: Any, limit: int = MAX_DEPTH) -> bool:
     return False
 
 
-def read_json(path: str | Path, error: type[MCCLError], what: str) -> Any:
-    """Parse the JSON file ``path``; any failure raises ``error`` naming the file
-    (``what`` says what the file should be, e.g. ``"topology"``)."""
-    path = Path(path)
+def read_bounded(path: str | Path, error: type[MCCLError], what: str, limit: int = MAX_FILE_BYTES) -> bytes:
+    """The bytes of ``path``, which must be a regular file (after symlinks) of at most
+    ``limit`` bytes: a FIFO, a device (``/dev/zero``), a socket or a folder is refused at
+    once, without reading (opened non-blocking, so a FIFO cannot hang the open)."""
     try:
-        raw = path.read_bytes()
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     except OSError as exc:
         raise error(f"cannot read {what} file {str(path)!r}: {exc.strerror}") from None
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
+        os.close(fd)
+        raise error(f"{what} file {str(path)!r} is not a regular file (a FIFO, device, socket or "
+                    "folder); give a file")
+    with os.fdopen(fd, "rb") as f:
+        if info.st_size > limit:
+            raise error(f"{what} file {str(path)!r} has {info.st_size} bytes; at most {limit} are read")
+        try:
+            data = f.read(limit + 1)
+        except OSError as exc:
+            raise error(f"cannot read {what} file {str(path)!r}: {exc.strerror}") from None
+    if len(data) > limit:
+        raise error(f"{what} file {str(path)!r} grew beyond {limit} bytes while read")
+    return data
+
+
+def read_json(path: str | Path, error: type[MCCLError], what: str) -> Any:
+    """Parse the JSON file ``path`` (:func:`read_bounded`); any failure raises ``error``
+    naming the file (``what`` says what the file should be, e.g. ``"topology"``)."""
+    path = Path(path)
+    raw = read_bounded(path, error, what)
     if raw[:2] == _GZIP_MAGIC:
         raw = _gunzip(raw, path, error)
     try:

@@ -51,6 +51,8 @@ FORMAT_TAG = FORMAT_V2
 FORMATS = (FORMAT_V1, FORMAT_V2, FORMAT_V3)
 COLLECTIVES = ("alltoall", "allgather")
 SATURATION_TOL = 1e-6
+#: relative slack of ``rate_gbps <= lp_rate_gbps`` when a schedule is read (as the validator's)
+RATE_TOLERANCE = 1e-5
 
 
 @dataclass(frozen=True)
@@ -192,6 +194,11 @@ class Schedule:
             bottleneck.append(BottleneckLink(str(b["src"]), str(b["dst"]),
                                              number(b.get("chunks", 0), f"bottleneck[{i}].chunks"),
                                              number(b.get("base_slack", 0.0), f"bottleneck[{i}].base_slack")))
+        rate = number(data["rate_gbps"], "rate_gbps")
+        lp_rate = number(data.get("lp_rate_gbps", data["rate_gbps"]), "lp_rate_gbps")
+        if not 0 <= rate <= lp_rate * (1 + RATE_TOLERANCE) + 1e-9:
+            raise ScheduleError(f"'rate_gbps' {rate:.9g} must be >= 0 and at most 'lp_rate_gbps' {lp_rate:.9g} "
+                                "(no schedule beats its LP bound); the file is corrupt or edited")
         max_chunks = data.get("max_chunks")
         if max_chunks is not None and (not isinstance(max_chunks, int) or max_chunks < 1):
             raise ScheduleError(f"'max_chunks' must be a positive integer or null, got {max_chunks!r}")
@@ -199,8 +206,8 @@ class Schedule:
             collective=collective,
             topology=str(data.get("topology", "")),
             gpus=gpus,
-            rate_gbps=number(data["rate_gbps"], "rate_gbps"),
-            lp_rate_gbps=number(data.get("lp_rate_gbps", data["rate_gbps"]), "lp_rate_gbps"),
+            rate_gbps=rate,
+            lp_rate_gbps=lp_rate,
             max_chunks=max_chunks,
             chunks=chunks,
             bottleneck=tuple(bottleneck),

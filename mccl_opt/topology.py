@@ -32,7 +32,8 @@ from .errors import InputError, TopologyError
 from .files import read_json
 from .parallel_links import METADATA_KEY, check_link_ids, merge_parallel
 
-__all__ = ["Node", "Link", "Topology", "TopologyArrays", "FORMAT_TAG"]
+__all__ = ["Node", "Link", "Topology", "TopologyArrays", "FORMAT_TAG", "MIN_CAPACITY_GBPS",
+           "MAX_CAPACITY_GBPS"]
 
 FORMAT_TAG = "mccl-topology/1"
 NODE_KINDS = ("gpu", "switch")
@@ -148,9 +149,11 @@ class Topology:
             if link.src == link.dst:
                 raise TopologyError(f"{where}: self-loop; a link must join two different nodes")
             cap = link.capacity_gbps
-            if isinstance(cap, bool) or not isinstance(cap, (int, float)) or not _finite(cap) or cap <= 0:
+            if isinstance(cap, bool) or not isinstance(cap, (int, float)) or not _finite(cap) \
+                    or not MIN_CAPACITY_GBPS <= cap <= MAX_CAPACITY_GBPS:
                 raise TopologyError(
-                    f"{where}: capacity_gbps must be a finite number > 0, got {cap!r}")
+                    f"{where}: capacity_gbps must be a finite number > 0 (in [{MIN_CAPACITY_GBPS:g}, "
+                    f"{MAX_CAPACITY_GBPS:g}] Gbps), got {cap!r}")
             lat = link.latency_us
             if isinstance(lat, bool) or not isinstance(lat, (int, float)) or not _finite(lat) or lat < 0:
                 raise TopologyError(f"{where}: latency_us must be a finite number >= 0, got {lat!r}")
@@ -442,6 +445,12 @@ class Topology:
     def __repr__(self) -> str:
         return (f"Topology({self._name!r}: {self.num_gpus} GPUs, {len(self.switches)} switches, "
                 f"{self.num_links} links)")
+
+
+#: the smallest and largest link capacity (Gbps): beyond them rates and times leave the
+#: range where a float division is exact enough (1e-320 is a denormal: 1/it overflows)
+MIN_CAPACITY_GBPS = 1e-6
+MAX_CAPACITY_GBPS = 1e12
 
 
 def _finite(x: int | float) -> bool:

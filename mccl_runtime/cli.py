@@ -6,6 +6,10 @@ import argparse
 import sys
 
 
+#: synthesis worker processes at most
+MAX_WORKERS = 256
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     c = sub.add_parser("controller", help="run the MCCL controller service (paper §3)")
     csub = c.add_subparsers(dest="controller_command", metavar="ACTION")
@@ -149,6 +153,7 @@ def _serve(args: argparse.Namespace) -> int:
 
         raise MCCLError(f"--members {sorted(set(members) - {c for c, _, _ in specs})[0]!r}: no --collective "
                         "of that communicator; register one with --collective COMM/NAME:KIND")
+    _check_serve_flags(args)
     topo = Topology.load(args.topology)
     key = load_key(args.key_file) if args.key_file else None
     policy = Policy(gamma=args.gamma, min_dwell_s=args.dwell, time_limit_s=args.time_limit)
@@ -168,8 +173,24 @@ def _serve(args: argparse.Namespace) -> int:
         signal.signal(sig, lambda *_: svc.stop())
     threading.Thread(target=_announce, args=(svc,), daemon=True).start()
     svc.serve_forever()
+    if args.state and not svc.final_write_ok:
+        from mccl_opt.errors import MCCLError
+
+        raise MCCLError(f"controller stopped, but the final state write to {args.state!r} failed "
+                        f"({svc.durable.failure or 'see the log'}); the file holds the last state written "
+                        "successfully")
     print("controller stopped; state saved" if args.state else "controller stopped", file=sys.stderr)
     return 0
+
+
+def _check_serve_flags(args: argparse.Namespace) -> None:
+    """``--backend`` names a known LP backend and ``--workers`` is in [0, MAX_WORKERS]."""
+    from mccl_opt.backends import backend_class
+    from mccl_opt.errors import MCCLError
+
+    backend_class(args.backend)                 # an unknown name raises, naming the choices
+    if not 0 <= args.workers <= MAX_WORKERS:
+        raise MCCLError(f"--workers must be in [0, {MAX_WORKERS}], got {str(args.workers)[:40]}")
 
 
 def _announce(svc) -> None:

@@ -14,8 +14,8 @@ from typing import Any, Iterable
 from mccl_opt.errors import MCCLError
 from mccl_opt.schedule import Schedule
 
-from .protocol import (MAX_BATCH_SAMPLES, MAX_MESSAGE_BYTES, REPLIES, SCHEDULE_TOPIC, ProtocolError,
-                       ReplayGuard, decode, encode)
+from .protocol import (MAX_BATCH_SAMPLES, MAX_MESSAGE_BYTES, MUTATING, REPLIES, SCHEDULE_TOPIC, Message,
+                       ProtocolError, ReplayGuard, Session, decode, encode)
 
 __all__ = ["ControllerClient", "Subscription", "ScheduleUpdate"]
 
@@ -25,7 +25,12 @@ BUSY_RETRY_S = (0.05, 0.1, 0.2)
 
 
 class ControllerClient:
-    """Requests over a DEALER socket (one outstanding request at a time)."""
+    """Requests over a DEALER socket (one outstanding request at a time).  With a key
+    every request carries this client's id, a growing ``seq`` and the controller epoch
+    of the last reply (:class:`~mccl_runtime.protocol.Session`; a ping learns it before
+    the first request that needs it); a request refused as ``wrong_epoch`` (the
+    controller restarted) is signed again for the new epoch and sent once more (it was
+    not applied)."""
 
     def __init__(self, endpoint: str, key: bytes | None = None, timeout_s: float = 5.0) -> None:
         import zmq
@@ -33,6 +38,7 @@ class ControllerClient:
         self._zmq = zmq
         self.endpoint, self.key, self.timeout_s = endpoint, key, timeout_s
         self.replay = ReplayGuard() if key else None
+        self.session = Session()
         self._ctx = zmq.Context()
         self._sock = self._connect()
 
@@ -46,16 +52,26 @@ class ControllerClient:
     def request(self, type_: str, body: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
         """Send one request and return ``(reply_type, body)``; an ``error`` reply raises
         :class:`ProtocolError` with the controller's reason."""
-        self._sock.send_multipart([b"", encode(type_, body, self.key)])
+        if self.key and type_ in MUTATING and self.session.epoch is None:
+            self._exchange("ping", None)                    # learn the epoch first
+        msg, new_epoch = self._exchange(type_, body)
+        if msg.type == "error" and msg.body.get("reason") == "wrong_epoch" and new_epoch:
+            msg, _ = self._exchange(type_, body)          # the controller restarted: sign for its epoch
+        if msg.type == "error":
+            raise ProtocolError(str(msg.body.get("reason")), f"controller: {msg.body.get('message')}")
+        return msg.type, msg.body
+
+    def _exchange(self, type_: str, body: dict[str, Any] | None) -> tuple[Message, bool]:
+        """One request and its checked reply; whether the reply named a new epoch."""
+        fields = self.session.next() if self.key else {}
+        self._sock.send_multipart([b"", encode(type_, body, self.key, **fields)])
         if not self._sock.poll(int(self.timeout_s * 1000)):
             self._sock.close(0)             # drop the late reply with the socket
             self._sock = self._connect()
             raise ProtocolError("timeout", f"no reply from the controller at {self.endpoint} within "
                                            f"{self.timeout_s} s; is `mccl controller serve` running?")
         msg = decode(self._sock.recv_multipart()[-1], self.key, REPLIES, self.replay)
-        if msg.type == "error":
-            raise ProtocolError(str(msg.body.get("reason")), f"controller: {msg.body.get('message')}")
-        return msg.type, msg.body
+        return msg, bool(self.key) and self.session.heard(msg.epoch)
 
     def ping(self) -> dict[str, Any]:
         return self.request("ping")[1]
@@ -128,7 +144,8 @@ class ControllerClient:
 
 class Subscription:
     """A SUB socket on the controller's publisher; messages failing the signature or
-    replay check are dropped and counted in ``rejected``."""
+    replay check (a repeated nonce, or with a key a ``seq`` not above the last one of
+    the same controller epoch) are dropped and counted in ``rejected``."""
 
     def __init__(self, ctx: Any, endpoint: str, key: bytes | None) -> None:
         import zmq
@@ -144,6 +161,7 @@ class Subscription:
         self.key = key
         self.replay = ReplayGuard() if key else None
         self.rejected = 0
+        self._last: tuple[Any, int] = (None, 0)     # (epoch, seq) of the last accepted publication
 
     def recv(self, timeout_s: float) -> ScheduleUpdate | None:
         """The next valid update, or ``None`` after ``timeout_s``."""
@@ -154,10 +172,22 @@ class Subscription:
             try:
                 msg = decode(self._sock.recv_multipart()[-1], self.key, ("schedule",), self.replay)
                 b = msg.body
-                return str(b["comm"]), str(b["name"]), int(b["version"]), Schedule.from_dict(b["schedule"])
+                update = str(b["comm"]), str(b["name"]), int(b["version"]), Schedule.from_dict(b["schedule"])
+                if self.key and not self._fresh(msg):
+                    raise ProtocolError("replayed", "a publication older than one already received")
+                return update
             except (MCCLError, KeyError, TypeError, ValueError):     # a bad schedule too
                 self.rejected += 1
         return None
+
+    def _fresh(self, msg: Message) -> bool:
+        """Whether a signed publication comes after the last one accepted (a new epoch
+        starts a new count); remembers it if so."""
+        seq = msg.seq if isinstance(msg.seq, int) and not isinstance(msg.seq, bool) else None
+        if seq is None or (msg.epoch == self._last[0] and seq <= self._last[1]):
+            return False
+        self._last = (msg.epoch, seq)
+        return True
 
     def wait_connected(self, timeout_s: float) -> bool:
         """Block until the connection to the publisher has finished its handshake (the

@@ -73,6 +73,10 @@ class Groups:
         """Record ``comm``'s members (after :meth:`members` accepted them)."""
         self._members.setdefault(comm, members)
 
+    def unbind(self, comm: str) -> None:
+        """Forget ``comm``'s members (its last collective was unregistered)."""
+        self._members.pop(comm, None)
+
     def fabric(self, members: tuple[str, ...]) -> SubFabric:
         """The sub-fabric ``members`` induce (built once)."""
         sub = self._fabrics.get(members)

@@ -274,6 +274,15 @@ class ScheduleManager:
         self.groups.bind(coll.comm, coll.gpus)
         return coll
 
+    def unregister(self, comm: str, names: Iterable[str]) -> None:
+        """Forget collectives of ``comm`` registered a moment ago whose registration could
+        not be saved (the service undoes it); a job they started is abandoned."""
+        for name in names:
+            self._collectives.pop((comm, name), None)
+        if not any(c.comm == comm for c in self._collectives.values()):
+            self.groups.unbind(comm)
+        self._stack = None
+
     def get(self, comm: str, name: str) -> Collective:
         try:
             return self._collectives[(comm, name)]

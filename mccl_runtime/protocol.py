@@ -1,14 +1,21 @@
 """The controller's wire protocol: versioned JSON messages, optionally HMAC-signed.
 
-Every message is one JSON object ``{"v": 2, "type": T, "body": {...}, "sig": S}``.
-With a shared key the sender adds ``ts`` (its wall clock, seconds) and ``nonce`` (128
-random bits, hex), and ``sig`` is the hex HMAC-SHA256 of the canonical JSON of
-``{"v", "type", "body", "ts", "nonce"}`` (sorted keys, no spaces).  A receiver holding a
-key rejects unsigned or wrongly signed messages, so a stranger can neither inject
-telemetry nor publish schedules, and (:class:`ReplayGuard`) messages sent more than a
-window away from its clock or whose nonce it has already seen, so a captured message
-cannot be replayed.  Without a key ``sig``, ``ts`` and ``nonce`` are ``null`` and
-ignored.
+Every message is one JSON object ``{"v": 3, "type": T, "body": {...}, "sig": S, ...}``.
+With a shared key the sender adds ``ts`` (its wall clock, seconds), ``nonce`` (128
+random bits, exactly 32 lower-case hex digits), ``epoch`` (the controller's epoch, see
+below), ``client`` (the sender's id, 32 hex digits) and ``seq`` (the sender's message
+counter), and ``sig`` is the hex HMAC-SHA256 of the canonical JSON of
+``{"v", "type", "body", "ts", "nonce", "epoch", "client", "seq"}`` (sorted keys, no
+spaces).  A receiver holding a key rejects unsigned or wrongly signed messages, so a
+stranger can neither inject telemetry nor publish schedules, and (:class:`ReplayGuard`)
+messages sent more than a window away from its clock or whose nonce it has already
+seen.  A request that changes the controller (:data:`MUTATING`: ``register``,
+``telemetry``) must also name the controller's current *epoch* (128 random bits drawn at
+every start, sent in every reply) and carry a ``seq`` above the last one accepted from
+its ``client`` in that epoch (:class:`SequenceGuard`): a message captured before a
+restart, or a fresh start, names another epoch and is refused whatever its time, and
+one replayed within the epoch repeats a ``seq``.  :class:`Session` is the sender's side.
+Without a key these fields are ``null`` and ignored (docs/runtime.md, "Threat model").
 
 Requests: ``ping``, ``register``, ``telemetry``, ``get_schedule``, ``list``, ``stats``.
 A ``register`` body is ``{"comm", "name", "kind"}`` plus, for a communicator over part
@@ -40,15 +47,17 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from mccl_opt.errors import InputError, MCCLError
-from mccl_opt.files import has_digit_run, too_deep
+from mccl_opt.files import has_digit_run, read_bounded, too_deep
 
-__all__ = ["VERSION", "REQUESTS", "REPLIES", "MAX_MESSAGE_BYTES", "MAX_REQUEST_BYTES",
-           "MAX_BATCH_SAMPLES", "MAX_DEPTH", "MAX_INT_DIGITS", "REPLAY_WINDOW_S",
-           "ProtocolError", "Message", "ReplayGuard", "encode", "decode", "load_key",
-           "brief", "SCHEDULE_TOPIC"]
+__all__ = ["VERSION", "REQUESTS", "MUTATING", "REPLIES", "MAX_MESSAGE_BYTES", "MAX_REQUEST_BYTES",
+           "MAX_BATCH_SAMPLES", "MAX_DEPTH", "MAX_INT_DIGITS", "REPLAY_WINDOW_S", "MAX_CLIENTS",
+           "ProtocolError", "Message", "ReplayGuard", "SequenceGuard", "Session", "new_id",
+           "encode", "decode", "load_key", "brief", "SCHEDULE_TOPIC"]
 
-VERSION = 2
+VERSION = 3
 REQUESTS = ("ping", "register", "telemetry", "get_schedule", "list", "stats")
+#: requests that change the controller: with a key they must carry its epoch and a fresh seq
+MUTATING = ("register", "telemetry")
 REPLIES = ("ok", "schedule", "error")
 SCHEDULE_TOPIC = b"schedule"
 #: largest reply or publication (a schedule of a large fabric)
@@ -63,11 +72,20 @@ MAX_DEPTH = 32
 #: digits of an integer literal (larger ones cannot be a count, time or rate)
 MAX_INT_DIGITS = 20
 _SIG = re.compile(r"[0-9a-f]{64}")
+#: a nonce, a client id and an epoch: 128 bits as 32 lower-case hex digits, nothing else
+_ID = re.compile(r"[0-9a-f]{32}")
 MIN_KEY_BYTES = 16
+#: largest key file read
+MAX_KEY_FILE_BYTES = 1 << 16
 #: how far (seconds) a signed message's send time may be from the receiver's clock
 REPLAY_WINDOW_S = 60.0
 #: nonces a receiver remembers before it forgets the expired ones early
 MAX_NONCES = 1 << 20
+#: senders whose last ``seq`` a controller remembers in one epoch (one whose last message
+#: left the replay window is forgotten first: its replays fail the time check)
+MAX_CLIENTS = 1 << 16
+#: largest ``seq`` (a signed 64-bit counter)
+MAX_SEQ = (1 << 63) - 1
 
 
 class ProtocolError(MCCLError):
@@ -82,6 +100,86 @@ class ProtocolError(MCCLError):
 class Message:
     type: str
     body: dict[str, Any]
+    ts: Any = None
+    epoch: Any = None
+    client: Any = None
+    seq: Any = None
+
+
+def new_id() -> str:
+    """128 random bits as 32 hex digits (a nonce, a client id or an epoch)."""
+    return secrets.token_hex(16)
+
+
+def is_id(value: Any) -> bool:
+    """Whether ``value`` is exactly 32 lower-case hex digits."""
+    return isinstance(value, str) and _ID.fullmatch(value) is not None
+
+
+class Session:
+    """A sender's replay-protection fields: a random ``client`` id, the ``epoch`` it last
+    heard from the controller (``None`` before the first reply) and a counter ``seq``
+    that grows with every message."""
+
+    def __init__(self) -> None:
+        self.client = new_id()
+        self.epoch: str | None = None
+        self.seq = 0
+
+    def next(self) -> dict[str, Any]:
+        """The fields of the next message."""
+        self.seq += 1
+        return {"epoch": self.epoch, "client": self.client, "seq": self.seq}
+
+    def heard(self, epoch: Any) -> bool:
+        """Adopt the epoch a (checked) controller reply names; True if it changed."""
+        if not is_id(epoch) or epoch == self.epoch:
+            return False
+        self.epoch = epoch
+        return True
+
+
+class SequenceGuard:
+    """The controller's high-water marks: in its ``epoch``, a :data:`MUTATING` request
+    must name that epoch and carry a ``seq`` above the last one accepted from its
+    ``client``.  Refusals: ``wrong_epoch`` (a message for an earlier start, or from a
+    sender that has not heard the epoch yet: the reply names the epoch, the sender
+    retries), ``replayed`` (a ``seq`` not above the client's mark), ``bad_envelope``,
+    ``busy`` (:data:`MAX_CLIENTS` senders active within the replay window)."""
+
+    def __init__(self, epoch: str | None = None, window_s: float = REPLAY_WINDOW_S,
+                 max_clients: int = MAX_CLIENTS) -> None:
+        self.epoch = epoch or new_id()
+        self.window_s, self.max_clients = float(window_s), max_clients
+        self._marks: dict[str, tuple[int, float]] = {}    # client -> (seq, send time), oldest first
+
+    def check(self, msg: Message) -> None:
+        if msg.epoch != self.epoch:
+            raise ProtocolError("wrong_epoch", "this request names another controller epoch (it was "
+                                               "signed for an earlier start, or before the first reply); "
+                                               "the reply's 'epoch' is the current one")
+        seq = msg.seq
+        if not is_id(msg.client) or isinstance(seq, bool) or not isinstance(seq, int) or not 0 < seq <= MAX_SEQ:
+            raise ProtocolError("bad_envelope", "a signed request needs a 32-hex-digit 'client' and an "
+                                                f"integer 'seq' in [1, {MAX_SEQ}]")
+        mark = self._marks.pop(msg.client, None)
+        if mark is None and len(self._marks) >= self.max_clients:
+            self._forget_quiet(_seconds(msg.ts))
+            if len(self._marks) >= self.max_clients:
+                raise ProtocolError("busy", f"{self.max_clients} senders are active; retry later")
+        if mark is not None and seq <= mark[0]:
+            self._marks[msg.client] = mark
+            raise ProtocolError("replayed", f"seq {seq} is not above {mark[0]}, the last one accepted "
+                                            "from this client (a replay, or a client id reused)")
+        self._marks[msg.client] = (seq, _seconds(msg.ts))
+
+    def _forget_quiet(self, now: float) -> None:
+        """Drop the clients whose last message left the replay window: a replay of any of
+        their messages is refused as ``stale`` by :class:`ReplayGuard`."""
+        for client, (_, ts) in list(self._marks.items()):
+            if ts >= now - self.window_s:
+                break
+            del self._marks[client]
 
 
 class ReplayGuard:
@@ -101,7 +199,7 @@ class ReplayGuard:
         now = self.clock()
         if isinstance(ts, bool) or not isinstance(ts, (int, float)) or not _finite(ts):
             raise ProtocolError("bad_envelope", "a signed message needs a finite numeric 'ts'")
-        if not isinstance(nonce, str) or len(nonce) != 32:
+        if not is_id(nonce):
             raise ProtocolError("bad_envelope", "a signed message needs a 32-hex-digit 'nonce'")
         if abs(now - ts) > self.window_s:
             raise ProtocolError("stale", f"message sent {now - ts:+.1f} s from this clock, outside "
@@ -121,6 +219,11 @@ class ReplayGuard:
             del seen[nonce]
         if len(seen) > MAX_NONCES:                 # out-of-order send times kept old ones
             self._seen = {n: t for n, t in seen.items() if t >= expired}
+
+
+def _seconds(ts: Any) -> float:
+    """A send time as a float (0 for one that is none: only a checked ``ts`` gets here)."""
+    return float(ts) if isinstance(ts, (int, float)) and _finite(ts) else 0.0
 
 
 def _finite(x: int | float) -> bool:
@@ -144,24 +247,28 @@ def _parse_int(text: str) -> int:
     return int(text)
 
 
-def _canonical(v: int, type_: str, body: Any, ts: Any, nonce: Any) -> bytes:
-    return json.dumps({"v": v, "type": type_, "body": body, "ts": ts, "nonce": nonce},
-                      sort_keys=True, separators=(",", ":")).encode()
+_SIGNED = ("ts", "nonce", "epoch", "client", "seq")
 
 
-def _sign(key: bytes, v: int, type_: str, body: Any, ts: Any, nonce: Any) -> str:
-    return hmac.new(key, _canonical(v, type_, body, ts, nonce), hashlib.sha256).hexdigest()
+def _sign(key: bytes, v: Any, type_: str, body: Any, fields: Mapping[str, Any]) -> str:
+    canonical = json.dumps({"v": v, "type": type_, "body": body, **{f: fields.get(f) for f in _SIGNED}},
+                           sort_keys=True, separators=(",", ":")).encode()
+    return hmac.new(key, canonical, hashlib.sha256).hexdigest()
 
 
-def encode(type_: str, body: Mapping[str, Any] | None = None, key: bytes | None = None) -> bytes:
-    """Serialise (and, given ``key``, time-stamp and sign) one message."""
+def encode(type_: str, body: Mapping[str, Any] | None = None, key: bytes | None = None, *,
+           epoch: str | None = None, client: str | None = None, seq: int | None = None) -> bytes:
+    """Serialise (and, given ``key``, time-stamp and sign) one message; ``epoch``,
+    ``client`` and ``seq`` are the replay fields (:class:`Session`, or a controller's
+    epoch on its replies), sent only with a key."""
     body = dict(body or {})
-    ts = nonce = sig = None
+    fields: dict[str, Any] = dict.fromkeys(_SIGNED)
+    sig = None
     if key:
-        ts, nonce = time.time(), secrets.token_hex(16)
-        sig = _sign(key, VERSION, type_, body, ts, nonce)
-    return json.dumps({"v": VERSION, "type": type_, "body": body, "ts": ts, "nonce": nonce,
-                       "sig": sig}, separators=(",", ":")).encode()
+        fields.update(ts=time.time(), nonce=new_id(), epoch=epoch, client=client, seq=seq)
+        sig = _sign(key, VERSION, type_, body, fields)
+    return json.dumps({"v": VERSION, "type": type_, "body": body, **fields, "sig": sig},
+                      separators=(",", ":")).encode()
 
 
 def decode(raw: bytes, key: bytes | None = None, types: tuple[str, ...] | None = None,
@@ -182,7 +289,7 @@ def decode(raw: bytes, key: bytes | None = None, types: tuple[str, ...] | None =
     except (UnicodeDecodeError, ValueError) as exc:
         raise ProtocolError("malformed_json", f"message is not JSON: {brief(str(exc), 80)}") from None
     if not isinstance(data, dict) or not {"v", "type", "body"} <= set(data) or not isinstance(data["body"], dict):
-        raise ProtocolError("bad_envelope", 'a message must be {"v": 2, "type": ..., "body": {...}, "sig": ...}')
+        raise ProtocolError("bad_envelope", 'a message must be {"v": 3, "type": ..., "body": {...}, "sig": ...}')
     if too_deep(data, MAX_DEPTH):
         raise ProtocolError("malformed_json", f"message nests deeper than {MAX_DEPTH} levels")
     if data["v"] != VERSION:
@@ -191,16 +298,16 @@ def decode(raw: bytes, key: bytes | None = None, types: tuple[str, ...] | None =
     type_ = data["type"]
     if not isinstance(type_, str) or (types is not None and type_ not in types):
         raise ProtocolError("unknown_type", f"message type {brief(type_)} is not one of {types}")
-    if key:
-        sig = data.get("sig")
-        if not isinstance(sig, str):
-            raise ProtocolError("unsigned", "this controller requires signed messages; pass the shared key file")
-        ts, nonce = data.get("ts"), data.get("nonce")
-        if not _SIG.fullmatch(sig) or not hmac.compare_digest(sig, _sign(key, VERSION, type_, data["body"], ts, nonce)):
-            raise ProtocolError("bad_signature", "message signature does not match the shared key")
-        if guard is not None:
-            guard.check(ts, nonce)
-    return Message(type_, data["body"])
+    if not key:
+        return Message(type_, data["body"])
+    sig = data.get("sig")
+    if not isinstance(sig, str):
+        raise ProtocolError("unsigned", "this controller requires signed messages; pass the shared key file")
+    if not _SIG.fullmatch(sig) or not hmac.compare_digest(sig, _sign(key, VERSION, type_, data["body"], data)):
+        raise ProtocolError("bad_signature", "message signature does not match the shared key")
+    if guard is not None:
+        guard.check(data.get("ts"), data.get("nonce"))
+    return Message(type_, data["body"], data.get("ts"), data.get("epoch"), data.get("client"), data.get("seq"))
 
 
 def load_key(path: str | Path) -> bytes:
@@ -208,9 +315,9 @@ def load_key(path: str | Path) -> bytes:
     its owner can read (a key readable by group or others is refused)."""
     try:
         mode = os.stat(path).st_mode
-        key = Path(path).read_bytes().strip()
     except OSError as exc:
         raise MCCLError(f"cannot read key file {str(path)!r}: {exc.strerror}") from None
+    key = read_bounded(path, MCCLError, "key", MAX_KEY_FILE_BYTES).strip()
     if os.name == "posix" and mode & 0o077:
         raise MCCLError(f"key file {str(path)!r} is readable by group or others (mode {mode & 0o777:o}); "
                         f"run `chmod 600 {path}`")

@@ -20,7 +20,6 @@ deviation of telemetry samples, default 0.01) and ``seed`` are optional.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
@@ -28,6 +27,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from mccl_opt.errors import MCCLError
+from mccl_opt.files import read_json
 from mccl_opt.topology import Topology
 
 __all__ = ["SCENARIO_FORMAT", "ScenarioError", "Event", "Scenario", "load_scenario", "parse_scenario"]
@@ -97,13 +97,7 @@ def load_scenario(path: str | Path) -> Scenario:
     """Read and validate a scenario file; raises :class:`ScenarioError` (or
     :class:`~mccl_opt.errors.TopologyError` for a bad embedded topology)."""
     path = Path(path)
-    try:
-        data = json.loads(path.read_text())
-    except OSError as exc:
-        raise ScenarioError(f"cannot read scenario file {str(path)!r}: {exc.strerror}") from None
-    except ValueError as exc:
-        raise ScenarioError(f"{path}: not valid JSON ({exc})") from None
-    return parse_scenario(data, base_dir=path.parent)
+    return parse_scenario(read_json(path, ScenarioError, "scenario"), base_dir=path.parent)
 
 
 def _number(d: Mapping[str, Any], key: str, where: str, *, positive: bool = True,

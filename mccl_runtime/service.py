@@ -13,8 +13,10 @@ Guarantees (docs/runtime.md, "Limits and guarantees"):
   ``error`` reply (reason ``internal`` for unexpected ones), a counted rejection and a
   log line; failures of the loop's own work (a synthesizer bug) are logged and counted.
 * **Persist before publish.**  A new version is written to the state file before it
-  goes out on PUB, so a version seen by anyone survives a crash and is never reused
-  for other chunks; a registration is written before it is acknowledged.
+  goes out on PUB or is served by ``get_schedule``, so a version seen by anyone survives
+  a crash and is never reused for other chunks; a registration is written before it is
+  acknowledged, and undone (error reply ``not_persisted``) if the write fails.  A
+  failing disk puts the service in read-only mode (:mod:`.durability`), logged once.
 * **Bounded work.**  Requests above ``max_request_bytes`` are dropped by the socket
   (``ZMQ_MAXMSGSIZE``); a telemetry request carries at most ``MAX_BATCH_SAMPLES``
   samples; at most ``MAX_BACKLOG`` large requests wait (more are refused ``busy``), and
@@ -29,7 +31,6 @@ the state and closes the sockets.
 
 from __future__ import annotations
 
-import ipaddress
 import logging
 import threading
 import time
@@ -41,10 +42,13 @@ from mccl_opt.errors import MCCLError
 from mccl_opt.topology import Topology
 
 from .decision_log import log_events
+from .durability import DurableState
+from .endpoints import ephemeral, is_loopback
 from .manager import Event, Policy, ScheduleManager, Synthesizer
 from .pool import SynthesisPool
-from .protocol import (MAX_BATCH_SAMPLES, MAX_REQUEST_BYTES, REPLAY_WINDOW_S, REQUESTS,
-                       SCHEDULE_TOPIC, Message, ProtocolError, ReplayGuard, brief, decode, encode)
+from .protocol import (MAX_BATCH_SAMPLES, MAX_REQUEST_BYTES, MUTATING, REPLAY_WINDOW_S, REQUESTS,
+                       SCHEDULE_TOPIC, Message, ProtocolError, ReplayGuard, SequenceGuard, brief, decode,
+                       encode)
 from .inbox import Inbox
 from .state import StateWriter, load_state, remove_temporaries
 from .telemetry import MeasurementStore
@@ -63,30 +67,6 @@ TURN_MESSAGES = 64
 TURN_BUDGET_S = 0.02
 #: characters of an error reply's message
 MAX_ERROR_CHARS = 300
-
-
-def is_loopback(endpoint: str) -> bool:
-    """True for ``ipc://``/``inproc://`` endpoints and TCP on a loopback address
-    (``localhost``, ``127.0.0.0/8``, ``::1``); the host is parsed as an IP address, so
-    a host name that merely starts with ``127.`` is not loopback."""
-    if endpoint.startswith(("ipc://", "inproc://")):
-        return True
-    if not endpoint.startswith("tcp://"):
-        return False
-    host = endpoint[len("tcp://"):].rpartition(":")[0]
-    if host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-def _ephemeral(endpoint: str) -> str:
-    """zmq spells an ephemeral TCP port ``*``; accept ``:0`` too."""
-    return endpoint[:-2] + ":*" if endpoint.startswith("tcp://") and endpoint.endswith(":0") else endpoint
 
 
 class ControllerService:
@@ -108,12 +88,18 @@ class ControllerService:
             if not allow_remote and not is_loopback(ep):
                 raise MCCLError(f"refusing to bind {brief(ep, 80)}: not a loopback address; pass "
                                 "--allow-remote (and a --key-file) to expose the controller to the network")
-        self.bind_req, self.bind_pub = _ephemeral(bind), _ephemeral(pub_bind)
+        self.bind_req, self.bind_pub = ephemeral(bind), ephemeral(pub_bind)
         self.key = key
         self.replay = ReplayGuard(replay_window_s) if key else None
+        # a new epoch at every start: requests signed for an earlier one are refused
+        self.sequence = SequenceGuard(window_s=replay_window_s) if key else None
+        self.epoch = self.sequence.epoch if self.sequence else None
+        self._pub_seq = 0
         self.clock = clock
         self.state_path = Path(state_path) if state_path else None
         self.writer = StateWriter(self.state_path, topo) if self.state_path else None
+        self.durable = DurableState(self.writer)
+        self.final_write_ok: bool | None = None    # after serve_forever: the last write's outcome
         self.persist_interval_s = persist_interval_s
         self.max_collectives = max_collectives
         self.max_request_bytes = max_request_bytes
@@ -129,6 +115,7 @@ class ControllerService:
         self._stop = threading.Event()
         self._dirty_since: float | None = None     # telemetry not yet written
         self._must_persist = False                 # a registration not yet written
+        self._unsaved: list[tuple[str, list[str]]] = []    # (comm, names) registered, not yet written
         self._decide = False                       # telemetry arrived since the last decision
         self._unpublished: list[Event] = []        # new versions waiting for their write
         self._resume()
@@ -137,8 +124,11 @@ class ControllerService:
     def _resume(self) -> None:
         if self.state_path is None:
             return
-        for tmp in remove_temporaries(self.state_path):
-            log.warning("removed %s, left by a write that did not finish", tmp)
+        try:
+            for tmp in remove_temporaries(self.state_path):
+                log.warning("removed %s, left by a write that did not finish", tmp)
+        except OSError as exc:                     # a read-only disk: the first write will say so
+            log.warning("cannot remove a temporary file next to %s: %s", self.state_path, exc.strerror)
         state = load_state(self.state_path, self.store.topo, now=self.clock(),
                            max_ratio=self.store.max_ratio,
                            future_tolerance_s=self.store.future_tolerance_s)
@@ -148,16 +138,19 @@ class ControllerService:
         self.manager.restore(state["manager"])
         self.writer.adopt(self.manager, state)
         self.protocol_errors.update(state["protocol_errors"])
+        self.durable.adopt(self.manager)
         self.resumed = True
         log.info("resumed from %s: %s", self.state_path, ", ".join(
             f"{c.comm}/{c.name} v{c.version}" for c in self.manager.collectives()) or "no collectives")
 
-    def persist(self) -> None:
-        """Write the state file (if any) now (:class:`.state.StateWriter`)."""
-        if self.writer is not None:
-            self.writer.write(self.store, self.manager, self.protocol_errors)
+    def persist(self) -> bool:
+        """Write the state file (if any) now (:class:`.state.StateWriter`); ``False`` if
+        the write failed (the service is then read-only, :mod:`.durability`)."""
+        if not self.durable.save(self.store, self.manager, self.protocol_errors):
+            return False
         self._dirty_since = None
         self._must_persist = False
+        return True
 
     # ------------------------------------------------------------------ loop
     def stop(self) -> None:
@@ -165,7 +158,8 @@ class ControllerService:
         self._stop.set()
 
     def serve_forever(self, poll_ms: int = 20) -> None:
-        """Run until :meth:`stop`; always saves the state and closes the sockets."""
+        """Run until :meth:`stop`; always tries a last state write (``final_write_ok``
+        says whether it worked) and closes the sockets."""
         import zmq
 
         if not self.key:
@@ -192,34 +186,34 @@ class ControllerService:
                 router.poll(0 if inbox.backlog else poll_ms)
                 held = self._serve_requests(inbox, router)
                 self._turn(pub)
-                for frames in held:                # acknowledged once written
-                    router.send_multipart(frames)
+                self._answer_held(router, held)
         finally:
             self.ready.set()
             self.manager.close()
-            self._guarded("final state write", self.persist)
+            self.final_write_ok = self._guarded("final state write", self.persist) is True
             router.close(0)
             pub.close(0)
             ctx.term()
 
-    def _serve_requests(self, inbox: Inbox, router: Any) -> list[list[bytes]]:
+    def _serve_requests(self, inbox: Inbox, router: Any) -> list[tuple[list[bytes], bool]]:
         """Answer one turn's requests, small ones first (:class:`.inbox.Inbox`), large
         ones for up to ``TURN_BUDGET_S`` (at least one); returns the replies held back
-        until the state is written (a registration's and those after it)."""
-        held: list[list[bytes]] = []
+        until the state is written (a registration's and those after it), each with
+        whether it acknowledges a registration."""
+        held: list[tuple[list[bytes], bool]] = []
 
         def answer(frames: list[bytes]) -> None:
+            registered = len(self._unsaved)
             reply = self._handle(frames)
             if reply is not None and self._must_persist:
-                held.append(reply)
+                held.append((reply, len(self._unsaved) > registered))
             elif reply is not None:
                 router.send_multipart(reply)
 
         def refuse(frames: list[bytes]) -> None:
             self.protocol_errors["busy"] += 1
-            router.send_multipart(frames[:-1] + [encode("error", {
-                "reason": "busy", "message": "the controller is saturated with large requests; retry"},
-                self.key)])
+            router.send_multipart(frames[:-1] + [self._encode("error", {
+                "reason": "busy", "message": "the controller is saturated with large requests; retry"})])
 
         deadline = time.perf_counter() + TURN_BUDGET_S
         inbox.drain(answer, refuse, TURN_MESSAGES)
@@ -241,9 +235,29 @@ class ControllerService:
             events = self._guarded("collecting re-syntheses", lambda: self.manager.poll(now)) or []
         log_events(log, events, self.manager)
         self._publish(pub, events)
-        if self._must_persist or (self._dirty_since is not None
+        if self._must_persist or (self._dirty_since is not None and self.durable.due()
                                   and self.clock() - self._dirty_since >= self.persist_interval_s):
-            self._guarded("state write", self.persist)
+            self.persist()
+
+    def _answer_held(self, router: Any, held: list[tuple[list[bytes], bool]]) -> None:
+        """Send the replies held for this turn's write.  If the write failed, the turn's
+        registrations are undone and their replies become ``not_persisted`` errors: no
+        ``ok`` for a registration a restart would not know."""
+        failed = self._must_persist
+        if failed:
+            for comm, names in self._unsaved:
+                self.manager.unregister(comm, names)
+            undone = {(comm, n) for comm, names in self._unsaved for n in names}
+            self._unpublished = [e for e in self._unpublished if (e.comm, e.name) not in undone]
+            self._must_persist = False
+        self._unsaved = []
+        for frames, acknowledges in held:
+            if failed and acknowledges:
+                self.protocol_errors["not_persisted"] += 1
+                frames = frames[:-1] + [self._encode("error", {"reason": "not_persisted", "message": (
+                    f"the registration was undone: the state file cannot be written "
+                    f"({self.durable.failure}); the controller is read-only until its disk works")[:MAX_ERROR_CHARS]})]
+            router.send_multipart(frames)
 
     def _guarded(self, what: str, work: Callable[[], Any]) -> Any:
         """Run the loop's own work; an exception is logged and counted, not fatal
@@ -263,8 +277,10 @@ class ControllerService:
         envelope, payload = frames[:-1], frames[-1]
         try:
             msg = decode(payload, self.key, REQUESTS, self.replay, max_bytes=self.max_request_bytes)
+            if self.sequence is not None and msg.type in MUTATING:
+                self.sequence.check(msg)
             self.requests[msg.type] += 1
-            return envelope + [encode(*self._dispatch(msg), self.key)]
+            return envelope + [self._encode(*self._dispatch(msg))]
         except ProtocolError as exc:
             self.protocol_errors[exc.reason] += 1
             body = {"reason": exc.reason, "message": str(exc)[:MAX_ERROR_CHARS]}
@@ -276,12 +292,17 @@ class ControllerService:
             log.exception("controller: a %d-byte request raised %s", len(payload), type(exc).__name__)
             body = {"reason": "internal", "message": f"the controller failed on this request "
                                                      f"({type(exc).__name__}); it is logged"}
-        return envelope + [encode("error", body, self.key)]
+        return envelope + [self._encode("error", body)]
+
+    def _encode(self, type_: str, body: dict[str, Any]) -> bytes:
+        """A reply, signed with this start's epoch (a client learns the epoch from it)."""
+        return encode(type_, body, self.key, epoch=self.epoch)
 
     def _dispatch(self, msg: Message) -> tuple[str, dict[str, Any]]:
         b, now = msg.body, self.clock()
         if msg.type == "ping":
-            return "ok", {"topology": self.store.topo.name, "pub": self.pub_endpoint, "resumed": self.resumed}
+            return "ok", {"topology": self.store.topo.name, "pub": self.pub_endpoint, "resumed": self.resumed,
+                          "epoch": self.epoch, "read_only": self.durable.failure}
         if msg.type == "telemetry":
             samples = b.get("samples")
             if not isinstance(samples, list):
@@ -299,16 +320,18 @@ class ControllerService:
                                                       self._members(b.get("gpus")))}
         if msg.type == "get_schedule":
             coll = self.manager.get(_field(b, "comm"), _field(b, "name"))
-            return "schedule", {"comm": coll.comm, "name": coll.name, "version": coll.version,
-                                "schedule": coll.schedule.to_dict() if coll.schedule else None}
+            version, schedule = self.durable.served(coll)      # the version on disk
+            return "schedule", {"comm": coll.comm, "name": coll.name, "version": version,
+                                "schedule": schedule.to_dict() if schedule else None}
         if msg.type == "list":
             return "ok", {"collectives": [{"comm": c.comm, "name": c.name, "kind": c.kind,
-                                           "dynamic": c.dynamic, "version": c.version,
+                                           "dynamic": c.dynamic, "version": self.durable.served(c)[0],
                                            "gpus": list(c.gpus) if c.gpus is not None else None}
                                           for c in self.manager.collectives()]}
         return "ok", {"telemetry": self.store.counters(), "manager": dict(self.manager.counters),
                       "protocol_errors": dict(self.protocol_errors), "requests": dict(self.requests),
-                      "internal_errors": self.internal_errors}
+                      "internal_errors": self.internal_errors, "read_only": self.durable.failure,
+                      "failed_writes": self.durable.failed_writes}
 
     def _members(self, gpus: Any) -> list[str] | None:
         """A register request's ``gpus``: absent, or a list of at most as many GPU ids as
@@ -341,22 +364,24 @@ class ControllerService:
         members = "" if colls[0].gpus is None else f" over {len(colls[0].gpus)} GPUs"
         log.info("registered %s/%s (%s%s); synthesizing the first schedule", comm, name, kind, members)
         self._must_persist = True
+        self._unsaved.append((comm, [c.name for c in colls]))
         return [c.name for c in colls]
 
     def _publish(self, pub: Any, events: list[Event]) -> None:
         """Write the state, then send the new versions (never the other way round: a
         version someone saw must survive a crash).  If the write fails, the versions
-        wait and both are retried on the next turn."""
+        wait (not served either) and both are retried (read-only mode: every
+        ``WRITE_RETRY_S``)."""
         self._unpublished += [e for e in events if e.action == "published"]
-        if not self._unpublished:
-            return
-        if self._guarded("state write before publishing", self.persist) is False:
+        if not self._unpublished or not self.durable.due() or not self.persist():
             return
         for key in dict.fromkeys((e.comm, e.name) for e in self._unpublished):
-            coll = self.manager.get(*key)           # its latest version, the one written
-            body = {"comm": coll.comm, "name": coll.name, "version": coll.version,
-                    "schedule": coll.schedule.to_dict()}
-            pub.send_multipart([SCHEDULE_TOPIC, encode("schedule", body, self.key)])
+            coll = self.manager.get(*key)
+            version, schedule = self.durable.served(coll)       # its latest version, the one written
+            body = {"comm": coll.comm, "name": coll.name, "version": version, "schedule": schedule.to_dict()}
+            self._pub_seq += 1
+            pub.send_multipart([SCHEDULE_TOPIC, encode("schedule", body, self.key, epoch=self.epoch,
+                                                       seq=self._pub_seq)])
         self._unpublished = []
 
 

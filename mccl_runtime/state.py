@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from mccl_opt.errors import MCCLError
-from mccl_opt.files import read_json
+from mccl_opt.files import read_bounded, read_json
 from mccl_opt.topology import Topology
 
 from .state_check import check_state
@@ -124,11 +124,15 @@ class StateWriter:
         self._drop_unnamed({c["schedule"]["file"] for c in colls if c["schedule"]})
 
     def _drop_unnamed(self, named: set[str]) -> None:
+        """Remove version files the main file no longer names (best effort: the state is
+        already committed, and a file left now is removed by a later write)."""
         self._files = {k: v for k, v in self._files.items() if v[3] in named}
-        if self.dir.exists():
-            for f in self.dir.iterdir():
+        try:
+            for f in self.dir.iterdir() if self.dir.exists() else ():
                 if _VERSION_FILE.fullmatch(f.name) and f.name not in named:
                     f.unlink(missing_ok=True)
+        except OSError:
+            pass
 
 
 def remove_temporaries(path: str | Path) -> list[Path]:
@@ -155,10 +159,7 @@ def _inline_versions(data: dict[str, Any], path: Path) -> None:
         name = ref["file"]
         if not isinstance(name, str) or not _VERSION_FILE.fullmatch(name):
             raise MCCLError(f"{where} must be a version file name (64 hex digits + .json)")
-        try:
-            raw = (versions_dir(path) / name).read_bytes()
-        except OSError as exc:
-            raise MCCLError(f"{where}: cannot read {versions_dir(path) / name}: {exc.strerror}") from None
+        raw = read_bounded(versions_dir(path) / name, MCCLError, f"{where}: schedule version")
         if hashlib.sha256(raw).hexdigest() + ".json" != name:
             raise MCCLError(f"{where}: {name} does not match its content (corrupt)")
         content = read_json(versions_dir(path) / name, MCCLError, "schedule version")

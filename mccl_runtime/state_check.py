@@ -210,6 +210,10 @@ def _schedule(d: Mapping[str, Any], where: str, kind: str, version: int, topo: T
             raise MCCLError(f"a {kind} needs a {kind} schedule, got {sched.collective}")
         if sched.version != version:
             raise MCCLError(f"its version {sched.version} differs from the collective's {version}")
+        ceiling = max_ratio * float(nominal.sum())     # no rate beats every link at once
+        if sched.rate_gbps > ceiling:
+            raise MCCLError(f"its rate_gbps {sched.rate_gbps:.6g} exceeds {ceiling:.6g}, the fabric's total "
+                            "capacity: the file is corrupt or edited")
         on = topo.with_capacities(cap) if fabric is topo else fabric.measured(cap)
         try:        # the stated rate is not trusted (the manager profiles the schedule on ``cap``)
             rate = schedule_rate(on, share_loads(on, sched.chunks))

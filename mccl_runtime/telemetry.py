@@ -29,6 +29,10 @@ the confirmed level of a change-point tracker (``estimator="level"``,
 else the largest pair channel crossing ``a``, else the nominal capacity.  ``M_a`` never
 drops below ``floor_ratio`` of nominal, so the measured topology stays valid.
 
+A sample older than ``max_age_s`` before now (``too_old``: ``t`` 0 or -1e300 on a live
+controller) or not newer than its channel's last sample (``stale``: also an equal-``t``
+repeat, a batch sent twice) is never applied.
+
 Rejected samples are counted per reason (:data:`REASONS`) and never raise out of
 :meth:`MeasurementStore.ingest`; :meth:`MeasurementStore.ingest_strict` raises
 :class:`~mccl_opt.errors.TelemetryError` instead, applying nothing.
@@ -55,6 +59,8 @@ from .samples import (KINDS, REASONS, IngestReport, LinkMap, RejectedSample, Sam
 __all__ = ["Sample", "RejectedSample", "IngestReport", "LinkMap", "MeasurementStore", "REASONS",
            "parse_sample"]
 
+#: the oldest sample accepted, in seconds before now (the protocol's replay window)
+MAX_AGE_S = 60.0
 #: the plain number types a vectorised batch accepts
 _NUMBERS = {float, int}
 _KIND, _SRC, _DST = itemgetter("kind"), itemgetter("src"), itemgetter("dst")
@@ -67,14 +73,15 @@ class MeasurementStore:
 
     ``alpha`` is the EWMA smoothing factor (paper Fig. 13 uses 0.012), ``max_ratio`` the
     largest believable sample relative to nominal, ``future_tolerance_s`` the clock skew
-    allowed before a timestamp counts as from the future.  ``clock`` gives "now" when
+    allowed before a timestamp counts as from the future, ``max_age_s`` the oldest sample
+    accepted (seconds before now).  ``clock`` gives "now" when
     :meth:`ingest` is not told.  ``estimator="level"`` replaces each channel's EWMA by a
     :class:`~mccl_runtime.level.LevelTracker` with ``level_params``.  The channels live in
     arrays (:class:`~mccl_runtime.channels.Channels`) and a batch is folded at once.
     """
 
     def __init__(self, topo: Topology, *, alpha: float = 0.012, max_ratio: float = 1.5,
-                 future_tolerance_s: float = 0.5, floor_ratio: float = 1e-3,
+                 future_tolerance_s: float = 0.5, max_age_s: float = MAX_AGE_S, floor_ratio: float = 1e-3,
                  clock: Callable[[], float] = time.time, estimator: str = "ewma",
                  level_params: LevelParams | None = None) -> None:
         if not 0.0 < alpha <= 1.0:
@@ -91,6 +98,9 @@ class MeasurementStore:
         self.alpha = float(alpha)
         self.max_ratio = float(max_ratio)
         self.future_tolerance_s = float(future_tolerance_s)
+        if not max_age_s > 0:
+            raise TelemetryError(f"max_age_s must be > 0, got {max_age_s!r}")
+        self.max_age_s = float(max_age_s)
         self.floor_ratio = float(floor_ratio)
         self.clock = clock
         self.map = LinkMap(topo)
@@ -132,7 +142,10 @@ class MeasurementStore:
         order = np.argsort(c, kind="stable")
         if len(c) > 1 and not (c[order[1:]] > c[order[:-1]]).all():  # a channel sampled twice
             order = np.lexsort((np.arange(len(c)), t, c))            # by channel, time, arrival
-        applied, rejected["stale"] = self._fold(c[order], y[order], t[order])
+        c, y, t = c[order], y[order], t[order]
+        repeat = self._repeats(c, t)
+        applied, stale = self._fold(c[~repeat], y[~repeat], t[~repeat])
+        rejected["stale"] = stale + int(repeat.sum())
         rejected = +rejected                                           # drop the zero counts
         self.accepted += applied
         self.rejected.update(rejected)
@@ -214,11 +227,21 @@ class MeasurementStore:
         nan = ~(np.isfinite(y) & np.isfinite(t))
         negative = ~nan & (y < 0)
         future = ~nan & ~negative & (t > now + self.future_tolerance_s)
-        above = ~nan & ~negative & ~future & (y > self.max_ratio * self.chan.nominal[c])
-        rejected = Counter({r: int(m.sum()) for r, m in (("nan", nan), ("negative", negative),
-                                                         ("future", future), ("above_nominal", above))})
-        good = np.flatnonzero(~(nan | negative | future | above))
+        old = ~nan & ~negative & (t < now - self.max_age_s)
+        above = ~nan & ~negative & ~future & ~old & (y > self.max_ratio * self.chan.nominal[c])
+        rejected = Counter({r: int(m.sum()) for r, m in (("nan", nan), ("negative", negative), ("future", future),
+                                                         ("too_old", old), ("above_nominal", above))})
+        good = np.flatnonzero(~(nan | negative | future | old | above))
         return c[good], y[good], t[good], rejected
+
+    def _repeats(self, c: np.ndarray, t: np.ndarray) -> np.ndarray:
+        """For samples sorted by channel and time: those whose time equals the channel's
+        last sample's (stored, or earlier in the batch), so a batch sent twice is applied
+        once."""
+        if not len(c):
+            return np.zeros(0, dtype=bool)
+        same_as_previous = np.r_[False, (c[1:] == c[:-1]) & (t[1:] == t[:-1])]
+        return same_as_previous | (t == self.chan.t[c])
 
     def _fold(self, c: np.ndarray, y: np.ndarray, t: np.ndarray) -> tuple[int, int]:
         """Apply samples sorted by channel, time and arrival: ``(applied, stale)``.  A
@@ -255,6 +278,9 @@ class MeasurementStore:
         links, nominal = self.map.resolve(s)
         if s.t > now + self.future_tolerance_s:
             raise RejectedSample("future", f"sample time {s.t} is after now ({now}); check the executor clock")
+        if s.t < now - self.max_age_s:
+            raise RejectedSample("too_old", f"sample time {s.t:g} is more than {self.max_age_s:g} s before now "
+                                            f"({now:g}); send current samples (seconds on the controller's clock)")
         if s.gbps > self.max_ratio * nominal:
             raise RejectedSample("above_nominal",
                                  f"{s.gbps} Gbps on {s.src}->{s.dst} exceeds {self.max_ratio} x nominal {nominal}")

@@ -30,13 +30,14 @@ def _die() -> None:
 class CrashingService(ControllerService):
     crash: str | None = None
 
-    def persist(self) -> None:
+    def persist(self) -> bool:
         armed = self.crash and any(c.version >= 2 for c in self.manager.collectives())
         if armed and self.crash == "before_write":
             _die()
-        super().persist()
+        saved = super().persist()
         if armed:
             _die()
+        return saved
 
 
 def main() -> None:

@@ -74,4 +74,4 @@ def test_structural_problems_stay_invalid_without_strict(capsys, files, tmp_path
     d["rate_gbps"] = d["lp_rate_gbps"] * 2             # the file contradicts itself
     bad.write_text(json.dumps(d))
     rc, _, err = _run(capsys, str(files["healthy"]), str(bad))
-    assert rc == 2 and "exceeds its own lp_rate_gbps" in err
+    assert rc == 2 and "at most 'lp_rate_gbps'" in err

@@ -81,8 +81,8 @@ def test_crash_payloads_are_answered_and_the_controller_keeps_serving(tmp_path):
     huge = "1" * 401
     sample = '{"kind":"link","src":"s0h0g0","dst":"s0tor0","gbps":%s,"t":%s}'
     payloads = {
-        "deep": b'{"v":2,"type":"ping","body":{"x":' + b"[" * 1000 + b"]" * 1000 + b"}}",
-        "deep_900": b'{"v":2,"type":"ping","body":{"x":' + b"[" * 900 + b"]" * 900 + b"}}",
+        "deep": b'{"v":3,"type":"ping","body":{"x":' + b"[" * 1000 + b"]" * 1000 + b"}}",
+        "deep_900": b'{"v":3,"type":"ping","body":{"x":' + b"[" * 900 + b"]" * 900 + b"}}",
         "sig_non_ascii": _signed_envelope({}, sig="\u00e9" * 64),
         "sig_short": _signed_envelope({}, sig="ab"),
         "gbps_401_digits": ('{"v":2,"type":"telemetry","body":{"samples":[' + sample % (huge, "1.0")
@@ -145,19 +145,19 @@ def test_replay_guard_refuses_an_integer_time_beyond_float_range():
 
 
 def test_decode_refuses_deep_nesting_and_long_integers_without_other_exceptions():
-    for raw in (b"[" * 100_000, b'{"v":2,"type":"ping","body":{"a":' + b"[" * 40 + b"]" * 40 + b"}}",
-                b'{"v":2,"type":"ping","body":{"a":' + b"9" * 21 + b"}}"):
+    for raw in (b"[" * 100_000, b'{"v":3,"type":"ping","body":{"a":' + b"[" * 40 + b"]" * 40 + b"}}",
+                b'{"v":3,"type":"ping","body":{"a":' + b"9" * 21 + b"}}"):
         with pytest.raises(ProtocolError) as err:
             decode(raw)
         assert err.value.reason == "malformed_json"
-    assert decode(b'{"v":2,"type":"ping","body":{"a":' + b"9" * 20 + b"}}").body["a"] == int("9" * 20)
+    assert decode(b'{"v":3,"type":"ping","body":{"a":' + b"9" * 20 + b"}}").body["a"] == int("9" * 20)
 
 
 def test_error_replies_do_not_echo_the_input():
     with Server() as svc:
         raw = _raw(svc.endpoint)
         for payload in (json.dumps({"v": "A" * 100_000, "type": "ping", "body": {}}),
-                        json.dumps({"v": 2, "type": "B" * 100_000, "body": {}})):
+                        json.dumps({"v": 3, "type": "B" * 100_000, "body": {}})):
             reply = _send_raw(raw, payload.encode())
             assert reply.type == "error" and len(reply.body["message"]) < 400
             assert "A" * 100 not in reply.body["message"] and "B" * 100 not in reply.body["message"]
@@ -232,8 +232,9 @@ def test_telemetry_batches_are_bounded_and_the_client_splits_them():
         reply = _send_raw(raw, encode("telemetry", {"samples": [one] * (MAX_BATCH_SAMPLES + 1)}))
         raw.close(0)
         assert reply.type == "error" and reply.body["reason"] == "too_large"
-        n = 2 * MAX_BATCH_SAMPLES + 5
-        assert cli.push_telemetry([one] * n) == {"accepted": n, "rejected": {}}
+        n = 2 * MAX_BATCH_SAMPLES + 5               # distinct times: an equal-t repeat is stale
+        assert cli.push_telemetry([{**one, "t": t - 1e-3 * (n - i)} for i in range(n)]) == \
+            {"accepted": n, "rejected": {}}
         assert cli.stats()["requests"]["telemetry"] == 4          # 3 from the client, 1 refused
 
 

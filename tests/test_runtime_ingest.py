@@ -10,7 +10,7 @@ from instances import hpn
 from mccl_runtime.telemetry import MeasurementStore
 
 TOPO = hpn(1, 2, 4)
-NOW = 1000.0
+NOW = 950.0
 
 
 def _batch(seed: int, n: int = 1500) -> list[dict]:
@@ -44,6 +44,8 @@ def _batch(seed: int, n: int = 1500) -> list[dict]:
             d["gbps"] = 1e9
         elif r < 0.14:
             d["t"] = 950                                 # an integer time
+        elif r < 0.16:
+            d["t"] = [0.0, -1e300, NOW - 61.0][i % 3]   # older than the oldest accepted
         out.append(d)
     return out
 
@@ -81,9 +83,9 @@ def test_vectorised_ingest_folds_a_channel_in_time_order():
     c = link.capacity_gbps
     ys = {3.0: 0.3 * c, 1.0: 0.1 * c, 2.0: 0.2 * c}
     rep = store.ingest([{"kind": "link", "src": link.src, "dst": link.dst, "gbps": y, "t": t}
-                        for t, y in ys.items()], NOW)
+                        for t, y in ys.items()], 10.0)
     assert rep.accepted == 3
     want = 0.125 * c + 0.125 * 0.1 * c + 0.25 * 0.2 * c + 0.5 * 0.3 * c
     assert store._direct[0] == (pytest.approx(want, rel=1e-12), 3.0)
-    rep = store.ingest([{"kind": "link", "src": link.src, "dst": link.dst, "gbps": c, "t": 2.5}], NOW)
+    rep = store.ingest([{"kind": "link", "src": link.src, "dst": link.dst, "gbps": c, "t": 2.5}], 10.0)
     assert rep.to_dict() == {"accepted": 0, "rejected": {"stale": 1}}

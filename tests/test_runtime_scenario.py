@@ -75,7 +75,7 @@ def test_bad_scenarios_name_the_problem(change, match):
 
 @pytest.mark.parametrize("content, match", [
     (json.dumps(base(events=[{"t_ms": 10, "links": [dict(NIC, dst="nowhere")]}])), "no link"),
-    ("{not json", "not valid JSON"),
+    ("{not json", "malformed JSON"),
 ])
 def test_cli_reports_bad_scenario_files_with_exit_2(tmp_path, capsys, content, match):
     from mccl_opt.cli import main

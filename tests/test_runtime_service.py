@@ -137,15 +137,19 @@ def test_subscriber_drops_forged_schedules():
 
 
 def test_signed_service_rejects_replayed_and_stale_requests(monkeypatch):
-    """A captured signed request sent again is refused (same nonce), and so is one whose
-    send time lies outside the replay window; both are counted, neither is applied."""
+    """A captured signed request sent again is refused (same nonce, and its ``seq`` is
+    not above the client's mark), and so is one whose send time lies outside the replay
+    window; both are counted, neither is applied."""
     import mccl_runtime.protocol as protocol
+    from mccl_runtime.protocol import new_id
 
     with Server(key=KEY) as svc:
         raw = zmq.Context.instance().socket(zmq.DEALER)
         raw.setsockopt(zmq.LINGER, 0)
         raw.connect(svc.endpoint)
-        captured = encode("telemetry", {"samples": _degraded(time.time())}, KEY)
+        client = new_id()
+        captured = encode("telemetry", {"samples": _degraded(time.time())}, KEY,
+                          epoch=svc.epoch, client=client, seq=1)
         reasons = []
         for payload in (captured, captured):
             raw.send_multipart([b"", payload])
@@ -153,7 +157,7 @@ def test_signed_service_rejects_replayed_and_stale_requests(monkeypatch):
             reply = decode(raw.recv_multipart()[-1], KEY)
             reasons.append(reply.body.get("reason", reply.type))
         monkeypatch.setattr(protocol.time, "time", lambda: time.monotonic() - 1e6)
-        old = encode("telemetry", {"samples": _degraded(time.time())}, KEY)
+        old = encode("telemetry", {"samples": _degraded(time.time())}, KEY, epoch=svc.epoch, client=client, seq=2)
         monkeypatch.undo()
         raw.send_multipart([b"", old])
         assert raw.poll(5000)
@@ -167,7 +171,7 @@ def test_subscriber_drops_a_replayed_schedule():
     from mccl_opt.allgather import solve_allgather
 
     msg = encode("schedule", {"comm": "w", "name": "x", "version": 3,
-                              "schedule": solve_allgather(TOPO).to_dict()}, KEY)
+                              "schedule": solve_allgather(TOPO).to_dict()}, KEY, epoch="e" * 32, seq=1)
     with _publisher_and_subscriber() as (pub, sub):
         pub.send_multipart([b"schedule", msg])
         assert sub.recv(2.0)[2] == 3

@@ -58,8 +58,9 @@ def test_torchrun_job_runs_the_controllers_current_schedule(controller, tmp_path
             time.sleep(0.05)
         # the g0-g1 cable at 12.5 of 100 Gbps: the controller publishes version 2 (relaying
         # through g2) before the job starts
-        cli.push_telemetry([{"kind": "link", "src": a, "dst": b, "gbps": 12.5, "t": time.time()}
-                            for a, b in (("g0", "g1"), ("g1", "g0"))] * 200)
+        now = time.time()                # distinct times: an equal-t repeat is not applied twice
+        cli.push_telemetry([{"kind": "link", "src": a, "dst": b, "gbps": 12.5, "t": now - 1e-3 * i}
+                            for i in range(200) for a, b in (("g0", "g1"), ("g1", "g0"))])
         while cli.get_schedule("world", "ag")[0] < 2:
             assert time.monotonic() < deadline, "no version 2 after the degradation"
             time.sleep(0.05)

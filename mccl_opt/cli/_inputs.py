@@ -11,11 +11,16 @@ from typing import Callable
 
 from ..errors import MCCLError, TopologyError
 
-__all__ = ["load_topology", "parse_bytes", "format_bytes", "number_arg"]
+__all__ = ["load_topology", "parse_bytes", "format_bytes", "number_arg", "backend_arg", "MAX_BYTES",
+           "MAX_COUNT"]
 
 _HPN_NAME = re.compile(r"hpn-(\d+)x(\d+)x(\d+)(?:-(fail[123]))?")
 #: binary multiples, as nccl-tests reads ``-b 1K -e 1G``
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
+#: the largest byte size an option takes (1 PiB: no buffer is larger)
+MAX_BYTES = 1 << 50
+#: the largest chunk budget, step bound or other count an option takes
+MAX_COUNT = 1 << 20
 _SIZE = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([KMGT]?)(?:I?B)?\s*", re.IGNORECASE)
 
 
@@ -45,14 +50,31 @@ def load_topology(spec: str):
 
 def parse_bytes(text: str | int | float, what: str = "size") -> int:
     """Bytes from ``"512"``, ``"1K"``, ``"4M"``, ``"1G"``, ``"1.5MiB"`` (binary
-    multiples, like nccl-tests); must be a positive whole number of bytes."""
-    match = _SIZE.fullmatch(str(text))
+    multiples, like nccl-tests); must be a positive whole number of bytes, at most
+    :data:`MAX_BYTES`."""
+    match = _SIZE.fullmatch(str(text)[:100])
     if not match:
-        raise MCCLError(f"{what} must be a byte count like 1024, 64K, 4M or 1G; got {text!r}")
-    value = float(match.group(1)) * _UNITS[match.group(2).upper()]
+        raise MCCLError(f"{what} must be a byte count like 1024, 64K, 4M or 1G; got {str(text)[:40]!r}")
+    try:
+        value = float(match.group(1)) * _UNITS[match.group(2).upper()]
+    except OverflowError:
+        value = math.inf
     if not math.isfinite(value) or value < 1 or value != int(value):
-        raise MCCLError(f"{what} must be a positive whole number of bytes; got {text!r}")
+        raise MCCLError(f"{what} must be a positive whole number of bytes; got {str(text)[:40]!r}")
+    if value > MAX_BYTES:
+        raise MCCLError(f"{what} must be at most {format_bytes(MAX_BYTES)} ({MAX_BYTES} bytes); "
+                        f"got {str(text)[:40]!r}")
     return int(value)
+
+
+def backend_arg(text: str) -> str:
+    """An argparse ``type=`` for ``--backend``: one of the known LP backends (whether it
+    is installed is checked when it is used)."""
+    from ..backends import BACKENDS
+
+    if text.lower() not in BACKENDS:
+        raise argparse.ArgumentTypeError(f"unknown backend {text[:40]!r}; choose one of {', '.join(sorted(BACKENDS))}")
+    return text.lower()
 
 
 def format_bytes(n: int) -> str:
@@ -69,10 +91,11 @@ def number_arg(cast: type, low: float, *, low_open: bool = False, high: float = 
     with ``low_open``), finite, and otherwise says ``expected ..., got TEXT``."""
     def parse(text: str):
         try:
-            value = cast(text)
-        except ValueError:
-            value = math.nan
-        if not (math.isfinite(value) and (value > low if low_open else value >= low) and value <= high):
+            value = cast(text[:100])
+            finite = math.isfinite(value)
+        except (ValueError, OverflowError):         # an int beyond float range is out of any range
+            value, finite = math.nan, False
+        if not (finite and (value > low if low_open else value >= low) and value <= high):
             raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}")
         return value
     return parse

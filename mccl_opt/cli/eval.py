@@ -11,6 +11,7 @@ from pathlib import Path
 
 from ..errors import MCCLError, TopologyError
 from ..tables import print_json, print_table
+from ._inputs import backend_arg
 
 SUMMARY_HEADERS = ("failure", "baseline", "baseline GB/s", "no-reopt GB/s", "reopt GB/s",
                    "no-reopt x", "reopt x", "cut check")
@@ -36,7 +37,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--event-limit", type=int, default=None, metavar="PIECES",
                    help="auto: event-level while a size's schedules have at most this many "
                         "512 KiB pieces (default 4096: mccl_opt.sweep.DEFAULT_EVENT_LIMIT, docs/sim.md)")
-    p.add_argument("--backend", default="highs", help="LP backend of the synthesizers")
+    p.add_argument("--backend", type=backend_arg, default="highs", help="LP backend of the synthesizers")
     p.add_argument("--png", default=None, help="busbw plot path (default mccl-eval-<topology>.png)")
     p.add_argument("--csv", default=None, metavar="FILE", help="also write the sweep rows as CSV")
     p.add_argument("--json", action="store_true", help="print rows, summary and what was skipped (failures, "

@@ -15,6 +15,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from ._inputs import number_arg
+
 MODEL_CHOICES = ("compact", "master", "switch-removal")
 
 
@@ -87,7 +89,7 @@ def _register_msccl(group: argparse._SubParsersAction) -> None:
     p = group.add_parser("msccl", help="write a schedule as MSCCL XML (load it with MSCCL_ALGO_DIR)")
     p.add_argument("schedule", help="mccl-schedule/1 file (alltoall or allgather)")
     p.add_argument("-o", "--output", required=True, help="XML file to write")
-    p.add_argument("--channels", type=int, default=1, help="channels to spread transfers over")
+    p.add_argument("--channels", type=number_arg(int, 1, high=32, expected="an integer in [1, 32]"), default=1, help="channels to spread transfers over")
     p.add_argument("--proto", default="Simple", choices=["Simple", "LL", "LL128"])
     p.add_argument("--min-bytes", default="0",
                    help="smallest buffer MSCCL uses it for (bytes; K/M/G suffixes, e.g. 64K)")

@@ -17,7 +17,7 @@ import sys
 import time
 
 from ..tables import print_json, print_table
-from ._inputs import number_arg
+from ._inputs import MAX_COUNT, backend_arg, number_arg
 
 #: above this many GPUs, say before solving that it will take a while
 LARGE_GPUS = 1024
@@ -42,7 +42,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         s.add_argument("-o", "--output", help="write the schedule file here (mccl-schedule/3 for AllToAll, /2 for AllGather; gzip-compressed if it ends in .gz)")
         s.add_argument("--warm", help="previous schedule to warm-start from")
         s.add_argument("--warm-topology", metavar="OLD", help=WARM_TOPOLOGY_HELP[name])
-        s.add_argument("--backend", default="highs", help="LP/MIP backend: highs (default), gurobi, scip")
+        s.add_argument("--backend", type=backend_arg, default="highs", help="LP/MIP backend: highs (default), gurobi, scip")
         s.add_argument("--max-chunks", type=_chunks, default=10,
                        help="chunk budget K (default 10; 'none' for the exact fractional optimum)")
         if name == "alltoall":
@@ -58,9 +58,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         s.set_defaults(handler=_solve)
 
 
-_chunk_count = number_arg(int, 1, expected="an integer >= 1 or 'none'")
-_step_count = number_arg(int, 1, expected="a positive integer or 'min'")
-_seconds = number_arg(float, 0, low_open=True, expected="a positive number of seconds")
+_chunk_count = number_arg(int, 1, high=MAX_COUNT, expected=f"an integer in [1, {MAX_COUNT}] or 'none'")
+_step_count = number_arg(int, 1, high=MAX_COUNT, expected=f"an integer in [1, {MAX_COUNT}] or 'min'")
+_seconds = number_arg(float, 0, low_open=True, high=1e9, expected="a positive number of seconds (at most 1e9)")
 
 
 def _chunks(text: str) -> int | None:

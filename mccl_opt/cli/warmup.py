@@ -9,11 +9,12 @@ import argparse
 import sys
 
 from ..tables import print_json, print_table
+from ._inputs import backend_arg
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("warmup", help="compile the synthesizers' kernels once (after installing)")
-    p.add_argument("--backend", default="highs", help="LP backend the warm-up solves use (default highs)")
+    p.add_argument("--backend", type=backend_arg, default="highs", help="LP backend the warm-up solves use (default highs)")
     p.add_argument("--json", action="store_true", help="print the timings as JSON")
     p.set_defaults(handler=_warmup)
 

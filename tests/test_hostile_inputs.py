@@ -1,0 +1,182 @@
+"""Hostile input, files and options: devices, FIFOs and symlinks to them as topology,
+schedule, ``--warm``, state, version or key file; generator shapes too large to build;
+numbers beyond every range; capacities and rates no fabric has.  Each must end at once
+in one typed error (exit status 2, an ``error:`` line, no traceback), never in a hang,
+a MemoryError or a silent acceptance."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from mccl_opt.cli import main
+from mccl_opt.errors import MCCLError, TopologyError
+from mccl_opt.files import read_bounded
+from mccl_opt.topology import Topology
+from mccl_runtime.protocol import load_key
+from mccl_runtime.state import load_state, versions_dir
+from tests.test_runtime_manager import TOPO
+
+ROOT = Path(__file__).resolve().parents[1]
+TOPO_FILE = str(ROOT / "instances" / "data" / "hpn-1x2x4.json")
+
+
+def _cli(capsys, *argv: str) -> tuple[int, str]:
+    """``mccl ARGV`` in this process: (exit status, stderr); argparse's exits included."""
+    t0 = time.monotonic()
+    try:
+        rc = main(list(argv))
+    except SystemExit as exc:
+        rc = exc.code
+    assert time.monotonic() - t0 < 30, f"mccl {' '.join(argv)} took {time.monotonic() - t0:.0f} s"
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    return rc, err
+
+
+@pytest.fixture()
+def hostile(tmp_path) -> dict[str, str]:
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    link = tmp_path / "zero.json"
+    link.symlink_to("/dev/zero")
+    return {"device": "/dev/zero", "fifo": str(fifo), "symlink": str(link), "folder": str(tmp_path)}
+
+
+@pytest.mark.parametrize("kind", ["device", "fifo", "symlink", "folder"])
+def test_non_regular_files_are_refused_at_once_by_every_reader(capsys, hostile, kind, tmp_path):
+    bad = hostile[kind]
+    sched = tmp_path / "s.json"
+    assert _cli(capsys, "solve", "allgather", TOPO_FILE, "-o", str(sched))[0] == 0
+    for argv in (("topo", "show", bad), ("check", TOPO_FILE, bad),
+                 ("solve", "allgather", TOPO_FILE, "--warm", bad),
+                 ("export", "msccl", bad, "-o", str(tmp_path / "x.xml"))):
+        rc, err = _cli(capsys, *argv)
+        assert rc == 2 and err.startswith("error:") and ("regular file" in err or "not a topology" in err
+                                                         or "neither" in err), (argv, err)
+    with pytest.raises(MCCLError, match="regular file"):
+        load_key(bad) if kind != "folder" else read_bounded(bad, MCCLError, "key")
+
+
+def test_a_fifo_never_blocks_a_reader(hostile):
+    """In a child process (a blocking open would hang it): refused in well under a second."""
+    code = (f"from mccl_opt.files import read_json; from mccl_opt.errors import MCCLError\n"
+            f"try:\n    read_json({hostile['fifo']!r}, MCCLError, 'topology')\n"
+            f"except MCCLError as e:\n    print('refused', e)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)}, cwd=ROOT)
+    assert out.stdout.startswith("refused") and "regular file" in out.stdout
+
+
+def test_state_and_version_files_that_are_devices_are_refused(tmp_path):
+    state = tmp_path / "state.json"
+    state.symlink_to("/dev/zero")
+    with pytest.raises(MCCLError, match="regular file"):
+        load_state(state, TOPO)
+    state.unlink()
+    from tests.test_runtime_service import Server
+
+    with Server(state_path=state) as svc:
+        svc.register("w", "ag", "allgather", 0.0)
+        assert svc.manager.wait_idle(10.0)
+    data = json.loads(state.read_text())
+    name = data["manager"]["collectives"][0]["schedule"]["file"]
+    (versions_dir(state) / name).unlink()
+    (versions_dir(state) / name).symlink_to("/dev/zero")
+    with pytest.raises(MCCLError, match="regular file"):
+        load_state(state, TOPO)
+
+
+def test_a_version_file_with_an_impossible_rate_is_refused(tmp_path):
+    import hashlib
+
+    from tests.test_runtime_service import Server
+
+    state = tmp_path / "state.json"
+    with Server(state_path=state) as svc:
+        svc.register("w", "ag", "allgather", 0.0)
+        assert svc.manager.wait_idle(10.0)
+    data = json.loads(state.read_text())
+    ref = data["manager"]["collectives"][0]["schedule"]
+    content = json.loads((versions_dir(state) / ref["file"]).read_text())
+    content["schedule"]["rate_gbps"] = content["schedule"]["lp_rate_gbps"] = 1e308
+    raw = json.dumps(content).encode()
+    ref["file"] = hashlib.sha256(raw).hexdigest() + ".json"
+    (versions_dir(state) / ref["file"]).write_bytes(raw)
+    state.write_text(json.dumps(data))
+    with pytest.raises(MCCLError, match="total capacity"):
+        load_state(state, TOPO)
+
+
+@pytest.mark.parametrize("argv", [
+    ("topo", "hpn", "100000x100000x100000"), ("topo", "mesh", "20000"), ("topo", "ring", "2000000"),
+    ("topo", "dgx", "--gpus", "1000000", "--nvswitches", "8"),
+    ("topo", "irregular", "--seed", "1", "--max-hosts", "100000", "--max-gpus-per-host", "100")])
+def test_generators_refuse_huge_shapes_before_allocating(capsys, argv):
+    t0 = time.monotonic()
+    rc, err = _cli(capsys, *argv)
+    assert rc == 2 and "links; at most" in err and time.monotonic() - t0 < 5
+
+
+def test_solving_a_huge_generated_name_is_refused_up_front(capsys):
+    rc, err = _cli(capsys, "solve", "allgather", "hpn-100000x1000x8")
+    assert rc == 2 and "links; at most" in err
+
+
+@pytest.mark.parametrize("argv", [
+    ("solve", "allgather", TOPO_FILE, "--max-chunks", str(2 ** 64)),
+    ("solve", "alltoall", TOPO_FILE, "--max-chunks", "1" + "0" * 400),
+    ("solve", "alltoall", TOPO_FILE, "--max-steps", str(2 ** 64)),
+    ("solve", "alltoall", TOPO_FILE, "--time-limit", "1e400"),
+    ("solve", "allgather", TOPO_FILE, "--backend", "bogus"),
+    ("solve", "alltoall", TOPO_FILE, "--backend", "bogus"),
+    ("eval", TOPO_FILE, "-e", "1180591620717411303424"),
+    ("eval", TOPO_FILE, "-e", "1" + "0" * 400 + "G"),
+    ("eval", TOPO_FILE, "-f", "1"),                           # checked after parsing
+    ("eval", TOPO_FILE, "--backend", "bogus"),
+    ("warmup", "--backend", "bogus"),
+    ("bench", "--max-chunks", str(2 ** 64)),
+])
+def test_numeric_and_named_options_are_range_checked(capsys, argv):
+    rc, err = _cli(capsys, *argv)
+    assert rc == 2 and "error" in err, err
+
+
+def test_export_refuses_a_byte_size_beyond_any_buffer(capsys, tmp_path):
+    sched = tmp_path / "s.json"
+    assert _cli(capsys, "solve", "allgather", TOPO_FILE, "-o", str(sched))[0] == 0
+    for size in (str(2 ** 70), "2000T"):
+        rc, err = _cli(capsys, "export", "msccl", str(sched), "-o", str(tmp_path / "x.xml"), "--max-bytes", size)
+        assert rc == 2 and "at most" in err and not (tmp_path / "x.xml").exists()
+
+
+@pytest.mark.parametrize("cap", [1e-320, 5e-324, 1e-7, 1e13, 1e308])
+def test_capacities_no_fabric_has_are_refused_at_load(capsys, tmp_path, cap):
+    data = json.loads(Path(TOPO_FILE).read_text())
+    data["links"][0]["capacity_gbps"] = cap
+    bad = tmp_path / "t.json"
+    bad.write_text(json.dumps(data))
+    with pytest.raises(TopologyError, match="capacity_gbps"):
+        Topology.load(bad)
+    for argv in (("topo", "show", str(bad)), ("solve", "allgather", str(bad)), ("solve", "alltoall", str(bad))):
+        rc, err = _cli(capsys, *argv)
+        assert rc == 2 and "capacity_gbps" in err
+
+
+def test_a_schedule_file_whose_rate_beats_its_lp_bound_is_refused_everywhere(capsys, tmp_path):
+    sched = tmp_path / "s.json"
+    assert _cli(capsys, "solve", "allgather", TOPO_FILE, "-o", str(sched))[0] == 0
+    d = json.loads(sched.read_text())
+    for rate, lp in ((d["lp_rate_gbps"] * 2, d["lp_rate_gbps"]), (-1.0, 1.0)):
+        d["rate_gbps"], d["lp_rate_gbps"] = rate, lp
+        sched.write_text(json.dumps(d))
+        for argv in (("check", TOPO_FILE, str(sched)), ("solve", "allgather", TOPO_FILE, "--warm", str(sched)),
+                     ("export", "msccl", str(sched), "-o", str(tmp_path / "x.xml"))):
+            rc, err = _cli(capsys, *argv)
+            assert rc == 2 and "lp_rate_gbps" in err, (argv, err)

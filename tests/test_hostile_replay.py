@@ -1,0 +1,212 @@
+"""Hostile input, replay: captured signed messages sent again after a restart, after a
+fresh start and within one start; samples too old or repeated; malformed nonces,
+client ids and sequence numbers.  Every case must be refused and counted, never
+applied (docs/runtime.md, "Threat model")."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+import zmq
+
+from mccl_runtime.client import ControllerClient, Subscription
+from mccl_runtime.manager import Policy
+from mccl_runtime.protocol import (MAX_SEQ, Message, ProtocolError, ReplayGuard, SequenceGuard, decode,
+                                   encode, new_id)
+from mccl_runtime.service import ControllerService
+from mccl_runtime.telemetry import MeasurementStore, RejectedSample
+from tests.test_runtime_manager import TOPO, PruningSynth
+from tests.test_runtime_service import KEY, _degraded
+
+
+class Keyed:
+    """A keyed controller on ``bind`` (an ``ipc://`` path keeps its endpoint across
+    restarts), in a thread, with a state file."""
+
+    def __init__(self, bind: str, state) -> None:
+        self.svc = ControllerService(TOPO, bind, synthesize=PruningSynth(), alpha=1.0, key=KEY,
+                                     policy=Policy(gamma=0.1, min_dwell_s=0.0), state_path=state)
+        self.thread = threading.Thread(target=self.svc.serve_forever, daemon=True)
+
+    def __enter__(self) -> ControllerService:
+        self.thread.start()
+        assert self.svc.ready.wait(5.0)
+        return self.svc
+
+    def __exit__(self, *exc) -> None:
+        self.svc.stop()
+        self.thread.join(10.0)
+        assert not self.thread.is_alive()
+
+
+def _send(endpoint: str, payloads: list[bytes]) -> list[str]:
+    """Each payload on a raw socket; the reply's type, or its error reason."""
+    sock = zmq.Context.instance().socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.connect(endpoint)
+    out = []
+    try:
+        for p in payloads:
+            sock.send_multipart([b"", p])
+            assert sock.poll(5000), "no reply within 5 s"
+            msg = decode(sock.recv_multipart()[-1], KEY)
+            out.append(msg.body["reason"] if msg.type == "error" else msg.type)
+    finally:
+        sock.close(0)
+    return out
+
+
+def _wait_version(svc: ControllerService, comm: str, name: str, version: int, timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while svc.manager.get(comm, name).version < version:
+        assert time.monotonic() < deadline, f"version {version} never came"
+        time.sleep(0.02)
+
+
+def _healthy(t: float) -> list[dict]:
+    return [{**s, "gbps": 400.0} for s in _degraded(t)]
+
+
+def test_a_degrade_batch_captured_before_a_restart_is_refused_after_it(tmp_path):
+    """The issue's attack: degrade, recover, restart, replay the degrade batch.  After
+    the restart the replay names the old epoch: refused, nothing applied, no version."""
+    ep, state = f"ipc://{tmp_path}/ctl", tmp_path / "state.json"
+    with Keyed(ep, state) as svc, ControllerClient(ep, key=KEY, timeout_s=5.0) as cli:
+        cli.register("w", "ag", "allgather")
+        _wait_version(svc, "w", "ag", 1)
+        client, old_epoch = new_id(), svc.epoch
+        degrade = encode("telemetry", {"samples": _degraded(time.time())}, KEY,
+                         epoch=svc.epoch, client=client, seq=1)
+        register = encode("register", {"comm": "x", "name": "ag2", "kind": "allgather"}, KEY,
+                          epoch=svc.epoch, client=client, seq=2)
+        assert _send(ep, [degrade]) == ["ok"]
+        _wait_version(svc, "w", "ag", 2)
+        time.sleep(0.01)
+        assert cli.push_telemetry(_healthy(time.time()))["accepted"] == 2
+        time.sleep(0.3)
+        svc.manager.wait_idle(10.0)
+    with Keyed(ep, state) as svc:
+        version = svc.manager.get("w", "ag").version
+        assert svc.epoch != old_epoch and version >= 2
+        measured, accepted = svc.store.measured().copy(), svc.store.accepted
+        assert _send(ep, [degrade, register]) == ["wrong_epoch", "wrong_epoch"]
+        time.sleep(0.2)                          # a decision turn would have run
+        assert svc.store.accepted == accepted and (svc.store.measured() == measured).all()
+        assert svc.manager.get("w", "ag").version == version and svc.manager.get("w", "ag").job is None
+        assert [c.comm for c in svc.manager.collectives()] == ["w"]
+        assert svc.protocol_errors["wrong_epoch"] == 2
+    # a fresh start (the state deleted, as the state error message suggests) is a new epoch too
+    with Keyed(ep, tmp_path / "fresh.json") as svc:
+        assert _send(ep, [register, degrade]) == ["wrong_epoch", "wrong_epoch"]
+        assert svc.manager.collectives() == [] and svc.store.accepted == 0
+
+
+def test_a_client_follows_the_controller_across_a_restart(tmp_path):
+    """The project's client learns the new epoch from the refusal and signs again; the
+    request is applied once."""
+    ep, state = f"ipc://{tmp_path}/ctl", tmp_path / "state.json"
+    with ControllerClient(ep, key=KEY, timeout_s=5.0) as cli:
+        with Keyed(ep, state):
+            cli.register("w", "ag", "allgather")
+            first = cli.session.epoch
+        with Keyed(ep, state) as svc:
+            assert cli.push_telemetry(_degraded(time.time()))["accepted"] == 2
+            assert cli.session.epoch == svc.epoch != first
+            assert svc.store.accepted == 2 and svc.protocol_errors == {"wrong_epoch": 1}
+
+
+def test_within_one_epoch_a_reused_seq_is_refused_even_with_a_fresh_nonce(tmp_path):
+    ep = f"ipc://{tmp_path}/ctl"
+    with Keyed(ep, None) as svc:
+        client = new_id()
+        msgs = [encode("telemetry", {"samples": _degraded(time.time() + i * 1e-3)}, KEY,
+                       epoch=svc.epoch, client=client, seq=seq) for i, seq in enumerate((5, 5, 4, 6))]
+        assert _send(ep, msgs) == ["ok", "replayed", "replayed", "ok"]
+        assert svc.store.accepted == 4
+
+
+@pytest.mark.parametrize("fields", [
+    {"client": "zz" * 16, "seq": 1}, {"client": "A" * 32, "seq": 1}, {"client": "é" * 32, "seq": 1},
+    {"client": "a" * 31, "seq": 1}, {"client": None, "seq": 1}, {"seq": 0}, {"seq": -1}, {"seq": True},
+    {"seq": 1.5}, {"seq": MAX_SEQ + 1}, {"seq": "1"}, {"seq": None}])
+def test_malformed_client_ids_and_sequence_numbers_are_refused(tmp_path, fields):
+    ep = f"ipc://{tmp_path}/ctl"
+    with Keyed(ep, None) as svc:
+        msg = encode("telemetry", {"samples": _degraded(time.time())}, KEY,
+                     **{"epoch": svc.epoch, "client": new_id(), **fields})
+        assert _send(ep, [msg]) == ["bad_envelope"]
+        assert svc.store.accepted == 0
+
+
+@pytest.mark.parametrize("nonce", ["zz" * 16, "é" * 32, "A" * 32, "a" * 31, "a" * 33, "a" * 32 + "\n",
+                                   " " + "a" * 31, 12345678901234567890123456789012, None])
+def test_only_32_lower_case_hex_digits_make_a_nonce(nonce):
+    with pytest.raises(ProtocolError) as err:
+        ReplayGuard().check(time.time(), nonce)
+    assert err.value.reason == "bad_envelope"
+
+
+def test_read_only_requests_need_no_epoch_but_mutating_ones_do(tmp_path):
+    ep = f"ipc://{tmp_path}/ctl"
+    with Keyed(ep, None) as svc:
+        assert _send(ep, [encode("ping", {}, KEY), encode("list", {}, KEY),
+                          encode("telemetry", {"samples": []}, KEY, client=new_id(), seq=1),
+                          encode("telemetry", {"samples": []}, KEY, epoch="0" * 32, client=new_id(), seq=1)]) \
+            == ["ok", "ok", "wrong_epoch", "wrong_epoch"]
+
+
+def test_the_sequence_guard_forgets_only_clients_whose_replays_are_stale():
+    guard = SequenceGuard("e" * 32, window_s=10.0, max_clients=2)
+    msg = lambda client, seq, ts: Message("telemetry", {}, ts, "e" * 32, client, seq)  # noqa: E731
+    guard.check(msg("a" * 32, 1, 100.0))
+    guard.check(msg("b" * 32, 1, 105.0))
+    with pytest.raises(ProtocolError) as err:            # both active within the window
+        guard.check(msg("c" * 32, 1, 106.0))
+    assert err.value.reason == "busy"
+    guard.check(msg("c" * 32, 1, 111.0))                 # "a" left the window: forgotten
+    with pytest.raises(ProtocolError) as err:
+        guard.check(msg("b" * 32, 1, 112.0))
+    assert err.value.reason == "replayed"
+
+
+def test_samples_too_old_or_repeated_are_not_applied():
+    store = MeasurementStore(TOPO, alpha=0.5)
+    now = 1e9
+    link = {"kind": "link", "src": "s0h0g0", "dst": "s0tor0"}
+    old = [{**link, "gbps": 50.0, "t": t} for t in (0, 0.0, -1e300, now - 61.0)]
+    rep = store.ingest(old, now)
+    assert rep.to_dict() == {"accepted": 0, "rejected": {"too_old": 4}}
+    assert store.measured()[TOPO.link_index("s0h0g0", "s0tor0")] == 400.0
+    batch = [{**link, "gbps": 100.0, "t": now - 1.0}]
+    assert store.ingest(batch, now).accepted == 1
+    value = store.measured().copy()
+    assert store.ingest(batch, now).to_dict() == {"accepted": 0, "rejected": {"stale": 1}}
+    assert store.ingest(batch * 3 + [{**link, "gbps": 100.0, "t": now}] * 2, now).accepted == 1
+    assert store.measured()[TOPO.link_index("s0h0g0", "s0tor0")] < value[TOPO.link_index("s0h0g0", "s0tor0")]
+    with pytest.raises(RejectedSample) as err:           # strict ingest words it
+        store.ingest_strict(old[:1], now)
+    assert err.value.reason == "too_old"
+
+
+def test_a_subscriber_drops_an_older_publication_of_the_same_epoch():
+    ctx = zmq.Context.instance()
+    pub = ctx.socket(zmq.XPUB)
+    pub.setsockopt(zmq.LINGER, 0)
+    port = pub.bind_to_random_port("tcp://127.0.0.1")
+    sub = Subscription(ctx, f"tcp://127.0.0.1:{port}", KEY)
+    try:
+        assert pub.poll(5000) and pub.recv()[:1] == b"\x01"
+        from mccl_opt.allgather import solve_allgather
+
+        body = {"comm": "w", "name": "x", "version": 2, "schedule": solve_allgather(TOPO).to_dict()}
+        epoch = new_id()
+        for seq in (2, 1, 2, 3):
+            pub.send_multipart([b"schedule", encode("schedule", body, KEY, epoch=epoch, seq=seq)])
+        pub.send_multipart([b"schedule", encode("schedule", body, KEY, epoch=new_id(), seq=1)])
+        got = [sub.recv(2.0) for _ in range(3)]
+        assert all(g is not None for g in got) and sub.recv(0.3) is None and sub.rejected == 2
+    finally:
+        sub.close()
+        pub.close(0)
