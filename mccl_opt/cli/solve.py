@@ -48,10 +48,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         if name == "alltoall":
             s.add_argument("--max-steps", type=_max_steps, default=None,
                            help="step bound m_s: a positive integer, or 'min' for the smallest lossless one")
-            s.add_argument("--time-limit", type=_seconds, default=None, help="seconds; returns the best so far")
         else:
             s.add_argument("--step-aware", action="store_true",
                            help="step-aware switch removal: shallower trees (paper App. C)")
+        s.add_argument("--time-limit", type=_seconds, default=None,
+                       help="seconds; returns the best valid schedule found by then")
         s.add_argument("--json", action="store_true", help="print the result summary as JSON")
         s.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                        help="phase, round, bound and gap on stderr (default: when stderr is a terminal)")
@@ -218,7 +219,8 @@ def _solve(args: argparse.Namespace) -> int:
         solve = functools.partial(mo.solve_alltoall, max_steps=args.max_steps,
                                   time_limit=args.time_limit)
     else:
-        solve = functools.partial(mo.solve_allgather, step_aware=args.step_aware)
+        solve = functools.partial(mo.solve_allgather, step_aware=args.step_aware,
+                                  time_limit=args.time_limit)
     with kernel_seconds(on_compile=compiling_notice) as kernels:
         start = time.perf_counter()
         sched = solve(topo, warm=warm, backend=args.backend, max_chunks=args.max_chunks)
