@@ -23,7 +23,7 @@ import numpy as np
 
 from mccl_opt.topology import Topology
 
-__all__ = ["Channels"]
+__all__ = ["Channels", "reverse_links", "paired_cables"]
 
 
 class Channels:
@@ -131,3 +131,23 @@ class Channels:
             self._incidence = (ch[order], link[order])
         return self._incidence
 
+
+
+def reverse_links(topo: Topology) -> np.ndarray:
+    """Index of each link's reverse direction (-1 where there is none)."""
+    return np.array([topo.link_index(l.dst, l.src) if topo.has_link(l.dst, l.src) else -1
+                     for l in topo.links], dtype=np.int64)
+
+
+def paired_cables(m: np.ndarray, nominal: np.ndarray, rev: np.ndarray, k: float) -> np.ndarray:
+    """A cable whose two directions moved off ``nominal`` to levels within ``k`` of each
+    other gets the lower level on both.  The two confirmed levels of one failure differ
+    only by noise; left apart they would describe a slightly unbalanced cable, which some
+    synthesizer paths treat very differently from a balanced one."""
+    moved = np.abs(m - nominal) > k * nominal
+    a = np.flatnonzero(moved & (rev >= 0))
+    a = a[moved[rev[a]]]
+    a = a[np.abs(m[a] - m[rev[a]]) <= k * np.maximum(m[a], m[rev[a]])]
+    out = m.copy()
+    out[a] = np.minimum(m[a], m[rev[a]])
+    return out

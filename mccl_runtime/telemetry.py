@@ -51,7 +51,7 @@ import numpy as np
 from mccl_opt.errors import TelemetryError
 from mccl_opt.topology import Topology
 
-from .channels import Channels
+from .channels import Channels, paired_cables, reverse_links
 from .level import LevelParams, LevelTracker, fold_levels
 from .samples import (KINDS, REASONS, IngestReport, LinkMap, RejectedSample, Sample,
                       parse_sample)
@@ -338,27 +338,10 @@ class MeasurementStore:
         return m
 
     def _pair_cables(self, m: np.ndarray) -> np.ndarray:
-        """Level mode: a cable whose two directions moved off nominal to levels within
-        ``k`` of each other gets the lower level on both.  The two confirmed levels of one
-        failure differ only by noise; left apart they would describe a slightly unbalanced
-        cable, which some synthesizer paths treat very differently from a balanced one."""
-        rev = self._reverse_links()
-        moved = np.abs(m - self.topo.arrays.capacity) > self.level_params.k * self.topo.arrays.capacity
-        a = np.flatnonzero(moved & (rev >= 0))
-        a = a[moved[rev[a]]]
-        close = np.abs(m[a] - m[rev[a]]) <= self.level_params.k * np.maximum(m[a], m[rev[a]])
-        a = a[close]
-        out = m.copy()
-        out[a] = np.minimum(m[a], m[rev[a]])
-        return out
-
-    def _reverse_links(self) -> np.ndarray:
-        """Index of each link's reverse direction (-1 where there is none), built once."""
+        """Level mode: :func:`.channels.paired_cables` with the tracker's tolerance."""
         if self._rev is None:
-            topo = self.topo
-            self._rev = np.array([topo.link_index(l.dst, l.src) if topo.has_link(l.dst, l.src) else -1
-                                  for l in topo.links], dtype=np.int64)
-        return self._rev
+            self._rev = reverse_links(self.topo)
+        return paired_cables(m, self.topo.arrays.capacity, self._rev, self.level_params.k)
 
     def measured_topology(self, name: str | None = None) -> Topology:
         """The topology with ``M`` as capacities (the optimizer's input, paper §3.1); built

@@ -233,3 +233,34 @@ def test_long_modules_say_why():
         "modules over 400 lines without a reason: split them, or say at the top why each is "
         "one module ('Longer than ~400 lines on purpose: ...' in the module docstring):\n  "
         + "\n  ".join(unexplained))
+
+
+#: ``Schedule.stats`` is a JSON view: code decides on ``Schedule.report`` (issue 28).  A
+#: read of a schedule's stats (``x.stats[...]`` not assigned, ``x.stats.get(...)``) may
+#: appear only in the CLI (printing) and here, where one JSON view is copied into another.
+STATS_READ = re.compile(r"\.stats\.get\(|\.stats\[[^\]]+\](?!\s*[+\-]?=)")
+STATS_COPIES = {"mccl_opt/allgather/assemble.py"}
+
+
+def _stats_reads(root: Path) -> list[str]:
+    out = []
+    for pkg in ("mccl_opt", "mccl_runtime", "executor_cuda"):
+        for path in sorted((root / pkg).rglob("*.py")):
+            rel = path.relative_to(root).as_posix()
+            if rel.startswith("mccl_opt/cli/") or rel in STATS_COPIES:
+                continue
+            for no, line in enumerate(path.read_text().splitlines(), 1):
+                if STATS_READ.search(line.replace("run.stats", "")):
+                    out.append(f"{rel}:{no}: {line.strip()}")
+    return out
+
+
+def test_no_control_flow_on_stats():
+    assert _stats_reads(ROOT) == [], "decide on Schedule.report, not on the stats JSON view"
+
+
+def test_the_stats_check_catches_a_read(tmp_path):
+    bad = tmp_path / "mccl_opt" / "m.py"
+    bad.parent.mkdir()
+    bad.write_text("if sched.stats.get('k') is None:\n    x = s.stats['k']\ns.stats['k'] = 1\n")
+    assert len(_stats_reads(tmp_path)) == 2
