@@ -60,13 +60,16 @@ class GrowthOrder(NamedTuple):
     class_part: np.ndarray
 
 
-def growth_order(n: int, tail: np.ndarray, head: np.ndarray, units: np.ndarray
-                 ) -> GrowthOrder:
-    """The growth order of the logical links (``units``: tree units of each)."""
+def growth_order(n: int, tail: np.ndarray, head: np.ndarray, units: np.ndarray,
+                 rail_first: bool | None = None) -> GrowthOrder:
+    """The growth order of the logical links (``units``: tree units of each);
+    ``rail_first``: the rail-first batched order whatever ``n`` (default: from
+    ``RAIL_FIRST_MIN_RANKS`` ranks on)."""
     deg = np.bincount(tail, minlength=n)
     mean = np.bincount(tail, weights=units, minlength=n) / np.maximum(deg, 1)
     wide = units > mean[tail]
-    if n < RAIL_FIRST_MIN_RANKS:            # wide, then narrow in scan order, one per turn
+    if not (n >= RAIL_FIRST_MIN_RANKS if rail_first is None else rail_first):
+        # wide, then narrow in scan order, one per turn
         cls, comp, batch = np.where(wide, 0, 1), np.zeros(n, np.int64), 1
     else:
         n_mean = np.bincount(tail, weights=np.where(wide, 0, units), minlength=n) / \

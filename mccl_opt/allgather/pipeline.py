@@ -24,6 +24,7 @@ from ..topology import Topology
 from .budget import CutBounds, choose_trees, exact_k
 from .exact_packing import exact_pack
 from .fabric import fabric_of
+from .growth_order import RAIL_FIRST_MIN_RANKS
 from .repair import repair_pack
 from .splitting import LogicalGraph, SplitGraph, balance_switches, split_all
 from .guarded_spread import guarded_spread
@@ -222,11 +223,14 @@ def spread_logical(split: SplitGraph, rank_of: np.ndarray) -> LogicalGraph:
     return spread_split(split, rank_of)
 
 
-def _pack_repair(lg: LogicalGraph, k: int, stats: dict[str, Any], shapes: Shapes | None
-                 ) -> tuple[list[TreeClass], Packing] | None:
+def _pack_repair(lg: LogicalGraph, k: int, stats: dict[str, Any], shapes: Shapes | None,
+                 rail_first: bool | None = None) -> tuple[list[TreeClass], Packing] | None:
     """Repair packing, reusing previous shapes (certifies itself)."""
-    classes, info = repair_pack(lg.num_gpus, lg.tail, lg.head, lg.units, k, shapes)
+    classes, info = repair_pack(lg.num_gpus, lg.tail, lg.head, lg.units, k, shapes,
+                                rail_first=rail_first)
     stats.update(info)
+    if rail_first:
+        stats["repair_rail_first"] = classes is not None
     return None if classes is None else (classes, Packing.REPAIR)
 
 
@@ -258,6 +262,10 @@ def pack(split: SplitGraph, rank_of: np.ndarray, k: int, guides: dict[int, np.nd
         if guarded is not None:                   # it passes the rooted test
             lg, kind, admits = guarded, SplitKind.GUARDED, True
             found = _pack_repair(lg, k, stats, shapes)
+    if found is None and admits and lg.num_gpus < RAIL_FIRST_MIN_RANKS:
+        # small fabrics grow wide-then-narrow one vertex per turn; where that gets stuck
+        # (leaf-spine: every NIC link narrow) the rail-first batched order may not
+        found = _pack_repair(lg, k, stats, shapes, rail_first=True)
     if found is None:
         found = _pack_greedy(lg, k, guides)
     if found is None and not admits:

@@ -290,7 +290,7 @@ def _grow(n, k, outdeg, cstart, fpos, tail, head, in_start, in_arc, cap, comp, p
 
 def repair_pack(n: int, tail: np.ndarray, head: np.ndarray, units: np.ndarray,
                 k: int, shapes: tuple[np.ndarray, np.ndarray] | None = None,
-                shift: int = 1, max_visits: int = 1 << 62
+                shift: int = 1, max_visits: int = 1 << 62, rail_first: bool | None = None
                 ) -> tuple[list[TreeClass] | None, dict[str, int]]:
     """``k`` unit trees per root on the logical graph, merged into classes (``None``
     if a tree gets stuck with no local augmenting chain), and counters.
@@ -298,12 +298,13 @@ def repair_pack(n: int, tail: np.ndarray, head: np.ndarray, units: np.ndarray,
     ``shapes = (roots, parent_ranks)``: previous trees (ForestColl-warm, paper §4.3),
     reused verbatim, in order, as many unit trees each as their links' units allow;
     only the rest is grown.  ``max_visits``: give up (``None``) once the repair searches
-    have visited that many trees (a guessed target that may not fit).  Returns
+    have visited that many trees (a guessed target that may not fit).  ``rail_first``:
+    the growth order's rail-first mode (:func:`.growth_order.growth_order`).  Returns
     ``(None, {})`` without trying when ``k * n * n > MAX_ENTRIES``.
     """
     if k * n * n > MAX_ENTRIES:
         return None, {}
-    go = growth_order(n, tail, head, units)
+    go = growth_order(n, tail, head, units, rail_first)
     order = go.perm
     s_tail, s_head = tail[order].astype(np.int32), head[order].astype(np.int32)
     cap = units[order].astype(np.int64).copy()
