@@ -13,6 +13,8 @@ declined at its budget.
 
 from __future__ import annotations
 
+import signal
+import sys
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -76,12 +78,28 @@ class ChainTally:
     worst_warm: dict[tuple, tuple[float, float, str]] = field(default_factory=dict)
 
 
-def _timed(solve: Callable[[], mo.Schedule]) -> tuple[mo.Schedule | None, float, str]:
+class ChainTimeout(Exception):
+    """A solve ran past the per-solve time-out (noticed when a compiled kernel returns)."""
+
+
+def _raise_timeout(signum: int, frame: object) -> None:
+    raise ChainTimeout
+
+
+def _timed(solve: Callable[[], mo.Schedule], timeout: float
+           ) -> tuple[mo.Schedule | None, float, str]:
     t = time.perf_counter()
+    previous = signal.signal(signal.SIGALRM, _raise_timeout)
+    signal.setitimer(signal.ITIMER_REAL, timeout)
     try:
         sched = solve()
     except mo.MCCLError as e:
         return None, time.perf_counter() - t, f"{type(e).__name__}: {e}"
+    except ChainTimeout:
+        return None, time.perf_counter() - t, f"time-out after {timeout:g} s"
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
     return sched, time.perf_counter() - t, ""
 
 
@@ -97,7 +115,7 @@ def _judge(topo: mo.Topology, sched: mo.Schedule, bound: float) -> str:
 
 def run_chains(chains: int, steps: int, seed: int, budgets: tuple[int | None, ...],
                families: list[str], scramble: bool,
-               cut_bound: Callable[[mo.Topology], float]) -> ChainTally:
+               cut_bound: Callable[[mo.Topology], float], timeout: float = 60.0) -> ChainTally:
     """Solve every family's chains cold and warm (see the module doc)."""
     tally = ChainTally()
     rng = np.random.default_rng(seed)
@@ -112,14 +130,16 @@ def run_chains(chains: int, steps: int, seed: int, budgets: tuple[int | None, ..
                     prev = mo.solve_allgather(base, max_chunks=budget)
                     for step, (kind, topo) in enumerate(events(base, rng, steps)):
                         where = f"{base.name} K={key[2]} chain {c} step {step} ({kind})"
-                        cold, tc, err_c = _timed(lambda: mo.solve_allgather(topo, max_chunks=budget))
+                        cold, tc, err_c = _timed(lambda: mo.solve_allgather(topo, max_chunks=budget),
+                                                 timeout)
                         warm, tw, err_w = _timed(lambda: mo.solve_allgather(topo, warm=prev,
-                                                                            max_chunks=budget))
-                        if cold is None or warm is None:
-                            tally.failures.append(f"{where}: {err_c or err_w}")
-                            break
+                                                                            max_chunks=budget),
+                                                 timeout)
                         tally.cold[key].append(tc)
                         tally.warm[key].append(tw)
+                        if cold is None or warm is None:
+                            tally.failures.append(f"{where}: cold {err_c or 'ok'}, warm {err_w or 'ok'}")
+                            break
                         if tw > max(1.5 * tc, 0.02):
                             tally.slow[key] += 1
                         if warm.report.warm.value == "declined":
@@ -134,6 +154,9 @@ def run_chains(chains: int, steps: int, seed: int, budgets: tuple[int | None, ..
                         if problem:
                             tally.failures.append(f"{where}: {problem}")
                         prev = warm
+                print(f"  {key[0]} {key[1]} GPUs K={key[2]}: {len(tally.cold[key])} states, "
+                      f"cold max {max(tally.cold[key], default=0):.3f} s, warm max "
+                      f"{max(tally.warm[key], default=0):.3f} s", file=sys.stderr, flush=True)
     return tally
 
 

@@ -276,7 +276,8 @@ def main(argv: list[str] | None = None) -> int:
 
         t0 = time.perf_counter()
         chains = run_chains(args.family_chains, args.steps, args.seed, (10, None),
-                            args.families or list(FAMILIES), args.scramble, cut_bound)
+                            args.families or list(FAMILIES), args.scramble, cut_bound,
+                            args.timeout)
         print_chains(chains, time.perf_counter() - t0)
         return 1 if chains.failures or tally_failed(tally) else 0
     return 1 if tally_failed(tally) else 0
