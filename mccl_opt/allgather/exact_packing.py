@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .. import anytime
 from ..errors import SolveError
 from .maxflow import INF, FlowNetwork
 from .trees import TreeClass
@@ -46,6 +47,7 @@ def exact_pack(n: int, tail: np.ndarray, head: np.ndarray, units: np.ndarray,
     while i < len(classes):
         cls = classes[i]
         while not cls.member.all():
+            anytime.check("the exact tree packing")
             amount, arc = 0, -1
             for u in _bfs_order(cls, tail):
                 for a in out_arcs[u]:

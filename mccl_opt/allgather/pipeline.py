@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import progress
+from .. import anytime, progress
 from ..entry_checks import check_backend, check_max_chunks, check_topology, check_warm
 from ..errors import SolveError
 from ..schedule import Schedule
@@ -241,6 +241,27 @@ def _pack_greedy(lg: LogicalGraph, k: int, guides: dict[int, np.ndarray]
     return None if classes is None else (classes, Packing.GREEDY)
 
 
+#: the exact packer may take this many times what the fast packers took, at least
+#: :data:`EXACT_PACK_FLOOR_S`; past it ForestColl declines and the chain's next method
+#: (the general method) solves the fabric
+EXACT_PACK_SHARE = 2.0
+EXACT_PACK_FLOOR_S = 0.5
+
+
+def _pack_exact(lg: LogicalGraph, k: int, spent: float) -> list[TreeClass]:
+    """Lovász's exact packing (:mod:`.exact_packing`) as a stage of
+    ``max(EXACT_PACK_FLOOR_S, EXACT_PACK_SHARE x spent)`` seconds: one max-flow per tree
+    extension takes minutes on some fabrics (an 8-leaf leaf-spine) where the general
+    method takes a fraction of a second, so past its budget it raises
+    :class:`SolveError` and the method chain moves on."""
+    budget = max(EXACT_PACK_FLOOR_S, EXACT_PACK_SHARE * spent)
+    classes, declined = anytime.stage(
+        budget, lambda: exact_pack(lg.num_gpus, lg.tail, lg.head, lg.units, k))
+    if declined:
+        raise SolveError(f"the exact tree packing passed its budget of {budget:.2g} s")
+    return classes
+
+
 def pack(split: SplitGraph, rank_of: np.ndarray, k: int, guides: dict[int, np.ndarray],
          stats: dict[str, Any], shapes: Shapes | None = None) -> Packed:
     """Phases 2+3: spread split + fast packing; when the spread split broke the cut
@@ -279,7 +300,7 @@ def pack(split: SplitGraph, rank_of: np.ndarray, k: int, guides: dict[int, np.nd
         stats["phase2_s"] += time.perf_counter() - t2
         found = _pack_repair(lg, k, stats, shapes) or _pack_greedy(lg, k, guides)
     if found is None:
-        found = exact_pack(lg.num_gpus, lg.tail, lg.head, lg.units, k), Packing.EXACT
+        found = _pack_exact(lg, k, time.perf_counter() - t), Packing.EXACT
     stats["phase3_s"] = time.perf_counter() - t
     packed = Packed(lg, found[0], k, kind, found[1])
     packed.record(stats)
