@@ -139,7 +139,7 @@ def _chain(topo: Topology, warm: Schedule | None, backend: str, max_chunks: int 
     """Step 3: which method solves ``topo`` (:mod:`.chain`)."""
 
     def forestcoll(sub: Topology, w: Schedule | None, k: int | None) -> Schedule | Declined:
-        return _typed_forestcoll(sub, w, backend, k, False)
+        return _typed_forestcoll(sub, w, backend, k, False, lossy_balance=True)
 
     if not switches_balanced(topo):                   # ForestColl is exact on balanced only
         return solve_unbalanced(topo, warm, backend, max_chunks, forestcoll, trail)
@@ -156,21 +156,24 @@ def _chain(topo: Topology, warm: Schedule | None, backend: str, max_chunks: int 
 
 
 def _typed_forestcoll(topo: Topology, warm: Schedule | None, backend: str,
-                      max_chunks: int | None, step_aware: Any) -> Schedule | Declined:
+                      max_chunks: int | None, step_aware: Any,
+                      lossy_balance: bool = False) -> Schedule | Declined:
     """:func:`_forestcoll`, an internal error turned into a :class:`SolveError` naming the
     fabric (the chain of methods catches it)."""
     try:
-        return _forestcoll(topo, warm, backend, max_chunks, step_aware)
+        return _forestcoll(topo, warm, backend, max_chunks, step_aware, lossy_balance)
     except (KeyError, IndexError, AssertionError, ZeroDivisionError) as e:
         raise SolveError(f"ForestColl failed on {topo.name!r} ({type(e).__name__}: {e}); "
                          "a bug: please report the topology file") from e
 
 
 def _forestcoll(topo: Topology, warm: Schedule | None, backend: str, max_chunks: int | None,
-                step_aware: Any) -> Schedule | Declined:
+                step_aware: Any, lossy_balance: bool = False) -> Schedule | Declined:
     """Step 4 on a canonically listed ``topo``; :class:`.chain.Declined` when the exact
     optimum (``max_chunks=None``) needs more than :data:`.budget.EXACT_TREES_LIMIT`
-    trees per root or switch balancing loses capacity the optimum needs."""
+    trees per root, or switch balancing loses capacity the optimum needs (unless
+    ``lossy_balance``: the chain's sub-fabrics, whose rounded schedule it compares with
+    the general method's itself)."""
     run = Run.start(topo, warm, max_chunks)
     rewarm = run.prev is not None and not step_aware
 
@@ -201,7 +204,7 @@ def _forestcoll(topo: Topology, warm: Schedule | None, backend: str, max_chunks:
     balanced = balanced_split(budget.fab, arr.is_switch, budget.k, budget.y, max_chunks)
     balanced.record(run.stats)
     run.stats["balance_s"] = time.perf_counter() - t
-    if not balanced.exact:                            # the rate would sit below the optimum
+    if not balanced.exact and not lossy_balance:     # the rate would sit below the optimum
         return Declined("switch balancing lost capacity")
     anytime.check("ForestColl: before Phases 2-3")
     if step_aware:
