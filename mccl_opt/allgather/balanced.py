@@ -34,6 +34,7 @@ import scipy.sparse as sp
 
 from formulations.lp import LinearProgram
 
+from .. import anytime
 from ..backends import get_backend
 from ..backends.solution import SolveStatus
 from ..errors import SolveError
@@ -97,6 +98,7 @@ def _cutting_planes(lp: "_CutLP", fab: Fabric, rate: float | None,
     ``None``), until none is violated: ``(rounds, x, c')`` of the last solve; ``None``
     past ``max_rounds`` or when a round finds only cuts already in the LP (no progress)."""
     for rounds in range(1, max_rounds + 1):
+        anytime.check("the balanced restriction's cutting planes")
         x, cap = lp.solve()
         found = _separate(fab, cap, (x if rate is None else rate) * (1 - CERT_TOL / 10))
         if not found:
