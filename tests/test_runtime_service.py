@@ -119,9 +119,11 @@ def _publisher_and_subscriber():
 def test_subscription_reports_no_connection_without_a_publisher():
     from mccl_runtime.client import Subscription
 
-    probe = zmq.Context.instance().socket(zmq.PUB)
-    port = probe.bind_to_random_port("tcp://127.0.0.1")
-    probe.close(0)                                        # a port nobody listens on now
+    import socket
+
+    with socket.socket() as probe:                        # closed at once (a zmq socket closes
+        probe.bind(("127.0.0.1", 0))                      # in its I/O thread, later: a SUB could
+        port = probe.getsockname()[1]                     # still connect to it)
     sub = Subscription(zmq.Context.instance(), f"tcp://127.0.0.1:{port}", KEY)
     try:
         assert sub.wait_connected(0.2) is False
