@@ -120,23 +120,13 @@ def test_serve_exits_2_when_its_final_write_fails(tmp_path):
     the controller runs, so every write fails with ENOTDIR.  Registration refused, one
     error line in the log, and SIGTERM ends in exit 2 naming the failed write, not
     "state saved"."""
-    import os
-    import signal
-    import subprocess
-    import sys
-    from pathlib import Path
-
+    from tests.procs import start_controller, stop
     from tests.test_runtime_manager import TOPO
 
-    root = Path(__file__).resolve().parents[1]
     topo_file, folder = tmp_path / "t.json", tmp_path / "run"
     TOPO.save(topo_file)
     folder.mkdir()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "mccl_opt.cli", "controller", "serve", "--topology", str(topo_file),
-         "--bind", "tcp://127.0.0.1:0", "--state", str(folder / "state.json")],
-        cwd=root, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env={**os.environ, "PYTHONPATH": str(root)})
+    proc = start_controller(topo_file, folder / "state.json")
     try:
         line = proc.stdout.readline()
         assert line.startswith("controller on "), line + proc.stderr.read()
@@ -149,12 +139,10 @@ def test_serve_exits_2_when_its_final_write_fails(tmp_path):
             assert cli.push_telemetry(_degraded(time.time()))["accepted"] == 2
             time.sleep(2.5)                          # retries every second
             assert cli.ping()["read_only"]
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=20) == 2
+        assert stop(proc, 20) == 2
     finally:
         if proc.poll() is None:
-            proc.kill()
-            proc.wait(5)
+            stop(proc, 1)
     err_text = proc.stderr.read()
     assert "final state write" in err_text and "failed" in err_text and "state saved" not in err_text
     assert err_text.count("READ-ONLY") == 1 and "Traceback" not in err_text

@@ -3,13 +3,8 @@
 from __future__ import annotations
 
 import contextlib
-import os
-import signal
-import subprocess
-import sys
 import threading
 import time
-from pathlib import Path
 
 import pytest
 import zmq
@@ -246,14 +241,11 @@ def test_client_times_out_instead_of_hanging():
 
 
 def test_cli_serve_subprocess_graceful_sigterm(tmp_path):
+    from tests.procs import start_controller, stop
+
     topo_file, state = tmp_path / "t.json", tmp_path / "state.json"
     TOPO.save(topo_file)
-    root = Path(__file__).resolve().parents[1]
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "mccl_opt.cli", "controller", "serve", "--topology", str(topo_file),
-         "--bind", "tcp://127.0.0.1:0", "--state", str(state)],
-        cwd=root, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env={**os.environ, "PYTHONPATH": str(root)})
+    proc = start_controller(topo_file, state)
     try:
         line = proc.stdout.readline()
         assert line.startswith("controller on tcp://127.0.0.1:"), line + proc.stderr.read()
@@ -261,12 +253,10 @@ def test_cli_serve_subprocess_graceful_sigterm(tmp_path):
         with ControllerClient(endpoint, timeout_s=5.0) as cli:
             assert cli.ping()["resumed"] is False
             assert cli.push_telemetry(_degraded(time.time()))["accepted"] == 2
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=10) == 0
+        assert stop(proc, 10) == 0
     finally:
         if proc.poll() is None:
-            proc.kill()
-            proc.wait(5)
+            stop(proc, 1)
     assert state.exists()
     assert '"accepted":2' in state.read_text()
 
