@@ -23,13 +23,11 @@ import dataclasses
 import time
 from typing import Any
 
-import numpy as np
-
 from .. import anytime
 from ..entry_checks import check_time_limit
 from ..errors import SolveError
 from ..kernel_time import charge_apart, kernel_seconds
-from ..report import Attempt, Method, SolveReport, Termination, WarmUse
+from ..report import Attempt, Method, Termination, WarmUse
 from ..schedule import Schedule
 from ..topology import Topology
 from .assemble import Optimum, Run, packed
@@ -40,7 +38,8 @@ from .chain import Declined, Trail, cut_bound_gbps, solve_by_general, solve_unba
 from .certify import Certificate, GuessKind, keep_or_reroute, warm_budget, warm_guess
 from .fabric import fabric_of
 from .first import first_schedule
-from .pipeline import balanced_split, check_inputs, pack, phase_one_budget
+from .pipeline import balanced_split, check_inputs, gbps, pack, phase_one_budget
+from .throughput import cut_upper_bound
 from .warm import WarmState, restore_warm_state
 
 __all__ = ["solve_allgather", "restore_warm_state", "WarmState", "warm_budget_s",
@@ -220,30 +219,17 @@ def _forestcoll(topo: Topology, warm: Schedule | None, backend: str, max_chunks:
 
 def _at_time_limit(topo: Topology, best: Schedule, max_chunks: int | None) -> Schedule:
     """The best schedule offered when the limit passed, reported as stopped there, with
-    the tightest single-GPU cut bound (no max-flow) as its certified bound."""
-    bound = _single_gpu_bound(topo)
-    base = best.report
-    if base is not None and base.bound_gbps is not None:
+    the tightest single-GPU cut bound (:func:`.throughput.cut_upper_bound`, no max-flow)
+    or the method's own bound, if lower, as its certified bound."""
+    fab, quantum = fabric_of(topo)
+    bound = gbps(cut_upper_bound(fab), quantum)
+    base = best.report                                # every schedule maker sets one
+    if base.bound_gbps is not None:
         bound = min(bound, base.bound_gbps)
-    report = SolveReport(collective="allgather",
-                         method=base.method if base is not None else Method.FIRST,
-                         termination=Termination.TIME_LIMIT, bound_gbps=max(bound, best.rate_gbps),
-                         warm=base.warm if base is not None else WarmUse.COLD,
-                         max_chunks=max_chunks, seconds=0.0,
-                         k=base.k if base is not None else None)
+    report = dataclasses.replace(base, termination=Termination.TIME_LIMIT, max_chunks=max_chunks,
+                                 bound_gbps=max(bound, best.rate_gbps))
     stats = {**best.stats, "status": Termination.TIME_LIMIT.value}
     return dataclasses.replace(best, stats=stats, report=report)
-
-
-def _single_gpu_bound(topo: Topology) -> float:
-    """``min_g min(ingress(g) / (N - 1), egress(g))`` in Gbps: every GPU receives
-    ``N - 1`` shards and sends its own, so no AllGather rate exceeds it (paper §4.3's
-    cut bound restricted to single GPUs)."""
-    arr = topo.arrays
-    n = topo.num_nodes
-    ingress = np.bincount(arr.head, weights=arr.capacity, minlength=n)[arr.gpu_nodes]
-    egress = np.bincount(arr.tail, weights=arr.capacity, minlength=n)[arr.gpu_nodes]
-    return float(min(ingress.min() / max(topo.num_gpus - 1, 1), egress.min()))
 
 
 def _set_report(sched: Schedule, **changes: Any) -> Schedule:
