@@ -16,6 +16,7 @@ ordinary kernel calls.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from contextlib import contextmanager
@@ -105,10 +106,14 @@ def kernel_seconds(on_compile: Callable[[], None] | None = None) -> Iterator[Ker
 
 def charge_apart(schedule: Any, clock: KernelClock) -> Any:
     """Take ``clock.seconds`` out of ``schedule``'s whole-solve timings (:data:`TOTAL_KEYS`
-    in ``solver`` and ``stats``) and record it as ``stats["kernel_load_s"]``."""
+    in ``solver`` and ``stats``, and its report's ``seconds``) and record it as
+    ``stats["kernel_load_s"]``."""
     for table in (schedule.solver, schedule.stats):
         for key in TOTAL_KEYS:
             if isinstance(table.get(key), float):
                 table[key] = max(0.0, table[key] - clock.seconds)
     schedule.stats["kernel_load_s"] = clock.seconds
+    report = getattr(schedule, "report", None)
+    if report is not None:
+        schedule.report = dataclasses.replace(report, seconds=max(0.0, report.seconds - clock.seconds))
     return schedule

@@ -77,8 +77,7 @@ def solve_allgather(topo: Topology, warm: Schedule | None = None, backend: str =
     check_time_limit(time_limit)
     with kernel_seconds() as kernels:
         sched = _solve_limited(canonical(topo), warm, backend, max_chunks, step_aware, time_limit)
-    sched = charge_apart(sched, kernels)
-    return _timed(sched, warm, kernels.seconds)
+    return _with_cold_seconds(charge_apart(sched, kernels), warm)
 
 
 def warm_budget_s(warm: Schedule) -> float | None:
@@ -247,17 +246,16 @@ def _with_trail(sched: Schedule, trail: Trail, seconds: float) -> Schedule:
     return sched
 
 
-def _timed(sched: Schedule, warm: Schedule | None, kernel_s: float) -> Schedule:
-    """Seconds without the ``kernel_s`` of kernel loading, and the cold solve time the
-    next warm start measures its budget by: this call's when cold, else carried."""
+def _with_cold_seconds(sched: Schedule, warm: Schedule | None) -> Schedule:
+    """The cold solve time the next warm start measures its budget by: this call's when
+    cold (its seconds without kernel loading), else the one ``warm`` carries."""
     report = sched.report
-    seconds = max(0.0, report.seconds - kernel_s)
     if report.termination is Termination.TIME_LIMIT:
         cold = None                                   # a cold solve would take longer
     elif report.warm in (WarmUse.COLD, WarmUse.DECLINED):
-        cold = seconds
+        cold = report.seconds
     else:
         previous = warm.report if isinstance(warm, Schedule) else None
         cold = previous.cold_seconds if previous is not None else None
-    sched.report = dataclasses.replace(report, seconds=seconds, cold_seconds=cold)
+    sched.report = dataclasses.replace(report, cold_seconds=cold)
     return sched

@@ -72,10 +72,7 @@ def solve_alltoall(topo: Topology, warm: Schedule | WarmState | None = None, bac
     with kernel_seconds() as kernels:
         sched = _synthesize(topo, warm, backend, max_chunks, max_steps, time_limit, rel_tol,
                             min_steps_tol)
-    sched = charge_apart(sched, kernels)
-    sched.report = dataclasses.replace(sched.report,
-                                       seconds=max(0.0, sched.report.seconds - kernels.seconds))
-    return sched
+    return charge_apart(sched, kernels)
 
 
 def _synthesize(topo: Topology, warm: Schedule | WarmState | None, backend: str,
