@@ -105,7 +105,8 @@ def _solve_limited(topo: Topology, warm: Schedule | None, backend: str, max_chun
 
     sched, stopped = anytime.limited(time_limit, solve)
     if stopped is not None:
-        trail.add(Attempt(Method.FIRST, 0.0, f"time limit reached in {stopped.stopped_in}"))
+        trail.add(Attempt(sched.report.method, 0.0,
+                          f"returned: the time limit was reached in {stopped.stopped_in}"))
         sched = _at_time_limit(topo, sched, max_chunks)
     return _with_trail(sched, trail, time.perf_counter() - start)
 
