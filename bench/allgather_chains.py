@@ -13,7 +13,6 @@ declined at its budget.
 
 from __future__ import annotations
 
-import signal
 import sys
 import time
 from collections import defaultdict
@@ -24,6 +23,7 @@ import numpy as np
 
 import mccl_opt as mo
 from instances import hpn
+from bench.timeouts import SolveTimeout, time_out
 from instances.aggregation import (host_ring, host_torus, leaf_spine, multi_spine, scrambled,
                                    shared_aggregation, superpod)
 
@@ -78,28 +78,16 @@ class ChainTally:
     worst_warm: dict[tuple, tuple[float, float, str]] = field(default_factory=dict)
 
 
-class ChainTimeout(Exception):
-    """A solve ran past the per-solve time-out (noticed when a compiled kernel returns)."""
-
-
-def _raise_timeout(signum: int, frame: object) -> None:
-    raise ChainTimeout
-
-
 def _timed(solve: Callable[[], mo.Schedule], timeout: float
            ) -> tuple[mo.Schedule | None, float, str]:
     t = time.perf_counter()
-    previous = signal.signal(signal.SIGALRM, _raise_timeout)
-    signal.setitimer(signal.ITIMER_REAL, timeout)
     try:
-        sched = solve()
+        with time_out(timeout):
+            sched = solve()
     except mo.MCCLError as e:
         return None, time.perf_counter() - t, f"{type(e).__name__}: {e}"
-    except ChainTimeout:
+    except SolveTimeout:
         return None, time.perf_counter() - t, f"time-out after {timeout:g} s"
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
     return sched, time.perf_counter() - t, ""
 
 

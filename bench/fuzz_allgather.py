@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import signal
 import sys
 import time
 from collections import Counter, defaultdict
@@ -32,19 +31,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # the tests packa
 
 import mccl_opt as mo                                            # noqa: E402
 from instances import hpn                                        # noqa: E402
+from bench.timeouts import SolveTimeout, time_out                # noqa: E402
 from tests.oracle_allgather import (check_schedule, cut_bound,   # noqa: E402
                                     forwarding_optimum, topology_dict)
 
 REL = 1e-6
 ODD = [18.0, 50.0, 100.0, 200.0, 400.0, 445.565, 594.087, 800.0, 1237.5, 2880.0]
-
-
-class SolveTimeout(Exception):
-    """A solve ran past ``--timeout`` seconds."""
-
-
-def _alarm(signum: int, frame: Any) -> None:
-    raise SolveTimeout
 
 
 def _cap(rng: np.random.Generator) -> float:
@@ -132,17 +124,15 @@ class Tally:
               call: Callable[[], mo.Schedule], max_chunks: int | None) -> mo.Schedule | None:
         self.runs[mode] += 1
         t0 = time.perf_counter()
-        signal.alarm(int(timeout))
         try:
-            sched = call()
-            signal.alarm(0)
+            with time_out(timeout):
+                sched = call()
             self.times[mode].append((time.perf_counter() - t0, topo.name))
             problem = self._judge(topo, sched, opt, max_chunks)
         except SolveTimeout:
             problem = ("Timeout", f"over {timeout:.0f} s")
             sched = None
         except Exception as exc:                                 # noqa: BLE001 - tallied
-            signal.alarm(0)
             problem = (type(exc).__name__, str(exc).splitlines()[0][:90] if str(exc) else "")
             sched = None
         if problem is not None:
@@ -261,7 +251,6 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     module, _, name = args.entry.partition(":")
     solve = getattr(importlib.import_module(module), name)
-    signal.signal(signal.SIGALRM, _alarm)
     first = solve(hpn(1, 2, 8))                               # compile/load the kernels first
     for both in (False, True):                                # general / ForestColl warm paths
         solve(hpn(1, 2, 8).with_capacity(src="s0h1g7", dst="s0h1nvs", gbps=1440.0,

@@ -1,0 +1,30 @@
+"""A per-solve time-out for the fuzz scripts: ``with time_out(s): solve()`` raises
+:class:`SolveTimeout` once ``s`` seconds have passed (noticed when a compiled kernel
+returns to Python, so a solve stuck inside one overruns by that kernel's time)."""
+
+from __future__ import annotations
+
+import signal
+from contextlib import contextmanager
+from typing import Any, Iterator
+
+__all__ = ["SolveTimeout", "time_out"]
+
+
+class SolveTimeout(Exception):
+    """A solve ran past its time-out."""
+
+
+def _raise(signum: int, frame: Any) -> None:
+    raise SolveTimeout
+
+
+@contextmanager
+def time_out(seconds: float) -> Iterator[None]:
+    previous = signal.signal(signal.SIGALRM, _raise)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
