@@ -14,7 +14,7 @@ compared with the manifest):
   :mod:`formulations.switch_removal`) on the AllGather pipeline's balanced fabric for a
   chunk budget of 10 (``k`` trees per root, link units in tree bandwidths), with every
   rooted cut row its cutting-plane loop separated
-  (:func:`mccl_opt.allgather.step_aware.switch_removal_lp`).  ``max`` of a
+  (:func:`mccl_opt.allgather.forestcoll.step_aware.switch_removal_lp`).  ``max`` of a
   dimensionless water-filling utility of the logical GPU-pair capacities: not a
   function of ``z*``; the optimum the loop converged to is ``ModelInfo.optimum``.
   Fabrics with no switch between GPUs (rings, meshes) have no such model

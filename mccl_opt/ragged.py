@@ -2,7 +2,7 @@
 
 The base of both column generations' pools: AllToAll path columns (paper §4.2,
 :class:`mccl_opt.alltoall.pool.ColumnPool`) and the general AllGather method's tree
-columns (:class:`mccl_opt.allgather.tree_master.TreePool`).  Depends on numpy only.
+columns (:class:`mccl_opt.allgather.general.live_master.TreePool`).  Depends on numpy only.
 """
 
 from __future__ import annotations

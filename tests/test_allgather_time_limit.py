@@ -16,7 +16,8 @@ import pytest
 import mccl_opt as mo
 from instances import fail2, hpn
 from mccl_opt import anytime
-from mccl_opt.allgather import certify, solve as ag_solve
+from mccl_opt.allgather import solve as ag_solve
+from mccl_opt.allgather.warm import certify
 from mccl_opt.report import Method, SolveReport, Termination, WarmUse
 
 from .oracle_allgather import check_schedule, cut_bound
@@ -174,7 +175,7 @@ def test_an_exact_packing_over_its_budget_hands_the_fabric_to_the_general_method
     """A leaf-spine fabric whose packers all get stuck reaches Lovász's exact packing
     (minutes there); over its budget ForestColl declines and the general method solves."""
     from instances.aggregation import leaf_spine
-    from mccl_opt.allgather import pipeline
+    from mccl_opt.allgather.forestcoll import pipeline
 
     topo = leaf_spine(4, 2, 8).with_capacity({("spine1", "u0leaf0"): 80.0,
                                               ("u0leaf0", "spine1"): 80.0})

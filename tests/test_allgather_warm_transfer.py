@@ -1,6 +1,6 @@
 """ForestColl-warm after Fail3 (paper §4.3): the previous physical trees carried onto the
-fabric where a GPU was replaced (mccl_opt.allgather.transfer), then rerouted; the
-array-only forest (mccl_opt.allgather.forest)."""
+fabric where a GPU was replaced (mccl_opt.allgather.warm.transfer), then rerouted; the
+array-only forest (mccl_opt.allgather.warm.forest)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from instances import fail2, fail3, hpn
 from mccl_opt import Schedule, validate
 from mccl_opt.allgather import restore_warm_state, solve_allgather
 from mccl_opt.allgather.canonical import canonical
-from mccl_opt.allgather.forest import FlatPaths, SwitchPathTable, link_lookup
-from mccl_opt.allgather.transfer import _loop_free, carried
-from mccl_opt.allgather.warm import Previous
+from mccl_opt.allgather.warm.forest import FlatPaths, SwitchPathTable, link_lookup
+from mccl_opt.allgather.warm.transfer import _loop_free, carried
+from mccl_opt.allgather.warm.previous import Previous
 from mccl_opt.topology import Topology
 
 

@@ -81,7 +81,7 @@ def paths() -> Iterator[tuple[str, Callable[[], object]]]:
     import mccl_opt as mo
     from instances import fabrics, fail1, fail2, hpn
     from mccl_opt.allgather import restore_warm_state as restore_allgather
-    from mccl_opt.allgather.general import solve_general
+    from mccl_opt.allgather.general.method import solve_general
     from mccl_opt.alltoall import restore_warm_state as restore_alltoall
     from mccl_opt.schedule import Schedule
     from mccl_opt.sim import simulate

@@ -23,11 +23,11 @@ from ..report import Method, SolveReport, Termination, WarmUse
 from ..schedule import Schedule, TreeChunk, bottleneck_links, schedule_rate
 from ..topology import Topology
 from .budget import CutBounds
-from .mapping import MappedTrees, class_ranks, map_classes, to_physical, tree_chunks, tree_loads
-from .pipeline import Budget, Packed, Shapes, gbps
-from .reroute import Rerouted
-from .throughput import Fabric, PhaseOneResult
-from .warm import Previous, WarmState
+from .forestcoll.mapping import MappedTrees, class_ranks, map_classes, to_physical, tree_chunks, tree_loads
+from .forestcoll.pipeline import Budget, Packed, Shapes, gbps
+from .warm.reroute import Rerouted
+from .forestcoll.throughput import Fabric, PhaseOneResult
+from .warm.previous import Previous, WarmState
 
 __all__ = ["Run", "Optimum", "RerouteOutcome", "assemble", "kept", "rerouted", "packed"]
 
@@ -148,7 +148,7 @@ def rerouted(run: Run, opt: Optimum, result: Rerouted) -> Schedule:
 
 
 def packed(run: Run, opt: Optimum, result: Packed) -> Schedule:
-    """Physical trees of Phase 3's classes (:mod:`.mapping`), their loads and rate."""
+    """Physical trees of Phase 3's classes (:mod:`.forestcoll.mapping`), their loads and rate."""
     topo, stats, k = run.topo, run.stats, result.k
     arr = topo.arrays
     t = time.perf_counter()

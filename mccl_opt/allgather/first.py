@@ -5,7 +5,7 @@ Built before any optimisation so that a limit that passes early still returns tr
 * warm: the previous schedule's trees, re-rated on the new capacities, when they are
   still trees of the fabric (same GPUs, every hop a link);
 * otherwise ``r = min(4, max_chunks)`` multiplicative-weights rounds of every root's
-  cheapest tree (:func:`.colgen.mwu_trees`, the general method's starting columns), each
+  cheapest tree (:func:`.general.tree_colgen.mwu_trees`, the general method's starting columns), each
   tree carrying ``1/r`` of its root's shard.
 
 Neither is optimal; the solve then improves on it and the report says which one was
@@ -22,8 +22,8 @@ from ..errors import TopologyError
 from ..report import Method, SolveReport, Termination, WarmUse
 from ..schedule import Schedule, TreeChunk, bottleneck_links, schedule_rate, share_loads
 from ..topology import Topology
-from .colgen import mwu_trees
-from .general import tree_edges
+from .general.tree_colgen import mwu_trees
+from .general.method import tree_edges
 
 __all__ = ["first_schedule", "previous_trees", "FIRST_ROUNDS"]
 

@@ -1,5 +1,5 @@
-"""The cold ForestColl phases (paper §4.3), shared by :func:`.solve.solve_allgather`,
-the warm certificates (:mod:`.certify`) and step-aware switch removal (:mod:`.step_aware`).
+"""The cold ForestColl phases (paper §4.3), shared by :func:`~mccl_opt.allgather.solve.solve_allgather`,
+the warm certificates (:mod:`~mccl_opt.allgather.warm.previous.certify`) and step-aware switch removal (:mod:`.step_aware`).
 
 Phase 1 and the chunk budget (:func:`phase_one_budget`), switch balancing
 (:func:`balanced_split`), Phase 2 switch removal and Phase 3 packing (:func:`pack`).
@@ -16,21 +16,21 @@ from typing import Any
 
 import numpy as np
 
-from .. import anytime, progress
-from ..entry_checks import check_backend, check_max_chunks, check_topology, check_warm
-from ..errors import SolveError
-from ..schedule import Schedule
-from ..topology import Topology
-from .budget import CutBounds, choose_trees, exact_k
-from .exact_packing import exact_pack
-from .fabric import fabric_of
-from .growth_order import RAIL_FIRST_MIN_RANKS
-from .repair import repair_pack
-from .splitting import LogicalGraph, SplitGraph, balance_switches, split_all
-from .guarded_spread import guarded_spread
-from .spread import spread_split
+from mccl_opt import anytime, progress
+from mccl_opt.entry_checks import check_backend, check_max_chunks, check_topology, check_warm
+from mccl_opt.errors import SolveError
+from mccl_opt.schedule import Schedule
+from mccl_opt.topology import Topology
+from ..budget import CutBounds, choose_trees, exact_k
+from .packing.exact_packing import exact_pack
+from ..fabric import fabric_of
+from .packing.growth_order import RAIL_FIRST_MIN_RANKS
+from .packing.repair import repair_pack
+from .removal.splitting import LogicalGraph, SplitGraph, balance_switches, split_all
+from .removal.guarded_spread import guarded_spread
+from .removal.spread import spread_split
 from .throughput import Fabric, PhaseOneResult, optimal_rate
-from .trees import TreeClass, greedy_pack
+from .packing.trees import TreeClass, greedy_pack
 
 __all__ = ["Budget", "Balanced", "Packed", "Packing", "SplitKind", "check_inputs",
            "phase_one_budget", "balanced_split", "spread_logical", "pack", "gbps"]
@@ -219,7 +219,7 @@ class Packed:
 
 
 def spread_logical(split: SplitGraph, rank_of: np.ndarray) -> LogicalGraph:
-    """Phase 2 by the spread proposal (:mod:`.spread`); ``split`` is left as it was."""
+    """Phase 2 by the spread proposal (:mod:`.removal.spread`); ``split`` is left as it was."""
     return spread_split(split, rank_of)
 
 
@@ -249,7 +249,7 @@ EXACT_PACK_FLOOR_S = 0.5
 
 
 def _pack_exact(lg: LogicalGraph, k: int, spent: float) -> list[TreeClass]:
-    """Lovász's exact packing (:mod:`.exact_packing`) as a stage of
+    """Lovász's exact packing (:mod:`.packing.exact_packing`) as a stage of
     ``max(EXACT_PACK_FLOOR_S, EXACT_PACK_SHARE x spent)`` seconds: one max-flow per tree
     extension takes minutes on some fabrics (an 8-leaf leaf-spine) where the general
     method takes a fraction of a second, so past its budget it raises
@@ -265,7 +265,7 @@ def _pack_exact(lg: LogicalGraph, k: int, spent: float) -> list[TreeClass]:
 def pack(split: SplitGraph, rank_of: np.ndarray, k: int, guides: dict[int, np.ndarray],
          stats: dict[str, Any], shapes: Shapes | None = None) -> Packed:
     """Phases 2+3: spread split + fast packing; when the spread split broke the cut
-    condition, the spread split with guarded pairings (:mod:`.guarded_spread`), then
+    condition, the spread split with guarded pairings (:mod:`.removal.guarded_spread`), then
     exact splitting, and exact packing as the last fallback."""
     progress.update("AllGather phase 2: switch removal")
     t = time.perf_counter()

@@ -3,8 +3,8 @@
 A tree over ``n`` GPU ranks is a row ``parent[v]`` (the parent rank of ``v``, ``-1`` at
 the root); an edge runs at the depth of its tail (docs/modelling.md, paper §4.2), so a
 tree's depth is the largest number of hops from its root.  Logical classes
-(:mod:`.trees`), mapped physical trees (:mod:`.mapping`) and rerouted forests
-(:mod:`.forest`) all reduce to such rows.  (The validator keeps its own depth count,
+(:mod:`.packing.trees`), mapped physical trees (:mod:`.mapping`) and rerouted forests
+(:mod:`~mccl_opt.allgather.warm.previous.forest`) all reduce to such rows.  (The validator keeps its own depth count,
 ``TreeChunk.depths``, so that it stays independent of the synthesizer.)
 """
 

@@ -32,7 +32,7 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit
 
-from ..topology import Topology
+from mccl_opt.topology import Topology
 from .forest import SwitchPathTable, PhysicalForest, rebuilt, requantized, unit_loads
 
 __all__ = ["Rerouted", "reroute"]

@@ -16,7 +16,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..graph_components import weak_components
+from mccl_opt.graph_components import weak_components
 
 __all__ = ["GrowthOrder", "growth_order", "components",
            "RAIL_FIRST_MIN_RANKS", "BATCH_PARTS"]

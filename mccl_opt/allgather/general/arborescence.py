@@ -1,7 +1,7 @@
 """Minimum-cost spanning arborescences on a dense digraph (Edmonds / Chu-Liu, in Tarjan's
 path-growing form with dense contraction, O(V^2) per root).
 
-The pricing step of the general AllGather method (:mod:`.colgen`, paper §4.3 tree
+The pricing step of the general AllGather method (:mod:`.tree_colgen`, paper §4.3 tree
 packing generalised to forwarding-only switches) needs, for every root ``r``, the
 cheapest spanning arborescence of the GPU digraph whose edge ``u -> v`` costs the
 cheapest switch-only path under the link prices.  The graph is complete or nearly so
@@ -27,7 +27,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from ..errors import InputError
+from mccl_opt.errors import InputError
 
 __all__ = ["min_arborescence", "min_arborescences"]
 

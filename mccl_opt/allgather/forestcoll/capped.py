@@ -12,8 +12,8 @@ import numpy as np
 from numba import njit
 
 from .depths import max_depths, parent_ranks
-from .splitting import LogicalGraph
-from .trees import (TreeClass, add_vertex, greedy_pack, init_root_classes, keep_unfinished,
+from .removal.splitting import LogicalGraph
+from .packing.trees import (TreeClass, add_vertex, greedy_pack, init_root_classes, keep_unfinished,
                     split_off_remainder)
 
 __all__ = ["capped_pack", "class_depths", "depth_key", "allowances", "eccentricity", "candidates"]

@@ -34,7 +34,7 @@ from typing import Callable
 
 import numpy as np
 
-from .maxflow import INF, FlowNetwork
+from ..maxflow import INF, FlowNetwork
 
 __all__ = ["KnownCuts", "SweepGuard", "violated_set", "MAX_ROUNDS"]
 

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .. import anytime
-from ..errors import SolveError
-from .maxflow import INF, FlowNetwork
+from mccl_opt import anytime
+from mccl_opt.errors import SolveError
+from ..maxflow import INF, FlowNetwork
 from .trees import TreeClass
 
 __all__ = ["exact_pack"]

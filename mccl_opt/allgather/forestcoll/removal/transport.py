@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from .maxflow import INF, FlowNetwork
+from ..maxflow import INF, FlowNetwork
 
 __all__ = ["transport"]
 

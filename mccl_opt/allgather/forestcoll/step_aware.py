@@ -30,17 +30,17 @@ from formulations.names import FabricLabels
 from formulations.switch_removal import (SwitchRemovalModel, build_step_lp,
                                          build_switch_removal_lp, hop_columns, logical_links)
 
-from .. import progress
-from ..backends import get_backend
-from ..backends.base import SolveStatus
-from ..errors import InputError, SolveError
-from ..topology import Topology
+from mccl_opt import progress
+from mccl_opt.backends import get_backend
+from mccl_opt.backends.base import SolveStatus
+from mccl_opt.errors import InputError, SolveError
+from mccl_opt.topology import Topology
 from .capped import allowances, candidates, depth_key, eccentricity
 from .maxflow import INF, FlowNetwork
 from .pipeline import (Packed, Packing, SplitKind, balanced_split, check_inputs, pack,
                        phase_one_budget)
-from .splitting import LogicalGraph, SplitGraph
-from .transport import transport
+from .removal.splitting import LogicalGraph, SplitGraph
+from .removal.transport import transport
 
 __all__ = ["CutLoop", "StepAware", "solve_cut_lp", "step_aware_pack", "switch_removal_lp",
            "switch_removal_model"]
@@ -90,7 +90,7 @@ def _has_switch_neighbour(g: SplitGraph, w: int) -> bool:
 def _realize(g: SplitGraph, w: int, seed: dict[tuple[int, int], float] | None) -> None:
     """Split every unit of switch ``w``: each pair ``(u, t)`` first gets
     ``floor(seed)``, then up to ``ceil(seed)``, then whatever completes the transport
-    (:func:`.transport.transport`; ``seed=None``: proportional shares as the seed)."""
+    (:func:`.removal.transport.transport`; ``seed=None``: proportional shares as the seed)."""
     ins, outs = g.in_arcs(w), g.out_arcs(w)
     us, ts = [a for a, _ in ins], [b for _, b in outs]
     supply = np.array([g.units[a] for a in ins], np.int64)

@@ -2,7 +2,7 @@
 forwarding-only switches on any fabric (paper §4.3 tree packing, generalised; see
 docs/allgather.md "General method").
 
-Each round solves the restricted master (:mod:`.tree_master`) and prices every root:
+Each round solves the restricted master (:mod:`.live_master`) and prices every root:
 under the link prices ``pi`` every GPU pair's cheapest switch-only path
 (:mod:`.switch_paths`) is an edge cost, and the root's cheapest tree is a minimum
 spanning arborescence of that GPU digraph (:mod:`.arborescence`); the tree whose cost
@@ -25,20 +25,20 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .. import anytime, progress
-from ..backends import Backend
-from ..errors import InputError
-from ..topology import Topology
+from mccl_opt import anytime, progress
+from mccl_opt.backends import Backend
+from mccl_opt.errors import InputError
+from mccl_opt.topology import Topology
 from .arborescence import min_arborescences
 from .switch_paths import SwitchPaths
-from .tree_master import MasterPoint, TreeMaster, TreePool
+from .live_master import MasterPoint, TreeMaster, TreePool
 
-__all__ = ["CGOptions", "CGResult", "column_generation", "price_trees", "mwu_trees"]
+__all__ = ["TreeCGOptions", "TreeCGResult", "tree_column_generation", "price_trees", "mwu_trees"]
 
 
 @dataclass(frozen=True)
-class CGOptions:
-    """Tolerances and column management of :func:`column_generation`."""
+class TreeCGOptions:
+    """Tolerances and column management of :func:`tree_column_generation`."""
 
     rel_tol: float = 1e-9          # stop when bound - x <= rel_tol * x
     drop_after: int = 2            # drop columns at zero weight for this many rounds ...
@@ -52,8 +52,8 @@ class CGOptions:
 
 
 @dataclass
-class CGResult:
-    """Outcome of :func:`column_generation` (rates in the master's scaled units)."""
+class TreeCGResult:
+    """Outcome of :func:`tree_column_generation` (rates in the master's scaled units)."""
 
     pool: TreePool
     weights: np.ndarray            # per pool column
@@ -136,9 +136,9 @@ def _pricing_points(center: np.ndarray | None, pi: np.ndarray, alpha: float):
     yield pi
 
 
-def column_generation(topo: Topology, backend: Backend, capacity: np.ndarray,
+def tree_column_generation(topo: Topology, backend: Backend, capacity: np.ndarray,
                       roots: list[int], trees: list[np.ndarray],
-                      options: CGOptions = CGOptions()) -> CGResult:
+                      options: TreeCGOptions = TreeCGOptions()) -> TreeCGResult:
     """Solve the tree master to optimality from the given starting columns
     (``capacity`` per link, in the units the rates come back in).  Every round's prices
     give a valid bound (module docstring); at ``options.time_limit`` the master's rate,
@@ -201,6 +201,6 @@ def column_generation(topo: Topology, backend: Backend, capacity: np.ndarray,
             dropped += master.drop(stale)
             age, pt.w = age[~stale], pt.w[~stale]
     if pt is None:
-        raise InputError("CGOptions.max_rounds must be at least 1")
-    return CGResult(pool, pt.w, pt.x, max(best_bound, pt.x), status, rnd, lp_s, pr_s, iters,
+        raise InputError("TreeCGOptions.max_rounds must be at least 1")
+    return TreeCGResult(pool, pt.w, pt.x, max(best_bound, pt.x), status, rnd, lp_s, pr_s, iters,
                     dropped, history)

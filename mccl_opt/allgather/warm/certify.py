@@ -21,15 +21,15 @@ from dataclasses import dataclass
 from enum import Enum
 from fractions import Fraction
 
-from .. import anytime
-from ..schedule import Schedule
-from .assemble import Optimum, RerouteOutcome, Run, kept, packed, rerouted
-from .budget import EXACT_TREES_LIMIT, exact_k, guess_budget, guess_trees
-from .fabric import quantum_for
-from .pipeline import Budget, Packed, Packing, SplitKind, balanced_split, spread_logical
-from .repair import repair_pack
+from mccl_opt import anytime
+from mccl_opt.schedule import Schedule
+from ..assemble import Optimum, RerouteOutcome, Run, kept, packed, rerouted
+from ..budget import EXACT_TREES_LIMIT, exact_k, guess_budget, guess_trees
+from ..fabric import quantum_for
+from ..forestcoll.pipeline import Budget, Packed, Packing, SplitKind, balanced_split, spread_logical
+from ..forestcoll.packing.repair import repair_pack
 from .reroute import Rerouted, reroute
-from .throughput import Fabric, cut_upper_bound, optimal_rate
+from ..forestcoll.throughput import Fabric, cut_upper_bound, optimal_rate
 
 __all__ = ["Certificate", "GuessKind", "warm_guess", "warm_budget", "keep_or_reroute"]
 
@@ -90,7 +90,7 @@ def warm_budget(run: Run) -> Schedule | None:
     """ForestColl-warm when the ``x*`` guess was rejected because ``k0 > K`` (the budget
     optimum lies below ``x*``, e.g. Fail2 at >= 32 GPUs): the exact Phase 1 (seeded with
     the previous cut), then the chunk budget *guessed* with a few probing max-flows
-    instead of its sweep (:func:`.budget.guess_budget`) and certified by the previous
+    instead of its sweep (:func:`~mccl_opt.allgather.budget.guess_budget`) and certified by the previous
     schedule or rerouted previous trees, or by a packing when those cannot be rerouted
     at all; ``None`` if there is nothing to guess or that fails.  (A failed reroute
     means a non-tight guess more often than not, and the exact budget sweep costs less

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .tree_master import TreePool
+from .live_master import TreePool
 
 __all__ = ["round_trees", "fractional_shares"]
 

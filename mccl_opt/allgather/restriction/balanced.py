@@ -5,7 +5,7 @@ Theorem (docs/allgather.md, "Balanced restriction"): on any fabric with capaciti
 
     x_fwd(c) = max { x_cut(c') : 0 <= c' <= c,  c' balanced at every switch },
 
-``x_cut`` being Phase 1's cut bound (:mod:`.throughput`).  (<=) the link loads of a
+``x_cut`` being Phase 1's cut bound (:mod:`~mccl_opt.allgather.forestcoll.throughput`).  (<=) the link loads of a
 forwarding-only schedule are balanced at every switch (each switch-only edge path
 leaves a switch as often as it enters it), are ``<= c``, and every set ``S`` holding a
 GPU receives every outside root's trees across ``δ⁻(S)``, so their cut bound is at
@@ -34,13 +34,13 @@ import scipy.sparse as sp
 
 from formulations.lp import LinearProgram
 
-from .. import anytime
-from ..backends import get_backend
-from ..backends.solution import SolveStatus
-from ..errors import SolveError
-from ..topology import Topology
-from .fabric import fabric_of
-from .throughput import Fabric, _violated_cut, optimal_rate
+from mccl_opt import anytime
+from mccl_opt.backends import get_backend
+from mccl_opt.backends.solution import SolveStatus
+from mccl_opt.errors import SolveError
+from mccl_opt.topology import Topology
+from ..fabric import fabric_of
+from ..forestcoll.throughput import Fabric, _violated_cut, optimal_rate
 
 __all__ = ["CERT_TOL", "Restriction", "balanced_restriction", "restricted_topology"]
 
@@ -110,7 +110,7 @@ def _cutting_planes(lp: "_CutLP", fab: Fabric, rate: float | None,
 
 def restricted_topology(topo: Topology, r: Restriction) -> tuple[Topology, float]:
     """``topo`` with the capacities of ``r`` (links at 0 dropped), scaled so that
-    :func:`.fabric.fabric_of` quantizes them exactly, and the factor from that
+    :func:`~mccl_opt.allgather.fabric.fabric_of` quantizes them exactly, and the factor from that
     topology's Gbps to real Gbps; raises :class:`SolveError` if no such scaling
     exists (capacities too fine for the quantum)."""
     keep = r.units > 0

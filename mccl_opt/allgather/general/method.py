@@ -2,8 +2,8 @@
 connected fabric, balanced switches or not (docs/allgather.md "General method").
 
 Pipeline: starting trees (the previous schedule's that are still valid, and a few
-multiplicative-weights rounds of cheapest trees, :func:`.colgen.mwu_trees`) → column
-generation to a certified optimum (:mod:`.colgen`) → rounding to ``max_chunks`` chunks
+multiplicative-weights rounds of cheapest trees, :func:`.tree_colgen.mwu_trees`) → column
+generation to a certified optimum (:mod:`.tree_colgen`) → rounding to ``max_chunks`` chunks
 per root (:mod:`.tree_rounding`) → a :class:`~mccl_opt.Schedule` whose chunks are
 trees of GPU-to-GPU switch-only paths.
 
@@ -20,14 +20,14 @@ from typing import Any
 
 import numpy as np
 
-from .. import progress
-from ..backends import get_backend
-from ..errors import ScheduleError, SolveError, TopologyError
-from ..report import Method, SolveReport, Termination, WarmUse
-from ..schedule import Schedule, TreeChunk, bottleneck_links, schedule_rate
-from ..topology import Topology
-from .colgen import CGOptions, CGResult, column_generation, mwu_trees
-from .tree_master import TreePool
+from mccl_opt import progress
+from mccl_opt.backends import get_backend
+from mccl_opt.errors import ScheduleError, SolveError, TopologyError
+from mccl_opt.report import Method, SolveReport, Termination, WarmUse
+from mccl_opt.schedule import Schedule, TreeChunk, bottleneck_links, schedule_rate
+from mccl_opt.topology import Topology
+from .tree_colgen import TreeCGOptions, TreeCGResult, tree_column_generation, mwu_trees
+from .live_master import TreePool
 from .tree_rounding import fractional_shares, round_trees
 
 __all__ = ["solve_general", "tree_edges", "GENERAL_STATE_KEY"]
@@ -113,7 +113,7 @@ def _rate_scale(topo: Topology) -> float:
 
 def solve_general(topo: Topology, warm: Schedule | None = None, backend: str = "highs",
                   max_chunks: int | None = 10, cut_bound_gbps: float | None = None,
-                  options: CGOptions = CGOptions()) -> Schedule:
+                  options: TreeCGOptions = TreeCGOptions()) -> Schedule:
     """The AllGather optimum with forwarding-only switches, rounded to ``max_chunks``
     chunks per root (``None``: the fractional optimum), warm-started from ``warm``."""
     if not isinstance(topo, Topology):
@@ -135,7 +135,7 @@ def solve_general(topo: Topology, warm: Schedule | None = None, backend: str = "
                              else options.warm_seed_rounds)
     stats["seed_s"] = time.perf_counter() - t
     with get_backend(backend) as lp:
-        res = column_generation(topo, lp, capacity, roots + mwu_r, trees + mwu_t, options)
+        res = tree_column_generation(topo, lp, capacity, roots + mwu_r, trees + mwu_t, options)
     if res.rate <= 0:
         raise SolveError("the general AllGather method found no tree with positive rate; "
                          "check that every link capacity is positive")
@@ -145,7 +145,7 @@ def solve_general(topo: Topology, warm: Schedule | None = None, backend: str = "
     return _schedule(topo, res, scale, max_chunks, cut_bound_gbps, stats, t_start, backend)
 
 
-def _schedule(topo: Topology, res: CGResult, scale: float, max_chunks: int | None,
+def _schedule(topo: Topology, res: TreeCGResult, scale: float, max_chunks: int | None,
               cut_bound_gbps: float | None, stats: dict[str, Any], t_start: float,
               backend: str) -> Schedule:
     """Round, build the chunks, recompute loads and rate, and the warm state."""

@@ -2,7 +2,7 @@
 
 An AllGather tree edge ``u -> v`` is a transfer whose interior nodes are switches only
 (docs/modelling.md; switches forward and never duplicate, so every tree edge is one path
-through the fabric).  Pricing in the general method (:mod:`.colgen`) needs, for link
+through the fabric).  Pricing in the general method (:mod:`.tree_colgen`) needs, for link
 prices ``pi >= 0``, the cheapest such path for every ordered GPU pair: one Dijkstra
 per source GPU that expands the source and switches only (a GPU reached is a leaf).
 Ties are broken by fewer hops, then by the first arc to reach the label (arcs are
@@ -14,8 +14,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from ..errors import InputError
-from ..topology import Topology
+from mccl_opt.errors import InputError
+from mccl_opt.topology import Topology
 
 __all__ = ["SwitchPaths", "switch_paths"]
 

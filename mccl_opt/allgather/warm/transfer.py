@@ -23,7 +23,7 @@ from typing import Sequence
 
 import numpy as np
 
-from ..topology import Topology
+from mccl_opt.topology import Topology
 from .forest import SwitchPathTable, PhysicalForest, hop_positions, link_lookup
 
 __all__ = ["carried"]

@@ -21,11 +21,11 @@ from typing import Sequence
 import numpy as np
 from numba import njit
 
-from ..schedule import TreeChunks, TreeTable
-from ..schedule_chunks import FlatPaths, path_nodes
+from mccl_opt.schedule import TreeChunks, TreeTable
+from mccl_opt.schedule_chunks import FlatPaths, path_nodes
 from .depths import fill_depths, max_depths
-from .splitting import LogicalGraph, peel
-from .trees import TreeClass
+from .removal.splitting import LogicalGraph, peel
+from .packing.trees import TreeClass
 
 __all__ = ["PhysicalTree", "MappedTrees", "to_physical", "map_classes", "class_ranks",
            "tree_chunks", "tree_loads"]

@@ -20,9 +20,9 @@ import numpy as np
 
 from formulations.tree_master import build_tree_master_lp, tree_columns
 
-from ..backends import Backend, SolveStatus
-from ..errors import SolveError
-from ..ragged import RaggedColumns, column_hash
+from mccl_opt.backends import Backend, SolveStatus
+from mccl_opt.errors import SolveError
+from mccl_opt.ragged import RaggedColumns, column_hash
 
 __all__ = ["TreePool", "TreeMaster", "MasterPoint"]
 

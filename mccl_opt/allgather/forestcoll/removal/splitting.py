@@ -25,9 +25,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..errors import SolveError
+from mccl_opt.errors import SolveError
 from .bundles import Bundles
-from .maxflow import INF, FlowNetwork
+from ..maxflow import INF, FlowNetwork
 
 __all__ = ["LogicalGraph", "SplitGraph", "balance_switches", "split_all", "switch_order",
            "gpu_links", "peel", "simple_path"]

@@ -17,12 +17,12 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ScheduleError
-from ..schedule import Schedule, schedule_rate, share_loads
-from ..topology import Topology
-from .canonical import canonical
+from mccl_opt.errors import ScheduleError
+from mccl_opt.schedule import Schedule, schedule_rate, share_loads
+from mccl_opt.topology import Topology
+from ..canonical import canonical
 from .forest import PhysicalForest
-from .mapping import MappedTrees
+from ..forestcoll.mapping import MappedTrees
 from .transfer import carried
 
 __all__ = ["WarmState", "Previous", "restore_warm_state"]

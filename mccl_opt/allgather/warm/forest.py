@@ -24,11 +24,11 @@ from typing import Sequence
 import numpy as np
 from numba import njit
 
-from ..schedule import TreeChunk, TreeChunks, TreeTable, distinct_paths
-from ..schedule_chunks import FlatPaths
-from ..topology import Topology
-from .depths import fill_depths, spanning_depths
-from .mapping import MappedTrees
+from mccl_opt.schedule import TreeChunk, TreeChunks, TreeTable, distinct_paths
+from mccl_opt.schedule_chunks import FlatPaths
+from mccl_opt.topology import Topology
+from ..forestcoll.depths import fill_depths, spanning_depths
+from ..forestcoll.mapping import MappedTrees
 
 __all__ = ["SwitchPathTable", "FlatPaths", "PhysicalForest", "requantized", "largest_remainder",
            "rebuilt", "unit_loads", "edge_order", "link_lookup", "hop_positions",
