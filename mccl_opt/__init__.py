@@ -22,12 +22,14 @@ __all__ = [
     "MCCLError", "InputError", "TopologyError", "SolverNotAvailableError", "SolverLicenseError",
     "SolveError", "ScheduleError", "TelemetryError",
     "Topology", "Node", "Link", "Schedule", "PathChunk", "TreeChunk", "BottleneckLink",
-    "validate", "ValidationReport", "solve_alltoall", "solve_allgather", "__version__",
+    "validate", "ValidationReport", "solve_alltoall", "solve_allgather", "restore_warm_state",
+    "__version__",
 ]
 
 _LAZY = {
     "solve_alltoall": "mccl_opt.alltoall",
     "solve_allgather": "mccl_opt.allgather",
+    "restore_warm_state": "mccl_opt.warm_restore",
 }
 
 

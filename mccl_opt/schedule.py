@@ -39,6 +39,8 @@ from .schedule_format_v3 import FORMAT_V3, pack_v3, unpack_v2_paths, unpack_v3
 from .schedule_paths import PathChunks, PathTable, path_table
 
 if TYPE_CHECKING:
+    from .allgather.warm.kept import AllGatherWarmState
+    from .alltoall.state import AllToAllWarmState
     from .topology import Topology
 
 __all__ = ["PathChunk", "TreeChunk", "TreeChunks", "TreeTable", "PathChunks", "PathTable",
@@ -79,9 +81,10 @@ class BottleneckLink:
 class Schedule:
     """A synthesized collective schedule.
 
-    ``warm_state`` holds solver state that a warm re-synthesis can reuse (e.g. the final
-    master's columns); it is not serialised.  A schedule loaded from a file warm-starts
-    from its chunks instead.
+    ``warm_state`` holds the solver state a warm re-synthesis reuses, one typed state per
+    collective (AllGather's trees or tree columns, AllToAll's master columns); it is not
+    serialised: a schedule loaded from a file gets it back from its chunks
+    (:func:`mccl_opt.restore_warm_state`).
     """
 
     collective: str
@@ -95,7 +98,8 @@ class Schedule:
     version: int = 1
     solver: dict[str, Any] = field(default_factory=dict)
     stats: dict[str, Any] = field(default_factory=dict)
-    warm_state: Any = field(default=None, repr=False, compare=False)
+    warm_state: AllGatherWarmState | AllToAllWarmState | None = field(default=None, repr=False,
+                                                                      compare=False)
     report: SolveReport | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:

@@ -617,7 +617,7 @@ class ScheduleManager:
             ldt = d.get("last_decision_t")
             coll.last_decision_t = -math.inf if ldt is None else float(ldt)
             if d.get("schedule") is not None:
-                from mccl_opt.allgather import restore_warm_state
+                from mccl_opt import restore_warm_state
 
                 # AllGather trees get their warm state back now, an AllToAll's in its next
                 # job (``restore_on``, set by _install): the next failure reroutes/re-optimises locally

@@ -641,13 +641,13 @@ def test_warm_from_a_saved_schedule_reroutes_its_trees(fail):
     from the trees, and the warm start then reroutes them to cold's rate.  Trees that
     do not fit the topology (a corrupted edge, shares of no common 1/k) leave the
     schedule as it was."""
-    from mccl_opt.allgather import restore_warm_state
+    from mccl_opt import restore_warm_state
 
     base = hpn(1, 4, 8)
     loaded = Schedule.from_dict(solve_allgather(base).to_dict())
     assert loaded.warm_state is None
     restored = restore_warm_state(loaded, base)
-    forest = restored.warm_state.forest
+    forest = restored.warm_state.trees.forest
     assert sorted(forest.tree_chunks(), key=repr) == sorted(loaded.chunks, key=repr)
     after = fail(base)
     warm = solve_allgather(after, warm=restored)

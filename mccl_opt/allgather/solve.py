@@ -40,9 +40,8 @@ from .fabric import fabric_of
 from .first import first_schedule
 from .forestcoll.pipeline import balanced_split, check_inputs, gbps, pack, phase_one_budget
 from .forestcoll.throughput import cut_upper_bound
-from .warm.previous import WarmState, restore_warm_state
 
-__all__ = ["solve_allgather", "restore_warm_state", "WarmState", "warm_budget_s",
+__all__ = ["solve_allgather", "warm_budget_s",
            "WARM_SHARE", "WARM_FLOOR_S"]
 
 #: a warm start may spend this share of the cold solve time it carries ...

@@ -120,12 +120,10 @@ def _restored(args: argparse.Namespace, topo, warm):
         raise ScheduleError(f"--warm {args.warm} was solved for topology {warm.topology!r}, not {topo.name!r}; "
                             f"pass --warm-topology with that fabric (a file, a library name or hpn-SxHxN"
                             f"[-failK]) so its warm state can be rebuilt on it")
-    if args.collective == "alltoall":
-        from mccl_opt.alltoall import restore_warm_state
-    else:
-        from mccl_opt.allgather import restore_warm_state
+    from mccl_opt import restore_warm_state
 
-        old = topo
+    if args.collective == "allgather":
+        old = topo              # trees are restored on the new fabric, then rerouted there
     start = time.perf_counter()
     restored = restore_warm_state(warm, old)
     seconds = time.perf_counter() - start

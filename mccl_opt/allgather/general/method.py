@@ -27,13 +27,11 @@ from mccl_opt.report import Method, SolveReport, Termination, WarmUse
 from mccl_opt.schedule import Schedule, TreeChunk, bottleneck_links, schedule_rate
 from mccl_opt.topology import Topology
 from .tree_colgen import TreeCGOptions, TreeCGResult, tree_column_generation, mwu_trees
+from ..warm.kept import AllGatherWarmState, TreeColumns
 from .live_master import TreePool
 from .tree_rounding import fractional_shares, round_trees
 
-__all__ = ["solve_general", "tree_edges", "GENERAL_STATE_KEY"]
-
-#: key of the general method's entry in a schedule's warm state
-GENERAL_STATE_KEY = "tree_columns"
+__all__ = ["solve_general", "tree_edges"]
 
 
 def _warm_columns(warm: Schedule | None, topo: Topology) -> tuple[list[int], list[np.ndarray]]:
@@ -45,11 +43,10 @@ def _warm_columns(warm: Schedule | None, topo: Topology) -> tuple[list[int], lis
     arr = topo.arrays
     roots: list[int] = []
     trees: list[np.ndarray] = []
-    state = warm.warm_state if isinstance(warm.warm_state, dict) else {}
-    kept = state.get(GENERAL_STATE_KEY)
-    if kept is not None and np.array_equal(kept["tail"], arr.tail) \
-            and np.array_equal(kept["head"], arr.head):
-        pool: TreePool = kept["pool"]
+    state = warm.warm_state
+    kept = state.columns if isinstance(state, AllGatherWarmState) else None
+    if kept is not None and kept.fits(topo):
+        pool = kept.pool
         for j in range(len(pool)):
             roots.append(int(pool.root[j]))
             trees.append(pool.tree(j))
@@ -185,8 +182,7 @@ def _schedule(topo: Topology, res: TreeCGResult, scale: float, max_chunks: int |
     keep = res.weights > 0
     kept = TreePool()
     kept.append([int(r) for r in pool.root[keep]], [pool.tree(int(j)) for j in np.flatnonzero(keep)])
-    state = {GENERAL_STATE_KEY: {"pool": kept, "tail": topo.arrays.tail,
-                                 "head": topo.arrays.head}}
+    state = AllGatherWarmState(columns=TreeColumns(kept, (topo.arrays.tail, topo.arrays.head)))
     report = SolveReport(collective="allgather", method=Method.GENERAL,
                          termination=Termination(res.status), bound_gbps=res.bound * scale,
                          warm=WarmUse.COLUMNS if stats["warm_columns"] else WarmUse.COLD,

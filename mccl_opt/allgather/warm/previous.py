@@ -1,6 +1,6 @@
 """What ForestColl-warm (paper §4.3) keeps from a schedule and reads back from it.
 
-Every AllGather schedule carries a :class:`WarmState`; a warm start reads it (or, for a
+Every AllGather schedule carries an :class:`~.kept.AllGatherWarmState`; a warm start reads it (or, for a
 schedule loaded from a file, the chunks alone) through :class:`Previous`:
 the previous tight cut (a hint for Phase 1), per-root guide trees and tree shapes in
 rank space (seeds for Phase 3, so a replaced GPU inherits its rank's trees), the link
@@ -11,7 +11,6 @@ reroute them, :mod:`.reroute`).  docs/allgather.md describes the warm paths.
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
@@ -22,58 +21,10 @@ from mccl_opt.schedule import Schedule, schedule_rate, share_loads
 from mccl_opt.topology import Topology
 from ..canonical import canonical
 from .forest import PhysicalForest
-from ..forestcoll.mapping import MappedTrees
+from .kept import AllGatherWarmState, KeptTrees, Shapes
 from .transfer import carried
 
-__all__ = ["WarmState", "Previous", "restore_warm_state"]
-
-Shapes = tuple[np.ndarray, np.ndarray]      # (root ranks, parent-rank rows), by root, largest first
-
-
-@dataclass(frozen=True)
-class WarmState:
-    """A schedule's warm state.
-
-    ``cut``: node ids of Phase 1's tight set; ``k``: unit trees per root; ``num_gpus``;
-    ``shapes``: ``(roots, parent ranks)`` of every tree, by root and largest first;
-    ``guides``: per root rank, the parent ranks of its largest tree (its first shape);
-    ``loads``: share load per link; ``links``: the ``(tail, head)`` node arrays those
-    loads refer to; ``forest``: the physical trees (:mod:`.forest`), built with the
-    schedule so that a warm start only edits arrays."""
-
-    cut: frozenset[str]
-    k: int
-    num_gpus: int
-    shapes: Shapes
-    loads: np.ndarray
-    links: tuple[np.ndarray, np.ndarray]
-    guides: dict[int, np.ndarray] = field(repr=False)
-    forest: PhysicalForest | None = field(default=None, repr=False)
-
-    @classmethod
-    def of_trees(cls, topo: Topology, cut: set[str] | frozenset[str], k: int, shapes: Shapes,
-                 loads: np.ndarray, *, forest: PhysicalForest | None = None,
-                 mapped: MappedTrees | None = None,
-                 tree_depths: np.ndarray | None = None) -> "WarmState":
-        """The warm state of a new schedule on ``topo``; ``shapes`` by root, largest first,
-        so the first shape of every root is its guide; the physical trees as a ``forest``
-        (rerouted or restored) or as Phase 3's ``mapped`` trees with their
-        ``tree_depths`` (the forest is built from them here: ~0.6 s of CPU at 4096 GPUs,
-        spent when the schedule is made rather than when a failure strikes)."""
-        roots, parents = shapes
-        first = np.ones(roots.size, bool)
-        first[1:] = roots[1:] != roots[:-1]
-        arr = topo.arrays
-        if forest is None and mapped is not None:      # built now, not when a failure strikes
-            forest = PhysicalForest.from_mapped(mapped, k, tree_depths, topo)
-        return cls(frozenset(cut), int(k), topo.num_gpus, shapes, loads, (arr.tail, arr.head),
-                   {int(roots[i]): parents[i] for i in np.flatnonzero(first).tolist()},
-                   forest)
-
-    def with_cut(self, cut: set[str]) -> "WarmState":
-        """This state with another tight set (a kept schedule, re-certified)."""
-        return dataclasses.replace(self, cut=frozenset(cut))
-
+__all__ = ["Previous", "restore_forest_state"]
 
 class Previous:
     """The previous schedule of a warm start, read against the new topology ``topo``.
@@ -89,7 +40,7 @@ class Previous:
         self.schedule = schedule
         self.topo = topo
         state = schedule.warm_state
-        self.state: WarmState | None = state if isinstance(state, WarmState) else None
+        self.state: KeptTrees | None = state.trees if isinstance(state, AllGatherWarmState) else None
         ids = self.state.cut if self.state is not None else {b.dst for b in schedule.bottleneck}
         cut = np.array([n.id in ids for n in topo.nodes], bool)
         self.hint_cuts: list[np.ndarray] = [cut] if cut.any() else []
@@ -99,7 +50,7 @@ class Previous:
         self.shapes: Shapes | None = self.state.shapes if fits else _stacked(self.guides)
 
     @cached_property
-    def same_fabric(self) -> WarmState | None:
+    def same_fabric(self) -> KeptTrees | None:
         """The warm state if ``topo`` has the previous GPUs and links (only capacities may
         differ: Fail1, Fail2, drift; not Fail3), else ``None``."""
         state, arr = self.state, self.topo.arrays
@@ -164,20 +115,22 @@ def _stacked(guides: dict[int, np.ndarray]) -> Shapes | None:
     return np.array(roots, np.int64), np.stack([guides[r] for r in roots])
 
 
-def restore_warm_state(schedule: Schedule, topo: Topology) -> Schedule:
+def restore_forest_state(schedule: Schedule, topo: Topology) -> Schedule:
     """An AllGather ``schedule`` read without its warm state (a file, a controller's saved
     state) with that state rebuilt from its trees on ``topo`` (its GPUs and links), so a
     warm start from it reroutes the trees (:mod:`.reroute`) instead of packing anew; the
     schedule unchanged if it has a warm state or its chunks are not spanning trees over
     ``topo``'s switch paths with shares in multiples of one ``1/k``.  Costs ~60 ms at
     128 GPUs: done when a schedule is loaded, not when a failure strikes."""
-    if schedule.collective != "allgather" or isinstance(schedule.warm_state, WarmState) \
-            or tuple(schedule.gpus) != tuple(topo.gpus):
+    kept = schedule.warm_state
+    if schedule.collective != "allgather" or tuple(schedule.gpus) != tuple(topo.gpus) \
+            or (isinstance(kept, AllGatherWarmState) and kept.trees is not None):
         return schedule
     topo = canonical(topo)            # the listing solve_allgather works on
     forest = PhysicalForest.from_chunks(schedule.chunks, topo)
     if forest is None:
         return schedule
-    state = WarmState.of_trees(topo, {b.dst for b in schedule.bottleneck}, forest.k,
+    trees = KeptTrees.of_trees(topo, {b.dst for b in schedule.bottleneck}, forest.k,
                                forest.shapes(), share_loads(topo, schedule.chunks), forest=forest)
-    return dataclasses.replace(schedule, warm_state=state)
+    columns = kept.columns if isinstance(kept, AllGatherWarmState) else None
+    return dataclasses.replace(schedule, warm_state=AllGatherWarmState(trees, columns))
