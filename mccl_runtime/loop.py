@@ -64,7 +64,7 @@ from .drift import bottleneck_rate
 from .inflight import InFlight
 from .level import LevelParams
 from .probes import Probe
-from .manager import Policy, ScheduleManager, Synthesizer, solver_synthesizer
+from .manager import Action, Policy, ScheduleManager, Synthesizer, solver_synthesizer
 from .scenario import Event, Scenario
 from .telemetry import MeasurementStore
 
@@ -269,7 +269,7 @@ class _Controller:
         if not self.swap_held:
             self.swap_held = True
             self.out.events.append({"t": t, "t_ms": t * 1e3, "comm": self.coll.comm, "name": self.coll.name,
-                                    "action": "swap_held", "version": self.coll.version,
+                                    "action": Action.SWAP_HELD.value, "version": self.coll.version,
                                     "detail": {"links": held}})
         return False
 
@@ -292,12 +292,12 @@ class _Controller:
         modelled = cfg.synth_ms is not None and not detail.get("known_fabric")
         if modelled and "synth_s" in detail:
             detail["synth_s"] = cfg.synth_ms / 1e3
-        if e.action == "resynthesis":
+        if e.action is Action.RESYNTHESIS:
             # the job's result becomes visible once its (measured or modelled) time has elapsed
             self.manager.wait_idle()
             seconds, known = _last_job(self.manager)
             self.ready_t = now + (cfg.synth_ms / 1e3 if cfg.synth_ms is not None and not known else seconds)
-        elif e.action == "published":
+        elif e.action is Action.PUBLISHED:
             coll = self.manager.get(e.comm, e.name)
             wall = time.perf_counter()
             Schedule.from_dict(json.loads(json.dumps(coll.schedule.to_dict())))     # what an executor parses

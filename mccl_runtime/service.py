@@ -44,7 +44,7 @@ from mccl_opt.topology import Topology
 from .decision_log import log_events
 from .durability import DurableState
 from .endpoints import ephemeral, is_loopback
-from .manager import Event, Policy, ScheduleManager, Synthesizer
+from .manager import Action, Event, Policy, ScheduleManager, Synthesizer
 from .pool import SynthesisPool
 from .protocol import (MAX_BATCH_SAMPLES, MAX_REQUEST_BYTES, MUTATING, REPLAY_WINDOW_S, REQUESTS,
                        SCHEDULE_TOPIC, Message, ProtocolError, ReplayGuard, SequenceGuard, brief, decode,
@@ -372,7 +372,7 @@ class ControllerService:
         version someone saw must survive a crash).  If the write fails, the versions
         wait (not served either) and both are retried (read-only mode: every
         ``WRITE_RETRY_S``)."""
-        self._unpublished += [e for e in events if e.action == "published"]
+        self._unpublished += [e for e in events if e.action is Action.PUBLISHED]
         if not self._unpublished or not self.durable.due() or not self.persist():
             return
         for key in dict.fromkeys((e.comm, e.name) for e in self._unpublished):
