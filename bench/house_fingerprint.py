@@ -16,6 +16,7 @@ import argparse
 import hashlib
 import json
 import sys
+import threading
 from collections import Counter
 from pathlib import Path
 from typing import Callable
@@ -86,12 +87,9 @@ def _module(filename: str) -> str | None:
     return None
 
 
-def walk(topo: Topology) -> Counter[str]:
-    """Calls between two different modules of the packages during one cold AllGather.
-
-    Counted with :func:`sys.setprofile` (Python calls only; compiled kernels are leaves).
-    """
-    solve_allgather(topo)          # kernels loaded and caches warm: count the walk only
+def crossings_of(run: Callable[[], object]) -> Counter[str]:
+    """Calls between two different modules of the packages while ``run()`` runs, in
+    every thread (:func:`sys.setprofile`; Python calls only, compiled kernels are leaves)."""
     crossings: Counter[str] = Counter()
 
     def profile(frame, event, _arg):  # type: ignore[no-untyped-def]
@@ -102,11 +100,49 @@ def walk(topo: Topology) -> Counter[str]:
         if callee and caller and callee != caller:
             crossings[f"{caller} -> {callee}"] += 1
 
+    threading.setprofile(profile)
     sys.setprofile(profile)
     try:
-        solve_allgather(topo)
+        run()
     finally:
         sys.setprofile(None)
+        threading.setprofile(None)      # type: ignore[arg-type]
+    return crossings
+
+
+def walk(topo: Topology) -> Counter[str]:
+    """The crossings of one cold AllGather on ``topo`` (kernels loaded beforehand)."""
+    solve_allgather(topo)
+    return crossings_of(lambda: solve_allgather(topo))
+
+
+def telemetry_walk() -> Counter[str]:
+    """The crossings from one telemetry batch (a NIC cable of HPN 1x2x8 at 50 Gbps) to
+    the published AllGather version: the store's ingest, the manager's step (Algorithm
+    1, the job started) and its poll (the re-check, the version published)."""
+    from mccl_runtime.manager import Policy, ScheduleManager, solver_synthesizer
+    from mccl_runtime.telemetry import MeasurementStore
+
+    topo = ins.hpn(1, 2, 8)
+    store = MeasurementStore(topo, alpha=1.0)
+    manager = ScheduleManager(store, solver_synthesizer(), Policy(gamma=0.1, min_dwell_s=0.0))
+    manager.register("world", "ag", "allgather", solve_allgather(topo))
+    solve_allgather(ins.fail2(topo))                    # kernels loaded: count the walk only
+    batch = [{"kind": "link", "src": a, "dst": b, "gbps": 50.0, "t": 1.0}
+             for a, b in (("s0h0g0", "s0tor0"), ("s0tor0", "s0h0g0"))]
+    events: list = []
+
+    def react() -> None:
+        store.ingest(batch, now=1.0)
+        events.extend(manager.step(1.0))
+        events.extend(manager.poll(1.0, wait_s=30.0))
+
+    try:
+        crossings = crossings_of(react)
+    finally:
+        manager.close()
+    if not any(e.to_dict()["action"] == "published" for e in events):
+        raise SystemExit(f"the telemetry walk published nothing: {events}")
     return crossings
 
 
@@ -120,9 +156,10 @@ def main(argv: list[str] | None = None) -> int:
         walks = {"unbalanced shared-agg 2x1x8": _one_way(ins.shared_aggregation(2, 1, 8), 123.4),
                  "unbalanced hpn-1x2x8": _one_way(ins.hpn(1, 2, 8), 123.4),
                  "balanced hpn-1x2x8 fail2": ins.fail2(ins.hpn(1, 2, 8))}
+        counted = {name: walk(topo) for name, topo in walks.items()}
+        counted["telemetry batch -> version"] = telemetry_walk()
         print(f"{'walk':32s} {'cross-module calls':>18s} {'module pairs':>12s}")
-        for name, topo in walks.items():
-            crossings = walk(topo)
+        for name, crossings in counted.items():
             print(f"{name:32s} {sum(crossings.values()):18d} {len(crossings):12d}")
         return 0
     prints = fingerprint()
