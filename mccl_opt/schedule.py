@@ -353,7 +353,8 @@ def bottleneck_links(topo: "Topology", loads: np.ndarray, rate: float, max_chunk
         saturated = (loads > 0) & (slack <= tol)
     counts = chunk_counts(loads, max_chunks)
     out = []
+    links = topo.links
     for a in np.flatnonzero(saturated & (loads > 0)):
-        link = topo.links[a]
+        link = links[a]
         out.append(BottleneckLink(link.src, link.dst, float(counts[a]), float(max(0.0, slack[a]))))
     return tuple(out)

@@ -23,7 +23,7 @@ from ..report import Method, SolveReport, Termination, WarmUse
 from ..schedule import Schedule, TreeChunk, bottleneck_links, schedule_rate, share_loads
 from ..topology import Topology
 from .general.tree_colgen import mwu_trees
-from .general.method import tree_edges
+from .general.method import forest_edges
 
 __all__ = ["first_schedule", "previous_trees", "FIRST_ROUNDS"]
 
@@ -64,8 +64,8 @@ def first_schedule(topo: Topology, warm: Schedule | None, max_chunks: int | None
     roots, trees = mwu_trees(topo, arr.capacity / float(arr.capacity.max()), rounds)
     per_root = np.bincount(np.asarray(roots, np.int64), minlength=topo.num_gpus)
     gpus = topo.gpus
-    chunks = tuple(TreeChunk(gpus[r], 1.0 / int(per_root[r]), tree_edges(topo, arcs))
-                   for r, arcs in zip(roots, trees))
+    chunks = tuple(TreeChunk(gpus[r], 1.0 / int(per_root[r]), edges)
+                   for r, edges in zip(roots, forest_edges(topo, trees)))
     loads = share_loads(topo, chunks)
     rate = schedule_rate(topo, loads)
     k = int(per_root.max())

@@ -67,8 +67,9 @@ class Fabric:
         return np.bincount(self.head, weights=self.cap, minlength=self.n).astype(np.int64)
 
     def cut_arcs(self, sink_side: np.ndarray) -> np.ndarray:
-        """Mask of the arcs entering ``sink_side`` (δ⁻(S))."""
-        return ~sink_side[self.tail] & sink_side[self.head]
+        """Mask of the arcs entering ``sink_side`` (δ⁻(S)); one row per sink side if
+        ``sink_side`` is 2-D."""
+        return ~sink_side[..., self.tail] & sink_side[..., self.head]
 
 
 @dataclass

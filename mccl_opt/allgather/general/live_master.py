@@ -46,9 +46,6 @@ class TreePool(RaggedColumns):
         multiset = arcs[np.lexsort((arcs, seg))]
         return self._add(owner, start, arcs, column_hash(owner, start, multiset))
 
-    def tree(self, j: int) -> np.ndarray:
-        return self.column(j)
-
 
 @dataclass
 class MasterPoint:

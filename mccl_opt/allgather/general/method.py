@@ -31,7 +31,7 @@ from ..warm.kept import AllGatherWarmState, TreeColumns
 from .live_master import TreePool
 from .tree_rounding import fractional_shares, round_trees
 
-__all__ = ["solve_general", "tree_edges"]
+__all__ = ["solve_general", "forest_edges"]
 
 
 def _warm_columns(warm: Schedule | None, topo: Topology) -> tuple[list[int], list[np.ndarray]]:
@@ -47,10 +47,7 @@ def _warm_columns(warm: Schedule | None, topo: Topology) -> tuple[list[int], lis
     kept = state.columns if isinstance(state, AllGatherWarmState) else None
     if kept is not None and kept.fits(topo):
         pool = kept.pool
-        for j in range(len(pool)):
-            roots.append(int(pool.root[j]))
-            trees.append(pool.tree(j))
-        return roots, trees
+        return pool.root.tolist(), pool.columns(range(len(pool)))
     index = {n.id: i for i, n in enumerate(topo.nodes)}
     link = {(int(a), int(b)): i for i, (a, b) in enumerate(zip(arr.tail, arr.head))}
     for c in warm.chunks:
@@ -72,20 +69,24 @@ def _warm_columns(warm: Schedule | None, topo: Topology) -> tuple[list[int], lis
     return roots, trees
 
 
-def tree_edges(topo: Topology, arcs: np.ndarray) -> tuple[tuple[str, ...], ...]:
-    """Node-id paths of a tree column's edges (an edge ends at the first GPU)."""
-    arr, nodes = topo.arrays, topo.nodes
-    out: list[tuple[str, ...]] = []
-    cur: list[str] = []
-    for a in arcs.tolist():
-        if not cur:
-            cur.append(nodes[int(arr.tail[a])].id)
-        h = int(arr.head[a])
-        cur.append(nodes[h].id)
-        if not arr.is_switch[h]:
-            out.append(tuple(cur))
-            cur = []
-    return tuple(out)
+def forest_edges(topo: Topology, trees: list[np.ndarray]) -> list[tuple[tuple[str, ...], ...]]:
+    """Per tree column, the node-id paths of its edges (an edge ends at the first GPU)."""
+    arr = topo.arrays
+    ids = [nd.id for nd in topo.nodes]
+    tail, head, is_switch = arr.tail.tolist(), arr.head.tolist(), arr.is_switch.tolist()
+    out = []
+    for arcs in trees:
+        edges: list[tuple[str, ...]] = []
+        cur: list[str] = []
+        for a in arcs.tolist():
+            if not cur:
+                cur.append(ids[tail[a]])
+            cur.append(ids[head[a]])
+            if not is_switch[head[a]]:
+                edges.append(tuple(cur))
+                cur = []
+        out.append(tuple(edges))
+    return out
 
 
 def _depth(edges: tuple[tuple[str, ...], ...], root: str) -> int:
@@ -161,9 +162,9 @@ def _schedule(topo: Topology, res: TreeCGResult, scale: float, max_chunks: int |
     used = np.flatnonzero(shares > 0)
     gpus = topo.gpus
     chunks, depths = [], []
-    for j in used:
-        edges = tree_edges(topo, pool.tree(int(j)))
-        root = gpus[int(pool.root[j])]
+    roots = pool.root
+    for j, edges in zip(used.tolist(), forest_edges(topo, pool.columns(used))):
+        root = gpus[int(roots[j])]
         chunks.append(TreeChunk(root, float(shares[j]), edges))
         depths.append(_depth(edges, root))
     loads = pool.loads(np.where(shares > 0, shares, 0.0), topo.num_links)
@@ -181,7 +182,7 @@ def _schedule(topo: Topology, res: TreeCGResult, scale: float, max_chunks: int |
     stats["total_s"] = seconds
     keep = res.weights > 0
     kept = TreePool()
-    kept.append([int(r) for r in pool.root[keep]], [pool.tree(int(j)) for j in np.flatnonzero(keep)])
+    kept.append(pool.root[keep].tolist(), pool.columns(np.flatnonzero(keep)))
     state = AllGatherWarmState(columns=TreeColumns(kept, (topo.arrays.tail, topo.arrays.head)))
     report = SolveReport(collective="allgather", method=Method.GENERAL,
                          termination=Termination(res.status), bound_gbps=res.bound * scale,

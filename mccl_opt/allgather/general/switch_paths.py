@@ -150,6 +150,11 @@ class SwitchPaths:
         return _edge_arcs(self.pred, arr.tail, arr.gpu_nodes, int(root),
                           np.asarray(parent, np.int64))
 
+    def forest_arcs(self, roots: np.ndarray, parents: np.ndarray) -> list[np.ndarray]:
+        """:meth:`tree_arcs` of every root in ``roots`` (rank space), ``parents[r]``
+        its tree: one call per pricing round."""
+        return [self.tree_arcs(r, parents[r]) for r in roots.tolist()]
+
 
 def switch_paths(topo: Topology, price: np.ndarray) -> SwitchPaths:
     """:class:`SwitchPaths` of ``topo`` under link prices ``price >= 0``."""

@@ -99,9 +99,9 @@ def mwu_trees(topo: Topology, capacity: np.ndarray, rounds: int,
     price = 1.0 / capacity
     for _ in range(max(rounds, 1)):
         paths, parents, costs = price_trees(topo, price, roots)
-        for r in roots[np.isfinite(costs)]:
-            arcs = paths.tree_arcs(int(r), parents[r])
-            out_r.append(int(r))
+        priced = roots[np.isfinite(costs)]
+        for r, arcs in zip(priced.tolist(), paths.forest_arcs(priced, parents)):
+            out_r.append(r)
             out_t.append(arcs)
             used += np.bincount(arcs, minlength=capacity.size)
         util = used / capacity
@@ -118,10 +118,10 @@ def _candidates(topo: Topology, price: np.ndarray, pt: MasterPoint, roots: np.nd
     tol_rc = 1e-12 * max(float(pt.sigma.max(initial=0.0)), 1e-300)
     out_r: list[int] = []
     out_t: list[np.ndarray] = []
-    for r in roots[np.isfinite(costs)]:
-        arcs = paths.tree_arcs(int(r), parents[r])
+    priced = roots[np.isfinite(costs)]
+    for r, arcs in zip(priced.tolist(), paths.forest_arcs(priced, parents)):
         if float(pt.pi[arcs].sum()) < pt.sigma[r] - tol_rc:
-            out_r.append(int(r))
+            out_r.append(r)
             out_t.append(arcs)
     return total, out_r, out_t
 

@@ -105,9 +105,7 @@ def round_trees(pool: TreePool, weights: np.ndarray, n_roots: int, capacity: np.
     shares = fractional_shares(pool, weights, n_roots)
     cand = _candidates(pool, shares, n_roots)
     roots = pool.root[cand]
-    load = np.zeros((cand.size, capacity.size))
-    for i, j in enumerate(cand):
-        np.add.at(load[i], pool.tree(int(j)), 1.0)
+    load = pool.incidence(cand, capacity.size)
     best: tuple[float, np.ndarray, int] | None = None
     for k in range(1, max_chunks + 1):
         n = _largest_remainder(shares[cand], roots, n_roots, k)

@@ -175,14 +175,15 @@ class _CutLP:
         is_gpu = self.fab.is_gpu()
         m = self.fab.tail.size
         starts, idx, vals = [0], [], []
-        for s in cuts:
+        entering = self.fab.cut_arcs(np.array(cuts)) if cuts else None
+        for s, into in zip(cuts, entering if entering is not None else ()):
             key = np.packbits(s).tobytes()
             outside = int(np.count_nonzero(is_gpu & ~s))
             if key in self.seen or not outside or not (is_gpu & s).any():
                 continue
             self.seen.add(key)
             self.cuts.append(s)
-            arcs = np.flatnonzero(self.fab.cut_arcs(s))
+            arcs = np.flatnonzero(into)
             idx += [arcs, [m]]
             vals += [np.ones(arcs.size), [-float(outside)]]
             starts.append(starts[-1] + arcs.size + 1)
@@ -212,10 +213,9 @@ def _separate(fab: Fabric, cap: np.ndarray, x: float) -> list[np.ndarray]:
     if per_gpu <= 0:
         return []
     found: list[np.ndarray] = []
-    order, start = fab.gpus.copy(), 0
+    order, start, demand = fab.gpus.copy(), 0, fab.num_gpus * per_gpu
     while start < order.size:
-        pos, sink_side = _violated_cut(fab, links, per_gpu, fab.num_gpus * per_gpu,
-                                       order[start:])
+        pos, sink_side = _violated_cut(fab, links, per_gpu, demand, order[start:])
         if pos < 0:
             break
         found.append(sink_side)
