@@ -25,7 +25,8 @@ LARGE_GPUS = 1024
 
 WARM_TOPOLOGY_HELP = {
     "alltoall": "the topology --warm was solved for (same forms as TOPOLOGY), where its warm state is "
-                "rebuilt; default: TOPOLOGY when the schedule names it, else required",
+                "rebuilt; default: TOPOLOGY when the schedule names it, else the fabric it names found in "
+                "TOPOLOGY's degrade record (mccl topo degrade) or the library",
     "allgather": "the topology --warm was solved for (same forms as TOPOLOGY), checked against its GPUs; "
                  "the trees' warm state is rebuilt on TOPOLOGY",
 }
@@ -117,9 +118,7 @@ def _restored(args: argparse.Namespace, topo, warm):
             raise ScheduleError(f"--warm-topology {args.warm_topology} is not the fabric --warm {args.warm} "
                                 f"was solved for: {problem}")
     elif warm.topology != topo.name and args.collective == "alltoall":
-        raise ScheduleError(f"--warm {args.warm} was solved for topology {warm.topology!r}, not {topo.name!r}; "
-                            f"pass --warm-topology with that fabric (a file, a library name or hpn-SxHxN"
-                            f"[-failK]) so its warm state can be rebuilt on it")
+        old = _named_fabric(args, topo, warm)
     if args.collective == "alltoall":
         from mccl_opt.alltoall import restore_warm_state
     else:
@@ -133,6 +132,30 @@ def _restored(args: argparse.Namespace, topo, warm):
         print(f"warning: --warm {args.warm}: its warm state could not be rebuilt on {old.name} (its "
               f"chunks are not paths or trees of it); the warm start is slower", file=sys.stderr)
     return restored, seconds
+
+
+def _named_fabric(args: argparse.Namespace, topo, warm):
+    """The fabric ``warm`` names, found without ``--warm-topology``: an ancestor in
+    ``topo``'s degrade record (:func:`mccl_opt.lineage.ancestor`), else a library or
+    ``hpn-SxHxN[-failK]`` name; says on stderr which it used.  Neither: an error."""
+    from ..errors import MCCLError, ScheduleError
+    from ..lineage import ancestor
+    from ._inputs import load_topology
+    from .check import gpu_mismatch
+
+    found, how = ancestor(topo, warm.topology), f"undoing {args.topology}'s degrade record"
+    if found is None:
+        try:
+            found, how = load_topology(warm.topology), "its library name"
+        except MCCLError:
+            found = None
+    if found is None or gpu_mismatch(found, warm):
+        raise ScheduleError(f"--warm {args.warm} was solved for topology {warm.topology!r}, not {topo.name!r}, "
+                            f"and that fabric is neither in {args.topology}'s degrade record (mccl topo degrade "
+                            f"writes one) nor a library name; pass --warm-topology with it (a file, a library "
+                            f"name or hpn-SxHxN[-failK]) so its warm state can be rebuilt on it")
+    print(f"--warm {args.warm}: rebuilt its fabric {warm.topology!r} by {how}", file=sys.stderr)
+    return found
 
 
 def certificate(schedule) -> dict:

@@ -90,6 +90,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("file", help=TOPO_ARG_HELP)
     s.add_argument("--json", action="store_true", help="print the summary as JSON")
     s.set_defaults(handler=_show)
+    from . import topo_import
+
+    topo_import.register(tsub)
 
 
 def summary(topo) -> dict:

@@ -1,0 +1,79 @@
+"""Hosts joined into one fabric through their NICs (docs/interop.md "Clusters").
+
+A per-host description (:class:`HostSpec`, from NCCL's topology XML or from
+``nvidia-smi topo -m``) says nothing about the network between hosts, so the user
+says it (:data:`NETWORKS`):
+
+* ``rail``: rail-optimised, as in the paper's HPN fabric (§6.1): NIC port ``k`` of
+  every host (ports in the order the host lists them) joins switch ``rail{k}``; rails
+  meet only inside hosts (a rail-only network: cross-rail traffic relays through a GPU);
+* ``switch``: every NIC port joins one non-blocking switch ``net``;
+* ``none``: one host, no network (the NICs are left out).
+
+Node ids are the host's local ids prefixed with ``h{i}`` (``h1g3``: host 1's GPU 3);
+GPU ranks are host 0's GPUs in order, then host 1's, and so on.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from ..errors import TopologyError
+from ..topology import Topology
+from .fabric_builder import FabricBuilder
+
+__all__ = ["HostSpec", "NETWORKS", "join_hosts", "host_prefix"]
+
+NETWORKS = ("rail", "switch", "none")
+
+
+@dataclass
+class HostSpec:
+    """One host with local node ids.  ``nodes``: ``(id, kind, extra)`` with the GPUs in
+    rank order; ``links``: directed ``(src, dst, gbps, latency_us, medium)``;
+    ``nic_ports``: ``(nic node id, gbps, latency_us)`` in the host's port order."""
+
+    name: str
+    nodes: list[tuple[str, str, dict[str, Any]]] = field(default_factory=list)
+    links: list[tuple[str, str, float, float, str]] = field(default_factory=list)
+    nic_ports: list[tuple[str, float, float]] = field(default_factory=list)
+
+    @property
+    def gpus(self) -> list[str]:
+        return [i for i, kind, _ in self.nodes if kind == "gpu"]
+
+
+def host_prefix(index: int) -> str:
+    return f"h{index}"
+
+
+def join_hosts(hosts: Sequence[HostSpec], network: str = "rail", *, name: str | None = None,
+               source: str = "") -> Topology:
+    """The fabric of ``hosts`` joined by ``network`` (module docstring)."""
+    if network not in NETWORKS:
+        raise TopologyError(f"network must be one of {', '.join(NETWORKS)}; got {network!r}")
+    if not hosts:
+        raise TopologyError("no host given; give at least one host description")
+    if network == "none" and len(hosts) > 1:
+        raise TopologyError(f"{len(hosts)} hosts with network 'none' cannot reach each other; "
+                            "say how their NICs meet: network 'rail' or 'switch'")
+    b = FabricBuilder()
+    for i, host in enumerate(hosts):
+        if not host.gpus:
+            raise TopologyError(f"host {i} ({host.name}) has no GPU")
+        if network != "none" and len(hosts) > 1 and not host.nic_ports:
+            raise TopologyError(f"host {i} ({host.name}) has no NIC port; it cannot reach the other hosts")
+        p = host_prefix(i)
+        for node_id, kind, extra in host.nodes:
+            b.node(p + node_id, kind, host=i, **extra)
+        for src, dst, gbps, lat, medium in host.links:
+            b.link(p + src, p + dst, gbps, lat, medium=medium)
+        if network == "none":
+            continue
+        for k, (nic, gbps, lat) in enumerate(host.nic_ports):
+            sw = b.node(f"rail{k}" if network == "rail" else "net", "switch")
+            b.cable(p + nic, sw, gbps, lat, medium="net")
+    label = name or f"{source or 'cluster'}-{len(hosts)}x{len(hosts[0].gpus)}"
+    return b.build(label, {"source": {"format": source, "hosts": [h.name for h in hosts],
+                                            "network": network}})
