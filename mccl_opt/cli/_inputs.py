@@ -14,7 +14,7 @@ from ..errors import MCCLError, TopologyError
 __all__ = ["load_topology", "parse_bytes", "format_bytes", "number_arg", "backend_arg", "MAX_BYTES",
            "MAX_COUNT"]
 
-_HPN_NAME = re.compile(r"hpn-(\d+)x(\d+)x(\d+)(?:-(fail[123]))?")
+_HPN_NAME = re.compile(r"hpn[- ](\d+)x(\d+)x(\d+)(?:-(fail[123]))?")
 #: binary multiples, as nccl-tests reads ``-b 1K -e 1G``
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 #: the largest byte size an option takes (1 PiB: no buffer is larger)
@@ -28,7 +28,7 @@ def load_topology(spec: str):
     """The topology ``spec`` names: an existing ``mccl-topology/1`` file, a library
     instance (``hpn-1x2x8-fail2``, ``dgx-8``, ``irregular-3``; see
     ``instances/data/manifest.json``) or any HPN shape with an optional paper failure
-    (``hpn-4x64x8``, ``hpn-2x32x8-fail1``), generated on the fly."""
+    (``hpn-4x64x8``, ``hpn-2x32x8-fail1``, also written ``hpn 4x64x8``), generated on the fly."""
     from ..topology import Topology
 
     if Path(spec).exists() or spec.endswith((".json", ".gz")):
@@ -39,7 +39,7 @@ def load_topology(spec: str):
     for inst in CATALOG:
         if inst.name == spec:
             return inst.load()
-    match = _HPN_NAME.fullmatch(spec)
+    match = _HPN_NAME.fullmatch(spec.strip())
     if match:
         s, h, n = (int(g) for g in match.groups()[:3])
         return apply_failure(hpn(s, h, n), match.group(4))

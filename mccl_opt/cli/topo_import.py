@@ -62,12 +62,12 @@ def register(tsub: argparse._SubParsersAction) -> None:
 
 def _write(args: argparse.Namespace, topo) -> int:
     from ._guard import output_path
-    from .topo import _report
+    from .topo_report import report
 
     output_path(args.output, "-o")
     if args.output:
         topo.save(args.output)
-    _report(topo, args.json)
+    report(topo, args.json)
     if args.output:
         print(f"wrote {args.output}", file=sys.stderr)
     return 0
