@@ -11,9 +11,9 @@ import pytest
 
 import mccl_opt as mo
 from mccl_opt.cli import main
-from mccl_opt.interop.nccl_xml import nccl_cluster, parse_nccl_xml, pcie_gbps
+from mccl_opt.interop.nccl_xml import parse_nccl_xml, pcie_gbps
 
-DATA = Path(__file__).parent / "data" / "nccl"
+DATA = Path(__file__).resolve().parents[1] / "instances" / "data" / "hosts"
 DGX = DATA / "dgx-h100.xml"
 CLOUD = DATA / "cloud-a100x8.xml"
 GEN5_X16 = 32 * 16 * 128 / 130          # 504.12 Gbps after 128b/130b encoding
@@ -27,7 +27,7 @@ def test_pcie_capacity_by_generation():
 
 
 def test_dgx_h100_host_capacities():
-    topo = nccl_cluster([DGX])
+    topo = mo.Topology.from_nccl_xml(DGX)
     assert topo.num_gpus == 8 and topo.gpus[0] == "h0g0"
     for g in topo.gpus:
         assert topo.link(g, "h0nvs").capacity_gbps == pytest.approx(18 * 200.0)   # NVLink4: 25 GB/s x 18
@@ -42,7 +42,7 @@ def test_dgx_h100_host_capacities():
 
 
 def test_cloud_instance_merges_nvswitches_and_reads_nic_speed():
-    topo = nccl_cluster([CLOUD, CLOUD], "switch")
+    topo = mo.Topology.from_nccl_xml([CLOUD, CLOUD], "switch")
     assert topo.num_gpus == 16
     # six NVSwitches x 2 NVLink3 links (25 GB/s) merged into one plane per host
     assert topo.link("h1g5", "h1nvs").capacity_gbps == pytest.approx(6 * 2 * 200.0)
@@ -110,7 +110,7 @@ def test_malformed_files_are_typed_errors_naming_the_entry(tmp_path, capsys, edi
     bad = tmp_path / "bad.xml"
     bad.write_text(edit(DGX.read_text()))
     with pytest.raises(mo.TopologyError, match=words):
-        nccl_cluster([bad])
+        mo.Topology.from_nccl_xml(bad)
     assert main(["topo", "nccl", str(bad)]) == 2
     assert capsys.readouterr().err.startswith("error:")
 

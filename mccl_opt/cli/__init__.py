@@ -36,8 +36,11 @@ COMMAND_MODULES = (
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from .. import __version__
+
     parser = argparse.ArgumentParser(
         prog="mccl", description="Synthesize, check and evaluate GPU collective schedules.")
+    parser.add_argument("--version", action="version", version=f"mccl {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     for name in COMMAND_MODULES:

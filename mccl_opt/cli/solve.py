@@ -256,6 +256,8 @@ def _solve(args: argparse.Namespace) -> int:
     else:
         for keys in TABLE_ROWS:
             print_table(keys, [["none" if info[k] is None else info[k] for k in keys]])
-        if args.output:
-            print(f"wrote {args.output}", file=sys.stderr)
+    if args.output:
+        print(f"wrote {args.output}", file=sys.stderr)
+    else:
+        print("the schedule was not saved: pass -o FILE to keep it", file=sys.stderr)
     return 0

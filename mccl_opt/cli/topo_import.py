@@ -37,7 +37,8 @@ def register(tsub: argparse._SubParsersAction) -> None:
                         epilog="NVLink capacity: count x one link of the GPU's generation (from sm); "
                         "PCIe: link_speed x link_width after encoding; NICs: speed (Mb/s). "
                         "See docs/interop.md.")
-    n.add_argument("files", nargs="+", metavar="HOST.xml", help="NCCL topology XML, one per host")
+    n.add_argument("files", nargs="+", metavar="HOST.xml",
+                   help="NCCL topology XML, one per host (or a shipped sample: dgx-h100, cloud-a100x8)")
     _cluster_options(n)
     n.add_argument("--nvlink-gbps", type=_positive, default=None,
                    help="one NVLink's Gbps per direction (default: from the GPU's sm, e.g. 200 for sm 90)")
@@ -45,6 +46,23 @@ def register(tsub: argparse._SubParsersAction) -> None:
                    help="the link between two CPUs of a host, Gbps (default 320)")
     _outputs(n)
     n.set_defaults(handler=_nccl)
+    m = tsub.add_parser("nvidia-smi", help="import `nvidia-smi topo -m` output, one file per host",
+                        epilog="The matrix gives relations, not speeds: NV# links of --nvlink-gbps, "
+                        "PIX/PXB groups on one PCIe switch, NICs of --nic-gbps. See docs/interop.md.")
+    m.add_argument("files", nargs="+", metavar="HOST.txt", help="saved `nvidia-smi topo -m` output, one per host (or the shipped sample dgx-h100)")
+    _cluster_options(m)
+    m.add_argument("--nvlink-gbps", type=_positive, default=200.0,
+                   help="one NVLink's Gbps per direction (default 200: NVLink 2-4, 25 GB/s)")
+    m.add_argument("--pcie-gbps", type=_positive, default=round(32 * 16 * 128 / 130, 3),
+                   help="every PCIe link, Gbps (default 504.123: Gen5 x16)")
+    m.add_argument("--nic-gbps", type=_positive, default=400.0, help="every NIC port, Gbps (default 400)")
+    m.add_argument("--smp-gbps", type=_positive, default=320.0,
+                   help="the link between two CPUs of a host, Gbps (default 320)")
+    m.add_argument("--nvswitch", action=argparse.BooleanOptionalAction, default=None,
+                   help="GPUs meet at one NVSwitch (default: when every pair shows the same NV# and a "
+                        "GPU would need more than 18 direct links)")
+    _outputs(m)
+    m.set_defaults(handler=_nvidia_smi)
     d = tsub.add_parser("degrade", help="a copy of a topology with one link (cable) degraded",
                         epilog="The copy records the fabric it came from, so `mccl solve ... --warm OLD` "
                         "on it finds OLD's fabric without --warm-topology.")
@@ -73,12 +91,34 @@ def _write(args: argparse.Namespace, topo) -> int:
     return 0
 
 
-def _nccl(args: argparse.Namespace) -> int:
-    from ..interop.nccl_xml import nccl_cluster
+def host_file(spec: str, suffix: str) -> str:
+    """``spec`` itself, or the shipped sample host it names (``dgx-h100``, ``cloud-a100x8``
+    in ``instances/data/hosts``) when no such file exists."""
+    from pathlib import Path
 
-    topo = nccl_cluster(args.files, args.network, hosts=args.hosts, name=args.name,
-                        nvlink_gbps=args.nvlink_gbps, smp_gbps=args.smp_gbps,
-                        nic_latency_us=args.nic_latency_us)
+    from instances import DATA_DIR
+
+    sample = DATA_DIR / "hosts" / f"{spec}{suffix}"
+    return str(sample) if not Path(spec).exists() and sample.is_file() else spec
+
+
+def _nccl(args: argparse.Namespace) -> int:
+    from ..topology import Topology
+
+    topo = Topology.from_nccl_xml([host_file(f, ".xml") for f in args.files], args.network, hosts=args.hosts,
+                                  name=args.name, nvlink_gbps=args.nvlink_gbps, smp_gbps=args.smp_gbps,
+                                  nic_latency_us=args.nic_latency_us)
+    return _write(args, topo)
+
+
+def _nvidia_smi(args: argparse.Namespace) -> int:
+    from ..topology import Topology
+
+    topo = Topology.from_nvidia_smi([host_file(f, ".smi.txt") for f in args.files], args.network,
+                                    hosts=args.hosts, name=args.name, nvlink_gbps=args.nvlink_gbps,
+                                    pcie_gbps=args.pcie_gbps, nic_gbps=args.nic_gbps,
+                                    smp_gbps=args.smp_gbps, nic_latency_us=args.nic_latency_us,
+                                    nvswitch=args.nvswitch)
     return _write(args, topo)
 
 

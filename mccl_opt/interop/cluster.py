@@ -17,13 +17,13 @@ GPU ranks are host 0's GPUs in order, then host 1's, and so on.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from pathlib import Path
+from typing import Any, Callable, Sequence
 
 from ..errors import TopologyError
-from ..topology import Topology
 from .fabric_builder import FabricBuilder
 
-__all__ = ["HostSpec", "NETWORKS", "join_hosts", "host_prefix"]
+__all__ = ["HostSpec", "NETWORKS", "join_hosts", "join_host_files", "host_prefix"]
 
 NETWORKS = ("rail", "switch", "none")
 
@@ -49,8 +49,9 @@ def host_prefix(index: int) -> str:
 
 
 def join_hosts(hosts: Sequence[HostSpec], network: str = "rail", *, name: str | None = None,
-               source: str = "") -> Topology:
-    """The fabric of ``hosts`` joined by ``network`` (module docstring)."""
+               source: str = "") -> dict[str, Any]:
+    """The ``mccl-topology/1`` document of ``hosts`` joined by ``network`` (module
+    docstring; ``Topology.from_dict`` reads it)."""
     if network not in NETWORKS:
         raise TopologyError(f"network must be one of {', '.join(NETWORKS)}; got {network!r}")
     if not hosts:
@@ -75,5 +76,19 @@ def join_hosts(hosts: Sequence[HostSpec], network: str = "rail", *, name: str | 
             sw = b.node(f"rail{k}" if network == "rail" else "net", "switch")
             b.cable(p + nic, sw, gbps, lat, medium="net")
     label = name or f"{source or 'cluster'}-{len(hosts)}x{len(hosts[0].gpus)}"
-    return b.build(label, {"source": {"format": source, "hosts": [h.name for h in hosts],
+    return b.document(label, {"source": {"format": source, "hosts": [h.name for h in hosts],
                                             "network": network}})
+
+
+def join_host_files(paths: Sequence[str | Path], read: Callable[..., HostSpec], network: str | None = None, *,
+                    hosts: int | None = None, name: str | None = None, source: str = "",
+                    **options: Any) -> dict[str, Any]:
+    """Read one host per file with ``read(path, **options)`` (or one file for ``hosts``
+    identical hosts) and join them (:func:`join_hosts`; default network ``rail`` for
+    several hosts, ``none`` for one)."""
+    specs = [read(p, **options) for p in paths]
+    if hosts is not None:
+        if len(specs) != 1:
+            raise TopologyError(f"hosts={hosts} copies one host file; {len(specs)} were given")
+        specs = specs * hosts
+    return join_hosts(specs, network or ("rail" if len(specs) > 1 else "none"), name=name, source=source)

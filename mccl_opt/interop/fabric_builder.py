@@ -1,7 +1,10 @@
-"""Accumulate nodes and cables, then build a :class:`~mccl_opt.topology.Topology`.
+"""Accumulate nodes and cables, then write a ``mccl-topology/1`` document.
 
 The importers share it so that every one of them declares nodes once, refuses a node
-declared twice with another kind, and turns a cable into two directed links.
+declared twice with another kind, and turns a cable into two directed links.  It writes
+the file format, not a :class:`~mccl_opt.topology.Topology`, so that the topology's own
+constructors (``Topology.from_nccl_xml``...) can call the importers without an import
+cycle; :meth:`mccl_opt.Topology.from_dict` validates the document.
 """
 
 from __future__ import annotations
@@ -9,7 +12,6 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import TopologyError
-from ..topology import Link, Node, Topology
 
 __all__ = ["FabricBuilder"]
 
@@ -20,7 +22,7 @@ class FabricBuilder:
     def __init__(self) -> None:
         self._kinds: dict[str, str] = {}
         self._extra: dict[str, dict[str, Any]] = {}
-        self.links: list[Link] = []
+        self.links: list[dict[str, Any]] = []
 
     def node(self, node_id: str, kind: str, **extra: Any) -> str:
         """Declare ``node_id`` (again with the same kind is a no-op); returns the id."""
@@ -37,13 +39,16 @@ class FabricBuilder:
 
     def link(self, src: str, dst: str, gbps: float, latency_us: float, **extra: Any) -> None:
         """One directed link ``src -> dst``."""
-        self.links.append(Link(src, dst, float(gbps), float(latency_us), dict(extra)))
+        self.links.append({**extra, "src": src, "dst": dst, "capacity_gbps": float(gbps),
+                           "latency_us": float(latency_us)})
 
     def cable(self, a: str, b: str, gbps: float, latency_us: float, **extra: Any) -> None:
         """Two directed links ``a -> b`` and ``b -> a`` of the same capacity."""
         self.link(a, b, gbps, latency_us, **extra)
         self.link(b, a, gbps, latency_us, **extra)
 
-    def build(self, name: str, extra: dict[str, Any] | None = None) -> Topology:
-        nodes = [Node(i, k, self._extra[i]) for i, k in self._kinds.items()]
-        return Topology(name, nodes, self.links, extra)
+    def document(self, name: str, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+        """The ``mccl-topology/1`` document (``Topology.from_dict`` reads it)."""
+        nodes = [{**self._extra[i], "id": i, "kind": k} for i, k in self._kinds.items()]
+        return {**(extra or {}), "format": "mccl-topology/1", "name": name, "nodes": nodes,
+                "links": self.links}

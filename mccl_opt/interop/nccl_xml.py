@@ -31,8 +31,7 @@ from typing import Any, Sequence
 
 from ..errors import TopologyError
 from ..files import read_bounded
-from ..topology import Topology
-from .cluster import HostSpec, join_hosts
+from .cluster import HostSpec, join_host_files
 
 __all__ = ["parse_nccl_xml", "read_nccl_xml", "nccl_cluster", "pcie_gbps", "nvlink_gbps_per_link",
            "NVLINK_GBPS_BY_SM"]
@@ -266,16 +265,8 @@ def read_nccl_xml(path: str | Path, **options: Any) -> HostSpec:
 
 
 def nccl_cluster(paths: Sequence[str | Path], network: str | None = None, *, hosts: int | None = None,
-                 name: str | None = None, **options: Any) -> Topology:
-    """The fabric of one NCCL XML file per host (or one file for ``hosts`` identical
-    hosts) joined by ``network`` (:mod:`.cluster`; default ``rail`` for several hosts,
-    ``none`` for one)."""
-    specs = [read_nccl_xml(p, **options) for p in paths]
-    if hosts is not None:
-        if len(specs) != 1:
-            raise TopologyError(f"hosts={hosts} copies one file; {len(specs)} files were given")
-        specs = [specs[0]] * hosts
-    net = network or ("rail" if len(specs) > 1 else "none")
-    return join_hosts(specs, net, name=name, source="nccl")
-
-
+                 name: str | None = None, **options: Any) -> dict[str, Any]:
+    """The ``mccl-topology/1`` document of one NCCL XML file per host (or one file for
+    ``hosts`` identical hosts) joined by ``network`` (:mod:`.cluster`; default ``rail``
+    for several hosts, ``none`` for one).  ``Topology.from_nccl_xml`` reads it."""
+    return join_host_files(paths, read_nccl_xml, network, hosts=hosts, name=name, source="nccl", **options)
