@@ -1,4 +1,5 @@
-"""``mccl export mps|msccl``: a model or a schedule in another tool's format.
+"""``mccl export mps|msccl|forestcoll|teccl|taccl``: a model, a schedule or a fabric in
+another tool's format (the peers' formats: :mod:`.peers`).
 
 ``mccl export mps --model compact|master|switch-removal TOPO -o F [--lp]`` writes an
 instance's model (see :mod:`mccl_opt.models`) as free MPS, and with ``--lp`` also as a
@@ -26,6 +27,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     group.required = True
     _register_mps(group)
     _register_msccl(group)
+    from .peers import register_exports
+
+    register_exports(group)
 
 
 def _register_mps(group: argparse._SubParsersAction) -> None:

@@ -89,9 +89,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("file", help=TOPO_ARG_HELP)
     s.add_argument("--json", action="store_true", help="print the summary as JSON")
     s.set_defaults(handler=_show)
-    from . import topo_import
+    from . import peers, topo_import
 
     topo_import.register(tsub)
+    peers.register_imports(tsub)
 
 
 def _hpn(args: argparse.Namespace):
