@@ -126,3 +126,24 @@ def test_eval_names_the_failed_link_and_writes_no_png_unless_asked(tmp_path, cap
     captured = capsys.readouterr()
     assert "fail2: s0h0g0 <-> s0tor0" in captured.out and "wrote e.png" in captured.err
     assert (tmp_path / "e.png").stat().st_size > 1000
+
+
+def test_every_option_has_help_that_states_its_default():
+    import argparse
+
+    from mccl_opt.cli import build_parser
+
+    missing = []
+
+    def walk(parser, path):
+        for a in parser._actions:
+            if isinstance(a, argparse._SubParsersAction):
+                for name, child in a.choices.items():
+                    walk(child, f"{path} {name}")
+            elif not isinstance(a, (argparse._HelpAction, argparse._VersionAction)):
+                if not a.help:
+                    missing.append(f"{path} {a.option_strings or a.dest}: no help")
+                elif a.default not in (None, False, True, []) and "default" not in a.help.lower():
+                    missing.append(f"{path} {a.option_strings or a.dest}: default {a.default!r} not stated")
+    walk(build_parser(), "mccl")
+    assert missing == []

@@ -28,7 +28,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("bench", help="benchmark the synthesizers and LP models over fabric sizes")
     p.add_argument("--suite", choices=SUITES, default="all",
                    help="synthesizer cases (alltoall, allgather, all) or the LP model suite (lp)")
-    p.add_argument("--sizes", default=DEFAULT_SIZES,
+    p.add_argument("--sizes", "--shape", dest="sizes", default=DEFAULT_SIZES,
                    help=f"comma-separated HPN shapes SxHxN (default {DEFAULT_SIZES})")
     p.add_argument("--failures", default="fail2",
                    help="comma-separated failures to re-synthesize after (fail1,fail2,fail3,none)")

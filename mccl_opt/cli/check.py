@@ -25,7 +25,7 @@ from ..tables import print_json, print_table
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("check", help="validate a schedule file against a topology file")
     p.add_argument("topology", help="topology: a mccl-topology/1 file, a library name (hpn-1x2x8-fail2, dgx-8) or hpn-SxHxN[-failK]")
-    p.add_argument("schedule")
+    p.add_argument("schedule", help="the schedule file to check (mccl-schedule/1, /2 or /3, .gz too)")
     p.add_argument("--strict", action="store_true",
                    help="also fail (exit 2) when the schedule runs at another rate than it states")
     p.add_argument("--members", metavar="GPU,GPU,...",

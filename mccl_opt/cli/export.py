@@ -94,7 +94,8 @@ def _register_msccl(group: argparse._SubParsersAction) -> None:
     p.add_argument("schedule", help="mccl-schedule/1 file (alltoall or allgather)")
     p.add_argument("-o", "--output", required=True, help="XML file to write")
     p.add_argument("--channels", type=number_arg(int, 1, high=32, expected="an integer in [1, 32]"), default=1, help="channels to spread transfers over")
-    p.add_argument("--proto", default="Simple", choices=["Simple", "LL", "LL128"])
+    p.add_argument("--proto", default="Simple", choices=["Simple", "LL", "LL128"],
+                   help="NCCL protocol the algorithm is registered for")
     p.add_argument("--min-bytes", default="0",
                    help="smallest buffer MSCCL uses it for (bytes; K/M/G suffixes, e.g. 64K)")
     p.add_argument("--max-bytes", default="1T",
