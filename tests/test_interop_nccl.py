@@ -120,3 +120,12 @@ def test_several_hosts_need_a_network(capsys):
     assert "cannot reach each other" in capsys.readouterr().err
     assert main(["topo", "nccl", str(CLOUD), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["gpus"] == 8
+
+
+def test_cloud_cluster_rates_are_the_nic_cut():
+    """Two cloud hosts, 4 x 100 Gb/s NICs each, on one switch: the host cut bounds both
+    collectives (AllToAll: 8 GPUs x 8 remote blocks through 400 Gbps; AllGather: 8
+    shards through 400 Gbps) and the solvers reach it."""
+    topo = mo.Topology.from_nccl_xml([CLOUD, CLOUD], "switch")
+    assert mo.solve_alltoall(topo).lp_rate_gbps == pytest.approx(400 / 64)
+    assert mo.solve_allgather(topo).rate_gbps == pytest.approx(400 / 8)
