@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from typing import Any, TextIO
 
 from .loop import LoopConfig, run_loop
@@ -86,5 +87,5 @@ def main(args: argparse.Namespace, out: TextIO) -> int:
         print("  versions        " + (", ".join(f"v{v['version']} at {v['t_ms']:.1f} ms" for v in ev["versions"])
                                       or "none published"), file=out)
     if args.png:
-        print(f"wrote {args.png}", file=out)
+        print(f"wrote {args.png}", file=sys.stderr)
     return 0
