@@ -11,6 +11,7 @@ import pytest
 
 import mccl_opt as mo
 from mccl_opt.cli import main
+from mccl_opt.interop.cluster import join_hosts
 from mccl_opt.interop.nccl_xml import parse_nccl_xml, pcie_gbps
 
 DATA = Path(__file__).resolve().parents[1] / "instances" / "data" / "hosts"
@@ -21,9 +22,22 @@ GEN4_X16 = 16 * 16 * 128 / 130
 
 
 def test_pcie_capacity_by_generation():
-    assert pcie_gbps("2.5 GT/s PCIe", "16", "x") == pytest.approx(2.5 * 16 * 0.8)
-    assert pcie_gbps("16.0 GT/s PCIe", "16", "x") == pytest.approx(GEN4_X16)
-    assert pcie_gbps("32.0 GT/s PCIe", "8", "x") == pytest.approx(GEN5_X16 / 2)
+    assert pcie_gbps("2.5 GT/s PCIe", "16", "x") == (pytest.approx(2.5 * 16 * 0.8), False)
+    assert pcie_gbps("16.0 GT/s PCIe", "16", "x") == (pytest.approx(GEN4_X16), False)
+    assert pcie_gbps("32.0 GT/s PCIe", "8", "x") == (pytest.approx(GEN5_X16 / 2), False)
+    assert pcie_gbps("16 GT/s", "4", "x")[0] == pytest.approx(GEN4_X16 / 4)      # kernel <= 5.6 spelling
+    # unknown speed or width: 8 GT/s x 16, as NCCL assumes
+    assert pcie_gbps("Unknown", "16", "x") == (pytest.approx(8 * 16 * 128 / 130), True)
+    assert pcie_gbps(None, None, "x") == (pytest.approx(8 * 16 * 128 / 130), True)
+
+
+def test_unknown_pcie_speed_is_assumed_like_nccl_and_logged(caplog):
+    xml = DGX.read_text().replace('link_speed="32.0 GT/s PCIe" link_width="16">\n        <gpu',
+                                  'link_speed="Unknown" link_width="16">\n        <gpu', 1)
+    with caplog.at_level("WARNING", logger="mccl"):
+        spec = parse_nccl_xml(xml, "odd.xml")
+    assert ("g0", "pcisw0", pytest.approx(8 * 16 * 128 / 130), 0.1, "pcie") in spec.links
+    assert any("odd.xml: 1 PCIe link" in r.getMessage() for r in caplog.records)
 
 
 def test_dgx_h100_host_capacities():
@@ -103,7 +117,7 @@ def test_gpu_order_follows_the_rank_attribute():
     (lambda t: t.replace('speed="400000"', 'speed="fast"', 1), "speed"),
     (lambda t: t.replace('rank="1"', 'rank="0"'), "share a rank"),
     (lambda t: t.replace('link_speed="32.0 GT/s PCIe" link_width="16">\n        <gpu',
-                         'link_speed="fast" link_width="16">\n        <gpu', 1), "link_speed"),
+                         'link_speed="32.0 GT/s PCIe" link_width="many">\n        <gpu', 1), "link_width"),
     (lambda t: t.replace('sm="90"', 'sm="x"', 1), "sm"),
 ])
 def test_malformed_files_are_typed_errors_naming_the_entry(tmp_path, capsys, edit, words):
@@ -129,3 +143,21 @@ def test_cloud_cluster_rates_are_the_nic_cut():
     topo = mo.Topology.from_nccl_xml([CLOUD, CLOUD], "switch")
     assert mo.solve_alltoall(topo).lp_rate_gbps == pytest.approx(400 / 64)
     assert mo.solve_allgather(topo).rate_gbps == pytest.approx(400 / 8)
+
+
+def test_direct_nvlinks_between_gpus_and_to_the_cpu():
+    """A workstation: two sm 86 GPUs joined by 4 bridge NVLinks (14.0625 GB/s each), the
+    second listing its direction only; a POWER9-like GPU with NVLinks to its CPU."""
+    xml = """<system version="1"><cpu numaid="0">
+      <pci busid="0000:01:00.0" class="0x030000" link_speed="16.0 GT/s PCIe" link_width="16">
+        <gpu dev="0" sm="86"><nvlink target="0000:02:00.0" count="4" tclass="0x030000"/></gpu></pci>
+      <pci busid="0000:02:00.0" class="0x030000" link_speed="16.0 GT/s PCIe" link_width="8">
+        <gpu dev="1" sm="70"><nvlink target="0000:00:00.0" count="3" tclass="0x068001"/></gpu></pci>
+    </cpu></system>"""
+    spec = parse_nccl_xml(xml)
+    nvlinks = {(s, d): g for s, d, g, _, medium in spec.links if medium == "nvlink"}
+    assert nvlinks[("g0", "g1")] == 4 * 112.5 == nvlinks[("g1", "g0")]      # mirrored
+    assert nvlinks[("g1", "cpu0")] == 3 * 200.0 == nvlinks[("cpu0", "g1")]
+    # the NVLink and the PCIe x8 cable of GPU 1 and its CPU are parallel: merged on loading
+    topo = mo.Topology.from_dict(join_hosts([spec], "none"))
+    assert topo.link("h0g1", "h0cpu0").capacity_gbps == pytest.approx(600.0 + 16 * 8 * 128 / 130)

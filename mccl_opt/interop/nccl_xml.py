@@ -8,12 +8,14 @@ per direction, µs):
 * a ``<gpu>`` is a GPU node ``g{i}`` (``i``: its place in rank order, by the ``rank``
   attribute when every GPU has one, else by ``dev``); its PCI element's link to the
   parent is a cable of ``link_speed`` GT/s x ``link_width`` lanes after line encoding
-  (8b/10b up to 5 GT/s, 128b/130b from 8 GT/s, 242/256 FLIT at 64 GT/s);
+  (8b/10b up to 5 GT/s, 128b/130b from 8 GT/s, 242/256 FLIT at 64 GT/s); a speed that is
+  missing or unknown is taken as 8 GT/s and a missing width as 16 lanes, as NCCL does
+  (logged once per file on the ``mccl`` logger);
 * ``<nvlink count=C tclass=T>``: ``C`` links of the GPU's NVLink generation (from its
   ``sm``: :data:`NVLINK_GBPS_BY_SM`) in each direction: to the host's NVSwitch ``nvs``
   (class 0x068000; every NVSwitch of a host is merged into one, as NCCL does: forwarding
   through parallel non-blocking planes is forwarding through one), to another GPU
-  (0x0302xx / 0x0300xx; each GPU lists its own direction) or to its CPU (0x0604xx);
+  (class 0x03xxxx; each GPU lists its own direction) or to its CPU (0x068001, POWER9);
 * a PCI bridge (class 0x0604xx) is a switch node ``pcisw{n}``, a CPU a switch ``cpu{numa}``
   (the CPUs of a host are joined pairwise by an SMP link of ``smp_gbps``);
 * a ``<nic>`` is a switch node ``nic{n}``; each ``<net>`` in it is a port of ``speed``
@@ -24,6 +26,7 @@ per direction, µs):
 
 from __future__ import annotations
 
+import logging
 import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -46,10 +49,16 @@ SMP_LATENCY_US = 0.1
 NIC_LATENCY_US = 0.5
 #: the link between two CPUs of a host (Gbps; a UPI/xGMI link set, roughly)
 SMP_GBPS = 320.0
-NVSWITCH_CLASS = 0x0680
-GPU_CLASSES = (0x0300, 0x0302)
+#: NVLink target classes (NCCL's): an NVSwitch, a CPU; a GPU is any 0x03xxxx
+NVSWITCH_CLASS = 0x068000
+CPU_CLASS = 0x068001
+#: a PCI bridge or switch (class 0x0604xx)
 BRIDGE_CLASS = 0x0604
+#: what NCCL assumes for a PCIe link whose speed or width it cannot read
+FALLBACK_GTS = 8.0
+FALLBACK_WIDTH = 16
 _SPEED = re.compile(r"\s*(\d+(?:\.\d+)?)\s*GT/s", re.IGNORECASE)
+_log = logging.getLogger("mccl")
 
 
 def nvlink_gbps_per_link(sm: int) -> float:
@@ -60,19 +69,22 @@ def nvlink_gbps_per_link(sm: int) -> float:
     raise TopologyError(f"sm {sm}: no NVLink generation before sm 60 (P100); pass nvlink_gbps")
 
 
-def pcie_gbps(link_speed: str, link_width: str, where: str) -> float:
-    """Gbps per direction of a PCIe link (``"32.0 GT/s PCIe"``, ``"16"``) after encoding."""
+def pcie_gbps(link_speed: str | None, link_width: str | None, where: str) -> tuple[float, bool]:
+    """Gbps per direction of a PCIe link (``"32.0 GT/s PCIe"``, ``"16"``) after encoding,
+    and whether the speed or width was unknown (then 8 GT/s, 16 lanes, as NCCL assumes)."""
     match = _SPEED.match(link_speed or "")
     try:
-        width = int(link_width)
-    except (TypeError, ValueError):
-        width = 0
-    if not match or width < 1 or width > 64:
-        raise TopologyError(f"{where}: link_speed {link_speed!r} / link_width {link_width!r} is not a PCIe "
-                            "link like '32.0 GT/s PCIe' x '16'; fix the file or remove both attributes")
-    gts = float(match.group(1))
+        width = int(link_width or 0)
+    except ValueError:
+        width = -1
+    if width < 0 or width > 64:
+        raise TopologyError(f"{where}: link_width {link_width!r} is not a lane count in 1..64; fix the file "
+                            "or remove the attribute")
+    gts = float(match.group(1)) if match else FALLBACK_GTS
+    if not 0 < gts <= 1000:
+        raise TopologyError(f"{where}: link_speed {link_speed!r} is out of range; fix the file or remove it")
     encoding = 8 / 10 if gts < 8 else 242 / 256 if gts >= 64 else 128 / 130
-    return gts * width * encoding
+    return gts * (width or FALLBACK_WIDTH) * encoding, match is None or width == 0
 
 
 class _Host:
@@ -87,6 +99,7 @@ class _Host:
         self.nics = 0
         self.has_nvswitch = False
         self.pending_nvlinks: list[tuple[str, ET.Element, int]] = []
+        self.assumed: list[str] = []
 
     def cable(self, a: str, b: str, gbps: float, lat: float, medium: str) -> None:
         self.spec.links += [(a, b, gbps, lat, medium), (b, a, gbps, lat, medium)]
@@ -141,16 +154,15 @@ class _Host:
         busid = el.get("busid", "?").lower()
         where = f"{self.spec.name}: <pci busid={busid!r}>"
         klass = _int(el.get("class", "0"), f"{where} class", base=16) >> 8
-        if el.get("link_speed") is None and el.get("link_width") is None:
-            gbps = None
-        else:
-            gbps = pcie_gbps(el.get("link_speed", ""), el.get("link_width", ""), where)
+        gbps, assumed = pcie_gbps(el.get("link_speed"), el.get("link_width"), where)
+        if assumed and (el.find("gpu") is not None or el.find("nic") is not None or klass == BRIDGE_CLASS):
+            self.assumed.append(busid)
         gpu = el.find("gpu")
         nic = el.find("nic")
         if gpu is not None:
             gid = self.gpu_by_busid[busid]
             self.cpu_of[gid] = cpu
-            self.cable(gid, parent, _need(gbps, where), PCIE_LATENCY_US, "pcie")
+            self.cable(gid, parent, gbps, PCIE_LATENCY_US, "pcie")
             sm = _int(gpu.get("sm"), f"{where} <gpu> sm")
             for sub in gpu:
                 if sub.tag == "nvlink":
@@ -165,12 +177,12 @@ class _Host:
             sid = f"pcisw{self.switches}"
             self.switches += 1
             self.spec.nodes.append((sid, "switch", {"busid": busid, "role": "pci-switch"}))
-            self.cable(sid, parent, _need(gbps, where), PCIE_LATENCY_US, "pcie")
+            self.cable(sid, parent, gbps, PCIE_LATENCY_US, "pcie")
             for child in el:
                 self._child(child, sid, cpu)
         # other PCI devices (storage, ...) carry no collective traffic: left out
 
-    def _nic(self, el: ET.Element, parent: str, pci: tuple[float | None, str] | None) -> None:
+    def _nic(self, el: ET.Element, parent: str, pci: tuple[float, str] | None) -> None:
         nid = f"nic{self.nics}"
         self.nics += 1
         self.spec.nodes.append((nid, "switch", {"role": "nic"}))
@@ -184,13 +196,13 @@ class _Host:
         if total == 0:
             raise TopologyError(f"{self.spec.name}: a <nic> holds no <net> port")
         # a NIC straight under a CPU (no PCI element) is joined at its ports' speed
-        gbps = total if pci is None or pci[0] is None else pci[0]
+        gbps = total if pci is None else pci[0]
         self.cable(nid, parent, gbps, PCIE_LATENCY_US, "pcie")
 
     def _nvlink(self, gid: str, el: ET.Element, sm: int) -> None:
         where = f"{self.spec.name}: GPU {gid} <nvlink target={el.get('target', '?')!r}>"
         count = _int(el.get("count"), f"{where} count")
-        klass = _int(el.get("tclass", "0"), f"{where} tclass", base=16) >> 8
+        klass = _int(el.get("tclass", "0"), f"{where} tclass", base=16)
         per_link = self.nvlink_gbps or nvlink_gbps_per_link(sm)
         gbps = count * per_link
         if count < 1:
@@ -200,16 +212,16 @@ class _Host:
                 self.spec.nodes.append(("nvs", "switch", {"role": "nvswitch"}))
                 self.has_nvswitch = True
             self.cable(gid, "nvs", gbps, NVLINK_LATENCY_US, "nvlink")
-        elif klass in GPU_CLASSES:
+        elif klass >> 16 == 0x03:
             other = self.gpu_by_busid.get(el.get("target", "").lower())
             if other is None:
                 raise TopologyError(f"{where}: no GPU with that busid in this file")
             self.spec.links.append((gid, other, gbps, NVLINK_LATENCY_US, "nvlink"))
-        elif klass == BRIDGE_CLASS:
+        elif klass == CPU_CLASS:
             self.cable(gid, self.cpu_of[gid], gbps, NVLINK_LATENCY_US, "nvlink")
         else:
             raise TopologyError(f"{where}: tclass {el.get('tclass')!r} is neither an NVSwitch (0x068000), "
-                                "a GPU (0x030200/0x030000) nor a CPU (0x060400)")
+                                "a GPU (0x03xxxx) nor a CPU (0x068001)")
 
     def _mirror_gpu_links(self) -> None:
         """A GPU-GPU NVLink listed by one side only gets the same capacity back."""
@@ -237,12 +249,6 @@ def _float(text: Any, what: str) -> float:
     return value
 
 
-def _need(gbps: float | None, where: str) -> float:
-    if gbps is None:
-        raise TopologyError(f"{where}: no link_speed / link_width; the PCIe link's capacity is unknown")
-    return gbps
-
-
 def parse_nccl_xml(text: str | bytes, name: str = "host", *, nvlink_gbps: float | None = None,
                    smp_gbps: float = SMP_GBPS, nic_latency_us: float = NIC_LATENCY_US) -> HostSpec:
     """One host of an NCCL topology XML document (module docstring).  ``nvlink_gbps``
@@ -255,6 +261,9 @@ def parse_nccl_xml(text: str | bytes, name: str = "host", *, nvlink_gbps: float 
         raise TopologyError(f"{name}: the root element is <{root.tag}>, an NCCL topology file's is <system>")
     host = _Host(name, nvlink_gbps, smp_gbps, nic_latency_us)
     host.walk(root)
+    if host.assumed:
+        _log.warning("%s: %d PCIe link(s) without a known speed or width (%s...) taken as %g GT/s x %d, "
+                     "as NCCL assumes", name, len(host.assumed), host.assumed[0], FALLBACK_GTS, FALLBACK_WIDTH)
     return host.spec
 
 
