@@ -75,7 +75,9 @@ def join_hosts(hosts: Sequence[HostSpec], network: str = "rail", *, name: str | 
         for k, (nic, gbps, lat) in enumerate(host.nic_ports):
             sw = b.node(f"rail{k}" if network == "rail" else "net", "switch")
             b.cable(p + nic, sw, gbps, lat, medium="net")
-    label = name or f"{source or 'cluster'}-{len(hosts)}x{len(hosts[0].gpus)}"
+    sizes = {len(h.gpus) for h in hosts}
+    shape = f"{len(hosts)}x{sizes.pop()}" if len(sizes) == 1 else f"{sum(len(h.gpus) for h in hosts)}gpus"
+    label = name or f"{source or 'cluster'}-{shape}"
     return b.document(label, {"source": {"format": source, "hosts": [h.name for h in hosts],
                                             "network": network}})
 
