@@ -161,3 +161,15 @@ def test_direct_nvlinks_between_gpus_and_to_the_cpu():
     # the NVLink and the PCIe x8 cable of GPU 1 and its CPU are parallel: merged on loading
     topo = mo.Topology.from_dict(join_hosts([spec], "none"))
     assert topo.link("h0g1", "h0cpu0").capacity_gbps == pytest.approx(600.0 + 16 * 8 * 128 / 130)
+
+
+def test_hostile_xml_is_a_typed_error():
+    n = 5000
+    deep = ("<system><cpu>" + '<pci class="0x060400" link_speed="8 GT/s" link_width="16">' * n
+            + '<pci busid="a" class="0x030200"><gpu dev="0" sm="90"/></pci>' + "</pci>" * n + "</cpu></system>")
+    with pytest.raises(mo.TopologyError, match="nested more than"):
+        parse_nccl_xml(deep)
+    laughs = "".join(f'<!ENTITY e{i} "{f"&e{i - 1};" * 10 if i else "x" * 10}">' for i in range(9))
+    bomb = f'<?xml version="1.0"?><!DOCTYPE s [{laughs}]><system name="&e8;"></system>'
+    with pytest.raises(mo.TopologyError, match="not well-formed"):
+        parse_nccl_xml(bomb)

@@ -141,3 +141,9 @@ def test_cli_peers_round_trip(tmp_path, capsys):
     (tmp_path / "bad.json").write_text('{"capacity": 3}')
     assert main(["topo", "teccl", str(tmp_path / "bad.json")]) == 2
     assert capsys.readouterr().err.startswith("error:")
+
+
+def test_forestcoll_trees_off_the_fabric_are_a_schedule_error():
+    xml = "".join(f'<tree root="s0h0g{g}" nchunks="1"><send path="s0h0g{g},s0h0g{1 - g}"/></tree>' for g in (0, 1))
+    with pytest.raises(mo.ScheduleError, match="do not fit"):
+        from_forestcoll_xml(xml, hpn(1, 1, 2))

@@ -18,7 +18,7 @@ import xml.etree.ElementTree as ET
 from fractions import Fraction
 from typing import Callable, Mapping
 
-from ..errors import ScheduleError
+from ..errors import ScheduleError, TopologyError
 from ..schedule import Schedule, TreeChunk, bottleneck_links, schedule_rate, share_loads
 from ..topology import Topology
 
@@ -102,7 +102,7 @@ def from_forestcoll_xml(text: str | bytes, topo: Topology, *,
     chunks = [TreeChunk(src, count / k, edges) for src, count, edges in raw_trees]
     try:
         loads = share_loads(topo, chunks)
-    except Exception as exc:                         # a hop that is no link, an unknown node
+    except TopologyError as exc:                     # a hop that is no link, an unknown node
         raise ScheduleError(f"the trees do not fit {topo.name!r}: {exc}") from None
     rate = schedule_rate(topo, loads)
     return Schedule("allgather", topo.name, topo.gpus, rate, rate, k, chunks,

@@ -57,6 +57,8 @@ BRIDGE_CLASS = 0x0604
 #: what NCCL assumes for a PCIe link whose speed or width it cannot read
 FALLBACK_GTS = 8.0
 FALLBACK_WIDTH = 16
+#: PCI switches nested deeper than this are refused (real hosts have 2-3 levels)
+MAX_PCI_DEPTH = 32
 _SPEED = re.compile(r"\s*(\d+(?:\.\d+)?)\s*GT/s", re.IGNORECASE)
 _log = logging.getLogger("mccl")
 
@@ -116,7 +118,7 @@ class _Host:
             cid = f"cpu{cpu.get('numaid', n)}"
             self.spec.nodes.append((cid, "switch", {"role": "cpu"}))
             for child in cpu:
-                self._child(child, cid, cid)
+                self._child(child, cid, cid, 0)
         cids = [i for i, _, extra in self.spec.nodes if extra.get("role") == "cpu"]
         for a in range(len(cids)):
             for b in range(a + 1, len(cids)):
@@ -144,15 +146,18 @@ class _Host:
             raise TopologyError(f"{self.spec.name}: two GPUs share a {'rank' if use_rank else 'dev'} number")
         return out
 
-    def _child(self, el: ET.Element, parent: str, cpu: str) -> None:
+    def _child(self, el: ET.Element, parent: str, cpu: str, depth: int) -> None:
         if el.tag == "nic":
             self._nic(el, parent, None)
         elif el.tag == "pci":
-            self._pci(el, parent, cpu)
+            self._pci(el, parent, cpu, depth)
 
-    def _pci(self, el: ET.Element, parent: str, cpu: str) -> None:
+    def _pci(self, el: ET.Element, parent: str, cpu: str, depth: int) -> None:
         busid = el.get("busid", "?").lower()
         where = f"{self.spec.name}: <pci busid={busid!r}>"
+        if depth >= MAX_PCI_DEPTH:
+            raise TopologyError(f"{where}: PCI elements nested more than {MAX_PCI_DEPTH} deep; "
+                                "is this an NCCL topology dump?")
         klass = _int(el.get("class", "0"), f"{where} class", base=16) >> 8
         gbps, assumed = pcie_gbps(el.get("link_speed"), el.get("link_width"), where)
         if assumed and (el.find("gpu") is not None or el.find("nic") is not None or klass == BRIDGE_CLASS):
@@ -179,7 +184,7 @@ class _Host:
             self.spec.nodes.append((sid, "switch", {"busid": busid, "role": "pci-switch"}))
             self.cable(sid, parent, gbps, PCIE_LATENCY_US, "pcie")
             for child in el:
-                self._child(child, sid, cpu)
+                self._child(child, sid, cpu, depth + 1)
         # other PCI devices (storage, ...) carry no collective traffic: left out
 
     def _nic(self, el: ET.Element, parent: str, pci: tuple[float, str] | None) -> None:
