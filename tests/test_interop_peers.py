@@ -147,3 +147,12 @@ def test_forestcoll_trees_off_the_fabric_are_a_schedule_error():
     xml = "".join(f'<tree root="s0h0g{g}" nchunks="1"><send path="s0h0g{g},s0h0g{1 - g}"/></tree>' for g in (0, 1))
     with pytest.raises(mo.ScheduleError, match="do not fit"):
         from_forestcoll_xml(xml, hpn(1, 1, 2))
+
+
+@pytest.mark.parametrize("doc", [{"nodes": [{"x": 1}], "links": [{"source": 0}]}, {"nodes": 3},
+                                 {"nodes": [{"id": "a"}, {"id": "b"}], "links": [{"source": "a", "target": "b"}]}])
+def test_malformed_node_link_graphs_exit_2(tmp_path, capsys, doc):
+    path = tmp_path / "g.json"
+    path.write_text(json.dumps(doc))
+    assert main(["topo", "networkx", str(path)]) == 2
+    assert capsys.readouterr().err.startswith("error:")

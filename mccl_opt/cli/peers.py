@@ -76,13 +76,16 @@ def _node_link(data):
 
     if not isinstance(data, dict) or "nodes" not in data:
         raise TopologyError("a node-link graph is an object with 'nodes' and 'links' (or 'edges')")
+    import inspect
+
     key = "edges" if "edges" in data else "links"
+    # networkx >= 3.4 names the keyword edges=, older ones link=
+    keyword = "edges" if "edges" in inspect.signature(nx.node_link_graph).parameters else "link"
     try:
-        return nx.node_link_graph(data, edges=key)
-    except TypeError:                                # networkx < 3.4 names it link=
-        return nx.node_link_graph(data, link=key)
-    except (KeyError, ValueError, nx.NetworkXError) as exc:
-        raise TopologyError(f"not a node-link graph ({type(exc).__name__}: {exc})") from None
+        return nx.node_link_graph(data, **{keyword: key})
+    except (KeyError, ValueError, TypeError, nx.NetworkXError) as exc:
+        raise TopologyError(f"not a node-link graph ({type(exc).__name__}: {exc}); write it with "
+                            "networkx.node_link_data") from None
 
 
 def _export_forestcoll(args: argparse.Namespace) -> int:
