@@ -147,3 +147,12 @@ def test_every_option_has_help_that_states_its_default():
                     missing.append(f"{path} {a.option_strings or a.dest}: default {a.default!r} not stated")
     walk(build_parser(), "mccl")
     assert missing == []
+
+
+def test_every_command_names_topologies_the_same_way(capsys):
+    from instances.names import resolve_topology
+
+    assert resolve_topology("hpn 1x2x4") == resolve_topology("hpn-1x2x4") == hpn(1, 2, 4)
+    # the controller reads --topology like every other command (before binding anything)
+    assert main(["controller", "serve", "--topology", "no-such-fabric", "--bind", "tcp://127.0.0.1:0"]) == 2
+    assert "neither a topology file nor an instance name" in capsys.readouterr().err
