@@ -156,3 +156,44 @@ def test_malformed_node_link_graphs_exit_2(tmp_path, capsys, doc):
     path.write_text(json.dumps(doc))
     assert main(["topo", "networkx", str(path)]) == 2
     assert capsys.readouterr().err.startswith("error:")
+
+
+def test_teccl_flows_round_trip_and_check_reads_peers(tmp_path, capsys):
+    from mccl_opt.interop.teccl_flows import from_teccl_flows, to_teccl_flows
+
+    topo = fail2(hpn(1, 2, 4))
+    sched = mo.solve_allgather(topo)
+    data = json.loads(json.dumps(to_teccl_flows(sched, topo)))
+    back = from_teccl_flows(data, topo)
+    share = {}
+    for c in back.chunks:                                   # m chunks of 1/k make one tree of m/k back
+        share[(c.src, c.edges)] = share.get((c.src, c.edges), 0.0) + c.share
+    assert share == pytest.approx({(c.src, c.edges): c.share for c in sched.chunks})
+    assert back.rate_gbps == pytest.approx(sched.rate_gbps)
+    topo.save(tmp_path / "t.json")
+    sched.save(tmp_path / "ag.json")
+    assert main(["export", "teccl-flows", str(tmp_path / "ag.json"), "--topology", str(tmp_path / "t.json"),
+                 "-o", str(tmp_path / "flows.json")]) == 0
+    assert main(["export", "forestcoll", str(tmp_path / "ag.json"), "-o", str(tmp_path / "trees.xml")]) == 0
+    capsys.readouterr()
+    for peer in ("flows.json", "trees.xml"):               # mccl check reads both, on the fabric given
+        assert main(["check", str(tmp_path / "t.json"), str(tmp_path / peer), "--json"]) == 0
+        info = json.loads(capsys.readouterr().out)
+        assert info["valid"] and info["rate_gbps"] == pytest.approx(sched.rate_gbps)
+
+
+def test_teccl_flows_by_hand_on_a_ring():
+    """Four GPUs in a one-way ring of 100 Gbps links (TE-CCL numbering n0..n3): each
+    source's one chunk goes around; every link carries 3 trees, so x = 100 / 3."""
+    from mccl_opt.interop.teccl_flows import from_teccl_flows
+
+    topo = from_teccl({"capacity": [[0, 12.5, 0, 0], [0, 0, 12.5, 0], [0, 0, 0, 12.5], [12.5, 0, 0, 0]]})
+    lines = [f"Chunk 0 from {s} traveled over {(s + h) % 4}->{(s + h + 1) % 4} in epoch {h}"
+             for s in range(4) for h in range(3)]
+    lines.append("Chunk 0 from 0 traveled over 3->0 in epoch 3")      # a delivery back to the source: no edge
+    sched = from_teccl_flows({"7-Flows": lines}, topo)
+    assert sched.rate_gbps == pytest.approx(100 / 3) and mo.check(topo, sched).valid
+    with pytest.raises(mo.ScheduleError, match="7-Flows"):
+        from_teccl_flows({"7-Flows": ["Chunk zero from 1"]}, topo)
+    with pytest.raises(mo.ScheduleError, match="not a node"):
+        from_teccl_flows({"7-Flows": ["Chunk 0 from 9 traveled over 9->1 in epoch 0"]}, topo)

@@ -25,7 +25,9 @@ from ..tables import print_json, print_table
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("check", help="validate a schedule file against a topology file")
     p.add_argument("topology", help="topology: a mccl-topology/1 file, a library name (hpn-1x2x8-fail2, dgx-8) or hpn-SxHxN[-failK]")
-    p.add_argument("schedule", help="the schedule file to check (mccl-schedule/1, /2 or /3, .gz too)")
+    p.add_argument("schedule", help="the schedule file to check (mccl-schedule/1, /2 or /3, .gz too; "
+                   "also ForestColl tree XML (*.xml) or a TE-CCL AllGather output with '7-Flows', read "
+                   "on TOPOLOGY)")
     p.add_argument("--strict", action="store_true",
                    help="also fail (exit 2) when the schedule runs at another rate than it states")
     p.add_argument("--members", metavar="GPU,GPU,...",
@@ -74,6 +76,29 @@ def _fabric(topo, sched, members: str | None):
     return sub.topology, f"the sub-fabric its {len(sub.gpus)} members induce in {topo.name} ({how})"
 
 
+def load_any_schedule(path: str, topo):
+    """An MCCL schedule file, or a peer's AllGather schedule read on ``topo``
+    (docs/interop.md): ForestColl tree XML (a file ending in ``.xml``) or a TE-CCL output
+    (JSON with ``7-Flows``, tried only when the file is no MCCL schedule)."""
+    from ..errors import ScheduleError
+    from ..files import read_bounded, read_json
+    from ..schedule import Schedule
+
+    if path.endswith(".xml"):
+        from ..interop.forestcoll import from_forestcoll_xml
+
+        return from_forestcoll_xml(read_bounded(path, ScheduleError, "ForestColl tree XML"), topo)
+    try:
+        return Schedule.load(path)
+    except ScheduleError:
+        data = read_json(path, ScheduleError, "schedule")
+        if not (isinstance(data, dict) and "7-Flows" in data and "format" not in data):
+            raise
+    from ..interop.teccl_flows import from_teccl_flows
+
+    return from_teccl_flows(data, topo)
+
+
 def _subset(topo, sched) -> bool:
     """``sched``'s GPUs are fewer than ``topo``'s and all GPUs of it."""
     return len(sched.gpus) < topo.num_gpus and all(topo.has_node(g) and topo.is_gpu(g) for g in sched.gpus)
@@ -82,11 +107,10 @@ def _subset(topo, sched) -> bool:
 def _check(args: argparse.Namespace) -> int:
     from ..check_result import check
     from ..errors import ScheduleError
-    from ..schedule import Schedule
     from ._inputs import load_topology
 
     topo = load_topology(args.topology)
-    sched = Schedule.load(args.schedule)
+    sched = load_any_schedule(args.schedule, topo)
     topo, sub_fabric = _fabric(topo, sched, args.members)
     problem = gpu_mismatch(topo, sched)
     if problem:

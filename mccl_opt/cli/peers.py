@@ -1,5 +1,5 @@
-"""``mccl topo teccl|taccl|networkx`` and ``mccl export forestcoll|teccl|taccl``: fabrics
-and schedules in the formats of other synthesizers (docs/interop.md)."""
+"""``mccl topo teccl|taccl|networkx`` and ``mccl export forestcoll|teccl-flows|teccl|taccl``:
+fabrics and schedules in the formats of other synthesizers (docs/interop.md)."""
 
 from __future__ import annotations
 
@@ -38,6 +38,11 @@ def register_exports(group: argparse._SubParsersAction) -> None:
     f.add_argument("schedule", help="an AllGather schedule file")
     f.add_argument("-o", "--output", required=True, metavar="FILE", help="XML file to write")
     f.set_defaults(handler=_export_forestcoll)
+    t = group.add_parser("teccl-flows", help="write an AllGather schedule as TE-CCL's flow lines (JSON)")
+    t.add_argument("schedule", help="an AllGather schedule file")
+    t.add_argument("--topology", required=True, help=TOPO_HELP + " (the schedule's fabric: numbers its nodes)")
+    t.add_argument("-o", "--output", required=True, metavar="FILE", help="JSON file to write")
+    t.set_defaults(handler=_export_flows)
     for fmt in ("teccl", "taccl"):
         p = group.add_parser(fmt, help=f"write a topology as {fmt.upper()} matrices (JSON)")
         p.add_argument("topology", help=TOPO_HELP)
@@ -98,6 +103,20 @@ def _export_forestcoll(args: argparse.Namespace) -> int:
     with open(args.output, "w") as fh:
         fh.write(to_forestcoll_xml(sched))
     print(f"wrote {args.output} ({len(sched.chunks)} trees)", file=sys.stderr)
+    return 0
+
+
+def _export_flows(args: argparse.Namespace) -> int:
+    from ..interop.teccl_flows import FLOWS_KEY, to_teccl_flows
+    from ..schedule import Schedule
+    from ._guard import output_path
+    from ._inputs import load_topology
+
+    output_path(args.output, "-o")
+    data = to_teccl_flows(Schedule.load(args.schedule), load_topology(args.topology))
+    with open(args.output, "w") as fh:
+        json.dump(data, fh, indent=1)
+    print(f"wrote {args.output} ({len(data[FLOWS_KEY])} flow lines)", file=sys.stderr)
     return 0
 
 

@@ -9,7 +9,8 @@ Importers build a :class:`mccl_opt.Topology`; exporters write a
 * :mod:`.cluster` -- how hosts' NICs meet the network (rail-optimised, one switch);
 * :mod:`.networkx_graph` -- ``networkx`` digraphs (``Topology.from_networkx``);
 * :mod:`.capacity_matrix` -- TE-CCL capacity / TACCL link and inverse-bandwidth matrices;
-* :mod:`.forestcoll` -- ForestColl's spanning-tree XML for AllGather schedules.
+* :mod:`.forestcoll` -- ForestColl's spanning-tree XML for AllGather schedules;
+* :mod:`.teccl_flows` -- TE-CCL's AllGather output (its ``7-Flows`` lines).
 
 Nothing here is imported by ``import mccl_opt``.
 """

@@ -22,13 +22,13 @@ from ..errors import ScheduleError, TopologyError
 from ..schedule import Schedule, TreeChunk, bottleneck_links, schedule_rate, share_loads
 from ..topology import Topology
 
-__all__ = ["to_forestcoll_xml", "from_forestcoll_xml"]
+__all__ = ["to_forestcoll_xml", "from_forestcoll_xml", "share_denominator"]
 
 #: the largest ``k`` an export looks for (shares are multiples of ``1/k``)
 MAX_K = 1 << 16
 
 
-def _k(shares: list[float], hint: int | None) -> int:
+def share_denominator(shares: list[float], hint: int | None) -> int:
     """The smallest ``k`` with every share a multiple of ``1/k`` (within 1e-9)."""
     candidates = [hint] if hint else []
     candidates.append(math.lcm(*(Fraction(s).limit_denominator(MAX_K).denominator for s in shares)))
@@ -47,7 +47,7 @@ def to_forestcoll_xml(schedule: Schedule) -> str:
     bad = next((n for c in chunks for e in c.edges for n in e if "," in n), None)
     if bad is not None:
         raise ScheduleError(f"node id {bad!r} holds a comma, which ForestColl's path attribute separates nodes by")
-    k = _k([c.share for c in chunks], schedule.max_chunks)
+    k = share_denominator([c.share for c in chunks], schedule.max_chunks)
     root = ET.Element("trees", {"collective": "allgather", "topology": schedule.topology,
                                 "ngpus": str(schedule.num_gpus), "k": str(k)})
     index: dict[str, int] = {}
