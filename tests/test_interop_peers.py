@@ -197,3 +197,35 @@ def test_teccl_flows_by_hand_on_a_ring():
         from_teccl_flows({"7-Flows": ["Chunk zero from 1"]}, topo)
     with pytest.raises(mo.ScheduleError, match="not a node"):
         from_teccl_flows({"7-Flows": ["Chunk 0 from 9 traveled over 9->1 in epoch 0"]}, topo)
+
+
+@pytest.mark.parametrize("collective", ["allgather", "alltoall"])
+def test_msccl_xml_reads_back_as_the_schedule_it_was_written_from(collective, tmp_path, capsys):
+    from mccl_opt.interop.msccl_xml import from_msccl_xml
+    from mccl_opt.lowering.msccl import to_msccl_xml
+
+    topo = fail2(hpn(1, 2, 4))
+    sched = (mo.solve_allgather if collective == "allgather" else mo.solve_alltoall)(topo)
+    back = from_msccl_xml(to_msccl_xml(sched), topo)
+    assert back.collective == collective and mo.check(topo, back).valid
+    assert back.rate_gbps == pytest.approx(sched.rate_gbps)
+    # the loads per link are the schedule's (the XML splits shares into equal chunks)
+    from mccl_opt.schedule import share_loads
+    assert share_loads(topo, back.chunks) == pytest.approx(share_loads(topo, sched.chunks))
+    topo.save(tmp_path / "t.json")
+    (tmp_path / "algo.xml").write_text(to_msccl_xml(sched))
+    assert main(["check", str(tmp_path / "t.json"), str(tmp_path / "algo.xml"), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["rate_gbps"] == pytest.approx(sched.rate_gbps)
+
+
+def test_msccl_xml_for_another_fabric_is_refused():
+    from mccl_opt.interop.msccl_xml import from_msccl_xml
+    from mccl_opt.lowering.msccl import to_msccl_xml
+
+    xml = to_msccl_xml(mo.solve_allgather(hpn(1, 2, 2)))
+    with pytest.raises(mo.ScheduleError, match="4 GPUs"):
+        from_msccl_xml(xml, hpn(1, 2, 4))
+    with pytest.raises(mo.ScheduleError, match="only through another GPU"):
+        from_msccl_xml(xml, ring(4, bidirectional=False))     # ring: rank 0 -> 2 needs a relay
+    with pytest.raises(mo.ScheduleError):
+        from_msccl_xml("<algo/>", hpn(1, 2, 2))

@@ -20,14 +20,15 @@ silently taken for a communicator's).
 from __future__ import annotations
 
 import argparse
+import re
 from ..tables import print_json, print_table
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("check", help="validate a schedule file against a topology file")
     p.add_argument("topology", help="topology: a mccl-topology/1 file, a library name (hpn-1x2x8-fail2, dgx-8) or hpn-SxHxN[-failK]")
     p.add_argument("schedule", help="the schedule file to check (mccl-schedule/1, /2 or /3, .gz too; "
-                   "also ForestColl tree XML (*.xml) or a TE-CCL AllGather output with '7-Flows', read "
-                   "on TOPOLOGY)")
+                   "also MSCCL XML (TACCL's, *.xml), ForestColl tree XML (*.xml) or a TE-CCL AllGather "
+                   "output with '7-Flows', read on TOPOLOGY)")
     p.add_argument("--strict", action="store_true",
                    help="also fail (exit 2) when the schedule runs at another rate than it states")
     p.add_argument("--members", metavar="GPU,GPU,...",
@@ -77,17 +78,21 @@ def _fabric(topo, sched, members: str | None):
 
 
 def load_any_schedule(path: str, topo):
-    """An MCCL schedule file, or a peer's AllGather schedule read on ``topo``
-    (docs/interop.md): ForestColl tree XML (a file ending in ``.xml``) or a TE-CCL output
-    (JSON with ``7-Flows``, tried only when the file is no MCCL schedule)."""
+    """An MCCL schedule file, or a peer's schedule read on ``topo`` (docs/interop.md): a
+    file ending in ``.xml`` is MSCCL XML (``<algo>``: TACCL, MSCCLang, ``mccl export
+    msccl``) or ForestColl tree XML; a TE-CCL AllGather output (JSON with ``7-Flows``) is
+    tried when the file is no MCCL schedule."""
     from ..errors import ScheduleError
     from ..files import read_bounded, read_json
     from ..schedule import Schedule
 
     if path.endswith(".xml"):
         from ..interop.forestcoll import from_forestcoll_xml
+        from ..interop.msccl_xml import from_msccl_xml
 
-        return from_forestcoll_xml(read_bounded(path, ScheduleError, "ForestColl tree XML"), topo)
+        raw = read_bounded(path, ScheduleError, "algorithm XML")
+        msccl = re.match(rb"\s*(<\?xml[^>]*>\s*)?<algo\b", raw[:4096]) is not None
+        return from_msccl_xml(raw, topo) if msccl else from_forestcoll_xml(raw, topo)
     try:
         return Schedule.load(path)
     except ScheduleError:

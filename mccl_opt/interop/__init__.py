@@ -10,7 +10,8 @@ Importers build a :class:`mccl_opt.Topology`; exporters write a
 * :mod:`.networkx_graph` -- ``networkx`` digraphs (``Topology.from_networkx``);
 * :mod:`.capacity_matrix` -- TE-CCL capacity / TACCL link and inverse-bandwidth matrices;
 * :mod:`.forestcoll` -- ForestColl's spanning-tree XML for AllGather schedules;
-* :mod:`.teccl_flows` -- TE-CCL's AllGather output (its ``7-Flows`` lines).
+* :mod:`.teccl_flows` -- TE-CCL's AllGather output (its ``7-Flows`` lines);
+* :mod:`.msccl_xml` -- MSCCL XML algorithms (TACCL's, MSCCLang's) read back as schedules.
 
 Nothing here is imported by ``import mccl_opt``.
 """
