@@ -156,3 +156,14 @@ def test_every_command_names_topologies_the_same_way(capsys):
     # the controller reads --topology like every other command (before binding anything)
     assert main(["controller", "serve", "--topology", "no-such-fabric", "--bind", "tcp://127.0.0.1:0"]) == 2
     assert "neither a topology file nor an instance name" in capsys.readouterr().err
+
+
+def test_old_and_new_flag_spellings_agree(tmp_path, capsys):
+    assert main(["topo", "hpn", "--shape", "1x2x2", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["gpus"] == 4
+    assert main(["topo", "hpn"]) == 2 and "give the shape once" in capsys.readouterr().err
+    from mccl_opt.cli import build_parser
+
+    bench = build_parser().parse_args(["bench", "-o", "b.json", "--backend", "highs", "--shape", "1x2x2"])
+    old = build_parser().parse_args(["bench", "--out", "b.json", "--backends", "highs", "--sizes", "1x2x2"])
+    assert (bench.out, bench.backends, bench.sizes) == (old.out, old.backends, old.sizes)

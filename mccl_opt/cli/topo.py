@@ -51,7 +51,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     tsub = p.add_subparsers(dest="topo_command", metavar="ACTION")
     tsub.required = True
     h = tsub.add_parser("hpn", help="build an HPN rail-optimized fabric SxHxN (paper §6.1)")
-    h.add_argument("shape", help="segments x hosts x GPUs per host, e.g. 1x2x8")
+    h.add_argument("shape", nargs="?", help="segments x hosts x GPUs per host, e.g. 1x2x8")
+    h.add_argument("--shape", dest="shape_option", metavar="SxHxN",
+                   help="the same as SHAPE (the spelling `mccl demo` and `mccl loop` use)")
     _failure(h)
     _outputs(h)
     h.set_defaults(handler=_build, make=_hpn)
@@ -98,7 +100,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _hpn(args: argparse.Namespace):
     from instances import hpn, parse_shape
 
-    return hpn(*parse_shape(args.shape))
+    from ..errors import InputError
+
+    if (args.shape is None) == (args.shape_option is None):
+        raise InputError("give the shape once: `mccl topo hpn 1x2x8` or `mccl topo hpn --shape 1x2x8`")
+    return hpn(*parse_shape(args.shape or args.shape_option))
 
 
 def _dgx(args: argparse.Namespace):
