@@ -41,7 +41,7 @@ def test_unknown_pcie_speed_is_assumed_like_nccl_and_logged(caplog):
 
 
 def test_dgx_h100_host_capacities():
-    topo = mo.Topology.from_nccl_xml(DGX)
+    topo = mo.Topology.from_nccl_xml(DGX, cpu_paths=True)
     assert topo.num_gpus == 8 and topo.gpus[0] == "h0g0"
     for g in topo.gpus:
         assert topo.link(g, "h0nvs").capacity_gbps == pytest.approx(18 * 200.0)   # NVLink4: 25 GB/s x 18
@@ -53,6 +53,18 @@ def test_dgx_h100_host_capacities():
     assert topo.link("h0cpu0", "h0cpu1").capacity_gbps == 320.0
     assert len(topo.switches) == 2 + 4 + 8 + 1          # CPUs, PCIe switches, NICs, NVSwitch
     assert topo.node("h0g3").extra["busid"] == "0000:3d:00.0"
+    # by default the CPUs are left out: NVLink joins the GPUs, each NIC shares a switch with two
+    lean = mo.Topology.from_nccl_xml(DGX)
+    assert len(lean.switches) == 4 + 8 + 1 and not lean.has_node("h0cpu0")
+    assert {(l.src, l.dst) for l in lean.links} == {(l.src, l.dst) for l in topo.links
+                                                     if "cpu" not in l.src + l.dst}
+
+
+def test_cpus_stay_when_the_host_needs_them():
+    # no NVLink: the GPUs meet only through the CPUs, so they are kept
+    xml = DGX.read_text().replace('<nvlink target="fffffff:ffff:ff" count="18" tclass="0x068000"/>', "")
+    kept = mo.Topology.from_dict(join_hosts([parse_nccl_xml(xml)], "none"))
+    assert kept.has_link("h0cpu0", "h0cpu1") and kept.has_link("h0pcisw0", "h0cpu0")
 
 
 def test_cloud_instance_merges_nvswitches_and_reads_nic_speed():
@@ -92,7 +104,7 @@ def _hand_written_two_dgx() -> dict:
 
 def test_two_host_cluster_is_the_hand_written_fabric_and_solves_to_its_rate(tmp_path, capsys):
     out = tmp_path / "c.json"
-    assert main(["topo", "nccl", str(DGX), "--hosts", "2", "--network", "rail", "-o", str(out)]) == 0
+    assert main(["topo", "nccl", str(DGX), "--hosts", "2", "--network", "rail", "--cpu-paths", "-o", str(out)]) == 0
     imported = mo.Topology.load(out)
     by_hand = mo.Topology.from_dict(_hand_written_two_dgx())
     assert imported.gpus == by_hand.gpus
@@ -102,6 +114,11 @@ def test_two_host_cluster_is_the_hand_written_fabric_and_solves_to_its_rate(tmp_
     assert a.rate_gbps == pytest.approx(b.rate_gbps)
     # every GPU sends 8 blocks across hosts through the 8 x 400 Gbps NICs: z <= 3200 / 64
     assert a.lp_rate_gbps == pytest.approx(3200 / 64)
+    # without the CPUs (the default) the same rates: NCCL's routes carry them
+    lean = mo.Topology.from_nccl_xml(DGX, hosts=2)
+    assert mo.solve_alltoall(lean).rate_gbps == pytest.approx(a.rate_gbps)
+    # AllGather: the one-GPU cut, NVLink 3600 + PCIe 504.12 into each GPU, shared by 15 shards
+    assert mo.solve_allgather(lean).lp_rate_gbps == pytest.approx((3600 + GEN5_X16) / 15)
 
 
 def test_gpu_order_follows_the_rank_attribute():
@@ -159,7 +176,7 @@ def test_direct_nvlinks_between_gpus_and_to_the_cpu():
     assert nvlinks[("g0", "g1")] == 4 * 112.5 == nvlinks[("g1", "g0")]      # mirrored
     assert nvlinks[("g1", "cpu0")] == 3 * 200.0 == nvlinks[("cpu0", "g1")]
     # the NVLink and the PCIe x8 cable of GPU 1 and its CPU are parallel: merged on loading
-    topo = mo.Topology.from_dict(join_hosts([spec], "none"))
+    topo = mo.Topology.from_dict(join_hosts([spec], "none", cpu_paths=True))
     assert topo.link("h0g1", "h0cpu0").capacity_gbps == pytest.approx(600.0 + 16 * 8 * 128 / 130)
 
 

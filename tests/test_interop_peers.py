@@ -117,9 +117,10 @@ def test_nvidia_smi_direct_nvlinks_and_errors(tmp_path):
             "GPU0\tX\tNV4\tNV2\t0-7\t0\nGPU1\tNV4\tX\tSYS\t0-7\t0\nGPU2\tNV2\tSYS\tX\t8-15\t1\n")
     path = tmp_path / "smi.txt"
     path.write_text(text)
-    topo = mo.Topology.from_nvidia_smi(path, nvlink_gbps=100.0)
+    topo = mo.Topology.from_nvidia_smi(path, nvlink_gbps=100.0, cpu_paths=True)
     assert topo.link("h0g0", "h0g1").capacity_gbps == 400.0 and topo.link("h0g2", "h0g0").capacity_gbps == 200.0
     assert not topo.has_link("h0g1", "h0g2") and topo.has_link("h0cpu0", "h0cpu1")
+    assert mo.Topology.from_nvidia_smi(path).switches == ()       # NVLink joins them: CPUs left out
     path.write_text(text.replace("NV2\tSYS\tX", "NV2\tWAT\tX"))
     with pytest.raises(mo.TopologyError, match="unknown"):
         mo.Topology.from_nvidia_smi(path)

@@ -30,6 +30,9 @@ def _cluster_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--network", choices=["rail", "switch", "none"], default=None, help=NETWORK_HELP)
     p.add_argument("--nic-latency-us", type=_nonnegative, default=0.5,
                    help="latency of a NIC port's link to the network, µs (default 0.5)")
+    p.add_argument("--cpu-paths", action="store_true",
+                   help="keep the CPUs and SMP links (default: left out when NVLink joins the GPUs and "
+                        "every NIC shares a PCIe switch with a GPU, as NCCL routes; docs/interop.md)")
 
 
 def register(tsub: argparse._SubParsersAction) -> None:
@@ -107,7 +110,7 @@ def _nccl(args: argparse.Namespace) -> int:
 
     topo = Topology.from_nccl_xml([host_file(f, ".xml") for f in args.files], args.network, hosts=args.hosts,
                                   name=args.name, nvlink_gbps=args.nvlink_gbps, smp_gbps=args.smp_gbps,
-                                  nic_latency_us=args.nic_latency_us)
+                                  nic_latency_us=args.nic_latency_us, cpu_paths=args.cpu_paths)
     return _write(args, topo)
 
 
@@ -118,7 +121,7 @@ def _nvidia_smi(args: argparse.Namespace) -> int:
                                     hosts=args.hosts, name=args.name, nvlink_gbps=args.nvlink_gbps,
                                     pcie_gbps=args.pcie_gbps, nic_gbps=args.nic_gbps,
                                     smp_gbps=args.smp_gbps, nic_latency_us=args.nic_latency_us,
-                                    nvswitch=args.nvswitch)
+                                    nvswitch=args.nvswitch, cpu_paths=args.cpu_paths)
     return _write(args, topo)
 
 

@@ -12,6 +12,15 @@ says it (:data:`NETWORKS`):
 
 Node ids are the host's local ids prefixed with ``h{i}`` (``h1g3``: host 1's GPU 3);
 GPU ranks are host 0's GPUs in order, then host 1's, and so on.
+
+CPU paths: NCCL moves GPU-to-NIC data through the PCIe switch the two share (GPUDirect
+RDMA; ``NCCL_NET_GDR_LEVEL`` defaults to PXB) and GPU-to-GPU data over NVLink, never
+through a CPU's root complex or the SMP link while those exist.  So by default a host's
+CPUs are left out when its GPUs stay joined (NVLink) and every NIC stays joined to a GPU
+without them; ``cpu_paths=True`` keeps them (paths a schedule may then use).  Besides
+modelling NCCL, this keeps the synthesizers fast: with the CPUs, every PCIe switch of a
+host is one hop from every other, and ForestColl's exact packing on 64 GPUs passed its
+budget (docs/interop.md).
 """
 
 from __future__ import annotations
@@ -43,13 +52,36 @@ class HostSpec:
     def gpus(self) -> list[str]:
         return [i for i, kind, _ in self.nodes if kind == "gpu"]
 
+    def without_cpus(self) -> "HostSpec":
+        """This host without its CPU nodes (and their PCIe root, SMP and C2C links), when
+        its GPUs stay joined to each other and every NIC to a GPU without them; else
+        itself (module docstring, "CPU paths")."""
+        cpus = {i for i, _, extra in self.nodes if extra.get("role") == "cpu"}
+        if not cpus:
+            return self
+        links = [l for l in self.links if l[0] not in cpus and l[1] not in cpus]
+        adjacent: dict[str, set[str]] = {}
+        for src, dst, *_ in links:
+            adjacent.setdefault(src, set()).add(dst)
+            adjacent.setdefault(dst, set()).add(src)
+        gpus = self.gpus
+        seen, stack = {gpus[0]}, [gpus[0]]
+        while stack:
+            for v in adjacent.get(stack.pop(), ()):
+                if v not in seen:
+                    seen.add(v)
+                    stack.append(v)
+        if not set(gpus) <= seen or any(nic not in seen for nic, _, _ in self.nic_ports):
+            return self
+        return HostSpec(self.name, [n for n in self.nodes if n[0] not in cpus], links, list(self.nic_ports))
+
 
 def host_prefix(index: int) -> str:
     return f"h{index}"
 
 
 def join_hosts(hosts: Sequence[HostSpec], network: str = "rail", *, name: str | None = None,
-               source: str = "") -> dict[str, Any]:
+               source: str = "", cpu_paths: bool = False) -> dict[str, Any]:
     """The ``mccl-topology/1`` document of ``hosts`` joined by ``network`` (module
     docstring; ``Topology.from_dict`` reads it)."""
     if network not in NETWORKS:
@@ -60,6 +92,7 @@ def join_hosts(hosts: Sequence[HostSpec], network: str = "rail", *, name: str | 
         raise TopologyError(f"{len(hosts)} hosts with network 'none' cannot reach each other; "
                             "say how their NICs meet: network 'rail' or 'switch'")
     b = FabricBuilder()
+    hosts = list(hosts) if cpu_paths else [h.without_cpus() for h in hosts]
     for i, host in enumerate(hosts):
         if not host.gpus:
             raise TopologyError(f"host {i} ({host.name}) has no GPU")
@@ -79,12 +112,12 @@ def join_hosts(hosts: Sequence[HostSpec], network: str = "rail", *, name: str | 
     shape = f"{len(hosts)}x{sizes.pop()}" if len(sizes) == 1 else f"{sum(len(h.gpus) for h in hosts)}gpus"
     label = name or f"{source or 'cluster'}-{shape}"
     return b.document(label, {"source": {"format": source, "hosts": [h.name for h in hosts],
-                                            "network": network}})
+                                            "network": network, "cpu_paths": cpu_paths}})
 
 
 def join_host_files(paths: Sequence[str | Path], read: Callable[..., HostSpec], network: str | None = None, *,
                     hosts: int | None = None, name: str | None = None, source: str = "",
-                    **options: Any) -> dict[str, Any]:
+                    cpu_paths: bool = False, **options: Any) -> dict[str, Any]:
     """Read one host per file with ``read(path, **options)`` (or one file for ``hosts``
     identical hosts) and join them (:func:`join_hosts`; default network ``rail`` for
     several hosts, ``none`` for one)."""
@@ -93,4 +126,5 @@ def join_host_files(paths: Sequence[str | Path], read: Callable[..., HostSpec], 
         if len(specs) != 1:
             raise TopologyError(f"hosts={hosts} copies one host file; {len(specs)} were given")
         specs = specs * hosts
-    return join_hosts(specs, network or ("rail" if len(specs) > 1 else "none"), name=name, source=source)
+    return join_hosts(specs, network or ("rail" if len(specs) > 1 else "none"), name=name, source=source,
+                      cpu_paths=cpu_paths)

@@ -17,7 +17,8 @@ per direction, µs):
   through parallel non-blocking planes is forwarding through one), to another GPU
   (class 0x03xxxx; each GPU lists its own direction) or to its CPU (0x068001, POWER9);
 * a PCI bridge (class 0x0604xx) is a switch node ``pcisw{n}``, a CPU a switch ``cpu{numa}``
-  (the CPUs of a host are joined pairwise by an SMP link of ``smp_gbps``);
+  (the CPUs of a host are joined pairwise by an SMP link of ``smp_gbps``; :mod:`.cluster`
+  leaves the CPUs out where NCCL would not route through them);
 * a ``<nic>`` is a switch node ``nic{n}``; each ``<net>`` in it is a port of ``speed``
   Mb/s (``latency`` µs when positive, else ``nic_latency_us``) that :mod:`.cluster` joins
   to the network;
