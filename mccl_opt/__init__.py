@@ -13,6 +13,7 @@ from .lazy import lazy_getattr
 from .schedule import BottleneckLink, PathChunk, Schedule, TreeChunk
 from .topology import Link, Node, Topology
 from .validate import ValidationReport, validate
+from .check_result import CheckResult, check
 
 __version__ = "0.1.0"
 
@@ -22,7 +23,8 @@ __all__ = [
     "MCCLError", "InputError", "TopologyError", "SolverNotAvailableError", "SolverLicenseError",
     "SolveError", "ScheduleError", "TelemetryError",
     "Topology", "Node", "Link", "Schedule", "PathChunk", "TreeChunk", "BottleneckLink",
-    "validate", "ValidationReport", "solve_alltoall", "solve_allgather", "restore_warm_state",
+    "validate", "ValidationReport", "check", "CheckResult", "solve_alltoall", "solve_allgather",
+    "restore_warm_state",
     "__version__",
 ]
 

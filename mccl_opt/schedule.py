@@ -121,6 +121,32 @@ class Schedule:
     def num_gpus(self) -> int:
         return len(self.gpus)
 
+    # ------------------------------------------------------------------ result contract
+    # One place for both collectives (README "Python API"), read from the typed report;
+    # a schedule without one (a file from an older mccl, a hand-made schedule) says
+    # ``unknown`` / ``None``.
+    @property
+    def status(self) -> str:
+        """How the solve ended: ``optimal``, ``time_limit``, ``round_limit``, ``stalled``
+        (:class:`mccl_opt.report.Termination`), or ``unknown`` without a report."""
+        return "unknown" if self.report is None else self.report.termination.value
+
+    @property
+    def bound_gbps(self) -> float | None:
+        """A certified upper bound on the rate of any schedule of the synthesizer's model
+        (paper §4.2 / §4.3), ``None`` when the solve stopped before it had one."""
+        return None if self.report is None else self.report.bound_gbps
+
+    @property
+    def certified_gap(self) -> float | None:
+        """``1 - rate_gbps / bound_gbps``: what this schedule may still lose to the optimum."""
+        return None if self.report is None else self.report.certified_gap(self.rate_gbps)
+
+    @property
+    def seconds(self) -> float | None:
+        """The solve's wall seconds, kernel compilation/loading excluded."""
+        return None if self.report is None else self.report.seconds
+
     # ------------------------------------------------------------------ serialisation
     def to_dict(self, compact: bool = True) -> dict[str, Any]:
         """The schedule as the dictionary files and the controller's messages use:

@@ -15,7 +15,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     csub = c.add_subparsers(dest="controller_command", metavar="ACTION")
     csub.required = True
     s = csub.add_parser("serve", help="serve telemetry ingest and schedule versions over ZeroMQ")
-    s.add_argument("--topology", required=True, help="mccl-topology/1 file of the fabric")
+    s.add_argument("--topology", required=True,
+                   help="the fabric: a mccl-topology/1 file, a library name (hpn-1x2x8, dgx-8) or hpn-SxHxN[-failK]")
     s.add_argument("--bind", default="tcp://127.0.0.1:5555",
                    help="request endpoint (ROUTER); port 0 picks a free one (default %(default)s)")
     s.add_argument("--pub-bind", help="publisher endpoint (default: same host, a free port; see `ping`)")
@@ -135,7 +136,7 @@ def _serve(args: argparse.Namespace) -> int:
     import signal
     import threading
 
-    from mccl_opt.topology import Topology
+    from instances.names import resolve_topology
 
     from .decision_log import LEVELS
     from .manager import Policy
@@ -154,7 +155,7 @@ def _serve(args: argparse.Namespace) -> int:
         raise MCCLError(f"--members {sorted(set(members) - {c for c, _, _ in specs})[0]!r}: no --collective "
                         "of that communicator; register one with --collective COMM/NAME:KIND")
     _check_serve_flags(args)
-    topo = Topology.load(args.topology)
+    topo = resolve_topology(args.topology)
     key = load_key(args.key_file) if args.key_file else None
     policy = Policy(gamma=args.gamma, min_dwell_s=args.dwell, time_limit_s=args.time_limit)
     synthesize = _LazySynthesizer(args.backend)

@@ -27,7 +27,7 @@ from .. import anytime
 from ..entry_checks import check_time_limit
 from ..errors import SolveError
 from ..kernel_time import charge_apart, kernel_seconds
-from ..report import Attempt, Method, Termination, WarmUse
+from ..report import Attempt, Method, Termination, WarmUse, stamp
 from ..schedule import Schedule
 from ..topology import Topology
 from .assemble import Optimum, Run, packed
@@ -76,7 +76,7 @@ def solve_allgather(topo: Topology, warm: Schedule | None = None, backend: str =
     check_time_limit(time_limit)
     with kernel_seconds() as kernels:
         sched = _solve_limited(canonical(topo), warm, backend, max_chunks, step_aware, time_limit)
-    return _with_cold_seconds(charge_apart(sched, kernels), warm)
+    return stamp(_with_cold_seconds(charge_apart(sched, kernels), warm))
 
 
 def warm_budget_s(warm: Schedule) -> float | None:

@@ -25,6 +25,7 @@ from ..entry_checks import (check_backend, check_max_chunks, check_time_limit, c
                             check_warm)
 from ..errors import InputError
 from ..kernel_time import charge_apart, kernel_seconds
+from ..report import stamp
 from ..schedule import Schedule
 from ..topology import Topology
 from .assemble import Outcome, make_schedule
@@ -72,7 +73,7 @@ def solve_alltoall(topo: Topology, warm: Schedule | AllToAllWarmState | None = N
     with kernel_seconds() as kernels:
         sched = _synthesize(topo, warm, backend, max_chunks, max_steps, time_limit, rel_tol,
                             min_steps_tol)
-    return charge_apart(sched, kernels)
+    return stamp(charge_apart(sched, kernels))
 
 
 def _synthesize(topo: Topology, warm: Schedule | AllToAllWarmState | None, backend: str,
