@@ -70,6 +70,7 @@ def test_a_bad_time_limit_is_a_typed_error(bad):
         mo.solve_allgather(hpn(1, 2, 2), time_limit=bad)
 
 
+@pytest.mark.warm_budget
 def test_a_warm_start_over_its_budget_is_abandoned_for_cold(monkeypatch):
     """A warm start made slow on purpose: the solve declines it at its budget and
     returns cold's schedule (same rate), saying so in the report."""

@@ -10,10 +10,67 @@ over the trees holding ``v``; the state arrays are :func:`.repair._grow`'s.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 from numba import njit
 
-__all__ = ["repair", "spend", "attach", "has", "add", "join", "index_users", "enlist"]
+__all__ = ["repair", "spend", "attach", "has", "add", "join", "index_users", "enlist", "Links",
+           "Trees", "Users", "Search"]
+
+
+class Links(NamedTuple):
+    """The logical graph as the packer holds it: link ends, the links into each rank
+    (``in_arc[in_start[v] : in_start[v + 1]]``), free units per link (``cap``) and into
+    each rank (``in_free``), and the skip list of live links."""
+
+    tail: np.ndarray
+    head: np.ndarray
+    in_start: np.ndarray
+    in_arc: np.ndarray
+    cap: np.ndarray
+    skip: np.ndarray
+    in_free: np.ndarray
+
+
+class Trees(NamedTuple):
+    """The unit trees being grown: ``par[t, v]`` the link into ``v`` (by rank once the
+    repair index exists), ``member`` bits, ``missing`` ranks per part (``part_col``, see
+    :mod:`.growth_order`), and the ranks in the order taken (``order``, ``count``)."""
+
+    par: np.ndarray
+    member: np.ndarray
+    missing: np.ndarray
+    part_col: np.ndarray
+    order: np.ndarray
+    count: np.ndarray
+
+
+class Users(NamedTuple):
+    """The repair index: link ``a``'s users in slots ``off[a] .. off[a] + used[a]``
+    (``user``), and the slot of tree ``t``'s link into ``v`` (``slot_of[t, v]``)."""
+
+    off: np.ndarray
+    used: np.ndarray
+    user: np.ndarray
+    slot_of: np.ndarray
+
+
+class Search(NamedTuple):
+    """Scratch of the repair search: visit stamps per tree, the saturated and free links
+    into ``v``, the breadth-first queue (tree, predecessor, link), the memo of
+    :func:`_below` with its walk, and ``info`` (repairs, trees visited, memo token)."""
+
+    seen: np.ndarray
+    sat: np.ndarray
+    free: np.ndarray
+    q_tree: np.ndarray
+    q_pred: np.ndarray
+    q_arc: np.ndarray
+    memo: np.ndarray
+    memo_below: np.ndarray
+    path: np.ndarray
+    info: np.ndarray
 
 
 @njit(cache=True, _nrt=False)
@@ -121,17 +178,20 @@ def _usable(x, b, v, k, tail, par, member, memo, memo_below, token, path):
 
 
 @njit(cache=True, _nrt=False)
-def repair(t, n, k, tail, head, in_free, in_start, in_arc, cap, skip, off, used, user,
-           slot_of, par, member, missing, part_col, count, order, stamp, seen, sat, q_tree,
-           q_pred, q_arc, free, shift, info, memo, memo_below, path, limit, max_visits):
-    """Find and apply an augmenting chain that gives tree ``t`` one more vertex.
-    ``v`` runs over the missing ranks with a free unit into them (``in_free``), each
-    search stopping after ``limit`` trees (all searches once ``info[1] > max_visits``).
-    Trees are checked against the (few) free links into ``v`` when discovered and
-    expanded over the saturated ones only when popped; an expanded link leaves the
-    search's list ``sat`` (its users are all enqueued).  Returns the vertex gained
-    (or -1) and the updated visit stamp; ``info[1]`` counts the trees visited,
-    ``info[2]`` is the memo token of :func:`_below`."""
+def repair(t, n, k, links, trees, users, search, stamp, shift, limit, max_visits):
+    """Find and apply an augmenting chain that gives tree ``t`` one more vertex
+    (:class:`Links`, :class:`Trees`, :class:`Users`, :class:`Search`).  ``v`` runs over
+    the missing ranks with a free unit into them (``in_free``), each search stopping
+    after ``limit`` trees (all searches once ``info[1] > max_visits``).  Trees are
+    checked against the (few) free links into ``v`` when discovered and expanded over
+    the saturated ones only when popped; an expanded link leaves the search's list
+    ``sat`` (its users are all enqueued).  Returns the vertex gained (or -1) and the
+    updated visit stamp; ``info[1]`` counts the trees visited, ``info[2]`` is the memo
+    token of :func:`_below`."""
+    tail, head, in_start, in_arc, cap, skip, in_free = links
+    par, member, missing, part_col, order, count = trees
+    off, used, user, slot_of = users
+    seen, sat, free, q_tree, q_pred, q_arc, memo, memo_below, path, info = search
     for i in range(n):
         v = (i + shift * (t // k)) % n
         if info[1] > max_visits:

@@ -41,8 +41,9 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from .augment import attach, enlist, has, index_users, join, repair, spend
+from .augment import Links, Search, Trees, Users, attach, enlist, has, index_users, join, repair, spend
 from .growth_order import growth_order
+from .seeding import seed_rows
 from .trees import TreeClass
 
 __all__ = ["repair_pack", "MAX_ENTRIES"]
@@ -171,12 +172,16 @@ def _by_rank(link, order, count, row):
 
 
 @njit(cache=True)
-def _grow(n, k, outdeg, cstart, fpos, tail, head, in_start, in_arc, cap, comp, part_col,
-          part_size, class_part, batch, off, shift, info, seed, max_visits):
-    """Round-robin BFS growth of ``n*k`` unit trees with repair, trees with a complete
-    ``seed`` row (warm reuse) taken as they are; returns ``(status, par)`` with status
-    0 on success, -1 if some tree stayed stuck or the repairs visited more than
+def _grow(n, k, links, go, outdeg, off, shift, info, seed, max_visits):
+    """Round-robin BFS growth of ``n*k`` unit trees with repair over ``links``
+    (:class:`~.augment.Links`: ``cap`` the units; ``skip`` and ``in_free`` filled here)
+    in the growth order ``go`` (:class:`~.growth_order.GrowthOrder`), trees with a
+    complete ``seed`` row (warm reuse) taken as they are; returns ``(status, par)`` with
+    status 0 on success, -1 if some tree stayed stuck or the repairs visited more than
     ``max_visits`` trees (``par[t, v]``: the link into ``v``, -1 at the root)."""
+    tail, head, in_start, in_arc, cap, skip, in_free = links
+    cstart, fpos, comp, batch = go.start, go.fpos, go.comp, go.batch
+    part_col, part_size, class_part = go.part_col, go.part_size, go.class_part
     T = n * k
     m = cap.shape[0]
     par = np.full((T, n), -1, np.int32)     # by order position until the index exists
@@ -217,11 +222,13 @@ def _grow(n, k, outdeg, cstart, fpos, tail, head, in_start, in_arc, cap, comp, p
             if seed[t, v] >= 0:
                 cap[seed[t, v]] -= 1        # the skip list is built after seeding
                 attach(t, v, seed[t, v], par, False, member, missing, part_col, order, count)
-    in_free = np.zeros(n, np.int64)          # free units into every rank
-    skip = np.arange(m + 1)                  # live links (a saturated one points past)
+    in_free[:] = 0                           # free units into every rank
+    skip[:] = np.arange(m + 1)               # live links (a saturated one points past)
     for a in range(m):
         in_free[head[a]] += cap[a]
         skip[a] += cap[a] == 0
+    trees = Trees(par, member, missing, part_col, order, count)
+    search = Search(seen, sat, free, q_tree, q_pred, q_arc, memo, memo_below, path, info)
     done = 0
     while done < T:
         done = 0
@@ -273,13 +280,11 @@ def _grow(n, k, outdeg, cstart, fpos, tail, head, in_start, in_arc, cap, comp, p
                 # every scanned link of t stays saturated (capacities never grow), so
                 # pos/scanned need no reset; repair may free nothing but gives t a vertex
                 v = -1
+                users = Users(off, used, user, slot_of)
                 for limit in (SHORT_SEARCH, T + 1):     # short chains first, then any
                     if v < 0:
-                        v, stamp = repair(t, n, k, tail, head, in_free, in_start, in_arc, cap,
-                                          skip, off, used, user, slot_of, par, member, missing,
-                                          part_col, count, order, stamp, seen, sat, q_tree,
-                                          q_pred, q_arc, free, shift, info, memo, memo_below,
-                                          path, limit, max_visits)
+                        v, stamp = repair(t, n, k, links, trees, users, search, stamp, shift,
+                                          limit, max_visits)
                 info[0] += 1
                 if v < 0:
                     return -1, par
@@ -314,10 +319,11 @@ def repair_pack(n: int, tail: np.ndarray, head: np.ndarray, units: np.ndarray,
     off = np.zeros(cap.size + 1, np.int64)
     np.cumsum(cap, out=off[1:])
     info = np.zeros(3, np.int64)
-    seed, reused = _seed(n, k, s_tail, s_head, cap, shapes)
-    status, par = _grow(n, k, np.bincount(s_tail, minlength=n), go.start, go.fpos, s_tail,
-                        s_head, in_start, in_arc, cap, go.comp, go.part_col, go.part_size,
-                        go.class_part, go.batch, off, shift, info, seed, max_visits)
+    seed, reused = seed_rows(n, k, s_tail, s_head, cap, shapes)
+    links = Links(s_tail, s_head, in_start, in_arc, cap, np.empty(cap.size + 1, np.int64),
+                  np.empty(n, np.int64))
+    status, par = _grow(n, k, links, go, np.bincount(s_tail, minlength=n), off, shift, info,
+                        seed, max_visits)
     counters = {"repairs": int(info[0]), "repair_visits": int(info[1]), "reused_trees": reused}
     if status < 0:
         return None, counters
@@ -354,47 +360,3 @@ def _same(rows, s, t):
         if rows[s, v] != rows[t, v]:
             return False
     return True
-
-
-def _seed(n: int, k: int, tail: np.ndarray, head: np.ndarray, cap: np.ndarray,
-          shapes: tuple[np.ndarray, np.ndarray] | None) -> tuple[np.ndarray, int]:
-    """Unit-tree seed rows (sorted-arc parents, -1 elsewhere) from previous shapes whose
-    every link exists and still has units; returns the rows and how many were seeded."""
-    if shapes is None or len(shapes[0]) == 0:
-        return np.full((0, n), -1, np.int32), 0        # cold: no rows (memory at scale)
-    seed = np.full((n * k, n), -1, np.int32)
-    roots = np.asarray(shapes[0], np.int64)
-    parents = np.asarray(shapes[1], np.int64)
-    arc_of = np.full((n, n), -1, np.int64)
-    arc_of[tail, head] = np.arange(tail.size)
-    has = parents >= 0
-    arcs = np.where(has, arc_of[np.maximum(parents, 0), np.arange(n)[None, :]], -1)
-    usable = (has.sum(axis=1) == n - 1) & ~(has & (arcs < 0)).any(axis=1)
-    taken = _seed_rows(k, roots, arcs, usable, cap.copy(), seed)
-    return seed, int(taken.sum())
-
-
-@njit(cache=True)
-def _seed_rows(k, roots, arcs, usable, left, seed):
-    """In order, give each usable shape as many of its root's ``k`` unit trees as its
-    links' remaining units allow (``left`` is consumed); fills ``seed``, returns the
-    number of seeded unit trees per root."""
-    n = arcs.shape[1]
-    taken = np.zeros(n, np.int64)
-    for i in range(roots.size):
-        r = roots[i]
-        if not usable[i] or taken[r] == k:
-            continue
-        m = k - taken[r]
-        for v in range(n):
-            if arcs[i, v] >= 0 and left[arcs[i, v]] < m:
-                m = left[arcs[i, v]]
-        if m <= 0:
-            continue
-        for v in range(n):
-            if arcs[i, v] >= 0:
-                left[arcs[i, v]] -= m
-        for j in range(r * k + taken[r], r * k + taken[r] + m):
-            seed[j, :] = arcs[i, :]
-        taken[r] += m
-    return taken

@@ -21,6 +21,8 @@ equal the dictionary form's (``tests/test_allgather_split_arrays.py`` compares t
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 from numba import njit
 
@@ -32,6 +34,45 @@ from .transport import transport
 __all__ = ["spread_split"]
 
 Guard = KnownCuts | SweepGuard
+
+
+class ArcTable(NamedTuple):
+    """Per arc (logical or physical): its ends, units, segment list (``first``,
+    ``last``, ``nseg``) and whether it is in ``switch_arcs`` (``listed``); ``keys`` and
+    ``slots`` the hash map ``tail·n + head -> arc``."""
+
+    keys: np.ndarray
+    slots: np.ndarray
+    tail: np.ndarray
+    head: np.ndarray
+    units: np.ndarray
+    nseg: np.ndarray
+    first: np.ndarray
+    last: np.ndarray
+    listed: np.ndarray
+    switch_arcs: np.ndarray
+
+
+class SegmentTable(NamedTuple):
+    """Per bundle segment: its units, the next segment of its arc's list, and its path
+    ``buf[pstart : pstart + plen]`` in the node buffer."""
+
+    units: np.ndarray
+    next: np.ndarray
+    pstart: np.ndarray
+    plen: np.ndarray
+    buf: np.ndarray
+
+
+class Pairs(NamedTuple):
+    """One switch's pairing: in-arcs ``ins`` and out-arcs ``outs`` (arc ids), and per
+    pair the positions ``i_in``, ``j_out`` in them and its ``amounts`` (units)."""
+
+    ins: np.ndarray
+    outs: np.ndarray
+    i_in: np.ndarray
+    j_out: np.ndarray
+    amounts: np.ndarray
 
 
 class _Arrays:
@@ -87,6 +128,16 @@ class _Arrays:
             self.keys, self.slots = np.full(size, -1, np.int64), np.empty(size, np.int64)
             _index_arcs(self.keys, self.slots, self.tail, self.head, self.n_arcs, self.n)
 
+    def arcs(self) -> ArcTable:
+        """The arc arrays as they are now (:meth:`reserve` may replace them)."""
+        return ArcTable(self.keys, self.slots, self.tail, self.head, self.units, self.nseg,
+                        self.first, self.last, self.listed, self.switch_arcs)
+
+    def segments(self) -> SegmentTable:
+        """The segment arrays as they are now (:meth:`reserve` may replace them)."""
+        return SegmentTable(self.seg_units, self.seg_next, self.seg_pstart, self.seg_plen,
+                            self.buf)
+
     def at(self, w: int) -> tuple[np.ndarray, np.ndarray]:
         """The live in-arcs of ``w`` by tail and its live out-arcs by head (arc ids)."""
         cand = self.switch_arcs[: self.n_listed]
@@ -123,10 +174,8 @@ def spread_split(g: SplitGraph, rank_of: np.ndarray, guard: Guard | None = None
         reach = int((st.nseg[ins[i_in]] + st.nseg[outs[j_out]]).sum())
         st.reserve(i_in.size, reach, reach * 2 * st.maxlen)
         (st.n_arcs, st.n_segs, st.top, st.n_listed, st.maxlen) = _split_switch(
-            ins, outs, i_in, j_out, amounts, g.is_switch, g.n, st.keys, st.slots,
-            st.tail, st.head, st.units, st.nseg, st.first, st.last, st.listed, st.switch_arcs,
-            st.seg_units, st.seg_next, st.seg_pstart, st.seg_plen, st.buf,
-            st.n_arcs, st.n_segs, st.top, st.n_listed, st.maxlen)
+            Pairs(ins, outs, i_in, j_out, amounts), g.is_switch, g.n, st.arcs(), st.segments(),
+            (st.n_arcs, st.n_segs, st.top, st.n_listed, st.maxlen))
     return _logical(st, g, rank_of)
 
 
@@ -187,64 +236,64 @@ def _index_arcs(keys, slots, tail, head, count, n):
 
 
 @njit(cache=True)
-def _split_switch(ins, outs, i_in, j_out, amounts, is_switch, n, keys, slots,
-                  tail, head, units, nseg, first, last, listed, switch_arcs,
-                  seg_units, seg_next, seg_pstart, seg_plen, buf,
-                  n_arcs, n_segs, top, n_listed, maxlen):
-    """Apply one switch's pairs in order (module docstring), then drop every arc at
-    the switch; returns the new counts ``(arcs, segments, buffer top, listed, longest
+def _split_switch(pairs, is_switch, n, arcs, segs, sizes):
+    """Apply one switch's :class:`Pairs` in order (module docstring) to the
+    :class:`ArcTable` and :class:`SegmentTable`, then drop every arc at the switch;
+    ``sizes`` and the result: the counts ``(arcs, segments, buffer top, listed, longest
     path)``."""
-    for p in range(i_in.size):
-        a, b, m = ins[i_in[p]], outs[j_out[p]], amounts[p]
-        u, t = tail[a], head[b]
+    n_arcs, n_segs, top, n_listed, maxlen = sizes
+    for p in range(pairs.i_in.size):
+        a, b, m = pairs.ins[pairs.i_in[p]], pairs.outs[pairs.j_out[p]], pairs.amounts[p]
+        u, t = arcs.tail[a], arcs.head[b]
         key = u * n + t
-        i = _slot(keys, key)
-        if keys[i] == key:
-            c = slots[i]
+        i = _slot(arcs.keys, key)
+        if arcs.keys[i] == key:
+            c = arcs.slots[i]
         else:
             c = n_arcs
             n_arcs += 1
-            keys[i], slots[i] = key, c
-            tail[c], head[c], units[c], nseg[c] = u, t, 0, 0
-            first[c], last[c], listed[c] = -1, -1, False
-        if not listed[c] and (is_switch[u] or is_switch[t]):
-            listed[c] = True
-            switch_arcs[n_listed] = c
+            arcs.keys[i], arcs.slots[i] = key, c
+            arcs.tail[c], arcs.head[c], arcs.units[c], arcs.nseg[c] = u, t, 0, 0
+            arcs.first[c], arcs.last[c], arcs.listed[c] = -1, -1, False
+        if not arcs.listed[c] and (is_switch[u] or is_switch[t]):
+            arcs.listed[c] = True
+            arcs.switch_arcs[n_listed] = c
             n_listed += 1
-        units[a] -= m
-        units[b] -= m
-        units[c] += m
+        arcs.units[a] -= m
+        arcs.units[b] -= m
+        arcs.units[c] += m
         while m > 0:
-            sa, sb = first[a], first[b]
-            take = min(m, seg_units[sa], seg_units[sb])
-            length = _walk(buf, top, seg_pstart[sa], seg_plen[sa], seg_pstart[sb], seg_plen[sb])
-            same = _find_path(buf, top, length, first[c], seg_next, seg_pstart, seg_plen)
+            sa, sb = arcs.first[a], arcs.first[b]
+            take = min(m, segs.units[sa], segs.units[sb])
+            length = _walk(segs.buf, top, segs.pstart[sa], segs.plen[sa], segs.pstart[sb],
+                           segs.plen[sb])
+            same = _find_path(segs, top, length, arcs.first[c])
             if same >= 0:
-                seg_units[same] += take
+                segs.units[same] += take
             else:
                 s = n_segs
                 n_segs += 1
-                seg_units[s], seg_next[s] = take, -1
-                seg_pstart[s], seg_plen[s] = top, length
+                segs.units[s], segs.next[s] = take, -1
+                segs.pstart[s], segs.plen[s] = top, length
                 top += length
                 maxlen = max(maxlen, length)
-                if last[c] >= 0:
-                    seg_next[last[c]] = s
+                if arcs.last[c] >= 0:
+                    segs.next[arcs.last[c]] = s
                 else:
-                    first[c] = s
-                last[c] = s
-                nseg[c] += 1
+                    arcs.first[c] = s
+                arcs.last[c] = s
+                arcs.nseg[c] += 1
             for arc, seg in ((a, sa), (b, sb)):
-                seg_units[seg] -= take
-                if seg_units[seg] == 0:
-                    first[arc] = seg_next[seg]
-                    nseg[arc] -= 1
-                    if first[arc] < 0:
-                        last[arc] = -1
+                segs.units[seg] -= take
+                if segs.units[seg] == 0:
+                    arcs.first[arc] = segs.next[seg]
+                    arcs.nseg[arc] -= 1
+                    if arcs.first[arc] < 0:
+                        arcs.last[arc] = -1
             m -= take
-    for group in (ins, outs):
+    for group in (pairs.ins, pairs.outs):
         for a in group:
-            units[a], nseg[a], first[a], last[a] = 0, 0, -1, -1
+            arcs.units[a], arcs.nseg[a], arcs.first[a], arcs.last[a] = 0, 0, -1, -1
     return n_arcs, n_segs, top, n_listed, maxlen
 
 
@@ -267,18 +316,19 @@ def _walk(buf, top, start_a, len_a, start_b, len_b):
 
 
 @njit(cache=True)
-def _find_path(buf, top, length, s, seg_next, seg_pstart, seg_plen):
-    """The segment of the list from ``s`` whose path equals ``buf[top:top+length]``; -1
-    if none."""
+def _find_path(segs, top, length, s):
+    """The segment of the list from ``s`` whose path equals ``segs.buf[top:top+length]``;
+    -1 if none."""
+    buf = segs.buf
     while s >= 0:
-        if seg_plen[s] == length:
-            lo = seg_pstart[s]
+        if segs.plen[s] == length:
+            lo = segs.pstart[s]
             j = 0
             while j < length and buf[lo + j] == buf[top + j]:
                 j += 1
             if j == length:
                 return s
-        s = seg_next[s]
+        s = segs.next[s]
     return -1
 
 
@@ -289,15 +339,15 @@ def _logical(st: _Arrays, g: SplitGraph, rank_of: np.ndarray) -> LogicalGraph:
     arcs = live[order]
     start = np.zeros(arcs.size + 1, np.int64)
     np.cumsum(st.nseg[arcs], out=start[1:])
-    seg_units, path_start, nodes = _gather(arcs, start, st.first, st.seg_next, st.seg_units,
-                                           st.seg_pstart, st.seg_plen, st.buf)
+    seg_units, path_start, nodes = _gather(arcs, start, st.first, st.segments())
     return LogicalGraph(int(g.gpus.size), tail, head, st.units[arcs].copy(),
                         Bundles(start, seg_units, path_start, nodes))
 
 
 @njit(cache=True)
-def _gather(arcs, start, first, seg_next, seg_units, seg_pstart, seg_plen, buf):
-    """The segments of ``arcs`` in order (CSR ``start``), with their paths compacted."""
+def _gather(arcs, start, first, segs):
+    """The segments of ``arcs`` in order (CSR ``start``; ``first``: each arc's first
+    segment in the :class:`SegmentTable`), with their paths compacted."""
     num = start[-1]
     units = np.empty(num, np.int64)
     path_start = np.zeros(num + 1, np.int64)
@@ -305,16 +355,17 @@ def _gather(arcs, start, first, seg_next, seg_units, seg_pstart, seg_plen, buf):
     for a in arcs:
         s = first[a]
         while s >= 0:
-            units[k] = seg_units[s]
-            path_start[k + 1] = path_start[k] + seg_plen[s]
+            units[k] = segs.units[s]
+            path_start[k + 1] = path_start[k] + segs.plen[s]
             k += 1
-            s = seg_next[s]
+            s = segs.next[s]
     nodes = np.empty(path_start[-1], np.int64)
     k = 0
     for a in arcs:
         s = first[a]
         while s >= 0:
-            nodes[path_start[k]: path_start[k + 1]] = buf[seg_pstart[s]: seg_pstart[s] + seg_plen[s]]
+            lo = segs.pstart[s]
+            nodes[path_start[k]: path_start[k + 1]] = segs.buf[lo: lo + segs.plen[s]]
             k += 1
-            s = seg_next[s]
+            s = segs.next[s]
     return units, path_start, nodes
