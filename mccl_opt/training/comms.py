@@ -1,0 +1,180 @@
+"""Communicators of a job on one fabric and their schedules' link loads (paper §6.3,
+docs/training.md "Synthesis once per distinct sub-fabric").
+
+Every group instance is a communicator over its sub-fabric
+(:func:`mccl_opt.subfabric.induced`).  What a collective puts on the parent fabric's
+links is its schedule's share loads ``L_a`` lifted onto the parent's links: an AllGather
+of shard ``s`` moves ``8 s L_a`` bits over link ``a``, an AllToAll of send buffer ``b``
+on ``n`` GPUs ``8 (b/n) L_a``.
+
+Many communicators are identical up to relabelling (every tensor-parallel group inside
+a host, every data-parallel rail group of a healthy fabric).  A sub-fabric's *canonical
+key* is its sorted list of links as (tail, head, capacity, latency) over its own node
+indices (members in rank order, then switches in the parent's order); communicators with
+equal keys are isomorphic by that index map, so one schedule is synthesized per key and
+its loads are mapped onto each instance's links.  Two isomorphic sub-fabrics whose
+switches are listed in another order only cost a second synthesis, never a wrong load.
+NCCL baselines depend on the links only, so their key leaves capacities out.
+
+Methods: ``nccl`` (ring AllGather; PXN AllToAll on a sub-fabric of whole HPN hosts,
+direct otherwise; :mod:`mccl_opt.baselines`), ``mccl`` (:func:`mccl_opt.solve_allgather`,
+:func:`mccl_opt.solve_alltoall` on the sub-fabric's capacities, or on the capacities a
+joint re-synthesis gives it).  ReduceScatter is the ring run backwards under both
+methods (MCCL keeps reductions on the vendor's schedule, paper §3).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import numpy as np
+
+from ..subfabric import SubFabric, induced
+from ..topology import Topology
+
+__all__ = ["Comm", "LoadCache", "communicators", "METHODS"]
+
+METHODS = ("nccl", "mccl")
+
+
+@dataclass(frozen=True)
+class Comm:
+    """One communicator: its group, members and sub-fabric, with the permutation that
+    sorts its links into canonical order (``order``) and the structure/capacity keys."""
+
+    group: str
+    sub: SubFabric
+    order: np.ndarray
+    shape_key: bytes
+    key: bytes
+
+    @property
+    def size(self) -> int:
+        return len(self.sub.gpus)
+
+
+def _hpn_tagged(parent: Topology, sub: SubFabric) -> Topology:
+    """The sub-fabric, marked as an HPN fabric when its members are whole hosts of an HPN
+    parent in rank order (so NCCL's rail rings and PXN apply to it as to the parent)."""
+    shape = parent.extra.get("shape")
+    if parent.extra.get("family") != "hpn" or not isinstance(shape, (list, tuple)) or len(shape) != 3:
+        return sub.topology
+    n = int(shape[2])
+    ranks = [parent.rank(g) for g in sub.gpus]
+    whole = (len(ranks) % n == 0 and ranks[0] % n == 0
+             and ranks == list(range(ranks[0], ranks[0] + len(ranks))))
+    if not whole:
+        return sub.topology
+    t = sub.topology
+    return Topology(t.name, t.nodes, t.links, {**t.extra, "family": "hpn", "shape": [1, len(ranks) // n, n]})
+
+
+def _keys(topo: Topology) -> tuple[np.ndarray, bytes, bytes]:
+    a = topo.arrays
+    order = np.lexsort((a.head, a.tail))
+    shape = np.stack([a.tail[order], a.head[order]]).astype(np.int64)
+    values = np.stack([a.capacity[order], a.latency[order]]).round(9)
+    head = f"{topo.num_gpus}:{topo.extra.get('family')}:".encode()
+    return order, head + shape.tobytes(), head + shape.tobytes() + values.tobytes()
+
+
+def communicators(topo: Topology, groups: dict[str, list[tuple[str, ...]]]) -> list[Comm]:
+    """Every group instance of ``groups`` (from :func:`.placement.place_groups`) as a
+    :class:`Comm` over ``topo``."""
+    out = []
+    for name, instances in groups.items():
+        for members in instances:
+            if len(members) < 2:
+                continue
+            sub = induced(topo, members)
+            tagged = _hpn_tagged(topo, sub)
+            sub = SubFabric(sub.parent_name, sub.parent_links, sub.gpus, tagged, sub.links)
+            order, shape_key, key = _keys(tagged)
+            out.append(Comm(name, sub, order, shape_key, key))
+    return out
+
+
+@dataclass
+class LoadCache:
+    """Schedules' canonical share loads by (kind, method, key), shared by every fabric
+    state of a sweep; counts syntheses, reuses and their wall time."""
+
+    backend: str = "highs"
+    loads: dict = field(default_factory=dict)
+    synth_s: float = 0.0
+    baseline_s: float = 0.0
+    syntheses: int = 0
+    reused: int = 0
+
+    def comm_loads(self, comm: Comm, kind: str, method: str,
+                   capacity: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """``(parent link indices, share loads)`` of ``kind`` (allgather | alltoall |
+        ring-rs) under ``method`` on ``comm``; MCCL synthesizes on the parent capacities
+        ``capacity`` when given (joint re-synthesis), else on the sub-fabric's own."""
+        topo = comm.sub.topology
+        key = comm.shape_key
+        if method == "mccl" and kind != "ring-rs":
+            if capacity is not None:
+                topo = comm.sub.measured(capacity)
+                key = _keys(topo)[2]
+            else:
+                key = comm.key
+        entry = (kind, method if kind != "ring-rs" else "nccl", key)
+        canon = self.loads.get(entry)
+        if canon is None:
+            canon = self._schedule_loads(topo, kind, entry[1])[comm.order]
+            self.loads[entry] = canon
+        else:
+            self.reused += 1
+        return comm.sub.links[comm.order], canon
+
+    def _schedule_loads(self, topo: Topology, kind: str, method: str) -> np.ndarray:
+        from ..schedule import share_loads
+
+        start = time.perf_counter()
+        if method == "nccl":
+            sched = _baseline(topo, "allgather" if kind == "ring-rs" else kind)
+        elif kind == "allgather":
+            from ..allgather import solve_allgather
+
+            sched = solve_allgather(topo, backend=self.backend)
+        else:
+            from ..alltoall import solve_alltoall
+
+            sched = solve_alltoall(topo, backend=self.backend)
+        loads = share_loads(topo, sched.chunks)
+        spent = time.perf_counter() - start
+        if method == "nccl":
+            self.baseline_s += spent
+        else:
+            self.synth_s += spent
+            self.syntheses += 1
+        return _reversed(topo, loads) if kind == "ring-rs" else loads
+
+
+def _baseline(topo: Topology, kind: str):
+    from ..baselines import direct_alltoall, pxn_alltoall, ring_allgather
+
+    if kind == "allgather":
+        return ring_allgather(topo)
+    return pxn_alltoall(topo) if topo.extra.get("family") == "hpn" else direct_alltoall(topo)
+
+
+def _reversed(topo: Topology, loads: np.ndarray) -> np.ndarray:
+    """Loads of the schedule run backwards (a ReduceScatter along the AllGather ring):
+    each link's load moves to the link in the other direction."""
+    out = np.zeros_like(loads)
+    for i, link in enumerate(topo.links):
+        if loads[i] > 0:
+            out[topo.link_index(link.dst, link.src)] += loads[i]
+    return out
+
+
+def instance_loads(comms: Sequence[Comm]) -> dict[str, list[Comm]]:
+    """The communicators grouped by group name."""
+    out: dict[str, list[Comm]] = {}
+    for c in comms:
+        out.setdefault(c.group, []).append(c)
+    return out
