@@ -27,8 +27,6 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Sequence
-
 import numpy as np
 
 from ..subfabric import SubFabric, induced
@@ -171,10 +169,3 @@ def _reversed(topo: Topology, loads: np.ndarray) -> np.ndarray:
             out[topo.link_index(link.dst, link.src)] += loads[i]
     return out
 
-
-def instance_loads(comms: Sequence[Comm]) -> dict[str, list[Comm]]:
-    """The communicators grouped by group name."""
-    out: dict[str, list[Comm]] = {}
-    for c in comms:
-        out.setdefault(c.group, []).append(c)
-    return out

@@ -109,6 +109,6 @@ def iteration_time(workload: Workload, state: FabricState, cache: LoadCache, met
             alone += phase.repeat * max((alone_seconds(f, cap) for f in flows), default=0.0)
             (back if op.overlap else front).append(flows)
         seconds = run_streams([front, back], cap)
-        phases[phase.name] = seconds * phase.repeat
+        phases[phase.name] = float(seconds * phase.repeat)
         total += seconds * phase.repeat
-    return IterationTime(total, compute, alone, phases)
+    return IterationTime(float(total), float(compute), float(alone), phases)
