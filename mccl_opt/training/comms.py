@@ -133,16 +133,15 @@ class LoadCache:
 
         start = time.perf_counter()
         if method == "nccl":
-            sched = _baseline(topo, "allgather" if kind == "ring-rs" else kind)
+            loads = _baseline_loads(topo, "allgather" if kind == "ring-rs" else kind)
         elif kind == "allgather":
             from ..allgather import solve_allgather
 
-            sched = solve_allgather(topo, backend=self.backend)
+            loads = share_loads(topo, solve_allgather(topo, backend=self.backend).chunks)
         else:
             from ..alltoall import solve_alltoall
 
-            sched = solve_alltoall(topo, backend=self.backend)
-        loads = share_loads(topo, sched.chunks)
+            loads = share_loads(topo, solve_alltoall(topo, backend=self.backend).chunks)
         spent = time.perf_counter() - start
         if method == "nccl":
             self.baseline_s += spent
@@ -152,12 +151,53 @@ class LoadCache:
         return _reversed(topo, loads) if kind == "ring-rs" else loads
 
 
-def _baseline(topo: Topology, kind: str):
-    from ..baselines import direct_alltoall, pxn_alltoall, ring_allgather
+def _baseline_loads(topo: Topology, kind: str) -> np.ndarray:
+    from ..baselines import direct_alltoall, pxn_alltoall
+    from ..schedule import share_loads
 
     if kind == "allgather":
-        return ring_allgather(topo)
-    return pxn_alltoall(topo) if topo.extra.get("family") == "hpn" else direct_alltoall(topo)
+        return _ring_loads(topo)
+    sched = pxn_alltoall(topo) if topo.extra.get("family") == "hpn" else direct_alltoall(topo)
+    return share_loads(topo, sched.chunks)
+
+
+def _ring_loads(topo: Topology) -> np.ndarray:
+    """NCCL's ring AllGather (:func:`mccl_opt.baselines.ring_allgather`).  When the ring in
+    rank order has a hop with no switch-only path (members on two rails of two hosts),
+    NCCL's topology search orders the ring another way; here: nearest member first
+    (fewest switch hops, then rank) from rank 0, which keeps such hops on one rail."""
+    from ..baselines import ring_allgather
+    from ..errors import TopologyError
+    from ..schedule import share_loads
+
+    try:
+        return share_loads(topo, ring_allgather(topo).chunks)
+    except TopologyError:
+        order = _nearest_ring(topo)
+    gpus = [topo.node(topo.gpus[r]) for r in order]
+    relisted = Topology(topo.name, gpus + [topo.node(s) for s in topo.switches], topo.links)
+    loads = share_loads(relisted, ring_allgather(relisted).chunks)
+    out = np.zeros(topo.num_links)
+    for i, link in enumerate(relisted.links):
+        out[topo.link_index(link.src, link.dst)] += loads[i]
+    return out
+
+
+def _nearest_ring(topo: Topology) -> list[int]:
+    from ..paths import switch_paths_from
+
+    a = topo.arrays
+    hops = [{int(a.rank_of[v]): len(p) for v, p in switch_paths_from(topo, int(a.gpu_nodes[r])).items()}
+            for r in range(topo.num_gpus)]
+    order, left = [0], set(range(1, topo.num_gpus))
+    while left:
+        near = hops[order[-1]]
+        nxt = min((r for r in left if r in near), key=lambda r: (near[r], r), default=None)
+        if nxt is None:
+            nxt = min(left)               # ring_allgather names the hop that has no route
+        order.append(nxt)
+        left.discard(nxt)
+    return order
 
 
 def _reversed(topo: Topology, loads: np.ndarray) -> np.ndarray:
