@@ -155,16 +155,31 @@ def test_joint_resynthesis_strictly_better_on_a_shared_degraded_nic():
                    _ag("dp", 32 * MB, overlap=True)])
     state = fabric_state(fail2(healthy), w)
     res = joint_resynthesis(w, state, healthy, LoadCache())
-    assert res is not None and set(res.groups) == {"dp", "world"}
-    assert res.seconds <= res.independent_s
-    assert res.seconds < res.independent_s * 0.99
-    assert all(t >= res.seconds for _, t in res.candidates)
+    assert any(k.startswith("split dp=") for k in res.candidates)
+    assert any(k.startswith("proportional-") for k in res.candidates)
+    assert res.seconds <= res.independent_s == res.candidates["independent"]
+    assert res.seconds < res.independent_s * 0.99 and res.best != "independent"
+    assert res.seconds == min(res.candidates.values())
 
 
-def test_joint_needs_two_groups_on_the_degraded_link():
+def test_joint_is_independent_when_nothing_is_shared():
     healthy = hpn(1, 2, 4)
     w = _workload([_ag("dp", MB)])
-    assert joint_resynthesis(w, fabric_state(fail2(healthy), w), healthy, LoadCache()) is None
+    res = joint_resynthesis(w, fabric_state(fail2(healthy), w), healthy, LoadCache())
+    assert res.best == "independent" and list(res.candidates) == ["independent"]
+
+
+def test_host_relays_let_a_rail_group_route_around_a_slow_nic():
+    """With members only, GPU 0's data-parallel pair is stuck on its 50 Gbps NIC (NCCL's
+    ring is optimal there); host-mates relaying give MCCL the other rails."""
+    w = _workload([_ag("dp", 16 * MB)])
+    topo = fail2(hpn(1, 2, 4))
+    cache = LoadCache()
+    times = {relay: {m: iteration_time(w, fabric_state(topo, w, relay), cache, m).seconds
+                     for m in ("nccl", "mccl")} for relay in ("members", "host")}
+    assert times["members"]["mccl"] == pytest.approx(times["members"]["nccl"])
+    assert times["host"]["nccl"] == pytest.approx(times["members"]["nccl"])
+    assert times["host"]["mccl"] < times["members"]["mccl"] / 2
 
 
 # ---------------------------------------------------------------- CLI

@@ -29,6 +29,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="gray failure on GPU 0 (default all three; none: healthy only)")
     p.add_argument("--joint", action="store_true",
                    help="also re-synthesize jointly the groups that cross the same degraded link")
+    p.add_argument("--relay", choices=("members", "host"), default="members",
+                   help="who may forward a communicator's traffic: its members only (default), or "
+                        "also the other GPUs on its members' hosts (docs/training.md \"Relays\")")
     p.add_argument("--backend", type=backend_arg, default="highs", help="LP backend of the synthesizers")
     p.add_argument("--write-workload", metavar="FILE", default=None,
                    help="write the workload of the first model and GPU count as mccl-workload/1 JSON")
@@ -89,7 +92,7 @@ def _train(args: argparse.Namespace) -> int:
     for make in models.values():                   # every workload must fit every size before any synthesis
         for n in counts:
             group_sizes(make(n), n)
-    out = timed_sweep(models, counts, _fabric, fails, joint=args.joint, backend=args.backend,
+    out = timed_sweep(models, counts, _fabric, fails, joint=args.joint, relay=args.relay, backend=args.backend,
                       progress=lambda msg: print(msg, file=sys.stderr, flush=True))
     if args.png:
         _plot(out["rows"], Path(args.png))

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..subfabric import SubFabric, induced
-from ..topology import Topology
+from ..topology import Node, Topology
 
 __all__ = ["Comm", "LoadCache", "communicators", "METHODS"]
 
@@ -39,10 +39,12 @@ METHODS = ("nccl", "mccl")
 
 @dataclass(frozen=True)
 class Comm:
-    """One communicator: its group, members and sub-fabric, with the permutation that
-    sorts its links into canonical order (``order``) and the structure/capacity keys."""
+    """One communicator: its group, its ``index`` among the group's instances, members
+    and sub-fabric, with the permutation that sorts its links into canonical order
+    (``order``) and the structure/capacity keys."""
 
     group: str
+    index: int
     sub: SubFabric
     order: np.ndarray
     shape_key: bytes
@@ -69,28 +71,76 @@ def _hpn_tagged(parent: Topology, sub: SubFabric) -> Topology:
     return Topology(t.name, t.nodes, t.links, {**t.extra, "family": "hpn", "shape": [1, len(ranks) // n, n]})
 
 
+def _canonical_labels(topo: Topology) -> np.ndarray:
+    """A label per node: members first in rank order, then the other nodes in the order a
+    breadth-first walk from the members reaches them, each node's new neighbours taken by
+    (capacity out, capacity in, latency, kind, the parent's order).  The walk follows the
+    fabric's structure, so communicators that differ by a relabelling of hosts or rails get
+    the same labels wherever ties are broken alike (docs/training.md)."""
+    a = topo.arrays
+    label = np.full(topo.num_nodes, -1, dtype=np.int64)
+    order = [int(v) for v in a.gpu_nodes]
+    label[order] = np.arange(len(order))
+    for u in order:                                  # the list grows while it is walked
+        arcs = a.out_arcs[a.out_start[u]:a.out_start[u + 1]]
+        new = [(-a.capacity[arc], -a.capacity[topo.link_index(topo.nodes[int(a.head[arc])].id,
+                                                               topo.nodes[u].id)],
+                a.latency[arc], bool(a.is_switch[a.head[arc]]), int(a.head[arc]))
+               for arc in arcs if label[a.head[arc]] < 0]
+        for *_, v in sorted(new):
+            if label[v] < 0:
+                label[v] = len(order)
+                order.append(v)
+    return label
+
+
 def _keys(topo: Topology) -> tuple[np.ndarray, bytes, bytes]:
     a = topo.arrays
-    order = np.lexsort((a.head, a.tail))
-    shape = np.stack([a.tail[order], a.head[order]]).astype(np.int64)
+    label = _canonical_labels(topo)
+    tail, head = label[a.tail], label[a.head]
+    order = np.lexsort((head, tail))
+    shape = np.stack([tail[order], head[order], a.is_switch[a.head[order]]]).astype(np.int64)
     values = np.stack([a.capacity[order], a.latency[order]]).round(9)
-    head = f"{topo.num_gpus}:{topo.extra.get('family')}:".encode()
-    return order, head + shape.tobytes(), head + shape.tobytes() + values.tobytes()
+    top = f"{topo.num_gpus}:{topo.extra.get('family')}:".encode()
+    return order, top + shape.tobytes(), top + shape.tobytes() + values.tobytes()
 
 
-def communicators(topo: Topology, groups: dict[str, list[tuple[str, ...]]]) -> list[Comm]:
+def _host_relays(topo: Topology, members: tuple[str, ...]) -> Topology:
+    """``topo`` with the members' host-mates (the other GPUs on each member's
+    lowest-latency switch, its NVSwitch) turned into forwarding-only nodes."""
+    a = topo.arrays
+    mates: set[int] = set()
+    for g in members:
+        v = topo.node_index(g)
+        arcs = [int(x) for x in a.out_arcs[a.out_start[v]:a.out_start[v + 1]] if a.is_switch[a.head[x]]]
+        if not arcs:
+            continue
+        nvs = int(a.head[min(arcs, key=lambda x: (a.latency[x], int(a.head[x])))])
+        mates |= {int(a.head[x]) for x in a.out_arcs[a.out_start[nvs]:a.out_start[nvs + 1]]
+                  if not a.is_switch[a.head[x]]}
+    relays = {topo.nodes[v].id for v in mates} - set(members)
+    if not relays:
+        return topo
+    nodes = [Node(n.id, "switch", n.extra) if n.id in relays else n for n in topo.nodes]
+    return Topology(topo.name, nodes, topo.links, topo.extra)
+
+
+def communicators(topo: Topology, groups: dict[str, list[tuple[str, ...]]],
+                  relay: str = "members") -> list[Comm]:
     """Every group instance of ``groups`` (from :func:`.placement.place_groups`) as a
-    :class:`Comm` over ``topo``."""
+    :class:`Comm` over ``topo``.  ``relay="host"`` lets the other GPUs on the members'
+    hosts forward the communicator's traffic (as forwarding-only nodes; docs/training.md
+    "Relays"); ``"members"`` (default) keeps :func:`mccl_opt.subfabric.induced`'s rule."""
     out = []
     for name, instances in groups.items():
-        for members in instances:
+        for index, members in enumerate(instances):
             if len(members) < 2:
                 continue
-            sub = induced(topo, members)
+            sub = induced(_host_relays(topo, members) if relay == "host" else topo, members)
             tagged = _hpn_tagged(topo, sub)
-            sub = SubFabric(sub.parent_name, sub.parent_links, sub.gpus, tagged, sub.links)
+            sub = SubFabric(topo.name, topo.num_links, sub.gpus, tagged, sub.links)
             order, shape_key, key = _keys(tagged)
-            out.append(Comm(name, sub, order, shape_key, key))
+            out.append(Comm(name, index, sub, order, shape_key, key))
     return out
 
 

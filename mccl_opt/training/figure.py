@@ -15,7 +15,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from ..topology import Topology
 from .comms import LoadCache
-from .iteration import fabric_state, iteration_time
+from .iteration import FabricState, fabric_state, iteration_time
 from .joint import joint_resynthesis
 from .workload import Workload
 
@@ -24,12 +24,12 @@ __all__ = ["train_rows", "timed_sweep", "ROW_FIELDS", "HEALTHY"]
 HEALTHY = "healthy"
 ROW_FIELDS = ("model", "gpus", "state", "topology", "iteration_s_healthy", "iteration_s_healthy_mccl",
               "iteration_s_static", "iteration_s_mccl", "speedup", "iteration_s_joint", "joint_gain",
-              "joint_shares", "compute_s", "collective_share_healthy", "collective_share_static")
+              "joint_best", "compute_s", "collective_share_healthy", "collective_share_static")
 
 
 def train_rows(model: str, workload_for: Callable[[int], Workload], gpus: Sequence[int],
                fabric: Callable[[int], Topology], failures: Mapping[str, Callable[[Topology], Topology]],
-               *, joint: bool = False, cache: LoadCache | None = None,
+               *, joint: bool = False, relay: str = "members", cache: LoadCache | None = None,
                progress: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
     """One row per GPU count and state (``healthy`` and each of ``failures``) with the
     fields of :data:`ROW_FIELDS`; ``speedup = iteration_s_static / iteration_s_mccl``;
@@ -41,40 +41,43 @@ def train_rows(model: str, workload_for: Callable[[int], Workload], gpus: Sequen
         workload = workload_for(n)
         healthy_topo = fabric(n)
         say(f"{model} on {n} GPUs: healthy")
-        healthy = fabric_state(healthy_topo, workload)
+        healthy = fabric_state(healthy_topo, workload, relay)
         base = iteration_time(workload, healthy, cache, "nccl")
         mine = iteration_time(workload, healthy, cache, "mccl")
         common = {"model": model, "gpus": n, "iteration_s_healthy": base.seconds,
                   "iteration_s_healthy_mccl": mine.seconds, "compute_s": base.compute_s,
                   "collective_share_healthy": base.collective_share}
-        rows.append({**common, "state": HEALTHY, "topology": healthy_topo.name,
-                     "iteration_s_static": base.seconds, "iteration_s_mccl": mine.seconds,
-                     "speedup": base.seconds / mine.seconds, "iteration_s_joint": None,
-                     "joint_gain": None, "joint_shares": None,
-                     "collective_share_static": base.collective_share})
+        row = {**common, "state": HEALTHY, "topology": healthy_topo.name,
+               "iteration_s_static": base.seconds, "iteration_s_mccl": mine.seconds,
+               "speedup": base.seconds / mine.seconds, "collective_share_static": base.collective_share}
+        rows.append(_joint(row, joint, workload, healthy, healthy_topo, cache, say))
         for name, fail in failures.items():
             say(f"{model} on {n} GPUs: {name}")
-            state = fabric_state(fail(healthy_topo), workload)
+            state = fabric_state(fail(healthy_topo), workload, relay)
             static = iteration_time(workload, state, cache, "nccl")
             mccl = iteration_time(workload, state, cache, "mccl")
             row = {**common, "state": name, "topology": state.topo.name,
                    "iteration_s_static": static.seconds, "iteration_s_mccl": mccl.seconds,
-                   "speedup": static.seconds / mccl.seconds, "iteration_s_joint": None,
-                   "joint_gain": None, "joint_shares": None,
-                   "collective_share_static": static.collective_share}
-            if joint:
-                say(f"{model} on {n} GPUs: {name}, joint re-synthesis")
-                res = joint_resynthesis(workload, state, healthy_topo, cache)
-                if res is not None:
-                    row.update(iteration_s_joint=res.seconds, joint_gain=1.0 - res.seconds / mccl.seconds,
-                               joint_shares=res.shares)
-            rows.append(row)
+                   "speedup": static.seconds / mccl.seconds, "collective_share_static": static.collective_share}
+            rows.append(_joint(row, joint, workload, state, healthy_topo, cache, say))
     return rows
+
+
+def _joint(row: dict[str, Any], joint: bool, workload: Workload, state: FabricState, healthy: Topology,
+           cache: LoadCache, say: Callable[[str], None]) -> dict[str, Any]:
+    """``row`` with the joint re-synthesis fields (``None`` unless ``joint``)."""
+    row.update(iteration_s_joint=None, joint_gain=None, joint_best=None)
+    if joint:
+        say(f"{row['model']} on {row['gpus']} GPUs: {row['state']}, joint re-synthesis")
+        res = joint_resynthesis(workload, state, healthy, cache)
+        row.update(iteration_s_joint=res.seconds, joint_gain=1.0 - res.seconds / res.independent_s,
+                   joint_best=res.best)
+    return row
 
 
 def timed_sweep(models: Mapping[str, Callable[[int], Workload]], gpus: Sequence[int],
                 fabric: Callable[[int], Topology], failures: Mapping[str, Callable[[Topology], Topology]],
-                *, joint: bool = False, backend: str = "highs",
+                *, joint: bool = False, relay: str = "members", backend: str = "highs",
                 progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """:func:`train_rows` for every model with one cache: ``{rows, synthesis}`` where
     ``synthesis`` reports the MCCL synthesis time apart (seconds, syntheses, reuses) and
@@ -82,7 +85,7 @@ def timed_sweep(models: Mapping[str, Callable[[int], Workload]], gpus: Sequence[
     cache = LoadCache(backend=backend)
     start = time.perf_counter()
     rows = [r for model, make in models.items()
-            for r in train_rows(model, make, gpus, fabric, failures, joint=joint, cache=cache,
+            for r in train_rows(model, make, gpus, fabric, failures, joint=joint, relay=relay, cache=cache,
                                 progress=progress)]
     return {"rows": rows, "synthesis": {"synthesis_s": cache.synth_s, "syntheses": cache.syntheses,
                                         "reused": cache.reused, "baseline_s": cache.baseline_s,

@@ -27,7 +27,7 @@ from .contention import Flow, alone_seconds, run_streams
 from .placement import place_groups
 from .workload import Op, Workload
 
-__all__ = ["FabricState", "fabric_state", "iteration_time", "IterationTime"]
+__all__ = ["FabricState", "fabric_state", "iteration_time", "IterationTime", "link_traffic", "Capacities"]
 
 
 @dataclass(frozen=True)
@@ -36,18 +36,20 @@ class FabricState:
 
     topo: Topology
     comms: dict[str, list[Comm]]
+    relay: str = "members"
 
     @property
     def capacity_bps(self) -> np.ndarray:
         return self.topo.arrays.capacity * 1e9
 
 
-def fabric_state(topo: Topology, workload: Workload) -> FabricState:
-    """Place the workload's groups on ``topo`` (:func:`.placement.place_groups`)."""
+def fabric_state(topo: Topology, workload: Workload, relay: str = "members") -> FabricState:
+    """Place the workload's groups on ``topo`` (:func:`.placement.place_groups`); ``relay``
+    as in :func:`.comms.communicators`."""
     comms: dict[str, list[Comm]] = {}
-    for c in communicators(topo, place_groups(workload, topo.gpus)):
+    for c in communicators(topo, place_groups(workload, topo.gpus), relay):
         comms.setdefault(c.group, []).append(c)
-    return FabricState(topo, comms)
+    return FabricState(topo, comms, relay)
 
 
 @dataclass(frozen=True)
@@ -65,12 +67,15 @@ class IterationTime:
         return self.collective_s / (self.compute_s + self.collective_s)
 
 
+Capacities = Mapping[tuple[str, int], np.ndarray]
+
+
 def _flows(state: FabricState, cache: LoadCache, op: Op, method: str,
-           capacity: Mapping[str, np.ndarray]) -> list[Flow]:
+           capacity: Capacities) -> list[Flow]:
     flows = []
     for comm in state.comms.get(op.group, []):
         def stage(kind: str, unit: float):
-            idx, loads = cache.comm_loads(comm, kind, method, capacity.get(op.group))
+            idx, loads = cache.comm_loads(comm, kind, method, capacity.get((comm.group, comm.index)))
             used = loads > 0
             return idx[used], 8.0 * unit * loads[used]
 
@@ -88,10 +93,11 @@ def _flows(state: FabricState, cache: LoadCache, op: Op, method: str,
 
 
 def iteration_time(workload: Workload, state: FabricState, cache: LoadCache, method: str,
-                   capacity: Mapping[str, np.ndarray] | None = None) -> IterationTime:
+                   capacity: Capacities | None = None) -> IterationTime:
     """One iteration of ``workload`` on ``state`` with ``method``'s schedules (``nccl`` or
-    ``mccl``); ``capacity`` maps a group to the parent capacities (Gbps) its MCCL
-    schedules are synthesized for (joint re-synthesis), default the fabric's own."""
+    ``mccl``); ``capacity`` maps a communicator ``(group, index)`` to the parent
+    capacities (Gbps) its MCCL schedules are synthesized for (joint re-synthesis),
+    default the fabric's own."""
     capacity = capacity or {}
     cap = state.capacity_bps
     total = compute = alone = 0.0
@@ -112,3 +118,21 @@ def iteration_time(workload: Workload, state: FabricState, cache: LoadCache, met
         phases[phase.name] = float(seconds * phase.repeat)
         total += seconds * phase.repeat
     return IterationTime(float(total), float(compute), float(alone), phases)
+
+
+def link_traffic(workload: Workload, state: FabricState, cache: LoadCache, method: str,
+                 capacity: Capacities | None = None) -> list[dict[tuple[str, int], np.ndarray]]:
+    """Per phase, the bits each communicator ``(group, index)`` puts on every parent link."""
+    capacity = capacity or {}
+    out = []
+    for phase in workload.phases:
+        traffic: dict[tuple[str, int], np.ndarray] = {}
+        for op in phase.ops:
+            if op.kind == "compute":
+                continue
+            for comm, flow in zip(state.comms.get(op.group, []), _flows(state, cache, op, method, capacity)):
+                total = traffic.setdefault((comm.group, comm.index), np.zeros(state.topo.num_links))
+                for idx, bits in flow.stages:
+                    np.add.at(total, idx, bits)
+        out.append(traffic)
+    return out

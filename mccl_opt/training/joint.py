@@ -1,18 +1,28 @@
-"""Joint re-synthesis of communicators that cross the same degraded link
-(docs/training.md "Joint re-synthesis"; beyond the paper, which re-synthesizes each
-communicator on its own).
+"""Joint re-synthesis of communicators that share links (docs/training.md "Joint
+re-synthesis"; beyond the paper, which synthesizes each communicator on its own).
 
-When several communicators run at the same time and cross one degraded link (a GPU's
-NIC carries its expert-parallel AllToAll and its data-parallel AllGather), each one
-synthesized on its own believes it has the whole link and routes onto it as much as that
-capacity allows; together they over-subscribe it.  Here the degraded links' capacity is
-split between the *groups* whose communicators cross them and run in the same phase:
-each group's MCCL schedules are synthesized as if the degraded links had only its share,
-and the split whose iteration time (with the real capacities, in the contention model)
-is smallest wins.  Candidates: every group in turn gets a fraction ``f`` of
-:data:`FRACTIONS` and the others share ``1 - f`` equally.  Independent synthesis (every
-group sees the whole link) is always among the candidates, so the joint result is never
-worse than it.
+Communicators that run at the same time and cross one link (a GPU's NIC carries its
+expert-parallel AllToAll and its data-parallel AllGather; with host relays, every
+data-parallel rail group may use every NIC of a host) each believe, synthesized on their
+own, that they have the whole link; together they over-subscribe it.  Joint
+re-synthesis gives each communicator a *share* of every link it shares and synthesizes
+its MCCL schedules as if the link had only that share; the candidate whose iteration
+time (real capacities, contention model) is smallest wins:
+
+* **proportional rounds**: a communicator's share of link ``a`` is its part of the bits
+  that all communicators of the same phase put on ``a`` under the previous round's
+  schedules (round 1 starts from independent synthesis), at least :data:`FLOOR`, the
+  largest over the phases it runs in, rounded to 1/:data:`QUANTUM` (so that symmetric
+  communicators keep equal keys and share one synthesis); a link nobody else uses stays
+  whole.  :data:`ROUNDS` rounds.
+* **no relays** (with host relays only): every communicator keeps to its members, i.e.
+  gets no share of the links it would only relay over.
+* **degraded-link splits**: the links below their healthy capacity (or new, as Fail3's
+  backup cables) are split between the *groups* that cross them in one phase: each
+  group in turn gets a fraction of :data:`FRACTIONS`, the others share the rest equally.
+
+Independent synthesis (every communicator sees whole links) is always a candidate, so
+the joint result is never worse than it.
 """
 
 from __future__ import annotations
@@ -23,24 +33,27 @@ import numpy as np
 
 from ..topology import Topology
 from .comms import LoadCache
-from .iteration import FabricState, iteration_time
+from .iteration import Capacities, FabricState, fabric_state, iteration_time, link_traffic
 from .workload import Workload
 
-__all__ = ["joint_resynthesis", "JointResult", "degraded_links", "contending_groups", "FRACTIONS"]
+__all__ = ["joint_resynthesis", "JointResult", "degraded_links", "contending_groups", "FRACTIONS",
+           "ROUNDS", "FLOOR", "QUANTUM"]
 
 FRACTIONS = (0.02, 0.25, 0.5, 0.75)
+ROUNDS = 3
+FLOOR = 0.02
+QUANTUM = 32          # shares are rounded to 1/32: symmetric communicators keep equal keys
 
 
 @dataclass(frozen=True)
 class JointResult:
-    """The best split found: ``shares`` (group -> fraction of the degraded links),
-    its iteration time, the independent one, and every candidate's time."""
+    """The best candidate (``best``: its name, ``seconds``: its iteration time), the
+    independent synthesis' time, and every candidate's time by name."""
 
     seconds: float
     independent_s: float
-    shares: dict[str, float]
-    groups: tuple[str, ...]
-    candidates: tuple[tuple[dict[str, float], float], ...]
+    best: str
+    candidates: dict[str, float]
 
 
 def degraded_links(healthy: Topology, degraded: Topology) -> np.ndarray:
@@ -64,7 +77,23 @@ def contending_groups(workload: Workload, state: FabricState, mask: np.ndarray) 
     return tuple(sorted(out))
 
 
-def _candidates(groups: tuple[str, ...]) -> list[dict[str, float]]:
+def _proportional(traffic: list[dict[tuple[str, int], np.ndarray]], state: FabricState) -> Capacities:
+    cap = state.topo.arrays.capacity
+    links = {(c.group, c.index): c.sub.links for comms in state.comms.values() for c in comms}
+    share: dict[tuple[str, int], np.ndarray] = {}
+    for phase in traffic:
+        total = sum(phase.values(), np.zeros_like(cap))
+        for key, bits in phase.items():
+            mine = np.ones_like(cap)
+            own = links[key]
+            shared = total[own] - bits[own] > 1e-9 * total[own]
+            part = np.round(bits[own] / np.where(shared, total[own], 1.0) * QUANTUM) / QUANTUM
+            mine[own] = np.where(shared, np.maximum(part, FLOOR), 1.0)
+            share[key] = np.maximum(share.get(key, mine), mine)
+    return {key: cap * s for key, s in share.items() if (s < 1.0).any()}
+
+
+def _group_splits(groups: tuple[str, ...]) -> list[dict[str, float]]:
     seen, out = set(), []
     for g in groups:
         for f in FRACTIONS:
@@ -78,20 +107,28 @@ def _candidates(groups: tuple[str, ...]) -> list[dict[str, float]]:
 
 
 def joint_resynthesis(workload: Workload, state: FabricState, healthy: Topology,
-                      cache: LoadCache) -> JointResult | None:
-    """Split the degraded links between contending groups (module docstring); ``None``
-    when fewer than two groups compete for a degraded link."""
-    mask = degraded_links(healthy, state.topo)
-    groups = contending_groups(workload, state, mask)
-    independent = iteration_time(workload, state, cache, "mccl").seconds
-    if len(groups) < 2:
-        return None
+                      cache: LoadCache) -> JointResult:
+    """The candidates of the module docstring on ``state`` (``healthy``: the fabric
+    before the failure, to find the degraded links; ``state.topo`` itself when healthy)."""
     cap = state.topo.arrays.capacity
-    best, best_shares, tried = independent, {g: 1.0 for g in groups}, []
-    for shares in _candidates(groups):
-        capacity = {g: np.where(mask, cap * s, cap) for g, s in shares.items()}
-        seconds = iteration_time(workload, state, cache, "mccl", capacity).seconds
-        tried.append((shares, float(seconds)))
-        if seconds < best * (1 - 1e-9):
-            best, best_shares = seconds, shares
-    return JointResult(float(best), float(independent), best_shares, groups, tuple(tried))
+    times = {"independent": iteration_time(workload, state, cache, "mccl").seconds}
+    if state.relay != "members":
+        members = fabric_state(state.topo, workload, "members")
+        times["no relays"] = iteration_time(workload, members, cache, "mccl").seconds
+    capacity: Capacities = {}
+    for r in range(1, ROUNDS + 1):
+        capacity = _proportional(link_traffic(workload, state, cache, "mccl", capacity), state)
+        if not capacity:
+            break
+        times[f"proportional-{r}"] = iteration_time(workload, state, cache, "mccl", capacity).seconds
+    mask = degraded_links(healthy, state.topo) if state.topo is not healthy else np.zeros(cap.size, bool)
+    groups = contending_groups(workload, state, mask)
+    if len(groups) > 1:
+        for shares in _group_splits(groups):
+            split = {(c.group, c.index): np.where(mask, cap * shares[c.group], cap)
+                     for g in groups for c in state.comms[g]}
+            name = "split " + ",".join(f"{g}={shares[g]:.2f}" for g in groups)
+            times[name] = iteration_time(workload, state, cache, "mccl", split).seconds
+    best = min(times, key=lambda k: (times[k], k != "independent"))
+    return JointResult(float(times[best]), float(times["independent"]), best,
+                       {k: float(v) for k, v in times.items()})
