@@ -252,3 +252,25 @@ def test_bad_model_and_gpu_counts_are_typed_errors():
     assert main(["train", "--model", "llama3-405b", "--gpus", "200"]) == 2
     assert main(["train", "--model", "nothing-here", "--gpus", "16"]) == 2
     assert issubclass(WorkloadError, MCCLError)
+
+
+@pytest.mark.parametrize("relay", ["members", "host"])
+def test_reduce_scatter_on_reversed_trees_takes_the_allgather_time(relay):
+    """On a fabric whose cables have one capacity both ways, MCCL's ReduceScatter of a
+    buffer b (its AllGather trees reversed) takes the time of its AllGather of b/n; the
+    vendor ring is never faster."""
+    topo = fail2(hpn(1, 2, 4))
+    cache = LoadCache(reduce_scatter="mccl")
+    n = 2                                                  # the dp pairs of tp=4 on 8 GPUs
+
+    def seconds(op, method):
+        w = _workload([op])
+        return iteration_time(w, fabric_state(topo, w, relay), cache, method).seconds
+
+    rs = seconds(_ag("dp", 16 * MB, kind="reducescatter"), "mccl")
+    assert rs == pytest.approx(seconds(_ag("dp", 16 * MB / n), "mccl"), rel=1e-9)
+    assert rs <= seconds(_ag("dp", 16 * MB, kind="reducescatter"), "nccl") * (1 + 1e-9)
+    ring = LoadCache()                                     # default: the ring under both methods
+    w = _workload([_ag("dp", 16 * MB, kind="reducescatter")])
+    state = fabric_state(topo, w, relay)
+    assert iteration_time(w, state, ring, "mccl").seconds == iteration_time(w, state, ring, "nccl").seconds

@@ -32,6 +32,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--relay", choices=("members", "host"), default="members",
                    help="who may forward a communicator's traffic: its members only (default), or "
                         "also the other GPUs on its members' hosts (docs/training.md \"Relays\")")
+    p.add_argument("--reduce-scatter", choices=("ring", "mccl"), default="ring",
+                   help="ReduceScatter under MCCL: the vendor's ring as in the paper (default), or MCCL's "
+                        "AllGather trees run backwards")
     p.add_argument("--backend", type=backend_arg, default="highs", help="LP backend of the synthesizers")
     p.add_argument("--write-workload", metavar="FILE", default=None,
                    help="write the workload of the first model and GPU count as mccl-workload/1 JSON")
@@ -93,6 +96,7 @@ def _train(args: argparse.Namespace) -> int:
         for n in counts:
             group_sizes(make(n), n)
     out = timed_sweep(models, counts, _fabric, fails, joint=args.joint, relay=args.relay, backend=args.backend,
+                      reduce_scatter=args.reduce_scatter,
                       progress=lambda msg: print(msg, file=sys.stderr, flush=True))
     if args.png:
         _plot(out["rows"], Path(args.png))

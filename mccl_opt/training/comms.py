@@ -20,7 +20,10 @@ Methods: ``nccl`` (ring AllGather; PXN AllToAll on a sub-fabric of whole HPN hos
 direct otherwise; :mod:`mccl_opt.baselines`), ``mccl`` (:func:`mccl_opt.solve_allgather`,
 :func:`mccl_opt.solve_alltoall` on the sub-fabric's capacities, or on the capacities a
 joint re-synthesis gives it).  ReduceScatter is the ring run backwards under both
-methods (MCCL keeps reductions on the vendor's schedule, paper §3).
+methods by default (MCCL keeps reductions on the vendor's schedule, paper §3); with
+``reduce_scatter="mccl"`` MCCL runs it on its AllGather trees for the reversed fabric
+(every link's capacity taken from the link the other way), backwards: a tree that
+broadcasts a shard, reversed, reduces it (switches still only forward).
 """
 
 from __future__ import annotations
@@ -147,9 +150,11 @@ def communicators(topo: Topology, groups: dict[str, list[tuple[str, ...]]],
 @dataclass
 class LoadCache:
     """Schedules' canonical share loads by (kind, method, key), shared by every fabric
-    state of a sweep; counts syntheses, reuses and their wall time."""
+    state of a sweep; counts syntheses, reuses and their wall time.  ``reduce_scatter``:
+    ``ring`` (paper §3: reductions stay on the vendor's ring) or ``mccl``."""
 
     backend: str = "highs"
+    reduce_scatter: str = "ring"
     loads: dict = field(default_factory=dict)
     synth_s: float = 0.0
     baseline_s: float = 0.0
@@ -159,20 +164,24 @@ class LoadCache:
     def comm_loads(self, comm: Comm, kind: str, method: str,
                    capacity: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """``(parent link indices, share loads)`` of ``kind`` (allgather | alltoall |
-        ring-rs) under ``method`` on ``comm``; MCCL synthesizes on the parent capacities
-        ``capacity`` when given (joint re-synthesis), else on the sub-fabric's own."""
+        reducescatter) under ``method`` on ``comm``; MCCL synthesizes on the parent
+        capacities ``capacity`` when given (joint re-synthesis), else on the sub-fabric's
+        own.  A ReduceScatter is the ring backwards unless ``reduce_scatter == "mccl"``
+        (then MCCL's AllGather trees for the reversed fabric, run backwards)."""
         topo = comm.sub.topology
         key = comm.shape_key
-        if method == "mccl" and kind != "ring-rs":
+        if kind == "reducescatter" and (method == "nccl" or self.reduce_scatter == "ring"):
+            method = "nccl"
+        elif method == "mccl":
             if capacity is not None:
                 topo = comm.sub.measured(capacity)
                 key = _keys(topo)[2]
             else:
                 key = comm.key
-        entry = (kind, method if kind != "ring-rs" else "nccl", key)
+        entry = (kind, method, key)
         canon = self.loads.get(entry)
         if canon is None:
-            canon = self._schedule_loads(topo, kind, entry[1])[comm.order]
+            canon = self._schedule_loads(topo, kind, method)[comm.order]
             self.loads[entry] = canon
         else:
             self.reused += 1
@@ -183,22 +192,27 @@ class LoadCache:
 
         start = time.perf_counter()
         if method == "nccl":
-            loads = _baseline_loads(topo, "allgather" if kind == "ring-rs" else kind)
-        elif kind == "allgather":
-            from ..allgather import solve_allgather
-
-            loads = share_loads(topo, solve_allgather(topo, backend=self.backend).chunks)
-        else:
+            loads = _baseline_loads(topo, "allgather" if kind == "reducescatter" else kind)
+            if kind == "reducescatter":
+                loads = _reversed(topo, loads)
+        elif kind == "alltoall":
             from ..alltoall import solve_alltoall
 
             loads = share_loads(topo, solve_alltoall(topo, backend=self.backend).chunks)
+        else:
+            from ..allgather import solve_allgather
+
+            on = topo if kind == "allgather" else topo.with_capacities(_reversed(topo, topo.arrays.capacity))
+            loads = share_loads(on, solve_allgather(on, backend=self.backend).chunks)
+            if kind == "reducescatter":
+                loads = _reversed(topo, loads)
         spent = time.perf_counter() - start
         if method == "nccl":
             self.baseline_s += spent
         else:
             self.synth_s += spent
             self.syntheses += 1
-        return _reversed(topo, loads) if kind == "ring-rs" else loads
+        return loads
 
 
 def _baseline_loads(topo: Topology, kind: str) -> np.ndarray:

@@ -78,11 +78,12 @@ def _joint(row: dict[str, Any], joint: bool, workload: Workload, state: FabricSt
 def timed_sweep(models: Mapping[str, Callable[[int], Workload]], gpus: Sequence[int],
                 fabric: Callable[[int], Topology], failures: Mapping[str, Callable[[Topology], Topology]],
                 *, joint: bool = False, relay: str = "members", backend: str = "highs",
+                reduce_scatter: str = "ring",
                 progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """:func:`train_rows` for every model with one cache: ``{rows, synthesis}`` where
     ``synthesis`` reports the MCCL synthesis time apart (seconds, syntheses, reuses) and
     the whole wall time."""
-    cache = LoadCache(backend=backend)
+    cache = LoadCache(backend=backend, reduce_scatter=reduce_scatter)
     start = time.perf_counter()
     rows = [r for model, make in models.items()
             for r in train_rows(model, make, gpus, fabric, failures, joint=joint, relay=relay, cache=cache,

@@ -85,9 +85,9 @@ def _flows(state: FabricState, cache: LoadCache, op: Op, method: str,
         elif op.kind == "alltoall":
             stages = (stage("alltoall", op.bytes / n),)
         elif op.kind == "reducescatter":
-            stages = (stage("ring-rs", op.bytes / n),)
+            stages = (stage("reducescatter", op.bytes / n),)
         else:
-            stages = (stage("ring-rs", op.bytes / n), stage("allgather", op.bytes / n))
+            stages = (stage("reducescatter", op.bytes / n), stage("allgather", op.bytes / n))
         flows.append(Flow(stages))
     return flows
 
