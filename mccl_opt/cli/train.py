@@ -95,8 +95,8 @@ def _train(args: argparse.Namespace) -> int:
     for make in models.values():                   # every workload must fit every size before any synthesis
         for n in counts:
             group_sizes(make(n), n)
-    out = timed_sweep(models, counts, _fabric, fails, joint=args.joint, relay=args.relay, backend=args.backend,
-                      reduce_scatter=args.reduce_scatter,
+    out = timed_sweep(models, counts, _fabric, fails, joint=args.joint, relay=args.relay,
+                      backend=args.backend, reduce_scatter=args.reduce_scatter,
                       progress=lambda msg: print(msg, file=sys.stderr, flush=True))
     if args.png:
         _plot(out["rows"], Path(args.png))
@@ -139,11 +139,13 @@ def _plot(rows: list[dict], path: Path) -> None:
                 ax.annotate(f"{r['speedup']:.2f}x", (x + 0.3, r["iteration_s_static"]), fontsize=7,
                             ha="center", va="bottom")
             ax.set_xticks([x + 0.3 for x in xs], [str(r["gpus"]) for r in sub])
+            ax.set_ylim(0, 1.15 * max(r["iteration_s_static"] for r in sub))
             ax.set_xlabel("GPUs (one pipeline stage)")
             ax.set_ylabel("iteration time (s)")
             ax.set_title(f"{model}, {state}", fontsize=9)
             ax.grid(alpha=0.3, axis="y")
-            ax.legend(fontsize=6, loc="upper left")
-    fig.tight_layout()
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="upper center", ncol=len(labels), fontsize=8)
+    fig.tight_layout(rect=(0, 0, 1, 0.94))
     fig.savefig(path, dpi=120)
     plt.close(fig)

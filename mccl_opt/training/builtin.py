@@ -21,7 +21,7 @@ from .workload import WORKLOAD_FORMAT, Workload, load_workload
 __all__ = ["BUILTIN", "builtin_workload", "llama3_405b", "deepseek_v3"]
 
 PIPELINE = 16
-BATCH_TOKENS = 16384          # per replica of the stage's weights (docs/training.md)
+BATCH_TOKENS = 16384          # per data-parallel rank (docs/training.md)
 GPU_TFLOPS = 400.0            # sustained bf16 per GPU: ~40 % of an H100/H800's 989 TFLOP/s
 BF16, FP8 = 2, 1
 
@@ -62,7 +62,7 @@ def llama3_405b(gpus: int, tokens: int = BATCH_TOKENS) -> dict[str, Any]:
                      {"kind": "reducescatter", "name": "fsdp-rs-grad", "bytes": shard, "group": "dp",
                       "overlap": True},
                      *tp_block(2, "bwd")]}],
-        "notes": [f"pipeline stage 1/{PIPELINE}: {layers} layers", f"{tokens} tokens per TP replica",
+        "notes": [f"pipeline stage 1/{PIPELINE}: {layers} layers", f"{tokens} tokens per TP group (data-parallel rank)",
                   "bf16 weights, activations and gradients"],
     }
 
@@ -78,7 +78,7 @@ def deepseek_v3(gpus: int, tokens: int = BATCH_TOKENS) -> dict[str, Any]:
              + kv_rank * heads * (nope + vd) + heads * vd * h)
     p_expert = 3 * h * moe_ffn
     p_dense = p_mla + p_expert + experts * h         # attention, shared expert, router
-    per_gpu = tokens // ep                           # a replica's tokens spread over its EP group
+    per_gpu = tokens                                 # TP 1: every GPU is a data-parallel rank
     attn = 2 * (p_mla + experts * h) * per_gpu + _causal_attention_flops(per_gpu, seq, heads, nope + rope, vd)
     moe = 2 * (topk + 1) * p_expert * per_gpu        # eight routed experts and the shared one
     routed = per_gpu * topk * h                      # a GPU's routed token copies (elements)
@@ -109,7 +109,7 @@ def deepseek_v3(gpus: int, tokens: int = BATCH_TOKENS) -> dict[str, Any]:
                 {"kind": "compute", "name": "experts-bwd", "flops": 2 * moe},
                 a2a("dispatch-bwd", BF16),
                 {"kind": "compute", "name": "attn-bwd", "flops": 2 * attn}]}],
-        "notes": [f"pipeline stage 1/{PIPELINE}: {layers} MoE layers", f"{tokens} tokens per EP replica",
+        "notes": [f"pipeline stage 1/{PIPELINE}: {layers} MoE layers", f"{tokens} tokens per GPU (data-parallel rank)",
                   "uniform routing (no node limit), FP8 dispatch, bf16 combine and gradients"],
     }
 
