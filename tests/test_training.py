@@ -274,3 +274,20 @@ def test_reduce_scatter_on_reversed_trees_takes_the_allgather_time(relay):
     w = _workload([_ag("dp", 16 * MB, kind="reducescatter")])
     state = fabric_state(topo, w, relay)
     assert iteration_time(w, state, ring, "mccl").seconds == iteration_time(w, state, ring, "nccl").seconds
+
+
+def test_reduce_scatter_on_a_one_way_degradation_is_the_reversed_fabric_allgather():
+    """A NIC degraded in its sending direction only: MCCL's ReduceScatter of buffer b takes
+    8 (b/n) / x, x the AllGather optimum on the fabric with every link reversed (the NIC
+    degraded in its receiving direction), solved here on its own."""
+    from instances import degrade
+    from mccl_opt import solve_allgather
+
+    healthy = hpn(1, 2, 4)
+    gpu, tor = healthy.gpus[0], "s0tor0"
+    topo = degrade(healthy, gpu, tor, 50.0, both_directions=False)
+    reversed_fabric = degrade(healthy, tor, gpu, 50.0, both_directions=False)
+    w = _workload([_ag("world", 8 * 16 * MB, kind="reducescatter")])
+    t = iteration_time(w, fabric_state(topo, w), LoadCache(reduce_scatter="mccl"), "mccl").seconds
+    x = solve_allgather(reversed_fabric).rate_gbps
+    assert t == pytest.approx(8 * 16 * MB / (x * 1e9), rel=1e-6)

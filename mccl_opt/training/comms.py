@@ -180,11 +180,14 @@ class LoadCache:
                 key = comm.key
         entry = (kind, method, key)
         canon = self.loads.get(entry)
-        if canon is None:
-            canon = self._schedule_loads(topo, kind, method)[comm.order]
-            self.loads[entry] = canon
-        else:
+        if canon is not None:
             self.reused += 1
+        elif kind == "reducescatter" and method == "mccl" and _symmetric(topo):
+            sub = np.empty(topo.num_links)           # the AllGather's trees, run backwards
+            sub[comm.order] = self.comm_loads(comm, "allgather", method, capacity)[1]
+            canon = self.loads[entry] = _reversed(topo, sub)[comm.order]
+        else:
+            canon = self.loads[entry] = self._schedule_loads(topo, kind, method)[comm.order]
         return comm.sub.links[comm.order], canon
 
     def _schedule_loads(self, topo: Topology, kind: str, method: str) -> np.ndarray:
@@ -262,6 +265,12 @@ def _nearest_ring(topo: Topology) -> list[int]:
         order.append(nxt)
         left.discard(nxt)
     return order
+
+
+def _symmetric(topo: Topology) -> bool:
+    """Every link has the capacity of the link the other way (the reversed fabric is itself)."""
+    cap = topo.arrays.capacity
+    return bool(np.array_equal(_reversed(topo, cap), cap))
 
 
 def _reversed(topo: Topology, loads: np.ndarray) -> np.ndarray:
