@@ -28,10 +28,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--fail", default="all", choices=(*FAILS, "all", "none"),
                    help="gray failure on GPU 0 (default all three; none: healthy only)")
     p.add_argument("--joint", action="store_true",
-                   help="also re-synthesize jointly the groups that cross the same degraded link")
+                   help="also re-synthesize jointly the communicators that share links (docs/training.md "
+                        "\"Joint re-synthesis\")")
     p.add_argument("--relay", choices=("members", "host"), default="members",
                    help="who may forward a communicator's traffic: its members only (default), or "
-                        "also the other GPUs on its members' hosts (docs/training.md \"Relays\")")
+                        "also the other GPUs on its members' hosts (docs/training.md, relays)")
     p.add_argument("--reduce-scatter", choices=("ring", "mccl"), default="ring",
                    help="ReduceScatter under MCCL: the vendor's ring as in the paper (default), or MCCL's "
                         "AllGather trees run backwards")

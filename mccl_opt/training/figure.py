@@ -33,7 +33,7 @@ def train_rows(model: str, workload_for: Callable[[int], Workload], gpus: Sequen
                progress: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
     """One row per GPU count and state (``healthy`` and each of ``failures``) with the
     fields of :data:`ROW_FIELDS`; ``speedup = iteration_s_static / iteration_s_mccl``;
-    ``iteration_s_joint`` where ``joint`` and two groups compete for a degraded link."""
+    ``iteration_s_joint`` (:func:`.joint.joint_resynthesis`) on every row when ``joint``."""
     cache = cache or LoadCache()
     say = progress or (lambda msg: None)
     rows = []
