@@ -137,10 +137,11 @@ def _plot(rows: list[dict], path: Path) -> None:
                 if any(ys):
                     ax.bar([x + 0.2 * k for x in xs], ys, width=0.2, label=label)
             for x, r in zip(xs, sub):
-                ax.annotate(f"{r['speedup']:.2f}x", (x + 0.3, r["iteration_s_static"]), fontsize=7,
+                top = max(r[f] for f, _ in bars if r[f] is not None)
+                ax.annotate(f"{r['speedup']:.2f}x", (x + 0.3, top), fontsize=7,
                             ha="center", va="bottom")
             ax.set_xticks([x + 0.3 for x in xs], [str(r["gpus"]) for r in sub])
-            ax.set_ylim(0, 1.15 * max(r["iteration_s_static"] for r in sub))
+            ax.set_ylim(0, 1.15 * max(r[f] for r in sub for f, _ in bars if r[f] is not None))
             ax.set_xlabel("GPUs (one pipeline stage)")
             ax.set_ylabel("iteration time (s)")
             ax.set_title(f"{model}, {state}", fontsize=9)
