@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from . import process_exit
 from .errors import (InputError, MCCLError, ScheduleError, SolveError, SolverLicenseError,
-                     SolverNotAvailableError, TelemetryError, TopologyError)
+                     SolverNotAvailableError, TelemetryError, TopologyError,
+                     WorkloadError)
 from .lazy import lazy_getattr
 from .schedule import BottleneckLink, PathChunk, Schedule, TreeChunk
 from .topology import Link, Node, Topology
@@ -21,7 +22,7 @@ process_exit.install()
 
 __all__ = [
     "MCCLError", "InputError", "TopologyError", "SolverNotAvailableError", "SolverLicenseError",
-    "SolveError", "ScheduleError", "TelemetryError",
+    "SolveError", "ScheduleError", "TelemetryError", "WorkloadError",
     "Topology", "Node", "Link", "Schedule", "PathChunk", "TreeChunk", "BottleneckLink",
     "validate", "ValidationReport", "check", "CheckResult", "solve_alltoall", "solve_allgather",
     "restore_warm_state",

@@ -30,6 +30,7 @@ COMMAND_MODULES = (
     "mccl_opt.cli.export",
     "mccl_opt.cli.eval",
     "mccl_opt.cli.bench",
+    "mccl_opt.cli.train",
     "mccl_runtime.cli",
     "mccl_opt.cli.loop_exec",
 )
