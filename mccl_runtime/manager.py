@@ -112,10 +112,18 @@ DYNAMIC_KINDS = ("allgather", "alltoall")
 KINDS = DYNAMIC_KINDS + ("allreduce",)
 
 
-def solver_synthesizer(backend: str = "highs", max_chunks: int = 10) -> Synthesizer:
+def solver_synthesizer(backend: str = "highs", max_chunks: int = 10, shallow: bool = False) -> Synthesizer:
     """The product optimizer: ``mccl_opt.solve_alltoall`` / ``solve_allgather``, warm;
     their compiled kernels are loaded here (:func:`.warmup.load_kernels`), not at the
-    first failure."""
+    first failure.
+
+    ``shallow``: for executors that run a tree hop per round (store and forward, as the
+    torch.distributed executor does, docs/executor.md): when a warm AllGather start
+    returns deeper trees than the schedule it started from, solve cold too and keep the
+    cold schedule if its rate is as high and its trees shallower.  Two schedules of one
+    rate are equal for the fluid model (paper §4) but not for such an executor, where
+    each round lasts as long as its busiest link: on three degraded links of HPN 1x2x4
+    the warm trees took 6 rounds and ran at 0.53 of the cold schedule's 3."""
     from .warmup import load_kernels
 
     load_kernels(backend)
@@ -127,10 +135,29 @@ def solver_synthesizer(backend: str = "highs", max_chunks: int = 10) -> Synthesi
         if kind == "alltoall":
             return mccl_opt.solve_alltoall(topo, warm=warm, backend=backend, max_chunks=max_chunks,
                                            time_limit=time_limit_s)
-        return mccl_opt.solve_allgather(topo, warm=warm, backend=backend, max_chunks=max_chunks,
-                                        time_limit=time_limit_s)
+        t0 = time.perf_counter()
+        sched = mccl_opt.solve_allgather(topo, warm=warm, backend=backend, max_chunks=max_chunks,
+                                         time_limit=time_limit_s)
+        if not (shallow and warm is not None and tree_rounds(sched) > tree_rounds(warm)):
+            return sched
+        left = None if time_limit_s is None else time_limit_s - (time.perf_counter() - t0)
+        if left is not None and left <= 0:
+            return sched
+        cold = mccl_opt.solve_allgather(topo, warm=None, backend=backend, max_chunks=max_chunks,
+                                        time_limit=left)
+        if cold.rate_gbps >= sched.rate_gbps * (1 - 1e-9) and tree_rounds(cold) < tree_rounds(sched):
+            return cold
+        return sched
 
     return synthesize
+
+
+def tree_rounds(schedule: Schedule) -> int:
+    """Rounds of an AllGather schedule run a tree hop per round: its deepest tree
+    (GPU hops from the root); 0 for other collectives."""
+    if schedule.collective != "allgather":
+        return 0
+    return max((max(c.depths().values()) for c in schedule.chunks), default=0)
 
 
 @dataclass(frozen=True)
