@@ -187,10 +187,8 @@ class PairProber:
                     late.append(src)
                     continue
                 expected = self.emu.pair_delay_s(src, self.rank, self.nbytes, self.nominal_cap)
-                sample = reporter.probe(self.emu.gpus[src], self.emu.gpus[self.rank],
-                                        end - float(buf[0]), expected, time.time())
-                if sample is not None:
-                    out.append(sample)
+                out.extend(reporter.probe(self.emu.gpus[src], self.emu.gpus[self.rank],
+                                          end - float(buf[0]), expected, time.time()))
             if late:
                 raise CollectiveTimeoutError(f"probes from ranks {late} did not arrive within "
                                              f"{timeout_s:g} s; is a peer stopped?")
