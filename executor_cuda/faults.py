@@ -153,26 +153,18 @@ class FabricEmulator(FaultInjector):
                        capacity: np.ndarray | None = None) -> dict[tuple[int, int, int], float]:
         """Real-time delay of every message ``(round, src, dst)`` of ``prog`` on
         ``capacity`` (default: the current fabric)."""
-        return {k: d for k, (d, _) in self.program_bottlenecks(prog, elem_bytes, capacity).items()}
-
-    def program_bottlenecks(self, prog: Any, elem_bytes: int, capacity: np.ndarray | None = None
-                            ) -> dict[tuple[int, int, int], tuple[float, int]]:
-        """:meth:`program_delays` with, for every message, the link that sets its delay
-        (its path's most loaded link relative to capacity; the first on a tie)."""
         cap = self.capacities if capacity is None else np.asarray(capacity, dtype=float)
         by_round: dict[int, list[Any]] = {}
         for m in prog.messages:
             by_round.setdefault(m.round, []).append(m)
-        out: dict[tuple[int, int, int], tuple[float, int]] = {}
+        out: dict[tuple[int, int, int], float] = {}
         for rnd, msgs in by_round.items():
             load = np.zeros(cap.size)
             for m in msgs:
                 np.add.at(load, self.route(m.src, m.dst), m.numel * elem_bytes)
             drain = 8.0 * load * self.byte_scale / (cap * 1e9) * self.time_scale
             for m in msgs:
-                path = self.route(m.src, m.dst)
-                k = int(np.argmax(drain[path]))
-                out[(rnd, m.src, m.dst)] = (float(drain[path[k]]), int(path[k]))
+                out[(rnd, m.src, m.dst)] = float(drain[self.route(m.src, m.dst)].max())
         return out
 
     def pair_delay_s(self, src: int, dst: int, nbytes: int, capacity: np.ndarray | None = None) -> float:

@@ -37,6 +37,7 @@ __all__ = ["RankPlan", "ModelReporter", "rank_main"]
 
 COMM, NAME = "world", "loop"
 LOW = 0.95              # a pair reported below this share of nominal is probed once unused
+LIGHT = 0.5             # ... or once it carries less than this share of the load it was read low under
 
 
 @dataclass(frozen=True)
@@ -62,29 +63,34 @@ class RankPlan:
 
 
 class ModelReporter:
-    """Executor telemetry in the topology's units, for the controller's ``link`` samples.
+    """Executor telemetry in the topology's units, for the controller's ``pair`` samples.
 
     A message's time on the emulated fabric depends on how many messages share its
-    links in its round, which changes with the schedule; so each message's measured
-    seconds are compared with what the schedule's own round model predicts on the
-    *nominal* fabric: the drain of every link of its path in its round
-    (:func:`_round_drains`).  gloo adds a roughly fixed cost per message (posting,
-    copying, waking the receiving thread), which would make a slow link look faster
-    than it is if it were divided out as a ratio; so the healthy warm-up collectives
-    (:attr:`calibrating`, like the paper's startup probing) estimate it per message, as
-    the median of ``measured - expected`` of the pair's messages (for a pair first used
-    later, of all pairs), and it is subtracted from every later message.
+    links in its round, which changes with the schedule; so each pair's measured
+    seconds over a collective are compared with the seconds the schedule's own round
+    model predicts on the *nominal* fabric (:meth:`FabricEmulator.program_delays`).
+    gloo adds a roughly fixed cost per message (posting, copying, waking the receiving
+    thread), which would make a slow link look faster than it is if it were divided
+    out as a ratio; so the healthy warm-up collectives (:attr:`calibrating`, like the
+    paper's startup probing) estimate it per message, as the median of
+    ``(measured - expected) / messages`` of the pair (for a pair first used later, of
+    all pairs), and later samples report
+    ``nominal * min(1, expected / (measured - messages * cost))``.  Each pair reports
+    the median of its last ``window`` collectives: the median of a few measurement
+    windows (paper §5) ignores one slow collective (a busy shared core) and follows a
+    lasting change after ``window // 2 + 1`` collectives.
 
-    Which link slowed which message is inferred from all the messages this rank
-    received in the collective (:func:`executor_cuda.tomography.infer_levels`), and
-    each link with evidence is reported as a ``link`` sample (the controller's direct
-    channel, which keeps its last level while no schedule loads the link).  Before,
-    each pair's summed ratio was reported as a ``pair`` sample, which over-read slowed
-    links and made them look recovered as soon as a version stopped loading them
-    (issue 26; docs/executor.md).  Each link reports the median of its last ``window``
-    readings: the median of a few measurement windows (paper §5) ignores one slow
-    collective (a busy shared core) and follows a lasting change after
-    ``window // 2 + 1`` collectives.
+    **A pair read low and then loaded lightly is not read again passively.**  A pair
+    sample measures the pair's path as a whole, so it reads a slowed link at its level
+    only while the pair's messages are what the link carries; once a new version moves
+    most of the load away (it was built to avoid the link), the few messages left
+    finish near their nominal time and the pair read as recovered, the controller
+    re-synthesized for a recovered link, and the next version loaded it again: on
+    three links degraded at once (AllGather, 8 gloo ranks) 2-8 versions per event
+    (issue 26).  Like the simulated loop, which measures a link only while it runs
+    saturated (paper §5), a pair read below :data:`LOW` of nominal whose load falls
+    below :data:`LIGHT` of the load it was read low under keeps its level, and the
+    probes (:class:`~executor_cuda.reporting.PairProber`) measure it alone on its path.
     """
 
     def __init__(self, emulator: FabricEmulator, nominal: dict[tuple[str, str], float],
@@ -94,98 +100,80 @@ class ModelReporter:
         self.nominal_cap = emulator.topo.arrays.capacity.astype(float)
         self.window = window
         self.overhead: dict[tuple[str, str], list[float]] = {}
-        self.recent: dict[int, deque[float]] = {}           # per link: its last readings
-        self.low: dict[tuple[str, str], bool] = {}          # a link of the pair's path reads low
+        self.recent: dict[tuple[str, str], deque[float]] = {}
+        self.low: dict[tuple[str, str], bool] = {}          # last report below LOW x nominal
+        self.low_load: dict[tuple[str, str], float] = {}    # nominal seconds it was read low under
         self.calibrating = True
-        self._expected: dict[int, tuple[Any, dict[tuple[int, int], list[dict[int, float]]]]] = {}
-        self._rank = {g: r for r, g in enumerate(emulator.gpus)}
+        self._expected: dict[int, tuple[Any, dict[tuple[int, int], float]]] = {}
 
-    def expected(self, prog: Any, elem_bytes: int) -> dict[tuple[int, int], list[dict[int, float]]]:
-        """Per rank pair, the nominal drain of every link of its path in the round of
-        each of its messages in one collective of ``prog``, in round order."""
+    def expected(self, prog: Any, elem_bytes: int) -> dict[tuple[int, int], float]:
+        """Nominal-fabric seconds per rank pair of one collective of ``prog``."""
         hit = self._expected.get(id(prog))
         if hit is None or hit[0] is not prog:
-            drains = _round_drains(self.emu, prog, elem_bytes, self.nominal_cap)
-            per_pair: dict[tuple[int, int], list[dict[int, float]]] = {}
-            for m in sorted(prog.messages, key=lambda m: (m.src, m.dst, m.round)):
-                path = self.emu.route(m.src, m.dst)
-                per_pair.setdefault((m.src, m.dst), []).append(
-                    {int(x): float(drains[m.round][x]) for x in path})
-            if len(self._expected) > 16:
-                self._expected.clear()
+            per_pair: dict[tuple[int, int], float] = {}
+            for (_, s, d), t in self.emu.program_delays(prog, elem_bytes, self.nominal_cap).items():
+                per_pair[(s, d)] = per_pair.get((s, d), 0.0) + t
             hit = self._expected[id(prog)] = (prog, per_pair)
         return hit[1]
 
     def __call__(self, samples: Sequence[LinkSample], prog: Any, elem_bytes: int,
                  now: float) -> list[dict[str, Any]]:
-        """The ``link`` samples of one collective's telemetry: one :class:`LinkSample`
-        per received message (:meth:`Telemetry.drain_messages`), in round order."""
-        from .tomography import infer_levels
-
+        rank = {g: r for r, g in enumerate(self.emu.gpus)}
         expect = self.expected(prog, elem_bytes)
-        by_pair: dict[tuple[str, str], list[LinkSample]] = {}
-        for s in samples:
-            if s.seconds > 0 and s.count == 1:
-                by_pair.setdefault((s.src, s.dst), []).append(s)
         pooled = [x for h in self.overhead.values() for x in h]
-        observed: list[tuple[dict[int, float], float]] = []
-        for key, got in by_pair.items():
-            msgs = expect.get((self._rank.get(key[0], -1), self._rank.get(key[1], -1)))
-            if key not in self.nominal or not msgs or len(got) != len(msgs):
+        out: list[dict[str, Any]] = []
+        for s in samples:
+            key = (s.src, s.dst)
+            exp = expect.get((rank.get(s.src, -1), rank.get(s.dst, -1)), 0.0)
+            nominal = self.nominal.get(key)
+            if nominal is None or exp <= 0 or s.seconds <= 0 or s.count < 1:
                 continue
             if self.calibrating:
-                self.overhead.setdefault(key, []).extend(s.seconds - max(d.values()) for s, d in zip(got, msgs))
+                self.overhead.setdefault(key, []).append((s.seconds - exp) / s.count)
                 continue
             hist = self.overhead.get(key) or pooled
-            if hist:
-                cost = max(0.0, statistics.median(hist))
-                observed += [(d, max(s.seconds - cost, 1e-9)) for s, d in zip(got, msgs)]
-        if not observed:
-            return []
-        out = [self._level(link, lvl, now) for link, (lvl, _) in sorted(infer_levels(observed).items())]
-        for key in by_pair:
-            if key in self.nominal:
-                self.low[key] = any(self._is_low(x) for x in self._path(key))
+            if not hist:
+                continue
+            if self.low.get(key) and exp < LIGHT * self.low_load.get(key, 0.0):
+                continue                       # a lower bound only: probed instead (module doc)
+            cost = max(0.0, statistics.median(hist))
+            out.append(self._level(key, exp / max(s.seconds - s.count * cost, 1e-9), now, exp))
         return out
 
-    def probe(self, src: str, dst: str, seconds: float, expected: float, now: float) -> list[dict[str, Any]]:
-        """The ``link`` samples of one probe of ``src -> dst`` (one message alone on its
-        path, measured ``seconds``, ``expected`` on the nominal fabric): a reading at
-        nominal clears every link of the path; a lower one is charged to the path's
-        links this rank reads low (a probe only targets such pairs).  Nothing while
-        calibrating or for an unknown pair."""
+    def light_pairs(self, prog: Any, elem_bytes: int) -> list[tuple[str, str]]:
+        """The pairs read low whose load under ``prog`` is below :data:`LIGHT` of the
+        load they were read low under (or nothing): their passive readings are ignored,
+        so probes measure them."""
+        expect = self.expected(prog, elem_bytes)
+        rank = {g: r for r, g in enumerate(self.emu.gpus)}
+        out = []
+        for k, low in self.low.items():
+            if low and k[0] in rank and k[1] in rank:
+                load = expect.get((rank[k[0]], rank[k[1]]), 0.0)
+                if load <= 0 or load < LIGHT * self.low_load.get(k, 0.0):
+                    out.append(k)
+        return out
+
+    def probe(self, src: str, dst: str, seconds: float, expected: float, now: float) -> dict[str, Any] | None:
+        """The ``pair`` sample of one probe of ``src -> dst`` (one message measured
+        ``seconds``, ``expected`` on the nominal fabric), folded into the pair's median
+        like a collective's sample; ``None`` while calibrating or for an unknown pair."""
         key = (src, dst)
         hist = self.overhead.get(key) or [x for h in self.overhead.values() for x in h]
         if self.calibrating or key not in self.nominal or not hist or expected <= 0:
-            return []
-        ratio = expected / max(seconds - max(0.0, statistics.median(hist)), 1e-9)
-        path = self._path(key)
-        links = path if ratio >= LOW else [x for x in path if self._is_low(x)]
-        out = [self._level(x, ratio, now) for x in links]
-        self.low[key] = any(self._is_low(x) for x in path)
-        return out
+            return None
+        cost = max(0.0, statistics.median(hist))
+        return self._level(key, expected / max(seconds - cost, 1e-9), now)
 
-    def _path(self, key: tuple[str, str]) -> list[int]:
-        return [int(x) for x in self.emu.route(self._rank[key[0]], self._rank[key[1]])]
-
-    def _is_low(self, link: int) -> bool:
-        recent = self.recent.get(link)
-        return bool(recent) and statistics.median(recent) < LOW
-
-    def _level(self, link: int, ratio: float, now: float) -> dict[str, Any]:
-        recent = self.recent.setdefault(link, deque(maxlen=self.window))
+    def _level(self, key: tuple[str, str], ratio: float, now: float, load: float | None = None
+               ) -> dict[str, Any]:
+        recent = self.recent.setdefault(key, deque(maxlen=self.window))
         recent.append(min(1.0, ratio))
-        a = self.emu.topo.links[link]
-        return {"kind": "link", "src": a.src, "dst": a.dst,
-                "gbps": float(self.nominal_cap[link] * statistics.median(recent)), "t": now}
-
-
-def _round_drains(emu: FabricEmulator, prog: Any, elem_bytes: int, cap: np.ndarray) -> dict[int, np.ndarray]:
-    """Per round, every link's drain seconds on ``cap`` (the emulator's step model)."""
-    loads: dict[int, np.ndarray] = {}
-    for m in prog.messages:
-        np.add.at(loads.setdefault(m.round, np.zeros(cap.size)), emu.route(m.src, m.dst), m.numel * elem_bytes)
-    return {r: 8.0 * load * emu.byte_scale / (cap * 1e9) * emu.time_scale for r, load in loads.items()}
+        gbps = self.nominal[key] * statistics.median(recent)
+        self.low[key] = gbps < LOW * self.nominal[key]
+        if self.low[key] and load is not None:
+            self.low_load[key] = load
+        return {"kind": "pair", "src": key[0], "dst": key[1], "gbps": gbps, "t": now}
 
 
 def _state_at(plan: RankPlan, elapsed: float) -> int:
@@ -370,7 +358,7 @@ def rank_main(rank: int, world: int, plan: RankPlan) -> dict[str, Any]:
 
 
 def _report(tel: Any, comm: Any, plan: RankPlan, reporter: ModelReporter, pusher: _Pusher) -> None:
-    samples = [LinkSample(src, dst, b, sec, 1, seq, seq) for src, dst, b, sec, seq in tel.drain_messages()]
+    samples = tel.drain()
     if samples:
         pusher.put(reporter(samples, _program(comm, plan), 4, time.time()))
 

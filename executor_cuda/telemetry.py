@@ -125,12 +125,6 @@ class Telemetry:
 
         CUDA samples whose end event has not completed yet stay buffered.
         """
-        return aggregate(self.drain_messages())
-
-    def drain_messages(self) -> list[tuple[str, str, int, float, int]]:
-        """:meth:`drain` without the aggregation: one ``(src, dst, bytes, seconds, seq)``
-        per received message, in the order they were recorded (per GPU pair, the
-        program's round order)."""
         with self._lock:
             items, self._buf = self._buf + self._cuda_pending, []
             self._cuda_pending = []
@@ -146,7 +140,7 @@ class Telemetry:
         if waiting:
             with self._lock:
                 self._cuda_pending = waiting + self._cuda_pending
-        return ready
+        return aggregate(ready)
 
     def flush(self) -> list[LinkSample]:
         """Drain now and deliver to ``on_flush`` (or keep in :attr:`flushed`)."""
