@@ -65,7 +65,10 @@ collective, concurrently), and publishes new versions.
   same tree shapes).
 * Anti-thrashing: hysteresis on Gamma (flag above ``Gamma``, "cleared" only below
   ``clear_ratio * Gamma``) and a minimum dwell time: a collective is not re-flagged
-  within ``min_dwell_s`` of its last publish or abort.
+  within ``min_dwell_s`` of its last publish or abort, unless (level estimator) a link
+  its schedule relies on has a confirmed level ``restart_tol`` away from what it was
+  built for (a change confirmed after its synthesis started: a confirmed level does not
+  drift, so this is a new change, not an estimate being chased).
 * Versions are per collective, start at 1 and only grow (also across restarts).
 * Communicators over sub-fabrics: a communicator registered with its members (GPU ids,
   in rank order) has its collectives synthesized on the sub-fabric they induce
@@ -349,7 +352,22 @@ class ScheduleManager:
         flags = self._stack_of(profiled).flags(m)
         return [(coll, detect(m, coll.profile, self.policy.gamma)) for coll, flag in zip(profiled, flags.tolist())
                 if flag and coll.job is None and coll.deferred is None
-                and now - coll.last_decision_t >= self.policy.min_dwell_s]
+                and (now - coll.last_decision_t >= self.policy.min_dwell_s or self._new_level(m, coll))]
+
+    def _new_level(self, m: np.ndarray, coll: Collective) -> bool:
+        """Level estimator only: a link ``coll``'s schedule relies on has a confirmed level
+        more than ``restart_tol`` from the capacities it was synthesized for, i.e. a change
+        confirmed after its synthesis started (a confirmed level is the estimate, it does
+        not drift).  Such a change is not the thrashing the dwell time guards against: a
+        change that arrives too late to hold the swap (the last ~2 ms before it, not yet
+        alarmed) gets its version at once, not a dwell time later."""
+        if self.store.estimator != "level" or coll.synth_capacity is None or coll.profile is None:
+            return False
+        links = self.groups.links(coll.gpus)
+        cap, new = coll.synth_capacity[links], m[links]
+        nominal = self.topo.arrays.capacity[links]
+        relied = (coll.profile.loads[links] > 1e-12) | (cap < (1.0 - self.policy.restart_tol) * nominal)
+        return bool(np.any(relied & (np.abs(new - cap) > self.policy.restart_tol * cap)))
 
     def _stack_of(self, colls: list[Collective]) -> ProfileStack:
         """The collectives' profiles stacked for Algorithm 1 (rebuilt when one changes)."""

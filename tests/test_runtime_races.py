@@ -272,3 +272,28 @@ def test_a_clear_between_publish_and_swap_holds_the_swap_until_the_next_version(
     assert all(r["version"] != 2 for r in res.rows)                  # the failure's schedule never ran
     clear = res.summary["events"][1]
     assert clear["algbw_final"] >= 0.95 * clear["algbw_offline"] and len(clear["versions"]) <= 1
+
+
+@pytest.mark.parametrize("before_ms", [0.5, 1.0, 2.0])
+def test_a_change_just_before_a_swap_is_held_or_gets_its_version_without_the_dwell(before_ms):
+    """The rule for a change arriving < 2 ms before a version is due at the ranks: the swap
+    is checked at the collective boundary where it would happen, so a change alarmed by then
+    holds it (``swap_held``); one not yet alarmed lets it swap in.  Either way the change's
+    own version is synthesized as soon as its level is confirmed: a confirmed level that
+    moved since the version's synthesis started is a new change, not estimate chasing, so
+    the dwell time (20 ms) does not delay it (it did: recovery 32-36 ms, now 26 ms)."""
+    cfg = LoopConfig(synth_ms=10.0)
+    dry = run_loop(cfg, scenario=_scenario([{"t_ms": 20, "links": _cable(100.0)}], shape="1x2x4",
+                                           duration_ms=120.0))
+    swap = _first_runs(dry.rows)[2]["t_ms"]
+    t2 = swap - before_ms
+    res = run_loop(cfg, scenario=_scenario([{"t_ms": 20, "links": _cable(100.0)},
+                                            {"t_ms": t2, "links": _cable(25.0)}], shape="1x2x4", duration_ms=160.0))
+    second = res.summary["events"][1]
+    late = [r for v, r in _first_runs(res.rows).items() if v > 1 and r["t_ms"] >= t2]
+    assert late and all(r["algbw"] >= 0.95 * second["algbw_offline"] for r in late)    # no stale version
+    published = [e["t_ms"] for e in res.events if e["action"] == "published"]
+    restart = [e["t_ms"] for e in res.events if e["action"] == "resynthesis" and e["t_ms"] > t2]
+    assert restart and restart[0] < published[0] + cfg.dwell_ms                       # not a dwell later
+    assert second["recovered_ms"] is not None and second["recovered_ms"] <= 30.0
+    assert len(second["versions"]) == 1 and res.summary["false_swaps"] == 0
