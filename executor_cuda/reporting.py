@@ -142,14 +142,14 @@ class PairProber:
         """Whether collective ``i`` (the same count on every rank) is followed by probes."""
         return self.every > 0 and i % self.every == 0
 
-    def wanted(self, reporter: Any, prog: Any, elem_bytes: int = 4) -> list[int]:
-        """This rank's row of suspect pairs (``world * world``, 1 at ``src * world + dst``):
-        pairs read low that ``prog`` no longer loads, or loads lightly
-        (:meth:`ModelReporter.light_pairs`)."""
+    def wanted(self, reporter: Any, prog: Any) -> list[int]:
+        """This rank's row of suspect pairs (``world * world``, 1 at ``src * world + dst``)."""
         row = [0] * (self.world * self.world)
+        used = {(m.src, m.dst) for m in prog.messages}
         rank = {g: r for r, g in enumerate(self.emu.gpus)}
-        for s, d in reporter.light_pairs(prog, elem_bytes):
-            row[rank[s] * self.world + rank[d]] = 1
+        for (s, d), low in reporter.low.items():
+            if low and s in rank and d in rank and (rank[s], rank[d]) not in used:
+                row[rank[s] * self.world + rank[d]] = 1
         return row
 
     def run(self, mask: Sequence[int], group: Any, reporter: Any,

@@ -37,7 +37,6 @@ __all__ = ["RankPlan", "ModelReporter", "rank_main"]
 
 COMM, NAME = "world", "loop"
 LOW = 0.95              # a pair reported below this share of nominal is probed once unused
-LIGHT = 0.5             # ... or once it carries less than this share of the load it was read low under
 
 
 @dataclass(frozen=True)
@@ -79,18 +78,6 @@ class ModelReporter:
     the median of its last ``window`` collectives: the median of a few measurement
     windows (paper §5) ignores one slow collective (a busy shared core) and follows a
     lasting change after ``window // 2 + 1`` collectives.
-
-    **A pair read low and then loaded lightly is not read again passively.**  A pair
-    sample measures the pair's path as a whole, so it reads a slowed link at its level
-    only while the pair's messages are what the link carries; once a new version moves
-    most of the load away (it was built to avoid the link), the few messages left
-    finish near their nominal time and the pair read as recovered, the controller
-    re-synthesized for a recovered link, and the next version loaded it again: on
-    three links degraded at once (AllGather, 8 gloo ranks) 2-8 versions per event
-    (issue 26).  Like the simulated loop, which measures a link only while it runs
-    saturated (paper §5), a pair read below :data:`LOW` of nominal whose load falls
-    below :data:`LIGHT` of the load it was read low under keeps its level, and the
-    probes (:class:`~executor_cuda.reporting.PairProber`) measure it alone on its path.
     """
 
     def __init__(self, emulator: FabricEmulator, nominal: dict[tuple[str, str], float],
@@ -102,7 +89,6 @@ class ModelReporter:
         self.overhead: dict[tuple[str, str], list[float]] = {}
         self.recent: dict[tuple[str, str], deque[float]] = {}
         self.low: dict[tuple[str, str], bool] = {}          # last report below LOW x nominal
-        self.low_load: dict[tuple[str, str], float] = {}    # nominal seconds it was read low under
         self.calibrating = True
         self._expected: dict[int, tuple[Any, dict[tuple[int, int], float]]] = {}
 
@@ -134,24 +120,8 @@ class ModelReporter:
             hist = self.overhead.get(key) or pooled
             if not hist:
                 continue
-            if self.low.get(key) and exp < LIGHT * self.low_load.get(key, 0.0):
-                continue                       # a lower bound only: probed instead (module doc)
             cost = max(0.0, statistics.median(hist))
-            out.append(self._level(key, exp / max(s.seconds - s.count * cost, 1e-9), now, exp))
-        return out
-
-    def light_pairs(self, prog: Any, elem_bytes: int) -> list[tuple[str, str]]:
-        """The pairs read low whose load under ``prog`` is below :data:`LIGHT` of the
-        load they were read low under (or nothing): their passive readings are ignored,
-        so probes measure them."""
-        expect = self.expected(prog, elem_bytes)
-        rank = {g: r for r, g in enumerate(self.emu.gpus)}
-        out = []
-        for k, low in self.low.items():
-            if low and k[0] in rank and k[1] in rank:
-                load = expect.get((rank[k[0]], rank[k[1]]), 0.0)
-                if load <= 0 or load < LIGHT * self.low_load.get(k, 0.0):
-                    out.append(k)
+            out.append(self._level(key, exp / max(s.seconds - s.count * cost, 1e-9), now))
         return out
 
     def probe(self, src: str, dst: str, seconds: float, expected: float, now: float) -> dict[str, Any] | None:
@@ -165,14 +135,11 @@ class ModelReporter:
         cost = max(0.0, statistics.median(hist))
         return self._level(key, expected / max(seconds - cost, 1e-9), now)
 
-    def _level(self, key: tuple[str, str], ratio: float, now: float, load: float | None = None
-               ) -> dict[str, Any]:
+    def _level(self, key: tuple[str, str], ratio: float, now: float) -> dict[str, Any]:
         recent = self.recent.setdefault(key, deque(maxlen=self.window))
         recent.append(min(1.0, ratio))
         gbps = self.nominal[key] * statistics.median(recent)
         self.low[key] = gbps < LOW * self.nominal[key]
-        if self.low[key] and load is not None:
-            self.low_load[key] = load
         return {"kind": "pair", "src": key[0], "dst": key[1], "gbps": gbps, "t": now}
 
 
