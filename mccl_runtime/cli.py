@@ -36,6 +36,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--dwell", type=_finite, default=1.0, help="minimum seconds between decisions per collective")
     s.add_argument("--time-limit", type=_finite, default=60.0, help="re-synthesis time bound in seconds")
     s.add_argument("--backend", default="highs", help="LP backend for the synthesizers")
+    s.add_argument("--shallow-trees", action="store_true",
+                   help="AllGather: when a warm start deepens the trees, also solve cold and keep the "
+                        "shallower schedule of equal rate (executors that run a tree hop per round)")
     s.add_argument("--workers", type=int, default=0,
                    help="run re-syntheses in this many worker processes (default: one thread in the controller)")
     s.add_argument("--allow-remote", action="store_true", help="allow binding a non-loopback address")
@@ -102,31 +105,31 @@ class _LazySynthesizer:
     """The product synthesizer, built (backend checked, kernels compiled) by
     :meth:`load` or the first call: the state file is checked before that cost."""
 
-    def __init__(self, backend: str) -> None:
+    def __init__(self, backend: str, shallow: bool = False) -> None:
         import threading
 
-        self.backend, self._fn, self._lock = backend, None, threading.Lock()
+        self.backend, self.shallow, self._fn, self._lock = backend, shallow, None, threading.Lock()
 
     def load(self):
         from .manager import solver_synthesizer
 
         with self._lock:
             if self._fn is None:
-                self._fn = solver_synthesizer(self.backend)
+                self._fn = solver_synthesizer(self.backend, shallow=self.shallow)
             return self._fn
 
     def __call__(self, *args):
         return self.load()(*args)
 
 
-def _start_pool(topo, backend: str, workers: int):
+def _start_pool(topo, backend: str, workers: int, shallow: bool = False):
     """A started :class:`~mccl_runtime.pool.SynthesisPool` of the product synthesizer."""
     import functools
 
     from .manager import solver_synthesizer
     from .pool import SynthesisPool
 
-    pool = SynthesisPool(topo, functools.partial(solver_synthesizer, backend), workers=workers)
+    pool = SynthesisPool(topo, functools.partial(solver_synthesizer, backend, shallow=shallow), workers=workers)
     pool.start()
     return pool
 
@@ -158,8 +161,8 @@ def _serve(args: argparse.Namespace) -> int:
     topo = resolve_topology(args.topology)
     key = load_key(args.key_file) if args.key_file else None
     policy = Policy(gamma=args.gamma, min_dwell_s=args.dwell, time_limit_s=args.time_limit)
-    synthesize = _LazySynthesizer(args.backend)
-    pool = _start_pool(topo, args.backend, args.workers) if args.workers > 0 else None
+    synthesize = _LazySynthesizer(args.backend, args.shallow_trees)
+    pool = _start_pool(topo, args.backend, args.workers, args.shallow_trees) if args.workers > 0 else None
     svc = ControllerService(
         topo, args.bind, pub_bind=args.pub_bind, key=key, state_path=args.state,
         synthesize=synthesize, alpha=args.alpha, estimator=args.estimator, policy=policy, allow_remote=args.allow_remote,

@@ -22,6 +22,8 @@ __all__ = ["ControllerClient", "Subscription", "ScheduleUpdate"]
 ScheduleUpdate = tuple[str, str, int, Schedule]
 #: pauses before asking a busy controller again
 BUSY_RETRY_S = (0.05, 0.1, 0.2)
+#: seconds a subscription trusts the controller's answer to "which epoch is yours"
+EPOCH_CHECK_S = 1.0
 
 
 class ControllerClient:
@@ -129,7 +131,9 @@ class ControllerClient:
 
     def subscribe(self) -> "Subscription":
         """Subscribe to new schedule versions (the publisher endpoint comes from ``ping``)."""
-        return Subscription(self._ctx, self.ping()["pub"], self.key)
+        info = self.ping()
+        return Subscription(self._ctx, info["pub"], self.key, epoch=info.get("epoch"),
+                            controller=self.endpoint, timeout_s=self.timeout_s)
 
     def close(self) -> None:
         """Close the request socket and any subscriptions opened from this client."""
@@ -145,9 +149,20 @@ class ControllerClient:
 class Subscription:
     """A SUB socket on the controller's publisher; messages failing the signature or
     replay check (a repeated nonce, or with a key a ``seq`` not above the last one of
-    the same controller epoch) are dropped and counted in ``rejected``."""
+    the same controller epoch) are dropped and counted in ``rejected``.
 
-    def __init__(self, ctx: Any, endpoint: str, key: bytes | None) -> None:
+    **Epochs** (with a key): the subscription starts in ``epoch`` (the controller's, from
+    the ``ping`` that found the publisher) and accepts a publication of another epoch
+    only once the controller at ``controller`` (its request endpoint) answers a signed
+    ``ping`` naming that epoch as its own, i.e. it really restarted.  So a publication
+    captured in an earlier start and replayed within the 60 s window to a subscriber
+    that missed the restart is refused (it names an epoch the controller no longer has),
+    where before any epoch the subscriber had not seen was taken for a restart.  The
+    controller's answer is kept for :data:`EPOCH_CHECK_S`, so a flood of replays costs
+    one ``ping`` a second.  Without ``controller`` a new epoch is accepted as before."""
+
+    def __init__(self, ctx: Any, endpoint: str, key: bytes | None, epoch: Any = None,
+                 controller: str | None = None, timeout_s: float = 5.0) -> None:
         import zmq
 
         self._sock = ctx.socket(zmq.SUB)
@@ -161,7 +176,9 @@ class Subscription:
         self.key = key
         self.replay = ReplayGuard() if key else None
         self.rejected = 0
-        self._last: tuple[Any, int] = (None, 0)     # (epoch, seq) of the last accepted publication
+        self._last: tuple[Any, int] = (epoch, 0)    # (epoch, seq) of the last accepted publication
+        self._controller, self._timeout_s = controller, timeout_s
+        self._checked: tuple[Any, float] = (None, -float("inf"))   # (controller epoch, when asked)
 
     def recv(self, timeout_s: float) -> ScheduleUpdate | None:
         """The next valid update, or ``None`` after ``timeout_s``."""
@@ -186,8 +203,24 @@ class Subscription:
         seq = msg.seq if isinstance(msg.seq, int) and not isinstance(msg.seq, bool) else None
         if seq is None or (msg.epoch == self._last[0] and seq <= self._last[1]):
             return False
+        if msg.epoch != self._last[0] and self._last[0] is not None and not self._current(msg.epoch):
+            return False
         self._last = (msg.epoch, seq)
         return True
+
+    def _current(self, epoch: Any) -> bool:
+        """Whether ``epoch`` is the controller's own now (a signed ``ping``, at most one
+        per :data:`EPOCH_CHECK_S`); ``False`` when it cannot be asked in time."""
+        if self._controller is None:
+            return True
+        now = time.monotonic()
+        if now - self._checked[1] >= EPOCH_CHECK_S:
+            try:
+                with ControllerClient(self._controller, self.key, self._timeout_s) as client:
+                    self._checked = (client.ping().get("epoch"), now)
+            except MCCLError:
+                self._checked = (None, now)
+        return self._checked[0] is not None and epoch == self._checked[0]
 
     def wait_connected(self, timeout_s: float) -> bool:
         """Block until the connection to the publisher has finished its handshake (the
