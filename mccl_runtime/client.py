@@ -14,8 +14,9 @@ from typing import Any, Iterable
 from mccl_opt.errors import MCCLError
 from mccl_opt.schedule import Schedule
 
+from .columns import COLUMNS, MAX_COLUMN_SAMPLES, ColumnBatch
 from .protocol import (MAX_BATCH_SAMPLES, MAX_MESSAGE_BYTES, MUTATING, REPLIES, SCHEDULE_TOPIC, Message,
-                       ProtocolError, ReplayGuard, Session, decode, encode)
+                       ProtocolError, ReplayGuard, Session, decode, encode, encode_frames)
 
 __all__ = ["ControllerClient", "Subscription", "ScheduleUpdate"]
 
@@ -49,22 +50,29 @@ class ControllerClient:
         sock.connect(self.endpoint)
         return sock
 
-    def request(self, type_: str, body: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
-        """Send one request and return ``(reply_type, body)``; an ``error`` reply raises
-        :class:`ProtocolError` with the controller's reason."""
+    def request(self, type_: str, body: dict[str, Any] | None = None,
+                frames: tuple[bytes, ...] = ()) -> tuple[str, dict[str, Any]]:
+        """Send one request (``frames``: binary frames after its header,
+        :func:`~mccl_runtime.protocol.encode_frames`) and return ``(reply_type, body)``; an
+        ``error`` reply raises :class:`ProtocolError` with the controller's reason."""
         if self.key and type_ in MUTATING and self.session.epoch is None:
             self._exchange("ping", None)                    # learn the epoch first
-        msg, new_epoch = self._exchange(type_, body)
+        msg, new_epoch = self._exchange(type_, body, frames)
         if msg.type == "error" and msg.body.get("reason") == "wrong_epoch" and new_epoch:
-            msg, _ = self._exchange(type_, body)          # the controller restarted: sign for its epoch
+            msg, _ = self._exchange(type_, body, frames)  # the controller restarted: sign for its epoch
         if msg.type == "error":
             raise ProtocolError(str(msg.body.get("reason")), f"controller: {msg.body.get('message')}")
         return msg.type, msg.body
 
-    def _exchange(self, type_: str, body: dict[str, Any] | None) -> tuple[Message, bool]:
+    def _exchange(self, type_: str, body: dict[str, Any] | None,
+                  frames: tuple[bytes, ...] = ()) -> tuple[Message, bool]:
         """One request and its checked reply; whether the reply named a new epoch."""
         fields = self.session.next() if self.key else {}
-        self._sock.send_multipart([b"", encode(type_, body, self.key, **fields)])
+        if frames:
+            self._sock.send_multipart([b"", *encode_frames(type_, body or {}, frames, self.key, **fields)],
+                                      copy=False)
+        else:
+            self._sock.send_multipart([b"", encode(type_, body, self.key, **fields)])
         if not self._sock.poll(int(self.timeout_s * 1000)):
             self._sock.close(0)             # drop the late reply with the socket
             self._sock = self._connect()
@@ -100,17 +108,34 @@ class ControllerClient:
                 break
         return {"accepted": accepted, "rejected": dict(rejected)}
 
+    def push_columns(self, batch: ColumnBatch) -> dict[str, Any]:
+        """Send a binary batch (:mod:`mccl_runtime.columns`; as requests of at most
+        ``MAX_COLUMN_SAMPLES`` samples); the reply summed like :meth:`push_telemetry`'s."""
+        accepted, rejected = 0, Counter()
+        for lo in range(0, max(len(batch), 1), MAX_COLUMN_SAMPLES):
+            part = batch if len(batch) <= MAX_COLUMN_SAMPLES else ColumnBatch(
+                *(getattr(batch, name)[lo:lo + MAX_COLUMN_SAMPLES] for name, _ in COLUMNS),
+                links=batch.links, gpus=batch.gpus)
+            body = self._retry_busy("telemetry_columns", *part.to_frames())
+            accepted += int(body.get("accepted", 0))
+            rejected.update({str(k): int(v) for k, v in dict(body.get("rejected", {})).items()})
+        return {"accepted": accepted, "rejected": dict(rejected)}
+
     def _telemetry(self, part: list[dict[str, Any]]) -> dict[str, Any]:
-        """One telemetry request; a ``busy`` controller (its backlog of large requests is
-        full) is asked again after 50, 100, 200 ms before the error is raised."""
+        """One telemetry request (:meth:`_retry_busy`)."""
+        return self._retry_busy("telemetry", {"samples": part})
+
+    def _retry_busy(self, type_: str, body: dict[str, Any], frames: tuple[bytes, ...] = ()) -> dict[str, Any]:
+        """One request; a ``busy`` controller (its backlog of large requests is full) is
+        asked again after 50, 100, 200 ms before the error is raised."""
         for wait_s in BUSY_RETRY_S:
             try:
-                return self.request("telemetry", {"samples": part})[1]
+                return self.request(type_, body, frames)[1]
             except ProtocolError as exc:
                 if exc.reason != "busy":
                     raise
             time.sleep(wait_s)
-        return self.request("telemetry", {"samples": part})[1]
+        return self.request(type_, body, frames)[1]
 
     def get_schedule(self, comm: str, name: str) -> tuple[int, Schedule | None]:
         """The active version and schedule (``(0, None)`` before the first synthesis)."""
