@@ -37,6 +37,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--backend", default="highs", help="LP backend for the synthesizers")
     s.add_argument("--workers", type=int, default=0,
                    help="run re-syntheses in this many worker processes (default: one thread in the controller)")
+    s.add_argument("--synthesis", default="local", metavar="local|ray|ray://HOST:PORT",
+                   help="where re-syntheses run: in this machine's thread or --workers processes (local, "
+                        "default), or as Ray tasks on a local Ray instance (ray; --workers CPUs) or a Ray "
+                        "cluster (ray://HOST:PORT); Ray needs pip install 'mccl[ray]'")
     s.add_argument("--allow-remote", action="store_true", help="allow binding a non-loopback address")
     s.add_argument("-v", "--verbose", action="count", default=0,
                    help="log one line per decision on stderr (-v: info; -vv: debug, adds telemetry ingest)")
@@ -118,14 +122,25 @@ class _LazySynthesizer:
         return self.load()(*args)
 
 
-def _start_pool(topo, backend: str, workers: int):
-    """A started :class:`~mccl_runtime.pool.SynthesisPool` of the product synthesizer."""
+def _start_pool(topo, backend: str, workers: int, synthesis: str = "local"):
+    """A started pool of the product synthesizer: a :class:`~mccl_runtime.pool.SynthesisPool`
+    of ``workers`` processes, or a :class:`~mccl_runtime.ray_pool.RayPool`; ``None`` for
+    the manager's own thread (local, no workers)."""
     import functools
 
     from .manager import solver_synthesizer
-    from .pool import SynthesisPool
 
-    pool = SynthesisPool(topo, functools.partial(solver_synthesizer, backend), workers=workers)
+    factory = functools.partial(solver_synthesizer, backend)
+    if synthesis != "local":
+        from .ray_pool import RayPool, parse_synthesis
+
+        pool = RayPool(topo, factory, address=parse_synthesis(synthesis), num_cpus=workers or None)
+    elif workers > 0:
+        from .pool import SynthesisPool
+
+        pool = SynthesisPool(topo, factory, workers=workers)
+    else:
+        return None
     pool.start()
     return pool
 
@@ -158,7 +173,7 @@ def _serve(args: argparse.Namespace) -> int:
     key = load_key(args.key_file) if args.key_file else None
     policy = Policy(gamma=args.gamma, min_dwell_s=args.dwell, time_limit_s=args.time_limit)
     synthesize = _LazySynthesizer(args.backend)
-    pool = _start_pool(topo, args.backend, args.workers) if args.workers > 0 else None
+    pool = _start_pool(topo, args.backend, args.workers, args.synthesis)
     svc = ControllerService(
         topo, args.bind, pub_bind=args.pub_bind, key=key, state_path=args.state,
         synthesize=synthesize, alpha=args.alpha, estimator=args.estimator, policy=policy, allow_remote=args.allow_remote,
@@ -189,6 +204,10 @@ def _check_serve_flags(args: argparse.Namespace) -> None:
     from mccl_opt.errors import MCCLError
 
     backend_class(args.backend)                 # an unknown name raises, naming the choices
+    if args.synthesis != "local":
+        from .ray_pool import parse_synthesis
+
+        parse_synthesis(args.synthesis)
     if not 0 <= args.workers <= MAX_WORKERS:
         raise MCCLError(f"--workers must be in [0, {MAX_WORKERS}], got {str(args.workers)[:40]}")
 
