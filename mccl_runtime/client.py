@@ -18,7 +18,7 @@ from .columns import COLUMNS, MAX_COLUMN_SAMPLES, ColumnBatch
 from .protocol import (MAX_BATCH_SAMPLES, MAX_MESSAGE_BYTES, MUTATING, REPLIES, SCHEDULE_TOPIC, Message,
                        ProtocolError, ReplayGuard, Session, decode, encode, encode_frames)
 
-__all__ = ["ControllerClient", "Subscription", "ScheduleUpdate"]
+__all__ = ["ControllerClient", "ShardedClient", "Subscription", "ScheduleUpdate"]
 
 ScheduleUpdate = tuple[str, str, int, Schedule]
 #: pauses before asking a busy controller again
@@ -244,3 +244,75 @@ class Subscription:
     def close(self) -> None:
         self._stop_monitor()
         self._sock.close(0)
+
+
+class ShardedClient:
+    """A client of a sharded controller (:mod:`mccl_runtime.shards`): ``ping`` on any
+    shard lists them all, and each communicator's requests go to the shard
+    :func:`~mccl_runtime.shards.shard_of` names.  An unsharded controller is one shard."""
+
+    def __init__(self, endpoint: str, key: bytes | None = None, timeout_s: float = 5.0) -> None:
+        from .shards import shard_of
+
+        self._shard_of = shard_of
+        first = ControllerClient(endpoint, key, timeout_s)
+        try:
+            endpoints = first.ping().get("shards") or [endpoint]
+        except Exception:
+            first.close()
+            raise
+        if not isinstance(endpoints, list) or not all(isinstance(e, str) for e in endpoints):
+            first.close()
+            raise ProtocolError("bad_reply", "the controller's 'shards' is not a list of endpoints")
+        self.endpoints = endpoints
+        self.clients = [first if ep == endpoint else ControllerClient(ep, key, timeout_s) for ep in endpoints]
+        if first not in self.clients:
+            first.close()
+
+    def for_comm(self, comm: str) -> ControllerClient:
+        """The client of the shard serving ``comm``."""
+        return self.clients[self._shard_of(comm, len(self.clients))]
+
+    def register(self, comm: str, name: str, kind: str, gpus: Iterable[str] | None = None) -> list[str]:
+        return self.for_comm(comm).register(comm, name, kind, gpus)
+
+    def get_schedule(self, comm: str, name: str) -> tuple[int, Schedule | None]:
+        return self.for_comm(comm).get_schedule(comm, name)
+
+    def list(self) -> list[dict[str, Any]]:
+        """Every shard's collectives."""
+        return [c for cli in self.clients for c in cli.list()]
+
+    def _targets(self, comms: Iterable[str] | None) -> list[ControllerClient]:
+        if comms is None:
+            return self.clients
+        return list(dict.fromkeys(self.for_comm(c) for c in comms))
+
+    def push_telemetry(self, samples: list[dict[str, Any]], comms: Iterable[str] | None = None) -> dict[str, Any]:
+        """Send a batch to the shards of ``comms`` (default every shard); the replies summed."""
+        return _sum([cli.push_telemetry(samples) for cli in self._targets(comms)])
+
+    def push_columns(self, batch: ColumnBatch, comms: Iterable[str] | None = None) -> dict[str, Any]:
+        """:meth:`ControllerClient.push_columns` to the shards of ``comms`` (default all)."""
+        return _sum([cli.push_columns(batch) for cli in self._targets(comms)])
+
+    def subscribe(self) -> list["Subscription"]:
+        """One subscription per shard."""
+        return [cli.subscribe() for cli in self.clients]
+
+    def close(self) -> None:
+        for cli in self.clients:
+            cli.close()
+
+    def __enter__(self) -> "ShardedClient":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def _sum(replies: list[dict[str, Any]]) -> dict[str, Any]:
+    rejected: Counter[str] = Counter()
+    for r in replies:
+        rejected.update(r.get("rejected", {}))
+    return {"accepted": sum(int(r.get("accepted", 0)) for r in replies), "rejected": dict(rejected)}

@@ -55,6 +55,7 @@ from .protocol import (MAX_BATCH_SAMPLES, MAX_REQUEST_BYTES, MUTATING, REPLAY_WI
                        SCHEDULE_TOPIC, Message, ProtocolError, ReplayGuard, SequenceGuard, brief, decode,
                        encode, split_frames)
 from .inbox import Inbox
+from .shards import shard_of
 from .state import StateWriter, load_state, remove_temporaries
 from .telemetry import MeasurementStore
 
@@ -123,6 +124,8 @@ class ControllerService:
         self._unsaved: list[tuple[str, list[str]]] = []    # (comm, names) registered, not yet written
         self._decide = False                       # telemetry arrived since the last decision
         self._unpublished: list[Event] = []        # new versions waiting for their write
+        self.shard: tuple[int, int] | None = None   # (index, count) in a sharded controller
+        self.shard_endpoints: list[str] | None = None
         self._resume()
 
     # ------------------------------------------------------------------ state
@@ -315,7 +318,8 @@ class ControllerService:
             return "ok", self._ingested(len(batch), self.store.ingest_columns(batch, now).to_dict(), now)
         if msg.type == "ping":
             return "ok", {"topology": self.store.topo.name, "pub": self.pub_endpoint, "resumed": self.resumed,
-                          "epoch": self.epoch, "read_only": self.durable.failure}
+                          "epoch": self.epoch, "read_only": self.durable.failure,
+                          "shard": None if self.shard is None else self.shard[0], "shards": self.shard_endpoints}
         if msg.type == "telemetry":
             samples = b.get("samples")
             if not isinstance(samples, list):
@@ -368,6 +372,10 @@ class ControllerService:
         for label, v in (("comm", comm), ("name", name)):
             if len(v) > MAX_NAME_CHARS or not v.isprintable():
                 raise ProtocolError("bad_body", f"{label} must be printable, at most {MAX_NAME_CHARS} characters")
+        if self.shard is not None and shard_of(comm, self.shard[1]) != self.shard[0]:
+            right = shard_of(comm, self.shard[1])
+            where = self.shard_endpoints[right] if self.shard_endpoints else f"shard {right}"
+            raise ProtocolError("wrong_shard", f"communicator {brief(comm)} is served by {where}")
         names = [f"{name}/reducescatter", f"{name}/allgather"] if kind == "allreduce" else [name]
         taken = [n for n in names if any(c.key == (comm, n) for c in self.manager.collectives())]
         if taken:
