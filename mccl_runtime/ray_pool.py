@@ -103,7 +103,7 @@ class RayPool:
         self.puts = 0                                   # warm schedules put in the object store
         self._pending: dict[Any, tuple[Future, float]] = {}
         self._lock = threading.Lock()
-        self._stop = threading.Event()
+        self._stop, self._wake = threading.Event(), threading.Event()
         self._watcher = threading.Thread(target=self._watch, name="mccl-ray-pool", daemon=True)
         self._watcher.start()
 
@@ -141,6 +141,7 @@ class RayPool:
         deadline = time.monotonic() + (time_limit_s + self.grace_s if time_limit_s is not None else float("inf"))
         with self._lock:
             self._pending[ref] = (future, deadline)
+        self._wake.set()
         return future
 
     def _watch(self) -> None:
@@ -150,7 +151,8 @@ class RayPool:
             with self._lock:
                 refs = list(self._pending)
             if not refs:
-                self._stop.wait(0.02)
+                self._wake.wait(0.5)                    # set by submit and shutdown
+                self._wake.clear()
                 continue
             ready, _ = ray.wait(refs, num_returns=1, timeout=0.02)
             for ref in ready:
@@ -186,6 +188,7 @@ class RayPool:
                 refs = list(self._pending)
             self._ray.wait(refs, num_returns=len(refs))
         self._stop.set()
+        self._wake.set()
         self._watcher.join(5.0)
         with self._lock:
             pending, self._pending = self._pending, {}
