@@ -6,7 +6,7 @@ the unsharded controller).  The load generator (:class:`mccl_runtime.loadgen.Fab
 sends every link's sample every 50 ms as binary columns to every shard; after ``--healthy-s``
 a Fail2 (GPU 0's NIC cable at 50 Gbps) hits the first GPU of every communicator at once.
 Reaction = from the first failed flush until the last communicator's new version is
-published (subscribed on every shard); the versions and rates published are compared
+seen (subscribed on every shard, and ``list`` polled after every flush); the versions and rates published are compared
 between the runs.
 
     python bench/bench_shards.py --shards 1,2 --repeat 2
@@ -75,6 +75,10 @@ def run(topo, topo_path: Path, comms: dict[str, list[str]], shards: int, healthy
                 while (upd := s.recv(0.001)) is not None:
                     if upd[2] >= 2 and upd[0] not in published:
                         published[upd[0]] = (time.time(), upd[2], upd[3].rate_gbps)
+            for c in cli.list():               # a publication the subscription missed (joined late)
+                if c["version"] >= 2 and c["comm"] not in published:
+                    version, sched = cli.get_schedule(c["comm"], "ag")
+                    published[c["comm"]] = (time.time(), version, sched.rate_gbps)
             time.sleep(max(0.0, now + 0.05 - time.time()))
         rows = {c["comm"]: c["version"] for c in cli.list()}
         for s in subs:
@@ -114,6 +118,9 @@ def main() -> None:
         print(f"| {r['shards']} | {r['first_s']:.3f} | {r['last_s']:.3f} | {vs} | {r['push_ms']:.1f} |")
     same = all(r["versions"] == results[0]["versions"] and r["rates"] == results[0]["rates"] for r in results)
     print(f"same versions and rates in every run: {same}")
+    for r in results:
+        print(f"{r['shards']} shard(s), new versions' rates (Gbps): "
+              + ", ".join(f"{c} {v:g}" for c, v in sorted(r["rates"].items())))
 
 
 if __name__ == "__main__":
