@@ -73,8 +73,10 @@ class Declined:
 
 
 #: ForestColl on a (canonically listed, balanced) topology, warm-started from a schedule,
-#: at a chunk limit (see :func:`.solve._forestcoll`); raises :class:`SolveError` on failure
-ForestColl = Callable[[Topology, "Schedule | None", "int | None"], "Schedule | Declined"]
+#: at a chunk limit, optionally with each link's headroom on the real fabric when the
+#: topology is a balanced restriction (see :func:`.solve._forestcoll`); raises
+#: :class:`SolveError` on failure
+ForestColl = Callable[..., "Schedule | Declined"]
 
 
 @dataclass
@@ -221,7 +223,7 @@ def solve_by_restriction(topo: Topology, warm: Schedule | None, backend: str,
         return None
     for k in [None] if max_chunks is None else range(max_chunks, 0, -1):
         try:
-            sched = forestcoll(sub, warm, k)
+            sched = forestcoll(sub, warm, k, found.headroom())
         except (SolveError, TopologyError):
             continue
         if isinstance(sched, Declined) or abs(sched.lp_rate_gbps * to_gbps - found.rate_gbps) \

@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass
 from enum import Enum
 from fractions import Fraction
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -31,6 +31,7 @@ from .guarded_spread import guarded_spread
 from .spread import spread_split
 from .throughput import Fabric, PhaseOneResult, optimal_rate
 from .trees import TreeClass, greedy_pack
+from .unit_rounding import rounded_restriction
 
 __all__ = ["Budget", "Balanced", "Packed", "Packing", "SplitKind", "check_inputs",
            "phase_one_budget", "balanced_split", "spread_logical", "pack", "gbps"]
@@ -139,15 +140,28 @@ class Balanced:
 
 
 def balanced_split(fab: Fabric, is_switch: np.ndarray, k: int, y: Fraction,
-                   max_chunks: int | None) -> Balanced:
+                   max_chunks: int | None, headroom: Sequence[Fraction] | None = None
+                   ) -> Balanced:
     """Tree units of every link, switches balanced.  When balancing must give up
     capacity the optimum cannot spare (one-directional degradations; the rate then sits
     below ``lp_rate_gbps``), two balanced fabrics are tried and the one with more
     bandwidth per root kept: the balanced units re-optimised (``k``, ``y`` chosen again
     on them, at most 3 times), and every cable at a switch at the smaller of its two
     directions' capacities, which balances each switch by construction.  The trees,
-    synthesized for less capacity than the fabric has, are valid on it."""
+    synthesized for less capacity than the fabric has, are valid on it.
+
+    ``headroom`` (``fab`` a balanced restriction of a real fabric: ``c_e / c'_e`` per
+    link): the floors are first rounded up where the real fabric has room, so that every
+    switch stays balanced, lowering ``y`` a little where they cannot
+    (:func:`.unit_rounding.rounded_restriction`)."""
     units = (fab.cap * y.denominator) // y.numerator
+    if headroom is not None:
+        rounded = rounded_restriction(fab, is_switch, k, y, headroom)
+        if rounded is not None:
+            split = SplitGraph.from_links(fab.n, fab.tail, fab.head, rounded[0], is_switch,
+                                          fab.gpus, k)
+            if balance_switches(split):           # balanced already: changes nothing
+                return Balanced(split, k, rounded[1] == y)
     split = SplitGraph.from_links(fab.n, fab.tail, fab.head, units, is_switch, fab.gpus, k)
     if balance_switches(split):
         return Balanced(split, k, True)
