@@ -31,7 +31,7 @@ from .guarded_spread import guarded_spread
 from .spread import spread_split
 from .throughput import Fabric, PhaseOneResult, optimal_rate
 from .trees import TreeClass, greedy_pack
-from .unit_rounding import rounded_restriction
+from .unit_rounding import fewest_rounded, rounded_restriction
 
 __all__ = ["Budget", "Balanced", "Packed", "Packing", "SplitKind", "check_inputs",
            "phase_one_budget", "balanced_split", "spread_logical", "pack", "gbps"]
@@ -153,15 +153,21 @@ def balanced_split(fab: Fabric, is_switch: np.ndarray, k: int, y: Fraction,
     ``headroom`` (``fab`` a balanced restriction of a real fabric: ``c_e / c'_e`` per
     link): the floors are first rounded up where the real fabric has room, so that every
     switch stays balanced, lowering ``y`` a little where they cannot
-    (:func:`.unit_rounding.rounded_restriction`)."""
+    (:func:`.unit_rounding.rounded_restriction`); with ``max_chunks=None`` the exact
+    optimum is first sought with fewer trees than ``k`` (:func:`.unit_rounding.
+    fewest_rounded`)."""
     units = (fab.cap * y.denominator) // y.numerator
     if headroom is not None:
-        rounded = rounded_restriction(fab, is_switch, k, y, headroom)
+        fewer = fewest_rounded(fab, is_switch, k, y, headroom) if max_chunks is None else None
+        if fewer is not None:                     # the exact optimum in fewer trees
+            rounded, k = (fewer[0], fewer[2]), fewer[1]
+        else:
+            rounded = rounded_restriction(fab, is_switch, k, y, headroom)
         if rounded is not None:
             split = SplitGraph.from_links(fab.n, fab.tail, fab.head, rounded[0], is_switch,
                                           fab.gpus, k)
             if balance_switches(split):           # balanced already: changes nothing
-                return Balanced(split, k, rounded[1] == y)
+                return Balanced(split, k, fewer is not None or rounded[1] == y)
     split = SplitGraph.from_links(fab.n, fab.tail, fab.head, units, is_switch, fab.gpus, k)
     if balance_switches(split):
         return Balanced(split, k, True)

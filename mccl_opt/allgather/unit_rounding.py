@@ -25,7 +25,7 @@ import numpy as np
 from .maxflow import FlowNetwork
 from .throughput import Fabric, _violated_cut
 
-__all__ = ["balanced_units", "rounded_restriction", "MAX_LOSS", "MAX_STEPS"]
+__all__ = ["balanced_units", "rounded_restriction", "fewest_rounded", "MAX_LOSS", "MAX_STEPS"]
 
 #: :func:`rounded_restriction` lowers the tree bandwidth by at most this share ...
 MAX_LOSS = Fraction(1, 20)
@@ -42,14 +42,12 @@ def rounded_restriction(fab: Fabric, is_switch: np.ndarray, k: int, y: Fraction,
     more than a balanced rounding can make up: 0.5 unit on each of 80 NIC links of
     shared aggregation 2x5x8 with one NIC degraded one way, more than the GPUs' ingress
     can spare); ``None`` past :data:`MAX_LOSS` or :data:`MAX_STEPS`."""
-    ceiling = [(int(c) * h.numerator, h.denominator) for c, h in
-               zip(fab.cap.tolist(), headroom)]                 # c_e in quanta, as num/den
+    ceiling = _ceiling(fab, headroom)
     y = Fraction(int(y.numerator), int(y.denominator))      # Python ints: no int64 overflow
     stop = y * (1 - MAX_LOSS)
     for _ in range(MAX_STEPS):
         floors = (fab.cap * y.denominator) // y.numerator
-        room = np.array([(num * y.denominator) // (den * y.numerator) for num, den in ceiling],
-                        np.int64)
+        room = _room(ceiling, y)
         units = balanced_units(fab, is_switch, floors, room, k)
         if units is not None:
             return units, y
@@ -63,25 +61,64 @@ def rounded_restriction(fab: Fabric, is_switch: np.ndarray, k: int, y: Fraction,
     return None
 
 
+def fewest_rounded(fab: Fabric, is_switch: np.ndarray, k0: int, y0: Fraction,
+                   headroom: Sequence[Fraction]) -> tuple[np.ndarray, int, Fraction] | None:
+    """The exact optimum ``x* = k0·y0`` with fewer trees: the smallest ``k < k0`` (at most
+    :data:`~.budget.FEWEST_TRIES`) whose balanced units at ``y = x*/k``
+    (:func:`balanced_units`, room from ``headroom``) admit ``k`` trees per root, as
+    ``(units, k, y)``; ``None`` if none.  A restriction's ``k0`` is large (its capacities
+    are the LP's rationals: 1311 trees per root on shared aggregation 2x5x8 with one
+    NIC degraded one way, 173 M repair-packer visits), and rounding up where the real
+    fabric has room often reaches ``x*`` with a handful."""
+    from .budget import FEWEST_TRIES
+
+    ceiling = _ceiling(fab, headroom)
+    x = Fraction(int(k0)) * Fraction(int(y0.numerator), int(y0.denominator))
+    outside = fab.num_gpus - 1
+    for k in range(1, min(int(k0), FEWEST_TRIES + 1)):
+        y = x / k
+        room = _room(ceiling, y)
+        if (np.bincount(fab.head, weights=room, minlength=fab.n)[fab.gpus] < k * outside).any():
+            continue                                   # a GPU's ingress falls short
+        units = balanced_units(fab, is_switch, (fab.cap * y.denominator) // y.numerator, room,
+                               k, admitted=False)
+        if units is not None:
+            return units, k, y
+    return None
+
+
+def _ceiling(fab: Fabric, headroom: Sequence[Fraction]) -> list[tuple[int, int]]:
+    """Every link's real capacity in quanta of ``fab``, as ``(numerator, denominator)``."""
+    return [(int(c) * h.numerator, h.denominator) for c, h in zip(fab.cap.tolist(), headroom)]
+
+
+def _room(ceiling: list[tuple[int, int]], y: Fraction) -> np.ndarray:
+    """Tree units of bandwidth ``y`` each link carries on the real fabric."""
+    return np.array([(num * y.denominator) // (den * y.numerator) for num, den in ceiling],
+                    np.int64)
+
+
 def balanced_units(fab: Fabric, is_switch: np.ndarray, floors: np.ndarray,
-                   room: np.ndarray, k: int) -> np.ndarray | None:
+                   room: np.ndarray, k: int, admitted: bool = True) -> np.ndarray | None:
     """Integer units ``u`` (``u <= max(floors, room)``) with in-units equal to out-units
     at every switch (GPUs unconstrained) that admit ``k`` trees per root, or ``None``
-    (module doc).  ``floors`` already balanced are returned unchanged."""
+    (module doc).  ``admitted``: ``floors`` are known to admit ``k`` trees per root, so
+    units rounded up only need no rooted test; balanced ``floors`` are then returned
+    unchanged."""
     floors = np.asarray(floors, np.int64)
     n = is_switch.size
     excess = np.bincount(fab.head, weights=floors, minlength=n) - \
         np.bincount(fab.tail, weights=floors, minlength=n)
     excess = np.rint(excess).astype(np.int64)[is_switch]
-    if not excess.any():
-        return floors
-    up = _rebalanced(fab, is_switch, floors, room, excess, down=False)
-    if up is not None:
-        return up
-    down = _rebalanced(fab, is_switch, floors, room, excess, down=True)
-    if down is None or _violated_cut(fab, down, k, fab.num_gpus * k, fab.gpus)[0] >= 0:
+    units = floors if not excess.any() else _rebalanced(fab, is_switch, floors, room, excess,
+                                                        down=False)
+    if units is not None and admitted:
+        return units
+    if units is None:
+        units = _rebalanced(fab, is_switch, floors, room, excess, down=True)
+    if units is None or _violated_cut(fab, units, k, fab.num_gpus * k, fab.gpus)[0] >= 0:
         return None
-    return down
+    return units
 
 
 def _rebalanced(fab: Fabric, is_switch: np.ndarray, floors: np.ndarray, room: np.ndarray,
