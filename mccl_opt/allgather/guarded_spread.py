@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import anytime
 from .cut_guard import KnownCuts, SweepGuard, violated_set
 from .splitting import LogicalGraph, SplitGraph
 from .spread import spread_split
@@ -40,12 +41,14 @@ def guarded_spread(g: SplitGraph, rank_of: np.ndarray, failed: LogicalGraph
         return None
     known = KnownCuts(g.n, g.gpus, g.k, arcs)
     for _ in range(LEARN_ROUNDS):
+        anytime.check("Phase 2: a guarded spread split")
         if not any([known.learn(inside) for inside in found]):
             break
         lg = spread_split(g, rank_of, known)
         found = _violated_ranks(lg, g.k)
         if found is None:
             return lg
+    anytime.check("Phase 2: the spread split guarded by sweeps")
     return spread_split(g, rank_of, SweepGuard(g.n, g.gpus, g.k))
 
 
@@ -56,6 +59,7 @@ def _violated_ranks(lg: LogicalGraph, k: int) -> list[np.ndarray] | None:
     covered = np.zeros(lg.num_gpus, bool)
     found = []
     while not covered.all():
+        anytime.check("Phase 2: the rooted sweep of a failed split")
         hit = violated_set(lg.num_gpus, ranks[~covered], k, (lg.tail, lg.head, lg.units),
                            roots=ranks)
         if hit is None:

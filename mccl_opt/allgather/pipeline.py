@@ -294,22 +294,27 @@ def pack(split: SplitGraph, rank_of: np.ndarray, k: int, guides: dict[int, np.nd
     stats["phase2_s"] = time.perf_counter() - t
     progress.update("AllGather phase 3: tree packing")
     t = time.perf_counter()
+    anytime.check("Phase 3: before the repair packing")
     found = _pack_repair(lg, k, stats, shapes)
     admits = found is not None or lg.admits(k)
     if not admits:
+        anytime.check("Phase 2: before the guarded spread split")
         t2 = time.perf_counter()
         guarded = guarded_spread(split, rank_of, lg)
         stats["phase2_s"] += time.perf_counter() - t2
         if guarded is not None:                   # it passes the rooted test
             lg, kind, admits = guarded, SplitKind.GUARDED, True
+            anytime.check("Phase 3: before the repair packing of the guarded split")
             found = _pack_repair(lg, k, stats, shapes)
     if found is None and admits and lg.num_gpus < RAIL_FIRST_MIN_RANKS:
         # small fabrics grow wide-then-narrow one vertex per turn; where that gets stuck
         # (leaf-spine: every NIC link narrow) the rail-first batched order may not
         found = _pack_repair(lg, k, stats, shapes, rail_first=True)
     if found is None:
+        anytime.check("Phase 3: before the greedy packing")
         found = _pack_greedy(lg, k, guides)
     if found is None and not admits:
+        anytime.check("Phase 2: before the exact split")
         t2 = time.perf_counter()
         g = split.copy()
         if not split_all(g):
