@@ -123,6 +123,8 @@ def _warm_or_cold(topo: Topology, warm: Schedule | None, backend: str, max_chunk
     budget = None if warm is None else warm_budget_s(warm)
     if budget is None:
         return _chain(topo, warm, backend, max_chunks, step_aware, trail)
+    if not switches_balanced(topo):                   # the chain stages its warm methods
+        return _chain(topo, warm, backend, max_chunks, step_aware, trail, budget)
     t = time.perf_counter()
     sched, declined = anytime.stage(
         budget, lambda: _chain(topo, warm, backend, max_chunks, step_aware, trail))
@@ -135,8 +137,9 @@ def _warm_or_cold(topo: Topology, warm: Schedule | None, backend: str, max_chunk
 
 
 def _chain(topo: Topology, warm: Schedule | None, backend: str, max_chunks: int | None,
-           step_aware: Any, trail: Trail) -> Schedule:
-    """Step 3: which method solves ``topo`` (:mod:`.chain`)."""
+           step_aware: Any, trail: Trail, warm_budget: float | None = None) -> Schedule:
+    """Step 3: which method solves ``topo`` (:mod:`.chain`); ``warm_budget``: the warm
+    start's budget, applied by the unbalanced chain to each warm-started method."""
 
     def forestcoll(sub: Topology, w: Schedule | None, k: int | None,
                    headroom: Sequence[Fraction] | None = None) -> Schedule | Declined:
@@ -144,7 +147,7 @@ def _chain(topo: Topology, warm: Schedule | None, backend: str, max_chunks: int 
                                  headroom=headroom)
 
     if not switches_balanced(topo):                   # ForestColl is exact on balanced only
-        return solve_unbalanced(topo, warm, backend, max_chunks, forestcoll, trail)
+        return solve_unbalanced(topo, warm, backend, max_chunks, forestcoll, trail, warm_budget)
     t = time.perf_counter()
     try:
         sched = _typed_forestcoll(topo, warm, backend, max_chunks, step_aware)
