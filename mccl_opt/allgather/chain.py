@@ -164,10 +164,10 @@ def solve_unbalanced(topo: Topology, warm: Schedule | None, backend: str,
     restriction or the general method, keeping the better rounded schedule.
 
     ``warm_budget`` (s, the warm start's budget, :func:`.solve.warm_budget_s`): each
-    warm-started method (the weaker-direction ForestColl, the general method) runs as a
-    stage of that budget and is redone cold past it, and the balanced restriction,
-    which a warm start does not shorten (its cutting-plane LP and rounding are the
-    cold ones), is solved cold.  Abandoning the whole chain at the budget redid
+    warm-started method (the weaker-direction ForestColl, ForestColl on the balanced
+    restriction, the general method) runs as a stage of that budget and is redone cold
+    past it; the restriction's cutting-plane LP, which a warm start does not shorten,
+    runs outside any stage.  Abandoning the whole chain at the budget redid
     the restriction from the start: shared aggregation 2x5x8 with one NVLink degraded
     one way, warm 1.1-2.7 s where cold takes 0.34-1.0 s."""
     bound = cut_bound_gbps(topo)
@@ -190,8 +190,8 @@ def solve_unbalanced(topo: Topology, warm: Schedule | None, backend: str,
             weaker.report = dataclasses.replace(weaker.report, bound_gbps=None)   # not certified
             anytime.offer(weaker)
     anytime.check("the balanced restriction")
-    best = solve_by_restriction(topo, None if warm_budget is not None else warm, backend,
-                                max_chunks, forestcoll, bound, trail)
+    best = solve_by_restriction(topo, warm, backend, max_chunks, forestcoll, bound, trail,
+                                warm_budget)
     if best is None:
         best = _warm_stage(lambda w: solve_by_general(
             topo, w, backend, max_chunks, "unbalanced switches", bound, trail),
@@ -228,12 +228,15 @@ def _warm_stage(method: Callable[[Schedule | None], T], warm: Schedule | None,
 
 def solve_by_restriction(topo: Topology, warm: Schedule | None, backend: str,
                          max_chunks: int | None, forestcoll: ForestColl,
-                         bound: float | None, trail: Trail) -> Schedule | None:
+                         bound: float | None, trail: Trail,
+                         warm_budget: float | None = None) -> Schedule | None:
     """ForestColl on the best balanced restriction ``c'`` of ``topo`` (:mod:`.balanced`),
     kept only when the restriction's optimum is certified and ForestColl's optimum on
     ``c'`` is that value; ``None`` otherwise (the caller falls back to the general
-    method).  With ``max_chunks=K`` ForestColl is asked for ``K`` chunks, then fewer
-    while it raises on ``c'`` (its chunk rounding can unbalance a switch)."""
+    method).  ForestColl's tree units on ``c'`` round up where ``c`` has room so that
+    switches stay balanced (:mod:`.unit_rounding`); with ``max_chunks=K`` it is asked
+    for ``K`` chunks, then fewer while it still raises on ``c'``.  A warm start of it
+    runs as a stage of ``warm_budget`` (the cutting-plane LP before it is cold anyway)."""
     from .balanced import CERT_TOL, balanced_restriction, restricted_topology
 
     progress.update("AllGather: balanced restriction (cutting planes)")
@@ -250,7 +253,8 @@ def solve_by_restriction(topo: Topology, warm: Schedule | None, backend: str,
         return None
     for k in [None] if max_chunks is None else range(max_chunks, 0, -1):
         try:
-            sched = forestcoll(sub, warm, k, found.headroom())
+            sched = _warm_stage(lambda w: forestcoll(sub, w, k, found.headroom()), warm,
+                                warm_budget, trail, Method.BALANCED_RESTRICTION)
         except (SolveError, TopologyError):
             continue
         if isinstance(sched, Declined) or abs(sched.lp_rate_gbps * to_gbps - found.rate_gbps) \
