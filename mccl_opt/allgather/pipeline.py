@@ -152,26 +152,29 @@ def balanced_split(fab: Fabric, is_switch: np.ndarray, k: int, y: Fraction,
 
     ``headroom`` (``fab`` a balanced restriction of a real fabric: ``c_e / c'_e`` per
     link): the floors are first rounded up where the real fabric has room, so that every
-    switch stays balanced, lowering ``y`` a little where they cannot
-    (:func:`.unit_rounding.rounded_restriction`); with ``max_chunks=None`` the exact
+    switch stays balanced; where that needs a lower ``y``
+    (:func:`.unit_rounding.rounded_restriction`) it is weighed against the greedy
+    balancing's options that leave every switch balanced; with ``max_chunks=None`` the exact
     optimum is first sought with fewer trees than ``k`` (:func:`.unit_rounding.
     fewest_rounded`)."""
     units = (fab.cap * y.denominator) // y.numerator
+    options = []                        # (bandwidth per root in quanta, split, k, symmetrized)
     if headroom is not None:
         fewer = fewest_rounded(fab, is_switch, k, y, headroom) if max_chunks is None else None
         if fewer is not None:                     # the exact optimum in fewer trees
-            rounded, k = (fewer[0], fewer[2]), fewer[1]
-        else:
-            rounded = rounded_restriction(fab, is_switch, k, y, headroom)
-        if rounded is not None:
-            split = SplitGraph.from_links(fab.n, fab.tail, fab.head, rounded[0], is_switch,
-                                          fab.gpus, k)
-            if balance_switches(split):           # balanced already: changes nothing
-                return Balanced(split, k, fewer is not None or rounded[1] == y)
+            return Balanced(_units_split(fab, is_switch, fewer[0], fewer[1]), fewer[1], True)
+        rounded = rounded_restriction(fab, is_switch, k, y, headroom)
+        if rounded is not None and rounded[1] == y:     # no bandwidth given up
+            return Balanced(_units_split(fab, is_switch, rounded[0], k), k, True)
     split = SplitGraph.from_links(fab.n, fab.tail, fab.head, units, is_switch, fab.gpus, k)
-    if balance_switches(split):
+    # the greedy pass balances one switch after another; a cut on a link between two
+    # switches can unbalance one it passed, and Phase 2 then fails (2x2x8, NIC fault):
+    # with a rounding to weigh against, only fully balanced options count
+    checked = headroom is not None and rounded is not None
+    if balance_switches(split) and (not checked or _all_balanced(split)):
         return Balanced(split, k, True)
-    options = []                        # (bandwidth per root in quanta, split, k, symmetrized)
+    if checked:
+        options.append((k * rounded[1], _units_split(fab, is_switch, rounded[0], k), k, False))
     original, unit = fab, Fraction(1)   # a unit of ``fab``'s capacities, in quanta
     for _ in range(3):
         kept = np.array([split.units.get((a, b), 0) for a, b in
@@ -181,19 +184,36 @@ def balanced_split(fab: Fabric, is_switch: np.ndarray, k: int, y: Fraction,
         if balanced is None:
             break
         split, k, y, exact = balanced
-        if exact:
+        if exact and (not checked or _all_balanced(split)):
             options.append((k * y * unit, split, k, False))
             break
     balanced = _split_for(_symmetrized(original, is_switch), is_switch, max_chunks)
-    if balanced is not None and balanced[3]:
+    if balanced is not None and balanced[3] and (not checked or _all_balanced(balanced[0])):
         split, k, y, _ = balanced
         options.append((k * y, split, k, True))
     if not options:
         raise SolveError("switches could not be balanced (in- vs out-capacity) without losing "
                          "every tree, even with each cable at its weaker direction; check the "
                          "one-directional links of the fabric")
-    _, split, k, symmetrized = max(options, key=lambda o: o[0])     # ties: re-optimised
+    _, split, k, symmetrized = max(options, key=lambda o: o[0])     # ties: the first
     return Balanced(split, k, False, symmetrized)
+
+
+def _all_balanced(split: SplitGraph) -> bool:
+    """Whether every switch of ``split`` has as many in- as out-units."""
+    net: dict[int, int] = {}
+    for (a, b), u in split.units.items():
+        net[b] = net.get(b, 0) + u
+        net[a] = net.get(a, 0) - u
+    return not any(v for w, v in net.items() if split.is_switch[w])
+
+
+def _units_split(fab: Fabric, is_switch: np.ndarray, units: np.ndarray, k: int) -> SplitGraph:
+    """The split graph of balanced ``units`` (:mod:`.unit_rounding`)."""
+    split = SplitGraph.from_links(fab.n, fab.tail, fab.head, units, is_switch, fab.gpus, k)
+    if not balance_switches(split):               # balanced already: nothing is removed
+        raise SolveError("internal: rounded restriction units were not balanced; please report")
+    return split
 
 
 def _split_for(fab: Fabric, is_switch: np.ndarray, max_chunks: int | None
