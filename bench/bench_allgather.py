@@ -26,8 +26,8 @@ import numpy as np
 
 from instances import fail1, fail2, fail3, hpn
 from mccl_opt.allgather import solve_allgather
-from mccl_opt.allgather.colgen import CGOptions
-from mccl_opt.allgather.general import solve_general
+from mccl_opt.allgather.general.tree_colgen import TreeCGOptions
+from mccl_opt.allgather.general.method import solve_general
 from mccl_opt.schedule import share_loads
 from mccl_opt.topology import Topology
 
@@ -187,14 +187,14 @@ def restriction(shape: tuple[int, int, int], max_chunks: int | None) -> dict:
 def nic_one_way(shape: tuple[int, int, int]) -> dict:
     """GPU0's NIC uplink at 100 of 400 Gbps in one direction only (the general method,
     cold), solved with the column generation's dual smoothing (the default) and without
-    it (``CGOptions(smoothing=0)``) in one run: same certified optimum, rounds and seconds
+    it (``TreeCGOptions(smoothing=0)``) in one run: same certified optimum, rounds and seconds
     of each."""
     topo = hpn(*shape).with_capacity(src="s0h0g0", dst="s0tor0", gbps=100.0,
                                      both_directions=False)
     row: dict = {"fabric": f"{topo.name}-nic-1way", "gpus": topo.num_gpus}
-    for name, alpha in (("smoothed", CGOptions().smoothing), ("plain", 0.0)):
+    for name, alpha in (("smoothed", TreeCGOptions().smoothing), ("plain", 0.0)):
         t = time.perf_counter()
-        sched = solve_general(topo, options=CGOptions(smoothing=alpha))
+        sched = solve_general(topo, options=TreeCGOptions(smoothing=alpha))
         row[f"{name}_s"] = time.perf_counter() - t
         row[f"{name}_rounds"] = sched.stats["cg_rounds"]
         row[f"{name}_lp"] = sched.lp_rate_gbps

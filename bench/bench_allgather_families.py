@@ -6,7 +6,7 @@ new in one run (docs/allgather.md, "Structure-independent packing").
 
 Every case is solved cold (``max_chunks=10``, and ``None`` with ``--exact``) twice per
 repeat, alternating: *new* is the solver as shipped (spread split guarded against the rooted
-cut condition, :mod:`mccl_opt.allgather.guarded_spread`); *old* is the same solver without
+cut condition, :mod:`mccl_opt.allgather.forestcoll.removal.guarded_spread`); *old* is the same solver without
 the guard (the path before it: a failed rooted test sends it to the exact split and
 Lovász's exact packing), cut off after ``--old-timeout`` seconds.  Kernels are
 compiled before any timing.  A case also solved with its nodes renamed and relisted
@@ -26,7 +26,7 @@ from typing import Any, Callable
 import mccl_opt as mo
 from instances.aggregation import (host_ring, host_torus, leaf_spine, multi_spine, scrambled,
                                    shared_aggregation, superpod)
-from mccl_opt.allgather import pipeline
+from mccl_opt.allgather.forestcoll import pipeline
 
 CASES: list[Callable[[], mo.Topology]] = [
     lambda: shared_aggregation(2, 2, 8),

@@ -81,10 +81,7 @@ if case == "fail2_warm_file":
     if not os.path.exists(path):
         solve(healthy).save(path)
     warm = mo.Schedule.load(path)
-    if coll == "allgather":
-        from mccl_opt.allgather import restore_warm_state
-    else:
-        from mccl_opt.alltoall import restore_warm_state
+    from mccl_opt import restore_warm_state
     warm = restore_warm_state(warm, healthy)
 def rss_mb():
     with open("/proc/self/status") as f:

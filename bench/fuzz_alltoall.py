@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import mccl_opt as mo                                            # noqa: E402
 from formulations.compact import build_compact_lp                # noqa: E402
 from instances import irregular                                  # noqa: E402
-from mccl_opt.alltoall import restore_warm_state                 # noqa: E402
+from mccl_opt import restore_warm_state                          # noqa: E402
 
 ODD = (0.9137, 0.7, 0.4452, 0.333, 1.0, 1.618, 0.5, 0.1234)
 

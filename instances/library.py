@@ -75,7 +75,7 @@ def allgather_rate(topo: Topology) -> float:
     from fractions import Fraction
 
     from mccl_opt.allgather.fabric import fabric_of
-    from mccl_opt.allgather.throughput import optimal_rate
+    from mccl_opt.allgather.forestcoll.throughput import optimal_rate
 
     fab, quantum = fabric_of(topo)
     p1 = optimal_rate(fab)

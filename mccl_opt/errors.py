@@ -23,6 +23,7 @@ __all__ = [
     "SolveError",
     "ScheduleError",
     "TelemetryError",
+    "WorkloadError",
 ]
 
 
@@ -55,3 +56,9 @@ class ScheduleError(MCCLError, ValueError):
 
 class TelemetryError(MCCLError, ValueError):
     """Telemetry samples that cannot be used (NaN, negative, unknown link, ...)."""
+
+
+class WorkloadError(MCCLError, ValueError):
+    """A training workload (``mccl-workload/1``) that cannot be used: a missing or
+    malformed field, a parallel group that does not divide the GPU count, an unknown
+    built-in model; the message names the entry and what to fix."""

@@ -10,19 +10,30 @@ the next one because a kernel loaded inside it.
 
 ``on_compile`` is called once per block when numba really compiles (an empty cache: the
 first process after an installation), e.g. to print a progress line; loads from the cache
-do not call it.  Cost: listeners called twice per kernel compile or load, nothing on
+do not call it.  Without one (a library caller), the first compilation of the process is
+announced once on the ``mccl`` logger at WARNING level (:data:`COMPILE_NOTICE`), so a
+library user waiting 3-40 s knows why; silence it with
+``logging.getLogger("mccl").setLevel(logging.ERROR)``.  Cost: listeners called twice per kernel compile or load, nothing on
 ordinary kernel calls.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 import threading
 import time
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator
 
-__all__ = ["KernelClock", "kernel_seconds", "thread_kernel_seconds", "TOTAL_KEYS", "charge_apart"]
+__all__ = ["KernelClock", "kernel_seconds", "thread_kernel_seconds", "TOTAL_KEYS", "charge_apart",
+           "COMPILE_NOTICE"]
+
+#: what the ``mccl`` logger says once per process before a library call compiles kernels
+COMPILE_NOTICE = ("compiling MCCL's numba kernels on first use after installation: 20-40 s, once "
+                  "(cached on disk; `mccl warmup` or mccl_runtime.warmup.load_kernels() does it ahead)")
+_log = logging.getLogger("mccl")
+_announced = False
 
 #: a schedule's whole-solve timings (``solver`` and ``stats``); phase timings stay raw
 TOTAL_KEYS = ("seconds", "total_s")
@@ -68,10 +79,14 @@ def _register_listener() -> None:
 
         class _CompileNotice(event.Listener):
             def on_start(self, ev: event.Event) -> None:
+                global _announced
                 notify = getattr(_per_thread, "on_compile", None)
                 if notify is not None:
                     _per_thread.on_compile = None
                     notify()
+                elif not _announced:
+                    _announced = True
+                    _log.warning(COMPILE_NOTICE)
 
             def on_end(self, ev: event.Event) -> None:
                 pass

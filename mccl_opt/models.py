@@ -14,7 +14,7 @@ compared with the manifest):
   :mod:`formulations.switch_removal`) on the AllGather pipeline's balanced fabric for a
   chunk budget of 10 (``k`` trees per root, link units in tree bandwidths), with every
   rooted cut row its cutting-plane loop separated
-  (:func:`mccl_opt.allgather.step_aware.switch_removal_lp`).  ``max`` of a
+  (:func:`mccl_opt.allgather.forestcoll.step_aware.switch_removal_lp`).  ``max`` of a
   dimensionless water-filling utility of the logical GPU-pair capacities: not a
   function of ``z*``; the optimum the loop converged to is ``ModelInfo.optimum``.
   Fabrics with no switch between GPUs (rings, meshes) have no such model
@@ -75,7 +75,7 @@ def master_columns(topo: Topology, backend: str = "highs") -> tuple[np.ndarray, 
 
 def _switch_removal(topo: Topology, backend: str) -> tuple[LinearProgram, float]:
     """The converged step-aware switch-removal LP and its optimum (App. C)."""
-    from .allgather.step_aware import switch_removal_lp
+    from .allgather.forestcoll.step_aware import switch_removal_lp
 
     try:
         return switch_removal_lp(topo, backend=backend)

@@ -3,20 +3,25 @@
 The synthesizers call :func:`update` at phase boundaries (ForestColl Phase 1, switch
 removal, packing, paper §4.3; step-aware cutting-plane rounds, App. C) and once per
 column-generation round (paper §4.2; the general AllGather method).  Nothing happens
-unless a command line installed a :class:`Reporter` with :func:`start`: :func:`update`
-is then one global lookup and a return, no formatting.  A reporter draws one updating
-line when its stream is a terminal; forced onto another stream (``mccl solve
---progress``) it writes one plain line per shown update instead.  Library callers (the
-controller, tests) never install one, so they print nothing.
+unless a command line installed a :class:`Reporter` with :func:`start` or a caller
+enabled DEBUG on the ``mccl.progress`` logger: :func:`update` is then a global lookup, a
+level check and a return, no formatting.  A reporter draws one updating line when its
+stream is a terminal; forced onto another stream (``mccl solve --progress``) it writes
+one plain line per shown update instead.  Library callers (the controller, tests) never
+install one; they get the same updates as log records with
+``logging.getLogger("mccl.progress").setLevel(logging.DEBUG)`` and a handler.
 """
 
 from __future__ import annotations
 
+import logging
 import sys
 import time
 from typing import TextIO
 
 __all__ = ["Reporter", "start", "stop", "update", "active"]
+
+_log = logging.getLogger("mccl.progress")
 
 #: a terminal line is redrawn at most this often (s), except when the phase changes
 TERMINAL_INTERVAL_S = 0.1
@@ -129,3 +134,5 @@ def update(phase: str, round: int | None = None, rate: float | None = None,
     reporter = _active
     if reporter is not None:
         reporter.update(phase, round, rate, bound, unit)
+    if _log.isEnabledFor(logging.DEBUG):
+        _log.debug("%s round=%s rate=%s bound=%s %s", phase, round, rate, bound, unit or "")

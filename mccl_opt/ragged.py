@@ -2,7 +2,7 @@
 
 The base of both column generations' pools: AllToAll path columns (paper §4.2,
 :class:`mccl_opt.alltoall.pool.ColumnPool`) and the general AllGather method's tree
-columns (:class:`mccl_opt.allgather.tree_master.TreePool`).  Depends on numpy only.
+columns (:class:`mccl_opt.allgather.general.live_master.TreePool`).  Depends on numpy only.
 """
 
 from __future__ import annotations
@@ -52,6 +52,21 @@ class RaggedColumns:
     def column(self, j: int) -> np.ndarray:
         """The links of column ``j``."""
         return self.arcs[self.start[j]:self.start[j + 1]]
+
+    def columns(self, idx: np.ndarray | range) -> list[np.ndarray]:
+        """The links of the columns ``idx``, in that order."""
+        start = self.start
+        return [self.arcs[start[j]:start[j + 1]] for j in np.asarray(idx, np.int64).tolist()]
+
+    def incidence(self, idx: np.ndarray, num_links: int) -> np.ndarray:
+        """Per column of ``idx`` (rows, in that order), how often it uses each link."""
+        idx = np.asarray(idx, np.int64)
+        lengths = self.start[idx + 1] - self.start[idx]
+        row = np.repeat(np.arange(idx.size), lengths)
+        pos = np.arange(int(lengths.sum())) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+        out = np.zeros((idx.size, num_links))
+        np.add.at(out, (row, self.arcs[np.repeat(self.start[idx], lengths) + pos]), 1.0)
+        return out
 
     def column_of_arc(self) -> np.ndarray:
         """Per entry of ``arcs``: the column it belongs to."""

@@ -17,7 +17,7 @@ from typing import Any, Mapping
 
 from .errors import ScheduleError
 
-__all__ = ["Method", "Termination", "WarmUse", "Attempt", "SolveReport"]
+__all__ = ["Method", "Termination", "WarmUse", "Attempt", "SolveReport", "stamp"]
 
 
 class Method(str, Enum):
@@ -156,3 +156,13 @@ def _optional_rate(value: Any) -> float | None:
     if not 0 < v < math.inf:
         raise ScheduleError(f"'report': a rate must be finite and > 0, got {value!r}")
     return v
+
+
+def stamp(schedule: Any) -> Any:
+    """Write the report's ``status`` and ``seconds`` into ``schedule.stats`` (the JSON
+    view), the same keys for both collectives; returns ``schedule``."""
+    report = schedule.report
+    if report is not None:
+        schedule.stats["status"] = report.termination.value
+        schedule.stats["seconds"] = report.seconds
+    return schedule

@@ -39,6 +39,8 @@ from .schedule_format_v3 import FORMAT_V3, pack_v3, unpack_v2_paths, unpack_v3
 from .schedule_paths import PathChunks, PathTable, path_table
 
 if TYPE_CHECKING:
+    from .allgather.warm.kept import AllGatherWarmState
+    from .alltoall.state import AllToAllWarmState
     from .topology import Topology
 
 __all__ = ["PathChunk", "TreeChunk", "TreeChunks", "TreeTable", "PathChunks", "PathTable",
@@ -79,9 +81,10 @@ class BottleneckLink:
 class Schedule:
     """A synthesized collective schedule.
 
-    ``warm_state`` holds solver state that a warm re-synthesis can reuse (e.g. the final
-    master's columns); it is not serialised.  A schedule loaded from a file warm-starts
-    from its chunks instead.
+    ``warm_state`` holds the solver state a warm re-synthesis reuses, one typed state per
+    collective (AllGather's trees or tree columns, AllToAll's master columns); it is not
+    serialised: a schedule loaded from a file gets it back from its chunks
+    (:func:`mccl_opt.restore_warm_state`).
     """
 
     collective: str
@@ -95,7 +98,8 @@ class Schedule:
     version: int = 1
     solver: dict[str, Any] = field(default_factory=dict)
     stats: dict[str, Any] = field(default_factory=dict)
-    warm_state: Any = field(default=None, repr=False, compare=False)
+    warm_state: AllGatherWarmState | AllToAllWarmState | None = field(default=None, repr=False,
+                                                                      compare=False)
     report: SolveReport | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -116,6 +120,32 @@ class Schedule:
     @property
     def num_gpus(self) -> int:
         return len(self.gpus)
+
+    # ------------------------------------------------------------------ result contract
+    # One place for both collectives (README "Python API"), read from the typed report;
+    # a schedule without one (a file from an older mccl, a hand-made schedule) says
+    # ``unknown`` / ``None``.
+    @property
+    def status(self) -> str:
+        """How the solve ended: ``optimal``, ``time_limit``, ``round_limit``, ``stalled``
+        (:class:`mccl_opt.report.Termination`), or ``unknown`` without a report."""
+        return "unknown" if self.report is None else self.report.termination.value
+
+    @property
+    def bound_gbps(self) -> float | None:
+        """A certified upper bound on the rate of any schedule of the synthesizer's model
+        (paper §4.2 / §4.3), ``None`` when the solve stopped before it had one."""
+        return None if self.report is None else self.report.bound_gbps
+
+    @property
+    def certified_gap(self) -> float | None:
+        """``1 - rate_gbps / bound_gbps``: what this schedule may still lose to the optimum."""
+        return None if self.report is None else self.report.certified_gap(self.rate_gbps)
+
+    @property
+    def seconds(self) -> float | None:
+        """The solve's wall seconds, kernel compilation/loading excluded."""
+        return None if self.report is None else self.report.seconds
 
     # ------------------------------------------------------------------ serialisation
     def to_dict(self, compact: bool = True) -> dict[str, Any]:
@@ -349,7 +379,8 @@ def bottleneck_links(topo: "Topology", loads: np.ndarray, rate: float, max_chunk
         saturated = (loads > 0) & (slack <= tol)
     counts = chunk_counts(loads, max_chunks)
     out = []
+    links = topo.links
     for a in np.flatnonzero(saturated & (loads > 0)):
-        link = topo.links[a]
+        link = links[a]
         out.append(BottleneckLink(link.src, link.dst, float(counts[a]), float(max(0.0, slack[a]))))
     return tuple(out)

@@ -423,15 +423,71 @@ class Topology:
 
     def to_networkx(self):
         """A ``networkx.DiGraph`` with node attribute ``kind`` and edge attributes
-        ``capacity`` (Gbps) and ``latency_us``."""
+        ``capacity_gbps`` (Gbps), ``capacity`` (the same number, the name networkx's flow
+        algorithms read), ``latency_us`` and ``link_index`` (the link's place in
+        :attr:`links`); :meth:`from_networkx` reads it back, links in the same order."""
         import networkx as nx
 
         g = nx.DiGraph(name=self._name)
         for n in self._nodes:
             g.add_node(n.id, kind=n.kind)
-        for l in self._links:
-            g.add_edge(l.src, l.dst, capacity=float(l.capacity_gbps), latency_us=float(l.latency_us))
+        for a, l in enumerate(self._links):
+            g.add_edge(l.src, l.dst, capacity=float(l.capacity_gbps), capacity_gbps=float(l.capacity_gbps),
+                       latency_us=float(l.latency_us), link_index=a)
         return g
+
+    @classmethod
+    def from_networkx(cls, graph: Any, name: str | None = None, *, gpus: Iterable[Any] | None = None,
+                      gbps_per_unit: float = 1.0) -> "Topology":
+        """A topology from a networkx (di)graph: node attribute ``kind`` (``gpu`` or
+        ``switch``; default ``gpu``), or ``gpus`` (the compute nodes, every other node a
+        switch, as ForestColl passes them); edge attribute ``capacity_gbps`` or
+        ``capacity`` (``capacity_gbps`` wins when both are set) times ``gbps_per_unit``
+        (8 for a graph in GB/s, as ForestColl's), optional ``latency_us``.  An undirected
+        graph's edge is a cable (both directions); node ids become strings (GPU ranks in
+        the graph's node order).  ``to_networkx`` and ``from_networkx`` round-trip."""
+        if not hasattr(graph, "nodes") or not hasattr(graph, "edges"):
+            raise TopologyError(f"from_networkx needs a networkx graph, got {type(graph).__name__}")
+        compute = None if gpus is None else {str(g) for g in gpus}
+        nodes = [{"id": str(v), "kind": attrs.get("kind", "gpu") if compute is None
+                  else "gpu" if str(v) in compute else "switch"} for v, attrs in graph.nodes(data=True)]
+        both = not graph.is_directed()
+        links = []
+        edges = list(graph.edges(data=True))
+        if all(isinstance(e[2].get("link_index"), int) for e in edges):     # written by to_networkx
+            edges.sort(key=lambda e: e[2]["link_index"])
+        for u, v, attrs in edges:
+            cap = attrs.get("capacity_gbps", attrs.get("capacity"))
+            if cap is None:
+                raise TopologyError(f"edge {u!r} -> {v!r} has neither 'capacity_gbps' nor 'capacity' (Gbps)")
+            for a, b in ((u, v), (v, u)) if both else ((u, v),):
+                if isinstance(cap, bool) or not isinstance(cap, (int, float)):
+                    raise TopologyError(f"edge {u!r} -> {v!r}: capacity {cap!r} is not a number")
+                links.append({"src": str(a), "dst": str(b), "capacity_gbps": cap * gbps_per_unit,
+                              "latency_us": attrs.get("latency_us", 0.0)})
+        return cls.from_dict({"format": FORMAT_TAG, "name": name or graph.graph.get("name") or "networkx",
+                              "nodes": nodes, "links": links})
+
+    @classmethod
+    def from_nccl_xml(cls, paths: "str | Path | Iterable[str | Path]", network: str | None = None, *,
+                      hosts: int | None = None, name: str | None = None, **options: Any) -> "Topology":
+        """A cluster from NCCL topology XML, one file per host (or one file for ``hosts``
+        identical hosts), joined by ``network`` (``rail``, ``switch`` or ``none``;
+        :mod:`mccl_opt.interop.nccl_xml`, :mod:`mccl_opt.interop.cluster`)."""
+        from .interop.nccl_xml import nccl_cluster
+
+        files = [paths] if isinstance(paths, (str, Path)) else list(paths)
+        return cls.from_dict(nccl_cluster(files, network, hosts=hosts, name=name, **options))
+
+    @classmethod
+    def from_nvidia_smi(cls, paths: "str | Path | Iterable[str | Path]", network: str | None = None, *,
+                        hosts: int | None = None, name: str | None = None, **options: Any) -> "Topology":
+        """A cluster from saved ``nvidia-smi topo -m`` output, one file per host
+        (:mod:`mccl_opt.interop.nvidia_smi`; capacities are options there)."""
+        from .interop.nvidia_smi import smi_cluster
+
+        files = [paths] if isinstance(paths, (str, Path)) else list(paths)
+        return cls.from_dict(smi_cluster(files, network, hosts=hosts, name=name, **options))
 
     # ------------------------------------------------------------------ dunder
     def __eq__(self, other: object) -> bool:

@@ -37,7 +37,7 @@ from .schedule_chunks import edge_paths
 from .topology import Topology
 from .validate_paths import SHOWN, check_alltoall, path_loads
 
-__all__ = ["validate", "ValidationReport"]
+__all__ = ["validate", "inspect", "ValidationReport"]
 
 
 @dataclass(frozen=True)
@@ -49,6 +49,14 @@ class ValidationReport:
     utilisation: np.ndarray
     num_chunks: int
     max_steps: int
+    #: the rate the schedule states (``rate_gbps``); differs from ``rate_gbps`` here only
+    #: when validated with ``strict=False`` on a fabric it was not solved for
+    stated_rate_gbps: float = float("nan")
+
+    @property
+    def rate_as_stated(self) -> bool:
+        """Whether the recomputed rate is the stated one (relative 1e-6)."""
+        return bool(abs(self.rate_gbps - self.stated_rate_gbps) <= 1e-6 * max(self.stated_rate_gbps, 1e-12))
 
     @property
     def max_utilisation(self) -> float:
@@ -170,14 +178,29 @@ def _roots_and_shares(chunks: Sequence[Chunk]) -> list[tuple[str | None, float]]
     return [(c.src, c.share) if isinstance(c, TreeChunk) else (None, 0.0) for c in chunks]
 
 
-def validate(topo: Topology, schedule: Schedule, *, tol: float = 1e-6) -> ValidationReport:
+def validate(topo: Topology, schedule: Schedule, *, tol: float = 1e-6, strict: bool = True) -> ValidationReport:
     """Check ``schedule`` against ``topo``; raise :class:`ScheduleError` listing every
-    problem found, or return the recomputed :class:`ValidationReport`."""
+    problem found, or return the recomputed :class:`ValidationReport`.  ``strict``: the
+    recomputed rate must also be the stated ``rate_gbps``; ``strict=False`` accepts a
+    structurally valid schedule that runs at another rate on this fabric (a schedule
+    from before a capacity change; what ``mccl check`` and :func:`mccl_opt.check` do
+    without ``--strict``), the rate it runs at in the report."""
+    report, problems = inspect(topo, schedule, tol=tol, strict=strict)
+    if report is None:
+        shown = "\n  ".join(problems[:SHOWN])
+        more = f"\n  ... and {len(problems) - SHOWN} more" if len(problems) > SHOWN else ""
+        raise ScheduleError(f"schedule is invalid for topology {topo.name!r}:\n  {shown}{more}")
+    return report
+
+
+def inspect(topo: Topology, schedule: Schedule, *, tol: float = 1e-6,
+            strict: bool = True) -> tuple[ValidationReport | None, list[str]]:
+    """The validator without raising: ``(report, [])`` for a valid schedule, ``(None,
+    problems)`` otherwise (see :func:`validate`)."""
     problems: list[str] = []
     if tuple(schedule.gpus) != tuple(topo.gpus):
-        raise ScheduleError(
-            f"schedule GPUs {list(schedule.gpus)[:4]}... do not match topology {topo.name!r} "
-            f"ranks {list(topo.gpus)[:4]}...; was it synthesized for another topology?")
+        return None, [f"schedule GPUs {list(schedule.gpus)[:4]}... do not match topology {topo.name!r} "
+                      f"ranks {list(topo.gpus)[:4]}...; was it synthesized for another topology?"]
     if schedule.collective == "alltoall":
         steps, table = check_alltoall(topo, schedule, tol, problems)
         loads = path_loads(topo, table, problems)
@@ -185,16 +208,15 @@ def validate(topo: Topology, schedule: Schedule, *, tol: float = 1e-6) -> Valida
         steps = _check_allgather(topo, schedule, tol, problems)
         loads = _link_loads(topo, schedule.chunks, problems)
     rate = _rate(topo, loads)
-    if not np.isclose(rate, schedule.rate_gbps, rtol=tol * 10, atol=1e-9):
+    as_stated = bool(np.isclose(rate, schedule.rate_gbps, rtol=tol * 10, atol=1e-9))
+    if strict and not as_stated:
         problems.append(f"recomputed rate {rate:.9g} Gbps differs from rate_gbps {schedule.rate_gbps:.9g}")
-    if schedule.rate_gbps > schedule.lp_rate_gbps * (1 + tol * 10) + 1e-9:
+    if strict and schedule.rate_gbps > schedule.lp_rate_gbps * (1 + tol * 10) + 1e-9:
         problems.append(f"rate_gbps {schedule.rate_gbps:.9g} exceeds lp_rate_gbps {schedule.lp_rate_gbps:.9g}")
     if problems:
-        shown = "\n  ".join(problems[:SHOWN])
-        more = f"\n  ... and {len(problems) - SHOWN} more" if len(problems) > SHOWN else ""
-        raise ScheduleError(f"schedule is invalid for topology {topo.name!r}:\n  {shown}{more}")
+        return None, problems
     util = rate * loads / topo.arrays.capacity
-    return ValidationReport(rate, loads, util, len(schedule.chunks), steps)
+    return ValidationReport(rate, loads, util, len(schedule.chunks), steps, float(schedule.rate_gbps)), []
 
 
 def _link_loads(topo: Topology, chunks: Iterable[Chunk], problems: list[str]) -> np.ndarray:

@@ -16,7 +16,7 @@ from typing import Any, Iterable
 
 import numpy as np
 
-from .manager import Event, ScheduleManager
+from .manager import Action, Event, ScheduleManager
 
 __all__ = ["describe", "changed_links", "log_events", "LEVELS"]
 
@@ -24,7 +24,7 @@ __all__ = ["describe", "changed_links", "log_events", "LEVELS"]
 LEVELS = {"warning": logging.WARNING, "info": logging.INFO, "debug": logging.DEBUG}
 
 #: events that mean a re-synthesis did not help: logged as warnings
-_WARN = ("timeout", "failed")
+_WARN = (Action.TIMEOUT, Action.FAILED)
 #: changed links named per line (the rest are counted)
 MAX_LINKS = 3
 
@@ -53,7 +53,7 @@ def describe(event: Event, gamma: float | None = None, changed: list[str] | None
     """The log line of one decision (``gamma``: Algorithm 1's threshold; ``changed``:
     the links whose measured capacity moved, :func:`changed_links`)."""
     d, who = event.detail, f"{event.comm}/{event.name}"
-    if event.action == "resynthesis":
+    if event.action is Action.RESYNTHESIS:
         if not d:
             return f"{who}: synthesizing the first schedule"
         what = ", ".join(changed) if changed else "capacities changed"
@@ -71,25 +71,25 @@ def describe(event: Event, gamma: float | None = None, changed: list[str] | None
     rates = (f"rate {_rate(d['rate_before'])} -> {_rate(d['rate_after'])} Gbps on the measured "
              f"fabric" if "rate_before" in d else "")
     synth = f"synthesis {d['synth_s']:.3g} s" if isinstance(d.get("synth_s"), (int, float)) else ""
-    if event.action == "published":
+    if event.action is Action.PUBLISHED:
         how = "a known fabric's schedule reused" if d.get("known_fabric") else synth
         parts = ", ".join(p for p in (rates or "first schedule", how) if p)
         return f"{who}: published v{event.version} ({parts})"
-    if event.action == "aborted":
+    if event.action is Action.ABORTED:
         reason = {"cleared": "the drift cleared", "no_gain": "no gain"}.get(d.get("reason"), d.get("reason"))
         parts = ", ".join(p for p in (rates, synth) if p)
         return f"{who}: re-synthesis aborted ({reason}; {parts}); keeping v{event.version}"
-    if event.action == "held":
+    if event.action is Action.HELD:
         links = ", ".join(f"{a}->{b}" for a, b in d.get("pending", []))
         return (f"{who}: re-synthesis done ({synth}), held while {links} is still being confirmed; "
                 f"keeping v{event.version}")
-    if event.action == "superseded":
+    if event.action is Action.SUPERSEDED:
         return (f"{who}: re-synthesis superseded (capacities moved {d.get('moved', 0.0):.3g} since "
                 f"it started; {synth}); restarting on the latest estimate")
-    if event.action == "timeout":
+    if event.action is Action.TIMEOUT:
         return (f"{who}: re-synthesis abandoned after the {d.get('time_limit_s')} s time bound; "
                 f"keeping v{event.version}")
-    if event.action == "failed":
+    if event.action is Action.FAILED:
         return f"{who}: re-synthesis failed ({d.get('error')}); keeping v{event.version}"
     return f"{who}: {event.action} v{event.version} {d}"
 
@@ -100,5 +100,5 @@ def log_events(log: logging.Logger, events: Iterable[Event], manager: ScheduleMa
     for event in events:
         level = logging.WARNING if event.action in _WARN else logging.INFO
         if log.isEnabledFor(level):
-            changed = changed_links(manager, event, gamma) if event.action == "resynthesis" else None
+            changed = changed_links(manager, event, gamma) if event.action is Action.RESYNTHESIS else None
             log.log(level, "%s", describe(event, gamma, changed))

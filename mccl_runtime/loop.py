@@ -30,7 +30,8 @@ Timing model (simulated clock, real synthesis):
   collectives keep running on the stale schedule meanwhile and their telemetry is
   ingested.  When that time has elapsed (also in the middle of a collective) the
   manager re-checks on the telemetry received so far and publishes, aborts or restarts.
-* ``swap``: the measured dispatch cost (serialising and parsing the schedule; the
+* ``swap``: the measured dispatch cost (or ``dispatch_ms`` when given, as ``synth_ms``;
+  serialising and parsing the schedule; the
   manager validated it when it was made) and ``oob_ms``, the out-of-band
   version/sequence AllGather of the Online Rescheduler (paper §3.3; 5.74 ms in
   Fig. 13(b)), then the wait for the next collective boundary: the next collective runs
@@ -64,7 +65,7 @@ from .drift import bottleneck_rate
 from .inflight import InFlight
 from .level import LevelParams
 from .probes import Probe
-from .manager import Policy, ScheduleManager, Synthesizer, solver_synthesizer
+from .manager import Action, Policy, ScheduleManager, Synthesizer, solver_synthesizer
 from .scenario import Event, Scenario
 from .telemetry import MeasurementStore
 
@@ -103,6 +104,7 @@ class LoopConfig:
     fluid: bool | None = None
     level: LevelParams = LevelParams()
     synth_ms: float | None = None
+    dispatch_ms: float | None = None
     tick_ms: float = 1.0
 
 
@@ -269,7 +271,7 @@ class _Controller:
         if not self.swap_held:
             self.swap_held = True
             self.out.events.append({"t": t, "t_ms": t * 1e3, "comm": self.coll.comm, "name": self.coll.name,
-                                    "action": "swap_held", "version": self.coll.version,
+                                    "action": Action.SWAP_HELD.value, "version": self.coll.version,
                                     "detail": {"links": held}})
         return False
 
@@ -292,16 +294,17 @@ class _Controller:
         modelled = cfg.synth_ms is not None and not detail.get("known_fabric")
         if modelled and "synth_s" in detail:
             detail["synth_s"] = cfg.synth_ms / 1e3
-        if e.action == "resynthesis":
+        if e.action is Action.RESYNTHESIS:
             # the job's result becomes visible once its (measured or modelled) time has elapsed
             self.manager.wait_idle()
             seconds, known = _last_job(self.manager)
             self.ready_t = now + (cfg.synth_ms / 1e3 if cfg.synth_ms is not None and not known else seconds)
-        elif e.action == "published":
+        elif e.action is Action.PUBLISHED:
             coll = self.manager.get(e.comm, e.name)
             wall = time.perf_counter()
             Schedule.from_dict(json.loads(json.dumps(coll.schedule.to_dict())))     # what an executor parses
-            detail["dispatch_s"] = time.perf_counter() - wall
+            detail["dispatch_s"] = (time.perf_counter() - wall if cfg.dispatch_ms is None
+                                    else cfg.dispatch_ms / 1e3)
             self.swap_at = now + detail["dispatch_s"] + cfg.oob_ms / 1e3
             self.swap_held = False
 

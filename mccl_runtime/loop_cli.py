@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from typing import Any, TextIO
 
 from .loop import LoopConfig, run_loop
@@ -19,16 +20,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     d = LoopConfig()
     p.add_argument("--scenario", help="mccl-scenario/1 file (replaces the built-in case's flags)")
     p.add_argument("--shape", default=d.shape, help="HPN SxHxN of the built-in case (default %(default)s)")
-    p.add_argument("--collective", choices=["allgather", "alltoall"], default=d.collective)
-    p.add_argument("--fail", dest="failure", choices=["fail1", "fail2"], default=d.failure)
-    p.add_argument("--gpu", type=int, default=d.gpu, help="rank hit by the failure")
+    p.add_argument("--collective", choices=["allgather", "alltoall"], default=d.collective,
+                   help="collective of the built-in case (default %(default)s)")
+    p.add_argument("--fail", dest="failure", choices=["fail1", "fail2"], default=d.failure,
+                   help="paper failure injected at --t0-ms (default %(default)s)")
+    p.add_argument("--gpu", type=int, default=d.gpu, help="rank hit by the failure (default %(default)s)")
     p.add_argument("--size-mib", type=float, default=d.message_bytes / 2**20,
                    help="per-GPU shard (AllGather) or per-pair block (AllToAll) in MiB")
-    p.add_argument("--t0-ms", type=float, default=d.t0_ms, help="failure time")
+    p.add_argument("--t0-ms", type=float, default=d.t0_ms, help="failure time, ms (default %(default)s)")
     p.add_argument("--t1-ms", type=float, default=None, help="failure clears at this time (optional)")
-    p.add_argument("--duration-ms", type=float, default=d.duration_ms)
+    p.add_argument("--duration-ms", type=float, default=d.duration_ms,
+                   help="simulated time, ms (default %(default)s)")
     p.add_argument("--noise", type=float, default=d.noise, help="telemetry noise (relative std)")
-    p.add_argument("--seed", type=int, default=d.seed)
+    p.add_argument("--seed", type=int, default=d.seed, help="telemetry noise seed (default %(default)s)")
     p.add_argument("--estimator", choices=["level", "ewma"], default=d.estimator,
                    help="link estimate: change-point level (default) or the paper's EWMA")
     p.add_argument("--alpha", type=float, default=d.alpha, help="EWMA smoothing factor (--estimator ewma)")
@@ -36,7 +40,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--probe-period-ms", type=float, default=d.probe_period_ms,
                    help="probe links held below nominal this often (0: never)")
     p.add_argument("--oob-ms", type=float, default=d.oob_ms, help="hot-swap out-of-band sync cost")
-    p.add_argument("--backend", default=d.backend)
+    p.add_argument("--backend", default=d.backend, help="LP backend of the synthesizers (default %(default)s)")
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     p.add_argument("--png", help="write an algbw-over-time plot (paper Fig. 13(a))")
     p.add_argument("--workload", help="instead: estimate training speedup for a workload profile JSON")
@@ -83,5 +87,5 @@ def main(args: argparse.Namespace, out: TextIO) -> int:
         print("  versions        " + (", ".join(f"v{v['version']} at {v['t_ms']:.1f} ms" for v in ev["versions"])
                                       or "none published"), file=out)
     if args.png:
-        print(f"wrote {args.png}", file=out)
+        print(f"wrote {args.png}", file=sys.stderr)
     return 0

@@ -65,7 +65,10 @@ collective, concurrently), and publishes new versions.
   same tree shapes).
 * Anti-thrashing: hysteresis on Gamma (flag above ``Gamma``, "cleared" only below
   ``clear_ratio * Gamma``) and a minimum dwell time: a collective is not re-flagged
-  within ``min_dwell_s`` of its last publish or abort.
+  within ``min_dwell_s`` of its last publish or abort, unless (level estimator) a link
+  its schedule relies on has a confirmed level ``restart_tol`` away from what it was
+  built for (a change confirmed after its synthesis started: a confirmed level does not
+  drift, so this is a new change, not an estimate being chased).
 * Versions are per collective, start at 1 and only grow (also across restarts).
 * Communicators over sub-fabrics: a communicator registered with its members (GPU ids,
   in rank order) has its collectives synthesized on the sub-fabric they induce
@@ -78,13 +81,14 @@ collective, concurrently), and publishes new versions.
   is loaded (~60 ms at 128 GPUs).  An AllToAll's is rebuilt from its chunk paths on the
   fabric it was synthesized for (``restore_on``: its synthesis capacities) inside its
   next synthesis job, in the worker, so a resume stays fast and the first warm start
-  after a failure takes the local path (:func:`mccl_opt.alltoall.restore_warm_state`:
+  after a failure takes the local path (:func:`mccl_opt.restore_warm_state`:
   0.3 s at 512 GPUs, 1.3-2.4 s at 1024); a job that publishes nothing leaves it to the next
   job, which rebuilds it again.
 """
 
 from __future__ import annotations
 
+import enum
 import math
 import time
 from concurrent.futures import BrokenExecutor, Future, ThreadPoolExecutor
@@ -103,8 +107,8 @@ from .groups import Groups
 from .pool import JobResult, SynthesisPool, run_job
 from .telemetry import MeasurementStore
 
-__all__ = ["Policy", "Collective", "Event", "ScheduleManager", "Synthesizer", "solver_synthesizer",
-           "DYNAMIC_KINDS", "KINDS"]
+__all__ = ["Policy", "Collective", "Action", "Event", "ScheduleManager", "Synthesizer",
+           "solver_synthesizer", "DYNAMIC_KINDS", "KINDS"]
 
 #: ``synthesize(kind, topology, warm, time_limit_s) -> Schedule``
 Synthesizer = Callable[[str, Topology, "Schedule | None", "float | None"], Schedule]
@@ -112,10 +116,18 @@ DYNAMIC_KINDS = ("allgather", "alltoall")
 KINDS = DYNAMIC_KINDS + ("allreduce",)
 
 
-def solver_synthesizer(backend: str = "highs", max_chunks: int = 10) -> Synthesizer:
+def solver_synthesizer(backend: str = "highs", max_chunks: int = 10, shallow: bool = False) -> Synthesizer:
     """The product optimizer: ``mccl_opt.solve_alltoall`` / ``solve_allgather``, warm;
     their compiled kernels are loaded here (:func:`.warmup.load_kernels`), not at the
-    first failure."""
+    first failure.
+
+    ``shallow``: for executors that run a tree hop per round (store and forward, as the
+    torch.distributed executor does, docs/executor.md): when a warm AllGather start
+    returns deeper trees than the schedule it started from, solve cold too and keep the
+    cold schedule if its rate is as high and its trees shallower.  Two schedules of one
+    rate are equal for the fluid model (paper §4) but not for such an executor, where
+    each round lasts as long as its busiest link: on three degraded links of HPN 1x2x4
+    the warm trees took 6 rounds and ran at 0.53 of the cold schedule's 3."""
     from .warmup import load_kernels
 
     load_kernels(backend)
@@ -127,10 +139,29 @@ def solver_synthesizer(backend: str = "highs", max_chunks: int = 10) -> Synthesi
         if kind == "alltoall":
             return mccl_opt.solve_alltoall(topo, warm=warm, backend=backend, max_chunks=max_chunks,
                                            time_limit=time_limit_s)
-        return mccl_opt.solve_allgather(topo, warm=warm, backend=backend, max_chunks=max_chunks,
-                                        time_limit=time_limit_s)
+        t0 = time.perf_counter()
+        sched = mccl_opt.solve_allgather(topo, warm=warm, backend=backend, max_chunks=max_chunks,
+                                         time_limit=time_limit_s)
+        if not (shallow and warm is not None and tree_rounds(sched) > tree_rounds(warm)):
+            return sched
+        left = None if time_limit_s is None else time_limit_s - (time.perf_counter() - t0)
+        if left is not None and left <= 0:
+            return sched
+        cold = mccl_opt.solve_allgather(topo, warm=None, backend=backend, max_chunks=max_chunks,
+                                        time_limit=left)
+        if cold.rate_gbps >= sched.rate_gbps * (1 - 1e-9) and tree_rounds(cold) < tree_rounds(sched):
+            return cold
+        return sched
 
     return synthesize
+
+
+def tree_rounds(schedule: Schedule) -> int:
+    """Rounds of an AllGather schedule run a tree hop per round: its deepest tree
+    (GPU hops from the root); 0 for other collectives."""
+    if schedule.collective != "allgather":
+        return 0
+    return max((max(c.depths().values()) for c in schedule.chunks), default=0)
 
 
 @dataclass(frozen=True)
@@ -200,22 +231,58 @@ class Collective:
     def key(self) -> tuple[str, str]:
         return (self.comm, self.name)
 
+    def record(self) -> dict[str, Any]:
+        """This collective's entry in the controller state, the one shape it is saved in:
+        :class:`~.state.StateWriter` adds the schedule version as a file reference, and
+        :meth:`ScheduleManager.restore` reads it back once :func:`~.state.load_state`
+        has inlined that file."""
+        return {"comm": self.comm, "name": self.name, "kind": self.kind, "dynamic": self.dynamic,
+                "version": self.version, "gpus": list(self.gpus) if self.gpus is not None else None,
+                "last_decision_t": self.last_decision_t if math.isfinite(self.last_decision_t) else None}
+
+
+class Action(str, enum.Enum):
+    """What the manager (or the loop, at a swap) did with a collective; an event's
+    ``action``.  A ``str`` enum: its value is the word logs and JSON records carry."""
+
+    RESYNTHESIS = "resynthesis"     # a job started
+    PUBLISHED = "published"         # a new version
+    ABORTED = "aborted"             # a finished job discarded: ``cleared`` or ``no_gain``
+    SUPERSEDED = "superseded"       # discarded for a newer estimate; a restart follows
+    HELD = "held"                   # a finished job waits for a pending change to confirm
+    TIMEOUT = "timeout"             # a job past the time bound, abandoned
+    FAILED = "failed"               # the synthesizer raised (or its worker died)
+    SWAP_HELD = "swap_held"         # executors told to wait before swapping a version in
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class Outdated(enum.Enum):
+    """Why a job (queued or finished) is out of date under the latest ``M``: the one
+    rule both the queue and the re-check before publishing apply (module docstring)."""
+
+    CLEARED = "cleared"             # the current schedule no longer deviates: abort
+    SUPERSEDED = "superseded"       # ``M`` moved past ``restart_tol``: restart on it
+
 
 @dataclass(frozen=True)
 class Event:
-    """Something the manager did: ``resynthesis`` (started), ``published``, ``aborted``,
-    ``superseded`` (discarded for a newer estimate; a ``resynthesis`` follows),
-    ``timeout`` or ``failed``."""
+    """Something the manager did with one collective (:class:`Action`), at ``t``, with
+    the collective's version after it and the details of the decision."""
 
     t: float
     comm: str
     name: str
-    action: str
+    action: Action
     version: int
     detail: dict[str, Any] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "action", Action(self.action))     # its word is accepted too
+
     def to_dict(self) -> dict[str, Any]:
-        return {"t": self.t, "comm": self.comm, "name": self.name, "action": self.action,
+        return {"t": self.t, "comm": self.comm, "name": self.name, "action": self.action.value,
                 "version": self.version, "detail": self.detail}
 
 
@@ -322,7 +389,22 @@ class ScheduleManager:
         flags = self._stack_of(profiled).flags(m)
         return [(coll, detect(m, coll.profile, self.policy.gamma)) for coll, flag in zip(profiled, flags.tolist())
                 if flag and coll.job is None and coll.deferred is None
-                and now - coll.last_decision_t >= self.policy.min_dwell_s]
+                and (now - coll.last_decision_t >= self.policy.min_dwell_s or self._new_level(m, coll))]
+
+    def _new_level(self, m: np.ndarray, coll: Collective) -> bool:
+        """Level estimator only: a link ``coll``'s schedule relies on has a confirmed level
+        more than ``restart_tol`` from the capacities it was synthesized for, i.e. a change
+        confirmed after its synthesis started (a confirmed level is the estimate, it does
+        not drift).  Such a change is not the thrashing the dwell time guards against: a
+        change that arrives too late to hold the swap (the last ~2 ms before it, not yet
+        alarmed) gets its version at once, not a dwell time later."""
+        if self.store.estimator != "level" or coll.synth_capacity is None or coll.profile is None:
+            return False
+        links = self.groups.links(coll.gpus)
+        cap, new = coll.synth_capacity[links], m[links]
+        nominal = self.topo.arrays.capacity[links]
+        relied = (coll.profile.loads[links] > 1e-12) | (cap < (1.0 - self.policy.restart_tol) * nominal)
+        return bool(np.any(relied & (np.abs(new - cap) > self.policy.restart_tol * cap)))
 
     def _stack_of(self, colls: list[Collective]) -> ProfileStack:
         """The collectives' profiles stacked for Algorithm 1 (rebuilt when one changes)."""
@@ -391,7 +473,7 @@ class ScheduleManager:
         detail = report.to_dict(self.topo, coll.profile.cut) if report and coll.profile else {}
         if report and not report.flagged and coll.profile:
             detail["capacity"] = "gained" if self._gained(m, coll) else "lost"
-        return Event(now, coll.comm, coll.name, "resynthesis", coll.version, detail)
+        return Event(now, coll.comm, coll.name, Action.RESYNTHESIS, coll.version, detail)
 
     def _known(self, coll: Collective, m: np.ndarray) -> tuple[np.ndarray, Schedule] | None:
         """``(capacities, schedule)`` published for capacities within ``restart_tol / 2`` of
@@ -435,7 +517,7 @@ class ScheduleManager:
                 if job.wall_start and self.clock() - job.wall_start[0] > self.policy.time_limit_s:
                     coll.job, coll.last_decision_t = None, now
                     self.counters["timeouts"] += 1
-                    events.append(Event(now, coll.comm, coll.name, "timeout", coll.version,
+                    events.append(Event(now, coll.comm, coll.name, Action.TIMEOUT, coll.version,
                                         {"time_limit_s": self.policy.time_limit_s}))
                 continue
             coll.job = None
@@ -443,33 +525,35 @@ class ScheduleManager:
             if event is None:                                # still held; announced when first held
                 continue
             events.append(event)
-            if event.action == "superseded":
+            if event.action is Action.SUPERSEDED:
                 events += self._restart(coll, job, now)
         return events
 
-    def _stale(self, coll: Collective, job: _Job) -> str | None:
-        """Whether a queued job is already out of date: ``cleared`` (the current schedule
-        no longer deviates) or ``superseded`` (``M`` moved by more than ``restart_tol``),
-        the tests :meth:`_finish` applies to a finished job, in its order."""
-        if job.initial or coll.profile is None:
-            return None
-        m = self.store.measured()
+    def _outdated(self, coll: Collective, job: _Job, m: np.ndarray) -> Outdated | None:
+        """Whether ``job`` is out of date under ``m``: :class:`Outdated` ``CLEARED`` before
+        ``SUPERSEDED`` (the one place this rule lives; queued and finished jobs both use it)."""
         if self._recovered(m, coll):
-            return "cleared"
+            return Outdated.CLEARED
         if self._moved(m, coll, job) > self.policy.restart_tol and job.restarts < self.policy.max_restarts:
-            return "superseded"
+            return Outdated.SUPERSEDED
         return None
 
-    def _drop_queued(self, coll: Collective, job: _Job, why: str, now: float) -> list[Event]:
+    def _stale(self, coll: Collective, job: _Job) -> Outdated | None:
+        """Whether a queued job is already out of date (:meth:`_outdated`)."""
+        if job.initial or coll.profile is None:
+            return None
+        return self._outdated(coll, job, self.store.measured())
+
+    def _drop_queued(self, coll: Collective, job: _Job, why: Outdated, now: float) -> list[Event]:
         """A cancelled queued job: abort it (``cleared``) or restart it on the latest ``M``."""
         coll.job, coll.last_decision_t = None, now
         detail: dict[str, Any] = {"started_t": job.started_t, "queued": True}
-        if why == "cleared":
+        if why is Outdated.CLEARED:
             self.counters["aborted"] += 1
-            return [Event(now, coll.comm, coll.name, "aborted", coll.version, {**detail, "reason": "cleared"})]
+            return [Event(now, coll.comm, coll.name, Action.ABORTED, coll.version, {**detail, "reason": "cleared"})]
         self.counters["superseded"] += 1
         detail["moved"] = self._moved(self.store.measured(), coll, job)
-        return [Event(now, coll.comm, coll.name, "superseded", coll.version, detail)] + self._restart(coll, job, now)
+        return [Event(now, coll.comm, coll.name, Action.SUPERSEDED, coll.version, detail)] + self._restart(coll, job, now)
 
     def _restart(self, coll: Collective, job: _Job, now: float) -> list[Event]:
         """Restart a superseded job on the latest ``M`` now, or once no change is pending
@@ -488,7 +572,7 @@ class ScheduleManager:
             except (MCCLError, BrokenExecutor) as exc:          # a synthesizer error, or a worker died
                 coll.last_decision_t = now
                 self.counters["failures"] += 1
-                return Event(now, coll.comm, coll.name, "failed", coll.version, {"error": str(exc)})
+                return Event(now, coll.comm, coll.name, Action.FAILED, coll.version, {"error": str(exc)})
             job.result = (new, seconds, self.groups.lift(coll.gpus, new_profile))
         new, seconds, new_profile = job.result
         detail: dict[str, Any] = {"synth_s": seconds, "started_t": job.started_t}
@@ -499,7 +583,7 @@ class ScheduleManager:
                 if job.held_since is not None:
                     return None
                 job.held_since = now
-                return Event(now, coll.comm, coll.name, "held", coll.version, {**detail, "pending": held})
+                return Event(now, coll.comm, coll.name, Action.HELD, coll.version, {**detail, "pending": held})
         coll.last_decision_t = now
         if job.held_since is not None:
             detail["held_s"] = now - job.held_since
@@ -509,13 +593,13 @@ class ScheduleManager:
             cur_rate, new_rate = _rate(m, coll.profile.loads), _rate(m, new_profile.loads)
             detail.update(max_delta=report.max_delta, rate_before=cur_rate, rate_after=new_rate)
             reason = None
-            moved = self._moved(m, coll, job)
-            if self._recovered(m, coll):
+            outdated = self._outdated(coll, job, m)
+            if outdated is Outdated.CLEARED:
                 reason = "cleared"
-            elif moved > self.policy.restart_tol and job.restarts < self.policy.max_restarts:
+            elif outdated is Outdated.SUPERSEDED:
                 self.counters["superseded"] += 1
-                detail["moved"] = moved
-                return Event(now, coll.comm, coll.name, "superseded", coll.version, detail)
+                detail["moved"] = self._moved(m, coll, job)
+                return Event(now, coll.comm, coll.name, Action.SUPERSEDED, coll.version, detail)
             elif new_rate <= cur_rate * (1.0 + self.policy.min_gain):
                 reason = "no_gain"
             if reason:
@@ -526,13 +610,13 @@ class ScheduleManager:
                     coll.profile = self.groups.lift(
                         coll.gpus, profile_schedule(job.topo, replace(coll.schedule, bottleneck=())))
                     coll.synth_capacity = np.array(job.capacity, dtype=float)
-                return Event(now, coll.comm, coll.name, "aborted", coll.version, detail)
+                return Event(now, coll.comm, coll.name, Action.ABORTED, coll.version, detail)
         cap = job.known[0] if job.known is not None else job.capacity
         self._install(coll, new, cap, coll.version + 1, None if job.known is not None else new_profile)
         if job.known is not None:
             detail["known_fabric"] = True
         self.counters["published"] += 1
-        return Event(now, coll.comm, coll.name, "published", coll.version, detail)
+        return Event(now, coll.comm, coll.name, Action.PUBLISHED, coll.version, detail)
 
     def _held_by(self, coll: Collective, job: _Job, new_profile: ScheduleProfile,
                  now: float) -> list[list[str]]:
@@ -592,21 +676,11 @@ class ScheduleManager:
             self.pool.shutdown()
 
     # ------------------------------------------------------------------ persistence
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "collectives": [{
-                "comm": c.comm, "name": c.name, "kind": c.kind, "dynamic": c.dynamic,
-                "version": c.version, "gpus": list(c.gpus) if c.gpus is not None else None,
-                "last_decision_t": c.last_decision_t if math.isfinite(c.last_decision_t) else None,
-                "schedule": c.schedule.to_dict() if c.schedule else None,
-                "synth_capacity": c.synth_capacity.tolist() if c.synth_capacity is not None else None,
-            } for c in self.collectives()],
-            "counters": dict(self.counters),
-        }
-
     def restore(self, data: Mapping[str, Any]) -> None:
-        """Re-register the collectives of :meth:`to_dict` with their schedules and
-        versions (nothing is re-synthesized)."""
+        """Re-register the collectives of a loaded controller state (``state["manager"]``
+        of :func:`~.state.load_state`: :meth:`Collective.record` entries with their
+        schedule versions inlined) with their schedules and versions (nothing is
+        re-synthesized)."""
         for d in _as_list(data.get("collectives", [])):
             if not isinstance(d, Mapping) or not {"comm", "name", "kind", "dynamic", "version"} <= set(d):
                 raise ScheduleError("controller state: a collective entry lacks comm/name/kind/dynamic/version; "
@@ -617,14 +691,15 @@ class ScheduleManager:
             ldt = d.get("last_decision_t")
             coll.last_decision_t = -math.inf if ldt is None else float(ldt)
             if d.get("schedule") is not None:
-                from mccl_opt.allgather import restore_warm_state
+                from mccl_opt import restore_warm_state
 
                 # AllGather trees get their warm state back now, an AllToAll's in its next
                 # job (``restore_on``, set by _install): the next failure reroutes/re-optimises locally
                 fabric = self.topo if members is None else self.groups.fabric(members).topology
                 parsed = d.get("parsed_schedule")       # checked by load_state: not parsed again
                 schedule = parsed if isinstance(parsed, Schedule) else Schedule.from_dict(d["schedule"])
-                schedule = restore_warm_state(schedule, fabric)
+                if schedule.collective == "allgather":
+                    schedule = restore_warm_state(schedule, fabric)
                 self._install(coll, schedule, np.asarray(d["synth_capacity"], dtype=float),
                               int(d["version"]))
             elif coll.dynamic:

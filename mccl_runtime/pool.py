@@ -71,7 +71,7 @@ def run_job(topo: Topology, synthesize: Callable, kind: str, warm: Schedule | No
 
     t0 = time.perf_counter()
     if warm is not None and warm_fabric is not None:
-        from mccl_opt.alltoall import restore_warm_state
+        from mccl_opt import restore_warm_state
 
         warm = restore_warm_state(warm, warm_fabric)
     schedule = synthesize(kind, topo, warm, time_limit_s)

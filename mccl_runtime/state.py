@@ -105,14 +105,8 @@ class StateWriter:
 
     def write(self, store: Any, manager: Any, protocol_errors: dict[str, int]) -> None:
         """Save now: new version files, then the main file, then drop unnamed versions."""
-        import math
-
-        colls = []
-        for c in manager.collectives():
-            colls.append({"comm": c.comm, "name": c.name, "kind": c.kind, "dynamic": c.dynamic,
-                          "version": c.version, "gpus": list(c.gpus) if c.gpus is not None else None,
-                          "last_decision_t": c.last_decision_t if math.isfinite(c.last_decision_t) else None,
-                          "schedule": {"file": self._version_file(c)} if c.schedule is not None else None})
+        colls = [c.record() | {"schedule": {"file": self._version_file(c)} if c.schedule is not None
+                                else None} for c in manager.collectives()]
         rest = json.dumps({"telemetry": store.to_dict(),
                            "manager": {"collectives": colls, "counters": dict(manager.counters)},
                            "protocol_errors": dict(protocol_errors)}, separators=(",", ":"))

@@ -77,39 +77,41 @@ def _from_file(schedule: Schedule) -> Schedule:
     return Schedule.from_dict(schedule.to_dict())
 
 
-def _warm_every_way(solve: Callable[..., Schedule], restore: Callable[[Schedule, Topology], Schedule],
-                    topo: Topology, previous: Schedule, healthy: Topology, backend: str) -> None:
+def _warm_every_way(solve: Callable[..., Schedule], topo: Topology, previous: Schedule,
+                    healthy: Topology, backend: str) -> None:
     """A warm solve on ``topo`` from ``previous`` (solved on ``healthy``) in memory, read
-    back from a file, and from a file with its warm state rebuilt (``restore``)."""
+    back from a file, and from a file with its warm state rebuilt
+    (:func:`mccl_opt.restore_warm_state`)."""
+    from mccl_opt import restore_warm_state
+
     on_file = _from_file(previous)
-    for warm in (previous, on_file, restore(on_file, healthy)):
+    for warm in (previous, on_file, restore_warm_state(on_file, healthy)):
         solve(topo, warm=warm, backend=backend)
 
 
 def _alltoall(backend: str) -> None:
     from instances import fail1, fail2
-    from mccl_opt.alltoall import restore_warm_state, solve_alltoall
+    from mccl_opt.alltoall import solve_alltoall
 
     for healthy in _fabrics():
         previous = solve_alltoall(healthy, backend=backend)
         solve_alltoall(healthy, backend=backend, max_chunks=None)
         solve_alltoall(healthy, backend=backend, max_steps="min")
         for degraded in (fail1(healthy), fail2(healthy), _one_way(healthy)):
-            _warm_every_way(solve_alltoall, restore_warm_state, degraded, previous, healthy, backend)
+            _warm_every_way(solve_alltoall, degraded, previous, healthy, backend)
         solve_alltoall(fail2(healthy), backend=backend, max_steps=2)
 
 
 def _forestcoll(backend: str) -> None:
     from instances import fail1, fail2
-    from mccl_opt.allgather import restore_warm_state, solve_allgather
+    from mccl_opt.allgather import solve_allgather
 
     for healthy in _fabrics():
         previous = solve_allgather(healthy, backend=backend)
         solve_allgather(healthy, backend=backend, max_chunks=None)
         for degraded in (fail1(healthy), fail2(healthy)):
             solve_allgather(degraded, backend=backend)
-            _warm_every_way(solve_allgather, restore_warm_state, degraded, previous, healthy,
-                            backend)
+            _warm_every_way(solve_allgather, degraded, previous, healthy, backend)
 
 
 def _unbalanced(backend: str) -> None:
@@ -118,13 +120,13 @@ def _unbalanced(backend: str) -> None:
     general method (capacities whose exact trees explode) and a warm start from its
     schedule."""
     from instances import hpn
-    from mccl_opt.allgather import restore_warm_state, solve_allgather
+    from mccl_opt.allgather import solve_allgather
 
     for healthy in _fabrics():
         previous = solve_allgather(healthy, backend=backend)
         degraded = _one_way(healthy)
         solve_allgather(degraded, backend=backend)
-        _warm_every_way(solve_allgather, restore_warm_state, degraded, previous, healthy, backend)
+        _warm_every_way(solve_allgather, degraded, previous, healthy, backend)
     solve_allgather(_one_way(hpn(2, 2, 4)), backend=backend)     # greedy packing, min over sinks
     lane = hpn(1, 2, 8).with_capacity({("s0h0g1", "s0h0nvs"): 360.0})
     solve_allgather(lane, backend=backend, max_chunks=None)

@@ -13,10 +13,10 @@ from hypothesis import given, settings, strategies as st
 from instances import dgx, fail1, fail2, fail3, full_mesh, hpn, irregular, ring
 from mccl_opt import Schedule, TopologyError, validate
 from mccl_opt.allgather import solve_allgather
-from mccl_opt.allgather.mapping import MappedTrees, map_classes, to_physical, tree_loads
-from mccl_opt.allgather.repair import repair_pack
-from mccl_opt.allgather.transport import transport
-from mccl_opt.allgather.throughput import cut_tree_bandwidth
+from mccl_opt.allgather.forestcoll.mapping import MappedTrees, map_classes, to_physical, tree_loads
+from mccl_opt.allgather.forestcoll.packing.repair import repair_pack
+from mccl_opt.allgather.forestcoll.removal.transport import transport
+from mccl_opt.allgather.forestcoll.throughput import cut_tree_bandwidth
 from mccl_opt.topology import Link, Node, Topology
 
 
@@ -248,7 +248,7 @@ def assert_packing(n: int, tail, head, units, k: int, classes) -> None:
 
 def logical_graph(topo, max_chunks=10):
     """Phase 1 + budget + spread split of the solver, exposed for packing tests."""
-    from mccl_opt.allgather.pipeline import balanced_split, phase_one_budget, spread_logical
+    from mccl_opt.allgather.forestcoll.pipeline import balanced_split, phase_one_budget, spread_logical
     budget = phase_one_budget(topo, max_chunks, {})
     balanced = balanced_split(budget.fab, topo.arrays.is_switch, budget.k, budget.y, max_chunks)
     return spread_logical(balanced.split, topo.arrays.rank_of), balanced.k
@@ -346,7 +346,7 @@ def test_array_packing_check_catches_a_cycle():
 def test_exact_pack_is_a_valid_packing(topo):
     """The exact (Lovász) fallback packs k trees per root within every link's units
     on a logical graph that meets the cut condition."""
-    from mccl_opt.allgather.exact_packing import exact_pack
+    from mccl_opt.allgather.forestcoll.packing.exact_packing import exact_pack
     lg, k = logical_graph(topo)
     assert lg.admits(k)
     classes = exact_pack(lg.num_gpus, lg.tail, lg.head, lg.units, k)
@@ -508,7 +508,7 @@ def test_cut_upper_bound_is_at_least_the_optimum(topo):
     """The max-flow-free warm guess (single-GPU ingress/egress cuts) never undercuts the
     exact optimum, and with the optimal cut as a hint it equals it."""
     from mccl_opt.allgather.fabric import fabric_of
-    from mccl_opt.allgather.throughput import cut_upper_bound, optimal_rate
+    from mccl_opt.allgather.forestcoll.throughput import cut_upper_bound, optimal_rate
     fab, _ = fabric_of(topo)
     exact = optimal_rate(fab)
     bound = cut_upper_bound(fab)
@@ -567,9 +567,9 @@ def test_reroute_cannot_beat_the_optimum():
     """Rerouting never claims more than the fabric allows: asked for 1 % above the
     certified optimum it gives up; at the optimum it fits every link in unit trees."""
     from mccl_opt.allgather.fabric import fabric_of
-    from mccl_opt.allgather.forest import requantized
-    from mccl_opt.allgather.reroute import reroute
-    from mccl_opt.allgather.warm import Previous
+    from mccl_opt.allgather.warm.forest import requantized
+    from mccl_opt.allgather.warm.reroute import reroute
+    from mccl_opt.allgather.warm.previous import Previous
 
     from mccl_opt.allgather.canonical import canonical
 
@@ -594,7 +594,7 @@ def test_requantization_rounds_by_largest_remainder():
     """Every root keeps exactly k unit trees; each tree gets floor or ceil of its scaled
     multiplicity, and a tree rounded down never has a larger remainder than one of its
     root's trees rounded up (ties: the earlier tree goes up)."""
-    from mccl_opt.allgather.forest import largest_remainder
+    from mccl_opt.allgather.warm.forest import largest_remainder
 
     rng = np.random.default_rng(7)
     for _ in range(300):
@@ -641,13 +641,13 @@ def test_warm_from_a_saved_schedule_reroutes_its_trees(fail):
     from the trees, and the warm start then reroutes them to cold's rate.  Trees that
     do not fit the topology (a corrupted edge, shares of no common 1/k) leave the
     schedule as it was."""
-    from mccl_opt.allgather import restore_warm_state
+    from mccl_opt import restore_warm_state
 
     base = hpn(1, 4, 8)
     loaded = Schedule.from_dict(solve_allgather(base).to_dict())
     assert loaded.warm_state is None
     restored = restore_warm_state(loaded, base)
-    forest = restored.warm_state.forest
+    forest = restored.warm_state.trees.forest
     assert sorted(forest.tree_chunks(), key=repr) == sorted(loaded.chunks, key=repr)
     after = fail(base)
     warm = solve_allgather(after, warm=restored)

@@ -1,4 +1,4 @@
-"""The balanced restriction (mccl_opt.allgather.balanced): the forwarding-only optimum of
+"""The balanced restriction (mccl_opt.allgather.restriction.balanced): the forwarding-only optimum of
 an unbalanced fabric as the best cut bound over balanced capacities c' <= c, certified
 in exact integers, then ForestColl on c' (docs/allgather.md "Balanced restriction")."""
 
@@ -9,12 +9,12 @@ import pytest
 
 import mccl_opt as mo
 from instances import hpn
-from mccl_opt.allgather import balanced
-from mccl_opt.allgather.balanced import Restriction, balanced_restriction
+from mccl_opt.allgather.restriction import balanced
+from mccl_opt.allgather.restriction.balanced import Restriction, balanced_restriction
 from mccl_opt.allgather.canonical import canonical
 from mccl_opt.allgather.chain import switches_balanced
 from mccl_opt.allgather.fabric import fabric_of
-from mccl_opt.allgather.general import solve_general
+from mccl_opt.allgather.general.method import solve_general
 
 NIC = ("s0h0g0", "s0tor0", 100.0)        # one NIC uplink at 100 of 400 Gbps, one way
 NVLINK = ("s0h0g1", "s0h0nvs", 360.0)    # one NVLink at 360 Gbps, one way

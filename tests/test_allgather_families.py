@@ -1,5 +1,5 @@
 """AllGather on the aggregation families (:mod:`instances.aggregation`) and the guarded spread
-split (:mod:`mccl_opt.allgather.cut_guard`, :mod:`mccl_opt.allgather.guarded_spread`).
+split (:mod:`mccl_opt.allgather.forestcoll.removal.cut_guard`, :mod:`mccl_opt.allgather.forestcoll.removal.guarded_spread`).
 
 * every family at small sizes: the schedule validates (``mccl_opt.validate`` and the
   independent checker), its rate equals the independent cut bound at ``max_chunks=None``
@@ -20,11 +20,11 @@ import mccl_opt as mo
 from instances.aggregation import (host_ring, host_torus, leaf_spine, multi_spine, scrambled,
                                    shared_aggregation, superpod)
 from mccl_opt.allgather.canonical import canonical
-from mccl_opt.allgather.cut_guard import SweepGuard, exchange, violated_set
-from mccl_opt.allgather.exact_packing import exact_pack
-from mccl_opt.allgather.guarded_spread import guarded_spread
-from mccl_opt.allgather.pipeline import balanced_split, phase_one_budget
-from mccl_opt.allgather.spread import spread_split
+from mccl_opt.allgather.forestcoll.removal.cut_guard import SweepGuard, exchange, violated_set
+from mccl_opt.allgather.forestcoll.packing.exact_packing import exact_pack
+from mccl_opt.allgather.forestcoll.removal.guarded_spread import guarded_spread
+from mccl_opt.allgather.forestcoll.pipeline import balanced_split, phase_one_budget
+from mccl_opt.allgather.forestcoll.removal.spread import spread_split
 from mccl_opt.errors import TopologyError
 from tests.oracle_allgather import check_schedule, cut_bound
 from tests.test_allgather import assert_packing

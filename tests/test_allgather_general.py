@@ -1,4 +1,4 @@
-"""The general AllGather method (mccl_opt.allgather.general): the forwarding-only optimum
+"""The general AllGather method (mccl_opt.allgather.general.method): the forwarding-only optimum
 on unbalanced fabrics, certified bound, rounding, warm start, agreement with ForestColl
 on balanced fabrics."""
 
@@ -12,8 +12,8 @@ from scipy.optimize import linprog
 
 import mccl_opt as mo
 from instances import hpn
-from mccl_opt.allgather.colgen import CGOptions
-from mccl_opt.allgather.general import solve_general
+from mccl_opt.allgather.general.tree_colgen import TreeCGOptions
+from mccl_opt.allgather.general.method import solve_general
 
 
 def _topo(nodes, links, name="r") -> mo.Topology:
@@ -193,7 +193,7 @@ def test_node_order_does_not_change_the_optimum():
 def test_time_limit_returns_a_valid_schedule_with_its_gap():
     topo = hpn(1, 3, 4).with_capacity({("s0h0g1", "s0h0nvs"): 300.0})
     s = solve_general(topo, max_chunks=None,
-                      options=CGOptions(seed_rounds=1, time_limit=0.0))
+                      options=TreeCGOptions(seed_rounds=1, time_limit=0.0))
     mo.validate(topo, s)
     assert s.stats["cg_status"] in ("time_limit", "optimal")
     assert s.stats["bound_gbps"] >= s.lp_rate_gbps * (1 - 1e-12)
@@ -268,8 +268,8 @@ def test_dual_smoothing_reaches_the_same_certified_optimum(smoothing):
     optimum with and without smoothing, each certified (gap within the tolerance)."""
     one_way = hpn(1, 4, 8).with_capacity(src="s0h0g0", dst="s0tor0", gbps=100.0,
                                          both_directions=False)
-    opts = CGOptions(smoothing=smoothing)
-    plain = solve_general(one_way, max_chunks=None, options=CGOptions(smoothing=0.0))
+    opts = TreeCGOptions(smoothing=smoothing)
+    plain = solve_general(one_way, max_chunks=None, options=TreeCGOptions(smoothing=0.0))
     s = solve_general(one_way, max_chunks=None, options=opts)
     assert s.stats["cg_status"] == "optimal" and s.stats["cg_gap"] <= 1e-8
     assert s.lp_rate_gbps == pytest.approx(plain.lp_rate_gbps, rel=1e-9)

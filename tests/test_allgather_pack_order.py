@@ -1,4 +1,4 @@
-"""The repair packer's growth order and bookkeeping (mccl_opt/allgather/growth_order.py,
+"""The repair packer's growth order and bookkeeping (mccl_opt/allgather/forestcoll/packing/growth_order.py,
 repair.py): rails from links narrow both ways, per-class parts, class merging, and
 packings that stay valid where the few-missing marks and the part counts cut scans."""
 
@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from instances import fail1, fail2, fail3, hpn
-from mccl_opt.allgather.growth_order import growth_order
-from mccl_opt.allgather.repair import repair_pack
+from mccl_opt.allgather.forestcoll.packing.growth_order import growth_order
+from mccl_opt.allgather.forestcoll.packing.repair import repair_pack
 from tests.test_allgather import assert_packing_arrays, logical_graph
 
 

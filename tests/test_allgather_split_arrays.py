@@ -1,4 +1,4 @@
-"""Phase 2's array split (``mccl_opt.allgather.spread``) against the dictionary form.
+"""Phase 2's array split (``mccl_opt.allgather.forestcoll.removal.spread``) against the dictionary form.
 
 The oracle below splits every switch pair by pair with ``SplitGraph.split`` (the
 spread proposal's amounts computed here with plain dictionaries); the array split must
@@ -17,12 +17,12 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from instances import fail1, fail2, fail3, hpn
-from mccl_opt.allgather.bundles import Bundles
-from mccl_opt.allgather.pipeline import balanced_split, phase_one_budget
-from mccl_opt.allgather.splitting import (LogicalGraph, SplitGraph, balance_switches,
+from mccl_opt.allgather.forestcoll.removal.bundles import Bundles
+from mccl_opt.allgather.forestcoll.pipeline import balanced_split, phase_one_budget
+from mccl_opt.allgather.forestcoll.removal.splitting import (LogicalGraph, SplitGraph, balance_switches,
                                           simple_path, switch_order)
-from mccl_opt.allgather.spread import _walk, spread_split
-from mccl_opt.allgather.transport import transport
+from mccl_opt.allgather.forestcoll.removal.spread import _walk, spread_split
+from mccl_opt.allgather.forestcoll.removal.transport import transport
 
 
 def reference_spread(g: SplitGraph, rank_of: np.ndarray) -> LogicalGraph:

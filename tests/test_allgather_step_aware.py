@@ -15,9 +15,9 @@ from formulations.switch_removal import (SwitchRemovalModel, build_step_lp,
 from instances import fail1, fail2, hpn
 from mccl_opt import validate
 from mccl_opt.allgather import solve_allgather
-from mccl_opt.allgather.capped import capped_pack, class_depths
-from mccl_opt.allgather.step_aware import StepAware
-from mccl_opt.allgather.splitting import LogicalGraph
+from mccl_opt.allgather.forestcoll.capped import capped_pack, class_depths
+from mccl_opt.allgather.forestcoll.step_aware import StepAware
+from mccl_opt.allgather.forestcoll.removal.splitting import LogicalGraph
 from mccl_opt.backends import available_backends, get_backend
 from mccl_opt.errors import SolverLicenseError
 

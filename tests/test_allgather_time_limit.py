@@ -16,7 +16,8 @@ import pytest
 import mccl_opt as mo
 from instances import fail2, hpn
 from mccl_opt import anytime
-from mccl_opt.allgather import certify, solve as ag_solve
+from mccl_opt.allgather import solve as ag_solve
+from mccl_opt.allgather.warm import certify
 from mccl_opt.report import Method, SolveReport, Termination, WarmUse
 
 from .oracle_allgather import check_schedule, cut_bound
@@ -69,6 +70,7 @@ def test_a_bad_time_limit_is_a_typed_error(bad):
         mo.solve_allgather(hpn(1, 2, 2), time_limit=bad)
 
 
+@pytest.mark.warm_budget
 def test_a_warm_start_over_its_budget_is_abandoned_for_cold(monkeypatch):
     """A warm start made slow on purpose: the solve declines it at its budget and
     returns cold's schedule (same rate), saying so in the report."""
@@ -174,7 +176,7 @@ def test_an_exact_packing_over_its_budget_hands_the_fabric_to_the_general_method
     """A leaf-spine fabric whose packers all get stuck reaches Lovász's exact packing
     (minutes there); over its budget ForestColl declines and the general method solves."""
     from instances.aggregation import leaf_spine
-    from mccl_opt.allgather import pipeline
+    from mccl_opt.allgather.forestcoll import pipeline
 
     topo = leaf_spine(4, 2, 8).with_capacity({("spine1", "u0leaf0"): 80.0,
                                               ("u0leaf0", "spine1"): 80.0})

@@ -1,4 +1,4 @@
-"""Balanced rounding of a restriction's tree units (mccl_opt.allgather.unit_rounding,
+"""Balanced rounding of a restriction's tree units (mccl_opt.allgather.forestcoll.removal.unit_rounding,
 docs/allgather.md "Balanced restriction rounding"): one-way degradations on aggregation
 fabrics solve by ForestColl on the balanced restriction, at the independent
 forwarding-only optimum with ``max_chunks=None``, whatever the node names and order."""
@@ -10,8 +10,8 @@ import pytest
 
 import mccl_opt as mo
 from instances.aggregation import multi_spine, scrambled, shared_aggregation
-from mccl_opt.allgather.throughput import Fabric, _violated_cut
-from mccl_opt.allgather.unit_rounding import MAX_LOSS, balanced_units
+from mccl_opt.allgather.forestcoll.throughput import Fabric, _violated_cut
+from mccl_opt.allgather.forestcoll.removal.unit_rounding import MAX_LOSS, balanced_units
 from tests.oracle_allgather import check_schedule, forwarding_optimum
 
 

@@ -1,6 +1,6 @@
 """ForestColl-warm after Fail3 (paper §4.3): the previous physical trees carried onto the
-fabric where a GPU was replaced (mccl_opt.allgather.transfer), then rerouted; the
-array-only forest (mccl_opt.allgather.forest)."""
+fabric where a GPU was replaced (mccl_opt.allgather.warm.transfer), then rerouted; the
+array-only forest (mccl_opt.allgather.warm.forest)."""
 
 from __future__ import annotations
 
@@ -9,11 +9,12 @@ import pytest
 
 from instances import fail2, fail3, hpn
 from mccl_opt import Schedule, validate
-from mccl_opt.allgather import restore_warm_state, solve_allgather
+from mccl_opt import restore_warm_state
+from mccl_opt.allgather import solve_allgather
 from mccl_opt.allgather.canonical import canonical
-from mccl_opt.allgather.forest import FlatPaths, SwitchPathTable, link_lookup
-from mccl_opt.allgather.transfer import _loop_free, carried
-from mccl_opt.allgather.warm import Previous
+from mccl_opt.allgather.warm.forest import FlatPaths, SwitchPathTable, link_lookup
+from mccl_opt.allgather.warm.transfer import _loop_free, carried
+from mccl_opt.allgather.warm.previous import Previous
 from mccl_opt.topology import Topology
 
 
@@ -46,7 +47,7 @@ def test_carried_forest_keeps_ranks_and_rides_new_links():
     base = hpn(1, 2, 8)
     before = solve_allgather(base)
     after = canonical(fail3(base))
-    old = before.warm_state.forest
+    old = before.warm_state.trees.forest
     forest = Previous(before, after).forest
     assert forest is not None
     assert np.array_equal(forest.parent, old.parent) and np.array_equal(forest.rows, old.rows)
@@ -67,7 +68,7 @@ def test_carried_forest_keeps_ranks_and_rides_new_links():
         if backup in names and "bk-tor" in names:
             via_tor += 1
     assert via_tor > 0
-    old_names = [tuple(before.warm_state.forest.paths.node_ids[v] for v in p)
+    old_names = [tuple(before.warm_state.trees.forest.paths.node_ids[v] for v in p)
                  for p in old.paths.nodes]
     assert any(p[0] == "s0h0g0" and p[1].startswith("s0tor") for p in old_names)
 
@@ -101,7 +102,7 @@ def test_chained_warm_starts_through_a_replaced_gpu():
         warm = solve_allgather(topo, warm=prev)
         # the second failure leaves the backup the bottleneck: kept or rerouted
         assert warm.stats.get("reroute") == "done" or warm.stats.get("reused_schedule")
-        assert warm.warm_state.forest is not None
+        assert warm.warm_state.trees.forest is not None
         assert warm.rate_gbps == pytest.approx(solve_allgather(topo).rate_gbps, rel=1e-9)
         validate(topo, warm)
         prev = warm
@@ -141,7 +142,7 @@ def test_loop_free_cuts_cycles():
 def test_carried_refuses_other_gpu_counts():
     """A forest is only carried onto a fabric with as many GPUs."""
     before = solve_allgather(hpn(1, 2, 8))
-    state = before.warm_state
+    state = before.warm_state.trees
     other = canonical(hpn(1, 4, 8))
     assert carried(state.forest, before.gpus, state.links, other) is None
 

@@ -209,7 +209,7 @@ def test_certified_reuse_only_when_the_old_certificate_still_holds():
 @pytest.mark.parametrize("failure", [fail1, fail2])
 def test_a_schedule_read_from_a_file_warm_starts_locally_after_restore(failure, tmp_path):
     from mccl_opt import Schedule
-    from mccl_opt.alltoall import restore_warm_state
+    from mccl_opt import restore_warm_state
 
     base = hpn(1, 4, 8)
     path = tmp_path / "healthy.json"
@@ -228,7 +228,7 @@ def test_a_schedule_read_from_a_file_warm_starts_locally_after_restore(failure, 
 
 
 def test_restore_leaves_schedules_it_cannot_map_unchanged():
-    from mccl_opt.alltoall import restore_warm_state
+    from mccl_opt import restore_warm_state
 
     sched = solve_alltoall(hpn(1, 2, 4))
     assert restore_warm_state(sched, hpn(1, 2, 4)) is sched     # already has its state

@@ -1,4 +1,4 @@
-"""Minimum spanning arborescences (mccl_opt.allgather.arborescence) against brute force,
+"""Minimum spanning arborescences (mccl_opt.allgather.general.arborescence) against brute force,
 and the switch-only cheapest paths the general AllGather method prices with."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from mccl_opt import Topology
-from mccl_opt.allgather.arborescence import min_arborescence, min_arborescences
-from mccl_opt.allgather.switch_paths import switch_paths
+from mccl_opt.allgather.general.arborescence import min_arborescence, min_arborescences
+from mccl_opt.allgather.general.switch_paths import switch_paths
 
 
 def _brute(D: np.ndarray, root: int) -> float:

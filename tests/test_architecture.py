@@ -103,7 +103,8 @@ def import_edges(modules: dict[str, Path]) -> dict[str, list[Edge]]:
 
 
 def _is_cli(module: str) -> bool:
-    return module == CLI or module.startswith(CLI + ".")
+    """The CLI package, and ``python -m mccl_opt`` (an entry point like the console script)."""
+    return module == CLI or module.startswith(CLI + ".") or module == "mccl_opt.__main__"
 
 
 def _layer(module: str) -> int:

@@ -11,7 +11,7 @@ import pytest
 from instances import fail1, fail2, fail3, hpn, irregular
 from mccl_opt.allgather.budget import MAX_UNITS, choose_trees, exact_k, guess_budget
 from mccl_opt.allgather.fabric import fabric_of
-from mccl_opt.allgather.throughput import Fabric, PhaseOneResult, best_tree_bandwidth, optimal_rate
+from mccl_opt.allgather.forestcoll.throughput import Fabric, PhaseOneResult, best_tree_bandwidth, optimal_rate
 from mccl_opt.topology import Topology
 
 

@@ -47,7 +47,16 @@ def _same_as_cold(info: dict, collective: str, spec: str) -> None:
 
 def test_alltoall_warm_from_another_fabric_is_restored_on_warm_topology(capsys, old, tmp_path):
     argv = ["solve", "alltoall", "hpn-1x2x8-fail2", "--warm", str(old["alltoall"])]
-    _fails(capsys, argv, "'hpn-1x2x8'", "'hpn-1x2x8-fail2'", "--warm-topology")
+    # the schedule names a library fabric: found without the option, and said so
+    assert main([*argv, "--json"]) == 0
+    captured = capsys.readouterr()
+    assert "rebuilt its fabric 'hpn-1x2x8' by its library name" in captured.err
+    assert json.loads(captured.out)["warm"] == "warm:local"
+    # a fabric no one can find by its name still needs the option
+    unnamed = tmp_path / "mine.json"
+    mo.solve_alltoall(load_topology("hpn-1x2x8").renamed("my-fabric")).save(unnamed)
+    _fails(capsys, ["solve", "alltoall", "hpn-1x2x8-fail2", "--warm", str(unnamed)],
+           "'my-fabric'", "'hpn-1x2x8-fail2'", "--warm-topology")
     out = tmp_path / "new.json"
     info = _json(capsys, [*argv, "--warm-topology", "hpn-1x2x8", "-o", str(out)])
     assert info["warm"] == "warm:local"             # a warm start without the state is "full"

@@ -15,8 +15,8 @@ import formulations
 import mccl_opt as mo
 from instances import hpn
 from mccl_opt import errors
-from mccl_opt.allgather import WarmState as AllGatherState
-from mccl_opt.alltoall import WarmState as AllToAllState
+from mccl_opt.allgather import AllGatherWarmState
+from mccl_opt.alltoall import AllToAllWarmState
 from mccl_opt.backends import backend_class
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -74,7 +74,7 @@ def test_warm_schedule_of_the_other_collective(collective, schedules):
 @pytest.mark.parametrize("collective", SOLVERS)
 def test_warm_that_is_not_a_schedule(collective, schedules):
     other_state = schedules[OTHER[collective]].warm_state
-    assert isinstance(other_state, (AllGatherState, AllToAllState))
+    assert isinstance(other_state, (AllGatherWarmState, AllToAllWarmState))
     for warm in ("previous.json", 3, other_state):
         with pytest.raises(errors.ScheduleError, match="warm must be"):
             SOLVERS[collective](TOPO, warm=warm)
@@ -82,7 +82,7 @@ def test_warm_that_is_not_a_schedule(collective, schedules):
 
 def test_own_warm_state_is_accepted_by_alltoall(schedules):
     state = schedules["alltoall"].warm_state
-    assert isinstance(state, AllToAllState)
+    assert isinstance(state, AllToAllWarmState)
     assert mo.solve_alltoall(TOPO, warm=state).rate_gbps == pytest.approx(schedules["alltoall"].rate_gbps)
 
 

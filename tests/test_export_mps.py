@@ -12,7 +12,7 @@ import pytest
 from formulations.export import read_mps, write_mps
 from formulations.switch_removal import SwitchRemovalModel, build_switch_removal_lp
 from instances.library import CATALOG, load_manifest
-from mccl_opt.allgather.step_aware import solve_cut_lp, switch_removal_lp
+from mccl_opt.allgather.forestcoll.step_aware import solve_cut_lp, switch_removal_lp
 from mccl_opt.cli import build_parser, main
 from mccl_opt.errors import MCCLError, SolveError
 from mccl_opt.models import build_model

@@ -20,6 +20,7 @@ from mccl_opt.subfabric import induced
 from mccl_runtime.manager import Policy, ScheduleManager, solver_synthesizer
 from mccl_runtime.pool import SynthesisPool
 from mccl_runtime.telemetry import MeasurementStore
+from tests.state_files import saved_and_loaded
 
 TOPO = hpn(1, 4, 4)                                   # 16 GPUs: 4 hosts of 4, 4 rails
 GROUPS = {**{f"tp{h}": ("allgather", [f"s0h{h}g{i}" for i in range(4)]) for h in range(4)},
@@ -180,11 +181,12 @@ def test_registration_checks_members_and_keeps_them_per_communicator():
     mgr.close()
 
 
-def test_state_round_trip_keeps_members_and_sub_fabric_profiles():
+def test_state_round_trip_keeps_members_and_sub_fabric_profiles(tmp_path):
+    """Through the state file the service writes (tests/state_files.py)."""
     mgr = _manager(synthesize=solver_synthesizer())
     _set_all(mgr.store, fail2(TOPO).arrays.capacity, 1.0)
     _run(mgr, 2.0)
-    data = mgr.to_dict()
+    data = saved_and_loaded(tmp_path, mgr.store, mgr, TOPO)["manager"]
     again = ScheduleManager(MeasurementStore(TOPO, alpha=1.0), solver_synthesizer(), Policy())
     again.restore(data)
     for a, b in zip(mgr.collectives(), again.collectives()):

@@ -1,4 +1,4 @@
-"""Incremental rooted check (mccl_opt/allgather/maxflow.py) against a from-scratch
+"""Incremental rooted check (mccl_opt/allgather/forestcoll/maxflow.py) against a from-scratch
 networkx max-flow per sink: first failing position, min-cut source side, min over sinks."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from networkx.algorithms.flow import edmonds_karp
 
 from instances import fail1, fail2, hpn
 from mccl_opt.allgather.fabric import fabric_of
-from mccl_opt.allgather.maxflow import INF, FlowNetwork
-from mccl_opt.allgather.throughput import optimal_rate
+from mccl_opt.allgather.forestcoll.maxflow import INF, FlowNetwork
+from mccl_opt.allgather.forestcoll.throughput import optimal_rate
 
 
 def reference(net: FlowNetwork, caps: np.ndarray, sink: int) -> tuple[int, np.ndarray]:

@@ -18,6 +18,7 @@ from mccl_opt.topology import Topology
 from mccl_runtime.drift import detect
 from mccl_runtime.manager import Policy, ScheduleManager
 from mccl_runtime.telemetry import MeasurementStore
+from tests.state_files import saved_and_loaded
 
 # ---------------------------------------------------------------------- test helpers
 # A deterministic, capacity-oblivious AllGather (one BFS tree per root over switch-only
@@ -287,19 +288,20 @@ def test_allreduce_is_static_reducescatter_plus_dynamic_allgather():
     mgr.close()
 
 
-def test_state_round_trip_does_not_resynthesize():
+def test_state_round_trip_does_not_resynthesize(tmp_path):
+    """Through the state file the service writes (tests/state_files.py)."""
     synth = PruningSynth()
     store, mgr = _manager(synth)
     store.ingest(_cable("s0h0g0", "s0tor0", 50.0, 1.0), now=1.0)
     mgr.step(1.0)
     mgr.poll(1.0, wait_s=5.0)
-    state = mgr.to_dict()
+    state = saved_and_loaded(tmp_path, store, mgr, TOPO)
     mgr.close()
     fresh = PruningSynth()
     store2 = MeasurementStore(TOPO, alpha=1.0)
-    store2.restore(store.to_dict())
+    store2.restore(state["telemetry"])
     mgr2 = ScheduleManager(store2, fresh, Policy(gamma=0.1, min_dwell_s=0.0))
-    mgr2.restore(state)
+    mgr2.restore(state["manager"])
     coll = mgr2.get("world", "ag")
     assert coll.version == 2 and coll.schedule.to_dict() == mgr.get("world", "ag").schedule.to_dict()
     assert mgr2.step(5.0) == [] and fresh.calls == []

@@ -214,7 +214,7 @@ def test_restart_resumes_from_state_without_resynthesis(tmp_path):
         after = cli.get_schedule("world", "ag")
         assert after[0] == 2 and after[1].to_dict() == before[1].to_dict()
         # the resumed AllGather trees carry their warm state again (a failure reroutes them)
-        assert svc.manager.get("world", "ag").schedule.warm_state.forest is not None
+        assert svc.manager.get("world", "ag").schedule.warm_state.trees.forest is not None
         assert cli.push_telemetry(_degraded(time.time()))["accepted"] == 2   # same M: no drift
         time.sleep(0.1)
         assert cli.stats()["manager"]["published"] == 2

@@ -16,8 +16,8 @@ import pytest
 from instances import fail1, fail2, fail3, hpn
 from mccl_opt import Schedule, ScheduleError, TreeChunk, validate
 from mccl_opt.allgather import solve_allgather
-from mccl_opt.allgather.mapping import map_classes, tree_chunks
-from mccl_opt.allgather.repair import repair_pack
+from mccl_opt.allgather.forestcoll.mapping import map_classes, tree_chunks
+from mccl_opt.allgather.forestcoll.packing.repair import repair_pack
 from mccl_opt.schedule import TreeChunks, TreeTable, share_loads
 from mccl_opt.schedule_chunks import FlatPaths, path_nodes
 from mccl_opt.schedule_format import pack_v2

@@ -218,7 +218,7 @@ def test_malformed_columns_name_the_entry(change, message):
 def test_the_synthesizer_restore_and_file_agree_on_a_fabric_change(tmp_path):
     """A loaded schedule restored as a warm start keeps its arrays (no chunk objects
     built) and warm-starts to the schedule the in-memory one gives."""
-    from mccl_opt.alltoall import restore_warm_state
+    from mccl_opt import restore_warm_state
 
     base = hpn(1, 4, 4)
     healthy = solve_alltoall(base)

@@ -55,7 +55,7 @@ def test_cli_eval_writes_table_json_and_png(tmp_path, capsys, monkeypatch):
     out = json.loads(capsys.readouterr().out)
     assert [r["failure"] for r in out["summary"]] == ["fail1", "fail2", "fail3"]
     assert len(out["rows"]) == 3 * 3                    # failures x (nccl-ring, no-reopt, reopt)
-    assert (tmp_path / "mccl-eval-hpn-1x2x2.png").stat().st_size > 1000
+    assert not list(tmp_path.glob("*.png"))           # no plot unless --png asks for one
     assert main(["eval", "hpn", "1x2x2", "--collective", "alltoall", "--failures", "fail2",
                  "-b", "1M", "-e", "1M", "--png", "x.png"]) == 0
     text = capsys.readouterr().out

@@ -80,9 +80,8 @@ def paths() -> Iterator[tuple[str, Callable[[], object]]]:
     before the next is made, so the lambdas may read the loop variables)."""
     import mccl_opt as mo
     from instances import fabrics, fail1, fail2, hpn
-    from mccl_opt.allgather import restore_warm_state as restore_allgather
-    from mccl_opt.allgather.general import solve_general
-    from mccl_opt.alltoall import restore_warm_state as restore_alltoall
+    from mccl_opt import restore_warm_state
+    from mccl_opt.allgather.general.method import solve_general
     from mccl_opt.schedule import Schedule
     from mccl_opt.sim import simulate
 
@@ -93,15 +92,14 @@ def paths() -> Iterator[tuple[str, Callable[[], object]]]:
         return topo.with_capacity(src="s1h1g1", dst="s1tor1", gbps=75.0, both_directions=False)
 
     healthy = hpn(2, 2, 4)
-    for name, solve, restore in (("alltoall", mo.solve_alltoall, restore_alltoall),
-                                 ("allgather", mo.solve_allgather, restore_allgather)):
+    for name, solve in (("alltoall", mo.solve_alltoall), ("allgather", mo.solve_allgather)):
         for k in (10, None):
             previous = solve(healthy, max_chunks=k)
             for fail in (fail1, fail2, one_way):
                 topo = fail(healthy, 5) if fail is not one_way else one_way(healthy)
                 yield f"{name} K={k} {fail.__name__} cold", lambda: solve(topo, max_chunks=k)
                 for how, warm in (("in memory", previous), ("from a file", on_file(previous)),
-                                  ("restored", restore(on_file(previous), healthy))):
+                                  ("restored", restore_warm_state(on_file(previous), healthy))):
                     yield f"{name} K={k} {fail.__name__} warm {how}", \
                         lambda: solve(topo, warm=warm, max_chunks=k)
         for seed in range(6):

@@ -2,6 +2,6 @@
 step-aware switch removal (paper §4.3 and App. C)."""
 
 from .solve import solve_allgather
-from .warm import WarmState, restore_warm_state
+from .warm.kept import AllGatherWarmState
 
-__all__ = ["solve_allgather", "restore_warm_state", "WarmState"]
+__all__ = ["solve_allgather", "AllGatherWarmState"]

@@ -23,11 +23,12 @@ from ..report import Method, SolveReport, Termination, WarmUse
 from ..schedule import Schedule, TreeChunk, bottleneck_links, schedule_rate
 from ..topology import Topology
 from .budget import CutBounds
-from .mapping import MappedTrees, class_ranks, map_classes, to_physical, tree_chunks, tree_loads
-from .pipeline import Budget, Packed, Shapes, gbps
-from .reroute import Rerouted
-from .throughput import Fabric, PhaseOneResult
-from .warm import Previous, WarmState
+from .forestcoll.mapping import MappedTrees, class_ranks, map_classes, to_physical, tree_chunks, tree_loads
+from .forestcoll.pipeline import Budget, Packed, Shapes, gbps
+from .warm.reroute import Rerouted
+from .forestcoll.throughput import Fabric, PhaseOneResult
+from .warm.kept import AllGatherWarmState, KeptTrees
+from .warm.previous import Previous
 
 __all__ = ["Run", "Optimum", "RerouteOutcome", "assemble", "kept", "rerouted", "packed"]
 
@@ -102,7 +103,7 @@ def cut_ids(topo: Topology, p1: PhaseOneResult) -> set[str]:
 
 
 def assemble(run: Run, opt: Optimum, k: int, chunks: Sequence[TreeChunk], loads: np.ndarray,
-             state: WarmState, warm: WarmUse) -> Schedule:
+             state: KeptTrees, warm: WarmUse) -> Schedule:
     """The schedule of ``chunks`` (``k`` unit trees per root) with share ``loads`` per link;
     its report: ForestColl, optimal at the chunk budget, bounded by ``x*``."""
     topo, stats = run.topo, run.stats
@@ -121,7 +122,7 @@ def assemble(run: Run, opt: Optimum, k: int, chunks: Sequence[TreeChunk], loads:
         solver={"backend": "maxflow", "seconds": seconds,
                 "maxflow_calls": opt.p1.maxflow_calls + opt.maxflows,
                 "algorithm": "forestcoll" if warm is WarmUse.COLD else "forestcoll-warm"},
-        stats=stats, warm_state=state, report=report)
+        stats=stats, warm_state=AllGatherWarmState(trees=state), report=report)
 
 
 def kept(run: Run, opt: Optimum, loads: np.ndarray) -> Schedule:
@@ -141,14 +142,14 @@ def rerouted(run: Run, opt: Optimum, result: Rerouted) -> Schedule:
     run.stats.update(k=forest.k, rerouted_edges=result.moved_edges,
                      rerouted_trees=result.rebuilt_trees, num_trees=int(forest.roots.size),
                      max_depth=int(forest.depth.max()), mean_depth=float(forest.depth.mean()))
-    state = WarmState.of_trees(run.topo, cut_ids(run.topo, opt.p1), forest.k, forest.shapes(),
+    state = KeptTrees.of_trees(run.topo, cut_ids(run.topo, opt.p1), forest.k, forest.shapes(),
                                result.loads, forest=forest)
     return assemble(run, opt, forest.k, forest.tree_chunks(), result.loads, state,
                     WarmUse.REROUTED)
 
 
 def packed(run: Run, opt: Optimum, result: Packed) -> Schedule:
-    """Physical trees of Phase 3's classes (:mod:`.mapping`), their loads and rate."""
+    """Physical trees of Phase 3's classes (:mod:`.forestcoll.mapping`), their loads and rate."""
     topo, stats, k = run.topo, run.stats, result.k
     arr = topo.arrays
     t = time.perf_counter()
@@ -170,7 +171,7 @@ def packed(run: Run, opt: Optimum, result: Packed) -> Schedule:
     stats["mean_depth"] = float(np.mean(depths))
     if run.guides:
         stats["guided_roots"] = len(run.guides)
-    state = WarmState.of_trees(topo, cut_ids(topo, opt.p1), k, _shapes_of(result, ranks), loads,
+    state = KeptTrees.of_trees(topo, cut_ids(topo, opt.p1), k, _shapes_of(result, ranks), loads,
                                mapped=trees, tree_depths=depths)
     return assemble(run, opt, k, chunks, loads, state,
                     WarmUse.COLD if run.prev is None else WarmUse.SHAPES)

@@ -5,7 +5,7 @@ trees per root for which every link carries a whole number of trees of bandwidth
 ``x*/k0`` (ForestColl's k: 41 on a healthy 8-GPU rail host pair).  With a budget
 ``K >= k0`` (or ``None``) that is the exact optimum.  Otherwise every ``k <= K`` is
 scored by the best ``y_k`` for which ``floor(cap/y)`` admits ``k`` trees per root
-(:func:`~.throughput.best_tree_bandwidth`), best-first: every ``k`` keeps an upper
+(:func:`~.forestcoll.throughput.best_tree_bandwidth`), best-first: every ``k`` keeps an upper
 bound ``ȳ_k >= y_k`` (``x*/k``, Phase 1's cut, the tightest single-GPU cuts and every
 violated cut any ``k``'s sweep has found so far: one cut bounds every ``k``) and how
 far its sweep has passed; the ``k`` with the largest ``k·ȳ_k`` resumes its sweep until
@@ -23,7 +23,7 @@ from functools import cmp_to_key
 
 import numpy as np
 
-from .throughput import (Fabric, PhaseOneResult, best_tree_bandwidth, cut_tree_bandwidth,
+from .forestcoll.throughput import (Fabric, PhaseOneResult, best_tree_bandwidth, cut_tree_bandwidth,
                          violated_tree_cut)
 
 __all__ = ["exact_k", "CutBounds", "fewest_trees", "choose_trees", "guess_trees", "guess_budget",
@@ -60,7 +60,7 @@ class CutBounds:
     """Cut bounds on the tree bandwidth of one fabric: a set of cut *profiles*
     ``(sorted capacities, GPUs outside)`` and, memoised per profile and ``k``, the
     largest ``y`` with which the cut admits ``k`` trees per root
-    (:func:`~.throughput.cut_tree_bandwidth`).  One instance serves every guess and
+    (:func:`~.forestcoll.throughput.cut_tree_bandwidth`).  One instance serves every guess and
     search of a solve, so a profile's bound is computed once."""
 
     def __init__(self, fab: Fabric) -> None:

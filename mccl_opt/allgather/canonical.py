@@ -22,18 +22,16 @@ __all__ = ["canonical"]
 
 def canonical(topo: Topology) -> Topology:
     """``topo`` listed canonically (module docstring); the same object if it already is."""
-    nodes, n_gpus = topo.nodes, topo.num_gpus
-    switches = sorted(range(n_gpus, len(nodes)), key=lambda i: nodes[i].id)
-    if all(nd.is_gpu for nd in nodes[:n_gpus]) and switches == list(range(n_gpus, len(nodes))):
+    nodes, n_gpus, arr = topo.nodes, topo.num_gpus, topo.arrays
+    ids = [nd.id for nd in nodes]
+    switches = np.flatnonzero(arr.is_switch)
+    by_id = switches[np.argsort([ids[i] for i in switches.tolist()], kind="stable")]
+    if not arr.is_switch[:n_gpus].any() and (by_id == np.arange(n_gpus, len(nodes))).all():
         order = np.arange(len(nodes))
     else:
-        order = np.concatenate([np.flatnonzero([nd.is_gpu for nd in nodes]),
-                                np.flatnonzero([not nd.is_gpu for nd in nodes])[
-                                    np.argsort([nd.id for nd in nodes if not nd.is_gpu],
-                                               kind="stable")]])
+        order = np.concatenate([np.flatnonzero(~arr.is_switch), by_id])
     position = np.empty(len(nodes), np.int64)
     position[order] = np.arange(len(nodes))
-    arr = topo.arrays
     key = position[arr.tail] * len(nodes) + position[arr.head]
     if (order == np.arange(len(nodes))).all() and (key.size < 2 or bool((key[1:] > key[:-1]).all())):
         return topo

@@ -10,11 +10,11 @@ forwarding-only schedule and switch removal can fail, so the chain is:
    its trees are valid on the real fabric).  When that optimum reaches the real fabric's
    cut bound it is the forwarding-only optimum (no schedule exceeds the cut bound) and
    costs milliseconds (a one-direction NIC degradation usually lands here); otherwise
-   ForestColl on the best *balanced restriction* ``c' <= c`` (:mod:`.balanced`: its cut
+   ForestColl on the best *balanced restriction* ``c' <= c`` (:mod:`.restriction.balanced`: its cut
    bound is the forwarding-only optimum, found by a cutting-plane LP and certified in
    exact integers); if that is not certified (or, with ``max_chunks=K``, rounds more
    than :data:`RESTRICTION_ROUNDING_GAP` below its optimum), the general method
-   (:mod:`.general`); the best rounded schedule of these and the weaker-direction one is
+   (:mod:`.general.method`); the best rounded schedule of these and the weaker-direction one is
    kept (seeding the column generation with the weaker-direction trees measured slower
    than its own multiplicative-weights start);
 2. balanced -> ForestColl; if it raises (a :class:`SolveError`, typed by the
@@ -42,8 +42,8 @@ from ..schedule import Schedule, bottleneck_links, schedule_rate, share_loads
 from ..topology import Topology
 from .budget import EXACT_TREES_LIMIT
 from .fabric import fabric_of
-from .pipeline import gbps
-from .throughput import optimal_rate
+from .forestcoll.pipeline import gbps
+from .forestcoll.throughput import optimal_rate
 
 __all__ = ["Declined", "Trail", "ForestColl", "EXACT_TREES_LIMIT", "RESTRICTION_ROUNDING_GAP", "switches_balanced", "cut_bound_gbps",
            "solve_by_general", "weaker_directions", "solve_by_restriction", "solve_unbalanced"]
@@ -127,7 +127,7 @@ def solve_by_general(topo: Topology, warm: Schedule | None, backend: str,
                      trail: Trail) -> Schedule:
     """The general method, with the cut bound ``bound`` (:func:`cut_bound_gbps`) for the
     report and ``stats['general_reason']`` saying why it ran; offered to the time limit."""
-    from .general import solve_general      # column generation over trees: only here
+    from .general.method import solve_general      # column generation over trees: only here
 
     progress.update("AllGather: general method (column generation over trees)")
     sched = trail.run(Method.GENERAL, lambda: solve_general(
@@ -230,14 +230,14 @@ def solve_by_restriction(topo: Topology, warm: Schedule | None, backend: str,
                          max_chunks: int | None, forestcoll: ForestColl,
                          bound: float | None, trail: Trail,
                          warm_budget: float | None = None) -> Schedule | None:
-    """ForestColl on the best balanced restriction ``c'`` of ``topo`` (:mod:`.balanced`),
+    """ForestColl on the best balanced restriction ``c'`` of ``topo`` (:mod:`.restriction.balanced`),
     kept only when the restriction's optimum is certified and ForestColl's optimum on
     ``c'`` is that value; ``None`` otherwise (the caller falls back to the general
     method).  ForestColl's tree units on ``c'`` round up where ``c`` has room so that
-    switches stay balanced (:mod:`.unit_rounding`); with ``max_chunks=K`` it is asked
-    for ``K`` chunks, then fewer while it still raises on ``c'``.  A warm start of it
-    runs as a stage of ``warm_budget`` (the cutting-plane LP before it is cold anyway)."""
-    from .balanced import CERT_TOL, balanced_restriction, restricted_topology
+    switches stay balanced (:mod:`.forestcoll.removal.unit_rounding`); with ``max_chunks=K``
+    it is asked for ``K`` chunks, then fewer while it still raises on ``c'``.  A warm start
+    of it runs as a stage of ``warm_budget`` (the cutting-plane LP before it is cold anyway)."""
+    from .restriction.balanced import CERT_TOL, balanced_restriction, restricted_topology
 
     progress.update("AllGather: balanced restriction (cutting planes)")
     t = time.perf_counter()

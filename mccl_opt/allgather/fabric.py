@@ -19,7 +19,7 @@ import numpy as np
 
 from ..errors import TopologyError
 from ..topology import Topology
-from .throughput import Fabric
+from .forestcoll.throughput import Fabric
 
 __all__ = ["quantum_for", "fabric_of"]
 

@@ -5,8 +5,9 @@ Built before any optimisation so that a limit that passes early still returns tr
 * warm: the previous schedule's trees, re-rated on the new capacities, when they are
   still trees of the fabric (same GPUs, every hop a link);
 * otherwise, up to :data:`MWU_MAX_GPUS` GPUs, ``r = min(4, max_chunks)``
-  multiplicative-weights rounds of every root's cheapest tree (:func:`.colgen.mwu_trees`,
-  the general method's starting columns), each tree carrying ``1/r`` of its root's shard;
+  multiplicative-weights rounds of every root's cheapest tree
+  (:func:`.general.tree_colgen.mwu_trees`, the general method's starting columns), each
+  tree carrying ``1/r`` of its root's shard;
 * above that, one shortest-path tree per root (link cost ``1/capacity``, one compiled
   Dijkstra from every GPU, the trees built in arrays, :func:`shortest_path_trees`): the
   cheapest-tree rounds cost ``O(N^3)`` (a minimum arborescence of the dense GPU graph
@@ -28,8 +29,8 @@ from ..report import Method, SolveReport, Termination, WarmUse
 from ..schedule import Schedule, TreeChunk, bottleneck_links, schedule_rate, share_loads
 from ..schedule_chunks import FlatPaths, TreeChunks, TreeTable
 from ..topology import Topology
-from .colgen import mwu_trees
-from .general import tree_edges
+from .general.tree_colgen import mwu_trees
+from .general.method import forest_edges
 
 __all__ = ["first_schedule", "previous_trees", "shortest_path_trees", "FIRST_ROUNDS",
            "MWU_MAX_GPUS"]
@@ -95,8 +96,8 @@ def _cheapest_trees(topo: Topology, max_chunks: int | None
     roots, trees = mwu_trees(topo, arr.capacity / float(arr.capacity.max()), rounds)
     per_root = np.bincount(np.asarray(roots, np.int64), minlength=topo.num_gpus)
     gpus = topo.gpus
-    chunks = tuple(TreeChunk(gpus[r], 1.0 / int(per_root[r]), tree_edges(topo, arcs))
-                   for r, arcs in zip(roots, trees))
+    chunks = tuple(TreeChunk(gpus[r], 1.0 / int(per_root[r]), edges)
+                   for r, edges in zip(roots, forest_edges(topo, trees)))
     return chunks, int(per_root.max())
 
 

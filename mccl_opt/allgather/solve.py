@@ -9,9 +9,9 @@ Read top to bottom, one call is:
    fabric solved cold (*warm never slower than cold*, docs/allgather.md);
 3. the method chain (:mod:`.chain`): ForestColl on balanced fabrics, else the
    weaker-direction fabric, the balanced restriction and the general method;
-4. ForestColl itself: a warm start's certified guesses (:mod:`.certify`), else Phase 1
-   and the chunk budget, switch balancing, Phase 2 and Phase 3 (:mod:`.pipeline`;
-   step-aware: :mod:`.step_aware`), and the schedule (:mod:`.assemble`).
+4. ForestColl itself: a warm start's certified guesses (:mod:`.warm.certify`), else Phase 1
+   and the chunk budget, switch balancing, Phase 2 and Phase 3 (:mod:`.forestcoll.pipeline`;
+   step-aware: :mod:`.forestcoll.step_aware`), and the schedule (:mod:`.assemble`).
 
 Every schedule carries a typed :class:`~mccl_opt.report.SolveReport`: the method, how
 the solve ended, the bound, the warm use and the methods tried with their times.
@@ -28,7 +28,7 @@ from .. import anytime
 from ..entry_checks import check_time_limit
 from ..errors import SolveError
 from ..kernel_time import charge_apart, kernel_seconds
-from ..report import Attempt, Method, Termination, WarmUse
+from ..report import Attempt, Method, Termination, WarmUse, stamp
 from ..schedule import Schedule
 from ..topology import Topology
 from .assemble import Optimum, Run, packed
@@ -36,14 +36,13 @@ from .budget import EXACT_TREES_LIMIT, CutBounds
 from .canonical import canonical
 from .chain import Declined, Trail, cut_bound_gbps, solve_by_general, solve_unbalanced, \
     switches_balanced
-from .certify import Certificate, GuessKind, keep_or_reroute, warm_budget, warm_guess
+from .warm.certify import Certificate, GuessKind, keep_or_reroute, warm_budget, warm_guess
 from .fabric import fabric_of
 from .first import first_schedule
-from .pipeline import balanced_split, check_inputs, gbps, pack, phase_one_budget
-from .throughput import cut_upper_bound
-from .warm import WarmState, restore_warm_state
+from .forestcoll.pipeline import balanced_split, check_inputs, gbps, pack, phase_one_budget
+from .forestcoll.throughput import cut_upper_bound
 
-__all__ = ["solve_allgather", "restore_warm_state", "WarmState", "warm_budget_s",
+__all__ = ["solve_allgather", "warm_budget_s",
            "WARM_SHARE", "WARM_FLOOR_S"]
 
 #: a warm start may spend this share of the cold solve time it carries ...
@@ -60,7 +59,7 @@ def solve_allgather(topo: Topology, warm: Schedule | None = None, backend: str =
 
     ``max_chunks=K``: every root's trees carry multiples of ``1/k`` for one ``k <= K``
     (the best such ``k``); ``None``: the exact optimum.  ``step_aware=True`` (or a
-    :class:`.step_aware.StepAware` with a rate tolerance) uses the step-aware switch
+    :class:`.forestcoll.step_aware.StepAware` with a rate tolerance) uses the step-aware switch
     removal LP of App. C on ``backend`` for shallower trees.  ``time_limit`` (s): the
     best valid schedule found by then is returned, ``report.termination`` saying
     whether it is optimal, with the certified bound and gap.
@@ -68,7 +67,7 @@ def solve_allgather(topo: Topology, warm: Schedule | None = None, backend: str =
     lists switches and links in does not matter.  Fabrics with unbalanced switches, and
     any the ForestColl path cannot solve exactly, go to the general method (the
     forwarding-only optimum by column generation over trees, :mod:`.chain`,
-    :mod:`.general`; ``step_aware`` does not apply there).  Raises
+    :mod:`.general.method`; ``step_aware`` does not apply there).  Raises
     :class:`TopologyError` for unusable fabrics, :class:`SolveError` only on numerical
     trouble (never an internal ``KeyError``/``IndexError``/``AssertionError``).  Numba
     kernels compiled or loaded inside the call are timed apart (``stats["kernel_load_s"]``,
@@ -78,7 +77,7 @@ def solve_allgather(topo: Topology, warm: Schedule | None = None, backend: str =
     check_time_limit(time_limit)
     with kernel_seconds() as kernels:
         sched = _solve_limited(canonical(topo), warm, backend, max_chunks, step_aware, time_limit)
-    return _with_cold_seconds(charge_apart(sched, kernels), warm)
+    return stamp(_with_cold_seconds(charge_apart(sched, kernels), warm))
 
 
 def warm_budget_s(warm: Schedule) -> float | None:
@@ -181,7 +180,7 @@ def _forestcoll(topo: Topology, warm: Schedule | None, backend: str, max_chunks:
     ``lossy_balance``: the chain's sub-fabrics, whose rounded schedule it compares with
     the general method's itself); ``headroom``: ``topo`` is a balanced restriction
     whose links may carry this many times their capacity on the real fabric
-    (:func:`.pipeline.balanced_split`)."""
+    (:func:`.forestcoll.pipeline.balanced_split`)."""
     run = Run.start(topo, warm, max_chunks)
     rewarm = run.prev is not None and not step_aware
 
@@ -217,7 +216,7 @@ def _forestcoll(topo: Topology, warm: Schedule | None, backend: str, max_chunks:
         return Declined("switch balancing lost capacity")
     anytime.check("ForestColl: before Phases 2-3")
     if step_aware:
-        from .step_aware import StepAware, step_aware_pack      # only when asked for
+        from .forestcoll.step_aware import StepAware, step_aware_pack      # only when asked for
 
         opts = step_aware if isinstance(step_aware, StepAware) else None
         result = step_aware_pack(balanced.split, arr.rank_of, balanced.k, run.guides, run.stats,
@@ -229,7 +228,7 @@ def _forestcoll(topo: Topology, warm: Schedule | None, backend: str, max_chunks:
 
 def _at_time_limit(topo: Topology, best: Schedule, max_chunks: int | None) -> Schedule:
     """The best schedule offered when the limit passed, reported as stopped there, with
-    the tightest single-GPU cut bound (:func:`.throughput.cut_upper_bound`, no max-flow)
+    the tightest single-GPU cut bound (:func:`.forestcoll.throughput.cut_upper_bound`, no max-flow)
     or the method's own bound, if lower, as its certified bound."""
     fab, quantum = fabric_of(topo)
     bound = gbps(cut_upper_bound(fab), quantum)

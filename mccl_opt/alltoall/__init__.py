@@ -5,7 +5,7 @@ time_limit=None)`` returns a :class:`mccl_opt.Schedule`.  Modules, bottom up:
 :mod:`.problem` (instance arrays), :mod:`.pricing` (step-bounded shortest paths, numba),
 :mod:`.master` (restricted master over a backend), :mod:`.colgen` (the loop, its Farley
 bound and :class:`~.colgen.CGStatus`), :mod:`.rounding` (largest remainder + deep dive),
-:mod:`.state` (the typed :class:`WarmState`), :mod:`.warm` (column transfer, basis
+:mod:`.state` (the typed :class:`AllToAllWarmState`), :mod:`.warm` (column transfer, basis
 reuse), :mod:`.assemble` (outcome -> schedule, typed run report), :mod:`.driver` (the full
 column-generation run), :mod:`.latency` (``max_steps="min"``), :mod:`.local` (certified
 reuse and local re-optimisation), :mod:`.restore` (a warm state from a loaded
@@ -14,11 +14,7 @@ schedule's chunks), :mod:`.solve` (the entry point, orchestration only).
 
 from __future__ import annotations
 
-from ..lazy import lazy_getattr
 from .solve import solve_alltoall
-from .state import WarmState
+from .state import AllToAllWarmState
 
-__all__ = ["solve_alltoall", "restore_warm_state", "WarmState"]
-
-#: a warm state from a loaded schedule is rebuilt only where a caller asks for one
-__getattr__ = lazy_getattr(__name__, {"restore_warm_state": f"{__name__}.restore"})
+__all__ = ["solve_alltoall", "AllToAllWarmState"]

@@ -3,7 +3,7 @@
 Every way a run can end (certified reuse, local re-optimisation, full column
 generation; :mod:`.solve`) produces an :class:`Outcome` -- the rounded chunks, their
 per-link share loads, the LP rate, the links the LP saturates, the new
-:class:`~.state.WarmState` and a typed :class:`RunReport` -- and
+:class:`~.state.AllToAllWarmState` and a typed :class:`RunReport` -- and
 :func:`make_schedule` turns it into the schedule, with the rate recomputed from the
 loads (``min_a cap_a / load_a``) and the bottleneck cut ``K_s`` of paper §3.2.
 ``Schedule.stats`` is the report's JSON view (:meth:`RunReport.to_stats`).
@@ -25,7 +25,7 @@ from .colgen import CGStatus
 from .master import ColumnPool
 from .problem import Problem
 from .rounding import Rounded, rounded_rate
-from .state import ChunkRoutes, WarmState
+from .state import ChunkRoutes, AllToAllWarmState
 
 __all__ = ["SATURATION_REL_TOL", "WarmMode", "RunReport", "Outcome", "make_schedule",
            "chunk_view", "fractional", "rounded_columns"]
@@ -121,7 +121,7 @@ class Outcome:
     loads: np.ndarray
     lp_rate: float
     saturated: np.ndarray
-    warm_state: WarmState
+    warm_state: AllToAllWarmState
     report: RunReport
     lp_done: float | None = None
 

@@ -24,7 +24,7 @@ from .master import ColumnPool, RestrictedMaster
 from .problem import Problem
 from .rounding import deep_dive
 from .rows import Rows, csr_take
-from .state import ChunkRoutes, LPColumns, OldFabric, PricingCertificate, WarmState
+from .state import ChunkRoutes, LPColumns, OldFabric, PricingCertificate, AllToAllWarmState
 from .warm import reusable_basis
 
 __all__ = ["Solved", "build_master", "run_cg", "round_solved", "certificate_of",
@@ -49,7 +49,7 @@ class Solved:
 
 def build_master(prob: Problem, backend: str, max_steps: int,
                  columns: tuple[np.ndarray, ...] | None,
-                 state: WarmState | None = None) -> tuple[RestrictedMaster, int]:
+                 state: AllToAllWarmState | None = None) -> tuple[RestrictedMaster, int]:
     """A master over the given columns ``(pair, start, arcs, origin)`` (those within
     ``max_steps``) plus initial columns for the pairs they miss.  With ``state``'s basis
     still optimal (:func:`~.warm.reusable_basis`) the master starts from it; otherwise
@@ -85,7 +85,7 @@ def build_master(prob: Problem, backend: str, max_steps: int,
 
 
 def run_cg(prob: Problem, backend: str, max_steps: int, columns, deadline: float | None,
-           options: CGOptions, state: WarmState | None = None) -> Solved:
+           options: CGOptions, state: AllToAllWarmState | None = None) -> Solved:
     """Build a master (warm from ``columns`` and ``state``'s basis) and run column
     generation on it."""
     progress.update("AllToAll: building the master")
@@ -106,7 +106,7 @@ def certificate_of(res: CGResult, prob: Problem, max_steps: int) -> PricingCerti
 
 
 def round_solved(prob: Problem, solved: Solved, backend: str, max_chunks: int | None,
-                 deadline: float | None, old: WarmState | None) -> Outcome:
+                 deadline: float | None, old: AllToAllWarmState | None) -> Outcome:
     """Round the LP of ``solved`` (deep dive, or the fractional shares when
     ``max_chunks`` is None) and collect the outcome and the run's warm state."""
     master, res = solved.master, solved.result
@@ -136,7 +136,7 @@ def round_solved(prob: Problem, solved: Solved, backend: str, max_chunks: int | 
     routes = ChunkRoutes(rounded.pool_pair[used],
                          Rows(*csr_take(rounded.pool_start, rounded.pool_arcs, used)),
                          rounded.counts[used] / k, chunk_of, max_chunks)
-    warm_state = WarmState(OldFabric.of(prob), lp, routes, basis,
+    warm_state = AllToAllWarmState(OldFabric.of(prob), lp, routes, basis,
                            certificate_of(res, prob, solved.max_steps))
     mode = (WarmMode.BASIS if master.basis_used
             else WarmMode.FULL if solved.warm_columns else WarmMode.COLD)

@@ -25,7 +25,7 @@ pairs and prove that the result is optimal for the full master:
    are rounded against the fixed chunks' loads (the restricted master's rows are reset
    to them before the deep dive).
 
-The new schedule's :class:`~.state.WarmState` holds the combined columns and shares (no
+The new schedule's :class:`~.state.AllToAllWarmState` holds the combined columns and shares (no
 basis), so a chained warm start works the same way.
 
 :func:`reuse_certified` is the degenerate case ``F = {}``: when the old shares still fit
@@ -48,13 +48,13 @@ from .master import ColumnPool, RestrictedMaster
 from .problem import Problem
 from .rounding import deep_dive
 from .rows import csr_take
-from .state import ChunkRoutes, LPColumns, WarmState
+from .state import ChunkRoutes, LPColumns, AllToAllWarmState
 from .warm import changes_are_nonbinding
 
 __all__ = ["local_resolve", "local_eligible", "reuse_certified", "raises_a_binding_link"]
 
 
-def local_eligible(prob: Problem, state: WarmState | None, max_chunks: int | None) -> bool:
+def local_eligible(prob: Problem, state: AllToAllWarmState | None, max_chunks: int | None) -> bool:
     """Same nodes and links, only capacities changed, and the state carries what the
     local path needs (column pairs, chunk routes at the same ``max_chunks``)."""
     if state is None or state.chunks is None:
@@ -64,7 +64,7 @@ def local_eligible(prob: Problem, state: WarmState | None, max_chunks: int | Non
     return state.fabric.same_links(prob) and bool((state.fabric.capacity != prob.capacity).any())
 
 
-def raises_a_binding_link(prob: Problem, state: WarmState, rel_tol: float = 1e-6) -> bool:
+def raises_a_binding_link(prob: Problem, state: AllToAllWarmState, rel_tol: float = 1e-6) -> bool:
     """A link the old LP saturated gains capacity (a repair or upgrade of the
     bottleneck): then most pairs may re-balance onto it, and the local path would only
     grow its free set until it gives up (measured: 1x16x8 repaired from Fail2)."""
@@ -73,7 +73,7 @@ def raises_a_binding_link(prob: Problem, state: WarmState, rel_tol: float = 1e-6
     return bool((state.lp_load[up] >= old[up] * state.lp.t * (1 - rel_tol)).any())
 
 
-def local_resolve(prob: Problem, state: WarmState, backend: str, max_steps: int,
+def local_resolve(prob: Problem, state: AllToAllWarmState, backend: str, max_steps: int,
                   max_chunks: int | None, options: CGOptions, deadline: float | None,
                   max_steps_local: int = 3, max_free: float = 0.3,
                   step_rounds: int = 10) -> Outcome | None:
@@ -206,7 +206,7 @@ def local_resolve(prob: Problem, state: WarmState, backend: str, max_steps: int,
                    np.concatenate([y_old[fixed], y]), float(sol.t))
     chunk_routes = ChunkRoutes(c_pair, c_routes, c_share,
                                np.concatenate([chunk_of_fixed, chunk_of_free]), max_chunks)
-    warm_state = WarmState(replace(state.fabric, capacity=prob.capacity.copy()), lp, chunk_routes,
+    warm_state = AllToAllWarmState(replace(state.fabric, capacity=prob.capacity.copy()), lp, chunk_routes,
                            None, certificate_of(res, prob, max_steps))
     report = RunReport(
         status=CGStatus.TIME_LIMIT if res.status is CGStatus.TIME_LIMIT else CGStatus.OPTIMAL,
@@ -219,7 +219,7 @@ def local_resolve(prob: Problem, state: WarmState, backend: str, max_steps: int,
     return Outcome(loads, lp_rate, saturated, warm_state, report, lp_done)
 
 
-def reuse_certified(prob: Problem, state: WarmState | None, backend: str, max_steps: int,
+def reuse_certified(prob: Problem, state: AllToAllWarmState | None, backend: str, max_steps: int,
                     max_chunks: int | None, rel_tol: float) -> Outcome | None:
     """The old schedule itself, when a capacity-only change leaves the old LP solution
     provably optimal; else ``None``.

@@ -1,4 +1,4 @@
-"""A warm state rebuilt from a schedule's chunk paths: :func:`restore_warm_state`.
+"""A warm state rebuilt from a schedule's chunk paths: :func:`restore_column_state`.
 
 A schedule read from a file carries its chunks (pair, share, path) but not the final
 master's columns, LP shares, basis or pricing certificate, so a warm start from it used
@@ -11,7 +11,7 @@ shares and proves the combined solution optimal with its own Farley certificate 
 pairs, so a rounded starting point costs at most a larger free set, never optimality.
 
 The state is rebuilt when the schedule is loaded (a restarted controller, a CLI run),
-not when a failure strikes, as for AllGather (:func:`mccl_opt.allgather.restore_warm_state`).
+not when a failure strikes, as for AllGather (:func:`mccl_opt.allgather.warm.previous.restore_forest_state`); :func:`mccl_opt.restore_warm_state` picks one by collective.
 """
 
 from __future__ import annotations
@@ -26,26 +26,26 @@ from ..schedule_paths import path_table
 from ..topology import Topology
 from .problem import Problem, problem_for
 from .rows import Rows
-from .state import ChunkRoutes, LPColumns, OldFabric, WarmState
+from .state import ChunkRoutes, LPColumns, OldFabric, AllToAllWarmState
 from .warm import link_lookup
 
-__all__ = ["restore_warm_state"]
+__all__ = ["restore_column_state"]
 
 
-def restore_warm_state(schedule: Schedule, topo: Topology) -> Schedule:
-    """``schedule`` (AllToAll, read without its warm state) with a :class:`WarmState`
+def restore_column_state(schedule: Schedule, topo: Topology) -> Schedule:
+    """``schedule`` (AllToAll, read without its warm state) with a :class:`AllToAllWarmState`
     rebuilt from its chunks on ``topo``, the fabric it was synthesized for (its
     capacities are the ones a later change is compared with).  The schedule is returned
     unchanged if it already has a warm state, is not AllToAll, lists other GPUs, or a
     chunk's path is not a path of ``topo`` from its source to its destination."""
-    if schedule.collective != "alltoall" or isinstance(schedule.warm_state, WarmState) \
+    if schedule.collective != "alltoall" or isinstance(schedule.warm_state, AllToAllWarmState) \
             or tuple(schedule.gpus) != tuple(topo.gpus) or not schedule.chunks:
         return schedule
     state = state_of_chunks(problem_for(topo), schedule.chunks, schedule.max_chunks)
     return schedule if state is None else dataclasses.replace(schedule, warm_state=state)
 
 
-def state_of_chunks(prob: Problem, chunks: Sequence, max_chunks: int | None) -> WarmState | None:
+def state_of_chunks(prob: Problem, chunks: Sequence, max_chunks: int | None) -> AllToAllWarmState | None:
     """The warm state whose LP columns and chunk routes are ``chunks`` themselves (one
     column per chunk, ``y`` = its share); ``None`` if a chunk is not a path of ``prob``'s
     topology between its own GPUs.  Read from the chunks' arrays (:func:`path_table`)."""
@@ -80,4 +80,4 @@ def state_of_chunks(prob: Problem, chunks: Sequence, max_chunks: int | None) -> 
     util = routes.loads(share, prob.num_links) / prob.capacity
     lp = LPColumns(pair, routes, share, float(util.max()))
     chunk_routes = ChunkRoutes(pair, routes, share.copy(), np.arange(n, dtype=np.int64), max_chunks)
-    return WarmState(OldFabric.of(prob), lp, chunk_routes)
+    return AllToAllWarmState(OldFabric.of(prob), lp, chunk_routes)

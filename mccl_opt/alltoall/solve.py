@@ -25,6 +25,7 @@ from ..entry_checks import (check_backend, check_max_chunks, check_time_limit, c
                             check_warm)
 from ..errors import InputError
 from ..kernel_time import charge_apart, kernel_seconds
+from ..report import stamp
 from ..schedule import Schedule
 from ..topology import Topology
 from .assemble import Outcome, make_schedule
@@ -32,7 +33,7 @@ from .colgen import CGOptions
 from .driver import round_solved, run_cg
 from .local import local_eligible, local_resolve, raises_a_binding_link, reuse_certified
 from .problem import problem_for
-from .state import WarmState
+from .state import AllToAllWarmState
 from .warm import changes_are_nonbinding, warm_columns
 
 __all__ = ["solve_alltoall"]
@@ -49,10 +50,10 @@ def _check_args(topo: Topology, warm: Any, backend: Any, max_chunks: Any, max_st
         raise InputError(f"max_steps must be None, a positive integer or 'min', got {max_steps!r}")
     check_time_limit(time_limit)
     check_backend(backend)
-    check_warm(warm, "alltoall", (WarmState,))
+    check_warm(warm, "alltoall", (AllToAllWarmState,))
 
 
-def solve_alltoall(topo: Topology, warm: Schedule | WarmState | None = None, backend: str = "highs",
+def solve_alltoall(topo: Topology, warm: Schedule | AllToAllWarmState | None = None, backend: str = "highs",
                    max_chunks: int | None = 10, max_steps: int | str | None = None,
                    time_limit: float | None = None, *, rel_tol: float = 1e-7,
                    min_steps_tol: float = 1e-6) -> Schedule:
@@ -72,10 +73,10 @@ def solve_alltoall(topo: Topology, warm: Schedule | WarmState | None = None, bac
     with kernel_seconds() as kernels:
         sched = _synthesize(topo, warm, backend, max_chunks, max_steps, time_limit, rel_tol,
                             min_steps_tol)
-    return charge_apart(sched, kernels)
+    return stamp(charge_apart(sched, kernels))
 
 
-def _synthesize(topo: Topology, warm: Schedule | WarmState | None, backend: str,
+def _synthesize(topo: Topology, warm: Schedule | AllToAllWarmState | None, backend: str,
                 max_chunks: int | None, max_steps: int | str | None, time_limit: float | None,
                 rel_tol: float, min_steps_tol: float) -> Schedule:
     t0 = time.perf_counter()
@@ -83,7 +84,7 @@ def _synthesize(topo: Topology, warm: Schedule | WarmState | None, backend: str,
     prob = problem_for(topo)
     options = CGOptions(rel_tol=rel_tol)
     state = warm.warm_state if isinstance(warm, Schedule) else warm
-    state = state if isinstance(state, WarmState) else None
+    state = state if isinstance(state, AllToAllWarmState) else None
     steps = topo.num_nodes - 1 if max_steps in (None, "min") else int(max_steps)
 
     outcome: Outcome | None = None

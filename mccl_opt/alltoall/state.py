@@ -1,4 +1,4 @@
-"""What a finished AllToAll run leaves for the next one: :class:`WarmState`.
+"""What a finished AllToAll run leaves for the next one: :class:`AllToAllWarmState`.
 
 A warm state is plain data, never mutated, so any number of warm starts may share one.
 It is made of small typed pieces, each with one meaning:
@@ -30,7 +30,7 @@ from .master import ColumnPool
 from .problem import Problem
 from .rows import Rows
 
-__all__ = ["WarmState", "OldFabric", "LPColumns", "ChunkRoutes", "PricingCertificate"]
+__all__ = ["AllToAllWarmState", "OldFabric", "LPColumns", "ChunkRoutes", "PricingCertificate"]
 
 
 @dataclass(frozen=True)
@@ -119,7 +119,7 @@ class PricingCertificate:
 
 
 @dataclass(frozen=True)
-class WarmState:
+class AllToAllWarmState:
     """What a warm start needs from a finished run (kept in ``Schedule.warm_state``):
     the solved ``fabric``, the final master's ``lp`` columns, the schedule's ``chunks``
     (``None``: unknown, then only the columns carry over), the master's ``basis`` and

@@ -1,6 +1,6 @@
 """Warm start: carry path columns over to a changed topology (paper §4.1, §4.2).
 
-A previous run leaves a :class:`~.state.WarmState` (its final master's columns, in
+A previous run leaves a :class:`~.state.AllToAllWarmState` (its final master's columns, in
 ``Schedule.warm_state``); a schedule read from a file has only its chunk paths.  Either
 way a column survives when every node and link of its path still exists in the new
 topology (matched by node id) and its endpoints are GPUs; its pair is re-derived from
@@ -39,7 +39,7 @@ from ..errors import ScheduleError
 from ..schedule import PathChunk, Schedule
 from .master import ColumnPool
 from .problem import Problem
-from .state import WarmState
+from .state import AllToAllWarmState
 
 __all__ = ["warm_columns", "reusable_basis", "changes_are_nonbinding", "link_lookup"]
 
@@ -82,7 +82,7 @@ def _columns(prob: Problem, start: np.ndarray, arcs: np.ndarray) -> tuple[np.nda
             np.flatnonzero(ok))
 
 
-def _from_state(prob: Problem, state: WarmState) -> tuple[np.ndarray, ...]:
+def _from_state(prob: Problem, state: AllToAllWarmState) -> tuple[np.ndarray, ...]:
     node_map = _node_map(prob, state.fabric.node_ids)
     arc_map = link_lookup(prob, node_map[state.fabric.tail], node_map[state.fabric.head])
     lp = state.lp
@@ -100,18 +100,18 @@ def _from_paths(prob: Problem, paths: Iterable[Sequence[str]]) -> tuple[np.ndarr
     return pair, new_start, arcs, np.full(pair.size, -1, dtype=np.int64)
 
 
-def warm_columns(prob: Problem, warm: Schedule | WarmState) -> tuple[np.ndarray, ...]:
+def warm_columns(prob: Problem, warm: Schedule | AllToAllWarmState) -> tuple[np.ndarray, ...]:
     """(pair, start, arcs, origin) of the previous columns still valid on ``prob``'s
-    topology; ``origin`` indexes the :class:`WarmState` columns (-1 for file paths)."""
+    topology; ``origin`` indexes the :class:`AllToAllWarmState` columns (-1 for file paths)."""
     state = warm.warm_state if isinstance(warm, Schedule) else warm
-    if isinstance(state, WarmState):
+    if isinstance(state, AllToAllWarmState):
         return _from_state(prob, state)
     if isinstance(warm, Schedule):
         return _from_paths(prob, (c.path for c in warm.chunks if isinstance(c, PathChunk)))
-    raise ScheduleError(f"warm must be a Schedule or WarmState, got {type(warm).__name__}")
+    raise ScheduleError(f"warm must be a Schedule or AllToAllWarmState, got {type(warm).__name__}")
 
 
-def reusable_basis(prob: Problem, state: WarmState, pool: ColumnPool, backend: str,
+def reusable_basis(prob: Problem, state: AllToAllWarmState, pool: ColumnPool, backend: str,
                    rel_tol: float = 1e-9) -> Basis | None:
     """``state.basis`` when it is optimal for the master over ``pool`` on ``prob``'s
     capacities (module docstring), else ``None``.  Requires the same nodes and links,
@@ -127,7 +127,7 @@ def reusable_basis(prob: Problem, state: WarmState, pool: ColumnPool, backend: s
     return basis if changes_are_nonbinding(prob, state, rel_tol) else None
 
 
-def changes_are_nonbinding(prob: Problem, state: WarmState, rel_tol: float = 1e-9) -> bool:
+def changes_are_nonbinding(prob: Problem, state: AllToAllWarmState, rel_tol: float = 1e-9) -> bool:
     """Every link whose capacity changed was non-binding in the old LP and still carries
     the old LP's load at the old rate (``state`` on the same links as ``prob``)."""
     load = state.lp_load

@@ -30,14 +30,18 @@ COMMAND_MODULES = (
     "mccl_opt.cli.export",
     "mccl_opt.cli.eval",
     "mccl_opt.cli.bench",
+    "mccl_opt.cli.train",
     "mccl_runtime.cli",
     "mccl_opt.cli.loop_exec",
 )
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from .. import __version__
+
     parser = argparse.ArgumentParser(
         prog="mccl", description="Synthesize, check and evaluate GPU collective schedules.")
+    parser.add_argument("--version", action="version", version=f"mccl {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
     for name in COMMAND_MODULES:
@@ -48,7 +52,23 @@ def build_parser() -> argparse.ArgumentParser:
                 continue
             raise
         module.register(sub)
+    state_defaults(parser)
     return parser
+
+
+def state_defaults(parser: argparse.ArgumentParser) -> None:
+    """Append ``(default X)`` to the help of every option, in every subcommand, whose
+    default is a value and whose help does not already state it."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in dict.fromkeys(action.choices.values()):
+                state_defaults(child)
+            continue
+        default = action.default
+        if (action.help and action.help is not argparse.SUPPRESS and action.option_strings
+                and default not in (None, False, True, [], argparse.SUPPRESS)
+                and "default" not in action.help.lower()):
+            action.help = f"{action.help} (default {default})"
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -6,15 +6,13 @@ from __future__ import annotations
 import argparse
 import math
 import re
-from pathlib import Path
 from typing import Callable
 
-from ..errors import MCCLError, TopologyError
+from ..errors import MCCLError
 
 __all__ = ["load_topology", "parse_bytes", "format_bytes", "number_arg", "backend_arg", "MAX_BYTES",
            "MAX_COUNT"]
 
-_HPN_NAME = re.compile(r"hpn-(\d+)x(\d+)x(\d+)(?:-(fail[123]))?")
 #: binary multiples, as nccl-tests reads ``-b 1K -e 1G``
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 #: the largest byte size an option takes (1 PiB: no buffer is larger)
@@ -25,27 +23,13 @@ _SIZE = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([KMGT]?)(?:I?B)?\s*", re.IGNORE
 
 
 def load_topology(spec: str):
-    """The topology ``spec`` names: an existing ``mccl-topology/1`` file, a library
-    instance (``hpn-1x2x8-fail2``, ``dgx-8``, ``irregular-3``; see
-    ``instances/data/manifest.json``) or any HPN shape with an optional paper failure
-    (``hpn-4x64x8``, ``hpn-2x32x8-fail1``), generated on the fly."""
-    from ..topology import Topology
+    """The topology ``spec`` names (:func:`instances.names.resolve_topology`): an existing
+    ``mccl-topology/1`` file, a library instance (``hpn-1x2x8-fail2``, ``dgx-8``,
+    ``irregular-3``) or any HPN shape with an optional paper failure (``hpn-4x64x8``,
+    ``hpn 2x32x8-fail1``), generated on the fly."""
+    from instances.names import resolve_topology
 
-    if Path(spec).exists() or spec.endswith((".json", ".gz")):
-        return Topology.load(spec)
-    from instances import apply_failure, hpn
-    from instances.library import CATALOG
-
-    for inst in CATALOG:
-        if inst.name == spec:
-            return inst.load()
-    match = _HPN_NAME.fullmatch(spec)
-    if match:
-        s, h, n = (int(g) for g in match.groups()[:3])
-        return apply_failure(hpn(s, h, n), match.group(4))
-    raise TopologyError(f"{spec!r} is neither a topology file nor an instance name; give a "
-                        "mccl-topology/1 file, a library name (e.g. hpn-1x2x8-fail2, dgx-8, "
-                        "ring-8) or hpn-SxHxN[-fail1|-fail2|-fail3]")
+    return resolve_topology(spec)
 
 
 def parse_bytes(text: str | int | float, what: str = "size") -> int:

@@ -28,11 +28,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("bench", help="benchmark the synthesizers and LP models over fabric sizes")
     p.add_argument("--suite", choices=SUITES, default="all",
                    help="synthesizer cases (alltoall, allgather, all) or the LP model suite (lp)")
-    p.add_argument("--sizes", default=DEFAULT_SIZES,
+    p.add_argument("--sizes", "--shape", dest="sizes", default=DEFAULT_SIZES,
                    help=f"comma-separated HPN shapes SxHxN (default {DEFAULT_SIZES})")
     p.add_argument("--failures", default="fail2",
                    help="comma-separated failures to re-synthesize after (fail1,fail2,fail3,none)")
-    p.add_argument("--backends", default=None,
+    p.add_argument("--backends", "--backend", dest="backends", default=None,
                    help="comma-separated LP backends (default: every installed one; a named one "
                         "that is not installed is reported as skipped)")
     p.add_argument("--max-chunks", type=number_arg(int, 1, high=MAX_COUNT, expected=f"an integer in [1, {MAX_COUNT}]"), default=10, help="chunks per pair / tree budget K")
@@ -42,7 +42,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true",
                    help="print the results as JSON on stdout instead of the table "
                         "(mccl-bench/2; --suite lp: its own rows)")
-    p.add_argument("--out", metavar="FILE", default=None,
+    p.add_argument("-o", "--output", "--out", dest="out", metavar="FILE", default=None,
                    help="write the JSON document to FILE (mccl-bench/2, or the LP suite's)")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help="one progress line per run on stderr (default: on a terminal only)")

@@ -5,7 +5,8 @@ fabric's ranks, every block is delivered, every hop is a link, trees span, share
 to one: :func:`mccl_opt.validate`).  The rate it reaches is recomputed on the fabric's
 capacities; a schedule synthesized before a capacity change stays valid and is reported
 with the rate it runs at here.  ``--strict`` also requires that rate to be the one the
-file states (what :func:`mccl_opt.validate` checks), exiting 2 otherwise.
+file states (what :func:`mccl_opt.validate` checks), exiting 2 otherwise.  The command
+is :func:`mccl_opt.check` (the same contract in the library) plus the sub-fabric option.
 
 A communicator's schedule (the controller synthesizes one per communicator on the
 sub-fabric its members induce, :func:`mccl_opt.subfabric.induced`) is checked on that
@@ -19,18 +20,15 @@ silently taken for a communicator's).
 from __future__ import annotations
 
 import argparse
-from dataclasses import replace
-
+import re
 from ..tables import print_json, print_table
-
-#: relative difference between the recomputed and the stated rate that counts as equal
-RATE_TOL = 1e-6
-
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("check", help="validate a schedule file against a topology file")
     p.add_argument("topology", help="topology: a mccl-topology/1 file, a library name (hpn-1x2x8-fail2, dgx-8) or hpn-SxHxN[-failK]")
-    p.add_argument("schedule")
+    p.add_argument("schedule", help="the schedule file to check (mccl-schedule/1, /2 or /3, .gz too; "
+                   "also MSCCL XML (TACCL's, *.xml), ForestColl tree XML (*.xml) or a TE-CCL AllGather "
+                   "output with '7-Flows', read on TOPOLOGY)")
     p.add_argument("--strict", action="store_true",
                    help="also fail (exit 2) when the schedule runs at another rate than it states")
     p.add_argument("--members", metavar="GPU,GPU,...",
@@ -79,45 +77,69 @@ def _fabric(topo, sched, members: str | None):
     return sub.topology, f"the sub-fabric its {len(sub.gpus)} members induce in {topo.name} ({how})"
 
 
+def load_any_schedule(path: str, topo):
+    """An MCCL schedule file, or a peer's schedule read on ``topo`` (docs/interop.md): a
+    file ending in ``.xml`` is MSCCL XML (``<algo>``: TACCL, MSCCLang, ``mccl export
+    msccl``) or ForestColl tree XML; a TE-CCL AllGather output (JSON with ``7-Flows``) is
+    tried when the file is no MCCL schedule."""
+    from ..errors import ScheduleError
+    from ..files import read_bounded, read_json
+    from ..schedule import Schedule
+
+    if path.endswith(".xml"):
+        from ..interop.forestcoll import from_forestcoll_xml
+        from ..interop.msccl_xml import from_msccl_xml
+
+        raw = read_bounded(path, ScheduleError, "algorithm XML")
+        msccl = re.match(rb"\s*(<\?xml[^>]*>\s*)?<algo\b", raw[:4096]) is not None
+        return from_msccl_xml(raw, topo) if msccl else from_forestcoll_xml(raw, topo)
+    try:
+        return Schedule.load(path)
+    except ScheduleError:
+        data = read_json(path, ScheduleError, "schedule")
+        if not (isinstance(data, dict) and "7-Flows" in data and "format" not in data):
+            raise
+    from ..interop.teccl_flows import from_teccl_flows
+
+    return from_teccl_flows(data, topo)
+
+
 def _subset(topo, sched) -> bool:
     """``sched``'s GPUs are fewer than ``topo``'s and all GPUs of it."""
     return len(sched.gpus) < topo.num_gpus and all(topo.has_node(g) and topo.is_gpu(g) for g in sched.gpus)
 
 
 def _check(args: argparse.Namespace) -> int:
+    from ..check_result import check
     from ..errors import ScheduleError
-    from ..schedule import Schedule, schedule_rate, share_loads
-    from ..validate import validate
     from ._inputs import load_topology
 
     topo = load_topology(args.topology)
-    sched = Schedule.load(args.schedule)
+    sched = load_any_schedule(args.schedule, topo)
     topo, sub_fabric = _fabric(topo, sched, args.members)
     problem = gpu_mismatch(topo, sched)
     if problem:
         raise ScheduleError(problem)
-    if args.strict:
-        report = validate(topo, sched)
-    else:                                   # every check but the stated rate
-        rate = schedule_rate(topo, share_loads(topo, sched.chunks))
-        report = validate(topo, replace(sched, rate_gbps=rate, lp_rate_gbps=max(rate, sched.lp_rate_gbps)))
-    same = abs(report.rate_gbps - sched.rate_gbps) <= RATE_TOL * max(sched.rate_gbps, 1e-12)
+    result = check(topo, sched, strict=args.strict)      # the library's contract, mccl_opt.check
+    if not result.valid:
+        shown = "\n  ".join(result.problems[:10])
+        raise ScheduleError(f"schedule is invalid for topology {topo.name!r}:\n  {shown}")
     info = {"valid": True, "collective": sched.collective, "fabric": topo.name,
-            "members": None if sub_fabric is None else topo.num_gpus, "chunks": report.num_chunks,
-            "rate_gbps": report.rate_gbps, "schedule_rate_gbps": sched.rate_gbps,
-            "rate_as_stated": same, "lp_rate_gbps": sched.lp_rate_gbps,
-            "rounding_gap": sched.rounding_gap, "max_steps": report.max_steps,
-            "max_link_utilisation": report.max_utilisation}
+            "members": None if sub_fabric is None else topo.num_gpus, "chunks": result.chunks,
+            "rate_gbps": result.rate_gbps, "schedule_rate_gbps": sched.rate_gbps,
+            "rate_as_stated": result.rate_as_stated, "lp_rate_gbps": sched.lp_rate_gbps,
+            "rounding_gap": sched.rounding_gap, "max_steps": result.max_steps,
+            "max_link_utilisation": result.max_link_utilisation}
     if args.json:
         print_json(info)
         return 0
     if sub_fabric is not None:
         print(f"checking {args.schedule} on {sub_fabric}")
-    if same:
+    if result.rate_as_stated:
         print(f"OK: {args.schedule} is a valid {sched.collective} schedule for {topo.name}")
     else:
         print(f"OK: {args.schedule} is a valid {sched.collective} schedule for {topo.name}; "
-              f"runs at {report.rate_gbps:.4g} Gbps on this fabric (schedule says {sched.rate_gbps:.4g}; "
+              f"runs at {result.rate_gbps:.4g} Gbps on this fabric (schedule says {sched.rate_gbps:.4g}; "
               f"re-synthesize for this fabric, or pass --strict to make this an error)")
     keys = [k for k in info if k not in ("valid", "fabric", "members")]
     print_table(keys, [[info[k] for k in keys]])

@@ -19,7 +19,8 @@ MESSAGE_BYTES = 16 * 2**20
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("demo", help="synthesize, break, re-synthesize and simulate on HPN 1x2x8 + Fail2")
     p.add_argument("--shape", default="1x2x8", help="HPN shape SxHxN (default 1x2x8)")
-    p.add_argument("--fail", default="fail2", choices=["fail1", "fail2", "fail3"])
+    p.add_argument("--fail", default="fail2", choices=["fail1", "fail2", "fail3"],
+                   help="the paper failure injected after the healthy solve (§6.1; default fail2)")
     p.add_argument("--json", action="store_true", help="print the rows as JSON")
     p.set_defaults(handler=_demo)
 

@@ -24,7 +24,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                                     "nccl-tests style size sweep and Figure 9 speedups")
     p.add_argument("target", nargs="+", metavar="TOPOLOGY",
                    help="'hpn SxHxN', a library instance (dgx-8, hpn-1x2x8) or a mccl-topology/1 file")
-    p.add_argument("--collective", choices=["allgather", "alltoall", "both"], default="both")
+    p.add_argument("--collective", choices=["allgather", "alltoall", "both"], default="both",
+                   help="which collective(s) to evaluate (default both)")
     p.add_argument("--failures", default="fail1,fail2,fail3",
                    help="comma-separated failures, 'none' for the healthy fabric (default "
                         "fail1,fail2,fail3); one that does not apply to the fabric is skipped")
@@ -37,8 +38,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--event-limit", type=int, default=None, metavar="PIECES",
                    help="auto: event-level while a size's schedules have at most this many "
                         "512 KiB pieces (default 4096: mccl_opt.sweep.DEFAULT_EVENT_LIMIT, docs/sim.md)")
-    p.add_argument("--backend", type=backend_arg, default="highs", help="LP backend of the synthesizers")
-    p.add_argument("--png", default=None, help="busbw plot path (default mccl-eval-<topology>.png)")
+    p.add_argument("--backend", type=backend_arg, default="highs",
+                   help="LP backend of the synthesizers: highs (default), gurobi, scip")
+    p.add_argument("--png", default=None, metavar="FILE",
+                   help="also plot algbw vs size per method into this PNG (default: no plot)")
     p.add_argument("--csv", default=None, metavar="FILE", help="also write the sweep rows as CSV")
     p.add_argument("--json", action="store_true", help="print rows, summary and what was skipped (failures, "
                                                                "baselines) as JSON")
@@ -50,6 +53,7 @@ def _topology(target: list[str]):
 
     from ._inputs import load_topology
 
+    target = " ".join(target).split() if target[0].startswith("hpn ") else target  # 'hpn 1x2x8'
     if target[0] == "hpn":
         if len(target) != 2:
             raise TopologyError("use 'mccl eval hpn SxHxN', e.g. 'mccl eval hpn 1x4x8'")
@@ -97,8 +101,9 @@ def _eval(args: argparse.Namespace) -> int:
     limit = DEFAULT_EVENT_LIMIT if args.event_limit is None else args.event_limit
     if limit < 0:
         raise MCCLError(f"--event-limit must be >= 0, got {limit}")
-    png = Path(args.png or f"mccl-eval-{topo.name}.png")
-    output_path(str(png), "--png")
+    png = Path(args.png) if args.png else None
+    if png is not None:
+        output_path(str(png), "--png")
     if args.csv:
         output_path(args.csv, "--csv")
     warn = lambda msg: print(msg, file=sys.stderr)  # noqa: E731
@@ -116,23 +121,48 @@ def _eval(args: argparse.Namespace) -> int:
                           progress=say)
         rows += mine
         summary += summary_rows(cases, coll, mine)
-    _plot(rows, topo.name, png)
+    changed = {name: what_changed(topo, fabric) for name, fabric in failures.items()}
+    if png is not None:
+        _plot(rows, topo.name, png, changed)
     if args.csv:
         _write_csv(rows, Path(args.csv))
     if args.json:
-        print_json({"topology": topo.name, "gpus": topo.num_gpus, "png": str(png), "csv": args.csv,
-                    "sizes": sizes, "rows": rows, "summary": summary, "skipped": skipped})
+        print_json({"topology": topo.name, "gpus": topo.num_gpus, "png": None if png is None else str(png),
+                    "csv": args.csv, "failures": changed, "sizes": sizes, "rows": rows,
+                    "summary": summary, "skipped": skipped})
         return 0
     for coll in collectives:
         for failure in failures:
-            print(f"\n# {coll} on {topo.name} ({topo.num_gpus} GPUs), {failure}")
+            print(f"\n# {coll} on {topo.name} ({topo.num_gpus} GPUs), {failure}: {changed[failure]}")
             _print_sweep([r for r in rows if r["collective"] == coll and r["failure"] == failure])
     for coll in collectives:
         mine = [r for r in summary if r["collective"] == coll]
         print(f"\n{coll} on {topo.name} at size {mine[0]['size']} B (speedup = algbw / baseline algbw)")
         print_table(SUMMARY_HEADERS, [_summary_cells(r) for r in mine])
-    print(f"\nwrote {png}" + (f" and {args.csv}" if args.csv else ""))
+    written = [str(p) for p in (png, args.csv) if p]
+    if written:
+        print(f"wrote {' and '.join(written)}", file=sys.stderr)
     return 0
+
+
+def what_changed(healthy, failed) -> str:
+    """Which links a failure changed, in words: ``s0h0g0 <-> s0tor0: 400 -> 50 Gbps`` (a
+    cable whose two directions changed alike), ``a -> b: ...`` (one direction), or the
+    GPUs replaced (Fail3, a GPU moved to a backup node)."""
+    gone = [g for g in healthy.gpus if not failed.has_node(g)]
+    if gone:
+        return f"GPU {', '.join(gone)} replaced by {', '.join(g for g in failed.gpus if not healthy.has_node(g))}"
+    changes = {(l.src, l.dst): (healthy.link(l.src, l.dst).capacity_gbps, l.capacity_gbps)
+               for l in failed.links if healthy.has_link(l.src, l.dst)
+               and healthy.link(l.src, l.dst).capacity_gbps != l.capacity_gbps}
+    words = []
+    for (a, b), (was, now) in changes.items():
+        if (b, a) in changes and a > b:
+            continue                                  # said with its reverse
+        both = changes.get((b, a)) == (was, now)
+        words.append(f"{a} {'<->' if both else '->'} {b}: {was:g} -> {now:g} Gbps")
+    return "; ".join(words) or "no link changed (healthy)"
+
 
 
 def _print_sweep(rows: list[dict]) -> None:
@@ -162,9 +192,12 @@ def _write_csv(rows: list[dict], path: Path) -> None:
         writer.writerows(rows)
 
 
-def _plot(rows: list[dict], name: str, path: Path) -> None:
-    """busbw (GB/s) vs size per method: one panel per collective (rows) and failure
-    (columns); a dotted line marks the size from which the fluid model took over."""
+def _plot(rows: list[dict], name: str, path: Path, changed: dict[str, str]) -> None:
+    """algbw (GB/s, the summary table's measure) vs size per method: one panel per
+    collective (rows) and failure (columns, titled with the link it changed); y from 0;
+    each method its own marker and line style, so equal series stay visible; a dotted
+    line marks the size from which the fluid model took over; the figure says the
+    numbers are simulated."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -181,9 +214,10 @@ def _plot(rows: list[dict], name: str, path: Path) -> None:
         for j, failure in enumerate(fails):
             ax = axes[i][j]
             sub = [r for r in rows if r["collective"] == coll and r["failure"] == failure]
-            for method in dict.fromkeys(r["method"] for r in sub):
-                pts = [(r["size"], r["busbw_GBps"]) for r in sub if r["method"] == method]
-                ax.plot(*zip(*pts), marker="o", markersize=3, label=method)
+            for k, method in enumerate(dict.fromkeys(r["method"] for r in sub)):
+                pts = [(r["size"], r["algbw_GBps"]) for r in sub if r["method"] == method]
+                ax.plot(*zip(*pts), marker="os^vD"[k % 5], markersize=7 - k, linewidth=2.2 - 0.4 * k,
+                        linestyle=("-", "--", "-.", ":")[k % 4], label=method, alpha=0.85)
             fluid = [r["size"] for r in sub if r["model"] == "fluid"]
             if fluid and len(fluid) < len(sub):
                 ax.axvline(min(fluid), color="grey", linestyle=":", linewidth=1)
@@ -194,10 +228,12 @@ def _plot(rows: list[dict], name: str, path: Path) -> None:
             ax.set_xticks(sizes[::step], [format_bytes(s) for s in sizes[::step]])
             ax.minorticks_off()
             ax.set_xlabel("size (bytes, nccl-tests)")
-            ax.set_ylabel("busbw (GB/s)")
-            ax.set_title(f"{coll}, {failure} ({name})", fontsize=9)
+            ax.set_ylabel("algbw (GB/s)")
+            ax.set_ylim(bottom=0)
+            ax.set_title(f"{coll}, {failure} ({name})\n{changed.get(failure, '')[:70]}", fontsize=8)
             ax.grid(alpha=0.3)
             ax.legend(fontsize=7, loc="upper left")
+    fig.suptitle("simulated (mccl_opt.sim), not measured on hardware", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

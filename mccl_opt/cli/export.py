@@ -1,4 +1,5 @@
-"""``mccl export mps|msccl``: a model or a schedule in another tool's format.
+"""``mccl export mps|msccl|forestcoll|teccl|taccl``: a model, a schedule or a fabric in
+another tool's format (the peers' formats: :mod:`.peers`).
 
 ``mccl export mps --model compact|master|switch-removal TOPO -o F [--lp]`` writes an
 instance's model (see :mod:`mccl_opt.models`) as free MPS, and with ``--lp`` also as a
@@ -26,6 +27,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     group.required = True
     _register_mps(group)
     _register_msccl(group)
+    from .peers import register_exports
+
+    register_exports(group)
 
 
 def _register_mps(group: argparse._SubParsersAction) -> None:
@@ -90,7 +94,8 @@ def _register_msccl(group: argparse._SubParsersAction) -> None:
     p.add_argument("schedule", help="mccl-schedule/1 file (alltoall or allgather)")
     p.add_argument("-o", "--output", required=True, help="XML file to write")
     p.add_argument("--channels", type=number_arg(int, 1, high=32, expected="an integer in [1, 32]"), default=1, help="channels to spread transfers over")
-    p.add_argument("--proto", default="Simple", choices=["Simple", "LL", "LL128"])
+    p.add_argument("--proto", default="Simple", choices=["Simple", "LL", "LL128"],
+                   help="NCCL protocol the algorithm is registered for")
     p.add_argument("--min-bytes", default="0",
                    help="smallest buffer MSCCL uses it for (bytes; K/M/G suffixes, e.g. 64K)")
     p.add_argument("--max-bytes", default="1T",

@@ -25,7 +25,8 @@ LARGE_GPUS = 1024
 
 WARM_TOPOLOGY_HELP = {
     "alltoall": "the topology --warm was solved for (same forms as TOPOLOGY), where its warm state is "
-                "rebuilt; default: TOPOLOGY when the schedule names it, else required",
+                "rebuilt; default: TOPOLOGY when the schedule names it, else the fabric it names found in "
+                "TOPOLOGY's degrade record (mccl topo degrade) or the library",
     "allgather": "the topology --warm was solved for (same forms as TOPOLOGY), checked against its GPUs; "
                  "the trees' warm state is rebuilt on TOPOLOGY",
 }
@@ -117,15 +118,11 @@ def _restored(args: argparse.Namespace, topo, warm):
             raise ScheduleError(f"--warm-topology {args.warm_topology} is not the fabric --warm {args.warm} "
                                 f"was solved for: {problem}")
     elif warm.topology != topo.name and args.collective == "alltoall":
-        raise ScheduleError(f"--warm {args.warm} was solved for topology {warm.topology!r}, not {topo.name!r}; "
-                            f"pass --warm-topology with that fabric (a file, a library name or hpn-SxHxN"
-                            f"[-failK]) so its warm state can be rebuilt on it")
-    if args.collective == "alltoall":
-        from mccl_opt.alltoall import restore_warm_state
-    else:
-        from mccl_opt.allgather import restore_warm_state
+        old = _named_fabric(args, topo, warm)
+    from mccl_opt import restore_warm_state
 
-        old = topo
+    if args.collective == "allgather":
+        old = topo              # trees are restored on the new fabric, then rerouted there
     start = time.perf_counter()
     restored = restore_warm_state(warm, old)
     seconds = time.perf_counter() - start
@@ -135,23 +132,35 @@ def _restored(args: argparse.Namespace, topo, warm):
     return restored, seconds
 
 
-def certificate(schedule) -> dict:
-    """How close the solve is to proven optimal, from its typed report
-    (:class:`mccl_opt.report.SolveReport`).
+def _named_fabric(args: argparse.Namespace, topo, warm):
+    """The fabric ``warm`` names, found without ``--warm-topology``: an ancestor in
+    ``topo``'s degrade record (:func:`mccl_opt.lineage.ancestor`), else a library or
+    ``hpn-SxHxN[-failK]`` name; says on stderr which it used.  Neither: an error."""
+    from ..errors import MCCLError, ScheduleError
+    from ..lineage import ancestor
+    from ._inputs import load_topology
+    from .check import gpu_mismatch
 
-    ``status``: how it ended (``optimal``; ``time_limit``, ``round_limit`` or
-    ``stalled`` when it stopped early); ``bound_gbps``: a certified upper bound on the
-    rate of any schedule in the synthesizer's model (AllToAll: the column-generation
-    bound on the LP, paper §4.2; AllGather: the tree master's bound, or the exact
-    ForestColl optimum, paper §4.3), ``None`` when the solve stopped before it had one;
-    ``certified_gap``: ``1 - rate_gbps / bound_gbps``, what the schedule may still lose
-    to the optimum (``None`` without a bound).  A schedule without a report (a file
-    written by an older mccl) says ``unknown``."""
-    report = schedule.report
-    if report is None:
-        return {"status": "unknown", "bound_gbps": None, "certified_gap": None}
-    return {"status": report.termination.value, "bound_gbps": report.bound_gbps,
-            "certified_gap": report.certified_gap(schedule.rate_gbps)}
+    found, how = ancestor(topo, warm.topology), f"undoing {args.topology}'s degrade record"
+    if found is None:
+        try:
+            found, how = load_topology(warm.topology), "its library name"
+        except MCCLError:
+            found = None
+    if found is None or gpu_mismatch(found, warm):
+        raise ScheduleError(f"--warm {args.warm} was solved for topology {warm.topology!r}, not {topo.name!r}, "
+                            f"and that fabric is neither in {args.topology}'s degrade record (mccl topo degrade "
+                            f"writes one) nor a library name; pass --warm-topology with it (a file, a library "
+                            f"name or hpn-SxHxN[-failK]) so its warm state can be rebuilt on it")
+    print(f"--warm {args.warm}: rebuilt its fabric {warm.topology!r} by {how}", file=sys.stderr)
+    return found
+
+
+def certificate(schedule) -> dict:
+    """``status``, ``bound_gbps`` and ``certified_gap`` of a schedule: its typed properties
+    (:attr:`mccl_opt.Schedule.status` and the others, from its report)."""
+    return {"status": schedule.status, "bound_gbps": schedule.bound_gbps,
+            "certified_gap": schedule.certified_gap}
 
 
 def warm_mode(schedule) -> str:
@@ -245,6 +254,8 @@ def _solve(args: argparse.Namespace) -> int:
     else:
         for keys in TABLE_ROWS:
             print_table(keys, [["none" if info[k] is None else info[k] for k in keys]])
-        if args.output:
-            print(f"wrote {args.output}", file=sys.stderr)
+    if args.output:
+        print(f"wrote {args.output}", file=sys.stderr)
+    else:
+        print("the schedule was not saved: pass -o FILE to keep it", file=sys.stderr)
     return 0

@@ -4,10 +4,9 @@ topology files: link classes, degraded links, merged parallel links."""
 from __future__ import annotations
 
 import argparse
-from collections import Counter
-
-from ..tables import print_json, print_table
+import sys
 from ._inputs import number_arg
+from .topo_report import report as _report
 
 TOPO_ARG_HELP = ("topology: a mccl-topology/1 file, a library name (hpn-1x2x8-fail2, dgx-8) "
                  "or hpn-SxHxN[-failK]")
@@ -52,7 +51,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     tsub = p.add_subparsers(dest="topo_command", metavar="ACTION")
     tsub.required = True
     h = tsub.add_parser("hpn", help="build an HPN rail-optimized fabric SxHxN (paper §6.1)")
-    h.add_argument("shape", help="segments x hosts x GPUs per host, e.g. 1x2x8")
+    h.add_argument("shape", nargs="?", help="segments x hosts x GPUs per host, e.g. 1x2x8")
+    h.add_argument("--shape", dest="shape_option", metavar="SxHxN",
+                   help="the same as SHAPE (the spelling `mccl demo` and `mccl loop` use)")
     _failure(h)
     _outputs(h)
     h.set_defaults(handler=_build, make=_hpn)
@@ -90,61 +91,20 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("file", help=TOPO_ARG_HELP)
     s.add_argument("--json", action="store_true", help="print the summary as JSON")
     s.set_defaults(handler=_show)
+    from . import peers, topo_import
 
-
-def summary(topo) -> dict:
-    """What ``topo show`` prints: sizes, links by capacity and latency, the link classes
-    with their nominal capacities, the degraded links (:mod:`mccl_opt.link_classes`)
-    and the merged parallel links."""
-    from ..link_classes import DEGRADED_BELOW, degraded_links, link_classes, nominal_capacities
-
-    speeds = Counter((round(l.capacity_gbps, 6), round(l.latency_us, 6)) for l in topo.links)
-    labels = link_classes(topo)
-    nominal = nominal_capacities(topo, labels=labels)
-    return {
-        "name": topo.name, "gpus": topo.num_gpus, "switches": len(topo.switches),
-        "links": topo.num_links,
-        "link_speeds": [{"capacity_gbps": c, "latency_us": lat, "count": n}
-                        for (c, lat), n in sorted(speeds.items(), reverse=True)],
-        "link_classes": [{"class": label, "links": n, "nominal_gbps": nominal[label]}
-                         for label, n in Counter(labels).items()],
-        "degraded_below": DEGRADED_BELOW,
-        "degraded_links": [d.to_dict() for d in degraded_links(topo, labels=labels)],
-        "parallel_links": topo.parallel_links,
-    }
-
-
-def _report(topo, as_json: bool) -> None:
-    info = summary(topo)
-    if as_json:
-        print_json(info)
-        return
-    print(f"topology {info['name']}: {info['gpus']} GPUs, {info['switches']} switches, "
-          f"{info['links']} directed links")
-    print_table(["capacity_gbps", "latency_us", "links"],
-                [(c["capacity_gbps"], c["latency_us"], c["count"]) for c in info["link_speeds"]])
-    print(f"link classes: {len(info['link_classes'])} (each with its nominal capacity in --json)")
-    degraded = info["degraded_links"]
-    print(f"degraded links (below {info['degraded_below']:g} x nominal): "
-          f"{len(degraded) or 'none'}")
-    if degraded:
-        print_table(["src", "dst", "gbps", "nominal", "class", "reverse_gbps", "direction"],
-                    [(d["src"], d["dst"], d["capacity_gbps"], d["nominal_gbps"], d["link_class"],
-                      "none" if d["reverse_gbps"] is None else d["reverse_gbps"],
-                      "one way" if d["one_direction"] else "both ways" if d["reverse_gbps"] is not None else "-")
-                     for d in degraded])
-    merged = info["parallel_links"]
-    if merged:
-        print(f"parallel links merged (summed capacity, smallest latency): {len(merged)} node pair(s)")
-        print_table(["src", "dst", "links", "gbps", "latency_us", "parts_gbps"],
-                    [(r["src"], r["dst"], r["links"], r["capacity_gbps"], r["latency_us"],
-                      "+".join(f"{p['capacity_gbps']:g}" for p in r["parts"])) for r in merged])
+    topo_import.register(tsub)
+    peers.register_imports(tsub)
 
 
 def _hpn(args: argparse.Namespace):
     from instances import hpn, parse_shape
 
-    return hpn(*parse_shape(args.shape))
+    from ..errors import InputError
+
+    if (args.shape is None) == (args.shape_option is None):
+        raise InputError("give the shape once: `mccl topo hpn 1x2x8` or `mccl topo hpn --shape 1x2x8`")
+    return hpn(*parse_shape(args.shape or args.shape_option))
 
 
 def _dgx(args: argparse.Namespace):
@@ -187,8 +147,8 @@ def _build(args: argparse.Namespace) -> int:
     if args.output:
         topo.save(args.output)
     _report(topo, args.json)
-    if args.output and not args.json:
-        print(f"wrote {args.output}")
+    if args.output:
+        print(f"wrote {args.output}", file=sys.stderr)
     return 0
 
 

@@ -231,7 +231,8 @@ def _need(el: ET.Element, attrs: tuple[str, ...], where: str) -> None:
                                 "requires it and would silently skip this algorithm)")
 
 
-def check_msccl_xml(text: str, fifo_capacity: int = 1) -> MscclCheck:
+def check_msccl_xml(text: str, fifo_capacity: int = 1, *,
+                    hops: dict[tuple[int, int], list[tuple[int, int]]] | None = None) -> MscclCheck:
     """Replay MSCCL XML symbolically and prove it delivers the collective without deadlock.
 
     Checks the attributes the msccl-executor-nccl parser requires and its limits, then
@@ -241,7 +242,10 @@ def check_msccl_xml(text: str, fifo_capacity: int = 1) -> MscclCheck:
     buffering), a receive for a message there, whose chunk count must match.  Buffers
     hold symbolic chunk labels; reading a chunk nobody wrote is an error.  At the end
     every FIFO must be empty and every output chunk must hold the right label.
-    Raises :class:`ScheduleError` naming the first violation.
+    Raises :class:`ScheduleError` naming the first violation.  ``hops``, when given, is
+    filled with every GPU-to-GPU move of each input chunk ``(source GPU, index)`` in replay
+    order (``(from, to)`` ranks), what :mod:`mccl_opt.interop.msccl_xml` reads the
+    algorithm's trees and paths from.
     """
     try:
         root = ET.fromstring(text)
@@ -328,12 +332,12 @@ def check_msccl_xml(text: str, fifo_capacity: int = 1) -> MscclCheck:
                 if not dep[5][st["deps"]]["hasdep"]:
                     raise ScheduleError(f"<gpu id={g}> <tb id={st['depid']}> <step {st['deps']}> "
                                         "is a dependency but has hasdep=0 (it would never signal)")
-    transfers = _replay(procs, bufs, fifo_capacity)
+    transfers = _replay(procs, bufs, fifo_capacity, hops)
     _check_outputs(coll, n, bufs, n_chunks)
     return MscclCheck(coll, n, len(procs), sum(len(p[5]) for p in procs), transfers)
 
 
-def _replay(procs: list, bufs: dict, cap: int) -> int:
+def _replay(procs: list, bufs: dict, cap: int, hops: dict | None) -> int:
     pc = {(p[0], p[1]): 0 for p in procs}
     fifo: dict[tuple[int, int, int], deque] = defaultdict(deque)
     transfers, progress = 0, True
@@ -365,6 +369,9 @@ def _replay(procs: list, bufs: dict, cap: int) -> int:
                         raise ScheduleError(f"{where}: receives {cnt} chunks but GPU {recv} sent "
                                             f"{len(msg)} on channel {chan}")
                     _slot(bufs, g, st["dstbuf"], st["dstoff"], cnt, where)[:] = msg
+                    if hops is not None:
+                        for label in msg:
+                            hops.setdefault(label, []).append((recv, g))
                     if kind == "rcs":
                         out_q.append(list(msg))
                     transfers += 1

@@ -1,0 +1,7 @@
+"""ForestColl Phase 3 (paper §4.3): ``k`` spanning out-trees per root on the logical graph.
+
+:mod:`.trees` (tree classes and the greedy packer), :mod:`.repair` and :mod:`.augment`
+(unit trees grown concurrently with local augmenting repair, the packer at scale),
+:mod:`.growth_order` (the order trees grow in) and :mod:`.exact_packing` (Lovász's
+constructive proof of Edmonds' branching theorem, the exact fallback).
+"""

@@ -1,0 +1,352 @@
+"""The cold ForestColl phases (paper §4.3), shared by :func:`~mccl_opt.allgather.solve.solve_allgather`,
+the warm certificates (:mod:`~mccl_opt.allgather.warm.previous.certify`) and step-aware switch removal (:mod:`.step_aware`).
+
+Phase 1 and the chunk budget (:func:`phase_one_budget`), switch balancing
+(:func:`balanced_split`), Phase 2 switch removal and Phase 3 packing (:func:`pack`).
+Each returns a typed result; ``stats`` only receives the JSON view (timings, names).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from enum import Enum
+from fractions import Fraction
+from typing import Any, Sequence
+
+import numpy as np
+
+from mccl_opt import anytime, progress
+from mccl_opt.entry_checks import check_backend, check_max_chunks, check_topology, check_warm
+from mccl_opt.errors import SolveError
+from mccl_opt.schedule import Schedule
+from mccl_opt.topology import Topology
+from ..budget import CutBounds, choose_trees, exact_k
+from .packing.exact_packing import exact_pack
+from ..fabric import fabric_of
+from .packing.growth_order import RAIL_FIRST_MIN_RANKS
+from .packing.repair import repair_pack
+from .removal.splitting import LogicalGraph, SplitGraph, balance_switches, split_all
+from .removal.guarded_spread import guarded_spread
+from .removal.spread import spread_split
+from .throughput import Fabric, PhaseOneResult, optimal_rate
+from .packing.trees import TreeClass, greedy_pack
+from .removal.unit_rounding import fewest_rounded, rounded_restriction
+
+__all__ = ["Budget", "Balanced", "Packed", "Packing", "SplitKind", "check_inputs",
+           "phase_one_budget", "balanced_split", "spread_logical", "pack", "gbps"]
+
+Shapes = tuple[np.ndarray, np.ndarray]
+
+
+class Packing(str, Enum):
+    """Which Phase 3 packer completed (``stats['packing']``)."""
+
+    REPAIR = "repair"
+    GREEDY = "greedy"
+    EXACT = "exact"
+    PLANNED = "planned"           # step-aware: depth-capped within the hop LP's plan
+    CAPPED = "capped"             # step-aware: depth-capped
+    DEFAULT = "default"           # step-aware kept the default packing
+
+
+class SplitKind(str, Enum):
+    """Which Phase 2 switch removal built the logical graph (``stats['split']``)."""
+
+    SPREAD = "spread"
+    GUARDED = "guarded"           # the spread split with pairings guarded by the cut condition
+    EXACT = "exact"
+    STEP_AWARE = "step-aware"     # the hop LP's integral split (App. C)
+    DEFAULT = "default"           # step-aware kept the default split
+
+
+def check_inputs(topo: Topology, max_chunks: int | None, warm: Schedule | None = None,
+                 backend: str = "highs") -> None:
+    """The AllGather side of the synthesizers' one error contract (:mod:`..entry_checks`):
+    a non-topology, a bad chunk budget, an unknown or missing backend and a warm start
+    that is not a previous AllGather schedule get the errors AllToAll gives them."""
+    check_topology(topo)
+    check_max_chunks(max_chunks)
+    check_backend(backend)
+    check_warm(warm, "allgather")
+
+
+def gbps(rate: PhaseOneResult, quantum: float) -> float:
+    """A rate in quanta (Phase 1's exact fraction) in Gbps."""
+    return float(Fraction(rate.num, rate.den) * Fraction(quantum).limit_denominator(10**12))
+
+
+@dataclass(frozen=True)
+class Budget:
+    """Phase 1 and the chunk budget: the integer fabric and its quantum (Gbps), Phase 1's
+    optimum and tight cut ``p1``, ``k`` trees per root of bandwidth ``y`` (quanta) and
+    the max-flows the budget took."""
+
+    fab: Fabric
+    quantum: float
+    p1: PhaseOneResult
+    k: int
+    y: Fraction
+    maxflows: int
+
+    @property
+    def x_star_gbps(self) -> float:
+        return gbps(self.p1, self.quantum)
+
+    @property
+    def target_gbps(self) -> float:
+        """The chunk-budget optimum ``k·y`` in Gbps."""
+        return float(self.k * self.y) * self.quantum
+
+
+def phase_one_budget(topo: Topology, max_chunks: int | None, stats: dict[str, Any],
+                     hint_cuts: list[np.ndarray] | None = None,
+                     cuts: CutBounds | None = None) -> Budget:
+    """Phase 1 (exact optimum, §4.3) and the chunk budget; ``cuts``: the cut bounds of
+    the warm guesses on the same capacities."""
+    progress.update("AllGather phase 1: exact optimum (max-flow)")
+    t = time.perf_counter()
+    fab, quantum = fabric_of(topo)
+    p1 = optimal_rate(fab, hint_cuts)
+    stats["phase1_s"] = time.perf_counter() - t
+    stats["phase1_maxflows"] = p1.maxflow_calls
+
+    progress.update("AllGather: chunk budget")
+    t = time.perf_counter()
+    k, y, calls = choose_trees(fab, p1, max_chunks, extra_cuts=hint_cuts, cuts=cuts)
+    if k == 0 or y <= 0:
+        raise SolveError("no tree bandwidth admits the chunk budget; raise max_chunks")
+    stats["budget_s"] = time.perf_counter() - t
+    stats["budget_maxflows"] = calls
+    stats["k"], stats["k_exact"] = int(k), int(exact_k(fab, p1))
+    return Budget(fab, quantum, p1, int(k), y, calls)
+
+
+@dataclass(frozen=True)
+class Balanced:
+    """Tree units of every link with switches balanced, for ``k`` trees per root;
+    ``exact``: balanced without giving up capacity the optimum needs; ``symmetrized``:
+    the fabric with every cable at a switch at its weaker direction was used."""
+
+    split: SplitGraph
+    k: int
+    exact: bool
+    symmetrized: bool = False
+
+    def record(self, stats: dict[str, Any]) -> None:
+        stats["balanced_exactly"] = self.exact
+        if self.symmetrized:
+            stats["symmetrized"] = True
+
+
+def balanced_split(fab: Fabric, is_switch: np.ndarray, k: int, y: Fraction,
+                   max_chunks: int | None, headroom: Sequence[Fraction] | None = None
+                   ) -> Balanced:
+    """Tree units of every link, switches balanced.  When balancing must give up
+    capacity the optimum cannot spare (one-directional degradations; the rate then sits
+    below ``lp_rate_gbps``), two balanced fabrics are tried and the one with more
+    bandwidth per root kept: the balanced units re-optimised (``k``, ``y`` chosen again
+    on them, at most 3 times), and every cable at a switch at the smaller of its two
+    directions' capacities, which balances each switch by construction.  The trees,
+    synthesized for less capacity than the fabric has, are valid on it.
+
+    ``headroom`` (``fab`` a balanced restriction of a real fabric: ``c_e / c'_e`` per
+    link): the floors are first rounded up where the real fabric has room, so that every
+    switch stays balanced; where that needs a lower ``y``
+    (:func:`.removal.unit_rounding.rounded_restriction`) it is weighed against the greedy
+    balancing's options that leave every switch balanced; with ``max_chunks=None`` the exact
+    optimum is first sought with fewer trees than ``k`` (:func:`.removal.unit_rounding.
+    fewest_rounded`)."""
+    units = (fab.cap * y.denominator) // y.numerator
+    options = []                        # (bandwidth per root in quanta, split, k, symmetrized)
+    if headroom is not None:
+        fewer = fewest_rounded(fab, is_switch, k, y, headroom) if max_chunks is None else None
+        if fewer is not None:                     # the exact optimum in fewer trees
+            return Balanced(_units_split(fab, is_switch, fewer[0], fewer[1]), fewer[1], True)
+        rounded = rounded_restriction(fab, is_switch, k, y, headroom)
+        if rounded is not None and rounded[1] == y:     # no bandwidth given up
+            return Balanced(_units_split(fab, is_switch, rounded[0], k), k, True)
+    split = SplitGraph.from_links(fab.n, fab.tail, fab.head, units, is_switch, fab.gpus, k)
+    # the greedy pass balances one switch after another; a cut on a link between two
+    # switches can unbalance one it passed, and Phase 2 then fails (2x2x8, NIC fault):
+    # with a rounding to weigh against, only fully balanced options count
+    checked = headroom is not None and rounded is not None
+    if balance_switches(split) and (not checked or _all_balanced(split)):
+        return Balanced(split, k, True)
+    if checked:
+        options.append((k * rounded[1], _units_split(fab, is_switch, rounded[0], k), k, False))
+    original, unit = fab, Fraction(1)   # a unit of ``fab``'s capacities, in quanta
+    for _ in range(3):
+        kept = np.array([split.units.get((a, b), 0) for a, b in
+                         zip(fab.tail.tolist(), fab.head.tolist())], np.int64)
+        fab, unit = Fabric.build(fab.n, fab.tail, fab.head, kept, fab.gpus), unit * y
+        balanced = _split_for(fab, is_switch, max_chunks)
+        if balanced is None:
+            break
+        split, k, y, exact = balanced
+        if exact and (not checked or _all_balanced(split)):
+            options.append((k * y * unit, split, k, False))
+            break
+    balanced = _split_for(_symmetrized(original, is_switch), is_switch, max_chunks)
+    if balanced is not None and balanced[3] and (not checked or _all_balanced(balanced[0])):
+        split, k, y, _ = balanced
+        options.append((k * y, split, k, True))
+    if not options:
+        raise SolveError("switches could not be balanced (in- vs out-capacity) without losing "
+                         "every tree, even with each cable at its weaker direction; check the "
+                         "one-directional links of the fabric")
+    _, split, k, symmetrized = max(options, key=lambda o: o[0])     # ties: the first
+    return Balanced(split, k, False, symmetrized)
+
+
+def _all_balanced(split: SplitGraph) -> bool:
+    """Whether every switch of ``split`` has as many in- as out-units."""
+    net: dict[int, int] = {}
+    for (a, b), u in split.units.items():
+        net[b] = net.get(b, 0) + u
+        net[a] = net.get(a, 0) - u
+    return not any(v for w, v in net.items() if split.is_switch[w])
+
+
+def _units_split(fab: Fabric, is_switch: np.ndarray, units: np.ndarray, k: int) -> SplitGraph:
+    """The split graph of balanced ``units`` (:mod:`.removal.unit_rounding`)."""
+    split = SplitGraph.from_links(fab.n, fab.tail, fab.head, units, is_switch, fab.gpus, k)
+    if not balance_switches(split):               # balanced already: nothing is removed
+        raise SolveError("internal: rounded restriction units were not balanced; please report")
+    return split
+
+
+def _split_for(fab: Fabric, is_switch: np.ndarray, max_chunks: int | None
+               ) -> tuple[SplitGraph, int, Fraction, bool] | None:
+    """Phase 1 and the chunk budget on ``fab``, then its tree units with switches
+    balanced: ``(split, k, y, balanced without loss)``, or ``None`` if no tree fits."""
+    p1 = optimal_rate(fab)
+    if p1.num == 0:
+        return None
+    k, y, _ = choose_trees(fab, p1, max_chunks)
+    if y <= 0:
+        return None
+    units = (fab.cap * y.denominator) // y.numerator
+    split = SplitGraph.from_links(fab.n, fab.tail, fab.head, units, is_switch, fab.gpus, k)
+    return split, k, y, balance_switches(split)
+
+
+def _symmetrized(fab: Fabric, is_switch: np.ndarray) -> Fabric:
+    """``fab`` with every arc at a switch capped at its reverse arc's capacity (0 when
+    there is none), so every switch's in-capacity equals its out-capacity."""
+    reverse = {(int(a), int(b)): i for i, (a, b) in enumerate(zip(fab.tail, fab.head))}
+    cap = fab.cap.copy()
+    for i, (a, b) in enumerate(zip(fab.tail.tolist(), fab.head.tolist())):
+        if is_switch[a] or is_switch[b]:
+            j = reverse.get((b, a))
+            cap[i] = min(cap[i], fab.cap[j]) if j is not None else 0
+    return Fabric.build(fab.n, fab.tail, fab.head, cap, fab.gpus)
+
+
+@dataclass(frozen=True)
+class Packed:
+    """Phases 2+3: the logical graph, its tree classes (``k`` unit trees per root) and
+    which switch removal and packer produced them."""
+
+    lg: LogicalGraph
+    classes: list[TreeClass]
+    k: int
+    split: SplitKind
+    packing: Packing
+
+    def record(self, stats: dict[str, Any]) -> None:
+        stats["split"], stats["packing"] = self.split.value, self.packing.value
+
+
+def spread_logical(split: SplitGraph, rank_of: np.ndarray) -> LogicalGraph:
+    """Phase 2 by the spread proposal (:mod:`.removal.spread`); ``split`` is left as it was."""
+    return spread_split(split, rank_of)
+
+
+def _pack_repair(lg: LogicalGraph, k: int, stats: dict[str, Any], shapes: Shapes | None,
+                 rail_first: bool | None = None) -> tuple[list[TreeClass], Packing] | None:
+    """Repair packing, reusing previous shapes (certifies itself)."""
+    classes, info = repair_pack(lg.num_gpus, lg.tail, lg.head, lg.units, k, shapes,
+                                rail_first=rail_first)
+    stats.update(info)
+    if rail_first:
+        stats["repair_rail_first"] = classes is not None
+    return None if classes is None else (classes, Packing.REPAIR)
+
+
+def _pack_greedy(lg: LogicalGraph, k: int, guides: dict[int, np.ndarray]
+                 ) -> tuple[list[TreeClass], Packing] | None:
+    """The guided greedy portfolio (certifies itself)."""
+    classes = greedy_pack(lg.num_gpus, lg.tail, lg.head, lg.units, k, guides)
+    return None if classes is None else (classes, Packing.GREEDY)
+
+
+#: the exact packer may take this many times what the fast packers took, at least
+#: :data:`EXACT_PACK_FLOOR_S`; past it ForestColl declines and the chain's next method
+#: (the general method) solves the fabric
+EXACT_PACK_SHARE = 2.0
+EXACT_PACK_FLOOR_S = 0.5
+
+
+def _pack_exact(lg: LogicalGraph, k: int, spent: float) -> list[TreeClass]:
+    """Lovász's exact packing (:mod:`.packing.exact_packing`) as a stage of
+    ``max(EXACT_PACK_FLOOR_S, EXACT_PACK_SHARE x spent)`` seconds: one max-flow per tree
+    extension takes minutes on some fabrics (an 8-leaf leaf-spine) where the general
+    method takes a fraction of a second, so past its budget it raises
+    :class:`SolveError` and the method chain moves on."""
+    budget = max(EXACT_PACK_FLOOR_S, EXACT_PACK_SHARE * spent)
+    classes, declined = anytime.stage(
+        budget, lambda: exact_pack(lg.num_gpus, lg.tail, lg.head, lg.units, k))
+    if declined:
+        raise SolveError(f"the exact tree packing passed its budget of {budget:.2g} s")
+    return classes
+
+
+def pack(split: SplitGraph, rank_of: np.ndarray, k: int, guides: dict[int, np.ndarray],
+         stats: dict[str, Any], shapes: Shapes | None = None) -> Packed:
+    """Phases 2+3: spread split + fast packing; when the spread split broke the cut
+    condition, the spread split with guarded pairings (:mod:`.removal.guarded_spread`), then
+    exact splitting, and exact packing as the last fallback."""
+    progress.update("AllGather phase 2: switch removal")
+    t = time.perf_counter()
+    lg = spread_logical(split, rank_of)
+    kind = SplitKind.SPREAD
+    stats["phase2_s"] = time.perf_counter() - t
+    progress.update("AllGather phase 3: tree packing")
+    t = time.perf_counter()
+    anytime.check("Phase 3: before the repair packing")
+    found = _pack_repair(lg, k, stats, shapes)
+    admits = found is not None or lg.admits(k)
+    if not admits:
+        anytime.check("Phase 2: before the guarded spread split")
+        t2 = time.perf_counter()
+        guarded = guarded_spread(split, rank_of, lg)
+        stats["phase2_s"] += time.perf_counter() - t2
+        if guarded is not None:                   # it passes the rooted test
+            lg, kind, admits = guarded, SplitKind.GUARDED, True
+            anytime.check("Phase 3: before the repair packing of the guarded split")
+            found = _pack_repair(lg, k, stats, shapes)
+    if found is None and admits and lg.num_gpus < RAIL_FIRST_MIN_RANKS:
+        # small fabrics grow wide-then-narrow one vertex per turn; where that gets stuck
+        # (leaf-spine: every NIC link narrow) the rail-first batched order may not
+        found = _pack_repair(lg, k, stats, shapes, rail_first=True)
+    if found is None:
+        anytime.check("Phase 3: before the greedy packing")
+        found = _pack_greedy(lg, k, guides)
+    if found is None and not admits:
+        anytime.check("Phase 2: before the exact split")
+        t2 = time.perf_counter()
+        g = split.copy()
+        if not split_all(g):
+            raise SolveError("exact switch removal did not complete; the fabric's "
+                             "switches could not be balanced without losing the optimum")
+        lg = LogicalGraph.from_split(g, rank_of)
+        kind = SplitKind.EXACT
+        stats["phase2_s"] += time.perf_counter() - t2
+        found = _pack_repair(lg, k, stats, shapes) or _pack_greedy(lg, k, guides)
+    if found is None:
+        found = _pack_exact(lg, k, time.perf_counter() - t), Packing.EXACT
+    stats["phase3_s"] = time.perf_counter() - t
+    packed = Packed(lg, found[0], k, kind, found[1])
+    packed.record(stats)
+    return packed

@@ -1,0 +1,88 @@
+"""Phase 2's spread proposal kept within the rooted cut condition (paper §4.3; docs/allgather.md,
+"Structure-independent packing").
+
+When the plain spread split's (:mod:`.spread`) logical graph fails the rooted cut test
+for ``k`` trees per root, the split is redone with every switch's pairing
+guarded (:mod:`.cut_guard`): first against the node sets learned from the logical graphs
+that failed (each round one rooted sweep over the logical graph and one minimum cut in the
+physical one: cheap), then, if that does not converge in :data:`LEARN_ROUNDS` rounds, with
+a rooted sweep at every switch.  Where neither gets there in
+:func:`.splitting.switch_order` (on NCCL-XML imports with CPU paths the sweep guard finds
+no exchange at a PCIe switch split after the rails), all of it is tried once more with
+the switches with the fewest links first (:func:`.splitting.fewest_links_first`).
+None of this depends on how the switches are wired or named: the sets come from minimum cuts, and the exchanges keep every link's units.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from mccl_opt import anytime
+from .cut_guard import KnownCuts, SweepGuard, violated_set
+from .splitting import LogicalGraph, SplitGraph, fewest_links_first, switch_order
+from .spread import spread_split
+
+__all__ = ["guarded_spread", "LEARN_ROUNDS"]
+
+#: spread splits guarded by learned sets before the per-switch sweep guard
+LEARN_ROUNDS = 8
+
+
+def guarded_spread(g: SplitGraph, rank_of: np.ndarray, failed: LogicalGraph
+                   ) -> LogicalGraph | None:
+    """The spread split of ``g`` redone with guarded pairings (module docstring), given
+    the plain split ``failed`` whose logical graph fails the rooted test for ``g.k``
+    trees per root; ``None`` when ``g`` itself fails it (no split can pass) or no guard
+    gets a logical graph that passes in either order."""
+    found = _violated_ranks(failed, g.k)
+    if found is None:
+        return failed
+    keys = list(g.units)
+    arcs = (np.array([a for a, _ in keys], np.int64), np.array([b for _, b in keys], np.int64),
+            np.fromiter(g.units.values(), np.int64, count=len(keys)))
+    if violated_set(g.n, g.gpus, g.k, arcs) is not None:
+        return None
+    known = KnownCuts(g.n, g.gpus, g.k, arcs)
+    for order in (switch_order, fewest_links_first):
+        lg, found = _guarded_in(g, rank_of, order(g), known, found)
+        if lg is not None:
+            return lg
+    return None
+
+
+def _guarded_in(g: SplitGraph, rank_of: np.ndarray, order: list[int], known: KnownCuts,
+                found: list[np.ndarray]) -> tuple[LogicalGraph | None, list[np.ndarray]]:
+    """Splits in ``order`` guarded by the sets learned so far (``known`` keeps learning
+    from ``found``, the violated rank sets of the last failed split), then by the sweep
+    guard: the passing logical graph or ``None``, and the rank sets still violated.
+    The sets learned in an earlier order are tried once in this one before learning
+    stops."""
+    fresh = True
+    for _ in range(LEARN_ROUNDS):
+        anytime.check("Phase 2: a guarded spread split")
+        if not any([known.learn(inside) for inside in found]) and not fresh:
+            break
+        fresh = False
+        lg = spread_split(g, rank_of, known, order)
+        found = _violated_ranks(lg, g.k)
+        if found is None:
+            return lg, []
+    anytime.check("Phase 2: the spread split guarded by sweeps")
+    return spread_split(g, rank_of, SweepGuard(g.n, g.gpus, g.k), order), found
+
+
+def _violated_ranks(lg: LogicalGraph, k: int) -> list[np.ndarray] | None:
+    """Sets of ranks violating the rooted cut condition of ``lg`` (masks), one per
+    failing rank not inside a set found before; ``None`` when none does."""
+    ranks = np.arange(lg.num_gpus, dtype=np.int64)
+    covered = np.zeros(lg.num_gpus, bool)
+    found = []
+    while not covered.all():
+        anytime.check("Phase 2: the rooted sweep of a failed split")
+        hit = violated_set(lg.num_gpus, ranks[~covered], k, (lg.tail, lg.head, lg.units),
+                           roots=ranks)
+        if hit is None:
+            break
+        found.append(hit[0])
+        covered |= hit[0] | (ranks < hit[2])
+    return found or None

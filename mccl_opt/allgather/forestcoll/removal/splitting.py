@@ -1,0 +1,323 @@
+"""Phase 2: switch removal by edge splitting (ForestColl, paper §4.3, Fig. 18).
+
+Input: the fabric with every link's capacity in *tree units* (``floor(cap/y)``: how
+many trees of bandwidth ``y`` it carries) and the tree count ``k`` per root.  Output:
+logical GPU-to-GPU links, each with integer units and the physical switch path(s) it
+rides on (:class:`LogicalGraph`).  Splitting ``α`` units off ``u -> w -> t`` turns them
+into ``α`` units of a logical link ``u -> t``.
+
+* **Balance.**  Splitting needs a switch's in- and out-units equal; a switch with more
+  in- than out-units (one-directional degradations) gives up the excess on its in-links
+  (or out-links), each reduction as large as the rooted cut condition allows.
+* **Spread proposal** (default, cheap; in arrays, :mod:`.spread`): each switch is split
+  like a transportation problem whose pair amounts start from the proportional share
+  ``a_u b_t / (C - b_u)``, so every GPU gets logical links to all its switch peers
+  (dense, shallow trees) instead of ForestColl's chain-like greedy result.
+* **Exact greedy** (fallback, ForestColl): pairs ``(u, t)`` in order, each split by the
+  largest amount the two families of dangerous cuts allow (``S ∋ w, u,t ∉ S`` and
+  ``S ∌ w, u,t ∈ S``), each bounded by one max-flow per GPU.  By Mader's splitting
+  theorem this completes on a balanced fabric and keeps every cut condition.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from mccl_opt.errors import SolveError
+from .bundles import Bundles
+from ..maxflow import INF, FlowNetwork
+
+__all__ = ["LogicalGraph", "SplitGraph", "balance_switches", "split_all", "switch_order",
+           "fewest_links_first", "gpu_links", "peel", "simple_path"]
+
+Bundle = list  # list of [path (tuple of node indices), units]
+
+
+@dataclass
+class SplitGraph:
+    """A mutable graph in tree units with the physical path bundle of every arc."""
+
+    n: int
+    is_switch: np.ndarray
+    gpus: np.ndarray
+    k: int
+    units: dict[tuple[int, int], int] = field(default_factory=dict)
+    bundles: dict[tuple[int, int], Bundle] = field(default_factory=dict)
+    ins: dict[int, set[int]] = field(default_factory=dict)     # head -> tails with units
+    outs: dict[int, set[int]] = field(default_factory=dict)    # tail -> heads with units
+
+    @classmethod
+    def from_links(cls, n: int, tail: np.ndarray, head: np.ndarray, units: np.ndarray,
+                   is_switch: np.ndarray, gpus: np.ndarray, k: int) -> "SplitGraph":
+        g = cls(n, np.asarray(is_switch, bool), np.asarray(gpus), k)
+        for a, b, u in zip(tail.tolist(), head.tolist(), units.tolist()):
+            if u > 0:
+                g._set((a, b), u)
+                g.bundles[(a, b)] = [[(a, b), u]]
+        return g
+
+    def copy(self) -> "SplitGraph":
+        return SplitGraph(self.n, self.is_switch, self.gpus, self.k, dict(self.units),
+                          {key: [list(p) for p in b] for key, b in self.bundles.items()},
+                          {w: set(x) for w, x in self.ins.items()},
+                          {w: set(x) for w, x in self.outs.items()})
+
+    def in_arcs(self, w: int) -> list[tuple[int, int]]:
+        return [(u, w) for u in sorted(self.ins.get(w, ()))]
+
+    def out_arcs(self, w: int) -> list[tuple[int, int]]:
+        return [(w, t) for t in sorted(self.outs.get(w, ()))]
+
+    def network(self) -> tuple[FlowNetwork, list[tuple[int, int]], np.ndarray]:
+        keys = sorted(self.units)
+        tail = np.array([a for a, _ in keys], np.int64)
+        head = np.array([b for _, b in keys], np.int64)
+        caps = np.array([self.units[key] for key in keys], np.int64)
+        return FlowNetwork(self.n, tail, head), keys, caps
+
+    def reduce(self, key: tuple[int, int], amount: int) -> None:
+        """Drop ``amount`` units of an arc (taken from the back of its bundle)."""
+        peel(self.bundles[key], amount, from_back=True)
+        self._set(key, self.units[key] - amount)
+
+    def _set(self, key: tuple[int, int], value: int) -> None:
+        if value > 0:
+            if key not in self.units:
+                self.ins.setdefault(key[1], set()).add(key[0])
+                self.outs.setdefault(key[0], set()).add(key[1])
+            self.units[key] = value
+        elif key in self.units:
+            del self.units[key]
+            self.bundles.pop(key, None)
+            self.ins[key[1]].discard(key[0])
+            self.outs[key[0]].discard(key[1])
+
+    def split(self, u: int, w: int, t: int, amount: int) -> None:
+        """Replace ``amount`` units of ``u -> w`` and ``w -> t`` by ``u -> t``."""
+        if amount <= 0:
+            return
+        first = peel(self.bundles[(u, w)], amount)
+        second = peel(self.bundles[(w, t)], amount)
+        self._set((u, w), self.units[(u, w)] - amount)
+        self._set((w, t), self.units[(w, t)] - amount)
+        if u == t:
+            return
+        pieces: Bundle = []
+        i = j = 0
+        ra, rb = first[0][1], second[0][1]
+        while i < len(first):
+            take = min(ra, rb)
+            pieces.append([simple_path(first[i][0] + second[j][0][1:]), take])
+            ra -= take
+            rb -= take
+            if ra == 0:
+                i += 1
+                ra = first[i][1] if i < len(first) else 0
+            if rb == 0:
+                j += 1
+                rb = second[j][1] if j < len(second) else 0
+        bundle = self.bundles.setdefault((u, t), [])
+        for path, amt in pieces:
+            for entry in bundle:
+                if entry[0] == path:
+                    entry[1] += amt
+                    break
+            else:
+                bundle.append([path, amt])
+        self._set((u, t), self.units.get((u, t), 0) + amount)
+
+
+def peel(bundle: Bundle, amount: int, from_back: bool = False) -> Bundle:
+    """Remove ``amount`` units from a bundle; return the removed pieces."""
+    out: Bundle = []
+    while amount > 0:
+        entry = bundle[-1] if from_back else bundle[0]
+        take = min(amount, entry[1])
+        out.append([entry[0], take])
+        entry[1] -= take
+        amount -= take
+        if entry[1] == 0:
+            bundle.pop(-1 if from_back else 0)
+    return out
+
+
+def simple_path(path: tuple[int, ...]) -> tuple[int, ...]:
+    """Cut cycles out of a walk (a loop only adds load)."""
+    out: list[int] = []
+    pos: dict[int, int] = {}
+    for v in path:
+        if v in pos:
+            del out[pos[v] + 1:]
+            pos = {x: i for i, x in enumerate(out)}
+        else:
+            pos[v] = len(out)
+            out.append(v)
+    return tuple(out)
+
+
+# ---------------------------------------------------------------------- cut slack oracle
+def _slack(g: SplitGraph, net: FlowNetwork, keys: list, caps: np.ndarray,
+           source: list[int], sink: list[int], want: int) -> int:
+    """``min(want, slack)``, slack the min over node sets S holding a GPU, with
+    ``source`` outside S and ``sink`` inside, of ``units(δ⁻(S)) - k |V_c \\ S|``
+    (exact when positive; any value <= 0 means "nothing can be taken")."""
+    full = net.caps()
+    full[: net.m] = caps
+    full[net.s_arc0 + g.gpus] = g.k
+    for v in source:
+        full[net.s_arc0 + v] = INF
+    for v in sink:
+        full[net.t_arc0 + v] = INF
+    demand = g.k * g.gpus.size
+    sinks = np.array([x for x in g.gpus.tolist() if x not in source], np.int64)
+    if sinks.size == 0:
+        return int(INF)
+    return net.min_flow_over_sinks(full, sinks, upper=demand + want, floor=demand) - demand
+
+
+def balance_switches(g: SplitGraph) -> bool:
+    """Make every switch's in-units equal its out-units (see module doc).
+
+    Returns ``False`` if some excess could not be removed without breaking the cut
+    condition for ``k`` trees per root (the excess is then removed anyway, and the
+    caller must lower the tree bandwidth).
+    """
+    exact = True
+    for w in np.flatnonzero(g.is_switch).tolist():
+        ins, outs = g.in_arcs(w), g.out_arcs(w)
+        excess = sum(g.units[a] for a in ins) - sum(g.units[a] for a in outs)
+        if excess == 0:
+            continue
+        side = ins if excess > 0 else outs
+        excess = abs(excess)
+        side.sort(key=lambda a: (-g.units[a], a))
+        net, keys, caps = g.network()
+        index = {key: i for i, key in enumerate(keys)}
+        for a in side:
+            if excess == 0:
+                break
+            want = min(excess, g.units[a])
+            src, snk = ([a[0]], [w]) if a[1] == w else ([w], [a[1]])
+            amount = max(0, min(want, _slack(g, net, keys, caps, src, snk, want)))
+            if amount:
+                g.reduce(a, amount)
+                caps[index[a]] -= amount
+                excess -= amount
+        if excess:
+            exact = False
+            for a in side:
+                cut = min(excess, g.units.get(a, 0))
+                if cut:
+                    g.reduce(a, cut)
+                    excess -= cut
+    return exact
+
+
+# ---------------------------------------------------------------------- splitting
+def gpu_links(is_switch: np.ndarray, rank_of: np.ndarray, tail: np.ndarray, head: np.ndarray
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The links ``tail -> head`` (node indices) left after switch removal in logical
+    order: ``(order, tail ranks, head ranks)`` sorted by tail rank, then head rank;
+    :class:`SolveError` if a link still touches a switch."""
+    if (is_switch[tail] | is_switch[head]).any():
+        raise SolveError("switch removal left links at a switch (its in- and out-units "
+                         "could not be paired); the fabric's switches are unbalanced")
+    tail, head = rank_of[tail].astype(np.int64), rank_of[head].astype(np.int64)
+    order = np.argsort(tail * max(int(rank_of.max()) + 1, 1) + head)     # pairs are distinct
+    return order, tail[order], head[order]
+
+
+def switch_order(g: SplitGraph) -> list[int]:
+    """Switches whose neighbours are switches first (aggregation before ToR before
+    NVSwitch), ties by index: deterministic."""
+    nsw = np.zeros(g.n, np.int64)
+    for a, b in g.units:
+        if g.is_switch[a] and g.is_switch[b]:
+            nsw[a] += 1
+            nsw[b] += 1
+    sw = np.flatnonzero(g.is_switch)
+    return sw[np.lexsort((sw, -nsw[sw]))].tolist()
+
+
+def fewest_links_first(g: SplitGraph) -> list[int]:
+    """Switches with the fewest links first (pass-through NICs, CPUs, then PCIe
+    switches, NVSwitches, rails), ties by index: the guarded spread's second order
+    (:mod:`.guarded_spread`), where a low-degree switch is split while its neighbours are
+    still switches and the guard has whole links to exchange."""
+    links = np.zeros(g.n, np.int64)
+    for a, b in g.units:
+        links[a] += 1
+        links[b] += 1
+    sw = np.flatnonzero(g.is_switch)
+    return sw[np.lexsort((sw, links[sw]))].tolist()
+
+
+def _exact_split(g: SplitGraph, w: int) -> bool:
+    """ForestColl's greedy maximal splitting of ``w``, repeated while a pass makes
+    progress (a split can make an earlier pair splittable again); ``False`` if arcs
+    remain."""
+    while g.in_arcs(w) and _split_pass(g, w):
+        pass
+    return not g.in_arcs(w) and not g.out_arcs(w)
+
+
+def _split_pass(g: SplitGraph, w: int) -> bool:
+    """One pass over the pairs ``(u, t)`` of ``w``; ``True`` if anything was split."""
+    progress = False
+    for (u, _) in g.in_arcs(w):
+        for (_, t) in g.out_arcs(w):
+            if (u, w) not in g.units:
+                break
+            if (w, t) not in g.units:
+                continue
+            want = min(g.units[(u, w)], g.units[(w, t)])
+            net, keys, caps = g.network()
+            s_a = _slack(g, net, keys, caps, sorted({u, t}), [w], want)
+            s_b = _slack(g, net, keys, caps, [w], sorted({u, t}), want) if s_a > 0 else 0
+            amount = max(0, min(want, s_a, s_b))
+            g.split(u, w, t, amount)
+            progress = progress or amount > 0
+    return progress
+
+
+def split_all(g: SplitGraph) -> bool:
+    """Split off every switch by the exact greedy (module docstring); ``False`` when it
+    could not complete a switch."""
+    return all(_exact_split(g, w) for w in switch_order(g))
+
+
+@dataclass
+class LogicalGraph:
+    """GPU-only logical links: ``tail[i] -> head[i]`` (ranks) with ``units[i]`` and
+    ``bundles[i]`` (physical node-index paths with units, :class:`.bundles.Bundles`;
+    a list view ``[[path, units], ...]`` per link is converted)."""
+
+    num_gpus: int
+    tail: np.ndarray
+    head: np.ndarray
+    units: np.ndarray
+    bundles: Bundles
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.bundles, Bundles):
+            self.bundles = Bundles.from_lists(self.bundles)
+
+    @classmethod
+    def from_split(cls, g: SplitGraph, rank_of: np.ndarray) -> "LogicalGraph":
+        keys = list(g.units)
+        ends = np.array(keys, np.int64).reshape(-1, 2)
+        order, tail, head = gpu_links(g.is_switch, rank_of, ends[:, 0], ends[:, 1])
+        units = np.fromiter(g.units.values(), np.int64, count=len(keys))
+        return cls(int(g.gpus.size), tail, head, units[order],
+                   [g.bundles[keys[i]] for i in order.tolist()])
+
+    def admits(self, k: int) -> bool:
+        """Rooted cut test: ``k`` trees per root fit (Edmonds' branching theorem)."""
+        net = FlowNetwork(self.num_gpus, self.tail, self.head)
+        caps = net.caps()
+        caps[: net.m] = self.units
+        caps[net.s_arc0: net.s_arc0 + self.num_gpus] = k
+        sinks = np.arange(self.num_gpus, dtype=np.int64)
+        return net.first_failing_sink(caps, sinks, k * self.num_gpus) < 0

@@ -1,0 +1,197 @@
+"""The general AllGather method: the exact optimum with forwarding-only switches on any
+connected fabric, balanced switches or not (docs/allgather.md "General method").
+
+Pipeline: starting trees (the previous schedule's that are still valid, and a few
+multiplicative-weights rounds of cheapest trees, :func:`.tree_colgen.mwu_trees`) → column
+generation to a certified optimum (:mod:`.tree_colgen`) → rounding to ``max_chunks`` chunks
+per root (:mod:`.tree_rounding`) → a :class:`~mccl_opt.Schedule` whose chunks are
+trees of GPU-to-GPU switch-only paths.
+
+``lp_rate_gbps`` is the master's optimum (a rate the fractional schedule reaches);
+``stats['bound_gbps']`` the certified upper bound and ``stats['cg_gap']`` their relative
+gap; ``stats['cut_bound_gbps']`` Phase 1's cut bound when the caller passes one that is
+higher (no forwarding-only schedule reaches it: see the docs).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+
+from mccl_opt import progress
+from mccl_opt.backends import get_backend
+from mccl_opt.errors import ScheduleError, SolveError, TopologyError
+from mccl_opt.report import Method, SolveReport, Termination, WarmUse
+from mccl_opt.schedule import Schedule, TreeChunk, bottleneck_links, schedule_rate
+from mccl_opt.topology import Topology
+from .tree_colgen import TreeCGOptions, TreeCGResult, tree_column_generation, mwu_trees
+from ..warm.kept import AllGatherWarmState, TreeColumns
+from .live_master import TreePool
+from .tree_rounding import fractional_shares, round_trees
+
+__all__ = ["solve_general", "forest_edges"]
+
+
+def _warm_columns(warm: Schedule | None, topo: Topology) -> tuple[list[int], list[np.ndarray]]:
+    """The previous schedule's trees that are still valid on ``topo`` (same GPUs, every
+    hop a link), as ``(root ranks, arcs)``; plus its kept tree columns when its links
+    are ``topo``'s."""
+    if warm is None or tuple(warm.gpus) != tuple(topo.gpus):
+        return [], []
+    arr = topo.arrays
+    roots: list[int] = []
+    trees: list[np.ndarray] = []
+    state = warm.warm_state
+    kept = state.columns if isinstance(state, AllGatherWarmState) else None
+    if kept is not None and kept.fits(topo):
+        pool = kept.pool
+        return pool.root.tolist(), pool.columns(range(len(pool)))
+    index = {n.id: i for i, n in enumerate(topo.nodes)}
+    link = {(int(a), int(b)): i for i, (a, b) in enumerate(zip(arr.tail, arr.head))}
+    for c in warm.chunks:
+        arcs: list[int] = []
+        heads = set()
+        for e in getattr(c, "edges", ()):
+            ids = [index.get(v, -1) for v in e]
+            hops = [link.get((a, b), -1) for a, b in zip(ids, ids[1:])]
+            if -1 in hops or any(not arr.is_switch[v] for v in ids[1:-1]) \
+                    or arr.rank_of[ids[-1]] < 0:
+                arcs = []
+                break
+            heads.add(ids[-1])
+            arcs += hops
+        r = topo.rank(c.src) if topo.has_node(c.src) and topo.is_gpu(c.src) else -1
+        if arcs and r >= 0 and len(heads) == topo.num_gpus - 1 and index[c.src] not in heads:
+            roots.append(r)
+            trees.append(np.array(arcs, np.int64))
+    return roots, trees
+
+
+def forest_edges(topo: Topology, trees: list[np.ndarray]) -> list[tuple[tuple[str, ...], ...]]:
+    """Per tree column, the node-id paths of its edges (an edge ends at the first GPU)."""
+    arr = topo.arrays
+    ids = [nd.id for nd in topo.nodes]
+    tail, head, is_switch = arr.tail.tolist(), arr.head.tolist(), arr.is_switch.tolist()
+    out = []
+    for arcs in trees:
+        edges: list[tuple[str, ...]] = []
+        cur: list[str] = []
+        for a in arcs.tolist():
+            if not cur:
+                cur.append(ids[tail[a]])
+            cur.append(ids[head[a]])
+            if not is_switch[head[a]]:
+                edges.append(tuple(cur))
+                cur = []
+        out.append(tuple(edges))
+    return out
+
+
+def _depth(edges: tuple[tuple[str, ...], ...], root: str) -> int:
+    parent = {e[-1]: e[0] for e in edges}
+    best = 0
+    for v in parent:
+        d, u = 0, v
+        while u != root:
+            u = parent[u]
+            d += 1
+        best = max(best, d)
+    return best
+
+
+def _rate_scale(topo: Topology) -> float:
+    """The smallest GPU egress capacity: an upper bound on the rate (every root sends its
+    shard out), so the master's rate and capacities are O(1) whatever the units."""
+    arr = topo.arrays
+    egress = np.bincount(arr.tail, weights=arr.capacity, minlength=topo.num_nodes)
+    return float(egress[arr.gpu_nodes].min())
+
+
+def solve_general(topo: Topology, warm: Schedule | None = None, backend: str = "highs",
+                  max_chunks: int | None = 10, cut_bound_gbps: float | None = None,
+                  options: TreeCGOptions = TreeCGOptions()) -> Schedule:
+    """The AllGather optimum with forwarding-only switches, rounded to ``max_chunks``
+    chunks per root (``None``: the fractional optimum), warm-started from ``warm``."""
+    if not isinstance(topo, Topology):
+        raise TopologyError(f"expected a mccl_opt.Topology, got {type(topo).__name__}")
+    if topo.num_gpus < 2:
+        raise TopologyError("an AllGather needs at least 2 GPUs")
+    if warm is not None and (not isinstance(warm, Schedule) or warm.collective != "allgather"):
+        raise ScheduleError("warm must be a previous AllGather Schedule")
+    t_start = time.perf_counter()
+    arr = topo.arrays
+    scale = _rate_scale(topo)
+    capacity = arr.capacity / scale
+    stats: dict[str, Any] = {"warm": warm is not None, "method": "general"}
+    roots, trees = _warm_columns(warm, topo)
+    stats["warm_columns"] = len(roots)
+    progress.update("AllGather general method: starting trees")
+    t = time.perf_counter()
+    mwu_r, mwu_t = mwu_trees(topo, capacity, rounds=options.seed_rounds if not roots
+                             else options.warm_seed_rounds)
+    stats["seed_s"] = time.perf_counter() - t
+    with get_backend(backend) as lp:
+        res = tree_column_generation(topo, lp, capacity, roots + mwu_r, trees + mwu_t, options)
+    if res.rate <= 0:
+        raise SolveError("the general AllGather method found no tree with positive rate; "
+                         "check that every link capacity is positive")
+    stats.update(cg_rounds=res.rounds, cg_status=res.status, cg_gap=res.gap,
+                 bound_gbps=res.bound * scale, lp_s=res.lp_seconds, pricing_s=res.pricing_seconds,
+                 columns=len(res.pool), dropped=res.dropped)
+    return _schedule(topo, res, scale, max_chunks, cut_bound_gbps, stats, t_start, backend)
+
+
+def _schedule(topo: Topology, res: TreeCGResult, scale: float, max_chunks: int | None,
+              cut_bound_gbps: float | None, stats: dict[str, Any], t_start: float,
+              backend: str) -> Schedule:
+    """Round, build the chunks, recompute loads and rate, and the warm state."""
+    pool, g = res.pool, topo.num_gpus
+    capacity = topo.arrays.capacity / scale
+    progress.update("AllGather general method: rounding")
+    t = time.perf_counter()
+    k: int | None = None
+    if max_chunks is None:
+        shares = fractional_shares(pool, res.weights, g)
+    else:
+        counts, k = round_trees(pool, res.weights, g, capacity, max_chunks)
+        shares = counts / k
+        stats["k"] = k                          # every share is a multiple of 1/k
+    stats["rounding_s"] = time.perf_counter() - t
+    used = np.flatnonzero(shares > 0)
+    gpus = topo.gpus
+    chunks, depths = [], []
+    roots = pool.root
+    for j, edges in zip(used.tolist(), forest_edges(topo, pool.columns(used))):
+        root = gpus[int(roots[j])]
+        chunks.append(TreeChunk(root, float(shares[j]), edges))
+        depths.append(_depth(edges, root))
+    loads = pool.loads(np.where(shares > 0, shares, 0.0), topo.num_links)
+    rate = schedule_rate(topo, loads)
+    lp_rate = res.rate * scale
+    if max_chunks is None:
+        lp_rate = max(lp_rate, rate)            # the fractional schedule is the LP's own
+    lp_loads = pool.loads(res.weights, topo.num_links) * scale
+    saturated = lp_loads >= topo.arrays.capacity * (1 - 1e-9)
+    stats.update(num_trees=len(chunks), max_depth=int(max(depths)), mean_depth=float(np.mean(depths)))
+    cut_bound = None
+    if cut_bound_gbps is not None and cut_bound_gbps > lp_rate * (1 + 1e-9):
+        cut_bound = stats["cut_bound_gbps"] = float(cut_bound_gbps)
+    seconds = time.perf_counter() - t_start
+    stats["total_s"] = seconds
+    keep = res.weights > 0
+    kept = TreePool()
+    kept.append(pool.root[keep].tolist(), pool.columns(np.flatnonzero(keep)))
+    state = AllGatherWarmState(columns=TreeColumns(kept, (topo.arrays.tail, topo.arrays.head)))
+    report = SolveReport(collective="allgather", method=Method.GENERAL,
+                         termination=Termination(res.status), bound_gbps=res.bound * scale,
+                         warm=WarmUse.COLUMNS if stats["warm_columns"] else WarmUse.COLD,
+                         max_chunks=max_chunks, seconds=seconds, cut_bound_gbps=cut_bound, k=k)
+    return Schedule(
+        collective="allgather", topology=topo.name, gpus=topo.gpus, rate_gbps=rate,
+        lp_rate_gbps=lp_rate, max_chunks=max_chunks, chunks=tuple(chunks),
+        bottleneck=bottleneck_links(topo, loads, rate, k, saturated=saturated),
+        solver={"backend": backend, "seconds": seconds, "iterations": res.iterations,
+                "algorithm": "tree-colgen"},
+        stats=stats, warm_state=state, report=report)

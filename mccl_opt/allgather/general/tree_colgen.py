@@ -1,0 +1,206 @@
+"""Column generation over spanning arborescences: the exact AllGather optimum with
+forwarding-only switches on any fabric (paper §4.3 tree packing, generalised; see
+docs/allgather.md "General method").
+
+Each round solves the restricted master (:mod:`.live_master`) and prices every root:
+under the link prices ``pi`` every GPU pair's cheapest switch-only path
+(:mod:`.switch_paths`) is an edge cost, and the root's cheapest tree is a minimum
+spanning arborescence of that GPU digraph (:mod:`.arborescence`); the tree whose cost
+``c_r(pi)`` is below the root row's dual ``sigma_r`` is added.
+
+**Certified bound (Lagrangian).**  The full master's dual is
+``min pi.cap  s.t.  sum_r sigma_r >= 1,  sigma_r <= cost_pi(T)`` for every tree ``T`` of
+root ``r``, ``pi, sigma >= 0``.  For any ``pi >= 0`` with ``sum_r c_r(pi) > 0``,
+``(pi, sigma = c(pi)) / sum_r c_r(pi)`` is dual feasible, so
+``x* <= pi.cap / sum_r c_r(pi)``.  The loop keeps the best such bound and stops when
+the master's ``x`` is within ``rel_tol`` of it (or no column prices out: then the
+bound meets ``x`` up to rounding).  A basic optimum has at most ``roots + links``
+positive weights, so the number of trees stays small whatever the capacities.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from mccl_opt import anytime, progress
+from mccl_opt.backends import Backend
+from mccl_opt.errors import InputError
+from mccl_opt.topology import Topology
+from .arborescence import min_arborescences
+from .switch_paths import SwitchPaths
+from .live_master import MasterPoint, TreeMaster, TreePool
+
+__all__ = ["TreeCGOptions", "TreeCGResult", "tree_column_generation", "price_trees", "mwu_trees"]
+
+
+@dataclass(frozen=True)
+class TreeCGOptions:
+    """Tolerances and column management of :func:`tree_column_generation`."""
+
+    rel_tol: float = 1e-9          # stop when bound - x <= rel_tol * x
+    drop_after: int = 2            # drop columns at zero weight for this many rounds ...
+    drop_min_pool: int = 0         # ... once the pool exceeds this many (0: the row count)
+    max_rounds: int = 10_000
+    time_limit: float | None = None
+    method: str = "primal"         # LP method of the master re-solves
+    seed_rounds: int = 50          # multiplicative-weights rounds of starting trees (cold)
+    warm_seed_rounds: int = 5      # ... when the previous schedule's trees are given
+    smoothing: float = 0.8         # dual smoothing weight of the stability centre (0: off)
+
+
+@dataclass
+class TreeCGResult:
+    """Outcome of :func:`tree_column_generation` (rates in the master's scaled units)."""
+
+    pool: TreePool
+    weights: np.ndarray            # per pool column
+    rate: float                    # the master's x: reached by the fractional schedule
+    bound: float                   # certified upper bound on the optimum
+    status: str                    # "optimal" | "time_limit" | "stalled"
+    rounds: int
+    lp_seconds: float = 0.0
+    pricing_seconds: float = 0.0
+    iterations: int = 0
+    dropped: int = 0
+    history: list[tuple[float, float]] = field(default_factory=list)   # (x, bound)
+
+    @property
+    def gap(self) -> float:
+        """Certified relative gap ``(bound - x) / bound`` (0 when proven optimal)."""
+        if not np.isfinite(self.bound) or self.bound <= 0:
+            return 0.0 if self.bound == self.rate else float("inf")
+        return max(0.0, (self.bound - self.rate) / self.bound)
+
+
+def price_trees(topo: Topology, price: np.ndarray,
+                roots: np.ndarray) -> tuple[SwitchPaths, np.ndarray, np.ndarray]:
+    """Every root's cheapest spanning tree under link prices ``price``:
+    ``(paths, parents, costs)`` with ``parents[i]`` in rank space (-1 at the root)."""
+    paths = SwitchPaths(topo, price)
+    parents, costs = min_arborescences(paths.cost, roots)
+    return paths, parents, costs
+
+
+def mwu_trees(topo: Topology, capacity: np.ndarray, rounds: int,
+              eta: float = 10.0) -> tuple[list[int], list[np.ndarray]]:
+    """Starting columns by multiplicative weights (Garg-Koenemann style): each round
+    prices every root's cheapest tree under ``pi_a = exp(eta u_a / max u) / cap_a``,
+    ``u_a`` the utilisation of link ``a`` by all trees so far, so later rounds avoid the
+    links earlier trees crowd.  The trees of all rounds together nearly solve the
+    master, which column generation then finishes in a few rounds (a cold start from
+    single trees tails off over hundreds of degenerate rounds)."""
+    roots = np.arange(topo.num_gpus)
+    out_r: list[int] = []
+    out_t: list[np.ndarray] = []
+    used = np.zeros_like(capacity)
+    price = 1.0 / capacity
+    for _ in range(max(rounds, 1)):
+        paths, parents, costs = price_trees(topo, price, roots)
+        priced = roots[np.isfinite(costs)]
+        for r, arcs in zip(priced.tolist(), paths.forest_arcs(priced, parents)):
+            out_r.append(r)
+            out_t.append(arcs)
+            used += np.bincount(arcs, minlength=capacity.size)
+        util = used / capacity
+        price = np.exp(eta * util / max(float(util.max()), 1e-300)) / capacity
+    return out_r, out_t
+
+
+def _candidates(topo: Topology, price: np.ndarray, pt: MasterPoint, roots: np.ndarray
+                ) -> tuple[float, list[int], list[np.ndarray]]:
+    """Price every root at ``price``: the sum of the cheapest tree costs (for the bound)
+    and the trees whose reduced cost under the master's own duals is negative."""
+    paths, parents, costs = price_trees(topo, price, roots)
+    total = float(costs.sum())
+    tol_rc = 1e-12 * max(float(pt.sigma.max(initial=0.0)), 1e-300)
+    out_r: list[int] = []
+    out_t: list[np.ndarray] = []
+    priced = roots[np.isfinite(costs)]
+    for r, arcs in zip(priced.tolist(), paths.forest_arcs(priced, parents)):
+        if float(pt.pi[arcs].sum()) < pt.sigma[r] - tol_rc:
+            out_r.append(r)
+            out_t.append(arcs)
+    return total, out_r, out_t
+
+
+def _pricing_points(center: np.ndarray | None, pi: np.ndarray, alpha: float):
+    """Where a round prices (Wentges smoothing): first between the stability centre
+    (the prices of the best bound so far) and the master's duals, ``alpha`` of the
+    way to the centre; then, if that finds no column the master wants (a mispricing),
+    at the duals themselves, which finds one unless the master is optimal."""
+    if center is not None and alpha > 0:
+        yield alpha * center + (1.0 - alpha) * pi
+    yield pi
+
+
+def tree_column_generation(topo: Topology, backend: Backend, capacity: np.ndarray,
+                      roots: list[int], trees: list[np.ndarray],
+                      options: TreeCGOptions = TreeCGOptions()) -> TreeCGResult:
+    """Solve the tree master to optimality from the given starting columns
+    (``capacity`` per link, in the units the rates come back in).  Every round's prices
+    give a valid bound (module docstring); at ``options.time_limit`` the master's rate,
+    which its trees reach, is returned with the best bound and ``status='time_limit'``;
+    so is it at the time limit of the enclosing solve (:func:`mccl_opt.anytime.limit_left`),
+    while a sub-budget of it passing (a warm attempt's) abandons the run
+    (:func:`mccl_opt.anytime.check`)."""
+    t_start = time.perf_counter()
+    limits = [t for t in (options.time_limit, anytime.limit_left()) if t is not None]
+    deadline = t_start + min(limits) if limits else None
+    g = topo.num_gpus
+    all_roots = np.arange(g)
+    pool = TreePool()
+    pool.append(roots, trees)
+    master = TreeMaster(backend, g, capacity, pool)
+    min_pool = options.drop_min_pool or g + capacity.size
+    age = np.zeros(len(pool), dtype=np.int64)
+    best_bound = np.inf
+    center: np.ndarray | None = None        # the prices of the best bound so far
+    history: list[tuple[float, float]] = []
+    lp_s = pr_s = 0.0
+    iters = dropped = 0
+    status = "stalled"
+    pt: MasterPoint | None = None
+    rnd = 0
+    for rnd in range(1, options.max_rounds + 1):
+        t0 = time.perf_counter()
+        pt = master.solve(f"AllGather column generation, round {rnd}", options.method)
+        lp_s += time.perf_counter() - t0
+        iters += pt.iterations
+        t1 = time.perf_counter()
+        added = 0
+        for price in _pricing_points(center, pt.pi, options.smoothing):
+            total, new_r, new_t = _candidates(topo, price, pt, all_roots)
+            if total > 0 and np.isfinite(total) and float(price @ capacity) / total < best_bound:
+                best_bound, center = float(price @ capacity) / total, price
+            if best_bound - pt.x <= options.rel_tol * max(pt.x, 1e-300) or \
+                    (deadline is not None and time.perf_counter() >= deadline):
+                break
+            added = master.add(new_r, new_t)        # duplicates of pool columns are refused
+            if added:
+                break
+        pr_s += time.perf_counter() - t1
+        if added:
+            age = np.concatenate([np.where(pt.w > 0, 0, age + 1), np.zeros(added, np.int64)])
+            pt.w = np.concatenate([pt.w, np.zeros(added)])
+        history.append((pt.x, best_bound))
+        progress.update("AllGather general method: column generation", rnd, pt.x, best_bound)
+        if best_bound - pt.x <= options.rel_tol * max(pt.x, 1e-300):
+            status = "optimal"
+            break
+        if deadline is not None and time.perf_counter() >= deadline:
+            status = "time_limit"
+            break
+        anytime.check("the general method's column generation")
+        if added == 0:
+            break
+        if master.num_columns > min_pool:
+            stale = age >= options.drop_after
+            dropped += master.drop(stale)
+            age, pt.w = age[~stale], pt.w[~stale]
+    if pt is None:
+        raise InputError("TreeCGOptions.max_rounds must be at least 1")
+    return TreeCGResult(pool, pt.w, pt.x, max(best_bound, pt.x), status, rnd, lp_s, pr_s, iters,
+                    dropped, history)

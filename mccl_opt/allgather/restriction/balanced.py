@@ -1,0 +1,272 @@
+"""The forwarding-only AllGather optimum as the best *balanced restriction* of a fabric.
+
+Theorem (docs/allgather.md, "Balanced restriction"): on any fabric with capacities
+``c``, the forwarding-only optimum is
+
+    x_fwd(c) = max { x_cut(c') : 0 <= c' <= c,  c' balanced at every switch },
+
+``x_cut`` being Phase 1's cut bound (:mod:`~mccl_opt.allgather.forestcoll.throughput`).  (<=) the link loads of a
+forwarding-only schedule are balanced at every switch (each switch-only edge path
+leaves a switch as often as it enters it), are ``<= c``, and every set ``S`` holding a
+GPU receives every outside root's trees across ``δ⁻(S)``, so their cut bound is at
+least the schedule's rate.  (>=) on a balanced ``c'`` ForestColl (paper §4.3) reaches
+``x_cut(c')`` with forwarding-only switches, and its trees are valid on ``c >= c'``.
+
+The maximum is a cutting-plane LP (:func:`balanced_restriction`): variables ``c'`` and
+``x``, switch balance rows, and one row ``c'(δ⁻(S)) >= |V_c \\ S| x`` per cut ``S`` of a
+working set, separated by Phase 1's rooted max-flow test at the LP's ``(x, c')``.  The
+LP is a relaxation of the cut-bound condition, so when no cut is violated its ``x`` is
+the optimum.  The LP's floats are then recovered as exact rationals, and the
+restriction is kept only if it is *certified* in exact integers: ``c' <= c``, every
+switch balanced, and Phase 1's exact cut bound of ``c'`` equal to the LP optimum (the
+lower bound is exact; the upper bound is the LP relaxation's optimum, a floating-point
+LP as the general method's column-generation bound is).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from fractions import Fraction
+
+import numpy as np
+import scipy.sparse as sp
+
+from formulations.lp import LinearProgram
+
+from mccl_opt import anytime
+from mccl_opt.backends import get_backend
+from mccl_opt.backends.solution import SolveStatus
+from mccl_opt.errors import SolveError
+from mccl_opt.topology import Topology
+from ..fabric import fabric_of
+from ..forestcoll.throughput import Fabric, _violated_cut, optimal_rate
+
+__all__ = ["CERT_TOL", "Restriction", "balanced_restriction", "restricted_topology"]
+
+#: relative tolerance of "no cut is violated" and of the exact certificate
+CERT_TOL = 1e-9
+
+#: how far (relative to the largest capacity) an LP float may lie from the rational it is
+#: read as: far below ``CERT_TOL`` so that a coarser rational cannot pass for the vertex
+_READ_TOL = 1e-12
+
+#: largest denominator tried when the LP's floats are read back as rationals
+_MAX_DENOMINATOR = 1 << 20
+
+
+@dataclass
+class Restriction:
+    """A certified balanced restriction: integer capacities ``units`` (``units[a] *
+    unit_gbps`` Gbps on link ``a``, ``<=`` the fabric's ``ceiling[a]`` in the same
+    unit), its exact cut bound ``rate_gbps`` (the forwarding-only optimum) and the
+    cutting-plane rounds taken."""
+
+    units: np.ndarray
+    unit_gbps: float
+    rate_gbps: float
+    rounds: int
+    ceiling: np.ndarray
+
+    def headroom(self) -> list[Fraction]:
+        """``c_a / c'_a`` of every link :func:`restricted_topology` keeps (in its order):
+        how far ForestColl's tree units may round up on the real fabric."""
+        return [Fraction(int(c), int(u)) for c, u in zip(self.ceiling.tolist(),
+                                                         self.units.tolist()) if u > 0]
+
+
+def balanced_restriction(topo: Topology, backend: str = "highs",
+                         max_rounds: int = 200) -> Restriction | None:
+    """The best balanced restriction of ``topo`` (module docstring), certified, or
+    ``None`` when the cutting planes do not converge within ``max_rounds`` or the LP's
+    solution cannot be certified in exact arithmetic.
+
+    Two stages: the largest ``x``, then, with ``x`` held, the largest total capacity
+    ``sum c'`` (a restriction close to ``c``, on which ForestColl's packing and chunk
+    rounding behave as on the fabric itself rather than on an arbitrary LP vertex)."""
+    fab, q = fabric_of(topo)
+    is_switch = topo.arrays.is_switch
+    lp = _CutLP(fab, is_switch, backend)
+    lp.add_cuts(_starting_cuts(fab) + [optimal_rate(fab).cut])
+    best = _cutting_planes(lp, fab, None, max_rounds)
+    if best is None:
+        return None
+    rounds, x, _ = best
+    fill = _CutLP(fab, is_switch, backend, rate_at_least=x)   # the vertex: small denominators
+    fill.add_cuts(lp.cuts)
+    filled = _cutting_planes(fill, fab, x, max_rounds - rounds)
+    if filled is None:
+        return None
+    return _certified(fab, is_switch, filled[2], x, q, rounds + filled[0])
+
+
+def _cutting_planes(lp: "_CutLP", fab: Fabric, rate: float | None,
+                    max_rounds: int) -> tuple[int, float, np.ndarray] | None:
+    """Solve ``lp``, add the cuts its ``c'`` violates at ``rate`` (the LP's own ``x`` if
+    ``None``), until none is violated: ``(rounds, x, c')`` of the last solve; ``None``
+    past ``max_rounds`` or when a round finds only cuts already in the LP (no progress)."""
+    for rounds in range(1, max_rounds + 1):
+        anytime.check("the balanced restriction's cutting planes")
+        x, cap = lp.solve()
+        found = _separate(fab, cap, (x if rate is None else rate) * (1 - CERT_TOL / 10))
+        if not found:
+            return rounds, x, cap
+        if not lp.add_cuts(found):
+            return None
+    return None
+
+
+def restricted_topology(topo: Topology, r: Restriction) -> tuple[Topology, float]:
+    """``topo`` with the capacities of ``r`` (links at 0 dropped), scaled so that
+    :func:`~mccl_opt.allgather.fabric.fabric_of` quantizes them exactly, and the factor from that
+    topology's Gbps to real Gbps; raises :class:`SolveError` if no such scaling
+    exists (capacities too fine for the quantum)."""
+    keep = r.units > 0
+    if not keep.any():
+        raise SolveError("balanced restriction: every capacity is zero")
+    units = r.units[keep]
+    g = math.gcd(*(int(u) for u in units))
+    units = units // g
+    digits = math.floor(math.log10(int(units.min())))
+    if digits > 6:                                    # quantum would exceed one unit
+        raise SolveError("balanced restriction: capacities too fine for exact quantization")
+    scale = 10.0 ** (6 - digits)                      # smallest link in [1e6, 1e7) quanta
+    links = [l for l, k in zip(topo.links, keep) if k]
+    sub = Topology(topo.name, topo.nodes, links, topo.extra).with_capacities(units * scale)
+    fab, q = fabric_of(sub)
+    if not np.array_equal(fab.cap, units * round(scale / q)):
+        raise SolveError("balanced restriction: the scaled capacities did not quantize exactly")
+    return sub, r.unit_gbps * g / scale
+
+
+def _starting_cuts(fab: Fabric) -> list[np.ndarray]:
+    """Every GPU's ingress set ``{g}`` and egress set ``V \\ {g}`` (sink sides)."""
+    cuts = []
+    for g in fab.gpus:
+        s = np.zeros(fab.n, bool)
+        s[g] = True
+        cuts += [s, ~s]
+    return cuts
+
+
+class _CutLP:
+    """``max x`` over ``(c', x)``: ``0 <= c' <= c``, balance at switches, and the cut
+    rows added so far, on a backend, in units of the largest capacity (O(1) numbers)."""
+
+    def __init__(self, fab: Fabric, is_switch: np.ndarray, backend: str,
+                 rate_at_least: float | None = None) -> None:
+        self.fab = fab
+        self.scale = float(fab.cap.max())
+        m = fab.tail.size
+        sw = np.flatnonzero(is_switch)
+        row_of = np.full(fab.n, -1)
+        row_of[sw] = np.arange(sw.size)
+        arcs = np.arange(m)
+        rows = np.concatenate([row_of[fab.head], row_of[fab.tail]])
+        cols = np.concatenate([arcs, arcs])
+        vals = np.concatenate([np.ones(m), -np.ones(m)])
+        ok = rows >= 0
+        a = sp.csr_matrix((vals[ok], (rows[ok], cols[ok])), shape=(sw.size, m + 1))
+        zero = np.zeros(sw.size)
+        self.backend = get_backend(backend)
+        fill = rate_at_least is not None
+        self.backend.load(LinearProgram(
+            c=np.r_[np.ones(m) if fill else np.zeros(m), 0.0 if fill else 1.0], A=a,
+            row_lo=zero, row_hi=zero, col_hi=np.r_[fab.cap / self.scale, np.inf],
+            col_lo=np.r_[np.zeros(m), rate_at_least / self.scale if fill else 0.0]))
+        self.seen: set[bytes] = set()
+        self.cuts: list[np.ndarray] = []
+
+    def add_cuts(self, cuts: list[np.ndarray]) -> int:
+        """Append the rows ``c'(δ⁻(S)) - |V_c \\ S| x >= 0`` of new sink sides ``S``;
+        returns how many were new."""
+        is_gpu = self.fab.is_gpu()
+        m = self.fab.tail.size
+        starts, idx, vals = [0], [], []
+        entering = self.fab.cut_arcs(np.array(cuts)) if cuts else None
+        for s, into in zip(cuts, entering if entering is not None else ()):
+            key = np.packbits(s).tobytes()
+            outside = int(np.count_nonzero(is_gpu & ~s))
+            if key in self.seen or not outside or not (is_gpu & s).any():
+                continue
+            self.seen.add(key)
+            self.cuts.append(s)
+            arcs = np.flatnonzero(into)
+            idx += [arcs, [m]]
+            vals += [np.ones(arcs.size), [-float(outside)]]
+            starts.append(starts[-1] + arcs.size + 1)
+        k = len(starts) - 1
+        if k:
+            self.backend.add_rows(np.zeros(k), np.full(k, np.inf), np.asarray(starts),
+                                  np.concatenate(idx).astype(np.int64), np.concatenate(vals))
+        return k
+
+    def solve(self) -> tuple[float, np.ndarray]:
+        """The LP's ``x`` and ``c'``, in capacity quanta."""
+        sol = self.backend.solve()
+        if sol.status is not SolveStatus.OPTIMAL or sol.x is None:
+            raise SolveError(f"balanced restriction LP ended {sol.status.value}")
+        return float(sol.x[-1]) * self.scale, np.clip(sol.x[:-1], 0.0, None) * self.scale
+
+
+def _separate(fab: Fabric, cap: np.ndarray, x: float) -> list[np.ndarray]:
+    """Sink sides of cuts violated by ``cap`` (quanta, floats) at rate ``x``: Phase 1's
+    rooted test at every GPU (one minimum cut per failing GPU).  Capacities are rounded
+    *up* on a grid of ``1/grid`` quanta (``grid`` a power of two, as fine as int64
+    max-flow allows up to ``2^20``), so every cut found is violated by the floats too."""
+    span = max(float(cap.max()), 1.0) * fab.num_gpus
+    grid = 2 ** max(0, min(20, math.floor(math.log2(2.0 ** 56 / span))))
+    links = np.ceil(cap * grid).astype(np.int64)
+    per_gpu = int(math.floor(x * grid))
+    if per_gpu <= 0:
+        return []
+    found: list[np.ndarray] = []
+    order, start, demand = fab.gpus.copy(), 0, fab.num_gpus * per_gpu
+    while start < order.size:
+        pos, sink_side = _violated_cut(fab, links, per_gpu, demand, order[start:])
+        if pos < 0:
+            break
+        found.append(sink_side)
+        start += pos + 1
+    return found
+
+
+def _simplest_near(v: float, eps: float) -> Fraction:
+    """The first continued-fraction convergent of ``v`` within ``eps`` of it (an LP
+    vertex's coordinates are rationals of small denominator, computed to ~1e-15)."""
+    f = Fraction(v)
+    h0, h1, k0, k1 = 0, 1, 1, 0
+    rest = f
+    while True:
+        a = math.floor(rest)
+        h0, h1, k0, k1 = h1, a * h1 + h0, k1, a * k1 + k0
+        if abs(Fraction(h1, k1) - f) <= eps or k1 > _MAX_DENOMINATOR or rest == a:
+            return Fraction(h1, k1)
+        rest = 1 / (rest - a)
+
+
+def _certified(fab: Fabric, is_switch: np.ndarray, cap: np.ndarray, x: float, q: float,
+               rounds: int) -> Restriction | None:
+    """The LP's ``c'`` read back as exact rationals over a common denominator, kept only
+    if it is ``<= c``, exactly balanced at every switch, and its exact cut bound is the
+    LP optimum ``x`` within :data:`CERT_TOL`."""
+    if x <= 0:
+        return None
+    eps = _READ_TOL * float(fab.cap.max())
+    fracs = [_simplest_near(float(v), eps) for v in cap]
+    den = math.lcm(*(f.denominator for f in fracs))
+    if den > _MAX_DENOMINATOR or int(fab.cap.max()) * den >= 1 << 40:
+        return None
+    units = np.array([f.numerator * (den // f.denominator) for f in fracs], np.int64)
+    if (units > fab.cap * den).any() or (units < 0).any():
+        return None
+    net = np.zeros(fab.n, np.int64)
+    np.add.at(net, fab.head, units)
+    np.subtract.at(net, fab.tail, units)
+    if np.any(net[is_switch] != 0):
+        return None
+    exact = Fabric.build(fab.n, fab.tail, fab.head, units, fab.gpus)
+    rate = optimal_rate(exact).rate / den
+    if float(rate) < x * (1 - CERT_TOL):
+        return None
+    return Restriction(units, q / den, float(rate) * q, rounds, fab.cap * den)
