@@ -69,11 +69,7 @@ _NUMBERS = {float, int}
 _KIND, _SRC, _DST = itemgetter("kind"), itemgetter("src"), itemgetter("dst")
 _GBPS, _T = itemgetter("gbps"), itemgetter("t")
 ESTIMATORS = ("ewma", "level")
-#: the estimator of both command lines, ``mccl controller serve`` and ``mccl loop``
-#: (docs/runtime.md "Which estimator"): the change-point level, which re-synthesizes
-#: for a confirmed new level; the paper's EWMA (alpha 0.012) never confirmed the built-in
-#: loop's failure within 150 ms.  The library classes keep ``"ewma"`` as their own default.
-CLI_ESTIMATOR = "level"
+CLI_ESTIMATOR = "level"  # --estimator of `mccl controller serve` and `mccl loop` (docs/runtime.md)
 
 
 class MeasurementStore:
