@@ -22,6 +22,11 @@ and a batch for another fabric is refused.  A ``host`` sample is the largest ``p
 value a host received over one link in a flush (:mod:`mccl_runtime.host_reduce`); the
 controller keeps one channel per (reporter, link), and ``M`` takes the largest over them
 as it does over pairs.
+
+A *folded* batch (a telemetry front end's, :mod:`mccl_runtime.frontend`) has a sixth
+column ``count`` (``<u4``): row ``i`` stands for ``count[i]`` samples of one channel folded
+with the EWMA factor ``alpha`` named in the header, ``gbps`` their equivalent value
+(``v <- (1-alpha)^count v + (1 - (1-alpha)^count) gbps`` is the fold of the samples).
 """
 
 from __future__ import annotations
@@ -35,11 +40,13 @@ from mccl_opt.topology import Topology
 
 from .protocol import ProtocolError
 
-__all__ = ["ColumnBatch", "COLUMNS", "KIND_CODES", "MAX_COLUMN_SAMPLES"]
+__all__ = ["ColumnBatch", "COLUMNS", "COUNT", "KIND_CODES", "MAX_COLUMN_SAMPLES"]
 
 #: the columns in frame order, with their wire dtypes
 COLUMNS = (("kind", np.dtype("u1")), ("a", np.dtype("<i4")), ("b", np.dtype("<i4")),
            ("gbps", np.dtype("<f8")), ("t", np.dtype("<f8")))
+#: the sixth column of a folded batch: samples per row
+COUNT = ("count", np.dtype("<u4"))
 KIND_CODES = {"link": 0, "pair": 1, "gpu": 2, "host": 3}
 #: samples per binary request (a column frame stays under the request size limit)
 MAX_COLUMN_SAMPLES = 1 << 16
@@ -48,7 +55,8 @@ MAX_COLUMN_SAMPLES = 1 << 16
 @dataclass(frozen=True)
 class ColumnBatch:
     """One batch of samples as columns (module docstring); ``links``/``gpus``: the
-    fabric's link and GPU counts the indices refer to."""
+    fabric's link and GPU counts the indices refer to; ``count`` and ``alpha``: a folded
+    batch's samples per row and EWMA factor (``None`` for raw samples)."""
 
     kind: np.ndarray
     a: np.ndarray
@@ -57,6 +65,8 @@ class ColumnBatch:
     t: np.ndarray
     links: int
     gpus: int
+    count: np.ndarray | None = None
+    alpha: float | None = None
 
     def __len__(self) -> int:
         return len(self.kind)
@@ -94,10 +104,19 @@ class ColumnBatch:
         cols = list(zip(*rows)) if rows else [(), (), (), (), ()]
         return cls.build(topo, *cols)
 
+    def rows(self, lo: int, hi: int) -> "ColumnBatch":
+        """Rows ``lo:hi`` (views)."""
+        return ColumnBatch(*(getattr(self, name)[lo:hi] for name, _ in COLUMNS), links=self.links, gpus=self.gpus,
+                           count=None if self.count is None else self.count[lo:hi], alpha=self.alpha)
+
     def to_frames(self) -> tuple[dict[str, Any], tuple[bytes, ...]]:
-        """The header body and the column frames."""
-        return ({"n": len(self), "links": self.links, "gpus": self.gpus},
-                tuple(getattr(self, name).tobytes() for name, _ in COLUMNS))
+        """The header body and the column frames (six for a folded batch)."""
+        body: dict[str, Any] = {"n": len(self), "links": self.links, "gpus": self.gpus}
+        frames = tuple(getattr(self, name).tobytes() for name, _ in COLUMNS)
+        if self.count is not None:
+            body["alpha"] = self.alpha
+            frames += (np.ascontiguousarray(self.count, dtype=COUNT[1]).tobytes(),)
+        return body, frames
 
     @classmethod
     def from_frames(cls, body: Mapping[str, Any], frames: tuple[bytes, ...], topo: Topology) -> "ColumnBatch":
@@ -113,13 +132,23 @@ class ColumnBatch:
             raise ProtocolError("wrong_fabric", f"the batch indexes a fabric of {str(body.get('links'))[:20]} links "
                                                 f"and {str(body.get('gpus'))[:20]} GPUs; this controller serves "
                                                 f"{topo.num_links} links and {topo.num_gpus} GPUs")
-        if len(frames) != len(COLUMNS):
-            raise ProtocolError("bad_body", f"a telemetry_columns message has {len(COLUMNS)} column frames "
-                                            f"({', '.join(c for c, _ in COLUMNS)}), got {len(frames)}")
+        alpha = body.get("alpha")
+        folded = alpha is not None
+        if folded and (isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0.0 < alpha <= 1.0):
+            raise ProtocolError("bad_body", "a folded batch's 'alpha' is its EWMA factor, a number in (0, 1]")
+        spec = COLUMNS + (COUNT,) if folded else COLUMNS
+        if len(frames) != len(spec):
+            raise ProtocolError("bad_body", f"a telemetry_columns message{' with alpha' if folded else ''} has "
+                                            f"{len(spec)} column frames ({', '.join(c for c, _ in spec)}), "
+                                            f"got {len(frames)}")
         cols = []
-        for frame, (name, dt) in zip(frames, COLUMNS):
+        for frame, (name, dt) in zip(frames, spec):
             if len(frame) != n * dt.itemsize:
                 raise ProtocolError("bad_body", f"column {name!r} has {len(frame)} bytes; {n} samples of "
                                                 f"{dt.itemsize} bytes need {n * dt.itemsize}")
             cols.append(np.frombuffer(frame, dtype=dt))
-        return cls(*cols, links=topo.num_links, gpus=topo.num_gpus)
+        count = cols.pop() if folded else None
+        if count is not None and n and int(count.min()) < 1:
+            raise ProtocolError("bad_body", "a folded row stands for at least one sample ('count' >= 1)")
+        return cls(*cols, links=topo.num_links, gpus=topo.num_gpus, count=count,
+                   alpha=float(alpha) if folded else None)
