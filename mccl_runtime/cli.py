@@ -1,4 +1,4 @@
-"""``mccl controller serve`` and ``mccl loop`` (registered by ``mccl_opt.cli``)."""
+"""``mccl controller serve``, ``mccl controller frontend`` and ``mccl loop`` (registered by ``mccl_opt.cli``)."""
 
 from __future__ import annotations
 
@@ -54,6 +54,20 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--log-level", choices=["warning", "info", "debug"],
                    help="log level of the controller's lines (default warning; overrides -v)")
     s.set_defaults(handler=_serve)
+
+    f = csub.add_parser("frontend", help="a telemetry front end: take a pod's hosts' telemetry, fold it per "
+                                         "interval, send the controller one request (docs/scale.md)")
+    f.add_argument("--topology", required=True, help="the fabric, as given to `serve` (checked against it)")
+    f.add_argument("--upstream", required=True, metavar="ENDPOINT",
+                   help="the controller's request endpoint (any shard's for a sharded controller)")
+    f.add_argument("--bind", default="tcp://127.0.0.1:0",
+                   help="endpoint the hosts send telemetry to; port 0 picks a free one (default %(default)s)")
+    f.add_argument("--key-file", help="shared key (the controller's): check the hosts' messages, sign the forwards")
+    f.add_argument("--interval", type=_finite, default=0.05,
+                   help="seconds between forwarded batches (default %(default)s: the executors' flush)")
+    f.add_argument("--allow-remote", action="store_true", help="allow binding a non-loopback address")
+    f.add_argument("-v", "--verbose", action="count", default=0, help="log at info (-v) or debug (-vv)")
+    f.set_defaults(handler=_frontend)
 
     lp = sub.add_parser("loop", help="closed-loop simulation: gray failure, detection, re-synthesis, swap")
     from .loop_cli import add_arguments
@@ -212,6 +226,37 @@ def _serve(args: argparse.Namespace) -> int:
                         f"({svc.durable.failure or 'see the log'}); the file holds the last state written "
                         "successfully")
     print("controller stopped; state saved" if args.state else "controller stopped", file=sys.stderr)
+    return 0
+
+
+def _frontend(args: argparse.Namespace) -> int:
+    import logging
+    import signal
+    import threading
+
+    from instances.names import resolve_topology
+
+    from .frontend_service import FrontEndService
+    from .protocol import load_key
+
+    logging.basicConfig(stream=sys.stderr, level=logging.WARNING,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("mccl").setLevel(("WARNING", "INFO", "DEBUG")[min(args.verbose, 2)])
+    key = load_key(args.key_file) if args.key_file else None
+    fe = FrontEndService(resolve_topology(args.topology), args.upstream, args.bind, key=key,
+                         interval_s=args.interval, allow_remote=args.allow_remote)
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: fe.stop())
+
+    def announce() -> None:
+        fe.ready.wait()
+        if fe.endpoint is not None:
+            print(f"frontend on {fe.endpoint}, forwarding every {fe.interval_s:g} s to "
+                  f"{', '.join(fe.upstream.endpoints)}", flush=True)
+
+    threading.Thread(target=announce, daemon=True).start()
+    fe.serve_forever()
+    print("frontend stopped", file=sys.stderr)
     return 0
 
 

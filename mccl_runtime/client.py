@@ -79,7 +79,8 @@ class ControllerClient:
             self._sock.close(0)             # drop the late reply with the socket
             self._sock = self._connect()
             raise ProtocolError("timeout", f"no reply from the controller at {self.endpoint} within "
-                                           f"{self.timeout_s} s; is `mccl controller serve` running?")
+                                           f"{self.timeout_s} s; is `mccl controller serve` (or the "
+                                           "telemetry front end, `mccl controller frontend`) running there?")
         msg = decode(self._sock.recv_multipart()[-1], self.key, REPLIES, self.replay)
         return msg, bool(self.key) and self.session.heard(msg.epoch)
 
