@@ -46,9 +46,11 @@ UPSTREAM_TIMEOUT_S = 2.0
 
 class FrontEndService:
     """One telemetry front end (module docstring); ``upstream``: the controller's (or any
-    shard's) request endpoint, whose ``alpha`` the fold uses."""
+    shard's) request endpoint, whose ``alpha`` the fold uses, or a connected client of it
+    (anything with ``clients[0].ping()``, ``endpoints``, ``push_columns`` and ``close``)."""
 
-    def __init__(self, topo: Topology, upstream: str, bind: str = "tcp://127.0.0.1:0", *, key: bytes | None = None,
+    def __init__(self, topo: Topology, upstream: str | ShardedClient, bind: str = "tcp://127.0.0.1:0", *,
+                 key: bytes | None = None,
                  interval_s: float = 0.05, allow_remote: bool = False,
                  upstream_timeout_s: float = UPSTREAM_TIMEOUT_S) -> None:
         if allow_remote and not key:
@@ -60,7 +62,8 @@ class FrontEndService:
         if not 0.001 <= interval_s <= 60.0:
             raise MCCLError(f"--interval must be in [0.001, 60] seconds, got {interval_s:g}")
         self.topo, self.bind, self.interval_s = topo, ephemeral(bind), float(interval_s)
-        self.upstream = ShardedClient(upstream, key, timeout_s=upstream_timeout_s)
+        self.upstream = ShardedClient(upstream, key, timeout_s=upstream_timeout_s) \
+            if isinstance(upstream, str) else upstream
         try:
             info = self.upstream.clients[0].ping()
             self._check_upstream(info)

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from mccl_opt.paths import switch_paths_batch
 from mccl_opt.topology import Topology
 
 from .channels import Channels
@@ -95,20 +96,24 @@ class KeyedChannels:
         return self._ids[pos]
 
     def _learn(self, keys: np.ndarray) -> None:
+        """Register the channels of new keys; the switch paths of new pairs are found at
+        once (:func:`mccl_opt.paths.switch_paths_batch`, the same paths as the JSON
+        samples' :class:`~mccl_runtime.samples.LinkMap`)."""
         gpus, mask = self.topo.gpus, (1 << _SHIFT) - 1
-        new = []
-        for key in keys.tolist():
-            a, b = (key >> _SHIFT) & mask, key & mask
-            if key >> (2 * _SHIFT):                                 # a host reduction over link a
-                cid = self.chan.pair(host_key(b, a), (a,), float(self.chan.capacity[a]))
-            else:
-                try:
-                    links, nominal = self.map.resolve(Sample("pair", gpus[a], gpus[b], 0.0, 0.0))
-                    cid = self.chan.pair((gpus[a], gpus[b]), links, nominal)
-                except RejectedSample:
-                    cid = -1
-            new.append((key, cid))
-        keys = np.concatenate([self._keys, np.array([k for k, _ in new], dtype=np.int64)])
-        ids = np.concatenate([self._ids, np.array([c for _, c in new], dtype=np.int64)])
+        a_all, b_all = (keys >> _SHIFT) & mask, keys & mask
+        pair = (keys >> (2 * _SHIFT)) == 0
+        nodes, cap = self.topo.arrays.gpu_nodes, self.chan.capacity
+        arcs, hops = switch_paths_batch(self.topo, nodes[a_all[pair]], nodes[b_all[pair]])
+        paths = iter(zip(arcs.tolist(), hops.tolist()))
+        ids = []
+        for a, b, is_pair in zip(a_all.tolist(), b_all.tolist(), pair.tolist()):
+            if not is_pair:                                         # a host reduction over link a
+                ids.append(self.chan.pair(host_key(b, a), (a,), float(cap[a])))
+                continue
+            row, n = next(paths)
+            links = tuple(row[:n])
+            ids.append(self.chan.pair((gpus[a], gpus[b]), links, float(cap[list(links)].min())) if n else -1)
+        keys = np.concatenate([self._keys, keys])
+        ids = np.concatenate([self._ids, np.array(ids, dtype=np.int64)])
         order = np.argsort(keys)
         self._keys, self._ids = keys[order], ids[order]
