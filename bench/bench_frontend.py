@@ -108,11 +108,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             cap[fail] /= 8.0
         now = time.time()
         batches = {h: emu.batch(h, cap, now) for h in hosts}
-        req_direct = [to_direct[h].frames(batches[h]) for h in hosts]
-        req_fe = [[to_fe[h].frames(batches[h]) for h in pod] for pod in pods]
-        cpu_direct = _serve(direct, req_direct)
+        cpu_direct = _serve(direct, [to_direct[h].frames(batches[h]) for h in hosts])
         fe_cpu = []
-        for fe, reqs in zip(fes, req_fe):
+        for fe, pod in zip(fes, pods):
+            reqs = [to_fe[h].frames(batches[h]) for h in pod]       # signed just before (the replay window)
             c0 = time.process_time()
             for f in reqs:
                 reply = fe.gate.answer(f, fe._dispatch)

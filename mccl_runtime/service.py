@@ -49,7 +49,7 @@ from .columns import ColumnBatch
 from .decision_log import log_events
 from .durability import DurableState
 from .endpoints import ephemeral, is_loopback
-from .manager import Action, Event, Policy, ScheduleManager, Synthesizer
+from .manager import Event, Policy, ScheduleManager, Synthesizer
 from .pool import SynthesisPool
 from .gate import MAX_ERROR_CHARS, RequestGate
 from .protocol import (MAX_BATCH_SAMPLES, MAX_REQUEST_BYTES, REPLAY_WINDOW_S, SCHEDULE_TOPIC, Message,
@@ -119,7 +119,7 @@ class ControllerService:
         self._must_persist = False                 # a registration not yet written
         self._unsaved: list[tuple[str, list[str]]] = []    # (comm, names) registered, not yet written
         self._decide = False                       # telemetry arrived since the last decision
-        self._unpublished: list[Event] = []        # new versions waiting for their write
+        self._sent: dict[tuple[str, str], int] = {}    # collective -> the last version published
         self.shard: tuple[int, int] | None = None   # (index, count) in a sharded controller
         self.shard_endpoints: list[str] | None = None
         self._resume()
@@ -143,6 +143,7 @@ class ControllerService:
         self.writer.adopt(self.manager, state)
         self.protocol_errors.update(state["protocol_errors"])
         self.durable.adopt(self.manager)
+        self._sent = {c.key: c.version for c in self.manager.collectives()}   # published before the restart
         self.resumed = True
         log.info("resumed from %s: %s", self.state_path, ", ".join(
             f"{c.comm}/{c.name} v{c.version}" for c in self.manager.collectives()) or "no collectives")
@@ -238,7 +239,7 @@ class ControllerService:
         else:
             events = self._guarded("collecting re-syntheses", lambda: self.manager.poll(now)) or []
         log_events(log, events, self.manager)
-        self._publish(pub, events)
+        self._publish(pub)
         if self._must_persist or (self._dirty_since is not None and self.durable.due()
                                   and self.clock() - self._dirty_since >= self.persist_interval_s):
             self.persist()
@@ -251,8 +252,9 @@ class ControllerService:
         if failed:
             for comm, names in self._unsaved:
                 self.manager.unregister(comm, names)
-            undone = {(comm, n) for comm, names in self._unsaved for n in names}
-            self._unpublished = [e for e in self._unpublished if (e.comm, e.name) not in undone]
+            for comm, names in self._unsaved:
+                for n in names:
+                    self._sent.pop((comm, n), None)
             self._must_persist = False
         self._unsaved = []
         for frames, acknowledges in held:
@@ -361,22 +363,25 @@ class ControllerService:
         self._unsaved.append((comm, [c.name for c in colls]))
         return [c.name for c in colls]
 
-    def _publish(self, pub: Any, events: list[Event]) -> None:
+    def _publish(self, pub: Any) -> None:
         """Write the state, then send the new versions (never the other way round: a
         version someone saw must survive a crash).  If the write fails, the versions
         wait (not served either) and both are retried (read-only mode: every
-        ``WRITE_RETRY_S``)."""
-        self._unpublished += [e for e in events if e.action is Action.PUBLISHED]
-        if not self._unpublished or not self.durable.due() or not self.persist():
+        ``WRITE_RETRY_S``).  What is new is every collective whose version is above the
+        last one published, not the turn's events: a version the manager applied is
+        published even if the work that reported it failed afterwards (a decision that
+        raised after collecting a finished job), so ``list`` never shows a version the
+        publisher has not sent."""
+        fresh = [c for c in self.manager.collectives() if c.version > self._sent.get(c.key, 0)]
+        if not fresh or not self.durable.due() or not self.persist():
             return
-        for key in dict.fromkeys((e.comm, e.name) for e in self._unpublished):
-            coll = self.manager.get(*key)
+        for coll in fresh:
             version, schedule = self.durable.served(coll)       # its latest version, the one written
             body = {"comm": coll.comm, "name": coll.name, "version": version, "schedule": schedule.to_dict()}
             self._pub_seq += 1
             pub.send_multipart([SCHEDULE_TOPIC, encode("schedule", body, self.key, epoch=self.epoch,
                                                        seq=self._pub_seq)])
-        self._unpublished = []
+            self._sent[coll.key] = version
 
 
 def _field(body: dict[str, Any], name: str) -> str:
