@@ -100,6 +100,8 @@ class Channels:
         """EWMA of each channel's samples in order (sorted by channel, time, arrival);
         ``w``: samples per row of a folded batch (module docstring; default one each).
         Returns ``(applied, stale)`` counted in samples."""
+        if not len(c):
+            return 0, 0
         chans, group, fresh = self.split(c, t)
         y, t, group = y[fresh], t[fresh], group[fresh]
         n = np.bincount(group, minlength=len(chans))

@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any
+from typing import Any, Callable
 
 from mccl_opt.errors import MCCLError
 from mccl_opt.topology import Topology
@@ -52,7 +52,7 @@ class FrontEndService:
     def __init__(self, topo: Topology, upstream: str | ShardedClient, bind: str = "tcp://127.0.0.1:0", *,
                  key: bytes | None = None,
                  interval_s: float = 0.05, allow_remote: bool = False,
-                 upstream_timeout_s: float = UPSTREAM_TIMEOUT_S) -> None:
+                 upstream_timeout_s: float = UPSTREAM_TIMEOUT_S, clock: Callable[[], float] = time.time) -> None:
         if allow_remote and not key:
             raise MCCLError("--allow-remote needs a --key-file: without a key anyone who can reach the "
                             "port could inject telemetry")
@@ -70,7 +70,7 @@ class FrontEndService:
         except Exception:
             self.upstream.close()
             raise
-        self.fold = FrontEndFold(topo, float(info["alpha"]))
+        self.fold = FrontEndFold(topo, float(info["alpha"]), clock=clock)   # clock: "now" of the checks
         self.gate = RequestGate(key, max_request_bytes=MAX_REQUEST_BYTES, log=log)
         self.forwarded = {"intervals": 0, "rows": 0, "samples": 0, "failures": 0}
         self.upstream_error: str | None = None

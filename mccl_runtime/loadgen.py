@@ -186,18 +186,25 @@ def _as_json(topo: Topology, batch: ColumnBatch) -> list[dict[str, Any]]:
 def run_emulators(topo: Topology, endpoints: list[str], *, procs: int = 2, level: str = "link",
                   group: int = 64, reduce: bool = True, noise: float = 0.02, flush_s: float = 0.05,
                   duration_s: float = 5.0, failures: Sequence[Failure] = (), binary: bool = True,
-                  key: bytes | None = None, start: float | None = None, groups: str = "ranks") -> tuple[int, int]:
+                  key: bytes | None = None, start: float | None = None, groups: str = "ranks",
+                  pods: bool = False) -> tuple[int, int]:
     """Send a fabric's telemetry from ``procs`` processes (hosts split evenly) to every
-    endpoint in ``endpoints`` for ``duration_s``; ``(samples sent, accepted)``."""
+    endpoint in ``endpoints`` for ``duration_s``; ``(samples sent, accepted)``.  With
+    ``pods`` process ``i`` sends consecutive hosts to ``endpoints[i]`` only (a pod's
+    telemetry front end; ``procs`` is then the number of endpoints)."""
     nhosts = int(host_of(topo).max()) + 1
     opts = {"level": level, "group": group, "reduce": reduce, "noise": noise, "flush_s": flush_s,
             "duration_s": duration_s, "binary": binary, "groups": groups}
     ctx = multiprocessing.get_context("spawn")
     out = ctx.Queue()
     start = time.time() + 3.0 if start is None else start
-    workers = [ctx.Process(target=_emulate, args=(topo.to_dict(), endpoints, key, list(range(i, nhosts, procs)),
-                                                  opts, list(failures), start, out), daemon=True)
-               for i in range(procs)]
+    if pods:
+        procs = len(endpoints)
+        share = [(list(range(i * nhosts // procs, (i + 1) * nhosts // procs)), [endpoints[i]]) for i in range(procs)]
+    else:
+        share = [(list(range(i, nhosts, procs)), endpoints) for i in range(procs)]
+    workers = [ctx.Process(target=_emulate, args=(topo.to_dict(), eps, key, hosts, opts, list(failures), start, out),
+                           daemon=True) for hosts, eps in share]
     for w in workers:
         w.start()
     results = [out.get(timeout=duration_s + 120.0) for _ in workers]

@@ -223,3 +223,24 @@ def test_a_dead_front_end_is_a_clear_error_for_hosts_and_nothing_for_the_control
             assert direct.ping()["topology"] == TOPO.name
             assert direct.push_telemetry(_fail2(time.time(), "s0h1g1", "s0tor1"))["accepted"] == 2
         assert svc.store.accepted == 4 and not svc.protocol_errors and not svc.internal_errors
+
+
+def test_emulator_processes_through_front_ends_reach_the_controller():
+    """The load generator's hosts in two pods, each sending to its pod's front end: the
+    controller receives folded requests only, takes every sample, and acts on the failure."""
+    from mccl_runtime.loadgen import Failure, run_emulators
+
+    fail = Failure(0.3, (TOPO.link_index("s0h0g0", "s0tor0"), TOPO.link_index("s0tor0", "s0h0g0")), 50.0)
+    with Server() as svc, FrontEnd(svc.endpoint) as fe0, FrontEnd(svc.endpoint) as fe1:
+        svc.register("world", "ag", "allgather", now=0.0)
+        sent, accepted = run_emulators(TOPO, [fe0.endpoint, fe1.endpoint], pods=True, duration_s=1.5,
+                                       failures=[fail], noise=0.0)
+        deadline = time.monotonic() + 10.0
+        while svc.manager.get("world", "ag").version < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert svc.manager.get("world", "ag").version == 2
+        time.sleep(0.2)                                   # the last interval forwarded
+    assert accepted == sent and fe0.forwarded["samples"] > 0 and fe1.forwarded["samples"] > 0
+    assert svc.requests["telemetry_columns"] >= 2 and not svc.requests["telemetry"]
+    assert fe0.forwarded["samples"] + fe1.forwarded["samples"] == svc.store.accepted == sent
+    assert svc.store.measured()[list(fail.links)].tolist() == [50.0, 50.0]
