@@ -13,7 +13,7 @@ timers.  After the timed flushes a Fail2 (both directions of the first GPU's NIC
 1/8) is sent for ``--fail-flushes`` flushes; the two controllers' ``M`` are compared.
 
     python bench/bench_frontend.py --shape 20x64x8 --level link --flushes 5
-    python bench/bench_frontend.py --shape 20x64x8 --level pair --groups rails --flushes 3
+    python bench/bench_frontend.py --shape 20x64x8 --level pair --groups rails --flushes 3 [--maxima]
 """
 
 from __future__ import annotations
@@ -115,7 +115,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     direct, via = _controller(), _controller()
     pods = [hosts[i:i + args.hosts_per_frontend] for i in range(0, len(hosts), args.hosts_per_frontend)]
     ups = [_Upstream(via, i) for i in range(len(pods))]
-    fes = [FrontEndService(TOPO, up, key=KEY, interval_s=FLUSH_S, clock=CLOCK) for up in ups]
+    fes = [FrontEndService(TOPO, up, key=KEY, interval_s=FLUSH_S, clock=CLOCK, reporter=i if args.maxima else None)
+           for i, up in enumerate(ups)]
     to_direct = {h: _Sender(direct.epoch, f"{h + 1:032x}") for h in hosts}
     to_fe = {h: _Sender(fes[i].gate.epoch, f"{h + 1:032x}") for i, pod in enumerate(pods) for h in pod}
     cap = np.array(TOPO.arrays.capacity, dtype=float)
@@ -147,7 +148,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     m_direct, m_via = direct.store.measured(), via.store.measured()
     med = {key: statistics.median(v) for key, v in rows.items()}
     return {"gpus": TOPO.num_gpus, "links": TOPO.num_links, "level": args.level, "groups": args.groups,
-            "reduced": args.reduce, "hosts": len(hosts),
+            "reduced": args.reduce, "maxima": args.maxima, "hosts": len(hosts),
             "front ends": len(fes), "samples/flush": int(med["samples"]),
             "direct requests/flush": len(hosts), "via requests/flush": len(fes),
             "forwarded rows/flush": int(rows["forwarded"][-1] - rows["forwarded"][-2]) if len(rows["forwarded"]) > 1
@@ -172,6 +173,7 @@ def main() -> None:
                     help="pair level: groups of 64 consecutive ranks (HPN: 14 peers with a switch path) "
                          "or of one rail's GPUs of 64 hosts (63 peers)")
     ap.add_argument("--reduce", action="store_true", help="pair level: host-side reduction")
+    ap.add_argument("--maxima", action="store_true", help="front ends forward pair channels as link maxima (--id)")
     ap.add_argument("--hosts-per-frontend", type=int, default=64)
     ap.add_argument("--flushes", type=int, default=5)
     ap.add_argument("--fail-flushes", type=int, default=3)

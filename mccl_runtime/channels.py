@@ -134,18 +134,28 @@ class Channels:
         value = self.value if value is None else value
         L = self.num_links
         m = self.capacity.copy()
-        if self._entry_channel:
-            ch, link = self._sorted_incidence()
-            vals = np.where(np.isfinite(self.t[ch]), value[ch], -math.inf)
-            starts = np.flatnonzero(np.r_[True, link[1:] != link[:-1]])
-            best = np.maximum.reduceat(vals, starts)
-            seen = np.isfinite(best)
-            m[link[starts[seen]]] = best[seen]
+        links, best = self.keyed_max(value)
+        m[links] = best
         direct = np.isfinite(self.t[:L])
         m[direct] = value[:L][direct]
         return m
 
-    def _sorted_incidence(self) -> tuple[np.ndarray, np.ndarray]:
+    def keyed_max(self, value: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """``(links, largest)``: each link crossed by a pair (or host, or max) channel that
+        has a sample, and the largest such channel's value (``value`` replaces theirs)."""
+        value = self.value if value is None else value
+        if not self._entry_channel:
+            return np.zeros(0, dtype=np.int64), np.zeros(0)
+        ch, link = self.incidence()
+        vals = np.where(np.isfinite(self.t[ch]), value[ch], -math.inf)
+        starts = np.flatnonzero(np.r_[True, link[1:] != link[:-1]])
+        best = np.maximum.reduceat(vals, starts)
+        seen = np.isfinite(best)
+        return link[starts[seen]], best[seen]
+
+    def incidence(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(channel, link)`` of every keyed channel's link, sorted by link (built once per
+        new channel)."""
         if self._incidence is None:
             ch = np.asarray(self._entry_channel, dtype=np.int64)
             link = np.asarray(self._entry_link, dtype=np.int64)

@@ -65,6 +65,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     f.add_argument("--key-file", help="shared key (the controller's): check the hosts' messages, sign the forwards")
     f.add_argument("--interval", type=_finite, default=0.05,
                    help="seconds between forwarded batches (default %(default)s: the executors' flush)")
+    f.add_argument("--id", type=int, metavar="N",
+                   help="this front end's id, in [0, 2^30) and the same after a restart: forward pair telemetry "
+                        "as one maximum per link instead of one row per pair (the same M; docs/scale.md)")
     f.add_argument("--allow-remote", action="store_true", help="allow binding a non-loopback address")
     f.add_argument("-v", "--verbose", action="count", default=0, help="log at info (-v) or debug (-vv)")
     f.set_defaults(handler=_frontend)
@@ -244,7 +247,7 @@ def _frontend(args: argparse.Namespace) -> int:
     logging.getLogger("mccl").setLevel(("WARNING", "INFO", "DEBUG")[min(args.verbose, 2)])
     key = load_key(args.key_file) if args.key_file else None
     fe = FrontEndService(resolve_topology(args.topology), args.upstream, args.bind, key=key,
-                         interval_s=args.interval, allow_remote=args.allow_remote)
+                         interval_s=args.interval, allow_remote=args.allow_remote, reporter=args.id)
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: fe.stop())
 

@@ -9,9 +9,10 @@ columns of fixed-size numbers, sent as ZeroMQ frames after a signed header
 ========  =======  ==============================================================
 column    dtype    meaning per sample
 ========  =======  ==============================================================
-``kind``  ``u1``   0 ``link``, 1 ``pair``, 2 ``gpu``, 3 ``host`` (a host's reduction)
-``a``     ``<i4``  link: link index; pair/gpu: GPU rank (source); host: link index
-``b``     ``<i4``  link: 0; pair: destination GPU rank; gpu: 0 out / 1 in; host: reporter
+``kind``  ``u1``   0 ``link``, 1 ``pair``, 2 ``gpu``, 3 ``host`` (a host's reduction),
+                   4 ``max`` (a front end's largest pair estimate over a link)
+``a``     ``<i4``  link: link index; pair/gpu: GPU rank (source); host, max: link index
+``b``     ``<i4``  link: 0; pair: destination GPU rank; gpu: 0 out / 1 in; host, max: reporter
 ``gbps``  ``<f8``  throughput, Gbps
 ``t``     ``<f8``  sample time, seconds on the controller's clock
 ========  =======  ==============================================================
@@ -21,7 +22,10 @@ sender and controller must load the same fabric: the header names its link and G
 and a batch for another fabric is refused.  A ``host`` sample is the largest ``pair``
 value a host received over one link in a flush (:mod:`mccl_runtime.host_reduce`); the
 controller keeps one channel per (reporter, link), and ``M`` takes the largest over them
-as it does over pairs.
+as it does over pairs.  A ``max`` row is a front end's (:mod:`mccl_runtime.frontend`): the
+largest current estimate of the pair and host channels it folds that cross the link; the
+controller keeps it as one channel per (front end, link) whose value the next row replaces
+(reporters below 2^30).
 
 A *folded* batch (a telemetry front end's, :mod:`mccl_runtime.frontend`) has a sixth
 column ``count`` (``<u4``): row ``i`` stands for ``count[i]`` samples of one channel folded
@@ -40,14 +44,16 @@ from mccl_opt.topology import Topology
 
 from .protocol import ProtocolError
 
-__all__ = ["ColumnBatch", "COLUMNS", "COUNT", "KIND_CODES", "MAX_COLUMN_SAMPLES"]
+__all__ = ["ColumnBatch", "COLUMNS", "COUNT", "KIND_CODES", "MAX_COLUMN_SAMPLES", "MAX_REPORTER"]
 
 #: the columns in frame order, with their wire dtypes
 COLUMNS = (("kind", np.dtype("u1")), ("a", np.dtype("<i4")), ("b", np.dtype("<i4")),
            ("gbps", np.dtype("<f8")), ("t", np.dtype("<f8")))
 #: the sixth column of a folded batch: samples per row
 COUNT = ("count", np.dtype("<u4"))
-KIND_CODES = {"link": 0, "pair": 1, "gpu": 2, "host": 3}
+KIND_CODES = {"link": 0, "pair": 1, "gpu": 2, "host": 3, "max": 4}
+#: reporter ids of ``host`` and ``max`` rows are below this
+MAX_REPORTER = 1 << 30
 #: samples per binary request (a column frame stays under the request size limit)
 MAX_COLUMN_SAMPLES = 1 << 16
 

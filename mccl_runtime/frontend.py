@@ -17,6 +17,19 @@ folds as ``n`` samples (:meth:`~mccl_runtime.channels.Channels.fold_ewma`): ``M`
 decision are those of the samples sent directly, to rounding (tested).  A channel must get
 its samples through one front end (the hosts of a pod do); the change-point estimator
 needs every sample and is not folded (the front end refuses to start against it).
+
+**Link maxima** (``reporter`` given): ``M`` of a link without a direct channel is the
+largest estimate of the pair (and host-reduction) channels crossing it.  Every pair channel
+is folded by exactly one front end, with the controller's EWMA from the same nominal start,
+so its estimate here *is* the controller's; the front end then forwards, for each link
+crossed by a channel that got samples, one ``max`` row (:mod:`mccl_runtime.columns`): the
+largest estimate over its channels crossing that link.  The controller keeps one channel
+per (front end, link), replaced by each row, and takes the largest over front ends: the
+largest over all pair channels, the same ``M`` exactly, with one row per link instead of
+one per pair (63 peers of 64 hosts: ~32,000 pairs, a few thousand links).  Direct channels
+are still folded rows.  The id must stay the same across a front end's restarts (its
+channels would otherwise stay at the controller with their last values); a restarted front
+end starts its pair estimates from nominal again.
 """
 
 from __future__ import annotations
@@ -28,7 +41,7 @@ import numpy as np
 from mccl_opt.errors import InputError
 from mccl_opt.topology import Topology
 
-from .columns import KIND_CODES, ColumnBatch
+from .columns import KIND_CODES, MAX_REPORTER, ColumnBatch
 from .samples import IngestReport
 from .telemetry import MeasurementStore
 
@@ -36,9 +49,13 @@ __all__ = ["FrontEndFold"]
 
 
 class FrontEndFold:
-    """One front end's checks and fold (module docstring); ``alpha``: the controller's."""
+    """One front end's checks and fold (module docstring); ``alpha``: the controller's;
+    ``reporter``: forward pair and host channels as link maxima under this id."""
 
-    def __init__(self, topo: Topology, alpha: float, **store_options: Any) -> None:
+    def __init__(self, topo: Topology, alpha: float, reporter: int | None = None, **store_options: Any) -> None:
+        if reporter is not None and not 0 <= reporter < MAX_REPORTER:
+            raise InputError(f"a front end's id is in [0, 2^30), got {reporter}")
+        self.reporter = reporter
         self.store = MeasurementStore(topo, alpha=alpha, **store_options)
         self.keep = 1.0 - self.store.alpha
         self._base = self.store.chan.value.copy()
@@ -73,15 +90,36 @@ class FrontEndFold:
         (empty if none), and a new interval started."""
         chan = self.store.chan
         touched = np.flatnonzero(chan.folds[:chan.count] > 0)
-        n = chan.folds[touched]
+        keyed = touched[touched >= chan.num_links] if self.reporter is not None else touched[:0]
+        folded = touched[touched < chan.num_links] if self.reporter is not None else touched
+        n = chan.folds[folded]
         decay = self.keep ** n
-        gbps = (chan.value[touched] - decay * self._base[touched]) / (1.0 - decay)
-        wire = self._wire_keys(touched)
-        batch = ColumnBatch.build(self.store.topo, wire[:, 0], wire[:, 1], wire[:, 2], gbps, chan.t[touched])
+        gbps = (chan.value[folded] - decay * self._base[folded]) / (1.0 - decay)
+        wire = self._wire_keys(folded)
+        links, best, t = self._maxima(keyed)
+        batch = ColumnBatch.build(self.store.topo, np.r_[wire[:, 0], np.full(len(links), KIND_CODES["max"])],
+                                  np.r_[wire[:, 1], links], np.r_[wire[:, 2], np.full(len(links), self.reporter or 0)],
+                                  np.r_[gbps, best], np.r_[chan.t[folded], t])
         chan.folds[touched] = 0
         self._base[touched] = chan.value[touched]
         return ColumnBatch(batch.kind, batch.a, batch.b, batch.gbps, batch.t, links=batch.links, gpus=batch.gpus,
-                           count=n.astype(np.uint32), alpha=self.store.alpha)
+                           count=np.r_[n, np.ones(len(links), dtype=np.int64)].astype(np.uint32),
+                           alpha=self.store.alpha)
+
+    def _maxima(self, keyed: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """For each link crossed by a channel of ``keyed`` (pair or host channels that got
+        samples): the largest estimate over all this front end's keyed channels crossing
+        it, and the latest sample time of those in ``keyed``."""
+        if not len(keyed):
+            return np.zeros(0, dtype=np.int64), np.zeros(0), np.zeros(0)
+        chan = self.store.chan
+        ch, link = chan.incidence()
+        hit = np.isin(ch, keyed)
+        links = np.unique(link[hit])
+        t = np.full(len(links), -np.inf)
+        np.maximum.at(t, np.searchsorted(links, link[hit]), chan.t[ch[hit]])
+        all_links, best = chan.keyed_max()
+        return links, best[np.searchsorted(all_links, links)], t
 
     def _wire_keys(self, cids: np.ndarray) -> np.ndarray:
         """``(kind, a, b)`` naming each channel in a binary batch: a link (a ``gpu``

@@ -47,12 +47,15 @@ UPSTREAM_TIMEOUT_S = 2.0
 class FrontEndService:
     """One telemetry front end (module docstring); ``upstream``: the controller's (or any
     shard's) request endpoint, whose ``alpha`` the fold uses, or a connected client of it
-    (anything with ``clients[0].ping()``, ``endpoints``, ``push_columns`` and ``close``)."""
+    (anything with ``clients[0].ping()``, ``endpoints``, ``push_columns`` and ``close``);
+    ``reporter``: this front end's stable id, to forward pair channels as link maxima
+    (:class:`~mccl_runtime.frontend.FrontEndFold`)."""
 
     def __init__(self, topo: Topology, upstream: str | ShardedClient, bind: str = "tcp://127.0.0.1:0", *,
                  key: bytes | None = None,
                  interval_s: float = 0.05, allow_remote: bool = False,
-                 upstream_timeout_s: float = UPSTREAM_TIMEOUT_S, clock: Callable[[], float] = time.time) -> None:
+                 upstream_timeout_s: float = UPSTREAM_TIMEOUT_S, clock: Callable[[], float] = time.time,
+                 reporter: int | None = None) -> None:
         if allow_remote and not key:
             raise MCCLError("--allow-remote needs a --key-file: without a key anyone who can reach the "
                             "port could inject telemetry")
@@ -70,7 +73,8 @@ class FrontEndService:
         except Exception:
             self.upstream.close()
             raise
-        self.fold = FrontEndFold(topo, float(info["alpha"]), clock=clock)   # clock: "now" of the checks
+        # clock: "now" of the checks; reporter: forward pair channels as link maxima under this id
+        self.fold = FrontEndFold(topo, float(info["alpha"]), reporter, clock=clock)
         self.gate = RequestGate(key, max_request_bytes=MAX_REQUEST_BYTES, log=log)
         self.forwarded = {"intervals": 0, "rows": 0, "samples": 0, "failures": 0}
         self.upstream_error: str | None = None

@@ -20,7 +20,7 @@ from mccl_opt.errors import InputError
 from mccl_opt.paths import switch_paths_batch
 from mccl_opt.topology import Topology
 
-from .columns import KIND_CODES, ColumnBatch
+from .columns import KIND_CODES, MAX_REPORTER, ColumnBatch
 
 __all__ = ["HostReducer", "PairPaths"]
 
@@ -65,8 +65,8 @@ class HostReducer:
     between the hosts of one emulator), computed once per pair."""
 
     def __init__(self, topo: Topology, reporter: int, paths: PairPaths | None = None) -> None:
-        if not 0 <= reporter < 1 << 31:
-            raise InputError(f"a reporter id is in [0, 2^31), got {reporter}")
+        if not 0 <= reporter < MAX_REPORTER:
+            raise InputError(f"a reporter id is in [0, 2^30), got {reporter}")
         self.topo, self.reporter = topo, int(reporter)
         self.paths = paths or PairPaths(topo)
 

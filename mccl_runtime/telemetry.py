@@ -52,7 +52,7 @@ from mccl_opt.errors import TelemetryError
 from mccl_opt.topology import Topology
 
 from .channels import Channels, paired_cables, reverse_links
-from .columns import ColumnBatch
+from .columns import KIND_CODES, ColumnBatch
 from .keyed import KeyedChannels
 from .telemetry_state import restore_store, store_to_dict
 from .level import LevelParams, LevelTracker, fold_levels
@@ -161,12 +161,31 @@ class MeasurementStore:
         nan = ~malformed & ~(np.isfinite(y) & np.isfinite(t))
         negative = ~malformed & ~nan & (y < 0)
         unknown = ~malformed & ~nan & ~negative & (c < 0)
-        keep = np.flatnonzero(~(malformed | nan | negative | unknown))
+        good = ~(malformed | nan | negative | unknown)
+        is_max = np.asarray(batch.kind) == KIND_CODES["max"]
+        keep = np.flatnonzero(good & ~is_max)
+        c_max, y_max, t_max, rejected_max, _ = self._screen(*(x[good & is_max] for x in (c, y, t)), now)
         c, y, t, rejected, w = self._screen(c[keep], y[keep], t[keep], now, None if w is None else w[keep])
         weigh = (lambda m: int(m.sum())) if batch.count is None else (lambda m: int(batch.count[m].sum()))
         rejected.update(malformed=weigh(malformed), nan=weigh(nan), negative=weigh(negative),
                         unknown_link=weigh(unknown))
-        return self._apply(c, y, t, rejected, w)
+        rejected.update(rejected_max)
+        replaced = self._replace(c_max, y_max, t_max)
+        report = self._apply(c, y, t, rejected, w)
+        self.accepted += replaced
+        return IngestReport(report.accepted + replaced, report.rejected)
+
+    def _replace(self, c: np.ndarray, y: np.ndarray, t: np.ndarray) -> int:
+        """A front end's ``max`` rows: each replaces its channel's value (the front end
+        folded the samples; its rows arrive in order, the last one of a channel wins)."""
+        if not len(c):
+            return 0
+        last = np.unique(c[::-1], return_index=True)[1]
+        rows = len(c) - 1 - last
+        self.chan.value[c[rows]] = y[rows]
+        self.chan.t[c[rows]] = np.maximum(self.chan.t[c[rows]], t[rows])
+        self._measured = None
+        return len(c)
 
     def _apply(self, c: np.ndarray, y: np.ndarray, t: np.ndarray, rejected: Counter,
                w: np.ndarray | None = None) -> IngestReport:

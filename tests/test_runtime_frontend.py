@@ -50,16 +50,18 @@ def _ingest(store, kind, payload, now):
     return store.ingest(payload, now) if kind == "json" else store.ingest_columns(payload, now)
 
 
-def test_folding_at_the_front_end_gives_the_controllers_state_and_decisions():
+@pytest.mark.parametrize("maxima", [False, True], ids=["folded", "link-maxima"])
+def test_folding_at_the_front_end_gives_the_controllers_state_and_decisions(maxima):
     """One timeline (Fail2 from 1 s, cleared at 3 s, a second failure from 5 s) to a
     controller directly and through a front end forwarding one folded batch per interval:
     every report at the host, every channel (value and time), M, the counters and every
-    manager event (the versions published) are the same."""
-    runs = []
+    manager event (the versions published) are the same.  Forwarding pair channels as link
+    maxima: M exactly and every event the same, with fewer rows than pairs."""
+    runs, rows = [], []
     for via_front_end in (False, True):
         rng = np.random.default_rng(11)
         store = MeasurementStore(TOPO, alpha=ALPHA)
-        fe = FrontEndFold(TOPO, ALPHA) if via_front_end else None
+        fe = FrontEndFold(TOPO, ALPHA, reporter=5 if maxima else None) if via_front_end else None
         mgr = ScheduleManager(store, PruningSynth(), Policy(gamma=0.1, min_dwell_s=0.0))
         mgr.register("world", "ag", "allgather")
         reports, events, ms = [], [], []
@@ -69,6 +71,7 @@ def test_folding_at_the_front_end_gives_the_controllers_state_and_decisions():
             if fe:
                 folded = fe.interval()
                 assert len(np.unique(np.c_[folded.kind, folded.a, folded.b], axis=0)) == len(folded)  # a row per channel
+                rows.append((int((folded.kind == 1).sum()), int((folded.kind == 4).sum())))
                 store.ingest_columns(folded, now)
             ms.append(store.measured().copy())
             evs = mgr.step(now) + mgr.poll(now, wait_s=5.0)
@@ -77,11 +80,21 @@ def test_folding_at_the_front_end_gives_the_controllers_state_and_decisions():
         runs.append({"reports": reports, "events": events, "m": np.array(ms), "accepted": store.accepted,
                      "value": chan.value[:chan.count].copy(), "t": chan.t[:chan.count].copy(),
                      "keys": list(chan.pair_key), "counters": (fe.store if fe else store).counters(),
-                     "schedules": [(c.version, c.schedule.to_dict()) for c in mgr.collectives()]})
+                     "schedules": [(c.version, c.schedule.to_dict()) for c in mgr.collectives()], "store": store})
         mgr.close()
     direct, via = runs
     assert direct["reports"] == via["reports"] and direct["counters"] == via["counters"]
     assert direct["events"] == via["events"] and direct["schedules"] == via["schedules"]
+    if maxima:                                     # links measured by pairs only: M exactly
+        pairs_only = ~np.isfinite(direct["t"][:TOPO.num_links])
+        assert pairs_only.any() and np.array_equal(via["m"][:, pairs_only], direct["m"][:, pairs_only])
+        np.testing.assert_allclose(via["m"], direct["m"], rtol=1e-12)
+        restored = MeasurementStore(TOPO, alpha=ALPHA)                 # the front ends' channels in the state file
+        restored.restore(via["store"].to_dict())
+        assert np.array_equal(restored.measured(), via["store"].measured())
+        assert {h["kind"] for h in via["store"].to_dict()["hosts"]} == {"max"}
+        assert all(n_pair == 0 and 0 < n_max <= TOPO.num_links for n_pair, n_max in rows)   # a row per link
+        return
     assert direct["keys"] == via["keys"] and np.array_equal(direct["t"], via["t"])
     np.testing.assert_allclose(via["value"], direct["value"], rtol=1e-12)
     np.testing.assert_allclose(via["m"], direct["m"], rtol=1e-12)
