@@ -30,7 +30,7 @@ import numpy as np
 from instances import hpn
 from mccl_runtime.columns import ColumnBatch
 from mccl_runtime.frontend_service import FrontEndService
-from mccl_runtime.loadgen import FabricEmulator, host_of
+from mccl_runtime.loadgen import FabricEmulator
 from mccl_runtime.protocol import REPLIES, Message, decode, encode_frames
 from mccl_runtime.service import ControllerService
 
