@@ -67,10 +67,10 @@ class FrontEndFold:
         return self._fresh(lambda: self.store.ingest(samples, now))
 
     def ingest_columns(self, batch: ColumnBatch, now: float | None = None) -> IngestReport:
-        """A host's binary batch (``telemetry_columns``); a folded batch is refused (a
-        front end takes hosts' samples, not another front end's rows)."""
-        if batch.count is not None:
-            raise InputError("a front end takes hosts' samples; send folded batches to the controller")
+        """A host's binary batch (``telemetry_columns``); a folded batch or ``max`` rows are
+        refused (a front end takes hosts' samples, not another front end's rows)."""
+        if batch.count is not None or (np.asarray(batch.kind) == KIND_CODES["max"]).any():
+            raise InputError("a front end takes hosts' samples; send folded batches and max rows to the controller")
         return self._fresh(lambda: self.store.ingest_columns(batch, now))
 
     def _fresh(self, ingest: Any) -> IngestReport:

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import zmq
 
-from mccl_opt.errors import TelemetryError
+from mccl_opt.errors import InputError, TelemetryError
 from mccl_runtime.client import ControllerClient
 from mccl_runtime.columns import ColumnBatch
 from mccl_runtime.frontend import FrontEndFold
@@ -118,6 +118,8 @@ def test_a_folded_row_is_the_ewma_of_its_samples_not_the_last_one():
     expected = (1 - ALPHA) * ((1 - ALPHA) * nominal + ALPHA * 10.0) + ALPHA * 30.0
     assert store.measured()[a] == pytest.approx(expected, rel=1e-12)
     assert store.chan.t[a] == 2.0 and store.accepted == 2 and not len(fe.interval())
+    with pytest.raises(InputError, match="max rows"):                 # another front end's rows
+        fe.ingest_columns(ColumnBatch.build(TOPO, [4], [a], [3], [100.0], [3.0]))
     with pytest.raises(TelemetryError, match="alpha"):               # another alpha: refused, not misread
         MeasurementStore(TOPO, alpha=0.25).ingest_columns(batch, now=2.0)
 
