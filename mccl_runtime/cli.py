@@ -48,6 +48,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--shards", type=int, default=1,
                    help="run N controller processes, each serving the communicators hashed to it "
                         "(ports --bind+I, state files STATE.shardI; docs/scale.md)")
+    s.add_argument("--frontends", type=int, default=0, metavar="N",
+                   help="also start N telemetry front ends (`mccl controller frontend` processes forwarding "
+                        "to this controller; hosts send telemetry to them; docs/scale.md)")
+    s.add_argument("--frontend-bind", default="tcp://127.0.0.1:0", metavar="ENDPOINT",
+                   help="front end I binds this endpoint's port + I (port 0: a free port each; default %(default)s)")
+    s.add_argument("--frontend-maxima", action="store_true",
+                   help="the front ends send pair telemetry as link maxima (their --id is their index)")
     s.add_argument("--allow-remote", action="store_true", help="allow binding a non-loopback address")
     s.add_argument("-v", "--verbose", action="count", default=0,
                    help="log one line per decision on stderr (-v: info; -vv: debug, adds telemetry ingest)")
@@ -215,13 +222,19 @@ def _serve(args: argparse.Namespace) -> int:
             svc.register(comm, name, kind, now=0.0, gpus=members.get(comm))
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: svc.stop())
+    frontends: list = []                     # started once the controller answers (--frontends)
     if getattr(args, "shard_conn", None) is not None:
         from .shards import announce_shard
 
         threading.Thread(target=announce_shard, args=(svc, args.shard_conn), daemon=True).start()
     else:
-        threading.Thread(target=_announce, args=(svc,), daemon=True).start()
-    svc.serve_forever()
+        threading.Thread(target=_announce, args=(svc, args, frontends), daemon=True).start()
+    try:
+        svc.serve_forever()
+    finally:
+        from .frontends import stop_frontends
+
+        stop_frontends(frontends)
     if args.state and not svc.final_write_ok:
         from mccl_opt.errors import MCCLError
 
@@ -273,17 +286,33 @@ def _check_serve_flags(args: argparse.Namespace) -> None:
         from .ray_pool import parse_synthesis
 
         parse_synthesis(args.synthesis)
+    from .frontends import MAX_FRONTENDS
+
+    if not 0 <= args.frontends <= MAX_FRONTENDS:
+        raise MCCLError(f"--frontends must be in [0, {MAX_FRONTENDS}], got {str(args.frontends)[:40]}")
     if not 1 <= args.shards <= 64:
         raise MCCLError(f"--shards must be in [1, 64], got {str(args.shards)[:40]}")
     if not 0 <= args.workers <= MAX_WORKERS:
         raise MCCLError(f"--workers must be in [0, {MAX_WORKERS}], got {str(args.workers)[:40]}")
 
 
-def _announce(svc) -> None:
+def _announce(svc, args: argparse.Namespace, frontends: list) -> None:
+    """Print the controller's endpoints once bound, then start its front ends (a front
+    end that does not start stops the controller)."""
     svc.ready.wait()
     if svc.endpoint is not None:            # None: binding failed, the error follows
         print(f"controller on {svc.endpoint} (publisher {svc.pub_endpoint}), topology {svc.store.topo.name}"
               f"{', resumed from state' if svc.resumed else ''}", flush=True)
+        if args.frontends:
+            from mccl_opt.errors import MCCLError
+
+            from .frontends import start_frontends
+
+            try:
+                frontends.extend(start_frontends(args, svc.endpoint))
+            except MCCLError as exc:
+                print(f"error: {exc}", file=sys.stderr, flush=True)
+                svc.stop()
 
 
 def _loop(args: argparse.Namespace) -> int:

@@ -259,3 +259,41 @@ def test_emulator_processes_through_front_ends_reach_the_controller():
     assert svc.requests["telemetry_columns"] >= 2 and not svc.requests["telemetry"]
     assert fe0.forwarded["samples"] + fe1.forwarded["samples"] == svc.store.accepted == sent
     assert svc.store.measured()[list(fail.links)].tolist() == [50.0, 50.0]
+
+
+def test_serve_starts_its_front_ends_and_stops_them():
+    """`mccl controller serve --frontends 2`: two front end processes announced, each takes
+    a host's telemetry and forwards it to the controller; SIGTERM stops all three."""
+    proc = subprocess.Popen([sys.executable, "-m", "mccl_opt.cli", "controller", "serve", "--topology", TOPO.name,
+                             "--bind", "tcp://127.0.0.1:0", "--alpha", "1", "--frontends", "2"],
+                            stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": os.getcwd()})
+    try:
+        lines = [proc.stdout.readline() for _ in range(3)]
+        assert lines[0].startswith("controller on tcp://"), lines
+        controller = lines[0].split()[2]
+        ends = [line.split()[3] for line in lines[1:]]
+        assert [line.split()[:2] for line in lines[1:]] == [["frontend", "0"], ["frontend", "1"]]
+        for i, ep in enumerate(ends):
+            with ControllerClient(ep, timeout_s=10.0) as host:
+                assert host.ping()["upstream"] == [controller]
+                gpu, tor = (("s0h0g0", "s0tor0"), ("s0h1g1", "s0tor1"))[i]
+                assert host.push_telemetry(_fail2(time.time(), gpu, tor))["accepted"] == 2
+        with ControllerClient(controller, timeout_s=10.0) as admin:
+            deadline = time.monotonic() + 10.0
+            while admin.stats()["telemetry"]["accepted"] < 4 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            stats = admin.stats()
+        assert stats["telemetry"]["accepted"] == 4 and stats["requests"]["telemetry_columns"] == 2
+        children = [int(line) for line in subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True,
+                                                         text=True).stdout.split()]
+        assert len(children) == 2
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30.0) == 0
+        for pid in children:
+            with pytest.raises(ProcessLookupError):
+                os.kill(pid, 0)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10.0)
+        proc.stdout.close()
