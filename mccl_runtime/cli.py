@@ -226,14 +226,16 @@ def _serve(args: argparse.Namespace) -> int:
     if getattr(args, "shard_conn", None) is not None:
         from .shards import announce_shard
 
-        threading.Thread(target=announce_shard, args=(svc, args.shard_conn), daemon=True).start()
+        announcer = threading.Thread(target=announce_shard, args=(svc, args.shard_conn), daemon=True)
     else:
-        threading.Thread(target=_announce, args=(svc, args, frontends), daemon=True).start()
+        announcer = threading.Thread(target=_announce, args=(svc, args, frontends), daemon=True)
+    announcer.start()
     try:
         svc.serve_forever()
     finally:
         from .frontends import stop_frontends
 
+        announcer.join(60.0)                 # a front end still starting is then in the list
         stop_frontends(frontends)
     if args.state and not svc.final_write_ok:
         from mccl_opt.errors import MCCLError
