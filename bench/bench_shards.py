@@ -41,7 +41,8 @@ def run(topo, topo_path: Path, comms: dict[str, list[str]], shards: int, healthy
            "--bind", "tcp://127.0.0.1:0", "--alpha", "1", "--dwell", "0", "--shards", str(shards)]
     for comm, gpus in comms.items():
         cmd += [f"--collective={comm}/ag:allgather", f"--members={comm}={','.join(gpus)}"]
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+    log = tempfile.TemporaryFile("w+")                      # the shards' warnings and errors
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=log, text=True,
                             env={**os.environ, "PYTHONPATH": str(ROOT)})
     try:
         line = ""
@@ -81,16 +82,22 @@ def run(topo, topo_path: Path, comms: dict[str, list[str]], shards: int, healthy
                     published[c["comm"]] = (time.time(), version, sched.rate_gbps)
             time.sleep(max(0.0, now + 0.05 - time.time()))
         rows = {c["comm"]: c["version"] for c in cli.list()}
+        missed = sorted(c for c, v in rows.items() if v >= 2 and c not in published)
+        errors = [cli_.stats()["internal_errors"] for cli_ in cli.clients]
         for s in subs:
             s.close()
         cli.close()
     finally:
         proc.terminate()
         proc.wait(30)
+        log.seek(0)
+        stderr = log.read()
+        log.close()
     times = sorted(t for t, _, _ in published.values())
     return {"shards": shards, "versions": rows, "rates": {c: round(r, 6) for c, (_, _, r) in published.items()},
             "first_s": times[0] - t_fail if times else None, "last_s": times[-1] - t_fail if times else None,
-            "push_ms": 1e3 * float(np.median(flush_cpu))}
+            "push_ms": 1e3 * float(np.median(flush_cpu)), "missed": missed, "internal_errors": errors,
+            "stderr": stderr[-2000:] if missed or any(errors) else ""}
 
 
 def main() -> None:
@@ -119,6 +126,9 @@ def main() -> None:
     same = all(r["versions"] == results[0]["versions"] and r["rates"] == results[0]["rates"] for r in results)
     print(f"same versions and rates in every run: {same}")
     for r in results:
+        if r["missed"] or any(r["internal_errors"]) or r["stderr"]:
+            print(f"{r['shards']} shard(s): at version 2 in `list` but not seen in time: {r['missed']}; "
+                  f"internal errors per shard {r['internal_errors']}; the shards' log:\n{r['stderr']}")
         print(f"{r['shards']} shard(s), new versions' rates (Gbps): "
               + ", ".join(f"{c} {v:g}" for c, v in sorted(r["rates"].items())))
 

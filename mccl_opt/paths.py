@@ -22,10 +22,12 @@ import weakref
 from types import MappingProxyType
 from typing import Mapping, Sequence
 
+import numpy as np
+
 from .errors import TopologyError
 from .topology import Topology
 
-__all__ = ["switch_paths_from", "switch_path", "path_nodes"]
+__all__ = ["switch_paths_from", "switch_path", "switch_paths_batch", "path_nodes"]
 
 # id(topology) -> source node -> (pred arc of every reached node, arc paths to GPUs)
 _Tree = tuple[dict[int, int], Mapping[int, tuple[int, ...]]]
@@ -109,3 +111,85 @@ def path_nodes(topo: Topology, arcs: Sequence[int]) -> tuple[str, ...]:
     """Node ids visited by a non-empty arc path (source first)."""
     arr, nodes = topo.arrays, topo.nodes
     return (nodes[int(arr.tail[arcs[0]])].id, *(nodes[int(arr.head[a])].id for a in arcs))
+
+
+def switch_paths_batch(topo: Topology, src: Sequence[int], dst: Sequence[int],
+                       chunk: int = 64) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`switch_path` of many node pairs at once, in arrays: ``(arcs, hops)``, row ``i``
+    the path ``src[i] -> dst[i]`` in ``arcs[i, :hops[i]]`` (-1 after it; ``hops[i] == 0``
+    where there is no switch-only path, or ``src[i] == dst[i]``).
+
+    The same choice as the search above, layer by layer over ``chunk`` sources at a time:
+    a node reached first at hop ``h`` keeps, among the arcs reaching it at that hop, the one
+    of the lowest total latency, then of the predecessor popped first by the heap (lowest
+    latency, then node index), then the first in CSR order; a chunk's search stops once
+    its destinations are reached.  A load generator's group pairs of a 10,240-GPU fabric
+    take seconds instead of the per-source searches' minutes."""
+    src = np.asarray(src, dtype=np.int64)
+    dst = np.asarray(dst, dtype=np.int64)
+    arcs = np.full((len(src), 1), -1, dtype=np.int64)
+    hops = np.zeros(len(src), dtype=np.int64)
+    sources = np.unique(src)
+    for lo in range(0, len(sources), chunk):
+        mine = sources[lo:lo + chunk]
+        rows = np.flatnonzero(np.isin(src, mine))
+        j = np.searchsorted(mine, src[rows])
+        pred = _layers(topo, mine, j, dst[rows])
+        found, width = _unwind_batch(topo, pred, j, src[rows], dst[rows])
+        if found.shape[1] > arcs.shape[1]:
+            arcs = np.pad(arcs, ((0, 0), (0, found.shape[1] - arcs.shape[1])), constant_values=-1)
+        arcs[rows, :found.shape[1]] = found
+        hops[rows] = width
+    return arcs, hops
+
+
+def _layers(topo: Topology, sources: np.ndarray, j: np.ndarray, dst: np.ndarray) -> np.ndarray:
+    """``pred[s, v]``: the arc into node ``v`` on the search from ``sources[s]`` (-1: not
+    reached), layer by layer until every ``(j, dst)`` is reached or nothing is left."""
+    arr = topo.arrays
+    pred = np.full((len(sources), topo.num_nodes), -1, dtype=np.int64)
+    seen = np.zeros(pred.shape, dtype=bool)
+    seen[np.arange(len(sources)), sources] = True
+    f_j, f_u, f_lat = np.arange(len(sources)), sources.copy(), np.zeros(len(sources))
+    while len(f_u) and not seen[j, dst].all():
+        grow = (f_u == sources[f_j]) | arr.is_switch[f_u]
+        f_j, f_u, f_lat = f_j[grow], f_u[grow], f_lat[grow]
+        start, count = arr.out_start[f_u], arr.out_start[f_u + 1] - arr.out_start[f_u]
+        owner = np.repeat(np.arange(len(f_u)), count)
+        k = np.repeat(start - np.cumsum(count) + count, count) + np.arange(int(count.sum()))
+        a = arr.out_arcs[k].astype(np.int64)
+        v = arr.head[a].astype(np.int64)
+        new = ~seen[f_j[owner], v]
+        owner, a, v, k = owner[new], a[new], v[new], k[new]
+        lat_u = f_lat[owner]
+        lat = lat_u + arr.latency[a]
+        s = f_j[owner]
+        order = np.lexsort((k, f_u[owner], lat_u, lat, v, s))       # per node: best key, then heap order
+        if len(order):
+            order = order[np.r_[True, (s[order][1:] != s[order][:-1]) | (v[order][1:] != v[order][:-1])]]
+        pred[s[order], v[order]] = a[order]
+        seen[s[order], v[order]] = True
+        f_j, f_u, f_lat = s[order], v[order], lat[order]
+    return pred
+
+
+def _unwind_batch(topo: Topology, pred: np.ndarray, j: np.ndarray,
+                  src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each pair's arcs (source first) from the predecessor table; hops 0 if unreached."""
+    tail = topo.arrays.tail
+    reached = (pred[j, dst] >= 0) & (src != dst)
+    back: list[np.ndarray] = []
+    cur = np.where(reached, dst, src)
+    while (live := cur != src).any():
+        a = np.where(live, pred[j, cur], -1)
+        back.append(a)
+        cur = np.where(live, tail[np.maximum(a, 0)], cur)
+    if not back:
+        return np.full((len(src), 1), -1, dtype=np.int64), np.zeros(len(src), dtype=np.int64)
+    steps = np.stack(back, axis=1)                       # destination first
+    width = (steps >= 0).sum(axis=1)
+    out = np.full(steps.shape, -1, dtype=np.int64)
+    for h in range(steps.shape[1]):                      # reverse each row's valid prefix
+        ok = width > h
+        out[ok, h] = steps[ok, width[ok] - 1 - h]
+    return out, width

@@ -8,7 +8,11 @@ the nominal capacity, the paper's startup probing) and the time of its last samp
 
 :meth:`Channels.fold_ewma` applies a batch of samples, already sorted by channel, time and
 arrival, with the EWMA ``v <- (1-a) v + a y`` of each channel's samples in time order
-(``(1-a)^n v + sum_k a (1-a)^(n-1-k) y_k``); the change-point estimator's batch fold is
+(``(1-a)^n v + sum_k a (1-a)^(n-1-k) y_k``); a row of a front end's folded batch
+(:mod:`mccl_runtime.columns`) that stands for ``w`` samples weighs ``1 - (1-a)^w`` and
+decays the channel by ``(1-a)^w``, so folding ``n`` samples at a front end and their one
+row here gives the same value (``folds`` counts the samples folded into each channel,
+what a front end forwards as the row's weight).  The change-point estimator's batch fold is
 :func:`mccl_runtime.level.fold_levels`.  :meth:`Channels.measured` builds ``M`` with the
 rule of docs/runtime.md ("Telemetry"): the direct channel, else the largest pair channel
 crossing the link, else nominal.  Everything is numpy over channels; Python runs per
@@ -39,6 +43,7 @@ class Channels:
         self.t = np.full(size, -math.inf)
         self.nominal = np.empty(size)
         self.nominal[:self.num_links] = self.capacity
+        self.folds = np.zeros(size, dtype=np.int64)
         self.count = self.num_links
         self.pair_id: dict[tuple[str, str], int] = {}          # pair -> channel id
         self.pair_key: list[tuple[str, str]] = []              # channel id - num_links -> pair
@@ -59,6 +64,7 @@ class Channels:
             self.value = np.concatenate([self.value, np.empty(grow)])
             self.t = np.concatenate([self.t, np.full(grow, -math.inf)])
             self.nominal = np.concatenate([self.nominal, np.empty(grow)])
+            self.folds = np.concatenate([self.folds, np.zeros(grow, dtype=np.int64)])
         self.value[cid] = self.nominal[cid] = nominal
         self.t[cid] = -math.inf
         self.count += 1
@@ -89,20 +95,36 @@ class Channels:
         group = np.repeat(np.arange(len(chans)), np.diff(np.append(first, len(c))))
         return chans, group, t >= self.t[chans][group]
 
-    def fold_ewma(self, c: np.ndarray, y: np.ndarray, t: np.ndarray, alpha: float) -> tuple[int, int]:
+    def fold_ewma(self, c: np.ndarray, y: np.ndarray, t: np.ndarray, alpha: float,
+                  w: np.ndarray | None = None) -> tuple[int, int]:
         """EWMA of each channel's samples in order (sorted by channel, time, arrival);
-        returns ``(applied, stale)``."""
+        ``w``: samples per row of a folded batch (module docstring; default one each).
+        Returns ``(applied, stale)`` counted in samples."""
+        if not len(c):
+            return 0, 0
         chans, group, fresh = self.split(c, t)
         y, t, group = y[fresh], t[fresh], group[fresh]
         n = np.bincount(group, minlength=len(chans))
         end = np.cumsum(n)
         keep = 1.0 - alpha
-        decay = keep ** (end[group] - 1 - np.arange(len(y)))
-        v = keep ** n * self.value[chans] + np.bincount(group, weights=alpha * decay * y, minlength=len(chans))
+        if w is None:
+            weight = n
+            decay = keep ** (end[group] - 1 - np.arange(len(y)))
+            gain = alpha
+        else:
+            w_all, w = w.astype(np.int64), w[fresh].astype(np.int64)
+            cum = np.cumsum(w)
+            weight = np.bincount(group, weights=w, minlength=len(chans)).astype(np.int64)
+            decay = keep ** (cum[end[group] - 1] - cum)            # samples after each row in its channel
+            gain = 1.0 - keep ** w
+        v = keep ** weight * self.value[chans] + np.bincount(group, weights=gain * decay * y, minlength=len(chans))
         hit = n > 0
         self.value[chans[hit]] = v[hit]
         self.t[chans[hit]] = t[end[hit] - 1]
-        return len(y), int(len(fresh) - len(y))
+        self.folds[chans[hit]] += weight[hit]
+        if w is None:
+            return len(y), int(len(fresh) - len(y))
+        return int(w.sum()), int(w_all.sum() - w.sum())
 
     # ------------------------------------------------------------------ outputs
     def measured(self, value: np.ndarray | None = None) -> np.ndarray:
@@ -112,18 +134,28 @@ class Channels:
         value = self.value if value is None else value
         L = self.num_links
         m = self.capacity.copy()
-        if self._entry_channel:
-            ch, link = self._sorted_incidence()
-            vals = np.where(np.isfinite(self.t[ch]), value[ch], -math.inf)
-            starts = np.flatnonzero(np.r_[True, link[1:] != link[:-1]])
-            best = np.maximum.reduceat(vals, starts)
-            seen = np.isfinite(best)
-            m[link[starts[seen]]] = best[seen]
+        links, best = self.keyed_max(value)
+        m[links] = best
         direct = np.isfinite(self.t[:L])
         m[direct] = value[:L][direct]
         return m
 
-    def _sorted_incidence(self) -> tuple[np.ndarray, np.ndarray]:
+    def keyed_max(self, value: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """``(links, largest)``: each link crossed by a pair (or host, or max) channel that
+        has a sample, and the largest such channel's value (``value`` replaces theirs)."""
+        value = self.value if value is None else value
+        if not self._entry_channel:
+            return np.zeros(0, dtype=np.int64), np.zeros(0)
+        ch, link = self.incidence()
+        vals = np.where(np.isfinite(self.t[ch]), value[ch], -math.inf)
+        starts = np.flatnonzero(np.r_[True, link[1:] != link[:-1]])
+        best = np.maximum.reduceat(vals, starts)
+        seen = np.isfinite(best)
+        return link[starts[seen]], best[seen]
+
+    def incidence(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(channel, link)`` of every keyed channel's link, sorted by link (built once per
+        new channel)."""
         if self._incidence is None:
             ch = np.asarray(self._entry_channel, dtype=np.int64)
             link = np.asarray(self._entry_link, dtype=np.int64)

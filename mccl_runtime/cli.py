@@ -1,4 +1,4 @@
-"""``mccl controller serve`` and ``mccl loop`` (registered by ``mccl_opt.cli``)."""
+"""``mccl controller serve``, ``mccl controller frontend`` and ``mccl loop`` (registered by ``mccl_opt.cli``)."""
 
 from __future__ import annotations
 
@@ -51,12 +51,36 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--shards", type=int, default=1,
                    help="run N controller processes, each serving the communicators hashed to it "
                         "(ports --bind+I, state files STATE.shardI; docs/scale.md)")
+    s.add_argument("--frontends", type=int, default=0, metavar="N",
+                   help="also start N telemetry front ends (`mccl controller frontend` processes forwarding "
+                        "to this controller; hosts send telemetry to them; docs/scale.md)")
+    s.add_argument("--frontend-bind", default="tcp://127.0.0.1:0", metavar="ENDPOINT",
+                   help="front end I binds this endpoint's port + I (port 0: a free port each; default %(default)s)")
+    s.add_argument("--frontend-maxima", action="store_true",
+                   help="the front ends send pair telemetry as link maxima (their --id is their index)")
     s.add_argument("--allow-remote", action="store_true", help="allow binding a non-loopback address")
     s.add_argument("-v", "--verbose", action="count", default=0,
                    help="log one line per decision on stderr (-v: info; -vv: debug, adds telemetry ingest)")
     s.add_argument("--log-level", choices=["warning", "info", "debug"],
                    help="log level of the controller's lines (default warning; overrides -v)")
     s.set_defaults(handler=_serve)
+
+    f = csub.add_parser("frontend", help="a telemetry front end: take a pod's hosts' telemetry, fold it per "
+                                         "interval, send the controller one request (docs/scale.md)")
+    f.add_argument("--topology", required=True, help="the fabric, as given to `serve` (checked against it)")
+    f.add_argument("--upstream", required=True, metavar="ENDPOINT",
+                   help="the controller's request endpoint (any shard's for a sharded controller)")
+    f.add_argument("--bind", default="tcp://127.0.0.1:0",
+                   help="endpoint the hosts send telemetry to; port 0 picks a free one (default %(default)s)")
+    f.add_argument("--key-file", help="shared key (the controller's): check the hosts' messages, sign the forwards")
+    f.add_argument("--interval", type=_finite, default=0.05,
+                   help="seconds between forwarded batches (default %(default)s: the executors' flush)")
+    f.add_argument("--id", type=int, metavar="N",
+                   help="this front end's id, in [0, 2^30) and the same after a restart: forward pair telemetry "
+                        "as one maximum per link instead of one row per pair (the same M; docs/scale.md)")
+    f.add_argument("--allow-remote", action="store_true", help="allow binding a non-loopback address")
+    f.add_argument("-v", "--verbose", action="count", default=0, help="log at info (-v) or debug (-vv)")
+    f.set_defaults(handler=_frontend)
 
     lp = sub.add_parser("loop", help="closed-loop simulation: gray failure, detection, re-synthesis, swap")
     from .loop_cli import add_arguments
@@ -201,13 +225,21 @@ def _serve(args: argparse.Namespace) -> int:
             svc.register(comm, name, kind, now=0.0, gpus=members.get(comm))
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: svc.stop())
+    frontends: list = []                     # started once the controller answers (--frontends)
     if getattr(args, "shard_conn", None) is not None:
         from .shards import announce_shard
 
-        threading.Thread(target=announce_shard, args=(svc, args.shard_conn), daemon=True).start()
+        announcer = threading.Thread(target=announce_shard, args=(svc, args.shard_conn), daemon=True)
     else:
-        threading.Thread(target=_announce, args=(svc,), daemon=True).start()
-    svc.serve_forever()
+        announcer = threading.Thread(target=_announce, args=(svc, args, frontends), daemon=True)
+    announcer.start()
+    try:
+        svc.serve_forever()
+    finally:
+        from .frontends import stop_frontends
+
+        announcer.join(60.0)                 # a front end still starting is then in the list
+        stop_frontends(frontends)
     if args.state and not svc.final_write_ok:
         from mccl_opt.errors import MCCLError
 
@@ -215,6 +247,37 @@ def _serve(args: argparse.Namespace) -> int:
                         f"({svc.durable.failure or 'see the log'}); the file holds the last state written "
                         "successfully")
     print("controller stopped; state saved" if args.state else "controller stopped", file=sys.stderr)
+    return 0
+
+
+def _frontend(args: argparse.Namespace) -> int:
+    import logging
+    import signal
+    import threading
+
+    from instances.names import resolve_topology
+
+    from .frontend_service import FrontEndService
+    from .protocol import load_key
+
+    logging.basicConfig(stream=sys.stderr, level=logging.WARNING,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("mccl").setLevel(("WARNING", "INFO", "DEBUG")[min(args.verbose, 2)])
+    key = load_key(args.key_file) if args.key_file else None
+    fe = FrontEndService(resolve_topology(args.topology), args.upstream, args.bind, key=key,
+                         interval_s=args.interval, allow_remote=args.allow_remote, reporter=args.id)
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: fe.stop())
+
+    def announce() -> None:
+        fe.ready.wait()
+        if fe.endpoint is not None:
+            print(f"frontend on {fe.endpoint}, forwarding every {fe.interval_s:g} s to "
+                  f"{', '.join(fe.upstream.endpoints)}", flush=True)
+
+    threading.Thread(target=announce, daemon=True).start()
+    fe.serve_forever()
+    print("frontend stopped", file=sys.stderr)
     return 0
 
 
@@ -228,17 +291,33 @@ def _check_serve_flags(args: argparse.Namespace) -> None:
         from .ray_pool import parse_synthesis
 
         parse_synthesis(args.synthesis)
+    from .frontends import MAX_FRONTENDS
+
+    if not 0 <= args.frontends <= MAX_FRONTENDS:
+        raise MCCLError(f"--frontends must be in [0, {MAX_FRONTENDS}], got {str(args.frontends)[:40]}")
     if not 1 <= args.shards <= 64:
         raise MCCLError(f"--shards must be in [1, 64], got {str(args.shards)[:40]}")
     if not 0 <= args.workers <= MAX_WORKERS:
         raise MCCLError(f"--workers must be in [0, {MAX_WORKERS}], got {str(args.workers)[:40]}")
 
 
-def _announce(svc) -> None:
+def _announce(svc, args: argparse.Namespace, frontends: list) -> None:
+    """Print the controller's endpoints once bound, then start its front ends (a front
+    end that does not start stops the controller)."""
     svc.ready.wait()
     if svc.endpoint is not None:            # None: binding failed, the error follows
         print(f"controller on {svc.endpoint} (publisher {svc.pub_endpoint}), topology {svc.store.topo.name}"
               f"{', resumed from state' if svc.resumed else ''}", flush=True)
+        if args.frontends:
+            from mccl_opt.errors import MCCLError
+
+            from .frontends import start_frontends
+
+            try:
+                frontends.extend(start_frontends(args, svc.endpoint))
+            except MCCLError as exc:
+                print(f"error: {exc}", file=sys.stderr, flush=True)
+                svc.stop()
 
 
 def _loop(args: argparse.Namespace) -> int:

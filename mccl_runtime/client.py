@@ -14,7 +14,7 @@ from typing import Any, Iterable
 from mccl_opt.errors import MCCLError
 from mccl_opt.schedule import Schedule
 
-from .columns import COLUMNS, MAX_COLUMN_SAMPLES, ColumnBatch
+from .columns import MAX_COLUMN_SAMPLES, ColumnBatch
 from .protocol import (MAX_BATCH_SAMPLES, MAX_MESSAGE_BYTES, MUTATING, REPLIES, SCHEDULE_TOPIC, Message,
                        ProtocolError, ReplayGuard, Session, decode, encode, encode_frames)
 
@@ -79,7 +79,8 @@ class ControllerClient:
             self._sock.close(0)             # drop the late reply with the socket
             self._sock = self._connect()
             raise ProtocolError("timeout", f"no reply from the controller at {self.endpoint} within "
-                                           f"{self.timeout_s} s; is `mccl controller serve` running?")
+                                           f"{self.timeout_s} s; is `mccl controller serve` (or the "
+                                           "telemetry front end, `mccl controller frontend`) running there?")
         msg = decode(self._sock.recv_multipart()[-1], self.key, REPLIES, self.replay)
         return msg, bool(self.key) and self.session.heard(msg.epoch)
 
@@ -115,9 +116,7 @@ class ControllerClient:
         ``MAX_COLUMN_SAMPLES`` samples); the reply summed like :meth:`push_telemetry`'s."""
         accepted, rejected = 0, Counter()
         for lo in range(0, max(len(batch), 1), MAX_COLUMN_SAMPLES):
-            part = batch if len(batch) <= MAX_COLUMN_SAMPLES else ColumnBatch(
-                *(getattr(batch, name)[lo:lo + MAX_COLUMN_SAMPLES] for name, _ in COLUMNS),
-                links=batch.links, gpus=batch.gpus)
+            part = batch if len(batch) <= MAX_COLUMN_SAMPLES else batch.rows(lo, lo + MAX_COLUMN_SAMPLES)
             body = self._retry_busy("telemetry_columns", *part.to_frames())
             accepted += int(body.get("accepted", 0))
             rejected.update({str(k): int(v) for k, v in dict(body.get("rejected", {})).items()})

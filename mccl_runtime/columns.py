@@ -9,9 +9,10 @@ columns of fixed-size numbers, sent as ZeroMQ frames after a signed header
 ========  =======  ==============================================================
 column    dtype    meaning per sample
 ========  =======  ==============================================================
-``kind``  ``u1``   0 ``link``, 1 ``pair``, 2 ``gpu``, 3 ``host`` (a host's reduction)
-``a``     ``<i4``  link: link index; pair/gpu: GPU rank (source); host: link index
-``b``     ``<i4``  link: 0; pair: destination GPU rank; gpu: 0 out / 1 in; host: reporter
+``kind``  ``u1``   0 ``link``, 1 ``pair``, 2 ``gpu``, 3 ``host`` (a host's reduction),
+                   4 ``max`` (a front end's largest pair estimate over a link)
+``a``     ``<i4``  link: link index; pair/gpu: GPU rank (source); host, max: link index
+``b``     ``<i4``  link: 0; pair: destination GPU rank; gpu: 0 out / 1 in; host, max: reporter
 ``gbps``  ``<f8``  throughput, Gbps
 ``t``     ``<f8``  sample time, seconds on the controller's clock
 ========  =======  ==============================================================
@@ -21,7 +22,15 @@ sender and controller must load the same fabric: the header names its link and G
 and a batch for another fabric is refused.  A ``host`` sample is the largest ``pair``
 value a host received over one link in a flush (:mod:`mccl_runtime.host_reduce`); the
 controller keeps one channel per (reporter, link), and ``M`` takes the largest over them
-as it does over pairs.
+as it does over pairs.  A ``max`` row is a front end's (:mod:`mccl_runtime.frontend`): the
+largest current estimate of the pair and host channels it folds that cross the link; the
+controller keeps it as one channel per (front end, link) whose value the next row replaces
+(reporters below 2^30).
+
+A *folded* batch (a telemetry front end's, :mod:`mccl_runtime.frontend`) has a sixth
+column ``count`` (``<u4``): row ``i`` stands for ``count[i]`` samples of one channel folded
+with the EWMA factor ``alpha`` named in the header, ``gbps`` their equivalent value
+(``v <- (1-alpha)^count v + (1 - (1-alpha)^count) gbps`` is the fold of the samples).
 """
 
 from __future__ import annotations
@@ -35,12 +44,16 @@ from mccl_opt.topology import Topology
 
 from .protocol import ProtocolError
 
-__all__ = ["ColumnBatch", "COLUMNS", "KIND_CODES", "MAX_COLUMN_SAMPLES"]
+__all__ = ["ColumnBatch", "COLUMNS", "COUNT", "KIND_CODES", "MAX_COLUMN_SAMPLES", "MAX_REPORTER"]
 
 #: the columns in frame order, with their wire dtypes
 COLUMNS = (("kind", np.dtype("u1")), ("a", np.dtype("<i4")), ("b", np.dtype("<i4")),
            ("gbps", np.dtype("<f8")), ("t", np.dtype("<f8")))
-KIND_CODES = {"link": 0, "pair": 1, "gpu": 2, "host": 3}
+#: the sixth column of a folded batch: samples per row
+COUNT = ("count", np.dtype("<u4"))
+KIND_CODES = {"link": 0, "pair": 1, "gpu": 2, "host": 3, "max": 4}
+#: reporter ids of ``host`` and ``max`` rows are below this
+MAX_REPORTER = 1 << 30
 #: samples per binary request (a column frame stays under the request size limit)
 MAX_COLUMN_SAMPLES = 1 << 16
 
@@ -48,7 +61,8 @@ MAX_COLUMN_SAMPLES = 1 << 16
 @dataclass(frozen=True)
 class ColumnBatch:
     """One batch of samples as columns (module docstring); ``links``/``gpus``: the
-    fabric's link and GPU counts the indices refer to."""
+    fabric's link and GPU counts the indices refer to; ``count`` and ``alpha``: a folded
+    batch's samples per row and EWMA factor (``None`` for raw samples)."""
 
     kind: np.ndarray
     a: np.ndarray
@@ -57,6 +71,8 @@ class ColumnBatch:
     t: np.ndarray
     links: int
     gpus: int
+    count: np.ndarray | None = None
+    alpha: float | None = None
 
     def __len__(self) -> int:
         return len(self.kind)
@@ -94,10 +110,19 @@ class ColumnBatch:
         cols = list(zip(*rows)) if rows else [(), (), (), (), ()]
         return cls.build(topo, *cols)
 
+    def rows(self, lo: int, hi: int) -> "ColumnBatch":
+        """Rows ``lo:hi`` (views)."""
+        return ColumnBatch(*(getattr(self, name)[lo:hi] for name, _ in COLUMNS), links=self.links, gpus=self.gpus,
+                           count=None if self.count is None else self.count[lo:hi], alpha=self.alpha)
+
     def to_frames(self) -> tuple[dict[str, Any], tuple[bytes, ...]]:
-        """The header body and the column frames."""
-        return ({"n": len(self), "links": self.links, "gpus": self.gpus},
-                tuple(getattr(self, name).tobytes() for name, _ in COLUMNS))
+        """The header body and the column frames (six for a folded batch)."""
+        body: dict[str, Any] = {"n": len(self), "links": self.links, "gpus": self.gpus}
+        frames = tuple(getattr(self, name).tobytes() for name, _ in COLUMNS)
+        if self.count is not None:
+            body["alpha"] = self.alpha
+            frames += (np.ascontiguousarray(self.count, dtype=COUNT[1]).tobytes(),)
+        return body, frames
 
     @classmethod
     def from_frames(cls, body: Mapping[str, Any], frames: tuple[bytes, ...], topo: Topology) -> "ColumnBatch":
@@ -113,13 +138,23 @@ class ColumnBatch:
             raise ProtocolError("wrong_fabric", f"the batch indexes a fabric of {str(body.get('links'))[:20]} links "
                                                 f"and {str(body.get('gpus'))[:20]} GPUs; this controller serves "
                                                 f"{topo.num_links} links and {topo.num_gpus} GPUs")
-        if len(frames) != len(COLUMNS):
-            raise ProtocolError("bad_body", f"a telemetry_columns message has {len(COLUMNS)} column frames "
-                                            f"({', '.join(c for c, _ in COLUMNS)}), got {len(frames)}")
+        alpha = body.get("alpha")
+        folded = alpha is not None
+        if folded and (isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0.0 < alpha <= 1.0):
+            raise ProtocolError("bad_body", "a folded batch's 'alpha' is its EWMA factor, a number in (0, 1]")
+        spec = COLUMNS + (COUNT,) if folded else COLUMNS
+        if len(frames) != len(spec):
+            raise ProtocolError("bad_body", f"a telemetry_columns message{' with alpha' if folded else ''} has "
+                                            f"{len(spec)} column frames ({', '.join(c for c, _ in spec)}), "
+                                            f"got {len(frames)}")
         cols = []
-        for frame, (name, dt) in zip(frames, COLUMNS):
+        for frame, (name, dt) in zip(frames, spec):
             if len(frame) != n * dt.itemsize:
                 raise ProtocolError("bad_body", f"column {name!r} has {len(frame)} bytes; {n} samples of "
                                                 f"{dt.itemsize} bytes need {n * dt.itemsize}")
             cols.append(np.frombuffer(frame, dtype=dt))
-        return cls(*cols, links=topo.num_links, gpus=topo.num_gpus)
+        count = cols.pop() if folded else None
+        if count is not None and n and int(count.min()) < 1:
+            raise ProtocolError("bad_body", "a folded row stands for at least one sample ('count' >= 1)")
+        return cls(*cols, links=topo.num_links, gpus=topo.num_gpus, count=count,
+                   alpha=float(alpha) if folded else None)

@@ -17,35 +17,58 @@ from __future__ import annotations
 import numpy as np
 
 from mccl_opt.errors import InputError
+from mccl_opt.paths import switch_paths_batch
 from mccl_opt.topology import Topology
 
-from .columns import KIND_CODES, ColumnBatch
-from .samples import LinkMap, RejectedSample, Sample
+from .columns import KIND_CODES, MAX_REPORTER, ColumnBatch
 
-__all__ = ["HostReducer"]
+__all__ = ["HostReducer", "PairPaths"]
+
+_SHIFT = 31
+
+
+class PairPaths:
+    """The switch paths of GPU pairs by rank (:func:`mccl_opt.paths.switch_paths_batch`,
+    the controller's pair channels' links), computed a batch at once and kept: ``of``
+    returns ``(arcs, hops)`` rows as that function does."""
+
+    def __init__(self, topo: Topology) -> None:
+        self.topo = topo
+        self._keys = np.zeros(0, dtype=np.int64)
+        self._arcs = np.zeros((0, 1), dtype=np.int64)
+        self._hops = np.zeros(0, dtype=np.int64)
+
+    def of(self, a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        key = np.asarray(a, dtype=np.int64) << _SHIFT | np.asarray(b, dtype=np.int64)
+        pos = np.searchsorted(self._keys, key)
+        known = pos < len(self._keys)
+        known[known] = self._keys[pos[known]] == key[known]
+        if not known.all():
+            self._learn(np.unique(key[~known]))
+            pos = np.searchsorted(self._keys, key)
+        return self._arcs[pos], self._hops[pos]
+
+    def _learn(self, keys: np.ndarray) -> None:
+        nodes = self.topo.arrays.gpu_nodes
+        arcs, hops = switch_paths_batch(self.topo, nodes[keys >> _SHIFT], nodes[keys & ((1 << _SHIFT) - 1)])
+        width = max(arcs.shape[1], self._arcs.shape[1])
+        pad = lambda x: np.pad(x, ((0, 0), (0, width - x.shape[1])), constant_values=-1)
+        all_keys = np.concatenate([self._keys, keys])
+        order = np.argsort(all_keys)
+        self._keys = all_keys[order]
+        self._arcs = np.concatenate([pad(self._arcs), pad(arcs)])[order]
+        self._hops = np.concatenate([self._hops, hops])[order]
 
 
 class HostReducer:
-    """One host's reduction (module docstring); the switch path of each pair is resolved
-    once and kept."""
+    """One host's reduction (module docstring); pair paths come from ``paths`` (shared
+    between the hosts of one emulator), computed once per pair."""
 
-    def __init__(self, topo: Topology, reporter: int) -> None:
-        if not 0 <= reporter < 1 << 31:
-            raise InputError(f"a reporter id is in [0, 2^31), got {reporter}")
+    def __init__(self, topo: Topology, reporter: int, paths: PairPaths | None = None) -> None:
+        if not 0 <= reporter < MAX_REPORTER:
+            raise InputError(f"a reporter id is in [0, 2^30), got {reporter}")
         self.topo, self.reporter = topo, int(reporter)
-        self._map = LinkMap(topo)
-        self._paths: dict[tuple[int, int], tuple[int, ...]] = {}
-
-    def _path(self, a: int, b: int) -> tuple[int, ...]:
-        path = self._paths.get((a, b))
-        if path is None:
-            gpus = self.topo.gpus
-            try:
-                path = self._map.resolve(Sample("pair", gpus[a], gpus[b], 0.0, 0.0))[0]
-            except RejectedSample:
-                path = ()                       # no switch path: the controller would reject it
-            self._paths[(a, b)] = path
-        return path
+        self.paths = paths or PairPaths(topo)
 
     def reduce(self, batch: ColumnBatch) -> ColumnBatch:
         """``batch`` with its ``pair`` samples replaced by this host's per-link maxima
@@ -53,13 +76,9 @@ class HostReducer:
         pair = np.asarray(batch.kind) == KIND_CODES["pair"]
         rest = np.flatnonzero(~pair)
         idx = np.flatnonzero(pair)
-        links, owner = [], []
-        for i, (a, b) in zip(idx.tolist(), zip(batch.a[idx].tolist(), batch.b[idx].tolist())):
-            path = self._path(a, b)
-            links.extend(path)
-            owner.extend([i] * len(path))
-        link = np.asarray(links, dtype=np.int64)
-        owner = np.asarray(owner, dtype=np.int64)
+        arcs, _ = self.paths.of(batch.a[idx], batch.b[idx])
+        row, col = np.nonzero(arcs >= 0)
+        link, owner = arcs[row, col], idx[row]
         used = np.unique(link)
         slot = np.searchsorted(used, link)
         gbps = np.full(len(used), -np.inf)

@@ -1,7 +1,7 @@
 """Channel ids of binary samples (:mod:`mccl_runtime.columns`), looked up a batch at once.
 
-A binary sample names a pair by GPU ranks and a host reduction by (link, reporter)
-(:mod:`mccl_runtime.columns`).  :class:`KeyedChannels` packs each into one integer key and
+A binary sample names a pair by GPU ranks, a host reduction and a front end's link maximum
+by (link, reporter) (:mod:`mccl_runtime.columns`).  :class:`KeyedChannels` packs each into one integer key and
 keeps the known keys sorted, so a batch's channel ids are one ``searchsorted``; keys seen
 for the first time are resolved like JSON samples (:class:`~mccl_runtime.samples.LinkMap`)
 and registered in the same :class:`~mccl_runtime.channels.Channels`, so a pair has one
@@ -15,20 +15,23 @@ from typing import Any
 
 import numpy as np
 
+from mccl_opt.paths import switch_paths_batch
 from mccl_opt.topology import Topology
 
 from .channels import Channels
-from .columns import ColumnBatch
+from .columns import MAX_REPORTER, ColumnBatch
 from .samples import LinkMap, RejectedSample, Sample
 
 __all__ = ["KeyedChannels", "host_key"]
 
 _SHIFT = 31          # a and b are non-negative int32: the key is kind << 62 | a << 31 | b
+_MAX_FLAG = MAX_REPORTER     # in b of a keyed ``max`` row (reporters are below it)
 
 
-def host_key(reporter: int, link: int) -> tuple[str, int, int]:
-    """The channel key of a host's reduction over one link."""
-    return ("host", int(reporter), int(link))
+def host_key(reporter: int, link: int, kind: str = "host") -> tuple[str, int, int]:
+    """The channel key of a host's reduction (``kind`` ``"max"``: a front end's link
+    maximum) over one link."""
+    return (kind, int(reporter), int(link))
 
 
 class KeyedChannels:
@@ -56,10 +59,11 @@ class KeyedChannels:
         if gpu.any():
             c[gpu] = self._gpu_links()[a[gpu], b[gpu]]
         keyed = (kind == 1) & (a >= 0) & (a < G) & (b >= 0) & (b < G) & (a != b)
-        keyed |= (kind == 3) & (a >= 0) & (a < L) & (b >= 0)
+        keyed |= ((kind == 3) | (kind == 4)) & (a >= 0) & (a < L) & (b >= 0) & (b < MAX_REPORTER)
         if keyed.any():
-            c[keyed] = self.ids(kind[keyed], a[keyed], b[keyed])
-        return c, kind > 3
+            k, bk = kind[keyed], b[keyed]
+            c[keyed] = self.ids(np.where(k == 4, 3, k), a[keyed], np.where(k == 4, bk | _MAX_FLAG, bk))
+        return c, kind > 4
 
     def _gpu_links(self) -> np.ndarray:
         """Per GPU rank, the link of a ``gpu`` sample out (column 0) and in (column 1),
@@ -78,9 +82,10 @@ class KeyedChannels:
     def to_list(self) -> list[dict[str, Any]]:
         """The host channels that have a sample, for the state file (sorted)."""
         ch, links = self.chan, self.topo.links
-        rows = sorted((key[1], key[2], float(ch.value[cid]), float(ch.t[cid])) for key, cid in ch.pair_id.items()
-                      if len(key) == 3 and math.isfinite(ch.t[cid]))
-        return [{"reporter": r, "src": links[a].src, "dst": links[a].dst, "value": v, "t": t} for r, a, v, t in rows]
+        rows = sorted((key[0], key[1], key[2], float(ch.value[cid]), float(ch.t[cid]))
+                      for key, cid in ch.pair_id.items() if len(key) == 3 and math.isfinite(ch.t[cid]))
+        return [{"kind": k, "reporter": r, "src": links[a].src, "dst": links[a].dst, "value": v, "t": t}
+                for k, r, a, v, t in rows]
 
     def ids(self, kind: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         """Channel id of each (kind 1 pair or 3 host, a, b); -1 where the pair has no
@@ -95,20 +100,25 @@ class KeyedChannels:
         return self._ids[pos]
 
     def _learn(self, keys: np.ndarray) -> None:
+        """Register the channels of new keys; the switch paths of new pairs are found at
+        once (:func:`mccl_opt.paths.switch_paths_batch`, the same paths as the JSON
+        samples' :class:`~mccl_runtime.samples.LinkMap`)."""
         gpus, mask = self.topo.gpus, (1 << _SHIFT) - 1
-        new = []
-        for key in keys.tolist():
-            a, b = (key >> _SHIFT) & mask, key & mask
-            if key >> (2 * _SHIFT):                                 # a host reduction over link a
-                cid = self.chan.pair(host_key(b, a), (a,), float(self.chan.capacity[a]))
-            else:
-                try:
-                    links, nominal = self.map.resolve(Sample("pair", gpus[a], gpus[b], 0.0, 0.0))
-                    cid = self.chan.pair((gpus[a], gpus[b]), links, nominal)
-                except RejectedSample:
-                    cid = -1
-            new.append((key, cid))
-        keys = np.concatenate([self._keys, np.array([k for k, _ in new], dtype=np.int64)])
-        ids = np.concatenate([self._ids, np.array([c for _, c in new], dtype=np.int64)])
+        a_all, b_all = (keys >> _SHIFT) & mask, keys & mask
+        pair = (keys >> (2 * _SHIFT)) == 0
+        nodes, cap = self.topo.arrays.gpu_nodes, self.chan.capacity
+        arcs, hops = switch_paths_batch(self.topo, nodes[a_all[pair]], nodes[b_all[pair]])
+        paths = iter(zip(arcs.tolist(), hops.tolist()))
+        ids = []
+        for a, b, is_pair in zip(a_all.tolist(), b_all.tolist(), pair.tolist()):
+            if not is_pair:                                         # a host reduction or maximum over link a
+                kind = "max" if b & _MAX_FLAG else "host"
+                ids.append(self.chan.pair(host_key(b & ~_MAX_FLAG, a, kind), (a,), float(cap[a])))
+                continue
+            row, n = next(paths)
+            links = tuple(row[:n])
+            ids.append(self.chan.pair((gpus[a], gpus[b]), links, float(cap[list(links)].min())) if n else -1)
+        keys = np.concatenate([self._keys, keys])
+        ids = np.concatenate([self._ids, np.array(ids, dtype=np.int64)])
         order = np.argsort(keys)
         self._keys, self._ids = keys[order], ids[order]

@@ -4,7 +4,8 @@ Each host of an ``N``-GPU fabric flushes its telemetry every ``flush_s`` (the ex
 ``Telemetry(flush_interval=0.05)``, paper §3.3): at link level one sample per link it
 owns (the links of its GPUs; a switch-to-switch link belongs to one host), at pair level
 one sample per (peer, GPU) pair it received in its communicator group (``group`` GPUs of
-consecutive ranks; pairs with a switch path), optionally reduced on the host to one
+consecutive ranks, or with ``groups="rails"`` of consecutive hosts' GPUs of one rail: every
+peer then has a switch path; pairs without one send nothing), optionally reduced on the host to one
 sample per link (:class:`~mccl_runtime.host_reduce.HostReducer`).  Values are the link
 capacities of the failure timeline (a pair sees the slowest link of its path) times
 ``1 + noise * N(0, 1)``.  :class:`FabricEmulator` builds the batches;
@@ -25,8 +26,7 @@ from mccl_opt.errors import InputError
 from mccl_opt.topology import Topology
 
 from .columns import KIND_CODES, ColumnBatch
-from .host_reduce import HostReducer
-from .samples import LinkMap, RejectedSample, Sample
+from .host_reduce import HostReducer, PairPaths
 
 __all__ = ["FabricEmulator", "Failure", "run_emulators"]
 
@@ -42,9 +42,18 @@ class Failure:
 
 def host_of(topo: Topology) -> np.ndarray:
     """Each GPU rank's host index (GPUs sharing their intra-node switch)."""
-    lm = LinkMap(topo)
-    switches = [lm.resolve(Sample("gpu", g, "out", 0.0, 0.0))[0][0] for g in topo.gpus]
-    _, host = np.unique(topo.arrays.head[switches], return_inverse=True)
+    arr = topo.arrays
+    rank = np.argsort(np.argsort(np.array([n.id for n in topo.nodes])))   # node id order
+    a = np.arange(topo.num_links)
+    a = a[arr.is_switch[arr.head] & ~arr.is_switch[arr.tail]]          # GPU -> switch links
+    g = arr.rank_of[arr.tail[a]]
+    # a gpu sample's switch (mccl_runtime.samples.LinkMap): the lowest latency, then id
+    a = a[np.lexsort((rank[arr.head[a]], arr.latency[a], g))]
+    g = arr.rank_of[arr.tail[a]]
+    first = a[np.r_[True, g[1:] != g[:-1]]]
+    if len(first) != topo.num_gpus:
+        raise InputError("every GPU needs a switch to emulate its host's telemetry")
+    _, host = np.unique(arr.head[first], return_inverse=True)
     return host
 
 
@@ -53,18 +62,24 @@ class FabricEmulator:
     indices this emulator sends for (default all)."""
 
     def __init__(self, topo: Topology, level: str = "link", group: int = 64, reduce: bool = True,
-                 noise: float = 0.02, hosts: Sequence[int] | None = None, seed: int = 0) -> None:
+                 noise: float = 0.02, hosts: Sequence[int] | None = None, seed: int = 0,
+                 groups: str = "ranks") -> None:
         if level not in ("link", "pair"):
             raise InputError(f"level must be 'link' or 'pair', got {level!r}")
+        if groups not in ("ranks", "rails"):
+            raise InputError(f"groups must be 'ranks' or 'rails', got {groups!r}")
+        self.groups = groups
         self.topo, self.level, self.noise = topo, level, noise
         self.rng = np.random.default_rng(seed)
         self.host = host_of(topo)
         mine = set(range(int(self.host.max()) + 1)) if hosts is None else set(hosts)
         self.hosts = sorted(mine)
-        self._reducers = {h: HostReducer(topo, h) for h in self.hosts} if reduce and level == "pair" else {}
-        self._rows = {h: self._pair_rows(h, group) if level == "pair" else self._link_rows(h) for h in self.hosts}
+        self.paths = PairPaths(topo)
+        self._reducers = {h: HostReducer(topo, h, self.paths) for h in self.hosts} \
+            if reduce and level == "pair" else {}
+        self._rows = self._pair_rows(group) if level == "pair" else {h: self._link_rows(h) for h in self.hosts}
 
-    def _link_rows(self, h: int) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
+    def _link_rows(self, h: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Link samples of host ``h``: the links touching its GPUs, and a share of the others."""
         arr, topo = self.topo.arrays, self.topo
         rank = np.full(topo.num_nodes, -1, dtype=np.int64)
@@ -72,26 +87,30 @@ class FabricEmulator:
         gpu_end = np.where(rank[arr.tail] >= 0, rank[arr.tail], rank[arr.head])
         owner = np.where(gpu_end >= 0, self.host[np.maximum(gpu_end, 0)], np.arange(topo.num_links) % (self.host.max() + 1))
         links = np.flatnonzero(owner == h)
-        return np.zeros(len(links), dtype=np.int64), links, [np.array([a]) for a in links]
+        return np.zeros(len(links), dtype=np.int64), links, links[:, None]
 
-    def _pair_rows(self, h: int, group: int) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
-        """Pair samples received by host ``h``: every group peer of each of its GPUs with a
-        switch path (sources in ``a``, destinations in ``b``), and each pair's links."""
-        lm, gpus = LinkMap(self.topo), self.topo.gpus
-        src, dst, paths = [], [], []
-        for d in np.flatnonzero(self.host == h).tolist():
-            lo = d - d % group
-            for s in range(lo, min(lo + group, len(gpus))):
-                if s == d:
-                    continue
-                try:
-                    path = lm.resolve(Sample("pair", gpus[s], gpus[d], 0.0, 0.0))[0]
-                except RejectedSample:
-                    continue
-                src.append(s)
-                dst.append(d)
-                paths.append(np.asarray(path, dtype=np.int64))
-        return np.asarray(src, dtype=np.int64), np.asarray(dst, dtype=np.int64), paths
+    def _pair_rows(self, group: int) -> dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """Pair samples received by each host: every group peer of each of its GPUs with a
+        switch path (sources in ``a``, destinations in ``b``), and each pair's links (rows
+        of :meth:`PairPaths.of`, -1 padded), all pairs' paths found at once."""
+        ranks = np.arange(self.topo.num_gpus)
+        if self.groups == "rails":          # by (GPU index in its host, host)
+            local = ranks - np.minimum.reduceat(ranks, np.flatnonzero(np.r_[True, np.diff(self.host) != 0]))[self.host]
+            order = np.lexsort((self.host, local))
+        else:
+            order = ranks
+        pos = np.empty_like(ranks)
+        pos[order] = ranks
+        dst = np.repeat(np.flatnonzero(np.isin(self.host, self.hosts)), group)
+        peer = np.tile(np.arange(group), len(dst) // group) + (pos[dst] - pos[dst] % group)
+        keep = peer < self.topo.num_gpus
+        src, dst = order[peer[keep]], dst[keep]
+        keep = src != dst
+        src, dst = src[keep], dst[keep]
+        arcs, hops = self.paths.of(src, dst)
+        ok = hops > 0
+        src, dst, arcs, owner = src[ok], dst[ok], arcs[ok], self.host[dst[ok]]
+        return {h: (src[owner == h], dst[owner == h], arcs[owner == h]) for h in self.hosts}
 
     def samples_per_flush(self) -> int:
         """Samples the emulated hosts produce per flush, before any reduction."""
@@ -100,7 +119,7 @@ class FabricEmulator:
     def batch(self, h: int, capacity: np.ndarray, t: float) -> ColumnBatch:
         """Host ``h``'s batch at time ``t`` under the link capacities ``capacity``."""
         a, b, paths = self._rows[h]
-        true = np.array([capacity[p].min() for p in paths]) if self.level == "pair" else capacity[b]
+        true = np.append(capacity, np.inf)[paths].min(axis=1) if self.level == "pair" else capacity[b]
         gbps = true * np.maximum(0.0, 1.0 + self.noise * self.rng.standard_normal(len(true)))
         kind = np.full(len(a), KIND_CODES[self.level])
         if self.level == "link":
@@ -131,7 +150,8 @@ def _emulate(topo_dict: dict[str, Any], endpoints: list[str], key: bytes | None,
     from .client import ControllerClient
 
     topo = Topology.from_dict(topo_dict)
-    emu = FabricEmulator(topo, opts["level"], opts["group"], opts["reduce"], opts["noise"], hosts, seed=hosts[0])
+    emu = FabricEmulator(topo, opts["level"], opts["group"], opts["reduce"], opts["noise"], hosts, seed=hosts[0],
+                         groups=opts["groups"])
     clients = [ControllerClient(ep, key, timeout_s=30.0) for ep in endpoints]
     sent = accepted = 0
     tick = start
@@ -166,18 +186,25 @@ def _as_json(topo: Topology, batch: ColumnBatch) -> list[dict[str, Any]]:
 def run_emulators(topo: Topology, endpoints: list[str], *, procs: int = 2, level: str = "link",
                   group: int = 64, reduce: bool = True, noise: float = 0.02, flush_s: float = 0.05,
                   duration_s: float = 5.0, failures: Sequence[Failure] = (), binary: bool = True,
-                  key: bytes | None = None, start: float | None = None) -> tuple[int, int]:
+                  key: bytes | None = None, start: float | None = None, groups: str = "ranks",
+                  pods: bool = False) -> tuple[int, int]:
     """Send a fabric's telemetry from ``procs`` processes (hosts split evenly) to every
-    endpoint in ``endpoints`` for ``duration_s``; ``(samples sent, accepted)``."""
+    endpoint in ``endpoints`` for ``duration_s``; ``(samples sent, accepted)``.  With
+    ``pods`` process ``i`` sends consecutive hosts to ``endpoints[i]`` only (a pod's
+    telemetry front end; ``procs`` is then the number of endpoints)."""
     nhosts = int(host_of(topo).max()) + 1
     opts = {"level": level, "group": group, "reduce": reduce, "noise": noise, "flush_s": flush_s,
-            "duration_s": duration_s, "binary": binary}
+            "duration_s": duration_s, "binary": binary, "groups": groups}
     ctx = multiprocessing.get_context("spawn")
     out = ctx.Queue()
     start = time.time() + 3.0 if start is None else start
-    workers = [ctx.Process(target=_emulate, args=(topo.to_dict(), endpoints, key, list(range(i, nhosts, procs)),
-                                                  opts, list(failures), start, out), daemon=True)
-               for i in range(procs)]
+    if pods:
+        procs = len(endpoints)
+        share = [(list(range(i * nhosts // procs, (i + 1) * nhosts // procs)), [endpoints[i]]) for i in range(procs)]
+    else:
+        share = [(list(range(i, nhosts, procs)), endpoints) for i in range(procs)]
+    workers = [ctx.Process(target=_emulate, args=(topo.to_dict(), eps, key, hosts, opts, list(failures), start, out),
+                           daemon=True) for hosts, eps in share]
     for w in workers:
         w.start()
     results = [out.get(timeout=duration_s + 120.0) for _ in workers]

@@ -49,11 +49,11 @@ from .columns import ColumnBatch
 from .decision_log import log_events
 from .durability import DurableState
 from .endpoints import ephemeral, is_loopback
-from .manager import Action, Event, Policy, ScheduleManager, Synthesizer
+from .manager import Event, Policy, ScheduleManager, Synthesizer
 from .pool import SynthesisPool
-from .protocol import (MAX_BATCH_SAMPLES, MAX_REQUEST_BYTES, MUTATING, REPLAY_WINDOW_S, REQUESTS,
-                       SCHEDULE_TOPIC, Message, ProtocolError, ReplayGuard, SequenceGuard, brief, decode,
-                       encode, split_frames)
+from .gate import MAX_ERROR_CHARS, RequestGate
+from .protocol import (MAX_BATCH_SAMPLES, MAX_REQUEST_BYTES, REPLAY_WINDOW_S, SCHEDULE_TOPIC, Message,
+                       ProtocolError, brief, encode)
 from .inbox import Inbox
 from .shards import shard_of
 from .state import StateWriter, load_state, remove_temporaries
@@ -71,8 +71,6 @@ MAX_NAME_CHARS = 128
 #: loop decides, publishes and persists
 TURN_MESSAGES = 64
 TURN_BUDGET_S = 0.02
-#: characters of an error reply's message
-MAX_ERROR_CHARS = 300
 
 
 class ControllerService:
@@ -96,10 +94,8 @@ class ControllerService:
                                 "--allow-remote (and a --key-file) to expose the controller to the network")
         self.bind_req, self.bind_pub = ephemeral(bind), ephemeral(pub_bind)
         self.key = key
-        self.replay = ReplayGuard(replay_window_s) if key else None
-        # a new epoch at every start: requests signed for an earlier one are refused
-        self.sequence = SequenceGuard(window_s=replay_window_s) if key else None
-        self.epoch = self.sequence.epoch if self.sequence else None
+        self.gate = RequestGate(key, replay_window_s, max_request_bytes, log)   # checks every request
+        self.epoch = self.gate.epoch
         self._pub_seq = 0
         self.clock = clock
         self.state_path = Path(state_path) if state_path else None
@@ -111,8 +107,8 @@ class ControllerService:
         self.max_request_bytes = max_request_bytes
         self.store = MeasurementStore(topo, alpha=alpha, estimator=estimator, clock=clock)
         self.manager = ScheduleManager(self.store, synthesize, policy, pool=pool)   # pool: jobs in processes
-        self.protocol_errors: Counter[str] = Counter()
-        self.requests: Counter[str] = Counter()
+        self.protocol_errors: Counter[str] = self.gate.protocol_errors
+        self.requests: Counter[str] = self.gate.requests
         self.internal_errors = 0
         self.endpoint: str | None = None
         self.pub_endpoint: str | None = None
@@ -123,7 +119,7 @@ class ControllerService:
         self._must_persist = False                 # a registration not yet written
         self._unsaved: list[tuple[str, list[str]]] = []    # (comm, names) registered, not yet written
         self._decide = False                       # telemetry arrived since the last decision
-        self._unpublished: list[Event] = []        # new versions waiting for their write
+        self._sent: dict[tuple[str, str], int] = {}    # collective -> the last version published
         self.shard: tuple[int, int] | None = None   # (index, count) in a sharded controller
         self.shard_endpoints: list[str] | None = None
         self._resume()
@@ -147,6 +143,7 @@ class ControllerService:
         self.writer.adopt(self.manager, state)
         self.protocol_errors.update(state["protocol_errors"])
         self.durable.adopt(self.manager)
+        self._sent = {c.key: c.version for c in self.manager.collectives()}   # published before the restart
         self.resumed = True
         log.info("resumed from %s: %s", self.state_path, ", ".join(
             f"{c.comm}/{c.name} v{c.version}" for c in self.manager.collectives()) or "no collectives")
@@ -242,7 +239,7 @@ class ControllerService:
         else:
             events = self._guarded("collecting re-syntheses", lambda: self.manager.poll(now)) or []
         log_events(log, events, self.manager)
-        self._publish(pub, events)
+        self._publish(pub)
         if self._must_persist or (self._dirty_since is not None and self.durable.due()
                                   and self.clock() - self._dirty_since >= self.persist_interval_s):
             self.persist()
@@ -255,8 +252,9 @@ class ControllerService:
         if failed:
             for comm, names in self._unsaved:
                 self.manager.unregister(comm, names)
-            undone = {(comm, n) for comm, names in self._unsaved for n in names}
-            self._unpublished = [e for e in self._unpublished if (e.comm, e.name) not in undone]
+            for comm, names in self._unsaved:
+                for n in names:
+                    self._sent.pop((comm, n), None)
             self._must_persist = False
         self._unsaved = []
         for frames, acknowledges in held:
@@ -278,38 +276,12 @@ class ControllerService:
             return False
 
     def _handle(self, frames: list[bytes]) -> list[bytes] | None:
-        """One request to its reply frames; never raises."""
-        if len(frames) < 2:
-            self.protocol_errors["bad_frames"] += 1
-            return None
-        envelope, payload = frames[:-1], frames[-1]           # until split_frames has read them
-        try:
-            envelope, payload, columns = split_frames(frames)
-            msg = decode(payload, self.key, REQUESTS, self.replay, max_bytes=self.max_request_bytes,
-                         frames=columns)
-            if (msg.type == "telemetry_columns") != bool(columns):
-                raise ProtocolError("bad_body", "binary column frames come only with a 'telemetry_columns' "
-                                                "header, and it needs them (mccl_runtime.columns)")
-            if self.sequence is not None and msg.type in MUTATING:
-                self.sequence.check(msg)
-            self.requests[msg.type] += 1
-            return envelope + [self._encode(*self._dispatch(msg, columns))]
-        except ProtocolError as exc:
-            self.protocol_errors[exc.reason] += 1
-            body = {"reason": exc.reason, "message": str(exc)[:MAX_ERROR_CHARS]}
-        except MCCLError as exc:
-            self.protocol_errors["rejected"] += 1
-            body = {"reason": "rejected", "message": str(exc)[:MAX_ERROR_CHARS]}
-        except Exception as exc:                   # a bug: answer, count, log, keep serving
-            self.protocol_errors["internal"] += 1
-            log.exception("controller: a %d-byte request raised %s", len(payload), type(exc).__name__)
-            body = {"reason": "internal", "message": f"the controller failed on this request "
-                                                     f"({type(exc).__name__}); it is logged"}
-        return envelope + [self._encode("error", body)]
+        """One request to its reply frames (:meth:`.gate.RequestGate.answer`); never raises."""
+        return self.gate.answer(frames, self._dispatch)
 
     def _encode(self, type_: str, body: dict[str, Any]) -> bytes:
         """A reply, signed with this start's epoch (a client learns the epoch from it)."""
-        return encode(type_, body, self.key, epoch=self.epoch)
+        return self.gate.encode(type_, body)
 
     def _dispatch(self, msg: Message, columns: tuple[bytes, ...] = ()) -> tuple[str, dict[str, Any]]:
         b, now = msg.body, self.clock()
@@ -318,7 +290,8 @@ class ControllerService:
             return "ok", self._ingested(len(batch), self.store.ingest_columns(batch, now).to_dict(), now)
         if msg.type == "ping":
             return "ok", {"topology": self.store.topo.name, "pub": self.pub_endpoint, "resumed": self.resumed,
-                          "epoch": self.epoch, "read_only": self.durable.failure,
+                          "epoch": self.epoch, "links": self.store.topo.num_links, "gpus": self.store.topo.num_gpus,
+                          "alpha": self.store.alpha, "estimator": self.store.estimator, "read_only": self.durable.failure,
                           "shard": None if self.shard is None else self.shard[0], "shards": self.shard_endpoints}
         if msg.type == "telemetry":
             samples = b.get("samples")
@@ -344,7 +317,7 @@ class ControllerService:
         return "ok", {"telemetry": self.store.counters(), "manager": dict(self.manager.counters),
                       "protocol_errors": dict(self.protocol_errors), "requests": dict(self.requests),
                       "internal_errors": self.internal_errors, "read_only": self.durable.failure,
-                      "failed_writes": self.durable.failed_writes}
+                      "failed_writes": self.durable.failed_writes, "cpu_s": time.process_time()}
 
     def _ingested(self, n: int, body: dict[str, Any], now: float) -> dict[str, Any]:
         """After a telemetry batch: decide at the end of the turn, write the state soon."""
@@ -390,22 +363,25 @@ class ControllerService:
         self._unsaved.append((comm, [c.name for c in colls]))
         return [c.name for c in colls]
 
-    def _publish(self, pub: Any, events: list[Event]) -> None:
+    def _publish(self, pub: Any) -> None:
         """Write the state, then send the new versions (never the other way round: a
         version someone saw must survive a crash).  If the write fails, the versions
         wait (not served either) and both are retried (read-only mode: every
-        ``WRITE_RETRY_S``)."""
-        self._unpublished += [e for e in events if e.action is Action.PUBLISHED]
-        if not self._unpublished or not self.durable.due() or not self.persist():
+        ``WRITE_RETRY_S``).  What is new is every collective whose version is above the
+        last one published, not the turn's events: a version the manager applied is
+        published even if the work that reported it failed afterwards (a decision that
+        raised after collecting a finished job), so ``list`` never shows a version the
+        publisher has not sent."""
+        fresh = [c for c in self.manager.collectives() if c.version > self._sent.get(c.key, 0)]
+        if not fresh or not self.durable.due() or not self.persist():
             return
-        for key in dict.fromkeys((e.comm, e.name) for e in self._unpublished):
-            coll = self.manager.get(*key)
+        for coll in fresh:
             version, schedule = self.durable.served(coll)       # its latest version, the one written
             body = {"comm": coll.comm, "name": coll.name, "version": version, "schedule": schedule.to_dict()}
             self._pub_seq += 1
             pub.send_multipart([SCHEDULE_TOPIC, encode("schedule", body, self.key, epoch=self.epoch,
                                                        seq=self._pub_seq)])
-        self._unpublished = []
+            self._sent[coll.key] = version
 
 
 def _field(body: dict[str, Any], name: str) -> str:

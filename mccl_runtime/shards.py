@@ -18,6 +18,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
+import sys
 import threading
 import zlib
 from argparse import Namespace
@@ -61,7 +62,7 @@ def shard_args(args: Namespace, index: int, shards: int) -> Namespace:
     the ``--collective``/``--members`` of its communicators."""
     mine = [spec for spec in args.collective if shard_of(spec.partition("/")[0], shards) == index]
     members = [spec for spec in args.members if shard_of(spec.partition("=")[0], shards) == index]
-    return Namespace(**{**vars(args), "collective": mine, "members": members, "shards": 1,
+    return Namespace(**{**vars(args), "collective": mine, "members": members, "shards": 1, "frontends": 0,
                         "shard": (index, shards), "bind": shard_endpoint(args.bind, index),
                         "pub_bind": shard_endpoint(args.pub_bind, index),
                         "state": f"{args.state}.shard{index}" if args.state else None})
@@ -109,7 +110,18 @@ def launch(serve: Callable[[Namespace], int], args: Namespace, shards: int) -> i
     for i, ep in enumerate(endpoints):
         print(f"shard {i} on {ep}", flush=True)
     print(f"controller on {endpoints[0]} ({shards} shards)", flush=True)
-    return _wait(procs)
+    from .frontends import start_frontends, stop_frontends
+
+    frontends = []
+    try:
+        frontends = start_frontends(args, endpoints[0]) if args.frontends else []
+    except MCCLError as exc:               # one did not start: stop everything
+        print(f"error: {exc}", file=sys.stderr, flush=True)
+        forward()
+    try:
+        return _wait(procs)
+    finally:
+        stop_frontends(frontends)
 
 
 def _wait(procs: list) -> int:

@@ -141,9 +141,13 @@ def _telemetry(v: Any, topo: Topology, latest: float, max_ratio: float) -> dict[
         if not topo.has_link(c["src"], c["dst"]):
             raise MCCLError(f"{where}: no link {c['src'][:40]!r} -> {c['dst'][:40]!r} in {topo.name!r}")
         reporter = _get(d, "reporter", where)
-        if isinstance(reporter, bool) or not isinstance(reporter, int) or not 0 <= reporter < 1 << 31:
-            raise MCCLError(f"{where}.reporter must be an integer in [0, 2^31), got {str(reporter)[:40]}")
-        hosts.append({**c, "reporter": reporter})
+        if isinstance(reporter, bool) or not isinstance(reporter, int) or not 0 <= reporter < 1 << 30:
+            raise MCCLError(f"{where}.reporter must be an integer in [0, 2^30), got {str(reporter)[:40]}")
+        kind = d.get("kind", "host")
+        if kind not in ("host", "max"):
+            raise MCCLError(f"{where}.kind must be 'host' (a host's reduction) or 'max' (a front end's), "
+                            f"got {str(kind)[:40]!r}")
+        hosts.append({**c, "kind": kind, "reporter": reporter})
     return {**tel, "direct": direct, "pairs": pairs, "hosts": hosts,
             "accepted": _count(tel.get("accepted", 0), "telemetry.accepted"),
             "rejected": _counters(tel.get("rejected", {}), "telemetry.rejected")}

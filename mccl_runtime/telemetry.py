@@ -52,7 +52,7 @@ from mccl_opt.errors import TelemetryError
 from mccl_opt.topology import Topology
 
 from .channels import Channels, paired_cables, reverse_links
-from .columns import ColumnBatch
+from .columns import KIND_CODES, ColumnBatch
 from .keyed import KeyedChannels
 from .telemetry_state import restore_store, store_to_dict
 from .level import LevelParams, LevelTracker, fold_levels
@@ -148,28 +148,64 @@ class MeasurementStore:
     def ingest_columns(self, batch: ColumnBatch, now: float | None = None) -> IngestReport:
         """Apply a binary batch (:class:`~mccl_runtime.columns.ColumnBatch`): the same
         checks and fold as :meth:`ingest`, on arrays; a sample of an unknown kind is
-        ``malformed``, an index outside the fabric ``unknown_link``."""
+        ``malformed``, an index outside the fabric ``unknown_link``.  A folded batch (a
+        front end's, :mod:`mccl_runtime.frontend`) must name this store's ``alpha`` and
+        needs the EWMA (:class:`~mccl_opt.errors.TelemetryError` otherwise); its rows
+        count as the samples they stand for."""
         now = self.clock() if now is None else float(now)
+        if batch.count is not None and (self.estimator != "ewma" or batch.alpha != self.alpha):
+            raise TelemetryError(f"a folded batch (alpha {batch.alpha}) needs the EWMA estimator with the same "
+                                 f"alpha; this controller runs {self.estimator} with alpha {self.alpha}")
         c, malformed = self.keyed.channels(batch)
         y, t = np.asarray(batch.gbps, dtype=float), np.asarray(batch.t, dtype=float)
+        w = None if batch.count is None else np.asarray(batch.count, dtype=np.int64)
         nan = ~malformed & ~(np.isfinite(y) & np.isfinite(t))
         negative = ~malformed & ~nan & (y < 0)
         unknown = ~malformed & ~nan & ~negative & (c < 0)
-        keep = np.flatnonzero(~(malformed | nan | negative | unknown))
-        c, y, t, rejected = self._screen(c[keep], y[keep], t[keep], now)
-        rejected.update(malformed=int(malformed.sum()), nan=int(nan.sum()), negative=int(negative.sum()),
-                        unknown_link=int(unknown.sum()))
-        return self._apply(c, y, t, rejected)
+        good = ~(malformed | nan | negative | unknown)
+        is_max = np.asarray(batch.kind) == KIND_CODES["max"]
+        keep = np.flatnonzero(good & ~is_max)
+        c_max, y_max, t_max, rejected_max, _ = self._screen(*(x[good & is_max] for x in (c, y, t)), now)
+        c, y, t, rejected, w = self._screen(c[keep], y[keep], t[keep], now, None if w is None else w[keep])
+        weigh = (lambda m: int(m.sum())) if batch.count is None else (lambda m: int(batch.count[m].sum()))
+        rejected.update(malformed=weigh(malformed), nan=weigh(nan), negative=weigh(negative),
+                        unknown_link=weigh(unknown))
+        rejected.update(rejected_max)
+        replaced = self._replace(c_max, y_max, t_max)
+        report = self._apply(c, y, t, rejected, w)
+        self.accepted += replaced
+        return IngestReport(report.accepted + replaced, report.rejected)
 
-    def _apply(self, c: np.ndarray, y: np.ndarray, t: np.ndarray, rejected: Counter) -> IngestReport:
-        """Sort accepted samples by channel, time and arrival, drop repeats, fold."""
+    def _replace(self, c: np.ndarray, y: np.ndarray, t: np.ndarray) -> int:
+        """A front end's ``max`` rows: each replaces its channel's value (the front end
+        folded the samples; its rows arrive in order, the last one of a channel wins)."""
+        if not len(c):
+            return 0
+        last = np.unique(c[::-1], return_index=True)[1]
+        rows = len(c) - 1 - last
+        self.chan.value[c[rows]] = y[rows]
+        self.chan.t[c[rows]] = np.maximum(self.chan.t[c[rows]], t[rows])
+        self._measured = None
+        return len(c)
+
+    def _apply(self, c: np.ndarray, y: np.ndarray, t: np.ndarray, rejected: Counter,
+               w: np.ndarray | None = None) -> IngestReport:
+        """Sort accepted samples by channel, time and arrival, drop repeats, fold
+        (``w``: a folded batch's samples per row)."""
         order = np.argsort(c, kind="stable")
         if len(c) > 1 and not (c[order[1:]] > c[order[:-1]]).all():  # a channel sampled twice
             order = np.lexsort((np.arange(len(c)), t, c))            # by channel, time, arrival
         c, y, t = c[order], y[order], t[order]
         repeat = self._repeats(c, t)
-        applied, stale = self._fold(c[~repeat], y[~repeat], t[~repeat])
-        rejected["stale"] = stale + int(repeat.sum())
+        if w is None:
+            applied, stale = self._fold(c[~repeat], y[~repeat], t[~repeat])
+            repeated = int(repeat.sum())
+        else:
+            w = w[order]
+            applied, stale = self.chan.fold_ewma(c[~repeat], y[~repeat], t[~repeat], self.alpha, w[~repeat])
+            self._measured = None if applied else self._measured
+            repeated = int(w[repeat].sum())
+        rejected["stale"] = stale + repeated
         rejected = +rejected                                           # drop the zero counts
         self.accepted += applied
         self.rejected.update(rejected)
@@ -251,21 +287,22 @@ class MeasurementStore:
         nan = ~(np.isfinite(y) & np.isfinite(t))
         negative = ~nan & (y < 0)
         good = np.flatnonzero(~(nan | negative))
-        c, y, t, rejected = self._screen(c[good], y[good], t[good], now)
+        c, y, t, rejected, _ = self._screen(c[good], y[good], t[good], now)
         rejected.update(nan=int(nan.sum()), negative=int(negative.sum()))
         return c, y, t, rejected
 
-    def _screen(self, c: np.ndarray, y: np.ndarray, t: np.ndarray,
-                now: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, Counter]:
+    def _screen(self, c: np.ndarray, y: np.ndarray, t: np.ndarray, now: float, w: np.ndarray | None = None
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, Counter, np.ndarray | None]:
         """The time and size checks of finite, non-negative samples on known channels:
-        ``future``, ``too_old``, ``above_nominal``."""
+        ``future``, ``too_old``, ``above_nominal`` (``w``: samples per row, counted and
+        kept with the rows)."""
         future = t > now + self.future_tolerance_s
         old = t < now - self.max_age_s
         above = ~future & ~old & (y > self.max_ratio * self.chan.nominal[c])
-        rejected = Counter({r: int(m.sum()) for r, m in (("future", future), ("too_old", old),
-                                                         ("above_nominal", above))})
+        rejected = Counter({r: int(m.sum() if w is None else w[m].sum())
+                            for r, m in (("future", future), ("too_old", old), ("above_nominal", above))})
         good = np.flatnonzero(~(future | old | above))
-        return c[good], y[good], t[good], rejected
+        return c[good], y[good], t[good], rejected, None if w is None else w[good]
 
     def _repeats(self, c: np.ndarray, t: np.ndarray) -> np.ndarray:
         """For samples sorted by channel and time: those whose time equals the channel's

@@ -52,7 +52,10 @@ def restore_store(store: "MeasurementStore", data: Mapping[str, Any]) -> None:
             chan.value[cid], chan.t[cid] = float(d["value"]), float(d["t"])
         for d in data.get("hosts", []):
             a = store.topo.link_index(d["src"], d["dst"])
-            cid = chan.pair(host_key(int(d["reporter"]), a), (a,), float(chan.capacity[a]))
+            kind = d.get("kind", "host")
+            if kind not in ("host", "max"):
+                raise KeyError(f"kind {kind!r}")
+            cid = chan.pair(host_key(int(d["reporter"]), a, kind), (a,), float(chan.capacity[a]))
             chan.value[cid], chan.t[cid] = float(d["value"]), float(d["t"])
         store.accepted = int(data.get("accepted", 0))
         store.rejected = Counter({str(k): int(v) for k, v in dict(data.get("rejected", {})).items()})

@@ -118,3 +118,24 @@ def test_results_are_read_only():
     paths = switch_paths_from(topo, int(topo.arrays.gpu_nodes[0]))
     with pytest.raises(TypeError):
         paths[0] = ()  # type: ignore[index]
+
+
+@pytest.mark.parametrize("topo", FABRICS + [hpn(2, 4, 8)], ids=lambda t: t.name)
+def test_batched_paths_are_the_per_pair_paths(topo):
+    """switch_paths_batch over every ordered node pair of GPUs (and a few from switches,
+    in chunks smaller than the sources) gives switch_path's arcs, or no path where it raises."""
+    from mccl_opt.paths import switch_paths_batch
+
+    gpus = [int(g) for g in topo.arrays.gpu_nodes]
+    switch = [v for v in range(topo.num_nodes) if topo.arrays.is_switch[v]][:2]
+    pairs = [(s, d) for s in gpus + switch for d in gpus]
+    arcs, hops = switch_paths_batch(topo, [s for s, _ in pairs], [d for _, d in pairs], chunk=5)
+    reached = 0
+    for (s, d), row, n in zip(pairs, arcs.tolist(), hops.tolist()):
+        try:
+            expected = switch_path(topo, s, d)
+        except TopologyError:
+            expected = ()
+        assert tuple(row[:n]) == expected and all(a == -1 for a in row[n:])
+        reached += bool(n)
+    assert reached > len(gpus)

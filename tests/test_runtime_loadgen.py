@@ -44,3 +44,21 @@ def test_reduced_pair_telemetry_folds_to_the_same_m():
         assert store.ingest_columns(batch, t).accepted == len(batch)
         stores.append((store.measured(), len(batch)))
     assert np.array_equal(stores[0][0], stores[1][0]) and stores[1][1] < stores[0][1]
+
+
+def test_rail_groups_give_every_peer_a_switch_path_and_the_controllers_channels():
+    """groups="rails": each GPU receives from its 63 group peers (ranks of its rail on 64
+    hosts); the emulator's paths (found in arrays) are the controller's pair channels' links."""
+    topo = hpn(1, 64, 8)
+    emu = FabricEmulator(topo, "pair", group=64, reduce=False, groups="rails", noise=0.0)
+    assert emu.samples_per_flush() == 512 * 63
+    src, dst, paths = emu._rows[3]
+    per_host = topo.num_gpus // 64
+    assert np.all(src % per_host == dst % per_host) and len(src) == per_host * 63
+    store = MeasurementStore(topo, alpha=1.0)
+    t = time.time()
+    cap = np.array(topo.arrays.capacity, dtype=float)
+    assert store.ingest_columns(emu.batch(3, cap, t), t).accepted == len(src)
+    gpus, chan = topo.gpus, store.chan
+    for s, d, row in list(zip(src.tolist(), dst.tolist(), paths.tolist()))[::37]:
+        assert chan.links_of_pair(chan.pair_id[(gpus[s], gpus[d])]) == tuple(a for a in row if a >= 0)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import threading
 import time
 
@@ -279,3 +280,40 @@ def test_level_estimator_synthesizes_for_the_confirmed_new_level():
         assert upd is not None and upd[2] == 2
         a = TOPO.link_index("s0h0g0", "s0tor0")
         assert svc.store.measured()[a] == pytest.approx(50.0, rel=0.02)
+
+
+def test_a_version_is_published_even_if_the_decision_that_collected_it_fails():
+    """A decision (manager.step) that raises after collecting a finished job: the version
+    it applied is still published in that turn (bench_shards once saw `list` at version 2
+    with no publication; publication follows the versions, not the turn's events)."""
+    svc = ControllerService(TOPO, "tcp://127.0.0.1:0", synthesize=PruningSynth(), alpha=1.0,
+                            policy=Policy(gamma=0.1, min_dwell_s=0.0))
+
+    class Pub:
+        sent: list = []
+
+        def send_multipart(self, frames):
+            self.sent.append(json.loads(frames[1])["body"]["version"])
+
+    pub = Pub()
+    svc.register("world", "ag", "allgather", now=time.time())
+    coll = svc.manager.get("world", "ag")
+    coll.job.future.result(10.0)
+    svc._turn(pub)
+    assert pub.sent == [1]
+    svc.store.ingest(_degraded(time.time()))
+    svc._decide = True
+    svc._turn(pub)                                  # the decision starts a job
+    coll.job.future.result(10.0)
+
+    def broken(now):
+        raise RuntimeError("a bug after the job was collected")
+
+    svc.manager.check = broken
+    svc._decide = True
+    svc._turn(pub)                                  # collects v2, then raises
+    assert svc.internal_errors == 1 and coll.version == 2
+    assert pub.sent == [1, 2]
+    svc._turn(pub)
+    assert pub.sent == [1, 2]                       # once
+    svc.manager.close()
