@@ -102,16 +102,41 @@ def _bound(sp_sum: float, w: np.ndarray, capacity: np.ndarray) -> float:
     return sp_sum / max(1.0, float(capacity @ w)) if np.isfinite(sp_sum) else 0.0
 
 
+#: Besides the whole saturated set, the cut bound is also tried on its largest
+#: capacity classes (at most this many; docs/alltoall.md, *Imported fabrics*).
+CUT_CLASSES = 3
+
+
 def cut_prices(master: RestrictedMaster, sol: MasterSolution) -> np.ndarray | None:
     """Prices ``1 / cap(S)`` on the links ``S`` the master solution saturates (its own
     load plus the master's background), 0 elsewhere; ``None`` if none is saturated."""
+    sat = _saturated(master, sol)
+    return sat / float(master.capacity @ sat) if sat.any() else None
+
+
+def _saturated(master: RestrictedMaster, sol: MasterSolution) -> np.ndarray:
+    """The links the master solution saturates (bool per link)."""
     load = master.pool.loads(sol.y, master.capacity.size)
     if master.background is not None:
         load = load + master.background
-    sat = load >= master.capacity * sol.t * (1 - CUT_REL_TOL)
-    if not sat.any():
-        return None
-    return sat / float(master.capacity @ sat)
+    return load >= master.capacity * sol.t * (1 - CUT_REL_TOL)
+
+
+def class_cut_prices(master: RestrictedMaster, sol: MasterSolution) -> list[np.ndarray]:
+    """Cut prices on each of the :data:`CUT_CLASSES` largest capacity classes of the
+    saturated set ``S`` (when ``S`` has more than one).  A degenerate optimum also
+    saturates a few links off the bottleneck tier (a GPU's PCIe link next to its NIC's
+    rail link); they weaken the cut bound of ``S``, whose crossings they do not add to,
+    and the bottleneck tier alone certifies (docs/alltoall.md, *Imported fabrics*)."""
+    sat = _saturated(master, sol)
+    caps, counts = np.unique(master.capacity[sat], return_counts=True)
+    if caps.size < 2:
+        return []
+    out = []
+    for c in caps[np.argsort(-counts, kind="stable")[:CUT_CLASSES]]:
+        s = sat & (master.capacity == c)
+        out.append(s / float(master.capacity @ s))
+    return out
 
 
 #: The cut pricing pass also returns the paths cheaper under the cut prices than a pair's
@@ -185,6 +210,12 @@ def column_generation(master: RestrictedMaster, prob: Problem, max_steps: int, *
                     cut = price_paths(prob.graph, w_cut, cut_thr, max_steps, want)
                     pr_s += time.perf_counter() - t1
                     candidates.append((w_cut, float(prob.pair_values(cut.shortest).sum())))
+                    if _bound(candidates[-1][1], w_cut, master.capacity) < sol.t * (1 - options.rel_tol):
+                        for w_c in class_cut_prices(master, sol):
+                            t1 = time.perf_counter()
+                            sp = price_paths(prob.graph, w_c, all_pairs, max_steps, want).shortest
+                            pr_s += time.perf_counter() - t1
+                            candidates.append((w_c, float(prob.pair_values(sp).sum())))
             for w_c, sp_sum in candidates:
                 b = _bound(sp_sum, w_c, master.capacity)
                 if b > best_bound or cert_w is None:
