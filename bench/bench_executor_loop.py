@@ -4,6 +4,7 @@ ranks, a ``mccl controller serve`` process and the emulated fabric, per scenario
     python bench/bench_executor_loop.py [--shape 1x2x4] [--collectives allgather,alltoall]
                                         [--repeats 1] [--json]
     python bench/bench_executor_loop.py --clear [--repeats 2]    # probes, recovery after clear
+    python bench/bench_executor_loop.py --classes steady,further,flap,dead,ramp,three,noise
 
 Each case is one ``mccl loop --executor gloo`` run of a scenario built here: HPN
 ``shape``, a 16 MiB message, a healthy phase, then ``fail2`` (GPU0 <-> its ToR, 400 ->
@@ -22,6 +23,7 @@ import argparse
 import json
 import statistics
 import sys
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -35,6 +37,85 @@ EVENTS = {
     "fail2": [{"src": "s0h0g0", "dst": "s0tor0", "capacity_gbps": 50, "both_directions": True}],
     "onedir": [{"src": "s0h0g1", "dst": "s0tor1", "capacity_gbps": 100, "both_directions": False}],
 }
+
+
+NIC = ("s0h0g0", "s0tor0")
+
+
+def _nic(gbps: float) -> dict:
+    return {"links": [{"src": NIC[0], "dst": NIC[1], "capacity_gbps": gbps, "both_directions": True}]}
+
+
+#: scenario classes on real ranks, in healthy collectives ``h`` of fabric time: (events as
+#: (time, event body), duration); the simulated loop's classes (bench/bench_loop_time.py)
+#: stretched so each step lasts tens of collectives
+CLASSES = {
+    "steady": ([(30, _nic(50))], 120),
+    "further": ([(30, _nic(200)), (60, _nic(50))], 120),
+    "flap": ([(30, _nic(50)), (75, {"clear": True})], 140),
+    "dead": ([(30, _nic(4))], 400),
+    "ramp": ([(30, _nic(312.5)), (55, _nic(225)), (80, _nic(137.5)), (105, _nic(50))], 150),
+    "three": ([(30, {"links": [
+        {"src": "s0h0g0", "dst": "s0h0nvs", "capacity_gbps": 800, "both_directions": True},
+        {"src": "s0h0g1", "dst": "s0tor1", "capacity_gbps": 50, "both_directions": True},
+        {"src": "s0h1g3", "dst": "s0h1nvs", "capacity_gbps": 1000, "both_directions": False}]})], 120),
+    "noise": ([], 100),
+}
+
+
+def class_scenario(shape: str, collective: str, cls: str, h_ms: float):
+    events, total = CLASSES[cls]
+    return parse_scenario({
+        "format": "mccl-scenario/1", "topology": f"hpn {shape}", "collective": collective,
+        "message_bytes": 16 * 2**20, "duration_ms": total * h_ms,
+        "events": [{"t_ms": t * h_ms, **body} for t, body in events]})
+
+
+def class_table(shape: str, collectives: list[str], classes: list[str], cfg: GlooLoopConfig,
+                as_json: bool) -> None:
+    """One real-rank run per (collective, class); per class the worst event: versions, first
+    collective on a new version / offline (``first``), median of its first three
+    (``first3``), the last three before the next event (``final``), event to the first
+    collective at >= 0.95 of offline (``t95``, real ms), and the run's false swaps."""
+    from executor_cuda.scenario_run import plan_scales
+    from mccl_runtime.manager import solver_synthesizer
+
+    rows = []
+    for coll in collectives:
+        probe = scenario(shape, coll, "fail2", 1.0, 2.0)
+        healthy = solver_synthesizer(cfg.backend)(coll, probe.topology, None, None)
+        h_ms = 1e3 * plan_scales(probe, healthy, cfg)[3]
+        for cls in classes:
+            t0 = time.monotonic()
+            s = run_gloo_loop(class_scenario(shape, coll, cls, h_ms), cfg)
+            evs = s["events"]
+
+            def worst(fn, evs=evs):
+                vals = [v for v in map(fn, evs) if v is not None]
+                return min(vals) if vals else None
+
+            rows.append({
+                "collective": coll, "class": cls, "events": len(evs),
+                "versions": max((len(e["versions"]) for e in evs), default=0),
+                "first": worst(lambda e: e["recovery_ratio"]),
+                "first3": worst(lambda e: e["recovery_ratio3"]),
+                "final": worst(lambda e: e["time_offline_ms"] / e["time_final3_ms"]
+                               if e["time_final3_ms"] and e["time_offline_ms"] else None),
+                "t95_ms": max((e["recovered_ms"] for e in evs if e["recovered_ms"] is not None), default=None),
+                "never95": sum(e["recovered_ms"] is None for e in evs),
+                "false_swaps": s["false_swaps"], "wrong": s["wrong_results"],
+                "wall_s": time.monotonic() - t0})
+            if not as_json:
+                _print_class_row(rows[-1])
+    if as_json:
+        print(json.dumps(rows))
+
+
+def _print_class_row(r: dict) -> None:
+    f = (lambda v, p=2: "n/a" if v is None else f"{v:.{p}f}")
+    print(f"{r['collective']:<10}{r['class']:<8}{r['events']:>7}{r['versions']:>9}{f(r['first']):>7}"
+          f"{f(r['first3']):>8}{f(r['final']):>7}{f(r['t95_ms'], 0):>8}{r['never95']:>9}"
+          f"{r['false_swaps']:>7}{r['wrong']:>7}{r['wall_s']:>7.0f}", flush=True)
 
 
 def scenario(shape: str, collective: str, event: str, t_ms: float, duration_ms: float):
@@ -96,6 +177,7 @@ def main() -> None:
     ap.add_argument("--collective-ms", type=float, default=60.0)
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--clear", action="store_true", help="only the recovery-after-clear table (probes on/off)")
+    ap.add_argument("--classes", help=f"instead: one run per scenario class ({','.join(CLASSES)})")
     args = ap.parse_args()
     if args.clear:
         clear_table(args.repeats, 30.0)
@@ -104,6 +186,14 @@ def main() -> None:
     for part in args.shape.split("x"):
         n *= int(part)
     cfg = GlooLoopConfig(world=n, collective_ms=args.collective_ms)
+    if args.classes:
+        if not args.json:
+            print(f"scenario classes on {n} gloo ranks, HPN {args.shape}, 16 MiB, healthy collective "
+                  f"~{args.collective_ms:g} ms real; worst event per class")
+            print(f"{'coll':<10}{'class':<8}{'events':>7}{'versions':>9}{'first':>7}{'first3':>8}{'final':>7}"
+                  f"{'t95 ms':>8}{'never95':>9}{'false':>7}{'wrong':>7}{'wall s':>7}")
+        class_table(args.shape, args.collectives.split(","), args.classes.split(","), cfg, args.json)
+        return
     rows = []
     for coll in args.collectives.split(","):
         for event in args.events.split(","):

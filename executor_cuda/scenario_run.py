@@ -61,6 +61,7 @@ class GlooLoopConfig:
     client_timeout_s: float = 10.0
     probe_every: int = 4
     probe_kib: float = 512.0              # fabric KiB per probe (the simulated loop's probe_bytes)
+    shallow_trees: bool = True            # the controller's ``--shallow-trees`` (a tree hop per round)
 
 
 class ControllerProcess:
@@ -73,6 +74,8 @@ class ControllerProcess:
                "--bind", "tcp://127.0.0.1:0", "--collective", f"{COMM}/{NAME}:{collective}",
                "--alpha", str(cfg.alpha), "--gamma", str(cfg.gamma), "--dwell", str(cfg.dwell_s),
                "--time-limit", str(cfg.time_limit_s), "--backend", cfg.backend]
+        if cfg.shallow_trees:
+            cmd.append("--shallow-trees")
         self.log_path = log_path
         self._log = open(log_path, "w")
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self._log, text=True,

@@ -206,7 +206,8 @@ def main(argv: list[str] | None = None) -> int:
         rank, world, local_rank = _env()
         summary = run(args, rank, world, local_rank)
     except MCCLError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        sys.stderr.write(f"error: {exc}\n")      # one write: ranks share the launcher's stderr
+        sys.stderr.flush()
         return 2
     if rank == 0:
         print(json.dumps(summary), flush=True)

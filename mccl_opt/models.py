@@ -75,7 +75,7 @@ def master_columns(topo: Topology, backend: str = "highs") -> tuple[np.ndarray, 
 
 def _switch_removal(topo: Topology, backend: str) -> tuple[LinearProgram, float]:
     """The converged step-aware switch-removal LP and its optimum (App. C)."""
-    from .allgather.step_aware import switch_removal_lp
+    from .allgather.forestcoll.step_aware import switch_removal_lp
 
     try:
         return switch_removal_lp(topo, backend=backend)

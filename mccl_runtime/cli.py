@@ -36,8 +36,18 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--dwell", type=_finite, default=1.0, help="minimum seconds between decisions per collective")
     s.add_argument("--time-limit", type=_finite, default=60.0, help="re-synthesis time bound in seconds")
     s.add_argument("--backend", default="highs", help="LP backend for the synthesizers")
+    s.add_argument("--shallow-trees", action="store_true",
+                   help="AllGather: when a warm start deepens the trees, also solve cold and keep the "
+                        "shallower schedule of equal rate (executors that run a tree hop per round)")
     s.add_argument("--workers", type=int, default=0,
                    help="run re-syntheses in this many worker processes (default: one thread in the controller)")
+    s.add_argument("--synthesis", default="local", metavar="local|ray|ray://HOST:PORT",
+                   help="where re-syntheses run: in this machine's thread or --workers processes (local, "
+                        "default), or as Ray tasks on a local Ray instance (ray; --workers CPUs) or a Ray "
+                        "cluster (ray://HOST:PORT); Ray needs pip install 'mccl[ray]'")
+    s.add_argument("--shards", type=int, default=1,
+                   help="run N controller processes, each serving the communicators hashed to it "
+                        "(ports --bind+I, state files STATE.shardI; docs/scale.md)")
     s.add_argument("--allow-remote", action="store_true", help="allow binding a non-loopback address")
     s.add_argument("-v", "--verbose", action="count", default=0,
                    help="log one line per decision on stderr (-v: info; -vv: debug, adds telemetry ingest)")
@@ -102,31 +112,42 @@ class _LazySynthesizer:
     """The product synthesizer, built (backend checked, kernels compiled) by
     :meth:`load` or the first call: the state file is checked before that cost."""
 
-    def __init__(self, backend: str) -> None:
+    def __init__(self, backend: str, shallow: bool = False) -> None:
         import threading
 
-        self.backend, self._fn, self._lock = backend, None, threading.Lock()
+        self.backend, self.shallow, self._fn, self._lock = backend, shallow, None, threading.Lock()
 
     def load(self):
         from .manager import solver_synthesizer
 
         with self._lock:
             if self._fn is None:
-                self._fn = solver_synthesizer(self.backend)
+                self._fn = solver_synthesizer(self.backend, shallow=self.shallow)
             return self._fn
 
     def __call__(self, *args):
         return self.load()(*args)
 
 
-def _start_pool(topo, backend: str, workers: int):
-    """A started :class:`~mccl_runtime.pool.SynthesisPool` of the product synthesizer."""
+def _start_pool(topo, backend: str, workers: int, synthesis: str = "local", shallow: bool = False):
+    """A started pool of the product synthesizer: a :class:`~mccl_runtime.pool.SynthesisPool`
+    of ``workers`` processes, or a :class:`~mccl_runtime.ray_pool.RayPool`; ``None`` for
+    the manager's own thread (local, no workers)."""
     import functools
 
     from .manager import solver_synthesizer
-    from .pool import SynthesisPool
 
-    pool = SynthesisPool(topo, functools.partial(solver_synthesizer, backend), workers=workers)
+    factory = functools.partial(solver_synthesizer, backend, shallow=shallow)
+    if synthesis != "local":
+        from .ray_pool import RayPool, parse_synthesis
+
+        pool = RayPool(topo, factory, address=parse_synthesis(synthesis), num_cpus=workers or None)
+    elif workers > 0:
+        from .pool import SynthesisPool
+
+        pool = SynthesisPool(topo, factory, workers=workers)
+    else:
+        return None
     pool.start()
     return pool
 
@@ -155,24 +176,34 @@ def _serve(args: argparse.Namespace) -> int:
         raise MCCLError(f"--members {sorted(set(members) - {c for c, _, _ in specs})[0]!r}: no --collective "
                         "of that communicator; register one with --collective COMM/NAME:KIND")
     _check_serve_flags(args)
+    if args.shards > 1:
+        from .shards import launch
+
+        return launch(_serve, args, args.shards)
     topo = resolve_topology(args.topology)
     key = load_key(args.key_file) if args.key_file else None
     policy = Policy(gamma=args.gamma, min_dwell_s=args.dwell, time_limit_s=args.time_limit)
-    synthesize = _LazySynthesizer(args.backend)
-    pool = _start_pool(topo, args.backend, args.workers) if args.workers > 0 else None
+    synthesize = _LazySynthesizer(args.backend, args.shallow_trees)
+    pool = _start_pool(topo, args.backend, args.workers, args.synthesis, args.shallow_trees)
     svc = ControllerService(
         topo, args.bind, pub_bind=args.pub_bind, key=key, state_path=args.state,
         synthesize=synthesize, alpha=args.alpha, estimator=args.estimator, policy=policy, allow_remote=args.allow_remote,
         pool=pool)
     if pool is None:
         synthesize.load()
+    svc.shard = getattr(args, "shard", None)
     for comm, name, kind in specs:          # a resumed controller already has them
         names = [f"{name}/reducescatter", f"{name}/allgather"] if kind == "allreduce" else [name]
         if not all(any(c.key == (comm, n) for c in svc.manager.collectives()) for n in names):
             svc.register(comm, name, kind, now=0.0, gpus=members.get(comm))
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: svc.stop())
-    threading.Thread(target=_announce, args=(svc,), daemon=True).start()
+    if getattr(args, "shard_conn", None) is not None:
+        from .shards import announce_shard
+
+        threading.Thread(target=announce_shard, args=(svc, args.shard_conn), daemon=True).start()
+    else:
+        threading.Thread(target=_announce, args=(svc,), daemon=True).start()
     svc.serve_forever()
     if args.state and not svc.final_write_ok:
         from mccl_opt.errors import MCCLError
@@ -190,6 +221,12 @@ def _check_serve_flags(args: argparse.Namespace) -> None:
     from mccl_opt.errors import MCCLError
 
     backend_class(args.backend)                 # an unknown name raises, naming the choices
+    if args.synthesis != "local":
+        from .ray_pool import parse_synthesis
+
+        parse_synthesis(args.synthesis)
+    if not 1 <= args.shards <= 64:
+        raise MCCLError(f"--shards must be in [1, 64], got {str(args.shards)[:40]}")
     if not 0 <= args.workers <= MAX_WORKERS:
         raise MCCLError(f"--workers must be in [0, {MAX_WORKERS}], got {str(args.workers)[:40]}")
 

@@ -14,14 +14,17 @@ from typing import Any, Iterable
 from mccl_opt.errors import MCCLError
 from mccl_opt.schedule import Schedule
 
+from .columns import COLUMNS, MAX_COLUMN_SAMPLES, ColumnBatch
 from .protocol import (MAX_BATCH_SAMPLES, MAX_MESSAGE_BYTES, MUTATING, REPLIES, SCHEDULE_TOPIC, Message,
-                       ProtocolError, ReplayGuard, Session, decode, encode)
+                       ProtocolError, ReplayGuard, Session, decode, encode, encode_frames)
 
-__all__ = ["ControllerClient", "Subscription", "ScheduleUpdate"]
+__all__ = ["ControllerClient", "ShardedClient", "Subscription", "ScheduleUpdate"]
 
 ScheduleUpdate = tuple[str, str, int, Schedule]
 #: pauses before asking a busy controller again
 BUSY_RETRY_S = (0.05, 0.1, 0.2)
+#: seconds a subscription trusts the controller's answer to "which epoch is yours"
+EPOCH_CHECK_S = 1.0
 
 
 class ControllerClient:
@@ -49,22 +52,29 @@ class ControllerClient:
         sock.connect(self.endpoint)
         return sock
 
-    def request(self, type_: str, body: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
-        """Send one request and return ``(reply_type, body)``; an ``error`` reply raises
-        :class:`ProtocolError` with the controller's reason."""
+    def request(self, type_: str, body: dict[str, Any] | None = None,
+                frames: tuple[bytes, ...] = ()) -> tuple[str, dict[str, Any]]:
+        """Send one request (``frames``: binary frames after its header,
+        :func:`~mccl_runtime.protocol.encode_frames`) and return ``(reply_type, body)``; an
+        ``error`` reply raises :class:`ProtocolError` with the controller's reason."""
         if self.key and type_ in MUTATING and self.session.epoch is None:
             self._exchange("ping", None)                    # learn the epoch first
-        msg, new_epoch = self._exchange(type_, body)
+        msg, new_epoch = self._exchange(type_, body, frames)
         if msg.type == "error" and msg.body.get("reason") == "wrong_epoch" and new_epoch:
-            msg, _ = self._exchange(type_, body)          # the controller restarted: sign for its epoch
+            msg, _ = self._exchange(type_, body, frames)  # the controller restarted: sign for its epoch
         if msg.type == "error":
             raise ProtocolError(str(msg.body.get("reason")), f"controller: {msg.body.get('message')}")
         return msg.type, msg.body
 
-    def _exchange(self, type_: str, body: dict[str, Any] | None) -> tuple[Message, bool]:
+    def _exchange(self, type_: str, body: dict[str, Any] | None,
+                  frames: tuple[bytes, ...] = ()) -> tuple[Message, bool]:
         """One request and its checked reply; whether the reply named a new epoch."""
         fields = self.session.next() if self.key else {}
-        self._sock.send_multipart([b"", encode(type_, body, self.key, **fields)])
+        if frames:
+            self._sock.send_multipart([b"", *encode_frames(type_, body or {}, frames, self.key, **fields)],
+                                      copy=False)
+        else:
+            self._sock.send_multipart([b"", encode(type_, body, self.key, **fields)])
         if not self._sock.poll(int(self.timeout_s * 1000)):
             self._sock.close(0)             # drop the late reply with the socket
             self._sock = self._connect()
@@ -100,17 +110,34 @@ class ControllerClient:
                 break
         return {"accepted": accepted, "rejected": dict(rejected)}
 
+    def push_columns(self, batch: ColumnBatch) -> dict[str, Any]:
+        """Send a binary batch (:mod:`mccl_runtime.columns`; as requests of at most
+        ``MAX_COLUMN_SAMPLES`` samples); the reply summed like :meth:`push_telemetry`'s."""
+        accepted, rejected = 0, Counter()
+        for lo in range(0, max(len(batch), 1), MAX_COLUMN_SAMPLES):
+            part = batch if len(batch) <= MAX_COLUMN_SAMPLES else ColumnBatch(
+                *(getattr(batch, name)[lo:lo + MAX_COLUMN_SAMPLES] for name, _ in COLUMNS),
+                links=batch.links, gpus=batch.gpus)
+            body = self._retry_busy("telemetry_columns", *part.to_frames())
+            accepted += int(body.get("accepted", 0))
+            rejected.update({str(k): int(v) for k, v in dict(body.get("rejected", {})).items()})
+        return {"accepted": accepted, "rejected": dict(rejected)}
+
     def _telemetry(self, part: list[dict[str, Any]]) -> dict[str, Any]:
-        """One telemetry request; a ``busy`` controller (its backlog of large requests is
-        full) is asked again after 50, 100, 200 ms before the error is raised."""
+        """One telemetry request (:meth:`_retry_busy`)."""
+        return self._retry_busy("telemetry", {"samples": part})
+
+    def _retry_busy(self, type_: str, body: dict[str, Any], frames: tuple[bytes, ...] = ()) -> dict[str, Any]:
+        """One request; a ``busy`` controller (its backlog of large requests is full) is
+        asked again after 50, 100, 200 ms before the error is raised."""
         for wait_s in BUSY_RETRY_S:
             try:
-                return self.request("telemetry", {"samples": part})[1]
+                return self.request(type_, body, frames)[1]
             except ProtocolError as exc:
                 if exc.reason != "busy":
                     raise
             time.sleep(wait_s)
-        return self.request("telemetry", {"samples": part})[1]
+        return self.request(type_, body, frames)[1]
 
     def get_schedule(self, comm: str, name: str) -> tuple[int, Schedule | None]:
         """The active version and schedule (``(0, None)`` before the first synthesis)."""
@@ -129,7 +156,9 @@ class ControllerClient:
 
     def subscribe(self) -> "Subscription":
         """Subscribe to new schedule versions (the publisher endpoint comes from ``ping``)."""
-        return Subscription(self._ctx, self.ping()["pub"], self.key)
+        info = self.ping()
+        return Subscription(self._ctx, info["pub"], self.key, epoch=info.get("epoch"),
+                            controller=self.endpoint, timeout_s=self.timeout_s)
 
     def close(self) -> None:
         """Close the request socket and any subscriptions opened from this client."""
@@ -145,9 +174,20 @@ class ControllerClient:
 class Subscription:
     """A SUB socket on the controller's publisher; messages failing the signature or
     replay check (a repeated nonce, or with a key a ``seq`` not above the last one of
-    the same controller epoch) are dropped and counted in ``rejected``."""
+    the same controller epoch) are dropped and counted in ``rejected``.
 
-    def __init__(self, ctx: Any, endpoint: str, key: bytes | None) -> None:
+    **Epochs** (with a key): the subscription starts in ``epoch`` (the controller's, from
+    the ``ping`` that found the publisher) and accepts a publication of another epoch
+    only once the controller at ``controller`` (its request endpoint) answers a signed
+    ``ping`` naming that epoch as its own, i.e. it really restarted.  So a publication
+    captured in an earlier start and replayed within the 60 s window to a subscriber
+    that missed the restart is refused (it names an epoch the controller no longer has),
+    where before any epoch the subscriber had not seen was taken for a restart.  The
+    controller's answer is kept for :data:`EPOCH_CHECK_S`, so a flood of replays costs
+    one ``ping`` a second.  Without ``controller`` a new epoch is accepted as before."""
+
+    def __init__(self, ctx: Any, endpoint: str, key: bytes | None, epoch: Any = None,
+                 controller: str | None = None, timeout_s: float = 5.0) -> None:
         import zmq
 
         self._sock = ctx.socket(zmq.SUB)
@@ -161,7 +201,9 @@ class Subscription:
         self.key = key
         self.replay = ReplayGuard() if key else None
         self.rejected = 0
-        self._last: tuple[Any, int] = (None, 0)     # (epoch, seq) of the last accepted publication
+        self._last: tuple[Any, int] = (epoch, 0)    # (epoch, seq) of the last accepted publication
+        self._controller, self._timeout_s = controller, timeout_s
+        self._checked: tuple[Any, float] = (None, -float("inf"))   # (controller epoch, when asked)
 
     def recv(self, timeout_s: float) -> ScheduleUpdate | None:
         """The next valid update, or ``None`` after ``timeout_s``."""
@@ -186,8 +228,24 @@ class Subscription:
         seq = msg.seq if isinstance(msg.seq, int) and not isinstance(msg.seq, bool) else None
         if seq is None or (msg.epoch == self._last[0] and seq <= self._last[1]):
             return False
+        if msg.epoch != self._last[0] and self._last[0] is not None and not self._current(msg.epoch):
+            return False
         self._last = (msg.epoch, seq)
         return True
+
+    def _current(self, epoch: Any) -> bool:
+        """Whether ``epoch`` is the controller's own now (a signed ``ping``, at most one
+        per :data:`EPOCH_CHECK_S`); ``False`` when it cannot be asked in time."""
+        if self._controller is None:
+            return True
+        now = time.monotonic()
+        if now - self._checked[1] >= EPOCH_CHECK_S:
+            try:
+                with ControllerClient(self._controller, self.key, self._timeout_s) as client:
+                    self._checked = (client.ping().get("epoch"), now)
+            except MCCLError:
+                self._checked = (None, now)
+        return self._checked[0] is not None and epoch == self._checked[0]
 
     def wait_connected(self, timeout_s: float) -> bool:
         """Block until the connection to the publisher has finished its handshake (the
@@ -219,3 +277,75 @@ class Subscription:
     def close(self) -> None:
         self._stop_monitor()
         self._sock.close(0)
+
+
+class ShardedClient:
+    """A client of a sharded controller (:mod:`mccl_runtime.shards`): ``ping`` on any
+    shard lists them all, and each communicator's requests go to the shard
+    :func:`~mccl_runtime.shards.shard_of` names.  An unsharded controller is one shard."""
+
+    def __init__(self, endpoint: str, key: bytes | None = None, timeout_s: float = 5.0) -> None:
+        from .shards import shard_of
+
+        self._shard_of = shard_of
+        first = ControllerClient(endpoint, key, timeout_s)
+        try:
+            endpoints = first.ping().get("shards") or [endpoint]
+        except Exception:
+            first.close()
+            raise
+        if not isinstance(endpoints, list) or not all(isinstance(e, str) for e in endpoints):
+            first.close()
+            raise ProtocolError("bad_reply", "the controller's 'shards' is not a list of endpoints")
+        self.endpoints = endpoints
+        self.clients = [first if ep == endpoint else ControllerClient(ep, key, timeout_s) for ep in endpoints]
+        if first not in self.clients:
+            first.close()
+
+    def for_comm(self, comm: str) -> ControllerClient:
+        """The client of the shard serving ``comm``."""
+        return self.clients[self._shard_of(comm, len(self.clients))]
+
+    def register(self, comm: str, name: str, kind: str, gpus: Iterable[str] | None = None) -> list[str]:
+        return self.for_comm(comm).register(comm, name, kind, gpus)
+
+    def get_schedule(self, comm: str, name: str) -> tuple[int, Schedule | None]:
+        return self.for_comm(comm).get_schedule(comm, name)
+
+    def list(self) -> list[dict[str, Any]]:
+        """Every shard's collectives."""
+        return [c for cli in self.clients for c in cli.list()]
+
+    def _targets(self, comms: Iterable[str] | None) -> list[ControllerClient]:
+        if comms is None:
+            return self.clients
+        return list(dict.fromkeys(self.for_comm(c) for c in comms))
+
+    def push_telemetry(self, samples: list[dict[str, Any]], comms: Iterable[str] | None = None) -> dict[str, Any]:
+        """Send a batch to the shards of ``comms`` (default every shard); the replies summed."""
+        return _sum([cli.push_telemetry(samples) for cli in self._targets(comms)])
+
+    def push_columns(self, batch: ColumnBatch, comms: Iterable[str] | None = None) -> dict[str, Any]:
+        """:meth:`ControllerClient.push_columns` to the shards of ``comms`` (default all)."""
+        return _sum([cli.push_columns(batch) for cli in self._targets(comms)])
+
+    def subscribe(self) -> list["Subscription"]:
+        """One subscription per shard."""
+        return [cli.subscribe() for cli in self.clients]
+
+    def close(self) -> None:
+        for cli in self.clients:
+            cli.close()
+
+    def __enter__(self) -> "ShardedClient":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def _sum(replies: list[dict[str, Any]]) -> dict[str, Any]:
+    rejected: Counter[str] = Counter()
+    for r in replies:
+        rejected.update(r.get("rejected", {}))
+    return {"accepted": sum(int(r.get("accepted", 0)) for r in replies), "rejected": dict(rejected)}

@@ -45,7 +45,7 @@ class Inbox:
             except self._again:
                 return
             sender = frames[0] if len(frames) > 1 else b""
-            if len(frames) < 2 or (len(frames[-1]) <= self.small_bytes and not self._waiting[sender]):
+            if len(frames) < 2 or (sum(map(len, frames[1:])) <= self.small_bytes and not self._waiting[sender]):
                 answer(frames)
             elif len(self.backlog) < self.max_backlog:
                 self.backlog.append(frames)

@@ -30,7 +30,8 @@ Timing model (simulated clock, real synthesis):
   collectives keep running on the stale schedule meanwhile and their telemetry is
   ingested.  When that time has elapsed (also in the middle of a collective) the
   manager re-checks on the telemetry received so far and publishes, aborts or restarts.
-* ``swap``: the measured dispatch cost (serialising and parsing the schedule; the
+* ``swap``: the measured dispatch cost (or ``dispatch_ms`` when given, as ``synth_ms``;
+  serialising and parsing the schedule; the
   manager validated it when it was made) and ``oob_ms``, the out-of-band
   version/sequence AllGather of the Online Rescheduler (paper §3.3; 5.74 ms in
   Fig. 13(b)), then the wait for the next collective boundary: the next collective runs
@@ -103,6 +104,7 @@ class LoopConfig:
     fluid: bool | None = None
     level: LevelParams = LevelParams()
     synth_ms: float | None = None
+    dispatch_ms: float | None = None
     tick_ms: float = 1.0
 
 
@@ -301,7 +303,8 @@ class _Controller:
             coll = self.manager.get(e.comm, e.name)
             wall = time.perf_counter()
             Schedule.from_dict(json.loads(json.dumps(coll.schedule.to_dict())))     # what an executor parses
-            detail["dispatch_s"] = time.perf_counter() - wall
+            detail["dispatch_s"] = (time.perf_counter() - wall if cfg.dispatch_ms is None
+                                    else cfg.dispatch_ms / 1e3)
             self.swap_at = now + detail["dispatch_s"] + cfg.oob_ms / 1e3
             self.swap_held = False
 

@@ -65,7 +65,10 @@ collective, concurrently), and publishes new versions.
   same tree shapes).
 * Anti-thrashing: hysteresis on Gamma (flag above ``Gamma``, "cleared" only below
   ``clear_ratio * Gamma``) and a minimum dwell time: a collective is not re-flagged
-  within ``min_dwell_s`` of its last publish or abort.
+  within ``min_dwell_s`` of its last publish or abort, unless (level estimator) a link
+  its schedule relies on has a confirmed level ``restart_tol`` away from what it was
+  built for (a change confirmed after its synthesis started: a confirmed level does not
+  drift, so this is a new change, not an estimate being chased).
 * Versions are per collective, start at 1 and only grow (also across restarts).
 * Communicators over sub-fabrics: a communicator registered with its members (GPU ids,
   in rank order) has its collectives synthesized on the sub-fabric they induce
@@ -113,10 +116,18 @@ DYNAMIC_KINDS = ("allgather", "alltoall")
 KINDS = DYNAMIC_KINDS + ("allreduce",)
 
 
-def solver_synthesizer(backend: str = "highs", max_chunks: int = 10) -> Synthesizer:
+def solver_synthesizer(backend: str = "highs", max_chunks: int = 10, shallow: bool = False) -> Synthesizer:
     """The product optimizer: ``mccl_opt.solve_alltoall`` / ``solve_allgather``, warm;
     their compiled kernels are loaded here (:func:`.warmup.load_kernels`), not at the
-    first failure."""
+    first failure.
+
+    ``shallow``: for executors that run a tree hop per round (store and forward, as the
+    torch.distributed executor does, docs/executor.md): when a warm AllGather start
+    returns deeper trees than the schedule it started from, solve cold too and keep the
+    cold schedule if its rate is as high and its trees shallower.  Two schedules of one
+    rate are equal for the fluid model (paper §4) but not for such an executor, where
+    each round lasts as long as its busiest link: on three degraded links of HPN 1x2x4
+    the warm trees took 6 rounds and ran at 0.53 of the cold schedule's 3."""
     from .warmup import load_kernels
 
     load_kernels(backend)
@@ -128,10 +139,29 @@ def solver_synthesizer(backend: str = "highs", max_chunks: int = 10) -> Synthesi
         if kind == "alltoall":
             return mccl_opt.solve_alltoall(topo, warm=warm, backend=backend, max_chunks=max_chunks,
                                            time_limit=time_limit_s)
-        return mccl_opt.solve_allgather(topo, warm=warm, backend=backend, max_chunks=max_chunks,
-                                        time_limit=time_limit_s)
+        t0 = time.perf_counter()
+        sched = mccl_opt.solve_allgather(topo, warm=warm, backend=backend, max_chunks=max_chunks,
+                                         time_limit=time_limit_s)
+        if not (shallow and warm is not None and tree_rounds(sched) > tree_rounds(warm)):
+            return sched
+        left = None if time_limit_s is None else time_limit_s - (time.perf_counter() - t0)
+        if left is not None and left <= 0:
+            return sched
+        cold = mccl_opt.solve_allgather(topo, warm=None, backend=backend, max_chunks=max_chunks,
+                                        time_limit=left)
+        if cold.rate_gbps >= sched.rate_gbps * (1 - 1e-9) and tree_rounds(cold) < tree_rounds(sched):
+            return cold
+        return sched
 
     return synthesize
+
+
+def tree_rounds(schedule: Schedule) -> int:
+    """Rounds of an AllGather schedule run a tree hop per round: its deepest tree
+    (GPU hops from the root); 0 for other collectives."""
+    if schedule.collective != "allgather":
+        return 0
+    return max((max(c.depths().values()) for c in schedule.chunks), default=0)
 
 
 @dataclass(frozen=True)
@@ -359,7 +389,22 @@ class ScheduleManager:
         flags = self._stack_of(profiled).flags(m)
         return [(coll, detect(m, coll.profile, self.policy.gamma)) for coll, flag in zip(profiled, flags.tolist())
                 if flag and coll.job is None and coll.deferred is None
-                and now - coll.last_decision_t >= self.policy.min_dwell_s]
+                and (now - coll.last_decision_t >= self.policy.min_dwell_s or self._new_level(m, coll))]
+
+    def _new_level(self, m: np.ndarray, coll: Collective) -> bool:
+        """Level estimator only: a link ``coll``'s schedule relies on has a confirmed level
+        more than ``restart_tol`` from the capacities it was synthesized for, i.e. a change
+        confirmed after its synthesis started (a confirmed level is the estimate, it does
+        not drift).  Such a change is not the thrashing the dwell time guards against: a
+        change that arrives too late to hold the swap (the last ~2 ms before it, not yet
+        alarmed) gets its version at once, not a dwell time later."""
+        if self.store.estimator != "level" or coll.synth_capacity is None or coll.profile is None:
+            return False
+        links = self.groups.links(coll.gpus)
+        cap, new = coll.synth_capacity[links], m[links]
+        nominal = self.topo.arrays.capacity[links]
+        relied = (coll.profile.loads[links] > 1e-12) | (cap < (1.0 - self.policy.restart_tol) * nominal)
+        return bool(np.any(relied & (np.abs(new - cap) > self.policy.restart_tol * cap)))
 
     def _stack_of(self, colls: list[Collective]) -> ProfileStack:
         """The collectives' profiles stacked for Algorithm 1 (rebuilt when one changes)."""

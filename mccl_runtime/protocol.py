@@ -17,7 +17,11 @@ restart, or a fresh start, names another epoch and is refused whatever its time,
 one replayed within the epoch repeats a ``seq``.  :class:`Session` is the sender's side.
 Without a key these fields are ``null`` and ignored (docs/runtime.md, "Threat model").
 
-Requests: ``ping``, ``register``, ``telemetry``, ``get_schedule``, ``list``, ``stats``.
+Requests: ``ping``, ``register``, ``telemetry``, ``telemetry_columns``, ``get_schedule``,
+``list``, ``stats``.  ``telemetry_columns`` is the binary form of ``telemetry``
+(:mod:`mccl_runtime.columns`): the multipart message ``[COLUMNS_MARK, header, column
+frames...]`` (:func:`encode_frames`), whose header is an ordinary message whose
+signature also covers every column frame; replay and ``seq`` rules are the same.
 A ``register`` body is ``{"comm", "name", "kind"}`` plus, for a communicator over part
 of the fabric, ``"gpus"``: its members' GPU ids in rank order (docs/runtime.md,
 "Communicators over sub-fabrics").
@@ -52,12 +56,15 @@ from mccl_opt.files import has_digit_run, read_bounded, too_deep
 __all__ = ["VERSION", "REQUESTS", "MUTATING", "REPLIES", "MAX_MESSAGE_BYTES", "MAX_REQUEST_BYTES",
            "MAX_BATCH_SAMPLES", "MAX_DEPTH", "MAX_INT_DIGITS", "REPLAY_WINDOW_S", "MAX_CLIENTS",
            "ProtocolError", "Message", "ReplayGuard", "SequenceGuard", "Session", "new_id",
-           "encode", "decode", "load_key", "brief", "SCHEDULE_TOPIC"]
+           "encode", "decode", "encode_frames", "split_frames", "load_key", "brief", "SCHEDULE_TOPIC",
+           "COLUMNS_MARK"]
 
 VERSION = 3
-REQUESTS = ("ping", "register", "telemetry", "get_schedule", "list", "stats")
+REQUESTS = ("ping", "register", "telemetry", "telemetry_columns", "get_schedule", "list", "stats")
 #: requests that change the controller: with a key they must carry its epoch and a fresh seq
-MUTATING = ("register", "telemetry")
+MUTATING = ("register", "telemetry", "telemetry_columns")
+#: the frame that starts a message with binary frames (:func:`encode_frames`)
+COLUMNS_MARK = b"mccl-frames/1"
 REPLIES = ("ok", "schedule", "error")
 SCHEDULE_TOPIC = b"schedule"
 #: largest reply or publication (a schedule of a large fabric)
@@ -250,30 +257,41 @@ def _parse_int(text: str) -> int:
 _SIGNED = ("ts", "nonce", "epoch", "client", "seq")
 
 
-def _sign(key: bytes, v: Any, type_: str, body: Any, fields: Mapping[str, Any]) -> str:
+def _sign(key: bytes, v: Any, type_: str, body: Any, fields: Mapping[str, Any],
+          frames: tuple[bytes, ...] = ()) -> str:
+    """HMAC-SHA256 of the canonical JSON, then of every binary frame with its length
+    (8 bytes, little-endian) before it, so a frame cannot be cut, moved or swapped."""
     canonical = json.dumps({"v": v, "type": type_, "body": body, **{f: fields.get(f) for f in _SIGNED}},
                            sort_keys=True, separators=(",", ":")).encode()
-    return hmac.new(key, canonical, hashlib.sha256).hexdigest()
+    mac = hmac.new(key, canonical, hashlib.sha256)
+    for frame in frames:
+        mac.update(len(frame).to_bytes(8, "little"))
+        mac.update(frame)
+    return mac.hexdigest()
 
 
 def encode(type_: str, body: Mapping[str, Any] | None = None, key: bytes | None = None, *,
-           epoch: str | None = None, client: str | None = None, seq: int | None = None) -> bytes:
+           epoch: str | None = None, client: str | None = None, seq: int | None = None,
+           frames: tuple[bytes, ...] = ()) -> bytes:
     """Serialise (and, given ``key``, time-stamp and sign) one message; ``epoch``,
     ``client`` and ``seq`` are the replay fields (:class:`Session`, or a controller's
-    epoch on its replies), sent only with a key."""
+    epoch on its replies), sent only with a key.  ``frames``: the binary frames sent
+    after this header (:func:`encode_frames`), covered by the signature."""
     body = dict(body or {})
     fields: dict[str, Any] = dict.fromkeys(_SIGNED)
     sig = None
     if key:
         fields.update(ts=time.time(), nonce=new_id(), epoch=epoch, client=client, seq=seq)
-        sig = _sign(key, VERSION, type_, body, fields)
+        sig = _sign(key, VERSION, type_, body, fields, frames)
     return json.dumps({"v": VERSION, "type": type_, "body": body, **fields, "sig": sig},
                       separators=(",", ":")).encode()
 
 
 def decode(raw: bytes, key: bytes | None = None, types: tuple[str, ...] | None = None,
-           guard: ReplayGuard | None = None, max_bytes: int = MAX_MESSAGE_BYTES) -> Message:
-    """Parse and check one message; raises :class:`ProtocolError` with a reason:
+           guard: ReplayGuard | None = None, max_bytes: int = MAX_MESSAGE_BYTES,
+           frames: tuple[bytes, ...] = ()) -> Message:
+    """Parse and check one message (``frames``: the binary frames that followed its
+    header, which the signature covers); raises :class:`ProtocolError` with a reason:
     ``too_large``, ``malformed_json`` (also too deep or an over-long integer),
     ``bad_envelope``, ``unsupported_version``, ``unknown_type``, ``unsigned``,
     ``bad_signature``, and with a ``guard``, ``stale`` or ``replayed``.  Nothing else
@@ -303,11 +321,31 @@ def decode(raw: bytes, key: bytes | None = None, types: tuple[str, ...] | None =
     sig = data.get("sig")
     if not isinstance(sig, str):
         raise ProtocolError("unsigned", "this controller requires signed messages; pass the shared key file")
-    if not _SIG.fullmatch(sig) or not hmac.compare_digest(sig, _sign(key, VERSION, type_, data["body"], data)):
+    if not _SIG.fullmatch(sig) or not hmac.compare_digest(sig, _sign(key, VERSION, type_, data["body"], data, frames)):
         raise ProtocolError("bad_signature", "message signature does not match the shared key")
     if guard is not None:
         guard.check(data.get("ts"), data.get("nonce"))
     return Message(type_, data["body"], data.get("ts"), data.get("epoch"), data.get("client"), data.get("seq"))
+
+
+def encode_frames(type_: str, body: Mapping[str, Any], frames: tuple[bytes, ...], key: bytes | None = None,
+                  **fields: Any) -> list[bytes]:
+    """A message with binary frames: ``[COLUMNS_MARK, header, *frames]``, the header an
+    :func:`encode` message whose signature covers the frames."""
+    return [COLUMNS_MARK, encode(type_, body, key, frames=frames, **fields), *frames]
+
+
+def split_frames(frames: list[bytes]) -> tuple[list[bytes], bytes, tuple[bytes, ...]]:
+    """A received multipart request as ``(envelope, header, binary frames)``: the binary
+    frames follow :data:`COLUMNS_MARK` and the header (none for a JSON request, whose
+    header is the last frame).  The routing identity (``frames[0]``) is never a mark."""
+    try:
+        i = frames.index(COLUMNS_MARK, 1)
+    except ValueError:
+        return frames[:-1], frames[-1], ()
+    if i + 1 >= len(frames):
+        raise ProtocolError("bad_envelope", "a binary message needs a header frame after the mark")
+    return frames[:i], frames[i + 1], tuple(frames[i + 2:])
 
 
 def load_key(path: str | Path) -> bytes:

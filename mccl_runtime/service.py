@@ -27,6 +27,10 @@ Guarantees (docs/runtime.md, "Limits and guarantees"):
 Binding is loopback-only unless ``allow_remote`` is set, which needs a key.
 :meth:`ControllerService.stop` (the CLI wires SIGTERM/SIGINT to it) ends the loop, saves
 the state and closes the sockets.
+
+Longer than ~400 lines on purpose: the loop, the request handlers and the
+persist-before-publish order share one socket, one state file and one turn; split, each
+part would reach into the others' fields.
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ from typing import Any, Callable
 from mccl_opt.errors import MCCLError
 from mccl_opt.topology import Topology
 
+from .columns import ColumnBatch
 from .decision_log import log_events
 from .durability import DurableState
 from .endpoints import ephemeral, is_loopback
@@ -48,8 +53,9 @@ from .manager import Action, Event, Policy, ScheduleManager, Synthesizer
 from .pool import SynthesisPool
 from .protocol import (MAX_BATCH_SAMPLES, MAX_REQUEST_BYTES, MUTATING, REPLAY_WINDOW_S, REQUESTS,
                        SCHEDULE_TOPIC, Message, ProtocolError, ReplayGuard, SequenceGuard, brief, decode,
-                       encode)
+                       encode, split_frames)
 from .inbox import Inbox
+from .shards import shard_of
 from .state import StateWriter, load_state, remove_temporaries
 from .telemetry import MeasurementStore
 
@@ -118,6 +124,8 @@ class ControllerService:
         self._unsaved: list[tuple[str, list[str]]] = []    # (comm, names) registered, not yet written
         self._decide = False                       # telemetry arrived since the last decision
         self._unpublished: list[Event] = []        # new versions waiting for their write
+        self.shard: tuple[int, int] | None = None   # (index, count) in a sharded controller
+        self.shard_endpoints: list[str] | None = None
         self._resume()
 
     # ------------------------------------------------------------------ state
@@ -274,13 +282,18 @@ class ControllerService:
         if len(frames) < 2:
             self.protocol_errors["bad_frames"] += 1
             return None
-        envelope, payload = frames[:-1], frames[-1]
+        envelope, payload = frames[:-1], frames[-1]           # until split_frames has read them
         try:
-            msg = decode(payload, self.key, REQUESTS, self.replay, max_bytes=self.max_request_bytes)
+            envelope, payload, columns = split_frames(frames)
+            msg = decode(payload, self.key, REQUESTS, self.replay, max_bytes=self.max_request_bytes,
+                         frames=columns)
+            if (msg.type == "telemetry_columns") != bool(columns):
+                raise ProtocolError("bad_body", "binary column frames come only with a 'telemetry_columns' "
+                                                "header, and it needs them (mccl_runtime.columns)")
             if self.sequence is not None and msg.type in MUTATING:
                 self.sequence.check(msg)
             self.requests[msg.type] += 1
-            return envelope + [self._encode(*self._dispatch(msg))]
+            return envelope + [self._encode(*self._dispatch(msg, columns))]
         except ProtocolError as exc:
             self.protocol_errors[exc.reason] += 1
             body = {"reason": exc.reason, "message": str(exc)[:MAX_ERROR_CHARS]}
@@ -298,11 +311,15 @@ class ControllerService:
         """A reply, signed with this start's epoch (a client learns the epoch from it)."""
         return encode(type_, body, self.key, epoch=self.epoch)
 
-    def _dispatch(self, msg: Message) -> tuple[str, dict[str, Any]]:
+    def _dispatch(self, msg: Message, columns: tuple[bytes, ...] = ()) -> tuple[str, dict[str, Any]]:
         b, now = msg.body, self.clock()
+        if msg.type == "telemetry_columns":
+            batch = ColumnBatch.from_frames(b, columns, self.store.topo)
+            return "ok", self._ingested(len(batch), self.store.ingest_columns(batch, now).to_dict(), now)
         if msg.type == "ping":
             return "ok", {"topology": self.store.topo.name, "pub": self.pub_endpoint, "resumed": self.resumed,
-                          "epoch": self.epoch, "read_only": self.durable.failure}
+                          "epoch": self.epoch, "read_only": self.durable.failure,
+                          "shard": None if self.shard is None else self.shard[0], "shards": self.shard_endpoints}
         if msg.type == "telemetry":
             samples = b.get("samples")
             if not isinstance(samples, list):
@@ -310,11 +327,7 @@ class ControllerService:
             if len(samples) > MAX_BATCH_SAMPLES:
                 raise ProtocolError("too_large", f"{len(samples)} samples in one request; at most "
                                                  f"{MAX_BATCH_SAMPLES} (split the batch)")
-            body = self.store.ingest(samples, now).to_dict()
-            log.debug("telemetry: %d samples: %s", len(samples), body)
-            self._decide = True
-            self._dirty_since = self._dirty_since if self._dirty_since is not None else now
-            return "ok", body
+            return "ok", self._ingested(len(samples), self.store.ingest(samples, now).to_dict(), now)
         if msg.type == "register":
             return "ok", {"registered": self.register(_field(b, "comm"), _field(b, "name"), _field(b, "kind"), now,
                                                       self._members(b.get("gpus")))}
@@ -332,6 +345,12 @@ class ControllerService:
                       "protocol_errors": dict(self.protocol_errors), "requests": dict(self.requests),
                       "internal_errors": self.internal_errors, "read_only": self.durable.failure,
                       "failed_writes": self.durable.failed_writes}
+
+    def _ingested(self, n: int, body: dict[str, Any], now: float) -> dict[str, Any]:
+        """After a telemetry batch: decide at the end of the turn, write the state soon."""
+        log.debug("telemetry: %d samples: %s", n, body)
+        self._decide, self._dirty_since = True, self._dirty_since if self._dirty_since is not None else now
+        return body
 
     def _members(self, gpus: Any) -> list[str] | None:
         """A register request's ``gpus``: absent, or a list of at most as many GPU ids as
@@ -353,6 +372,10 @@ class ControllerService:
         for label, v in (("comm", comm), ("name", name)):
             if len(v) > MAX_NAME_CHARS or not v.isprintable():
                 raise ProtocolError("bad_body", f"{label} must be printable, at most {MAX_NAME_CHARS} characters")
+        if self.shard is not None and shard_of(comm, self.shard[1]) != self.shard[0]:
+            right = shard_of(comm, self.shard[1])
+            where = self.shard_endpoints[right] if self.shard_endpoints else f"shard {right}"
+            raise ProtocolError("wrong_shard", f"communicator {brief(comm)} is served by {where}")
         names = [f"{name}/reducescatter", f"{name}/allgather"] if kind == "allreduce" else [name]
         taken = [n for n in names if any(c.key == (comm, n) for c in self.manager.collectives())]
         if taken:

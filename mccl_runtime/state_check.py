@@ -134,7 +134,17 @@ def _telemetry(v: Any, topo: Topology, latest: float, max_ratio: float) -> dict[
             if not topo.has_node(c[end]) or not topo.is_gpu(c[end]):
                 raise MCCLError(f"{where}.{end}: {c[end][:40]!r} is not a GPU of {topo.name!r}")
         pairs.append(c)
-    return {**tel, "direct": direct, "pairs": pairs,
+    hosts = []
+    for i, d in enumerate(_list(tel.get("hosts", []), "telemetry.hosts")):
+        where = f"telemetry.hosts[{i}]"
+        c = _channel(d, where, latest, top)
+        if not topo.has_link(c["src"], c["dst"]):
+            raise MCCLError(f"{where}: no link {c['src'][:40]!r} -> {c['dst'][:40]!r} in {topo.name!r}")
+        reporter = _get(d, "reporter", where)
+        if isinstance(reporter, bool) or not isinstance(reporter, int) or not 0 <= reporter < 1 << 31:
+            raise MCCLError(f"{where}.reporter must be an integer in [0, 2^31), got {str(reporter)[:40]}")
+        hosts.append({**c, "reporter": reporter})
+    return {**tel, "direct": direct, "pairs": pairs, "hosts": hosts,
             "accepted": _count(tel.get("accepted", 0), "telemetry.accepted"),
             "rejected": _counters(tel.get("rejected", {}), "telemetry.rejected")}
 

@@ -52,6 +52,9 @@ from mccl_opt.errors import TelemetryError
 from mccl_opt.topology import Topology
 
 from .channels import Channels, paired_cables, reverse_links
+from .columns import ColumnBatch
+from .keyed import KeyedChannels
+from .telemetry_state import restore_store, store_to_dict
 from .level import LevelParams, LevelTracker, fold_levels
 from .samples import (KINDS, REASONS, IngestReport, LinkMap, RejectedSample, Sample,
                       parse_sample)
@@ -112,6 +115,7 @@ class MeasurementStore:
         # wire key (kind, a, b) -> channel id, for the wire keys the vectorised parse resolved
         self._channels: dict[tuple[Any, Any, Any], int] = {}
         self._layout: tuple[tuple[list, list, list], np.ndarray] | None = None   # the last batch's columns, ids
+        self.keyed = KeyedChannels(self.chan, self.map, topo)    # binary samples' channels
 
     @property
     def _direct(self) -> dict[int, tuple[float, float]]:
@@ -125,7 +129,7 @@ class MeasurementStore:
         """Pair channels that have a sample: (src, dst) -> (value, time)."""
         ch = self.chan
         return {key: (float(ch.value[cid]), float(ch.t[cid])) for key, cid in ch.pair_id.items()
-                if math.isfinite(ch.t[cid])}
+                if len(key) == 2 and math.isfinite(ch.t[cid])}
 
     # ------------------------------------------------------------------ ingest
     def ingest(self, samples: Iterable[Any], now: float | None = None) -> IngestReport:
@@ -138,7 +142,26 @@ class MeasurementStore:
         parsed = self._parse_columns(samples, now)
         if parsed is None:
             parsed = self._parse_each(samples, now)
-        c, y, t, rejected = parsed
+        return self._apply(*parsed)
+
+    def ingest_columns(self, batch: ColumnBatch, now: float | None = None) -> IngestReport:
+        """Apply a binary batch (:class:`~mccl_runtime.columns.ColumnBatch`): the same
+        checks and fold as :meth:`ingest`, on arrays; a sample of an unknown kind is
+        ``malformed``, an index outside the fabric ``unknown_link``."""
+        now = self.clock() if now is None else float(now)
+        c, malformed = self.keyed.channels(batch)
+        y, t = np.asarray(batch.gbps, dtype=float), np.asarray(batch.t, dtype=float)
+        nan = ~malformed & ~(np.isfinite(y) & np.isfinite(t))
+        negative = ~malformed & ~nan & (y < 0)
+        unknown = ~malformed & ~nan & ~negative & (c < 0)
+        keep = np.flatnonzero(~(malformed | nan | negative | unknown))
+        c, y, t, rejected = self._screen(c[keep], y[keep], t[keep], now)
+        rejected.update(malformed=int(malformed.sum()), nan=int(nan.sum()), negative=int(negative.sum()),
+                        unknown_link=int(unknown.sum()))
+        return self._apply(c, y, t, rejected)
+
+    def _apply(self, c: np.ndarray, y: np.ndarray, t: np.ndarray, rejected: Counter) -> IngestReport:
+        """Sort accepted samples by channel, time and arrival, drop repeats, fold."""
         order = np.argsort(c, kind="stable")
         if len(c) > 1 and not (c[order[1:]] > c[order[:-1]]).all():  # a channel sampled twice
             order = np.lexsort((np.arange(len(c)), t, c))            # by channel, time, arrival
@@ -226,12 +249,21 @@ class MeasurementStore:
             return None
         nan = ~(np.isfinite(y) & np.isfinite(t))
         negative = ~nan & (y < 0)
-        future = ~nan & ~negative & (t > now + self.future_tolerance_s)
-        old = ~nan & ~negative & (t < now - self.max_age_s)
-        above = ~nan & ~negative & ~future & ~old & (y > self.max_ratio * self.chan.nominal[c])
-        rejected = Counter({r: int(m.sum()) for r, m in (("nan", nan), ("negative", negative), ("future", future),
-                                                         ("too_old", old), ("above_nominal", above))})
-        good = np.flatnonzero(~(nan | negative | future | old | above))
+        good = np.flatnonzero(~(nan | negative))
+        c, y, t, rejected = self._screen(c[good], y[good], t[good], now)
+        rejected.update(nan=int(nan.sum()), negative=int(negative.sum()))
+        return c, y, t, rejected
+
+    def _screen(self, c: np.ndarray, y: np.ndarray, t: np.ndarray,
+                now: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, Counter]:
+        """The time and size checks of finite, non-negative samples on known channels:
+        ``future``, ``too_old``, ``above_nominal``."""
+        future = t > now + self.future_tolerance_s
+        old = t < now - self.max_age_s
+        above = ~future & ~old & (y > self.max_ratio * self.chan.nominal[c])
+        rejected = Counter({r: int(m.sum()) for r, m in (("future", future), ("too_old", old),
+                                                         ("above_nominal", above))})
+        good = np.flatnonzero(~(future | old | above))
         return c[good], y[good], t[good], rejected
 
     def _repeats(self, c: np.ndarray, t: np.ndarray) -> np.ndarray:
@@ -358,33 +390,10 @@ class MeasurementStore:
 
     # ------------------------------------------------------------------ persistence
     def to_dict(self) -> dict[str, Any]:
-        links = self.topo.links
-        return {
-            "alpha": self.alpha,
-            "direct": [{"src": links[a].src, "dst": links[a].dst, "value": v, "t": t}
-                       for a, (v, t) in sorted(self._direct.items())],
-            "pairs": [{"src": k[0], "dst": k[1], "value": v, "t": t}
-                      for k, (v, t) in sorted(self._pairs.items())],
-            "accepted": self.accepted,
-            "rejected": dict(self.rejected),
-        }
+        """The channels and counters for the state file (:mod:`.telemetry_state`)."""
+        return store_to_dict(self)
 
     def restore(self, data: Mapping[str, Any]) -> None:
         """Load channels and counters written by :meth:`to_dict` (same topology)."""
-        try:
-            direct = [(self.topo.link_index(d["src"], d["dst"]), float(d["value"]), float(d["t"]))
-                      for d in data.get("direct", [])]
-            self.chan.clear()
-            self._channels, self._trackers, self._layout = {}, {}, None
-            for a, value, t in direct:
-                self.chan.value[a], self.chan.t[a] = value, t
-            for d in data.get("pairs", []):
-                s = parse_sample({"kind": "pair", "src": d["src"], "dst": d["dst"], "gbps": 0.0, "t": 0.0})
-                links, nominal = self.map.resolve(s)
-                cid = self.chan.pair((s.src, s.dst), links, nominal)
-                self.chan.value[cid], self.chan.t[cid] = float(d["value"]), float(d["t"])
-            self.accepted = int(data.get("accepted", 0))
-            self.rejected = Counter({str(k): int(v) for k, v in dict(data.get("rejected", {})).items()})
-        except (KeyError, TypeError, ValueError) as exc:
-            raise TelemetryError(f"telemetry state is corrupt ({exc}); delete the state file to start fresh") from None
+        restore_store(self, data)
         self._measured = None

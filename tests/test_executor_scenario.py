@@ -193,3 +193,36 @@ def test_world_must_match_the_scenario(tmp_path, capsys):
     assert rc == 2
     assert "--world 3 does not match" in capsys.readouterr().err
     assert main(["loop", "--executor", "gloo"]) == 2
+
+
+def test_real_rank_report_says_when_an_event_was_recovered_and_skips_versions_that_never_ran():
+    """``recovered_ms`` is the event to the end of the first collective at >= 0.95 of the
+    offline algbw, whatever version ran it (None when none did), and a version received but
+    superseded before any collective ran on it is never the "first new version"."""
+    from types import SimpleNamespace
+
+    from executor_cuda.scenario_report import summarize
+    from mccl_runtime.scenario import parse_scenario
+
+    scn = parse_scenario({"format": "mccl-scenario/1", "topology": "hpn 1x1x2", "collective": "allgather",
+                          "message_bytes": 2**20, "duration_ms": 10, "events": [
+                              {"t_ms": 2, "links": [{"src": "s0h0g0", "dst": "s0h0nvs", "capacity_gbps": 100}]},
+                              {"t_ms": 6, "links": [{"src": "s0h0g0", "dst": "s0h0nvs", "capacity_gbps": 50}]}]})
+    tl = scn.timeline()
+    plan = SimpleNamespace(timeline=tuple((t, cap) for t, cap, _ in tl), time_scale=1.0, duration_s=0.010,
+                           probe_every=4, block_numel=1024)
+    # (seq, version, state, start s, seconds): healthy, degraded on v1, v3 (v2 never ran) slow then fast
+    rows = [(1, 1, 0, 0.000, 0.001), (2, 1, 1, 0.002, 0.001), (3, 3, 1, 0.003, 0.0008), (4, 3, 1, 0.0045, 0.0005),
+            (5, 3, 2, 0.006, 0.0030), (6, 3, 2, 0.009, 0.0009)]
+    rank = {"rows": rows, "probes": [], "received": [(2, 0.0025, 0.0), (3, 0.0028, 0.0)], "swaps": [],
+            "offline": {1: [0.0005], 2: [0.002]}, "wrong": 0, "dead": "", "pushed": 0, "first_version": 1}
+    s = summarize(scn, [rank], plan, 0.001, 1.0)
+    first, second = s["events"]
+    assert first["time_after_ms"] == pytest.approx(0.8)                 # v3, not v2 (never ran)
+    assert first["reaction_ms"] == pytest.approx(1.0)
+    assert [v["version"] for v in first["versions"]] == [2, 3]
+    # offline 0.5 ms: 1 ms (v1) and 0.8 ms (v3) are below 0.95 of it, 0.5 ms ends at 5 ms
+    assert first["recovered_ms"] == pytest.approx(3.0)
+    # offline 2 ms: the 3 ms collective is below 0.95, the 0.9 ms one above (ends 9.9 ms)
+    assert second["recovered_ms"] == pytest.approx(3.9)
+    assert second["time_after_ms"] is None                               # no new version after 6 ms

@@ -210,3 +210,48 @@ def test_a_subscriber_drops_an_older_publication_of_the_same_epoch():
     finally:
         sub.close()
         pub.close(0)
+
+
+def test_a_subscriber_that_missed_a_restart_refuses_a_publication_of_another_start(tmp_path):
+    """Issue 27: a publication signed in an earlier start (captured, replayed within the
+    60 s window) reaches a subscriber that did not see the restart; the subscriber asks
+    the controller which epoch is current and refuses it, while a genuine publication of
+    the restarted controller's epoch is accepted, and its older ``seq`` is refused."""
+    from mccl_opt.allgather import solve_allgather
+
+    ep = f"ipc://{tmp_path}/ctl"
+    state = tmp_path / "state.json"
+    with Keyed(ep, state) as svc:
+        before = svc.epoch
+    with Keyed(ep, state) as svc:                       # the restart the subscriber missed
+        now = svc.epoch
+        assert now != before
+        ctx = zmq.Context.instance()
+        pub = ctx.socket(zmq.XPUB)
+        pub.setsockopt(zmq.LINGER, 0)
+        port = pub.bind_to_random_port("tcp://127.0.0.1")
+        sub = Subscription(ctx, f"tcp://127.0.0.1:{port}", KEY, epoch=before, controller=ep, timeout_s=5.0)
+        try:
+            assert pub.poll(5000) and pub.recv()[:1] == b"\x01"
+            body = {"comm": "w", "name": "x", "version": 2, "schedule": solve_allgather(TOPO).to_dict()}
+            send = (lambda epoch, seq: pub.send_multipart(   # noqa: E731
+                [b"schedule", encode("schedule", body, KEY, epoch=epoch, seq=seq)]))
+            send(new_id(), 7)                            # an epoch of some earlier start: refused
+            assert sub.recv(1.0) is None and sub.rejected == 1
+            send(now, 3)                                 # the controller's epoch now: accepted
+            assert sub.recv(2.0) is not None
+            send(now, 2)                                 # older within that epoch: refused
+            send(before, 9)                              # the epoch it knew, now over: refused
+            assert sub.recv(1.0) is None and sub.rejected == 3
+        finally:
+            sub.close()
+            pub.close(0)
+
+
+def test_a_subscription_from_a_client_knows_the_epoch_it_started_in(tmp_path):
+    ep = f"ipc://{tmp_path}/ctl"
+    with Keyed(ep, None) as svc:
+        with ControllerClient(ep, KEY, timeout_s=5.0) as client:
+            sub = client.subscribe()
+            assert sub._last[0] == svc.epoch
+            sub.close()

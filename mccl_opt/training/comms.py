@@ -34,6 +34,7 @@ import numpy as np
 
 from ..subfabric import SubFabric, induced
 from ..topology import Node, Topology
+from .series import series_reduced
 
 __all__ = ["Comm", "LoadCache", "communicators", "METHODS"]
 
@@ -201,12 +202,14 @@ class LoadCache:
         elif kind == "alltoall":
             from ..alltoall import solve_alltoall
 
-            loads = share_loads(topo, solve_alltoall(topo, backend=self.backend).chunks)
+            small = series_reduced(topo)
+            loads = small.expand(share_loads(small.topology, solve_alltoall(small.topology, backend=self.backend).chunks))
         else:
             from ..allgather import solve_allgather
 
             on = topo if kind == "allgather" else topo.with_capacities(_reversed(topo, topo.arrays.capacity))
-            loads = share_loads(on, solve_allgather(on, backend=self.backend).chunks)
+            small = series_reduced(on)
+            loads = small.expand(share_loads(small.topology, solve_allgather(small.topology, backend=self.backend).chunks))
             if kind == "reducescatter":
                 loads = _reversed(topo, loads)
         spent = time.perf_counter() - start

@@ -6,8 +6,11 @@ for ``k`` trees per root, the split is redone with every switch's pairing
 guarded (:mod:`.cut_guard`): first against the node sets learned from the logical graphs
 that failed (each round one rooted sweep over the logical graph and one minimum cut in the
 physical one: cheap), then, if that does not converge in :data:`LEARN_ROUNDS` rounds, with
-a rooted sweep at every switch.  None of this depends on how the switches are wired or
-named: the sets come from minimum cuts, and the exchanges keep every link's units.
+a rooted sweep at every switch.  Where neither gets there in
+:func:`.splitting.switch_order` (on NCCL-XML imports with CPU paths the sweep guard finds
+no exchange at a PCIe switch split after the rails), all of it is tried once more with
+the switches with the fewest links first (:func:`.splitting.fewest_links_first`).
+None of this depends on how the switches are wired or named: the sets come from minimum cuts, and the exchanges keep every link's units.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from .cut_guard import KnownCuts, SweepGuard, violated_set
-from .splitting import LogicalGraph, SplitGraph
+from .splitting import LogicalGraph, SplitGraph, fewest_links_first, switch_order
 from .spread import spread_split
 
 __all__ = ["guarded_spread", "LEARN_ROUNDS"]
@@ -29,7 +32,7 @@ def guarded_spread(g: SplitGraph, rank_of: np.ndarray, failed: LogicalGraph
     """The spread split of ``g`` redone with guarded pairings (module docstring), given
     the plain split ``failed`` whose logical graph fails the rooted test for ``g.k``
     trees per root; ``None`` when ``g`` itself fails it (no split can pass) or no guard
-    gets a logical graph that passes."""
+    gets a logical graph that passes in either order."""
     found = _violated_ranks(failed, g.k)
     if found is None:
         return failed
@@ -39,14 +42,30 @@ def guarded_spread(g: SplitGraph, rank_of: np.ndarray, failed: LogicalGraph
     if violated_set(g.n, g.gpus, g.k, arcs) is not None:
         return None
     known = KnownCuts(g.n, g.gpus, g.k, arcs)
+    for order in (switch_order, fewest_links_first):
+        lg, found = _guarded_in(g, rank_of, order(g), known, found)
+        if lg is not None:
+            return lg
+    return None
+
+
+def _guarded_in(g: SplitGraph, rank_of: np.ndarray, order: list[int], known: KnownCuts,
+                found: list[np.ndarray]) -> tuple[LogicalGraph | None, list[np.ndarray]]:
+    """Splits in ``order`` guarded by the sets learned so far (``known`` keeps learning
+    from ``found``, the violated rank sets of the last failed split), then by the sweep
+    guard: the passing logical graph or ``None``, and the rank sets still violated.
+    The sets learned in an earlier order are tried once in this one before learning
+    stops."""
+    fresh = True
     for _ in range(LEARN_ROUNDS):
-        if not any([known.learn(inside) for inside in found]):
+        if not any([known.learn(inside) for inside in found]) and not fresh:
             break
-        lg = spread_split(g, rank_of, known)
+        fresh = False
+        lg = spread_split(g, rank_of, known, order)
         found = _violated_ranks(lg, g.k)
         if found is None:
-            return lg
-    return spread_split(g, rank_of, SweepGuard(g.n, g.gpus, g.k))
+            return lg, []
+    return spread_split(g, rank_of, SweepGuard(g.n, g.gpus, g.k), order), found
 
 
 def _violated_ranks(lg: LogicalGraph, k: int) -> list[np.ndarray] | None:

@@ -30,7 +30,7 @@ from .bundles import Bundles
 from ..maxflow import INF, FlowNetwork
 
 __all__ = ["LogicalGraph", "SplitGraph", "balance_switches", "split_all", "switch_order",
-           "gpu_links", "peel", "simple_path"]
+           "fewest_links_first", "gpu_links", "peel", "simple_path"]
 
 Bundle = list  # list of [path (tuple of node indices), units]
 
@@ -239,6 +239,19 @@ def switch_order(g: SplitGraph) -> list[int]:
             nsw[b] += 1
     sw = np.flatnonzero(g.is_switch)
     return sw[np.lexsort((sw, -nsw[sw]))].tolist()
+
+
+def fewest_links_first(g: SplitGraph) -> list[int]:
+    """Switches with the fewest links first (pass-through NICs, CPUs, then PCIe
+    switches, NVSwitches, rails), ties by index: the guarded spread's second order
+    (:mod:`.guarded_spread`), where a low-degree switch is split while its neighbours are
+    still switches and the guard has whole links to exchange."""
+    links = np.zeros(g.n, np.int64)
+    for a, b in g.units:
+        links[a] += 1
+        links[b] += 1
+    sw = np.flatnonzero(g.is_switch)
+    return sw[np.lexsort((sw, links[sw]))].tolist()
 
 
 def _exact_split(g: SplitGraph, w: int) -> bool:

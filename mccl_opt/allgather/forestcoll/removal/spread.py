@@ -153,15 +153,16 @@ class _Arrays:
         return ins[np.argsort(self.tail[ins])], outs[np.argsort(self.head[outs])]
 
 
-def spread_split(g: SplitGraph, rank_of: np.ndarray, guard: Guard | None = None
-                 ) -> LogicalGraph | None:
-    """Split off every switch of ``g`` by the spread proposal (module docstring);
-    ``g`` is left as it was.  ``guard`` (:mod:`.cut_guard`) adjusts every switch's
-    pairing to keep the rooted cut condition; ``None`` if it could not."""
+def spread_split(g: SplitGraph, rank_of: np.ndarray, guard: Guard | None = None,
+                 order: list[int] | None = None) -> LogicalGraph | None:
+    """Split off every switch of ``g`` by the spread proposal (module docstring), in
+    ``order`` (default :func:`.splitting.switch_order`); ``g`` is left as it was.
+    ``guard`` (:mod:`.cut_guard`) adjusts every switch's pairing to keep the rooted cut
+    condition; ``None`` if it could not."""
     st = _Arrays(g)
     if guard is not None:
         guard.start()
-    for w in switch_order(g):
+    for w in switch_order(g) if order is None else order:
         ins, outs = st.at(w)
         if ins.size == 0 and outs.size == 0:
             continue

@@ -1,0 +1,118 @@
+"""A controller sharded by communicator (docs/scale.md, "Sharding the controller").
+
+Paper §3 has one controller; at 10,000+ GPUs its telemetry and synthesis outgrow one
+process.  ``mccl controller serve --shards N`` starts ``N`` controller processes, each a
+full :class:`~mccl_runtime.service.ControllerService` over the same fabric, each serving
+the communicators :func:`shard_of` assigns to it (a stable hash of the name): each
+decodes, folds and decides on its own telemetry in parallel, with its own state file
+(``STATE.shardI``) and publisher.  A shard refuses to register another shard's
+communicator (error ``wrong_shard``, naming the right endpoint), and every shard's
+``ping`` lists all the shards' endpoints, so a client that knows one finds the rest
+(:class:`~mccl_runtime.client.ShardedClient`).  Executors send a communicator's
+telemetry to its shard; a link used by communicators of several shards is measured by
+each from its own traffic, which is what each schedule sees.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import threading
+import zlib
+from argparse import Namespace
+from typing import Any, Callable
+
+from mccl_opt.errors import MCCLError
+
+__all__ = ["shard_of", "launch", "shard_args", "shard_endpoint", "announce_shard"]
+
+#: shards at most
+MAX_SHARDS = 64
+
+
+def shard_of(comm: str, shards: int) -> int:
+    """The shard serving communicator ``comm`` (CRC-32 of its name, modulo ``shards``)."""
+    return zlib.crc32(comm.encode("utf-8", "surrogatepass")) % shards
+
+
+def shard_endpoint(endpoint: str | None, index: int) -> str | None:
+    """Shard ``index``'s endpoint: the TCP port plus ``index`` (a free port stays free;
+    any other endpoint gets ``-shardI`` appended)."""
+    if endpoint is None:
+        return None
+    if endpoint.startswith("tcp://"):
+        host, _, port = endpoint.rpartition(":")
+        return endpoint if port in ("0", "*") else f"{host}:{int(port) + index}"
+    return f"{endpoint}-shard{index}"
+
+
+def announce_shard(svc: Any, conn: Any) -> None:
+    """In a shard: send its endpoint to the launcher once bound, then take the list of
+    every shard's endpoint (served by ``ping``)."""
+    svc.ready.wait()
+    conn.send(svc.endpoint)
+    endpoints = conn.recv()
+    svc.shard_endpoints = endpoints
+
+
+def shard_args(args: Namespace, index: int, shards: int) -> Namespace:
+    """The ``serve`` arguments of shard ``index``: its endpoints and state file, and only
+    the ``--collective``/``--members`` of its communicators."""
+    mine = [spec for spec in args.collective if shard_of(spec.partition("/")[0], shards) == index]
+    members = [spec for spec in args.members if shard_of(spec.partition("=")[0], shards) == index]
+    return Namespace(**{**vars(args), "collective": mine, "members": members, "shards": 1,
+                        "shard": (index, shards), "bind": shard_endpoint(args.bind, index),
+                        "pub_bind": shard_endpoint(args.pub_bind, index),
+                        "state": f"{args.state}.shard{index}" if args.state else None})
+
+
+def _child(serve: Callable[[Namespace], int], args: Namespace, conn: Any) -> None:
+    """A shard process: ignore the terminal's Ctrl-C (the launcher forwards a stop)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    args.shard_conn = conn
+    raise SystemExit(serve(args))
+
+
+def launch(serve: Callable[[Namespace], int], args: Namespace, shards: int) -> int:
+    """Start ``shards`` processes running ``serve`` on per-shard arguments, print their
+    endpoints, forward SIGTERM/SIGINT to them and wait; the worst exit status."""
+    if not 2 <= shards <= MAX_SHARDS:
+        raise MCCLError(f"--shards must be in [1, {MAX_SHARDS}], got {shards}")
+    ctx = multiprocessing.get_context("spawn")
+    procs, pipes = [], []
+    for i in range(shards):
+        mine, theirs = ctx.Pipe()
+        p = ctx.Process(target=_child, args=(serve, shard_args(args, i, shards), theirs), name=f"mccl-shard{i}")
+        p.start()
+        procs.append(p)
+        pipes.append(mine)
+    stop = threading.Event()
+
+    def forward(*_: Any) -> None:
+        stop.set()
+        for p in procs:
+            if p.pid is not None and p.exitcode is None:
+                os.kill(p.pid, signal.SIGTERM)
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, forward)
+    endpoints = []
+    for i, (p, conn) in enumerate(zip(procs, pipes)):
+        while not conn.poll(0.2):
+            if p.exitcode is not None or stop.is_set():     # it failed to start (its error is printed)
+                forward()
+                return _wait(procs)
+        endpoints.append(conn.recv())
+    for conn in pipes:
+        conn.send(endpoints)
+    for i, ep in enumerate(endpoints):
+        print(f"shard {i} on {ep}", flush=True)
+    print(f"controller on {endpoints[0]} ({shards} shards)", flush=True)
+    return _wait(procs)
+
+
+def _wait(procs: list) -> int:
+    for p in procs:
+        p.join()
+    return max(abs(p.exitcode or 0) for p in procs)
