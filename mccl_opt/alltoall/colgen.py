@@ -18,10 +18,12 @@ that other paths avoid, so its bound is 0 for dozens of rounds while the master 
 already optimal.  When the vertex bound does not close, the loop also prices
 ``w_a = 1 / cap(S)`` on the set ``S`` of links the master saturates: the bound is then
 the cut bound ``sum_p crossings_p(S) / cap(S)`` of that set, which certifies a master
-whose bottleneck is a whole tier of links in round 1 (docs/alltoall.md, *Scale*).  The
-best bound's prices are kept as the run's certificate.  The loop stops when the master's ``t`` is within ``rel_tol`` of the
-best bound, or when no column prices out; :class:`CGStatus` says which limit, if any,
-ended it instead.
+whose bottleneck is a whole tier of links in round 1 (docs/alltoall.md, *Scale*).  When
+that does not close either, the cut bounds of the saturated set's largest capacity
+classes are tried as well (:func:`class_cut_prices`, with the proof that each is a valid
+bound).  The best bound's prices are kept as the run's certificate.  The loop stops when
+the master's ``t`` is within ``rel_tol`` of the best bound, or when no column prices
+out; :class:`CGStatus` says which limit, if any, ended it instead.
 """
 
 from __future__ import annotations
@@ -102,8 +104,8 @@ def _bound(sp_sum: float, w: np.ndarray, capacity: np.ndarray) -> float:
     return sp_sum / max(1.0, float(capacity @ w)) if np.isfinite(sp_sum) else 0.0
 
 
-#: Besides the whole saturated set, the cut bound is also tried on its largest
-#: capacity classes (at most this many; docs/alltoall.md, *Imported fabrics*).
+#: When the whole saturated set's cut bound does not close, the cut bound is also
+#: tried on its largest capacity classes (at most this many; :func:`class_cut_prices`).
 CUT_CLASSES = 3
 
 
@@ -123,11 +125,25 @@ def _saturated(master: RestrictedMaster, sol: MasterSolution) -> np.ndarray:
 
 
 def class_cut_prices(master: RestrictedMaster, sol: MasterSolution) -> list[np.ndarray]:
-    """Cut prices on each of the :data:`CUT_CLASSES` largest capacity classes of the
-    saturated set ``S`` (when ``S`` has more than one).  A degenerate optimum also
-    saturates a few links off the bottleneck tier (a GPU's PCIe link next to its NIC's
-    rail link); they weaken the cut bound of ``S``, whose crossings they do not add to,
-    and the bottleneck tier alone certifies (docs/alltoall.md, *Imported fabrics*)."""
+    """Cut prices ``1 / cap(S_c)`` on each of the :data:`CUT_CLASSES` largest capacity
+    classes ``S_c = {a in S : cap_a = c}`` of the saturated set ``S`` (when ``S`` has
+    more than one class; ``[]`` otherwise).
+
+    A degenerate master optimum saturates links of several tiers at once; the cut of
+    ``S`` counts every pair's crossings of all of them against their summed capacity,
+    which a tier the pair need not cross dilutes, while the cut of one tier alone can be
+    tight (docs/alltoall.md, *Imported fabrics*).
+
+    **Validity** (any link set ``S' != {}``, so each ``S_c``).  Let ``(y, t)`` be feasible
+    for the full master: every pair ``p`` splits its unit demand over step-bounded paths
+    (``sum_P y_P = 1``) and every link carries ``load_a + background_a <= cap_a t``.
+    Summing over ``S'``: ``t cap(S') >= sum_{a in S'} load_a = sum_p sum_P y_P |P ∩ S'|
+    >= sum_p min_P |P ∩ S'|``.  Under the prices ``w = 1_{S'} / cap(S')`` a path costs
+    ``|P ∩ S'| / cap(S')`` and ``cap·w = 1``, so ``sum_p SP_p(w)`` -- what
+    :func:`_bound` returns for ``w`` -- is at most ``t``; for the optimal ``t*`` too: the
+    bound never exceeds ``t* = 1/z*`` (it is a Farley bound, module docstring).  Checked
+    against the compact LP by ``bench/fuzz_alltoall.py`` and
+    ``tests/test_alltoall_class_cut.py``."""
     sat = _saturated(master, sol)
     caps, counts = np.unique(master.capacity[sat], return_counts=True)
     if caps.size < 2:
