@@ -99,3 +99,28 @@ def test_imported_dgx_reaches_the_compact_optimum_cold_and_warm(hosts, cpu_paths
     # every GPU sends 8 of its 15 blocks across hosts through 8 x 400 Gbps NICs per host
     if hosts == 2:
         assert cold.lp_rate_gbps == pytest.approx(3200 / 64)
+
+
+def test_initial_routing_is_certified_only_when_it_is_optimal():
+    """The cold start's routing (one path per pair) of the healthy 8-host DGX import is
+    the optimum, and its busiest links' cut says so; with a NIC link halved it is not,
+    and the certificate must not claim it.  The optima are the NIC cuts of host 0, by
+    hand: its 8 GPUs send 8 x 56 blocks to the other hosts through 8 x 400 Gbps (3200;
+    3000 with one link at 200); bench/bench_alltoall_imports.py finds the compact LP
+    at both values."""
+    from mccl_opt.alltoall.initial import _cut_certified, initial_columns
+
+    topo = mo.Topology.from_nccl_xml(DGX, hosts=8, network="rail")
+    link = next(l for l in topo.links if l.src == "h0nic0" and l.dst.startswith("rail"))
+    half = topo.with_capacity({(link.src, link.dst): link.capacity_gbps / 2})
+    for fabric, z, optimal in ((topo, 3200 / 448, True), (half, 3000 / 448, False)):
+        prob = problem_for(fabric)
+        steps = prob.graph.n_nodes - 1
+        init = initial_columns(prob, steps, np.ones(prob.num_pairs, dtype=bool))
+        pairs = prob.pair_index(init.src, init.dst)
+        np.testing.assert_array_equal(np.sort(pairs), np.arange(prob.num_pairs))  # each once
+        load = np.bincount(init.arcs, minlength=prob.num_links).astype(float)
+        t = float((load / prob.capacity).max())
+        assert 1.0 / t <= z * (1 + 1e-9)
+        assert (1.0 / t == pytest.approx(z, rel=REL)) is optimal
+        assert _cut_certified(prob, steps, load, t) is optimal

@@ -2,15 +2,17 @@
 
 Each pair without a column gets a shortest path within the step bound, ties towards
 fewer steps -- a capacity-aware variant of the paper's shortest-hop start (§4.2).  The
-sources are routed in :data:`WAVES` interleaved waves (ranks ``w, w+W, w+2W, ...``), and
-each wave prices a link at ``(load_a + 1/2) / cap_a``, the marginal cost of
-``sum_a load_a^2 / (2 cap_a)`` under the paths of the waves before it (``load_a``: their
-pairs on link ``a``; the first wave prices ``1/(2 cap_a)``, the time a bit spends on
-the link, halved).  Equal-cost alternatives -- two NICs behind one PCIe switch, several
-rails -- are then taken in turn instead of all by the lowest arc index, so on fabrics
-with such ties the single-path start is already balanced and the first master is
-optimal (docs/alltoall.md, *Imported fabrics*).  Raises :class:`TopologyError` when the
-step bound leaves a pair unconnected.
+sources are routed in ``W`` interleaved waves (ranks ``w, w+W, w+2W, ...``, ``W`` in
+:data:`WAVES`), and each wave prices a link at ``(load_a + 1/2) / cap_a``, the marginal
+cost of ``sum_a load_a^2 / (2 cap_a)`` under the paths of the waves before it
+(``load_a``: their pairs on link ``a``; the first wave prices ``1/(2 cap_a)``, the time
+a bit spends on the link, halved).  Equal-cost alternatives -- two NICs behind one PCIe
+switch, several rails -- are then taken in turn instead of all by the lowest arc index,
+so on fabrics with such ties (healthy NCCL DGX imports) the single-path start is already
+balanced and the first master is optimal (docs/alltoall.md, *Imported fabrics*).  A
+wave routes all of a source's pairs under one set of prices, so a degraded link that
+needs one source's pairs split over several NICs is not balanced.  Raises
+:class:`TopologyError` when the step bound leaves a pair unconnected.
 """
 
 from __future__ import annotations
@@ -23,26 +25,53 @@ from .problem import Problem
 
 __all__ = ["initial_columns", "min_steps_per_pair", "WAVES"]
 
-#: The numbers of interleaved source waves tried; the routing with the lowest maximum
-#: link utilisation is kept (1: every source under the capacity prices alone).
-WAVES = (1, 4, 8, 16)
+#: The numbers of interleaved source waves tried, in this order; the routing with the
+#: lowest maximum link utilisation is kept (1: every source under the capacity prices
+#: alone).  8 waves put one GPU of each 8-GPU host in a wave; on the NCCL DGX imports
+#: 4 and 16 waves more found nothing 8 did not (docs/alltoall.md, *Imported fabrics*),
+#: and each wave count tried costs one all-source pricing pass on a cold start.
+WAVES = (1, 8)
 
 
 def initial_columns(prob: Problem, max_steps: int, missing: np.ndarray,
                     waves: tuple[int, ...] = WAVES) -> PricedColumns:
     """Paths for the pairs where ``missing[p]`` is true (pair order): of the routings
     in ``waves`` waves (module docstring), the one whose busiest link has the lowest
-    utilisation (ties: the first)."""
+    utilisation (ties: the first).  When every pair is missing (a cold start) and a
+    routing is already optimal by the cut bound of its busiest links
+    (:func:`_cut_certified`), the later wave counts are not tried."""
     want = prob.pair_matrix(missing.astype(float), 0.0) > 0
     best, best_t = None, np.inf
     for w in dict.fromkeys(max(1, min(int(w), prob.num_gpus)) for w in waves):
         priced = _routed(prob, max_steps, want, w)
-        t = float((np.bincount(priced.arcs, minlength=prob.num_links) / prob.capacity).max(
-            initial=0.0))
+        load = np.bincount(priced.arcs, minlength=prob.num_links).astype(float)
+        t = float((load / prob.capacity).max(initial=0.0))
         if t < best_t * (1 - 1e-9) or best is None:
             best, best_t = priced, t
+        if missing.all() and _cut_certified(prob, max_steps, load, t):
+            break
     _check_reached(prob, max_steps, missing, best)
     return best
+
+
+#: A routing is certified when its cut bound is within this relative gap of its ``t``.
+CERTIFIED_REL_TOL = 1e-7
+
+
+def _cut_certified(prob: Problem, max_steps: int, load: np.ndarray, t: float) -> bool:
+    """Whether a routing of every pair (one path each, ``load`` pairs per link, busiest
+    link at utilisation ``t``) is optimal: the cut bound of its busiest links ``S``,
+    ``sum_p min_P |P ∩ S| / cap(S)`` (a lower bound on the optimal ``t``, proof at
+    ``colgen.class_cut_prices``), reaches ``t``.  Then its first master, this routing,
+    is certified by column generation's first round as well (the healthy HPN and
+    imported DGX fabrics without CPU paths)."""
+    if t <= 0:
+        return False
+    sat = load >= prob.capacity * t * (1 - 1e-6)
+    w = sat / float(prob.capacity @ sat)
+    none = np.full((prob.num_gpus, prob.num_gpus), -np.inf)
+    bound = float(prob.pair_values(price_paths(prob.graph, w, none, max_steps).shortest).sum())
+    return bound >= t * (1 - CERTIFIED_REL_TOL)
 
 
 def _routed(prob: Problem, max_steps: int, want: np.ndarray, waves: int) -> PricedColumns:
