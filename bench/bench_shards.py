@@ -37,7 +37,7 @@ def _comms(topo, n: int) -> dict[str, list[str]]:
 
 
 def run(topo, topo_path: Path, comms: dict[str, list[str]], shards: int, healthy_s: float) -> dict:
-    cmd = [sys.executable, "-m", "mccl_opt.cli", "controller", "serve", "--topology", str(topo_path),
+    cmd = [sys.executable, "-m", "mccl_opt.cli", "controller", "serve", "--estimator", "ewma", "--topology", str(topo_path),
            "--bind", "tcp://127.0.0.1:0", "--alpha", "1", "--dwell", "0", "--shards", str(shards)]
     for comm, gpus in comms.items():
         cmd += [f"--collective={comm}/ag:allgather", f"--members={comm}={','.join(gpus)}"]

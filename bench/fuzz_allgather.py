@@ -246,6 +246,8 @@ def main(argv: list[str] | None = None) -> int:
                          "cold and warm, with time percentiles")
     ap.add_argument("--family-chains", type=int, default=2, help="chains per family fabric and budget")
     ap.add_argument("--scramble", action="store_true", help="rename and reorder the family fabrics")
+    ap.add_argument("--budgets", nargs="+", default=["10", "None"], metavar="K",
+                    help="chunk budgets of the family chains (default: 10 None)")
     ap.add_argument("--entry", default="mccl_opt:solve_allgather",
                     help="the solver to judge, MODULE:FUNCTION (default mccl_opt:solve_allgather)")
     args = ap.parse_args(argv)
@@ -264,7 +266,8 @@ def main(argv: list[str] | None = None) -> int:
         from bench.allgather_chains import FAMILIES, print_chains, run_chains
 
         t0 = time.perf_counter()
-        chains = run_chains(args.family_chains, args.steps, args.seed, (10, None),
+        budgets = tuple(None if b == "None" else int(b) for b in args.budgets)
+        chains = run_chains(args.family_chains, args.steps, args.seed, budgets,
                             args.families or list(FAMILIES), args.scramble, cut_bound,
                             args.timeout)
         print_chains(chains, time.perf_counter() - t0)

@@ -70,7 +70,7 @@ class ControllerProcess:
     def __init__(self, topology_path: str, collective: str, cfg: GlooLoopConfig, log_path: str) -> None:
         from .scenario_rank import COMM, NAME
 
-        cmd = [sys.executable, "-m", "mccl_opt.cli", "controller", "serve", "--topology", topology_path,
+        cmd = [sys.executable, "-m", "mccl_opt.cli", "controller", "serve", "--estimator", "ewma", "--topology", topology_path,
                "--bind", "tcp://127.0.0.1:0", "--collective", f"{COMM}/{NAME}:{collective}",
                "--alpha", str(cfg.alpha), "--gamma", str(cfg.gamma), "--dwell", str(cfg.dwell_s),
                "--time-limit", str(cfg.time_limit_s), "--backend", cfg.backend]

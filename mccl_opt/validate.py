@@ -226,7 +226,8 @@ def _link_loads(topo: Topology, chunks: Iterable[Chunk], problems: list[str]) ->
     if isinstance(chunks, TreeChunks):          # array trees: shares summed per table path
         paths, ids, sizes = edge_paths(chunks)
         weight = np.repeat(chunks.table.shares, sizes)
-        per_path.update(zip(paths, np.bincount(ids, weights=weight, minlength=len(paths)).tolist()))
+        for path, share in zip(paths, np.bincount(ids, weights=weight, minlength=len(paths)).tolist()):
+            per_path[path] += share             # a table may list one path twice
         chunks = ()
     for c in chunks:
         if isinstance(c, PathChunk):

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from .telemetry import CLI_ESTIMATOR, ESTIMATORS
+
 
 #: synthesis worker processes at most
 MAX_WORKERS = 256
@@ -28,9 +30,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="the GPUs of a communicator of --collective, in rank order, e.g. "
                         "tp0=s0h0g0,s0h0g1 (repeatable; default: every GPU of the fabric); its "
                         "schedules are synthesized on the sub-fabric they induce")
-    s.add_argument("--estimator", choices=["ewma", "level"], default="ewma",
-                   help="link estimate: the paper's EWMA (default) or the change-point level "
-                        "(docs/runtime.md; re-synthesizes for the new level once confirmed)")
+    s.add_argument("--estimator", choices=list(ESTIMATORS), default=CLI_ESTIMATOR,
+                   help="link estimate: the change-point level (re-synthesizes for a new level once "
+                        "confirmed) or the paper's EWMA (--alpha); default %(default)s, as `mccl loop` "
+                        "(docs/runtime.md)")
     s.add_argument("--alpha", type=_finite, default=0.012, help="EWMA smoothing factor (default %(default)s)")
     s.add_argument("--gamma", type=_finite, default=0.1, help="Algorithm 1 threshold Gamma (default %(default)s)")
     s.add_argument("--dwell", type=_finite, default=1.0, help="minimum seconds between decisions per collective")

@@ -67,7 +67,7 @@ from .level import LevelParams
 from .probes import Probe
 from .manager import Action, Policy, ScheduleManager, Synthesizer, solver_synthesizer
 from .scenario import Event, Scenario
-from .telemetry import MeasurementStore
+from .telemetry import CLI_ESTIMATOR, MeasurementStore
 
 __all__ = ["LoopConfig", "LoopResult", "run_loop", "builtin_scenario", "link_windows", "simulate_span"]
 
@@ -87,7 +87,7 @@ class LoopConfig:
     duration_ms: float = 250.0
     noise: float = 0.01
     seed: int = 0
-    estimator: str = "level"
+    estimator: str = CLI_ESTIMATOR
     alpha: float = 0.012
     gamma: float = 0.1
     oob_ms: float = 5.74

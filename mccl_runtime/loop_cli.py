@@ -12,6 +12,7 @@ from typing import Any, TextIO
 from .loop import LoopConfig, run_loop
 from .loop_report import builtin_summary, plot, public_summary
 from .scenario import load_scenario
+from .telemetry import CLI_ESTIMATOR, ESTIMATORS
 
 __all__ = ["add_arguments", "main"]
 
@@ -33,8 +34,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="simulated time, ms (default %(default)s)")
     p.add_argument("--noise", type=float, default=d.noise, help="telemetry noise (relative std)")
     p.add_argument("--seed", type=int, default=d.seed, help="telemetry noise seed (default %(default)s)")
-    p.add_argument("--estimator", choices=["level", "ewma"], default=d.estimator,
-                   help="link estimate: change-point level (default) or the paper's EWMA")
+    p.add_argument("--estimator", choices=list(ESTIMATORS), default=CLI_ESTIMATOR,
+                   help="link estimate: the change-point level or the paper's EWMA (--alpha); "
+                        "default %(default)s, as `mccl controller serve`")
     p.add_argument("--alpha", type=float, default=d.alpha, help="EWMA smoothing factor (--estimator ewma)")
     p.add_argument("--gamma", type=float, default=d.gamma, help="Algorithm 1 threshold")
     p.add_argument("--probe-period-ms", type=float, default=d.probe_period_ms,

@@ -69,6 +69,7 @@ _NUMBERS = {float, int}
 _KIND, _SRC, _DST = itemgetter("kind"), itemgetter("src"), itemgetter("dst")
 _GBPS, _T = itemgetter("gbps"), itemgetter("t")
 ESTIMATORS = ("ewma", "level")
+CLI_ESTIMATOR = "level"  # --estimator of `mccl controller serve` and `mccl loop` (docs/runtime.md)
 
 
 class MeasurementStore:

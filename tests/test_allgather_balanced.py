@@ -141,7 +141,8 @@ def test_chain_falls_back_when_forestcoll_misses_the_claimed_optimum(monkeypatch
     true = balanced_restriction(topo)
 
     def inflated(*args, **kwargs):
-        return Restriction(true.units, true.unit_gbps, true.rate_gbps * 1.01, true.rounds)
+        return Restriction(true.units, true.unit_gbps, true.rate_gbps * 1.01, true.rounds,
+                           true.ceiling)
 
     monkeypatch.setattr(balanced, "balanced_restriction", inflated)
     s = mo.solve_allgather(topo, max_chunks=None)

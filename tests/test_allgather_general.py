@@ -246,15 +246,16 @@ def test_one_direction_nic_degradation_is_solved_exactly_on_the_weaker_fabric():
 
 
 def test_unbalanced_fabric_keeps_the_better_rounding():
-    """Where the weaker-direction optimum stays below the cut bound the general method
-    solves; the kept schedule rounds no worse than the general method's own."""
+    """Where the weaker-direction optimum stays below the cut bound the balanced
+    restriction (rounded keeping switches balanced) or the general method solves; the
+    kept schedule rounds no worse than the general method's own."""
     topo = hpn(2, 2, 8).with_capacity({("s0h0g0", "s0tor0"): 50.0})
     s = mo.solve_allgather(topo)
     mo.validate(topo, s)
     from mccl_opt.allgather.canonical import canonical
 
     own = solve_general(canonical(topo), max_chunks=10)       # the listing the chain solves
-    assert s.stats["method"] == "general"
+    assert s.stats["method"] in ("general", "forestcoll-balanced-restriction")
     assert s.lp_rate_gbps == pytest.approx(own.lp_rate_gbps, rel=1e-9)
     assert s.rate_gbps >= own.rate_gbps * (1 - 1e-9)
 

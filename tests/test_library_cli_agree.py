@@ -167,3 +167,19 @@ def test_old_and_new_flag_spellings_agree(tmp_path, capsys):
     bench = build_parser().parse_args(["bench", "-o", "b.json", "--backend", "highs", "--shape", "1x2x2"])
     old = build_parser().parse_args(["bench", "--out", "b.json", "--backends", "highs", "--sizes", "1x2x2"])
     assert (bench.out, bench.backends, bench.sizes) == (old.out, old.backends, old.sizes)
+
+
+def test_loop_and_controller_default_to_the_same_estimator():
+    """``mccl loop`` and ``mccl controller serve`` parse ``--estimator`` to one default (the
+    change-point level, docs/runtime.md "Which estimator"), and the loop's library config
+    agrees; an explicit ``--estimator ewma`` still reaches both."""
+    from mccl_opt.cli import build_parser
+    from mccl_runtime.loop import LoopConfig
+    from mccl_runtime.telemetry import CLI_ESTIMATOR
+
+    parser = build_parser()
+    loop = parser.parse_args(["loop"])
+    serve = parser.parse_args(["controller", "serve", "--topology", "hpn-1x2x4"])
+    assert loop.estimator == serve.estimator == LoopConfig().estimator == CLI_ESTIMATOR == "level"
+    assert parser.parse_args(["loop", "--estimator", "ewma"]).estimator == "ewma"
+    assert parser.parse_args(["controller", "serve", "--topology", "t", "--estimator", "ewma"]).estimator == "ewma"

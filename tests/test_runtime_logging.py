@@ -103,7 +103,7 @@ def test_cli_serve_verbose_logs_decisions(tmp_path):
     topo_file = tmp_path / "t.json"
     TOPO.save(topo_file)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "mccl_opt.cli", "controller", "serve", "--topology", str(topo_file),
+        [sys.executable, "-m", "mccl_opt.cli", "controller", "serve", "--estimator", "ewma", "--topology", str(topo_file),
          "--bind", "tcp://127.0.0.1:0", "--collective", "world/ag:allgather", "-v"],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env={**os.environ, "PYTHONPATH": str(ROOT)})

@@ -21,6 +21,7 @@ from mccl_opt.allgather.forestcoll.packing.repair import repair_pack
 from mccl_opt.schedule import TreeChunks, TreeTable, share_loads
 from mccl_opt.schedule_chunks import FlatPaths, path_nodes
 from mccl_opt.schedule_format import pack_v2
+from tests.oracle_allgather import check_schedule
 
 FABRICS = [hpn(1, 2, 8), fail2(hpn(1, 2, 8)), fail3(hpn(1, 4, 8)), fail1(hpn(2, 2, 8)),
            fail2(hpn(2, 4, 8))]
@@ -131,9 +132,12 @@ def test_writer_merges_equal_paths_and_trees_like_the_per_edge_writer():
 
 def test_validator_reads_array_trees_and_finds_their_faults():
     topo = _star()
-    good = Schedule("allgather", "star3", ("a", "b", "c"), 50.0, 50.0, 1,
+    # link a -> s carries a's two edges and c's edge a-s-b (path 5, listed twice in the
+    # table as path 0 too): three shares, 100/3 Gbps (the oracle's count below)
+    good = Schedule("allgather", "star3", ("a", "b", "c"), 100 / 3, 100 / 3, 1,
                     _table([[0, 1], [2, 3], [4, 5]], src=(0, 1, 2), shares=(1.0, 1.0, 1.0)))
-    assert validate(topo, good).rate_gbps == pytest.approx(50.0)
+    assert validate(topo, good).rate_gbps == pytest.approx(100 / 3)
+    assert check_schedule(topo, good).rate_gbps == pytest.approx(100 / 3)
     twice = Schedule("allgather", "star3", ("a", "b", "c"), 50.0, 50.0, 1,
                      _table([[0, 5], [2, 3], [4, 5]], src=(0, 1, 2), shares=(1.0, 1.0, 1.0)))
     with pytest.raises(ScheduleError, match="tree 0 .*receives the shard twice"):

@@ -32,7 +32,7 @@ def _torchrun() -> list[str]:
 def controller(tmp_path):
     full_mesh(3).save(tmp_path / "t3.json")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "mccl_opt.cli", "controller", "serve", "--topology",
+        [sys.executable, "-m", "mccl_opt.cli", "controller", "serve", "--estimator", "ewma", "--topology",
          str(tmp_path / "t3.json"), "--bind", "tcp://127.0.0.1:0", "--alpha", "1", "--dwell", "0"],
         cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
     try:

@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Any
+from fractions import Fraction
+from typing import Any, Sequence
 
 from .. import anytime
 from ..entry_checks import check_time_limit
@@ -121,6 +122,8 @@ def _warm_or_cold(topo: Topology, warm: Schedule | None, backend: str, max_chunk
     budget = None if warm is None else warm_budget_s(warm)
     if budget is None:
         return _chain(topo, warm, backend, max_chunks, step_aware, trail)
+    if not switches_balanced(topo):                   # the chain stages its warm methods
+        return _chain(topo, warm, backend, max_chunks, step_aware, trail, budget)
     t = time.perf_counter()
     sched, declined = anytime.stage(
         budget, lambda: _chain(topo, warm, backend, max_chunks, step_aware, trail))
@@ -133,14 +136,17 @@ def _warm_or_cold(topo: Topology, warm: Schedule | None, backend: str, max_chunk
 
 
 def _chain(topo: Topology, warm: Schedule | None, backend: str, max_chunks: int | None,
-           step_aware: Any, trail: Trail) -> Schedule:
-    """Step 3: which method solves ``topo`` (:mod:`.chain`)."""
+           step_aware: Any, trail: Trail, warm_budget: float | None = None) -> Schedule:
+    """Step 3: which method solves ``topo`` (:mod:`.chain`); ``warm_budget``: the warm
+    start's budget, applied by the unbalanced chain to each warm-started method."""
 
-    def forestcoll(sub: Topology, w: Schedule | None, k: int | None) -> Schedule | Declined:
-        return _typed_forestcoll(sub, w, backend, k, False, lossy_balance=True)
+    def forestcoll(sub: Topology, w: Schedule | None, k: int | None,
+                   headroom: Sequence[Fraction] | None = None) -> Schedule | Declined:
+        return _typed_forestcoll(sub, w, backend, k, False, lossy_balance=True,
+                                 headroom=headroom)
 
     if not switches_balanced(topo):                   # ForestColl is exact on balanced only
-        return solve_unbalanced(topo, warm, backend, max_chunks, forestcoll, trail)
+        return solve_unbalanced(topo, warm, backend, max_chunks, forestcoll, trail, warm_budget)
     t = time.perf_counter()
     try:
         sched = _typed_forestcoll(topo, warm, backend, max_chunks, step_aware)
@@ -154,24 +160,27 @@ def _chain(topo: Topology, warm: Schedule | None, backend: str, max_chunks: int 
 
 
 def _typed_forestcoll(topo: Topology, warm: Schedule | None, backend: str,
-                      max_chunks: int | None, step_aware: Any,
-                      lossy_balance: bool = False) -> Schedule | Declined:
+                      max_chunks: int | None, step_aware: Any, lossy_balance: bool = False,
+                      headroom: Sequence[Fraction] | None = None) -> Schedule | Declined:
     """:func:`_forestcoll`, an internal error turned into a :class:`SolveError` naming the
     fabric (the chain of methods catches it)."""
     try:
-        return _forestcoll(topo, warm, backend, max_chunks, step_aware, lossy_balance)
+        return _forestcoll(topo, warm, backend, max_chunks, step_aware, lossy_balance, headroom)
     except (KeyError, IndexError, AssertionError, ZeroDivisionError) as e:
         raise SolveError(f"ForestColl failed on {topo.name!r} ({type(e).__name__}: {e}); "
                          "a bug: please report the topology file") from e
 
 
 def _forestcoll(topo: Topology, warm: Schedule | None, backend: str, max_chunks: int | None,
-                step_aware: Any, lossy_balance: bool = False) -> Schedule | Declined:
+                step_aware: Any, lossy_balance: bool = False,
+                headroom: Sequence[Fraction] | None = None) -> Schedule | Declined:
     """Step 4 on a canonically listed ``topo``; :class:`.chain.Declined` when the exact
     optimum (``max_chunks=None``) needs more than :data:`.budget.EXACT_TREES_LIMIT`
     trees per root, or switch balancing loses capacity the optimum needs (unless
     ``lossy_balance``: the chain's sub-fabrics, whose rounded schedule it compares with
-    the general method's itself)."""
+    the general method's itself); ``headroom``: ``topo`` is a balanced restriction
+    whose links may carry this many times their capacity on the real fabric
+    (:func:`.forestcoll.pipeline.balanced_split`)."""
     run = Run.start(topo, warm, max_chunks)
     rewarm = run.prev is not None and not step_aware
 
@@ -199,7 +208,8 @@ def _forestcoll(topo: Topology, warm: Schedule | None, backend: str, max_chunks:
     anytime.check("ForestColl: before switch balancing")
     arr = topo.arrays
     t = time.perf_counter()
-    balanced = balanced_split(budget.fab, arr.is_switch, budget.k, budget.y, max_chunks)
+    balanced = balanced_split(budget.fab, arr.is_switch, budget.k, budget.y, max_chunks,
+                              headroom)
     balanced.record(run.stats)
     run.stats["balance_s"] = time.perf_counter() - t
     if not balanced.exact and not lossy_balance:     # the rate would sit below the optimum

@@ -80,8 +80,8 @@ def _fabric(topo, sched, members: str | None):
 def load_any_schedule(path: str, topo):
     """An MCCL schedule file, or a peer's schedule read on ``topo`` (docs/interop.md): a
     file ending in ``.xml`` is MSCCL XML (``<algo>``: TACCL, MSCCLang, ``mccl export
-    msccl``) or ForestColl tree XML; a TE-CCL AllGather output (JSON with ``7-Flows``) is
-    tried when the file is no MCCL schedule."""
+    msccl``) or ForestColl tree XML; a TE-CCL output (JSON: AllToAll with volumes in its
+    ``Chunk paths``, else AllGather ``7-Flows``) is tried when the file is no MCCL schedule."""
     from ..errors import ScheduleError
     from ..files import read_bounded, read_json
     from ..schedule import Schedule
@@ -97,8 +97,15 @@ def load_any_schedule(path: str, topo):
         return Schedule.load(path)
     except ScheduleError:
         data = read_json(path, ScheduleError, "schedule")
-        if not (isinstance(data, dict) and "7-Flows" in data and "format" not in data):
+        from ..interop.teccl_alltoall import is_teccl_alltoall
+
+        alltoall = is_teccl_alltoall(data)
+        if not (isinstance(data, dict) and (alltoall or "7-Flows" in data) and "format" not in data):
             raise
+    if alltoall:
+        from ..interop.teccl_alltoall import from_teccl_alltoall
+
+        return from_teccl_alltoall(data, topo)
     from ..interop.teccl_flows import from_teccl_flows
 
     return from_teccl_flows(data, topo)

@@ -9,6 +9,8 @@ optimum is printed with the file.
 
 ``mccl export msccl SCHED -o algo.xml`` writes a schedule as MSCCL XML for
 msccl-executor-nccl (:mod:`mccl_opt.lowering.msccl`) and replays it with the checker.
+``mccl export mscclpp SCHED -o plan.json`` writes it as an MSCCL++ execution plan
+(:mod:`mccl_opt.lowering.mscclpp`).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     group.required = True
     _register_mps(group)
     _register_msccl(group)
+    _register_mscclpp(group)
     from .peers import register_exports
 
     register_exports(group)
@@ -106,21 +109,32 @@ def _register_msccl(group: argparse._SubParsersAction) -> None:
     p.set_defaults(handler=_export_msccl)
 
 
-def _export_msccl(args: argparse.Namespace) -> int:
-    from ..lowering.msccl import check_msccl_xml, to_msccl_xml
+def _register_mscclpp(group: argparse._SubParsersAction) -> None:
+    p = group.add_parser("mscclpp", help="write a schedule as an MSCCL++ execution plan (JSON)")
+    p.add_argument("schedule", help="mccl-schedule file (alltoall or allgather)")
+    p.add_argument("-o", "--output", required=True, help="plan JSON file to write")
+    p.add_argument("--channel-type", default="port", choices=["port", "memory"],
+                   help="channel of every GPU pair: port (proxy: IB across nodes, IPC inside) or memory "
+                        "(CUDA IPC, one node) (default %(default)s)")
+    p.add_argument("--gpus-per-node", type=number_arg(int, 1, expected="a positive integer"),
+                   help="ranks per node: pairs inside a node use memory channels, the others "
+                        "--channel-type (default: --channel-type for every pair)")
+    p.add_argument("--threads", type=number_arg(int, 32, high=1024, expected="an integer in [32, 1024]"),
+                   default=1024, help="num_threads_per_block (default %(default)s)")
+    p.add_argument("--min-bytes", default="0", help="smallest message the plan is selected for (default 0)")
+    p.add_argument("--max-bytes", default="1T", help="largest message (bytes; K/M/G/T suffixes, default 1T)")
+    p.add_argument("--topology", help="mccl-topology/1 file: check the schedule against it first "
+                                      "(without it, the schedule is checked on its own paths)")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.set_defaults(handler=_export_mscclpp)
+
+
+def _checked_schedule(args: argparse.Namespace):
+    """The schedule of ``args.schedule``, checked against ``--topology`` or on its own."""
+    from ..errors import ScheduleError
     from ..schedule import Schedule
-    from ..tables import print_json, print_table
+    from ._guard import check_self_consistent, structure_problem
 
-    from ..errors import MCCLError, ScheduleError
-    from ._guard import check_self_consistent, output_path, structure_problem
-
-    from ._inputs import parse_bytes
-
-    args.min_bytes = 0 if str(args.min_bytes).strip() == "0" else parse_bytes(args.min_bytes, "--min-bytes")
-    args.max_bytes = parse_bytes(args.max_bytes, "--max-bytes")
-    if args.min_bytes > args.max_bytes:
-        raise MCCLError(f"need --min-bytes <= --max-bytes, got {args.min_bytes} and {args.max_bytes}")
-    output_path(args.output, "-o")
     sched = Schedule.load(args.schedule)
     if args.topology:
         from ._inputs import load_topology
@@ -133,6 +147,55 @@ def _export_msccl(args: argparse.Namespace) -> int:
             check_self_consistent(sched)
         except ScheduleError as exc:
             raise ScheduleError(f"{args.schedule}: {exc}") from None
+    return sched
+
+
+def _byte_range(args: argparse.Namespace) -> tuple[int, int]:
+    from ..errors import MCCLError
+    from ._inputs import parse_bytes
+
+    low = 0 if str(args.min_bytes).strip() == "0" else parse_bytes(args.min_bytes, "--min-bytes")
+    high = parse_bytes(args.max_bytes, "--max-bytes")
+    if low > high:
+        raise MCCLError(f"need --min-bytes <= --max-bytes, got {low} and {high}")
+    return low, high
+
+
+def _export_mscclpp(args: argparse.Namespace) -> int:
+    import json
+
+    from ..lowering.mscclpp import to_mscclpp_plan
+    from ..tables import print_json, print_table
+    from ._guard import output_path
+
+    low, high = _byte_range(args)
+    output_path(args.output, "-o")
+    sched = _checked_schedule(args)
+    plan = to_mscclpp_plan(sched, channel_type=args.channel_type, gpus_per_node=args.gpus_per_node,
+                           threads_per_block=args.threads, min_bytes=low, max_bytes=high)
+    with open(args.output, "w") as fh:
+        json.dump(plan, fh, indent=1)
+        fh.write("\n")
+    ops = [op["name"] for g in plan["gpus"] for tb in g["threadblocks"] for op in tb["ops"]]
+    info = {"output": args.output, "collective": plan["collective"], "ngpus": len(plan["gpus"]),
+            "chunks_per_block": plan["gpus"][0]["output_chunks"] // len(plan["gpus"]),
+            "threadblocks": max(len(g["threadblocks"]) for g in plan["gpus"]),
+            "puts": ops.count("put"), "signals": ops.count("signal"), "waits": ops.count("wait")}
+    if args.json:
+        print_json(info)
+    else:
+        print_table(list(info), [list(info.values())])
+    return 0
+
+
+def _export_msccl(args: argparse.Namespace) -> int:
+    from ..lowering.msccl import check_msccl_xml, to_msccl_xml
+    from ..tables import print_json, print_table
+    from ._guard import output_path
+
+    args.min_bytes, args.max_bytes = _byte_range(args)
+    output_path(args.output, "-o")
+    sched = _checked_schedule(args)
     text = to_msccl_xml(sched, nchannels=args.channels, proto=args.proto,
                         min_bytes=args.min_bytes, max_bytes=args.max_bytes)
     report = check_msccl_xml(text)

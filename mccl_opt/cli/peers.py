@@ -38,8 +38,9 @@ def register_exports(group: argparse._SubParsersAction) -> None:
     f.add_argument("schedule", help="an AllGather schedule file")
     f.add_argument("-o", "--output", required=True, metavar="FILE", help="XML file to write")
     f.set_defaults(handler=_export_forestcoll)
-    t = group.add_parser("teccl-flows", help="write an AllGather schedule as TE-CCL's flow lines (JSON)")
-    t.add_argument("schedule", help="an AllGather schedule file")
+    t = group.add_parser("teccl-flows", help="write a schedule as TE-CCL's output (JSON): AllGather flow lines, "
+                                             "AllToAll chunk paths with volumes")
+    t.add_argument("schedule", help="an AllGather or AllToAll schedule file")
     t.add_argument("--topology", required=True, help=TOPO_HELP + " (the schedule's fabric: numbers its nodes)")
     t.add_argument("-o", "--output", required=True, metavar="FILE", help="JSON file to write")
     t.set_defaults(handler=_export_flows)
@@ -107,13 +108,16 @@ def _export_forestcoll(args: argparse.Namespace) -> int:
 
 
 def _export_flows(args: argparse.Namespace) -> int:
+    from ..interop.teccl_alltoall import to_teccl_alltoall
     from ..interop.teccl_flows import FLOWS_KEY, to_teccl_flows
     from ..schedule import Schedule
     from ._guard import output_path
     from ._inputs import load_topology
 
     output_path(args.output, "-o")
-    data = to_teccl_flows(Schedule.load(args.schedule), load_topology(args.topology))
+    sched = Schedule.load(args.schedule)
+    write = to_teccl_alltoall if sched.collective == "alltoall" else to_teccl_flows
+    data = write(sched, load_topology(args.topology))
     with open(args.output, "w") as fh:
         json.dump(data, fh, indent=1)
     print(f"wrote {args.output} ({len(data[FLOWS_KEY])} flow lines)", file=sys.stderr)

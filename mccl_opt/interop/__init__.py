@@ -11,6 +11,7 @@ Importers build a :class:`mccl_opt.Topology`; exporters write a
 * :mod:`.capacity_matrix` -- TE-CCL capacity / TACCL link and inverse-bandwidth matrices;
 * :mod:`.forestcoll` -- ForestColl's spanning-tree XML for AllGather schedules;
 * :mod:`.teccl_flows` -- TE-CCL's AllGather output (its ``7-Flows`` lines);
+* :mod:`.teccl_alltoall` -- TE-CCL's AllToAll output (its ``Chunk paths`` with volumes);
 * :mod:`.msccl_xml` -- MSCCL XML algorithms (TACCL's, MSCCLang's) read back as schedules.
 
 Nothing here is imported by ``import mccl_opt``.

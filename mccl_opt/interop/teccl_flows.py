@@ -11,7 +11,7 @@ schedule as such lines (a tree of share ``m/k`` as ``m`` chunks of ``1/k``, each
 the epoch of its tail's depth).  Node ``i`` is ``node_ids[i]`` (what
 :func:`mccl_opt.interop.capacity_matrix.to_teccl` lists), else ``n{i}`` (what
 :func:`~mccl_opt.interop.capacity_matrix.from_teccl` names).  TE-CCL's AllToAll output
-is a per-source fractional flow without destinations, not a set of paths: not read.
+is read by :mod:`.teccl_alltoall` (from its ``Chunk paths``).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ __all__ = ["from_teccl_flows", "to_teccl_flows", "FLOWS_KEY"]
 
 FLOWS_KEY = "7-Flows"
 _LINE = re.compile(r"\s*Chunk (\d+) from (\d+) traveled over (\d+)->(\d+) in epoch (\d+)"
-                   r"(?: via switches ([\d ,]+))?\s*$")
+                   r"(?: via switches ([\d ,>-]+))?\s*$")      # switches "a -> b" (TE-CCL) or "a b"
 
 
 def to_teccl_flows(schedule: Schedule, topo: Topology) -> dict[str, Any]:
@@ -74,7 +74,7 @@ def from_teccl_flows(data: Mapping[str, Any], topo: Topology,
             raise ScheduleError(f"{FLOWS_KEY}[{n}]: {str(text)[:80]!r} is not 'Chunk c from S traveled over "
                                 "U->V in epoch e [via switches k]'")
         chunk, src, u, v, epoch, via = match.groups()
-        middle = tuple(node(w, n) for w in re.split(r"[ ,]+", via.strip())) if via else ()
+        middle = tuple(node(w, n) for w in re.split(r"[ ,>-]+", via.strip()) if w) if via else ()
         hops[(node(src, n), int(chunk))].append((int(epoch), (node(u, n), *middle, node(v, n))))
     if not hops:
         raise ScheduleError(f"'{FLOWS_KEY}' is empty")

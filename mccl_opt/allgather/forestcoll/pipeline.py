@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass
 from enum import Enum
 from fractions import Fraction
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -31,6 +31,7 @@ from .removal.guarded_spread import guarded_spread
 from .removal.spread import spread_split
 from .throughput import Fabric, PhaseOneResult, optimal_rate
 from .packing.trees import TreeClass, greedy_pack
+from .removal.unit_rounding import fewest_rounded, rounded_restriction
 
 __all__ = ["Budget", "Balanced", "Packed", "Packing", "SplitKind", "check_inputs",
            "phase_one_budget", "balanced_split", "spread_logical", "pack", "gbps"]
@@ -139,19 +140,41 @@ class Balanced:
 
 
 def balanced_split(fab: Fabric, is_switch: np.ndarray, k: int, y: Fraction,
-                   max_chunks: int | None) -> Balanced:
+                   max_chunks: int | None, headroom: Sequence[Fraction] | None = None
+                   ) -> Balanced:
     """Tree units of every link, switches balanced.  When balancing must give up
     capacity the optimum cannot spare (one-directional degradations; the rate then sits
     below ``lp_rate_gbps``), two balanced fabrics are tried and the one with more
     bandwidth per root kept: the balanced units re-optimised (``k``, ``y`` chosen again
     on them, at most 3 times), and every cable at a switch at the smaller of its two
     directions' capacities, which balances each switch by construction.  The trees,
-    synthesized for less capacity than the fabric has, are valid on it."""
+    synthesized for less capacity than the fabric has, are valid on it.
+
+    ``headroom`` (``fab`` a balanced restriction of a real fabric: ``c_e / c'_e`` per
+    link): the floors are first rounded up where the real fabric has room, so that every
+    switch stays balanced; where that needs a lower ``y``
+    (:func:`.removal.unit_rounding.rounded_restriction`) it is weighed against the greedy
+    balancing's options that leave every switch balanced; with ``max_chunks=None`` the exact
+    optimum is first sought with fewer trees than ``k`` (:func:`.removal.unit_rounding.
+    fewest_rounded`)."""
     units = (fab.cap * y.denominator) // y.numerator
-    split = SplitGraph.from_links(fab.n, fab.tail, fab.head, units, is_switch, fab.gpus, k)
-    if balance_switches(split):
-        return Balanced(split, k, True)
     options = []                        # (bandwidth per root in quanta, split, k, symmetrized)
+    if headroom is not None:
+        fewer = fewest_rounded(fab, is_switch, k, y, headroom) if max_chunks is None else None
+        if fewer is not None:                     # the exact optimum in fewer trees
+            return Balanced(_units_split(fab, is_switch, fewer[0], fewer[1]), fewer[1], True)
+        rounded = rounded_restriction(fab, is_switch, k, y, headroom)
+        if rounded is not None and rounded[1] == y:     # no bandwidth given up
+            return Balanced(_units_split(fab, is_switch, rounded[0], k), k, True)
+    split = SplitGraph.from_links(fab.n, fab.tail, fab.head, units, is_switch, fab.gpus, k)
+    # the greedy pass balances one switch after another; a cut on a link between two
+    # switches can unbalance one it passed, and Phase 2 then fails (2x2x8, NIC fault):
+    # with a rounding to weigh against, only fully balanced options count
+    checked = headroom is not None and rounded is not None
+    if balance_switches(split) and (not checked or _all_balanced(split)):
+        return Balanced(split, k, True)
+    if checked:
+        options.append((k * rounded[1], _units_split(fab, is_switch, rounded[0], k), k, False))
     original, unit = fab, Fraction(1)   # a unit of ``fab``'s capacities, in quanta
     for _ in range(3):
         kept = np.array([split.units.get((a, b), 0) for a, b in
@@ -161,19 +184,36 @@ def balanced_split(fab: Fabric, is_switch: np.ndarray, k: int, y: Fraction,
         if balanced is None:
             break
         split, k, y, exact = balanced
-        if exact:
+        if exact and (not checked or _all_balanced(split)):
             options.append((k * y * unit, split, k, False))
             break
     balanced = _split_for(_symmetrized(original, is_switch), is_switch, max_chunks)
-    if balanced is not None and balanced[3]:
+    if balanced is not None and balanced[3] and (not checked or _all_balanced(balanced[0])):
         split, k, y, _ = balanced
         options.append((k * y, split, k, True))
     if not options:
         raise SolveError("switches could not be balanced (in- vs out-capacity) without losing "
                          "every tree, even with each cable at its weaker direction; check the "
                          "one-directional links of the fabric")
-    _, split, k, symmetrized = max(options, key=lambda o: o[0])     # ties: re-optimised
+    _, split, k, symmetrized = max(options, key=lambda o: o[0])     # ties: the first
     return Balanced(split, k, False, symmetrized)
+
+
+def _all_balanced(split: SplitGraph) -> bool:
+    """Whether every switch of ``split`` has as many in- as out-units."""
+    net: dict[int, int] = {}
+    for (a, b), u in split.units.items():
+        net[b] = net.get(b, 0) + u
+        net[a] = net.get(a, 0) - u
+    return not any(v for w, v in net.items() if split.is_switch[w])
+
+
+def _units_split(fab: Fabric, is_switch: np.ndarray, units: np.ndarray, k: int) -> SplitGraph:
+    """The split graph of balanced ``units`` (:mod:`.removal.unit_rounding`)."""
+    split = SplitGraph.from_links(fab.n, fab.tail, fab.head, units, is_switch, fab.gpus, k)
+    if not balance_switches(split):               # balanced already: nothing is removed
+        raise SolveError("internal: rounded restriction units were not balanced; please report")
+    return split
 
 
 def _split_for(fab: Fabric, is_switch: np.ndarray, max_chunks: int | None
@@ -274,22 +314,27 @@ def pack(split: SplitGraph, rank_of: np.ndarray, k: int, guides: dict[int, np.nd
     stats["phase2_s"] = time.perf_counter() - t
     progress.update("AllGather phase 3: tree packing")
     t = time.perf_counter()
+    anytime.check("Phase 3: before the repair packing")
     found = _pack_repair(lg, k, stats, shapes)
     admits = found is not None or lg.admits(k)
     if not admits:
+        anytime.check("Phase 2: before the guarded spread split")
         t2 = time.perf_counter()
         guarded = guarded_spread(split, rank_of, lg)
         stats["phase2_s"] += time.perf_counter() - t2
         if guarded is not None:                   # it passes the rooted test
             lg, kind, admits = guarded, SplitKind.GUARDED, True
+            anytime.check("Phase 3: before the repair packing of the guarded split")
             found = _pack_repair(lg, k, stats, shapes)
     if found is None and admits and lg.num_gpus < RAIL_FIRST_MIN_RANKS:
         # small fabrics grow wide-then-narrow one vertex per turn; where that gets stuck
         # (leaf-spine: every NIC link narrow) the rail-first batched order may not
         found = _pack_repair(lg, k, stats, shapes, rail_first=True)
     if found is None:
+        anytime.check("Phase 3: before the greedy packing")
         found = _pack_greedy(lg, k, guides)
     if found is None and not admits:
+        anytime.check("Phase 2: before the exact split")
         t2 = time.perf_counter()
         g = split.copy()
         if not split_all(g):

@@ -58,13 +58,21 @@ _MAX_DENOMINATOR = 1 << 20
 @dataclass
 class Restriction:
     """A certified balanced restriction: integer capacities ``units`` (``units[a] *
-    unit_gbps`` Gbps on link ``a``, ``<=`` the fabric's), its exact cut bound
-    ``rate_gbps`` (the forwarding-only optimum) and the cutting-plane rounds taken."""
+    unit_gbps`` Gbps on link ``a``, ``<=`` the fabric's ``ceiling[a]`` in the same
+    unit), its exact cut bound ``rate_gbps`` (the forwarding-only optimum) and the
+    cutting-plane rounds taken."""
 
     units: np.ndarray
     unit_gbps: float
     rate_gbps: float
     rounds: int
+    ceiling: np.ndarray
+
+    def headroom(self) -> list[Fraction]:
+        """``c_a / c'_a`` of every link :func:`restricted_topology` keeps (in its order):
+        how far ForestColl's tree units may round up on the real fabric."""
+        return [Fraction(int(c), int(u)) for c, u in zip(self.ceiling.tolist(),
+                                                         self.units.tolist()) if u > 0]
 
 
 def balanced_restriction(topo: Topology, backend: str = "highs",
@@ -261,4 +269,4 @@ def _certified(fab: Fabric, is_switch: np.ndarray, cap: np.ndarray, x: float, q:
     rate = optimal_rate(exact).rate / den
     if float(rate) < x * (1 - CERT_TOL):
         return None
-    return Restriction(units, q / den, float(rate) * q, rounds)
+    return Restriction(units, q / den, float(rate) * q, rounds, fab.cap * den)

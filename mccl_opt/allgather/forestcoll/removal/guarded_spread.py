@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from mccl_opt import anytime
 from .cut_guard import KnownCuts, SweepGuard, violated_set
 from .splitting import LogicalGraph, SplitGraph, fewest_links_first, switch_order
 from .spread import spread_split
@@ -58,6 +59,7 @@ def _guarded_in(g: SplitGraph, rank_of: np.ndarray, order: list[int], known: Kno
     stops."""
     fresh = True
     for _ in range(LEARN_ROUNDS):
+        anytime.check("Phase 2: a guarded spread split")
         if not any([known.learn(inside) for inside in found]) and not fresh:
             break
         fresh = False
@@ -65,6 +67,7 @@ def _guarded_in(g: SplitGraph, rank_of: np.ndarray, order: list[int], known: Kno
         found = _violated_ranks(lg, g.k)
         if found is None:
             return lg, []
+    anytime.check("Phase 2: the spread split guarded by sweeps")
     return spread_split(g, rank_of, SweepGuard(g.n, g.gpus, g.k), order), found
 
 
@@ -75,6 +78,7 @@ def _violated_ranks(lg: LogicalGraph, k: int) -> list[np.ndarray] | None:
     covered = np.zeros(lg.num_gpus, bool)
     found = []
     while not covered.all():
+        anytime.check("Phase 2: the rooted sweep of a failed split")
         hit = violated_set(lg.num_gpus, ranks[~covered], k, (lg.tail, lg.head, lg.units),
                            roots=ranks)
         if hit is None:

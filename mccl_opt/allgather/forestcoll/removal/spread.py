@@ -195,7 +195,9 @@ def _guarded(st: _Arrays, guard: Guard, w: int, ins: np.ndarray, outs: np.ndarra
     guarded = guard.pairing(w, ends, dense, rest)
     if guarded is None:
         return None
-    i_in, j_out = np.nonzero(guarded)
+    # np.nonzero of a matrix gives strided views: copied to contiguous arrays so that
+    # _split_switch keeps the one signature the warm-up compiles (mccl_runtime.warmup)
+    i_in, j_out = (np.ascontiguousarray(a) for a in np.nonzero(guarded))
     return i_in, j_out, guarded[i_in, j_out]
 
 
