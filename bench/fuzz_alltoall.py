@@ -3,6 +3,7 @@
 package's backends and of column generation), cold and warm, on seeded irregular fabrics.
 
     python bench/fuzz_alltoall.py [--fabrics 24] [--steps 4] [--seed 0] [--max-gpus 4]
+                                  [--shuffle] [--families [FAMILY ...]] [--family-max-gpus 32]
 
 Each fabric is ``instances.irregular(seed)`` with odd float capacities (every cable's two
 directions scaled by different odd factors), then a chain of ``--steps`` one-way
@@ -13,8 +14,14 @@ and restored (``restore_warm_state``: a restarted controller) and warm from the 
 step's schedule, with 10 chunks and
 fractional (``max_chunks=None``).  Each schedule is validated (``mccl_opt.validate``: every
 block delivered, loads and rate recomputed) and its ``lp_rate_gbps`` compared with the
-compact optimum.  Prints the worst relative gap per mode, the warm paths taken and every
-failure; exits 1 on a failure or a gap above ``--tol`` (default 1e-6).
+compact optimum.  ``--shuffle`` also solves every state cold with its nodes and links
+listed in a random order; ``--families`` adds the event chains (``--steps`` events:
+one-way and two-way degradations, repairs) over the fabric families of
+``bench/allgather_chains.py`` up to ``--family-max-gpus`` GPUs.  Every Farley bound column
+generation computes (vertex duals, saturated-set cut, its capacity classes:
+``bench/alltoall_bounds.py``) must be at least the compact optimum.  Prints the worst
+relative gap per mode, the warm paths taken, the bounds checked and every failure; exits
+1 on a failure or a gap above ``--tol`` (default 1e-6).
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ import sys
 import time
 from collections import Counter, defaultdict
 from pathlib import Path
+from typing import Iterator
 
 import numpy as np
 from scipy.optimize import linprog
@@ -31,6 +39,7 @@ from scipy.optimize import linprog
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import mccl_opt as mo                                            # noqa: E402
+from bench.alltoall_bounds import Recorded, recorded_bounds      # noqa: E402
 from formulations.compact import build_compact_lp                # noqa: E402
 from instances import irregular                                  # noqa: E402
 from mccl_opt import restore_warm_state                          # noqa: E402
@@ -75,6 +84,110 @@ def chain(seed: int, steps: int, max_gpus: int, rng: np.random.Generator) -> lis
     return out
 
 
+def shuffled(topo: mo.Topology, rng: np.random.Generator) -> mo.Topology:
+    """``topo`` with its nodes and links listed in a random order (same names)."""
+    d = topo.to_dict()
+    d["nodes"] = [d["nodes"][i] for i in rng.permutation(len(d["nodes"]))]
+    d["links"] = [d["links"][i] for i in rng.permutation(len(d["links"]))]
+    return mo.Topology.from_dict(d).renamed(topo.name + "-shuffled")
+
+
+def family_chains(families: list[str], steps: int, max_gpus: int,
+                  rng: np.random.Generator) -> Iterator[list[mo.Topology]]:
+    """Per family fabric of at most ``max_gpus`` GPUs (``bench/allgather_chains.py``),
+    the healthy fabric then ``steps`` events (one-way and two-way degradations, repairs)."""
+    from bench.allgather_chains import FAMILIES, events
+
+    for family in families:
+        for make in FAMILIES[family]:
+            base = make()
+            if base.num_gpus > max_gpus:
+                continue
+            states = [base]
+            for step, (kind, topo) in enumerate(events(base, rng, steps)):
+                states.append(topo.renamed(f"{base.name}-s{step + 1}-{kind}"))
+            yield states
+
+
+class Fuzz:
+    """Gaps, bound checks and failures of every solve (see the module doc)."""
+
+    def __init__(self, tol: float, shuffle: bool, rng: np.random.Generator) -> None:
+        self.tol, self.shuffle, self.rng = tol, shuffle, rng
+        self.worst: dict[str, tuple[float, str]] = defaultdict(lambda: (0.0, ""))
+        self.paths: Counter = Counter()
+        self.failures: list[str] = []
+        self.solves = self.states = 0
+        self.bounds = Counter()          # bounds checked against the compact LP, by kind
+        self.certified = Counter()       # ... and those equal to it (within tol)
+
+    def judge(self, topo: mo.Topology, label: str, z: float, sched: mo.Schedule,
+              rec: Recorded) -> None:
+        rep = mo.validate(topo, sched)
+        gap = abs(sched.lp_rate_gbps - z) / z
+        if gap >= self.worst[label][0]:
+            self.worst[label] = (gap, topo.name)
+        if gap > self.tol:
+            self.failures.append(f"{topo.name} {label}: lp {sched.lp_rate_gbps!r} vs "
+                                 f"compact {z!r} (gap {gap:.2e})")
+        if abs(rep.rate_gbps - sched.rate_gbps) > 1e-9 * sched.rate_gbps or \
+                sched.rate_gbps > sched.lp_rate_gbps * (1 + 1e-9):
+            self.failures.append(f"{topo.name} {label}: rate {sched.rate_gbps!r}, "
+                                 f"validated {rep.rate_gbps!r}, lp {sched.lp_rate_gbps!r}")
+        for kind in ("class", "other"):
+            for r in rec.rates(kind):
+                self.bounds[kind] += 1
+                self.certified[kind] += abs(r - z) <= self.tol * z
+                if r < z * (1 - self.tol):
+                    self.failures.append(f"{topo.name} {label}: {kind} cut bound {r!r} below "
+                                         f"the compact optimum {z!r}")
+
+    def run_chain(self, fabrics: list[mo.Topology], budgets: tuple[int | None, ...]) -> None:
+        """Solve every state of one chain cold and warm (module doc), and shuffled."""
+        for k in budgets:
+            first = prev = prev_topo = None
+            for topo in fabrics:
+                z = compact_optimum(topo)
+                self.states += 1
+                runs = [("cold", topo, None)]
+                if self.shuffle:
+                    runs.append(("shuffled", shuffled(topo, self.rng), None))
+                if prev is not None:
+                    from_file = restore_warm_state(mo.Schedule.from_dict(prev.to_dict()), prev_topo)
+                    runs += [("warm-chain", topo, prev), ("warm-first", topo, first),
+                             ("warm-file", topo, from_file)]
+                done: dict[str, mo.Schedule] = {}
+                for mode, fab, warm in runs:
+                    label = f"{mode} K={k}"
+                    self.solves += 1
+                    try:
+                        with recorded_bounds() as rec:
+                            sched = mo.solve_alltoall(fab, warm=warm, max_chunks=k)
+                        self.judge(fab, label, z, sched, rec)
+                    except Exception as exc:                     # noqa: BLE001 - reported
+                        self.failures.append(f"{fab.name} {label}: {type(exc).__name__}: {exc}")
+                        continue
+                    done[mode] = sched
+                    if mode.startswith("warm"):
+                        self.paths[mode, sched.stats["warm_mode"]] += 1
+                first = first or done.get("cold")
+                prev, prev_topo = done.get("warm-chain", done.get("cold")), topo
+
+    def report(self, seconds: float) -> None:
+        print(f"{self.states} fabric states, {self.solves} solves in {seconds:.1f} s")
+        print("| mode | worst relative gap to the compact LP | fabric |")
+        print("|---|---|---|")
+        for label, (gap, name) in sorted(self.worst.items()):
+            print(f"| {label} | {gap:.2e} | {name} |")
+        print("warm paths:", ", ".join(f"{m} {w}: {n}" for (m, w), n in sorted(self.paths.items())))
+        print("bounds checked against the compact LP (never below it): " + ", ".join(
+            f"{kind} {self.bounds[kind]} ({self.certified[kind]} equal to it)"
+            for kind in ("class", "other")))
+        print(f"failures: {len(self.failures)}")
+        for line in self.failures[:30]:
+            print("  " + line)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -83,59 +196,27 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--max-gpus", type=int, default=4, help="GPUs per host, at most")
     ap.add_argument("--tol", type=float, default=1e-6)
+    ap.add_argument("--shuffle", action="store_true",
+                    help="also solve every state with nodes and links listed in a random order")
+    ap.add_argument("--families", nargs="*", default=None, metavar="FAMILY",
+                    help="also run event chains over the fabric families of "
+                         "bench/allgather_chains.py (all when none named)")
+    ap.add_argument("--family-max-gpus", type=int, default=32,
+                    help="family fabrics above this many GPUs are skipped (compact LP size)")
     args = ap.parse_args(argv)
     rng = np.random.default_rng(args.seed)
-    worst: dict[str, tuple[float, str]] = defaultdict(lambda: (0.0, ""))
-    paths: Counter = Counter()
-    failures: list[str] = []
+    fuzz = Fuzz(args.tol, args.shuffle, rng)
     t0 = time.perf_counter()
-    solves = 0
     for f in range(args.fabrics):
-        fabrics = chain(args.seed * 1000 + f, args.steps, args.max_gpus, rng)
-        for k in (10, None):
-            first = prev = prev_topo = None
-            for topo in fabrics:
-                z = compact_optimum(topo)
-                runs = [("cold", None)]
-                if prev is not None:
-                    from_file = restore_warm_state(mo.Schedule.from_dict(prev.to_dict()), prev_topo)
-                    runs += [("warm-chain", prev), ("warm-first", first), ("warm-file", from_file)]
-                done: dict[str, mo.Schedule] = {}
-                for mode, warm in runs:
-                    label = f"{mode} K={k}"
-                    solves += 1
-                    try:
-                        sched = mo.solve_alltoall(topo, warm=warm, max_chunks=k)
-                        rep = mo.validate(topo, sched)
-                    except Exception as exc:                     # noqa: BLE001 - reported
-                        failures.append(f"{topo.name} {label}: {type(exc).__name__}: {exc}")
-                        continue
-                    done[mode] = sched
-                    gap = abs(sched.lp_rate_gbps - z) / z
-                    if gap >= worst[label][0]:
-                        worst[label] = (gap, topo.name)
-                    if gap > args.tol:
-                        failures.append(f"{topo.name} {label}: lp {sched.lp_rate_gbps!r} vs "
-                                        f"compact {z!r} (gap {gap:.2e})")
-                    if abs(rep.rate_gbps - sched.rate_gbps) > 1e-9 * sched.rate_gbps or \
-                            sched.rate_gbps > sched.lp_rate_gbps * (1 + 1e-9):
-                        failures.append(f"{topo.name} {label}: rate {sched.rate_gbps!r}, "
-                                        f"validated {rep.rate_gbps!r}, lp {sched.lp_rate_gbps!r}")
-                    if mode != "cold":
-                        paths[mode, sched.stats["warm_mode"]] += 1
-                first = first or done.get("cold")
-                prev, prev_topo = done.get("warm-chain", done.get("cold")), topo
-    print(f"{args.fabrics} fabrics x {args.steps + 1} states, {solves} solves in "
-          f"{time.perf_counter() - t0:.1f} s")
-    print("| mode | worst relative gap to the compact LP | fabric |")
-    print("|---|---|---|")
-    for label, (gap, name) in sorted(worst.items()):
-        print(f"| {label} | {gap:.2e} | {name} |")
-    print("warm paths:", ", ".join(f"{m} {w}: {n}" for (m, w), n in sorted(paths.items())))
-    print(f"failures: {len(failures)}")
-    for line in failures[:30]:
-        print("  " + line)
-    return 1 if failures else 0
+        fuzz.run_chain(chain(args.seed * 1000 + f, args.steps, args.max_gpus, rng), (10, None))
+    if args.families is not None:
+        from bench.allgather_chains import FAMILIES
+
+        for states in family_chains(args.families or list(FAMILIES), args.steps,
+                                    args.family_max_gpus, rng):
+            fuzz.run_chain(states, (10, None))
+    fuzz.report(time.perf_counter() - t0)
+    return 1 if fuzz.failures else 0
 
 
 if __name__ == "__main__":

@@ -115,9 +115,13 @@ def test_two_host_cluster_is_the_hand_written_fabric_and_solves_to_its_rate(tmp_
     assert a.rate_gbps == pytest.approx(b.rate_gbps)
     # every GPU sends 8 blocks across hosts through the 8 x 400 Gbps NICs: z <= 3200 / 64
     assert a.lp_rate_gbps == pytest.approx(3200 / 64)
-    # without the CPUs (the default) the same rates: NCCL's routes carry them
+    # without the CPUs (the default) the same optimum: NCCL's routes carry it.  The
+    # rounded rates (10 chunks per pair) may differ a little: the deep dive starts from
+    # whichever optimal vertex each LP ends at (49.91 with the CPUs, 50.0 without)
     lean = mo.Topology.from_nccl_xml(DGX, hosts=2)
-    assert mo.solve_alltoall(lean).rate_gbps == pytest.approx(a.rate_gbps)
+    lean_a2a = mo.solve_alltoall(lean)
+    assert lean_a2a.lp_rate_gbps == pytest.approx(a.lp_rate_gbps)
+    assert min(a.rate_gbps, lean_a2a.rate_gbps) >= 0.99 * a.lp_rate_gbps
     # AllGather: the one-GPU cut, NVLink 3600 + PCIe 504.12 into each GPU, shared by 15 shards
     assert mo.solve_allgather(lean).lp_rate_gbps == pytest.approx((3600 + GEN5_X16) / 15)
 

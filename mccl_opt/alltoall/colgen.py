@@ -18,10 +18,12 @@ that other paths avoid, so its bound is 0 for dozens of rounds while the master 
 already optimal.  When the vertex bound does not close, the loop also prices
 ``w_a = 1 / cap(S)`` on the set ``S`` of links the master saturates: the bound is then
 the cut bound ``sum_p crossings_p(S) / cap(S)`` of that set, which certifies a master
-whose bottleneck is a whole tier of links in round 1 (docs/alltoall.md, *Scale*).  The
-best bound's prices are kept as the run's certificate.  The loop stops when the master's ``t`` is within ``rel_tol`` of the
-best bound, or when no column prices out; :class:`CGStatus` says which limit, if any,
-ended it instead.
+whose bottleneck is a whole tier of links in round 1 (docs/alltoall.md, *Scale*).  When
+that does not close either, the cut bounds of the saturated set's largest capacity
+classes are tried as well (:func:`class_cut_prices`, with the proof that each is a valid
+bound).  The best bound's prices are kept as the run's certificate.  The loop stops when
+the master's ``t`` is within ``rel_tol`` of the best bound, or when no column prices
+out; :class:`CGStatus` says which limit, if any, ended it instead.
 """
 
 from __future__ import annotations
@@ -102,16 +104,55 @@ def _bound(sp_sum: float, w: np.ndarray, capacity: np.ndarray) -> float:
     return sp_sum / max(1.0, float(capacity @ w)) if np.isfinite(sp_sum) else 0.0
 
 
+#: When the whole saturated set's cut bound does not close, the cut bound is also
+#: tried on its largest capacity classes (at most this many; :func:`class_cut_prices`).
+CUT_CLASSES = 3
+
+
 def cut_prices(master: RestrictedMaster, sol: MasterSolution) -> np.ndarray | None:
     """Prices ``1 / cap(S)`` on the links ``S`` the master solution saturates (its own
     load plus the master's background), 0 elsewhere; ``None`` if none is saturated."""
+    sat = _saturated(master, sol)
+    return sat / float(master.capacity @ sat) if sat.any() else None
+
+
+def _saturated(master: RestrictedMaster, sol: MasterSolution) -> np.ndarray:
+    """The links the master solution saturates (bool per link)."""
     load = master.pool.loads(sol.y, master.capacity.size)
     if master.background is not None:
         load = load + master.background
-    sat = load >= master.capacity * sol.t * (1 - CUT_REL_TOL)
-    if not sat.any():
-        return None
-    return sat / float(master.capacity @ sat)
+    return load >= master.capacity * sol.t * (1 - CUT_REL_TOL)
+
+
+def class_cut_prices(master: RestrictedMaster, sol: MasterSolution) -> list[np.ndarray]:
+    """Cut prices ``1 / cap(S_c)`` on each of the :data:`CUT_CLASSES` largest capacity
+    classes ``S_c = {a in S : cap_a = c}`` of the saturated set ``S`` (when ``S`` has
+    more than one class; ``[]`` otherwise).
+
+    A degenerate master optimum saturates links of several tiers at once; the cut of
+    ``S`` counts every pair's crossings of all of them against their summed capacity,
+    which a tier the pair need not cross dilutes, while the cut of one tier alone can be
+    tight (docs/alltoall.md, *Imported fabrics*).
+
+    **Validity** (any link set ``S' != {}``, so each ``S_c``).  Let ``(y, t)`` be feasible
+    for the full master: every pair ``p`` splits its unit demand over step-bounded paths
+    (``sum_P y_P = 1``) and every link carries ``load_a + background_a <= cap_a t``.
+    Summing over ``S'``: ``t cap(S') >= sum_{a in S'} load_a = sum_p sum_P y_P |P ∩ S'|
+    >= sum_p min_P |P ∩ S'|``.  Under the prices ``w = 1_{S'} / cap(S')`` a path costs
+    ``|P ∩ S'| / cap(S')`` and ``cap·w = 1``, so ``sum_p SP_p(w)`` -- what
+    :func:`_bound` returns for ``w`` -- is at most ``t``; for the optimal ``t*`` too: the
+    bound never exceeds ``t* = 1/z*`` (it is a Farley bound, module docstring).  Checked
+    against the compact LP by ``bench/fuzz_alltoall.py`` and
+    ``tests/test_alltoall_class_cut.py``."""
+    sat = _saturated(master, sol)
+    caps, counts = np.unique(master.capacity[sat], return_counts=True)
+    if caps.size < 2:
+        return []
+    out = []
+    for c in caps[np.argsort(-counts, kind="stable")[:CUT_CLASSES]]:
+        s = sat & (master.capacity == c)
+        out.append(s / float(master.capacity @ s))
+    return out
 
 
 #: The cut pricing pass also returns the paths cheaper under the cut prices than a pair's
@@ -185,6 +226,12 @@ def column_generation(master: RestrictedMaster, prob: Problem, max_steps: int, *
                     cut = price_paths(prob.graph, w_cut, cut_thr, max_steps, want)
                     pr_s += time.perf_counter() - t1
                     candidates.append((w_cut, float(prob.pair_values(cut.shortest).sum())))
+                    if _bound(candidates[-1][1], w_cut, master.capacity) < sol.t * (1 - options.rel_tol):
+                        for w_c in class_cut_prices(master, sol):
+                            t1 = time.perf_counter()
+                            sp = price_paths(prob.graph, w_c, all_pairs, max_steps, want).shortest
+                            pr_s += time.perf_counter() - t1
+                            candidates.append((w_c, float(prob.pair_values(sp).sum())))
             for w_c, sp_sum in candidates:
                 b = _bound(sp_sum, w_c, master.capacity)
                 if b > best_bound or cert_w is None:

@@ -25,7 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 import numpy as np
 
-__all__ = ["PricingGraph", "PricedColumns", "price_paths"]
+__all__ = ["PricingGraph", "PricedColumns", "price_paths", "price_sources"]
 
 
 @dataclass(frozen=True)
@@ -139,4 +139,21 @@ def price_paths(graph: PricingGraph, price: np.ndarray, threshold: np.ndarray,
     if shortest is not None:
         shortest[sources] = out[0][sources]
         out = (shortest,) + out[1:]
+    return PricedColumns(*out)
+
+
+def price_sources(graph: PricingGraph, price: np.ndarray, sources: np.ndarray, max_steps: int,
+                  want: np.ndarray) -> PricedColumns:
+    """The shortest path of every wanted pair from the GPUs of rank ``sources`` (any
+    cost) under ``price >= 0``; ``shortest`` holds those sources' rows only (the
+    others 0)."""
+    from ._kernels import price_all
+
+    g = graph.num_gpus
+    price = np.ascontiguousarray(np.maximum(price, 0.0), dtype=np.float64)
+    levels = int(min(max_steps, graph.n_nodes - 1))
+    out = price_all(graph.n_nodes, graph.tail, graph.head, price, graph.step_arcs,
+                    graph.switch_arcs, graph.is_switch, graph.gpu_nodes, levels,
+                    np.full((g, g), np.inf), np.ascontiguousarray(want, dtype=np.bool_),
+                    np.ascontiguousarray(sources, dtype=np.int64))
     return PricedColumns(*out)
