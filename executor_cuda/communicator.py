@@ -65,7 +65,10 @@ class Communicator:
     for pipelining through relays.  ``telemetry`` records per-peer transfer samples,
     ``faults`` emulates slow links.  ``hot_swap=True`` creates the gloo side group and
     the background :class:`~executor_cuda.rescheduler.Rescheduler` (collective: every
-    rank must construct its communicator in the same order).
+    rank must construct its communicator in the same order).  ``pieces >= 2`` runs every
+    collective in that many pieces and lets a newer staged version take over between
+    pieces, checked every ``check_every`` pieces
+    (:class:`~executor_cuda.pieces.InFlightSwitch`; needs ``hot_swap``).
     """
 
     def __init__(self, process_group: dist.ProcessGroup | None = None,
@@ -73,7 +76,8 @@ class Communicator:
                  pipeline: int = 1, telemetry: Telemetry | None = None,
                  faults: FaultInjector | None = None, hot_swap: bool = True,
                  name: str = "mccl", stage_timeout: float = 5.0,
-                 oob_timeout: float = 10.0, timeout_s: float | None = 10.0) -> None:
+                 oob_timeout: float = 10.0, timeout_s: float | None = 10.0,
+                 pieces: int = 1, check_every: int = 1) -> None:
         if not dist.is_initialized():
             raise RuntimeError("torch.distributed is not initialised; call "
                                "dist.init_process_group(...) before creating a Communicator")
@@ -99,7 +103,8 @@ class Communicator:
         self._lock = threading.Lock()
         self._seq = 0
         self._pending: list[tuple[int, Schedule]] = []
-        self.recent_sizes: dict[str, int] = {}
+        #: block sizes each collective's programs ran with last (what staging compiles)
+        self.recent_sizes: dict[str, set[int]] = {}
         #: (seq, collective, schedule version) of the last 4096 collectives issued here
         self.trace: deque[tuple[int, str, int]] = deque(maxlen=4096)
         schedules = [] if schedule is None else ([schedule] if isinstance(schedule, Schedule)
@@ -115,6 +120,13 @@ class Communicator:
 
             self.rescheduler = Rescheduler(self, stage_timeout=stage_timeout,
                                            oob_timeout=oob_timeout)
+        self.inflight = None
+        if pieces != 1:
+            if not hot_swap:
+                raise InputError("pieces > 1 switches versions in flight; it needs hot_swap=True")
+            from .pieces import InFlightSwitch
+
+            self.inflight = InFlightSwitch(self.peers, pieces, check_every, timeout_s=oob_timeout)
 
     # ------------------------------------------------------------------ public API
     def all_gather_into_tensor(self, out: torch.Tensor, inp: torch.Tensor) -> None:
@@ -143,6 +155,20 @@ class Communicator:
             raise RuntimeError("this Communicator was created with hot_swap=False")
         self.check_schedule(schedule)
         self.rescheduler.submit(schedule)
+
+    def hold_version(self, collective: str, version: int) -> None:
+        """The controller holds ``version`` of ``collective``: no rank swaps it in while
+        any rank knows of the hold (docs/executor.md, "Swap holds"; any thread)."""
+        if self.rescheduler is None:
+            raise RuntimeError("this Communicator was created with hot_swap=False")
+        self.rescheduler.hold(collective, version)
+
+    def release_version(self, collective: str, version: int) -> None:
+        """The controller released ``version``: it may be swapped in (any thread; every
+        rank must be given the same releases, in order with the versions)."""
+        if self.rescheduler is None:
+            raise RuntimeError("this Communicator was created with hot_swap=False")
+        self.rescheduler.release(collective, version)
 
     @property
     def seq(self) -> int:
@@ -175,8 +201,7 @@ class Communicator:
     def prepare(self, schedule: Schedule) -> None:
         """Compile ``schedule`` for the block size its collective ran with last (fills
         the program cache, so the first collective after a swap does not compile)."""
-        block = self.recent_sizes.get(schedule.collective)
-        if block is not None:
+        for block in sorted(self.recent_sizes.get(schedule.collective, ())):
             self.cache.get(schedule, block, self.pipeline)
 
     @contextmanager
@@ -191,6 +216,12 @@ class Communicator:
             raise RuntimeError(f"switch point K={k} is before the last issued collective "
                                f"{self._seq}; the OOB exchange must run while paused")
         self._pending.append((k, schedule))
+
+    def switch_now(self, schedule: Schedule) -> None:
+        """Run ``schedule`` from now on (the in-flight switch, agreed by every rank)."""
+        with self._lock:
+            if schedule.version > self.active[schedule.collective].version:
+                self.active[schedule.collective] = schedule
 
     # ------------------------------------------------------------------ execution
     def _issue(self, collective: str) -> tuple[int, Schedule]:
@@ -211,14 +242,23 @@ class Communicator:
     def _collective(self, collective: str, out: torch.Tensor, inp: torch.Tensor,
                     block: int) -> None:
         seq, schedule = self._issue(collective)
-        self.recent_sizes[collective] = block
+        if self.inflight is None:
+            self.recent_sizes[collective] = {block}
+            self.run_block(schedule, seq, out.view(-1), inp.view(-1), block)
+        else:
+            self.recent_sizes[collective] = self.inflight.sizes(block)
+            self.inflight.run(self, collective, seq, schedule, out, inp, block)
+
+    def run_block(self, schedule: Schedule, seq: int, out: torch.Tensor, inp: torch.Tensor,
+                   block: int) -> None:
+        """Run ``schedule``'s program for ``block`` elements per block, with its deadline."""
         prog = self.cache.get(schedule, block, self.pipeline)
         expected = 8.0 * block * out.element_size() / (schedule.rate_gbps * 1e9) \
             if schedule.rate_gbps > 0 else 0.0
         budget = None if self.timeout_s is None else self.timeout_s + TIMEOUT_SLOWDOWN * expected
-        self._deadline = None if budget is None else (time.monotonic() + budget, budget, collective, seq,
-                                                      schedule.version)
-        self._run(prog, schedule.gpus, out.view(-1), inp.view(-1), seq)
+        self._deadline = None if budget is None else (time.monotonic() + budget, budget, schedule.collective,
+                                                      seq, schedule.version)
+        self._run(prog, schedule.gpus, out, inp, seq)
 
     def _run(self, prog: GlobalProgram, gpus: Sequence[str], out: torch.Tensor,
              inp: torch.Tensor, seq: int) -> None:
