@@ -89,6 +89,10 @@ class Communicator:
                       for r in range(self.world)]
         if pipeline < 1:
             raise InputError(f"pipeline must be >= 1, got {pipeline}")
+        if pieces < 1 or check_every < 1:
+            raise InputError(f"pieces and check_every must be >= 1, got {pieces} and {check_every}")
+        if pieces > 1 and not hot_swap:
+            raise InputError("pieces > 1 switches versions in flight; it needs hot_swap=True")
         if timeout_s is not None and not timeout_s > 0:
             raise InputError(f"timeout_s must be > 0 seconds (or None: no deadline), got {timeout_s!r}")
         #: seconds a collective may take beyond its expected time (None: no deadline)
@@ -121,9 +125,7 @@ class Communicator:
             self.rescheduler = Rescheduler(self, stage_timeout=stage_timeout,
                                            oob_timeout=oob_timeout)
         self.inflight = None
-        if pieces != 1:
-            if not hot_swap:
-                raise InputError("pieces > 1 switches versions in flight; it needs hot_swap=True")
+        if pieces > 1:
             from .pieces import InFlightSwitch
 
             self.inflight = InFlightSwitch(self.peers, pieces, check_every, timeout_s=oob_timeout)
