@@ -324,7 +324,9 @@ class Rescheduler:
             return ev
 
         active = self.comm.active[coll]
-        newer = [v for (c, v) in list(self.staged) if c == coll and v > active.version]
+        # the active version too: an in-flight switch (.pieces) may have taken a staged
+        # version on some ranks before they build their row, not yet on others
+        newer = [v for (c, v) in list(self.staged) if c == coll and v >= active.version]
         row = encode_row(rnd, coll, version, 0, newer,
                          {v: self.holds.get((coll, v), UNHELD) for v in newer})
         # ONE fixed-size collective, posted as an all-to-all of the replicated row: gloo's
