@@ -39,8 +39,9 @@ import torch.distributed as dist
 from mccl_opt.errors import InputError, MCCLError, ScheduleError
 from mccl_opt.schedule import Schedule
 
+from .buffers import gather_target, pack, scatter, view
 from .faults import FaultInjector
-from mccl_opt.lowering.program import (COLLECTIVES_EXEC, GlobalProgram, ProgramCache, Segment,
+from mccl_opt.lowering.program import (COLLECTIVES_EXEC, GlobalProgram, ProgramCache,
                       direct_schedule)
 from .telemetry import Telemetry
 
@@ -269,7 +270,7 @@ class Communicator:
                  if me.stage_numel else out[:0])
         bufs = (inp, out, stage)
         for s, d in me.copies:
-            _view(bufs, d).copy_(_view(bufs, s))
+            view(bufs, d).copy_(view(bufs, s))
         cuda = out.is_cuda
         stamped = self.telemetry is not None and not cuda
         for rnd, (sends, recvs) in enumerate(me.rounds):
@@ -279,7 +280,7 @@ class Communicator:
             t0 = time.time_ns()
             start = _event(cuda)
             for m in recvs:
-                tensor = _gather_target(bufs, m.dst_segs, unpack)
+                tensor = gather_target(bufs, m.dst_segs, unpack)
                 ops.append(dist.P2POp(dist.irecv, tensor, self.peers[m.src], self.group))
                 recv_meta.append((m.src, tensor.numel() * tensor.element_size()))
             stamps_in = torch.zeros(len(recvs), dtype=torch.int64)
@@ -290,7 +291,7 @@ class Communicator:
                 ops += [dist.P2POp(dist.isend, stamp_out, self.peers[m.dst], self.group,
                                    tag=STAMP_TAG) for m in sends]
             for m in sends:
-                tensor = _pack(bufs, m.src_segs)
+                tensor = pack(bufs, m.src_segs)
                 delay = self.faults.message_delay_s(prog, rnd, m, tensor.numel() *
                                                     tensor.element_size()) if self.faults else 0.0
                 if delay > 0:
@@ -316,7 +317,7 @@ class Communicator:
                 self._wait(lambda t, f=fut: f.result(timeout=t), [m.src])
             self._record(recv_meta, gpus, seq, t0, start, timed, stamps_in)
             for target, segs in unpack:
-                _scatter(bufs, segs, target)
+                scatter(bufs, segs, target)
 
     def _wait(self, done: Callable[[float | None], object], peers: list[int]) -> None:
         """``done(timeout_s)`` within the collective's deadline; a miss raises
@@ -383,32 +384,6 @@ def _check_pair(out: torch.Tensor, inp: torch.Tensor) -> None:
                          f"{out.device}) must have the same dtype and device")
     if not (out.is_contiguous() and inp.is_contiguous()):
         raise InputError("input and output tensors must be contiguous")
-
-
-def _view(bufs: tuple, seg: Segment) -> torch.Tensor:
-    return bufs[seg.buf].narrow(0, seg.offset, seg.length)
-
-
-def _pack(bufs: tuple, segs: tuple[Segment, ...]) -> torch.Tensor:
-    if len(segs) == 1:
-        return _view(bufs, segs[0])
-    return torch.cat([_view(bufs, s) for s in segs])
-
-
-def _gather_target(bufs: tuple, segs: tuple[Segment, ...], unpack: list) -> torch.Tensor:
-    if len(segs) == 1:
-        return _view(bufs, segs[0])
-    ref = bufs[segs[0].buf]
-    tmp = torch.empty(sum(s.length for s in segs), dtype=ref.dtype, device=ref.device)
-    unpack.append((tmp, segs))
-    return tmp
-
-
-def _scatter(bufs: tuple, segs: tuple[Segment, ...], tmp: torch.Tensor) -> None:
-    pos = 0
-    for s in segs:
-        _view(bufs, s).copy_(tmp.narrow(0, pos, s.length))
-        pos += s.length
 
 
 def _event(cuda: bool):

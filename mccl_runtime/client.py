@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from dataclasses import dataclass
 from itertools import islice
 from typing import Any, Iterable
 
@@ -16,6 +15,7 @@ from mccl_opt.errors import MCCLError
 from mccl_opt.schedule import Schedule
 
 from .columns import COLUMNS, MAX_COLUMN_SAMPLES, ColumnBatch
+from .updates import HoldUpdate, ScheduleStatus, held_links
 from .protocol import (MAX_BATCH_SAMPLES, MAX_MESSAGE_BYTES, MUTATING, PUBLICATIONS, REPLIES, SCHEDULE_TOPIC, Message,
                        ProtocolError, ReplayGuard, Session, decode, encode, encode_frames)
 
@@ -25,30 +25,6 @@ __all__ = ["ControllerClient", "HoldUpdate", "ScheduleStatus", "ShardedClient", 
 ScheduleUpdate = tuple[str, str, int, Schedule]
 
 
-@dataclass(frozen=True)
-class HoldUpdate:
-    """A published swap hold (docs/runtime.md, "Swap holds on real executors"): the
-    executors must not swap ``version`` in while ``links`` (``(src, dst)`` pairs) is
-    non-empty; an empty ``links`` releases it."""
-
-    comm: str
-    name: str
-    version: int
-    links: tuple[tuple[str, str], ...]
-
-    @property
-    def held(self) -> bool:
-        return bool(self.links)
-
-
-@dataclass(frozen=True)
-class ScheduleStatus:
-    """A ``get_schedule`` reply with the served version's swap hold (``held``: the links
-    that hold it; empty when it may be swapped in)."""
-
-    version: int
-    schedule: Schedule | None
-    held: tuple[tuple[str, str], ...]
 #: pauses before asking a busy controller again
 BUSY_RETRY_S = (0.05, 0.1, 0.2)
 #: seconds a subscription trusts the controller's answer to "which epoch is yours"
@@ -179,7 +155,7 @@ class ControllerClient:
         sched = body.get("schedule")
         try:
             return ScheduleStatus(int(body["version"]), Schedule.from_dict(sched) if sched is not None else None,
-                                  _links(body.get("held", [])))
+                                  held_links(body.get("held", [])))
         except (KeyError, TypeError, ValueError) as exc:
             raise ProtocolError("bad_reply", f"malformed schedule reply from the controller: {exc}") from None
 
@@ -262,7 +238,7 @@ class Subscription:
                 b = msg.body
                 update: ScheduleUpdate | HoldUpdate
                 if msg.type == "hold":
-                    update = HoldUpdate(str(b["comm"]), str(b["name"]), int(b["version"]), _links(b["held"]))
+                    update = HoldUpdate(str(b["comm"]), str(b["name"]), int(b["version"]), held_links(b["held"]))
                 else:
                     update = str(b["comm"]), str(b["name"]), int(b["version"]), Schedule.from_dict(b["schedule"])
                 if self.key and not self._fresh(msg):
@@ -392,14 +368,6 @@ class ShardedClient:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
-
-
-def _links(held: Any) -> tuple[tuple[str, str], ...]:
-    """A ``held`` field: a list of ``[src, dst]`` link names (``TypeError``/``ValueError`` otherwise)."""
-    if not isinstance(held, list) or not all(isinstance(x, list) and len(x) == 2 and
-                                             all(isinstance(g, str) for g in x) for x in held):
-        raise TypeError("'held' must be a list of [src, dst] links")
-    return tuple((a, b) for a, b in held)
 
 
 def _sum(replies: list[dict[str, Any]]) -> dict[str, Any]:
