@@ -9,6 +9,8 @@ from typing import Any
 
 from mccl_opt.schedule import Schedule
 
+from .protocol import ProtocolError
+
 __all__ = ["HoldUpdate", "ScheduleStatus", "held_links"]
 
 
@@ -39,8 +41,8 @@ class ScheduleStatus:
 
 
 def held_links(held: Any) -> tuple[tuple[str, str], ...]:
-    """A ``held`` field: a list of ``[src, dst]`` link names (``TypeError`` otherwise)."""
+    """A ``held`` field: a list of ``[src, dst]`` link names (else ``ProtocolError("bad_reply")``)."""
     if not isinstance(held, list) or not all(isinstance(x, list) and len(x) == 2 and
                                              all(isinstance(g, str) for g in x) for x in held):
-        raise TypeError("'held' must be a list of [src, dst] links")
+        raise ProtocolError("bad_reply", "'held' must be a list of [src, dst] links")
     return tuple((a, b) for a, b in held)
