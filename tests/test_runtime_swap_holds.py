@@ -119,3 +119,15 @@ def test_a_signed_hold_passes_the_subscriptions_checks():
     finally:
         svc.stop()
         thread.join(5.0)
+
+
+def test_a_malformed_held_field_is_a_protocol_error():
+    import pytest
+
+    from mccl_runtime.protocol import ProtocolError
+    from mccl_runtime.updates import held_links
+
+    assert held_links([LINK]) == (tuple(LINK),) and held_links([]) == ()
+    for bad in (None, "s0h0g0", [["s0h0g0"]], [["a", 1]], [("a", "b")]):
+        with pytest.raises(ProtocolError, match="'held' must be a list"):
+            held_links(bad)
