@@ -104,6 +104,7 @@ def class_table(shape: str, collectives: list[str], classes: list[str], cfg: Glo
                 "t95_ms": max((e["recovered_ms"] for e in evs if e["recovered_ms"] is not None), default=None),
                 "never95": sum(e["recovered_ms"] is None for e in evs),
                 "false_swaps": s["false_swaps"], "wrong": s["wrong_results"],
+                "inflight": len(s.get("inflight_switches", [])),
                 "wall_s": time.monotonic() - t0})
             if not as_json:
                 _print_class_row(rows[-1])
@@ -115,7 +116,7 @@ def _print_class_row(r: dict) -> None:
     f = (lambda v, p=2: "n/a" if v is None else f"{v:.{p}f}")
     print(f"{r['collective']:<10}{r['class']:<8}{r['events']:>7}{r['versions']:>9}{f(r['first']):>7}"
           f"{f(r['first3']):>8}{f(r['final']):>7}{f(r['t95_ms'], 0):>8}{r['never95']:>9}"
-          f"{r['false_swaps']:>7}{r['wrong']:>7}{r['wall_s']:>7.0f}", flush=True)
+          f"{r['false_swaps']:>7}{r['wrong']:>7}{r['wall_s']:>7.0f}{r['inflight']:>9}", flush=True)
 
 
 def scenario(shape: str, collective: str, event: str, t_ms: float, duration_ms: float):
@@ -177,6 +178,7 @@ def main() -> None:
     ap.add_argument("--collective-ms", type=float, default=60.0)
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--clear", action="store_true", help="only the recovery-after-clear table (probes on/off)")
+    ap.add_argument("--pieces", type=int, default=1, help="pieces per collective (the in-flight switch)")
     ap.add_argument("--classes", help=f"instead: one run per scenario class ({','.join(CLASSES)})")
     args = ap.parse_args()
     if args.clear:
@@ -185,13 +187,13 @@ def main() -> None:
     n = 1
     for part in args.shape.split("x"):
         n *= int(part)
-    cfg = GlooLoopConfig(world=n, collective_ms=args.collective_ms)
+    cfg = GlooLoopConfig(world=n, collective_ms=args.collective_ms, pieces=args.pieces)
     if args.classes:
         if not args.json:
             print(f"scenario classes on {n} gloo ranks, HPN {args.shape}, 16 MiB, healthy collective "
                   f"~{args.collective_ms:g} ms real; worst event per class")
             print(f"{'coll':<10}{'class':<8}{'events':>7}{'versions':>9}{'first':>7}{'first3':>8}{'final':>7}"
-                  f"{'t95 ms':>8}{'never95':>9}{'false':>7}{'wrong':>7}{'wall s':>7}")
+                  f"{'t95 ms':>8}{'never95':>9}{'false':>7}{'wrong':>7}{'wall s':>7}{'inflight':>9}")
         class_table(args.shape, args.collectives.split(","), args.classes.split(","), cfg, args.json)
         return
     rows = []

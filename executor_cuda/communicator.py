@@ -39,8 +39,9 @@ import torch.distributed as dist
 from mccl_opt.errors import InputError, MCCLError, ScheduleError
 from mccl_opt.schedule import Schedule
 
+from .buffers import gather_target, pack, scatter, view
 from .faults import FaultInjector
-from mccl_opt.lowering.program import (COLLECTIVES_EXEC, GlobalProgram, ProgramCache, Segment,
+from mccl_opt.lowering.program import (COLLECTIVES_EXEC, GlobalProgram, ProgramCache,
                       direct_schedule)
 from .telemetry import Telemetry
 
@@ -65,7 +66,10 @@ class Communicator:
     for pipelining through relays.  ``telemetry`` records per-peer transfer samples,
     ``faults`` emulates slow links.  ``hot_swap=True`` creates the gloo side group and
     the background :class:`~executor_cuda.rescheduler.Rescheduler` (collective: every
-    rank must construct its communicator in the same order).
+    rank must construct its communicator in the same order).  ``pieces >= 2`` runs every
+    collective in that many pieces and lets a newer staged version take over between
+    pieces, checked every ``check_every`` pieces
+    (:class:`~executor_cuda.pieces.InFlightSwitch`; needs ``hot_swap``).
     """
 
     def __init__(self, process_group: dist.ProcessGroup | None = None,
@@ -73,7 +77,8 @@ class Communicator:
                  pipeline: int = 1, telemetry: Telemetry | None = None,
                  faults: FaultInjector | None = None, hot_swap: bool = True,
                  name: str = "mccl", stage_timeout: float = 5.0,
-                 oob_timeout: float = 10.0, timeout_s: float | None = 10.0) -> None:
+                 oob_timeout: float = 10.0, timeout_s: float | None = 10.0,
+                 pieces: int = 1, check_every: int = 1) -> None:
         if not dist.is_initialized():
             raise RuntimeError("torch.distributed is not initialised; call "
                                "dist.init_process_group(...) before creating a Communicator")
@@ -85,6 +90,10 @@ class Communicator:
                       for r in range(self.world)]
         if pipeline < 1:
             raise InputError(f"pipeline must be >= 1, got {pipeline}")
+        if pieces < 1 or check_every < 1:
+            raise InputError(f"pieces and check_every must be >= 1, got {pieces} and {check_every}")
+        if pieces > 1 and not hot_swap:
+            raise InputError("pieces > 1 switches versions in flight; it needs hot_swap=True")
         if timeout_s is not None and not timeout_s > 0:
             raise InputError(f"timeout_s must be > 0 seconds (or None: no deadline), got {timeout_s!r}")
         #: seconds a collective may take beyond its expected time (None: no deadline)
@@ -99,7 +108,8 @@ class Communicator:
         self._lock = threading.Lock()
         self._seq = 0
         self._pending: list[tuple[int, Schedule]] = []
-        self.recent_sizes: dict[str, int] = {}
+        #: block sizes each collective's programs ran with last (what staging compiles)
+        self.recent_sizes: dict[str, set[int]] = {}
         #: (seq, collective, schedule version) of the last 4096 collectives issued here
         self.trace: deque[tuple[int, str, int]] = deque(maxlen=4096)
         schedules = [] if schedule is None else ([schedule] if isinstance(schedule, Schedule)
@@ -115,6 +125,11 @@ class Communicator:
 
             self.rescheduler = Rescheduler(self, stage_timeout=stage_timeout,
                                            oob_timeout=oob_timeout)
+        self.inflight = None
+        if pieces > 1:
+            from .pieces import InFlightSwitch
+
+            self.inflight = InFlightSwitch(self.peers, pieces, check_every, timeout_s=oob_timeout)
 
     # ------------------------------------------------------------------ public API
     def all_gather_into_tensor(self, out: torch.Tensor, inp: torch.Tensor) -> None:
@@ -143,6 +158,20 @@ class Communicator:
             raise RuntimeError("this Communicator was created with hot_swap=False")
         self.check_schedule(schedule)
         self.rescheduler.submit(schedule)
+
+    def hold_version(self, collective: str, version: int) -> None:
+        """The controller holds ``version`` of ``collective``: no rank swaps it in while
+        any rank knows of the hold (docs/executor.md, "Swap holds"; any thread)."""
+        if self.rescheduler is None:
+            raise RuntimeError("this Communicator was created with hot_swap=False")
+        self.rescheduler.hold(collective, version)
+
+    def release_version(self, collective: str, version: int) -> None:
+        """The controller released ``version``: it may be swapped in (any thread; every
+        rank must be given the same releases, in order with the versions)."""
+        if self.rescheduler is None:
+            raise RuntimeError("this Communicator was created with hot_swap=False")
+        self.rescheduler.release(collective, version)
 
     @property
     def seq(self) -> int:
@@ -175,8 +204,7 @@ class Communicator:
     def prepare(self, schedule: Schedule) -> None:
         """Compile ``schedule`` for the block size its collective ran with last (fills
         the program cache, so the first collective after a swap does not compile)."""
-        block = self.recent_sizes.get(schedule.collective)
-        if block is not None:
+        for block in sorted(self.recent_sizes.get(schedule.collective, ())):
             self.cache.get(schedule, block, self.pipeline)
 
     @contextmanager
@@ -191,6 +219,12 @@ class Communicator:
             raise RuntimeError(f"switch point K={k} is before the last issued collective "
                                f"{self._seq}; the OOB exchange must run while paused")
         self._pending.append((k, schedule))
+
+    def switch_now(self, schedule: Schedule) -> None:
+        """Run ``schedule`` from now on (the in-flight switch, agreed by every rank)."""
+        with self._lock:
+            if schedule.version > self.active[schedule.collective].version:
+                self.active[schedule.collective] = schedule
 
     # ------------------------------------------------------------------ execution
     def _issue(self, collective: str) -> tuple[int, Schedule]:
@@ -211,14 +245,23 @@ class Communicator:
     def _collective(self, collective: str, out: torch.Tensor, inp: torch.Tensor,
                     block: int) -> None:
         seq, schedule = self._issue(collective)
-        self.recent_sizes[collective] = block
+        if self.inflight is None:
+            self.recent_sizes[collective] = {block}
+            self.run_block(schedule, seq, out.view(-1), inp.view(-1), block)
+        else:
+            self.recent_sizes[collective] = self.inflight.sizes(block)
+            self.inflight.run(self, collective, seq, schedule, out, inp, block)
+
+    def run_block(self, schedule: Schedule, seq: int, out: torch.Tensor, inp: torch.Tensor,
+                   block: int) -> None:
+        """Run ``schedule``'s program for ``block`` elements per block, with its deadline."""
         prog = self.cache.get(schedule, block, self.pipeline)
         expected = 8.0 * block * out.element_size() / (schedule.rate_gbps * 1e9) \
             if schedule.rate_gbps > 0 else 0.0
         budget = None if self.timeout_s is None else self.timeout_s + TIMEOUT_SLOWDOWN * expected
-        self._deadline = None if budget is None else (time.monotonic() + budget, budget, collective, seq,
-                                                      schedule.version)
-        self._run(prog, schedule.gpus, out.view(-1), inp.view(-1), seq)
+        self._deadline = None if budget is None else (time.monotonic() + budget, budget, schedule.collective,
+                                                      seq, schedule.version)
+        self._run(prog, schedule.gpus, out, inp, seq)
 
     def _run(self, prog: GlobalProgram, gpus: Sequence[str], out: torch.Tensor,
              inp: torch.Tensor, seq: int) -> None:
@@ -227,7 +270,7 @@ class Communicator:
                  if me.stage_numel else out[:0])
         bufs = (inp, out, stage)
         for s, d in me.copies:
-            _view(bufs, d).copy_(_view(bufs, s))
+            view(bufs, d).copy_(view(bufs, s))
         cuda = out.is_cuda
         stamped = self.telemetry is not None and not cuda
         for rnd, (sends, recvs) in enumerate(me.rounds):
@@ -237,7 +280,7 @@ class Communicator:
             t0 = time.time_ns()
             start = _event(cuda)
             for m in recvs:
-                tensor = _gather_target(bufs, m.dst_segs, unpack)
+                tensor = gather_target(bufs, m.dst_segs, unpack)
                 ops.append(dist.P2POp(dist.irecv, tensor, self.peers[m.src], self.group))
                 recv_meta.append((m.src, tensor.numel() * tensor.element_size()))
             stamps_in = torch.zeros(len(recvs), dtype=torch.int64)
@@ -248,7 +291,7 @@ class Communicator:
                 ops += [dist.P2POp(dist.isend, stamp_out, self.peers[m.dst], self.group,
                                    tag=STAMP_TAG) for m in sends]
             for m in sends:
-                tensor = _pack(bufs, m.src_segs)
+                tensor = pack(bufs, m.src_segs)
                 delay = self.faults.message_delay_s(prog, rnd, m, tensor.numel() *
                                                     tensor.element_size()) if self.faults else 0.0
                 if delay > 0:
@@ -274,7 +317,7 @@ class Communicator:
                 self._wait(lambda t, f=fut: f.result(timeout=t), [m.src])
             self._record(recv_meta, gpus, seq, t0, start, timed, stamps_in)
             for target, segs in unpack:
-                _scatter(bufs, segs, target)
+                scatter(bufs, segs, target)
 
     def _wait(self, done: Callable[[float | None], object], peers: list[int]) -> None:
         """``done(timeout_s)`` within the collective's deadline; a miss raises
@@ -341,32 +384,6 @@ def _check_pair(out: torch.Tensor, inp: torch.Tensor) -> None:
                          f"{out.device}) must have the same dtype and device")
     if not (out.is_contiguous() and inp.is_contiguous()):
         raise InputError("input and output tensors must be contiguous")
-
-
-def _view(bufs: tuple, seg: Segment) -> torch.Tensor:
-    return bufs[seg.buf].narrow(0, seg.offset, seg.length)
-
-
-def _pack(bufs: tuple, segs: tuple[Segment, ...]) -> torch.Tensor:
-    if len(segs) == 1:
-        return _view(bufs, segs[0])
-    return torch.cat([_view(bufs, s) for s in segs])
-
-
-def _gather_target(bufs: tuple, segs: tuple[Segment, ...], unpack: list) -> torch.Tensor:
-    if len(segs) == 1:
-        return _view(bufs, segs[0])
-    ref = bufs[segs[0].buf]
-    tmp = torch.empty(sum(s.length for s in segs), dtype=ref.dtype, device=ref.device)
-    unpack.append((tmp, segs))
-    return tmp
-
-
-def _scatter(bufs: tuple, segs: tuple[Segment, ...], tmp: torch.Tensor) -> None:
-    pos = 0
-    for s in segs:
-        _view(bufs, s).copy_(tmp.narrow(0, pos, s.length))
-        pos += s.length
 
 
 def _event(cuda: bool):

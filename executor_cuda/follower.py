@@ -11,6 +11,12 @@ not others, and its swap round waits ``oob_timeout`` for the missing ranks or ab
 agrees on the newest version any rank staged (one all-reduce, MAX) and stages exactly
 up to it on every rank before it stops.  :func:`agree_first` does the same at the
 start: every rank begins on the same version of the schedule.
+
+Swap holds (docs/executor.md, "Swap holds from the controller") arrive on the same
+subscription (:class:`~mccl_runtime.client.HoldUpdate`) and are passed on in order:
+a hold to :meth:`Communicator.hold_version` at once, a release to
+:meth:`Communicator.release_version` (it may run one more swap round, so releases are
+counted, and :meth:`finish` agrees on their number as it does on the last version).
 """
 
 from __future__ import annotations
@@ -28,12 +34,21 @@ __all__ = ["VersionFollower", "VersionTimeoutError", "agree_first"]
 Update = tuple[str, str, int, Schedule]
 
 
+class _Hold(Protocol):
+    """A :class:`mccl_runtime.client.HoldUpdate` (``links`` empty: a release)."""
+
+    comm: str
+    name: str
+    version: int
+    links: tuple[tuple[str, str], ...]
+
+
 class VersionTimeoutError(MCCLError):
     """The version the ranks agreed to stop at did not reach this rank in time."""
 
 
 class _Subscription(Protocol):
-    def recv(self, timeout_s: float) -> Update | None: ...
+    def recv(self, timeout_s: float) -> Update | _Hold | None: ...
 
 
 class VersionFollower:
@@ -57,12 +72,16 @@ class VersionFollower:
         self.comm_name, self.name = comm_name, name
         self.on_version = on_version
         self.poll_s = poll_s
+        self.collective = collective
         self.last = int(comm.active[collective].version)       # newest version staged (or initial)
+        self._initial = self.last
         self.limit: float = math.inf                           # stage nothing newer than this
+        self.releases = 0                                      # releases passed to comm
+        self.release_limit: float = math.inf                   # pass no more releases than this
         self.staged: list[int] = []
         self.error: BaseException | None = None
         self._seen = self.last                                 # newest version received
-        self._pending: list[Update] = []                       # received, newer than limit
+        self._pending: list[Update | _Hold] = []               # received, beyond a limit
         self._cond = threading.Condition()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._listen, name="mccl-version-follower", daemon=True)
@@ -70,8 +89,9 @@ class VersionFollower:
 
     # ------------------------------------------------------------------ receiving
     def _listen(self) -> None:
+        recv = getattr(self.sub, "recv_any", self.sub.recv)
         while not self._stop.is_set():
-            upd = self.sub.recv(self.poll_s)
+            upd = recv(self.poll_s)
             if upd is None:
                 continue
             try:
@@ -82,10 +102,13 @@ class VersionFollower:
                     self._cond.notify_all()
                 return
 
-    def offer(self, upd: Update) -> None:
+    def offer(self, upd: Update | _Hold) -> None:
         """Take one received update (the listener thread calls this for every update)."""
+        if not isinstance(upd, tuple):
+            self._offer_hold(upd)
+            return
         comm_name, name, version, schedule = upd
-        if name != self.name or (self.comm_name is not None and comm_name != self.comm_name):
+        if not self._mine(comm_name, name):
             return
         with self._cond:
             if version <= self._seen:                  # a duplicate, or older than one seen
@@ -94,39 +117,73 @@ class VersionFollower:
             self._pending.append(upd)                  # increasing, since version > _seen
             self._admit()
 
+    def _mine(self, comm_name: str, name: str) -> bool:
+        return name == self.name and (self.comm_name is None or comm_name == self.comm_name)
+
+    def _offer_hold(self, upd: _Hold) -> None:
+        """A swap hold or release of a version newer than the initial one (every rank
+        subscribed before it was published, so every rank gets the same ones)."""
+        if not self._mine(upd.comm, upd.name) or upd.version <= self._initial:
+            return
+        with self._cond:
+            self._pending.append(upd)
+            self._admit()
+
     def _admit(self) -> None:
-        """Stage the pending versions up to :attr:`limit` (holding the condition's lock)."""
-        while self._pending and self._pending[0][2] <= self.limit:
-            _, _, version, schedule = self._pending.pop(0)
-            if self.on_version is not None:
-                self.on_version(version, schedule)
-            self.comm.stage(schedule)
-            self.last = version
-            self.staged.append(version)
+        """Pass on the pending updates in order: versions up to :attr:`limit`, releases
+        up to :attr:`release_limit` (holding the condition's lock)."""
+        while self._pending:
+            upd = self._pending[0]
+            if isinstance(upd, tuple):
+                _, _, version, schedule = upd
+                if version > self.limit:
+                    break
+                if self.on_version is not None:
+                    self.on_version(version, schedule)
+                self.comm.stage(schedule)
+                self.last = version
+                self.staged.append(version)
+            elif upd.links:
+                self.comm.hold_version(self.collective, upd.version)
+            elif self.releases < self.release_limit:
+                self.comm.release_version(self.collective, upd.version)
+                self.releases += 1
+            else:
+                break
+            self._pending.pop(0)
         self._cond.notify_all()
 
     # ------------------------------------------------------------------ stopping
     def hold(self) -> int:
-        """Stage nothing newer than what is staged now (versions arriving meanwhile
-        wait); returns that newest staged version, this rank's input to the agreement."""
+        """Stage nothing newer than what is staged now and pass on no more releases
+        (updates arriving meanwhile wait); returns that newest staged version, this
+        rank's input to the agreement (with :attr:`releases`)."""
         with self._cond:
             self.limit = self.last
+            self.release_limit = self.releases
             return self.last
 
-    def release(self, agreed: int, timeout_s: float) -> None:
-        """Stage exactly the versions up to ``agreed``, waiting up to ``timeout_s`` for
-        those not received yet, then stop listening.  Raises
+    def release(self, agreed: int, timeout_s: float, releases: int | None = None) -> None:
+        """Stage exactly the versions up to ``agreed`` and pass on exactly ``releases``
+        swap releases (default: those passed on already), waiting up to ``timeout_s``
+        for those not received yet, then stop listening.  Raises
         :class:`VersionTimeoutError` when ``agreed`` did not arrive, or the error that
         stopped the listener (e.g. a :class:`~mccl_opt.errors.ScheduleError` from staging)."""
         try:
             with self._cond:
                 self.limit = agreed
+                self.release_limit = self.releases if releases is None else releases
                 self._admit()
-                self._cond.wait_for(lambda: self.last >= agreed or self.error is not None, timeout_s)
+                self._cond.wait_for(lambda: (self.last >= agreed and self.releases >= self.release_limit)
+                                    or self.error is not None, timeout_s)
         finally:
             self.close()
         if self.error is not None:
             raise self.error
+        if self.releases < self.release_limit:
+            raise VersionTimeoutError(
+                f"the ranks agreed on {self.release_limit:g} swap releases of {self.comm_name or '*'}/"
+                f"{self.name}, but this rank received {self.releases} within {timeout_s:g} s")
         if self.last < agreed:
             raise VersionTimeoutError(
                 f"the ranks agreed to stage {self.comm_name or '*'}/{self.name} up to version "
@@ -138,8 +195,8 @@ class VersionFollower:
         """Collective over ``group`` (default: the world group): agree on the newest
         version any rank staged (all-reduce MAX), stage exactly up to it, stop.
         Returns the agreed version; every rank has then staged the same versions."""
-        agreed = _max_over_ranks([self.hold()], group)[0]
-        self.release(agreed, timeout_s)
+        agreed, releases = _max_over_ranks([self.hold(), self.releases], group)
+        self.release(agreed, timeout_s, releases)
         return agreed
 
     def close(self) -> None:

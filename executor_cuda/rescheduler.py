@@ -25,6 +25,17 @@ If a rank did not stage the version (failure or ``stage_timeout``) the selected
 version is the old one; if a rank does not arrive within ``oob_timeout`` the round is
 aborted.  Either way every rank keeps the old schedule and the event is logged
 (:attr:`Rescheduler.events`).  Swaps are per communicator.
+
+**Swap holds** (docs/executor.md, "Swap holds from the controller"): the controller
+may tell the ranks that a published version must not be swapped in yet (a link it
+relies on changed since its synthesis; :meth:`hold`) and later that it may
+(:meth:`release`).  Each advertised version carries this rank's knowledge of its hold
+(``UNHELD``, ``HELD``, ``RELEASED``; the controller's state only moves forward, so the
+furthest state any rank has seen is the controller's latest one the ranks know of): a
+version is swappable only if its highest state over the rows is not ``HELD``.  A round
+whose own version is common but held ends ``held`` on every rank (the same rows); the
+release of that version then runs one more round for it, queued behind every version
+the rank received before the release, so every rank runs the same sequence of rounds.
 """
 
 from __future__ import annotations
@@ -35,7 +46,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any, Callable, ContextManager, Iterable, Protocol
+from typing import Any, Callable, ContextManager, Iterable, Mapping, Protocol
 
 import torch
 import torch.distributed as dist
@@ -44,7 +55,8 @@ from mccl_opt.schedule import Schedule
 
 from mccl_opt.lowering.program import COLLECTIVES_EXEC
 
-__all__ = ["Decision", "Rescheduler", "SwapEvent", "SwapTarget", "decide", "encode_row"]
+__all__ = ["Decision", "Rescheduler", "SwapEvent", "SwapTarget", "decide", "encode_row",
+           "UNHELD", "HELD", "RELEASED"]
 
 log = logging.getLogger(__name__)
 
@@ -53,18 +65,25 @@ log = logging.getLogger(__name__)
 MAX_ADVERTISED = 8
 _HEADER = 4                       # round, collective index, round's version, last seq
 _SEQ = 3
-ROW_LEN = _HEADER + MAX_ADVERTISED
+_VERSIONS = _HEADER + MAX_ADVERTISED      # hold states first, then the versions
+ROW_LEN = _HEADER + 2 * MAX_ADVERTISED
 _NONE = -(2 ** 63)                # padding of unused version slots
+#: a rank's knowledge of a version's swap hold (ordered: the controller's state only moves up)
+UNHELD, HELD, RELEASED = 0, 1, 2
 
 
 def encode_row(rnd: int, collective: str, version: int, last_seq: int,
-               staged: Iterable[int]) -> torch.Tensor:
+               staged: Iterable[int], states: Mapping[int, int] | None = None) -> torch.Tensor:
     """This rank's OOB row: ``[round, collective index, round's version, last issued seq,
-    newest staged versions (at most MAX_ADVERTISED, descending, padded)]``, int64."""
+    hold state of each advertised version, newest staged versions (at most
+    MAX_ADVERTISED, descending, padded)]``, int64.  ``states``: version -> ``UNHELD``,
+    ``HELD`` or ``RELEASED`` as this rank knows it (default ``UNHELD``)."""
     newest = sorted(set(staged), reverse=True)[:MAX_ADVERTISED]
     row = torch.full((ROW_LEN,), _NONE, dtype=torch.int64)
     row[:_HEADER] = torch.tensor([rnd, COLLECTIVES_EXEC.index(collective), version, last_seq])
-    row[_HEADER:_HEADER + len(newest)] = torch.tensor(newest, dtype=torch.int64)
+    row[_HEADER:_HEADER + len(newest)] = torch.tensor([(states or {}).get(v, UNHELD) for v in newest],
+                                                      dtype=torch.int64)
+    row[_VERSIONS:_VERSIONS + len(newest)] = torch.tensor(newest, dtype=torch.int64)
     return row
 
 
@@ -72,24 +91,33 @@ def encode_row(rnd: int, collective: str, version: int, last_seq: int,
 class Decision:
     """Outcome of one OOB exchange, identical on every rank (computed from the same rows)."""
 
-    best: int | None              # newest version staged on every rank; None: keep old
+    best: int | None              # newest swappable version staged on every rank; None: keep old
     k: int                        # last sequence number that runs the old schedule
     missing: list[int]            # ranks that did not stage the round's version
+    held: list[int] = field(default_factory=list)   # versions staged everywhere but held
 
 
 def decide(rows: torch.Tensor, rnd: int, collective: str, version: int) -> Decision:
     """Choose the version and ``K`` from the gathered ``(world, ROW_LEN)`` rows (§6.2.2):
-    the newest version every rank staged and ``K = max`` of the last issued seqs."""
+    the newest version every rank staged whose furthest hold state over the ranks is
+    not ``HELD``, and ``K = max`` of the last issued seqs."""
     expect = torch.tensor([rnd, COLLECTIVES_EXEC.index(collective), version])
     bad = [r for r in range(rows.shape[0]) if not torch.equal(rows[r, :3], expect)]
     if bad:
         raise RuntimeError(f"ranks {bad} are in a different swap round than (round {rnd}, "
                            f"{collective} v{version}): {rows[:, :3].tolist()}; every rank "
                            "must be given the same sequence of versions")
-    sets = [set(r[_HEADER:].tolist()) - {_NONE} for r in rows]
+    state: dict[int, int] = {}
+    for r in rows.tolist():
+        for st, v in zip(r[_HEADER:_VERSIONS], r[_VERSIONS:]):
+            if v != _NONE:
+                state[v] = max(state.get(v, UNHELD), st)
+    sets = [set(r[_VERSIONS:].tolist()) - {_NONE} for r in rows]
     common = set.intersection(*sets)
-    return Decision(best=max(common) if common else None, k=int(rows[:, _SEQ].max()),
-                    missing=[r for r, vs in enumerate(sets) if version not in vs])
+    held = sorted(v for v in common if state[v] == HELD)
+    free = common.difference(held)
+    return Decision(best=max(free) if free else None, k=int(rows[:, _SEQ].max()),
+                    missing=[r for r, vs in enumerate(sets) if version not in vs], held=held)
 
 
 @dataclass
@@ -99,7 +127,7 @@ class SwapEvent:
     round: int
     collective: str
     version: int
-    outcome: str                  # "switch", "keep-old", "abort"
+    outcome: str                  # "switch", "keep-old", "held", "abort"
     k: int | None = None
     from_version: int | None = None
     reason: str = ""
@@ -151,23 +179,54 @@ class Rescheduler:
         self.store = dist.PrefixStore(f"mccl_exec/{comm.name}/", base)
         self.side_group = dist.new_group(ranks=list(comm.peers), backend="gloo",
                                          timeout=timedelta(seconds=oob_timeout))
-        self._round = 0
+        self._round = 0                       # swap rounds run (numbered on the rescheduler thread)
+        self._items = 0                       # items queued (versions and releases)
+        self._submit_lock = threading.Lock()
         self._done = threading.Condition()
         self._finished = 0
+        #: this rank's knowledge of each (collective, version)'s swap hold
+        self.holds: dict[tuple[str, int], int] = {}
+        self._held_out: set[tuple[str, int]] = set()   # rounds that ended ``held``
         self._queue: queue.Queue = queue.Queue()
         self._thread = threading.Thread(target=self._loop, name="mccl-rescheduler", daemon=True)
         self._thread.start()
 
     # ------------------------------------------------------------------ public
     def submit(self, schedule: Schedule) -> int:
-        """Queue a swap round for ``schedule``; returns the round number."""
-        self._round += 1
-        self._queue.put((self._round, schedule))
-        return self._round
+        """Queue a swap round for ``schedule``; returns its queue position."""
+        return self._put(("round", schedule))
+
+    def hold(self, collective: str, version: int) -> None:
+        """The controller holds ``version``: it is not swapped in (any thread)."""
+        key = (collective, version)
+        if self.holds.get(key, UNHELD) != RELEASED:
+            self.holds[key] = HELD
+
+    def release(self, collective: str, version: int) -> int:
+        """The controller released ``version``: it may be swapped in; if its round ended
+        ``held``, one more round for it runs (queued behind what was submitted before)."""
+        self.holds[(collective, version)] = RELEASED
+        return self._put(("release", (collective, version)))
+
+    def swappable(self, collective: str, above: int) -> Schedule | None:
+        """The newest staged version of ``collective`` newer than ``above`` that this
+        rank does not know to be held (the in-flight check's input), or ``None``."""
+        best = None
+        for (coll, version), sched in list(self.staged.items()):
+            if (coll == collective and version > above and self.holds.get((coll, version)) != HELD
+                    and (best is None or version > best.version)):
+                best = sched
+        return best
+
+    def _put(self, item: tuple[str, Any]) -> int:
+        with self._submit_lock:
+            self._items += 1
+            self._queue.put(item)
+            return self._items
 
     def wait(self, rounds: int | None = None, timeout: float | None = None) -> bool:
-        """Block until ``rounds`` swap rounds (default: all submitted) have finished."""
-        target = self._round if rounds is None else rounds
+        """Block until the first ``rounds`` queued items (default: all) have finished."""
+        target = self._items if rounds is None else rounds
         with self._done:
             return self._done.wait_for(lambda: self._finished >= target, timeout)
 
@@ -181,19 +240,38 @@ class Rescheduler:
             item = self._queue.get()
             if item is None:
                 return
+            kind, what = item
+            if kind == "release":
+                sched = self._retry(what)
+                if sched is None:
+                    self._item_done()
+                    continue
+            else:
+                sched = what
+            self._round += 1
             try:
-                ev = self._swap_round(*item)
+                ev = self._swap_round(self._round, sched)
             except Exception as exc:  # noqa: BLE001 - a failed swap must not kill training
-                rnd, sched = item
-                ev = SwapEvent(rnd, sched.collective, sched.version, "abort",
+                ev = SwapEvent(self._round, sched.collective, sched.version, "abort",
                                reason=f"swap round failed: {exc!r}")
             self.events.append(ev)
             level = logging.INFO if ev.outcome == "switch" else logging.WARNING
             log.log(level, "rank %d swap round %d (%s v%d): %s K=%s %s", self.comm.rank,
                     ev.round, ev.collective, ev.version, ev.outcome, ev.k, ev.reason)
-            with self._done:
-                self._finished += 1
-                self._done.notify_all()
+            self._item_done()
+
+    def _retry(self, key: tuple[str, int]) -> Schedule | None:
+        """The schedule to run one more round for on a release: the version's round
+        ended ``held`` (the same on every rank) and it is still staged."""
+        if key not in self._held_out:
+            return None
+        self._held_out.discard(key)
+        return self.staged.get(key)
+
+    def _item_done(self) -> None:
+        with self._done:
+            self._finished += 1
+            self._done.notify_all()
 
     def _stage(self, schedule: Schedule) -> None:
         if self.stage_hook is not None:
@@ -246,8 +324,11 @@ class Rescheduler:
             return ev
 
         active = self.comm.active[coll]
-        row = encode_row(rnd, coll, version, 0, (v for (c, v) in self.staged
-                                                 if c == coll and v > active.version))
+        # the active version too: an in-flight switch (.pieces) may have taken a staged
+        # version on some ranks before they build their row, not yet on others
+        newer = [v for (c, v) in list(self.staged) if c == coll and v >= active.version]
+        row = encode_row(rnd, coll, version, 0, newer,
+                         {v: self.holds.get((coll, v), UNHELD) for v in newer})
         # ONE fixed-size collective, posted as an all-to-all of the replicated row: gloo's
         # all-gather is a ring (world - 1 dependent hops, 17-20 ms on 8 ranks here), its
         # all-to-all posts every send at once (one hop, 6-9 ms)
@@ -262,9 +343,15 @@ class Rescheduler:
                 self.comm.schedule_switch(self.staged[(coll, dec.best)], dec.k)
                 ev.outcome, ev.version = "switch", dec.best
             ev.oob_s = time.perf_counter() - t3
+        if version in dec.held:                   # the same on every rank: its release runs a round
+            self._held_out.add((coll, version))
         if dec.best is not None:
             for key in [key for key in self.staged if key[0] == coll and key[1] < dec.best]:
                 del self.staged[key]
+            self._held_out = {key for key in self._held_out if key[0] != coll or key[1] > dec.best}
+        elif version in dec.held:
+            ev.outcome = "held"
+            ev.reason = f"the controller holds version {version}; it runs once released"
         else:
             ev.ranks_missing = dec.missing
             ev.reason = ev.reason or (f"version {version} is not staged on ranks "

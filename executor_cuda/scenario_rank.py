@@ -59,6 +59,7 @@ class RankPlan:
     oob_timeout_s: float = 20.0
     probe_every: int = 4                  # collectives between probes of unused suspect pairs (0: off)
     probe_numel: int = 256                # float32 elements per probe message
+    pieces: int = 1                       # pieces per collective (in-flight switch; 1: whole)
 
 
 class ModelReporter:
@@ -264,7 +265,7 @@ def rank_main(rank: int, world: int, plan: RankPlan) -> dict[str, Any]:
     emu.set_capacities(plan.timeline[0][1])
     tel = Telemetry(flush_interval=None)
     comm = Communicator(None, sched, telemetry=tel, faults=emu, stage_timeout=10,
-                        oob_timeout=plan.oob_timeout_s)
+                        oob_timeout=plan.oob_timeout_s, pieces=plan.pieces)
     side = dist.new_group(backend="gloo", timeout=timedelta(seconds=plan.oob_timeout_s))
     reporter = ModelReporter(emu, pair_nominal(plan.topology))
     prober = PairProber(emu, rank, world, plan.probe_numel, plan.probe_every)
@@ -321,12 +322,14 @@ def rank_main(rank: int, world: int, plan: RankPlan) -> dict[str, Any]:
     pusher.close()
     client.close()
     return {"rows": rows, "probes": probes, "received": received, "swaps": swaps, "offline": offline,
-            "wrong": work.wrong, "dead": dead, "pushed": pusher.sent, "first_version": sched.version}
+            "wrong": work.wrong, "dead": dead, "pushed": pusher.sent, "first_version": sched.version,
+            "inflight": list(comm.inflight.switches) if comm.inflight is not None else []}
 
 
 def _report(tel: Any, comm: Any, plan: RankPlan, reporter: ModelReporter, pusher: _Pusher) -> None:
     samples = tel.drain()
-    if samples:
+    switched = comm.inflight is not None and comm.inflight.switches and comm.inflight.switches[-1][0] == comm.seq
+    if samples and not switched:          # a collective that switched in flight ran two programs: no model
         pusher.put(reporter(samples, _program(comm, plan), 4, time.time()))
 
 
@@ -342,7 +345,8 @@ def _offline(plan: RankPlan, emu: FabricEmulator, work: _Workload, i: int) -> di
     out: dict[int, list[float]] = {}
     for state, schedule in plan.offline:
         emu.set_capacities(plan.timeline[state][1])
-        comm = Communicator(None, schedule, faults=emu, hot_swap=False)
+        # the same executor as the loop's (pieces need the hot-swap side groups; nothing is staged)
+        comm = Communicator(None, schedule, faults=emu, hot_swap=plan.pieces > 1, pieces=plan.pieces)
         work.run(comm, i)                            # compiles the program
         out[state] = [work.run(comm, i + k + 1) for k in range(plan.offline_reps)]
         i += plan.offline_reps + 1

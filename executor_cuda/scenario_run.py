@@ -62,6 +62,7 @@ class GlooLoopConfig:
     probe_every: int = 4
     probe_kib: float = 512.0              # fabric KiB per probe (the simulated loop's probe_bytes)
     shallow_trees: bool = True            # the controller's ``--shallow-trees`` (a tree hop per round)
+    pieces: int = 1                       # collectives run in pieces, in-flight switch (executor_cuda.pieces)
 
 
 class ControllerProcess:
@@ -153,6 +154,8 @@ def _check(scenario: Any, cfg: GlooLoopConfig) -> None:
                         f"{scenario.topology.name!r}); pass --world {n}")
     if not 2 <= cfg.world <= 64:
         raise MCCLError(f"--world must be in [2, 64] for CPU ranks, got {cfg.world}")
+    if cfg.pieces < 1:
+        raise MCCLError(f"--pieces must be >= 1, got {cfg.pieces}")
     for label, v in (("--block-kib", cfg.block_kib), ("--collective-ms", cfg.collective_ms)):
         if not v > 0:
             raise MCCLError(f"{label} must be > 0, got {v:g}")
@@ -196,7 +199,7 @@ def run_gloo_loop(scenario: Any, cfg: GlooLoopConfig) -> dict[str, Any]:
                             timeline=tuple((t * time_scale, cap) for t, cap, _ in timeline),
                             duration_s=real_s, offline=offline, offline_reps=cfg.offline_reps,
                             warmup=cfg.warmup, client_timeout_s=cfg.client_timeout_s,
-                            probe_every=cfg.probe_every,
+                            probe_every=cfg.probe_every, pieces=cfg.pieces,
                             probe_numel=max(1, round(cfg.probe_kib * 1024 / byte_scale / 4)))
             budget = (cfg.start_timeout_s + real_s + 60
                       + len(offline) * (cfg.offline_reps + 1) * 20 * cfg.collective_ms / 1e3)

@@ -40,8 +40,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--time-limit", type=_finite, default=60.0, help="re-synthesis time bound in seconds")
     s.add_argument("--backend", default="highs", help="LP backend for the synthesizers")
     s.add_argument("--shallow-trees", action="store_true",
-                   help="AllGather: when a warm start deepens the trees, also solve cold and keep the "
-                        "shallower schedule of equal rate (executors that run a tree hop per round)")
+                   help="for executors that run a GPU hop per round: AllGather: when a warm start deepens the "
+                        "trees, also solve cold and keep the shallower schedule of equal rate; AllToAll: also "
+                        "solve cold and keep it if of equal rate and faster in the round model")
     s.add_argument("--workers", type=int, default=0,
                    help="run re-syntheses in this many worker processes (default: one thread in the controller)")
     s.add_argument("--synthesis", default="local", metavar="local|ray|ray://HOST:PORT",

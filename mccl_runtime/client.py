@@ -15,12 +15,16 @@ from mccl_opt.errors import MCCLError
 from mccl_opt.schedule import Schedule
 
 from .columns import MAX_COLUMN_SAMPLES, ColumnBatch
-from .protocol import (MAX_BATCH_SAMPLES, MAX_MESSAGE_BYTES, MUTATING, REPLIES, SCHEDULE_TOPIC, Message,
+from .updates import HoldUpdate, ScheduleStatus, held_links
+from .protocol import (MAX_BATCH_SAMPLES, MAX_MESSAGE_BYTES, MUTATING, PUBLICATIONS, REPLIES, SCHEDULE_TOPIC, Message,
                        ProtocolError, ReplayGuard, Session, decode, encode, encode_frames)
 
-__all__ = ["ControllerClient", "ShardedClient", "Subscription", "ScheduleUpdate"]
+__all__ = ["ControllerClient", "HoldUpdate", "ScheduleStatus", "ShardedClient", "Subscription",
+           "ScheduleUpdate"]
 
 ScheduleUpdate = tuple[str, str, int, Schedule]
+
+
 #: pauses before asking a busy controller again
 BUSY_RETRY_S = (0.05, 0.1, 0.2)
 #: seconds a subscription trusts the controller's answer to "which epoch is yours"
@@ -140,10 +144,17 @@ class ControllerClient:
 
     def get_schedule(self, comm: str, name: str) -> tuple[int, Schedule | None]:
         """The active version and schedule (``(0, None)`` before the first synthesis)."""
+        status = self.schedule_status(comm, name)
+        return status.version, status.schedule
+
+    def schedule_status(self, comm: str, name: str) -> ScheduleStatus:
+        """:meth:`get_schedule` with the version's swap hold: an executor polling for
+        versions swaps in a version only once ``held`` is empty."""
         body = self.request("get_schedule", {"comm": comm, "name": name})[1]
         sched = body.get("schedule")
         try:
-            return int(body["version"]), Schedule.from_dict(sched) if sched is not None else None
+            return ScheduleStatus(int(body["version"]), Schedule.from_dict(sched) if sched is not None else None,
+                                  held_links(body.get("held", [])))
         except (KeyError, TypeError, ValueError) as exc:
             raise ProtocolError("bad_reply", f"malformed schedule reply from the controller: {exc}") from None
 
@@ -205,15 +216,30 @@ class Subscription:
         self._checked: tuple[Any, float] = (None, -float("inf"))   # (controller epoch, when asked)
 
     def recv(self, timeout_s: float) -> ScheduleUpdate | None:
-        """The next valid update, or ``None`` after ``timeout_s``."""
+        """The next valid schedule update, or ``None`` after ``timeout_s`` (swap holds are
+        skipped; :meth:`recv_any` returns them)."""
+        deadline = time.monotonic() + timeout_s
+        while (left := deadline - time.monotonic()) > 0:
+            update = self.recv_any(left)
+            if update is None or not isinstance(update, HoldUpdate):
+                return update
+        return None
+
+    def recv_any(self, timeout_s: float) -> ScheduleUpdate | HoldUpdate | None:
+        """The next valid publication (a new version, or a :class:`HoldUpdate`), or
+        ``None`` after ``timeout_s``."""
         deadline = time.monotonic() + timeout_s
         while (left := deadline - time.monotonic()) > 0:
             if not self._sock.poll(int(left * 1000) + 1):
                 return None
             try:
-                msg = decode(self._sock.recv_multipart()[-1], self.key, ("schedule",), self.replay)
+                msg = decode(self._sock.recv_multipart()[-1], self.key, PUBLICATIONS, self.replay)
                 b = msg.body
-                update = str(b["comm"]), str(b["name"]), int(b["version"]), Schedule.from_dict(b["schedule"])
+                update: ScheduleUpdate | HoldUpdate
+                if msg.type == "hold":
+                    update = HoldUpdate(str(b["comm"]), str(b["name"]), int(b["version"]), held_links(b["held"]))
+                else:
+                    update = str(b["comm"]), str(b["name"]), int(b["version"]), Schedule.from_dict(b["schedule"])
                 if self.key and not self._fresh(msg):
                     raise ProtocolError("replayed", "a publication older than one already received")
                 return update

@@ -1,10 +1,11 @@
-"""Controller endpoints: which are loopback-only, and ZeroMQ's spelling of a free port."""
+"""Controller endpoints: which are loopback-only, ZeroMQ's spelling of a free port, and
+the endpoint of the I-th process one ``mccl controller serve`` starts (shards, front ends)."""
 
 from __future__ import annotations
 
 import ipaddress
 
-__all__ = ["is_loopback", "ephemeral"]
+__all__ = ["is_loopback", "ephemeral", "shard_endpoint"]
 
 
 def is_loopback(endpoint: str) -> bool:
@@ -29,3 +30,14 @@ def is_loopback(endpoint: str) -> bool:
 def ephemeral(endpoint: str) -> str:
     """zmq spells an ephemeral TCP port ``*``; accept ``:0`` too."""
     return endpoint[:-2] + ":*" if endpoint.startswith("tcp://") and endpoint.endswith(":0") else endpoint
+
+
+def shard_endpoint(endpoint: str | None, index: int) -> str | None:
+    """Shard ``index``'s endpoint: the TCP port plus ``index`` (a free port stays free;
+    any other endpoint gets ``-shardI`` appended)."""
+    if endpoint is None:
+        return None
+    if endpoint.startswith("tcp://"):
+        host, _, port = endpoint.rpartition(":")
+        return endpoint if port in ("0", "*") else f"{host}:{int(port) + index}"
+    return f"{endpoint}-shard{index}"

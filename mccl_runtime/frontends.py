@@ -16,7 +16,7 @@ from argparse import Namespace
 
 from mccl_opt.errors import MCCLError
 
-from .shards import shard_endpoint
+from .endpoints import shard_endpoint
 
 __all__ = ["start_frontends", "stop_frontends", "MAX_FRONTENDS"]
 

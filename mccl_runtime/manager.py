@@ -124,8 +124,10 @@ def solver_synthesizer(backend: str = "highs", max_chunks: int = 10, shallow: bo
     ``shallow``: for executors that run a tree hop per round (store and forward, as the
     torch.distributed executor does, docs/executor.md): when a warm AllGather start
     returns deeper trees than the schedule it started from, solve cold too and keep the
-    cold schedule if its rate is as high and its trees shallower.  Two schedules of one
-    rate are equal for the fluid model (paper §4) but not for such an executor, where
+    cold schedule if its rate is as high and its trees shallower.  For AllToAll the warm
+    start is also solved cold and with minimal step bounds, and the candidate of the
+    warm rate with the lowest store-and-forward round time is kept
+    (:func:`_round_aware_alltoall`).  Two schedules of one rate are equal for the fluid model (paper §4) but not for such an executor, where
     each round lasts as long as its busiest link: on three degraded links of HPN 1x2x4
     the warm trees took 6 rounds and ran at 0.53 of the cold schedule's 3."""
     from .warmup import load_kernels
@@ -137,6 +139,8 @@ def solver_synthesizer(backend: str = "highs", max_chunks: int = 10, shallow: bo
         import mccl_opt
 
         if kind == "alltoall":
+            if shallow and warm is not None:
+                return _round_aware_alltoall(topo, warm, backend, max_chunks, time_limit_s)
             return mccl_opt.solve_alltoall(topo, warm=warm, backend=backend, max_chunks=max_chunks,
                                            time_limit=time_limit_s)
         t0 = time.perf_counter()
@@ -154,6 +158,34 @@ def solver_synthesizer(backend: str = "highs", max_chunks: int = 10, shallow: bo
         return sched
 
     return synthesize
+
+
+def _round_aware_alltoall(topo: Topology, warm: Schedule, backend: str, max_chunks: int,
+                          time_limit_s: float | None) -> Schedule:
+    """The warm AllToAll re-synthesis for an executor that runs a GPU hop per round: the
+    warm and cold solves, each also with the smallest step bound that keeps its rate
+    (``max_steps="min"``, paper App. D); of those at least as fast as the warm one (LP
+    rate), the one with the lowest store-and-forward round time on the measured fabric
+    (:func:`mccl_opt.lowering.rounds.round_time`; ties keep the earlier candidate).  The
+    fluid LP has many optima of one rate; on HPN 1x2x4 with a NIC at 50 of 400 Gbps,
+    warm optima sent over the slow NIC in two rounds and ran at 0.53-0.62 of offline on
+    gloo ranks in 7 of 16 runs (docs/executor.md, "AllToAll on gloo ranks")."""
+    import mccl_opt
+    from mccl_opt.lowering.rounds import round_time
+
+    t0 = time.perf_counter()
+    best = mccl_opt.solve_alltoall(topo, warm=warm, backend=backend, max_chunks=max_chunks, time_limit=time_limit_s)
+    best_t = round_time(best, topo)
+    for start, steps in ((warm, "min"), (None, None), (None, "min")):
+        left = None if time_limit_s is None else time_limit_s - (time.perf_counter() - t0)
+        if left is not None and left <= 0:
+            break
+        cand = mccl_opt.solve_alltoall(topo, warm=start, backend=backend, max_chunks=max_chunks,
+                                       max_steps=steps, time_limit=left)
+        t = round_time(cand, topo)
+        if cand.rate_gbps >= best.rate_gbps * (1 - 1e-9) and t < best_t * (1 - 1e-6):
+            best, best_t = cand, t
+    return best
 
 
 def tree_rounds(schedule: Schedule) -> int:

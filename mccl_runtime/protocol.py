@@ -26,7 +26,11 @@ A ``register`` body is ``{"comm", "name", "kind"}`` plus, for a communicator ove
 of the fabric, ``"gpus"``: its members' GPU ids in rank order (docs/runtime.md,
 "Communicators over sub-fabrics").
 Replies: ``ok``, ``schedule``, ``error`` (body ``{"reason", "message"}``).  The
-publisher sends ``schedule`` messages under the topic ``b"schedule"``.
+publisher sends :data:`PUBLICATIONS` under the topic ``b"schedule"``: ``schedule``
+(a new version) and ``hold`` (``{"comm", "name", "version", "held"}``: the version must
+not be swapped in while ``held``, a list of ``[src, dst]`` links, is non-empty; an
+empty list releases it; docs/runtime.md, "Swap holds on real executors").  A
+``get_schedule`` reply carries the same ``held`` for the version it serves.
 
 Limits (docs/runtime.md, "Limits and guarantees"): a request is at most
 :data:`MAX_REQUEST_BYTES` (replies and publications, which carry schedules, at most
@@ -57,7 +61,7 @@ __all__ = ["VERSION", "REQUESTS", "MUTATING", "REPLIES", "MAX_MESSAGE_BYTES", "M
            "MAX_BATCH_SAMPLES", "MAX_DEPTH", "MAX_INT_DIGITS", "REPLAY_WINDOW_S", "MAX_CLIENTS",
            "ProtocolError", "Message", "ReplayGuard", "SequenceGuard", "Session", "new_id",
            "encode", "decode", "encode_frames", "split_frames", "load_key", "brief", "SCHEDULE_TOPIC",
-           "COLUMNS_MARK"]
+           "COLUMNS_MARK", "PUBLICATIONS"]
 
 VERSION = 3
 REQUESTS = ("ping", "register", "telemetry", "telemetry_columns", "get_schedule", "list", "stats")
@@ -66,6 +70,8 @@ MUTATING = ("register", "telemetry", "telemetry_columns")
 #: the frame that starts a message with binary frames (:func:`encode_frames`)
 COLUMNS_MARK = b"mccl-frames/1"
 REPLIES = ("ok", "schedule", "error")
+#: what the publisher sends: new versions and swap holds
+PUBLICATIONS = ("schedule", "hold")
 SCHEDULE_TOPIC = b"schedule"
 #: largest reply or publication (a schedule of a large fabric)
 MAX_MESSAGE_BYTES = 64 << 20

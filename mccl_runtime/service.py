@@ -57,6 +57,7 @@ from .protocol import (MAX_BATCH_SAMPLES, MAX_REQUEST_BYTES, REPLAY_WINDOW_S, SC
 from .inbox import Inbox
 from .shards import shard_of
 from .state import StateWriter, load_state, remove_temporaries
+from .swap_holds import HOLD_WINDOW_S, SwapHolds
 from .telemetry import MeasurementStore
 
 __all__ = ["ControllerService", "is_loopback", "MAX_COLLECTIVES", "MAX_NAME_CHARS"]
@@ -82,7 +83,8 @@ class ControllerService:
                  alpha: float = 0.012, estimator: str = "ewma", policy: Policy = Policy(),
                  allow_remote: bool = False, persist_interval_s: float = 1.0, clock: Callable[[], float] = time.time,
                  replay_window_s: float = REPLAY_WINDOW_S, max_collectives: int = MAX_COLLECTIVES,
-                 max_request_bytes: int = MAX_REQUEST_BYTES, pool: SynthesisPool | None = None) -> None:
+                 max_request_bytes: int = MAX_REQUEST_BYTES, pool: SynthesisPool | None = None,
+                 hold_window_s: float = HOLD_WINDOW_S) -> None:
         if pub_bind is None:
             pub_bind = bind.rsplit(":", 1)[0] + ":*" if bind.startswith("tcp://") else bind + "-pub"
         if allow_remote and not key:
@@ -107,6 +109,7 @@ class ControllerService:
         self.max_request_bytes = max_request_bytes
         self.store = MeasurementStore(topo, alpha=alpha, estimator=estimator, clock=clock)
         self.manager = ScheduleManager(self.store, synthesize, policy, pool=pool)   # pool: jobs in processes
+        self.holds = SwapHolds(hold_window_s)      # swap holds sent to executors (.swap_holds)
         self.protocol_errors: Counter[str] = self.gate.protocol_errors
         self.requests: Counter[str] = self.gate.requests
         self.internal_errors = 0
@@ -240,6 +243,7 @@ class ControllerService:
             events = self._guarded("collecting re-syntheses", lambda: self.manager.poll(now)) or []
         log_events(log, events, self.manager)
         self._publish(pub)
+        self._guarded("swap holds", lambda: self._send_holds(pub, now))
         if self._must_persist or (self._dirty_since is not None and self.durable.due()
                                   and self.clock() - self._dirty_since >= self.persist_interval_s):
             self.persist()
@@ -308,7 +312,8 @@ class ControllerService:
             coll = self.manager.get(_field(b, "comm"), _field(b, "name"))
             version, schedule = self.durable.served(coll)      # the version on disk
             return "schedule", {"comm": coll.comm, "name": coll.name, "version": version,
-                                "schedule": schedule.to_dict() if schedule else None}
+                                "schedule": schedule.to_dict() if schedule else None,
+                                "held": self.holds.held(coll.comm, coll.name, version)}
         if msg.type == "list":
             return "ok", {"collectives": [{"comm": c.comm, "name": c.name, "kind": c.kind,
                                            "dynamic": c.dynamic, "version": self.durable.served(c)[0],
@@ -317,6 +322,7 @@ class ControllerService:
         return "ok", {"telemetry": self.store.counters(), "manager": dict(self.manager.counters),
                       "protocol_errors": dict(self.protocol_errors), "requests": dict(self.requests),
                       "internal_errors": self.internal_errors, "read_only": self.durable.failure,
+                      "swap_holds": self.holds.sent,
                       "failed_writes": self.durable.failed_writes, "cpu_s": time.process_time()}
 
     def _ingested(self, n: int, body: dict[str, Any], now: float) -> dict[str, Any]:
@@ -382,6 +388,18 @@ class ControllerService:
             pub.send_multipart([SCHEDULE_TOPIC, encode("schedule", body, self.key, epoch=self.epoch,
                                                        seq=self._pub_seq)])
             self._sent[coll.key] = version
+            self.holds.published(coll.comm, coll.name, version, self.clock())
+
+    def _send_holds(self, pub: Any, now: float) -> None:
+        """Publish the swap holds and releases of this turn (:mod:`.swap_holds`)."""
+        for comm, name, version, links in self.holds.turn(self.manager, now):
+            log.info("%s/%s v%d: %s", comm, name, version,
+                     f"swap held ({', '.join('->'.join(x) for x in links)} changed since its synthesis)"
+                     if links else "swap hold released")
+            self._pub_seq += 1
+            pub.send_multipart([SCHEDULE_TOPIC, encode("hold", {"comm": comm, "name": name, "version": version,
+                                                                "held": links}, self.key, epoch=self.epoch,
+                                                       seq=self._pub_seq)])
 
 
 def _field(body: dict[str, Any], name: str) -> str:

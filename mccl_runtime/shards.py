@@ -26,6 +26,8 @@ from typing import Any, Callable
 
 from mccl_opt.errors import MCCLError
 
+from .endpoints import shard_endpoint
+
 __all__ = ["shard_of", "launch", "shard_args", "shard_endpoint", "announce_shard"]
 
 #: shards at most
@@ -35,17 +37,6 @@ MAX_SHARDS = 64
 def shard_of(comm: str, shards: int) -> int:
     """The shard serving communicator ``comm`` (CRC-32 of its name, modulo ``shards``)."""
     return zlib.crc32(comm.encode("utf-8", "surrogatepass")) % shards
-
-
-def shard_endpoint(endpoint: str | None, index: int) -> str | None:
-    """Shard ``index``'s endpoint: the TCP port plus ``index`` (a free port stays free;
-    any other endpoint gets ``-shardI`` appended)."""
-    if endpoint is None:
-        return None
-    if endpoint.startswith("tcp://"):
-        host, _, port = endpoint.rpartition(":")
-        return endpoint if port in ("0", "*") else f"{host}:{int(port) + index}"
-    return f"{endpoint}-shard{index}"
 
 
 def announce_shard(svc: Any, conn: Any) -> None:

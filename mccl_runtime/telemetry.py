@@ -36,6 +36,12 @@ repeat, a batch sent twice) is never applied.
 Rejected samples are counted per reason (:data:`REASONS`) and never raise out of
 :meth:`MeasurementStore.ingest`; :meth:`MeasurementStore.ingest_strict` raises
 :class:`~mccl_opt.errors.TelemetryError` instead, applying nothing.
+
+Longer than ~400 lines on purpose: every way in (JSON samples, binary columns, a front
+end's folded batches and link maxima, links set directly) must screen, order and fold
+into the same channel state with the same replay rules; one class keeps that invariant in
+one place (parsing lives in :mod:`.samples`, :mod:`.columns`; state files in
+:mod:`.telemetry_state`).
 """
 
 from __future__ import annotations

@@ -210,3 +210,61 @@ def test_ranks_start_on_one_version_and_stage_the_same_versions_after_finish():
         assert r["last"] == 3                       # every rank runs the agreed version
         assert all(outcome != "abort" for outcome, _, _ in r["events"]), r["events"]
     assert all(r["events"] == res[0]["events"] for r in res), [r["events"] for r in res]
+
+
+# ---------------------------------------------------------------- swap holds
+class _HoldComm(_Comm):
+    """Records stages, holds and releases in the order the follower passes them on."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[tuple[str, int]] = []
+
+    def stage(self, schedule) -> None:
+        self.calls.append(("stage", schedule.version))
+
+    def hold_version(self, collective: str, version: int) -> None:
+        assert collective == "alltoall"
+        self.calls.append(("hold", version))
+
+    def release_version(self, collective: str, version: int) -> None:
+        self.calls.append(("release", version))
+
+
+def _hold(version: int, held: bool = True, name: str = "a2a"):
+    from mccl_runtime.client import HoldUpdate
+
+    return HoldUpdate("world", name, version, (("g0", "g1"),) if held else ())
+
+
+def test_holds_and_releases_are_passed_on_in_order_for_this_name_and_newer_versions_only():
+    comm = _HoldComm()
+    f, _ = _follower(comm=comm)
+    for upd in [("world", "a2a", 2, _sched(2)), _hold(2), _hold(1), _hold(2, name="ag"),
+                _hold(2, held=False), ("world", "a2a", 3, _sched(3))]:
+        f.offer(upd)
+    f.close()
+    assert comm.calls == [("stage", 2), ("hold", 2), ("release", 2), ("stage", 3)]
+    assert f.releases == 1
+
+
+def test_finish_passes_on_exactly_the_agreed_number_of_releases():
+    comm = _HoldComm()
+    f, _ = _follower(comm=comm)
+    f.offer(("world", "a2a", 2, _sched(2)))
+    f.offer(_hold(2))
+    assert f.hold() == 2 and f.releases == 0
+    f.offer(_hold(2, held=False))                # arrives while the ranks agree: waits
+    f.offer(("world", "a2a", 3, _sched(3)))
+    f.offer(_hold(3))
+    f.offer(_hold(3, held=False))
+    assert comm.calls == [("stage", 2), ("hold", 2)]
+    f.release(3, timeout_s=5, releases=1)        # another rank had passed on the release of 2
+    assert comm.calls == [("stage", 2), ("hold", 2), ("release", 2), ("stage", 3), ("hold", 3)]
+
+
+def test_an_agreed_release_that_never_arrives_is_a_typed_error():
+    f, _ = _follower(comm=_HoldComm())
+    f.hold()
+    with pytest.raises(VersionTimeoutError, match="agreed on 1 swap releases"):
+        f.release(1, timeout_s=0.05, releases=1)

@@ -193,6 +193,8 @@ def test_world_must_match_the_scenario(tmp_path, capsys):
     assert rc == 2
     assert "--world 3 does not match" in capsys.readouterr().err
     assert main(["loop", "--executor", "gloo"]) == 2
+    assert main(["loop", "--executor", "gloo", "--pieces", "0", "--scenario", _scenario(tmp_path)]) == 2
+    assert "--pieces must be >= 1" in capsys.readouterr().err
 
 
 def test_real_rank_report_says_when_an_event_was_recovered_and_skips_versions_that_never_ran():
@@ -210,7 +212,7 @@ def test_real_rank_report_says_when_an_event_was_recovered_and_skips_versions_th
                               {"t_ms": 6, "links": [{"src": "s0h0g0", "dst": "s0h0nvs", "capacity_gbps": 50}]}]})
     tl = scn.timeline()
     plan = SimpleNamespace(timeline=tuple((t, cap) for t, cap, _ in tl), time_scale=1.0, duration_s=0.010,
-                           probe_every=4, block_numel=1024)
+                           probe_every=4, block_numel=1024, pieces=1)
     # (seq, version, state, start s, seconds): healthy, degraded on v1, v3 (v2 never ran) slow then fast
     rows = [(1, 1, 0, 0.000, 0.001), (2, 1, 1, 0.002, 0.001), (3, 3, 1, 0.003, 0.0008), (4, 3, 1, 0.0045, 0.0005),
             (5, 3, 2, 0.006, 0.0030), (6, 3, 2, 0.009, 0.0009)]

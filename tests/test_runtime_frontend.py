@@ -265,7 +265,8 @@ def test_serve_starts_its_front_ends_and_stops_them():
     """`mccl controller serve --frontends 2`: two front end processes announced, each takes
     a host's telemetry and forwards it to the controller; SIGTERM stops all three."""
     proc = subprocess.Popen([sys.executable, "-m", "mccl_opt.cli", "controller", "serve", "--topology", TOPO.name,
-                             "--bind", "tcp://127.0.0.1:0", "--alpha", "1", "--frontends", "2"],
+                             "--bind", "tcp://127.0.0.1:0", "--alpha", "1", "--estimator", "ewma",
+                             "--frontends", "2"],
                             stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": os.getcwd()})
     try:
         lines = [proc.stdout.readline() for _ in range(3)]

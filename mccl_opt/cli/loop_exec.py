@@ -28,6 +28,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="real bytes per block (KiB) standing for the scenario's message (default %(default)s)")
     g.add_argument("--collective-ms", type=float, default=60.0,
                    help="real time of a healthy collective; fabric time is dilated to it (default %(default)s)")
+    g.add_argument("--pieces", type=int, default=1,
+                   help="run each collective in this many pieces; a new version takes over between pieces "
+                        "(the in-flight switch, docs/executor.md; costs per piece on gloo)")
     g.add_argument("--max-real-s", type=float, default=600.0,
                    help="refuse scenarios that would run longer than this on real ranks (default %(default)s)")
     sim_handler = loop.get_default("handler")
@@ -64,7 +67,7 @@ def _gloo(args: argparse.Namespace) -> int:
                          block_kib=args.block_kib, collective_ms=args.collective_ms,
                          alpha=args.alpha if args.alpha != d.alpha else GLOO_ALPHA,
                          gamma=args.gamma if args.gamma != d.gamma else GLOO_GAMMA,
-                         backend=args.backend, max_real_s=args.max_real_s)
+                         backend=args.backend, max_real_s=args.max_real_s, pieces=args.pieces)
     summary = run_gloo_loop(scenario, cfg)
     if args.json:
         print(json.dumps(summary), file=sys.stdout)

@@ -1,0 +1,69 @@
+"""Swap holds for real executors (docs/runtime.md, "Swap holds on real executors").
+
+The simulated loop asks :meth:`ScheduleManager.swap_hold` when a published version is
+due at the ranks and keeps the old version while a link the new one relies on has
+changed since its synthesis (paper §3.2: every rank must agree on the swap; a version
+overtaken between publish and swap should not run).  A real executor swaps a version
+in when its ranks' OOB exchange says so, some milliseconds after the publish; the
+controller does not see that moment.  So after every publish the service watches the
+version for ``window_s``: when :meth:`~ScheduleManager.swap_hold` names links, it
+publishes a ``hold`` (the executors keep the old version,
+:meth:`executor_cuda.rescheduler.Rescheduler.hold`); when the links clear, or
+``settle_max_s`` after the hold began (the simulated loop's bound), it publishes the
+release (``held: []``).  A newer version ends the watch of the older one (it is never
+released: the newer version replaces it at the ranks).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["SwapHolds", "HOLD_WINDOW_S"]
+
+#: seconds after a publish during which a change can still hold the version's swap
+HOLD_WINDOW_S = 1.0
+
+
+@dataclass
+class _Watch:
+    version: int
+    published: float
+    held_since: float | None = None
+    links: list[list[str]] | None = None
+
+
+class SwapHolds:
+    """Which published versions are held, and the hold/release messages to publish."""
+
+    def __init__(self, window_s: float = HOLD_WINDOW_S) -> None:
+        self.window_s = window_s
+        self._watch: dict[tuple[str, str], _Watch] = {}
+        self.sent = 0                      # hold and release messages decided
+
+    def published(self, comm: str, name: str, version: int, now: float) -> None:
+        """A version went out: watch it (and stop watching the older one)."""
+        self._watch[(comm, name)] = _Watch(version, now)
+
+    def held(self, comm: str, name: str, version: int) -> list[list[str]]:
+        """The links that hold ``version`` now (``[]``: swappable)."""
+        w = self._watch.get((comm, name))
+        return list(w.links or []) if w is not None and w.version == version and w.held_since is not None else []
+
+    def turn(self, manager: Any, now: float) -> list[tuple[str, str, int, list[list[str]]]]:
+        """``(comm, name, version, held links)`` to publish this turn (``[]`` links:
+        a release); a watch ends with its release or after ``window_s`` unheld."""
+        out = []
+        for key, w in list(self._watch.items()):
+            links = manager.swap_hold(*key)
+            if w.held_since is None:
+                if links:
+                    w.held_since, w.links = now, links
+                    out.append((*key, w.version, links))
+                elif now - w.published >= self.window_s:
+                    del self._watch[key]
+            elif not links or now - w.held_since >= manager.policy.settle_max_s:
+                del self._watch[key]
+                out.append((*key, w.version, []))
+        self.sent += len(out)
+        return out

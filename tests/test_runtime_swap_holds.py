@@ -1,0 +1,133 @@
+"""Swap holds sent to real executors (docs/runtime.md, "Swap holds on real
+executors"): after a publish the service watches the version; a change that makes it
+unfit (``ScheduleManager.swap_hold``) is published as a ``hold``, its clearing (or
+``settle_max_s``) as a release; ``get_schedule`` carries the same state; a newer version
+ends the watch of the older one, which is never released."""
+
+from __future__ import annotations
+
+import threading
+import time
+from types import SimpleNamespace
+
+from mccl_runtime.client import ControllerClient, HoldUpdate
+from mccl_runtime.manager import Policy
+from mccl_runtime.service import ControllerService
+from mccl_runtime.swap_holds import SwapHolds
+from tests.test_runtime_manager import TOPO, PruningSynth
+
+LINK = ["s0h0g0", "s0tor0"]
+
+
+class _Manager:
+    """``swap_hold`` answers from a script (the test sets ``links``)."""
+
+    def __init__(self, settle_max_s: float = 0.05) -> None:
+        self.policy = SimpleNamespace(settle_max_s=settle_max_s)
+        self.links: list[list[str]] = []
+
+    def swap_hold(self, comm: str, name: str) -> list[list[str]]:
+        return list(self.links)
+
+
+def test_a_hold_is_released_when_the_change_clears_or_after_settle_max():
+    mgr, holds = _Manager(settle_max_s=0.05), SwapHolds(window_s=1.0)
+    holds.published("w", "ag", 3, now=0.0)
+    assert holds.turn(mgr, 0.01) == [] and holds.held("w", "ag", 3) == []
+    mgr.links = [LINK]
+    assert holds.turn(mgr, 0.02) == [("w", "ag", 3, [LINK])]
+    assert holds.held("w", "ag", 3) == [LINK] and holds.held("w", "ag", 2) == []
+    assert holds.turn(mgr, 0.03) == []                       # announced once
+    assert holds.turn(mgr, 0.07) == [("w", "ag", 3, [])]     # settle_max_s after the hold: released
+    assert holds.turn(mgr, 0.08) == [] and holds.held("w", "ag", 3) == []
+    holds.published("w", "ag", 4, now=1.0)
+    assert holds.turn(mgr, 1.01) == [("w", "ag", 4, [LINK])]
+    mgr.links = []
+    assert holds.turn(mgr, 1.02) == [("w", "ag", 4, [])]     # the change cleared: released
+    assert holds.sent == 4
+
+
+def test_a_newer_version_ends_the_hold_of_the_older_and_the_watch_ends_after_the_window():
+    mgr, holds = _Manager(), SwapHolds(window_s=0.5)
+    holds.published("w", "ag", 3, now=0.0)
+    mgr.links = [LINK]
+    assert holds.turn(mgr, 0.01) == [("w", "ag", 3, [LINK])]
+    holds.published("w", "ag", 4, now=0.02)                  # never a release for 3
+    mgr.links = []
+    assert holds.turn(mgr, 0.03) == [] and holds.held("w", "ag", 3) == []
+    assert holds.turn(mgr, 0.6) == []                        # 4 unheld for the window: no longer watched
+    mgr.links = [LINK]
+    assert holds.turn(mgr, 0.7) == []
+
+
+def test_the_service_publishes_holds_and_serves_them_with_the_schedule():
+    svc = ControllerService(TOPO, "tcp://127.0.0.1:0", synthesize=PruningSynth(), alpha=1.0,
+                            policy=Policy(gamma=0.1, min_dwell_s=0.0, settle_max_s=30.0))
+    mgr = _Manager()
+    svc.manager.swap_hold = mgr.swap_hold                    # the scripted answer
+    thread = threading.Thread(target=svc.serve_forever, daemon=True)
+    thread.start()
+    try:
+        assert svc.ready.wait(5.0)
+        with ControllerClient(svc.endpoint, timeout_s=5.0) as cli:
+            sub = cli.subscribe()
+            assert sub.wait_connected(5.0)
+            cli.register("world", "ag", "allgather")
+            upd = sub.recv_any(5.0)
+            assert upd is not None and upd[:3] == ("world", "ag", 1)
+            mgr.links = [LINK]
+            hold = sub.recv_any(5.0)
+            assert hold == HoldUpdate("world", "ag", 1, (tuple(LINK),)) and hold.held
+            status = cli.schedule_status("world", "ag")
+            assert status.version == 1 and status.held == (tuple(LINK),) and status.schedule is not None
+            assert cli.get_schedule("world", "ag")[0] == 1   # the old call is unchanged
+            mgr.links = []
+            release = sub.recv_any(5.0)
+            assert release == HoldUpdate("world", "ag", 1, ()) and not release.held
+            assert cli.schedule_status("world", "ag").held == ()
+            assert cli.stats()["swap_holds"] == 2
+            assert sub.recv(0.2) is None                     # recv skips holds; nothing else came
+            sub.close()
+    finally:
+        svc.stop()
+        thread.join(5.0)
+    assert not thread.is_alive()
+
+
+def test_a_signed_hold_passes_the_subscriptions_checks():
+    key = b"0123456789abcdef-test-key"
+    svc = ControllerService(TOPO, "tcp://127.0.0.1:0", synthesize=PruningSynth(), alpha=1.0, key=key,
+                            policy=Policy(gamma=0.1, min_dwell_s=0.0, settle_max_s=30.0))
+    mgr = _Manager()
+    svc.manager.swap_hold = mgr.swap_hold
+    thread = threading.Thread(target=svc.serve_forever, daemon=True)
+    thread.start()
+    try:
+        assert svc.ready.wait(5.0)
+        with ControllerClient(svc.endpoint, key=key, timeout_s=5.0) as cli:
+            sub = cli.subscribe()
+            assert sub.wait_connected(5.0)
+            cli.register("world", "ag", "allgather")
+            assert sub.recv_any(5.0)[2] == 1
+            mgr.links = [LINK]
+            deadline = time.monotonic() + 5.0
+            hold = None
+            while hold is None and time.monotonic() < deadline:
+                hold = sub.recv_any(0.5)
+            assert isinstance(hold, HoldUpdate) and hold.version == 1 and sub.rejected == 0
+            sub.close()
+    finally:
+        svc.stop()
+        thread.join(5.0)
+
+
+def test_a_malformed_held_field_is_a_protocol_error():
+    import pytest
+
+    from mccl_runtime.protocol import ProtocolError
+    from mccl_runtime.updates import held_links
+
+    assert held_links([LINK]) == (tuple(LINK),) and held_links([]) == ()
+    for bad in (None, "s0h0g0", [["s0h0g0"]], [["a", 1]], [("a", "b")]):
+        with pytest.raises(ProtocolError, match="'held' must be a list"):
+            held_links(bad)
