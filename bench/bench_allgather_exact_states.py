@@ -1,7 +1,7 @@
 """Cold AllGather seconds at ``max_chunks=None`` on the family-chain states, by name.
 
 The states are those of ``python bench/fuzz_allgather.py --random 0 --chains 0 --families
-F... --family-chains 1 --steps S --budgets None`` (same seed, same events,
+F... --family-chains 1 --steps S --budgets B...`` (same seed, same events,
 :mod:`bench.allgather_chains`), so a slow state the fuzz reports can be timed alone and
 the same states compared between two checkouts (run this script in each, alternating;
 docs/allgather.md "Exact rate with many trees per root")::
@@ -30,15 +30,19 @@ from bench.timeouts import SolveTimeout, time_out                   # noqa: E402
 from instances import hpn                                           # noqa: E402
 
 
-def states(families: list[str], steps: int, seed: int) -> dict[str, mo.Topology]:
-    """``NAME:STEP`` -> topology, drawn as the family chains draw them (one chain)."""
+def states(families: list[str], steps: int, seed: int, budgets: list[str]
+           ) -> dict[str, mo.Topology]:
+    """``NAME:STEP`` (``NAME:K:STEP`` with several budgets) -> topology, drawn as the
+    family chains draw them (one chain per budget)."""
     rng = np.random.default_rng(seed)
     out = {}
     for family in families:
         for make in FAMILIES[family]:
             base = make()
-            for step, (_, topo) in enumerate(events(base, rng, steps)):
-                out[f"{base.name}:{step}"] = topo
+            for budget in budgets:
+                for step, (_, topo) in enumerate(events(base, rng, steps)):
+                    key = [base.name] + ([budget] if len(budgets) > 1 else []) + [str(step)]
+                    out[":".join(key)] = topo
     return out
 
 
@@ -47,11 +51,13 @@ def main() -> None:
     ap.add_argument("--families", nargs="+", required=True, choices=sorted(FAMILIES))
     ap.add_argument("--states", nargs="+", required=True, metavar="NAME:STEP")
     ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--budgets", nargs="+", default=["None"],
+                    help="the fuzz's --budgets (the states drawn depend on them)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--timeout", type=float, default=60.0)
     args = ap.parse_args()
-    table = states(args.families, args.steps, args.seed)
+    table = states(args.families, args.steps, args.seed, args.budgets)
     unknown = [s for s in args.states if s not in table]
     if unknown:
         ap.error(f"unknown states {unknown}; known: {sorted(table)}")
