@@ -28,10 +28,11 @@ import mccl_opt as mo                                                # noqa: E40
 from bench.allgather_chains import FAMILIES, events                 # noqa: E402
 from bench.timeouts import SolveTimeout, time_out                   # noqa: E402
 from instances import hpn                                           # noqa: E402
+from instances.aggregation import scrambled                         # noqa: E402
 
 
-def states(families: list[str], steps: int, seed: int, budgets: list[str]
-           ) -> dict[str, mo.Topology]:
+def states(families: list[str], steps: int, seed: int, budgets: list[str],
+           scramble: bool = False) -> dict[str, mo.Topology]:
     """``NAME:STEP`` (``NAME:K:STEP`` with several budgets) -> topology, drawn as the
     family chains draw them (one chain per budget)."""
     rng = np.random.default_rng(seed)
@@ -39,6 +40,8 @@ def states(families: list[str], steps: int, seed: int, budgets: list[str]
     for family in families:
         for make in FAMILIES[family]:
             base = make()
+            if scramble:                      # as the fuzz's --scramble draws it
+                base = scrambled(base, int(rng.integers(1 << 30)))
             for budget in budgets:
                 for step, (_, topo) in enumerate(events(base, rng, steps)):
                     key = [base.name] + ([budget] if len(budgets) > 1 else []) + [str(step)]
@@ -54,10 +57,11 @@ def main() -> None:
     ap.add_argument("--budgets", nargs="+", default=["None"],
                     help="the fuzz's --budgets (the states drawn depend on them)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--scramble", action="store_true", help="the fuzz's --scramble")
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--timeout", type=float, default=60.0)
     args = ap.parse_args()
-    table = states(args.families, args.steps, args.seed, args.budgets)
+    table = states(args.families, args.steps, args.seed, args.budgets, args.scramble)
     unknown = [s for s in args.states if s not in table]
     if unknown:
         ap.error(f"unknown states {unknown}; known: {sorted(table)}")
