@@ -1,6 +1,8 @@
 """A per-solve time-out for the fuzz scripts: ``with time_out(s): solve()`` raises
 :class:`SolveTimeout` once ``s`` seconds have passed (noticed when a compiled kernel
-returns to Python, so a solve stuck inside one overruns by that kernel's time)."""
+returns to Python, so a solve stuck inside one overruns by that kernel's time; numba
+wraps it in a ``SystemError`` when it is raised inside a kernel call, which is unwrapped
+here)."""
 
 from __future__ import annotations
 
@@ -25,6 +27,10 @@ def time_out(seconds: float) -> Iterator[None]:
     signal.setitimer(signal.ITIMER_REAL, seconds)
     try:
         yield
+    except SystemError as e:                       # raised while a compiled kernel ran
+        if isinstance(e.__cause__, SolveTimeout):
+            raise SolveTimeout from e
+        raise
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)

@@ -104,6 +104,7 @@ def _alltoall(backend: str) -> None:
 
 def _forestcoll(backend: str) -> None:
     from instances import fail1, fail2
+    from instances.aggregation import shared_aggregation
     from mccl_opt.allgather import solve_allgather
 
     for healthy in _fabrics():
@@ -112,6 +113,11 @@ def _forestcoll(backend: str) -> None:
         for degraded in (fail1(healthy), fail2(healthy)):
             solve_allgather(degraded, backend=backend)
             _warm_every_way(solve_allgather, degraded, previous, healthy, backend)
+    # an NVLink at an odd capacity both ways: 1137 exact trees per root, packed scaled,
+    # classes cut where they straddle two paths (forestcoll.packing.scaled, .mapping)
+    odd = shared_aggregation(2, 1, 8).with_capacity(
+        {("s1h0g2", "s1h0nvs"): 36.608, ("s1h0nvs", "s1h0g2"): 36.608})
+    solve_allgather(odd, backend=backend, max_chunks=None)
 
 
 def _unbalanced(backend: str) -> None:

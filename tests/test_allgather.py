@@ -13,7 +13,8 @@ from hypothesis import given, settings, strategies as st
 from instances import dgx, fail1, fail2, fail3, full_mesh, hpn, irregular, ring
 from mccl_opt import Schedule, TopologyError, validate
 from mccl_opt.allgather import solve_allgather
-from mccl_opt.allgather.forestcoll.mapping import MappedTrees, map_classes, to_physical, tree_loads
+from mccl_opt.allgather.forestcoll.mapping import MappedTrees, map_classes, tree_loads
+from tests.mapping_reference import path_use, to_physical
 from mccl_opt.allgather.forestcoll.packing.repair import repair_pack
 from mccl_opt.allgather.forestcoll.removal.transport import transport
 from mccl_opt.allgather.forestcoll.throughput import cut_tree_bandwidth
@@ -365,15 +366,36 @@ def test_vectorized_mapping_equals_general_mapping(topo):
     trees = [(r, m, [mapped.paths[j] for j in e])
              for r, m, e in zip(mapped.roots, mapped.mults, mapped.edges)]
     assert [(r, m, sorted(p)) for r, m, p in trees] == [(r, m, sorted(p)) for r, m, p in slow]
-    ref = MappedTrees.from_physical(slow)
-    weight = dict(zip(ref.paths, ref.used.tolist()))
-    assert {p: u for p, u in zip(mapped.paths, mapped.used.tolist()) if u} == weight
+    assert {p: u for p, u in zip(mapped.paths, mapped.used.tolist()) if u} == path_use(slow)
     for (_, _, paths), depth in zip(trees, fast[1]):       # parents listed first
         seen = {paths[0][0]}
         for p in paths:
             assert p[0] in seen
             seen.add(p[-1])
         assert depth >= 1
+
+
+def test_mapping_cuts_classes_that_straddle_paths():
+    """A scaled packing's classes carry large multiplicities that straddle two paths of a
+    bundle: the array mapping cuts them into the reference mapping's sub-trees, path by
+    path and multiplicity by multiplicity (shared aggregation 2x1x8, an NVLink at an odd
+    36.608 Gbps both ways: 1137 exact trees per root)."""
+    from instances.aggregation import shared_aggregation
+    from mccl_opt.allgather.forestcoll.packing.scaled import scaled_pack
+    topo = shared_aggregation(2, 1, 8).with_capacity(
+        {("s1h0g2", "s1h0nvs"): 36.608, ("s1h0nvs", "s1h0g2"): 36.608})
+    lg, k = logical_graph(topo, max_chunks=None)
+    classes, counters = scaled_pack(lg.num_gpus, lg.tail, lg.head, lg.units, k)
+    assert classes is not None and counters["scaled"] > 1
+    assert_packing(lg.num_gpus, lg.tail, lg.head, lg.units, k, classes)
+    slow = to_physical(classes, lg)
+    assert len(slow) > len(classes)                     # some class does straddle
+    mapped, depths = map_classes(classes, lg)
+    trees = [(r, m, sorted(mapped.paths[j] for j in e))
+             for r, m, e in zip(mapped.roots, mapped.mults, mapped.edges)]
+    assert trees == [(r, m, sorted(p)) for r, m, p in slow]
+    assert {p: u for p, u in zip(mapped.paths, mapped.used.tolist()) if u} == path_use(slow)
+    assert len(depths) == len(slow) and (depths >= 1).all()
 
 
 @settings(max_examples=150, deadline=None)

@@ -19,11 +19,12 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from ..errors import SolveError
 from ..report import Method, SolveReport, Termination, WarmUse
 from ..schedule import Schedule, TreeChunk, bottleneck_links, schedule_rate
 from ..topology import Topology
 from .budget import CutBounds
-from .forestcoll.mapping import MappedTrees, class_ranks, map_classes, to_physical, tree_chunks, tree_loads
+from .forestcoll.mapping import class_ranks, map_classes, tree_chunks, tree_loads
 from .forestcoll.pipeline import Budget, Packed, Shapes, gbps
 from .warm.reroute import Rerouted
 from .forestcoll.throughput import Fabric, PhaseOneResult
@@ -157,10 +158,9 @@ def packed(run: Run, opt: Optimum, result: Packed) -> Schedule:
     mapped = map_classes(result.classes, result.lg, (arcs, ranks, depth))
     del arcs, depth                                  # 0.6 GB each at 4096 GPUs, k = 9
     if mapped is None:
-        trees = MappedTrees.from_physical(to_physical(result.classes, result.lg))
-        depths = trees.depths(arr.rank_of, topo.num_gpus)
-    else:
-        trees, depths = mapped
+        raise SolveError("internal: Phase 2's path bundles do not carry the logical links' "
+                         "units; please report the topology")
+    trees, depths = mapped
     chunks = tree_chunks(trees, k, [n.id for n in topo.nodes], arr.gpu_nodes)
     link = np.full((topo.num_nodes, topo.num_nodes), -1, np.int64)
     link[arr.tail, arr.head] = np.arange(arr.tail.size)

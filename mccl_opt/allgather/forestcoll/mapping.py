@@ -8,9 +8,9 @@ the mapped arrays themselves (:func:`tree_chunks`: a path table and a row of pat
 per tree), not a Python tuple per tree edge.
 
 :func:`map_classes` does this with array operations (consumption offsets per link by
-cumulative sums, depths by pointer jumping) whenever no class straddles two paths of a
-bundle — always the case for unit trees, i.e. at scale — and defers to the general
-:func:`to_physical` otherwise.
+cumulative sums, depths by pointer jumping); a class that straddles two paths of a
+bundle is first cut into parts at the boundaries (:func:`_straddle_cuts`).  The per-vertex
+Python mapping it replaced is the tests' reference (``tests/mapping_reference.py``).
 """
 
 from __future__ import annotations
@@ -23,54 +23,12 @@ from numba import njit
 
 from mccl_opt.schedule import TreeChunks, TreeTable
 from mccl_opt.schedule_chunks import FlatPaths, path_nodes
-from .depths import fill_depths, max_depths
-from .removal.splitting import LogicalGraph, peel
+from .depths import fill_depths
+from .removal.splitting import LogicalGraph
 from .packing.trees import TreeClass
 
-__all__ = ["PhysicalTree", "MappedTrees", "to_physical", "map_classes", "class_ranks",
+__all__ = ["MappedTrees", "map_classes", "class_ranks",
            "tree_chunks", "tree_loads"]
-
-PhysicalTree = tuple[int, int, list[tuple[int, ...]]]   # (root rank, mult, edge paths)
-
-
-def _bfs_vertices(cls: TreeClass, lg: LogicalGraph) -> list[int]:
-    kids: dict[int, list[int]] = {}
-    for v in np.flatnonzero(cls.parent_arc >= 0).tolist():
-        kids.setdefault(int(lg.tail[cls.parent_arc[v]]), []).append(v)
-    seq = [cls.root]
-    for u in seq:
-        seq.extend(kids.get(u, ()))
-    return seq[1:]
-
-
-def to_physical(classes: Sequence[TreeClass], lg: LogicalGraph) -> list[PhysicalTree]:
-    """Split classes along bundle boundaries; returns (root, mult, paths) per tree."""
-    bundles = [[list(p) for p in b] for b in lg.bundles]
-    out: list[PhysicalTree] = []
-    for cls in classes:
-        subs: list[tuple[int, list[tuple[int, ...]]]] = [(cls.mult, [])]
-        for v in _bfs_vertices(cls, lg):
-            pieces = peel(bundles[int(cls.parent_arc[v])], cls.mult)
-            if len(pieces) == 1:
-                path = pieces[0][0]
-                for _, edges in subs:
-                    edges.append(path)
-                continue
-            new_subs = []
-            i, left = 0, pieces[0][1]
-            for mult, edges in subs:
-                while mult > 0:
-                    take = min(mult, left)
-                    new_subs.append((take, edges + [pieces[i][0]]))
-                    mult -= take
-                    left -= take
-                    if left == 0 and i + 1 < len(pieces):
-                        i += 1
-                        left = pieces[i][1]
-            subs = new_subs
-        out.extend((cls.root, m, edges) for m, edges in subs)
-    return out
-
 
 @dataclass(frozen=True)
 class MappedTrees:
@@ -85,25 +43,6 @@ class MappedTrees:
     paths: Sequence[tuple[int, ...]]
     used: np.ndarray
     edge_matrix: np.ndarray | None = None
-
-    @classmethod
-    def from_physical(cls, trees: Sequence[PhysicalTree]) -> "MappedTrees":
-        """Index the paths of :func:`to_physical`'s trees (first use order)."""
-        index: dict[tuple[int, ...], int] = {}
-        edges = [[index.setdefault(p, len(index)) for p in paths] for _, _, paths in trees]
-        used = np.zeros(len(index), np.int64)
-        for (_, mult, _), idx in zip(trees, edges):
-            np.add.at(used, np.array(idx, np.int64), mult)
-        return cls([t[0] for t in trees], [t[1] for t in trees], edges, list(index), used)
-
-    def depths(self, rank_of: np.ndarray, num_gpus: int) -> np.ndarray:
-        """Depth of every tree (``rank_of``: GPU rank of every node, ``-1`` otherwise)."""
-        parents = np.full((len(self.roots), num_gpus), -1, np.int64)
-        for i, idx in enumerate(self.edges):
-            for j in idx:
-                path = self.paths[j]
-                parents[i, rank_of[path[-1]]] = rank_of[path[0]]
-        return max_depths(parents)
 
 
 def tree_chunks(mapped: MappedTrees, k: int, node_ids: Sequence[str],
@@ -135,8 +74,9 @@ def tree_loads(mapped: MappedTrees, k: int, link_of: np.ndarray, num_links: int)
 def map_classes(classes: Sequence[TreeClass], lg: LogicalGraph,
                 arcs_ranks: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
                 ) -> tuple[MappedTrees, np.ndarray] | None:
-    """Vectorized :func:`to_physical` (classes keep their multiplicity) and the depth
-    of every tree; ``None`` if some class straddles two paths of a bundle.
+    """Physical trees of ``classes`` and the depth of every tree: classes keep their
+    multiplicity unless they straddle two paths of a bundle, then they are split
+    (:func:`_straddle_cuts`); ``None`` only if the bundles do not match the units.
     ``arcs_ranks``: :func:`class_ranks` of the classes if the caller has it."""
     parents, _, depth = class_ranks(classes, lg) if arcs_ranks is None else arcs_ranks
     mult = np.array([c.mult for c in classes], np.int64)
@@ -145,11 +85,63 @@ def map_classes(classes: Sequence[TreeClass], lg: LogicalGraph,
     first_seg = lg.bundles.start[:-1].copy()          # every link's first segment
     base = np.zeros(lg.units.size + 1, np.int64)
     np.cumsum(lg.units, out=base[1:])
+    roots = np.array([c.root for c in classes], np.int64)
     edges, used = _segments(parents, mult, base, seg_hi, first_seg, depth)
-    if edges is None:
-        return None
-    mapped = MappedTrees([c.root for c in classes], mult.tolist(), edges, seg_paths, used, edges)
+    if edges is None:                  # classes straddle paths: split them where they do
+        count, mult = _straddle_cuts(parents, np.array([c.mult for c in classes], np.int64),
+                                     base, seg_hi, first_seg)
+        rows = np.repeat(np.arange(len(classes)), count)
+        parents, depth, roots = parents[rows], depth[rows], roots[rows]
+        edges, used = _segments(parents, mult, base, seg_hi, first_seg, depth)
+        if edges is None:
+            return None
+    mapped = MappedTrees(roots.tolist(), mult.tolist(), edges, seg_paths, used, edges)
     return mapped, depth.max(axis=1)
+
+
+@njit(cache=True)
+def _straddle_cuts(parents, mult, base, seg_hi, first_seg):
+    """Every class split into consecutive parts of its ``mult`` units, cut wherever one of
+    its links' units pass from one bundle segment to the next (links consumed in class
+    order, as :func:`_segments` does): parts per class, and the parts' multiplicities.
+    Each part rides one segment per link, so :func:`_segments` maps it; the parts are
+    the reference mapping's sub-trees (classes of a few large multiplicities, as a scaled
+    packing makes, went through that per-vertex Python: 0.3-0.8 s at 64-128 GPUs)."""
+    num_classes, n = parents.shape
+    consumed = np.zeros(base.size, np.int64)
+    cur = first_seg.copy()
+    count = np.zeros(num_classes, np.int64)
+    parts = np.empty(num_classes + seg_hi.size, np.int64)   # a boundary is passed once
+    cuts = np.empty(seg_hi.size + 1, np.int64)
+    top = 0
+    for c in range(num_classes):
+        m = mult[c]
+        k = 0
+        for v in range(n):
+            a = parents[c, v]
+            if a < 0:
+                continue
+            lo = base[a] + consumed[a]
+            consumed[a] += m
+            s = cur[a]
+            while seg_hi[s] <= lo:
+                s += 1
+            cur[a] = s
+            while seg_hi[s] < lo + m:           # a boundary inside this class's units
+                cuts[k] = seg_hi[s] - lo
+                k += 1
+                s += 1
+        ordered = np.sort(cuts[:k])
+        start, prev = top, 0
+        for i in range(k):
+            if ordered[i] > prev:
+                parts[top] = ordered[i] - prev
+                top += 1
+                prev = ordered[i]
+        parts[top] = m - prev
+        top += 1
+        count[c] = top - start
+    return count, parts[:top].copy()
 
 
 def class_ranks(classes: Sequence[TreeClass], lg: LogicalGraph

@@ -26,6 +26,7 @@ from .packing.exact_packing import exact_pack
 from ..fabric import fabric_of
 from .packing.growth_order import RAIL_FIRST_MIN_RANKS
 from .packing.repair import repair_pack
+from .packing.scaled import SCALED_MIN_K, scaled_pack
 from .removal.splitting import LogicalGraph, SplitGraph, balance_switches, split_all
 from .removal.guarded_spread import guarded_spread
 from .removal.spread import spread_split
@@ -265,10 +266,22 @@ def spread_logical(split: SplitGraph, rank_of: np.ndarray) -> LogicalGraph:
 
 def _pack_repair(lg: LogicalGraph, k: int, stats: dict[str, Any], shapes: Shapes | None,
                  rail_first: bool | None = None) -> tuple[list[TreeClass], Packing] | None:
-    """Repair packing, reusing previous shapes (certifies itself)."""
-    classes, info = repair_pack(lg.num_gpus, lg.tail, lg.head, lg.units, k, shapes,
-                                rail_first=rail_first)
-    stats.update(info)
+    """Repair packing, reusing previous shapes (certifies itself); from
+    :data:`~.packing.scaled.SCALED_MIN_K` trees per root a scaled packing first
+    (:mod:`.packing.scaled`), the plain one where it fails, its repair searches then
+    limited to ``k·n²`` tree visits (the packing's own size): leaf-spine 4x2x8 with a NIC
+    degraded one way packs 811 trees per root in 315 M visits (56 s) where the general
+    method solves the fabric in ~1.2 s."""
+    classes = None
+    if k >= SCALED_MIN_K and not rail_first:
+        classes, info = scaled_pack(lg.num_gpus, lg.tail, lg.head, lg.units, k)
+        stats.update(info)
+    if classes is None:
+        n = lg.num_gpus
+        visits = k * n * n if k >= SCALED_MIN_K else 1 << 62
+        classes, info = repair_pack(n, lg.tail, lg.head, lg.units, k, shapes,
+                                    rail_first=rail_first, max_visits=visits)
+        stats.update(info)
     if rail_first:
         stats["repair_rail_first"] = classes is not None
     return None if classes is None else (classes, Packing.REPAIR)
@@ -302,6 +315,14 @@ def _pack_exact(lg: LogicalGraph, k: int, spent: float) -> list[TreeClass]:
     return classes
 
 
+#: from this many trees per root :func:`pack` runs the rooted cut test before the repair
+#: packer, not after it: on a logical graph that does not admit ``k`` the packer only
+#: stops when no augmenting chain is left, which takes seconds to minutes when ``k`` is an
+#: exact ``k0`` in the hundreds (leaf-spine 4x2x8 with a NIC degraded one way: 811 trees
+#: per root, 101 s), while the test is ``n`` max-flows (milliseconds)
+TEST_FIRST_K = 64
+
+
 def pack(split: SplitGraph, rank_of: np.ndarray, k: int, guides: dict[int, np.ndarray],
          stats: dict[str, Any], shapes: Shapes | None = None) -> Packed:
     """Phases 2+3: spread split + fast packing; when the spread split broke the cut
@@ -315,8 +336,11 @@ def pack(split: SplitGraph, rank_of: np.ndarray, k: int, guides: dict[int, np.nd
     progress.update("AllGather phase 3: tree packing")
     t = time.perf_counter()
     anytime.check("Phase 3: before the repair packing")
-    found = _pack_repair(lg, k, stats, shapes)
-    admits = found is not None or lg.admits(k)
+    if k > TEST_FIRST_K and not lg.admits(k):     # no packing can complete: skip it
+        found, admits = None, False
+    else:
+        found = _pack_repair(lg, k, stats, shapes)
+        admits = found is not None or lg.admits(k)
     if not admits:
         anytime.check("Phase 2: before the guarded spread split")
         t2 = time.perf_counter()
@@ -344,6 +368,9 @@ def pack(split: SplitGraph, rank_of: np.ndarray, k: int, guides: dict[int, np.nd
         kind = SplitKind.EXACT
         stats["phase2_s"] += time.perf_counter() - t2
         found = _pack_repair(lg, k, stats, shapes) or _pack_greedy(lg, k, guides)
+    if found is None and k >= SCALED_MIN_K:       # k·n² max-flows: never within its budget
+        raise SolveError(f"no fast packing of {k} trees per root completed, and the exact "
+                         "packer (one max-flow per tree edge) is out of reach")
     if found is None:
         found = _pack_exact(lg, k, time.perf_counter() - t), Packing.EXACT
     stats["phase3_s"] = time.perf_counter() - t

@@ -26,8 +26,10 @@ from mccl_opt.schedule import Schedule
 from ..assemble import Optimum, RerouteOutcome, Run, kept, packed, rerouted
 from ..budget import EXACT_TREES_LIMIT, exact_k, guess_budget, guess_trees
 from ..fabric import quantum_for
-from ..forestcoll.pipeline import Budget, Packed, Packing, SplitKind, balanced_split, spread_logical
+from ..forestcoll.pipeline import (TEST_FIRST_K, Budget, Packed, Packing, SplitKind, balanced_split,
+                                    spread_logical)
 from ..forestcoll.packing.repair import repair_pack
+from ..forestcoll.packing.scaled import SCALED_MIN_K, scaled_pack
 from .reroute import Rerouted, reroute
 from ..forestcoll.throughput import Fabric, cut_upper_bound, optimal_rate
 
@@ -168,7 +170,9 @@ def _reroute_previous(run: Run, fab: Fabric, k: int, y: Fraction) -> Rerouted | 
 
 def _certify_by_packing(run: Run, fab: Fabric, k: int, y: Fraction) -> Packed | None:
     """Balance, spread-split and repair-pack ``k`` trees per root of bandwidth ``y``
-    (reusing the previous shapes); the packing if it completes -- then ``k·y`` is
+    (reusing the previous shapes; from :data:`~.forestcoll.pipeline.TEST_FIRST_K` trees
+    per root only after the rooted test, and scaled first, as cold packs); the packing
+    if it completes -- then ``k·y`` is
     reached, which certifies a guessed ``(k, y)`` that bounds the optimum -- else
     ``None``."""
     arr, stats = run.topo.arrays, run.stats
@@ -184,8 +188,14 @@ def _certify_by_packing(run: Run, fab: Fabric, k: int, y: Fraction) -> Packed | 
     stats["split"] = SplitKind.SPREAD.value
     t = time.perf_counter()
     n = lg.num_gpus                       # a wrong guess must not cost more than a packing
-    classes, info = repair_pack(n, lg.tail, lg.head, lg.units, k, run.shapes,
-                                max_visits=k * n * n)
+    if k >= TEST_FIRST_K and not lg.admits(k):      # no packing can complete (pipeline.pack)
+        stats["phase3_s"] = time.perf_counter() - t
+        return None
+    classes, info = scaled_pack(n, lg.tail, lg.head, lg.units, k) if k >= SCALED_MIN_K \
+        else (None, {})
+    if classes is None:
+        classes, info = repair_pack(n, lg.tail, lg.head, lg.units, k, run.shapes,
+                                    max_visits=k * n * n)
     stats["phase3_s"] = time.perf_counter() - t
     if classes is None:                   # a wrong guess fails here, before any greedy
         return None

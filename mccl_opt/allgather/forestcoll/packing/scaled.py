@@ -1,0 +1,127 @@
+"""Phase 3 with many trees per root: a scaled packing plus a residual one (paper §4.3).
+
+ForestColl's optimum is ``k`` trees per root of bandwidth ``y``; at ``max_chunks=None``
+``k`` is the exact ``k0``, in the thousands when capacities are odd floats (shared
+aggregation 2x5x8 after a two-way degradation: 3411 trees per root, 80 GPUs).  The
+repair packer (:mod:`.repair`) grows every unit tree, ``k·n`` trees of ``n - 1`` edges:
+5.2 s there, for a packing whose 272 880 unit trees merge into 797 classes.
+
+A packing of ``k`` trees per root in units ``u`` may instead be built as ``s`` copies of
+a packing of ``k1`` trees per root in units ``u1`` plus a packing of ``k2 = k - s·k1``
+trees per root in the residual ``u - s·load1`` (``load1``: the first packing's trees per
+link).  ``s = ceil(k / SCALED_TREES)``, ``k1 = k // s - 1`` (so ``k2 >= s``: the residual
+keeps room for the rounding), and ``u1`` is ``u·k1/k`` rounded down, then up on links into
+the node sets that violate the rooted cut condition for ``k1`` (each round one rooted
+sweep, :func:`.removal.cut_guard.violated_set`), only where ``s·u1 <= u`` stays true.
+The residual must pass the rooted test for ``k2`` (a tight cut of ``u`` that the first
+packing crosses more often than it must fails it); it is packed the same way while
+``k2 >= SCALED_MIN_K``.  Each packing completes or the whole attempt returns ``None``
+and the caller runs the plain repair packer: a completed scaled packing is a packing of
+``k`` trees per root in ``u`` (every tree spans, every link's units are respected), so
+the rate is the same ``k·y``.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from ..removal.cut_guard import violated_set
+from .repair import repair_pack
+from .trees import TreeClass
+
+__all__ = ["scaled_pack", "SCALED_MIN_K", "SCALED_TREES", "ROUNDING_ROUNDS"]
+
+#: from this many trees per root :func:`scaled_pack` is tried before the repair packer
+SCALED_MIN_K = 64
+#: trees per root of the scaled packing (``k1`` is about this)
+SCALED_TREES = 32
+#: rooted sweeps that may round ``u1`` up before the attempt gives up
+ROUNDING_ROUNDS = 32
+
+
+class Logical(NamedTuple):
+    """A logical graph on ``n`` GPUs (ranks): arcs ``tail -> head``."""
+
+    n: int
+    tail: np.ndarray
+    head: np.ndarray
+
+
+def scaled_pack(n: int, tail: np.ndarray, head: np.ndarray, units: np.ndarray, k: int
+                ) -> tuple[list[TreeClass] | None, dict[str, int]]:
+    """``k`` trees per root in ``units`` as tree classes (module doc), or ``None`` when a
+    step fails; with the repair packer's counters summed and ``scaled``: the largest
+    scale ``s`` used (0 when none)."""
+    counters = {"repairs": 0, "repair_visits": 0, "reused_trees": 0, "scaled": 0}
+    classes = _scaled(Logical(n, tail, head), units.astype(np.int64), k, counters)
+    if classes is not None:
+        classes.sort(key=lambda c: (c.root, -c.mult))
+    return classes, counters
+
+
+def _scaled(g: Logical, units: np.ndarray, k: int, counters: dict[str, int]
+            ) -> list[TreeClass] | None:
+    s = -(-k // SCALED_TREES)
+    k1 = k // s - 1
+    if k < SCALED_MIN_K or k1 < 1:
+        return _repair(g, units, k, counters)
+    u1 = _rounded(g, units, k, k1, s)
+    if u1 is None:
+        return None
+    first = _repair(g, u1, k1, counters)
+    if first is None:
+        return None
+    residual = units - s * _loads(first, units.size)
+    k2 = k - s * k1
+    if _violated(g, residual, k2):
+        return None
+    counters["scaled"] = max(counters["scaled"], s)
+    rest = _scaled(g, residual, k2, counters)
+    if rest is None:
+        return None
+    return [TreeClass(c.root, c.mult * s, c.parent_arc) for c in first] + rest
+
+
+def _repair(g: Logical, units: np.ndarray, k: int, counters: dict[str, int]
+            ) -> list[TreeClass] | None:
+    classes, info = repair_pack(g.n, g.tail, g.head, units, k)
+    for key, value in info.items():
+        counters[key] = counters.get(key, 0) + value
+    return classes
+
+
+def _violated(g: Logical, units: np.ndarray, k: int) -> tuple[np.ndarray, int, int] | None:
+    ranks = np.arange(g.n, dtype=np.int64)
+    return violated_set(g.n, ranks, k, (g.tail, g.head, units))
+
+
+def _rounded(g: Logical, units: np.ndarray, k: int, k1: int, s: int) -> np.ndarray | None:
+    """Units ``u1`` admitting ``k1`` trees per root with ``s·u1 <= units``: ``units·k1/k``
+    rounded down, then up (largest remainders first) on links into each violated set,
+    by its deficit; ``None`` when a set lacks such links or the rounds run out."""
+    scaled = units * k1
+    u1 = scaled // k
+    remainder = scaled - u1 * k
+    room = (u1 + 1) * s <= units
+    for _ in range(ROUNDING_ROUNDS):
+        hit = _violated(g, u1, k1)
+        if hit is None:
+            return u1
+        inside, deficit, _ = hit
+        into = np.flatnonzero(inside[g.head] & ~inside[g.tail] & room)
+        if into.size < deficit:
+            return None
+        up = into[np.argsort(-remainder[into], kind="stable")[:deficit]]
+        u1[up] += 1
+        room[up] = False
+    return None
+
+
+def _loads(classes: list[TreeClass], m: int) -> np.ndarray:
+    """Trees per logical link of a packing."""
+    arcs = np.concatenate([c.parent_arc[c.parent_arc >= 0] for c in classes])
+    mult = np.concatenate([np.full(int((c.parent_arc >= 0).sum()), c.mult, np.int64)
+                           for c in classes])
+    return np.bincount(arcs, weights=mult, minlength=m).astype(np.int64)
