@@ -29,7 +29,6 @@ from mccl_opt.schedule import Schedule, TreeChunk, bottleneck_links, schedule_ra
 from mccl_opt.topology import Topology
 from .tree_colgen import TreeCGOptions, TreeCGResult, tree_column_generation, mwu_trees
 from .restriction_seed import restriction_seed
-from ..chain import switches_balanced
 from ..warm.kept import AllGatherWarmState, TreeColumns
 from .live_master import TreePool
 from .tree_rounding import fractional_shares, round_trees
@@ -133,7 +132,7 @@ def solve_general(topo: Topology, warm: Schedule | None = None, backend: str = "
     progress.update("AllGather general method: starting trees")
     t = time.perf_counter()
     upper = None
-    seed = None if switches_balanced(topo) else restriction_seed(topo, backend)
+    seed = restriction_seed(topo, backend)        # None on balanced fabrics
     if seed is not None:                    # ForestColl's trees on c', and its optimum
         seed_r, seed_t = _warm_columns(seed.schedule, topo)
         stats["seed"], stats["seed_columns"] = "balanced restriction", len(seed_r)

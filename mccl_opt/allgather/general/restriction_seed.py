@@ -16,9 +16,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from mccl_opt.errors import SolveError, TopologyError
 from mccl_opt.schedule import Schedule
 from mccl_opt.topology import Topology
+from ..assemble import Optimum, Run, packed
+from ..canonical import canonical
+from ..forestcoll.pipeline import balanced_split, pack, phase_one_budget
+from ..restriction.balanced import balanced_restriction, restricted_topology
 
 __all__ = ["RestrictionSeed", "restriction_seed", "SEED_CHUNKS"]
 
@@ -39,27 +45,46 @@ class RestrictionSeed:
     schedule: Schedule
 
 
+def _unbalanced(topo: Topology) -> bool:
+    """Whether some switch's in-capacity differs from its out-capacity (relative 1e-12)."""
+    arr = topo.arrays
+    out = np.bincount(arr.tail, weights=arr.capacity, minlength=topo.num_nodes)[arr.is_switch]
+    into = np.bincount(arr.head, weights=arr.capacity, minlength=topo.num_nodes)[arr.is_switch]
+    return bool(np.any(np.abs(out - into) > 1e-12 * np.maximum(out, into)))
+
+
+def _forestcoll(sub: Topology, k: int) -> Schedule:
+    """ForestColl's cold pipeline (paper §4.3: Phase 1 and the chunk budget, switch
+    balancing, switch removal, tree packing) on the balanced ``sub`` at ``k`` chunks,
+    keeping what balancing loses (the master re-weights the trees anyway)."""
+    run = Run.start(sub, None, k)
+    budget = phase_one_budget(sub, k, run.stats, run.hint_cuts, run.cuts)
+    arr = sub.arrays
+    balanced = balanced_split(budget.fab, arr.is_switch, budget.k, budget.y, k)
+    result = pack(balanced.split, arr.rank_of, balanced.k, run.guides, run.stats, run.shapes)
+    return packed(run, Optimum.of(budget), result)
+
+
 def restriction_seed(topo: Topology, backend: str = "highs",
                      chunks: int = SEED_CHUNKS) -> RestrictionSeed | None:
     """The balanced restriction of ``topo`` and ForestColl's schedule on it with at most
-    ``chunks`` chunks per root (fewer while ForestColl raises, as the method chain does);
-    ``None`` when the restriction is not certified or ForestColl packs no chunk count
-    (the general method then starts from its own trees)."""
-    from ..restriction.balanced import balanced_restriction, restricted_topology
-    from ..solve import _typed_forestcoll          # ForestColl alone, never the chain
-
+    ``chunks`` chunks per root (fewer while ForestColl fails, as the method chain does);
+    ``None`` when every switch is balanced (the restriction is the fabric, whose
+    ForestColl the chain already declined), the restriction is not certified or
+    ForestColl packs no chunk count (the general method then starts from its own trees)."""
+    if not _unbalanced(topo):
+        return None
     try:
         found = balanced_restriction(topo, backend)
         if found is None or not found.rate_gbps > 0:
             return None
-        sub, _ = restricted_topology(topo, found)
+        sub = canonical(restricted_topology(topo, found)[0])
     except (SolveError, TopologyError):
         return None
     for k in range(chunks, 0, -1):
         try:
-            sched = _typed_forestcoll(sub, None, backend, k, False, lossy_balance=True)
-        except (SolveError, TopologyError):
+            return RestrictionSeed(found.rate_gbps, _forestcoll(sub, k))
+        except (SolveError, TopologyError, KeyError, IndexError, AssertionError,
+                ZeroDivisionError):    # as the chain treats ForestColl failing: next k
             continue
-        if isinstance(sched, Schedule):
-            return RestrictionSeed(found.rate_gbps, sched)
     return None
