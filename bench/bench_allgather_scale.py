@@ -1,7 +1,12 @@
 """AllGather synthesis at scale: cold and warm time per phase and peak memory per size.
 
-``python bench/bench_allgather_scale.py [--states healthy,fail1,fail2,fail3]
-[--timeout S] [--mem-gb G] 2x64x8 4x64x8 8x64x8``
+``python bench/bench_allgather_scale.py [--states healthy,fail1,fail2,fail3,oneway]
+[--exact] [--timeout S] [--mem-gb G] 2x64x8 4x64x8 8x64x8``
+
+``oneway``: rank 0's NIC uplink at a quarter of its speed in one direction only
+(unbalanced ToR: the balanced restriction, then the general method); ``--exact`` solves
+with ``max_chunks=None`` (e.g. ``--states oneway --exact 4x16x8 2x32x8``, issue 25's
+512-GPU case).
 
 Each (shape, state) runs in its own subprocess (its peak RSS is its own; a memory cap of
 ``--mem-gb`` on its address space and a timeout of ``--timeout`` seconds).  The child
@@ -31,17 +36,30 @@ COLUMNS = ("fabric", "gpus", "cold_s", "cold_cpu_s", "warm_s", "warm_cpu_s", *PH
            "depth", "lp", "rss_gb")
 
 
-def one(shape: str, state: str) -> dict:
-    """Solve ``hpn-<shape>`` in ``state`` cold and warm (in this process)."""
+def _oneway(topo):
+    """Rank 0's NIC uplink (``s0h0g0 -> s0tor0``) at a quarter of its speed, one way."""
+    from instances.hpn import NIC_GBPS, gpu_id, tor_id
+
+    return topo.with_capacity(src=gpu_id(0, 0, 0), dst=tor_id(0, 0), gbps=NIC_GBPS / 4,
+                              both_directions=False).renamed(f"{topo.name}-oneway")
+
+
+def one(shape: str, state: str, exact: bool = False) -> dict:
+    """Solve ``hpn-<shape>`` in ``state`` cold and warm (in this process);
+    ``exact``: ``max_chunks=None``."""
+    from functools import partial
+
     from instances import fail1, fail2, fail3, hpn, parse_shape
-    from mccl_opt.allgather import solve_allgather
+    from mccl_opt.allgather import solve_allgather as solve_k
+
+    solve_allgather = partial(solve_k, max_chunks=None) if exact else solve_k
 
     solve_allgather(fail2(hpn(1, 2, 8)), warm=solve_allgather(hpn(1, 2, 8)))   # kernels
     base = hpn(*parse_shape(shape))
     t, c = time.perf_counter(), time.process_time()
     healthy = solve_allgather(base)
     healthy_s, cpu = time.perf_counter() - t, time.process_time() - c
-    fails = {"fail1": fail1, "fail2": fail2, "fail3": fail3}
+    fails = {"fail1": fail1, "fail2": fail2, "fail3": fail3, "oneway": _oneway}
     if state == "healthy":
         topo, cold, cold_s = base, healthy, healthy_s
         cold_cpu = cpu
@@ -63,14 +81,15 @@ def one(shape: str, state: str) -> dict:
             "rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20}
 
 
-def run(shape: str, state: str, timeout: float, mem_gb: float) -> dict:
+def run(shape: str, state: str, timeout: float, mem_gb: float, exact: bool = False) -> dict:
     """:func:`one` in a subprocess with a memory cap and a timeout; a row either way."""
     def cap() -> None:
         limit = int(mem_gb * 2**30)
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
     try:
-        out = subprocess.run([sys.executable, __file__, "--one", shape, state], check=False,
+        out = subprocess.run([sys.executable, __file__, "--one", shape, state,
+                              *(["--exact"] if exact else [])], check=False,
                              capture_output=True, text=True, timeout=timeout, preexec_fn=cap)
     except subprocess.TimeoutExpired:
         return {"fabric": f"hpn-{shape}-{state}", "cold_s": f">{timeout:g}"}
@@ -82,15 +101,18 @@ def run(shape: str, state: str, timeout: float, mem_gb: float) -> dict:
 
 def main(argv: list[str]) -> None:
     if argv[:1] == ["--one"]:
-        print(json.dumps(one(argv[1], argv[2])))
+        print(json.dumps(one(argv[1], argv[2], "--exact" in argv[3:])))
         return
     states, timeout, mem_gb, shapes = ["healthy", "fail1", "fail2", "fail3"], 900.0, 8.0, []
+    exact = False
     it = iter(argv)
     for a in it:
         if a == "--states":
             states = next(it).split(",")
         elif a == "--timeout":
             timeout = float(next(it))
+        elif a == "--exact":
+            exact = True
         elif a == "--mem-gb":
             mem_gb = float(next(it))
         else:
@@ -100,7 +122,7 @@ def main(argv: list[str]) -> None:
     rows = []
     for shape in shapes or ["2x64x8", "4x64x8"]:
         for state in states:
-            rows.append(run(shape, state, timeout, mem_gb))
+            rows.append(run(shape, state, timeout, mem_gb, exact))
             print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
     print(f"load average (1 min) after the runs: {os.getloadavg()[0]:.2f}")
     print_table(COLUMNS, [[r.get(c, "") for c in COLUMNS] for r in rows])

@@ -15,6 +15,7 @@ higher (no forwarding-only schedule reaches it: see the docs).
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import Any
 
@@ -27,6 +28,7 @@ from mccl_opt.report import Method, SolveReport, Termination, WarmUse
 from mccl_opt.schedule import Schedule, TreeChunk, bottleneck_links, schedule_rate
 from mccl_opt.topology import Topology
 from .tree_colgen import TreeCGOptions, TreeCGResult, tree_column_generation, mwu_trees
+from .restriction_seed import restriction_seed
 from ..warm.kept import AllGatherWarmState, TreeColumns
 from .live_master import TreePool
 from .tree_rounding import fractional_shares, round_trees
@@ -129,11 +131,21 @@ def solve_general(topo: Topology, warm: Schedule | None = None, backend: str = "
     stats["warm_columns"] = len(roots)
     progress.update("AllGather general method: starting trees")
     t = time.perf_counter()
-    mwu_r, mwu_t = mwu_trees(topo, capacity, rounds=options.seed_rounds if not roots
-                             else options.warm_seed_rounds)
+    upper = None
+    seed = restriction_seed(topo, backend)        # None on balanced fabrics
+    if seed is not None:                    # ForestColl's trees on c', and its optimum
+        seed_r, seed_t = _warm_columns(seed.schedule, topo)
+        stats["seed"], stats["seed_columns"] = "balanced restriction", len(seed_r)
+        upper = seed.rate_gbps / scale
+        options = dataclasses.replace(options, first_method=options.first_method or "dual")
+    else:
+        seed_r, seed_t = mwu_trees(topo, capacity, rounds=options.seed_rounds if not roots
+                                   else options.warm_seed_rounds)
+        stats["seed"], stats["seed_columns"] = "multiplicative weights", len(seed_r)
     stats["seed_s"] = time.perf_counter() - t
     with get_backend(backend) as lp:
-        res = tree_column_generation(topo, lp, capacity, roots + mwu_r, trees + mwu_t, options)
+        res = tree_column_generation(topo, lp, capacity, roots + seed_r, trees + seed_t, options,
+                                     upper_bound=upper)
     if res.rate <= 0:
         raise SolveError("the general AllGather method found no tree with positive rate; "
                          "check that every link capacity is positive")

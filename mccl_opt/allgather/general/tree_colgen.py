@@ -46,6 +46,7 @@ class TreeCGOptions:
     max_rounds: int = 10_000
     time_limit: float | None = None
     method: str = "primal"         # LP method of the master re-solves
+    first_method: str | None = None   # ... and of its first solve (None: ``method``)
     seed_rounds: int = 50          # multiplicative-weights rounds of starting trees (cold)
     warm_seed_rounds: int = 5      # ... when the previous schedule's trees are given
     smoothing: float = 0.8         # dual smoothing weight of the stability centre (0: off)
@@ -91,7 +92,11 @@ def mwu_trees(topo: Topology, capacity: np.ndarray, rounds: int,
     ``u_a`` the utilisation of link ``a`` by all trees so far, so later rounds avoid the
     links earlier trees crowd.  The trees of all rounds together nearly solve the
     master, which column generation then finishes in a few rounds (a cold start from
-    single trees tails off over hundreds of degenerate rounds)."""
+    single trees tails off over hundreds of degenerate rounds).  Stops early (after at
+    least one round) when the enclosing solve's time limit passes
+    (:func:`mccl_opt.anytime.limit_left`): each round prices every root."""
+    left = anytime.limit_left()
+    deadline = None if left is None else time.perf_counter() + left
     roots = np.arange(topo.num_gpus)
     out_r: list[int] = []
     out_t: list[np.ndarray] = []
@@ -106,6 +111,8 @@ def mwu_trees(topo: Topology, capacity: np.ndarray, rounds: int,
             used += np.bincount(arcs, minlength=capacity.size)
         util = used / capacity
         price = np.exp(eta * util / max(float(util.max()), 1e-300)) / capacity
+        if deadline is not None and time.perf_counter() >= deadline:
+            break
     return out_r, out_t
 
 
@@ -138,14 +145,17 @@ def _pricing_points(center: np.ndarray | None, pi: np.ndarray, alpha: float):
 
 def tree_column_generation(topo: Topology, backend: Backend, capacity: np.ndarray,
                       roots: list[int], trees: list[np.ndarray],
-                      options: TreeCGOptions = TreeCGOptions()) -> TreeCGResult:
+                      options: TreeCGOptions = TreeCGOptions(),
+                      upper_bound: float | None = None) -> TreeCGResult:
     """Solve the tree master to optimality from the given starting columns
     (``capacity`` per link, in the units the rates come back in).  Every round's prices
     give a valid bound (module docstring); at ``options.time_limit`` the master's rate,
     which its trees reach, is returned with the best bound and ``status='time_limit'``;
     so is it at the time limit of the enclosing solve (:func:`mccl_opt.anytime.limit_left`),
     while a sub-budget of it passing (a warm attempt's) abandons the run
-    (:func:`mccl_opt.anytime.check`)."""
+    (:func:`mccl_opt.anytime.check`).  ``upper_bound`` (the master's units): an upper
+    bound on the optimum certified by the caller (:mod:`.restriction_seed`); the loop
+    starts from it as its best bound, so it stops as soon as the master reaches it."""
     t_start = time.perf_counter()
     limits = [t for t in (options.time_limit, anytime.limit_left()) if t is not None]
     deadline = t_start + min(limits) if limits else None
@@ -156,7 +166,7 @@ def tree_column_generation(topo: Topology, backend: Backend, capacity: np.ndarra
     master = TreeMaster(backend, g, capacity, pool)
     min_pool = options.drop_min_pool or g + capacity.size
     age = np.zeros(len(pool), dtype=np.int64)
-    best_bound = np.inf
+    best_bound = np.inf if upper_bound is None else float(upper_bound)
     center: np.ndarray | None = None        # the prices of the best bound so far
     history: list[tuple[float, float]] = []
     lp_s = pr_s = 0.0
@@ -166,9 +176,14 @@ def tree_column_generation(topo: Topology, backend: Backend, capacity: np.ndarra
     rnd = 0
     for rnd in range(1, options.max_rounds + 1):
         t0 = time.perf_counter()
-        pt = master.solve(f"AllGather column generation, round {rnd}", options.method)
+        method = options.first_method if rnd == 1 and options.first_method else options.method
+        pt = master.solve(f"AllGather column generation, round {rnd}", method)
         lp_s += time.perf_counter() - t0
         iters += pt.iterations
+        if best_bound - pt.x <= options.rel_tol * max(pt.x, 1e-300):
+            history.append((pt.x, best_bound))
+            status = "optimal"
+            break
         t1 = time.perf_counter()
         added = 0
         for price in _pricing_points(center, pt.pi, options.smoothing):

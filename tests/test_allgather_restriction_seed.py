@@ -1,0 +1,69 @@
+"""The general AllGather method's restriction seed (mccl_opt.allgather.general.restriction_seed,
+docs/allgather.md "Restriction seed"): ForestColl's trees on the best balanced restriction
+as starting columns and its certified rate as the stop, on unbalanced fabrics."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from instances import hpn
+from mccl_opt.allgather.general import method
+from mccl_opt.allgather.general.method import solve_general
+from mccl_opt.allgather.general.restriction_seed import restriction_seed
+from tests.oracle_allgather import check_schedule, forwarding_optimum
+
+#: one NIC uplink at a quarter of its speed one way; one NVLink at 360 Gbps one way
+FAULTS = [("s0h0g0", "s0tor0", 100.0), ("s0h0g1", "s0h0nvs", 360.0)]
+
+
+def _faulty(shape: tuple[int, int, int], fault: tuple[str, str, float]):
+    src, dst, gbps = fault
+    return hpn(*shape).with_capacity(src=src, dst=dst, gbps=gbps, both_directions=False)
+
+
+@pytest.mark.parametrize("shape,fault", [((1, 2, 8), FAULTS[0]), ((1, 2, 8), FAULTS[1]),
+                                         ((2, 2, 4), FAULTS[0])])
+def test_seeded_general_method_reaches_the_independent_forwarding_optimum(shape, fault):
+    """Seeded from the restriction, ``max_chunks=None`` returns the forwarding-only optimum
+    of an independent compact LP (tests/oracle_allgather.py, Edmonds' branching theorem),
+    a schedule the validator accepts at that rate, and the same optimum as the
+    multiplicative-weights start certified by its own Lagrangian bound."""
+    topo = _faulty(shape, fault)
+    s = solve_general(topo, max_chunks=None)
+    assert s.stats["seed"] == "balanced restriction" and s.stats["cg_status"] == "optimal"
+    opt = forwarding_optimum(topo).rate_gbps
+    assert s.lp_rate_gbps == pytest.approx(opt, rel=1e-7)
+    checked = check_schedule(topo, s)
+    assert checked.rate_gbps == pytest.approx(opt, rel=1e-6)
+    assert s.report.bound_gbps == pytest.approx(opt, rel=1e-7)
+
+
+def test_without_a_restriction_the_multiplicative_weights_start_gives_the_same_optimum(
+        monkeypatch):
+    """With no certified restriction the old start runs and, certified by the Lagrangian
+    bound, lands on the seeded run's optimum."""
+    topo = _faulty((1, 4, 8), FAULTS[0])
+    seeded = solve_general(topo, max_chunks=None)
+    monkeypatch.setattr(method, "restriction_seed", lambda *a, **k: None)
+    plain = solve_general(topo, max_chunks=None)
+    assert plain.stats["seed"] == "multiplicative weights" and plain.stats["cg_gap"] <= 1e-8
+    assert seeded.lp_rate_gbps == pytest.approx(plain.lp_rate_gbps, rel=1e-8)
+
+
+def test_seed_trees_fit_the_fabric_and_the_rate_bounds_them():
+    """The seed's schedule (on ``c' <= c``) is valid on the real fabric, its rate there at
+    most the restriction's certified optimum."""
+    topo = _faulty((1, 2, 8), FAULTS[0])
+    seed = restriction_seed(topo)
+    assert seed is not None
+    # its rate_gbps is in the restricted fabric's scaled units: recomputed, not compared
+    on_topo = check_schedule(topo, dataclasses.replace(seed.schedule, rate_gbps=0.0),
+                             rel=float("inf"))
+    assert on_topo.rate_gbps <= seed.rate_gbps * (1 + 1e-9)
+
+
+def test_balanced_fabrics_skip_the_seed():
+    s = solve_general(hpn(1, 2, 4), max_chunks=None)
+    assert s.stats["seed"] == "multiplicative weights"
