@@ -3,7 +3,7 @@
 A 64-GPU warm re-synthesis after Fail2 (HPN 1x8x8, AllGather and AllToAll, warm from the
 healthy schedule) run ``--repeat`` times three ways: in this process (:func:`run_job`, what
 the manager's thread does), through a :class:`SynthesisPool` of one process, and as a Ray
-task on a local Ray instance.  Overhead = the wall time from ``submit`` to the result
+task on one of the actors of a local Ray instance.  Overhead = the wall time from ``submit`` to the result
 minus the job's own seconds (measured inside the worker); medians.
 
     python bench/bench_ray_pool.py --repeat 10

@@ -60,6 +60,7 @@ class RankPlan:
     probe_every: int = 4                  # collectives between probes of unused suspect pairs (0: off)
     probe_numel: int = 256                # float32 elements per probe message
     pieces: int = 1                       # pieces per collective (in-flight switch; 1: whole)
+    telemetry_endpoint: str | None = None  # a telemetry front end (None: ``endpoint``)
 
 
 class ModelReporter:
@@ -153,8 +154,9 @@ def _state_at(plan: RankPlan, elapsed: float) -> int:
 
 
 class _Pusher:
-    """Sends telemetry batches from a queue on its own thread and client, so a
-    collective never waits for the controller; ``dead`` is set when it stops answering."""
+    """Sends telemetry batches (to the controller or its front end) from a queue on its own
+    thread and client, so a collective never waits for the controller; ``dead`` is set when
+    it stops answering."""
 
     def __init__(self, endpoint: str, timeout_s: float) -> None:
         from mccl_runtime.client import ControllerClient
@@ -269,7 +271,7 @@ def rank_main(rank: int, world: int, plan: RankPlan) -> dict[str, Any]:
     side = dist.new_group(backend="gloo", timeout=timedelta(seconds=plan.oob_timeout_s))
     reporter = ModelReporter(emu, pair_nominal(plan.topology))
     prober = PairProber(emu, rank, world, plan.probe_numel, plan.probe_every)
-    pusher = _Pusher(plan.endpoint, plan.client_timeout_s)
+    pusher = _Pusher(plan.telemetry_endpoint or plan.endpoint, plan.client_timeout_s)
     received: list[tuple[int, float, float | None]] = []      # version, arrival, synthesis s
     origin = [0.0]
 

@@ -58,6 +58,7 @@ class GlooLoopConfig:
     warmup: int = 5
     max_real_s: float = 600.0
     start_timeout_s: float = 90.0
+    telemetry_frontend: bool = False      # ranks send telemetry to a front end (`serve --frontends 1`)
     client_timeout_s: float = 10.0
     probe_every: int = 4
     probe_kib: float = 512.0              # fabric KiB per probe (the simulated loop's probe_bytes)
@@ -77,11 +78,15 @@ class ControllerProcess:
                "--time-limit", str(cfg.time_limit_s), "--backend", cfg.backend]
         if cfg.shallow_trees:
             cmd.append("--shallow-trees")
+        if cfg.telemetry_frontend:
+            cmd += ["--frontends", "1"]
         self.log_path = log_path
         self._log = open(log_path, "w")
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self._log, text=True,
                                      start_new_session=True)
         self.endpoint: str | None = None
+        self.frontend: str | None = None            # the telemetry front end's endpoint
+        self._want_frontend = cfg.telemetry_frontend
         self._lines: list[str] = []
         self._found = threading.Event()
         threading.Thread(target=self._read, daemon=True).start()
@@ -93,14 +98,18 @@ class ControllerProcess:
             m = re.match(r"controller on (\S+)", line)
             if m and self.endpoint is None:
                 self.endpoint = m.group(1)
+            m = re.match(r"frontend 0 on (\S+)", line)
+            if m and self.frontend is None:
+                self.frontend = m.group(1)
+            if self.endpoint is not None and (self.frontend is not None or not self._want_frontend):
                 self._found.set()
         self._found.set()
 
     def wait_ready(self, timeout_s: float) -> str:
-        """The request endpoint, once the controller announced it; raises
-        :class:`MCCLError` if it exits or stays silent for ``timeout_s``."""
+        """The request endpoint, once the controller (and its front end, when asked for)
+        announced it; raises :class:`MCCLError` if it exits or stays silent for ``timeout_s``."""
         self._found.wait(timeout_s)
-        if self.endpoint is None:
+        if self.endpoint is None or (self._want_frontend and self.frontend is None):
             raise MCCLError("the controller (`mccl controller serve`) did not start within "
                             f"{timeout_s:g} s: {self.tail()}")
         return self.endpoint
@@ -194,7 +203,7 @@ def run_gloo_loop(scenario: Any, cfg: GlooLoopConfig) -> dict[str, Any]:
         ctrl = ControllerProcess(topo_path, scenario.collective, cfg, os.path.join(tmp, "controller.log"))
         try:
             endpoint = ctrl.wait_ready(cfg.start_timeout_s)
-            plan = RankPlan(endpoint=endpoint, topology=topo, collective=scenario.collective,
+            plan = RankPlan(endpoint=endpoint, telemetry_endpoint=ctrl.frontend, topology=topo, collective=scenario.collective,
                             block_numel=block, time_scale=time_scale, byte_scale=byte_scale,
                             timeline=tuple((t * time_scale, cap) for t, cap, _ in timeline),
                             duration_s=real_s, offline=offline, offline_reps=cfg.offline_reps,
@@ -229,12 +238,13 @@ def run_gloo_loop(scenario: Any, cfg: GlooLoopConfig) -> dict[str, Any]:
 
 def _controller_stats(endpoint: str, timeout_s: float) -> dict[str, Any]:
     """The controller's counters (re-syntheses, published, aborted, superseded,
-    telemetry accepted/rejected) at the end of the run."""
+    telemetry accepted/rejected, requests by kind) at the end of the run."""
     from mccl_runtime.client import ControllerClient
 
     with ControllerClient(endpoint, timeout_s=timeout_s) as client:
         stats = client.stats()
-    return {"manager": stats.get("manager", {}), "telemetry": stats.get("telemetry", {})}
+    return {"manager": stats.get("manager", {}), "telemetry": stats.get("telemetry", {}),
+            "requests": stats.get("requests", {})}
 
 
 def _last_error(text: str) -> str:

@@ -47,6 +47,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--backend", choices=["auto", "nccl", "gloo"], default="auto",
                    help="auto: NCCL when CUDA is available, else gloo")
     p.add_argument("--no-telemetry", action="store_true", help="do not report measurements")
+    p.add_argument("--telemetry", metavar="ENDPOINT",
+                   help="where measurements go, e.g. a telemetry front end (`mccl controller frontend`, "
+                        "docs/scale.md); schedules and subscriptions stay with --controller "
+                        "(default: --controller)")
     p.add_argument("--wait-s", type=float, default=60.0,
                    help="seconds to wait for the controller's first schedule (default %(default)s)")
     return p
@@ -84,7 +88,8 @@ def _first_schedule(client: Any, comm: str, name: str, wait_s: float) -> Any:
 
 
 class _Pusher:
-    """Telemetry flushes to the controller, from the telemetry thread (own socket)."""
+    """Telemetry flushes to the controller or a telemetry front end (``--telemetry``), from
+    the telemetry thread (own socket)."""
 
     def __init__(self, endpoint: str, key: bytes | None) -> None:
         self.endpoint, self.key = endpoint, key
@@ -153,7 +158,7 @@ def run(args: argparse.Namespace, rank: int, world: int, local_rank: int) -> dic
                         f"{sched.collective} schedule; this job runs {world} ranks of "
                         f"{args.collective} (serve a topology with {world} GPUs, or pass --members "
                         f"with {world} GPU ids)")
-    pusher = None if args.no_telemetry else _Pusher(args.controller, key)
+    pusher = None if args.no_telemetry else _Pusher(args.telemetry or args.controller, key)
     tel = Telemetry(on_flush=pusher) if pusher else None
     comm = Communicator(None, sched, telemetry=tel)
     follower = VersionFollower(comm, sub, args.comm, args.name, args.collective)   # hot-swap

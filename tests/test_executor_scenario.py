@@ -135,6 +135,28 @@ def test_real_ranks_swap_and_recover(tmp_path, capsys):
     assert ev["algbw_after"] == pytest.approx(ev["recovery_ratio"] * ev["algbw_offline"])
 
 
+def test_real_ranks_swap_with_telemetry_through_a_front_end(tmp_path, capsys):
+    """``--telemetry-frontend``: the ranks send telemetry to a front end started with the
+    controller; it reaches the controller only as folded ``telemetry_columns`` requests,
+    and the controller still swaps the ranks to a new version (fetched and subscribed at
+    the controller)."""
+    rc = main(["loop", "--executor", "gloo", "--world", "4", "--scenario", _scenario(tmp_path), "--json",
+               "--telemetry-frontend"])
+    out = capsys.readouterr()
+    assert rc == 0, out.err
+    s = json.loads(out.out)
+    ev = s["events"][0]
+    assert s["wrong_results"] == 0 and ev["versions"] and ev["time_after_ms"] is not None
+    requests = s["controller"]["requests"]
+    assert requests.get("telemetry", 0) == 0 and requests["telemetry_columns"] >= 1
+    assert s["controller"]["telemetry"]["accepted"] > 0
+
+
+def test_telemetry_frontend_needs_real_ranks(tmp_path, capsys):
+    assert main(["loop", "--scenario", _scenario(tmp_path), "--telemetry-frontend"]) == 2
+    assert "--telemetry-frontend apply to --executor gloo" in capsys.readouterr().err
+
+
 def test_real_ranks_notice_a_cleared_failure_by_probes(tmp_path, capsys):
     """GPU0 <-> its ToR at 8 Gbps from 10 ms, ``clear`` at 90 ms (fabric time; ~4 s and
     ~5 s real at 30 ms per healthy collective): the first swap avoids s0h0g0's NIC, so

@@ -89,13 +89,28 @@ def test_killed_worker_costs_one_retry_and_no_lost_or_duplicated_version(tmp_pat
     mgr.close()
 
 
-def test_time_limit_cancels_the_task(tmp_path: Path):
-    pool = RayPool(TOPO, functools.partial(recording, str(tmp_path / "pids"), 30.0), grace_s=0.5)
+def test_time_limit_cancels_the_job_and_its_retry_does_not_solve(tmp_path: Path):
+    log = tmp_path / "pids"
+    pool = RayPool(TOPO, functools.partial(recording, str(log), 30.0), grace_s=0.5, actors=1)
+    first = pool.start()
     t0 = time.monotonic()
     future = pool.submit("allgather", TOPO.arrays.capacity, None, 0.5)
     with pytest.raises(SolveError, match="time limit"):
         future.result(timeout=20.0)
     assert time.monotonic() - t0 < 15.0
+    restarted = pool.start()                # answers after Ray's retry of the killed call ran
+    assert restarted != first and len(log.read_text().split()) == 1   # the retry did not solve
+    pool.shutdown()
+
+
+def test_jobs_go_to_the_least_busy_actor(tmp_path: Path):
+    log = tmp_path / "pids"
+    pool = RayPool(TOPO, functools.partial(recording, str(log), 0.5), actors=2)
+    pids = pool.start()
+    futures = [pool.submit("allgather", TOPO.arrays.capacity, None, 60.0) for _ in range(2)]
+    for f in futures:
+        mo.validate(TOPO, f.result(timeout=60.0)[0])
+    assert set(map(int, log.read_text().split())) == pids        # one job on each actor
     pool.shutdown()
 
 

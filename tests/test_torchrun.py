@@ -138,3 +138,35 @@ def test_a_rank_killed_under_torchrun_is_named_and_nothing_hangs(controller, tmp
         assert re.match(r"error: rank [02]: the allgather collective world/ag failed at iteration \d+: ", line), line
     assert "executor_cuda" not in "".join(ln for ln in err.splitlines() if ln.startswith('  File "'))
     assert re.search(r"rank\s*: 1 \(local_rank: 1\)\s+exitcode\s*: -9", err), err[-2000:]
+
+
+def test_telemetry_goes_to_a_front_end_and_schedules_come_from_the_controller(tmp_path):
+    """``--telemetry`` names a telemetry front end (`serve --frontends 1`): the ranks'
+    samples reach the controller only as the front end's folded ``telemetry_columns``
+    requests (no ``telemetry`` request from a rank), while the ranks register, fetch and
+    subscribe at the controller."""
+    full_mesh(3).save(tmp_path / "t3.json")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mccl_opt.cli", "controller", "serve", "--estimator", "ewma", "--topology",
+         str(tmp_path / "t3.json"), "--bind", "tcp://127.0.0.1:0", "--alpha", "1", "--dwell", "0",
+         "--frontends", "1"],
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
+    try:
+        lines = [proc.stdout.readline() for _ in range(2)]
+        assert lines[0].startswith("controller on tcp://127.0.0.1:"), lines
+        assert lines[1].split()[:3] == ["frontend", "0", "on"], lines
+        controller, frontend = lines[0].split()[2], lines[1].split()[3]
+        done = _job(controller, tmp_path, "--telemetry", frontend)
+        assert done.returncode == 0, done.stdout + done.stderr
+        summary = json.loads(done.stdout.strip().splitlines()[-1])
+        assert summary["wrong"] == 0 and summary["versions"][0] >= 1 and summary["telemetry_sent"] > 0
+        with ControllerClient(controller, timeout_s=10.0) as cli:
+            deadline = time.monotonic() + 10.0
+            while cli.stats()["telemetry"]["accepted"] < summary["telemetry_sent"] and time.monotonic() < deadline:
+                time.sleep(0.05)
+            stats = cli.stats()
+            assert [(c["comm"], c["name"]) for c in cli.list()] == [("world", "ag")]   # registered here
+        assert stats["requests"].get("telemetry", 0) == 0 and stats["requests"]["telemetry_columns"] >= 1
+        assert stats["telemetry"]["accepted"] >= summary["telemetry_sent"]   # at least rank 0's samples
+    finally:
+        stop(proc)

@@ -31,6 +31,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--pieces", type=int, default=1,
                    help="run each collective in this many pieces; a new version takes over between pieces "
                         "(the in-flight switch, docs/executor.md; costs per piece on gloo)")
+    g.add_argument("--telemetry-frontend", action="store_true",
+                   help="start a telemetry front end with the controller (`serve --frontends 1`) and send "
+                        "the ranks' telemetry to it; schedules and subscriptions stay with the controller")
     g.add_argument("--max-real-s", type=float, default=600.0,
                    help="refuse scenarios that would run longer than this on real ranks (default %(default)s)")
     sim_handler = loop.get_default("handler")
@@ -38,10 +41,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     def handler(args: argparse.Namespace) -> int:
         if args.executor == "gloo":
             return _gloo(args)
-        if args.world is not None:
+        if args.world is not None or args.telemetry_frontend:
             from mccl_opt.errors import MCCLError
 
-            raise MCCLError("--world applies to --executor gloo (the simulation takes its GPUs from the fabric)")
+            raise MCCLError("--world and --telemetry-frontend apply to --executor gloo (the simulation takes "
+                            "its GPUs from the fabric and has no telemetry transport)")
         return sim_handler(args)
 
     loop.set_defaults(handler=handler)
@@ -67,7 +71,8 @@ def _gloo(args: argparse.Namespace) -> int:
                          block_kib=args.block_kib, collective_ms=args.collective_ms,
                          alpha=args.alpha if args.alpha != d.alpha else GLOO_ALPHA,
                          gamma=args.gamma if args.gamma != d.gamma else GLOO_GAMMA,
-                         backend=args.backend, max_real_s=args.max_real_s, pieces=args.pieces)
+                         backend=args.backend, max_real_s=args.max_real_s, pieces=args.pieces,
+                         telemetry_frontend=args.telemetry_frontend)
     summary = run_gloo_loop(scenario, cfg)
     if args.json:
         print(json.dumps(summary), file=sys.stdout)
