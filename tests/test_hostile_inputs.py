@@ -180,3 +180,46 @@ def test_a_schedule_file_whose_rate_beats_its_lp_bound_is_refused_everywhere(cap
                      ("export", "msccl", str(sched), "-o", str(tmp_path / "x.xml"))):
             rc, err = _cli(capsys, *argv)
             assert rc == 2 and "lp_rate_gbps" in err, (argv, err)
+
+
+@pytest.mark.parametrize("argv", [
+    # mccl loop's built-in case: each of these ran (a hang, an OverflowError or a numpy
+    # ValueError traceback, or a silent NaN) before the flags were range-checked
+    ("loop", "--t1-ms", "nan"), ("loop", "--t1-ms", "1e400"), ("loop", "--t1-ms", "10"),
+    ("loop", "--size-mib", "1e300"), ("loop", "--duration-ms", "1e300"), ("loop", "--seed", "-1"),
+    ("loop", "--probe-period-ms", "nan"), ("loop", "--oob-ms", "-1"), ("loop", "--oob-ms", "nan"),
+    ("loop", "--pieces", "nan"),
+    ("controller", "frontend", "--topology", TOPO_FILE, "--upstream", "ipc:///nonexistent/x", "--id", "-1"),
+    ("controller", "frontend", "--topology", TOPO_FILE, "--upstream", "ipc:///nonexistent/x", "--id", str(1 << 30)),
+    ("controller", "frontend", "--topology", TOPO_FILE, "--upstream", "ipc:///nonexistent/x", "--interval", "nan"),
+    ("controller", "serve", "--topology", TOPO_FILE, "--shards", str(2 ** 64)),
+    ("controller", "serve", "--topology", TOPO_FILE, "--frontends", "-1"),
+    ("controller", "serve", "--topology", TOPO_FILE, "--synthesis", "ray://"),
+    ("train", "--model", "llama3-405b", "--gpus", "1e400"),
+    ("train", "--model", "llama3-405b", "--gpus", "12800000000"),
+])
+def test_new_commands_range_check_their_numbers_up_front(capsys, argv):
+    t0 = time.monotonic()
+    rc, err = _cli(capsys, *argv)
+    assert rc == 2 and "error" in err, err
+    assert time.monotonic() - t0 < 5                  # refused before any fabric, socket or solve
+
+
+def test_export_mscclpp_bounds_gpus_per_node(capsys, tmp_path):
+    sched = tmp_path / "s.json"
+    assert _cli(capsys, "solve", "allgather", TOPO_FILE, "-o", str(sched))[0] == 0
+    rc, err = _cli(capsys, "export", "mscclpp", str(sched), "-o", str(tmp_path / "p.json"),
+                   "--gpus-per-node", str(10 ** 23))
+    assert rc == 2 and "gpus-per-node" in err and not (tmp_path / "p.json").exists()
+
+
+@pytest.mark.parametrize("field, value, words", [
+    ("duration_ms", 1e300, "duration_ms"), ("message_bytes", 1e300, "message_bytes"),
+    ("seed", -1, "seed"), ("seed", 2 ** 64, "seed")])
+def test_scenario_files_are_held_to_the_same_bounds(field, value, words):
+    from mccl_runtime.scenario import ScenarioError, parse_scenario
+
+    data = {"format": "mccl-scenario/1", "topology": TOPO.to_dict(), "collective": "allgather",
+            "message_bytes": 1 << 20, "duration_ms": 100, field: value}
+    with pytest.raises(ScenarioError, match=words):
+        parse_scenario(data)
