@@ -7,6 +7,7 @@ a MemoryError or a silent acceptance."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -223,3 +224,26 @@ def test_scenario_files_are_held_to_the_same_bounds(field, value, words):
             "message_bytes": 1 << 20, "duration_ms": 100, field: value}
     with pytest.raises(ScenarioError, match=words):
         parse_scenario(data)
+
+
+@pytest.mark.parametrize("collective", ["allgather", "alltoall"])
+@pytest.mark.parametrize("edit", ["duplicate", "stranger", "nan", "negative", "string"])
+def test_exports_refuse_a_schedule_that_is_not_one_on_the_fabric(capsys, tmp_path, collective, edit):
+    """``export teccl-flows --topology`` wrote a schedule with a repeated GPU, and one
+    naming a GPU the fabric lacks ended in a KeyError traceback; ``export forestcoll``
+    wrote a repeated GPU.  Every exporter now checks the schedule first."""
+    sched = tmp_path / "s.json"
+    assert _cli(capsys, "solve", collective, TOPO_FILE, "-o", str(sched))[0] == 0
+    data = json.loads(sched.read_text())
+    gpus = data["gpus"]
+    data.update({"duplicate": {"gpus": gpus[:-1] + gpus[:1]}, "stranger": {"gpus": gpus[:-1] + ["zz"]},
+                 "nan": {"rate_gbps": math.nan}, "negative": {"rate_gbps": -1.0},
+                 "string": {"rate_gbps": "400"}}[edit])
+    sched.write_text(json.dumps(data))
+    argvs = [("export", "teccl-flows", str(sched), "--topology", TOPO_FILE, "-o", str(tmp_path / "f.json"))]
+    if collective == "allgather" and edit != "stranger":      # a renamed GPU is a schedule on its own paths
+        argvs.append(("export", "forestcoll", str(sched), "-o", str(tmp_path / "f.xml")))
+    for argv in argvs:
+        rc, err = _cli(capsys, *argv)
+        assert rc == 2 and err.startswith("error:"), (argv, err)
+        assert not Path(argv[-1]).exists()
