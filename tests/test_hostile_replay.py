@@ -373,3 +373,32 @@ def test_a_column_batch_captured_before_a_restart_is_refused_after_it(tmp_path):
             measured, accepted = svc.store.measured().copy(), svc.store.accepted
             assert _send_frames(ep, msgs) == ["wrong_epoch", "wrong_epoch"]
             assert svc.store.accepted == accepted and (svc.store.measured() == measured).all()
+
+
+def test_a_message_for_one_front_end_is_refused_by_its_restart_and_by_the_controller():
+    """Telemetry signed for a front end (its epoch) and captured: replayed to the front
+    end after a restart, or straight to the controller, is refused; nothing of it is
+    folded or forwarded."""
+    from mccl_runtime.columns import ColumnBatch
+    from mccl_runtime.protocol import encode_frames
+    from tests.test_runtime_frontend import FrontEnd, _fail2
+    from tests.test_runtime_service import Server
+
+    with Server(key=KEY) as svc:
+        with FrontEnd(svc.endpoint, key=KEY) as fe:
+            fields = {"epoch": fe.gate.epoch, "client": new_id(), "seq": 1}
+            now = time.time()
+            body, frames = ColumnBatch.from_samples(TOPO, _fail2(now + 1e-3, "s0h0g1", "s0tor1")).to_frames()
+            captured = [[encode("telemetry", {"samples": _fail2(now)}, KEY, **fields)],
+                        encode_frames("telemetry_columns", body, frames, KEY, **{**fields, "seq": 2})]
+            assert _send_frames(fe.endpoint, captured) == ["ok", "ok"]
+            assert fe.fold.store.accepted == 4
+            first = fe.gate.epoch
+        with FrontEnd(svc.endpoint, key=KEY) as fe:      # the restarted front end: a new epoch
+            assert fe.gate.epoch != first
+            assert _send_frames(fe.endpoint, captured) == ["wrong_epoch", "wrong_epoch"]
+            assert fe.fold.store.accepted == 0
+        accepted = svc.store.accepted                    # the first front end's forwards: 4 samples
+        assert accepted == 4
+        assert _send_frames(svc.endpoint, captured) == ["wrong_epoch", "wrong_epoch"]
+        assert svc.store.accepted == accepted
