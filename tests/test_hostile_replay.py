@@ -402,3 +402,24 @@ def test_a_message_for_one_front_end_is_refused_by_its_restart_and_by_the_contro
         assert accepted == 4
         assert _send_frames(svc.endpoint, captured) == ["wrong_epoch", "wrong_epoch"]
         assert svc.store.accepted == accepted
+
+
+def test_binary_samples_too_old_from_the_future_or_repeated_are_not_applied():
+    """The binary path's ``t`` column under the JSON path's rules: 0, -1e300, a minute
+    old: ``too_old``; +1e300: ``future``; NaN and inf: ``nan``; a repeat of the last
+    applied time on a channel: ``stale`` (never folded twice)."""
+    from mccl_runtime.columns import ColumnBatch
+
+    now = 1e9
+    store = MeasurementStore(TOPO, alpha=0.5, clock=lambda: now)
+    a = TOPO.link_index("s0h0g0", "s0tor0")
+    ts = [0.0, -1e300, now - 61.0, 1e300, float("nan"), float("inf")]
+    batch = ColumnBatch.build(TOPO, [0] * len(ts), [a] * len(ts), [0] * len(ts), [50.0] * len(ts), ts)
+    assert store.ingest_columns(batch, now).to_dict() == \
+        {"accepted": 0, "rejected": {"too_old": 3, "future": 1, "nan": 2}}
+    assert store.measured()[a] == TOPO.arrays.capacity[a]
+    one = ColumnBatch.build(TOPO, [0], [a], [0], [100.0], [now - 1.0])
+    assert store.ingest_columns(one, now).accepted == 1
+    value = store.measured()[a]
+    assert store.ingest_columns(one, now).to_dict() == {"accepted": 0, "rejected": {"stale": 1}}
+    assert store.measured()[a] == value
