@@ -247,3 +247,18 @@ def test_exports_refuse_a_schedule_that_is_not_one_on_the_fabric(capsys, tmp_pat
         rc, err = _cli(capsys, *argv)
         assert rc == 2 and err.startswith("error:"), (argv, err)
         assert not Path(argv[-1]).exists()
+
+
+@pytest.mark.parametrize("option", [("--pieces", "1000000"), ("--pieces", str(10 ** 20)), ("--block-kib", "1e400"),
+                                    ("--block-kib", "99999999999"), ("--max-real-s", "nan"),
+                                    ("--max-real-s", "1e400"), ("--collective-ms", "inf")])
+def test_loop_on_gloo_ranks_range_checks_before_launching(capsys, tmp_path, option):
+    """``--pieces 1000000`` and a NaN or infinite ``--max-real-s`` ran until killed,
+    ``--block-kib 1e400`` ended in a ValueError traceback."""
+    pytest.importorskip("torch")
+    scn = tmp_path / "s.json"
+    scn.write_text(json.dumps({"format": "mccl-scenario/1", "topology": TOPO_FILE, "collective": "allgather",
+                               "message_bytes": 1 << 20, "duration_ms": 100, "events": []}))
+    t0 = time.monotonic()
+    rc, err = _cli(capsys, "loop", "--executor", "gloo", "--scenario", str(scn), *option)
+    assert rc == 2 and option[0] in err and time.monotonic() - t0 < 20, err
