@@ -198,6 +198,9 @@ def test_a_schedule_file_whose_rate_beats_its_lp_bound_is_refused_everywhere(cap
     ("controller", "serve", "--topology", TOPO_FILE, "--synthesis", "ray://"),
     ("train", "--model", "llama3-405b", "--gpus", "1e400"),
     ("train", "--model", "llama3-405b", "--gpus", "12800000000"),
+    ("bench", "--repeat", str(10 ** 20)),                 # ran until killed
+    ("bench", "--suite", "lp", "--time-limit", "nan"),    # ran unlimited
+    ("bench", "--suite", "lp", "--time-limit", "-1"),     # a GurobiError traceback
 ])
 def test_new_commands_range_check_their_numbers_up_front(capsys, argv):
     t0 = time.monotonic()
