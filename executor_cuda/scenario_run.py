@@ -25,6 +25,8 @@ exits 2 with the message).
 
 from __future__ import annotations
 
+import math
+
 import os
 import re
 import signal
@@ -156,6 +158,13 @@ def plan_scales(scenario: Any, healthy: Any, cfg: GlooLoopConfig) -> tuple[int, 
     return block, byte_scale, cfg.collective_ms / 1e3 / fabric_s, fabric_s
 
 
+#: pieces per collective: each piece costs a round trip on gloo ranks, so a collective of
+#: more would not finish inside a scenario (``--pieces 1000000`` ran until killed)
+MAX_PIECES = 1024
+#: real bytes per block a CPU rank moves (1 GiB)
+MAX_BLOCK_KIB = float(1 << 20)
+
+
 def _check(scenario: Any, cfg: GlooLoopConfig) -> None:
     n = scenario.topology.num_gpus
     if cfg.world != n:
@@ -163,11 +172,13 @@ def _check(scenario: Any, cfg: GlooLoopConfig) -> None:
                         f"{scenario.topology.name!r}); pass --world {n}")
     if not 2 <= cfg.world <= 64:
         raise MCCLError(f"--world must be in [2, 64] for CPU ranks, got {cfg.world}")
-    if cfg.pieces < 1:
-        raise MCCLError(f"--pieces must be >= 1, got {cfg.pieces}")
-    for label, v in (("--block-kib", cfg.block_kib), ("--collective-ms", cfg.collective_ms)):
-        if not v > 0:
-            raise MCCLError(f"{label} must be > 0, got {v:g}")
+    if not 1 <= cfg.pieces <= MAX_PIECES:
+        raise MCCLError(f"--pieces must be in [1, {MAX_PIECES}], got {cfg.pieces}")
+    # finite and bounded: inf reached int() as a traceback, a NaN --max-real-s never stopped a run
+    for label, v, top in (("--block-kib", cfg.block_kib, MAX_BLOCK_KIB), ("--collective-ms", cfg.collective_ms, 1e6),
+                          ("--max-real-s", cfg.max_real_s, 86400.0)):
+        if not (math.isfinite(v) and 0 < v <= top):
+            raise MCCLError(f"{label} must be in (0, {top:g}], got {v:g}")
 
 
 def run_gloo_loop(scenario: Any, cfg: GlooLoopConfig) -> dict[str, Any]:

@@ -76,7 +76,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     f.add_argument("--key-file", help="shared key (the controller's): check the hosts' messages, sign the forwards")
     f.add_argument("--interval", type=_finite, default=0.05,
                    help="seconds between forwarded batches (default %(default)s: the executors' flush)")
-    f.add_argument("--id", type=int, metavar="N",
+    f.add_argument("--id", type=_reporter_id, metavar="N",
                    help="this front end's id, in [0, 2^30) and the same after a restart: forward pair telemetry "
                         "as one maximum per link instead of one row per pair (the same M; docs/scale.md)")
     f.add_argument("--allow-remote", action="store_true", help="allow binding a non-loopback address")
@@ -88,6 +88,18 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     add_arguments(lp)
     lp.set_defaults(handler=_loop)
+
+
+def _reporter_id(text: str) -> int:
+    """A front end's ``--id``, in [0, 2^30) (:data:`mccl_runtime.columns.MAX_REPORTER`),
+    checked before the controller is contacted."""
+    try:
+        value = int(text[:100])
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text[:40]!r} is not an integer") from None
+    if not 0 <= value < 1 << 30:
+        raise argparse.ArgumentTypeError(f"expected an integer in [0, 2^30), got {text[:40]!r}")
+    return value
 
 
 def _finite(text: str) -> float:
@@ -333,17 +345,30 @@ def _loop(args: argparse.Namespace) -> int:
 
 def _check_loop_flags(args: argparse.Namespace) -> None:
     """The built-in case's flags, held to the rules of a scenario file
-    (:mod:`.scenario`) before the simulation starts."""
+    (:mod:`.scenario`) before the simulation starts: every time and cost finite and in
+    range (``--t1-ms nan`` simulated forever, ``--size-mib 1e300`` overflowed, ``--seed -1``
+    reached numpy)."""
     import math
 
     from mccl_opt.errors import MCCLError
 
+    from .scenario import MAX_DURATION_MS, MAX_MESSAGE_BYTES, MAX_SEED
+
     if args.scenario or args.workload:
         return
-    for flag, value in (("--duration-ms", args.duration_ms), ("--size-mib", args.size_mib)):
-        if not (math.isfinite(value) and value > 0):
-            raise MCCLError(f"{flag} must be a positive number, got {value:g}")
+    for flag, value, top in (("--duration-ms", args.duration_ms, MAX_DURATION_MS),
+                             ("--size-mib", args.size_mib, MAX_MESSAGE_BYTES / 2**20)):
+        if not (math.isfinite(value) and 0 < value <= top):
+            raise MCCLError(f"{flag} must be a positive number at most {top:g}, got {value:g}")
     if not (math.isfinite(args.t0_ms) and 0 <= args.t0_ms < args.duration_ms):
         raise MCCLError(f"--t0-ms must be in [0, --duration-ms) = [0, {args.duration_ms:g}), got {args.t0_ms:g}")
+    if args.t1_ms is not None and not (math.isfinite(args.t1_ms) and args.t0_ms < args.t1_ms < args.duration_ms):
+        raise MCCLError(f"--t1-ms must be in (--t0-ms, --duration-ms) = ({args.t0_ms:g}, {args.duration_ms:g}), "
+                        f"got {args.t1_ms:g}")
     if not 0 <= args.noise < 0.5:
         raise MCCLError(f"--noise must be in [0, 0.5), got {args.noise:g}")
+    for flag, value in (("--probe-period-ms", args.probe_period_ms), ("--oob-ms", args.oob_ms)):
+        if not (math.isfinite(value) and 0 <= value <= args.duration_ms):
+            raise MCCLError(f"{flag} must be in [0, --duration-ms] = [0, {args.duration_ms:g}], got {value:g}")
+    if not 0 <= args.seed <= MAX_SEED:
+        raise MCCLError(f"--seed must be in [0, 2^63), got {args.seed}")

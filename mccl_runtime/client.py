@@ -29,6 +29,8 @@ ScheduleUpdate = tuple[str, str, int, Schedule]
 BUSY_RETRY_S = (0.05, 0.1, 0.2)
 #: seconds a subscription trusts the controller's answer to "which epoch is yours"
 EPOCH_CHECK_S = 1.0
+#: seconds before a subscription asks again about an epoch other than the one last named
+EPOCH_RECHECK_S = 0.05
 
 
 class ControllerClient:
@@ -236,10 +238,11 @@ class Subscription:
                 msg = decode(self._sock.recv_multipart()[-1], self.key, PUBLICATIONS, self.replay)
                 b = msg.body
                 update: ScheduleUpdate | HoldUpdate
+                comm, name, version = _publication_key(b)
                 if msg.type == "hold":
-                    update = HoldUpdate(str(b["comm"]), str(b["name"]), int(b["version"]), held_links(b["held"]))
+                    update = HoldUpdate(comm, name, version, held_links(b["held"]))
                 else:
-                    update = str(b["comm"]), str(b["name"]), int(b["version"]), Schedule.from_dict(b["schedule"])
+                    update = comm, name, version, Schedule.from_dict(b["schedule"])
                 if self.key and not self._fresh(msg):
                     raise ProtocolError("replayed", "a publication older than one already received")
                 return update
@@ -249,22 +252,26 @@ class Subscription:
 
     def _fresh(self, msg: Message) -> bool:
         """Whether a signed publication comes after the last one accepted (a new epoch
-        starts a new count); remembers it if so."""
+        starts a new count) and, with ``controller``, names the controller's epoch now
+        (so a publication of the epoch this subscriber knew, captured before a restart it
+        missed, is refused too: issue 27); remembers it if so."""
         seq = msg.seq if isinstance(msg.seq, int) and not isinstance(msg.seq, bool) else None
         if seq is None or (msg.epoch == self._last[0] and seq <= self._last[1]):
             return False
-        if msg.epoch != self._last[0] and self._last[0] is not None and not self._current(msg.epoch):
+        if not self._current(msg.epoch):
             return False
         self._last = (msg.epoch, seq)
         return True
 
     def _current(self, epoch: Any) -> bool:
-        """Whether ``epoch`` is the controller's own now (a signed ``ping``, at most one
-        per :data:`EPOCH_CHECK_S`); ``False`` when it cannot be asked in time."""
+        """Whether ``epoch`` is the controller's own now (a signed ``ping``; an answer is
+        trusted for :data:`EPOCH_CHECK_S`, one naming another epoch for
+        :data:`EPOCH_RECHECK_S`); ``False`` when it cannot be asked in time."""
         if self._controller is None:
             return True
         now = time.monotonic()
-        if now - self._checked[1] >= EPOCH_CHECK_S:
+        age = now - self._checked[1]
+        if age >= EPOCH_CHECK_S or (epoch != self._checked[0] and age >= EPOCH_RECHECK_S):
             try:
                 with ControllerClient(self._controller, self.key, self._timeout_s) as client:
                     self._checked = (client.ping().get("epoch"), now)
@@ -302,6 +309,17 @@ class Subscription:
     def close(self) -> None:
         self._stop_monitor()
         self._sock.close(0)
+
+
+def _publication_key(body: dict[str, Any]) -> tuple[str, str, int]:
+    """A publication's communicator, collective and version, as the controller sends
+    them (non-empty strings, a non-negative integer); else ``ProtocolError("bad_reply")``
+    (``"7"``, ``True`` or ``2.5`` were taken for versions)."""
+    comm, name, version = body.get("comm"), body.get("name"), body.get("version")
+    if not (isinstance(comm, str) and comm and isinstance(name, str) and name
+            and isinstance(version, int) and not isinstance(version, bool) and version >= 0):
+        raise ProtocolError("bad_reply", "a publication needs string 'comm' and 'name' and a version >= 0")
+    return comm, name, version
 
 
 class ShardedClient:

@@ -30,10 +30,18 @@ from mccl_opt.errors import MCCLError
 from mccl_opt.files import read_json
 from mccl_opt.topology import Topology
 
-__all__ = ["SCENARIO_FORMAT", "ScenarioError", "Event", "Scenario", "load_scenario", "parse_scenario"]
+__all__ = ["SCENARIO_FORMAT", "ScenarioError", "Event", "Scenario", "load_scenario", "parse_scenario",
+           "MAX_DURATION_MS", "MAX_MESSAGE_BYTES", "MAX_SEED"]
 
 SCENARIO_FORMAT = "mccl-scenario/1"
 COLLECTIVES = ("allgather", "alltoall")
+#: the longest simulated run (10 minutes; the paper's scenarios last seconds): a longer
+#: one is a typo that would simulate for hours (``1e300`` never ended)
+MAX_DURATION_MS = 600_000.0
+#: the largest message (1 PiB, as every byte-size option; ``1e300`` overflowed an int)
+MAX_MESSAGE_BYTES = float(1 << 50)
+#: seeds are numpy's: non-negative, below 2^63
+MAX_SEED = (1 << 63) - 1
 
 
 class ScenarioError(MCCLError, ValueError):
@@ -177,13 +185,18 @@ def parse_scenario(data: Any, base_dir: str | Path = ".") -> Scenario:
     if coll not in COLLECTIVES:
         raise ScenarioError(f"'collective' must be one of {COLLECTIVES}, got {coll!r}")
     size = _number(data, "message_bytes", "scenario")
+    if size > MAX_MESSAGE_BYTES:
+        raise ScenarioError(f"'message_bytes' must be at most {MAX_MESSAGE_BYTES:.0f} (1 PiB), got {size:g}")
     duration = _number(data, "duration_ms", "scenario") / 1e3
+    if duration * 1e3 > MAX_DURATION_MS:
+        raise ScenarioError(f"'duration_ms' must be at most {MAX_DURATION_MS:g} (10 simulated minutes), "
+                            f"got {duration * 1e3:g}")
     noise = _number(data, "noise", "scenario", positive=False, default=0.01)
     if not 0 <= noise < 0.5:
         raise ScenarioError(f"'noise' must be in [0, 0.5), got {noise:g}")
     seed = data.get("seed", 0)
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise ScenarioError(f"'seed' must be an integer, got {seed!r}")
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED:
+        raise ScenarioError(f"'seed' must be an integer in [0, 2^63), got {str(seed)[:40]}")
     raw_events = data.get("events", [])
     if not isinstance(raw_events, list):
         raise ScenarioError("'events' must be a list")

@@ -56,7 +56,7 @@ from .protocol import (MAX_BATCH_SAMPLES, MAX_REQUEST_BYTES, REPLAY_WINDOW_S, SC
                        ProtocolError, brief, encode)
 from .inbox import Inbox
 from .shards import shard_of
-from .state import StateWriter, load_state, remove_temporaries
+from .state import StateWriter, check_state_folder, load_state, remove_temporaries
 from .swap_holds import HOLD_WINDOW_S, SwapHolds
 from .telemetry import MeasurementStore
 
@@ -101,6 +101,8 @@ class ControllerService:
         self._pub_seq = 0
         self.clock = clock
         self.state_path = Path(state_path) if state_path else None
+        if self.state_path:
+            check_state_folder(self.state_path)
         self.writer = StateWriter(self.state_path, topo) if self.state_path else None
         self.durable = DurableState(self.writer)
         self.final_write_ok: bool | None = None    # after serve_forever: the last write's outcome

@@ -31,7 +31,7 @@ from mccl_opt.topology import Topology
 
 from .state_check import check_state
 
-__all__ = ["STATE_FORMAT", "StateWriter", "load_state", "remove_temporaries", "versions_dir"]
+__all__ = ["check_state_folder", "STATE_FORMAT", "StateWriter", "load_state", "remove_temporaries", "versions_dir"]
 
 STATE_FORMAT = "mccl-controller-state/2"
 _FORMATS = ("mccl-controller-state/1", STATE_FORMAT)
@@ -41,6 +41,25 @@ _VERSION_FILE = re.compile(r"[0-9a-f]{64}\.json")
 def versions_dir(path: Path) -> Path:
     """The folder of ``path``'s schedule version files."""
     return path.with_name(path.name + ".d")
+
+
+def check_state_folder(path: str | Path) -> None:
+    """Refuse, before the service starts, a state file whose folder is missing, not a
+    folder or not writable (a read-only file system: ``--state /sys/s.json``): no write
+    could ever succeed, so the controller would start read-only and acknowledge nothing.
+    A disk that fails later (full, I/O errors) puts a running service in read-only mode
+    instead (:mod:`.durability`)."""
+    folder = Path(path).parent
+    if not folder.is_dir():
+        raise MCCLError(f"controller state {str(path)!r}: its folder {str(folder)!r} does not exist "
+                        "(create it first)")
+    try:                                          # an empty file: creatable even on a full disk
+        fd, probe = tempfile.mkstemp(prefix=f".{Path(path).name}.", suffix=".tmp", dir=folder)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        raise MCCLError(f"controller state {str(path)!r}: cannot create a file in its folder {str(folder)!r} "
+                        f"({exc.strerror}); pick a writable folder") from None
 
 
 def _write_atomic(path: Path, data: bytes) -> None:

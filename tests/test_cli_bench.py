@@ -112,7 +112,7 @@ def test_bad_arguments_fail_before_any_run(capsys):
     code, _, err = _bench(capsys, "--backends", "cplex")
     assert code == 2 and "unknown backend(s) cplex" in err
     code, _, err = _bench(capsys, "--repeat", "0")
-    assert code == 2 and "--repeat must be >= 1" in err
+    assert code == 2 and "--repeat must be in [1, 1000]" in err
     code, _, err = _bench(capsys, "--sizes", "1x2")
     assert code == 2 and "SxHxN" in err
     code, _, err = _bench(capsys, "--failures", "fail9")

@@ -146,3 +146,26 @@ def test_serve_exits_2_when_its_final_write_fails(tmp_path):
     err_text = proc.stderr.read()
     assert "final state write" in err_text and "failed" in err_text and "state saved" not in err_text
     assert err_text.count("READ-ONLY") == 1 and "Traceback" not in err_text
+
+
+@pytest.mark.parametrize("where", ["missing", "file", "readonly_fs"])
+def test_a_state_folder_no_write_could_reach_is_refused_before_serving(tmp_path, where):
+    """A typo'd or read-only state folder: before, the controller started read-only and
+    acknowledged nothing until stopped; now the start is refused (a disk that fails
+    later still gives read-only mode, above)."""
+    from mccl_opt.errors import MCCLError
+    from mccl_runtime.service import ControllerService
+    from tests.test_runtime_manager import TOPO
+
+    if where == "readonly_fs":
+        import os
+        if not os.path.isdir("/sys/kernel"):
+            pytest.skip("no sysfs")
+        state = "/sys/mccl-state.json"                    # sysfs refuses new files, even to root
+    elif where == "file":
+        (tmp_path / "f").write_text("x")
+        state = str(tmp_path / "f" / "state.json")
+    else:
+        state = str(tmp_path / "no" / "such" / "state.json")
+    with pytest.raises(MCCLError, match="folder"):
+        ControllerService(TOPO, "tcp://127.0.0.1:0", state_path=state)

@@ -7,6 +7,7 @@ a MemoryError or a silent acceptance."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -180,3 +181,87 @@ def test_a_schedule_file_whose_rate_beats_its_lp_bound_is_refused_everywhere(cap
                      ("export", "msccl", str(sched), "-o", str(tmp_path / "x.xml"))):
             rc, err = _cli(capsys, *argv)
             assert rc == 2 and "lp_rate_gbps" in err, (argv, err)
+
+
+@pytest.mark.parametrize("argv", [
+    # mccl loop's built-in case: each of these ran (a hang, an OverflowError or a numpy
+    # ValueError traceback, or a silent NaN) before the flags were range-checked
+    ("loop", "--t1-ms", "nan"), ("loop", "--t1-ms", "1e400"), ("loop", "--t1-ms", "10"),
+    ("loop", "--size-mib", "1e300"), ("loop", "--duration-ms", "1e300"), ("loop", "--seed", "-1"),
+    ("loop", "--probe-period-ms", "nan"), ("loop", "--oob-ms", "-1"), ("loop", "--oob-ms", "nan"),
+    ("loop", "--pieces", "nan"),
+    ("controller", "frontend", "--topology", TOPO_FILE, "--upstream", "ipc:///nonexistent/x", "--id", "-1"),
+    ("controller", "frontend", "--topology", TOPO_FILE, "--upstream", "ipc:///nonexistent/x", "--id", str(1 << 30)),
+    ("controller", "frontend", "--topology", TOPO_FILE, "--upstream", "ipc:///nonexistent/x", "--interval", "nan"),
+    ("controller", "serve", "--topology", TOPO_FILE, "--shards", str(2 ** 64)),
+    ("controller", "serve", "--topology", TOPO_FILE, "--frontends", "-1"),
+    ("controller", "serve", "--topology", TOPO_FILE, "--synthesis", "ray://"),
+    ("train", "--model", "llama3-405b", "--gpus", "1e400"),
+    ("train", "--model", "llama3-405b", "--gpus", "12800000000"),
+    ("bench", "--repeat", str(10 ** 20)),                 # ran until killed
+    ("bench", "--suite", "lp", "--time-limit", "nan"),    # ran unlimited
+    ("bench", "--suite", "lp", "--time-limit", "-1"),     # a GurobiError traceback
+])
+def test_new_commands_range_check_their_numbers_up_front(capsys, argv):
+    t0 = time.monotonic()
+    rc, err = _cli(capsys, *argv)
+    assert rc == 2 and "error" in err, err
+    assert time.monotonic() - t0 < 5                  # refused before any fabric, socket or solve
+
+
+def test_export_mscclpp_bounds_gpus_per_node(capsys, tmp_path):
+    sched = tmp_path / "s.json"
+    assert _cli(capsys, "solve", "allgather", TOPO_FILE, "-o", str(sched))[0] == 0
+    rc, err = _cli(capsys, "export", "mscclpp", str(sched), "-o", str(tmp_path / "p.json"),
+                   "--gpus-per-node", str(10 ** 23))
+    assert rc == 2 and "gpus-per-node" in err and not (tmp_path / "p.json").exists()
+
+
+@pytest.mark.parametrize("field, value, words", [
+    ("duration_ms", 1e300, "duration_ms"), ("message_bytes", 1e300, "message_bytes"),
+    ("seed", -1, "seed"), ("seed", 2 ** 64, "seed")])
+def test_scenario_files_are_held_to_the_same_bounds(field, value, words):
+    from mccl_runtime.scenario import ScenarioError, parse_scenario
+
+    data = {"format": "mccl-scenario/1", "topology": TOPO.to_dict(), "collective": "allgather",
+            "message_bytes": 1 << 20, "duration_ms": 100, field: value}
+    with pytest.raises(ScenarioError, match=words):
+        parse_scenario(data)
+
+
+@pytest.mark.parametrize("collective", ["allgather", "alltoall"])
+@pytest.mark.parametrize("edit", ["duplicate", "stranger", "nan", "negative", "string"])
+def test_exports_refuse_a_schedule_that_is_not_one_on_the_fabric(capsys, tmp_path, collective, edit):
+    """``export teccl-flows --topology`` wrote a schedule with a repeated GPU, and one
+    naming a GPU the fabric lacks ended in a KeyError traceback; ``export forestcoll``
+    wrote a repeated GPU.  Every exporter now checks the schedule first."""
+    sched = tmp_path / "s.json"
+    assert _cli(capsys, "solve", collective, TOPO_FILE, "-o", str(sched))[0] == 0
+    data = json.loads(sched.read_text())
+    gpus = data["gpus"]
+    data.update({"duplicate": {"gpus": gpus[:-1] + gpus[:1]}, "stranger": {"gpus": gpus[:-1] + ["zz"]},
+                 "nan": {"rate_gbps": math.nan}, "negative": {"rate_gbps": -1.0},
+                 "string": {"rate_gbps": "400"}}[edit])
+    sched.write_text(json.dumps(data))
+    argvs = [("export", "teccl-flows", str(sched), "--topology", TOPO_FILE, "-o", str(tmp_path / "f.json"))]
+    if collective == "allgather" and edit != "stranger":      # a renamed GPU is a schedule on its own paths
+        argvs.append(("export", "forestcoll", str(sched), "-o", str(tmp_path / "f.xml")))
+    for argv in argvs:
+        rc, err = _cli(capsys, *argv)
+        assert rc == 2 and err.startswith("error:"), (argv, err)
+        assert not Path(argv[-1]).exists()
+
+
+@pytest.mark.parametrize("option", [("--pieces", "1000000"), ("--pieces", str(10 ** 20)), ("--block-kib", "1e400"),
+                                    ("--block-kib", "99999999999"), ("--max-real-s", "nan"),
+                                    ("--max-real-s", "1e400"), ("--collective-ms", "inf")])
+def test_loop_on_gloo_ranks_range_checks_before_launching(capsys, tmp_path, option):
+    """``--pieces 1000000`` and a NaN or infinite ``--max-real-s`` ran until killed,
+    ``--block-kib 1e400`` ended in a ValueError traceback."""
+    pytest.importorskip("torch")
+    scn = tmp_path / "s.json"
+    scn.write_text(json.dumps({"format": "mccl-scenario/1", "topology": TOPO_FILE, "collective": "allgather",
+                               "message_bytes": 1 << 20, "duration_ms": 100, "events": []}))
+    t0 = time.monotonic()
+    rc, err = _cli(capsys, "loop", "--executor", "gloo", "--scenario", str(scn), *option)
+    assert rc == 2 and option[0] in err and time.monotonic() - t0 < 20, err

@@ -255,3 +255,171 @@ def test_a_subscription_from_a_client_knows_the_epoch_it_started_in(tmp_path):
             sub = client.subscribe()
             assert sub._last[0] == svc.epoch
             sub.close()
+
+
+def _pub_sub(key=KEY, **sub_kw):
+    """An XPUB standing in for the controller's publisher, and a subscription to it."""
+    ctx = zmq.Context.instance()
+    pub = ctx.socket(zmq.XPUB)
+    pub.setsockopt(zmq.LINGER, 0)
+    port = pub.bind_to_random_port("tcp://127.0.0.1")
+    sub = Subscription(ctx, f"tcp://127.0.0.1:{port}", key, **sub_kw)
+    assert pub.poll(5000) and pub.recv()[:1] == b"\x01"
+    return pub, sub
+
+
+def _hold(version=2, held=(("s0h0g0", "s0tor0"),), **body):
+    return {"comm": "w", "name": "x", "version": version, "held": [list(h) for h in held], **body}
+
+
+def test_a_replayed_forged_or_malformed_hold_is_refused():
+    """Issue 27: swap holds travel on the schedule topic with the same signature, nonce,
+    epoch and ``seq`` rules as versions; a hold sent again (same bytes, or re-signed with
+    an old ``seq``), signed with another key, or with a version or link list no
+    controller sends, never reaches the executor."""
+    pub, sub = _pub_sub()
+    try:
+        epoch = new_id()
+        first = encode("hold", _hold(), KEY, epoch=epoch, seq=4)
+        bad = [first,                                                         # the same bytes again
+               encode("hold", _hold(), KEY, epoch=epoch, seq=4),              # a fresh nonce, same seq
+               encode("hold", _hold(held=()), KEY, epoch=epoch, seq=3),       # an older release
+               encode("hold", _hold(), b"x" * 32, epoch=epoch, seq=9),        # another key
+               encode("hold", _hold(version="7"), KEY, epoch=epoch, seq=10),
+               encode("hold", _hold(version=True), KEY, epoch=epoch, seq=11),
+               encode("hold", _hold(version=-1), KEY, epoch=epoch, seq=12),
+               encode("hold", _hold(version=2.5), KEY, epoch=epoch, seq=13),
+               encode("hold", {**_hold(), "held": [["a"]]}, KEY, epoch=epoch, seq=14),
+               encode("hold", _hold(comm={"a": 1}), KEY, epoch=epoch, seq=15),
+               encode("hold", _hold(), KEY, epoch=epoch, seq=None),
+               encode("hold", _hold(), None)]                                  # unsigned
+        pub.send_multipart([b"schedule", first])
+        got = sub.recv_any(2.0)
+        assert got is not None and got.version == 2 and got.held
+        for msg in bad:
+            pub.send_multipart([b"schedule", msg])
+        assert sub.recv_any(1.0) is None and sub.rejected == len(bad)
+        pub.send_multipart([b"schedule", encode("hold", _hold(held=()), KEY, epoch=epoch, seq=20)])
+        got = sub.recv_any(2.0)
+        assert got is not None and not got.held                               # the genuine release
+    finally:
+        sub.close()
+        pub.close(0)
+
+
+def test_a_hold_from_before_a_restart_is_refused_after_it(tmp_path):
+    """A hold captured in the controller's previous start and replayed to a subscriber
+    that missed the restart: refused (the controller names another epoch), and a genuine
+    hold of the new start is taken."""
+    ep, state = f"ipc://{tmp_path}/ctl", tmp_path / "state.json"
+    with Keyed(ep, state) as svc:
+        before = svc.epoch
+    with Keyed(ep, state) as svc:
+        pub, sub = _pub_sub(epoch=before, controller=ep, timeout_s=5.0)
+        try:
+            pub.send_multipart([b"schedule", encode("hold", _hold(), KEY, epoch=before, seq=99)])
+            pub.send_multipart([b"schedule", encode("hold", _hold(), KEY, epoch=new_id(), seq=99)])
+            assert sub.recv_any(1.5) is None and sub.rejected == 2
+            pub.send_multipart([b"schedule", encode("hold", _hold(), KEY, epoch=svc.epoch, seq=1)])
+            assert sub.recv_any(2.0) is not None
+        finally:
+            sub.close()
+            pub.close(0)
+
+
+def _send_frames(endpoint: str, messages: list[list[bytes]]) -> list[str]:
+    """Each multipart message on a raw socket; the reply's type, or its error reason."""
+    sock = zmq.Context.instance().socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.connect(endpoint)
+    out = []
+    try:
+        for frames in messages:
+            sock.send_multipart([b"", *frames])
+            assert sock.poll(5000), "no reply within 5 s"
+            msg = decode(sock.recv_multipart()[-1], KEY)
+            out.append(msg.body["reason"] if msg.type == "error" else msg.type)
+    finally:
+        sock.close(0)
+    return out
+
+
+def test_a_column_batch_captured_before_a_restart_is_refused_after_it(tmp_path):
+    """The binary path (``telemetry_columns``, a front end's forward included) under the
+    JSON path's rules: a replay within the start (same nonce, or the same ``seq``
+    re-signed), a tampered column, a batch of the previous start and one of a fresh
+    start are all refused and nothing of them is applied."""
+    from mccl_runtime.columns import ColumnBatch
+    from mccl_runtime.frontend import FrontEndFold
+    from mccl_runtime.protocol import encode_frames
+
+    ep, state = f"ipc://{tmp_path}/ctl", tmp_path / "state.json"
+    client = new_id()
+    with Keyed(ep, state) as svc:
+        raw = ColumnBatch.from_samples(TOPO, _degraded(time.time()))
+        fold = FrontEndFold(TOPO, 1.0)
+        fold.ingest(_degraded(time.time()))
+        folded = fold.interval()
+        msgs = [encode_frames("telemetry_columns", *b.to_frames(), KEY, epoch=svc.epoch, client=client, seq=s)
+                for b, s in ((raw, 1), (folded, 2))]
+        body, frames = raw.to_frames()
+        again = encode_frames("telemetry_columns", body, frames, KEY, epoch=svc.epoch, client=client, seq=2)
+        tampered = [*msgs[0][:2], *frames[:3], bytes(len(frames[3])), frames[4]]
+        assert _send_frames(ep, [msgs[0], msgs[1], msgs[0], again, tampered]) == \
+            ["ok", "ok", "replayed", "replayed", "bad_signature"]
+        assert svc.store.accepted == 4
+    for st in (state, tmp_path / "fresh.json"):
+        with Keyed(ep, st) as svc:
+            measured, accepted = svc.store.measured().copy(), svc.store.accepted
+            assert _send_frames(ep, msgs) == ["wrong_epoch", "wrong_epoch"]
+            assert svc.store.accepted == accepted and (svc.store.measured() == measured).all()
+
+
+def test_a_message_for_one_front_end_is_refused_by_its_restart_and_by_the_controller():
+    """Telemetry signed for a front end (its epoch) and captured: replayed to the front
+    end after a restart, or straight to the controller, is refused; nothing of it is
+    folded or forwarded."""
+    from mccl_runtime.columns import ColumnBatch
+    from mccl_runtime.protocol import encode_frames
+    from tests.test_runtime_frontend import FrontEnd, _fail2
+    from tests.test_runtime_service import Server
+
+    with Server(key=KEY) as svc:
+        with FrontEnd(svc.endpoint, key=KEY) as fe:
+            fields = {"epoch": fe.gate.epoch, "client": new_id(), "seq": 1}
+            now = time.time()
+            body, frames = ColumnBatch.from_samples(TOPO, _fail2(now + 1e-3, "s0h0g1", "s0tor1")).to_frames()
+            captured = [[encode("telemetry", {"samples": _fail2(now)}, KEY, **fields)],
+                        encode_frames("telemetry_columns", body, frames, KEY, **{**fields, "seq": 2})]
+            assert _send_frames(fe.endpoint, captured) == ["ok", "ok"]
+            assert fe.fold.store.accepted == 4
+            first = fe.gate.epoch
+        with FrontEnd(svc.endpoint, key=KEY) as fe:      # the restarted front end: a new epoch
+            assert fe.gate.epoch != first
+            assert _send_frames(fe.endpoint, captured) == ["wrong_epoch", "wrong_epoch"]
+            assert fe.fold.store.accepted == 0
+        accepted = svc.store.accepted                    # the first front end's forwards: 4 samples
+        assert accepted == 4
+        assert _send_frames(svc.endpoint, captured) == ["wrong_epoch", "wrong_epoch"]
+        assert svc.store.accepted == accepted
+
+
+def test_binary_samples_too_old_from_the_future_or_repeated_are_not_applied():
+    """The binary path's ``t`` column under the JSON path's rules: 0, -1e300, a minute
+    old: ``too_old``; +1e300: ``future``; NaN and inf: ``nan``; a repeat of the last
+    applied time on a channel: ``stale`` (never folded twice)."""
+    from mccl_runtime.columns import ColumnBatch
+
+    now = 1e9
+    store = MeasurementStore(TOPO, alpha=0.5, clock=lambda: now)
+    a = TOPO.link_index("s0h0g0", "s0tor0")
+    ts = [0.0, -1e300, now - 61.0, 1e300, float("nan"), float("inf")]
+    batch = ColumnBatch.build(TOPO, [0] * len(ts), [a] * len(ts), [0] * len(ts), [50.0] * len(ts), ts)
+    assert store.ingest_columns(batch, now).to_dict() == \
+        {"accepted": 0, "rejected": {"too_old": 3, "future": 1, "nan": 2}}
+    assert store.measured()[a] == TOPO.arrays.capacity[a]
+    one = ColumnBatch.build(TOPO, [0], [a], [0], [100.0], [now - 1.0])
+    assert store.ingest_columns(one, now).accepted == 1
+    value = store.measured()[a]
+    assert store.ingest_columns(one, now).to_dict() == {"accepted": 0, "rejected": {"stale": 1}}
+    assert store.measured()[a] == value

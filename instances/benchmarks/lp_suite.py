@@ -73,7 +73,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--models", default=None,
                         help="--suite lp: comma-separated models to run (compact,master; "
                              "default both)")
-    parser.add_argument("--time-limit", type=float, default=TIME_LIMIT,
+    from mccl_opt.cli._inputs import number_arg
+
+    # finite and positive: NaN ran unlimited, -1 reached Gurobi as a traceback
+    parser.add_argument("--time-limit", type=number_arg(float, 0.0, low_open=True, high=1e9,
+                                                        expected="seconds in (0, 1e9]"), default=TIME_LIMIT,
                         help=f"--suite lp: seconds per solve (default {TIME_LIMIT:g})")
 
 

@@ -36,7 +36,7 @@ import numpy as np
 
 from .. import progress
 from ..errors import SolveError
-from .master import MasterSolution, RestrictedMaster
+from .master import MasterSolution, MasterTimeUp, RestrictedMaster
 from .pricing import price_paths
 from .problem import Problem
 
@@ -200,7 +200,12 @@ def column_generation(master: RestrictedMaster, prob: Problem, max_steps: int, *
         remaining = (None if deadline is None or last is None
                      else max(deadline - time.perf_counter(), 1e-3))
         t0 = time.perf_counter()
-        sol = master.solve(f"{label}, round {rnd}", time_limit=remaining)
+        try:
+            sol = master.solve(f"{label}, round {rnd}", time_limit=remaining)
+        except MasterTimeUp:                      # cut short before any solution: keep the last
+            lp_s += time.perf_counter() - t0
+            status = CGStatus.TIME_LIMIT
+            break
         lp_s += time.perf_counter() - t0
         iters += sol.iterations
         if sol.status.is_limit and last is not None:

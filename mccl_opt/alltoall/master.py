@@ -19,7 +19,13 @@ from ..backends.base import Basis
 from ..errors import SolveError
 from .pool import ColumnPool
 
-__all__ = ["ColumnPool", "MasterSolution", "RestrictedMaster", "BASIS_TRY_ITERATIONS"]
+__all__ = ["ColumnPool", "MasterSolution", "RestrictedMaster", "MasterTimeUp", "BASIS_TRY_ITERATIONS"]
+
+
+class MasterTimeUp(SolveError):
+    """The time limit stopped a master solve before it had a solution (the backend
+    reports none at a limit until it has a feasible basis): the round is over, the
+    previous round's solution stands (:func:`~.colgen.column_generation`)."""
 
 #: Pivots a solve started from a carried-over basis may take before the master is
 #: rebuilt and solved from scratch (a reusable basis needs none; see :mod:`.warm`).
@@ -308,6 +314,9 @@ class RestrictedMaster:
             self._kept = None
         ok = sol.status is SolveStatus.OPTIMAL or (sol.status.is_limit and sol.x is not None
                                                    and sol.row_duals is not None)
+        if not ok and sol.status.is_limit and time_limit is not None:
+            raise MasterTimeUp(f"{where}: the time limit ({time_limit:.3g} s) came before the restricted "
+                               f"master had a solution")
         if not ok or sol.x is None or sol.row_duals is None:
             raise SolveError(
                 f"{where}: the restricted master ended with status {sol.status.value!r} on "

@@ -77,11 +77,15 @@ def _progress(force: bool | None):
     return show, reporter
 
 
+#: timed rounds per case
+MAX_REPEAT = 1000
+
+
 def _bench(args: argparse.Namespace) -> int:
     from ._guard import output_path
 
-    if args.repeat < 1:
-        raise MCCLError(f"--repeat must be >= 1, got {args.repeat}")
+    if not 1 <= args.repeat <= MAX_REPEAT:             # 10^20 timed rounds ran until killed
+        raise MCCLError(f"--repeat must be in [1, {MAX_REPEAT}], got {args.repeat}")
     output_path(args.out, "--out")
     output_path(args.png, "--png")
     if args.suite == "lp":

@@ -18,7 +18,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ._inputs import number_arg
+from ._inputs import MAX_COUNT, number_arg
 
 MODEL_CHOICES = ("compact", "master", "switch-removal")
 
@@ -116,7 +116,7 @@ def _register_mscclpp(group: argparse._SubParsersAction) -> None:
     p.add_argument("--channel-type", default="port", choices=["port", "memory"],
                    help="channel of every GPU pair: port (proxy: IB across nodes, IPC inside) or memory "
                         "(CUDA IPC, one node) (default %(default)s)")
-    p.add_argument("--gpus-per-node", type=number_arg(int, 1, expected="a positive integer"),
+    p.add_argument("--gpus-per-node", type=number_arg(int, 1, high=MAX_COUNT, expected="an integer in [1, 2^20]"),
                    help="ranks per node: pairs inside a node use memory channels, the others "
                         "--channel-type (default: --channel-type for every pair)")
     p.add_argument("--threads", type=number_arg(int, 32, high=1024, expected="an integer in [32, 1024]"),

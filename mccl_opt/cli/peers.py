@@ -94,6 +94,18 @@ def _node_link(data):
                             "networkx.node_link_data") from None
 
 
+def _self_consistent(path: str, sched) -> None:
+    """A schedule exported without its topology must be a schedule on its own paths
+    (:func:`._guard.check_self_consistent`: a repeated GPU, an undelivered block)."""
+    from ..errors import ScheduleError
+    from ._guard import check_self_consistent
+
+    try:
+        check_self_consistent(sched)
+    except ScheduleError as exc:
+        raise ScheduleError(f"{path}: {exc}") from None
+
+
 def _export_forestcoll(args: argparse.Namespace) -> int:
     from ..interop.forestcoll import to_forestcoll_xml
     from ..schedule import Schedule
@@ -101,6 +113,7 @@ def _export_forestcoll(args: argparse.Namespace) -> int:
 
     output_path(args.output, "-o")
     sched = Schedule.load(args.schedule)
+    _self_consistent(args.schedule, sched)
     with open(args.output, "w") as fh:
         fh.write(to_forestcoll_xml(sched))
     print(f"wrote {args.output} ({len(sched.chunks)} trees)", file=sys.stderr)
@@ -109,15 +122,20 @@ def _export_forestcoll(args: argparse.Namespace) -> int:
 
 def _export_flows(args: argparse.Namespace) -> int:
     from ..interop.teccl_alltoall import to_teccl_alltoall
+    from ..errors import ScheduleError
     from ..interop.teccl_flows import FLOWS_KEY, to_teccl_flows
     from ..schedule import Schedule
-    from ._guard import output_path
+    from ._guard import output_path, structure_problem
     from ._inputs import load_topology
 
     output_path(args.output, "-o")
     sched = Schedule.load(args.schedule)
+    topo = load_topology(args.topology)
+    problem = structure_problem(topo, sched)         # a GPU list with a stranger was a KeyError
+    if problem is not None:
+        raise ScheduleError(f"{args.schedule}: {problem}")
     write = to_teccl_alltoall if sched.collective == "alltoall" else to_teccl_flows
-    data = write(sched, load_topology(args.topology))
+    data = write(sched, topo)
     with open(args.output, "w") as fh:
         json.dump(data, fh, indent=1)
     print(f"wrote {args.output} ({len(data[FLOWS_KEY])} flow lines)", file=sys.stderr)
