@@ -33,8 +33,8 @@ from .client import ShardedClient
 from .columns import ColumnBatch
 from .endpoints import ephemeral, is_loopback
 from .frontend import FrontEndFold
-from .gate import RequestGate
-from .protocol import MAX_BATCH_SAMPLES, MAX_REQUEST_BYTES, Message, ProtocolError, brief
+from .gate import RequestGate, telemetry_samples
+from .protocol import MAX_REQUEST_BYTES, Message, ProtocolError, brief
 
 __all__ = ["FrontEndService"]
 
@@ -162,12 +162,7 @@ class FrontEndService:
         if msg.type == "telemetry_columns":
             return "ok", self.fold.ingest_columns(ColumnBatch.from_frames(b, columns, self.topo)).to_dict()
         if msg.type == "telemetry":
-            samples = b.get("samples")
-            if not isinstance(samples, list):
-                raise ProtocolError("bad_body", "telemetry body needs 'samples': a list of samples")
-            if len(samples) > MAX_BATCH_SAMPLES:
-                raise ProtocolError("too_large", f"{len(samples)} samples in one request; at most "
-                                                 f"{MAX_BATCH_SAMPLES} (split the batch)")
+            samples = telemetry_samples(b)
             return "ok", self.fold.ingest(samples).to_dict()
         if msg.type == "ping":
             return "ok", {"frontend": True, "topology": self.topo.name, "epoch": self.gate.epoch,

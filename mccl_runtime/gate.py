@@ -18,10 +18,10 @@ from typing import Any, Callable
 
 from mccl_opt.errors import MCCLError
 
-from .protocol import (MAX_REQUEST_BYTES, MUTATING, REPLAY_WINDOW_S, REQUESTS, Message, ProtocolError,
+from .protocol import (MAX_BATCH_SAMPLES, MAX_REQUEST_BYTES, MUTATING, REPLAY_WINDOW_S, REQUESTS, Message, ProtocolError,
                        ReplayGuard, SequenceGuard, decode, encode, split_frames)
 
-__all__ = ["RequestGate", "MAX_ERROR_CHARS"]
+__all__ = ["RequestGate", "MAX_ERROR_CHARS", "telemetry_samples"]
 
 #: characters of an error reply's message
 MAX_ERROR_CHARS = 300
@@ -84,3 +84,15 @@ class RequestGate:
     def encode(self, type_: str, body: dict[str, Any]) -> bytes:
         """A reply, signed with this start's epoch (a client learns the epoch from it)."""
         return encode(type_, body, self.key, epoch=self.epoch)
+
+
+def telemetry_samples(body: dict[str, Any]) -> list[Any]:
+    """The ``samples`` list of a ``telemetry`` request body, at most
+    ``MAX_BATCH_SAMPLES`` of them; :class:`ProtocolError` otherwise (both services)."""
+    samples = body.get("samples")
+    if not isinstance(samples, list):
+        raise ProtocolError("bad_body", "telemetry body needs 'samples': a list of samples")
+    if len(samples) > MAX_BATCH_SAMPLES:
+        raise ProtocolError("too_large", f"{len(samples)} samples in one request; at most "
+                                         f"{MAX_BATCH_SAMPLES} (split the batch)")
+    return samples

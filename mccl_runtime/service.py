@@ -51,8 +51,8 @@ from .durability import DurableState
 from .endpoints import ephemeral, is_loopback
 from .manager import Event, Policy, ScheduleManager, Synthesizer
 from .pool import SynthesisPool
-from .gate import MAX_ERROR_CHARS, RequestGate
-from .protocol import (MAX_BATCH_SAMPLES, MAX_REQUEST_BYTES, REPLAY_WINDOW_S, SCHEDULE_TOPIC, Message,
+from .gate import MAX_ERROR_CHARS, RequestGate, telemetry_samples
+from .protocol import (MAX_REQUEST_BYTES, REPLAY_WINDOW_S, SCHEDULE_TOPIC, Message,
                        ProtocolError, brief, encode)
 from .inbox import Inbox
 from .shards import shard_of
@@ -300,12 +300,7 @@ class ControllerService:
                           "alpha": self.store.alpha, "estimator": self.store.estimator, "read_only": self.durable.failure,
                           "shard": None if self.shard is None else self.shard[0], "shards": self.shard_endpoints}
         if msg.type == "telemetry":
-            samples = b.get("samples")
-            if not isinstance(samples, list):
-                raise ProtocolError("bad_body", "telemetry body needs 'samples': a list of samples")
-            if len(samples) > MAX_BATCH_SAMPLES:
-                raise ProtocolError("too_large", f"{len(samples)} samples in one request; at most "
-                                                 f"{MAX_BATCH_SAMPLES} (split the batch)")
+            samples = telemetry_samples(b)
             return "ok", self._ingested(len(samples), self.store.ingest(samples, now).to_dict(), now)
         if msg.type == "register":
             return "ok", {"registered": self.register(_field(b, "comm"), _field(b, "name"), _field(b, "kind"), now,

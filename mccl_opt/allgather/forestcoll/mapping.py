@@ -121,12 +121,7 @@ def _straddle_cuts(parents, mult, base, seg_hi, first_seg):
             a = parents[c, v]
             if a < 0:
                 continue
-            lo = base[a] + consumed[a]
-            consumed[a] += m
-            s = cur[a]
-            while seg_hi[s] <= lo:
-                s += 1
-            cur[a] = s
+            lo, s = _take_units(a, m, base, consumed, cur, seg_hi)
             while seg_hi[s] < lo + m:           # a boundary inside this class's units
                 cuts[k] = seg_hi[s] - lo
                 k += 1
@@ -169,6 +164,19 @@ def _ranks_depths(arcs, tail):
 
 
 @njit(cache=True)
+def _take_units(a, m, base, consumed, cur, seg_hi):
+    """A class takes ``m`` units of link ``a`` from its running offset: the offset of its
+    first unit and the bundle segment that unit lies in (the link's cursor moves there)."""
+    lo = base[a] + consumed[a]
+    consumed[a] += m
+    s = cur[a]
+    while seg_hi[s] <= lo:
+        s += 1
+    cur[a] = s
+    return lo, s
+
+
+@njit(cache=True)
 def _segments(parents, mult, base, seg_hi, first_seg, depth):
     """Per class, the bundle segment (physical path) of every tree edge, ordered by the
     depth of its head, then rank; and the multiplicity riding every segment.  A link's
@@ -189,12 +197,7 @@ def _segments(parents, mult, base, seg_hi, first_seg, depth):
             a = parents[c, v]
             if a < 0:
                 continue
-            lo = base[a] + consumed[a]
-            consumed[a] += m
-            s = cur[a]
-            while seg_hi[s] <= lo:
-                s += 1
-            cur[a] = s
+            lo, s = _take_units(a, m, base, consumed, cur, seg_hi)
             if lo + m > seg_hi[s]:
                 return None, used
             seg[v] = s
