@@ -41,7 +41,7 @@ from ..report import Attempt, Method
 from ..schedule import Schedule, bottleneck_links, schedule_rate, share_loads
 from ..topology import Topology
 from .budget import EXACT_TREES_LIMIT
-from .fabric import fabric_of
+from .fabric import fabric_of, switches_balanced
 from .forestcoll.pipeline import gbps
 from .forestcoll.throughput import optimal_rate
 
@@ -54,9 +54,6 @@ __all__ = ["Declined", "Trail", "ForestColl", "EXACT_TREES_LIMIT", "RESTRICTION_
 #: on HPN 1x2x8 with one NVLink at 360 Gbps one way, where the general method rounds to
 #: 190.5; from 128 GPUs it stayed within 1 %)
 RESTRICTION_ROUNDING_GAP = 0.05
-
-#: relative tolerance of the balance test (capacities summed in another order)
-_BALANCE_TOL = 1e-12
 
 #: relative tolerance of "the weaker-direction optimum reaches the cut bound" (both are
 #: exact rationals of the quantized capacities; this only absorbs the Gbps conversion)
@@ -101,15 +98,6 @@ class Trail:
         self.add(Attempt(method, time.perf_counter() - t,
                          f"declined: {result.reason}" if isinstance(result, Declined) else outcome))
         return result
-
-
-def switches_balanced(topo: Topology) -> bool:
-    """Whether every switch's in-capacity equals its out-capacity."""
-    arr = topo.arrays
-    out = np.bincount(arr.tail, weights=arr.capacity, minlength=topo.num_nodes)
-    into = np.bincount(arr.head, weights=arr.capacity, minlength=topo.num_nodes)
-    sw = arr.is_switch
-    return bool(np.all(np.abs(out[sw] - into[sw]) <= _BALANCE_TOL * np.maximum(out[sw], into[sw])))
 
 
 def cut_bound_gbps(topo: Topology) -> float | None:

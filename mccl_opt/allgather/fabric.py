@@ -21,7 +21,10 @@ from ..errors import TopologyError
 from ..topology import Topology
 from .forestcoll.throughput import Fabric
 
-__all__ = ["quantum_for", "fabric_of"]
+__all__ = ["quantum_for", "fabric_of", "switches_balanced"]
+
+#: relative tolerance of the balance test (capacities summed in another order)
+_BALANCE_TOL = 1e-12
 
 #: largest quantized capacity allowed, so that products stay inside int64
 MAX_UNITS = 1 << 40
@@ -45,3 +48,12 @@ def fabric_of(topo: Topology, capacity: np.ndarray | None = None) -> tuple[Fabri
     q = quantum_for(cap)
     cap_q = np.rint(cap / q).astype(np.int64)
     return Fabric.build(topo.num_nodes, arr.tail, arr.head, cap_q, arr.gpu_nodes), q
+
+
+def switches_balanced(topo: Topology) -> bool:
+    """Whether every switch's in-capacity equals its out-capacity."""
+    arr = topo.arrays
+    out = np.bincount(arr.tail, weights=arr.capacity, minlength=topo.num_nodes)
+    into = np.bincount(arr.head, weights=arr.capacity, minlength=topo.num_nodes)
+    sw = arr.is_switch
+    return bool(np.all(np.abs(out[sw] - into[sw]) <= _BALANCE_TOL * np.maximum(out[sw], into[sw])))

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
 
 from mccl_opt.errors import SolveError, TopologyError
 from mccl_opt.schedule import Schedule
@@ -24,6 +23,7 @@ from mccl_opt.topology import Topology
 from ..assemble import Optimum, Run, packed
 from ..canonical import canonical
 from ..forestcoll.pipeline import balanced_split, pack, phase_one_budget
+from ..fabric import switches_balanced
 from ..restriction.balanced import balanced_restriction, restricted_topology
 
 __all__ = ["RestrictionSeed", "restriction_seed", "SEED_CHUNKS"]
@@ -45,14 +45,6 @@ class RestrictionSeed:
     schedule: Schedule
 
 
-def _unbalanced(topo: Topology) -> bool:
-    """Whether some switch's in-capacity differs from its out-capacity (relative 1e-12)."""
-    arr = topo.arrays
-    out = np.bincount(arr.tail, weights=arr.capacity, minlength=topo.num_nodes)[arr.is_switch]
-    into = np.bincount(arr.head, weights=arr.capacity, minlength=topo.num_nodes)[arr.is_switch]
-    return bool(np.any(np.abs(out - into) > 1e-12 * np.maximum(out, into)))
-
-
 def _forestcoll(sub: Topology, k: int) -> Schedule:
     """ForestColl's cold pipeline (paper §4.3: Phase 1 and the chunk budget, switch
     balancing, switch removal, tree packing) on the balanced ``sub`` at ``k`` chunks,
@@ -72,7 +64,7 @@ def restriction_seed(topo: Topology, backend: str = "highs",
     ``None`` when every switch is balanced (the restriction is the fabric, whose
     ForestColl the chain already declined), the restriction is not certified or
     ForestColl packs no chunk count (the general method then starts from its own trees)."""
-    if not _unbalanced(topo):
+    if switches_balanced(topo):
         return None
     try:
         found = balanced_restriction(topo, backend)
