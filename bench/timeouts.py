@@ -1,8 +1,8 @@
 """A per-solve time-out for the fuzz scripts: ``with time_out(s): solve()`` raises
 :class:`SolveTimeout` once ``s`` seconds have passed (noticed when a compiled kernel
 returns to Python, so a solve stuck inside one overruns by that kernel's time; numba
-wraps it in a ``SystemError`` when it is raised inside a kernel call, which is unwrapped
-here)."""
+wraps it in a ``SystemError`` (one per nested kernel call) when it is raised inside a
+kernel call, which is unwrapped here)."""
 
 from __future__ import annotations
 
@@ -28,7 +28,10 @@ def time_out(seconds: float) -> Iterator[None]:
     try:
         yield
     except SystemError as e:                       # raised while a compiled kernel ran
-        if isinstance(e.__cause__, SolveTimeout):
+        cause = e.__cause__
+        while isinstance(cause, SystemError):      # a kernel called from another one
+            cause = cause.__cause__
+        if isinstance(cause, SolveTimeout):
             raise SolveTimeout from e
         raise
     finally:
