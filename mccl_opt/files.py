@@ -8,7 +8,8 @@ file: unreadable, not UTF-8, malformed, nested deeper than :data:`MAX_DEPTH` lev
 holding an integer literal longer than :data:`MAX_INT_DIGITS` digits (which no count,
 capacity or share needs, and which would overflow a float later).  A gzip-compressed
 file (recognised by its magic bytes, whatever its name) is decompressed first, up to
-:data:`MAX_JSON_BYTES`; :func:`write_json` writes compact JSON, compressed when the
+:data:`MAX_JSON_BYTES` as a stream (a gzip bomb is refused at the cap, having cost
+no more memory than the cap); :func:`write_json` writes compact JSON, compressed when the
 file name ends in ``.gz``.
 :func:`check_output_path` refuses an output file that cannot be written before any
 work starts.
@@ -17,7 +18,6 @@ work starts.
 from __future__ import annotations
 
 import gzip
-import io
 import json
 import os
 import stat
@@ -34,11 +34,14 @@ __all__ = ["read_json", "read_bounded", "MAX_FILE_BYTES", "write_json", "check_o
 MAX_DEPTH = 64
 #: digits of an integer literal
 MAX_INT_DIGITS = 30
-#: decompressed size of a gzip-compressed file (a 512-GPU schedule is a few MB)
-MAX_JSON_BYTES = 1 << 30
+#: decompressed size of a gzip-compressed file (a 512-GPU schedule is a few MB, a
+#: 200k-link topology tens of MB); inflated as a stream and refused past it
+MAX_JSON_BYTES = 1 << 29
 #: size of any input file read (regular files only, :func:`read_bounded`)
 MAX_FILE_BYTES = 1 << 30
 _GZIP_MAGIC = b"\x1f\x8b"
+_GZIP_WBITS = 16 + zlib.MAX_WBITS       # zlib's window bits for a gzip header and trailer
+_CHUNK = 1 << 20                        # bytes in and out per inflation step
 _DIGITS_AS_ZERO = bytes.maketrans(b"123456789", b"000000000")
 
 
@@ -92,12 +95,26 @@ def read_bounded(path: str | Path, error: type[MCCLError], what: str, limit: int
         if info.st_size > limit:
             raise error(f"{what} file {str(path)!r} has {info.st_size} bytes; at most {limit} are read")
         try:
-            data = f.read(limit + 1)
+            data = _read_upto(f, info.st_size, limit + 1)
         except OSError as exc:
             raise error(f"cannot read {what} file {str(path)!r}: {exc.strerror}") from None
     if len(data) > limit:
         raise error(f"{what} file {str(path)!r} grew beyond {limit} bytes while read")
     return data
+
+
+def _read_upto(f: Any, size: int, most: int) -> bytes:
+    """At most ``most`` bytes of ``f``, whose size is said to be ``size``: read at once
+    (asking for ``most`` would allocate it, whatever the file holds); a file longer
+    than it said (growing, or a ``/proc`` file saying 0) is read on in chunks."""
+    data = f.read(min(size + 1, most))
+    if len(data) <= size or len(data) >= most:
+        return data
+    parts, got = [data], len(data)
+    while got < most and (part := f.read(min(_CHUNK, most - got))):
+        parts.append(part)
+        got += len(part)
+    return b"".join(parts)
 
 
 def read_json(path: str | Path, error: type[MCCLError], what: str) -> Any:
@@ -125,15 +142,34 @@ def read_json(path: str | Path, error: type[MCCLError], what: str) -> Any:
     return data
 
 
-def _gunzip(raw: bytes, path: Path, error: type[MCCLError]) -> bytes:
+def _gunzip(raw: bytes, path: Path, error: type[MCCLError]) -> bytearray:
+    """Inflate gzip ``raw`` (one or more members) as a stream: at most :data:`_CHUNK`
+    bytes out per step, refused as soon as the total passes :data:`MAX_JSON_BYTES`, so a
+    gzip bomb (a few MB inflating to GBs) costs the cap in memory, never its full size."""
+    out = bytearray()
+    inflate = zlib.decompressobj(_GZIP_WBITS)
+    view = memoryview(raw)
     try:
-        with gzip.GzipFile(fileobj=io.BytesIO(raw)) as f:
-            data = f.read(MAX_JSON_BYTES + 1)
-    except (OSError, EOFError, zlib.error) as exc:
-        raise error(f"{path}: damaged gzip data ({exc or 'truncated'})") from None
-    if len(data) > MAX_JSON_BYTES:
-        raise error(f"{path}: decompresses to more than {MAX_JSON_BYTES >> 20} MiB")
-    return data
+        for start in range(0, len(raw), _CHUNK):
+            data = view[start:start + _CHUNK]
+            while data:
+                if inflate.eof:                                   # a member ended: another or padding
+                    tail = bytes(data)
+                    if not tail.strip(b"\0"):
+                        break
+                    if tail[:2] != _GZIP_MAGIC:
+                        raise error(f"{path}: damaged gzip data (not gzip after a member)")
+                    inflate = zlib.decompressobj(_GZIP_WBITS)
+                out += inflate.decompress(data, _CHUNK)
+                if len(out) > MAX_JSON_BYTES:
+                    raise error(f"{path}: decompresses to more than {MAX_JSON_BYTES >> 20} MiB "
+                                "(the most a schedule or topology file may hold); is it a gzip bomb?")
+                data = inflate.unused_data if inflate.eof else inflate.unconsumed_tail
+    except zlib.error as exc:
+        raise error(f"{path}: damaged gzip data ({exc})") from None
+    if not inflate.eof:
+        raise error(f"{path}: damaged gzip data (truncated)")
+    return out
 
 
 def write_json(path: str | Path, obj: Any) -> None:
