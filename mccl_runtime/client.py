@@ -88,6 +88,13 @@ class ControllerClient:
                                            f"{self.timeout_s} s; is `mccl controller serve` (or the "
                                            "telemetry front end, `mccl controller frontend`) running there?")
         msg = decode(self._sock.recv_multipart()[-1], self.key, REPLIES, self.replay)
+        signed_for = fields.get("epoch")
+        if signed_for is not None and msg.epoch != signed_for and msg.body.get("reason") != "wrong_epoch":
+            self._sock.close(0)             # a stale reply may be followed by the real one: drop both
+            self._sock = self._connect()
+            raise ProtocolError("wrong_epoch", f"a reply from the controller at {self.endpoint} names another "
+                                               "epoch than the request (a reply of an earlier start, replayed); "
+                                               "not taken")
         return msg, bool(self.key) and self.session.heard(msg.epoch)
 
     def ping(self) -> dict[str, Any]:
@@ -169,8 +176,10 @@ class ControllerClient:
     def subscribe(self) -> "Subscription":
         """Subscribe to new schedule versions (the publisher endpoint comes from ``ping``)."""
         info = self.ping()
+        seq = info.get("pub_seq", 0)
         return Subscription(self._ctx, info["pub"], self.key, epoch=info.get("epoch"),
-                            controller=self.endpoint, timeout_s=self.timeout_s)
+                            controller=self.endpoint, timeout_s=self.timeout_s,
+                            seq=seq if isinstance(seq, int) and not isinstance(seq, bool) else 0)
 
     def close(self) -> None:
         """Close the request socket and any subscriptions opened from this client."""
@@ -189,7 +198,8 @@ class Subscription:
     the same controller epoch) are dropped and counted in ``rejected``.
 
     **Epochs** (with a key): the subscription starts in ``epoch`` (the controller's, from
-    the ``ping`` that found the publisher) and accepts a publication of another epoch
+    the ``ping`` that found the publisher) at its publish count ``seq`` (so a publication
+    sent before the subscription, captured and replayed to it, is refused) and accepts a publication of another epoch
     only once the controller at ``controller`` (its request endpoint) answers a signed
     ``ping`` naming that epoch as its own, i.e. it really restarted.  So a publication
     captured in an earlier start and replayed within the 60 s window to a subscriber
@@ -199,7 +209,7 @@ class Subscription:
     one ``ping`` a second.  Without ``controller`` a new epoch is accepted as before."""
 
     def __init__(self, ctx: Any, endpoint: str, key: bytes | None, epoch: Any = None,
-                 controller: str | None = None, timeout_s: float = 5.0) -> None:
+                 controller: str | None = None, timeout_s: float = 5.0, seq: int = 0) -> None:
         import zmq
 
         self._sock = ctx.socket(zmq.SUB)
@@ -213,7 +223,7 @@ class Subscription:
         self.key = key
         self.replay = ReplayGuard() if key else None
         self.rejected = 0
-        self._last: tuple[Any, int] = (epoch, 0)    # (epoch, seq) of the last accepted publication
+        self._last: tuple[Any, int] = (epoch, seq)  # (epoch, seq) of the last accepted publication
         self._controller, self._timeout_s = controller, timeout_s
         self._checked: tuple[Any, float] = (None, -float("inf"))   # (controller epoch, when asked)
 
