@@ -88,13 +88,11 @@ class ControllerClient:
                                            f"{self.timeout_s} s; is `mccl controller serve` (or the "
                                            "telemetry front end, `mccl controller frontend`) running there?")
         msg = decode(self._sock.recv_multipart()[-1], self.key, REPLIES, self.replay)
-        signed_for = fields.get("epoch")
-        if signed_for is not None and msg.epoch != signed_for and msg.body.get("reason") != "wrong_epoch":
+        if fields.get("epoch") not in (None, msg.epoch) and msg.body.get("reason") != "wrong_epoch":
             self._sock.close(0)             # a stale reply may be followed by the real one: drop both
             self._sock = self._connect()
-            raise ProtocolError("wrong_epoch", f"a reply from the controller at {self.endpoint} names another "
-                                               "epoch than the request (a reply of an earlier start, replayed); "
-                                               "not taken")
+            raise ProtocolError("wrong_epoch", f"a reply from {self.endpoint} names another epoch than its "
+                                               "request (a reply of an earlier start, replayed); not taken")
         return msg, bool(self.key) and self.session.heard(msg.epoch)
 
     def ping(self) -> dict[str, Any]:
@@ -177,9 +175,8 @@ class ControllerClient:
         """Subscribe to new schedule versions (the publisher endpoint comes from ``ping``)."""
         info = self.ping()
         seq = info.get("pub_seq", 0)
-        return Subscription(self._ctx, info["pub"], self.key, epoch=info.get("epoch"),
-                            controller=self.endpoint, timeout_s=self.timeout_s,
-                            seq=seq if isinstance(seq, int) and not isinstance(seq, bool) else 0)
+        return Subscription(self._ctx, info["pub"], self.key, epoch=info.get("epoch"), controller=self.endpoint,
+                            timeout_s=self.timeout_s, seq=seq if type(seq) is int else 0)
 
     def close(self) -> None:
         """Close the request socket and any subscriptions opened from this client."""
@@ -294,8 +291,6 @@ class Subscription:
         subscription is sent with it), so updates published from then on arrive: a
         ZeroMQ subscriber that has not connected yet silently misses them ("slow
         joiner").  ``False`` after ``timeout_s`` without a connection."""
-        import time
-
         import zmq
         from zmq.utils.monitor import recv_monitor_message
 
