@@ -6,7 +6,8 @@ Whatever a file holds, :func:`read_json` either returns the parsed document or r
 the caller's :class:`~mccl_opt.errors.MCCLError` subclass with one message naming the
 file: unreadable, not UTF-8, malformed, nested deeper than :data:`MAX_DEPTH` levels, or
 holding an integer literal longer than :data:`MAX_INT_DIGITS` digits (which no count,
-capacity or share needs, and which would overflow a float later).  A gzip-compressed
+capacity or share needs, and which would overflow a float later) or an object with a key
+twice.  A gzip-compressed
 file (recognised by its magic bytes, whatever its name) is decompressed first, up to
 :data:`MAX_JSON_BYTES` as a stream (a gzip bomb is refused at the cap, having cost
 no more memory than the cap); :func:`write_json` writes compact JSON, compressed when the
@@ -55,6 +56,23 @@ def has_digit_run(raw: bytes, longer_than: int) -> bool:
 
 class _LongInteger(ValueError):
     pass
+
+
+class _RepeatedKey(ValueError):
+    pass
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object whose keys are all different (Python's ``json`` keeps the last of a
+    repeated key silently: a hand-edited file would mean what its reader did not see)."""
+    obj = dict(pairs)
+    if len(obj) < len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _RepeatedKey(f"the key {key[:60]!r} appears twice in one object; keep one")
+            seen.add(key)
+    return obj
 
 
 def _parse_int(text: str) -> int:
@@ -130,10 +148,10 @@ def read_json(path: str | Path, error: type[MCCLError], what: str) -> Any:
         raise error(f"{path}: not UTF-8 text (byte {exc.start}); is it a {what} file?") from None
     try:
         long_digits = has_digit_run(raw, MAX_INT_DIGITS)
-        data = json.loads(text, parse_int=_parse_int) if long_digits else json.loads(text)
+        data = json.loads(text, parse_int=_parse_int if long_digits else None, object_pairs_hook=_unique_keys)
     except RecursionError:
         raise error(f"{path}: JSON nested deeper than {MAX_DEPTH} levels") from None
-    except _LongInteger as exc:
+    except (_LongInteger, _RepeatedKey) as exc:
         raise error(f"{path}: {exc}") from None
     except json.JSONDecodeError as exc:
         raise error(f"{path}: malformed JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None

@@ -201,3 +201,34 @@ def test_a_schedule_stating_rate_and_lp_rate_1e308_is_refused_everywhere(capsys,
         rc, err = _cli(capsys, *argv)
         assert rc == 2 and "more than any fabric carries" in err, (argv, err)
     assert not (tmp_path / "x.xml").exists()
+
+
+@pytest.mark.parametrize("edit", ["topology", "schedule", "state"])
+def test_a_key_twice_in_one_object_is_refused_by_every_file_reader(capsys, tmp_path, edit):
+    """Python's ``json`` kept the last value of a repeated key silently: a hand-edited
+    ``"capacity_gbps"`` written twice loaded as whichever came last."""
+    from mccl_runtime.state import load_state
+    from tests.test_runtime_service import Server
+
+    if edit == "topology":
+        text = json.dumps(TOPO.to_dict())
+        f = tmp_path / "t.json"
+        f.write_text(text.replace('"capacity_gbps": ', '"capacity_gbps": 1, "capacity_gbps": ', 1))
+        with pytest.raises(TopologyError, match="'capacity_gbps' appears twice"):
+            mo.Topology.load(f)
+        rc, err = _cli(capsys, "topo", "show", str(f))
+        assert rc == 2 and "appears twice" in err
+    elif edit == "schedule":
+        f = tmp_path / "s.json"
+        mo.solve_allgather(TOPO).save(f)
+        f.write_text(f.read_text().replace('"rate_gbps":', '"rate_gbps":1,"rate_gbps":', 1))
+        with pytest.raises(ScheduleError, match="'rate_gbps' appears twice"):
+            mo.Schedule.load(f)
+    else:
+        state = tmp_path / "state.json"
+        with Server(state_path=state) as svc:
+            svc.register("w", "ag", "allgather", 0.0)
+            assert svc.manager.wait_idle(10.0)
+        state.write_text(state.read_text().replace('"format":', '"format":"x","format":', 1))
+        with pytest.raises(mo.MCCLError, match="'format' appears twice"):
+            load_state(state, TOPO)
