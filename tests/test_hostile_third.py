@@ -232,3 +232,17 @@ def test_a_key_twice_in_one_object_is_refused_by_every_file_reader(capsys, tmp_p
         state.write_text(state.read_text().replace('"format":', '"format":"x","format":', 1))
         with pytest.raises(mo.MCCLError, match="'format' appears twice"):
             load_state(state, TOPO)
+
+
+@pytest.mark.parametrize("reader, data, words", [
+    ("teccl", {"capacity": [[False, True], [True, False]]}, "true/false"),
+    ("teccl", {"capacity": [[5, 1], [1, 0]]}, "capacity\\[0\\]\\[0\\] = 5: a node has no link to itself"),
+    ("taccl", {"links": [[1, 1], [1, 0]], "invbws": [[1, 1], [1, 1]]}, "links\\[0\\]\\[0\\] = 1: a node has no link"),
+    ("teccl", {"capacity": [[0] * 4097] * 4097}, "4097 rows; a matrix of at most 4096 nodes"),
+])
+def test_capacity_matrices_with_booleans_self_links_or_no_end_are_refused(reader, data, words):
+    """``true`` read as capacity 1 (8 Gbps), a diagonal entry was dropped silently, and a
+    dense matrix had no size limit (3000 nodes: 9 million cells, 4 s)."""
+    from mccl_opt.interop.capacity_matrix import from_taccl, from_teccl
+    with pytest.raises(TopologyError, match=words):
+        (from_teccl if reader == "teccl" else from_taccl)(data)
