@@ -246,3 +246,19 @@ def test_capacity_matrices_with_booleans_self_links_or_no_end_are_refused(reader
     from mccl_opt.interop.capacity_matrix import from_taccl, from_teccl
     with pytest.raises(TopologyError, match=words):
         (from_teccl if reader == "teccl" else from_taccl)(data)
+
+
+@pytest.mark.parametrize("edit, words", [
+    (lambda d: d.update(graph={"name": {"a": 1}}), "'name' must be a string"),
+    (lambda d: d["links"][0].update(latency_us=1e300), "latency_us must be a finite number in \\[0, 1e\\+06\\]"),
+])
+def test_a_networkx_graph_with_an_object_name_or_a_latency_of_eons_is_refused(capsys, tmp_path, edit, words):
+    """The name was taken as its ``str()``; a 1e300 µs latency was read and evaluated."""
+    data = {"directed": True, "multigraph": False, "graph": {}, "nodes": [{"id": 0}, {"id": 1}],
+            "links": [{"source": 0, "target": 1, "capacity": 10}, {"source": 1, "target": 0, "capacity": 10}]}
+    edit(data)
+    f = tmp_path / "g.json"
+    f.write_text(json.dumps(data))
+    rc, err = _cli(capsys, "topo", "networkx", str(f), "-o", str(tmp_path / "t.json"))
+    assert rc == 2 and __import__("re").search(words, err), err
+    assert not (tmp_path / "t.json").exists()
