@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 import time
 from pathlib import Path
 
@@ -55,7 +56,7 @@ def test_controller_serve_refuses_what_it_cannot_run_before_starting(capsys, arg
     t0 = time.monotonic()
     rc, err = _cli(capsys, "controller", "serve", "--topology", TOPO_FILE, *argv)
     assert rc == 2 and err.count("error:") == 1, err
-    assert __import__("re").search(words, err), err
+    assert re.search(words, err), err
     assert time.monotonic() - t0 < 10.0                 # refused before anything is started
 
 
@@ -260,5 +261,5 @@ def test_a_networkx_graph_with_an_object_name_or_a_latency_of_eons_is_refused(ca
     f = tmp_path / "g.json"
     f.write_text(json.dumps(data))
     rc, err = _cli(capsys, "topo", "networkx", str(f), "-o", str(tmp_path / "t.json"))
-    assert rc == 2 and __import__("re").search(words, err), err
+    assert rc == 2 and re.search(words, err), err
     assert not (tmp_path / "t.json").exists()
