@@ -263,3 +263,26 @@ def test_a_networkx_graph_with_an_object_name_or_a_latency_of_eons_is_refused(ca
     rc, err = _cli(capsys, "topo", "networkx", str(f), "-o", str(tmp_path / "t.json"))
     assert rc == 2 and re.search(words, err), err
     assert not (tmp_path / "t.json").exists()
+
+
+@pytest.mark.parametrize("edit, words", [
+    (('i_chunks="1"', 'i_chunks="10000000000"'), "at most 4194304 chunks"),
+    (('s_chunks="0"', 's_chunks="300000000"'), "at most 4194304 chunks"),
+    (('s_chunks="0"', 's_chunks="-1"'), "each >= 0"),
+    (('ngpus="8"', 'ngpus="10000000"'), "ngpus=10000000 but 8 <gpu> elements"),
+    (('<gpu id="0"', '<gpu id="\u0660"'), "'id' must be an integer"),          # an Arabic-Indic zero
+])
+def test_msccl_xml_declaring_huge_buffers_or_odd_digits_is_refused_before_allocating(capsys, tmp_path, edit, words):
+    """``mccl check T algo.xml`` with ``i_chunks="10000000000"`` built a label per chunk
+    and was killed at 23.7 GB; ``ngpus`` was compared after building ``range(ngpus)``;
+    ``int()`` took any script's digits."""
+    sched, xml = tmp_path / "s.json", tmp_path / "a.xml"
+    assert _cli(capsys, "solve", "allgather", TOPO_FILE, "-o", str(sched))[0] == 0
+    assert _cli(capsys, "export", "msccl", str(sched), "-o", str(xml))[0] == 0
+    text = xml.read_text()
+    assert edit[0] in text
+    xml.write_text(text.replace(*edit, 1))
+    t0 = time.monotonic()
+    rc, err = _cli(capsys, "check", TOPO_FILE, str(xml))
+    assert rc == 2 and words in err, err
+    assert time.monotonic() - t0 < 5.0
