@@ -286,3 +286,12 @@ def test_msccl_xml_declaring_huge_buffers_or_odd_digits_is_refused_before_alloca
     rc, err = _cli(capsys, "check", TOPO_FILE, str(xml))
     assert rc == 2 and words in err, err
     assert time.monotonic() - t0 < 5.0
+
+
+@pytest.mark.parametrize("k", ["abc", "1e3", "\u0661"])
+def test_forestcoll_trees_with_a_k_that_is_no_whole_number_are_refused(k):
+    """``<trees k="abc">`` ended in a ValueError traceback; ``int()`` read "١" as 1."""
+    from mccl_opt.interop.forestcoll import from_forestcoll_xml
+    xml = f'<trees k="{k}">' + "".join(f'<tree root="{g}" nchunks="1"></tree>' for g in TOPO.gpus) + "</trees>"
+    with pytest.raises(ScheduleError, match="k must be a whole number"):
+        from_forestcoll_xml(xml, TOPO)
