@@ -295,3 +295,19 @@ def test_forestcoll_trees_with_a_k_that_is_no_whole_number_are_refused(k):
     xml = f'<trees k="{k}">' + "".join(f'<tree root="{g}" nchunks="1"></tree>' for g in TOPO.gpus) + "</trees>"
     with pytest.raises(ScheduleError, match="k must be a whole number"):
         from_forestcoll_xml(xml, TOPO)
+
+
+@pytest.mark.parametrize("edit, words", [
+    ({"collectives": [{"kind": "allgather", "bytes": 1e308, "count": 1e308}]}, "'bytes' must be a positive number at most"),
+    ({"collectives": [{"kind": "allgather", "bytes": 1024, "count": 1e308}]}, "'count' must be a positive number at most 1e\\+09"),
+    ({"compute_share": False}, "'compute_share' must be a number"),
+])
+def test_a_workload_profile_with_sizes_beyond_any_run_is_refused(edit, words):
+    """``mccl loop --workload``: 1e308 calls of 1e308 bytes made every time infinite and
+    the speedup NaN; ``false`` was read as a compute share of 0."""
+    from mccl_opt.errors import MCCLError
+    from mccl_runtime.workload import load_workload
+    profile = {"format": "mccl-workload/1", "compute_share": 0.5,
+               "collectives": [{"kind": "allgather", "bytes": 1024, "count": 1}], **edit}
+    with pytest.raises(MCCLError, match=words):
+        load_workload(profile)
