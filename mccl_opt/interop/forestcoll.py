@@ -85,15 +85,14 @@ def from_forestcoll_xml(text: str | bytes, topo: Topology, *,
     for i, t in enumerate(trees):
         try:
             src, count_text = str(name(t.attrib["root"])), t.get("nchunks", "1")
-            if not count_text.isascii():                  # int() also reads other scripts' digits
-                raise ValueError(f"nchunks {count_text[:40]!r} is not in ASCII digits")
-            count = int(count_text)
+            count = int(count_text) if count_text.isascii() else 0   # int() reads other scripts' digits too
             edges = tuple(tuple(str(name(n.strip())) for n in _split_path(s.attrib["path"])) for s in t.findall("send"))
         except (KeyError, ValueError) as exc:
             raise ScheduleError(f"<tree> #{i}: missing or bad attribute ({exc}); each tree needs root and "
                                 "nchunks, each send a path") from None
         if count < 1:
-            raise ScheduleError(f"<tree> #{i}: nchunks must be >= 1, got {count}")
+            raise ScheduleError(f"<tree> #{i}: nchunks must be a whole number >= 1 in ASCII digits, "
+                                f"got {count_text[:40]!r}")
         raw_trees.append((src, count, edges))
     totals: dict[str, int] = {}
     for src, count, _ in raw_trees:
