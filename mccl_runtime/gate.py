@@ -6,9 +6,10 @@ key, its signature (covering every column frame), send time and nonce checked
 (:class:`~mccl_runtime.protocol.ReplayGuard`); a request that changes the server must name
 its epoch and a fresh ``seq`` (:class:`~mccl_runtime.protocol.SequenceGuard`; the server's
 epoch is drawn at every start and sent in every reply); a read-only request may name no
-epoch (a client's first ``ping``), but one naming an earlier start's is refused too.  :meth:`RequestGate.answer` turns
-anything a request raises into an ``error`` reply and counts it: a message never stops a
-server (docs/runtime.md, "Threat model", "Limits and guarantees").
+epoch (a client's first ``ping``), but one naming an earlier start's is refused too.
+:meth:`RequestGate.answer` turns anything a request raises into an ``error`` reply and
+counts it: a message never stops a server (docs/runtime.md, "Threat model", "Limits and
+guarantees").
 """
 
 from __future__ import annotations
