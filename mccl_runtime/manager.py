@@ -104,7 +104,7 @@ from mccl_opt.topology import Topology
 
 from .drift import DriftReport, ProfileStack, ScheduleProfile, detect, profile_schedule
 from .groups import Groups
-from .pool import JobResult, SynthesisPool, run_job
+from .pool import JobResult, SynthesisPool, job_result, run_job
 from .telemetry import MeasurementStore
 
 __all__ = ["Policy", "Collective", "Action", "Event", "ScheduleManager", "Synthesizer",
@@ -600,7 +600,7 @@ class ScheduleManager:
         ``failed``, ``aborted``, ``superseded`` or ``published``."""
         if job.result is None:
             try:
-                new, seconds, new_profile = job.future.result()
+                new, seconds, new_profile = job_result(job.future)
             except (MCCLError, BrokenExecutor) as exc:          # a synthesizer error, or a worker died
                 coll.last_decision_t = now
                 self.counters["failures"] += 1
