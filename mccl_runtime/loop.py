@@ -9,6 +9,10 @@ default, the paper's EWMA with ``estimator="ewma"``) and a
 :class:`~mccl_runtime.manager.ScheduleManager` running Algorithm 1 after every
 collective.
 
+Re-synthesis is warm (the active schedule starts the solver), except on fabrics of at
+most ``cold_gpus`` GPUs (:func:`~.manager.cold_on_small`): there a cold solve costs
+milliseconds and avoids warm optima of the same rate that simulate slower.
+
 Telemetry, like the paper's measurement windows (§5): a link is measured only while it
 runs saturated (the channels keep it busy); each saturated stretch is cut into windows
 of about ``window_bytes`` (the proxy's per-chunk measurement), at most ``max_windows``
@@ -65,7 +69,7 @@ from .drift import bottleneck_rate
 from .inflight import InFlight
 from .level import LevelParams
 from .probes import Probe
-from .manager import Action, Policy, ScheduleManager, Synthesizer, solver_synthesizer
+from .manager import Action, Policy, ScheduleManager, Synthesizer, cold_on_small, solver_synthesizer
 from .scenario import Event, Scenario
 from .telemetry import CLI_ESTIMATOR, MeasurementStore
 
@@ -106,6 +110,7 @@ class LoopConfig:
     synth_ms: float | None = None
     dispatch_ms: float | None = None
     tick_ms: float = 1.0
+    cold_gpus: int = 16
 
 
 @dataclass
@@ -322,7 +327,7 @@ def run_loop(cfg: LoopConfig = LoopConfig(), synthesize: Synthesizer | None = No
     fluid = cfg.fluid if cfg.fluid is not None else topo.num_gpus > 16
     synthesize = synthesize or solver_synthesizer(cfg.backend, cfg.max_chunks)
     store = MeasurementStore(topo, alpha=cfg.alpha, estimator=cfg.estimator, level_params=cfg.level)
-    manager = ScheduleManager(store, synthesize,
+    manager = ScheduleManager(store, cold_on_small(synthesize, cfg.cold_gpus),
                               Policy(gamma=cfg.gamma, min_dwell_s=cfg.dwell_ms / 1e3, time_limit_s=600.0))
     manager.register("world", scn.collective, scn.collective, synthesize(scn.collective, topo, None, None))
     coll = manager.get("world", scn.collective)

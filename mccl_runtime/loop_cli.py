@@ -42,6 +42,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--probe-period-ms", type=float, default=d.probe_period_ms,
                    help="probe links held below nominal this often (0: never)")
     p.add_argument("--oob-ms", type=float, default=d.oob_ms, help="hot-swap out-of-band sync cost")
+    p.add_argument("--cold-gpus", type=int, default=d.cold_gpus,
+                   help="re-synthesize cold, not warm, on fabrics of at most this many GPUs "
+                        "(equal-rate warm optima can simulate slower; default %(default)s, 0: always warm)")
     p.add_argument("--backend", default=d.backend, help="LP backend of the synthesizers (default %(default)s)")
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     p.add_argument("--png", help="write an algbw-over-time plot (paper Fig. 13(a))")
@@ -61,7 +64,7 @@ def main(args: argparse.Namespace, out: TextIO) -> int:
                      message_bytes=args.size_mib * 2**20, t0_ms=args.t0_ms, t1_ms=args.t1_ms,
                      duration_ms=args.duration_ms, noise=args.noise, seed=args.seed, estimator=args.estimator,
                      alpha=args.alpha, gamma=args.gamma, probe_period_ms=args.probe_period_ms,
-                     oob_ms=args.oob_ms, backend=args.backend)
+                     oob_ms=args.oob_ms, backend=args.backend, cold_gpus=args.cold_gpus)
     scenario = load_scenario(args.scenario) if args.scenario else None
     res = run_loop(cfg, scenario=scenario)
     scn = res.scenario

@@ -108,7 +108,7 @@ from .pool import JobResult, SynthesisPool, run_job
 from .telemetry import MeasurementStore
 
 __all__ = ["Policy", "Collective", "Action", "Event", "ScheduleManager", "Synthesizer",
-           "solver_synthesizer", "DYNAMIC_KINDS", "KINDS"]
+           "solver_synthesizer", "cold_on_small", "DYNAMIC_KINDS", "KINDS"]
 
 #: ``synthesize(kind, topology, warm, time_limit_s) -> Schedule``
 Synthesizer = Callable[[str, Topology, "Schedule | None", "float | None"], Schedule]
@@ -158,6 +158,23 @@ def solver_synthesizer(backend: str = "highs", max_chunks: int = 10, shallow: bo
         return sched
 
     return synthesize
+
+
+def cold_on_small(synthesize: Synthesizer, max_gpus: int) -> Synthesizer:
+    """``synthesize`` that ignores the warm start on fabrics of at most ``max_gpus`` GPUs
+    (the job's fabric: a communicator's sub-fabric counts its members).  The fluid LP
+    (paper §4) has many optima of one rate; on small fabrics warm AllGather trees of the
+    cold rate simulated at 0.90-0.95 of the cold schedule (irregular 10-GPU fabric,
+    docs/runtime.md "Ramps and equal-rate optima"), and a cold solve there costs
+    milliseconds, so the warm start buys nothing.  ``max_gpus=0`` keeps every warm start."""
+    if max_gpus < 0:
+        raise MCCLError(f"the cold re-synthesis bound (--cold-gpus) must be >= 0 GPUs, got {max_gpus!r}")
+
+    def synthesize_small_cold(kind: str, topo: Topology, warm: Schedule | None,
+                              time_limit_s: float | None) -> Schedule:
+        return synthesize(kind, topo, None if topo.num_gpus <= max_gpus else warm, time_limit_s)
+
+    return synthesize_small_cold
 
 
 def _round_aware_alltoall(topo: Topology, warm: Schedule, backend: str, max_chunks: int,
