@@ -21,7 +21,8 @@ Capacities are fractions of the cable's nominal:
 
 One line per event: ``ratio`` = first collective on a new version / offline, ``final`` =
 end of segment / offline, ``t95`` = from the event to the first collective at >= 0.95 of
-offline, ``vers`` = versions published in the segment, ``stale`` = versions that first ran
+offline, ``vers`` = versions published in the segment, ``ran`` = the version whose first
+collective gave ``ratio`` (the first published for the event that ran), ``stale`` = versions that first ran
 in the segment below 0.95 of offline (a stale version that ran), ``lost`` = time of
 collectives aborted for a new version.  The scenario files are written to ``--out``
 (a temporary folder by default) and read back, as ``mccl loop --scenario`` would.
@@ -104,7 +105,7 @@ def stale_versions(rows: list[dict], ev: dict, end_ms: float) -> int:
 
 
 HEADER = (f"{'fabric':<14} {'coll':<9} {'class':<12} {'ev':>2} {'kind':<8} {'detect':>7} {'react':>7} "
-          f"{'ratio':>6} {'final':>6} {'t95':>7} {'vers':>4} {'stale':>5} {'lost':>6} {'false':>5} {'wall_s':>6}")
+          f"{'ratio':>6} {'final':>6} {'t95':>7} {'vers':>4} {'ran':>4} {'stale':>5} {'lost':>6} {'false':>5} {'wall_s':>6}")
 
 
 def print_rows(spec: str, collective: str, cls: str, out: dict) -> None:
@@ -114,13 +115,13 @@ def print_rows(spec: str, collective: str, cls: str, out: dict) -> None:
     for i, ev in enumerate(events):
         if ev is None:
             print(f"{spec:<14} {collective:<9} {cls:<12} {'-':>2} {'healthy':<8} {'':>7} {'':>7} {'':>6} {'':>6} "
-                  f"{'':>7} {'':>4} {'':>5} {'':>6} {s['false_swaps']:>5} {out['wall_s']:>6.1f}", flush=True)
+                  f"{'':>7} {'':>4} {'':>4} {'':>5} {'':>6} {s['false_swaps']:>5} {out['wall_s']:>6.1f}", flush=True)
             continue
         end = s["events"][i + 1]["t_ms"] if i + 1 < len(s["events"]) else float("inf")
         final = None if ev["algbw_final"] is None else ev["algbw_final"] / ev["algbw_offline"]
         print(f"{spec:<14} {collective:<9} {cls:<12} {i:>2} {ev['kind']:<8} {f(ev['detect_ms'])} "
               f"{f(ev['reaction_ms'])} {f(ev['recovery_ratio'], 6, 3)} {f(final, 6, 3)} "
-              f"{f(ev.get('recovered_ms'))} {len(ev['versions']):>4} {stale_versions(out['rows'], ev, end):>5} "
+              f"{f(ev.get('recovered_ms'))} {len(ev['versions']):>4} {'-' if ev['first_version'] is None else ev['first_version']:>4} {stale_versions(out['rows'], ev, end):>5} "
               f"{f(ev.get('lost_ms'), 6)} {s['false_swaps']:>5} {out['wall_s']:>6.1f}", flush=True)
 
 

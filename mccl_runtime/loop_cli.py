@@ -91,6 +91,8 @@ def main(args: argparse.Namespace, out: TextIO) -> int:
         print(f"  recovery ratio  {'n/a' if ratio is None else f'{ratio:.3f}'}", file=out)
         print("  versions        " + (", ".join(f"v{v['version']} at {v['t_ms']:.1f} ms" for v in ev["versions"])
                                       or "none published"), file=out)
+        first = ev["first_version"]
+        print(f"  first run       {'none' if first is None else f'v{first}'}", file=out)
     if args.png:
         print(f"wrote {args.png}", file=sys.stderr)
     return 0

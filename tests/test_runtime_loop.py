@@ -147,6 +147,48 @@ def test_recovery_of_an_avoided_link_is_seen_only_through_probes(fake_synth, pro
     assert all(r["probe_ms"] == 0 for r in res.rows)        # the probed NIC carries no v2 traffic
 
 
+def _hand_made(first_v2_start_ms: float, first_v2_end_ms: float):
+    """A loop result written by hand: v2 published at 30 ms for the event at 20 ms; the next
+    event at 60 ms; the first collective on v2 runs from ``first_v2_start_ms``."""
+    from mccl_runtime.loop import LoopResult
+    from mccl_runtime.loop_report import summarize
+
+    scn = scenario([{"t_ms": 20, "links": [NIC]}, {"t_ms": 60, "clear": True}], duration_ms=100.0)
+    rows = [{"t_ms": t, "end_ms": t + 5.0, "version": 1, "state": int(t >= 20) + int(t >= 60), "probe_ms": 0.0,
+             "algbw": 10.0} for t in (0.0, 5.0, 10.0, 15.0, 20.0, 25.0, 30.0)]
+    rows.append({"t_ms": first_v2_start_ms, "end_ms": first_v2_end_ms, "version": 2, "state": 1, "probe_ms": 0.0,
+                 "algbw": 99.0})
+    rows += [{"t_ms": t, "end_ms": t + 5.0, "version": 2, "state": 2, "probe_ms": 0.0, "algbw": 50.0}
+             for t in (70.0, 75.0)]
+    out = LoopResult(scn, rows=rows, events=[
+        {"t_ms": 25.0, "action": "resynthesis", "version": 1, "detail": {}},
+        {"t_ms": 30.0, "action": "published", "version": 2, "detail": {"synth_s": 0.001}}])
+    return summarize(out, LoopConfig(), lambda kind, topo, warm, limit: ring_allgather(topo), False)["events"][0]
+
+
+def test_a_first_swap_ratio_is_never_computed_across_the_next_event():
+    inside = _hand_made(50.0, 55.0)                    # v2's first collective ends before the 60 ms event
+    assert inside["first_version"] == 2 and inside["algbw_after"] == 99.0
+    assert inside["recovery_ratio"] == pytest.approx(99.0 / inside["algbw_offline"])
+    crossing = _hand_made(55.0, 65.0)                  # ... or runs across it: two fabric states, no ratio
+    assert crossing["first_version"] is None and crossing["recovery_ratio"] is None
+    assert crossing["algbw_final"] == 10.0             # the last collective that ended inside the segment
+
+
+def test_the_first_version_that_ran_is_reported_and_its_ratio_read_inside_the_segment():
+    scn = scenario([{"t_ms": 20, "links": [_cable("s0h0g0", "s0tor0", 200.0)]},
+                    {"t_ms": 70, "links": [NIC]}], duration_ms=160.0)
+    res = run_loop(LoopConfig(synth_ms=45.0), scenario=scn)     # slow: the first version may never run
+    ends = [e["t_ms"] for e in res.summary["events"][1:]] + [np.inf]
+    for ev, until in zip(res.summary["events"], ends):
+        if ev["first_version"] is None:
+            assert ev["recovery_ratio"] is None
+            continue
+        first = next(r for r in res.rows if r["version"] == ev["first_version"] and r["t_ms"] >= ev["t_ms"])
+        assert first["end_ms"] <= until and first["algbw"] == ev["algbw_after"]
+        assert ev["first_version"] >= ev["versions"][0]["version"]
+
+
 def test_cli_scenario_json_has_exactly_the_documented_fields(tmp_path):
     from mccl_opt.cli import main
 
