@@ -340,8 +340,10 @@ class ScheduleManager:
 
     def __init__(self, store: MeasurementStore, synthesize: Synthesizer | None = None,
                  policy: Policy = Policy(), clock: Callable[[], float] = time.monotonic,
-                 pool: SynthesisPool | None = None) -> None:
+                 pool: SynthesisPool | None = None,
+                 synth_clock: Callable[[], float] = time.perf_counter) -> None:
         self.clock = clock                       # wall clock of the time bound (injectable for tests)
+        self.synth_clock = synth_clock           # what a thread job's reported seconds are read on
         self.store = store
         self.topo = store.topo
         self.pool = pool                         # synthesis in worker processes (owned: closed with us)
@@ -542,7 +544,8 @@ class ScheduleManager:
         cap = job.warm_capacity              # built here, not through Groups' cache of the measured fabrics
         warm_fabric = None if cap is None else (
             self.topo.with_capacities(cap) if gpus is None else self.groups.fabric(gpus).measured(cap))
-        return run_job(job.topo, self.synthesize, kind, warm, self.policy.time_limit_s, warm_fabric)
+        return run_job(job.topo, self.synthesize, kind, warm, self.policy.time_limit_s, warm_fabric,
+                       self.synth_clock)
 
     def poll(self, now: float, wait_s: float | None = None) -> list[Event]:
         """Finish jobs that are done (waiting up to ``wait_s`` for running ones): re-check,

@@ -189,6 +189,21 @@ def test_the_first_version_that_ran_is_reported_and_its_ratio_read_inside_the_se
         assert ev["first_version"] >= ev["versions"][0]["version"]
 
 
+@pytest.mark.parametrize("clock", ["wall", "cpu"])
+def test_the_cpu_synthesis_clock_does_not_count_time_the_synthesizer_spent_waiting(fake_synth, clock):
+    """A synthesizer that sleeps 200 ms (as one starved by other processes would wait) costs
+    200 ms on the wall clock and next to nothing on the process's CPU time."""
+    res = run_loop(LoopConfig(duration_ms=400.0, synth_clock=clock), synthesize=fake_synth(sleep_s=0.2))
+    seconds = [e["detail"]["synth_s"] for e in res.events if e["action"] == "published"]
+    assert seconds
+    assert all((s >= 0.2) if clock == "wall" else (s < 0.2) for s in seconds), seconds
+
+
+def test_an_unknown_synthesis_clock_is_refused(fake_synth):
+    with pytest.raises(MCCLError, match="--synth-clock"):
+        run_loop(LoopConfig(synth_clock="gpu"), synthesize=fake_synth())
+
+
 def test_cli_scenario_json_has_exactly_the_documented_fields(tmp_path):
     from mccl_opt.cli import main
 
