@@ -119,6 +119,7 @@ class LoopConfig:
     tick_ms: float = 1.0
     cold_gpus: int = 16
     synth_clock: str = "wall"
+    rate_loss: float = Policy.rate_loss
 
 
 @dataclass
@@ -339,7 +340,8 @@ def run_loop(cfg: LoopConfig = LoopConfig(), synthesize: Synthesizer | None = No
         raise MCCLError(f"the synthesis clock (--synth-clock) must be one of {sorted(SYNTH_CLOCKS)}, "
                         f"got {cfg.synth_clock!r}")
     manager = ScheduleManager(store, cold_on_small(synthesize, cfg.cold_gpus),
-                              Policy(gamma=cfg.gamma, min_dwell_s=cfg.dwell_ms / 1e3, time_limit_s=600.0),
+                              Policy(gamma=cfg.gamma, min_dwell_s=cfg.dwell_ms / 1e3, time_limit_s=600.0,
+                                     rate_loss=cfg.rate_loss),
                               synth_clock=SYNTH_CLOCKS[cfg.synth_clock])
     manager.register("world", scn.collective, scn.collective, synthesize(scn.collective, topo, None, None))
     coll = manager.get("world", scn.collective)
