@@ -30,7 +30,7 @@ Timing model (simulated clock, real synthesis):
   collective boundary, so a long collective does not delay detection to its end.
 * ``synth``: the synthesizer's measured wall time (summed over superseded jobs; with
   ``synth_clock="cpu"`` the process's CPU time, so a loaded machine does not count as slow
-  synthesis), or
+  synthesis; the dispatch below is timed on the same clock), or
   ``synth_ms`` when given (a modelled synthesizer speed: deterministic runs on a loaded
   machine);
   collectives keep running on the stale schedule meanwhile and their telemetry is
@@ -315,10 +315,10 @@ class _Controller:
             self.ready_t = now + (cfg.synth_ms / 1e3 if cfg.synth_ms is not None and not known else seconds)
         elif e.action is Action.PUBLISHED:
             coll = self.manager.get(e.comm, e.name)
-            wall = time.perf_counter()
+            clock = SYNTH_CLOCKS[cfg.synth_clock]                 # the synthesis clock times the dispatch too
+            wall = clock()
             Schedule.from_dict(json.loads(json.dumps(coll.schedule.to_dict())))     # what an executor parses
-            detail["dispatch_s"] = (time.perf_counter() - wall if cfg.dispatch_ms is None
-                                    else cfg.dispatch_ms / 1e3)
+            detail["dispatch_s"] = clock() - wall if cfg.dispatch_ms is None else cfg.dispatch_ms / 1e3
             self.swap_at = now + detail["dispatch_s"] + cfg.oob_ms / 1e3
             self.swap_held = False
 
