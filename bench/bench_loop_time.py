@@ -3,6 +3,7 @@ things happen, over freshly generated ``mccl-scenario/1`` files.
 
     python bench/bench_loop_time.py --fabrics "hpn 1x2x8,irregular 7" --out /tmp/scn
     python bench/bench_loop_time.py --classes further,flap --collectives alltoall
+    python bench/bench_loop_time.py --synth-clock cpu --cold-gpus 16   # synthesis in CPU time
 
 Every class acts on one NIC cable (both directions): ``s0h0g0 - s0tor0`` on HPN, and on
 an irregular fabric (``instances.irregular(seed)``) the GPU-spine cable ``h1g2 - spine``
@@ -22,8 +23,9 @@ Capacities are fractions of the cable's nominal:
 One line per event: ``ratio`` = first collective on a new version / offline, ``final`` =
 end of segment / offline, ``t95`` = from the event to the first collective at >= 0.95 of
 offline, ``vers`` = versions published in the segment, ``ran`` = the version whose first
-collective gave ``ratio`` (the first published for the event that ran), ``stale`` = versions that first ran
-in the segment below 0.95 of offline (a stale version that ran), ``lost`` = time of
+collective gave ``ratio`` (the first published for the event that ran), ``stale`` =
+versions that first ran in the segment below 0.95 of offline (a stale version that ran),
+``lost`` = time of
 collectives aborted for a new version.  The scenario files are written to ``--out``
 (a temporary folder by default) and read back, as ``mccl loop --scenario`` would.
 """
@@ -90,7 +92,8 @@ def run_case(path: Path, cls: str, cold_gpus: int = 16, synth_clock: str = "wall
     from mccl_runtime.scenario import load_scenario
 
     wall = time.perf_counter()
-    res = run_loop(LoopConfig(synth_ms=SLOW_MS.get(cls), cold_gpus=cold_gpus, synth_clock=synth_clock), scenario=load_scenario(str(path)))
+    cfg = LoopConfig(synth_ms=SLOW_MS.get(cls), cold_gpus=cold_gpus, synth_clock=synth_clock)
+    res = run_loop(cfg, scenario=load_scenario(str(path)))
     return {"summary": res.summary, "rows": res.rows, "wall_s": time.perf_counter() - wall,
             "aborted": len(getattr(res, "aborted", []))}
 
@@ -119,9 +122,10 @@ def print_rows(spec: str, collective: str, cls: str, out: dict) -> None:
             continue
         end = s["events"][i + 1]["t_ms"] if i + 1 < len(s["events"]) else float("inf")
         final = None if ev["algbw_final"] is None else ev["algbw_final"] / ev["algbw_offline"]
+        ran = "-" if ev["first_version"] is None else ev["first_version"]
         print(f"{spec:<14} {collective:<9} {cls:<12} {i:>2} {ev['kind']:<8} {f(ev['detect_ms'])} "
               f"{f(ev['reaction_ms'])} {f(ev['recovery_ratio'], 6, 3)} {f(final, 6, 3)} "
-              f"{f(ev.get('recovered_ms'))} {len(ev['versions']):>4} {'-' if ev['first_version'] is None else ev['first_version']:>4} {stale_versions(out['rows'], ev, end):>5} "
+              f"{f(ev.get('recovered_ms'))} {len(ev['versions']):>4} {ran:>4} {stale_versions(out['rows'], ev, end):>5} "
               f"{f(ev.get('lost_ms'), 6)} {s['false_swaps']:>5} {out['wall_s']:>6.1f}", flush=True)
 
 

@@ -11,7 +11,7 @@ collective.
 
 Re-synthesis is warm (the active schedule starts the solver), except on fabrics of at
 most ``cold_gpus`` GPUs (:func:`~.manager.cold_on_small`): there a cold solve costs
-milliseconds and avoids warm optima of the same rate that simulate slower.
+tens of milliseconds at most and avoids warm optima of the same rate that simulate slower.
 
 Telemetry, like the paper's measurement windows (§5): a link is measured only while it
 runs saturated (the channels keep it busy); each saturated stretch is cut into windows
@@ -316,9 +316,9 @@ class _Controller:
         elif e.action is Action.PUBLISHED:
             coll = self.manager.get(e.comm, e.name)
             clock = SYNTH_CLOCKS[cfg.synth_clock]                 # the synthesis clock times the dispatch too
-            wall = clock()
+            t0 = clock()
             Schedule.from_dict(json.loads(json.dumps(coll.schedule.to_dict())))     # what an executor parses
-            detail["dispatch_s"] = clock() - wall if cfg.dispatch_ms is None else cfg.dispatch_ms / 1e3
+            detail["dispatch_s"] = clock() - t0 if cfg.dispatch_ms is None else cfg.dispatch_ms / 1e3
             self.swap_at = now + detail["dispatch_s"] + cfg.oob_ms / 1e3
             self.swap_held = False
 

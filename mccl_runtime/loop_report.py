@@ -10,16 +10,16 @@ Per scenario event (in the file's order), from the rows of :func:`.loop.run_loop
   that ran (a version superseded before the swap never runs: then the next one's;
   ``first_version`` says which ran);
 * ``algbw_final``: the last collective that ended before the next event (or the end);
-
-These and ``recovered_ms`` only read collectives that *finished* before the next event: one
-that crossed it ran partly on the next event's fabric, and its ratio would mix two fabric
-states (null when none finished in the segment).
 * ``algbw_offline``: the schedule synthesized cold for the event's true fabric,
   simulated the same way; ``recovery_ratio = algbw_after / algbw_offline``;
 * ``detect_ms`` / ``synth_ms`` / ``swap_ms`` / ``reaction_ms`` as in :mod:`.loop`;
 * ``versions``: versions published between the event and the next one;
 * ``recovered_ms``: from the event to the end of the first collective at >= 0.95 of
   ``algbw_offline`` (null when none in the segment), whatever version ran it.
+
+``algbw_after``, ``algbw_final`` and ``recovered_ms`` only read collectives that *finished*
+before the next event: one that crossed it ran partly on the next event's fabric, and its
+ratio would mix two fabric states (null when none finished in the segment).
 
 Collectives aborted for a new version (:mod:`.loop`) are no rows; ``lost_ms`` sums the
 time ran by those aborted in the segment.
@@ -62,8 +62,8 @@ def _event(out: Any, i: int, synthesize: Any, fluid: bool, state: int) -> dict[s
     starts = [e for e in mine if e["action"] == "resynthesis"]
     # only collectives that finished before the next event: one that crossed it ran partly
     # under the next fabric, and its ratio would mix the two
-    until = scn.events[i + 1].t_s * 1e3 if i + 1 < len(scn.events) else np.inf
-    done = [r for r in seg if r["end_ms"] <= until]
+    next_t = scn.events[i + 1].t_s * 1e3 if i + 1 < len(scn.events) else np.inf
+    done = [r for r in seg if r["end_ms"] <= next_t]
     first_new = next((r for r in done if pubs and r["version"] >= pubs[0]["version"]), None)
     old_version = seg[0]["version"] if seg else None
     if ev.duration_s is not None:                   # a dip: the collectives it overlapped

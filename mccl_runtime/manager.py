@@ -166,7 +166,7 @@ def cold_on_small(synthesize: Synthesizer, max_gpus: int) -> Synthesizer:
     (paper §4) has many optima of one rate; on small fabrics warm AllGather trees of the
     cold rate simulated at 0.90-0.95 of the cold schedule (irregular 10-GPU fabric,
     docs/runtime.md "Ramps and equal-rate optima"), and a cold solve there costs
-    milliseconds, so the warm start buys nothing.  ``max_gpus=0`` keeps every warm start."""
+    tens of milliseconds at most, so the warm start buys little.  ``max_gpus=0`` keeps every warm start."""
     if max_gpus < 0:
         raise MCCLError(f"the cold re-synthesis bound (--cold-gpus) must be >= 0 GPUs, got {max_gpus!r}")
 
