@@ -45,16 +45,24 @@ def test_a_negative_bound_names_the_flag(synth):
         cold_on_small(synth, -1)
 
 
+@pytest.mark.parametrize("collective", ["allgather", "alltoall"])
 @pytest.mark.parametrize("share", [0.5, 0.125, 0.01])
-def test_cold_and_warm_reach_the_same_rate_on_the_small_irregular_fabric(share):
+def test_cold_and_warm_reach_the_same_rate_on_the_small_irregular_fabric(collective, share):
     """The cold path gives up no rate: the two are equal-rate optima of the fluid LP."""
+    solve = mccl_opt.solve_allgather if collective == "allgather" else mccl_opt.solve_alltoall
     topo = irregular(7)
     cap = topo.arrays.capacity.copy()
     for a in (topo.link_index("h1g2", "spine"), topo.link_index("spine", "h1g2")):
         cap[a] *= share
     degraded = topo.with_capacities(cap)
-    healthy = mccl_opt.solve_allgather(topo)
-    warm = mccl_opt.solve_allgather(degraded, warm=healthy)
-    cold = cold_on_small(lambda k, t, w, s: mccl_opt.solve_allgather(t, warm=w), 16)(
-        "allgather", degraded, healthy, None)
+    healthy = solve(topo)
+    warm = solve(degraded, warm=healthy)
+    seen = []
+
+    def synthesize(kind, t, w, limit):
+        seen.append(w)
+        return solve(t, warm=w)
+
+    cold = cold_on_small(synthesize, 16)(collective, degraded, healthy, None)
+    assert seen == [None]                                  # solved cold
     assert cold.rate_gbps == pytest.approx(warm.rate_gbps, rel=1e-9)
