@@ -43,11 +43,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="probe links held below nominal this often (0: never)")
     p.add_argument("--oob-ms", type=float, default=d.oob_ms, help="hot-swap out-of-band sync cost")
     p.add_argument("--cold-gpus", type=int, default=d.cold_gpus,
-                   help="re-synthesize cold, not warm, on fabrics of at most this many GPUs "
+                   help="simulated loop: re-synthesize cold, not warm, on fabrics of at most this many GPUs "
                         "(equal-rate warm optima can simulate slower; default %(default)s, 0: always warm)")
     p.add_argument("--synth-clock", choices=["wall", "cpu"], default=d.synth_clock,
-                   help="time synthesis on the wall clock or on the process's CPU time (not inflated "
-                        "by other processes' load; default %(default)s)")
+                   help="simulated loop: time synthesis on the wall clock or on the process's CPU time "
+                        "(not inflated by other processes' load; default %(default)s)")
     p.add_argument("--backend", default=d.backend, help="LP backend of the synthesizers (default %(default)s)")
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     p.add_argument("--png", help="write an algbw-over-time plot (paper Fig. 13(a))")
