@@ -108,7 +108,7 @@ from .pool import JobResult, SynthesisPool, job_result, run_job
 from .telemetry import MeasurementStore
 
 __all__ = ["Policy", "Collective", "Action", "Event", "ScheduleManager", "Synthesizer",
-           "solver_synthesizer", "DYNAMIC_KINDS", "KINDS"]
+           "solver_synthesizer", "cold_on_small", "DYNAMIC_KINDS", "KINDS"]
 
 #: ``synthesize(kind, topology, warm, time_limit_s) -> Schedule``
 Synthesizer = Callable[[str, Topology, "Schedule | None", "float | None"], Schedule]
@@ -158,6 +158,23 @@ def solver_synthesizer(backend: str = "highs", max_chunks: int = 10, shallow: bo
         return sched
 
     return synthesize
+
+
+def cold_on_small(synthesize: Synthesizer, max_gpus: int) -> Synthesizer:
+    """``synthesize`` that ignores the warm start on fabrics of at most ``max_gpus`` GPUs
+    (the job's fabric: a communicator's sub-fabric counts its members).  The fluid LP
+    (paper §4) has many optima of one rate; on small fabrics warm AllGather trees of the
+    cold rate simulated at 0.90-0.95 of the cold schedule (irregular 10-GPU fabric,
+    docs/runtime.md "Ramps and equal-rate optima"), and a cold solve there costs
+    tens of milliseconds at most, so the warm start buys little.  ``max_gpus=0`` keeps every warm start."""
+    if max_gpus < 0:
+        raise MCCLError(f"the cold re-synthesis bound (--cold-gpus) must be >= 0 GPUs, got {max_gpus!r}")
+
+    def synthesize_small_cold(kind: str, topo: Topology, warm: Schedule | None,
+                              time_limit_s: float | None) -> Schedule:
+        return synthesize(kind, topo, None if topo.num_gpus <= max_gpus else warm, time_limit_s)
+
+    return synthesize_small_cold
 
 
 def _round_aware_alltoall(topo: Topology, warm: Schedule, backend: str, max_chunks: int,
@@ -323,8 +340,10 @@ class ScheduleManager:
 
     def __init__(self, store: MeasurementStore, synthesize: Synthesizer | None = None,
                  policy: Policy = Policy(), clock: Callable[[], float] = time.monotonic,
-                 pool: SynthesisPool | None = None) -> None:
+                 pool: SynthesisPool | None = None,
+                 synth_clock: Callable[[], float] = time.perf_counter) -> None:
         self.clock = clock                       # wall clock of the time bound (injectable for tests)
+        self.synth_clock = synth_clock           # what a thread job's reported seconds are read on
         self.store = store
         self.topo = store.topo
         self.pool = pool                         # synthesis in worker processes (owned: closed with us)
@@ -525,7 +544,8 @@ class ScheduleManager:
         cap = job.warm_capacity              # built here, not through Groups' cache of the measured fabrics
         warm_fabric = None if cap is None else (
             self.topo.with_capacities(cap) if gpus is None else self.groups.fabric(gpus).measured(cap))
-        return run_job(job.topo, self.synthesize, kind, warm, self.policy.time_limit_s, warm_fabric)
+        return run_job(job.topo, self.synthesize, kind, warm, self.policy.time_limit_s, warm_fabric,
+                       self.synth_clock)
 
     def poll(self, now: float, wait_s: float | None = None) -> list[Event]:
         """Finish jobs that are done (waiting up to ``wait_s`` for running ones): re-check,
