@@ -102,3 +102,23 @@ def test_the_chain_computes_the_restriction_once_and_seeds_the_general_method(mo
 
 def test_balanced_fabrics_skip_the_seed():
     assert solve_general(hpn(1, 2, 4), max_chunks=None).stats["seed"] == "multiplicative weights"
+
+
+def test_chunk_counts_skip_the_limits_that_repeat_a_failed_budget():
+    """A budget of ``k`` trees per root that could not be packed is chosen again by every
+    limit down to ``k``: the retry goes on at ``k - 1``; any other failure tries the next
+    limit; each limit is yielded at most once, in decreasing order."""
+    from mccl_opt.allgather.budget import BudgetUnpacked, ChunkCounts
+    from mccl_opt.errors import SolveError
+
+    counts, seen = ChunkCounts(10), []
+    for limit in counts:
+        seen.append(limit)
+        if limit == 10:
+            counts.failed(BudgetUnpacked(7, "split failed"))     # 9, 8, 7 choose k = 7 too
+        elif limit == 6:
+            counts.failed(SolveError("something else"))         # no budget known: next
+        elif limit == 5:
+            counts.failed(BudgetUnpacked(9, "a larger k"))       # never goes back up
+    assert seen == [10, 6, 5, 4, 3, 2, 1]
+

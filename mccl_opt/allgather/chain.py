@@ -40,7 +40,7 @@ from ..errors import MCCLError, SolveError, TopologyError
 from ..report import Attempt, Method
 from ..schedule import Schedule, bottleneck_links, schedule_rate, share_loads
 from ..topology import Topology
-from .budget import EXACT_TREES_LIMIT
+from .budget import EXACT_TREES_LIMIT, ChunkCounts
 from .fabric import fabric_of, switches_balanced
 from .forestcoll.pipeline import gbps
 from .forestcoll.throughput import optimal_rate
@@ -294,17 +294,21 @@ def solve_by_restriction(topo: Topology, restricted: Restricted, warm: Schedule 
     certified optimum; ``None`` otherwise (the caller falls back to the general
     method).  ForestColl's tree units on ``c'`` round up where ``c`` has room so that
     switches stay balanced (:mod:`.forestcoll.removal.unit_rounding`); with ``max_chunks=K``
-    it is asked for ``K`` chunks, then fewer while it still raises on ``c'``.  A warm start
+    it is asked for ``K`` chunks, then fewer while it still raises on ``c'`` (skipping the
+    limits that choose a budget already failed, :class:`.budget.ChunkCounts`).  A warm start
     of it runs as a stage of ``warm_budget`` (the cutting-plane LP before it is cold anyway)."""
     from .restriction.balanced import CERT_TOL
 
     t = time.perf_counter() - restricted.seconds     # the attempt includes the LP
     found, sub, to_gbps = restricted.restriction, restricted.sub, restricted.to_gbps
-    for k in [None] if max_chunks is None else range(max_chunks, 0, -1):
+    counts = ChunkCounts(max_chunks) if max_chunks is not None else None
+    for k in [None] if counts is None else counts:
         try:
             sched = _warm_stage(lambda w: forestcoll(sub, w, k, found.headroom()), warm,
                                 warm_budget, trail, Method.BALANCED_RESTRICTION)
-        except (SolveError, TopologyError):
+        except (SolveError, TopologyError) as e:
+            if counts is not None and isinstance(e, SolveError):
+                counts.failed(e)
             continue
         if isinstance(sched, Declined) or abs(sched.lp_rate_gbps * to_gbps - found.rate_gbps) \
                 > CERT_TOL * found.rate_gbps:

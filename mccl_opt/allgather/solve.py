@@ -32,7 +32,7 @@ from ..report import Attempt, Method, Termination, WarmUse, stamp
 from ..schedule import Schedule
 from ..topology import Topology
 from .assemble import Optimum, Run, packed
-from .budget import EXACT_TREES_LIMIT, CutBounds
+from .budget import EXACT_TREES_LIMIT, BudgetUnpacked, CutBounds
 from .canonical import canonical
 from .chain import Declined, ForestColl, Trail, cut_bound_gbps, solve_by_general, \
     solve_unbalanced, switches_balanced
@@ -216,21 +216,27 @@ def _forestcoll(topo: Topology, warm: Schedule | None, backend: str, max_chunks:
     anytime.check("ForestColl: before switch balancing")
     arr = topo.arrays
     t = time.perf_counter()
-    balanced = balanced_split(budget.fab, arr.is_switch, budget.k, budget.y, max_chunks,
-                              headroom)
-    balanced.record(run.stats)
-    run.stats["balance_s"] = time.perf_counter() - t
-    if not balanced.exact and not lossy_balance:     # the rate would sit below the optimum
-        return Declined("switch balancing lost capacity")
-    anytime.check("ForestColl: before Phases 2-3")
-    if step_aware:
-        from .forestcoll.step_aware import StepAware, step_aware_pack      # only when asked for
+    try:
+        balanced = balanced_split(budget.fab, arr.is_switch, budget.k, budget.y, max_chunks,
+                                  headroom)
+        balanced.record(run.stats)
+        run.stats["balance_s"] = time.perf_counter() - t
+        if not balanced.exact and not lossy_balance:     # the rate would sit below the optimum
+            return Declined("switch balancing lost capacity")
+        anytime.check("ForestColl: before Phases 2-3")
+        if step_aware:
+            from .forestcoll.step_aware import StepAware, step_aware_pack   # only when asked for
 
-        opts = step_aware if isinstance(step_aware, StepAware) else None
-        result = step_aware_pack(balanced.split, arr.rank_of, balanced.k, run.guides, run.stats,
-                                 backend, opts)
-    else:
-        result = pack(balanced.split, arr.rank_of, balanced.k, run.guides, run.stats, run.shapes)
+            opts = step_aware if isinstance(step_aware, StepAware) else None
+            result = step_aware_pack(balanced.split, arr.rank_of, balanced.k, run.guides,
+                                     run.stats, backend, opts)
+        else:
+            result = pack(balanced.split, arr.rank_of, balanced.k, run.guides, run.stats,
+                          run.shapes)
+    except BudgetUnpacked:
+        raise
+    except SolveError as e:                           # this budget's split or packing failed
+        raise BudgetUnpacked(budget.k, str(e)) from e
     return packed(run, Optimum.of(budget), result)
 
 

@@ -28,6 +28,7 @@ from mccl_opt.errors import SolveError, TopologyError
 from mccl_opt.schedule import Schedule
 from mccl_opt.schedule_chunks import TreeChunks, path_nodes
 from mccl_opt.topology import Topology
+from ..budget import ChunkCounts
 
 if TYPE_CHECKING:                       # the chain imports this package inside a function
     from ..chain import ForestColl, Restricted
@@ -99,15 +100,19 @@ def restriction_seed(restricted: Restricted, forestcoll: ForestColl,
     """ForestColl's schedule (``forestcoll``, the chain's sub-solve, cold, keeping what
     balancing loses: the master re-weights the trees anyway) on the balanced restriction
     ``restricted`` with at most ``chunks`` chunks per root (fewer while ForestColl fails,
-    as the method chain does); ``None`` when the restriction's rate is not positive or
+    as the method chain does, skipping the limits that repeat a failed budget); ``None`` when the restriction's rate is not positive or
     ForestColl packs no chunk count (the general method then starts from its own trees)."""
     if not restricted.restriction.rate_gbps > 0:
         return None
     t = time.perf_counter()
-    for k in range(chunks, 0, -1):
+    counts = ChunkCounts(chunks)
+    for k in counts:
         try:
             sched = forestcoll(restricted.sub, None, k)
-        except (SolveError, TopologyError):     # as the chain treats ForestColl failing: next k
+        except SolveError as e:                 # as the chain treats ForestColl failing: fewer
+            counts.failed(e)
+            continue
+        except TopologyError:
             continue
         if isinstance(sched, Schedule):
             return RestrictionSeed(restricted.restriction.rate_gbps, sched,
