@@ -172,20 +172,21 @@ def test_report_round_trips_through_a_file(tmp_path):
         mo.Schedule.from_dict(bad)
 
 
-def test_an_exact_packing_over_its_budget_hands_the_fabric_to_the_general_method(monkeypatch):
-    """A leaf-spine fabric whose packers all get stuck reaches Lovász's exact packing
-    (minutes there); over its budget ForestColl declines and the general method solves."""
+def test_an_exact_packing_out_of_reach_hands_the_fabric_to_the_general_method():
+    """A leaf-spine fabric whose packers all get stuck would reach Lovász's exact packing
+    (one max-flow per tree edge: minutes there); with more than
+    ``EXACT_PACK_MAX_EDGES`` tree edges ForestColl declines at once and the general
+    method solves."""
     from instances.aggregation import leaf_spine
-    from mccl_opt.allgather.forestcoll import pipeline
+    from mccl_opt.allgather.forestcoll.pipeline import EXACT_PACK_MAX_EDGES
 
     topo = leaf_spine(4, 2, 8).with_capacity({("spine1", "u0leaf0"): 80.0,
                                               ("u0leaf0", "spine1"): 80.0})
-    monkeypatch.setattr(pipeline, "EXACT_PACK_FLOOR_S", 0.0)
-    monkeypatch.setattr(pipeline, "EXACT_PACK_SHARE", 0.0)
+    assert topo.num_gpus * (topo.num_gpus - 1) > EXACT_PACK_MAX_EDGES
     sched = mo.solve_allgather(topo)
     assert sched.report.method is Method.GENERAL
     assert any(a.method is Method.FORESTCOLL and "exact tree packing" in a.outcome
-               for a in sched.report.attempts)
+               and "out of reach" in a.outcome for a in sched.report.attempts)
     assert mo.validate(topo, sched).rate_gbps == pytest.approx(sched.rate_gbps, rel=1e-9)
     assert sched.rate_gbps <= cut_bound(topo) * (1 + 1e-9)
     assert sched.rate_gbps >= 0.99 * sched.lp_rate_gbps

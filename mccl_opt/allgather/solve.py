@@ -32,17 +32,17 @@ from ..report import Attempt, Method, Termination, WarmUse, stamp
 from ..schedule import Schedule
 from ..topology import Topology
 from .assemble import Optimum, Run, packed
-from .budget import EXACT_TREES_LIMIT, CutBounds
+from .budget import EXACT_TREES_LIMIT, BudgetUnpacked, CutBounds
 from .canonical import canonical
-from .chain import Declined, Trail, cut_bound_gbps, solve_by_general, solve_unbalanced, \
-    switches_balanced
+from .chain import Declined, ForestColl, Trail, cut_bound_gbps, solve_by_general, \
+    solve_unbalanced, switches_balanced
 from .warm.certify import Certificate, GuessKind, keep_or_reroute, warm_budget, warm_guess
 from .fabric import fabric_of
 from .first import first_schedule
 from .forestcoll.pipeline import balanced_split, check_inputs, gbps, pack, phase_one_budget
 from .forestcoll.throughput import cut_upper_bound
 
-__all__ = ["solve_allgather", "warm_budget_s",
+__all__ = ["solve_allgather", "warm_budget_s", "sub_forestcoll",
            "WARM_SHARE", "WARM_FLOOR_S"]
 
 #: a warm start may spend this share of the cold solve time it carries ...
@@ -139,14 +139,9 @@ def _chain(topo: Topology, warm: Schedule | None, backend: str, max_chunks: int 
            step_aware: Any, trail: Trail, warm_budget: float | None = None) -> Schedule:
     """Step 3: which method solves ``topo`` (:mod:`.chain`); ``warm_budget``: the warm
     start's budget, applied by the unbalanced chain to each warm-started method."""
-
-    def forestcoll(sub: Topology, w: Schedule | None, k: int | None,
-                   headroom: Sequence[Fraction] | None = None) -> Schedule | Declined:
-        return _typed_forestcoll(sub, w, backend, k, False, lossy_balance=True,
-                                 headroom=headroom)
-
     if not switches_balanced(topo):                   # ForestColl is exact on balanced only
-        return solve_unbalanced(topo, warm, backend, max_chunks, forestcoll, trail, warm_budget)
+        return solve_unbalanced(topo, warm, backend, max_chunks, sub_forestcoll(backend),
+                                trail, warm_budget)
     t = time.perf_counter()
     try:
         sched = _typed_forestcoll(topo, warm, backend, max_chunks, step_aware)
@@ -157,6 +152,19 @@ def _chain(topo: Topology, warm: Schedule | None, backend: str, max_chunks: int 
         return solve_by_general(topo, warm, backend, max_chunks, sched.reason,
                                 cut_bound_gbps(topo), trail)
     return sched
+
+
+def sub_forestcoll(backend: str) -> ForestColl:
+    """ForestColl as the method chain runs it on a balanced sub-fabric (the
+    weaker-direction fabric, a balanced restriction, the general method's seed):
+    keeping what balancing loses, with the real fabric's ``headroom`` when given."""
+
+    def forestcoll(sub: Topology, w: Schedule | None, k: int | None,
+                   headroom: Sequence[Fraction] | None = None) -> Schedule | Declined:
+        return _typed_forestcoll(sub, w, backend, k, False, lossy_balance=True,
+                                 headroom=headroom)
+
+    return forestcoll
 
 
 def _typed_forestcoll(topo: Topology, warm: Schedule | None, backend: str,
@@ -208,21 +216,27 @@ def _forestcoll(topo: Topology, warm: Schedule | None, backend: str, max_chunks:
     anytime.check("ForestColl: before switch balancing")
     arr = topo.arrays
     t = time.perf_counter()
-    balanced = balanced_split(budget.fab, arr.is_switch, budget.k, budget.y, max_chunks,
-                              headroom)
-    balanced.record(run.stats)
-    run.stats["balance_s"] = time.perf_counter() - t
-    if not balanced.exact and not lossy_balance:     # the rate would sit below the optimum
-        return Declined("switch balancing lost capacity")
-    anytime.check("ForestColl: before Phases 2-3")
-    if step_aware:
-        from .forestcoll.step_aware import StepAware, step_aware_pack      # only when asked for
+    try:
+        balanced = balanced_split(budget.fab, arr.is_switch, budget.k, budget.y, max_chunks,
+                                  headroom)
+        balanced.record(run.stats)
+        run.stats["balance_s"] = time.perf_counter() - t
+        if not balanced.exact and not lossy_balance:     # the rate would sit below the optimum
+            return Declined("switch balancing lost capacity")
+        anytime.check("ForestColl: before Phases 2-3")
+        if step_aware:
+            from .forestcoll.step_aware import StepAware, step_aware_pack   # only when asked for
 
-        opts = step_aware if isinstance(step_aware, StepAware) else None
-        result = step_aware_pack(balanced.split, arr.rank_of, balanced.k, run.guides, run.stats,
-                                 backend, opts)
-    else:
-        result = pack(balanced.split, arr.rank_of, balanced.k, run.guides, run.stats, run.shapes)
+            opts = step_aware if isinstance(step_aware, StepAware) else None
+            result = step_aware_pack(balanced.split, arr.rank_of, balanced.k, run.guides,
+                                     run.stats, backend, opts)
+        else:
+            result = pack(balanced.split, arr.rank_of, balanced.k, run.guides, run.stats,
+                          run.shapes)
+    except BudgetUnpacked:
+        raise
+    except SolveError as e:                           # this budget's split or packing failed
+        raise BudgetUnpacked(budget.k, str(e)) from e
     return packed(run, Optimum.of(budget), result)
 
 
