@@ -43,7 +43,12 @@ from .forestcoll.pipeline import balanced_split, check_inputs, gbps, pack, phase
 from .forestcoll.throughput import cut_upper_bound
 
 __all__ = ["solve_allgather", "warm_budget_s",
-           "WARM_SHARE", "WARM_FLOOR_S"]
+           "WARM_SHARE", "WARM_FLOOR_S", "PHASES_23_PER_PHASE_1"]
+
+#: balancing and Phases 2-3 are expected to take at least this many times Phase 1
+#: and the chunk budget (a low estimate: :func:`.anytime.check_room` stops a limited
+#: solve before them only when even this does not fit)
+PHASES_23_PER_PHASE_1 = 2.0
 
 #: a warm start may spend this share of the cold solve time it carries ...
 WARM_SHARE = 0.4
@@ -205,7 +210,11 @@ def _forestcoll(topo: Topology, warm: Schedule | None, backend: str, max_chunks:
         if quick is not None:
             return quick
 
-    anytime.check("ForestColl: before switch balancing")
+    # balancing and Phases 2-3 cost at least twice Phase 1 and the budget (HPN 1024 GPUs:
+    # 0.1 s vs 1 s): where less is left, their schedule would come past the limit
+    anytime.check_room("ForestColl: before switch balancing",
+                       PHASES_23_PER_PHASE_1 * (run.stats.get("phase1_s", 0.0)
+                                                + run.stats.get("budget_s", 0.0)))
     arr = topo.arrays
     t = time.perf_counter()
     balanced = balanced_split(budget.fab, arr.is_switch, budget.k, budget.y, max_chunks,
