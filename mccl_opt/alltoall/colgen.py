@@ -212,6 +212,9 @@ def column_generation(master: RestrictedMaster, prob: Problem, max_steps: int, *
             status = CGStatus.TIME_LIMIT
             break
         last = sol
+        if deadline is not None and time.perf_counter() >= deadline:
+            status = CGStatus.TIME_LIMIT     # pricing would only add columns no one uses
+            break                            # (a limited result's bound: .cut_bound)
         tol_rc = 1e-9 * max(float(sol.sigma.max(initial=0.0)), 1e-300)
         threshold = prob.pair_matrix(sol.sigma - tol_rc, -np.inf)
         t1 = time.perf_counter()
