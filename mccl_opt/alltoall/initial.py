@@ -120,6 +120,8 @@ def _check_reached(prob: Problem, max_steps: int, missing: np.ndarray,
 def _concat(parts: list[PricedColumns], g: int) -> PricedColumns:
     """One :class:`PricedColumns` from the waves' (``shortest``: the sum of their rows,
     each source's row set by one wave only)."""
+    if len(parts) == 1:                 # one wave: nothing to join (4M pairs at 2,048 GPUs)
+        return parts[0]
     shortest = np.zeros((g, g))
     if not parts:
         empty = np.zeros(0, dtype=np.int64)

@@ -65,6 +65,9 @@ def _starts(keys: np.ndarray, n: int) -> np.ndarray:
 
 def largest_remainder(pool: ColumnPool, y: np.ndarray, n_pairs: int, k: int) -> np.ndarray:
     """Chunk counts per column: largest-remainder rounding of ``K·y_j / sum_p y``."""
+    if y.size == n_pairs and (y > _EPS).all() and \
+            (np.bincount(pool.pair, minlength=n_pairs) == 1).all():
+        return np.full(y.size, k, dtype=np.int64)     # one column per pair: all K chunks on it
     y = np.where(y > _EPS, y, 0.0)
     total = np.bincount(pool.pair, weights=y, minlength=n_pairs)
     units = k * y / total[pool.pair]
