@@ -98,11 +98,13 @@ class RaggedColumns:
             pos = np.minimum(np.searchsorted(known, hashes), known.size - 1)
             fresh &= known[pos] != hashes
         idx = np.flatnonzero(fresh)
-        if idx.size == owner.size and not self.owner.size:       # a first fill: no copies
-            self.owner, self.hash = owner.copy(), hashes
-            self.start, self.arcs = start - start[0], arcs[start[0]:start[-1]].copy()
+        if idx.size == owner.size and not self.owner.size:
+            # a first fill shares the input arrays (no 20M-entry copies at 2,048 GPUs):
+            # a pool never writes into its arrays, it replaces them
+            self.owner, self.hash = owner, hashes
+            self.start, self.arcs = start - start[0], arcs[start[0]:start[-1]]
             for name in self._extras:
-                setattr(self, name, np.array(extras[name], dtype=np.int64))
+                setattr(self, name, np.asarray(extras[name], dtype=np.int64))
         elif idx.size:
             lengths = np.diff(start)
             seg = np.repeat(np.arange(owner.size), lengths)
