@@ -90,10 +90,14 @@ def build_master(prob: Problem, backend: str, max_steps: int,
 def run_cg(prob: Problem, backend: str, max_steps: int, columns, deadline: float | None,
            options: CGOptions, state: AllToAllWarmState | None = None) -> Solved:
     """Build a master (warm from ``columns`` and ``state``'s basis) and run column
-    generation on it."""
+    generation on it (under a deadline, the initial routing's time is the first
+    pricing's expected cost: both price every source)."""
     progress.update("AllToAll: building the master")
+    t = time.perf_counter()
     master, carried = build_master(prob, backend, max_steps, columns, state, deadline)
-    res = column_generation(master, prob, max_steps, options=options, deadline=deadline)
+    routed_s = time.perf_counter() - t
+    res = column_generation(master, prob, max_steps, options=options, deadline=deadline,
+                            pricing_s=routed_s)
     return Solved(master, res, max_steps, carried)
 
 
