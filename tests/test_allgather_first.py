@@ -97,3 +97,21 @@ def test_no_line_over_switches_falls_back_to_shortest_path_trees():
     s = first_schedule(topo, None, 10)
     assert s.stats["method"] == "shortest-path-trees"
     assert check_schedule(topo, s, max_chunks=10).rate_gbps == pytest.approx(s.rate_gbps)
+
+
+def test_above_both_max_gpus_the_limit_decides_whether_shortest_path_trees_are_tried():
+    """A full mesh of BOTH_MAX_GPUS + 4 GPUs: the line's chains carry N-1 shards over one
+    cable, the shortest-path trees one per cable.  Without room in the limit only the
+    line is built; with room, both, and the better (the trees) is kept."""
+    from mccl_opt import anytime
+    from mccl_opt.allgather.first import BOTH_MAX_GPUS
+    from instances.fabrics import full_mesh
+
+    topo = canonical(full_mesh(BOTH_MAX_GPUS + 4))
+    tight, _ = anytime.limited(1e-9, lambda: first_schedule(topo, None, 10))
+    roomy, _ = anytime.limited(600.0, lambda: first_schedule(topo, None, 10))
+    assert tight.stats["method"] == "line-trees"
+    assert roomy.stats["method"] == "shortest-path-trees"
+    assert roomy.rate_gbps > tight.rate_gbps
+    for s in (tight, roomy):
+        assert check_schedule(topo, s, max_chunks=10).rate_gbps == pytest.approx(s.rate_gbps)

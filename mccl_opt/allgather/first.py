@@ -9,13 +9,15 @@ Built before any optimisation so that a limit that passes early still returns tr
   (:func:`.general.tree_colgen.mwu_trees`, the general method's starting columns), each
   tree carrying ``1/r`` of its root's shard;
 * above that, the two-way chains of one GPU line (:mod:`.first_line`: ``2N`` compiled
-  cheapest paths, 0.1-0.3 s at 2,048 GPUs), or where some GPU has no switch-only path
+  cheapest paths, 0.03-0.09 s at 2,048 GPUs), or where some GPU has no switch-only path
   to the next, one shortest-path tree per root (link cost ``1/capacity``, scipy's
   Dijkstra from every GPU, the trees built in arrays, :func:`shortest_path_trees`:
-  ``N^2`` routed paths, 4-9 s at 2,048 GPUs; up to :data:`BOTH_MAX_GPUS` GPUs both,
-  the better kept: on a ring of hosts the line's rate is half).  The cheapest-tree
-  rounds cost ``O(N^3)`` (a minimum arborescence of the dense GPU graph per root: 10 s at 512 GPUs and
-  95-164 s at 1024 on the 2-core machine), longer than the solve they stand in for.
+  ``N^2`` routed paths, 4-9 s at 2,048 GPUs).  Up to :data:`BOTH_MAX_GPUS` GPUs, and
+  above where the time limit leaves room, both are built and the better kept (on a ring
+  of hosts the line's rate is half, on a full mesh 1/70).  The cheapest-tree rounds
+  cost ``O(N^3)`` (a minimum arborescence of the dense GPU graph per root: 10 s at 512
+  GPUs and 95-164 s at 1024 on the 2-core machine), longer than the solve they stand
+  in for.
 
 Neither is optimal; the solve then improves on it and the report says which one was
 returned (:class:`~mccl_opt.report.Method.FIRST`).
@@ -27,6 +29,7 @@ import time
 
 import numpy as np
 
+from .. import anytime
 from ..errors import TopologyError
 from ..report import Method, SolveReport, Termination, WarmUse
 from ..schedule import Schedule, TreeChunk, bottleneck_links, schedule_rate, share_loads
@@ -37,7 +40,8 @@ from .general.method import forest_edges
 from .first_line import line_trees
 
 __all__ = ["first_schedule", "previous_trees", "shortest_path_trees", "FIRST_ROUNDS",
-           "MWU_MAX_GPUS", "BOTH_MAX_GPUS"]
+           "MWU_MAX_GPUS", "BOTH_MAX_GPUS",
+           "SPT_SECONDS_PER_PAIR"]
 
 #: multiplicative-weights rounds of the cold first schedule (its shares are ``1/r``)
 FIRST_ROUNDS = 4
@@ -48,6 +52,10 @@ MWU_MAX_GPUS = 64
 
 #: up to this many GPUs both are built (shortest-path trees: <= 50 ms) and the better kept
 BOTH_MAX_GPUS = 256
+
+#: above it, both only where the time limit leaves this many seconds per GPU pair for
+#: the shortest-path trees (measured 1-2 us per pair at 1024-2048 GPUs, loaded machine)
+SPT_SECONDS_PER_PAIR = 2e-6
 
 
 def previous_trees(topo: Topology, warm: Schedule | None) -> Schedule | None:
@@ -102,12 +110,21 @@ def _line_or_shortest_path(topo: Topology) -> tuple[tuple[TreeChunks, np.ndarray
     GPUs also the shortest-path trees, the higher rate kept; the shortest-path trees
     alone where there is no line."""
     line = line_trees(topo)
-    if line is not None and topo.num_gpus > BOTH_MAX_GPUS:
+    if line is not None and topo.num_gpus > BOTH_MAX_GPUS and not _room_for_both(topo):
         return line, "line-trees"
     tree = shortest_path_trees(topo)
     if line is not None and schedule_rate(topo, line[1]) > schedule_rate(topo, tree[1]):
         return line, "line-trees"
     return tree, "shortest-path-trees"
+
+
+def _room_for_both(topo: Topology) -> bool:
+    """Whether the solve's time limit leaves room for the shortest-path trees as well
+    (:data:`SPT_SECONDS_PER_PAIR` per GPU pair, a high estimate): on fabrics whose GPUs
+    are cabled to each other (a mesh, a torus or ring of hosts) they are far better
+    than the line (a 70-GPU mesh: 100 vs 1.45 Gbps)."""
+    left = anytime.limit_left()
+    return left is not None and left >= SPT_SECONDS_PER_PAIR * topo.num_gpus ** 2
 
 
 def _cheapest_trees(topo: Topology, max_chunks: int | None
