@@ -133,8 +133,10 @@ def _best_rounding(pool: ColumnPool, y: np.ndarray, n_pairs: int, k: int, capaci
 
 
 def _snapshot(pool: ColumnPool, counts: np.ndarray, rate: float, method: str) -> Rounded:
-    return Rounded(counts.copy(), rate, pool.pair.copy(), pool.start.copy(), pool.arcs.copy(),
-                   pool.origin.copy(), method)
+    """The rounding and the pool as it is now: the pool's arrays are shared, not copied
+    (a pool replaces its arrays when it grows or drops columns, never writes into them;
+    copying 20M path entries cost 0.35 s at 2,048 GPUs)."""
+    return Rounded(counts.copy(), rate, pool.pair, pool.start, pool.arcs, pool.origin, method)
 
 
 def deep_dive(master: RestrictedMaster, prob: Problem, y: np.ndarray, k: int, max_steps: int,
