@@ -148,7 +148,7 @@ def solver_synthesizer(backend: str = "highs", max_chunks: int = 10, shallow: bo
                                          time_limit=time_limit_s)
         if not (shallow and warm is not None and tree_rounds(sched) > tree_rounds(warm)):
             return sched
-        left = None if time_limit_s is None else time_limit_s - (time.perf_counter() - t0)
+        left = _left_for_another(time_limit_s, t0, time.perf_counter() - t0)
         if left is not None and left <= 0:
             return sched
         cold = mccl_opt.solve_allgather(topo, warm=None, backend=backend, max_chunks=max_chunks,
@@ -192,17 +192,31 @@ def _round_aware_alltoall(topo: Topology, warm: Schedule, backend: str, max_chun
 
     t0 = time.perf_counter()
     best = mccl_opt.solve_alltoall(topo, warm=warm, backend=backend, max_chunks=max_chunks, time_limit=time_limit_s)
+    took = time.perf_counter() - t0
     best_t = round_time(best, topo)
     for start, steps in ((warm, "min"), (None, None), (None, "min")):
-        left = None if time_limit_s is None else time_limit_s - (time.perf_counter() - t0)
+        left = _left_for_another(time_limit_s, t0, took)
         if left is not None and left <= 0:
             break
+        t1 = time.perf_counter()
         cand = mccl_opt.solve_alltoall(topo, warm=start, backend=backend, max_chunks=max_chunks,
                                        max_steps=steps, time_limit=left)
+        took = time.perf_counter() - t1
         t = round_time(cand, topo)
         if cand.rate_gbps >= best.rate_gbps * (1 - 1e-9) and t < best_t * (1 - 1e-6):
             best, best_t = cand, t
     return best
+
+
+def _left_for_another(time_limit_s: float | None, t0: float, last_s: float) -> float | None:
+    """Seconds of a job's ``time_limit_s`` (started at ``t0``) left for one more solve
+    attempt, ``None`` without a limit; 0.0 when less is left than the last attempt took:
+    another one would most likely end past the limit (a synthesizer returns its first
+    schedule late when even that does not fit), so none is started."""
+    if time_limit_s is None:
+        return None
+    left = time_limit_s - (time.perf_counter() - t0)
+    return left if left >= last_s else 0.0
 
 
 def tree_rounds(schedule: Schedule) -> int:

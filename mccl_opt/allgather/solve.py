@@ -43,7 +43,12 @@ from .forestcoll.pipeline import balanced_split, check_inputs, gbps, pack, phase
 from .forestcoll.throughput import cut_upper_bound
 
 __all__ = ["solve_allgather", "warm_budget_s", "sub_forestcoll",
-           "WARM_SHARE", "WARM_FLOOR_S"]
+           "WARM_SHARE", "WARM_FLOOR_S", "PHASES_23_PER_PHASE_1"]
+
+#: balancing and Phases 2-3 are expected to take this many times Phase 1 and the chunk
+#: budget (HPN 1024-2048 GPUs: 4-10x; a low estimate, so :func:`.anytime.check_room`
+#: stops a limited solve before them only when they most likely do not fit)
+PHASES_23_PER_PHASE_1 = 4.0
 
 #: a warm start may spend this share of the cold solve time it carries ...
 WARM_SHARE = 0.4
@@ -213,7 +218,11 @@ def _forestcoll(topo: Topology, warm: Schedule | None, backend: str, max_chunks:
         if quick is not None:
             return quick
 
-    anytime.check("ForestColl: before switch balancing")
+    # balancing and Phases 2-3 cost several times Phase 1 and the budget (HPN 2048 GPUs:
+    # 2.0 s vs 0.2-0.5 s): where less is left, their schedule would come past the limit
+    anytime.check_room("ForestColl: before switch balancing",
+                       PHASES_23_PER_PHASE_1 * (run.stats.get("phase1_s", 0.0)
+                                                + run.stats.get("budget_s", 0.0)))
     arr = topo.arrays
     t = time.perf_counter()
     try:
