@@ -10,6 +10,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from mccl_opt.errors import SolveError
+
 __all__ = ["RaggedColumns", "column_hash"]
 
 _MULT = np.uint64(0x9E3779B97F4A7C15)
@@ -136,7 +138,7 @@ class RaggedColumns:
         entry order, as ``np.bincount`` would: the same floats)."""
         weights = np.ascontiguousarray(weights, float)
         if weights.size < self.owner.size:
-            raise ValueError(f"{weights.size} weights for {self.owner.size} columns")
+            raise SolveError(f"{weights.size} weights for {self.owner.size} columns")
         return _column_loads(self.start, self.arcs, weights, n_links)
 
 

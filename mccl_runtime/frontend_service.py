@@ -42,6 +42,9 @@ log = logging.getLogger("mccl.frontend")
 
 #: seconds the front end waits for the controller's reply to one forwarded interval
 UPSTREAM_TIMEOUT_S = 2.0
+#: seconds a starting front end keeps asking a controller that has not answered yet (a
+#: controller just started on a loaded machine can take longer than one interval's wait)
+UPSTREAM_START_S = 10.0
 
 
 class FrontEndService:
@@ -68,7 +71,7 @@ class FrontEndService:
         self.upstream = ShardedClient(upstream, key, timeout_s=upstream_timeout_s) \
             if isinstance(upstream, str) else upstream
         try:
-            info = self.upstream.clients[0].ping()
+            info = _first_ping(self.upstream, UPSTREAM_START_S)
             self._check_upstream(info)
         except Exception:
             self.upstream.close()
@@ -174,3 +177,16 @@ class FrontEndService:
                           "requests": dict(self.gate.requests), "cpu_s": time.process_time()}
         raise ProtocolError("unsupported", f"a telemetry front end takes ping, telemetry and stats; send "
                                            f"{msg.type!r} to the controller at {self.upstream.endpoints[0]}")
+
+
+def _first_ping(upstream: ShardedClient, within_s: float) -> dict[str, Any]:
+    """The controller's ``ping``, asked again after each timeout for up to ``within_s``
+    seconds; any other refusal, or no answer by then, raises."""
+    deadline = time.monotonic() + within_s
+    while True:
+        try:
+            return upstream.clients[0].ping()
+        except ProtocolError as exc:
+            if exc.reason != "timeout" or time.monotonic() >= deadline:
+                raise
+
