@@ -155,13 +155,14 @@ def _forestcoll(topo: Topology, route: WarmRoute, backend: str, max_chunks: int 
     (:func:`.forestcoll.pipeline.balanced_split`).  The warm steps (the certified
     guesses, rerouting at cold's budget, the packing seeded with the previous shapes)
     run on ``route``; past its allowance the solve carries on cold from where it is."""
-    run = Run.start(topo, None if step_aware else route.warm, max_chunks)
+    run = Run.start(topo, route.warm, max_chunks)
+    rewarm = run.prev is not None and not step_aware  # step-aware only reads the guides
 
     def carry_on_cold() -> None:                      # the phases so far are cold's
         if not route.active:
             run.prev, run.cuts = None, None
 
-    if run.prev is not None:                          # guesses, certified
+    if rewarm:                                        # guesses, certified
         quick = route.attempt("ForestColl-warm's guesses", Method.FORESTCOLL,
                               lambda _: _certified_guess(run), lambda: None, trail.attempts)
         if quick is not None:
@@ -172,7 +173,7 @@ def _forestcoll(topo: Topology, route: WarmRoute, backend: str, max_chunks: int 
     budget = phase_one_budget(topo, max_chunks, run.stats, run.hint_cuts, run.cuts)
     if max_chunks is None and budget.k > EXACT_TREES_LIMIT:
         return Declined(f"more than {EXACT_TREES_LIMIT} exact trees per root")
-    if run.prev is not None:
+    if rewarm and run.prev is not None:
         quick = route.attempt("ForestColl-warm's rerouting", Method.FORESTCOLL,
                               lambda _: keep_or_reroute(run, budget), lambda: None,
                               trail.attempts)
