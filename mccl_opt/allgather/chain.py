@@ -117,16 +117,20 @@ def solve_by_general(topo: Topology, route: WarmRoute, backend: str,
     """The general method, with the cut bound ``bound`` (:func:`cut_bound_gbps`) for the
     report and ``stats['general_reason']`` saying why it ran; offered to the time limit.
     Warm-started on ``route`` only from the general method's own previous columns
-    (:meth:`.warm.route.WarmRoute.general_warm`), else cold."""
+    (:meth:`.warm.route.WarmRoute.general_warm`), else cold; the restriction seed, which
+    a warm start does not shorten, is computed once, outside the warm step."""
     from .general.method import solve_general      # column generation over trees: only here
+    from .general.restriction_seed import restriction_seed
+
+    own = route.general_warm()
+    seed = restriction_seed(topo, backend) if own is not None else "compute"
 
     def general(warm: Schedule | None) -> Schedule:
         progress.update("AllGather: general method (column generation over trees)")
         return trail.run(Method.GENERAL, lambda: solve_general(
-            topo, warm=warm, backend=backend, max_chunks=max_chunks, cut_bound_gbps=bound),
-            "returned")
+            topo, warm=warm, backend=backend, max_chunks=max_chunks, cut_bound_gbps=bound,
+            seed=seed), "returned")
 
-    own = route.general_warm()
     if own is None:
         sched = general(None)
     else:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -28,7 +28,7 @@ from mccl_opt.report import Method, SolveReport, Termination, WarmUse
 from mccl_opt.schedule import Schedule, TreeChunk, bottleneck_links, schedule_rate
 from mccl_opt.topology import Topology
 from .tree_colgen import TreeCGOptions, TreeCGResult, tree_column_generation, mwu_trees
-from .restriction_seed import restriction_seed
+from .restriction_seed import RestrictionSeed, restriction_seed
 from ..warm.kept import AllGatherWarmState, TreeColumns
 from .live_master import TreePool
 from .tree_rounding import fractional_shares, round_trees
@@ -113,9 +113,12 @@ def _rate_scale(topo: Topology) -> float:
 
 def solve_general(topo: Topology, warm: Schedule | None = None, backend: str = "highs",
                   max_chunks: int | None = 10, cut_bound_gbps: float | None = None,
-                  options: TreeCGOptions = TreeCGOptions()) -> Schedule:
+                  options: TreeCGOptions = TreeCGOptions(),
+                  seed: RestrictionSeed | None | Literal["compute"] = "compute") -> Schedule:
     """The AllGather optimum with forwarding-only switches, rounded to ``max_chunks``
-    chunks per root (``None``: the fractional optimum), warm-started from ``warm``."""
+    chunks per root (``None``: the fractional optimum), warm-started from ``warm``;
+    ``seed``: the restriction seed (:func:`.restriction_seed.restriction_seed`), computed
+    here unless the caller passes it (computed once for a warm and a cold attempt)."""
     if not isinstance(topo, Topology):
         raise TopologyError(f"expected a mccl_opt.Topology, got {type(topo).__name__}")
     if topo.num_gpus < 2:
@@ -132,7 +135,8 @@ def solve_general(topo: Topology, warm: Schedule | None = None, backend: str = "
     progress.update("AllGather general method: starting trees")
     t = time.perf_counter()
     upper = None
-    seed = restriction_seed(topo, backend)        # None on balanced fabrics
+    if seed == "compute":
+        seed = restriction_seed(topo, backend)    # None on balanced fabrics
     if seed is not None:                    # ForestColl's trees on c', and its optimum
         seed_r, seed_t = _warm_columns(seed.schedule, topo)
         stats["seed"], stats["seed_columns"] = "balanced restriction", len(seed_r)
