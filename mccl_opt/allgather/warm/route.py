@@ -82,8 +82,8 @@ def _phase_one_seconds(topo: Topology) -> float:
 class WarmRoute:
     """One solve's warm route (module doc).  ``warm``: the previous schedule while warm
     steps may still run, ``None`` once declined; ``allowance``: seconds of warm solving
-    left; ``reason``: why the warm start was declined, if it was; ``used``: seconds the
-    warm steps took."""
+    left of ``total``, the whole allowance; ``reason``: why the warm start was declined,
+    if it was; ``used``: seconds the warm steps took."""
 
     warm: Schedule | None
     allowance: float
