@@ -6,7 +6,8 @@ never slower than cold*).
 * a warm start from a schedule of other GPUs is declined at once and reaches cold's rate;
 * one allowance per solve: a warm step past it is declined once, and the later warm-started
   methods of the chain run cold (each had its own budget before);
-* the general method is warm-started from its own columns only, never from ForestColl's trees.
+* the general method is warm-started from its own columns only, never from ForestColl's trees;
+* a previous schedule without a cold time gets a measured allowance, not none.
 
 No test here times anything: a warm step made slow on purpose checks what the solve returns.
 """
@@ -145,3 +146,20 @@ def test_the_general_method_warm_starts_from_its_own_columns_only(monkeypatch):
     assert warm.stats["warm_route"] == "warm"
     assert warm.rate_gbps == pytest.approx(cold.rate_gbps, rel=1e-9)
     mo.validate(later, warm)
+
+
+@pytest.mark.warm_budget
+def test_a_previous_schedule_without_its_cold_time_gets_a_measured_allowance():
+    """A schedule written without a report carries no cold time: the allowance is the
+    measured proxy (this fabric's exact Phase 1), not unbounded, and the warm start runs."""
+    base = hpn(1, 2, 4)
+    bare = dataclasses.replace(mo.solve_allgather(base, max_chunks=None), report=None)
+    assert warm_route.warm_allowance_s(bare) is None
+    topo = base.with_capacity({("s0h1g2", "s0tor2"): 150.0, ("s0tor2", "s0h1g2"): 150.0})
+    route = warm_route.WarmRoute.plan(topo, bare)
+    assert route.active and warm_route.WARM_FLOOR_S <= route.total < float("inf")
+    warm = mo.solve_allgather(topo, warm=bare, max_chunks=None)
+    assert warm.rate_gbps == pytest.approx(mo.solve_allgather(topo, max_chunks=None).rate_gbps,
+                                           rel=1e-9)
+    _route_agrees(warm)
+    mo.validate(topo, warm)
