@@ -3,6 +3,7 @@ things happen, over freshly generated ``mccl-scenario/1`` files.
 
     python bench/bench_loop_time.py --fabrics "hpn 1x2x8,irregular 7" --out /tmp/scn
     python bench/bench_loop_time.py --classes further,flap --collectives alltoall
+    python bench/bench_loop_time.py --synth-clock cpu --cold-gpus 16   # synthesis in CPU time
 
 Every class acts on one NIC cable (both directions): ``s0h0g0 - s0tor0`` on HPN, and on
 an irregular fabric (``instances.irregular(seed)``) the GPU-spine cable ``h1g2 - spine``
@@ -21,8 +22,10 @@ Capacities are fractions of the cable's nominal:
 
 One line per event: ``ratio`` = first collective on a new version / offline, ``final`` =
 end of segment / offline, ``t95`` = from the event to the first collective at >= 0.95 of
-offline, ``vers`` = versions published in the segment, ``stale`` = versions that first ran
-in the segment below 0.95 of offline (a stale version that ran), ``lost`` = time of
+offline, ``vers`` = versions published in the segment, ``ran`` = the version whose first
+collective gave ``ratio`` (the first published for the event that ran), ``stale`` =
+versions that first ran in the segment below 0.95 of offline (a stale version that ran),
+``lost`` = time of
 collectives aborted for a new version.  The scenario files are written to ``--out``
 (a temporary folder by default) and read back, as ``mccl loop --scenario`` would.
 """
@@ -83,13 +86,14 @@ def scenario(cls: str, spec: str, collective: str) -> dict:
             "events": events}
 
 
-def run_case(path: Path, cls: str) -> dict:
+def run_case(path: Path, cls: str, cold_gpus: int = 16, synth_clock: str = "wall") -> dict:
     """Run one scenario file; the summary and the rows' versions."""
     from mccl_runtime.loop import LoopConfig, run_loop
     from mccl_runtime.scenario import load_scenario
 
     wall = time.perf_counter()
-    res = run_loop(LoopConfig(synth_ms=SLOW_MS.get(cls)), scenario=load_scenario(str(path)))
+    cfg = LoopConfig(synth_ms=SLOW_MS.get(cls), cold_gpus=cold_gpus, synth_clock=synth_clock)
+    res = run_loop(cfg, scenario=load_scenario(str(path)))
     return {"summary": res.summary, "rows": res.rows, "wall_s": time.perf_counter() - wall,
             "aborted": len(getattr(res, "aborted", []))}
 
@@ -104,7 +108,7 @@ def stale_versions(rows: list[dict], ev: dict, end_ms: float) -> int:
 
 
 HEADER = (f"{'fabric':<14} {'coll':<9} {'class':<12} {'ev':>2} {'kind':<8} {'detect':>7} {'react':>7} "
-          f"{'ratio':>6} {'final':>6} {'t95':>7} {'vers':>4} {'stale':>5} {'lost':>6} {'false':>5} {'wall_s':>6}")
+          f"{'ratio':>6} {'final':>6} {'t95':>7} {'vers':>4} {'ran':>4} {'stale':>5} {'lost':>6} {'false':>5} {'wall_s':>6}")
 
 
 def print_rows(spec: str, collective: str, cls: str, out: dict) -> None:
@@ -114,13 +118,14 @@ def print_rows(spec: str, collective: str, cls: str, out: dict) -> None:
     for i, ev in enumerate(events):
         if ev is None:
             print(f"{spec:<14} {collective:<9} {cls:<12} {'-':>2} {'healthy':<8} {'':>7} {'':>7} {'':>6} {'':>6} "
-                  f"{'':>7} {'':>4} {'':>5} {'':>6} {s['false_swaps']:>5} {out['wall_s']:>6.1f}", flush=True)
+                  f"{'':>7} {'':>4} {'':>4} {'':>5} {'':>6} {s['false_swaps']:>5} {out['wall_s']:>6.1f}", flush=True)
             continue
         end = s["events"][i + 1]["t_ms"] if i + 1 < len(s["events"]) else float("inf")
         final = None if ev["algbw_final"] is None else ev["algbw_final"] / ev["algbw_offline"]
+        ran = "-" if ev["first_version"] is None else ev["first_version"]
         print(f"{spec:<14} {collective:<9} {cls:<12} {i:>2} {ev['kind']:<8} {f(ev['detect_ms'])} "
               f"{f(ev['reaction_ms'])} {f(ev['recovery_ratio'], 6, 3)} {f(final, 6, 3)} "
-              f"{f(ev.get('recovered_ms'))} {len(ev['versions']):>4} {stale_versions(out['rows'], ev, end):>5} "
+              f"{f(ev.get('recovered_ms'))} {len(ev['versions']):>4} {ran:>4} {stale_versions(out['rows'], ev, end):>5} "
               f"{f(ev.get('lost_ms'), 6)} {s['false_swaps']:>5} {out['wall_s']:>6.1f}", flush=True)
 
 
@@ -133,6 +138,11 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--collectives", default="allgather,alltoall")
     p.add_argument("--out", default=None, help="folder for the scenario files (default: a temporary one)")
     p.add_argument("--json", default=None, help="also write every summary to this file")
+    p.add_argument("--cold-gpus", type=int, default=16,
+                   help="the loop re-synthesizes cold on fabrics of at most this many GPUs (0: always warm)")
+    p.add_argument("--synth-clock", choices=["wall", "cpu"], default="wall",
+                   help="time synthesis in wall time or in process CPU time (a loaded machine does not "
+                        "count as slow synthesis)")
     args = p.parse_args(argv)
     folder = Path(args.out or tempfile.mkdtemp(prefix="mccl-loop-time-"))
     folder.mkdir(parents=True, exist_ok=True)
@@ -143,7 +153,7 @@ def main(argv: list[str] | None = None) -> None:
             for cls in args.classes.split(","):
                 path = folder / f"{spec.replace(' ', '-')}-{collective}-{cls}.json"
                 path.write_text(json.dumps(scenario(cls, spec, collective)))
-                out = run_case(path, cls)
+                out = run_case(path, cls, args.cold_gpus, args.synth_clock)
                 print_rows(spec, collective, cls, out)
                 results.append({"fabric": spec, "collective": collective, "class": cls,
                                 "summary": out["summary"]})

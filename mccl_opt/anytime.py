@@ -4,8 +4,9 @@ A synthesizer called with ``time_limit=S`` runs inside :func:`limited`, which ma
 :class:`Anytime` the *current* one for that call (a context variable: nested solves and
 threads each see their own).  The solve offers every valid schedule it builds
 (:func:`offer`: the first cheap one, then better ones), and its phases call :func:`check`
-at their boundaries and inside their Python-level loops.  Once the limit has passed,
-:func:`check` raises :class:`TimeLimitReached`; :func:`limited` catches it and returns the
+at their boundaries and inside their Python-level loops (:func:`check_room` before a
+phase whose expected cost exceeds the time left: its result would come too late).
+Once the limit has passed, :func:`check` raises :class:`TimeLimitReached`; :func:`limited` catches it and returns the
 best schedule offered, so the caller gets a valid schedule at the limit (or, if none was
 offered yet, a :class:`~mccl_opt.errors.SolveError` saying so).  Without a limit,
 :func:`check` is one context-variable lookup and :func:`offer` does nothing.
@@ -27,8 +28,8 @@ from typing import Callable, Iterator, TypeVar
 from .errors import SolveError
 from .kernel_time import thread_kernel_seconds
 
-__all__ = ["Anytime", "TimeLimitReached", "limited", "check", "offer", "limit_left", "stage",
-           "current"]
+__all__ = ["Anytime", "TimeLimitReached", "limited", "check", "check_room", "offer",
+           "limit_left", "stage", "current"]
 
 T = TypeVar("T")
 
@@ -100,6 +101,23 @@ def check(where: str) -> None:
     if expired is not None:
         expired.stopped_in = where
         raise TimeLimitReached(where, expired)
+
+
+def check_room(where: str, need_s: float) -> None:
+    """:func:`check`, and stop as well when the solve's own limit has less than
+    ``need_s`` seconds left: a phase expected to take longer than what is left would
+    only run past the limit (its result comes too late to be returned), so the best
+    schedule offered so far is returned now.  ``need_s`` is the phase's expected cost,
+    measured on earlier phases of the same solve."""
+    check(where)
+    left = limit_left()
+    if left is not None and left < need_s:
+        limit = _current.get()
+        while limit is not None and limit.is_stage:      # the solve's own limit owns it
+            limit = limit.parent
+        if limit is not None:
+            limit.stopped_in = f"{where} (needs ~{need_s:.2g} s, {left:.2g} s left)"
+            raise TimeLimitReached(limit.stopped_in, limit)
 
 
 def offer(schedule: object) -> None:

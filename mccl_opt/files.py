@@ -6,9 +6,11 @@ Whatever a file holds, :func:`read_json` either returns the parsed document or r
 the caller's :class:`~mccl_opt.errors.MCCLError` subclass with one message naming the
 file: unreadable, not UTF-8, malformed, nested deeper than :data:`MAX_DEPTH` levels, or
 holding an integer literal longer than :data:`MAX_INT_DIGITS` digits (which no count,
-capacity or share needs, and which would overflow a float later).  A gzip-compressed
+capacity or share needs, and which would overflow a float later) or an object with a key
+twice.  A gzip-compressed
 file (recognised by its magic bytes, whatever its name) is decompressed first, up to
-:data:`MAX_JSON_BYTES`; :func:`write_json` writes compact JSON, compressed when the
+:data:`MAX_JSON_BYTES` as a stream (a gzip bomb is refused at the cap, having cost
+no more memory than the cap); :func:`write_json` writes compact JSON, compressed when the
 file name ends in ``.gz``.
 :func:`check_output_path` refuses an output file that cannot be written before any
 work starts.
@@ -17,7 +19,6 @@ work starts.
 from __future__ import annotations
 
 import gzip
-import io
 import json
 import os
 import stat
@@ -34,11 +35,14 @@ __all__ = ["read_json", "read_bounded", "MAX_FILE_BYTES", "write_json", "check_o
 MAX_DEPTH = 64
 #: digits of an integer literal
 MAX_INT_DIGITS = 30
-#: decompressed size of a gzip-compressed file (a 512-GPU schedule is a few MB)
-MAX_JSON_BYTES = 1 << 30
+#: decompressed size of a gzip-compressed file (a 512-GPU schedule is a few MB, a
+#: 200k-link topology tens of MB); inflated as a stream and refused past it
+MAX_JSON_BYTES = 1 << 29
 #: size of any input file read (regular files only, :func:`read_bounded`)
 MAX_FILE_BYTES = 1 << 30
 _GZIP_MAGIC = b"\x1f\x8b"
+_GZIP_WBITS = 16 + zlib.MAX_WBITS       # zlib's window bits for a gzip header and trailer
+_CHUNK = 1 << 20                        # bytes in and out per inflation step
 _DIGITS_AS_ZERO = bytes.maketrans(b"123456789", b"000000000")
 
 
@@ -52,6 +56,23 @@ def has_digit_run(raw: bytes, longer_than: int) -> bool:
 
 class _LongInteger(ValueError):
     pass
+
+
+class _RepeatedKey(ValueError):
+    pass
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object whose keys are all different (Python's ``json`` keeps the last of a
+    repeated key silently: a hand-edited file would mean what its reader did not see)."""
+    obj = dict(pairs)
+    if len(obj) < len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _RepeatedKey(f"the key {key[:60]!r} appears twice in one object; keep one")
+            seen.add(key)
+    return obj
 
 
 def _parse_int(text: str) -> int:
@@ -92,12 +113,26 @@ def read_bounded(path: str | Path, error: type[MCCLError], what: str, limit: int
         if info.st_size > limit:
             raise error(f"{what} file {str(path)!r} has {info.st_size} bytes; at most {limit} are read")
         try:
-            data = f.read(limit + 1)
+            data = _read_upto(f, info.st_size, limit + 1)
         except OSError as exc:
             raise error(f"cannot read {what} file {str(path)!r}: {exc.strerror}") from None
     if len(data) > limit:
         raise error(f"{what} file {str(path)!r} grew beyond {limit} bytes while read")
     return data
+
+
+def _read_upto(f: Any, size: int, most: int) -> bytes:
+    """At most ``most`` bytes of ``f``, whose size is said to be ``size``: read at once
+    (asking for ``most`` would allocate it, whatever the file holds); a file longer
+    than it said (growing, or a ``/proc`` file saying 0) is read on in chunks."""
+    data = f.read(min(size + 1, most))
+    if len(data) <= size or len(data) >= most:
+        return data
+    parts, got = [data], len(data)
+    while got < most and (part := f.read(min(_CHUNK, most - got))):
+        parts.append(part)
+        got += len(part)
+    return b"".join(parts)
 
 
 def read_json(path: str | Path, error: type[MCCLError], what: str) -> Any:
@@ -113,10 +148,10 @@ def read_json(path: str | Path, error: type[MCCLError], what: str) -> Any:
         raise error(f"{path}: not UTF-8 text (byte {exc.start}); is it a {what} file?") from None
     try:
         long_digits = has_digit_run(raw, MAX_INT_DIGITS)
-        data = json.loads(text, parse_int=_parse_int) if long_digits else json.loads(text)
+        data = json.loads(text, parse_int=_parse_int if long_digits else None, object_pairs_hook=_unique_keys)
     except RecursionError:
         raise error(f"{path}: JSON nested deeper than {MAX_DEPTH} levels") from None
-    except _LongInteger as exc:
+    except (_LongInteger, _RepeatedKey) as exc:
         raise error(f"{path}: {exc}") from None
     except json.JSONDecodeError as exc:
         raise error(f"{path}: malformed JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
@@ -125,15 +160,34 @@ def read_json(path: str | Path, error: type[MCCLError], what: str) -> Any:
     return data
 
 
-def _gunzip(raw: bytes, path: Path, error: type[MCCLError]) -> bytes:
+def _gunzip(raw: bytes, path: Path, error: type[MCCLError]) -> bytearray:
+    """Inflate gzip ``raw`` (one or more members) as a stream: at most :data:`_CHUNK`
+    bytes out per step, refused as soon as the total passes :data:`MAX_JSON_BYTES`, so a
+    gzip bomb (a few MB inflating to GBs) costs the cap in memory, never its full size."""
+    out = bytearray()
+    inflate = zlib.decompressobj(_GZIP_WBITS)
+    view = memoryview(raw)
     try:
-        with gzip.GzipFile(fileobj=io.BytesIO(raw)) as f:
-            data = f.read(MAX_JSON_BYTES + 1)
-    except (OSError, EOFError, zlib.error) as exc:
-        raise error(f"{path}: damaged gzip data ({exc or 'truncated'})") from None
-    if len(data) > MAX_JSON_BYTES:
-        raise error(f"{path}: decompresses to more than {MAX_JSON_BYTES >> 20} MiB")
-    return data
+        for start in range(0, len(raw), _CHUNK):
+            data = view[start:start + _CHUNK]
+            while data:
+                if inflate.eof:                                   # a member ended: another or padding
+                    tail = bytes(data)
+                    if not tail.strip(b"\0"):
+                        break
+                    if tail[:2] != _GZIP_MAGIC:
+                        raise error(f"{path}: damaged gzip data (not gzip after a member)")
+                    inflate = zlib.decompressobj(_GZIP_WBITS)
+                out += inflate.decompress(data, _CHUNK)
+                if len(out) > MAX_JSON_BYTES:
+                    raise error(f"{path}: decompresses to more than {MAX_JSON_BYTES >> 20} MiB "
+                                "(the most a schedule or topology file may hold); is it a gzip bomb?")
+                data = inflate.unused_data if inflate.eof else inflate.unconsumed_tail
+    except zlib.error as exc:
+        raise error(f"{path}: damaged gzip data ({exc})") from None
+    if not inflate.eof:
+        raise error(f"{path}: damaged gzip data (truncated)")
+    return out
 
 
 def write_json(path: str | Path, obj: Any) -> None:

@@ -55,6 +55,10 @@ COLLECTIVES = ("alltoall", "allgather")
 SATURATION_TOL = 1e-6
 #: relative slack of ``rate_gbps <= lp_rate_gbps`` when a schedule is read (as the validator's)
 RATE_TOLERANCE = 1e-5
+#: the largest rate (and LP rate) a schedule file may state: more than any fabric the project
+#: loads can carry (links of at most 1e12 Gbps, ``topology.MAX_CAPACITY_GBPS``, and at most
+#: ~2 million of them); ``1e308`` used to be read, resumed and exported
+MAX_RATE_GBPS = 1e18
 
 
 @dataclass(frozen=True)
@@ -226,6 +230,9 @@ class Schedule:
                                              number(b.get("base_slack", 0.0), f"bottleneck[{i}].base_slack")))
         rate = number(data["rate_gbps"], "rate_gbps")
         lp_rate = number(data.get("lp_rate_gbps", data["rate_gbps"]), "lp_rate_gbps")
+        if not lp_rate <= MAX_RATE_GBPS:
+            raise ScheduleError(f"'lp_rate_gbps' {lp_rate:.9g} is more than any fabric carries (at most "
+                                f"{MAX_RATE_GBPS:g} Gbps); the file is corrupt or edited")
         if not 0 <= rate <= lp_rate * (1 + RATE_TOLERANCE) + 1e-9:
             raise ScheduleError(f"'rate_gbps' {rate:.9g} must be >= 0 and at most 'lp_rate_gbps' {lp_rate:.9g} "
                                 "(no schedule beats its LP bound); the file is corrupt or edited")

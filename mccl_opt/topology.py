@@ -33,7 +33,7 @@ from .files import read_json
 from .parallel_links import METADATA_KEY, check_link_ids, merge_parallel
 
 __all__ = ["Node", "Link", "Topology", "TopologyArrays", "FORMAT_TAG", "MIN_CAPACITY_GBPS",
-           "MAX_CAPACITY_GBPS"]
+           "MAX_CAPACITY_GBPS", "MAX_LATENCY_US"]
 
 FORMAT_TAG = "mccl-topology/1"
 NODE_KINDS = ("gpu", "switch")
@@ -155,8 +155,10 @@ class Topology:
                     f"{where}: capacity_gbps must be a finite number > 0 (in [{MIN_CAPACITY_GBPS:g}, "
                     f"{MAX_CAPACITY_GBPS:g}] Gbps), got {cap!r}")
             lat = link.latency_us
-            if isinstance(lat, bool) or not isinstance(lat, (int, float)) or not _finite(lat) or lat < 0:
-                raise TopologyError(f"{where}: latency_us must be a finite number >= 0, got {lat!r}")
+            if isinstance(lat, bool) or not isinstance(lat, (int, float)) or not _finite(lat) \
+                    or not 0 <= lat <= MAX_LATENCY_US:
+                raise TopologyError(f"{where}: latency_us must be a finite number in [0, {MAX_LATENCY_US:g}] "
+                                    f"µs, got {lat!r}")
             self._link_index.setdefault((link.src, link.dst), i)
         check_link_ids(self._links)
         if len(self._link_index) < len(self._links):
@@ -405,6 +407,8 @@ class Topology:
                      if k not in ("src", "dst", "capacity_gbps", "latency_us")}
             links.append(Link(ln["src"], ln["dst"], ln["capacity_gbps"], ln.get("latency_us", 0.0), extra))
         extra = {k: v for k, v in data.items() if k not in ("format", "name", "nodes", "links")}
+        if not isinstance(data.get("name", ""), str):
+            raise TopologyError(f"'name' must be a string, got {type(data['name']).__name__}")
         return cls(data.get("name", "unnamed"), nodes, links, extra)
 
     @classmethod
@@ -507,6 +511,9 @@ class Topology:
 #: range where a float division is exact enough (1e-320 is a denormal: 1/it overflows)
 MIN_CAPACITY_GBPS = 1e-6
 MAX_CAPACITY_GBPS = 1e12
+#: the largest link latency (µs): one second, beyond any network (1e300 was taken and gave
+#: 4e-300 GB/s in `mccl eval`)
+MAX_LATENCY_US = 1e6
 
 
 def _finite(x: int | float) -> bool:

@@ -239,12 +239,13 @@ def _serve(args: argparse.Namespace) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: svc.stop())
     frontends: list = []                     # started once the controller answers (--frontends)
+    errors: list = []                        # a front end that did not start
     if getattr(args, "shard_conn", None) is not None:
         from .shards import announce_shard
 
         announcer = threading.Thread(target=announce_shard, args=(svc, args.shard_conn), daemon=True)
     else:
-        announcer = threading.Thread(target=_announce, args=(svc, args, frontends), daemon=True)
+        announcer = threading.Thread(target=_announce, args=(svc, args, frontends, errors), daemon=True)
     announcer.start()
     try:
         svc.serve_forever()
@@ -253,6 +254,8 @@ def _serve(args: argparse.Namespace) -> int:
 
         announcer.join(60.0)                 # a front end still starting is then in the list
         stop_frontends(frontends)
+    if errors:
+        raise errors[0]                      # exit 2, after the controller stopped
     if args.state and not svc.final_write_ok:
         from mccl_opt.errors import MCCLError
 
@@ -308,15 +311,23 @@ def _check_serve_flags(args: argparse.Namespace) -> None:
 
     if not 0 <= args.frontends <= MAX_FRONTENDS:
         raise MCCLError(f"--frontends must be in [0, {MAX_FRONTENDS}], got {str(args.frontends)[:40]}")
+    if args.frontends and args.estimator != "ewma":
+        raise MCCLError(f"--frontends needs --estimator ewma: a front end folds EWMA statistics, and the "
+                        f"{args.estimator!r} change-point estimator needs every sample (send it telemetry directly)")
     if not 1 <= args.shards <= 64:
         raise MCCLError(f"--shards must be in [1, 64], got {str(args.shards)[:40]}")
+    from .endpoints import check_port
+
+    check_port(args.bind, "--bind", args.shards - 1)
+    check_port(args.pub_bind, "--pub-bind", args.shards - 1)
+    check_port(args.frontend_bind, "--frontend-bind", max(args.frontends - 1, 0))
     if not 0 <= args.workers <= MAX_WORKERS:
         raise MCCLError(f"--workers must be in [0, {MAX_WORKERS}], got {str(args.workers)[:40]}")
 
 
-def _announce(svc, args: argparse.Namespace, frontends: list) -> None:
+def _announce(svc, args: argparse.Namespace, frontends: list, errors: list) -> None:
     """Print the controller's endpoints once bound, then start its front ends (a front
-    end that does not start stops the controller)."""
+    end that does not start stops the controller, its error in ``errors``)."""
     svc.ready.wait()
     if svc.endpoint is not None:            # None: binding failed, the error follows
         print(f"controller on {svc.endpoint} (publisher {svc.pub_endpoint}), topology {svc.store.topo.name}"
@@ -329,7 +340,7 @@ def _announce(svc, args: argparse.Namespace, frontends: list) -> None:
             try:
                 frontends.extend(start_frontends(args, svc.endpoint))
             except MCCLError as exc:
-                print(f"error: {exc}", file=sys.stderr, flush=True)
+                errors.append(exc)
                 svc.stop()
 
 

@@ -15,6 +15,7 @@ from mccl_opt.errors import MCCLError
 from mccl_opt.schedule import Schedule
 
 from .columns import MAX_COLUMN_SAMPLES, ColumnBatch
+from .endpoints import connect
 from .updates import HoldUpdate, ScheduleStatus, held_links
 from .protocol import (MAX_BATCH_SAMPLES, MAX_MESSAGE_BYTES, MUTATING, PUBLICATIONS, REPLIES, SCHEDULE_TOPIC, Message,
                        ProtocolError, ReplayGuard, Session, decode, encode, encode_frames)
@@ -55,7 +56,7 @@ class ControllerClient:
         sock = self._ctx.socket(self._zmq.DEALER)
         sock.setsockopt(self._zmq.LINGER, 0)
         sock.setsockopt(self._zmq.MAXMSGSIZE, MAX_MESSAGE_BYTES)
-        sock.connect(self.endpoint)
+        connect(sock, self.endpoint, "controller")
         return sock
 
     def request(self, type_: str, body: dict[str, Any] | None = None,
@@ -88,6 +89,11 @@ class ControllerClient:
                                            f"{self.timeout_s} s; is `mccl controller serve` (or the "
                                            "telemetry front end, `mccl controller frontend`) running there?")
         msg = decode(self._sock.recv_multipart()[-1], self.key, REPLIES, self.replay)
+        if fields.get("epoch") not in (None, msg.epoch) and msg.body.get("reason") != "wrong_epoch":
+            self._sock.close(0)             # a stale reply may be followed by the real one: drop both
+            self._sock = self._connect()
+            raise ProtocolError("wrong_epoch", f"a reply from {self.endpoint} names another epoch than its "
+                                               "request (a reply of an earlier start, replayed); not taken")
         return msg, bool(self.key) and self.session.heard(msg.epoch)
 
     def ping(self) -> dict[str, Any]:
@@ -169,8 +175,9 @@ class ControllerClient:
     def subscribe(self) -> "Subscription":
         """Subscribe to new schedule versions (the publisher endpoint comes from ``ping``)."""
         info = self.ping()
-        return Subscription(self._ctx, info["pub"], self.key, epoch=info.get("epoch"),
-                            controller=self.endpoint, timeout_s=self.timeout_s)
+        seq = info.get("pub_seq", 0)
+        return Subscription(self._ctx, info["pub"], self.key, epoch=info.get("epoch"), controller=self.endpoint,
+                            timeout_s=self.timeout_s, seq=seq if type(seq) is int else 0)
 
     def close(self) -> None:
         """Close the request socket and any subscriptions opened from this client."""
@@ -189,17 +196,17 @@ class Subscription:
     the same controller epoch) are dropped and counted in ``rejected``.
 
     **Epochs** (with a key): the subscription starts in ``epoch`` (the controller's, from
-    the ``ping`` that found the publisher) and accepts a publication of another epoch
-    only once the controller at ``controller`` (its request endpoint) answers a signed
-    ``ping`` naming that epoch as its own, i.e. it really restarted.  So a publication
-    captured in an earlier start and replayed within the 60 s window to a subscriber
-    that missed the restart is refused (it names an epoch the controller no longer has),
-    where before any epoch the subscriber had not seen was taken for a restart.  The
-    controller's answer is kept for :data:`EPOCH_CHECK_S`, so a flood of replays costs
-    one ``ping`` a second.  Without ``controller`` a new epoch is accepted as before."""
+    the ``ping`` that found the publisher) at its publish count ``seq`` (a publication sent
+    before the subscription, captured and replayed to it, is refused) and accepts one of
+    another epoch only once the controller at ``controller`` (its request endpoint) answers
+    a signed ``ping`` naming that epoch as its own, i.e. it really restarted.  So a
+    publication captured in an earlier start and replayed within the 60 s window to a
+    subscriber that missed the restart is refused (the controller no longer has its
+    epoch).  The controller's answer is kept for :data:`EPOCH_CHECK_S`, so a flood of
+    replays costs one ``ping`` a second.  Without ``controller`` a new epoch is accepted."""
 
     def __init__(self, ctx: Any, endpoint: str, key: bytes | None, epoch: Any = None,
-                 controller: str | None = None, timeout_s: float = 5.0) -> None:
+                 controller: str | None = None, timeout_s: float = 5.0, seq: int = 0) -> None:
         import zmq
 
         self._sock = ctx.socket(zmq.SUB)
@@ -209,11 +216,11 @@ class Subscription:
         # watched from before the connect, so a handshake that completes at once is seen
         self._monitor = self._sock.get_monitor_socket(zmq.EVENT_HANDSHAKE_SUCCEEDED)
         self._connected = False
-        self._sock.connect(endpoint)
+        connect(self._sock, endpoint, "publisher")
         self.key = key
         self.replay = ReplayGuard() if key else None
         self.rejected = 0
-        self._last: tuple[Any, int] = (epoch, 0)    # (epoch, seq) of the last accepted publication
+        self._last: tuple[Any, int] = (epoch, seq)  # (epoch, seq) of the last accepted publication
         self._controller, self._timeout_s = controller, timeout_s
         self._checked: tuple[Any, float] = (None, -float("inf"))   # (controller epoch, when asked)
 
@@ -284,8 +291,6 @@ class Subscription:
         subscription is sent with it), so updates published from then on arrive: a
         ZeroMQ subscriber that has not connected yet silently misses them ("slow
         joiner").  ``False`` after ``timeout_s`` without a connection."""
-        import time
-
         import zmq
         from zmq.utils.monitor import recv_monitor_message
 
@@ -392,3 +397,4 @@ def _sum(replies: list[dict[str, Any]]) -> dict[str, Any]:
     for r in replies:
         rejected.update(r.get("rejected", {}))
     return {"accepted": sum(int(r.get("accepted", 0)) for r in replies), "rejected": dict(rejected)}
+

@@ -31,6 +31,8 @@ A *folded* batch (a telemetry front end's, :mod:`mccl_runtime.frontend`) has a s
 column ``count`` (``<u4``): row ``i`` stands for ``count[i]`` samples of one channel folded
 with the EWMA factor ``alpha`` named in the header, ``gbps`` their equivalent value
 (``v <- (1-alpha)^count v + (1 - (1-alpha)^count) gbps`` is the fold of the samples).
+A row's ``count`` is bounded by the time its samples can span (:func:`check_fold_counts`),
+so one message cannot outweigh a channel's history.
 """
 
 from __future__ import annotations
@@ -40,11 +42,13 @@ from typing import Any, Iterable, Mapping
 
 import numpy as np
 
+from mccl_opt.errors import TelemetryError
 from mccl_opt.topology import Topology
 
 from .protocol import ProtocolError
 
-__all__ = ["ColumnBatch", "COLUMNS", "COUNT", "KIND_CODES", "MAX_COLUMN_SAMPLES", "MAX_REPORTER"]
+__all__ = ["ColumnBatch", "COLUMNS", "COUNT", "KIND_CODES", "MAX_COLUMN_SAMPLES", "MAX_REPORTER",
+           "MAX_SAMPLE_RATE", "check_fold_counts"]
 
 #: the columns in frame order, with their wire dtypes
 COLUMNS = (("kind", np.dtype("u1")), ("a", np.dtype("<i4")), ("b", np.dtype("<i4")),
@@ -56,6 +60,36 @@ KIND_CODES = {"link": 0, "pair": 1, "gpu": 2, "host": 3, "max": 4}
 MAX_REPORTER = 1 << 30
 #: samples per binary request (a column frame stays under the request size limit)
 MAX_COLUMN_SAMPLES = 1 << 16
+#: samples per second one channel can produce (one per microsecond: far beyond any probe)
+MAX_SAMPLE_RATE = 1e6
+
+
+def check_fold_counts(c: np.ndarray, t: np.ndarray, count: np.ndarray, last_t: np.ndarray,
+                      oldest: float) -> None:
+    """Refuse a folded batch a row of which stands for more samples than its channel
+    can have produced: at most ``1 + MAX_SAMPLE_RATE x`` the seconds between the row's
+    time and its channel's previous sample (the previous row of the channel in the batch,
+    else ``last_t``, the controller's last sample of each row's channel), never earlier
+    than ``oldest`` (the oldest sample time accepted: a channel's first row spans at most
+    the age window).  A sample older than its channel's last one is stale, and an
+    equal-time repeat is dropped, so the folded samples have distinct times in that span
+    (paper §3.2's EWMA weighs each sample once).  Raises
+    :class:`~mccl_opt.errors.TelemetryError` naming the first such row, applying nothing."""
+    if not len(c):
+        return
+    order = np.lexsort((t, c))
+    c, t, count, last = c[order], t[order], count[order], last_t[order]
+    start = np.maximum(np.nan_to_num(last, nan=-np.inf), oldest)
+    after = np.r_[False, c[1:] == c[:-1]]                    # a row after another of its channel
+    start[after] = np.maximum(start[after], t[:-1][after[1:]])
+    bound = 1.0 + MAX_SAMPLE_RATE * np.maximum(t - start, 0.0)
+    bad = np.flatnonzero(count > bound)
+    if len(bad):
+        i = bad[0]
+        raise TelemetryError(f"a folded row stands for {int(count[i])} samples, more than one channel can "
+                             f"produce in the {max(t[i] - start[i], 0.0):.6g} s since its previous sample "
+                             f"(at most {int(bound[i])}: 1 + {MAX_SAMPLE_RATE:.0e} per second); "
+                             f"{len(bad)} such row(s), batch refused")
 
 
 @dataclass(frozen=True)

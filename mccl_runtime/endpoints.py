@@ -1,11 +1,37 @@
-"""Controller endpoints: which are loopback-only, ZeroMQ's spelling of a free port, and
-the endpoint of the I-th process one ``mccl controller serve`` starts (shards, front ends)."""
+"""Controller endpoints: which are loopback-only, ZeroMQ's spelling of a free port, a
+port's range, connecting with a typed error, and the endpoint of the I-th process one
+``mccl controller serve`` starts (shards, front ends)."""
 
 from __future__ import annotations
 
 import ipaddress
+import re
+from typing import Any
 
-__all__ = ["is_loopback", "ephemeral", "shard_endpoint"]
+from mccl_opt.errors import InputError
+
+from .protocol import ProtocolError
+
+__all__ = ["is_loopback", "ephemeral", "shard_endpoint", "check_port", "connect", "MAX_PORT"]
+
+MAX_PORT = 65535
+
+
+def check_port(endpoint: str | None, what: str = "endpoint", offset: int = 0) -> None:
+    """A TCP endpoint's port must be ``*`` or a number in [0, :data:`MAX_PORT`], and a
+    non-zero one stay in range with ``offset`` added (the last shard's or front end's):
+    ZeroMQ took ``:70000`` for port 4464 and ``:-1`` for 65535.  Raises
+    :class:`~mccl_opt.errors.InputError` naming ``what``."""
+    if endpoint is None or not endpoint.startswith("tcp://"):
+        return
+    port = endpoint.rpartition(":")[2]
+    if port == "*":
+        return
+    number = int(port) if re.fullmatch(r"[0-9]{1,6}", port) else None
+    if number is None or number > MAX_PORT or (number and number + offset > MAX_PORT):
+        last = f" (plus {offset} for the last process)" if offset else ""
+        raise InputError(f"{what} {endpoint[:80]!r}: the port must be a number in [0, {MAX_PORT}]{last}; "
+                         "0 picks a free one (tcp://HOST:PORT)")
 
 
 def is_loopback(endpoint: str) -> bool:
@@ -28,7 +54,8 @@ def is_loopback(endpoint: str) -> bool:
 
 
 def ephemeral(endpoint: str) -> str:
-    """zmq spells an ephemeral TCP port ``*``; accept ``:0`` too."""
+    """zmq spells an ephemeral TCP port ``*``; accept ``:0`` too (the port range-checked)."""
+    check_port(endpoint)
     return endpoint[:-2] + ":*" if endpoint.startswith("tcp://") and endpoint.endswith(":0") else endpoint
 
 
@@ -38,6 +65,25 @@ def shard_endpoint(endpoint: str | None, index: int) -> str | None:
     if endpoint is None:
         return None
     if endpoint.startswith("tcp://"):
+        check_port(endpoint, offset=index)
         host, _, port = endpoint.rpartition(":")
         return endpoint if port in ("0", "*") else f"{host}:{int(port) + index}"
     return f"{endpoint}-shard{index}"
+
+
+def connect(sock: Any, endpoint: str, what: str) -> None:
+    """Connect the ZeroMQ socket ``sock`` to ``what`` (a controller, a publisher) at
+    ``endpoint``; a port out of range or an endpoint ZeroMQ refuses is a
+    :class:`~mccl_runtime.protocol.ProtocolError` (``bad_endpoint``), not a ``ZMQError``."""
+    import zmq
+
+    try:
+        check_port(endpoint, f"{what} endpoint")
+        sock.connect(endpoint)
+    except InputError as exc:
+        sock.close(0)
+        raise ProtocolError("bad_endpoint", str(exc)) from None
+    except zmq.ZMQError as exc:
+        sock.close(0)
+        raise ProtocolError("bad_endpoint", f"cannot connect to the {what} at {endpoint[:80]!r}: {exc.strerror}; "
+                                            "give tcp://HOST:PORT or ipc://PATH") from None

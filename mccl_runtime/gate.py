@@ -5,9 +5,11 @@ A request's frames are split (JSON header, binary columns), its header decoded a
 key, its signature (covering every column frame), send time and nonce checked
 (:class:`~mccl_runtime.protocol.ReplayGuard`); a request that changes the server must name
 its epoch and a fresh ``seq`` (:class:`~mccl_runtime.protocol.SequenceGuard`; the server's
-epoch is drawn at every start and sent in every reply).  :meth:`RequestGate.answer` turns
-anything a request raises into an ``error`` reply and counts it: a message never stops a
-server (docs/runtime.md, "Threat model", "Limits and guarantees").
+epoch is drawn at every start and sent in every reply); a read-only request may name no
+epoch (a client's first ``ping``), but one naming an earlier start's is refused too.
+:meth:`RequestGate.answer` turns anything a request raises into an ``error`` reply and
+counts it: a message never stops a server (docs/runtime.md, "Threat model", "Limits and
+guarantees").
 """
 
 from __future__ import annotations
@@ -52,8 +54,13 @@ class RequestGate:
         if (msg.type == "telemetry_columns") != bool(columns):
             raise ProtocolError("bad_body", "binary column frames come only with a 'telemetry_columns' "
                                             "header, and it needs them (mccl_runtime.columns)")
-        if self.sequence is not None and msg.type in MUTATING:
-            self.sequence.check(msg)
+        if self.sequence is not None:
+            if msg.type in MUTATING:
+                self.sequence.check(msg)
+            elif msg.epoch is not None and msg.epoch != self.epoch:      # every message, read-only too
+                raise ProtocolError("wrong_epoch", "this request names another epoch of this server (it "
+                                                   "was signed for an earlier start); the reply's 'epoch' "
+                                                   "is the current one")
         return envelope, msg, columns
 
     def answer(self, frames: list[bytes], dispatch: Dispatch) -> list[bytes] | None:

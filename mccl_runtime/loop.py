@@ -9,6 +9,10 @@ default, the paper's EWMA with ``estimator="ewma"``) and a
 :class:`~mccl_runtime.manager.ScheduleManager` running Algorithm 1 after every
 collective.
 
+Re-synthesis is warm (the active schedule starts the solver), except on fabrics of at
+most ``cold_gpus`` GPUs (:func:`~.manager.cold_on_small`): there a cold solve costs
+tens of milliseconds at most and avoids warm optima of the same rate that simulate slower.
+
 Telemetry, like the paper's measurement windows (§5): a link is measured only while it
 runs saturated (the channels keep it busy); each saturated stretch is cut into windows
 of about ``window_bytes`` (the proxy's per-chunk measurement), at most ``max_windows``
@@ -24,7 +28,9 @@ Timing model (simulated clock, real synthesis):
 * ``detect``: from the event to the decision that starts a job.  The controller gets each
   window's sample at the window's end and decides every ``tick_ms`` (1 ms) and at every
   collective boundary, so a long collective does not delay detection to its end.
-* ``synth``: the synthesizer's measured wall time (summed over superseded jobs), or
+* ``synth``: the synthesizer's measured wall time (summed over superseded jobs; with
+  ``synth_clock="cpu"`` the process's CPU time, so a loaded machine does not count as slow
+  synthesis; the dispatch below is timed on the same clock), or
   ``synth_ms`` when given (a modelled synthesizer speed: deterministic runs on a loaded
   machine);
   collectives keep running on the stale schedule meanwhile and their telemetry is
@@ -65,11 +71,16 @@ from .drift import bottleneck_rate
 from .inflight import InFlight
 from .level import LevelParams
 from .probes import Probe
-from .manager import Action, Policy, ScheduleManager, Synthesizer, solver_synthesizer
+from .manager import Action, Policy, ScheduleManager, Synthesizer, cold_on_small, solver_synthesizer
 from .scenario import Event, Scenario
 from .telemetry import CLI_ESTIMATOR, MeasurementStore
 
-__all__ = ["LoopConfig", "LoopResult", "run_loop", "builtin_scenario", "link_windows", "simulate_span"]
+__all__ = ["LoopConfig", "LoopResult", "run_loop", "builtin_scenario", "link_windows", "simulate_span",
+           "SYNTH_CLOCKS"]
+
+#: how the loop times a synthesis job: wall time, or the process's CPU time (which the load
+#: of other processes on a shared machine does not inflate)
+SYNTH_CLOCKS: dict[str, Callable[[], float]] = {"wall": time.perf_counter, "cpu": time.process_time}
 
 
 @dataclass(frozen=True)
@@ -106,6 +117,9 @@ class LoopConfig:
     synth_ms: float | None = None
     dispatch_ms: float | None = None
     tick_ms: float = 1.0
+    cold_gpus: int = 16
+    synth_clock: str = "wall"
+    rate_loss: float = Policy.rate_loss
 
 
 @dataclass
@@ -301,10 +315,10 @@ class _Controller:
             self.ready_t = now + (cfg.synth_ms / 1e3 if cfg.synth_ms is not None and not known else seconds)
         elif e.action is Action.PUBLISHED:
             coll = self.manager.get(e.comm, e.name)
-            wall = time.perf_counter()
+            clock = SYNTH_CLOCKS[cfg.synth_clock]                 # the synthesis clock times the dispatch too
+            t0 = clock()
             Schedule.from_dict(json.loads(json.dumps(coll.schedule.to_dict())))     # what an executor parses
-            detail["dispatch_s"] = (time.perf_counter() - wall if cfg.dispatch_ms is None
-                                    else cfg.dispatch_ms / 1e3)
+            detail["dispatch_s"] = clock() - t0 if cfg.dispatch_ms is None else cfg.dispatch_ms / 1e3
             self.swap_at = now + detail["dispatch_s"] + cfg.oob_ms / 1e3
             self.swap_held = False
 
@@ -322,8 +336,13 @@ def run_loop(cfg: LoopConfig = LoopConfig(), synthesize: Synthesizer | None = No
     fluid = cfg.fluid if cfg.fluid is not None else topo.num_gpus > 16
     synthesize = synthesize or solver_synthesizer(cfg.backend, cfg.max_chunks)
     store = MeasurementStore(topo, alpha=cfg.alpha, estimator=cfg.estimator, level_params=cfg.level)
-    manager = ScheduleManager(store, synthesize,
-                              Policy(gamma=cfg.gamma, min_dwell_s=cfg.dwell_ms / 1e3, time_limit_s=600.0))
+    if cfg.synth_clock not in SYNTH_CLOCKS:
+        raise MCCLError(f"the synthesis clock (--synth-clock) must be one of {sorted(SYNTH_CLOCKS)}, "
+                        f"got {cfg.synth_clock!r}")
+    manager = ScheduleManager(store, cold_on_small(synthesize, cfg.cold_gpus),
+                              Policy(gamma=cfg.gamma, min_dwell_s=cfg.dwell_ms / 1e3, time_limit_s=600.0,
+                                     rate_loss=cfg.rate_loss),
+                              synth_clock=SYNTH_CLOCKS[cfg.synth_clock])
     manager.register("world", scn.collective, scn.collective, synthesize(scn.collective, topo, None, None))
     coll = manager.get("world", scn.collective)
     validate(topo, coll.schedule)                          # loads the validator's kernels before timing swaps

@@ -42,6 +42,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--probe-period-ms", type=float, default=d.probe_period_ms,
                    help="probe links held below nominal this often (0: never)")
     p.add_argument("--oob-ms", type=float, default=d.oob_ms, help="hot-swap out-of-band sync cost")
+    p.add_argument("--cold-gpus", type=int, default=d.cold_gpus,
+                   help="simulated loop: re-synthesize cold, not warm, on fabrics of at most this many GPUs "
+                        "(equal-rate warm optima can simulate slower; default %(default)s, 0: always warm)")
+    p.add_argument("--synth-clock", choices=["wall", "cpu"], default=d.synth_clock,
+                   help="simulated loop: time synthesis on the wall clock or on the process's CPU time "
+                        "(not inflated by other processes' load; default %(default)s)")
     p.add_argument("--backend", default=d.backend, help="LP backend of the synthesizers (default %(default)s)")
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     p.add_argument("--png", help="write an algbw-over-time plot (paper Fig. 13(a))")
@@ -61,7 +67,8 @@ def main(args: argparse.Namespace, out: TextIO) -> int:
                      message_bytes=args.size_mib * 2**20, t0_ms=args.t0_ms, t1_ms=args.t1_ms,
                      duration_ms=args.duration_ms, noise=args.noise, seed=args.seed, estimator=args.estimator,
                      alpha=args.alpha, gamma=args.gamma, probe_period_ms=args.probe_period_ms,
-                     oob_ms=args.oob_ms, backend=args.backend)
+                     oob_ms=args.oob_ms, backend=args.backend, cold_gpus=args.cold_gpus,
+                     synth_clock=args.synth_clock)
     scenario = load_scenario(args.scenario) if args.scenario else None
     res = run_loop(cfg, scenario=scenario)
     scn = res.scenario
@@ -88,6 +95,8 @@ def main(args: argparse.Namespace, out: TextIO) -> int:
         print(f"  recovery ratio  {'n/a' if ratio is None else f'{ratio:.3f}'}", file=out)
         print("  versions        " + (", ".join(f"v{v['version']} at {v['t_ms']:.1f} ms" for v in ev["versions"])
                                       or "none published"), file=out)
+        first = ev["first_version"]
+        print(f"  first run       {'none' if first is None else f'v{first}'}", file=out)
     if args.png:
         print(f"wrote {args.png}", file=sys.stderr)
     return 0

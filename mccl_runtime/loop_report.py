@@ -7,7 +7,8 @@ Per scenario event (in the file's order), from the rows of :func:`.loop.run_loop
 * ``algbw_degraded``: mean of the collectives after the event on the old schedule (for a
   dip: those it overlapped);
 * ``algbw_after``: the first collective on the first version published for the event
-  that ran (a version superseded before the swap never runs: then the next one's);
+  that ran (a version superseded before the swap never runs: then the next one's;
+  ``first_version`` says which ran);
 * ``algbw_final``: the last collective that ended before the next event (or the end);
 * ``algbw_offline``: the schedule synthesized cold for the event's true fabric,
   simulated the same way; ``recovery_ratio = algbw_after / algbw_offline``;
@@ -15,6 +16,10 @@ Per scenario event (in the file's order), from the rows of :func:`.loop.run_loop
 * ``versions``: versions published between the event and the next one;
 * ``recovered_ms``: from the event to the end of the first collective at >= 0.95 of
   ``algbw_offline`` (null when none in the segment), whatever version ran it.
+
+``algbw_after``, ``algbw_final`` and ``recovered_ms`` only read collectives that *finished*
+before the next event: one that crossed it ran partly on the next event's fabric, and its
+ratio would mix two fabric states (null when none finished in the segment).
 
 Collectives aborted for a new version (:mod:`.loop`) are no rows; ``lost_ms`` sums the
 time ran by those aborted in the segment.
@@ -32,7 +37,7 @@ __all__ = ["EVENT_KEYS", "summarize", "public_summary", "builtin_summary", "plot
 
 EVENT_KEYS = ("t_ms", "kind", "detect_ms", "synth_ms", "swap_ms", "reaction_ms", "algbw_before",
               "algbw_degraded", "algbw_after", "algbw_final", "algbw_offline", "recovery_ratio", "versions",
-              "recovered_ms")
+              "recovered_ms", "first_version")
 
 
 def _offline(out: Any, cap: np.ndarray, synthesize: Any, fluid: bool) -> float:
@@ -55,7 +60,11 @@ def _event(out: Any, i: int, synthesize: Any, fluid: bool, state: int) -> dict[s
     mine = [e for e in out.events if te <= e["t_ms"] < tn]
     pubs = [e for e in mine if e["action"] == "published"]
     starts = [e for e in mine if e["action"] == "resynthesis"]
-    first_new = next((r for r in seg if pubs and r["version"] >= pubs[0]["version"]), None)
+    # only collectives that finished before the next event: one that crossed it ran partly
+    # under the next fabric, and its ratio would mix the two
+    next_t = scn.events[i + 1].t_s * 1e3 if i + 1 < len(scn.events) else np.inf
+    done = [r for r in seg if r["end_ms"] <= next_t]
+    first_new = next((r for r in done if pubs and r["version"] >= pubs[0]["version"]), None)
     old_version = seg[0]["version"] if seg else None
     if ev.duration_s is not None:                   # a dip: the collectives it overlapped
         until = te + ev.duration_s * 1e3
@@ -72,19 +81,19 @@ def _event(out: Any, i: int, synthesize: Any, fluid: bool, state: int) -> dict[s
     reaction = first_new["t_ms"] - te if first_new else None
     after = first_new["algbw"] if first_new else None
     span = sum(r["end_ms"] - r["t_ms"] for r in seg)
-    final = [r for r in seg if r["end_ms"] <= tn] or seg
-    good = next((r for r in seg if r["algbw"] >= 0.95 * offline), None)
+    good = next((r for r in done if r["algbw"] >= 0.95 * offline), None)
     return {
         "t_ms": te, "kind": ev.kind, "detect_ms": detect, "synth_ms": synth,
         "swap_ms": None if reaction is None or detect is None or synth is None else reaction - detect - synth,
         "reaction_ms": reaction,
         "algbw_before": before[-1]["algbw"] if before else None,
         "algbw_degraded": float(np.mean(degraded)) if degraded else None,
-        "algbw_after": after, "algbw_final": final[-1]["algbw"] if final else None,
+        "algbw_after": after, "algbw_final": done[-1]["algbw"] if done else None,
         "algbw_offline": offline, "recovery_ratio": None if after is None else after / offline,
         "versions": [{"version": e["version"], "t_ms": e["t_ms"]} for e in pubs],
         # beyond the fixed JSON fields (benchmark and text output)
         "recovered_ms": None if good is None else good["end_ms"] - te,
+        "first_version": None if first_new is None else first_new["version"],
         "probe_cost": sum(r["probe_ms"] for r in seg) / span if span else 0.0,
         "superseded": sum(e["action"] == "superseded" for e in mine),
         "dispatch_ms": 1e3 * pubs[0]["detail"]["dispatch_s"] if pubs and "dispatch_s" in pubs[0]["detail"] else None,

@@ -104,11 +104,11 @@ from mccl_opt.topology import Topology
 
 from .drift import DriftReport, ProfileStack, ScheduleProfile, detect, profile_schedule
 from .groups import Groups
-from .pool import JobResult, SynthesisPool, run_job
+from .pool import JobResult, SynthesisPool, job_result, run_job
 from .telemetry import MeasurementStore
 
 __all__ = ["Policy", "Collective", "Action", "Event", "ScheduleManager", "Synthesizer",
-           "solver_synthesizer", "DYNAMIC_KINDS", "KINDS"]
+           "solver_synthesizer", "cold_on_small", "DYNAMIC_KINDS", "KINDS"]
 
 #: ``synthesize(kind, topology, warm, time_limit_s) -> Schedule``
 Synthesizer = Callable[[str, Topology, "Schedule | None", "float | None"], Schedule]
@@ -148,7 +148,7 @@ def solver_synthesizer(backend: str = "highs", max_chunks: int = 10, shallow: bo
                                          time_limit=time_limit_s)
         if not (shallow and warm is not None and tree_rounds(sched) > tree_rounds(warm)):
             return sched
-        left = None if time_limit_s is None else time_limit_s - (time.perf_counter() - t0)
+        left = _left_for_another(time_limit_s, t0, time.perf_counter() - t0)
         if left is not None and left <= 0:
             return sched
         cold = mccl_opt.solve_allgather(topo, warm=None, backend=backend, max_chunks=max_chunks,
@@ -158,6 +158,23 @@ def solver_synthesizer(backend: str = "highs", max_chunks: int = 10, shallow: bo
         return sched
 
     return synthesize
+
+
+def cold_on_small(synthesize: Synthesizer, max_gpus: int) -> Synthesizer:
+    """``synthesize`` that ignores the warm start on fabrics of at most ``max_gpus`` GPUs
+    (the job's fabric: a communicator's sub-fabric counts its members).  The fluid LP
+    (paper §4) has many optima of one rate; on small fabrics warm AllGather trees of the
+    cold rate simulated at 0.90-0.95 of the cold schedule (irregular 10-GPU fabric,
+    docs/runtime.md "Ramps and equal-rate optima"), and a cold solve there costs
+    tens of milliseconds at most, so the warm start buys little.  ``max_gpus=0`` keeps every warm start."""
+    if max_gpus < 0:
+        raise MCCLError(f"the cold re-synthesis bound (--cold-gpus) must be >= 0 GPUs, got {max_gpus!r}")
+
+    def synthesize_small_cold(kind: str, topo: Topology, warm: Schedule | None,
+                              time_limit_s: float | None) -> Schedule:
+        return synthesize(kind, topo, None if topo.num_gpus <= max_gpus else warm, time_limit_s)
+
+    return synthesize_small_cold
 
 
 def _round_aware_alltoall(topo: Topology, warm: Schedule, backend: str, max_chunks: int,
@@ -175,17 +192,31 @@ def _round_aware_alltoall(topo: Topology, warm: Schedule, backend: str, max_chun
 
     t0 = time.perf_counter()
     best = mccl_opt.solve_alltoall(topo, warm=warm, backend=backend, max_chunks=max_chunks, time_limit=time_limit_s)
+    took = time.perf_counter() - t0
     best_t = round_time(best, topo)
     for start, steps in ((warm, "min"), (None, None), (None, "min")):
-        left = None if time_limit_s is None else time_limit_s - (time.perf_counter() - t0)
+        left = _left_for_another(time_limit_s, t0, took)
         if left is not None and left <= 0:
             break
+        t1 = time.perf_counter()
         cand = mccl_opt.solve_alltoall(topo, warm=start, backend=backend, max_chunks=max_chunks,
                                        max_steps=steps, time_limit=left)
+        took = time.perf_counter() - t1
         t = round_time(cand, topo)
         if cand.rate_gbps >= best.rate_gbps * (1 - 1e-9) and t < best_t * (1 - 1e-6):
             best, best_t = cand, t
     return best
+
+
+def _left_for_another(time_limit_s: float | None, t0: float, last_s: float) -> float | None:
+    """Seconds of a job's ``time_limit_s`` (started at ``t0``) left for one more solve
+    attempt, ``None`` without a limit; 0.0 when less is left than the last attempt took:
+    another one would most likely end past the limit (a synthesizer returns its first
+    schedule late when even that does not fit), so none is started."""
+    if time_limit_s is None:
+        return None
+    left = time_limit_s - (time.perf_counter() - t0)
+    return left if left >= last_s else 0.0
 
 
 def tree_rounds(schedule: Schedule) -> int:
@@ -323,8 +354,10 @@ class ScheduleManager:
 
     def __init__(self, store: MeasurementStore, synthesize: Synthesizer | None = None,
                  policy: Policy = Policy(), clock: Callable[[], float] = time.monotonic,
-                 pool: SynthesisPool | None = None) -> None:
+                 pool: SynthesisPool | None = None,
+                 synth_clock: Callable[[], float] = time.perf_counter) -> None:
         self.clock = clock                       # wall clock of the time bound (injectable for tests)
+        self.synth_clock = synth_clock           # what a thread job's reported seconds are read on
         self.store = store
         self.topo = store.topo
         self.pool = pool                         # synthesis in worker processes (owned: closed with us)
@@ -525,7 +558,8 @@ class ScheduleManager:
         cap = job.warm_capacity              # built here, not through Groups' cache of the measured fabrics
         warm_fabric = None if cap is None else (
             self.topo.with_capacities(cap) if gpus is None else self.groups.fabric(gpus).measured(cap))
-        return run_job(job.topo, self.synthesize, kind, warm, self.policy.time_limit_s, warm_fabric)
+        return run_job(job.topo, self.synthesize, kind, warm, self.policy.time_limit_s, warm_fabric,
+                       self.synth_clock)
 
     def poll(self, now: float, wait_s: float | None = None) -> list[Event]:
         """Finish jobs that are done (waiting up to ``wait_s`` for running ones): re-check,
@@ -600,7 +634,7 @@ class ScheduleManager:
         ``failed``, ``aborted``, ``superseded`` or ``published``."""
         if job.result is None:
             try:
-                new, seconds, new_profile = job.future.result()
+                new, seconds, new_profile = job_result(job.future)
             except (MCCLError, BrokenExecutor) as exc:          # a synthesizer error, or a worker died
                 coll.last_decision_t = now
                 self.counters["failures"] += 1

@@ -36,13 +36,13 @@ from typing import Any, Callable
 
 import numpy as np
 
-from mccl_opt.errors import MCCLError
+from mccl_opt.errors import MCCLError, SolveError
 from mccl_opt.schedule import Schedule
 from mccl_opt.topology import Topology
 
 from .drift import ScheduleProfile, profile_schedule
 
-__all__ = ["SynthesisPool", "JobResult"]
+__all__ = ["SynthesisPool", "JobResult", "job_result"]
 
 #: what a job returns: the schedule, the seconds it took and its Algorithm 1 profile
 JobResult = tuple[Schedule, float, ScheduleProfile]
@@ -63,20 +63,25 @@ def _ready() -> int:
 
 
 def run_job(topo: Topology, synthesize: Callable, kind: str, warm: Schedule | None,
-            time_limit_s: float | None, warm_fabric: Topology | None = None) -> JobResult:
+            time_limit_s: float | None, warm_fabric: Topology | None = None,
+            clock: Callable[[], float] = time.perf_counter) -> JobResult:
     """Synthesize on ``topo``, validate and profile; what a worker (or a thread) runs.
     ``warm_fabric``: an AllToAll ``warm`` read from a file gets its warm state rebuilt on
-    it first (:func:`mccl_opt.alltoall.restore_warm_state`; counted in the seconds)."""
+    it first (:func:`mccl_opt.alltoall.restore_warm_state`; counted in the seconds).  The
+    seconds are read on ``clock`` (wall time; ``time.process_time`` counts the process's
+    CPU time instead, which other processes' load does not inflate)."""
     from mccl_opt.validate import validate
 
-    t0 = time.perf_counter()
+    t0 = clock()
     if warm is not None and warm_fabric is not None:
         from mccl_opt import restore_warm_state
 
         warm = restore_warm_state(warm, warm_fabric)
     schedule = synthesize(kind, topo, warm, time_limit_s)
+    if not isinstance(schedule, Schedule):
+        raise SolveError(f"the synthesizer returned {type(schedule).__name__}, not a schedule")
     validate(topo, schedule)            # an invalid result is a ``failed`` job, never published
-    seconds = time.perf_counter() - t0
+    seconds = clock() - t0
     return schedule, seconds, profile_schedule(topo, schedule)
 
 
@@ -103,6 +108,25 @@ def _job(kind: str, capacity: np.ndarray, warm: Schedule | None, time_limit_s: f
         topo = last[1][gpus] = _fabric(capacity, gpus)
     warm_fabric = None if warm_capacity is None else _fabric(warm_capacity, gpus)
     return run_job(topo, _WORKER["synthesize"], kind, warm, time_limit_s, warm_fabric)
+
+
+def job_result(future: Future) -> JobResult:
+    """A finished job's ``(schedule, seconds, profile)``.  Anything else a job returned,
+    and any exception but an :class:`~mccl_opt.errors.MCCLError` or a dead worker
+    (``BrokenExecutor``, re-raised as is), is a :class:`~mccl_opt.errors.SolveError`:
+    a synthesizer's bug fails its job, never the controller's loop."""
+    from concurrent.futures import BrokenExecutor
+
+    try:
+        result = future.result()
+    except (MCCLError, BrokenExecutor):
+        raise
+    except Exception as exc:
+        raise SolveError(f"the synthesis job raised {type(exc).__name__}: {str(exc)[:200]}") from None
+    if not (isinstance(result, tuple) and len(result) == 3 and isinstance(result[0], Schedule)
+            and isinstance(result[1], float) and isinstance(result[2], ScheduleProfile)):
+        raise SolveError(f"a synthesis job returned {type(result).__name__}, not (schedule, seconds, profile)")
+    return result
 
 
 class SynthesisPool:

@@ -296,7 +296,8 @@ class ControllerService:
             return "ok", self._ingested(len(batch), self.store.ingest_columns(batch, now).to_dict(), now)
         if msg.type == "ping":
             return "ok", {"topology": self.store.topo.name, "pub": self.pub_endpoint, "resumed": self.resumed,
-                          "epoch": self.epoch, "links": self.store.topo.num_links, "gpus": self.store.topo.num_gpus,
+                          "epoch": self.epoch, "pub_seq": self._pub_seq,
+                          "links": self.store.topo.num_links, "gpus": self.store.topo.num_gpus,
                           "alpha": self.store.alpha, "estimator": self.store.estimator, "read_only": self.durable.failure,
                           "shard": None if self.shard is None else self.shard[0], "shards": self.shard_endpoints}
         if msg.type == "telemetry":

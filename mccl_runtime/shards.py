@@ -60,10 +60,16 @@ def shard_args(args: Namespace, index: int, shards: int) -> Namespace:
 
 
 def _child(serve: Callable[[Namespace], int], args: Namespace, conn: Any) -> None:
-    """A shard process: ignore the terminal's Ctrl-C (the launcher forwards a stop)."""
+    """A shard process: ignore the terminal's Ctrl-C (the launcher forwards a stop); a
+    typed error ends it with status 2 and one line, as the CLI does."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     args.shard_conn = conn
-    raise SystemExit(serve(args))
+    try:
+        status = serve(args)
+    except MCCLError as exc:               # as the CLI prints it: one line, no traceback
+        print(f"error: shard {args.shard[0]}: {exc}", file=sys.stderr, flush=True)
+        status = 2
+    raise SystemExit(status)
 
 
 def launch(serve: Callable[[Namespace], int], args: Namespace, shards: int) -> int:
@@ -91,11 +97,11 @@ def launch(serve: Callable[[Namespace], int], args: Namespace, shards: int) -> i
         signal.signal(sig, forward)
     endpoints = []
     for i, (p, conn) in enumerate(zip(procs, pipes)):
-        while not conn.poll(0.2):
-            if p.exitcode is not None or stop.is_set():     # it failed to start (its error is printed)
-                forward()
-                return _wait(procs)
-        endpoints.append(conn.recv())
+        endpoint = _endpoint_of(p, conn, stop)
+        if endpoint is None:                                # it failed to start (its error is printed)
+            forward()
+            return _wait(procs)
+        endpoints.append(endpoint)
     for conn in pipes:
         conn.send(endpoints)
     for i, ep in enumerate(endpoints):
@@ -113,6 +119,18 @@ def launch(serve: Callable[[Namespace], int], args: Namespace, shards: int) -> i
         return _wait(procs)
     finally:
         stop_frontends(frontends)
+
+
+def _endpoint_of(proc: Any, conn: Any, stop: threading.Event) -> str | None:
+    """The endpoint a starting shard sends, or None when it exits (or the launcher is
+    stopped) first: a shard that dies during start-up closes its pipe."""
+    while not conn.poll(0.2):
+        if proc.exitcode is not None or stop.is_set():
+            return None
+    try:
+        return conn.recv()
+    except (EOFError, OSError):
+        return None
 
 
 def _wait(procs: list) -> int:

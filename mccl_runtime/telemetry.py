@@ -58,7 +58,7 @@ from mccl_opt.errors import TelemetryError
 from mccl_opt.topology import Topology
 
 from .channels import Channels, paired_cables, reverse_links
-from .columns import KIND_CODES, ColumnBatch
+from .columns import KIND_CODES, ColumnBatch, check_fold_counts
 from .keyed import KeyedChannels
 from .telemetry_state import restore_store, store_to_dict
 from .level import LevelParams, LevelTracker, fold_levels
@@ -173,6 +173,8 @@ class MeasurementStore:
         keep = np.flatnonzero(good & ~is_max)
         c_max, y_max, t_max, rejected_max, _ = self._screen(*(x[good & is_max] for x in (c, y, t)), now)
         c, y, t, rejected, w = self._screen(c[keep], y[keep], t[keep], now, None if w is None else w[keep])
+        if w is not None:
+            check_fold_counts(c, t, w, self.chan.t[c], now - self.max_age_s)
         weigh = (lambda m: int(m.sum())) if batch.count is None else (lambda m: int(batch.count[m].sum()))
         rejected.update(malformed=weigh(malformed), nan=weigh(nan), negative=weigh(negative),
                         unknown_link=weigh(unknown))

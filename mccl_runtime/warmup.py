@@ -12,7 +12,8 @@ paths of a solve call the kernels with different ones, so :func:`load_kernels` r
 path once, in the :data:`GROUPS` below, on small built-in fabrics (HPN 1x2x4 and 1x2x8,
 the AllGather's packing on 16 GPUs takes a branch 8 GPUs do not): AllToAll cold, warm in
 memory, warm from a file (with and without its warm state rebuilt), the local re-solve
-and step bounds; AllGather ForestColl cold and warm the same ways; AllGather on
+and step bounds; AllGather ForestColl cold and warm the same ways (and the first
+schedule of a time-limited solve on large fabrics); AllGather on
 unbalanced fabrics (weaker directions, the balanced restriction, the general column
 generation, cold and warm); step-aware trees; the validator and the simulator (event
 and fluid).  ``tests/test_warmup.py`` checks, with numba's compile events, that no solve
@@ -118,6 +119,11 @@ def _forestcoll(backend: str) -> None:
     odd = shared_aggregation(2, 1, 8).with_capacity(
         {("s1h0g2", "s1h0nvs"): 36.608, ("s1h0nvs", "s1h0g2"): 36.608})
     solve_allgather(odd, backend=backend, max_chunks=None)
+    # a time limit's first schedule above 64 GPUs: the greedy GPU line (its kernels'
+    # types do not depend on the size, so a small fabric compiles them)
+    from mccl_opt.allgather.first_line import line_trees
+
+    line_trees(_fabrics()[1])
 
 
 def _unbalanced(backend: str) -> None:

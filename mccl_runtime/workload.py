@@ -33,10 +33,13 @@ from mccl_opt.schedule import Schedule, schedule_rate, share_loads
 from mccl_opt.topology import Topology
 
 from .manager import Synthesizer, solver_synthesizer
+from .scenario import MAX_MESSAGE_BYTES
 
 __all__ = ["WORKLOAD_FORMAT", "load_workload", "estimate_speedup", "main"]
 
 WORKLOAD_FORMAT = "mccl-workload/1"
+#: calls of one collective per iteration (1e308 calls of 1e308 bytes made the times inf)
+MAX_CALLS = 1e9
 KINDS = ("allgather", "alltoall", "reducescatter", "allreduce")
 
 
@@ -47,7 +50,7 @@ def load_workload(data: Any) -> dict[str, Any]:
     if not isinstance(data, Mapping) or data.get("format") != WORKLOAD_FORMAT:
         raise MCCLError(f"a workload profile is a JSON object with \"format\": \"{WORKLOAD_FORMAT}\"")
     share = data.get("compute_share")
-    if not isinstance(share, (int, float)) or not 0.0 <= share < 1.0:
+    if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0.0 <= share < 1.0:
         raise MCCLError(f"'compute_share' must be a number in [0, 1), got {share!r}")
     colls = data.get("collectives")
     if not isinstance(colls, list) or not colls:
@@ -56,10 +59,10 @@ def load_workload(data: Any) -> dict[str, Any]:
         where = f"collectives[{i}]"
         if not isinstance(c, Mapping) or c.get("kind") not in KINDS:
             raise MCCLError(f"{where}: 'kind' must be one of {KINDS}")
-        for key in ("bytes", "count"):
+        for key, top in (("bytes", MAX_MESSAGE_BYTES), ("count", MAX_CALLS)):
             v = c.get(key)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or v <= 0:
-                raise MCCLError(f"{where}: '{key}' must be a positive number, got {v!r}")
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v <= top:
+                raise MCCLError(f"{where}: '{key}' must be a positive number at most {top:g}, got {v!r}")
     return dict(data)
 
 

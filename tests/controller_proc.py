@@ -45,9 +45,10 @@ def main() -> None:
     ap.add_argument("--state")
     ap.add_argument("--key-file")
     ap.add_argument("--crash", choices=["before_write", "after_write"])
+    ap.add_argument("--bind", default="tcp://127.0.0.1:0", help="an ipc:// path keeps its endpoint across restarts")
     args = ap.parse_args()
     CrashingService.crash = args.crash
-    svc = CrashingService(TOPO, "tcp://127.0.0.1:0", synthesize=PruningSynth(), alpha=1.0,
+    svc = CrashingService(TOPO, args.bind, synthesize=PruningSynth(), alpha=1.0,
                           policy=Policy(gamma=0.1, min_dwell_s=0.0), state_path=args.state,
                           key=load_key(args.key_file) if args.key_file else None)
     signal.signal(signal.SIGTERM, lambda *_: svc.stop())

@@ -13,18 +13,21 @@ import mccl_opt as mo
 from instances import hpn
 from instances.aggregation import host_ring, shared_aggregation
 from mccl_opt.allgather.canonical import canonical
-from mccl_opt.allgather.first import MWU_MAX_GPUS, first_schedule
+from mccl_opt.allgather.first import MWU_MAX_GPUS, first_schedule, shortest_path_trees
+from mccl_opt.allgather.first_line import line_trees
 from mccl_opt.schedule_chunks import TreeChunks, TreeTable
 from tests.oracle_allgather import check_schedule
 
 
 @pytest.mark.parametrize("make", [lambda: hpn(2, 8, 8), lambda: shared_aggregation(2, 5, 8),
                                   lambda: host_ring(12, 8)])
-def test_shortest_path_first_schedule_is_valid(make):
+def test_large_fabric_first_schedule_is_valid(make):
     topo = canonical(make())
     assert topo.num_gpus > MWU_MAX_GPUS
     s = first_schedule(topo, None, 10)
-    assert s.stats["method"] == "shortest-path-trees"
+    assert s.stats["method"] in ("shortest-path-trees", "line-trees")
+    _, spt_loads = shortest_path_trees(topo)        # the better of the two is kept
+    assert s.rate_gbps >= mo.schedule.schedule_rate(topo, spt_loads) * (1 - 1e-12)
     checked = check_schedule(topo, s, max_chunks=10)
     assert checked.rate_gbps == pytest.approx(s.rate_gbps, rel=1e-9)
     assert mo.validate(topo, s).rate_gbps == pytest.approx(s.rate_gbps, rel=1e-9)
@@ -53,3 +56,62 @@ def test_validator_counts_a_path_a_table_lists_twice():
                                  lp_rate_gbps=max(rate, sched.lp_rate_gbps))
     assert mo.validate(topo, tabled).rate_gbps == pytest.approx(rate, rel=1e-9)
     assert rate == pytest.approx(check_schedule(topo, tabled).rate_gbps, rel=1e-9)
+
+
+@pytest.mark.parametrize("make", [lambda: hpn(2, 8, 8), lambda: shared_aggregation(2, 5, 8),
+                                  lambda: hpn(1, 9, 8).with_capacity(
+                                      src="s0h3g5", dst="s0tor5", gbps=90.0,
+                                      both_directions=False)],
+                         ids=["hpn", "shared-aggregation", "one-way-nic"])
+def test_line_chains_are_valid_trees_whose_loads_the_oracle_confirms(make):
+    topo = canonical(make())
+    built = line_trees(topo)
+    assert built is not None
+    chunks, loads = built
+    assert len(chunks) == topo.num_gpus and sorted(c.src for c in chunks) == sorted(topo.gpus)
+    assert all(c.share == 1.0 and len(c.edges) == topo.num_gpus - 1 for c in chunks)
+    rate = mo.schedule.schedule_rate(topo, loads)
+    assert loads == pytest.approx(mo.schedule.share_loads(topo, chunks))
+    s = dataclasses.replace(first_schedule(topo, None, 10), chunks=chunks, rate_gbps=rate,
+                            lp_rate_gbps=rate)
+    assert check_schedule(topo, s, max_chunks=10).rate_gbps == pytest.approx(rate, rel=1e-9)
+    # every tree is two chains from its root: no GPU forwards to more than two others
+    for c in chunks:
+        fanout = np.unique([e[0] for e in c.edges], return_counts=True)[1]
+        assert fanout.max() <= 2
+
+
+def _gpu_star(leaves: int) -> mo.Topology:
+    """GPU ``c`` cabled to every other GPU, no switch: a walk from a leaf reaches ``c``,
+    then one more leaf, and is stuck there (paths do not pass through GPUs)."""
+    nodes = [mo.Node("c", "gpu")] + [mo.Node(f"l{i:03d}", "gpu") for i in range(leaves)]
+    links = [mo.Link(a, b, 100.0) for i in range(leaves)
+             for a, b in ((f"l{i:03d}", "c"), ("c", f"l{i:03d}"))]
+    return mo.Topology("star", nodes, links)
+
+
+def test_no_line_over_switches_falls_back_to_shortest_path_trees():
+    assert line_trees(canonical(_gpu_star(3))) is None
+    topo = canonical(_gpu_star(MWU_MAX_GPUS + 1))
+    assert line_trees(topo) is None
+    s = first_schedule(topo, None, 10)
+    assert s.stats["method"] == "shortest-path-trees"
+    assert check_schedule(topo, s, max_chunks=10).rate_gbps == pytest.approx(s.rate_gbps)
+
+
+def test_above_both_max_gpus_the_limit_decides_whether_shortest_path_trees_are_tried():
+    """A full mesh of BOTH_MAX_GPUS + 4 GPUs: the line's chains carry N-1 shards over one
+    cable, the shortest-path trees one per cable.  Without room in the limit only the
+    line is built; with room, both, and the better (the trees) is kept."""
+    from mccl_opt import anytime
+    from mccl_opt.allgather.first import BOTH_MAX_GPUS
+    from instances.fabrics import full_mesh
+
+    topo = canonical(full_mesh(BOTH_MAX_GPUS + 4))
+    tight, _ = anytime.limited(1e-9, lambda: first_schedule(topo, None, 10))
+    roomy, _ = anytime.limited(600.0, lambda: first_schedule(topo, None, 10))
+    assert tight.stats["method"] == "line-trees"
+    assert roomy.stats["method"] == "shortest-path-trees"
+    assert roomy.rate_gbps > tight.rate_gbps
+    for s in (tight, roomy):
+        assert check_schedule(topo, s, max_chunks=10).rate_gbps == pytest.approx(s.rate_gbps)

@@ -6,12 +6,18 @@ from __future__ import annotations
 
 import dataclasses
 
+import numpy as np
 import pytest
 
+import mccl_opt as mo
+
 from instances import hpn
+from mccl_opt.allgather.canonical import canonical
+from mccl_opt.allgather.chain import Trail, restrict
 from mccl_opt.allgather.general import method
 from mccl_opt.allgather.general.method import solve_general
-from mccl_opt.allgather.general.restriction_seed import restriction_seed
+from mccl_opt.allgather.general.restriction_seed import RestrictionSeed, restriction_seed
+from mccl_opt.allgather.solve import sub_forestcoll
 from tests.oracle_allgather import check_schedule, forwarding_optimum
 
 #: one NIC uplink at a quarter of its speed one way; one NVLink at 360 Gbps one way
@@ -20,7 +26,14 @@ FAULTS = [("s0h0g0", "s0tor0", 100.0), ("s0h0g1", "s0h0nvs", 360.0)]
 
 def _faulty(shape: tuple[int, int, int], fault: tuple[str, str, float]):
     src, dst, gbps = fault
-    return hpn(*shape).with_capacity(src=src, dst=dst, gbps=gbps, both_directions=False)
+    return canonical(hpn(*shape).with_capacity(src=src, dst=dst, gbps=gbps,
+                                               both_directions=False))
+
+
+def _seed(topo) -> RestrictionSeed | None:
+    """The seed as the method chain makes it: its restriction, its ForestColl."""
+    restricted = restrict(topo, "highs")
+    return None if restricted is None else restriction_seed(restricted, sub_forestcoll("highs", Trail()))
 
 
 @pytest.mark.parametrize("shape,fault", [((1, 2, 8), FAULTS[0]), ((1, 2, 8), FAULTS[1]),
@@ -31,7 +44,7 @@ def test_seeded_general_method_reaches_the_independent_forwarding_optimum(shape,
     a schedule the validator accepts at that rate, and the same optimum as the
     multiplicative-weights start certified by its own Lagrangian bound."""
     topo = _faulty(shape, fault)
-    s = solve_general(topo, max_chunks=None)
+    s = solve_general(topo, max_chunks=None, seed=_seed(topo))
     assert s.stats["seed"] == "balanced restriction" and s.stats["cg_status"] == "optimal"
     opt = forwarding_optimum(topo).rate_gbps
     assert s.lp_rate_gbps == pytest.approx(opt, rel=1e-7)
@@ -40,30 +53,72 @@ def test_seeded_general_method_reaches_the_independent_forwarding_optimum(shape,
     assert s.report.bound_gbps == pytest.approx(opt, rel=1e-7)
 
 
-def test_without_a_restriction_the_multiplicative_weights_start_gives_the_same_optimum(
-        monkeypatch):
-    """With no certified restriction the old start runs and, certified by the Lagrangian
-    bound, lands on the seeded run's optimum."""
+def test_without_a_restriction_the_multiplicative_weights_start_gives_the_same_optimum():
+    """With no seed the old start runs and, certified by the Lagrangian bound, lands on
+    the seeded run's optimum."""
     topo = _faulty((1, 4, 8), FAULTS[0])
-    seeded = solve_general(topo, max_chunks=None)
-    monkeypatch.setattr(method, "restriction_seed", lambda *a, **k: None)
+    seeded = solve_general(topo, max_chunks=None, seed=_seed(topo))
     plain = solve_general(topo, max_chunks=None)
     assert plain.stats["seed"] == "multiplicative weights" and plain.stats["cg_gap"] <= 1e-8
+    assert seeded.stats["seed"] == "balanced restriction"
     assert seeded.lp_rate_gbps == pytest.approx(plain.lp_rate_gbps, rel=1e-8)
 
 
 def test_seed_trees_fit_the_fabric_and_the_rate_bounds_them():
     """The seed's schedule (on ``c' <= c``) is valid on the real fabric, its rate there at
-    most the restriction's certified optimum."""
+    most the restriction's certified optimum; its columns, converted in arrays, are the
+    same trees as the chunk by chunk conversion reads from the schedule."""
     topo = _faulty((1, 2, 8), FAULTS[0])
-    seed = restriction_seed(topo)
+    seed = _seed(topo)
     assert seed is not None
     # its rate_gbps is in the restricted fabric's scaled units: recomputed, not compared
     on_topo = check_schedule(topo, dataclasses.replace(seed.schedule, rate_gbps=0.0),
                              rel=float("inf"))
     assert on_topo.rate_gbps <= seed.rate_gbps * (1 + 1e-9)
+    columns = seed.columns(topo)
+    assert columns is not None
+    roots, trees = columns
+    chunk_roots, chunk_trees = method._warm_columns(seed.schedule, topo)
+    assert roots == chunk_roots and len(trees) == len(seed.schedule.chunks)
+    assert all(np.array_equal(a, b) for a, b in zip(trees, chunk_trees))
+
+
+def test_the_chain_computes_the_restriction_once_and_seeds_the_general_method(monkeypatch):
+    """Through ``solve_allgather``: where ForestColl on the restriction does not reach its
+    optimum exactly (HPN 1x2x8, one NIC at 123.4 Gbps one way, ``max_chunks=None``) the
+    general method runs seeded from the same restriction; the cutting-plane LP ran once."""
+    from mccl_opt.allgather.restriction import balanced
+
+    calls = []
+    real = balanced.balanced_restriction
+    monkeypatch.setattr(balanced, "balanced_restriction",
+                        lambda *a, **k: calls.append(1) or real(*a, **k))
+    topo = _faulty((1, 2, 8), ("s0h0g0", "s0tor0", 123.4))
+    s = mo.solve_allgather(topo, max_chunks=None)
+    assert any(a.method.value == "general" for a in s.report.attempts)
+    assert s.stats["seed"] == "balanced restriction" and len(calls) == 1
+    assert check_schedule(topo, s).rate_gbps == pytest.approx(s.rate_gbps, rel=1e-9)
 
 
 def test_balanced_fabrics_skip_the_seed():
-    s = solve_general(hpn(1, 2, 4), max_chunks=None)
-    assert s.stats["seed"] == "multiplicative weights"
+    assert solve_general(hpn(1, 2, 4), max_chunks=None).stats["seed"] == "multiplicative weights"
+
+
+def test_chunk_counts_skip_the_limits_that_repeat_a_failed_budget():
+    """A budget of ``k`` trees per root that could not be packed is chosen again by every
+    limit down to ``k``: the retry goes on at ``k - 1``; any other failure tries the next
+    limit; each limit is yielded at most once, in decreasing order."""
+    from mccl_opt.allgather.budget import BudgetUnpacked, ChunkCounts
+    from mccl_opt.errors import SolveError
+
+    counts, seen = ChunkCounts(10), []
+    for limit in counts:
+        seen.append(limit)
+        if limit == 10:
+            counts.failed(BudgetUnpacked(7, "split failed"))     # 9, 8, 7 choose k = 7 too
+        elif limit == 6:
+            counts.failed(SolveError("something else"))         # no budget known: next
+        elif limit == 5:
+            counts.failed(BudgetUnpacked(9, "a larger k"))       # never goes back up
+    assert seen == [10, 6, 5, 4, 3, 2, 1]
+

@@ -173,20 +173,66 @@ def test_report_round_trips_through_a_file(tmp_path):
         mo.Schedule.from_dict(bad)
 
 
-def test_an_exact_packing_over_its_budget_hands_the_fabric_to_the_general_method(monkeypatch):
-    """A leaf-spine fabric whose packers all get stuck reaches Lovász's exact packing
-    (minutes there); over its budget ForestColl declines and the general method solves."""
+def test_an_exact_packing_out_of_reach_hands_the_fabric_to_the_general_method():
+    """A leaf-spine fabric whose packers all get stuck would reach Lovász's exact packing
+    (one max-flow per tree edge: minutes there); with more than
+    ``EXACT_PACK_MAX_EDGES`` tree edges ForestColl declines at once and the general
+    method solves."""
     from instances.aggregation import leaf_spine
-    from mccl_opt.allgather.forestcoll import pipeline
+    from mccl_opt.allgather.forestcoll.pipeline import EXACT_PACK_MAX_EDGES
 
     topo = leaf_spine(4, 2, 8).with_capacity({("spine1", "u0leaf0"): 80.0,
                                               ("u0leaf0", "spine1"): 80.0})
-    monkeypatch.setattr(pipeline, "EXACT_PACK_FLOOR_S", 0.0)
-    monkeypatch.setattr(pipeline, "EXACT_PACK_SHARE", 0.0)
+    assert topo.num_gpus * (topo.num_gpus - 1) > EXACT_PACK_MAX_EDGES
     sched = mo.solve_allgather(topo)
     assert sched.report.method is Method.GENERAL
     assert any(a.method is Method.FORESTCOLL and "exact tree packing" in a.outcome
-               for a in sched.report.attempts)
+               and "out of reach" in a.outcome for a in sched.report.attempts)
     assert mo.validate(topo, sched).rate_gbps == pytest.approx(sched.rate_gbps, rel=1e-9)
     assert sched.rate_gbps <= cut_bound(topo) * (1 + 1e-9)
     assert sched.rate_gbps >= 0.99 * sched.lp_rate_gbps
+
+
+def test_a_large_fabric_under_a_short_limit_returns_the_line_schedule_with_a_true_bound():
+    """128 GPUs (the first schedule is the compiled GPU line, :mod:`.first_line`), a
+    limit shorter than the solve: a valid schedule, status ``time_limit``, and a bound
+    at or above the optimum the unlimited solve reaches."""
+    topo = hpn(2, 8, 8)
+    full = mo.solve_allgather(topo)
+    limited = mo.solve_allgather(topo, time_limit=1e-6)
+    report = limited.report
+    assert report.termination is Termination.TIME_LIMIT
+    assert limited.stats["status"] == "time_limit"
+    assert report.method is Method.FIRST
+    assert limited.stats["method"] in ("line-trees", "shortest-path-trees")
+    check_schedule(topo, limited)
+    assert mo.validate(topo, limited).rate_gbps == pytest.approx(limited.rate_gbps, rel=1e-9)
+    assert report.bound_gbps >= full.lp_rate_gbps * (1 - 1e-9)
+    assert report.bound_gbps >= limited.rate_gbps > 0
+
+
+def test_check_room_stops_before_a_phase_that_cannot_fit(monkeypatch):
+    """A phase expected to take longer than the time left is not started: the solve
+    stops there (named in the report) with the first schedule, not past the limit."""
+    topo = hpn(2, 8, 8)
+    monkeypatch.setattr(ag_solve, "PHASES_23_PER_PHASE_1", 1e9)
+    limited = mo.solve_allgather(topo, time_limit=60.0)
+    assert limited.report.termination is Termination.TIME_LIMIT
+    assert any("before switch balancing" in a.outcome and "left" in a.outcome
+               for a in limited.report.attempts)
+    check_schedule(topo, limited)
+    plain = mo.solve_allgather(topo)                   # no limit: check_room never stops
+    assert plain.report.termination is Termination.OPTIMAL
+
+
+def test_check_room_without_a_limit_or_with_room_does_nothing():
+    anytime.check_room("nowhere", 1e9)                 # no limit: a no-op
+    result, stopped = anytime.limited(60.0, lambda: anytime.check_room("here", 1.0) or "done")
+    assert (result, stopped) == ("done", None)
+
+    def too_long():
+        anytime.check_room("the long phase", 1e9)
+        return "finished"
+
+    with pytest.raises(mo.MCCLError, match="the long phase"):
+        anytime.limited(60.0, too_long)                 # nothing offered: a typed error

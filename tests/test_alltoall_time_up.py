@@ -6,6 +6,7 @@ a "numerical trouble" SolveError (issue #27, "time limits")."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from instances import fail2, hpn
 from mccl_opt.alltoall import solve_alltoall
@@ -41,3 +42,41 @@ def test_a_master_cut_short_without_a_solution_ends_in_the_last_rounds_schedule(
     rep = validate(topo, sched)                             # every block delivered, capacities respected
     assert np.isfinite(sched.rate_gbps) and 0 < sched.rate_gbps <= sched.lp_rate_gbps * (1 + 1e-9)
     assert rep is not None
+
+
+def test_a_limit_shorter_than_the_solve_returns_a_valid_schedule_with_a_cut_bound():
+    """A fabric whose column generation needs many rounds, limited to a few ms: the
+    first master's schedule comes back with status ``time_limit`` and a certified bound
+    (the node-set cut bound where column generation had none) at or above the optimum."""
+    from instances.aggregation import shared_aggregation
+    from mccl_opt.alltoall.cut_bound import cut_bound_gbps
+    from mccl_opt.report import Termination
+
+    topo = fail2(shared_aggregation(2, 16, 8))
+    optimum = solve_alltoall(topo, max_chunks=None).lp_rate_gbps
+    sched = solve_alltoall(topo, time_limit=1e-3)
+    assert sched.stats["status"] == "time_limit"
+    assert sched.report.termination is Termination.TIME_LIMIT
+    rate = validate(topo, sched).rate_gbps
+    assert rate == sched.rate_gbps or abs(rate - sched.rate_gbps) <= 1e-9 * rate
+    bound = sched.report.bound_gbps
+    assert bound is not None and bound >= sched.rate_gbps
+    assert bound >= optimum * (1 - 1e-9)
+    assert cut_bound_gbps(topo) >= optimum * (1 - 1e-9)
+    assert sched.report.certified_gap(sched.rate_gbps) == pytest.approx(
+        1 - sched.rate_gbps / bound)
+
+
+@pytest.mark.parametrize("make", ["hpn", "oneway", "sharedagg", "hostring"])
+def test_the_cut_bound_is_above_the_lp_optimum(make):
+    from instances.aggregation import host_ring, shared_aggregation
+    from mccl_opt.alltoall.cut_bound import cut_bound_gbps
+
+    topo = {"hpn": lambda: hpn(2, 2, 8), "sharedagg": lambda: fail2(shared_aggregation(2, 3, 8)),
+            "hostring": lambda: host_ring(4, 4),
+            "oneway": lambda: hpn(1, 2, 8).with_capacity(src="s0h0g0", dst="s0tor0", gbps=50.0,
+                                                         both_directions=False)}[make]()
+    optimum = solve_alltoall(topo, max_chunks=None).lp_rate_gbps
+    assert cut_bound_gbps(topo) >= optimum * (1 - 1e-9)
+    if make == "oneway":       # the degraded NIC is the single-GPU cut that binds
+        assert cut_bound_gbps(topo) == pytest.approx(optimum, rel=1e-9)

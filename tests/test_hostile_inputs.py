@@ -94,7 +94,10 @@ def test_state_and_version_files_that_are_devices_are_refused(tmp_path):
         load_state(state, TOPO)
 
 
-def test_a_version_file_with_an_impossible_rate_is_refused(tmp_path):
+@pytest.mark.parametrize("rate, words", [(1e308, "more than any fabric carries"), (1e9, "total capacity")])
+def test_a_version_file_with_an_impossible_rate_is_refused(tmp_path, rate, words):
+    """1e308 is refused by every schedule reader; 1e9 Gbps, a rate some fabric could carry,
+    by the state's check against this fabric's total capacity."""
     import hashlib
 
     from tests.test_runtime_service import Server
@@ -106,12 +109,12 @@ def test_a_version_file_with_an_impossible_rate_is_refused(tmp_path):
     data = json.loads(state.read_text())
     ref = data["manager"]["collectives"][0]["schedule"]
     content = json.loads((versions_dir(state) / ref["file"]).read_text())
-    content["schedule"]["rate_gbps"] = content["schedule"]["lp_rate_gbps"] = 1e308
+    content["schedule"]["rate_gbps"] = content["schedule"]["lp_rate_gbps"] = rate
     raw = json.dumps(content).encode()
     ref["file"] = hashlib.sha256(raw).hexdigest() + ".json"
     (versions_dir(state) / ref["file"]).write_bytes(raw)
     state.write_text(json.dumps(data))
-    with pytest.raises(MCCLError, match="total capacity"):
+    with pytest.raises(MCCLError, match=words):
         load_state(state, TOPO)
 
 
@@ -265,3 +268,50 @@ def test_loop_on_gloo_ranks_range_checks_before_launching(capsys, tmp_path, opti
     t0 = time.monotonic()
     rc, err = _cli(capsys, "loop", "--executor", "gloo", "--scenario", str(scn), *option)
     assert rc == 2 and option[0] in err and time.monotonic() - t0 < 20, err
+
+
+def _bomb(path: Path, inflated: int) -> None:
+    """A gzip file of ``inflated`` zero bytes (about a thousandth of that on disk)."""
+    import zlib
+    deflate, block = zlib.compressobj(9, zlib.DEFLATED, 31), bytes(1 << 20)
+    with open(path, "wb") as f:
+        for _ in range(inflated >> 20):
+            f.write(deflate.compress(block))
+        f.write(deflate.flush())
+
+
+def test_a_gzip_bomb_is_refused_at_the_cap_without_inflating_it(capsys, monkeypatch, tmp_path):
+    """A 256 MiB bomb (256 KiB on disk) against an 8 MiB cap: refused with a message naming
+    the cap, and inflating it costs about the cap, not the bomb (a reader that inflates the
+    whole member before checking peaks at 256 MiB)."""
+    import tracemalloc
+
+    import mccl_opt.files as files
+    bomb = tmp_path / "bomb.json.gz"
+    _bomb(bomb, 256 << 20)
+    assert bomb.stat().st_size < 1 << 20
+    monkeypatch.setattr(files, "MAX_JSON_BYTES", 8 << 20)
+    tracemalloc.start()
+    try:
+        with pytest.raises(TopologyError, match="decompresses to more than 8 MiB.*gzip bomb"):
+            Topology.load(bomb)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 32 << 20, f"peak {peak >> 20} MiB while refusing an 8 MiB-capped bomb"
+    rc, err = _cli(capsys, "topo", "show", str(bomb))
+    assert rc == 2 and "gzip bomb" in err
+
+
+def test_gzip_members_padding_and_junk_after_a_member(tmp_path):
+    """Concatenated gzip members are one file (as ``gzip -c a b`` writes); zero padding
+    after the last member is ignored; anything else after it is damage, not ignored."""
+    import gzip
+    text = json.dumps(TOPO.to_dict()).encode()
+    half = len(text) // 2
+    f = tmp_path / "t.json.gz"
+    f.write_bytes(gzip.compress(text[:half]) + gzip.compress(text[half:]) + bytes(512))
+    assert Topology.load(f).to_dict() == TOPO.to_dict()
+    f.write_bytes(gzip.compress(text) + b"junk")
+    with pytest.raises(TopologyError, match="damaged gzip"):
+        Topology.load(f)

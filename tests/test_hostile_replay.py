@@ -423,3 +423,104 @@ def test_binary_samples_too_old_from_the_future_or_repeated_are_not_applied():
     value = store.measured()[a]
     assert store.ingest_columns(one, now).to_dict() == {"accepted": 0, "rejected": {"stale": 1}}
     assert store.measured()[a] == value
+
+
+def _poll_version(cli: ControllerClient, version: int, timeout_s: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while cli.get_schedule("w", "ag")[0] < version:
+        assert time.monotonic() < deadline, f"version {version} never came"
+        time.sleep(0.05)
+
+
+def test_a_long_lived_client_and_subscriber_cross_a_controller_process_restart(tmp_path):
+    """Every message, not only the first of a connection: one client and one subscription
+    live across a kill -9 and restart of the controller process (same endpoints).  After
+    it, a read-only request and a publication signed for the first start are refused; the
+    client and the subscriber follow the new start.  A subscription starts at the publish
+    count of its ``ping``: a publication sent before it, replayed to it, is refused."""
+    import os
+    import signal
+
+    from tests.test_runtime_hardening import Proc
+    key_file = tmp_path / "key"
+    key_file.write_bytes(KEY)
+    os.chmod(key_file, 0o600)
+    ep, state = f"ipc://{tmp_path}/ctl", tmp_path / "state.json"
+    args = ("--bind", ep, "--state", str(state), "--key-file", str(key_file))
+    ctx = zmq.Context.instance()
+    stand_in = ctx.socket(zmq.XPUB)                     # replays reach the subscription through it
+    stand_in.setsockopt(zmq.LINGER, 0)
+    port = stand_in.bind_to_random_port("tcp://127.0.0.1")
+    first = Proc(*args)
+    try:
+        with ControllerClient(ep, key=KEY, timeout_s=5.0) as cli:
+            cli.register("w", "ag", "allgather")
+            info = cli.ping()
+            spy = ctx.socket(zmq.SUB)                   # the attacker's capture of the publications
+            spy.setsockopt(zmq.LINGER, 0)
+            spy.setsockopt(zmq.SUBSCRIBE, b"")
+            spy.connect(info["pub"])
+            time.sleep(0.3)
+            cli.push_telemetry(_degraded(time.time()))
+            _poll_version(cli, 2)
+            assert spy.poll(10000)
+            captured = spy.recv_multipart()
+            spy.close(0)
+            old = decode(captured[-1], KEY)
+            assert old.type == "schedule" and old.epoch == info["epoch"] and old.seq >= 1
+            sub = cli.subscribe()                       # after the capture: starts past its seq
+            sub._sock.connect(f"tcp://127.0.0.1:{port}")
+            assert stand_in.poll(5000) and stand_in.recv()[:1] == b"\x01"
+            assert sub.wait_connected(5.0)
+            stand_in.send_multipart(captured)
+            assert sub.recv(1.0) is None and sub.rejected == 1
+            read = encode("get_schedule", {"comm": "w", "name": "ag"}, KEY, epoch=info["epoch"],
+                          client=new_id(), seq=1)
+            assert _send(ep, [read]) == ["schedule"]
+            first.p.send_signal(signal.SIGKILL)
+            first.p.wait(10)
+            second = Proc(*args)
+            try:
+                assert cli.get_schedule("w", "ag")[0] >= 2         # the same client, a new epoch
+                assert cli.session.epoch != info["epoch"] == old.epoch
+                assert _send(ep, [read]) == ["wrong_epoch"]         # read-only, earlier start
+                stand_in.send_multipart(captured)                   # a publication of that start
+                assert sub.recv(1.0) is None and sub.rejected == 2
+                cli.register("w", "ag2", "allgather")              # published in the new start
+                update = sub.recv(20.0)
+                assert update is not None and update[:3] == ("w", "ag2", 1)
+                assert sub._last[0] == cli.session.epoch
+                assert cli.stats()["protocol_errors"].get("wrong_epoch", 0) >= 2
+            finally:
+                assert second.stop() == 0
+            sub.close()
+    finally:
+        first.stop()
+        stand_in.close(0)
+
+
+def test_a_reply_of_another_epoch_than_its_request_is_not_taken():
+    """A stand-in controller answers a client's ``ping`` in epoch A, then a request signed
+    for A with a reply signed in epoch B (a reply of another start, replayed): refused,
+    not taken as the answer; a ``wrong_epoch`` refusal naming B is the one reply that may."""
+    ctx = zmq.Context.instance()
+    router = ctx.socket(zmq.ROUTER)
+    router.setsockopt(zmq.LINGER, 0)
+    port = router.bind_to_random_port("tcp://127.0.0.1")
+    a, b = new_id(), new_id()
+
+    def answer(epoch: str, type_: str = "ok", body: dict | None = None) -> None:
+        assert router.poll(5000)
+        ident, *_ = router.recv_multipart()
+        router.send_multipart([ident, b"", encode(type_, body or {"epoch": epoch}, KEY, epoch=epoch)])
+
+    with ControllerClient(f"tcp://127.0.0.1:{port}", KEY, timeout_s=5.0) as cli:
+        done: list = []
+        t = threading.Thread(target=lambda: done.extend([answer(a), answer(b)]))
+        t.start()
+        cli.ping()
+        with pytest.raises(ProtocolError, match="another epoch") as err:
+            cli.stats()
+        t.join(5)
+        assert err.value.reason == "wrong_epoch" and cli.session.epoch == a
+    router.close(0)

@@ -124,6 +124,34 @@ def test_a_folded_row_is_the_ewma_of_its_samples_not_the_last_one():
         MeasurementStore(TOPO, alpha=0.25).ingest_columns(batch, now=2.0)
 
 
+def _folded(rows: list[tuple[int, float, int]]) -> ColumnBatch:
+    """A folded batch of link rows ``(link, t, count)`` at 10 Gbps."""
+    links, ts, counts = zip(*rows)
+    b = ColumnBatch.build(TOPO, [0] * len(rows), list(links), [0] * len(rows), [10.0] * len(rows), list(ts))
+    return ColumnBatch(b.kind, b.a, b.b, b.gbps, b.t, links=b.links, gpus=b.gpus,
+                       count=np.array(counts, dtype=np.uint32), alpha=ALPHA)
+
+
+def test_a_folded_row_cannot_stand_for_more_samples_than_its_time_allows():
+    """Issue 27: a row's ``count`` is at most 1 + 1e6 x the seconds since its channel's
+    previous sample (a first row: since the oldest time accepted, 60 s before now; a
+    second row of the channel in the batch: since the first).  One message claiming 2^32-1
+    samples would otherwise wipe out the channel's history; it is refused whole, naming
+    the bound, and nothing is applied."""
+    store, now = MeasurementStore(TOPO, alpha=ALPHA), 1000.0
+    before = store.measured().copy()
+    for rows, words in (([(0, now, (1 << 32) - 1)], r"4294967295 samples.*60 s.*at most 60000001"),
+                        ([(1, now - 1.0, 10), (1, now - 0.5, 500_002)], r"500002 samples.*0\.5 s"),
+                        ([(2, now, 2), (3, now, 60_000_002)], r"60000002 samples")):
+        with pytest.raises(TelemetryError, match=words):
+            store.ingest_columns(_folded(rows), now=now)
+        assert (store.measured() == before).all() and store.accepted == 0
+    assert store.ingest_columns(_folded([(0, now - 1.0, 1000)]), now=now).accepted == 1000
+    with pytest.raises(TelemetryError, match=r"0\.5 s.*at most 500001"):   # since that row, not the window
+        store.ingest_columns(_folded([(0, now - 0.5, 500_002)]), now=now)
+    assert store.ingest_columns(_folded([(0, now - 0.5, 500_001), (5, now, 7)]), now=now).accepted == 500_008
+
+
 class FrontEnd:
     """A front end serving in a thread, forwarding to ``upstream``."""
 

@@ -147,6 +147,106 @@ def test_recovery_of_an_avoided_link_is_seen_only_through_probes(fake_synth, pro
     assert all(r["probe_ms"] == 0 for r in res.rows)        # the probed NIC carries no v2 traffic
 
 
+def _hand_made(first_v2_start_ms: float, first_v2_end_ms: float):
+    """A loop result written by hand: v2 published at 30 ms for the event at 20 ms; the next
+    event at 60 ms; the first collective on v2 runs from ``first_v2_start_ms``."""
+    from mccl_runtime.loop import LoopResult
+    from mccl_runtime.loop_report import summarize
+
+    scn = scenario([{"t_ms": 20, "links": [NIC]}, {"t_ms": 60, "clear": True}], duration_ms=100.0)
+    rows = [{"t_ms": t, "end_ms": t + 5.0, "version": 1, "state": int(t >= 20) + int(t >= 60), "probe_ms": 0.0,
+             "algbw": 10.0} for t in (0.0, 5.0, 10.0, 15.0, 20.0, 25.0, 30.0)]
+    rows.append({"t_ms": first_v2_start_ms, "end_ms": first_v2_end_ms, "version": 2, "state": 1, "probe_ms": 0.0,
+                 "algbw": 99.0})
+    rows += [{"t_ms": t, "end_ms": t + 5.0, "version": 2, "state": 2, "probe_ms": 0.0, "algbw": 50.0}
+             for t in (70.0, 75.0)]
+    out = LoopResult(scn, rows=rows, events=[
+        {"t_ms": 25.0, "action": "resynthesis", "version": 1, "detail": {}},
+        {"t_ms": 30.0, "action": "published", "version": 2, "detail": {"synth_s": 0.001}}])
+    return summarize(out, LoopConfig(), lambda kind, topo, warm, limit: ring_allgather(topo), False)["events"][0]
+
+
+def test_a_first_swap_ratio_is_never_computed_across_the_next_event():
+    inside = _hand_made(50.0, 55.0)                    # v2's first collective ends before the 60 ms event
+    assert inside["first_version"] == 2 and inside["algbw_after"] == 99.0
+    assert inside["recovery_ratio"] == pytest.approx(99.0 / inside["algbw_offline"])
+    crossing = _hand_made(55.0, 65.0)                  # ... or runs across it: two fabric states, no ratio
+    assert crossing["first_version"] is None and crossing["recovery_ratio"] is None
+    assert crossing["algbw_final"] == 10.0             # the last collective that ended inside the segment
+
+
+def test_the_first_version_that_ran_is_reported_and_its_ratio_read_inside_the_segment():
+    scn = scenario([{"t_ms": 20, "links": [_cable("s0h0g0", "s0tor0", 200.0)]},
+                    {"t_ms": 70, "links": [NIC]}], duration_ms=160.0)
+    res = run_loop(LoopConfig(synth_ms=45.0), scenario=scn)     # slow: the first version may never run
+    ends = [e["t_ms"] for e in res.summary["events"][1:]] + [np.inf]
+    for ev, until in zip(res.summary["events"], ends):
+        if ev["first_version"] is None:
+            assert ev["recovery_ratio"] is None
+            continue
+        first = next(r for r in res.rows if r["version"] == ev["first_version"] and r["t_ms"] >= ev["t_ms"])
+        assert first["end_ms"] <= until and first["algbw"] == ev["algbw_after"]
+        assert ev["first_version"] >= ev["versions"][0]["version"]
+
+
+@pytest.mark.parametrize("clock", ["wall", "cpu"])
+def test_the_cpu_synthesis_clock_does_not_count_time_the_synthesizer_spent_waiting(fake_synth, clock):
+    """A synthesizer that sleeps 200 ms (as one starved by other processes would wait) costs
+    200 ms on the wall clock and next to nothing on the process's CPU time."""
+    res = run_loop(LoopConfig(duration_ms=400.0, synth_clock=clock), synthesize=fake_synth(sleep_s=0.2))
+    seconds = [e["detail"]["synth_s"] for e in res.events if e["action"] == "published"]
+    assert seconds
+    assert all((s >= 0.2) if clock == "wall" else (s < 0.2) for s in seconds), seconds
+
+
+def test_an_unknown_synthesis_clock_is_refused(fake_synth):
+    with pytest.raises(MCCLError, match="--synth-clock"):
+        run_loop(LoopConfig(synth_clock="gpu"), synthesize=fake_synth())
+
+
+def _ramp(steps: int = 8, every_ms: float = 30.0, noise: float = 0.01):
+    """The NIC cable from 400 to 50 Gbps in ``steps`` equal steps (-11 % of nominal each)."""
+    return scenario([{"t_ms": 20 + every_ms * i, "links": [_cable("s0h0g0", "s0tor0", 400.0 - 350.0 * (i + 1) / steps)]}
+                     for i in range(steps)], duration_ms=20 + every_ms * steps + 40.0, noise=noise)
+
+
+def test_a_ramp_in_small_steps_is_followed_step_by_step():
+    """Drift measured against the fabric the active schedule was built for (cumulative): every
+    step that costs throughput gets its version, none runs below 0.95 of offline at the end of
+    its step, and no step takes more than 2 versions."""
+    res = run_loop(LoopConfig(synth_ms=5.0), scenario=_ramp())
+    s = res.summary
+    assert s["false_swaps"] == 0
+    for ev in s["events"]:
+        assert len(ev["versions"]) <= 2, ev
+        assert ev["algbw_final"] >= 0.95 * ev["algbw_offline"], ev
+    assert sum(bool(ev["versions"]) for ev in s["events"]) >= len(s["events"]) // 2
+
+
+def test_the_first_small_step_of_a_ramp_is_seen_only_through_the_capacity_lost_test():
+    """A ramp's first step (-11 %) on HPN 1x2x8 AllGather moves the cut's slacks by less than
+    Gamma: without the capacity-lost test (``rate_loss=1``) it gets no version and runs at
+    0.92 of offline; with it (the default) it gets one at >= 0.95."""
+    scn = parse_scenario({"format": "mccl-scenario/1", "topology": "hpn 1x2x8", "collective": "allgather",
+                          "message_bytes": 16 * 2**20, "duration_ms": 90,
+                          "events": [{"t_ms": 20, "links": [_cable("s0h0g0", "s0tor0", 400.0 - 350.0 / 8)]}]})
+    first = {loss: run_loop(LoopConfig(synth_ms=5.0, rate_loss=loss), scenario=scn).summary["events"][0]
+             for loss in (1.0, LoopConfig().rate_loss)}
+    assert first[1.0]["versions"] == [] and first[1.0]["algbw_final"] < 0.95 * first[1.0]["algbw_offline"]
+    lost = first[LoopConfig().rate_loss]
+    assert len(lost["versions"]) == 1 and lost["recovery_ratio"] >= 0.95
+
+
+@pytest.mark.parametrize("noise", [0.05, 0.10])
+def test_noise_on_a_ramp_plateau_publishes_nothing_more(noise):
+    """Noise does not move a confirmed level: after the ramp's steps are followed, the noisy
+    plateau gives no version (the capacity-lost test adds no false swap)."""
+    res = run_loop(LoopConfig(synth_ms=5.0), scenario=scenario(
+        [{"t_ms": 20, "links": [_cable("s0h0g0", "s0tor0", 355.0)]}], duration_ms=400.0, noise=noise))
+    late = [e for e in res.events if e["action"] == "published" and e["t_ms"] > 120.0]
+    assert res.summary["false_swaps"] == 0 and late == []
+
+
 def test_cli_scenario_json_has_exactly_the_documented_fields(tmp_path):
     from mccl_opt.cli import main
 

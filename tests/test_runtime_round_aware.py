@@ -54,3 +54,31 @@ def test_the_round_aware_resynthesis_keeps_the_warm_rate_and_never_a_slower_roun
         assert round_time(got, measured) <= round_time(warm, measured) * (1 + 1e-9)
         better += round_time(got, measured) < round_time(warm, measured) * 0.95
     assert better >= 1                            # the warm optimum alone is not the best for the executor
+
+
+def test_no_further_attempt_starts_without_room_for_it():
+    """Less left of the job's limit than the last attempt took: no attempt starts."""
+    import time
+
+    from mccl_runtime.manager import _left_for_another
+
+    now = time.perf_counter()
+    assert _left_for_another(None, now, 5.0) is None
+    assert _left_for_another(10.0, now - 6.0, 5.0) == 0.0        # 4 s left, 5 s needed
+    assert 3.0 < _left_for_another(10.0, now - 6.0, 1.0) <= 4.0
+
+
+def test_a_job_whose_first_solve_used_its_limit_makes_no_other(monkeypatch):
+    calls = []
+    real = mccl_opt.solve_alltoall
+
+    def counted(*args, **kwargs):
+        calls.append(kwargs.get("max_steps"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(mccl_opt, "solve_alltoall", counted)
+    topo = TOPO.with_capacity({NIC: 50.0})
+    warm = real(TOPO)
+    best = _round_aware_alltoall(topo, warm, "highs", 10, 1e-6)
+    assert calls == [None]                     # the warm solve only
+    assert validate(topo, best).rate_gbps > 0

@@ -86,14 +86,24 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+_SERVE_HEAD_LINES = 1 + 16     # `--shards N` prints a line per shard before `controller on`
+
+
 def _serve(argv: list[str], cwd: Path, env: dict[str, str]) -> str:
     """Run a background command until it says ``controller on``, then SIGTERM it."""
     argv = [re.sub(r"tcp://127\.0\.0\.1:\d+", f"tcp://127.0.0.1:{_free_port()}", a) for a in argv]
     proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     try:
-        line = proc.stdout.readline()
-        assert line.startswith("controller on "), f"{argv}: {line}{proc.stderr.read()}"
+        head: list[str] = []
+        while len(head) < _SERVE_HEAD_LINES and not head[-1:] == [""]:
+            head.append(proc.stdout.readline())
+            if head[-1].startswith("controller on "):
+                break
+        line = head[-1]
+        if not line.startswith("controller on "):  # stop it before reading its stderr (else: a hang)
+            proc.kill()
+            assert False, f"{argv}: {''.join(head)}{proc.communicate(timeout=30)[1]}"
         proc.send_signal(signal.SIGTERM)
         rc = proc.wait(timeout=30)
         err = proc.stderr.read()

@@ -115,6 +115,9 @@ def paths() -> Iterator[tuple[str, Callable[[], object]]]:
     yield "alltoall min steps", lambda: mo.solve_alltoall(hpn(1, 3, 4), max_steps="min")
     yield "alltoall 3 steps", lambda: mo.solve_alltoall(fail2(hpn(1, 3, 4)), max_steps=3)
     yield "alltoall time limit", lambda: mo.solve_alltoall(hpn(1, 3, 4), time_limit=30.0)
+    yield "alltoall time limit passed", lambda: mo.solve_alltoall(hpn(1, 3, 4), time_limit=1e-6)
+    yield "allgather time limit, 80 GPUs (the GPU line)", \
+        lambda: mo.solve_allgather(hpn(1, 10, 8), time_limit=1e-6)
     lane = hpn(1, 3, 4).with_capacity({("s0h1g1", "s0h1nvs"): 300.0})
     yield "allgather balanced restriction", lambda: mo.solve_allgather(lane, max_chunks=None)
     odd = healthy.with_capacity(src="s0h0g1", dst="s0h0nvs", gbps=594.087) \

@@ -23,11 +23,43 @@ from functools import cmp_to_key
 
 import numpy as np
 
+from ..errors import SolveError
 from .forestcoll.throughput import (Fabric, PhaseOneResult, best_tree_bandwidth, cut_tree_bandwidth,
                          violated_tree_cut)
 
 __all__ = ["exact_k", "CutBounds", "fewest_trees", "choose_trees", "guess_trees", "guess_budget",
-           "MAX_UNITS", "EXACT_TREES_LIMIT"]
+           "MAX_UNITS", "EXACT_TREES_LIMIT", "BudgetUnpacked", "ChunkCounts"]
+
+
+class BudgetUnpacked(SolveError):
+    """ForestColl chose the chunk budget of ``k`` trees per root but could not split or
+    pack it.  Every limit ``K`` in ``[k, K_tried]`` chooses that same budget (the best
+    ``k·y_k`` over ``k <= K``, ties to the smaller ``k``), so retrying them repeats the
+    same failing split and packing (:class:`ChunkCounts` skips them)."""
+
+    def __init__(self, k: int, message: str) -> None:
+        super().__init__(message)
+        self.k = k
+
+
+class ChunkCounts:
+    """The chunk limits ``K, K-1, ..., 1`` a retry loop asks ForestColl for (the method
+    chain on a balanced restriction, the general method's seed), skipping from a failed
+    budget of ``k`` trees per root straight to ``k - 1``."""
+
+    def __init__(self, start: int) -> None:
+        self._next = start
+
+    def __iter__(self):
+        while self._next >= 1:
+            limit = self._next
+            self._next = limit - 1
+            yield limit
+
+    def failed(self, error: SolveError) -> None:
+        """The limit just yielded failed with ``error``: skip the limits that repeat it."""
+        if isinstance(error, BudgetUnpacked):
+            self._next = min(self._next, error.k - 1)
 
 #: trees a link may carry before the exact k is declared impractical (int64 headroom)
 MAX_UNITS = 1 << 40

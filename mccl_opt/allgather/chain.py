@@ -31,7 +31,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from dataclasses import dataclass, field
-from typing import Callable, TypeVar
+from typing import TYPE_CHECKING, Callable, TypeVar
 
 import numpy as np
 
@@ -40,13 +40,18 @@ from ..errors import MCCLError, SolveError, TopologyError
 from ..report import Attempt, Method
 from ..schedule import Schedule, bottleneck_links, schedule_rate, share_loads
 from ..topology import Topology
-from .budget import EXACT_TREES_LIMIT
+from .budget import EXACT_TREES_LIMIT, ChunkCounts
 from .fabric import fabric_of, switches_balanced
 from .forestcoll.pipeline import gbps
 from .forestcoll.throughput import optimal_rate
 from .warm.route import WarmRoute
 
-__all__ = ["Declined", "Trail", "ForestColl", "EXACT_TREES_LIMIT", "RESTRICTION_ROUNDING_GAP", "switches_balanced", "cut_bound_gbps",
+if TYPE_CHECKING:                          # imported by the functions that use them
+    from .general.restriction_seed import RestrictionSeed
+    from .restriction.balanced import Restriction
+
+__all__ = ["Declined", "Trail", "ForestColl", "Restricted", "EXACT_TREES_LIMIT",
+           "RESTRICTION_ROUNDING_GAP", "switches_balanced", "cut_bound_gbps", "restrict",
            "solve_by_general", "weaker_directions", "solve_by_restriction", "solve_unbalanced"]
 
 #: with ``max_chunks=K``, a balanced-restriction schedule rounded further than this below
@@ -113,23 +118,24 @@ def cut_bound_gbps(topo: Topology) -> float | None:
 
 def solve_by_general(topo: Topology, route: WarmRoute, backend: str,
                      max_chunks: int | None, reason: str, bound: float | None,
-                     trail: Trail) -> Schedule:
+                     trail: Trail, seed: Callable[[], RestrictionSeed | None] | None = None
+                     ) -> Schedule:
     """The general method, with the cut bound ``bound`` (:func:`cut_bound_gbps`) for the
     report and ``stats['general_reason']`` saying why it ran; offered to the time limit.
     Warm-started on ``route`` only from the general method's own previous columns
-    (:meth:`.warm.route.WarmRoute.general_warm`), else cold; the restriction seed, which
-    a warm start does not shorten, is computed once, outside the warm step."""
+    (:meth:`.warm.route.WarmRoute.general_warm`), else cold; ``seed`` makes its
+    restriction seed (:mod:`.general.restriction_seed`; on unbalanced fabrics), once,
+    outside the warm step (a warm start does not shorten it)."""
     from .general.method import solve_general      # column generation over trees: only here
-    from .general.restriction_seed import restriction_seed
 
     own = route.general_warm()
-    seed = restriction_seed(topo, backend) if own is not None else "compute"
+    made = None if seed is None else seed()
 
     def general(warm: Schedule | None) -> Schedule:
         progress.update("AllGather: general method (column generation over trees)")
         return trail.run(Method.GENERAL, lambda: solve_general(
             topo, warm=warm, backend=backend, max_chunks=max_chunks, cut_bound_gbps=bound,
-            seed=seed), "returned")
+            seed=made), "returned")
 
     if own is None:
         sched = general(None)
@@ -191,13 +197,16 @@ def solve_unbalanced(topo: Topology, route: WarmRoute, backend: str,
             weaker.report = dataclasses.replace(weaker.report, bound_gbps=None)   # not certified
             anytime.offer(weaker)
     anytime.check("the balanced restriction")
-    best = solve_by_restriction(topo, route, backend, max_chunks, forestcoll, bound, trail)
+    restricted = _restricted(topo, backend, trail)
+    best = None if restricted is None else solve_by_restriction(
+        topo, restricted, route, max_chunks, forestcoll, bound, trail)
+    seed = _seed_once(restricted, forestcoll)
     if best is None:
         best = solve_by_general(topo, route, backend, max_chunks, "unbalanced switches", bound,
-                                trail)
+                                trail, seed)
     elif best.rate_gbps < best.lp_rate_gbps * (1 - RESTRICTION_ROUNDING_GAP):
         general = solve_by_general(topo, route, backend, max_chunks, "balanced restriction "
-                                   "rounded too far below its optimum", bound, trail)
+                                   "rounded too far below its optimum", bound, trail, seed)
         if general.rate_gbps > best.rate_gbps * (1 + _REACH_TOL):
             best = general
     if weaker is not None and weaker.rate_gbps > best.rate_gbps * (1 + _REACH_TOL):
@@ -209,34 +218,88 @@ def solve_unbalanced(topo: Topology, route: WarmRoute, backend: str,
     return best
 
 
-def solve_by_restriction(topo: Topology, route: WarmRoute, backend: str,
-                         max_chunks: int | None, forestcoll: ForestColl,
-                         bound: float | None, trail: Trail) -> Schedule | None:
-    """ForestColl on the best balanced restriction ``c'`` of ``topo`` (:mod:`.restriction.balanced`),
-    kept only when the restriction's optimum is certified and ForestColl's optimum on
-    ``c'`` is that value; ``None`` otherwise (the caller falls back to the general
-    method).  ForestColl's tree units on ``c'`` round up where ``c`` has room so that
-    switches stay balanced (:mod:`.forestcoll.removal.unit_rounding`); with ``max_chunks=K``
-    it is asked for ``K`` chunks, then fewer while it still raises on ``c'``.  Its warm
-    steps run on ``route`` (the cutting-plane LP before it is cold anyway)."""
-    from .restriction.balanced import CERT_TOL, balanced_restriction, restricted_topology
+@dataclass(frozen=True)
+class Restricted:
+    """The certified best balanced restriction ``c'`` of a fabric
+    (:mod:`.restriction.balanced`), computed once per solve and used by ForestColl on
+    ``c'`` and by the general method's seed: ``sub`` is ``c'`` as a canonically listed
+    topology (same node ids), ``to_gbps`` turns its Gbps into the fabric's, ``seconds``
+    what the cutting-plane LP took."""
 
+    restriction: Restriction
+    sub: Topology
+    to_gbps: float
+    seconds: float
+
+
+def restrict(topo: Topology, backend: str) -> Restricted | None:
+    """The best balanced restriction of ``topo`` (cutting planes, certified in exact
+    integers), ``None`` when it is not certified; raises :class:`SolveError` or
+    :class:`TopologyError` when it cannot be computed or scaled exactly."""
+    from .canonical import canonical
+    from .restriction.balanced import balanced_restriction, restricted_topology
+
+    t = time.perf_counter()
+    found = balanced_restriction(topo, backend)
+    if found is None:
+        return None
+    sub, to_gbps = restricted_topology(topo, found)
+    return Restricted(found, canonical(sub), to_gbps, time.perf_counter() - t)
+
+
+def _restricted(topo: Topology, backend: str, trail: Trail) -> Restricted | None:
+    """:func:`restrict`, a decline or failure recorded in ``trail``."""
     progress.update("AllGather: balanced restriction (cutting planes)")
     t = time.perf_counter()
     try:
-        found = balanced_restriction(topo, backend)
-        if found is None:
-            trail.add(Attempt(Method.BALANCED_RESTRICTION, time.perf_counter() - t,
-                              "declined: no certified restriction"))
-            return None
-        sub, to_gbps = restricted_topology(topo, found)
+        restricted = restrict(topo, backend)
     except (SolveError, TopologyError) as e:
         trail.add(Attempt(Method.BALANCED_RESTRICTION, time.perf_counter() - t, f"failed: {e}"))
         return None
-    for k in [None] if max_chunks is None else range(max_chunks, 0, -1):
+    if restricted is None:
+        trail.add(Attempt(Method.BALANCED_RESTRICTION, time.perf_counter() - t,
+                          "declined: no certified restriction"))
+    return restricted
+
+
+def _seed_once(restricted: Restricted | None, forestcoll: ForestColl
+               ) -> Callable[[], RestrictionSeed | None]:
+    """The general method's restriction seed, made on first use and kept (a warm stage
+    redone cold asks again)."""
+    made: list[RestrictionSeed | None] = []
+
+    def seed() -> RestrictionSeed | None:
+        if not made:
+            from .general.restriction_seed import restriction_seed
+
+            made.append(None if restricted is None else restriction_seed(restricted, forestcoll))
+        return made[0]
+
+    return seed
+
+
+def solve_by_restriction(topo: Topology, restricted: Restricted, route: WarmRoute,
+                         max_chunks: int | None, forestcoll: ForestColl,
+                         bound: float | None, trail: Trail) -> Schedule | None:
+    """ForestColl on the best balanced restriction ``c'`` of ``topo`` (``restricted``,
+    :func:`restrict`), kept only when ForestColl's optimum on ``c'`` is the restriction's
+    certified optimum; ``None`` otherwise (the caller falls back to the general
+    method).  ForestColl's tree units on ``c'`` round up where ``c`` has room so that
+    switches stay balanced (:mod:`.forestcoll.removal.unit_rounding`); with ``max_chunks=K``
+    it is asked for ``K`` chunks, then fewer while it still raises on ``c'`` (skipping the
+    limits that choose a budget already failed, :class:`.budget.ChunkCounts`).  Its warm
+    steps run on ``route`` (the cutting-plane LP before it is cold anyway)."""
+    from .restriction.balanced import CERT_TOL
+
+    t = time.perf_counter() - restricted.seconds     # the attempt includes the LP
+    found, sub, to_gbps = restricted.restriction, restricted.sub, restricted.to_gbps
+    counts = ChunkCounts(max_chunks) if max_chunks is not None else None
+    for k in [None] if counts is None else counts:
         try:
             sched = forestcoll(sub, route, k, found.headroom())
-        except (SolveError, TopologyError):
+        except (SolveError, TopologyError) as e:
+            if counts is not None and isinstance(e, SolveError):
+                counts.failed(e)
             continue
         if isinstance(sched, Declined) or abs(sched.lp_rate_gbps * to_gbps - found.rate_gbps) \
                 > CERT_TOL * found.rate_gbps:

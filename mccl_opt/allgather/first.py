@@ -8,11 +8,16 @@ Built before any optimisation so that a limit that passes early still returns tr
   multiplicative-weights rounds of every root's cheapest tree
   (:func:`.general.tree_colgen.mwu_trees`, the general method's starting columns), each
   tree carrying ``1/r`` of its root's shard;
-* above that, one shortest-path tree per root (link cost ``1/capacity``, one compiled
-  Dijkstra from every GPU, the trees built in arrays, :func:`shortest_path_trees`): the
-  cheapest-tree rounds cost ``O(N^3)`` (a minimum arborescence of the dense GPU graph
-  per root: 10 s at 512 GPUs and 95-164 s at 1024 on the 2-core machine), longer than
-  the solve they stand in for.
+* above that, the two-way chains of one GPU line (:mod:`.first_line`: ``2N`` compiled
+  cheapest paths, 0.03-0.09 s at 2,048 GPUs), or where some GPU has no switch-only path
+  to the next, one shortest-path tree per root (link cost ``1/capacity``, scipy's
+  Dijkstra from every GPU, the trees built in arrays, :func:`shortest_path_trees`:
+  ``N^2`` routed paths, 4-9 s at 2,048 GPUs).  Up to :data:`BOTH_MAX_GPUS` GPUs, and
+  above where the time limit leaves room, both are built and the better kept (on a ring
+  of hosts the line's rate is half, on a full mesh 1/70).  The cheapest-tree rounds
+  cost ``O(N^3)`` (a minimum arborescence of the dense GPU graph per root: 10 s at 512
+  GPUs and 95-164 s at 1024 on the 2-core machine), longer than the solve they stand
+  in for.
 
 Neither is optimal; the solve then improves on it and the report says which one was
 returned (:class:`~mccl_opt.report.Method.FIRST`).
@@ -24,6 +29,7 @@ import time
 
 import numpy as np
 
+from .. import anytime
 from ..errors import TopologyError
 from ..report import Method, SolveReport, Termination, WarmUse
 from ..schedule import Schedule, TreeChunk, bottleneck_links, schedule_rate, share_loads
@@ -31,15 +37,25 @@ from ..schedule_chunks import FlatPaths, TreeChunks, TreeTable
 from ..topology import Topology
 from .general.tree_colgen import mwu_trees
 from .general.method import forest_edges
+from .first_line import line_trees
 
 __all__ = ["first_schedule", "previous_trees", "shortest_path_trees", "FIRST_ROUNDS",
-           "MWU_MAX_GPUS"]
+           "MWU_MAX_GPUS", "BOTH_MAX_GPUS",
+           "SPT_SECONDS_PER_PAIR"]
 
 #: multiplicative-weights rounds of the cold first schedule (its shares are ``1/r``)
 FIRST_ROUNDS = 4
 
 #: above this many GPUs the cold first schedule is one shortest-path tree per root
+#: or the chains of one GPU line
 MWU_MAX_GPUS = 64
+
+#: up to this many GPUs both are built (shortest-path trees: <= 50 ms) and the better kept
+BOTH_MAX_GPUS = 256
+
+#: above it, both only where the time limit leaves this many seconds per GPU pair for
+#: the shortest-path trees (measured 1-2 us per pair at 1024-2048 GPUs, loaded machine)
+SPT_SECONDS_PER_PAIR = 2e-6
 
 
 def previous_trees(topo: Topology, warm: Schedule | None) -> Schedule | None:
@@ -64,15 +80,16 @@ def previous_trees(topo: Topology, warm: Schedule | None) -> Schedule | None:
 
 def first_schedule(topo: Topology, warm: Schedule | None, max_chunks: int | None) -> Schedule:
     """The previous trees if still valid (:func:`previous_trees`), else cheapest trees by
-    multiplicative weights (shortest-path trees above :data:`MWU_MAX_GPUS` GPUs);
+    multiplicative weights (above :data:`MWU_MAX_GPUS` GPUs a line's chains, else
+    shortest-path trees);
     ``lp_rate_gbps`` is the schedule's own rate (no optimum is known yet)."""
     t = time.perf_counter()
     previous = previous_trees(topo, warm)
     if previous is not None:
         return previous
     if topo.num_gpus > MWU_MAX_GPUS:
-        chunks, loads = shortest_path_trees(topo)
-        k, how = 1, "shortest-path-trees"
+        (chunks, loads), how = _line_or_shortest_path(topo)
+        k = 1
     else:
         (chunks, k), how = _cheapest_trees(topo, max_chunks), "cheapest-trees"
         loads = share_loads(topo, chunks)
@@ -86,6 +103,28 @@ def first_schedule(topo: Topology, warm: Schedule | None, max_chunks: int | None
                             "algorithm": how},
                     stats={"warm": warm is not None, "method": how, "k": k},
                     report=_report(WarmUse.COLD, max_chunks, k))
+
+
+def _line_or_shortest_path(topo: Topology) -> tuple[tuple[TreeChunks, np.ndarray], str]:
+    """The line's chains (:func:`.first_line.line_trees`); up to :data:`BOTH_MAX_GPUS`
+    GPUs also the shortest-path trees, the higher rate kept; the shortest-path trees
+    alone where there is no line."""
+    line = line_trees(topo)
+    if line is not None and topo.num_gpus > BOTH_MAX_GPUS and not _room_for_both(topo):
+        return line, "line-trees"
+    tree = shortest_path_trees(topo)
+    if line is not None and schedule_rate(topo, line[1]) > schedule_rate(topo, tree[1]):
+        return line, "line-trees"
+    return tree, "shortest-path-trees"
+
+
+def _room_for_both(topo: Topology) -> bool:
+    """Whether the solve's time limit leaves room for the shortest-path trees as well
+    (:data:`SPT_SECONDS_PER_PAIR` per GPU pair, a high estimate): on fabrics whose GPUs
+    are cabled to each other (a mesh, a torus or ring of hosts) they are far better
+    than the line (a 70-GPU mesh: 100 vs 1.45 Gbps)."""
+    left = anytime.limit_left()
+    return left is not None and left >= SPT_SECONDS_PER_PAIR * topo.num_gpus ** 2
 
 
 def _cheapest_trees(topo: Topology, max_chunks: int | None

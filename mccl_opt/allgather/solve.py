@@ -37,10 +37,10 @@ from ..report import Attempt, Method, Termination, WarmUse, stamp
 from ..schedule import Schedule
 from ..topology import Topology
 from .assemble import Optimum, Run, packed
-from .budget import EXACT_TREES_LIMIT, CutBounds
+from .budget import EXACT_TREES_LIMIT, BudgetUnpacked, CutBounds
 from .canonical import canonical
-from .chain import Declined, Trail, cut_bound_gbps, solve_by_general, solve_unbalanced, \
-    switches_balanced
+from .chain import Declined, ForestColl, Trail, cut_bound_gbps, solve_by_general, \
+    solve_unbalanced, switches_balanced
 from .warm.certify import Certificate, GuessKind, keep_or_reroute, warm_budget, warm_guess
 from .warm.route import RouteTaken, WarmRoute
 from .fabric import fabric_of
@@ -48,7 +48,12 @@ from .first import first_schedule
 from .forestcoll.pipeline import balanced_split, check_inputs, gbps, pack, phase_one_budget
 from .forestcoll.throughput import cut_upper_bound
 
-__all__ = ["solve_allgather"]
+__all__ = ["solve_allgather", "sub_forestcoll", "PHASES_23_PER_PHASE_1"]
+
+#: balancing and Phases 2-3 are expected to take this many times Phase 1 and the chunk
+#: budget (HPN 1024-2048 GPUs: 4-10x; a low estimate, so :func:`.anytime.check_room`
+#: stops a limited solve before them only when they most likely do not fit)
+PHASES_23_PER_PHASE_1 = 4.0
 
 
 def solve_allgather(topo: Topology, warm: Schedule | None = None, backend: str = "highs",
@@ -109,14 +114,9 @@ def _offered(sched: Schedule) -> Schedule:
 def _chain(topo: Topology, route: WarmRoute, backend: str, max_chunks: int | None,
            step_aware: Any, trail: Trail) -> Schedule:
     """Step 3: which method solves ``topo`` (:mod:`.chain`), each warm step on ``route``."""
-
-    def forestcoll(sub: Topology, r: WarmRoute, k: int | None,
-                   headroom: Sequence[Fraction] | None = None) -> Schedule | Declined:
-        return _typed_forestcoll(sub, r, backend, k, False, trail, lossy_balance=True,
-                                 headroom=headroom)
-
     if not switches_balanced(topo):                   # ForestColl is exact on balanced only
-        return solve_unbalanced(topo, route, backend, max_chunks, forestcoll, trail)
+        return solve_unbalanced(topo, route, backend, max_chunks, sub_forestcoll(backend, trail),
+                                trail)
     t = time.perf_counter()
     try:
         sched = _typed_forestcoll(topo, route, backend, max_chunks, step_aware, trail)
@@ -127,6 +127,20 @@ def _chain(topo: Topology, route: WarmRoute, backend: str, max_chunks: int | Non
         return solve_by_general(topo, route, backend, max_chunks, sched.reason,
                                 cut_bound_gbps(topo), trail)
     return sched
+
+
+def sub_forestcoll(backend: str, trail: Trail) -> ForestColl:
+    """ForestColl as the method chain runs it on a balanced sub-fabric (the
+    weaker-direction fabric, a balanced restriction, the general method's seed):
+    keeping what balancing loses, with the real fabric's ``headroom`` when given; a
+    ``None`` route is cold."""
+
+    def forestcoll(sub: Topology, r: WarmRoute | None, k: int | None,
+                   headroom: Sequence[Fraction] | None = None) -> Schedule | Declined:
+        return _typed_forestcoll(sub, r or WarmRoute.plan(sub, None), backend, k, False, trail,
+                                 lossy_balance=True, headroom=headroom)
+
+    return forestcoll
 
 
 def _typed_forestcoll(topo: Topology, route: WarmRoute, backend: str,
@@ -181,24 +195,33 @@ def _forestcoll(topo: Topology, route: WarmRoute, backend: str, max_chunks: int 
             return quick
         carry_on_cold()
 
-    anytime.check("ForestColl: before switch balancing")
+    # balancing and Phases 2-3 cost several times Phase 1 and the budget (HPN 2048 GPUs:
+    # 2.0 s vs 0.2-0.5 s): where less is left, their schedule would come past the limit
+    anytime.check_room("ForestColl: before switch balancing",
+                       PHASES_23_PER_PHASE_1 * (run.stats.get("phase1_s", 0.0)
+                                                + run.stats.get("budget_s", 0.0)))
     arr = topo.arrays
     t = time.perf_counter()
-    balanced = balanced_split(budget.fab, arr.is_switch, budget.k, budget.y, max_chunks,
-                              headroom)
-    balanced.record(run.stats)
-    run.stats["balance_s"] = time.perf_counter() - t
-    if not balanced.exact and not lossy_balance:     # the rate would sit below the optimum
-        return Declined("switch balancing lost capacity")
-    anytime.check("ForestColl: before Phases 2-3")
-    if step_aware:
-        from .forestcoll.step_aware import StepAware, step_aware_pack      # only when asked for
+    try:
+        balanced = balanced_split(budget.fab, arr.is_switch, budget.k, budget.y, max_chunks,
+                                  headroom)
+        balanced.record(run.stats)
+        run.stats["balance_s"] = time.perf_counter() - t
+        if not balanced.exact and not lossy_balance:     # the rate would sit below the optimum
+            return Declined("switch balancing lost capacity")
+        anytime.check("ForestColl: before Phases 2-3")
+        if step_aware:
+            from .forestcoll.step_aware import StepAware, step_aware_pack   # only when asked for
 
-        opts = step_aware if isinstance(step_aware, StepAware) else None
-        result = step_aware_pack(balanced.split, arr.rank_of, balanced.k, run.guides, run.stats,
-                                 backend, opts)
-    else:
-        result = _pack(run, route, balanced, trail)
+            opts = step_aware if isinstance(step_aware, StepAware) else None
+            result = step_aware_pack(balanced.split, arr.rank_of, balanced.k, run.guides,
+                                     run.stats, backend, opts)
+        else:
+            result = _pack(run, route, balanced, trail)
+    except BudgetUnpacked:
+        raise
+    except SolveError as e:                           # this budget's split or packing failed
+        raise BudgetUnpacked(budget.k, str(e)) from e
     return packed(run, Optimum.of(budget), result)
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-__all__ = ["column_loads", "column_sums", "add_loads", "put_sums"]
+__all__ = ["column_loads", "column_sums", "add_loads", "put_sums", "take_rows"]
 
 
 @njit(cache=True)
@@ -61,4 +61,16 @@ def column_sums(start: np.ndarray, arcs: np.ndarray, value: np.ndarray) -> np.nd
     """Per column, the sum of ``value`` over its links (e.g. its price)."""
     out = np.zeros(start.size - 1)
     put_sums(start, arcs, None, np.asarray(value, dtype=float), 0, out)
+    return out
+
+
+@njit(cache=True)
+def take_rows(start, arcs, idx, new_start):
+    """The entries of rows ``idx`` of ``start/arcs``, in that order (``new_start``:
+    where each lands), one compiled pass (:func:`.rows.csr_take`)."""
+    out = np.empty(new_start[-1], np.int64)
+    for r in range(idx.size):
+        src = start[idx[r]]
+        for i in range(new_start[r], new_start[r + 1]):
+            out[i] = arcs[src + i - new_start[r]]
     return out

@@ -176,12 +176,15 @@ def _used_path_cost(master: RestrictedMaster, sol: MasterSolution, w: np.ndarray
 def column_generation(master: RestrictedMaster, prob: Problem, max_steps: int, *,
                       options: CGOptions = CGOptions(), deadline: float | None = None,
                       want: np.ndarray | None = None, bound: bool = True,
-                      label: str = "column generation") -> CGResult:
+                      label: str = "column generation", pricing_s: float = 0.0) -> CGResult:
     """Run column generation on ``master`` until LP-optimal (or the deadline).
 
     ``want`` masks the pairs that may receive columns (all by default); ``bound=False``
     skips the Farley bound (it is not valid once rounding has fixed column bounds) and
-    stops only when no column prices out.
+    stops only when no column prices out.  With a ``deadline``, a round stops before its
+    pricing when less time is left than a pricing pass is expected to take (the last
+    round's, or ``pricing_s`` before the first: what routing the initial columns took):
+    its columns would come past the deadline.
     """
     best_bound = 0.0
     history: list[tuple[float, float]] = []
@@ -212,11 +215,15 @@ def column_generation(master: RestrictedMaster, prob: Problem, max_steps: int, *
             status = CGStatus.TIME_LIMIT
             break
         last = sol
+        if deadline is not None and deadline - time.perf_counter() < pricing_s:
+            status = CGStatus.TIME_LIMIT     # pricing would end past the deadline
+            break                            # (a limited result's bound: .cut_bound)
         tol_rc = 1e-9 * max(float(sol.sigma.max(initial=0.0)), 1e-300)
         threshold = prob.pair_matrix(sol.sigma - tol_rc, -np.inf)
         t1 = time.perf_counter()
         priced = price_paths(prob.graph, sol.w, threshold, max_steps, want)
-        pr_s += time.perf_counter() - t1
+        pricing_s = time.perf_counter() - t1
+        pr_s += pricing_s
         shortest, shortest_w = priced.shortest, sol.w
         cut = None
         if bound:

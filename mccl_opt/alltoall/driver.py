@@ -49,14 +49,17 @@ class Solved:
 
 def build_master(prob: Problem, backend: str, max_steps: int,
                  columns: tuple[np.ndarray, ...] | None,
-                 state: AllToAllWarmState | None = None) -> tuple[RestrictedMaster, int]:
+                 state: AllToAllWarmState | None = None,
+                 deadline: float | None = None) -> tuple[RestrictedMaster, int]:
     """A master over the given columns ``(pair, start, arcs, origin)`` (those within
     ``max_steps``) plus initial columns for the pairs they miss.  With ``state``'s basis
     still optimal (:func:`~.warm.reusable_basis`) the master starts from it; otherwise
     only the columns the old LP used are kept, pairs with a single column stay out of
     the solver until they get a second one (``fix_single_pairs``), and from
     :data:`PRESOLVE_EVERY_TIME_MIN_PAIRS` pairs up every solve is presolved
-    (docs/alltoall.md).  Returns the master and the number of carried-over columns."""
+    (docs/alltoall.md).  ``deadline``: a time limit's, the initial routing tries fewer
+    wave counts when it leaves no room (:func:`.initial.initial_columns`).  Returns the
+    master and the number of carried-over columns."""
     pool = ColumnPool()
     basis = None
     if columns is not None:
@@ -72,7 +75,7 @@ def build_master(prob: Problem, backend: str, max_steps: int,
     carried = len(pool)
     missing = np.bincount(pool.pair, minlength=prob.num_pairs) == 0
     if missing.any():
-        init = initial_columns(prob, max_steps, missing)
+        init = initial_columns(prob, max_steps, missing, deadline=deadline)
         pool.append(prob.pair_index(init.src, init.dst), init.start, init.arcs)
     master = RestrictedMaster(get_backend(backend), prob.num_pairs, prob.capacity, pool,
                               fix_single_pairs=basis is None)
@@ -87,10 +90,14 @@ def build_master(prob: Problem, backend: str, max_steps: int,
 def run_cg(prob: Problem, backend: str, max_steps: int, columns, deadline: float | None,
            options: CGOptions, state: AllToAllWarmState | None = None) -> Solved:
     """Build a master (warm from ``columns`` and ``state``'s basis) and run column
-    generation on it."""
+    generation on it (under a deadline, the initial routing's time is the first
+    pricing's expected cost: both price every source)."""
     progress.update("AllToAll: building the master")
-    master, carried = build_master(prob, backend, max_steps, columns, state)
-    res = column_generation(master, prob, max_steps, options=options, deadline=deadline)
+    t = time.perf_counter()
+    master, carried = build_master(prob, backend, max_steps, columns, state, deadline)
+    routed_s = time.perf_counter() - t
+    res = column_generation(master, prob, max_steps, options=options, deadline=deadline,
+                            pricing_s=routed_s)
     return Solved(master, res, max_steps, carried)
 
 

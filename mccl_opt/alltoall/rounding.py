@@ -63,8 +63,17 @@ def _starts(keys: np.ndarray, n: int) -> np.ndarray:
     return out
 
 
+def _one_column_per_pair(pool: ColumnPool, y: np.ndarray, n_pairs: int) -> bool:
+    """Every pair has exactly one column, with a positive share (a first master at
+    scale): its rounding is all ``K`` chunks on that column, no sort needed."""
+    return y.size == n_pairs and bool((y > _EPS).all()) and \
+        bool((np.bincount(pool.pair, minlength=n_pairs) == 1).all())
+
+
 def largest_remainder(pool: ColumnPool, y: np.ndarray, n_pairs: int, k: int) -> np.ndarray:
     """Chunk counts per column: largest-remainder rounding of ``K·y_j / sum_p y``."""
+    if _one_column_per_pair(pool, y, n_pairs):
+        return np.full(y.size, k, dtype=np.int64)     # all K chunks on it
     y = np.where(y > _EPS, y, 0.0)
     total = np.bincount(pool.pair, weights=y, minlength=n_pairs)
     units = k * y / total[pool.pair]
@@ -116,6 +125,8 @@ def _best_rounding(pool: ColumnPool, y: np.ndarray, n_pairs: int, k: int, capaci
     """The better of largest-remainder and balanced rounding of ``y`` (largest remainder
     alone when it is exact: every share already a whole number of chunks)."""
     lr = largest_remainder(pool, y, n_pairs, k)
+    if fixed is None and _one_column_per_pair(pool, y, n_pairs):     # exact: K chunks each
+        return lr, rounded_rate(pool, lr, k, capacity, background), "largest_remainder"
     if fixed is not None:
         done = np.bincount(pool.pair, weights=fixed, minlength=n_pairs) >= k
         lr = np.where(done[pool.pair], fixed, lr)
@@ -130,8 +141,10 @@ def _best_rounding(pool: ColumnPool, y: np.ndarray, n_pairs: int, k: int, capaci
 
 
 def _snapshot(pool: ColumnPool, counts: np.ndarray, rate: float, method: str) -> Rounded:
-    return Rounded(counts.copy(), rate, pool.pair.copy(), pool.start.copy(), pool.arcs.copy(),
-                   pool.origin.copy(), method)
+    """The rounding and the pool as it is now: the pool's arrays are shared, not copied
+    (a pool replaces its arrays when it grows or drops columns, never writes into them;
+    copying 20M path entries cost 0.35 s at 2,048 GPUs)."""
+    return Rounded(counts.copy(), rate, pool.pair, pool.start, pool.arcs, pool.origin, method)
 
 
 def deep_dive(master: RestrictedMaster, prob: Problem, y: np.ndarray, k: int, max_steps: int,

@@ -24,12 +24,13 @@ _EMPTY_ARCS = np.zeros(0, dtype=np.int64)
 
 def csr_take(start: np.ndarray, arcs: np.ndarray, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Rows ``idx`` (in that order) of the CSR list ``start/arcs``."""
-    idx = np.asarray(idx, dtype=np.int64)
+    from ._segments import take_rows
+    idx = np.ascontiguousarray(idx, dtype=np.int64)
     lengths = start[idx + 1] - start[idx]
     new_start = np.zeros(idx.size + 1, dtype=np.int64)
     np.cumsum(lengths, out=new_start[1:])
-    pos = np.arange(new_start[-1]) - np.repeat(new_start[:-1] - start[idx], lengths)
-    return new_start, arcs[pos]
+    return new_start, take_rows(np.ascontiguousarray(start, np.int64),
+                                np.ascontiguousarray(arcs, np.int64), idx, new_start)
 
 
 @dataclass(frozen=True, eq=False)

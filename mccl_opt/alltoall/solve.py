@@ -29,7 +29,8 @@ from ..report import stamp
 from ..schedule import Schedule
 from ..topology import Topology
 from .assemble import Outcome, make_schedule
-from .colgen import CGOptions
+from .colgen import CGOptions, CGStatus
+from .cut_bound import cut_bound_gbps
 from .driver import round_solved, run_cg
 from .local import local_eligible, local_resolve, raises_a_binding_link, reuse_certified
 from .problem import problem_for
@@ -110,8 +111,23 @@ def _synthesize(topo: Topology, warm: Schedule | AllToAllWarmState | None, backe
         outcome.report.extra.update(search, local_fallback=bool(tried_local))
 
     sched = make_schedule(prob, outcome, max_chunks)
+    if outcome.report.status is CGStatus.TIME_LIMIT:
+        _with_cut_bound(sched, topo)
     seconds = time.perf_counter() - t0
     sched.stats["seconds"] = sched.solver["seconds"] = seconds
     sched.stats["lp_phase_seconds"] = seconds if outcome.lp_done is None else outcome.lp_done - t0
     sched.report = dataclasses.replace(sched.report, seconds=seconds)
     return sched
+
+
+def _with_cut_bound(sched: Schedule, topo: Topology) -> None:
+    """A schedule stopped by its time limit: its certified bound is the tighter of
+    column generation's (none when it stopped before pricing) and the node-set cut bound
+    (:mod:`.cut_bound`), never below the schedule's own rate."""
+    report = sched.report
+    bound = cut_bound_gbps(topo)
+    if report.bound_gbps is not None:
+        bound = min(bound, report.bound_gbps)
+    bound = max(bound, sched.rate_gbps)
+    sched.report = dataclasses.replace(report, bound_gbps=bound)
+    sched.stats["cut_bound_gbps"] = bound

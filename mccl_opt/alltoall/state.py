@@ -82,10 +82,10 @@ class LPColumns:
 
     @classmethod
     def from_pool(cls, pool: ColumnPool, y: np.ndarray, t: float) -> "LPColumns":
-        """The first ``len(y)`` columns of ``pool`` (those ``y`` are the shares of)."""
+        """The first ``len(y)`` columns of ``pool`` (those ``y`` are the shares of), as
+        views: a pool replaces its arrays when it changes, never writes into them."""
         n = len(y)
-        return cls(pool.pair[:n].copy(), Rows(pool.start[:n + 1].copy(),
-                                              pool.arcs[:pool.start[n]].copy()),
+        return cls(pool.pair[:n], Rows(pool.start[:n + 1], pool.arcs[:pool.start[n]]),
                    np.asarray(y, dtype=float).copy(), float(t))
 
 

@@ -21,7 +21,10 @@ from typing import Any, Mapping, Sequence
 from ..errors import TopologyError
 from ..topology import FORMAT_TAG, Topology
 
-__all__ = ["from_teccl", "to_teccl", "from_taccl", "to_taccl"]
+__all__ = ["from_teccl", "to_teccl", "from_taccl", "to_taccl", "MAX_MATRIX_NODES"]
+
+#: nodes of a matrix read (dense: its square in cells; TE-CCL's and TACCL's have tens to hundreds)
+MAX_MATRIX_NODES = 4096
 
 
 def _matrix(data: Mapping[str, Any], key: str, n: int | None = None) -> list[list[float]]:
@@ -29,10 +32,14 @@ def _matrix(data: Mapping[str, Any], key: str, n: int | None = None) -> list[lis
     if not isinstance(rows, Sequence) or not rows or isinstance(rows, str):
         raise TopologyError(f"'{key}' must be a non-empty square matrix (a list of rows)")
     n = len(rows) if n is None else n
+    if n > MAX_MATRIX_NODES:
+        raise TopologyError(f"'{key}' has {n} rows; a matrix of at most {MAX_MATRIX_NODES} nodes is read")
     out = []
     for i, row in enumerate(rows):
         if not isinstance(row, Sequence) or isinstance(row, str) or len(row) != n:
             raise TopologyError(f"'{key}' row {i} must hold {n} numbers (a square matrix of the node count)")
+        if any(isinstance(x, bool) for x in row):
+            raise TopologyError(f"'{key}' row {i} holds true/false; give numbers")
         try:
             values = [float(x) for x in row]
         except (TypeError, ValueError):
@@ -67,6 +74,9 @@ def from_teccl(data: Mapping[str, Any], *, gbps_per_unit: float = 8.0, name: str
         for j in range(n):
             if cap[i][j] < 0:
                 raise TopologyError(f"capacity[{i}][{j}] = {cap[i][j]:g} is negative")
+            if i == j and cap[i][j] != 0:
+                raise TopologyError(f"capacity[{i}][{i}] = {cap[i][i]:g}: a node has no link to itself; "
+                                    "put 0 on the diagonal")
             if cap[i][j] > 0 and i != j:
                 lat = alpha[i][j] * 1e6 if alpha is not None and alpha[i][j] > 0 else 0.0
                 links.append({"src": f"n{i}", "dst": f"n{j}", "capacity_gbps": cap[i][j] * gbps_per_unit,
@@ -105,6 +115,8 @@ def from_taccl(data: Mapping[str, Any], *, name: str | None = None) -> Topology:
             k = count[dst][src]
             if k < 0 or k != int(k):
                 raise TopologyError(f"links[{dst}][{src}] = {k:g} must be a whole number >= 0")
+            if k and src == dst:
+                raise TopologyError(f"links[{dst}][{dst}] = {k:g}: a node has no link to itself; put 0 on the diagonal")
             if k > 0 and src != dst:
                 if invbw[dst][src] <= 0:
                     raise TopologyError(f"invbws[{dst}][{src}] must be > 0 µs/MB where links[{dst}][{src}] > 0")

@@ -84,18 +84,23 @@ def from_forestcoll_xml(text: str | bytes, topo: Topology, *,
     raw_trees = []
     for i, t in enumerate(trees):
         try:
-            src, count = str(name(t.attrib["root"])), int(t.get("nchunks", "1"))
+            src, count_text = str(name(t.attrib["root"])), t.get("nchunks", "1")
+            count = int(count_text) if count_text.isascii() else 0   # int() reads other scripts' digits too
             edges = tuple(tuple(str(name(n.strip())) for n in _split_path(s.attrib["path"])) for s in t.findall("send"))
         except (KeyError, ValueError) as exc:
             raise ScheduleError(f"<tree> #{i}: missing or bad attribute ({exc}); each tree needs root and "
                                 "nchunks, each send a path") from None
         if count < 1:
-            raise ScheduleError(f"<tree> #{i}: nchunks must be >= 1, got {count}")
+            raise ScheduleError(f"<tree> #{i}: nchunks must be a whole number >= 1 in ASCII digits, "
+                                f"got {count_text[:40]!r}")
         raw_trees.append((src, count, edges))
     totals: dict[str, int] = {}
     for src, count, _ in raw_trees:
         totals[src] = totals.get(src, 0) + count
-    k = int(root.get("k", 0) or 0) or max(totals.values())
+    k_text = root.get("k") or "0"
+    if not k_text.isascii() or not k_text.isdigit():
+        raise ScheduleError(f"<trees k={k_text[:40]!r}>: k must be a whole number of chunks per GPU")
+    k = int(k_text) or max(totals.values())
     if any(t != k for t in totals.values()) or set(totals) != set(topo.gpus):
         raise ScheduleError(f"every GPU of {topo.name!r} must root trees carrying k = {k} chunks in all; "
                             f"got {dict(list(totals.items())[:4])}")

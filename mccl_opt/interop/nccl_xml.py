@@ -115,11 +115,17 @@ class _Host:
         for i, (_, busid, _) in enumerate(gpus):
             self.gpu_by_busid[busid] = f"g{i}"
             self.spec.nodes.append((f"g{i}", "gpu", {"busid": busid}))
-        for n, cpu in enumerate(cpus):
-            cid = f"cpu{cpu.get('numaid', n)}"
+        cpu_ids = [f"cpu{cpu.get('numaid', n)}" for n, cpu in enumerate(cpus)]
+        if len(set(cpu_ids)) < len(cpu_ids):
+            raise TopologyError(f"{self.spec.name}: two <cpu> elements share a numaid; each NUMA node is listed once")
+        for cid, cpu in zip(cpu_ids, cpus):
             self.spec.nodes.append((cid, "switch", {"role": "cpu"}))
             for child in cpu:
                 self._child(child, cid, cid, 0)
+        lost = [busid for busid, gid in self.gpu_by_busid.items() if gid not in self.cpu_of]
+        if lost:
+            raise TopologyError(f"{self.spec.name}: the GPU at busid {lost[0]!r} is not under a <cpu> (through "
+                                "PCI switches); move its <pci> element under its CPU")
         cids = [i for i, _, extra in self.spec.nodes if extra.get("role") == "cpu"]
         for a in range(len(cids)):
             for b in range(a + 1, len(cids)):
@@ -143,6 +149,9 @@ class _Host:
             out.append(((key, len(out)), busid.lower(), gpu))
         out.sort(key=lambda t: t[0])
         keys = [k[0] for k, _, _ in out]
+        busids = [b for _, b, _ in out]
+        if len(set(busids)) < len(busids):
+            raise TopologyError(f"{self.spec.name}: two GPUs share a PCI busid; each <pci> of a GPU has its own")
         if len(set(keys)) < len(keys):
             raise TopologyError(f"{self.spec.name}: two GPUs share a {'rank' if use_rank else 'dev'} number")
         return out

@@ -29,10 +29,12 @@ from ..files import read_bounded
 from .cluster import HostSpec, join_host_files
 from .nccl_xml import NIC_LATENCY_US, NVLINK_LATENCY_US, PCIE_LATENCY_US, SMP_GBPS, SMP_LATENCY_US
 
-__all__ = ["parse_nvidia_smi", "read_nvidia_smi", "smi_cluster", "MAX_NVLINKS"]
+__all__ = ["parse_nvidia_smi", "read_nvidia_smi", "smi_cluster", "MAX_NVLINKS", "MAX_DEVICES"]
 
 #: the most NVLinks one GPU has (NVLink 4 and 5: 18)
 MAX_NVLINKS = 18
+#: devices (GPUs and NICs) of one host's matrix: a real one has tens; parsing is quadratic
+MAX_DEVICES = 1024
 _RELATIONS = re.compile(r"X|SYS|NODE|PHB|PXB|PIX|NV\d+|C2C|PXN")
 
 
@@ -45,6 +47,11 @@ def _table(text: str, name: str) -> tuple[list[str], dict[str, list[str]], dict[
     words = lines[header_at].split()
     cut = next((i for i, w in enumerate(words) if w == "CPU"), len(words))
     devices = words[:cut]
+    if len(devices) > MAX_DEVICES:
+        raise TopologyError(f"{name}: {len(devices)} devices in the header; one host has at most {MAX_DEVICES}")
+    repeated = sorted({d for d in devices if devices.count(d) > 1}) if len(set(devices)) < len(devices) else []
+    if repeated:
+        raise TopologyError(f"{name}: device {repeated[0]} appears twice in the header; fix the header line")
     rows: dict[str, list[str]] = {}
     numa: dict[str, str] = {}
     for line in lines[header_at + 1:]:
@@ -65,7 +72,24 @@ def _table(text: str, name: str) -> tuple[list[str], dict[str, list[str]], dict[
     missing = [d for d in devices if d not in rows]
     if missing:
         raise TopologyError(f"{name}: no row for {', '.join(missing[:4])}")
+    _check_matrix(devices, rows, name)
     return devices, rows, numa
+
+
+def _check_matrix(devices: list[str], rows: dict[str, list[str]], name: str) -> None:
+    """The relation matrix is ``X`` on the diagonal only, symmetric, and an ``NV#`` names
+    1 to :data:`MAX_NVLINKS` links."""
+    for i, a in enumerate(devices):
+        row = rows[a]
+        if row[i] != "X" or row.count("X") != 1:
+            raise TopologyError(f"{name}: row {a} must have X in its own column {a} and nowhere else")
+        for j in range(i + 1, len(devices)):
+            b = devices[j]
+            if row[j] != rows[b][i]:
+                raise TopologyError(f"{name}: {a}->{b} is {row[j]} but {b}->{a} is {rows[b][i]}; the "
+                                    "matrix of `nvidia-smi topo -m` is symmetric")
+            if row[j].startswith("NV") and not 1 <= int(row[j][2:]) <= MAX_NVLINKS:
+                raise TopologyError(f"{name}: {a}->{b} is {row[j]}; a GPU pair has 1 to {MAX_NVLINKS} NVLinks")
 
 
 def parse_nvidia_smi(text: str, name: str = "host", *, nvlink_gbps: float = 200.0,

@@ -24,6 +24,7 @@ side by side so a change to one is seen next to the other.
 from __future__ import annotations
 
 import math
+import re
 import xml.etree.ElementTree as ET
 from collections import defaultdict, deque
 from dataclasses import dataclass, field
@@ -35,13 +36,15 @@ from mccl_opt.schedule import Schedule
 from .program import INP, OUT, STAGE, chunk_denominator, compile_schedule
 
 __all__ = ["to_msccl_xml", "write_msccl_xml", "check_msccl_xml", "MscclCheck",
-           "MAX_COUNT", "MAX_STEPS", "MAX_THREAD_BLOCKS", "MAX_CHANNELS"]
+           "MAX_COUNT", "MAX_STEPS", "MAX_THREAD_BLOCKS", "MAX_CHANNELS", "MAX_GPUS", "MAX_BUFFER_CHUNKS"]
 
 MAX_COUNT = 72            # msccl-executor-nccl: cnt < MSCCL_MAX_COUNT
 MAX_STEPS = 256           # steps per threadblock
 MAX_THREAD_BLOCKS = 216   # threadblocks per GPU
 MAX_TB_PER_CHANNEL = 32   # send (or receive) peers per channel
 MAX_CHANNELS = 32
+MAX_GPUS = 1 << 16        # ranks of an algorithm checked
+MAX_BUFFER_CHUNKS = 1 << 22   # chunks of all GPUs' buffers together (the replay holds a label each)
 BUF = {INP: "i", OUT: "o", STAGE: "s"}
 ALGO_ATTRS = ("name", "proto", "nchannels", "nchunksperloop", "ngpus", "coll", "inplace",
               "outofplace", "minBytes", "maxBytes")
@@ -215,13 +218,14 @@ class MscclCheck:
 
 
 def _int(el: ET.Element, attr: str, where: str) -> int:
-    try:
-        return int(el.attrib[attr])
-    except KeyError:
-        raise ScheduleError(f"{where}: missing attribute '{attr}'") from None
-    except ValueError:
-        raise ScheduleError(f"{where}: attribute '{attr}' must be an integer, "
-                            f"got {el.attrib[attr]!r}") from None
+    """An integer attribute in ASCII digits, as the executor's C parser reads it (Python's
+    ``int`` also takes other scripts' digits and spaces)."""
+    if attr not in el.attrib:
+        raise ScheduleError(f"{where}: missing attribute '{attr}'")
+    text = el.attrib[attr]
+    if not re.fullmatch(r"-?[0-9]{1,20}", text):
+        raise ScheduleError(f"{where}: attribute '{attr}' must be an integer, got {text[:40]!r}")
+    return int(text)
 
 
 def _need(el: ET.Element, attrs: tuple[str, ...], where: str) -> None:
@@ -266,18 +270,24 @@ def check_msccl_xml(text: str, fifo_capacity: int = 1, *,
     if not 1 <= nch <= MAX_CHANNELS:
         raise ScheduleError(f"<algo> nchannels={nch} outside 1..{MAX_CHANNELS}")
     gpus = root.findall("gpu")
+    if not 1 <= n <= MAX_GPUS or len(gpus) != n:
+        raise ScheduleError(f"<algo> ngpus={n} but {len(gpus)} <gpu> elements (at most {MAX_GPUS})")
     ids = sorted(_int(g, "id", "<gpu>") for g in gpus)
     if ids != list(range(n)):
         raise ScheduleError(f"<gpu> ids {ids} must be exactly 0..{n - 1} (ngpus={n})")
 
     bufs: dict[int, dict[str, list]] = {}
     procs: list[tuple[int, int, int, int, int, list[dict]]] = []   # gpu, tb, send, recv, chan, steps
-    n_chunks = {}
+    n_chunks, total = {}, 0
     for g_el in sorted(gpus, key=lambda e: int(e.attrib["id"])):
         g = int(g_el.attrib["id"])
         where = f"<gpu id={g}>"
         _need(g_el, GPU_ATTRS, where)
         ic, oc, sc = (_int(g_el, a, where) for a in ("i_chunks", "o_chunks", "s_chunks"))
+        total += max(ic, 0) + max(oc, 0) + max(sc, 0)
+        if min(ic, oc, sc) < 0 or total > MAX_BUFFER_CHUNKS:
+            raise ScheduleError(f"{where}: i_chunks={ic} o_chunks={oc} s_chunks={sc}: each >= 0, and at most "
+                                f"{MAX_BUFFER_CHUNKS} chunks in all GPUs' buffers together")
         n_chunks[g] = (ic, oc)
         bufs[g] = {"i": [(g, k) for k in range(ic)], "o": [None] * oc, "s": [None] * sc}
         tb_ids, seen = [], set()

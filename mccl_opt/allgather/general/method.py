@@ -15,9 +15,8 @@ higher (no forwarding-only schedule reaches it: see the docs).
 
 from __future__ import annotations
 
-import dataclasses
 import time
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 
@@ -28,7 +27,7 @@ from mccl_opt.report import Method, SolveReport, Termination, WarmUse
 from mccl_opt.schedule import Schedule, TreeChunk, bottleneck_links, schedule_rate
 from mccl_opt.topology import Topology
 from .tree_colgen import TreeCGOptions, TreeCGResult, tree_column_generation, mwu_trees
-from .restriction_seed import RestrictionSeed, restriction_seed
+from .restriction_seed import RestrictionSeed
 from ..warm.kept import AllGatherWarmState, TreeColumns
 from .live_master import TreePool
 from .tree_rounding import fractional_shares, round_trees
@@ -114,11 +113,12 @@ def _rate_scale(topo: Topology) -> float:
 def solve_general(topo: Topology, warm: Schedule | None = None, backend: str = "highs",
                   max_chunks: int | None = 10, cut_bound_gbps: float | None = None,
                   options: TreeCGOptions = TreeCGOptions(),
-                  seed: RestrictionSeed | None | Literal["compute"] = "compute") -> Schedule:
+                  seed: RestrictionSeed | None = None) -> Schedule:
     """The AllGather optimum with forwarding-only switches, rounded to ``max_chunks``
     chunks per root (``None``: the fractional optimum), warm-started from ``warm``;
-    ``seed``: the restriction seed (:func:`.restriction_seed.restriction_seed`), computed
-    here unless the caller passes it (computed once for a warm and a cold attempt)."""
+    ``seed``: ForestColl's trees on the fabric's best balanced restriction and its
+    certified rate (:mod:`.restriction_seed`, made by the method chain), else
+    multiplicative-weights trees start the column generation."""
     if not isinstance(topo, Topology):
         raise TopologyError(f"expected a mccl_opt.Topology, got {type(topo).__name__}")
     if topo.num_gpus < 2:
@@ -135,18 +135,15 @@ def solve_general(topo: Topology, warm: Schedule | None = None, backend: str = "
     progress.update("AllGather general method: starting trees")
     t = time.perf_counter()
     upper = None
-    if seed == "compute":
-        seed = restriction_seed(topo, backend)    # None on balanced fabrics
     if seed is not None:                    # ForestColl's trees on c', and its optimum
-        seed_r, seed_t = _warm_columns(seed.schedule, topo)
+        seed_r, seed_t = seed.columns(topo) or _warm_columns(seed.schedule, topo)
         stats["seed"], stats["seed_columns"] = "balanced restriction", len(seed_r)
         upper = seed.rate_gbps / scale
-        options = dataclasses.replace(options, first_method=options.first_method or "dual")
     else:
         seed_r, seed_t = mwu_trees(topo, capacity, rounds=options.seed_rounds if not roots
                                    else options.warm_seed_rounds)
         stats["seed"], stats["seed_columns"] = "multiplicative weights", len(seed_r)
-    stats["seed_s"] = time.perf_counter() - t
+    stats["seed_s"] = time.perf_counter() - t + (0.0 if seed is None else seed.seconds)
     with get_backend(backend) as lp:
         res = tree_column_generation(topo, lp, capacity, roots + seed_r, trees + seed_t, options,
                                      upper_bound=upper)

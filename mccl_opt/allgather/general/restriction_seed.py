@@ -10,21 +10,28 @@ thousands of trees per root), but its trees, valid on ``c >= c'`` and re-weighte
 tree master, start the column generation at or next to the optimum: HPN 4x8x8 with one
 NIC at a quarter of its speed one way reaches it in the master's first solve, where
 the multiplicative-weights start crept from 11.65 to 12.24 of 12.83 Gbps in 96 rounds.
+
+The restriction is the one the method chain computed (:func:`..chain.restrict`), and
+ForestColl on it is the chain's own sub-solve (:data:`..chain.ForestColl`), so neither the
+cutting-plane LP nor the ForestColl pipeline is repeated here.
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
+import numpy as np
 
 from mccl_opt.errors import SolveError, TopologyError
 from mccl_opt.schedule import Schedule
+from mccl_opt.schedule_chunks import TreeChunks, path_nodes
 from mccl_opt.topology import Topology
-from ..assemble import Optimum, Run, packed
-from ..canonical import canonical
-from ..forestcoll.pipeline import balanced_split, pack, phase_one_budget
-from ..fabric import switches_balanced
-from ..restriction.balanced import balanced_restriction, restricted_topology
+from ..budget import ChunkCounts
+
+if TYPE_CHECKING:                       # the chain imports this package inside a function
+    from ..chain import ForestColl, Restricted
 
 __all__ = ["RestrictionSeed", "restriction_seed", "SEED_CHUNKS"]
 
@@ -38,45 +45,76 @@ SEED_CHUNKS = 10
 @dataclass(frozen=True)
 class RestrictionSeed:
     """The restriction's certified optimum ``rate_gbps`` (an upper bound on every
-    forwarding-only schedule of the fabric) and ForestColl's trees on it, as GPU ids:
-    ``chunks`` of a schedule on the restricted fabric (same node ids)."""
+    forwarding-only schedule of the fabric), ForestColl's schedule on it (same node ids
+    as the fabric) and the ``seconds`` it took."""
 
     rate_gbps: float
     schedule: Schedule
+    seconds: float
 
-
-def _forestcoll(sub: Topology, k: int) -> Schedule:
-    """ForestColl's cold pipeline (paper §4.3: Phase 1 and the chunk budget, switch
-    balancing, switch removal, tree packing) on the balanced ``sub`` at ``k`` chunks,
-    keeping what balancing loses (the master re-weights the trees anyway)."""
-    run = Run.start(sub, None, k)
-    budget = phase_one_budget(sub, k, run.stats, run.hint_cuts, run.cuts)
-    arr = sub.arrays
-    balanced = balanced_split(budget.fab, arr.is_switch, budget.k, budget.y, k)
-    result = pack(balanced.split, arr.rank_of, balanced.k, run.guides, run.stats, run.shapes)
-    return packed(run, Optimum.of(budget), result)
-
-
-def restriction_seed(topo: Topology, backend: str = "highs",
-                     chunks: int = SEED_CHUNKS) -> RestrictionSeed | None:
-    """The balanced restriction of ``topo`` and ForestColl's schedule on it with at most
-    ``chunks`` chunks per root (fewer while ForestColl fails, as the method chain does);
-    ``None`` when every switch is balanced (the restriction is the fabric, whose
-    ForestColl the chain already declined), the restriction is not certified or
-    ForestColl packs no chunk count (the general method then starts from its own trees)."""
-    if switches_balanced(topo):
-        return None
-    try:
-        found = balanced_restriction(topo, backend)
-        if found is None or not found.rate_gbps > 0:
+    def columns(self, topo: Topology) -> tuple[list[int], list[np.ndarray]] | None:
+        """The schedule's trees as tree-master columns of ``topo`` (root ranks, link
+        indices of every edge path, edges in order), converted in arrays; ``None`` when
+        the chunks are not a tree table over ``topo``'s nodes (the caller converts
+        chunk by chunk then)."""
+        chunks = self.schedule.chunks
+        if not isinstance(chunks, TreeChunks) or list(chunks.table.node_ids) != \
+                [nd.id for nd in topo.nodes]:
             return None
-        sub = canonical(restricted_topology(topo, found)[0])
-    except (SolveError, TopologyError):
+        return _table_columns(chunks, topo)
+
+
+def _table_columns(chunks: TreeChunks, topo: Topology) -> tuple[list[int], list[np.ndarray]] | None:
+    """:meth:`RestrictionSeed.columns` of a tree table: every used path's links found once
+    (sorted link keys), then every tree's edges gathered as one index array."""
+    table, arr, n = chunks.table, topo.arrays, topo.num_nodes
+    used = table.used_paths()
+    lens, nodes = path_nodes(table.paths, used)
+    last = np.cumsum(lens) - 1                         # flat index of every path's last node
+    pair = np.ones(max(nodes.size - 1, 0), bool)
+    pair[last[:-1]] = False                            # no hop from one path into the next
+    want = nodes[:-1][pair] * n + nodes[1:][pair]
+    key = arr.tail.astype(np.int64) * n + arr.head
+    order = np.argsort(key, kind="stable")
+    pos = np.minimum(np.searchsorted(key, want, sorter=order), key.size - 1)
+    links = order[pos]
+    if not np.array_equal(key[links], want):           # a hop that is no link of ``topo``
         return None
-    for k in range(chunks, 0, -1):
+    hops = np.zeros(len(table.paths), np.int64)
+    hops[used] = lens - 1
+    first = np.zeros(len(table.paths), np.int64)
+    first[used] = np.cumsum(lens - 1) - (lens - 1)
+    edge_hops = hops[table.edges].ravel()
+    ends = np.cumsum(edge_hops)
+    gather = np.repeat(first[table.edges].ravel() - (ends - edge_hops), edge_hops) + \
+        np.arange(int(ends[-1]) if ends.size else 0)
+    arcs = links[gather]
+    per_tree = edge_hops.reshape(table.edges.shape).sum(axis=1)
+    trees = np.split(arcs, np.cumsum(per_tree)[:-1])
+    roots = arr.rank_of[table.src].tolist()
+    return roots, trees
+
+
+def restriction_seed(restricted: Restricted, forestcoll: ForestColl,
+                     chunks: int = SEED_CHUNKS) -> RestrictionSeed | None:
+    """ForestColl's schedule (``forestcoll``, the chain's sub-solve, cold, keeping what
+    balancing loses: the master re-weights the trees anyway) on the balanced restriction
+    ``restricted`` with at most ``chunks`` chunks per root (fewer while ForestColl fails,
+    as the method chain does, skipping the limits that repeat a failed budget); ``None`` when the restriction's rate is not positive or
+    ForestColl packs no chunk count (the general method then starts from its own trees)."""
+    if not restricted.restriction.rate_gbps > 0:
+        return None
+    t = time.perf_counter()
+    counts = ChunkCounts(chunks)
+    for k in counts:
         try:
-            return RestrictionSeed(found.rate_gbps, _forestcoll(sub, k))
-        except (SolveError, TopologyError, KeyError, IndexError, AssertionError,
-                ZeroDivisionError):    # as the chain treats ForestColl failing: next k
+            sched = forestcoll(restricted.sub, None, k)
+        except SolveError as e:                 # as the chain treats ForestColl failing: fewer
+            counts.failed(e)
             continue
+        except TopologyError:
+            continue
+        if isinstance(sched, Schedule):
+            return RestrictionSeed(restricted.restriction.rate_gbps, sched,
+                                   time.perf_counter() - t)
     return None

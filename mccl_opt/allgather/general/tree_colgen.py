@@ -45,8 +45,7 @@ class TreeCGOptions:
     drop_min_pool: int = 0         # ... once the pool exceeds this many (0: the row count)
     max_rounds: int = 10_000
     time_limit: float | None = None
-    method: str = "primal"         # LP method of the master re-solves
-    first_method: str | None = None   # ... and of its first solve (None: ``method``)
+    method: str = "primal"         # LP method of the master's solves
     seed_rounds: int = 50          # multiplicative-weights rounds of starting trees (cold)
     warm_seed_rounds: int = 5      # ... when the previous schedule's trees are given
     smoothing: float = 0.8         # dual smoothing weight of the stability centre (0: off)
@@ -176,8 +175,7 @@ def tree_column_generation(topo: Topology, backend: Backend, capacity: np.ndarra
     rnd = 0
     for rnd in range(1, options.max_rounds + 1):
         t0 = time.perf_counter()
-        method = options.first_method if rnd == 1 and options.first_method else options.method
-        pt = master.solve(f"AllGather column generation, round {rnd}", method)
+        pt = master.solve(f"AllGather column generation, round {rnd}", options.method)
         lp_s += time.perf_counter() - t0
         iters += pt.iterations
         if best_bound - pt.x <= options.rel_tol * max(pt.x, 1e-300):

@@ -26,6 +26,7 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit
 
+from .... import anytime
 from .bundles import Bundles
 from .cut_guard import KnownCuts, SweepGuard
 from .splitting import LogicalGraph, SplitGraph, gpu_links, switch_order
@@ -163,6 +164,7 @@ def spread_split(g: SplitGraph, rank_of: np.ndarray, guard: Guard | None = None,
     if guard is not None:
         guard.start()
     for w in switch_order(g) if order is None else order:
+        anytime.check("Phase 2: switch removal")     # a limit stops between switches
         ins, outs = st.at(w)
         if ins.size == 0 and outs.size == 0:
             continue

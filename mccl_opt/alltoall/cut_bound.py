@@ -1,0 +1,84 @@
+"""A cheap certified upper bound on the AllToAll rate: node-set cuts (paper §4.2, App. D).
+
+Every pair ``(s, d)`` with ``s`` in a node set ``X`` and ``d`` outside sends its whole
+shard over the links leaving ``X``: with ``k`` GPUs in ``X`` out of ``N``, any schedule
+has ``rate * k (N - k) <= cap_out(X)``, and the same for the links entering ``X``.  The
+bound is the smallest of these over a few sets built in arrays, no max-flow and no LP:
+
+* every GPU alone (its NICs and NVLinks);
+* every switch with the GPUs cabled to it (a host's NVSwitch domain: its NICs);
+* the pieces the fabric falls into without the switches that reach no GPU directly
+  (segments below an aggregation layer: the oversubscription cut).
+
+Column generation certifies a tighter bound once it has priced a round; a solve
+stopped by its time limit before that (or with a weaker bound) reports this one, so
+a limited result always carries a bound and a gap (:func:`cut_bound_gbps`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy.sparse import csr_matrix
+from scipy.sparse.csgraph import connected_components
+
+from ..topology import Topology
+
+__all__ = ["cut_bound_gbps"]
+
+
+def cut_bound_gbps(topo: Topology) -> float:
+    """The smallest node-set cut bound (module doc) on ``topo``'s AllToAll rate, in Gbps
+    per pair; ``inf`` with fewer than two GPUs."""
+    arr = topo.arrays
+    n, g = topo.num_nodes, int(arr.gpu_nodes.size)
+    if g < 2:
+        return float("inf")
+    tail, head = np.asarray(arr.tail, np.int64), np.asarray(arr.head, np.int64)
+    cap = np.asarray(arr.capacity, float)
+    sets = [_switch_domains(arr.is_switch, tail, head, n), _pieces(arr.is_switch, tail, head, n)]
+    best = float("inf")
+    for member in sets:                       # member: sets x nodes, 0/1
+        if member.shape[0] == 0:
+            continue
+        k = np.asarray(member[:, np.asarray(arr.gpu_nodes)].sum(axis=1)).ravel()
+        at_tail, at_head = member[:, tail], member[:, head]
+        inside = np.asarray(at_tail.multiply(at_head) @ cap).ravel()
+        out = np.asarray(at_tail @ cap).ravel() - inside
+        into = np.asarray(at_head @ cap).ravel() - inside
+        pairs = k * (g - k)
+        ok = pairs > 0
+        if ok.any():
+            best = min(best, float((np.minimum(out, into)[ok] / pairs[ok]).min()))
+    out_gpu = np.bincount(tail, weights=cap, minlength=n)[arr.gpu_nodes]
+    in_gpu = np.bincount(head, weights=cap, minlength=n)[arr.gpu_nodes]
+    return min(best, float(np.minimum(out_gpu, in_gpu).min()) / (g - 1))
+
+
+def _switch_domains(is_switch: np.ndarray, tail: np.ndarray, head: np.ndarray,
+                    n: int) -> csr_matrix:
+    """One row per switch cabled to a GPU: that switch and its GPUs."""
+    gpu_to_switch = ~is_switch[tail] & is_switch[head]
+    switches = np.unique(head[gpu_to_switch])
+    row_of = np.full(n, -1, np.int64)
+    row_of[switches] = np.arange(switches.size)
+    rows = np.concatenate((row_of[switches], row_of[head[gpu_to_switch]]))
+    cols = np.concatenate((switches, tail[gpu_to_switch]))
+    m = csr_matrix((np.ones(rows.size), (rows, cols)), shape=(switches.size, n))
+    m.data[:] = 1.0                           # parallel arcs summed: back to 0/1
+    return m
+
+
+def _pieces(is_switch: np.ndarray, tail: np.ndarray, head: np.ndarray, n: int) -> csr_matrix:
+    """One row per connected piece of the fabric without its switches that no GPU is
+    cabled to (both directions of a link count)."""
+    touches_gpu = np.zeros(n, bool)
+    touches_gpu[head[~is_switch[tail]]] = True
+    touches_gpu[tail[~is_switch[head]]] = True
+    keep = ~is_switch | touches_gpu
+    arcs = keep[tail] & keep[head]
+    graph = csr_matrix((np.ones(int(arcs.sum())), (tail[arcs], head[arcs])), shape=(n, n))
+    count, label = connected_components(graph, directed=True, connection="weak")
+    if count < 2:
+        return csr_matrix((0, n))
+    nodes = np.flatnonzero(keep)
+    return csr_matrix((np.ones(nodes.size), (label[nodes], nodes)), shape=(count, n))
