@@ -7,8 +7,9 @@ and warm from the previous state's warm schedule, at ``max_chunks=10`` and ``Non
 Judged per state: the schedule validates, warm reaches cold's rate at ``max_chunks=None``
 (within 1e-6), and no rate exceeds the independent oracle's cut bound.  Reported per
 family and size: cold and warm time percentiles (p50 / p90 / p99 / max), how often warm
-exceeded ``max(1.5 x cold, 20 ms)`` (the issue's target), and how often the warm start was
-declined at its budget.
+exceeded ``max(1.5 x cold, 20 ms)`` (the issue's target), and which warm route the solves
+took (``stats["warm_route"]``: ``warm`` when the schedule reuses the previous one,
+``declined`` when the warm start was declined or did not pay within its allowance).
 """
 
 from __future__ import annotations
@@ -73,6 +74,7 @@ class ChainTally:
     cold: dict[tuple, list[float]] = field(default_factory=lambda: defaultdict(list))
     warm: dict[tuple, list[float]] = field(default_factory=lambda: defaultdict(list))
     slow: dict[tuple, int] = field(default_factory=lambda: defaultdict(int))
+    taken: dict[tuple, int] = field(default_factory=lambda: defaultdict(int))
     declined: dict[tuple, int] = field(default_factory=lambda: defaultdict(int))
     failures: list[str] = field(default_factory=list)
     worst_warm: dict[tuple, tuple[float, float, str]] = field(default_factory=dict)
@@ -130,8 +132,9 @@ def run_chains(chains: int, steps: int, seed: int, budgets: tuple[int | None, ..
                             break
                         if tw > max(1.5 * tc, 0.02):
                             tally.slow[key] += 1
-                        if warm.report.warm.value == "declined":
-                            tally.declined[key] += 1
+                        route = warm.stats.get("warm_route")
+                        tally.taken[key] += route == "warm"
+                        tally.declined[key] += route == "declined"
                         if tw > tally.worst_warm.get(key, (0.0, 0.0, ""))[0]:
                             tally.worst_warm[key] = (tw, tc, where)
                         bound = cut_bound(topo)
@@ -157,12 +160,12 @@ def print_chains(tally: ChainTally, seconds: float) -> None:
     """The per-family table and every failure."""
     print(f"\nfamily chains ({seconds:.0f} s): times in s, p50 p90 p99 max")
     print(f"{'family':12} {'GPUs':>4} {'K':>4} {'states':>6}  {'cold':27}  {'warm':27}"
-          f"  {'slow':>4} {'declined':>8}")
+          f"  {'slow':>4} {'warm':>4} {'declined':>8}")
     for key in sorted(tally.cold, key=lambda k: (k[0], k[1], str(k[2]))):
         family, gpus, budget = key
         print(f"{family:12} {gpus:>4} {budget!s:>4} {len(tally.cold[key]):>6}  "
               f"{_pcts(tally.cold[key]):27}  {_pcts(tally.warm[key]):27}  "
-              f"{tally.slow[key]:>4} {tally.declined[key]:>8}")
+              f"{tally.slow[key]:>4} {tally.taken[key]:>4} {tally.declined[key]:>8}")
     worst = sorted(tally.worst_warm.values(), reverse=True)[:5]
     for tw, tc, where in worst:
         print(f"  slowest warm {tw:.3f} s (cold {tc:.3f} s): {where}")

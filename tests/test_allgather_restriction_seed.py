@@ -13,7 +13,7 @@ import mccl_opt as mo
 
 from instances import hpn
 from mccl_opt.allgather.canonical import canonical
-from mccl_opt.allgather.chain import restrict
+from mccl_opt.allgather.chain import Trail, restrict
 from mccl_opt.allgather.general import method
 from mccl_opt.allgather.general.method import solve_general
 from mccl_opt.allgather.general.restriction_seed import RestrictionSeed, restriction_seed
@@ -33,7 +33,7 @@ def _faulty(shape: tuple[int, int, int], fault: tuple[str, str, float]):
 def _seed(topo) -> RestrictionSeed | None:
     """The seed as the method chain makes it: its restriction, its ForestColl."""
     restricted = restrict(topo, "highs")
-    return None if restricted is None else restriction_seed(restricted, sub_forestcoll("highs"))
+    return None if restricted is None else restriction_seed(restricted, sub_forestcoll("highs", Trail()))
 
 
 @pytest.mark.parametrize("shape,fault", [((1, 2, 8), FAULTS[0]), ((1, 2, 8), FAULTS[1]),

@@ -17,7 +17,7 @@ import mccl_opt as mo
 from instances import fail2, hpn
 from mccl_opt import anytime
 from mccl_opt.allgather import solve as ag_solve
-from mccl_opt.allgather.warm import certify
+from mccl_opt.allgather.warm import certify, route as warm_route
 from mccl_opt.report import Method, SolveReport, Termination, WarmUse
 
 from .oracle_allgather import check_schedule, cut_bound
@@ -82,7 +82,7 @@ def test_a_warm_start_over_its_budget_is_abandoned_for_cold(monkeypatch):
     real_guess = certify.warm_guess
 
     def slow_guess(run):
-        time.sleep(ag_solve.WARM_FLOOR_S + 0.03)
+        time.sleep(warm_route.WARM_FLOOR_S + 0.03)
         anytime.check("a warm guess made slow on purpose")
         return real_guess(run)
 
@@ -90,8 +90,9 @@ def test_a_warm_start_over_its_budget_is_abandoned_for_cold(monkeypatch):
     warm = mo.solve_allgather(after, warm=old)
     assert warm.report.warm is WarmUse.DECLINED
     assert warm.rate_gbps == pytest.approx(cold.rate_gbps, rel=1e-12)
-    assert any(a.outcome.startswith("declined: the warm start passed its budget")
+    assert any(a.outcome.startswith("declined: the warm allowance of")
                for a in warm.report.attempts)
+    assert warm.stats["warm_route"] == "declined"
     assert warm.report.cold_seconds is not None        # the next budget is measured again
 
 
@@ -102,10 +103,10 @@ def test_warm_budget_follows_the_cold_time_carried():
     warm = mo.solve_allgather(fail2(topo), warm=cold)
     assert warm.report.warm is not WarmUse.COLD
     assert warm.report.cold_seconds == cold.report.cold_seconds        # carried, not re-measured
-    assert ag_solve.warm_budget_s(warm) == pytest.approx(
-        max(ag_solve.WARM_FLOOR_S, ag_solve.WARM_SHARE * cold.report.cold_seconds))
+    assert warm_route.warm_allowance_s(warm) == pytest.approx(
+        max(warm_route.WARM_FLOOR_S, warm_route.WARM_SHARE * cold.report.cold_seconds))
     bare = dataclasses.replace(cold, report=None)
-    assert ag_solve.warm_budget_s(bare) is None                        # nothing to go by
+    assert warm_route.warm_allowance_s(bare) is None                   # nothing to go by
 
 
 def _chain(seed: int):

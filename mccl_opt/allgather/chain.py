@@ -44,6 +44,7 @@ from .budget import EXACT_TREES_LIMIT, ChunkCounts
 from .fabric import fabric_of, switches_balanced
 from .forestcoll.pipeline import gbps
 from .forestcoll.throughput import optimal_rate
+from .warm.route import WarmRoute
 
 if TYPE_CHECKING:                          # imported by the functions that use them
     from .general.restriction_seed import RestrictionSeed
@@ -74,8 +75,8 @@ class Declined:
     reason: str
 
 
-#: ForestColl on a (canonically listed, balanced) topology, warm-started from a schedule,
-#: at a chunk limit, optionally with each link's headroom on the real fabric when the
+#: ForestColl on a (canonically listed, balanced) topology, on a warm route
+#: (:class:`.warm.route.WarmRoute`), at a chunk limit, optionally with each link's headroom on the real fabric when the
 #: topology is a balanced restriction (see :func:`.solve._forestcoll`); raises
 #: :class:`SolveError` on failure
 ForestColl = Callable[..., "Schedule | Declined"]
@@ -115,20 +116,32 @@ def cut_bound_gbps(topo: Topology) -> float | None:
         return None
 
 
-def solve_by_general(topo: Topology, warm: Schedule | None, backend: str,
+def solve_by_general(topo: Topology, route: WarmRoute, backend: str,
                      max_chunks: int | None, reason: str, bound: float | None,
                      trail: Trail, seed: Callable[[], RestrictionSeed | None] | None = None
                      ) -> Schedule:
     """The general method, with the cut bound ``bound`` (:func:`cut_bound_gbps`) for the
     report and ``stats['general_reason']`` saying why it ran; offered to the time limit.
-    ``seed``: makes its restriction seed (:mod:`.general.restriction_seed`; on
-    unbalanced fabrics), counted in the method's attempt."""
+    Warm-started on ``route`` only from the general method's own previous columns
+    (:meth:`.warm.route.WarmRoute.general_warm`), else cold; ``seed`` makes its
+    restriction seed (:mod:`.general.restriction_seed`; on unbalanced fabrics), once,
+    outside the warm step (a warm start does not shorten it)."""
     from .general.method import solve_general      # column generation over trees: only here
 
-    progress.update("AllGather: general method (column generation over trees)")
-    sched = trail.run(Method.GENERAL, lambda: solve_general(
-        topo, warm=warm, backend=backend, max_chunks=max_chunks, cut_bound_gbps=bound,
-        seed=None if seed is None else seed()), "returned")
+    own = route.general_warm()
+    made = None if seed is None else seed()
+
+    def general(warm: Schedule | None) -> Schedule:
+        progress.update("AllGather: general method (column generation over trees)")
+        return trail.run(Method.GENERAL, lambda: solve_general(
+            topo, warm=warm, backend=backend, max_chunks=max_chunks, cut_bound_gbps=bound,
+            seed=made), "returned")
+
+    if own is None:
+        sched = general(None)
+    else:
+        sched = route.attempt("the general method", Method.GENERAL, lambda _: general(own),
+                              lambda: general(None), trail.attempts)
     sched.stats["general_reason"] = reason
     anytime.offer(sched)
     return sched
@@ -153,28 +166,25 @@ def weaker_directions(topo: Topology) -> Topology | None:
     return topo.with_capacities(capacity)
 
 
-def solve_unbalanced(topo: Topology, warm: Schedule | None, backend: str,
-                     max_chunks: int | None, forestcoll: ForestColl, trail: Trail,
-                     warm_budget: float | None = None) -> Schedule:
+def solve_unbalanced(topo: Topology, route: WarmRoute, backend: str,
+                     max_chunks: int | None, forestcoll: ForestColl, trail: Trail) -> Schedule:
     """A fabric with unbalanced switches (step 1 of the chain above): ForestColl on
     :func:`weaker_directions` if its optimum reaches the cut bound, else the balanced
     restriction or the general method, keeping the better rounded schedule.
 
-    ``warm_budget`` (s, the warm start's budget, :func:`.solve.warm_budget_s`): each
-    warm-started method (the weaker-direction ForestColl, ForestColl on the balanced
-    restriction, the general method) runs as a stage of that budget and is redone cold
-    past it; the restriction's cutting-plane LP, which a warm start does not shorten,
-    runs outside any stage.  Abandoning the whole chain at the budget redid
-    the restriction from the start: shared aggregation 2x5x8 with one NVLink degraded
-    one way, warm 1.1-2.7 s where cold takes 0.34-1.0 s."""
+    Every warm-started method (the weaker-direction ForestColl, ForestColl on the balanced
+    restriction, the general method) takes its warm steps on ``route``, under the one
+    allowance of the solve: once it is spent the rest of the chain runs cold.  (Each
+    method had its own budget before, each redone cold past it: leaf-spine 4x2x8 after
+    a repair, warm 0.26 s where cold takes 0.12 s.)  The restriction's cutting-plane LP,
+    which a warm start does not shorten, is cold."""
     bound = cut_bound_gbps(topo)
     sub = weaker_directions(topo)
     weaker = None
     if sub is not None:
         try:
-            found = trail.run(Method.WEAKER_DIRECTIONS, lambda: _warm_stage(
-                lambda w: forestcoll(sub, w, max_chunks), warm, warm_budget, trail,
-                Method.WEAKER_DIRECTIONS), "returned")
+            found = trail.run(Method.WEAKER_DIRECTIONS,
+                              lambda: forestcoll(sub, route, max_chunks), "returned")
         except (SolveError, TopologyError):
             found = None
         if isinstance(found, Schedule):
@@ -189,16 +199,14 @@ def solve_unbalanced(topo: Topology, warm: Schedule | None, backend: str,
     anytime.check("the balanced restriction")
     restricted = _restricted(topo, backend, trail)
     best = None if restricted is None else solve_by_restriction(
-        topo, restricted, warm, max_chunks, forestcoll, bound, trail, warm_budget)
+        topo, restricted, route, max_chunks, forestcoll, bound, trail)
     seed = _seed_once(restricted, forestcoll)
     if best is None:
-        best = _warm_stage(lambda w: solve_by_general(
-            topo, w, backend, max_chunks, "unbalanced switches", bound, trail, seed),
-            warm, warm_budget, trail, Method.GENERAL)
+        best = solve_by_general(topo, route, backend, max_chunks, "unbalanced switches", bound,
+                                trail, seed)
     elif best.rate_gbps < best.lp_rate_gbps * (1 - RESTRICTION_ROUNDING_GAP):
-        general = _warm_stage(lambda w: solve_by_general(
-            topo, w, backend, max_chunks, "balanced restriction rounded too far below its "
-            "optimum", bound, trail, seed), warm, warm_budget, trail, Method.GENERAL)
+        general = solve_by_general(topo, route, backend, max_chunks, "balanced restriction "
+                                   "rounded too far below its optimum", bound, trail, seed)
         if general.rate_gbps > best.rate_gbps * (1 + _REACH_TOL):
             best = general
     if weaker is not None and weaker.rate_gbps > best.rate_gbps * (1 + _REACH_TOL):
@@ -208,21 +216,6 @@ def solve_unbalanced(topo: Topology, warm: Schedule | None, backend: str,
                                    warm_state=weaker.warm_state,
                                    report=dataclasses.replace(best.report, k=weaker.report.k))
     return best
-
-
-def _warm_stage(method: Callable[[Schedule | None], T], warm: Schedule | None,
-                budget: float | None, trail: Trail, name: Method) -> T:
-    """``method(warm)`` as a stage of ``budget`` seconds (:func:`mccl_opt.anytime.stage`),
-    ``method(None)`` (cold) past it; without a warm start or budget, ``method(warm)``."""
-    if warm is None or budget is None:
-        return method(warm)
-    t = time.perf_counter()
-    result, declined = anytime.stage(budget, lambda: method(warm))
-    if not declined:
-        return result
-    trail.add(Attempt(name, time.perf_counter() - t,
-                      f"declined: the warm start passed its budget of {budget:.3g} s"))
-    return method(None)
 
 
 @dataclass(frozen=True)
@@ -285,18 +278,17 @@ def _seed_once(restricted: Restricted | None, forestcoll: ForestColl
     return seed
 
 
-def solve_by_restriction(topo: Topology, restricted: Restricted, warm: Schedule | None,
+def solve_by_restriction(topo: Topology, restricted: Restricted, route: WarmRoute,
                          max_chunks: int | None, forestcoll: ForestColl,
-                         bound: float | None, trail: Trail,
-                         warm_budget: float | None = None) -> Schedule | None:
+                         bound: float | None, trail: Trail) -> Schedule | None:
     """ForestColl on the best balanced restriction ``c'`` of ``topo`` (``restricted``,
     :func:`restrict`), kept only when ForestColl's optimum on ``c'`` is the restriction's
     certified optimum; ``None`` otherwise (the caller falls back to the general
     method).  ForestColl's tree units on ``c'`` round up where ``c`` has room so that
     switches stay balanced (:mod:`.forestcoll.removal.unit_rounding`); with ``max_chunks=K``
     it is asked for ``K`` chunks, then fewer while it still raises on ``c'`` (skipping the
-    limits that choose a budget already failed, :class:`.budget.ChunkCounts`).  A warm start
-    of it runs as a stage of ``warm_budget`` (the cutting-plane LP before it is cold anyway)."""
+    limits that choose a budget already failed, :class:`.budget.ChunkCounts`).  Its warm
+    steps run on ``route`` (the cutting-plane LP before it is cold anyway)."""
     from .restriction.balanced import CERT_TOL
 
     t = time.perf_counter() - restricted.seconds     # the attempt includes the LP
@@ -304,8 +296,7 @@ def solve_by_restriction(topo: Topology, restricted: Restricted, warm: Schedule 
     counts = ChunkCounts(max_chunks) if max_chunks is not None else None
     for k in [None] if counts is None else counts:
         try:
-            sched = _warm_stage(lambda w: forestcoll(sub, w, k, found.headroom()), warm,
-                                warm_budget, trail, Method.BALANCED_RESTRICTION)
+            sched = forestcoll(sub, route, k, found.headroom())
         except (SolveError, TopologyError) as e:
             if counts is not None and isinstance(e, SolveError):
                 counts.failed(e)

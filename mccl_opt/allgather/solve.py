@@ -4,17 +4,22 @@ Read top to bottom, one call is:
 
 1. with a time limit, a first valid schedule at once (:mod:`.first`), offered to the
    limit (:mod:`mccl_opt.anytime`), which returns the best offered when it passes;
-2. a warm start runs under a budget derived from the cold solve time it carries
-   (:func:`warm_budget_s`); one that does not finish within it is abandoned and the
-   fabric solved cold (*warm never slower than cold*, docs/allgather.md);
+2. the warm route (:mod:`.warm.route`): a previous schedule of other GPUs is declined at
+   once; otherwise every warm step below runs under one shared allowance derived from
+   the cold solve time the previous schedule carries, and past it the solve carries on
+   cold (*warm never slower than cold*, docs/allgather.md);
 3. the method chain (:mod:`.chain`): ForestColl on balanced fabrics, else the
-   weaker-direction fabric, the balanced restriction and the general method;
+   weaker-direction fabric, the balanced restriction and the general method (warm only
+   from its own columns);
 4. ForestColl itself: a warm start's certified guesses (:mod:`.warm.certify`), else Phase 1
-   and the chunk budget, switch balancing, Phase 2 and Phase 3 (:mod:`.forestcoll.pipeline`;
+   and the chunk budget, the previous trees rerouted to it, switch balancing, Phase 2 and
+   Phase 3 (:mod:`.forestcoll.pipeline`, seeded with the previous trees when warm;
    step-aware: :mod:`.forestcoll.step_aware`), and the schedule (:mod:`.assemble`).
 
 Every schedule carries a typed :class:`~mccl_opt.report.SolveReport`: the method, how
-the solve ended, the bound, the warm use and the methods tried with their times.
+the solve ended, the bound, the warm use (``declined`` when a warm start was given but
+the schedule is cold's) and the methods tried with their times; ``stats["warm_route"]``
+names the route taken (:class:`.warm.route.RouteTaken`).
 """
 
 from __future__ import annotations
@@ -37,24 +42,18 @@ from .canonical import canonical
 from .chain import Declined, ForestColl, Trail, cut_bound_gbps, solve_by_general, \
     solve_unbalanced, switches_balanced
 from .warm.certify import Certificate, GuessKind, keep_or_reroute, warm_budget, warm_guess
+from .warm.route import RouteTaken, WarmRoute
 from .fabric import fabric_of
 from .first import first_schedule
 from .forestcoll.pipeline import balanced_split, check_inputs, gbps, pack, phase_one_budget
 from .forestcoll.throughput import cut_upper_bound
 
-__all__ = ["solve_allgather", "warm_budget_s", "sub_forestcoll",
-           "WARM_SHARE", "WARM_FLOOR_S", "PHASES_23_PER_PHASE_1"]
+__all__ = ["solve_allgather", "sub_forestcoll", "PHASES_23_PER_PHASE_1"]
 
 #: balancing and Phases 2-3 are expected to take this many times Phase 1 and the chunk
 #: budget (HPN 1024-2048 GPUs: 4-10x; a low estimate, so :func:`.anytime.check_room`
 #: stops a limited solve before them only when they most likely do not fit)
 PHASES_23_PER_PHASE_1 = 4.0
-
-#: a warm start may spend this share of the cold solve time it carries ...
-WARM_SHARE = 0.4
-#: ... and never less than this (s).  Abandoned at its budget, a warm start costs the
-#: budget plus a cold solve: <= 1.5x cold from 10 ms of cold time on, <= 15 ms below
-WARM_FLOOR_S = 0.005
 
 
 def solve_allgather(topo: Topology, warm: Schedule | None = None, backend: str = "highs",
@@ -81,39 +80,30 @@ def solve_allgather(topo: Topology, warm: Schedule | None = None, backend: str =
     check_inputs(topo, max_chunks, warm, backend)
     check_time_limit(time_limit)
     with kernel_seconds() as kernels:
-        sched = _solve_limited(canonical(topo), warm, backend, max_chunks, step_aware, time_limit)
-    return stamp(_with_cold_seconds(charge_apart(sched, kernels), warm))
-
-
-def warm_budget_s(warm: Schedule) -> float | None:
-    """Seconds a warm start from ``warm`` may take before it is abandoned for a cold
-    solve: :data:`WARM_SHARE` of the cold solve time ``warm`` carries, at least
-    :data:`WARM_FLOOR_S`; ``None`` (no budget) when ``warm`` carries none (a file
-    written without a report)."""
-    report = warm.report if isinstance(warm, Schedule) else None
-    if report is None or report.cold_seconds is None:
-        return None
-    return max(WARM_FLOOR_S, WARM_SHARE * report.cold_seconds)
+        sched, route = _solve_limited(canonical(topo), warm, backend, max_chunks, step_aware,
+                                      time_limit)
+    return stamp(_with_cold_seconds(charge_apart(sched, kernels), warm, route))
 
 
 def _solve_limited(topo: Topology, warm: Schedule | None, backend: str, max_chunks: int | None,
-                   step_aware: Any, time_limit: float | None) -> Schedule:
-    """Steps 1-2 of the module doc: the first schedule, the limit, the warm budget."""
+                   step_aware: Any, time_limit: float | None) -> tuple[Schedule, WarmRoute]:
+    """Steps 1-2 of the module doc: the first schedule, the limit, the warm route."""
     trail = Trail()
     start = time.perf_counter()
+    route = WarmRoute.plan(topo, warm)
 
     def solve() -> Schedule:
         if time_limit is not None:
-            trail.run(Method.FIRST, lambda: _offered(first_schedule(topo, warm, max_chunks)),
+            trail.run(Method.FIRST, lambda: _offered(first_schedule(topo, route.warm, max_chunks)),
                       "kept as fallback")
-        return _warm_or_cold(topo, warm, backend, max_chunks, step_aware, trail)
+        return _chain(topo, route, backend, max_chunks, step_aware, trail)
 
     sched, stopped = anytime.limited(time_limit, solve)
     if stopped is not None:
         trail.add(Attempt(sched.report.method, 0.0,
                           f"returned: the time limit was reached in {stopped.stopped_in}"))
         sched = _at_time_limit(topo, sched, max_chunks)
-    return _with_trail(sched, trail, time.perf_counter() - start)
+    return _with_route(_with_trail(sched, trail, time.perf_counter() - start), route), route
 
 
 def _offered(sched: Schedule) -> Schedule:
@@ -121,71 +111,54 @@ def _offered(sched: Schedule) -> Schedule:
     return sched
 
 
-def _warm_or_cold(topo: Topology, warm: Schedule | None, backend: str, max_chunks: int | None,
-                  step_aware: Any, trail: Trail) -> Schedule:
-    """The warm start within its budget (:func:`warm_budget_s`), else cold."""
-    budget = None if warm is None else warm_budget_s(warm)
-    if budget is None:
-        return _chain(topo, warm, backend, max_chunks, step_aware, trail)
-    if not switches_balanced(topo):                   # the chain stages its warm methods
-        return _chain(topo, warm, backend, max_chunks, step_aware, trail, budget)
-    t = time.perf_counter()
-    sched, declined = anytime.stage(
-        budget, lambda: _chain(topo, warm, backend, max_chunks, step_aware, trail))
-    if not declined:
-        return sched
-    trail.add(Attempt(Method.FORESTCOLL, time.perf_counter() - t,
-                      f"declined: the warm start passed its budget of {budget:.3g} s"))
-    cold = _chain(topo, None, backend, max_chunks, step_aware, trail)
-    return _set_report(cold, warm=WarmUse.DECLINED)
-
-
-def _chain(topo: Topology, warm: Schedule | None, backend: str, max_chunks: int | None,
-           step_aware: Any, trail: Trail, warm_budget: float | None = None) -> Schedule:
-    """Step 3: which method solves ``topo`` (:mod:`.chain`); ``warm_budget``: the warm
-    start's budget, applied by the unbalanced chain to each warm-started method."""
+def _chain(topo: Topology, route: WarmRoute, backend: str, max_chunks: int | None,
+           step_aware: Any, trail: Trail) -> Schedule:
+    """Step 3: which method solves ``topo`` (:mod:`.chain`), each warm step on ``route``."""
     if not switches_balanced(topo):                   # ForestColl is exact on balanced only
-        return solve_unbalanced(topo, warm, backend, max_chunks, sub_forestcoll(backend),
-                                trail, warm_budget)
+        return solve_unbalanced(topo, route, backend, max_chunks, sub_forestcoll(backend, trail),
+                                trail)
     t = time.perf_counter()
     try:
-        sched = _typed_forestcoll(topo, warm, backend, max_chunks, step_aware)
+        sched = _typed_forestcoll(topo, route, backend, max_chunks, step_aware, trail)
     except SolveError as e:
         sched = Declined(f"ForestColl: {e}")
     if isinstance(sched, Declined):
         trail.add(Attempt(Method.FORESTCOLL, time.perf_counter() - t, f"declined: {sched.reason}"))
-        return solve_by_general(topo, warm, backend, max_chunks, sched.reason,
+        return solve_by_general(topo, route, backend, max_chunks, sched.reason,
                                 cut_bound_gbps(topo), trail)
     return sched
 
 
-def sub_forestcoll(backend: str) -> ForestColl:
+def sub_forestcoll(backend: str, trail: Trail) -> ForestColl:
     """ForestColl as the method chain runs it on a balanced sub-fabric (the
     weaker-direction fabric, a balanced restriction, the general method's seed):
-    keeping what balancing loses, with the real fabric's ``headroom`` when given."""
+    keeping what balancing loses, with the real fabric's ``headroom`` when given; a
+    ``None`` route is cold."""
 
-    def forestcoll(sub: Topology, w: Schedule | None, k: int | None,
+    def forestcoll(sub: Topology, r: WarmRoute | None, k: int | None,
                    headroom: Sequence[Fraction] | None = None) -> Schedule | Declined:
-        return _typed_forestcoll(sub, w, backend, k, False, lossy_balance=True,
-                                 headroom=headroom)
+        return _typed_forestcoll(sub, r or WarmRoute.plan(sub, None), backend, k, False, trail,
+                                 lossy_balance=True, headroom=headroom)
 
     return forestcoll
 
 
-def _typed_forestcoll(topo: Topology, warm: Schedule | None, backend: str,
-                      max_chunks: int | None, step_aware: Any, lossy_balance: bool = False,
+def _typed_forestcoll(topo: Topology, route: WarmRoute, backend: str,
+                      max_chunks: int | None, step_aware: Any, trail: Trail,
+                      lossy_balance: bool = False,
                       headroom: Sequence[Fraction] | None = None) -> Schedule | Declined:
     """:func:`_forestcoll`, an internal error turned into a :class:`SolveError` naming the
     fabric (the chain of methods catches it)."""
     try:
-        return _forestcoll(topo, warm, backend, max_chunks, step_aware, lossy_balance, headroom)
+        return _forestcoll(topo, route, backend, max_chunks, step_aware, trail, lossy_balance,
+                           headroom)
     except (KeyError, IndexError, AssertionError, ZeroDivisionError) as e:
         raise SolveError(f"ForestColl failed on {topo.name!r} ({type(e).__name__}: {e}); "
                          "a bug: please report the topology file") from e
 
 
-def _forestcoll(topo: Topology, warm: Schedule | None, backend: str, max_chunks: int | None,
-                step_aware: Any, lossy_balance: bool = False,
+def _forestcoll(topo: Topology, route: WarmRoute, backend: str, max_chunks: int | None,
+                step_aware: Any, trail: Trail, lossy_balance: bool = False,
                 headroom: Sequence[Fraction] | None = None) -> Schedule | Declined:
     """Step 4 on a canonically listed ``topo``; :class:`.chain.Declined` when the exact
     optimum (``max_chunks=None``) needs more than :data:`.budget.EXACT_TREES_LIMIT`
@@ -193,30 +166,34 @@ def _forestcoll(topo: Topology, warm: Schedule | None, backend: str, max_chunks:
     ``lossy_balance``: the chain's sub-fabrics, whose rounded schedule it compares with
     the general method's itself); ``headroom``: ``topo`` is a balanced restriction
     whose links may carry this many times their capacity on the real fabric
-    (:func:`.forestcoll.pipeline.balanced_split`)."""
-    run = Run.start(topo, warm, max_chunks)
-    rewarm = run.prev is not None and not step_aware
+    (:func:`.forestcoll.pipeline.balanced_split`).  The warm steps (the certified
+    guesses, rerouting at cold's budget, the packing seeded with the previous shapes)
+    run on ``route``; past its allowance the solve carries on cold from where it is."""
+    run = Run.start(topo, route.warm, max_chunks)
+    rewarm = run.prev is not None and not step_aware  # step-aware only reads the guides
+
+    def carry_on_cold() -> None:                      # the phases so far are cold's
+        if not route.active:
+            run.prev, run.cuts = None, None
 
     if rewarm:                                        # guesses, certified
-        run.cuts = CutBounds(fabric_of(topo)[0])      # cut bounds shared by the guesses
-        quick = warm_guess(run)
+        quick = route.attempt("ForestColl-warm's guesses", Method.FORESTCOLL,
+                              lambda _: _certified_guess(run), lambda: None, trail.attempts)
         if quick is not None:
             return quick
-        run.stats[GuessKind.X_STAR.value] = Certificate.REJECTED.value
-        anytime.check("ForestColl-warm: after the x* guess")
-        quick = warm_budget(run)
-        if quick is not None:
-            return quick
-        run.stats[GuessKind.BUDGET.value] = Certificate.REJECTED.value
+        carry_on_cold()
 
     anytime.check("ForestColl: before Phase 1")
     budget = phase_one_budget(topo, max_chunks, run.stats, run.hint_cuts, run.cuts)
     if max_chunks is None and budget.k > EXACT_TREES_LIMIT:
         return Declined(f"more than {EXACT_TREES_LIMIT} exact trees per root")
-    if rewarm:
-        quick = keep_or_reroute(run, budget)
+    if rewarm and run.prev is not None:
+        quick = route.attempt("ForestColl-warm's rerouting", Method.FORESTCOLL,
+                              lambda _: keep_or_reroute(run, budget), lambda: None,
+                              trail.attempts)
         if quick is not None:
             return quick
+        carry_on_cold()
 
     # balancing and Phases 2-3 cost several times Phase 1 and the budget (HPN 2048 GPUs:
     # 2.0 s vs 0.2-0.5 s): where less is left, their schedule would come past the limit
@@ -240,13 +217,43 @@ def _forestcoll(topo: Topology, warm: Schedule | None, backend: str, max_chunks:
             result = step_aware_pack(balanced.split, arr.rank_of, balanced.k, run.guides,
                                      run.stats, backend, opts)
         else:
-            result = pack(balanced.split, arr.rank_of, balanced.k, run.guides, run.stats,
-                          run.shapes)
+            result = _pack(run, route, balanced, trail)
     except BudgetUnpacked:
         raise
     except SolveError as e:                           # this budget's split or packing failed
         raise BudgetUnpacked(budget.k, str(e)) from e
     return packed(run, Optimum.of(budget), result)
+
+
+def _certified_guess(run: Run) -> Schedule | None:
+    """ForestColl-warm's two guesses, each certified (:mod:`.warm.certify`), or ``None``."""
+    run.cuts = CutBounds(fabric_of(run.topo)[0])      # cut bounds shared by the guesses
+    quick = warm_guess(run)
+    if quick is not None:
+        return quick
+    run.stats[GuessKind.X_STAR.value] = Certificate.REJECTED.value
+    anytime.check("ForestColl-warm: after the x* guess")
+    quick = warm_budget(run)
+    if quick is not None:
+        return quick
+    run.stats[GuessKind.BUDGET.value] = Certificate.REJECTED.value
+    return None
+
+
+def _pack(run: Run, route: WarmRoute, balanced: Any, trail: Trail) -> Any:
+    """Phases 2-3: seeded with the previous tree shapes on a warm route (a warm step),
+    else cold."""
+    arr = run.topo.arrays
+
+    def cold() -> Any:
+        run.prev = None
+        return pack(balanced.split, arr.rank_of, balanced.k, {}, run.stats, None)
+
+    if run.prev is None:
+        return cold()
+    return route.attempt("the packing seeded with the previous trees", Method.FORESTCOLL,
+                         lambda _: pack(balanced.split, arr.rank_of, balanced.k, run.guides,
+                                        run.stats, run.shapes), cold, trail.attempts)
 
 
 def _at_time_limit(topo: Topology, best: Schedule, max_chunks: int | None) -> Schedule:
@@ -264,12 +271,6 @@ def _at_time_limit(topo: Topology, best: Schedule, max_chunks: int | None) -> Sc
     return dataclasses.replace(best, stats=stats, report=report)
 
 
-def _set_report(sched: Schedule, **changes: Any) -> Schedule:
-    if sched.report is not None:
-        sched.report = dataclasses.replace(sched.report, **changes)
-    return sched
-
-
 def _with_trail(sched: Schedule, trail: Trail, seconds: float) -> Schedule:
     """The report with the methods tried and the whole call's seconds."""
     report = sched.report
@@ -279,14 +280,28 @@ def _with_trail(sched: Schedule, trail: Trail, seconds: float) -> Schedule:
     return sched
 
 
-def _with_cold_seconds(sched: Schedule, warm: Schedule | None) -> Schedule:
-    """The cold solve time the next warm start measures its budget by: this call's when
-    cold (its seconds without kernel loading), else the one ``warm`` carries."""
+def _with_route(sched: Schedule, route: WarmRoute) -> Schedule:
+    """The route taken in ``stats["warm_route"]`` (and why a warm start was declined in
+    ``stats["warm_declined"]``); ``report.warm`` is ``declined`` when a warm start was
+    given but the schedule is cold's."""
+    taken = route.taken(sched.report.warm)
+    sched.stats["warm_route"] = taken.value
+    if route.reason is not None:
+        sched.stats["warm_declined"] = route.reason
+    if taken is RouteTaken.DECLINED:
+        sched.report = dataclasses.replace(sched.report, warm=WarmUse.DECLINED)
+    return sched
+
+
+def _with_cold_seconds(sched: Schedule, warm: Schedule | None, route: WarmRoute) -> Schedule:
+    """The cold solve time the next warm start measures its allowance by: this call's
+    when its schedule is cold's (its seconds without kernel loading, less the warm steps'),
+    else the one ``warm`` carries."""
     report = sched.report
     if report.termination is Termination.TIME_LIMIT:
         cold = None                                   # a cold solve would take longer
     elif report.warm in (WarmUse.COLD, WarmUse.DECLINED):
-        cold = report.seconds
+        cold = max(0.0, report.seconds - route.used)
     else:
         previous = warm.report if isinstance(warm, Schedule) else None
         cold = previous.cold_seconds if previous is not None else None

@@ -1,0 +1,156 @@
+"""The warm route of one AllGather solve: which warm start is tried, and for how long
+(paper §4.3, ForestColl-warm; docs/allgather.md, *Warm never slower than cold*).
+
+A solve given a previous schedule makes one :class:`WarmRoute`.  It decides up front
+whether the previous schedule can help at all (:meth:`WarmRoute.plan`: a schedule of
+other GPUs is *unrelated* and declined at once), and holds **one warm allowance for the
+whole solve**: :data:`WARM_SHARE` of the cold solve time the previous schedule carries
+(at least :data:`WARM_FLOOR_S`), or, when it carries none, a measured proxy (the
+seconds of this fabric's exact Phase 1, a part of every cold solve).  Every
+warm-influenced step of the method chain runs through :meth:`WarmRoute.attempt`: as a
+stage of what is left of the allowance (:func:`mccl_opt.anytime.stage`), its solving
+time (not numba kernel loads) charged to it.  Once the allowance is spent, the step
+that overran is redone cold and every later step runs cold; what the warm attempt
+offered (:func:`mccl_opt.anytime.offer`) stays the incumbent of a time limit.  So a
+warm solve costs at most a cold solve plus the allowance (and one compiled kernel call
+overrunning it), and at ``max_chunks=None`` reaches cold's rate: every warm step is
+certified optimal or replaced by the cold step.
+
+The general method is warm-started only from its own previous columns
+(:meth:`WarmRoute.general_warm`): seeding its column generation with ForestColl's
+trees (thousands of unit trees) made the first master LP slower than a cold start.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from enum import Enum
+from typing import Callable, TypeVar
+
+from mccl_opt import anytime
+from mccl_opt.errors import MCCLError
+from mccl_opt.kernel_time import thread_kernel_seconds
+from mccl_opt.report import Attempt, Method, WarmUse
+from mccl_opt.schedule import Schedule
+from mccl_opt.topology import Topology
+from ..fabric import fabric_of
+from ..forestcoll.throughput import optimal_rate
+from .kept import AllGatherWarmState
+
+__all__ = ["WARM_SHARE", "WARM_FLOOR_S", "RouteTaken", "WarmRoute", "warm_allowance_s"]
+
+#: the warm allowance is this share of the cold solve time the previous schedule carries ...
+WARM_SHARE = 0.4
+#: ... and never less than this (s): a warm solve costs at most cold + the allowance
+WARM_FLOOR_S = 0.005
+
+T = TypeVar("T")
+
+
+class RouteTaken(str, Enum):
+    """Which route a solve took (``stats["warm_route"]``)."""
+
+    COLD = "cold"                    # no previous schedule
+    WARM = "warm"                    # the returned schedule reuses the previous one
+    DECLINED = "declined"            # warm not tried or not paying: the schedule is cold's
+
+
+def warm_allowance_s(warm: Schedule) -> float | None:
+    """The warm allowance carried by ``warm``: :data:`WARM_SHARE` of its cold solve
+    time, at least :data:`WARM_FLOOR_S`; ``None`` when it carries none (a file written
+    without a report, a solve stopped at its time limit)."""
+    report = warm.report if isinstance(warm, Schedule) else None
+    if report is None or report.cold_seconds is None:
+        return None
+    return max(WARM_FLOOR_S, WARM_SHARE * report.cold_seconds)
+
+
+def _phase_one_seconds(topo: Topology) -> float:
+    """The measured proxy of a cold solve's time: this fabric's exact Phase 1 (every
+    cold solve runs it, so this is at most what cold costs)."""
+    t = time.perf_counter()
+    k0 = thread_kernel_seconds()
+    try:
+        optimal_rate(fabric_of(topo)[0])
+    except (MCCLError, ArithmeticError, ValueError):
+        pass                              # the solve itself reports an unusable fabric
+    return time.perf_counter() - t - (thread_kernel_seconds() - k0)
+
+
+@dataclass
+class WarmRoute:
+    """One solve's warm route (module doc).  ``warm``: the previous schedule while warm
+    steps may still run, ``None`` once declined; ``allowance``: seconds of warm solving
+    left of ``total``, the whole allowance; ``reason``: why the warm start was declined,
+    if it was; ``used``: seconds the warm steps took."""
+
+    warm: Schedule | None
+    allowance: float
+    total: float
+    reason: str | None = None
+    used: float = 0.0
+
+    @classmethod
+    def plan(cls, topo: Topology, warm: Schedule | None) -> "WarmRoute":
+        """The route for ``topo`` warm-started from ``warm``: cold without one, declined
+        at once when ``warm`` is of other GPUs (fewer than half of its GPUs are
+        ``topo``'s, or their number differs), else warm under the allowance."""
+        if warm is None:
+            return cls(None, 0.0, 0.0)
+        common = len(set(warm.gpus) & set(topo.gpus))
+        if len(warm.gpus) != topo.num_gpus or 2 * common < topo.num_gpus:
+            return cls(None, 0.0, 0.0, reason="unrelated: the previous schedule is of other GPUs")
+        allowance = warm_allowance_s(warm)
+        if allowance is None:
+            allowance = max(WARM_FLOOR_S, _phase_one_seconds(topo))
+        return cls(warm, allowance, allowance)
+
+    @property
+    def active(self) -> bool:
+        """Whether a warm step may still run."""
+        return self.warm is not None
+
+    def general_warm(self) -> Schedule | None:
+        """The previous schedule for the general method: only one it made itself (its
+        columns, or a file of its trees), else ``None`` (cold)."""
+        warm = self.warm
+        if warm is None:
+            return None
+        state = warm.warm_state
+        if isinstance(state, AllGatherWarmState) and state.columns is not None:
+            return warm
+        return warm if warm.report is not None and warm.report.method is Method.GENERAL \
+            and state is None else None
+
+    def attempt(self, step: str, method: Method, warm_step: Callable[[Schedule], T],
+                cold_step: Callable[[], T], attempts: list[Attempt] | None = None) -> T:
+        """``warm_step(previous)`` as a stage of the allowance left, ``cold_step()`` when
+        the route is not warm any more or past the allowance (then the route is
+        declined, recorded in ``attempts`` as ``method``)."""
+        if self.warm is not None and self.allowance <= 0:
+            self.decline(f"the warm allowance of {self.total:.3g} s was spent before {step}")
+        if self.warm is None:
+            return cold_step()
+        t, k0 = time.perf_counter(), thread_kernel_seconds()
+        result, expired = anytime.stage(self.allowance, lambda: warm_step(self.warm))
+        took = time.perf_counter() - t
+        self.used += took - (thread_kernel_seconds() - k0)
+        self.allowance = max(0.0, self.total - self.used)
+        if not expired:
+            return result                 # type: ignore[return-value]
+        self.decline(f"the warm allowance of {self.total:.3g} s was spent in {step}")
+        if attempts is not None:
+            attempts.append(Attempt(method, took, f"declined: {self.reason}"))
+        return cold_step()
+
+    def decline(self, reason: str) -> None:
+        """Run every later step cold, saying why (the first reason is kept)."""
+        self.warm = None
+        self.reason = self.reason or reason
+
+    def taken(self, use: WarmUse) -> RouteTaken:
+        """The route the returned schedule took, from its warm use."""
+        if use is WarmUse.COLD:
+            return RouteTaken.DECLINED if self.total or self.reason else RouteTaken.COLD
+        return RouteTaken.DECLINED if use is WarmUse.DECLINED else RouteTaken.WARM

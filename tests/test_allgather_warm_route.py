@@ -1,0 +1,165 @@
+"""The AllGather warm route (``mccl_opt.allgather.warm.route``; docs/allgather.md, *Warm
+never slower than cold*).
+
+* over event chains on several small fabric families, a warm re-synthesis at
+  ``max_chunks=None`` is valid and reaches cold's rate, and its report names the route;
+* a warm start from a schedule of other GPUs is declined at once and reaches cold's rate;
+* one allowance per solve: a warm step past it is declined once, and the later warm-started
+  methods of the chain run cold (each had its own budget before);
+* the general method is warm-started from its own columns only, never from ForestColl's trees;
+* a previous schedule without a cold time gets a measured allowance, not none.
+
+No test here times anything: a warm step made slow on purpose checks what the solve returns.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import numpy as np
+import pytest
+
+import mccl_opt as mo
+from instances import hpn
+from instances.aggregation import leaf_spine, multi_spine, shared_aggregation, superpod
+from mccl_opt import anytime
+from mccl_opt.allgather import chain, solve as ag_solve
+from mccl_opt.allgather.warm import certify, route as warm_route
+from mccl_opt.report import Method, WarmUse
+
+from .oracle_allgather import check_schedule
+
+FAMILIES = [hpn(1, 2, 4), shared_aggregation(2, 2, 4), leaf_spine(2, 2, 4),
+            superpod(2, 2, 4, rails_per_leaf=2), multi_spine(2, 2, 2, spines=2)]
+
+#: a one-way NIC degradation on HPN 1x2x4 that the weaker-direction fabric and then the
+#: balanced restriction solve (two warm-started ForestColl runs in one solve)
+ONE_WAY = {("s0h0g0", "s0h0nvs"): 180.0}
+
+
+def _events(base: mo.Topology, seed: int, steps: int = 3):
+    """One-way and two-way degradations (odd factors) and repairs of random cables."""
+    rng = np.random.default_rng(seed)
+    healthy = {(l.src, l.dst): l.capacity_gbps for l in base.links}
+    topo = base
+    for _ in range(steps):
+        link = base.links[int(rng.integers(base.num_links))]
+        kind = str(rng.choice(["one-way", "two-way", "repair"]))
+        if kind == "repair":
+            gbps = healthy[link.src, link.dst]
+        else:
+            gbps = round(link.capacity_gbps * float(rng.choice([0.05, 0.25, 0.5, 0.37])), 3)
+        changes = {(link.src, link.dst): gbps}
+        if kind != "one-way" and (link.dst, link.src) in healthy:
+            changes[link.dst, link.src] = gbps if kind == "two-way" else healthy[link.dst, link.src]
+        topo = topo.with_capacity(changes)
+        yield topo
+
+
+def _route_agrees(sched: mo.Schedule) -> None:
+    """``stats["warm_route"]`` and ``report.warm`` tell the same story."""
+    route = sched.stats["warm_route"]
+    if sched.report.warm is WarmUse.COLD:
+        assert route == "cold"
+    elif sched.report.warm is WarmUse.DECLINED:
+        assert route == "declined" and sched.stats["warm_declined"]
+    else:
+        assert route == "warm"
+
+
+@pytest.mark.parametrize("base", FAMILIES, ids=lambda t: t.name)
+@pytest.mark.parametrize("seed", [0, 1])
+def test_warm_reaches_cold_rate_over_event_chains(base, seed):
+    prev = mo.solve_allgather(base, max_chunks=None)
+    assert prev.stats["warm_route"] == "cold"
+    routes = []
+    for topo in _events(base, seed):
+        cold = mo.solve_allgather(topo, max_chunks=None)
+        warm = mo.solve_allgather(topo, warm=prev, max_chunks=None)
+        mo.validate(topo, warm)
+        check_schedule(topo, warm, None)
+        assert warm.rate_gbps == pytest.approx(cold.rate_gbps, rel=1e-9)
+        _route_agrees(warm)
+        routes.append(warm.stats["warm_route"])
+        prev = warm
+    assert set(routes) <= {"warm", "declined"} and "warm" in routes
+
+
+@pytest.mark.parametrize("other", [hpn(1, 2, 2), leaf_spine(2, 1, 4)], ids=lambda t: t.name)
+def test_a_warm_start_from_unrelated_trees_is_declined(other):
+    topo = hpn(1, 2, 4).with_capacity(ONE_WAY)
+    unrelated = mo.solve_allgather(other, max_chunks=None)
+    cold = mo.solve_allgather(topo, max_chunks=None)
+    warm = mo.solve_allgather(topo, warm=unrelated, max_chunks=None)
+    mo.validate(topo, warm)
+    assert warm.rate_gbps == pytest.approx(cold.rate_gbps, rel=1e-9)
+    assert warm.report.warm is WarmUse.DECLINED and warm.stats["warm_route"] == "declined"
+    assert warm.stats["warm_declined"].startswith("unrelated")
+    assert warm.report.cold_seconds is not None       # measured again for the next start
+
+
+@pytest.mark.warm_budget
+def test_one_allowance_per_solve(monkeypatch):
+    """The first warm guess overruns the allowance: it is declined once, and the
+    balanced restriction's ForestColl later in the chain does not try its own guess."""
+    base = hpn(1, 2, 4)
+    old = mo.solve_allgather(base, max_chunks=None)
+    topo = base.with_capacity(ONE_WAY)
+    cold = mo.solve_allgather(topo, max_chunks=None)
+    assert [a.method for a in cold.report.attempts] == [
+        Method.WEAKER_DIRECTIONS, Method.BALANCED_RESTRICTION]
+    calls = []
+    real_guess = certify.warm_guess
+
+    def slow_guess(run):
+        calls.append(run.topo.name)
+        time.sleep(warm_route.WARM_FLOOR_S + 0.03)
+        anytime.check("a warm guess made slow on purpose")
+        return real_guess(run)
+
+    monkeypatch.setattr(ag_solve, "warm_guess", slow_guess)
+    old.report = dataclasses.replace(old.report, cold_seconds=0.0)     # allowance: the floor
+    warm = mo.solve_allgather(topo, warm=old, max_chunks=None)
+    assert len(calls) == 1
+    declined = [a for a in warm.report.attempts if a.outcome.startswith("declined: the warm")]
+    assert len(declined) == 1
+    assert warm.report.warm is WarmUse.DECLINED and warm.stats["warm_route"] == "declined"
+    assert warm.rate_gbps == pytest.approx(cold.rate_gbps, rel=1e-9)
+    mo.validate(topo, warm)
+
+
+def test_the_general_method_warm_starts_from_its_own_columns_only(monkeypatch):
+    monkeypatch.setattr(chain, "solve_by_restriction", lambda *args, **kwargs: None)
+    base = hpn(1, 2, 4)
+    forestcoll = mo.solve_allgather(base, max_chunks=None)
+    topo = base.with_capacity(ONE_WAY)
+    from_trees = mo.solve_allgather(topo, warm=forestcoll, max_chunks=None)
+    assert from_trees.report.method is Method.GENERAL
+    assert from_trees.stats["warm_columns"] == 0                  # ForestColl's trees unused
+    assert from_trees.report.warm is WarmUse.DECLINED
+    later = topo.with_capacity({("s0h1g2", "s0tor2"): 150.0})
+    cold = mo.solve_allgather(later, max_chunks=None)
+    warm = mo.solve_allgather(later, warm=from_trees, max_chunks=None)
+    assert warm.report.method is Method.GENERAL
+    assert warm.stats["warm_columns"] > 0 and warm.report.warm is WarmUse.COLUMNS
+    assert warm.stats["warm_route"] == "warm"
+    assert warm.rate_gbps == pytest.approx(cold.rate_gbps, rel=1e-9)
+    mo.validate(later, warm)
+
+
+@pytest.mark.warm_budget
+def test_a_previous_schedule_without_its_cold_time_gets_a_measured_allowance():
+    """A schedule written without a report carries no cold time: the allowance is the
+    measured proxy (this fabric's exact Phase 1), not unbounded, and the warm start runs."""
+    base = hpn(1, 2, 4)
+    bare = dataclasses.replace(mo.solve_allgather(base, max_chunks=None), report=None)
+    assert warm_route.warm_allowance_s(bare) is None
+    topo = base.with_capacity({("s0h1g2", "s0tor2"): 150.0, ("s0tor2", "s0h1g2"): 150.0})
+    route = warm_route.WarmRoute.plan(topo, bare)
+    assert route.active and warm_route.WARM_FLOOR_S <= route.total < float("inf")
+    warm = mo.solve_allgather(topo, warm=bare, max_chunks=None)
+    assert warm.rate_gbps == pytest.approx(mo.solve_allgather(topo, max_chunks=None).rate_gbps,
+                                           rel=1e-9)
+    _route_agrees(warm)
+    mo.validate(topo, warm)
