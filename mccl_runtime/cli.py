@@ -327,7 +327,8 @@ def _check_serve_flags(args: argparse.Namespace) -> None:
 
 def _announce(svc, args: argparse.Namespace, frontends: list, errors: list) -> None:
     """Print the controller's endpoints once bound, then start its front ends (a front
-    end that does not start stops the controller, its error in ``errors``)."""
+    end that does not start stops the controller, its error in ``errors``, unless the
+    controller was asked to stop meanwhile: its front ends then find no controller)."""
     svc.ready.wait()
     if svc.endpoint is not None:            # None: binding failed, the error follows
         print(f"controller on {svc.endpoint} (publisher {svc.pub_endpoint}), topology {svc.store.topo.name}"
@@ -340,7 +341,8 @@ def _announce(svc, args: argparse.Namespace, frontends: list, errors: list) -> N
             try:
                 frontends.extend(start_frontends(args, svc.endpoint))
             except MCCLError as exc:
-                errors.append(exc)
+                if not svc.stopping:        # a stop asked while they started is no error
+                    errors.append(exc)
                 svc.stop()
 
 

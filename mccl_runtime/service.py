@@ -167,6 +167,11 @@ class ControllerService:
         """Ask the loop to finish (safe from signal handlers and other threads)."""
         self._stop.set()
 
+    @property
+    def stopping(self) -> bool:
+        """Whether :meth:`stop` was asked."""
+        return self._stop.is_set()
+
     def serve_forever(self, poll_ms: int = 20) -> None:
         """Run until :meth:`stop`; always tries a last state write (``final_write_ok``
         says whether it worked) and closes the sockets."""
