@@ -64,6 +64,7 @@ class TreeCGResult:
     status: str                    # "optimal" | "time_limit" | "stalled"
     rounds: int
     lp_seconds: float = 0.0
+    first_lp_seconds: float = 0.0  # the first master solve's share of ``lp_seconds``
     pricing_seconds: float = 0.0
     iterations: int = 0
     dropped: int = 0
@@ -183,7 +184,7 @@ def tree_column_generation(topo: Topology, backend: Backend, capacity: np.ndarra
     best_bound = np.inf if upper_bound is None else float(upper_bound)
     center: np.ndarray | None = None        # the prices of the best bound so far
     history: list[tuple[float, float]] = []
-    lp_s = pr_s = 0.0
+    lp_s = pr_s = first_lp_s = 0.0
     iters = dropped = 0
     status = "stalled"
     pt: MasterPoint | None = None
@@ -192,6 +193,7 @@ def tree_column_generation(topo: Topology, backend: Backend, capacity: np.ndarra
         t0 = time.perf_counter()
         pt = master.solve(f"AllGather column generation, round {rnd}", options.method)
         lp_s += time.perf_counter() - t0
+        first_lp_s = first_lp_s or lp_s
         iters += pt.iterations
         if best_bound - pt.x <= options.rel_tol * max(pt.x, 1e-300):
             history.append((pt.x, best_bound))
@@ -231,5 +233,5 @@ def tree_column_generation(topo: Topology, backend: Backend, capacity: np.ndarra
             age, pt.w = age[~stale], pt.w[~stale]
     if pt is None:
         raise InputError("TreeCGOptions.max_rounds must be at least 1")
-    return TreeCGResult(pool, pt.w, pt.x, max(best_bound, pt.x), status, rnd, lp_s, pr_s, iters,
-                    dropped, history)
+    return TreeCGResult(pool, pt.w, pt.x, max(best_bound, pt.x), status, rnd, lp_s, first_lp_s,
+                        pr_s, iters, dropped, history)
