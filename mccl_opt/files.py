@@ -29,7 +29,8 @@ from typing import Any
 from .errors import MCCLError
 
 __all__ = ["read_json", "read_bounded", "MAX_FILE_BYTES", "write_json", "check_output_path", "has_digit_run", "MAX_DEPTH",
-           "MAX_INT_DIGITS", "MAX_JSON_BYTES", "too_deep"]
+           "MAX_INT_DIGITS", "MAX_JSON_BYTES", "too_deep", "nesting", "unique_keys",
+           "RepeatedKey"]
 
 #: nesting depth of a file (the deepest the project writes, an AllGather edge path, is 5)
 MAX_DEPTH = 64
@@ -58,21 +59,8 @@ class _LongInteger(ValueError):
     pass
 
 
-class _RepeatedKey(ValueError):
-    pass
-
-
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """A JSON object whose keys are all different (Python's ``json`` keeps the last of a
-    repeated key silently: a hand-edited file would mean what its reader did not see)."""
-    obj = dict(pairs)
-    if len(obj) < len(pairs):
-        seen: set[str] = set()
-        for key, _ in pairs:
-            if key in seen:
-                raise _RepeatedKey(f"the key {key[:60]!r} appears twice in one object; keep one")
-            seen.add(key)
-    return obj
+class RepeatedKey(ValueError):
+    """A JSON object with a key twice (:func:`unique_keys`)."""
 
 
 def _parse_int(text: str) -> int:
@@ -82,18 +70,43 @@ def _parse_int(text: str) -> int:
 
 
 def too_deep(obj: Any, limit: int = MAX_DEPTH) -> bool:
-    """Whether containers nest deeper than ``limit`` (an explicit stack, no recursion;
-    a container's element types are collected in one C-level pass, so the long lists
-    of numbers of schedule files cost little)."""
+    """Whether containers nest deeper than ``limit`` (:func:`nesting`)."""
+    return nesting(obj, limit)[0]
+
+
+def nesting(obj: Any, limit: int = MAX_DEPTH) -> tuple[bool, int]:
+    """``(deeper than limit, keys)``: whether containers nest deeper than ``limit``, and
+    how many keys the objects hold in all (an explicit stack, no recursion; a
+    container's element types are collected in one C-level pass, so the long lists of
+    numbers of schedule files cost little; every container is visited once)."""
     stack = [(obj, 1)] if isinstance(obj, (dict, list)) else []
+    keys = 0
     while stack:
         o, depth = stack.pop()
-        values = o.values() if isinstance(o, dict) else o
+        if isinstance(o, dict):
+            keys += len(o)
+            values = o.values()
+        else:
+            values = o
         if any(issubclass(k, (dict, list)) for k in set(map(type, values))):
             if depth >= limit:
-                return True
+                return True, keys
             stack.extend((v, depth + 1) for v in values if isinstance(v, (dict, list)))
-    return False
+    return False, keys
+
+
+def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object whose keys are all different (an ``object_pairs_hook``; Python's
+    ``json`` keeps the last of a repeated key silently: a hand-edited file, or a message,
+    would mean what its reader did not see).  Raises :class:`RepeatedKey`."""
+    obj = dict(pairs)
+    if len(obj) < len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise RepeatedKey(f"the key {key[:60]!r} appears twice in one object; keep one")
+            seen.add(key)
+    return obj
 
 
 def read_bounded(path: str | Path, error: type[MCCLError], what: str, limit: int = MAX_FILE_BYTES) -> bytes:
@@ -148,10 +161,10 @@ def read_json(path: str | Path, error: type[MCCLError], what: str) -> Any:
         raise error(f"{path}: not UTF-8 text (byte {exc.start}); is it a {what} file?") from None
     try:
         long_digits = has_digit_run(raw, MAX_INT_DIGITS)
-        data = json.loads(text, parse_int=_parse_int if long_digits else None, object_pairs_hook=_unique_keys)
+        data = json.loads(text, parse_int=_parse_int if long_digits else None, object_pairs_hook=unique_keys)
     except RecursionError:
         raise error(f"{path}: JSON nested deeper than {MAX_DEPTH} levels") from None
-    except (_LongInteger, _RepeatedKey) as exc:
+    except (_LongInteger, RepeatedKey) as exc:
         raise error(f"{path}: {exc}") from None
     except json.JSONDecodeError as exc:
         raise error(f"{path}: malformed JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None

@@ -55,7 +55,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from mccl_opt.errors import InputError, MCCLError
-from mccl_opt.files import has_digit_run, read_bounded, too_deep
+from mccl_opt.files import RepeatedKey, has_digit_run, nesting, read_bounded, unique_keys
 
 __all__ = ["VERSION", "REQUESTS", "MUTATING", "REPLIES", "MAX_MESSAGE_BYTES", "MAX_REQUEST_BYTES",
            "MAX_BATCH_SAMPLES", "MAX_DEPTH", "MAX_INT_DIGITS", "REPLAY_WINDOW_S", "MAX_CLIENTS",
@@ -261,6 +261,10 @@ def _parse_int(text: str) -> int:
 
 
 _SIGNED = ("ts", "nonce", "epoch", "client", "seq")
+#: parsers of a message's text: any, one with a long run of digits, one with a key twice
+_DECODE = json.JSONDecoder().decode
+_DECODE_LONG = json.JSONDecoder(parse_int=_parse_int).decode
+_DECODE_UNIQUE = json.JSONDecoder(parse_int=_parse_int, object_pairs_hook=unique_keys).decode
 
 
 def _sign(key: bytes, v: Any, type_: str, body: Any, fields: Mapping[str, Any],
@@ -298,7 +302,8 @@ def decode(raw: bytes, key: bytes | None = None, types: tuple[str, ...] | None =
            frames: tuple[bytes, ...] = ()) -> Message:
     """Parse and check one message (``frames``: the binary frames that followed its
     header, which the signature covers); raises :class:`ProtocolError` with a reason:
-    ``too_large``, ``malformed_json`` (also too deep or an over-long integer),
+    ``too_large``, ``malformed_json`` (also not UTF-8, too deep, an over-long integer or
+    a key twice in one object),
     ``bad_envelope``, ``unsupported_version``, ``unknown_type``, ``unsigned``,
     ``bad_signature``, and with a ``guard``, ``stale`` or ``replayed``.  Nothing else
     escapes, whatever the bytes."""
@@ -306,15 +311,20 @@ def decode(raw: bytes, key: bytes | None = None, types: tuple[str, ...] | None =
         raise ProtocolError("too_large", f"message of {len(raw)} bytes exceeds {max_bytes}")
     try:
         # each integer literal is checked only if the message has a run of digits that long
-        data = json.loads(raw, parse_int=_parse_int) if has_digit_run(raw, MAX_INT_DIGITS) \
-            else json.loads(raw)
+        text = raw.decode("utf-8")          # only UTF-8 (json.loads would take UTF-16 and -32 too)
+        data = (_DECODE_LONG if has_digit_run(raw, MAX_INT_DIGITS) else _DECODE)(text)
+        if not isinstance(data, dict) or not {"v", "type", "body"} <= set(data) or not isinstance(data["body"], dict):
+            raise ProtocolError("bad_envelope", 'a message must be {"v": 3, "type": ..., "body": {...}, "sig": ...}')
+        deep, keys = nesting(data, MAX_DEPTH)
+        if keys != raw.count(b":"):       # a key twice, or a ':' in a string: parse again to tell
+            _DECODE_UNIQUE(text)
     except RecursionError:
         raise ProtocolError("malformed_json", f"message nests deeper than {MAX_DEPTH} levels") from None
+    except RepeatedKey as exc:
+        raise ProtocolError("malformed_json", f"message is not accepted JSON: {exc}") from None
     except (UnicodeDecodeError, ValueError) as exc:
         raise ProtocolError("malformed_json", f"message is not JSON: {brief(str(exc), 80)}") from None
-    if not isinstance(data, dict) or not {"v", "type", "body"} <= set(data) or not isinstance(data["body"], dict):
-        raise ProtocolError("bad_envelope", 'a message must be {"v": 3, "type": ..., "body": {...}, "sig": ...}')
-    if too_deep(data, MAX_DEPTH):
+    if deep:
         raise ProtocolError("malformed_json", f"message nests deeper than {MAX_DEPTH} levels")
     if data["v"] != VERSION:
         raise ProtocolError("unsupported_version", f"protocol version {brief(data['v'])} is not supported "

@@ -1,0 +1,150 @@
+"""Hostile input, fourth pass (issue 27): the remainders of the third pass and cases of
+our own beyond them, each failing on the code of 2026-12-06 before its fix
+(docs/runtime.md, "Hostile-input audit, fourth pass").  Every case ends in one typed
+error (an error reply, exit status 2 with one ``error:`` line), never in a traceback, a
+hang or a silent acceptance."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import numpy as np
+import pytest
+
+import mccl_runtime.client as client_mod
+from mccl_runtime.columns import ColumnBatch
+from mccl_runtime.protocol import ProtocolError, decode, encode, new_id
+from mccl_runtime.telemetry import MeasurementStore
+from tests.test_hostile_replay import _hold, _pub_sub
+from tests.test_runtime_manager import TOPO
+from tests.test_runtime_service import KEY
+
+ALPHA = 0.5
+
+
+# ------------------------------------------------------------------ protocol messages
+def _raw(body_text: str, head: str = '"v":3,"type":"telemetry"') -> bytes:
+    return ("{" + head + ',"body":' + body_text + "}").encode()
+
+
+@pytest.mark.parametrize("raw, words", [
+    (_raw('{"samples":[]}', '"v":3,"type":"ping","type":"telemetry"'), "'type' appears twice"),
+    (_raw('{"samples":[{"kind":"link","kind":"pair"}]}'), "'kind' appears twice"),
+    (_raw('{"samples":[],"note":"a:b","samples":[]}'), "'samples' appears twice"),   # a ':' in a string too
+    ('{"v":3,"type":"ping","body":{}}'.encode("utf-16"), "not JSON"),                 # json.loads takes UTF-16
+    ('{"v":3,"type":"ping","body":{}}'.encode("utf-32"), "not JSON"),
+    (b'{"v":3,"type":"ping","body":{"c":"\xed\xa0\x80"}}', "not JSON"),               # a surrogate in UTF-8
+    (b'{"v":3,"type":"ping","body":{"c":"\xc0\xaf"}}', "not JSON"),                   # an overlong '/'
+    (b"\xef\xbb\xbf" + b'{"v":3,"type":"ping","body":{}}', "not JSON"),               # a byte-order mark
+])
+def test_a_message_with_a_key_twice_or_not_utf8_is_refused(raw, words):
+    """A JSON object with a key twice was read with the last value winning (the signature
+    covers the parsed body, so what a sender meant and what the receiver applied could
+    differ); UTF-16/32 messages and UTF-8 surrogates (``json.loads`` decodes bytes with
+    ``surrogatepass``) were read too."""
+    with pytest.raises(ProtocolError, match=words) as err:
+        decode(raw)
+    assert err.value.reason == "malformed_json"
+
+
+def test_a_colon_in_a_string_is_no_repeated_key():
+    """The repeated-key check counts ':' bytes against the keys parsed; a string holding
+    ':' (an endpoint) takes the careful parse and is accepted."""
+    msg = decode(encode("ok", {"pub": "tcp://127.0.0.1:5555", "epoch": "a:b:c"}))
+    assert msg.body == {"pub": "tcp://127.0.0.1:5555", "epoch": "a:b:c"}
+
+
+# ------------------------------------------------------------------ folded telemetry
+def _folded(rows: list[tuple[int, float, float, int]]) -> ColumnBatch:
+    """A folded batch of link rows ``(link, gbps, t, count)``."""
+    links, gbps, ts, counts = zip(*rows)
+    b = ColumnBatch.build(TOPO, [0] * len(rows), list(links), [0] * len(rows), list(gbps), list(ts))
+    return ColumnBatch(b.kind, b.a, b.b, b.gbps, b.t, links=b.links, gpus=b.gpus,
+                       count=np.array(counts, dtype=np.uint32), alpha=ALPHA)
+
+
+def test_refused_folded_rows_count_once_whatever_their_count():
+    """A key holder's refused rows (NaN, negative, from the future, too old, above
+    nominal) added their ``count`` (up to 2^32-1 each) to
+    the ``rejected`` counters: ``stats`` could be inflated at will.  Now a refused row
+    counts once; an applied row still counts the samples it stands for."""
+    store, now, big = MeasurementStore(TOPO, alpha=ALPHA), 1000.0, (1 << 32) - 1
+    assert store.ingest_columns(_folded([(0, 10.0, now - 2.0, 5)]), now=now).accepted == 5
+    report = store.ingest_columns(_folded([
+        (1, float("nan"), now, big), (2, -1.0, now, big), (3, 10.0, now + 3600.0, big),
+        (4, 10.0, now - 3600.0, big), (5, 1e9, now, big)]), now=now)
+    assert report.accepted == 0
+    assert report.rejected == {"nan": 1, "negative": 1, "future": 1, "too_old": 1, "above_nominal": 1}
+    assert sum(store.rejected.values()) == 5
+
+
+# ------------------------------------------------------------------ subscriber epochs
+class _FakeController:
+    """Stands in for ``ControllerClient`` in a subscription's epoch check: its ``ping``
+    names ``epoch`` (what a restarted controller would answer) and is counted."""
+    epoch = ""
+    pings = 0
+
+    def __init__(self, *a, **k) -> None:
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        pass
+
+    def ping(self) -> dict:
+        type(self).pings += 1
+        return {"epoch": type(self).epoch}
+
+
+def test_a_publication_of_the_previous_start_is_refused_right_after_a_restart(monkeypatch):
+    """A subscriber trusted the controller's answer "my epoch is E" for a second: a
+    publication of E captured before a restart and replayed within that second of the
+    last check was taken (issue 27's remainder).  Now an answer covers only the
+    publications read before its ``ping`` was sent, and one ``ping`` covers a burst."""
+    monkeypatch.setattr(client_mod, "ControllerClient", _FakeController)
+    old, new = new_id(), new_id()
+    _FakeController.epoch, _FakeController.pings = old, 0
+    pub, sub = _pub_sub(epoch=old, controller="ipc://unused")
+    try:
+        captured = encode("hold", _hold(version=3), KEY, epoch=old, seq=2)     # recorded, not delivered
+        pub.send_multipart([b"schedule", encode("hold", _hold(), KEY, epoch=old, seq=1)])
+        assert sub.recv_any(2.0) is not None and _FakeController.pings == 1
+        _FakeController.epoch = new                                           # the controller restarts
+        pub.send_multipart([b"schedule", captured])                           # replayed at once
+        assert sub.recv_any(0.5) is None and sub.rejected == 1
+        for seq in (1, 2, 3):                                                 # the new start's burst
+            pub.send_multipart([b"schedule", encode("hold", _hold(version=3 + seq), KEY, epoch=new, seq=seq)])
+        time.sleep(0.3)
+        got = [sub.recv_any(1.0) for _ in range(3)]
+        assert [g.version for g in got] == [4, 5, 6] and _FakeController.pings == 3
+    finally:
+        sub.close()
+        pub.close(0)
+
+
+def test_a_silent_controller_is_asked_again_only_after_a_pause(monkeypatch):
+    """While the controller does not answer, publications are refused, and a flood of
+    them costs one ``ping`` per :data:`~mccl_runtime.client.EPOCH_CHECK_S`, not one each."""
+    class Down(_FakeController):
+        def ping(self) -> dict:
+            type(self).pings += 1
+            raise ProtocolError("timeout", "no reply")
+
+    monkeypatch.setattr(client_mod, "ControllerClient", Down)
+    Down.pings = 0
+    epoch = new_id()
+    pub, sub = _pub_sub(epoch=epoch, controller="ipc://unused")
+    try:
+        t0 = time.monotonic()
+        for seq in range(1, 21):
+            pub.send_multipart([b"schedule", encode("hold", _hold(), KEY, epoch=epoch, seq=seq)])
+            assert sub.recv_any(0.02) is None
+        assert sub.rejected == 20
+        assert Down.pings <= 1 + (time.monotonic() - t0) / client_mod.EPOCH_CHECK_S
+    finally:
+        sub.close()
+        pub.close(0)
