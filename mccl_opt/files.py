@@ -4,13 +4,15 @@ Every input file is read by :func:`read_bounded`: a regular file of at most
 :data:`MAX_FILE_BYTES` (a FIFO, ``/dev/zero`` or a folder is refused at once).
 Whatever a file holds, :func:`read_json` either returns the parsed document or raises
 the caller's :class:`~mccl_opt.errors.MCCLError` subclass with one message naming the
-file: unreadable, not UTF-8, malformed, nested deeper than :data:`MAX_DEPTH` levels, or
-holding an integer literal longer than :data:`MAX_INT_DIGITS` digits (which no count,
-capacity or share needs, and which would overflow a float later) or an object with a key
-twice.  A gzip-compressed
-file (recognised by its magic bytes, whatever its name) is decompressed first, up to
-:data:`MAX_JSON_BYTES` as a stream (a gzip bomb is refused at the cap, having cost
-no more memory than the cap); :func:`write_json` writes compact JSON, compressed when the
+file: unreadable, larger than :data:`MAX_JSON_BYTES`, too costly to parse (its
+:func:`parse_cost`, estimated from byte counts before parsing, above
+:data:`MAX_PARSE_BYTES`: ``[{},{},...]`` takes 50 times its size in memory), not UTF-8,
+malformed, nested deeper than :data:`MAX_DEPTH` levels, or holding an integer literal
+longer than :data:`MAX_INT_DIGITS` digits (which no count, capacity or share needs, and
+which would overflow a float later) or an object with a key twice.  A gzip-compressed
+file (recognised by its magic bytes, whatever its name) is decompressed first as a stream,
+refused as soon as it passes either limit (a gzip bomb costs no more memory than they
+allow); :func:`write_json` writes compact JSON, compressed when the
 file name ends in ``.gz``.
 :func:`check_output_path` refuses an output file that cannot be written before any
 work starts.
@@ -29,18 +31,33 @@ from typing import Any
 from .errors import MCCLError
 
 __all__ = ["read_json", "read_bounded", "MAX_FILE_BYTES", "write_json", "check_output_path", "has_digit_run", "MAX_DEPTH",
-           "MAX_INT_DIGITS", "MAX_JSON_BYTES", "too_deep", "nesting", "unique_keys",
+           "MAX_INT_DIGITS", "MAX_JSON_BYTES", "MAX_PARSE_BYTES", "TOPOLOGY_PARSE_BYTES",
+           "SMALL_PARSE_BYTES", "too_deep", "nesting", "unique_keys",
+           "parse_cost", "check_parse_cost",
            "RepeatedKey"]
 
 #: nesting depth of a file (the deepest the project writes, an AllGather edge path, is 5)
 MAX_DEPTH = 64
 #: digits of an integer literal
 MAX_INT_DIGITS = 30
-#: decompressed size of a gzip-compressed file (a 512-GPU schedule is a few MB, a
-#: 200k-link topology tens of MB); inflated as a stream and refused past it
+#: size of a JSON file, plain or decompressed (a 512-GPU schedule is a few MB, a 200k-link
+#: topology tens of MB); a gzip-compressed one is inflated as a stream and refused past it
 MAX_JSON_BYTES = 1 << 29
-#: size of any input file read (regular files only, :func:`read_bounded`)
+#: size of any input file read (regular files only, :func:`read_bounded`); a JSON file
+#: (plain or decompressed) is at most :data:`MAX_JSON_BYTES`
 MAX_FILE_BYTES = 1 << 30
+#: memory a JSON parse may take, as estimated before it starts (:func:`parse_cost`, 10-11
+#: times the size of the project's own files): schedules and controller state (an
+#: AllToAll schedule of 2048 GPUs is 186 MiB, 1.7 GiB by the estimate, 1.9 GB parsed)
+MAX_PARSE_BYTES = 4 << 30
+#: the same for a topology (a 200k-link one is tens of MB)
+TOPOLOGY_PARSE_BYTES = 1 << 30
+#: the same for small hand-written files: scenarios, workload profiles
+SMALL_PARSE_BYTES = 64 << 20
+#: :func:`parse_cost`'s bytes per value, per quote and per object or list
+VALUE_COST = 24
+QUOTE_COST = 32
+CONTAINER_COST = 160
 _GZIP_MAGIC = b"\x1f\x8b"
 _GZIP_WBITS = 16 + zlib.MAX_WBITS       # zlib's window bits for a gzip header and trailer
 _CHUNK = 1 << 20                        # bytes in and out per inflation step
@@ -148,36 +165,63 @@ def _read_upto(f: Any, size: int, most: int) -> bytes:
     return b"".join(parts)
 
 
-def read_json(path: str | Path, error: type[MCCLError], what: str) -> Any:
-    """Parse the JSON file ``path`` (:func:`read_bounded`); any failure raises ``error``
-    naming the file (``what`` says what the file should be, e.g. ``"topology"``)."""
+def parse_cost(raw: bytes | bytearray) -> int:
+    """An upper estimate of the memory (bytes) that parsing the JSON text ``raw`` takes,
+    from byte counts alone (C speed, nothing parsed): the text twice (bytes and ``str``)
+    and its share of the objects: :data:`VALUE_COST` per value (``,``), :data:`QUOTE_COST`
+    per ``"`` (a string is an object) and :data:`CONTAINER_COST` per object or list (``{``,
+    ``[``).  On the project's own files it is about 11 times their size; on hostile shapes
+    (``[{},{},...]`` takes 50 bytes of memory per byte of text) it is within 0.7-1.5 times
+    what the parse takes (docs/runtime.md, "Hostile-input audit, fourth pass")."""
+    return (4 * len(raw) + VALUE_COST * raw.count(b",") + QUOTE_COST * raw.count(b'"')
+            + CONTAINER_COST * (raw.count(b"{") + raw.count(b"[")))
+
+
+def check_parse_cost(raw: bytes | bytearray, what: str, error: type[MCCLError], most: int = MAX_PARSE_BYTES) -> None:
+    """Refuse a JSON text whose :func:`parse_cost` passes ``most`` bytes."""
+    cost = parse_cost(raw)
+    if cost > most:
+        raise error(f"{what}: {len(raw) >> 20} MiB of JSON holding {raw.count(b',')} values and "
+                    f"{raw.count(b'{') + raw.count(b'[')} objects/lists would take about {cost >> 20} MiB "
+                    f"to parse (at most {most >> 20} MiB for this kind of file); is it the right file?")
+
+
+def read_json(path: str | Path, error: type[MCCLError], what: str, max_cost: int = MAX_PARSE_BYTES) -> Any:
+    """Parse the JSON file ``path`` (:func:`read_bounded`, at most :data:`MAX_JSON_BYTES`,
+    and :func:`check_parse_cost` against ``max_cost`` before it is parsed); any failure
+    raises ``error`` naming the file (``what`` says what the file should be, e.g.
+    ``"topology"``)."""
     path = Path(path)
-    raw = read_bounded(path, error, what)
-    if raw[:2] == _GZIP_MAGIC:
-        raw = _gunzip(raw, path, error)
+    raw = read_bounded(path, error, what, MAX_JSON_BYTES)
+    raw = _gunzip(raw, path, error, max_cost) if raw[:2] == _GZIP_MAGIC else raw
+    check_parse_cost(raw, str(path), error, max_cost)
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise error(f"{path}: not UTF-8 text (byte {exc.start}); is it a {what} file?") from None
     try:
         long_digits = has_digit_run(raw, MAX_INT_DIGITS)
-        data = json.loads(text, parse_int=_parse_int if long_digits else None, object_pairs_hook=unique_keys)
+        data = json.loads(text, parse_int=_parse_int if long_digits else None)
+        deep, keys = nesting(data)
+        if keys != raw.count(b":"):           # a key twice, or a ':' in a string: parse again to tell
+            json.loads(text, parse_int=_parse_int, object_pairs_hook=unique_keys)
     except RecursionError:
         raise error(f"{path}: JSON nested deeper than {MAX_DEPTH} levels") from None
     except (_LongInteger, RepeatedKey) as exc:
         raise error(f"{path}: {exc}") from None
     except json.JSONDecodeError as exc:
         raise error(f"{path}: malformed JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
-    if too_deep(data):
+    if deep:
         raise error(f"{path}: JSON nested deeper than {MAX_DEPTH} levels")
     return data
 
 
-def _gunzip(raw: bytes, path: Path, error: type[MCCLError]) -> bytearray:
+def _gunzip(raw: bytes, path: Path, error: type[MCCLError], max_cost: int) -> bytearray:
     """Inflate gzip ``raw`` (one or more members) as a stream: at most :data:`_CHUNK`
     bytes out per step, refused as soon as the total passes :data:`MAX_JSON_BYTES`, so a
     gzip bomb (a few MB inflating to GBs) costs the cap in memory, never its full size."""
     out = bytearray()
+    cost = 0
     inflate = zlib.decompressobj(_GZIP_WBITS)
     view = memoryview(raw)
     try:
@@ -191,7 +235,11 @@ def _gunzip(raw: bytes, path: Path, error: type[MCCLError]) -> bytearray:
                     if tail[:2] != _GZIP_MAGIC:
                         raise error(f"{path}: damaged gzip data (not gzip after a member)")
                     inflate = zlib.decompressobj(_GZIP_WBITS)
-                out += inflate.decompress(data, _CHUNK)
+                piece = inflate.decompress(data, _CHUNK)
+                out += piece
+                cost += parse_cost(piece)
+                if cost > max_cost:
+                    check_parse_cost(out, str(path), error, max_cost)
                 if len(out) > MAX_JSON_BYTES:
                     raise error(f"{path}: decompresses to more than {MAX_JSON_BYTES >> 20} MiB "
                                 "(the most a schedule or topology file may hold); is it a gzip bomb?")

@@ -29,7 +29,7 @@ from typing import Any, Iterable, Mapping
 import numpy as np
 
 from .errors import InputError, TopologyError
-from .files import read_json
+from .files import TOPOLOGY_PARSE_BYTES, read_json
 from .parallel_links import METADATA_KEY, check_link_ids, merge_parallel
 
 __all__ = ["Node", "Link", "Topology", "TopologyArrays", "FORMAT_TAG", "MIN_CAPACITY_GBPS",
@@ -415,7 +415,7 @@ class Topology:
     def load(cls, path: str | Path) -> "Topology":
         """Read a ``mccl-topology/1`` JSON file."""
         path = Path(path)
-        data = read_json(path, TopologyError, "topology")
+        data = read_json(path, TopologyError, "topology", TOPOLOGY_PARSE_BYTES)
         try:
             return cls.from_dict(data)
         except TopologyError as exc:
