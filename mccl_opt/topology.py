@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import Any, Iterable, Mapping
+from unicodedata import is_normalized
 
 import numpy as np
 
@@ -37,6 +38,8 @@ __all__ = ["Node", "Link", "Topology", "TopologyArrays", "FORMAT_TAG", "MIN_CAPA
 
 FORMAT_TAG = "mccl-topology/1"
 NODE_KINDS = ("gpu", "switch")
+#: longest node id (generated ones are a dozen characters; error messages quote ids)
+MAX_ID_CHARS = 256
 
 
 @dataclass(frozen=True)
@@ -132,6 +135,10 @@ class Topology:
         for i, node in enumerate(self._nodes):
             if not isinstance(node.id, str) or not node.id:
                 raise TopologyError(f"node #{i}: id must be a non-empty string, got {node.id!r}")
+            if len(node.id) > MAX_ID_CHARS or not node.id.isprintable() or not is_normalized("NFC", node.id):
+                raise TopologyError(f"node #{i}: id {node.id[:40]!r} must be at most {MAX_ID_CHARS} printable "
+                                    "characters in Unicode NFC form (no control, format or bidi characters; "
+                                    "ids that look the same must be the same)")
             if node.kind not in NODE_KINDS:
                 raise TopologyError(
                     f"node {node.id!r}: kind must be one of {NODE_KINDS}, got {node.kind!r}")

@@ -231,3 +231,74 @@ def test_a_colon_in_a_file_string_is_no_repeated_key(tmp_path):
     f.write_text(json.dumps(data)[:-1] + ',"name":"c"}')
     with pytest.raises(TopologyError, match="'name' appears twice"):
         Topology.load(f)
+
+
+# ------------------------------------------------------------------ node ids
+@pytest.mark.parametrize("new_id, why", [
+    ("s0h0g0\n", "a newline (a forged log line)"),
+    ("s0h0\u202eg0", "a right-to-left override (shows another id)"),
+    ("s0h0\u200bg0", "a zero-width space (two ids that look the same)"),
+    ("s0h0ge\u0301", "NFD: e + combining accent, looks like the NFC 'é'"),
+    ("\ud800", "a lone surrogate (cannot be written as UTF-8)"),
+    ("g" * 257, "257 characters"),
+])
+def test_a_node_id_that_can_look_like_another_is_refused(capsys, tmp_path, new_id, why):
+    """Node ids were any non-empty string: control, format and bidi characters, ids that
+    normalise alike, lone surrogates (``print`` then raised ``UnicodeEncodeError``) and ids
+    of megabytes (quoted whole in error messages)."""
+    data = json.loads((ROOT / "instances" / "data" / "hpn-1x2x4.json").read_text())
+    old = data["nodes"][0]["id"]
+    data["nodes"][0]["id"] = new_id
+    for link in data["links"]:
+        link["src"], link["dst"] = (new_id if e == old else e for e in (link["src"], link["dst"]))
+    f = tmp_path / "t.json"
+    f.write_text(json.dumps(data))                      # ensure_ascii: a surrogate is written escaped
+    rc, err = _cli(capsys, "topo", "show", str(f))
+    assert rc == 2 and err.count("error:") == 1 and "printable characters in Unicode NFC form" in err, (why, err)
+    assert len(err) < 600
+
+
+# ------------------------------------------------------------------ the state file's owner
+def _saved_state(tmp_path) -> Path:
+    from tests.test_runtime_service import Server
+
+    state = tmp_path / "real" / "state.json"
+    state.parent.mkdir()
+    with Server(state_path=state) as svc:
+        svc.register("w", "ag", "allgather", 0.0)
+        assert svc.manager.wait_idle(10.0)
+    return state
+
+
+def test_a_state_that_another_user_could_have_planted_is_refused(tmp_path):
+    """A state file or version folder that is a symlink (the next atomic write replaced
+    the link and left the target stale), writable by group or others, or owned by
+    another user (in a shared folder another user could plant a state, which the
+    controller then served as its own) is refused with one message naming it."""
+    import os
+
+    from mccl_opt.errors import MCCLError
+    from mccl_runtime.state import load_state, versions_dir
+
+    state = _saved_state(tmp_path)
+    assert load_state(state, TOPO) is not None
+    link = tmp_path / "link.json"
+    link.symlink_to(state)
+    with pytest.raises(MCCLError, match="is a symlink"):
+        load_state(link, TOPO)
+    planted = tmp_path / "planted.json"                  # the same bytes, a version folder linked
+    planted.write_bytes(state.read_bytes())
+    planted.chmod(0o600)
+    versions_dir(planted).symlink_to(versions_dir(state))
+    with pytest.raises(MCCLError, match="folder .*is a symlink"):
+        load_state(planted, TOPO)
+    state.chmod(0o666)
+    with pytest.raises(MCCLError, match="written by group or others"):
+        load_state(state, TOPO)
+    state.chmod(0o600)
+    if os.geteuid() == 0:                                # only root can give a file away
+        os.chown(state, 12345, 12345)
+        with pytest.raises(MCCLError, match="belongs to user id 12345"):
+            load_state(state, TOPO)
+        os.chown(state, 0, 0)
+    assert load_state(state, TOPO) is not None
