@@ -38,8 +38,15 @@ __all__ = ["Node", "Link", "Topology", "TopologyArrays", "FORMAT_TAG", "MIN_CAPA
 
 FORMAT_TAG = "mccl-topology/1"
 NODE_KINDS = ("gpu", "switch")
-#: longest node id (generated ones are a dozen characters; error messages quote ids)
+#: longest node id or topology name (generated ones are a few dozen characters; they are
+#: printed and quoted in error messages)
 MAX_ID_CHARS = 256
+
+
+def _plain_text(text: str) -> bool:
+    """At most :data:`MAX_ID_CHARS` printable characters in NFC: no control, escape,
+    format or bidi character, no lone surrogate, and one spelling for what looks alike."""
+    return len(text) <= MAX_ID_CHARS and text.isprintable() and is_normalized("NFC", text)
 
 
 @dataclass(frozen=True)
@@ -132,10 +139,13 @@ class Topology:
 
     # ------------------------------------------------------------------ validation
     def _validate(self) -> None:
+        if not _plain_text(self._name):
+            raise TopologyError(f"the topology's name {self._name[:40]!r} must be at most {MAX_ID_CHARS} printable "
+                                "characters in Unicode NFC form (it is printed: no control, escape or bidi characters)")
         for i, node in enumerate(self._nodes):
             if not isinstance(node.id, str) or not node.id:
                 raise TopologyError(f"node #{i}: id must be a non-empty string, got {node.id!r}")
-            if len(node.id) > MAX_ID_CHARS or not node.id.isprintable() or not is_normalized("NFC", node.id):
+            if not _plain_text(node.id):
                 raise TopologyError(f"node #{i}: id {node.id[:40]!r} must be at most {MAX_ID_CHARS} printable "
                                     "characters in Unicode NFC form (no control, format or bidi characters; "
                                     "ids that look the same must be the same)")

@@ -333,7 +333,7 @@ def decode(raw: bytes, key: bytes | None = None, types: tuple[str, ...] | None =
         raise ProtocolError("malformed_json", f"message is not JSON: {brief(str(exc), 80)}") from None
     if deep:
         raise ProtocolError("malformed_json", f"message nests deeper than {MAX_DEPTH} levels")
-    if data["v"] != VERSION:
+    if type(data["v"]) is not int or data["v"] != VERSION:         # not 3.0, not true
         raise ProtocolError("unsupported_version", f"protocol version {brief(data['v'])} is not supported "
                                                    f"(this is {VERSION})")
     type_ = data["type"]

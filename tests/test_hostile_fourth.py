@@ -302,3 +302,32 @@ def test_a_state_that_another_user_could_have_planted_is_refused(tmp_path):
             load_state(state, TOPO)
         os.chown(state, 0, 0)
     assert load_state(state, TOPO) is not None
+
+
+@pytest.mark.parametrize("name", ["x\u202e\n\x1b[31mred", "\udc80bad", "x" * 300])
+def test_a_topology_name_that_would_print_escapes_is_refused(capsys, tmp_path, name):
+    """``topo show`` printed a topology's name as read: a terminal escape sequence, a
+    newline and a bidi override reached the user's terminal, a lone surrogate was written
+    out as an invalid UTF-8 byte, and a name of a megabyte was printed whole."""
+    data = json.loads((ROOT / "instances" / "data" / "hpn-1x2x4.json").read_text())
+    data["name"] = name
+    f = tmp_path / "t.json"
+    f.write_text(json.dumps(data))
+    rc, err = _cli(capsys, "topo", "show", str(f))
+    assert rc == 2 and err.count("error:") == 1 and "topology's name" in err, err
+    assert "\x1b" not in err and len(err) < 600
+
+
+def test_a_protocol_version_or_name_in_another_spelling_is_refused():
+    """``"v": 3.0`` was taken for version 3; a communicator named ``"w"`` + a combining
+    accent (NFD) was registered next to one that looks the same."""
+    with pytest.raises(ProtocolError) as err:
+        decode(b'{"v":3.0,"type":"ping","body":{}}')
+    assert err.value.reason == "unsupported_version"
+    from tests.test_runtime_service import Server
+
+    with Server() as svc:
+        with pytest.raises(ProtocolError, match="NFC") as err:
+            svc.register("w\u0301", "ag", "allgather", 0.0)
+        assert err.value.reason == "bad_body"
+        assert svc.register("\u1e83", "ag", "allgather", 0.0) == ["ag"]          # the NFC spelling
