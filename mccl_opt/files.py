@@ -32,7 +32,7 @@ from .errors import MCCLError
 
 __all__ = ["read_json", "read_bounded", "MAX_FILE_BYTES", "write_json", "check_output_path", "has_digit_run", "MAX_DEPTH",
            "MAX_INT_DIGITS", "MAX_JSON_BYTES", "MAX_PARSE_BYTES", "TOPOLOGY_PARSE_BYTES",
-           "SMALL_PARSE_BYTES", "too_deep", "nesting", "unique_keys",
+           "SMALL_PARSE_BYTES", "too_deep", "nesting", "unique_keys", "has_repeated_key",
            "parse_cost", "check_parse_cost",
            "RepeatedKey"]
 
@@ -93,9 +93,9 @@ def too_deep(obj: Any, limit: int = MAX_DEPTH) -> bool:
 
 def nesting(obj: Any, limit: int = MAX_DEPTH) -> tuple[bool, int]:
     """``(deeper than limit, keys)``: whether containers nest deeper than ``limit``, and
-    how many keys the objects hold in all (an explicit stack, no recursion; a
-    container's element types are collected in one C-level pass, so the long lists of
-    numbers of schedule files cost little; every container is visited once)."""
+    how many keys the objects hold in all (an explicit stack, no recursion; a container's
+    element types are collected in one C-level pass, so the long lists of numbers of
+    schedule files cost little; every container is visited once)."""
     stack = [(obj, 1)] if isinstance(obj, (dict, list)) else []
     keys = 0
     while stack:
@@ -110,6 +110,30 @@ def nesting(obj: Any, limit: int = MAX_DEPTH) -> tuple[bool, int]:
                 return True, keys
             stack.extend((v, depth + 1) for v in values if isinstance(v, (dict, list)))
     return False, keys
+
+
+def string_colons(obj: Any) -> int:
+    """The ``:`` inside the keys and strings of ``obj`` (with :func:`nesting`'s key count,
+    the ``:`` a JSON text of it holds unless it had a key twice or an escaped ``:``)."""
+    stack, colons = [obj], 0
+    while stack:
+        o = stack.pop()
+        if isinstance(o, dict):
+            colons += "".join(o).count(":")
+            o = o.values()
+        if isinstance(o, str):
+            colons += o.count(":")
+        elif str in (types := set(map(type, o))) or dict in types or list in types:
+            stack.extend(v for v in o if isinstance(v, (dict, list, str)))
+    return colons
+
+
+def has_repeated_key(raw: bytes | bytearray, obj: Any, keys: int) -> bool:
+    """Whether the JSON text ``raw`` may hold a key twice in one object: its ``:`` are
+    more than ``obj``'s ``keys`` and the ``:`` inside its strings (or a string held an
+    escaped ``:``); then only a parse with :func:`unique_keys` tells."""
+    colons = raw.count(b":")
+    return colons != keys and colons != keys + string_colons(obj)
 
 
 def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -201,17 +225,14 @@ def read_json(path: str | Path, error: type[MCCLError], what: str, max_cost: int
         raise error(f"{path}: not UTF-8 text (byte {exc.start}); is it a {what} file?") from None
     try:
         long_digits = has_digit_run(raw, MAX_INT_DIGITS)
-        data = json.loads(text, parse_int=_parse_int if long_digits else None)
-        deep, keys = nesting(data)
-        if keys != raw.count(b":"):           # a key twice, or a ':' in a string: parse again to tell
-            json.loads(text, parse_int=_parse_int, object_pairs_hook=unique_keys)
+        data = json.loads(text, parse_int=_parse_int if long_digits else None, object_pairs_hook=unique_keys)
     except RecursionError:
         raise error(f"{path}: JSON nested deeper than {MAX_DEPTH} levels") from None
     except (_LongInteger, RepeatedKey) as exc:
         raise error(f"{path}: {exc}") from None
     except json.JSONDecodeError as exc:
         raise error(f"{path}: malformed JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
-    if deep:
+    if too_deep(data):
         raise error(f"{path}: JSON nested deeper than {MAX_DEPTH} levels")
     return data
 

@@ -55,7 +55,8 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from mccl_opt.errors import InputError, MCCLError
-from mccl_opt.files import RepeatedKey, has_digit_run, nesting, parse_cost, read_bounded, unique_keys
+from mccl_opt.files import (RepeatedKey, has_digit_run, has_repeated_key, nesting, parse_cost, read_bounded,
+                            unique_keys)
 
 __all__ = ["VERSION", "REQUESTS", "MUTATING", "REPLIES", "MAX_MESSAGE_BYTES", "MAX_REQUEST_BYTES",
            "MAX_BATCH_SAMPLES", "MAX_DEPTH", "MAX_INT_DIGITS", "MAX_PARSE_BYTES", "REPLAY_WINDOW_S", "MAX_CLIENTS",
@@ -323,7 +324,7 @@ def decode(raw: bytes, key: bytes | None = None, types: tuple[str, ...] | None =
         if not isinstance(data, dict) or not {"v", "type", "body"} <= set(data) or not isinstance(data["body"], dict):
             raise ProtocolError("bad_envelope", 'a message must be {"v": 3, "type": ..., "body": {...}, "sig": ...}')
         deep, keys = nesting(data, MAX_DEPTH)
-        if keys != raw.count(b":"):       # a key twice, or a ':' in a string: parse again to tell
+        if has_repeated_key(raw, data, keys):      # parse again to tell
             _DECODE_UNIQUE(text)
     except RecursionError:
         raise ProtocolError("malformed_json", f"message nests deeper than {MAX_DEPTH} levels") from None
