@@ -145,7 +145,13 @@ class StateWriter:
                 self._files[coll.key] = (coll.version, coll.schedule, coll.synth_capacity, d["schedule_file"])
 
     def write(self, store: Any, manager: Any, protocol_errors: dict[str, int]) -> None:
-        """Save now: new version files, then the main file, then drop unnamed versions."""
+        """Save now: new version files, then the main file, then drop unnamed versions.  A
+        version folder that has become a symlink or someone else's (:func:`check_owned`)
+        is a failed write (``PermissionError``): nothing is written into it."""
+        try:
+            check_owned(self.dir, "controller state folder")
+        except MCCLError as exc:
+            raise PermissionError(str(exc)) from None
         colls = [c.record() | {"schedule": {"file": self._version_file(c)} if c.schedule is not None
                                 else None} for c in manager.collectives()]
         rest = json.dumps({"telemetry": store.to_dict(),

@@ -331,3 +331,26 @@ def test_a_protocol_version_or_name_in_another_spelling_is_refused():
             svc.register("w\u0301", "ag", "allgather", 0.0)
         assert err.value.reason == "bad_body"
         assert svc.register("\u1e83", "ag", "allgather", 0.0) == ["ag"]          # the NFC spelling
+
+
+def test_a_version_folder_swapped_for_a_symlink_is_not_written_into(tmp_path):
+    """A version folder replaced by a symlink while the controller runs (another user's
+    folder in a shared ``/tmp``): the next write fails (read-only mode, one log line)
+    instead of putting version files where the link points."""
+    import shutil
+
+    from mccl_runtime.state import versions_dir
+    from tests.test_runtime_service import Server
+
+    state = tmp_path / "state.json"
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    with Server(state_path=state) as svc:
+        svc.register("w", "ag", "allgather", 0.0)
+        assert svc.manager.wait_idle(10.0)
+        assert svc.durable.save(svc.store, svc.manager, svc.protocol_errors)
+        shutil.rmtree(versions_dir(state))
+        versions_dir(state).symlink_to(elsewhere)
+        assert not svc.durable.save(svc.store, svc.manager, svc.protocol_errors)
+        assert "is a symlink" in svc.durable.failure
+    assert not list(elsewhere.iterdir())
