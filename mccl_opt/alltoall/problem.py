@@ -82,10 +82,10 @@ def problem_for(topo: Topology) -> Problem:
         graph = PricingGraph.from_arrays(topo.num_nodes, ar.tail, ar.head, ar.is_switch,
                                          ar.gpu_nodes)
         n = graph.num_gpus
-        s, d = np.meshgrid(np.arange(n), np.arange(n), indexing="ij")
-        off = s != d
-        cached = _CACHE[id(topo)] = (graph, np.asarray(ar.capacity, dtype=float),
-                                     s[off].astype(np.int64), d[off].astype(np.int64),
+        src = np.repeat(np.arange(n, dtype=np.int64), n - 1)    # source-major, no mask
+        dst = np.tile(np.arange(n - 1, dtype=np.int64), n)
+        dst += dst >= src                                       # skip the diagonal
+        cached = _CACHE[id(topo)] = (graph, np.asarray(ar.capacity, dtype=float), src, dst,
                                      ~np.asarray(ar.is_switch)[ar.head])
         weakref.finalize(topo, _CACHE.pop, id(topo), None)
     return Problem(topo, *cached)
