@@ -3,12 +3,13 @@
 
 The first restricted master is built on the initial routing (:mod:`.initial`): one
 shortest path per pair.  That routing is already a feasible AllToAll schedule -- every
-pair's whole shard on its path, all ``K`` chunks on it -- at the rate ``min_a cap_a /
-load_a``.  At 2,048 GPUs (4M pairs) the first master costs about twice the routing
-itself (the master's arrays, its closed-form solution, the rounding), so when a time
-limit leaves less than :data:`~.initial.MASTER_COST_FACTOR` routings' time after the
-routing, the solve returns this schedule instead (status ``time_limit``; its certified bound is the
-node-set cut bound, :mod:`.cut_bound`).  Costs O(path entries): one pass for the loads.
+pair's whole shard on its path, all ``K`` chunks on it -- at the rate
+``min_a cap_a / load_a``.  At 2,048 GPUs (4M pairs) the first master costs about four
+times the routing itself (the master's arrays, its closed-form solution, the rounding),
+so when a time limit leaves less than :data:`~.initial.MASTER_COST_FACTOR` routings'
+time after the routing, the solve returns this schedule instead (status ``time_limit``;
+its certified bound is the node-set cut bound, :mod:`.cut_bound`).  Costs O(path
+entries): one pass for the loads.
 """
 
 from __future__ import annotations
