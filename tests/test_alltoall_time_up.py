@@ -94,7 +94,7 @@ def test_a_limit_with_no_room_for_the_first_master_returns_the_routing_itself(ma
 
     topo = fail2(shared_aggregation(2, 8, 8))
     optimum = solve_alltoall(topo, max_chunks=None).lp_rate_gbps
-    sched = solve_alltoall(topo, max_chunks=max_chunks, time_limit=1e-3)
+    sched = solve_alltoall(topo, max_chunks=max_chunks, time_limit=1e-6)
     assert sched.stats["status"] == "time_limit"
     assert sched.stats["rounding"] == "routed" and sched.stats["rounds"] == 0
     n = topo.num_gpus
@@ -115,7 +115,7 @@ def test_a_routed_schedule_warm_starts_the_next_solve():
     """The routed schedule's warm state (its paths as LP columns at ``y = 1``, no basis,
     no certificate) seeds a full solve that reaches the cold optimum."""
     topo = fail2(hpn(1, 4, 8))
-    routed = solve_alltoall(topo, max_chunks=None, time_limit=1e-3)
+    routed = solve_alltoall(topo, max_chunks=None, time_limit=1e-6)
     assert routed.stats["rounding"] == "routed"
     cold = solve_alltoall(topo, max_chunks=None)
     warm = solve_alltoall(topo, warm=routed, max_chunks=None)
