@@ -45,9 +45,10 @@ def test_a_master_cut_short_without_a_solution_ends_in_the_last_rounds_schedule(
 
 
 def test_a_limit_shorter_than_the_solve_returns_a_valid_schedule_with_a_cut_bound():
-    """A fabric whose column generation needs many rounds, limited to a few ms: the
-    first master's schedule comes back with status ``time_limit`` and a certified bound
-    (the node-set cut bound where column generation had none) at or above the optimum."""
+    """A fabric whose column generation needs many rounds, limited to a few ms: a
+    schedule made before the limit (the initial routing, or the first master's) comes
+    back with status ``time_limit`` and a certified bound (the node-set cut bound where
+    column generation had none) at or above the optimum."""
     from instances.aggregation import shared_aggregation
     from mccl_opt.alltoall.cut_bound import cut_bound_gbps
     from mccl_opt.report import Termination
