@@ -70,6 +70,10 @@ def test_a_colon_in_a_string_is_no_repeated_key():
     ':' (an endpoint) takes the careful parse and is accepted."""
     msg = decode(encode("ok", {"pub": "tcp://127.0.0.1:5555", "epoch": "a:b:c"}))
     assert msg.body == {"pub": "tcp://127.0.0.1:5555", "epoch": "a:b:c"}
+    assert decode(b'{"v":3,"type":"ok","body":{"a:b":"\\u003a"}}').body == {"a:b": ":"}     # an escaped ':'
+    for body in (b'{"a":"\\u003a","a":1}', b'{"a":"\\u003a","a":"\\u003a"}'):    # the second one balances
+        with pytest.raises(ProtocolError, match="'a' appears twice"):                 # the count: still refused
+            decode(b'{"v":3,"type":"ok","body":' + body + b"}")
 
 
 # ------------------------------------------------------------------ folded telemetry
