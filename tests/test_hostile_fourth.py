@@ -360,3 +360,25 @@ def test_a_version_folder_swapped_for_a_symlink_is_not_written_into(tmp_path):
     assert not svc.durable.save(svc.store, svc.manager, svc.protocol_errors)
     assert "is a symlink" in svc.durable.failure
     assert not list(elsewhere.iterdir())
+
+
+def test_a_schedule_naming_a_huge_chunk_budget_is_refused(capsys, tmp_path):
+    """A schedule file with ``max_chunks`` 10^29 was read: ``export teccl-flows`` then ran
+    until killed (its share denominator is searched up to the budget) and ``check``
+    accepted it.  Now every reader, and the solve API, takes at most 2^20."""
+    import mccl_opt as mo
+    from mccl_opt.errors import InputError
+
+    topo = Topology.load(ROOT / "instances" / "data" / "hpn-1x2x4.json")
+    sched = mo.solve_allgather(topo, max_chunks=4)
+    data = sched.to_dict()
+    data["max_chunks"] = 10 ** 29
+    f = tmp_path / "s.json"
+    f.write_text(json.dumps(data))
+    t0 = time.monotonic()
+    rc, err = _cli(capsys, "export", "teccl-flows", "--topology", str(ROOT / "instances" / "data" / "hpn-1x2x4.json"),
+                   "-o", str(tmp_path / "f.json"), str(f))
+    assert rc == 2 and err.count("error:") == 1 and "'max_chunks' must be a positive integer (at most 1048576" in err, err
+    assert time.monotonic() - t0 < 30.0
+    with pytest.raises(InputError, match="1048576"):
+        mo.solve_allgather(topo, max_chunks=(1 << 20) + 1)
