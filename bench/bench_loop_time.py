@@ -150,11 +150,13 @@ def print_alone(spec: str, collective: str, cls: str, jobs: list[dict]) -> None:
 
 
 def stale_versions(rows: list[dict], ev: dict, end_ms: float) -> int:
-    """Versions that first ran inside the event's segment below 0.95 of its offline level."""
+    """Versions that first ran inside the event's segment below 0.95 of its offline level
+    (a first collective that crossed the next event ran partly on the next fabric: not
+    counted, as :mod:`mccl_runtime.loop_report` reads no ratio from it)."""
     first: dict[int, dict] = {}
     for r in rows:
         first.setdefault(r["version"], r)
-    return sum(1 for r in first.values() if ev["t_ms"] <= r["t_ms"] < end_ms
+    return sum(1 for r in first.values() if ev["t_ms"] <= r["t_ms"] and r["end_ms"] <= end_ms
                and r["algbw"] < 0.95 * ev["algbw_offline"])
 
 
