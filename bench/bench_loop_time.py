@@ -17,6 +17,8 @@ Capacities are fractions of the cable's nominal:
 * ``dead``: to 1 % at 20 ms;
 * ``ramp``: from 100 % to 12.5 % in 8 equal steps, one every 100 ms;
 * ``noise5``: healthy, 5 % telemetry noise (false swaps);
+* ``lane`` (HPN only, not run by default): one direction of GPU 1's NVSwitch port
+  (``s0h0g1 -> s0h0nvs``) to 12.5 % at 20 ms (issue 26's one-way NVSwitch lane);
 * ``further-slow`` / ``flap-slow``: ``further`` / ``flap`` with a synthesizer made slow on
   purpose (45 / 35 ms modelled synthesis, ``LoopConfig.synth_ms``): on HPN 1x2x8 its
   result is ready while the second change is still being confirmed.
@@ -68,12 +70,17 @@ def fabric(spec: str):
 def scenario(cls: str, spec: str, collective: str) -> dict:
     """The ``mccl-scenario/1`` dictionary of one case (module docstring)."""
     topo, (src, dst) = fabric(spec)
+    base = cls.replace("-slow", "")
+    both = base != "lane"
+    if not both:                        # one direction of GPU 1's port into its NVSwitch (HPN)
+        src = topo.gpus[1]
+        dst = src.rsplit("g", 1)[0] + "nvs"
     nominal = topo.links[topo.link_index(src, dst)].capacity_gbps
 
     def at(t_ms: float, share: float) -> dict:
-        return {"t_ms": t_ms, "links": [{"src": src, "dst": dst, "capacity_gbps": nominal * share}]}
+        return {"t_ms": t_ms, "links": [{"src": src, "dst": dst, "capacity_gbps": nominal * share,
+                                         "both_directions": both}]}
 
-    base = cls.replace("-slow", "")
     events = {
         "steady": [at(20, 0.125)],
         "further": [at(20, 0.5), at(70, 0.125)],
@@ -81,6 +88,7 @@ def scenario(cls: str, spec: str, collective: str) -> dict:
         "dead": [at(20, 0.01)],
         "ramp": [at(20 + 100 * i, 1.0 - 0.875 * (i + 1) / 8) for i in range(8)],
         "noise5": [],
+        "lane": [at(20, 0.125)],
     }[base]
     size = 16 * 2**20 if collective == "allgather" else 128 * 2**20 / topo.num_gpus
     duration = {"ramp": 900.0, "noise5": 600.0}.get(base, 250.0 if topo.num_gpus <= 16 else 600.0)
