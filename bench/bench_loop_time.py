@@ -8,7 +8,8 @@ things happen, over freshly generated ``mccl-scenario/1`` files.
 
 Every class acts on one NIC cable (both directions): ``s0h0g0 - s0tor0`` on HPN, and on
 an irregular fabric (``instances.irregular(seed)``) the GPU-spine cable ``h1g2 - spine``
-when there is one, else the first GPU-spine cable of the healthy AllGather's cut.
+when there is one, else the first GPU-spine cable of the healthy AllGather's cut, else its
+first GPU cable.
 Capacities are fractions of the cable's nominal:
 
 * ``steady``: to 12.5 % at 20 ms (Fail2);
@@ -64,7 +65,12 @@ def fabric(spec: str):
     import mccl_opt
 
     cut = mccl_opt.solve_allgather(topo).bottleneck
-    return topo, next((b.src, b.dst) for b in cut if b.dst == "spine")
+    gpus = set(topo.gpus)
+    pick = next(((b.src, b.dst) for b in cut if b.dst == "spine"), None) or \
+        next(((b.src, b.dst) for b in cut if b.src in gpus), None)
+    if pick is None:
+        raise SystemExit(f"{spec}: the healthy AllGather's cut has no GPU cable to act on; pick another seed")
+    return topo, pick
 
 
 def scenario(cls: str, spec: str, collective: str) -> dict:

@@ -790,8 +790,9 @@ def significant(m: np.ndarray, digits: int) -> np.ndarray:
     32 ms, at 49.9 or 50 Gbps 17 ms (docs/runtime.md, "Synthesis inside the loop")."""
     if digits == 0:
         return m
-    scale = 10.0 ** (np.floor(np.log10(np.where(m > 0, m, 1.0))) - (digits - 1))
-    q = np.where(m > 0, np.round(m / scale) * scale, m)
+    exp = np.floor(np.log10(np.where(m > 0, m, 1.0))) - (digits - 1)
+    up, down = 10.0 ** np.maximum(exp, 0), 10.0 ** np.maximum(-exp, 0)      # exact powers of ten
+    q = np.where(m > 0, np.round(m * down / up) * up / down, m)            # 49.943 -> 49.9, not 49.900000000000006
     return m if np.array_equal(q, m) else q
 
 
