@@ -3,9 +3,10 @@
 Run as ``python -m tests.warmup_paths`` in a fresh process (``tests/test_warmup.py``
 points ``NUMBA_CACHE_DIR`` at an empty folder first): it runs
 :func:`mccl_runtime.warmup.load_kernels`, then solves on fabrics the warm-up does not use
-(other sizes, two segments, irregular and hand-made fabrics), on every path: AllToAll
-cold, warm in memory, from a file and restored, local, step bounds; AllGather ForestColl
-cold and warm the same ways, unbalanced switches (weaker directions, balanced
+(other sizes, two segments, shared aggregation, leaf-spine, irregular and hand-made
+fabrics), on every path: AllToAll cold, warm in memory, from a file and restored, warm from
+a warm result (a chain of events), local, step bounds, time-limited; AllGather ForestColl
+cold and warm the same ways, time-limited, unbalanced switches (weaker directions, balanced
 restriction, general method), step-aware; the validator, the simulator and the
 controller's closed loop.  It prints one JSON object: ``misses`` (every kernel dispatched
 with a signature it had not been given in this process, compiled or loaded from the
