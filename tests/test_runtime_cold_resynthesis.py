@@ -33,7 +33,7 @@ def test_the_warm_start_is_dropped_exactly_at_or_below_the_bound(synth):
 
 @pytest.mark.parametrize("cold_gpus, warm_seen", [(16, False), (0, True)])
 def test_the_loop_resynthesizes_cold_on_a_small_fabric_unless_told_otherwise(synth, cold_gpus, warm_seen):
-    # synthesis and dispatch modelled: at a load of 8, measured ones let a second version in
+    # synthesis and dispatch modelled: measured ones made the versions depend on the load (failed at 8)
     res = run_loop(LoopConfig(duration_ms=100.0, cold_gpus=cold_gpus, synth_ms=5.0, dispatch_ms=1.0),
                    synthesize=synth)
     assert [v["version"] for v in res.summary["events"][0]["versions"]] == [2]
