@@ -12,8 +12,9 @@ paths of a solve call the kernels with different ones, so :func:`load_kernels` r
 path once, in the :data:`GROUPS` below, on small built-in fabrics (HPN 1x2x4 and 1x2x8,
 the AllGather's packing on 16 GPUs takes a branch 8 GPUs do not): AllToAll cold, warm in
 memory, warm from a file (with and without its warm state rebuilt), warm from a warm
-result (a chain of events), the local re-solve and step bounds; AllGather ForestColl cold and warm the same ways (and the first
-schedule of a time-limited solve on large fabrics); AllGather on
+result (a chain of events), the local re-solve and step bounds; AllGather ForestColl
+cold and warm the same ways (and the first schedule of a time-limited solve on large
+fabrics); AllGather on
 unbalanced fabrics (weaker directions, the balanced restriction, the general column
 generation, cold and warm); step-aware trees; the validator and the simulator (event
 and fluid).  ``tests/test_warmup.py`` checks, with numba's compile events, that no solve
