@@ -182,7 +182,8 @@ def tree_column_generation(topo: Topology, backend: Backend, capacity: np.ndarra
     min_pool = options.drop_min_pool or g + capacity.size
     age = np.zeros(len(pool), dtype=np.int64)
     best_bound = np.inf if upper_bound is None else float(upper_bound)
-    center: np.ndarray | None = None        # the prices of the best bound so far
+    lagrangian = np.inf                     # the best bound the pricing itself certified
+    center: np.ndarray | None = None        # ... and its prices, the stability centre
     history: list[tuple[float, float]] = []
     lp_s = pr_s = first_lp_s = 0.0
     iters = dropped = 0
@@ -204,8 +205,9 @@ def tree_column_generation(topo: Topology, backend: Backend, capacity: np.ndarra
         for price in _pricing_points(center, pt.pi, capacity, options.smoothing,
                                        options.tie_break):
             total, new_r, new_t = _candidates(topo, price, pt, all_roots)
-            if total > 0 and np.isfinite(total) and float(price @ capacity) / total < best_bound:
-                best_bound, center = float(price @ capacity) / total, price
+            if total > 0 and np.isfinite(total) and float(price @ capacity) / total < lagrangian:
+                lagrangian, center = float(price @ capacity) / total, price
+                best_bound = min(best_bound, lagrangian)
             if best_bound - pt.x <= options.rel_tol * max(pt.x, 1e-300) or \
                     (deadline is not None and time.perf_counter() >= deadline):
                 break
