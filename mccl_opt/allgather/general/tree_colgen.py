@@ -141,7 +141,8 @@ def _pricing_points(center: np.ndarray | None, pi: np.ndarray, capacity: np.ndar
     (a tree whose reduced cost at the master's duals ``pi`` is negative):
 
     1. Wentges smoothing: ``alpha`` of the way from ``pi`` to the stability centre (the
-       prices of the best bound so far);
+       prices of the best Lagrangian bound so far, kept apart from a certified bound the
+       caller passes, so that a seeded run smooths too);
     2. ``pi`` plus ``tie * mean(pi_a cap_a) / cap_a``: the master's duals are degenerate
        (zero on most links), so many trees cost nothing and the cheapest one found is
        an arbitrary, crowded one; the small ``1/capacity`` term prefers the roomy
