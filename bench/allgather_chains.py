@@ -137,7 +137,7 @@ def run_chains(chains: int, steps: int, seed: int, budgets: tuple[int | None, ..
                             tally.slow[key] += 1
                             tally.slow_states.append(
                                 f"{where}: warm {tw:.3f} s, cold {tc:.3f} s, route {route}"
-                                f" ({warm.stats.get('warm_declined', 'not declined')})")
+                                f" ({warm.stats.get('warm_declined', '-')})")
                         tally.taken[key] += route == "warm"
                         tally.declined[key] += route == "declined"
                         if tw > tally.worst_warm.get(key, (0.0, 0.0, ""))[0]:
