@@ -24,6 +24,7 @@ import json
 import statistics
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -72,11 +73,12 @@ def class_scenario(shape: str, collective: str, cls: str, h_ms: float):
 
 
 def class_table(shape: str, collectives: list[str], classes: list[str], cfg: GlooLoopConfig,
-                as_json: bool) -> None:
+                as_json: bool, log_dir: str | None = None) -> None:
     """One real-rank run per (collective, class); per class the worst event: versions, first
     collective on a new version / offline (``first``), median of its first three
     (``first3``), the last three before the next event (``final``), event to the first
-    collective at >= 0.95 of offline (``t95``, real ms), and the run's false swaps."""
+    collective at >= 0.95 of offline (``t95``, real ms), and the run's false swaps.
+    ``log_dir``: keep each run's controller decision log there (``COLL-CLASS.log``)."""
     from executor_cuda.scenario_run import plan_scales
     from mccl_runtime.manager import solver_synthesizer
 
@@ -87,7 +89,8 @@ def class_table(shape: str, collectives: list[str], classes: list[str], cfg: Glo
         h_ms = 1e3 * plan_scales(probe, healthy, cfg)[3]
         for cls in classes:
             t0 = time.monotonic()
-            s = run_gloo_loop(class_scenario(shape, coll, cls, h_ms), cfg)
+            run_cfg = cfg if not log_dir else replace(cfg, controller_log=f"{log_dir}/{coll}-{cls}.log")
+            s = run_gloo_loop(class_scenario(shape, coll, cls, h_ms), run_cfg)
             evs = s["events"]
 
             def worst(fn, evs=evs):
@@ -179,6 +182,7 @@ def main() -> None:
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--clear", action="store_true", help="only the recovery-after-clear table (probes on/off)")
     ap.add_argument("--pieces", type=int, default=1, help="pieces per collective (the in-flight switch)")
+    ap.add_argument("--controller-logs", metavar="DIR", help="keep each class run's controller decision log in DIR")
     ap.add_argument("--classes", help=f"instead: one run per scenario class ({','.join(CLASSES)})")
     args = ap.parse_args()
     if args.clear:
@@ -194,7 +198,8 @@ def main() -> None:
                   f"~{args.collective_ms:g} ms real; worst event per class")
             print(f"{'coll':<10}{'class':<8}{'events':>7}{'versions':>9}{'first':>7}{'first3':>8}{'final':>7}"
                   f"{'t95 ms':>8}{'never95':>9}{'false':>7}{'wrong':>7}{'wall s':>7}{'inflight':>9}")
-        class_table(args.shape, args.collectives.split(","), args.classes.split(","), cfg, args.json)
+        class_table(args.shape, args.collectives.split(","), args.classes.split(","), cfg, args.json,
+                    args.controller_logs)
         return
     rows = []
     for coll in args.collectives.split(","):

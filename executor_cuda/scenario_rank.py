@@ -80,39 +80,98 @@ class ModelReporter:
     the median of its last ``window`` collectives: the median of a few measurement
     windows (paper §5) ignores one slow collective (a busy shared core) and follows a
     lasting change after ``window // 2 + 1`` collectives.
+
+    A pair's ratio ``expected / measured`` is exact only for a degraded link that is also
+    the pair's bottleneck on the nominal fabric.  Once a new schedule moves load off a
+    degraded link, another link of the path becomes the nominal bottleneck and the ratio
+    overstates the degraded one (a link at 800 Gbps read as 1200-2880 on real ranks, so
+    the controller published a version per swap).  So the ratio may lower a pair's level
+    or raise it by at most ``1 + tol``; a larger rise is taken only as far as every link
+    of the path proves it (:meth:`proven`: the level at which the path's most lightly
+    loaded link alone would not have slowed the messages), and a sample that proves no
+    rise carries no news: the level is reported again and the pair is ``blind``, so
+    the prober measures it alone (:class:`~executor_cuda.reporting.PairProber`).  A pair
+    first used by a later version starts at what it proves.
     """
 
     def __init__(self, emulator: FabricEmulator, nominal: dict[tuple[str, str], float],
-                 window: int = 3) -> None:
+                 window: int = 3, tol: float = 0.2) -> None:
         self.emu = emulator
         self.nominal = nominal
         self.nominal_cap = emulator.topo.arrays.capacity.astype(float)
         self.window = window
+        self.tol = tol
         self.overhead: dict[tuple[str, str], list[float]] = {}
         self.recent: dict[tuple[str, str], deque[float]] = {}
         self.low: dict[tuple[str, str], bool] = {}          # last report below LOW x nominal
+        self.blind: dict[tuple[str, str], bool] = {}        # last sample fit its level and nominal
         self.calibrating = True
-        self._expected: dict[int, tuple[Any, dict[tuple[int, int], float]]] = {}
+        self._expected: dict[int, tuple[Any, dict[tuple[int, int], np.ndarray]]] = {}
+
+    def drains(self, prog: Any, elem_bytes: int) -> dict[tuple[int, int], np.ndarray]:
+        """Per rank pair of ``prog``: nominal-fabric drain seconds, one row per message of
+        the pair and one column per link of its route (:meth:`FabricEmulator.route_drains`)."""
+        hit = self._expected.get(id(prog))
+        if hit is None or hit[0] is not prog:
+            rows: dict[tuple[int, int], list[np.ndarray]] = {}
+            for (_, s, d), dr in self.emu.route_drains(prog, elem_bytes, self.nominal_cap).items():
+                rows.setdefault((s, d), []).append(dr)
+            hit = self._expected[id(prog)] = (prog, {k: np.vstack(v) for k, v in rows.items()})
+        return hit[1]
 
     def expected(self, prog: Any, elem_bytes: int) -> dict[tuple[int, int], float]:
         """Nominal-fabric seconds per rank pair of one collective of ``prog``."""
-        hit = self._expected.get(id(prog))
-        if hit is None or hit[0] is not prog:
-            per_pair: dict[tuple[int, int], float] = {}
-            for (_, s, d), t in self.emu.program_delays(prog, elem_bytes, self.nominal_cap).items():
-                per_pair[(s, d)] = per_pair.get((s, d), 0.0) + t
-            hit = self._expected[id(prog)] = (prog, per_pair)
-        return hit[1]
+        return {k: float(d.max(axis=1).sum()) for k, d in self.drains(prog, elem_bytes).items()}
+
+    #: ratios tried when solving for a pair's proven level (:meth:`proven`)
+    GRID = np.geomspace(1e-3, 1.0, 241)
+
+    @classmethod
+    def proven(cls, drains: np.ndarray, seconds: float) -> float:
+        """The level every link of a pair's route must at least have for its messages
+        (``drains``, :meth:`drains`) to have taken no more than ``seconds``: per link, the
+        smallest ratio at which that link alone would not make them slower, and the
+        lowest of these (the most lightly loaded link proves the least).  Delays (a busy
+        core, the per-message cost) only add time, so this is a lower bound."""
+        bottleneck = drains.max(axis=1)[None, :, None]
+        t = np.maximum(bottleneck, drains[None, :, :] / cls.GRID[:, None, None]).sum(axis=1)  # grid x links
+        ok = t <= seconds
+        first = np.where(ok.any(axis=0), ok.argmax(axis=0), len(cls.GRID) - 1)
+        return float(cls.GRID[first].min())
+
+    def level(self, key: tuple[str, str]) -> float | None:
+        """The pair's current level: the median of its recent samples; 1 for a pair
+        measured in the healthy warm-up and not since, ``None`` for one never measured."""
+        recent = self.recent.get(key)
+        if recent:
+            return statistics.median(recent)
+        return 1.0 if key in self.overhead else None
+
+    def _ratio(self, key: tuple[str, str], drains: np.ndarray, seconds: float) -> float | None:
+        """The ratio one collective's sample adds to the pair's median, ``None`` when it
+        carries no news (class docstring)."""
+        level, high = self.level(key), float(drains.max(axis=1).sum()) / seconds
+        self.blind[key] = False
+        if level is None:                   # a pair first used by a later version: only what it proves
+            return self.proven(drains, seconds)
+        if high <= (1.0 + self.tol) * level:
+            return high
+        least = self.proven(drains, seconds)
+        if least > level:                   # a rise every link of the path shows
+            return least
+        self.blind[key] = True              # faster, but not on the path's lightly loaded link
+        return None
 
     def __call__(self, samples: Sequence[LinkSample], prog: Any, elem_bytes: int,
                  now: float) -> list[dict[str, Any]]:
         rank = {g: r for r, g in enumerate(self.emu.gpus)}
-        expect = self.expected(prog, elem_bytes)
+        drains = self.drains(prog, elem_bytes)
         pooled = [x for h in self.overhead.values() for x in h]
         out: list[dict[str, Any]] = []
         for s in samples:
             key = (s.src, s.dst)
-            exp = expect.get((rank.get(s.src, -1), rank.get(s.dst, -1)), 0.0)
+            dr = drains.get((rank.get(s.src, -1), rank.get(s.dst, -1)))
+            exp = float(dr.max(axis=1).sum()) if dr is not None else 0.0
             nominal = self.nominal.get(key)
             if nominal is None or exp <= 0 or s.seconds <= 0 or s.count < 1:
                 continue
@@ -122,25 +181,33 @@ class ModelReporter:
             hist = self.overhead.get(key) or pooled
             if not hist:
                 continue
-            cost = max(0.0, statistics.median(hist))
-            out.append(self._level(key, exp / max(s.seconds - s.count * cost, 1e-9), now))
+            seconds = max(s.seconds - s.count * max(0.0, statistics.median(hist)), 1e-9)
+            ratio = self._ratio(key, dr, seconds)
+            out.append(self._level(key, ratio, now) if ratio is not None else self._report(key, self.level(key), now))
         return out
 
     def probe(self, src: str, dst: str, seconds: float, expected: float, now: float) -> dict[str, Any] | None:
         """The ``pair`` sample of one probe of ``src -> dst`` (one message measured
         ``seconds``, ``expected`` on the nominal fabric), folded into the pair's median
-        like a collective's sample; ``None`` while calibrating or for an unknown pair."""
+        like a collective's sample (a pair with a level only rises: a probe is one short
+        message, and waiting for a busy core reads as a slow link); ``None`` while
+        calibrating or for an unknown pair."""
         key = (src, dst)
         hist = self.overhead.get(key) or [x for h in self.overhead.values() for x in h]
         if self.calibrating or key not in self.nominal or not hist or expected <= 0:
             return None
         cost = max(0.0, statistics.median(hist))
-        return self._level(key, expected / max(seconds - cost, 1e-9), now)
+        ratio, level = expected / max(seconds - cost, 1e-9), self.level(key)
+        # a late probe may only have waited for a busy core: it raises a level, never lowers one
+        return self._level(key, ratio if level is None else max(ratio, level), now)
 
     def _level(self, key: tuple[str, str], ratio: float, now: float) -> dict[str, Any]:
         recent = self.recent.setdefault(key, deque(maxlen=self.window))
         recent.append(min(1.0, ratio))
-        gbps = self.nominal[key] * statistics.median(recent)
+        return self._report(key, statistics.median(recent), now)
+
+    def _report(self, key: tuple[str, str], level: float, now: float) -> dict[str, Any]:
+        gbps = self.nominal[key] * level
         self.low[key] = gbps < LOW * self.nominal[key]
         return {"kind": "pair", "src": key[0], "dst": key[1], "gbps": gbps, "t": now}
 
