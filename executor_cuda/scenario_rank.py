@@ -347,6 +347,13 @@ def rank_main(rank: int, world: int, plan: RankPlan) -> dict[str, Any]:
         received.append((version, time.time() - origin[0],
                          float(seconds) if isinstance(seconds, (int, float)) else None))
 
+    if comm.inflight is not None:                    # pieces: telemetry after every piece
+        def piece_report(schedule: Schedule, numel: int) -> None:
+            samples = tel.drain()
+            if samples:
+                pusher.put(reporter(samples, comm.cache.get(schedule, numel, comm.pipeline), 4, time.time()))
+
+        comm.inflight.on_piece = piece_report
     work = _Workload(plan.collective, rank, world, plan.block_numel)
     for i in range(plan.warmup):                     # compile, connect, set baselines
         work.run(comm, i)
@@ -396,9 +403,10 @@ def rank_main(rank: int, world: int, plan: RankPlan) -> dict[str, Any]:
 
 
 def _report(tel: Any, comm: Any, plan: RankPlan, reporter: ModelReporter, pusher: _Pusher) -> None:
+    if comm.inflight is not None:         # reported after every piece (``piece_report``)
+        return
     samples = tel.drain()
-    switched = comm.inflight is not None and comm.inflight.switches and comm.inflight.switches[-1][0] == comm.seq
-    if samples and not switched:          # a collective that switched in flight ran two programs: no model
+    if samples:
         pusher.put(reporter(samples, _program(comm, plan), 4, time.time()))
 
 
