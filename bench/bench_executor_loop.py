@@ -182,6 +182,7 @@ def main() -> None:
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--clear", action="store_true", help="only the recovery-after-clear table (probes on/off)")
     ap.add_argument("--pieces", type=int, default=1, help="pieces per collective (the in-flight switch)")
+    ap.add_argument("--block-kib", type=float, default=32.0, help="real KiB per block (larger: pieces less noisy)")
     ap.add_argument("--controller-logs", metavar="DIR", help="keep each class run's controller decision log in DIR")
     ap.add_argument("--classes", help=f"instead: one run per scenario class ({','.join(CLASSES)})")
     args = ap.parse_args()
@@ -191,7 +192,7 @@ def main() -> None:
     n = 1
     for part in args.shape.split("x"):
         n *= int(part)
-    cfg = GlooLoopConfig(world=n, collective_ms=args.collective_ms, pieces=args.pieces)
+    cfg = GlooLoopConfig(world=n, collective_ms=args.collective_ms, pieces=args.pieces, block_kib=args.block_kib)
     if args.classes:
         if not args.json:
             print(f"scenario classes on {n} gloo ranks, HPN {args.shape}, 16 MiB, healthy collective "

@@ -17,13 +17,11 @@ pairs the schedule no longer loads (:class:`~executor_cuda.reporting.PairProber`
 from __future__ import annotations
 
 import queue
-import statistics
 import threading
 import time
-from collections import deque
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -31,12 +29,11 @@ from mccl_opt.schedule import Schedule
 from mccl_opt.topology import Topology
 
 from .faults import FabricEmulator
-from .telemetry import LinkSample
+from .pair_levels import ModelReporter, PieceWindow
 
 __all__ = ["RankPlan", "ModelReporter", "rank_main"]
 
 COMM, NAME = "world", "loop"
-LOW = 0.95              # a pair reported below this share of nominal is probed once unused
 
 
 @dataclass(frozen=True)
@@ -61,155 +58,8 @@ class RankPlan:
     probe_numel: int = 256                # float32 elements per probe message
     pieces: int = 1                       # pieces per collective (in-flight switch; 1: whole)
     telemetry_endpoint: str | None = None  # a telemetry front end (None: ``endpoint``)
-
-
-class ModelReporter:
-    """Executor telemetry in the topology's units, for the controller's ``pair`` samples.
-
-    A message's time on the emulated fabric depends on how many messages share its
-    links in its round, which changes with the schedule; so each pair's measured
-    seconds over a collective are compared with the seconds the schedule's own round
-    model predicts on the *nominal* fabric (:meth:`FabricEmulator.program_delays`).
-    gloo adds a roughly fixed cost per message (posting, copying, waking the receiving
-    thread), which would make a slow link look faster than it is if it were divided
-    out as a ratio; so the healthy warm-up collectives (:attr:`calibrating`, like the
-    paper's startup probing) estimate it per message, as the median of
-    ``(measured - expected) / messages`` of the pair (for a pair first used later, of
-    all pairs), and later samples report
-    ``nominal * min(1, expected / (measured - messages * cost))``.  Each pair reports
-    the median of its last ``window`` collectives: the median of a few measurement
-    windows (paper §5) ignores one slow collective (a busy shared core) and follows a
-    lasting change after ``window // 2 + 1`` collectives.
-
-    A pair's ratio ``expected / measured`` is exact only for a degraded link that is also
-    the pair's bottleneck on the nominal fabric.  Once a new schedule moves load off a
-    degraded link, another link of the path becomes the nominal bottleneck and the ratio
-    overstates the degraded one (a link at 800 Gbps read as 1200-2880 on real ranks, so
-    the controller published a version per swap).  So the ratio may lower a pair's level
-    or raise it by at most ``1 + tol``; a larger rise is taken only as far as every link
-    of the path proves it (:meth:`proven`: the level at which the path's most lightly
-    loaded link alone would not have slowed the messages), and a sample that proves no
-    rise carries no news: the level is reported again and the pair is ``blind``, so
-    the prober measures it alone (:class:`~executor_cuda.reporting.PairProber`).  A pair
-    first used by a later version starts at what it proves.
-    """
-
-    def __init__(self, emulator: FabricEmulator, nominal: dict[tuple[str, str], float],
-                 window: int = 3, tol: float = 0.2) -> None:
-        self.emu = emulator
-        self.nominal = nominal
-        self.nominal_cap = emulator.topo.arrays.capacity.astype(float)
-        self.window = window
-        self.tol = tol
-        self.overhead: dict[tuple[str, str], list[float]] = {}
-        self.recent: dict[tuple[str, str], deque[float]] = {}
-        self.low: dict[tuple[str, str], bool] = {}          # last report below LOW x nominal
-        self.blind: dict[tuple[str, str], bool] = {}        # last sample fit its level and nominal
-        self.calibrating = True
-        self._expected: dict[int, tuple[Any, dict[tuple[int, int], np.ndarray]]] = {}
-
-    def drains(self, prog: Any, elem_bytes: int) -> dict[tuple[int, int], np.ndarray]:
-        """Per rank pair of ``prog``: nominal-fabric drain seconds, one row per message of
-        the pair and one column per link of its route (:meth:`FabricEmulator.route_drains`)."""
-        hit = self._expected.get(id(prog))
-        if hit is None or hit[0] is not prog:
-            rows: dict[tuple[int, int], list[np.ndarray]] = {}
-            for (_, s, d), dr in self.emu.route_drains(prog, elem_bytes, self.nominal_cap).items():
-                rows.setdefault((s, d), []).append(dr)
-            hit = self._expected[id(prog)] = (prog, {k: np.vstack(v) for k, v in rows.items()})
-        return hit[1]
-
-    def expected(self, prog: Any, elem_bytes: int) -> dict[tuple[int, int], float]:
-        """Nominal-fabric seconds per rank pair of one collective of ``prog``."""
-        return {k: float(d.max(axis=1).sum()) for k, d in self.drains(prog, elem_bytes).items()}
-
-    #: ratios tried when solving for a pair's proven level (:meth:`proven`)
-    GRID = np.geomspace(1e-3, 1.0, 241)
-
-    @classmethod
-    def proven(cls, drains: np.ndarray, seconds: float) -> float:
-        """The level every link of a pair's route must at least have for its messages
-        (``drains``, :meth:`drains`) to have taken no more than ``seconds``: per link, the
-        smallest ratio at which that link alone would not make them slower, and the
-        lowest of these (the most lightly loaded link proves the least).  Delays (a busy
-        core, the per-message cost) only add time, so this is a lower bound."""
-        bottleneck = drains.max(axis=1)[None, :, None]
-        t = np.maximum(bottleneck, drains[None, :, :] / cls.GRID[:, None, None]).sum(axis=1)  # grid x links
-        ok = t <= seconds
-        first = np.where(ok.any(axis=0), ok.argmax(axis=0), len(cls.GRID) - 1)
-        return float(cls.GRID[first].min())
-
-    def level(self, key: tuple[str, str]) -> float | None:
-        """The pair's current level: the median of its recent samples; 1 for a pair
-        measured in the healthy warm-up and not since, ``None`` for one never measured."""
-        recent = self.recent.get(key)
-        if recent:
-            return statistics.median(recent)
-        return 1.0 if key in self.overhead else None
-
-    def _ratio(self, key: tuple[str, str], drains: np.ndarray, seconds: float) -> float | None:
-        """The ratio one collective's sample adds to the pair's median, ``None`` when it
-        carries no news (class docstring)."""
-        level, high = self.level(key), float(drains.max(axis=1).sum()) / seconds
-        self.blind[key] = False
-        if level is None:                   # a pair first used by a later version: only what it proves
-            return self.proven(drains, seconds)
-        if high <= (1.0 + self.tol) * level:
-            return high
-        least = self.proven(drains, seconds)
-        if least > level:                   # a rise every link of the path shows
-            return least
-        self.blind[key] = True              # faster, but not on the path's lightly loaded link
-        return None
-
-    def __call__(self, samples: Sequence[LinkSample], prog: Any, elem_bytes: int,
-                 now: float) -> list[dict[str, Any]]:
-        rank = {g: r for r, g in enumerate(self.emu.gpus)}
-        drains = self.drains(prog, elem_bytes)
-        pooled = [x for h in self.overhead.values() for x in h]
-        out: list[dict[str, Any]] = []
-        for s in samples:
-            key = (s.src, s.dst)
-            dr = drains.get((rank.get(s.src, -1), rank.get(s.dst, -1)))
-            exp = float(dr.max(axis=1).sum()) if dr is not None else 0.0
-            nominal = self.nominal.get(key)
-            if nominal is None or exp <= 0 or s.seconds <= 0 or s.count < 1:
-                continue
-            if self.calibrating:
-                self.overhead.setdefault(key, []).append((s.seconds - exp) / s.count)
-                continue
-            hist = self.overhead.get(key) or pooled
-            if not hist:
-                continue
-            seconds = max(s.seconds - s.count * max(0.0, statistics.median(hist)), 1e-9)
-            ratio = self._ratio(key, dr, seconds)
-            out.append(self._level(key, ratio, now) if ratio is not None else self._report(key, self.level(key), now))
-        return out
-
-    def probe(self, src: str, dst: str, seconds: float, expected: float, now: float) -> dict[str, Any] | None:
-        """The ``pair`` sample of one probe of ``src -> dst`` (one message measured
-        ``seconds``, ``expected`` on the nominal fabric), folded into the pair's median
-        like a collective's sample (a pair with a level only rises: a probe is one short
-        message, and waiting for a busy core reads as a slow link); ``None`` while
-        calibrating or for an unknown pair."""
-        key = (src, dst)
-        hist = self.overhead.get(key) or [x for h in self.overhead.values() for x in h]
-        if self.calibrating or key not in self.nominal or not hist or expected <= 0:
-            return None
-        cost = max(0.0, statistics.median(hist))
-        ratio, level = expected / max(seconds - cost, 1e-9), self.level(key)
-        # a late probe may only have waited for a busy core: it raises a level, never lowers one
-        return self._level(key, ratio if level is None else max(ratio, level), now)
-
-    def _level(self, key: tuple[str, str], ratio: float, now: float) -> dict[str, Any]:
-        recent = self.recent.setdefault(key, deque(maxlen=self.window))
-        recent.append(min(1.0, ratio))
-        return self._report(key, statistics.median(recent), now)
-
-    def _report(self, key: tuple[str, str], level: float, now: float) -> dict[str, Any]:
-        gbps = self.nominal[key] * level
-        self.low[key] = gbps < LOW * self.nominal[key]
-        return {"kind": "pair", "src": key[0], "dst": key[1], "gbps": gbps, "t": now}
+    window_s: float = 0.18                # pieces: report mid-collective once it ran this long (PieceWindow;
+                                          # at least 3 warm-up collectives)
 
 
 def _state_at(plan: RankPlan, elapsed: float) -> int:
@@ -347,18 +197,19 @@ def rank_main(rank: int, world: int, plan: RankPlan) -> dict[str, Any]:
         received.append((version, time.time() - origin[0],
                          float(seconds) if isinstance(seconds, (int, float)) else None))
 
-    if comm.inflight is not None:                    # pieces: telemetry after every piece
-        def piece_report(schedule: Schedule, numel: int) -> None:
-            samples = tel.drain()
-            if samples:
-                pusher.put(reporter(samples, comm.cache.get(schedule, numel, comm.pipeline), 4, time.time()))
-
-        comm.inflight.on_piece = piece_report
+    window = None
+    if comm.inflight is not None:                    # pieces: windows bounded in time (PieceWindow)
+        window = PieceWindow(tel.drain, lambda samples, prog, times: pusher.put(
+            reporter(samples, prog, 4, time.time(), times)), plan.window_s)
+        comm.inflight.on_piece = lambda schedule, numel: window.piece(comm.cache.get(schedule, numel, comm.pipeline))
     work = _Workload(plan.collective, rank, world, plan.block_numel)
+    warm = []
     for i in range(plan.warmup):                     # compile, connect, set baselines
-        work.run(comm, i)
-        _report(tel, comm, plan, reporter, pusher)
+        warm.append(work.run(comm, i))
+        _report(tel, comm, plan, reporter, pusher, window)
     reporter.calibrating = False
+    if window is not None:                           # pieces cost per piece: a window of 3 healthy collectives
+        window.window_s = max(plan.window_s, 3 * sorted(warm)[len(warm) // 2])
     clock = torch.tensor([time.time() + 0.05], dtype=torch.float64)
     dist.broadcast(clock, 0, group=side)
     origin[0] = float(clock.item())
@@ -373,7 +224,7 @@ def rank_main(rank: int, world: int, plan: RankPlan) -> dict[str, Any]:
         start = time.time() - origin[0]
         dt = work.run(comm, i)
         rows.append((comm.seq, comm.trace[-1][2], state, start, dt))
-        _report(tel, comm, plan, reporter, pusher)
+        _report(tel, comm, plan, reporter, pusher, window)
         i += 1
         elapsed = time.time() - origin[0]
         dead = dead or pusher.dead
@@ -402,8 +253,10 @@ def rank_main(rank: int, world: int, plan: RankPlan) -> dict[str, Any]:
             "inflight": list(comm.inflight.switches) if comm.inflight is not None else []}
 
 
-def _report(tel: Any, comm: Any, plan: RankPlan, reporter: ModelReporter, pusher: _Pusher) -> None:
-    if comm.inflight is not None:         # reported after every piece (``piece_report``)
+def _report(tel: Any, comm: Any, plan: RankPlan, reporter: ModelReporter, pusher: _Pusher,
+            window: PieceWindow | None = None) -> None:
+    if window is not None:                # pieces: what the window has not reported yet
+        window.flush()
         return
     samples = tel.drain()
     if samples:

@@ -223,7 +223,7 @@ def run_gloo_loop(scenario: Any, cfg: GlooLoopConfig) -> dict[str, Any]:
                             timeline=tuple((t * time_scale, cap) for t, cap, _ in timeline),
                             duration_s=real_s, offline=offline, offline_reps=cfg.offline_reps,
                             warmup=cfg.warmup, client_timeout_s=cfg.client_timeout_s,
-                            probe_every=cfg.probe_every, pieces=cfg.pieces,
+                            probe_every=cfg.probe_every, pieces=cfg.pieces, window_s=3 * cfg.collective_ms / 1e3,
                             probe_numel=max(1, round(cfg.probe_kib * 1024 / byte_scale / 4)))
             budget = (cfg.start_timeout_s + real_s + 60
                       + len(offline) * (cfg.offline_reps + 1) * 20 * cfg.collective_ms / 1e3)

@@ -58,7 +58,7 @@ def test_emulator_slows_transfers_crossing_a_degraded_link():
 def test_reporter_removes_the_per_message_cost_and_ignores_one_slow_collective():
     from executor_cuda.faults import FabricEmulator
     from executor_cuda.reporting import pair_nominal
-    from executor_cuda.scenario_rank import ModelReporter
+    from executor_cuda.pair_levels import ModelReporter
     from executor_cuda.telemetry import LinkSample
     from instances import hpn
     from mccl_opt.lowering.program import compile_schedule, direct_schedule
@@ -94,7 +94,7 @@ def test_probes_target_low_pairs_the_schedule_no_longer_loads():
 
     from executor_cuda.faults import FabricEmulator
     from executor_cuda.reporting import PairProber, pair_nominal
-    from executor_cuda.scenario_rank import ModelReporter
+    from executor_cuda.pair_levels import ModelReporter
     from instances import hpn
 
     topo = hpn(1, 2, 2)
@@ -267,7 +267,7 @@ def test_reporter_never_folds_in_more_than_the_degraded_links_level(rows, link, 
     on each link of the route and whatever delay a busy core adds, the proven level
     never exceeds that link's (one grid step), and a pair already at that level never
     folds in more than ``1 + tol`` times it (the per-swap overestimate on real ranks)."""
-    from executor_cuda.scenario_rank import ModelReporter
+    from executor_cuda.pair_levels import ModelReporter
 
     drains = np.array(rows)
     link %= drains.shape[1]
