@@ -44,8 +44,10 @@ class ModelReporter:
     the pair's bottleneck on the nominal fabric.  Once a new schedule moves load off a
     degraded link, another link of the path becomes the nominal bottleneck and the ratio
     overstates the degraded one (a link at 800 Gbps read as 1200-2880 on real ranks, so
-    the controller published a version per swap).  So the ratio may lower a pair's level
-    or raise it by at most ``1 + tol``; a larger rise is taken only as far as every link
+    the controller published a version per swap).  So a sample of the program the pair's
+    level was last folded in from is taken as it is (the same bottlenecks: a rise is
+    real, and a slow collective's dip recovers), while a sample of another program may
+    lower the level or raise it by at most ``1 + tol``; a larger rise is taken only as far as every link
     of the path proves it (:meth:`proven`: the level at which the path's most lightly
     loaded link alone would not have slowed the messages), and a sample that proves no
     rise carries no news: the level is reported again and the pair is ``blind``, so
@@ -64,6 +66,7 @@ class ModelReporter:
         self.recent: dict[tuple[str, str], deque[float]] = {}
         self.low: dict[tuple[str, str], bool] = {}          # last report below LOW x nominal
         self.blind: dict[tuple[str, str], bool] = {}        # last sample fit its level and nominal
+        self.folded: dict[tuple[str, str], int | None] = {}  # id of the program last folded in
         self.calibrating = True
         self._expected: dict[int, tuple[Any, dict[tuple[int, int], np.ndarray]]] = {}
 
@@ -106,20 +109,23 @@ class ModelReporter:
             return statistics.median(recent)
         return 1.0 if key in self.overhead else None
 
-    def _ratio(self, key: tuple[str, str], drains: np.ndarray, seconds: float) -> float | None:
-        """The ratio one collective's sample adds to the pair's median, ``None`` when it
-        carries no news (class docstring)."""
+    def _ratio(self, key: tuple[str, str], drains: np.ndarray, seconds: float,
+               prog: int | None = None) -> float | None:
+        """The ratio one collective's sample (of the program with id ``prog``) adds to the
+        pair's median, ``None`` when it carries no news (class docstring)."""
         level, high = self.level(key), float(drains.max(axis=1).sum()) / seconds
         self.blind[key] = False
         if level is None:                   # a pair first used by a later version: only what it proves
-            return self.proven(drains, seconds)
-        if high <= (1.0 + self.tol) * level:
-            return high
-        least = self.proven(drains, seconds)
-        if least > level:                   # a rise every link of the path shows
-            return least
-        self.blind[key] = True              # faster, but not on the path's lightly loaded link
-        return None
+            ratio = self.proven(drains, seconds)
+        elif (prog is not None and self.folded.get(key) == prog) or high <= (1.0 + self.tol) * level:
+            ratio = high                    # the program its level was measured on, or a small rise
+        else:
+            ratio = self.proven(drains, seconds)
+            if ratio <= level:              # faster, but not on the path's lightly loaded link
+                self.blind[key] = True
+                return None
+        self.folded[key] = prog
+        return ratio
 
     def __call__(self, samples: Sequence[LinkSample], prog: Any, elem_bytes: int,
                  now: float, times: int = 1) -> list[dict[str, Any]]:
@@ -144,7 +150,7 @@ class ModelReporter:
             if not hist:
                 continue
             seconds = max(s.seconds - s.count * max(0.0, statistics.median(hist)), 1e-9)
-            ratio = self._ratio(key, dr, seconds)
+            ratio = self._ratio(key, dr, seconds, id(prog))
             out.append(self._level(key, ratio, now) if ratio is not None else self._report(key, self.level(key), now))
         return out
 

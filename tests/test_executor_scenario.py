@@ -266,7 +266,8 @@ def test_reporter_never_folds_in_more_than_the_degraded_links_level(rows, link, 
     """A pair's route has one link at ``ratio`` of nominal; whatever the schedule's load
     on each link of the route and whatever delay a busy core adds, the proven level
     never exceeds that link's (one grid step), and a pair already at that level never
-    folds in more than ``1 + tol`` times it (the per-swap overestimate on real ranks)."""
+    folds in more than ``1 + tol`` times it from another program's samples (the per-swap
+    overestimate on real ranks)."""
     from executor_cuda.pair_levels import ModelReporter
 
     drains = np.array(rows)
@@ -277,9 +278,13 @@ def test_reporter_never_folds_in_more_than_the_degraded_links_level(rows, link, 
     step = ModelReporter.GRID[1] / ModelReporter.GRID[0]
     assert ModelReporter.proven(drains, seconds) <= ratio * step * (1 + 1e-9)
     rep = ModelReporter.__new__(ModelReporter)
-    rep.tol, rep.blind, rep.overhead = 0.2, {}, {}
+    rep.tol, rep.blind, rep.overhead, rep.folded = 0.2, {}, {}, {}
     rep.recent = {("a", "b"): deque([ratio], maxlen=3)}
-    got = rep._ratio(("a", "b"), drains, seconds)
+    got = rep._ratio(("a", "b"), drains, seconds, prog=1)      # a level measured on another program
     assert got is None or got <= (1 + rep.tol) * ratio * step
     if delay == 0.0 and ratio == 1.0:          # a healthy path reads healthy
         assert got == pytest.approx(1.0)
+    # on the program the level was folded in from, a sample is taken as it is (a dip recovers)
+    rep.folded[("a", "b")] = 2
+    high = float(drains.max(axis=1).sum()) / seconds
+    assert rep._ratio(("a", "b"), drains, seconds, prog=2) == pytest.approx(high)
