@@ -5,6 +5,11 @@ ranks, a ``mccl controller serve`` process and the emulated fabric, per scenario
                                         [--repeats 1] [--json]
     python bench/bench_executor_loop.py --clear [--repeats 2]    # probes, recovery after clear
     python bench/bench_executor_loop.py --classes steady,further,flap,dead,ramp,three,noise
+                                        [--controller-logs DIR] [--pieces P] [--block-kib K]
+
+``--controller-logs DIR`` keeps each class run's controller decision log (``serve -v``:
+which links moved, by how much, and why each version was published) as
+``DIR/COLL-CLASS.log``.
 
 Each case is one ``mccl loop --executor gloo`` run of a scenario built here: HPN
 ``shape``, a 16 MiB message, a healthy phase, then ``fail2`` (GPU0 <-> its ToR, 400 ->

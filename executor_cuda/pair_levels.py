@@ -45,9 +45,10 @@ class ModelReporter:
     degraded link, another link of the path becomes the nominal bottleneck and the ratio
     overstates the degraded one (a link at 800 Gbps read as 1200-2880 on real ranks, so
     the controller published a version per swap).  So a sample of the program the pair's
-    level was last folded in from is taken as it is (the same bottlenecks: a rise is
-    real, and a slow collective's dip recovers), while a sample of another program may
-    lower the level or raise it by at most ``1 + tol``; a larger rise is taken only as far as every link
+    level was measured on is taken as it is (the same bottlenecks: a rise is real, and a
+    slow collective's dip recovers; a program's readings become the pair's once one of
+    them does not exceed its level), while a sample of another program may lower the
+    level or raise it by at most ``1 + tol``; a larger rise is taken only as far as every link
     of the path proves it (:meth:`proven`: the level at which the path's most lightly
     loaded link alone would not have slowed the messages), and a sample that proves no
     rise carries no news: the level is reported again and the pair is ``blind``, so
@@ -66,7 +67,7 @@ class ModelReporter:
         self.recent: dict[tuple[str, str], deque[float]] = {}
         self.low: dict[tuple[str, str], bool] = {}          # last report below LOW x nominal
         self.blind: dict[tuple[str, str], bool] = {}        # last sample fit its level and nominal
-        self.folded: dict[tuple[str, str], int | None] = {}  # id of the program last folded in
+        self.folded: dict[tuple[str, str], int | None] = {}  # id of the program the level is measured on
         self.calibrating = True
         self._expected: dict[int, tuple[Any, dict[tuple[int, int], np.ndarray]]] = {}
 
@@ -116,16 +117,17 @@ class ModelReporter:
         level, high = self.level(key), float(drains.max(axis=1).sum()) / seconds
         self.blind[key] = False
         if level is None:                   # a pair first used by a later version: only what it proves
-            ratio = self.proven(drains, seconds)
-        elif (prog is not None and self.folded.get(key) == prog) or high <= (1.0 + self.tol) * level:
-            ratio = high                    # the program its level was measured on, or a small rise
-        else:
-            ratio = self.proven(drains, seconds)
-            if ratio <= level:              # faster, but not on the path's lightly loaded link
-                self.blind[key] = True
-                return None
-        self.folded[key] = prog
-        return ratio
+            return self.proven(drains, seconds)
+        if (prog is not None and self.folded.get(key) == prog) or high <= level:
+            self.folded[key] = prog         # the program its level was measured on, or a drop:
+            return high                     # this program's readings are the pair's from now on
+        if high <= (1.0 + self.tol) * level:
+            return high                     # a small rise
+        least = self.proven(drains, seconds)
+        if least > level:                   # a rise every link of the path shows
+            return least
+        self.blind[key] = True              # faster, but not on the path's lightly loaded link
+        return None
 
     def __call__(self, samples: Sequence[LinkSample], prog: Any, elem_bytes: int,
                  now: float, times: int = 1) -> list[dict[str, Any]]:
