@@ -82,6 +82,7 @@ def class_table(shape: str, collectives: list[str], classes: list[str], cfg: Glo
     """One real-rank run per (collective, class); per class the worst event: versions, first
     collective on a new version / offline (``first``), median of its first three
     (``first3``), the last three before the next event (``final``), event to the first
+    collective on a new version (``react``, real ms, the slowest event), event to the first
     collective at >= 0.95 of offline (``t95``, real ms), and the run's false swaps.
     ``log_dir``: keep each run's controller decision log there (``COLL-CLASS.log``)."""
     from executor_cuda.scenario_run import plan_scales
@@ -110,6 +111,7 @@ def class_table(shape: str, collectives: list[str], classes: list[str], cfg: Glo
                 "final": worst(lambda e: e["time_offline_ms"] / e["time_final3_ms"]
                                if e["time_final3_ms"] and e["time_offline_ms"] else None),
                 "t95_ms": max((e["recovered_ms"] for e in evs if e["recovered_ms"] is not None), default=None),
+                "reaction_ms": max((e["reaction_ms"] for e in evs if e["reaction_ms"] is not None), default=None),
                 "never95": sum(e["recovered_ms"] is None for e in evs),
                 "false_swaps": s["false_swaps"], "wrong": s["wrong_results"],
                 "inflight": len(s.get("inflight_switches", [])),
@@ -123,7 +125,7 @@ def class_table(shape: str, collectives: list[str], classes: list[str], cfg: Glo
 def _print_class_row(r: dict) -> None:
     f = (lambda v, p=2: "n/a" if v is None else f"{v:.{p}f}")
     print(f"{r['collective']:<10}{r['class']:<8}{r['events']:>7}{r['versions']:>9}{f(r['first']):>7}"
-          f"{f(r['first3']):>8}{f(r['final']):>7}{f(r['t95_ms'], 0):>8}{r['never95']:>9}"
+          f"{f(r['first3']):>8}{f(r['final']):>7}{f(r['reaction_ms'], 0):>7}{f(r['t95_ms'], 0):>8}{r['never95']:>9}"
           f"{r['false_swaps']:>7}{r['wrong']:>7}{r['wall_s']:>7.0f}{r['inflight']:>9}", flush=True)
 
 
@@ -202,7 +204,7 @@ def main() -> None:
         if not args.json:
             print(f"scenario classes on {n} gloo ranks, HPN {args.shape}, 16 MiB, healthy collective "
                   f"~{args.collective_ms:g} ms real; worst event per class")
-            print(f"{'coll':<10}{'class':<8}{'events':>7}{'versions':>9}{'first':>7}{'first3':>8}{'final':>7}"
+            print(f"{'coll':<10}{'class':<8}{'events':>7}{'versions':>9}{'first':>7}{'first3':>8}{'final':>7}{'react':>7}"
                   f"{'t95 ms':>8}{'never95':>9}{'false':>7}{'wrong':>7}{'wall s':>7}{'inflight':>9}")
         class_table(args.shape, args.collectives.split(","), args.classes.split(","), cfg, args.json,
                     args.controller_logs)
