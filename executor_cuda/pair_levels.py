@@ -46,14 +46,16 @@ class ModelReporter:
     overstates the degraded one (a link at 800 Gbps read as 1200-2880 on real ranks, so
     the controller published a version per swap).  So a sample of the program the pair's
     level was measured on is taken as it is (the same bottlenecks: a rise is real, and a
-    slow collective's dip recovers; a program's readings become the pair's once one of
-    them does not exceed its level), while a sample of another program may lower the
-    level or raise it by at most ``1 + tol``; a larger rise is taken only as far as every link
-    of the path proves it (:meth:`proven`: the level at which the path's most lightly
-    loaded link alone would not have slowed the messages), and a sample that proves no
-    rise carries no news: the level is reported again and the pair is ``blind``, so
-    the prober measures it alone (:class:`~executor_cuda.reporting.PairProber`).  A pair
-    first used by a later version starts at what it proves.
+    slow collective's dip recovers; a new program's readings become the pair's after two
+    samples in a row within ``1 + tol`` of its level: the first collective after a swap
+    is often slow, and one low reading must not adopt a program that reads high), while
+    a sample of another program may lower the level or raise it by at most ``1 + tol``.
+    A larger rise carries no news: the level is reported again and the pair is
+    ``blind``, so the prober measures it alone (:class:`~executor_cuda.reporting.PairProber`).
+    (Taking such a rise as far as every link of the path proves it in the round model,
+    :meth:`proven`, was tried: ranks do not run rounds in lock step, so the "proven"
+    level still overstated the degraded link on real ranks.)  A pair first used by a
+    later version starts at :meth:`proven`: low for a link its messages load lightly.
     """
 
     def __init__(self, emulator: FabricEmulator, nominal: dict[tuple[str, str], float],
@@ -68,6 +70,7 @@ class ModelReporter:
         self.low: dict[tuple[str, str], bool] = {}          # last report below LOW x nominal
         self.blind: dict[tuple[str, str], bool] = {}        # last sample fit its level and nominal
         self.folded: dict[tuple[str, str], int | None] = {}  # id of the program the level is measured on
+        self._agree: dict[tuple[str, str], tuple[int | None, int]] = {}   # (program, samples in a row at the level)
         self.calibrating = True
         self._expected: dict[int, tuple[Any, dict[tuple[int, int], np.ndarray]]] = {}
 
@@ -95,12 +98,14 @@ class ModelReporter:
         (``drains``, :meth:`drains`) to have taken no more than ``seconds``: per link, the
         smallest ratio at which that link alone would not make them slower, and the
         lowest of these (the most lightly loaded link proves the least).  Delays (a busy
-        core, the per-message cost) only add time, so this is a lower bound."""
+        core, the per-message cost) only add time, so this is a lower bound; a pair that
+        loads one of its links lightly proves little about it, however fast it ran."""
         bottleneck = drains.max(axis=1)[None, :, None]
         t = np.maximum(bottleneck, drains[None, :, :] / cls.GRID[:, None, None]).sum(axis=1)  # grid x links
-        ok = t <= seconds
-        first = np.where(ok.any(axis=0), ok.argmax(axis=0), len(cls.GRID) - 1)
-        return float(cls.GRID[first].min())
+        # a time below the nominal model's (the per-message cost over-subtracted) proves no
+        # more than the model's own time would: nominal on the bottleneck, little elsewhere
+        ok = t <= max(seconds, float(t[-1].max()))
+        return float(cls.GRID[ok.argmax(axis=0)].min())
 
     def level(self, key: tuple[str, str]) -> float | None:
         """The pair's current level: the median of its recent samples; 1 for a pair
@@ -118,16 +123,17 @@ class ModelReporter:
         self.blind[key] = False
         if level is None:                   # a pair first used by a later version: only what it proves
             return self.proven(drains, seconds)
-        if (prog is not None and self.folded.get(key) == prog) or high <= level:
-            self.folded[key] = prog         # the program its level was measured on, or a drop:
-            return high                     # this program's readings are the pair's from now on
+        if prog is not None and self.folded.get(key) == prog:
+            return high                     # the program its level was measured on
+        agree = level / (1.0 + self.tol) <= high <= (1.0 + self.tol) * level
+        runs = self._agree.get(key, (None, 0))
+        self._agree[key] = (prog, runs[1] + 1 if runs[0] == prog else 1) if agree else (None, 0)
+        if self._agree[key][1] >= 2:        # two samples in a row that read the level:
+            self.folded[key] = prog         # this program's readings are the pair's from now on
         if high <= (1.0 + self.tol) * level:
-            return high                     # a small rise
-        least = self.proven(drains, seconds)
-        if least > level:                   # a rise every link of the path shows
-            return least
-        self.blind[key] = True              # faster, but not on the path's lightly loaded link
-        return None
+            return high                     # a drop, or a small rise
+        self.blind[key] = True              # a larger rise read through another program's bottlenecks:
+        return None                         # not news (the prober measures the pair alone)
 
     def __call__(self, samples: Sequence[LinkSample], prog: Any, elem_bytes: int,
                  now: float, times: int = 1) -> list[dict[str, Any]]:

@@ -278,7 +278,7 @@ def test_reporter_never_folds_in_more_than_the_degraded_links_level(rows, link, 
     step = ModelReporter.GRID[1] / ModelReporter.GRID[0]
     assert ModelReporter.proven(drains, seconds) <= ratio * step * (1 + 1e-9)
     rep = ModelReporter.__new__(ModelReporter)
-    rep.tol, rep.blind, rep.overhead, rep.folded = 0.2, {}, {}, {}
+    rep.tol, rep.blind, rep.overhead, rep.folded, rep._agree = 0.2, {}, {}, {}, {}
     rep.recent = {("a", "b"): deque([ratio], maxlen=3)}
     got = rep._ratio(("a", "b"), drains, seconds, prog=1)      # a level measured on another program
     assert got is None or got <= (1 + rep.tol) * ratio * step
@@ -288,3 +288,14 @@ def test_reporter_never_folds_in_more_than_the_degraded_links_level(rows, link, 
     rep.folded[("a", "b")] = 2
     high = float(drains.max(axis=1).sum()) / seconds
     assert rep._ratio(("a", "b"), drains, seconds, prog=2) == pytest.approx(high)
+
+
+def test_a_pair_faster_than_its_model_proves_nothing_about_its_lightly_loaded_link():
+    """Messages that ran faster than the nominal model (the per-message cost subtracted
+    too generously) on a path whose first link carries a tenth of the bottleneck's load
+    prove at most a tenth of nominal for that link, not nominal."""
+    from executor_cuda.pair_levels import ModelReporter
+
+    drains = np.array([[0.1, 1.0], [0.1, 1.0]])
+    assert ModelReporter.proven(drains, 1.5) <= 0.11
+    assert ModelReporter.proven(drains, 2.0) <= 0.11
