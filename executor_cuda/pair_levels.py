@@ -211,7 +211,6 @@ class PieceWindow:
         self._prog: Any = None
         self._pieces = 0
         self._since = time.monotonic()
-        self.early = 0                    # windows reported before their collective ended
 
     def piece(self, prog: Any) -> None:
         """One piece of ``prog`` (the piece-size program) ended."""
@@ -221,7 +220,6 @@ class PieceWindow:
         self._pieces += 1
         self._samples += self.read()
         if time.monotonic() - self._since >= self.window_s:
-            self.early += 1
             self.flush()
 
     def flush(self) -> None:
