@@ -36,7 +36,7 @@ from .driver import cold_routing, round_solved, run_cg
 from .local import local_eligible, local_resolve, raises_a_binding_link, reuse_certified
 from .problem import problem_for
 from .state import AllToAllWarmState
-from .warm import changes_are_nonbinding, warm_columns
+from .warm import changes_are_nonbinding, sharply_fallen, warm_columns
 
 __all__ = ["solve_alltoall"]
 
@@ -95,7 +95,8 @@ def _synthesize(topo: Topology, warm: Schedule | AllToAllWarmState | None, backe
     tried_local = (outcome is None and max_steps != "min"
                    and local_eligible(prob, state, max_chunks)
                    and not (state.basis is not None and changes_are_nonbinding(prob, state))
-                   and not raises_a_binding_link(prob, state))
+                   and not raises_a_binding_link(prob, state)
+                   and not sharply_fallen(prob, state).any())
     if tried_local:
         outcome = local_resolve(prob, state, backend, steps, max_chunks, options, deadline)
     if outcome is None:
