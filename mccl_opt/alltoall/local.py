@@ -51,15 +51,7 @@ from .rows import csr_take
 from .state import ChunkRoutes, LPColumns, AllToAllWarmState
 from .warm import changes_are_nonbinding
 
-__all__ = ["local_resolve", "local_eligible", "reuse_certified", "raises_a_binding_link",
-           "ROUND_BUDGET"]
-
-#: Column generation rounds the local re-optimisation may take in all before it gives
-#: up for the full master.  It pays when it certifies in 2-3 rounds (HPN Fail2); a NIC
-#: at 1-10 % of nominal makes every free pair move and the restricted master crawled
-#: (7-13 rounds, 3-5x a cold solve at 64-256 GPUs) -- docs/alltoall.md, *Warm is never
-#: the slow path*.
-ROUND_BUDGET = 3
+__all__ = ["local_resolve", "local_eligible", "reuse_certified", "raises_a_binding_link"]
 
 
 def local_eligible(prob: Problem, state: AllToAllWarmState | None, max_chunks: int | None) -> bool:
@@ -84,16 +76,13 @@ def raises_a_binding_link(prob: Problem, state: AllToAllWarmState, rel_tol: floa
 def local_resolve(prob: Problem, state: AllToAllWarmState, backend: str, max_steps: int,
                   max_chunks: int | None, options: CGOptions, deadline: float | None,
                   max_steps_local: int = 3, max_free: float = 0.3,
-                  step_rounds: int = 10, round_budget: int = ROUND_BUDGET) -> Outcome | None:
+                  step_rounds: int = 10) -> Outcome | None:
     """The outcome of the certified local re-optimisation (module docstring), or
     ``None`` when it does not apply or does not certify (the caller then solves the full
     warm master).  Gives up when the free pairs would exceed ``max_free`` of all pairs
     (the restricted master is then hardly smaller than the full one) or after
     ``max_steps_local`` column generation runs of ``step_rounds`` rounds each, between
-    which the fixed pairs that cause the gap join the free ones, or when ``round_budget``
-    column generation rounds in all have not certified (a change that moves most of the
-    free pairs' flow: the restricted master crawls, docs/alltoall.md, *Warm is never
-    the slow path*)."""
+    which the fixed pairs that cause the gap join the free ones."""
     n_pairs, n_links = prob.num_pairs, prob.num_links
     old, old_chunks = state.lp, state.chunks
     routes = old.routes
@@ -129,15 +118,13 @@ def local_resolve(prob: Problem, state: AllToAllWarmState, backend: str, max_ste
     # the free pairs' new columns took 2x as long (docs/alltoall.md, *third pass*)
     master = RestrictedMaster(get_backend(backend), n_pairs, prob.capacity, pool, free, b_lp)
     master.presolve_every_time("primal")
+    step_options = CGOptions(options.rel_tol, options.drop_after, options.drop_min_pool, step_rounds)
     rounds = grow = iterations = steps = 0
     lp_s = pr_s = 0.0
     history: list = []
     bound_t = 0.0
     while True:
         want = prob.pair_matrix(free.astype(float), 0.0) > 0
-        step_max = min(step_rounds, round_budget - rounds)
-        step_options = CGOptions(options.rel_tol, options.drop_after, options.drop_min_pool,
-                                 step_max)
         res = column_generation(master, prob, max_steps, options=step_options, deadline=deadline,
                                 want=want, label=f"local re-optimisation {grow + 1}")
         steps += 1
@@ -150,7 +137,7 @@ def local_resolve(prob: Problem, state: AllToAllWarmState, backend: str, max_ste
         bound_t = max(bound_t, min(res.bound_t, t))
         if t - bound_t <= options.rel_tol * t or res.status is CGStatus.TIME_LIMIT:
             break
-        if steps >= max_steps_local or rounds >= round_budget or res.shortest is None:
+        if steps >= max_steps_local or res.shortest is None:
             return None
         w = res.solution.w
         sp = prob.pair_values(res.shortest)
@@ -164,9 +151,9 @@ def local_resolve(prob: Problem, state: AllToAllWarmState, backend: str, max_ste
         tight = load >= prob.capacity * t * (1 - 1e-9)
         on_tight = routes.sums(tight) > 0
         new = ~free & (excess > 1e-9 * t / n_pairs)
-        if res.rounds == step_max and excess.sum() < 0.5 * (t - res.bound_t):
+        if res.rounds == step_rounds and excess.sum() < 0.5 * (t - res.bound_t):
             continue                    # the free pairs' own gap dominates: keep pricing
-        if res.rounds < step_max:       # restricted optimum reached
+        if res.rounds < step_rounds:    # restricted optimum reached
             new[pair[fixed & on_tight]] = True
         if not new.any() or (free | new).sum() > max_free * n_pairs:
             return None
