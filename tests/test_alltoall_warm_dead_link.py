@@ -1,6 +1,7 @@
 """Warm AllToAll after a NIC falls sharply or recovers (issue 25 item 2, "warm is never
-the slow path", docs/alltoall.md): the warm solve reaches the cold optimum, and a link
-at <= 10 % of its capacity sends the warm start to the master without its columns."""
+the slow path", docs/alltoall.md): the warm solve reaches the cold optimum, a link at
+<= 10 % of its capacity sends the warm start to the master without its columns, and a
+repair whose cold routing is provably optimal solves cold."""
 
 from __future__ import annotations
 
@@ -38,6 +39,9 @@ def test_warm_after_a_nic_falls_equals_cold(shape, fraction, both):
     # and the repair back to healthy, warm from the degraded schedule
     back = solve_alltoall(base, warm=warm)
     assert back.lp_rate_gbps == pytest.approx(healthy.lp_rate_gbps, rel=REL)
+    # healthy HPN's first routing is provably optimal: the repair solves cold, no LP round
+    assert back.stats["warm_mode"] == "cold" and back.stats["rounds"] == 1
+    validate(base, back)
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])

@@ -19,7 +19,7 @@ from .. import progress
 from ..backends import get_backend
 from .assemble import SATURATION_REL_TOL, Outcome, RunReport, WarmMode, fractional, rounded_columns
 from .colgen import CGOptions, CGResult, column_generation
-from .initial import initial_columns
+from .initial import certified_routing, initial_columns
 from .master import ColumnPool, RestrictedMaster
 from .pricing import PricedColumns
 from .problem import Problem
@@ -28,7 +28,7 @@ from .rows import Rows, csr_take
 from .state import ChunkRoutes, LPColumns, OldFabric, PricingCertificate, AllToAllWarmState
 from .warm import reusable_basis, sharply_fallen
 
-__all__ = ["Solved", "build_master", "cold_routing", "run_cg", "round_solved", "certificate_of",
+__all__ = ["Solved", "build_master", "cold_routing", "certified_cold_routing", "run_cg", "round_solved", "certificate_of",
            "PRESOLVE_EVERY_TIME_MIN_PAIRS"]
 
 #: A warm master without a usable basis is rebuilt and presolved before every solve
@@ -107,6 +107,16 @@ def cold_routing(prob: Problem, max_steps: int, deadline: float | None
     routing = initial_columns(prob, max_steps, np.ones(prob.num_pairs, dtype=bool),
                               deadline=deadline)
     return routing, time.perf_counter() - t
+
+
+def certified_cold_routing(prob: Problem, max_steps: int) -> tuple[PricedColumns, float] | None:
+    """A cold start's first routing and its seconds when it is provably optimal
+    (:func:`.initial.certified_routing`), else ``None``: a warm solve after a repair
+    checks it first, since a cold start that needs no LP round beats any warm master
+    (docs/alltoall.md, *Warm is never the slow path*)."""
+    t = time.perf_counter()
+    routing = certified_routing(prob, max_steps)
+    return None if routing is None else (routing, time.perf_counter() - t)
 
 
 def run_cg(prob: Problem, backend: str, max_steps: int, columns, deadline: float | None,

@@ -32,9 +32,9 @@ from .assemble import Outcome, make_schedule
 from .colgen import CGOptions, CGStatus
 from .cut_bound import cut_bound_gbps
 from .direct import no_room_for_master, routed_outcome
-from .driver import cold_routing, round_solved, run_cg
+from .driver import certified_cold_routing, cold_routing, round_solved, run_cg
 from .local import local_eligible, local_resolve, raises_a_binding_link, reuse_certified
-from .problem import problem_for
+from .problem import Problem, problem_for
 from .state import AllToAllWarmState
 from .warm import changes_are_nonbinding, sharply_fallen, warm_columns
 
@@ -113,6 +113,12 @@ def _synthesize(topo: Topology, warm: Schedule | AllToAllWarmState | None, backe
             # time left, the routing itself is the schedule (:mod:`.direct`)
             routing = (cold_routing(prob, steps, deadline)
                        if columns is None and deadline is not None else None)
+            # after a repair, a cold start whose first routing is already optimal
+            # costs less than any warm master (docs/alltoall.md, *Warm is never the
+            # slow path*)
+            if routing is None and _repaired(prob, state):
+                routing = certified_cold_routing(prob, steps)
+                columns = None if routing is not None else columns
             if routing is not None and no_room_for_master(deadline, routing[1]):
                 outcome = routed_outcome(prob, routing[0], max_chunks, backend, steps)
             else:
@@ -128,6 +134,12 @@ def _synthesize(topo: Topology, warm: Schedule | AllToAllWarmState | None, backe
     sched.stats["lp_phase_seconds"] = seconds if outcome.lp_done is None else outcome.lp_done - t0
     sched.report = dataclasses.replace(sched.report, seconds=seconds)
     return sched
+
+
+def _repaired(prob: Problem, state: AllToAllWarmState | None) -> bool:
+    """Only capacities changed, and a link the old LP saturated gained capacity."""
+    return (state is not None and state.fabric.same_links(prob)
+            and raises_a_binding_link(prob, state))
 
 
 def _with_cut_bound(sched: Schedule, topo: Topology) -> None:
