@@ -7,7 +7,10 @@ Read top to bottom, a call tries the cheapest path that can be proven optimal fi
 2. *local* (:func:`~.local.local_resolve`): re-optimise only the pairs a capacity
    change touches, with a certificate over all pairs;
 3. *full*: column generation on a master seeded with the warm columns
-   (:mod:`.driver`; :mod:`.latency` for ``max_steps="min"``) and the deep-dive rounding.
+   (:mod:`.driver`; :mod:`.latency` for ``max_steps="min"``) and the deep-dive rounding;
+   cold instead under a time limit (routed first, :mod:`.direct`) and after a repair
+   whose cold routing is certified optimal (docs/alltoall.md, *Warm is never the slow
+   path*).
 
 Each path returns an :class:`~.assemble.Outcome`; :func:`~.assemble.make_schedule`
 builds the schedule, the bottleneck cut and ``stats`` (the JSON view of the typed
@@ -100,7 +103,12 @@ def _synthesize(topo: Topology, warm: Schedule | AllToAllWarmState | None, backe
     if tried_local:
         outcome = local_resolve(prob, state, backend, steps, max_chunks, options, deadline)
     if outcome is None:
-        columns = warm_columns(prob, warm) if warm is not None else None
+        # under a time limit the full path solves cold: a cold limited solve routes
+        # first and, when the first master cannot fit in the time left, the routing
+        # itself is the schedule (:mod:`.direct`); a warm master has no such check
+        # (2,048 GPUs: 5-10 s past a 0.5 s limit, docs/alltoall.md)
+        carry = warm is not None and (deadline is None or max_steps == "min")
+        columns = warm_columns(prob, warm) if carry else None
         search: dict = {}
         if max_steps == "min":
             from .latency import min_steps_solve    # the step search: only when asked for
@@ -109,10 +117,7 @@ def _synthesize(topo: Topology, warm: Schedule | AllToAllWarmState | None, backe
                                              min_steps_tol)
             outcome = round_solved(prob, solved, backend, max_chunks, deadline, state)
         else:
-            # a cold limited solve routes first: when the first master cannot fit in the
-            # time left, the routing itself is the schedule (:mod:`.direct`)
-            routing = (cold_routing(prob, steps, deadline)
-                       if columns is None and deadline is not None else None)
+            routing = cold_routing(prob, steps, deadline) if deadline is not None else None
             # after a repair, a cold start whose first routing is already optimal
             # costs less than any warm master (docs/alltoall.md, *Warm is never the
             # slow path*)
