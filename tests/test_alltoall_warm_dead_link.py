@@ -54,3 +54,20 @@ def test_warm_on_an_irregular_fabric_after_a_link_falls_equals_cold(seed):
     warm = solve_alltoall(topo, warm=healthy)
     assert warm.lp_rate_gbps == pytest.approx(solve_alltoall(topo).lp_rate_gbps, rel=REL)
     validate(topo, warm)
+
+
+def test_a_warm_limit_with_no_room_for_the_first_master_returns_the_routing_itself():
+    # a warm solve on the full path under a time limit solves cold, routed first, so a
+    # limit shorter than the routing returns the routing (it used to build and solve
+    # the whole warm master past the limit: 5-10 s for 0.5 s at 2,048 GPUs)
+    base = hpn(1, 4, 8)
+    g, tor = _nic(base)
+    topo = degrade(base, g, tor, base.link(g, tor).capacity_gbps * 0.01)
+    warm = solve_alltoall(topo, warm=solve_alltoall(base), time_limit=1e-6)
+    assert warm.stats["status"] == "time_limit"
+    assert warm.stats["rounding"] == "routed" and warm.stats["rounds"] == 0
+    validate(topo, warm)
+    # with room, the same warm solve is cold and optimal
+    roomy = solve_alltoall(topo, warm=solve_alltoall(base), time_limit=60.0)
+    assert roomy.stats["status"] == "optimal" and roomy.stats["warm_mode"] == "cold"
+    assert roomy.lp_rate_gbps == pytest.approx(solve_alltoall(topo).lp_rate_gbps, rel=REL)
