@@ -1,0 +1,96 @@
+"""Equal-rate AllGather schedules that tiny capacity errors do not reshape.
+
+With a chunk budget, ForestColl gives every link ``floor(cap / y)`` trees of bandwidth
+``y`` (paper §4.3, :mod:`.budget`).  A capacity measured a hair below a multiple of
+``y`` (49.9 for a true 50 Gbps NIC, ``y`` = 8.33) therefore loses a whole tree unit:
+the budget rate is often unchanged, but the packing is a different forest, and two
+forests of one fluid rate can differ by ~9 % once chunks are cut into pieces and
+pipelined (:mod:`mccl_opt.sim`; on irregular fabric 7 with a 50 Gbps NIC cable the
+49.9 solve simulated at 0.912 of the 50.0 one on the true fabric).
+
+:func:`unit_snapped` raises every capacity lying within a relative ``tol`` below a
+multiple of ``y`` to that multiple; :func:`tolerant_allgather` solves that fabric too
+and keeps whichever schedule simulates faster on the given capacities, so a schedule
+built on a measured 49.9 is the one the true 50 gives whenever that one is faster
+(the snapped schedule's rate on the given fabric is at most ``tol`` below).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Callable
+
+import numpy as np
+
+from ..errors import InputError
+from ..schedule import Schedule, bottleneck_links, schedule_rate, share_loads
+from ..topology import Topology
+
+__all__ = ["DEFAULT_TOLERANCE", "unit_snapped", "tolerant_allgather"]
+
+#: relative capacity error a measurement may carry without reshaping the forest
+DEFAULT_TOLERANCE = 0.02
+
+#: relative distance below which a capacity already is a multiple of ``y``
+_ON_MULTIPLE = 1e-9
+
+
+def unit_snapped(topo: Topology, sched: Schedule, tol: float = DEFAULT_TOLERANCE) -> Topology | None:
+    """``topo`` with each capacity within ``tol`` (relative) below a multiple of the tree
+    bandwidth ``y = rate / k`` of ``sched`` (a ForestColl schedule with ``stats["k"]``)
+    raised to that multiple; ``None`` when no capacity is (nothing to snap, or no ``k``)."""
+    if not 0 <= tol < 1:
+        raise InputError(f"the capacity tolerance must be in [0, 1), got {tol!r}")
+    k = sched.stats.get("k")
+    if not isinstance(k, int) or k < 1 or not sched.rate_gbps > 0:
+        return None
+    y = sched.rate_gbps / k
+    cap = topo.arrays.capacity.astype(float)
+    units = cap / y
+    up = np.ceil(units - _ON_MULTIPLE * np.maximum(units, 1.0))
+    raised = up * y
+    near = (raised > cap * (1 + _ON_MULTIPLE)) & (raised <= cap * (1 + tol)) & (cap > 0)
+    if not near.any():
+        return None
+    return topo.with_capacities(np.where(near, raised, cap))
+
+
+def tolerant_allgather(topo: Topology, sched: Schedule, solve: Callable[[Topology], Schedule],
+                       message_bytes: float, tol: float = DEFAULT_TOLERANCE,
+                       fluid: bool | None = None) -> Schedule:
+    """``sched`` (solved on ``topo``) or the schedule ``solve`` gives on
+    :func:`unit_snapped` capacities, whichever completes ``message_bytes`` per GPU sooner
+    when simulated on ``topo`` (ties keep ``sched``).  ``fluid`` (default: above 16 GPUs,
+    as the closed loop simulates) trades the piece-level timing for speed.  Returns
+    ``sched`` itself when no capacity is near a multiple."""
+    from ..sim import simulate
+
+    if not message_bytes > 0 or not math.isfinite(message_bytes):
+        raise InputError(f"message_bytes must be a positive number of bytes, got {message_bytes!r}")
+    snapped = unit_snapped(topo, sched, tol)
+    if snapped is None:
+        return sched
+    other = solve(snapped)
+    fluid = topo.num_gpus > 16 if fluid is None else fluid
+    mine = simulate(topo, sched, message_bytes, fluid=fluid).completion_s
+    theirs = simulate(topo, other, message_bytes, fluid=fluid).completion_s
+    if theirs >= mine:
+        return sched
+    return _rated_on(topo, other, sched, snapped)
+
+
+def _rated_on(topo: Topology, other: Schedule, sched: Schedule, snapped: Topology) -> Schedule:
+    """``other`` (solved on ``snapped``) with its rate, bottleneck and bounds those of
+    ``topo``, where ``sched`` was solved."""
+    loads = share_loads(topo, other.chunks)
+    rate = min(schedule_rate(topo, loads), sched.lp_rate_gbps)
+    stats = dict(other.stats, unit_snapped=int(np.count_nonzero(
+        snapped.arrays.capacity != topo.arrays.capacity)))
+    report = other.report
+    if report is not None and sched.report is not None:
+        report = dataclasses.replace(report, bound_gbps=sched.report.bound_gbps,
+                                     cut_bound_gbps=sched.report.cut_bound_gbps)
+    return dataclasses.replace(other, topology=topo.name, rate_gbps=rate, lp_rate_gbps=sched.lp_rate_gbps,
+                               bottleneck=bottleneck_links(topo, loads, rate, other.max_chunks),
+                               stats=stats, report=report)
