@@ -334,7 +334,7 @@ def run_loop(cfg: LoopConfig = LoopConfig(), synthesize: Synthesizer | None = No
     scn = scenario or builtin_scenario(cfg)
     topo, timeline = scn.topology, scn.timeline()
     fluid = cfg.fluid if cfg.fluid is not None else topo.num_gpus > 16
-    synthesize = synthesize or solver_synthesizer(cfg.backend, cfg.max_chunks, tie_bytes=scn.message_bytes)
+    synthesize = synthesize or solver_synthesizer(cfg.backend, cfg.max_chunks)
     store = MeasurementStore(topo, alpha=cfg.alpha, estimator=cfg.estimator, level_params=cfg.level)
     if cfg.synth_clock not in SYNTH_CLOCKS:
         raise MCCLError(f"the synthesis clock (--synth-clock) must be one of {sorted(SYNTH_CLOCKS)}, "

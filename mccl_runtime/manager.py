@@ -119,13 +119,8 @@ DYNAMIC_KINDS = ("allgather", "alltoall")
 KINDS = DYNAMIC_KINDS + ("allreduce",)
 
 
-#: message bytes per GPU the synthesizer compares equal-rate AllGather schedules at (the
-#: closed loop's default message, :class:`.loop.LoopConfig`)
-TIE_BYTES = 16 * 2**20
-
-
 def solver_synthesizer(backend: str = "highs", max_chunks: int = 10, shallow: bool = False,
-                       tie_bytes: float | None = TIE_BYTES) -> Synthesizer:
+                       unit_tolerance: float | None = 0.015) -> Synthesizer:
     """The product optimizer: ``mccl_opt.solve_alltoall`` / ``solve_allgather``, warm;
     their compiled kernels are loaded here (:func:`.warmup.load_kernels`), not at the
     first failure.
@@ -140,12 +135,13 @@ def solver_synthesizer(backend: str = "highs", max_chunks: int = 10, shallow: bo
     each round lasts as long as its busiest link: on three degraded links of HPN 1x2x4
     the warm trees took 6 rounds and ran at 0.53 of the cold schedule's 3.
 
-    ``tie_bytes``: an AllGather whose fabric has a capacity just below a multiple of the
-    tree bandwidth (a measured 49.9 for a true 50 Gbps NIC) is solved again with that
-    capacity raised to the multiple, and the schedule that simulates faster at
-    ``tie_bytes`` per GPU is kept (:func:`mccl_opt.allgather.unit_tolerance.tolerant_allgather`):
-    the forests of one rate these two capacities give differed by 9 % in simulated time
-    on irregular fabric 7.  ``None``: the solver's schedule as it is."""
+    ``unit_tolerance``: an AllGather whose fabric has a capacity within this fraction below
+    a multiple of the tree bandwidth (a measured 49.9 for a true 50 Gbps NIC) is solved
+    with that capacity raised to the multiple
+    (:func:`mccl_opt.allgather.unit_tolerance.tolerant_allgather`), so it gets the forest
+    of the true capacity: forests of one rate from 49.9 and 50 differed by 9 % in
+    simulated time on irregular fabric 7 (docs/runtime.md).  ``None``: the solver's
+    schedule as it is."""
     from .warmup import load_kernels
 
     load_kernels(backend)
@@ -169,7 +165,7 @@ def solver_synthesizer(backend: str = "highs", max_chunks: int = 10, shallow: bo
                                                 time_limit=left)
                 if cold.rate_gbps >= sched.rate_gbps * (1 - 1e-9) and tree_rounds(cold) < tree_rounds(sched):
                     sched = cold
-        if tie_bytes is None:
+        if unit_tolerance is None:
             return sched
         left = _left_for_another(time_limit_s, t0, time.perf_counter() - t0)
         if left is not None and left <= 0:
@@ -177,7 +173,7 @@ def solver_synthesizer(backend: str = "highs", max_chunks: int = 10, shallow: bo
         from mccl_opt.allgather.unit_tolerance import tolerant_allgather
 
         return tolerant_allgather(topo, sched, lambda snapped: mccl_opt.solve_allgather(
-            snapped, warm=warm, backend=backend, max_chunks=max_chunks, time_limit=left), tie_bytes)
+            snapped, warm=warm, backend=backend, max_chunks=max_chunks, time_limit=left), unit_tolerance)
 
     return synthesize
 
