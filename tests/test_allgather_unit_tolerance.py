@@ -103,3 +103,19 @@ def test_bad_arguments_say_what_to_fix(tol: float, size: float) -> None:
     sched = mccl_opt.solve_allgather(measured, max_chunks=10)
     with pytest.raises(InputError, match="tolerance|message_bytes"):
         tolerant_allgather(measured, sched, lambda t: sched, tol=tol, message_bytes=size)
+
+
+def test_snapped_schedule_still_flags_a_further_drop() -> None:
+    """The kept forest's bottleneck cut is not just the raised NIC (which bounds its rate
+    on the measured fabric): the NIC falling further moves the cut's slacks, so drift
+    detection (Algorithm 1) flags it, as for any other schedule."""
+    from mccl_runtime.drift import detect, profile_schedule
+
+    measured = _nic_at(49.9)
+    picked = tolerant_allgather(measured, mccl_opt.solve_allgather(measured, max_chunks=10),
+                                lambda t: mccl_opt.solve_allgather(t, max_chunks=10))
+    cut = {(b.src, b.dst) for b in picked.bottleneck}
+    assert NIC <= cut and len(cut) > len(NIC)
+    profile = profile_schedule(measured, picked)
+    assert not detect(measured.arrays.capacity, profile, 0.1).flagged
+    assert detect(_nic_at(12.5).arrays.capacity, profile, 0.1).flagged

@@ -23,7 +23,7 @@ from typing import Callable
 import numpy as np
 
 from ..errors import InputError
-from ..schedule import Schedule, bottleneck_links, schedule_rate, share_loads
+from ..schedule import SATURATION_TOL, Schedule, bottleneck_links, schedule_rate, share_loads
 from ..topology import Topology
 
 __all__ = ["DEFAULT_TOLERANCE", "unit_snapped", "tolerant_allgather"]
@@ -90,9 +90,15 @@ def tolerant_allgather(topo: Topology, sched: Schedule, solve: Callable[[Topolog
 
 def _rated_on(topo: Topology, other: Schedule, sched: Schedule, snapped: Topology) -> Schedule:
     """``other`` (solved on ``snapped``) with its rate, bottleneck and bounds those of
-    ``topo``, where ``sched`` was solved."""
+    ``topo``, where ``sched`` was solved.  The bottleneck cut (paper §3.2) keeps the links
+    ``other`` saturates on ``snapped`` besides the raised ones that bound it on ``topo``:
+    with those alone, a further drop of a raised link would scale the whole cut and
+    move no slack, and drift detection (Algorithm 1) would never flag it."""
     loads = share_loads(topo, other.chunks)
     rate = min(schedule_rate(topo, loads), sched.lp_rate_gbps)
+    saturated = (loads > 0) & (1.0 - rate * loads / topo.arrays.capacity <= SATURATION_TOL)
+    for b in other.bottleneck:
+        saturated[topo.link_index(b.src, b.dst)] = True
     stats = dict(other.stats, unit_snapped=int(np.count_nonzero(
         snapped.arrays.capacity != topo.arrays.capacity)))
     report = other.report
@@ -100,5 +106,5 @@ def _rated_on(topo: Topology, other: Schedule, sched: Schedule, snapped: Topolog
         report = dataclasses.replace(report, bound_gbps=sched.report.bound_gbps,
                                      cut_bound_gbps=sched.report.cut_bound_gbps)
     return dataclasses.replace(other, topology=topo.name, rate_gbps=rate, lp_rate_gbps=sched.lp_rate_gbps,
-                               bottleneck=bottleneck_links(topo, loads, rate, other.max_chunks),
+                               bottleneck=bottleneck_links(topo, loads, rate, other.max_chunks, saturated),
                                stats=stats, report=report)
