@@ -146,6 +146,13 @@ def solver_synthesizer(backend: str = "highs", max_chunks: int = 10, shallow: bo
 
     load_kernels(backend)
 
+    def _tolerant(topo: Topology, solve: Callable[[Topology], Schedule]) -> Schedule:
+        if unit_tolerance is None:
+            return solve(topo)
+        from mccl_opt.allgather.unit_tolerance import tolerant_allgather
+
+        return tolerant_allgather(topo, solve, max_chunks, unit_tolerance)
+
     def synthesize(kind: str, topo: Topology, warm: Schedule | None,
                    time_limit_s: float | None) -> Schedule:
         import mccl_opt
@@ -156,24 +163,16 @@ def solver_synthesizer(backend: str = "highs", max_chunks: int = 10, shallow: bo
             return mccl_opt.solve_alltoall(topo, warm=warm, backend=backend, max_chunks=max_chunks,
                                            time_limit=time_limit_s)
         t0 = time.perf_counter()
-        sched = mccl_opt.solve_allgather(topo, warm=warm, backend=backend, max_chunks=max_chunks,
-                                         time_limit=time_limit_s)
+        sched = _tolerant(topo, lambda fabric: mccl_opt.solve_allgather(
+            fabric, warm=warm, backend=backend, max_chunks=max_chunks, time_limit=time_limit_s))
         if shallow and warm is not None and tree_rounds(sched) > tree_rounds(warm):
             left = _left_for_another(time_limit_s, t0, time.perf_counter() - t0)
             if left is None or left > 0:
-                cold = mccl_opt.solve_allgather(topo, warm=None, backend=backend, max_chunks=max_chunks,
-                                                time_limit=left)
+                cold = _tolerant(topo, lambda fabric: mccl_opt.solve_allgather(
+                    fabric, warm=None, backend=backend, max_chunks=max_chunks, time_limit=left))
                 if cold.rate_gbps >= sched.rate_gbps * (1 - 1e-9) and tree_rounds(cold) < tree_rounds(sched):
                     sched = cold
-        if unit_tolerance is None:
-            return sched
-        left = _left_for_another(time_limit_s, t0, time.perf_counter() - t0)
-        if left is not None and left <= 0:
-            return sched
-        from mccl_opt.allgather.unit_tolerance import tolerant_allgather
-
-        return tolerant_allgather(topo, sched, lambda snapped: mccl_opt.solve_allgather(
-            snapped, warm=warm, backend=backend, max_chunks=max_chunks, time_limit=left), unit_tolerance)
+        return sched
 
     return synthesize
 
