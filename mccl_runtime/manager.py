@@ -120,7 +120,7 @@ KINDS = DYNAMIC_KINDS + ("allreduce",)
 
 
 def solver_synthesizer(backend: str = "highs", max_chunks: int = 10, shallow: bool = False,
-                       unit_tolerance: float | None = 0.015) -> Synthesizer:
+                       unit_tolerance: float | None = 0.005) -> Synthesizer:
     """The product optimizer: ``mccl_opt.solve_alltoall`` / ``solve_allgather``, warm;
     their compiled kernels are loaded here (:func:`.warmup.load_kernels`), not at the
     first failure.

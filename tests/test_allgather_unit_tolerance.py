@@ -49,13 +49,14 @@ def test_perturbed_nic_simulates_like_the_true_one(true_time: float, factor: flo
 
 def test_snap_raises_only_the_near_capacities() -> None:
     measured = _nic_at(49.9)
-    snapped, x_star = unit_snapped(measured, 10)
-    for before, after in zip(measured.links, snapped.links):
+    snap = unit_snapped(measured, 10)
+    assert (snap.k, snap.y_gbps) == (8, pytest.approx(66.667 / 8, rel=1e-4))
+    for before, after in zip(measured.links, snap.fabric.links):
         if (before.src, before.dst) in NIC:
             assert after.capacity_gbps == pytest.approx(50.0, rel=1e-9)
         else:
             assert after.capacity_gbps == before.capacity_gbps
-    assert x_star == pytest.approx(_solve(measured).lp_rate_gbps, rel=1e-9)
+    assert snap.x_star_gbps == pytest.approx(_solve(measured).lp_rate_gbps, rel=1e-9)
     assert unit_snapped(_nic_at(50.0), 10) is None
     assert unit_snapped(measured, 10, tol=0.001) is None       # 0.2 % below: outside 0.1 %
     assert unit_snapped(measured, None) is None                # the exact optimum: no budget
