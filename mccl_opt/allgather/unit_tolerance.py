@@ -107,7 +107,8 @@ def tolerant_allgather(topo: Topology, solve: Callable[[Topology], Schedule], ma
     if snap is None:
         return solve(topo)
     other = solve(snap.fabric)
-    if other.stats.get("k") != snap.k or abs(other.rate_gbps - snap.k * snap.y_gbps) > 1e-9 * other.rate_gbps:
+    realised = other.report is not None and other.report.k == snap.k
+    if not realised or abs(other.rate_gbps - snap.k * snap.y_gbps) > 1e-9 * other.rate_gbps:
         return solve(topo)
     return _rated_on(topo, other, snap.fabric, snap.x_star_gbps)
 
