@@ -12,7 +12,8 @@ pipelined (:mod:`mccl_opt.sim`; on irregular fabric 7 with a 50 Gbps NIC cable t
 multiple of the budget's ``y`` (Phase 1 and the budget only: ~1 ms on 10 GPUs) to that
 multiple; :func:`tolerant_allgather` solves that fabric instead of the given one, so a
 schedule built on a measured 49.9 is the one the true 50 gives, its rate on the given
-fabric at most ``tol`` below (0.2 % there), at the cost of one solve.
+fabric at most ``tol`` below (0.2 % there), at the cost of one solve (two when the
+snapped solve does not realise the snapped budget, :func:`tolerant_allgather`).
 """
 
 from __future__ import annotations
