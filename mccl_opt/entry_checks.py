@@ -17,7 +17,7 @@ from typing import Any
 
 from .backends import installed_class
 from .errors import InputError, ScheduleError, SolverNotAvailableError, TopologyError
-from .schedule import Schedule
+from .schedule import MAX_CHUNK_BUDGET, Schedule
 from .topology import Topology
 
 __all__ = ["check_topology", "check_max_chunks", "check_time_limit", "check_backend",
@@ -38,10 +38,11 @@ def _positive_int(value: Any) -> bool:
 
 
 def check_max_chunks(max_chunks: Any) -> None:
-    """:class:`InputError` unless ``max_chunks`` is a positive integer or ``None``."""
-    if max_chunks is not None and not _positive_int(max_chunks):
-        raise InputError(f"max_chunks must be a positive integer or None (the exact optimum), "
-                         f"got {max_chunks!r}")
+    """:class:`InputError` unless ``max_chunks`` is an integer in ``[1, MAX_CHUNK_BUDGET]``
+    (what a schedule file may name) or ``None``."""
+    if max_chunks is not None and not (_positive_int(max_chunks) and max_chunks <= MAX_CHUNK_BUDGET):
+        raise InputError(f"max_chunks must be a positive integer or None (the exact optimum), at most "
+                         f"{MAX_CHUNK_BUDGET}; got {str(max_chunks)[:40]}")
 
 
 def check_time_limit(time_limit: Any) -> None:

@@ -4,13 +4,15 @@ Every input file is read by :func:`read_bounded`: a regular file of at most
 :data:`MAX_FILE_BYTES` (a FIFO, ``/dev/zero`` or a folder is refused at once).
 Whatever a file holds, :func:`read_json` either returns the parsed document or raises
 the caller's :class:`~mccl_opt.errors.MCCLError` subclass with one message naming the
-file: unreadable, not UTF-8, malformed, nested deeper than :data:`MAX_DEPTH` levels, or
-holding an integer literal longer than :data:`MAX_INT_DIGITS` digits (which no count,
-capacity or share needs, and which would overflow a float later) or an object with a key
-twice.  A gzip-compressed
-file (recognised by its magic bytes, whatever its name) is decompressed first, up to
-:data:`MAX_JSON_BYTES` as a stream (a gzip bomb is refused at the cap, having cost
-no more memory than the cap); :func:`write_json` writes compact JSON, compressed when the
+file: unreadable, larger than :data:`MAX_JSON_BYTES`, too costly to parse (its
+:func:`parse_cost`, estimated from byte counts before parsing, above
+:data:`MAX_PARSE_BYTES`: ``[{},{},...]`` takes 50 times its size in memory), not UTF-8,
+malformed, nested deeper than :data:`MAX_DEPTH` levels, or holding an integer literal
+longer than :data:`MAX_INT_DIGITS` digits (which no count, capacity or share needs, and
+which would overflow a float later) or an object with a key twice.  A gzip-compressed
+file (recognised by its magic bytes, whatever its name) is decompressed first as a stream,
+refused as soon as it passes either limit (a gzip bomb costs no more memory than they
+allow); :func:`write_json` writes compact JSON, compressed when the
 file name ends in ``.gz``.
 :func:`check_output_path` refuses an output file that cannot be written before any
 work starts.
@@ -29,17 +31,33 @@ from typing import Any
 from .errors import MCCLError
 
 __all__ = ["read_json", "read_bounded", "MAX_FILE_BYTES", "write_json", "check_output_path", "has_digit_run", "MAX_DEPTH",
-           "MAX_INT_DIGITS", "MAX_JSON_BYTES", "too_deep"]
+           "MAX_INT_DIGITS", "MAX_JSON_BYTES", "MAX_PARSE_BYTES", "TOPOLOGY_PARSE_BYTES",
+           "SMALL_PARSE_BYTES", "too_deep", "nesting", "unique_keys", "has_repeated_key",
+           "parse_cost", "check_parse_cost",
+           "RepeatedKey"]
 
 #: nesting depth of a file (the deepest the project writes, an AllGather edge path, is 5)
 MAX_DEPTH = 64
 #: digits of an integer literal
 MAX_INT_DIGITS = 30
-#: decompressed size of a gzip-compressed file (a 512-GPU schedule is a few MB, a
-#: 200k-link topology tens of MB); inflated as a stream and refused past it
+#: size of a JSON file, plain or decompressed (a 512-GPU schedule is a few MB, a 200k-link
+#: topology tens of MB); a gzip-compressed one is inflated as a stream and refused past it
 MAX_JSON_BYTES = 1 << 29
-#: size of any input file read (regular files only, :func:`read_bounded`)
+#: size of any input file read (regular files only, :func:`read_bounded`); a JSON file
+#: (plain or decompressed) is at most :data:`MAX_JSON_BYTES`
 MAX_FILE_BYTES = 1 << 30
+#: memory a JSON parse may take, as estimated before it starts (:func:`parse_cost`, 10-11
+#: times the size of the project's own files): schedules and controller state (an
+#: AllToAll schedule of 2048 GPUs is 186 MiB, 1.7 GiB by the estimate, 1.9 GB parsed)
+MAX_PARSE_BYTES = 4 << 30
+#: the same for a topology (a 200k-link one is tens of MB)
+TOPOLOGY_PARSE_BYTES = 1 << 30
+#: the same for small hand-written files: scenarios, workload profiles
+SMALL_PARSE_BYTES = 64 << 20
+#: :func:`parse_cost`'s bytes per value, per quote and per object or list
+VALUE_COST = 24
+QUOTE_COST = 32
+CONTAINER_COST = 160
 _GZIP_MAGIC = b"\x1f\x8b"
 _GZIP_WBITS = 16 + zlib.MAX_WBITS       # zlib's window bits for a gzip header and trailer
 _CHUNK = 1 << 20                        # bytes in and out per inflation step
@@ -58,21 +76,8 @@ class _LongInteger(ValueError):
     pass
 
 
-class _RepeatedKey(ValueError):
-    pass
-
-
-def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """A JSON object whose keys are all different (Python's ``json`` keeps the last of a
-    repeated key silently: a hand-edited file would mean what its reader did not see)."""
-    obj = dict(pairs)
-    if len(obj) < len(pairs):
-        seen: set[str] = set()
-        for key, _ in pairs:
-            if key in seen:
-                raise _RepeatedKey(f"the key {key[:60]!r} appears twice in one object; keep one")
-            seen.add(key)
-    return obj
+class RepeatedKey(ValueError):
+    """A JSON object with a key twice (:func:`unique_keys`)."""
 
 
 def _parse_int(text: str) -> int:
@@ -82,18 +87,70 @@ def _parse_int(text: str) -> int:
 
 
 def too_deep(obj: Any, limit: int = MAX_DEPTH) -> bool:
-    """Whether containers nest deeper than ``limit`` (an explicit stack, no recursion;
-    a container's element types are collected in one C-level pass, so the long lists
-    of numbers of schedule files cost little)."""
+    """Whether containers nest deeper than ``limit`` (:func:`nesting`)."""
+    return nesting(obj, limit)[0]
+
+
+def nesting(obj: Any, limit: int = MAX_DEPTH) -> tuple[bool, int]:
+    """``(deeper than limit, keys)``: whether containers nest deeper than ``limit``, and
+    how many keys the objects hold in all (an explicit stack, no recursion; a container's
+    element types are collected in one C-level pass, so the long lists of numbers of
+    schedule files cost little; every container is visited once)."""
     stack = [(obj, 1)] if isinstance(obj, (dict, list)) else []
+    keys = 0
     while stack:
         o, depth = stack.pop()
-        values = o.values() if isinstance(o, dict) else o
+        if isinstance(o, dict):
+            keys += len(o)
+            values = o.values()
+        else:
+            values = o
         if any(issubclass(k, (dict, list)) for k in set(map(type, values))):
             if depth >= limit:
-                return True
+                return True, keys
             stack.extend((v, depth + 1) for v in values if isinstance(v, (dict, list)))
-    return False
+    return False, keys
+
+
+def string_colons(obj: Any) -> int:
+    """The ``:`` inside the keys and strings of ``obj`` (with :func:`nesting`'s key count,
+    the ``:`` a JSON text of it holds unless it had a key twice or an escaped ``:``)."""
+    stack, colons = [obj], 0
+    while stack:
+        o = stack.pop()
+        if isinstance(o, dict):
+            colons += "".join(o).count(":")
+            o = o.values()
+        if isinstance(o, str):
+            colons += o.count(":")
+        elif str in (types := set(map(type, o))) or dict in types or list in types:
+            stack.extend(v for v in o if isinstance(v, (dict, list, str)))
+    return colons
+
+
+def has_repeated_key(raw: bytes | bytearray, obj: Any, keys: int) -> bool:
+    """Whether the JSON text ``raw`` may hold a key twice in one object: its ``:`` are
+    more than ``obj``'s ``keys`` and the ``:`` inside its strings, or it escapes a
+    character as ``\\u003X`` (``\\u003a`` is a ``:`` the count cannot see, which could
+    hide a repeat); then only a parse with :func:`unique_keys` tells."""
+    colons = raw.count(b":")
+    if b"\\u003" in raw:
+        return True
+    return colons != keys and colons != keys + string_colons(obj)
+
+
+def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object whose keys are all different (an ``object_pairs_hook``; Python's
+    ``json`` keeps the last of a repeated key silently: a hand-edited file, or a message,
+    would mean what its reader did not see).  Raises :class:`RepeatedKey`."""
+    obj = dict(pairs)
+    if len(obj) < len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise RepeatedKey(f"the key {key[:60]!r} appears twice in one object; keep one")
+            seen.add(key)
+    return obj
 
 
 def read_bounded(path: str | Path, error: type[MCCLError], what: str, limit: int = MAX_FILE_BYTES) -> bytes:
@@ -135,23 +192,46 @@ def _read_upto(f: Any, size: int, most: int) -> bytes:
     return b"".join(parts)
 
 
-def read_json(path: str | Path, error: type[MCCLError], what: str) -> Any:
-    """Parse the JSON file ``path`` (:func:`read_bounded`); any failure raises ``error``
-    naming the file (``what`` says what the file should be, e.g. ``"topology"``)."""
+def parse_cost(raw: bytes | bytearray) -> int:
+    """An upper estimate of the memory (bytes) that parsing the JSON text ``raw`` takes,
+    from byte counts alone (C speed, nothing parsed): the text twice (bytes and ``str``)
+    and its share of the objects: :data:`VALUE_COST` per value (``,``), :data:`QUOTE_COST`
+    per ``"`` (a string is an object) and :data:`CONTAINER_COST` per object or list (``{``,
+    ``[``).  On the project's own files it is about 11 times their size; on hostile shapes
+    (``[{},{},...]`` takes 50 bytes of memory per byte of text) it is within 0.7-1.5 times
+    what the parse takes (docs/runtime.md, "Hostile-input audit, fourth pass")."""
+    return (4 * len(raw) + VALUE_COST * raw.count(b",") + QUOTE_COST * raw.count(b'"')
+            + CONTAINER_COST * (raw.count(b"{") + raw.count(b"[")))
+
+
+def check_parse_cost(raw: bytes | bytearray, what: str, error: type[MCCLError], most: int = MAX_PARSE_BYTES) -> None:
+    """Refuse a JSON text whose :func:`parse_cost` passes ``most`` bytes."""
+    cost = parse_cost(raw)
+    if cost > most:
+        raise error(f"{what}: {len(raw) >> 20} MiB of JSON holding {raw.count(b',')} values and "
+                    f"{raw.count(b'{') + raw.count(b'[')} objects/lists would take about {cost >> 20} MiB "
+                    f"to parse (at most {most >> 20} MiB for this kind of file); is it the right file?")
+
+
+def read_json(path: str | Path, error: type[MCCLError], what: str, max_cost: int = MAX_PARSE_BYTES) -> Any:
+    """Parse the JSON file ``path`` (:func:`read_bounded`, at most :data:`MAX_JSON_BYTES`,
+    and :func:`check_parse_cost` against ``max_cost`` before it is parsed); any failure
+    raises ``error`` naming the file (``what`` says what the file should be, e.g.
+    ``"topology"``)."""
     path = Path(path)
-    raw = read_bounded(path, error, what)
-    if raw[:2] == _GZIP_MAGIC:
-        raw = _gunzip(raw, path, error)
+    raw = read_bounded(path, error, what, MAX_JSON_BYTES)
+    raw = _gunzip(raw, path, error, max_cost) if raw[:2] == _GZIP_MAGIC else raw
+    check_parse_cost(raw, str(path), error, max_cost)
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise error(f"{path}: not UTF-8 text (byte {exc.start}); is it a {what} file?") from None
     try:
         long_digits = has_digit_run(raw, MAX_INT_DIGITS)
-        data = json.loads(text, parse_int=_parse_int if long_digits else None, object_pairs_hook=_unique_keys)
+        data = json.loads(text, parse_int=_parse_int if long_digits else None, object_pairs_hook=unique_keys)
     except RecursionError:
         raise error(f"{path}: JSON nested deeper than {MAX_DEPTH} levels") from None
-    except (_LongInteger, _RepeatedKey) as exc:
+    except (_LongInteger, RepeatedKey) as exc:
         raise error(f"{path}: {exc}") from None
     except json.JSONDecodeError as exc:
         raise error(f"{path}: malformed JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
@@ -160,11 +240,12 @@ def read_json(path: str | Path, error: type[MCCLError], what: str) -> Any:
     return data
 
 
-def _gunzip(raw: bytes, path: Path, error: type[MCCLError]) -> bytearray:
+def _gunzip(raw: bytes, path: Path, error: type[MCCLError], max_cost: int) -> bytearray:
     """Inflate gzip ``raw`` (one or more members) as a stream: at most :data:`_CHUNK`
     bytes out per step, refused as soon as the total passes :data:`MAX_JSON_BYTES`, so a
     gzip bomb (a few MB inflating to GBs) costs the cap in memory, never its full size."""
     out = bytearray()
+    cost = 0
     inflate = zlib.decompressobj(_GZIP_WBITS)
     view = memoryview(raw)
     try:
@@ -178,7 +259,11 @@ def _gunzip(raw: bytes, path: Path, error: type[MCCLError]) -> bytearray:
                     if tail[:2] != _GZIP_MAGIC:
                         raise error(f"{path}: damaged gzip data (not gzip after a member)")
                     inflate = zlib.decompressobj(_GZIP_WBITS)
-                out += inflate.decompress(data, _CHUNK)
+                piece = inflate.decompress(data, _CHUNK)
+                out += piece
+                cost += parse_cost(piece)
+                if cost > max_cost:
+                    check_parse_cost(out, str(path), error, max_cost)
                 if len(out) > MAX_JSON_BYTES:
                     raise error(f"{path}: decompresses to more than {MAX_JSON_BYTES >> 20} MiB "
                                 "(the most a schedule or topology file may hold); is it a gzip bomb?")

@@ -59,6 +59,9 @@ RATE_TOLERANCE = 1e-5
 #: loads can carry (links of at most 1e12 Gbps, ``topology.MAX_CAPACITY_GBPS``, and at most
 #: ~2 million of them); ``1e308`` used to be read, resumed and exported
 MAX_RATE_GBPS = 1e18
+#: largest ``max_chunks`` a schedule file may name (the CLI's largest ``--max-chunks``; an
+#: export sizing its share denominator by 10^29 ran until killed)
+MAX_CHUNK_BUDGET = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -237,8 +240,10 @@ class Schedule:
             raise ScheduleError(f"'rate_gbps' {rate:.9g} must be >= 0 and at most 'lp_rate_gbps' {lp_rate:.9g} "
                                 "(no schedule beats its LP bound); the file is corrupt or edited")
         max_chunks = data.get("max_chunks")
-        if max_chunks is not None and (not isinstance(max_chunks, int) or max_chunks < 1):
-            raise ScheduleError(f"'max_chunks' must be a positive integer or null, got {max_chunks!r}")
+        if max_chunks is not None and (not isinstance(max_chunks, int) or isinstance(max_chunks, bool)
+                                       or not 1 <= max_chunks <= MAX_CHUNK_BUDGET):
+            raise ScheduleError(f"'max_chunks' must be a positive integer (at most {MAX_CHUNK_BUDGET}, the largest "
+                                f"chunk budget a solve takes) or null, got {str(max_chunks)[:40]}")
         return cls(
             collective=collective,
             topology=str(data.get("topology", "")),

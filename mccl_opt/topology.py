@@ -25,11 +25,12 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import Any, Iterable, Mapping
+from unicodedata import is_normalized
 
 import numpy as np
 
 from .errors import InputError, TopologyError
-from .files import read_json
+from .files import TOPOLOGY_PARSE_BYTES, read_json
 from .parallel_links import METADATA_KEY, check_link_ids, merge_parallel
 
 __all__ = ["Node", "Link", "Topology", "TopologyArrays", "FORMAT_TAG", "MIN_CAPACITY_GBPS",
@@ -37,6 +38,15 @@ __all__ = ["Node", "Link", "Topology", "TopologyArrays", "FORMAT_TAG", "MIN_CAPA
 
 FORMAT_TAG = "mccl-topology/1"
 NODE_KINDS = ("gpu", "switch")
+#: longest node id or topology name (generated ones are a few dozen characters; they are
+#: printed and quoted in error messages)
+MAX_ID_CHARS = 256
+
+
+def _plain_text(text: str) -> bool:
+    """At most :data:`MAX_ID_CHARS` printable characters in NFC: no control, escape,
+    format or bidi character, no lone surrogate, and one spelling for what looks alike."""
+    return len(text) <= MAX_ID_CHARS and text.isprintable() and is_normalized("NFC", text)
 
 
 @dataclass(frozen=True)
@@ -129,9 +139,16 @@ class Topology:
 
     # ------------------------------------------------------------------ validation
     def _validate(self) -> None:
+        if not _plain_text(self._name):
+            raise TopologyError(f"the topology's name {self._name[:40]!r} must be at most {MAX_ID_CHARS} printable "
+                                "characters in Unicode NFC form (it is printed: no control, escape or bidi characters)")
         for i, node in enumerate(self._nodes):
             if not isinstance(node.id, str) or not node.id:
                 raise TopologyError(f"node #{i}: id must be a non-empty string, got {node.id!r}")
+            if not _plain_text(node.id):
+                raise TopologyError(f"node #{i}: id {node.id[:40]!r} must be at most {MAX_ID_CHARS} printable "
+                                    "characters in Unicode NFC form (no control, format or bidi characters; "
+                                    "ids that look the same must be the same)")
             if node.kind not in NODE_KINDS:
                 raise TopologyError(
                     f"node {node.id!r}: kind must be one of {NODE_KINDS}, got {node.kind!r}")
@@ -415,7 +432,7 @@ class Topology:
     def load(cls, path: str | Path) -> "Topology":
         """Read a ``mccl-topology/1`` JSON file."""
         path = Path(path)
-        data = read_json(path, TopologyError, "topology")
+        data = read_json(path, TopologyError, "topology", TOPOLOGY_PARSE_BYTES)
         try:
             return cls.from_dict(data)
         except TopologyError as exc:

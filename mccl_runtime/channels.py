@@ -99,7 +99,8 @@ class Channels:
                   w: np.ndarray | None = None) -> tuple[int, int]:
         """EWMA of each channel's samples in order (sorted by channel, time, arrival);
         ``w``: samples per row of a folded batch (module docstring; default one each).
-        Returns ``(applied, stale)`` counted in samples."""
+        Returns ``(applied, stale)``: applied samples, stale rows (a stale folded row counts
+        once, whatever its weight)."""
         if not len(c):
             return 0, 0
         chans, group, fresh = self.split(c, t)
@@ -124,7 +125,7 @@ class Channels:
         self.folds[chans[hit]] += weight[hit]
         if w is None:
             return len(y), int(len(fresh) - len(y))
-        return int(w.sum()), int(w_all.sum() - w.sum())
+        return int(w.sum()), int(len(w_all) - len(w))
 
     # ------------------------------------------------------------------ outputs
     def measured(self, value: np.ndarray | None = None) -> np.ndarray:

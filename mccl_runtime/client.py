@@ -7,7 +7,7 @@ split into requests of at most :data:`~mccl_runtime.protocol.MAX_BATCH_SAMPLES`.
 from __future__ import annotations
 
 import time
-from collections import Counter
+from collections import Counter, deque
 from itertools import islice
 from typing import Any, Iterable
 
@@ -16,7 +16,7 @@ from mccl_opt.schedule import Schedule
 
 from .columns import MAX_COLUMN_SAMPLES, ColumnBatch
 from .endpoints import connect
-from .updates import HoldUpdate, ScheduleStatus, held_links
+from .updates import HoldUpdate, ScheduleStatus, held_links, publication_key
 from .protocol import (MAX_BATCH_SAMPLES, MAX_MESSAGE_BYTES, MUTATING, PUBLICATIONS, REPLIES, SCHEDULE_TOPIC, Message,
                        ProtocolError, ReplayGuard, Session, decode, encode, encode_frames)
 
@@ -28,10 +28,8 @@ ScheduleUpdate = tuple[str, str, int, Schedule]
 
 #: pauses before asking a busy controller again
 BUSY_RETRY_S = (0.05, 0.1, 0.2)
-#: seconds a subscription trusts the controller's answer to "which epoch is yours"
-EPOCH_CHECK_S = 1.0
-#: seconds before a subscription asks again about an epoch other than the one last named
-EPOCH_RECHECK_S = 0.05
+EPOCH_CHECK_S = 1.0  #: seconds before a subscription asks again a controller that did not answer
+DRAIN_MAX = 256      #: publications a subscription reads at once (one epoch check covers them)
 
 
 class ControllerClient:
@@ -196,14 +194,13 @@ class Subscription:
     the same controller epoch) are dropped and counted in ``rejected``.
 
     **Epochs** (with a key): the subscription starts in ``epoch`` (the controller's, from
-    the ``ping`` that found the publisher) at its publish count ``seq`` (a publication sent
-    before the subscription, captured and replayed to it, is refused) and accepts one of
-    another epoch only once the controller at ``controller`` (its request endpoint) answers
-    a signed ``ping`` naming that epoch as its own, i.e. it really restarted.  So a
-    publication captured in an earlier start and replayed within the 60 s window to a
-    subscriber that missed the restart is refused (the controller no longer has its
-    epoch).  The controller's answer is kept for :data:`EPOCH_CHECK_S`, so a flood of
-    replays costs one ``ping`` a second.  Without ``controller`` a new epoch is accepted."""
+    the ``ping`` that found the publisher) at its publish count ``seq`` (an earlier
+    publication replayed to it is refused) and accepts a publication only of the epoch the
+    controller at ``controller`` names as its own in a signed ``ping`` *sent after the
+    publication was read*: epochs never come back, so it is no replay of an earlier start
+    (issue 27).  One ``ping`` covers a burst read at once (:data:`DRAIN_MAX`); a silent
+    controller is asked again after :data:`EPOCH_CHECK_S`, refusing meanwhile.  Without
+    ``controller`` any epoch is accepted."""
 
     def __init__(self, ctx: Any, endpoint: str, key: bytes | None, epoch: Any = None,
                  controller: str | None = None, timeout_s: float = 5.0, seq: int = 0) -> None:
@@ -222,7 +219,8 @@ class Subscription:
         self.rejected = 0
         self._last: tuple[Any, int] = (epoch, seq)  # (epoch, seq) of the last accepted publication
         self._controller, self._timeout_s = controller, timeout_s
-        self._checked: tuple[Any, float] = (None, -float("inf"))   # (controller epoch, when asked)
+        self._checked: tuple[Any, float] = (None, -float("inf"))  # (its epoch or None, ping sent)
+        self._pending: deque[tuple[bytes, float]] = deque()   # (publication, when read off the socket)
 
     def recv(self, timeout_s: float) -> ScheduleUpdate | None:
         """The next valid schedule update, or ``None`` after ``timeout_s`` (swap holds are
@@ -238,53 +236,66 @@ class Subscription:
         """The next valid publication (a new version, or a :class:`HoldUpdate`), or
         ``None`` after ``timeout_s``."""
         deadline = time.monotonic() + timeout_s
-        while (left := deadline - time.monotonic()) > 0:
-            if not self._sock.poll(int(left * 1000) + 1):
+        while self._pending or (left := deadline - time.monotonic()) > 0:
+            if not self._pending and not self._drain(left):
                 return None
+            raw, received = self._pending.popleft()
             try:
-                msg = decode(self._sock.recv_multipart()[-1], self.key, PUBLICATIONS, self.replay)
+                msg = decode(raw, self.key, PUBLICATIONS, self.replay)
                 b = msg.body
                 update: ScheduleUpdate | HoldUpdate
-                comm, name, version = _publication_key(b)
+                comm, name, version = publication_key(b)
                 if msg.type == "hold":
                     update = HoldUpdate(comm, name, version, held_links(b["held"]))
                 else:
                     update = comm, name, version, Schedule.from_dict(b["schedule"])
-                if self.key and not self._fresh(msg):
+                if self.key and not self._fresh(msg, received):
                     raise ProtocolError("replayed", "a publication older than one already received")
                 return update
             except (MCCLError, KeyError, TypeError, ValueError):     # a bad schedule too
                 self.rejected += 1
         return None
 
-    def _fresh(self, msg: Message) -> bool:
+    def _drain(self, timeout_s: float) -> bool:
+        """Wait up to ``timeout_s``, then queue all publications read, stamped with the time."""
+        import zmq
+
+        if not self._sock.poll(int(timeout_s * 1000) + 1):
+            return False
+        now = time.monotonic()
+        for _ in range(DRAIN_MAX):
+            try:
+                self._pending.append((self._sock.recv_multipart(zmq.NOBLOCK)[-1], now))
+            except zmq.Again:
+                break
+        return bool(self._pending)
+
+    def _fresh(self, msg: Message, received: float) -> bool:
         """Whether a signed publication comes after the last one accepted (a new epoch
-        starts a new count) and, with ``controller``, names the controller's epoch now
-        (so a publication of the epoch this subscriber knew, captured before a restart it
-        missed, is refused too: issue 27); remembers it if so."""
+        starts a new count) and names the controller's epoch as of after it was
+        ``received``; remembers it if so."""
         seq = msg.seq if isinstance(msg.seq, int) and not isinstance(msg.seq, bool) else None
         if seq is None or (msg.epoch == self._last[0] and seq <= self._last[1]):
             return False
-        if not self._current(msg.epoch):
+        if not self._current(msg.epoch, received):
             return False
         self._last = (msg.epoch, seq)
         return True
 
-    def _current(self, epoch: Any) -> bool:
-        """Whether ``epoch`` is the controller's own now (a signed ``ping``; an answer is
-        trusted for :data:`EPOCH_CHECK_S`, one naming another epoch for
-        :data:`EPOCH_RECHECK_S`); ``False`` when it cannot be asked in time."""
+    def _current(self, epoch: Any, received: float) -> bool:
+        """Whether ``epoch`` was the controller's own after ``received`` (a signed
+        ``ping`` sent since); ``False`` when it cannot be asked in time."""
         if self._controller is None:
             return True
-        now = time.monotonic()
-        age = now - self._checked[1]
-        if age >= EPOCH_CHECK_S or (epoch != self._checked[0] and age >= EPOCH_RECHECK_S):
+        asked = self._checked[1]
+        if asked < received and (self._checked[0] is not None or time.monotonic() - asked >= EPOCH_CHECK_S):
+            now = time.monotonic()
             try:
                 with ControllerClient(self._controller, self.key, self._timeout_s) as client:
                     self._checked = (client.ping().get("epoch"), now)
             except MCCLError:
                 self._checked = (None, now)
-        return self._checked[0] is not None and epoch == self._checked[0]
+        return self._checked[1] >= received and self._checked[0] is not None and epoch == self._checked[0]
 
     def wait_connected(self, timeout_s: float) -> bool:
         """Block until the connection to the publisher has finished its handshake (the
@@ -314,17 +325,6 @@ class Subscription:
     def close(self) -> None:
         self._stop_monitor()
         self._sock.close(0)
-
-
-def _publication_key(body: dict[str, Any]) -> tuple[str, str, int]:
-    """A publication's communicator, collective and version, as the controller sends
-    them (non-empty strings, a non-negative integer); else ``ProtocolError("bad_reply")``
-    (``"7"``, ``True`` or ``2.5`` were taken for versions)."""
-    comm, name, version = body.get("comm"), body.get("name"), body.get("version")
-    if not (isinstance(comm, str) and comm and isinstance(name, str) and name
-            and isinstance(version, int) and not isinstance(version, bool) and version >= 0):
-        raise ProtocolError("bad_reply", "a publication needs string 'comm' and 'name' and a version >= 0")
-    return comm, name, version
 
 
 class ShardedClient:

@@ -55,10 +55,11 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from mccl_opt.errors import InputError, MCCLError
-from mccl_opt.files import has_digit_run, read_bounded, too_deep
+from mccl_opt.files import (RepeatedKey, has_digit_run, has_repeated_key, nesting, parse_cost, read_bounded,
+                            unique_keys)
 
 __all__ = ["VERSION", "REQUESTS", "MUTATING", "REPLIES", "MAX_MESSAGE_BYTES", "MAX_REQUEST_BYTES",
-           "MAX_BATCH_SAMPLES", "MAX_DEPTH", "MAX_INT_DIGITS", "REPLAY_WINDOW_S", "MAX_CLIENTS",
+           "MAX_BATCH_SAMPLES", "MAX_DEPTH", "MAX_INT_DIGITS", "MAX_PARSE_BYTES", "REPLAY_WINDOW_S", "MAX_CLIENTS",
            "ProtocolError", "Message", "ReplayGuard", "SequenceGuard", "Session", "new_id",
            "encode", "decode", "encode_frames", "split_frames", "load_key", "brief", "SCHEDULE_TOPIC",
            "COLUMNS_MARK", "PUBLICATIONS"]
@@ -82,6 +83,9 @@ MAX_REQUEST_BYTES = 1 << 20
 MAX_BATCH_SAMPLES = 2048
 #: nesting depth of a message (the deepest legitimate one, a schedule, has 7 levels)
 MAX_DEPTH = 32
+#: memory a message's parse may take, as estimated before it (``mccl_opt.files.parse_cost``:
+#: a legitimate message of MAX_MESSAGE_BYTES costs at most ~700 MiB, ``[{},{},...]`` 3 GiB)
+MAX_PARSE_BYTES = 1 << 30
 #: digits of an integer literal (larger ones cannot be a count, time or rate)
 MAX_INT_DIGITS = 20
 _SIG = re.compile(r"[0-9a-f]{64}")
@@ -261,6 +265,10 @@ def _parse_int(text: str) -> int:
 
 
 _SIGNED = ("ts", "nonce", "epoch", "client", "seq")
+#: parsers of a message's text: any, one with a long run of digits, one with a key twice
+_DECODE = json.JSONDecoder().decode
+_DECODE_LONG = json.JSONDecoder(parse_int=_parse_int).decode
+_DECODE_UNIQUE = json.JSONDecoder(parse_int=_parse_int, object_pairs_hook=unique_keys).decode
 
 
 def _sign(key: bytes, v: Any, type_: str, body: Any, fields: Mapping[str, Any],
@@ -298,25 +306,35 @@ def decode(raw: bytes, key: bytes | None = None, types: tuple[str, ...] | None =
            frames: tuple[bytes, ...] = ()) -> Message:
     """Parse and check one message (``frames``: the binary frames that followed its
     header, which the signature covers); raises :class:`ProtocolError` with a reason:
-    ``too_large``, ``malformed_json`` (also too deep or an over-long integer),
+    ``too_large`` (also a reply too costly to parse: :func:`mccl_opt.files.parse_cost`),
+    ``malformed_json`` (also not UTF-8, too deep, an over-long integer or
+    a key twice in one object),
     ``bad_envelope``, ``unsupported_version``, ``unknown_type``, ``unsigned``,
     ``bad_signature``, and with a ``guard``, ``stale`` or ``replayed``.  Nothing else
     escapes, whatever the bytes."""
     if len(raw) > max_bytes:
         raise ProtocolError("too_large", f"message of {len(raw)} bytes exceeds {max_bytes}")
+    if len(raw) > MAX_REQUEST_BYTES and parse_cost(raw) > MAX_PARSE_BYTES:     # a reply: up to 64 MiB
+        raise ProtocolError("too_large", f"message of {len(raw)} bytes would take more than "
+                                         f"{MAX_PARSE_BYTES >> 20} MiB to parse (mccl_opt.files.parse_cost)")
     try:
         # each integer literal is checked only if the message has a run of digits that long
-        data = json.loads(raw, parse_int=_parse_int) if has_digit_run(raw, MAX_INT_DIGITS) \
-            else json.loads(raw)
+        text = raw.decode("utf-8")          # only UTF-8 (json.loads would take UTF-16 and -32 too)
+        data = (_DECODE_LONG if has_digit_run(raw, MAX_INT_DIGITS) else _DECODE)(text)
+        if not isinstance(data, dict) or not {"v", "type", "body"} <= set(data) or not isinstance(data["body"], dict):
+            raise ProtocolError("bad_envelope", 'a message must be {"v": 3, "type": ..., "body": {...}, "sig": ...}')
+        deep, keys = nesting(data, MAX_DEPTH)
+        if has_repeated_key(raw, data, keys):      # parse again to tell
+            _DECODE_UNIQUE(text)
     except RecursionError:
         raise ProtocolError("malformed_json", f"message nests deeper than {MAX_DEPTH} levels") from None
+    except RepeatedKey as exc:
+        raise ProtocolError("malformed_json", f"message is not accepted JSON: {exc}") from None
     except (UnicodeDecodeError, ValueError) as exc:
         raise ProtocolError("malformed_json", f"message is not JSON: {brief(str(exc), 80)}") from None
-    if not isinstance(data, dict) or not {"v", "type", "body"} <= set(data) or not isinstance(data["body"], dict):
-        raise ProtocolError("bad_envelope", 'a message must be {"v": 3, "type": ..., "body": {...}, "sig": ...}')
-    if too_deep(data, MAX_DEPTH):
+    if deep:
         raise ProtocolError("malformed_json", f"message nests deeper than {MAX_DEPTH} levels")
-    if data["v"] != VERSION:
+    if type(data["v"]) is not int or data["v"] != VERSION:         # not 3.0, not true
         raise ProtocolError("unsupported_version", f"protocol version {brief(data['v'])} is not supported "
                                                    f"(this is {VERSION})")
     type_ = data["type"]

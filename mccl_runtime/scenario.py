@@ -27,7 +27,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from mccl_opt.errors import MCCLError
-from mccl_opt.files import read_json
+from mccl_opt.files import SMALL_PARSE_BYTES, read_json
 from mccl_opt.topology import Topology
 
 __all__ = ["SCENARIO_FORMAT", "ScenarioError", "Event", "Scenario", "load_scenario", "parse_scenario",
@@ -105,7 +105,7 @@ def load_scenario(path: str | Path) -> Scenario:
     """Read and validate a scenario file; raises :class:`ScenarioError` (or
     :class:`~mccl_opt.errors.TopologyError` for a bad embedded topology)."""
     path = Path(path)
-    return parse_scenario(read_json(path, ScenarioError, "scenario"), base_dir=path.parent)
+    return parse_scenario(read_json(path, ScenarioError, "scenario", SMALL_PARSE_BYTES), base_dir=path.parent)
 
 
 def _number(d: Mapping[str, Any], key: str, where: str, *, positive: bool = True,

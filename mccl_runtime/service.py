@@ -41,6 +41,7 @@ import time
 from collections import Counter
 from pathlib import Path
 from typing import Any, Callable
+from unicodedata import is_normalized
 
 from mccl_opt.errors import MCCLError
 from mccl_opt.topology import Topology
@@ -352,8 +353,9 @@ class ControllerService:
         the cap; written at the end of the loop turn (a request's reply waits for it).
         ``gpus``: the communicator's members (:meth:`ScheduleManager.register`)."""
         for label, v in (("comm", comm), ("name", name)):
-            if len(v) > MAX_NAME_CHARS or not v.isprintable():
-                raise ProtocolError("bad_body", f"{label} must be printable, at most {MAX_NAME_CHARS} characters")
+            if len(v) > MAX_NAME_CHARS or not v.isprintable() or not is_normalized("NFC", v):
+                raise ProtocolError("bad_body", f"{label} must be printable, in Unicode NFC form, at most "
+                                                f"{MAX_NAME_CHARS} characters")
         if self.shard is not None and shard_of(comm, self.shard[1]) != self.shard[0]:
             right = shard_of(comm, self.shard[1])
             where = self.shard_endpoints[right] if self.shard_endpoints else f"shard {right}"

@@ -21,6 +21,7 @@ import hashlib
 import json
 import os
 import re
+import stat
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -60,6 +61,27 @@ def check_state_folder(path: str | Path) -> None:
     except OSError as exc:
         raise MCCLError(f"controller state {str(path)!r}: cannot create a file in its folder {str(folder)!r} "
                         f"({exc.strerror}); pick a writable folder") from None
+
+
+def check_owned(path: Path, what: str) -> None:
+    """Refuse a state file or version folder that is a symlink (the atomic rename would
+    replace the link, leaving its target behind), belongs to another user or can be
+    written by group or others (in a shared folder such as ``/tmp`` another user could
+    plant a state, or swap the version folder): the state is trusted as the controller's
+    own (docs/runtime.md, "Threat model")."""
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if stat.S_ISLNK(info.st_mode):
+        raise MCCLError(f"{what} {str(path)!r} is a symlink, not a regular file or folder; give the path itself "
+                        "(a write would replace the link)")
+    if os.name == "posix" and info.st_uid != os.geteuid():
+        raise MCCLError(f"{what} {str(path)!r} belongs to user id {info.st_uid}, not this user "
+                        f"({os.geteuid()}); use a state file of your own")
+    if os.name == "posix" and info.st_mode & 0o022:
+        raise MCCLError(f"{what} {str(path)!r} can be written by group or others (mode "
+                        f"{info.st_mode & 0o777:o}); run `chmod go-w {path}`")
 
 
 def _write_atomic(path: Path, data: bytes) -> None:
@@ -123,7 +145,13 @@ class StateWriter:
                 self._files[coll.key] = (coll.version, coll.schedule, coll.synth_capacity, d["schedule_file"])
 
     def write(self, store: Any, manager: Any, protocol_errors: dict[str, int]) -> None:
-        """Save now: new version files, then the main file, then drop unnamed versions."""
+        """Save now: new version files, then the main file, then drop unnamed versions.  A
+        version folder that has become a symlink or someone else's (:func:`check_owned`)
+        is a failed write (``PermissionError``): nothing is written into it."""
+        try:
+            check_owned(self.dir, "controller state folder")
+        except MCCLError as exc:
+            raise PermissionError(str(exc)) from None
         colls = [c.record() | {"schedule": {"file": self._version_file(c)} if c.schedule is not None
                                 else None} for c in manager.collectives()]
         rest = json.dumps({"telemetry": store.to_dict(),
@@ -188,6 +216,8 @@ def load_state(path: str | Path, topo: Topology, *, now: float | None = None,
     normalised, or ``None`` if ``path`` does not exist.  Any problem raises one
     :class:`MCCLError` naming the file and the field."""
     path = Path(path)
+    check_owned(path, "controller state")
+    check_owned(versions_dir(path), "controller state folder")
     if not path.exists():
         return None
     try:
@@ -195,6 +225,10 @@ def load_state(path: str | Path, topo: Topology, *, now: float | None = None,
         if not isinstance(data, dict) or data.get("format") not in _FORMATS:
             raise MCCLError(f"not a {STATE_FORMAT} file; pass another --state")
         _inline_versions(data, path)
+        if not path.exists():                    # gone while read: swapped by someone else
+            raise MCCLError("the file disappeared while it was read")
+        check_owned(path, "controller state")    # again: what was read is the file checked
+        check_owned(versions_dir(path), "controller state folder")
         return check_state(data, topo, now=now, max_ratio=max_ratio, future_tolerance_s=future_tolerance_s)
     except MCCLError as exc:
         raise MCCLError(f"controller state {str(path)!r}: {exc}; fix it or delete the file (and "

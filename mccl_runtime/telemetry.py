@@ -156,8 +156,10 @@ class MeasurementStore:
         checks and fold as :meth:`ingest`, on arrays; a sample of an unknown kind is
         ``malformed``, an index outside the fabric ``unknown_link``.  A folded batch (a
         front end's, :mod:`mccl_runtime.frontend`) must name this store's ``alpha`` and
-        needs the EWMA (:class:`~mccl_opt.errors.TelemetryError` otherwise); its rows
-        count as the samples they stand for."""
+        needs the EWMA (:class:`~mccl_opt.errors.TelemetryError` otherwise); its applied
+        rows count as the samples they stand for (bounded by
+        :func:`~mccl_runtime.columns.check_fold_counts`), a refused row once, whatever its
+        ``count`` (a key holder's ``count`` cannot inflate the ``rejected`` counters)."""
         now = self.clock() if now is None else float(now)
         if batch.count is not None and (self.estimator != "ewma" or batch.alpha != self.alpha):
             raise TelemetryError(f"a folded batch (alpha {batch.alpha}) needs the EWMA estimator with the same "
@@ -175,9 +177,8 @@ class MeasurementStore:
         c, y, t, rejected, w = self._screen(c[keep], y[keep], t[keep], now, None if w is None else w[keep])
         if w is not None:
             check_fold_counts(c, t, w, self.chan.t[c], now - self.max_age_s)
-        weigh = (lambda m: int(m.sum())) if batch.count is None else (lambda m: int(batch.count[m].sum()))
-        rejected.update(malformed=weigh(malformed), nan=weigh(nan), negative=weigh(negative),
-                        unknown_link=weigh(unknown))
+        rejected.update(malformed=int(malformed.sum()), nan=int(nan.sum()), negative=int(negative.sum()),
+                        unknown_link=int(unknown.sum()))
         rejected.update(rejected_max)
         replaced = self._replace(c_max, y_max, t_max)
         report = self._apply(c, y, t, rejected, w)
@@ -212,7 +213,7 @@ class MeasurementStore:
             w = w[order]
             applied, stale = self.chan.fold_ewma(c[~repeat], y[~repeat], t[~repeat], self.alpha, w[~repeat])
             self._measured = None if applied else self._measured
-            repeated = int(w[repeat].sum())
+            repeated = int(repeat.sum())
         rejected["stale"] = stale + repeated
         rejected = +rejected                                           # drop the zero counts
         self.accepted += applied
@@ -302,13 +303,12 @@ class MeasurementStore:
     def _screen(self, c: np.ndarray, y: np.ndarray, t: np.ndarray, now: float, w: np.ndarray | None = None
                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, Counter, np.ndarray | None]:
         """The time and size checks of finite, non-negative samples on known channels:
-        ``future``, ``too_old``, ``above_nominal`` (``w``: samples per row, counted and
-        kept with the rows)."""
+        ``future``, ``too_old``, ``above_nominal`` (``w``: samples per row, kept with the
+        rows; a refused row counts once, whatever its ``count``: issue 27)."""
         future = t > now + self.future_tolerance_s
         old = t < now - self.max_age_s
         above = ~future & ~old & (y > self.max_ratio * self.chan.nominal[c])
-        rejected = Counter({r: int(m.sum() if w is None else w[m].sum())
-                            for r, m in (("future", future), ("too_old", old), ("above_nominal", above))})
+        rejected = Counter({r: int(m.sum()) for r, m in (("future", future), ("too_old", old), ("above_nominal", above))})
         good = np.flatnonzero(~(future | old | above))
         return c[good], y[good], t[good], rejected, None if w is None else w[good]
 

@@ -11,7 +11,7 @@ from mccl_opt.schedule import Schedule
 
 from .protocol import ProtocolError
 
-__all__ = ["HoldUpdate", "ScheduleStatus", "held_links"]
+__all__ = ["HoldUpdate", "ScheduleStatus", "held_links", "publication_key"]
 
 
 @dataclass(frozen=True)
@@ -46,3 +46,14 @@ def held_links(held: Any) -> tuple[tuple[str, str], ...]:
                                              all(isinstance(g, str) for g in x) for x in held):
         raise ProtocolError("bad_reply", "'held' must be a list of [src, dst] links")
     return tuple((a, b) for a, b in held)
+
+
+def publication_key(body: dict[str, Any]) -> tuple[str, str, int]:
+    """A publication's communicator, collective and version, as the controller sends
+    them (non-empty strings, a non-negative integer); else ``ProtocolError("bad_reply")``
+    (``"7"``, ``True`` or ``2.5`` were taken for versions)."""
+    comm, name, version = body.get("comm"), body.get("name"), body.get("version")
+    if not (isinstance(comm, str) and comm and isinstance(name, str) and name
+            and isinstance(version, int) and not isinstance(version, bool) and version >= 0):
+        raise ProtocolError("bad_reply", "a publication needs string 'comm' and 'name' and a version >= 0")
+    return comm, name, version

@@ -11,9 +11,10 @@ A kernel is compiled once per *signature* (argument types and array layouts), an
 paths of a solve call the kernels with different ones, so :func:`load_kernels` runs every
 path once, in the :data:`GROUPS` below, on small built-in fabrics (HPN 1x2x4 and 1x2x8,
 the AllGather's packing on 16 GPUs takes a branch 8 GPUs do not): AllToAll cold, warm in
-memory, warm from a file (with and without its warm state rebuilt), the local re-solve
-and step bounds; AllGather ForestColl cold and warm the same ways (and the first
-schedule of a time-limited solve on large fabrics); AllGather on
+memory, warm from a file (with and without its warm state rebuilt), warm from a warm
+result (a chain of events), the local re-solve and step bounds; AllGather ForestColl
+cold and warm the same ways (and the first schedule of a time-limited solve on large
+fabrics); AllGather on
 unbalanced fabrics (weaker directions, the balanced restriction, the general column
 generation, cold and warm); step-aware trees; the validator and the simulator (event
 and fluid).  ``tests/test_warmup.py`` checks, with numba's compile events, that no solve
@@ -90,6 +91,16 @@ def _warm_every_way(solve: Callable[..., Schedule], topo: Topology, previous: Sc
         solve(topo, warm=warm, backend=backend)
 
 
+def _warm_chain(solve: Callable[..., Schedule], healthy: Topology, previous: Schedule,
+                backend: str) -> None:
+    """A chain of events, as the closed loop re-solves them: a NIC halved (warm from
+    ``previous``), then down to 1/8 (warm from that warm result, whose state shares its
+    routes with the previous one: AllToAll's layered rows, :class:`mccl_opt.alltoall.rows.Rows`)."""
+    halved = healthy.with_capacity(src="s0h0g0", dst="s0tor0", gbps=200.0)
+    first = solve(halved, warm=previous, backend=backend)
+    solve(halved.with_capacity(src="s0h0g0", dst="s0tor0", gbps=50.0), warm=first, backend=backend)
+
+
 def _alltoall(backend: str) -> None:
     from instances import fail1, fail2
     from mccl_opt.alltoall import solve_alltoall
@@ -100,6 +111,7 @@ def _alltoall(backend: str) -> None:
         solve_alltoall(healthy, backend=backend, max_steps="min")
         for degraded in (fail1(healthy), fail2(healthy), _one_way(healthy)):
             _warm_every_way(solve_alltoall, degraded, previous, healthy, backend)
+        _warm_chain(solve_alltoall, healthy, previous, backend)
         solve_alltoall(fail2(healthy), backend=backend, max_steps=2)
 
 
@@ -114,6 +126,7 @@ def _forestcoll(backend: str) -> None:
         for degraded in (fail1(healthy), fail2(healthy)):
             solve_allgather(degraded, backend=backend)
             _warm_every_way(solve_allgather, degraded, previous, healthy, backend)
+        _warm_chain(solve_allgather, healthy, previous, backend)
     # an NVLink at an odd capacity both ways: 1137 exact trees per root, packed scaled,
     # classes cut where they straddle two paths (forestcoll.packing.scaled, .mapping)
     odd = shared_aggregation(2, 1, 8).with_capacity(

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Mapping, TextIO
 
 from mccl_opt.errors import MCCLError
-from mccl_opt.files import read_json
+from mccl_opt.files import SMALL_PARSE_BYTES, read_json
 from mccl_opt.schedule import Schedule, schedule_rate, share_loads
 from mccl_opt.topology import Topology
 
@@ -46,7 +46,7 @@ KINDS = ("allgather", "alltoall", "reducescatter", "allreduce")
 def load_workload(data: Any) -> dict[str, Any]:
     """Validate a profile (dict or path); raises :class:`MCCLError` naming the bad entry."""
     if isinstance(data, (str, Path)):
-        data = read_json(data, MCCLError, "workload profile")
+        data = read_json(data, MCCLError, "workload profile", SMALL_PARSE_BYTES)
     if not isinstance(data, Mapping) or data.get("format") != WORKLOAD_FORMAT:
         raise MCCLError(f"a workload profile is a JSON object with \"format\": \"{WORKLOAD_FORMAT}\"")
     share = data.get("compute_share")

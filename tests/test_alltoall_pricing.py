@@ -10,6 +10,7 @@ import pytest
 
 import mccl_opt.alltoall.pricing as pricing
 from instances import dgx, fail2, hpn, irregular
+from instances.aggregation import host_ring
 from mccl_opt.alltoall.problem import problem_for
 
 FABRICS = [lambda: irregular(2), lambda: irregular(5), lambda: fail2(hpn(1, 4, 8)), lambda: dgx()]
@@ -63,3 +64,29 @@ def test_condensed_costs_are_the_kernel_costs_and_give_up_on_dense_prices(monkey
     kernel = pricing.price_paths(graph, price, np.full((g, g), -np.inf), topo.num_nodes - 1)
     np.testing.assert_allclose(cond, kernel.shortest, rtol=1e-12, atol=0.0)
     assert (cond == 0).sum() > g              # zero-price components: many free pairs
+
+
+@pytest.mark.parametrize("make", [lambda: host_ring(8, 8), lambda: fail2(hpn(2, 8, 8))],
+                         ids=["hostring8x8", "hpn2x8x8-fail2"])
+def test_routing_every_pair_gives_one_connected_shortest_path_each(make):
+    """The kernel sizes its path arrays once and grows the links array from the mean
+    path length seen (thousands of paths of uneven length here, several growths from
+    its first 4,096 entries): every wanted pair gets exactly one path, from its source
+    GPU to its destination GPU over consecutive links, costing its shortest cost."""
+    topo = make()
+    prob = problem_for(topo)
+    g, n = prob.graph, prob.num_gpus
+    price = np.random.default_rng(7).choice([0.25, 1.0, 3.0], size=prob.num_links)
+    want = ~np.eye(n, dtype=bool)
+    want[0, 1:] = False                                   # one source wants nothing
+    out = pricing.price_sources(g, price, np.arange(n), topo.num_nodes - 1, want)
+    assert out.count == int(want.sum()) and out.arcs.size > 4096
+    assert np.array_equal(np.sort(prob.pair_index(out.src, out.dst)),
+                          np.sort(prob.pair_index(*np.nonzero(want))))
+    for j in range(out.count):
+        arcs = out.arcs[out.start[j]:out.start[j + 1]]
+        assert g.tail[arcs[0]] == g.gpu_nodes[out.src[j]]
+        assert g.head[arcs[-1]] == g.gpu_nodes[out.dst[j]]
+        assert np.array_equal(g.head[arcs[:-1]], g.tail[arcs[1:]])
+        assert price[arcs].sum() == pytest.approx(out.cost[j], rel=1e-12)
+        assert out.cost[j] == pytest.approx(out.shortest[out.src[j], out.dst[j]], rel=1e-12)

@@ -45,9 +45,10 @@ def test_a_master_cut_short_without_a_solution_ends_in_the_last_rounds_schedule(
 
 
 def test_a_limit_shorter_than_the_solve_returns_a_valid_schedule_with_a_cut_bound():
-    """A fabric whose column generation needs many rounds, limited to a few ms: the
-    first master's schedule comes back with status ``time_limit`` and a certified bound
-    (the node-set cut bound where column generation had none) at or above the optimum."""
+    """A fabric whose column generation needs many rounds, limited to a few ms: a
+    schedule made before the limit (the initial routing, or the first master's) comes
+    back with status ``time_limit`` and a certified bound (the node-set cut bound where
+    column generation had none) at or above the optimum."""
     from instances.aggregation import shared_aggregation
     from mccl_opt.alltoall.cut_bound import cut_bound_gbps
     from mccl_opt.report import Termination
@@ -80,3 +81,53 @@ def test_the_cut_bound_is_above_the_lp_optimum(make):
     assert cut_bound_gbps(topo) >= optimum * (1 - 1e-9)
     if make == "oneway":       # the degraded NIC is the single-GPU cut that binds
         assert cut_bound_gbps(topo) == pytest.approx(optimum, rel=1e-9)
+
+
+@pytest.mark.parametrize("max_chunks", [10, None])
+def test_a_limit_with_no_room_for_the_first_master_returns_the_routing_itself(max_chunks):
+    """A limit shorter than the initial routing: no master is built; the routing is the
+    schedule (:mod:`mccl_opt.alltoall.direct`): one path per pair carrying its whole
+    shard, valid, at the rate of the routing's busiest link, status ``time_limit`` and
+    a certified bound at or above the optimum."""
+    from instances.aggregation import shared_aggregation
+    from mccl_opt.alltoall.initial import initial_columns
+    from mccl_opt.alltoall.problem import problem_for
+
+    topo = fail2(shared_aggregation(2, 8, 8))
+    optimum = solve_alltoall(topo, max_chunks=None).lp_rate_gbps
+    sched = solve_alltoall(topo, max_chunks=max_chunks, time_limit=1e-6)
+    assert sched.stats["status"] == "time_limit"
+    assert sched.stats["rounding"] == "routed" and sched.stats["rounds"] == 0
+    n = topo.num_gpus
+    assert len(sched.chunks) == n * (n - 1)                  # one path per pair
+    assert validate(topo, sched).rate_gbps == pytest.approx(sched.rate_gbps, rel=1e-9)
+    prob = problem_for(topo)
+    routing = initial_columns(prob, topo.num_nodes - 1, np.ones(prob.num_pairs, dtype=bool))
+    load = np.bincount(routing.arcs, minlength=prob.num_links)
+    assert sched.rate_gbps == pytest.approx(float((prob.capacity / np.maximum(load, 1e-300))
+                                                  [load > 0].min()), rel=1e-12)
+    assert sched.lp_rate_gbps == pytest.approx(sched.rate_gbps, rel=1e-12)
+    bound = sched.report.bound_gbps
+    assert bound is not None and bound >= optimum * (1 - 1e-9) >= sched.rate_gbps * (1 - 1e-9)
+    assert sched.rate_gbps < optimum * (1 - 1e-6)           # the routing alone is not optimal
+
+
+def test_a_routed_schedule_warm_starts_the_next_solve():
+    """The routed schedule's warm state (its paths as LP columns at ``y = 1``, no basis,
+    no certificate) seeds a full solve that reaches the cold optimum."""
+    topo = fail2(hpn(1, 4, 8))
+    routed = solve_alltoall(topo, max_chunks=None, time_limit=1e-6)
+    assert routed.stats["rounding"] == "routed"
+    cold = solve_alltoall(topo, max_chunks=None)
+    warm = solve_alltoall(topo, warm=routed, max_chunks=None)
+    assert warm.stats["status"] == "optimal"
+    assert warm.lp_rate_gbps == pytest.approx(cold.lp_rate_gbps, rel=1e-7)
+    validate(topo, warm)
+
+
+def test_a_limit_with_room_for_the_master_solves_it():
+    """A generous limit on a small fabric takes the column-generation path, not the
+    routing alone, and ends optimal."""
+    topo = fail2(hpn(1, 4, 8))
+    sched = solve_alltoall(topo, time_limit=60.0)
+    assert sched.stats["status"] == "optimal" and sched.stats["rounding"] != "routed"

@@ -213,8 +213,9 @@ def _ramp(steps: int = 8, every_ms: float = 30.0, noise: float = 0.01):
 def test_a_ramp_in_small_steps_is_followed_step_by_step():
     """Drift measured against the fabric the active schedule was built for (cumulative): every
     step that costs throughput gets its version, none runs below 0.95 of offline at the end of
-    its step, and no step takes more than 2 versions."""
-    res = run_loop(LoopConfig(synth_ms=5.0), scenario=_ramp())
+    its step, and no step takes more than 2 versions (synthesis and dispatch modelled: a
+    measured dispatch on a loaded machine decides whether a version makes its 30 ms step)."""
+    res = run_loop(LoopConfig(synth_ms=5.0, dispatch_ms=1.0), scenario=_ramp())
     s = res.summary
     assert s["false_swaps"] == 0
     for ev in s["events"]:

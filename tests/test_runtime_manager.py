@@ -322,3 +322,29 @@ def test_an_invalid_synthesized_schedule_is_never_published():
     assert [e.action for e in events] == ["failed"] and "s0h0g0" in events[0].detail["error"]
     assert mgr.get("world", "ag").version == 1
     mgr.close()
+
+
+@pytest.mark.parametrize("digits, expected", [(3, 49.9), (0, 49.943)])
+def test_a_job_synthesizes_on_the_estimate_rounded_to_its_precision(digits, expected):
+    """The job's input (and the capacities its version is kept for) is ``M`` rounded to
+    ``capacity_digits`` significant digits; untouched links keep their nominal value."""
+    synth = PruningSynth()
+    store, mgr = _manager(synth, capacity_digits=digits)
+    for i in range(1, 6):
+        store.ingest(_cable("s0h0g0", "s0tor0", 49.943, float(i)), now=float(i))
+        mgr.step(float(i))
+        mgr.poll(float(i), wait_s=5.0)
+    assert len(synth.capacities) == 1
+    nic = TOPO.link_index("s0h0g0", "s0tor0")
+    assert synth.capacities[0][nic] == pytest.approx(expected, abs=1e-9)
+    others = np.arange(TOPO.num_links) != nic
+    others[TOPO.link_index("s0tor0", "s0h0g0")] = False
+    assert np.array_equal(synth.capacities[0][others], TOPO.arrays.capacity[others])
+    coll = mgr.get("world", "ag")
+    assert coll.version == 2 and coll.synth_capacity[nic] == pytest.approx(expected, abs=1e-9)
+    mgr.close()
+
+
+def test_capacity_digits_must_be_a_count():
+    with pytest.raises(mo.MCCLError, match="capacity_digits"):
+        Policy(capacity_digits=-1)

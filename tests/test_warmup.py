@@ -46,23 +46,25 @@ def test_warmup_says_what_it_is_doing(capsys, monkeypatch):
     assert lines == [f"  [{i}/{len(ran)}] {g.label}" for i, g in enumerate(warmup.GROUPS, 1)]
 
 
-def test_no_solve_compiles_after_the_warm_up(tmp_path):
-    """A fresh process with an empty kernel cache runs the warm-up, then solves on every
-    path (AllToAll and AllGather cold, warm in memory / from a file / restored, unbalanced
-    switches, the general method, step-aware, step bounds, validator, simulator, closed
-    loop) on fabrics the warm-up does not use: no kernel gets a signature it did not have
-    (dispatcher hook) and nothing compiles (numba's events).  Before the warm-up covered
-    every path, 47 compilations of 35 kernels happened here."""
-    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path),
-           "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+def test_no_solve_compiles_after_the_warm_up():
+    """A fresh process runs the warm-up, then solves on every path (AllToAll and AllGather
+    cold, warm in memory / from a file / restored / from a warm result, K=10 and None,
+    time-limited, unbalanced switches, the general method, step-aware, step bounds,
+    validator, simulator, closed loop) on fabrics the warm-up does not use (HPN, shared
+    aggregation, leaf-spine, irregular, DGX, rings): no kernel gets a signature the
+    warm-up did not give it (a dispatcher hook: compiled *or loaded from the cache*, so
+    the check holds with the suite's populated cache and stays fast) and nothing compiles
+    (numba's events).  Before the warm-up covered every path, 47 compilations of 35
+    kernels happened here; the chain of warm solves (the closed loop's second event)
+    still loaded two AllToAll kernels."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     done = subprocess.run([sys.executable, "-m", "tests.warmup_paths"], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=600)
+                          capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(done.stdout.strip().splitlines()[-1])
-    assert report["paths"] >= 90
+    assert report["paths"] >= 110
     assert report["misses"] == [], "\n".join(report["misses"])
     assert report["compiles"] == []
-    assert any(tmp_path.rglob("*.nbc")), "the warm-up compiled nothing into the empty cache"
 
 
 def test_solve_loads_kernels_outside_its_seconds(tmp_path):

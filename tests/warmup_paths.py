@@ -3,9 +3,10 @@
 Run as ``python -m tests.warmup_paths`` in a fresh process (``tests/test_warmup.py``
 points ``NUMBA_CACHE_DIR`` at an empty folder first): it runs
 :func:`mccl_runtime.warmup.load_kernels`, then solves on fabrics the warm-up does not use
-(other sizes, two segments, irregular and hand-made fabrics), on every path: AllToAll
-cold, warm in memory, from a file and restored, local, step bounds; AllGather ForestColl
-cold and warm the same ways, unbalanced switches (weaker directions, balanced
+(other sizes, two segments, shared aggregation, leaf-spine, irregular and hand-made
+fabrics), on every path: AllToAll cold, warm in memory, from a file and restored, warm from
+a warm result (a chain of events), local, step bounds, time-limited; AllGather ForestColl
+cold and warm the same ways, time-limited, unbalanced switches (weaker directions, balanced
 restriction, general method), step-aware; the validator, the simulator and the
 controller's closed loop.  It prints one JSON object: ``misses`` (every kernel dispatched
 with a signature it had not been given in this process, compiled or loaded from the
@@ -80,6 +81,7 @@ def paths() -> Iterator[tuple[str, Callable[[], object]]]:
     before the next is made, so the lambdas may read the loop variables)."""
     import mccl_opt as mo
     from instances import fabrics, fail1, fail2, hpn
+    from instances.aggregation import leaf_spine, shared_aggregation
     from mccl_opt import restore_warm_state
     from mccl_opt.allgather.general.method import solve_general
     from mccl_opt.schedule import Schedule
@@ -102,8 +104,20 @@ def paths() -> Iterator[tuple[str, Callable[[], object]]]:
                                   ("restored", restore_warm_state(on_file(previous), healthy))):
                     yield f"{name} K={k} {fail.__name__} warm {how}", \
                         lambda: solve(topo, warm=warm, max_chunks=k)
+            # a chain of events (the closed loop's ``further``): warm from a warm result
+            halved = healthy.with_capacity(src="s1h0g2", dst="s1tor2", gbps=200.0)
+            yield f"{name} K={k} warm from a warm result", lambda: solve(
+                halved.with_capacity(src="s1h0g2", dst="s1tor2", gbps=50.0),
+                warm=solve(halved, warm=previous, max_chunks=k), max_chunks=k)
         for seed in range(6):
             yield f"{name} irregular({seed})", lambda: solve(fabrics.irregular(seed))
+        for fabric in (shared_aggregation(2, 2, 4), leaf_spine(2, 2, 4)):
+            base = solve(fabric)
+            for k in (10, None):
+                yield f"{name} {fabric.name} K={k}", lambda: solve(fabric, max_chunks=k)
+                yield f"{name} {fabric.name} fail2 warm K={k}", \
+                    lambda: solve(fail2(fabric, 3), warm=base, max_chunks=k)
+            yield f"{name} {fabric.name} fail2 time limit", lambda: solve(fail2(fabric, 3), time_limit=30.0)
         for fabric in (fabrics.dgx(), fabrics.ring(6), fabrics.ring(5, bidirectional=False),
                        _three_spines()):
             for k in (10, None):
@@ -116,6 +130,8 @@ def paths() -> Iterator[tuple[str, Callable[[], object]]]:
     yield "alltoall 3 steps", lambda: mo.solve_alltoall(fail2(hpn(1, 3, 4)), max_steps=3)
     yield "alltoall time limit", lambda: mo.solve_alltoall(hpn(1, 3, 4), time_limit=30.0)
     yield "alltoall time limit passed", lambda: mo.solve_alltoall(hpn(1, 3, 4), time_limit=1e-6)
+    yield "allgather time limit", lambda: mo.solve_allgather(fail2(hpn(1, 3, 4)), time_limit=30.0)
+    yield "allgather time limit passed", lambda: mo.solve_allgather(fail2(hpn(1, 3, 4)), time_limit=1e-6)
     yield "allgather time limit, 80 GPUs (the GPU line)", \
         lambda: mo.solve_allgather(hpn(1, 10, 8), time_limit=1e-6)
     lane = hpn(1, 3, 4).with_capacity({("s0h1g1", "s0h1nvs"): 300.0})

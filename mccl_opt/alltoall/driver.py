@@ -21,13 +21,14 @@ from .assemble import SATURATION_REL_TOL, Outcome, RunReport, WarmMode, fraction
 from .colgen import CGOptions, CGResult, column_generation
 from .initial import initial_columns
 from .master import ColumnPool, RestrictedMaster
+from .pricing import PricedColumns
 from .problem import Problem
 from .rounding import deep_dive
 from .rows import Rows, csr_take
 from .state import ChunkRoutes, LPColumns, OldFabric, PricingCertificate, AllToAllWarmState
 from .warm import reusable_basis
 
-__all__ = ["Solved", "build_master", "run_cg", "round_solved", "certificate_of",
+__all__ = ["Solved", "build_master", "cold_routing", "run_cg", "round_solved", "certificate_of",
            "PRESOLVE_EVERY_TIME_MIN_PAIRS"]
 
 #: A warm master without a usable basis is rebuilt and presolved before every solve
@@ -50,7 +51,8 @@ class Solved:
 def build_master(prob: Problem, backend: str, max_steps: int,
                  columns: tuple[np.ndarray, ...] | None,
                  state: AllToAllWarmState | None = None,
-                 deadline: float | None = None) -> tuple[RestrictedMaster, int]:
+                 deadline: float | None = None,
+                 routing: PricedColumns | None = None) -> tuple[RestrictedMaster, int]:
     """A master over the given columns ``(pair, start, arcs, origin)`` (those within
     ``max_steps``) plus initial columns for the pairs they miss.  With ``state``'s basis
     still optimal (:func:`~.warm.reusable_basis`) the master starts from it; otherwise
@@ -58,8 +60,9 @@ def build_master(prob: Problem, backend: str, max_steps: int,
     the solver until they get a second one (``fix_single_pairs``), and from
     :data:`PRESOLVE_EVERY_TIME_MIN_PAIRS` pairs up every solve is presolved
     (docs/alltoall.md).  ``deadline``: a time limit's, the initial routing tries fewer
-    wave counts when it leaves no room (:func:`.initial.initial_columns`).  Returns the
-    master and the number of carried-over columns."""
+    wave counts when it leaves no room (:func:`.initial.initial_columns`).  ``routing``:
+    the initial routing of every pair, already made (:func:`cold_routing`; cold starts
+    only).  Returns the master and the number of carried-over columns."""
     pool = ColumnPool()
     basis = None
     if columns is not None:
@@ -74,7 +77,9 @@ def build_master(prob: Problem, backend: str, max_steps: int,
                 pool.keep((pool.origin < 0) | (carried_y > 0))
     carried = len(pool)
     missing = np.bincount(pool.pair, minlength=prob.num_pairs) == 0
-    if missing.any():
+    if routing is not None and missing.all():
+        pool.append(prob.pair_index(routing.src, routing.dst), routing.start, routing.arcs)
+    elif missing.any():
         init = initial_columns(prob, max_steps, missing, deadline=deadline)
         pool.append(prob.pair_index(init.src, init.dst), init.start, init.arcs)
     master = RestrictedMaster(get_backend(backend), prob.num_pairs, prob.capacity, pool,
@@ -87,15 +92,30 @@ def build_master(prob: Problem, backend: str, max_steps: int,
     return master, carried
 
 
+def cold_routing(prob: Problem, max_steps: int, deadline: float | None
+                 ) -> tuple[PricedColumns, float]:
+    """The initial routing of every pair (:func:`.initial.initial_columns`) and the
+    seconds it took: a cold solve under a time limit routes first, then decides whether
+    the first master fits (:func:`.direct.no_room_for_master`)."""
+    progress.update("AllToAll: routing the pairs")
+    t = time.perf_counter()
+    routing = initial_columns(prob, max_steps, np.ones(prob.num_pairs, dtype=bool),
+                              deadline=deadline)
+    return routing, time.perf_counter() - t
+
+
 def run_cg(prob: Problem, backend: str, max_steps: int, columns, deadline: float | None,
-           options: CGOptions, state: AllToAllWarmState | None = None) -> Solved:
-    """Build a master (warm from ``columns`` and ``state``'s basis) and run column
-    generation on it (under a deadline, the initial routing's time is the first
-    pricing's expected cost: both price every source)."""
+           options: CGOptions, state: AllToAllWarmState | None = None,
+           routing: tuple[PricedColumns, float] | None = None) -> Solved:
+    """Build a master (warm from ``columns`` and ``state``'s basis; on ``routing``, a
+    :func:`cold_routing` and its seconds, when given) and run column generation on it
+    (under a deadline, the initial routing's time is the first pricing's expected cost:
+    both price every source)."""
     progress.update("AllToAll: building the master")
     t = time.perf_counter()
-    master, carried = build_master(prob, backend, max_steps, columns, state, deadline)
-    routed_s = time.perf_counter() - t
+    master, carried = build_master(prob, backend, max_steps, columns, state, deadline,
+                                   None if routing is None else routing[0])
+    routed_s = time.perf_counter() - t + (0.0 if routing is None else routing[1])
     res = column_generation(master, prob, max_steps, options=options, deadline=deadline,
                             pricing_s=routed_s)
     return Solved(master, res, max_steps, carried)

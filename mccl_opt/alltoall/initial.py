@@ -25,7 +25,7 @@ from ..errors import TopologyError
 from .pricing import PricedColumns, price_paths, price_sources
 from .problem import Problem
 
-__all__ = ["initial_columns", "min_steps_per_pair", "WAVES"]
+__all__ = ["initial_columns", "min_steps_per_pair", "WAVES", "MASTER_COST_FACTOR"]
 
 #: The numbers of interleaved source waves tried, in this order; the routing with the
 #: lowest maximum link utilisation is kept (1: every source under the capacity prices
@@ -33,6 +33,12 @@ __all__ = ["initial_columns", "min_steps_per_pair", "WAVES"]
 #: 4 and 16 waves more found nothing 8 did not (docs/alltoall.md, *Imported fabrics*),
 #: and each wave count tried costs one all-source pricing pass on a cold start.
 WAVES = (1, 8)
+
+
+#: The first master on a routing of every pair (its arrays, closed-form solution,
+#: rounding and schedule) costs up to this many times the routing: CPU measured 1.6-2.8x
+#: at 1,024 GPUs, 4.2x at 2,048 (docs/alltoall.md, *Time limits at 1024-2048 GPUs*).
+MASTER_COST_FACTOR = 4.0
 
 
 def initial_columns(prob: Problem, max_steps: int, missing: np.ndarray,
@@ -44,9 +50,11 @@ def initial_columns(prob: Problem, max_steps: int, missing: np.ndarray,
     routing is already optimal by the cut bound of its busiest links
     (:func:`_cut_certified`), the later wave counts are not tried; nor are they (nor
     the certification) when a time limit's ``deadline`` (``time.perf_counter()``)
-    leaves less time than the first routing took: the master's first round prices
-    the routing anyway, and a 2,048-GPU routing pass costs seconds."""
-    want = prob.pair_matrix(missing.astype(float), 0.0) > 0
+    leaves less time than another routing and the first master
+    (:data:`MASTER_COST_FACTOR` routings) take: the master's first round prices the
+    routing anyway, and a 2,048-GPU routing pass costs 0.5 s."""
+    want = (~np.eye(prob.num_gpus, dtype=bool) if missing.all()
+            else prob.pair_matrix(missing.astype(float), 0.0) > 0)
     best, best_t = None, np.inf
     for w in dict.fromkeys(max(1, min(int(w), prob.num_gpus)) for w in waves):
         start = time.perf_counter()
@@ -56,8 +64,9 @@ def initial_columns(prob: Problem, max_steps: int, missing: np.ndarray,
         if t < best_t * (1 - 1e-9) or best is None:
             best, best_t = priced, t
         took = time.perf_counter() - start
-        if deadline is not None and deadline - time.perf_counter() < took:
-            break                                  # no room for another routing
+        if (deadline is not None
+                and deadline - time.perf_counter() < took * (1 + MASTER_COST_FACTOR)):
+            break                       # no room for another routing and the master after it
         if missing.all() and _cut_certified(prob, max_steps, load, t):
             break
     _check_reached(prob, max_steps, missing, best)
@@ -96,7 +105,8 @@ def _routed(prob: Problem, max_steps: int, want: np.ndarray, waves: int) -> Pric
         if not sources.size:
             continue
         part = price_sources(prob.graph, (load + 0.5) / prob.capacity, sources, max_steps, want)
-        load += np.bincount(part.arcs, minlength=prob.num_links)
+        if w + 1 < waves:               # the last wave's load prices nothing
+            load += np.bincount(part.arcs, minlength=prob.num_links)
         parts.append(part)
     return _concat(parts, g)
 
@@ -105,6 +115,8 @@ def _check_reached(prob: Problem, max_steps: int, missing: np.ndarray,
                    priced: PricedColumns) -> None:
     """Raise :class:`TopologyError` naming a missing pair that ``priced`` leaves without
     a path (the step bound cuts it off)."""
+    if priced.count == np.count_nonzero(missing):
+        return                          # at most one path per missing pair: all routed
     routed = np.zeros(prob.num_pairs, dtype=bool)
     routed[prob.pair_index(priced.src, priced.dst)] = True
     unreachable = missing & ~routed

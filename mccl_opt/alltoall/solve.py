@@ -31,7 +31,8 @@ from ..topology import Topology
 from .assemble import Outcome, make_schedule
 from .colgen import CGOptions, CGStatus
 from .cut_bound import cut_bound_gbps
-from .driver import round_solved, run_cg
+from .direct import no_room_for_master, routed_outcome
+from .driver import cold_routing, round_solved, run_cg
 from .local import local_eligible, local_resolve, raises_a_binding_link, reuse_certified
 from .problem import problem_for
 from .state import AllToAllWarmState
@@ -105,9 +106,17 @@ def _synthesize(topo: Topology, warm: Schedule | AllToAllWarmState | None, backe
 
             solved, search = min_steps_solve(prob, backend, columns, deadline, options,
                                              min_steps_tol)
+            outcome = round_solved(prob, solved, backend, max_chunks, deadline, state)
         else:
-            solved = run_cg(prob, backend, steps, columns, deadline, options, state)
-        outcome = round_solved(prob, solved, backend, max_chunks, deadline, state)
+            # a cold limited solve routes first: when the first master cannot fit in the
+            # time left, the routing itself is the schedule (:mod:`.direct`)
+            routing = (cold_routing(prob, steps, deadline)
+                       if columns is None and deadline is not None else None)
+            if routing is not None and no_room_for_master(deadline, routing[1]):
+                outcome = routed_outcome(prob, routing[0], max_chunks, backend, steps)
+            else:
+                solved = run_cg(prob, backend, steps, columns, deadline, options, state, routing)
+                outcome = round_solved(prob, solved, backend, max_chunks, deadline, state)
         outcome.report.extra.update(search, local_fallback=bool(tried_local))
 
     sched = make_schedule(prob, outcome, max_chunks)

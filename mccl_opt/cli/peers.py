@@ -53,9 +53,9 @@ def register_exports(group: argparse._SubParsersAction) -> None:
 
 def _read(path: str):
     from ..errors import TopologyError
-    from ..files import read_json
+    from ..files import TOPOLOGY_PARSE_BYTES, read_json
 
-    return read_json(path, TopologyError, "topology description")
+    return read_json(path, TopologyError, "topology description", TOPOLOGY_PARSE_BYTES)
 
 
 def _import(args: argparse.Namespace) -> int:

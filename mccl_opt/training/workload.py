@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from ..errors import WorkloadError
-from ..files import read_json
+from ..files import SMALL_PARSE_BYTES, read_json
 
 __all__ = ["WORKLOAD_FORMAT", "COLLECTIVE_KINDS", "Op", "Phase", "Workload", "load_workload"]
 
@@ -152,7 +152,7 @@ def _op(data: Any, where: str, groups: set[str]) -> Op:
 def load_workload(data: Any) -> Workload:
     """Validate a layered workload (dict or path); :class:`WorkloadError` names the bad entry."""
     if isinstance(data, (str, Path)):
-        data = read_json(data, WorkloadError, "workload")
+        data = read_json(data, WorkloadError, "workload", SMALL_PARSE_BYTES)
     if not isinstance(data, Mapping) or data.get("format") != WORKLOAD_FORMAT:
         raise WorkloadError(f"a workload is a JSON object with \"format\": \"{WORKLOAD_FORMAT}\"")
     if "phases" not in data:
