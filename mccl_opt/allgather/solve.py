@@ -121,7 +121,12 @@ def _chain(topo: Topology, route: WarmRoute, backend: str, max_chunks: int | Non
     try:
         sched = _typed_forestcoll(topo, route, backend, max_chunks, step_aware, trail)
     except BudgetUnpacked as e:
-        sched = _fewer_chunks(topo, route, backend, max_chunks, step_aware, trail, e)
+        if max_chunks is None:                        # a rounded schedule is no answer
+            sched = Declined(f"ForestColl: {e}")
+        else:
+            trail.add(Attempt(Method.FORESTCOLL, time.perf_counter() - t, f"failed: {e}"))
+            t = time.perf_counter()
+            sched = _fewer_chunks(topo, route, backend, max_chunks, step_aware, trail, e)
     except SolveError as e:
         sched = Declined(f"ForestColl: {e}")
     if isinstance(sched, Declined):
@@ -131,17 +136,15 @@ def _chain(topo: Topology, route: WarmRoute, backend: str, max_chunks: int | Non
     return sched
 
 
-def _fewer_chunks(topo: Topology, route: WarmRoute, backend: str, max_chunks: int | None,
+def _fewer_chunks(topo: Topology, route: WarmRoute, backend: str, max_chunks: int,
                   step_aware: Any, trail: Trail, failed: BudgetUnpacked) -> Schedule | Declined:
-    """ForestColl with fewer chunks than the budget whose packing failed (``max_chunks=K``
-    only; :class:`.budget.ChunkCounts` skips the limits that repeat it), kept when its rate
+    """ForestColl with fewer chunks than the budget ``max_chunks=K`` whose packing failed
+    (:class:`.budget.ChunkCounts` skips the limits that repeat it), kept when its rate
     is within :data:`.chain.RESTRICTION_ROUNDING_GAP` of the optimum; else declined (the
     general method runs).  The fast packers can miss a packing that exists (leaf-spine
     8x2x8 with 4 spines: 9 and 7 trees per root fail, 2 pack at 0.08 % below the optimum,
     where the general method took > 40 s; docs/allgather.md "Leaf-spine at K=10")."""
     reason = Declined(f"ForestColl: {failed}")
-    if max_chunks is None:
-        return reason
     counts = ChunkCounts(max_chunks)
     counts.failed(failed)
     for k in counts:
