@@ -9,6 +9,8 @@ asked for fewer chunks instead and its schedule kept when it rounds within
 
 from __future__ import annotations
 
+import pytest
+
 import mccl_opt as mo
 from instances.aggregation import leaf_spine
 from mccl_opt.allgather.chain import RESTRICTION_ROUNDING_GAP
@@ -26,3 +28,16 @@ def test_leaf_spine_budget_that_does_not_pack_takes_fewer_chunks():
     assert s.rate_gbps <= bound * (1 + 1e-9)
     assert s.rate_gbps >= bound * (1 - RESTRICTION_ROUNDING_GAP)
 
+
+
+def test_weaker_direction_trees_keep_their_own_chunk_budget():
+    """One NIC at 0.9 one way on leaf-spine 2x2x8 at K=10: the balanced restriction's
+    ForestColl rounds with 2 chunks per root, the weaker-direction trees (9 per root) round
+    better and replace them; the schedule must name their budget, not the restriction's
+    (it said ``max_chunks=2`` with shares of 1/9: invalid)."""
+    topo = leaf_spine(2, 2, 8).with_capacity(src="u1h0g2", dst="u1leaf0", gbps=360.0)
+    s = mo.solve_allgather(topo, max_chunks=10)
+    assert mo.validate(topo, s).rate_gbps == pytest.approx(s.rate_gbps, rel=1e-9)
+    check_schedule(topo, s)
+    assert s.max_chunks is not None and s.max_chunks <= 10
+    assert s.rate_gbps <= cut_bound(topo) * (1 + 1e-9)
