@@ -35,7 +35,8 @@ def test_weaker_direction_trees_keep_their_own_chunk_budget():
     ForestColl rounds with 2 chunks per root, the weaker-direction trees (9 per root) round
     better and replace them; the schedule must name their budget, not the restriction's
     (it said ``max_chunks=2`` with shares of 1/9: invalid)."""
-    topo = leaf_spine(2, 2, 8).with_capacity(src="u1h0g2", dst="u1leaf0", gbps=360.0)
+    topo = leaf_spine(2, 2, 8).with_capacity(src="u1h0g2", dst="u1leaf0", gbps=360.0,
+                                             both_directions=False)
     s = mo.solve_allgather(topo, max_chunks=10)
     assert mo.validate(topo, s).rate_gbps == pytest.approx(s.rate_gbps, rel=1e-9)
     check_schedule(topo, s)

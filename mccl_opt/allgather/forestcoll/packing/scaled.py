@@ -43,7 +43,7 @@ MARGINS = (1, 2, 4, 8)
 #: up to this many tree entries ``k·n²`` the plain repair packing runs before the scaled
 #: one with wide margins (it grows every unit tree: 0.2 s at 1.2 M entries, HPN 2x4x8
 #: Fail2, 293 trees per root), above it after it (shared aggregation 2x8x8 with one NIC
-#: at 1 % one way, 721 trees per root, 11.8 M entries: 8 s with one repair search, 20 s in
+#: at 1 % both ways, 721 trees per root, 11.8 M entries: 8 s with one repair search, 20 s in
 #: all, where the wide scaled packing takes ~1 s)
 PLAIN_FIRST_ENTRIES = 1 << 21
 #: rooted sweeps that may round ``u1`` up before the attempt gives up
