@@ -7,7 +7,8 @@ and warm from the previous state's warm schedule, at ``max_chunks=10`` and ``Non
 Judged per state: the schedule validates, warm reaches cold's rate at ``max_chunks=None``
 (within 1e-6), and no rate exceeds the independent oracle's cut bound.  Reported per
 family and size: cold and warm time percentiles (p50 / p90 / p99 / max), how often warm
-exceeded ``max(1.5 x cold, 20 ms)`` (the issue's target), and which warm route the solves
+exceeded ``max(1.5 x cold, 20 ms)`` (the issue's target; every such state is listed
+with its route and why warm was declined), and which warm route the solves
 took (``stats["warm_route"]``: ``warm`` when the schedule reuses the previous one,
 ``declined`` when the warm start was declined or did not pay within its allowance).
 """
@@ -77,6 +78,7 @@ class ChainTally:
     taken: dict[tuple, int] = field(default_factory=lambda: defaultdict(int))
     declined: dict[tuple, int] = field(default_factory=lambda: defaultdict(int))
     failures: list[str] = field(default_factory=list)
+    slow_states: list[str] = field(default_factory=list)
     worst_warm: dict[tuple, tuple[float, float, str]] = field(default_factory=dict)
 
 
@@ -130,9 +132,12 @@ def run_chains(chains: int, steps: int, seed: int, budgets: tuple[int | None, ..
                         if cold is None or warm is None:
                             tally.failures.append(f"{where}: cold {err_c or 'ok'}, warm {err_w or 'ok'}")
                             break
+                        route = warm.stats.get("warm_route")
                         if tw > max(1.5 * tc, 0.02):
                             tally.slow[key] += 1
-                        route = warm.stats.get("warm_route")
+                            tally.slow_states.append(
+                                f"{where}: warm {tw:.3f} s, cold {tc:.3f} s, route {route}"
+                                f" ({warm.stats.get('warm_declined', '-')})")
                         tally.taken[key] += route == "warm"
                         tally.declined[key] += route == "declined"
                         if tw > tally.worst_warm.get(key, (0.0, 0.0, ""))[0]:
@@ -169,6 +174,9 @@ def print_chains(tally: ChainTally, seconds: float) -> None:
     worst = sorted(tally.worst_warm.values(), reverse=True)[:5]
     for tw, tc, where in worst:
         print(f"  slowest warm {tw:.3f} s (cold {tc:.3f} s): {where}")
+    print(f"warm slower than max(1.5 x cold, 20 ms): {len(tally.slow_states)}")
+    for line in tally.slow_states:
+        print(f"  {line}")
     print(f"failures: {len(tally.failures)}")
     for line in tally.failures[:20]:
         print(f"  {line}")

@@ -131,6 +131,7 @@ def test_one_allowance_per_solve(monkeypatch):
 
 def test_the_general_method_warm_starts_from_its_own_columns_only(monkeypatch):
     monkeypatch.setattr(chain, "solve_by_restriction", lambda *args, **kwargs: None)
+    monkeypatch.setattr(chain, "_seed_once", lambda *args: lambda: None)   # no certified seed
     base = hpn(1, 2, 4)
     forestcoll = mo.solve_allgather(base, max_chunks=None)
     topo = base.with_capacity(ONE_WAY)
@@ -144,6 +145,23 @@ def test_the_general_method_warm_starts_from_its_own_columns_only(monkeypatch):
     assert warm.report.method is Method.GENERAL
     assert warm.stats["warm_columns"] > 0 and warm.report.warm is WarmUse.COLUMNS
     assert warm.stats["warm_route"] == "warm"
+    assert warm.rate_gbps == pytest.approx(cold.rate_gbps, rel=1e-9)
+    mo.validate(later, warm)
+
+
+def test_previous_columns_wait_until_the_restriction_seed_falls_short(monkeypatch):
+    """With a restriction seed that reaches its certified bound at once, the previous
+    columns are not loaded (they only made the first master LP larger: multi-spine 2x4x8,
+    warm 1.2-1.5x cold); the rate is cold's."""
+    monkeypatch.setattr(chain, "solve_by_restriction", lambda *args, **kwargs: None)
+    topo = hpn(1, 2, 4).with_capacity(ONE_WAY)
+    first = mo.solve_allgather(topo, max_chunks=None)
+    assert first.report.method is Method.GENERAL and first.stats["seed"] == "balanced restriction"
+    later = topo.with_capacity({("s0h1g2", "s0tor2"): 150.0})
+    cold = mo.solve_allgather(later, max_chunks=None)
+    warm = mo.solve_allgather(later, warm=first, max_chunks=None)
+    assert cold.stats["cg_rounds"] == 1, "the test needs a seed that certifies at once"
+    assert warm.stats["warm_columns"] == 0 and warm.stats["cg_rounds"] == 1
     assert warm.rate_gbps == pytest.approx(cold.rate_gbps, rel=1e-9)
     mo.validate(later, warm)
 

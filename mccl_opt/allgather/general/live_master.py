@@ -50,13 +50,18 @@ class TreePool(RaggedColumns):
 @dataclass
 class MasterPoint:
     """One master solve: rate ``x`` (scaled units), tree weights ``w`` (pool order),
-    root duals ``sigma`` and link prices ``pi``."""
+    root duals ``sigma`` and link prices ``pi``; ``below``: the trees whose weight the LP
+    solver returned below zero (within its feasibility tolerance), clipped to zero in
+    ``w``.  Clipping raises every link row by that weight times the tree's crossings of
+    the link, so such a point's trees may reach less than ``x``
+    (:func:`.tree_colgen.tree_column_generation` re-solves without them)."""
 
     x: float
     w: np.ndarray
     sigma: np.ndarray
     pi: np.ndarray
     iterations: int
+    below: np.ndarray
 
 
 class TreeMaster:
@@ -106,7 +111,7 @@ class TreeMaster:
                 f"{where}: the AllGather tree master ended with status {sol.status.value!r} on "
                 f"{self.num_columns} columns; it is always feasible and bounded, so this is "
                 f"numerical trouble: retry with another backend")
-        duals = sol.row_duals
-        return MasterPoint(float(sol.x[0]), np.maximum(sol.x[1:], 0.0),
+        duals, w = sol.row_duals, np.asarray(sol.x[1:], dtype=float)
+        return MasterPoint(float(sol.x[0]), np.maximum(w, 0.0),
                            np.maximum(duals[:self.n_roots], 0.0),
-                           np.maximum(duals[self.n_roots:], 0.0), sol.iterations)
+                           np.maximum(duals[self.n_roots:], 0.0), sol.iterations, w < 0)

@@ -145,8 +145,14 @@ def solve_general(topo: Topology, warm: Schedule | None = None, backend: str = "
         stats["seed"], stats["seed_columns"] = "multiplicative weights", len(seed_r)
     stats["seed_s"] = time.perf_counter() - t + (0.0 if seed is None else seed.seconds)
     with get_backend(backend) as lp:
-        res = tree_column_generation(topo, lp, capacity, roots + seed_r, trees + seed_t, options,
-                                     upper_bound=upper)
+        if upper is not None:                # the previous trees only if the seed falls short
+            res = tree_column_generation(topo, lp, capacity, seed_r, seed_t, options,
+                                         upper_bound=upper, later=(roots, trees))
+        else:
+            res = tree_column_generation(topo, lp, capacity, roots + seed_r, trees + seed_t,
+                                         options)
+    if upper is not None and res.status == "optimal" and res.rounds == 1:
+        stats["warm_columns"] = 0               # the seed reached its bound: none were added
     if res.rate <= 0:
         raise SolveError("the general AllGather method found no tree with positive rate; "
                          "check that every link capacity is positive")
