@@ -137,6 +137,21 @@ def _forestcoll(backend: str) -> None:
     from mccl_opt.allgather.first_line import line_trees
 
     line_trees(_fabrics()[1])
+    _greedy_orders()
+
+
+def _greedy_orders() -> None:
+    """Both orders of ForestColl's greedy packing (:func:`~mccl_opt.allgather.forestcoll.
+    packing.trees.greedy_pack`) on two GPUs: the exact path reaches it on fabrics larger
+    than the warm-up's (a SuperPOD-like 2x2x8 with a NIC degraded one way compiled it
+    inside the first such solve, 6 s of a 7 s cold solve)."""
+    import numpy as np
+
+    from mccl_opt.allgather.forestcoll.packing.trees import greedy_pack
+
+    tail, head, units = np.array([0, 1], np.int64), np.array([1, 0], np.int64), np.ones(2, np.int64)
+    for widest in (False, True):
+        greedy_pack(2, tail, head, units, 1, {0: np.array([-1, 0], np.int64)}, widest)
 
 
 def _unbalanced(backend: str) -> None:

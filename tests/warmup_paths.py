@@ -81,7 +81,7 @@ def paths() -> Iterator[tuple[str, Callable[[], object]]]:
     before the next is made, so the lambdas may read the loop variables)."""
     import mccl_opt as mo
     from instances import fabrics, fail1, fail2, hpn
-    from instances.aggregation import leaf_spine, shared_aggregation
+    from instances.aggregation import leaf_spine, shared_aggregation, superpod
     from mccl_opt import restore_warm_state
     from mccl_opt.allgather.general.method import solve_general
     from mccl_opt.schedule import Schedule
@@ -134,6 +134,11 @@ def paths() -> Iterator[tuple[str, Callable[[], object]]]:
     yield "allgather time limit passed", lambda: mo.solve_allgather(fail2(hpn(1, 3, 4)), time_limit=1e-6)
     yield "allgather time limit, 80 GPUs (the GPU line)", \
         lambda: mo.solve_allgather(hpn(1, 10, 8), time_limit=1e-6)
+    # ForestColl's greedy packing (both orders) on the exact path: a SuperPOD-like 2x2x8
+    # with a NIC uplink at 1 % one way (the fuzz compiled it inside this solve: 19 s)
+    pod = superpod(2, 2, 8).with_capacity(src="u1h0g1", dst="u1leaf0", gbps=4.0,
+                                          both_directions=False)
+    yield "allgather superpod one-way NIC K=None", lambda: mo.solve_allgather(pod, max_chunks=None)
     lane = hpn(1, 3, 4).with_capacity({("s0h1g1", "s0h1nvs"): 300.0})
     yield "allgather balanced restriction", lambda: mo.solve_allgather(lane, max_chunks=None)
     odd = healthy.with_capacity(src="s0h0g1", dst="s0h0nvs", gbps=594.087) \

@@ -301,8 +301,11 @@ def _csr(n: int, tail: np.ndarray, head: np.ndarray) -> tuple[np.ndarray, np.nda
 
 
 def greedy_pack(n: int, tail: np.ndarray, head: np.ndarray, units: np.ndarray, k: int,
-                guides: dict[int, np.ndarray] | None = None) -> list[TreeClass] | None:
-    """Greedy round-robin BFS packing of ``k`` trees per root (``None`` if stuck)."""
+                guides: dict[int, np.ndarray] | None = None,
+                widest_first: bool = False) -> list[TreeClass] | None:
+    """Greedy round-robin BFS packing of ``k`` trees per root, widest-link-first where
+    that gets stuck (``None`` if both do); ``widest_first`` skips the BFS order (the
+    warm-up compiles both kernels with it: a small fabric never gets the BFS stuck)."""
     order, start = _csr(n, tail, head)
     s_head = head[order]
     cap = units[order].astype(np.int64).copy()
@@ -310,7 +313,7 @@ def greedy_pack(n: int, tail: np.ndarray, head: np.ndarray, units: np.ndarray, k
     arc_of = np.full((n, n), -1, np.int64)
     arc_of[tail[order], s_head] = np.arange(order.size)
     max_classes = 2 * n + 16
-    strategy = 0
+    strategy = 1 if widest_first else 0
     shift_i = 0
     while True:
         root = np.zeros(max_classes, np.int64)
