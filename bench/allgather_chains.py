@@ -8,7 +8,9 @@ Judged per state: the schedule validates, warm reaches cold's rate at ``max_chun
 (within 1e-6), and no rate exceeds the independent oracle's cut bound.  Reported per
 family and size: cold and warm time percentiles (p50 / p90 / p99 / max), how often warm
 exceeded ``max(1.5 x cold, 20 ms)`` (the issue's target; every such state is listed
-with its route and why warm was declined), and which warm route the solves
+with its route, why warm was declined and the seconds of numba kernel loads or
+compilations inside either solve: the fuzz warms every kernel up first, so a nonzero
+one is a path ``mccl warmup`` misses), and which warm route the solves
 took (``stats["warm_route"]``: ``warm`` when the schedule reuses the previous one,
 ``declined`` when the warm start was declined or did not pay within its allowance).
 """
@@ -137,7 +139,9 @@ def run_chains(chains: int, steps: int, seed: int, budgets: tuple[int | None, ..
                             tally.slow[key] += 1
                             tally.slow_states.append(
                                 f"{where}: warm {tw:.3f} s, cold {tc:.3f} s, route {route}"
-                                f" ({warm.stats.get('warm_declined', '-')})")
+                                f" ({warm.stats.get('warm_declined', '-')}), kernel loads "
+                                f"{warm.stats.get('kernel_load_s', 0.0):.3f} s warm, "
+                                f"{cold.stats.get('kernel_load_s', 0.0):.3f} s cold")
                         tally.taken[key] += route == "warm"
                         tally.declined[key] += route == "declined"
                         if tw > tally.worst_warm.get(key, (0.0, 0.0, ""))[0]:

@@ -253,11 +253,13 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     module, _, name = args.entry.partition(":")
     solve = getattr(importlib.import_module(module), name)
-    first = solve(hpn(1, 2, 8))                               # compile/load the kernels first
-    for both in (False, True):                                # general / ForestColl warm paths
-        solve(hpn(1, 2, 8).with_capacity(src="s0h1g7", dst="s0h1nvs", gbps=1440.0,
-                                         both_directions=both), warm=first)
-    solve(hpn(1, 2, 2), max_chunks=None)
+    # compile/load every kernel first (`mccl warmup`): a kernel compiled inside a solve
+    # was timed as that solve (superpod 2x2x8: 19 s of a 20 s cold solve, 1.6 s of a warm
+    # one, when these were three solves on HPN 1x2x8 that reach fewer paths)
+    from mccl_runtime.warmup import load_kernels
+
+    load_kernels(collectives=("allgather",))
+    solve(hpn(1, 2, 8))                                       # the judged entry's own set-up
     print(f"judging {args.entry}")
     t0 = time.perf_counter()
     tally = fuzz(args, solve)
