@@ -5,6 +5,11 @@ ranks, a ``mccl controller serve`` process and the emulated fabric, per scenario
                                         [--repeats 1] [--json]
     python bench/bench_executor_loop.py --clear [--repeats 2]    # probes, recovery after clear
     python bench/bench_executor_loop.py --classes steady,further,flap,dead,ramp,three,noise
+                                        [--controller-logs DIR] [--pieces P] [--block-kib K]
+
+``--controller-logs DIR`` keeps each class run's controller decision log (``serve -v``:
+which links moved, by how much, and why each version was published) as
+``DIR/COLL-CLASS.log``.
 
 Each case is one ``mccl loop --executor gloo`` run of a scenario built here: HPN
 ``shape``, a 16 MiB message, a healthy phase, then ``fail2`` (GPU0 <-> its ToR, 400 ->
@@ -24,6 +29,7 @@ import json
 import statistics
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -72,11 +78,13 @@ def class_scenario(shape: str, collective: str, cls: str, h_ms: float):
 
 
 def class_table(shape: str, collectives: list[str], classes: list[str], cfg: GlooLoopConfig,
-                as_json: bool) -> None:
+                as_json: bool, log_dir: str | None = None) -> None:
     """One real-rank run per (collective, class); per class the worst event: versions, first
     collective on a new version / offline (``first``), median of its first three
     (``first3``), the last three before the next event (``final``), event to the first
-    collective at >= 0.95 of offline (``t95``, real ms), and the run's false swaps."""
+    collective on a new version (``react``, real ms, the slowest event), event to the first
+    collective at >= 0.95 of offline (``t95``, real ms), and the run's false swaps.
+    ``log_dir``: keep each run's controller decision log there (``COLL-CLASS.log``)."""
     from executor_cuda.scenario_run import plan_scales
     from mccl_runtime.manager import solver_synthesizer
 
@@ -87,7 +95,8 @@ def class_table(shape: str, collectives: list[str], classes: list[str], cfg: Glo
         h_ms = 1e3 * plan_scales(probe, healthy, cfg)[3]
         for cls in classes:
             t0 = time.monotonic()
-            s = run_gloo_loop(class_scenario(shape, coll, cls, h_ms), cfg)
+            run_cfg = cfg if not log_dir else replace(cfg, controller_log=f"{log_dir}/{coll}-{cls}.log")
+            s = run_gloo_loop(class_scenario(shape, coll, cls, h_ms), run_cfg)
             evs = s["events"]
 
             def worst(fn, evs=evs):
@@ -102,6 +111,7 @@ def class_table(shape: str, collectives: list[str], classes: list[str], cfg: Glo
                 "final": worst(lambda e: e["time_offline_ms"] / e["time_final3_ms"]
                                if e["time_final3_ms"] and e["time_offline_ms"] else None),
                 "t95_ms": max((e["recovered_ms"] for e in evs if e["recovered_ms"] is not None), default=None),
+                "reaction_ms": max((e["reaction_ms"] for e in evs if e["reaction_ms"] is not None), default=None),
                 "never95": sum(e["recovered_ms"] is None for e in evs),
                 "false_swaps": s["false_swaps"], "wrong": s["wrong_results"],
                 "inflight": len(s.get("inflight_switches", [])),
@@ -115,7 +125,7 @@ def class_table(shape: str, collectives: list[str], classes: list[str], cfg: Glo
 def _print_class_row(r: dict) -> None:
     f = (lambda v, p=2: "n/a" if v is None else f"{v:.{p}f}")
     print(f"{r['collective']:<10}{r['class']:<8}{r['events']:>7}{r['versions']:>9}{f(r['first']):>7}"
-          f"{f(r['first3']):>8}{f(r['final']):>7}{f(r['t95_ms'], 0):>8}{r['never95']:>9}"
+          f"{f(r['first3']):>8}{f(r['final']):>7}{f(r['reaction_ms'], 0):>7}{f(r['t95_ms'], 0):>8}{r['never95']:>9}"
           f"{r['false_swaps']:>7}{r['wrong']:>7}{r['wall_s']:>7.0f}{r['inflight']:>9}", flush=True)
 
 
@@ -179,6 +189,8 @@ def main() -> None:
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--clear", action="store_true", help="only the recovery-after-clear table (probes on/off)")
     ap.add_argument("--pieces", type=int, default=1, help="pieces per collective (the in-flight switch)")
+    ap.add_argument("--block-kib", type=float, default=32.0, help="real KiB per block (larger: pieces less noisy)")
+    ap.add_argument("--controller-logs", metavar="DIR", help="keep each class run's controller decision log in DIR")
     ap.add_argument("--classes", help=f"instead: one run per scenario class ({','.join(CLASSES)})")
     args = ap.parse_args()
     if args.clear:
@@ -187,14 +199,15 @@ def main() -> None:
     n = 1
     for part in args.shape.split("x"):
         n *= int(part)
-    cfg = GlooLoopConfig(world=n, collective_ms=args.collective_ms, pieces=args.pieces)
+    cfg = GlooLoopConfig(world=n, collective_ms=args.collective_ms, pieces=args.pieces, block_kib=args.block_kib)
     if args.classes:
         if not args.json:
             print(f"scenario classes on {n} gloo ranks, HPN {args.shape}, 16 MiB, healthy collective "
                   f"~{args.collective_ms:g} ms real; worst event per class")
-            print(f"{'coll':<10}{'class':<8}{'events':>7}{'versions':>9}{'first':>7}{'first3':>8}{'final':>7}"
+            print(f"{'coll':<10}{'class':<8}{'events':>7}{'versions':>9}{'first':>7}{'first3':>8}{'final':>7}{'react':>7}"
                   f"{'t95 ms':>8}{'never95':>9}{'false':>7}{'wrong':>7}{'wall s':>7}{'inflight':>9}")
-        class_table(args.shape, args.collectives.split(","), args.classes.split(","), cfg, args.json)
+        class_table(args.shape, args.collectives.split(","), args.classes.split(","), cfg, args.json,
+                    args.controller_logs)
         return
     rows = []
     for coll in args.collectives.split(","):

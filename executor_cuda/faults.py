@@ -153,18 +153,25 @@ class FabricEmulator(FaultInjector):
                        capacity: np.ndarray | None = None) -> dict[tuple[int, int, int], float]:
         """Real-time delay of every message ``(round, src, dst)`` of ``prog`` on
         ``capacity`` (default: the current fabric)."""
+        return {key: float(d.max()) for key, d in self.route_drains(prog, elem_bytes, capacity).items()}
+
+    def route_drains(self, prog: Any, elem_bytes: int,
+                     capacity: np.ndarray | None = None) -> dict[tuple[int, int, int], np.ndarray]:
+        """Per message ``(round, src, dst)`` of ``prog``: the real seconds each link of its
+        route (:meth:`route` order) needs to drain the round's load on ``capacity``; the
+        message's delay is the largest."""
         cap = self.capacities if capacity is None else np.asarray(capacity, dtype=float)
         by_round: dict[int, list[Any]] = {}
         for m in prog.messages:
             by_round.setdefault(m.round, []).append(m)
-        out: dict[tuple[int, int, int], float] = {}
+        out: dict[tuple[int, int, int], np.ndarray] = {}
         for rnd, msgs in by_round.items():
             load = np.zeros(cap.size)
             for m in msgs:
                 np.add.at(load, self.route(m.src, m.dst), m.numel * elem_bytes)
             drain = 8.0 * load * self.byte_scale / (cap * 1e9) * self.time_scale
             for m in msgs:
-                out[(rnd, m.src, m.dst)] = float(drain[self.route(m.src, m.dst)].max())
+                out[(rnd, m.src, m.dst)] = drain[self.route(m.src, m.dst)]
         return out
 
     def pair_delay_s(self, src: int, dst: int, nbytes: int, capacity: np.ndarray | None = None) -> float:

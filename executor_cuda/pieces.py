@@ -20,12 +20,20 @@ a deadlock.  Cost: one 16-byte all-reduce per check (``(pieces - 1) // check_eve
 per collective) and, with CUDA tensors, a stream synchronisation before it (so that the
 boundary is a real point of progress, not a point the host reached ahead of the GPU),
 plus one copy of each piece in and out of contiguous buffers.
+
+A link that nearly dies (1 % of nominal) makes the collective in flight up to 100x
+slower; telemetry read only when a collective ends would wait for it, and so would the
+swap.  With ``on_piece`` the caller reads telemetry after every piece (the real-rank
+loop does, :mod:`executor_cuda.scenario_rank`): the controller hears of the drop
+after one or two pieces, and the new version takes over at a later piece boundary of
+the same collective, so the stale collective costs at most a few pieces on the dead
+link instead of holding the swap for its whole duration.
 """
 
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Any
+from typing import Any, Callable
 
 import torch
 import torch.distributed as dist
@@ -52,6 +60,9 @@ class InFlightSwitch:
         #: (seq, piece, version) of every in-flight switch on this rank
         self.switches: list[tuple[int, int, int]] = []
         self.checks = 0
+        #: called after every non-empty piece with its schedule and piece size (elements per
+        #: block): a caller that reports telemetry per piece sees a link that slowed mid-collective
+        self.on_piece: Callable[[Schedule, int], None] | None = None
 
     def sizes(self, block: int) -> set[int]:
         """The distinct non-empty piece sizes of a block (what staging compiles)."""
@@ -75,6 +86,8 @@ class InFlightSwitch:
             pout = torch.empty(n * b, dtype=out.dtype, device=out.device)
             comm.run_block(schedule, seq, pout, pin, b)
             out.view(n, block)[:, lo:hi].copy_(pout.view(n, b))
+            if self.on_piece is not None:
+                self.on_piece(schedule, b)
 
     def _check(self, comm: Any, collective: str, seq: int, piece: int, schedule: Schedule,
                like: torch.Tensor) -> Schedule:

@@ -118,7 +118,8 @@ class PairProber:
     recover.  Like the simulated loop's probes (docs/runtime.md "Links the schedule stops
     using: probes"), every ``every`` collectives the ranks send one ``numel``-element
     float32 message alone on each *suspect* pair: a pair some rank last reported below
-    ``LOW`` of nominal and that the active program has no message on.  Each rank's
+    ``LOW`` of nominal and that the active program has no message on, or loads too
+    lightly to tell its level from nominal (:attr:`ModelReporter.blind`).  Each rank's
     :meth:`wanted` row is all-reduced (max) with the lock-step flags, so all ranks probe
     the same pairs at the same collective boundary, all pairs at once (each alone on its
     path).  The sender writes the round's start time into the message (ranks share one
@@ -148,7 +149,8 @@ class PairProber:
         used = {(m.src, m.dst) for m in prog.messages}
         rank = {g: r for r, g in enumerate(self.emu.gpus)}
         for (s, d), low in reporter.low.items():
-            if low and s in rank and d in rank and (rank[s], rank[d]) not in used:
+            if low and s in rank and d in rank and ((rank[s], rank[d]) not in used
+                                                    or reporter.blind.get((s, d), False)):
                 row[rank[s] * self.world + rank[d]] = 1
         return row
 

@@ -17,13 +17,11 @@ pairs the schedule no longer loads (:class:`~executor_cuda.reporting.PairProber`
 from __future__ import annotations
 
 import queue
-import statistics
 import threading
 import time
-from collections import deque
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -31,12 +29,11 @@ from mccl_opt.schedule import Schedule
 from mccl_opt.topology import Topology
 
 from .faults import FabricEmulator
-from .telemetry import LinkSample
+from .pair_levels import ModelReporter, PieceWindow
 
 __all__ = ["RankPlan", "ModelReporter", "rank_main"]
 
 COMM, NAME = "world", "loop"
-LOW = 0.95              # a pair reported below this share of nominal is probed once unused
 
 
 @dataclass(frozen=True)
@@ -61,88 +58,8 @@ class RankPlan:
     probe_numel: int = 256                # float32 elements per probe message
     pieces: int = 1                       # pieces per collective (in-flight switch; 1: whole)
     telemetry_endpoint: str | None = None  # a telemetry front end (None: ``endpoint``)
-
-
-class ModelReporter:
-    """Executor telemetry in the topology's units, for the controller's ``pair`` samples.
-
-    A message's time on the emulated fabric depends on how many messages share its
-    links in its round, which changes with the schedule; so each pair's measured
-    seconds over a collective are compared with the seconds the schedule's own round
-    model predicts on the *nominal* fabric (:meth:`FabricEmulator.program_delays`).
-    gloo adds a roughly fixed cost per message (posting, copying, waking the receiving
-    thread), which would make a slow link look faster than it is if it were divided
-    out as a ratio; so the healthy warm-up collectives (:attr:`calibrating`, like the
-    paper's startup probing) estimate it per message, as the median of
-    ``(measured - expected) / messages`` of the pair (for a pair first used later, of
-    all pairs), and later samples report
-    ``nominal * min(1, expected / (measured - messages * cost))``.  Each pair reports
-    the median of its last ``window`` collectives: the median of a few measurement
-    windows (paper §5) ignores one slow collective (a busy shared core) and follows a
-    lasting change after ``window // 2 + 1`` collectives.
-    """
-
-    def __init__(self, emulator: FabricEmulator, nominal: dict[tuple[str, str], float],
-                 window: int = 3) -> None:
-        self.emu = emulator
-        self.nominal = nominal
-        self.nominal_cap = emulator.topo.arrays.capacity.astype(float)
-        self.window = window
-        self.overhead: dict[tuple[str, str], list[float]] = {}
-        self.recent: dict[tuple[str, str], deque[float]] = {}
-        self.low: dict[tuple[str, str], bool] = {}          # last report below LOW x nominal
-        self.calibrating = True
-        self._expected: dict[int, tuple[Any, dict[tuple[int, int], float]]] = {}
-
-    def expected(self, prog: Any, elem_bytes: int) -> dict[tuple[int, int], float]:
-        """Nominal-fabric seconds per rank pair of one collective of ``prog``."""
-        hit = self._expected.get(id(prog))
-        if hit is None or hit[0] is not prog:
-            per_pair: dict[tuple[int, int], float] = {}
-            for (_, s, d), t in self.emu.program_delays(prog, elem_bytes, self.nominal_cap).items():
-                per_pair[(s, d)] = per_pair.get((s, d), 0.0) + t
-            hit = self._expected[id(prog)] = (prog, per_pair)
-        return hit[1]
-
-    def __call__(self, samples: Sequence[LinkSample], prog: Any, elem_bytes: int,
-                 now: float) -> list[dict[str, Any]]:
-        rank = {g: r for r, g in enumerate(self.emu.gpus)}
-        expect = self.expected(prog, elem_bytes)
-        pooled = [x for h in self.overhead.values() for x in h]
-        out: list[dict[str, Any]] = []
-        for s in samples:
-            key = (s.src, s.dst)
-            exp = expect.get((rank.get(s.src, -1), rank.get(s.dst, -1)), 0.0)
-            nominal = self.nominal.get(key)
-            if nominal is None or exp <= 0 or s.seconds <= 0 or s.count < 1:
-                continue
-            if self.calibrating:
-                self.overhead.setdefault(key, []).append((s.seconds - exp) / s.count)
-                continue
-            hist = self.overhead.get(key) or pooled
-            if not hist:
-                continue
-            cost = max(0.0, statistics.median(hist))
-            out.append(self._level(key, exp / max(s.seconds - s.count * cost, 1e-9), now))
-        return out
-
-    def probe(self, src: str, dst: str, seconds: float, expected: float, now: float) -> dict[str, Any] | None:
-        """The ``pair`` sample of one probe of ``src -> dst`` (one message measured
-        ``seconds``, ``expected`` on the nominal fabric), folded into the pair's median
-        like a collective's sample; ``None`` while calibrating or for an unknown pair."""
-        key = (src, dst)
-        hist = self.overhead.get(key) or [x for h in self.overhead.values() for x in h]
-        if self.calibrating or key not in self.nominal or not hist or expected <= 0:
-            return None
-        cost = max(0.0, statistics.median(hist))
-        return self._level(key, expected / max(seconds - cost, 1e-9), now)
-
-    def _level(self, key: tuple[str, str], ratio: float, now: float) -> dict[str, Any]:
-        recent = self.recent.setdefault(key, deque(maxlen=self.window))
-        recent.append(min(1.0, ratio))
-        gbps = self.nominal[key] * statistics.median(recent)
-        self.low[key] = gbps < LOW * self.nominal[key]
-        return {"kind": "pair", "src": key[0], "dst": key[1], "gbps": gbps, "t": now}
+    window_s: float = 0.18                # pieces: report mid-collective once it ran this long (PieceWindow;
+                                          # at least 3 warm-up collectives)
 
 
 def _state_at(plan: RankPlan, elapsed: float) -> int:
@@ -280,11 +197,19 @@ def rank_main(rank: int, world: int, plan: RankPlan) -> dict[str, Any]:
         received.append((version, time.time() - origin[0],
                          float(seconds) if isinstance(seconds, (int, float)) else None))
 
+    window = None
+    if comm.inflight is not None:                    # pieces: windows bounded in time (PieceWindow)
+        window = PieceWindow(tel.drain, lambda samples, prog, times: pusher.put(
+            reporter(samples, prog, 4, time.time(), times)), plan.window_s)
+        comm.inflight.on_piece = lambda schedule, numel: window.piece(comm.cache.get(schedule, numel, comm.pipeline))
     work = _Workload(plan.collective, rank, world, plan.block_numel)
+    warm = []
     for i in range(plan.warmup):                     # compile, connect, set baselines
-        work.run(comm, i)
-        _report(tel, comm, plan, reporter, pusher)
+        warm.append(work.run(comm, i))
+        _report(tel, comm, plan, reporter, pusher, window)
     reporter.calibrating = False
+    if window is not None:                           # pieces cost per piece: a window of 3 healthy collectives
+        window.window_s = max(plan.window_s, 3 * sorted(warm)[len(warm) // 2])
     clock = torch.tensor([time.time() + 0.05], dtype=torch.float64)
     dist.broadcast(clock, 0, group=side)
     origin[0] = float(clock.item())
@@ -299,7 +224,7 @@ def rank_main(rank: int, world: int, plan: RankPlan) -> dict[str, Any]:
         start = time.time() - origin[0]
         dt = work.run(comm, i)
         rows.append((comm.seq, comm.trace[-1][2], state, start, dt))
-        _report(tel, comm, plan, reporter, pusher)
+        _report(tel, comm, plan, reporter, pusher, window)
         i += 1
         elapsed = time.time() - origin[0]
         dead = dead or pusher.dead
@@ -328,10 +253,13 @@ def rank_main(rank: int, world: int, plan: RankPlan) -> dict[str, Any]:
             "inflight": list(comm.inflight.switches) if comm.inflight is not None else []}
 
 
-def _report(tel: Any, comm: Any, plan: RankPlan, reporter: ModelReporter, pusher: _Pusher) -> None:
+def _report(tel: Any, comm: Any, plan: RankPlan, reporter: ModelReporter, pusher: _Pusher,
+            window: PieceWindow | None = None) -> None:
+    if window is not None:                # pieces: what the window has not reported yet
+        window.flush()
+        return
     samples = tel.drain()
-    switched = comm.inflight is not None and comm.inflight.switches and comm.inflight.switches[-1][0] == comm.seq
-    if samples and not switched:          # a collective that switched in flight ran two programs: no model
+    if samples:
         pusher.put(reporter(samples, _program(comm, plan), 4, time.time()))
 
 

@@ -283,6 +283,46 @@ def test_dual_smoothing_reaches_the_same_certified_optimum(smoothing):
         pytest.approx(_brute_optimum(tiny), rel=1e-7)
 
 
+@pytest.mark.parametrize("tie", [0.0, 1e-3, 1.0])
+def test_tie_break_pricing_reaches_the_same_certified_optimum(tie):
+    """The 1/capacity tie-break term changes which trees are found, never the answer:
+    even a large weight (1.0, far from a tie-break) ends at the same certified optimum,
+    because a round falls back to the master's own duals when the perturbed point finds
+    no column the master wants; and the tiny fabric's enumerated optimum is reached."""
+    one_way = hpn(1, 4, 8).with_capacity(src="s0h0g0", dst="s0tor0", gbps=100.0,
+                                         both_directions=False)
+    plain = solve_general(one_way, max_chunks=None,
+                          options=TreeCGOptions(smoothing=0.0, tie_break=0.0))
+    opts = TreeCGOptions(smoothing=0.0, tie_break=tie)
+    s = solve_general(one_way, max_chunks=None, options=opts)
+    assert s.stats["cg_status"] == "optimal" and s.stats["cg_gap"] <= 1e-8
+    assert s.lp_rate_gbps == pytest.approx(plain.lp_rate_gbps, rel=1e-9)
+    tiny = _topo([("g0", "gpu"), ("g1", "gpu"), ("g2", "gpu"), ("s0", "switch")],
+                 [("g0", "s0", 40.0), ("s0", "g0", 10.0), ("g1", "s0", 25.0),
+                  ("s0", "g1", 100.0), ("g2", "s0", 10.0), ("s0", "g2", 40.0),
+                  ("g1", "g2", 15.0)])
+    assert solve_general(tiny, max_chunks=None, options=opts).lp_rate_gbps == \
+        pytest.approx(_brute_optimum(tiny), rel=1e-7)
+
+
+def test_pricing_points_end_at_the_duals_and_break_ties_by_capacity():
+    """A round prices the smoothed point, then the duals plus a term that grows as the
+    capacity shrinks (so of two links at the same dual price the roomier is cheaper),
+    and last the duals themselves (what makes the loop's end exact); no tie point when
+    the duals are all zero (nothing to scale it by)."""
+    from mccl_opt.allgather.general.tree_colgen import _pricing_points
+
+    pi = np.array([0.0, 0.0, 2.0])
+    cap = np.array([1.0, 4.0, 1.0])
+    centre = np.array([1.0, 1.0, 1.0])
+    points = list(_pricing_points(centre, pi, cap, 0.5, 1e-3))
+    assert len(points) == 3
+    assert np.allclose(points[0], 0.5 * centre + 0.5 * pi)
+    assert points[1][0] > points[1][1] > 0 and np.all(points[1] > pi)
+    assert np.array_equal(points[-1], pi)
+    assert [p.tolist() for p in _pricing_points(None, np.zeros(3), cap, 0.5, 1e-3)] == [[0.0] * 3]
+
+
 @pytest.mark.parametrize("shape, optimum", [
     ((2, 1, 8), None), ((4, 1, 4), None),
     ((2, 2, 4), 132.5)])    # tests/oracle_allgather.forwarding_optimum (cut bound 133.3)

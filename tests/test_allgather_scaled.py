@@ -87,3 +87,35 @@ def test_odd_nvlink_solves_exactly_through_the_scaled_packing():
     check_schedule(topo, s)
     assert s.stats["k"] >= SCALED_MIN_K and s.stats["scaled"] > 1
     assert s.rate_gbps == pytest.approx(cut_bound(topo), rel=1e-6)
+
+
+
+def _one_way_nic_logical(src: str, dst: str):
+    """The spread split's logical graph and exact ``k`` of shared aggregation 2x4x8 with
+    one NIC cable at 1 % of its speed (both ways) (103 trees per root over thin links)."""
+    from mccl_opt.allgather.forestcoll.pipeline import (balanced_split, phase_one_budget,
+                                                        spread_logical)
+    topo = shared_aggregation(2, 4, 8).with_capacity(src=src, dst=dst, gbps=4.0)
+    budget = phase_one_budget(topo, None, {})
+    arr = topo.arrays
+    split = balanced_split(budget.fab, arr.is_switch, budget.k, budget.y, None).split
+    return topo, spread_logical(split, arr.rank_of), budget.k
+
+
+@pytest.mark.parametrize("src,dst", [("s0h0g0", "s0tor0"), ("s0tor0", "s0h0g0")])
+def test_wide_margins_scale_thin_links_into_a_tight_host(src, dst):
+    """Rounding ``units·k1/k`` down on the spread split's many thin links into a host
+    loses more than the one-tree margin: the narrow scaled packing fails, the wide one
+    (wider margins, several units on one link into a tight GPU) is a packing of exactly
+    ``k`` trees per root, and the solve reaches the oracle's cut bound (no schedule
+    exceeds it, so the rate is the forwarding-only optimum)."""
+    topo, lg, k = _one_way_nic_logical(src, dst)
+    assert k >= SCALED_MIN_K
+    n = lg.num_gpus
+    assert scaled_pack(n, lg.tail, lg.head, lg.units, k)[0] is None
+    classes, counters = scaled_pack(n, lg.tail, lg.head, lg.units, k, wide=True)
+    assert classes is not None and counters["scaled"] > 1
+    _check_packing(n, lg.tail, lg.head, lg.units.astype(np.int64), k, classes)
+    s = mo.solve_allgather(topo, max_chunks=None)
+    check_schedule(topo, s)
+    assert s.rate_gbps == pytest.approx(cut_bound(topo), rel=1e-6)

@@ -177,14 +177,15 @@ def test_an_exact_packing_out_of_reach_hands_the_fabric_to_the_general_method():
     """A leaf-spine fabric whose packers all get stuck would reach Lovász's exact packing
     (one max-flow per tree edge: minutes there); with more than
     ``EXACT_PACK_MAX_EDGES`` tree edges ForestColl declines at once and the general
-    method solves."""
+    method solves (at ``max_chunks=None``: with a chunk budget ForestColl is first asked
+    for fewer chunks, tests/test_allgather_fewer_chunks.py)."""
     from instances.aggregation import leaf_spine
     from mccl_opt.allgather.forestcoll.pipeline import EXACT_PACK_MAX_EDGES
 
     topo = leaf_spine(4, 2, 8).with_capacity({("spine1", "u0leaf0"): 80.0,
                                               ("u0leaf0", "spine1"): 80.0})
     assert topo.num_gpus * (topo.num_gpus - 1) > EXACT_PACK_MAX_EDGES
-    sched = mo.solve_allgather(topo)
+    sched = mo.solve_allgather(topo, max_chunks=None)
     assert sched.report.method is Method.GENERAL
     assert any(a.method is Method.FORESTCOLL and "exact tree packing" in a.outcome
                and "out of reach" in a.outcome for a in sched.report.attempts)

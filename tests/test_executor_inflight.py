@@ -55,6 +55,8 @@ def _worker(rank: int, world: int, collective: str, mode: str, block: int) -> di
     comm = Communicator(None, make(topo, version=1), faults=_SlowOld(), stage_timeout=5.0,
                         oob_timeout=3.0, pieces=PIECES)
     new = make(topo, split=True, version=2)
+    seen: list[tuple[int, int]] = []                 # (version, piece size) of every piece run
+    comm.inflight.on_piece = lambda schedule, numel: seen.append((schedule.version, numel))
     timer = None
     bad = []
     for i in range(N_OPS):
@@ -77,7 +79,8 @@ def _worker(rank: int, world: int, collective: str, mode: str, block: int) -> di
     comm.rescheduler.wait(timeout=15)
     dist.barrier()
     res = {"bad": bad, "switches": list(comm.inflight.switches), "trace": [v for _, _, v in comm.trace],
-           "checks": comm.inflight.checks, "events": [(e.outcome, e.version) for e in comm.rescheduler.events]}
+           "checks": comm.inflight.checks, "events": [(e.outcome, e.version) for e in comm.rescheduler.events],
+           "seen": seen}
     comm.close()
     return res
 
@@ -98,6 +101,9 @@ def test_a_slow_collective_switches_between_pieces_at_one_point_on_every_rank(co
         assert r["bad"] == [], f"rank {rank}: wrong outputs at ops {r['bad']}"
         assert r["trace"] == [1] * (STAGE_AT + 1) + [2] * (N_OPS - STAGE_AT - 1)
         assert r["checks"] == N_OPS * (PIECES - 1)            # one check per boundary, every op
+        # the per-piece hook (telemetry per piece) saw every piece once, on the version that ran it
+        assert [v for v, _ in r["seen"]] == [1] * (STAGE_AT * PIECES + piece) + [2] * ((N_OPS - STAGE_AT) * PIECES - piece)
+        assert all(sum(n for _, n in r["seen"][i:i + PIECES]) == block for i in range(0, N_OPS * PIECES, PIECES))
 
 
 def test_a_version_one_rank_never_gets_is_never_taken_and_nothing_hangs():

@@ -11,8 +11,11 @@ from __future__ import annotations
 
 import json
 import threading
+from collections import deque
 
+import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as st
 
 import torch  # noqa: F401 - imported before the ranks fork
 
@@ -55,7 +58,7 @@ def test_emulator_slows_transfers_crossing_a_degraded_link():
 def test_reporter_removes_the_per_message_cost_and_ignores_one_slow_collective():
     from executor_cuda.faults import FabricEmulator
     from executor_cuda.reporting import pair_nominal
-    from executor_cuda.scenario_rank import ModelReporter
+    from executor_cuda.pair_levels import ModelReporter
     from executor_cuda.telemetry import LinkSample
     from instances import hpn
     from mccl_opt.lowering.program import compile_schedule, direct_schedule
@@ -86,12 +89,12 @@ def test_reporter_removes_the_per_message_cost_and_ignores_one_slow_collective()
 def test_probes_target_low_pairs_the_schedule_no_longer_loads():
     """Only a pair reported below 0.95 of nominal *and* absent from the active program
     is probed; a probe's sample joins the pair's median, so one fast probe after a long
-    low level does not yet report recovery, two do."""
+    low level does not yet report recovery, two do; a slow probe never lowers a level."""
     from types import SimpleNamespace
 
     from executor_cuda.faults import FabricEmulator
     from executor_cuda.reporting import PairProber, pair_nominal
-    from executor_cuda.scenario_rank import ModelReporter
+    from executor_cuda.pair_levels import ModelReporter
     from instances import hpn
 
     topo = hpn(1, 2, 2)
@@ -102,8 +105,9 @@ def test_probes_target_low_pairs_the_schedule_no_longer_loads():
     rep.calibrating = False
     prober = PairProber(emu, rank=2, world=4, numel=256, every=4)
     nominal = emu.pair_delay_s(0, 2, prober.nbytes, prober.nominal_cap)
-    for _ in range(3):                         # a long low level: 1/8 of nominal
-        assert rep.probe(g[0], g[2], 8 * nominal + 1e-3, nominal, 0.0)["gbps"] < 0.95 * 400
+    rep.recent[(g[0], g[2])] = deque([1 / 8] * 3, maxlen=3)     # a long low level: 1/8 of nominal
+    # a late probe (a busy core) never lowers a level, even to a slower one
+    assert rep.probe(g[0], g[2], 80 * nominal + 1e-3, nominal, 0.0)["gbps"] == pytest.approx(400 / 8)
     prog = SimpleNamespace(messages=[SimpleNamespace(src=0, dst=1), SimpleNamespace(src=1, dst=3)])
     want = prober.wanted(rep, prog)
     assert [divmod(k, 4) for k, v in enumerate(want) if v] == [(0, 2)]
@@ -250,3 +254,48 @@ def test_real_rank_report_says_when_an_event_was_recovered_and_skips_versions_th
     # offline 2 ms: the 3 ms collective is below 0.95, the 0.9 ms one above (ends 9.9 ms)
     assert second["recovered_ms"] == pytest.approx(3.9)
     assert second["time_after_ms"] is None                               # no new version after 6 ms
+
+
+_drains = st.integers(1, 4).flatmap(lambda m: st.integers(2, 3).flatmap(
+    lambda k: st.lists(st.lists(st.floats(0.01, 10.0), min_size=k, max_size=k), min_size=m, max_size=m)))
+
+
+@settings(max_examples=150, deadline=None)
+@given(rows=_drains, link=st.integers(0, 2), ratio=st.floats(0.01, 1.0), delay=st.floats(0.0, 5.0))
+def test_reporter_never_folds_in_more_than_the_degraded_links_level(rows, link, ratio, delay):
+    """A pair's route has one link at ``ratio`` of nominal; whatever the schedule's load
+    on each link of the route and whatever delay a busy core adds, the proven level
+    never exceeds that link's (one grid step), and a pair already at that level never
+    folds in more than ``1 + tol`` times it from another program's samples (the per-swap
+    overestimate on real ranks)."""
+    from executor_cuda.pair_levels import ModelReporter
+
+    drains = np.array(rows)
+    link %= drains.shape[1]
+    slow = drains.copy()
+    slow[:, link] /= ratio
+    seconds = float(slow.max(axis=1).sum()) + delay
+    step = ModelReporter.GRID[1] / ModelReporter.GRID[0]
+    assert ModelReporter.proven(drains, seconds) <= ratio * step * (1 + 1e-9)
+    rep = ModelReporter.__new__(ModelReporter)
+    rep.tol, rep.blind, rep.overhead, rep.folded, rep._agree = 0.2, {}, {}, {}, {}
+    rep.recent = {("a", "b"): deque([ratio], maxlen=3)}
+    got = rep._ratio(("a", "b"), drains, seconds, prog=1)      # a level measured on another program
+    assert got is None or got <= (1 + rep.tol) * ratio * step
+    if delay == 0.0 and ratio == 1.0:          # a healthy path reads healthy
+        assert got == pytest.approx(1.0)
+    # on the program the level was folded in from, a sample is taken as it is (a dip recovers)
+    rep.folded[("a", "b")] = 2
+    high = float(drains.max(axis=1).sum()) / seconds
+    assert rep._ratio(("a", "b"), drains, seconds, prog=2) == pytest.approx(high)
+
+
+def test_a_pair_faster_than_its_model_proves_nothing_about_its_lightly_loaded_link():
+    """Messages that ran faster than the nominal model (the per-message cost subtracted
+    too generously) on a path whose first link carries a tenth of the bottleneck's load
+    prove at most a tenth of nominal for that link, not nominal."""
+    from executor_cuda.pair_levels import ModelReporter
+
+    drains = np.array([[0.1, 1.0], [0.1, 1.0]])
+    assert ModelReporter.proven(drains, 1.5) <= 0.11
+    assert ModelReporter.proven(drains, 2.0) <= 0.11

@@ -212,6 +212,7 @@ def solve_unbalanced(topo: Topology, route: WarmRoute, backend: str,
     if weaker is not None and weaker.rate_gbps > best.rate_gbps * (1 + _REACH_TOL):
         stats = {**best.stats, "rounded_by": "forestcoll on the weaker-direction fabric"}
         return dataclasses.replace(best, chunks=weaker.chunks, rate_gbps=weaker.rate_gbps,
+                                   max_chunks=weaker.max_chunks,   # the trees' own budget
                                    bottleneck=weaker.bottleneck, stats=stats,
                                    warm_state=weaker.warm_state,
                                    report=dataclasses.replace(best.report, k=weaker.report.k))

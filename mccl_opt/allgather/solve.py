@@ -37,10 +37,10 @@ from ..report import Attempt, Method, Termination, WarmUse, stamp
 from ..schedule import Schedule
 from ..topology import Topology
 from .assemble import Optimum, Run, packed
-from .budget import EXACT_TREES_LIMIT, BudgetUnpacked, CutBounds
+from .budget import EXACT_TREES_LIMIT, BudgetUnpacked, ChunkCounts, CutBounds
 from .canonical import canonical
-from .chain import Declined, ForestColl, Trail, cut_bound_gbps, solve_by_general, \
-    solve_unbalanced, switches_balanced
+from .chain import RESTRICTION_ROUNDING_GAP, Declined, ForestColl, Trail, cut_bound_gbps, \
+    solve_by_general, solve_unbalanced, switches_balanced
 from .warm.certify import Certificate, GuessKind, keep_or_reroute, warm_budget, warm_guess
 from .warm.route import RouteTaken, WarmRoute
 from .fabric import fabric_of
@@ -120,6 +120,13 @@ def _chain(topo: Topology, route: WarmRoute, backend: str, max_chunks: int | Non
     t = time.perf_counter()
     try:
         sched = _typed_forestcoll(topo, route, backend, max_chunks, step_aware, trail)
+    except BudgetUnpacked as e:
+        if max_chunks is None:                        # a rounded schedule is no answer
+            sched = Declined(f"ForestColl: {e}")
+        else:
+            trail.add(Attempt(Method.FORESTCOLL, time.perf_counter() - t, f"failed: {e}"))
+            t = time.perf_counter()
+            sched = _fewer_chunks(topo, route, backend, max_chunks, step_aware, trail, e)
     except SolveError as e:
         sched = Declined(f"ForestColl: {e}")
     if isinstance(sched, Declined):
@@ -127,6 +134,31 @@ def _chain(topo: Topology, route: WarmRoute, backend: str, max_chunks: int | Non
         return solve_by_general(topo, route, backend, max_chunks, sched.reason,
                                 cut_bound_gbps(topo), trail)
     return sched
+
+
+def _fewer_chunks(topo: Topology, route: WarmRoute, backend: str, max_chunks: int,
+                  step_aware: Any, trail: Trail, failed: BudgetUnpacked) -> Schedule | Declined:
+    """ForestColl with fewer chunks than the budget ``max_chunks=K`` whose packing failed
+    (:class:`.budget.ChunkCounts` skips the limits that repeat it), kept when its rate
+    is within :data:`.chain.RESTRICTION_ROUNDING_GAP` of the optimum; else declined (the
+    general method runs).  The fast packers can miss a packing that exists (leaf-spine
+    8x2x8 with 4 spines: 9 and 7 trees per root fail, 2 pack at 0.08 % below the optimum,
+    where the general method took > 40 s; docs/allgather.md "Leaf-spine at K=10")."""
+    reason = Declined(f"ForestColl: {failed}")
+    counts = ChunkCounts(max_chunks)
+    counts.failed(failed)
+    for k in counts:
+        try:
+            sched = _typed_forestcoll(topo, route, backend, k, step_aware, trail)
+        except SolveError as e:
+            counts.failed(e)
+            continue
+        if isinstance(sched, Declined):
+            return reason
+        if sched.rate_gbps >= sched.lp_rate_gbps * (1 - RESTRICTION_ROUNDING_GAP):
+            return sched
+        return reason
+    return reason
 
 
 def sub_forestcoll(backend: str, trail: Trail) -> ForestColl:

@@ -19,16 +19,16 @@ from .. import progress
 from ..backends import get_backend
 from .assemble import SATURATION_REL_TOL, Outcome, RunReport, WarmMode, fractional, rounded_columns
 from .colgen import CGOptions, CGResult, column_generation
-from .initial import initial_columns
+from .initial import certified_routing, initial_columns
 from .master import ColumnPool, RestrictedMaster
 from .pricing import PricedColumns
 from .problem import Problem
 from .rounding import deep_dive
 from .rows import Rows, csr_take
 from .state import ChunkRoutes, LPColumns, OldFabric, PricingCertificate, AllToAllWarmState
-from .warm import reusable_basis
+from .warm import reusable_basis, sharply_fallen
 
-__all__ = ["Solved", "build_master", "cold_routing", "run_cg", "round_solved", "certificate_of",
+__all__ = ["Solved", "build_master", "cold_routing", "certified_cold_routing", "run_cg", "round_solved", "certificate_of",
            "PRESOLVE_EVERY_TIME_MIN_PAIRS"]
 
 #: A warm master without a usable basis is rebuilt and presolved before every solve
@@ -56,7 +56,9 @@ def build_master(prob: Problem, backend: str, max_steps: int,
     """A master over the given columns ``(pair, start, arcs, origin)`` (those within
     ``max_steps``) plus initial columns for the pairs they miss.  With ``state``'s basis
     still optimal (:func:`~.warm.reusable_basis`) the master starts from it; otherwise
-    only the columns the old LP used are kept, pairs with a single column stay out of
+    only the columns the old LP used are kept, less those through a link that fell to
+    :data:`~.warm.SHARP_FALL` of its capacity or below (:func:`~.warm.sharply_fallen`:
+    their pairs get fresh initial columns), pairs with a single column stay out of
     the solver until they get a second one (``fix_single_pairs``), and from
     :data:`PRESOLVE_EVERY_TIME_MIN_PAIRS` pairs up every solve is presolved
     (docs/alltoall.md).  ``deadline``: a time limit's, the initial routing tries fewer
@@ -75,6 +77,9 @@ def build_master(prob: Problem, backend: str, max_steps: int,
             if basis is None and len(pool):
                 carried_y = state.lp.y[np.maximum(pool.origin, 0)]
                 pool.keep((pool.origin < 0) | (carried_y > 0))
+                fell = sharply_fallen(prob, state)
+                if len(pool) and fell.any():
+                    pool.keep(pool.costs(fell.astype(float)) == 0)
     carried = len(pool)
     missing = np.bincount(pool.pair, minlength=prob.num_pairs) == 0
     if routing is not None and missing.all():
@@ -102,6 +107,16 @@ def cold_routing(prob: Problem, max_steps: int, deadline: float | None
     routing = initial_columns(prob, max_steps, np.ones(prob.num_pairs, dtype=bool),
                               deadline=deadline)
     return routing, time.perf_counter() - t
+
+
+def certified_cold_routing(prob: Problem, max_steps: int) -> tuple[PricedColumns, float] | None:
+    """A cold start's first routing and its seconds when it is provably optimal
+    (:func:`.initial.certified_routing`), else ``None``: a warm solve after a repair
+    checks it first, since a cold start that needs no LP round beats any warm master
+    (docs/alltoall.md, *Warm is never the slow path*)."""
+    t = time.perf_counter()
+    routing = certified_routing(prob, max_steps)
+    return None if routing is None else (routing, time.perf_counter() - t)
 
 
 def run_cg(prob: Problem, backend: str, max_steps: int, columns, deadline: float | None,

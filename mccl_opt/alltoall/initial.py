@@ -25,7 +25,8 @@ from ..errors import TopologyError
 from .pricing import PricedColumns, price_paths, price_sources
 from .problem import Problem
 
-__all__ = ["initial_columns", "min_steps_per_pair", "WAVES", "MASTER_COST_FACTOR"]
+__all__ = ["initial_columns", "certified_routing", "min_steps_per_pair", "WAVES",
+           "MASTER_COST_FACTOR"]
 
 #: The numbers of interleaved source waves tried, in this order; the routing with the
 #: lowest maximum link utilisation is kept (1: every source under the capacity prices
@@ -71,6 +72,20 @@ def initial_columns(prob: Problem, max_steps: int, missing: np.ndarray,
             break
     _check_reached(prob, max_steps, missing, best)
     return best
+
+
+def certified_routing(prob: Problem, max_steps: int) -> PricedColumns | None:
+    """The first routing of every pair a cold start tries (``WAVES[0]`` waves) when the
+    cut bound of its busiest links proves it optimal (:func:`_cut_certified`), else
+    ``None``.  One routing pass and one pricing pass: what a cold start spends before
+    its first master anyway."""
+    want = ~np.eye(prob.num_gpus, dtype=bool)
+    priced = _routed(prob, max_steps, want, max(1, min(int(WAVES[0]), prob.num_gpus)))
+    load = np.bincount(priced.arcs, minlength=prob.num_links).astype(float)
+    t = float((load / prob.capacity).max(initial=0.0))
+    if priced.count != prob.num_pairs or not _cut_certified(prob, max_steps, load, t):
+        return None
+    return priced
 
 
 #: A routing is certified when its cut bound is within this relative gap of its ``t``.

@@ -7,7 +7,10 @@ Read top to bottom, a call tries the cheapest path that can be proven optimal fi
 2. *local* (:func:`~.local.local_resolve`): re-optimise only the pairs a capacity
    change touches, with a certificate over all pairs;
 3. *full*: column generation on a master seeded with the warm columns
-   (:mod:`.driver`; :mod:`.latency` for ``max_steps="min"``) and the deep-dive rounding.
+   (:mod:`.driver`; :mod:`.latency` for ``max_steps="min"``) and the deep-dive rounding;
+   cold instead under a time limit (routed first, :mod:`.direct`) and after a repair
+   whose cold routing is certified optimal (docs/alltoall.md, *Warm is never the slow
+   path*).
 
 Each path returns an :class:`~.assemble.Outcome`; :func:`~.assemble.make_schedule`
 builds the schedule, the bottleneck cut and ``stats`` (the JSON view of the typed
@@ -32,11 +35,11 @@ from .assemble import Outcome, make_schedule
 from .colgen import CGOptions, CGStatus
 from .cut_bound import cut_bound_gbps
 from .direct import no_room_for_master, routed_outcome
-from .driver import cold_routing, round_solved, run_cg
+from .driver import certified_cold_routing, cold_routing, round_solved, run_cg
 from .local import local_eligible, local_resolve, raises_a_binding_link, reuse_certified
-from .problem import problem_for
+from .problem import Problem, problem_for
 from .state import AllToAllWarmState
-from .warm import changes_are_nonbinding, warm_columns
+from .warm import changes_are_nonbinding, sharply_fallen, warm_columns
 
 __all__ = ["solve_alltoall"]
 
@@ -95,11 +98,17 @@ def _synthesize(topo: Topology, warm: Schedule | AllToAllWarmState | None, backe
     tried_local = (outcome is None and max_steps != "min"
                    and local_eligible(prob, state, max_chunks)
                    and not (state.basis is not None and changes_are_nonbinding(prob, state))
-                   and not raises_a_binding_link(prob, state))
+                   and not raises_a_binding_link(prob, state)
+                   and not sharply_fallen(prob, state).any())
     if tried_local:
         outcome = local_resolve(prob, state, backend, steps, max_chunks, options, deadline)
     if outcome is None:
-        columns = warm_columns(prob, warm) if warm is not None else None
+        # under a time limit the full path solves cold: a cold limited solve routes
+        # first and, when the first master cannot fit in the time left, the routing
+        # itself is the schedule (:mod:`.direct`); a warm master has no such check
+        # (2,048 GPUs: 5-10 s past a 0.5 s limit, docs/alltoall.md)
+        carry = warm is not None and (deadline is None or max_steps == "min")
+        columns = warm_columns(prob, warm) if carry else None
         search: dict = {}
         if max_steps == "min":
             from .latency import min_steps_solve    # the step search: only when asked for
@@ -108,10 +117,13 @@ def _synthesize(topo: Topology, warm: Schedule | AllToAllWarmState | None, backe
                                              min_steps_tol)
             outcome = round_solved(prob, solved, backend, max_chunks, deadline, state)
         else:
-            # a cold limited solve routes first: when the first master cannot fit in the
-            # time left, the routing itself is the schedule (:mod:`.direct`)
-            routing = (cold_routing(prob, steps, deadline)
-                       if columns is None and deadline is not None else None)
+            routing = cold_routing(prob, steps, deadline) if deadline is not None else None
+            # after a repair, a cold start whose first routing is already optimal
+            # costs less than any warm master (docs/alltoall.md, *Warm is never the
+            # slow path*)
+            if routing is None and _repaired(prob, state):
+                routing = certified_cold_routing(prob, steps)
+                columns = None if routing is not None else columns
             if routing is not None and no_room_for_master(deadline, routing[1]):
                 outcome = routed_outcome(prob, routing[0], max_chunks, backend, steps)
             else:
@@ -127,6 +139,12 @@ def _synthesize(topo: Topology, warm: Schedule | AllToAllWarmState | None, backe
     sched.stats["lp_phase_seconds"] = seconds if outcome.lp_done is None else outcome.lp_done - t0
     sched.report = dataclasses.replace(sched.report, seconds=seconds)
     return sched
+
+
+def _repaired(prob: Problem, state: AllToAllWarmState | None) -> bool:
+    """Only capacities changed, and a link the old LP saturated gained capacity."""
+    return (state is not None and state.fabric.same_links(prob)
+            and raises_a_binding_link(prob, state))
 
 
 def _with_cut_bound(sched: Schedule, topo: Topology) -> None:

@@ -41,7 +41,14 @@ from .master import ColumnPool
 from .problem import Problem
 from .state import AllToAllWarmState
 
-__all__ = ["warm_columns", "reusable_basis", "changes_are_nonbinding", "link_lookup"]
+__all__ = ["warm_columns", "reusable_basis", "changes_are_nonbinding", "link_lookup",
+           "sharply_fallen", "SHARP_FALL"]
+
+#: A link whose capacity falls to this fraction of its old capacity or below (a dead or
+#: nearly dead NIC) makes every column through it worthless: a warm start drops those
+#: columns and routes their pairs afresh instead of pricing flow off them round by
+#: round (docs/alltoall.md, *Warm is never the slow path*).
+SHARP_FALL = 0.1
 
 
 def link_lookup(prob: Problem, tails: np.ndarray, heads: np.ndarray) -> np.ndarray:
@@ -109,6 +116,14 @@ def warm_columns(prob: Problem, warm: Schedule | AllToAllWarmState) -> tuple[np.
     if isinstance(warm, Schedule):
         return _from_paths(prob, (c.path for c in warm.chunks if isinstance(c, PathChunk)))
     raise ScheduleError(f"warm must be a Schedule or AllToAllWarmState, got {type(warm).__name__}")
+
+
+def sharply_fallen(prob: Problem, state: AllToAllWarmState) -> np.ndarray:
+    """Per link of ``prob``, whether its capacity fell to :data:`SHARP_FALL` of the old
+    one or below (all false unless ``state`` was solved on the same links)."""
+    if not state.fabric.same_links(prob):
+        return np.zeros(prob.num_links, dtype=bool)
+    return prob.capacity <= state.fabric.capacity * SHARP_FALL
 
 
 def reusable_basis(prob: Problem, state: AllToAllWarmState, pool: ColumnPool, backend: str,

@@ -26,7 +26,7 @@ from .packing.exact_packing import exact_pack
 from ..fabric import fabric_of
 from .packing.growth_order import RAIL_FIRST_MIN_RANKS
 from .packing.repair import repair_pack
-from .packing.scaled import SCALED_MIN_K, scaled_pack
+from .packing.scaled import SCALED_MIN_K, many_trees_pack
 from .removal.splitting import LogicalGraph, SplitGraph, balance_switches, split_all
 from .removal.guarded_spread import guarded_spread
 from .removal.spread import spread_split
@@ -267,17 +267,15 @@ def spread_logical(split: SplitGraph, rank_of: np.ndarray) -> LogicalGraph:
 def _pack_repair(lg: LogicalGraph, k: int, stats: dict[str, Any], shapes: Shapes | None,
                  rail_first: bool | None = None) -> tuple[list[TreeClass], Packing] | None:
     """Repair packing, reusing previous shapes (certifies itself); from
-    :data:`~.packing.scaled.SCALED_MIN_K` trees per root a scaled packing first
-    (:mod:`.packing.scaled`), the plain one where it fails, its repair searches then
-    limited to ``k·n²`` tree visits (the packing's own size): leaf-spine 4x2x8 with a NIC
-    degraded one way packs 811 trees per root in 315 M visits (56 s) where the general
-    method solves the fabric in ~1.2 s."""
-    classes = None
+    :data:`~.packing.scaled.SCALED_MIN_K` trees per root the scaled packings and the plain
+    one in :func:`~.packing.scaled.many_trees_pack`'s order, the plain one's repair
+    searches limited to ``k·n²`` tree visits (the packing's own size): leaf-spine 4x2x8
+    with a NIC degraded one way packs 811 trees per root in 315 M visits (56 s) where the
+    general method solves the fabric in ~1.2 s."""
+    n = lg.num_gpus
     if k >= SCALED_MIN_K and not rail_first:
-        classes, info = scaled_pack(lg.num_gpus, lg.tail, lg.head, lg.units, k)
-        stats.update(info)
-    if classes is None:
-        n = lg.num_gpus
+        classes = many_trees_pack(n, lg.tail, lg.head, lg.units, k, shapes, stats)
+    else:
         visits = k * n * n if k >= SCALED_MIN_K else 1 << 62
         classes, info = repair_pack(n, lg.tail, lg.head, lg.units, k, shapes,
                                     rail_first=rail_first, max_visits=visits)

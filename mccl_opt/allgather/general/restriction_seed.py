@@ -108,7 +108,7 @@ def restriction_seed(restricted: Restricted, forestcoll: ForestColl,
     counts = ChunkCounts(chunks)
     for k in counts:
         try:
-            sched = forestcoll(restricted.sub, None, k)
+            sched = forestcoll(restricted.sub, None, k, restricted.restriction.headroom())
         except SolveError as e:                 # as the chain treats ForestColl failing: fewer
             counts.failed(e)
             continue

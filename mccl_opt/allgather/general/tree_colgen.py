@@ -61,6 +61,8 @@ class TreeCGOptions:
     seed_rounds: int = 50          # multiplicative-weights rounds of starting trees (cold)
     warm_seed_rounds: int = 5      # ... when the previous schedule's trees are given
     smoothing: float = 0.8         # dual smoothing weight of the stability centre (0: off)
+    tie_break: float = 1e-3        # weight of the 1/capacity term that breaks ties among
+                                   # trees of equal cost at the duals (0: off)
 
 
 @dataclass
@@ -74,6 +76,7 @@ class TreeCGResult:
     status: str                    # "optimal" | "time_limit" | "stalled"
     rounds: int
     lp_seconds: float = 0.0
+    first_lp_seconds: float = 0.0  # the first master solve's share of ``lp_seconds``
     pricing_seconds: float = 0.0
     iterations: int = 0
     dropped: int = 0
@@ -144,13 +147,27 @@ def _candidates(topo: Topology, price: np.ndarray, pt: MasterPoint, roots: np.nd
     return total, out_r, out_t
 
 
-def _pricing_points(center: np.ndarray | None, pi: np.ndarray, alpha: float):
-    """Where a round prices (Wentges smoothing): first between the stability centre
-    (the prices of the best bound so far) and the master's duals, ``alpha`` of the
-    way to the centre; then, if that finds no column the master wants (a mispricing),
-    at the duals themselves, which finds one unless the master is optimal."""
+def _pricing_points(center: np.ndarray | None, pi: np.ndarray, capacity: np.ndarray,
+                    alpha: float, tie: float):
+    """Where a round prices, in order, until one point finds a column the master wants
+    (a tree whose reduced cost at the master's duals ``pi`` is negative):
+
+    1. Wentges smoothing: ``alpha`` of the way from ``pi`` to the stability centre (the
+       prices of the best Lagrangian bound so far, kept apart from a certified bound the
+       caller passes, so that a seeded run smooths too);
+    2. ``pi`` plus ``tie * mean(pi_a cap_a) / cap_a``: the master's duals are degenerate
+       (zero on most links), so many trees cost nothing and the cheapest one found is
+       an arbitrary, crowded one; the small ``1/capacity`` term prefers the roomy
+       paths among trees of (nearly) equal cost (HPN 4x16x8 with a one-way NIC fault:
+       the restriction seed closed in 5 rounds without it, 1 with it);
+    3. ``pi`` itself, which finds a column unless the master is optimal, so the loop
+       ends exactly where it would without 1-2."""
     if center is not None and alpha > 0:
         yield alpha * center + (1.0 - alpha) * pi
+    if tie > 0:
+        scale = float(pi @ capacity) / max(capacity.size, 1)
+        if scale > 0:
+            yield pi + tie * scale / capacity
     yield pi
 
 
@@ -182,9 +199,10 @@ def tree_column_generation(topo: Topology, backend: Backend, capacity: np.ndarra
     min_pool = options.drop_min_pool or g + capacity.size
     age = np.zeros(len(pool), dtype=np.int64)
     best_bound = np.inf if upper_bound is None else float(upper_bound)
-    center: np.ndarray | None = None        # the prices of the best bound so far
+    lagrangian = np.inf                     # the best bound the pricing itself certified
+    center: np.ndarray | None = None        # ... and its prices, the stability centre
     history: list[tuple[float, float]] = []
-    lp_s = pr_s = 0.0
+    lp_s = pr_s = first_lp_s = 0.0
     iters = dropped = 0
     x_dropped = -np.inf                     # the master's x at the last drop
     status = "stalled"
@@ -194,6 +212,7 @@ def tree_column_generation(topo: Topology, backend: Backend, capacity: np.ndarra
         t0 = time.perf_counter()
         pt = master.solve(f"AllGather column generation, round {rnd}", options.method)
         lp_s += time.perf_counter() - t0
+        first_lp_s = first_lp_s or lp_s
         iters += pt.iterations
         if best_bound - pt.x <= options.rel_tol * max(pt.x, 1e-300):
             history.append((pt.x, best_bound))
@@ -207,10 +226,12 @@ def tree_column_generation(topo: Topology, backend: Backend, capacity: np.ndarra
                 continue
         t1 = time.perf_counter()
         added = 0
-        for price in _pricing_points(center, pt.pi, options.smoothing):
+        for price in _pricing_points(center, pt.pi, capacity, options.smoothing,
+                                       options.tie_break):
             total, new_r, new_t = _candidates(topo, price, pt, all_roots)
-            if total > 0 and np.isfinite(total) and float(price @ capacity) / total < best_bound:
-                best_bound, center = float(price @ capacity) / total, price
+            if total > 0 and np.isfinite(total) and float(price @ capacity) / total < lagrangian:
+                lagrangian, center = float(price @ capacity) / total, price
+                best_bound = min(best_bound, lagrangian)
             if best_bound - pt.x <= options.rel_tol * max(pt.x, 1e-300) or \
                     (deadline is not None and time.perf_counter() >= deadline):
                 break
@@ -246,5 +267,5 @@ def tree_column_generation(topo: Topology, backend: Backend, capacity: np.ndarra
         pt = master.solve("AllGather column generation, without trees below zero",
                           options.method)
         iters += pt.iterations
-    return TreeCGResult(pool, pt.w, pt.x, max(best_bound, pt.x), status, rnd, lp_s, pr_s, iters,
-                    dropped, history)
+    return TreeCGResult(pool, pt.w, pt.x, max(best_bound, pt.x), status, rnd, lp_s, first_lp_s,
+                        pr_s, iters, dropped, history)

@@ -31,12 +31,21 @@ from ..removal.cut_guard import violated_set
 from .repair import repair_pack
 from .trees import TreeClass
 
-__all__ = ["scaled_pack", "SCALED_MIN_K", "SCALED_TREES", "ROUNDING_ROUNDS"]
+__all__ = ["scaled_pack", "many_trees_pack", "SCALED_MIN_K", "SCALED_TREES", "ROUNDING_ROUNDS",
+           "MARGINS", "PLAIN_FIRST_ENTRIES"]
 
 #: from this many trees per root :func:`scaled_pack` is tried before the repair packer
 SCALED_MIN_K = 64
 #: trees per root of the scaled packing (``k1`` is about this)
 SCALED_TREES = 32
+#: margins ``d`` tried (``k1 = k // s - d``), smallest first
+MARGINS = (1, 2, 4, 8)
+#: up to this many tree entries ``k·n²`` the plain repair packing runs before the scaled
+#: one with wide margins (it grows every unit tree: 0.2 s at 1.2 M entries, HPN 2x4x8
+#: Fail2, 293 trees per root), above it after it (shared aggregation 2x8x8 with one NIC
+#: at 1 % both ways, 721 trees per root, 11.8 M entries: 8 s with one repair search, 20 s in
+#: all, where the wide scaled packing takes ~1 s)
+PLAIN_FIRST_ENTRIES = 1 << 21
 #: rooted sweeps that may round ``u1`` up before the attempt gives up
 ROUNDING_ROUNDS = 32
 
@@ -49,26 +58,58 @@ class Logical(NamedTuple):
     head: np.ndarray
 
 
-def scaled_pack(n: int, tail: np.ndarray, head: np.ndarray, units: np.ndarray, k: int
-                ) -> tuple[list[TreeClass] | None, dict[str, int]]:
+def scaled_pack(n: int, tail: np.ndarray, head: np.ndarray, units: np.ndarray, k: int,
+                wide: bool = False) -> tuple[list[TreeClass] | None, dict[str, int]]:
     """``k`` trees per root in ``units`` as tree classes (module doc), or ``None`` when a
     step fails; with the repair packer's counters summed and ``scaled``: the largest
-    scale ``s`` used (0 when none)."""
+    scale ``s`` used (0 when none).  ``wide``: the wider margins of :data:`MARGINS` and
+    several units per link when rounding (for thin links into tight sets, module doc)."""
     counters = {"repairs": 0, "repair_visits": 0, "reused_trees": 0, "scaled": 0}
-    classes = _scaled(Logical(n, tail, head), units.astype(np.int64), k, counters)
+    classes = _scaled(Logical(n, tail, head), units.astype(np.int64), k, counters,
+                      MARGINS if wide else MARGINS[:1])
     if classes is not None:
         classes.sort(key=lambda c: (c.root, -c.mult))
     return classes, counters
 
 
-def _scaled(g: Logical, units: np.ndarray, k: int, counters: dict[str, int]
-            ) -> list[TreeClass] | None:
+def many_trees_pack(n: int, tail: np.ndarray, head: np.ndarray, units: np.ndarray, k: int,
+                    shapes: tuple[np.ndarray, np.ndarray] | None, stats: dict[str, int]
+                    ) -> list[TreeClass] | None:
+    """``k >= SCALED_MIN_K`` trees per root: the scaled packing, then, where it fails, the
+    plain repair packing (``shapes``: previous trees seeded; repair searches limited to
+    ``k·n²`` tree visits) and the scaled one with wide margins, the plain one first up to
+    :data:`PLAIN_FIRST_ENTRIES` tree entries; the counters of the last one in ``stats``."""
+    classes, info = scaled_pack(n, tail, head, units, k)
+    stats.update(info)
+
+    def plain() -> list[TreeClass] | None:
+        found, counters = repair_pack(n, tail, head, units, k, shapes, max_visits=k * n * n)
+        stats.update(counters)
+        return found
+
+    def wide() -> list[TreeClass] | None:
+        found, counters = scaled_pack(n, tail, head, units, k, wide=True)
+        stats.update(counters)
+        return found
+
+    for attempt in [plain, wide] if k * n * n <= PLAIN_FIRST_ENTRIES else [wide, plain]:
+        if classes is not None:
+            break
+        classes = attempt()
+    return classes
+
+
+def _scaled(g: Logical, units: np.ndarray, k: int, counters: dict[str, int],
+            margins: tuple[int, ...]) -> list[TreeClass] | None:
     s = -(-k // SCALED_TREES)
-    k1 = k // s - 1
-    if k < SCALED_MIN_K or k1 < 1:
+    shapes = [k // s - d for d in margins if k // s - d >= 1]
+    if k < SCALED_MIN_K or not shapes:
         return _repair(g, units, k, counters)
-    u1 = _rounded(g, units, k, k1, s)
-    if u1 is None:
+    for k1 in shapes:
+        u1 = _rounded(g, units, k, k1, s, len(margins) > 1)
+        if u1 is not None:
+            break
+    else:
         return None
     first = _repair(g, u1, k1, counters)
     if first is None:
@@ -78,7 +119,7 @@ def _scaled(g: Logical, units: np.ndarray, k: int, counters: dict[str, int]
     if _violated(g, residual, k2):
         return None
     counters["scaled"] = max(counters["scaled"], s)
-    rest = _scaled(g, residual, k2, counters)
+    rest = _scaled(g, residual, k2, counters, margins)
     if rest is None:
         return None
     return [TreeClass(c.root, c.mult * s, c.parent_arc) for c in first] + rest
@@ -97,26 +138,50 @@ def _violated(g: Logical, units: np.ndarray, k: int) -> tuple[np.ndarray, int, i
     return violated_set(g.n, ranks, k, (g.tail, g.head, units))
 
 
-def _rounded(g: Logical, units: np.ndarray, k: int, k1: int, s: int) -> np.ndarray | None:
+def _rounded(g: Logical, units: np.ndarray, k: int, k1: int, s: int, several: bool
+             ) -> np.ndarray | None:
     """Units ``u1`` admitting ``k1`` trees per root with ``s·u1 <= units``: ``units·k1/k``
-    rounded down, then up (largest remainders first) on links into each violated set,
-    by its deficit; ``None`` when a set lacks such links or the rounds run out."""
+    rounded down, then up on links into each violated set by its deficit, one unit on
+    each of the links not raised yet (largest remainders first); ``several``: where those
+    are too few, the rest of the deficit as further units on any link into the set with
+    room (a tight GPU ingress of a few wide links); ``None`` when the links into a set
+    lack the room or the rounds run out."""
     scaled = units * k1
     u1 = scaled // k
     remainder = scaled - u1 * k
-    room = (u1 + 1) * s <= units
+    fresh = (u1 + 1) * s <= units                 # room for one unit, not raised yet
     for _ in range(ROUNDING_ROUNDS):
         hit = _violated(g, u1, k1)
         if hit is None:
             return u1
         inside, deficit, _ = hit
-        into = np.flatnonzero(inside[g.head] & ~inside[g.tail] & room)
-        if into.size < deficit:
-            return None
+        crossing = inside[g.head] & ~inside[g.tail]
+        into = np.flatnonzero(crossing & fresh)
         up = into[np.argsort(-remainder[into], kind="stable")[:deficit]]
         u1[up] += 1
-        room[up] = False
+        fresh[up] = False
+        if up.size < deficit and not (several and _raise_further(u1, units, s, remainder,
+                                                                 crossing, deficit - up.size)):
+            return None
     return None
+
+
+def _raise_further(u1: np.ndarray, units: np.ndarray, s: int, remainder: np.ndarray,
+                   crossing: np.ndarray, deficit: int) -> bool:
+    """``deficit`` more units on the ``crossing`` links, one per link in turn (largest
+    remainders first) while ``s·u1 <= units`` allows; whether they fit."""
+    into = np.flatnonzero(crossing)
+    into = into[np.argsort(-remainder[into], kind="stable")]
+    room = units[into] // s - u1[into]
+    if int(room.sum()) < deficit:
+        return False
+    add = np.zeros(into.size, np.int64)
+    while deficit:
+        live = np.flatnonzero(add < room)[:deficit]
+        add[live] += 1
+        deficit -= live.size
+    u1[into] += add
+    return True
 
 
 def _loads(classes: list[TreeClass], m: int) -> np.ndarray:

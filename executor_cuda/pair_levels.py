@@ -1,0 +1,236 @@
+"""Pair telemetry of real ranks in the topology's units (docs/executor.md, "Scenarios on
+real ranks"): :class:`ModelReporter` turns a collective's per-pair seconds into the
+controller's ``pair`` samples against the schedule's own round model, and
+:class:`PieceWindow` reads the telemetry of a collective run in pieces in windows bounded
+in time (paper §3.2-3.3, §5).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections import deque
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from .faults import FabricEmulator
+from .telemetry import LinkSample
+
+__all__ = ["LOW", "ModelReporter", "PieceWindow"]
+
+LOW = 0.95              # a pair reported below this share of nominal is probed once unused
+
+
+class ModelReporter:
+    """Executor telemetry in the topology's units, for the controller's ``pair`` samples.
+
+    A message's time on the emulated fabric depends on how many messages share its
+    links in its round, which changes with the schedule; so each pair's measured
+    seconds over a collective are compared with the seconds the schedule's own round
+    model predicts on the *nominal* fabric (:meth:`FabricEmulator.program_delays`).
+    gloo adds a roughly fixed cost per message (posting, copying, waking the receiving
+    thread), which would make a slow link look faster than it is if it were divided
+    out as a ratio; so the healthy warm-up collectives (:attr:`calibrating`, like the
+    paper's startup probing) estimate it per message, as the median of
+    ``(measured - expected) / messages`` of the pair (for a pair first used later, of
+    all pairs), and later samples report
+    ``nominal * min(1, expected / (measured - messages * cost))``.  Each pair reports
+    the median of its last ``window`` collectives: the median of a few measurement
+    windows (paper §5) ignores one slow collective (a busy shared core) and follows a
+    lasting change after ``window // 2 + 1`` collectives.
+
+    A pair's ratio ``expected / measured`` is exact only for a degraded link that is also
+    the pair's bottleneck on the nominal fabric.  Once a new schedule moves load off a
+    degraded link, another link of the path becomes the nominal bottleneck and the ratio
+    overstates the degraded one (a link at 800 Gbps read as 1200-2880 on real ranks, so
+    the controller published a version per swap).  So a sample of the program the pair's
+    level was measured on is taken as it is (the same bottlenecks: a rise is real, and a
+    slow collective's dip recovers; a new program's readings become the pair's after two
+    samples in a row within ``1 + tol`` of its level: the first collective after a swap
+    is often slow, and one low reading must not adopt a program that reads high), while
+    a sample of another program may lower the level or raise it by at most ``1 + tol``.
+    A larger rise carries no news: the level is reported again and the pair is
+    ``blind``, so the prober measures it alone (:class:`~executor_cuda.reporting.PairProber`).
+    (Taking such a rise as far as every link of the path proves it in the round model,
+    :meth:`proven`, was tried: ranks do not run rounds in lock step, so the "proven"
+    level still overstated the degraded link on real ranks.)  A pair first used by a
+    later version starts at :meth:`proven`: low for a link its messages load lightly.
+    """
+
+    def __init__(self, emulator: FabricEmulator, nominal: dict[tuple[str, str], float],
+                 window: int = 3, tol: float = 0.2) -> None:
+        self.emu = emulator
+        self.nominal = nominal
+        self.nominal_cap = emulator.topo.arrays.capacity.astype(float)
+        self.window = window
+        self.tol = tol
+        self.overhead: dict[tuple[str, str], list[float]] = {}
+        self.recent: dict[tuple[str, str], deque[float]] = {}
+        self.low: dict[tuple[str, str], bool] = {}          # last report below LOW x nominal
+        self.blind: dict[tuple[str, str], bool] = {}        # last sample fit its level and nominal
+        self.folded: dict[tuple[str, str], int | None] = {}  # id of the program the level is measured on
+        self._agree: dict[tuple[str, str], tuple[int | None, int]] = {}   # (program, samples in a row at the level)
+        self.calibrating = True
+        self._expected: dict[int, tuple[Any, dict[tuple[int, int], np.ndarray]]] = {}
+
+    def drains(self, prog: Any, elem_bytes: int) -> dict[tuple[int, int], np.ndarray]:
+        """Per rank pair of ``prog``: nominal-fabric drain seconds, one row per message of
+        the pair and one column per link of its route (:meth:`FabricEmulator.route_drains`)."""
+        hit = self._expected.get(id(prog))
+        if hit is None or hit[0] is not prog:
+            rows: dict[tuple[int, int], list[np.ndarray]] = {}
+            for (_, s, d), dr in self.emu.route_drains(prog, elem_bytes, self.nominal_cap).items():
+                rows.setdefault((s, d), []).append(dr)
+            hit = self._expected[id(prog)] = (prog, {k: np.vstack(v) for k, v in rows.items()})
+        return hit[1]
+
+    def expected(self, prog: Any, elem_bytes: int) -> dict[tuple[int, int], float]:
+        """Nominal-fabric seconds per rank pair of one collective of ``prog``."""
+        return {k: float(d.max(axis=1).sum()) for k, d in self.drains(prog, elem_bytes).items()}
+
+    #: ratios tried when solving for a pair's proven level (:meth:`proven`)
+    GRID = np.geomspace(1e-3, 1.0, 241)
+
+    @classmethod
+    def proven(cls, drains: np.ndarray, seconds: float) -> float:
+        """The level every link of a pair's route must at least have for its messages
+        (``drains``, :meth:`drains`) to have taken no more than ``seconds``: per link, the
+        smallest ratio at which that link alone would not make them slower, and the
+        lowest of these (the most lightly loaded link proves the least).  Delays (a busy
+        core, the per-message cost) only add time, so this is a lower bound; a pair that
+        loads one of its links lightly proves little about it, however fast it ran."""
+        bottleneck = drains.max(axis=1)[None, :, None]
+        t = np.maximum(bottleneck, drains[None, :, :] / cls.GRID[:, None, None]).sum(axis=1)  # grid x links
+        # a time below the nominal model's (the per-message cost over-subtracted) proves no
+        # more than the model's own time would: nominal on the bottleneck, little elsewhere
+        ok = t <= max(seconds, float(t[-1].max()))
+        return float(cls.GRID[ok.argmax(axis=0)].min())
+
+    def level(self, key: tuple[str, str]) -> float | None:
+        """The pair's current level: the median of its recent samples; 1 for a pair
+        measured in the healthy warm-up and not since, ``None`` for one never measured."""
+        recent = self.recent.get(key)
+        if recent:
+            return statistics.median(recent)
+        return 1.0 if key in self.overhead else None
+
+    def _ratio(self, key: tuple[str, str], drains: np.ndarray, seconds: float,
+               prog: int | None = None) -> float | None:
+        """The ratio one collective's sample (of the program with id ``prog``) adds to the
+        pair's median, ``None`` when it carries no news (class docstring)."""
+        level, high = self.level(key), float(drains.max(axis=1).sum()) / seconds
+        self.blind[key] = False
+        if level is None:                   # a pair first used by a later version: only what it proves
+            return self.proven(drains, seconds)
+        if prog is not None and self.folded.get(key) == prog:
+            return high                     # the program its level was measured on
+        agree = level / (1.0 + self.tol) <= high <= (1.0 + self.tol) * level
+        runs = self._agree.get(key, (None, 0))
+        self._agree[key] = (prog, runs[1] + 1 if runs[0] == prog else 1) if agree else (None, 0)
+        if self._agree[key][1] >= 2:        # two samples in a row that read the level:
+            self.folded[key] = prog         # this program's readings are the pair's from now on
+        if high <= (1.0 + self.tol) * level:
+            return high                     # a drop, or a small rise
+        self.blind[key] = True              # a larger rise read through another program's bottlenecks:
+        return None                         # not news (the prober measures the pair alone)
+
+    def __call__(self, samples: Sequence[LinkSample], prog: Any, elem_bytes: int,
+                 now: float, times: int = 1) -> list[dict[str, Any]]:
+        """The ``pair`` samples of ``samples``, measured over ``times`` runs of ``prog``."""
+        rank = {g: r for r, g in enumerate(self.emu.gpus)}
+        drains = self.drains(prog, elem_bytes)
+        if times > 1:
+            drains = {k: np.tile(d, (times, 1)) for k, d in drains.items()}
+        pooled = [x for h in self.overhead.values() for x in h]
+        out: list[dict[str, Any]] = []
+        for s in samples:
+            key = (s.src, s.dst)
+            dr = drains.get((rank.get(s.src, -1), rank.get(s.dst, -1)))
+            exp = float(dr.max(axis=1).sum()) if dr is not None else 0.0
+            nominal = self.nominal.get(key)
+            if nominal is None or exp <= 0 or s.seconds <= 0 or s.count < 1:
+                continue
+            if self.calibrating:
+                self.overhead.setdefault(key, []).append((s.seconds - exp) / s.count)
+                continue
+            hist = self.overhead.get(key) or pooled
+            if not hist:
+                continue
+            seconds = max(s.seconds - s.count * max(0.0, statistics.median(hist)), 1e-9)
+            ratio = self._ratio(key, dr, seconds, id(prog))
+            out.append(self._level(key, ratio, now) if ratio is not None else self._report(key, self.level(key), now))
+        return out
+
+    def probe(self, src: str, dst: str, seconds: float, expected: float, now: float) -> dict[str, Any] | None:
+        """The ``pair`` sample of one probe of ``src -> dst`` (one message measured
+        ``seconds``, ``expected`` on the nominal fabric), folded into the pair's median
+        like a collective's sample (a pair with a level only rises: a probe is one short
+        message, and waiting for a busy core reads as a slow link); ``None`` while
+        calibrating or for an unknown pair."""
+        key = (src, dst)
+        hist = self.overhead.get(key) or [x for h in self.overhead.values() for x in h]
+        if self.calibrating or key not in self.nominal or not hist or expected <= 0:
+            return None
+        cost = max(0.0, statistics.median(hist))
+        ratio, level = expected / max(seconds - cost, 1e-9), self.level(key)
+        # a late probe may only have waited for a busy core: it raises a level, never lowers one
+        return self._level(key, ratio if level is None else max(ratio, level), now)
+
+    def _level(self, key: tuple[str, str], ratio: float, now: float) -> dict[str, Any]:
+        recent = self.recent.setdefault(key, deque(maxlen=self.window))
+        recent.append(min(1.0, ratio))
+        return self._report(key, statistics.median(recent), now)
+
+    def _report(self, key: tuple[str, str], level: float, now: float) -> dict[str, Any]:
+        gbps = self.nominal[key] * level
+        self.low[key] = gbps < LOW * self.nominal[key]
+        return {"kind": "pair", "src": key[0], "dst": key[1], "gbps": gbps, "t": now}
+
+
+class PieceWindow:
+    """Telemetry of collectives run in pieces (:class:`~executor_cuda.pieces.InFlightSwitch`),
+    read in windows bounded in time as well as in bytes.
+
+    A healthy collective is read once, when it ends (:meth:`flush`), like one run whole:
+    pieces are small and gloo's per-message cost would make per-piece samples noisy (8
+    pieces per collective read healthy links at 0.5-0.7 of nominal and published a
+    version every second).  But a collective on a link at 1 % of nominal lasts 100
+    healthy ones; once the pieces since the last report have taken ``window_s`` (three
+    healthy collectives, pieces included, as the warm-up measured), what they measured
+    is reported at the end of the piece, so the controller hears of the drop after a piece or two and the new version
+    can take over inside the same collective.  ``read()`` drains the rank's telemetry,
+    ``report(samples, prog, times)`` folds samples that ran ``prog`` ``times`` times
+    (:meth:`ModelReporter.__call__`) and pushes them.
+    """
+
+    def __init__(self, read: Callable[[], list[LinkSample]],
+                 report: Callable[[list[LinkSample], Any, int], None], window_s: float) -> None:
+        self.read, self.report, self.window_s = read, report, window_s
+        self._samples: list[LinkSample] = []
+        self._prog: Any = None
+        self._pieces = 0
+        self._since = time.monotonic()
+
+    def piece(self, prog: Any) -> None:
+        """One piece of ``prog`` (the piece-size program) ended."""
+        if self._prog is not None and prog is not self._prog:    # a switch: one program per window
+            self.flush()
+        self._prog = prog
+        self._pieces += 1
+        self._samples += self.read()
+        if time.monotonic() - self._since >= self.window_s:
+            self.flush()
+
+    def flush(self) -> None:
+        """Report what the pieces since the last report measured (a collective ended)."""
+        self._samples += self.read()
+        if self._samples and self._prog is not None:
+            acc: dict[tuple[str, str], list] = {}
+            for x in self._samples:
+                a = acc.setdefault((x.src, x.dst), [0, 0.0, 0, x.first_seq, x.last_seq])
+                a[0], a[1], a[2] = a[0] + x.bytes, a[1] + x.seconds, a[2] + x.count
+                a[3], a[4] = min(a[3], x.first_seq), max(a[4], x.last_seq)
+            self.report([LinkSample(src, dst, *a) for (src, dst), a in acc.items()], self._prog, self._pieces)
+        self._samples, self._prog, self._pieces = [], None, 0
+        self._since = time.monotonic()

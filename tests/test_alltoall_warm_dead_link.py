@@ -1,0 +1,73 @@
+"""Warm AllToAll after a NIC falls sharply or recovers (issue 25 item 2, "warm is never
+the slow path", docs/alltoall.md): the warm solve reaches the cold optimum, a link at
+<= 10 % of its capacity sends the warm start to the master without its columns, and a
+repair whose cold routing is provably optimal solves cold."""
+
+from __future__ import annotations
+
+import pytest
+
+from instances import degrade, hpn, irregular
+from mccl_opt import validate
+from mccl_opt.alltoall import solve_alltoall
+from mccl_opt.alltoall.warm import SHARP_FALL
+
+REL = 1e-6
+
+
+def _nic(topo):
+    g = topo.gpus[0]
+    return g, next(l.dst for l in topo.links if l.src == g and "tor" in l.dst)
+
+
+@pytest.mark.parametrize("shape", [(1, 2, 8), (1, 8, 8), (2, 4, 8)])
+@pytest.mark.parametrize("fraction", [0.01, 0.1, 0.5])
+@pytest.mark.parametrize("both", [True, False])
+def test_warm_after_a_nic_falls_equals_cold(shape, fraction, both):
+    base = hpn(*shape)
+    g, tor = _nic(base)
+    healthy = solve_alltoall(base)
+    topo = degrade(base, g, tor, base.link(g, tor).capacity_gbps * fraction,
+                   both_directions=both)
+    warm = solve_alltoall(topo, warm=healthy)
+    cold = solve_alltoall(topo)
+    assert warm.lp_rate_gbps == pytest.approx(cold.lp_rate_gbps, rel=REL)
+    validate(topo, warm)
+    if fraction <= SHARP_FALL:
+        # the local path is not tried: its restricted master crawled here
+        assert warm.stats["warm_mode"] == "full" and not warm.stats["local_fallback"]
+    # and the repair back to healthy, warm from the degraded schedule
+    back = solve_alltoall(base, warm=warm)
+    assert back.lp_rate_gbps == pytest.approx(healthy.lp_rate_gbps, rel=REL)
+    # healthy HPN's first routing is provably optimal: the repair solves cold, no LP round
+    assert back.stats["warm_mode"] == "cold" and back.stats["rounds"] == 1
+    validate(base, back)
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_warm_on_an_irregular_fabric_after_a_link_falls_equals_cold(seed):
+    base = irregular(seed)
+    healthy = solve_alltoall(base)
+    link = max((l for l in base.links if base.is_gpu(l.src) and not base.is_gpu(l.dst)),
+               key=lambda l: (l.capacity_gbps, l.src, l.dst))
+    topo = degrade(base, link.src, link.dst, link.capacity_gbps * 0.01, both_directions=False)
+    warm = solve_alltoall(topo, warm=healthy)
+    assert warm.lp_rate_gbps == pytest.approx(solve_alltoall(topo).lp_rate_gbps, rel=REL)
+    validate(topo, warm)
+
+
+def test_a_warm_limit_with_no_room_for_the_first_master_returns_the_routing_itself():
+    # a warm solve on the full path under a time limit solves cold, routed first, so a
+    # limit shorter than the routing returns the routing (it used to build and solve
+    # the whole warm master past the limit: 5-10 s for 0.5 s at 2,048 GPUs)
+    base = hpn(1, 4, 8)
+    g, tor = _nic(base)
+    topo = degrade(base, g, tor, base.link(g, tor).capacity_gbps * 0.01)
+    warm = solve_alltoall(topo, warm=solve_alltoall(base), time_limit=1e-6)
+    assert warm.stats["status"] == "time_limit"
+    assert warm.stats["rounding"] == "routed" and warm.stats["rounds"] == 0
+    validate(topo, warm)
+    # with room, the same warm solve is cold and optimal
+    roomy = solve_alltoall(topo, warm=solve_alltoall(base), time_limit=60.0)
+    assert roomy.stats["status"] == "optimal" and roomy.stats["warm_mode"] == "cold"
+    assert roomy.lp_rate_gbps == pytest.approx(solve_alltoall(topo).lp_rate_gbps, rel=REL)
