@@ -59,7 +59,7 @@ class ModelReporter:
 
     A rise is reported once the samples it rests on agree (:meth:`_level`): the
     collective that runs while a link recovers reads between the old level and the new
-    one (0.3-0.8 of nominal for a link going from 0.125 back to 1), and the median of
+    one (0.25-0.8 of nominal for a link going from 0.125 back to 1), and the median of
     ``[old, between, new]`` is that in-between reading, so a version was published for a
     partial recovery and another for the full one.  While the median rises but the two
     newest samples differ by more than ``1 + tol``, the last reported level stands, for
