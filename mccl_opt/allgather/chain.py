@@ -311,7 +311,7 @@ def solve_by_restriction(topo: Topology, restricted: Restricted, route: WarmRout
         if isinstance(sched, Declined) or abs(sched.lp_rate_gbps * to_gbps - found.rate_gbps) \
                 > CERT_TOL * found.rate_gbps:
             break
-        best = restricted.optimum_gbps               # c' rounded onto a coarser grid: above it
+        best = restricted.optimum_gbps    # certified; a c' rounded coarser rates ~1e-7 below
         cut = bound if bound is not None and bound > best * (1 + _REACH_TOL) else None
         out = _rerated(sched, topo, best, Method.BALANCED_RESTRICTION,
                        "balanced restriction: cut bound of c' <= c", cut)
