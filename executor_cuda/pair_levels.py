@@ -56,6 +56,16 @@ class ModelReporter:
     :meth:`proven`, was tried: ranks do not run rounds in lock step, so the "proven"
     level still overstated the degraded link on real ranks.)  A pair first used by a
     later version starts at :meth:`proven`: low for a link its messages load lightly.
+
+    A rise is reported once the samples it rests on agree (:meth:`_level`): the
+    collective that runs while a link recovers reads between the old level and the new
+    one (0.25-0.8 of nominal for a link going from 0.125 back to 1), and the median of
+    ``[old, between, new]`` is that in-between reading, so a version was published for a
+    partial recovery and another for the full one.  While the median rises but the two
+    newest samples differ by more than ``1 + tol``, the last reported level stands, for
+    at most ``window - 1`` samples in a row; a step up is then reported in one step, at
+    the level the new samples agree on.  Drops are reported at once (a dead link's next
+    collective may take seconds).
     """
 
     def __init__(self, emulator: FabricEmulator, nominal: dict[tuple[str, str], float],
@@ -71,6 +81,8 @@ class ModelReporter:
         self.blind: dict[tuple[str, str], bool] = {}        # last sample fit its level and nominal
         self.folded: dict[tuple[str, str], int | None] = {}  # id of the program the level is measured on
         self._agree: dict[tuple[str, str], tuple[int | None, int]] = {}   # (program, samples in a row at the level)
+        self.shown: dict[tuple[str, str], float] = {}        # the level last reported
+        self._held: dict[tuple[str, str], int] = {}          # samples in a row a rise was held
         self.calibrating = True
         self._expected: dict[int, tuple[Any, dict[tuple[int, int], np.ndarray]]] = {}
 
@@ -159,7 +171,8 @@ class ModelReporter:
                 continue
             seconds = max(s.seconds - s.count * max(0.0, statistics.median(hist)), 1e-9)
             ratio = self._ratio(key, dr, seconds, id(prog))
-            out.append(self._level(key, ratio, now) if ratio is not None else self._report(key, self.level(key), now))
+            out.append(self._level(key, ratio, now) if ratio is not None
+                       else self._report(key, self.shown.get(key, self.level(key)), now))
         return out
 
     def probe(self, src: str, dst: str, seconds: float, expected: float, now: float) -> dict[str, Any] | None:
@@ -178,11 +191,21 @@ class ModelReporter:
         return self._level(key, ratio if level is None else max(ratio, level), now)
 
     def _level(self, key: tuple[str, str], ratio: float, now: float) -> dict[str, Any]:
+        """Fold ``ratio`` into the pair's median and report it; a rise whose two newest
+        samples disagree by more than ``1 + tol`` is held (class docstring)."""
         recent = self.recent.setdefault(key, deque(maxlen=self.window))
         recent.append(min(1.0, ratio))
-        return self._report(key, statistics.median(recent), now)
+        level, last = statistics.median(recent), self.shown.get(key)
+        newest = sorted(list(recent)[-2:])
+        if (last is not None and level > last and len(newest) == 2
+                and newest[1] > (1.0 + self.tol) * newest[0] and self._held.get(key, 0) < self.window - 1):
+            self._held[key] = self._held.get(key, 0) + 1
+            return self._report(key, last, now)
+        self._held[key] = 0
+        return self._report(key, level, now)
 
     def _report(self, key: tuple[str, str], level: float, now: float) -> dict[str, Any]:
+        self.shown[key] = level
         gbps = self.nominal[key] * level
         self.low[key] = gbps < LOW * self.nominal[key]
         return {"kind": "pair", "src": key[0], "dst": key[1], "gbps": gbps, "t": now}

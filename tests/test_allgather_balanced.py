@@ -15,6 +15,7 @@ from mccl_opt.allgather.canonical import canonical
 from mccl_opt.allgather.chain import switches_balanced
 from mccl_opt.allgather.fabric import fabric_of
 from mccl_opt.allgather.general.method import solve_general
+from mccl_opt.report import Method
 
 NIC = ("s0h0g0", "s0tor0", 100.0)        # one NIC uplink at 100 of 400 Gbps, one way
 NVLINK = ("s0h0g1", "s0h0nvs", 360.0)    # one NVLink at 360 Gbps, one way
@@ -148,3 +149,47 @@ def test_chain_falls_back_when_forestcoll_misses_the_claimed_optimum(monkeypatch
     s = mo.solve_allgather(topo, max_chunks=None)
     assert s.stats["method"] == "general"
     assert s.lp_rate_gbps == pytest.approx(true.rate_gbps, rel=1e-9)
+
+
+def _fine_leaf_spine() -> mo.Topology:
+    """Leaf-spine 4x2x8 with one NIC at 160.889 of 400 Gbps one way: the restriction's
+    exact vertex needs 8 digits on its smallest link, one more than the quantum keeps."""
+    from instances.aggregation import leaf_spine
+
+    return leaf_spine(4, 2, 8).with_capacity(src="u1h1g0", dst="u1leaf0", gbps=160.889,
+                                             both_directions=False)
+
+
+def test_too_fine_restriction_is_rounded_balanced_below_c() -> None:
+    topo = _fine_leaf_spine()
+    found = balanced_restriction(topo)
+    assert found is not None
+    with pytest.raises(mo.SolveError, match="too fine"):
+        balanced.restricted_topology(topo, found)
+    kept = balanced.coarsened(topo, found)
+    assert kept is not found
+    assert (kept.units <= kept.ceiling).all() and (kept.units >= 0).all()
+    fab, _ = fabric_of(topo)
+    net = np.zeros(fab.n, np.int64)
+    np.add.at(net, fab.head, kept.units)
+    np.subtract.at(net, fab.tail, kept.units)
+    assert not net[topo.arrays.is_switch].any()              # still balanced at every switch
+    assert found.rate_gbps * (1 - 1e-6) <= kept.rate_gbps <= found.rate_gbps
+    sub, to_gbps = balanced.restricted_topology(topo, kept)   # now quantized exactly
+    assert sub.num_links <= topo.num_links and to_gbps > 0
+
+
+def test_too_fine_restriction_solves_valid_and_exact() -> None:
+    from tests.oracle_allgather import cut_bound
+
+    topo = _fine_leaf_spine()
+    bound = cut_bound(topo)                                   # independent upper bound
+    opt = balanced_restriction(topo).rate_gbps                # certified in exact integers
+    assert opt <= bound * (1 + 1e-9)
+    k10 = mo.solve_allgather(topo)
+    assert k10.report.method is Method.BALANCED_RESTRICTION      # no general method
+    rate = mo.validate(topo, k10).rate_gbps
+    assert abs(k10.lp_rate_gbps - opt) <= 1e-9 * opt          # the bound stays the optimum
+    assert opt * (1 - 0.05) <= rate <= opt * (1 + 1e-9)       # the chain's rounding rule
+    exact = mo.solve_allgather(topo, max_chunks=None)        # the rounded c' is not exact:
+    assert abs(mo.validate(topo, exact).rate_gbps - opt) <= 1e-9 * opt   # general, seeded

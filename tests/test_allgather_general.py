@@ -12,8 +12,10 @@ from scipy.optimize import linprog
 
 import mccl_opt as mo
 from instances import hpn
+from instances.aggregation import leaf_spine
 from mccl_opt.allgather.general.tree_colgen import TreeCGOptions
 from mccl_opt.allgather.general.method import solve_general
+from tests.oracle_allgather import check_schedule, cut_bound
 
 
 def _topo(nodes, links, name="r") -> mo.Topology:
@@ -319,3 +321,24 @@ def test_pricing_points_end_at_the_duals_and_break_ties_by_capacity():
     assert points[1][0] > points[1][1] > 0 and np.all(points[1] > pi)
     assert np.array_equal(points[-1], pi)
     assert [p.tolist() for p in _pricing_points(None, np.zeros(3), cap, 0.5, 1e-3)] == [[0.0] * 3]
+
+
+@pytest.mark.parametrize("shape, optimum", [
+    ((2, 1, 8), None), ((4, 1, 4), None),
+    ((2, 2, 4), 132.5)])    # tests/oracle_allgather.forwarding_optimum (cut bound 133.3)
+def test_leaf_spine_one_way_nic_does_not_cycle_when_trees_are_dropped(shape, optimum):
+    """Leaf-spine with one NIC at 0.9 one way, from one tree per root and the most eager
+    column dropping: the master is degenerate (its x stays flat while the duals move), and
+    dropping zero-weight trees on such rounds cycled at the starting rate, 1/4 of the
+    optimum, until the round cap.  Now the column generation certifies the optimum, the
+    schedule validates, and its rate is the independent optimum (the oracle's cut bound,
+    or its forwarding-only optimum where the two differ)."""
+    leaves, hosts, gpus = shape
+    topo = leaf_spine(leaves, hosts, gpus).with_capacity(
+        src=f"u0h{hosts - 1}g{gpus - 1}", dst="u0leaf0", gbps=360.0, both_directions=False)
+    eager = TreeCGOptions(seed_rounds=1, drop_after=1, drop_min_pool=1, max_rounds=400)
+    s = solve_general(topo, max_chunks=None, options=eager)
+    assert s.stats["cg_status"] == "optimal"
+    expected = cut_bound(topo) if optimum is None else optimum
+    assert check_schedule(topo, s).rate_gbps == pytest.approx(expected, rel=1e-7)
+    assert mo.validate(topo, s).rate_gbps == pytest.approx(expected, rel=1e-7)

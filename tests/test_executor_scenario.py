@@ -299,3 +299,56 @@ def test_a_pair_faster_than_its_model_proves_nothing_about_its_lightly_loaded_li
     drains = np.array([[0.1, 1.0], [0.1, 1.0]])
     assert ModelReporter.proven(drains, 1.5) <= 0.11
     assert ModelReporter.proven(drains, 2.0) <= 0.11
+
+
+def _bare_reporter(tol: float = 0.2, window: int = 3):
+    """A :class:`ModelReporter` with one pair of nominal 1 and no emulator (the level rules only)."""
+    from executor_cuda.pair_levels import ModelReporter
+
+    rep = ModelReporter.__new__(ModelReporter)
+    rep.tol, rep.window, rep.nominal = tol, window, {("a", "b"): 1.0}
+    rep.recent, rep.low, rep.shown, rep._held = {}, {}, {}, {}
+    return rep
+
+
+@settings(max_examples=200, deadline=None)
+@given(old=st.floats(0.01, 0.5), new=st.floats(0.6, 1.0), between=st.floats(0.0, 1.0),
+       noise=st.lists(st.floats(1 / 1.09, 1.09), min_size=6, max_size=6))
+def test_a_cleared_link_is_reported_at_its_new_level_in_one_step(old, new, between, noise):
+    """A link back from ``old`` to ``new`` (more than 1.2x above), read through one
+    collective that straddles the clear (``between``, anywhere from the old level to the
+    new), then at ``new`` within +-9 % noise: no report lies between the two levels (the
+    in-between reading published a version for a partial recovery; one within ``1 + tol``
+    of the new samples is the new level), and the new level is reported within ``window``
+    samples of the clear."""
+    rep = _bare_reporter()
+    for _ in range(3):
+        rep._level(("a", "b"), old, 0.0)
+    t = old + between * (new - old)
+    got = [rep._level(("a", "b"), r, 0.0)["gbps"] for r in [t] + [min(1.0, new * x) for x in noise]]
+    assert all(g <= old * 1.0001 or g >= new / 1.09 / (1 + rep.tol) * 0.9999 for g in got)
+    assert got[2] >= new / 1.09 * 0.9999
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.floats(0.01, 1.0), min_size=1, max_size=30))
+def test_a_held_rise_never_reports_more_than_the_median_nor_waits_longer_than_the_window(ratios):
+    """Whatever the samples: each report is the median of the last ``window`` samples or
+    the previous report, a report above the previous one is the median, never more, and
+    the median is reported at least once in every ``window`` samples in a row (a rise is
+    held, never ignored); drops are never held."""
+    import statistics
+
+    rep = _bare_reporter()
+    recent: deque[float] = deque(maxlen=3)
+    last, since = None, 0
+    for r in ratios:
+        recent.append(r)
+        med = statistics.median(recent)
+        got = rep._level(("a", "b"), r, 0.0)["gbps"]
+        assert got == pytest.approx(med) or got == pytest.approx(last)
+        if last is not None and med <= last:
+            assert got == pytest.approx(med)                   # a drop (or no change) at once
+        since = 0 if got == pytest.approx(med) else since + 1
+        assert since < rep.window
+        last = got

@@ -225,12 +225,17 @@ class Restricted:
     (:mod:`.restriction.balanced`), computed once per solve and used by ForestColl on
     ``c'`` and by the general method's seed: ``sub`` is ``c'`` as a canonically listed
     topology (same node ids), ``to_gbps`` turns its Gbps into the fabric's, ``seconds``
-    what the cutting-plane LP took."""
+    what the cutting-plane LP took, ``optimum_gbps`` the certified optimum (the
+    forwarding-only one).  ``restriction`` is the one ``sub`` is built from: the LP's
+    vertex, or its balanced rounding onto a coarser grid where the vertex has more digits
+    than the fabric's quantum keeps (:func:`.restriction.balanced.coarsened`; its own
+    rate then sits ~1e-7 below ``optimum_gbps``)."""
 
     restriction: Restriction
     sub: Topology
     to_gbps: float
     seconds: float
+    optimum_gbps: float
 
 
 def restrict(topo: Topology, backend: str) -> Restricted | None:
@@ -238,14 +243,15 @@ def restrict(topo: Topology, backend: str) -> Restricted | None:
     integers), ``None`` when it is not certified; raises :class:`SolveError` or
     :class:`TopologyError` when it cannot be computed or scaled exactly."""
     from .canonical import canonical
-    from .restriction.balanced import balanced_restriction, restricted_topology
+    from .restriction.balanced import balanced_restriction, coarsened, restricted_topology
 
     t = time.perf_counter()
     found = balanced_restriction(topo, backend)
     if found is None:
         return None
-    sub, to_gbps = restricted_topology(topo, found)
-    return Restricted(found, canonical(sub), to_gbps, time.perf_counter() - t)
+    kept = coarsened(topo, found, backend)   # too many digits: a balanced rounding
+    sub, to_gbps = restricted_topology(topo, kept)
+    return Restricted(kept, canonical(sub), to_gbps, time.perf_counter() - t, found.rate_gbps)
 
 
 def _restricted(topo: Topology, backend: str, trail: Trail) -> Restricted | None:
@@ -305,10 +311,11 @@ def solve_by_restriction(topo: Topology, restricted: Restricted, route: WarmRout
         if isinstance(sched, Declined) or abs(sched.lp_rate_gbps * to_gbps - found.rate_gbps) \
                 > CERT_TOL * found.rate_gbps:
             break
-        cut = bound if bound is not None and bound > found.rate_gbps * (1 + _REACH_TOL) else None
-        out = _rerated(sched, topo, found.rate_gbps, Method.BALANCED_RESTRICTION,
+        best = restricted.optimum_gbps    # certified; a c' rounded coarser rates ~1e-7 below
+        cut = bound if bound is not None and bound > best * (1 + _REACH_TOL) else None
+        out = _rerated(sched, topo, best, Method.BALANCED_RESTRICTION,
                        "balanced restriction: cut bound of c' <= c", cut)
-        if max_chunks is None and out.rate_gbps < found.rate_gbps * (1 - CERT_TOL):
+        if max_chunks is None and out.rate_gbps < best * (1 - CERT_TOL):
             break
         out.stats["cut_rounds"] = found.rounds
         trail.add(Attempt(Method.BALANCED_RESTRICTION, time.perf_counter() - t, "returned"))

@@ -236,7 +236,7 @@ def _forestcoll(topo: Topology, route: WarmRoute, backend: str, max_chunks: int 
     t = time.perf_counter()
     try:
         balanced = balanced_split(budget.fab, arr.is_switch, budget.k, budget.y, max_chunks,
-                                  headroom)
+                                  headroom, budget.p1.rate)
         balanced.record(run.stats)
         run.stats["balance_s"] = time.perf_counter() - t
         if not balanced.exact and not lossy_balance:     # the rate would sit below the optimum

@@ -32,7 +32,7 @@ from .removal.guarded_spread import guarded_spread
 from .removal.spread import spread_split
 from .throughput import Fabric, PhaseOneResult, optimal_rate
 from .packing.trees import TreeClass, greedy_pack
-from .removal.unit_rounding import fewest_rounded, rounded_restriction
+from .removal.unit_rounding import restriction_units
 
 __all__ = ["Budget", "Balanced", "Packed", "Packing", "SplitKind", "check_inputs",
            "phase_one_budget", "balanced_split", "spread_logical", "pack", "gbps"]
@@ -141,8 +141,8 @@ class Balanced:
 
 
 def balanced_split(fab: Fabric, is_switch: np.ndarray, k: int, y: Fraction,
-                   max_chunks: int | None, headroom: Sequence[Fraction] | None = None
-                   ) -> Balanced:
+                   max_chunks: int | None, headroom: Sequence[Fraction] | None = None,
+                   optimum: Fraction | None = None) -> Balanced:
     """Tree units of every link, switches balanced.  When balancing must give up
     capacity the optimum cannot spare (one-directional degradations; the rate then sits
     below ``lp_rate_gbps``), two balanced fabrics are tried and the one with more
@@ -156,17 +156,16 @@ def balanced_split(fab: Fabric, is_switch: np.ndarray, k: int, y: Fraction,
     switch stays balanced; where that needs a lower ``y``
     (:func:`.removal.unit_rounding.rounded_restriction`) it is weighed against the greedy
     balancing's options that leave every switch balanced; with ``max_chunks=None`` the exact
-    optimum is first sought with fewer trees than ``k`` (:func:`.removal.unit_rounding.
-    fewest_rounded`)."""
+    optimum (``optimum``: Phase 1's ``x*``, which the budget's ``k·y`` can stop short of) is
+    first sought with fewer or more trees than ``k`` (:func:`.removal.unit_rounding.
+    restriction_units`)."""
     units = (fab.cap * y.denominator) // y.numerator
     options = []                        # (bandwidth per root in quanta, split, k, symmetrized)
     if headroom is not None:
-        fewer = fewest_rounded(fab, is_switch, k, y, headroom) if max_chunks is None else None
-        if fewer is not None:                     # the exact optimum in fewer trees
-            return Balanced(_units_split(fab, is_switch, fewer[0], fewer[1]), fewer[1], True)
-        rounded = rounded_restriction(fab, is_switch, k, y, headroom)
-        if rounded is not None and rounded[1] == y:     # no bandwidth given up
-            return Balanced(_units_split(fab, is_switch, rounded[0], k), k, True)
+        found, rounded = restriction_units(fab, is_switch, k, y, headroom, max_chunks is None,
+                                           optimum)
+        if found is not None:
+            return Balanced(_units_split(fab, is_switch, found[0], found[1]), found[1], True)
     split = SplitGraph.from_links(fab.n, fab.tail, fab.head, units, is_switch, fab.gpus, k)
     # the greedy pass balances one switch after another; a cut on a link between two
     # switches can unbalance one it passed, and Phase 2 then fails (2x2x8, NIC fault):

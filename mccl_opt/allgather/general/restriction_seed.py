@@ -115,6 +115,6 @@ def restriction_seed(restricted: Restricted, forestcoll: ForestColl,
         except TopologyError:
             continue
         if isinstance(sched, Schedule):
-            return RestrictionSeed(restricted.restriction.rate_gbps, sched,
+            return RestrictionSeed(restricted.optimum_gbps, sched,
                                    time.perf_counter() - t)
     return None

@@ -16,6 +16,12 @@ root ``r``, ``pi, sigma >= 0``.  For any ``pi >= 0`` with ``sum_r c_r(pi) > 0``,
 the master's ``x`` is within ``rel_tol`` of it (or no column prices out: then the
 bound meets ``x`` up to rounding).  A basic optimum has at most ``roots + links``
 positive weights, so the number of trees stays small whatever the capacities.
+
+**No cycling.**  Columns at zero weight for ``drop_after`` rounds are dropped only in a
+round whose ``x`` is above the ``x`` of the previous drop.  Between two such rounds the
+pool only grows, so a degenerate master (``x`` flat while the duals move) cannot drop a
+tree and price it again forever; before this rule leaf-spine 4x2x8 with one NIC at 0.9
+one way ran the 10 000-round cap at the seed's rate, 1.2 % below the optimum.
 """
 
 from __future__ import annotations
@@ -47,7 +53,8 @@ class TreeCGOptions:
 
     rel_tol: float = 1e-9          # stop when bound - x <= rel_tol * x
     drop_after: int = 2            # drop columns at zero weight for this many rounds ...
-    drop_min_pool: int = 0         # ... once the pool exceeds this many (0: the row count)
+    drop_min_pool: int = 0         # ... once the pool exceeds this many (0: the row count),
+                                   # and only after the master's x rose since the last drop
     max_rounds: int = 10_000
     time_limit: float | None = None
     method: str = "primal"         # LP method of the master's solves
@@ -197,6 +204,7 @@ def tree_column_generation(topo: Topology, backend: Backend, capacity: np.ndarra
     history: list[tuple[float, float]] = []
     lp_s = pr_s = first_lp_s = 0.0
     iters = dropped = 0
+    x_dropped = -np.inf                     # the master's x at the last drop
     status = "stalled"
     pt: MasterPoint | None = None
     rnd = 0
@@ -245,10 +253,11 @@ def tree_column_generation(topo: Topology, backend: Backend, capacity: np.ndarra
         anytime.check("the general method's column generation")
         if added == 0:
             break
-        if master.num_columns > min_pool:
-            stale = age >= options.drop_after
+        if master.num_columns > min_pool and pt.x > x_dropped:
+            stale = age >= options.drop_after   # no drop on a degenerate stall: it cycles
             dropped += master.drop(stale)
             age, pt.w = age[~stale], pt.w[~stale]
+            x_dropped = pt.x
     if pt is None:
         raise InputError("TreeCGOptions.max_rounds must be at least 1")
     for _ in range(_BELOW_ZERO_RESOLVES):   # the returned trees must reach the returned x

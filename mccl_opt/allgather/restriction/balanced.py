@@ -42,7 +42,7 @@ from mccl_opt.topology import Topology
 from ..fabric import fabric_of
 from ..forestcoll.throughput import Fabric, _violated_cut, optimal_rate
 
-__all__ = ["CERT_TOL", "Restriction", "balanced_restriction", "restricted_topology"]
+__all__ = ["CERT_TOL", "Restriction", "balanced_restriction", "restricted_topology", "coarsened"]
 
 #: relative tolerance of "no cut is violated" and of the exact certificate
 CERT_TOL = 1e-9
@@ -137,6 +137,56 @@ def restricted_topology(topo: Topology, r: Restriction) -> tuple[Topology, float
     if not np.array_equal(fab.cap, units * round(scale / q)):
         raise SolveError("balanced restriction: the scaled capacities did not quantize exactly")
     return sub, r.unit_gbps * g / scale
+
+
+def coarsened(topo: Topology, r: Restriction, backend: str = "highs") -> Restriction:
+    """``r`` itself when :func:`restricted_topology` quantizes it exactly, else ``r``
+    rounded onto a grid ``D`` times coarser (its smallest kept link below ``10^7`` grid
+    steps, what :func:`~mccl_opt.allgather.fabric.quantum_for` keeps): each ``c'_a`` to
+    ``floor`` or ``ceil`` of ``c'_a / D`` (never above ``c``), still balanced at every
+    switch.  Such a rounding exists (``c' / D`` is a fractional point of that box and the
+    balance rows form a network matrix, whose box polytope has integer vertices), and a
+    simplex vertex is one.  Its ``rate_gbps`` is its own exact cut bound, within about
+    ``D / c'_min`` (~1e-7 relative) of ``r``'s.  The LP's exact vertex can need more
+    digits than that (leaf-spine 4x2x8 with one NIC at 160.889 Gbps one way: the
+    smallest link is 10 296 896 units); raises :class:`SolveError` when no rounding
+    within ``c`` is found."""
+    keep = r.units > 0
+    if not keep.any():
+        return r
+    g = math.gcd(*(int(u) for u in r.units[keep]))
+    digits = math.floor(math.log10(int(r.units[keep].min()) // g))
+    if digits <= 6:
+        return r
+    d = g * 10 ** (digits - 6)
+    lo, hi = r.units // d, np.minimum(-(-r.units // d), r.ceiling // d)
+    fab, _ = fabric_of(topo)
+    sw = np.flatnonzero(topo.arrays.is_switch)
+    row_of = np.full(fab.n, -1)
+    row_of[sw] = np.arange(sw.size)
+    m = fab.tail.size
+    arcs = np.arange(m)
+    rows = np.concatenate([row_of[fab.head], row_of[fab.tail]])
+    vals = np.concatenate([np.ones(m), -np.ones(m)])
+    ok = rows >= 0
+    a = sp.csr_matrix((vals[ok], (rows[ok], np.concatenate([arcs, arcs])[ok])),
+                      shape=(sw.size, m))
+    lp = get_backend(backend)
+    lp.load(LinearProgram(c=np.ones(m), A=a, row_lo=np.zeros(sw.size), row_hi=np.zeros(sw.size),
+                          col_lo=lo.astype(float), col_hi=hi.astype(float)))
+    sol = lp.solve()
+    if sol.status is not SolveStatus.OPTIMAL or sol.x is None:
+        raise SolveError("balanced restriction: capacities too fine for exact quantization, "
+                         "and no balanced rounding onto a coarser grid fits the links")
+    units = np.rint(sol.x).astype(np.int64)
+    net = np.zeros(fab.n, np.int64)
+    np.add.at(net, fab.head, units)
+    np.subtract.at(net, fab.tail, units)
+    if np.any(net[sw] != 0) or np.any(units < lo) or np.any(units > hi):
+        raise SolveError("balanced restriction: the rounding onto a coarser grid is not "
+                         "balanced")
+    rate = float(optimal_rate(Fabric.build(fab.n, fab.tail, fab.head, units, fab.gpus)).rate)
+    return Restriction(units * d, r.unit_gbps, rate * d * r.unit_gbps, r.rounds, r.ceiling)
 
 
 def _starting_cuts(fab: Fabric) -> list[np.ndarray]:

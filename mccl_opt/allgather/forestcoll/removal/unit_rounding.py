@@ -18,15 +18,17 @@ admit ``k``, Phase 2's splitting-off completes (Mader's theorem).
 from __future__ import annotations
 
 from fractions import Fraction
-from typing import Sequence
+from math import lcm
+from typing import Iterable, Sequence
 
 import numpy as np
 
-from ...budget import FEWEST_TRIES
+from ...budget import EXACT_TREES_LIMIT, FEWEST_TRIES
 from ..maxflow import FlowNetwork
 from ..throughput import Fabric, _violated_cut
 
-__all__ = ["balanced_units", "rounded_restriction", "fewest_rounded", "MAX_LOSS", "MAX_STEPS"]
+__all__ = ["balanced_units", "restriction_units", "rounded_restriction", "fewest_rounded",
+           "exact_tries", "MAX_LOSS", "MAX_STEPS"]
 
 #: :func:`rounded_restriction` lowers the tree bandwidth by at most this share ...
 MAX_LOSS = Fraction(1, 20)
@@ -62,19 +64,46 @@ def rounded_restriction(fab: Fabric, is_switch: np.ndarray, k: int, y: Fraction,
     return None
 
 
-def fewest_rounded(fab: Fabric, is_switch: np.ndarray, k0: int, y0: Fraction,
+def restriction_units(fab: Fabric, is_switch: np.ndarray, k: int, y: Fraction,
+                      headroom: Sequence[Fraction], exact: bool, optimum: Fraction | None
+                      ) -> tuple[tuple[np.ndarray, int] | None, tuple[np.ndarray, Fraction] | None]:
+    """Balanced units of a restriction for :func:`..pipeline.balanced_split`: ``(found,
+    rounded)``, ``found`` the ``(units, trees per root)`` to keep, else ``None`` and
+    :func:`rounded_restriction`'s answer at a lower ``y`` to weigh.  ``exact``
+    (``max_chunks=None``): the optimum ``x`` (``optimum``, Phase 1's ``x*``, else ``k·y``)
+    is sought first with fewer trees than ``k``, then at ``k`` itself, then with more
+    (:func:`exact_tries`: the budget can stop below ``x*``); a rounding at ``y`` below
+    ``x*`` is kept only when none of these reaches it."""
+    x = k * y if optimum is None else optimum
+    if exact:
+        fewer = fewest_rounded(fab, is_switch, x, range(1, min(k, FEWEST_TRIES + 1)), headroom)
+        if fewer is not None:                          # the exact optimum in fewer trees
+            return fewer[:2], None
+    rounded = rounded_restriction(fab, is_switch, k, y, headroom)
+    kept = rounded is not None and rounded[1] == y     # no bandwidth given up
+    if kept and (k * y == x or not exact):
+        return (rounded[0], k), None
+    more = fewest_rounded(fab, is_switch, x, ([] if kept else [k]) +
+                          exact_tries(fab, x, k, headroom, EXACT_TREES_LIMIT),
+                          headroom) if exact else None
+    if more is not None:                               # the exact optimum in more trees
+        return more[:2], None
+    return ((rounded[0], k), None) if kept else (None, rounded)
+
+
+def fewest_rounded(fab: Fabric, is_switch: np.ndarray, x: Fraction, tries: Iterable[int],
                    headroom: Sequence[Fraction]) -> tuple[np.ndarray, int, Fraction] | None:
-    """The exact optimum ``x* = k0·y0`` with fewer trees: the smallest ``k < k0`` (at most
-    :data:`~mccl_opt.allgather.budget.FEWEST_TRIES`) whose balanced units at ``y = x*/k``
-    (:func:`balanced_units`, room from ``headroom``) admit ``k`` trees per root, as
-    ``(units, k, y)``; ``None`` if none.  A restriction's ``k0`` is large (its capacities
-    are the LP's rationals: 1311 trees per root on shared aggregation 2x5x8 with one
-    NIC degraded one way, 173 M repair-packer visits), and rounding up where the real
-    fabric has room often reaches ``x*`` with a handful."""
+    """The exact optimum ``x`` (quanta) with the first ``k`` of ``tries`` whose balanced
+    units at ``y = x/k`` (:func:`balanced_units`, room from ``headroom``) admit ``k``
+    trees per root, as ``(units, k, y)``; ``None`` if none.  A restriction's ``k0`` is
+    large (its capacities are the LP's rationals: 1311 trees per root on shared
+    aggregation 2x5x8 with one NIC degraded one way, 173 M repair-packer visits), and
+    rounding up where the real fabric has room often reaches ``x`` with a handful
+    (:func:`exact_tries` lists the ``k`` worth trying)."""
     ceiling = _ceiling(fab, headroom)
-    x = Fraction(int(k0)) * Fraction(int(y0.numerator), int(y0.denominator))
+    x = Fraction(int(x.numerator), int(x.denominator))     # Python ints: no int64 overflow
     outside = fab.num_gpus - 1
-    for k in range(1, min(int(k0), FEWEST_TRIES + 1)):
+    for k in tries:
         y = x / k
         room = _room(ceiling, y)
         if (np.bincount(fab.head, weights=room, minlength=fab.n)[fab.gpus] < k * outside).any():
@@ -84,6 +113,24 @@ def fewest_rounded(fab: Fabric, is_switch: np.ndarray, k0: int, y0: Fraction,
         if units is not None:
             return units, k, y
     return None
+
+
+def exact_tries(fab: Fabric, x: Fraction, k0: int, headroom: Sequence[Fraction],
+                limit: int) -> list[int]:
+    """The ``k`` worth trying for the exact optimum ``x`` of a restriction after the
+    budget's ``k0`` and those below it: ``k0 < k <= FEWEST_TRIES``, then the *real*
+    fabric's exact ``k`` (every ``c_e·k/x`` an integer, so ``room`` loses nothing) if
+    above ``FEWEST_TRIES`` and at most ``limit``.  The restriction's own
+    budget can stop below ``x`` (its exact ``k`` overflows the unit counts) and need not
+    balance: HPN 2x8x8 with one NVLink at half capacity one way has ``k0 = 8`` and its
+    optimum only at ``k = 155``, the real fabric's exact ``k``."""
+    tries = list(range(int(k0) + 1, FEWEST_TRIES + 1))
+    real = 1
+    for num, den in _ceiling(fab, headroom):
+        real = lcm(real, (Fraction(num, den) / x).denominator)
+        if real > limit:
+            return tries
+    return tries + [real] if real > FEWEST_TRIES and real != k0 else tries
 
 
 def _ceiling(fab: Fabric, headroom: Sequence[Fraction]) -> list[tuple[int, int]]:
