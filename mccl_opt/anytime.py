@@ -29,7 +29,7 @@ from .errors import SolveError
 from .kernel_time import thread_kernel_seconds
 
 __all__ = ["Anytime", "TimeLimitReached", "limited", "check", "check_room", "offer",
-           "limit_left", "stage", "current"]
+           "limit_left", "time_left", "stage", "current"]
 
 T = TypeVar("T")
 
@@ -137,6 +137,14 @@ def limit_left() -> float | None:
             outer = limit
         limit = limit.parent
     return None if outer is None else outer.remaining()
+
+
+def time_left() -> float | None:
+    """Seconds left before the innermost limit, a :func:`stage`'s sub-budget included
+    (``None`` without one): a compiled kernel that cannot call :func:`check` sizes its
+    work cap from it, so a warm stage stays within its allowance inside one call."""
+    limit = _current.get()
+    return None if limit is None else limit.remaining()
 
 
 @contextmanager

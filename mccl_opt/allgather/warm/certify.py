@@ -168,6 +168,26 @@ def _reroute_previous(run: Run, fab: Fabric, k: int, y: Fraction) -> Rerouted | 
     return out
 
 
+#: throughput of the repair packing kernel, measured on an 80-GPU shared-aggregation
+#: fabric at k=1442: growing ``k·n·n`` tree entries (~1.4 s for 9.2e6) and the repair
+#: searches' tree visits (~0.9 s for 9.2e6) on top
+PACKING_ENTRIES_PER_S = 6_000_000
+REPAIR_VISITS_PER_S = 10_000_000
+
+
+def _visits_cap(entries: int) -> int | None:
+    """The repair searches' visit cap of a guess's packing of ``entries`` tree entries
+    (``k·n·n``), cut to what the warm allowance left can pay (:func:`.anytime.time_left`),
+    or ``None`` when the growth alone would outlast it: the packing is one compiled call
+    that cannot check the clock, so a wrong guess must give up inside it rather than
+    run past the allowance (docs/allgather.md, *Warm never slower than cold*)."""
+    left = anytime.time_left()
+    if left is None:
+        return entries
+    spare = left - entries / PACKING_ENTRIES_PER_S
+    return None if spare <= 0 else min(entries, int(spare * REPAIR_VISITS_PER_S))
+
+
 def _certify_by_packing(run: Run, fab: Fabric, k: int, y: Fraction) -> Packed | None:
     """Balance, spread-split and repair-pack ``k`` trees per root of bandwidth ``y``
     (reusing the previous shapes; from :data:`~.forestcoll.pipeline.TEST_FIRST_K` trees
@@ -193,9 +213,10 @@ def _certify_by_packing(run: Run, fab: Fabric, k: int, y: Fraction) -> Packed | 
         return None
     classes, info = scaled_pack(n, lg.tail, lg.head, lg.units, k) if k >= SCALED_MIN_K \
         else (None, {})
-    if classes is None:
+    visits = _visits_cap(k * n * n)
+    if classes is None and visits is not None:
         classes, info = repair_pack(n, lg.tail, lg.head, lg.units, k, run.shapes,
-                                    max_visits=k * n * n)
+                                    max_visits=visits)
     stats["phase3_s"] = time.perf_counter() - t
     if classes is None:                   # a wrong guess fails here, before any greedy
         return None
