@@ -32,6 +32,7 @@ from typing import NamedTuple
 import numpy as np
 from numba import njit
 
+from mccl_opt import anytime
 from mccl_opt.topology import Topology
 from .forest import SwitchPathTable, PhysicalForest, rebuilt, requantized, unit_loads
 
@@ -521,6 +522,7 @@ def _edit(forest: PhysicalForest, paths: Paths, table: SwitchPathTable, units: U
     work.mult[:trees], work.roots[:trees] = forest.mults, forest.roots
     moves = 0
     for _ in range(REROUTE_PASSES):     # a later pass finds room earlier moves made
+        anytime.check("ForestColl-warm: before a rerouting pass")   # a warm stage's allowance
         trees, done = _reroute_edges(work, trees, paths, units, cand_t, cand_v, MAKE_ROOM_CALLS)
         moves += done
         over = units.load > units.cap
