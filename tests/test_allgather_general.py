@@ -268,10 +268,16 @@ def test_dual_smoothing_reaches_the_same_certified_optimum(smoothing):
     changes the route, not the answer: the same optimum as the enumeration on a tiny
     unbalanced fabric, and on HPN with one NIC degraded in one direction the same
     optimum with and without smoothing, each certified (gap within the tolerance)."""
+    _assert_same_certified_optimum(TreeCGOptions(smoothing=smoothing),
+                                   TreeCGOptions(smoothing=0.0))
+
+
+def _assert_same_certified_optimum(opts: TreeCGOptions, plain_opts: TreeCGOptions) -> None:
+    """``opts`` certify the plain options' optimum on a one-way NIC fault of HPN 1x4x8,
+    and reach the enumerated optimum of a tiny unbalanced fabric."""
     one_way = hpn(1, 4, 8).with_capacity(src="s0h0g0", dst="s0tor0", gbps=100.0,
                                          both_directions=False)
-    opts = TreeCGOptions(smoothing=smoothing)
-    plain = solve_general(one_way, max_chunks=None, options=TreeCGOptions(smoothing=0.0))
+    plain = solve_general(one_way, max_chunks=None, options=plain_opts)
     s = solve_general(one_way, max_chunks=None, options=opts)
     assert s.stats["cg_status"] == "optimal" and s.stats["cg_gap"] <= 1e-8
     assert s.lp_rate_gbps == pytest.approx(plain.lp_rate_gbps, rel=1e-9)
@@ -289,20 +295,8 @@ def test_tie_break_pricing_reaches_the_same_certified_optimum(tie):
     even a large weight (1.0, far from a tie-break) ends at the same certified optimum,
     because a round falls back to the master's own duals when the perturbed point finds
     no column the master wants; and the tiny fabric's enumerated optimum is reached."""
-    one_way = hpn(1, 4, 8).with_capacity(src="s0h0g0", dst="s0tor0", gbps=100.0,
-                                         both_directions=False)
-    plain = solve_general(one_way, max_chunks=None,
-                          options=TreeCGOptions(smoothing=0.0, tie_break=0.0))
-    opts = TreeCGOptions(smoothing=0.0, tie_break=tie)
-    s = solve_general(one_way, max_chunks=None, options=opts)
-    assert s.stats["cg_status"] == "optimal" and s.stats["cg_gap"] <= 1e-8
-    assert s.lp_rate_gbps == pytest.approx(plain.lp_rate_gbps, rel=1e-9)
-    tiny = _topo([("g0", "gpu"), ("g1", "gpu"), ("g2", "gpu"), ("s0", "switch")],
-                 [("g0", "s0", 40.0), ("s0", "g0", 10.0), ("g1", "s0", 25.0),
-                  ("s0", "g1", 100.0), ("g2", "s0", 10.0), ("s0", "g2", 40.0),
-                  ("g1", "g2", 15.0)])
-    assert solve_general(tiny, max_chunks=None, options=opts).lp_rate_gbps == \
-        pytest.approx(_brute_optimum(tiny), rel=1e-7)
+    _assert_same_certified_optimum(TreeCGOptions(smoothing=0.0, tie_break=tie),
+                                   TreeCGOptions(smoothing=0.0, tie_break=0.0))
 
 
 def test_pricing_points_end_at_the_duals_and_break_ties_by_capacity():

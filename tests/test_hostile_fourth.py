@@ -15,7 +15,6 @@ import numpy as np
 import pytest
 
 import mccl_runtime.client as client_mod
-from mccl_opt.cli import main
 from mccl_opt.errors import TopologyError
 from mccl_opt.topology import Topology
 from mccl_runtime.columns import ColumnBatch
@@ -24,20 +23,10 @@ from mccl_runtime.telemetry import MeasurementStore
 from tests.test_hostile_replay import _hold, _pub_sub
 from tests.test_runtime_manager import TOPO
 from tests.test_runtime_service import KEY
+from tests.test_hostile_third import _cli
 
 ALPHA = 0.5
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def _cli(capsys, *argv: str) -> tuple[int, str]:
-    """``mccl ARGV`` in this process: (exit status, stderr without log lines)."""
-    try:
-        rc = main(list(argv))
-    except SystemExit as exc:
-        rc = exc.code
-    err = capsys.readouterr().err
-    assert "Traceback" not in err
-    return rc, "\n".join(line for line in err.splitlines() if " WARNING " not in line)
 
 
 # ------------------------------------------------------------------ protocol messages
