@@ -24,13 +24,10 @@ from typing import Callable
 
 import numpy as np
 
-from ..errors import InputError
+from ..errors import InputError, SolveError
 from ..schedule import SATURATION_TOL, Schedule, bottleneck_links, schedule_rate, share_loads
 from ..topology import Topology
-from .budget import choose_trees
-from .fabric import fabric_of
-from .forestcoll.pipeline import gbps
-from .forestcoll.throughput import optimal_rate
+from .forestcoll.pipeline import phase_one_budget
 
 __all__ = ["DEFAULT_TOLERANCE", "Snap", "unit_snapped", "tolerant_allgather"]
 
@@ -85,14 +82,11 @@ def unit_snapped(topo: Topology, max_chunks: int | None, tol: float = DEFAULT_TO
 def _budget(topo: Topology, max_chunks: int) -> tuple[int, float, float] | None:
     """``(k, y, x*)`` of Phase 1 and the chunk budget on ``topo`` (Gbps), ``None`` if no
     tree fits."""
-    fab, quantum = fabric_of(topo)
-    p1 = optimal_rate(fab)
-    if p1.num == 0:
+    try:
+        budget = phase_one_budget(topo, max_chunks, {})
+    except SolveError:
         return None
-    k, y, _ = choose_trees(fab, p1, max_chunks)
-    if y <= 0:
-        return None
-    return int(k), float(y) * quantum, gbps(p1, quantum)
+    return budget.k, float(budget.y) * budget.quantum, budget.x_star_gbps
 
 
 def tolerant_allgather(topo: Topology, solve: Callable[[Topology], Schedule], max_chunks: int | None,
