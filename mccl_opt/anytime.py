@@ -29,7 +29,7 @@ from .errors import SolveError
 from .kernel_time import thread_kernel_seconds
 
 __all__ = ["Anytime", "TimeLimitReached", "limited", "check", "check_room", "offer",
-           "limit_left", "time_left", "stage", "current"]
+           "limit_left", "time_left", "give_up", "stage", "current"]
 
 T = TypeVar("T")
 
@@ -145,6 +145,17 @@ def time_left() -> float | None:
     work cap from it, so a warm stage stays within its allowance inside one call."""
     limit = _current.get()
     return None if limit is None else limit.remaining()
+
+
+def give_up(where: str) -> None:
+    """Abandon the innermost :func:`stage` now, as when its sub-budget passes: a step
+    sized to the time left (:func:`time_left`) found that it cannot finish within it,
+    so waiting for the clock would only spend the rest of the allowance.  A no-op
+    outside a stage (nothing to abandon: the caller carries on)."""
+    limit = _current.get()
+    if limit is not None and limit.is_stage:
+        limit.stopped_in = where
+        raise TimeLimitReached(where, limit)
 
 
 @contextmanager

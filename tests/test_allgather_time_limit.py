@@ -237,16 +237,3 @@ def test_check_room_without_a_limit_or_with_room_does_nothing():
 
     with pytest.raises(mo.MCCLError, match="the long phase"):
         anytime.limited(60.0, too_long)                 # nothing offered: a typed error
-
-
-def test_a_guess_packing_is_cut_to_the_allowance_left():
-    """The guess's packing is one compiled call that cannot check the clock: its repair
-    visits are capped by what the warm stage has left, and it is skipped when its growth
-    alone would outlast the stage (no limit: the full cap)."""
-    entries = 1000
-    assert certify._visits_cap(entries) == entries                     # no limit, no cut
-    capped, _ = anytime.stage(0.5, lambda: certify._visits_cap(entries * 10**6))
-    assert capped is None                                              # growth outlasts it
-    small, _ = anytime.stage(0.5, lambda: certify._visits_cap(entries))
-    assert 0 < small <= entries
-

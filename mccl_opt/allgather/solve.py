@@ -273,8 +273,8 @@ def _certified_guess(run: Run) -> Schedule | None:
 
 
 def _pack(run: Run, route: WarmRoute, balanced: Any, trail: Trail) -> Any:
-    """Phases 2-3: seeded with the previous tree shapes on a warm route (a warm step),
-    else cold."""
+    """Phases 2-3: seeded with the previous tree shapes on a warm route (a warm step,
+    its repair searches sized to the allowance left), else cold."""
     arr = run.topo.arrays
 
     def cold() -> Any:
@@ -285,7 +285,8 @@ def _pack(run: Run, route: WarmRoute, balanced: Any, trail: Trail) -> Any:
         return cold()
     return route.attempt("the packing seeded with the previous trees", Method.FORESTCOLL,
                          lambda _: pack(balanced.split, arr.rank_of, balanced.k, run.guides,
-                                        run.stats, run.shapes), cold, trail.attempts)
+                                        run.stats, run.shapes, sized=True),
+                         cold, trail.attempts)
 
 
 def _at_time_limit(topo: Topology, best: Schedule, max_chunks: int | None) -> Schedule:

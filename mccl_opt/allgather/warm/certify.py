@@ -28,6 +28,7 @@ from ..budget import EXACT_TREES_LIMIT, exact_k, guess_budget, guess_trees
 from ..fabric import quantum_for
 from ..forestcoll.pipeline import (TEST_FIRST_K, Budget, Packed, Packing, SplitKind, balanced_split,
                                     spread_logical)
+from ..forestcoll.sized import sized_visits
 from ..forestcoll.packing.repair import repair_pack
 from ..forestcoll.packing.scaled import SCALED_MIN_K, scaled_pack
 from .reroute import Rerouted, reroute
@@ -168,26 +169,6 @@ def _reroute_previous(run: Run, fab: Fabric, k: int, y: Fraction) -> Rerouted | 
     return out
 
 
-#: throughput of the repair packing kernel, measured on an 80-GPU shared-aggregation
-#: fabric at k=1442: growing ``k·n·n`` tree entries (~1.4 s for 9.2e6) and the repair
-#: searches' tree visits (~0.9 s for 9.2e6) on top
-PACKING_ENTRIES_PER_S = 6_000_000
-REPAIR_VISITS_PER_S = 10_000_000
-
-
-def _visits_cap(entries: int) -> int | None:
-    """The repair searches' visit cap of a guess's packing of ``entries`` tree entries
-    (``k·n·n``), cut to what the warm allowance left can pay (:func:`.anytime.time_left`),
-    or ``None`` when the growth alone would outlast it: the packing is one compiled call
-    that cannot check the clock, so a wrong guess must give up inside it rather than
-    run past the allowance (docs/allgather.md, *Warm never slower than cold*)."""
-    left = anytime.time_left()
-    if left is None:
-        return entries
-    spare = left - entries / PACKING_ENTRIES_PER_S
-    return None if spare <= 0 else min(entries, int(spare * REPAIR_VISITS_PER_S))
-
-
 def _certify_by_packing(run: Run, fab: Fabric, k: int, y: Fraction) -> Packed | None:
     """Balance, spread-split and repair-pack ``k`` trees per root of bandwidth ``y``
     (reusing the previous shapes; from :data:`~.forestcoll.pipeline.TEST_FIRST_K` trees
@@ -208,13 +189,13 @@ def _certify_by_packing(run: Run, fab: Fabric, k: int, y: Fraction) -> Packed | 
     stats["split"] = SplitKind.SPREAD.value
     t = time.perf_counter()
     n = lg.num_gpus                       # a wrong guess must not cost more than a packing
-    if k >= TEST_FIRST_K and not lg.admits(k):      # no packing can complete (pipeline.pack)
-        stats["phase3_s"] = time.perf_counter() - t
+    visits = sized_visits(k * n * n, k * n * n)
+    if visits is None or (k >= TEST_FIRST_K and not lg.admits(k)):
+        stats["phase3_s"] = time.perf_counter() - t     # too long, or no packing completes
         return None
     classes, info = scaled_pack(n, lg.tail, lg.head, lg.units, k) if k >= SCALED_MIN_K \
         else (None, {})
-    visits = _visits_cap(k * n * n)
-    if classes is None and visits is not None:
+    if classes is None:
         classes, info = repair_pack(n, lg.tail, lg.head, lg.units, k, run.shapes,
                                     max_visits=visits)
     stats["phase3_s"] = time.perf_counter() - t

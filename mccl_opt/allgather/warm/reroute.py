@@ -40,6 +40,9 @@ __all__ = ["Rerouted", "reroute"]
 
 #: passes over the edges still crossing over-capacity links
 REROUTE_PASSES = 4
+#: candidate paths one compiled slice of a pass weighs before the clock is checked
+#: (:func:`_pass`; calibrated in docs/allgather.md, *Warm never slower than cold*)
+REROUTE_SLICE_WORK = 50_000
 #: attempts per pass to make room for a chain in other trees ...
 MAKE_ROOM_CALLS = 32
 #: ... and blocked links each attempt tries to free
@@ -325,36 +328,59 @@ def _make_room(T, num_trees, t, v, P, L):
 
 
 @njit(cache=True)
-def _reroute_edges(T, num_trees, P, L, cand_t, cand_v, room_calls):
-    """Move every candidate edge ``(t, v)`` whose path crosses an over-capacity link
-    (module docstring).  First choice: a parent outside ``v``'s subtree taking the
-    most of the multiplicity, then the shallowest (an ancestor edge still over
-    capacity counts as deep).  A chain through ``v``'s subtree (:func:`_chain`) when
-    there is no such parent or the chain leaves ``v`` shallower; when neither exists,
-    room made for a chain in other trees (:func:`_make_room`, at most ``room_calls``
-    times: on a target that cannot be reached it would search every tree each time).
-    Splits the tree when only part of its multiplicity fits (a chain whose steps turn
-    out to share a full link is undone).  Returns ``(trees, moves)``; ``trees = -1``
-    when the split slots ran out."""
+def _chain_work(v, P):
+    """The candidate paths :func:`_chain` may weigh for rank ``v``: those into ``v`` and,
+    for each, those into its tail."""
+    work = 0
+    for ai in range(P.into_start[v], P.into_start[v + 1]):
+        u = P.tail[P.into[ai]]
+        work += 1 + P.into_start[u + 1] - P.into_start[u]
+    return work
+
+
+@njit(cache=True)
+def _reroute_edges(T, num_trees, P, L, cand_t, cand_v, first, room_calls, max_work):
+    """Move every candidate edge ``(t, v)`` from index ``first`` on whose path crosses
+    an over-capacity link (module docstring).  First choice: a parent outside ``v``'s
+    subtree taking the most of the multiplicity, then the shallowest (an ancestor edge
+    still over capacity counts as deep).  A chain through ``v``'s subtree
+    (:func:`_chain`) when there is no such parent or the chain leaves ``v`` shallower;
+    when neither exists, room made for a chain in other trees (:func:`_make_room`, at
+    most ``room_calls`` times: on a target that cannot be reached it would search every
+    tree each time).  Splits the tree when only part of its multiplicity fits (a chain
+    whose steps turn out to share a full link is undone).
+
+    One *slice*: it stops after the first edge at which ``max_work`` candidate paths
+    (counted as the searches could weigh them; :func:`_make_room` as every tree) have
+    been weighed, so that the caller can check the clock between slices; resuming at
+    the returned index gives the moves of one unsliced call.  Returns ``(trees, moves,
+    next index, room calls left, work)``; ``trees = -1`` when the split slots ran
+    out."""
     moves = 0
-    for i in range(cand_t.size):
+    work = 0
+    i = first
+    while i < cand_t.size and work < max_work:
         t = cand_t[i]
         v = cand_v[i]
+        i += 1
         made_room = False
         while _over(T.via[t, v], P, L):
             m = T.mult[t]
+            work += P.into_start[v + 1] - P.into_start[v]
             q, room, depth = _best_parent(T, t, v, v, m, P, L, -1)
             q1, u1, q2, u2 = -1, -1, -1, -1
             if q < 0 or depth > 3:               # a chain: w -> (u2 ->) u1 -> v, u's below v
+                work += _chain_work(v, P)
                 c = _chain(T, t, v, m, P, L)
                 if c[0] >= 0 and (q < 0 or c[6] < depth + 1):
                     q, u1, q1, u2, q2, room = c[0], c[1], c[2], c[3], c[4], c[5]
             if q < 0 and room_calls > 0 and not made_room:    # make room elsewhere, retry
                 room_calls -= 1
                 made_room = True
+                work += _chain_work(v, P) + num_trees
                 num_trees, freed = _make_room(T, num_trees, t, v, P, L)
                 if num_trees < 0:
-                    return -1, moves
+                    return -1, moves, i, room_calls, work
                 if freed > 0:
                     moves += 1
                     continue
@@ -362,7 +388,7 @@ def _reroute_edges(T, num_trees, P, L, cand_t, cand_v, room_calls):
                 break
             moved, num_trees = _take(T, num_trees, t, room)
             if moved < 0:
-                return -1, moves
+                return -1, moves, i, room_calls, work
             take = T.mult[moved]
             old_v, old_u1, old_u2 = T.via[moved, v], -1, -1
             if q2 >= 0:
@@ -385,7 +411,7 @@ def _reroute_edges(T, num_trees, P, L, cand_t, cand_v, room_calls):
                 break
             T.changed[moved] = True
             moves += 1
-    return num_trees, moves
+    return num_trees, moves, i, room_calls, work
 
 
 @njit(cache=True)
@@ -522,8 +548,7 @@ def _edit(forest: PhysicalForest, paths: Paths, table: SwitchPathTable, units: U
     work.mult[:trees], work.roots[:trees] = forest.mults, forest.roots
     moves = 0
     for _ in range(REROUTE_PASSES):     # a later pass finds room earlier moves made
-        anytime.check("ForestColl-warm: before a rerouting pass")   # a warm stage's allowance
-        trees, done = _reroute_edges(work, trees, paths, units, cand_t, cand_v, MAKE_ROOM_CALLS)
+        trees, done = _pass(work, trees, paths, units, cand_t, cand_v)
         moves += done
         over = units.load > units.cap
         if trees < 0 or done == 0 or not over.any():
@@ -532,6 +557,22 @@ def _edit(forest: PhysicalForest, paths: Paths, table: SwitchPathTable, units: U
         if not heads[cand_v].all():
             break
     return work, trees, moves
+
+
+def _pass(work: Trees, trees: int, paths: Paths, units: Units, cand_t: np.ndarray,
+          cand_v: np.ndarray) -> tuple[int, int]:
+    """One pass of :func:`_reroute_edges` over the candidates, in slices of
+    :data:`REROUTE_SLICE_WORK` candidate paths with the clock checked before each
+    (:func:`mccl_opt.anytime.check`): a warm stage's allowance passing abandons the
+    rerouting within one slice, where one compiled pass ran up to ~1 s past it
+    (docs/allgather.md, *Warm never slower than cold*).  Returns ``(trees, moves)``."""
+    first, room_calls, moves = 0, MAKE_ROOM_CALLS, 0
+    while first < cand_t.size and trees >= 0:
+        anytime.check("ForestColl-warm: rerouting")
+        trees, done, first, room_calls, _ = _reroute_edges(
+            work, trees, paths, units, cand_t, cand_v, first, room_calls, REROUTE_SLICE_WORK)
+        moves += done
+    return trees, moves
 
 
 def _candidate_paths(table: SwitchPathTable, heads: np.ndarray, num_gpus: int) -> Paths:
