@@ -73,7 +73,10 @@ class SolveReport:
     ``cut_bound_gbps``: Phase 1's cut bound where it lies above (no forwarding-only
     AllGather reaches it); ``k``: every share is a multiple of ``1/k``; ``cold_seconds``:
     what a cold solve of this fabric took (measured when cold, carried over by warm
-    solves), the yardstick of the next warm start's budget."""
+    solves), the yardstick of the next warm start's budget; ``cold_costly``: whether
+    that cold solve was known to be expensive (AllGather: it went past ForestColl on the
+    fabric itself, to the weaker-direction fabric, the balanced restriction or the
+    general method), carried with it (``None``: not known)."""
 
     collective: str
     method: Method
@@ -87,6 +90,7 @@ class SolveReport:
     attempts: tuple[Attempt, ...] = ()
     phases: tuple[tuple[str, float], ...] = field(default=())
     cold_seconds: float | None = None
+    cold_costly: bool | None = None
 
     @property
     def optimal(self) -> bool:
@@ -113,6 +117,7 @@ class SolveReport:
                          for a in self.attempts],
             "phases": dict(self.phases),
             "cold_seconds": self.cold_seconds,
+            "cold_costly": self.cold_costly,
         }
 
     @classmethod
@@ -132,7 +137,8 @@ class SolveReport:
                        seconds=_seconds(data["seconds"]),
                        cut_bound_gbps=_optional_rate(data.get("cut_bound_gbps")),
                        k=data.get("k"), attempts=attempts, phases=phases,
-                       cold_seconds=_optional_seconds(data.get("cold_seconds")))
+                       cold_seconds=_optional_seconds(data.get("cold_seconds")),
+                       cold_costly=_optional_bool(data.get("cold_costly")))
         except (KeyError, TypeError, ValueError) as e:
             raise ScheduleError(f"'report' is malformed ({type(e).__name__}: {e}); remove it or "
                                 "write it with a current mccl") from None
@@ -147,6 +153,12 @@ def _seconds(value: Any) -> float:
 
 def _optional_seconds(value: Any) -> float | None:
     return None if value is None else _seconds(value)
+
+
+def _optional_bool(value: Any) -> bool | None:
+    if value is None or isinstance(value, bool):
+        return value
+    raise ScheduleError(f"'report': a flag must be true, false or null, got {value!r}")
 
 
 def _optional_rate(value: Any) -> float | None:

@@ -26,7 +26,7 @@ from instances.aggregation import leaf_spine, multi_spine, shared_aggregation, s
 from mccl_opt import anytime
 from mccl_opt.allgather import chain, solve as ag_solve
 from mccl_opt.allgather.warm import certify, route as warm_route
-from mccl_opt.report import Method, WarmUse
+from mccl_opt.report import Method, SolveReport, WarmUse
 
 from .oracle_allgather import check_schedule
 
@@ -181,3 +181,51 @@ def test_a_previous_schedule_without_its_cold_time_gets_a_measured_allowance():
                                            rel=1e-9)
     _route_agrees(warm)
     mo.validate(topo, warm)
+
+
+def test_the_report_says_whether_the_cold_solve_was_costly():
+    """``cold_costly``: true when the cold solve went past ForestColl on the fabric itself
+    (here an unbalanced fabric: the weaker directions and the balanced restriction),
+    false for ForestColl, carried by a warm solve with ``cold_seconds``, and kept by the
+    report's JSON view (a value that is not a flag is a typed error)."""
+    base = hpn(1, 2, 4)
+    plain = mo.solve_allgather(base, max_chunks=None)
+    assert plain.report.method is Method.FORESTCOLL and plain.report.cold_costly is False
+    topo = base.with_capacity(ONE_WAY)
+    costly = mo.solve_allgather(topo, max_chunks=None)
+    assert costly.report.method is not Method.FORESTCOLL and costly.report.cold_costly is True
+    later = topo.with_capacity({("s0h1g2", "s0tor2"): 150.0, ("s0tor2", "s0h1g2"): 150.0})
+    warm = mo.solve_allgather(later, warm=costly, max_chunks=None)
+    if warm.report.warm not in (WarmUse.COLD, WarmUse.DECLINED):
+        assert (warm.report.cold_seconds, warm.report.cold_costly) == \
+            (costly.report.cold_seconds, True)
+    view = costly.report.to_dict()
+    assert SolveReport.from_dict(view) == costly.report
+    with pytest.raises(mo.ScheduleError, match="flag"):
+        SolveReport.from_dict({**view, "cold_costly": "yes"})
+
+
+@pytest.mark.warm_budget
+def test_a_costly_cold_time_does_not_size_the_allowance_on_a_balanced_fabric():
+    """A previous schedule whose cold solve was costly (unbalanced fabric) and long, warm
+    starting a repaired, balanced fabric: ForestColl solves that cold in a fraction of
+    the carried time, so the allowance is the measured proxy, not 0.25 x the carried
+    time; on an unbalanced fabric, or from a cheap cold solve, the carried time counts.
+    Either way the warm solve reaches cold's rate."""
+    base = hpn(1, 2, 4)
+    costly = mo.solve_allgather(base.with_capacity(ONE_WAY), max_chunks=None)
+    assert costly.report.cold_costly is True
+    long_ago = dataclasses.replace(costly.report, cold_seconds=1000.0)
+    costly.report = long_ago
+    carried = warm_route.WARM_SHARE * 1000.0
+    repaired = warm_route.WarmRoute.plan(base, costly)
+    assert repaired.active and repaired.total < carried
+    still = base.with_capacity({("s0h0g0", "s0h0nvs"): 200.0})      # unbalanced again
+    assert warm_route.WarmRoute.plan(still, costly).total == pytest.approx(carried)
+    costly.report = dataclasses.replace(long_ago, cold_costly=False)
+    assert warm_route.WarmRoute.plan(base, costly).total == pytest.approx(carried)
+    costly.report = long_ago
+    warm = mo.solve_allgather(base, warm=costly, max_chunks=None)
+    mo.validate(base, warm)
+    assert warm.rate_gbps == pytest.approx(mo.solve_allgather(base, max_chunks=None).rate_gbps,
+                                           rel=1e-9)

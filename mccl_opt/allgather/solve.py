@@ -327,16 +327,19 @@ def _with_route(sched: Schedule, route: WarmRoute) -> Schedule:
 
 
 def _with_cold_seconds(sched: Schedule, warm: Schedule | None, route: WarmRoute) -> Schedule:
-    """The cold solve time the next warm start measures its allowance by: this call's
-    when its schedule is cold's (its seconds without kernel loading, less the warm steps'),
-    else the one ``warm`` carries."""
+    """The cold solve time the next warm start measures its allowance by, and whether
+    that cold solve was costly (it went past ForestColl on the fabric itself): this
+    call's when its schedule is cold's (its seconds without kernel loading, less the
+    warm steps'), else the ones ``warm`` carries."""
     report = sched.report
+    costly: bool | None = report.method is not Method.FORESTCOLL
     if report.termination is Termination.TIME_LIMIT:
-        cold = None                                   # a cold solve would take longer
+        cold, costly = None, None                     # a cold solve would take longer
     elif report.warm in (WarmUse.COLD, WarmUse.DECLINED):
         cold = max(0.0, report.seconds - route.used)
     else:
         previous = warm.report if isinstance(warm, Schedule) else None
         cold = previous.cold_seconds if previous is not None else None
-    sched.report = dataclasses.replace(report, cold_seconds=cold)
+        costly = previous.cold_costly if previous is not None else None
+    sched.report = dataclasses.replace(report, cold_seconds=cold, cold_costly=costly)
     return sched
