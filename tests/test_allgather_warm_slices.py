@@ -6,6 +6,7 @@
   allowance that passes during the rerouting stops it before the next slice;
 * the packing seeded with the previous trees is sized to the allowance left and gives
   the warm stage up (:func:`mccl_opt.anytime.give_up`) when it cannot finish within it;
+* the general method's warm column generation checks the clock within a round too;
 * either way the solve carries on cold: valid, and at ``max_chunks=None`` cold's rate.
 
 No test here times anything: an allowance is made to pass after a counted number of
@@ -20,9 +21,11 @@ import pytest
 import mccl_opt as mo
 from instances import hpn
 from mccl_opt import anytime
-from mccl_opt.allgather import solve as ag_solve
+from mccl_opt.allgather import chain, solve as ag_solve
 from mccl_opt.allgather.forestcoll import pipeline, sized
+from mccl_opt.allgather.general import tree_colgen
 from mccl_opt.allgather.warm import certify, reroute
+from mccl_opt.report import Method
 
 from .oracle_allgather import check_schedule
 
@@ -154,3 +157,34 @@ def test_sized_visits_and_give_up():
         return "finished"
 
     assert anytime.stage(60.0, abandoned) == (None, True)
+
+
+def test_the_general_method_stops_within_a_round(monkeypatch):
+    """The general method warm-started from its own columns: the allowance passes at
+    its first pricing point; no further point is priced in that round (the clock was
+    checked only between rounds), the warm step is declined and the cold run's rate
+    is returned."""
+    monkeypatch.setattr(chain, "solve_by_restriction", lambda *args, **kwargs: None)
+    monkeypatch.setattr(chain, "_seed_once", lambda *args: lambda: None)   # no certified seed
+    base = hpn(1, 2, 4)
+    topo = base.with_capacity({("s0h0g0", "s0h0nvs"): 180.0})
+    first = mo.solve_allgather(topo, max_chunks=None)
+    assert first.report.method is Method.GENERAL
+    later = topo.with_capacity({("s0h1g2", "s0tor2"): 150.0})
+    cold = mo.solve_allgather(later, max_chunks=None)
+    priced: list[bool] = []
+    real = tree_colgen._candidates
+
+    def then_spent(*args):
+        stage = anytime.current()
+        priced.append(stage is not None and stage.is_stage)
+        if priced == [True]:
+            stage.deadline = float("-inf")          # the warm step's allowance
+        return real(*args)
+
+    monkeypatch.setattr(tree_colgen, "_candidates", then_spent)
+    warm = mo.solve_allgather(later, warm=first, max_chunks=None)
+    assert priced[0] and priced.count(True) == 1      # nothing priced warm after it passed
+    assert "spent in the general method" in warm.stats["warm_declined"]
+    mo.validate(later, warm)
+    assert warm.rate_gbps == pytest.approx(cold.rate_gbps, rel=1e-9)

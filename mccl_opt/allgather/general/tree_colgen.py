@@ -171,6 +171,15 @@ def _pricing_points(center: np.ndarray | None, pi: np.ndarray, capacity: np.ndar
     yield pi
 
 
+def _check_within_round(deadline: float | None) -> None:
+    """:func:`mccl_opt.anytime.check` inside a round (after the master solve, before
+    each pricing point), so a warm attempt's allowance passing abandons the run within
+    the round, not at its end (one round of a large master took seconds); skipped past
+    the solve's own ``deadline``, where the round ends and returns the master's trees."""
+    if deadline is None or time.perf_counter() < deadline:
+        anytime.check("the general method's column generation, within a round")
+
+
 def tree_column_generation(topo: Topology, backend: Backend, capacity: np.ndarray,
                       roots: list[int], trees: list[np.ndarray],
                       options: TreeCGOptions = TreeCGOptions(),
@@ -218,6 +227,7 @@ def tree_column_generation(topo: Topology, backend: Backend, capacity: np.ndarra
             history.append((pt.x, best_bound))
             status = "optimal"
             break
+        _check_within_round(deadline)
         if later is not None and later[0]:
             added = master.add(*later)
             later = None
@@ -228,6 +238,7 @@ def tree_column_generation(topo: Topology, backend: Backend, capacity: np.ndarra
         added = 0
         for price in _pricing_points(center, pt.pi, capacity, options.smoothing,
                                        options.tie_break):
+            _check_within_round(deadline)
             total, new_r, new_t = _candidates(topo, price, pt, all_roots)
             if total > 0 and np.isfinite(total) and float(price @ capacity) / total < lagrangian:
                 lagrangian, center = float(price @ capacity) / total, price
