@@ -9,7 +9,8 @@ Judged per state: the schedule validates, warm reaches cold's rate at ``max_chun
 status: a round cap or a stall below the optimum fails), and no rate exceeds the
 independent oracle's cut bound.  Reported per
 family and size: cold and warm time percentiles (p50 / p90 / p99 / max), how often warm
-exceeded ``max(1.5 x cold, 20 ms)`` (the issue's target; every such state is listed
+exceeded ``max(1.5 x cold, 20 ms)`` (the issue's target; every such state is listed,
+and the worst warm / cold ratio
 with its route, why warm was declined and the seconds of numba kernel loads or
 compilations inside either solve: the fuzz warms every kernel up first, so a nonzero
 one is a path ``mccl warmup`` misses), and which warm route the solves
@@ -84,6 +85,7 @@ class ChainTally:
     failures: list[str] = field(default_factory=list)
     slow_states: list[str] = field(default_factory=list)
     worst_warm: dict[tuple, tuple[float, float, str]] = field(default_factory=dict)
+    worst_ratio: tuple[float, str] = (0.0, "")
 
 
 def _timed(solve: Callable[[], mo.Schedule], timeout: float
@@ -157,6 +159,7 @@ def run_chains(chains: int, steps: int, seed: int, budgets: tuple[int | None, ..
                         tally.declined[key] += route == "declined"
                         if tw > tally.worst_warm.get(key, (0.0, 0.0, ""))[0]:
                             tally.worst_warm[key] = (tw, tc, where)
+                        tally.worst_ratio = max(tally.worst_ratio, (tw / max(tc, 1e-9), where))
                         bound = cut_bound(topo)
                         problem = _judge(topo, cold, bound) or _judge(topo, warm, bound)
                         if not problem and budget is None:
@@ -191,6 +194,8 @@ def print_chains(tally: ChainTally, seconds: float) -> None:
     worst = sorted(tally.worst_warm.values(), reverse=True)[:5]
     for tw, tc, where in worst:
         print(f"  slowest warm {tw:.3f} s (cold {tc:.3f} s): {where}")
+    ratio, where = tally.worst_ratio
+    print(f"worst warm / cold: {ratio:.2f} ({where})")
     print(f"warm slower than max(1.5 x cold, 20 ms): {len(tally.slow_states)}")
     for line in tally.slow_states:
         print(f"  {line}")
