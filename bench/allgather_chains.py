@@ -9,11 +9,10 @@ Judged per state: the schedule validates, warm reaches cold's rate at ``max_chun
 status: a round cap or a stall below the optimum fails), and no rate exceeds the
 independent oracle's cut bound.  Reported per
 family and size: cold and warm time percentiles (p50 / p90 / p99 / max), how often warm
-exceeded ``max(1.5 x cold, 20 ms)`` (the issue's target; every such state is listed,
-and the worst warm / cold ratio
+exceeded ``max(1.5 x cold, 20 ms)`` (the issue's target; every such state is listed
 with its route, why warm was declined and the seconds of numba kernel loads or
 compilations inside either solve: the fuzz warms every kernel up first, so a nonzero
-one is a path ``mccl warmup`` misses), and which warm route the solves
+one is a path ``mccl warmup`` misses), the worst warm / cold ratio, and which warm route the solves
 took (``stats["warm_route"]``: ``warm`` when the schedule reuses the previous one,
 ``declined`` when the warm start was declined or did not pay within its allowance).
 """
