@@ -14,7 +14,8 @@ offered yet, a :class:`~mccl_opt.errors.SolveError` saying so).  Without a limit
 :func:`stage` runs one optional attempt (a warm start) under a sub-budget: when the
 sub-budget passes, the attempt is abandoned and the caller goes on with the next method,
 which is how a warm start that does not pay is detected early (docs/allgather.md,
-*Warm never slower than cold*).
+*Warm never slower than cold*); :func:`give_up` abandons it at once, where a step sized
+to the sub-budget's time left (:func:`time_left`) finds that it cannot finish within it.
 """
 
 from __future__ import annotations
