@@ -196,9 +196,9 @@ def test_the_report_says_whether_the_cold_solve_was_costly():
     assert costly.report.method is not Method.FORESTCOLL and costly.report.cold_costly is True
     later = topo.with_capacity({("s0h1g2", "s0tor2"): 150.0, ("s0tor2", "s0h1g2"): 150.0})
     warm = mo.solve_allgather(later, warm=costly, max_chunks=None)
-    if warm.report.warm not in (WarmUse.COLD, WarmUse.DECLINED):
-        assert (warm.report.cold_seconds, warm.report.cold_costly) == \
-            (costly.report.cold_seconds, True)
+    assert warm.report.warm not in (WarmUse.COLD, WarmUse.DECLINED)      # the trees reused
+    assert (warm.report.cold_seconds, warm.report.cold_costly) == \
+        (costly.report.cold_seconds, True)
     view = costly.report.to_dict()
     assert SolveReport.from_dict(view) == costly.report
     with pytest.raises(mo.ScheduleError, match="flag"):
