@@ -74,7 +74,7 @@ class TreeCGOptions:
     smoothing: float = 0.8         # dual smoothing weight of the stability centre (0: off)
     tie_break: float = 1e-3        # weight of the 1/capacity term that breaks ties among
                                    # trees of equal cost at the duals (0: off)
-    lazy_rows_from: int = 1024     # from this many links the master starts with half the
+    lazy_rows_from: int = 2048     # from this many links the master starts with half the
                                    # link rows and adds the violated ones (module docstring)
 
 
