@@ -8,8 +8,11 @@ quarter of its speed one way.  After a kernel warm-up solve each shape is solved
 ``--repeat`` times (in this process); one line per solve: wall and CPU seconds, every
 attempt of the chain (``report.attempts``), the general method's phases (``seed_s``,
 ``lp_s``: every master solve, ``first_lp_s``: the first one, ``pricing_s``), its rounds
-and seed columns, and the rates (``rate``, ``lp``, the certified ``bound``), which must
-agree with the restriction's certified optimum.
+and seed columns, the link rows its master held (``link_rows``: fewer than the links
+when lazy rows left some out), and the rates (``rate``, ``lp``, the certified
+``bound``), which must agree with the restriction's certified optimum.  Note: the script
+imports the package of the checkout it sits in (its first ``sys.path`` entry), so compare
+two checkouts by running each one's own copy.
 """
 
 from __future__ import annotations
@@ -25,7 +28,8 @@ from instances.hpn import NIC_GBPS, gpu_id, tor_id                    # noqa: E4
 from mccl_opt.allgather import solve_allgather                        # noqa: E402
 from mccl_opt.topology import Topology                                # noqa: E402
 
-GENERAL = ("seed_columns", "seed_s", "first_lp_s", "lp_s", "pricing_s", "cg_rounds", "cg_gap")
+GENERAL = ("seed_columns", "seed_s", "first_lp_s", "lp_s", "pricing_s", "cg_rounds", "cg_gap",
+           "link_rows")
 
 
 def fabric(shape: str) -> Topology:

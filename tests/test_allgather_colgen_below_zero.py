@@ -84,3 +84,29 @@ def test_trees_reach_the_rate_when_the_solver_returns_weights_below_zero(monkeyp
     totals = np.bincount(res.pool.root, weights=res.weights, minlength=topo.num_gpus)
     assert totals.min() >= res.rate * (1 - 1e-9)
     assert res.rate >= first.rate * (1 - 1e-9)
+
+
+def test_round_cap_with_weights_below_zero_returns_the_trees_not_an_index_error(monkeypatch):
+    """The round cap reached right after a round added columns: the re-solve without
+    the trees below zero must use the mask of the grown pool (it raised ``IndexError``
+    on a mask one round old), and the trees must still reach the returned rate."""
+    topo = hpn(1, 4, 4).with_capacity(src="s0h1g3", dst="s0h1nvs", gbps=37.5)
+    capacity = topo.arrays.capacity / _rate_scale(topo)
+    roots, trees = mwu_trees(topo, capacity, rounds=2)
+    pool_of: list = []
+    backend = BelowZeroOnce(capacity, pool_of, eps=1e-6 * float(capacity.min()))
+
+    def master(*args, **kwargs):
+        made = TreeMaster(*args, **kwargs)
+        pool_of.append(made.pool)
+        return made
+
+    monkeypatch.setattr(tree_colgen, "TreeMaster", master)
+    res = tree_column_generation(topo, backend, capacity, roots, trees,
+                                 tree_colgen.TreeCGOptions(max_rounds=1))
+    assert backend.moved and res.status == "round_limit"
+    loads = res.pool.loads(res.weights, capacity.size)
+    assert (loads <= capacity * (1 + 1e-9)).all()
+    totals = np.bincount(res.pool.root, weights=res.weights, minlength=topo.num_gpus)
+    assert totals.min() >= res.rate * (1 - 1e-9)
+    assert res.bound >= res.rate

@@ -159,7 +159,7 @@ def solve_general(topo: Topology, warm: Schedule | None = None, backend: str = "
     stats.update(cg_rounds=res.rounds, cg_status=res.status, cg_gap=res.gap,
                  bound_gbps=res.bound * scale, lp_s=res.lp_seconds, first_lp_s=res.first_lp_seconds,
                  pricing_s=res.pricing_seconds,
-                 columns=len(res.pool), dropped=res.dropped)
+                 columns=len(res.pool), dropped=res.dropped, link_rows=res.link_rows)
     return _schedule(topo, res, scale, max_chunks, cut_bound_gbps, stats, t_start, backend)
 
 

@@ -22,6 +22,17 @@ round whose ``x`` is above the ``x`` of the previous drop.  Between two such rou
 pool only grows, so a degenerate master (``x`` flat while the duals move) cannot drop a
 tree and price it again forever; before this rule leaf-spine 4x2x8 with one NIC at 0.9
 one way ran the 10 000-round cap at the seed's rate, 1.2 % below the optimum.
+
+**Lazy link rows.**  From ``lazy_rows_from`` links the first master holds only the
+capacity rows of the half of the links the starting trees load most (crossings per
+unit of capacity); the others, the least likely to bind, join when a solution exceeds
+them (:meth:`.live_master.TreeMaster.violated`), and the master is re-solved (dual
+simplex) before anything reads its point.  So every point the loop uses meets every
+link's capacity, and its ``x`` is the full restricted master's optimum: the stopping
+test and the certificate are those of the full master.  While rows are missing each
+tree's weight is capped at twice the smallest GPU egress (no optimum needs more: a root's
+trees can be scaled down to total ``x``, and ``x`` is at most every GPU's egress), which
+keeps the relaxed master bounded.
 """
 
 from __future__ import annotations
@@ -63,6 +74,8 @@ class TreeCGOptions:
     smoothing: float = 0.8         # dual smoothing weight of the stability centre (0: off)
     tie_break: float = 1e-3        # weight of the 1/capacity term that breaks ties among
                                    # trees of equal cost at the duals (0: off)
+    lazy_rows_from: int = 2048     # from this many links the master starts with half the
+                                   # link rows and adds the violated ones (module docstring)
 
 
 @dataclass
@@ -73,7 +86,7 @@ class TreeCGResult:
     weights: np.ndarray            # per pool column
     rate: float                    # the master's x: reached by the fractional schedule
     bound: float                   # certified upper bound on the optimum
-    status: str                    # "optimal" | "time_limit" | "stalled"
+    status: str                    # "optimal" | "time_limit" | "round_limit" | "stalled"
     rounds: int
     lp_seconds: float = 0.0
     first_lp_seconds: float = 0.0  # the first master solve's share of ``lp_seconds``
@@ -81,6 +94,8 @@ class TreeCGResult:
     iterations: int = 0
     dropped: int = 0
     history: list[tuple[float, float]] = field(default_factory=list)   # (x, bound)
+    link_rows: int = 0             # capacity rows the master held at the end (lazy rows:
+                                   # fewer than the links, every link's capacity still met)
 
     @property
     def gap(self) -> float:
@@ -180,6 +195,35 @@ def _check_within_round(deadline: float | None) -> None:
         anytime.check("the general method's column generation, within a round")
 
 
+def _lazy_rows(topo: Topology, capacity: np.ndarray, pool: TreePool,
+               options: TreeCGOptions) -> tuple[np.ndarray | None, float]:
+    """The link rows the first master holds and the weight cap while some are missing
+    (module docstring, "Lazy link rows"): all and no cap below ``lazy_rows_from`` links."""
+    n = capacity.size
+    if n < options.lazy_rows_from or not len(pool):
+        return None, np.inf
+    crossed = np.bincount(pool.arcs, minlength=n) / capacity
+    rows = np.argsort(-crossed, kind="stable")[:(n + 1) // 2]
+    arr = topo.arrays
+    egress = np.bincount(arr.tail, weights=capacity, minlength=topo.num_nodes)
+    return rows, 2.0 * float(egress[arr.gpu_nodes].min())
+
+
+def _solve_feasible(master: TreeMaster, where: str, method: str) -> MasterPoint:
+    """Solve the master, adding the missing link rows its solution violates and
+    re-solving (dual simplex) until it meets every link's capacity."""
+    pt = master.solve(where, method)
+    iterations = pt.iterations
+    while True:
+        violated = master.violated(pt.w)
+        if not violated.size:
+            pt.iterations = iterations
+            return pt
+        master.add_rows(violated)
+        pt = master.solve(f"{where}, with {violated.size} more link rows", "dual")
+        iterations += pt.iterations
+
+
 def tree_column_generation(topo: Topology, backend: Backend, capacity: np.ndarray,
                       roots: list[int], trees: list[np.ndarray],
                       options: TreeCGOptions = TreeCGOptions(),
@@ -204,7 +248,8 @@ def tree_column_generation(topo: Topology, backend: Backend, capacity: np.ndarra
     all_roots = np.arange(g)
     pool = TreePool()
     pool.append(roots, trees)
-    master = TreeMaster(backend, g, capacity, pool)
+    rows, weight_cap = _lazy_rows(topo, capacity, pool, options)
+    master = TreeMaster(backend, g, capacity, pool, rows, weight_cap)
     min_pool = options.drop_min_pool or g + capacity.size
     age = np.zeros(len(pool), dtype=np.int64)
     best_bound = np.inf if upper_bound is None else float(upper_bound)
@@ -219,7 +264,8 @@ def tree_column_generation(topo: Topology, backend: Backend, capacity: np.ndarra
     rnd = 0
     for rnd in range(1, options.max_rounds + 1):
         t0 = time.perf_counter()
-        pt = master.solve(f"AllGather column generation, round {rnd}", options.method)
+        pt = _solve_feasible(master, f"AllGather column generation, round {rnd}",
+                             options.method)
         lp_s += time.perf_counter() - t0
         first_lp_s = first_lp_s or lp_s
         iters += pt.iterations
@@ -253,6 +299,7 @@ def tree_column_generation(topo: Topology, backend: Backend, capacity: np.ndarra
         if added:
             age = np.concatenate([np.where(pt.w > 0, 0, age + 1), np.zeros(added, np.int64)])
             pt.w = np.concatenate([pt.w, np.zeros(added)])
+            pt.below = np.concatenate([pt.below, np.zeros(added, dtype=bool)])
         history.append((pt.x, best_bound))
         progress.update("AllGather general method: column generation", rnd, pt.x, best_bound)
         if best_bound - pt.x <= options.rel_tol * max(pt.x, 1e-300):
@@ -267,16 +314,18 @@ def tree_column_generation(topo: Topology, backend: Backend, capacity: np.ndarra
         if master.num_columns > min_pool and pt.x > x_dropped:
             stale = age >= options.drop_after   # no drop on a degenerate stall: it cycles
             dropped += master.drop(stale)
-            age, pt.w = age[~stale], pt.w[~stale]
+            age, pt.w, pt.below = age[~stale], pt.w[~stale], pt.below[~stale]
             x_dropped = pt.x
+    else:
+        status = "round_limit"
     if pt is None:
         raise InputError("TreeCGOptions.max_rounds must be at least 1")
     for _ in range(_BELOW_ZERO_RESOLVES):   # the returned trees must reach the returned x
         if not pt.below.any():
             break
         dropped += master.drop(pt.below)
-        pt = master.solve("AllGather column generation, without trees below zero",
-                          options.method)
+        pt = _solve_feasible(master, "AllGather column generation, without trees below zero",
+                             options.method)
         iters += pt.iterations
     return TreeCGResult(pool, pt.w, pt.x, max(best_bound, pt.x), status, rnd, lp_s, first_lp_s,
-                        pr_s, iters, dropped, history)
+                        pr_s, iters, dropped, history, int(master.rows.size))
