@@ -46,18 +46,23 @@ MAX_JSON_BYTES = 1 << 29
 #: size of any input file read (regular files only, :func:`read_bounded`); a JSON file
 #: (plain or decompressed) is at most :data:`MAX_JSON_BYTES`
 MAX_FILE_BYTES = 1 << 30
-#: memory a JSON parse may take, as estimated before it starts (:func:`parse_cost`, 10-11
-#: times the size of the project's own files): schedules and controller state (an
-#: AllToAll schedule of 2048 GPUs is 186 MiB, 1.7 GiB by the estimate, 1.9 GB parsed)
+#: memory a JSON parse may take, as estimated before it starts (:func:`parse_cost`, 18-23
+#: times the size of the project's own schedules, 2.7-2.8 times what their parse takes):
+#: schedules and controller state (an AllToAll schedule of 2048 GPUs is 186 MiB, about
+#: 3.3 GiB by the estimate, 1.9 GB parsed)
 MAX_PARSE_BYTES = 4 << 30
 #: the same for a topology (a 200k-link one is tens of MB)
 TOPOLOGY_PARSE_BYTES = 1 << 30
 #: the same for small hand-written files: scenarios, workload profiles
 SMALL_PARSE_BYTES = 64 << 20
-#: :func:`parse_cost`'s bytes per value, per quote and per object or list
-VALUE_COST = 24
-QUOTE_COST = 32
-CONTAINER_COST = 160
+#: :func:`parse_cost`'s bytes per value (``,``), per quote, per object (``{``) and per list
+#: (``[``), measured (``bench/bench_parse_memory.py``): a float is 24 bytes and its slot in
+#: a list 8 more, a one-key object 184 bytes plus the key's pairs list and tuple while it is
+#: built, a string 49 bytes and more
+VALUE_COST = 40
+QUOTE_COST = 40
+OBJECT_COST = 288
+LIST_COST = 192
 _GZIP_MAGIC = b"\x1f\x8b"
 _GZIP_WBITS = 16 + zlib.MAX_WBITS       # zlib's window bits for a gzip header and trailer
 _CHUNK = 1 << 20                        # bytes in and out per inflation step
@@ -194,14 +199,18 @@ def _read_upto(f: Any, size: int, most: int) -> bytes:
 
 def parse_cost(raw: bytes | bytearray) -> int:
     """An upper estimate of the memory (bytes) that parsing the JSON text ``raw`` takes,
-    from byte counts alone (C speed, nothing parsed): the text twice (bytes and ``str``)
-    and its share of the objects: :data:`VALUE_COST` per value (``,``), :data:`QUOTE_COST`
-    per ``"`` (a string is an object) and :data:`CONTAINER_COST` per object or list (``{``,
-    ``[``).  On the project's own files it is about 11 times their size; on hostile shapes
-    (``[{},{},...]`` takes 50 bytes of memory per byte of text) it is within 0.7-1.5 times
-    what the parse takes (docs/runtime.md, "Hostile-input audit, fourth pass")."""
-    return (4 * len(raw) + VALUE_COST * raw.count(b",") + QUOTE_COST * raw.count(b'"')
-            + CONTAINER_COST * (raw.count(b"{") + raw.count(b"[")))
+    from byte counts alone (C speed, nothing parsed): 4 bytes per byte of text (the bytes,
+    the ``str``, the strings parsed from it: 3, and a margin), 12 unless the text is ASCII
+    (one character beyond the Basic Multilingual Plane makes the ``str`` and a string 4
+    bytes a character), and its share of the objects: :data:`VALUE_COST` per value (``,``), :data:`QUOTE_COST`
+    per ``"`` (a string is an object), :data:`OBJECT_COST` per ``{`` and :data:`LIST_COST`
+    per ``[``.  It bounds what the parse takes (the peak, text and objects together): on
+    hostile shapes (``[{"k1":0},...]`` takes 27 bytes of memory per byte of text) the peak
+    is 0.12-0.80 times the estimate, measured by ``bench/bench_parse_memory.py``
+    (docs/runtime.md, "Hostile-input audit, fifth pass")."""
+    text = (4 if raw.isascii() else 12) * len(raw)
+    return (text + VALUE_COST * raw.count(b",") + QUOTE_COST * raw.count(b'"')
+            + OBJECT_COST * raw.count(b"{") + LIST_COST * raw.count(b"["))
 
 
 def check_parse_cost(raw: bytes | bytearray, what: str, error: type[MCCLError], most: int = MAX_PARSE_BYTES) -> None:
