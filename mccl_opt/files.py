@@ -20,6 +20,7 @@ work starts.
 
 from __future__ import annotations
 
+import errno
 import gzip
 import json
 import os
@@ -30,7 +31,7 @@ from typing import Any
 
 from .errors import MCCLError
 
-__all__ = ["read_json", "read_bounded", "MAX_FILE_BYTES", "write_json", "check_output_path", "has_digit_run", "MAX_DEPTH",
+__all__ = ["read_json", "parse_json", "read_bounded", "refuse_shared", "MAX_FILE_BYTES", "write_json", "check_output_path", "has_digit_run", "MAX_DEPTH",
            "MAX_INT_DIGITS", "MAX_JSON_BYTES", "MAX_PARSE_BYTES", "TOPOLOGY_PARSE_BYTES",
            "SMALL_PARSE_BYTES", "too_deep", "nesting", "unique_keys", "has_repeated_key",
            "parse_cost", "check_parse_cost",
@@ -158,13 +159,35 @@ def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return obj
 
 
-def read_bounded(path: str | Path, error: type[MCCLError], what: str, limit: int = MAX_FILE_BYTES) -> bytes:
+def refuse_shared(info: os.stat_result, path: str | Path, what: str, error: type[MCCLError]) -> None:
+    """Refuse a file or folder (its ``stat``) that another user owns or that group or
+    others can write (POSIX): the controller trusts its state as its own, and in a shared
+    folder another user could plant or swap it (docs/runtime.md, "Threat model")."""
+    if os.name != "posix":
+        return
+    if info.st_uid != os.geteuid():
+        raise error(f"{what} {str(path)!r} belongs to user id {info.st_uid}, not this user "
+                    f"({os.geteuid()}); use one of your own")
+    if info.st_mode & 0o022:
+        raise error(f"{what} {str(path)!r} can be written by group or others (mode "
+                    f"{info.st_mode & 0o777:o}); run `chmod go-w {path}`")
+
+
+def read_bounded(path: str | Path, error: type[MCCLError], what: str, limit: int = MAX_FILE_BYTES,
+                 private: bool = False) -> bytes:
     """The bytes of ``path``, which must be a regular file (after symlinks) of at most
     ``limit`` bytes: a FIFO, a device (``/dev/zero``), a socket or a folder is refused at
-    once, without reading (opened non-blocking, so a FIFO cannot hang the open)."""
+    once, without reading (opened non-blocking, so a FIFO cannot hang the open).
+    ``private``: the file itself must be no symlink (opened with ``O_NOFOLLOW``) and the
+    user's alone (:func:`refuse_shared`), checked on the open file, so the bytes read are
+    those of the file checked."""
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | (getattr(os, "O_NOFOLLOW", 0) if private else 0)
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        fd = os.open(path, flags)
     except OSError as exc:
+        if private and exc.errno == errno.ELOOP:
+            raise error(f"{what} file {str(path)!r} is a symlink; give the file itself "
+                        "(a write would replace the link)") from None
         raise error(f"cannot read {what} file {str(path)!r}: {exc.strerror}") from None
     info = os.fstat(fd)
     if not stat.S_ISREG(info.st_mode):
@@ -172,6 +195,8 @@ def read_bounded(path: str | Path, error: type[MCCLError], what: str, limit: int
         raise error(f"{what} file {str(path)!r} is not a regular file (a FIFO, device, socket or "
                     "folder); give a file")
     with os.fdopen(fd, "rb") as f:
+        if private:
+            refuse_shared(info, path, f"{what} file", error)
         if info.st_size > limit:
             raise error(f"{what} file {str(path)!r} has {info.st_size} bytes; at most {limit} are read")
         try:
@@ -222,13 +247,20 @@ def check_parse_cost(raw: bytes | bytearray, what: str, error: type[MCCLError], 
                     f"to parse (at most {most >> 20} MiB for this kind of file); is it the right file?")
 
 
-def read_json(path: str | Path, error: type[MCCLError], what: str, max_cost: int = MAX_PARSE_BYTES) -> Any:
+def read_json(path: str | Path, error: type[MCCLError], what: str, max_cost: int = MAX_PARSE_BYTES,
+              private: bool = False) -> Any:
     """Parse the JSON file ``path`` (:func:`read_bounded`, at most :data:`MAX_JSON_BYTES`,
-    and :func:`check_parse_cost` against ``max_cost`` before it is parsed); any failure
-    raises ``error`` naming the file (``what`` says what the file should be, e.g.
-    ``"topology"``)."""
+    ``private`` as there, then :func:`parse_json`); any failure raises ``error`` naming
+    the file (``what`` says what the file should be, e.g. ``"topology"``)."""
+    return parse_json(read_bounded(path, error, what, MAX_JSON_BYTES, private), path, error, what, max_cost)
+
+
+def parse_json(raw: bytes, path: str | Path, error: type[MCCLError], what: str,
+               max_cost: int = MAX_PARSE_BYTES) -> Any:
+    """Parse the bytes ``raw`` read from ``path`` (inflated if gzip; refused by
+    :func:`check_parse_cost` against ``max_cost`` before it is parsed; nesting, integer
+    literals and repeated keys bounded as the module docstring says)."""
     path = Path(path)
-    raw = read_bounded(path, error, what, MAX_JSON_BYTES)
     raw = _gunzip(raw, path, error, max_cost) if raw[:2] == _GZIP_MAGIC else raw
     check_parse_cost(raw, str(path), error, max_cost)
     try:

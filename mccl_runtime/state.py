@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from mccl_opt.errors import MCCLError
-from mccl_opt.files import read_bounded, read_json
+from mccl_opt.files import MAX_JSON_BYTES, parse_json, read_bounded, read_json, refuse_shared
 from mccl_opt.topology import Topology
 
 from .state_check import check_state
@@ -54,6 +54,7 @@ def check_state_folder(path: str | Path) -> None:
     if not folder.is_dir():
         raise MCCLError(f"controller state {str(path)!r}: its folder {str(folder)!r} does not exist "
                         "(create it first)")
+    check_private_folder(path)
     try:                                          # an empty file: creatable even on a full disk
         fd, probe = tempfile.mkstemp(prefix=f".{Path(path).name}.", suffix=".tmp", dir=folder)
         os.close(fd)
@@ -66,9 +67,7 @@ def check_state_folder(path: str | Path) -> None:
 def check_owned(path: Path, what: str) -> None:
     """Refuse a state file or version folder that is a symlink (the atomic rename would
     replace the link, leaving its target behind), belongs to another user or can be
-    written by group or others (in a shared folder such as ``/tmp`` another user could
-    plant a state, or swap the version folder): the state is trusted as the controller's
-    own (docs/runtime.md, "Threat model")."""
+    written by group or others (:func:`mccl_opt.files.refuse_shared`)."""
     try:
         info = os.lstat(path)
     except FileNotFoundError:
@@ -76,12 +75,21 @@ def check_owned(path: Path, what: str) -> None:
     if stat.S_ISLNK(info.st_mode):
         raise MCCLError(f"{what} {str(path)!r} is a symlink, not a regular file or folder; give the path itself "
                         "(a write would replace the link)")
-    if os.name == "posix" and info.st_uid != os.geteuid():
-        raise MCCLError(f"{what} {str(path)!r} belongs to user id {info.st_uid}, not this user "
-                        f"({os.geteuid()}); use a state file of your own")
-    if os.name == "posix" and info.st_mode & 0o022:
-        raise MCCLError(f"{what} {str(path)!r} can be written by group or others (mode "
-                        f"{info.st_mode & 0o777:o}); run `chmod go-w {path}`")
+    refuse_shared(info, path, what, MCCLError)
+
+
+def check_private_folder(path: str | Path) -> None:
+    """Refuse a state file whose folder another user owns or group or others can write
+    (``/tmp``, a shared project folder): another user could plant a state or a version
+    folder there, or, without the sticky bit, swap the files between writes.  The state
+    folder must be the user's alone (docs/runtime.md, "Threat model")."""
+    folder = Path(path).parent
+    try:
+        info = os.stat(folder)
+    except OSError as exc:
+        raise MCCLError(f"controller state {str(path)!r}: cannot inspect its folder {str(folder)!r} "
+                        f"({exc.strerror})") from None
+    refuse_shared(info, folder, f"controller state {str(path)!r}: its folder", MCCLError)
 
 
 def _write_atomic(path: Path, data: bytes) -> None:
@@ -200,10 +208,11 @@ def _inline_versions(data: dict[str, Any], path: Path) -> None:
         name = ref["file"]
         if not isinstance(name, str) or not _VERSION_FILE.fullmatch(name):
             raise MCCLError(f"{where} must be a version file name (64 hex digits + .json)")
-        raw = read_bounded(versions_dir(path) / name, MCCLError, f"{where}: schedule version")
+        file = versions_dir(path) / name
+        raw = read_bounded(file, MCCLError, f"{where}: schedule version", MAX_JSON_BYTES, private=True)
         if hashlib.sha256(raw).hexdigest() + ".json" != name:
             raise MCCLError(f"{where}: {name} does not match its content (corrupt)")
-        content = read_json(versions_dir(path) / name, MCCLError, "schedule version")
+        content = parse_json(raw, file, MCCLError, "schedule version")     # the bytes checked, not a second open
         if not isinstance(content, dict) or not {"schedule", "synth_capacity"} <= set(content):
             raise MCCLError(f"{where}: {name} must hold 'schedule' and 'synth_capacity'")
         c["schedule"], c["synth_capacity"] = content["schedule"], content["synth_capacity"]
@@ -216,12 +225,13 @@ def load_state(path: str | Path, topo: Topology, *, now: float | None = None,
     normalised, or ``None`` if ``path`` does not exist.  Any problem raises one
     :class:`MCCLError` naming the file and the field."""
     path = Path(path)
+    check_private_folder(path)
     check_owned(path, "controller state")
     check_owned(versions_dir(path), "controller state folder")
     if not path.exists():
         return None
     try:
-        data = read_json(path, MCCLError, "controller state")
+        data = read_json(path, MCCLError, "controller state", private=True)
         if not isinstance(data, dict) or data.get("format") not in _FORMATS:
             raise MCCLError(f"not a {STATE_FORMAT} file; pass another --state")
         _inline_versions(data, path)

@@ -45,3 +45,79 @@ def test_the_parse_cost_bounds_the_peak_of_a_parse(tmp_path, text):
     finally:
         tracemalloc.stop()
     assert 0.1 * cost < peak <= 0.8 * cost, (peak, cost)
+
+
+# ------------------------------------------------------------------ the state folder and its files
+def _saved_state(folder: Path) -> Path:
+    from tests.test_runtime_service import Server
+
+    folder.mkdir(mode=0o700)
+    state = folder / "state.json"
+    with Server(state_path=state) as svc:
+        svc.register("w", "ag", "allgather", 0.0)
+        assert svc.manager.wait_idle(10.0)
+    return state
+
+
+@pytest.mark.parametrize("mode", [0o777, 0o1777, 0o770, 0o720])
+def test_a_state_folder_others_can_write_is_refused(capsys, tmp_path, mode):
+    """The state file was checked, its folder not: in a folder others can write (``/tmp``,
+    a shared project folder, even with the sticky bit) another user can plant a state or
+    version folder before the controller's first write.  Refused at start and on load,
+    with the ``chmod`` that fixes it; the files are left as they were."""
+    from mccl_runtime.state import load_state
+    from tests.test_runtime_manager import TOPO
+
+    state = _saved_state(tmp_path / "s")
+    before = state.read_bytes()
+    state.parent.chmod(mode)
+    rc, err = _cli(capsys, "controller", "serve", "--topology", "hpn-1x2x4", "--bind", "tcp://127.0.0.1:0",
+                   "--state", str(state))
+    assert rc == 2 and err.count("error:") == 1 and "can be written by group or others" in err, err
+    assert f"chmod go-w {state.parent}" in err
+    with pytest.raises(MCCLError, match="its folder .*chmod go-w"):
+        load_state(state, TOPO)
+    state.parent.chmod(0o700)
+    assert state.read_bytes() == before and load_state(state, TOPO) is not None
+
+
+@pytest.mark.parametrize("attack", ["version symlink", "version mode", "state mode"])
+def test_a_state_file_read_is_the_file_checked(tmp_path, attack):
+    """Version files were opened by path after an ``lstat`` check, and read twice (the
+    digest, then the parse): a version file symlinked to a copy elsewhere (its digest
+    matches) was followed, one writable by others was read.  They are now opened with
+    ``O_NOFOLLOW``, checked on the open file, and parsed from the bytes whose digest was
+    checked."""
+    from mccl_runtime.state import load_state, versions_dir
+    from tests.test_runtime_manager import TOPO
+
+    state = _saved_state(tmp_path / "s")
+    (version,) = list(versions_dir(state).iterdir())
+    if attack == "version symlink":
+        elsewhere = tmp_path / "elsewhere.json"
+        elsewhere.write_bytes(version.read_bytes())
+        version.unlink()
+        version.symlink_to(elsewhere)
+        words = "is a symlink"
+    else:
+        target = version if attack == "version mode" else state
+        target.chmod(0o646)
+        words = "can be written by group or others .*chmod go-w"
+    with pytest.raises(MCCLError, match=words):
+        load_state(state, TOPO)
+
+
+def test_a_private_read_refuses_a_symlink_on_the_open(tmp_path):
+    """``read_bounded(private=True)`` refuses the link at ``open`` (``O_NOFOLLOW``), so a
+    link swapped in after a check is refused as well."""
+    from mccl_opt.files import read_bounded
+
+    real = tmp_path / "real.json"
+    real.write_text("{}")
+    real.chmod(0o600)
+    link = tmp_path / "link.json"
+    link.symlink_to(real)
+    assert read_bounded(link, MCCLError, "state") == b"{}"                # followed when not private
+    with pytest.raises(MCCLError, match="is a symlink; give the file itself"):
+        read_bounded(link, MCCLError, "state", private=True)
+    assert read_bounded(real, MCCLError, "state", private=True) == b"{}"
