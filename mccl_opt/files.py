@@ -34,7 +34,7 @@ from .errors import MCCLError
 __all__ = ["read_json", "parse_json", "read_bounded", "refuse_shared", "MAX_FILE_BYTES", "write_json", "check_output_path", "has_digit_run", "MAX_DEPTH",
            "MAX_INT_DIGITS", "MAX_JSON_BYTES", "MAX_PARSE_BYTES", "TOPOLOGY_PARSE_BYTES",
            "SMALL_PARSE_BYTES", "too_deep", "nesting", "unique_keys", "has_repeated_key",
-           "parse_cost", "check_parse_cost",
+           "parse_cost", "check_parse_cost", "xml_parse_cost", "check_xml", "XML_PARSE_BYTES",
            "RepeatedKey"]
 
 #: nesting depth of a file (the deepest the project writes, an AllGather edge path, is 5)
@@ -64,6 +64,14 @@ VALUE_COST = 40
 QUOTE_COST = 40
 OBJECT_COST = 288
 LIST_COST = 192
+#: memory an XML parse may take (MSCCL, ForestColl and NCCL topology XML), estimated before it
+#: (:func:`xml_parse_cost`: 41 times the size of an exported MSCCL algorithm, 3.8 times what
+#: its parse takes), as for JSON schedules: about 100 MB of MSCCL XML
+XML_PARSE_BYTES = MAX_PARSE_BYTES
+#: :func:`xml_parse_cost`'s bytes per ``<`` (an element: 80-140 bytes as an ``Element``)
+#: and per ``=`` (an attribute: its name, value and dict slot, 290-330 bytes), measured
+XML_ELEMENT_COST = 192
+XML_ATTRIBUTE_COST = 360
 _GZIP_MAGIC = b"\x1f\x8b"
 _GZIP_WBITS = 16 + zlib.MAX_WBITS       # zlib's window bits for a gzip header and trailer
 _CHUNK = 1 << 20                        # bytes in and out per inflation step
@@ -245,6 +253,34 @@ def check_parse_cost(raw: bytes | bytearray, what: str, error: type[MCCLError], 
         raise error(f"{what}: {len(raw) >> 20} MiB of JSON holding {raw.count(b',')} values and "
                     f"{raw.count(b'{') + raw.count(b'[')} objects/lists would take about {cost >> 20} MiB "
                     f"to parse (at most {most >> 20} MiB for this kind of file); is it the right file?")
+
+
+def xml_parse_cost(raw: bytes | str) -> int:
+    """An upper estimate of the memory (bytes) ``xml.etree`` takes to parse ``raw``, from
+    counts alone: 8 bytes per byte of text (the bytes, the ``str``, expat's UTF-8 buffer,
+    the text pieces and the strings), 20 unless it is ASCII without character references
+    (``&#128512;`` is 9 ASCII bytes that make a string 4 bytes a character), plus
+    :data:`XML_ELEMENT_COST` per ``<`` and :data:`XML_ATTRIBUTE_COST` per ``=``; the peak
+    is 0.25-0.82 times it on hostile shapes (``bench/bench_parse_memory.py --xml``)."""
+    def n(token: str) -> int:
+        return raw.count(token.encode() if isinstance(raw, (bytes, bytearray)) else token)
+
+    text = 8 if raw.isascii() and not n("&#") else 20
+    return text * len(raw) + XML_ELEMENT_COST * n("<") + XML_ATTRIBUTE_COST * n("=")
+
+
+def check_xml(raw: bytes | str, what: str, error: type[MCCLError], most: int = XML_PARSE_BYTES) -> None:
+    """Refuse, before expat sees it, an XML text with a document type declaration (its
+    entities expand: a billion-laughs document, or an external entity naming a local
+    file; no MSCCL, ForestColl or NCCL file has one) or whose :func:`xml_parse_cost`
+    passes ``most`` bytes (20 MB of ``<x/>`` took 530 MB to be refused)."""
+    if ("<!DOCTYPE" if isinstance(raw, str) else b"<!DOCTYPE") in raw:
+        raise error(f"{what}: holds a <!DOCTYPE> declaration (entities); MSCCL, ForestColl and NCCL XML have "
+                    "none: remove it")
+    cost = xml_parse_cost(raw)
+    if cost > most:
+        raise error(f"{what}: {len(raw) >> 20} MiB of XML would take about {cost >> 20} MiB to parse "
+                    f"(at most {most >> 20} MiB); is it the right file?")
 
 
 def read_json(path: str | Path, error: type[MCCLError], what: str, max_cost: int = MAX_PARSE_BYTES,

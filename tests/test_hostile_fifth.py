@@ -121,3 +121,55 @@ def test_a_private_read_refuses_a_symlink_on_the_open(tmp_path):
     with pytest.raises(MCCLError, match="is a symlink; give the file itself"):
         read_bounded(link, MCCLError, "state", private=True)
     assert read_bounded(real, MCCLError, "state", private=True) == b"{}"
+
+
+# ------------------------------------------------------------------ XML inputs
+_LAUGHS = ('<!DOCTYPE algo [<!ENTITY l0 "lol">'
+           + "".join(f'<!ENTITY l{i} "' + f"&l{i - 1};" * 10 + '">' for i in range(1, 6)) + "]>")
+
+
+def _xml_inputs(tmp_path, head: str) -> list[tuple[str, ...]]:
+    """``(argv...)`` of every command reading XML, each given a file starting with ``head``."""
+    ag = tmp_path / "ag.xml"
+    ag.write_text(head + '<algo name="&l5;" coll="allgather"/>')
+    trees = tmp_path / "trees.xml"
+    trees.write_text(head + '<trees><tree root="&l5;" nchunks="1"/></trees>')
+    host = tmp_path / "host.xml"
+    host.write_text(head.replace("algo", "system") + (ROOT / "instances/data/hosts/dgx-h100.xml").read_text()
+                    .split("?>", 1)[-1])
+    return [("check", "hpn-1x2x4", str(ag)), ("check", "hpn-1x2x4", str(trees)),
+            ("topo", "nccl", str(host), "-o", str(tmp_path / "t.json"))]
+
+
+def test_xml_with_entities_is_refused_before_expat_expands_them(capsys, tmp_path):
+    """An MSCCL, ForestColl or NCCL XML file with a document type declaration was parsed
+    with its entities expanded (expat bounds the amplification to 100 times the input:
+    a 10 MB file may expand to 1 GB) or, for a ForestColl file, refused with a misleading
+    "not well-formed" message.  Now refused from its bytes, naming what to remove."""
+    for argv in _xml_inputs(tmp_path, _LAUGHS):
+        rc, err = _cli(capsys, *argv)
+        assert rc == 2 and err.count("error:") == 1 and "<!DOCTYPE> declaration" in err and "remove it" in err, \
+            (argv, err)
+    assert not (tmp_path / "t.json").exists()
+
+
+def test_the_xml_readers_still_read_their_files(capsys, tmp_path):
+    """The bounds refuse none of the project's own XML: the NCCL sample host imports."""
+    (host,) = [a for a in _xml_inputs(tmp_path, "") if a[0] == "topo"]
+    rc, err = _cli(capsys, *host)
+    assert rc == 0, err
+    assert json.loads((tmp_path / "t.json").read_text())["format"] == "mccl-topology/1"
+
+
+@pytest.mark.parametrize("unit", [b"<x/>", b'<x a="1"/>'])
+def test_xml_too_costly_to_parse_is_refused_from_its_byte_counts(capsys, tmp_path, unit):
+    """20 MB of ``<x/>`` took 530 MB and 8 s to be refused as "missing attribute"; the
+    file limit (1 GiB) allowed 27 GB.  ``xml_parse_cost`` (bytes per element and per
+    attribute, measured: the peak is at most 0.82 times it) refuses it before expat."""
+    from mccl_opt.files import XML_PARSE_BYTES, xml_parse_cost
+
+    n = XML_PARSE_BYTES // xml_parse_cost(unit) + 1000
+    f = tmp_path / "big.xml"
+    f.write_bytes(b'<algo name="x">' + unit * n + b"</algo>")
+    rc, err = _cli(capsys, "check", "hpn-1x2x4", str(f))
+    assert rc == 2 and err.count("error:") == 1 and "MiB of XML would take about" in err, err
