@@ -173,3 +173,92 @@ def test_xml_too_costly_to_parse_is_refused_from_its_byte_counts(capsys, tmp_pat
     f.write_bytes(b'<algo name="x">' + unit * n + b"</algo>")
     rc, err = _cli(capsys, "check", "hpn-1x2x4", str(f))
     assert rc == 2 and err.count("error:") == 1 and "MiB of XML would take about" in err, err
+
+
+# ------------------------------------------------------------------ a schedule's bottleneck
+def _edit_bottleneck(d: dict, how: str) -> str:
+    """Edit the ``bottleneck`` of schedule dict ``d`` as ``how`` says; the words of the refusal."""
+    first = d["bottleneck"][0]
+    edits = {
+        "no such link": (lambda: d["bottleneck"].append({"src": "nope", "dst": first["dst"], "chunks": 1,
+                                                         "base_slack": 0.0}), "no link of"),
+        "negative chunks": (lambda: first.update(chunks=-5), "'chunks' must be >= 0"),
+        "slack above 1": (lambda: first.update(base_slack=7.0), "'base_slack' .* in \\[0, 1\\]"),
+        "negative slack": (lambda: first.update(base_slack=-3.0), "'base_slack' .* in \\[0, 1\\]"),
+        "infinite slack": (lambda: first.update(base_slack=1e999), "finite number"),
+        "a link twice": (lambda: d["bottleneck"].extend(d["bottleneck"] * 5000), "listed twice"),
+        "a list as node": (lambda: first.update(src=[first["src"]]), "node ids \\(strings\\)"),
+    }
+    edit, words = edits[how]
+    edit()
+    return words
+
+
+HOWS = ["no such link", "negative chunks", "slack above 1", "negative slack", "infinite slack", "a link twice",
+        "a list as node"]
+
+
+@pytest.fixture(scope="module")
+def ag_schedule() -> dict:
+    import mccl_opt as mo
+
+    topo = mo.Topology.load(ROOT / "instances" / "data" / "hpn-1x2x4.json")
+    return mo.solve_allgather(topo).to_dict()
+
+
+@pytest.mark.parametrize("how", HOWS)
+def test_an_edited_bottleneck_is_refused_by_export(capsys, tmp_path, ag_schedule, how):
+    """A schedule's bottleneck cut (paper §3.2: what Algorithm 1 watches) was read as
+    given: a link that does not exist, negative chunk counts, slacks of 7 or -3, a link
+    listed 25000 times, a list as a node id (read as its text): ``export msccl`` wrote
+    them out and the controller resumed them.  Now refused by every reader."""
+    d = json.loads(json.dumps(ag_schedule))
+    words = _edit_bottleneck(d, how)
+    f = tmp_path / "s.json"
+    f.write_text(json.dumps(d).replace("Infinity", "1e999"))
+    for topo in ((), ("--topology", str(ROOT / "instances" / "data" / "hpn-1x2x4.json"))):
+        out = tmp_path / "out.xml"
+        rc, err = _cli(capsys, "export", "msccl", str(f), "-o", str(out), *topo)
+        assert rc == 2 and err.count("error:") == 1, (how, err)
+        import re
+        assert re.search(words, err), (how, err)
+        assert not out.exists()
+
+
+@pytest.mark.parametrize("how", HOWS)
+def test_an_edited_bottleneck_in_a_version_file_is_refused_on_resume(tmp_path, ag_schedule, how):
+    """The same edits in a controller version file (its digest recomputed): the resume
+    refuses the state with one message naming the field, leaving the files as they were."""
+    import hashlib
+
+    from mccl_runtime.state import load_state, versions_dir
+    from tests.test_runtime_manager import TOPO
+
+    state = _saved_state(tmp_path / "s")
+    data = json.loads(state.read_text())
+    ref = data["manager"]["collectives"][0]["schedule"]
+    content = json.loads((versions_dir(state) / ref["file"]).read_text())
+    words = _edit_bottleneck(content["schedule"], how)
+    raw = json.dumps(content).replace("Infinity", "1e999").encode()
+    ref["file"] = hashlib.sha256(raw).hexdigest() + ".json"
+    (versions_dir(state) / ref["file"]).write_bytes(raw)
+    state.write_text(json.dumps(data))
+    before = state.read_bytes()
+    with pytest.raises(MCCLError, match=words):
+        load_state(state, TOPO)
+    assert state.read_bytes() == before
+
+
+def test_a_warm_schedule_with_an_edited_bottleneck_is_no_warm_start(capsys, tmp_path, ag_schedule):
+    """``--warm`` with a bottleneck naming no link: reported, and the solve runs cold (as
+    for any warm schedule invalid on the fabric); the other edits are refused outright."""
+    for how in HOWS:
+        d = json.loads(json.dumps(ag_schedule))
+        _edit_bottleneck(d, how)
+        f = tmp_path / "w.json"
+        f.write_text(json.dumps(d).replace("Infinity", "1e999"))
+        rc, err = _cli(capsys, "solve", "allgather", "hpn-1x2x4", "--warm", str(f), "-o", str(tmp_path / "o.json"))
+        if how == "no such link":
+            assert rc == 0 and "no link of" in err and "solving cold" in err, err
+        else:
+            assert rc == 2 and err.count("error:") == 1, (how, err)
