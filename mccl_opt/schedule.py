@@ -34,7 +34,7 @@ from .report import SolveReport
 from .schedule_chunks import Chunk, PathChunk, TreeChunk, TreeChunks, TreeTable, distinct_paths
 from .schedule_format import (FORMAT_V1, FORMAT_V2, as_list, as_object, jsonable, number, pack_v1,
                               pack_v2, pack_v2_table, unpack_chunks, unpack_tree_table,
-                              version_number)
+                              read_bottleneck, version_number)
 from .schedule_format_v3 import FORMAT_V3, pack_v3, unpack_v2_paths, unpack_v3
 from .schedule_paths import PathChunks, PathTable, path_table
 
@@ -82,29 +82,6 @@ class BottleneckLink:
         return {"src": self.src, "dst": self.dst,
                 "chunks": int(n) if float(n).is_integer() else float(n),
                 "base_slack": float(self.base_slack)}
-
-
-def _read_bottleneck(entries: Any) -> list[BottleneckLink]:
-    """A schedule file's ``bottleneck``: each entry a link (``src``, ``dst`` strings) once,
-    ``chunks`` >= 0 and ``base_slack`` in [0, 1] (the fraction of a capacity left unused);
-    a list as ``src`` was read as its text, a slack of 7 or -3 as given."""
-    out: list[BottleneckLink] = []
-    seen: set[tuple[str, str]] = set()
-    for i, b in enumerate(as_list(entries, "bottleneck")):
-        if not isinstance(b, Mapping) or not {"src", "dst"} <= set(b):
-            raise ScheduleError(f"bottleneck[{i}] needs 'src' and 'dst'")
-        if not isinstance(b["src"], str) or not isinstance(b["dst"], str):
-            raise ScheduleError(f"bottleneck[{i}]: 'src' and 'dst' must be node ids (strings)")
-        chunks = number(b.get("chunks", 0), f"bottleneck[{i}].chunks")
-        slack = number(b.get("base_slack", 0.0), f"bottleneck[{i}].base_slack")
-        if chunks < 0 or not 0.0 <= slack <= 1.0:
-            raise ScheduleError(f"bottleneck[{i}]: 'chunks' must be >= 0 and 'base_slack' (the capacity left "
-                                f"unused) in [0, 1], got {chunks:.6g} and {slack:.6g}; the file is corrupt or edited")
-        if (b["src"], b["dst"]) in seen:
-            raise ScheduleError(f"bottleneck[{i}]: the link {b['src'][:40]!r} -> {b['dst'][:40]!r} is listed twice")
-        seen.add((b["src"], b["dst"]))
-        out.append(BottleneckLink(b["src"], b["dst"], chunks, slack))
-    return out
 
 
 @dataclass
@@ -247,7 +224,7 @@ class Schedule:
         else:
             raw = unpack_chunks(data, collective == "alltoall", gpus)
             chunks = [PathChunk(*c) for c in raw] if collective == "alltoall" else [TreeChunk(*c) for c in raw]
-        bottleneck = _read_bottleneck(data.get("bottleneck", []))
+        bottleneck = [BottleneckLink(*b) for b in read_bottleneck(data.get("bottleneck", []))]
         rate = number(data["rate_gbps"], "rate_gbps")
         lp_rate = number(data.get("lp_rate_gbps", data["rate_gbps"]), "lp_rate_gbps")
         if not lp_rate <= MAX_RATE_GBPS:
