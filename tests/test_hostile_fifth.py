@@ -262,3 +262,75 @@ def test_a_warm_schedule_with_an_edited_bottleneck_is_no_warm_start(capsys, tmp_
             assert rc == 0 and "no link of" in err and "solving cold" in err, err
         else:
             assert rc == 2 and err.count("error:") == 1, (how, err)
+
+
+# ------------------------------------------------------------------ number options
+#: (argv before the option, option): every integer and float option, each with a value
+#: the command takes (so only the spelling differs)
+NUMBER_OPTIONS = [
+    (("solve", "allgather", "hpn-1x2x2"), "--max-chunks", "10"),
+    (("solve", "alltoall", "hpn-1x2x2"), "--max-steps", "4"),
+    (("solve", "alltoall", "hpn-1x2x2"), "--time-limit", "5"),
+    (("eval", "hpn-1x2x2", "-b", "1K", "-e", "4K"), "--stepfactor", "2"),
+    (("eval", "hpn-1x2x2", "-b", "1K", "-e", "4K"), "--event-limit", "64"),
+    (("bench", "--suite", "allgather", "--sizes", "1x2x4"), "--repeat", "1"),
+    (("topo", "ring"), "--gbps", "100"),
+    (("topo", "ring", "4"), "--latency-us", "1"),
+    (("topo", "dgx"), "--gpus", "8"),
+    (("topo", "irregular"), "--seed", "1"),
+    (("topo", "nccl", "dgx-h100"), "--smp-gbps", "320"),
+    (("topo", "nccl", "dgx-h100"), "--nic-latency-us", "0.5"),
+    (("topo", "nvidia-smi", "dgx-h100"), "--pcie-gbps", "100"),
+    (("loop",), "--noise", "0.01"),
+    (("loop",), "--size-mib", "1"),
+    (("loop",), "--seed", "1"),
+    (("loop",), "--cold-gpus", "0"),
+    (("controller", "serve", "--topology", "hpn-1x2x2"), "--workers", "0"),
+    (("controller", "serve", "--topology", "hpn-1x2x2"), "--alpha", "0.5"),
+    (("controller", "frontend", "--topology", "hpn-1x2x2", "--upstream", "ipc:///nonexistent/x"), "--id", "3"),
+]
+
+
+def _spellings(good: str) -> list[str]:
+    """``good`` spelled as Python's ``int``/``float`` read it but a user would not type it."""
+    arabic = good.translate(str.maketrans("0123456789", "٠١٢٣٤٥٦٧٨٩"))
+    fullwidth = good.translate(str.maketrans("0123456789", "０１２３４５６７８９"))
+    return [arabic, fullwidth, "+" + good, f" {good} ", good[0] + "_" + good[1:] if len(good) > 1 else good + "_0",
+            "nan", "inf", "1" + "0" * 400]
+
+
+@pytest.mark.parametrize("before, option, good", NUMBER_OPTIONS, ids=[o for _, o, _ in NUMBER_OPTIONS])
+def test_a_number_option_is_read_only_in_ascii_digits(capsys, before, option, good):
+    """``int()`` and ``float()`` read other scripts' digits, ``+5``, ``1_000`` and spaces:
+    ``--max-chunks ١٠`` solved with 10 chunks, ``--smp-gbps ١٢٠`` imported a fabric,
+    ``--nic-latency-us 1e300`` was accepted.  Each spelling is now one argparse error
+    naming the option, before any work."""
+    from mccl_opt.cli import build_parser, main
+
+    if before[:2] == ("topo", "ring"):
+        before = ("topo", "ring", "4")
+    args = build_parser().parse_args([*before, option, good])          # the plain spelling is read
+    assert float(getattr(args, option.lstrip("-").replace("-", "_"))) == float(good)
+    for text in _spellings(good):
+        argv = [*before, option, text]
+        with pytest.raises(SystemExit) as exc:
+            main(argv)
+        err = capsys.readouterr().err
+        assert exc.value.code == 2 and f"argument {option}" in err.replace("-f/--stepfactor", "--stepfactor") \
+            and "ASCII digits" in err and "Traceback" not in err, (argv, err)
+
+
+@pytest.mark.parametrize("argv", [
+    ("topo", "nccl", "dgx-h100", "--smp-gbps", "1e300"),
+    ("topo", "nccl", "dgx-h100", "--nic-latency-us", "1e300"),
+    ("topo", "nvidia-smi", "dgx-h100", "--nic-gbps", "1e-320"),
+    ("topo", "ring", "4", "--gbps", "1e13"),
+    ("eval", "hpn-1x2x2", "--event-limit", str(10 ** 23)),
+])
+def test_bandwidths_latencies_and_limits_are_range_checked(capsys, tmp_path, argv):
+    """Bandwidth and latency options took any positive number (``--nic-latency-us 1e300``
+    made a fabric whose every path costs 1e300 µs); they now take what a topology file
+    may hold, [1e-6, 1e12] Gbps and [0, 1e6] µs, and ``--event-limit`` at most 2^20."""
+    rc, err = _cli(capsys, *argv, *(("-o", str(tmp_path / "t.json")) if argv[0] == "topo" else ()))
+    assert rc == 2 and ("at most" in err or "in [" in err), err
+    assert not (tmp_path / "t.json").exists()
