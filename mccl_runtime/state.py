@@ -21,6 +21,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import stat
 import tempfile
 from pathlib import Path
@@ -107,6 +108,35 @@ def _write_atomic(path: Path, data: bytes) -> None:
         raise
 
 
+def _replace_durably(path: Path, data: bytes) -> None:
+    """``data`` to ``path`` (:func:`_write_atomic`), then its folder synced.  If that
+    sync fails (``EIO``: the rename may never reach the disk, or reach it after a
+    crash), the previous file is put back (kept as a hard link, or a copy, until then) and
+    the error raised: the caller tells its client the write failed, so the file must not
+    hold what the client was refused (a registration answered with an error, found again
+    after a restart)."""
+    prev = path.with_name(f".{path.name}.prev.tmp")       # removed by remove_temporaries after a crash
+    had = path.exists()
+    try:
+        if had:
+            prev.unlink(missing_ok=True)
+            try:
+                os.link(path, prev)
+            except OSError:                               # no hard links here: a copy
+                shutil.copyfile(path, prev)
+        _write_atomic(path, data)
+        try:
+            _sync_dir(path.parent)
+        except OSError:
+            if had:
+                os.replace(prev, path)
+            else:
+                path.unlink(missing_ok=True)
+            raise
+    finally:
+        prev.unlink(missing_ok=True)
+
+
 def _sync_dir(folder: Path) -> None:
     """Make the renames in ``folder`` durable (POSIX; a no-op elsewhere)."""
     if os.name == "posix":
@@ -168,8 +198,7 @@ class StateWriter:
         data = f'{{"format":"{STATE_FORMAT}","topology":{self._topology},{rest[1:]}'.encode()
         if self.dir.exists():
             _sync_dir(self.dir)
-        _write_atomic(self.path, data)
-        _sync_dir(self.path.parent)
+        _replace_durably(self.path, data)
         self._drop_unnamed({c["schedule"]["file"] for c in colls if c["schedule"]})
 
     def _drop_unnamed(self, named: set[str]) -> None:

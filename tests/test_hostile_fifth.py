@@ -334,3 +334,41 @@ def test_bandwidths_latencies_and_limits_are_range_checked(capsys, tmp_path, arg
     rc, err = _cli(capsys, *argv, *(("-o", str(tmp_path / "t.json")) if argv[0] == "topo" else ()))
     assert rc == 2 and ("at most" in err or "in [" in err), err
     assert not (tmp_path / "t.json").exists()
+
+
+# ------------------------------------------------------------------ a sync that fails after the rename
+@pytest.mark.parametrize("first", [True, False])
+def test_a_folder_sync_failing_after_the_rename_leaves_the_previous_state(tmp_path, monkeypatch, first):
+    """The state file is renamed into place, then its folder synced; when that sync
+    failed (``EIO``) the client was told the registration failed, but the renamed file
+    stayed: after a restart the refused registration was back.  The previous file (or
+    none, for the first write) is now put back before the error is reported."""
+    import errno
+
+    import mccl_runtime.state as state_module
+    from mccl_runtime.client import ControllerClient
+    from mccl_runtime.protocol import ProtocolError
+    from tests.test_runtime_service import Server
+
+    state = tmp_path / "state.json"
+    real, broken = state_module._sync_dir, [False]
+
+    def sync(folder):
+        if broken[0] and folder == state.parent:
+            raise OSError(errno.EIO, "Input/output error", str(folder))
+        real(folder)
+
+    monkeypatch.setattr(state_module, "_sync_dir", sync)
+    with Server(state_path=state) as svc, ControllerClient(svc.endpoint, timeout_s=5.0) as cli:
+        if not first:
+            cli.register("w", "keep", "allgather")
+        before = state.read_bytes() if state.exists() else None
+        broken[0] = True
+        with pytest.raises(ProtocolError) as err:
+            cli.register("w", "lost", "allgather")
+        assert err.value.reason == "not_persisted" and "Input/output error" in str(err.value)
+        assert (state.read_bytes() if state.exists() else None) == before
+        assert not list(tmp_path.glob(".state.json.*.tmp"))
+        broken[0] = False
+    with Server(state_path=state) as svc:
+        assert sorted(c.name for c in svc.manager.collectives()) == ([] if first else ["keep"])
