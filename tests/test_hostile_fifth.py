@@ -372,3 +372,31 @@ def test_a_folder_sync_failing_after_the_rename_leaves_the_previous_state(tmp_pa
         broken[0] = False
     with Server(state_path=state) as svc:
         assert sorted(c.name for c in svc.manager.collectives()) == ([] if first else ["keep"])
+
+
+# ------------------------------------------------------------------ one client, every slot
+def test_one_client_cannot_take_every_collective_slot():
+    """One client could register all 256 collectives, leaving none for the others.  A
+    signed client now has a quota (64 by default: 4 here), an AllReduce counting two,
+    refused with a message saying so; another client still registers, and the total
+    cap holds."""
+    from mccl_runtime.client import ControllerClient
+    from mccl_runtime.protocol import ProtocolError
+    from tests.test_runtime_service import KEY, Server
+
+    with Server(key=KEY, max_collectives=7, max_client_collectives=4) as svc, \
+            ControllerClient(svc.endpoint, key=KEY, timeout_s=5.0) as greedy, \
+            ControllerClient(svc.endpoint, key=KEY, timeout_s=5.0) as other:
+        greedy.register("w", "ar", "allreduce")                  # two slots
+        greedy.register("w", "a", "allgather")
+        with pytest.raises(ProtocolError, match="at most 4 per client") as err:
+            greedy.register("w", "ar2", "allreduce")              # 3 + 2 > 4: all or nothing
+        assert err.value.reason == "rejected"
+        greedy.register("w", "b", "allgather")                    # 4 of 4
+        with pytest.raises(ProtocolError, match="per client"):
+            greedy.register("w", "c", "alltoall")
+        other.register("x", "a", "allgather")
+        other.register("x", "ar", "allreduce")                    # 7 of 7
+        with pytest.raises(ProtocolError, match="at most 7"):
+            other.register("x", "b", "allgather")
+        assert len(greedy.list()) == 7
