@@ -400,3 +400,30 @@ def test_one_client_cannot_take_every_collective_slot():
         with pytest.raises(ProtocolError, match="at most 7"):
             other.register("x", "b", "allgather")
         assert len(greedy.list()) == 7
+
+
+# ------------------------------------------------------------------ samples dated ahead
+@pytest.mark.parametrize("estimator", ["ewma", "level"])
+def test_a_sample_dated_within_the_skew_tolerance_hides_no_later_sample(estimator):
+    """A sample up to 0.5 s after the controller's now is accepted (clock skew), and was
+    kept with its time: every sample of that channel until then was ``stale``.  A key
+    holder sending a degraded reading dated 0.49 s ahead every 0.49 s hid every genuine
+    recovery of the link.  The time is now taken as the controller's now, so the next
+    genuine sample is applied; the last sample time never passes now."""
+    from mccl_runtime.telemetry import MeasurementStore
+    from tests.test_runtime_manager import TOPO
+
+    now = [1000.0]
+    store = MeasurementStore(TOPO, alpha=1.0, estimator=estimator, clock=lambda: now[0])
+    link = TOPO.links[0]
+
+    def sample(gbps: float, t: float) -> list[dict]:
+        return [{"kind": "link", "src": link.src, "dst": link.dst, "gbps": gbps, "t": t}]
+
+    assert store.ingest(sample(1.0, 1000.49), now[0]).to_dict()["accepted"] == 1
+    for k in range(1, 5):
+        now[0] = 1000.0 + 0.1 * k
+        report = store.ingest(sample(link.capacity_gbps, now[0]), now[0]).to_dict()
+        assert report == {"accepted": 1, "rejected": {}}, (k, report)
+        assert store.last_sample_t()[0] <= now[0]
+    assert store.ingest(sample(1.0, now[0] + 0.51), now[0]).to_dict()["rejected"] == {"future": 1}
