@@ -427,3 +427,35 @@ def test_a_sample_dated_within_the_skew_tolerance_hides_no_later_sample(estimato
         assert report == {"accepted": 1, "rejected": {}}, (k, report)
         assert store.last_sample_t()[0] <= now[0]
     assert store.ingest(sample(1.0, now[0] + 0.51), now[0]).to_dict()["rejected"] == {"future": 1}
+
+
+# ------------------------------------------------------------------ an export without --topology
+@pytest.mark.parametrize("exporter", [("export", "msccl"), ("export", "mscclpp"), ("export", "forestcoll")])
+def test_an_export_checks_hops_on_the_fabric_the_schedule_names(capsys, tmp_path, exporter):
+    """Without ``--topology`` an export checked a schedule on its own paths only, where
+    every hop is a link: a path jumping between two GPUs that no link joins was
+    exported.  A schedule naming a library or generated fabric with its GPUs is now
+    checked on that fabric."""
+    import mccl_opt as mo
+
+    topo = mo.Topology.load(ROOT / "instances" / "data" / "hpn-1x2x4.json")
+    coll = "allgather" if exporter[1] == "forestcoll" else "alltoall"
+    sched = (mo.solve_allgather if coll == "allgather" else mo.solve_alltoall)(topo)
+    d = sched.to_dict(compact=False)
+    assert d["topology"] == "hpn-1x2x4"
+    good, bad = tmp_path / "good.json", tmp_path / "bad.json"
+    good.write_text(json.dumps(d))
+    if coll == "alltoall":
+        chunk = next(c for c in d["chunks"] if c["src"] == "s0h0g0" and c["dst"] == "s0h1g0")
+        chunk["path"] = ["s0h0g0", "s0h1g0"]                       # two GPUs of two hosts: no link
+    else:
+        edge = d["chunks"][0]["edges"][0]
+        edge["path"] = [edge["path"][0], edge["path"][-1]]             # the first path as one hop
+        assert not topo.has_link(*edge["path"])
+    bad.write_text(json.dumps(d))
+    out = tmp_path / "out"
+    assert _cli(capsys, *exporter, str(good), "-o", str(out))[0] == 0
+    out.unlink()
+    rc, err = _cli(capsys, *exporter, str(bad), "-o", str(out))
+    assert rc == 2 and err.count("error:") == 1 and "the fabric the schedule names" in err, err
+    assert not out.exists()
