@@ -41,7 +41,6 @@ import time
 from collections import Counter
 from pathlib import Path
 from typing import Any, Callable
-from unicodedata import is_normalized
 
 from mccl_opt.errors import MCCLError
 from mccl_opt.topology import Topology
@@ -58,6 +57,7 @@ from .protocol import (MAX_REQUEST_BYTES, REPLAY_WINDOW_S, SCHEDULE_TOPIC, Messa
 from .inbox import Inbox
 from .shards import shard_of
 from .state import StateWriter, check_state_folder, load_state, remove_temporaries
+from .state_check import MAX_COLLECTIVES, MAX_NAME_CHARS, name_problem
 from .swap_holds import HOLD_WINDOW_S, SwapHolds
 from .telemetry import MeasurementStore
 
@@ -65,13 +65,9 @@ __all__ = ["ControllerService", "is_loopback", "MAX_COLLECTIVES", "MAX_CLIENT_CO
 
 log = logging.getLogger("mccl.controller")
 
-#: registered collectives per controller (each costs a schedule in every state write)
-MAX_COLLECTIVES = 256
 #: of them, registered by one signed client (its ``client`` id; an AllReduce counts two): a
 #: runaway client cannot take every slot (docs/runtime.md, "Threat model")
 MAX_CLIENT_COLLECTIVES = 64
-#: characters of a communicator or collective name
-MAX_NAME_CHARS = 128
 #: requests received per drain, and seconds of large requests per loop turn, before the
 #: loop decides, publishes and persists
 TURN_MESSAGES = 64
@@ -145,7 +141,7 @@ class ControllerService:
             log.warning("cannot remove a temporary file next to %s: %s", self.state_path, exc.strerror)
         state = load_state(self.state_path, self.store.topo, now=self.clock(),
                            max_ratio=self.store.max_ratio,
-                           future_tolerance_s=self.store.future_tolerance_s)
+                           future_tolerance_s=self.store.future_tolerance_s, max_collectives=self.max_collectives)
         if state is None:
             return
         self.store.restore(state["telemetry"])
@@ -360,9 +356,8 @@ class ControllerService:
         request's reply waits for it).  ``gpus``: the communicator's members
         (:meth:`ScheduleManager.register`)."""
         for label, v in (("comm", comm), ("name", name)):
-            if len(v) > MAX_NAME_CHARS or not v.isprintable() or not is_normalized("NFC", v):
-                raise ProtocolError("bad_body", f"{label} must be printable, in Unicode NFC form, at most "
-                                                f"{MAX_NAME_CHARS} characters")
+            if name_problem(v):
+                raise ProtocolError("bad_body", f"{label} {name_problem(v)}")
         if self.shard is not None and shard_of(comm, self.shard[1]) != self.shard[0]:
             right = shard_of(comm, self.shard[1])
             where = self.shard_endpoints[right] if self.shard_endpoints else f"shard {right}"

@@ -31,7 +31,7 @@ from mccl_opt.errors import MCCLError
 from mccl_opt.files import MAX_JSON_BYTES, parse_json, read_bounded, read_json, refuse_shared
 from mccl_opt.topology import Topology
 
-from .state_check import check_state
+from .state_check import MAX_COLLECTIVES, check_state
 
 __all__ = ["check_state_folder", "STATE_FORMAT", "StateWriter", "load_state", "remove_temporaries", "versions_dir"]
 
@@ -249,7 +249,8 @@ def _inline_versions(data: dict[str, Any], path: Path) -> None:
 
 
 def load_state(path: str | Path, topo: Topology, *, now: float | None = None,
-               max_ratio: float = 1.5, future_tolerance_s: float = 0.5) -> dict[str, Any] | None:
+               max_ratio: float = 1.5, future_tolerance_s: float = 0.5,
+               max_collectives: int = MAX_COLLECTIVES) -> dict[str, Any] | None:
     """The saved state checked against ``topo`` (:func:`.state_check.check_state`) and
     normalised, or ``None`` if ``path`` does not exist.  Any problem raises one
     :class:`MCCLError` naming the file and the field."""
@@ -268,7 +269,8 @@ def load_state(path: str | Path, topo: Topology, *, now: float | None = None,
             raise MCCLError("the file disappeared while it was read")
         check_owned(path, "controller state")    # again: what was read is the file checked
         check_owned(versions_dir(path), "controller state folder")
-        return check_state(data, topo, now=now, max_ratio=max_ratio, future_tolerance_s=future_tolerance_s)
+        return check_state(data, topo, now=now, max_ratio=max_ratio, future_tolerance_s=future_tolerance_s,
+                           max_collectives=max_collectives)
     except MCCLError as exc:
         raise MCCLError(f"controller state {str(path)!r}: {exc}; fix it or delete the file (and "
                         f"{versions_dir(path).name}/) to start fresh") from None

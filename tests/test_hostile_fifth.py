@@ -459,3 +459,34 @@ def test_an_export_checks_hops_on_the_fabric_the_schedule_names(capsys, tmp_path
     rc, err = _cli(capsys, *exporter, str(bad), "-o", str(out))
     assert rc == 2 and err.count("error:") == 1 and "the fabric the schedule names" in err, err
     assert not out.exists()
+
+
+# ------------------------------------------------------------------ what a state may hold
+@pytest.mark.parametrize("edit, words", [
+    ("601 collectives", "holds 601 collectives; a controller serves at most 256"),
+    ("an escape sequence in a name", "name must be printable"),
+    ("a 100 kB name", "name must be printable, .* at most 128 characters"),
+    ("an NFD communicator", "comm must be printable, in Unicode NFC form"),
+])
+def test_a_state_holding_what_no_registration_could_is_refused(tmp_path, edit, words):
+    """A state file was resumed with 601 collectives (the cap is 256, each one then
+    synthesized) and with names no registration accepts (a terminal escape sequence
+    printed in every log line, 100 kB names).  The resume now checks them as a
+    registration does; the file is left as it was."""
+    from mccl_runtime.state import load_state
+    from tests.test_runtime_manager import TOPO
+
+    state = _saved_state(tmp_path / "s")
+    data = json.loads(state.read_text())
+    first = data["manager"]["collectives"][0]
+    empty = dict(first, version=0, schedule=None, last_decision_t=None)
+    extra = {"601 collectives": [dict(empty, name=f"x{i}") for i in range(600)],
+             "an escape sequence in a name": [dict(empty, name="a\n\x1b[31mred")],
+             "a 100 kB name": [dict(empty, name="y" * 100_000)],
+             "an NFD communicator": [dict(empty, comm="we\u0301")]}[edit]
+    data["manager"]["collectives"] += extra
+    state.write_text(json.dumps(data))
+    before = state.read_bytes()
+    with pytest.raises(MCCLError, match=words):
+        load_state(state, TOPO)
+    assert state.read_bytes() == before
