@@ -17,6 +17,14 @@ MAX_WORKERS = 256
 _reporter_id = number_arg(int, 0, high=(1 << 30) - 1, expected="an integer in [0, 2^30)")
 
 
+def _path(text: str) -> str:
+    """A ``--key-file`` or ``--state`` path: an empty one (``--key-file "$KEY"`` with
+    ``KEY`` unset) was taken for none, so the controller served without a key or a state."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("an empty path; give a file, or leave the option out")
+    return text
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     c = sub.add_parser("controller", help="run the MCCL controller service (paper §3)")
     csub = c.add_subparsers(dest="controller_command", metavar="ACTION")
@@ -27,8 +35,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--bind", default="tcp://127.0.0.1:5555",
                    help="request endpoint (ROUTER); port 0 picks a free one (default %(default)s)")
     s.add_argument("--pub-bind", help="publisher endpoint (default: same host, a free port; see `ping`)")
-    s.add_argument("--key-file", help="shared key: sign and check every message with HMAC-SHA256")
-    s.add_argument("--state", help="state file: resume from it and keep it up to date")
+    s.add_argument("--key-file", type=_path, help="shared key: sign and check every message with HMAC-SHA256")
+    s.add_argument("--state", type=_path, help="state file: resume from it and keep it up to date")
     s.add_argument("--collective", action="append", default=[], metavar="COMM/NAME:KIND",
                    help="register a collective at start, e.g. world/ag:allgather (repeatable)")
     s.add_argument("--members", action="append", default=[], metavar="COMM=GPU,GPU,...",
@@ -78,7 +86,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="the controller's request endpoint (any shard's for a sharded controller)")
     f.add_argument("--bind", default="tcp://127.0.0.1:0",
                    help="endpoint the hosts send telemetry to; port 0 picks a free one (default %(default)s)")
-    f.add_argument("--key-file", help="shared key (the controller's): check the hosts' messages, sign the forwards")
+    f.add_argument("--key-file", type=_path, help="shared key (the controller's): check the hosts' messages, sign the forwards")
     f.add_argument("--interval", type=float_arg, default=0.05,
                    help="seconds between forwarded batches (default %(default)s: the executors' flush)")
     f.add_argument("--id", type=_reporter_id, metavar="N",

@@ -490,3 +490,19 @@ def test_a_state_holding_what_no_registration_could_is_refused(tmp_path, edit, w
     with pytest.raises(MCCLError, match=words):
         load_state(state, TOPO)
     assert state.read_bytes() == before
+
+
+@pytest.mark.parametrize("argv", [
+    ("controller", "serve", "--topology", "hpn-1x2x2", "--bind", "tcp://127.0.0.1:0", "--key-file", ""),
+    ("controller", "serve", "--topology", "hpn-1x2x2", "--bind", "tcp://127.0.0.1:0", "--state", " "),
+    ("controller", "frontend", "--topology", "hpn-1x2x2", "--upstream", "ipc:///nonexistent/x", "--key-file", ""),
+])
+def test_an_empty_key_or_state_path_is_no_silent_default(capsys, argv):
+    """``--key-file "$KEY"`` with ``KEY`` unset served without a key (every local process
+    could then inject telemetry), ``--state ""`` without a state; both now refused."""
+    from mccl_opt.cli import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(list(argv))
+    err = capsys.readouterr().err
+    assert exc.value.code == 2 and "an empty path" in err and "Traceback" not in err, err
