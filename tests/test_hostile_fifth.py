@@ -506,3 +506,18 @@ def test_an_empty_key_or_state_path_is_no_silent_default(capsys, argv):
         main(list(argv))
     err = capsys.readouterr().err
     assert exc.value.code == 2 and "an empty path" in err and "Traceback" not in err, err
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only root can give a file to another user")
+def test_a_key_file_of_another_user_is_refused(tmp_path):
+    """A key file owned by another user (mode 600, read by a controller running as root)
+    was taken: its owner can rewrite the key and forge any message."""
+    from mccl_runtime.protocol import load_key
+
+    key = tmp_path / "key"
+    key.write_text("0123456789abcdef0123456789abcdef")
+    key.chmod(0o600)
+    assert len(load_key(key)) == 32
+    os.chown(key, 12345, 12345)
+    with pytest.raises(MCCLError, match="belongs to user id 12345"):
+        load_key(key)
