@@ -521,3 +521,14 @@ def test_a_key_file_of_another_user_is_refused(tmp_path):
     os.chown(key, 12345, 12345)
     with pytest.raises(MCCLError, match="belongs to user id 12345"):
         load_key(key)
+
+
+@pytest.mark.parametrize("argv", [
+    ("topo", "hpn", "1x2x\u0662"), ("topo", "hpn", "1x2x+2"), ("topo", "hpn", "1x2x2_0"),
+    ("solve", "allgather", "hpn-1x2x\u0662"), ("topo", "show", "hpn-1x\uff12x2"),
+])
+def test_a_fabric_shape_is_read_only_in_ascii_digits(capsys, argv):
+    """``hpn-1x2x٢`` built and solved HPN 1x2x2 (``int()`` and ``\\d`` read other
+    scripts' digits): a shape or generated name is now read in ASCII digits only."""
+    rc, err = _cli(capsys, *argv)
+    assert rc == 2 and err.count("error:") == 1 and ("ASCII digits" in err or "neither a topology file" in err), err
