@@ -532,3 +532,20 @@ def test_a_fabric_shape_is_read_only_in_ascii_digits(capsys, argv):
     scripts' digits): a shape or generated name is now read in ASCII digits only."""
     rc, err = _cli(capsys, *argv)
     assert rc == 2 and err.count("error:") == 1 and ("ASCII digits" in err or "neither a topology file" in err), err
+
+
+def test_a_te_ccl_file_is_read_only_in_ascii_digits():
+    """TE-CCL flow lines were matched with ``\\d`` (any script's digits) and read with
+    ``int()``: ``Chunk ٠ from ٠ ...`` was chunk 0 of GPU 0.  Now such a line is refused,
+    quoted, with the form it should have."""
+    import mccl_opt as mo
+    from mccl_opt.errors import ScheduleError
+    from mccl_opt.interop.teccl_flows import from_teccl_flows, to_teccl_flows
+
+    topo = mo.Topology.load(ROOT / "instances" / "data" / "hpn-1x2x4.json")
+    data = to_teccl_flows(mo.solve_allgather(topo), topo)
+    assert from_teccl_flows(data, topo).collective == "allgather"
+    data["7-Flows"][0] = data["7-Flows"][0].replace("Chunk 0 from 0", "Chunk \u0660 from \u0660", 1)
+    assert "\u0660" in data["7-Flows"][0]
+    with pytest.raises(ScheduleError, match="is not 'Chunk c from S traveled over"):
+        from_teccl_flows(data, topo)

@@ -60,7 +60,7 @@ FALLBACK_GTS = 8.0
 FALLBACK_WIDTH = 16
 #: PCI switches nested deeper than this are refused (real hosts have 2-3 levels)
 MAX_PCI_DEPTH = 32
-_SPEED = re.compile(r"\s*(\d+(?:\.\d+)?)\s*GT/s", re.IGNORECASE)
+_SPEED = re.compile(r"\s*(\d+(?:\.\d+)?)\s*GT/s", re.IGNORECASE | re.ASCII)
 _log = logging.getLogger("mccl")
 
 
