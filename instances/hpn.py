@@ -16,6 +16,8 @@ Modelling choices (documented in docs/modelling.md):
 
 from __future__ import annotations
 
+import re
+
 from mccl_opt.errors import TopologyError
 from mccl_opt.topology import Link, Node, Topology
 
@@ -46,13 +48,16 @@ def agg_id(g: int) -> str:
     return f"agg{g}"
 
 
+_SHAPE = re.compile(r"\s*([0-9]{1,9})x([0-9]{1,9})x([0-9]{1,9})\s*", re.ASCII)
+
+
 def parse_shape(text: str) -> tuple[int, int, int]:
-    """Parse ``"SxHxN"`` (e.g. ``"1x2x8"``) into integers."""
-    parts = text.lower().split("x")
-    try:
-        s, h, n = (int(p) for p in parts)
-    except ValueError:
-        raise TopologyError(f"shape must look like SxHxN (e.g. 1x2x8), got {text!r}") from None
+    """Parse ``"SxHxN"`` (e.g. ``"1x2x8"``) into integers, written in ASCII digits
+    (``int()`` also reads other scripts' digits, ``+`` and ``_``: ``1x2x٢`` was 1x2x2)."""
+    match = _SHAPE.fullmatch(text.lower())
+    if match is None:
+        raise TopologyError(f"shape must look like SxHxN in ASCII digits (e.g. 1x2x8), got {text[:40]!r}")
+    s, h, n = (int(p) for p in match.groups())
     return s, h, n
 
 

@@ -11,7 +11,7 @@ from mccl_opt.topology import Topology
 
 __all__ = ["resolve_topology"]
 
-_HPN_NAME = re.compile(r"hpn[- ](\d+)x(\d+)x(\d+)(?:-(fail[123]))?")
+_HPN_NAME = re.compile(r"hpn[- ](\d+)x(\d+)x(\d+)(?:-(fail[123]))?", re.ASCII)   # ASCII digits only
 
 
 def resolve_topology(spec: str) -> Topology:

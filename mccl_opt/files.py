@@ -20,6 +20,7 @@ work starts.
 
 from __future__ import annotations
 
+import errno
 import gzip
 import json
 import os
@@ -30,10 +31,10 @@ from typing import Any
 
 from .errors import MCCLError
 
-__all__ = ["read_json", "read_bounded", "MAX_FILE_BYTES", "write_json", "check_output_path", "has_digit_run", "MAX_DEPTH",
+__all__ = ["read_json", "parse_json", "read_bounded", "refuse_shared", "MAX_FILE_BYTES", "write_json", "check_output_path", "has_digit_run", "MAX_DEPTH",
            "MAX_INT_DIGITS", "MAX_JSON_BYTES", "MAX_PARSE_BYTES", "TOPOLOGY_PARSE_BYTES",
            "SMALL_PARSE_BYTES", "too_deep", "nesting", "unique_keys", "has_repeated_key",
-           "parse_cost", "check_parse_cost",
+           "parse_cost", "check_parse_cost", "xml_parse_cost", "check_xml", "XML_PARSE_BYTES",
            "RepeatedKey"]
 
 #: nesting depth of a file (the deepest the project writes, an AllGather edge path, is 5)
@@ -46,18 +47,31 @@ MAX_JSON_BYTES = 1 << 29
 #: size of any input file read (regular files only, :func:`read_bounded`); a JSON file
 #: (plain or decompressed) is at most :data:`MAX_JSON_BYTES`
 MAX_FILE_BYTES = 1 << 30
-#: memory a JSON parse may take, as estimated before it starts (:func:`parse_cost`, 10-11
-#: times the size of the project's own files): schedules and controller state (an
-#: AllToAll schedule of 2048 GPUs is 186 MiB, 1.7 GiB by the estimate, 1.9 GB parsed)
+#: memory a JSON parse may take, as estimated before it starts (:func:`parse_cost`, 18-23
+#: times the size of the project's own schedules, 2.7-2.8 times what their parse takes):
+#: schedules and controller state (an AllToAll schedule of 2048 GPUs is 186 MiB, about
+#: 3.3 GiB by the estimate, 1.9 GB parsed)
 MAX_PARSE_BYTES = 4 << 30
 #: the same for a topology (a 200k-link one is tens of MB)
 TOPOLOGY_PARSE_BYTES = 1 << 30
 #: the same for small hand-written files: scenarios, workload profiles
 SMALL_PARSE_BYTES = 64 << 20
-#: :func:`parse_cost`'s bytes per value, per quote and per object or list
-VALUE_COST = 24
-QUOTE_COST = 32
-CONTAINER_COST = 160
+#: :func:`parse_cost`'s bytes per value (``,``), per quote, per object (``{``) and per list
+#: (``[``), measured (``bench/bench_parse_memory.py``): a float is 24 bytes and its slot in
+#: a list 8 more, a one-key object 184 bytes plus the key's pairs list and tuple while it is
+#: built, a string 49 bytes and more
+VALUE_COST = 40
+QUOTE_COST = 40
+OBJECT_COST = 288
+LIST_COST = 192
+#: memory an XML parse may take (MSCCL, ForestColl and NCCL topology XML), estimated before it
+#: (:func:`xml_parse_cost`: 41 times the size of an exported MSCCL algorithm, 3.8 times what
+#: its parse takes), as for JSON schedules: about 100 MB of MSCCL XML
+XML_PARSE_BYTES = MAX_PARSE_BYTES
+#: :func:`xml_parse_cost`'s bytes per ``<`` (an element: 80-140 bytes as an ``Element``)
+#: and per ``=`` (an attribute: its name, value and dict slot, 290-330 bytes), measured
+XML_ELEMENT_COST = 192
+XML_ATTRIBUTE_COST = 360
 _GZIP_MAGIC = b"\x1f\x8b"
 _GZIP_WBITS = 16 + zlib.MAX_WBITS       # zlib's window bits for a gzip header and trailer
 _CHUNK = 1 << 20                        # bytes in and out per inflation step
@@ -153,13 +167,35 @@ def unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return obj
 
 
-def read_bounded(path: str | Path, error: type[MCCLError], what: str, limit: int = MAX_FILE_BYTES) -> bytes:
+def refuse_shared(info: os.stat_result, path: str | Path, what: str, error: type[MCCLError]) -> None:
+    """Refuse a file or folder (its ``stat``) that another user owns or that group or
+    others can write (POSIX): the controller trusts its state as its own, and in a shared
+    folder another user could plant or swap it (docs/runtime.md, "Threat model")."""
+    if os.name != "posix":
+        return
+    if info.st_uid != os.geteuid():
+        raise error(f"{what} {str(path)!r} belongs to user id {info.st_uid}, not this user "
+                    f"({os.geteuid()}); use one of your own")
+    if info.st_mode & 0o022:
+        raise error(f"{what} {str(path)!r} can be written by group or others (mode "
+                    f"{info.st_mode & 0o777:o}); run `chmod go-w {path}`")
+
+
+def read_bounded(path: str | Path, error: type[MCCLError], what: str, limit: int = MAX_FILE_BYTES,
+                 private: bool = False) -> bytes:
     """The bytes of ``path``, which must be a regular file (after symlinks) of at most
     ``limit`` bytes: a FIFO, a device (``/dev/zero``), a socket or a folder is refused at
-    once, without reading (opened non-blocking, so a FIFO cannot hang the open)."""
+    once, without reading (opened non-blocking, so a FIFO cannot hang the open).
+    ``private``: the file itself must be no symlink (opened with ``O_NOFOLLOW``) and the
+    user's alone (:func:`refuse_shared`), checked on the open file, so the bytes read are
+    those of the file checked."""
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | (getattr(os, "O_NOFOLLOW", 0) if private else 0)
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        fd = os.open(path, flags)
     except OSError as exc:
+        if private and exc.errno == errno.ELOOP:
+            raise error(f"{what} file {str(path)!r} is a symlink; give the file itself "
+                        "(a write would replace the link)") from None
         raise error(f"cannot read {what} file {str(path)!r}: {exc.strerror}") from None
     info = os.fstat(fd)
     if not stat.S_ISREG(info.st_mode):
@@ -167,6 +203,8 @@ def read_bounded(path: str | Path, error: type[MCCLError], what: str, limit: int
         raise error(f"{what} file {str(path)!r} is not a regular file (a FIFO, device, socket or "
                     "folder); give a file")
     with os.fdopen(fd, "rb") as f:
+        if private:
+            refuse_shared(info, path, f"{what} file", error)
         if info.st_size > limit:
             raise error(f"{what} file {str(path)!r} has {info.st_size} bytes; at most {limit} are read")
         try:
@@ -194,14 +232,18 @@ def _read_upto(f: Any, size: int, most: int) -> bytes:
 
 def parse_cost(raw: bytes | bytearray) -> int:
     """An upper estimate of the memory (bytes) that parsing the JSON text ``raw`` takes,
-    from byte counts alone (C speed, nothing parsed): the text twice (bytes and ``str``)
-    and its share of the objects: :data:`VALUE_COST` per value (``,``), :data:`QUOTE_COST`
-    per ``"`` (a string is an object) and :data:`CONTAINER_COST` per object or list (``{``,
-    ``[``).  On the project's own files it is about 11 times their size; on hostile shapes
-    (``[{},{},...]`` takes 50 bytes of memory per byte of text) it is within 0.7-1.5 times
-    what the parse takes (docs/runtime.md, "Hostile-input audit, fourth pass")."""
-    return (4 * len(raw) + VALUE_COST * raw.count(b",") + QUOTE_COST * raw.count(b'"')
-            + CONTAINER_COST * (raw.count(b"{") + raw.count(b"[")))
+    from byte counts alone (C speed, nothing parsed): 4 bytes per byte of text (the bytes,
+    the ``str``, the strings parsed from it: 3, and a margin), 12 unless the text is ASCII
+    (one character beyond the Basic Multilingual Plane makes the ``str`` and a string 4
+    bytes a character), and its share of the objects: :data:`VALUE_COST` per value (``,``), :data:`QUOTE_COST`
+    per ``"`` (a string is an object), :data:`OBJECT_COST` per ``{`` and :data:`LIST_COST`
+    per ``[``.  It bounds what the parse takes (the peak, text and objects together): on
+    hostile shapes (``[{"k1":0},...]`` takes 27 bytes of memory per byte of text) the peak
+    is 0.12-0.80 times the estimate, measured by ``bench/bench_parse_memory.py``
+    (docs/runtime.md, "Hostile-input audit, fifth pass")."""
+    text = (4 if raw.isascii() else 12) * len(raw)
+    return (text + VALUE_COST * raw.count(b",") + QUOTE_COST * raw.count(b'"')
+            + OBJECT_COST * raw.count(b"{") + LIST_COST * raw.count(b"["))
 
 
 def check_parse_cost(raw: bytes | bytearray, what: str, error: type[MCCLError], most: int = MAX_PARSE_BYTES) -> None:
@@ -213,13 +255,48 @@ def check_parse_cost(raw: bytes | bytearray, what: str, error: type[MCCLError], 
                     f"to parse (at most {most >> 20} MiB for this kind of file); is it the right file?")
 
 
-def read_json(path: str | Path, error: type[MCCLError], what: str, max_cost: int = MAX_PARSE_BYTES) -> Any:
+def xml_parse_cost(raw: bytes | str) -> int:
+    """An upper estimate of the memory (bytes) ``xml.etree`` takes to parse ``raw``, from
+    counts alone: 8 bytes per byte of text (the bytes, the ``str``, expat's UTF-8 buffer,
+    the text pieces and the strings), 20 unless it is ASCII without character references
+    (``&#128512;`` is 9 ASCII bytes that make a string 4 bytes a character), plus
+    :data:`XML_ELEMENT_COST` per ``<`` and :data:`XML_ATTRIBUTE_COST` per ``=``; the peak
+    is 0.25-0.82 times it on hostile shapes (``bench/bench_parse_memory.py --xml``)."""
+    def n(token: str) -> int:
+        return raw.count(token.encode() if isinstance(raw, (bytes, bytearray)) else token)
+
+    text = 8 if raw.isascii() and not n("&#") else 20
+    return text * len(raw) + XML_ELEMENT_COST * n("<") + XML_ATTRIBUTE_COST * n("=")
+
+
+def check_xml(raw: bytes | str, what: str, error: type[MCCLError], most: int = XML_PARSE_BYTES) -> None:
+    """Refuse, before expat sees it, an XML text with a document type declaration (its
+    entities expand: a billion-laughs document, or an external entity naming a local
+    file; no MSCCL, ForestColl or NCCL file has one) or whose :func:`xml_parse_cost`
+    passes ``most`` bytes (20 MB of ``<x/>`` took 530 MB to be refused)."""
+    if ("<!DOCTYPE" if isinstance(raw, str) else b"<!DOCTYPE") in raw:
+        raise error(f"{what}: holds a <!DOCTYPE> declaration (entities); MSCCL, ForestColl and NCCL XML have "
+                    "none: remove it")
+    cost = xml_parse_cost(raw)
+    if cost > most:
+        raise error(f"{what}: {len(raw) >> 20} MiB of XML would take about {cost >> 20} MiB to parse "
+                    f"(at most {most >> 20} MiB); is it the right file?")
+
+
+def read_json(path: str | Path, error: type[MCCLError], what: str, max_cost: int = MAX_PARSE_BYTES,
+              private: bool = False) -> Any:
     """Parse the JSON file ``path`` (:func:`read_bounded`, at most :data:`MAX_JSON_BYTES`,
-    and :func:`check_parse_cost` against ``max_cost`` before it is parsed); any failure
-    raises ``error`` naming the file (``what`` says what the file should be, e.g.
-    ``"topology"``)."""
+    ``private`` as there, then :func:`parse_json`); any failure raises ``error`` naming
+    the file (``what`` says what the file should be, e.g. ``"topology"``)."""
+    return parse_json(read_bounded(path, error, what, MAX_JSON_BYTES, private), path, error, what, max_cost)
+
+
+def parse_json(raw: bytes, path: str | Path, error: type[MCCLError], what: str,
+               max_cost: int = MAX_PARSE_BYTES) -> Any:
+    """Parse the bytes ``raw`` read from ``path`` (inflated if gzip; refused by
+    :func:`check_parse_cost` against ``max_cost`` before it is parsed; nesting, integer
+    literals and repeated keys bounded as the module docstring says)."""
     path = Path(path)
-    raw = read_bounded(path, error, what, MAX_JSON_BYTES)
     raw = _gunzip(raw, path, error, max_cost) if raw[:2] == _GZIP_MAGIC else raw
     check_parse_cost(raw, str(path), error, max_cost)
     try:

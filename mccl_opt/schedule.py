@@ -34,7 +34,7 @@ from .report import SolveReport
 from .schedule_chunks import Chunk, PathChunk, TreeChunk, TreeChunks, TreeTable, distinct_paths
 from .schedule_format import (FORMAT_V1, FORMAT_V2, as_list, as_object, jsonable, number, pack_v1,
                               pack_v2, pack_v2_table, unpack_chunks, unpack_tree_table,
-                              version_number)
+                              read_bottleneck, version_number)
 from .schedule_format_v3 import FORMAT_V3, pack_v3, unpack_v2_paths, unpack_v3
 from .schedule_paths import PathChunks, PathTable, path_table
 
@@ -224,13 +224,7 @@ class Schedule:
         else:
             raw = unpack_chunks(data, collective == "alltoall", gpus)
             chunks = [PathChunk(*c) for c in raw] if collective == "alltoall" else [TreeChunk(*c) for c in raw]
-        bottleneck = []
-        for i, b in enumerate(as_list(data.get("bottleneck", []), "bottleneck")):
-            if not isinstance(b, Mapping) or not {"src", "dst"} <= set(b):
-                raise ScheduleError(f"bottleneck[{i}] needs 'src' and 'dst'")
-            bottleneck.append(BottleneckLink(str(b["src"]), str(b["dst"]),
-                                             number(b.get("chunks", 0), f"bottleneck[{i}].chunks"),
-                                             number(b.get("base_slack", 0.0), f"bottleneck[{i}].base_slack")))
+        bottleneck = [BottleneckLink(*b) for b in read_bottleneck(data.get("bottleneck", []))]
         rate = number(data["rate_gbps"], "rate_gbps")
         lp_rate = number(data.get("lp_rate_gbps", data["rate_gbps"]), "lp_rate_gbps")
         if not lp_rate <= MAX_RATE_GBPS:

@@ -32,7 +32,7 @@ from .schedule_chunks import TreeTable, path_nodes
 
 __all__ = ["FORMAT_V1", "FORMAT_V2", "FORMATS", "pack_v1", "pack_v2", "pack_v2_table", "unpack_chunks",
            "unpack_tree_table", "v2_parts",
-           "as_list", "number", "version_number", "as_object", "jsonable"]
+           "as_list", "number", "read_bottleneck", "version_number", "as_object", "jsonable"]
 
 FORMAT_V1 = "mccl-schedule/1"
 FORMAT_V2 = "mccl-schedule/2"
@@ -303,6 +303,29 @@ def number(v: Any, where: str) -> float:
     if not ok:
         raise ScheduleError(f"'{where}' must be a finite number, got {str(v)[:40]}")
     return float(v)
+
+
+def read_bottleneck(entries: Any) -> list[tuple[str, str, float, float]]:
+    """A schedule file's ``bottleneck`` as ``(src, dst, chunks, base_slack)``: each entry a link (``src``, ``dst`` strings) once,
+    ``chunks`` >= 0 and ``base_slack`` in [0, 1] (the fraction of a capacity left unused);
+    a list as ``src`` was read as its text, a slack of 7 or -3 as given."""
+    out: list[tuple[str, str, float, float]] = []
+    seen: set[tuple[str, str]] = set()
+    for i, b in enumerate(as_list(entries, "bottleneck")):
+        if not isinstance(b, Mapping) or not {"src", "dst"} <= set(b):
+            raise ScheduleError(f"bottleneck[{i}] needs 'src' and 'dst'")
+        if not isinstance(b["src"], str) or not isinstance(b["dst"], str):
+            raise ScheduleError(f"bottleneck[{i}]: 'src' and 'dst' must be node ids (strings)")
+        chunks = number(b.get("chunks", 0), f"bottleneck[{i}].chunks")
+        slack = number(b.get("base_slack", 0.0), f"bottleneck[{i}].base_slack")
+        if chunks < 0 or not 0.0 <= slack <= 1.0:
+            raise ScheduleError(f"bottleneck[{i}]: 'chunks' must be >= 0 and 'base_slack' (the capacity left "
+                                f"unused) in [0, 1], got {chunks:.6g} and {slack:.6g}; the file is corrupt or edited")
+        if (b["src"], b["dst"]) in seen:
+            raise ScheduleError(f"bottleneck[{i}]: the link {b['src'][:40]!r} -> {b['dst'][:40]!r} is listed twice")
+        seen.add((b["src"], b["dst"]))
+        out.append((b["src"], b["dst"], chunks, slack))
+    return out
 
 
 def version_number(v: Any) -> int:

@@ -208,6 +208,8 @@ def inspect(topo: Topology, schedule: Schedule, *, tol: float = 1e-6,
         steps = _check_allgather(topo, schedule, tol, problems)
         loads = _link_loads(topo, schedule.chunks, problems)
     rate = _rate(topo, loads)
+    problems.extend(f"bottleneck link {b.src[:40]!r} -> {b.dst[:40]!r} is no link of {topo.name!r}"
+                    for b in schedule.bottleneck if not topo.has_link(b.src, b.dst))
     as_stated = bool(np.isclose(rate, schedule.rate_gbps, rtol=tol * 10, atol=1e-9))
     if strict and not as_stated:
         problems.append(f"recomputed rate {rate:.9g} Gbps differs from rate_gbps {schedule.rate_gbps:.9g}")

@@ -5,11 +5,24 @@ from __future__ import annotations
 import argparse
 import sys
 
+from mccl_opt.number_args import float_arg, int_arg, number_arg
+
 from .telemetry import CLI_ESTIMATOR, ESTIMATORS
 
 
 #: synthesis worker processes at most
 MAX_WORKERS = 256
+#: a front end's ``--id``, in [0, 2^30) (:data:`mccl_runtime.columns.MAX_REPORTER`),
+#: checked before the controller is contacted
+_reporter_id = number_arg(int, 0, high=(1 << 30) - 1, expected="an integer in [0, 2^30)")
+
+
+def _path(text: str) -> str:
+    """A ``--key-file`` or ``--state`` path: an empty one (``--key-file "$KEY"`` with
+    ``KEY`` unset) was taken for none, so the controller served without a key or a state."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("an empty path; give a file, or leave the option out")
+    return text
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -22,8 +35,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--bind", default="tcp://127.0.0.1:5555",
                    help="request endpoint (ROUTER); port 0 picks a free one (default %(default)s)")
     s.add_argument("--pub-bind", help="publisher endpoint (default: same host, a free port; see `ping`)")
-    s.add_argument("--key-file", help="shared key: sign and check every message with HMAC-SHA256")
-    s.add_argument("--state", help="state file: resume from it and keep it up to date")
+    s.add_argument("--key-file", type=_path, help="shared key: sign and check every message with HMAC-SHA256")
+    s.add_argument("--state", type=_path, help="state file: resume from it and keep it up to date")
     s.add_argument("--collective", action="append", default=[], metavar="COMM/NAME:KIND",
                    help="register a collective at start, e.g. world/ag:allgather (repeatable)")
     s.add_argument("--members", action="append", default=[], metavar="COMM=GPU,GPU,...",
@@ -34,25 +47,25 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="link estimate: the change-point level (re-synthesizes for a new level once "
                         "confirmed) or the paper's EWMA (--alpha); default %(default)s, as `mccl loop` "
                         "(docs/runtime.md)")
-    s.add_argument("--alpha", type=_finite, default=0.012, help="EWMA smoothing factor (default %(default)s)")
-    s.add_argument("--gamma", type=_finite, default=0.1, help="Algorithm 1 threshold Gamma (default %(default)s)")
-    s.add_argument("--dwell", type=_finite, default=1.0, help="minimum seconds between decisions per collective")
-    s.add_argument("--time-limit", type=_finite, default=60.0, help="re-synthesis time bound in seconds")
+    s.add_argument("--alpha", type=float_arg, default=0.012, help="EWMA smoothing factor (default %(default)s)")
+    s.add_argument("--gamma", type=float_arg, default=0.1, help="Algorithm 1 threshold Gamma (default %(default)s)")
+    s.add_argument("--dwell", type=float_arg, default=1.0, help="minimum seconds between decisions per collective")
+    s.add_argument("--time-limit", type=float_arg, default=60.0, help="re-synthesis time bound in seconds")
     s.add_argument("--backend", default="highs", help="LP backend for the synthesizers")
     s.add_argument("--shallow-trees", action="store_true",
                    help="for executors that run a GPU hop per round: AllGather: when a warm start deepens the "
                         "trees, also solve cold and keep the shallower schedule of equal rate; AllToAll: also "
                         "solve cold and keep it if of equal rate and faster in the round model")
-    s.add_argument("--workers", type=int, default=0,
+    s.add_argument("--workers", type=int_arg, default=0,
                    help="run re-syntheses in this many worker processes (default: one thread in the controller)")
     s.add_argument("--synthesis", default="local", metavar="local|ray|ray://HOST:PORT",
                    help="where re-syntheses run: in this machine's thread or --workers processes (local, "
                         "default), or as Ray tasks on a local Ray instance (ray; --workers CPUs) or a Ray "
                         "cluster (ray://HOST:PORT); Ray needs pip install 'mccl[ray]'")
-    s.add_argument("--shards", type=int, default=1,
+    s.add_argument("--shards", type=int_arg, default=1,
                    help="run N controller processes, each serving the communicators hashed to it "
                         "(ports --bind+I, state files STATE.shardI; docs/scale.md)")
-    s.add_argument("--frontends", type=int, default=0, metavar="N",
+    s.add_argument("--frontends", type=int_arg, default=0, metavar="N",
                    help="also start N telemetry front ends (`mccl controller frontend` processes forwarding "
                         "to this controller; hosts send telemetry to them; docs/scale.md)")
     s.add_argument("--frontend-bind", default="tcp://127.0.0.1:0", metavar="ENDPOINT",
@@ -73,8 +86,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="the controller's request endpoint (any shard's for a sharded controller)")
     f.add_argument("--bind", default="tcp://127.0.0.1:0",
                    help="endpoint the hosts send telemetry to; port 0 picks a free one (default %(default)s)")
-    f.add_argument("--key-file", help="shared key (the controller's): check the hosts' messages, sign the forwards")
-    f.add_argument("--interval", type=_finite, default=0.05,
+    f.add_argument("--key-file", type=_path, help="shared key (the controller's): check the hosts' messages, sign the forwards")
+    f.add_argument("--interval", type=float_arg, default=0.05,
                    help="seconds between forwarded batches (default %(default)s: the executors' flush)")
     f.add_argument("--id", type=_reporter_id, metavar="N",
                    help="this front end's id, in [0, 2^30) and the same after a restart: forward pair telemetry "
@@ -88,29 +101,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     add_arguments(lp)
     lp.set_defaults(handler=_loop)
-
-
-def _reporter_id(text: str) -> int:
-    """A front end's ``--id``, in [0, 2^30) (:data:`mccl_runtime.columns.MAX_REPORTER`),
-    checked before the controller is contacted."""
-    try:
-        value = int(text[:100])
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text[:40]!r} is not an integer") from None
-    if not 0 <= value < 1 << 30:
-        raise argparse.ArgumentTypeError(f"expected an integer in [0, 2^30), got {text[:40]!r}")
-    return value
-
-
-def _finite(text: str) -> float:
-    """A finite float argument (``nan``/``inf`` are refused by argparse)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if value != value or value in (float("inf"), float("-inf")):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
-    return value
 
 
 def _member_specs(specs: list[str]) -> dict[str, list[str]]:

@@ -9,6 +9,8 @@ import json
 import sys
 from typing import Any, TextIO
 
+from mccl_opt.number_args import float_arg, int_arg
+
 from .loop import LoopConfig, run_loop
 from .loop_report import builtin_summary, plot, public_summary
 from .scenario import load_scenario
@@ -25,24 +27,24 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="collective of the built-in case (default %(default)s)")
     p.add_argument("--fail", dest="failure", choices=["fail1", "fail2"], default=d.failure,
                    help="paper failure injected at --t0-ms (default %(default)s)")
-    p.add_argument("--gpu", type=int, default=d.gpu, help="rank hit by the failure (default %(default)s)")
-    p.add_argument("--size-mib", type=float, default=d.message_bytes / 2**20,
+    p.add_argument("--gpu", type=int_arg, default=d.gpu, help="rank hit by the failure (default %(default)s)")
+    p.add_argument("--size-mib", type=float_arg, default=d.message_bytes / 2**20,
                    help="per-GPU shard (AllGather) or per-pair block (AllToAll) in MiB")
-    p.add_argument("--t0-ms", type=float, default=d.t0_ms, help="failure time, ms (default %(default)s)")
-    p.add_argument("--t1-ms", type=float, default=None, help="failure clears at this time (optional)")
-    p.add_argument("--duration-ms", type=float, default=d.duration_ms,
+    p.add_argument("--t0-ms", type=float_arg, default=d.t0_ms, help="failure time, ms (default %(default)s)")
+    p.add_argument("--t1-ms", type=float_arg, default=None, help="failure clears at this time (optional)")
+    p.add_argument("--duration-ms", type=float_arg, default=d.duration_ms,
                    help="simulated time, ms (default %(default)s)")
-    p.add_argument("--noise", type=float, default=d.noise, help="telemetry noise (relative std)")
-    p.add_argument("--seed", type=int, default=d.seed, help="telemetry noise seed (default %(default)s)")
+    p.add_argument("--noise", type=float_arg, default=d.noise, help="telemetry noise (relative std)")
+    p.add_argument("--seed", type=int_arg, default=d.seed, help="telemetry noise seed (default %(default)s)")
     p.add_argument("--estimator", choices=list(ESTIMATORS), default=CLI_ESTIMATOR,
                    help="link estimate: the change-point level or the paper's EWMA (--alpha); "
                         "default %(default)s, as `mccl controller serve`")
-    p.add_argument("--alpha", type=float, default=d.alpha, help="EWMA smoothing factor (--estimator ewma)")
-    p.add_argument("--gamma", type=float, default=d.gamma, help="Algorithm 1 threshold")
-    p.add_argument("--probe-period-ms", type=float, default=d.probe_period_ms,
+    p.add_argument("--alpha", type=float_arg, default=d.alpha, help="EWMA smoothing factor (--estimator ewma)")
+    p.add_argument("--gamma", type=float_arg, default=d.gamma, help="Algorithm 1 threshold")
+    p.add_argument("--probe-period-ms", type=float_arg, default=d.probe_period_ms,
                    help="probe links held below nominal this often (0: never)")
-    p.add_argument("--oob-ms", type=float, default=d.oob_ms, help="hot-swap out-of-band sync cost")
-    p.add_argument("--cold-gpus", type=int, default=d.cold_gpus,
+    p.add_argument("--oob-ms", type=float_arg, default=d.oob_ms, help="hot-swap out-of-band sync cost")
+    p.add_argument("--cold-gpus", type=int_arg, default=d.cold_gpus,
                    help="simulated loop: re-synthesize cold, not warm, on fabrics of at most this many GPUs "
                         "(equal-rate warm optima can simulate slower; default %(default)s, 0: always warm)")
     p.add_argument("--synth-clock", choices=["wall", "cpu"], default=d.synth_clock,

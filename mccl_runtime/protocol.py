@@ -374,12 +374,18 @@ def split_frames(frames: list[bytes]) -> tuple[list[bytes], bytes, tuple[bytes, 
 
 def load_key(path: str | Path) -> bytes:
     """Read a shared key file (at least 16 bytes after stripping whitespace) that only
-    its owner can read (a key readable by group or others is refused)."""
+    its owner can read (a key readable by group or others is refused), the owner being
+    this user (another user, even one whose file root may read, could rewrite the key
+    and then forge any message)."""
     try:
-        mode = os.stat(path).st_mode
+        info = os.stat(path)
     except OSError as exc:
         raise MCCLError(f"cannot read key file {str(path)!r}: {exc.strerror}") from None
+    mode = info.st_mode
     key = read_bounded(path, MCCLError, "key", MAX_KEY_FILE_BYTES).strip()
+    if os.name == "posix" and info.st_uid != os.geteuid():
+        raise MCCLError(f"key file {str(path)!r} belongs to user id {info.st_uid}, not this user "
+                        f"({os.geteuid()}); use a key file of your own (`chmod 600`)")
     if os.name == "posix" and mode & 0o077:
         raise MCCLError(f"key file {str(path)!r} is readable by group or others (mode {mode & 0o777:o}); "
                         f"run `chmod 600 {path}`")

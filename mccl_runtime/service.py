@@ -41,7 +41,6 @@ import time
 from collections import Counter
 from pathlib import Path
 from typing import Any, Callable
-from unicodedata import is_normalized
 
 from mccl_opt.errors import MCCLError
 from mccl_opt.topology import Topology
@@ -58,17 +57,17 @@ from .protocol import (MAX_REQUEST_BYTES, REPLAY_WINDOW_S, SCHEDULE_TOPIC, Messa
 from .inbox import Inbox
 from .shards import shard_of
 from .state import StateWriter, check_state_folder, load_state, remove_temporaries
+from .state_check import MAX_COLLECTIVES, MAX_NAME_CHARS, name_problem
 from .swap_holds import HOLD_WINDOW_S, SwapHolds
 from .telemetry import MeasurementStore
 
-__all__ = ["ControllerService", "is_loopback", "MAX_COLLECTIVES", "MAX_NAME_CHARS"]
+__all__ = ["ControllerService", "is_loopback", "MAX_COLLECTIVES", "MAX_CLIENT_COLLECTIVES", "MAX_NAME_CHARS"]
 
 log = logging.getLogger("mccl.controller")
 
-#: registered collectives per controller (each costs a schedule in every state write)
-MAX_COLLECTIVES = 256
-#: characters of a communicator or collective name
-MAX_NAME_CHARS = 128
+#: of them, registered by one signed client (its ``client`` id; an AllReduce counts two): a
+#: runaway client cannot take every slot (docs/runtime.md, "Threat model")
+MAX_CLIENT_COLLECTIVES = 64
 #: requests received per drain, and seconds of large requests per loop turn, before the
 #: loop decides, publishes and persists
 TURN_MESSAGES = 64
@@ -84,7 +83,7 @@ class ControllerService:
                  alpha: float = 0.012, estimator: str = "ewma", policy: Policy = Policy(),
                  allow_remote: bool = False, persist_interval_s: float = 1.0, clock: Callable[[], float] = time.time,
                  replay_window_s: float = REPLAY_WINDOW_S, max_collectives: int = MAX_COLLECTIVES,
-                 max_request_bytes: int = MAX_REQUEST_BYTES, pool: SynthesisPool | None = None,
+                 max_client_collectives: int = MAX_CLIENT_COLLECTIVES, max_request_bytes: int = MAX_REQUEST_BYTES, pool: SynthesisPool | None = None,
                  hold_window_s: float = HOLD_WINDOW_S) -> None:
         if pub_bind is None:
             pub_bind = bind.rsplit(":", 1)[0] + ":*" if bind.startswith("tcp://") else bind + "-pub"
@@ -108,7 +107,8 @@ class ControllerService:
         self.durable = DurableState(self.writer)
         self.final_write_ok: bool | None = None    # after serve_forever: the last write's outcome
         self.persist_interval_s = persist_interval_s
-        self.max_collectives = max_collectives
+        self.max_collectives, self.max_client_collectives = max_collectives, max_client_collectives
+        self._owners: dict[tuple[str, str], str] = {}     # collective -> the client that registered it
         self.max_request_bytes = max_request_bytes
         self.store = MeasurementStore(topo, alpha=alpha, estimator=estimator, clock=clock)
         self.manager = ScheduleManager(self.store, synthesize, policy, pool=pool)   # pool: jobs in processes
@@ -141,7 +141,7 @@ class ControllerService:
             log.warning("cannot remove a temporary file next to %s: %s", self.state_path, exc.strerror)
         state = load_state(self.state_path, self.store.topo, now=self.clock(),
                            max_ratio=self.store.max_ratio,
-                           future_tolerance_s=self.store.future_tolerance_s)
+                           future_tolerance_s=self.store.future_tolerance_s, max_collectives=self.max_collectives)
         if state is None:
             return
         self.store.restore(state["telemetry"])
@@ -311,7 +311,7 @@ class ControllerService:
             return "ok", self._ingested(len(samples), self.store.ingest(samples, now).to_dict(), now)
         if msg.type == "register":
             return "ok", {"registered": self.register(_field(b, "comm"), _field(b, "name"), _field(b, "kind"), now,
-                                                      self._members(b.get("gpus")))}
+                                                      self._members(b.get("gpus")), client=msg.client)}
         if msg.type == "get_schedule":
             coll = self.manager.get(_field(b, "comm"), _field(b, "name"))
             version, schedule = self.durable.served(coll)      # the version on disk
@@ -348,14 +348,16 @@ class ControllerService:
                                             f"{self.store.topo.num_gpus} GPUs")
         return gpus
 
-    def register(self, comm: str, name: str, kind: str, now: float, gpus: list[str] | None = None) -> list[str]:
+    def register(self, comm: str, name: str, kind: str, now: float, gpus: list[str] | None = None, *,
+                 client: str | None = None) -> list[str]:
         """Register all of a collective or nothing (an AllReduce is two entries), within
-        the cap; written at the end of the loop turn (a request's reply waits for it).
-        ``gpus``: the communicator's members (:meth:`ScheduleManager.register`)."""
+        the cap and ``client``'s quota (a signed request's sender; collectives restored
+        from the state count for no client); written at the end of the loop turn (a
+        request's reply waits for it).  ``gpus``: the communicator's members
+        (:meth:`ScheduleManager.register`)."""
         for label, v in (("comm", comm), ("name", name)):
-            if len(v) > MAX_NAME_CHARS or not v.isprintable() or not is_normalized("NFC", v):
-                raise ProtocolError("bad_body", f"{label} must be printable, in Unicode NFC form, at most "
-                                                f"{MAX_NAME_CHARS} characters")
+            if name_problem(v):
+                raise ProtocolError("bad_body", f"{label} {name_problem(v)}")
         if self.shard is not None and shard_of(comm, self.shard[1]) != self.shard[0]:
             right = shard_of(comm, self.shard[1])
             where = self.shard_endpoints[right] if self.shard_endpoints else f"shard {right}"
@@ -367,7 +369,14 @@ class ControllerService:
         if len(self.manager.collectives()) + len(names) > self.max_collectives:
             raise MCCLError(f"this controller already serves {len(self.manager.collectives())} collectives "
                             f"(at most {self.max_collectives})")
+        if client is not None:
+            mine = sum(self._owners.get(c.key) == client for c in self.manager.collectives())
+            if mine + len(names) > self.max_client_collectives:
+                raise MCCLError(f"this client already registered {mine} collectives (at most "
+                                f"{self.max_client_collectives} per client, of {self.max_collectives}; an AllReduce "
+                                "counts two): register fewer, or run another controller")
         colls = self.manager.register(comm, name, kind, now=now, gpus=gpus)
+        self._owners.update((c.key, client) for c in colls if client is not None)
         members = "" if colls[0].gpus is None else f" over {len(colls[0].gpus)} GPUs"
         log.info("registered %s/%s (%s%s); synthesizing the first schedule", comm, name, kind, members)
         self._must_persist = True

@@ -21,16 +21,17 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import stat
 import tempfile
 from pathlib import Path
 from typing import Any
 
 from mccl_opt.errors import MCCLError
-from mccl_opt.files import read_bounded, read_json
+from mccl_opt.files import MAX_JSON_BYTES, parse_json, read_bounded, read_json, refuse_shared
 from mccl_opt.topology import Topology
 
-from .state_check import check_state
+from .state_check import MAX_COLLECTIVES, check_state
 
 __all__ = ["check_state_folder", "STATE_FORMAT", "StateWriter", "load_state", "remove_temporaries", "versions_dir"]
 
@@ -54,6 +55,7 @@ def check_state_folder(path: str | Path) -> None:
     if not folder.is_dir():
         raise MCCLError(f"controller state {str(path)!r}: its folder {str(folder)!r} does not exist "
                         "(create it first)")
+    check_private_folder(path)
     try:                                          # an empty file: creatable even on a full disk
         fd, probe = tempfile.mkstemp(prefix=f".{Path(path).name}.", suffix=".tmp", dir=folder)
         os.close(fd)
@@ -66,9 +68,7 @@ def check_state_folder(path: str | Path) -> None:
 def check_owned(path: Path, what: str) -> None:
     """Refuse a state file or version folder that is a symlink (the atomic rename would
     replace the link, leaving its target behind), belongs to another user or can be
-    written by group or others (in a shared folder such as ``/tmp`` another user could
-    plant a state, or swap the version folder): the state is trusted as the controller's
-    own (docs/runtime.md, "Threat model")."""
+    written by group or others (:func:`mccl_opt.files.refuse_shared`)."""
     try:
         info = os.lstat(path)
     except FileNotFoundError:
@@ -76,12 +76,21 @@ def check_owned(path: Path, what: str) -> None:
     if stat.S_ISLNK(info.st_mode):
         raise MCCLError(f"{what} {str(path)!r} is a symlink, not a regular file or folder; give the path itself "
                         "(a write would replace the link)")
-    if os.name == "posix" and info.st_uid != os.geteuid():
-        raise MCCLError(f"{what} {str(path)!r} belongs to user id {info.st_uid}, not this user "
-                        f"({os.geteuid()}); use a state file of your own")
-    if os.name == "posix" and info.st_mode & 0o022:
-        raise MCCLError(f"{what} {str(path)!r} can be written by group or others (mode "
-                        f"{info.st_mode & 0o777:o}); run `chmod go-w {path}`")
+    refuse_shared(info, path, what, MCCLError)
+
+
+def check_private_folder(path: str | Path) -> None:
+    """Refuse a state file whose folder another user owns or group or others can write
+    (``/tmp``, a shared project folder): another user could plant a state or a version
+    folder there, or, without the sticky bit, swap the files between writes.  The state
+    folder must be the user's alone (docs/runtime.md, "Threat model")."""
+    folder = Path(path).parent
+    try:
+        info = os.stat(folder)
+    except OSError as exc:
+        raise MCCLError(f"controller state {str(path)!r}: cannot inspect its folder {str(folder)!r} "
+                        f"({exc.strerror})") from None
+    refuse_shared(info, folder, f"controller state {str(path)!r}: its folder", MCCLError)
 
 
 def _write_atomic(path: Path, data: bytes) -> None:
@@ -97,6 +106,35 @@ def _write_atomic(path: Path, data: bytes) -> None:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
+
+
+def _replace_durably(path: Path, data: bytes) -> None:
+    """``data`` to ``path`` (:func:`_write_atomic`), then its folder synced.  If that
+    sync fails (``EIO``: the rename may never reach the disk, or reach it after a
+    crash), the previous file is put back (kept as a hard link, or a copy, until then) and
+    the error raised: the caller tells its client the write failed, so the file must not
+    hold what the client was refused (a registration answered with an error, found again
+    after a restart)."""
+    prev = path.with_name(f".{path.name}.prev.tmp")       # removed by remove_temporaries after a crash
+    had = path.exists()
+    try:
+        if had:
+            prev.unlink(missing_ok=True)
+            try:
+                os.link(path, prev)
+            except OSError:                               # no hard links here: a copy
+                shutil.copyfile(path, prev)
+        _write_atomic(path, data)
+        try:
+            _sync_dir(path.parent)
+        except OSError:
+            if had:
+                os.replace(prev, path)
+            else:
+                path.unlink(missing_ok=True)
+            raise
+    finally:
+        prev.unlink(missing_ok=True)
 
 
 def _sync_dir(folder: Path) -> None:
@@ -160,8 +198,7 @@ class StateWriter:
         data = f'{{"format":"{STATE_FORMAT}","topology":{self._topology},{rest[1:]}'.encode()
         if self.dir.exists():
             _sync_dir(self.dir)
-        _write_atomic(self.path, data)
-        _sync_dir(self.path.parent)
+        _replace_durably(self.path, data)
         self._drop_unnamed({c["schedule"]["file"] for c in colls if c["schedule"]})
 
     def _drop_unnamed(self, named: set[str]) -> None:
@@ -200,10 +237,11 @@ def _inline_versions(data: dict[str, Any], path: Path) -> None:
         name = ref["file"]
         if not isinstance(name, str) or not _VERSION_FILE.fullmatch(name):
             raise MCCLError(f"{where} must be a version file name (64 hex digits + .json)")
-        raw = read_bounded(versions_dir(path) / name, MCCLError, f"{where}: schedule version")
+        file = versions_dir(path) / name
+        raw = read_bounded(file, MCCLError, f"{where}: schedule version", MAX_JSON_BYTES, private=True)
         if hashlib.sha256(raw).hexdigest() + ".json" != name:
             raise MCCLError(f"{where}: {name} does not match its content (corrupt)")
-        content = read_json(versions_dir(path) / name, MCCLError, "schedule version")
+        content = parse_json(raw, file, MCCLError, "schedule version")     # the bytes checked, not a second open
         if not isinstance(content, dict) or not {"schedule", "synth_capacity"} <= set(content):
             raise MCCLError(f"{where}: {name} must hold 'schedule' and 'synth_capacity'")
         c["schedule"], c["synth_capacity"] = content["schedule"], content["synth_capacity"]
@@ -211,17 +249,19 @@ def _inline_versions(data: dict[str, Any], path: Path) -> None:
 
 
 def load_state(path: str | Path, topo: Topology, *, now: float | None = None,
-               max_ratio: float = 1.5, future_tolerance_s: float = 0.5) -> dict[str, Any] | None:
+               max_ratio: float = 1.5, future_tolerance_s: float = 0.5,
+               max_collectives: int = MAX_COLLECTIVES) -> dict[str, Any] | None:
     """The saved state checked against ``topo`` (:func:`.state_check.check_state`) and
     normalised, or ``None`` if ``path`` does not exist.  Any problem raises one
     :class:`MCCLError` naming the file and the field."""
     path = Path(path)
+    check_private_folder(path)
     check_owned(path, "controller state")
     check_owned(versions_dir(path), "controller state folder")
     if not path.exists():
         return None
     try:
-        data = read_json(path, MCCLError, "controller state")
+        data = read_json(path, MCCLError, "controller state", private=True)
         if not isinstance(data, dict) or data.get("format") not in _FORMATS:
             raise MCCLError(f"not a {STATE_FORMAT} file; pass another --state")
         _inline_versions(data, path)
@@ -229,7 +269,8 @@ def load_state(path: str | Path, topo: Topology, *, now: float | None = None,
             raise MCCLError("the file disappeared while it was read")
         check_owned(path, "controller state")    # again: what was read is the file checked
         check_owned(versions_dir(path), "controller state folder")
-        return check_state(data, topo, now=now, max_ratio=max_ratio, future_tolerance_s=future_tolerance_s)
+        return check_state(data, topo, now=now, max_ratio=max_ratio, future_tolerance_s=future_tolerance_s,
+                           max_collectives=max_collectives)
     except MCCLError as exc:
         raise MCCLError(f"controller state {str(path)!r}: {exc}; fix it or delete the file (and "
                         f"{versions_dir(path).name}/) to start fresh") from None

@@ -12,16 +12,21 @@ from __future__ import annotations
 
 import math
 from typing import Any, Mapping
+from unicodedata import is_normalized
 
 from mccl_opt.errors import MCCLError
 from mccl_opt.files import too_deep
 from mccl_opt.subfabric import induced
 from mccl_opt.topology import Topology
 
-__all__ = ["check_state", "MAX_STATE_DEPTH"]
+__all__ = ["check_state", "name_problem", "MAX_STATE_DEPTH", "MAX_COLLECTIVES", "MAX_NAME_CHARS"]
 
 #: nesting depth of a state file (the path of an AllGather tree edge sits at level 10)
 MAX_STATE_DEPTH = 24
+#: registered collectives per controller (each costs a schedule in every state write)
+MAX_COLLECTIVES = 256
+#: characters of a communicator or collective name
+MAX_NAME_CHARS = 128
 _KINDS = {"allgather": True, "alltoall": True, "reducescatter": False}
 
 
@@ -41,6 +46,14 @@ def _list(v: Any, where: str) -> list[Any]:
     if not isinstance(v, list):
         raise MCCLError(f"{where} must be a list, got {type(v).__name__}")
     return v
+
+
+def name_problem(v: str) -> str | None:
+    """What is wrong with a communicator or collective name (one a registration would
+    refuse: a state file holds only registered names), or ``None``."""
+    if len(v) > MAX_NAME_CHARS or not v.isprintable() or not is_normalized("NFC", v):
+        return f"must be printable, in Unicode NFC form, at most {MAX_NAME_CHARS} characters"
+    return None
 
 
 def _str(v: Any, where: str) -> str:
@@ -71,12 +84,14 @@ def _counters(v: Any, where: str) -> dict[str, int]:
 
 
 def check_state(data: Mapping[str, Any], topo: Topology, *, now: float | None = None,
-                max_ratio: float = 1.5, future_tolerance_s: float = 0.5) -> dict[str, Any]:
+                max_ratio: float = 1.5, future_tolerance_s: float = 0.5,
+                max_collectives: int = MAX_COLLECTIVES) -> dict[str, Any]:
     """Check a parsed state file against the served topology; returns it normalised
     (numbers as floats/ints; each collective's checked :class:`~mccl_opt.schedule.Schedule`
     also as ``parsed_schedule``, so a resume does not parse it twice).  Raises
     :class:`MCCLError` naming the first bad field.  ``now`` (default: the wall clock)
-    bounds every stored time from above."""
+    bounds every stored time from above; at most ``max_collectives`` collectives, their
+    names as a registration's (:func:`name_problem`)."""
     import time
 
     now = time.time() if now is None else now
@@ -90,7 +105,7 @@ def check_state(data: Mapping[str, Any], topo: Topology, *, now: float | None = 
         raise MCCLError("it was written for another topology; pass that topology")
     return {**data, "topology": data["topology"],
             "telemetry": _telemetry(data.get("telemetry", {}), topo, now + future_tolerance_s, max_ratio),
-            "manager": _manager(data.get("manager", {}), topo, now + future_tolerance_s, max_ratio),
+            "manager": _manager(data.get("manager", {}), topo, now + future_tolerance_s, max_ratio, max_collectives),
             "protocol_errors": _counters(data.get("protocol_errors", {}), "protocol_errors")}
 
 
@@ -153,16 +168,23 @@ def _telemetry(v: Any, topo: Topology, latest: float, max_ratio: float) -> dict[
             "rejected": _counters(tel.get("rejected", {}), "telemetry.rejected")}
 
 
-def _manager(v: Any, topo: Topology, latest: float, max_ratio: float) -> dict[str, Any]:
+def _manager(v: Any, topo: Topology, latest: float, max_ratio: float, max_collectives: int) -> dict[str, Any]:
     from mccl_opt.schedule import Schedule
 
     mgr = _obj(v, "manager")
     seen: set[tuple[str, str]] = set()
     colls = []
-    for i, d in enumerate(_list(mgr.get("collectives", []), "manager.collectives")):
+    entries = _list(mgr.get("collectives", []), "manager.collectives")
+    if len(entries) > max_collectives:
+        raise MCCLError(f"manager.collectives holds {len(entries)} collectives; a controller serves at most "
+                        f"{max_collectives}")
+    for i, d in enumerate(entries):
         where = f"manager.collectives[{i}]"
         d = _obj(d, where)
         comm, name = _str(_get(d, "comm", where), f"{where}.comm"), _str(_get(d, "name", where), f"{where}.name")
+        for label, v in (("comm", comm), ("name", name)):
+            if name_problem(v):
+                raise MCCLError(f"{where}.{label} {name_problem(v)}")
         if (comm, name) in seen:
             raise MCCLError(f"{where}: {comm[:40]}/{name[:40]} appears twice")
         seen.add((comm, name))

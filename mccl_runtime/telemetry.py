@@ -304,13 +304,16 @@ class MeasurementStore:
                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, Counter, np.ndarray | None]:
         """The time and size checks of finite, non-negative samples on known channels:
         ``future``, ``too_old``, ``above_nominal`` (``w``: samples per row, kept with the
-        rows; a refused row counts once, whatever its ``count``: issue 27)."""
+        rows; a refused row counts once, whatever its ``count``: issue 27).  A time within
+        the clock-skew tolerance after ``now`` is taken as ``now``: kept as sent, it made
+        every sample of its channel until then ``stale``, so a sender dated 0.49 s ahead
+        (a skewed clock, or a key holder every 0.49 s) hid the others' samples."""
         future = t > now + self.future_tolerance_s
         old = t < now - self.max_age_s
         above = ~future & ~old & (y > self.max_ratio * self.chan.nominal[c])
         rejected = Counter({r: int(m.sum()) for r, m in (("future", future), ("too_old", old), ("above_nominal", above))})
         good = np.flatnonzero(~(future | old | above))
-        return c[good], y[good], t[good], rejected, None if w is None else w[good]
+        return c[good], y[good], np.minimum(t[good], now), rejected, None if w is None else w[good]
 
     def _repeats(self, c: np.ndarray, t: np.ndarray) -> np.ndarray:
         """For samples sorted by channel and time: those whose time equals the channel's

@@ -137,7 +137,7 @@ def test_topo_gpu_without_a_failure_is_refused(capsys):
 
 @pytest.mark.parametrize("argv, words", [
     (["--duration-ms", "0"], ["--duration-ms"]), (["--noise", "-1"], ["--noise"]),
-    (["--t0-ms", "500"], ["--t0-ms"]), (["--size-mib", "nan"], ["--size-mib"]),
+    (["--t0-ms", "500"], ["--t0-ms"]), (["--size-mib", "-1"], ["--size-mib"]),   # nan: refused by argparse
     (["--png", "/nonexistent-folder/x.png"], ["does not exist"]), (["--cold-gpus", "-1"], ["--cold-gpus"])])
 def test_loop_flags_are_checked_before_the_simulation(capsys, argv, words):
     _fails(capsys, ["loop", *argv], *words)

@@ -187,7 +187,8 @@ def test_a_json_file_too_costly_to_parse_is_refused_before_it_is_parsed(capsys, 
 
 def test_the_parse_cost_bounds_what_a_parse_takes():
     """The estimate stays above what the parse allocates, for the hostile shapes and the
-    project's own files (within 0.7-1.5 times: measured with ``tracemalloc`` here)."""
+    project's own files (measured with ``tracemalloc`` here; the fifth pass bounds the
+    peak, ``test_hostile_fifth``)."""
     import tracemalloc
 
     from mccl_opt.files import parse_cost
@@ -201,7 +202,7 @@ def test_the_parse_cost_bounds_what_a_parse_takes():
         del obj
         assert took <= 1.5 * parse_cost(raw), (unit, took, parse_cost(raw))
     topo = (ROOT / "instances" / "data" / "hpn-1x2x4.json").read_bytes()
-    assert parse_cost(topo) < 12 * len(topo)
+    assert parse_cost(topo) < 16 * len(topo)
 
 
 def test_a_reply_too_costly_to_parse_is_refused():

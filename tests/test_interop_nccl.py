@@ -193,7 +193,7 @@ def test_hostile_xml_is_a_typed_error():
         parse_nccl_xml(deep)
     laughs = "".join(f'<!ENTITY e{i} "{f"&e{i - 1};" * 10 if i else "x" * 10}">' for i in range(9))
     bomb = f'<?xml version="1.0"?><!DOCTYPE s [{laughs}]><system name="&e8;"></system>'
-    with pytest.raises(mo.TopologyError, match="not well-formed"):
+    with pytest.raises(mo.TopologyError, match="not well-formed|<!DOCTYPE> declaration"):
         parse_nccl_xml(bomb)
 
 

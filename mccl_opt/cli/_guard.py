@@ -9,7 +9,7 @@ from dataclasses import replace
 from ..errors import ScheduleError
 from ..files import check_output_path as output_path
 
-__all__ = ["output_path", "structure_problem", "check_self_consistent"]
+__all__ = ["output_path", "structure_problem", "named_fabric", "check_self_consistent"]
 
 
 def structure_problem(topo, sched) -> str | None:
@@ -32,13 +32,44 @@ def structure_problem(topo, sched) -> str | None:
     return None
 
 
+def named_fabric(sched):
+    """The library or generated fabric ``sched`` names in its ``topology`` field
+    (``hpn-1x2x8``, ``dgx-8``; never a file), if it resolves and has the schedule's GPUs
+    in order; otherwise ``None``."""
+    from pathlib import Path
+
+    from instances.names import resolve_topology
+
+    from ..errors import MCCLError
+
+    name = sched.topology
+    if not name or name.endswith((".json", ".gz")) or Path(name).exists():
+        return None
+    try:
+        topo = resolve_topology(name)
+    except MCCLError:
+        return None
+    return topo if tuple(topo.gpus) == tuple(sched.gpus) else None
+
+
 def check_self_consistent(sched) -> None:
-    """Validate a schedule without its topology, on the fabric its own hops describe
-    (its ``gpus`` are the GPUs, every other node a switch): chunks naming GPUs missing
-    from ``gpus``, undelivered blocks, broken trees and bad shares are refused."""
+    """Validate a schedule given without its topology.  If it names a library or
+    generated fabric with its GPUs (:func:`named_fabric`), on that fabric: a hop that is
+    no link of it is refused.  Otherwise on the fabric its own hops describe (its
+    ``gpus`` are the GPUs, every other node a switch, every hop a link): chunks naming
+    GPUs missing from ``gpus``, undelivered blocks, broken trees and bad shares are
+    refused."""
     from ..errors import TopologyError
     from ..schedule import PathChunk
     from ..topology import Link, Node, Topology
+
+    named = named_fabric(sched)
+    if named is not None:
+        problem = structure_problem(named, sched)
+        if problem:
+            raise ScheduleError(f"{problem}\n(checked on {named.name!r}, the fabric the schedule names; pass "
+                                "--topology to check it on another)")
+        return
 
     gpus = list(sched.gpus)
     gpu_set = set(gpus)

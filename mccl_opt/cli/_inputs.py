@@ -6,12 +6,12 @@ from __future__ import annotations
 import argparse
 import math
 import re
-from typing import Callable
 
 from ..errors import MCCLError
+from ..number_args import float_arg, int_arg, number_arg
 
-__all__ = ["load_topology", "parse_bytes", "format_bytes", "number_arg", "backend_arg", "MAX_BYTES",
-           "MAX_COUNT"]
+__all__ = ["load_topology", "parse_bytes", "format_bytes", "number_arg", "int_arg", "float_arg",
+           "gbps_arg", "latency_arg", "backend_arg", "MAX_BYTES", "MAX_COUNT", "MAX_GBPS", "MAX_LATENCY_US"]
 
 #: binary multiples, as nccl-tests reads ``-b 1K -e 1G``
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
@@ -19,7 +19,11 @@ _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40}
 MAX_BYTES = 1 << 50
 #: the largest chunk budget, step bound or other count an option takes
 MAX_COUNT = 1 << 20
-_SIZE = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([KMGT]?)(?:I?B)?\s*", re.IGNORECASE)
+#: a link bandwidth (Gbps) and latency (µs) an option takes: what a topology file may hold
+MIN_GBPS = 1e-6
+MAX_GBPS = 1e12
+MAX_LATENCY_US = 1e6
+_SIZE = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([KMGT]?)(?:I?B)?\s*", re.IGNORECASE | re.ASCII)
 
 
 def load_topology(spec: str):
@@ -69,17 +73,6 @@ def format_bytes(n: int) -> str:
     return str(n)
 
 
-def number_arg(cast: type, low: float, *, low_open: bool = False, high: float = math.inf,
-               expected: str) -> Callable[[str], float]:
-    """An argparse ``type=`` that accepts ``cast(text)`` in ``[low, high]`` (``(low, high]``
-    with ``low_open``), finite, and otherwise says ``expected ..., got TEXT``."""
-    def parse(text: str):
-        try:
-            value = cast(text[:100])
-            finite = math.isfinite(value)
-        except (ValueError, OverflowError):         # an int beyond float range is out of any range
-            value, finite = math.nan, False
-        if not (finite and (value > low if low_open else value >= low) and value <= high):
-            raise argparse.ArgumentTypeError(f"expected {expected}, got {text!r}")
-        return value
-    return parse
+#: argparse ``type=`` of a link bandwidth and a latency option (a topology's ranges)
+gbps_arg = number_arg(float, MIN_GBPS, high=MAX_GBPS, expected=f"a bandwidth in [{MIN_GBPS:g}, {MAX_GBPS:g}] Gbps")
+latency_arg = number_arg(float, 0, high=MAX_LATENCY_US, expected=f"a latency in [0, {MAX_LATENCY_US:g}] us")

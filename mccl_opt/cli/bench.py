@@ -18,7 +18,7 @@ import json
 import sys
 
 from ..errors import MCCLError
-from ._inputs import MAX_COUNT, number_arg
+from ._inputs import MAX_COUNT, int_arg, number_arg
 
 DEFAULT_SIZES = "1x2x4,1x2x8,1x4x8"
 SUITES = ("alltoall", "allgather", "all", "lp")
@@ -36,7 +36,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="comma-separated LP backends (default: every installed one; a named one "
                         "that is not installed is reported as skipped)")
     p.add_argument("--max-chunks", type=number_arg(int, 1, high=MAX_COUNT, expected=f"an integer in [1, {MAX_COUNT}]"), default=10, help="chunks per pair / tree budget K")
-    p.add_argument("--repeat", type=int, default=5,
+    p.add_argument("--repeat", type=int_arg, default=5,
                    help="timed runs per case (default 5; synthesizer suites: after one "
                         "untimed warm-up run)")
     p.add_argument("--json", action="store_true",

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from ..errors import MCCLError, TopologyError
 from ..tables import print_json, print_table
-from ._inputs import backend_arg
+from ._inputs import MAX_COUNT, backend_arg, int_arg
 
 SUMMARY_HEADERS = ("failure", "baseline", "baseline GB/s", "no-reopt GB/s", "reopt GB/s",
                    "no-reopt x", "reopt x", "cut check")
@@ -31,11 +31,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "fail1,fail2,fail3); one that does not apply to the fabric is skipped")
     p.add_argument("-b", "--minbytes", default="1K", help="smallest size, K/M/G suffixes (default 1K)")
     p.add_argument("-e", "--maxbytes", default="1G", help="largest size (default 1G)")
-    p.add_argument("-f", "--stepfactor", type=int, default=2, help="size multiplier (default 2)")
+    p.add_argument("-f", "--stepfactor", type=int_arg, default=2, help="size multiplier (default 2)")
     p.add_argument("--model", choices=("auto", "event", "fluid"), default="auto",
                    help="simulation: event-level with latency where tractable, fluid beyond (auto, "
                         "default), or force one")
-    p.add_argument("--event-limit", type=int, default=None, metavar="PIECES",
+    p.add_argument("--event-limit", type=int_arg, default=None, metavar="PIECES",
                    help="auto: event-level while a size's schedules have at most this many "
                         "512 KiB pieces (default 4096: mccl_opt.sweep.DEFAULT_EVENT_LIMIT, docs/sim.md)")
     p.add_argument("--backend", type=backend_arg, default="highs",
@@ -99,8 +99,8 @@ def _eval(args: argparse.Namespace) -> int:
     sizes = check_sizes(collectives, parse_bytes(args.minbytes, "-b"), parse_bytes(args.maxbytes, "-e"),
                         args.stepfactor, topo.num_gpus)
     limit = DEFAULT_EVENT_LIMIT if args.event_limit is None else args.event_limit
-    if limit < 0:
-        raise MCCLError(f"--event-limit must be >= 0, got {limit}")
+    if not 0 <= limit <= MAX_COUNT:
+        raise MCCLError(f"--event-limit must be >= 0 and at most {MAX_COUNT} pieces, got {limit}")
     png = Path(args.png) if args.png else None
     if png is not None:
         output_path(str(png), "--png")

@@ -11,6 +11,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from ._inputs import float_arg, int_arg
+
 #: defaults of the real-rank controller where the simulated loop's differ
 GLOO_ALPHA, GLOO_GAMMA = 1.0, 0.3
 
@@ -23,18 +25,18 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--executor", choices=["sim", "gloo"], default="sim",
                    help="sim: the fabric simulator (default); gloo: real torch.distributed CPU ranks, "
                         "a controller process and an emulated fabric (needs --scenario)")
-    g.add_argument("--world", type=int, default=None, help="ranks to launch (the scenario's GPU count)")
-    g.add_argument("--block-kib", type=float, default=32.0,
+    g.add_argument("--world", type=int_arg, default=None, help="ranks to launch (the scenario's GPU count)")
+    g.add_argument("--block-kib", type=float_arg, default=32.0,
                    help="real bytes per block (KiB) standing for the scenario's message (default %(default)s)")
-    g.add_argument("--collective-ms", type=float, default=60.0,
+    g.add_argument("--collective-ms", type=float_arg, default=60.0,
                    help="real time of a healthy collective; fabric time is dilated to it (default %(default)s)")
-    g.add_argument("--pieces", type=int, default=1,
+    g.add_argument("--pieces", type=int_arg, default=1,
                    help="run each collective in this many pieces; a new version takes over between pieces "
                         "(the in-flight switch, docs/executor.md; costs per piece on gloo)")
     g.add_argument("--telemetry-frontend", action="store_true",
                    help="start a telemetry front end with the controller (`serve --frontends 1`) and send "
                         "the ranks' telemetry to it; schedules and subscriptions stay with the controller")
-    g.add_argument("--max-real-s", type=float, default=600.0,
+    g.add_argument("--max-real-s", type=float_arg, default=600.0,
                    help="refuse scenarios that would run longer than this on real ranks (default %(default)s)")
     sim_handler = loop.get_default("handler")
 

@@ -7,9 +7,8 @@ import argparse
 import json
 import sys
 
-from ._inputs import number_arg
+from ._inputs import gbps_arg
 
-_positive = number_arg(float, 0, low_open=True, expected="a positive number")
 TOPO_HELP = "topology: a mccl-topology/1 file, a library name (hpn-1x2x8, dgx-8) or hpn-SxHxN[-failK]"
 
 
@@ -20,10 +19,10 @@ def register_imports(tsub: argparse._SubParsersAction) -> None:
         p = tsub.add_parser(fmt, help=f"import {what}")
         p.add_argument("file", help=f"{what} file")
         if fmt == "teccl":
-            p.add_argument("--gbps-per-unit", type=_positive, default=8.0,
+            p.add_argument("--gbps-per-unit", type=gbps_arg, default=8.0,
                            help="Gbps per capacity unit (default 8: capacities in GB/s)")
         if fmt == "networkx":
-            p.add_argument("--gbps-per-unit", type=_positive, default=1.0,
+            p.add_argument("--gbps-per-unit", type=gbps_arg, default=1.0,
                            help="Gbps per capacity unit (default 1; 8 for GB/s, as ForestColl's graphs)")
             p.add_argument("--gpus", metavar="NODE,NODE,...",
                            help="the compute nodes, every other node a switch (default: node attribute 'kind')")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from ._inputs import number_arg
+from ._inputs import gbps_arg, int_arg, latency_arg, number_arg
 from .topo_report import report as _report
 
 TOPO_ARG_HELP = ("topology: a mccl-topology/1 file, a library name (hpn-1x2x8-fail2, dgx-8) "
@@ -22,9 +22,7 @@ SHOW_EPILOG = (
     "See docs/modelling.md.")
 
 
-_count = number_arg(int, 1, expected="a positive integer")
-_positive = number_arg(float, 0, low_open=True, expected="a positive number")
-_nonnegative = number_arg(float, 0, expected="a number >= 0")
+_count = number_arg(int, 1, high=1 << 31, expected="a positive integer")
 _probability = number_arg(float, 0, high=1, expected="a probability in [0, 1]")
 
 
@@ -35,14 +33,14 @@ def _outputs(p: argparse.ArgumentParser) -> None:
 
 def _failure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--fail", choices=["fail1", "fail2", "fail3"], help="apply a paper failure (§6.1)")
-    p.add_argument("--gpu", type=int, default=None, help="rank of the GPU the failure hits (default 0)")
+    p.add_argument("--gpu", type=int_arg, default=None, help="rank of the GPU the failure hits (default 0)")
 
 
 def _direct_links(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """The arguments of a fabric of N GPUs joined by direct links (ring, mesh)."""
     p.add_argument("gpus", type=_count, help="number of GPUs (>= 2)")
-    p.add_argument("--gbps", type=_positive, default=100.0, help="link capacity, Gbps (default 100)")
-    p.add_argument("--latency-us", type=_nonnegative, default=1.0, help="link latency, µs (default 1)")
+    p.add_argument("--gbps", type=gbps_arg, default=100.0, help="link capacity, Gbps (default 100)")
+    p.add_argument("--latency-us", type=latency_arg, default=1.0, help="link latency, µs (default 1)")
     return p
 
 
@@ -60,9 +58,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     d = tsub.add_parser("dgx", help="build a DGX-like box: NVSwitches plus one NIC leaf switch")
     d.add_argument("--gpus", type=_count, default=8, help="GPUs in the box (default 8)")
     d.add_argument("--nvswitches", type=_count, default=4, help="NVSwitches (default 4)")
-    d.add_argument("--nvlink-gbps", type=_positive, default=1200.0,
+    d.add_argument("--nvlink-gbps", type=gbps_arg, default=1200.0,
                    help="each GPU's NVLink bundle to each NVSwitch, Gbps (default 1200)")
-    d.add_argument("--nic-gbps", type=_positive, default=400.0,
+    d.add_argument("--nic-gbps", type=gbps_arg, default=400.0,
                    help="each GPU's NIC to the leaf switch, Gbps (default 400)")
     _failure(d)
     _outputs(d)
@@ -77,7 +75,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     m.set_defaults(handler=_build, make=_mesh)
     i = tsub.add_parser("irregular", help="build a seeded irregular fabric (uneven hosts, random "
                         "NICs and direct cables, random one-direction degradations)")
-    i.add_argument("--seed", type=int, required=True, help="random seed (the same seed, the same fabric)")
+    i.add_argument("--seed", type=int_arg, required=True, help="random seed (the same seed, the same fabric)")
     i.add_argument("--max-hosts", type=_count, default=3, help="hosts drawn from 1..this (default 3)")
     i.add_argument("--max-gpus-per-host", type=_count, default=4, help="GPUs per host drawn from 1..this (default 4)")
     i.add_argument("--direct-link-prob", type=_probability, default=0.3,

@@ -6,10 +6,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ._inputs import number_arg
+from ._inputs import gbps_arg, latency_arg, number_arg
 
-_positive = number_arg(float, 0, low_open=True, expected="a positive number")
-_nonnegative = number_arg(float, 0, expected="a number >= 0")
 _fraction = number_arg(float, 0, low_open=True, high=1, expected="a fraction in (0, 1]")
 _count = number_arg(int, 1, high=4096, expected="an integer in [1, 4096]")
 
@@ -28,7 +26,7 @@ def _cluster_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--hosts", type=_count, default=None,
                    help="copy the one host file this many times (identical hosts; default: one host per file)")
     p.add_argument("--network", choices=["rail", "switch", "none"], default=None, help=NETWORK_HELP)
-    p.add_argument("--nic-latency-us", type=_nonnegative, default=0.5,
+    p.add_argument("--nic-latency-us", type=latency_arg, default=0.5,
                    help="latency of a NIC port's link to the network, µs (default 0.5)")
     p.add_argument("--cpu-paths", action="store_true",
                    help="keep the CPUs and SMP links (default: left out when NVLink joins the GPUs and "
@@ -43,9 +41,9 @@ def register(tsub: argparse._SubParsersAction) -> None:
     n.add_argument("files", nargs="+", metavar="HOST.xml",
                    help="NCCL topology XML, one per host (or a shipped sample: dgx-h100, cloud-a100x8)")
     _cluster_options(n)
-    n.add_argument("--nvlink-gbps", type=_positive, default=None,
+    n.add_argument("--nvlink-gbps", type=gbps_arg, default=None,
                    help="one NVLink's Gbps per direction (default: from the GPU's sm, e.g. 200 for sm 90)")
-    n.add_argument("--smp-gbps", type=_positive, default=320.0,
+    n.add_argument("--smp-gbps", type=gbps_arg, default=320.0,
                    help="the link between two CPUs of a host, Gbps (default 320)")
     _outputs(n)
     n.set_defaults(handler=_nccl)
@@ -54,12 +52,12 @@ def register(tsub: argparse._SubParsersAction) -> None:
                         "PIX/PXB groups on one PCIe switch, NICs of --nic-gbps. See docs/interop.md.")
     m.add_argument("files", nargs="+", metavar="HOST.txt", help="saved `nvidia-smi topo -m` output, one per host (or the shipped sample dgx-h100)")
     _cluster_options(m)
-    m.add_argument("--nvlink-gbps", type=_positive, default=200.0,
+    m.add_argument("--nvlink-gbps", type=gbps_arg, default=200.0,
                    help="one NVLink's Gbps per direction (default 200: NVLink 2-4, 25 GB/s)")
-    m.add_argument("--pcie-gbps", type=_positive, default=round(32 * 16 * 128 / 130, 3),
+    m.add_argument("--pcie-gbps", type=gbps_arg, default=round(32 * 16 * 128 / 130, 3),
                    help="every PCIe link, Gbps (default 504.123: Gen5 x16)")
-    m.add_argument("--nic-gbps", type=_positive, default=400.0, help="every NIC port, Gbps (default 400)")
-    m.add_argument("--smp-gbps", type=_positive, default=320.0,
+    m.add_argument("--nic-gbps", type=gbps_arg, default=400.0, help="every NIC port, Gbps (default 400)")
+    m.add_argument("--smp-gbps", type=gbps_arg, default=320.0,
                    help="the link between two CPUs of a host, Gbps (default 320)")
     m.add_argument("--nvswitch", action=argparse.BooleanOptionalAction, default=None,
                    help="GPUs meet at one NVSwitch (default: when every pair shows the same NV# and a "
@@ -74,7 +72,7 @@ def register(tsub: argparse._SubParsersAction) -> None:
     d.add_argument("--link", nargs="+", required=True, metavar="SRC[,DST]",
                    help="the link: SRC,DST or SRC DST (node ids; `mccl topo show --json` lists them)")
     size = d.add_mutually_exclusive_group(required=True)
-    size.add_argument("--gbps", type=_positive, help="its new capacity, Gbps")
+    size.add_argument("--gbps", type=gbps_arg, help="its new capacity, Gbps")
     size.add_argument("--fraction", type=_fraction, help="its new capacity as a fraction of the current one")
     d.add_argument("--one-way", action="store_true", help="degrade SRC -> DST only (default: both directions)")
     _outputs(d)

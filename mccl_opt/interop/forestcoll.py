@@ -19,6 +19,7 @@ from fractions import Fraction
 from typing import Callable, Mapping
 
 from ..errors import ScheduleError, TopologyError
+from ..files import check_xml
 from ..schedule import Schedule, TreeChunk, bottleneck_links, schedule_rate, share_loads
 from ..topology import Topology
 
@@ -70,6 +71,7 @@ def from_forestcoll_xml(text: str | bytes, topo: Topology, *,
     ``nchunks``), the rate recomputed on ``topo``.  Raises :class:`ScheduleError` naming
     the bad element; the result is not validated (:func:`mccl_opt.check` it)."""
     name = (rename.get if isinstance(rename, Mapping) else rename) or (lambda s: s)
+    check_xml(text, "ForestColl tree XML", ScheduleError)
     raw = text.decode("utf-8", "replace") if isinstance(text, bytes) else text
     try:
         root = ET.fromstring(raw)

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ..errors import TopologyError
-from ..files import read_bounded
+from ..files import check_xml, read_bounded
 from .cluster import HostSpec, join_host_files
 
 __all__ = ["parse_nccl_xml", "read_nccl_xml", "nccl_cluster", "pcie_gbps", "nvlink_gbps_per_link",
@@ -60,7 +60,7 @@ FALLBACK_GTS = 8.0
 FALLBACK_WIDTH = 16
 #: PCI switches nested deeper than this are refused (real hosts have 2-3 levels)
 MAX_PCI_DEPTH = 32
-_SPEED = re.compile(r"\s*(\d+(?:\.\d+)?)\s*GT/s", re.IGNORECASE)
+_SPEED = re.compile(r"\s*(\d+(?:\.\d+)?)\s*GT/s", re.IGNORECASE | re.ASCII)
 _log = logging.getLogger("mccl")
 
 
@@ -268,6 +268,7 @@ def parse_nccl_xml(text: str | bytes, name: str = "host", *, nvlink_gbps: float 
                    smp_gbps: float = SMP_GBPS, nic_latency_us: float = NIC_LATENCY_US) -> HostSpec:
     """One host of an NCCL topology XML document (module docstring).  ``nvlink_gbps``
     overrides the per-link NVLink bandwidth the GPUs' ``sm`` implies."""
+    check_xml(text, name, TopologyError)
     try:
         root = ET.fromstring(text)
     except ET.ParseError as exc:

@@ -34,10 +34,10 @@ __all__ = ["from_teccl_alltoall", "to_teccl_alltoall", "is_teccl_alltoall", "PAT
 
 PATHS_KEY = "8-Chunk paths"
 FLOWS_KEY = "7-Flows"
-_PATHS = re.compile(r"^\d+-Chunk paths$")
-_DEMAND = re.compile(r"\s*Demand at (\d+) for chunk (\d+) from (\d+) met by epoch (\d+)\s*$")
+_PATHS = re.compile(r"^\d+-Chunk paths$", re.ASCII)
+_DEMAND = re.compile(r"\s*Demand at (\d+) for chunk (\d+) from (\d+) met by epoch (\d+)\s*$", re.ASCII)
 _HOP = re.compile(r"\s*(\d+)\s*->\s*(\d+) with volume ([0-9.eE+-]+) in epoch (\d+)"
-                  r"(?: via switches ([\d ,>-]+))?\s*$")
+                  r"(?: via switches ([\d ,>-]+))?\s*$", re.ASCII)      # ASCII digits: int() reads others
 MAX_TEXT = 400
 #: the largest chunk count a share denominator is read as
 MAX_K = 1024

@@ -29,7 +29,7 @@ __all__ = ["from_teccl_flows", "to_teccl_flows", "FLOWS_KEY"]
 
 FLOWS_KEY = "7-Flows"
 _LINE = re.compile(r"\s*Chunk (\d+) from (\d+) traveled over (\d+)->(\d+) in epoch (\d+)"
-                   r"(?: via switches ([\d ,>-]+))?\s*$")      # switches "a -> b" (TE-CCL) or "a b"
+                   r"(?: via switches ([\d ,>-]+))?\s*$", re.ASCII)      # switches "a -> b" (TE-CCL) or "a b"
 
 
 def to_teccl_flows(schedule: Schedule, topo: Topology) -> dict[str, Any]:

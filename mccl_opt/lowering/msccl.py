@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mccl_opt.errors import ScheduleError
+from mccl_opt.files import check_xml
 from mccl_opt.schedule import Schedule
 
 from .program import INP, OUT, STAGE, chunk_denominator, compile_schedule
@@ -251,6 +252,7 @@ def check_msccl_xml(text: str, fifo_capacity: int = 1, *,
     order (``(from, to)`` ranks), what :mod:`mccl_opt.interop.msccl_xml` reads the
     algorithm's trees and paths from.
     """
+    check_xml(text, "MSCCL XML", ScheduleError)
     try:
         root = ET.fromstring(text)
     except ET.ParseError as exc:
