@@ -65,9 +65,9 @@ def scaled_pack(n: int, tail: np.ndarray, head: np.ndarray, units: np.ndarray, k
     scale ``s`` used (0 when none).  ``wide``: the wider margins of :data:`MARGINS` and
     several units per link when rounding (for thin links into tight sets, module doc)."""
     counters = {"repairs": 0, "repair_visits": 0, "reused_trees": 0, "scaled": 0,
-                "scaled_tries": 0, "ingress_raised": 0}
+                "scaled_tries": 0, "ingress_raised": 0, "rounding_sweeps": 0}
     classes = _scaled(Logical(n, tail, head), units.astype(np.int64), k, counters,
-                      MARGINS if wide else MARGINS[:1], wide)
+                      MARGINS if wide else MARGINS[:1], wide, [])
     if classes is not None:
         classes.sort(key=lambda c: (c.root, -c.mult))
     return classes, counters
@@ -111,20 +111,24 @@ def scaled_only(n: int, tail: np.ndarray, head: np.ndarray, units: np.ndarray, k
 
 
 def _scaled(g: Logical, units: np.ndarray, k: int, counters: dict[str, int],
-            margins: tuple[int, ...], wide: bool) -> list[TreeClass] | None:
+            margins: tuple[int, ...], wide: bool, known: list[np.ndarray]
+            ) -> list[TreeClass] | None:
+    """``k`` trees per root in ``units`` (module doc); ``known``: the node sets found
+    violated so far, checked before each rooted sweep (HPN-like fabrics: a host's ingress,
+    at every level and margin)."""
     s = -(-k // SCALED_TREES)
     shapes = [k // s - d for d in margins if k // s - d >= 1]
     if k < SCALED_MIN_K or not shapes:
         return _repair(g, units, k, counters)
     for i, k1 in enumerate(shapes):     # a wider margin where this one's rounding, first
-        found = _first(g, units, k, k1, s, wide, counters)   # packing or residual fails
+        found = _first(g, units, k, k1, s, wide, counters, known)   # packing or residual
         if found is None:
             continue
         first, residual = found
         counters["scaled"] = max(counters["scaled"], s)
         # the residual starts at the margin that worked: the sets that made the narrower
         # ones fail (a host's ingress of many thin links) are the residual's too
-        rest = _scaled(g, residual, k - s * k1, counters, margins[i:], wide)
+        rest = _scaled(g, residual, k - s * k1, counters, margins[i:], wide, known)
         if rest is None:
             return None
         return [TreeClass(c.root, c.mult * s, c.parent_arc) for c in first] + rest
@@ -132,19 +136,22 @@ def _scaled(g: Logical, units: np.ndarray, k: int, counters: dict[str, int],
 
 
 def _first(g: Logical, units: np.ndarray, k: int, k1: int, s: int, several: bool,
-           counters: dict[str, int]) -> tuple[list[TreeClass], np.ndarray] | None:
+           counters: dict[str, int], known: list[np.ndarray]
+           ) -> tuple[list[TreeClass], np.ndarray] | None:
     """The packing of ``k1`` trees per root in the rounded ``u1`` and the residual
     ``units - s·load1``, or ``None`` when the rounding or the packing fails or the residual
     fails the rooted test for ``k - s·k1``."""
     counters["scaled_tries"] += 1
-    u1 = _rounded(g, units, k, k1, s, several, counters)
+    u1 = _rounded(g, units, k, k1, s, several, counters, known)
     if u1 is None:
         return None
     first = _repair(g, u1, k1, counters)
     if first is None:
         return None
     residual = units - s * _loads(first, units.size)
-    if _violated(g, residual, k - s * k1):
+    hit = _violated(g, residual, k - s * k1)
+    if hit is not None:
+        known.append(hit[0])
         return None
     return first, residual
 
@@ -167,33 +174,49 @@ def _violated(g: Logical, units: np.ndarray, k: int) -> tuple[np.ndarray, int, i
 
 
 def _rounded(g: Logical, units: np.ndarray, k: int, k1: int, s: int, several: bool,
-             counters: dict[str, int]) -> np.ndarray | None:
+             counters: dict[str, int], known: list[np.ndarray]) -> np.ndarray | None:
     """Units ``u1`` admitting ``k1`` trees per root with ``s·u1 <= units``: ``units·k1/k``
     rounded down, every GPU's ingress raised at once (:func:`raise_ingress`, no max-flow),
-    then up on links into each violated set by its deficit, one unit on each of the links
-    not raised yet (largest remainders first); ``several``: where those are too few, the
-    rest of the deficit as further units on any link into the set with room (a tight GPU
-    ingress of a few wide links); ``None`` when the links into a set lack the room or the
-    rounds run out."""
+    then up on links into each ``known`` set and each violated set a rooted sweep finds
+    (added to ``known``) by its deficit (:func:`_raise_set`); ``None`` when the links into
+    a set lack the room (often found on a known set, without a sweep) or the rounds run
+    out."""
     scaled = units * k1
     u1 = scaled // k
     remainder = scaled - u1 * k
     fresh = (u1 + 1) * s <= units                 # room for one unit, not raised yet
     counters["ingress_raised"] += raise_ingress(g, u1, k1, remainder, fresh)
+    room = (units, s, remainder, fresh, several)
+    for inside in known:
+        deficit = k1 * int(g.n - inside.sum()) - int(u1[inside[g.head] & ~inside[g.tail]].sum())
+        if deficit > 0 and not _raise_set(g, u1, room, inside, deficit):
+            return None
     for _ in range(ROUNDING_ROUNDS):
+        counters["rounding_sweeps"] += 1
         hit = _violated(g, u1, k1)
         if hit is None:
             return u1
         inside, deficit, _ = hit
-        crossing = inside[g.head] & ~inside[g.tail]
-        into = np.flatnonzero(crossing & fresh)
-        up = into[np.argsort(-remainder[into], kind="stable")[:deficit]]
-        u1[up] += 1
-        fresh[up] = False
-        if up.size < deficit and not (several and _raise_further(u1, units, s, remainder,
-                                                                 crossing, deficit - up.size)):
+        known.append(inside)
+        if not _raise_set(g, u1, room, inside, deficit):
             return None
     return None
+
+
+def _raise_set(g: Logical, u1: np.ndarray, room: tuple, inside: np.ndarray, deficit: int
+               ) -> bool:
+    """``deficit`` more units on the links into ``inside``: one on each link not raised yet
+    (largest remainders first); where those are too few and ``several`` (``room``'s last
+    entry), the rest as further units on any link into the set with room (a tight GPU
+    ingress of a few wide links); whether it fits."""
+    units, s, remainder, fresh, several = room
+    crossing = inside[g.head] & ~inside[g.tail]
+    into = np.flatnonzero(crossing & fresh)
+    up = into[np.argsort(-remainder[into], kind="stable")[:deficit]]
+    u1[up] += 1
+    fresh[up] = False
+    return up.size >= deficit or several and _raise_further(u1, units, s, remainder, crossing,
+                                                            deficit - up.size)
 
 
 def raise_ingress(g: Logical, u1: np.ndarray, k1: int, remainder: np.ndarray,
