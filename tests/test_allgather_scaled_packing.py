@@ -39,35 +39,25 @@ def test_above_the_limit_the_scaled_packing_reaches_the_certified_optimum(shape,
     assert checked.rate_gbps == pytest.approx(sched.lp_rate_gbps, rel=1e-6)
 
 
-def test_weaker_direction_fabric_above_the_limit_is_packed_when_it_reaches_the_cut_bound():
-    # NVLink of GPU 1 at 1 % both ways, GPU 5's NIC a little down one way: the weaker-
-    # direction fabric's optimum is the cut bound, with 42 880 trees per root
-    topo = hpn(1, 2, 8).with_capacity({("s0h0g1", "s0h0nvs"): 28.8, ("s0h0nvs", "s0h0g1"): 28.8,
-                                       ("s0h0g5", "s0tor5"): 337.086})
-    sched = mo.solve_allgather(topo, max_chunks=None)
-    assert sched.stats["k"] > EXACT_TREES_LIMIT and sched.stats["scaled"] > 1
-    assert sched.report.method.value == "forestcoll-weaker-directions"
-    assert sched.report.termination.value == "optimal"
-    checked = check_schedule(topo, sched)
-    assert checked.rate_gbps == pytest.approx(cut_bound(topo), rel=1e-6)
-
-
-def test_weaker_direction_fabric_below_the_cut_bound_is_not_packed():
-    # GPU 0's NVLink a little down one way: the weaker-direction fabric needs more trees
-    # than the limit and its optimum is below the cut bound, so its packing would be
-    # discarded; it is declined and the chain's next methods solve the fabric exactly
-    topo = hpn(1, 2, 8).with_capacity({("s0h0g0", "s0h0nvs"): 1780.128})
-    sub = weaker_directions(topo)
-    alone = mo.solve_allgather(sub, max_chunks=None)            # its own solve packs it
-    assert alone.stats["k"] > EXACT_TREES_LIMIT and alone.stats["scaled"] > 1
-    assert alone.lp_rate_gbps < cut_bound(topo) * (1 - 1e-6)
+@pytest.mark.parametrize("changes", [
+    {("s0h0g1", "s0h0nvs"): 28.8, ("s0h0nvs", "s0h0g1"): 28.8, ("s0h0g5", "s0tor5"): 337.086},
+    {("s0h0g0", "s0h0nvs"): 1780.128}])
+def test_a_sub_fabric_above_the_limit_is_declined_its_own_solve_packs_it(changes):
+    # unbalanced HPN 1x2x8: the weaker-direction fabric needs more than the limit; on the
+    # chain's path it is declined at once as before (its scaled packing, where the weaker
+    # optimum is the cut bound, measured 4x slower than the chain's next methods on
+    # shared aggregation 2x8x8), while a solve of that balanced fabric itself packs it
+    topo = hpn(1, 2, 8).with_capacity(changes)
     sched = mo.solve_allgather(topo, max_chunks=None)
     weaker = [a for a in sched.report.attempts if a.method.value == "forestcoll-weaker-directions"]
     assert weaker and weaker[0].outcome.startswith("declined: more than")
     assert sched.report.termination.value == "optimal"
     checked = check_schedule(topo, sched)
     assert checked.rate_gbps <= cut_bound(topo) * (1 + 1e-9)
-    assert checked.rate_gbps > alone.lp_rate_gbps
+    sub = weaker_directions(topo)
+    alone = mo.solve_allgather(sub, max_chunks=None)
+    assert alone.stats["k"] > EXACT_TREES_LIMIT and alone.stats["scaled"] > 1
+    assert check_schedule(sub, alone).rate_gbps == pytest.approx(cut_bound(sub), rel=1e-6)
 
 
 def _tight_complete(n: int, k: int, d: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

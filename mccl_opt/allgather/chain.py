@@ -77,8 +77,7 @@ class Declined:
 
 #: ForestColl on a (canonically listed, balanced) topology, on a warm route
 #: (:class:`.warm.route.WarmRoute`), at a chunk limit, optionally with each link's headroom on the real fabric when the
-#: topology is a balanced restriction, and ``reach``: the rate (Gbps) below which a
-#: solve above the tree limit is declined (see :func:`.solve._forestcoll`); raises
+#: topology is a balanced restriction (see :func:`.solve._forestcoll`); raises
 #: :class:`SolveError` on failure
 ForestColl = Callable[..., "Schedule | Declined"]
 
@@ -183,10 +182,9 @@ def solve_unbalanced(topo: Topology, route: WarmRoute, backend: str,
     sub = weaker_directions(topo)
     weaker = None
     if sub is not None:
-        reach = None if max_chunks is not None or bound is None else bound * (1 - _REACH_TOL)
         try:
             found = trail.run(Method.WEAKER_DIRECTIONS,
-                              lambda: forestcoll(sub, route, max_chunks, reach=reach), "returned")
+                              lambda: forestcoll(sub, route, max_chunks), "returned")
         except (SolveError, TopologyError):
             found = None
         if isinstance(found, Schedule):

@@ -166,13 +166,12 @@ def sub_forestcoll(backend: str, trail: Trail) -> ForestColl:
     """ForestColl as the method chain runs it on a balanced sub-fabric (the
     weaker-direction fabric, a balanced restriction, the general method's seed):
     keeping what balancing loses, with the real fabric's ``headroom`` when given; a
-    ``None`` route is cold; ``reach``: see :func:`_forestcoll`."""
+    ``None`` route is cold."""
 
     def forestcoll(sub: Topology, r: WarmRoute | None, k: int | None,
-                   headroom: Sequence[Fraction] | None = None,
-                   reach: float | None = None) -> Schedule | Declined:
+                   headroom: Sequence[Fraction] | None = None) -> Schedule | Declined:
         return _typed_forestcoll(sub, r or WarmRoute.plan(sub, None), backend, k, False, trail,
-                                 lossy_balance=True, headroom=headroom, reach=reach)
+                                 lossy_balance=True, headroom=headroom)
 
     return forestcoll
 
@@ -180,13 +179,12 @@ def sub_forestcoll(backend: str, trail: Trail) -> ForestColl:
 def _typed_forestcoll(topo: Topology, route: WarmRoute, backend: str,
                       max_chunks: int | None, step_aware: Any, trail: Trail,
                       lossy_balance: bool = False,
-                      headroom: Sequence[Fraction] | None = None,
-                      reach: float | None = None) -> Schedule | Declined:
+                      headroom: Sequence[Fraction] | None = None) -> Schedule | Declined:
     """:func:`_forestcoll`, an internal error turned into a :class:`SolveError` naming the
     fabric (the chain of methods catches it)."""
     try:
         return _forestcoll(topo, route, backend, max_chunks, step_aware, trail, lossy_balance,
-                           headroom, reach)
+                           headroom)
     except (KeyError, IndexError, AssertionError, ZeroDivisionError) as e:
         raise SolveError(f"ForestColl failed on {topo.name!r} ({type(e).__name__}: {e}); "
                          "a bug: please report the topology file") from e
@@ -194,19 +192,16 @@ def _typed_forestcoll(topo: Topology, route: WarmRoute, backend: str,
 
 def _forestcoll(topo: Topology, route: WarmRoute, backend: str, max_chunks: int | None,
                 step_aware: Any, trail: Trail, lossy_balance: bool = False,
-                headroom: Sequence[Fraction] | None = None,
-                reach: float | None = None) -> Schedule | Declined:
+                headroom: Sequence[Fraction] | None = None) -> Schedule | Declined:
     """Step 4 on a canonically listed ``topo``; :class:`.chain.Declined` when the exact
     optimum (``max_chunks=None``) needs more than :data:`.budget.EXACT_TREES_LIMIT`
-    trees per root on a balanced restriction, step-aware or below ``reach``, or switch balancing loses capacity the optimum needs (unless
+    trees per root on a chain's sub-fabric (``lossy_balance``) or step-aware (a fabric's
+    own solve packs them by the scaled packing alone,
+    :func:`.forestcoll.above_limit.pack_scaled`), or switch balancing loses capacity the optimum needs (unless
     ``lossy_balance``: the chain's sub-fabrics, whose rounded schedule it compares with
     the general method's itself); ``headroom``: ``topo`` is a balanced restriction
     whose links may carry this many times their capacity on the real fabric
-    (:func:`.forestcoll.pipeline.balanced_split`).  Above the tree limit only the scaled
-    packing runs (:func:`.forestcoll.pipeline.pack_scaled`), and only on the fabric's own
-    solve or the weaker-direction fabric, there only when its optimum is at least
-    ``reach`` Gbps (the real fabric's cut bound: below it the chain's next methods run
-    anyway).  The warm steps (the certified
+    (:func:`.forestcoll.pipeline.balanced_split`).  The warm steps (the certified
     guesses, rerouting at cold's budget, the packing seeded with the previous shapes)
     run on ``route``; past its allowance the solve carries on cold from where it is."""
     run = Run.start(topo, route.warm, max_chunks)
@@ -226,10 +221,9 @@ def _forestcoll(topo: Topology, route: WarmRoute, backend: str, max_chunks: int 
     anytime.check("ForestColl: before Phase 1")
     budget = phase_one_budget(topo, max_chunks, run.stats, run.hint_cuts, run.cuts)
     many = max_chunks is None and budget.k > EXACT_TREES_LIMIT
-    if many and (headroom is not None or step_aware
-                 or reach is not None and budget.x_star_gbps < reach):
+    if many and (lossy_balance or step_aware):
         return Declined(f"more than {EXACT_TREES_LIMIT} exact trees per root")
-    if many:                                          # only the scaled packing (below)
+    if many:                                          # the scaled packing alone, cold
         run.prev, run.cuts = None, None
     if rewarm and run.prev is not None:
         quick = route.attempt("ForestColl-warm's rerouting", Method.FORESTCOLL,
