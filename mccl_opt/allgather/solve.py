@@ -197,7 +197,8 @@ def _forestcoll(topo: Topology, route: WarmRoute, backend: str, max_chunks: int 
     optimum (``max_chunks=None``) needs more than :data:`.budget.EXACT_TREES_LIMIT`
     trees per root on a chain's sub-fabric (``lossy_balance``) or step-aware (a fabric's
     own solve packs them by the scaled packing alone,
-    :func:`.forestcoll.above_limit.pack_scaled`), or switch balancing loses capacity the optimum needs (unless
+    :func:`.forestcoll.above_limit.pack_scaled`), or switch balancing loses capacity the
+    optimum needs (unless
     ``lossy_balance``: the chain's sub-fabrics, whose rounded schedule it compares with
     the general method's itself); ``headroom``: ``topo`` is a balanced restriction
     whose links may carry this many times their capacity on the real fabric

@@ -31,8 +31,8 @@ from ..removal.cut_guard import violated_set
 from .repair import repair_pack
 from .trees import TreeClass
 
-__all__ = ["scaled_pack", "many_trees_pack", "scaled_only", "SCALED_MIN_K", "SCALED_TREES", "ROUNDING_ROUNDS",
-           "MARGINS", "PLAIN_FIRST_ENTRIES", "raise_ingress"]
+__all__ = ["scaled_pack", "many_trees_pack", "scaled_only", "raise_ingress", "SCALED_MIN_K",
+           "SCALED_TREES", "ROUNDING_ROUNDS", "MARGINS", "PLAIN_FIRST_ENTRIES"]
 
 #: from this many trees per root :func:`scaled_pack` is tried before the repair packer
 SCALED_MIN_K = 64
@@ -61,8 +61,10 @@ class Logical(NamedTuple):
 def scaled_pack(n: int, tail: np.ndarray, head: np.ndarray, units: np.ndarray, k: int,
                 wide: bool = False) -> tuple[list[TreeClass] | None, dict[str, int]]:
     """``k`` trees per root in ``units`` as tree classes (module doc), or ``None`` when a
-    step fails; with the repair packer's counters summed and ``scaled``: the largest
-    scale ``s`` used (0 when none).  ``wide``: the wider margins of :data:`MARGINS` and
+    step fails; with the repair packer's counters summed, ``scaled``: the largest scale
+    ``s`` used (0 when none), ``scaled_tries``: first packings tried (one per level when
+    every first margin works), ``rounding_sweeps`` and ``ingress_raised`` (units raised
+    by :func:`raise_ingress`).  ``wide``: the wider margins of :data:`MARGINS` and
     several units per link when rounding (for thin links into tight sets, module doc)."""
     counters = {"repairs": 0, "repair_visits": 0, "reused_trees": 0, "scaled": 0,
                 "scaled_tries": 0, "ingress_raised": 0, "rounding_sweeps": 0}
@@ -186,7 +188,7 @@ def _rounded(g: Logical, units: np.ndarray, k: int, k1: int, s: int, several: bo
     remainder = scaled - u1 * k
     fresh = (u1 + 1) * s <= units                 # room for one unit, not raised yet
     counters["ingress_raised"] += raise_ingress(g, u1, k1, remainder, fresh)
-    room = (units, s, remainder, fresh, several)
+    room = _Room(units, s, remainder, fresh, several)
     for inside in known:
         deficit = k1 * int(g.n - inside.sum()) - int(u1[inside[g.head] & ~inside[g.tail]].sum())
         if deficit > 0 and not _raise_set(g, u1, room, inside, deficit):
@@ -203,7 +205,18 @@ def _rounded(g: Logical, units: np.ndarray, k: int, k1: int, s: int, several: bo
     return None
 
 
-def _raise_set(g: Logical, u1: np.ndarray, room: tuple, inside: np.ndarray, deficit: int
+class _Room(NamedTuple):
+    """Where a rounding may raise ``u1``: ``s·u1 <= units``; ``fresh`` links not raised
+    yet, largest ``remainder`` first; ``several`` units per link when those are too few."""
+
+    units: np.ndarray
+    s: int
+    remainder: np.ndarray
+    fresh: np.ndarray
+    several: bool
+
+
+def _raise_set(g: Logical, u1: np.ndarray, room: _Room, inside: np.ndarray, deficit: int
                ) -> bool:
     """``deficit`` more units on the links into ``inside``: one on each link not raised yet
     (largest remainders first); where those are too few and ``several`` (``room``'s last
