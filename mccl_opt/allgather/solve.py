@@ -45,6 +45,7 @@ from .warm.certify import Certificate, GuessKind, keep_or_reroute, warm_budget, 
 from .warm.route import RouteTaken, WarmRoute
 from .fabric import fabric_of
 from .first import first_schedule
+from .forestcoll.above_limit import pack_scaled
 from .forestcoll.pipeline import balanced_split, check_inputs, gbps, pack, phase_one_budget
 from .forestcoll.throughput import cut_upper_bound
 
@@ -194,7 +195,10 @@ def _forestcoll(topo: Topology, route: WarmRoute, backend: str, max_chunks: int 
                 headroom: Sequence[Fraction] | None = None) -> Schedule | Declined:
     """Step 4 on a canonically listed ``topo``; :class:`.chain.Declined` when the exact
     optimum (``max_chunks=None``) needs more than :data:`.budget.EXACT_TREES_LIMIT`
-    trees per root, or switch balancing loses capacity the optimum needs (unless
+    trees per root on a chain's sub-fabric (``lossy_balance``) or step-aware (a fabric's
+    own solve packs them by the scaled packing alone,
+    :func:`.forestcoll.above_limit.pack_scaled`), or switch balancing loses capacity the
+    optimum needs (unless
     ``lossy_balance``: the chain's sub-fabrics, whose rounded schedule it compares with
     the general method's itself); ``headroom``: ``topo`` is a balanced restriction
     whose links may carry this many times their capacity on the real fabric
@@ -217,8 +221,11 @@ def _forestcoll(topo: Topology, route: WarmRoute, backend: str, max_chunks: int 
 
     anytime.check("ForestColl: before Phase 1")
     budget = phase_one_budget(topo, max_chunks, run.stats, run.hint_cuts, run.cuts)
-    if max_chunks is None and budget.k > EXACT_TREES_LIMIT:
+    many = max_chunks is None and budget.k > EXACT_TREES_LIMIT
+    if many and (lossy_balance or step_aware):
         return Declined(f"more than {EXACT_TREES_LIMIT} exact trees per root")
+    if many:                                          # the scaled packing alone, cold
+        run.prev, run.cuts = None, None
     if rewarm and run.prev is not None:
         quick = route.attempt("ForestColl-warm's rerouting", Method.FORESTCOLL,
                               lambda _: keep_or_reroute(run, budget), lambda: None,
@@ -248,6 +255,8 @@ def _forestcoll(topo: Topology, route: WarmRoute, backend: str, max_chunks: int 
             opts = step_aware if isinstance(step_aware, StepAware) else None
             result = step_aware_pack(balanced.split, arr.rank_of, balanced.k, run.guides,
                                      run.stats, backend, opts)
+        elif many and balanced.k > EXACT_TREES_LIMIT:
+            result = pack_scaled(balanced.split, arr.rank_of, balanced.k, run.stats)
         else:
             result = _pack(run, route, balanced, trail)
     except BudgetUnpacked:

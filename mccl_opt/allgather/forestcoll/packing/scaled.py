@@ -31,8 +31,8 @@ from ..removal.cut_guard import violated_set
 from .repair import repair_pack
 from .trees import TreeClass
 
-__all__ = ["scaled_pack", "many_trees_pack", "SCALED_MIN_K", "SCALED_TREES", "ROUNDING_ROUNDS",
-           "MARGINS", "PLAIN_FIRST_ENTRIES"]
+__all__ = ["scaled_pack", "many_trees_pack", "scaled_only", "raise_ingress", "SCALED_MIN_K",
+           "SCALED_TREES", "ROUNDING_ROUNDS", "MARGINS", "PLAIN_FIRST_ENTRIES"]
 
 #: from this many trees per root :func:`scaled_pack` is tried before the repair packer
 SCALED_MIN_K = 64
@@ -61,12 +61,15 @@ class Logical(NamedTuple):
 def scaled_pack(n: int, tail: np.ndarray, head: np.ndarray, units: np.ndarray, k: int,
                 wide: bool = False) -> tuple[list[TreeClass] | None, dict[str, int]]:
     """``k`` trees per root in ``units`` as tree classes (module doc), or ``None`` when a
-    step fails; with the repair packer's counters summed and ``scaled``: the largest
-    scale ``s`` used (0 when none).  ``wide``: the wider margins of :data:`MARGINS` and
+    step fails; with the repair packer's counters summed, ``scaled``: the largest scale
+    ``s`` used (0 when none), ``scaled_tries``: first packings tried (one per level when
+    every first margin works), ``rounding_sweeps`` and ``ingress_raised`` (units raised
+    by :func:`raise_ingress`).  ``wide``: the wider margins of :data:`MARGINS` and
     several units per link when rounding (for thin links into tight sets, module doc)."""
-    counters = {"repairs": 0, "repair_visits": 0, "reused_trees": 0, "scaled": 0}
+    counters = {"repairs": 0, "repair_visits": 0, "reused_trees": 0, "scaled": 0,
+                "scaled_tries": 0, "ingress_raised": 0, "rounding_sweeps": 0}
     classes = _scaled(Logical(n, tail, head), units.astype(np.int64), k, counters,
-                      MARGINS if wide else MARGINS[:1])
+                      MARGINS if wide else MARGINS[:1], wide, [])
     if classes is not None:
         classes.sort(key=lambda c: (c.root, -c.mult))
     return classes, counters
@@ -99,35 +102,69 @@ def many_trees_pack(n: int, tail: np.ndarray, head: np.ndarray, units: np.ndarra
     return classes
 
 
+def scaled_only(n: int, tail: np.ndarray, head: np.ndarray, units: np.ndarray, k: int,
+                stats: dict[str, int]) -> list[TreeClass] | None:
+    """The scaled packing with wide margins, and nothing else (more trees per root than
+    the plain repair packer could grow), its counters in ``stats``.  No narrow attempt
+    first: wherever it fails, the wide one repeats it up to the failing step."""
+    classes, info = scaled_pack(n, tail, head, units, k, wide=True)
+    stats.update(info)
+    return classes
+
+
 def _scaled(g: Logical, units: np.ndarray, k: int, counters: dict[str, int],
-            margins: tuple[int, ...]) -> list[TreeClass] | None:
+            margins: tuple[int, ...], wide: bool, known: list[np.ndarray]
+            ) -> list[TreeClass] | None:
+    """``k`` trees per root in ``units`` (module doc); ``known``: the node sets found
+    violated so far, checked before each rooted sweep (HPN-like fabrics: a host's ingress,
+    at every level and margin)."""
     s = -(-k // SCALED_TREES)
     shapes = [k // s - d for d in margins if k // s - d >= 1]
     if k < SCALED_MIN_K or not shapes:
         return _repair(g, units, k, counters)
-    for k1 in shapes:
-        u1 = _rounded(g, units, k, k1, s, len(margins) > 1)
-        if u1 is not None:
-            break
-    else:
+    for i, k1 in enumerate(shapes):     # a wider margin where this one's rounding, first
+        found = _first(g, units, k, k1, s, wide, counters, known)   # packing or residual
+        if found is None:
+            continue
+        first, residual = found
+        counters["scaled"] = max(counters["scaled"], s)
+        # the residual starts at the margin that worked: the sets that made the narrower
+        # ones fail (a host's ingress of many thin links) are the residual's too
+        rest = _scaled(g, residual, k - s * k1, counters, margins[i:], wide, known)
+        if rest is None:
+            return None
+        return [TreeClass(c.root, c.mult * s, c.parent_arc) for c in first] + rest
+    return None
+
+
+def _first(g: Logical, units: np.ndarray, k: int, k1: int, s: int, several: bool,
+           counters: dict[str, int], known: list[np.ndarray]
+           ) -> tuple[list[TreeClass], np.ndarray] | None:
+    """The packing of ``k1`` trees per root in the rounded ``u1`` and the residual
+    ``units - s·load1``, or ``None`` when the rounding or the packing fails or the residual
+    fails the rooted test for ``k - s·k1``."""
+    counters["scaled_tries"] += 1
+    u1 = _rounded(g, units, k, k1, s, several, counters, known)
+    if u1 is None:
         return None
     first = _repair(g, u1, k1, counters)
     if first is None:
         return None
     residual = units - s * _loads(first, units.size)
-    k2 = k - s * k1
-    if _violated(g, residual, k2):
+    hit = _violated(g, residual, k - s * k1)
+    if hit is not None:
+        known.append(hit[0])
         return None
-    counters["scaled"] = max(counters["scaled"], s)
-    rest = _scaled(g, residual, k2, counters, margins)
-    if rest is None:
-        return None
-    return [TreeClass(c.root, c.mult * s, c.parent_arc) for c in first] + rest
+    return first, residual
 
 
 def _repair(g: Logical, units: np.ndarray, k: int, counters: dict[str, int]
             ) -> list[TreeClass] | None:
-    classes, info = repair_pack(g.n, g.tail, g.head, units, k)
+    """The repair packing of ``k`` trees per root, every link's units capped at the ``k·n``
+    unit trees that could use it: a residual keeps the slack of links no tight cut needs
+    (superpod 2x2x8 at 2.9 M trees per root: 9.5 M units on a link at the last level, 3.6e8
+    in all), and the repair index holds a slot per unit (1.4 GB there)."""
+    classes, info = repair_pack(g.n, g.tail, g.head, np.minimum(units, k * g.n), k)
     for key, value in info.items():
         counters[key] = counters.get(key, 0) + value
     return classes
@@ -138,32 +175,81 @@ def _violated(g: Logical, units: np.ndarray, k: int) -> tuple[np.ndarray, int, i
     return violated_set(g.n, ranks, k, (g.tail, g.head, units))
 
 
-def _rounded(g: Logical, units: np.ndarray, k: int, k1: int, s: int, several: bool
-             ) -> np.ndarray | None:
+def _rounded(g: Logical, units: np.ndarray, k: int, k1: int, s: int, several: bool,
+             counters: dict[str, int], known: list[np.ndarray]) -> np.ndarray | None:
     """Units ``u1`` admitting ``k1`` trees per root with ``s·u1 <= units``: ``units·k1/k``
-    rounded down, then up on links into each violated set by its deficit, one unit on
-    each of the links not raised yet (largest remainders first); ``several``: where those
-    are too few, the rest of the deficit as further units on any link into the set with
-    room (a tight GPU ingress of a few wide links); ``None`` when the links into a set
-    lack the room or the rounds run out."""
+    rounded down, every GPU's ingress raised at once (:func:`raise_ingress`, no max-flow),
+    then up on links into each ``known`` set and each violated set a rooted sweep finds
+    (added to ``known``) by its deficit (:func:`_raise_set`); ``None`` when the links into
+    a set lack the room (often found on a known set, without a sweep) or the rounds run
+    out."""
     scaled = units * k1
     u1 = scaled // k
     remainder = scaled - u1 * k
     fresh = (u1 + 1) * s <= units                 # room for one unit, not raised yet
+    counters["ingress_raised"] += raise_ingress(g, u1, k1, remainder, fresh)
+    room = _Room(units, s, remainder, fresh, several)
+    for inside in known:
+        deficit = k1 * int(g.n - inside.sum()) - int(u1[inside[g.head] & ~inside[g.tail]].sum())
+        if deficit > 0 and not _raise_set(g, u1, room, inside, deficit):
+            return None
     for _ in range(ROUNDING_ROUNDS):
+        counters["rounding_sweeps"] += 1
         hit = _violated(g, u1, k1)
         if hit is None:
             return u1
         inside, deficit, _ = hit
-        crossing = inside[g.head] & ~inside[g.tail]
-        into = np.flatnonzero(crossing & fresh)
-        up = into[np.argsort(-remainder[into], kind="stable")[:deficit]]
-        u1[up] += 1
-        fresh[up] = False
-        if up.size < deficit and not (several and _raise_further(u1, units, s, remainder,
-                                                                 crossing, deficit - up.size)):
+        known.append(inside)
+        if not _raise_set(g, u1, room, inside, deficit):
             return None
     return None
+
+
+class _Room(NamedTuple):
+    """Where a rounding may raise ``u1``: ``s·u1 <= units``; ``fresh`` links not raised
+    yet, largest ``remainder`` first; ``several`` units per link when those are too few."""
+
+    units: np.ndarray
+    s: int
+    remainder: np.ndarray
+    fresh: np.ndarray
+    several: bool
+
+
+def _raise_set(g: Logical, u1: np.ndarray, room: _Room, inside: np.ndarray, deficit: int
+               ) -> bool:
+    """``deficit`` more units on the links into ``inside``: one on each link not raised yet
+    (largest remainders first); where those are too few and ``several`` (``room``'s last
+    entry), the rest as further units on any link into the set with room (a tight GPU
+    ingress of a few wide links); whether it fits."""
+    units, s, remainder, fresh, several = room
+    crossing = inside[g.head] & ~inside[g.tail]
+    into = np.flatnonzero(crossing & fresh)
+    up = into[np.argsort(-remainder[into], kind="stable")[:deficit]]
+    u1[up] += 1
+    fresh[up] = False
+    return up.size >= deficit or several and _raise_further(u1, units, s, remainder, crossing,
+                                                            deficit - up.size)
+
+
+def raise_ingress(g: Logical, u1: np.ndarray, k1: int, remainder: np.ndarray,
+                  fresh: np.ndarray) -> int:
+    """The single-GPU cuts of the rounding, all GPUs in one pass (no max-flow): every GPU
+    whose rounded-down ingress ``u1(δ⁻(v))`` is below the ``k1·(n-1)`` trees entering it
+    gets one unit more on as many of its ``fresh`` in-links (``u1 + 1`` still fits ``s``
+    times; largest remainders first) as it lacks, or on all it has; ``u1`` and ``fresh``
+    change in place.  Returns the units raised.  Without it each of the rounding's
+    rooted sweeps repairs one violated set, so a fabric of more GPUs than
+    :data:`ROUNDING_ROUNDS` whose floors all fall short ran out of rounds."""
+    need = k1 * (g.n - 1) - np.bincount(g.head, weights=u1, minlength=g.n).astype(np.int64)
+    cand = np.flatnonzero(fresh & (need[g.head] > 0))
+    cand = cand[np.lexsort((-remainder[cand], g.head[cand]))]      # by head, then remainder
+    heads = g.head[cand]
+    rank = np.arange(cand.size) - np.searchsorted(heads, heads)    # place among its head's
+    up = cand[rank < need[heads]]
+    u1[up] += 1
+    fresh[up] = False
+    return int(up.size)
 
 
 def _raise_further(u1: np.ndarray, units: np.ndarray, s: int, remainder: np.ndarray,
