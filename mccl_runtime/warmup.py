@@ -175,6 +175,19 @@ def _unbalanced(backend: str) -> None:
     general = solve_allgather(odd, backend=backend, max_chunks=None)
     solve_allgather(odd.with_capacity(src="s0h0g2", dst="s0h0nvs", gbps=500.0), warm=general,
                     backend=backend, max_chunks=None)
+    _price_trees(odd)
+
+
+def _price_trees(topo: Topology) -> None:
+    """The general method's pricing (switch paths, arborescences) called directly: the
+    fabrics above are certified by their seeds or packed by ForestColl, so no solve of
+    theirs prices a tree, while a time-limited or unseeded general method does."""
+    import numpy as np
+
+    from mccl_opt.allgather.general.tree_colgen import price_trees
+
+    paths, parents, _ = price_trees(topo, np.ones(len(topo.links)), np.arange(topo.num_gpus))
+    paths.tree_arcs(0, parents[0])
 
 
 def _step_aware(backend: str) -> None:
