@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import Callable
 
 import numpy as np
 
@@ -175,7 +176,8 @@ def tree_column_generation(topo: Topology, backend: Backend, capacity: np.ndarra
                       roots: list[int], trees: list[np.ndarray],
                       options: TreeCGOptions = TreeCGOptions(),
                       upper_bound: float | None = None,
-                      later: tuple[list[int], list[np.ndarray]] | None = None) -> TreeCGResult:
+                      later: Callable[[], tuple[list[int], list[np.ndarray]]] | None = None
+                      ) -> TreeCGResult:
     """Solve the tree master to optimality from the given starting columns
     (``capacity`` per link, in the units the rates come back in).  Every round's prices
     give a valid bound (module docstring); at ``options.time_limit`` the master's rate,
@@ -185,9 +187,10 @@ def tree_column_generation(topo: Topology, backend: Backend, capacity: np.ndarra
     (:func:`mccl_opt.anytime.check`).  ``upper_bound`` (the master's units): an upper
     bound on the optimum certified by the caller (:mod:`.restriction_seed`); the loop
     starts from it as its best bound, so it stops as soon as the master reaches it.
-    ``later``: more starting columns (a warm start's previous trees), added only when
-    the first master solve does not reach ``upper_bound`` (a seed that certifies at once
-    does not pay for a larger first LP)."""
+    ``later``: makes more starting columns (a warm start's previous trees, the
+    weaker-direction fabric's), called and added only when the first master solve does
+    not reach ``upper_bound`` (a seed that certifies at once pays neither for them nor
+    for a larger first LP)."""
     t_start = time.perf_counter()
     limits = [t for t in (options.time_limit, anytime.limit_left()) if t is not None]
     deadline = t_start + min(limits) if limits else None
@@ -218,8 +221,9 @@ def tree_column_generation(topo: Topology, backend: Backend, capacity: np.ndarra
             history.append((pt.x, best_bound))
             status = "optimal"
             break
-        if later is not None and later[0]:
-            added = master.add(*later)
+        if later is not None:
+            more = later()
+            added = master.add(*more) if more[0] else 0
             later = None
             if added:
                 age = np.concatenate([np.where(pt.w > 0, 0, age + 1), np.zeros(added, np.int64)])
