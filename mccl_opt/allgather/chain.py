@@ -14,14 +14,19 @@ forwarding-only schedule and switch removal can fail, so the chain is:
    bound is the forwarding-only optimum, found by a cutting-plane LP and certified in
    exact integers); if that is not certified (or, with ``max_chunks=K``, rounds more
    than :data:`RESTRICTION_ROUNDING_GAP` below its optimum), the general method
-   (:mod:`.general.method`); the best rounded schedule of these and the weaker-direction one is
-   kept (seeding the column generation with the weaker-direction trees measured slower
-   than its own multiplicative-weights start);
+   (:mod:`.general.method`), seeded with ForestColl's trees on the restriction and
+   stopped at its certified optimum (the weaker-direction trees are added only if the
+   master falls short); the best rounded schedule of these and the weaker-direction one
+   is kept.  At ``max_chunks=None`` what cannot certify is not solved exactly: a
+   weaker-direction fabric whose optimum (Phase 1 alone) is below the cut bound, and a
+   restriction rounded onto a coarser grid, only give the seed its trees;
 2. balanced -> ForestColl; if it raises (a :class:`SolveError`, typed by the
    orchestrator), gives up capacity while balancing (``stats['balanced_exactly']`` is
    false), or, with ``max_chunks=None``, needs more than :data:`EXACT_TREES_LIMIT` trees
    per root (exact multiplicities of arbitrary float capacities explode) -> the general
-   method.
+   method, seeded with ForestColl's own trees at a few chunks per root and stopped at the
+   cut bound ``x*``, the forwarding-only optimum of a balanced fabric
+   (:func:`.general.restriction_seed.balanced_seed`).
 
 The general method never fails on a connected fabric with positive capacities.
 """
@@ -170,7 +175,11 @@ def solve_unbalanced(topo: Topology, route: WarmRoute, backend: str,
                      max_chunks: int | None, forestcoll: ForestColl, trail: Trail) -> Schedule:
     """A fabric with unbalanced switches (step 1 of the chain above): ForestColl on
     :func:`weaker_directions` if its optimum reaches the cut bound, else the balanced
-    restriction or the general method, keeping the better rounded schedule.
+    restriction or the general method, keeping the better rounded schedule.  At
+    ``max_chunks=None`` the weaker-direction fabric is packed only when Phase 1 says its
+    optimum reaches the cut bound, and a coarsened restriction is not packed exactly:
+    neither could certify, and both only seed the general method (shared aggregation
+    2x5x8 with a one-way NIC fault: 31 column-generation rounds -> 3).
 
     Every warm-started method (the weaker-direction ForestColl, ForestColl on the balanced
     restriction, the general method) takes its warm steps on ``route``, under the one
