@@ -121,3 +121,20 @@ def test_a_restriction_misread_at_the_loosest_tolerance_is_read_again_tighter(mo
     assert s.report.method is Method.BALANCED_RESTRICTION
     assert s.lp_rate_gbps == pytest.approx(found.rate_gbps, rel=1e-9)
     check_schedule(topo, s, max_chunks=10)
+
+
+def test_at_k_the_trees_that_rounded_too_far_seed_the_general_method(monkeypatch):
+    """Leaf-spine 6x2x8 with 4 spines at ``K=10``: ForestColl fails 7 trees per root and
+    packs fewer, 0.1 % below the optimum; with the rounding gap made 0 that schedule is
+    rejected, and its trees (not multiplicative weights) seed the general method, which
+    reaches the cut bound ``x*`` (the fabric is balanced) and rounds to a valid schedule."""
+    from mccl_opt.allgather import solve
+
+    monkeypatch.setattr(solve, "RESTRICTION_ROUNDING_GAP", 0.0)
+    topo = leaf_spine(6, 2, 8, spines=4)
+    s = mo.solve_allgather(topo, max_chunks=10)
+    assert s.report.method is Method.GENERAL and s.stats["seed"] == "forestcoll trees"
+    bound = cut_bound(topo)
+    assert s.lp_rate_gbps == pytest.approx(bound, rel=1e-6)
+    checked = check_schedule(topo, s, max_chunks=10)
+    assert checked.rate_gbps <= bound * (1 + 1e-9)
