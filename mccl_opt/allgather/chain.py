@@ -57,7 +57,8 @@ if TYPE_CHECKING:                          # imported by the functions that use 
 
 __all__ = ["Declined", "Trail", "ForestColl", "Restricted", "EXACT_TREES_LIMIT",
            "RESTRICTION_ROUNDING_GAP", "switches_balanced", "cut_bound_gbps", "restrict",
-           "seed_once", "solve_by_general", "weaker_directions", "solve_by_restriction", "solve_unbalanced"]
+           "seed_once", "solve_by_general", "weaker_directions", "solve_by_restriction",
+           "solve_unbalanced"]
 
 #: with ``max_chunks=K``, a balanced-restriction schedule rounded further than this below
 #: its optimum also runs the general method, and the better rounding is kept (ForestColl's

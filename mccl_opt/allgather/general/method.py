@@ -173,9 +173,9 @@ def solve_general(topo: Topology, warm: Schedule | None = None, backend: str = "
     stats["seed_s"] = time.perf_counter() - t + (0.0 if seed is None else seed.seconds)
     with get_backend(backend) as lp:
         if upper is not None:                # the previous trees only if the seed falls short
-            res = tree_column_generation(topo, lp, capacity, seed_r, seed_t, options,
-                                         upper_bound=upper,
-                                         later=lambda: _later_columns(seed, topo, roots, trees, stats))
+            res = tree_column_generation(
+                topo, lp, capacity, seed_r, seed_t, options, upper_bound=upper,
+                later=lambda: _later_columns(seed, topo, roots, trees, stats))
         else:
             res = tree_column_generation(topo, lp, capacity, roots + seed_r, trees + seed_t,
                                          options)

@@ -41,7 +41,8 @@ from ..budget import ChunkCounts
 if TYPE_CHECKING:                       # the chain imports this package inside a function
     from ..chain import ForestColl, Restricted
 
-__all__ = ["RestrictionSeed", "restriction_seed", "balanced_seed", "forestcoll_trees", "SEED_CHUNKS"]
+__all__ = ["RestrictionSeed", "restriction_seed", "balanced_seed", "forestcoll_trees",
+           "SEED_CHUNKS"]
 
 #: chunks per root asked of ForestColl on the restriction (4 left HPN 4x16x8 stuck 0.25 % below
 #: the optimum for 28 rounds; 10 reached it in the first master solve): enough trees that the master's
@@ -116,7 +117,8 @@ def _table_columns(chunks: TreeChunks, topo: Topology) -> tuple[list[int], list[
     return roots, trees
 
 
-def forestcoll_trees(sub: Topology, forestcoll: ForestColl, headroom: Sequence[Fraction] | None = None,
+def forestcoll_trees(sub: Topology, forestcoll: ForestColl,
+                     headroom: Sequence[Fraction] | None = None,
                      chunks: int = SEED_CHUNKS) -> Schedule | None:
     """ForestColl's schedule (``forestcoll``, the chain's sub-solve, cold, keeping what
     balancing loses: the master re-weights the trees anyway) on the balanced fabric
@@ -144,7 +146,7 @@ def restriction_seed(restricted: Restricted, forestcoll: ForestColl,
     schedule on the weaker-direction fabric, or that fabric, packed on demand) gives
     ``more``: a second, different set of near-optimal trees, for a master that falls
     short with the first (shared aggregation 2x5x8 with a one-way NIC fault at
-    ``max_chunks=None``: 31 rounds -> 2).  ``None`` when the restriction's rate is not
+    ``max_chunks=None``: 31 rounds -> 3).  ``None`` when the restriction's rate is not
     positive or ForestColl packs nothing on it (the general method then starts from its
     own trees)."""
     if not restricted.restriction.rate_gbps > 0:
