@@ -193,9 +193,11 @@ def solve_unbalanced(topo: Topology, route: WarmRoute, backend: str,
     weaker = None
     seed_trees: Schedule | Topology | None = sub     # the weaker direction's seed trees
     # (at max_chunks=None ForestColl packs them at a few chunks per root)
+    t = time.perf_counter()
     if sub is not None and max_chunks is None and not _reaches(sub, bound):
-        trail.add(Attempt(Method.WEAKER_DIRECTIONS, 0.0, "declined: its optimum is below the "
-                          "cut bound (no certificate at max_chunks=None); seeds only"))
+        trail.add(Attempt(Method.WEAKER_DIRECTIONS, time.perf_counter() - t, "declined: its "
+                          "optimum is below the cut bound (no certificate at max_chunks=None); "
+                          "seeds only"))
     elif sub is not None:
         try:
             found = trail.run(Method.WEAKER_DIRECTIONS,
