@@ -61,6 +61,7 @@ class TreeCGOptions:
     method: str = "primal"         # LP method of the master's solves
     seed_rounds: int = 50          # multiplicative-weights rounds of starting trees (cold)
     warm_seed_rounds: int = 5      # ... when the previous schedule's trees are given
+    short_seed_rounds: int = 20    # ... added when a seeded master falls short of its bound
     smoothing: float = 0.8         # dual smoothing weight of the stability centre (0: off)
     tie_break: float = 1e-3        # weight of the 1/capacity term that breaks ties among
                                    # trees of equal cost at the duals (0: off)
