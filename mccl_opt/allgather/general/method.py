@@ -82,20 +82,18 @@ def _chunk_columns(schedules: tuple[Schedule, ...], topo: Topology
     return roots, trees
 
 
-def _later_columns(seed: RestrictionSeed, topo: Topology, capacity: np.ndarray,
-                   rounds: int, roots: list[int], trees: list[np.ndarray],
-                   stats: dict[str, Any]) -> tuple[list[int], list[np.ndarray]]:
+def _later_columns(seed: RestrictionSeed, topo: Topology, roots: list[int],
+                   trees: list[np.ndarray], stats: dict[str, Any]
+                   ) -> tuple[list[int], list[np.ndarray]]:
     """The columns a seeded run adds when its first master falls short of the seed's
-    bound: the previous schedule's trees ``roots, trees``, the seed's other trees
-    (:attr:`.restriction_seed.RestrictionSeed.more`: the weaker-direction fabric's) and
-    ``rounds`` of multiplicative-weights trees (leaf-spine 4x2x8 with a one-way NIC fault
-    at ``max_chunks=None``, seeded with one tree per root: 219 column-generation rounds
-    -> 55, 3.9 -> 2.4 s CPU)."""
+    bound: the previous schedule's trees ``roots, trees``, then the seed's other trees
+    (:attr:`.restriction_seed.RestrictionSeed.more`: the weaker-direction fabric's)."""
     other = seed.more() if seed.more is not None else None
-    more_r, more_t = _chunk_columns((other,), topo) if other is not None else ([], [])
-    mwu_r, mwu_t = mwu_trees(topo, capacity, rounds) if rounds > 0 else ([], [])
-    stats["seed_more_columns"] = len(more_r) + len(mwu_r)
-    return roots + more_r + mwu_r, trees + more_t + mwu_t
+    if other is None:
+        return roots, trees
+    more_r, more_t = _chunk_columns((other,), topo)
+    stats["seed_more_columns"] = len(more_r)
+    return roots + more_r, trees + more_t
 
 
 def forest_edges(topo: Topology, trees: list[np.ndarray]) -> list[tuple[tuple[str, ...], ...]]:
@@ -175,10 +173,13 @@ def solve_general(topo: Topology, warm: Schedule | None = None, backend: str = "
     stats["seed_s"] = time.perf_counter() - t + (0.0 if seed is None else seed.seconds)
     with get_backend(backend) as lp:
         if upper is not None:                # the previous trees only if the seed falls short
+            # still short after a few rounds: multiplicative-weights trees too (leaf-spine
+            # 4x2x8, one-way NIC, None, seeded with one tree per root: 219 rounds -> 108)
             res = tree_column_generation(
                 topo, lp, capacity, seed_r, seed_t, options, upper_bound=upper,
-                later=lambda: _later_columns(seed, topo, capacity, options.short_seed_rounds,
-                                             roots, trees, stats))
+                later=[(1, lambda: _later_columns(seed, topo, roots, trees, stats)),
+                       (options.short_seed_after,
+                        lambda: mwu_trees(topo, capacity, options.short_seed_rounds))])
         else:
             res = tree_column_generation(topo, lp, capacity, roots + seed_r, trees + seed_t,
                                          options)
