@@ -157,8 +157,8 @@ def _greedy_orders() -> None:
 def _unbalanced(backend: str) -> None:
     """Weaker directions (a one-way NIC; on two segments the repair packer gives up and
     the greedy one packs), the balanced restriction (a one-way NVSwitch lane), the
-    general method (capacities whose exact trees explode) and a warm start from its
-    schedule."""
+    general method (capacities whose exact trees explode: seeded with ForestColl's trees,
+    and from its own multiplicative-weights start) and a warm start from its schedule."""
     from instances import hpn
     from mccl_opt.allgather import solve_allgather
 
@@ -175,19 +175,11 @@ def _unbalanced(backend: str) -> None:
     general = solve_allgather(odd, backend=backend, max_chunks=None)
     solve_allgather(odd.with_capacity(src="s0h0g2", dst="s0h0nvs", gbps=500.0), warm=general,
                     backend=backend, max_chunks=None)
-    _price_trees(odd)
+    # the chain seeds ``odd`` with ForestColl's trees and its first master certifies, so
+    # nothing is priced there: the general method's own start prices every round
+    from mccl_opt.allgather.general.method import solve_general
 
-
-def _price_trees(topo: Topology) -> None:
-    """The general method's pricing (switch paths, arborescences) called directly: the
-    fabrics above are certified by their seeds or packed by ForestColl, so no solve of
-    theirs prices a tree, while a time-limited or unseeded general method does."""
-    import numpy as np
-
-    from mccl_opt.allgather.general.tree_colgen import price_trees
-
-    paths, parents, _ = price_trees(topo, np.ones(len(topo.links)), np.arange(topo.num_gpus))
-    paths.tree_arcs(0, parents[0])
+    solve_general(odd, backend=backend, max_chunks=None)
 
 
 def _step_aware(backend: str) -> None:

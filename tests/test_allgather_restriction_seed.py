@@ -13,7 +13,7 @@ import mccl_opt as mo
 
 from instances import hpn
 from mccl_opt.allgather.canonical import canonical
-from mccl_opt.allgather.chain import Trail, restrict
+from mccl_opt.allgather.chain import Trail, restrict, weaker_directions
 from mccl_opt.allgather.general import method
 from mccl_opt.allgather.general.method import solve_general
 from mccl_opt.allgather.general.restriction_seed import RestrictionSeed, restriction_seed
@@ -33,7 +33,8 @@ def _faulty(shape: tuple[int, int, int], fault: tuple[str, str, float]):
 def _seed(topo) -> RestrictionSeed | None:
     """The seed as the method chain makes it: its restriction, its ForestColl."""
     restricted = restrict(topo, "highs")
-    return None if restricted is None else restriction_seed(restricted, sub_forestcoll("highs", Trail()))
+    return None if restricted is None else restriction_seed(
+        restricted, sub_forestcoll("highs", Trail()), weaker_directions(topo))
 
 
 @pytest.mark.parametrize("shape,fault", [((1, 2, 8), FAULTS[0]), ((1, 2, 8), FAULTS[1]),
@@ -72,14 +73,16 @@ def test_seed_trees_fit_the_fabric_and_the_rate_bounds_them():
     seed = _seed(topo)
     assert seed is not None
     # its rate_gbps is in the restricted fabric's scaled units: recomputed, not compared
-    on_topo = check_schedule(topo, dataclasses.replace(seed.schedule, rate_gbps=0.0),
-                             rel=float("inf"))
-    assert on_topo.rate_gbps <= seed.rate_gbps * (1 + 1e-9)
+    assert seed.more is not None
+    for sched in seed.schedules + (seed.more(),):    # the restriction's, the weaker direction's
+        on_topo = check_schedule(topo, dataclasses.replace(sched, rate_gbps=0.0),
+                                 rel=float("inf"))
+        assert on_topo.rate_gbps <= seed.rate_gbps * (1 + 1e-9)
     columns = seed.columns(topo)
     assert columns is not None
     roots, trees = columns
-    chunk_roots, chunk_trees = method._warm_columns(seed.schedule, topo)
-    assert roots == chunk_roots and len(trees) == len(seed.schedule.chunks)
+    chunk_roots, chunk_trees = method._chunk_columns(seed.schedules, topo)
+    assert roots == chunk_roots and len(trees) == sum(len(s.chunks) for s in seed.schedules)
     assert all(np.array_equal(a, b) for a, b in zip(trees, chunk_trees))
 
 

@@ -29,7 +29,7 @@ def test_the_seed_packs_on_the_restriction_and_fits_the_fabric():
     assert restricted is not None
     seed = restriction_seed(restricted, sub_forestcoll("highs", Trail()))
     assert seed is not None
-    check_schedule(restricted.sub, seed.schedule)          # valid trees on c' (so on c)
+    check_schedule(restricted.sub, seed.schedules[0])          # valid trees on c' (so on c)
     assert seed.rate_gbps == restricted.restriction.rate_gbps
 
 

@@ -144,6 +144,9 @@ def paths() -> Iterator[tuple[str, Callable[[], object]]]:
     odd = healthy.with_capacity(src="s0h0g1", dst="s0h0nvs", gbps=594.087) \
         .with_capacity(src="s1h1g2", dst="s1tor2", gbps=445.565)
     yield "allgather general method", lambda: mo.solve_allgather(odd, max_chunks=None)
+    past = shared_aggregation(2, 2, 4).with_capacity(src="s0h0g0", dst="s0tor0", gbps=123.457)
+    yield "allgather balanced past the exact tree limit (seeded general method)", \
+        lambda: mo.solve_allgather(past, max_chunks=None)
     yield "allgather general method warm", \
         lambda: solve_general(fail2(healthy), warm=solve_general(healthy), max_chunks=None)
     yield "allgather step-aware", lambda: mo.solve_allgather(hpn(1, 3, 4), step_aware=True)

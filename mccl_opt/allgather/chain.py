@@ -14,14 +14,19 @@ forwarding-only schedule and switch removal can fail, so the chain is:
    bound is the forwarding-only optimum, found by a cutting-plane LP and certified in
    exact integers); if that is not certified (or, with ``max_chunks=K``, rounds more
    than :data:`RESTRICTION_ROUNDING_GAP` below its optimum), the general method
-   (:mod:`.general.method`); the best rounded schedule of these and the weaker-direction one is
-   kept (seeding the column generation with the weaker-direction trees measured slower
-   than its own multiplicative-weights start);
+   (:mod:`.general.method`), seeded with ForestColl's trees on the restriction and
+   stopped at its certified optimum (the weaker-direction trees are added only if the
+   master falls short); the best rounded schedule of these and the weaker-direction one
+   is kept.  At ``max_chunks=None`` what cannot certify is not solved exactly: a
+   weaker-direction fabric whose optimum (Phase 1 alone) is below the cut bound, and a
+   restriction rounded onto a coarser grid, only give the seed its trees;
 2. balanced -> ForestColl; if it raises (a :class:`SolveError`, typed by the
    orchestrator), gives up capacity while balancing (``stats['balanced_exactly']`` is
    false), or, with ``max_chunks=None``, needs more than :data:`EXACT_TREES_LIMIT` trees
    per root (exact multiplicities of arbitrary float capacities explode) -> the general
-   method.
+   method, seeded with ForestColl's own trees at a few chunks per root and stopped at the
+   cut bound ``x*``, the forwarding-only optimum of a balanced fabric
+   (:func:`.general.restriction_seed.balanced_seed`).
 
 The general method never fails on a connected fabric with positive capacities.
 """
@@ -52,7 +57,8 @@ if TYPE_CHECKING:                          # imported by the functions that use 
 
 __all__ = ["Declined", "Trail", "ForestColl", "Restricted", "EXACT_TREES_LIMIT",
            "RESTRICTION_ROUNDING_GAP", "switches_balanced", "cut_bound_gbps", "restrict",
-           "solve_by_general", "weaker_directions", "solve_by_restriction", "solve_unbalanced"]
+           "seed_once", "solve_by_general", "weaker_directions", "solve_by_restriction",
+           "solve_unbalanced"]
 
 #: with ``max_chunks=K``, a balanced-restriction schedule rounded further than this below
 #: its optimum also runs the general method, and the better rounding is kept (ForestColl's
@@ -170,7 +176,11 @@ def solve_unbalanced(topo: Topology, route: WarmRoute, backend: str,
                      max_chunks: int | None, forestcoll: ForestColl, trail: Trail) -> Schedule:
     """A fabric with unbalanced switches (step 1 of the chain above): ForestColl on
     :func:`weaker_directions` if its optimum reaches the cut bound, else the balanced
-    restriction or the general method, keeping the better rounded schedule.
+    restriction or the general method, keeping the better rounded schedule.  At
+    ``max_chunks=None`` the weaker-direction fabric is packed only when Phase 1 says its
+    optimum reaches the cut bound, and a coarsened restriction is not packed exactly:
+    neither could certify, and both only seed the general method (shared aggregation
+    2x5x8 with a one-way NIC fault: 31 column-generation rounds -> 3).
 
     Every warm-started method (the weaker-direction ForestColl, ForestColl on the balanced
     restriction, the general method) takes its warm steps on ``route``, under the one
@@ -181,7 +191,14 @@ def solve_unbalanced(topo: Topology, route: WarmRoute, backend: str,
     bound = cut_bound_gbps(topo)
     sub = weaker_directions(topo)
     weaker = None
-    if sub is not None:
+    seed_trees: Schedule | Topology | None = sub     # the weaker direction's seed trees
+    # (at max_chunks=None ForestColl packs them at a few chunks per root)
+    t = time.perf_counter()
+    if sub is not None and max_chunks is None and not _reaches(sub, bound):
+        trail.add(Attempt(Method.WEAKER_DIRECTIONS, time.perf_counter() - t, "declined: its "
+                          "optimum is below the cut bound (no certificate at max_chunks=None); "
+                          "seeds only"))
+    elif sub is not None:
         try:
             found = trail.run(Method.WEAKER_DIRECTIONS,
                               lambda: forestcoll(sub, route, max_chunks), "returned")
@@ -196,11 +213,17 @@ def solve_unbalanced(topo: Topology, route: WarmRoute, backend: str,
                               "weaker-direction fabric")
             weaker.report = dataclasses.replace(weaker.report, bound_gbps=None)   # not certified
             anytime.offer(weaker)
+        if max_chunks is not None:          # its K chunks seed; a failed K is not retried
+            seed_trees = found if isinstance(found, Schedule) else None
     anytime.check("the balanced restriction")
     restricted = _restricted(topo, backend, trail)
-    best = None if restricted is None else solve_by_restriction(
-        topo, restricted, route, max_chunks, forestcoll, bound, trail)
-    seed = _seed_once(restricted, forestcoll)
+    best = None
+    if restricted is not None and max_chunks is None and restricted.coarsened:
+        trail.add(Attempt(Method.BALANCED_RESTRICTION, restricted.seconds, "declined: rounded "
+                          "onto a coarser grid, not exact at max_chunks=None; seeds only"))
+    elif restricted is not None:
+        best = solve_by_restriction(topo, restricted, route, max_chunks, forestcoll, bound, trail)
+    seed = _restriction_seed(restricted, forestcoll, seed_trees)
     if best is None:
         best = solve_by_general(topo, route, backend, max_chunks, "unbalanced switches", bound,
                                 trail, seed)
@@ -219,6 +242,14 @@ def solve_unbalanced(topo: Topology, route: WarmRoute, backend: str,
     return best
 
 
+def _reaches(sub: Topology, bound: float | None) -> bool:
+    """Whether the weaker-direction fabric ``sub``'s optimum (its cut bound: it is
+    balanced) reaches the real fabric's cut bound ``bound``, the only case in which its
+    exact schedule is certified optimal (Phase 1 alone, before ForestColl packs)."""
+    own = cut_bound_gbps(sub)
+    return bound is None or own is None or own >= bound * (1 - _REACH_TOL)
+
+
 @dataclass(frozen=True)
 class Restricted:
     """The certified best balanced restriction ``c'`` of a fabric
@@ -229,13 +260,15 @@ class Restricted:
     forwarding-only one).  ``restriction`` is the one ``sub`` is built from: the LP's
     vertex, or its balanced rounding onto a coarser grid where the vertex has more digits
     than the fabric's quantum keeps (:func:`.restriction.balanced.coarsened`; its own
-    rate then sits ~1e-7 below ``optimum_gbps``)."""
+    rate then sits ~1e-7 below ``optimum_gbps``, and ``coarsened`` is true: ForestColl on
+    it cannot be exact, so at ``max_chunks=None`` it only seeds the general method)."""
 
     restriction: Restriction
     sub: Topology
     to_gbps: float
     seconds: float
     optimum_gbps: float
+    coarsened: bool = False
 
 
 def restrict(topo: Topology, backend: str) -> Restricted | None:
@@ -251,7 +284,8 @@ def restrict(topo: Topology, backend: str) -> Restricted | None:
         return None
     kept = coarsened(topo, found, backend)   # too many digits: a balanced rounding
     sub, to_gbps = restricted_topology(topo, kept)
-    return Restricted(kept, canonical(sub), to_gbps, time.perf_counter() - t, found.rate_gbps)
+    return Restricted(kept, canonical(sub), to_gbps, time.perf_counter() - t, found.rate_gbps,
+                      kept is not found)
 
 
 def _restricted(topo: Topology, backend: str, trail: Trail) -> Restricted | None:
@@ -269,20 +303,31 @@ def _restricted(topo: Topology, backend: str, trail: Trail) -> Restricted | None
     return restricted
 
 
-def _seed_once(restricted: Restricted | None, forestcoll: ForestColl
-               ) -> Callable[[], RestrictionSeed | None]:
-    """The general method's restriction seed, made on first use and kept (a warm stage
+def seed_once(make: Callable[[], RestrictionSeed | None]) -> Callable[[], RestrictionSeed | None]:
+    """The general method's seed ``make()``, made on first use and kept (a warm stage
     redone cold asks again)."""
     made: list[RestrictionSeed | None] = []
 
     def seed() -> RestrictionSeed | None:
         if not made:
-            from .general.restriction_seed import restriction_seed
-
-            made.append(None if restricted is None else restriction_seed(restricted, forestcoll))
+            made.append(make())
         return made[0]
 
     return seed
+
+
+def _restriction_seed(restricted: Restricted | None, forestcoll: ForestColl,
+                      weaker: Schedule | Topology | None
+                      ) -> Callable[[], RestrictionSeed | None]:
+    """:func:`.general.restriction_seed.restriction_seed` of ``restricted`` with the
+    weaker-direction trees ``weaker``, made once (:func:`seed_once`)."""
+
+    def make() -> RestrictionSeed | None:
+        from .general.restriction_seed import restriction_seed
+
+        return None if restricted is None else restriction_seed(restricted, forestcoll, weaker)
+
+    return seed_once(make)
 
 
 def solve_by_restriction(topo: Topology, restricted: Restricted, route: WarmRoute,

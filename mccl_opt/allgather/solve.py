@@ -27,7 +27,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from fractions import Fraction
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from .. import anytime
 from ..entry_checks import check_time_limit
@@ -40,7 +40,7 @@ from .assemble import Optimum, Run, packed
 from .budget import EXACT_TREES_LIMIT, BudgetUnpacked, ChunkCounts, CutBounds
 from .canonical import canonical
 from .chain import RESTRICTION_ROUNDING_GAP, Declined, ForestColl, Trail, cut_bound_gbps, \
-    solve_by_general, solve_unbalanced, switches_balanced
+    seed_once, solve_by_general, solve_unbalanced, switches_balanced
 from .warm.certify import Certificate, GuessKind, keep_or_reroute, warm_budget, warm_guess
 from .warm.route import RouteTaken, WarmRoute
 from .fabric import fabric_of
@@ -48,6 +48,9 @@ from .first import first_schedule
 from .forestcoll.above_limit import pack_scaled
 from .forestcoll.pipeline import balanced_split, check_inputs, gbps, pack, phase_one_budget
 from .forestcoll.throughput import cut_upper_bound
+
+if TYPE_CHECKING:                                 # the general method loads on its first use
+    from .general.restriction_seed import RestrictionSeed
 
 __all__ = ["solve_allgather", "sub_forestcoll", "PHASES_23_PER_PHASE_1"]
 
@@ -119,6 +122,7 @@ def _chain(topo: Topology, route: WarmRoute, backend: str, max_chunks: int | Non
         return solve_unbalanced(topo, route, backend, max_chunks, sub_forestcoll(backend, trail),
                                 trail)
     t = time.perf_counter()
+    coarse: Schedule | None = None                    # ForestColl's trees rounded too far
     try:
         sched = _typed_forestcoll(topo, route, backend, max_chunks, step_aware, trail)
     except BudgetUnpacked as e:
@@ -127,22 +131,44 @@ def _chain(topo: Topology, route: WarmRoute, backend: str, max_chunks: int | Non
         else:
             trail.add(Attempt(Method.FORESTCOLL, time.perf_counter() - t, f"failed: {e}"))
             t = time.perf_counter()
-            sched = _fewer_chunks(topo, route, backend, max_chunks, step_aware, trail, e)
+            sched, coarse = _fewer_chunks(topo, route, backend, max_chunks, step_aware, trail, e)
     except SolveError as e:
         sched = Declined(f"ForestColl: {e}")
     if isinstance(sched, Declined):
         trail.add(Attempt(Method.FORESTCOLL, time.perf_counter() - t, f"declined: {sched.reason}"))
-        return solve_by_general(topo, route, backend, max_chunks, sched.reason,
-                                cut_bound_gbps(topo), trail)
+        bound = cut_bound_gbps(topo)
+        return solve_by_general(topo, route, backend, max_chunks, sched.reason, bound, trail,
+                                _balanced_seed(topo, bound, coarse, max_chunks, backend, trail))
     return sched
 
 
+def _balanced_seed(topo: Topology, bound: float | None, coarse: Schedule | None,
+                   max_chunks: int | None, backend: str, trail: Trail
+                   ) -> Callable[[], RestrictionSeed | None] | None:
+    """The general method's seed on a balanced fabric ForestColl declined
+    (:func:`.general.restriction_seed.balanced_seed`: a few chunks per root of ForestColl's
+    own trees, stopped at the cut bound ``x*``): at ``max_chunks=None``, made by
+    ForestColl at :data:`.general.restriction_seed.SEED_CHUNKS`; at ``K``, where those
+    chunk counts have just failed, only the trees ``coarse`` that rounded too far."""
+    from .general.restriction_seed import RestrictionSeed, balanced_seed
+
+    if bound is None:
+        return None
+    if max_chunks is None:
+        return seed_once(lambda: balanced_seed(topo, bound, sub_forestcoll(backend, trail)))
+    if coarse is None:
+        return None
+    return seed_once(lambda: RestrictionSeed(bound, (coarse,), 0.0, "forestcoll trees"))
+
+
 def _fewer_chunks(topo: Topology, route: WarmRoute, backend: str, max_chunks: int,
-                  step_aware: Any, trail: Trail, failed: BudgetUnpacked) -> Schedule | Declined:
+                  step_aware: Any, trail: Trail, failed: BudgetUnpacked
+                  ) -> tuple[Schedule | Declined, Schedule | None]:
     """ForestColl with fewer chunks than the budget ``max_chunks=K`` whose packing failed
     (:class:`.budget.ChunkCounts` skips the limits that repeat it), kept when its rate
     is within :data:`.chain.RESTRICTION_ROUNDING_GAP` of the optimum; else declined (the
-    general method runs).  The fast packers can miss a packing that exists (leaf-spine
+    general method runs), with the schedule that rounded too far, if any (its trees seed
+    the general method).  The fast packers can miss a packing that exists (leaf-spine
     8x2x8 with 4 spines: 9 and 7 trees per root fail, 2 pack at 0.08 % below the optimum,
     where the general method took > 40 s; docs/allgather.md "Leaf-spine at K=10")."""
     reason = Declined(f"ForestColl: {failed}")
@@ -155,11 +181,11 @@ def _fewer_chunks(topo: Topology, route: WarmRoute, backend: str, max_chunks: in
             counts.failed(e)
             continue
         if isinstance(sched, Declined):
-            return reason
+            return reason, None
         if sched.rate_gbps >= sched.lp_rate_gbps * (1 - RESTRICTION_ROUNDING_GAP):
-            return sched
-        return reason
-    return reason
+            return sched, None
+        return reason, sched
+    return reason, None
 
 
 def sub_forestcoll(backend: str, trail: Trail) -> ForestColl:

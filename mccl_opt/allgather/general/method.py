@@ -70,6 +70,32 @@ def _warm_columns(warm: Schedule | None, topo: Topology) -> tuple[list[int], lis
     return roots, trees
 
 
+def _chunk_columns(schedules: tuple[Schedule, ...], topo: Topology
+                   ) -> tuple[list[int], list[np.ndarray]]:
+    """The trees of ``schedules`` still valid on ``topo`` (:func:`_warm_columns`), in order."""
+    roots: list[int] = []
+    trees: list[np.ndarray] = []
+    for sched in schedules:
+        r, t = _warm_columns(sched, topo)
+        roots += r
+        trees += t
+    return roots, trees
+
+
+def _later_columns(seed: RestrictionSeed, topo: Topology, roots: list[int],
+                   trees: list[np.ndarray], stats: dict[str, Any]
+                   ) -> tuple[list[int], list[np.ndarray]]:
+    """The columns a seeded run adds when its first master falls short of the seed's
+    bound: the previous schedule's trees ``roots, trees``, then the seed's other trees
+    (:attr:`.restriction_seed.RestrictionSeed.more`: the weaker-direction fabric's)."""
+    other = seed.more() if seed.more is not None else None
+    if other is None:
+        return roots, trees
+    more_r, more_t = _chunk_columns((other,), topo)
+    stats["seed_more_columns"] = len(more_r)
+    return roots + more_r, trees + more_t
+
+
 def forest_edges(topo: Topology, trees: list[np.ndarray]) -> list[tuple[tuple[str, ...], ...]]:
     """Per tree column, the node-id paths of its edges (an edge ends at the first GPU)."""
     arr = topo.arrays
@@ -116,8 +142,9 @@ def solve_general(topo: Topology, warm: Schedule | None = None, backend: str = "
                   seed: RestrictionSeed | None = None) -> Schedule:
     """The AllGather optimum with forwarding-only switches, rounded to ``max_chunks``
     chunks per root (``None``: the fractional optimum), warm-started from ``warm``;
-    ``seed``: ForestColl's trees on the fabric's best balanced restriction and its
-    certified rate (:mod:`.restriction_seed`, made by the method chain), else
+    ``seed``: ForestColl's trees on the fabric's best balanced restriction (on a balanced
+    fabric, the fabric itself) and its certified rate, at which the column generation
+    stops (:mod:`.restriction_seed`, made by the method chain), else
     multiplicative-weights trees start the column generation."""
     if not isinstance(topo, Topology):
         raise TopologyError(f"expected a mccl_opt.Topology, got {type(topo).__name__}")
@@ -136,8 +163,8 @@ def solve_general(topo: Topology, warm: Schedule | None = None, backend: str = "
     t = time.perf_counter()
     upper = None
     if seed is not None:                    # ForestColl's trees on c', and its optimum
-        seed_r, seed_t = seed.columns(topo) or _warm_columns(seed.schedule, topo)
-        stats["seed"], stats["seed_columns"] = "balanced restriction", len(seed_r)
+        seed_r, seed_t = seed.columns(topo) or _chunk_columns(seed.schedules, topo)
+        stats["seed"], stats["seed_columns"] = seed.source, len(seed_r)
         upper = seed.rate_gbps / scale
     else:
         seed_r, seed_t = mwu_trees(topo, capacity, rounds=options.seed_rounds if not roots
@@ -146,8 +173,13 @@ def solve_general(topo: Topology, warm: Schedule | None = None, backend: str = "
     stats["seed_s"] = time.perf_counter() - t + (0.0 if seed is None else seed.seconds)
     with get_backend(backend) as lp:
         if upper is not None:                # the previous trees only if the seed falls short
-            res = tree_column_generation(topo, lp, capacity, seed_r, seed_t, options,
-                                         upper_bound=upper, later=(roots, trees))
+            # still short after a few rounds: multiplicative-weights trees too (leaf-spine
+            # 4x2x8, one-way NIC, None, seeded with one tree per root: 219 rounds -> 108)
+            res = tree_column_generation(
+                topo, lp, capacity, seed_r, seed_t, options, upper_bound=upper,
+                later=[(1, lambda: _later_columns(seed, topo, roots, trees, stats)),
+                       (options.short_seed_after,
+                        lambda: mwu_trees(topo, capacity, options.short_seed_rounds))])
         else:
             res = tree_column_generation(topo, lp, capacity, roots + seed_r, trees + seed_t,
                                          options)

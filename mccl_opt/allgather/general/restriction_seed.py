@@ -1,5 +1,6 @@
 """Starting trees and a certified upper bound for the general method from the best
-balanced restriction (docs/allgather.md "General method: restriction seed").
+balanced restriction (docs/allgather.md "General method: restriction seed", "Balanced
+fabrics past the exact tree limit").
 
 On a fabric with unbalanced switches the forwarding-only optimum is the cut bound of
 the best balanced restriction ``c' <= c`` (:mod:`..restriction.balanced`, docs
@@ -11,6 +12,12 @@ tree master, start the column generation at or next to the optimum: HPN 4x8x8 wi
 NIC at a quarter of its speed one way reaches it in the master's first solve, where
 the multiplicative-weights start crept from 11.65 to 12.24 of 12.83 Gbps in 96 rounds.
 
+A *balanced* fabric is its own best balanced restriction: where ForestColl declines it
+(its exact packing needs more than ``EXACT_TREES_LIMIT`` trees per root, shared
+aggregation 2x8x8 with an odd NIC capacity), :func:`balanced_seed` seeds the column
+generation with ForestColl's own trees at a few chunks per root and stops it at the cut
+bound ``x*`` (3.9 s -> 0.4 s CPU on that fabric).
+
 The restriction is the one the method chain computed (:func:`..chain.restrict`), and
 ForestColl on it is the chain's own sub-solve (:data:`..chain.ForestColl`), so neither the
 cutting-plane LP nor the ForestColl pipeline is repeated here.
@@ -20,7 +27,8 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from fractions import Fraction
+from typing import TYPE_CHECKING, Callable, Sequence
 
 import numpy as np
 
@@ -33,7 +41,8 @@ from ..budget import ChunkCounts
 if TYPE_CHECKING:                       # the chain imports this package inside a function
     from ..chain import ForestColl, Restricted
 
-__all__ = ["RestrictionSeed", "restriction_seed", "SEED_CHUNKS"]
+__all__ = ["RestrictionSeed", "restriction_seed", "balanced_seed", "forestcoll_trees",
+           "SEED_CHUNKS"]
 
 #: chunks per root asked of ForestColl on the restriction (4 left HPN 4x16x8 stuck 0.25 % below
 #: the optimum for 28 rounds; 10 reached it in the first master solve): enough trees that the master's
@@ -44,24 +53,37 @@ SEED_CHUNKS = 10
 
 @dataclass(frozen=True)
 class RestrictionSeed:
-    """The restriction's certified optimum ``rate_gbps`` (an upper bound on every
-    forwarding-only schedule of the fabric), ForestColl's schedule on it (same node ids
-    as the fabric) and the ``seconds`` it took."""
+    """A certified upper bound ``rate_gbps`` on every forwarding-only schedule of the
+    fabric (the restriction's optimum, or on a balanced fabric its cut bound ``x*``),
+    ForestColl's schedules whose trees start the column generation (same node ids as the
+    fabric), the ``seconds`` they took, what the seed is (``stats["seed"]``) and ``more``:
+    makes further trees (the weaker-direction fabric's), asked for only when the master
+    over the first ones falls short of the bound."""
 
     rate_gbps: float
-    schedule: Schedule
+    schedules: tuple[Schedule, ...]
     seconds: float
+    source: str = "balanced restriction"
+    more: Callable[[], Schedule | None] | None = None
 
     def columns(self, topo: Topology) -> tuple[list[int], list[np.ndarray]] | None:
-        """The schedule's trees as tree-master columns of ``topo`` (root ranks, link
+        """The schedules' trees as tree-master columns of ``topo`` (root ranks, link
         indices of every edge path, edges in order), converted in arrays; ``None`` when
-        the chunks are not a tree table over ``topo``'s nodes (the caller converts
-        chunk by chunk then)."""
-        chunks = self.schedule.chunks
-        if not isinstance(chunks, TreeChunks) or list(chunks.table.node_ids) != \
-                [nd.id for nd in topo.nodes]:
-            return None
-        return _table_columns(chunks, topo)
+        a schedule's chunks are not a tree table over ``topo``'s nodes (the caller
+        converts chunk by chunk then)."""
+        roots: list[int] = []
+        trees: list[np.ndarray] = []
+        for sched in self.schedules:
+            chunks = sched.chunks
+            if not isinstance(chunks, TreeChunks) or list(chunks.table.node_ids) != \
+                    [nd.id for nd in topo.nodes]:
+                return None
+            found = _table_columns(chunks, topo)
+            if found is None:
+                return None
+            roots += found[0]
+            trees += found[1]
+        return roots, trees
 
 
 def _table_columns(chunks: TreeChunks, topo: Topology) -> tuple[list[int], list[np.ndarray]] | None:
@@ -95,26 +117,64 @@ def _table_columns(chunks: TreeChunks, topo: Topology) -> tuple[list[int], list[
     return roots, trees
 
 
-def restriction_seed(restricted: Restricted, forestcoll: ForestColl,
-                     chunks: int = SEED_CHUNKS) -> RestrictionSeed | None:
+def forestcoll_trees(sub: Topology, forestcoll: ForestColl,
+                     headroom: Sequence[Fraction] | None = None,
+                     chunks: int = SEED_CHUNKS) -> Schedule | None:
     """ForestColl's schedule (``forestcoll``, the chain's sub-solve, cold, keeping what
-    balancing loses: the master re-weights the trees anyway) on the balanced restriction
-    ``restricted`` with at most ``chunks`` chunks per root (fewer while ForestColl fails,
-    as the method chain does, skipping the limits that repeat a failed budget); ``None`` when the restriction's rate is not positive or
-    ForestColl packs no chunk count (the general method then starts from its own trees)."""
-    if not restricted.restriction.rate_gbps > 0:
-        return None
-    t = time.perf_counter()
+    balancing loses: the master re-weights the trees anyway) on the balanced fabric
+    ``sub`` with at most ``chunks`` chunks per root (fewer while ForestColl fails, as the
+    method chain does, skipping the limits that repeat a failed budget); ``None`` when
+    ForestColl packs no chunk count."""
     counts = ChunkCounts(chunks)
     for k in counts:
         try:
-            sched = forestcoll(restricted.sub, None, k, restricted.restriction.headroom())
+            sched = forestcoll(sub, None, k, headroom)
         except SolveError as e:                 # as the chain treats ForestColl failing: fewer
             counts.failed(e)
             continue
         except TopologyError:
             continue
         if isinstance(sched, Schedule):
-            return RestrictionSeed(restricted.optimum_gbps, sched,
-                                   time.perf_counter() - t)
+            return sched
     return None
+
+
+def restriction_seed(restricted: Restricted, forestcoll: ForestColl,
+                     weaker: Schedule | Topology | None = None) -> RestrictionSeed | None:
+    """ForestColl's trees (:func:`forestcoll_trees`) on the balanced restriction
+    ``restricted``, with its certified optimum as the bound; ``weaker`` (the chain's
+    schedule on the weaker-direction fabric, or that fabric, packed on demand) gives
+    ``more``: a second, different set of near-optimal trees, for a master that falls
+    short with the first (shared aggregation 2x5x8 with a one-way NIC fault at
+    ``max_chunks=None``: 31 rounds -> 3).  ``None`` when the restriction's rate is not
+    positive or ForestColl packs nothing on it (the general method then starts from its
+    own trees)."""
+    if not restricted.restriction.rate_gbps > 0:
+        return None
+    t = time.perf_counter()
+    main = forestcoll_trees(restricted.sub, forestcoll, restricted.restriction.headroom())
+    if main is None:
+        return None
+
+    def more() -> Schedule | None:
+        return forestcoll_trees(weaker, forestcoll) if isinstance(weaker, Topology) else weaker
+
+    return RestrictionSeed(restricted.optimum_gbps, (main,), time.perf_counter() - t,
+                           more=None if weaker is None else more)
+
+
+def balanced_seed(topo: Topology, bound_gbps: float | None,
+                  forestcoll: ForestColl) -> RestrictionSeed | None:
+    """The seed of a *balanced* fabric that ForestColl declined (its exact packing needs
+    more than :data:`..budget.EXACT_TREES_LIMIT` trees per root, or its budget did not
+    pack): the fabric is its own best balanced restriction, so its cut bound ``x*`` is
+    the forwarding-only optimum (paper §4.3: ForestColl reaches it) and the column
+    generation stops as soon as the master reaches it; ForestColl's trees at a few
+    chunks per root start it.  ``None`` without a bound or trees."""
+    if bound_gbps is None or not bound_gbps > 0:
+        return None
+    t = time.perf_counter()
+    trees = forestcoll_trees(topo, forestcoll)
+    if trees is None:
+        return None
+    return RestrictionSeed(bound_gbps, (trees,), time.perf_counter() - t, "forestcoll trees")

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -54,6 +55,9 @@ from .live_master import MasterPoint, TreeMaster, TreePool
 #: (:class:`.live_master.MasterPoint`): clipping a weight of -8e-8 on a tree crossing a
 #: 400 Gbps link 20 times cost 1.2e-5 of the rate on a 64-GPU SuperPOD-like fabric
 _BELOW_ZERO_RESOLVES = 3
+
+#: makes tree-master columns: ``(root ranks, link indices of every tree)``
+Columns = Callable[[], tuple[list[int], list[np.ndarray]]]
 
 __all__ = ["TreeCGOptions", "TreeCGResult", "tree_column_generation", "price_trees", "mwu_trees"]
 
@@ -71,6 +75,8 @@ class TreeCGOptions:
     method: str = "primal"         # LP method of the master's solves
     seed_rounds: int = 50          # multiplicative-weights rounds of starting trees (cold)
     warm_seed_rounds: int = 5      # ... when the previous schedule's trees are given
+    short_seed_rounds: int = 20    # ... added when a seeded master falls short of its bound
+    short_seed_after: int = 10     # ... from this round on
     smoothing: float = 0.8         # dual smoothing weight of the stability centre (0: off)
     tie_break: float = 1e-3        # weight of the 1/capacity term that breaks ties among
                                    # trees of equal cost at the duals (0: off)
@@ -228,7 +234,7 @@ def tree_column_generation(topo: Topology, backend: Backend, capacity: np.ndarra
                       roots: list[int], trees: list[np.ndarray],
                       options: TreeCGOptions = TreeCGOptions(),
                       upper_bound: float | None = None,
-                      later: tuple[list[int], list[np.ndarray]] | None = None) -> TreeCGResult:
+                      later: Sequence[tuple[int, Columns]] = ()) -> TreeCGResult:
     """Solve the tree master to optimality from the given starting columns
     (``capacity`` per link, in the units the rates come back in).  Every round's prices
     give a valid bound (module docstring); at ``options.time_limit`` the master's rate,
@@ -238,10 +244,13 @@ def tree_column_generation(topo: Topology, backend: Backend, capacity: np.ndarra
     (:func:`mccl_opt.anytime.check`).  ``upper_bound`` (the master's units): an upper
     bound on the optimum certified by the caller (:mod:`.restriction_seed`); the loop
     starts from it as its best bound, so it stops as soon as the master reaches it.
-    ``later``: more starting columns (a warm start's previous trees), added only when
-    the first master solve does not reach ``upper_bound`` (a seed that certifies at once
-    does not pay for a larger first LP)."""
+    ``later``: stages ``(round, make)`` of more starting columns (a warm start's previous
+    trees, the weaker-direction fabric's, multiplicative-weights trees), each made and
+    added at the first master solve from ``round`` on that does not reach
+    ``upper_bound`` (a seed that certifies at once pays neither for them nor for a
+    larger LP, one that closes in a few rounds not for the later stages)."""
     t_start = time.perf_counter()
+    stages = list(later)
     limits = [t for t in (options.time_limit, anytime.limit_left()) if t is not None]
     deadline = t_start + min(limits) if limits else None
     g = topo.num_gpus
@@ -274,9 +283,9 @@ def tree_column_generation(topo: Topology, backend: Backend, capacity: np.ndarra
             status = "optimal"
             break
         _check_within_round(deadline)
-        if later is not None and later[0]:
-            added = master.add(*later)
-            later = None
+        if stages and rnd >= stages[0][0]:
+            more = stages.pop(0)[1]()
+            added = master.add(*more) if more[0] else 0
             if added:
                 age = np.concatenate([np.where(pt.w > 0, 0, age + 1), np.zeros(added, np.int64)])
                 continue

@@ -48,8 +48,11 @@ __all__ = ["CERT_TOL", "Restriction", "balanced_restriction", "restricted_topolo
 CERT_TOL = 1e-9
 
 #: how far (relative to the largest capacity) an LP float may lie from the rational it is
-#: read as: far below ``CERT_TOL`` so that a coarser rational cannot pass for the vertex
-_READ_TOL = 1e-12
+#: read as: far below ``CERT_TOL`` so that a coarser rational cannot pass for the vertex;
+#: the loosest first (smallest denominators), then tighter ones when a coarser rational
+#: passed for a coordinate and the reading does not certify (a switch left unbalanced, or
+#: a cut bound below the LP's ``x``): the vertex's floats are exact to ~1e-15
+_READ_TOLS = (1e-12, 1e-13, 1e-14)
 
 #: largest denominator tried when the LP's floats are read back as rationals
 _MAX_DENOMINATOR = 1 << 20
@@ -297,12 +300,22 @@ def _simplest_near(v: float, eps: float) -> Fraction:
 
 def _certified(fab: Fabric, is_switch: np.ndarray, cap: np.ndarray, x: float, q: float,
                rounds: int) -> Restriction | None:
-    """The LP's ``c'`` read back as exact rationals over a common denominator, kept only
-    if it is ``<= c``, exactly balanced at every switch, and its exact cut bound is the
-    LP optimum ``x`` within :data:`CERT_TOL`."""
+    """The LP's ``c'`` read back as exact rationals over a common denominator
+    (:func:`_read`, at each of :data:`_READ_TOLS` until one certifies), kept only if it
+    is ``<= c``, exactly balanced at every switch, and its exact cut bound is the LP
+    optimum ``x`` within :data:`CERT_TOL`."""
     if x <= 0:
         return None
-    eps = _READ_TOL * float(fab.cap.max())
+    for tol in _READ_TOLS:
+        found = _read(fab, is_switch, cap, x, q, rounds, tol * float(fab.cap.max()))
+        if found is not None:
+            return found
+    return None
+
+
+def _read(fab: Fabric, is_switch: np.ndarray, cap: np.ndarray, x: float, q: float,
+          rounds: int, eps: float) -> Restriction | None:
+    """:func:`_certified` at one reading tolerance ``eps`` (quanta)."""
     fracs = [_simplest_near(float(v), eps) for v in cap]
     den = math.lcm(*(f.denominator for f in fracs))
     if den > _MAX_DENOMINATOR or int(fab.cap.max()) * den >= 1 << 40:
