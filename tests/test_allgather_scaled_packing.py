@@ -50,7 +50,11 @@ def test_a_sub_fabric_above_the_limit_is_declined_its_own_solve_packs_it(changes
     topo = hpn(1, 2, 8).with_capacity(changes)
     sched = mo.solve_allgather(topo, max_chunks=None)
     weaker = [a for a in sched.report.attempts if a.method.value == "forestcoll-weaker-directions"]
-    assert weaker and weaker[0].outcome.startswith("declined: more than")
+    # (or, earlier still, because its optimum is below the fabric's cut bound: at
+    # max_chunks=None it could not certify, docs/allgather.md "Balanced fabrics past
+    # the exact tree limit")
+    assert weaker and weaker[0].outcome.startswith(
+        ("declined: more than", "declined: its optimum is below the cut bound"))
     assert sched.report.termination.value == "optimal"
     checked = check_schedule(topo, sched)
     assert checked.rate_gbps <= cut_bound(topo) * (1 + 1e-9)
