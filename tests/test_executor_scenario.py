@@ -86,23 +86,28 @@ def test_reporter_removes_the_per_message_cost_and_ignores_one_slow_collective()
     assert got[(g[1], g[0])] == pytest.approx(2880)
 
 
+def _prober_on_hpn_1x2x2():
+    """HPN 1x2x2 emulated at 100x time and 512x bytes, a reporter out of calibration and
+    rank 2's prober: ``(topology, gpus, emulator, reporter, prober)``."""
+    from executor_cuda.faults import FabricEmulator
+    from executor_cuda.pair_levels import ModelReporter
+    from executor_cuda.reporting import PairProber, pair_nominal
+    from instances import hpn
+
+    topo = hpn(1, 2, 2)
+    emu = FabricEmulator(topo, topo.gpus, time_scale=100.0, byte_scale=512.0)
+    rep = ModelReporter(emu, pair_nominal(topo))
+    rep.calibrating = False
+    return topo, topo.gpus, emu, rep, PairProber(emu, rank=2, world=4, numel=256, every=4)
+
+
 def test_probes_target_low_pairs_the_schedule_no_longer_loads():
     """Only a pair reported below 0.95 of nominal *and* absent from the active program
     is probed; a probe's sample joins the pair's median, so one fast probe after a long
     low level does not yet report recovery, two do; a slow probe never lowers a level."""
     from types import SimpleNamespace
 
-    from executor_cuda.faults import FabricEmulator
-    from executor_cuda.reporting import PairProber, pair_nominal
-    from executor_cuda.pair_levels import ModelReporter
-    from instances import hpn
-
-    topo = hpn(1, 2, 2)
-    g = topo.gpus
-    emu = FabricEmulator(topo, g, time_scale=100.0, byte_scale=512.0)
-    rep = ModelReporter(emu, pair_nominal(topo))
-    rep.calibrating = False
-    prober = PairProber(emu, rank=2, world=4, numel=256, every=4)
+    topo, g, emu, rep, prober = _prober_on_hpn_1x2x2()
     nominal = emu.pair_delay_s(0, 2, prober.nbytes, prober.nominal_cap)
     rep.recent[(g[0], g[2])] = deque([1 / 8] * 3, maxlen=3)     # a long low level: 1/8 of nominal
     # a late probe (a busy core) never lowers a level, even to a slower one
@@ -130,17 +135,9 @@ def test_a_probe_shorter_than_three_times_its_cost_is_not_used(level, cost_share
     held by the receiver) to exactly what is used, and a probe only raises a level."""
     from types import SimpleNamespace
 
-    from executor_cuda.faults import FabricEmulator
-    from executor_cuda.pair_levels import PROBE_OVER_COST, ModelReporter
-    from executor_cuda.reporting import PairProber, pair_nominal
-    from instances import hpn
+    from executor_cuda.pair_levels import PROBE_OVER_COST
 
-    topo = hpn(1, 2, 2)
-    g = topo.gpus
-    emu = FabricEmulator(topo, g, time_scale=100.0, byte_scale=512.0)
-    rep = ModelReporter(emu, pair_nominal(topo))
-    rep.calibrating = False
-    prober = PairProber(emu, rank=2, world=4, numel=256, every=4)
+    _, g, _, rep, prober = _prober_on_hpn_1x2x2()
     nominal = prober.nominal_s(0, 2)
     key = (g[0], g[2])
     rep.recent[key] = deque([level] * 3, maxlen=3)
