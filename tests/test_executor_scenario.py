@@ -80,10 +80,14 @@ def test_reporter_removes_the_per_message_cost_and_ignores_one_slow_collective()
     rep.calibrating = False
     for _ in range(2):
         assert all(v == pytest.approx(2880) for v in push(1.0).values())
-    assert push(8.0)[(g[0], g[1])] == pytest.approx(2880)       # one slow collective: median of 3
-    got = push(8.0)
-    assert got[(g[0], g[1])] == pytest.approx(2880 / 8)          # a lasting one: the link's level
+    assert push(9.0)[(g[0], g[1])] == pytest.approx(2880)       # one slow collective: median of 3
+    got = push(9.0)
+    assert got[(g[0], g[1])] == pytest.approx(2880 / 9)          # a lasting one: the link's level
     assert got[(g[1], g[0])] == pytest.approx(2880)
+    # a link slowed 2x keeps its messages under 3x their cost: they cannot tell it from the
+    # cost, so they do not lower the pair (a short probe's rule); a sample past that does
+    assert push(2.0, (g[2], g[3]))[(g[2], g[3])] == pytest.approx(2880)
+    assert push(2.0, (g[2], g[3]))[(g[2], g[3])] == pytest.approx(2880)
 
 
 def _prober_on_hpn_1x2x2():
