@@ -148,6 +148,8 @@ class PairProber:
         self.nominal_cap = emu.topo.arrays.capacity.astype(float)
         #: per received pair ``(src GPU, dst GPU)``, a probe's real seconds on gloo (:meth:`warm_up`)
         self.cost: dict[tuple[str, str], float] = {}
+        #: pairs whose last probe was bound by its cost (:meth:`bound`)
+        self.faster: set[tuple[str, str]] = set()
         self._pool: ThreadPoolExecutor | None = None     # waits each receive (gloo p2p
                                                           # completes only inside wait())
 
@@ -161,12 +163,26 @@ class PairProber:
 
     def length(self, reporter: Any, src: int, dst: int) -> float:
         """How many ``numel``-element probes the probe of ``src -> dst`` (ranks) emulates: 1,
-        or more so that at the pair's current level (the reported one) it takes
+        or more so that at the pair's current level (the reported one; nominal for a pair
+        whose last probe was bound by its cost, :meth:`bound`) it takes
         :data:`PROBE_OVER_COST` times its cost.  The receiver holds a probe for its emulated
         time, so a longer probe moves no more real bytes."""
         key = (self.emu.gpus[src], self.emu.gpus[dst])
-        at_level = self.nominal_s(src, dst) / (reporter.shown.get(key, reporter.level(key)) or 1.0)
-        return max(1.0, PROBE_OVER_COST * self.cost.get(key, 0.0) / at_level * (1 + 1e-9))
+        level = 1.0 if key in self.faster else (reporter.shown.get(key, reporter.level(key)) or 1.0)
+        return max(1.0, PROBE_OVER_COST * self.cost.get(key, 0.0) * level / self.nominal_s(src, dst) * (1 + 1e-9))
+
+    def bound(self, key: tuple[str, str], seconds: float, delay: float) -> bool:
+        """Whether a probe of ``key`` that took ``seconds`` real (``delay`` emulated) was
+        bound by its cost, and is not reported: the first such probe of a pair only shows
+        that the link is faster than its level (a recovery), and the next is sized for a
+        healthy link (:meth:`length`), so one reading reports the whole recovery."""
+        if seconds <= delay:
+            self.faster.discard(key)
+            return False
+        if key in self.faster:
+            return False
+        self.faster.add(key)
+        return True
 
     def wanted(self, reporter: Any, prog: Any) -> list[int]:
         """This rank's row of suspect pairs (``world * world``, 1 at ``src * world + dst``)."""
@@ -202,6 +218,8 @@ class PairProber:
             delay = self.emu.pair_delay_s(src, self.rank, k * self.nbytes)
             hold_until(start + delay)
             key = (self.emu.gpus[src], me)
+            if self.bound(key, seconds, delay):
+                continue
             sample = reporter.probe(key[0], me, max(seconds, delay), k * self.nominal_s(src, self.rank),
                                     time.time(), self.cost.get(key, 0.0))
             if sample is not None:

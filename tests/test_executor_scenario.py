@@ -159,6 +159,13 @@ def test_a_probe_shorter_than_three_times_its_cost_is_not_used(level, cost_share
     assert k <= max(1.0, PROBE_OVER_COST * cost / at_level) * (1 + 1e-8)
     sample = rep.probe(g[0], g[2], k * max(fast * at_level, nominal), k * nominal, 1.0, cost)
     assert sample is not None and sample["gbps"] >= level * 400 * (1 - 1e-9)
+    # a probe bound by its cost (real time over the emulated one) is not reported; the next
+    # one is sized so that a healthy link takes 3x its cost, and is reported
+    assert not prober.bound(key, k * at_level, k * at_level)
+    assert prober.bound(key, 2 * k * at_level, k * at_level)
+    assert prober.length(rep, 0, 2) * nominal >= PROBE_OVER_COST * cost
+    assert not prober.bound(key, 2 * k * at_level, k * at_level) and key in prober.faster
+    assert not prober.bound(key, nominal, nominal) and key not in prober.faster
     prober.close()
 
 
