@@ -44,8 +44,9 @@ class ModelReporter:
     lasting change after ``window // 2 + 1`` collectives.  A sample shorter than
     ``PROBE_OVER_COST`` times its messages' cost cannot tell the link from that cost (an
     AllToAll block on an NVSwitch link is emulated in 0.2 ms, gloo's cost is 1-10 ms on
-    shared cores), so it may raise a level but not lower one, like a short probe; a link
-    that slows such messages past that is seen.
+    shared cores; a schedule loading a recovered link lightly reads it part-way up), so
+    it carries no news: it counts as the pair's level, and a rise marks the pair ``blind``
+    (probed alone while low); a link that slows such messages past that is seen.
 
     A pair's ratio ``expected / measured`` is exact only for a degraded link that is also
     the pair's bottleneck on the nominal fabric.  Once a new schedule moves load off a
@@ -179,7 +180,8 @@ class ModelReporter:
             cost, level = max(0.0, statistics.median(hist)), self.level(key)
             ratio = self._ratio(key, dr, max(s.seconds - s.count * cost, 1e-9), id(prog))
             if ratio is not None and level is not None and s.seconds < PROBE_OVER_COST * s.count * cost:
-                ratio = max(ratio, level)       # as short as gloo's per-message cost: it cannot lower a level
+                self.blind[key] = ratio > level     # as short as gloo's cost: no news (a rise: probe it alone)
+                ratio = level
             out.append(self._level(key, ratio, now) if ratio is not None
                        else self._report(key, self.shown.get(key, self.level(key)), now))
         return out

@@ -85,9 +85,13 @@ def test_reporter_removes_the_per_message_cost_and_ignores_one_slow_collective()
     assert got[(g[0], g[1])] == pytest.approx(2880 / 9)          # a lasting one: the link's level
     assert got[(g[1], g[0])] == pytest.approx(2880)
     # a link slowed 2x keeps its messages under 3x their cost: they cannot tell it from the
-    # cost, so they do not lower the pair (a short probe's rule); a sample past that does
+    # cost, so they carry no news (the pair is probed alone instead); a sample past that does
     assert push(2.0, (g[2], g[3]))[(g[2], g[3])] == pytest.approx(2880)
     assert push(2.0, (g[2], g[3]))[(g[2], g[3])] == pytest.approx(2880)
+    assert not rep.blind[(g[2], g[3])]
+    rep.recent[(g[2], g[3])] = deque([0.25] * 3, maxlen=3)       # low, then a short sample reads it up:
+    assert push(1.0)[(g[2], g[3])] == pytest.approx(720)        # no news, the pair is probed alone
+    assert rep.blind[(g[2], g[3])]
 
 
 def _prober_on_hpn_1x2x2():
