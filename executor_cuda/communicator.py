@@ -40,7 +40,7 @@ from mccl_opt.errors import InputError, MCCLError, ScheduleError
 from mccl_opt.schedule import Schedule
 
 from .buffers import gather_target, pack, scatter, view
-from .faults import FaultInjector
+from .faults import FaultInjector, hold_until
 from mccl_opt.lowering.program import (COLLECTIVES_EXEC, GlobalProgram, ProgramCache,
                       direct_schedule)
 from .telemetry import Telemetry
@@ -272,7 +272,9 @@ class Communicator:
         for s, d in me.copies:
             view(bufs, d).copy_(view(bufs, s))
         cuda = out.is_cuda
-        stamped = self.telemetry is not None and not cuda
+        held = self.faults is not None and not cuda     # CPU: links emulated at the receiver (faults)
+        delay_of = self.faults.message_delay_s if self.faults else (lambda *_: 0.0)
+        stamped = (self.telemetry is not None or held) and not cuda
         for rnd, (sends, recvs) in enumerate(me.rounds):
             if not sends and not recvs:
                 continue
@@ -282,7 +284,8 @@ class Communicator:
             for m in recvs:
                 tensor = gather_target(bufs, m.dst_segs, unpack)
                 ops.append(dist.P2POp(dist.irecv, tensor, self.peers[m.src], self.group))
-                recv_meta.append((m.src, tensor.numel() * tensor.element_size()))
+                nbytes = tensor.numel() * tensor.element_size()
+                recv_meta.append((m.src, nbytes, delay_of(prog, rnd, m, nbytes) if held else 0.0))
             stamps_in = torch.zeros(len(recvs), dtype=torch.int64)
             if stamped:     # each sender tells when it was ready to send (its round start)
                 stamp_out = torch.tensor([t0], dtype=torch.int64)
@@ -290,11 +293,12 @@ class Communicator:
                                    self.group, tag=STAMP_TAG) for i, m in enumerate(recvs)]
                 ops += [dist.P2POp(dist.isend, stamp_out, self.peers[m.dst], self.group,
                                    tag=STAMP_TAG) for m in sends]
+            sent_s = 0.0                 # the emulated time of this rank's slowest send
             for m in sends:
                 tensor = pack(bufs, m.src_segs)
-                delay = self.faults.message_delay_s(prog, rnd, m, tensor.numel() *
-                                                    tensor.element_size()) if self.faults else 0.0
-                if delay > 0:
+                delay = delay_of(prog, rnd, m, tensor.numel() * tensor.element_size())
+                sent_s = max(sent_s, delay)
+                if delay > 0 and not held:          # GPUs: the sender holds the send back
                     delayed.append((delay, m.dst, tensor))
                 else:
                     ops.append(dist.P2POp(dist.isend, tensor, self.peers[m.dst], self.group))
@@ -302,9 +306,7 @@ class Communicator:
             recv_works, other = works[:len(recvs)], works[len(recvs):]
             timed = self._start_timing(recv_works) if stamped else None
             for delay, dst, tensor in sorted(delayed, key=lambda x: (x[0], x[1])):
-                wait = (t0 + delay * 1e9 - time.time_ns()) / 1e9
-                if wait > 0:
-                    time.sleep(wait)
+                hold_until((t0 + delay * 1e9) / 1e9, time.time)
                 other.append(dist.isend(tensor, self.peers[dst], self.group))
             # each wait names the peer it waits for (sends and stamp sends: the round's peers)
             known = len(recvs) if stamped else 0           # ``other`` starts with the stamp receives
@@ -315,6 +317,9 @@ class Communicator:
                 self._wait(lambda t, w=w: _wait_work(w, t), who)
             for fut, m in zip(timed or (), recvs):
                 self._wait(lambda t, f=fut: f.result(timeout=t), [m.src])
+            if held:        # the round ends once the emulated links delivered what it sent and received
+                hold_until(max([t0 / 1e9 + sent_s] + [s / 1e9 + r[2] for s, r in
+                                                      zip(stamps_in.tolist(), recv_meta)]), time.time)
             self._record(recv_meta, gpus, seq, t0, start, timed, stamps_in)
             for target, segs in unpack:
                 scatter(bufs, segs, target)
@@ -349,21 +354,22 @@ class Communicator:
 
     def _record(self, meta: list, gpus: Sequence[str], seq: int, t0: int, start,
                 timed: list | None, stamps: torch.Tensor) -> None:
-        """One telemetry sample per received message.  CPU: from the later of this
-        rank's and the sender's round start to the receive's completion (wall clock, ns),
-        so waiting for a late sender is not charged to the link.  CUDA: the round's
-        events."""
+        """One telemetry sample per received message.  CPU: from the later of this rank's
+        and the sender's round start to the receive's completion, at least the emulated
+        time (``meta``), so neither a late sender nor a late receiver is charged to the
+        link (wall clock, ns).  CUDA: the round's events."""
         tel = self.telemetry
         if tel is None:
             return
         me = gpus[self.rank]
         if timed is None:
             end = _event(True)
-            for src, nbytes in meta:
+            for src, nbytes, _ in meta:
                 tel.record_cuda(gpus[src], me, nbytes, start, end, seq)
             return
-        for fut, (src, nbytes), stamp in zip(timed, meta, stamps.tolist()):
-            tel.record(gpus[src], me, nbytes, max(fut.result() - max(t0, stamp), 1) / 1e9, seq)
+        for fut, (src, nbytes, delay), stamp in zip(timed, meta, stamps.tolist()):
+            real = fut.result() - max(t0, stamp)          # the transfer once both ends were there
+            tel.record(gpus[src], me, nbytes, max(real, delay * 1e9, 1) / 1e9, seq)
 
 
 def _wait_work(work, timeout_s: float | None) -> None:

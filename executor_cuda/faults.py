@@ -1,9 +1,16 @@
 """Fault injection: emulate slow links on CPU ranks (gloo).
 
-gloo cannot throttle a TCP connection, so the executor emulates a slow transfer by
-posting each send only after a delay counted from the start of its round (sends of
-the same round with a smaller delay are posted first, so only the slow transfers are
-held back and the receivers' telemetry sees exactly those slow down).
+gloo cannot throttle a TCP connection, so the executor emulates a slow transfer by a
+delay counted from the start of the sender's round.  On CPU ranks the *receiver* holds
+the message (:func:`hold_until`): every send is posted at once with the sender's round
+start beside it, and the receiver ends its round no earlier than that start plus the
+message's delay, the time the emulated link would deliver it; the sender's round also
+lasts until its own messages are delivered.  The link's telemetry sample is that
+emulated time (or the real transfer, if gloo took longer), so a receiver that posts its
+receive late, or whose thread wakes late on a busy core, does not make the link look
+slow or fast: holding the send back at the sender instead (what CUDA ranks still do)
+charged the receiver's lateness to the link, because the data then arrives exactly
+when the receiver is being timed (docs/executor.md, "Late receivers and short probes").
 
 Two injectors share that hook (:meth:`FaultInjector.message_delay_s`, called by the
 communicator for every send):
@@ -32,14 +39,24 @@ Both are thread-safe and may be changed while collectives run.
 from __future__ import annotations
 
 import threading
-from typing import Any, Sequence
+import time
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
 from mccl_opt.errors import InputError, TopologyError
 from mccl_opt.topology import Topology
 
-__all__ = ["FaultInjector", "FabricEmulator"]
+__all__ = ["FaultInjector", "FabricEmulator", "hold_until"]
+
+
+def hold_until(deliver_s: float, clock: Callable[[], float] = time.monotonic) -> None:
+    """The receiving end of an emulated link: wait until ``deliver_s`` seconds on
+    ``clock`` (the sender's round start plus the message's emulated time), the moment the
+    emulated link delivers a message whose bytes may already be here."""
+    left = deliver_s - clock()
+    if left > 0:
+        time.sleep(left)
 
 
 class FaultInjector:

@@ -17,9 +17,12 @@ import numpy as np
 from .faults import FabricEmulator
 from .telemetry import LinkSample
 
-__all__ = ["LOW", "ModelReporter", "PieceWindow"]
+__all__ = ["LOW", "PROBE_OVER_COST", "ModelReporter", "PieceWindow"]
 
 LOW = 0.95              # a pair reported below this share of nominal is probed once unused
+#: a probe is sent, and raises a level, only when at the pair's current level it would take
+#: at least this many times its own cost (docs/executor.md, "Late receivers and short probes")
+PROBE_OVER_COST = 3.0
 
 
 class ModelReporter:
@@ -38,7 +41,12 @@ class ModelReporter:
     ``nominal * min(1, expected / (measured - messages * cost))``.  Each pair reports
     the median of its last ``window`` collectives: the median of a few measurement
     windows (paper §5) ignores one slow collective (a busy shared core) and follows a
-    lasting change after ``window // 2 + 1`` collectives.
+    lasting change after ``window // 2 + 1`` collectives.  A sample shorter than
+    ``PROBE_OVER_COST`` times its messages' cost cannot tell the link from that cost (an
+    AllToAll block on an NVSwitch link is emulated in 0.2 ms, gloo's cost is 1-10 ms on
+    shared cores; a schedule loading a recovered link lightly reads it part-way up), so
+    it carries no news: it counts as the pair's level, and a rise marks the pair ``blind``
+    (probed alone while low); a link that slows such messages past that is seen.
 
     A pair's ratio ``expected / measured`` is exact only for a degraded link that is also
     the pair's bottleneck on the nominal fabric.  Once a new schedule moves load off a
@@ -169,24 +177,32 @@ class ModelReporter:
             hist = self.overhead.get(key) or pooled
             if not hist:
                 continue
-            seconds = max(s.seconds - s.count * max(0.0, statistics.median(hist)), 1e-9)
-            ratio = self._ratio(key, dr, seconds, id(prog))
+            cost, level = max(0.0, statistics.median(hist)), self.level(key)
+            ratio = self._ratio(key, dr, max(s.seconds - s.count * cost, 1e-9), id(prog))
+            if ratio is not None and level is not None and s.seconds < PROBE_OVER_COST * s.count * cost:
+                self.blind[key] = ratio > level     # as short as gloo's cost: no news (a rise: probe it alone)
+                ratio = level
             out.append(self._level(key, ratio, now) if ratio is not None
                        else self._report(key, self.shown.get(key, self.level(key)), now))
         return out
 
-    def probe(self, src: str, dst: str, seconds: float, expected: float, now: float) -> dict[str, Any] | None:
+    def probe(self, src: str, dst: str, seconds: float, expected: float, now: float,
+              cost: float = 0.0) -> dict[str, Any] | None:
         """The ``pair`` sample of one probe of ``src -> dst`` (one message measured
-        ``seconds``, ``expected`` on the nominal fabric), folded into the pair's median
-        like a collective's sample (a pair with a level only rises: a probe is one short
-        message, and waiting for a busy core reads as a slow link); ``None`` while
-        calibrating or for an unknown pair."""
+        ``seconds``: its emulated time, or the real one when gloo took longer; ``expected``
+        on the nominal fabric), folded into the pair's median like a collective's sample
+        (a pair with a level only rises: waiting for a busy core reads as a slow link);
+        ``None`` while calibrating, for an unknown pair, or when at the pair's current
+        level the probe would take less than ``PROBE_OVER_COST`` times its own ``cost``
+        (real seconds of a probe on gloo, :meth:`PairProber.warm_up`): such a probe
+        measures the cost, not the link (docs/executor.md, "Late receivers and short
+        probes")."""
         key = (src, dst)
-        hist = self.overhead.get(key) or [x for h in self.overhead.values() for x in h]
-        if self.calibrating or key not in self.nominal or not hist or expected <= 0:
+        level = self.level(key)
+        if self.calibrating or key not in self.nominal or expected <= 0 \
+                or expected / (self.shown.get(key, level) or 1.0) < PROBE_OVER_COST * cost:
             return None
-        cost = max(0.0, statistics.median(hist))
-        ratio, level = expected / max(seconds - cost, 1e-9), self.level(key)
+        ratio = expected / max(seconds, 1e-9)
         # a late probe may only have waited for a busy core: it raises a level, never lowers one
         return self._level(key, ratio if level is None else max(ratio, level), now)
 

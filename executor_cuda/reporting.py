@@ -18,6 +18,7 @@ warm-up is over.
 
 from __future__ import annotations
 
+import statistics
 import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
@@ -27,6 +28,8 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 from mccl_opt.errors import TelemetryError
 from mccl_opt.topology import Topology
 
+from .faults import hold_until
+from .pair_levels import PROBE_OVER_COST
 from .telemetry import LinkSample
 
 __all__ = ["CalibratedReporter", "PairProber", "pair_nominal"]
@@ -122,11 +125,18 @@ class PairProber:
     lightly to tell its level from nominal (:attr:`ModelReporter.blind`).  Each rank's
     :meth:`wanted` row is all-reduced (max) with the lock-step flags, so all ranks probe
     the same pairs at the same collective boundary, all pairs at once (each alone on its
-    path).  The sender writes the round's start time into the message (ranks share one
-    host's monotonic clock), waits the probe's emulated time on the current fabric
-    (:meth:`FabricEmulator.pair_delay_s`) and sends; the receiver notes its arrival and
-    reports the pair through :meth:`ModelReporter.probe` (one message: one per-message
-    gloo cost removed).  A probe that does not arrive in time is an error, never a hang.
+    path).  The sender writes its start time into the message (ranks share one host's
+    monotonic clock) and sends at once; the receiver holds it until that time plus the
+    probe's emulated time on the current fabric (:meth:`FabricEmulator.pair_delay_s`,
+    :func:`~executor_cuda.faults.hold_until`) and reports the pair through
+    :meth:`ModelReporter.probe`.  A probe that does not arrive in time is an error,
+    never a hang.
+
+    A probe is one short message with a fixed cost on gloo (posting, a rendezvous, waking
+    the receiving thread): :meth:`warm_up` measures it per pair.  A probe that would take
+    less than :data:`PROBE_OVER_COST` times that cost at the pair's current level measures
+    the cost, not the link; :meth:`ModelReporter.probe` does not use one, and the prober
+    sends none: such a pair's probe emulates a longer message (:meth:`length`).
     """
 
     def __init__(self, emu: Any, rank: int, world: int, numel: int, every: int) -> None:
@@ -136,12 +146,43 @@ class PairProber:
         self.buf = torch.zeros(max(1, numel // 2), dtype=torch.float64)   # numel float32's bytes
         self.nbytes = 8 * self.buf.numel()
         self.nominal_cap = emu.topo.arrays.capacity.astype(float)
+        #: per received pair ``(src GPU, dst GPU)``, a probe's real seconds on gloo (:meth:`warm_up`)
+        self.cost: dict[tuple[str, str], float] = {}
+        #: pairs whose last probe was bound by its cost (:meth:`bound`)
+        self.faster: set[tuple[str, str]] = set()
         self._pool: ThreadPoolExecutor | None = None     # waits each receive (gloo p2p
                                                           # completes only inside wait())
 
     def due(self, i: int) -> bool:
         """Whether collective ``i`` (the same count on every rank) is followed by probes."""
         return self.every > 0 and i % self.every == 0
+
+    def nominal_s(self, src: int, dst: int) -> float:
+        """A probe's emulated seconds from rank ``src`` to rank ``dst`` on the nominal fabric."""
+        return self.emu.pair_delay_s(src, dst, self.nbytes, self.nominal_cap)
+
+    def length(self, reporter: Any, src: int, dst: int) -> float:
+        """How many ``numel``-element probes the probe of ``src -> dst`` (ranks) emulates: 1,
+        or more so that at the pair's current level (the reported one; nominal for a pair
+        whose last probe was bound by its cost, :meth:`bound`) it takes
+        :data:`PROBE_OVER_COST` times its cost.  The receiver holds a probe for its emulated
+        time, so a longer probe moves no more real bytes."""
+        key = (self.emu.gpus[src], self.emu.gpus[dst])
+        level = 1.0 if key in self.faster else (reporter.shown.get(key, reporter.level(key)) or 1.0)
+        return max(1.0, PROBE_OVER_COST * self.cost.get(key, 0.0) * level / self.nominal_s(src, dst) * (1 + 1e-9))
+
+    def bound(self, key: tuple[str, str], seconds: float, delay: float) -> bool:
+        """Whether a probe of ``key`` that took ``seconds`` real (``delay`` emulated) was
+        bound by its cost, and is not reported: the first such probe of a pair only shows
+        that the link is faster than its level (a recovery), and the next is sized for a
+        healthy link (:meth:`length`), so one reading reports the whole recovery."""
+        if seconds <= delay:
+            self.faster.discard(key)
+            return False
+        if key in self.faster:
+            return False
+        self.faster.add(key)
+        return True
 
     def wanted(self, reporter: Any, prog: Any) -> list[int]:
         """This rank's row of suspect pairs (``world * world``, 1 at ``src * world + dst``)."""
@@ -154,29 +195,57 @@ class PairProber:
                 row[rank[s] * self.world + rank[d]] = 1
         return row
 
+    def warm_up(self, group: Any, rounds: int = 3, timeout_s: float = 20.0) -> None:
+        """Measure every pair's probe cost (collective over ``group``): ``rounds`` probes
+        of all pairs at once, not held, the median of each received pair's seconds."""
+        every = [1 if s != d else 0 for s in range(self.world) for d in range(self.world)]
+        seen: dict[int, list[float]] = {}
+        for _ in range(rounds):
+            for src, seconds, _ in self._exchange(every, group, timeout_s):
+                seen.setdefault(src, []).append(seconds)
+        me = self.emu.gpus[self.rank]
+        self.cost = {(self.emu.gpus[s], me): statistics.median(v) for s, v in seen.items()}
+
     def run(self, mask: Sequence[int], group: Any, reporter: Any,
             timeout_s: float = 20.0) -> list[dict[str, Any]]:
         """Probe every pair of the agreed ``mask`` at once; the ``pair`` samples this rank
         received.  Raises :class:`~executor_cuda.communicator.CollectiveTimeoutError` naming the
         peers whose probe did not arrive within ``timeout_s``."""
+        out: list[dict[str, Any]] = []
+        me = self.emu.gpus[self.rank]
+        for src, seconds, start in self._exchange(mask, group, timeout_s):
+            k = self.length(reporter, src, self.rank)
+            delay = self.emu.pair_delay_s(src, self.rank, k * self.nbytes)
+            hold_until(start + delay)
+            key = (self.emu.gpus[src], me)
+            if self.bound(key, seconds, delay):
+                continue
+            sample = reporter.probe(key[0], me, max(seconds, delay), k * self.nominal_s(src, self.rank),
+                                    time.time(), self.cost.get(key, 0.0))
+            if sample is not None:
+                out.append(sample)
+        return out
+
+    def _exchange(self, mask: Sequence[int], group: Any, timeout_s: float) -> list[tuple[int, float, float]]:
+        """Send one probe on every pair of ``mask`` at once; per probe this rank received,
+        ``(src rank, real seconds from the sender's start to arrival, the sender's start)``
+        (monotonic clock)."""
         import torch.distributed as dist
 
         from .communicator import CollectiveTimeoutError
 
         pairs = [divmod(k, self.world) for k, v in enumerate(mask) if v]
-        t0 = time.monotonic()
         recvs = []
         for src, dst in pairs:
             if dst == self.rank:
                 buf = self.buf.clone()
                 recvs.append((src, buf, dist.irecv(buf, src, group=group)))
         sends = []
-        for delay, dst in sorted((self.emu.pair_delay_s(s, d, self.nbytes), d) for s, d in pairs if s == self.rank):
-            time.sleep(max(0.0, t0 + delay - time.monotonic()))
+        for _, dst in (p for p in pairs if p[0] == self.rank):
             buf = self.buf.clone()
-            buf[0] = t0
-            sends.append((buf, dist.isend(buf, dst, group=group)))
-        out: list[dict[str, Any]] = []
+            buf[0] = time.monotonic()
+            sends.append(dist.isend(buf, dst, group=group))
+        out: list[tuple[int, float, float]] = []
         if recvs:
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(max_workers=max(1, self.world - 1),
@@ -188,18 +257,14 @@ class PairProber:
                 if end is None:
                     late.append(src)
                     continue
-                expected = self.emu.pair_delay_s(src, self.rank, self.nbytes, self.nominal_cap)
-                sample = reporter.probe(self.emu.gpus[src], self.emu.gpus[self.rank],
-                                        end - float(buf[0]), expected, time.time())
-                if sample is not None:
-                    out.append(sample)
+                start = float(buf[0])
+                out.append((src, end - start, start))
             if late:
                 raise CollectiveTimeoutError(f"probes from ranks {late} did not arrive within "
                                              f"{timeout_s:g} s; is a peer stopped?")
-        for _, work in sends:
+        for work in sends:
             work.wait()
         return out
-
 
     def close(self) -> None:
         """Stop the receive waiters (every wait is bounded, none is left running)."""

@@ -190,12 +190,14 @@ def rank_main(rank: int, world: int, plan: RankPlan) -> dict[str, Any]:
     prober = PairProber(emu, rank, world, plan.probe_numel, plan.probe_every)
     pusher = _Pusher(plan.telemetry_endpoint or plan.endpoint, plan.client_timeout_s)
     received: list[tuple[int, float, float | None]] = []      # version, arrival, synthesis s
+    rates: dict[int, float] = {}                                # version -> its rate (Gbps)
     origin = [0.0]
 
     def log(version: int, schedule: Schedule) -> None:
         seconds = schedule.solver.get("seconds") if isinstance(schedule.solver, dict) else None
         received.append((version, time.time() - origin[0],
                          float(seconds) if isinstance(seconds, (int, float)) else None))
+        rates[version] = schedule.rate_gbps
 
     window = None
     if comm.inflight is not None:                    # pieces: windows bounded in time (PieceWindow)
@@ -208,6 +210,8 @@ def rank_main(rank: int, world: int, plan: RankPlan) -> dict[str, Any]:
         warm.append(work.run(comm, i))
         _report(tel, comm, plan, reporter, pusher, window)
     reporter.calibrating = False
+    if plan.probe_every > 0:                         # each pair's probe cost (the 3x rule)
+        prober.warm_up(side, timeout_s=plan.oob_timeout_s)
     if window is not None:                           # pieces cost per piece: a window of 3 healthy collectives
         window.window_s = max(plan.window_s, 3 * sorted(warm)[len(warm) // 2])
     clock = torch.tensor([time.time() + 0.05], dtype=torch.float64)
@@ -248,7 +252,7 @@ def rank_main(rank: int, world: int, plan: RankPlan) -> dict[str, Any]:
     sub.close()
     pusher.close()
     client.close()
-    return {"rows": rows, "probes": probes, "received": received, "swaps": swaps, "offline": offline,
+    return {"rows": rows, "probes": probes, "received": received, "rates": rates, "swaps": swaps, "offline": offline,
             "wrong": work.wrong, "dead": dead, "pushed": pusher.sent, "first_version": sched.version,
             "inflight": list(comm.inflight.switches) if comm.inflight is not None else []}
 

@@ -25,7 +25,9 @@ divided by ``time_scale``):
   ``probe_share``: their share of the time from the first new version on (probes plus
   collectives), i.e. the algbw the probes cost while a schedule avoids a link;
 * ``versions``: versions the ranks received from the controller between the event and
-  the next one, with the time each arrived;
+  the next one, with the time each arrived and its rate (``rate_gbps``, the controller's
+  for the fabric it estimated: a version built for a link it still believes degraded has
+  a lower rate than the healthy schedule);
 * ``recovered_ms``: from the event to the end of the first collective at >= 0.95 of the
   offline algbw (whatever version ran it; null when none did before the next event).
 
@@ -69,7 +71,8 @@ def _median(xs: Sequence[float]) -> float | None:
 
 def _event(i: int, scenario: Any, plan: Any, rows: list[dict[str, Any]], received: list[tuple[int, float, Any]],
            offline: dict[int, float], state: int, algbw: Any,
-           probe_rows: Sequence[tuple[int, float, float, int]]) -> dict[str, Any]:
+           probe_rows: Sequence[tuple[int, float, float, int]],
+           rates: dict[int, float]) -> dict[str, Any]:
     ev = scenario.events[i]
     te = plan.timeline[state][0]
     nxt = [plan.timeline[k][0] for k in range(len(plan.timeline)) if plan.timeline[k][0] > te + 1e-12]
@@ -99,7 +102,8 @@ def _event(i: int, scenario: Any, plan: Any, rows: list[dict[str, Any]], receive
         "probe_share": sum(p[2] for p in probes if p[1] >= since) / busy if busy > 0 else 0.0,
         "reaction_ms": None if first_new is None else 1e3 * (first_new["start"] - te),
         "degraded_collectives": len(degraded),
-        "versions": [{"version": v, "t_ms": 1e3 * t} for v, t, _ in received if te <= t < tn],
+        "versions": [{"version": v, "t_ms": 1e3 * t, "rate_gbps": rates.get(v)}
+                     for v, t, _ in received if te <= t < tn],
     }
     mine = [(v, t, sec) for v, t, sec in received if te <= t < tn]
     out["received_ms"] = 1e3 * (mine[0][1] - te) if mine else None
@@ -131,7 +135,8 @@ def summarize(scenario: Any, res: Sequence[dict[str, Any]], plan: Any, fabric_s:
     for k, (_, _, ev) in enumerate(scenario.timeline()):
         first_state.setdefault(ev, k)
     probe_rows = _merge_probes(res)
-    events = [_event(i, scenario, plan, rows, received, offline, first_state[i], algbw, probe_rows)
+    rates = res[0].get("rates", {})
+    events = [_event(i, scenario, plan, rows, received, offline, first_state[i], algbw, probe_rows, rates)
               for i in range(len(scenario.events))]
     t_first = plan.timeline[1][0] if len(plan.timeline) > 1 else plan.duration_s
     healthy = [r["dt"] for r in rows if r["state"] == 0 and r["end"] <= t_first]

@@ -80,10 +80,33 @@ def test_reporter_removes_the_per_message_cost_and_ignores_one_slow_collective()
     rep.calibrating = False
     for _ in range(2):
         assert all(v == pytest.approx(2880) for v in push(1.0).values())
-    assert push(8.0)[(g[0], g[1])] == pytest.approx(2880)       # one slow collective: median of 3
-    got = push(8.0)
-    assert got[(g[0], g[1])] == pytest.approx(2880 / 8)          # a lasting one: the link's level
+    assert push(9.0)[(g[0], g[1])] == pytest.approx(2880)       # one slow collective: median of 3
+    got = push(9.0)
+    assert got[(g[0], g[1])] == pytest.approx(2880 / 9)          # a lasting one: the link's level
     assert got[(g[1], g[0])] == pytest.approx(2880)
+    # a link slowed 2x keeps its messages under 3x their cost: they cannot tell it from the
+    # cost, so they carry no news (the pair is probed alone instead); a sample past that does
+    assert push(2.0, (g[2], g[3]))[(g[2], g[3])] == pytest.approx(2880)
+    assert push(2.0, (g[2], g[3]))[(g[2], g[3])] == pytest.approx(2880)
+    assert not rep.blind[(g[2], g[3])]
+    rep.recent[(g[2], g[3])] = deque([0.25] * 3, maxlen=3)       # low, then a short sample reads it up:
+    assert push(1.0)[(g[2], g[3])] == pytest.approx(720)        # no news, the pair is probed alone
+    assert rep.blind[(g[2], g[3])]
+
+
+def _prober_on_hpn_1x2x2():
+    """HPN 1x2x2 emulated at 100x time and 512x bytes, a reporter out of calibration and
+    rank 2's prober: ``(topology, gpus, emulator, reporter, prober)``."""
+    from executor_cuda.faults import FabricEmulator
+    from executor_cuda.pair_levels import ModelReporter
+    from executor_cuda.reporting import PairProber, pair_nominal
+    from instances import hpn
+
+    topo = hpn(1, 2, 2)
+    emu = FabricEmulator(topo, topo.gpus, time_scale=100.0, byte_scale=512.0)
+    rep = ModelReporter(emu, pair_nominal(topo))
+    rep.calibrating = False
+    return topo, topo.gpus, emu, rep, PairProber(emu, rank=2, world=4, numel=256, every=4)
 
 
 def test_probes_target_low_pairs_the_schedule_no_longer_loads():
@@ -92,33 +115,61 @@ def test_probes_target_low_pairs_the_schedule_no_longer_loads():
     low level does not yet report recovery, two do; a slow probe never lowers a level."""
     from types import SimpleNamespace
 
-    from executor_cuda.faults import FabricEmulator
-    from executor_cuda.reporting import PairProber, pair_nominal
-    from executor_cuda.pair_levels import ModelReporter
-    from instances import hpn
-
-    topo = hpn(1, 2, 2)
-    g = topo.gpus
-    emu = FabricEmulator(topo, g, time_scale=100.0, byte_scale=512.0)
-    rep = ModelReporter(emu, pair_nominal(topo))
-    rep.overhead[(g[0], g[2])] = [1e-3]
-    rep.calibrating = False
-    prober = PairProber(emu, rank=2, world=4, numel=256, every=4)
+    topo, g, emu, rep, prober = _prober_on_hpn_1x2x2()
     nominal = emu.pair_delay_s(0, 2, prober.nbytes, prober.nominal_cap)
     rep.recent[(g[0], g[2])] = deque([1 / 8] * 3, maxlen=3)     # a long low level: 1/8 of nominal
     # a late probe (a busy core) never lowers a level, even to a slower one
-    assert rep.probe(g[0], g[2], 80 * nominal + 1e-3, nominal, 0.0)["gbps"] == pytest.approx(400 / 8)
+    assert rep.probe(g[0], g[2], 80 * nominal, nominal, 0.0)["gbps"] == pytest.approx(400 / 8)
     prog = SimpleNamespace(messages=[SimpleNamespace(src=0, dst=1), SimpleNamespace(src=1, dst=3)])
     want = prober.wanted(rep, prog)
     assert [divmod(k, 4) for k, v in enumerate(want) if v] == [(0, 2)]
     assert not any(prober.wanted(rep, SimpleNamespace(messages=[SimpleNamespace(src=0, dst=2)])))
-    assert rep.probe(g[0], g[2], nominal + 1e-3, nominal, 1.0)["gbps"] < 0.95 * 400
-    assert rep.probe(g[0], g[2], nominal + 1e-3, nominal, 2.0)["gbps"] == pytest.approx(400)
+    assert rep.probe(g[0], g[2], nominal, nominal, 1.0)["gbps"] < 0.95 * 400
+    assert rep.probe(g[0], g[2], nominal, nominal, 2.0)["gbps"] == pytest.approx(400)
     assert not any(prober.wanted(rep, prog))
     assert [prober.due(i) for i in range(5)] == [True, False, False, False, True]
     cap = topo.arrays.capacity.copy()
     cap[topo.link_index("s0h0g0", "s0tor0")] = 8
     assert emu.pair_delay_s(0, 2, 1000, cap) == pytest.approx(8000 * 512 / 8e9 * 100)
+    prober.close()
+
+
+@settings(max_examples=40, deadline=None)
+@given(level=st.floats(1e-3, 1.0), cost_share=st.floats(0.0, 2.0), fast=st.floats(0.01, 1.0))
+def test_a_probe_shorter_than_three_times_its_cost_is_not_used(level, cost_share, fast):
+    """Short probes measure gloo's per-message cost, not the link: a probe that at the
+    pair's current level would take less than 3x its measured cost never moves the level,
+    however fast it read; the prober lengthens such a pair's probe (the emulated message,
+    held by the receiver) to exactly what is used, and a probe only raises a level."""
+    from types import SimpleNamespace
+
+    from executor_cuda.pair_levels import PROBE_OVER_COST
+
+    _, g, _, rep, prober = _prober_on_hpn_1x2x2()
+    nominal = prober.nominal_s(0, 2)
+    key = (g[0], g[2])
+    rep.recent[key] = deque([level] * 3, maxlen=3)
+    rep._report(key, level, 0.0)
+    at_level = nominal / level                                  # the probe's time at the pair's level
+    cost = prober.cost[key] = cost_share * at_level
+    short = at_level < PROBE_OVER_COST * cost
+    unused = SimpleNamespace(messages=[SimpleNamespace(src=0, dst=1)])
+    assert (prober.wanted(rep, unused)[0 * 4 + 2] == 1) == (level < 0.95)
+    if short:       # what the plain probe read, from the link's time at its level down to nominal
+        assert rep.probe(g[0], g[2], max(fast * at_level, nominal), nominal, 1.0, cost) is None
+        assert rep.level(key) == pytest.approx(level)
+    k = prober.length(rep, 0, 2)
+    assert (k > 1) >= short and k * at_level >= PROBE_OVER_COST * cost
+    assert k <= max(1.0, PROBE_OVER_COST * cost / at_level) * (1 + 1e-8)
+    sample = rep.probe(g[0], g[2], k * max(fast * at_level, nominal), k * nominal, 1.0, cost)
+    assert sample is not None and sample["gbps"] >= level * 400 * (1 - 1e-9)
+    # a probe bound by its cost (real time over the emulated one) is not reported; the next
+    # one is sized so that a healthy link takes 3x its cost, and is reported
+    assert not prober.bound(key, k * at_level, k * at_level)
+    assert prober.bound(key, 2 * k * at_level, k * at_level)
+    assert prober.length(rep, 0, 2) * nominal >= PROBE_OVER_COST * cost
+    assert not prober.bound(key, 2 * k * at_level, k * at_level) and key in prober.faster
+    assert not prober.bound(key, nominal, nominal) and key not in prober.faster
     prober.close()
 
 
@@ -162,20 +213,23 @@ def test_telemetry_frontend_needs_real_ranks(tmp_path, capsys):
 
 
 def test_real_ranks_notice_a_cleared_failure_by_probes(tmp_path, capsys):
-    """GPU0 <-> its ToR at 8 Gbps from 10 ms, ``clear`` at 90 ms (fabric time; ~4 s and
-    ~5 s real at 30 ms per healthy collective): the first swap avoids s0h0g0's NIC, so
-    only probes of the pairs it no longer loads can see the link come back.  After the
-    clear a new version must arrive and the last collectives run within 1.3x of the
-    healthy time: the emulator gives the healthy schedule exactly the healthy time on
-    the restored fabric (ratio 1.0), median-of-3 gloo noise on shared cores stays under
-    ~20 %, and the schedule that avoids the NIC runs ~1.9x the healthy time (asserted
-    above 1.3x, so the bound tells the two apart).  Without probes no version follows
-    the clear (bench/bench_executor_loop.py --clear)."""
+    """GPU0 <-> its ToR at 8 Gbps from 10 ms, ``clear`` at 90 ms (fabric time; ~6 s real
+    after it at 30 ms per healthy collective): the first swap avoids s0h0g0's NIC, so only
+    probes of the pairs it no longer loads can see the link come back.  Asserted on the
+    loop's decisions, not on timings: the failure's version is built for a degraded fabric
+    (rate below the healthy schedule's), probes ran while it lasted, and after the clear a
+    version arrives whose rate is the healthy schedule's (the controller's picture of the
+    NIC is whole again).  Without probes no version follows the clear
+    (bench/bench_executor_loop.py --clear)."""
+    from mccl_runtime.manager import solver_synthesizer
+    from mccl_runtime.scenario import load_scenario
+
     path = tmp_path / "clear.json"
     path.write_text(json.dumps({
         "format": "mccl-scenario/1", "topology": "hpn 1x2x2", "collective": "allgather",
-        "message_bytes": 16 * 2**20, "duration_ms": 130,
+        "message_bytes": 16 * 2**20, "duration_ms": 170,
         "events": [{"t_ms": 10, "links": [FAIL2 | {"capacity_gbps": 8}]}, {"t_ms": 90, "clear": True}]}))
+    healthy = solver_synthesizer("highs")("allgather", load_scenario(str(path)).topology, None, None).rate_gbps
     rc = main(["loop", "--executor", "gloo", "--world", "4", "--scenario", str(path),
                "--collective-ms", "30", "--json"])
     out = capsys.readouterr()
@@ -185,13 +239,12 @@ def test_real_ranks_notice_a_cleared_failure_by_probes(tmp_path, capsys):
     print(f"probes: healthy {s['time_healthy_ms']:.1f} ms, degraded {fail['time_degraded_ms']:.1f}, "
           f"after swap {fail['time_final3_ms']:.1f} ({fail['probes']} probes, "
           f"{100 * fail['probe_share']:.1f} % of the time), after clear: reaction {clear['reaction_ms']} ms, "
-          f"final {clear['time_final3_ms']:.1f} ms, versions {clear['versions']}")
+          f"final {clear['time_final3_ms']:.1f} ms, versions {clear['versions']}, healthy rate {healthy:.1f}")
     assert s["wrong_results"] == 0
-    assert fail["versions"] and fail["probes"] >= 1, "no probe of the avoided pairs while the failure lasted"
+    assert fail["versions"] and fail["versions"][-1]["rate_gbps"] < 0.95 * healthy, "the swap did not avoid the NIC"
+    assert fail["probes"] >= 1, "no probe of the avoided pairs while the failure lasted"
     assert clear["versions"], "the recovery after the clear was never noticed"
-    assert fail["time_final3_ms"] > 1.3 * s["time_healthy_ms"], "the swap did not avoid the NIC: no probe needed"
-    assert clear["time_final3_ms"] <= 1.3 * s["time_healthy_ms"]
-    assert 0 < fail["probe_share"] < 0.5
+    assert clear["versions"][-1]["rate_gbps"] >= 0.95 * healthy, "the NIC's recovery was only partly seen"
 
 
 def test_dead_controller_is_a_clear_error(tmp_path, monkeypatch):

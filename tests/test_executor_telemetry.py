@@ -51,6 +51,42 @@ def test_slow_link_is_visible_in_its_own_samples():
     assert slow < 0.0011 and slow < statistics.median(healthy) / 3
 
 
+LATE_S, LINK_S = 0.6, 0.15      # how late a rank enters the collective; the slow link's emulated time
+
+
+def _late(rank: int, world: int, block: int) -> list[float]:
+    """Two collectives on ``rank0 -> rank1`` emulated at ``LINK_S``: in the first the
+    receiver (rank 1) enters ``LATE_S`` late, in the second the sender; rank 1's samples."""
+    from executor_cuda.communicator import Communicator
+
+    warnings.simplefilter("ignore")
+    faults = FaultInjector()
+    faults.slow_link(0, 1, gbps=8 * 4 * block / LINK_S / 1e9, bidirectional=False)
+    tel = Telemetry(flush_interval=None)
+    comm = Communicator(None, telemetry=tel, faults=faults, hot_swap=False)
+    seconds = []
+    for late in (1, 0):
+        inp = torch.full((world * block,), float(rank))
+        out = torch.empty_like(inp)
+        if rank == late:
+            time.sleep(LATE_S)
+        comm.all_to_all_single(out, inp)
+        assert torch.equal(out, torch.arange(world).repeat_interleave(block).float())
+        seconds += [s.seconds for s in tel.drain() if (s.src, s.dst) == ("rank0", "rank1")]
+    comm.close()
+    return seconds
+
+
+def test_a_late_receiver_does_not_make_the_link_look_slow():
+    """The emulated link is timed from the sender's round start to its emulated delivery
+    (the receiver holds the message until then): a receiver that posts its receive 0.6 s
+    late reads the link at its emulated 0.15 s, not 0.6 s (slow) nor ~0 (the data was
+    already there: fast), and so does a receiver waiting for a late sender."""
+    late_receiver, late_sender = run_ranks(_late, 2, 2048, timeout=60)[1]
+    for seconds in (late_receiver, late_sender):
+        assert LINK_S <= seconds < LATE_S
+
+
 def test_full_buffer_drops_and_counts_without_blocking():
     res = run_ranks(_measure, 4, 5, timeout=60)
     for r in res:
