@@ -3,8 +3,8 @@
 tree limit").
 
 An odd capacity (both ways: the switches stay balanced) makes the exact packing need
-more than ``EXACT_TREES_LIMIT`` trees per root: ForestColl packs them by its scaled
-packing alone, and where that does not complete, the general method starts from ForestColl's own trees at a few chunks per root and stops at
+more than ``EXACT_TREES_LIMIT`` trees per root: up to ``SEEDED_GENERAL_MAX_GPUS`` GPUs
+(above it, where ForestColl's scaled packing does not complete) the general method starts from ForestColl's own trees at a few chunks per root and stops at
 the cut bound ``x*``, which on a balanced fabric is the forwarding-only optimum.  The
 rates are checked against the independent oracle (tests/oracle_allgather.py)."""
 
@@ -40,23 +40,28 @@ def _scaled_packing_fails(*args, **kwargs):
 
 @pytest.mark.parametrize("family", sorted(FABRICS))
 def test_past_the_tree_limit_the_seeded_general_method_reaches_the_cut_bound(family, monkeypatch):
-    """ForestColl's scaled packing solves these fabrics on their own (docs/allgather.md
-    "Above the tree limit"); made to fail, the general method seeded with ForestColl's
-    own trees reaches the same certified optimum, the cut bound."""
+    """Up to ``SEEDED_GENERAL_MAX_GPUS`` the seeded general method solves these fabrics;
+    above it the scaled packing does (docs/allgather.md "Above the tree limit"), and
+    where that fails the seeded general method again: all three at the cut bound."""
     topo = FABRICS[family]()
     bound = cut_bound(topo)                          # brute-force-free, independent max-flows
+    s = mo.solve_allgather(topo, max_chunks=None)
+    assert s.report.method is Method.GENERAL
+    assert "more than 4096 exact trees" in s.stats["general_reason"], "the test needs the limit"
+    monkeypatch.setattr(solve, "SEEDED_GENERAL_MAX_GPUS", 0)
     packed = mo.solve_allgather(topo, max_chunks=None)
     assert packed.report.method is Method.FORESTCOLL
     assert packed.lp_rate_gbps == pytest.approx(bound, rel=1e-9)
     monkeypatch.setattr(solve, "pack_scaled", _scaled_packing_fails)
-    s = mo.solve_allgather(topo, max_chunks=None)
-    assert s.report.method is Method.GENERAL
-    assert "scaled packing did not complete" in s.stats["general_reason"]
-    assert s.stats["seed"] == "forestcoll trees"
-    assert s.report.termination is Termination.OPTIMAL
-    assert s.lp_rate_gbps == pytest.approx(bound, rel=1e-9)
-    assert check_schedule(topo, s).rate_gbps == pytest.approx(bound, rel=1e-9)
-    mo.validate(topo, s)
+    failed = mo.solve_allgather(topo, max_chunks=None)
+    assert "scaled packing did not complete" in failed.stats["general_reason"]
+    for sched in (s, failed):
+        assert sched.report.method is Method.GENERAL
+        assert sched.stats["seed"] == "forestcoll trees"
+        assert sched.report.termination is Termination.OPTIMAL
+        assert sched.lp_rate_gbps == pytest.approx(bound, rel=1e-9)
+        assert check_schedule(topo, sched).rate_gbps == pytest.approx(bound, rel=1e-9)
+        mo.validate(topo, sched)
 
 
 @pytest.mark.parametrize("family", sorted(FABRICS))

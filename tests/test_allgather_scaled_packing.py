@@ -11,12 +11,20 @@ import pytest
 
 import mccl_opt as mo
 from instances import hpn
+from mccl_opt.allgather import solve
 from mccl_opt.allgather.budget import EXACT_TREES_LIMIT
 from mccl_opt.allgather.chain import weaker_directions
 from mccl_opt.allgather.forestcoll.packing import scaled
 from mccl_opt.allgather.forestcoll.removal.cut_guard import violated_set
 from tests.oracle_allgather import check_schedule, cut_bound
 from tests.test_allgather_scaled import _check_packing
+
+
+@pytest.fixture(autouse=True)
+def scaled_packing_at_every_size(monkeypatch):
+    """The scaled packing runs from ``SEEDED_GENERAL_MAX_GPUS + 1`` GPUs (fabrics up to
+    that size take the seeded general method first); tested here on small fabrics."""
+    monkeypatch.setattr(solve, "SEEDED_GENERAL_MAX_GPUS", 0)
 
 
 def _nic_degraded(shape: tuple[int, int, int], factor: float, both: bool = True) -> mo.Topology:

@@ -59,6 +59,14 @@ __all__ = ["solve_allgather", "sub_forestcoll", "PHASES_23_PER_PHASE_1"]
 #: stops a limited solve before them only when they most likely do not fit)
 PHASES_23_PER_PHASE_1 = 4.0
 
+#: above :data:`.budget.EXACT_TREES_LIMIT` trees per root at ``max_chunks=None``, fabrics
+#: of at most this many GPUs go to the general method seeded with ForestColl's own trees
+#: (stopped at the cut bound), larger ones to the scaled packing: the seeded master took
+#: 0.35 s where the scaled packing took 1.1 s on shared aggregation / SuperPOD 2x8x8,
+#: 0.40 vs 0.71 s on HPN 2x16x8, but 43 s vs 4.1 s on HPN 4x16x8 (CPU; docs/allgather.md
+#: "Above the tree limit")
+SEEDED_GENERAL_MAX_GPUS = 256
+
 
 def solve_allgather(topo: Topology, warm: Schedule | None = None, backend: str = "highs",
                     max_chunks: int | None = 10, step_aware: Any = False,
@@ -248,7 +256,7 @@ def _forestcoll(topo: Topology, route: WarmRoute, backend: str, max_chunks: int 
     anytime.check("ForestColl: before Phase 1")
     budget = phase_one_budget(topo, max_chunks, run.stats, run.hint_cuts, run.cuts)
     many = max_chunks is None and budget.k > EXACT_TREES_LIMIT
-    if many and (lossy_balance or step_aware):
+    if many and (lossy_balance or step_aware or topo.num_gpus <= SEEDED_GENERAL_MAX_GPUS):
         return Declined(f"more than {EXACT_TREES_LIMIT} exact trees per root")
     if many:                                          # the scaled packing alone, cold
         run.prev, run.cuts = None, None
