@@ -193,7 +193,8 @@ def sub_forestcoll(backend: str, trail: Trail) -> ForestColl:
     weaker-direction fabric, a balanced restriction, the general method's seed):
     keeping what balancing loses, with the real fabric's ``headroom`` when given; a
     ``None`` route is cold; ``scaled``: above the tree limit at ``k=None`` run the scaled
-    packing instead of declining (the balanced restriction at scale, :func:`.chain.solve_by_restriction`)."""
+    packing instead of declining (the balanced restriction at scale,
+    :func:`.chain.solve_by_restriction`)."""
 
     def forestcoll(sub: Topology, r: WarmRoute | None, k: int | None,
                    headroom: Sequence[Fraction] | None = None,
