@@ -9,10 +9,12 @@ quarter of its speed one way.  After a kernel warm-up solve each shape is solved
 attempt of the chain (``report.attempts``), the general method's phases (``seed_s``,
 ``lp_s``: every master solve, ``first_lp_s``: the first one, ``pricing_s``), its rounds
 and seed columns, the link rows its master held (``link_rows``: fewer than the links
-when lazy rows left some out), and the rates (``rate``, ``lp``, the certified
-``bound``), which must agree with the restriction's certified optimum.  Note: the script
-imports the package of the checkout it sits in (its first ``sys.path`` entry), so compare
-two checkouts by running each one's own copy.
+when lazy rows left some out; none of these from 256 GPUs, where ForestColl on the
+restriction answers by the scaled packing, docs "Scaled packing on the restriction"),
+and the rates (``rate``, ``lp``, the certified ``bound``), which must agree with the
+restriction's certified optimum.  Note: the script imports the package of the checkout
+it sits in (its first ``sys.path`` entry), so compare two checkouts by running each
+one's own copy.
 """
 
 from __future__ import annotations

@@ -58,7 +58,7 @@ if TYPE_CHECKING:                          # imported by the functions that use 
 __all__ = ["Declined", "Trail", "ForestColl", "Restricted", "EXACT_TREES_LIMIT",
            "RESTRICTION_ROUNDING_GAP", "switches_balanced", "cut_bound_gbps", "restrict",
            "seed_once", "solve_by_general", "weaker_directions", "solve_by_restriction",
-           "solve_unbalanced"]
+           "solve_unbalanced", "SCALED_RESTRICTION_FROM"]
 
 #: with ``max_chunks=K``, a balanced-restriction schedule rounded further than this below
 #: its optimum also runs the general method, and the better rounding is kept (ForestColl's
@@ -70,6 +70,14 @@ RESTRICTION_ROUNDING_GAP = 0.05
 #: relative tolerance of "the weaker-direction optimum reaches the cut bound" (both are
 #: exact rationals of the quantized capacities; this only absorbs the Gbps conversion)
 _REACH_TOL = 1e-9
+
+#: from this many GPUs, at ``max_chunks=None``, ForestColl on the balanced restriction packs
+#: above the tree limit by the scaled packing instead of declining (HPN 4x16x8 with one NIC
+#: at a quarter one way: 13 s CPU, exact, where the general method seeded on ``c'`` was
+#: still 6.6e-5 below after 45 s; 4x8x8: 1.6 s against 2.8 s); below it the general
+#: method is the cheaper exact path on the fabrics measured (docs/allgather.md "Scaled
+#: packing on the restriction")
+SCALED_RESTRICTION_FROM = 256
 
 T = TypeVar("T")
 
@@ -339,16 +347,19 @@ def solve_by_restriction(topo: Topology, restricted: Restricted, route: WarmRout
     method).  ForestColl's tree units on ``c'`` round up where ``c`` has room so that
     switches stay balanced (:mod:`.forestcoll.removal.unit_rounding`); with ``max_chunks=K``
     it is asked for ``K`` chunks, then fewer while it still raises on ``c'`` (skipping the
-    limits that choose a budget already failed, :class:`.budget.ChunkCounts`).  Its warm
-    steps run on ``route`` (the cutting-plane LP before it is cold anyway)."""
+    limits that choose a budget already failed, :class:`.budget.ChunkCounts`); at
+    ``max_chunks=None`` from :data:`SCALED_RESTRICTION_FROM` GPUs, above the tree limit by
+    the scaled packing.  Its warm steps run on ``route`` (the cutting-plane LP before it
+    is cold anyway)."""
     from .restriction.balanced import CERT_TOL
 
     t = time.perf_counter() - restricted.seconds     # the attempt includes the LP
     found, sub, to_gbps = restricted.restriction, restricted.sub, restricted.to_gbps
     counts = ChunkCounts(max_chunks) if max_chunks is not None else None
+    scaled = counts is None and topo.num_gpus >= SCALED_RESTRICTION_FROM
     for k in [None] if counts is None else counts:
         try:
-            sched = forestcoll(sub, route, k, found.headroom())
+            sched = forestcoll(sub, route, k, found.headroom(), scaled=scaled)
         except (SolveError, TopologyError) as e:
             if counts is not None and isinstance(e, SolveError):
                 counts.failed(e)

@@ -200,12 +200,15 @@ def sub_forestcoll(backend: str, trail: Trail) -> ForestColl:
     """ForestColl as the method chain runs it on a balanced sub-fabric (the
     weaker-direction fabric, a balanced restriction, the general method's seed):
     keeping what balancing loses, with the real fabric's ``headroom`` when given; a
-    ``None`` route is cold."""
+    ``None`` route is cold; ``scaled``: above the tree limit at ``k=None`` run the scaled
+    packing instead of declining (the balanced restriction at scale,
+    :func:`.chain.solve_by_restriction`)."""
 
     def forestcoll(sub: Topology, r: WarmRoute | None, k: int | None,
-                   headroom: Sequence[Fraction] | None = None) -> Schedule | Declined:
+                   headroom: Sequence[Fraction] | None = None,
+                   scaled: bool = False) -> Schedule | Declined:
         return _typed_forestcoll(sub, r or WarmRoute.plan(sub, None), backend, k, False, trail,
-                                 lossy_balance=True, headroom=headroom)
+                                 lossy_balance=True, headroom=headroom, scaled=scaled)
 
     return forestcoll
 
@@ -213,12 +216,13 @@ def sub_forestcoll(backend: str, trail: Trail) -> ForestColl:
 def _typed_forestcoll(topo: Topology, route: WarmRoute, backend: str,
                       max_chunks: int | None, step_aware: Any, trail: Trail,
                       lossy_balance: bool = False,
-                      headroom: Sequence[Fraction] | None = None) -> Schedule | Declined:
+                      headroom: Sequence[Fraction] | None = None,
+                      scaled: bool = False) -> Schedule | Declined:
     """:func:`_forestcoll`, an internal error turned into a :class:`SolveError` naming the
     fabric (the chain of methods catches it)."""
     try:
         return _forestcoll(topo, route, backend, max_chunks, step_aware, trail, lossy_balance,
-                           headroom)
+                           headroom, scaled)
     except (KeyError, IndexError, AssertionError, ZeroDivisionError) as e:
         raise SolveError(f"ForestColl failed on {topo.name!r} ({type(e).__name__}: {e}); "
                          "a bug: please report the topology file") from e
@@ -226,11 +230,13 @@ def _typed_forestcoll(topo: Topology, route: WarmRoute, backend: str,
 
 def _forestcoll(topo: Topology, route: WarmRoute, backend: str, max_chunks: int | None,
                 step_aware: Any, trail: Trail, lossy_balance: bool = False,
-                headroom: Sequence[Fraction] | None = None) -> Schedule | Declined:
+                headroom: Sequence[Fraction] | None = None,
+                scaled: bool = False) -> Schedule | Declined:
     """Step 4 on a canonically listed ``topo``; :class:`.chain.Declined` when the exact
     optimum (``max_chunks=None``) needs more than :data:`.budget.EXACT_TREES_LIMIT`
-    trees per root on a chain's sub-fabric (``lossy_balance``) or step-aware (a fabric's
-    own solve packs them by the scaled packing alone,
+    trees per root on a chain's sub-fabric (``lossy_balance``, unless ``scaled``),
+    step-aware, or a fabric's own solve of at most :data:`SEEDED_GENERAL_MAX_GPUS` GPUs
+    (larger ones pack them by the scaled packing alone,
     :func:`.forestcoll.above_limit.pack_scaled`), or switch balancing loses capacity the
     optimum needs (unless
     ``lossy_balance``: the chain's sub-fabrics, whose rounded schedule it compares with
@@ -256,7 +262,8 @@ def _forestcoll(topo: Topology, route: WarmRoute, backend: str, max_chunks: int 
     anytime.check("ForestColl: before Phase 1")
     budget = phase_one_budget(topo, max_chunks, run.stats, run.hint_cuts, run.cuts)
     many = max_chunks is None and budget.k > EXACT_TREES_LIMIT
-    if many and (lossy_balance or step_aware or topo.num_gpus <= SEEDED_GENERAL_MAX_GPUS):
+    own_seeded = not scaled and topo.num_gpus <= SEEDED_GENERAL_MAX_GPUS
+    if many and ((lossy_balance and not scaled) or step_aware or own_seeded):
         return Declined(f"more than {EXACT_TREES_LIMIT} exact trees per root")
     if many:                                          # the scaled packing alone, cold
         run.prev, run.cuts = None, None
