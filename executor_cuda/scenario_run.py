@@ -54,7 +54,7 @@ class GlooLoopConfig:
     alpha: float = 1.0
     gamma: float = 0.3
     dwell_s: float = 1.0
-    gather_s: float = 0.6                 # the controller's ``--gather``: one degraded collective's samples
+    gather_s: float = 0.0                 # the controller's ``--gather`` (0: off; 0.6 ~ one degraded collective)
     time_limit_s: float = 30.0
     backend: str = "highs"
     offline_reps: int = 5
