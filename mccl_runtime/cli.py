@@ -51,6 +51,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     s.add_argument("--gamma", type=float_arg, default=0.1, help="Algorithm 1 threshold Gamma (default %(default)s)")
     s.add_argument("--dwell", type=float_arg, default=1.0, help="minimum seconds between decisions per collective")
     s.add_argument("--time-limit", type=float_arg, default=60.0, help="re-synthesis time bound in seconds")
+    s.add_argument("--gather", type=float_arg, default=0.0, metavar="SECONDS",
+                   help="after a drift is flagged, wait up to this long for a new sample of every channel "
+                        "sampled in the last SECONDS, so links that fail together are synthesized for "
+                        "together (default 0: start at once; docs/runtime.md)")
     s.add_argument("--backend", default="highs", help="LP backend for the synthesizers")
     s.add_argument("--shallow-trees", action="store_true",
                    help="for executors that run a GPU hop per round: AllGather: when a warm start deepens the "
@@ -212,7 +216,8 @@ def _serve(args: argparse.Namespace) -> int:
         return launch(_serve, args, args.shards)
     topo = resolve_topology(args.topology)
     key = load_key(args.key_file) if args.key_file else None
-    policy = Policy(gamma=args.gamma, min_dwell_s=args.dwell, time_limit_s=args.time_limit)
+    policy = Policy(gamma=args.gamma, min_dwell_s=args.dwell, time_limit_s=args.time_limit,
+                    gather_s=args.gather)
     synthesize = _LazySynthesizer(args.backend, args.shallow_trees)
     pool = _start_pool(topo, args.backend, args.workers, args.synthesis, args.shallow_trees)
     svc = ControllerService(

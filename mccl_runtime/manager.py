@@ -35,6 +35,10 @@ collective, concurrently), and publishes new versions.
 * Confidence before synthesis: while the store reports links with an unconfirmed change
   (:meth:`MeasurementStore.pending_links`, level estimator), no job starts, for at most
   ``settle_max_s``; so two links failing together are synthesized for together.
+  With the EWMA nothing is pending: ``gather_s`` holds a flagged collective's job until
+  every channel on its links sampled in the ``gather_s`` before the flag has been sampled
+  again (at most ``gather_s``), so a change that some samples read one collective later
+  than others is synthesized for in one job.
 * Everything known at publish time: a finished job is also checked against changes
   still being confirmed.  When a pending link that the new schedule uses, or that the
   job saw degraded, has a newest estimate (:meth:`MeasurementStore.provisional`) more
@@ -256,6 +260,7 @@ class Policy:
     restart_tol: float = 0.1
     max_restarts: int = 3
     settle_max_s: float = 0.05
+    gather_s: float = 0.0
     known_fabrics: int = 4
     rate_loss: float = 0.05
     capacity_digits: int = 3
@@ -267,8 +272,8 @@ class Policy:
             raise MCCLError(f"clear_ratio must be in [0, 1], got {self.clear_ratio!r}")
         if self.min_dwell_s < 0 or self.time_limit_s <= 0 or self.min_gain < 0:
             raise MCCLError("min_dwell_s and min_gain must be >= 0 and time_limit_s > 0")
-        if self.restart_tol <= 0 or self.max_restarts < 0 or self.settle_max_s < 0:
-            raise MCCLError("restart_tol must be > 0, max_restarts and settle_max_s >= 0")
+        if self.restart_tol <= 0 or self.max_restarts < 0 or self.settle_max_s < 0 or self.gather_s < 0:
+            raise MCCLError("restart_tol must be > 0, max_restarts, settle_max_s and gather_s >= 0")
         if not (isinstance(self.capacity_digits, int) and self.capacity_digits >= 0):
             raise MCCLError(f"capacity_digits must be an int >= 0 (0 keeps the estimates' digits), "
                             f"got {self.capacity_digits!r}")
@@ -310,6 +315,7 @@ class Collective:
     gpus: tuple[str, ...] | None = None     # the communicator's members; None: the whole fabric
     restore_on: np.ndarray | None = None    # an AllToAll schedule without warm state: its synthesis capacities
     deferred: tuple[DriftReport | None, int] | None = None  # a superseded job's restart (trigger, restarts)
+    flagged_since: float | None = None      # when Algorithm 1 flagged it, while its job waits (``gather_s``)
 
     @property
     def key(self) -> tuple[str, str]:
@@ -473,9 +479,32 @@ class ScheduleManager:
         if not profiled:
             return []
         flags = self._stack_of(profiled).flags(m)
-        return [(coll, detect(m, coll.profile, self.policy.gamma)) for coll, flag in zip(profiled, flags.tolist())
-                if flag and coll.job is None and coll.deferred is None
-                and (now - coll.last_decision_t >= self.policy.min_dwell_s or self._new_level(m, coll))]
+        flagged = [coll for coll, flag in zip(profiled, flags.tolist())
+                   if flag and coll.job is None and coll.deferred is None
+                   and (now - coll.last_decision_t >= self.policy.min_dwell_s or self._new_level(m, coll))]
+        chosen = {id(c) for c in flagged}
+        for coll in profiled:
+            if id(coll) not in chosen:
+                coll.flagged_since = None
+        return [(coll, detect(m, coll.profile, self.policy.gamma)) for coll in flagged if self._gathered(coll, now)]
+
+    def _gathered(self, coll: Collective, now: float) -> bool:
+        """Whether a flagged collective's job may start: at once with ``gather_s = 0``;
+        else once every channel on its links that was sampled in the ``gather_s`` before
+        the flag has been sampled again (:meth:`MeasurementStore.unheard_links`), at most
+        ``gather_s`` after the flag.  Links that fail together but are read by different
+        samples (pairs whose messages ran before and after the change) are then
+        synthesized for together, not one version per partial picture."""
+        if self.policy.gather_s <= 0:
+            return True
+        if coll.flagged_since is None:
+            coll.flagged_since = now
+        since = coll.flagged_since
+        unheard = self.store.unheard_links(since, self.policy.gather_s)
+        if self._mine(coll)[unheard].any() and now - since < self.policy.gather_s:
+            return False
+        coll.flagged_since = None
+        return True
 
     def _new_level(self, m: np.ndarray, coll: Collective) -> bool:
         """Level estimator only: a link ``coll``'s schedule relies on has a confirmed level
@@ -724,15 +753,19 @@ class ScheduleManager:
         pending = self.store.pending_links() if pending_only else np.arange(self.topo.num_links)
         if pending.size == 0:
             return []
-        mine = np.zeros(self.topo.num_links, dtype=bool)
-        mine[self.groups.links(coll.gpus)] = True
-        pending = pending[mine[pending]]
+        pending = pending[self._mine(coll)[pending]]
         nominal = self.topo.arrays.capacity[pending]
         cap = capacity[pending]
         relied = (loads[pending] > 1e-12) | (cap < (1.0 - self.policy.restart_tol) * nominal)
         newest = self.store.provisional()[pending]
         moving = relied & (np.abs(newest - cap) > self.policy.restart_tol * cap)
         return [[self.topo.links[a].src, self.topo.links[a].dst] for a in pending[moving].tolist()]
+
+    def _mine(self, coll: Collective) -> np.ndarray:
+        """Mask of the links of ``coll``'s (sub-)fabric."""
+        mine = np.zeros(self.topo.num_links, dtype=bool)
+        mine[self.groups.links(coll.gpus)] = True
+        return mine
 
     def swap_hold(self, comm: str, name: str) -> list[list[str]]:
         """The links whose change since the active version was published, confirmed or

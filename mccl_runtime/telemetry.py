@@ -382,6 +382,17 @@ class MeasurementStore:
         """Time of each link's latest direct sample (``-inf`` where none)."""
         return self.chan.t[:self.topo.num_links].copy()
 
+    def unheard_links(self, since: float, recent_s: float) -> np.ndarray:
+        """Links measured by a channel (direct or pair) whose latest sample is from the
+        ``recent_s`` before ``since``: channels sampled regularly that have not been heard
+        from since then (sorted, unique)."""
+        ch = self.chan
+        t = ch.t[:ch.count]
+        waiting = (t < since) & (t >= since - recent_s)
+        pair_ch, pair_link = ch.incidence()
+        links = np.concatenate([np.flatnonzero(waiting[:ch.num_links]), pair_link[waiting[pair_ch]]])
+        return np.unique(links).astype(np.int64)
+
     def pending_links(self) -> np.ndarray:
         """Links whose estimate has an unconfirmed change (level mode; empty for EWMA)."""
         out: set[int] = set()

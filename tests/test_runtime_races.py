@@ -13,7 +13,8 @@ import tests.test_runtime_manager as tm
 from mccl_runtime.drift import ProfileStack, profile_schedule
 from mccl_runtime.level import LevelParams, LevelTracker
 from mccl_runtime.loop import LoopConfig, link_windows, run_loop
-from mccl_runtime.manager import Policy, ScheduleManager
+from mccl_opt.schedule import schedule_rate
+from mccl_runtime.manager import Policy, ScheduleManager, solver_synthesizer
 from mccl_runtime.scenario import parse_scenario
 from mccl_runtime.telemetry import MeasurementStore
 
@@ -301,3 +302,57 @@ def test_a_change_just_before_a_swap_is_held_or_gets_its_version_without_the_dwe
     assert restart and restart[0] < published[0] + cfg.dwell_ms                       # not a dwell later
     assert second["recovered_ms"] is not None                                      # back at 0.95
     assert len(second["versions"]) == 1 and res.summary["false_swaps"] == 0
+
+
+def _every_link(gbps_of, t):
+    """One ``link`` sample of every link of ``TOPO`` at time ``t`` (``gbps_of``: link -> Gbps)."""
+    return [{"kind": "link", "src": l.src, "dst": l.dst, "gbps": gbps_of.get((l.src, l.dst), l.capacity_gbps),
+             "t": t} for l in TOPO.links]
+
+
+@pytest.mark.parametrize("gather_s", [0.0, 0.5])
+def test_two_links_failing_a_few_ms_apart_get_one_version_for_both_with_gather(gather_s):
+    """A collective's samples read link A dropped, the next one (10 ms later) link B as
+    well (a change that started mid-collective).  With ``gather_s`` the job waits for
+    the next sample of every link sampled before the flag and starts once, on both drops:
+    one version, at the rate of a cold solve on the final estimate.  Without it the job
+    starts on A alone (the partial picture the gloo `three` class showed)."""
+    a, b = ("s0h0g0", "s0tor0"), ("s0h0g1", "s0tor1")
+    synth = solver_synthesizer()
+    calls = []
+    store, mgr = tm._manager(lambda *args: calls.append(args[1].arrays.capacity.copy()) or synth(*args),
+                             gather_s=gather_s)
+    store.ingest(_every_link({}, 1.0), now=1.0)
+    assert mgr.step(1.001) == []
+    store.ingest(_every_link({a: 100.0}, 2.0), now=2.0)
+    first = [e.action for e in mgr.step(2.001)]
+    store.ingest(_every_link({a: 100.0, b: 100.0}, 2.01), now=2.01)
+    second = [e.action for e in mgr.step(2.011)]
+    mgr.wait_idle(60.0)
+    published = [e.action for e in mgr.poll(2.02)]
+    if gather_s == 0:                                     # the partial picture: B still nominal
+        assert first == ["resynthesis"] and calls[0][TOPO.link_index(*b)] == 400.0
+        mgr.close()
+        return
+    assert first == [] and second == ["resynthesis"] and published == ["published"]
+    assert len(calls) == 1 and calls[0][TOPO.link_index(*a)] == calls[0][TOPO.link_index(*b)] == 100.0
+    coll = mgr.get("world", "ag")
+    m = store.measured()
+    cold = synth("allgather", TOPO.with_capacities(m), None, 60.0)
+    loads = profile_schedule(TOPO.with_capacities(m), coll.schedule).loads
+    assert coll.version == 2
+    assert schedule_rate(TOPO.with_capacities(m), loads) == pytest.approx(cold.rate_gbps, rel=1e-3)
+    mgr.close()
+
+
+def test_gather_ends_at_its_bound_when_a_sampled_link_stays_silent():
+    """A link sampled before the flag that is never sampled again holds the job at most
+    ``gather_s``: the next decision past the bound starts it."""
+    store, mgr = tm._manager(tm.PruningSynth(), gather_s=0.5)
+    store.ingest(_every_link({}, 1.0), now=1.0)
+    store.ingest(_every_link({NIC: 100.0}, 1.9), now=1.9)
+    assert mgr.step(1.95) == []
+    store.ingest([s for s in _every_link({NIC: 100.0}, 2.0) if (s["src"], s["dst"]) != ("s0h1g1", "s0tor1")], now=2.0)
+    assert mgr.step(2.0) == []                            # one link not heard from again: still waiting
+    assert [e.action for e in mgr.step(2.46)] == ["resynthesis"]
+    mgr.close()
