@@ -42,13 +42,27 @@ if TYPE_CHECKING:                       # the chain imports this package inside 
     from ..chain import ForestColl, Restricted
 
 __all__ = ["RestrictionSeed", "restriction_seed", "balanced_seed", "forestcoll_trees",
-           "SEED_CHUNKS"]
+           "SEED_CHUNKS", "seed_chunks"]
 
 #: chunks per root asked of ForestColl on the restriction (4 left HPN 4x16x8 stuck 0.25 % below
 #: the optimum for 28 rounds; 10 reached it in the first master solve): enough trees that the master's
 #: re-weighting reaches the optimum (or next to it) at 256-512 GPUs, few enough that the
 #: first master solve stays cheap
 SEED_CHUNKS = 10
+
+#: up to this many GPUs the seed asks for :data:`SMALL_SEED_CHUNKS` instead: at 128 GPUs
+#: the master over 10 chunks' trees can fall short (shared aggregation 2x8x8 with a NIC at
+#: 150.8 Gbps one way: 0.15 % short, then 1280 weaker-direction trees and two masters of
+#: ~1900 columns, 3.7 s CPU), while 16 chunks' trees reach the optimum in the first
+#: master (1.2 s); past it the larger first master costs more than it saves (HPN 4x8x8,
+#: 256 GPUs, certified at once either way: 2.9 -> 3.9 s)
+SMALL_SEED_GPUS = 128
+SMALL_SEED_CHUNKS = 16
+
+
+def seed_chunks(num_gpus: int) -> int:
+    """Chunks per root the seed asks ForestColl for on a fabric of ``num_gpus`` GPUs."""
+    return SMALL_SEED_CHUNKS if num_gpus <= SMALL_SEED_GPUS else SEED_CHUNKS
 
 
 @dataclass(frozen=True)
@@ -119,13 +133,13 @@ def _table_columns(chunks: TreeChunks, topo: Topology) -> tuple[list[int], list[
 
 def forestcoll_trees(sub: Topology, forestcoll: ForestColl,
                      headroom: Sequence[Fraction] | None = None,
-                     chunks: int = SEED_CHUNKS) -> Schedule | None:
+                     chunks: int | None = None) -> Schedule | None:
     """ForestColl's schedule (``forestcoll``, the chain's sub-solve, cold, keeping what
     balancing loses: the master re-weights the trees anyway) on the balanced fabric
-    ``sub`` with at most ``chunks`` chunks per root (fewer while ForestColl fails, as the
-    method chain does, skipping the limits that repeat a failed budget); ``None`` when
-    ForestColl packs no chunk count."""
-    counts = ChunkCounts(chunks)
+    ``sub`` with at most ``chunks`` chunks per root (default :func:`seed_chunks`; fewer
+    while ForestColl fails, as the method chain does, skipping the limits that repeat a
+    failed budget); ``None`` when ForestColl packs no chunk count."""
+    counts = ChunkCounts(seed_chunks(sub.num_gpus) if chunks is None else chunks)
     for k in counts:
         try:
             sched = forestcoll(sub, None, k, headroom)
