@@ -148,7 +148,7 @@ def _balanced_seed(topo: Topology, bound: float | None, coarse: Schedule | None,
     """The general method's seed on a balanced fabric ForestColl declined
     (:func:`.general.restriction_seed.balanced_seed`: a few chunks per root of ForestColl's
     own trees, stopped at the cut bound ``x*``): at ``max_chunks=None``, made by
-    ForestColl at :func:`.general.restriction_seed.seed_chunks`; at ``K``, where those
+    ForestColl at :data:`.general.restriction_seed.SEED_CHUNKS`; at ``K``, where those
     chunk counts have just failed, only the trees ``coarse`` that rounded too far."""
     from .general.restriction_seed import RestrictionSeed, balanced_seed
 

@@ -50,8 +50,10 @@ __all__ = ["RestrictionSeed", "restriction_seed", "balanced_seed", "forestcoll_t
 #: first master solve stays cheap
 SEED_CHUNKS = 10
 
-#: up to this many GPUs the seed asks for :data:`SMALL_SEED_CHUNKS` instead: at 128 GPUs
-#: the master over 10 chunks' trees can fall short (shared aggregation 2x8x8 with a NIC at
+#: up to this many GPUs the restriction seed asks for :data:`SMALL_SEED_CHUNKS` instead
+#: (a balanced fabric's seed, which certifies at once, keeps 10: shared aggregation 2x8x8
+#: with a NIC at 206.24 Gbps both ways, 0.36 s with 10, 0.46 s with 16): at 128 GPUs the
+#: master over 10 chunks' trees can fall short (shared aggregation 2x8x8 with a NIC at
 #: 150.8 Gbps one way: 0.15 % short, then 1280 weaker-direction trees and two masters of
 #: ~1900 columns, 3.7 s CPU), while 16 chunks' trees reach the optimum in the first
 #: master (1.2 s); past it the larger first master costs more than it saves (HPN 4x8x8,
@@ -61,7 +63,8 @@ SMALL_SEED_CHUNKS = 16
 
 
 def seed_chunks(num_gpus: int) -> int:
-    """Chunks per root the seed asks ForestColl for on a fabric of ``num_gpus`` GPUs."""
+    """Chunks per root the restriction seed asks ForestColl for on a fabric of
+    ``num_gpus`` GPUs (the restriction's and the weaker-direction fabric's trees)."""
     return SMALL_SEED_CHUNKS if num_gpus <= SMALL_SEED_GPUS else SEED_CHUNKS
 
 
@@ -133,13 +136,13 @@ def _table_columns(chunks: TreeChunks, topo: Topology) -> tuple[list[int], list[
 
 def forestcoll_trees(sub: Topology, forestcoll: ForestColl,
                      headroom: Sequence[Fraction] | None = None,
-                     chunks: int | None = None) -> Schedule | None:
+                     chunks: int = SEED_CHUNKS) -> Schedule | None:
     """ForestColl's schedule (``forestcoll``, the chain's sub-solve, cold, keeping what
     balancing loses: the master re-weights the trees anyway) on the balanced fabric
-    ``sub`` with at most ``chunks`` chunks per root (default :func:`seed_chunks`; fewer
-    while ForestColl fails, as the method chain does, skipping the limits that repeat a
-    failed budget); ``None`` when ForestColl packs no chunk count."""
-    counts = ChunkCounts(seed_chunks(sub.num_gpus) if chunks is None else chunks)
+    ``sub`` with at most ``chunks`` chunks per root (fewer while ForestColl fails, as the
+    method chain does, skipping the limits that repeat a failed budget); ``None`` when
+    ForestColl packs no chunk count."""
+    counts = ChunkCounts(chunks)
     for k in counts:
         try:
             sched = forestcoll(sub, None, k, headroom)
@@ -166,12 +169,14 @@ def restriction_seed(restricted: Restricted, forestcoll: ForestColl,
     if not restricted.restriction.rate_gbps > 0:
         return None
     t = time.perf_counter()
-    main = forestcoll_trees(restricted.sub, forestcoll, restricted.restriction.headroom())
+    chunks = seed_chunks(restricted.sub.num_gpus)
+    main = forestcoll_trees(restricted.sub, forestcoll, restricted.restriction.headroom(), chunks)
     if main is None:
         return None
 
     def more() -> Schedule | None:
-        return forestcoll_trees(weaker, forestcoll) if isinstance(weaker, Topology) else weaker
+        return forestcoll_trees(weaker, forestcoll, chunks=chunks) \
+            if isinstance(weaker, Topology) else weaker
 
     return RestrictionSeed(restricted.optimum_gbps, (main,), time.perf_counter() - t,
                            more=None if weaker is None else more)
