@@ -42,13 +42,30 @@ if TYPE_CHECKING:                       # the chain imports this package inside 
     from ..chain import ForestColl, Restricted
 
 __all__ = ["RestrictionSeed", "restriction_seed", "balanced_seed", "forestcoll_trees",
-           "SEED_CHUNKS"]
+           "SEED_CHUNKS", "seed_chunks"]
 
 #: chunks per root asked of ForestColl on the restriction (4 left HPN 4x16x8 stuck 0.25 % below
 #: the optimum for 28 rounds; 10 reached it in the first master solve): enough trees that the master's
 #: re-weighting reaches the optimum (or next to it) at 256-512 GPUs, few enough that the
 #: first master solve stays cheap
 SEED_CHUNKS = 10
+
+#: up to this many GPUs the restriction seed asks for :data:`SMALL_SEED_CHUNKS` instead
+#: (a balanced fabric's seed, which certifies at once, keeps 10: shared aggregation 2x8x8
+#: with a NIC at 206.24 Gbps both ways, 0.36 s with 10, 0.46 s with 16): at 128 GPUs the
+#: master over 10 chunks' trees can fall short (shared aggregation 2x8x8 with a NIC at
+#: 150.8 Gbps one way: 0.15 % short, then 1280 weaker-direction trees and two masters of
+#: ~1900 columns, 3.7 s CPU), while 16 chunks' trees reach the optimum in the first
+#: master (1.2 s); past it the larger first master costs more than it saves (HPN 4x8x8,
+#: 256 GPUs, certified at once either way: 2.9 -> 3.9 s)
+SMALL_SEED_GPUS = 128
+SMALL_SEED_CHUNKS = 16
+
+
+def seed_chunks(num_gpus: int) -> int:
+    """Chunks per root the restriction seed asks ForestColl for on a fabric of
+    ``num_gpus`` GPUs (the restriction's and the weaker-direction fabric's trees)."""
+    return SMALL_SEED_CHUNKS if num_gpus <= SMALL_SEED_GPUS else SEED_CHUNKS
 
 
 @dataclass(frozen=True)
@@ -152,12 +169,14 @@ def restriction_seed(restricted: Restricted, forestcoll: ForestColl,
     if not restricted.restriction.rate_gbps > 0:
         return None
     t = time.perf_counter()
-    main = forestcoll_trees(restricted.sub, forestcoll, restricted.restriction.headroom())
+    chunks = seed_chunks(restricted.sub.num_gpus)
+    main = forestcoll_trees(restricted.sub, forestcoll, restricted.restriction.headroom(), chunks)
     if main is None:
         return None
 
     def more() -> Schedule | None:
-        return forestcoll_trees(weaker, forestcoll) if isinstance(weaker, Topology) else weaker
+        return forestcoll_trees(weaker, forestcoll, chunks=chunks) \
+            if isinstance(weaker, Topology) else weaker
 
     return RestrictionSeed(restricted.optimum_gbps, (main,), time.perf_counter() - t,
                            more=None if weaker is None else more)
