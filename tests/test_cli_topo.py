@@ -215,6 +215,7 @@ def test_solve_reports_steps_warm_mode_status_and_backend(tmp_path, capsys, coll
 
 def test_warm_mode_names_how_the_warm_start_was_used(monkeypatch):
     from mccl_opt.allgather import chain
+    from mccl_opt.allgather.general import restriction_seed
     from mccl_opt.cli.solve import warm_mode
 
     topo = fail2(hpn(1, 2, 4))
@@ -229,6 +230,9 @@ def test_warm_mode_names_how_the_warm_start_was_used(monkeypatch):
     # the general method: the balanced restriction (which now rounds this fabric best)
     # is switched off, so that the warm start reuses the general method's columns
     monkeypatch.setattr(chain, "solve_by_restriction", lambda *args, **kwargs: None)
+    # ... and the weaker-direction seed kept at 10 chunks per root: at 16 (the default up
+    # to 128 GPUs) it certifies this fabric at once and the warm columns are not needed
+    monkeypatch.setattr(restriction_seed, "SMALL_SEED_GPUS", 0)
     one_way = hpn(1, 2, 8).with_capacity({("s0h0g1", "s0h0nvs"): 360.0})
     general = mo.solve_allgather(one_way)
     again = mo.solve_allgather(one_way.with_capacity({("s0h0g2", "s0h0nvs"): 300.0}), warm=general)
