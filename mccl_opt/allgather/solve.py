@@ -158,7 +158,7 @@ def _balanced_seed(topo: Topology, bound: float | None, coarse: Schedule | None,
     own trees, stopped at the cut bound ``x*``): at ``max_chunks=None``, made by
     ForestColl at :data:`.general.restriction_seed.SEED_CHUNKS`; at ``K``, where those
     chunk counts have just failed, only the trees ``coarse`` that rounded too far."""
-    from .general.restriction_seed import RestrictionSeed, balanced_seed
+    from .general.restriction_seed import balanced_seed, own_trees_seed
 
     if bound is None:
         return None
@@ -166,7 +166,7 @@ def _balanced_seed(topo: Topology, bound: float | None, coarse: Schedule | None,
         return seed_once(lambda: balanced_seed(topo, bound, sub_forestcoll(backend, trail)))
     if coarse is None:
         return None
-    return seed_once(lambda: RestrictionSeed(bound, (coarse,), 0.0, "forestcoll trees"))
+    return seed_once(lambda: own_trees_seed(bound, coarse))
 
 
 def _fewer_chunks(topo: Topology, route: WarmRoute, backend: str, max_chunks: int,

@@ -41,8 +41,8 @@ from ..budget import ChunkCounts
 if TYPE_CHECKING:                       # the chain imports this package inside a function
     from ..chain import ForestColl, Restricted
 
-__all__ = ["RestrictionSeed", "restriction_seed", "balanced_seed", "forestcoll_trees",
-           "SEED_CHUNKS", "seed_chunks"]
+__all__ = ["RestrictionSeed", "restriction_seed", "balanced_seed", "own_trees_seed",
+           "forestcoll_trees", "SEED_CHUNKS", "seed_chunks"]
 
 #: chunks per root asked of ForestColl on the restriction (4 left HPN 4x16x8 stuck 0.25 % below
 #: the optimum for 28 rounds; 10 reached it in the first master solve): enough trees that the master's
@@ -196,4 +196,11 @@ def balanced_seed(topo: Topology, bound_gbps: float | None,
     trees = forestcoll_trees(topo, forestcoll)
     if trees is None:
         return None
-    return RestrictionSeed(bound_gbps, (trees,), time.perf_counter() - t, "forestcoll trees")
+    return own_trees_seed(bound_gbps, trees, time.perf_counter() - t)
+
+
+def own_trees_seed(bound_gbps: float, trees: Schedule, seconds: float = 0.0) -> RestrictionSeed:
+    """A balanced fabric's seed from ForestColl's own schedule ``trees`` on it (made by
+    :func:`balanced_seed`, or the one the chunk budget rounded too far), stopped at the
+    fabric's cut bound ``bound_gbps``; ``stats["seed"]`` says ``"forestcoll trees"``."""
+    return RestrictionSeed(bound_gbps, (trees,), seconds, "forestcoll trees")
