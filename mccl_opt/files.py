@@ -368,14 +368,23 @@ def write_json(path: str | Path, obj: Any) -> None:
 
 
 def check_output_path(path: str | None, option: str) -> None:
-    """Refuse an output file whose folder is missing or not writable, naming the
-    command-line ``option`` that gave it (``None``: no output)."""
+    """Refuse an output file whose folder is missing or not writable, or that is a FIFO,
+    a socket or a block device (opening a FIFO to write blocks until a reader comes:
+    the command hung after its work), naming the command-line ``option`` that gave it
+    (``None``: no output).  A character device (``/dev/null``) is taken."""
     if path is None:
         return
     p = Path(path)
     folder = p.parent if str(p.parent) else Path(".")
     if p.is_dir():
         raise MCCLError(f"{option} {path!r} is a folder; give a file name")
+    try:
+        mode = os.stat(p).st_mode
+    except (OSError, ValueError):
+        mode = 0
+    if stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or stat.S_ISBLK(mode):
+        raise MCCLError(f"{option} {path!r} is a FIFO, socket or block device, not a file (writing to a FIFO "
+                        "waits for a reader); give a file name")
     if not folder.is_dir():
         raise MCCLError(f"{option} {path!r}: the folder {str(folder)!r} does not exist")
     if not os.access(folder, os.W_OK) or (p.exists() and not os.access(p, os.W_OK)):

@@ -198,6 +198,11 @@ class StateWriter:
         data = f'{{"format":"{STATE_FORMAT}","topology":{self._topology},{rest[1:]}'.encode()
         if vfd is not None:
             _sync_dir(self.dir, vfd)
+            held, named = os.fstat(vfd), self.folder.lstat(self.folder.versions_name)
+            if named is None or (named.st_dev, named.st_ino) != (held.st_dev, held.st_ino):
+                raise PermissionError(f"the version folder {str(self.dir)!r} was moved or replaced during the "
+                                      "write; the state file is not written (it would name files a restart "
+                                      "cannot find)")
         _replace_durably(self.path, data, self.folder.fd)
         self._drop_unnamed({c["schedule"]["file"] for c in colls if c["schedule"]}, vfd)
 

@@ -110,7 +110,7 @@ class StateFolder:
         try:
             now = os.lstat(self.folder)
             same = (now.st_dev, now.st_ino) == self._ident
-        except OSError:
+        except (FileNotFoundError, NotADirectoryError):
             same = False
         if not same:
             raise MCCLError(f"the state folder {str(self.folder)!r} was moved or replaced since the controller "

@@ -57,12 +57,12 @@ def _rebuilt(name: str):
 
     try:
         return resolve_topology(name)
-    except (OSError, ValueError):                    # a name the file system refuses (too long, NUL)
-        return None
     except MCCLError as exc:
         if _names_file(name):
             raise ScheduleError(f"the schedule names the fabric file {name[:80]!r}, which cannot be read "
                                 f"({str(exc)[:200]}); pass --topology with its fabric") from None
+        return None
+    except (OSError, ValueError):                    # a name the file system refuses (too long, NUL)
         return None
 
 
