@@ -126,10 +126,6 @@ def check_self_consistent(sched) -> None:
             raise ScheduleError(f"{problem}\n(checked on {named.name!r}, the fabric the schedule names; pass "
                                 "--topology to check it on another)")
         return
-    print(f"warning: the schedule's fabric {sched.topology[:80]!r} is no file, library or generated fabric "
-          "(nor a sub-fabric of one): checked on its own paths only, a hop that is no link of the real "
-          "fabric passes; pass --topology to check it there", file=sys.stderr)
-
     gpus = list(sched.gpus)
     gpu_set = set(gpus)
     hops: dict[tuple[str, str], None] = {}
@@ -146,3 +142,6 @@ def check_self_consistent(sched) -> None:
     problem = structure_problem(fabric, sched)
     if problem:
         raise ScheduleError(problem)
+    print(f"warning: the schedule's fabric {sched.topology[:80]!r} was not rebuilt (no file, library or "
+          "generated fabric with its GPUs, nor a sub-fabric of one): checked on its own paths only, where "
+          "a hop that is no link of the real fabric passes; pass --topology to check it there", file=sys.stderr)
