@@ -15,6 +15,8 @@ import math
 import time
 from typing import Callable
 
+from mccl_opt.errors import MCCLError
+
 __all__ = ["RegistrationBudget", "MAX_REGISTRATIONS_PER_MIN"]
 
 #: new collectives registered per minute, all clients together
@@ -26,6 +28,8 @@ class RegistrationBudget:
 
     def __init__(self, per_min: int = MAX_REGISTRATIONS_PER_MIN,
                  clock: Callable[[], float] = time.monotonic) -> None:
+        if int(per_min) < 1:
+            raise MCCLError(f"the registration budget must allow at least 1 collective a minute, got {per_min}")
         self.per_min, self.clock = int(per_min), clock
         self._tokens, self._at = float(self.per_min), clock()
 
