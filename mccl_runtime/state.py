@@ -17,6 +17,7 @@ in the main file) is still read.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -57,8 +58,9 @@ def check_state_folder(path: str | Path) -> StateFolder:
         folder.probe()
     except OSError as exc:
         folder.close()
+        fix = "give a shorter file name" if exc.errno == errno.ENAMETOOLONG else "pick a writable folder"
         raise MCCLError(f"controller state {str(path)!r}: cannot create a file in its folder "
-                        f"{str(folder.folder)!r} ({exc.strerror}); pick a writable folder") from None
+                        f"{str(folder.folder)!r} ({exc.strerror}); {fix}") from None
     return folder
 
 

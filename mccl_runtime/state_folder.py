@@ -87,6 +87,9 @@ class StateFolder:
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
+        if self.path.name in ("", ".", ".."):
+            raise MCCLError(f"controller state {str(path)[:80]!r} names a folder, not a file; give a file in it, "
+                            "e.g. DIR/state.json")
         self.folder = self.path.parent
         self.name, self.versions_name = self.path.name, self.path.name + ".d"
         what = f"controller state {str(self.path)!r}: its folder"

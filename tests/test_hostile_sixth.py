@@ -260,3 +260,15 @@ def test_an_output_that_is_a_fifo_is_refused_before_the_work(tmp_path, argv):
                           capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert proc.returncode == 2 and proc.stderr.count("error:") == 1 and "FIFO" in proc.stderr, proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+# ------------------------------------------------------------------ a state path that names a folder
+@pytest.mark.parametrize("state", [".", "/", "sub/.."])
+def test_a_state_path_naming_a_folder_is_refused(capsys, tmp_path, monkeypatch, state):
+    """``--state .`` or ``--state /`` ended in a ValueError traceback (``PosixPath('.')
+    has an empty name``), ``sub/..`` in a message about the parent folder's mode."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "sub").mkdir()
+    rc, err = _cli(capsys, "controller", "serve", "--topology", "hpn-1x2x4", "--bind", "tcp://127.0.0.1:0",
+                   "--state", state)
+    assert rc == 2 and err.count("error:") == 1 and "names a folder, not a file" in err, err
