@@ -272,3 +272,21 @@ def test_a_state_path_naming_a_folder_is_refused(capsys, tmp_path, monkeypatch, 
     rc, err = _cli(capsys, "controller", "serve", "--topology", "hpn-1x2x4", "--bind", "tcp://127.0.0.1:0",
                    "--state", state)
     assert rc == 2 and err.count("error:") == 1 and "names a folder, not a file" in err, err
+
+
+# ------------------------------------------------------------------ names the file system refuses
+def test_a_fabric_name_too_long_for_a_path_is_read_as_a_name(capsys, tmp_path):
+    """A topology spec, or a warm schedule's ``topology`` field, of 5000 characters was
+    tried as a path first: the ``OSError`` (``File name too long``) ended the command with
+    the 5000 characters echoed and no word of what to give.  It is now an unknown name,
+    quoted at most 80 characters, with the usual advice."""
+    import mccl_opt as mo
+
+    rc, err = _cli(capsys, "solve", "allgather", "a" * 5000)
+    assert rc == 2 and "neither a topology file nor an instance name" in err and len(err) < 600, err[:300]
+    d = mo.solve_alltoall(mo.Topology.load(ROOT / "instances" / "data" / "hpn-1x2x4.json")).to_dict(compact=False)
+    d["topology"] = "a" * 5000
+    warm = tmp_path / "w.json"
+    warm.write_text(json.dumps(d))
+    rc, err = _cli(capsys, "solve", "alltoall", "hpn-1x2x4-fail1", "--warm", str(warm), "-o", str(tmp_path / "o.json"))
+    assert rc == 2 and err.count("error:") == 1 and "--warm-topology" in err and len(err) < 1000, err[:300]
