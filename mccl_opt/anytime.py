@@ -34,7 +34,8 @@ from .errors import SolveError
 from .kernel_time import thread_kernel_seconds
 
 __all__ = ["Anytime", "TimeLimitReached", "limited", "check", "check_room", "offer",
-           "limit_left", "time_left", "lp_time_limit", "give_up", "run_out", "cpu_share", "stage", "current"]
+           "limit_left", "time_left", "lp_time_limit", "give_up", "run_out", "cpu_share", "stage",
+           "current"]
 
 #: :func:`cpu_share` is 1 until the solve has run this long (too short to measure a share)
 _SHARE_AFTER_S = 0.02

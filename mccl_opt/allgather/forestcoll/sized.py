@@ -54,7 +54,7 @@ def limited_repair(where: str, n: int, tail: np.ndarray, head: np.ndarray, units
     cap = sized_visits(k * n * n, max_visits)
     if cap is None:
         anytime.run_out(f"{where}: its growth would outlast the time left")
-        cap = max_visits                                  # no limit: unreachable
+        cap = max_visits            # not reached: sized_visits is None only under a limit
     classes, info = repair_pack(n, tail, head, units, k, shapes, max_visits=cap,
                                 rail_first=rail_first)
     if classes is None and cap < max_visits and info.get("repair_visits", 0) > cap:
