@@ -93,6 +93,7 @@ class ModelReporter:
         self._held: dict[tuple[str, str], int] = {}          # samples in a row a rise was held
         self.calibrating = True
         self._expected: dict[int, tuple[Any, dict[tuple[int, int], np.ndarray]]] = {}
+        self._messages: dict[int, tuple[Any, dict[tuple[int, int, int], float]]] = {}   # nominal s per message
 
     def drains(self, prog: Any, elem_bytes: int) -> dict[tuple[int, int], np.ndarray]:
         """Per rank pair of ``prog``: nominal-fabric drain seconds, one row per message of
@@ -185,6 +186,27 @@ class ModelReporter:
             out.append(self._level(key, ratio, now) if ratio is not None
                        else self._report(key, self.shown.get(key, self.level(key)), now))
         return out
+
+    def progress(self, prog: Any, elem_bytes: int, rnd: int, src: int, dst: int, nbytes: int,
+                 delivered: float, seconds: float, now: float) -> dict[str, Any] | None:
+        """The ``pair`` sample of a message of round ``rnd`` of ``prog`` from rank ``src`` to
+        rank ``dst`` still in flight: ``delivered`` of its ``nbytes`` bytes arrived in
+        ``seconds`` (a window closed on time, :class:`~executor_cuda.abort.StaleAbort`), read
+        against the message's nominal time in the round model, folded into the pair's
+        median like a collective's sample.  A drop only (a window that read the level or
+        more reports nothing: the message is still being measured); ``None`` while
+        calibrating and for pairs without a nominal level."""
+        key = (self.emu.gpus[src], self.emu.gpus[dst])
+        hit = self._messages.get(id(prog))
+        if hit is None or hit[0] is not prog:
+            hit = self._messages[id(prog)] = (prog, self.emu.program_delays(prog, elem_bytes, self.nominal_cap))
+        expected = hit[1].get((rnd, src, dst), 0.0)
+        if self.calibrating or key not in self.nominal or expected <= 0 or seconds <= 0 or nbytes <= 0:
+            return None
+        ratio, level = expected * delivered / nbytes / seconds, self.level(key)
+        if level is not None and ratio >= level:
+            return None
+        return self._level(key, ratio, now)
 
     def probe(self, src: str, dst: str, seconds: float, expected: float, now: float,
               cost: float = 0.0) -> dict[str, Any] | None:
