@@ -112,6 +112,7 @@ def class_table(shape: str, collectives: list[str], classes: list[str], cfg: Glo
                                if e["time_final3_ms"] and e["time_offline_ms"] else None),
                 "t95_ms": max((e["recovered_ms"] for e in evs if e["recovered_ms"] is not None), default=None),
                 "reaction_ms": max((e["reaction_ms"] for e in evs if e["reaction_ms"] is not None), default=None),
+                "received_ms": [e["received_ms"] for e in evs], "swap_ms": [e["swap_ms"] for e in evs],
                 "never95": sum(e["recovered_ms"] is None for e in evs),
                 "false_swaps": s["false_swaps"], "wrong": s["wrong_results"],
                 "inflight": len(s.get("inflight_switches", [])), "aborts": len(s.get("aborts", [])),

@@ -8,14 +8,17 @@ from __future__ import annotations
 
 import threading
 import warnings
+from collections import deque
 
 import pytest
-import torch
+import torch  # noqa: F401 - imported before the ranks fork
+from hypothesis import assume, given, settings, strategies as st
 
 from executor_cuda.launch import run_ranks
 from instances import hpn
 from mccl_opt.baselines import rail_allgather, rail_alltoall
 from mccl_opt.errors import InputError
+from tests.test_executor_inflight import _op_exact     # one op, checked against torch's collective
 
 DEAD_S = 20.0           # every message of version 1 from DEAD_AT on: a collective that would outlast the test
 DEAD_AT = 4             # the op from which version 1 is (nearly) dead
@@ -32,18 +35,6 @@ class _DeadOld:
         if prog.version != 1:
             return 0.0
         return DEAD_S if self.dead else 0.001
-
-
-def _data(collective: str, rank: int, world: int, block: int, i: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Input and the reference output (torch's collective), distinct per element."""
-    if collective == "allgather":
-        inp = torch.arange(block, dtype=torch.int64) + 1000 * rank + 1_000_000 * i
-        ref = torch.cat([torch.arange(block, dtype=torch.int64) + 1000 * s + 1_000_000 * i for s in range(world)])
-    else:
-        inp = torch.arange(world * block, dtype=torch.int64) + 100_000 * rank + 10_000_000 * i
-        ref = torch.cat([torch.arange(block, dtype=torch.int64) + rank * block + 100_000 * s + 10_000_000 * i
-                         for s in range(world)])
-    return inp, ref
 
 
 def _worker(rank: int, world: int, collective: str, block: int, pieces: int) -> dict:
@@ -73,13 +64,7 @@ def _worker(rank: int, world: int, collective: str, block: int, pieces: int) -> 
             # the version reaches rank r 0.3 + 0.1 r s into this collective (a controller's publication)
             timer = threading.Timer(0.3 + 0.1 * rank, comm.stage, args=(new,))
             timer.start()
-        inp, ref = _data(collective, rank, world, block, i)
-        out = torch.full_like(ref, -1)
-        if collective == "allgather":
-            comm.all_gather_into_tensor(out, inp)
-        else:
-            comm.all_to_all_single(out, inp)
-        if not torch.equal(out, ref):
+        if not _op_exact(comm, collective, rank, world, block, i):
             bad.append(i)
         tel.drain()
     timer.join()
@@ -141,3 +126,36 @@ def test_abort_needs_hot_swap_and_cpu_tensors():
         return "ok"
 
     assert run_ranks(worker, 2, timeout=60) == ["ok", "ok"]
+
+
+@settings(max_examples=60, deadline=None)
+@given(level=st.floats(0.005, 1.0), frac=st.floats(0.01, 0.99), start=st.floats(0.3, 1.0))
+def test_a_message_in_flight_reads_its_link_at_the_rate_delivered_and_only_lowers_a_level(level, frac, start):
+    """``ModelReporter.progress``: bytes delivered so far over the seconds since sent, against
+    the message's nominal time, is the link's level; it is folded into the pair's median
+    (two readings move it, one does not), and a reading at or above the level reports nothing."""
+    from executor_cuda.faults import FabricEmulator
+    from executor_cuda.pair_levels import ModelReporter
+    from executor_cuda.reporting import pair_nominal
+    from mccl_opt.lowering.program import compile_schedule, direct_schedule
+
+    assume(abs(level - start) > 1e-6)                            # not the float tie
+    topo = hpn(1, 1, 4)
+    g = topo.gpus
+    emu = FabricEmulator(topo, g, time_scale=1.0, byte_scale=1.0)
+    prog = compile_schedule(direct_schedule("allgather", g), 1000)
+    rep = ModelReporter(emu, pair_nominal(topo))
+    rnd, nbytes = next((m.round, m.numel * 4) for m in prog.messages if (m.src, m.dst) == (0, 1))
+    nominal_s = emu.program_delays(prog, 4)[(rnd, 0, 1)]
+    delay = nominal_s / level                                    # the emulated link at ``level``
+    seconds = frac * delay                                       # still in flight
+    read = (lambda: rep.progress(prog, 4, rnd, 0, 1, nbytes, nbytes * seconds / delay, seconds, 0.0))
+    assert read() is None                                        # calibrating
+    rep.calibrating = False
+    rep.recent[(g[0], g[1])] = deque([start] * 3, maxlen=3)
+    if level >= start:
+        assert read() is None                                    # not below the level: no news
+        return
+    first = read()
+    assert first["gbps"] == pytest.approx(2880 * start)          # one reading: the median holds
+    assert read()["gbps"] == pytest.approx(2880 * level)         # two: the link's level
