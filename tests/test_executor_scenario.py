@@ -190,6 +190,31 @@ def test_real_ranks_swap_and_recover(tmp_path, capsys):
     assert ev["algbw_after"] == pytest.approx(ev["recovery_ratio"] * ev["algbw_offline"])
 
 
+def test_real_ranks_abort_the_collective_stuck_on_a_dead_link(tmp_path, capsys):
+    """``--abort`` (docs/executor.md, "Aborting a stale collective"): GPU0 <-> its ToR at 1 %
+    of nominal; the collective stuck on it is aborted once the ranks agreed on the new
+    version and re-run on it (the summary's ``aborts``, rows per attempt), every result
+    exact, one or two versions for the event."""
+    path = tmp_path / "dead.json"
+    path.write_text(json.dumps({
+        "format": "mccl-scenario/1", "topology": "hpn 1x2x2", "collective": "allgather",
+        "message_bytes": 16 * 2**20, "duration_ms": 40,
+        "events": [{"t_ms": 10, "links": [FAIL2 | {"capacity_gbps": 4}]}]}))
+    rc = main(["loop", "--executor", "gloo", "--world", "4", "--scenario", str(path), "--abort", "--json"])
+    out = capsys.readouterr()
+    assert rc == 0, out.err
+    s = json.loads(out.out)
+    ev = s["events"][0]
+    print(f"real ranks, dead link, --abort: reaction {ev['reaction_ms']:.0f} ms, aborts {s['aborts']}, "
+          f"versions {ev['versions']}")
+    assert s["wrong_results"] == 0
+    assert 1 <= len(ev["versions"]) <= 2, ev["versions"]
+    assert s["aborts"], "the collective stuck on the dead link was not aborted"
+    received = {v["version"] for v in ev["versions"]}
+    assert all(new > old and new in received for _, old, new in s["aborts"]), s["aborts"]
+    assert ev["time_after_ms"] is not None and ev["recovery_ratio"] is not None
+
+
 def test_real_ranks_swap_with_telemetry_through_a_front_end(tmp_path, capsys):
     """``--telemetry-frontend``: the ranks send telemetry to a front end started with the
     controller; it reaches the controller only as folded ``telemetry_columns`` requests,
