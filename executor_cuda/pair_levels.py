@@ -193,9 +193,13 @@ class ModelReporter:
         rank ``dst`` still in flight: ``delivered`` of its ``nbytes`` bytes arrived in
         ``seconds`` (a window closed on time, :class:`~executor_cuda.abort.StaleAbort`), read
         against the message's nominal time in the round model, folded into the pair's
-        median like a collective's sample.  A drop only (a window that read the level or
-        more reports nothing: the message is still being measured); ``None`` while
-        calibrating and for pairs without a nominal level."""
+        median like a collective's sample.  It only lowers a level: a window that reads the
+        level or more is not folded in (the message is still being measured); if the pair
+        is low, its level is sent again, so the controller keeps hearing a link that stays
+        low while no collective completes (its decisions follow telemetry: a drop heard
+        within its dwell time after a version would otherwise wait for the stale
+        collective's end).  ``None`` while calibrating, for pairs without a nominal level,
+        and for a window that reads a pair that is not low at its level or more."""
         key = (self.emu.gpus[src], self.emu.gpus[dst])
         hit = self._messages.get(id(prog))
         if hit is None or hit[0] is not prog:
@@ -205,7 +209,7 @@ class ModelReporter:
             return None
         ratio, level = expected * delivered / nbytes / seconds, self.level(key)
         if level is not None and ratio >= level:
-            return None
+            return self._report(key, self.shown.get(key, level), now) if self.low.get(key) else None
         return self._level(key, ratio, now)
 
     def probe(self, src: str, dst: str, seconds: float, expected: float, now: float,

@@ -135,7 +135,7 @@ def test_a_message_in_flight_reads_its_link_at_the_rate_delivered_and_only_lower
     the message's nominal time, is the link's level; it is folded into the pair's median
     (two readings move it, one does not), and a reading at or above the level reports nothing."""
     from executor_cuda.faults import FabricEmulator
-    from executor_cuda.pair_levels import ModelReporter
+    from executor_cuda.pair_levels import LOW, ModelReporter
     from executor_cuda.reporting import pair_nominal
     from mccl_opt.lowering.program import compile_schedule, direct_schedule
 
@@ -159,3 +159,11 @@ def test_a_message_in_flight_reads_its_link_at_the_rate_delivered_and_only_lower
     first = read()
     assert first["gbps"] == pytest.approx(2880 * start)          # one reading: the median holds
     assert read()["gbps"] == pytest.approx(2880 * level)         # two: the link's level
+    # the message still in flight keeps the low pair reported, at its level, not folded in again
+    before = list(rep.recent[(g[0], g[1])])
+    again = read()
+    assert list(rep.recent[(g[0], g[1])]) == before
+    if level < LOW:
+        assert again["gbps"] == pytest.approx(2880 * level)
+    else:
+        assert again is None
