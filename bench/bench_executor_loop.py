@@ -5,7 +5,7 @@ ranks, a ``mccl controller serve`` process and the emulated fabric, per scenario
                                         [--repeats 1] [--json]
     python bench/bench_executor_loop.py --clear [--repeats 2]    # probes, recovery after clear
     python bench/bench_executor_loop.py --classes steady,further,flap,dead,ramp,three,noise
-                                        [--controller-logs DIR] [--pieces P] [--block-kib K]
+                                        [--controller-logs DIR] [--pieces P] [--block-kib K] [--abort]
 
 ``--controller-logs DIR`` keeps each class run's controller decision log (``serve -v``:
 which links moved, by how much, and why each version was published) as
@@ -112,9 +112,10 @@ def class_table(shape: str, collectives: list[str], classes: list[str], cfg: Glo
                                if e["time_final3_ms"] and e["time_offline_ms"] else None),
                 "t95_ms": max((e["recovered_ms"] for e in evs if e["recovered_ms"] is not None), default=None),
                 "reaction_ms": max((e["reaction_ms"] for e in evs if e["reaction_ms"] is not None), default=None),
+                "received_ms": [e["received_ms"] for e in evs], "swap_ms": [e["swap_ms"] for e in evs],
                 "never95": sum(e["recovered_ms"] is None for e in evs),
                 "false_swaps": s["false_swaps"], "wrong": s["wrong_results"],
-                "inflight": len(s.get("inflight_switches", [])),
+                "inflight": len(s.get("inflight_switches", [])), "aborts": len(s.get("aborts", [])),
                 "wall_s": time.monotonic() - t0})
             if not as_json:
                 _print_class_row(rows[-1])
@@ -126,7 +127,7 @@ def _print_class_row(r: dict) -> None:
     f = (lambda v, p=2: "n/a" if v is None else f"{v:.{p}f}")
     print(f"{r['collective']:<10}{r['class']:<8}{r['events']:>7}{r['versions']:>9}{f(r['first']):>7}"
           f"{f(r['first3']):>8}{f(r['final']):>7}{f(r['reaction_ms'], 0):>7}{f(r['t95_ms'], 0):>8}{r['never95']:>9}"
-          f"{r['false_swaps']:>7}{r['wrong']:>7}{r['wall_s']:>7.0f}{r['inflight']:>9}", flush=True)
+          f"{r['false_swaps']:>7}{r['wrong']:>7}{r['wall_s']:>7.0f}{r['inflight']:>9}{r['aborts']:>7}", flush=True)
 
 
 def scenario(shape: str, collective: str, event: str, t_ms: float, duration_ms: float):
@@ -189,6 +190,8 @@ def main() -> None:
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--clear", action="store_true", help="only the recovery-after-clear table (probes on/off)")
     ap.add_argument("--pieces", type=int, default=1, help="pieces per collective (the in-flight switch)")
+    ap.add_argument("--abort", action="store_true",
+                    help="abort a collective stuck on a dead link and re-run it on the new version")
     ap.add_argument("--block-kib", type=float, default=32.0, help="real KiB per block (larger: pieces less noisy)")
     ap.add_argument("--controller-logs", metavar="DIR", help="keep each class run's controller decision log in DIR")
     ap.add_argument("--classes", help=f"instead: one run per scenario class ({','.join(CLASSES)})")
@@ -199,13 +202,14 @@ def main() -> None:
     n = 1
     for part in args.shape.split("x"):
         n *= int(part)
-    cfg = GlooLoopConfig(world=n, collective_ms=args.collective_ms, pieces=args.pieces, block_kib=args.block_kib)
+    cfg = GlooLoopConfig(world=n, collective_ms=args.collective_ms, pieces=args.pieces, block_kib=args.block_kib,
+                         abort=args.abort)
     if args.classes:
         if not args.json:
             print(f"scenario classes on {n} gloo ranks, HPN {args.shape}, 16 MiB, healthy collective "
                   f"~{args.collective_ms:g} ms real; worst event per class")
             print(f"{'coll':<10}{'class':<8}{'events':>7}{'versions':>9}{'first':>7}{'first3':>8}{'final':>7}{'react':>7}"
-                  f"{'t95 ms':>8}{'never95':>9}{'false':>7}{'wrong':>7}{'wall s':>7}{'inflight':>9}")
+                  f"{'t95 ms':>8}{'never95':>9}{'false':>7}{'wrong':>7}{'wall s':>7}{'inflight':>9}{'aborts':>7}")
         class_table(args.shape, args.collectives.split(","), args.classes.split(","), cfg, args.json,
                     args.controller_logs)
         return

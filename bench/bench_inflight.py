@@ -8,7 +8,10 @@ change, medians over ranks and iterations.  **Benefit**: version 1 is slowed by
 ``--slow-ms`` per message (a degraded link: every message waits), version 2 is not; version 2
 reaches the ranks ``--arrive-ms`` into one collective.  Without pieces that collective
 runs version 1 to its end; with pieces the ranks switch at the next agreed boundary.
-The row reports that collective's time and the piece it switched at.  8 ranks on a
+The row reports that collective's time and the piece it switched at.  The ``abort`` rows
+run whole collectives with :class:`~executor_cuda.abort.StaleAbort` (one 8-byte
+all-reduce per collective; the stale collective is given up once the swap round decided
+version 2 and re-run on it, docs/executor.md "Aborting a stale collective").  8 ranks on a
 shared 2-core machine: absolute times are the machine's; compare within one run.
 """
 
@@ -43,12 +46,12 @@ class _SlowOld:
         return nbytes / self.rate if prog.version == 1 else 0.0
 
 
-def _cost(rank: int, world: int, pieces: int, every: int, numel: int, iters: int) -> list[float]:
+def _cost(rank: int, world: int, pieces: int, every: int, numel: int, iters: int, abort: bool = False) -> list[float]:
     from executor_cuda.communicator import Communicator
 
     warnings.simplefilter("ignore")
     comm = Communicator(None, rail_alltoall(hpn(1, 2, world // 2), version=1), pieces=pieces,
-                        check_every=every)
+                        check_every=every, abort=abort)
     inp, out = torch.ones(world * numel), torch.empty(world * numel)
     times = []
     for i in range(iters + 2):
@@ -60,12 +63,13 @@ def _cost(rank: int, world: int, pieces: int, every: int, numel: int, iters: int
     return times
 
 
-def _benefit(rank: int, world: int, pieces: int, numel: int, mb_s: float, arrive_s: float) -> dict:
+def _benefit(rank: int, world: int, pieces: int, numel: int, mb_s: float, arrive_s: float,
+             abort: bool = False) -> dict:
     from executor_cuda.communicator import Communicator
 
     warnings.simplefilter("ignore")
     topo = hpn(1, 2, world // 2)
-    comm = Communicator(None, rail_alltoall(topo, version=1), faults=_SlowOld(mb_s), pieces=pieces)
+    comm = Communicator(None, rail_alltoall(topo, version=1), faults=_SlowOld(mb_s), pieces=pieces, abort=abort)
     inp, out = torch.ones(world * numel), torch.empty(world * numel)
     comm.all_to_all_single(out, inp)                       # compile, connect
     comm.all_to_all_single(out, inp)
@@ -76,8 +80,9 @@ def _benefit(rank: int, world: int, pieces: int, numel: int, mb_s: float, arrive
     dt = time.perf_counter() - t
     timer.join()
     switched = comm.inflight.switches if comm.inflight is not None else []
+    aborted = len(comm.aborter.aborts) if abort else 0
     comm.close()
-    return {"s": dt, "switch": switched}
+    return {"s": dt, "switch": switched, "aborted": aborted}
 
 
 def main() -> None:
@@ -91,19 +96,23 @@ def main() -> None:
     numel = args.kib * 256
     print(f"cost: AllToAll, {args.world} gloo ranks, {args.kib} KiB per block, ms per collective (median)")
     base = None
-    for pieces, every in ((1, 1), (4, 1), (8, 1), (8, 4), (16, 1)):
-        res = run_ranks(_cost, args.world, pieces, every, numel, args.iters, timeout=600)
+    for pieces, every, abort in ((1, 1, False), (1, 1, True), (4, 1, False), (8, 1, False), (8, 4, False),
+                                 (16, 1, False)):
+        res = run_ranks(_cost, args.world, pieces, every, numel, args.iters, abort, timeout=600)
         med = statistics.median(x for r in res for x in r) * 1e3
         base = base or med
-        print(f"  pieces {pieces:2d}, check every {every}: {med:8.2f} ms  ({med / base:.2f}x)")
+        print(f"  pieces {pieces:2d}, check every {every}{', abort' if abort else ''}: {med:8.2f} ms  "
+              f"({med / base:.2f}x)")
     print(f"benefit: version 1 at {args.slow_mb_s:g} MB/s per link, version 2 not slowed, arriving "
           f"{args.arrive_ms:g} ms into the collective")
-    for pieces in (1, 8, 16):
-        res = run_ranks(_benefit, args.world, pieces, numel, args.slow_mb_s, args.arrive_ms / 1e3,
+    for pieces, abort in ((1, False), (8, False), (16, False), (1, True)):
+        res = run_ranks(_benefit, args.world, pieces, numel, args.slow_mb_s, args.arrive_ms / 1e3, abort,
                         timeout=600)
         med = statistics.median(r["s"] for r in res) * 1e3
         sw = res[0]["switch"]
-        print(f"  pieces {pieces:2d}: {med:8.1f} ms  switched {'at piece ' + str(sw[0][1]) if sw else 'never'}")
+        how = (f"aborted {res[0]['aborted']}x, re-run on v2" if abort
+               else f"switched {'at piece ' + str(sw[0][1]) if sw else 'never'}")
+        print(f"  pieces {pieces:2d}{', abort' if abort else '       '}: {med:8.1f} ms  {how}")
 
 
 if __name__ == "__main__":

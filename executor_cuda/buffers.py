@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import torch
 
+from mccl_opt.errors import InputError
 from mccl_opt.lowering.program import Segment
 
-__all__ = ["view", "pack", "gather_target", "scatter"]
+__all__ = ["view", "pack", "gather_target", "scatter", "check_pair"]
 
 
 def view(bufs: tuple, seg: Segment) -> torch.Tensor:
@@ -40,3 +41,13 @@ def scatter(bufs: tuple, segs: tuple[Segment, ...], tmp: torch.Tensor) -> None:
     for s in segs:
         view(bufs, s).copy_(tmp.narrow(0, pos, s.length))
         pos += s.length
+
+
+def check_pair(out: torch.Tensor, inp: torch.Tensor) -> None:
+    """Raise :class:`InputError` unless a collective's tensors have one dtype and device
+    and are contiguous (torch's requirements)."""
+    if out.dtype != inp.dtype or out.device != inp.device:
+        raise InputError(f"input ({inp.dtype}, {inp.device}) and output ({out.dtype}, "
+                         f"{out.device}) must have the same dtype and device")
+    if not (out.is_contiguous() and inp.is_contiguous()):
+        raise InputError("input and output tensors must be contiguous")

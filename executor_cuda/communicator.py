@@ -39,11 +39,11 @@ import torch.distributed as dist
 from mccl_opt.errors import InputError, MCCLError, ScheduleError
 from mccl_opt.schedule import Schedule
 
-from .buffers import gather_target, pack, scatter, view
+from .buffers import check_pair, gather_target, pack, scatter, view
 from .faults import FaultInjector, hold_until
 from mccl_opt.lowering.program import (COLLECTIVES_EXEC, GlobalProgram, ProgramCache,
                       direct_schedule)
-from .telemetry import Telemetry
+from .telemetry import Telemetry, cuda_event
 
 __all__ = ["Communicator", "CollectiveTimeoutError", "TIMEOUT_SLOWDOWN"]
 
@@ -69,7 +69,10 @@ class Communicator:
     rank must construct its communicator in the same order).  ``pieces >= 2`` runs every
     collective in that many pieces and lets a newer staged version take over between
     pieces, checked every ``check_every`` pieces
-    (:class:`~executor_cuda.pieces.InFlightSwitch`; needs ``hot_swap``).
+    (:class:`~executor_cuda.pieces.InFlightSwitch`; needs ``hot_swap``).  ``abort=True``
+    ends a collective waiting on emulated links once a switch after it is decided and
+    re-runs it on the new version (:class:`~executor_cuda.abort.StaleAbort`; needs
+    ``hot_swap``, CPU tensors).
     """
 
     def __init__(self, process_group: dist.ProcessGroup | None = None,
@@ -78,7 +81,7 @@ class Communicator:
                  faults: FaultInjector | None = None, hot_swap: bool = True,
                  name: str = "mccl", stage_timeout: float = 5.0,
                  oob_timeout: float = 10.0, timeout_s: float | None = 10.0,
-                 pieces: int = 1, check_every: int = 1) -> None:
+                 pieces: int = 1, check_every: int = 1, abort: bool = False) -> None:
         if not dist.is_initialized():
             raise RuntimeError("torch.distributed is not initialised; call "
                                "dist.init_process_group(...) before creating a Communicator")
@@ -92,8 +95,8 @@ class Communicator:
             raise InputError(f"pipeline must be >= 1, got {pipeline}")
         if pieces < 1 or check_every < 1:
             raise InputError(f"pieces and check_every must be >= 1, got {pieces} and {check_every}")
-        if pieces > 1 and not hot_swap:
-            raise InputError("pieces > 1 switches versions in flight; it needs hot_swap=True")
+        if (pieces > 1 or abort) and not hot_swap:
+            raise InputError("pieces > 1 and abort switch versions in flight: each needs hot_swap=True")
         if timeout_s is not None and not timeout_s > 0:
             raise InputError(f"timeout_s must be > 0 seconds (or None: no deadline), got {timeout_s!r}")
         #: seconds a collective may take beyond its expected time (None: no deadline)
@@ -130,11 +133,16 @@ class Communicator:
             from .pieces import InFlightSwitch
 
             self.inflight = InFlightSwitch(self.peers, pieces, check_every, timeout_s=oob_timeout)
+        self.aborter = None
+        if abort:
+            from .abort import StaleAbort
+
+            self.aborter = StaleAbort(self.peers, timeout_s=oob_timeout)
 
     # ------------------------------------------------------------------ public API
     def all_gather_into_tensor(self, out: torch.Tensor, inp: torch.Tensor) -> None:
         """``out[r*n:(r+1)*n] = inp`` of rank ``r`` (``n = inp.numel()``), like torch's."""
-        _check_pair(out, inp)
+        check_pair(out, inp)
         if out.numel() != self.world * inp.numel():
             raise InputError(f"all_gather_into_tensor: output has {out.numel()} elements, "
                              f"expected world_size * input = {self.world * inp.numel()}")
@@ -142,7 +150,7 @@ class Communicator:
 
     def all_to_all_single(self, out: torch.Tensor, inp: torch.Tensor) -> None:
         """Block ``d`` of ``inp`` goes to rank ``d``; block ``s`` of ``out`` comes from ``s``."""
-        _check_pair(out, inp)
+        check_pair(out, inp)
         if inp.numel() != out.numel() or inp.numel() % self.world:
             raise InputError(f"all_to_all_single: input ({inp.numel()}) and output "
                              f"({out.numel()}) must have the same size, divisible by the "
@@ -219,6 +227,18 @@ class Communicator:
             raise RuntimeError(f"switch point K={k} is before the last issued collective "
                                f"{self._seq}; the OOB exchange must run while paused")
         self._pending.append((k, schedule))
+        if self.aborter is not None:
+            self.aborter.wake()
+
+    def switch_after(self, seq: int, collective: str) -> Schedule | None:
+        """The newest schedule of ``collective`` decided to run from ``seq + 1`` on (any thread)."""
+        with self._lock:
+            found = [s for k, s in self._pending if k == seq and s.collective == collective]
+        return max(found, key=lambda s: s.version, default=None)
+
+    def staged_version(self, collective: str, version: int) -> Schedule | None:
+        """``version`` of ``collective`` if this rank has it staged."""
+        return None if self.rescheduler is None else self.rescheduler.staged.get((collective, version))
 
     def switch_now(self, schedule: Schedule) -> None:
         """Run ``schedule`` from now on (the in-flight switch, agreed by every rank)."""
@@ -253,7 +273,16 @@ class Communicator:
             self.inflight.run(self, collective, seq, schedule, out, inp, block)
 
     def run_block(self, schedule: Schedule, seq: int, out: torch.Tensor, inp: torch.Tensor,
-                   block: int) -> None:
+                  block: int) -> Schedule:
+        """Run ``schedule``'s program for ``block`` elements per block (aborted and re-run
+        on a newer version with ``abort``); returns the schedule that completed it."""
+        if self.aborter is None:
+            self.run_program(schedule, seq, out, inp, block)
+            return schedule
+        return self.aborter.run(self, schedule, seq, out, inp, block)
+
+    def run_program(self, schedule: Schedule, seq: int, out: torch.Tensor, inp: torch.Tensor,
+                    block: int) -> None:
         """Run ``schedule``'s program for ``block`` elements per block, with its deadline."""
         prog = self.cache.get(schedule, block, self.pipeline)
         expected = 8.0 * block * out.element_size() / (schedule.rate_gbps * 1e9) \
@@ -280,7 +309,7 @@ class Communicator:
                 continue
             ops, unpack, delayed, recv_meta = [], [], [], []
             t0 = time.time_ns()
-            start = _event(cuda)
+            start = cuda_event(cuda)
             for m in recvs:
                 tensor = gather_target(bufs, m.dst_segs, unpack)
                 ops.append(dist.P2POp(dist.irecv, tensor, self.peers[m.src], self.group))
@@ -318,9 +347,15 @@ class Communicator:
             for fut, m in zip(timed or (), recvs):
                 self._wait(lambda t, f=fut: f.result(timeout=t), [m.src])
             if held:        # the round ends once the emulated links delivered what it sent and received
-                hold_until(max([t0 / 1e9 + sent_s] + [s / 1e9 + r[2] for s, r in
-                                                      zip(stamps_in.tolist(), recv_meta)]), time.time)
-            self._record(recv_meta, gpus, seq, t0, start, timed, stamps_in)
+                sent = [(src, nb, s / 1e9, d) for s, (src, nb, d) in zip(stamps_in.tolist(), recv_meta)]
+                deliver = max([t0 / 1e9 + sent_s] + [t + d for _, _, t, d in sent])
+                if self.aborter is None:
+                    hold_until(deliver, time.time)
+                else:
+                    self.aborter.hold(self, deliver, sent, prog, rnd, prog.collective)
+            if self.aborter is None or not self.aborter.aborting:      # an aborted attempt reports nothing
+                if self.telemetry is not None:
+                    self.telemetry.record_round(recv_meta, gpus, self.rank, seq, t0, start, timed, stamps_in)
             for target, segs in unpack:
                 scatter(bufs, segs, target)
 
@@ -352,25 +387,6 @@ class Communicator:
         left = None if self._deadline is None else max(self._deadline[0] - time.monotonic(), 1e-3)
         return [self._waiters.submit(_timed_wait, w, left) for w in works]
 
-    def _record(self, meta: list, gpus: Sequence[str], seq: int, t0: int, start,
-                timed: list | None, stamps: torch.Tensor) -> None:
-        """One telemetry sample per received message.  CPU: from the later of this rank's
-        and the sender's round start to the receive's completion, at least the emulated
-        time (``meta``), so neither a late sender nor a late receiver is charged to the
-        link (wall clock, ns).  CUDA: the round's events."""
-        tel = self.telemetry
-        if tel is None:
-            return
-        me = gpus[self.rank]
-        if timed is None:
-            end = _event(True)
-            for src, nbytes, _ in meta:
-                tel.record_cuda(gpus[src], me, nbytes, start, end, seq)
-            return
-        for fut, (src, nbytes, delay), stamp in zip(timed, meta, stamps.tolist()):
-            real = fut.result() - max(t0, stamp)          # the transfer once both ends were there
-            tel.record(gpus[src], me, nbytes, max(real, delay * 1e9, 1) / 1e9, seq)
-
 
 def _wait_work(work, timeout_s: float | None) -> None:
     if timeout_s is None:
@@ -382,19 +398,3 @@ def _wait_work(work, timeout_s: float | None) -> None:
 def _timed_wait(work, timeout_s: float | None) -> int:
     _wait_work(work, timeout_s)
     return time.time_ns()
-
-
-def _check_pair(out: torch.Tensor, inp: torch.Tensor) -> None:
-    if out.dtype != inp.dtype or out.device != inp.device:
-        raise InputError(f"input ({inp.dtype}, {inp.device}) and output ({out.dtype}, "
-                         f"{out.device}) must have the same dtype and device")
-    if not (out.is_contiguous() and inp.is_contiguous()):
-        raise InputError("input and output tensors must be contiguous")
-
-
-def _event(cuda: bool):
-    if not cuda:
-        return None
-    ev = torch.cuda.Event(enable_timing=True)
-    ev.record()
-    return ev

@@ -93,6 +93,7 @@ class ModelReporter:
         self._held: dict[tuple[str, str], int] = {}          # samples in a row a rise was held
         self.calibrating = True
         self._expected: dict[int, tuple[Any, dict[tuple[int, int], np.ndarray]]] = {}
+        self._messages: dict[int, tuple[Any, dict[tuple[int, int, int], float]]] = {}   # nominal s per message
 
     def drains(self, prog: Any, elem_bytes: int) -> dict[tuple[int, int], np.ndarray]:
         """Per rank pair of ``prog``: nominal-fabric drain seconds, one row per message of
@@ -185,6 +186,31 @@ class ModelReporter:
             out.append(self._level(key, ratio, now) if ratio is not None
                        else self._report(key, self.shown.get(key, self.level(key)), now))
         return out
+
+    def progress(self, prog: Any, elem_bytes: int, rnd: int, src: int, dst: int, nbytes: int,
+                 delivered: float, seconds: float, now: float) -> dict[str, Any] | None:
+        """The ``pair`` sample of a message of round ``rnd`` of ``prog`` from rank ``src`` to
+        rank ``dst`` still in flight: ``delivered`` of its ``nbytes`` bytes arrived in
+        ``seconds`` (a window closed on time, :class:`~executor_cuda.abort.StaleAbort`), read
+        against the message's nominal time in the round model, folded into the pair's
+        median like a collective's sample.  It only lowers a level: a window that reads the
+        level or more is not folded in (the message is still being measured); if the pair
+        is low, its level is sent again, so the controller keeps hearing a link that stays
+        low while no collective completes (its decisions follow telemetry: a drop heard
+        within its dwell time after a version would otherwise wait for the stale
+        collective's end).  ``None`` while calibrating, for pairs without a nominal level,
+        and for a window that reads a pair that is not low at its level or more."""
+        key = (self.emu.gpus[src], self.emu.gpus[dst])
+        hit = self._messages.get(id(prog))
+        if hit is None or hit[0] is not prog:
+            hit = self._messages[id(prog)] = (prog, self.emu.program_delays(prog, elem_bytes, self.nominal_cap))
+        expected = hit[1].get((rnd, src, dst), 0.0)
+        if self.calibrating or key not in self.nominal or expected <= 0 or seconds <= 0 or nbytes <= 0:
+            return None
+        ratio, level = expected * delivered / nbytes / seconds, self.level(key)
+        if level is not None and ratio >= level:
+            return self._report(key, self.shown.get(key, level), now) if self.low.get(key) else None
+        return self._level(key, ratio, now)
 
     def probe(self, src: str, dst: str, seconds: float, expected: float, now: float,
               cost: float = 0.0) -> dict[str, Any] | None:

@@ -84,7 +84,7 @@ class InFlightSwitch:
             else:
                 pin = inp.view(-1)[lo:hi]
             pout = torch.empty(n * b, dtype=out.dtype, device=out.device)
-            comm.run_block(schedule, seq, pout, pin, b)
+            schedule = comm.run_block(schedule, seq, pout, pin, b)     # a newer one if aborted (.abort)
             out.view(n, block)[:, lo:hi].copy_(pout.view(n, b))
             if self.on_piece is not None:
                 self.on_piece(schedule, b)

@@ -60,6 +60,7 @@ class RankPlan:
     telemetry_endpoint: str | None = None  # a telemetry front end (None: ``endpoint``)
     window_s: float = 0.18                # pieces: report mid-collective once it ran this long (PieceWindow;
                                           # at least 3 warm-up collectives)
+    abort: bool = False                   # abort a collective stuck on a dead link, re-run it (StaleAbort)
 
 
 def _state_at(plan: RankPlan, elapsed: float) -> int:
@@ -184,7 +185,7 @@ def rank_main(rank: int, world: int, plan: RankPlan) -> dict[str, Any]:
     emu.set_capacities(plan.timeline[0][1])
     tel = Telemetry(flush_interval=None)
     comm = Communicator(None, sched, telemetry=tel, faults=emu, stage_timeout=10,
-                        oob_timeout=plan.oob_timeout_s, pieces=plan.pieces)
+                        oob_timeout=plan.oob_timeout_s, pieces=plan.pieces, abort=plan.abort)
     side = dist.new_group(backend="gloo", timeout=timedelta(seconds=plan.oob_timeout_s))
     reporter = ModelReporter(emu, pair_nominal(plan.topology))
     prober = PairProber(emu, rank, world, plan.probe_numel, plan.probe_every)
@@ -204,6 +205,9 @@ def rank_main(rank: int, world: int, plan: RankPlan) -> dict[str, Any]:
         window = PieceWindow(tel.drain, lambda samples, prog, times: pusher.put(
             reporter(samples, prog, 4, time.time(), times)), plan.window_s)
         comm.inflight.on_piece = lambda schedule, numel: window.piece(comm.cache.get(schedule, numel, comm.pipeline))
+    if comm.aborter is not None:                     # links read while a message is in flight (StaleAbort)
+        comm.aborter.on_progress = lambda prog, rnd, got: pusher.put([x for x in (
+            reporter.progress(prog, 4, rnd, src, rank, nb, dl, sec, time.time()) for src, nb, dl, sec in got) if x])
     work = _Workload(plan.collective, rank, world, plan.block_numel)
     warm = []
     for i in range(plan.warmup):                     # compile, connect, set baselines
@@ -214,20 +218,23 @@ def rank_main(rank: int, world: int, plan: RankPlan) -> dict[str, Any]:
         prober.warm_up(side, timeout_s=plan.oob_timeout_s)
     if window is not None:                           # pieces cost per piece: a window of 3 healthy collectives
         window.window_s = max(plan.window_s, 3 * sorted(warm)[len(warm) // 2])
+    if comm.aborter is not None:                     # a message in flight is read every third of a healthy collective
+        comm.aborter.progress_s = max(0.01, sorted(warm)[len(warm) // 2] / 3)
     clock = torch.tensor([time.time() + 0.05], dtype=torch.float64)
     dist.broadcast(clock, 0, group=side)
     origin[0] = float(clock.item())
     time.sleep(max(0.0, origin[0] - time.time()))
     follower = VersionFollower(comm, sub, COMM, NAME, plan.collective, on_version=log)
-    rows: list[tuple[int, int, int, float, float]] = []
+    rows: list[tuple[int, int, int, float, float, int]] = []      # seq, version, state, start, s, attempt
     probes: list[tuple[int, float, float, int]] = []        # seq, start, seconds, pairs
     state, i, dead = 0, plan.warmup, ""
     while True:
         if not np.array_equal(emu.capacities, plan.timeline[state][1]):
             emu.set_capacities(plan.timeline[state][1])
         start = time.time() - origin[0]
+        aborted = len(comm.aborter.aborts) if comm.aborter is not None else 0
         dt = work.run(comm, i)
-        rows.append((comm.seq, comm.trace[-1][2], state, start, dt))
+        rows += _attempts(comm, aborted, state, start, dt, origin[0])
         _report(tel, comm, plan, reporter, pusher, window)
         i += 1
         elapsed = time.time() - origin[0]
@@ -254,7 +261,21 @@ def rank_main(rank: int, world: int, plan: RankPlan) -> dict[str, Any]:
     client.close()
     return {"rows": rows, "probes": probes, "received": received, "rates": rates, "swaps": swaps, "offline": offline,
             "wrong": work.wrong, "dead": dead, "pushed": pusher.sent, "first_version": sched.version,
-            "inflight": list(comm.inflight.switches) if comm.inflight is not None else []}
+            "inflight": list(comm.inflight.switches) if comm.inflight is not None else [],
+            "aborts": [(a.seq, a.from_version, a.to_version) for a in comm.aborter.aborts] if comm.aborter else []}
+
+
+def _attempts(comm: Any, aborted: int, state: int, start: float, dt: float,
+              origin: float) -> list[tuple[int, int, int, float, float, int]]:
+    """The rows of the collective just run: one, or one per attempt when it was aborted
+    and re-run (:class:`~executor_cuda.abort.StaleAbort`): each on its own version, from its
+    start to the next one's."""
+    new = comm.aborter.aborts[aborted:] if comm.aborter is not None else []
+    if not new:
+        return [(comm.seq, comm.trace[-1][2], state, start, dt, 0)]
+    edges = [start] + [a.rerun - origin for a in new] + [start + dt]
+    versions = [a.from_version for a in new] + [new[-1].to_version]
+    return [(comm.seq, v, state, edges[k], edges[k + 1] - edges[k], k) for k, v in enumerate(versions)]
 
 
 def _report(tel: Any, comm: Any, plan: RankPlan, reporter: ModelReporter, pusher: _Pusher,
@@ -280,7 +301,8 @@ def _offline(plan: RankPlan, emu: FabricEmulator, work: _Workload, i: int) -> di
     for state, schedule in plan.offline:
         emu.set_capacities(plan.timeline[state][1])
         # the same executor as the loop's (pieces need the hot-swap side groups; nothing is staged)
-        comm = Communicator(None, schedule, faults=emu, hot_swap=plan.pieces > 1, pieces=plan.pieces)
+        comm = Communicator(None, schedule, faults=emu, hot_swap=plan.pieces > 1 or plan.abort,
+                            pieces=plan.pieces, abort=plan.abort)
         work.run(comm, i)                            # compiles the program
         out[state] = [work.run(comm, i + k + 1) for k in range(plan.offline_reps)]
         i += plan.offline_reps + 1

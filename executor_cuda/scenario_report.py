@@ -45,14 +45,14 @@ __all__ = ["summarize", "print_summary"]
 
 
 def _merge(res: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One row per collective: rank 0's start, version and fabric state, the slowest
-    rank's duration."""
-    slowest: dict[int, float] = {}
+    """One row per collective (per attempt of an aborted one, each on its own version):
+    rank 0's start, version and fabric state, the slowest rank's duration."""
+    slowest: dict[tuple[int, int], float] = {}
     for r in res:
-        for seq, _, _, _, dt in r["rows"]:
-            slowest[seq] = max(slowest.get(seq, 0.0), dt)
-    return [{"seq": seq, "version": v, "state": st, "start": start, "dt": slowest[seq],
-             "end": start + slowest[seq]} for seq, v, st, start, _ in res[0]["rows"]]
+        for seq, _, _, _, dt, attempt in r["rows"]:
+            slowest[(seq, attempt)] = max(slowest.get((seq, attempt), 0.0), dt)
+    return [{"seq": seq, "version": v, "state": st, "start": start, "dt": slowest[(seq, k)],
+             "end": start + slowest[(seq, k)]} for seq, v, st, start, _, k in res[0]["rows"]]
 
 
 def _merge_probes(res: Sequence[dict[str, Any]]) -> list[tuple[int, float, float, int]]:
@@ -152,6 +152,7 @@ def summarize(scenario: Any, res: Sequence[dict[str, Any]], plan: Any, fabric_s:
         "wrong_results": sum(r["wrong"] for r in res),
         "swap_rounds": res[0]["swaps"], "probe_every": plan.probe_every,
         "pieces": plan.pieces, "inflight_switches": res[0].get("inflight", []),
+        "aborts": res[0].get("aborts", []),
         "probes": len(probe_rows), "probe_ms": 1e3 * sum(p[2] for p in probe_rows),
         "real_s": wall_s, "controller": controller or {},
         "events": events,

@@ -67,6 +67,7 @@ class GlooLoopConfig:
     probe_kib: float = 512.0              # fabric KiB per probe (the simulated loop's probe_bytes)
     shallow_trees: bool = True            # the controller's ``--shallow-trees`` (a tree hop per round)
     pieces: int = 1                       # collectives run in pieces, in-flight switch (executor_cuda.pieces)
+    abort: bool = False                   # abort a stale collective, re-run it on the new version (executor_cuda.abort)
     controller_log: str | None = None     # keep the controller's decision log (``serve -v``) at this path
 
 
@@ -225,7 +226,7 @@ def run_gloo_loop(scenario: Any, cfg: GlooLoopConfig) -> dict[str, Any]:
                             timeline=tuple((t * time_scale, cap) for t, cap, _ in timeline),
                             duration_s=real_s, offline=offline, offline_reps=cfg.offline_reps,
                             warmup=cfg.warmup, client_timeout_s=cfg.client_timeout_s,
-                            probe_every=cfg.probe_every, pieces=cfg.pieces, window_s=3 * cfg.collective_ms / 1e3,
+                            probe_every=cfg.probe_every, pieces=cfg.pieces, abort=cfg.abort, window_s=3 * cfg.collective_ms / 1e3,
                             probe_numel=max(1, round(cfg.probe_kib * 1024 / byte_scale / 4)))
             budget = (cfg.start_timeout_s + real_s + 60
                       + len(offline) * (cfg.offline_reps + 1) * 20 * cfg.collective_ms / 1e3)

@@ -24,7 +24,7 @@ from typing import Any, Callable, Sequence
 
 from mccl_opt.errors import TelemetryError
 
-__all__ = ["LinkSample", "Telemetry", "aggregate"]
+__all__ = ["LinkSample", "Telemetry", "aggregate", "cuda_event"]
 
 log = logging.getLogger(__name__)
 
@@ -110,6 +110,31 @@ class Telemetry:
         """Buffer a sample timed by CUDA events ``start``/``end`` (resolved when flushed)."""
         return self._push((src, dst, int(nbytes), None, int(seq), (start, end)))
 
+    def record_round(self, meta: Sequence[tuple[int, int, float]], gpus: Sequence[str], rank: int, seq: int,
+                     t0: int, start: Any, timed: list | None, stamps: Any) -> None:
+        """One sample per message a rank received in a round (``meta``: sender rank, bytes,
+        emulated seconds).  CPU (``timed``: futures of each receive's completion, ns): from
+        the later of this rank's round start ``t0`` and the sender's (``stamps``) to the
+        completion, at least the emulated time, so neither a late sender nor a late
+        receiver is charged to the link (wall clock).  CUDA: the round's events."""
+        me = gpus[rank]
+        if timed is None:
+            end = cuda_event(True)
+            for src, nbytes, _ in meta:
+                self.record_cuda(gpus[src], me, nbytes, start, end, seq)
+            return
+        for fut, (src, nbytes, delay), stamp in zip(timed, meta, stamps.tolist()):
+            real = fut.result() - max(t0, stamp)          # the transfer once both ends were there
+            self.record(gpus[src], me, nbytes, max(real, delay * 1e9, 1) / 1e9, seq)
+
+    def discard(self, seq: int) -> int:
+        """Drop the CPU samples of collective ``seq`` not yet drained (an aborted attempt,
+        :mod:`executor_cuda.abort`); returns how many."""
+        with self._lock:
+            keep = [x for x in self._buf if x[4] != seq or x[5] is not None]
+            dropped, self._buf = len(self._buf) - len(keep), keep
+        return dropped
+
     def _push(self, item: _Raw) -> bool:
         with self._lock:
             if len(self._buf) + len(self._cuda_pending) >= self.capacity:
@@ -166,3 +191,14 @@ class Telemetry:
             self._thread.join()
             self._thread = None
         self.flush()
+
+
+def cuda_event(cuda: bool) -> Any:
+    """A recorded CUDA timing event on the current stream (``None`` on CPU)."""
+    if not cuda:
+        return None
+    import torch
+
+    ev = torch.cuda.Event(enable_timing=True)
+    ev.record()
+    return ev

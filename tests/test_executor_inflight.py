@@ -44,6 +44,17 @@ def _data(collective: str, rank: int, world: int, block: int, i: int) -> tuple[t
     return inp, ref
 
 
+def _op_exact(comm, collective: str, rank: int, world: int, block: int, i: int) -> bool:
+    """Run op ``i`` on ``comm``; whether its output equals torch's collective's."""
+    inp, ref = _data(collective, rank, world, block, i)
+    out = torch.full_like(ref, -1)
+    if collective == "allgather":
+        comm.all_gather_into_tensor(out, inp)
+    else:
+        comm.all_to_all_single(out, inp)
+    return torch.equal(out, ref)
+
+
 def _worker(rank: int, world: int, collective: str, mode: str, block: int) -> dict:
     import torch.distributed as dist
 
@@ -66,13 +77,7 @@ def _worker(rank: int, world: int, collective: str, mode: str, block: int) -> di
             timer.start()
             if mode == "held":
                 comm.hold_version(collective, 2)
-        inp, ref = _data(collective, rank, world, block, i)
-        out = torch.full_like(ref, -1)
-        if collective == "allgather":
-            comm.all_gather_into_tensor(out, inp)
-        else:
-            comm.all_to_all_single(out, inp)
-        if not torch.equal(out, ref):
+        if not _op_exact(comm, collective, rank, world, block, i):
             bad.append(i)
     if timer is not None:
         timer.join()

@@ -190,6 +190,31 @@ def test_real_ranks_swap_and_recover(tmp_path, capsys):
     assert ev["algbw_after"] == pytest.approx(ev["recovery_ratio"] * ev["algbw_offline"])
 
 
+def test_real_ranks_abort_the_collective_stuck_on_a_dead_link(tmp_path, capsys):
+    """``--abort`` (docs/executor.md, "Aborting a stale collective"): GPU0 <-> its ToR at 1 %
+    of nominal; the collective stuck on it is aborted once the ranks agreed on the new
+    version and re-run on it (the summary's ``aborts``, rows per attempt), every result
+    exact, one or two versions for the event."""
+    path = tmp_path / "dead.json"
+    path.write_text(json.dumps({
+        "format": "mccl-scenario/1", "topology": "hpn 1x2x2", "collective": "allgather",
+        "message_bytes": 16 * 2**20, "duration_ms": 40,
+        "events": [{"t_ms": 10, "links": [FAIL2 | {"capacity_gbps": 4}]}]}))
+    rc = main(["loop", "--executor", "gloo", "--world", "4", "--scenario", str(path), "--abort", "--json"])
+    out = capsys.readouterr()
+    assert rc == 0, out.err
+    s = json.loads(out.out)
+    ev = s["events"][0]
+    print(f"real ranks, dead link, --abort: reaction {ev['reaction_ms']:.0f} ms, aborts {s['aborts']}, "
+          f"versions {ev['versions']}")
+    assert s["wrong_results"] == 0
+    assert 1 <= len(ev["versions"]) <= 2, ev["versions"]
+    assert s["aborts"], "the collective stuck on the dead link was not aborted"
+    received = {v["version"] for v in ev["versions"]}
+    assert all(new > old and new in received for _, old, new in s["aborts"]), s["aborts"]
+    assert ev["time_after_ms"] is not None and ev["recovery_ratio"] is not None
+
+
 def test_real_ranks_swap_with_telemetry_through_a_front_end(tmp_path, capsys):
     """``--telemetry-frontend``: the ranks send telemetry to a front end started with the
     controller; it reaches the controller only as folded ``telemetry_columns`` requests,
@@ -293,8 +318,8 @@ def test_real_rank_report_says_when_an_event_was_recovered_and_skips_versions_th
     plan = SimpleNamespace(timeline=tuple((t, cap) for t, cap, _ in tl), time_scale=1.0, duration_s=0.010,
                            probe_every=4, block_numel=1024, pieces=1)
     # (seq, version, state, start s, seconds): healthy, degraded on v1, v3 (v2 never ran) slow then fast
-    rows = [(1, 1, 0, 0.000, 0.001), (2, 1, 1, 0.002, 0.001), (3, 3, 1, 0.003, 0.0008), (4, 3, 1, 0.0045, 0.0005),
-            (5, 3, 2, 0.006, 0.0030), (6, 3, 2, 0.009, 0.0009)]
+    rows = [(1, 1, 0, 0.000, 0.001, 0), (2, 1, 1, 0.002, 0.001, 0), (3, 3, 1, 0.003, 0.0008, 0),
+            (4, 3, 1, 0.0045, 0.0005, 0), (5, 3, 2, 0.006, 0.0030, 0), (6, 3, 2, 0.009, 0.0009, 0)]
     rank = {"rows": rows, "probes": [], "received": [(2, 0.0025, 0.0), (3, 0.0028, 0.0)], "swaps": [],
             "offline": {1: [0.0005], 2: [0.002]}, "wrong": 0, "dead": "", "pushed": 0, "first_version": 1}
     s = summarize(scn, [rank], plan, 0.001, 1.0)
@@ -307,6 +332,33 @@ def test_real_rank_report_says_when_an_event_was_recovered_and_skips_versions_th
     # offline 2 ms: the 3 ms collective is below 0.95, the 0.9 ms one above (ends 9.9 ms)
     assert second["recovered_ms"] == pytest.approx(3.9)
     assert second["time_after_ms"] is None                               # no new version after 6 ms
+
+
+def test_an_aborted_collective_counts_from_its_rerun():
+    """A collective aborted and re-run on a new version (executor_cuda.abort) is two rows:
+    its aborted attempt on the old version (degraded time) and its re-run on the new one,
+    which starts the reaction; the slowest rank's time is taken per attempt."""
+    from types import SimpleNamespace
+
+    from executor_cuda.scenario_report import summarize
+    from mccl_runtime.scenario import parse_scenario
+
+    scn = parse_scenario({"format": "mccl-scenario/1", "topology": "hpn 1x1x2", "collective": "allgather",
+                          "message_bytes": 2**20, "duration_ms": 10, "events": [
+                              {"t_ms": 2, "links": [{"src": "s0h0g0", "dst": "s0h0nvs", "capacity_gbps": 1}]}]})
+    plan = SimpleNamespace(timeline=tuple((t, cap) for t, cap, _ in scn.timeline()), time_scale=1.0,
+                           duration_s=0.010, probe_every=4, block_numel=1024, pieces=1)
+    rows = [(1, 1, 0, 0.000, 0.001, 0), (2, 1, 1, 0.002, 0.0040, 0), (2, 2, 1, 0.0061, 0.0010, 1),
+            (3, 2, 1, 0.0072, 0.0010, 0)]
+    slow = [r[:4] + (r[4] + 0.0002,) + r[5:] for r in rows]          # another rank, 0.2 ms slower
+    ranks = [{"rows": rr, "probes": [], "received": [(2, 0.0058, 0.0)], "swaps": [], "aborts": [(2, 1, 2)],
+              "offline": {1: [0.001]}, "wrong": 0, "dead": "", "pushed": 0, "first_version": 1}
+             for rr in (rows, slow)]
+    ev = summarize(scn, ranks, plan, 0.001, 1.0)["events"][0]
+    assert ev["reaction_ms"] == pytest.approx(4.1)          # the re-run's start, not the aborted attempt's
+    assert ev["time_degraded_ms"] == pytest.approx(4.2)     # the aborted attempt, slowest rank
+    assert ev["time_after_ms"] == pytest.approx(1.2)
+    assert ev["swap_ms"] == pytest.approx(0.3)
 
 
 _drains = st.integers(1, 4).flatmap(lambda m: st.integers(2, 3).flatmap(

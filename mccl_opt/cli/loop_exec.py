@@ -33,6 +33,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--pieces", type=int_arg, default=1,
                    help="run each collective in this many pieces; a new version takes over between pieces "
                         "(the in-flight switch, docs/executor.md; costs per piece on gloo)")
+    g.add_argument("--abort", action="store_true",
+                   help="abort a collective stuck on a (nearly) dead link once the ranks agreed on a new "
+                        "version, and re-run it on that version; links are read while messages are in flight "
+                        "(docs/executor.md, \"Aborting a stale collective\")")
     g.add_argument("--telemetry-frontend", action="store_true",
                    help="start a telemetry front end with the controller (`serve --frontends 1`) and send "
                         "the ranks' telemetry to it; schedules and subscriptions stay with the controller")
@@ -74,7 +78,7 @@ def _gloo(args: argparse.Namespace) -> int:
                          alpha=args.alpha if args.alpha != d.alpha else GLOO_ALPHA,
                          gamma=args.gamma if args.gamma != d.gamma else GLOO_GAMMA,
                          backend=args.backend, max_real_s=args.max_real_s, pieces=args.pieces,
-                         telemetry_frontend=args.telemetry_frontend)
+                         abort=args.abort, telemetry_frontend=args.telemetry_frontend)
     summary = run_gloo_loop(scenario, cfg)
     if args.json:
         print(json.dumps(summary), file=sys.stdout)
