@@ -91,8 +91,27 @@ class ModelReporter:
         self._agree: dict[tuple[str, str], tuple[int | None, int]] = {}   # (program, samples in a row at the level)
         self.shown: dict[tuple[str, str], float] = {}        # the level last reported
         self._held: dict[tuple[str, str], int] = {}          # samples in a row a rise was held
-        self.calibrating = True
+        self._calibrating = True
         self._expected: dict[int, tuple[Any, dict[tuple[int, int], np.ndarray]]] = {}
+
+    @property
+    def calibrating(self) -> bool:
+        """Whether the healthy warm-up is still running (samples set the per-message cost)."""
+        return self._calibrating
+
+    @calibrating.setter
+    def calibrating(self, on: bool) -> None:
+        """Ending the warm-up fills the window of every pair it measured with its healthy
+        level, so the first collectives after it are judged like any later one: a level
+        moves once ``window // 2 + 1`` samples agree.  An empty window reported its first
+        sample alone, and the first collectives after the warm-up are the ones a busy core
+        stalls most (8 gloo ranks: a pair's first sample read 0.38-0.51 of nominal from 26-51
+        ms of stall on ~10 ms messages; the controller published a version for it and one to
+        undo it, docs/executor.md "Stalls are not drops")."""
+        if self._calibrating and not on:
+            for key in self.overhead:
+                self.recent.setdefault(key, deque([1.0] * self.window, maxlen=self.window))
+        self._calibrating = on
 
     def drains(self, prog: Any, elem_bytes: int) -> dict[tuple[int, int], np.ndarray]:
         """Per rank pair of ``prog``: nominal-fabric drain seconds, one row per message of

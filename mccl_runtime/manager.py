@@ -777,6 +777,13 @@ class ScheduleManager:
             return []
         return self._changing_under(coll, coll.synth_capacity, coll.profile.loads, pending_only=False)
 
+    def remeasured(self, links: list[list[str]], since: float, recent_s: float) -> bool:
+        """Whether every channel on ``links`` (``[src, dst]``) that was sampled in the
+        ``recent_s`` before ``since`` has been sampled since (:meth:`MeasurementStore.unheard_links`):
+        the estimate of those links is no older than ``since``."""
+        idx = [self.topo.link_index(src, dst) for src, dst in links]
+        return not np.isin(idx, self.store.unheard_links(since, recent_s)).any()
+
     def _moved(self, m: np.ndarray, coll: Collective, job: _Job) -> float:
         """The largest relative change of ``m`` from the job's input on ``coll``'s links."""
         links = self.groups.links(coll.gpus)

@@ -12,6 +12,16 @@ publishes a ``hold`` (the executors keep the old version,
 ``settle_max_s`` after the hold began (the simulated loop's bound), it publishes the
 release (``held: []``).  A newer version ends the watch of the older one (it is never
 released: the newer version replaces it at the ranks).
+
+A hold ends early only on a fresh reading: ``settle_max_s`` (50 ms, the simulated loop's
+bound, where a link is sampled every millisecond) is shorter than one real-rank
+collective (60 ms and more on gloo ranks), so a hold released at ``settle_max_s`` was
+released on the estimate that made it, before any rank had measured the held links
+again.  The release now also waits until every channel on the held links that was
+sampled in the ``window_s`` before the hold has been sampled since
+(:meth:`~mccl_runtime.manager.ScheduleManager.remeasured`), at most ``window_s``: the
+bound scales with how often those links are measured, not with the simulated loop's
+clock.
 """
 
 from __future__ import annotations
@@ -62,8 +72,16 @@ class SwapHolds:
                     out.append((*key, w.version, links))
                 elif now - w.published >= self.window_s:
                     del self._watch[key]
-            elif not links or now - w.held_since >= manager.policy.settle_max_s:
+            elif not links or self._over(manager, links, w.held_since, now):
                 del self._watch[key]
                 out.append((*key, w.version, []))
         self.sent += len(out)
         return out
+
+    def _over(self, manager: Any, links: list[list[str]], since: float, now: float) -> bool:
+        """A hold (since ``since``) on ``links`` that have not cleared ends ``settle_max_s``
+        after it began once they have been measured again, and ``window_s`` after it began
+        in any case (module docstring)."""
+        held_s = now - since
+        return held_s >= self.window_s or (held_s >= manager.policy.settle_max_s and
+                                           manager.remeasured(links, since, self.window_s))

@@ -94,6 +94,42 @@ def test_reporter_removes_the_per_message_cost_and_ignores_one_slow_collective()
     assert rep.blind[(g[2], g[3])]
 
 
+@settings(max_examples=100, deadline=None)
+@given(stall=st.floats(1.5, 20.0), drop=st.floats(1.5, 20.0), noise=st.floats(0.0, 0.05))
+def test_a_stalled_collective_right_after_the_warm_up_is_not_a_drop(stall, drop, noise):
+    """The first collective after the warm-up, stalled (its pair ``stall`` times slower),
+    is reported at nominal (one window is not a drop), whatever the stall; a link slowed
+    ``drop`` times is reported at its level from the second collective that reads it."""
+    from executor_cuda.faults import FabricEmulator
+    from executor_cuda.pair_levels import ModelReporter
+    from executor_cuda.reporting import pair_nominal
+    from executor_cuda.telemetry import LinkSample
+    from instances import hpn
+    from mccl_opt.lowering.program import compile_schedule, direct_schedule
+
+    topo = hpn(1, 1, 4)
+    g = topo.gpus
+    emu = FabricEmulator(topo, g, time_scale=1.0, byte_scale=1.0)
+    prog = compile_schedule(direct_schedule("allgather", g), 1000)
+    e = 3 * 4000 * 8 / 2880e9
+    rep = ModelReporter(emu, pair_nominal(topo))
+    key = (g[0], g[1])
+
+    def push(slow: float) -> float:
+        samples = [LinkSample(a, b, 4000, (slow if (a, b) == key else 1.0 + noise) * e, 1, 0, 0)
+                   for a in g for b in g if a != b]
+        return {(x["src"], x["dst"]): x["gbps"] for x in rep(samples, prog, 4, 0.0)}.get(key)
+
+    for _ in range(3):
+        assert push(1.0) is None                            # the warm-up reports nothing
+    rep.calibrating = False
+    assert push(stall) == pytest.approx(2880)               # a stall: one window only
+    for _ in range(rep.window - 1):                         # ... until it leaves the window
+        assert push(1.0) == pytest.approx(2880)
+    assert push(drop) == pytest.approx(2880)                # a drop's first window
+    assert push(drop) == pytest.approx(2880 / drop)         # its second: the link's level
+
+
 def _prober_on_hpn_1x2x2():
     """HPN 1x2x2 emulated at 100x time and 512x bytes, a reporter out of calibration and
     rank 2's prober: ``(topology, gpus, emulator, reporter, prober)``."""

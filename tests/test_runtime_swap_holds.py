@@ -25,9 +25,13 @@ class _Manager:
     def __init__(self, settle_max_s: float = 0.05) -> None:
         self.policy = SimpleNamespace(settle_max_s=settle_max_s)
         self.links: list[list[str]] = []
+        self.fresh = True                  # the held links measured again since the hold
 
     def swap_hold(self, comm: str, name: str) -> list[list[str]]:
         return list(self.links)
+
+    def remeasured(self, links: list[list[str]], since: float, recent_s: float) -> bool:
+        return self.fresh
 
 
 def test_a_hold_is_released_when_the_change_clears_or_after_settle_max():
@@ -45,6 +49,41 @@ def test_a_hold_is_released_when_the_change_clears_or_after_settle_max():
     mgr.links = []
     assert holds.turn(mgr, 1.02) == [("w", "ag", 4, [])]     # the change cleared: released
     assert holds.sent == 4
+
+
+def test_a_hold_outlasts_settle_max_until_the_held_links_are_measured_again():
+    """On real ranks a collective lasts longer than ``settle_max_s``: a hold is not
+    released on the estimate that made it, only once a fresh reading of the held links
+    arrived (or ``window_s`` after it began)."""
+    mgr, holds = _Manager(settle_max_s=0.05), SwapHolds(window_s=1.0)
+    mgr.links, mgr.fresh = [LINK], False
+    holds.published("w", "ag", 3, now=0.0)
+    assert holds.turn(mgr, 0.01) == [("w", "ag", 3, [LINK])]
+    assert holds.turn(mgr, 0.07) == [] and holds.held("w", "ag", 3) == [LINK]   # past settle, not re-measured
+    mgr.fresh = True
+    assert holds.turn(mgr, 0.09) == [("w", "ag", 3, [])]
+    holds.published("w", "ag", 4, now=2.0)
+    mgr.fresh = False
+    assert holds.turn(mgr, 2.01) == [("w", "ag", 4, [LINK])]
+    assert holds.turn(mgr, 2.5) == []
+    assert holds.turn(mgr, 3.01) == [("w", "ag", 4, [])]     # window_s: released whatever was heard
+
+
+def test_the_manager_says_when_held_links_were_measured_again():
+    """``remeasured``: a link whose channel was sampled before the hold and not since is
+    waiting; a pair sample crossing it after the hold makes it fresh; a link no channel
+    samples is not waited for."""
+    from mccl_runtime.manager import ScheduleManager
+    from mccl_runtime.telemetry import MeasurementStore
+
+    store = MeasurementStore(TOPO, alpha=1.0, clock=lambda: 10.0)
+    mgr = ScheduleManager(store, PruningSynth(), Policy())
+    store.ingest([{"kind": "pair", "src": "s0h0g0", "dst": "s0h1g0", "gbps": 300.0, "t": 9.5}])
+    assert not mgr.remeasured([LINK], since=9.6, recent_s=1.0)
+    assert mgr.remeasured([["s0h0g1", "s0tor1"]], since=9.6, recent_s=1.0)     # never sampled
+    store.ingest([{"kind": "pair", "src": "s0h0g0", "dst": "s0h1g0", "gbps": 310.0, "t": 9.7}])
+    assert mgr.remeasured([LINK], since=9.6, recent_s=1.0)
+    mgr.close()
 
 
 def test_a_newer_version_ends_the_hold_of_the_older_and_the_watch_ends_after_the_window():
