@@ -777,12 +777,22 @@ class ScheduleManager:
             return []
         return self._changing_under(coll, coll.synth_capacity, coll.profile.loads, pending_only=False)
 
-    def remeasured(self, links: list[list[str]], since: float, recent_s: float) -> bool:
-        """Whether every channel on ``links`` (``[src, dst]``) that was sampled in the
-        ``recent_s`` before ``since`` has been sampled since (:meth:`MeasurementStore.unheard_links`):
-        the estimate of those links is no older than ``since``."""
-        idx = [self.topo.link_index(src, dst) for src, dst in links]
-        return not np.isin(idx, self.store.unheard_links(since, recent_s)).any()
+    def hold_settled(self, comm: str, name: str, links: list[list[str]], since: float, recent_s: float) -> bool:
+        """Whether a swap hold on ``links`` (``[src, dst]``, held since ``since``) may end
+        although they still differ from what the held version was built for: every
+        channel on them that was sampled in the ``recent_s`` before ``since`` has been
+        sampled again since (:meth:`MeasurementStore.unheard_links`: the estimate is no
+        older than the hold), and they do not read as the version before it was built
+        for (a change that reverted, e.g. a stalled reading the held version was made for,
+        keeps the ranks on the version before until a newer one replaces the held one)."""
+        idx = np.array([self.topo.link_index(src, dst) for src, dst in links], dtype=np.int64)
+        if np.isin(idx, self.store.unheard_links(since, recent_s)).any():
+            return False
+        known = self.get(comm, name).known
+        if len(known) < 2:
+            return True
+        before, m = known[1][0][idx], self.store.provisional()[idx]
+        return bool(np.any(np.abs(m - before) > self.policy.restart_tol * before))
 
     def _moved(self, m: np.ndarray, coll: Collective, job: _Job) -> float:
         """The largest relative change of ``m`` from the job's input on ``coll``'s links."""

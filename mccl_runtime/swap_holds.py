@@ -18,10 +18,12 @@ bound, where a link is sampled every millisecond) is shorter than one real-rank
 collective (60 ms and more on gloo ranks), so a hold released at ``settle_max_s`` was
 released on the estimate that made it, before any rank had measured the held links
 again.  The release now also waits until every channel on the held links that was
-sampled in the ``window_s`` before the hold has been sampled since
-(:meth:`~mccl_runtime.manager.ScheduleManager.remeasured`), at most ``window_s``: the
-bound scales with how often those links are measured, not with the simulated loop's
-clock.
+sampled in the ``window_s`` before the hold has been sampled since, and, when the fresh
+reading shows the links back where the version before was built for (the held version
+was made for a transient), until a newer version replaces it
+(:meth:`~mccl_runtime.manager.ScheduleManager.hold_settled`); at most ``window_s`` in
+any case: the bound scales with how often those links are measured, not with the
+simulated loop's clock.
 """
 
 from __future__ import annotations
@@ -72,16 +74,17 @@ class SwapHolds:
                     out.append((*key, w.version, links))
                 elif now - w.published >= self.window_s:
                     del self._watch[key]
-            elif not links or self._over(manager, links, w.held_since, now):
+            elif not links or self._over(manager, key, links, w.held_since, now):
                 del self._watch[key]
                 out.append((*key, w.version, []))
         self.sent += len(out)
         return out
 
-    def _over(self, manager: Any, links: list[list[str]], since: float, now: float) -> bool:
+    def _over(self, manager: Any, key: tuple[str, str], links: list[list[str]], since: float,
+              now: float) -> bool:
         """A hold (since ``since``) on ``links`` that have not cleared ends ``settle_max_s``
-        after it began once they have been measured again, and ``window_s`` after it began
-        in any case (module docstring)."""
+        after it began once the manager says a fresh reading settled it, and ``window_s``
+        after it began in any case (module docstring)."""
         held_s = now - since
         return held_s >= self.window_s or (held_s >= manager.policy.settle_max_s and
-                                           manager.remeasured(links, since, self.window_s))
+                                           manager.hold_settled(*key, links, since, self.window_s))

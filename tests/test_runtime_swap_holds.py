@@ -30,7 +30,7 @@ class _Manager:
     def swap_hold(self, comm: str, name: str) -> list[list[str]]:
         return list(self.links)
 
-    def remeasured(self, links: list[list[str]], since: float, recent_s: float) -> bool:
+    def hold_settled(self, comm: str, name: str, links: list[list[str]], since: float, recent_s: float) -> bool:
         return self.fresh
 
 
@@ -69,20 +69,33 @@ def test_a_hold_outlasts_settle_max_until_the_held_links_are_measured_again():
     assert holds.turn(mgr, 3.01) == [("w", "ag", 4, [])]     # window_s: released whatever was heard
 
 
-def test_the_manager_says_when_held_links_were_measured_again():
-    """``remeasured``: a link whose channel was sampled before the hold and not since is
-    waiting; a pair sample crossing it after the hold makes it fresh; a link no channel
-    samples is not waited for."""
+def test_the_manager_settles_a_hold_on_a_fresh_reading_unless_the_change_reverted():
+    """``hold_settled``: not while a link's channel sampled before the hold has not been
+    sampled since; once it has, yes if the links still differ from the version before's
+    capacities (a real change), no if they read as that version was built for (the held
+    version was made for a transient: the ranks keep the version before)."""
     from mccl_runtime.manager import ScheduleManager
     from mccl_runtime.telemetry import MeasurementStore
 
     store = MeasurementStore(TOPO, alpha=1.0, clock=lambda: 10.0)
-    mgr = ScheduleManager(store, PruningSynth(), Policy())
-    store.ingest([{"kind": "pair", "src": "s0h0g0", "dst": "s0h1g0", "gbps": 300.0, "t": 9.5}])
-    assert not mgr.remeasured([LINK], since=9.6, recent_s=1.0)
-    assert mgr.remeasured([["s0h0g1", "s0tor1"]], since=9.6, recent_s=1.0)     # never sampled
-    store.ingest([{"kind": "pair", "src": "s0h0g0", "dst": "s0h1g0", "gbps": 310.0, "t": 9.7}])
-    assert mgr.remeasured([LINK], since=9.6, recent_s=1.0)
+    mgr = ScheduleManager(store, PruningSynth(), Policy(min_dwell_s=0.0))
+    mgr.register("w", "ag", "allgather", now=0.0)
+    assert mgr.wait_idle(30.0)
+    mgr.step(1.0)
+    pair = {"kind": "pair", "src": "s0h0g0", "dst": "s0h1g0"}
+    store.ingest([{**pair, "gbps": 50.0, "t": 9.0}])                 # a drop: v2 is built for it
+    mgr.step(9.0)
+    assert mgr.wait_idle(30.0)
+    assert [e.action.value for e in mgr.step(9.1)] == ["published"]
+    assert mgr.swap_hold("w", "ag") == []
+    store.ingest([{**pair, "gbps": 400.0, "t": 9.5}])                # ... it reverted
+    held = mgr.swap_hold("w", "ag")
+    assert LINK in held
+    assert not mgr.hold_settled("w", "ag", held, since=9.6, recent_s=1.0)      # not heard since
+    store.ingest([{**pair, "gbps": 399.0, "t": 9.7}])
+    assert not mgr.hold_settled("w", "ag", held, since=9.6, recent_s=1.0)      # heard: v1 fits again
+    store.ingest([{**pair, "gbps": 200.0, "t": 9.8}])
+    assert mgr.hold_settled("w", "ag", mgr.swap_hold("w", "ag"), since=9.6, recent_s=1.0)   # a new change
     mgr.close()
 
 
