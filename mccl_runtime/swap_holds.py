@@ -8,9 +8,8 @@ in when its ranks' OOB exchange says so, some milliseconds after the publish; th
 controller does not see that moment.  So after every publish the service watches the
 version for ``window_s``: when :meth:`~ScheduleManager.swap_hold` names links, it
 publishes a ``hold`` (the executors keep the old version,
-:meth:`executor_cuda.rescheduler.Rescheduler.hold`); when the links clear, or
-``settle_max_s`` after the hold began (the simulated loop's bound), it publishes the
-release (``held: []``).  A newer version ends the watch of the older one (it is never
+:meth:`executor_cuda.rescheduler.Rescheduler.hold`); when the links clear, or the hold
+has settled (below), it publishes the release (``held: []``).  A newer version ends the watch of the older one (it is never
 released: the newer version replaces it at the ranks).
 
 A hold ends early only on a fresh reading: ``settle_max_s`` (50 ms, the simulated loop's
