@@ -23,6 +23,12 @@ LOW = 0.95              # a pair reported below this share of nominal is probed 
 #: a probe is sent, and raises a level, only when at the pair's current level it would take
 #: at least this many times its own cost (docs/executor.md, "Late receivers and short probes")
 PROBE_OVER_COST = 3.0
+#: a drop is reported from two samples in a row when both read below this share of the
+#: reported level: deeper than any stall of a busy core measured on 8 gloo ranks (the
+#: lowest stalled reading of 23 316: 0.38; AllGather ``three``'s NVSwitch links at 800 of
+#: 2880 Gbps, 0.28, are read in two windows like its NIC, so one version covers both);
+#: shallower drops need 3 of ``drop_window`` samples (docs/executor.md, "Stalls are not drops")
+DEEP = 0.3
 
 
 class ModelReporter:
@@ -41,7 +47,12 @@ class ModelReporter:
     ``nominal * min(1, expected / (measured - messages * cost))``.  Each pair reports
     the median of its last ``window`` collectives: the median of a few measurement
     windows (paper §5) ignores one slow collective (a busy shared core) and follows a
-    lasting change after ``window // 2 + 1`` collectives.  A sample shorter than
+    lasting rise after ``window // 2 + 1`` collectives.  A drop needs more: a busy core
+    stalls a rank for up to ~50 ms, sometimes in two of three collectives, and a pair of
+    ~10 ms messages then reads 0.4-0.7 of nominal twice; so a drop is reported once the
+    median of the last ``drop_window`` (5) samples shows it (3 of 5 windows), or at once
+    from two samples in a row that both read below ``DEEP`` times the reported level (a
+    dead or 1/8 link, which no stall mimics).  A sample shorter than
     ``PROBE_OVER_COST`` times its messages' cost cannot tell the link from that cost (an
     AllToAll block on an NVSwitch link is emulated in 0.2 ms, gloo's cost is 1-10 ms on
     shared cores; a schedule loading a recovered link lightly reads it part-way up), so
@@ -77,11 +88,12 @@ class ModelReporter:
     """
 
     def __init__(self, emulator: FabricEmulator, nominal: dict[tuple[str, str], float],
-                 window: int = 3, tol: float = 0.2) -> None:
+                 window: int = 3, tol: float = 0.2, drop_window: int = 5) -> None:
         self.emu = emulator
         self.nominal = nominal
         self.nominal_cap = emulator.topo.arrays.capacity.astype(float)
         self.window = window
+        self.drop_window = max(window, drop_window)
         self.tol = tol
         self.overhead: dict[tuple[str, str], list[float]] = {}
         self.recent: dict[tuple[str, str], deque[float]] = {}
@@ -91,9 +103,28 @@ class ModelReporter:
         self._agree: dict[tuple[str, str], tuple[int | None, int]] = {}   # (program, samples in a row at the level)
         self.shown: dict[tuple[str, str], float] = {}        # the level last reported
         self._held: dict[tuple[str, str], int] = {}          # samples in a row a rise was held
-        self.calibrating = True
+        self._calibrating = True
         self._expected: dict[int, tuple[Any, dict[tuple[int, int], np.ndarray]]] = {}
         self._messages: dict[int, tuple[Any, dict[tuple[int, int, int], float]]] = {}   # nominal s per message
+
+    @property
+    def calibrating(self) -> bool:
+        """Whether the healthy warm-up is still running (samples set the per-message cost)."""
+        return self._calibrating
+
+    @calibrating.setter
+    def calibrating(self, on: bool) -> None:
+        """Ending the warm-up fills the window of every pair it measured with its healthy
+        level, so the first collectives after it are judged like any later one: a level
+        moves once enough samples agree (class docstring).  An empty window reported its first
+        sample alone, and the first collectives after the warm-up are the ones a busy core
+        stalls most (8 gloo ranks: a pair's first sample read 0.38-0.51 of nominal from 26-51
+        ms of stall on ~10 ms messages; the controller published a version for it and one to
+        undo it, docs/executor.md "Stalls are not drops")."""
+        if self._calibrating and not on:
+            for key in self.overhead:
+                self.recent.setdefault(key, deque([1.0] * self.drop_window, maxlen=self.drop_window))
+        self._calibrating = on
 
     def drains(self, prog: Any, elem_bytes: int) -> dict[tuple[int, int], np.ndarray]:
         """Per rank pair of ``prog``: nominal-fabric drain seconds, one row per message of
@@ -129,11 +160,12 @@ class ModelReporter:
         return float(cls.GRID[ok.argmax(axis=0)].min())
 
     def level(self, key: tuple[str, str]) -> float | None:
-        """The pair's current level: the median of its recent samples; 1 for a pair
+        """The pair's current level: the median of its last ``window`` samples, or the
+        level reported last while a drop below it is not yet confirmed; 1 for a pair
         measured in the healthy warm-up and not since, ``None`` for one never measured."""
         recent = self.recent.get(key)
         if recent:
-            return statistics.median(recent)
+            return max(statistics.median(list(recent)[-self.window:]), self.shown.get(key, 0.0))
         return 1.0 if key in self.overhead else None
 
     def _ratio(self, key: tuple[str, str], drains: np.ndarray, seconds: float,
@@ -234,11 +266,15 @@ class ModelReporter:
 
     def _level(self, key: tuple[str, str], ratio: float, now: float) -> dict[str, Any]:
         """Fold ``ratio`` into the pair's median and report it; a rise whose two newest
-        samples disagree by more than ``1 + tol`` is held (class docstring)."""
-        recent = self.recent.setdefault(key, deque(maxlen=self.window))
+        samples disagree by more than ``1 + tol`` is held, a drop waits for 3 of
+        ``drop_window`` samples unless the two newest are below ``DEEP`` (class docstring)."""
+        recent = self.recent.setdefault(key, deque(maxlen=self.drop_window))
         recent.append(min(1.0, ratio))
-        level, last = statistics.median(recent), self.shown.get(key)
-        newest = sorted(list(recent)[-2:])
+        window = list(recent)
+        level, last = statistics.median(window[-self.window:]), self.shown.get(key)
+        newest = sorted(window[-2:])
+        if last is not None and level < last and not (len(newest) == 2 and newest[1] < DEEP * last):
+            level = min(last, max(level, statistics.median(window)))      # a drop some stalls could make
         if (last is not None and level > last and len(newest) == 2
                 and newest[1] > (1.0 + self.tol) * newest[0] and self._held.get(key, 0) < self.window - 1):
             self._held[key] = self._held.get(key, 0) + 1

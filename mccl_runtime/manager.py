@@ -558,9 +558,21 @@ class ScheduleManager:
 
     def _recovered(self, m: np.ndarray, coll: Collective) -> bool:
         """The drift that started a job is gone: Algorithm 1's deviation is back within
-        ``clear_ratio * Gamma`` (hysteresis) and no link gained capacity."""
+        ``clear_ratio * Gamma`` (hysteresis), no link gained capacity, and the schedule's
+        rate under ``m`` is within ``rate_loss`` of its rate on its synthesis capacities.
+        The last test matters when a cut's links degrade one sample apart: a job started
+        on the partial picture (one direction of a NIC read low) saw the deviation vanish
+        once the other direction was read low too (a uniformly scaled cut), and was aborted
+        as "cleared" with the rate at 0.22 of what it was built for; nothing flagged it
+        again, so a ramp's last step on real ranks ran at 0.32 of offline to the end
+        (docs/runtime.md, "Capacity lost: a job is not cleared while the rate stays lost")."""
         report = detect(m, coll.profile, self.policy.gamma)
-        return report.max_delta <= self.policy.clear_ratio * self.policy.gamma and not self._gained(m, coll)
+        if report.max_delta > self.policy.clear_ratio * self.policy.gamma or self._gained(m, coll):
+            return False
+        if coll.synth_capacity is None:
+            return True
+        built = _rate(coll.synth_capacity, coll.profile.loads)
+        return not _rate(m, coll.profile.loads) < (1.0 - self.policy.rate_loss) * built
 
     def step(self, now: float) -> list[Event]:
         """One controller decision: collect finished jobs, then detect and start jobs."""
@@ -776,6 +788,23 @@ class ScheduleManager:
         if coll.profile is None or coll.synth_capacity is None:
             return []
         return self._changing_under(coll, coll.synth_capacity, coll.profile.loads, pending_only=False)
+
+    def hold_settled(self, comm: str, name: str, links: list[list[str]], since: float, recent_s: float) -> bool:
+        """Whether a swap hold on ``links`` (``[src, dst]``, held since ``since``) may end
+        although they still differ from what the held version was built for: every
+        channel on them that was sampled in the ``recent_s`` before ``since`` has been
+        sampled again since (:meth:`MeasurementStore.unheard_links`: the estimate is no
+        older than the hold), and they do not read as the version before it was built
+        for (a change that reverted, e.g. a stalled reading the held version was made for,
+        keeps the ranks on the version before until a newer one replaces the held one)."""
+        idx = np.array([self.topo.link_index(src, dst) for src, dst in links], dtype=np.int64)
+        if np.isin(idx, self.store.unheard_links(since, recent_s)).any():
+            return False
+        known = self.get(comm, name).known
+        if len(known) < 2:
+            return True
+        before, m = known[1][0][idx], self.store.provisional()[idx]
+        return bool(np.any(np.abs(m - before) > self.policy.restart_tol * before))
 
     def _moved(self, m: np.ndarray, coll: Collective, job: _Job) -> float:
         """The largest relative change of ``m`` from the job's input on ``coll``'s links."""

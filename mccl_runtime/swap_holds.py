@@ -8,10 +8,21 @@ in when its ranks' OOB exchange says so, some milliseconds after the publish; th
 controller does not see that moment.  So after every publish the service watches the
 version for ``window_s``: when :meth:`~ScheduleManager.swap_hold` names links, it
 publishes a ``hold`` (the executors keep the old version,
-:meth:`executor_cuda.rescheduler.Rescheduler.hold`); when the links clear, or
-``settle_max_s`` after the hold began (the simulated loop's bound), it publishes the
-release (``held: []``).  A newer version ends the watch of the older one (it is never
+:meth:`executor_cuda.rescheduler.Rescheduler.hold`); when the links clear, or the hold
+has settled (below), it publishes the release (``held: []``).  A newer version ends the watch of the older one (it is never
 released: the newer version replaces it at the ranks).
+
+A hold ends early only on a fresh reading: ``settle_max_s`` (50 ms, the simulated loop's
+bound, where a link is sampled every millisecond) is shorter than one real-rank
+collective (60 ms and more on gloo ranks), so a hold released at ``settle_max_s`` was
+released on the estimate that made it, before any rank had measured the held links
+again.  The release now also waits until every channel on the held links that was
+sampled in the ``window_s`` before the hold has been sampled since, and, when the fresh
+reading shows the links back where the version before was built for (the held version
+was made for a transient), until a newer version replaces it
+(:meth:`~mccl_runtime.manager.ScheduleManager.hold_settled`); at most ``window_s`` in
+any case: the bound scales with how often those links are measured, not with the
+simulated loop's clock.
 """
 
 from __future__ import annotations
@@ -62,8 +73,17 @@ class SwapHolds:
                     out.append((*key, w.version, links))
                 elif now - w.published >= self.window_s:
                     del self._watch[key]
-            elif not links or now - w.held_since >= manager.policy.settle_max_s:
+            elif not links or self._over(manager, key, links, w.held_since, now):
                 del self._watch[key]
                 out.append((*key, w.version, []))
         self.sent += len(out)
         return out
+
+    def _over(self, manager: Any, key: tuple[str, str], links: list[list[str]], since: float,
+              now: float) -> bool:
+        """A hold (since ``since``) on ``links`` that have not cleared ends ``settle_max_s``
+        after it began once the manager says a fresh reading settled it, and ``window_s``
+        after it began in any case (module docstring)."""
+        held_s = now - since
+        return held_s >= self.window_s or (held_s >= manager.policy.settle_max_s and
+                                           manager.hold_settled(*key, links, since, self.window_s))

@@ -90,8 +90,51 @@ def test_reporter_removes_the_per_message_cost_and_ignores_one_slow_collective()
     assert push(2.0, (g[2], g[3]))[(g[2], g[3])] == pytest.approx(2880)
     assert not rep.blind[(g[2], g[3])]
     rep.recent[(g[2], g[3])] = deque([0.25] * 3, maxlen=3)       # low, then a short sample reads it up:
+    rep.shown[(g[2], g[3])] = 0.25
     assert push(1.0)[(g[2], g[3])] == pytest.approx(720)        # no news, the pair is probed alone
     assert rep.blind[(g[2], g[3])]
+
+
+@settings(max_examples=100, deadline=None)
+@given(stall=st.floats(1.5, 3.5), drop=st.floats(1.3, 50.0), noise=st.floats(0.0, 0.05))
+def test_stalls_are_not_drops_and_a_drop_is_reported_once_its_windows_agree(stall, drop, noise):
+    """A pair stalled ``stall`` times (a busy core: at most 0.38 of nominal measured) in
+    the first collective after the warm-up, and again two collectives later, is reported
+    at nominal throughout; a link slowed ``drop`` times is reported at its level from
+    the third collective that reads it (3 of 5 windows), or from the second when it reads
+    below ``DEEP`` (a dead or 1/8 link), never before its second."""
+    from executor_cuda.faults import FabricEmulator
+    from executor_cuda.pair_levels import DEEP, ModelReporter
+    from executor_cuda.reporting import pair_nominal
+    from executor_cuda.telemetry import LinkSample
+    from instances import hpn
+    from mccl_opt.lowering.program import compile_schedule, direct_schedule
+
+    topo = hpn(1, 1, 4)
+    g = topo.gpus
+    emu = FabricEmulator(topo, g, time_scale=1.0, byte_scale=1.0)
+    prog = compile_schedule(direct_schedule("allgather", g), 1000)
+    e = 3 * 4000 * 8 / 2880e9
+    rep = ModelReporter(emu, pair_nominal(topo))
+    key = (g[0], g[1])
+
+    def push(slow: float) -> float | None:
+        samples = [LinkSample(a, b, 4000, (slow if (a, b) == key else 1.0 + noise) * e, 1, 0, 0)
+                   for a in g for b in g if a != b]
+        return {(x["src"], x["dst"]): x["gbps"] for x in rep(samples, prog, 4, 0.0)}.get(key)
+
+    for _ in range(3):
+        assert push(1.0) is None                            # the warm-up reports nothing
+    rep.calibrating = False
+    for slow in [stall, 1.0, stall] + [1.0] * rep.drop_window:   # stalls, until they leave the window
+        assert push(slow) == pytest.approx(2880)
+    assert push(drop) == pytest.approx(2880)                # a drop's first window: not yet
+    second = push(drop)
+    if 1 / drop < DEEP:
+        assert second == pytest.approx(2880 / drop)         # deep: two windows
+    else:
+        assert second == pytest.approx(2880)
+        assert push(drop) == pytest.approx(2880 / drop)     # 3 of 5 windows
 
 
 def _prober_on_hpn_1x2x2():
@@ -383,7 +426,7 @@ def test_reporter_never_folds_in_more_than_the_degraded_links_level(rows, link, 
     step = ModelReporter.GRID[1] / ModelReporter.GRID[0]
     assert ModelReporter.proven(drains, seconds) <= ratio * step * (1 + 1e-9)
     rep = ModelReporter.__new__(ModelReporter)
-    rep.tol, rep.blind, rep.overhead, rep.folded, rep._agree = 0.2, {}, {}, {}, {}
+    rep.tol, rep.blind, rep.overhead, rep.folded, rep._agree, rep.window, rep.shown = 0.2, {}, {}, {}, {}, 3, {}
     rep.recent = {("a", "b"): deque([ratio], maxlen=3)}
     got = rep._ratio(("a", "b"), drains, seconds, prog=1)      # a level measured on another program
     assert got is None or got <= (1 + rep.tol) * ratio * step
@@ -406,12 +449,12 @@ def test_a_pair_faster_than_its_model_proves_nothing_about_its_lightly_loaded_li
     assert ModelReporter.proven(drains, 2.0) <= 0.11
 
 
-def _bare_reporter(tol: float = 0.2, window: int = 3):
+def _bare_reporter(tol: float = 0.2, window: int = 3, drop_window: int = 3):
     """A :class:`ModelReporter` with one pair of nominal 1 and no emulator (the level rules only)."""
     from executor_cuda.pair_levels import ModelReporter
 
     rep = ModelReporter.__new__(ModelReporter)
-    rep.tol, rep.window, rep.nominal = tol, window, {("a", "b"): 1.0}
+    rep.tol, rep.window, rep.drop_window, rep.nominal = tol, window, drop_window, {("a", "b"): 1.0}
     rep.recent, rep.low, rep.shown, rep._held = {}, {}, {}, {}
     return rep
 
@@ -456,4 +499,31 @@ def test_a_held_rise_never_reports_more_than_the_median_nor_waits_longer_than_th
             assert got == pytest.approx(med)                   # a drop (or no change) at once
         since = 0 if got == pytest.approx(med) else since + 1
         assert since < rep.window
+        last = got
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.floats(0.01, 1.0), min_size=1, max_size=30))
+def test_a_drop_is_reported_only_on_the_evidence_of_several_windows(ratios):
+    """Whatever the samples (default windows: 3 for rises, 5 for drops): a report below the
+    previous one rests on 3 of the last 5 samples below it, or on the two newest both below
+    ``DEEP`` times it (a stall of a busy core reads no lower than ~0.4 of nominal); it is
+    never below the median of the last 3; and a drop that 3 of the last 3 samples show is
+    reported."""
+    import statistics
+
+    from executor_cuda.pair_levels import DEEP
+
+    rep = _bare_reporter(drop_window=5)
+    recent: deque[float] = deque(maxlen=5)
+    last = None
+    for r in ratios:
+        recent.append(r)
+        got = rep._level(("a", "b"), r, 0.0)["gbps"]
+        if last is not None and got < last * (1 - 1e-9):
+            newest = list(recent)[-2:]
+            assert statistics.median(recent) < last or (len(newest) == 2 and max(newest) < DEEP * last)
+            assert got >= statistics.median(list(recent)[-3:]) * (1 - 1e-9)
+        if last is not None and len(recent) >= 3 and max(list(recent)[-3:]) < last:
+            assert got < last
         last = got

@@ -25,9 +25,13 @@ class _Manager:
     def __init__(self, settle_max_s: float = 0.05) -> None:
         self.policy = SimpleNamespace(settle_max_s=settle_max_s)
         self.links: list[list[str]] = []
+        self.fresh = True                  # the held links measured again since the hold
 
     def swap_hold(self, comm: str, name: str) -> list[list[str]]:
         return list(self.links)
+
+    def hold_settled(self, comm: str, name: str, links: list[list[str]], since: float, recent_s: float) -> bool:
+        return self.fresh
 
 
 def test_a_hold_is_released_when_the_change_clears_or_after_settle_max():
@@ -45,6 +49,54 @@ def test_a_hold_is_released_when_the_change_clears_or_after_settle_max():
     mgr.links = []
     assert holds.turn(mgr, 1.02) == [("w", "ag", 4, [])]     # the change cleared: released
     assert holds.sent == 4
+
+
+def test_a_hold_outlasts_settle_max_until_the_held_links_are_measured_again():
+    """On real ranks a collective lasts longer than ``settle_max_s``: a hold is not
+    released on the estimate that made it, only once a fresh reading of the held links
+    arrived (or ``window_s`` after it began)."""
+    mgr, holds = _Manager(settle_max_s=0.05), SwapHolds(window_s=1.0)
+    mgr.links, mgr.fresh = [LINK], False
+    holds.published("w", "ag", 3, now=0.0)
+    assert holds.turn(mgr, 0.01) == [("w", "ag", 3, [LINK])]
+    assert holds.turn(mgr, 0.07) == [] and holds.held("w", "ag", 3) == [LINK]   # past settle, not re-measured
+    mgr.fresh = True
+    assert holds.turn(mgr, 0.09) == [("w", "ag", 3, [])]
+    holds.published("w", "ag", 4, now=2.0)
+    mgr.fresh = False
+    assert holds.turn(mgr, 2.01) == [("w", "ag", 4, [LINK])]
+    assert holds.turn(mgr, 2.5) == []
+    assert holds.turn(mgr, 3.01) == [("w", "ag", 4, [])]     # window_s: released whatever was heard
+
+
+def test_the_manager_settles_a_hold_on_a_fresh_reading_unless_the_change_reverted():
+    """``hold_settled``: not while a link's channel sampled before the hold has not been
+    sampled since; once it has, yes if the links still differ from the version before's
+    capacities (a real change), no if they read as that version was built for (the held
+    version was made for a transient: the ranks keep the version before)."""
+    from mccl_runtime.manager import ScheduleManager
+    from mccl_runtime.telemetry import MeasurementStore
+
+    store = MeasurementStore(TOPO, alpha=1.0, clock=lambda: 10.0)
+    mgr = ScheduleManager(store, PruningSynth(), Policy(min_dwell_s=0.0))
+    mgr.register("w", "ag", "allgather", now=0.0)
+    assert mgr.wait_idle(30.0)
+    mgr.step(1.0)
+    pair = {"kind": "pair", "src": "s0h0g0", "dst": "s0h1g0"}
+    store.ingest([{**pair, "gbps": 50.0, "t": 9.0}])                 # a drop: v2 is built for it
+    mgr.step(9.0)
+    assert mgr.wait_idle(30.0)
+    assert [e.action.value for e in mgr.step(9.1)] == ["published"]
+    assert mgr.swap_hold("w", "ag") == []
+    store.ingest([{**pair, "gbps": 400.0, "t": 9.5}])                # ... it reverted
+    held = mgr.swap_hold("w", "ag")
+    assert LINK in held
+    assert not mgr.hold_settled("w", "ag", held, since=9.6, recent_s=1.0)      # not heard since
+    store.ingest([{**pair, "gbps": 399.0, "t": 9.7}])
+    assert not mgr.hold_settled("w", "ag", held, since=9.6, recent_s=1.0)      # heard: v1 fits again
+    store.ingest([{**pair, "gbps": 200.0, "t": 9.8}])
+    assert mgr.hold_settled("w", "ag", mgr.swap_hold("w", "ag"), since=9.6, recent_s=1.0)   # a new change
+    mgr.close()
 
 
 def test_a_newer_version_ends_the_hold_of_the_older_and_the_watch_ends_after_the_window():
