@@ -12,6 +12,11 @@ its optimum is that rate, and a basic optimum has at most one positive weight pe
 solved once, stopped at the certified rate (:func:`.general.method.solve_general`
 seeded with the schedule's own trees, one round); the re-weighted trees are kept only
 when they are fewer and reach the rate within :data:`RATE_TOL`.
+
+Not on a balanced fabric's own ForestColl schedule (HPN 1x2x8 Fail2: 148 -> 28 trees,
+5 ms): a warm solve there certifies its guess by rerouting the previous schedule's
+trees, which needs them in ForestColl's units of ``1/k`` (with re-weighted trees it
+fell back to packing, ``tests/test_allgather_warm_slices.py``).
 """
 
 from __future__ import annotations
