@@ -62,7 +62,7 @@ def fewer_trees(topo: Topology, sched: Schedule | None, max_chunks: int | None,
             vertex.rate_gbps < sched.rate_gbps * (1 - RATE_TOL):
         return sched
     stats = {**sched.stats, "fewer_trees_from": len(sched.chunks),
-             "fewer_trees_s": vertex.stats["total_s"]}
+             "fewer_trees_s": vertex.report.seconds}
     return dataclasses.replace(sched, chunks=vertex.chunks, rate_gbps=vertex.rate_gbps,
                                bottleneck=vertex.bottleneck, stats=stats,
                                warm_state=vertex.warm_state,
