@@ -1,6 +1,6 @@
 """Fewer trees at equal rate (docs/allgather.md "Fewer trees at equal rate"): an exact
-ForestColl schedule on a balanced restriction is re-weighted at a vertex of the tree
-master over its own trees; the rate stays the independent
+ForestColl schedule, on a balanced fabric or on a balanced restriction, is re-weighted at
+a vertex of the tree master over its own trees; the rate stays the independent
 forwarding-only optimum, every chunk is delivered within the capacities, and the trees
 are no more than ForestColl's own and than a basic optimum can have."""
 
@@ -10,8 +10,9 @@ import pytest
 
 import mccl_opt as mo
 import mccl_opt.allgather.fewer_trees as fewer
-from instances import irregular, shared_aggregation
-from tests.oracle_allgather import check_schedule, forwarding_optimum
+from instances import fail2, hpn, irregular, shared_aggregation
+from mccl_opt.report import Method
+from tests.oracle_allgather import check_schedule, cut_bound, forwarding_optimum
 
 
 def _one_way(topo: mo.Topology, gbps: float) -> mo.Topology:
@@ -82,3 +83,27 @@ def test_a_master_over_the_size_limit_is_not_solved(monkeypatch):
     monkeypatch.setattr(fewer, "VERTEX_LP_MAX_SIZE", 0)
     sched = mo.solve_allgather(topo, max_chunks=None)
     assert fewer.fewer_trees(topo, sched, None, "highs") is sched
+
+
+def test_a_balanced_fabric_keeps_its_cut_bound_on_fewer_trees(monkeypatch):
+    """HPN 1x2x8 Fail2 is balanced: ForestColl's exact packing (148 trees) reaches the
+    cut bound, an independent upper bound; the re-weighted trees reach it too."""
+    topo = fail2(hpn(1, 2, 8))
+    bound = cut_bound(topo)
+    sched, own = _both(topo, monkeypatch)
+    assert sched.report.method == own.report.method == Method.FORESTCOLL
+    for s in (sched, own):
+        check_schedule(topo, s)
+        mo.validate(topo, s)
+        assert s.rate_gbps == pytest.approx(bound, rel=1e-9)
+    assert len(sched.chunks) < topo.num_gpus + topo.num_links < len(own.chunks)
+
+
+def test_a_warm_solve_of_the_same_state_still_reuses_forestcolls_trees():
+    """The re-weighted schedule keeps ForestColl's warm state (its 1/k trees)."""
+    topo = fail2(hpn(1, 2, 8))
+    prev = mo.solve_allgather(topo, max_chunks=None)
+    warm = mo.solve_allgather(topo, warm=prev, max_chunks=None)
+    assert warm.stats["warm_route"] == "warm"
+    assert warm.rate_gbps == pytest.approx(prev.rate_gbps, rel=1e-9)
+    assert len(warm.chunks) <= len(prev.chunks)

@@ -1,10 +1,11 @@
 """The same certified rate on fewer trees: an exact schedule re-weighted at a vertex of
 the tree master over its own trees (docs/allgather.md "Fewer trees at equal rate").
 
-ForestColl on a balanced restriction ``c'`` (:func:`.chain.solve_by_restriction`) is
-exact with ``k`` trees per root where ``k`` is the denominator of the optimum: on
-shared aggregation 2x2x8 with a one-way NIC fault at ``max_chunks=None``, ``k = 2619``
-and 2165 distinct trees, where the general method's schedule of the same rate had 123.
+ForestColl is exact with ``k`` trees per root where ``k`` is the denominator of the
+optimum, on a balanced fabric (:func:`.solve._chain`) and on a balanced restriction
+``c'`` (:func:`.chain.solve_by_restriction`): on shared aggregation 2x2x8 with a one-way
+NIC fault at ``max_chunks=None``, ``k = 2619`` and 2165 distinct trees, where the general
+method's schedule of the same rate had 123; HPN 1x2x8 Fail2, 148 trees.
 The tree master (paper §4.3 tree packing as an LP, :mod:`.general.live_master`) over
 those trees has ForestColl's weights as a feasible point at the certified optimum, so
 its optimum is that rate, and a basic optimum has at most one positive weight per row
@@ -15,11 +16,6 @@ when they are fewer and reach the rate within :data:`RATE_TOL`.  The warm state 
 ForestColl's (its kept trees in units of ``1/k``): a warm solve of the same state reuses
 them as before (shared aggregation 2x2x8 one way, same state warm: 0.038 s; with the
 master's columns as warm state the route was declined, 0.16 s, cold's time).
-
-Not on a balanced fabric's own ForestColl schedule (HPN 1x2x8 Fail2: 148 -> 28 trees,
-5 ms): a warm solve there certifies its guess by rerouting the previous schedule's
-trees, which needs them in ForestColl's units of ``1/k`` (with re-weighted trees it
-fell back to packing, ``tests/test_allgather_warm_slices.py``).
 """
 
 from __future__ import annotations
@@ -33,9 +29,9 @@ from ..topology import Topology
 __all__ = ["fewer_trees", "VERTEX_LP_MAX_SIZE", "RATE_TOL"]
 
 #: the master is solved only when its columns times rows stay below this (shared
-#: aggregation 2x2x8: 2165 x 192, 0.09 s CPU; 2x8x8 with a healthy fabric's 8028 trees
-#: x 672 rows took 1.5 s, longer than the solve it would shorten)
-VERTEX_LP_MAX_SIZE = 1_000_000
+#: aggregation 2x2x8: 2165 x 192, 0.09 s CPU; HPN 2x8x8 Fail2: 477 x 672, 0.06 s; the
+#: 2x8x8 general method's 1536 x 672 took 0.93 s, a healthy 2x8x8's 8028 x 672 1.5 s)
+VERTEX_LP_MAX_SIZE = 500_000
 
 #: relative rate the re-weighted trees may lose to the master's float tolerance
 RATE_TOL = 1e-9
