@@ -17,9 +17,9 @@ forwarding-only schedule and switch removal can fail, so the chain is:
    (:mod:`.general.method`), seeded with ForestColl's trees on the restriction and
    stopped at its certified optimum (the weaker-direction trees are added only if the
    master falls short); the best rounded schedule of these and the weaker-direction one
-   is kept.  At ``max_chunks=None`` what cannot certify is not solved exactly: a
-   weaker-direction fabric whose optimum (Phase 1 alone) is below the cut bound, and a
-   restriction rounded onto a coarser grid, only give the seed its trees;
+   is kept.  At ``max_chunks=None`` what cannot certify only seeds (a weaker-direction
+   fabric whose optimum is below the cut bound, a restriction rounded onto a coarser
+   grid), and ForestColl's exact trees on ``c'`` go onto fewer (:mod:`.fewer_trees`);
 2. balanced -> ForestColl; if it raises (a :class:`SolveError`, typed by the
    orchestrator), gives up capacity while balancing (``stats['balanced_exactly']`` is
    false), or, with ``max_chunks=None``, needs more than :data:`EXACT_TREES_LIMIT` trees
@@ -47,6 +47,7 @@ from ..schedule import Schedule, bottleneck_links, schedule_rate, share_loads
 from ..topology import Topology
 from .budget import EXACT_TREES_LIMIT, ChunkCounts
 from .fabric import fabric_of, switches_balanced
+from .fewer_trees import fewer_trees
 from .forestcoll.pipeline import gbps
 from .forestcoll.throughput import optimal_rate
 from .warm.route import WarmRoute
@@ -199,8 +200,7 @@ def solve_unbalanced(topo: Topology, route: WarmRoute, backend: str,
     bound = cut_bound_gbps(topo)
     sub = weaker_directions(topo)
     weaker = None
-    seed_trees: Schedule | Topology | None = sub     # the weaker direction's seed trees
-    # (at max_chunks=None ForestColl packs them at a few chunks per root)
+    seed_trees: Schedule | Topology | None = sub     # the weaker direction's (packed on use)
     t = time.perf_counter()
     if sub is not None and max_chunks is None and not _reaches(sub, bound):
         trail.add(Attempt(Method.WEAKER_DIRECTIONS, time.perf_counter() - t, "declined: its "
@@ -230,7 +230,8 @@ def solve_unbalanced(topo: Topology, route: WarmRoute, backend: str,
         trail.add(Attempt(Method.BALANCED_RESTRICTION, restricted.seconds, "declined: rounded "
                           "onto a coarser grid, not exact at max_chunks=None; seeds only"))
     elif restricted is not None:
-        best = solve_by_restriction(topo, restricted, route, max_chunks, forestcoll, bound, trail)
+        best = fewer_trees(topo, solve_by_restriction(topo, restricted, route, max_chunks,
+                                                      forestcoll, bound, trail), max_chunks, backend)
     seed = _restriction_seed(restricted, forestcoll, seed_trees)
     if best is None:
         best = solve_by_general(topo, route, backend, max_chunks, "unbalanced switches", bound,
@@ -251,9 +252,8 @@ def solve_unbalanced(topo: Topology, route: WarmRoute, backend: str,
 
 
 def _reaches(sub: Topology, bound: float | None) -> bool:
-    """Whether the weaker-direction fabric ``sub``'s optimum (its cut bound: it is
-    balanced) reaches the real fabric's cut bound ``bound``, the only case in which its
-    exact schedule is certified optimal (Phase 1 alone, before ForestColl packs)."""
+    """Whether the weaker-direction fabric ``sub``'s optimum (its cut bound, Phase 1 alone)
+    reaches ``topo``'s cut bound ``bound``: only then is its exact schedule certified."""
     own = cut_bound_gbps(sub)
     return bound is None or own is None or own >= bound * (1 - _REACH_TOL)
 

@@ -44,6 +44,7 @@ from .chain import RESTRICTION_ROUNDING_GAP, Declined, ForestColl, Trail, cut_bo
 from .warm.certify import Certificate, GuessKind, keep_or_reroute, warm_budget, warm_guess
 from .warm.route import RouteTaken, WarmRoute
 from .fabric import fabric_of
+from .fewer_trees import fewer_trees
 from .first import first_schedule
 from .forestcoll.above_limit import pack_scaled
 from .forestcoll.pipeline import balanced_split, check_inputs, gbps, pack, phase_one_budget
@@ -147,7 +148,7 @@ def _chain(topo: Topology, route: WarmRoute, backend: str, max_chunks: int | Non
         bound = cut_bound_gbps(topo)
         return solve_by_general(topo, route, backend, max_chunks, sched.reason, bound, trail,
                                 _balanced_seed(topo, bound, coarse, max_chunks, backend, trail))
-    return sched
+    return fewer_trees(topo, sched, max_chunks, backend)
 
 
 def _balanced_seed(topo: Topology, bound: float | None, coarse: Schedule | None,

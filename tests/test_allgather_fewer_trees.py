@@ -1,0 +1,109 @@
+"""Fewer trees at equal rate (docs/allgather.md "Fewer trees at equal rate"): an exact
+ForestColl schedule, on a balanced fabric or on a balanced restriction, is re-weighted at
+a vertex of the tree master over its own trees; the rate stays the independent
+forwarding-only optimum, every chunk is delivered within the capacities, and the trees
+are no more than ForestColl's own and than a basic optimum can have."""
+
+from __future__ import annotations
+
+import pytest
+
+import mccl_opt as mo
+import mccl_opt.allgather.fewer_trees as fewer
+from instances import fail2, hpn, irregular, shared_aggregation
+from mccl_opt.report import Method
+from tests.oracle_allgather import check_schedule, cut_bound, forwarding_optimum
+
+
+def _one_way(topo: mo.Topology, gbps: float) -> mo.Topology:
+    """The first GPU's NIC link (to its ToR) at ``gbps`` in its sending direction only."""
+    gpu = topo.gpus[0]
+    nic = next(link for link in topo.links if link.src == gpu
+               and topo.node(link.dst).kind == "switch" and "nvs" not in link.dst)
+    return topo.with_capacity(src=nic.src, dst=nic.dst, gbps=gbps, both_directions=False)
+
+
+def _both(topo: mo.Topology, monkeypatch: pytest.MonkeyPatch) -> tuple[mo.Schedule, mo.Schedule]:
+    """The exact schedule, and the one on ForestColl's own trees (no re-weighting)."""
+    sched = mo.solve_allgather(topo, max_chunks=None)
+    with monkeypatch.context() as m:
+        m.setattr(fewer, "VERTEX_LP_MAX_SIZE", 0)
+        own = mo.solve_allgather(topo, max_chunks=None)
+    return sched, own
+
+
+def _shared_agg_one_way() -> mo.Topology:
+    return _one_way(shared_aggregation(2, 2, 8), 200.0)
+
+
+def test_the_rate_is_the_independent_optimum_on_fewer_trees(monkeypatch):
+    topo = irregular(7)                     # 10 GPUs on the restriction path: oracle in 0.3 s
+    optimum = forwarding_optimum(topo).rate_gbps
+    sched, own = _both(topo, monkeypatch)
+    assert sched.stats["method"] == own.stats["method"] == "forestcoll-balanced-restriction"
+    for s in (sched, own):
+        check_schedule(topo, s)
+        mo.validate(topo, s)
+        assert s.rate_gbps == pytest.approx(optimum, rel=1e-9)
+        assert s.lp_rate_gbps == pytest.approx(optimum, rel=1e-9)
+    assert len(sched.chunks) < len(own.chunks)              # 81 -> 39
+    assert sched.stats["fewer_trees_from"] == len(own.chunks)
+
+
+def test_the_regressed_restriction_case_is_back_to_the_general_methods_count(monkeypatch):
+    """Shared aggregation 2x2x8 with a one-way NIC fault: the restriction's exact
+    packing has k = 2619 trees per root (2165 distinct); the general method's vertex had
+    123 at the same rate (the forwarding oracle takes minutes here: the restriction's
+    certificate and ForestColl's own exact trees are the references)."""
+    topo = _shared_agg_one_way()
+    sched, own = _both(topo, monkeypatch)
+    check_schedule(topo, sched)
+    mo.validate(topo, sched)
+    assert sched.stats["method"] == "forestcoll-balanced-restriction"
+    assert sched.rate_gbps == pytest.approx(own.rate_gbps, rel=1e-9)
+    assert sched.rate_gbps == pytest.approx(sched.report.bound_gbps, rel=1e-9)
+    # a basic optimum of the master has at most one positive tree per row (roots + links)
+    assert len(sched.chunks) < topo.num_gpus + topo.num_links < len(own.chunks)
+    assert len(sched.chunks) <= 123
+    assert sched.report.k is None                          # shares are no multiples of 1/k
+
+
+def test_a_chunk_limit_keeps_the_rounded_trees(monkeypatch):
+    topo = _shared_agg_one_way()
+    sched = mo.solve_allgather(topo, max_chunks=10)
+    monkeypatch.setattr(fewer, "VERTEX_LP_MAX_SIZE", 0)
+    own = mo.solve_allgather(topo, max_chunks=10)
+    assert "fewer_trees_from" not in sched.stats
+    assert [c.to_dict() for c in sched.chunks] == [c.to_dict() for c in own.chunks]
+    check_schedule(topo, sched, 10)
+
+
+def test_a_master_over_the_size_limit_is_not_solved(monkeypatch):
+    topo = irregular(7)
+    monkeypatch.setattr(fewer, "VERTEX_LP_MAX_SIZE", 0)
+    sched = mo.solve_allgather(topo, max_chunks=None)
+    assert fewer.fewer_trees(topo, sched, None, "highs") is sched
+
+
+def test_a_balanced_fabric_keeps_its_cut_bound_on_fewer_trees(monkeypatch):
+    """HPN 1x2x8 Fail2 is balanced: ForestColl's exact packing (148 trees) reaches the
+    cut bound, an independent upper bound; the re-weighted trees reach it too."""
+    topo = fail2(hpn(1, 2, 8))
+    bound = cut_bound(topo)
+    sched, own = _both(topo, monkeypatch)
+    assert sched.report.method == own.report.method == Method.FORESTCOLL
+    for s in (sched, own):
+        check_schedule(topo, s)
+        mo.validate(topo, s)
+        assert s.rate_gbps == pytest.approx(bound, rel=1e-9)
+    assert len(sched.chunks) < topo.num_gpus + topo.num_links < len(own.chunks)
+
+
+def test_a_warm_solve_of_the_same_state_still_reuses_forestcolls_trees():
+    """The re-weighted schedule keeps ForestColl's warm state (its 1/k trees)."""
+    topo = fail2(hpn(1, 2, 8))
+    prev = mo.solve_allgather(topo, max_chunks=None)
+    warm = mo.solve_allgather(topo, warm=prev, max_chunks=None)
+    assert warm.stats["warm_route"] == "warm"
+    assert warm.rate_gbps == pytest.approx(prev.rate_gbps, rel=1e-9)
+    assert len(warm.chunks) <= len(prev.chunks)
