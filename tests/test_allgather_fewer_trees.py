@@ -10,6 +10,7 @@ import pytest
 
 import mccl_opt as mo
 import mccl_opt.allgather.fewer_trees as fewer
+from mccl_opt import anytime
 from instances import fail2, hpn, irregular, shared_aggregation
 from mccl_opt.report import Method
 from tests.oracle_allgather import check_schedule, cut_bound, forwarding_optimum
@@ -107,3 +108,23 @@ def test_a_warm_solve_of_the_same_state_still_reuses_forestcolls_trees():
     assert warm.stats["warm_route"] == "warm"
     assert warm.rate_gbps == pytest.approx(prev.rate_gbps, rel=1e-9)
     assert len(warm.chunks) <= len(prev.chunks)
+
+
+def test_a_time_limit_passing_in_the_master_keeps_the_exact_schedule(monkeypatch):
+    """The re-weighting runs after ForestColl's exact schedule, which is not offered as
+    the time limit's incumbent: a limit passing inside the master must return that exact
+    schedule, not fall back to the first (rounded, slower) schedule."""
+    topo = fail2(hpn(1, 2, 8))
+    exact = mo.solve_allgather(topo, max_chunks=None)
+
+    def limit_passes(*args, **kwargs):
+        anytime.run_out("the re-weighting master (made to run out)")
+
+    import mccl_opt.allgather.general.method as method
+    monkeypatch.setattr(method, "solve_general", limit_passes)
+    limited = mo.solve_allgather(topo, max_chunks=None, time_limit=60.0)
+    check_schedule(topo, limited)
+    mo.validate(topo, limited)
+    assert limited.report.method == Method.FORESTCOLL
+    assert limited.rate_gbps == pytest.approx(exact.rate_gbps, rel=1e-12)
+    assert limited.report.optimal and limited.report.termination == exact.report.termination

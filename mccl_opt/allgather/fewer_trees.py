@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from .. import anytime
 from ..errors import SolveError, TopologyError
 from ..schedule import Schedule
 from ..topology import Topology
@@ -41,8 +42,9 @@ def fewer_trees(topo: Topology, sched: Schedule | None, max_chunks: int | None,
                 backend: str) -> Schedule | None:
     """``sched`` (an exact schedule, ``max_chunks=None``, of ``topo``) on the trees of a
     basic optimum of the tree master over its own trees when that has fewer trees at the
-    same rate; ``sched`` itself otherwise, with a chunk limit, or when the master is
-    larger than :data:`VERTEX_LP_MAX_SIZE`."""
+    same rate; ``sched`` itself otherwise, with a chunk limit, when the master is
+    larger than :data:`VERTEX_LP_MAX_SIZE`, or when a time limit passes during the
+    master (``sched`` is already exact and was not offered as the limit's incumbent)."""
     if sched is None or max_chunks is not None:
         return sched
     if len(sched.chunks) * (topo.num_gpus + topo.num_links) > VERTEX_LP_MAX_SIZE:
@@ -56,6 +58,8 @@ def fewer_trees(topo: Topology, sched: Schedule | None, max_chunks: int | None,
         vertex = solve_general(topo, backend=backend, max_chunks=None, seed=seed,
                                options=TreeCGOptions(max_rounds=1))
     except (SolveError, TopologyError):
+        return sched
+    except anytime.TimeLimitReached:    # a finishing touch: the exact schedule stands
         return sched
     if len(vertex.chunks) >= len(sched.chunks) or \
             vertex.rate_gbps < sched.rate_gbps * (1 - RATE_TOL):
