@@ -23,6 +23,7 @@ from mccl_opt.schedule import Schedule
 from mccl_opt.topology import Topology
 from ..budget import CutBounds, choose_trees, exact_k
 from .packing.exact_packing import exact_pack
+from .packing.few_trees import few_trees_pack
 from ..fabric import fabric_of
 from .packing.growth_order import RAIL_FIRST_MIN_RANKS
 from .packing.repair import repair_pack
@@ -301,6 +302,16 @@ def _pack_greedy(lg: LogicalGraph, k: int, guides: dict[int, np.ndarray]
     return None if classes is None else (classes, Packing.GREEDY)
 
 
+def _pack_few_trees(lg: LogicalGraph, k: int, stats: dict[str, Any]
+                    ) -> tuple[list[TreeClass], Packing] | None:
+    """The compiled exact packing for few trees per root (:mod:`.packing.few_trees`) on a
+    logical graph that passed the rooted test; ``None`` above its size."""
+    t = time.perf_counter()
+    classes = few_trees_pack(lg.num_gpus, lg.tail, lg.head, lg.units, k)
+    stats["few_trees_s"] = time.perf_counter() - t
+    return None if classes is None else (classes, Packing.EXACT)
+
+
 #: the exact packer is tried only up to this many tree edges ``k·n·(n-1)``: it runs one
 #: max-flow per tree extension, and past a few hundred edges it never finishes within its
 #: budget (below), so trying it only spends that budget before the chain's next method
@@ -375,6 +386,8 @@ def pack(split: SplitGraph, rank_of: np.ndarray, k: int, guides: dict[int, np.nd
     if found is None:
         anytime.check("Phase 3: before the greedy packing")
         found = _pack_greedy(lg, k, guides)
+    if found is None and admits:
+        found = _pack_few_trees(lg, k, stats)
     if found is None and not admits:
         anytime.check("Phase 2: before the exact split")
         t2 = time.perf_counter()
