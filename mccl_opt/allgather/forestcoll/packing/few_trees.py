@@ -31,9 +31,11 @@ from .trees import TreeClass
 
 __all__ = ["few_trees_pack", "FEW_TREES_MAX_ENTRIES"]
 
-#: largest ``k·n·n`` (unit trees x ranks) packed this way: one max-flow per tree edge
-#: (~20-60 µs each at 64 GPUs on the 2-core machine)
-FEW_TREES_MAX_ENTRIES = 1 << 15
+#: largest ``k·n·n`` (unit trees x ranks) packed this way: one max-flow per tree edge,
+#: and each costs more with more trees (its flow value is the unstarted trees): at 64
+#: GPUs ~27 µs per edge with 1 tree per root (0.11 s), ~46 µs with 7 (1.3 s, where the
+#: general method takes 0.15 s: leaf-spine 4x2x8 with a spine cable at 80 Gbps)
+FEW_TREES_MAX_ENTRIES = 1 << 13
 
 #: tight sets remembered while one tree grows (each rules out the links entering it)
 MAX_TIGHT_SETS = 64
