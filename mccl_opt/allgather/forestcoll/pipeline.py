@@ -27,7 +27,7 @@ from .packing.few_trees import few_trees_pack
 from ..fabric import fabric_of
 from .packing.growth_order import RAIL_FIRST_MIN_RANKS
 from .packing.repair import repair_pack
-from .packing.scaled import SCALED_MIN_K, many_trees_pack
+from .packing.scaled import PLAIN_FIRST_ENTRIES, SCALED_MIN_K, many_trees_pack, plain_pack
 from .removal.splitting import LogicalGraph, SplitGraph, balance_switches, split_all
 from .removal.guarded_spread import guarded_spread
 from .removal.spread import spread_split
@@ -266,7 +266,7 @@ def spread_logical(split: SplitGraph, rank_of: np.ndarray) -> LogicalGraph:
 
 
 def _pack_repair(lg: LogicalGraph, k: int, stats: dict[str, Any], shapes: Shapes | None,
-                 rail_first: bool | None = None, sized: bool = False
+                 rail_first: bool | None = None, sized: bool = False, plain: bool = True
                  ) -> tuple[list[TreeClass], Packing] | None:
     """Repair packing, reusing previous shapes (certifies itself); from
     :data:`~.packing.scaled.SCALED_MIN_K` trees per root the scaled packings and the plain
@@ -275,7 +275,8 @@ def _pack_repair(lg: LogicalGraph, k: int, stats: dict[str, Any], shapes: Shapes
     with a NIC degraded one way packs 811 trees per root in 315 M visits (56 s) where the
     general method solves the fabric in ~1.2 s.  ``sized`` (a warm stage's packing): the
     searches sized to the stage's time left (:func:`sized_visits`), the stage given up
-    (:func:`mccl_opt.anytime.give_up`) when that is too little or they run out."""
+    (:func:`mccl_opt.anytime.give_up`) when that is too little or they run out.
+    ``plain=False``: from ``SCALED_MIN_K`` trees per root the scaled packings only."""
     n = lg.num_gpus
     visits = k * n * n if k >= SCALED_MIN_K else 1 << 62
     cap = sized_visits(k * n * n, visits) if sized else visits
@@ -283,7 +284,7 @@ def _pack_repair(lg: LogicalGraph, k: int, stats: dict[str, Any], shapes: Shapes
         anytime.give_up("Phase 3: the seeded packing would outlast the warm allowance")
     visits = visits if cap is None else cap
     if k >= SCALED_MIN_K and not rail_first:
-        classes = many_trees_pack(n, lg.tail, lg.head, lg.units, k, shapes, stats)
+        classes = many_trees_pack(n, lg.tail, lg.head, lg.units, k, shapes, stats, plain)
     else:
         classes, info = repair_pack(n, lg.tail, lg.head, lg.units, k, shapes,
                                     rail_first=rail_first, max_visits=visits)
@@ -302,14 +303,35 @@ def _pack_greedy(lg: LogicalGraph, k: int, guides: dict[int, np.ndarray]
     return None if classes is None else (classes, Packing.GREEDY)
 
 
-def _pack_few_trees(lg: LogicalGraph, k: int, stats: dict[str, Any]
-                    ) -> tuple[list[TreeClass], Packing] | None:
-    """The compiled exact packing for few trees per root (:mod:`.packing.few_trees`) on a
-    logical graph that passed the rooted test; ``None`` above its size."""
+#: max-flows the few-trees packing may run per ``n²`` (GPUs squared): one per class edge
+#: tried, ~30-60 µs each at 64 GPUs (2-core machine); leaf-spine 8x2x4 with 4 spines (one
+#: tree per root) needs ~5100 on the exact split, leaf-spine 4x2x8 with one NIC at 360 one
+#: way (583 per root, balanced restriction) ~?
+FEW_TREES_CHECKS_PER_N2 = 4
+
+
+def _pack_few_trees(split: SplitGraph, rank_of: np.ndarray, k: int, stats: dict[str, Any]
+                    ) -> tuple[LogicalGraph, tuple[list[TreeClass], Packing]] | None:
+    """The exact split's logical graph packed by the compiled Lovász growth
+    (:mod:`.packing.few_trees`), for a logical graph that admits ``k`` trees per root where
+    the fast packers got stuck (every NIC link narrow: leaf-spine).  The exact split, not
+    the spread one: its few wide links keep the classes few (leaf-spine 4x2x8 with a spine
+    cable at 80 Gbps, 7 per root: 92 classes, 7 233 max-flows, 0.13 s, where the spread
+    split's 1 976 thin links need 394 classes and 27 511 max-flows, 1.2-2.7 s).  ``None``
+    when the split or the packing does not complete within
+    ``FEW_TREES_CHECKS_PER_N2 · n²`` max-flows."""
     t = time.perf_counter()
-    classes = few_trees_pack(lg.num_gpus, lg.tail, lg.head, lg.units, k)
+    g = split.copy()
+    if not split_all(g):
+        return None
+    lg = LogicalGraph.from_split(g, rank_of)
+    n = lg.num_gpus
+    info: dict[str, int] = {}
+    classes = few_trees_pack(n, lg.tail, lg.head, lg.units, k, FEW_TREES_CHECKS_PER_N2 * n * n,
+                             info)
+    stats.update(info)
     stats["few_trees_s"] = time.perf_counter() - t
-    return None if classes is None else (classes, Packing.EXACT)
+    return None if classes is None else (lg, (classes, Packing.EXACT))
 
 
 #: the exact packer is tried only up to this many tree edges ``k·n·(n-1)``: it runs one
@@ -365,10 +387,13 @@ def pack(split: SplitGraph, rank_of: np.ndarray, k: int, guides: dict[int, np.nd
     # Phase 3 and the mapping take about as long as Phase 2 or longer (HPN 1024 GPUs:
     # 0.46 vs 0.51 s; 2048: 1.1 vs 0.76 s)
     anytime.check_room("Phase 3: before the repair packing", stats["phase2_s"])
+    # from SCALED_MIN_K trees per root and PLAIN_FIRST_ENTRIES entries the plain repair
+    # packing comes last and may search for seconds: the exact one is tried before it
+    late_plain = k >= SCALED_MIN_K and k * lg.num_gpus ** 2 > PLAIN_FIRST_ENTRIES
     if k > TEST_FIRST_K and not lg.admits(k):     # no packing can complete: skip it
         found, admits = None, False
     else:
-        found = _pack_repair(lg, k, stats, shapes, sized=sized)
+        found = _pack_repair(lg, k, stats, shapes, sized=sized, plain=not late_plain)
         admits = found is not None or lg.admits(k)
     if not admits:
         anytime.check("Phase 2: before the guarded spread split")
@@ -378,7 +403,15 @@ def pack(split: SplitGraph, rank_of: np.ndarray, k: int, guides: dict[int, np.nd
         if guarded is not None:                   # it passes the rooted test
             lg, kind, admits = guarded, SplitKind.GUARDED, True
             anytime.check("Phase 3: before the repair packing of the guarded split")
-            found = _pack_repair(lg, k, stats, shapes, sized=sized)
+            found = _pack_repair(lg, k, stats, shapes, sized=sized, plain=not late_plain)
+    if found is None and admits and late_plain:
+        anytime.check("Phase 3: before the few-trees packing")
+        exact = _pack_few_trees(split, rank_of, k, stats)
+        if exact is not None:
+            (lg, found), kind = exact, SplitKind.EXACT
+        else:
+            plain = plain_pack(lg.num_gpus, lg.tail, lg.head, lg.units, k, shapes, stats)
+            found = None if plain is None else (plain, Packing.REPAIR)
     if found is None and admits and lg.num_gpus < RAIL_FIRST_MIN_RANKS:
         # small fabrics grow wide-then-narrow one vertex per turn; where that gets stuck
         # (leaf-spine: every NIC link narrow) the rail-first batched order may not
@@ -386,8 +419,11 @@ def pack(split: SplitGraph, rank_of: np.ndarray, k: int, guides: dict[int, np.nd
     if found is None:
         anytime.check("Phase 3: before the greedy packing")
         found = _pack_greedy(lg, k, guides)
-    if found is None and admits:
-        found = _pack_few_trees(lg, k, stats)
+    if found is None and admits and not late_plain:
+        anytime.check("Phase 3: before the few-trees packing")
+        exact = _pack_few_trees(split, rank_of, k, stats)
+        if exact is not None:
+            (lg, found), kind = exact, SplitKind.EXACT
     if found is None and not admits:
         anytime.check("Phase 2: before the exact split")
         t2 = time.perf_counter()

@@ -29,124 +29,145 @@ from numba import njit
 from ..maxflow import INF, FlowNetwork, _bfs_levels, _dinic
 from .trees import TreeClass
 
-__all__ = ["few_trees_pack", "FEW_TREES_MAX_ENTRIES"]
+__all__ = ["few_trees_pack", "FEW_TREES_MAX_CHECKS"]
 
-#: largest ``k·n·n`` (unit trees x ranks) packed this way: one max-flow per tree edge,
-#: and each costs more with more trees (its flow value is the unstarted trees): at 64
-#: GPUs ~27 µs per edge with 1 tree per root (0.11 s), ~46 µs with 7 (1.3 s, where the
-#: general method takes 0.15 s: leaf-spine 4x2x8 with a spine cable at 80 Gbps)
-FEW_TREES_MAX_ENTRIES = 1 << 13
+#: max-flows (one per class edge tried) before the packing gives up: ~27 µs each at 64
+#: GPUs on the 2-core machine, so ~0.3 s
+FEW_TREES_MAX_CHECKS = 10_000
 
 #: tight sets remembered while one tree grows (each rules out the links entering it)
 MAX_TIGHT_SETS = 64
 
 
 @njit(cache=True)
-def _grow_one(t, r, n, m, l_head, out_start, out_arc, cap, unstarted, start, arcs, rhead,
-              res, level, queue, it, path, par, tight, member, order):
-    """Grow unit tree ``t`` of root ``r`` edge by edge (module doc); ``False`` if stuck."""
+def _check(u, v, want, p_left, n, m, cap, unstarted, start, arcs, rhead, res, level, queue,
+           it, path):
+    """How many copies of the growing class may take ``u -> v`` (at most ``want``): the
+    max-flow from ``{s, u}`` (``s -> r``: the unstarted trees at ``r``) to ``v``, less
+    the ``p_left`` unstarted trees; ``<= 0`` when a set ``S ∋ v``, ``u ∉ S`` is tight."""
+    for b in range(m):
+        res[2 * b] = cap[b]
+        res[2 * b + 1] = 0
+    for x in range(n):
+        res[2 * (m + x)] = unstarted[x]
+        res[2 * (m + x) + 1] = 0
+        res[2 * (m + n + x)] = 0
+        res[2 * (m + n + x) + 1] = 0
+    res[2 * (m + u)] = INF
+    res[2 * (m + n + v)] = INF
+    return _dinic(n + 2, start, arcs, rhead, res, n, n + 1, p_left + want, level, queue, it,
+                  path) - p_left
+
+
+@njit(cache=True)
+def _grow_class(r, mult, n, m, l_head, out_start, out_arc, cap, unstarted, start, arcs, rhead,
+                res, level, queue, it, path, row, tight, member, order, checks):
+    """Grow a class of ``mult`` trees of root ``r`` edge by edge (module doc) into ``row``
+    (the link into each rank); returns its final multiplicity: where a link admits only
+    ``a < mult`` copies, the other copies give their links back and return to the
+    unstarted trees of ``r``.  0 when stuck or past ``checks[1]`` max-flows."""
     p_left = 0
     for x in range(n):
         p_left += unstarted[x]
         member[x] = False
+        row[x] = -1
     member[r] = True
     order[0] = r
     count = 1
     n_tight = 0
-    s_arc0 = m
-    t_arc0 = m + n
     while count < n:
         found = -1
-        for i in range(count):
-            u = order[i]
-            for p in range(out_start[u], out_start[u + 1]):
-                a = out_arc[p]
-                v = l_head[a]
-                if member[v] or cap[a] == 0:
-                    continue
-                ruled = False
-                for c in range(n_tight):
-                    if tight[c, v] and not tight[c, u]:
-                        ruled = True
+        amount = 0
+        for wide in (True, False):           # links with room for every copy first
+            for i in range(count):
+                u = order[i]
+                for p in range(out_start[u], out_start[u + 1]):
+                    a = out_arc[p]
+                    v = l_head[a]
+                    if member[v] or cap[a] == 0 or (wide and cap[a] < mult):
+                        continue
+                    ruled = False
+                    for c in range(n_tight):
+                        if tight[c, v] and not tight[c, u]:
+                            ruled = True
+                            break
+                    if ruled:
+                        continue
+                    checks[0] += 1
+                    if checks[0] > checks[1]:
+                        return 0
+                    amount = _check(u, v, min(mult, cap[a]), p_left, n, m, cap, unstarted,
+                                    start, arcs, rhead, res, level, queue, it, path)
+                    if amount > 0:
+                        found = a
                         break
-                if ruled:
-                    continue
-                for b in range(m):
-                    res[2 * b] = cap[b]
-                    res[2 * b + 1] = 0
-                for x in range(n):
-                    res[2 * (s_arc0 + x)] = unstarted[x]
-                    res[2 * (s_arc0 + x) + 1] = 0
-                    res[2 * (t_arc0 + x)] = 0
-                    res[2 * (t_arc0 + x) + 1] = 0
-                res[2 * (s_arc0 + u)] = INF
-                res[2 * (t_arc0 + v)] = INF
-                flow = _dinic(n + 2, start, arcs, rhead, res, n, n + 1, p_left + 1, level,
-                              queue, it, path)
-                if flow > p_left:
-                    found = a
+                    if n_tight < tight.shape[0]:   # the sink side stays tight for this class
+                        _bfs_levels(n + 2, start, arcs, rhead, res, n, -1, level, queue)
+                        for x in range(n):
+                            tight[n_tight, x] = level[x] < 0
+                        n_tight += 1
+                if found >= 0:
                     break
-                if n_tight < tight.shape[0]:       # the sink side is tight for tree t
-                    _bfs_levels(n + 2, start, arcs, rhead, res, n, -1, level, queue)
-                    for x in range(n):
-                        tight[n_tight, x] = level[x] < 0
-                    n_tight += 1
             if found >= 0:
                 break
         if found < 0:
-            return False
-        cap[found] -= 1
+            return 0
+        if amount < mult:                    # the rest start again later
+            back = mult - amount
+            for i in range(1, count):
+                cap[row[order[i]]] += back
+            unstarted[r] += back
+            p_left += back
+            mult = amount
+            n_tight = 0                      # given-back units may loosen tight sets
+        cap[found] -= mult
         v = l_head[found]
-        par[t, v] = found
+        row[v] = found
         member[v] = True
         order[count] = v
         count += 1
-    return True
+    return mult
 
 
-def few_trees_pack(n: int, tail: np.ndarray, head: np.ndarray, units: np.ndarray,
-                   k: int) -> list[TreeClass] | None:
-    """``k`` unit trees per root on the logical graph by the compiled Lovász growth
-    (module doc), identical trees of a root merged; ``None`` when a tree gets stuck (the
-    graph fails the rooted cut condition for ``k``) or ``k·n·n`` exceeds
-    :data:`FEW_TREES_MAX_ENTRIES`.  Every link stays within its units by construction."""
-    if k * n * n > FEW_TREES_MAX_ENTRIES or n < 2:
+def few_trees_pack(n: int, tail: np.ndarray, head: np.ndarray, units: np.ndarray, k: int,
+                   max_checks: int | None = None, info: dict[str, int] | None = None
+                   ) -> list[TreeClass] | None:
+    """``k`` trees per root on the logical graph by the compiled Lovász growth (module
+    doc), as tree classes; ``None`` when a class gets stuck (the graph fails the rooted
+    cut condition for ``k``) or after ``max_checks`` max-flows (default
+    :data:`FEW_TREES_MAX_CHECKS`; ``info["few_trees_checks"]``: how many ran).  Every link
+    stays within its units by construction."""
+    classes = _pack(n, tail, head, units, k, max_checks, info if info is not None else {})
+    return classes
+
+
+def _pack(n: int, tail: np.ndarray, head: np.ndarray, units: np.ndarray, k: int,
+          max_checks: int | None, info: dict[str, int]) -> list[TreeClass] | None:
+    if n < 2:
         return None
     tail = np.asarray(tail, np.int64)
     head = np.asarray(head, np.int64)
-    m = tail.size
-    # a vertex's wide links first: a tree fans out over them and keeps narrow units
+    # a vertex's wide links first: a class fans out over them and keeps narrow units
     out_arc = np.lexsort((-np.asarray(units, np.int64), tail)).astype(np.int64)
     out_start = np.zeros(n + 1, np.int64)
     np.cumsum(np.bincount(tail, minlength=n), out=out_start[1:])
     net = FlowNetwork(n, tail, head)
     cap = np.asarray(units, np.int64).copy()
     unstarted = np.full(n, k, np.int64)
-    par = np.full((n * k, n), -1, np.int64)
     tight = np.zeros((MAX_TIGHT_SETS, n), np.bool_)
     member = np.zeros(n, np.bool_)
     order = np.zeros(n, np.int64)
-    for r in range(n):
-        for c in range(k):
-            unstarted[r] -= 1
-            if not _grow_one(r * k + c, r, n, m, head, out_start, out_arc, cap, unstarted,
-                             net._start, net._arcs, net._head, net._res, net._level,
-                             net._queue, net._it, net._path, par, tight, member, order):
-                return None
-    return _merged(n, k, par)
-
-
-def _merged(n: int, k: int, par: np.ndarray) -> list[TreeClass]:
-    """Unit trees ``par[r·k + c]`` as classes: identical trees of a root share one."""
+    checks = np.array([0, FEW_TREES_MAX_CHECKS if max_checks is None else max_checks], np.int64)
     classes: list[TreeClass] = []
     for r in range(n):
-        seen: dict[bytes, TreeClass] = {}
-        for c in range(k):
-            row = par[r * k + c]
-            key = row.tobytes()
-            if key in seen:
-                seen[key].mult += 1
-            else:
-                seen[key] = TreeClass(r, 1, row.copy())
-                classes.append(seen[key])
+        while unstarted[r] > 0:
+            mult, unstarted[r] = int(unstarted[r]), 0
+            row = np.empty(n, np.int64)
+            got = _grow_class(r, mult, n, tail.size, head, out_start, out_arc, cap, unstarted,
+                              net._start, net._arcs, net._head, net._res, net._level,
+                              net._queue, net._it, net._path, row, tight, member, order, checks)
+            info["few_trees_checks"] = int(checks[0])
+            if got == 0:
+                return None
+            classes.append(TreeClass(r, got, row))
     return classes
