@@ -181,10 +181,10 @@ def test_an_exact_packing_out_of_reach_hands_the_fabric_to_the_general_method(mo
     method solves (at ``max_chunks=None``: with a chunk budget ForestColl is first asked
     for fewer chunks, tests/test_allgather_fewer_chunks.py)."""
     from instances.aggregation import leaf_spine
-    from mccl_opt.allgather.forestcoll import pipeline
+    from mccl_opt.allgather.forestcoll.packing import few_trees
     from mccl_opt.allgather.forestcoll.pipeline import EXACT_PACK_MAX_EDGES
 
-    monkeypatch.setattr(pipeline, "FEW_TREES_CHECKS_PER_N2", 0)
+    monkeypatch.setattr(few_trees, "FEW_TREES_CHECKS_PER_N2", 0)
 
     topo = leaf_spine(4, 2, 8).with_capacity({("spine1", "u0leaf0"): 80.0,
                                               ("u0leaf0", "spine1"): 80.0})

@@ -22,8 +22,8 @@ from mccl_opt.errors import SolveError
 from mccl_opt.schedule import Schedule
 from mccl_opt.topology import Topology
 from ..budget import CutBounds, choose_trees, exact_k
-from .packing.exact_packing import exact_pack
-from .packing.few_trees import few_trees_pack
+from .packing.exact_packing import EXACT_PACK_MAX_EDGES, exact_pack_stage
+from .packing.few_trees import few_trees_on_exact_split
 from ..fabric import fabric_of
 from .packing.growth_order import RAIL_FIRST_MIN_RANKS
 from .packing.repair import repair_pack
@@ -303,62 +303,17 @@ def _pack_greedy(lg: LogicalGraph, k: int, guides: dict[int, np.ndarray]
     return None if classes is None else (classes, Packing.GREEDY)
 
 
-#: max-flows the few-trees packing may run per ``n²`` (GPUs squared): one per class edge
-#: tried, ~30-60 µs each at 64 GPUs (2-core machine); leaf-spine 8x2x4 with 4 spines (one
-#: tree per root) needs ~5100 on the exact split, leaf-spine 4x2x8 with one NIC at 360 one
-#: way (583 per root, balanced restriction) ~?
-FEW_TREES_CHECKS_PER_N2 = 4
-
-
-def _pack_few_trees(split: SplitGraph, rank_of: np.ndarray, k: int, stats: dict[str, Any]
-                    ) -> tuple[LogicalGraph, tuple[list[TreeClass], Packing]] | None:
-    """The exact split's logical graph packed by the compiled Lovász growth
-    (:mod:`.packing.few_trees`), for a logical graph that admits ``k`` trees per root where
-    the fast packers got stuck (every NIC link narrow: leaf-spine).  The exact split, not
-    the spread one: its few wide links keep the classes few (leaf-spine 4x2x8 with a spine
-    cable at 80 Gbps, 7 per root: 92 classes, 7 233 max-flows, 0.13 s, where the spread
-    split's 1 976 thin links need 394 classes and 27 511 max-flows, 1.2-2.7 s).  ``None``
-    when the split or the packing does not complete within
-    ``FEW_TREES_CHECKS_PER_N2 · n²`` max-flows."""
-    t = time.perf_counter()
-    g = split.copy()
-    if not split_all(g):
-        return None
-    lg = LogicalGraph.from_split(g, rank_of)
-    n = lg.num_gpus
-    info: dict[str, int] = {}
-    classes = few_trees_pack(n, lg.tail, lg.head, lg.units, k, FEW_TREES_CHECKS_PER_N2 * n * n,
-                             info)
-    stats.update(info)
-    stats["few_trees_s"] = time.perf_counter() - t
-    return None if classes is None else (lg, (classes, Packing.EXACT))
-
-
-#: the exact packer is tried only up to this many tree edges ``k·n·(n-1)``: it runs one
-#: max-flow per tree extension, and past a few hundred edges it never finishes within its
-#: budget (below), so trying it only spends that budget before the chain's next method
-#: (docs/allgather.md "Why the exact packer was a cliff")
-EXACT_PACK_MAX_EDGES = 512
-
-#: the exact packer may take this many times what the fast packers took, at least
-#: :data:`EXACT_PACK_FLOOR_S`; past it ForestColl declines and the chain's next method
-#: (the general method) solves the fabric
-EXACT_PACK_SHARE = 2.0
-EXACT_PACK_FLOOR_S = 0.5
-
-
-def _pack_exact(lg: LogicalGraph, k: int, spent: float) -> list[TreeClass]:
-    """Lovász's exact packing (:mod:`.packing.exact_packing`) as a stage of
-    ``max(EXACT_PACK_FLOOR_S, EXACT_PACK_SHARE x spent)`` seconds: one max-flow per tree
-    extension takes minutes on some fabrics (an 8-leaf leaf-spine) where the general
-    method takes a fraction of a second, so past its budget it raises
-    :class:`SolveError` and the method chain moves on."""
-    budget = max(EXACT_PACK_FLOOR_S, EXACT_PACK_SHARE * spent)
-    classes, declined = anytime.stage(
-        budget, lambda: exact_pack(lg.num_gpus, lg.tail, lg.head, lg.units, k))
-    if declined:
-        raise SolveError(f"the exact tree packing passed its budget of {budget:.2g} s")
-    return classes
+def _few_trees(split: SplitGraph, rank_of: np.ndarray, k: int, stats: dict[str, Any],
+               lg: LogicalGraph, kind: SplitKind
+               ) -> tuple[LogicalGraph, SplitKind, tuple[list[TreeClass], Packing] | None]:
+    """The few-trees packing on the exact split (:func:`.packing.few_trees.
+    few_trees_on_exact_split`) where the fast packers got stuck on a graph that admits
+    ``k``: its logical graph and packing, or ``lg``, ``kind`` and ``None``."""
+    anytime.check("Phase 3: before the few-trees packing")
+    found = few_trees_on_exact_split(split, rank_of, k, stats)
+    if found is None:
+        return lg, kind, None
+    return found[0], SplitKind.EXACT, (found[1], Packing.EXACT)
 
 
 #: from this many trees per root :func:`pack` runs the rooted cut test before the repair
@@ -405,11 +360,8 @@ def pack(split: SplitGraph, rank_of: np.ndarray, k: int, guides: dict[int, np.nd
             anytime.check("Phase 3: before the repair packing of the guarded split")
             found = _pack_repair(lg, k, stats, shapes, sized=sized, plain=not late_plain)
     if found is None and admits and late_plain:
-        anytime.check("Phase 3: before the few-trees packing")
-        exact = _pack_few_trees(split, rank_of, k, stats)
-        if exact is not None:
-            (lg, found), kind = exact, SplitKind.EXACT
-        else:
+        lg, kind, found = _few_trees(split, rank_of, k, stats, lg, kind)
+        if found is None:
             plain = plain_pack(lg.num_gpus, lg.tail, lg.head, lg.units, k, shapes, stats)
             found = None if plain is None else (plain, Packing.REPAIR)
     if found is None and admits and lg.num_gpus < RAIL_FIRST_MIN_RANKS:
@@ -420,10 +372,7 @@ def pack(split: SplitGraph, rank_of: np.ndarray, k: int, guides: dict[int, np.nd
         anytime.check("Phase 3: before the greedy packing")
         found = _pack_greedy(lg, k, guides)
     if found is None and admits and not late_plain:
-        anytime.check("Phase 3: before the few-trees packing")
-        exact = _pack_few_trees(split, rank_of, k, stats)
-        if exact is not None:
-            (lg, found), kind = exact, SplitKind.EXACT
+        lg, kind, found = _few_trees(split, rank_of, k, stats, lg, kind)
     if found is None and not admits:
         anytime.check("Phase 2: before the exact split")
         t2 = time.perf_counter()
@@ -441,7 +390,8 @@ def pack(split: SplitGraph, rank_of: np.ndarray, k: int, guides: dict[int, np.nd
                          f"tree packing of {edges} tree edges (one max-flow each) is out of "
                          f"reach (more than {EXACT_PACK_MAX_EDGES})")
     if found is None:
-        found = _pack_exact(lg, k, time.perf_counter() - t), Packing.EXACT
+        found = exact_pack_stage(lg.num_gpus, lg.tail, lg.head, lg.units, k,
+                                 time.perf_counter() - t), Packing.EXACT
     stats["phase3_s"] = time.perf_counter() - t
     packed = Packed(lg, found[0], k, kind, found[1])
     packed.record(stats)
