@@ -23,7 +23,7 @@ from mccl_opt.schedule import Schedule
 from mccl_opt.topology import Topology
 from ..budget import CutBounds, choose_trees, exact_k
 from .packing.exact_packing import EXACT_PACK_MAX_EDGES, exact_pack_stage
-from .packing.few_trees import few_trees_on_exact_split
+from .packing.few_trees import FEW_TREES_CHEAP_ENTRIES, few_trees_on_exact_split
 from ..fabric import fabric_of
 from .packing.growth_order import RAIL_FIRST_MIN_RANKS
 from .packing.repair import repair_pack
@@ -325,13 +325,15 @@ TEST_FIRST_K = 64
 
 
 def pack(split: SplitGraph, rank_of: np.ndarray, k: int, guides: dict[int, np.ndarray],
-         stats: dict[str, Any], shapes: Shapes | None = None, sized: bool = False) -> Packed:
+         stats: dict[str, Any], shapes: Shapes | None = None, sized: bool = False,
+         fewer_chunks: bool = False) -> Packed:
     """Phases 2+3: spread split + fast packing; when the spread split broke the cut
     condition, the spread split with guarded pairings (:mod:`.removal.guarded_spread`), then
     exact splitting, and exact packing as the last fallback on at most
     :data:`EXACT_PACK_MAX_EDGES` tree edges (beyond: :class:`SolveError`, the chain's
     next method solves the fabric).  ``sized``: a warm stage's packing, its repair
-    searches sized to the stage's time left (:func:`_pack_repair`)."""
+    searches sized to the stage's time left (:func:`_pack_repair`).  ``fewer_chunks``: a
+    chunk budget (fewer chunks follow a failure), few-trees only to ``FEW_TREES_CHEAP_ENTRIES``."""
     progress.update("AllGather phase 2: switch removal")
     t = time.perf_counter()
     lg = spread_logical(split, rank_of)
@@ -342,9 +344,9 @@ def pack(split: SplitGraph, rank_of: np.ndarray, k: int, guides: dict[int, np.nd
     # Phase 3 and the mapping take about as long as Phase 2 or longer (HPN 1024 GPUs:
     # 0.46 vs 0.51 s; 2048: 1.1 vs 0.76 s)
     anytime.check_room("Phase 3: before the repair packing", stats["phase2_s"])
-    # from SCALED_MIN_K trees per root and PLAIN_FIRST_ENTRIES entries the plain repair
-    # packing comes last and may search for seconds: the exact one is tried before it
+    # the plain repair packing may search for seconds there: the few-trees one goes first
     late_plain = k >= SCALED_MIN_K and k * lg.num_gpus ** 2 > PLAIN_FIRST_ENTRIES
+    few = not fewer_chunks or k * lg.num_gpus ** 2 <= FEW_TREES_CHEAP_ENTRIES
     if k > TEST_FIRST_K and not lg.admits(k):     # no packing can complete: skip it
         found, admits = None, False
     else:
@@ -359,11 +361,11 @@ def pack(split: SplitGraph, rank_of: np.ndarray, k: int, guides: dict[int, np.nd
             lg, kind, admits = guarded, SplitKind.GUARDED, True
             anytime.check("Phase 3: before the repair packing of the guarded split")
             found = _pack_repair(lg, k, stats, shapes, sized=sized, plain=not late_plain)
-    if found is None and admits and late_plain:
+    if found is None and admits and late_plain and few:
         lg, kind, found = _few_trees(split, rank_of, k, stats, lg, kind)
-        if found is None:
-            plain = plain_pack(lg.num_gpus, lg.tail, lg.head, lg.units, k, shapes, stats)
-            found = None if plain is None else (plain, Packing.REPAIR)
+    if found is None and admits and late_plain:
+        plain = plain_pack(lg.num_gpus, lg.tail, lg.head, lg.units, k, shapes, stats)
+        found = None if plain is None else (plain, Packing.REPAIR)
     if found is None and admits and lg.num_gpus < RAIL_FIRST_MIN_RANKS:
         # small fabrics grow wide-then-narrow one vertex per turn; where that gets stuck
         # (leaf-spine: every NIC link narrow) the rail-first batched order may not
@@ -371,7 +373,7 @@ def pack(split: SplitGraph, rank_of: np.ndarray, k: int, guides: dict[int, np.nd
     if found is None:
         anytime.check("Phase 3: before the greedy packing")
         found = _pack_greedy(lg, k, guides)
-    if found is None and admits and not late_plain:
+    if found is None and admits and not late_plain and few:
         lg, kind, found = _few_trees(split, rank_of, k, stats, lg, kind)
     if found is None and not admits:
         anytime.check("Phase 2: before the exact split")
