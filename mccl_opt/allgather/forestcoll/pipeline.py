@@ -306,14 +306,14 @@ def _pack_greedy(lg: LogicalGraph, k: int, guides: dict[int, np.ndarray]
 def _few_trees(split: SplitGraph, rank_of: np.ndarray, k: int, stats: dict[str, Any],
                lg: LogicalGraph, kind: SplitKind
                ) -> tuple[LogicalGraph, SplitKind, tuple[list[TreeClass], Packing] | None]:
-    """The few-trees packing on the exact split (:func:`.packing.few_trees.
+    """The few-trees packing on ``lg`` or the exact split (:func:`.packing.few_trees.
     few_trees_on_exact_split`) where the fast packers got stuck on a graph that admits
-    ``k``: its logical graph and packing, or ``lg``, ``kind`` and ``None``."""
+    ``k``: the logical graph packed, its kind and packing, or ``lg``, ``kind``, ``None``."""
     anytime.check("Phase 3: before the few-trees packing")
-    found = few_trees_on_exact_split(split, rank_of, k, stats)
+    found = few_trees_on_exact_split(split, rank_of, k, stats, lg)
     if found is None:
         return lg, kind, None
-    return found[0], SplitKind.EXACT, (found[1], Packing.EXACT)
+    return found[0], kind if found[0] is lg else SplitKind.EXACT, (found[1], Packing.EXACT)
 
 
 #: from this many trees per root :func:`pack` runs the rooted cut test before the repair

@@ -191,22 +191,30 @@ def _pack(n: int, tail: np.ndarray, head: np.ndarray, units: np.ndarray, k: int,
 
 
 def few_trees_on_exact_split(split: SplitGraph, rank_of: np.ndarray, k: int,
-                             stats: dict[str, Any]
+                             stats: dict[str, Any], lg: LogicalGraph
                              ) -> tuple[LogicalGraph, list[TreeClass]] | None:
-    """The exact split's logical graph of ``split`` (left as it is) and its few-trees
-    packing, within ``FEW_TREES_CHECKS_PER_N2 · n²`` max-flows; ``None`` when the split or
-    the packing does not complete.  The exact split, not the spread one: its few wide
-    links keep the classes few (leaf-spine 4x2x8 with a spine cable at 80 Gbps, 7 trees
-    per root: 92 classes, 7 233 max-flows, 0.13 s, where the spread split's 1 976 thin
-    links need 394 classes and 27 511 max-flows, 1.2-2.7 s).  ``stats``:
-    ``few_trees_checks``, ``few_trees_s``."""
+    """A few-trees packing of ``k`` trees per root: first on ``lg`` (the spread or guarded
+    split) when ``k·n²`` is at most :data:`FEW_TREES_CHEAP_ENTRIES`, within ``2·n²``
+    max-flows (one tree per root: ``n`` classes, ~``n²`` max-flows; leaf-spine 8x2x4 with 4
+    spines, guarded split: 4 459, 0.09 s), then on the exact split's logical graph of
+    ``split`` (left as it is) within ``FEW_TREES_CHECKS_PER_N2 · n²``; that graph and its
+    packing, or ``None``.  The exact split for many trees per root: its few wide links keep
+    the classes few (leaf-spine 4x2x8 with a spine cable at 80 Gbps, 7 trees per root: 92
+    classes, 7 233 max-flows, 0.13 s, where the spread split's 1 976 thin links need 394
+    classes and 27 511 max-flows, 1.2-2.7 s).  ``stats``: ``few_trees_checks``,
+    ``few_trees_s``."""
     t = time.perf_counter()
-    g = split.copy()
-    if not split_all(g):
-        return None
-    lg = LogicalGraph.from_split(g, rank_of)
     n = lg.num_gpus
-    classes = few_trees_pack(n, lg.tail, lg.head, lg.units, k, FEW_TREES_CHECKS_PER_N2 * n * n,
-                             stats)
+    found = None
+    if k * n * n <= FEW_TREES_CHEAP_ENTRIES:
+        classes = few_trees_pack(n, lg.tail, lg.head, lg.units, k, 2 * n * n, stats)
+        found = None if classes is None else (lg, classes)
+    if found is None:
+        g = split.copy()
+        if split_all(g):
+            exact = LogicalGraph.from_split(g, rank_of)
+            classes = few_trees_pack(n, exact.tail, exact.head, exact.units, k,
+                                     FEW_TREES_CHECKS_PER_N2 * n * n, stats)
+            found = None if classes is None else (exact, classes)
     stats["few_trees_s"] = time.perf_counter() - t
-    return None if classes is None else (lg, classes)
+    return found
