@@ -23,7 +23,7 @@ from mccl_opt.schedule import Schedule
 from mccl_opt.topology import Topology
 from ..budget import CutBounds, choose_trees, exact_k
 from .packing.exact_packing import EXACT_PACK_MAX_EDGES, exact_pack_stage
-from .packing.few_trees import FEW_TREES_CHEAP_ENTRIES, few_trees_on_exact_split
+from .packing.few_trees import FEW_TREES_CHEAP_ENTRIES, few_trees_on_splits
 from ..fabric import fabric_of
 from .packing.growth_order import RAIL_FIRST_MIN_RANKS
 from .packing.repair import repair_pack
@@ -307,10 +307,10 @@ def _few_trees(split: SplitGraph, rank_of: np.ndarray, k: int, stats: dict[str, 
                lg: LogicalGraph, kind: SplitKind
                ) -> tuple[LogicalGraph, SplitKind, tuple[list[TreeClass], Packing] | None]:
     """The few-trees packing on ``lg`` or the exact split (:func:`.packing.few_trees.
-    few_trees_on_exact_split`) where the fast packers got stuck on a graph that admits
-    ``k``: the logical graph packed, its kind and packing, or ``lg``, ``kind``, ``None``."""
+    few_trees_on_splits`) where the fast packers got stuck on a graph that admits ``k``:
+    the logical graph packed, its kind and packing, or ``lg``, ``kind``, ``None``."""
     anytime.check("Phase 3: before the few-trees packing")
-    found = few_trees_on_exact_split(split, rank_of, k, stats, lg)
+    found = few_trees_on_splits(split, rank_of, k, stats, lg)
     if found is None:
         return lg, kind, None
     return found[0], kind if found[0] is lg else SplitKind.EXACT, (found[1], Packing.EXACT)

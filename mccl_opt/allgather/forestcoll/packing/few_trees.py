@@ -9,38 +9,43 @@ augmenting chain only moves the link into one vertex, never which vertex of a ho
 tree enters.  Lovász's growth is exact there, but :mod:`.exact_packing` builds a network
 with a node per class and its members for every extension (18 s at 64 GPUs).
 
-Here the trees grow one after another, so while tree ``j`` grows every other unfinished
-tree is still its root alone: the rooted condition of the partial packing,
-``units(δ⁻(S)) >= #{unstarted trees with root outside S}`` for every GPU set ``S``
-(finished trees meet every ``S``), reduces to a max-flow on the logical graph itself
-with ``s -> r`` of capacity the unstarted trees at ``r``.  Tree ``j`` may take a link
-``u -> v`` with a free unit iff no set ``S ∋ v``, ``u ∉ S`` is tight, i.e. iff the
-max-flow from ``{s, u}`` to ``v`` reaches ``P + 1`` (``P`` unstarted trees); a set that
-meets ``R_j`` never is tight and one that is stays tight while ``j`` grows, so every
-failed check's sink side rules out all links entering it for the rest of ``j``'s growth.
-One small max-flow per tree edge: ``k·n·(n-1)`` of them, hence :data:`FEW_TREES_MAX_ENTRIES`.
+Here the trees grow as *classes* (a root's partial arborescence with a multiplicity), one
+class after another, so while class ``j`` grows every other class is finished (it meets
+every GPU set) or unstarted (its root alone): the rooted condition of the partial
+packing, ``units(δ⁻(S)) >= #{unstarted trees with root outside S}`` for every GPU set
+``S``, reduces to a max-flow on the logical graph itself with ``s -> r`` of capacity the
+unstarted trees at ``r``.  ``a`` copies of class ``j`` may take a link ``u -> v`` iff no
+set ``S ∋ v``, ``u ∉ S`` has slack below ``a``, i.e. iff the max-flow from ``{s, u}`` to
+``v`` reaches ``P + a`` (``P`` unstarted trees).  Where only ``a < mult`` copies fit, the
+other copies give their links back and return to the unstarted trees of their root
+(ForestColl would split them off as a second partial class, which needs a node per
+class in the network); that never breaks the condition, as each such copy crossed every
+set it met.  A set that does not meet ``R_j`` always has slack ``>= mult``, and a tight
+one stays tight while ``j`` grows, so every failed check's sink side rules out all links
+into it for the rest of ``j``'s growth (until copies are given back).  One small
+max-flow per class edge tried, hence a budget of max-flows.
 """
 
 from __future__ import annotations
 
-import numpy as np
-from numba import njit
-
 import time
 from typing import Any
+
+import numpy as np
+from numba import njit
 
 from ..maxflow import INF, FlowNetwork, _bfs_levels, _dinic
 from ..removal.splitting import LogicalGraph, SplitGraph, split_all
 from .trees import TreeClass
 
-__all__ = ["few_trees_pack", "few_trees_on_exact_split", "FEW_TREES_MAX_CHECKS",
+__all__ = ["few_trees_pack", "few_trees_on_splits", "FEW_TREES_MAX_CHECKS",
            "FEW_TREES_CHECKS_PER_N2", "FEW_TREES_CHEAP_ENTRIES"]
 
 #: max-flows (one per class edge tried) before the packing gives up: ~27 µs each at 64
 #: GPUs on the 2-core machine, so ~0.3 s
 FEW_TREES_MAX_CHECKS = 10_000
 
-#: max-flows :func:`few_trees_on_exact_split` may run per ``n²`` (GPUs squared): one per
+#: max-flows :func:`few_trees_on_splits` may run per ``n²`` (GPUs squared): one per
 #: class edge tried, ~30-60 µs each at 64 GPUs (2-core machine); leaf-spine 8x2x4 with 4
 #: spines (one tree per root) needs ~5 100, leaf-spine 4x2x8 with one NIC at 360 Gbps one
 #: way (its balanced restriction: 583 trees per root, 182 classes) 13 469
@@ -147,19 +152,14 @@ def _grow_class(r, mult, n, m, l_head, out_start, out_arc, cap, unstarted, start
 
 
 def few_trees_pack(n: int, tail: np.ndarray, head: np.ndarray, units: np.ndarray, k: int,
-                   max_checks: int | None = None, info: dict[str, int] | None = None
+                   max_checks: int | None = None, info: dict[str, Any] | None = None
                    ) -> list[TreeClass] | None:
     """``k`` trees per root on the logical graph by the compiled Lovász growth (module
     doc), as tree classes; ``None`` when a class gets stuck (the graph fails the rooted
     cut condition for ``k``) or after ``max_checks`` max-flows (default
     :data:`FEW_TREES_MAX_CHECKS`; ``info["few_trees_checks"]``: how many ran).  Every link
     stays within its units by construction."""
-    classes = _pack(n, tail, head, units, k, max_checks, info if info is not None else {})
-    return classes
-
-
-def _pack(n: int, tail: np.ndarray, head: np.ndarray, units: np.ndarray, k: int,
-          max_checks: int | None, info: dict[str, int]) -> list[TreeClass] | None:
+    info = {} if info is None else info
     if n < 2:
         return None
     tail = np.asarray(tail, np.int64)
@@ -190,9 +190,8 @@ def _pack(n: int, tail: np.ndarray, head: np.ndarray, units: np.ndarray, k: int,
     return classes
 
 
-def few_trees_on_exact_split(split: SplitGraph, rank_of: np.ndarray, k: int,
-                             stats: dict[str, Any], lg: LogicalGraph
-                             ) -> tuple[LogicalGraph, list[TreeClass]] | None:
+def few_trees_on_splits(split: SplitGraph, rank_of: np.ndarray, k: int, stats: dict[str, Any],
+                        lg: LogicalGraph) -> tuple[LogicalGraph, list[TreeClass]] | None:
     """A few-trees packing of ``k`` trees per root: first on ``lg`` (the spread or guarded
     split) when ``k·n²`` is at most :data:`FEW_TREES_CHEAP_ENTRIES`, within ``2·n²``
     max-flows (one tree per root: ``n`` classes, ~``n²`` max-flows; leaf-spine 8x2x4 with 4
@@ -202,13 +201,14 @@ def few_trees_on_exact_split(split: SplitGraph, rank_of: np.ndarray, k: int,
     the classes few (leaf-spine 4x2x8 with a spine cable at 80 Gbps, 7 trees per root: 92
     classes, 7 233 max-flows, 0.13 s, where the spread split's 1 976 thin links need 394
     classes and 27 511 max-flows, 1.2-2.7 s).  ``stats``: ``few_trees_checks``,
-    ``few_trees_s``."""
+    ``few_trees_s`` (both attempts)."""
     t = time.perf_counter()
     n = lg.num_gpus
-    found = None
+    found, first = None, 0
     if k * n * n <= FEW_TREES_CHEAP_ENTRIES:
         classes = few_trees_pack(n, lg.tail, lg.head, lg.units, k, 2 * n * n, stats)
         found = None if classes is None else (lg, classes)
+        first = stats.get("few_trees_checks", 0)
     if found is None:
         g = split.copy()
         if split_all(g):
@@ -216,5 +216,6 @@ def few_trees_on_exact_split(split: SplitGraph, rank_of: np.ndarray, k: int,
             classes = few_trees_pack(n, exact.tail, exact.head, exact.units, k,
                                      FEW_TREES_CHECKS_PER_N2 * n * n, stats)
             found = None if classes is None else (exact, classes)
+            stats["few_trees_checks"] = stats.get("few_trees_checks", 0) + first
     stats["few_trees_s"] = time.perf_counter() - t
     return found
