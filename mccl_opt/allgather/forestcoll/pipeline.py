@@ -332,8 +332,8 @@ def pack(split: SplitGraph, rank_of: np.ndarray, k: int, guides: dict[int, np.nd
     exact splitting, and exact packing as the last fallback on at most
     :data:`EXACT_PACK_MAX_EDGES` tree edges (beyond: :class:`SolveError`, the chain's
     next method solves the fabric).  ``sized``: a warm stage's packing, its repair
-    searches sized to the stage's time left (:func:`_pack_repair`).  ``fewer_chunks``: a
-    chunk budget (fewer chunks follow a failure), few-trees only to ``FEW_TREES_CHEAP_ENTRIES``."""
+    searches sized to the stage's time left (:func:`_pack_repair`; no few-trees packing).
+    ``fewer_chunks`` (K): the few-trees packing only to ``FEW_TREES_CHEAP_ENTRIES``."""
     progress.update("AllGather phase 2: switch removal")
     t = time.perf_counter()
     lg = spread_logical(split, rank_of)
@@ -346,7 +346,7 @@ def pack(split: SplitGraph, rank_of: np.ndarray, k: int, guides: dict[int, np.nd
     anytime.check_room("Phase 3: before the repair packing", stats["phase2_s"])
     # the plain repair packing may search for seconds there: the few-trees one goes first
     late_plain = k >= SCALED_MIN_K and k * lg.num_gpus ** 2 > PLAIN_FIRST_ENTRIES
-    few = not fewer_chunks or k * lg.num_gpus ** 2 <= FEW_TREES_CHEAP_ENTRIES
+    few = not sized and (not fewer_chunks or k * lg.num_gpus ** 2 <= FEW_TREES_CHEAP_ENTRIES)
     if k > TEST_FIRST_K and not lg.admits(k):     # no packing can complete: skip it
         found, admits = None, False
     else:
