@@ -3,7 +3,7 @@
 docs/alltoall.md, "Time limits").
 
 ``python bench/bench_allgather_limits.py [--limits S ...] [--big] [--sizes N ...]
-[--collective allgather|alltoall|both] [--exact]``
+[--collective allgather|alltoall|both] [--exact]``; ``--suite issue25 [--only TEXT ...]``
 
 Per fabric: AllGather's first schedule's seconds and rate (:func:`mccl_opt.allgather.
 first.first_schedule`, cold), then ``solve_<collective>(..., time_limit=S)`` for every
@@ -13,17 +13,31 @@ Kernels are compiled first.  ``--big`` adds 1024-GPU fabrics; ``--sizes`` replac
 fabrics by HPN ``N/128 x 16 x 8`` and, for ``N <= 1024``, two segments of ``N/16``
 hosts sharing one aggregation switch; ``--exact`` solves at ``max_chunks=None``
 (default 10).
+
+``--suite issue25``: issue 25's matrix of AllGather limits (:data:`SUITE`), each case at
+its own chunk budgets and limits: HPN 4x16x8 / 2x32x8 with one NIC at a quarter speed
+one way at ``max_chunks=None`` (1, 3, 10 s), shared aggregation 2x16x8 / 2x64x8 at
+``K=10`` and ``None``, leaf-spine and SuperPOD at 128 GPUs (0.2 s), and shared
+aggregation 2x5x8 scrambled (node order and names, 0.5 s).  Per solve: the limit, wall
+and CPU seconds, numba kernels loaded or compiled inside the call (``kern``, s: not the
+solve's; ``mccl warmup`` loads them ahead), the overrun ratio ``(wall - kern) / (1.2 S +
+0.05)`` (over 1: past the issue's bound, marked ``!``; ``-`` for a solve without a
+limit, which a limit of ``none`` runs: the cold solve's own time), the status, the rate and its ratio to the best known rate
+(:data:`BEST_KNOWN`, docs/allgather.md; else the best rate of the run, marked ``~``).
+``--only`` keeps the cases whose name contains one of the texts.  The load average is
+printed before and after: on a shared machine compare CPU seconds.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import time
 from typing import Callable
 
 import mccl_opt as mo
 from instances import hpn
-from instances.aggregation import shared_aggregation
+from instances.aggregation import leaf_spine, scrambled, shared_aggregation, superpod
 from mccl_opt.allgather.canonical import canonical
 from mccl_opt.allgather.first import first_schedule
 
@@ -46,6 +60,25 @@ BIG: list[tuple[str, Callable[[], mo.Topology]]] = [
     ("sharedagg-2x64x8", lambda: shared_aggregation(2, 64, 8)),
 ]
 
+#: (name, fabric, chunk budgets, limits in s) of ``--suite issue25``
+SUITE: list[tuple[str, Callable[[], mo.Topology], list[int | None], list[float | None]]] = [
+    ("leafspine-8x2x8", lambda: leaf_spine(8, 2, 8), [10, None], [0.2]),
+    ("superpod-4x4x8", lambda: superpod(4, 4, 8), [10, None], [0.2]),
+    ("sharedagg-2x5x8-scrambled7", lambda: scrambled(shared_aggregation(2, 5, 8), 7),
+     [10, None], [0.5, None]),
+    ("sharedagg-2x16x8", lambda: shared_aggregation(2, 16, 8), [10, None], [0.5, 2.0, None]),
+    ("hpn-4x16x8-nic1way", lambda: _one_way_nic(hpn(4, 16, 8)), [None], [1.0, 3.0, 10.0]),
+    ("hpn-2x32x8-nic1way", lambda: _one_way_nic(hpn(2, 32, 8)), [None], [1.0, 3.0, 10.0]),
+    ("sharedagg-2x64x8", lambda: shared_aggregation(2, 64, 8), [10, None], [1.0, 5.0, 20.0, None]),
+]
+
+#: best known rates (Gbps) at ``max_chunks=None``, docs/allgather.md ("Above the tree
+#: limit", "Unbalanced fabrics at 512 GPUs"): the one-way NIC at 100 Gbps
+BEST_KNOWN: dict[tuple[str, int | None], float] = {
+    ("hpn-4x16x8-nic1way", None): 6.339905754,
+    ("hpn-2x32x8-nic1way", None): 6.339905754,
+}
+
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -56,7 +89,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--collective", choices=["allgather", "alltoall", "both"],
                     default="allgather")
     ap.add_argument("--exact", action="store_true")
+    ap.add_argument("--suite", choices=["issue25"], default=None)
+    ap.add_argument("--only", nargs="+", default=None, help="--suite: cases whose name has one")
     args = ap.parse_args(argv)
+    if args.suite:
+        return _suite(args.only)
     budget = None if args.exact else 10
     colls = ["allgather", "alltoall"] if args.collective == "both" else [args.collective]
     solvers = {"allgather": mo.solve_allgather, "alltoall": mo.solve_alltoall}
@@ -88,6 +125,45 @@ def main(argv: list[str] | None = None) -> int:
                       f"{_ended(s):>10} {str(s.stats.get('method', '-')):>24} "
                       f"{s.rate_gbps:>9.4g} {bound if bound is None else f'{bound:.4g}':>9}",
                       flush=True)
+    return 0
+
+
+def _suite(only: list[str] | None) -> int:
+    """``--suite issue25`` (module docstring): one row per case, chunk budget and limit."""
+    mo.solve_allgather(hpn(1, 2, 8), time_limit=5.0)              # compile the kernels
+    print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    print(f"{'fabric':28} {'GPUs':>5} {'K':>4} {'limit':>6} {'wall':>8} {'cpu':>8} "
+          f"{'kern':>6} {'over':>6} {'status':>10} {'method':>24} {'rate':>11} {'/best':>8} {'bound':>11}")
+    worst = 0.0
+    for name, make, budgets, limits in SUITE:
+        if only and not any(o in name for o in only):
+            continue
+        topo = make()
+        for k in budgets:
+            rows = []
+            for limit in limits:
+                t, c = time.perf_counter(), time.process_time()
+                s = mo.solve_allgather(topo, max_chunks=k, time_limit=limit)
+                wall, cpu = time.perf_counter() - t, time.process_time() - c
+                mo.validate(topo, s)
+                rows.append((limit, wall, cpu, s))
+            best = BEST_KNOWN.get((name, k))
+            mark = " " if best is not None else "~"
+            best = best or max(s.rate_gbps for *_, s in rows)
+            for limit, wall, cpu, s in rows:
+                kern = float(s.stats.get("kernel_load_s", 0.0))
+                over = None if limit is None else (wall - kern) / (1.2 * limit + 0.05)
+                worst = max(worst, over or 0.0)
+                bound = s.report.bound_gbps if s.report is not None else None
+                print(f"{name:28} {topo.num_gpus:>5} {str(k):>4} {str(limit):>6} {wall:>8.3f} "
+                      f"{cpu:>8.3f} {kern:>6.2f} "
+                      f"{'-' if over is None else f'{over:.2f}':>5}{'!' if (over or 0) > 1 else ' '} "
+                      f"{_ended(s):>10} "
+                      f"{str(s.stats.get('method', '-')):>24} {s.rate_gbps:>11.7g} "
+                      f"{s.rate_gbps / best:>7.4f}{mark} "
+                      f"{bound if bound is None else f'{bound:.7g}':>11}", flush=True)
+    print(f"worst overrun ratio: {worst:.2f}; load average after: "
+          f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     return 0
 
 

@@ -23,7 +23,11 @@ def resolve_topology(spec: str) -> Topology:
     from .hpn import hpn
     from .library import CATALOG
 
-    if Path(spec).exists() or spec.endswith((".json", ".gz")):
+    try:
+        is_file = Path(spec).exists()
+    except (OSError, ValueError):                # a name the file system refuses (too long, NUL)
+        is_file = False
+    if is_file or spec.endswith((".json", ".gz")):
         return Topology.load(spec)
     for inst in CATALOG:
         if inst.name == spec:
@@ -32,6 +36,6 @@ def resolve_topology(spec: str) -> Topology:
     if match:
         s, h, n = (int(g) for g in match.groups()[:3])
         return apply_failure(hpn(s, h, n), match.group(4))
-    raise TopologyError(f"{spec!r} is neither a topology file nor an instance name; give a "
+    raise TopologyError(f"{spec[:80]!r} is neither a topology file nor an instance name; give a "
                         "mccl-topology/1 file, a library name (e.g. hpn-1x2x8-fail2, dgx-8, "
                         "ring-8) or hpn-SxHxN[-fail1|-fail2|-fail3]")

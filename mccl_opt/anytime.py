@@ -15,7 +15,11 @@ offered yet, a :class:`~mccl_opt.errors.SolveError` saying so).  Without a limit
 sub-budget passes, the attempt is abandoned and the caller goes on with the next method,
 which is how a warm start that does not pay is detected early (docs/allgather.md,
 *Warm never slower than cold*); :func:`give_up` abandons it at once, where a step sized
-to the sub-budget's time left (:func:`time_left`) finds that it cannot finish within it.
+to the sub-budget's time left (:func:`time_left`) finds that it cannot finish within it;
+:func:`run_out` does the same for whichever limit is innermost, the solve's own included.
+A compiled step sizes its work by :func:`time_left` scaled by :func:`cpu_share`, the share
+of the wall-clock time this solve has had the CPU (a loaded machine runs it at a fraction
+of the kernels' measured rates).
 """
 
 from __future__ import annotations
@@ -30,7 +34,13 @@ from .errors import SolveError
 from .kernel_time import thread_kernel_seconds
 
 __all__ = ["Anytime", "TimeLimitReached", "limited", "check", "check_room", "offer",
-           "limit_left", "time_left", "give_up", "stage", "current"]
+           "limit_left", "time_left", "lp_time_limit", "give_up", "run_out", "cpu_share", "stage",
+           "current"]
+
+#: :func:`cpu_share` is 1 until the solve has run this long (too short to measure a share)
+_SHARE_AFTER_S = 0.02
+#: ... and never below this (a step is not sized to nothing by one stalled moment)
+_SHARE_MIN = 0.1
 
 T = TypeVar("T")
 
@@ -57,6 +67,8 @@ class Anytime:
     offers: int = 0
     kernels_from: float | None = None     # stage: numba compile/load time does not count
     _rate: float = field(default=float("-inf"), repr=False)
+    _began: tuple[float, float] = field(       # (wall, this thread's CPU) when it began
+        default_factory=lambda: (time.perf_counter(), time.thread_time()), repr=False)
 
     @property
     def is_stage(self) -> bool:
@@ -146,6 +158,43 @@ def time_left() -> float | None:
     work cap from it, so a warm stage stays within its allowance inside one call."""
     limit = _current.get()
     return None if limit is None else limit.remaining()
+
+
+def lp_time_limit() -> float | None:
+    """:func:`time_left` as an LP solver's own time limit (HiGHS' ``time_limit``; at
+    least 1 ms, solvers refuse 0): an LP solve is one call no :func:`check` reaches, so
+    the solver stops itself, and the caller :func:`run_out` s when it reports the limit."""
+    left = time_left()
+    return None if left is None else max(left, 1e-3)
+
+
+def cpu_share() -> float:
+    """The share of wall-clock time this thread has been on the CPU since the solve's own
+    limit began (1 without a limit or before :data:`_SHARE_AFTER_S`, at least
+    :data:`_SHARE_MIN`): a compiled step sized by rates measured on an idle core does
+    ``time_left() * cpu_share()`` seconds of them on a shared one."""
+    limit, outer = _current.get(), None
+    while limit is not None:
+        if not limit.is_stage:
+            outer = limit
+        limit = limit.parent
+    if outer is None:
+        return 1.0
+    wall = time.perf_counter() - outer._began[0]
+    if wall < _SHARE_AFTER_S:
+        return 1.0
+    return min(1.0, max(_SHARE_MIN, (time.thread_time() - outer._began[1]) / wall))
+
+
+def run_out(where: str) -> None:
+    """Stop the innermost limit now, whichever it is: a compiled step sized to its time
+    left (:func:`time_left`) cannot finish within it, so its result would come too late.
+    A :func:`stage` is abandoned (as :func:`give_up`); the solve's own limit returns the
+    best schedule offered so far.  A no-op without a limit."""
+    limit = _current.get()
+    if limit is not None:
+        limit.stopped_in = where
+        raise TimeLimitReached(where, limit)
 
 
 def give_up(where: str) -> None:

@@ -27,7 +27,7 @@ import os
 import stat
 import zlib
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from .errors import MCCLError
 
@@ -182,16 +182,20 @@ def refuse_shared(info: os.stat_result, path: str | Path, what: str, error: type
 
 
 def read_bounded(path: str | Path, error: type[MCCLError], what: str, limit: int = MAX_FILE_BYTES,
-                 private: bool = False) -> bytes:
+                 private: bool = False, *, check: Callable[[os.stat_result], None] | None = None,
+                 dir_fd: int | None = None) -> bytes:
     """The bytes of ``path``, which must be a regular file (after symlinks) of at most
     ``limit`` bytes: a FIFO, a device (``/dev/zero``), a socket or a folder is refused at
     once, without reading (opened non-blocking, so a FIFO cannot hang the open).
     ``private``: the file itself must be no symlink (opened with ``O_NOFOLLOW``) and the
     user's alone (:func:`refuse_shared`), checked on the open file, so the bytes read are
-    those of the file checked."""
+    those of the file checked.  ``check``: more checks of the open file's ``fstat`` (it
+    raises), run before a byte is read.  ``dir_fd``: ``path``'s last component is opened
+    in that open folder (the rest of ``path`` only names it in messages), so a folder
+    renamed or replaced since it was opened cannot redirect the read."""
     flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | (getattr(os, "O_NOFOLLOW", 0) if private else 0)
     try:
-        fd = os.open(path, flags)
+        fd = os.open(path, flags) if dir_fd is None else os.open(Path(path).name, flags, dir_fd=dir_fd)
     except OSError as exc:
         if private and exc.errno == errno.ELOOP:
             raise error(f"{what} file {str(path)!r} is a symlink; give the file itself "
@@ -205,6 +209,8 @@ def read_bounded(path: str | Path, error: type[MCCLError], what: str, limit: int
     with os.fdopen(fd, "rb") as f:
         if private:
             refuse_shared(info, path, f"{what} file", error)
+        if check is not None:
+            check(info)
         if info.st_size > limit:
             raise error(f"{what} file {str(path)!r} has {info.st_size} bytes; at most {limit} are read")
         try:
@@ -362,14 +368,23 @@ def write_json(path: str | Path, obj: Any) -> None:
 
 
 def check_output_path(path: str | None, option: str) -> None:
-    """Refuse an output file whose folder is missing or not writable, naming the
-    command-line ``option`` that gave it (``None``: no output)."""
+    """Refuse an output file whose folder is missing or not writable, or that is a FIFO,
+    a socket or a block device (opening a FIFO to write blocks until a reader comes:
+    the command hung after its work), naming the command-line ``option`` that gave it
+    (``None``: no output).  A character device (``/dev/null``) is taken."""
     if path is None:
         return
     p = Path(path)
     folder = p.parent if str(p.parent) else Path(".")
     if p.is_dir():
         raise MCCLError(f"{option} {path!r} is a folder; give a file name")
+    try:
+        mode = os.stat(p).st_mode
+    except (OSError, ValueError):
+        mode = 0
+    if stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode) or stat.S_ISBLK(mode):
+        raise MCCLError(f"{option} {path!r} is a FIFO, socket or block device, not a file (writing to a FIFO "
+                        "waits for a reader); give a file name")
     if not folder.is_dir():
         raise MCCLError(f"{option} {path!r}: the folder {str(folder)!r} does not exist")
     if not os.access(folder, os.W_OK) or (p.exists() and not os.access(p, os.W_OK)):

@@ -376,19 +376,19 @@ def load_key(path: str | Path) -> bytes:
     """Read a shared key file (at least 16 bytes after stripping whitespace) that only
     its owner can read (a key readable by group or others is refused), the owner being
     this user (another user, even one whose file root may read, could rewrite the key
-    and then forge any message)."""
-    try:
-        info = os.stat(path)
-    except OSError as exc:
-        raise MCCLError(f"cannot read key file {str(path)!r}: {exc.strerror}") from None
-    mode = info.st_mode
-    key = read_bounded(path, MCCLError, "key", MAX_KEY_FILE_BYTES).strip()
-    if os.name == "posix" and info.st_uid != os.geteuid():
-        raise MCCLError(f"key file {str(path)!r} belongs to user id {info.st_uid}, not this user "
-                        f"({os.geteuid()}); use a key file of your own (`chmod 600`)")
-    if os.name == "posix" and mode & 0o077:
-        raise MCCLError(f"key file {str(path)!r} is readable by group or others (mode {mode & 0o777:o}); "
-                        f"run `chmod 600 {path}`")
+    and then forge any message).  The file is opened once and checked on the open file
+    (``fstat``: a regular file, owner, mode, size), then read from it, so a file swapped
+    in between the check and the read cannot be taken.  A symlink is followed on purpose
+    (a mounted secret is often one): what is checked is the file it names."""
+    def private(info: os.stat_result) -> None:
+        if os.name == "posix" and info.st_uid != os.geteuid():
+            raise MCCLError(f"key file {str(path)!r} belongs to user id {info.st_uid}, not this user "
+                            f"({os.geteuid()}); use a key file of your own (`chmod 600`)")
+        if os.name == "posix" and info.st_mode & 0o077:
+            raise MCCLError(f"key file {str(path)!r} is readable by group or others (mode "
+                            f"{info.st_mode & 0o777:o}); run `chmod 600 {path}`")
+
+    key = read_bounded(path, MCCLError, "key", MAX_KEY_FILE_BYTES, check=private).strip()
     if len(key) < MIN_KEY_BYTES:
         raise MCCLError(f"key file {str(path)!r} holds {len(key)} bytes; use at least {MIN_KEY_BYTES} "
                         "(e.g. `head -c 32 /dev/urandom | base64 > key`)")

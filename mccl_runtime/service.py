@@ -51,6 +51,7 @@ from .durability import DurableState
 from .endpoints import ephemeral, is_loopback
 from .manager import Event, Policy, ScheduleManager, Synthesizer
 from .pool import SynthesisPool
+from .quota import MAX_REGISTRATIONS_PER_MIN, RegistrationBudget
 from .gate import MAX_ERROR_CHARS, RequestGate, telemetry_samples
 from .protocol import (MAX_REQUEST_BYTES, REPLAY_WINDOW_S, SCHEDULE_TOPIC, Message,
                        ProtocolError, brief, encode)
@@ -84,7 +85,8 @@ class ControllerService:
                  allow_remote: bool = False, persist_interval_s: float = 1.0, clock: Callable[[], float] = time.time,
                  replay_window_s: float = REPLAY_WINDOW_S, max_collectives: int = MAX_COLLECTIVES,
                  max_client_collectives: int = MAX_CLIENT_COLLECTIVES, max_request_bytes: int = MAX_REQUEST_BYTES, pool: SynthesisPool | None = None,
-                 hold_window_s: float = HOLD_WINDOW_S) -> None:
+                 hold_window_s: float = HOLD_WINDOW_S,
+                 max_registrations_per_min: int = MAX_REGISTRATIONS_PER_MIN) -> None:
         if pub_bind is None:
             pub_bind = bind.rsplit(":", 1)[0] + ":*" if bind.startswith("tcp://") else bind + "-pub"
         if allow_remote and not key:
@@ -101,14 +103,14 @@ class ControllerService:
         self._pub_seq = 0
         self.clock = clock
         self.state_path = Path(state_path) if state_path else None
-        if self.state_path:
-            check_state_folder(self.state_path)
-        self.writer = StateWriter(self.state_path, topo) if self.state_path else None
+        self.folder = check_state_folder(self.state_path) if self.state_path else None   # held open
+        self.writer = StateWriter(self.state_path, topo, self.folder) if self.state_path else None
         self.durable = DurableState(self.writer)
         self.final_write_ok: bool | None = None    # after serve_forever: the last write's outcome
         self.persist_interval_s = persist_interval_s
         self.max_collectives, self.max_client_collectives = max_collectives, max_client_collectives
         self._owners: dict[tuple[str, str], str] = {}     # collective -> the client that registered it
+        self.budget = RegistrationBudget(max_registrations_per_min)   # all register requests together
         self.max_request_bytes = max_request_bytes
         self.store = MeasurementStore(topo, alpha=alpha, estimator=estimator, clock=clock)
         self.manager = ScheduleManager(self.store, synthesize, policy, pool=pool)   # pool: jobs in processes
@@ -135,13 +137,14 @@ class ControllerService:
         if self.state_path is None:
             return
         try:
-            for tmp in remove_temporaries(self.state_path):
+            for tmp in remove_temporaries(self.state_path, self.folder):
                 log.warning("removed %s, left by a write that did not finish", tmp)
         except OSError as exc:                     # a read-only disk: the first write will say so
             log.warning("cannot remove a temporary file next to %s: %s", self.state_path, exc.strerror)
         state = load_state(self.state_path, self.store.topo, now=self.clock(),
                            max_ratio=self.store.max_ratio,
-                           future_tolerance_s=self.store.future_tolerance_s, max_collectives=self.max_collectives)
+                           future_tolerance_s=self.store.future_tolerance_s, max_collectives=self.max_collectives,
+                           folder=self.folder)
         if state is None:
             return
         self.store.restore(state["telemetry"])
@@ -310,8 +313,9 @@ class ControllerService:
             samples = telemetry_samples(b)
             return "ok", self._ingested(len(samples), self.store.ingest(samples, now).to_dict(), now)
         if msg.type == "register":
-            return "ok", {"registered": self.register(_field(b, "comm"), _field(b, "name"), _field(b, "kind"), now,
-                                                      self._members(b.get("gpus")), client=msg.client)}
+            names = self.register(_field(b, "comm"), _field(b, "name"), _field(b, "kind"), now,
+                                  self._members(b.get("gpus")), client=msg.client, budget=self.budget)
+            return "ok", {"registered": names}
         if msg.type == "get_schedule":
             coll = self.manager.get(_field(b, "comm"), _field(b, "name"))
             version, schedule = self.durable.served(coll)      # the version on disk
@@ -349,12 +353,13 @@ class ControllerService:
         return gpus
 
     def register(self, comm: str, name: str, kind: str, now: float, gpus: list[str] | None = None, *,
-                 client: str | None = None) -> list[str]:
+                 client: str | None = None, budget: RegistrationBudget | None = None) -> list[str]:
         """Register all of a collective or nothing (an AllReduce is two entries), within
-        the cap and ``client``'s quota (a signed request's sender; collectives restored
-        from the state count for no client); written at the end of the loop turn (a
-        request's reply waits for it).  ``gpus``: the communicator's members
-        (:meth:`ScheduleManager.register`)."""
+        the cap, ``client``'s quota (a signed request's sender; collectives restored
+        from the state count for no client) and ``budget`` (a protocol request's: new
+        collectives a minute, all senders together, :mod:`.quota`); written at the end
+        of the loop turn (a request's reply waits for it).  ``gpus``: the communicator's
+        members (:meth:`ScheduleManager.register`)."""
         for label, v in (("comm", comm), ("name", name)):
             if name_problem(v):
                 raise ProtocolError("bad_body", f"{label} {name_problem(v)}")
@@ -375,7 +380,12 @@ class ControllerService:
                 raise MCCLError(f"this client already registered {mine} collectives (at most "
                                 f"{self.max_client_collectives} per client, of {self.max_collectives}; an AllReduce "
                                 "counts two): register fewer, or run another controller")
+        if budget is not None and (wait := budget.wait_s(len(names))) > 0:
+            raise MCCLError(f"the controller takes at most {budget.per_min} new collectives a minute from all "
+                            f"clients together (a bound no client id widens); retry in {min(wait, 60.0):.1f} s")
         colls = self.manager.register(comm, name, kind, now=now, gpus=gpus)
+        if budget is not None:
+            budget.take(len(colls))
         self._owners.update((c.key, client) for c in colls if client is not None)
         members = "" if colls[0].gpus is None else f" over {len(colls[0].gpus)} GPUs"
         log.info("registered %s/%s (%s%s); synthesizing the first schedule", comm, name, kind, members)

@@ -14,6 +14,7 @@ from instances import hpn
 from mccl_opt.allgather import solve
 from mccl_opt.allgather.budget import EXACT_TREES_LIMIT
 from mccl_opt.allgather.chain import weaker_directions
+from mccl_opt.allgather.forestcoll import sized
 from mccl_opt.allgather.forestcoll.packing import scaled
 from mccl_opt.allgather.forestcoll.removal.cut_guard import violated_set
 from tests.oracle_allgather import check_schedule, cut_bound
@@ -123,13 +124,13 @@ def test_repair_packings_inside_the_scaled_one_see_at_most_k_n_units(monkeypatch
     # at 2.9 M trees per root the last residual keeps millions of units on links no tight
     # cut needs; each repair packing gets them capped at its k·n unit trees
     seen: list[tuple[int, int, int]] = []
-    real = scaled.repair_pack
+    real = sized.repair_pack                    # every repair packing runs sized
 
     def spy(n, tail, head, units, k, *args, **kwargs):
         seen.append((n, k, int(units.max())))
         return real(n, tail, head, units, k, *args, **kwargs)
 
-    monkeypatch.setattr(scaled, "repair_pack", spy)
+    monkeypatch.setattr(sized, "repair_pack", spy)
     topo = _nic_degraded((1, 2, 8), 0.3137)
     sched = mo.solve_allgather(topo, max_chunks=None)
     assert sched.stats["scaled"] > 1 and len(seen) > 2

@@ -319,6 +319,20 @@ def test_iteration_limit(backend, method):
     check_dual_certificate(lp, full)
 
 
+def test_a_time_limit_counts_from_the_solve_it_is_given_to(backend):
+    """A model solved many times (column generation) and then given a limit longer than
+    its next solve needs finishes that solve: HiGHS before 2.0 compared the limit with the
+    run time of all its solves so far and stopped at once."""
+    big = random_lp(5, m=300, n=600)
+    spent = 0.0
+    while spent < 0.3:                                # solves totalling 0.3 s of run time
+        backend.load(big)
+        spent += backend.solve(method="dual").seconds
+    backend.load(max_case())
+    sol = backend.solve(time_limit=0.25)              # far more than this 4x4 LP needs
+    assert sol.status is SolveStatus.OPTIMAL and sol.objective == pytest.approx(10.5)
+
+
 def test_infeasible_and_unbounded(backend):
     infeasible = lp_of([1, 1], [[1, 0], [1, 1]], [5, -INF], [INF, 3])
     backend.load(infeasible)

@@ -24,10 +24,10 @@ class Disk:
         self.broken = False
         real = state_module._write_atomic
 
-        def write(path, data):
+        def write(path, data, *where):
             if self.broken:
                 raise OSError(errno.ENOSPC, "No space left on device", str(path))
-            real(path, data)
+            real(path, data, *where)
 
         monkeypatch.setattr(state_module, "_write_atomic", write)
 

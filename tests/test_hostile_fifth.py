@@ -353,10 +353,10 @@ def test_a_folder_sync_failing_after_the_rename_leaves_the_previous_state(tmp_pa
     state = tmp_path / "state.json"
     real, broken = state_module._sync_dir, [False]
 
-    def sync(folder):
+    def sync(folder, *fd):
         if broken[0] and folder == state.parent:
             raise OSError(errno.EIO, "Input/output error", str(folder))
-        real(folder)
+        real(folder, *fd)
 
     monkeypatch.setattr(state_module, "_sync_dir", sync)
     with Server(state_path=state) as svc, ControllerClient(svc.endpoint, timeout_s=5.0) as cli:

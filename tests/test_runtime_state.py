@@ -29,6 +29,7 @@ def _good_state(tmp_path: Path) -> dict:
     """A real state with its schedules inline: a registered AllGather and AllReduce,
     given while a cable is degraded."""
     from mccl_runtime.state import _inline_versions
+    from mccl_runtime.state_folder import StateFolder
     from tests.test_runtime_manager import bfs_allgather
 
     path = tmp_path / "good.json"
@@ -40,7 +41,8 @@ def _good_state(tmp_path: Path) -> dict:
     svc.persist()
     svc.manager.close()
     state = json.loads(path.read_text())
-    _inline_versions(state, path)              # schedules inline, as format 1 keeps them
+    with StateFolder(path).versions() as vfd:
+        _inline_versions(state, path, vfd)     # schedules inline, as format 1 keeps them
     return state
 
 

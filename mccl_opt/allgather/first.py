@@ -122,9 +122,12 @@ def _room_for_both(topo: Topology) -> bool:
     """Whether the solve's time limit leaves room for the shortest-path trees as well
     (:data:`SPT_SECONDS_PER_PAIR` per GPU pair, a high estimate): on fabrics whose GPUs
     are cabled to each other (a mesh, a torus or ring of hosts) they are far better
-    than the line (a 70-GPU mesh: 100 vs 1.45 Gbps)."""
+    than the line (a 70-GPU mesh: 100 vs 1.45 Gbps).  The time left is scaled by the CPU
+    share the solve gets (:func:`mccl_opt.anytime.cpu_share`, measured over the line just
+    built): at load 10, 512 GPUs and a 1 s limit the trees took 1.3 s wall."""
     left = anytime.limit_left()
-    return left is not None and left >= SPT_SECONDS_PER_PAIR * topo.num_gpus ** 2
+    return left is not None and \
+        left * anytime.cpu_share() >= SPT_SECONDS_PER_PAIR * topo.num_gpus ** 2
 
 
 def _cheapest_trees(topo: Topology, max_chunks: int | None

@@ -336,7 +336,7 @@ def _pack(run: Run, route: WarmRoute, balanced: Any, trail: Trail) -> Any:
         return cold()
     return route.attempt("the packing seeded with the previous trees", Method.FORESTCOLL,
                          lambda _: pack(balanced.split, arr.rank_of, balanced.k, run.guides,
-                                        run.stats, run.shapes, sized=True,
+                                        run.stats, run.shapes,
                                         fewer_chunks=run.max_chunks is not None),
                          cold, trail.attempts)
 

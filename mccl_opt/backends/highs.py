@@ -201,7 +201,11 @@ class HighsBackend(Backend):
 
     def _run(self, time_limit: float | None, *, mip: bool) -> LPSolution:
         h = self._h
-        h.setOptionValue("time_limit", float("inf") if time_limit is None else float(time_limit))
+        # HiGHS before 2.0 compares ``time_limit`` with the run time of every run() of this
+        # object so far (ERGO-Code/HiGHS issues 1331, 1477): a column generation's later
+        # solves would stop at once, so the limit is counted from this run on
+        h.setOptionValue("time_limit", float("inf") if time_limit is None
+                         else h.getRunTime() + float(time_limit))
         t0 = time.perf_counter()
         run_status = h.run()
         status = self._model_status()

@@ -148,7 +148,7 @@ def _named_fabric(args: argparse.Namespace, topo, warm):
         except MCCLError:
             found = None
     if found is None or gpu_mismatch(found, warm):
-        raise ScheduleError(f"--warm {args.warm} was solved for topology {warm.topology!r}, not {topo.name!r}, "
+        raise ScheduleError(f"--warm {args.warm} was solved for topology {warm.topology[:80]!r}, not {topo.name!r}, "
                             f"and that fabric is neither in {args.topology}'s degrade record (mccl topo degrade "
                             f"writes one) nor a library name; pass --warm-topology with it (a file, a library "
                             f"name or hpn-SxHxN[-failK]) so its warm state can be rebuilt on it")

@@ -26,7 +26,6 @@ from .packing.exact_packing import EXACT_PACK_MAX_EDGES, exact_pack_stage
 from .packing.few_trees import FEW_TREES_CHEAP_ENTRIES, few_trees_on_splits
 from ..fabric import fabric_of
 from .packing.growth_order import RAIL_FIRST_MIN_RANKS
-from .packing.repair import repair_pack
 from .packing.scaled import PLAIN_FIRST_ENTRIES, SCALED_MIN_K, many_trees_pack, plain_pack
 from .removal.splitting import LogicalGraph, SplitGraph, balance_switches, split_all
 from .removal.guarded_spread import guarded_spread
@@ -34,7 +33,7 @@ from .removal.spread import spread_split
 from .throughput import Fabric, PhaseOneResult, optimal_rate
 from .packing.trees import TreeClass, greedy_pack
 from .removal.unit_rounding import restriction_units
-from .sized import sized_visits
+from .sized import limited_repair
 
 __all__ = ["Budget", "Balanced", "Packed", "Packing", "SplitKind", "check_inputs",
            "phase_one_budget", "balanced_split", "spread_logical", "pack", "gbps"]
@@ -266,31 +265,26 @@ def spread_logical(split: SplitGraph, rank_of: np.ndarray) -> LogicalGraph:
 
 
 def _pack_repair(lg: LogicalGraph, k: int, stats: dict[str, Any], shapes: Shapes | None,
-                 rail_first: bool | None = None, sized: bool = False, plain: bool = True
+                 rail_first: bool | None = None, plain: bool = True
                  ) -> tuple[list[TreeClass], Packing] | None:
     """Repair packing, reusing previous shapes (certifies itself); from
     :data:`~.packing.scaled.SCALED_MIN_K` trees per root the scaled packings and the plain
     one in :func:`~.packing.scaled.many_trees_pack`'s order, the plain one's repair
     searches limited to ``k·n²`` tree visits (the packing's own size): leaf-spine 4x2x8
     with a NIC degraded one way packs 811 trees per root in 315 M visits (56 s) where the
-    general method solves the fabric in ~1.2 s.  ``sized`` (a warm stage's packing): the
-    searches sized to the stage's time left (:func:`sized_visits`), the stage given up
-    (:func:`mccl_opt.anytime.give_up`) when that is too little or they run out.
+    general method solves the fabric in ~1.2 s.  Under a limit (a warm stage's allowance,
+    the solve's ``time_limit``) the searches are sized to its time left and the limit
+    stopped when that is too little or they run out (:func:`.sized.limited_repair`).
     ``plain=False``: from ``SCALED_MIN_K`` trees per root the scaled packings only."""
     n = lg.num_gpus
     visits = k * n * n if k >= SCALED_MIN_K else 1 << 62
-    cap = sized_visits(k * n * n, visits) if sized else visits
-    if cap is None:
-        anytime.give_up("Phase 3: the seeded packing would outlast the warm allowance")
-    visits = visits if cap is None else cap
     if k >= SCALED_MIN_K and not rail_first:
         classes = many_trees_pack(n, lg.tail, lg.head, lg.units, k, shapes, stats, plain)
     else:
-        classes, info = repair_pack(n, lg.tail, lg.head, lg.units, k, shapes,
-                                    rail_first=rail_first, max_visits=visits)
+        classes, info = limited_repair("Phase 3: the repair packing", n, lg.tail, lg.head,
+                                       lg.units, k, shapes, max_visits=visits,
+                                       rail_first=rail_first)
         stats.update(info)
-        if sized and classes is None and info.get("repair_visits", 0) > visits:
-            anytime.give_up("Phase 3: the seeded packing's searches outgrew the warm allowance")
     if rail_first:
         stats["repair_rail_first"] = classes is not None
     return None if classes is None else (classes, Packing.REPAIR)
@@ -325,15 +319,15 @@ TEST_FIRST_K = 64
 
 
 def pack(split: SplitGraph, rank_of: np.ndarray, k: int, guides: dict[int, np.ndarray],
-         stats: dict[str, Any], shapes: Shapes | None = None, sized: bool = False,
-         fewer_chunks: bool = False) -> Packed:
+         stats: dict[str, Any], shapes: Shapes | None = None, fewer_chunks: bool = False
+         ) -> Packed:
     """Phases 2+3: spread split + fast packing; when the spread split broke the cut
     condition, the spread split with guarded pairings (:mod:`.removal.guarded_spread`), then
     exact splitting, and exact packing as the last fallback on at most
     :data:`EXACT_PACK_MAX_EDGES` tree edges (beyond: :class:`SolveError`, the chain's
-    next method solves the fabric).  ``sized``: a warm stage's packing, its repair
-    searches sized to the stage's time left (:func:`_pack_repair`; no few-trees packing).
-    ``fewer_chunks`` (K): the few-trees packing only to ``FEW_TREES_CHEAP_ENTRIES``."""
+    next method solves the fabric).  Under a limit the packings are sized to its time
+    left (:func:`_pack_repair`).  ``fewer_chunks`` (K): the few-trees packing only to
+    ``FEW_TREES_CHEAP_ENTRIES``."""
     progress.update("AllGather phase 2: switch removal")
     t = time.perf_counter()
     lg = spread_logical(split, rank_of)
@@ -346,11 +340,11 @@ def pack(split: SplitGraph, rank_of: np.ndarray, k: int, guides: dict[int, np.nd
     anytime.check_room("Phase 3: before the repair packing", stats["phase2_s"])
     # the plain repair packing may search for seconds there: the few-trees one goes first
     late_plain = k >= SCALED_MIN_K and k * lg.num_gpus ** 2 > PLAIN_FIRST_ENTRIES
-    few = not sized and (not fewer_chunks or k * lg.num_gpus ** 2 <= FEW_TREES_CHEAP_ENTRIES)
+    few = not fewer_chunks or k * lg.num_gpus ** 2 <= FEW_TREES_CHEAP_ENTRIES
     if k > TEST_FIRST_K and not lg.admits(k):     # no packing can complete: skip it
         found, admits = None, False
     else:
-        found = _pack_repair(lg, k, stats, shapes, sized=sized, plain=not late_plain)
+        found = _pack_repair(lg, k, stats, shapes, plain=not late_plain)
         admits = found is not None or lg.admits(k)
     if not admits:
         anytime.check("Phase 2: before the guarded spread split")
@@ -360,7 +354,7 @@ def pack(split: SplitGraph, rank_of: np.ndarray, k: int, guides: dict[int, np.nd
         if guarded is not None:                   # it passes the rooted test
             lg, kind, admits = guarded, SplitKind.GUARDED, True
             anytime.check("Phase 3: before the repair packing of the guarded split")
-            found = _pack_repair(lg, k, stats, shapes, sized=sized, plain=not late_plain)
+            found = _pack_repair(lg, k, stats, shapes, plain=not late_plain)
     if found is None and admits and late_plain and few:
         lg, kind, found = _few_trees(split, rank_of, k, stats, lg, kind)
     if found is None and admits and late_plain:
@@ -369,7 +363,7 @@ def pack(split: SplitGraph, rank_of: np.ndarray, k: int, guides: dict[int, np.nd
     if found is None and admits and lg.num_gpus < RAIL_FIRST_MIN_RANKS:
         # small fabrics grow wide-then-narrow one vertex per turn; where that gets stuck
         # (leaf-spine: every NIC link narrow) the rail-first batched order may not
-        found = _pack_repair(lg, k, stats, shapes, rail_first=True, sized=sized)
+        found = _pack_repair(lg, k, stats, shapes, rail_first=True)
     if found is None:
         anytime.check("Phase 3: before the greedy packing")
         found = _pack_greedy(lg, k, guides)
@@ -385,7 +379,7 @@ def pack(split: SplitGraph, rank_of: np.ndarray, k: int, guides: dict[int, np.nd
         lg = LogicalGraph.from_split(g, rank_of)
         kind = SplitKind.EXACT
         stats["phase2_s"] += time.perf_counter() - t2
-        found = _pack_repair(lg, k, stats, shapes, sized=sized) or _pack_greedy(lg, k, guides)
+        found = _pack_repair(lg, k, stats, shapes) or _pack_greedy(lg, k, guides)
     edges = k * lg.num_gpus * (lg.num_gpus - 1)
     if found is None and edges > EXACT_PACK_MAX_EDGES:   # one max-flow per edge: hopeless
         raise SolveError(f"no fast packing of {k} trees per root completed, and the exact "

@@ -171,10 +171,15 @@ class TreeMaster:
             self.pool.keep(~np.asarray(mask, dtype=bool))
         return int(cols.size)
 
-    def solve(self, where: str, method: str = "auto") -> MasterPoint:
-        """Solve the master; raises :class:`SolveError` naming ``where`` on anything but an
-        optimum (the master is always feasible, ``x = 0``, and bounded by the capacities)."""
-        sol = self.backend.solve(method=method)
+    def solve(self, where: str, method: str = "auto",
+              time_limit: float | None = None) -> MasterPoint | None:
+        """Solve the master within ``time_limit`` seconds (``None``: none); ``None`` when
+        the limit stopped the LP solver first.  Raises :class:`SolveError` naming
+        ``where`` on anything else but an optimum (the master is always feasible,
+        ``x = 0``, and bounded by the capacities)."""
+        sol = self.backend.solve(method=method, time_limit=time_limit)
+        if sol.status is SolveStatus.TIME_LIMIT:
+            return None
         if sol.status is not SolveStatus.OPTIMAL or sol.x is None or sol.row_duals is None:
             raise SolveError(
                 f"{where}: the AllGather tree master ended with status {sol.status.value!r} on "

@@ -45,7 +45,7 @@ import numpy as np
 
 from mccl_opt import anytime, progress
 from mccl_opt.backends import Backend
-from mccl_opt.errors import InputError
+from mccl_opt.errors import InputError, SolveError
 from mccl_opt.topology import Topology
 from .arborescence import min_arborescences
 from .switch_paths import SwitchPaths
@@ -215,10 +215,16 @@ def _lazy_rows(topo: Topology, capacity: np.ndarray, pool: TreePool,
     return rows, 2.0 * float(egress[arr.gpu_nodes].min())
 
 
-def _solve_feasible(master: TreeMaster, where: str, method: str) -> MasterPoint:
+def _solve_feasible(master: TreeMaster, where: str, method: str,
+                    deadline: float | None) -> MasterPoint | None:
     """Solve the master, adding the missing link rows its solution violates and
-    re-solving (dual simplex) until it meets every link's capacity."""
-    pt = master.solve(where, method)
+    re-solving (dual simplex) until it meets every link's capacity; ``None`` when the
+    time left (the innermost limit's, :func:`mccl_opt.anytime.time_left`, or
+    ``deadline``'s) ran out inside an LP solve, which the LP solver's own time limit
+    stops (one master LP took 20 s at 512 GPUs, past a 10 s limit)."""
+    pt = master.solve(where, method, _time_left(deadline))
+    if pt is None:
+        return None
     iterations = pt.iterations
     while True:
         violated = master.violated(pt.w)
@@ -226,8 +232,31 @@ def _solve_feasible(master: TreeMaster, where: str, method: str) -> MasterPoint:
             pt.iterations = iterations
             return pt
         master.add_rows(violated)
-        pt = master.solve(f"{where}, with {violated.size} more link rows", "dual")
+        pt = master.solve(f"{where}, with {violated.size} more link rows", "dual",
+                          _time_left(deadline))
+        if pt is None:
+            return None
         iterations += pt.iterations
+
+
+def _time_left(deadline: float | None) -> float | None:
+    """The LP solver's time limit: the innermost limit's time left
+    (:func:`mccl_opt.anytime.lp_time_limit`) or ``deadline``'s, whichever is sooner."""
+    lefts = [t for t in (anytime.lp_time_limit(), None if deadline is None
+                         else max(deadline - time.perf_counter(), 1e-3)) if t is not None]
+    return min(lefts) if lefts else None
+
+
+def _out_of_time(pt: MasterPoint | None, where: str) -> None:
+    """A master solve stopped at the time left (:func:`_solve_feasible`): a warm stage's
+    allowance is abandoned, and so is the solve's own limit before any master point
+    (its best offered schedule is returned); otherwise the caller returns the last
+    master point's trees (``status='time_limit'``)."""
+    limit = anytime.current()
+    if pt is None or (limit is not None and limit.is_stage):
+        anytime.run_out(f"{where}: the master LP at the time limit")
+        raise SolveError(f"{where}: the time limit passed before the first master LP "
+                         "was solved; raise the time limit")
 
 
 def tree_column_generation(topo: Topology, backend: Backend, capacity: np.ndarray,
@@ -273,9 +302,17 @@ def tree_column_generation(topo: Topology, backend: Backend, capacity: np.ndarra
     rnd = 0
     for rnd in range(1, options.max_rounds + 1):
         t0 = time.perf_counter()
-        pt = _solve_feasible(master, f"AllGather column generation, round {rnd}",
-                             options.method)
+        where = f"AllGather column generation, round {rnd}"
+        # the first master runs to its end unless a limit of the solve stops it: before
+        # it there are no trees to return at ``deadline``
+        point = _solve_feasible(master, where, options.method,
+                                None if pt is None else deadline)
         lp_s += time.perf_counter() - t0
+        if point is None:
+            _out_of_time(pt, where)
+            status = "time_limit"
+            break
+        pt = point
         first_lp_s = first_lp_s or lp_s
         iters += pt.iterations
         if best_bound - pt.x <= options.rel_tol * max(pt.x, 1e-300):
@@ -330,11 +367,16 @@ def tree_column_generation(topo: Topology, backend: Backend, capacity: np.ndarra
     if pt is None:
         raise InputError("TreeCGOptions.max_rounds must be at least 1")
     for _ in range(_BELOW_ZERO_RESOLVES):   # the returned trees must reach the returned x
-        if not pt.below.any():
+        if not pt.below.any() or status == "time_limit":
+            break               # at the limit: the trees at their clipped weights (the
+        below = pt.below        # schedule's rate is recomputed from its loads)
+        dropped += master.drop(below)
+        point = _solve_feasible(master, "AllGather column generation, without trees below zero",
+                                options.method, deadline)
+        if point is None:
+            pt.w, pt.below = pt.w[~below], below[~below]
             break
-        dropped += master.drop(pt.below)
-        pt = _solve_feasible(master, "AllGather column generation, without trees below zero",
-                             options.method)
+        pt = point
         iters += pt.iterations
     return TreeCGResult(pool, pt.w, pt.x, max(best_bound, pt.x), status, rnd, lp_s, first_lp_s,
                         pr_s, iters, dropped, history, int(master.rows.size))

@@ -177,7 +177,9 @@ def coarsened(topo: Topology, r: Restriction, backend: str = "highs") -> Restric
     lp = get_backend(backend)
     lp.load(LinearProgram(c=np.ones(m), A=a, row_lo=np.zeros(sw.size), row_hi=np.zeros(sw.size),
                           col_lo=lo.astype(float), col_hi=hi.astype(float)))
-    sol = lp.solve()
+    sol = lp.solve(time_limit=anytime.lp_time_limit())
+    if sol.status is SolveStatus.TIME_LIMIT:
+        anytime.run_out("the balanced restriction's coarser grid: the LP at the time limit")
     if sol.status is not SolveStatus.OPTIMAL or sol.x is None:
         raise SolveError("balanced restriction: capacities too fine for exact quantization, "
                          "and no balanced rounding onto a coarser grid fits the links")
@@ -256,7 +258,9 @@ class _CutLP:
 
     def solve(self) -> tuple[float, np.ndarray]:
         """The LP's ``x`` and ``c'``, in capacity quanta."""
-        sol = self.backend.solve()
+        sol = self.backend.solve(time_limit=anytime.lp_time_limit())
+        if sol.status is SolveStatus.TIME_LIMIT:
+            anytime.run_out("the balanced restriction's cutting planes: the LP at the time limit")
         if sol.status is not SolveStatus.OPTIMAL or sol.x is None:
             raise SolveError(f"balanced restriction LP ended {sol.status.value}")
         return float(sol.x[-1]) * self.scale, np.clip(sol.x[:-1], 0.0, None) * self.scale

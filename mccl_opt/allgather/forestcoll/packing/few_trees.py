@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 from numba import njit
 
+from mccl_opt import anytime
 from ..maxflow import INF, FlowNetwork, _bfs_levels, _dinic
 from ..removal.splitting import LogicalGraph, SplitGraph, split_all
 from .trees import TreeClass
@@ -158,7 +159,9 @@ def few_trees_pack(n: int, tail: np.ndarray, head: np.ndarray, units: np.ndarray
     doc), as tree classes; ``None`` when a class gets stuck (the graph fails the rooted
     cut condition for ``k``) or after ``max_checks`` max-flows (default
     :data:`FEW_TREES_MAX_CHECKS`; ``info["few_trees_checks"]``: how many ran).  Every link
-    stays within its units by construction."""
+    stays within its units by construction.  Under a limit (a warm stage's allowance, the
+    solve's ``time_limit``) the clock is checked before each class (at most ``n``
+    max-flows, ~2-5 ms at 64 GPUs)."""
     info = {} if info is None else info
     if n < 2:
         return None
@@ -178,6 +181,7 @@ def few_trees_pack(n: int, tail: np.ndarray, head: np.ndarray, units: np.ndarray
     classes: list[TreeClass] = []
     for r in range(n):
         while unstarted[r] > 0:
+            anytime.check("Phase 3: the few-trees packing, before a class")
             mult, unstarted[r] = int(unstarted[r]), 0
             row = np.empty(n, np.int64)
             got = _grow_class(r, mult, n, tail.size, head, out_start, out_arc, cap, unstarted,

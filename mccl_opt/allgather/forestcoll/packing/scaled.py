@@ -27,8 +27,9 @@ from typing import NamedTuple
 
 import numpy as np
 
+from mccl_opt import anytime
 from ..removal.cut_guard import violated_set
-from .repair import repair_pack
+from ..sized import limited_repair
 from .trees import TreeClass
 
 __all__ = ["scaled_pack", "many_trees_pack", "plain_pack", "scaled_only", "raise_ingress", "SCALED_MIN_K",
@@ -107,7 +108,8 @@ def plain_pack(n: int, tail: np.ndarray, head: np.ndarray, units: np.ndarray, k:
                ) -> list[TreeClass] | None:
     """The plain repair packing of ``k`` trees per root (``shapes``: previous trees
     seeded), its repair searches limited to ``k·n²`` tree visits; counters in ``stats``."""
-    found, counters = repair_pack(n, tail, head, units, k, shapes, max_visits=k * n * n)
+    found, counters = limited_repair("Phase 3: the plain packing of many trees", n, tail, head,
+                                     units, k, shapes, max_visits=k * n * n)
     stats.update(counters)
     return found
 
@@ -153,6 +155,7 @@ def _first(g: Logical, units: np.ndarray, k: int, k1: int, s: int, several: bool
     """The packing of ``k1`` trees per root in the rounded ``u1`` and the residual
     ``units - s·load1``, or ``None`` when the rounding or the packing fails or the residual
     fails the rooted test for ``k - s·k1``."""
+    anytime.check("Phase 3: the scaled packing, before a level")
     counters["scaled_tries"] += 1
     u1 = _rounded(g, units, k, k1, s, several, counters, known)
     if u1 is None:
@@ -173,8 +176,11 @@ def _repair(g: Logical, units: np.ndarray, k: int, counters: dict[str, int]
     """The repair packing of ``k`` trees per root, every link's units capped at the ``k·n``
     unit trees that could use it: a residual keeps the slack of links no tight cut needs
     (superpod 2x2x8 at 2.9 M trees per root: 9.5 M units on a link at the last level, 3.6e8
-    in all), and the repair index holds a slot per unit (1.4 GB there)."""
-    classes, info = repair_pack(g.n, g.tail, g.head, np.minimum(units, k * g.n), k)
+    in all), and the repair index holds a slot per unit (1.4 GB there).  Under a limit, sized
+to its time left (:func:`..sized.limited_repair`): one level's packing at 512 GPUs is
+``32·n²`` = 8.4 M tree entries, about a second."""
+    classes, info = limited_repair("Phase 3: a scaled packing's repair packing", g.n, g.tail,
+                                   g.head, np.minimum(units, k * g.n), k)
     for key, value in info.items():
         counters[key] = counters.get(key, 0) + value
     return classes
@@ -192,7 +198,8 @@ def _rounded(g: Logical, units: np.ndarray, k: int, k1: int, s: int, several: bo
     then up on links into each ``known`` set and each violated set a rooted sweep finds
     (added to ``known``) by its deficit (:func:`_raise_set`); ``None`` when the links into
     a set lack the room (often found on a known set, without a sweep) or the rounds run
-    out."""
+    out.  The limit is checked before each sweep (``n`` max-flows in one compiled call:
+    1-3 s at 512 GPUs on a loaded machine, and up to :data:`ROUNDING_ROUNDS` of them)."""
     scaled = units * k1
     u1 = scaled // k
     remainder = scaled - u1 * k
@@ -204,6 +211,7 @@ def _rounded(g: Logical, units: np.ndarray, k: int, k1: int, s: int, several: bo
         if deficit > 0 and not _raise_set(g, u1, room, inside, deficit):
             return None
     for _ in range(ROUNDING_ROUNDS):
+        anytime.check("Phase 3: the scaled packing's rounding, before a rooted sweep")
         counters["rounding_sweeps"] += 1
         hit = _violated(g, u1, k1)
         if hit is None:

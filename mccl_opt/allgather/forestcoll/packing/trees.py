@@ -23,6 +23,8 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
+from mccl_opt import anytime
+
 
 #: root-dependent rotations of the BFS link scan tried in turn (deterministic)
 SHIFTS = (1, 3, 7, 0)
@@ -305,7 +307,9 @@ def greedy_pack(n: int, tail: np.ndarray, head: np.ndarray, units: np.ndarray, k
                 widest_first: bool = False) -> list[TreeClass] | None:
     """Greedy round-robin BFS packing of ``k`` trees per root, widest-link-first where
     that gets stuck (``None`` if both do); ``widest_first`` skips the BFS order (the
-    warm-up compiles both kernels with it: a small fabric never gets the BFS stuck)."""
+    warm-up compiles both kernels with it: a small fabric never gets the BFS stuck).
+    The limit is checked before each try (:func:`mccl_opt.anytime.check`: up to
+    ``len(SHIFTS) + 1`` compiled passes, each of them as long as a whole packing)."""
     order, start = _csr(n, tail, head)
     s_head = head[order]
     cap = units[order].astype(np.int64).copy()
@@ -316,6 +320,7 @@ def greedy_pack(n: int, tail: np.ndarray, head: np.ndarray, units: np.ndarray, k
     strategy = 1 if widest_first else 0
     shift_i = 0
     while True:
+        anytime.check("Phase 3: the greedy packing")
         root = np.zeros(max_classes, np.int64)
         mult = np.zeros(max_classes, np.int64)
         parent = np.zeros((max_classes, n), np.int64)

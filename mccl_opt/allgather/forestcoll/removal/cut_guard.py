@@ -34,6 +34,7 @@ from typing import Callable
 
 import numpy as np
 
+from mccl_opt import anytime
 from ..maxflow import INF, FlowNetwork
 
 __all__ = ["KnownCuts", "SweepGuard", "violated_set", "MAX_ROUNDS"]
@@ -148,6 +149,9 @@ class KnownCuts:
         kept = self.in_units - np.where(at_w, out_u @ a_u, in_t @ b_t)
         A = amounts.copy()
         for _ in range(MAX_ROUNDS):
+            # one round exchanges over every short set: seconds at a 1024-GPU fabric's
+            # aggregation switch, so the limit is checked per round, not per switch
+            anytime.check("Phase 2: a guarded pairing's exchange round")
             gained = ((out_u @ A) * in_t).sum(axis=1)
             short = np.flatnonzero(kept + gained < self.need)
             moved = sum(exchange(A, S[s, us], S[s, ts], int(self.need[s] - kept[s] - gained[s]))
