@@ -330,13 +330,15 @@ def _pack(run: Run, route: WarmRoute, balanced: Any, trail: Trail) -> Any:
 
     def cold() -> Any:
         run.prev = None
-        return pack(balanced.split, arr.rank_of, balanced.k, {}, run.stats, None)
+        return pack(balanced.split, arr.rank_of, balanced.k, {}, run.stats, None,
+                    fewer_chunks=run.max_chunks is not None)
 
     if run.prev is None:
         return cold()
     return route.attempt("the packing seeded with the previous trees", Method.FORESTCOLL,
                          lambda _: pack(balanced.split, arr.rank_of, balanced.k, run.guides,
-                                        run.stats, run.shapes),
+                                        run.stats, run.shapes,
+                                        fewer_chunks=run.max_chunks is not None),
                          cold, trail.attempts)
 
 

@@ -22,10 +22,11 @@ from mccl_opt.errors import SolveError
 from mccl_opt.schedule import Schedule
 from mccl_opt.topology import Topology
 from ..budget import CutBounds, choose_trees, exact_k
-from .packing.exact_packing import exact_pack
+from .packing.exact_packing import EXACT_PACK_MAX_EDGES, exact_pack_stage
+from .packing.few_trees import FEW_TREES_CHEAP_ENTRIES, few_trees_on_splits
 from ..fabric import fabric_of
 from .packing.growth_order import RAIL_FIRST_MIN_RANKS
-from .packing.scaled import SCALED_MIN_K, many_trees_pack
+from .packing.scaled import PLAIN_FIRST_ENTRIES, SCALED_MIN_K, many_trees_pack, plain_pack
 from .removal.splitting import LogicalGraph, SplitGraph, balance_switches, split_all
 from .removal.guarded_spread import guarded_spread
 from .removal.spread import spread_split
@@ -264,7 +265,8 @@ def spread_logical(split: SplitGraph, rank_of: np.ndarray) -> LogicalGraph:
 
 
 def _pack_repair(lg: LogicalGraph, k: int, stats: dict[str, Any], shapes: Shapes | None,
-                 rail_first: bool | None = None) -> tuple[list[TreeClass], Packing] | None:
+                 rail_first: bool | None = None, plain: bool = True
+                 ) -> tuple[list[TreeClass], Packing] | None:
     """Repair packing, reusing previous shapes (certifies itself); from
     :data:`~.packing.scaled.SCALED_MIN_K` trees per root the scaled packings and the plain
     one in :func:`~.packing.scaled.many_trees_pack`'s order, the plain one's repair
@@ -272,11 +274,12 @@ def _pack_repair(lg: LogicalGraph, k: int, stats: dict[str, Any], shapes: Shapes
     with a NIC degraded one way packs 811 trees per root in 315 M visits (56 s) where the
     general method solves the fabric in ~1.2 s.  Under a limit (a warm stage's allowance,
     the solve's ``time_limit``) the searches are sized to its time left and the limit
-    stopped when that is too little or they run out (:func:`.sized.limited_repair`)."""
+    stopped when that is too little or they run out (:func:`.sized.limited_repair`).
+    ``plain=False``: from ``SCALED_MIN_K`` trees per root the scaled packings only."""
     n = lg.num_gpus
     visits = k * n * n if k >= SCALED_MIN_K else 1 << 62
     if k >= SCALED_MIN_K and not rail_first:
-        classes = many_trees_pack(n, lg.tail, lg.head, lg.units, k, shapes, stats)
+        classes = many_trees_pack(n, lg.tail, lg.head, lg.units, k, shapes, stats, plain)
     else:
         classes, info = limited_repair("Phase 3: the repair packing", n, lg.tail, lg.head,
                                        lg.units, k, shapes, max_visits=visits,
@@ -294,31 +297,17 @@ def _pack_greedy(lg: LogicalGraph, k: int, guides: dict[int, np.ndarray]
     return None if classes is None else (classes, Packing.GREEDY)
 
 
-#: the exact packer is tried only up to this many tree edges ``k·n·(n-1)``: it runs one
-#: max-flow per tree extension, and past a few hundred edges it never finishes within its
-#: budget (below), so trying it only spends that budget before the chain's next method
-#: (docs/allgather.md "Why the exact packer was a cliff")
-EXACT_PACK_MAX_EDGES = 512
-
-#: the exact packer may take this many times what the fast packers took, at least
-#: :data:`EXACT_PACK_FLOOR_S`; past it ForestColl declines and the chain's next method
-#: (the general method) solves the fabric
-EXACT_PACK_SHARE = 2.0
-EXACT_PACK_FLOOR_S = 0.5
-
-
-def _pack_exact(lg: LogicalGraph, k: int, spent: float) -> list[TreeClass]:
-    """Lovász's exact packing (:mod:`.packing.exact_packing`) as a stage of
-    ``max(EXACT_PACK_FLOOR_S, EXACT_PACK_SHARE x spent)`` seconds: one max-flow per tree
-    extension takes minutes on some fabrics (an 8-leaf leaf-spine) where the general
-    method takes a fraction of a second, so past its budget it raises
-    :class:`SolveError` and the method chain moves on."""
-    budget = max(EXACT_PACK_FLOOR_S, EXACT_PACK_SHARE * spent)
-    classes, declined = anytime.stage(
-        budget, lambda: exact_pack(lg.num_gpus, lg.tail, lg.head, lg.units, k))
-    if declined:
-        raise SolveError(f"the exact tree packing passed its budget of {budget:.2g} s")
-    return classes
+def _few_trees(split: SplitGraph, rank_of: np.ndarray, k: int, stats: dict[str, Any],
+               lg: LogicalGraph, kind: SplitKind
+               ) -> tuple[LogicalGraph, SplitKind, tuple[list[TreeClass], Packing] | None]:
+    """The few-trees packing on ``lg`` or the exact split (:func:`.packing.few_trees.
+    few_trees_on_splits`) where the fast packers got stuck on a graph that admits ``k``:
+    the logical graph packed, its kind and packing, or ``lg``, ``kind``, ``None``."""
+    anytime.check("Phase 3: before the few-trees packing")
+    found = few_trees_on_splits(split, rank_of, k, stats, lg)
+    if found is None:
+        return lg, kind, None
+    return found[0], kind if found[0] is lg else SplitKind.EXACT, (found[1], Packing.EXACT)
 
 
 #: from this many trees per root :func:`pack` runs the rooted cut test before the repair
@@ -330,13 +319,15 @@ TEST_FIRST_K = 64
 
 
 def pack(split: SplitGraph, rank_of: np.ndarray, k: int, guides: dict[int, np.ndarray],
-         stats: dict[str, Any], shapes: Shapes | None = None) -> Packed:
+         stats: dict[str, Any], shapes: Shapes | None = None, fewer_chunks: bool = False
+         ) -> Packed:
     """Phases 2+3: spread split + fast packing; when the spread split broke the cut
     condition, the spread split with guarded pairings (:mod:`.removal.guarded_spread`), then
     exact splitting, and exact packing as the last fallback on at most
     :data:`EXACT_PACK_MAX_EDGES` tree edges (beyond: :class:`SolveError`, the chain's
     next method solves the fabric).  Under a limit the packings are sized to its time
-    left (:func:`_pack_repair`)."""
+    left (:func:`_pack_repair`).  ``fewer_chunks`` (K): the few-trees packing only to
+    ``FEW_TREES_CHEAP_ENTRIES``."""
     progress.update("AllGather phase 2: switch removal")
     t = time.perf_counter()
     lg = spread_logical(split, rank_of)
@@ -347,10 +338,13 @@ def pack(split: SplitGraph, rank_of: np.ndarray, k: int, guides: dict[int, np.nd
     # Phase 3 and the mapping take about as long as Phase 2 or longer (HPN 1024 GPUs:
     # 0.46 vs 0.51 s; 2048: 1.1 vs 0.76 s)
     anytime.check_room("Phase 3: before the repair packing", stats["phase2_s"])
+    # the plain repair packing may search for seconds there: the few-trees one goes first
+    late_plain = k >= SCALED_MIN_K and k * lg.num_gpus ** 2 > PLAIN_FIRST_ENTRIES
+    few = not fewer_chunks or k * lg.num_gpus ** 2 <= FEW_TREES_CHEAP_ENTRIES
     if k > TEST_FIRST_K and not lg.admits(k):     # no packing can complete: skip it
         found, admits = None, False
     else:
-        found = _pack_repair(lg, k, stats, shapes)
+        found = _pack_repair(lg, k, stats, shapes, plain=not late_plain)
         admits = found is not None or lg.admits(k)
     if not admits:
         anytime.check("Phase 2: before the guarded spread split")
@@ -360,7 +354,12 @@ def pack(split: SplitGraph, rank_of: np.ndarray, k: int, guides: dict[int, np.nd
         if guarded is not None:                   # it passes the rooted test
             lg, kind, admits = guarded, SplitKind.GUARDED, True
             anytime.check("Phase 3: before the repair packing of the guarded split")
-            found = _pack_repair(lg, k, stats, shapes)
+            found = _pack_repair(lg, k, stats, shapes, plain=not late_plain)
+    if found is None and admits and late_plain and few:
+        lg, kind, found = _few_trees(split, rank_of, k, stats, lg, kind)
+    if found is None and admits and late_plain:
+        plain = plain_pack(lg.num_gpus, lg.tail, lg.head, lg.units, k, shapes, stats)
+        found = None if plain is None else (plain, Packing.REPAIR)
     if found is None and admits and lg.num_gpus < RAIL_FIRST_MIN_RANKS:
         # small fabrics grow wide-then-narrow one vertex per turn; where that gets stuck
         # (leaf-spine: every NIC link narrow) the rail-first batched order may not
@@ -368,6 +367,8 @@ def pack(split: SplitGraph, rank_of: np.ndarray, k: int, guides: dict[int, np.nd
     if found is None:
         anytime.check("Phase 3: before the greedy packing")
         found = _pack_greedy(lg, k, guides)
+    if found is None and admits and not late_plain and few:
+        lg, kind, found = _few_trees(split, rank_of, k, stats, lg, kind)
     if found is None and not admits:
         anytime.check("Phase 2: before the exact split")
         t2 = time.perf_counter()
@@ -385,7 +386,8 @@ def pack(split: SplitGraph, rank_of: np.ndarray, k: int, guides: dict[int, np.nd
                          f"tree packing of {edges} tree edges (one max-flow each) is out of "
                          f"reach (more than {EXACT_PACK_MAX_EDGES})")
     if found is None:
-        found = _pack_exact(lg, k, time.perf_counter() - t), Packing.EXACT
+        found = exact_pack_stage(lg.num_gpus, lg.tail, lg.head, lg.units, k,
+                                 time.perf_counter() - t), Packing.EXACT
     stats["phase3_s"] = time.perf_counter() - t
     packed = Packed(lg, found[0], k, kind, found[1])
     packed.record(stats)

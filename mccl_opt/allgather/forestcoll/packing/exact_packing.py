@@ -18,7 +18,20 @@ from mccl_opt.errors import SolveError
 from ..maxflow import INF, FlowNetwork
 from .trees import TreeClass
 
-__all__ = ["exact_pack"]
+__all__ = ["exact_pack", "exact_pack_stage", "EXACT_PACK_MAX_EDGES"]
+
+#: the exact packer is tried only up to this many tree edges ``k·n·(n-1)``: it runs one
+#: max-flow per tree extension, and past a few hundred edges it never finishes within its
+#: budget (below), so trying it only spends that budget before the chain's next method
+#: (docs/allgather.md "Why the exact packer was a cliff"; with few trees per root the
+#: compiled :mod:`.few_trees` packing runs before it)
+EXACT_PACK_MAX_EDGES = 512
+
+#: the exact packer may take this many times what the fast packers took, at least
+#: :data:`EXACT_PACK_FLOOR_S`; past it ForestColl declines and the chain's next method
+#: (the general method) solves the fabric
+EXACT_PACK_SHARE = 2.0
+EXACT_PACK_FLOOR_S = 0.5
 
 
 @dataclass
@@ -111,3 +124,16 @@ def _allowance(n: int, tail: np.ndarray, head: np.ndarray, cap: np.ndarray,
     mj = classes[j].mult
     flow = net.max_flow(caps, limit=total - mj + want)
     return flow + mj - total
+
+
+def exact_pack_stage(n: int, tail: np.ndarray, head: np.ndarray, units: np.ndarray, k: int,
+                     spent: float) -> list[TreeClass]:
+    """:func:`exact_pack` as a stage of ``max(EXACT_PACK_FLOOR_S, EXACT_PACK_SHARE x
+    spent)`` seconds: one max-flow per tree extension takes minutes on some fabrics (an
+    8-leaf leaf-spine) where the general method takes a fraction of a second, so past its
+    budget it raises :class:`SolveError` and the method chain moves on."""
+    budget = max(EXACT_PACK_FLOOR_S, EXACT_PACK_SHARE * spent)
+    classes, declined = anytime.stage(budget, lambda: exact_pack(n, tail, head, units, k))
+    if declined:
+        raise SolveError(f"the exact tree packing passed its budget of {budget:.2g} s")
+    return classes

@@ -32,7 +32,7 @@ from ..removal.cut_guard import violated_set
 from ..sized import limited_repair
 from .trees import TreeClass
 
-__all__ = ["scaled_pack", "many_trees_pack", "scaled_only", "raise_ingress", "SCALED_MIN_K",
+__all__ = ["scaled_pack", "many_trees_pack", "plain_pack", "scaled_only", "raise_ingress", "SCALED_MIN_K",
            "SCALED_TREES", "ROUNDING_ROUNDS", "MARGINS", "PLAIN_FIRST_ENTRIES"]
 
 #: from this many trees per root :func:`scaled_pack` is tried before the repair packer
@@ -77,31 +77,41 @@ def scaled_pack(n: int, tail: np.ndarray, head: np.ndarray, units: np.ndarray, k
 
 
 def many_trees_pack(n: int, tail: np.ndarray, head: np.ndarray, units: np.ndarray, k: int,
-                    shapes: tuple[np.ndarray, np.ndarray] | None, stats: dict[str, int]
-                    ) -> list[TreeClass] | None:
+                    shapes: tuple[np.ndarray, np.ndarray] | None, stats: dict[str, int],
+                    plain: bool = True) -> list[TreeClass] | None:
     """``k >= SCALED_MIN_K`` trees per root: the scaled packing, then, where it fails, the
-    plain repair packing (``shapes``: previous trees seeded; repair searches limited to
-    ``k·n²`` tree visits) and the scaled one with wide margins, the plain one first up to
-    :data:`PLAIN_FIRST_ENTRIES` tree entries; the counters of the last one in ``stats``."""
+    plain repair packing (:func:`plain_pack`) and the scaled one with wide margins, the
+    plain one first up to :data:`PLAIN_FIRST_ENTRIES` tree entries; the counters of the
+    last one in ``stats``.  ``plain=False``: the scaled packings only (the caller tries
+    the plain one itself, later)."""
     classes, info = scaled_pack(n, tail, head, units, k)
     stats.update(info)
-
-    def plain() -> list[TreeClass] | None:
-        found, counters = limited_repair("Phase 3: the plain packing of many trees", n, tail,
-                                         head, units, k, shapes, max_visits=k * n * n)
-        stats.update(counters)
-        return found
 
     def wide() -> list[TreeClass] | None:
         found, counters = scaled_pack(n, tail, head, units, k, wide=True)
         stats.update(counters)
         return found
 
-    for attempt in [plain, wide] if k * n * n <= PLAIN_FIRST_ENTRIES else [wide, plain]:
+    def plain_one() -> list[TreeClass] | None:
+        return plain_pack(n, tail, head, units, k, shapes, stats)
+
+    attempts = [plain_one, wide] if k * n * n <= PLAIN_FIRST_ENTRIES else [wide, plain_one]
+    for attempt in attempts if plain else [wide]:
         if classes is not None:
             break
         classes = attempt()
     return classes
+
+
+def plain_pack(n: int, tail: np.ndarray, head: np.ndarray, units: np.ndarray, k: int,
+               shapes: tuple[np.ndarray, np.ndarray] | None, stats: dict[str, int]
+               ) -> list[TreeClass] | None:
+    """The plain repair packing of ``k`` trees per root (``shapes``: previous trees
+    seeded), its repair searches limited to ``k·n²`` tree visits; counters in ``stats``."""
+    found, counters = limited_repair("Phase 3: the plain packing of many trees", n, tail, head,
+                                     units, k, shapes, max_visits=k * n * n)
+    stats.update(counters)
+    return found
 
 
 def scaled_only(n: int, tail: np.ndarray, head: np.ndarray, units: np.ndarray, k: int,

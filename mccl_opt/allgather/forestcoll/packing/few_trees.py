@@ -1,0 +1,225 @@
+"""Phase 3's compiled exact packer for few trees per root (paper §4.3; Lovász's proof of
+Edmonds' branching theorem).
+
+The fast packers (:mod:`.repair`, :func:`.trees.greedy_pack`) can miss a packing that
+exists: on a leaf-spine whose GPUs' NIC links are *narrow* (leaf-spine 8x2x4 with 4
+spines: one tree per root, and every host's NIC ingress holds exactly one unit per tree
+of another host) every tree must enter every other host exactly once, and a local
+augmenting chain only moves the link into one vertex, never which vertex of a host a
+tree enters.  Lovász's growth is exact there, but :mod:`.exact_packing` builds a network
+with a node per class and its members for every extension (18 s at 64 GPUs).
+
+Here the trees grow as *classes* (a root's partial arborescence with a multiplicity), one
+class after another, so while class ``j`` grows every other class is finished (it meets
+every GPU set) or unstarted (its root alone): the rooted condition of the partial
+packing, ``units(δ⁻(S)) >= #{unstarted trees with root outside S}`` for every GPU set
+``S``, reduces to a max-flow on the logical graph itself with ``s -> r`` of capacity the
+unstarted trees at ``r``.  ``a`` copies of class ``j`` may take a link ``u -> v`` iff no
+set ``S ∋ v``, ``u ∉ S`` has slack below ``a``, i.e. iff the max-flow from ``{s, u}`` to
+``v`` reaches ``P + a`` (``P`` unstarted trees).  Where only ``a < mult`` copies fit, the
+other copies give their links back and return to the unstarted trees of their root
+(ForestColl would split them off as a second partial class, which needs a node per
+class in the network); that never breaks the condition, as each such copy crossed every
+set it met.  A set that does not meet ``R_j`` always has slack ``>= mult``, and a tight
+one stays tight while ``j`` grows, so every failed check's sink side rules out all links
+into it for the rest of ``j``'s growth (until copies are given back).  One small
+max-flow per class edge tried, hence a budget of max-flows.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+from numba import njit
+
+from mccl_opt import anytime
+from ..maxflow import INF, FlowNetwork, _bfs_levels, _dinic
+from ..removal.splitting import LogicalGraph, SplitGraph, split_all
+from .trees import TreeClass
+
+__all__ = ["few_trees_pack", "few_trees_on_splits", "FEW_TREES_MAX_CHECKS",
+           "FEW_TREES_CHECKS_PER_N2", "FEW_TREES_CHEAP_ENTRIES"]
+
+#: max-flows (one per class edge tried) before the packing gives up: ~27 µs each at 64
+#: GPUs on the 2-core machine, so ~0.3 s
+FEW_TREES_MAX_CHECKS = 10_000
+
+#: max-flows :func:`few_trees_on_splits` may run per ``n²`` (GPUs squared): one per
+#: class edge tried, ~30-60 µs each at 64 GPUs (2-core machine); leaf-spine 8x2x4 with 4
+#: spines (one tree per root) needs ~5 100, leaf-spine 4x2x8 with one NIC at 360 Gbps one
+#: way (its balanced restriction: 583 trees per root, 182 classes) 13 469
+FEW_TREES_CHECKS_PER_N2 = 4
+
+#: with a chunk budget (fewer chunks are tried where the packing fails, within 5 % of the
+#: optimum) the few-trees packing runs only up to this many entries ``k·n²``: leaf-spine
+#: 6x2x8 with 4 spines at K=10 packs 7 trees per root exactly in 15 000 max-flows (1.4 s
+#: CPU) where 2 trees per root (0.1 % below) take 0.19 s; 8x2x8: 27 000 (3.4 s) vs 0.65 s
+FEW_TREES_CHEAP_ENTRIES = 1 << 14
+
+#: tight sets remembered while one tree grows (each rules out the links entering it)
+MAX_TIGHT_SETS = 64
+
+
+@njit(cache=True)
+def _check(u, v, want, p_left, n, m, cap, unstarted, start, arcs, rhead, res, level, queue,
+           it, path):
+    """How many copies of the growing class may take ``u -> v`` (at most ``want``): the
+    max-flow from ``{s, u}`` (``s -> r``: the unstarted trees at ``r``) to ``v``, less
+    the ``p_left`` unstarted trees; ``<= 0`` when a set ``S ∋ v``, ``u ∉ S`` is tight."""
+    for b in range(m):
+        res[2 * b] = cap[b]
+        res[2 * b + 1] = 0
+    for x in range(n):
+        res[2 * (m + x)] = unstarted[x]
+        res[2 * (m + x) + 1] = 0
+        res[2 * (m + n + x)] = 0
+        res[2 * (m + n + x) + 1] = 0
+    res[2 * (m + u)] = INF
+    res[2 * (m + n + v)] = INF
+    return _dinic(n + 2, start, arcs, rhead, res, n, n + 1, p_left + want, level, queue, it,
+                  path) - p_left
+
+
+@njit(cache=True)
+def _grow_class(r, mult, n, m, l_head, out_start, out_arc, cap, unstarted, start, arcs, rhead,
+                res, level, queue, it, path, row, tight, member, order, checks):
+    """Grow a class of ``mult`` trees of root ``r`` edge by edge (module doc) into ``row``
+    (the link into each rank); returns its final multiplicity: where a link admits only
+    ``a < mult`` copies, the other copies give their links back and return to the
+    unstarted trees of ``r``.  0 when stuck or past ``checks[1]`` max-flows."""
+    p_left = 0
+    for x in range(n):
+        p_left += unstarted[x]
+        member[x] = False
+        row[x] = -1
+    member[r] = True
+    order[0] = r
+    count = 1
+    n_tight = 0
+    while count < n:
+        found = -1
+        amount = 0
+        for wide in (True, False):           # links with room for every copy first
+            for i in range(count):
+                u = order[i]
+                for p in range(out_start[u], out_start[u + 1]):
+                    a = out_arc[p]
+                    v = l_head[a]
+                    if member[v] or cap[a] == 0 or (wide and cap[a] < mult):
+                        continue
+                    ruled = False
+                    for c in range(n_tight):
+                        if tight[c, v] and not tight[c, u]:
+                            ruled = True
+                            break
+                    if ruled:
+                        continue
+                    checks[0] += 1
+                    if checks[0] > checks[1]:
+                        return 0
+                    amount = _check(u, v, min(mult, cap[a]), p_left, n, m, cap, unstarted,
+                                    start, arcs, rhead, res, level, queue, it, path)
+                    if amount > 0:
+                        found = a
+                        break
+                    if n_tight < tight.shape[0]:   # the sink side stays tight for this class
+                        _bfs_levels(n + 2, start, arcs, rhead, res, n, -1, level, queue)
+                        for x in range(n):
+                            tight[n_tight, x] = level[x] < 0
+                        n_tight += 1
+                if found >= 0:
+                    break
+            if found >= 0:
+                break
+        if found < 0:
+            return 0
+        if amount < mult:                    # the rest start again later
+            back = mult - amount
+            for i in range(1, count):
+                cap[row[order[i]]] += back
+            unstarted[r] += back
+            p_left += back
+            mult = amount
+            n_tight = 0                      # given-back units may loosen tight sets
+        cap[found] -= mult
+        v = l_head[found]
+        row[v] = found
+        member[v] = True
+        order[count] = v
+        count += 1
+    return mult
+
+
+def few_trees_pack(n: int, tail: np.ndarray, head: np.ndarray, units: np.ndarray, k: int,
+                   max_checks: int | None = None, info: dict[str, Any] | None = None
+                   ) -> list[TreeClass] | None:
+    """``k`` trees per root on the logical graph by the compiled Lovász growth (module
+    doc), as tree classes; ``None`` when a class gets stuck (the graph fails the rooted
+    cut condition for ``k``) or after ``max_checks`` max-flows (default
+    :data:`FEW_TREES_MAX_CHECKS`; ``info["few_trees_checks"]``: how many ran).  Every link
+    stays within its units by construction.  Under a limit (a warm stage's allowance, the
+    solve's ``time_limit``) the clock is checked before each class (at most ``n``
+    max-flows, ~2-5 ms at 64 GPUs)."""
+    info = {} if info is None else info
+    if n < 2:
+        return None
+    tail = np.asarray(tail, np.int64)
+    head = np.asarray(head, np.int64)
+    # a vertex's wide links first: a class fans out over them and keeps narrow units
+    out_arc = np.lexsort((-np.asarray(units, np.int64), tail)).astype(np.int64)
+    out_start = np.zeros(n + 1, np.int64)
+    np.cumsum(np.bincount(tail, minlength=n), out=out_start[1:])
+    net = FlowNetwork(n, tail, head)
+    cap = np.asarray(units, np.int64).copy()
+    unstarted = np.full(n, k, np.int64)
+    tight = np.zeros((MAX_TIGHT_SETS, n), np.bool_)
+    member = np.zeros(n, np.bool_)
+    order = np.zeros(n, np.int64)
+    checks = np.array([0, FEW_TREES_MAX_CHECKS if max_checks is None else max_checks], np.int64)
+    classes: list[TreeClass] = []
+    for r in range(n):
+        while unstarted[r] > 0:
+            anytime.check("Phase 3: the few-trees packing, before a class")
+            mult, unstarted[r] = int(unstarted[r]), 0
+            row = np.empty(n, np.int64)
+            got = _grow_class(r, mult, n, tail.size, head, out_start, out_arc, cap, unstarted,
+                              net._start, net._arcs, net._head, net._res, net._level,
+                              net._queue, net._it, net._path, row, tight, member, order, checks)
+            info["few_trees_checks"] = int(checks[0])
+            if got == 0:
+                return None
+            classes.append(TreeClass(r, got, row))
+    return classes
+
+
+def few_trees_on_splits(split: SplitGraph, rank_of: np.ndarray, k: int, stats: dict[str, Any],
+                        lg: LogicalGraph) -> tuple[LogicalGraph, list[TreeClass]] | None:
+    """A few-trees packing of ``k`` trees per root: first on ``lg`` (the spread or guarded
+    split) when ``k·n²`` is at most :data:`FEW_TREES_CHEAP_ENTRIES`, within ``2·n²``
+    max-flows (one tree per root: ``n`` classes, ~``n²`` max-flows; leaf-spine 8x2x4 with 4
+    spines, guarded split: 4 459, 0.09 s), then on the exact split's logical graph of
+    ``split`` (left as it is) within ``FEW_TREES_CHECKS_PER_N2 · n²``; that graph and its
+    packing, or ``None``.  The exact split for many trees per root: its few wide links keep
+    the classes few (leaf-spine 4x2x8 with a spine cable at 80 Gbps, 7 trees per root: 92
+    classes, 7 233 max-flows, 0.13 s, where the spread split's 1 976 thin links need 394
+    classes and 27 511 max-flows, 1.2-2.7 s).  ``stats``: ``few_trees_checks``,
+    ``few_trees_s`` (both attempts)."""
+    t = time.perf_counter()
+    n = lg.num_gpus
+    found, first = None, 0
+    if k * n * n <= FEW_TREES_CHEAP_ENTRIES:
+        classes = few_trees_pack(n, lg.tail, lg.head, lg.units, k, 2 * n * n, stats)
+        found = None if classes is None else (lg, classes)
+        first = stats.get("few_trees_checks", 0)
+    if found is None:
+        g = split.copy()
+        if split_all(g):
+            exact = LogicalGraph.from_split(g, rank_of)
+            classes = few_trees_pack(n, exact.tail, exact.head, exact.units, k,
+                                     FEW_TREES_CHECKS_PER_N2 * n * n, stats)
+            found = None if classes is None else (exact, classes)
+            stats["few_trees_checks"] = stats.get("few_trees_checks", 0) + first
+    stats["few_trees_s"] = time.perf_counter() - t
+    return found

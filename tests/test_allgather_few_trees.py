@@ -1,0 +1,122 @@
+"""The few-trees packing (:mod:`mccl_opt.allgather.forestcoll.packing.few_trees`, compiled
+Lovász growth; docs/allgather.md "Narrow NIC links: the few-trees packing").
+
+Leaf-spine fabrics whose every NIC link is narrow admit a packing (the rooted cut test
+passes) that the repair and greedy packers miss; the few-trees packing must complete it,
+and what it returns must be a packing: ``k`` trees per root, each a spanning arborescence
+of the logical graph, no link above its units.  Where the graph does not admit ``k`` it
+must return ``None``, never a partial or over-full packing."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import mccl_opt as mo
+from instances.aggregation import leaf_spine
+from mccl_opt.allgather.canonical import canonical
+from mccl_opt.allgather.forestcoll.packing.few_trees import few_trees_pack
+from mccl_opt.allgather.forestcoll.packing.repair import repair_pack
+from mccl_opt.allgather.forestcoll.packing.trees import greedy_pack
+from mccl_opt.allgather.forestcoll.pipeline import balanced_split, phase_one_budget
+from mccl_opt.allgather.forestcoll.removal.splitting import LogicalGraph, split_all
+from mccl_opt.report import Method
+from tests.oracle_allgather import check_schedule, cut_bound
+
+
+def _exact_logical(topo: mo.Topology, max_chunks: int | None) -> tuple[LogicalGraph, int]:
+    """The exact split's logical graph of ``topo`` at its chunk budget, and ``k``."""
+    topo = canonical(topo)
+    budget = phase_one_budget(topo, max_chunks, {})
+    arr = topo.arrays
+    balanced = balanced_split(budget.fab, arr.is_switch, budget.k, budget.y, max_chunks)
+    g = balanced.split.copy()
+    assert split_all(g)
+    return LogicalGraph.from_split(g, arr.rank_of), balanced.k
+
+
+def _assert_packing(lg: LogicalGraph, k: int, classes) -> None:
+    """``k`` spanning arborescences per root within every link's units."""
+    n = lg.num_gpus
+    load = np.zeros(lg.units.size, np.int64)
+    per_root = np.zeros(n, np.int64)
+    for c in classes:
+        assert c.mult >= 1 and c.parent_arc[c.root] == -1
+        per_root[c.root] += c.mult
+        for v in range(n):
+            if v == c.root:
+                continue
+            a = int(c.parent_arc[v])
+            assert a >= 0 and lg.head[a] == v, "every rank is entered by a link into it"
+            load[a] += c.mult
+            x, steps = v, 0
+            while x != c.root:                  # the parent links lead to the root
+                x = int(lg.tail[c.parent_arc[x]])
+                steps += 1
+                assert steps < n, "a cycle in a tree"
+    assert (per_root == k).all()
+    assert (load <= lg.units).all(), "a link above its units"
+
+
+def test_narrow_nic_links_pack_where_the_fast_packers_get_stuck():
+    """leaf-spine 8x2x4, 4 spines: one tree per root and every host's NIC ingress holds
+    exactly one unit per tree of another host, so each tree must enter each host once."""
+    lg, k = _exact_logical(leaf_spine(8, 2, 4, spines=4), 10)
+    assert k == 1 and lg.admits(k)
+    assert repair_pack(lg.num_gpus, lg.tail, lg.head, lg.units, k)[0] is None
+    assert greedy_pack(lg.num_gpus, lg.tail, lg.head, lg.units, k, {}) is None
+    classes = few_trees_pack(lg.num_gpus, lg.tail, lg.head, lg.units, k)
+    assert classes is not None
+    _assert_packing(lg, k, classes)
+
+
+def test_many_trees_per_root_pack_as_classes():
+    """Classes with multiplicities: 7 trees per root (a spine cable at 80 Gbps), every
+    link's load counted with the classes' multiplicities."""
+    topo = leaf_spine(4, 2, 8).with_capacity({("spine1", "u0leaf0"): 80.0,
+                                              ("u0leaf0", "spine1"): 80.0})
+    lg, k = _exact_logical(topo, None)
+    assert k == 7
+    classes = few_trees_pack(lg.num_gpus, lg.tail, lg.head, lg.units, k)
+    assert classes is not None and any(c.mult > 1 for c in classes)
+    _assert_packing(lg, k, classes)
+
+
+def test_a_graph_that_does_not_admit_k_is_refused():
+    """One tree per root more than the rooted cut condition allows: ``None``; and a
+    max-flow budget too small to finish: ``None`` too."""
+    lg, k = _exact_logical(leaf_spine(8, 2, 4, spines=4), 10)
+    assert not lg.admits(k + 1)
+    assert few_trees_pack(lg.num_gpus, lg.tail, lg.head, lg.units, k + 1) is None
+    info: dict[str, int] = {}
+    assert few_trees_pack(lg.num_gpus, lg.tail, lg.head, lg.units, k, 100, info) is None
+    assert info["few_trees_checks"] > 100
+
+
+@pytest.mark.parametrize("max_chunks", [10, None])
+def test_leaf_spine_with_narrow_nics_is_solved_by_forestcoll_at_the_optimum(max_chunks):
+    """The solve: ForestColl's exact packing, not the general method, at the cut bound
+    (the fabric is balanced: the forwarding-only optimum)."""
+    topo = leaf_spine(8, 2, 4, spines=4)
+    s = mo.solve_allgather(topo, max_chunks=max_chunks)
+    assert s.report.method is Method.FORESTCOLL
+    assert s.stats["packing"] == "exact"
+    check_schedule(topo, s, max_chunks)
+    assert mo.validate(topo, s).rate_gbps == pytest.approx(s.rate_gbps, rel=1e-9)
+    assert s.rate_gbps == pytest.approx(cut_bound(topo), rel=1e-9)
+
+
+def test_restriction_with_hundreds_of_trees_per_root_packs_exactly():
+    """Leaf-spine 4x2x8 with rank 0's NIC uplink at 360 Gbps one way, ``None``: the
+    balanced restriction needs 583 trees per root; the scaled packing cannot round the
+    spread split's thin links into a leaf and the repair packers get stuck on the exact
+    split, so the few-trees packing must pack it at the restriction's certified optimum."""
+    topo = leaf_spine(4, 2, 8).with_capacity(src="u0h0g0", dst="u0leaf0", gbps=360.0,
+                                             both_directions=False)
+    s = mo.solve_allgather(topo, max_chunks=None)
+    assert s.report.method is Method.BALANCED_RESTRICTION
+    assert s.stats["packing"] == "exact"
+    check_schedule(topo, s, None)
+    assert mo.validate(topo, s).rate_gbps == pytest.approx(s.rate_gbps, rel=1e-9)
+    assert s.rate_gbps == pytest.approx(s.lp_rate_gbps, rel=1e-9)
+    assert s.rate_gbps <= cut_bound(topo) * (1 + 1e-9)
