@@ -27,7 +27,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..removal.cut_guard import violated_set
+from ..removal.cut_guard import violated_set, violated_sets
 from .repair import repair_pack
 from .trees import TreeClass
 
@@ -189,20 +189,26 @@ def _rounded(g: Logical, units: np.ndarray, k: int, k1: int, s: int, several: bo
     fresh = (u1 + 1) * s <= units                 # room for one unit, not raised yet
     counters["ingress_raised"] += raise_ingress(g, u1, k1, remainder, fresh)
     room = _Room(units, s, remainder, fresh, several)
-    for inside in known:
-        deficit = k1 * int(g.n - inside.sum()) - int(u1[inside[g.head] & ~inside[g.tail]].sum())
-        if deficit > 0 and not _raise_set(g, u1, room, inside, deficit):
-            return None
+    if not all(_lift(g, u1, k1, room, inside) for inside in known):
+        return None
     for _ in range(ROUNDING_ROUNDS):
         counters["rounding_sweeps"] += 1
-        hit = _violated(g, u1, k1)
-        if hit is None:
+        found = violated_sets(g.n, np.arange(g.n, dtype=np.int64), k1, (g.tail, g.head, u1),
+                              g.n)
+        if not len(found):
             return u1
-        inside, deficit, _ = hit
-        known.append(inside)
-        if not _raise_set(g, u1, room, inside, deficit):
+        known.extend(found)
+        if not all(_lift(g, u1, k1, room, inside) for inside in found):
             return None
     return None
+
+
+def _lift(g: Logical, u1: np.ndarray, k1: int, room: "_Room", inside: np.ndarray) -> bool:
+    """``inside``'s deficit for ``k1`` trees per root under the current ``u1`` raised
+    (:func:`_raise_set`; sets found in one sweep may share links, so each deficit is
+    taken after the raises before it); whether it fits."""
+    deficit = k1 * int(g.n - inside.sum()) - int(u1[inside[g.head] & ~inside[g.tail]].sum())
+    return deficit <= 0 or _raise_set(g, u1, room, inside, deficit)
 
 
 class _Room(NamedTuple):
