@@ -26,6 +26,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import numpy as np
+from numba import njit
 
 from ..removal.cut_guard import violated_set, violated_sets
 from .repair import repair_pack
@@ -277,8 +278,19 @@ def _raise_further(u1: np.ndarray, units: np.ndarray, s: int, remainder: np.ndar
 
 
 def _loads(classes: list[TreeClass], m: int) -> np.ndarray:
-    """Trees per logical link of a packing."""
-    arcs = np.concatenate([c.parent_arc[c.parent_arc >= 0] for c in classes])
-    mult = np.concatenate([np.full(int((c.parent_arc >= 0).sum()), c.mult, np.int64)
-                           for c in classes])
-    return np.bincount(arcs, weights=mult, minlength=m).astype(np.int64)
+    """Trees per logical link of a packing (one compiled pass over every class's parent
+    links: per-class masks took 2 s on HPN 4x16x8's 89 k classes, a weighted
+    ``np.bincount`` 0.2-0.7 s)."""
+    loads = np.zeros(m, np.int64)
+    _add_loads(np.stack([c.parent_arc for c in classes]),
+               np.fromiter((c.mult for c in classes), np.int64, len(classes)), loads)
+    return loads
+
+
+@njit(cache=True)
+def _add_loads(parents, mult, loads):
+    """``loads[a] += mult[i]`` for every link ``a = parents[i, v] >= 0``."""
+    for i in range(parents.shape[0]):
+        for v in range(parents.shape[1]):
+            if parents[i, v] >= 0:
+                loads[parents[i, v]] += mult[i]
