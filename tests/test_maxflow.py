@@ -123,11 +123,12 @@ def test_min_flow_over_sinks_matches_per_sink_maxflow(seed):
                 assert min(upper, lowest) <= got <= floor
 
 
-def expected_sets(net, refs, sinks, demand) -> list[np.ndarray]:
-    """The sink sides of the failing sinks no earlier sink side holds, in sink order."""
+def expected_sets(net, refs, sinks, demand, skip=True) -> list[np.ndarray]:
+    """The sink sides of the failing sinks (with ``skip``, those no earlier sink side
+    holds), in sink order."""
     covered, rows = np.zeros(net.n, bool), []
     for g in sinks.tolist():
-        if not covered[g] and refs[g][0] < demand:
+        if not (skip and covered[g]) and refs[g][0] < demand:
             rows.append(~refs[g][1])
             covered |= rows[-1]
     return rows
@@ -137,8 +138,9 @@ def expected_sets(net, refs, sinks, demand) -> list[np.ndarray]:
 def test_failing_sets_match_per_sink_maxflow(seed):
     """One scan past every failing sink (the scaled packing's rounding sweep) returns
     each failing sink's minimum cut, skipping sinks an earlier cut holds; with fewer rows
-    allowed, the first ones; the same network then still answers the first failing
-    sink like a fresh scan."""
+    allowed, the first ones; without skipping (the restriction's cutting planes), every
+    failing sink's; the same network then still answers the first failing sink like a
+    fresh scan."""
     rng, net, caps, sinks = random_network(4000 + seed, forced=seed % 2 == 1)
     sinks = np.concatenate([sinks, rng.choice(sinks, 2)])
     refs = {g: reference(net, caps, g) for g in set(sinks.tolist())}
@@ -151,6 +153,10 @@ def test_failing_sets_match_per_sink_maxflow(seed):
             np.testing.assert_array_equal(row, expected)
         if len(want) > 1:
             np.testing.assert_array_equal(net.failing_sets(caps, sinks, demand, 1), want[:1])
+        every = expected_sets(net, refs, sinks, demand, skip=False)   # the cutting planes'
+        np.testing.assert_array_equal(
+            net.failing_sets(caps, sinks, demand, sinks.size, skip=False).reshape(-1, net.n),
+            np.array(every, bool).reshape(-1, net.n))
         check_rooted(net, caps, sinks, demand, refs)
 
 

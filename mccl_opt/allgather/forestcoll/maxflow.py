@@ -164,9 +164,9 @@ def _rooted_check(n_tot, start, arcs, head, res, caps, sink_arc0, sinks, demand,
 
 @njit(cache=True)
 def _failing_sets(n_tot, start, arcs, head, res, caps, sink_arc0, sinks, demand,
-                  level, queue, it, path, sets):
-    """The rooted check of every sink in one scan: for each sink below ``demand`` that no
-    earlier failing sink's set holds, the sink side of its minimum cut (the nodes not
+                  level, queue, it, path, sets, skip):
+    """The rooted check of every sink in one scan: for each sink below ``demand`` (that no
+    earlier failing sink's set holds, with ``skip``), the sink side of its minimum cut (the nodes not
     reachable from ``s``) as the next row of ``sets`` (bool, ``n`` columns); stops when
     ``sets`` is full; returns the rows written.
 
@@ -182,7 +182,7 @@ def _failing_sets(n_tot, start, arcs, head, res, caps, sink_arc0, sinks, demand,
     flow = 0
     for i in range(sinks.shape[0]):
         g = sinks[i]
-        if covered[g]:
+        if skip and covered[g]:
             continue
         if prev < 0:
             _set_cap(res, sink_arc0 + g, INF)
@@ -293,16 +293,16 @@ class FlowNetwork:
                                  self._queue, self._it, self._path))
 
     def failing_sets(self, caps: np.ndarray, sinks: np.ndarray, demand: int,
-                     most: int) -> np.ndarray:
+                     most: int, skip: bool = True) -> np.ndarray:
         """The sink sides (bool rows over the ``n`` real nodes) of the minimum cuts of up to
-        ``most`` sinks whose max-flow is below ``demand``, in sink order, each from a sink
-        no earlier row holds (:func:`_failing_sets`); ``caps`` as for
+        ``most`` sinks whose max-flow is below ``demand``, in sink order, with ``skip``
+        each from a sink no earlier row holds (:func:`_failing_sets`); ``caps`` as for
         :meth:`first_failing_sink`."""
         sets = np.zeros((max(int(most), 1), self.n), np.bool_)
         found = _failing_sets(self.n + 2, self._start, self._arcs, self._head, self._res,
                               np.asarray(caps, np.int64), self.t_arc0, _writable(sinks),
                               int(demand), self._level, self._queue, self._it, self._path,
-                              sets)
+                              sets, bool(skip))
         return sets[:found]
 
     def min_flow_over_sinks(self, caps: np.ndarray, sinks: np.ndarray,
