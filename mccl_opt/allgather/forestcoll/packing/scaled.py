@@ -71,8 +71,10 @@ def scaled_pack(n: int, tail: np.ndarray, head: np.ndarray, units: np.ndarray, k
                 "scaled_tries": 0, "ingress_raised": 0, "rounding_sweeps": 0}
     classes = _scaled(Logical(n, tail, head), units.astype(np.int64), k, counters,
                       MARGINS if wide else MARGINS[:1], wide, [])
-    if classes is not None:
-        classes.sort(key=lambda c: (c.root, -c.mult))
+    if classes is not None:               # by root, widest first (stable), as one array sort
+        roots = np.fromiter((c.root for c in classes), np.int64, len(classes))
+        mults = np.fromiter((c.mult for c in classes), np.int64, len(classes))
+        classes = [classes[i] for i in np.lexsort((-mults, roots)).tolist()]
     return classes, counters
 
 
