@@ -12,7 +12,8 @@ trees per root in the residual ``u - s·load1`` (``load1``: the first packing's 
 link).  ``s = ceil(k / SCALED_TREES)``, ``k1 = k // s - 1`` (so ``k2 >= s``: the residual
 keeps room for the rounding), and ``u1`` is ``u·k1/k`` rounded down, then up on links into
 the node sets that violate the rooted cut condition for ``k1`` (each round one rooted
-sweep, :func:`.removal.cut_guard.violated_set`), only where ``s·u1 <= u`` stays true.
+sweep that goes on past a failing sink, :func:`.removal.cut_guard.violated_sets`: every
+violated set it meets), only where ``s·u1 <= u`` stays true.
 The residual must pass the rooted test for ``k2`` (a tight cut of ``u`` that the first
 packing crosses more often than it must fails it); it is packed the same way while
 ``k2 >= SCALED_MIN_K``.  Each packing completes or the whole attempt returns ``None``
@@ -183,9 +184,11 @@ def _rounded(g: Logical, units: np.ndarray, k: int, k1: int, s: int, several: bo
     """Units ``u1`` admitting ``k1`` trees per root with ``s·u1 <= units``: ``units·k1/k``
     rounded down, every GPU's ingress raised at once (:func:`raise_ingress`, no max-flow),
     then up on links into each ``known`` set and each violated set a rooted sweep finds
-    (added to ``known``) by its deficit (:func:`_raise_set`); ``None`` when the links into
-    a set lack the room (often found on a known set, without a sweep) or the rounds run
-    out."""
+    (all of one sweep's, added to ``known``) by its deficit (:func:`_lift`); ``None`` when
+    the links into a set lack the room (often found on a known set, without a sweep) or
+    the rounds run out.  One sweep per round, not one set: HPN 4x16x8's restriction
+    leaves 64 hosts short, and a sweep per host (each failing 8 sinks later than the last)
+    took 64 sweeps and ran margins 1 and 2 out of rounds (8 s of 11 s)."""
     scaled = units * k1
     u1 = scaled // k
     remainder = scaled - u1 * k
