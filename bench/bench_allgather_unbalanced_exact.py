@@ -1,10 +1,10 @@
 """Unbalanced HPN at ``max_chunks=None``: cold seconds per phase of the chain and of the
 general method (issue 25's 512-GPU target; docs/allgather.md "Restriction seed").
 
-``python bench/bench_allgather_unbalanced_exact.py [--repeat R] 4x8x8 4x16x8``
+``python bench/bench_allgather_unbalanced_exact.py [--repeat R] [--gbps G] 4x8x8 4x16x8``
 
 The fabric is ``hpn(S, H, N)`` with rank 0's NIC uplink (``s0h0g0 -> s0tor0``) at a
-quarter of its speed one way.  After a kernel warm-up solve each shape is solved cold
+quarter of its speed one way (``--gbps``: at ``G`` Gbps instead, e.g. 176.76).  After a kernel warm-up solve each shape is solved cold
 ``--repeat`` times (in this process); one line per solve: wall and CPU seconds, every
 attempt of the chain (``report.attempts``), the general method's phases (``seed_s``,
 ``lp_s``: every master solve, ``first_lp_s``: the first one, ``pricing_s``), its rounds
@@ -34,10 +34,11 @@ GENERAL = ("seed_columns", "seed_s", "first_lp_s", "lp_s", "pricing_s", "cg_roun
            "link_rows")
 
 
-def fabric(shape: str) -> Topology:
-    """``hpn-<shape>`` with rank 0's NIC uplink at a quarter of its speed, one way."""
+def fabric(shape: str, gbps: float = NIC_GBPS / 4) -> Topology:
+    """``hpn-<shape>`` with rank 0's NIC uplink at ``gbps`` (a quarter of its speed), one
+    way."""
     topo = hpn(*parse_shape(shape))
-    return topo.with_capacity(src=gpu_id(0, 0, 0), dst=tor_id(0, 0), gbps=NIC_GBPS / 4,
+    return topo.with_capacity(src=gpu_id(0, 0, 0), dst=tor_id(0, 0), gbps=gbps,
                               both_directions=False).renamed(f"{topo.name}-oneway")
 
 
@@ -56,16 +57,18 @@ def solve_once(topo: Topology) -> str:
 
 
 def main(argv: list[str]) -> None:
-    repeat, shapes = 1, []
+    repeat, gbps, shapes = 1, NIC_GBPS / 4, []
     it = iter(argv)
     for a in it:
         if a == "--repeat":
             repeat = int(next(it))
+        elif a == "--gbps":
+            gbps = float(next(it))
         else:
             shapes.append(a)
     solve_allgather(fabric("1x2x8"), max_chunks=None)            # kernels, outside the timings
     for shape in shapes or ["4x8x8"]:
-        topo = fabric(shape)
+        topo = fabric(shape, gbps)
         for _ in range(repeat):
             print(solve_once(topo), flush=True)
 

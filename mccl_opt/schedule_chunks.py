@@ -99,8 +99,8 @@ class TreeTable:
 
     def path_shares(self) -> np.ndarray:
         """Per path, the shares of the trees riding it (once per edge)."""
-        weight = np.repeat(self.shares, self.edges.shape[1])
-        return np.bincount(self.edges.ravel(), weights=weight, minlength=len(self.paths))
+        from mccl_opt.row_bincount import row_bincount       # numba: loaded when used
+        return row_bincount(self.edges, self.shares, len(self.paths))
 
 
 class TreeChunks(Sequence[TreeChunk]):

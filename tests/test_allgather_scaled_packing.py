@@ -90,20 +90,32 @@ def _tight_complete(n: int, k: int, d: int) -> tuple[np.ndarray, np.ndarray, np.
 
 
 @pytest.mark.parametrize("n,k,d", [(40, 97, 3), (36, 131, 7)])
-def test_the_ingress_pass_is_what_packs_a_fabric_of_tight_gpus(n, k, d, monkeypatch):
+def test_every_tight_gpu_is_raised_without_running_out_of_rounds(n, k, d, monkeypatch):
+    """More tight GPUs than rounding rounds: the ingress pass raises them all before any
+    sweep (one passing sweep); without it the sweep that goes on past a failing sink finds
+    them all at once (one failing sweep, one passing); a sweep of one set per round (as
+    before both) runs out of rounds and the packing fails."""
     tail, head, units = _tight_complete(n, k, d)
     ranks = np.arange(n, dtype=np.int64)
     assert violated_set(n, ranks, k, (tail, head, units)) is None
     assert violated_set(n, ranks, k + 1, (tail, head, units)) is not None     # k is the most
-    assert n > scaled.ROUNDING_ROUNDS          # one violated set per sweep cannot reach them all
+    assert n > scaled.ROUNDING_ROUNDS
     classes, counters = scaled.scaled_pack(n, tail, head, units, k)
     assert classes is not None
     _check_packing(n, tail, head, units, k, classes)
     assert counters["scaled_tries"] == 1 and counters["ingress_raised"] >= n
+    assert counters["rounding_sweeps"] == 1
 
     monkeypatch.setattr(scaled, "raise_ingress", lambda *args: 0)
+    swept, counters = scaled.scaled_pack(n, tail, head, units, k)
+    assert swept is not None and counters["rounding_sweeps"] == 2
+    _check_packing(n, tail, head, units, k, swept)
+
+    every = scaled.violated_sets
+    monkeypatch.setattr(scaled, "violated_sets", lambda *args: every(*args)[:1])
     without, counters = scaled.scaled_pack(n, tail, head, units, k)
     assert without is None and counters["scaled"] == 0
+    assert counters["rounding_sweeps"] == scaled.ROUNDING_ROUNDS
 
 
 def test_raise_ingress_meets_every_single_gpu_cut_within_the_room():

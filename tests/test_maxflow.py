@@ -1,5 +1,6 @@
 """Incremental rooted check (mccl_opt/allgather/forestcoll/maxflow.py) against a from-scratch
-networkx max-flow per sink: first failing position, min-cut source side, min over sinks."""
+networkx max-flow per sink: first failing position, min-cut source side, every failing
+sink's cut, min over sinks."""
 
 from __future__ import annotations
 
@@ -120,6 +121,43 @@ def test_min_flow_over_sinks_matches_per_sink_maxflow(seed):
                 assert got == min(upper, lowest)
             else:
                 assert min(upper, lowest) <= got <= floor
+
+
+def expected_sets(net, refs, sinks, demand, skip=True) -> list[np.ndarray]:
+    """The sink sides of the failing sinks (with ``skip``, those no earlier sink side
+    holds), in sink order."""
+    covered, rows = np.zeros(net.n, bool), []
+    for g in sinks.tolist():
+        if not (skip and covered[g]) and refs[g][0] < demand:
+            rows.append(~refs[g][1])
+            covered |= rows[-1]
+    return rows
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_failing_sets_match_per_sink_maxflow(seed):
+    """One scan past every failing sink (the scaled packing's rounding sweep) returns
+    each failing sink's minimum cut, skipping sinks an earlier cut holds; with fewer rows
+    allowed, the first ones; without skipping (the restriction's cutting planes), every
+    failing sink's; the same network then still answers the first failing sink like a
+    fresh scan."""
+    rng, net, caps, sinks = random_network(4000 + seed, forced=seed % 2 == 1)
+    sinks = np.concatenate([sinks, rng.choice(sinks, 2)])
+    refs = {g: reference(net, caps, g) for g in set(sinks.tolist())}
+    values = sorted({f for f, _ in refs.values()})
+    for demand in {0, 1, *values, *(f + 1 for f in values)}:
+        want = expected_sets(net, refs, sinks, demand)
+        got = net.failing_sets(caps, sinks, demand, net.n)
+        assert got.shape == (len(want), net.n)
+        for row, expected in zip(got, want):
+            np.testing.assert_array_equal(row, expected)
+        if len(want) > 1:
+            np.testing.assert_array_equal(net.failing_sets(caps, sinks, demand, 1), want[:1])
+        every = expected_sets(net, refs, sinks, demand, skip=False)   # the cutting planes'
+        np.testing.assert_array_equal(
+            net.failing_sets(caps, sinks, demand, sinks.size, skip=False).reshape(-1, net.n),
+            np.array(every, bool).reshape(-1, net.n))
+        check_rooted(net, caps, sinks, demand, refs)
 
 
 def test_max_flow_matches_networkx():

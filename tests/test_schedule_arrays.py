@@ -183,3 +183,17 @@ def test_flat_paths_read_as_the_tuples_they_store():
     for paths in (flat, tuples):
         lens, nodes = path_nodes(paths, which)
         assert lens.tolist() == [3, 3, 4] and nodes.tolist() == [1, 3, 0, 0, 3, 1, 4, 5, 6, 7]
+
+
+@pytest.mark.parametrize("shape", [(0, 4), (1, 1), (7, 3), (300, 17)])
+def test_table_path_shares_are_numpys_weighted_count(shape):
+    """A tree table's per-path shares (compiled, mccl_opt/row_bincount.py) equal the
+    weighted ``np.bincount`` of its edges bit for bit, paths no tree rides included."""
+    rng = np.random.default_rng(sum(shape))
+    paths = [(i,) for i in range(shape[1] * 2 + 5)]
+    edges = rng.integers(0, len(paths) - 3, shape).astype(np.int32)
+    shares = rng.random(shape[0]) / rng.integers(1, 1000, shape[0])
+    table = TreeTable(["a"], paths, np.zeros(shape[0], np.int64), shares, edges)
+    want = np.bincount(edges.ravel(), weights=np.repeat(shares, shape[1]), minlength=len(paths))
+    got = table.path_shares()
+    assert got.shape == want.shape and (got == want).all()

@@ -163,6 +163,52 @@ def _rooted_check(n_tot, start, arcs, head, res, caps, sink_arc0, sinks, demand,
 
 
 @njit(cache=True)
+def _failing_sets(n_tot, start, arcs, head, res, caps, sink_arc0, sinks, demand,
+                  level, queue, it, path, sets, skip):
+    """The rooted check of every sink in one scan: for each sink below ``demand`` (that no
+    earlier failing sink's set holds, with ``skip``), the sink side of its minimum cut (the nodes not
+    reachable from ``s``) as the next row of ``sets`` (bool, ``n`` columns); stops when
+    ``sets`` is full; returns the rows written.
+
+    As in :func:`_rooted_check` each next sink repairs the last flow
+    (:func:`_move_sink`); a flow below ``demand`` that lost nothing in the move may not
+    be maximum for the new sink, so it is augmented up to ``demand`` (a move that lost
+    flow leaves a maximum one, :func:`_move_sink`)."""
+    n = n_tot - 2
+    covered = np.zeros(n, np.bool_)
+    _load_caps(res, caps)
+    found = 0
+    prev = -1
+    flow = 0
+    for i in range(sinks.shape[0]):
+        g = sinks[i]
+        if skip and covered[g]:
+            continue
+        if prev < 0:
+            _set_cap(res, sink_arc0 + g, INF)
+            flow = _dinic(n_tot, start, arcs, head, res, n, n + 1, demand,
+                          level, queue, it, path)
+        else:
+            old = sink_arc0 + prev
+            lost = _move_sink(n_tot, start, arcs, head, res, old, caps[old], sink_arc0 + g,
+                              level, queue, it, path)
+            flow -= lost
+            if lost == 0 and flow < demand:
+                flow += _dinic(n_tot, start, arcs, head, res, n, n + 1, demand - flow,
+                               level, queue, it, path)
+        prev = g
+        if flow < demand:
+            _bfs_levels(n_tot, start, arcs, head, res, n, -1, level, queue)
+            for v in range(n):
+                sets[found, v] = level[v] < 0
+                covered[v] |= level[v] < 0
+            found += 1
+            if found == sets.shape[0]:
+                break
+    return found
+
+
+@njit(cache=True)
 def _min_over_sinks(n_tot, start, arcs, head, res, caps, sink_arc0, sinks,
                     level, queue, it, path, upper, floor):
     """``min(upper, min over sinks of the max-flow s -> T)`` (each sink opened in
@@ -245,6 +291,19 @@ class FlowNetwork:
                                  np.asarray(caps, np.int64), self.t_arc0,
                                  _writable(sinks), int(demand), self._level,
                                  self._queue, self._it, self._path))
+
+    def failing_sets(self, caps: np.ndarray, sinks: np.ndarray, demand: int,
+                     most: int, skip: bool = True) -> np.ndarray:
+        """The sink sides (bool rows over the ``n`` real nodes) of the minimum cuts of up to
+        ``most`` sinks whose max-flow is below ``demand``, in sink order, with ``skip``
+        each from a sink no earlier row holds (:func:`_failing_sets`); ``caps`` as for
+        :meth:`first_failing_sink`."""
+        sets = np.zeros((max(int(most), 1), self.n), np.bool_)
+        found = _failing_sets(self.n + 2, self._start, self._arcs, self._head, self._res,
+                              np.asarray(caps, np.int64), self.t_arc0, _writable(sinks),
+                              int(demand), self._level, self._queue, self._it, self._path,
+                              sets, bool(skip))
+        return sets[:found]
 
     def min_flow_over_sinks(self, caps: np.ndarray, sinks: np.ndarray,
                             upper: int = 1 << 62, floor: int = -1) -> int:

@@ -40,7 +40,7 @@ from mccl_opt.backends.solution import SolveStatus
 from mccl_opt.errors import SolveError
 from mccl_opt.topology import Topology
 from ..fabric import fabric_of
-from ..forestcoll.throughput import Fabric, _violated_cut, optimal_rate
+from ..forestcoll.throughput import Fabric, optimal_rate
 
 __all__ = ["CERT_TOL", "Restriction", "balanced_restriction", "restricted_topology", "coarsened"]
 
@@ -277,15 +277,11 @@ def _separate(fab: Fabric, cap: np.ndarray, x: float) -> list[np.ndarray]:
     per_gpu = int(math.floor(x * grid))
     if per_gpu <= 0:
         return []
-    found: list[np.ndarray] = []
-    order, start, demand = fab.gpus.copy(), 0, fab.num_gpus * per_gpu
-    while start < order.size:
-        pos, sink_side = _violated_cut(fab, links, per_gpu, demand, order[start:])
-        if pos < 0:
-            break
-        found.append(sink_side)
-        start += pos + 1
-    return found
+    caps = fab.net.caps()
+    caps[: fab.net.m] = links
+    caps[fab.net.s_arc0 + fab.gpus] = per_gpu
+    return list(fab.net.failing_sets(caps, fab.gpus, fab.num_gpus * per_gpu,
+                                     fab.num_gpus, skip=False))
 
 
 def _simplest_near(v: float, eps: float) -> Fraction:

@@ -329,8 +329,9 @@ def repair_pack(n: int, tail: np.ndarray, head: np.ndarray, units: np.ndarray,
         return None, counters
     mult = np.zeros(len(par), np.int64)
     _merge(par, order, k, mult, np.empty(k, np.int64))
-    out = [TreeClass(int(t) // k, int(mult[t]), par[t]) for t in np.flatnonzero(mult)]
-    out.sort(key=lambda c: (c.root, -c.mult))
+    kept = np.flatnonzero(mult)
+    kept = kept[np.lexsort((-mult[kept], kept // k))]     # by root, widest first (stable)
+    out = [TreeClass(t // k, m, par[t]) for t, m in zip(kept.tolist(), mult[kept].tolist())]
     return out, counters
 
 

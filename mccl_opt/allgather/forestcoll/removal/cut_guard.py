@@ -37,7 +37,7 @@ import numpy as np
 from mccl_opt import anytime
 from ..maxflow import INF, FlowNetwork
 
-__all__ = ["KnownCuts", "SweepGuard", "violated_set", "MAX_ROUNDS"]
+__all__ = ["KnownCuts", "SweepGuard", "violated_set", "violated_sets", "MAX_ROUNDS"]
 
 #: exchange rounds per switch before a guard gives up
 MAX_ROUNDS = 64
@@ -51,17 +51,36 @@ def violated_set(n: int, gpus: np.ndarray, k: int, arcs: Arcs, roots: np.ndarray
     ``roots`` (default ``gpus``), found by a rooted sweep over the sinks ``gpus``: the
     set (a boolean mask over the ``n`` nodes, holding the failing sink), its deficit
     ``k·|roots ∉ T| - units(δ⁻(T))`` and the failing sink; ``None`` when no sink fails."""
-    tail, head, units = arcs
     roots = gpus if roots is None else roots
-    net = FlowNetwork(n, tail, head)
-    caps = net.caps()
-    caps[: net.m] = units
-    caps[net.s_arc0 + roots] = k
+    net, caps = _rooted_network(n, roots, k, arcs)
     failing = net.first_failing_sink(caps, gpus, k * roots.size)
     if failing < 0:
         return None
     inside = ~net.source_side()
     return inside, _deficit(inside, roots, k, arcs), int(gpus[failing])
+
+
+def violated_sets(n: int, gpus: np.ndarray, k: int, arcs: Arcs, most: int) -> np.ndarray:
+    """Up to ``most`` node sets violating the rooted cut condition for ``k`` trees per root
+    of every GPU in ``gpus``, found by one rooted sweep that goes on past a failing sink
+    (:meth:`FlowNetwork.failing_sets`): the sink side of each failing sink's minimum cut,
+    in sink order, none from a sink an earlier set holds; no rows when no sink fails.
+    One sweep where :func:`violated_set` takes one per set (the 64 hosts of HPN 4x16x8
+    whose rounded-down ingress falls short, docs/allgather.md "Scaled packing on the
+    restriction")."""
+    net, caps = _rooted_network(n, gpus, k, arcs)
+    return net.failing_sets(caps, gpus, k * gpus.size, most)
+
+
+def _rooted_network(n: int, roots: np.ndarray, k: int, arcs: Arcs
+                    ) -> tuple[FlowNetwork, np.ndarray]:
+    """The network of the rooted test: ``arcs`` at their units, ``s -> root`` at ``k``."""
+    tail, head, units = arcs
+    net = FlowNetwork(n, tail, head)
+    caps = net.caps()
+    caps[: net.m] = units
+    caps[net.s_arc0 + roots] = k
+    return net, caps
 
 
 def _deficit(inside: np.ndarray, gpus: np.ndarray, k: int, arcs: Arcs) -> int:
