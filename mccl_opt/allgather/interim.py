@@ -5,7 +5,8 @@ between the first one and the optimum*).
 At ``max_chunks=None`` an unbalanced fabric of hundreds of GPUs is solved exactly by
 ForestColl on its best balanced restriction ``c'`` (:mod:`.chain`): the cutting-plane
 LP (2 s CPU on HPN 4x16x8 with one NIC at a quarter speed one way), then the scaled
-packing of the exact optimum's thousands of trees per root (13 s).  A limit shorter
+packing of the exact optimum's thousands of trees per root (4.6 s CPU, more than
+the whole limit on a loaded machine).  A limit shorter
 than that used to return the first schedule (:mod:`.first`), at ~12.5 % of the
 optimum there.  Under a limit, on such fabrics, the chain now offers
 (:func:`mccl_opt.anytime.offer`) two cheap schedules on the way:
@@ -22,8 +23,7 @@ optimum: weaker-direction K=1/2/4/10: 0.08/0.09/0.13/0.31 s, 90.1/90.1/90.6/90.7
 ``c'`` K=2/4/10: 0.10/0.15/0.32 s, 99.36/99.75/99.99 %): the first offer must come
 early, and the exact packing follows.
 
-Each costs one ForestColl solve at a small chunk budget, against the tens of seconds
-of the exact one; without a limit, below :data:`INTERIM_FROM_GPUS` GPUs and with a
+Each costs one ForestColl solve at a small chunk budget, a fraction of the exact one; without a limit, below :data:`INTERIM_FROM_GPUS` GPUs and with a
 chunk budget (where the chain's own schedules are these) nothing is built.
 """
 
