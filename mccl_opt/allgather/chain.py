@@ -48,6 +48,8 @@ from ..topology import Topology
 from .budget import EXACT_TREES_LIMIT, ChunkCounts
 from .fabric import fabric_of, switches_balanced
 from .fewer_trees import fewer_trees
+from . import interim
+from .interim import rerated
 from .forestcoll.pipeline import gbps
 from .forestcoll.throughput import optimal_rate
 from .warm.route import WarmRoute
@@ -201,6 +203,10 @@ def solve_unbalanced(topo: Topology, route: WarmRoute, backend: str,
     sub = weaker_directions(topo)
     weaker = None
     seed_trees: Schedule | Topology | None = sub     # the weaker direction's (packed on use)
+    interim_offers = interim.wanted(topo, max_chunks)   # cheap schedules for a time limit
+    if interim_offers and sub is not None:
+        interim.offer_on(topo, sub, interim.WEAKER_CHUNKS, forestcoll, Method.WEAKER_DIRECTIONS,
+                         trail)
     t = time.perf_counter()
     if sub is not None and max_chunks is None and not _reaches(sub, bound):
         trail.add(Attempt(Method.WEAKER_DIRECTIONS, time.perf_counter() - t, "declined: its "
@@ -215,16 +221,20 @@ def solve_unbalanced(topo: Topology, route: WarmRoute, backend: str,
         if isinstance(found, Schedule):
             reaches = bound is not None and found.lp_rate_gbps >= bound * (1 - _REACH_TOL)
             if reaches:                      # no schedule exceeds the cut bound: optimal
-                return _rerated(found, topo, bound, Method.WEAKER_DIRECTIONS,
-                                "weaker-direction fabric reaches the cut bound")
-            weaker = _rerated(found, topo, found.lp_rate_gbps, Method.WEAKER_DIRECTIONS,
-                              "weaker-direction fabric")
+                return rerated(found, topo, bound, Method.WEAKER_DIRECTIONS,
+                               "weaker-direction fabric reaches the cut bound")
+            weaker = rerated(found, topo, found.lp_rate_gbps, Method.WEAKER_DIRECTIONS,
+                             "weaker-direction fabric")
             weaker.report = dataclasses.replace(weaker.report, bound_gbps=None)   # not certified
             anytime.offer(weaker)
         if max_chunks is not None:          # its K chunks seed; a failed K is not retried
             seed_trees = found if isinstance(found, Schedule) else None
     anytime.check("the balanced restriction")
     restricted = _restricted(topo, backend, trail)
+    if interim_offers and restricted is not None:
+        interim.offer_on(topo, restricted.sub, interim.RESTRICTED_CHUNKS, forestcoll,
+                         Method.BALANCED_RESTRICTION, trail, restricted.optimum_gbps,
+                         restricted.to_gbps, restricted.restriction.headroom())
     best = None
     if restricted is not None and max_chunks is None and restricted.coarsened:
         trail.add(Attempt(Method.BALANCED_RESTRICTION, restricted.seconds, "declined: rounded "
@@ -369,8 +379,8 @@ def solve_by_restriction(topo: Topology, restricted: Restricted, route: WarmRout
             break
         best = restricted.optimum_gbps    # certified; a c' rounded coarser rates ~1e-7 below
         cut = bound if bound is not None and bound > best * (1 + _REACH_TOL) else None
-        out = _rerated(sched, topo, best, Method.BALANCED_RESTRICTION,
-                       "balanced restriction: cut bound of c' <= c", cut)
+        out = rerated(sched, topo, best, Method.BALANCED_RESTRICTION,
+                      "balanced restriction: cut bound of c' <= c", cut)
         if max_chunks is None and out.rate_gbps < best * (1 - CERT_TOL):
             break
         out.stats["cut_rounds"] = found.rounds
@@ -380,21 +390,3 @@ def solve_by_restriction(topo: Topology, restricted: Restricted, route: WarmRout
     trail.add(Attempt(Method.BALANCED_RESTRICTION, time.perf_counter() - t,
                       "declined: ForestColl on c' did not reach its certified optimum"))
     return None
-
-
-def _rerated(sched: Schedule, topo: Topology, lp_rate: float, method: Method, reason: str,
-             cut_bound: float | None = None) -> Schedule:
-    """``sched`` (trees synthesized for a sub-fabric of ``topo``) on ``topo``'s
-    capacities: loads, rate and bottleneck recomputed, ``lp_rate_gbps`` set, reported as
-    ``method`` (optimal when ``lp_rate`` is the forwarding-only optimum, bound by it)."""
-    loads = share_loads(topo, sched.chunks)
-    rate = schedule_rate(topo, loads)
-    stats = {**sched.stats, "method": method.value, "general_reason": reason}
-    stats.pop("cut_bound_gbps", None)
-    if cut_bound is not None:
-        stats["cut_bound_gbps"] = cut_bound
-    report = dataclasses.replace(sched.report, method=method, bound_gbps=max(lp_rate, rate),
-                                 cut_bound_gbps=cut_bound)
-    return dataclasses.replace(
-        sched, lp_rate_gbps=lp_rate, rate_gbps=rate, stats=stats, report=report,
-        bottleneck=bottleneck_links(topo, loads, rate, report.k))

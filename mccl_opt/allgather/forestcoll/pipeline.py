@@ -317,6 +317,10 @@ def _few_trees(split: SplitGraph, rank_of: np.ndarray, k: int, stats: dict[str, 
 #: per root, 101 s), while the test is ``n`` max-flows (milliseconds)
 TEST_FIRST_K = 64
 
+#: ... and below it from this many tree entries ``k·n²`` (shared aggregation 2x16x8 at
+#: ``None``, ``k = 41``: a failing repair packing ~0.35 s CPU, the test ~0.03 s)
+TEST_FIRST_ENTRIES = 1 << 21
+
 
 def pack(split: SplitGraph, rank_of: np.ndarray, k: int, guides: dict[int, np.ndarray],
          stats: dict[str, Any], shapes: Shapes | None = None, fewer_chunks: bool = False
@@ -341,7 +345,8 @@ def pack(split: SplitGraph, rank_of: np.ndarray, k: int, guides: dict[int, np.nd
     # the plain repair packing may search for seconds there: the few-trees one goes first
     late_plain = k >= SCALED_MIN_K and k * lg.num_gpus ** 2 > PLAIN_FIRST_ENTRIES
     few = not fewer_chunks or k * lg.num_gpus ** 2 <= FEW_TREES_CHEAP_ENTRIES
-    if k > TEST_FIRST_K and not lg.admits(k):     # no packing can complete: skip it
+    test_first = k > TEST_FIRST_K or k * lg.num_gpus ** 2 >= TEST_FIRST_ENTRIES
+    if test_first and not lg.admits(k):           # no packing can complete: skip it
         found, admits = None, False
     else:
         found = _pack_repair(lg, k, stats, shapes, plain=not late_plain)

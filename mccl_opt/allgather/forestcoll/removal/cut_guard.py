@@ -184,11 +184,13 @@ class KnownCuts:
 def exchange(A: np.ndarray, tail_in: np.ndarray, head_in: np.ndarray, deficit: int) -> int:
     """Exchange up to ``deficit`` units of pairs inside ``T`` (tail and head in it) with
     pairs outside it, in pair order; returns the units exchanged (module docstring)."""
-    inner = [(int(i), int(j)) for i, j in zip(*np.nonzero(A * np.outer(tail_in, head_in)))]
-    outer = [(int(i), int(j)) for i, j in zip(*np.nonzero(A * np.outer(~tail_in, ~head_in)))]
+    # the pairs' rows and columns as lists (``tolist``), not a tuple per pair built in
+    # Python: that was 1.1 s of 3 s at shared aggregation 2x16x8, ``max_chunks=None``
+    in_i, in_j = (x.tolist() for x in np.nonzero(A * np.outer(tail_in, head_in)))
+    out_i, out_j = (x.tolist() for x in np.nonzero(A * np.outer(~tail_in, ~head_in)))
     moved = p = q = 0
-    while moved < deficit and p < len(inner) and q < len(outer):
-        (i1, j1), (i2, j2) = inner[p], outer[q]
+    while moved < deficit and p < len(in_i) and q < len(out_i):
+        i1, j1, i2, j2 = in_i[p], in_j[p], out_i[q], out_j[q]
         m = min(int(A[i1, j1]), int(A[i2, j2]), deficit - moved)
         A[i1, j1] -= m
         A[i2, j2] -= m
