@@ -333,12 +333,12 @@ class ShardedClient:
     :func:`~mccl_runtime.shards.shard_of` names.  An unsharded controller is one shard."""
 
     def __init__(self, endpoint: str, key: bytes | None = None, timeout_s: float = 5.0) -> None:
-        from .shards import shard_of
+        from .shards import shard_endpoints_of, shard_of
 
         self._shard_of = shard_of
         first = ControllerClient(endpoint, key, timeout_s)
         try:
-            endpoints = first.ping().get("shards") or [endpoint]
+            endpoints = shard_endpoints_of(first, timeout_s) or [endpoint]
         except Exception:
             first.close()
             raise
