@@ -1,0 +1,107 @@
+"""Issue 27, seventh pass: the sharded start-up, the simulated loop's real-rank options,
+the executor's timeouts and the abort agreement with a peer that never answers
+(docs/runtime.md, "Hostile-input audit, seventh pass").  Each test failed on the code
+before its fix."""
+
+from __future__ import annotations
+
+import math
+import multiprocessing
+import socket
+from types import SimpleNamespace
+
+import pytest
+
+from tests.test_hostile_third import _cli
+
+BAD_SECONDS = [math.nan, math.inf, -1.0, 0.0, 1e300]
+
+
+@pytest.mark.parametrize("option", [("--abort",), ("--pieces", "4"), ("--block-kib", "8"), ("--collective-ms", "5"),
+                                    ("--max-real-s", "30")])
+def test_simulated_loop_refuses_real_rank_options(capsys, option):
+    """``mccl loop --abort`` or ``--pieces 4`` without ``--executor gloo`` ran the
+    simulation and exited 0: the option was silently ignored."""
+    rc, err = _cli(capsys, "loop", "--duration-ms", "30", *option)
+    assert rc == 2 and option[0] in err and "--executor gloo" in err, err
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def one_rank():
+    """A gloo process group of one rank in this process."""
+    dist = pytest.importorskip("torch.distributed")
+    if not dist.is_initialized():
+        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{_free_port()}", rank=0, world_size=1)
+    yield dist
+    dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("option,value", [(o, v) for o in ("oob_timeout", "stage_timeout") for v in BAD_SECONDS]
+                         + [("timeout_s", math.inf), ("timeout_s", 1e300)])   # NaN, -1, 0 were refused already
+def test_communicator_range_checks_its_timeouts(one_rank, option, value):
+    """NaN and infinity ended in a ValueError/OverflowError traceback from ``timedelta``,
+    -1 in gloo's ``enforce fail`` RuntimeError, 1e300 in an OverflowError; NaN and 0 as
+    ``stage_timeout`` were taken (every swap round timing out)."""
+    from executor_cuda.communicator import Communicator
+    from mccl_opt.errors import InputError
+
+    with pytest.raises(InputError, match=option):
+        Communicator(**{option: value}, abort=option == "oob_timeout")
+
+
+@pytest.mark.parametrize("value", BAD_SECONDS)
+def test_stale_abort_range_checks_its_timeout(one_rank, value):
+    from executor_cuda.abort import StaleAbort
+    from mccl_opt.errors import InputError
+
+    with pytest.raises(InputError, match="timeout_s"):
+        StaleAbort([0], timeout_s=value)
+
+
+def _agreeing_rank(rank: int, port: int, out) -> None:
+    """Rank 0 enters the abort agreement; rank 1 never does (it stopped)."""
+    import time
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    from executor_cuda.abort import StaleAbort
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2,
+                            timeout=timedelta(seconds=30))
+    aborter = StaleAbort([0, 1], timeout_s=1.5)
+    if rank == 1:
+        time.sleep(8.0)
+        return
+    comm = SimpleNamespace(rank=0, peers=[0, 1], switch_after=lambda seq, coll: None)
+    try:
+        aborter._agree(comm, 7, SimpleNamespace(collective="allgather", version=1))
+        out.put(("returned", ""))
+    except BaseException as exc:          # reported, whatever it is
+        out.put((f"{type(exc).__module__}.{type(exc).__name__}", str(exc)))
+
+
+def test_abort_agreement_names_the_rank_when_a_peer_never_answers():
+    """A peer that never joined the agreement ended it in gloo's bare RuntimeError
+    (no collective, no rank named)."""
+    pytest.importorskip("torch.distributed")
+    ctx = multiprocessing.get_context("spawn")
+    out, port = ctx.Queue(), _free_port()
+    procs = [ctx.Process(target=_agreeing_rank, args=(r, port, out)) for r in range(2)]
+    for p in procs:
+        p.start()
+    try:
+        kind, message = out.get(timeout=60)
+    finally:
+        for p in procs:
+            p.join(20)
+            if p.is_alive():
+                p.kill()
+    assert kind == "executor_cuda.communicator.CollectiveTimeoutError", (kind, message)
+    assert "allgather #7" in message and "rank 0" in message and "restart" in message
