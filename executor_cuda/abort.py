@@ -18,7 +18,7 @@ training thread waits inside a collective, and decides alike on every rank "vers
   rank knows it (0: none).  A rank that finished its rounds before it heard of the
   decision learns it here, so every rank re-runs, or none does.  A peer that never
   answers (stopped, dead) ends it after the group's ``timeout_s`` with a
-  :class:`~executor_cuda.communicator.CollectiveTimeoutError` naming the collective and
+  :class:`~executor_cuda.timeouts.CollectiveTimeoutError` naming the collective and
   this rank, not gloo's bare ``RuntimeError``; a peer that answers a version this rank has
   not staged is an :class:`~mccl_opt.errors.MCCLError` saying so.
 * **Re-run.** Every rank runs the same collective (same sequence number, same buffers)
@@ -56,7 +56,7 @@ import torch.distributed as dist
 from mccl_opt.errors import InputError, MCCLError
 from mccl_opt.schedule import Schedule
 
-from .timeouts import check_seconds
+from .timeouts import CollectiveTimeoutError, check_seconds
 
 __all__ = ["Abort", "StaleAbort"]
 
@@ -129,8 +129,6 @@ class StaleAbort:
         try:
             dist.all_reduce(row, op=dist.ReduceOp.MAX, group=self.group)
         except RuntimeError as exc:          # gloo: a peer timed out, died or reset the connection
-            from .communicator import CollectiveTimeoutError
-
             reason = (str(exc).strip().splitlines() or ["no detail"])[0][:160]
             raise CollectiveTimeoutError(
                 f"{schedule.collective} #{seq}: rank {comm.rank} got no abort agreement from its peers "

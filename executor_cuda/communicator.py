@@ -43,7 +43,7 @@ from .buffers import check_pair, gather_target, pack, scatter, view
 from .faults import FaultInjector, hold_until
 from mccl_opt.lowering.program import COLLECTIVES_EXEC, GlobalProgram, ProgramCache, direct_schedule
 from .telemetry import Telemetry, cuda_event
-from .timeouts import check_seconds
+from .timeouts import CollectiveTimeoutError, check_seconds
 
 __all__ = ["Communicator", "CollectiveTimeoutError", "TIMEOUT_SLOWDOWN"]
 
@@ -51,10 +51,6 @@ STAMP_TAG = 1      # telemetry timestamps travel beside the data (gloo matches o
 #: how much slower than its schedule's rate a collective may run before the timeout
 #: (a gray failure in the paper cuts a link to 1/8)
 TIMEOUT_SLOWDOWN = 10.0
-
-
-class CollectiveTimeoutError(MCCLError):
-    """A collective missed its deadline: a peer stopped, died or hangs."""
 
 
 class Communicator:
