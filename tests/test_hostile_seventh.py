@@ -26,6 +26,44 @@ def test_simulated_loop_refuses_real_rank_options(capsys, option):
     assert rc == 2 and option[0] in err and "--executor gloo" in err, err
 
 
+@pytest.mark.parametrize("per_min", [math.nan, math.inf, 1e300, 2.5, True, "3", 10 ** 30])
+def test_registration_budget_range_checked(per_min):
+    """NaN and infinity ended in a ValueError/OverflowError traceback, ``True`` and
+    ``"3"`` were taken as 1 and 3, 2.5 became 2, 1e300 and 10**30 an unbounded budget."""
+    from mccl_opt.errors import MCCLError
+    from mccl_runtime.quota import RegistrationBudget
+
+    with pytest.raises(MCCLError, match="registration budget"):
+        RegistrationBudget(per_min)
+
+
+def test_export_does_not_generate_a_large_fabric_of_other_gpus(capsys, tmp_path, monkeypatch):
+    """An 8-GPU schedule whose ``topology`` field names a generated shape of other GPUs
+    (``hpn-960x64x8``: 54 s and 1.2 GB to export 8 GPUs) is checked on its own paths,
+    with the usual warning, without generating that fabric."""
+    import importlib
+    import json
+
+    from instances import hpn
+    from mccl_opt import solve_allgather
+    from mccl_opt.cli import main
+
+    sched = solve_allgather(hpn(1, 2, 4)).to_dict()
+    sched["topology"] = "hpn-960x64x8"
+    path = tmp_path / "s.json"
+    path.write_text(json.dumps(sched))
+    built: list[tuple] = []
+    module = importlib.import_module("instances.hpn")     # the package's ``hpn`` is the function
+    real = module.hpn
+    monkeypatch.setattr(module, "hpn", lambda *a, **k: built.append(a) or real(*a, **k))
+    assert main(["export", "msccl", str(path), "-o", str(tmp_path / "s.xml")]) == 0
+    assert built == [] and "was not rebuilt" in capsys.readouterr().err
+    sched["topology"] = "hpn-1x2x4"             # a shape of its GPUs is still rebuilt and checked on
+    path.write_text(json.dumps(sched))
+    assert main(["export", "msccl", str(path), "-o", str(tmp_path / "t.xml")]) == 0
+    assert "was not rebuilt" not in capsys.readouterr().err       # (a library instance: loaded, not generated)
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
