@@ -143,3 +143,15 @@ def test_abort_agreement_names_the_rank_when_a_peer_never_answers():
                 p.kill()
     assert kind == "CollectiveTimeoutError", (kind, message)
     assert "allgather #7" in message and "rank 0" in message and "restart" in message
+
+
+def test_time_limit_warning_does_not_contradict_a_met_bound(capsys, tmp_path):
+    """``solve alltoall --time-limit 1e-9`` whose first schedule meets the certified bound
+    warned "not proven optimal (bound 100 Gbps, certified gap 0.00%)"."""
+    import json
+
+    rc, err = _cli(capsys, "solve", "alltoall", "hpn-1x2x4", "--time-limit", "1e-9", "-o", str(tmp_path / "a.json"))
+    assert rc == 0
+    info = json.loads((tmp_path / "a.json").read_text())["report"]
+    assert info["termination"] == "time_limit" and info["bound_gbps"] == 100.0
+    assert "not proven optimal" not in err and "meets its certified bound (100 Gbps): it is optimal" in err
