@@ -155,3 +155,17 @@ def test_time_limit_warning_does_not_contradict_a_met_bound(capsys, tmp_path):
     info = json.loads((tmp_path / "a.json").read_text())["report"]
     assert info["termination"] == "time_limit" and info["bound_gbps"] == 100.0
     assert "not proven optimal" not in err and "meets its certified bound (100 Gbps): it is optimal" in err
+
+
+def test_a_registration_above_the_budget_is_not_told_to_retry():
+    """An AllReduce (two slots) under a budget of one a minute was answered "retry in
+    60.0 s", which never succeeds."""
+    from mccl_opt.errors import MCCLError
+    from mccl_runtime.service import ControllerService
+    from tests.test_runtime_manager import TOPO, PruningSynth
+
+    svc = ControllerService(TOPO, "tcp://127.0.0.1:0", synthesize=PruningSynth(), max_registrations_per_min=1)
+    with pytest.raises(MCCLError) as exc:
+        svc.register("world", "ar", "allreduce", now=0.0, budget=svc.budget)
+    assert "never succeeds" in str(exc.value) and "retry in" not in str(exc.value)
+    assert svc.register("world", "ag", "allgather", now=0.0, budget=svc.budget) == ["ag"]   # one slot: taken
