@@ -342,9 +342,6 @@ class ShardedClient:
         except Exception:
             first.close()
             raise
-        if not isinstance(endpoints, list) or not all(isinstance(e, str) for e in endpoints):
-            first.close()
-            raise ProtocolError("bad_reply", "the controller's 'shards' is not a list of endpoints")
         self.endpoints = endpoints
         self.clients = [first if ep == endpoint else ControllerClient(ep, key, timeout_s) for ep in endpoints]
         if first not in self.clients:

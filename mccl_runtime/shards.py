@@ -56,12 +56,24 @@ def shard_endpoints_of(first: Any, timeout_s: float) -> Any:
     while True:
         reply = first.ping()
         if reply.get("shard") is None or reply.get("shards") is not None:
-            return reply.get("shards")
+            return _checked_peers(reply.get("shards"), first.endpoint)
         if time.monotonic() >= deadline:
             raise ProtocolError("not_ready", f"{first.endpoint} is shard {reply.get('shard')} of a sharded "
                                 f"controller that did not list its shards within {timeout_s} s; is the "
                                 "controller still starting? wait for its 'controller on' line and retry")
         time.sleep(0.05)
+
+
+def _checked_peers(peers: Any, endpoint: str) -> Any:
+    """``peers`` as a ``ping`` gave them: None or a list of 1 to :data:`MAX_SHARDS`
+    endpoint strings (a broken or hostile controller listing 100,000 would have the
+    client open as many sockets)."""
+    if peers is None:
+        return None
+    if not (isinstance(peers, list) and 1 <= len(peers) <= MAX_SHARDS and all(isinstance(e, str) for e in peers)):
+        raise ProtocolError("bad_reply", f"the controller at {endpoint} lists its shards as {str(peers)[:80]}, "
+                            f"not a list of 1 to {MAX_SHARDS} endpoints")
+    return peers
 
 
 def announce_shard(svc: Any, conn: Any) -> None:

@@ -169,3 +169,19 @@ def test_a_registration_above_the_budget_is_not_told_to_retry():
         svc.register("world", "ar", "allreduce", now=0.0, budget=svc.budget)
     assert "never succeeds" in str(exc.value) and "retry in" not in str(exc.value)
     assert svc.register("world", "ag", "allgather", now=0.0, budget=svc.budget) == ["ag"]   # one slot: taken
+
+
+@pytest.mark.parametrize("peers", [["tcp://127.0.0.1:1"] * 65, []])
+def test_sharded_client_bounds_the_shards_a_controller_lists(peers):
+    """A controller listing 65 shards (at most 64 are launched) had the client open 65
+    sockets, whatever the count (100,000 would be as many); an empty list was taken as
+    an unsharded controller."""
+    from mccl_runtime.client import ShardedClient
+    from mccl_runtime.protocol import ProtocolError
+    from tests.test_runtime_service import Server
+
+    with Server() as svc:
+        svc.shard, svc.shard_endpoints = (0, 2), peers
+        with pytest.raises(ProtocolError) as exc:
+            ShardedClient(svc.endpoint, timeout_s=5.0)
+        assert exc.value.reason == "bad_reply" and "1 to 64 endpoints" in str(exc.value)
