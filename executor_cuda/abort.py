@@ -16,7 +16,11 @@ training thread waits inside a collective, and decides alike on every rank "vers
 * **Agreement.** After every attempt the ranks all-reduce (MAX) one int64 on a gloo
   group of their own: the version of the switch decided after this collective, as this
   rank knows it (0: none).  A rank that finished its rounds before it heard of the
-  decision learns it here, so every rank re-runs, or none does.
+  decision learns it here, so every rank re-runs, or none does.  A peer that never
+  answers (stopped, dead) ends it after the group's ``timeout_s`` with a
+  :class:`~executor_cuda.timeouts.CollectiveTimeoutError` naming the collective and
+  this rank, not gloo's bare ``RuntimeError``; a peer that answers a version this rank has
+  not staged is an :class:`~mccl_opt.errors.MCCLError` saying so.
 * **Re-run.** Every rank runs the same collective (same sequence number, same buffers)
   again on that version, from its start: the output is rewritten whole, so it equals
   the reference whatever the aborted attempt wrote.  The version is staged on every
@@ -52,6 +56,8 @@ import torch.distributed as dist
 from mccl_opt.errors import InputError, MCCLError
 from mccl_opt.schedule import Schedule
 
+from .timeouts import CollectiveTimeoutError, check_seconds
+
 __all__ = ["Abort", "StaleAbort"]
 
 #: one reading of a message still in flight: (sender rank, bytes, bytes delivered so far, seconds since sent)
@@ -75,8 +81,9 @@ class StaleAbort:
     over ``peers`` (it creates its gloo group)."""
 
     def __init__(self, peers: Sequence[int], timeout_s: float = 30.0, progress_s: float = 0.02) -> None:
-        if not progress_s > 0:
-            raise InputError(f"progress_s must be > 0 seconds, got {progress_s!r}")
+        check_seconds("progress_s", progress_s)
+        check_seconds("timeout_s", timeout_s)
+        self.timeout_s = timeout_s
         self.group = dist.new_group(ranks=list(peers), backend="gloo", timeout=timedelta(seconds=timeout_s))
         #: every aborted attempt on this rank, in order
         self.aborts: list[Abort] = []
@@ -119,7 +126,14 @@ class StaleAbort:
         """The all-reduce after an attempt: the schedule every rank re-runs it on, if any."""
         nxt = comm.switch_after(seq, schedule.collective)
         row = torch.tensor([nxt.version if nxt is not None and nxt.version > schedule.version else 0])
-        dist.all_reduce(row, op=dist.ReduceOp.MAX, group=self.group)
+        try:
+            dist.all_reduce(row, op=dist.ReduceOp.MAX, group=self.group)
+        except RuntimeError as exc:          # gloo: a peer timed out, died or reset the connection
+            reason = (str(exc).strip().splitlines() or ["no detail"])[0][:160]
+            raise CollectiveTimeoutError(
+                f"{schedule.collective} #{seq}: rank {comm.rank} got no abort agreement from its peers "
+                f"{list(comm.peers)} within {self.timeout_s:g} s ({reason}); a peer stopped, died or hangs: "
+                "this communicator cannot be used again, restart the job") from None
         self.checks += 1
         v = int(row[0])
         if v <= schedule.version:

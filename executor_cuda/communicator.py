@@ -41,9 +41,9 @@ from mccl_opt.schedule import Schedule
 
 from .buffers import check_pair, gather_target, pack, scatter, view
 from .faults import FaultInjector, hold_until
-from mccl_opt.lowering.program import (COLLECTIVES_EXEC, GlobalProgram, ProgramCache,
-                      direct_schedule)
+from mccl_opt.lowering.program import COLLECTIVES_EXEC, GlobalProgram, ProgramCache, direct_schedule
 from .telemetry import Telemetry, cuda_event
+from .timeouts import CollectiveTimeoutError, check_seconds
 
 __all__ = ["Communicator", "CollectiveTimeoutError", "TIMEOUT_SLOWDOWN"]
 
@@ -51,10 +51,6 @@ STAMP_TAG = 1      # telemetry timestamps travel beside the data (gloo matches o
 #: how much slower than its schedule's rate a collective may run before the timeout
 #: (a gray failure in the paper cuts a link to 1/8)
 TIMEOUT_SLOWDOWN = 10.0
-
-
-class CollectiveTimeoutError(MCCLError):
-    """A collective missed its deadline: a peer stopped, died or hangs."""
 
 
 class Communicator:
@@ -97,8 +93,8 @@ class Communicator:
             raise InputError(f"pieces and check_every must be >= 1, got {pieces} and {check_every}")
         if (pieces > 1 or abort) and not hot_swap:
             raise InputError("pieces > 1 and abort switch versions in flight: each needs hot_swap=True")
-        if timeout_s is not None and not timeout_s > 0:
-            raise InputError(f"timeout_s must be > 0 seconds (or None: no deadline), got {timeout_s!r}")
+        for label, secs in (("timeout_s", timeout_s), ("oob_timeout", oob_timeout), ("stage_timeout", stage_timeout)):
+            check_seconds(label, secs, none_ok=label == "timeout_s")     # finite, > 0, at most a day
         #: seconds a collective may take beyond its expected time (None: no deadline)
         self.timeout_s = timeout_s
         self._deadline: tuple | None = None          # (deadline, budget, collective, seq, version)

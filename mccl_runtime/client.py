@@ -333,18 +333,15 @@ class ShardedClient:
     :func:`~mccl_runtime.shards.shard_of` names.  An unsharded controller is one shard."""
 
     def __init__(self, endpoint: str, key: bytes | None = None, timeout_s: float = 5.0) -> None:
-        from .shards import shard_of
+        from .shards import shard_endpoints_of, shard_of
 
         self._shard_of = shard_of
         first = ControllerClient(endpoint, key, timeout_s)
         try:
-            endpoints = first.ping().get("shards") or [endpoint]
+            endpoints = shard_endpoints_of(first, timeout_s) or [endpoint]
         except Exception:
             first.close()
             raise
-        if not isinstance(endpoints, list) or not all(isinstance(e, str) for e in endpoints):
-            first.close()
-            raise ProtocolError("bad_reply", "the controller's 'shards' is not a list of endpoints")
         self.endpoints = endpoints
         self.clients = [first if ep == endpoint else ControllerClient(ep, key, timeout_s) for ep in endpoints]
         if first not in self.clients:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import time
+from numbers import Integral
 from typing import Callable
 
 from mccl_opt.errors import MCCLError
@@ -21,6 +22,8 @@ __all__ = ["RegistrationBudget", "MAX_REGISTRATIONS_PER_MIN"]
 
 #: new collectives registered per minute, all clients together
 MAX_REGISTRATIONS_PER_MIN = 64
+#: the largest budget taken (a bound a float's precision still refills exactly)
+MAX_BUDGET_PER_MIN = 1_000_000
 
 
 class RegistrationBudget:
@@ -28,8 +31,9 @@ class RegistrationBudget:
 
     def __init__(self, per_min: int = MAX_REGISTRATIONS_PER_MIN,
                  clock: Callable[[], float] = time.monotonic) -> None:
-        if int(per_min) < 1:
-            raise MCCLError(f"the registration budget must allow at least 1 collective a minute, got {per_min}")
+        if isinstance(per_min, bool) or not isinstance(per_min, Integral) or not 1 <= per_min <= MAX_BUDGET_PER_MIN:
+            raise MCCLError(f"the registration budget must be a whole number of collectives a minute in "
+                            f"[1, {MAX_BUDGET_PER_MIN}], got {str(per_min)[:40]!r}")   # NaN, inf: no traceback
         self.per_min, self.clock = int(per_min), clock
         self._tokens, self._at = float(self.per_min), clock()
 

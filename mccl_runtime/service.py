@@ -36,6 +36,7 @@ part would reach into the others' fields.
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections import Counter
@@ -380,7 +381,11 @@ class ControllerService:
                 raise MCCLError(f"this client already registered {mine} collectives (at most "
                                 f"{self.max_client_collectives} per client, of {self.max_collectives}; an AllReduce "
                                 "counts two): register fewer, or run another controller")
-        if budget is not None and (wait := budget.wait_s(len(names))) > 0:
+        if budget is not None and (wait := budget.wait_s(len(names))) == math.inf:
+            raise MCCLError(f"registering {kind} {brief(comm)}/{brief(name)} takes {len(names)} collective slots, "
+                            f"more than the {budget.per_min} a minute the controller takes: a retry never "
+                            "succeeds; start it with a larger max_registrations_per_min")
+        if budget is not None and wait > 0:
             raise MCCLError(f"the controller takes at most {budget.per_min} new collectives a minute from all "
                             f"clients together (a bound no client id widens); retry in {min(wait, 60.0):.1f} s")
         colls = self.manager.register(comm, name, kind, now=now, gpus=gpus)

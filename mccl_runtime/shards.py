@@ -8,7 +8,10 @@ decodes, folds and decides on its own telemetry in parallel, with its own state 
 (``STATE.shardI``) and publisher.  A shard refuses to register another shard's
 communicator (error ``wrong_shard``, naming the right endpoint), and every shard's
 ``ping`` lists all the shards' endpoints, so a client that knows one finds the rest
-(:class:`~mccl_runtime.client.ShardedClient`).  Executors send a communicator's
+(:class:`~mccl_runtime.client.ShardedClient`).  The launcher prints its endpoints only
+once every shard has confirmed it holds that list: a ``ping`` answered earlier (a
+shard's ``shards`` still unknown) would make a client take one shard for the whole
+controller and see part of its collectives (docs/runtime.md, "Sharded start-up").  Executors send a communicator's
 telemetry to its shard; a link used by communicators of several shards is measured by
 each from its own traffic, which is what each schedule sees.
 """
@@ -20,6 +23,7 @@ import os
 import signal
 import sys
 import threading
+import time
 import zlib
 from argparse import Namespace
 from typing import Any, Callable
@@ -27,11 +31,14 @@ from typing import Any, Callable
 from mccl_opt.errors import MCCLError
 
 from .endpoints import shard_endpoint
+from .protocol import ProtocolError
 
-__all__ = ["shard_of", "launch", "shard_args", "shard_endpoint", "announce_shard"]
+__all__ = ["shard_of", "launch", "shard_args", "shard_endpoint", "shard_endpoints_of", "announce_shard"]
 
 #: shards at most
 MAX_SHARDS = 64
+#: what a shard sends the launcher once it serves every shard's endpoint in ``ping``
+READY = "ready"
 
 
 def shard_of(comm: str, shards: int) -> int:
@@ -39,13 +46,45 @@ def shard_of(comm: str, shards: int) -> int:
     return zlib.crc32(comm.encode("utf-8", "surrogatepass")) % shards
 
 
+def shard_endpoints_of(first: Any, timeout_s: float) -> Any:
+    """The shards' endpoints that client ``first``'s controller serves in ``ping``
+    (None: an unsharded controller).  A shard that does not know its peers yet
+    (``shard`` set, ``shards`` not) is asked again until ``timeout_s``, then
+    :class:`~mccl_runtime.protocol.ProtocolError` ``not_ready``: taking it for the
+    whole controller would show part of the collectives."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        reply = first.ping()
+        if reply.get("shard") is None or reply.get("shards") is not None:
+            return _checked_peers(reply.get("shards"), first.endpoint)
+        if time.monotonic() >= deadline:
+            raise ProtocolError("not_ready", f"{first.endpoint} is shard {reply.get('shard')} of a sharded "
+                                f"controller that did not list its shards within {timeout_s} s; is the "
+                                "controller still starting? wait for its 'controller on' line and retry")
+        time.sleep(0.05)
+
+
+def _checked_peers(peers: Any, endpoint: str) -> Any:
+    """``peers`` as a ``ping`` gave them: None or a list of 1 to :data:`MAX_SHARDS`
+    endpoint strings (a broken or hostile controller listing 100,000 would have the
+    client open as many sockets)."""
+    if peers is None:
+        return None
+    if not (isinstance(peers, list) and 1 <= len(peers) <= MAX_SHARDS and all(isinstance(e, str) for e in peers)):
+        raise ProtocolError("bad_reply", f"the controller at {endpoint} lists its shards as {str(peers)[:80]}, "
+                            f"not a list of 1 to {MAX_SHARDS} endpoints")
+    return peers
+
+
 def announce_shard(svc: Any, conn: Any) -> None:
-    """In a shard: send its endpoint to the launcher once bound, then take the list of
-    every shard's endpoint (served by ``ping``)."""
+    """In a shard: send its endpoint to the launcher once bound, take the list of every
+    shard's endpoint (served by ``ping``), then confirm it holds the list (the launcher
+    announces the controller only after every confirmation)."""
     svc.ready.wait()
     conn.send(svc.endpoint)
     endpoints = conn.recv()
     svc.shard_endpoints = endpoints
+    conn.send(READY)
 
 
 def shard_args(args: Namespace, index: int, shards: int) -> Namespace:
@@ -96,14 +135,17 @@ def launch(serve: Callable[[Namespace], int], args: Namespace, shards: int) -> i
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, forward)
     endpoints = []
-    for i, (p, conn) in enumerate(zip(procs, pipes)):
-        endpoint = _endpoint_of(p, conn, stop)
+    for p, conn in zip(procs, pipes):
+        endpoint = _receive(p, conn, stop)
         if endpoint is None:                                # it failed to start (its error is printed)
             forward()
             return _wait(procs)
         endpoints.append(endpoint)
     for conn in pipes:
         conn.send(endpoints)
+    if not all(_receive(p, conn, stop) == READY for p, conn in zip(procs, pipes)):
+        forward()                                           # one died before it knew its peers
+        return _wait(procs)
     for i, ep in enumerate(endpoints):
         print(f"shard {i} on {ep}", flush=True)
     print(f"controller on {endpoints[0]} ({shards} shards)", flush=True)
@@ -121,9 +163,10 @@ def launch(serve: Callable[[Namespace], int], args: Namespace, shards: int) -> i
         stop_frontends(frontends)
 
 
-def _endpoint_of(proc: Any, conn: Any, stop: threading.Event) -> str | None:
-    """The endpoint a starting shard sends, or None when it exits (or the launcher is
-    stopped) first: a shard that dies during start-up closes its pipe."""
+def _receive(proc: Any, conn: Any, stop: threading.Event) -> str | None:
+    """What a starting shard sends (its endpoint, then :data:`READY`), or None when it
+    exits (or the launcher is stopped) first: a shard that dies during start-up closes
+    its pipe."""
     while not conn.poll(0.2):
         if proc.exitcode is not None or stop.is_set():
             return None

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from mccl_runtime.client import ControllerClient, ShardedClient
 from mccl_runtime.protocol import ProtocolError
 from mccl_runtime.shards import shard_endpoint, shard_of
 from tests.procs import ROOT, stop
+from tests.test_runtime_service import Server
 
 COMMS = [f"c{i}" for i in range(6)]
 
@@ -36,7 +38,29 @@ def _start(topo: Path, state: Path) -> tuple[subprocess.Popen, list[str]]:
                             env={**os.environ, "PYTHONPATH": str(ROOT)})
     lines = [proc.stdout.readline() for _ in range(3)]
     assert lines[-1].startswith("controller on"), (lines, proc.stderr.read() if proc.poll() is not None else "")
-    return proc, [line.split()[-1] for line in lines[:2]]
+    endpoints = [line.split()[-1] for line in lines[:2]]
+    for ep in endpoints:                  # announced: every shard already lists its peers
+        with ControllerClient(ep, timeout_s=30.0) as one:
+            assert one.ping()["shards"] == endpoints
+    return proc, endpoints
+
+
+def test_a_client_waits_for_a_shard_that_does_not_list_its_peers_yet():
+    """A shard that answers before it knows the other shards' endpoints is not taken for
+    the whole controller (that client would list one shard's collectives only): the
+    client asks again, and says so when the list never comes."""
+    with Server() as svc:
+        svc.shard = (0, 2)
+        with pytest.raises(ProtocolError) as exc:
+            ShardedClient(svc.endpoint, timeout_s=0.3)
+        assert exc.value.reason == "not_ready" and "shard 0" in str(exc.value)
+        peers = [svc.endpoint, "tcp://127.0.0.1:1"]
+        threading.Timer(0.2, lambda: setattr(svc, "shard_endpoints", peers)).start()
+        client = ShardedClient(svc.endpoint, timeout_s=5.0)
+        try:
+            assert client.endpoints == peers and len(client.clients) == 2
+        finally:
+            client.close()
 
 
 def _degraded(t: float) -> list[dict]:

@@ -75,6 +75,8 @@ def named_fabric(sched):
     these.  A file or sub-fabric named but not rebuilt (missing, unreadable, other GPUs)
     raises :class:`ScheduleError` asking for ``--topology``: checking such a schedule on
     its own paths would take a hop the named fabric lacks."""
+    from instances.names import generated_gpus
+
     from ..errors import TopologyError
     from ..subfabric import induced
 
@@ -83,6 +85,8 @@ def named_fabric(sched):
     if not name:
         return None
     if group is None:
+        if not _names_file(name) and generated_gpus(name) not in (None, len(sched.gpus)):
+            return None                              # a generated shape of other GPUs: not built in vain
         topo = _rebuilt(name)
         if topo is not None and tuple(topo.gpus) != tuple(sched.gpus):
             if _names_file(name):

@@ -52,9 +52,27 @@ def register(sub: argparse._SubParsersAction) -> None:
 
             raise MCCLError("--world and --telemetry-frontend apply to --executor gloo (the simulation takes "
                             "its GPUs from the fabric and has no telemetry transport)")
+        _refuse_real_rank_flags(args, loop)
         return sim_handler(args)
 
     loop.set_defaults(handler=handler)
+
+
+#: the real-rank options the simulated loop has no use for (it always aborts a stale collective)
+REAL_RANK_ONLY = ("block_kib", "collective_ms", "pieces", "abort", "max_real_s")
+
+
+def _refuse_real_rank_flags(args: argparse.Namespace, loop: argparse.ArgumentParser) -> None:
+    """A real-rank option given to the simulated loop is an error, not silently ignored
+    (issue 27, seventh pass): ``--pieces 4`` or ``--abort`` there changed nothing."""
+    from mccl_opt.errors import MCCLError
+
+    given = [f"--{name.replace('_', '-')}" for name in REAL_RANK_ONLY if getattr(args, name) != loop.get_default(name)]
+    if given:
+        raise MCCLError(f"{', '.join(given)} appl{'ies' if len(given) == 1 else 'y'} to --executor gloo only; the "
+                        f"simulated loop (--executor sim) ignores {'it' if len(given) == 1 else 'them'} (it always "
+                        "aborts a collective stuck on a stale version): drop "
+                        f"{'it' if len(given) == 1 else 'them'} or add --executor gloo --scenario FILE")
 
 
 def _gloo(args: argparse.Namespace) -> int:
