@@ -158,8 +158,8 @@ def simple_path(path: tuple[int, ...]) -> tuple[int, ...]:
 
 
 # ---------------------------------------------------------------------- cut slack oracle
-def _slack(g: SplitGraph, net: FlowNetwork, keys: list, caps: np.ndarray,
-           source: list[int], sink: list[int], want: int) -> int:
+def _slack(g: SplitGraph, net: FlowNetwork, caps: np.ndarray, source: list[int],
+           sink: list[int], want: int) -> int:
     """``min(want, slack)``, slack the min over node sets S holding a GPU, with
     ``source`` outside S and ``sink`` inside, of ``units(δ⁻(S)) - k |V_c \\ S|``
     (exact when positive; any value <= 0 means "nothing can be taken")."""
@@ -200,7 +200,7 @@ def balance_switches(g: SplitGraph) -> bool:
                 break
             want = min(excess, g.units[a])
             src, snk = ([a[0]], [w]) if a[1] == w else ([w], [a[1]])
-            amount = max(0, min(want, _slack(g, net, keys, caps, src, snk, want)))
+            amount = max(0, min(want, _slack(g, net, caps, src, snk, want)))
             if amount:
                 g.reduce(a, amount)
                 caps[index[a]] -= amount
@@ -257,14 +257,24 @@ def fewest_links_first(g: SplitGraph) -> list[int]:
 def _exact_split(g: SplitGraph, w: int) -> bool:
     """ForestColl's greedy maximal splitting of ``w``, repeated while a pass makes
     progress (a split can make an earlier pair splittable again); ``False`` if arcs
-    remain."""
-    while g.in_arcs(w) and _split_pass(g, w):
+    remain.  One flow network per switch: the arcs with units plus every pair ``u -> t``
+    a split of ``w`` can create (zero units until then), so a split only updates three
+    capacities (leaf-spine 4x2x8's exact split: 815 networks built in Python -> 14)."""
+    ends = [(u, t) for u in g.ins.get(w, ()) for t in g.outs.get(w, ()) if u != t]
+    keys = sorted(set(g.units) | set(ends))
+    net = FlowNetwork(g.n, np.array([a for a, _ in keys], np.int64),
+                      np.array([b for _, b in keys], np.int64))
+    caps = np.array([g.units.get(key, 0) for key in keys], np.int64)
+    index = {key: i for i, key in enumerate(keys)}
+    while g.in_arcs(w) and _split_pass(g, w, net, caps, index):
         pass
     return not g.in_arcs(w) and not g.out_arcs(w)
 
 
-def _split_pass(g: SplitGraph, w: int) -> bool:
-    """One pass over the pairs ``(u, t)`` of ``w``; ``True`` if anything was split."""
+def _split_pass(g: SplitGraph, w: int, net: FlowNetwork, caps: np.ndarray,
+                index: dict[tuple[int, int], int]) -> bool:
+    """One pass over the pairs ``(u, t)`` of ``w``; ``True`` if anything was split.
+    ``net``, ``caps``: :func:`_exact_split`'s network, kept equal to ``g``'s units."""
     progress = False
     for (u, _) in g.in_arcs(w):
         for (_, t) in g.out_arcs(w):
@@ -273,11 +283,14 @@ def _split_pass(g: SplitGraph, w: int) -> bool:
             if (w, t) not in g.units:
                 continue
             want = min(g.units[(u, w)], g.units[(w, t)])
-            net, keys, caps = g.network()
-            s_a = _slack(g, net, keys, caps, sorted({u, t}), [w], want)
-            s_b = _slack(g, net, keys, caps, [w], sorted({u, t}), want) if s_a > 0 else 0
+            s_a = _slack(g, net, caps, sorted({u, t}), [w], want)
+            s_b = _slack(g, net, caps, [w], sorted({u, t}), want) if s_a > 0 else 0
             amount = max(0, min(want, s_a, s_b))
             g.split(u, w, t, amount)
+            if amount > 0:
+                for key in ((u, w), (w, t), (u, t)):
+                    if key in index:                  # (u, u): a loop is dropped
+                        caps[index[key]] = g.units.get(key, 0)
             progress = progress or amount > 0
     return progress
 
