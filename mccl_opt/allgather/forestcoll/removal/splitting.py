@@ -254,7 +254,25 @@ def fewest_links_first(g: SplitGraph) -> list[int]:
     return sw[np.lexsort((sw, links[sw]))].tolist()
 
 
-def _exact_split(g: SplitGraph, w: int) -> bool:
+class _TightSets:
+    """Node sets found tight (``units(δ⁻(S)) <= k |V_c \\ S|``) by the exact split's
+    checks.  Neither a split (``u -> w -> t`` becomes ``u -> t``) nor a reduction raises
+    a cut, so a tight set stays tight for the whole split and rules out splitting off
+    ``w`` any pair ``(u, t)`` with ``w`` inside and both ends outside, or ``w`` outside and
+    both ends inside (the split would cut into it), without a max-flow."""
+
+    def __init__(self, n: int) -> None:
+        self.sets = np.zeros((0, n), bool)
+
+    def add(self, side: np.ndarray) -> None:
+        self.sets = np.vstack([self.sets, side[None, :]])
+
+    def rule_out(self, u: int, w: int, t: int) -> bool:
+        at_w, at_u, at_t = self.sets[:, w], self.sets[:, u], self.sets[:, t]
+        return bool(((at_w & ~at_u & ~at_t) | (~at_w & at_u & at_t)).any())
+
+
+def _exact_split(g: SplitGraph, w: int, tight: _TightSets) -> bool:
     """ForestColl's greedy maximal splitting of ``w``, repeated while a pass makes
     progress (a split can make an earlier pair splittable again); ``False`` if arcs
     remain.  One flow network per switch: the arcs with units plus every pair ``u -> t``
@@ -266,38 +284,31 @@ def _exact_split(g: SplitGraph, w: int) -> bool:
                       np.array([b for _, b in keys], np.int64))
     caps = np.array([g.units.get(key, 0) for key in keys], np.int64)
     index = {key: i for i, key in enumerate(keys)}
-    while g.in_arcs(w) and _split_pass(g, w, net, caps, index):
+    while g.in_arcs(w) and _split_pass(g, w, net, caps, index, tight):
         pass
     return not g.in_arcs(w) and not g.out_arcs(w)
 
 
 def _split_pass(g: SplitGraph, w: int, net: FlowNetwork, caps: np.ndarray,
-                index: dict[tuple[int, int], int]) -> bool:
+                index: dict[tuple[int, int], int], tight: _TightSets) -> bool:
     """One pass over the pairs ``(u, t)`` of ``w``; ``True`` if anything was split.
     ``net``, ``caps``: :func:`_exact_split`'s network, kept equal to ``g``'s units.
-    A check that finds nothing to split leaves a tight set: ``S ∋ w`` with ``u, t ∉ S``
-    (first family) or ``S ∌ w`` with ``u, t ∈ S`` (second).  Splitting never raises a
-    cut (``u -> w -> t`` becomes ``u -> t``), so it stays tight for the rest of the pass
-    and rules out every later pair with both ends outside (first) or inside (second)
-    without a max-flow (leaf-spine 4x2x8's exact split: 1 312 -> 917 sweeps)."""
+    A check that finds nothing to split leaves a tight set (the sink side of its
+    minimum cut: ``S ∋ w`` with ``u, t ∉ S``, or ``S ∌ w`` with ``u, t ∈ S``), kept in
+    ``tight`` to rule out later pairs without a max-flow (leaf-spine 4x2x8 with a NIC at
+    360 Gbps one way: 1 312 -> 758 sweeps)."""
     progress = False
-    outside: list[np.ndarray] = []       # tight sets of the first family
-    inside: list[np.ndarray] = []        # of the second
     for (u, _) in g.in_arcs(w):
         for (_, t) in g.out_arcs(w):
             if (u, w) not in g.units:
                 break
-            if (w, t) not in g.units or any(not (s[u] or s[t]) for s in outside) \
-                    or any(s[u] and s[t] for s in inside):
+            if (w, t) not in g.units or tight.rule_out(u, w, t):
                 continue
             want = min(g.units[(u, w)], g.units[(w, t)])
             s_a = _slack(g, net, caps, sorted({u, t}), [w], want)
-            if s_a <= 0:
-                outside.append(net.sink_side())
-                continue
-            s_b = _slack(g, net, caps, [w], sorted({u, t}), want)
-            if s_b <= 0:
-                inside.append(net.sink_side())
+            s_b = _slack(g, net, caps, [w], sorted({u, t}), want) if s_a > 0 else 0
+            if min(s_a, s_b) <= 0:
+                tight.add(net.sink_side())
                 continue
             amount = min(want, s_a, s_b)
             g.split(u, w, t, amount)
@@ -311,7 +322,8 @@ def _split_pass(g: SplitGraph, w: int, net: FlowNetwork, caps: np.ndarray,
 def split_all(g: SplitGraph) -> bool:
     """Split off every switch by the exact greedy (module docstring); ``False`` when it
     could not complete a switch."""
-    return all(_exact_split(g, w) for w in switch_order(g))
+    tight = _TightSets(g.n)
+    return all(_exact_split(g, w, tight) for w in switch_order(g))
 
 
 @dataclass
