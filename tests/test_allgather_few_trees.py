@@ -120,3 +120,29 @@ def test_restriction_with_hundreds_of_trees_per_root_packs_exactly():
     assert mo.validate(topo, s).rate_gbps == pytest.approx(s.rate_gbps, rel=1e-9)
     assert s.rate_gbps == pytest.approx(s.lp_rate_gbps, rel=1e-9)
     assert s.rate_gbps <= cut_bound(topo) * (1 + 1e-9)
+
+
+@pytest.mark.parametrize("build", [
+    lambda: leaf_spine(8, 2, 4, spines=4),
+    lambda: leaf_spine(4, 2, 8).with_capacity({("spine1", "u0leaf0"): 80.0,
+                                               ("u0leaf0", "spine1"): 80.0}),
+])
+def test_exact_split_keeps_cut_condition_and_units(build):
+    """The exact split (one flow network per switch, docs/allgather.md "The exact split's
+    flow network") removes every switch, keeps the rooted cut condition for ``k`` and rides
+    every physical link within its units."""
+    topo = canonical(build())
+    budget = phase_one_budget(topo, None, {})
+    arr = topo.arrays
+    balanced = balanced_split(budget.fab, arr.is_switch, budget.k, budget.y, None)
+    physical = dict(balanced.split.units)
+    lg, k = _exact_logical(build(), None)
+    assert lg.admits(k) and (lg.units > 0).all()
+    load: dict[tuple[int, int], int] = {}
+    for i, bundle in enumerate(lg.bundles):
+        assert sum(units for _, units in bundle) == lg.units[i]
+        for path, units in bundle:
+            assert not arr.is_switch[path[0]] and not arr.is_switch[path[-1]]
+            for arc in zip(path, path[1:]):
+                load[arc] = load.get(arc, 0) + units
+    assert all(load[arc] <= physical.get(arc, 0) for arc in load), "a link above its units"

@@ -314,6 +314,13 @@ class FlowNetwork:
                                    _writable(sinks), self._level, self._queue,
                                    self._it, self._path, int(upper), int(floor)))
 
+    def sink_side(self) -> np.ndarray:
+        """Real nodes the super-source cannot reach in the residual network of the last
+        flow: after a maximum flow, the sink side of a minimum cut."""
+        _bfs_levels(self.n + 2, self._start, self._arcs, self._head, self._res, self.n, -1,
+                    self._level, self._queue)
+        return self._level[: self.n] < 0
+
     def flows(self, count: int) -> np.ndarray:
         """Flow on the first ``count`` arcs after the last :meth:`max_flow`."""
         return self._res[1: 2 * count: 2].copy()

@@ -22,7 +22,11 @@ other copies give their links back and return to the unstarted trees of their ro
 class in the network); that never breaks the condition, as each such copy crossed every
 set it met.  A set that does not meet ``R_j`` always has slack ``>= mult``, and a tight
 one stays tight while ``j`` grows, so every failed check's sink side rules out all links
-into it for the rest of ``j``'s growth (until copies are given back).  One small
+into it for the rest of ``j``'s growth (until copies are given back).  Links with room
+for every copy are scanned first, and there a link that admits only some copies is passed
+over (its check's sink side, slack below ``mult``, rules out the links into it for that
+scan) so a class splits only where no link takes all its copies (leaf-spine 4x2x8 with a
+NIC at 360 Gbps one way: 182 -> 175 classes, 13 469 -> 12 957 max-flows).  One small
 max-flow per class edge tried, hence a budget of max-flows.
 """
 
@@ -84,7 +88,7 @@ def _check(u, v, want, p_left, n, m, cap, unstarted, start, arcs, rhead, res, le
 
 @njit(cache=True)
 def _grow_class(r, mult, n, m, l_head, out_start, out_arc, cap, unstarted, start, arcs, rhead,
-                res, level, queue, it, path, row, tight, member, order, checks):
+                res, level, queue, it, path, row, tight, tight_slack, member, order, checks):
     """Grow a class of ``mult`` trees of root ``r`` edge by edge (module doc) into ``row``
     (the link into each rank); returns its final multiplicity: where a link admits only
     ``a < mult`` copies, the other copies give their links back and return to the
@@ -109,9 +113,10 @@ def _grow_class(r, mult, n, m, l_head, out_start, out_arc, cap, unstarted, start
                     v = l_head[a]
                     if member[v] or cap[a] == 0 or (wide and cap[a] < mult):
                         continue
+                    need = mult if wide else 1
                     ruled = False
                     for c in range(n_tight):
-                        if tight[c, v] and not tight[c, u]:
+                        if tight_slack[c] < need and tight[c, v] and not tight[c, u]:
                             ruled = True
                             break
                     if ruled:
@@ -121,13 +126,14 @@ def _grow_class(r, mult, n, m, l_head, out_start, out_arc, cap, unstarted, start
                         return 0
                     amount = _check(u, v, min(mult, cap[a]), p_left, n, m, cap, unstarted,
                                     start, arcs, rhead, res, level, queue, it, path)
-                    if amount > 0:
+                    if amount >= need and (amount == mult or not wide):
                         found = a
                         break
-                    if n_tight < tight.shape[0]:   # the sink side stays tight for this class
+                    if n_tight < tight.shape[0]:   # the sink side's slack only falls
                         _bfs_levels(n + 2, start, arcs, rhead, res, n, -1, level, queue)
                         for x in range(n):
                             tight[n_tight, x] = level[x] < 0
+                        tight_slack[n_tight] = amount
                         n_tight += 1
                 if found >= 0:
                     break
@@ -175,6 +181,7 @@ def few_trees_pack(n: int, tail: np.ndarray, head: np.ndarray, units: np.ndarray
     cap = np.asarray(units, np.int64).copy()
     unstarted = np.full(n, k, np.int64)
     tight = np.zeros((MAX_TIGHT_SETS, n), np.bool_)
+    tight_slack = np.zeros(MAX_TIGHT_SETS, np.int64)
     member = np.zeros(n, np.bool_)
     order = np.zeros(n, np.int64)
     checks = np.array([0, FEW_TREES_MAX_CHECKS if max_checks is None else max_checks], np.int64)
@@ -186,7 +193,8 @@ def few_trees_pack(n: int, tail: np.ndarray, head: np.ndarray, units: np.ndarray
             row = np.empty(n, np.int64)
             got = _grow_class(r, mult, n, tail.size, head, out_start, out_arc, cap, unstarted,
                               net._start, net._arcs, net._head, net._res, net._level,
-                              net._queue, net._it, net._path, row, tight, member, order, checks)
+                              net._queue, net._it, net._path, row, tight, tight_slack, member,
+                              order, checks)
             info["few_trees_checks"] = int(checks[0])
             if got == 0:
                 return None
