@@ -27,7 +27,7 @@ from mccl_opt.report import Method, SolveReport, Termination, WarmUse
 from mccl_opt.schedule import Schedule, TreeChunk, bottleneck_links, schedule_rate
 from mccl_opt.topology import Topology
 from .tree_colgen import TreeCGOptions, TreeCGResult, tree_column_generation, mwu_trees
-from .restriction_seed import RestrictionSeed
+from .restriction_seed import RestrictionSeed, table_columns
 from ..warm.kept import AllGatherWarmState, TreeColumns
 from .live_master import TreePool
 from .tree_rounding import fractional_shares, round_trees
@@ -91,7 +91,7 @@ def _later_columns(seed: RestrictionSeed, topo: Topology, roots: list[int],
     other = seed.more() if seed.more is not None else None
     if other is None:
         return roots, trees
-    more_r, more_t = _chunk_columns((other,), topo)
+    more_r, more_t = table_columns(other, topo) or _chunk_columns((other,), topo)
     stats["seed_more_columns"] = len(more_r)
     return roots + more_r, trees + more_t
 
