@@ -182,3 +182,28 @@ def test_up_to_128_gpus_the_restriction_seed_certifies_in_its_first_master():
     assert check_schedule(topo, s).rate_gbps == pytest.approx(s.rate_gbps, rel=1e-9)
     k10 = mo.solve_allgather(topo, max_chunks=10)
     assert check_schedule(topo, k10, max_chunks=10).rate_gbps <= s.rate_gbps * (1 + 1e-9)
+
+
+def test_below_the_tree_limit_many_packing_entries_go_to_the_seeded_master(monkeypatch):
+    """HPN 1x2x8 Fail2 (balanced, ``k = 293`` exact trees per root at 16 GPUs, below the
+    tree limit) with the entries threshold lowered below its ``k·n²``: the seeded general
+    method solves it at the cut bound (the independent max-flow bound) and says why; at
+    the default threshold ForestColl packs it exactly at the same rate, and a chunk limit
+    keeps ForestColl."""
+    from instances import fail2
+
+    topo = fail2(hpn(1, 2, 8))
+    bound = cut_bound(topo)
+    packed = mo.solve_allgather(topo, max_chunks=None)
+    assert packed.report.method is Method.FORESTCOLL
+    monkeypatch.setattr(solve, "SEEDED_GENERAL_ENTRIES", 1)
+    seeded = mo.solve_allgather(topo, max_chunks=None)
+    assert seeded.report.method is Method.GENERAL
+    assert "the seeded master is cheaper" in seeded.stats["general_reason"]
+    assert seeded.stats["seed"] == "forestcoll trees"
+    for sched in (packed, seeded):
+        check_schedule(topo, sched)
+        mo.validate(topo, sched)
+        assert sched.rate_gbps == pytest.approx(bound, rel=1e-9)
+        assert sched.report.termination is Termination.OPTIMAL
+    assert mo.solve_allgather(topo, max_chunks=10).report.method is Method.FORESTCOLL

@@ -16,7 +16,8 @@ from mccl_opt.allgather.canonical import canonical
 from mccl_opt.allgather.chain import Trail, restrict, weaker_directions
 from mccl_opt.allgather.general import method
 from mccl_opt.allgather.general.method import solve_general
-from mccl_opt.allgather.general.restriction_seed import RestrictionSeed, restriction_seed
+from mccl_opt.allgather.general.restriction_seed import RestrictionSeed, restriction_seed, \
+    table_columns
 from mccl_opt.allgather.solve import sub_forestcoll
 from tests.oracle_allgather import check_schedule, forwarding_optimum
 
@@ -84,6 +85,30 @@ def test_seed_trees_fit_the_fabric_and_the_rate_bounds_them():
     chunk_roots, chunk_trees = method._chunk_columns(seed.schedules, topo)
     assert roots == chunk_roots and len(trees) == sum(len(s.chunks) for s in seed.schedules)
     assert all(np.array_equal(a, b) for a, b in zip(trees, chunk_trees))
+
+
+def test_table_columns_map_a_schedule_listed_in_another_node_order():
+    """The weaker-direction fabric's schedule (its table in its own canonical order), and
+    the restriction's, converted onto the fabric listed in reverse order: the same trees
+    as the chunk by chunk conversion on the fabric, ranks and links renumbered; a
+    schedule over a node the fabric lacks is not converted."""
+    topo = _faulty((1, 2, 8), FAULTS[0])
+    seed = _seed(topo)
+    assert seed is not None and seed.more is not None
+    backwards = mo.Topology(topo.name, list(reversed(topo.nodes)), list(reversed(topo.links)),
+                            dict(topo.extra))
+    for sched in seed.schedules + (seed.more(),):
+        found = table_columns(sched, backwards)
+        assert found is not None
+        slow_roots, slow_trees = method._chunk_columns((sched,), topo)
+        last_gpu, last_link = topo.num_gpus - 1, topo.num_links - 1   # reversed numbering
+        assert found[0] == [last_gpu - r for r in slow_roots]
+        assert len(slow_trees) == len(sched.chunks) == len(found[1])
+        assert all(np.array_equal(a, last_link - b) for a, b in zip(found[1], slow_trees))
+    smaller = mo.Topology(topo.name, [nd for nd in topo.nodes if nd.id != topo.gpus[-1]],
+                          [l for l in topo.links if topo.gpus[-1] not in (l.src, l.dst)],
+                          dict(topo.extra))
+    assert table_columns(seed.schedules[0], smaller) is None
 
 
 def test_the_chain_computes_the_restriction_once_and_seeds_the_general_method(monkeypatch):

@@ -50,6 +50,7 @@ from .fabric import fabric_of, switches_balanced
 from .fewer_trees import fewer_trees
 from . import interim
 from .interim import rerated
+from .seed_first import seed_first
 from .forestcoll.pipeline import gbps
 from .forestcoll.throughput import optimal_rate
 from .warm.route import WarmRoute
@@ -58,10 +59,10 @@ if TYPE_CHECKING:                          # imported by the functions that use 
     from .general.restriction_seed import RestrictionSeed
     from .restriction.balanced import Restriction
 
-__all__ = ["Declined", "Trail", "ForestColl", "Restricted", "EXACT_TREES_LIMIT",
-           "RESTRICTION_ROUNDING_GAP", "switches_balanced", "cut_bound_gbps", "restrict",
-           "seed_once", "solve_by_general", "weaker_directions", "solve_by_restriction",
-           "solve_unbalanced", "SCALED_RESTRICTION_FROM"]
+__all__ = ["Declined", "Trail", "ForestColl", "Restricted", "EXACT_TREES_LIMIT", "restrict",
+           "RESTRICTION_ROUNDING_GAP", "switches_balanced", "cut_bound_gbps", "seed_once",
+           "solve_by_general", "weaker_directions", "solve_by_restriction", "solve_unbalanced",
+           "SCALED_RESTRICTION_FROM"]
 
 #: with ``max_chunks=K``, a balanced-restriction schedule rounded further than this below
 #: its optimum also runs the general method, and the better rounding is kept (ForestColl's
@@ -92,10 +93,9 @@ class Declined:
     reason: str
 
 
-#: ForestColl on a (canonically listed, balanced) topology, on a warm route
-#: (:class:`.warm.route.WarmRoute`), at a chunk limit, optionally with each link's headroom on the real fabric when the
-#: topology is a balanced restriction (see :func:`.solve._forestcoll`); raises
-#: :class:`SolveError` on failure
+#: ForestColl on a (canonically listed, balanced) topology, on a warm route (:class:`.warm.
+#: route.WarmRoute`), at a chunk limit, optionally with each link's headroom on the real fabric
+#: when the topology is a balanced restriction (see :func:`.solve._forestcoll`); raises SolveError
 ForestColl = Callable[..., "Schedule | Declined"]
 
 
@@ -191,7 +191,7 @@ def solve_unbalanced(topo: Topology, route: WarmRoute, backend: str,
     ``max_chunks=None`` the weaker-direction fabric is packed only when Phase 1 says its
     optimum reaches the cut bound, and a coarsened restriction is not packed exactly:
     neither could certify, and both only seed the general method (shared aggregation
-    2x5x8 with a one-way NIC fault: 31 column-generation rounds -> 3).
+    2x5x8, one-way NIC fault: 31 rounds -> 3), cold first in one master (:mod:`.seed_first`).
 
     Every warm-started method (the weaker-direction ForestColl, ForestColl on the balanced
     restriction, the general method) takes its warm steps on ``route``, under the one
@@ -235,14 +235,14 @@ def solve_unbalanced(topo: Topology, route: WarmRoute, backend: str,
         interim.offer_on(topo, restricted.sub, interim.RESTRICTED_CHUNKS, forestcoll,
                          Method.BALANCED_RESTRICTION, trail, restricted.optimum_gbps,
                          restricted.to_gbps, restricted.restriction.headroom())
-    best = None
-    if restricted is not None and max_chunks is None and restricted.coarsened:
+    seed = _restriction_seed(restricted, forestcoll, seed_trees)
+    best = seed_first(topo, restricted, route, max_chunks, backend, bound, trail, seed)
+    if best is None and restricted is not None and max_chunks is None and restricted.coarsened:
         trail.add(Attempt(Method.BALANCED_RESTRICTION, restricted.seconds, "declined: rounded "
                           "onto a coarser grid, not exact at max_chunks=None; seeds only"))
-    elif restricted is not None:
+    elif best is None and restricted is not None:
         best = fewer_trees(topo, solve_by_restriction(topo, restricted, route, max_chunks,
                                                       forestcoll, bound, trail), max_chunks, backend)
-    seed = _restriction_seed(restricted, forestcoll, seed_trees)
     if best is None:
         best = solve_by_general(topo, route, backend, max_chunks, "unbalanced switches", bound,
                                 trail, seed)

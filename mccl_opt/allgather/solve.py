@@ -65,8 +65,8 @@ PHASES_23_PER_PHASE_1 = 4.0
 #: (stopped at the cut bound), larger ones to the scaled packing: the seeded master took
 #: 0.35 s where the scaled packing took 1.1 s on shared aggregation / SuperPOD 2x8x8,
 #: 0.40 vs 0.71 s on HPN 2x16x8, but 43 s vs 4.1 s on HPN 4x16x8 (CPU; docs/allgather.md
-#: "Above the tree limit")
-SEEDED_GENERAL_MAX_GPUS = 256
+#: "Above the tree limit"); so do they below it from :data:`SEEDED_GENERAL_ENTRIES` ``k·n²``
+SEEDED_GENERAL_MAX_GPUS, SEEDED_GENERAL_ENTRIES = 256, 1 << 22   # 2x8x8 Fail2: 1.15 -> 0.30 s
 
 
 def solve_allgather(topo: Topology, warm: Schedule | None = None, backend: str = "highs",
@@ -237,13 +237,12 @@ def _forestcoll(topo: Topology, route: WarmRoute, backend: str, max_chunks: int 
     optimum (``max_chunks=None``) needs more than :data:`.budget.EXACT_TREES_LIMIT`
     trees per root on a chain's sub-fabric (``lossy_balance``, unless ``scaled``),
     step-aware, or a fabric's own solve of at most :data:`SEEDED_GENERAL_MAX_GPUS` GPUs
-    (larger ones pack them by the scaled packing alone,
-    :func:`.forestcoll.above_limit.pack_scaled`), or switch balancing loses capacity the
-    optimum needs (unless
-    ``lossy_balance``: the chain's sub-fabrics, whose rounded schedule it compares with
-    the general method's itself); ``headroom``: ``topo`` is a balanced restriction
-    whose links may carry this many times their capacity on the real fabric
-    (:func:`.forestcoll.pipeline.balanced_split`).  The warm steps (the certified
+    (larger ones pack them by the scaled packing alone, :func:`.forestcoll.above_limit.
+    pack_scaled`) or from :data:`SEEDED_GENERAL_ENTRIES` entries ``k·n²``, or switch
+    balancing loses capacity the optimum needs (unless ``lossy_balance``: the chain's
+    sub-fabrics, whose rounded schedule it compares with the general method's itself);
+    ``headroom``: ``topo`` is a balanced restriction whose links may carry this many
+    times their capacity on the real fabric (:func:`.forestcoll.pipeline.balanced_split`).  The warm steps (the certified
     guesses, rerouting at cold's budget, the packing seeded with the previous shapes)
     run on ``route``; past its allowance the solve carries on cold from where it is."""
     run = Run.start(topo, route.warm, max_chunks)
@@ -264,8 +263,11 @@ def _forestcoll(topo: Topology, route: WarmRoute, backend: str, max_chunks: int 
     budget = phase_one_budget(topo, max_chunks, run.stats, run.hint_cuts, run.cuts)
     many = max_chunks is None and budget.k > EXACT_TREES_LIMIT
     own_seeded = not scaled and topo.num_gpus <= SEEDED_GENERAL_MAX_GPUS
-    if many and ((lossy_balance and not scaled) or step_aware or own_seeded):
-        return Declined(f"more than {EXACT_TREES_LIMIT} exact trees per root")
+    costly = max_chunks is None and not (lossy_balance or step_aware) and \
+        budget.k * topo.num_gpus ** 2 > SEEDED_GENERAL_ENTRIES   # the seeded master is cheaper
+    if (many or costly) and ((lossy_balance and not scaled) or step_aware or own_seeded):
+        return Declined(f"more than {EXACT_TREES_LIMIT} exact trees per root" if many else
+                        f"{budget.k} exact trees per root: the seeded master is cheaper")
     if many:                                          # the scaled packing alone, cold
         run.prev, run.cuts = None, None
     if rewarm and run.prev is not None:

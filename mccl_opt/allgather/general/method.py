@@ -15,6 +15,7 @@ higher (no forwarding-only schedule reaches it: see the docs).
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import Any
 
@@ -27,7 +28,7 @@ from mccl_opt.report import Method, SolveReport, Termination, WarmUse
 from mccl_opt.schedule import Schedule, TreeChunk, bottleneck_links, schedule_rate
 from mccl_opt.topology import Topology
 from .tree_colgen import TreeCGOptions, TreeCGResult, tree_column_generation, mwu_trees
-from .restriction_seed import RestrictionSeed
+from .restriction_seed import RestrictionSeed, table_columns
 from ..warm.kept import AllGatherWarmState, TreeColumns
 from .live_master import TreePool
 from .tree_rounding import fractional_shares, round_trees
@@ -91,7 +92,7 @@ def _later_columns(seed: RestrictionSeed, topo: Topology, roots: list[int],
     other = seed.more() if seed.more is not None else None
     if other is None:
         return roots, trees
-    more_r, more_t = _chunk_columns((other,), topo)
+    more_r, more_t = table_columns(other, topo) or _chunk_columns((other,), topo)
     stats["seed_more_columns"] = len(more_r)
     return roots + more_r, trees + more_t
 
@@ -139,13 +140,15 @@ def _rate_scale(topo: Topology) -> float:
 def solve_general(topo: Topology, warm: Schedule | None = None, backend: str = "highs",
                   max_chunks: int | None = 10, cut_bound_gbps: float | None = None,
                   options: TreeCGOptions = TreeCGOptions(),
-                  seed: RestrictionSeed | None = None) -> Schedule:
+                  seed: RestrictionSeed | None = None, first_only: bool = False) -> Schedule:
     """The AllGather optimum with forwarding-only switches, rounded to ``max_chunks``
     chunks per root (``None``: the fractional optimum), warm-started from ``warm``;
     ``seed``: ForestColl's trees on the fabric's best balanced restriction (on a balanced
     fabric, the fabric itself) and its certified rate, at which the column generation
     stops (:mod:`.restriction_seed`, made by the method chain), else
-    multiplicative-weights trees start the column generation."""
+    multiplicative-weights trees start the column generation.  ``first_only`` (with a
+    ``seed``): the master over the seed's trees alone, solved once (no later columns, no
+    pricing); ``stats["cg_status"]`` says whether it reached the seed's bound."""
     if not isinstance(topo, Topology):
         raise TopologyError(f"expected a mccl_opt.Topology, got {type(topo).__name__}")
     if topo.num_gpus < 2:
@@ -175,11 +178,14 @@ def solve_general(topo: Topology, warm: Schedule | None = None, backend: str = "
         if upper is not None:                # the previous trees only if the seed falls short
             # still short after a few rounds: multiplicative-weights trees too (leaf-spine
             # 4x2x8, one-way NIC, None, seeded with one tree per root: 219 rounds -> 108)
+            later = [] if first_only else [
+                (1, lambda: _later_columns(seed, topo, roots, trees, stats)),
+                (options.short_seed_after,
+                 lambda: mwu_trees(topo, capacity, options.short_seed_rounds))]
             res = tree_column_generation(
-                topo, lp, capacity, seed_r, seed_t, options, upper_bound=upper,
-                later=[(1, lambda: _later_columns(seed, topo, roots, trees, stats)),
-                       (options.short_seed_after,
-                        lambda: mwu_trees(topo, capacity, options.short_seed_rounds))])
+                topo, lp, capacity, seed_r, seed_t,
+                dataclasses.replace(options, max_rounds=1) if first_only else options,
+                upper_bound=upper, later=later)
         else:
             res = tree_column_generation(topo, lp, capacity, roots + seed_r, trees + seed_t,
                                          options)

@@ -42,7 +42,7 @@ if TYPE_CHECKING:                       # the chain imports this package inside 
     from ..chain import ForestColl, Restricted
 
 __all__ = ["RestrictionSeed", "restriction_seed", "balanced_seed", "own_trees_seed",
-           "forestcoll_trees", "SEED_CHUNKS", "seed_chunks"]
+           "forestcoll_trees", "table_columns", "SEED_CHUNKS", "seed_chunks"]
 
 #: chunks per root asked of ForestColl on the restriction (4 left HPN 4x16x8 stuck 0.25 % below
 #: the optimum for 28 rounds; 10 reached it in the first master solve): enough trees that the master's
@@ -91,11 +91,7 @@ class RestrictionSeed:
         roots: list[int] = []
         trees: list[np.ndarray] = []
         for sched in self.schedules:
-            chunks = sched.chunks
-            if not isinstance(chunks, TreeChunks) or list(chunks.table.node_ids) != \
-                    [nd.id for nd in topo.nodes]:
-                return None
-            found = _table_columns(chunks, topo)
+            found = table_columns(sched, topo)
             if found is None:
                 return None
             roots += found[0]
@@ -103,12 +99,24 @@ class RestrictionSeed:
         return roots, trees
 
 
-def _table_columns(chunks: TreeChunks, topo: Topology) -> tuple[list[int], list[np.ndarray]] | None:
-    """:meth:`RestrictionSeed.columns` of a tree table: every used path's links found once
-    (sorted link keys), then every tree's edges gathered as one index array."""
-    table, arr, n = chunks.table, topo.arrays, topo.num_nodes
+def table_columns(sched: Schedule, topo: Topology) -> tuple[list[int], list[np.ndarray]] | None:
+    """``sched``'s trees as tree-master columns of ``topo`` (:meth:`RestrictionSeed.columns`)
+    when its chunks are a tree table over nodes of ``topo`` (in any order: a sub-fabric's
+    canonical listing, such as the weaker-direction fabric's): every used path's links
+    found once (sorted link keys), then every tree's edges gathered as one index array;
+    ``None`` otherwise (the caller converts chunk by chunk)."""
+    chunks, arr, n = sched.chunks, topo.arrays, topo.num_nodes
+    if not isinstance(chunks, TreeChunks):
+        return None
+    table = chunks.table
+    index = {nd.id: i for i, nd in enumerate(topo.nodes)}
+    to_topo = np.fromiter((index.get(v, -1) for v in table.node_ids), np.int64,
+                          count=len(table.node_ids))
+    if (to_topo < 0).any():                            # a node ``topo`` does not have
+        return None
     used = table.used_paths()
     lens, nodes = path_nodes(table.paths, used)
+    nodes = to_topo[nodes]
     last = np.cumsum(lens) - 1                         # flat index of every path's last node
     pair = np.ones(max(nodes.size - 1, 0), bool)
     pair[last[:-1]] = False                            # no hop from one path into the next
@@ -130,8 +138,10 @@ def _table_columns(chunks: TreeChunks, topo: Topology) -> tuple[list[int], list[
     arcs = links[gather]
     per_tree = edge_hops.reshape(table.edges.shape).sum(axis=1)
     trees = np.split(arcs, np.cumsum(per_tree)[:-1])
-    roots = arr.rank_of[table.src].tolist()
-    return roots, trees
+    roots = arr.rank_of[to_topo[table.src]]
+    if (roots < 0).any():                              # a root that is no GPU of ``topo``
+        return None
+    return roots.tolist(), trees
 
 
 def forestcoll_trees(sub: Topology, forestcoll: ForestColl,

@@ -1,0 +1,90 @@
+"""At ``max_chunks=None``, on fabrics with unbalanced switches of :data:`SEED_FIRST_MIN_GPUS`
+to :data:`SEED_FIRST_MAX_GPUS` GPUs: the general method's master over the restriction
+seed's trees, solved once, before ForestColl on the balanced restriction ``c'``
+(docs/allgather.md "Seed first").
+
+ForestColl's exact optimum on ``c'`` (paper §4.3) needs ``k0`` trees per root, hundreds
+to thousands where one NIC is degraded one way, and its packing then takes most of the
+solve (shared aggregation 2x4x8 with a NIC at 200 Gbps one way: ``k0 = 749``, the repair
+packer stuck, the few-trees packer 13 774 max-flows, 0.9 s CPU), while the master over
+ForestColl's trees on ``c'`` at a few chunks per root (the general method's seed,
+:mod:`.general.restriction_seed`) often reaches ``c'``'s certified optimum at once
+(0.2 s there).  Its optimum is then the forwarding-only optimum, certified like the
+general method's.  Where the master falls short, the chain goes on as before and the
+seed, made once (:func:`.chain.seed_once`), seeds the general method if it runs.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Callable
+
+from .. import anytime
+from ..errors import MCCLError
+from ..report import Attempt, Method, Termination
+from ..schedule import Schedule
+from ..topology import Topology
+from .budget import EXACT_TREES_LIMIT, exact_k
+from .fabric import fabric_of
+from .forestcoll.throughput import optimal_rate
+
+if TYPE_CHECKING:
+    from .chain import Restricted, Trail
+    from .warm.route import WarmRoute
+    from .general.restriction_seed import RestrictionSeed
+
+__all__ = ["seed_first", "SEED_FIRST_MIN_GPUS", "SEED_FIRST_MAX_GPUS"]
+
+#: from this many GPUs: below, ForestColl on ``c'`` took at most ~0.2 s CPU on the fabrics
+#: measured (shared aggregation 2x2x8 / 2x3x8 with a NIC at 200 Gbps one way: 0.15 /
+#: 0.13 s) and a master that falls short is mostly lost (2x3x8: 0.13 -> 0.25 s)
+SEED_FIRST_MIN_GPUS = 64
+
+#: up to this many GPUs (the 64-128-GPU fabrics the one-master try was measured on:
+#: shared aggregation, SuperPOD and leaf-spine with a one-way NIC fault); past it the
+#: seed's master costs seconds (HPN 4x8x8: ~2.9 s) and the scaled packing is the exact path
+SEED_FIRST_MAX_GPUS = 128
+
+
+def _packs_exactly(sub: Topology) -> bool:
+    """Whether ForestColl on the restriction ``sub`` would pack its exact optimum (Phase 1
+    alone, milliseconds): not above :data:`.budget.EXACT_TREES_LIMIT` trees per root, where
+    it declines at once and the general method runs anyway (shared aggregation 2x8x8
+    with a NIC at 200 Gbps one way: a master over the seed that falls short would be
+    solved twice)."""
+    try:
+        fab, _ = fabric_of(sub)
+        return exact_k(fab, optimal_rate(fab)) <= EXACT_TREES_LIMIT
+    except (MCCLError, ArithmeticError, ValueError):
+        return False
+
+
+def seed_first(topo: Topology, restricted: Restricted | None, route: WarmRoute,
+               max_chunks: int | None, backend: str, bound: float | None, trail: Trail,
+               seed: Callable[[], RestrictionSeed | None]) -> Schedule | None:
+    """On a cold solve (``route`` not active) at ``max_chunks=None``, with a certified
+    balanced restriction ``restricted`` that ForestColl would pack: the general method's
+    schedule from one master solve over the restriction seed ``seed()``'s trees when it
+    reaches the seed's certified bound (``stats["general_reason"]`` says so); else
+    ``None`` (a master that falls short is recorded in ``trail``); ``bound``: the cut
+    bound, for the report."""
+    from .general.method import solve_general      # column generation over trees: only here
+
+    if restricted is None or max_chunks is not None or route.active or \
+            not SEED_FIRST_MIN_GPUS <= topo.num_gpus <= SEED_FIRST_MAX_GPUS or \
+            not _packs_exactly(restricted.sub):
+        return None
+    made = seed()
+    if made is None:
+        return None
+    t = time.perf_counter()
+    sched = solve_general(topo, backend=backend, max_chunks=None, cut_bound_gbps=bound,
+                          seed=made, first_only=True)
+    if sched.report.termination is not Termination.OPTIMAL:
+        trail.add(Attempt(Method.GENERAL, time.perf_counter() - t, "declined: one master "
+                          "over the restriction seed's trees fell short of c''s optimum"))
+        return None
+    trail.add(Attempt(Method.GENERAL, time.perf_counter() - t, "returned"))
+    sched.stats["general_reason"] = "restriction seed: one master reaches c''s optimum"
+    anytime.offer(sched)
+    return sched
