@@ -106,17 +106,19 @@ class ProfileStack:
     registered under several communicators) likewise share one row of Algorithm 1.
     With ``rate_loss``, a schedule whose bottleneck rate under ``M`` is more than
     ``rate_loss`` below its rate on ``capacity`` (capacity lost, measured against the
-    fabric it was built for) is flagged at the lower deviation ``lost_gamma``: a change
-    that costs throughput and moves the cut's slacks is acted on before it reaches
-    ``gamma`` (a ramp's first small step), while a uniformly scaled cut, whose slacks do
-    not move and which no schedule can route around, still never flags.
+    fabric it was built for) is flagged whatever its deviation: a change that costs
+    throughput is acted on before the deviation reaches ``gamma`` (a ramp's first small
+    step), and also when it moves no slack at all, as when the cut is one link (a
+    bottleneck link that drops keeps slack 0 however far it falls) or every cut link
+    drops together.  Whether another schedule does better is the synthesizer's question;
+    when none does, the manager records ``no_gain`` and re-bases the schedule on that
+    fabric, so the same loss does not flag again.
     """
 
     def __init__(self, profiles: Sequence[ScheduleProfile], capacity: Sequence[np.ndarray], gamma: float,
-                 rate_loss: float | None = None, lost_gamma: float | None = None) -> None:
+                 rate_loss: float | None = None) -> None:
         self.profiles = tuple(profiles)
         self.gamma = gamma
-        self.lost_gamma = gamma if lost_gamma is None else lost_gamma
         self.lost_below = None if rate_loss is None else (1.0 - rate_loss) * np.array(
             [bottleneck_rate(np.asarray(c, dtype=float), p.n) for p, c in zip(self.profiles, capacity)])
         self.row_of, distinct = _distinct_profiles(self.profiles)
@@ -137,7 +139,7 @@ class ProfileStack:
 
     def flags(self, m: np.ndarray) -> np.ndarray:
         """Per schedule: flagged by Algorithm 1 (``max delta > gamma``), by a lost rate
-        with ``max delta > lost_gamma`` (with ``rate_loss``) or by a gained link."""
+        (with ``rate_loss``) or by a gained link."""
         x_min = np.full(self.rows, np.inf)
         if len(self.link):
             x_min[self.used_rows] = np.minimum.reduceat(m[self.link] / self.n, self.used_start)
@@ -152,7 +154,7 @@ class ProfileStack:
         max_delta = max_delta[self.row_of]
         flagged = max_delta > self.gamma
         if self.lost_below is not None:
-            flagged |= (x_min[self.row_of] < self.lost_below) & (max_delta > self.lost_gamma)
+            flagged |= x_min[self.row_of] < self.lost_below
         if len(self.gain_link):
             over = np.logical_or.reduceat(m[self.gain_link] > self.gain_threshold, self.gain_start)
             flagged |= np.append(over, False)[self.gain_of]

@@ -109,22 +109,6 @@ def test_a_hold_ends_after_settle_max_s_and_a_pending_change_elsewhere_holds_not
     mgr.close()
 
 
-def test_capacity_lost_lowers_the_threshold_but_a_uniformly_scaled_cut_never_flags():
-    sched = tm.bfs_allgather(TOPO)
-    prof = profile_schedule(TOPO, sched)
-    cap = TOPO.arrays.capacity.copy()
-    plain = ProfileStack([prof], [cap], 0.1)
-    lossy = ProfileStack([prof], [cap], 0.1, rate_loss=0.05, lost_gamma=0.05)
-    m = cap.copy()
-    m[prof.cut[0]] *= 0.92                               # one cut link, -8 %: deviation ~0.08
-    assert not plain.flags(m)[0] and lossy.flags(m)[0]
-    m = cap * 0.8                                        # every link -20 %: rate lost, no deviation
-    assert not plain.flags(m)[0] and not lossy.flags(m)[0]
-    m = cap.copy()
-    m[prof.cut[0]] *= 0.97                               # -3 %: neither (noise-sized)
-    assert not lossy.flags(m)[0]
-
-
 def test_the_spanning_window_of_a_change_point_is_left_out_of_the_new_level():
     tr = LevelTracker(400.0)
     ys = [56.0] + [50.0] * 12                            # the first window spans a drop to 50
