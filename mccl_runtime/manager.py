@@ -736,8 +736,9 @@ class ScheduleManager:
                 detail["reason"] = reason
                 if reason == "no_gain":
                     # the current schedule is as good as any for this M: measure drift from here on
-                    coll.profile = self.groups.lift(
-                        coll.gpus, profile_schedule(job.topo, replace(coll.schedule, bottleneck=())))
+                    # (its cut re-derived on M, also in what is saved: a restart profiles it the same)
+                    coll.schedule = replace(coll.schedule, bottleneck=())
+                    coll.profile = self.groups.lift(coll.gpus, profile_schedule(job.topo, coll.schedule))
                     coll.synth_capacity = np.array(job.capacity, dtype=float)
                 return Event(now, coll.comm, coll.name, Action.ABORTED, coll.version, detail)
         cap = job.known[0] if job.known is not None else job.capacity

@@ -16,6 +16,7 @@ import mccl_opt as mo
 from mccl_runtime.drift import ProfileStack, detect, profile_schedule
 from mccl_runtime.manager import Policy, ScheduleManager, solver_synthesizer
 from mccl_runtime.telemetry import MeasurementStore
+from tests.state_files import saved_and_loaded
 from tests.test_runtime_manager import TOPO, bfs_allgather
 
 NIC = ("s0h0g0", "s0tor0")
@@ -81,6 +82,30 @@ def test_a_loss_no_schedule_can_avoid_is_decided_once_as_no_gain():
     assert events[1].detail["reason"] == "no_gain" and coll.version == 1
     assert _drive(mgr, 3.0) == []                                      # re-based: the loss flags once
     mgr.close()
+
+
+def test_a_schedule_re_based_by_no_gain_is_profiled_the_same_after_a_restart(tmp_path):
+    """A rail's group is a star through its ToR: a member's NIC that drops is its one way
+    out, so the loss ends ``no_gain`` and the cut is re-derived (that NIC alone); the saved
+    state must give the same cut back."""
+    store = MeasurementStore(TOPO, alpha=1.0)
+    mgr = ScheduleManager(store, solver_synthesizer(), Policy(gamma=0.1, min_dwell_s=0.0))
+    mgr.register("rail0", "ag", "allgather", gpus=["s0h0g0", "s0h1g0"])
+    assert _drive(mgr, 1.0, 2)[0].action.value == "published"
+    coll = mgr.get("rail0", "ag")
+    nic = TOPO.link_index(*NIC)
+    before = list(coll.profile.cut)
+    store.ingest([{"kind": "link", "src": NIC[0], "dst": NIC[1], "gbps": 100.0, "t": 2.0}], now=2.0)
+    assert [e.detail.get("reason") for e in _drive(mgr, 2.0)] == [None, "no_gain"]
+    assert list(coll.profile.cut) == [nic] != before                   # re-based on the NIC alone
+    data = saved_and_loaded(tmp_path, store, mgr, TOPO)["manager"]
+    again = ScheduleManager(MeasurementStore(TOPO, alpha=1.0), solver_synthesizer(), Policy())
+    again.restore(data)
+    b = again.get("rail0", "ag")
+    assert np.array_equal(coll.synth_capacity, b.synth_capacity)
+    assert np.array_equal(coll.profile.cut, b.profile.cut) and np.allclose(coll.profile.base_slack, b.profile.base_slack)
+    mgr.close()
+    again.close()
 
 
 def test_capacity_lost_flags_without_a_deviation_but_noise_sized_changes_do_not():
