@@ -17,6 +17,7 @@ from mccl_runtime.drift import ProfileStack, detect, profile_schedule
 from mccl_runtime.manager import Policy, ScheduleManager, solver_synthesizer
 from mccl_runtime.telemetry import MeasurementStore
 from tests.state_files import saved_and_loaded
+from tests.test_runtime_rate_cleared import _drive
 from tests.test_runtime_manager import TOPO, bfs_allgather
 
 NIC = ("s0h0g0", "s0tor0")
@@ -35,15 +36,6 @@ def _one_link_cut(gbps: float) -> tuple[MeasurementStore, ScheduleManager]:
     mgr = ScheduleManager(store, solver_synthesizer(), Policy(gamma=0.1, min_dwell_s=0.0))
     mgr.register("world", "ag", "allgather", replace(bfs_allgather(TOPO), bottleneck=()))
     return store, mgr
-
-
-def _drive(mgr: ScheduleManager, t0: float, steps: int = 10) -> list:
-    events, t = [], t0
-    for _ in range(steps):
-        assert mgr.wait_idle(60.0)
-        events += mgr.step(t)
-        t += 0.01
-    return events
 
 
 def test_a_one_link_cut_that_loses_80_percent_gets_a_new_version_at_the_fabric_optimum():
