@@ -54,11 +54,12 @@ collective, concurrently), and publishes new versions.
   ``settle_max_s``).
 * Capacity lost (ramps, one-link cuts): a collective whose rate under ``M`` has fallen
   more than ``rate_loss`` below its rate on the capacities it was synthesized for is
-  flagged whatever Algorithm 1's deviation: drift that arrives in small steps is
-  measured against the fabric the schedule was built for, and a cut that moves no slack
-  (one link, or links that drop together) is flagged too.  When no schedule does
-  better the job ends ``no_gain`` and the schedule is re-based on that ``M``, so the
-  loss flags once.
+  flagged at the hysteresis floor ``clear_ratio * Gamma`` instead of ``Gamma``: drift
+  that arrives in small steps is measured against the fabric the schedule was built
+  for.  A loss that moves no slack (a cut of one link, or links that drop together)
+  flags once the rate has fallen by more than ``Gamma``, with no deviation.  When no
+  schedule does better the job ends ``no_gain`` and the schedule is re-based on that
+  ``M``, so the loss flags once.
 * Rounded input: a job synthesizes on ``M`` rounded to ``capacity_digits`` significant
   digits (:func:`significant`; 0 keeps every digit): an estimate is known to about 1 %,
   and the synthesizers' time depends on its digits.
@@ -528,7 +529,8 @@ class ScheduleManager:
         if stack is None or len(stack.profiles) != len(colls) or any(
                 p is not c.profile for p, c in zip(stack.profiles, colls)):
             stack = self._stack = ProfileStack([c.profile for c in colls], [self._gain_capacity(c) for c in colls],
-                                               self.policy.gamma, self.policy.rate_loss)
+                                               self.policy.gamma, self.policy.rate_loss,
+                                               self.policy.clear_ratio * self.policy.gamma)
         return stack
 
     def _gain_capacity(self, coll: Collective) -> np.ndarray:

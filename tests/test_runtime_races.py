@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import tests.test_runtime_manager as tm
-from mccl_runtime.drift import ProfileStack, profile_schedule
+from mccl_runtime.drift import profile_schedule
 from mccl_runtime.level import LevelParams, LevelTracker
 from mccl_runtime.loop import LoopConfig, link_windows, run_loop
 from mccl_opt.schedule import schedule_rate

@@ -100,19 +100,18 @@ def test_a_schedule_re_based_by_no_gain_is_profiled_the_same_after_a_restart(tmp
     again.close()
 
 
-def test_capacity_lost_flags_without_a_deviation_but_noise_sized_changes_do_not():
+def test_a_loss_without_a_deviation_flags_beyond_gamma_and_smaller_ones_do_not():
     sched = bfs_allgather(TOPO)
     prof = profile_schedule(TOPO, sched)
     cap = TOPO.arrays.capacity.copy()
     plain = ProfileStack([prof], [cap], 0.1)
-    lossy = ProfileStack([prof], [cap], 0.1, rate_loss=0.05)
-    m = cap.copy()
-    m[prof.cut[0]] *= 0.92                               # one cut link, -8 %: deviation ~0.08
-    assert not plain.flags(m)[0] and lossy.flags(m)[0]
+    lossy = ProfileStack([prof], [cap], 0.1, rate_loss=0.05, lost_gamma=0.05)
     m = cap * 0.8                                        # every link -20 %: rate lost, no deviation
     assert detect(m, prof, 0.1).max_delta == pytest.approx(0.0)
     assert not plain.flags(m)[0] and lossy.flags(m)[0]
-    m = cap.copy()
-    m[prof.cut[0]] *= 0.97                               # -3 %: neither (noise-sized)
+    m = cap * 0.93                                       # -7 %: less than Gamma, and no deviation
     assert not lossy.flags(m)[0]
+    m = cap.copy()
+    m[prof.cut[0]] *= 0.92                               # one cut link, -8 %: deviation ~0.08
+    assert not plain.flags(m)[0] and lossy.flags(m)[0]
     assert not ProfileStack([prof], [cap], 0.1, rate_loss=1.0).flags(cap * 0.1)[0]   # rate_loss 1: off
