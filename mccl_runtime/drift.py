@@ -108,8 +108,14 @@ class ProfileStack:
     ``rate_loss`` below its rate on ``capacity`` (capacity lost, measured against the
     fabric it was built for) is flagged at the lower deviation ``lost_gamma``: a change
     that costs throughput and moves the cut's slacks is acted on before it reaches
-    ``gamma`` (a ramp's first small step), while a uniformly scaled cut, whose slacks do
-    not move and which no schedule can route around, still never flags.
+    ``gamma`` (a ramp's first small step).  A loss that moves no slack at all (a cut of
+    one link: a bottleneck link that drops keeps slack 0 however far it falls; or every
+    cut link dropping together) is flagged once the rate has fallen by more than
+    ``gamma`` itself, Algorithm 1's own threshold as a relative change, so a reading
+    that Algorithm 1 would not act on (a stalled one on real ranks) does not flag through
+    this test either.  Whether another schedule does better is the synthesizer's
+    question; when none does, the manager records ``no_gain`` and re-bases the schedule
+    on that fabric, so the same loss does not flag again.
     """
 
     def __init__(self, profiles: Sequence[ScheduleProfile], capacity: Sequence[np.ndarray], gamma: float,
@@ -117,8 +123,9 @@ class ProfileStack:
         self.profiles = tuple(profiles)
         self.gamma = gamma
         self.lost_gamma = gamma if lost_gamma is None else lost_gamma
-        self.lost_below = None if rate_loss is None else (1.0 - rate_loss) * np.array(
-            [bottleneck_rate(np.asarray(c, dtype=float), p.n) for p, c in zip(self.profiles, capacity)])
+        built = np.array([bottleneck_rate(np.asarray(c, dtype=float), p.n) for p, c in zip(self.profiles, capacity)])
+        self.lost_below = None if rate_loss is None else (1.0 - rate_loss) * built
+        self.gone_below = (1.0 - gamma) * built if rate_loss is not None and rate_loss < 1.0 else 0.0 * built
         self.row_of, distinct = _distinct_profiles(self.profiles)
         self.rows = len(distinct)
         used = [np.flatnonzero(p.n > 0) for p in distinct]
@@ -137,7 +144,8 @@ class ProfileStack:
 
     def flags(self, m: np.ndarray) -> np.ndarray:
         """Per schedule: flagged by Algorithm 1 (``max delta > gamma``), by a lost rate
-        with ``max delta > lost_gamma`` (with ``rate_loss``) or by a gained link."""
+        with ``max delta > lost_gamma`` or a rate more than ``gamma`` below its built-for
+        one (with ``rate_loss``), or by a gained link."""
         x_min = np.full(self.rows, np.inf)
         if len(self.link):
             x_min[self.used_rows] = np.minimum.reduceat(m[self.link] / self.n, self.used_start)
@@ -152,7 +160,8 @@ class ProfileStack:
         max_delta = max_delta[self.row_of]
         flagged = max_delta > self.gamma
         if self.lost_below is not None:
-            flagged |= (x_min[self.row_of] < self.lost_below) & (max_delta > self.lost_gamma)
+            rate = x_min[self.row_of]
+            flagged |= ((rate < self.lost_below) & (max_delta > self.lost_gamma)) | (rate < self.gone_below)
         if len(self.gain_link):
             over = np.logical_or.reduceat(m[self.gain_link] > self.gain_threshold, self.gain_start)
             flagged |= np.append(over, False)[self.gain_of]

@@ -52,12 +52,14 @@ collective, concurrently), and publishes new versions.
   swap it in (:meth:`ScheduleManager.swap_hold`): a change it relies on that started after
   the publish holds the swap (the loop waits for the next version, at most
   ``settle_max_s``).
-* Capacity lost (ramps): a collective whose rate under ``M`` has fallen more than
-  ``rate_loss`` below its rate on the capacities it was synthesized for is flagged at
-  the hysteresis floor ``clear_ratio * Gamma`` instead of ``Gamma``: drift that arrives
-  in small steps is measured against the fabric the schedule was built for, and a step
-  that costs throughput is acted on before the deviation reaches ``Gamma``.  A
-  uniformly scaled cut (no schedule can route around it) still never flags.
+* Capacity lost (ramps, one-link cuts): a collective whose rate under ``M`` has fallen
+  more than ``rate_loss`` below its rate on the capacities it was synthesized for is
+  flagged at the hysteresis floor ``clear_ratio * Gamma`` instead of ``Gamma``: drift
+  that arrives in small steps is measured against the fabric the schedule was built
+  for.  A loss that moves no slack (a cut of one link, or links that drop together)
+  flags once the rate has fallen by more than ``Gamma``, with no deviation.  When no
+  schedule does better the job ends ``no_gain`` and the schedule is re-based on that
+  ``M``, so the loss flags once.
 * Rounded input: a job synthesizes on ``M`` rounded to ``capacity_digits`` significant
   digits (:func:`significant`; 0 keeps every digit): an estimate is known to about 1 %,
   and the synthesizers' time depends on its digits.
@@ -736,8 +738,9 @@ class ScheduleManager:
                 detail["reason"] = reason
                 if reason == "no_gain":
                     # the current schedule is as good as any for this M: measure drift from here on
-                    coll.profile = self.groups.lift(
-                        coll.gpus, profile_schedule(job.topo, replace(coll.schedule, bottleneck=())))
+                    # (its cut re-derived on M, also in what is saved: a restart profiles it the same)
+                    coll.schedule = replace(coll.schedule, bottleneck=())
+                    coll.profile = self.groups.lift(coll.gpus, profile_schedule(job.topo, coll.schedule))
                     coll.synth_capacity = np.array(job.capacity, dtype=float)
                 return Event(now, coll.comm, coll.name, Action.ABORTED, coll.version, detail)
         cap = job.known[0] if job.known is not None else job.capacity
@@ -805,6 +808,26 @@ class ScheduleManager:
             return True
         before, m = known[1][0][idx], self.store.provisional()[idx]
         return bool(np.any(np.abs(m - before) > self.policy.restart_tol * before))
+
+    def supersede_held(self, comm: str, name: str, now: float) -> Event | None:
+        """A swap hold on the active version settled on a real change (:meth:`hold_settled`):
+        the version was built on a partial picture, so a job starts now on the latest ``M``
+        instead of the held version being released and the next one waiting for the dwell
+        time (docs/runtime.md, "Swap holds on real executors").  ``None`` when a job is
+        already running or waiting to restart; its event otherwise."""
+        coll = self.get(comm, name)
+        if not coll.dynamic or coll.job is not None or coll.deferred is not None:
+            return None
+        report = detect(self.store.measured(), coll.profile, self.policy.gamma) if coll.profile else None
+        event = self._start(coll, now, report)
+        event.detail["held_version"] = True
+        return event
+
+    def superseding(self, comm: str, name: str, version: int) -> bool:
+        """Whether ``version`` of the collective is being replaced: a job is running or
+        waiting to restart, or a newer version is already published."""
+        coll = self.get(comm, name)
+        return coll.version > version or coll.job is not None or coll.deferred is not None
 
     def _moved(self, m: np.ndarray, coll: Collective, job: _Job) -> float:
         """The largest relative change of ``m`` from the job's input on ``coll``'s links."""

@@ -421,7 +421,9 @@ class ControllerService:
 
     def _send_holds(self, pub: Any, now: float) -> None:
         """Publish the swap holds and releases of this turn (:mod:`.swap_holds`)."""
-        for comm, name, version, links in self.holds.turn(self.manager, now):
+        turn = self.holds.turn(self.manager, now)
+        log_events(log, self.holds.take_events(), self.manager)
+        for comm, name, version, links in turn:
             log.info("%s/%s v%d: %s", comm, name, version,
                      f"swap held ({', '.join('->'.join(x) for x in links)} changed since its synthesis)"
                      if links else "swap hold released")

@@ -23,6 +23,15 @@ was made for a transient), until a newer version replaces it
 (:meth:`~mccl_runtime.manager.ScheduleManager.hold_settled`); at most ``window_s`` in
 any case: the bound scales with how often those links are measured, not with the
 simulated loop's clock.
+
+A hold that settles on a real change (the fresh reading confirms the links moved) is not
+released: the held version was built on a partial picture, and releasing it ran it for
+the whole dwell time (``Policy.min_dwell_s``, 1 s) before the next version could be
+flagged.  The manager starts a job on the latest ``M`` at once
+(:meth:`~mccl_runtime.manager.ScheduleManager.supersede_held`) and the hold stays while
+that job runs: its version replaces the held one, and when it ends without one
+(``no_gain``, ``cleared``) the held version is released, as it is ``window_s`` after the
+hold began in any case.
 """
 
 from __future__ import annotations
@@ -42,6 +51,7 @@ class _Watch:
     published: float
     held_since: float | None = None
     links: list[list[str]] | None = None
+    superseded: bool = False           # settled on a real change: a job replaces the version
 
 
 class SwapHolds:
@@ -51,6 +61,7 @@ class SwapHolds:
         self.window_s = window_s
         self._watch: dict[tuple[str, str], _Watch] = {}
         self.sent = 0                      # hold and release messages decided
+        self.events: list[Any] = []        # manager events of jobs started here (:meth:`take_events`)
 
     def published(self, comm: str, name: str, version: int, now: float) -> None:
         """A version went out: watch it (and stop watching the older one)."""
@@ -73,17 +84,32 @@ class SwapHolds:
                     out.append((*key, w.version, links))
                 elif now - w.published >= self.window_s:
                     del self._watch[key]
-            elif not links or self._over(manager, key, links, w.held_since, now):
+            elif not links or self._over(manager, key, links, w, now):
                 del self._watch[key]
                 out.append((*key, w.version, []))
         self.sent += len(out)
         return out
 
-    def _over(self, manager: Any, key: tuple[str, str], links: list[list[str]], since: float,
+    def take_events(self) -> list[Any]:
+        """The manager events of the jobs :meth:`turn` started, once."""
+        events, self.events = self.events, []
+        return events
+
+    def _over(self, manager: Any, key: tuple[str, str], links: list[list[str]], w: _Watch,
               now: float) -> bool:
-        """A hold (since ``since``) on ``links`` that have not cleared ends ``settle_max_s``
-        after it began once the manager says a fresh reading settled it, and ``window_s``
-        after it began in any case (module docstring)."""
-        held_s = now - since
-        return held_s >= self.window_s or (held_s >= manager.policy.settle_max_s and
-                                           manager.hold_settled(*key, links, since, self.window_s))
+        """Whether a hold on ``links`` that have not cleared ends now: ``window_s`` after it
+        began in any case; else, once the manager says a fresh reading settled it (no
+        sooner than ``settle_max_s``), a job replaces the held version and the hold ends
+        only if that job ends without a newer version (module docstring)."""
+        held_s = now - w.held_since
+        if held_s >= self.window_s:
+            return True
+        if not w.superseded:
+            if held_s < manager.policy.settle_max_s or not manager.hold_settled(*key, links, w.held_since,
+                                                                                self.window_s):
+                return False
+            w.superseded = True
+            event = manager.supersede_held(*key, now)
+            if event is not None:
+                self.events.append(event)
+        return not manager.superseding(*key, w.version)

@@ -10,6 +10,8 @@ import threading
 import time
 from types import SimpleNamespace
 
+import pytest
+
 from mccl_runtime.client import ControllerClient, HoldUpdate
 from mccl_runtime.manager import Policy
 from mccl_runtime.service import ControllerService
@@ -32,6 +34,12 @@ class _Manager:
 
     def hold_settled(self, comm: str, name: str, links: list[list[str]], since: float, recent_s: float) -> bool:
         return self.fresh
+
+    def supersede_held(self, comm: str, name: str, now: float) -> None:
+        return None                        # no job to replace the held version: it is released
+
+    def superseding(self, comm: str, name: str, version: int) -> bool:
+        return False
 
 
 def test_a_hold_is_released_when_the_change_clears_or_after_settle_max():
@@ -97,6 +105,55 @@ def test_the_manager_settles_a_hold_on_a_fresh_reading_unless_the_change_reverte
     store.ingest([{**pair, "gbps": 200.0, "t": 9.8}])
     assert mgr.hold_settled("w", "ag", mgr.swap_hold("w", "ag"), since=9.6, recent_s=1.0)   # a new change
     mgr.close()
+
+
+def test_a_hold_settled_on_a_real_change_is_superseded_at_once_not_released():
+    """A version built on a partial picture (one pair read low) is held when a second pair
+    reads low; once a fresh reading confirms it, a job starts at once, within the dwell
+    time, and its version replaces the held one, which is never released.  On main the
+    held version was released and the next one waited ``min_dwell_s`` (1 s)."""
+    import mccl_opt as mo
+    from mccl_runtime.manager import ScheduleManager, solver_synthesizer
+    from mccl_runtime.telemetry import MeasurementStore
+
+    store = MeasurementStore(TOPO, alpha=1.0, clock=lambda: 10.0)
+    mgr = ScheduleManager(store, solver_synthesizer(), Policy(min_dwell_s=1.0))
+    mgr.register("w", "ag", "allgather", now=0.0)
+    assert mgr.wait_idle(30.0) and [e.action.value for e in mgr.step(1.0)] == ["published"]
+    a = {"kind": "pair", "src": "s0h0g0", "dst": "s0h1g0"}
+    b = {"kind": "pair", "src": "s0h0g1", "dst": "s0h1g1"}
+    store.ingest([{**a, "gbps": 50.0, "t": 9.0}])                   # the partial picture
+    mgr.step(9.0)
+    assert mgr.wait_idle(30.0) and [e.action.value for e in mgr.step(9.1)] == ["published"]
+    holds = SwapHolds(window_s=1.0)
+    holds.published("w", "ag", 2, now=9.1)
+    store.ingest([{**b, "gbps": 150.0, "t": 9.2}])                  # the rest of it
+    sent = holds.turn(mgr, 9.2)
+    assert len(sent) == 1 and sent[0][2] == 2 and sent[0][3]         # v2 held
+    store.ingest([{**b, "gbps": 150.0, "t": 9.3}])                  # a fresh reading: real
+    assert mgr.step(9.3) == []                                       # within the dwell: no flag
+    assert holds.turn(mgr, 9.3) == [] and holds.held("w", "ag", 2)   # still held ...
+    assert [e.action.value for e in holds.take_events()] == ["resynthesis"]   # ... a job replaces it
+    assert mgr.wait_idle(30.0) and [e.action.value for e in mgr.poll(9.35)] == ["published"]
+    holds.published("w", "ag", 3, now=9.35)
+    assert holds.turn(mgr, 9.4) == []                                # v2 never released
+    m = store.measured()
+    best = mo.solve_allgather(TOPO.with_capacities(m)).rate_gbps
+    loads = mgr.get("w", "ag").profile.loads
+    assert float((m[loads > 1e-12] / loads[loads > 1e-12]).min()) == pytest.approx(best, rel=0.02)
+    mgr.close()
+
+
+def test_a_superseding_job_without_a_better_schedule_releases_the_held_version():
+    mgr, holds = _Manager(), SwapHolds(window_s=1.0)
+    replacing = [True]
+    mgr.superseding = lambda comm, name, version: replacing[0]
+    holds.published("w", "ag", 3, now=0.0)
+    mgr.links = [LINK]
+    assert holds.turn(mgr, 0.01) == [("w", "ag", 3, [LINK])]
+    assert holds.turn(mgr, 0.07) == [] and holds.held("w", "ag", 3) == [LINK]   # settled, a job runs
+    replacing[0] = False                                             # it ended no_gain
+    assert holds.turn(mgr, 0.08) == [("w", "ag", 3, [])]
 
 
 def test_a_newer_version_ends_the_hold_of_the_older_and_the_watch_ends_after_the_window():
