@@ -62,6 +62,14 @@ SMALL_SEED_GPUS = 128
 SMALL_SEED_CHUNKS = 16
 
 
+#: chunks per root asked once more where ForestColl packs nothing at :func:`seed_chunks`:
+#: shared aggregation 2x16x8 with one NIC at 100 Gbps one way chooses the budget ``k = 1``
+#: at 10-36 chunks, whose restriction units do not balance (docs/allgather.md "Shared
+#: aggregation 2x16x8"); at 64 it chooses ``k = 57``, 0.27 % below the optimum, and the first
+#: master certifies (~44 s CPU), where the multiplicative-weights start ran past 10 minutes
+RETRY_SEED_CHUNKS = 64
+
+
 def seed_chunks(num_gpus: int) -> int:
     """Chunks per root the restriction seed asks ForestColl for on a fabric of
     ``num_gpus`` GPUs (the restriction's and the weaker-direction fabric's trees)."""
@@ -146,14 +154,14 @@ def table_columns(sched: Schedule, topo: Topology) -> tuple[list[int], list[np.n
 
 def forestcoll_trees(sub: Topology, forestcoll: ForestColl,
                      headroom: Sequence[Fraction] | None = None,
-                     chunks: int = SEED_CHUNKS) -> Schedule | None:
+                     chunks: int = SEED_CHUNKS, once: bool = False) -> Schedule | None:
     """ForestColl's schedule (``forestcoll``, the chain's sub-solve, cold, keeping what
     balancing loses: the master re-weights the trees anyway) on the balanced fabric
     ``sub`` with at most ``chunks`` chunks per root (fewer while ForestColl fails, as the
     method chain does, skipping the limits that repeat a failed budget); ``None`` when
-    ForestColl packs no chunk count."""
+    ForestColl packs no chunk count; ``once``: ``chunks`` only."""
     counts = ChunkCounts(chunks)
-    for k in counts:
+    for k in [chunks] if once else counts:
         try:
             sched = forestcoll(sub, None, k, headroom)
         except SolveError as e:                 # as the chain treats ForestColl failing: fewer
@@ -180,7 +188,10 @@ def restriction_seed(restricted: Restricted, forestcoll: ForestColl,
         return None
     t = time.perf_counter()
     chunks = seed_chunks(restricted.sub.num_gpus)
-    main = forestcoll_trees(restricted.sub, forestcoll, restricted.restriction.headroom(), chunks)
+    headroom = restricted.restriction.headroom()
+    main = forestcoll_trees(restricted.sub, forestcoll, headroom, chunks)
+    if main is None and chunks < RETRY_SEED_CHUNKS:     # one try, not a count down from 64
+        main = forestcoll_trees(restricted.sub, forestcoll, headroom, RETRY_SEED_CHUNKS, once=True)
     if main is None:
         return None
 
