@@ -125,7 +125,7 @@ class ProfileStack:
         self.lost_gamma = gamma if lost_gamma is None else lost_gamma
         built = np.array([bottleneck_rate(np.asarray(c, dtype=float), p.n) for p, c in zip(self.profiles, capacity)])
         self.lost_below = None if rate_loss is None else (1.0 - rate_loss) * built
-        self.gone_below = (1.0 - gamma) * built if rate_loss is not None and rate_loss < 1.0 else 0.0 * built
+        self.gone_below = (1.0 - gamma) * built if rate_loss is not None and rate_loss < 1.0 else np.zeros_like(built)
         self.row_of, distinct = _distinct_profiles(self.profiles)
         self.rows = len(distinct)
         used = [np.flatnonzero(p.n > 0) for p in distinct]
