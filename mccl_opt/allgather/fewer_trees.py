@@ -11,7 +11,7 @@ those trees has ForestColl's weights as a feasible point at the certified optimu
 its optimum is that rate, and a basic optimum has at most one positive weight per row
 (``roots + links``): the same rate on at most ``roots + links - 1`` trees.  The master is
 solved once, stopped at the certified rate (:func:`.general.method.solve_general`
-seeded with the schedule's own trees, one round); the re-weighted trees are kept only
+seeded with the schedule's own trees, ``first_only``: one master); the re-weighted trees are kept only
 when they are fewer and reach the rate within :data:`RATE_TOL`.  The warm state stays
 ForestColl's (its kept trees in units of ``1/k``): a warm solve of the same state reuses
 them as before (shared aggregation 2x2x8 one way, same state warm: 0.038 s; with the
@@ -51,12 +51,11 @@ def fewer_trees(topo: Topology, sched: Schedule | None, max_chunks: int | None,
         return sched
     from .general.method import solve_general          # the general method loads on use
     from .general.restriction_seed import RestrictionSeed
-    from .general.tree_colgen import TreeCGOptions
 
     seed = RestrictionSeed(sched.lp_rate_gbps, (sched,), 0.0, "the schedule's own trees")
     try:
         vertex = solve_general(topo, backend=backend, max_chunks=None, seed=seed,
-                               options=TreeCGOptions(max_rounds=1))
+                               first_only=True)
     except (SolveError, TopologyError):
         return sched
     except anytime.TimeLimitReached:    # a finishing touch: the exact schedule stands
