@@ -246,6 +246,28 @@ def test_free_probes_inside_a_collective_only_measure_idle_links_held_low():
     assert probe.during(1.055, store, true_cap, np.zeros(TOPO.num_links, dtype=bool))[0].size == 0
 
 
+def test_a_probe_that_reads_a_link_off_its_level_is_repeated_after_a_quarter_period():
+    from mccl_runtime.probes import Probe
+
+    store = MeasurementStore(TOPO, estimator="level")
+    nic, back = TOPO.link_index(*NIC), TOPO.link_index(NIC[1], NIC[0])
+    t = np.linspace(1.0, 1.02, 40)
+    store.ingest_links(np.full(40, nic), t, np.full(40, 50.0))          # confirmed at 50
+    store.ingest_links(np.full(40, back), t, np.full(40, 50.0))
+    assert store.measured()[nic] == pytest.approx(50.0) and store.pending_links().size == 0
+    probe = Probe(0.01, 2**19, TOPO.arrays.capacity)
+    true_cap = TOPO.arrays.capacity.copy()
+    true_cap[back] = 50.0                                    # one direction recovered, one not
+    idle = np.zeros(TOPO.num_links, dtype=bool)
+    links, tp, gbps = probe.during(1.05, store, true_cap, idle)
+    assert set(links.tolist()) == {nic, back}
+    store.ingest_links(links, tp, gbps)                      # the recovered direction reads 400: pending
+    assert nic in store.pending_links() and back not in store.pending_links()
+    again = probe.during(1.0535, store, true_cap, idle)[0]   # a quarter period later: only the change
+    assert set(again.tolist()) == {nic}
+    assert probe.during(1.051, store, true_cap, idle)[0].size == 0
+
+
 @pytest.mark.parametrize("synth_ms", [26.0, 30.0])
 def test_a_clear_between_publish_and_swap_holds_the_swap_until_the_next_version(synth_ms):
     # the failure's schedule is published at 55-59 ms, just before the clear at 60 ms; it is
