@@ -53,3 +53,20 @@ def test_a_partial_recovery_returns_to_the_healthy_schedule_and_noise_does_not_s
         _nic(store, 400.0 * noise, 4.0 + i)
         assert _drive(mgr, 4.0 + i, 2) == []
     mgr.close()
+
+
+@pytest.mark.parametrize("kind", ["allgather", "alltoall"])
+def test_the_vertex_bound_is_above_every_optimum_and_tight_on_a_star(kind):
+    from mccl_opt.subfabric import induced
+    from mccl_runtime.gain_bound import VertexBound
+
+    solve = mo.solve_allgather if kind == "allgather" else mo.solve_alltoall
+    cap = TOPO.arrays.capacity.astype(float).copy()
+    cap[TOPO.link_index(*NIC)] = 50.0
+    degraded = TOPO.with_capacities(cap)
+    whole = VertexBound(TOPO, slice(None), TOPO.gpus)
+    assert whole.rate(cap, kind) >= solve(degraded).rate_gbps * (1 - 1e-9)
+    rail = ("s0h0g0", "s0h1g0")                  # a star through s0tor0: the NIC is the way out
+    sub = induced(degraded, rail)
+    bound = VertexBound(TOPO, sub.links, rail).rate(cap, kind)
+    assert bound == pytest.approx(solve(sub.topology).rate_gbps) == pytest.approx(50.0)
