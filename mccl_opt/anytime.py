@@ -209,9 +209,10 @@ def give_up(where: str) -> None:
 
 
 @contextmanager
-def _entered(seconds: float, count_kernels: bool = True) -> Iterator[Anytime]:
+def _entered(seconds: float, count_kernels: bool = True, since: float | None = None
+             ) -> Iterator[Anytime]:
     parent = _current.get()
-    deadline = time.perf_counter() + seconds
+    deadline = (time.perf_counter() if since is None else since) + seconds
     if parent is not None:
         deadline = min(deadline, parent.deadline)
     limit = Anytime(deadline, parent, kernels_from=None if count_kernels
@@ -223,14 +224,17 @@ def _entered(seconds: float, count_kernels: bool = True) -> Iterator[Anytime]:
         _current.reset(token)
 
 
-def limited(seconds: float | None, solve: Callable[[], T]) -> tuple[T | None, Anytime | None]:
-    """``solve()`` under a limit of ``seconds``: ``(its result, None)`` when it finished,
+def limited(seconds: float | None, solve: Callable[[], T], since: float | None = None
+            ) -> tuple[T | None, Anytime | None]:
+    """``solve()`` under a limit of ``seconds`` from ``since`` (a ``time.perf_counter()``
+    reading: when the caller was called, so its own preparation counts; default now):
+    ``(its result, None)`` when it finished,
     ``(best offered, the Anytime)`` when the limit passed first.  ``seconds=None``: no
     limit, ``(solve(), None)``.  Raises :class:`SolveError` if the limit passed before any
     schedule was offered."""
     if seconds is None:
         return solve(), None
-    with _entered(seconds) as limit:
+    with _entered(seconds, since=since) as limit:
         try:
             return solve(), None
         except TimeLimitReached as stop:

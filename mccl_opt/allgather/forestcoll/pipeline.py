@@ -168,13 +168,9 @@ def balanced_split(fab: Fabric, is_switch: np.ndarray, k: int, y: Fraction,
         if found is not None:
             return Balanced(_units_split(fab, is_switch, found[0], found[1]), found[1], True)
     split = SplitGraph.from_links(fab.n, fab.tail, fab.head, units, is_switch, fab.gpus, k)
-    # the greedy pass balances one switch after another; a cut on a link between two
-    # switches can unbalance one it passed, and Phase 2 then fails (2x2x8, NIC fault):
-    # with a rounding to weigh against, only fully balanced options count
-    checked = headroom is not None and rounded is not None
-    if balance_switches(split) and (not checked or _all_balanced(split)):
+    if balance_switches(split):
         return Balanced(split, k, True)
-    if checked:
+    if headroom is not None and rounded is not None:
         options.append((k * rounded[1], _units_split(fab, is_switch, rounded[0], k), k, False))
     original, unit = fab, Fraction(1)   # a unit of ``fab``'s capacities, in quanta
     for _ in range(3):
@@ -185,11 +181,11 @@ def balanced_split(fab: Fabric, is_switch: np.ndarray, k: int, y: Fraction,
         if balanced is None:
             break
         split, k, y, exact = balanced
-        if exact and (not checked or _all_balanced(split)):
+        if exact:
             options.append((k * y * unit, split, k, False))
             break
     balanced = _split_for(_symmetrized(original, is_switch), is_switch, max_chunks)
-    if balanced is not None and balanced[3] and (not checked or _all_balanced(balanced[0])):
+    if balanced is not None and balanced[3]:
         split, k, y, _ = balanced
         options.append((k * y, split, k, True))
     if not options:
@@ -198,15 +194,6 @@ def balanced_split(fab: Fabric, is_switch: np.ndarray, k: int, y: Fraction,
                          "one-directional links of the fabric")
     _, split, k, symmetrized = max(options, key=lambda o: o[0])     # ties: the first
     return Balanced(split, k, False, symmetrized)
-
-
-def _all_balanced(split: SplitGraph) -> bool:
-    """Whether every switch of ``split`` has as many in- as out-units."""
-    net: dict[int, int] = {}
-    for (a, b), u in split.units.items():
-        net[b] = net.get(b, 0) + u
-        net[a] = net.get(a, 0) - u
-    return not any(v for w, v in net.items() if split.is_switch[w])
 
 
 def _units_split(fab: Fabric, is_switch: np.ndarray, units: np.ndarray, k: int) -> SplitGraph:
