@@ -144,15 +144,15 @@ def test_the_lp_time_limit_is_the_time_left():
 
 def test_a_limit_passing_inside_a_rooted_sweep_stops_the_solve_there(monkeypatch):
     """A rooted sweep (one max-flow per GPU: one compiled call of ~1 s at 1024 GPUs)
-    runs under a limit in spans of ``SWEEP_SINKS`` sinks with a clock check between;
-    the limit made to pass at the first such check (Phase 1's sweep of a 16-GPU fabric
-    in spans of 4) stops the solve there, with the first schedule: valid, status
+    runs under a limit in spans of sinks with a clock check between; the limit made to
+    pass at the first such check (Phase 1's sweep of a 16-GPU fabric, one sink a span)
+    stops the solve there, with the first schedule: valid, status
     ``time_limit``, bound at or above the optimum."""
     from mccl_opt.allgather.forestcoll import maxflow
 
     topo = hpn(1, 2, 8)
     full = mo.solve_allgather(topo)
-    monkeypatch.setattr(maxflow, "SWEEP_SINKS", 4)
+    monkeypatch.setattr(maxflow, "SWEEP_WORK", 1)     # one sink per span
     real_check = anytime.check
 
     def check(where: str) -> None:

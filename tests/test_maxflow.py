@@ -196,11 +196,11 @@ def test_rooted_check_on_hpn_fabrics(topo):
 
 @pytest.mark.parametrize("seed", range(6))
 def test_scans_resumed_span_by_span_under_a_time_limit(seed, monkeypatch):
-    """Under a time limit every scan runs ``SWEEP_SINKS`` sinks per compiled call and
-    checks the clock between calls; resumed from the flow the last call left, it must
+    """Under a time limit every scan runs a span of sinks per compiled call (here one)
+    and checks the clock between calls; resumed from the flow the last call left, it must
     answer exactly as one whole scan (first failing sink and its cut, failing sets with
     and without skipping, min over sinks)."""
-    monkeypatch.setattr(maxflow, "SWEEP_SINKS", 2)
+    monkeypatch.setattr(maxflow, "SWEEP_WORK", 1)     # one sink per span
     checks = []
     real_check = anytime.check
     monkeypatch.setattr(anytime, "check", lambda where: (checks.append(where), real_check(where)))
