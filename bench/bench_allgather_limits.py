@@ -3,7 +3,8 @@
 docs/alltoall.md, "Time limits").
 
 ``python bench/bench_allgather_limits.py [--limits S ...] [--big] [--sizes N ...]
-[--collective allgather|alltoall|both] [--exact]``; ``--suite issue25 [--only TEXT ...]``
+[--collective allgather|alltoall|both] [--exact]``; ``--suite issue25|short [--only TEXT
+...] [--trace]``
 
 Per fabric: AllGather's first schedule's seconds and rate (:func:`mccl_opt.allgather.
 first.first_schedule`, cold), then ``solve_<collective>(..., time_limit=S)`` for every
@@ -24,7 +25,12 @@ solve's; ``mccl warmup`` loads them ahead), the overrun ratio ``(wall - kern) / 
 0.05)`` (over 1: past the issue's bound, marked ``!``; ``-`` for a solve without a
 limit, which a limit of ``none`` runs: the cold solve's own time), the status, the rate and its ratio to the best known rate
 (:data:`BEST_KNOWN`, docs/allgather.md; else the best rate of the run, marked ``~``).
-``--only`` keeps the cases whose name contains one of the texts.  The load average is
+``--suite short`` (:data:`SHORT`): limits of 0.05, 0.1, 0.3 and 1 s on the largest fabrics
+(HPN 4x16x8 / 2x32x8 / 8x16x8 with the one-way NIC, shared aggregation 2x64x8 as built and
+with it) at ``K=10`` and ``None``.
+``--only`` keeps the cases whose name contains one of the texts; ``--trace`` prints, per
+solve, the project frames a thread sampled every 20 ms once the solve was past ``1.2 S +
+0.05`` (the step no check point reached; samples land between compiled calls).  The load average is
 printed before and after: on a shared machine compare CPU seconds.
 """
 
