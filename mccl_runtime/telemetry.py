@@ -57,7 +57,7 @@ import numpy as np
 from mccl_opt.errors import TelemetryError
 from mccl_opt.topology import Topology
 
-from .channels import Channels, paired_cables, reverse_links
+from .channels import FULL, Channels, paired_cables, reverse_links
 from .columns import KIND_CODES, ColumnBatch, check_fold_counts
 from .keyed import KeyedChannels
 from .telemetry_state import restore_store, store_to_dict
@@ -169,8 +169,9 @@ class MeasurementStore:
         w = None if batch.count is None else np.asarray(batch.count, dtype=np.int64)
         nan = ~malformed & ~(np.isfinite(y) & np.isfinite(t))
         negative = ~malformed & ~nan & (y < 0)
-        unknown = ~malformed & ~nan & ~negative & (c < 0)
-        good = ~(malformed | nan | negative | unknown)
+        unknown = ~malformed & ~nan & ~negative & (c == -1)
+        full = ~malformed & ~nan & ~negative & (c == FULL)
+        good = ~(malformed | nan | negative | unknown | full)
         is_max = np.asarray(batch.kind) == KIND_CODES["max"]
         keep = np.flatnonzero(good & ~is_max)
         c_max, y_max, t_max, rejected_max, _ = self._screen(*(x[good & is_max] for x in (c, y, t)), now)
@@ -178,7 +179,7 @@ class MeasurementStore:
         if w is not None:
             check_fold_counts(c, t, w, self.chan.t[c], now - self.max_age_s)
         rejected.update(malformed=int(malformed.sum()), nan=int(nan.sum()), negative=int(negative.sum()),
-                        unknown_link=int(unknown.sum()))
+                        unknown_link=int(unknown.sum()), too_many_channels=int(full.sum()))
         rejected.update(rejected_max)
         replaced = self._replace(c_max, y_max, t_max)
         report = self._apply(c, y, t, rejected, w)
@@ -230,7 +231,11 @@ class MeasurementStore:
             except RejectedSample as exc:
                 rejected[exc.reason] += 1
                 continue
-            c.append(self._channel_of(s.kind, s.src, s.dst, links, nominal))
+            cid = self._channel_of(s.kind, s.src, s.dst, links, nominal)
+            if cid == FULL:
+                rejected["too_many_channels"] += 1
+                continue
+            c.append(cid)
             y.append(s.gbps)
             t.append(s.t)
         return np.array(c, dtype=np.int64), np.array(y, dtype=float), np.array(t, dtype=float), rejected
@@ -249,7 +254,10 @@ class MeasurementStore:
             links, nominal = self.map.resolve(Sample(kind, a, b, 0.0, 0.0))
         except RejectedSample:
             return None
-        cid = self._channels[wire] = self._channel_of(kind, a, b, links, nominal)
+        cid = self._channel_of(kind, a, b, links, nominal)
+        if cid == FULL:                             # refused sample by sample, never cached
+            return None
+        self._channels[wire] = cid
         return cid
 
     def _batch_channels(self, batch: list[Any]) -> np.ndarray | None:

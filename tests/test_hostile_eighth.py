@@ -1,0 +1,166 @@
+"""Issue 27, eighth hostile pass: the seventh pass's remainders (a sub-fabric of a large
+generated fabric, a key-less controller's shard list), what a key holder can grow (channels
+keyed by reporter ids and GPU pairs), and cases of our own as an attacker and as a failing
+machine.  Each test failed on the code before its fix unless its docstring says it guards
+a case that already held (docs/runtime.md, "Hostile-input audit, eighth pass")."""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+
+import numpy as np
+import pytest
+
+from tests.test_hostile_third import _cli
+
+
+# ------------------------------------------------------------------ sub-fabrics of generated fabrics
+def test_hpn_part_induces_the_same_sub_fabric_as_the_whole_fabric():
+    """``hpn_part`` keeps only what a member set can use; the sub-fabric ``induced``
+    gives on it must be the one it gives on the whole fabric (nodes, links in order,
+    name), with each paper failure, or fail the same way."""
+    from instances.failures import apply_failure
+    from instances.hpn import hpn, hpn_part
+    from mccl_opt.errors import TopologyError
+    from mccl_opt.subfabric import induced
+
+    rng = random.Random(8)
+    compared = 0
+    for shape in ((1, 3, 4), (3, 3, 2), (2, 2, 4)):
+        for failure in (None, "fail1", "fail3"):
+            full = apply_failure(hpn(*shape), failure)
+            for _ in range(12):
+                members = rng.sample(list(full.gpus), rng.randint(2, 6))
+                part = apply_failure(hpn_part(*shape, members), failure)
+                assert part.num_links < full.num_links or len(members) >= shape[2]
+                try:
+                    want = induced(full, members).topology
+                except TopologyError:
+                    with pytest.raises(TopologyError):
+                        induced(part, members)
+                    continue
+                got = induced(part, members).topology
+                assert (got.name, got.gpus, [n.id for n in got.nodes], got.links) == \
+                    (want.name, want.gpus, [n.id for n in want.nodes], want.links)
+                compared += 1
+    assert compared > 40
+
+
+def test_export_of_a_sub_fabric_does_not_generate_its_large_parent(tmp_path, monkeypatch, capsys):
+    """A schedule of 8 GPUs of ``hpn-960x64x8`` (1.97 million links) built the whole
+    parent to induce its sub-fabric (seventh pass remainder); now only the part its GPUs
+    use is generated, and a hop that is no link of the sub-fabric is still refused."""
+    import importlib
+
+    from instances.hpn import hpn_part
+    from mccl_opt import solve_allgather
+    from mccl_opt.subfabric import induced
+
+    members = [f"s{s}h{h}g{g}" for s, h in ((900, 10), (5, 63)) for g in range(4)]
+    sub = induced(hpn_part(960, 64, 8, members), members).topology
+    sched = solve_allgather(sub).to_dict()
+    path = tmp_path / "s.json"
+    path.write_text(json.dumps(sched))
+    module = importlib.import_module("instances.hpn")
+    monkeypatch.setattr(module, "hpn", lambda *a, **k: pytest.fail("the whole parent was generated"))
+    assert _cli(capsys, "export", "msccl", str(path), "-o", str(tmp_path / "s.xml"))[0] == 0
+    assert sched["paths"][0] == [0, 8, 2] and sched["nodes"][4] == "s5h63nvs"
+    sched["paths"][0] = [0, 12, 2]                # s900h10g0 -> s5h63nvs: another host's switch
+    path.write_text(json.dumps(sched))
+    rc, err = _cli(capsys, "export", "msccl", str(path), "-o", str(tmp_path / "t.xml"))
+    assert rc == 2 and "checked on 'hpn-960x64x8/group-8-" in err
+
+
+# ------------------------------------------------------------------ a key-less controller's shard list
+@pytest.mark.parametrize("peers, shard", [
+    (["tcp://127.0.0.1:" + "5" * 300], 0),                       # an endpoint of 300 characters
+    (["tcp://127.0.0.1:1", "tcp://127.0.0.1:1"], 0),              # listed twice
+    (["tcp://127.0.0.1:1", "tcp://10.0.0.9:2"], 0),               # two hosts
+    (["tcp://10.0.0.9:1", "tcp://10.0.0.9:2"], 0),                # off the loopback host asked
+    (["inproc://x", "tcp://127.0.0.1:2"], 0),                     # a transport no shard binds
+    (["tcp://127.0.0.1:1\n", "tcp://127.0.0.1:2"], 0),            # a control character
+    (["tcp://127.0.0.1:1", "tcp://127.0.0.1:2"], 5),              # its own number out of range
+    (["tcp://127.0.0.1:1", "tcp://127.0.0.1:2"], True),
+])
+def test_sharded_client_checks_what_a_keyless_controller_lists(peers, shard):
+    """The seventh pass bounded the list's length only: a key-less controller (its reply
+    is not authenticated) could send the client's registrations and telemetry anywhere,
+    through endpoints of any length or form."""
+    from mccl_runtime.protocol import ProtocolError
+    from mccl_runtime.shards import _checked_peers
+
+    with pytest.raises(ProtocolError) as exc:
+        _checked_peers(peers, shard, "tcp://127.0.0.1:7000")
+    assert exc.value.reason == "bad_reply"
+    ok = ["tcp://127.0.0.1:7000", "tcp://127.0.0.1:7001"]
+    assert _checked_peers(ok, 0, "tcp://127.0.0.1:7000") == ok
+    with pytest.raises(ProtocolError):                     # the shard asked is listed elsewhere
+        _checked_peers(ok, 1, "tcp://127.0.0.1:7000")
+
+
+# ------------------------------------------------------------------ what a key holder can grow
+def _store():
+    from mccl_runtime.telemetry import MeasurementStore
+    from tests.test_runtime_manager import TOPO
+
+    return TOPO, MeasurementStore(TOPO)
+
+
+def test_reporter_ids_cannot_open_channels_without_bound():
+    """A key holder sending ``host``/``max`` rows under fresh reporter ids (2^30 per
+    link) opened one channel per row: memory and the state file grew without bound.
+    Now at most ``max_keyed`` keyed channels; beyond, new keys are refused as
+    ``too_many_channels``, not remembered, and known channels still take samples."""
+    from mccl_runtime.columns import ColumnBatch
+
+    topo, store = _store()
+    store.chan.max_keyed = 50
+    t = time.time()
+    for start in (0, 40, 80):
+        rows = [(3, 0, r, 100.0, t + start * 1e-3) for r in range(start, start + 40)]
+        report = store.ingest_columns(ColumnBatch.build(topo, *zip(*rows)), t + 0.1)
+    assert store.chan.count - store.chan.num_links == 50
+    assert report.accepted == 0 and report.rejected == {"too_many_channels": 40}
+    assert len(store.keyed._keys) == 50
+    again = ColumnBatch.build(topo, *zip(*[(3, 0, r, 90.0, t + 0.05) for r in range(5)]))
+    assert store.ingest_columns(again, t + 0.1).accepted == 5
+    assert len(store.to_dict()["hosts"]) == 50
+
+
+def test_json_pairs_cannot_open_channels_beyond_the_bound():
+    """The same bound on pair channels sent as JSON (one per ordered GPU pair: 4 million
+    at 2048 GPUs), through the vectorised path and sample by sample."""
+    from instances import hpn
+    from mccl_runtime.telemetry import MeasurementStore
+
+    store = MeasurementStore(hpn(1, 2, 4))
+    store.chan.max_keyed = 3
+    t = time.time()
+    samples = [{"kind": "pair", "src": "s0h0g0", "dst": d, "gbps": 10.0, "t": t}
+               for d in ("s0h0g1", "s0h0g2", "s0h0g3", "s0h1g0", "s0h1g1")]   # the last: no switch path
+    report = store.ingest(samples, t)
+    assert report.accepted == 3 and report.rejected == {"too_many_channels": 1, "unknown_link": 1}
+    for s in samples:
+        s["t"] = t + 0.01
+    report = store.ingest(samples + [{"kind": "link"}], t + 0.01)     # sample by sample
+    assert report.accepted == 3 and report.rejected["too_many_channels"] == 1
+
+
+def test_a_state_with_more_channels_than_the_bound_is_refused():
+    """A state file listing more keyed channels than a controller registers was loaded
+    (after the bound, the channel id would have written into another channel)."""
+    from mccl_opt.errors import TelemetryError
+
+    from instances import hpn
+    from mccl_runtime.telemetry import MeasurementStore
+
+    store, t = MeasurementStore(hpn(1, 2, 4)), time.time()
+    store.ingest([{"kind": "pair", "src": "s0h0g0", "dst": f"s0h0g{g}", "gbps": 10.0, "t": t} for g in (1, 2, 3)], t)
+    state = store.to_dict()
+    assert len(state["pairs"]) == 3
+    small = MeasurementStore(hpn(1, 2, 4))
+    small.chan.max_keyed = 2
+    with pytest.raises(TelemetryError, match="more than"):
+        small.restore(state)
