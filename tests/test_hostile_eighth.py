@@ -31,7 +31,7 @@ def test_hpn_part_induces_the_same_sub_fabric_as_the_whole_fabric():
     for shape in ((1, 3, 4), (3, 3, 2), (2, 2, 4)):
         for failure in (None, "fail1", "fail3"):
             full = apply_failure(hpn(*shape), failure)
-            for _ in range(12):
+            for _ in range(8):
                 members = rng.sample(list(full.gpus), rng.randint(2, 6))
                 part = apply_failure(hpn_part(*shape, members), failure)
                 assert part.num_links < full.num_links or len(members) >= shape[2]
@@ -45,11 +45,11 @@ def test_hpn_part_induces_the_same_sub_fabric_as_the_whole_fabric():
                 assert (got.name, got.gpus, [n.id for n in got.nodes], got.links) == \
                     (want.name, want.gpus, [n.id for n in want.nodes], want.links)
                 compared += 1
-    assert compared > 40
+    assert compared > 25
 
 
 def test_export_of_a_sub_fabric_does_not_generate_its_large_parent(tmp_path, monkeypatch, capsys):
-    """A schedule of 8 GPUs of ``hpn-960x64x8`` (1.97 million links) built the whole
+    """A schedule of 4 GPUs of ``hpn-960x64x8`` (1.97 million links) built the whole
     parent to induce its sub-fabric (seventh pass remainder); now only the part its GPUs
     use is generated, and a hop that is no link of the sub-fabric is still refused."""
     import importlib
@@ -58,7 +58,7 @@ def test_export_of_a_sub_fabric_does_not_generate_its_large_parent(tmp_path, mon
     from mccl_opt import solve_allgather
     from mccl_opt.subfabric import induced
 
-    members = [f"s{s}h{h}g{g}" for s, h in ((900, 10), (5, 63)) for g in range(4)]
+    members = [f"s{s}h{h}g{g}" for s, h in ((900, 10), (5, 63)) for g in range(2)]
     sub = induced(hpn_part(960, 64, 8, members), members).topology
     sched = solve_allgather(sub).to_dict()
     path = tmp_path / "s.json"
@@ -66,11 +66,13 @@ def test_export_of_a_sub_fabric_does_not_generate_its_large_parent(tmp_path, mon
     module = importlib.import_module("instances.hpn")
     monkeypatch.setattr(module, "hpn", lambda *a, **k: pytest.fail("the whole parent was generated"))
     assert _cli(capsys, "export", "msccl", str(path), "-o", str(tmp_path / "s.xml"))[0] == 0
-    assert sched["paths"][0] == [0, 8, 2] and sched["nodes"][4] == "s5h63nvs"
-    sched["paths"][0] = [0, 12, 2]                # s900h10g0 -> s5h63nvs: another host's switch
+    names = sched["gpus"] + sched["nodes"]
+    other = names.index("s5h63nvs")
+    hop = next(i for i, p in enumerate(sched["paths"]) if names[p[1]] == "s900h10nvs")
+    sched["paths"][hop][1] = other                # s900h10gX -> s5h63nvs: another host's switch
     path.write_text(json.dumps(sched))
     rc, err = _cli(capsys, "export", "msccl", str(path), "-o", str(tmp_path / "t.xml"))
-    assert rc == 2 and "checked on 'hpn-960x64x8/group-8-" in err
+    assert rc == 2 and "checked on 'hpn-960x64x8/group-4-" in err
 
 
 # ------------------------------------------------------------------ a key-less controller's shard list
@@ -164,3 +166,87 @@ def test_a_state_with_more_channels_than_the_bound_is_refused():
     small.chan.max_keyed = 2
     with pytest.raises(TelemetryError, match="more than"):
         small.restore(state)
+
+
+# ------------------------------------------------------------------ mccl loop --executor gloo
+def _scenario(**over) -> dict:
+    base = {"format": "mccl-scenario/1", "topology": "hpn 1x2x2", "collective": "allgather",
+            "message_bytes": 2 ** 24, "duration_ms": 40,
+            "events": [{"t_ms": 10, "links": [{"src": "s0h0g0", "dst": "s0tor0", "capacity_gbps": 4}]}]}
+    return base | over
+
+
+@pytest.mark.parametrize("over, words", [
+    ({"topology": "hpn 960x64x8"}, "491,520 GPUs; real ranks run at most 64"),        # was generated first
+    ({"events": [{"t_ms": 10 + i * 1e-3, "links": [{"src": "s0h0g0", "dst": "s0tor0", "capacity_gbps": 4 + i % 7}]}
+                 for i in range(1025)]}, "at most 1024 events"),                    # 20,000: minutes of synthesis
+    ({"events": [{"t_ms": 10, "links": [{"src": "s0h0g0", "dst": "s0tor0", "capacity_gbps": 1e-300}]}]},
+     r"events\[0\].links\[0\]: 'capacity_gbps' must be in"),                        # failed later, unplaced
+])
+def test_gloo_scenarios_are_bounded_before_any_work(over, words):
+    """Scenario inputs that cost minutes or failed late without a place (gloo loop)."""
+    from mccl_runtime.scenario import ScenarioError, parse_scenario
+
+    with pytest.raises(ScenarioError, match=words):
+        parse_scenario(_scenario(**over), max_gpus=64)
+
+
+@pytest.mark.parametrize("field, value, words", [
+    ("collective_ms", 1e-9, r"--collective-ms must be in \[1, "),      # a run of no collective, exit 0
+    ("alpha", 2.0, "--alpha must be in"),                             # refused by the controller after 25 s
+    ("gamma", -1.0, "--gamma > 0"),
+])
+def test_gloo_options_are_checked_before_the_controller_starts(field, value, words):
+    from executor_cuda.scenario_run import GlooLoopConfig, _check
+    from mccl_opt.errors import MCCLError
+    from mccl_runtime.scenario import parse_scenario
+
+    with pytest.raises(MCCLError, match=words):
+        _check(parse_scenario(_scenario()), GlooLoopConfig(world=4, **{field: value}))
+
+
+def test_a_rank_failure_is_one_line_naming_the_rank_that_caused_it_and_the_collective():
+    """A killed rank was reported as ``rank 1 CollectiveTimeoutError: ... rank 2 got no
+    abort agreement`` (the first rank named, another rank's error), a stopped one as
+    ``rank 1 RuntimeError: [gloo] Timed out ...`` (no collective)."""
+    from executor_cuda.launch import RankFailure
+    from executor_cuda.scenario_run import rank_failure_line
+
+    peer = ("executor_cuda.timeouts.CollectiveTimeoutError: allgather #20: rank 2 got no abort agreement "
+            "from its peers [0, 1, 2, 3] after 0.1 s (timeout 20 s: Connection closed by peer)")
+    exc = RankFailure("...", [(1, "RankDied: killed by SIGKILL before returning a result"), (2, peer)])
+    line = rank_failure_line(exc, "allgather")
+    assert line.startswith("rank 1 failed in the allgather #20: killed by SIGKILL") and "rank 2: " in line
+    assert "\n" not in line and "Traceback" not in line
+    exc = RankFailure("...", [(3, "RankStopped: stopped (SIGSTOP) for 10 s, no progress; killed")])
+    assert rank_failure_line(exc, "alltoall") == \
+        "rank 3 failed in the alltoall collective: stopped (SIGSTOP) for 10 s, no progress; killed"
+
+
+def _stop_rank_1(rank: int, world: int) -> int:
+    import os
+    import signal
+
+    if rank == 1:
+        os.kill(os.getpid(), signal.SIGSTOP)
+    import torch.distributed as dist
+
+    dist.barrier()              # blocks on the stopped rank (gloo's own timeout: 30 min)
+    return rank
+
+
+@pytest.mark.slow
+def test_a_stopped_rank_fails_the_run_after_the_collective_timeout():
+    """A stopped rank was found only when its peers' 20 s agreement timed out, plus the
+    5 s grace: 27 s after the stop in a gloo loop with a 10 s collective timeout.  With
+    ``stopped_s`` it is killed after that long stopped, and its peers, whose sockets close,
+    report at once."""
+    pytest.importorskip("torch")
+    from executor_cuda.launch import RankFailure, run_ranks
+
+    t0 = time.monotonic()
+    with pytest.raises(RankFailure) as err:
+        run_ranks(_stop_rank_1, 3, timeout=120.0, grace_s=30.0, stopped_s=1.0)
+    assert time.monotonic() - t0 < 60                    # not the grace after a 30 min barrier
+    assert err.value.ranks[0][0] == 1 and err.value.ranks[0][1].startswith("RankStopped")
+    assert {r for r, _ in err.value.ranks} == {0, 1, 2}
