@@ -117,6 +117,7 @@ class MeasurementStore:
         self.chan = Channels(topo)
         self.accepted = 0
         self.rejected: Counter[str] = Counter()
+        self._now_seen = -math.inf                               # the latest ``now`` of a batch
         self._measured: np.ndarray | None = None
         self._measured_topo: tuple[np.ndarray, Topology] | None = None
         # wire key (kind, a, b) -> channel id, for the wire keys the vectorised parse resolved
@@ -144,7 +145,7 @@ class MeasurementStore:
         well-formed wire samples is parsed as columns (:meth:`_parse_columns`); anything
         else is checked sample by sample, which words each rejection.  Either way the
         accepted samples are folded into their channels at once (:meth:`_fold`)."""
-        now = self.clock() if now is None else float(now)
+        now = self._follow_clock(self.clock() if now is None else float(now))
         samples = samples if isinstance(samples, list) else list(samples)
         parsed = self._parse_columns(samples, now)
         if parsed is None:
@@ -160,7 +161,7 @@ class MeasurementStore:
         rows count as the samples they stand for (bounded by
         :func:`~mccl_runtime.columns.check_fold_counts`), a refused row once, whatever its
         ``count`` (a key holder's ``count`` cannot inflate the ``rejected`` counters)."""
-        now = self.clock() if now is None else float(now)
+        now = self._follow_clock(self.clock() if now is None else float(now))
         if batch.count is not None and (self.estimator != "ewma" or batch.alpha != self.alpha):
             raise TelemetryError(f"a folded batch (alpha {batch.alpha}) needs the EWMA estimator with the same "
                                  f"alpha; this controller runs {self.estimator} with alpha {self.alpha}")
@@ -185,6 +186,18 @@ class MeasurementStore:
         report = self._apply(c, y, t, rejected, w)
         self.accepted += replaced
         return IngestReport(report.accepted + replaced, report.rejected)
+
+    def _follow_clock(self, now: float) -> float:
+        """``now``; when it is earlier than a previous batch's (the wall clock stepped
+        back, e.g. an NTP correction), channel times after it are taken as the oldest time
+        a sample may have (``now - max_age_s``), so any new sample is newer: kept, they
+        made every new sample ``stale`` until the clock caught up (an hour back: an hour
+        blind; issue 27, eighth pass)."""
+        if now < self._now_seen:
+            t = self.chan.t
+            t[t > now] = now - self.max_age_s
+        self._now_seen = now
+        return now
 
     def _replace(self, c: np.ndarray, y: np.ndarray, t: np.ndarray) -> int:
         """A front end's ``max`` rows: each replaces its channel's value (the front end

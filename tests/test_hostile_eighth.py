@@ -250,3 +250,120 @@ def test_a_stopped_rank_fails_the_run_after_the_collective_timeout():
     assert time.monotonic() - t0 < 60                    # not the grace after a 30 min barrier
     assert err.value.ranks[0][0] == 1 and err.value.ranks[0][1].startswith("RankStopped")
     assert {r for r, _ in err.value.ranks} == {0, 1, 2}
+
+
+# ------------------------------------------------------------------ a failing machine: clock steps
+def test_a_clock_stepped_back_does_not_blind_the_telemetry():
+    """After the wall clock stepped back an hour (an NTP correction), every channel's last
+    time was ahead of now: each new sample was ``stale`` for an hour."""
+    from tests.test_runtime_manager import TOPO
+
+    topo, store = _store()
+    link, t = TOPO.links[0], time.time()
+    sample = {"kind": "link", "src": link.src, "dst": link.dst, "gbps": 50.0, "t": t}
+    assert store.ingest([sample], t).accepted == 1
+    back = t - 3600
+    assert store.ingest([sample | {"gbps": 60.0, "t": back + 1}], back + 1).accepted == 1
+    assert store.ingest([sample | {"gbps": 70.0, "t": back + 1}], back + 1.5).rejected == {"stale": 1}  # a repeat
+
+
+def test_a_state_written_before_a_clock_step_back_resumes():
+    """The controller's own state, written an hour before the clock stepped back, was
+    refused ("t must be at most now"): no restart until the state was deleted.  Its
+    times are taken as now; a time beyond a day ahead is still refused."""
+    from mccl_opt.errors import MCCLError
+    from mccl_runtime.state_check import check_state
+    from tests.test_runtime_manager import TOPO
+
+    topo, store = _store()
+    link, t = TOPO.links[0], time.time()
+    store.ingest([{"kind": "link", "src": link.src, "dst": link.dst, "gbps": 50.0, "t": t}], t)
+    state = {"topology": TOPO.to_dict(), "telemetry": store.to_dict()}
+    checked = check_state(state, TOPO, now=t - 3600)
+    assert checked["telemetry"]["direct"][0]["t"] <= t - 3600 + 0.5          # now, within the skew tolerance
+    with pytest.raises(MCCLError, match="direct"):
+        check_state(state, TOPO, now=t - 2 * 86400)
+
+
+def test_a_clock_stepped_back_does_not_hold_every_decision():
+    """Algorithm 1's dwell compared now with a decision time an hour ahead: no collective
+    was flagged for an hour after the step (now: at most the dwell, 1 s)."""
+    from tests.test_runtime_manager import PruningSynth, _cable, _manager
+
+    store, mgr = _manager(PruningSynth(), min_dwell_s=1.0)
+    t = time.time()
+    mgr.get("world", "ag").last_decision_t = t          # decided just before the clock went back an hour
+    back = t - 3600
+    store.ingest(_cable("s0h0g0", "s0tor0", 50.0, back), now=back)   # the NIC cut degraded
+    try:
+        mgr.check(back + 2.0)                            # the dwell restarts at the step: one more second
+        assert [c.name for c, _ in mgr.check(back + 3.5)] == ["ag"]
+    finally:
+        mgr.close()
+
+
+# ------------------------------------------------------------------ concurrent controllers, outputs
+def _hold_state(path: str, ready, done) -> None:
+    from mccl_runtime.state_folder import StateFolder
+
+    folder = StateFolder(path)
+    folder.lock()
+    ready.set()
+    done.wait(30)
+
+
+def test_two_controllers_cannot_serve_one_state_file(tmp_path):
+    """Two ``controller serve --state S`` at once each acknowledged registrations the
+    other's next write replaced (acknowledged, then lost after a restart).  A second
+    process is refused before it reads or cleans anything; once the first is gone (here:
+    its lock released) a restart serves the state, and another state in the same folder
+    is never refused."""
+    import multiprocessing
+
+    from mccl_opt.errors import MCCLError
+    from mccl_runtime.service import ControllerService
+    from tests.test_runtime_manager import TOPO, PruningSynth
+
+    state = tmp_path / "state.json"
+    ctx = multiprocessing.get_context("fork")
+    ready, done = ctx.Event(), ctx.Event()
+    other = ctx.Process(target=_hold_state, args=(str(state), ready, done))
+    other.start()
+    try:
+        assert ready.wait(20)
+        with pytest.raises(MCCLError, match="another process serves the controller state"):
+            ControllerService(TOPO, "tcp://127.0.0.1:0", synthesize=PruningSynth(), state_path=state)
+        ControllerService(TOPO, "tcp://127.0.0.1:0", synthesize=PruningSynth(),
+                          state_path=tmp_path / "other.json").manager.close()
+    finally:
+        done.set()
+        other.join(10)
+    ControllerService(TOPO, "tcp://127.0.0.1:0", synthesize=PruningSynth(), state_path=state).manager.close()
+
+
+def test_an_output_is_written_whole_or_not_at_all(tmp_path, monkeypatch):
+    """``-o`` files were written in place: a full disk mid-write left a truncated file
+    where the previous one was (``solve --warm S -o S`` lost S).  Now the previous file
+    stays whole and no temporary is left; a symlink's target is replaced, not the link,
+    and ``/dev/null`` is still written."""
+    import os
+
+    from mccl_opt import files
+
+    out = tmp_path / "s.json"
+    files.write_json(out, {"v": 1})
+    real = os.fsync
+
+    def full(fd):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(files.os, "fsync", full)
+    with pytest.raises(OSError):
+        files.write_json(out, {"v": 2, "pad": "x" * 100_000})
+    monkeypatch.setattr(files.os, "fsync", real)
+    assert json.loads(out.read_text()) == {"v": 1} and sorted(p.name for p in tmp_path.iterdir()) == ["s.json"]
+    link = tmp_path / "link.json"
+    link.symlink_to(out)
+    files.write_json(link, {"v": 3})
+    assert link.is_symlink() and json.loads(out.read_text()) == {"v": 3}
+    files.write_output("/dev/null", "x")
