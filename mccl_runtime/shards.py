@@ -67,7 +67,9 @@ def shard_endpoints_of(first: Any, timeout_s: float) -> Any:
 
 #: characters of one shard endpoint a ``ping`` may list
 MAX_ENDPOINT_CHARS = 256
-_ENDPOINT = re.compile(r"(tcp://(.+):[0-9]{1,5}|ipc://[!-~]+)", re.ASCII)
+#: a wildcard bind's address, as ZeroMQ reports it: this machine too
+_ANY = {"0.0.0.0", "[::]", "*"}
+_ENDPOINT = re.compile(r"(tcp://([!-~]+):[0-9]{1,5}|ipc://[!-~]+)", re.ASCII)
 
 
 def _checked_peers(peers: Any, shard: Any, endpoint: str) -> Any:
@@ -76,8 +78,8 @@ def _checked_peers(peers: Any, shard: Any, endpoint: str) -> Any:
     hostile one listing 100,000 endpoints would have the client open as many sockets):
     1 to :data:`MAX_SHARDS` distinct ``tcp://HOST:PORT`` or ``ipc://PATH`` endpoints of
     at most :data:`MAX_ENDPOINT_CHARS` printable ASCII characters, every TCP one on the
-    same host (one machine runs every shard), on a loopback host when ``endpoint`` (the
-    shard asked) is one, with ``shard`` the index of a listed endpoint, ``endpoint``'s
+    same host (one machine runs every shard), on a loopback (or wildcard) host when
+    ``endpoint`` (the shard asked) is one, with ``shard`` the index of a listed endpoint, ``endpoint``'s
     own when it is listed."""
     if peers is None:
         return None
@@ -93,7 +95,7 @@ def _checked_peers(peers: Any, shard: Any, endpoint: str) -> Any:
     if len(set(peers)) != len(peers):
         raise bad("an endpoint listed twice")
     hosts = {m.group(2) for m in map(_ENDPOINT.fullmatch, peers) if m and m.group(2) is not None}
-    if len(hosts) > 1 or (hosts and is_loopback(endpoint) and not all(map(is_loopback, peers))):
+    if len(hosts) > 1 or (hosts and is_loopback(endpoint) and not (all(map(is_loopback, peers)) or hosts <= _ANY)):
         raise bad("shards on several hosts, or off the loopback host asked (one machine runs every shard)")
     if isinstance(shard, bool) or not isinstance(shard, int) or not 0 <= shard < len(peers) \
             or (endpoint in peers and peers.index(endpoint) != shard):

@@ -83,6 +83,7 @@ def test_export_of_a_sub_fabric_does_not_generate_its_large_parent(tmp_path, mon
     (["tcp://10.0.0.9:1", "tcp://10.0.0.9:2"], 0),                # off the loopback host asked
     (["inproc://x", "tcp://127.0.0.1:2"], 0),                     # a transport no shard binds
     (["tcp://127.0.0.1:1\n", "tcp://127.0.0.1:2"], 0),            # a control character
+    (["tcp://127.0.\x1b[31m0.1:1", "tcp://127.0.0.1:2"], 0),      # a terminal escape in the host
     (["tcp://127.0.0.1:1", "tcp://127.0.0.1:2"], 5),              # its own number out of range
     (["tcp://127.0.0.1:1", "tcp://127.0.0.1:2"], True),
 ])
@@ -98,6 +99,8 @@ def test_sharded_client_checks_what_a_keyless_controller_lists(peers, shard):
     assert exc.value.reason == "bad_reply"
     ok = ["tcp://127.0.0.1:7000", "tcp://127.0.0.1:7001"]
     assert _checked_peers(ok, 0, "tcp://127.0.0.1:7000") == ok
+    wildcard = ["tcp://0.0.0.0:7000", "tcp://0.0.0.0:7001"]              # --bind tcp://*:7000
+    assert _checked_peers(wildcard, 1, "tcp://127.0.0.1:7001") == wildcard
     with pytest.raises(ProtocolError):                     # the shard asked is listed elsewhere
         _checked_peers(ok, 1, "tcp://127.0.0.1:7000")
 
