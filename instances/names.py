@@ -12,7 +12,7 @@ from mccl_opt.topology import Topology
 
 __all__ = ["resolve_topology", "generated_gpus", "resolve_part"]
 
-_HPN_NAME = re.compile(r"hpn[- ](\d{1,9})x(\d{1,9})x(\d{1,9})(?:-(fail[123]))?", re.ASCII)   # ASCII digits only
+_HPN_NAME = re.compile(r"hpn[- ](\d{1,18})x(\d{1,18})x(\d{1,18})(?:-(fail[123]))?", re.ASCII)   # ASCII digits only
 
 
 def _names_file(spec: str) -> bool:

@@ -75,6 +75,19 @@ def test_export_of_a_sub_fabric_does_not_generate_its_large_parent(tmp_path, mon
     assert rc == 2 and "checked on 'hpn-960x64x8/group-4-" in err
 
 
+@pytest.mark.parametrize("command", ["show", "solve"])
+def test_a_generated_shape_of_5000_digits_is_refused_in_one_line(capsys, command):
+    """``hpn-1000...0x1x1`` (5000 digits) ended in a ``ValueError`` traceback (Python's
+    4300-digit limit on ``int()``); a shape of up to 18 digits a dimension is sized and
+    refused, a longer one is no fabric name."""
+    spec = "hpn-1" + "0" * 5000 + "x1x1"
+    argv = ("topo", "show", spec) if command == "show" else ("solve", "allgather", spec)
+    rc, err = _cli(capsys, *argv)
+    assert rc == 2 and "neither a topology file nor an instance name" in err
+    rc, err = _cli(capsys, "topo", "show", "hpn-1000000000x1x1")
+    assert rc == 2 and "would have 6,000,000,000 links" in err
+
+
 # ------------------------------------------------------------------ a key-less controller's shard list
 @pytest.mark.parametrize("peers, shard", [
     (["tcp://127.0.0.1:" + "5" * 300], 0),                       # an endpoint of 300 characters
