@@ -455,7 +455,9 @@ class Topology:
 
     def save(self, path: str | Path) -> None:
         """Write the topology as ``mccl-topology/1`` JSON."""
-        Path(path).write_text(json.dumps(self.to_dict(), indent=1) + "\n")
+        from .files import write_output
+
+        write_output(path, json.dumps(self.to_dict(), indent=1) + "\n")
 
     def to_networkx(self):
         """A ``networkx.DiGraph`` with node attribute ``kind`` and edge attributes
