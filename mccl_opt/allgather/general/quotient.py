@@ -1,0 +1,201 @@
+"""The tree master on a fabric's symmetry quotient: the forwarding-only optimum of a
+fabric with many identical hosts and rails from a master of orbit rows (docs/allgather.md
+"Symmetric quotient").
+
+For an automorphism group ``H`` of the fabric (:mod:`.symmetry`), averaging any optimal
+tree packing over ``H`` gives an optimal one whose weights are equal on every orbit, so
+the master (``general.tree_colgen``) may be restricted to symmetrised columns: a tree
+``T`` of root ``r`` with weight ``z`` spread evenly over its orbit loads each link of a
+link orbit ``L`` by ``z load_T(L) / |L|`` and gives each root of ``r``'s orbit ``R``
+``z / |R|``.  The master keeps one row per link orbit and per root orbit (26 + 5 rows
+instead of 544 + 128 on shared aggregation 2x8x8 with one NIC slowed one way), and a round
+prices one root per orbit at the per-link prices ``pi_L / |L|``.  Those prices with
+``sigma_R / |R|`` are a dual point of the full master, so the Lagrangian bound
+``pi.cap / sum_R |R| c_R(pi)`` (``c_R`` the cheapest tree of ``R``'s root) is the full
+master's and certifies the quotient's ``x`` as the forwarding-only optimum; so does a
+caller's certified upper bound (the balanced restriction's optimum).
+
+**Expansion.**  Each positive column is copied over ``H``'s elements with the weights of
+:meth:`.symmetry.Symmetry.pieces` (each cluster's marginal uniform, so every link's load
+is its orbit's average and every root gets ``z / |R|``), copies of one tree merged; the
+schedule is built and re-rated from its own link loads by the general method's
+``_schedule`` and kept only when that rate is the certified optimum.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from scipy.optimize import linprog
+
+from mccl_opt import anytime
+from mccl_opt.ragged import column_hash
+from mccl_opt.schedule import Schedule
+from mccl_opt.topology import Topology
+from .live_master import TreePool
+from .symmetry import Symmetry, find_symmetry
+from .tree_colgen import TreeCGResult, price_trees
+
+__all__ = ["solve_quotient", "QUOTIENT_MAX_ROUNDS", "REL_TOL"]
+
+#: rounds of column generation on the quotient before giving up (the caller's exact path
+#: runs then); 2x8x8 / 2x16x8 with one NIC slowed one way close in 10-30
+QUOTIENT_MAX_ROUNDS = 200
+
+#: the general method's stopping tolerance (``TreeCGOptions.rel_tol``)
+REL_TOL = 1e-9
+
+
+@dataclass
+class _Quotient:
+    """The symmetrised master's data: per column its root orbit and its crossings of
+    every link orbit divided by the orbit's size."""
+
+    sym: Symmetry
+    capacity: np.ndarray          # per link orbit (scaled units)
+    orbit_size: np.ndarray        # links per link orbit
+    root_size: np.ndarray         # ranks per root orbit
+    reps: np.ndarray              # one rank per root orbit
+    roots: list[int]
+    trees: list[np.ndarray]
+    cols: list[np.ndarray]
+
+    def add(self, root: int, arcs: np.ndarray) -> None:
+        self.roots.append(root)
+        self.trees.append(arcs)
+        crossed = np.bincount(self.sym.link_orbit[arcs], minlength=self.capacity.size)
+        self.cols.append(crossed / self.orbit_size)
+
+    def solve(self) -> tuple[float, np.ndarray, np.ndarray, np.ndarray]:
+        """``max x`` over the symmetrised columns: ``(x, z, sigma per root orbit, pi per
+        link orbit)``."""
+        n_r, n_l, n = self.root_size.size, self.capacity.size, len(self.cols)
+        root_rows = np.zeros((n_r, n + 1))
+        root_rows[:, 0] = 1.0
+        orbit = self.sym.root_orbit[np.asarray(self.roots, np.int64)]
+        root_rows[orbit, np.arange(1, n + 1)] = -1.0 / self.root_size[orbit]
+        link_rows = np.hstack([np.zeros((n_l, 1)), np.stack(self.cols, axis=1)])
+        c = np.zeros(n + 1)
+        c[0] = -1.0
+        res = linprog(c, A_ub=np.vstack([root_rows, link_rows]),
+                      b_ub=np.concatenate([np.zeros(n_r), self.capacity]), method="highs-ds")
+        if res.status != 0:
+            raise ArithmeticError(f"quotient master: {res.message}")
+        duals = -res.ineqlin.marginals
+        return float(-res.fun), np.maximum(res.x[1:], 0.0), duals[:n_r], np.maximum(duals[n_r:], 0.0)
+
+
+def _quotient(topo: Topology, sym: Symmetry, capacity: np.ndarray) -> _Quotient:
+    size = np.bincount(sym.link_orbit)
+    cap = np.zeros(size.size)
+    cap[sym.link_orbit] = capacity
+    root_size = np.bincount(sym.root_orbit)
+    reps = np.array([int(np.flatnonzero(sym.root_orbit == o)[0]) for o in range(root_size.size)])
+    return _Quotient(sym, cap, size.astype(float), root_size.astype(float), reps, [], [], [])
+
+
+def _price(topo: Topology, q: _Quotient, pi: np.ndarray
+           ) -> tuple[np.ndarray, list[np.ndarray]]:
+    """Cheapest tree of each orbit's root at per-link prices ``pi_L / |L|``."""
+    price = (pi / q.orbit_size)[q.sym.link_orbit]
+    paths, parents, costs = price_trees(topo, price, q.reps)
+    return costs, [paths.tree_arcs(int(r), parents[i]) for i, r in enumerate(q.reps.tolist())]
+
+
+def _column_generation(topo: Topology, q: _Quotient, upper: float,
+                       deadline: float | None) -> tuple[float, np.ndarray, float, int]:
+    """Quotient column generation from one cheapest tree per root orbit at prices
+    ``1/cap``: ``(x, z, best bound, rounds)``; stops at ``upper`` or the Lagrangian bound
+    (within :data:`REL_TOL`), when no column prices out, or at the round cap / deadline."""
+    _, first = _price(topo, q, 1.0 / q.capacity)
+    for r, arcs in zip(q.reps.tolist(), first):
+        q.add(r, arcs)
+    best = upper
+    x, z = 0.0, np.zeros(0)
+    for rnd in range(1, QUOTIENT_MAX_ROUNDS + 1):
+        x, z, sigma, pi = q.solve()
+        if best - x <= REL_TOL * max(x, 1e-300):
+            return x, z, best, rnd
+        costs, trees = _price(topo, q, pi)
+        total = float(costs @ q.root_size)
+        if total > 0 and np.isfinite(total):
+            best = min(best, float(pi @ q.capacity) / total)
+        if best - x <= REL_TOL * max(x, 1e-300):
+            return x, z, best, rnd
+        tol = 1e-12 * max(float(sigma.max(initial=0.0)), 1e-300)
+        added = 0
+        for o, (r, arcs) in enumerate(zip(q.reps.tolist(), trees)):
+            if costs[o] < sigma[o] / q.root_size[o] - tol:
+                q.add(r, arcs)
+                added += 1
+        if not added or (deadline is not None and time.perf_counter() >= deadline):
+            return x, z, best, rnd
+        anytime.check("the symmetric quotient's column generation")
+    return x, z, best, QUOTIENT_MAX_ROUNDS
+
+
+def _expand(topo: Topology, q: _Quotient, z: np.ndarray) -> tuple[TreePool, np.ndarray]:
+    """Every positive column copied over the group (module docstring), as a pool of
+    distinct trees and their weights."""
+    rank_of, gpu_nodes = topo.arrays.rank_of, topo.arrays.gpu_nodes
+    roots: list[np.ndarray] = []
+    trees: list[np.ndarray] = []
+    weights: list[float] = []
+    used = np.flatnonzero(z > 0)
+    for element, frac in q.sym.pieces():
+        node, link = q.sym.piece_maps(element)
+        for j in used.tolist():
+            roots.append(rank_of[node[gpu_nodes[q.roots[j]]]])
+            trees.append(link[q.trees[j]])
+            weights.append(frac * z[j])
+    owner = np.asarray(roots, np.int64)
+    start = np.zeros(owner.size + 1, np.int64)
+    np.cumsum([t.size for t in trees], out=start[1:])
+    arcs = np.concatenate(trees)
+    seg = np.repeat(np.arange(owner.size), np.diff(start))
+    hashes = column_hash(owner, start, arcs[np.lexsort((arcs, seg))])
+    _, first, inverse = np.unique(hashes, return_index=True, return_inverse=True)
+    merged = np.bincount(inverse.reshape(-1), weights=np.asarray(weights))
+    pool = TreePool()
+    pool.append(owner[first].tolist(), [trees[i] for i in first.tolist()])
+    return pool, merged
+
+
+def solve_quotient(topo: Topology, upper_gbps: float | None = None,
+                   cut_bound_gbps: float | None = None, sym: Symmetry | None = None,
+                   backend: str = "highs", time_limit: float | None = None) -> Schedule | None:
+    """The forwarding-only optimum of ``topo`` (``max_chunks=None``) from the master on
+    its symmetry quotient (module docstring), or ``None`` when no symmetry is found, the
+    quotient does not certify its optimum, or the expanded schedule's rate falls short of
+    it.  ``upper_gbps``: a certified upper bound on the forwarding-only optimum (the
+    balanced restriction's optimum) at which the column generation may stop;
+    ``cut_bound_gbps``: the cut bound, for the report."""
+    from .method import _rate_scale, _schedule
+
+    t_start = time.perf_counter()
+    sym = sym if sym is not None else find_symmetry(topo)
+    if sym is None:
+        return None
+    scale = _rate_scale(topo)
+    q = _quotient(topo, sym, topo.arrays.capacity / scale)
+    upper = np.inf if upper_gbps is None else upper_gbps / scale
+    deadline = None if time_limit is None else t_start + time_limit
+    x, z, bound, rounds = _column_generation(topo, q, upper, deadline)
+    if not bound - x <= REL_TOL * max(x, 1e-300):
+        return None
+    pool, weights = _expand(topo, q, z)
+    stats: dict[str, Any] = {
+        "warm": False, "method": "general", "seed": "symmetric quotient",
+        "seed_columns": len(q.cols), "quotient_rows": int(q.capacity.size + q.root_size.size),
+        "quotient_columns": int((z > 0).sum()), "group_pieces": len(sym.pieces()),
+        "warm_columns": 0, "cg_rounds": rounds, "cg_status": "optimal",
+        "cg_gap": max(0.0, (bound - x) / bound), "bound_gbps": bound * scale,
+        "columns": len(pool), "dropped": 0, "link_rows": topo.num_links}
+    res = TreeCGResult(pool, weights, x, max(bound, x), "optimal", rounds)
+    sched = _schedule(topo, res, scale, None, cut_bound_gbps, stats, t_start, backend)
+    if sched.rate_gbps < x * scale * (1 - REL_TOL):
+        return None
+    return sched
