@@ -83,6 +83,14 @@ _REACH_TOL = 1e-9
 #: packing on the restriction")
 SCALED_RESTRICTION_FROM = 256
 
+#: the symmetry quotient (:func:`_by_quotient`) is tried from this many GPUs at
+#: ``max_chunks=None`` (shared aggregation 2x8x8 with a NIC slowed one way: 0.3 s against
+#: 1.5-3 s for the restriction and the general method); below, those take ~0.2 s
+QUOTIENT_MIN_GPUS = 128
+
+#: ... when its rows (link and root orbits) are at most this fraction of the master's
+QUOTIENT_MIN_SHRINK = 8
+
 T = TypeVar("T")
 
 
@@ -229,6 +237,9 @@ def solve_unbalanced(topo: Topology, route: WarmRoute, backend: str,
             anytime.offer(weaker)
         if max_chunks is not None:          # its K chunks seed; a failed K is not retried
             seed_trees = found if isinstance(found, Schedule) else None
+    quotient = _by_quotient(topo, route, max_chunks, backend, bound, trail)
+    if quotient is not None:
+        return quotient
     anytime.check("the balanced restriction")
     restricted = _restricted(topo, backend, trail)
     if interim_offers and restricted is not None:
@@ -259,6 +270,35 @@ def solve_unbalanced(topo: Topology, route: WarmRoute, backend: str,
                                    warm_state=weaker.warm_state,
                                    report=dataclasses.replace(best.report, k=weaker.report.k))
     return best
+
+
+def _by_quotient(topo: Topology, route: WarmRoute, max_chunks: int | None, backend: str,
+                 bound: float | None, trail: Trail) -> Schedule | None:
+    """On a cold solve at ``max_chunks=None`` of at least :data:`QUOTIENT_MIN_GPUS` GPUs
+    whose automorphisms shrink the master's rows at least :data:`QUOTIENT_MIN_SHRINK`-fold:
+    the general method on the symmetry quotient (:mod:`.general.quotient`), when it
+    certifies the forwarding-only optimum; else ``None`` (recorded in ``trail``)."""
+    if max_chunks is not None or route.active or topo.num_gpus < QUOTIENT_MIN_GPUS:
+        return None
+    from .general.quotient import solve_quotient
+    from .general.symmetry import find_symmetry
+
+    t = time.perf_counter()
+    sym = find_symmetry(topo)
+    if sym is None or (sym.num_link_orbits + sym.num_root_orbits) * QUOTIENT_MIN_SHRINK > \
+            topo.num_links + topo.num_gpus:
+        return None
+    progress.update("AllGather: general method on the symmetry quotient")
+    sched = solve_quotient(topo, cut_bound_gbps=bound, sym=sym, backend=backend,
+                           time_limit=anytime.limit_left())
+    if sched is None:
+        trail.add(Attempt(Method.GENERAL, time.perf_counter() - t, "declined: the symmetry "
+                          "quotient's master did not certify its optimum"))
+        return None
+    trail.add(Attempt(Method.GENERAL, time.perf_counter() - t, "returned"))
+    sched.stats["general_reason"] = "symmetry quotient: certified by its Lagrangian bound"
+    anytime.offer(sched)
+    return sched
 
 
 def _reaches(sub: Topology, bound: float | None) -> bool:

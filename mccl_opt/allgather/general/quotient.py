@@ -33,7 +33,9 @@ from scipy.optimize import linprog
 
 from mccl_opt import anytime
 from mccl_opt.ragged import column_hash
+from mccl_opt.errors import SolveError
 from mccl_opt.schedule import Schedule
+from mccl_opt.schedule_chunks import FlatPaths, TreeChunks, TreeTable
 from mccl_opt.topology import Topology
 from .live_master import TreePool
 from .symmetry import Symmetry, find_symmetry
@@ -139,29 +141,40 @@ def _column_generation(topo: Topology, q: _Quotient, upper: float,
 
 def _expand(topo: Topology, q: _Quotient, z: np.ndarray) -> tuple[TreePool, np.ndarray]:
     """Every positive column copied over the group (module docstring), as a pool of
-    distinct trees and their weights."""
+    distinct trees and their weights (copies of one tree merged)."""
     rank_of, gpu_nodes = topo.arrays.rank_of, topo.arrays.gpu_nodes
-    roots: list[np.ndarray] = []
-    trees: list[np.ndarray] = []
-    weights: list[float] = []
-    used = np.flatnonzero(z > 0)
-    for element, frac in q.sym.pieces():
-        node, link = q.sym.piece_maps(element)
-        for j in used.tolist():
-            roots.append(rank_of[node[gpu_nodes[q.roots[j]]]])
-            trees.append(link[q.trees[j]])
-            weights.append(frac * z[j])
-    owner = np.asarray(roots, np.int64)
+    pieces = q.sym.pieces()
+    maps = [q.sym.piece_maps(element) for element, _ in pieces]
+    node_maps = np.stack([m[0] for m in maps])
+    link_maps = np.stack([m[1] for m in maps])
+    frac = np.array([f for _, f in pieces])
+    owners, blocks, sorted_blocks, weights = [], [], [], []
+    for j in np.flatnonzero(z > 0).tolist():
+        block = link_maps[:, q.trees[j]]
+        owners.append(rank_of[node_maps[:, gpu_nodes[q.roots[j]]]])
+        blocks.append(block.ravel())
+        sorted_blocks.append(np.sort(block, axis=1).ravel())
+        weights.append(frac * z[j])
+    owner = np.concatenate(owners).astype(np.int64)
+    sizes = np.repeat([q.trees[j].size for j in np.flatnonzero(z > 0).tolist()], len(pieces))
     start = np.zeros(owner.size + 1, np.int64)
-    np.cumsum([t.size for t in trees], out=start[1:])
-    arcs = np.concatenate(trees)
-    seg = np.repeat(np.arange(owner.size), np.diff(start))
-    hashes = column_hash(owner, start, arcs[np.lexsort((arcs, seg))])
-    _, first, inverse = np.unique(hashes, return_index=True, return_inverse=True)
-    merged = np.bincount(inverse.reshape(-1), weights=np.asarray(weights))
+    np.cumsum(sizes, out=start[1:])
+    arcs, multiset = np.concatenate(blocks), np.concatenate(sorted_blocks)
+    _, first, inverse = np.unique(column_hash(owner, start, multiset), return_index=True,
+                                  return_inverse=True)
+    inverse = inverse.reshape(-1)
+    merged = np.bincount(inverse, weights=np.concatenate(weights))
+    first = np.sort(first)                  # positional order, as ``arcs[seg]`` keeps
+    keep = np.zeros(owner.size, bool)
+    keep[first] = True
+    seg = np.repeat(keep, sizes)
+    kept_start = np.zeros(first.size + 1, np.int64)
+    np.cumsum(sizes[first], out=kept_start[1:])
     pool = TreePool()
-    pool.append(owner[first].tolist(), [trees[i] for i in first.tolist()])
-    return pool, merged
+    taken = pool.append_flat(owner[first], kept_start, arcs[seg], multiset[seg])
+    if taken.size != first.size:
+        raise SolveError("symmetric expansion: equal trees left after merging")
+    return pool, merged[inverse[first]]
 
 
 def solve_quotient(topo: Topology, upper_gbps: float | None = None,
@@ -195,7 +208,53 @@ def solve_quotient(topo: Topology, upper_gbps: float | None = None,
         "cg_gap": max(0.0, (bound - x) / bound), "bound_gbps": bound * scale,
         "columns": len(pool), "dropped": 0, "link_rows": topo.num_links}
     res = TreeCGResult(pool, weights, x, max(bound, x), "optimal", rounds)
-    sched = _schedule(topo, res, scale, None, cut_bound_gbps, stats, t_start, backend)
+    sched = _schedule(topo, res, scale, None, cut_bound_gbps, stats, t_start, backend,
+                      table_chunks)
     if sched.rate_gbps < x * scale * (1 - REL_TOL):
         return None
     return sched
+
+
+def table_chunks(topo: Topology, pool: TreePool, shares: np.ndarray
+                 ) -> tuple[TreeChunks, np.ndarray]:
+    """The columns of positive share as a :class:`~mccl_opt.schedule_chunks.TreeTable`
+    (each distinct edge path once, every tree's edges parents first) and each tree's
+    depth, in arrays: thousands of trees of hundreds of edges, where a
+    :class:`~mccl_opt.schedule.TreeChunk` per tree cost more than the solve."""
+    arr = topo.arrays
+    g = topo.num_gpus
+    used = np.flatnonzero(shares > 0)
+    lengths = np.diff(pool.start)[used]
+    arcs = np.concatenate(pool.columns(used))
+    ends = ~arr.is_switch[arr.head[arcs]]
+    edge = np.cumsum(ends) - ends                  # edge of every arc, trees in order
+    first = np.flatnonzero(np.concatenate([[True], ends[:-1]]))
+    pos = np.arange(arcs.size) - first[edge]
+    hops = int(pos.max()) + 1
+    mat = np.full((first.size, hops), -1, np.int64)
+    mat[edge, pos] = arcs
+    base = topo.num_links + 1
+    if hops * np.log2(base) < 62:
+        key = (mat + 1) @ (base ** np.arange(hops, dtype=np.int64))
+        _, rep, path_of = np.unique(key, return_index=True, return_inverse=True)
+    else:
+        _, rep, path_of = np.unique(mat, axis=0, return_index=True, return_inverse=True)
+    rows = mat[rep]
+    nodes = np.hstack([arr.tail[rows[:, :1]], np.where(rows >= 0, arr.head[rows], -1)])
+    paths = FlatPaths.of_lengths(nodes[nodes >= 0], (rows >= 0).sum(axis=1) + 1)
+    trees = used.size
+    if first.size != trees * (g - 1) or not np.array_equal(np.bincount(
+            np.repeat(np.arange(used.size), lengths)[first], minlength=trees), np.full(trees, g - 1)):
+        raise SolveError("a tree column is not a spanning arborescence of switch-only paths")
+    parent = np.tile(np.arange(g), (trees, 1))
+    child = arr.rank_of[arr.head[arcs[ends]]].reshape(trees, g - 1)
+    parent[np.arange(trees)[:, None], child] = arr.rank_of[arr.tail[arcs[first]]].reshape(trees, g - 1)
+    depth = (parent != np.arange(g)).astype(np.int64)
+    for _ in range(int(np.ceil(np.log2(g))) + 1):   # pointer jumping: depth in GPU hops
+        depth = depth + np.take_along_axis(depth, parent, axis=1)
+        parent = np.take_along_axis(parent, parent, axis=1)
+    order = np.argsort(np.take_along_axis(depth, child, axis=1), axis=1, kind="stable")
+    edges = np.take_along_axis(path_of.reshape(trees, g - 1), order, axis=1)
+    table = TreeTable([v.id for v in topo.nodes], paths, arr.gpu_nodes[pool.root[used]],
+                      shares[used], edges)
+    return TreeChunks(table), depth.max(axis=1)
