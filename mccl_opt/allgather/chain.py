@@ -117,6 +117,20 @@ class Trail:
     def add(self, attempt: Attempt) -> None:
         self.attempts.append(attempt)
 
+    def general(self, started: float, sched: Schedule | None, declined: str,
+                reason: str) -> Schedule | None:
+        """A one-shot general-method try begun at ``started`` (``perf_counter``): recorded
+        as declined with ``declined`` when ``sched`` is ``None``, else as returned, with
+        ``stats["general_reason"] = reason``, and offered to the time limit."""
+        if sched is None:
+            self.add(Attempt(Method.GENERAL, time.perf_counter() - started,
+                             f"declined: {declined}"))
+            return None
+        self.add(Attempt(Method.GENERAL, time.perf_counter() - started, "returned"))
+        sched.stats["general_reason"] = reason
+        anytime.offer(sched)
+        return sched
+
     def run(self, method: Method, attempt: Callable[[], T], outcome: str) -> T:
         """``attempt()``, recorded as ``method`` with ``outcome`` (a failure is recorded
         with its error and re-raised)."""
@@ -293,14 +307,8 @@ def _by_quotient(topo: Topology, max_chunks: int | None, backend: str, bound: fl
     progress.update("AllGather: general method on the symmetry quotient")
     sched = solve_quotient(topo, cut_bound_gbps=bound, sym=sym, backend=backend,
                            time_limit=anytime.limit_left())
-    if sched is None:
-        trail.add(Attempt(Method.GENERAL, time.perf_counter() - t, "declined: the symmetry "
-                          "quotient's master did not certify its optimum"))
-        return None
-    trail.add(Attempt(Method.GENERAL, time.perf_counter() - t, "returned"))
-    sched.stats["general_reason"] = "symmetry quotient: certified by its Lagrangian bound"
-    anytime.offer(sched)
-    return sched
+    return trail.general(t, sched, "the symmetry quotient's master did not certify its "
+                         "optimum", "symmetry quotient: certified by its Lagrangian bound")
 
 
 def _reaches(sub: Topology, bound: float | None) -> bool:

@@ -25,13 +25,14 @@ schedule is built and re-rated from its own link loads by the general method's
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from scipy.optimize import linprog
+import scipy.sparse as sp
 
+from formulations.lp import LinearProgram
 from mccl_opt import anytime
+from mccl_opt.backends import Backend, SolveStatus, get_backend
 from mccl_opt.ragged import column_hash
 from mccl_opt.errors import SolveError
 from mccl_opt.schedule import Schedule
@@ -51,52 +52,57 @@ QUOTIENT_MAX_ROUNDS = 200
 REL_TOL = 1e-9
 
 
-@dataclass
 class _Quotient:
-    """The symmetrised master's data: per column its root orbit and its crossings of
-    every link orbit divided by the orbit's size."""
+    """The symmetrised master, live on a backend: column 0 is ``x``, then one column per
+    tree (its crossings of every link orbit divided by the orbit's size, ``-1/|R|`` on its
+    root orbit's row ``x - sum z/|R| <= 0``); trees are added between warm re-solves."""
 
-    sym: Symmetry
-    capacity: np.ndarray          # per link orbit (scaled units)
-    orbit_size: np.ndarray        # links per link orbit
-    root_size: np.ndarray         # ranks per root orbit
-    reps: np.ndarray              # one rank per root orbit
-    roots: list[int]
-    trees: list[np.ndarray]
-    cols: list[np.ndarray]
+    def __init__(self, sym: Symmetry, capacity: np.ndarray, backend: Backend) -> None:
+        self.sym = sym
+        size = np.bincount(sym.link_orbit)
+        self.capacity = np.zeros(size.size)          # per link orbit (scaled units)
+        self.capacity[sym.link_orbit] = capacity
+        self.orbit_size = size.astype(float)
+        self.root_size = np.bincount(sym.root_orbit).astype(float)
+        self.reps = np.array([int(np.flatnonzero(sym.root_orbit == o)[0])
+                              for o in range(self.root_size.size)])
+        self.roots: list[int] = []
+        self.trees: list[np.ndarray] = []
+        self.backend = backend
+        n_r = self.root_size.size
+        rows = n_r + self.capacity.size
+        backend.load(LinearProgram(
+            c=np.ones(1), A=sp.csr_matrix(np.concatenate([np.ones(n_r), np.zeros(rows - n_r)])[:, None]),
+            row_lo=np.full(rows, -np.inf), row_hi=np.concatenate([np.zeros(n_r), self.capacity]),
+            col_lo=np.zeros(1), col_hi=np.full(1, np.inf), sense="max"))
 
-    def add(self, root: int, arcs: np.ndarray) -> None:
-        self.roots.append(root)
-        self.trees.append(arcs)
-        crossed = np.bincount(self.sym.link_orbit[arcs], minlength=self.capacity.size)
-        self.cols.append(crossed / self.orbit_size)
+    def add(self, roots: list[int], trees: list[np.ndarray]) -> None:
+        """Append the symmetrised columns of ``trees`` (roots ``roots``)."""
+        n_r, cols = self.root_size.size, []
+        for root, arcs in zip(roots, trees):
+            col = np.zeros(n_r + self.capacity.size)
+            orbit = self.sym.root_orbit[root]
+            col[orbit] = -1.0 / self.root_size[orbit]
+            col[n_r:] = np.bincount(self.sym.link_orbit[arcs], minlength=self.capacity.size) \
+                / self.orbit_size
+            cols.append(col)
+            self.roots.append(root)
+            self.trees.append(arcs)
+        block = sp.csc_matrix(np.stack(cols, axis=1))
+        k = len(cols)
+        self.backend.add_columns(np.zeros(k), np.zeros(k), np.full(k, np.inf),
+                                 block.indptr, block.indices, block.data)
 
     def solve(self) -> tuple[float, np.ndarray, np.ndarray, np.ndarray]:
-        """``max x`` over the symmetrised columns: ``(x, z, sigma per root orbit, pi per
-        link orbit)``."""
-        n_r, n_l, n = self.root_size.size, self.capacity.size, len(self.cols)
-        root_rows = np.zeros((n_r, n + 1))
-        root_rows[:, 0] = 1.0
-        orbit = self.sym.root_orbit[np.asarray(self.roots, np.int64)]
-        root_rows[orbit, np.arange(1, n + 1)] = -1.0 / self.root_size[orbit]
-        link_rows = np.hstack([np.zeros((n_l, 1)), np.stack(self.cols, axis=1)])
-        c = np.zeros(n + 1)
-        c[0] = -1.0
-        res = linprog(c, A_ub=np.vstack([root_rows, link_rows]),
-                      b_ub=np.concatenate([np.zeros(n_r), self.capacity]), method="highs-ds")
-        if res.status != 0:
-            raise ArithmeticError(f"quotient master: {res.message}")
-        duals = -res.ineqlin.marginals
-        return float(-res.fun), np.maximum(res.x[1:], 0.0), duals[:n_r], np.maximum(duals[n_r:], 0.0)
-
-
-def _quotient(topo: Topology, sym: Symmetry, capacity: np.ndarray) -> _Quotient:
-    size = np.bincount(sym.link_orbit)
-    cap = np.zeros(size.size)
-    cap[sym.link_orbit] = capacity
-    root_size = np.bincount(sym.root_orbit)
-    reps = np.array([int(np.flatnonzero(sym.root_orbit == o)[0]) for o in range(root_size.size)])
-    return _Quotient(sym, cap, size.astype(float), root_size.astype(float), reps, [], [], [])
+        """``max x`` over the columns so far: ``(x, z, sigma per root orbit, pi per link
+        orbit)``."""
+        sol = self.backend.solve(method="primal")
+        if sol.status is not SolveStatus.OPTIMAL or sol.x is None or sol.row_duals is None:
+            raise SolveError(f"the symmetry quotient's master ended with status "
+                             f"{sol.status.value!r}")
+        n_r = self.root_size.size
+        duals = np.maximum(sol.row_duals, 0.0)
+        return float(sol.x[0]), np.maximum(sol.x[1:], 0.0), duals[:n_r], duals[n_r:]
 
 
 def _price(topo: Topology, q: _Quotient, pi: np.ndarray
@@ -113,8 +119,7 @@ def _column_generation(topo: Topology, q: _Quotient, upper: float,
     ``1/cap``: ``(x, z, best bound, rounds)``; stops at ``upper`` or the Lagrangian bound
     (within :data:`REL_TOL`), when no column prices out, or at the round cap / deadline."""
     _, first = _price(topo, q, 1.0 / q.capacity)
-    for r, arcs in zip(q.reps.tolist(), first):
-        q.add(r, arcs)
+    q.add(q.reps.tolist(), first)
     best = upper
     x, z = 0.0, np.zeros(0)
     for rnd in range(1, QUOTIENT_MAX_ROUNDS + 1):
@@ -128,12 +133,10 @@ def _column_generation(topo: Topology, q: _Quotient, upper: float,
         if best - x <= REL_TOL * max(x, 1e-300):
             return x, z, best, rnd
         tol = 1e-12 * max(float(sigma.max(initial=0.0)), 1e-300)
-        added = 0
-        for o, (r, arcs) in enumerate(zip(q.reps.tolist(), trees)):
-            if costs[o] < sigma[o] / q.root_size[o] - tol:
-                q.add(r, arcs)
-                added += 1
-        if not added or (deadline is not None and time.perf_counter() >= deadline):
+        new = np.flatnonzero(costs < sigma / q.root_size - tol).tolist()
+        if new:
+            q.add(q.reps[new].tolist(), [trees[o] for o in new])
+        if not new or (deadline is not None and time.perf_counter() >= deadline):
             return x, z, best, rnd
         anytime.check("the symmetric quotient's column generation")
     return x, z, best, QUOTIENT_MAX_ROUNDS
@@ -193,16 +196,17 @@ def solve_quotient(topo: Topology, upper_gbps: float | None = None,
     if sym is None:
         return None
     scale = _rate_scale(topo)
-    q = _quotient(topo, sym, topo.arrays.capacity / scale)
     upper = np.inf if upper_gbps is None else upper_gbps / scale
     deadline = None if time_limit is None else t_start + time_limit
-    x, z, bound, rounds = _column_generation(topo, q, upper, deadline)
+    with get_backend(backend) as lp:
+        q = _Quotient(sym, topo.arrays.capacity / scale, lp)
+        x, z, bound, rounds = _column_generation(topo, q, upper, deadline)
     if not bound - x <= REL_TOL * max(x, 1e-300):
         return None
     pool, weights = _expand(topo, q, z)
     stats: dict[str, Any] = {
         "warm": False, "method": "general", "seed": "symmetric quotient",
-        "seed_columns": len(q.cols), "quotient_rows": int(q.capacity.size + q.root_size.size),
+        "seed_columns": len(q.trees), "quotient_rows": int(q.capacity.size + q.root_size.size),
         "quotient_columns": int((z > 0).sum()), "group_pieces": len(sym.pieces()),
         "warm_columns": 0, "cg_rounds": rounds, "cg_status": "optimal",
         "cg_gap": max(0.0, (bound - x) / bound), "bound_gbps": bound * scale,
