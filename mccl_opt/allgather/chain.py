@@ -91,6 +91,12 @@ QUOTIENT_MIN_GPUS = 128
 #: ... when its rows (link and root orbits) are at most this fraction of the master's
 QUOTIENT_MIN_SHRINK = 8
 
+#: ... and at most this many: the rounds grow with the rows and each prices every GPU pair
+#: (HPN 4x16x8 with one NIC one way: no rail shift commutes with the per-rail aggregation
+#: switches, 264 orbit rows, not done in 200 s, where the restriction's scaled packing
+#: takes 5 s; shared aggregation and multi-spine with one NIC one way: 31-37 rows)
+QUOTIENT_MAX_ROWS = 64
+
 T = TypeVar("T")
 
 
@@ -289,7 +295,8 @@ def solve_unbalanced(topo: Topology, route: WarmRoute, backend: str,
 def _by_quotient(topo: Topology, max_chunks: int | None, backend: str, bound: float | None,
                  trail: Trail) -> Schedule | None:
     """At ``max_chunks=None`` on a fabric of at least :data:`QUOTIENT_MIN_GPUS` GPUs
-    whose automorphisms shrink the master's rows at least :data:`QUOTIENT_MIN_SHRINK`-fold:
+    whose automorphisms shrink the master's rows at least :data:`QUOTIENT_MIN_SHRINK`-fold,
+    to at most :data:`QUOTIENT_MAX_ROWS`:
     the general method on the symmetry quotient (:mod:`.general.quotient`), when it
     certifies the forwarding-only optimum; else ``None`` (recorded in ``trail``).  Warm
     or cold alike: it is cheaper than the previous trees' master (shared aggregation
@@ -301,8 +308,9 @@ def _by_quotient(topo: Topology, max_chunks: int | None, backend: str, bound: fl
 
     t = time.perf_counter()
     sym = find_symmetry(topo)
-    if sym is None or (sym.num_link_orbits + sym.num_root_orbits) * QUOTIENT_MIN_SHRINK > \
-            topo.num_links + topo.num_gpus:
+    rows = 0 if sym is None else sym.num_link_orbits + sym.num_root_orbits
+    if sym is None or rows > QUOTIENT_MAX_ROWS or \
+            rows * QUOTIENT_MIN_SHRINK > topo.num_links + topo.num_gpus:
         return None
     progress.update("AllGather: general method on the symmetry quotient")
     sched = solve_quotient(topo, cut_bound_gbps=bound, sym=sym, backend=backend,

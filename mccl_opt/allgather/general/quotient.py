@@ -45,8 +45,8 @@ from .tree_colgen import TreeCGResult, price_trees
 __all__ = ["solve_quotient", "QUOTIENT_MAX_ROUNDS", "REL_TOL"]
 
 #: rounds of column generation on the quotient before giving up (the caller's exact path
-#: runs then); 2x8x8 / 2x16x8 with one NIC slowed one way close in 10-30
-QUOTIENT_MAX_ROUNDS = 200
+#: runs then); shared aggregation 2x8x8 / 2x16x8 with one NIC slowed one way close in 15-19
+QUOTIENT_MAX_ROUNDS = 100
 
 #: the general method's stopping tolerance (``TreeCGOptions.rel_tol``)
 REL_TOL = 1e-9
