@@ -11,7 +11,7 @@ import pytest
 
 import mccl_opt as mo
 from instances import hpn
-from instances.aggregation import scrambled, shared_aggregation
+from instances.aggregation import scrambled, shared_aggregation, superpod
 from mccl_opt.allgather import chain
 from mccl_opt.allgather.canonical import canonical
 from mccl_opt.allgather.general.method import solve_general
@@ -30,6 +30,7 @@ STATES = {
     "shared-agg 2x2x8 NIC 272.6 in": lambda: _one_way(shared_aggregation(2, 2, 8), "s1tor1",
                                                       "s1h1g1", 272.6),
     "hpn 1x2x4 NVLink 1000": lambda: _one_way(hpn(1, 2, 4), "s0h0g1", "s0h0nvs", 1000.0),
+    "superpod 2x2x4 NIC 200": lambda: _one_way(superpod(2, 2, 4), "u0h0g0", "u0leaf0"),
 }
 
 

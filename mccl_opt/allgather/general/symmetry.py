@@ -119,23 +119,36 @@ def _block_shifts(topo: Topology, color: np.ndarray, nb: list[set[int]]) -> list
         gpus = [u for b in blocks.values() for u in b]
         if len(sizes) != 1 or 0 in sizes or len(set(gpus)) != len(gpus):
             continue
-        by_sig: dict[int, dict[frozenset, int]] = {}
-        for s, block in blocks.items():
-            sig = {frozenset(nb[u] - {s}): u for u in block}
-            if len(sig) == len(block):
-                by_sig[s] = sig
+        by_sig = {s: _signatures(block, nb, s) for s, block in blocks.items()}
         parts: dict[frozenset, list[int]] = {}
         for s, sig in by_sig.items():
             parts.setdefault(frozenset(sig), []).append(s)
         for part in parts.values():
-            if len(part) < 2:
-                continue
-            perm = np.arange(topo.num_nodes)
-            for s, t in zip(part, part[1:] + part[:1]):
-                perm[s] = t
-                for key, u in by_sig[s].items():
-                    perm[u] = by_sig[t][key]
-            out.append(perm)
+            if len(part) >= 2:
+                perm = np.arange(topo.num_nodes)
+                for s, t in zip(part, part[1:] + part[:1]):
+                    perm[s] = t
+                    for key, u in by_sig[s].items():
+                        perm[u] = by_sig[t][key]
+                out.append(perm)
+            perm = np.arange(topo.num_nodes)      # twins within every block at once
+            for s in part:
+                for (other, k), u in by_sig[s].items():
+                    perm[u] = by_sig[s].get((other, k + 1), by_sig[s][other, 0])
+            if (perm != np.arange(topo.num_nodes)).any():
+                out.append(perm)
+    return out
+
+
+def _signatures(block: list[int], nb: list[set[int]], s: int) -> dict[tuple, int]:
+    """Each GPU of switch ``s``'s block keyed by its other neighbours and, among GPUs with
+    the same ones (a leaf serving two rails: both GPUs of a host), its place in node order."""
+    seen: dict[frozenset, int] = {}
+    out = {}
+    for u in block:
+        other = frozenset(nb[u] - {s})
+        out[other, seen.get(other, 0)] = u
+        seen[other] = seen.get(other, 0) + 1
     return out
 
 
