@@ -54,8 +54,12 @@ REL_TOL = 1e-9
 
 class _Quotient:
     """The symmetrised master, live on a backend: column 0 is ``x``, then one column per
-    tree (its crossings of every link orbit divided by the orbit's size, ``-1/|R|`` on its
-    root orbit's row ``x - sum z/|R| <= 0``); trees are added between warm re-solves."""
+    tree (its crossings of every link orbit divided by the orbit's size and capacity,
+    ``-1/|R|`` on its root orbit's row ``x - sum z/|R| <= 0``); trees are added between
+    warm re-solves.  Link rows are in units of their capacity, so the LP solver's
+    absolute feasibility tolerance is relative to every link's capacity (shared
+    aggregation 2x8x8 with one NIC at 4 Gbps one way and another at 104.29: the
+    expanded trees fell short of ``x`` by more than ``1e-9`` with rows in Gbps)."""
 
     def __init__(self, sym: Symmetry, capacity: np.ndarray, backend: Backend) -> None:
         self.sym = sym
@@ -73,7 +77,7 @@ class _Quotient:
         rows = n_r + self.capacity.size
         backend.load(LinearProgram(
             c=np.ones(1), A=sp.csr_matrix(np.concatenate([np.ones(n_r), np.zeros(rows - n_r)])[:, None]),
-            row_lo=np.full(rows, -np.inf), row_hi=np.concatenate([np.zeros(n_r), self.capacity]),
+            row_lo=np.full(rows, -np.inf), row_hi=np.concatenate([np.zeros(n_r), np.ones(rows - n_r)]),
             col_lo=np.zeros(1), col_hi=np.full(1, np.inf), sense="max"))
 
     def add(self, roots: list[int], trees: list[np.ndarray]) -> None:
@@ -84,7 +88,7 @@ class _Quotient:
             orbit = self.sym.root_orbit[root]
             col[orbit] = -1.0 / self.root_size[orbit]
             col[n_r:] = np.bincount(self.sym.link_orbit[arcs], minlength=self.capacity.size) \
-                / self.orbit_size
+                / (self.orbit_size * self.capacity)
             cols.append(col)
             self.roots.append(root)
             self.trees.append(arcs)
@@ -102,7 +106,7 @@ class _Quotient:
                              f"{sol.status.value!r}")
         n_r = self.root_size.size
         duals = np.maximum(sol.row_duals, 0.0)
-        return float(sol.x[0]), np.maximum(sol.x[1:], 0.0), duals[:n_r], duals[n_r:]
+        return float(sol.x[0]), np.maximum(sol.x[1:], 0.0), duals[:n_r], duals[n_r:] / self.capacity
 
 
 def _price(topo: Topology, q: _Quotient, pi: np.ndarray
