@@ -26,9 +26,14 @@ from scipy.sparse.csgraph import connected_components
 
 from mccl_opt.topology import Topology
 
-__all__ = ["Symmetry", "find_symmetry"]
+__all__ = ["Symmetry", "find_symmetry", "MAX_CLUSTER_ELEMENTS"]
 
 _REFINE_ROUNDS = 64
+
+#: a cluster's elements are listed (node and link permutations each), and every tree is
+#: copied over up to this many of them: larger groups are declined (the fabrics measured
+#: had at most 256: a leaf-spine leaf's 4 hosts x 8 GPUs per host, with 4 units)
+MAX_CLUSTER_ELEMENTS = 4096
 
 
 @dataclass(frozen=True)
@@ -242,6 +247,9 @@ def find_symmetry(topo: Topology) -> Symmetry | None:
     support = [np.flatnonzero(link != np.arange(link.size)) for _, link in accepted]
     owner = _clusters(support)
     clusters = [[accepted[i] for i in np.flatnonzero(owner == c)] for c in np.unique(owner)]
+    if any(np.prod([float(_order(node)) for node, _ in gens]) > MAX_CLUSTER_ELEMENTS
+           for gens in clusters):
+        return None
     elems = [_elements(gens) for gens in clusters]
     link_orbit = _components(topo.num_links, [link for _, link in accepted])
     node_orbit = _components(topo.num_nodes, [node for node, _ in accepted])
