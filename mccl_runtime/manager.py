@@ -488,6 +488,8 @@ class ScheduleManager:
             return []
         flags = self._stack_of(profiled).flags(m)
         flags |= np.array([self._known_flag(m, c) for c in profiled], dtype=bool)
+        for coll in profiled:       # a wall clock stepped back (NTP) kept every dwell on until it caught up
+            coll.last_decision_t = min(coll.last_decision_t, now)
         flagged = [coll for coll, flag in zip(profiled, flags.tolist())
                    if flag and coll.job is None and coll.deferred is None
                    and (now - coll.last_decision_t >= self.policy.min_dwell_s or self._new_level(m, coll))]

@@ -87,9 +87,9 @@ def _gloo(args: argparse.Namespace) -> int:
     if args.png or args.workload:
         raise MCCLError("--png and --workload are simulation-only; drop them with --executor gloo")
     from executor_cuda.scenario_report import print_summary
-    from executor_cuda.scenario_run import GlooLoopConfig, run_gloo_loop
+    from executor_cuda.scenario_run import MAX_WORLD, GlooLoopConfig, run_gloo_loop
 
-    scenario = load_scenario(args.scenario)
+    scenario = load_scenario(args.scenario, max_gpus=MAX_WORLD)
     d = LoopConfig()
     cfg = GlooLoopConfig(world=args.world if args.world is not None else scenario.topology.num_gpus,
                          block_kib=args.block_kib, collective_ms=args.collective_ms,

@@ -32,9 +32,14 @@ from .cut_guard import KnownCuts, SweepGuard
 from .splitting import LogicalGraph, SplitGraph, gpu_links, switch_order
 from .transport import transport
 
-__all__ = ["spread_split"]
+__all__ = ["spread_split", "TRANSPORT_PAIRS_PER_S"]
 
 Guard = KnownCuts | SweepGuard
+
+#: the spread proposal's transport at one switch (:func:`_pair_amounts`, one compiled
+#: max-flow), in-link x out-link pairs per CPU second: ~1,000 x 1,000 pairs at the last
+#: ToRs of shared aggregation 2x64x8 took 0.17-0.26 s each, with no check inside
+TRANSPORT_PAIRS_PER_S = 4_000_000
 
 
 class ArcTable(NamedTuple):
@@ -164,8 +169,10 @@ def spread_split(g: SplitGraph, rank_of: np.ndarray, guard: Guard | None = None,
     if guard is not None:
         guard.start()
     for w in switch_order(g) if order is None else order:
-        anytime.check("Phase 2: switch removal")     # a limit stops between switches
         ins, outs = st.at(w)
+        # a limit stops between switches, and before one whose transport would outlast it
+        anytime.check_room("Phase 2: switch removal",
+                           ins.size * outs.size / TRANSPORT_PAIRS_PER_S / anytime.cpu_share())
         if ins.size == 0 and outs.size == 0:
             continue
         i_in, j_out, amounts = _pair_amounts(st, ins, outs)
