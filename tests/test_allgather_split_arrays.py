@@ -1,7 +1,8 @@
 """Phase 2's array split (``mccl_opt.allgather.forestcoll.removal.spread``) against the dictionary form.
 
 The oracle below splits every switch pair by pair with ``SplitGraph.split`` (the
-spread proposal's amounts computed here with plain dictionaries); the array split must
+spread proposal's amounts computed here with plain dictionaries and sets, siblings
+included); the array split must
 give the same logical graph: the same links, units and bundles (paths and units, in
 order).  Independently of the oracle, every bundle segment must be a real switch path
 from its link's tail GPU to its head GPU, and no physical link may carry more units
@@ -17,6 +18,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from instances import fail1, fail2, fail3, hpn
+from mccl_opt.allgather.forestcoll.maxflow import INF
 from mccl_opt.allgather.forestcoll.removal.bundles import Bundles
 from mccl_opt.allgather.forestcoll.pipeline import balanced_split, phase_one_budget
 from mccl_opt.allgather.forestcoll.removal.splitting import (LogicalGraph, SplitGraph, balance_switches,
@@ -26,8 +28,15 @@ from mccl_opt.allgather.forestcoll.removal.transport import transport
 
 
 def reference_spread(g: SplitGraph, rank_of: np.ndarray) -> LogicalGraph:
-    """The spread proposal on a copy of ``g``, one ``SplitGraph.split`` per pair."""
+    """The spread proposal on a copy of ``g``, one ``SplitGraph.split`` per pair;
+    sibling pairs (ends cabled to a common switch other than ``w`` in ``g`` as given)
+    held back to the last two stages."""
     g = g.copy()
+    switches: dict[int, set[int]] = {v: set() for v in range(g.n)}
+    for a, b in g.units:
+        for v, x in ((a, b), (b, a)):
+            if g.is_switch[x]:
+                switches[v].add(x)
     for w in switch_order(g):
         ins, outs = g.in_arcs(w), g.out_arcs(w)
         us, ts = [a for a, _ in ins], [b for _, b in outs]
@@ -40,9 +49,14 @@ def reference_spread(g: SplitGraph, rank_of: np.ndarray) -> LogicalGraph:
         rest = np.array([max(int(a_u.sum()) - (b_t[out_of[u]] if u in out_of else 0), 1)
                          for u in us], np.int64)
         first = [-(-int(a_u[i]) * int(b_t[j]) // int(rest[i])) for i, j in pairs]
+        sib = [bool((switches[us[i]] & switches[ts[j]]) - {w}) for i, j in pairs]
+        stages = [np.array(first, np.int64), None]
+        if any(sib):
+            apart = [np.array([0 if s else x for s, x in zip(sib, first)], np.int64),
+                     np.array([0 if s else INF for s in sib], np.int64)]
+            stages = apart + stages
         supply, demand = a_u.copy(), b_t.copy()
-        amounts = transport(len(us), len(ts), tail, col, supply, demand,
-                            [np.array(first, np.int64), None],
+        amounts = transport(len(us), len(ts), tail, col, supply, demand, stages,
                             np.array([out_of.get(u, -1) for u in us], np.int64))
         for (i, j), amount in zip(pairs, amounts.tolist()):
             g.split(us[i], w, ts[j], amount)

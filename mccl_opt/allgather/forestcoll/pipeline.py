@@ -317,9 +317,16 @@ def _few_trees(split: SplitGraph, rank_of: np.ndarray, k: int, stats: dict[str, 
 #: per root, 101 s), while the test is ``n`` max-flows (milliseconds)
 TEST_FIRST_K = 64
 
-#: ... and below it from this many tree entries ``k·n²`` (shared aggregation 2x16x8 at
-#: ``None``, ``k = 41``: a failing repair packing ~0.35 s CPU, the test ~0.03 s)
+#: ... and below it from this many tree entries ``k·n²`` (a failing repair packing of the
+#: spread split of shared aggregation 2x16x8 at ``None`` before :mod:`.removal.siblings`,
+#: ``k = 41``: ~0.7 s CPU, the test ~0.02 s), the test on a sample of sinks only
+#: (:data:`TEST_FIRST_SINKS`): a failing sink proves no packing exists, a passing sample
+#: leaves it to the packing, which certifies itself (the whole sweep of a graph that
+#: passes, 0.5 s there, cost about as much as the packing)
 TEST_FIRST_ENTRIES = 1 << 21
+
+#: sinks of that first test, every ``n // TEST_FIRST_SINKS``-th rank
+TEST_FIRST_SINKS = 32
 
 
 def pack(split: SplitGraph, rank_of: np.ndarray, k: int, guides: dict[int, np.ndarray],
@@ -346,7 +353,8 @@ def pack(split: SplitGraph, rank_of: np.ndarray, k: int, guides: dict[int, np.nd
     late_plain = k >= SCALED_MIN_K and k * lg.num_gpus ** 2 > PLAIN_FIRST_ENTRIES
     few = not fewer_chunks or k * lg.num_gpus ** 2 <= FEW_TREES_CHEAP_ENTRIES
     test_first = k > TEST_FIRST_K or k * lg.num_gpus ** 2 >= TEST_FIRST_ENTRIES
-    if test_first and not lg.admits(k):           # no packing can complete: skip it
+    stride = 1 if k > TEST_FIRST_K else max(1, lg.num_gpus // TEST_FIRST_SINKS)
+    if test_first and not lg.admits(k, stride):   # no packing can complete: skip it
         found, admits = None, False
     else:
         found = _pack_repair(lg, k, stats, shapes, plain=not late_plain)
