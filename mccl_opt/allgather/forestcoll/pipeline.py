@@ -264,20 +264,30 @@ def spread_logical(split: SplitGraph, rank_of: np.ndarray) -> LogicalGraph:
     return spread_split(split, rank_of)
 
 
+#: below :data:`~.packing.scaled.SCALED_MIN_K` trees per root, a repair packing's searches
+#: stop after this many tree visits per tree entry ``k·n²`` (they were unbounded): the
+#: guarded split of leaf-spine 8x2x8 at ``None`` (``k = 41``) failed only after 5-18 M
+#: visits (27x its entries since sibling pairs go last, 10 -> 21 s CPU), then the few-trees
+#: packing packs it; packings that complete took at most ~1x (shared aggregation 2x16x8's
+#: guarded split before siblings: 2.7 M visits, 1.0x)
+REPAIR_VISITS_PER_ENTRY = 4
+
+
 def _pack_repair(lg: LogicalGraph, k: int, stats: dict[str, Any], shapes: Shapes | None,
                  rail_first: bool | None = None, plain: bool = True
                  ) -> tuple[list[TreeClass], Packing] | None:
     """Repair packing, reusing previous shapes (certifies itself); from
     :data:`~.packing.scaled.SCALED_MIN_K` trees per root the scaled packings and the plain
     one in :func:`~.packing.scaled.many_trees_pack`'s order, the plain one's repair
-    searches limited to ``k·n²`` tree visits (the packing's own size): leaf-spine 4x2x8
+    searches limited to ``k·n²`` tree visits (the packing's own size; below it
+    :data:`REPAIR_VISITS_PER_ENTRY` times that): leaf-spine 4x2x8
     with a NIC degraded one way packs 811 trees per root in 315 M visits (56 s) where the
     general method solves the fabric in ~1.2 s.  Under a limit (a warm stage's allowance,
     the solve's ``time_limit``) the searches are sized to its time left and the limit
     stopped when that is too little or they run out (:func:`.sized.limited_repair`).
     ``plain=False``: from ``SCALED_MIN_K`` trees per root the scaled packings only."""
     n = lg.num_gpus
-    visits = k * n * n if k >= SCALED_MIN_K else 1 << 62
+    visits = k * n * n * (1 if k >= SCALED_MIN_K else REPAIR_VISITS_PER_ENTRY)
     if k >= SCALED_MIN_K and not rail_first:
         classes = many_trees_pack(n, lg.tail, lg.head, lg.units, k, shapes, stats, plain)
     else:

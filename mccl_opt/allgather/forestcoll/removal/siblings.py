@@ -15,7 +15,6 @@ is structural (cables to a common switch in the physical graph), not by names.
 from __future__ import annotations
 
 import numpy as np
-import scipy.sparse as sp
 
 from ..maxflow import INF
 
@@ -23,24 +22,42 @@ __all__ = ["SwitchNeighbours", "spread_stages"]
 
 
 class SwitchNeighbours:
-    """Which switches each node is cabled to (either direction) in the physical graph."""
+    """Which switches each node is cabled to (either direction) in the physical graph,
+    as sorted lists in CSR (``start``, ``switch``)."""
 
     def __init__(self, n: int, tail: np.ndarray, head: np.ndarray, is_switch: np.ndarray
                  ) -> None:
         rows = np.concatenate([tail[is_switch[head]], head[is_switch[tail]]])
         cols = np.concatenate([head[is_switch[head]], tail[is_switch[tail]]])
-        adj = sp.csr_matrix((np.ones(rows.size, np.int32), (rows, cols)), shape=(n, n))
-        adj.data[:] = 1                                   # duplicates summed: back to 0/1
-        self.adj = adj
+        keys = np.unique(rows.astype(np.int64) * n + cols)
+        self.switch = keys % n
+        self.start = np.zeros(n + 1, np.int64)
+        np.cumsum(np.bincount(keys // n, minlength=n), out=self.start[1:])
+
+    def _listed(self, nodes: np.ndarray, w: int) -> tuple[np.ndarray, np.ndarray]:
+        """``(position in nodes, switch)`` for every switch but ``w`` cabled to each node,
+        by switch."""
+        count = self.start[nodes + 1] - self.start[nodes]
+        pos = np.repeat(np.arange(nodes.size), count)
+        first = np.repeat(self.start[nodes] - np.cumsum(count) + count, count)
+        switch = self.switch[first + np.arange(pos.size)]
+        keep = switch != w
+        order = np.argsort(switch[keep], kind="stable")
+        return pos[keep][order], switch[keep][order]
 
     def siblings(self, w: int, us: np.ndarray, ts: np.ndarray, tail: np.ndarray,
                  col: np.ndarray) -> np.ndarray:
         """Per pair ``p`` (in-link tail ``us[tail[p]]``, out-link head ``ts[col[p]]``):
         are both ends cabled to a common switch other than ``w``?"""
-        a, b = self.adj[us], self.adj[ts]
-        common = (a @ b.T).toarray()
-        common -= np.outer(a[:, [w]].toarray().ravel(), b[:, [w]].toarray().ravel())
-        return common[tail, col] > 0
+        iu, xu = self._listed(us, w)
+        jt, xt = self._listed(ts, w)
+        lo, hi = np.searchsorted(xt, xu, "left"), np.searchsorted(xt, xu, "right")
+        count = hi - lo
+        i = np.repeat(iu, count)
+        j = jt[np.repeat(lo - np.cumsum(count) + count, count) + np.arange(i.size)]
+        common = np.zeros((us.size, ts.size), bool)
+        common[i, j] = True
+        return common[tail, col]
 
 
 def spread_stages(proportional: np.ndarray, siblings: np.ndarray) -> list:
