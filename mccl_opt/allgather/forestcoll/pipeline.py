@@ -264,30 +264,32 @@ def spread_logical(split: SplitGraph, rank_of: np.ndarray) -> LogicalGraph:
     return spread_split(split, rank_of)
 
 
-#: below :data:`~.packing.scaled.SCALED_MIN_K` trees per root, a repair packing's searches
-#: stop after this many tree visits per tree entry ``k·n²`` (they were unbounded): the
-#: guarded split of leaf-spine 8x2x8 at ``None`` (``k = 41``) failed only after 5-18 M
-#: visits (27x its entries since sibling pairs go last, 10 -> 21 s CPU), then the few-trees
-#: packing packs it; packings that complete took at most ~1x (shared aggregation 2x16x8's
-#: guarded split before siblings: 2.7 M visits, 1.0x)
+#: below :data:`~.packing.scaled.SCALED_MIN_K` trees per root, the repair packings after
+#: the guard (of the guarded split, and the rail-first retry) stop after this many tree
+#: visits per tree entry ``k·n²`` (they were unbounded): the guarded split of leaf-spine
+#: 8x2x8 at ``None`` (``k = 41``) failed only after 5-18 M visits (27x its entries since
+#: sibling pairs go last, 10 -> 21 s CPU), then the few-trees packing packs it.  Not the
+#: first packing of the plain split: SuperPOD 4x4x8's completes past 4x (capped there, it
+#: lost the chunk budget's optimum at ``K=10``)
 REPAIR_VISITS_PER_ENTRY = 4
 
 
 def _pack_repair(lg: LogicalGraph, k: int, stats: dict[str, Any], shapes: Shapes | None,
-                 rail_first: bool | None = None, plain: bool = True
+                 rail_first: bool | None = None, plain: bool = True, capped: bool = False
                  ) -> tuple[list[TreeClass], Packing] | None:
     """Repair packing, reusing previous shapes (certifies itself); from
     :data:`~.packing.scaled.SCALED_MIN_K` trees per root the scaled packings and the plain
     one in :func:`~.packing.scaled.many_trees_pack`'s order, the plain one's repair
-    searches limited to ``k·n²`` tree visits (the packing's own size; below it
-    :data:`REPAIR_VISITS_PER_ENTRY` times that): leaf-spine 4x2x8
+    searches limited to ``k·n²`` tree visits (the packing's own size; below it, with
+    ``capped``, :data:`REPAIR_VISITS_PER_ENTRY` times that): leaf-spine 4x2x8
     with a NIC degraded one way packs 811 trees per root in 315 M visits (56 s) where the
     general method solves the fabric in ~1.2 s.  Under a limit (a warm stage's allowance,
     the solve's ``time_limit``) the searches are sized to its time left and the limit
     stopped when that is too little or they run out (:func:`.sized.limited_repair`).
     ``plain=False``: from ``SCALED_MIN_K`` trees per root the scaled packings only."""
     n = lg.num_gpus
-    visits = k * n * n * (1 if k >= SCALED_MIN_K else REPAIR_VISITS_PER_ENTRY)
+    visits = k * n * n if k >= SCALED_MIN_K else \
+        k * n * n * REPAIR_VISITS_PER_ENTRY if capped else 1 << 62
     if k >= SCALED_MIN_K and not rail_first:
         classes = many_trees_pack(n, lg.tail, lg.head, lg.units, k, shapes, stats, plain)
     else:
@@ -377,7 +379,7 @@ def pack(split: SplitGraph, rank_of: np.ndarray, k: int, guides: dict[int, np.nd
         if guarded is not None:                   # it passes the rooted test
             lg, kind, admits = guarded, SplitKind.GUARDED, True
             anytime.check("Phase 3: before the repair packing of the guarded split")
-            found = _pack_repair(lg, k, stats, shapes, plain=not late_plain)
+            found = _pack_repair(lg, k, stats, shapes, plain=not late_plain, capped=True)
     if found is None and admits and late_plain and few:
         lg, kind, found = _few_trees(split, rank_of, k, stats, lg, kind)
     if found is None and admits and late_plain:
@@ -386,7 +388,8 @@ def pack(split: SplitGraph, rank_of: np.ndarray, k: int, guides: dict[int, np.nd
     if found is None and admits and lg.num_gpus < RAIL_FIRST_MIN_RANKS:
         # small fabrics grow wide-then-narrow one vertex per turn; where that gets stuck
         # (leaf-spine: every NIC link narrow) the rail-first batched order may not
-        found = _pack_repair(lg, k, stats, shapes, rail_first=True)
+        found = _pack_repair(lg, k, stats, shapes, rail_first=True,
+                             capped=kind is SplitKind.GUARDED)
     if found is None:
         anytime.check("Phase 3: before the greedy packing")
         found = _pack_greedy(lg, k, guides)
