@@ -23,6 +23,7 @@ from mccl_opt.allgather.forestcoll.removal.bundles import Bundles
 from mccl_opt.allgather.forestcoll.pipeline import balanced_split, phase_one_budget
 from mccl_opt.allgather.forestcoll.removal.splitting import (LogicalGraph, SplitGraph, balance_switches,
                                           simple_path, switch_order)
+from mccl_opt.allgather.forestcoll.removal.siblings import SwitchNeighbours
 from mccl_opt.allgather.forestcoll.removal.spread import _walk, spread_split
 from mccl_opt.allgather.forestcoll.removal.transport import transport
 
@@ -184,3 +185,43 @@ def test_walk_cuts_cycles_like_simple_path(head, tail):
     top = len(p_in) + len(p_out)
     length = _walk(buf, top, 0, len(p_in), len(p_in), len(p_out))
     assert tuple(buf[top: top + length].tolist()) == simple_path(p_in + p_out[1:])
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_siblings_are_ends_cabled_to_a_common_other_switch(seed):
+    """:class:`SwitchNeighbours` against sets of each node's switches, on random graphs
+    (repeated cables, switch-switch links, nodes with no switch)."""
+    rng = np.random.default_rng(seed)
+    for _ in range(25):
+        n = int(rng.integers(3, 25))
+        is_switch = rng.random(n) < 0.4
+        tail, head = rng.integers(0, n, 60), rng.integers(0, n, 60)
+        tail, head = tail[tail != head], head[tail != head]
+        switches: dict[int, set[int]] = {v: set() for v in range(n)}
+        for a, b in zip(tail.tolist(), head.tolist()):
+            for v, x in ((a, b), (b, a)):
+                if is_switch[x]:
+                    switches[v].add(x)
+        w = int(rng.integers(0, n))
+        us = rng.choice(n, int(rng.integers(1, n)), replace=False)
+        ts = rng.choice(n, int(rng.integers(1, n)), replace=False)
+        i, j = np.nonzero(np.ones((us.size, ts.size), bool))
+        got = SwitchNeighbours(n, tail, head, is_switch).siblings(w, us, ts, i, j)
+        want = [bool((switches[int(us[a])] & switches[int(ts[b])]) - {w}) for a, b in zip(i, j)]
+        assert got.tolist() == want
+
+
+def test_a_failing_sample_of_sinks_proves_the_rooted_test_fails():
+    """``admits(k, stride)`` tests every ``stride``-th rank only: a ``False`` holds for the
+    whole test (the sampled sink's cut is a cut), and a graph that passes passes it."""
+    sampled_fails = 0
+    for seed in range(10):
+        g, rank_of = random_split(seed)
+        lg = spread_split(g, rank_of)
+        for k in (1, 2, 3, 5):
+            whole = lg.admits(k)
+            for stride in (2, 3):
+                sample = lg.admits(k, stride)
+                assert sample or not whole
+                sampled_fails += not sample
+    assert sampled_fails > 0
