@@ -82,8 +82,8 @@ def _violated_ranks(lg: LogicalGraph, k: int, sweeps: list[float]) -> list[np.nd
     failing rank not inside a set found before; ``None`` when none does.  One rooted
     sweep that goes on past each failing rank (:func:`.cut_guard.violated_sets`): the
     same sets as a fresh sweep per set, as a failing rank's sink side is unique
-    (shared aggregation 2x16x8 at ``None``: 32 host sets, 32 sweeps -> 1, 0.7 -> 0.03 s
-    CPU).  ``sweeps[0]``: the longest rooted sweep so far (one compiled call of ``n``
+    (shared aggregation 2x16x8 at ``None`` before :mod:`.siblings`: 31 host sets, 32
+    sweeps -> 1, 0.27-0.34 -> 0.19-0.28 s CPU).  ``sweeps[0]``: the longest rooted sweep so far (one compiled call of ``n``
     max-flows, 0.2 s CPU at 256 GPUs), updated; a sweep is not started where the solve's
     limit has less left (:func:`mccl_opt.anytime.check_room`): its result would come
     past the limit."""

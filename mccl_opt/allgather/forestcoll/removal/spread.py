@@ -4,9 +4,10 @@ Switches are split one at a time in :func:`.splitting.switch_order`.  Splitting 
 pairs its in-links ``u -> w`` with its out-links ``w -> t`` (``u != t``) by the
 integral transport of :func:`.transport.transport`, seeded with the proportional
 share ``a_u b_t / (C - b_u)`` (rounded up) so every GPU gets logical links to all its
-switch peers, pairs whose ends share another switch last (:mod:`.siblings`); then every unit at ``w`` is gone: paired units become logical links
-``u -> t``, units left on an in-link are forced loops ``u -> w -> u`` and units no pair
-takes (an unbalanced switch) are dropped.
+switch peers, pairs whose ends share another switch last (:mod:`.siblings`); then every
+unit at ``w`` is gone: paired units become logical links ``u -> t``, units left on an
+in-link are forced loops ``u -> w -> u`` and units no pair takes (an unbalanced switch)
+are dropped.
 
 The graph lives in arrays: every arc (logical or physical) has its units and a linked
 list of bundle segments, each segment its units and its path in a node buffer; an
