@@ -94,7 +94,8 @@ def test_a_graph_that_does_not_admit_k_is_refused():
 
 
 @pytest.mark.parametrize("max_chunks", [10, None])
-def test_leaf_spine_with_narrow_nics_is_solved_by_forestcoll_at_the_optimum(max_chunks):
+def test_leaf_spine_with_narrow_nics_is_solved_by_forestcoll_at_the_optimum(max_chunks,
+                                                                          proportional_spread):
     """The solve: ForestColl's exact packing, not the general method, at the cut bound
     (the fabric is balanced: the forwarding-only optimum)."""
     topo = leaf_spine(8, 2, 4, spines=4)

@@ -251,13 +251,24 @@ def spread_logical(split: SplitGraph, rank_of: np.ndarray) -> LogicalGraph:
     return spread_split(split, rank_of)
 
 
+#: below :data:`~.packing.scaled.SCALED_MIN_K` trees per root, the repair packings after
+#: the guard (of the guarded split, and the rail-first retry) stop after this many tree
+#: visits per tree entry ``k·n²`` (they were unbounded): the guarded split of leaf-spine
+#: 8x2x8 at ``None`` (``k = 41``) failed only after 5-18 M visits (27x its entries since
+#: sibling pairs go last, 10 -> 21 s CPU), then the few-trees packing packs it.  Not the
+#: first packing of the plain split: SuperPOD 4x4x8's completes past 4x (capped there, it
+#: lost the chunk budget's optimum at ``K=10``)
+REPAIR_VISITS_PER_ENTRY = 4
+
+
 def _pack_repair(lg: LogicalGraph, k: int, stats: dict[str, Any], shapes: Shapes | None,
-                 rail_first: bool | None = None, plain: bool = True, capped: bool = False
-                 ) -> tuple[list[TreeClass], Packing] | None:
+                 rail_first: bool | None = None, plain: bool = True, capped: bool = False,
+                 guarded: bool = False) -> tuple[list[TreeClass], Packing] | None:
     """Repair packing, reusing previous shapes (certifies itself); from
     :data:`~.packing.scaled.SCALED_MIN_K` trees per root the scaled packings and the plain
     one in :func:`~.packing.scaled.many_trees_pack`'s order, the plain one's repair
-    searches limited to ``k·n²`` tree visits (the packing's own size): leaf-spine 4x2x8
+    searches limited to ``k·n²`` tree visits (the packing's own size; below it, with
+    ``guarded``, :data:`REPAIR_VISITS_PER_ENTRY` times that): leaf-spine 4x2x8
     with a NIC degraded one way packs 811 trees per root in 315 M visits (56 s) where the
     general method solves the fabric in ~1.2 s.  Under a limit (a warm stage's allowance,
     the solve's ``time_limit``) the searches are sized to its time left and the limit
@@ -266,7 +277,8 @@ def _pack_repair(lg: LogicalGraph, k: int, stats: dict[str, Any], shapes: Shapes
     ``capped``: the searches limited to ``k·n²`` visits below ``SCALED_MIN_K`` too, where
     the exact few-trees packing follows a failure (:func:`pack` at ``max_chunks=None``)."""
     n = lg.num_gpus
-    visits = k * n * n if k >= SCALED_MIN_K or capped else 1 << 62
+    visits = k * n * n if k >= SCALED_MIN_K or capped else \
+        k * n * n * REPAIR_VISITS_PER_ENTRY if guarded else 1 << 62
     if k >= SCALED_MIN_K and not rail_first:
         classes = many_trees_pack(n, lg.tail, lg.head, lg.units, k, shapes, stats, plain)
     else:
@@ -306,9 +318,16 @@ def _few_trees(split: SplitGraph, rank_of: np.ndarray, k: int, stats: dict[str, 
 #: per root, 101 s), while the test is ``n`` max-flows (milliseconds)
 TEST_FIRST_K = 64
 
-#: ... and below it from this many tree entries ``k·n²`` (shared aggregation 2x16x8 at
-#: ``None``, ``k = 41``: a failing repair packing ~0.35 s CPU, the test ~0.03 s)
+#: ... and below it from this many tree entries ``k·n²`` (a failing repair packing of the
+#: spread split of shared aggregation 2x16x8 at ``None`` before :mod:`.removal.siblings`,
+#: ``k = 41``: ~0.7 s CPU, the test ~0.02 s), the test on a sample of sinks only
+#: (:data:`TEST_FIRST_SINKS`): a failing sink proves no packing exists, a passing sample
+#: leaves it to the packing, which certifies itself (the whole sweep of a graph that
+#: passes, 0.5 s there, cost about as much as the packing)
 TEST_FIRST_ENTRIES = 1 << 21
+
+#: sinks of that first test, every ``n // TEST_FIRST_SINKS``-th rank
+TEST_FIRST_SINKS = 32
 
 
 def pack(split: SplitGraph, rank_of: np.ndarray, k: int, guides: dict[int, np.ndarray],
@@ -340,7 +359,8 @@ def pack(split: SplitGraph, rank_of: np.ndarray, k: int, guides: dict[int, np.nd
     # root: 1.3 M, 10.6 M and 4.5 M visits, 6.2 s CPU, before the few-trees packing)
     capped = not fewer_chunks
     test_first = k > TEST_FIRST_K or k * lg.num_gpus ** 2 >= TEST_FIRST_ENTRIES
-    if test_first and not lg.admits(k):           # no packing can complete: skip it
+    stride = 1 if k > TEST_FIRST_K else max(1, lg.num_gpus // TEST_FIRST_SINKS)
+    if test_first and not lg.admits(k, stride):   # no packing can complete: skip it
         found, admits = None, False
     else:
         found = _pack_repair(lg, k, stats, shapes, plain=not late_plain, capped=capped)
@@ -353,7 +373,8 @@ def pack(split: SplitGraph, rank_of: np.ndarray, k: int, guides: dict[int, np.nd
         if guarded is not None:                   # it passes the rooted test
             lg, kind, admits = guarded, SplitKind.GUARDED, True
             anytime.check("Phase 3: before the repair packing of the guarded split")
-            found = _pack_repair(lg, k, stats, shapes, plain=not late_plain, capped=capped)
+            found = _pack_repair(lg, k, stats, shapes, plain=not late_plain, capped=capped,
+                                 guarded=True)
     if found is None and admits and late_plain and few:
         lg, kind, found = _few_trees(split, rank_of, k, stats, lg, kind)
     if found is None and admits and late_plain:
@@ -362,7 +383,8 @@ def pack(split: SplitGraph, rank_of: np.ndarray, k: int, guides: dict[int, np.nd
     if found is None and admits and lg.num_gpus < RAIL_FIRST_MIN_RANKS:
         # small fabrics grow wide-then-narrow one vertex per turn; where that gets stuck
         # (leaf-spine: every NIC link narrow) the rail-first batched order may not
-        found = _pack_repair(lg, k, stats, shapes, rail_first=True, capped=capped)
+        found = _pack_repair(lg, k, stats, shapes, rail_first=True, capped=capped,
+                             guarded=kind is SplitKind.GUARDED)
     if found is None:
         anytime.check("Phase 3: before the greedy packing")
         found = _pack_greedy(lg, k, guides)

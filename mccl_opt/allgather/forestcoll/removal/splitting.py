@@ -368,11 +368,13 @@ class LogicalGraph:
         return cls(int(g.gpus.size), tail, head, units[order],
                    [g.bundles[keys[i]] for i in order.tolist()])
 
-    def admits(self, k: int) -> bool:
-        """Rooted cut test: ``k`` trees per root fit (Edmonds' branching theorem)."""
+    def admits(self, k: int, stride: int = 1) -> bool:
+        """Rooted cut test: ``k`` trees per root fit (Edmonds' branching theorem).
+        ``stride > 1`` tests every ``stride``-th rank as a sink only: ``False`` is then
+        still a proof that none fit, ``True`` is not."""
         net = FlowNetwork(self.num_gpus, self.tail, self.head)
         caps = net.caps()
         caps[: net.m] = self.units
         caps[net.s_arc0: net.s_arc0 + self.num_gpus] = k
-        sinks = np.arange(self.num_gpus, dtype=np.int64)
+        sinks = np.arange(0, self.num_gpus, stride, dtype=np.int64)
         return net.first_failing_sink(caps, sinks, k * self.num_gpus) < 0
