@@ -151,7 +151,7 @@ def test_exact_split_keeps_cut_condition_and_units(build):
 
 def test_repair_searches_before_the_exact_packing_are_capped_at_none(monkeypatch):
     """At ``None`` a failed repair packing is followed by the exact few-trees packing, so
-    every repair search stops within ``k·n²`` tree visits (uncapped they ran to the end:
+    every repair search stops within ``k·n²`` tree visits, the guarded split's too (uncapped they ran to the end:
     6.2 s CPU on leaf-spine 8x2x8 with 4 spines) and the solve still reaches the cut
     bound."""
     from mccl_opt.allgather.forestcoll import sized
@@ -172,5 +172,7 @@ def test_repair_searches_before_the_exact_packing_are_capped_at_none(monkeypatch
     for n, k, cap, visits in calls:
         assert cap == k * n * n and visits <= cap + n * n
     check_schedule(topo, s, None)
-    assert s.stats["packing"] == "exact"
+    # the guarded split's repair packing completes since sibling pairs go last; where it
+    # does not, the exact few-trees packing follows
+    assert s.stats["packing"] in ("repair", "exact")
     assert s.rate_gbps == pytest.approx(cut_bound(topo), rel=1e-9)
