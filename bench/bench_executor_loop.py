@@ -88,6 +88,8 @@ def class_table(shape: str, collectives: list[str], classes: list[str], cfg: Glo
     from executor_cuda.scenario_run import plan_scales
     from mccl_runtime.manager import solver_synthesizer
 
+    if log_dir:
+        Path(log_dir).mkdir(parents=True, exist_ok=True)
     rows = []
     for coll in collectives:
         probe = scenario(shape, coll, "fail2", 1.0, 2.0)
