@@ -212,12 +212,16 @@ def _round_aware_alltoall(topo: Topology, warm: Schedule, backend: str, max_chun
     gloo ranks in 7 of 16 runs (docs/executor.md, "AllToAll on gloo ranks")."""
     import mccl_opt
     from mccl_opt.lowering.rounds import round_time
+    from mccl_opt.report import WarmUse
 
     t0 = time.perf_counter()
     best = mccl_opt.solve_alltoall(topo, warm=warm, backend=backend, max_chunks=max_chunks, time_limit=time_limit_s)
     took = time.perf_counter() - t0
     best_t = round_time(best, topo)
-    for start, steps in ((warm, "min"), (None, None), (None, "min")):
+    # a warm solve that ran cold (no local re-optimisation: a link fell sharply, e.g. a
+    # dead one) already is the cold solve: solving it again returns the same schedule
+    again = () if best.report.warm is WarmUse.COLD else ((None, None),)
+    for start, steps in ((warm, "min"), *again, (None, "min")):
         left = _left_for_another(time_limit_s, t0, took)
         if left is not None and left <= 0:
             break
