@@ -664,12 +664,17 @@ class ScheduleManager:
                 events += self._restart(coll, job, now)
         return events
 
-    def _outdated(self, coll: Collective, job: _Job, m: np.ndarray) -> Outdated | None:
+    def _outdated(self, coll: Collective, job: _Job, m: np.ndarray,
+                  loads: np.ndarray | None = None) -> Outdated | None:
         """Whether ``job`` is out of date under ``m``: :class:`Outdated` ``CLEARED`` before
-        ``SUPERSEDED`` (the one place this rule lives; queued and finished jobs both use it)."""
+        ``SUPERSEDED`` (the one place this rule lives; queued and finished jobs both use it).
+        ``loads``: a finished job's schedule, superseded only if the move costs it more than
+        ``restart_tol`` of the rate it has on the job's input (a move elsewhere, e.g. noise
+        on links it has headroom on, leaves it as good as it was built to be)."""
         if self._recovered(m, coll):
             return Outdated.CLEARED
-        if self._moved(m, coll, job) > self.policy.restart_tol and job.restarts < self.policy.max_restarts:
+        if self._moved(m, coll, job) > self.policy.restart_tol and job.restarts < self.policy.max_restarts \
+                and (loads is None or _rate(m, loads) < (1.0 - self.policy.restart_tol) * _rate(job.capacity, loads)):
             return Outdated.SUPERSEDED
         return None
 
@@ -728,7 +733,7 @@ class ScheduleManager:
             cur_rate, new_rate = _rate(m, coll.profile.loads), _rate(m, new_profile.loads)
             detail.update(max_delta=report.max_delta, rate_before=cur_rate, rate_after=new_rate)
             reason = None
-            outdated = self._outdated(coll, job, m)
+            outdated = self._outdated(coll, job, m, new_profile.loads)
             if outdated is Outdated.CLEARED:
                 reason = "cleared"
             elif outdated is Outdated.SUPERSEDED:
