@@ -67,7 +67,7 @@ class GlooLoopConfig:
     probe_kib: float = 512.0              # fabric KiB per probe (the simulated loop's probe_bytes)
     shallow_trees: bool = True            # the controller's ``--shallow-trees`` (a tree hop per round)
     pieces: int = 1                       # collectives run in pieces, in-flight switch (executor_cuda.pieces)
-    abort: bool = False                   # abort a stale collective, re-run it on the new version (executor_cuda.abort)
+    abort: bool = True                    # abort a stale collective, re-run it on the new version (executor_cuda.abort)
     controller_log: str | None = None     # keep the controller's decision log (``serve -v``) at this path
     workers: int = 0                      # the controller's ``--workers`` (0: synthesis in its own thread)
 

@@ -33,10 +33,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--pieces", type=int_arg, default=1,
                    help="run each collective in this many pieces; a new version takes over between pieces "
                         "(the in-flight switch, docs/executor.md; costs per piece on gloo)")
-    g.add_argument("--abort", action="store_true",
+    g.add_argument("--abort", action=argparse.BooleanOptionalAction, default=True,
                    help="abort a collective stuck on a (nearly) dead link once the ranks agreed on a new "
                         "version, and re-run it on that version; links are read while messages are in flight "
-                        "(docs/executor.md, \"Aborting a stale collective\")")
+                        "(default; --no-abort: the new version waits for the collective's end; "
+                        "docs/executor.md, \"Aborting a stale collective\")")
     g.add_argument("--telemetry-frontend", action="store_true",
                    help="start a telemetry front end with the controller (`serve --frontends 1`) and send "
                         "the ranks' telemetry to it; schedules and subscriptions stay with the controller")
