@@ -196,6 +196,8 @@ def main() -> None:
                     help="abort a collective stuck on a dead link and re-run it on the new version "
                          "(default; --no-abort: it runs to its end on the old version)")
     ap.add_argument("--block-kib", type=float, default=32.0, help="real KiB per block (larger: pieces less noisy)")
+    ap.add_argument("--workers", type=int, default=0,
+                    help="the controller's synthesis worker processes (default 0: a thread in the controller)")
     ap.add_argument("--controller-logs", metavar="DIR", help="keep each class run's controller decision log in DIR")
     ap.add_argument("--classes", help=f"instead: one run per scenario class ({','.join(CLASSES)})")
     args = ap.parse_args()
@@ -206,7 +208,7 @@ def main() -> None:
     for part in args.shape.split("x"):
         n *= int(part)
     cfg = GlooLoopConfig(world=n, collective_ms=args.collective_ms, pieces=args.pieces, block_kib=args.block_kib,
-                         abort=args.abort)
+                         abort=args.abort, workers=args.workers)
     if args.classes:
         if not args.json:
             print(f"scenario classes on {n} gloo ranks, HPN {args.shape}, 16 MiB, healthy collective "
