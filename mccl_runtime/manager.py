@@ -28,9 +28,12 @@ collective, concurrently), and publishes new versions.
   it is aborted and the current schedule kept (after ``no_gain`` its cut and base
   slacks are re-derived on the job's ``M``, so the same drift does not flag again).
 * Newest estimate wins: a finished job whose input capacities differ from the latest
-  ``M`` by more than ``restart_tol`` (relative, on any link) is ``superseded``: it is
-  discarded and a new job starts at once on the latest ``M`` (at most ``max_restarts``
-  times in a row; then the re-check below decides).  A failure that cleared meanwhile
+  ``M`` by more than ``restart_tol`` (relative, on any link), and whose schedule's rate
+  under the latest ``M`` is more than ``restart_tol`` below its rate on the job's input, is
+  ``superseded``: it is discarded and a new job starts at once on the latest ``M`` (at
+  most ``max_restarts`` times in a row; then the re-check below decides).  A move that
+  costs the schedule nothing (capacities that fell where it has headroom) publishes it: a
+  re-synthesis could not do better on capacities that only fell.  A failure that cleared meanwhile
   aborts (``cleared``) before this test.
 * Confidence before synthesis: while the store reports links with an unconfirmed change
   (:meth:`MeasurementStore.pending_links`, level estimator), no job starts, for at most

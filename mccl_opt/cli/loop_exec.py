@@ -68,7 +68,8 @@ def _refuse_real_rank_flags(args: argparse.Namespace, loop: argparse.ArgumentPar
     (issue 27, seventh pass): ``--pieces 4`` or ``--abort`` there changed nothing."""
     from mccl_opt.errors import MCCLError
 
-    given = [f"--{name.replace('_', '-')}" for name in REAL_RANK_ONLY if getattr(args, name) != loop.get_default(name)]
+    given = [f"--{'no-' if loop.get_default(name) is True else ''}{name.replace('_', '-')}"
+             for name in REAL_RANK_ONLY if getattr(args, name) != loop.get_default(name)]
     if given:
         raise MCCLError(f"{', '.join(given)} appl{'ies' if len(given) == 1 else 'y'} to --executor gloo only; the "
                         f"simulated loop (--executor sim) ignores {'it' if len(given) == 1 else 'them'} (it always "
