@@ -61,7 +61,7 @@ class RankPlan:
     telemetry_endpoint: str | None = None  # a telemetry front end (None: ``endpoint``)
     window_s: float = 0.18                # pieces: report mid-collective once it ran this long (PieceWindow;
                                           # at least 3 warm-up collectives)
-    abort: bool = False                   # abort a collective stuck on a dead link, re-run it (StaleAbort)
+    abort: bool = True                    # abort a collective stuck on a dead link, re-run it (StaleAbort)
 
 
 def _state_at(plan: RankPlan, elapsed: float) -> int:

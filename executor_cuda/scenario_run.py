@@ -67,8 +67,9 @@ class GlooLoopConfig:
     probe_kib: float = 512.0              # fabric KiB per probe (the simulated loop's probe_bytes)
     shallow_trees: bool = True            # the controller's ``--shallow-trees`` (a tree hop per round)
     pieces: int = 1                       # collectives run in pieces, in-flight switch (executor_cuda.pieces)
-    abort: bool = False                   # abort a stale collective, re-run it on the new version (executor_cuda.abort)
+    abort: bool = True                    # abort a stale collective, re-run it on the new version (executor_cuda.abort)
     controller_log: str | None = None     # keep the controller's decision log (``serve -v``) at this path
+    workers: int = 0                      # the controller's ``--workers`` (0: synthesis in its own thread)
 
 
 class ControllerProcess:
@@ -84,6 +85,8 @@ class ControllerProcess:
                "--time-limit", str(cfg.time_limit_s), "--backend", cfg.backend]
         if cfg.shallow_trees:
             cmd.append("--shallow-trees")
+        if cfg.workers:
+            cmd += ["--workers", str(cfg.workers)]
         if cfg.telemetry_frontend:
             cmd += ["--frontends", "1"]
         if cfg.controller_log:

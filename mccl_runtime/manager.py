@@ -28,9 +28,12 @@ collective, concurrently), and publishes new versions.
   it is aborted and the current schedule kept (after ``no_gain`` its cut and base
   slacks are re-derived on the job's ``M``, so the same drift does not flag again).
 * Newest estimate wins: a finished job whose input capacities differ from the latest
-  ``M`` by more than ``restart_tol`` (relative, on any link) is ``superseded``: it is
-  discarded and a new job starts at once on the latest ``M`` (at most ``max_restarts``
-  times in a row; then the re-check below decides).  A failure that cleared meanwhile
+  ``M`` by more than ``restart_tol`` (relative, on any link), and whose schedule's rate
+  under the latest ``M`` is more than ``restart_tol`` below its rate on the job's input, is
+  ``superseded``: it is discarded and a new job starts at once on the latest ``M`` (at
+  most ``max_restarts`` times in a row; then the re-check below decides).  A move that
+  costs the schedule nothing (capacities that fell where it has headroom) publishes it: a
+  re-synthesis could not do better on capacities that only fell.  A failure that cleared meanwhile
   aborts (``cleared``) before this test.
 * Confidence before synthesis: while the store reports links with an unconfirmed change
   (:meth:`MeasurementStore.pending_links`, level estimator), no job starts, for at most
@@ -204,8 +207,9 @@ def cold_on_small(synthesize: Synthesizer, max_gpus: int) -> Synthesizer:
 def _round_aware_alltoall(topo: Topology, warm: Schedule, backend: str, max_chunks: int,
                           time_limit_s: float | None) -> Schedule:
     """The warm AllToAll re-synthesis for an executor that runs a GPU hop per round: the
-    warm and cold solves, each also with the smallest step bound that keeps its rate
-    (``max_steps="min"``, paper App. D); of those at least as fast as the warm one (LP
+    warm solve, the warm and (unless the warm solve ran cold) the cold solve with the
+    smallest step bound that keeps its rate (``max_steps="min"``, paper App. D); of those
+    at least as fast as the warm one (LP
     rate), the one with the lowest store-and-forward round time on the measured fabric
     (:func:`mccl_opt.lowering.rounds.round_time`; ties keep the earlier candidate).  The
     fluid LP has many optima of one rate; on HPN 1x2x4 with a NIC at 50 of 400 Gbps,
@@ -213,12 +217,19 @@ def _round_aware_alltoall(topo: Topology, warm: Schedule, backend: str, max_chun
     gloo ranks in 7 of 16 runs (docs/executor.md, "AllToAll on gloo ranks")."""
     import mccl_opt
     from mccl_opt.lowering.rounds import round_time
+    from mccl_opt.report import WarmUse
 
     t0 = time.perf_counter()
     best = mccl_opt.solve_alltoall(topo, warm=warm, backend=backend, max_chunks=max_chunks, time_limit=time_limit_s)
     took = time.perf_counter() - t0
     best_t = round_time(best, topo)
-    for start, steps in ((warm, "min"), (None, None), (None, "min")):
+    # the plain cold solve never beat the other three on 48 measured fabrics (it tied or
+    # lost); a warm solve that ran cold (no local re-optimisation: a link fell sharply, e.g.
+    # a dead one) already is the cold solve, and then the cold one with the smallest step
+    # bound improved the pick by 0.3 % on average (at most 6 %) on 30 such fabrics for a
+    # third more CPU (docs/executor.md, "The round-aware pick under load")
+    cold = () if best.report.warm is WarmUse.COLD else ((None, "min"),)
+    for start, steps in ((warm, "min"), *cold):
         left = _left_for_another(time_limit_s, t0, took)
         if left is not None and left <= 0:
             break
@@ -738,12 +749,17 @@ class ScheduleManager:
                 events += self._restart(coll, job, now)
         return events
 
-    def _outdated(self, coll: Collective, job: _Job, m: np.ndarray) -> Outdated | None:
+    def _outdated(self, coll: Collective, job: _Job, m: np.ndarray,
+                  loads: np.ndarray | None = None) -> Outdated | None:
         """Whether ``job`` is out of date under ``m``: :class:`Outdated` ``CLEARED`` before
-        ``SUPERSEDED`` (the one place this rule lives; queued and finished jobs both use it)."""
+        ``SUPERSEDED`` (the one place this rule lives; queued and finished jobs both use it).
+        ``loads``: a finished job's schedule, superseded only if the move costs it more than
+        ``restart_tol`` of the rate it has on the job's input (a move elsewhere, e.g. noise
+        on links it has headroom on, leaves it as good as it was built to be)."""
         if self._recovered(m, coll):
             return Outdated.CLEARED
-        if self._moved(m, coll, job) > self.policy.restart_tol and job.restarts < self.policy.max_restarts:
+        if self._moved(m, coll, job) > self.policy.restart_tol and job.restarts < self.policy.max_restarts \
+                and (loads is None or _rate(m, loads) < (1.0 - self.policy.restart_tol) * _rate(job.capacity, loads)):
             return Outdated.SUPERSEDED
         return None
 
@@ -802,7 +818,7 @@ class ScheduleManager:
             cur_rate, new_rate = _rate(m, coll.profile.loads), _rate(m, new_profile.loads)
             detail.update(max_delta=report.max_delta, rate_before=cur_rate, rate_after=new_rate)
             reason = None
-            outdated = self._outdated(coll, job, m)
+            outdated = self._outdated(coll, job, m, new_profile.loads)
             if outdated is Outdated.CLEARED:
                 reason = "cleared"
             elif outdated is Outdated.SUPERSEDED:

@@ -57,9 +57,9 @@ def _finished_while_pending(first, then, samples=2, settle_max_s=10.0):
 
 
 def test_a_result_is_held_while_a_further_drop_is_confirmed_then_the_newest_estimate_wins():
-    synth, store, mgr, t = _finished_while_pending(190.0, 50.0)     # a further drop, not confirmed
+    synth, store, mgr, t = _finished_while_pending(250.0, 50.0)     # a further drop, not confirmed
     assert TOPO.link_index(*NIC) in store.pending_links()
-    assert _nic(store.measured()) == pytest.approx(190.0)
+    assert _nic(store.measured()) == pytest.approx(250.0)
     assert _nic(store.provisional()) == pytest.approx(50.0, rel=0.05)
     events = mgr.poll(t)
     assert [e.action for e in events] == ["held"] and events[0].detail["pending"]
@@ -70,9 +70,9 @@ def test_a_result_is_held_while_a_further_drop_is_confirmed_then_the_newest_esti
     assert [e.action for e in events] == ["superseded", "resynthesis"]
     events = mgr.poll(t, wait_s=5.0)
     assert [e.action for e in events] == ["published"]
-    assert [_nic(c) for c in synth.capacities] == [pytest.approx(190.0), pytest.approx(50.0, rel=0.05)]
+    assert [_nic(c) for c in synth.capacities] == [pytest.approx(250.0), pytest.approx(50.0, rel=0.05)]
     assert _nic(mgr.get("world", "ag").synth_capacity) == pytest.approx(50.0, rel=0.05)
-    assert mgr.counters["published"] == 1                # nothing was ever published for 190
+    assert mgr.counters["published"] == 1                # nothing was ever published for 250
     mgr.close()
 
 
