@@ -24,7 +24,7 @@ import dataclasses
 
 from .. import anytime
 from ..errors import SolveError, TopologyError
-from ..schedule import Schedule
+from ..schedule import Schedule, bottleneck_links, schedule_rate, share_loads
 from ..topology import Topology
 
 __all__ = ["fewer_trees", "VERTEX_LP_MAX_SIZE", "RATE_TOL"]
@@ -39,14 +39,18 @@ RATE_TOL = 1e-9
 
 
 def fewer_trees(topo: Topology, sched: Schedule | None, max_chunks: int | None,
-                backend: str) -> Schedule | None:
-    """``sched`` (an exact schedule, ``max_chunks=None``, of ``topo``) on the trees of a
-    basic optimum of the tree master over its own trees when that has fewer trees at the
-    same rate; ``sched`` itself otherwise, with a chunk limit, when the master is
-    larger than :data:`VERTEX_LP_MAX_SIZE`, or when a time limit passes during the
-    master (``sched`` is already exact and was not offered as the limit's incumbent)."""
+                backend: str, previous: Schedule | None = None) -> Schedule | None:
+    """``sched`` (an exact schedule, ``max_chunks=None``, of ``topo``) on fewer trees at
+    the same rate: the warm start ``previous``'s trees where they still reach that rate
+    (:func:`_previous_trees`, no LP), else those of a basic optimum of the tree master
+    over ``sched``'s own trees; ``sched`` itself otherwise, with a chunk limit, when the
+    master is larger than :data:`VERTEX_LP_MAX_SIZE`, or when a time limit passes during
+    the master (``sched`` is already exact and was not offered as the limit's incumbent)."""
     if sched is None or max_chunks is not None:
         return sched
+    reused = _previous_trees(topo, sched, previous)
+    if reused is not None:
+        return reused
     if len(sched.chunks) * (topo.num_gpus + topo.num_links) > VERTEX_LP_MAX_SIZE:
         return sched
     from .general.method import solve_general          # the general method loads on use
@@ -63,9 +67,40 @@ def fewer_trees(topo: Topology, sched: Schedule | None, max_chunks: int | None,
     if len(vertex.chunks) >= len(sched.chunks) or \
             vertex.rate_gbps < sched.rate_gbps * (1 - RATE_TOL):
         return sched
-    stats = {**sched.stats, "fewer_trees_from": len(sched.chunks),
-             "fewer_trees_s": vertex.report.seconds}
-    return dataclasses.replace(sched, chunks=vertex.chunks, rate_gbps=vertex.rate_gbps,
-                               bottleneck=vertex.bottleneck, stats=stats,
+    return _on(sched, vertex.chunks, vertex.rate_gbps, vertex.bottleneck,
+               fewer_trees_s=vertex.report.seconds)
+
+
+def _previous_trees(topo: Topology, sched: Schedule, previous: Schedule | None
+                    ) -> Schedule | None:
+    """``sched`` on the trees of the warm start ``previous`` when they are fewer, every
+    hop is a link of ``topo`` and their rate on ``topo`` reaches ``sched``'s within
+    :data:`RATE_TOL` (then it is the same certified optimum); else ``None``.  After a
+    warm solve that reuses ForestColl's kept trees the previous re-weighted trees
+    usually still fit: one load sum instead of the master (docs/allgather.md "Fewer
+    trees at equal rate")."""
+    if previous is None or previous.collective != "allgather" or \
+            tuple(previous.gpus) != tuple(sched.gpus) or \
+            not 0 < len(previous.chunks) < len(sched.chunks):
+        return None
+    try:
+        loads = share_loads(topo, previous.chunks)
+    except (TopologyError, TypeError, ValueError):      # a hop that is no link any more
+        return None
+    rate = schedule_rate(topo, loads)
+    if not rate >= sched.rate_gbps * (1 - RATE_TOL):
+        return None
+    rate = min(rate, sched.lp_rate_gbps)
+    return _on(sched, previous.chunks, rate, bottleneck_links(topo, loads, rate, None),
+               fewer_trees_reused=True)
+
+
+def _on(sched: Schedule, chunks: tuple, rate: float, bottleneck: tuple, **stats: object
+        ) -> Schedule:
+    """``sched`` on ``chunks`` (its report's method and certificate, ForestColl's warm
+    state: its kept trees in units of ``1/k``); ``k`` becomes ``None``."""
+    return dataclasses.replace(sched, chunks=chunks, rate_gbps=rate, bottleneck=bottleneck,
+                               stats={**sched.stats, "fewer_trees_from": len(sched.chunks),
+                                      **stats},
                                warm_state=sched.warm_state,
                                report=dataclasses.replace(sched.report, k=None))
