@@ -120,8 +120,8 @@ def test_a_time_limit_passing_in_the_master_keeps_the_exact_schedule(monkeypatch
     def limit_passes(*args, **kwargs):
         anytime.run_out("the re-weighting master (made to run out)")
 
-    import mccl_opt.allgather.general.method as method
-    monkeypatch.setattr(method, "solve_general", limit_passes)
+    import mccl_opt.allgather.general.tree_colgen as tree_colgen
+    monkeypatch.setattr(tree_colgen, "tree_column_generation", limit_passes)
     limited = mo.solve_allgather(topo, max_chunks=None, time_limit=60.0)
     check_schedule(topo, limited)
     mo.validate(topo, limited)

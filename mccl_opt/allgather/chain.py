@@ -247,7 +247,7 @@ def solve_unbalanced(topo: Topology, route: WarmRoute, backend: str,
     elif best is None and restricted is not None:
         best = fewer_trees(topo, solve_by_restriction(topo, restricted, route, max_chunks,
                                                       forestcoll, bound, trail), max_chunks, backend,
-                           route.given)
+                           route)
     if best is None:
         best = solve_by_general(topo, route, backend, max_chunks, "unbalanced switches", bound,
                                 trail, seed)

@@ -21,13 +21,20 @@ master's columns as warm state the route was declined, 0.16 s, cold's time).
 from __future__ import annotations
 
 import dataclasses
+import time
+from typing import Sequence
+
+import numpy as np
 
 from .. import anytime
 from ..errors import SolveError, TopologyError
 from ..schedule import Schedule, bottleneck_links, schedule_rate, share_loads
+from ..schedule_chunks import TreeChunk, TreeChunks, TreeTable
+from ..report import Method, WarmUse
 from ..topology import Topology
+from .warm.route import WarmRoute
 
-__all__ = ["fewer_trees", "VERTEX_LP_MAX_SIZE", "RATE_TOL"]
+__all__ = ["fewer_trees", "master_pays", "VERTEX_LP_MAX_SIZE", "RATE_TOL"]
 
 #: the master is solved only when its columns times rows stay below this (shared
 #: aggregation 2x2x8: 2165 x 192, 0.09 s CPU; HPN 2x8x8 Fail2: 477 x 672, 0.06 s; the
@@ -39,36 +46,101 @@ RATE_TOL = 1e-9
 
 
 def fewer_trees(topo: Topology, sched: Schedule | None, max_chunks: int | None,
-                backend: str, previous: Schedule | None = None) -> Schedule | None:
+                backend: str, route: WarmRoute | None = None) -> Schedule | None:
     """``sched`` (an exact schedule, ``max_chunks=None``, of ``topo``) on fewer trees at
-    the same rate: the warm start ``previous``'s trees where they still reach that rate
-    (:func:`_previous_trees`, no LP), else those of a basic optimum of the tree master
-    over ``sched``'s own trees; ``sched`` itself otherwise, with a chunk limit, when the
-    master is larger than :data:`VERTEX_LP_MAX_SIZE`, or when a time limit passes during
-    the master (``sched`` is already exact and was not offered as the limit's incumbent)."""
+    the same rate: the warm start's trees (``route.given``) where they still reach that
+    rate (:func:`_previous_trees`, no LP), else those of a basic optimum of the tree
+    master over ``sched``'s own trees (:func:`_reweighted_once`); on a warm ``route``
+    whose trees ``sched`` reuses, the master is a warm step within the allowance left.
+    ``sched`` itself otherwise: with a chunk limit, past the allowance, or when the master
+    cannot have fewer trees (:func:`master_pays`)."""
     if sched is None or max_chunks is not None:
         return sched
-    reused = _previous_trees(topo, sched, previous)
-    if reused is not None:
-        return reused
-    if len(sched.chunks) * (topo.num_gpus + topo.num_links) > VERTEX_LP_MAX_SIZE:
-        return sched
-    from .general.method import solve_general          # the general method loads on use
-    from .general.restriction_seed import RestrictionSeed
+    reused = _previous_trees(topo, sched, None if route is None else route.given)
+    if reused is not None or not master_pays(topo, len(sched.chunks)):
+        return reused or sched
+    if route is None or not route.active or sched.report.warm in (WarmUse.COLD, WarmUse.DECLINED):
+        return _reweighted_once(topo, sched, backend)
+    return route.attempt("the re-weighting to fewer trees", Method.FORESTCOLL,
+                         lambda _: _reweighted_once(topo, sched, backend), lambda: sched)
 
-    seed = RestrictionSeed(sched.lp_rate_gbps, (sched,), 0.0, "the schedule's own trees")
+
+def master_pays(topo: Topology, trees: int) -> bool:
+    """Whether the master over ``trees`` trees is solved: more trees than half its rows
+    (roots + links; a basic optimum has at most one tree per row, and the vertices
+    measured had 0.2-0.7 trees per row: from fewer trees than half the rows the fuzz's
+    fabrics gained at most 136 -> 71 for a master that cost as much as the solve, HPN
+    2x4x8 after faults), and columns x rows at most :data:`VERTEX_LP_MAX_SIZE`."""
+    rows = topo.num_gpus + topo.num_links
+    return rows < 2 * trees and trees * rows <= VERTEX_LP_MAX_SIZE
+
+
+def _reweighted_once(topo: Topology, sched: Schedule, backend: str) -> Schedule:
+    """``sched`` on the trees of the master's basic optimum (:func:`_vertex`) when they
+    are fewer and reach its rate within :data:`RATE_TOL`; else ``sched`` (also when a
+    time limit passes during the master: ``sched`` is already exact and was not offered
+    as the limit's incumbent)."""
+    t = time.perf_counter()
     try:
-        vertex = solve_general(topo, backend=backend, max_chunks=None, seed=seed,
-                               first_only=True)
+        vertex = _vertex(topo, sched, backend)
     except (SolveError, TopologyError):
         return sched
-    except anytime.TimeLimitReached:    # a finishing touch: the exact schedule stands
+    except anytime.TimeLimitReached as stop:   # a finishing touch: the exact schedule
+        if stop.owner.is_stage:                # stands (a warm step's expiry: the route's)
+            raise
         return sched
-    if len(vertex.chunks) >= len(sched.chunks) or \
-            vertex.rate_gbps < sched.rate_gbps * (1 - RATE_TOL):
+    if vertex is None:
         return sched
-    return _on(sched, vertex.chunks, vertex.rate_gbps, vertex.bottleneck,
-               fewer_trees_s=vertex.report.seconds)
+    chunks, loads, saturated = vertex
+    rate = schedule_rate(topo, loads)
+    if len(chunks) >= len(sched.chunks) or rate < sched.rate_gbps * (1 - RATE_TOL):
+        return sched
+    return _on(sched, chunks, rate, bottleneck_links(topo, loads, rate, None, saturated=saturated),
+               fewer_trees_s=time.perf_counter() - t)
+
+
+def _vertex(topo: Topology, sched: Schedule, backend: str
+            ) -> tuple[Sequence[TreeChunk], np.ndarray, np.ndarray] | None:
+    """A basic optimum of the tree master over ``sched``'s distinct trees, solved once
+    and stopped at ``sched``'s certified rate (:func:`.general.tree_colgen.
+    tree_column_generation`, one round): its trees as ``sched``'s own chunks at their
+    new shares (no tree rebuilt from the LP's columns), their link loads and the links
+    the LP saturates; ``None`` when a chunk is no tree of ``topo``, the LP dropped a
+    column or fell short of the rate."""
+    from ..backends import get_backend                  # the general method loads on use
+    from .general.live_master import TreePool
+    from .general.method import chunk_columns, rate_scale
+    from .general.restriction_seed import table_columns
+    from .general.tree_colgen import TreeCGOptions, tree_column_generation
+    from .general.tree_rounding import fractional_shares
+
+    roots, trees = table_columns(sched, topo) or chunk_columns((sched,), topo)
+    if len(roots) != len(sched.chunks):
+        return None
+    distinct = TreePool().append(roots, trees)          # a repeated tree is one column
+    scale = rate_scale(topo)
+    capacity = topo.arrays.capacity / scale
+    with get_backend(backend) as lp:
+        res = tree_column_generation(topo, lp, capacity, [roots[i] for i in distinct],
+                                     [trees[i] for i in distinct], TreeCGOptions(max_rounds=1),
+                                     upper_bound=sched.lp_rate_gbps / scale)
+    if res.status != "optimal" or len(res.pool) != distinct.size:
+        return None
+    shares = fractional_shares(res.pool, res.weights, topo.num_gpus)
+    keep = np.flatnonzero(shares > 0)
+    loads = res.pool.loads(np.where(shares > 0, shares, 0.0), topo.num_links)
+    saturated = res.pool.loads(res.weights, topo.num_links) >= capacity * (1 - 1e-9)
+    return _reweighted(sched.chunks, distinct[keep], shares[keep]), loads, saturated
+
+
+def _reweighted(chunks: Sequence[TreeChunk], idx: np.ndarray, shares: np.ndarray
+                ) -> Sequence[TreeChunk]:
+    """The chunks ``idx`` of ``chunks`` at ``shares`` (a tree table stays a table)."""
+    if isinstance(chunks, TreeChunks):
+        t = chunks.table
+        return TreeChunks(TreeTable(t.node_ids, t.paths, t.src[idx], shares, t.edges[idx]))
+    return tuple(dataclasses.replace(chunks[i], share=float(f))
+                 for i, f in zip(idx.tolist(), shares.tolist()))
 
 
 def _previous_trees(topo: Topology, sched: Schedule, previous: Schedule | None
