@@ -10,12 +10,17 @@ The tree master (paper §4.3 tree packing as an LP, :mod:`.general.live_master`)
 those trees has ForestColl's weights as a feasible point at the certified optimum, so
 its optimum is that rate, and a basic optimum has at most one positive weight per row
 (``roots + links``): the same rate on at most ``roots + links - 1`` trees.  The master is
-solved once, stopped at the certified rate (:func:`.general.method.solve_general`
-seeded with the schedule's own trees, ``first_only``: one master); the re-weighted trees are kept only
-when they are fewer and reach the rate within :data:`RATE_TOL`.  The warm state stays
-ForestColl's (its kept trees in units of ``1/k``): a warm solve of the same state reuses
-them as before (shared aggregation 2x2x8 one way, same state warm: 0.038 s; with the
-master's columns as warm state the route was declined, 0.16 s, cold's time).
+solved once over the schedule's distinct trees, stopped at the certified rate
+(:func:`.general.tree_colgen.tree_column_generation`, one round); the trees of its basic
+optimum are the schedule's own chunks at new shares (not rebuilt from the LP's
+columns), kept only when they are fewer and reach the rate within :data:`RATE_TOL`.
+It is solved only when it pays (:func:`master_pays`: more trees than rows, or cheap
+against the solve),
+and on a warm solve that reuses the previous trees first the previous schedule's own
+trees are tried (one load sum), then the master as a warm step within the allowance.
+The warm state stays ForestColl's (its kept trees in units of ``1/k``): a warm solve of
+the same state reuses them as before (with the master's columns as warm state the route
+was declined, cold's time).
 """
 
 from __future__ import annotations
@@ -34,12 +39,22 @@ from ..report import Method, WarmUse
 from ..topology import Topology
 from .warm.route import WarmRoute
 
-__all__ = ["fewer_trees", "master_pays", "VERTEX_LP_MAX_SIZE", "RATE_TOL"]
+__all__ = ["fewer_trees", "master_pays", "VERTEX_LP_MAX_SIZE", "MASTER_S_PER_ENTRY",
+           "MASTER_FLOOR_S", "MASTER_SHARE", "RATE_TOL"]
 
 #: the master is solved only when its columns times rows stay below this (shared
 #: aggregation 2x2x8: 2165 x 192, 0.09 s CPU; HPN 2x8x8 Fail2: 477 x 672, 0.06 s; the
 #: 2x8x8 general method's 1536 x 672 took 0.93 s, a healthy 2x8x8's 8028 x 672 1.5 s)
 VERTEX_LP_MAX_SIZE = 500_000
+
+#: the master's measured CPU seconds per column x row (2165 x 192: 0.09 s; 621 x 352:
+#: 0.05-0.07 s; 477 x 672: 0.06 s), for :func:`master_pays`' estimate
+MASTER_S_PER_ENTRY = 3e-7
+#: below as many trees as rows, the master is solved when it is estimated at most this
+#: (s: it stays under the warm target's 20 ms floor) ...
+MASTER_FLOOR_S = 0.01
+#: ... or this share of the solve's time (the target lets a warm solve take 1.5 x cold)
+MASTER_SHARE = 0.5
 
 #: relative rate the re-weighted trees may lose to the master's float tolerance
 RATE_TOL = 1e-9
@@ -53,11 +68,11 @@ def fewer_trees(topo: Topology, sched: Schedule | None, max_chunks: int | None,
     master over ``sched``'s own trees (:func:`_reweighted_once`); on a warm ``route``
     whose trees ``sched`` reuses, the master is a warm step within the allowance left.
     ``sched`` itself otherwise: with a chunk limit, past the allowance, or when the master
-    cannot have fewer trees (:func:`master_pays`)."""
+    does not pay (:func:`master_pays`)."""
     if sched is None or max_chunks is not None:
         return sched
     reused = _previous_trees(topo, sched, None if route is None else route.given)
-    if reused is not None or not master_pays(topo, len(sched.chunks)):
+    if reused is not None or not master_pays(topo, sched):
         return reused or sched
     if route is None or not route.active or sched.report.warm in (WarmUse.COLD, WarmUse.DECLINED):
         return _reweighted_once(topo, sched, backend)
@@ -65,14 +80,21 @@ def fewer_trees(topo: Topology, sched: Schedule | None, max_chunks: int | None,
                          lambda _: _reweighted_once(topo, sched, backend), lambda: sched)
 
 
-def master_pays(topo: Topology, trees: int) -> bool:
-    """Whether the master over ``trees`` trees is solved: more trees than half its rows
-    (roots + links; a basic optimum has at most one tree per row, and the vertices
-    measured had 0.2-0.7 trees per row: from fewer trees than half the rows the fuzz's
-    fabrics gained at most 136 -> 71 for a master that cost as much as the solve, HPN
-    2x4x8 after faults), and columns x rows at most :data:`VERTEX_LP_MAX_SIZE`."""
-    rows = topo.num_gpus + topo.num_links
-    return rows < 2 * trees and trees * rows <= VERTEX_LP_MAX_SIZE
+def master_pays(topo: Topology, sched: Schedule) -> bool:
+    """Whether the master over ``sched``'s trees is solved (columns x rows at most
+    :data:`VERTEX_LP_MAX_SIZE`): with more trees than rows (roots + links), a basic
+    optimum surely has fewer (shared aggregation 2x2x8 one way: 2165 trees, 192 rows ->
+    123); with fewer, only when its estimated cost (:data:`MASTER_S_PER_ENTRY` per
+    column x row) is at most :data:`MASTER_FLOOR_S` or :data:`MASTER_SHARE` of the
+    solve's ``stats["total_s"]`` (HPN 2x8x8 Fail1: 258 trees of 0.03 s ForestColl, the
+    master ~0.06 s for 258 -> 129, not solved; HPN 2x4x8 Fail2: 151 -> 73 for ~0.02 s of
+    a 0.15 s solve, solved; docs/allgather.md "When the re-weighting pays")."""
+    trees, rows = len(sched.chunks), topo.num_gpus + topo.num_links
+    if trees * rows > VERTEX_LP_MAX_SIZE:
+        return False
+    cost = trees * rows * MASTER_S_PER_ENTRY
+    solve = float(sched.stats.get("total_s", 0.0))
+    return trees > rows or cost <= max(MASTER_FLOOR_S, MASTER_SHARE * solve)
 
 
 def _reweighted_once(topo: Topology, sched: Schedule, backend: str) -> Schedule:
