@@ -15,9 +15,9 @@ solved once over the schedule's distinct trees, stopped at the certified rate
 optimum are the schedule's own chunks at new shares (not rebuilt from the LP's
 columns), kept only when they are fewer and reach the rate within :data:`RATE_TOL`.
 It is solved only when it pays (:func:`master_pays`: more trees than rows, or cheap
-against the solve),
-and on a warm solve that reuses the previous trees first the previous schedule's own
-trees are tried (one load sum), then the master as a warm step within the allowance.
+against the solve), and on a warm solve that reuses the previous trees first the
+previous schedule's own trees are tried (one load sum), then the master as a warm step
+within the allowance (not started where its estimate exceeds what is left).
 The warm state stays ForestColl's (its kept trees in units of ``1/k``): a warm solve of
 the same state reuses them as before (with the master's columns as warm state the route
 was declined, cold's time).
@@ -39,7 +39,7 @@ from ..report import Method, WarmUse
 from ..topology import Topology
 from .warm.route import WarmRoute
 
-__all__ = ["fewer_trees", "master_pays", "VERTEX_LP_MAX_SIZE", "MASTER_S_PER_ENTRY",
+__all__ = ["fewer_trees", "master_pays", "master_seconds", "VERTEX_LP_MAX_SIZE", "MASTER_S_PER_ENTRY",
            "MASTER_FLOOR_S", "MASTER_SHARE", "RATE_TOL"]
 
 #: the master is solved only when its columns times rows stay below this (shared
@@ -66,7 +66,8 @@ def fewer_trees(topo: Topology, sched: Schedule | None, max_chunks: int | None,
     the same rate: the warm start's trees (``route.given``) where they still reach that
     rate (:func:`_previous_trees`, no LP), else those of a basic optimum of the tree
     master over ``sched``'s own trees (:func:`_reweighted_once`); on a warm ``route``
-    whose trees ``sched`` reuses, the master is a warm step within the allowance left.
+    whose trees ``sched`` reuses, the master is a warm step within the allowance left,
+    not started when its estimate (:func:`master_seconds`) exceeds what is left.
     ``sched`` itself otherwise: with a chunk limit, past the allowance, or when the master
     does not pay (:func:`master_pays`)."""
     if sched is None or max_chunks is not None:
@@ -76,6 +77,8 @@ def fewer_trees(topo: Topology, sched: Schedule | None, max_chunks: int | None,
         return reused or sched
     if route is None or not route.active or sched.report.warm in (WarmUse.COLD, WarmUse.DECLINED):
         return _reweighted_once(topo, sched, backend)
+    if master_seconds(topo, len(sched.chunks)) > route.allowance:
+        return sched                         # it would not fit: the allowance is not spent
     return route.attempt("the re-weighting to fewer trees", Method.FORESTCOLL,
                          lambda _: _reweighted_once(topo, sched, backend), lambda: sched)
 
@@ -92,9 +95,14 @@ def master_pays(topo: Topology, sched: Schedule) -> bool:
     trees, rows = len(sched.chunks), topo.num_gpus + topo.num_links
     if trees * rows > VERTEX_LP_MAX_SIZE:
         return False
-    cost = trees * rows * MASTER_S_PER_ENTRY
     solve = float(sched.stats.get("total_s", 0.0))
-    return trees > rows or cost <= max(MASTER_FLOOR_S, MASTER_SHARE * solve)
+    return trees > rows or master_seconds(topo, trees) <= max(MASTER_FLOOR_S, MASTER_SHARE * solve)
+
+
+def master_seconds(topo: Topology, trees: int) -> float:
+    """The master's estimated seconds over ``trees`` trees (:data:`MASTER_S_PER_ENTRY`
+    per column x row)."""
+    return trees * (topo.num_gpus + topo.num_links) * MASTER_S_PER_ENTRY
 
 
 def _reweighted_once(topo: Topology, sched: Schedule, backend: str) -> Schedule:
