@@ -3,7 +3,8 @@
 docs/alltoall.md, "Time limits").
 
 ``python bench/bench_allgather_limits.py [--limits S ...] [--big] [--sizes N ...]
-[--collective allgather|alltoall|both] [--exact]``; ``--suite issue25 [--only TEXT ...]``
+[--collective allgather|alltoall|both] [--exact]``; ``--suite issue25|short [--only TEXT
+...] [--trace]``
 
 Per fabric: AllGather's first schedule's seconds and rate (:func:`mccl_opt.allgather.
 first.first_schedule`, cold), then ``solve_<collective>(..., time_limit=S)`` for every
@@ -24,14 +25,22 @@ solve's; ``mccl warmup`` loads them ahead), the overrun ratio ``(wall - kern) / 
 0.05)`` (over 1: past the issue's bound, marked ``!``; ``-`` for a solve without a
 limit, which a limit of ``none`` runs: the cold solve's own time), the status, the rate and its ratio to the best known rate
 (:data:`BEST_KNOWN`, docs/allgather.md; else the best rate of the run, marked ``~``).
-``--only`` keeps the cases whose name contains one of the texts.  The load average is
+``--suite short`` (:data:`SHORT`): limits of 0.05, 0.1, 0.3 and 1 s on the largest fabrics
+(HPN 4x16x8 / 2x32x8 / 8x16x8 with the one-way NIC, shared aggregation 2x64x8 as built and
+with it) at ``K=10`` and ``None``.
+``--only`` keeps the cases whose name contains one of the texts; ``--trace`` prints, per
+solve, the project frames a thread sampled every 20 ms once the solve was past ``1.2 S +
+0.05`` (the step no check point reached; samples land between compiled calls).  The load average is
 printed before and after: on a shared machine compare CPU seconds.
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import os
+import sys
+import threading
 import time
 from typing import Callable
 
@@ -72,6 +81,19 @@ SUITE: list[tuple[str, Callable[[], mo.Topology], list[int | None], list[float |
     ("sharedagg-2x64x8", lambda: shared_aggregation(2, 64, 8), [10, None], [1.0, 5.0, 20.0, None]),
 ]
 
+#: ``--suite short``: limits of 50 ms to 1 s on the largest fabrics (512-1024 GPUs, one-way
+#: NIC faults), at the default budget and at ``max_chunks=None``
+SHORT_LIMITS: list[float | None] = [0.05, 0.1, 0.3, 1.0]
+SHORT: list[tuple[str, Callable[[], mo.Topology], list[int | None], list[float | None]]] = [
+    ("hpn-4x16x8-nic1way", lambda: _one_way_nic(hpn(4, 16, 8)), [10, None], SHORT_LIMITS),
+    ("hpn-2x32x8-nic1way", lambda: _one_way_nic(hpn(2, 32, 8)), [10, None], SHORT_LIMITS),
+    ("sharedagg-2x64x8", lambda: shared_aggregation(2, 64, 8), [10, None], SHORT_LIMITS),
+    ("sharedagg-2x64x8-nic1way", lambda: _one_way_nic(shared_aggregation(2, 64, 8)), [10, None],
+     SHORT_LIMITS),
+    ("hpn-8x16x8-nic1way", lambda: _one_way_nic(hpn(8, 16, 8)), [10, None], SHORT_LIMITS),
+]
+SUITES = {"issue25": SUITE, "short": SHORT}
+
 #: best known rates (Gbps) at ``max_chunks=None``, docs/allgather.md ("Above the tree
 #: limit", "Unbalanced fabrics at 512 GPUs"): the one-way NIC at 100 Gbps
 BEST_KNOWN: dict[tuple[str, int | None], float] = {
@@ -89,11 +111,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--collective", choices=["allgather", "alltoall", "both"],
                     default="allgather")
     ap.add_argument("--exact", action="store_true")
-    ap.add_argument("--suite", choices=["issue25"], default=None)
+    ap.add_argument("--suite", choices=sorted(SUITES), default=None)
     ap.add_argument("--only", nargs="+", default=None, help="--suite: cases whose name has one")
+    ap.add_argument("--trace", action="store_true",
+                    help="--suite: name the code a solve runs past 1.2 S + 0.05 (stack samples)")
     args = ap.parse_args(argv)
     if args.suite:
-        return _suite(args.only)
+        return _suite(SUITES[args.suite], args.only, args.trace)
     budget = None if args.exact else 10
     colls = ["allgather", "alltoall"] if args.collective == "both" else [args.collective]
     solvers = {"allgather": mo.solve_allgather, "alltoall": mo.solve_alltoall}
@@ -128,23 +152,26 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _suite(only: list[str] | None) -> int:
-    """``--suite issue25`` (module docstring): one row per case, chunk budget and limit."""
+def _suite(suite: list, only: list[str] | None, trace: bool) -> int:
+    """``--suite`` (module docstring): one row per case, chunk budget and limit."""
     mo.solve_allgather(hpn(1, 2, 8), time_limit=5.0)              # compile the kernels
     print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     print(f"{'fabric':28} {'GPUs':>5} {'K':>4} {'limit':>6} {'wall':>8} {'cpu':>8} "
           f"{'kern':>6} {'over':>6} {'status':>10} {'method':>24} {'rate':>11} {'/best':>8} {'bound':>11}")
     worst = 0.0
-    for name, make, budgets, limits in SUITE:
+    for name, make, budgets, limits in suite:
         if only and not any(o in name for o in only):
             continue
         topo = make()
         for k in budgets:
             rows = []
             for limit in limits:
+                sampler = _Sampler(limit) if trace and limit is not None else None
                 t, c = time.perf_counter(), time.process_time()
                 s = mo.solve_allgather(topo, max_chunks=k, time_limit=limit)
                 wall, cpu = time.perf_counter() - t, time.process_time() - c
+                if sampler is not None:
+                    sampler.report(name, k)
                 mo.validate(topo, s)
                 rows.append((limit, wall, cpu, s))
             best = BEST_KNOWN.get((name, k))
@@ -165,6 +192,38 @@ def _suite(only: list[str] | None) -> int:
     print(f"worst overrun ratio: {worst:.2f}; load average after: "
           f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     return 0
+
+
+class _Sampler(threading.Thread):
+    """Samples the solving thread's innermost project frames every 20 ms once the solve
+    is past ``1.2 S + 0.05`` (``--trace``): the calls that no check point reaches."""
+
+    def __init__(self, limit: float) -> None:
+        super().__init__(daemon=True)
+        self.target, self.after = threading.get_ident(), time.perf_counter() + 1.2 * limit + 0.05
+        self.samples: collections.Counter[str] = collections.Counter()
+        self.done = threading.Event()
+        self.start()
+
+    def run(self) -> None:
+        while not self.done.wait(0.02):
+            if time.perf_counter() < self.after:
+                continue
+            frame = sys._current_frames().get(self.target)
+            names = []
+            while frame is not None and len(names) < 4:
+                code = frame.f_code
+                if "mccl_opt" in code.co_filename:
+                    names.append(f"{code.co_filename.split('mccl_opt/')[-1]}:"
+                                 f"{code.co_name}:{frame.f_lineno}")
+                frame = frame.f_back
+            self.samples[" < ".join(names)] += 1
+
+    def report(self, name: str, k: int | None) -> None:
+        self.done.set()
+        self.join()
+        for stack, n in self.samples.most_common(3):
+            print(f"  trace {name} K={k}: {n * 0.02:.2f} s in {stack}", flush=True)
 
 
 def _ended(s: mo.Schedule) -> str:

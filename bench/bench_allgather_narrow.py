@@ -27,6 +27,7 @@ STATES: dict[str, Callable[[], mo.Topology]] = {
         src="u0h0g0", dst="u0leaf0", gbps=360.0, both_directions=False),
     "leaf-spine 4x2x8, spine1-u0leaf0 80 both ways": lambda: leaf_spine(4, 2, 8).with_capacity(
         {("spine1", "u0leaf0"): 80.0, ("u0leaf0", "spine1"): 80.0}),
+    "leaf-spine 8x2x8, 4 spines": lambda: leaf_spine(8, 2, 8, spines=4),
 }
 
 

@@ -5,7 +5,7 @@ ranks, a ``mccl controller serve`` process and the emulated fabric, per scenario
                                         [--repeats 1] [--json]
     python bench/bench_executor_loop.py --clear [--repeats 2]    # probes, recovery after clear
     python bench/bench_executor_loop.py --classes steady,further,flap,dead,ramp,three,noise
-                                        [--controller-logs DIR] [--pieces P] [--block-kib K] [--abort]
+                                        [--controller-logs DIR] [--pieces P] [--block-kib K] [--no-abort]
 
 ``--controller-logs DIR`` keeps each class run's controller decision log (``serve -v``:
 which links moved, by how much, and why each version was published) as
@@ -88,6 +88,8 @@ def class_table(shape: str, collectives: list[str], classes: list[str], cfg: Glo
     from executor_cuda.scenario_run import plan_scales
     from mccl_runtime.manager import solver_synthesizer
 
+    if log_dir:
+        Path(log_dir).mkdir(parents=True, exist_ok=True)
     rows = []
     for coll in collectives:
         probe = scenario(shape, coll, "fail2", 1.0, 2.0)
@@ -190,9 +192,12 @@ def main() -> None:
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--clear", action="store_true", help="only the recovery-after-clear table (probes on/off)")
     ap.add_argument("--pieces", type=int, default=1, help="pieces per collective (the in-flight switch)")
-    ap.add_argument("--abort", action="store_true",
-                    help="abort a collective stuck on a dead link and re-run it on the new version")
+    ap.add_argument("--abort", action=argparse.BooleanOptionalAction, default=True,
+                    help="abort a collective stuck on a dead link and re-run it on the new version "
+                         "(default; --no-abort: it runs to its end on the old version)")
     ap.add_argument("--block-kib", type=float, default=32.0, help="real KiB per block (larger: pieces less noisy)")
+    ap.add_argument("--workers", type=int, default=0,
+                    help="the controller's synthesis worker processes (default 0: a thread in the controller)")
     ap.add_argument("--controller-logs", metavar="DIR", help="keep each class run's controller decision log in DIR")
     ap.add_argument("--classes", help=f"instead: one run per scenario class ({','.join(CLASSES)})")
     args = ap.parse_args()
@@ -203,7 +208,7 @@ def main() -> None:
     for part in args.shape.split("x"):
         n *= int(part)
     cfg = GlooLoopConfig(world=n, collective_ms=args.collective_ms, pieces=args.pieces, block_kib=args.block_kib,
-                         abort=args.abort)
+                         abort=args.abort, workers=args.workers)
     if args.classes:
         if not args.json:
             print(f"scenario classes on {n} gloo ranks, HPN {args.shape}, 16 MiB, healthy collective "

@@ -5,6 +5,7 @@ things happen, over freshly generated ``mccl-scenario/1`` files.
     python bench/bench_loop_time.py --classes further,flap --collectives alltoall
     python bench/bench_loop_time.py --synth-clock cpu --cold-gpus 16   # synthesis in CPU time
     python bench/bench_loop_time.py --classes further --alone   # each job's time in the loop vs alone
+    python bench/bench_loop_time.py --seed 5      # fresh telemetry noise
 
 Every class acts on one NIC cable (both directions): ``s0h0g0 - s0tor0`` on HPN, and on
 an irregular fabric (``instances.irregular(seed)``) the GPU-spine cable ``h1g2 - spine``
@@ -73,8 +74,9 @@ def fabric(spec: str):
     return topo, pick
 
 
-def scenario(cls: str, spec: str, collective: str) -> dict:
-    """The ``mccl-scenario/1`` dictionary of one case (module docstring)."""
+def scenario(cls: str, spec: str, collective: str, seed: int = 0) -> dict:
+    """The ``mccl-scenario/1`` dictionary of one case (module docstring); ``seed`` seeds
+    the telemetry noise."""
     topo, (src, dst) = fabric(spec)
     base = cls.replace("-slow", "")
     both = base != "lane"
@@ -100,7 +102,7 @@ def scenario(cls: str, spec: str, collective: str) -> dict:
     duration = {"ramp": 900.0, "noise5": 600.0}.get(base, 250.0 if topo.num_gpus <= 16 else 600.0)
     return {"format": "mccl-scenario/1", "topology": topo.to_dict(), "collective": collective,
             "message_bytes": size, "duration_ms": duration, "noise": 0.05 if base == "noise5" else 0.01,
-            "events": events}
+            "seed": seed, "events": events}
 
 
 class RecordingSynthesizer:
@@ -204,6 +206,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--classes", default=",".join(CLASSES))
     p.add_argument("--collectives", default="allgather,alltoall")
     p.add_argument("--out", default=None, help="folder for the scenario files (default: a temporary one)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the scenarios' telemetry noise")
     p.add_argument("--json", default=None, help="also write every summary to this file")
     p.add_argument("--cold-gpus", type=int, default=16,
                    help="the loop re-synthesizes cold on fabrics of at most this many GPUs (0: always warm)")
@@ -222,7 +225,7 @@ def main(argv: list[str] | None = None) -> None:
         for collective in args.collectives.split(","):
             for cls in args.classes.split(","):
                 path = folder / f"{spec.replace(' ', '-')}-{collective}-{cls}.json"
-                path.write_text(json.dumps(scenario(cls, spec, collective)))
+                path.write_text(json.dumps(scenario(cls, spec, collective, args.seed)))
                 out = run_case(path, cls, args.cold_gpus, args.synth_clock, args.alone)
                 print_rows(spec, collective, cls, out)
                 print_alone(spec, collective, cls, out["alone"])

@@ -126,14 +126,16 @@ class StaleAbort:
         """The all-reduce after an attempt: the schedule every rank re-runs it on, if any."""
         nxt = comm.switch_after(seq, schedule.collective)
         row = torch.tensor([nxt.version if nxt is not None and nxt.version > schedule.version else 0])
+        start = time.monotonic()
         try:
             dist.all_reduce(row, op=dist.ReduceOp.MAX, group=self.group)
         except RuntimeError as exc:          # gloo: a peer timed out, died or reset the connection
             reason = (str(exc).strip().splitlines() or ["no detail"])[0][:160]
+            waited = time.monotonic() - start        # a closed connection fails at once, not at the timeout
             raise CollectiveTimeoutError(
                 f"{schedule.collective} #{seq}: rank {comm.rank} got no abort agreement from its peers "
-                f"{list(comm.peers)} within {self.timeout_s:g} s ({reason}); a peer stopped, died or hangs: "
-                "this communicator cannot be used again, restart the job") from None
+                f"{list(comm.peers)} after {waited:.1f} s (timeout {self.timeout_s:g} s: {reason}); a peer "
+                "stopped, died or hangs: this communicator cannot be used again, restart the job") from None
         self.checks += 1
         v = int(row[0])
         if v <= schedule.version:

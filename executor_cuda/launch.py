@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import re
 import signal
 import tempfile
 import time
@@ -49,7 +50,30 @@ def _child(fn: Callable, rank: int, world: int, path: str, args: tuple, conn) ->
 
 class RankFailure(MCCLError, AssertionError):
     """Ranks failed: each one's traceback, or how it died (killed, stopped or hung).  An
-    ``AssertionError`` too, for tests that expect one."""
+    ``AssertionError`` too, for tests that expect one.  ``ranks`` holds ``(rank, line)``
+    per failed rank, the likely cause first: how it died, or its exception's last line."""
+
+    def __init__(self, text: str, ranks: list[tuple[int, str]] | None = None) -> None:
+        super().__init__(text)
+        self.ranks = ranks or []
+
+
+def _last_line(trace: str) -> str:
+    """The exception line that ends a traceback (``Type: message``), or its last line."""
+    lines = [ln.strip() for ln in trace.strip().splitlines() if ln.strip()]
+    for ln in reversed(lines):
+        if re.match(r"^[\w.]+(Error|Exception|Interrupt|Exit)\b", ln):
+            return ln
+    return lines[-1] if lines else "(no message)"
+
+
+def _stopped(pid: int | None) -> bool:
+    """Whether process ``pid`` is stopped (SIGSTOP, SIGTSTP, a debugger): state ``T``/``t``."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rpartition(b")")[2].split()[0] in (b"T", b"t")
+    except (OSError, IndexError):
+        return False
 
 
 def _death(exitcode: int | None) -> str:
@@ -64,15 +88,18 @@ def _death(exitcode: int | None) -> str:
 
 
 def run_ranks(fn: Callable, world: int, *args: Any, timeout: float = 60.0,
-              grace_s: float = FAILURE_GRACE_S) -> list[Any]:
+              grace_s: float = FAILURE_GRACE_S, stopped_s: float | None = None) -> list[Any]:
     """Run ``fn`` on ``world`` forked ranks; returns the per-rank results.
 
     Import torch in the parent first: forked children then start in milliseconds.
     Results are awaited from all ranks at once.  Raises :class:`RankFailure` naming every
     failed rank: its traceback, ``RankDied`` for one that ended without a result (killed),
     ``RankHung`` for one still running ``grace_s`` after the first failure (stopped, or
-    blocked on a dead peer; it is killed).  ``TimeoutError`` (after killing the children)
-    if no rank failed and they do not finish within ``timeout`` seconds.
+    blocked on a dead peer; it is killed).  With ``stopped_s``, a rank found stopped
+    (SIGSTOP) for that long is a failure at once (``RankStopped``; it is killed, so its
+    peers' sockets close and they report within the grace instead of after their own,
+    longer, peer timeouts: issue 27, eighth pass).  ``TimeoutError`` (after killing the
+    children) if no rank failed and they do not finish within ``timeout`` seconds.
     """
     ctx = mp.get_context("fork")
     with tempfile.TemporaryDirectory() as tmp:
@@ -86,16 +113,20 @@ def run_ranks(fn: Callable, world: int, *args: Any, timeout: float = 60.0,
             procs.append(p)
             pipes.append(parent)
         results: list[Any] = [None] * world
-        causes: list[str] = []                  # ranks that died or hung: the likely cause, listed first
-        errors: list[str] = []
+        causes: list[tuple[int, str, str]] = []     # ranks that died or hung: the likely cause, listed first
+        errors: list[tuple[int, str, str]] = []
         deadline = time.monotonic() + timeout
         first_failure: float | None = None
         pending = {conn: r for r, conn in enumerate(pipes)}
+        since: dict[int, float] = {}                # rank -> when it was first seen stopped
         try:
             while pending:
                 until = deadline if first_failure is None else min(deadline, first_failure + grace_s)
-                ready = wait(list(pending), max(0.0, until - time.monotonic()))
-                if not ready:
+                step = until - time.monotonic() if stopped_s is None else min(until - time.monotonic(), 0.5)
+                ready = wait(list(pending), max(0.0, step))
+                if stopped_s is not None:
+                    first_failure = _reap_stopped(procs, pending, since, stopped_s, causes) or first_failure
+                if not ready and time.monotonic() >= until:
                     break
                 for conn in ready:
                     r = pending.pop(conn)
@@ -109,13 +140,13 @@ def run_ranks(fn: Callable, world: int, *args: Any, timeout: float = 60.0,
                         continue
                     first_failure = first_failure or time.monotonic()
                     if status == "died":
-                        causes.append(f"rank {r}:\nRankDied: {value} before returning a result")
+                        causes.append((r, f"RankDied: {value} before returning a result", ""))
                     else:
-                        errors.append(f"rank {r}:\n{value}")
+                        errors.append((r, _last_line(value), value))
             if pending and first_failure is None:
                 raise TimeoutError(f"ranks {sorted(pending.values())} still running after {timeout} s")
-            causes += [f"rank {r}:\nRankHung: still running {grace_s:g} s after the first failure "
-                       f"(stopped, or waiting on a dead peer); killed" for r in sorted(pending.values())]
+            causes += [(r, f"RankHung: still running {grace_s:g} s after the first failure "
+                        f"(stopped, or waiting on a dead peer); killed", "") for r in sorted(pending.values())]
         finally:
             for p in procs:
                 p.join(0.2 if pending else 1.0)
@@ -123,5 +154,24 @@ def run_ranks(fn: Callable, world: int, *args: Any, timeout: float = 60.0,
                     p.kill()
                     p.join()
         if causes or errors:
-            raise RankFailure("\n".join(causes + errors))
+            failed = causes + errors
+            raise RankFailure("\n".join(f"rank {r}:\n{text or line}" for r, line, text in failed),
+                              [(r, line) for r, line, _ in failed])
         return results
+
+
+def _reap_stopped(procs: list, pending: dict, since: dict[int, float], stopped_s: float,
+                  causes: list[tuple[int, str, str]]) -> float | None:
+    """Kill the pending ranks stopped for ``stopped_s`` seconds (:func:`run_ranks`),
+    record them in ``causes``; the time of the first such failure, or None."""
+    now, found = time.monotonic(), None
+    for conn, r in list(pending.items()):
+        if not _stopped(procs[r].pid):
+            since.pop(r, None)
+            continue
+        if now - since.setdefault(r, now) >= stopped_s:
+            procs[r].kill()
+            del pending[conn]
+            causes.append((r, f"RankStopped: stopped (SIGSTOP) for {now - since[r]:.0f} s, no progress; killed", ""))
+            found = found or now
+    return found

@@ -54,13 +54,14 @@ class RankPlan:
     client_timeout_s: float = 10.0
     first_schedule_s: float = 60.0
     oob_timeout_s: float = 20.0
+    collective_timeout_s: float = 10.0    # Communicator(timeout_s=); a rank stopped this long fails the run
     probe_every: int = 4                  # collectives between probes of unused suspect pairs (0: off)
     probe_numel: int = 256                # float32 elements per probe message
     pieces: int = 1                       # pieces per collective (in-flight switch; 1: whole)
     telemetry_endpoint: str | None = None  # a telemetry front end (None: ``endpoint``)
     window_s: float = 0.18                # pieces: report mid-collective once it ran this long (PieceWindow;
                                           # at least 3 warm-up collectives)
-    abort: bool = False                   # abort a collective stuck on a dead link, re-run it (StaleAbort)
+    abort: bool = True                    # abort a collective stuck on a dead link, re-run it (StaleAbort)
 
 
 def _state_at(plan: RankPlan, elapsed: float) -> int:
@@ -185,7 +186,7 @@ def rank_main(rank: int, world: int, plan: RankPlan) -> dict[str, Any]:
     emu.set_capacities(plan.timeline[0][1])
     tel = Telemetry(flush_interval=None)
     comm = Communicator(None, sched, telemetry=tel, faults=emu, stage_timeout=10,
-                        oob_timeout=plan.oob_timeout_s, pieces=plan.pieces, abort=plan.abort)
+                        timeout_s=plan.collective_timeout_s, oob_timeout=plan.oob_timeout_s, pieces=plan.pieces, abort=plan.abort)
     side = dist.new_group(backend="gloo", timeout=timedelta(seconds=plan.oob_timeout_s))
     reporter = ModelReporter(emu, pair_nominal(plan.topology))
     prober = PairProber(emu, rank, world, plan.probe_numel, plan.probe_every)

@@ -46,13 +46,18 @@ __all__ = ["summarize", "print_summary"]
 
 def _merge(res: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """One row per collective (per attempt of an aborted one, each on its own version):
-    rank 0's start, version and fabric state, the slowest rank's duration."""
+    rank 0's start, version and fabric state, the slowest rank's duration, and whether
+    the attempt was aborted (its time is partial: not a degraded collective's)."""
     slowest: dict[tuple[int, int], float] = {}
     for r in res:
         for seq, _, _, _, dt, attempt in r["rows"]:
             slowest[(seq, attempt)] = max(slowest.get((seq, attempt), 0.0), dt)
+    last: dict[int, int] = {}                   # the last attempt of each collective (an earlier one was aborted)
+    for seq, k in slowest:
+        last[seq] = max(last.get(seq, k), k)
     return [{"seq": seq, "version": v, "state": st, "start": start, "dt": slowest[(seq, k)],
-             "end": start + slowest[(seq, k)]} for seq, v, st, start, _, k in res[0]["rows"]]
+             "end": start + slowest[(seq, k)], "aborted": k < last[seq]}
+            for seq, v, st, start, _, k in res[0]["rows"]]
 
 
 def _merge_probes(res: Sequence[dict[str, Any]]) -> list[tuple[int, float, float, int]]:
@@ -82,8 +87,8 @@ def _event(i: int, scenario: Any, plan: Any, rows: list[dict[str, Any]], receive
     before = [r["dt"] for r in rows if r["end"] <= te][-5:]
     old = seg[0]["version"] if seg else None
     first_new = next((r for r in seg if r["version"] != old), None)
-    degraded = [r["dt"] for r in seg if r["version"] == old and r["start"] < until
-                and (first_new is None or r["start"] < first_new["start"])]
+    degraded = [r["dt"] for r in seg if r["version"] == old and r["start"] < until and not r["aborted"]
+                and (first_new is None or r["start"] < first_new["start"])]   # an aborted attempt is partial
     after3 = [r["dt"] for r in seg if first_new and r["version"] == first_new["version"]][:3]
     final = [r for r in seg if r["end"] <= tn] or seg
     probes = [p for p in probe_rows if te <= p[1] < tn]

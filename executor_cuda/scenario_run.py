@@ -41,7 +41,7 @@ from typing import Any
 
 from mccl_opt.errors import MCCLError
 
-__all__ = ["GlooLoopConfig", "run_gloo_loop", "ControllerProcess", "plan_scales"]
+__all__ = ["GlooLoopConfig", "run_gloo_loop", "ControllerProcess", "plan_scales", "rank_failure_line"]
 
 
 @dataclass(frozen=True)
@@ -67,8 +67,9 @@ class GlooLoopConfig:
     probe_kib: float = 512.0              # fabric KiB per probe (the simulated loop's probe_bytes)
     shallow_trees: bool = True            # the controller's ``--shallow-trees`` (a tree hop per round)
     pieces: int = 1                       # collectives run in pieces, in-flight switch (executor_cuda.pieces)
-    abort: bool = False                   # abort a stale collective, re-run it on the new version (executor_cuda.abort)
+    abort: bool = True                    # abort a stale collective, re-run it on the new version (executor_cuda.abort)
     controller_log: str | None = None     # keep the controller's decision log (``serve -v``) at this path
+    workers: int = 0                      # the controller's ``--workers`` (0: synthesis in its own thread)
 
 
 class ControllerProcess:
@@ -84,6 +85,8 @@ class ControllerProcess:
                "--time-limit", str(cfg.time_limit_s), "--backend", cfg.backend]
         if cfg.shallow_trees:
             cmd.append("--shallow-trees")
+        if cfg.workers:
+            cmd += ["--workers", str(cfg.workers)]
         if cfg.telemetry_frontend:
             cmd += ["--frontends", "1"]
         if cfg.controller_log:
@@ -119,8 +122,9 @@ class ControllerProcess:
         announced it; raises :class:`MCCLError` if it exits or stays silent for ``timeout_s``."""
         self._found.wait(timeout_s)
         if self.endpoint is None or (self._want_frontend and self.frontend is None):
-            raise MCCLError("the controller (`mccl controller serve`) did not start within "
-                            f"{timeout_s:g} s: {self.tail()}")
+            when = "exited before it announced itself" if self.proc.poll() is not None \
+                else f"did not start within {timeout_s:g} s"
+            raise MCCLError(f"the controller (`mccl controller serve`) {when}: {self.tail()}")
         return self.endpoint
 
     def alive(self) -> bool:
@@ -168,6 +172,10 @@ def plan_scales(scenario: Any, healthy: Any, cfg: GlooLoopConfig) -> tuple[int, 
 #: pieces per collective: each piece costs a round trip on gloo ranks, so a collective of
 #: more would not finish inside a scenario (``--pieces 1000000`` ran until killed)
 MAX_PIECES = 1024
+#: ranks of a run (processes on this machine), and events of its scenario
+MAX_WORLD, MAX_EVENTS = 64, 64
+#: the shortest real time of a healthy collective: gloo's own cost per message is ~0.1 ms
+MIN_COLLECTIVE_MS = 1.0
 #: real bytes per block a CPU rank moves (1 GiB)
 MAX_BLOCK_KIB = float(1 << 20)
 
@@ -177,15 +185,24 @@ def _check(scenario: Any, cfg: GlooLoopConfig) -> None:
     if cfg.world != n:
         raise MCCLError(f"--world {cfg.world} does not match the scenario's fabric ({n} GPUs in "
                         f"{scenario.topology.name!r}); pass --world {n}")
-    if not 2 <= cfg.world <= 64:
-        raise MCCLError(f"--world must be in [2, 64] for CPU ranks, got {cfg.world}")
+    if not 2 <= cfg.world <= MAX_WORLD:
+        raise MCCLError(f"--world must be in [2, {MAX_WORLD}] for CPU ranks, got {cfg.world}")
+    if len(scenario.events) > MAX_EVENTS:
+        raise MCCLError(f"the scenario has {len(scenario.events)} events; real ranks take at most {MAX_EVENTS} "
+                        "(each event's offline schedule is synthesized before the run)")
+    if not (0 < cfg.alpha <= 1 and math.isfinite(cfg.gamma) and cfg.gamma > 0):
+        raise MCCLError(f"--alpha must be in (0, 1] and --gamma > 0, got {cfg.alpha:g} and {cfg.gamma:g} "
+                        "(the controller would refuse them after the offline syntheses)")
     if not 1 <= cfg.pieces <= MAX_PIECES:
         raise MCCLError(f"--pieces must be in [1, {MAX_PIECES}], got {cfg.pieces}")
     # finite and bounded: inf reached int() as a traceback, a NaN --max-real-s never stopped a run
-    for label, v, top in (("--block-kib", cfg.block_kib, MAX_BLOCK_KIB), ("--collective-ms", cfg.collective_ms, 1e6),
-                          ("--max-real-s", cfg.max_real_s, 86400.0)):
-        if not (math.isfinite(v) and 0 < v <= top):
-            raise MCCLError(f"{label} must be in (0, {top:g}], got {v:g}")
+    # a collective of 1e-9 ms ran a run of no collective at all and exited 0 (eighth pass)
+    for label, v, low, top in (("--block-kib", cfg.block_kib, 0.0, MAX_BLOCK_KIB),
+                               ("--collective-ms", cfg.collective_ms, MIN_COLLECTIVE_MS, 1e6),
+                               ("--max-real-s", cfg.max_real_s, 0.0, 86400.0)):
+        if not (math.isfinite(v) and low < v <= top if low == 0 else low <= v <= top):
+            bounds = f"(0, {top:g}]" if low == 0 else f"[{low:g}, {top:g}]"
+            raise MCCLError(f"{label} must be in {bounds}, got {v:g}")
 
 
 def run_gloo_loop(scenario: Any, cfg: GlooLoopConfig) -> dict[str, Any]:
@@ -232,7 +249,7 @@ def run_gloo_loop(scenario: Any, cfg: GlooLoopConfig) -> dict[str, Any]:
                       + len(offline) * (cfg.offline_reps + 1) * 20 * cfg.collective_ms / 1e3)
             t0 = time.monotonic()
             try:
-                res = run_ranks(rank_main, cfg.world, plan, timeout=budget)
+                res = run_ranks(rank_main, cfg.world, plan, timeout=budget, stopped_s=plan.collective_timeout_s)
             except TimeoutError as exc:
                 raise MCCLError(f"the ranks did not finish within {budget:.0f} s ({exc}); controller "
                                 f"{ctrl.tail(2)}") from None
@@ -240,9 +257,11 @@ def run_gloo_loop(scenario: Any, cfg: GlooLoopConfig) -> dict[str, Any]:
                 # a dead controller is the cause, whichever rank noticed first (the others
                 # may only see their peers leave the process group); else the first rank
                 # that died or hung, else the first that failed
-                cause = "the controller stopped answering during the run" if not ctrl.alive() \
-                    else f"a rank failed in the {scenario.collective} collective"
-                raise MCCLError(f"{cause}: {_last_error(str(exc))}; controller {ctrl.tail(2)}") from None
+                if not ctrl.alive():
+                    raise MCCLError(f"the controller stopped answering during the run: "
+                                    f"{rank_failure_line(exc, scenario.collective)}; controller {ctrl.tail(2)}") from None
+                raise MCCLError(f"{rank_failure_line(exc, scenario.collective)} (the controller is still "
+                                "running; restart the job)") from None
             wall = time.monotonic() - t0
             dead = [r["dead"] for r in res if r["dead"]]
             if dead or not ctrl.alive():
@@ -265,9 +284,15 @@ def _controller_stats(endpoint: str, timeout_s: float) -> dict[str, Any]:
             "requests": stats.get("requests", {})}
 
 
-def _last_error(text: str) -> str:
-    """The last line of the first rank's traceback, e.g. ``MCCLError: ...``."""
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    rank = next((ln for ln in lines if ln.startswith("rank ")), "a rank")
-    errs = [ln for ln in lines if re.match(r"^[\w.]+(Error|Exception)\b", ln)]
-    return f"{rank.rstrip(':')} {errs[0] if errs else (lines[-1] if lines else '')}"
+def rank_failure_line(exc: Any, collective: str) -> str:
+    """One line for a :class:`~executor_cuda.launch.RankFailure`: the rank that caused it
+    (died, stopped or hung; else the first that raised) and how, then the collective its
+    peers were in when they noticed (``allgather #14``, from their
+    :class:`~executor_cuda.timeouts.CollectiveTimeoutError`), without tracebacks."""
+    ranks = list(exc.ranks) or [(-1, str(exc).strip().splitlines()[-1] if str(exc).strip() else "failed")]
+    rank, how = ranks[0]
+    how = re.sub(r"^Rank(Died|Stopped|Hung): ", "", how)
+    where = next((m.group(0) for _, line in ranks for m in [re.search(rf"\b{collective} #\d+", line)] if m), None)
+    seen = next((f"; rank {r}: {line[:300]}" for r, line in ranks[1:] if where and where in line), "")
+    return (f"rank {rank} failed in the {where or collective + ' collective'}: {how[:300]}{seen}"
+            if rank >= 0 else f"a rank failed in the {collective} collective: {how[:300]}")

@@ -17,13 +17,14 @@ Modelling choices (documented in docs/modelling.md):
 from __future__ import annotations
 
 import re
+from typing import Iterable
 
 from mccl_opt.errors import TopologyError
 from mccl_opt.topology import Link, Node, Topology
 
 from .limits import check_size
 
-__all__ = ["hpn", "NVSWITCH_GBPS", "NVSWITCH_LATENCY_US", "NIC_GBPS", "NIC_LATENCY_US",
+__all__ = ["hpn", "hpn_part", "NVSWITCH_GBPS", "NVSWITCH_LATENCY_US", "NIC_GBPS", "NIC_LATENCY_US",
            "gpu_id", "nvswitch_id", "tor_id", "agg_id", "parse_shape"]
 
 NVSWITCH_GBPS = 2880.0
@@ -104,3 +105,48 @@ def hpn(segments: int = 1, hosts: int = 2, gpus: int = 8, *,
                                 NIC_LATENCY_US)
     name = f"hpn-{segments}x{hosts}x{gpus}"
     return Topology(name, nodes, links, {"family": "hpn", "shape": [segments, hosts, gpus]})
+
+
+_GPU_ID = re.compile(r"s([0-9]{1,9})h([0-9]{1,9})g([0-9]{1,9})", re.ASCII)
+
+
+def hpn_part(segments: int, hosts: int, gpus: int, members: Iterable[str]) -> Topology:
+    """The part of ``hpn(segments, hosts, gpus)`` a communicator of ``members`` can use:
+    the GPUs of host ``s0h0`` (which joins every rail, so the part is connected; its
+    ``s0h0g0`` is the GPU a paper failure hits) and every member that is a GPU of the
+    shape, their hosts' NVSwitches, the ToRs of their (segment, rail) pairs and, with
+    several segments, their rails' aggregation switches, with the nodes and links in
+    :func:`hpn`'s order.  No path between members uses another node (a ToR or
+    aggregation switch without a member below it is a dead end), so
+    :func:`mccl_opt.subfabric.induced` of the members is the same on it as on the whole
+    fabric, at a cost in the members instead of the fabric (issue 27, eighth pass: an
+    8-GPU schedule of ``hpn-960x64x8/group-8-...`` built 2 million links to be checked).
+    Member ids that are no GPU of the shape are left out (``induced`` names them)."""
+    if min(segments, hosts, gpus) < 1:
+        raise TopologyError(f"hpn-{segments}x{hosts}x{gpus}: every dimension must be at least 1")
+    check_size(f"hpn-{segments}x{hosts}x{gpus}", 4 * segments * hosts * gpus + 2 * segments * gpus)
+    kept = {(0, 0, g) for g in range(gpus)}
+    for m in members:
+        match = _GPU_ID.fullmatch(m) if isinstance(m, str) else None
+        if match:
+            s, h, g = (int(p) for p in match.groups())
+            if s < segments and h < hosts and g < gpus and gpu_id(s, h, g) == m:
+                kept.add((s, h, g))
+    order = sorted(kept)
+    hosts_of = sorted({(s, h) for s, h, _ in order})
+    rails = sorted({(s, g) for s, _, g in order})
+    nodes = [Node(gpu_id(*c), "gpu") for c in order]
+    for seg in sorted({s for s, _ in hosts_of}):
+        nodes += [Node(nvswitch_id(s, h), "switch") for s, h in hosts_of if s == seg]
+        nodes += [Node(tor_id(s, g), "switch") for s, g in rails if s == seg]
+    agg_rails = sorted({g for _, g in rails}) if segments > 1 else []
+    nodes += [Node(agg_id(g), "switch") for g in agg_rails]
+    links: list[Link] = []
+    for seg in sorted({s for s, _ in hosts_of}):
+        for s, h, g in (c for c in order if c[0] == seg):
+            links += _cable(gpu_id(s, h, g), nvswitch_id(s, h), NVSWITCH_GBPS, NVSWITCH_LATENCY_US)
+            links += _cable(gpu_id(s, h, g), tor_id(s, g), NIC_GBPS, NIC_LATENCY_US)
+        for s, g in (r for r in rails if r[0] == seg and segments > 1):
+            links += _cable(tor_id(s, g), agg_id(g), hosts * NIC_GBPS, NIC_LATENCY_US)
+    return Topology(f"hpn-{segments}x{hosts}x{gpus}", nodes, links,
+                    {"family": "hpn", "shape": [segments, hosts, gpus]})

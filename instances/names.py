@@ -5,13 +5,23 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Sequence
 
 from mccl_opt.errors import TopologyError
 from mccl_opt.topology import Topology
 
-__all__ = ["resolve_topology", "generated_gpus"]
+__all__ = ["resolve_topology", "generated_gpus", "resolve_part"]
 
-_HPN_NAME = re.compile(r"hpn[- ](\d+)x(\d+)x(\d+)(?:-(fail[123]))?", re.ASCII)   # ASCII digits only
+_HPN_NAME = re.compile(r"hpn[- ](\d{1,18})x(\d{1,18})x(\d{1,18})(?:-(fail[123]))?", re.ASCII)   # ASCII digits only
+
+
+def _names_file(spec: str) -> bool:
+    """Whether ``spec`` is read as a topology file (an existing path, or ``.json``/``.gz``)."""
+    try:
+        is_file = Path(spec).exists()
+    except (OSError, ValueError):                # a name the file system refuses (too long, NUL)
+        is_file = False
+    return is_file or spec.endswith((".json", ".gz"))
 
 
 def resolve_topology(spec: str) -> Topology:
@@ -23,11 +33,7 @@ def resolve_topology(spec: str) -> Topology:
     from .hpn import hpn
     from .library import CATALOG
 
-    try:
-        is_file = Path(spec).exists()
-    except (OSError, ValueError):                # a name the file system refuses (too long, NUL)
-        is_file = False
-    if is_file or spec.endswith((".json", ".gz")):
+    if _names_file(spec):
         return Topology.load(spec)
     for inst in CATALOG:
         if inst.name == spec:
@@ -51,3 +57,19 @@ def generated_gpus(spec: str) -> int | None:
         return None
     s, h, n = (int(g) for g in match.groups()[:3])
     return s * h * n
+
+
+def resolve_part(spec: str, members: Sequence[str]) -> Topology:
+    """The fabric ``spec`` names, or for a generated HPN shape only the part of it the GPUs
+    ``members`` can use (:func:`instances.hpn.hpn_part`, with its failure): the
+    sub-fabric they induce is the same, without generating the whole fabric (issue 27,
+    eighth pass).  Any other name: :func:`resolve_topology`."""
+    from .failures import apply_failure
+    from .hpn import hpn_part
+    from .library import CATALOG
+
+    match = _HPN_NAME.fullmatch(spec.strip())
+    if match is None or _names_file(spec) or any(inst.name == spec for inst in CATALOG):
+        return resolve_topology(spec)
+    s, h, n = (int(g) for g in match.groups()[:3])
+    return apply_failure(hpn_part(s, h, n, members), match.group(4))

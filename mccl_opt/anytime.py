@@ -24,6 +24,7 @@ of the kernels' measured rates).
 
 from __future__ import annotations
 
+import os
 import time
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -170,8 +171,8 @@ def lp_time_limit() -> float | None:
 
 def cpu_share() -> float:
     """The share of wall-clock time this thread has been on the CPU since the solve's own
-    limit began (1 without a limit or before :data:`_SHARE_AFTER_S`, at least
-    :data:`_SHARE_MIN`): a compiled step sized by rates measured on an idle core does
+    limit began (1 without a limit; before :data:`_SHARE_AFTER_S` the load average's
+    estimate, :func:`_load_share`; at least :data:`_SHARE_MIN`): a compiled step sized by rates measured on an idle core does
     ``time_left() * cpu_share()`` seconds of them on a shared one."""
     limit, outer = _current.get(), None
     while limit is not None:
@@ -182,8 +183,22 @@ def cpu_share() -> float:
         return 1.0
     wall = time.perf_counter() - outer._began[0]
     if wall < _SHARE_AFTER_S:
-        return 1.0
+        return _load_share()
     return min(1.0, max(_SHARE_MIN, (time.thread_time() - outer._began[1]) / wall))
+
+
+def _load_share() -> float:
+    """The CPU share a thread can expect from the load average (cores per runnable
+    process, 1 on a free machine, at least :data:`_SHARE_MIN`): :func:`cpu_share` before
+    the solve has run long enough to measure its own.  Before, it was 1 there, and the
+    first schedule's optional shortest-path trees, sized by it at 512 GPUs, took 1.3 s
+    wall of a 1 s limit at load 12 on 2 cores (docs/allgather.md, "Steps no check point
+    reached")."""
+    try:
+        load = os.getloadavg()[0]
+    except (AttributeError, OSError):          # no load average on this platform
+        return 1.0
+    return min(1.0, max(_SHARE_MIN, (os.cpu_count() or 1) / max(load, 1e-9)))
 
 
 def run_out(where: str) -> None:
@@ -209,9 +224,10 @@ def give_up(where: str) -> None:
 
 
 @contextmanager
-def _entered(seconds: float, count_kernels: bool = True) -> Iterator[Anytime]:
+def _entered(seconds: float, count_kernels: bool = True, since: float | None = None
+             ) -> Iterator[Anytime]:
     parent = _current.get()
-    deadline = time.perf_counter() + seconds
+    deadline = (time.perf_counter() if since is None else since) + seconds
     if parent is not None:
         deadline = min(deadline, parent.deadline)
     limit = Anytime(deadline, parent, kernels_from=None if count_kernels
@@ -223,14 +239,17 @@ def _entered(seconds: float, count_kernels: bool = True) -> Iterator[Anytime]:
         _current.reset(token)
 
 
-def limited(seconds: float | None, solve: Callable[[], T]) -> tuple[T | None, Anytime | None]:
-    """``solve()`` under a limit of ``seconds``: ``(its result, None)`` when it finished,
+def limited(seconds: float | None, solve: Callable[[], T], since: float | None = None
+            ) -> tuple[T | None, Anytime | None]:
+    """``solve()`` under a limit of ``seconds`` from ``since`` (a ``time.perf_counter()``
+    reading: when the caller was called, so its own preparation counts; default now):
+    ``(its result, None)`` when it finished,
     ``(best offered, the Anytime)`` when the limit passed first.  ``seconds=None``: no
     limit, ``(solve(), None)``.  Raises :class:`SolveError` if the limit passed before any
     schedule was offered."""
     if seconds is None:
         return solve(), None
-    with _entered(seconds) as limit:
+    with _entered(seconds, since=since) as limit:
         try:
             return solve(), None
         except TimeLimitReached as stop:

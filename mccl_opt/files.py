@@ -24,6 +24,7 @@ import errno
 import gzip
 import json
 import os
+import secrets
 import stat
 import zlib
 from pathlib import Path
@@ -31,7 +32,7 @@ from typing import Any, Callable
 
 from .errors import MCCLError
 
-__all__ = ["read_json", "parse_json", "read_bounded", "refuse_shared", "MAX_FILE_BYTES", "write_json", "check_output_path", "has_digit_run", "MAX_DEPTH",
+__all__ = ["read_json", "parse_json", "read_bounded", "refuse_shared", "MAX_FILE_BYTES", "write_json", "write_output", "check_output_path", "has_digit_run", "MAX_DEPTH",
            "MAX_INT_DIGITS", "MAX_JSON_BYTES", "MAX_PARSE_BYTES", "TOPOLOGY_PARSE_BYTES",
            "SMALL_PARSE_BYTES", "too_deep", "nesting", "unique_keys", "has_repeated_key",
            "parse_cost", "check_parse_cost", "xml_parse_cost", "check_xml", "XML_PARSE_BYTES",
@@ -360,11 +361,48 @@ def _gunzip(raw: bytes, path: Path, error: type[MCCLError], max_cost: int) -> by
 
 def write_json(path: str | Path, obj: Any) -> None:
     """Write ``obj`` as compact JSON (no indentation) to ``path``, gzip-compressed when
-    the name ends in ``.gz``."""
+    the name ends in ``.gz`` (:func:`write_output`)."""
     data = (json.dumps(obj, separators=(",", ":")) + "\n").encode()
     if str(path).endswith(".gz"):
         data = gzip.compress(data, compresslevel=6, mtime=0)
-    Path(path).write_bytes(data)
+    write_output(path, data)
+
+
+def write_output(path: str | Path, data: bytes | str) -> None:
+    """Write an output file whole or not at all: a temporary file in the same folder,
+    flushed to disk, then renamed over ``path`` (a symlink's target is replaced, not the
+    link; the mode of a file replaced is kept).  Written in place, a full disk or a kill
+    mid-write left a truncated file where the previous one was (``solve --warm S -o S``
+    lost S), and two commands writing one file at once could leave a mixture of both
+    (issue 27, eighth pass).  A path that exists and is no regular file (``/dev/null``)
+    is written in place."""
+    raw = data.encode() if isinstance(data, str) else data
+    target = Path(os.path.realpath(path))
+    try:
+        info: os.stat_result | None = os.stat(target)
+    except FileNotFoundError:
+        info = None
+    if info is not None and not stat.S_ISREG(info.st_mode):
+        with open(target, "wb") as f:
+            f.write(raw)
+        return
+    tmp = target.with_name(f".{target.name}.{secrets.token_hex(6)}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0),
+                 0o666 if info is None else stat.S_IMODE(info.st_mode))
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(raw)
+            f.flush()
+            os.fsync(f.fileno())
+        if info is not None:
+            os.chmod(tmp, stat.S_IMODE(info.st_mode))       # the umask narrowed it at creation
+        os.replace(tmp, target)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
 
 
 def check_output_path(path: str | None, option: str) -> None:

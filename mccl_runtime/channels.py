@@ -27,7 +27,14 @@ import numpy as np
 
 from mccl_opt.topology import Topology
 
-__all__ = ["Channels", "reverse_links", "paired_cables"]
+__all__ = ["Channels", "reverse_links", "paired_cables", "MAX_KEYED_CHANNELS", "FULL"]
+
+#: pair, host and front-end channels at most (beyond the links' own): a key holder choosing
+#: GPU pairs and reporter ids (2^30 of them per link) opened one channel per new key, so
+#: memory and the state file grew without bound (issue 27, eighth pass)
+MAX_KEYED_CHANNELS = 1 << 20
+#: the channel id :meth:`Channels.pair` gives a new key once that many are registered
+FULL = -2
 
 
 class Channels:
@@ -45,6 +52,7 @@ class Channels:
         self.nominal[:self.num_links] = self.capacity
         self.folds = np.zeros(size, dtype=np.int64)
         self.count = self.num_links
+        self.max_keyed = MAX_KEYED_CHANNELS
         self.pair_id: dict[tuple[str, str], int] = {}          # pair -> channel id
         self.pair_key: list[tuple[str, str]] = []              # channel id - num_links -> pair
         self.pair_links: list[tuple[int, ...]] = []             # channel id - num_links -> its links
@@ -54,10 +62,14 @@ class Channels:
 
     # ------------------------------------------------------------------ registry
     def pair(self, key: tuple[str, str], links: tuple[int, ...], nominal: float) -> int:
-        """The channel id of an ordered GPU pair measuring ``links``, registered on first sight."""
+        """The channel id of an ordered GPU pair (or a host's or front end's key) measuring
+        ``links``, registered on first sight; :data:`FULL` for a new key once ``max_keyed``
+        are registered (its samples are refused as ``too_many_channels``)."""
         cid = self.pair_id.get(key)
         if cid is not None:
             return cid
+        if self.count - self.num_links >= self.max_keyed:
+            return FULL
         cid = self.count
         if cid == len(self.value):
             grow = len(self.value)
@@ -82,7 +94,9 @@ class Channels:
 
     def clear(self) -> None:
         """Forget every sample and pair channel (before a restore)."""
+        max_keyed = self.max_keyed
         self.__init__(self.topo)
+        self.max_keyed = max_keyed
 
     # ------------------------------------------------------------------ folding
     def split(self, c: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

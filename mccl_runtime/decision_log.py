@@ -65,16 +65,21 @@ def describe(event: Event, gamma: float | None = None, changed: list[str] | None
         elif d.get("capacity") == "lost":
             why = (f"its rate fell below the schedule's synthesis capacities, max delta "
                    f"{d.get('max_delta', 0.0):.3g}")
+        elif d.get("capacity") == "known":
+            why = "the capacities match a known fabric whose schedule does better"
         else:
             why = "a link gained capacity above the schedule's"
         return f"{who} v{event.version}: {what} ({why}); re-synthesis started"
     rates = (f"rate {_rate(d['rate_before'])} -> {_rate(d['rate_after'])} Gbps on the measured "
-             f"fabric" if "rate_before" in d else "")
+             f"fabric" if "rate_after" in d else "")
     synth = f"synthesis {d['synth_s']:.3g} s" if isinstance(d.get("synth_s"), (int, float)) else ""
     if event.action is Action.PUBLISHED:
         how = "a known fabric's schedule reused" if d.get("known_fabric") else synth
         parts = ", ".join(p for p in (rates or "first schedule", how) if p)
         return f"{who}: published v{event.version} ({parts})"
+    if event.action is Action.ABORTED and "bound" in d:
+        return (f"{who}: no re-synthesis (rate {_rate(d.get('rate_before'))} Gbps is at the single-vertex "
+                f"bound {_rate(d['bound'])} Gbps: no schedule can gain); keeping v{event.version}")
     if event.action is Action.ABORTED:
         reason = {"cleared": "the drift cleared", "no_gain": "no gain"}.get(d.get("reason"), d.get("reason"))
         parts = ", ".join(p for p in (rates, synth) if p)

@@ -18,7 +18,7 @@ import numpy as np
 from mccl_opt.paths import switch_paths_batch
 from mccl_opt.topology import Topology
 
-from .channels import Channels
+from .channels import FULL, Channels
 from .columns import MAX_REPORTER, ColumnBatch
 from .samples import LinkMap, RejectedSample, Sample
 
@@ -89,15 +89,19 @@ class KeyedChannels:
 
     def ids(self, kind: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         """Channel id of each (kind 1 pair or 3 host, a, b); -1 where the pair has no
-        switch path.  Arguments are int64 arrays already range-checked."""
+        switch path, :data:`~mccl_runtime.channels.FULL` where a new key found the
+        channels full.  Arguments are int64 arrays already range-checked."""
         key = (kind >> 1) << (2 * _SHIFT) | a << _SHIFT | b        # kind 1 -> 0, kind 3 -> 1
         pos = np.searchsorted(self._keys, key)
         hit = pos < len(self._keys)
         hit[hit] = self._keys[pos[hit]] == key[hit]
-        if not hit.all():
-            self._learn(np.unique(key[~hit]))
-            pos = np.searchsorted(self._keys, key)
-        return self._ids[pos]
+        if hit.all():
+            return self._ids[pos]
+        self._learn(np.unique(key[~hit]))
+        if not len(self._keys):
+            return np.full(len(key), FULL, dtype=np.int64)
+        pos = np.minimum(np.searchsorted(self._keys, key), len(self._keys) - 1)
+        return np.where(self._keys[pos] == key, self._ids[pos], FULL)
 
     def _learn(self, keys: np.ndarray) -> None:
         """Register the channels of new keys; the switch paths of new pairs are found at
@@ -118,7 +122,9 @@ class KeyedChannels:
             row, n = next(paths)
             links = tuple(row[:n])
             ids.append(self.chan.pair((gpus[a], gpus[b]), links, float(cap[list(links)].min())) if n else -1)
-        keys = np.concatenate([self._keys, keys])
-        ids = np.concatenate([self._ids, np.array(ids, dtype=np.int64)])
+        ids = np.array(ids, dtype=np.int64)
+        kept = ids != FULL                          # refused keys are not remembered
+        keys = np.concatenate([self._keys, keys[kept]])
+        ids = np.concatenate([self._ids, ids[kept]])
         order = np.argsort(keys)
         self._keys, self._ids = keys[order], ids[order]

@@ -28,9 +28,12 @@ collective, concurrently), and publishes new versions.
   it is aborted and the current schedule kept (after ``no_gain`` its cut and base
   slacks are re-derived on the job's ``M``, so the same drift does not flag again).
 * Newest estimate wins: a finished job whose input capacities differ from the latest
-  ``M`` by more than ``restart_tol`` (relative, on any link) is ``superseded``: it is
-  discarded and a new job starts at once on the latest ``M`` (at most ``max_restarts``
-  times in a row; then the re-check below decides).  A failure that cleared meanwhile
+  ``M`` by more than ``restart_tol`` (relative, on any link), and whose schedule's rate
+  under the latest ``M`` is more than ``restart_tol`` below its rate on the job's input, is
+  ``superseded``: it is discarded and a new job starts at once on the latest ``M`` (at
+  most ``max_restarts`` times in a row; then the re-check below decides).  A move that
+  costs the schedule nothing (capacities that fell where it has headroom) publishes it: a
+  re-synthesis could not do better on capacities that only fell.  A failure that cleared meanwhile
   aborts (``cleared``) before this test.
 * Confidence before synthesis: while the store reports links with an unconfirmed change
   (:meth:`MeasurementStore.pending_links`, level estimator), no job starts, for at most
@@ -112,6 +115,7 @@ from mccl_opt.schedule import Schedule
 from mccl_opt.topology import Topology
 
 from .drift import DriftReport, ProfileStack, ScheduleProfile, detect, profile_schedule
+from .gain_bound import VertexBound
 from .groups import Groups
 from .pool import JobResult, SynthesisPool, job_result, run_job
 from .telemetry import MeasurementStore
@@ -203,8 +207,9 @@ def cold_on_small(synthesize: Synthesizer, max_gpus: int) -> Synthesizer:
 def _round_aware_alltoall(topo: Topology, warm: Schedule, backend: str, max_chunks: int,
                           time_limit_s: float | None) -> Schedule:
     """The warm AllToAll re-synthesis for an executor that runs a GPU hop per round: the
-    warm and cold solves, each also with the smallest step bound that keeps its rate
-    (``max_steps="min"``, paper App. D); of those at least as fast as the warm one (LP
+    warm solve, the warm and (unless the warm solve ran cold) the cold solve with the
+    smallest step bound that keeps its rate (``max_steps="min"``, paper App. D); of those
+    at least as fast as the warm one (LP
     rate), the one with the lowest store-and-forward round time on the measured fabric
     (:func:`mccl_opt.lowering.rounds.round_time`; ties keep the earlier candidate).  The
     fluid LP has many optima of one rate; on HPN 1x2x4 with a NIC at 50 of 400 Gbps,
@@ -212,12 +217,19 @@ def _round_aware_alltoall(topo: Topology, warm: Schedule, backend: str, max_chun
     gloo ranks in 7 of 16 runs (docs/executor.md, "AllToAll on gloo ranks")."""
     import mccl_opt
     from mccl_opt.lowering.rounds import round_time
+    from mccl_opt.report import WarmUse
 
     t0 = time.perf_counter()
     best = mccl_opt.solve_alltoall(topo, warm=warm, backend=backend, max_chunks=max_chunks, time_limit=time_limit_s)
     took = time.perf_counter() - t0
     best_t = round_time(best, topo)
-    for start, steps in ((warm, "min"), (None, None), (None, "min")):
+    # the plain cold solve never beat the other three on 48 measured fabrics (it tied or
+    # lost); a warm solve that ran cold (no local re-optimisation: a link fell sharply, e.g.
+    # a dead one) already is the cold solve, and then the cold one with the smallest step
+    # bound improved the pick by 0.3 % on average (at most 6 %) on 30 such fabrics for a
+    # third more CPU (docs/executor.md, "The round-aware pick under load")
+    cold = () if best.report.warm is WarmUse.COLD else ((None, "min"),)
+    for start, steps in ((warm, "min"), *cold):
         left = _left_for_another(time_limit_s, t0, took)
         if left is not None and left <= 0:
             break
@@ -400,6 +412,10 @@ class ScheduleManager:
         self._pending_since: float | None = None
         self._stack: ProfileStack | None = None
         self._queued_m: np.ndarray | None = None       # the M queued jobs were last checked against
+        # (comm, name) -> (M, profile, flag): the known-fabric test, once per M and profile
+        self._known_seen: dict[tuple[str, str], tuple[np.ndarray, ScheduleProfile, bool]] = {}
+        self._known_loads: dict[int, tuple[Schedule, np.ndarray]] = {}    # id(schedule) -> its loads
+        self._bounds: dict[tuple[str, ...] | None, VertexBound] = {}
 
     # ------------------------------------------------------------------ registry
     def register(self, comm: str, name: str, kind: str, schedule: Schedule | None = None,
@@ -440,6 +456,7 @@ class ScheduleManager:
         not be saved (the service undoes it); a job they started is abandoned."""
         for name in names:
             self._collectives.pop((comm, name), None)
+            self._known_seen.pop((comm, name), None)
         if not any(c.comm == comm for c in self._collectives.values()):
             self.groups.unbind(comm)
         self._stack = None
@@ -481,6 +498,9 @@ class ScheduleManager:
         if not profiled:
             return []
         flags = self._stack_of(profiled).flags(m)
+        flags |= np.array([self._known_flag(m, c) for c in profiled], dtype=bool)
+        for coll in profiled:       # a wall clock stepped back (NTP) kept every dwell on until it caught up
+            coll.last_decision_t = min(coll.last_decision_t, now)
         flagged = [coll for coll, flag in zip(profiled, flags.tolist())
                    if flag and coll.job is None and coll.deferred is None
                    and (now - coll.last_decision_t >= self.policy.min_dwell_s or self._new_level(m, coll))]
@@ -569,7 +589,8 @@ class ScheduleManager:
         again, so a ramp's last step on real ranks ran at 0.32 of offline to the end
         (docs/runtime.md, "Capacity lost: a job is not cleared while the rate stays lost")."""
         report = detect(m, coll.profile, self.policy.gamma)
-        if report.max_delta > self.policy.clear_ratio * self.policy.gamma or self._gained(m, coll):
+        if report.max_delta > self.policy.clear_ratio * self.policy.gamma or self._gained(m, coll) \
+                or self._better_known(m, coll) is not None:
             return False
         if coll.synth_capacity is None:
             return True
@@ -577,15 +598,83 @@ class ScheduleManager:
         return not _rate(m, coll.profile.loads) < (1.0 - self.policy.rate_loss) * built
 
     def step(self, now: float) -> list[Event]:
-        """One controller decision: collect finished jobs, then detect and start jobs."""
+        """One controller decision: collect finished jobs, then detect and start jobs (or
+        decide ``no_gain`` at once, :meth:`_bounded`)."""
         events = self.poll(now)
         if not self._unsettled(now):
             for coll in [c for c in self.collectives() if c.deferred is not None]:
                 (trigger, restarts), coll.deferred = coll.deferred, None
                 events.append(self._start(coll, now, trigger, restarts))
         for coll, report in self.check(now):
-            events.append(self._start(coll, now, report))
+            events.append(self._bounded(coll, now) or self._start(coll, now, report))
         return events
+
+    def _better_known(self, m: np.ndarray, coll: Collective) -> tuple[np.ndarray, Schedule] | None:
+        """A known fabric (:meth:`_known`) that ``m`` matches while the active schedule's
+        own capacities no longer do, whose schedule's rate under ``m`` beats the active
+        one's by more than ``min_gain``: a partial recovery (a link read back at 363.6 of
+        400, its version built for that, then read at 400: the rest is within ``Gamma``,
+        so nothing else flags) returns to the schedule made for that fabric.  Requiring
+        ``m`` to have left the active schedule's capacities keeps noise around one fabric
+        from swapping between two schedules (docs/runtime.md, "Partial recoveries")."""
+        if len(coll.known) < 2 or coll.synth_capacity is None or coll.profile is None:
+            return None
+        links = self.groups.links(coll.gpus)
+        if _near(m[links], coll.synth_capacity[links], 0.5 * self.policy.restart_tol):
+            return None
+        hit = self._known(coll, m)
+        if hit is None:
+            return None
+        loads = self._loads_of(coll, hit[0], hit[1])
+        return hit if _rate(m, loads) > _rate(m, coll.profile.loads) * (1.0 + self.policy.min_gain) else None
+
+    def _known_flag(self, m: np.ndarray, coll: Collective) -> bool:
+        """:meth:`_better_known` as a flag, computed once per ``M`` and active profile."""
+        seen = self._known_seen.get(coll.key)
+        if seen is None or seen[0] is not m or seen[1] is not coll.profile:
+            seen = self._known_seen[coll.key] = (m, coll.profile, self._better_known(m, coll) is not None)
+        return seen[2]
+
+    def _loads_of(self, coll: Collective, capacity: np.ndarray, schedule: Schedule) -> np.ndarray:
+        """A known schedule's share loads on the fabric's links (cached per schedule)."""
+        hit = self._known_loads.get(id(schedule))
+        if hit is None or hit[0] is not schedule:
+            sub = self.groups.topology(coll.gpus, capacity)
+            hit = (schedule, self.groups.lift(coll.gpus, profile_schedule(sub, schedule)).loads)
+            if len(self._known_loads) > 4 * self.policy.known_fabrics * max(1, len(self._collectives)):
+                self._known_loads.clear()
+            self._known_loads[id(schedule)] = hit
+        return hit[1]
+
+    def _bounded(self, coll: Collective, now: float) -> Event | None:
+        """A flagged collective whose rate under ``M`` is within ``min_gain`` of the
+        single-vertex cut bound (:class:`~.gain_bound.VertexBound`): no schedule could
+        pass the re-check, so it ends ``no_gain`` now, with no job (a star sub-fabric whose
+        member's NIC drops).  ``None`` when a schedule might gain (the usual job starts)."""
+        if coll.profile is None or coll.synth_capacity is None or coll.kind not in DYNAMIC_KINDS:
+            return None
+        bound = self._bounds.get(coll.gpus)
+        if bound is None:
+            bound = self._bounds[coll.gpus] = VertexBound(self.topo, self.groups.links(coll.gpus),
+                                                          coll.gpus or self.topo.gpus)
+        m = self.store.measured()
+        rate, best = _rate(m, coll.profile.loads), bound.rate(m, coll.kind)
+        if not best <= rate * (1.0 + self.policy.min_gain):
+            return None
+        q = significant(m, self.policy.capacity_digits)
+        self._rebase(coll, self.groups.topology(coll.gpus, q), q)
+        coll.last_decision_t = now
+        self.counters["aborted"] += 1
+        return Event(now, coll.comm, coll.name, Action.ABORTED, coll.version,
+                     {"reason": "no_gain", "bound": best, "rate_before": rate})
+
+    def _rebase(self, coll: Collective, topo: Topology, capacity: np.ndarray) -> None:
+        """The current schedule is as good as any for ``capacity``: measure drift from here
+        on (its cut re-derived on ``topo``, also in what is saved: a restart profiles it the
+        same)."""
+        coll.schedule = replace(coll.schedule, bottleneck=())
+        coll.profile = self.groups.lift(coll.gpus, profile_schedule(topo, coll.schedule))
+        coll.synth_capacity = np.array(capacity, dtype=float)
 
     def _start(self, coll: Collective, now: float, report: DriftReport | None, restarts: int = 0) -> Event:
         m = self.store.measured()
@@ -602,7 +691,8 @@ class ScheduleManager:
         self.counters["resyntheses"] += 1
         detail = report.to_dict(self.topo, coll.profile.cut) if report and coll.profile else {}
         if report and not report.flagged and coll.profile:
-            detail["capacity"] = "gained" if self._gained(m, coll) else "lost"
+            detail["capacity"] = "gained" if self._gained(m, coll) else \
+                "known" if self._better_known(m, coll) is not None else "lost"
         return Event(now, coll.comm, coll.name, Action.RESYNTHESIS, coll.version, detail)
 
     def _known(self, coll: Collective, m: np.ndarray) -> tuple[np.ndarray, Schedule] | None:
@@ -610,8 +700,7 @@ class ScheduleManager:
         ``m``, if any (other than the active one's)."""
         links = self.groups.links(coll.gpus)
         for cap, schedule in coll.known:
-            if cap is not coll.synth_capacity and np.all(
-                    np.abs(m[links] - cap[links]) <= 0.5 * self.policy.restart_tol * cap[links]):
+            if cap is not coll.synth_capacity and _near(m[links], cap[links], 0.5 * self.policy.restart_tol):
                 return cap, schedule
         return None
 
@@ -660,12 +749,17 @@ class ScheduleManager:
                 events += self._restart(coll, job, now)
         return events
 
-    def _outdated(self, coll: Collective, job: _Job, m: np.ndarray) -> Outdated | None:
+    def _outdated(self, coll: Collective, job: _Job, m: np.ndarray,
+                  loads: np.ndarray | None = None) -> Outdated | None:
         """Whether ``job`` is out of date under ``m``: :class:`Outdated` ``CLEARED`` before
-        ``SUPERSEDED`` (the one place this rule lives; queued and finished jobs both use it)."""
+        ``SUPERSEDED`` (the one place this rule lives; queued and finished jobs both use it).
+        ``loads``: a finished job's schedule, superseded only if the move costs it more than
+        ``restart_tol`` of the rate it has on the job's input (a move elsewhere, e.g. noise
+        on links it has headroom on, leaves it as good as it was built to be)."""
         if self._recovered(m, coll):
             return Outdated.CLEARED
-        if self._moved(m, coll, job) > self.policy.restart_tol and job.restarts < self.policy.max_restarts:
+        if self._moved(m, coll, job) > self.policy.restart_tol and job.restarts < self.policy.max_restarts \
+                and (loads is None or _rate(m, loads) < (1.0 - self.policy.restart_tol) * _rate(job.capacity, loads)):
             return Outdated.SUPERSEDED
         return None
 
@@ -724,7 +818,7 @@ class ScheduleManager:
             cur_rate, new_rate = _rate(m, coll.profile.loads), _rate(m, new_profile.loads)
             detail.update(max_delta=report.max_delta, rate_before=cur_rate, rate_after=new_rate)
             reason = None
-            outdated = self._outdated(coll, job, m)
+            outdated = self._outdated(coll, job, m, new_profile.loads)
             if outdated is Outdated.CLEARED:
                 reason = "cleared"
             elif outdated is Outdated.SUPERSEDED:
@@ -737,11 +831,7 @@ class ScheduleManager:
                 self.counters["aborted"] += 1
                 detail["reason"] = reason
                 if reason == "no_gain":
-                    # the current schedule is as good as any for this M: measure drift from here on
-                    # (its cut re-derived on M, also in what is saved: a restart profiles it the same)
-                    coll.schedule = replace(coll.schedule, bottleneck=())
-                    coll.profile = self.groups.lift(coll.gpus, profile_schedule(job.topo, coll.schedule))
-                    coll.synth_capacity = np.array(job.capacity, dtype=float)
+                    self._rebase(coll, job.topo, job.capacity)
                 return Event(now, coll.comm, coll.name, Action.ABORTED, coll.version, detail)
         cap = job.known[0] if job.known is not None else job.capacity
         self._install(coll, new, cap, coll.version + 1, None if job.known is not None else new_profile)
@@ -893,6 +983,11 @@ def significant(m: np.ndarray, digits: int) -> np.ndarray:
     up, down = 10.0 ** np.maximum(exp, 0), 10.0 ** np.maximum(-exp, 0)      # exact powers of ten
     q = np.where(m > 0, np.round(m * down / up) * up / down, m)            # 49.943 -> 49.9, not 49.900000000000006
     return m if np.array_equal(q, m) else q
+
+
+def _near(m: np.ndarray, capacity: np.ndarray, tol: float) -> bool:
+    """``m`` is within ``tol`` (relative) of ``capacity`` on every link."""
+    return bool(np.all(np.abs(m - capacity) <= tol * capacity))
 
 
 def _moved(m: np.ndarray, capacity: np.ndarray) -> float:

@@ -3,7 +3,10 @@
 
 Passive telemetry sees only saturated links.  A link the estimator holds more than 5 %
 below nominal and that no window measured during the last ``period`` is probed:
-``nbytes`` sent alone on it, reported as 4 windows at its true capacity.
+``nbytes`` sent alone on it, reported as 4 windows at its true capacity.  A link whose
+change is still being confirmed (a probe read it off its level) is probed again after a
+quarter period: a recovery is confirmed by the second probe ~3 ms after the first, not a
+period later.
 
 * **Between collectives** (:meth:`Probe.between`), every ``period``: a probe of a link the
   active schedule uses is charged in full to the collective that follows (an upper bound:
@@ -39,9 +42,18 @@ class Probe:
         self.next_t = 0.0
 
     def _suspects(self, t: float, store: MeasurementStore) -> np.ndarray:
+        """Links held low and not measured for a ``period``, or for a quarter of it while a
+        change on them is being confirmed (a probe read them off their level: the next
+        probe confirms it without waiting a whole period)."""
         low = store.measured() < 0.95 * self.nominal
-        idle = store.last_sample_t() < t - self.period if self.idle_only else True
-        return np.flatnonzero(low & idle)
+        if not self.idle_only:
+            return np.flatnonzero(low)
+        last = store.last_sample_t()
+        due = last < t - self.period
+        pending = store.pending_links()
+        if pending.size:
+            due[pending] |= last[pending] < t - 0.25 * self.period
+        return np.flatnonzero(low & due)
 
     def _windows(self, t: float, links: np.ndarray, true_cap: np.ndarray) -> tuple[np.ndarray, ...]:
         """``(durations, links, t, gbps)``: 4 windows per probed link, at its true capacity."""

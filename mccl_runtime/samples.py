@@ -17,7 +17,8 @@ __all__ = ["Sample", "RejectedSample", "IngestReport", "LinkMap", "REASONS", "KI
            "parse_sample"]
 
 #: Why a sample can be rejected (keys of the rejection counters).
-REASONS = ("malformed", "nan", "negative", "unknown_link", "future", "too_old", "stale", "above_nominal")
+REASONS = ("malformed", "nan", "negative", "unknown_link", "future", "too_old", "stale", "above_nominal",
+           "too_many_channels")
 KINDS = ("pair", "gpu", "link")
 
 class RejectedSample(TelemetryError):

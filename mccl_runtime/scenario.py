@@ -28,10 +28,10 @@ import numpy as np
 
 from mccl_opt.errors import MCCLError
 from mccl_opt.files import SMALL_PARSE_BYTES, read_json
-from mccl_opt.topology import Topology
+from mccl_opt.topology import MAX_CAPACITY_GBPS, MIN_CAPACITY_GBPS, Topology
 
 __all__ = ["SCENARIO_FORMAT", "ScenarioError", "Event", "Scenario", "load_scenario", "parse_scenario",
-           "MAX_DURATION_MS", "MAX_MESSAGE_BYTES", "MAX_SEED"]
+           "MAX_DURATION_MS", "MAX_MESSAGE_BYTES", "MAX_SEED", "MAX_EVENTS"]
 
 SCENARIO_FORMAT = "mccl-scenario/1"
 COLLECTIVES = ("allgather", "alltoall")
@@ -42,6 +42,8 @@ MAX_DURATION_MS = 600_000.0
 MAX_MESSAGE_BYTES = float(1 << 50)
 #: seeds are numpy's: non-negative, below 2^63
 MAX_SEED = (1 << 63) - 1
+#: events of one scenario (20,000 events kept `mccl loop --executor gloo` synthesizing for minutes)
+MAX_EVENTS = 1024
 
 
 class ScenarioError(MCCLError, ValueError):
@@ -101,11 +103,14 @@ class Scenario:
         return out
 
 
-def load_scenario(path: str | Path) -> Scenario:
+def load_scenario(path: str | Path, max_gpus: int | None = None) -> Scenario:
     """Read and validate a scenario file; raises :class:`ScenarioError` (or
-    :class:`~mccl_opt.errors.TopologyError` for a bad embedded topology)."""
+    :class:`~mccl_opt.errors.TopologyError` for a bad embedded topology).  ``max_gpus``:
+    refuse a fabric of more GPUs, an HPN shape before it is generated (real ranks: one
+    process per GPU; ``hpn 960x64x8`` was generated, 2 million links, to be refused)."""
     path = Path(path)
-    return parse_scenario(read_json(path, ScenarioError, "scenario", SMALL_PARSE_BYTES), base_dir=path.parent)
+    return parse_scenario(read_json(path, ScenarioError, "scenario", SMALL_PARSE_BYTES), base_dir=path.parent,
+                          max_gpus=max_gpus)
 
 
 def _number(d: Mapping[str, Any], key: str, where: str, *, positive: bool = True,
@@ -118,19 +123,30 @@ def _number(d: Mapping[str, Any], key: str, where: str, *, positive: bool = True
     return float(v)
 
 
-def _topology(spec: Any, base_dir: Path) -> Topology:
+def _topology(spec: Any, base_dir: Path, max_gpus: int | None) -> Topology:
     if isinstance(spec, Mapping):
-        return Topology.from_dict(spec)
-    if not isinstance(spec, str) or not spec.strip():
+        topo = Topology.from_dict(spec)
+    elif not isinstance(spec, str) or not spec.strip():
         raise ScenarioError("'topology' must be an inline mccl-topology/1 object, a file path or "
                             "an HPN shape such as \"hpn 1x2x8\"")
-    words = spec.split()
-    if len(words) == 2 and words[0].lower() == "hpn":
+    elif len(spec.split()) == 2 and spec.split()[0].lower() == "hpn":
         from instances import hpn, parse_shape
 
-        return hpn(*parse_shape(words[1]))
-    p = Path(spec)
-    return Topology.load(p if p.is_absolute() else base_dir / p)
+        s, h, n = parse_shape(spec.split()[1])
+        _check_gpus(s * h * n, f"hpn-{s}x{h}x{n}", max_gpus)         # before it is generated
+        topo = hpn(s, h, n)
+    else:
+        p = Path(spec)
+        topo = Topology.load(p if p.is_absolute() else base_dir / p)
+    _check_gpus(topo.num_gpus, topo.name, max_gpus)
+    return topo
+
+
+def _check_gpus(gpus: int, name: str, max_gpus: int | None) -> None:
+    """Refuse a fabric ``name`` of more than ``max_gpus`` GPUs (:func:`load_scenario`)."""
+    if max_gpus is not None and gpus > max_gpus:
+        raise ScenarioError(f"'topology' {name[:80]!r} has {gpus:,} GPUs; real ranks run at most {max_gpus} "
+                            "(one process per GPU on this machine)")
 
 
 def _event(raw: Any, i: int, topo: Topology, cap: np.ndarray) -> Event:
@@ -156,6 +172,9 @@ def _event(raw: Any, i: int, topo: Topology, cap: np.ndarray) -> Event:
         if not topo.has_link(src, dst):
             raise ScenarioError(f"{lw}: no link {src!r} -> {dst!r} in topology {topo.name!r}")
         gbps = _number(ln, "capacity_gbps", lw)
+        if not MIN_CAPACITY_GBPS <= gbps <= MAX_CAPACITY_GBPS:        # 1e-300 failed later, without a place
+            raise ScenarioError(f"{lw}: 'capacity_gbps' must be in [{MIN_CAPACITY_GBPS:g}, {MAX_CAPACITY_GBPS:g}] "
+                                f"Gbps, got {gbps:g}")
         both = ln.get("both_directions", True)
         if not isinstance(both, bool):
             raise ScenarioError(f"{lw}: 'both_directions' must be true or false, got {both!r}")
@@ -172,15 +191,16 @@ def _event(raw: Any, i: int, topo: Topology, cap: np.ndarray) -> Event:
     return Event(t / 1e3, kind, tuple(sorted(changes.items())), duration)
 
 
-def parse_scenario(data: Any, base_dir: str | Path = ".") -> Scenario:
-    """Validate a scenario dictionary (see the module docstring)."""
+def parse_scenario(data: Any, base_dir: str | Path = ".", max_gpus: int | None = None) -> Scenario:
+    """Validate a scenario dictionary (see the module docstring; ``max_gpus``:
+    :func:`load_scenario`)."""
     if not isinstance(data, Mapping):
         raise ScenarioError(f"a scenario must be a JSON object with \"format\": \"{SCENARIO_FORMAT}\"")
     if data.get("format") != SCENARIO_FORMAT:
         raise ScenarioError(f"'format' must be {SCENARIO_FORMAT!r}, got {data.get('format')!r}")
     if "topology" not in data:
         raise ScenarioError("'topology' is missing")
-    topo = _topology(data["topology"], Path(base_dir))
+    topo = _topology(data["topology"], Path(base_dir), max_gpus)
     coll = data.get("collective")
     if coll not in COLLECTIVES:
         raise ScenarioError(f"'collective' must be one of {COLLECTIVES}, got {coll!r}")
@@ -198,8 +218,9 @@ def parse_scenario(data: Any, base_dir: str | Path = ".") -> Scenario:
     if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED:
         raise ScenarioError(f"'seed' must be an integer in [0, 2^63), got {str(seed)[:40]}")
     raw_events = data.get("events", [])
-    if not isinstance(raw_events, list):
-        raise ScenarioError("'events' must be a list")
+    if not isinstance(raw_events, list) or len(raw_events) > MAX_EVENTS:
+        raise ScenarioError(f"'events' must be a list of at most {MAX_EVENTS} events, got "
+                            f"{len(raw_events) if isinstance(raw_events, list) else type(raw_events).__name__}")
     events: list[Event] = []
     cap = topo.arrays.capacity.copy()
     for i, raw in enumerate(raw_events):

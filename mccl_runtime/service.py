@@ -105,6 +105,8 @@ class ControllerService:
         self.clock = clock
         self.state_path = Path(state_path) if state_path else None
         self.folder = check_state_folder(self.state_path) if self.state_path else None   # held open
+        if self.folder is not None:
+            self.folder.lock()                     # one controller per state file
         self.writer = StateWriter(self.state_path, topo, self.folder) if self.state_path else None
         self.durable = DurableState(self.writer)
         self.final_write_ok: bool | None = None    # after serve_forever: the last write's outcome
@@ -211,6 +213,8 @@ class ControllerService:
             self.ready.set()
             self.manager.close()
             self.final_write_ok = self._guarded("final state write", self.persist) is True
+            if self.folder is not None:
+                self.folder.unlock()
             router.close(0)
             pub.close(0)
             ctx.term()
@@ -256,6 +260,8 @@ class ControllerService:
         log_events(log, events, self.manager)
         self._publish(pub)
         self._guarded("swap holds", lambda: self._send_holds(pub, now))
+        if self._dirty_since is not None:             # the wall clock stepped back: no write for that long
+            self._dirty_since = min(self._dirty_since, self.clock())
         if self._must_persist or (self._dirty_since is not None and self.durable.due()
                                   and self.clock() - self._dirty_since >= self.persist_interval_s):
             self.persist()

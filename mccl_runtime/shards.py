@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import re
 import signal
 import sys
 import threading
@@ -30,7 +31,7 @@ from typing import Any, Callable
 
 from mccl_opt.errors import MCCLError
 
-from .endpoints import shard_endpoint
+from .endpoints import is_loopback, shard_endpoint
 from .protocol import ProtocolError
 
 __all__ = ["shard_of", "launch", "shard_args", "shard_endpoint", "shard_endpoints_of", "announce_shard"]
@@ -56,23 +57,49 @@ def shard_endpoints_of(first: Any, timeout_s: float) -> Any:
     while True:
         reply = first.ping()
         if reply.get("shard") is None or reply.get("shards") is not None:
-            return _checked_peers(reply.get("shards"), first.endpoint)
+            return _checked_peers(reply.get("shards"), reply.get("shard"), first.endpoint)
         if time.monotonic() >= deadline:
-            raise ProtocolError("not_ready", f"{first.endpoint} is shard {reply.get('shard')} of a sharded "
+            raise ProtocolError("not_ready", f"{first.endpoint} is shard {str(reply.get('shard'))[:20]} of a sharded "
                                 f"controller that did not list its shards within {timeout_s} s; is the "
                                 "controller still starting? wait for its 'controller on' line and retry")
         time.sleep(0.05)
 
 
-def _checked_peers(peers: Any, endpoint: str) -> Any:
-    """``peers`` as a ``ping`` gave them: None or a list of 1 to :data:`MAX_SHARDS`
-    endpoint strings (a broken or hostile controller listing 100,000 would have the
-    client open as many sockets)."""
+#: characters of one shard endpoint a ``ping`` may list
+MAX_ENDPOINT_CHARS = 256
+#: a wildcard bind's address, as ZeroMQ reports it: this machine too
+_ANY = {"0.0.0.0", "[::]", "*"}
+_ENDPOINT = re.compile(r"(tcp://([!-~]+):[0-9]{1,5}|ipc://[!-~]+)", re.ASCII)
+
+
+def _checked_peers(peers: Any, shard: Any, endpoint: str) -> Any:
+    """``peers`` as a ``ping`` gave them: None or what one launcher binds
+    (:func:`launch`; a key-less controller's reply is not authenticated, and a broken or
+    hostile one listing 100,000 endpoints would have the client open as many sockets):
+    1 to :data:`MAX_SHARDS` distinct ``tcp://HOST:PORT`` or ``ipc://PATH`` endpoints of
+    at most :data:`MAX_ENDPOINT_CHARS` printable ASCII characters, every TCP one on the
+    same host (one machine runs every shard), on a loopback (or wildcard) host when
+    ``endpoint`` (the shard asked) is one, with ``shard`` the index of a listed endpoint, ``endpoint``'s
+    own when it is listed."""
     if peers is None:
         return None
+
+    def bad(why: str) -> ProtocolError:
+        return ProtocolError("bad_reply", f"the controller at {endpoint[:80]} lists its shards as "
+                             f"{str(peers)[:80]}: {why}")
+
     if not (isinstance(peers, list) and 1 <= len(peers) <= MAX_SHARDS and all(isinstance(e, str) for e in peers)):
-        raise ProtocolError("bad_reply", f"the controller at {endpoint} lists its shards as {str(peers)[:80]}, "
-                            f"not a list of 1 to {MAX_SHARDS} endpoints")
+        raise bad(f"not a list of 1 to {MAX_SHARDS} endpoints")
+    if any(len(e) > MAX_ENDPOINT_CHARS or not _ENDPOINT.fullmatch(e) for e in peers):
+        raise bad(f"not tcp://HOST:PORT or ipc://PATH endpoints of at most {MAX_ENDPOINT_CHARS} printable characters")
+    if len(set(peers)) != len(peers):
+        raise bad("an endpoint listed twice")
+    hosts = {m.group(2) for m in map(_ENDPOINT.fullmatch, peers) if m and m.group(2) is not None}
+    if len(hosts) > 1 or (hosts and is_loopback(endpoint) and not (all(map(is_loopback, peers)) or hosts <= _ANY)):
+        raise bad("shards on several hosts, or off the loopback host asked (one machine runs every shard)")
+    if isinstance(shard, bool) or not isinstance(shard, int) or not 0 <= shard < len(peers) \
+            or (endpoint in peers and peers.index(endpoint) != shard):
+        raise bad(f"its own shard number {str(shard)[:20]} is not the place of {endpoint[:80]} in the list")
     return peers
 
 

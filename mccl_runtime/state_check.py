@@ -73,6 +73,19 @@ def _num(v: Any, where: str, lo: float = -math.inf, hi: float = math.inf) -> flo
     return x
 
 
+#: how far a stored time may be ahead of now (a wall clock stepped back since it was written)
+MAX_CLOCK_STEP_S = 86400.0
+
+
+def _stamp(v: Any, where: str, latest: float) -> float:
+    """A time the controller wrote: a finite number at most :data:`MAX_CLOCK_STEP_S`
+    after ``latest`` (now), taken as ``latest`` when after it.  Its own state, written
+    before the wall clock stepped back (an NTP correction), holds such times: refused,
+    the controller could not restart until the state was deleted (issue 27, eighth pass);
+    kept, they made telemetry stale."""
+    return min(_num(v, where, -math.inf, latest + MAX_CLOCK_STEP_S), latest)
+
+
 def _count(v: Any, where: str) -> int:
     if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < 2**63:
         raise MCCLError(f"{where} must be a non-negative integer, got {str(v)[:40]}")
@@ -126,7 +139,7 @@ def _channel(d: Any, where: str, latest: float, cap: float) -> dict[str, Any]:
     return {"src": _str(_get(d, "src", where), f"{where}.src"),
             "dst": _str(_get(d, "dst", where), f"{where}.dst"),
             "value": _num(_get(d, "value", where), f"{where}.value", 0.0, cap),
-            "t": _num(_get(d, "t", where), f"{where}.t", -math.inf, latest)}
+            "t": _stamp(_get(d, "t", where), f"{where}.t", latest)}
 
 
 def _telemetry(v: Any, topo: Topology, latest: float, max_ratio: float) -> dict[str, Any]:
@@ -197,7 +210,7 @@ def _manager(v: Any, topo: Topology, latest: float, max_ratio: float, max_collec
         version = _count(_get(d, "version", where), f"{where}.version")
         ldt = d.get("last_decision_t")
         out = {**d, "comm": comm, "name": name, "kind": kind, "dynamic": dynamic, "version": version,
-               "last_decision_t": None if ldt is None else _num(ldt, f"{where}.last_decision_t", -math.inf, latest),
+               "last_decision_t": None if ldt is None else _stamp(ldt, f"{where}.last_decision_t", latest),
                "schedule": None, "synth_capacity": None}
         fabric = topo
         if d.get("gpus") is not None:           # a communicator over a sub-fabric: check it there

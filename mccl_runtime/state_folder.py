@@ -16,6 +16,7 @@ since a restart, which finds the state by its path, would not see what was writt
 from __future__ import annotations
 
 import errno
+import fcntl
 import os
 import secrets
 import stat
@@ -105,6 +106,41 @@ class StateFolder:
     def close(self) -> None:
         """Close the folder's descriptor (also done when the object is collected)."""
         self._closer()
+
+    def lock(self) -> None:
+        """Hold an exclusive lock on ``.NAME.lock`` in the folder for the life of this
+        object, or raise :class:`MCCLError` if another process holds it: two controllers
+        started on one state file each acknowledged registrations that the other's next
+        write replaced (issue 27, eighth pass).  A POSIX record lock (``lockf``): the kernel
+        drops it when its process dies, so a restart after ``kill -9`` takes it, and it
+        binds processes, not objects (a controller restarted within one process, as the
+        tests do, takes it again).  A folder that cannot be written and has no lock file is
+        served unlocked (nothing can write there)."""
+        name = f".{self.name}.lock"
+        flags = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+        try:
+            fd = os.open(name, os.O_RDWR | os.O_CREAT | flags, 0o600, dir_fd=self.fd)
+        except OSError as exc:
+            if exc.errno not in (errno.EROFS, errno.EACCES, errno.EPERM):
+                raise MCCLError(f"controller state {str(self.path)!r}: cannot open its lock file {name} "
+                                f"({exc.strerror})") from None
+            try:
+                fd = os.open(name, os.O_RDONLY | flags, dir_fd=self.fd)
+            except OSError:
+                return
+        try:
+            fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            raise MCCLError(f"another process serves the controller state {str(self.path)!r} (it holds {name}); "
+                            "two controllers on one state file overwrite each other's writes: stop the other, "
+                            "or give this one another --state") from None
+        self._unlock = weakref.finalize(self, os.close, fd)
+
+    def unlock(self) -> None:
+        """Release :meth:`lock` (the controller stopped: a restart in this process takes it)."""
+        if hasattr(self, "_unlock"):
+            self._unlock()
 
     def check(self) -> None:
         """Before a write: the folder held is still the user's alone, and the state's path

@@ -77,6 +77,8 @@ class SwapHolds:
         a release); a watch ends with its release or after ``window_s`` unheld."""
         out = []
         for key, w in list(self._watch.items()):
+            w.published = min(w.published, now)            # a wall clock stepped back: no hold for that long
+            w.held_since = None if w.held_since is None else min(w.held_since, now)
             links = manager.swap_hold(*key)
             if w.held_since is None:
                 if links:

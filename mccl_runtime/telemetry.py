@@ -57,7 +57,7 @@ import numpy as np
 from mccl_opt.errors import TelemetryError
 from mccl_opt.topology import Topology
 
-from .channels import Channels, paired_cables, reverse_links
+from .channels import FULL, Channels, paired_cables, reverse_links
 from .columns import KIND_CODES, ColumnBatch, check_fold_counts
 from .keyed import KeyedChannels
 from .telemetry_state import restore_store, store_to_dict
@@ -117,6 +117,7 @@ class MeasurementStore:
         self.chan = Channels(topo)
         self.accepted = 0
         self.rejected: Counter[str] = Counter()
+        self._now_seen = -math.inf                               # the latest ``now`` of a batch
         self._measured: np.ndarray | None = None
         self._measured_topo: tuple[np.ndarray, Topology] | None = None
         # wire key (kind, a, b) -> channel id, for the wire keys the vectorised parse resolved
@@ -144,7 +145,7 @@ class MeasurementStore:
         well-formed wire samples is parsed as columns (:meth:`_parse_columns`); anything
         else is checked sample by sample, which words each rejection.  Either way the
         accepted samples are folded into their channels at once (:meth:`_fold`)."""
-        now = self.clock() if now is None else float(now)
+        now = self._follow_clock(self.clock() if now is None else float(now))
         samples = samples if isinstance(samples, list) else list(samples)
         parsed = self._parse_columns(samples, now)
         if parsed is None:
@@ -160,7 +161,7 @@ class MeasurementStore:
         rows count as the samples they stand for (bounded by
         :func:`~mccl_runtime.columns.check_fold_counts`), a refused row once, whatever its
         ``count`` (a key holder's ``count`` cannot inflate the ``rejected`` counters)."""
-        now = self.clock() if now is None else float(now)
+        now = self._follow_clock(self.clock() if now is None else float(now))
         if batch.count is not None and (self.estimator != "ewma" or batch.alpha != self.alpha):
             raise TelemetryError(f"a folded batch (alpha {batch.alpha}) needs the EWMA estimator with the same "
                                  f"alpha; this controller runs {self.estimator} with alpha {self.alpha}")
@@ -169,8 +170,9 @@ class MeasurementStore:
         w = None if batch.count is None else np.asarray(batch.count, dtype=np.int64)
         nan = ~malformed & ~(np.isfinite(y) & np.isfinite(t))
         negative = ~malformed & ~nan & (y < 0)
-        unknown = ~malformed & ~nan & ~negative & (c < 0)
-        good = ~(malformed | nan | negative | unknown)
+        unknown = ~malformed & ~nan & ~negative & (c == -1)
+        full = ~malformed & ~nan & ~negative & (c == FULL)
+        good = ~(malformed | nan | negative | unknown | full)
         is_max = np.asarray(batch.kind) == KIND_CODES["max"]
         keep = np.flatnonzero(good & ~is_max)
         c_max, y_max, t_max, rejected_max, _ = self._screen(*(x[good & is_max] for x in (c, y, t)), now)
@@ -178,12 +180,24 @@ class MeasurementStore:
         if w is not None:
             check_fold_counts(c, t, w, self.chan.t[c], now - self.max_age_s)
         rejected.update(malformed=int(malformed.sum()), nan=int(nan.sum()), negative=int(negative.sum()),
-                        unknown_link=int(unknown.sum()))
+                        unknown_link=int(unknown.sum()), too_many_channels=int(full.sum()))
         rejected.update(rejected_max)
         replaced = self._replace(c_max, y_max, t_max)
         report = self._apply(c, y, t, rejected, w)
         self.accepted += replaced
         return IngestReport(report.accepted + replaced, report.rejected)
+
+    def _follow_clock(self, now: float) -> float:
+        """``now``; when it is earlier than a previous batch's (the wall clock stepped
+        back, e.g. an NTP correction), channel times after it are taken as the oldest time
+        a sample may have (``now - max_age_s``), so any new sample is newer: kept, they
+        made every new sample ``stale`` until the clock caught up (an hour back: an hour
+        blind; issue 27, eighth pass)."""
+        if now < self._now_seen:
+            t = self.chan.t
+            t[t > now] = now - self.max_age_s
+        self._now_seen = now
+        return now
 
     def _replace(self, c: np.ndarray, y: np.ndarray, t: np.ndarray) -> int:
         """A front end's ``max`` rows: each replaces its channel's value (the front end
@@ -230,7 +244,11 @@ class MeasurementStore:
             except RejectedSample as exc:
                 rejected[exc.reason] += 1
                 continue
-            c.append(self._channel_of(s.kind, s.src, s.dst, links, nominal))
+            cid = self._channel_of(s.kind, s.src, s.dst, links, nominal)
+            if cid == FULL:
+                rejected["too_many_channels"] += 1
+                continue
+            c.append(cid)
             y.append(s.gbps)
             t.append(s.t)
         return np.array(c, dtype=np.int64), np.array(y, dtype=float), np.array(t, dtype=float), rejected
@@ -249,7 +267,10 @@ class MeasurementStore:
             links, nominal = self.map.resolve(Sample(kind, a, b, 0.0, 0.0))
         except RejectedSample:
             return None
-        cid = self._channels[wire] = self._channel_of(kind, a, b, links, nominal)
+        cid = self._channel_of(kind, a, b, links, nominal)
+        if cid == FULL:                             # refused sample by sample, never cached
+            return None
+        self._channels[wire] = cid
         return cid
 
     def _batch_channels(self, batch: list[Any]) -> np.ndarray | None:

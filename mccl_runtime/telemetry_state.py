@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 from mccl_opt.errors import TelemetryError
 
+from .channels import FULL, MAX_KEYED_CHANNELS
 from .keyed import host_key
 from .samples import parse_sample
 
@@ -48,16 +49,24 @@ def restore_store(store: "MeasurementStore", data: Mapping[str, Any]) -> None:
         for d in data.get("pairs", []):
             s = parse_sample({"kind": "pair", "src": d["src"], "dst": d["dst"], "gbps": 0.0, "t": 0.0})
             links, nominal = store.map.resolve(s)
-            cid = chan.pair((s.src, s.dst), links, nominal)
+            cid = _registered(chan.pair((s.src, s.dst), links, nominal))
             chan.value[cid], chan.t[cid] = float(d["value"]), float(d["t"])
         for d in data.get("hosts", []):
             a = store.topo.link_index(d["src"], d["dst"])
             kind = d.get("kind", "host")
             if kind not in ("host", "max"):
                 raise KeyError(f"kind {kind!r}")
-            cid = chan.pair(host_key(int(d["reporter"]), a, kind), (a,), float(chan.capacity[a]))
+            cid = _registered(chan.pair(host_key(int(d["reporter"]), a, kind), (a,), float(chan.capacity[a])))
             chan.value[cid], chan.t[cid] = float(d["value"]), float(d["t"])
         store.accepted = int(data.get("accepted", 0))
         store.rejected = Counter({str(k): int(v) for k, v in dict(data.get("rejected", {})).items()})
     except (KeyError, TypeError, ValueError) as exc:
         raise TelemetryError(f"telemetry state is corrupt ({exc}); delete the state file to start fresh") from None
+
+
+def _registered(cid: int) -> int:
+    """A restored channel's id; a state holding more keyed channels than a controller
+    registers (:data:`~mccl_runtime.channels.MAX_KEYED_CHANNELS`) is corrupt."""
+    if cid == FULL:
+        raise ValueError(f"more than {MAX_KEYED_CHANNELS} pair and host channels")
+    return cid

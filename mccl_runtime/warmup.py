@@ -138,6 +138,7 @@ def _forestcoll(backend: str) -> None:
 
     line_trees(_fabrics()[1])
     _greedy_orders()
+    _few_trees()
 
 
 def _greedy_orders() -> None:
@@ -152,6 +153,19 @@ def _greedy_orders() -> None:
     tail, head, units = np.array([0, 1], np.int64), np.array([1, 0], np.int64), np.ones(2, np.int64)
     for widest in (False, True):
         greedy_pack(2, tail, head, units, 1, {0: np.array([-1, 0], np.int64)}, widest)
+
+
+def _few_trees() -> None:
+    """ForestColl's few-trees packing (:func:`~mccl_opt.allgather.forestcoll.packing.
+    few_trees.few_trees_pack`) on two GPUs: the exact split reaches it on fabrics larger
+    than the warm-up's (SuperPOD 2x4x8 at ``max_chunks=None`` dispatched its kernel with a
+    signature the warm-up had not given it: bench/bench_warmup_compiles.py)."""
+    import numpy as np
+
+    from mccl_opt.allgather.forestcoll.packing.few_trees import few_trees_pack
+
+    few_trees_pack(2, np.array([0, 1], np.int64), np.array([1, 0], np.int64),
+                   np.ones(2, np.int64), 1)
 
 
 def _unbalanced(backend: str) -> None:

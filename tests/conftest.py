@@ -23,3 +23,14 @@ def _warm_budget_off_the_clock(request: pytest.FixtureRequest,
         from mccl_opt.allgather.warm import route
 
         monkeypatch.setattr(route, "WARM_FLOOR_S", TEST_WARM_FLOOR_S)
+
+
+@pytest.fixture
+def proportional_spread(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Phase 2's spread split as it was before sibling pairs went last
+    (:mod:`mccl_opt.allgather.forestcoll.removal.siblings`): the logical graphs on which
+    the fallbacks some tests exercise (few-trees, wide margins, a rejected rounding) are
+    still needed; on these fabrics the split now packs at once."""
+    from mccl_opt.allgather.forestcoll.removal import spread
+
+    monkeypatch.setattr(spread, "spread_stages", lambda proportional, siblings: [proportional, None])

@@ -141,7 +141,8 @@ def test_a_restriction_misread_at_the_loosest_tolerance_is_read_again_tighter(mo
     check_schedule(topo, s, max_chunks=10)
 
 
-def test_at_k_the_trees_that_rounded_too_far_seed_the_general_method(monkeypatch):
+def test_at_k_the_trees_that_rounded_too_far_seed_the_general_method(monkeypatch,
+                                                                     proportional_spread):
     """Leaf-spine 6x2x8 with 4 spines at ``K=10``: ForestColl fails 7 trees per root and
     packs fewer, 0.1 % below the optimum; with the rounding gap made 0 that schedule is
     rejected, and its trees (not multiplicative weights) seed the general method, which

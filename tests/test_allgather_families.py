@@ -41,8 +41,11 @@ SMALL = [
     host_torus(2, 3, 2),
 ]
 #: fabrics whose plain spread split fails the rooted cut test (checked below)
-BREAKS_PLAIN = [shared_aggregation(2, 2, 8), multi_spine(2, 2, 8), leaf_spine(4, 2, 4),
-                superpod(2, 4, 8)]
+BREAKS_PLAIN = [leaf_spine(3, 2, 2), leaf_spine(3, 2, 4), leaf_spine(8, 2, 2)]
+#: ... and those whose plain split failed it before sibling pairs went last
+#: (:mod:`mccl_opt.allgather.forestcoll.removal.siblings`; checked below)
+PLAIN_NOW = [shared_aggregation(2, 2, 8), multi_spine(2, 2, 8), leaf_spine(4, 2, 4),
+             superpod(2, 4, 8)]
 
 
 @pytest.mark.parametrize("topo", SMALL, ids=lambda t: t.name)
@@ -82,7 +85,30 @@ def test_guarded_split_admits_k_where_the_plain_one_does_not(topo):
                 assert topo.has_link(topo.nodes[a].id, topo.nodes[c].id)
 
 
-@pytest.mark.parametrize("topo", BREAKS_PLAIN + [scrambled(BREAKS_PLAIN[0], 5)],
+def _plain_split(topo):
+    topo = canonical(topo)
+    budget = phase_one_budget(topo, 10, {})
+    split = balanced_split(budget.fab, topo.arrays.is_switch, budget.k, budget.y, 10).split
+    return topo, split, spread_split(split, topo.arrays.rank_of)
+
+
+@pytest.mark.parametrize("topo", PLAIN_NOW, ids=lambda t: t.name)
+def test_plain_split_admits_k_with_siblings_paired_last(topo):
+    """Pairs whose ends share another switch go last, so no unit between two GPUs of one
+    host leaves the host (it took host ingress the cut condition needs), and the plain
+    split passes the rooted test where it used to fail."""
+    topo, split, lg = _plain_split(topo)
+    assert lg.admits(split.k)
+    host = [topo.nodes[v].id.rsplit("g", 1)[0] for v in topo.arrays.gpu_nodes.tolist()]
+    same = 0
+    for u, t, bundle in zip(lg.tail.tolist(), lg.head.tolist(), lg.bundles):
+        if host[u] == host[t]:
+            same += 1
+            assert all(len(path) == 3 for path, _ in bundle)      # over their NVSwitch only
+    assert same > 0
+
+
+@pytest.mark.parametrize("topo", BREAKS_PLAIN + PLAIN_NOW + [scrambled(PLAIN_NOW[0], 5)],
                          ids=lambda t: t.name)
 def test_guarded_fabrics_solve_at_the_budget_optimum(topo):
     """The solve takes the spread split (guarded where the plain one fails; a renamed

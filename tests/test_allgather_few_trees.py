@@ -94,7 +94,8 @@ def test_a_graph_that_does_not_admit_k_is_refused():
 
 
 @pytest.mark.parametrize("max_chunks", [10, None])
-def test_leaf_spine_with_narrow_nics_is_solved_by_forestcoll_at_the_optimum(max_chunks):
+def test_leaf_spine_with_narrow_nics_is_solved_by_forestcoll_at_the_optimum(max_chunks,
+                                                                          proportional_spread):
     """The solve: ForestColl's exact packing, not the general method, at the cut bound
     (the fabric is balanced: the forwarding-only optimum)."""
     topo = leaf_spine(8, 2, 4, spines=4)
@@ -146,3 +147,32 @@ def test_exact_split_keeps_cut_condition_and_units(build):
             for arc in zip(path, path[1:]):
                 load[arc] = load.get(arc, 0) + units
     assert all(load[arc] <= physical.get(arc, 0) for arc in load), "a link above its units"
+
+
+def test_repair_searches_before_the_exact_packing_are_capped_at_none(monkeypatch):
+    """At ``None`` a failed repair packing is followed by the exact few-trees packing, so
+    every repair search stops within ``k·n²`` tree visits, the guarded split's too (uncapped they ran to the end:
+    6.2 s CPU on leaf-spine 8x2x8 with 4 spines) and the solve still reaches the cut
+    bound."""
+    from mccl_opt.allgather.forestcoll import sized
+
+    calls: list[tuple[int, int, int, int]] = []
+    real = sized.repair_pack
+
+    def spy(n, tail, head, units, k, shapes=None, shift=1, max_visits=1 << 62,
+            rail_first=None):
+        classes, info = real(n, tail, head, units, k, shapes, shift, max_visits, rail_first)
+        calls.append((n, k, max_visits, info.get("repair_visits", 0)))
+        return classes, info
+
+    monkeypatch.setattr(sized, "repair_pack", spy)
+    topo = leaf_spine(8, 2, 4, spines=4)
+    s = mo.solve_allgather(topo, max_chunks=None)
+    assert calls and all(k == 1 for _, k, _, _ in calls)
+    for n, k, cap, visits in calls:
+        assert cap == k * n * n and visits <= cap + n * n
+    check_schedule(topo, s, None)
+    # the guarded split's repair packing completes since sibling pairs go last; where it
+    # does not, the exact few-trees packing follows
+    assert s.stats["packing"] in ("repair", "exact")
+    assert s.rate_gbps == pytest.approx(cut_bound(topo), rel=1e-9)

@@ -103,7 +103,7 @@ def _one_way_nic_logical(src: str, dst: str):
 
 
 @pytest.mark.parametrize("src,dst", [("s0h0g0", "s0tor0"), ("s0tor0", "s0h0g0")])
-def test_wide_margins_scale_thin_links_into_a_tight_host(src, dst):
+def test_wide_margins_scale_thin_links_into_a_tight_host(src, dst, proportional_spread):
     """Rounding ``units·k1/k`` down on the spread split's many thin links into a host
     loses more than the one-tree margin: the narrow scaled packing fails, the wide one
     (wider margins, several units on one link into a tight GPU) is a packing of exactly

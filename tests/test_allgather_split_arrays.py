@@ -1,7 +1,8 @@
 """Phase 2's array split (``mccl_opt.allgather.forestcoll.removal.spread``) against the dictionary form.
 
 The oracle below splits every switch pair by pair with ``SplitGraph.split`` (the
-spread proposal's amounts computed here with plain dictionaries); the array split must
+spread proposal's amounts computed here with plain dictionaries and sets, siblings
+included); the array split must
 give the same logical graph: the same links, units and bundles (paths and units, in
 order).  Independently of the oracle, every bundle segment must be a real switch path
 from its link's tail GPU to its head GPU, and no physical link may carry more units
@@ -17,17 +18,26 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from instances import fail1, fail2, fail3, hpn
+from mccl_opt.allgather.forestcoll.maxflow import INF
 from mccl_opt.allgather.forestcoll.removal.bundles import Bundles
 from mccl_opt.allgather.forestcoll.pipeline import balanced_split, phase_one_budget
 from mccl_opt.allgather.forestcoll.removal.splitting import (LogicalGraph, SplitGraph, balance_switches,
                                           simple_path, switch_order)
+from mccl_opt.allgather.forestcoll.removal.siblings import SwitchNeighbours
 from mccl_opt.allgather.forestcoll.removal.spread import _walk, spread_split
 from mccl_opt.allgather.forestcoll.removal.transport import transport
 
 
 def reference_spread(g: SplitGraph, rank_of: np.ndarray) -> LogicalGraph:
-    """The spread proposal on a copy of ``g``, one ``SplitGraph.split`` per pair."""
+    """The spread proposal on a copy of ``g``, one ``SplitGraph.split`` per pair;
+    sibling pairs (ends cabled to a common switch other than ``w`` in ``g`` as given)
+    held back to the last two stages."""
     g = g.copy()
+    switches: dict[int, set[int]] = {v: set() for v in range(g.n)}
+    for a, b in g.units:
+        for v, x in ((a, b), (b, a)):
+            if g.is_switch[x]:
+                switches[v].add(x)
     for w in switch_order(g):
         ins, outs = g.in_arcs(w), g.out_arcs(w)
         us, ts = [a for a, _ in ins], [b for _, b in outs]
@@ -40,9 +50,14 @@ def reference_spread(g: SplitGraph, rank_of: np.ndarray) -> LogicalGraph:
         rest = np.array([max(int(a_u.sum()) - (b_t[out_of[u]] if u in out_of else 0), 1)
                          for u in us], np.int64)
         first = [-(-int(a_u[i]) * int(b_t[j]) // int(rest[i])) for i, j in pairs]
+        sib = [bool((switches[us[i]] & switches[ts[j]]) - {w}) for i, j in pairs]
+        stages = [np.array(first, np.int64), None]
+        if any(sib):
+            apart = [np.array([0 if s else x for s, x in zip(sib, first)], np.int64),
+                     np.array([0 if s else INF for s in sib], np.int64)]
+            stages = apart + stages
         supply, demand = a_u.copy(), b_t.copy()
-        amounts = transport(len(us), len(ts), tail, col, supply, demand,
-                            [np.array(first, np.int64), None],
+        amounts = transport(len(us), len(ts), tail, col, supply, demand, stages,
                             np.array([out_of.get(u, -1) for u in us], np.int64))
         for (i, j), amount in zip(pairs, amounts.tolist()):
             g.split(us[i], w, ts[j], amount)
@@ -170,3 +185,43 @@ def test_walk_cuts_cycles_like_simple_path(head, tail):
     top = len(p_in) + len(p_out)
     length = _walk(buf, top, 0, len(p_in), len(p_in), len(p_out))
     assert tuple(buf[top: top + length].tolist()) == simple_path(p_in + p_out[1:])
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_siblings_are_ends_cabled_to_a_common_other_switch(seed):
+    """:class:`SwitchNeighbours` against sets of each node's switches, on random graphs
+    (repeated cables, switch-switch links, nodes with no switch)."""
+    rng = np.random.default_rng(seed)
+    for _ in range(25):
+        n = int(rng.integers(3, 25))
+        is_switch = rng.random(n) < 0.4
+        tail, head = rng.integers(0, n, 60), rng.integers(0, n, 60)
+        tail, head = tail[tail != head], head[tail != head]
+        switches: dict[int, set[int]] = {v: set() for v in range(n)}
+        for a, b in zip(tail.tolist(), head.tolist()):
+            for v, x in ((a, b), (b, a)):
+                if is_switch[x]:
+                    switches[v].add(x)
+        w = int(rng.integers(0, n))
+        us = rng.choice(n, int(rng.integers(1, n)), replace=False)
+        ts = rng.choice(n, int(rng.integers(1, n)), replace=False)
+        i, j = np.nonzero(np.ones((us.size, ts.size), bool))
+        got = SwitchNeighbours(n, tail, head, is_switch).siblings(w, us, ts, i, j)
+        want = [bool((switches[int(us[a])] & switches[int(ts[b])]) - {w}) for a, b in zip(i, j)]
+        assert got.tolist() == want
+
+
+def test_a_failing_sample_of_sinks_proves_the_rooted_test_fails():
+    """``admits(k, stride)`` tests every ``stride``-th rank only: a ``False`` holds for the
+    whole test (the sampled sink's cut is a cut), and a graph that passes passes it."""
+    sampled_fails = 0
+    for seed in range(10):
+        g, rank_of = random_split(seed)
+        lg = spread_split(g, rank_of)
+        for k in (1, 2, 3, 5):
+            whole = lg.admits(k)
+            for stride in (2, 3):
+                sample = lg.admits(k, stride)
+                assert sample or not whole
+                sampled_fails += not sample
+    assert sampled_fails > 0

@@ -174,17 +174,21 @@ def test_report_round_trips_through_a_file(tmp_path):
 
 
 def test_an_exact_packing_out_of_reach_hands_the_fabric_to_the_general_method(monkeypatch):
-    """A leaf-spine fabric whose fast packers all get stuck, the few-trees packing given no
-    max-flows (it packs this fabric: tests/test_allgather_few_trees.py), would reach
+    """A leaf-spine fabric whose fast packers all get stuck (made to here: since sibling
+    pairs go last in the spread split, the repair packer packs it), the few-trees packing
+    given no max-flows (it packs this fabric: tests/test_allgather_few_trees.py), would reach
     Lovász's exact packing (one max-flow per tree edge: minutes there); with more than
     ``EXACT_PACK_MAX_EDGES`` tree edges ForestColl declines at once and the general
     method solves (at ``max_chunks=None``: with a chunk budget ForestColl is first asked
     for fewer chunks, tests/test_allgather_fewer_chunks.py)."""
     from instances.aggregation import leaf_spine
     from mccl_opt.allgather.forestcoll.packing import few_trees
+    from mccl_opt.allgather.forestcoll import pipeline
     from mccl_opt.allgather.forestcoll.pipeline import EXACT_PACK_MAX_EDGES
 
     monkeypatch.setattr(few_trees, "FEW_TREES_CHECKS_PER_N2", 0)
+    monkeypatch.setattr(pipeline, "_pack_repair", lambda *args, **kwargs: None)
+    monkeypatch.setattr(pipeline, "_pack_greedy", lambda *args, **kwargs: None)
 
     topo = leaf_spine(4, 2, 8).with_capacity({("spine1", "u0leaf0"): 80.0,
                                               ("u0leaf0", "spine1"): 80.0})

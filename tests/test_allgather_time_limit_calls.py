@@ -140,3 +140,30 @@ def test_the_lp_time_limit_is_the_time_left():
     tiny, _ = anytime.limited(1e-9, anytime.lp_time_limit)
     assert tiny == pytest.approx(1e-3)               # solvers refuse a limit of 0
     assert 0.0 < anytime.limited(600.0, anytime.cpu_share)[0] <= 1.0
+
+
+def test_a_limit_passing_inside_a_rooted_sweep_stops_the_solve_there(monkeypatch):
+    """A rooted sweep (one max-flow per GPU: one compiled call of ~1 s at 1024 GPUs)
+    runs under a limit in spans of sinks with a clock check between; the limit made to
+    pass at the first such check (Phase 1's sweep of a 16-GPU fabric, one sink a span)
+    stops the solve there, with the first schedule: valid, status
+    ``time_limit``, bound at or above the optimum."""
+    from mccl_opt.allgather.forestcoll import maxflow
+
+    topo = hpn(1, 2, 8)
+    full = mo.solve_allgather(topo)
+    monkeypatch.setattr(maxflow, "SWEEP_WORK", 1)     # one sink per span
+    real_check = anytime.check
+
+    def check(where: str) -> None:
+        if "rooted sweep" in where:
+            anytime.run_out(where)
+        real_check(where)
+
+    monkeypatch.setattr(anytime, "check", check)
+    limited = mo.solve_allgather(topo, time_limit=600.0)
+    report = limited.report
+    assert report.termination is Termination.TIME_LIMIT and report.method is Method.FIRST
+    assert "rooted sweep" in report.attempts[-1].outcome
+    check_schedule(topo, limited)
+    assert report.bound_gbps >= full.lp_rate_gbps * (1 - 1e-9) >= limited.rate_gbps

@@ -217,7 +217,11 @@ def test_a_probe_shorter_than_three_times_its_cost_is_not_used(level, cost_share
 
 
 def test_real_ranks_swap_and_recover(tmp_path, capsys):
-    rc = main(["loop", "--executor", "gloo", "--world", "4", "--scenario", _scenario(tmp_path), "--json"])
+    """``--no-abort``: every collective on the old version runs whole, so the degraded time
+    is measured (with the default abort the first degraded collective is often aborted, and
+    an aborted attempt's time is partial: ``time_degraded_ms`` is then None)."""
+    rc = main(["loop", "--executor", "gloo", "--world", "4", "--scenario", _scenario(tmp_path), "--json",
+               "--no-abort"])
     out = capsys.readouterr()
     assert rc == 0, out.err
     s = json.loads(out.out)
@@ -234,21 +238,21 @@ def test_real_ranks_swap_and_recover(tmp_path, capsys):
 
 
 def test_real_ranks_abort_the_collective_stuck_on_a_dead_link(tmp_path, capsys):
-    """``--abort`` (docs/executor.md, "Aborting a stale collective"): GPU0 <-> its ToR at 1 %
-    of nominal; the collective stuck on it is aborted once the ranks agreed on the new
-    version and re-run on it (the summary's ``aborts``, rows per attempt), every result
-    exact, one or two versions for the event."""
+    """The default (docs/executor.md, "Aborting a stale collective"; no flag): GPU0 <-> its
+    ToR at 1 % of nominal; the collective stuck on it is aborted once the ranks agreed on
+    the new version and re-run on it (the summary's ``aborts``, rows per attempt), every
+    result exact, one or two versions for the event."""
     path = tmp_path / "dead.json"
     path.write_text(json.dumps({
         "format": "mccl-scenario/1", "topology": "hpn 1x2x2", "collective": "allgather",
         "message_bytes": 16 * 2**20, "duration_ms": 40,
         "events": [{"t_ms": 10, "links": [FAIL2 | {"capacity_gbps": 4}]}]}))
-    rc = main(["loop", "--executor", "gloo", "--world", "4", "--scenario", str(path), "--abort", "--json"])
+    rc = main(["loop", "--executor", "gloo", "--world", "4", "--scenario", str(path), "--json"])
     out = capsys.readouterr()
     assert rc == 0, out.err
     s = json.loads(out.out)
     ev = s["events"][0]
-    print(f"real ranks, dead link, --abort: reaction {ev['reaction_ms']:.0f} ms, aborts {s['aborts']}, "
+    print(f"real ranks, dead link, abort (default): reaction {ev['reaction_ms']:.0f} ms, aborts {s['aborts']}, "
           f"versions {ev['versions']}")
     assert s["wrong_results"] == 0
     assert 1 <= len(ev["versions"]) <= 2, ev["versions"]
@@ -256,6 +260,24 @@ def test_real_ranks_abort_the_collective_stuck_on_a_dead_link(tmp_path, capsys):
     received = {v["version"] for v in ev["versions"]}
     assert all(new > old and new in received for _, old, new in s["aborts"]), s["aborts"]
     assert ev["time_after_ms"] is not None and ev["recovery_ratio"] is not None
+
+
+@pytest.mark.parametrize("flag, abort", [((), True), (("--abort",), True), (("--no-abort",), False)])
+def test_abort_is_the_real_rank_default_and_no_abort_turns_it_off(tmp_path, capsys, monkeypatch, flag, abort):
+    """``mccl loop --executor gloo`` aborts a stale collective unless ``--no-abort``: the
+    configuration handed to the ranks (no ranks run here)."""
+    from executor_cuda import scenario_run
+
+    seen = []
+
+    def fake(scenario, cfg):
+        seen.append(cfg)
+        raise scenario_run.MCCLError("stop here")
+
+    monkeypatch.setattr(scenario_run, "run_gloo_loop", fake)
+    assert main(["loop", "--executor", "gloo", "--world", "4", "--scenario", _scenario(tmp_path), *flag]) != 0
+    assert [cfg.abort for cfg in seen] == [abort]
+    assert scenario_run.GlooLoopConfig().abort is True
 
 
 def test_real_ranks_swap_with_telemetry_through_a_front_end(tmp_path, capsys):
@@ -304,7 +326,7 @@ def test_real_ranks_notice_a_cleared_failure_by_probes(tmp_path, capsys):
     assert rc == 0, out.err
     s = json.loads(out.out)
     fail, clear = s["events"]
-    print(f"probes: healthy {s['time_healthy_ms']:.1f} ms, degraded {fail['time_degraded_ms']:.1f}, "
+    print(f"probes: healthy {s['time_healthy_ms']:.1f} ms, degraded {fail['time_degraded_ms']} (None: aborted), "
           f"after swap {fail['time_final3_ms']:.1f} ({fail['probes']} probes, "
           f"{100 * fail['probe_share']:.1f} % of the time), after clear: reaction {clear['reaction_ms']} ms, "
           f"final {clear['time_final3_ms']:.1f} ms, versions {clear['versions']}, healthy rate {healthy:.1f}")
@@ -384,8 +406,9 @@ def test_real_rank_report_says_when_an_event_was_recovered_and_skips_versions_th
 
 def test_an_aborted_collective_counts_from_its_rerun():
     """A collective aborted and re-run on a new version (executor_cuda.abort) is two rows:
-    its aborted attempt on the old version (degraded time) and its re-run on the new one,
-    which starts the reaction; the slowest rank's time is taken per attempt."""
+    its aborted attempt on the old version (partial: not in the degraded time, which the
+    whole collectives on the old version give) and its re-run on the new one, which starts
+    the reaction; the slowest rank's time is taken per attempt."""
     from types import SimpleNamespace
 
     from executor_cuda.scenario_report import summarize
@@ -396,15 +419,15 @@ def test_an_aborted_collective_counts_from_its_rerun():
                               {"t_ms": 2, "links": [{"src": "s0h0g0", "dst": "s0h0nvs", "capacity_gbps": 1}]}]})
     plan = SimpleNamespace(timeline=tuple((t, cap) for t, cap, _ in scn.timeline()), time_scale=1.0,
                            duration_s=0.010, probe_every=4, block_numel=1024, pieces=1)
-    rows = [(1, 1, 0, 0.000, 0.001, 0), (2, 1, 1, 0.002, 0.0040, 0), (2, 2, 1, 0.0061, 0.0010, 1),
-            (3, 2, 1, 0.0072, 0.0010, 0)]
+    rows = [(1, 1, 0, 0.000, 0.001, 0), (2, 1, 1, 0.002, 0.0030, 0), (3, 1, 1, 0.005, 0.0009, 0),
+            (3, 2, 1, 0.0061, 0.0010, 1), (4, 2, 1, 0.0072, 0.0010, 0)]
     slow = [r[:4] + (r[4] + 0.0002,) + r[5:] for r in rows]          # another rank, 0.2 ms slower
-    ranks = [{"rows": rr, "probes": [], "received": [(2, 0.0058, 0.0)], "swaps": [], "aborts": [(2, 1, 2)],
+    ranks = [{"rows": rr, "probes": [], "received": [(2, 0.0058, 0.0)], "swaps": [], "aborts": [(3, 1, 2)],
               "offline": {1: [0.001]}, "wrong": 0, "dead": "", "pushed": 0, "first_version": 1}
              for rr in (rows, slow)]
     ev = summarize(scn, ranks, plan, 0.001, 1.0)["events"][0]
     assert ev["reaction_ms"] == pytest.approx(4.1)          # the re-run's start, not the aborted attempt's
-    assert ev["time_degraded_ms"] == pytest.approx(4.2)     # the aborted attempt, slowest rank
+    assert ev["time_degraded_ms"] == pytest.approx(3.2)     # the whole collective, slowest rank; not the aborted one
     assert ev["time_after_ms"] == pytest.approx(1.2)
     assert ev["swap_ms"] == pytest.approx(0.3)
 

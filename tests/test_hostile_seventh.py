@@ -17,10 +17,10 @@ from tests.test_hostile_third import _cli
 BAD_SECONDS = [math.nan, math.inf, -1.0, 0.0, 1e300]
 
 
-@pytest.mark.parametrize("option", [("--abort",), ("--pieces", "4"), ("--block-kib", "8"), ("--collective-ms", "5"),
+@pytest.mark.parametrize("option", [("--no-abort",), ("--pieces", "4"), ("--block-kib", "8"), ("--collective-ms", "5"),
                                     ("--max-real-s", "30")])
 def test_simulated_loop_refuses_real_rank_options(capsys, option):
-    """``mccl loop --abort`` or ``--pieces 4`` without ``--executor gloo`` ran the
+    """``mccl loop --no-abort`` or ``--pieces 4`` without ``--executor gloo`` ran the
     simulation and exited 0: the option was silently ignored."""
     rc, err = _cli(capsys, "loop", "--duration-ms", "30", *option)
     assert rc == 2 and option[0] in err and "--executor gloo" in err, err

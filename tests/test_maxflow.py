@@ -1,6 +1,6 @@
 """Incremental rooted check (mccl_opt/allgather/forestcoll/maxflow.py) against a from-scratch
 networkx max-flow per sink: first failing position, min-cut source side, every failing
-sink's cut, min over sinks."""
+sink's cut, min over sinks; also scanned span by span under a time limit."""
 
 from __future__ import annotations
 
@@ -10,7 +10,9 @@ import pytest
 from networkx.algorithms.flow import edmonds_karp
 
 from instances import fail1, fail2, hpn
+from mccl_opt import anytime
 from mccl_opt.allgather.fabric import fabric_of
+from mccl_opt.allgather.forestcoll import maxflow
 from mccl_opt.allgather.forestcoll.maxflow import INF, FlowNetwork
 from mccl_opt.allgather.forestcoll.throughput import optimal_rate
 
@@ -190,3 +192,36 @@ def test_rooted_check_on_hpn_fabrics(topo):
             pos = check_rooted(net, caps, np.roll(fab.gpus, shift), demand, refs)
             assert (pos < 0) == (extra == 0)
         check_rooted(net, caps, fab.gpus[::-1].copy(), demand, refs)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_scans_resumed_span_by_span_under_a_time_limit(seed, monkeypatch):
+    """Under a time limit every scan runs a span of sinks per compiled call (here one)
+    and checks the clock between calls; resumed from the flow the last call left, it must
+    answer exactly as one whole scan (first failing sink and its cut, failing sets with
+    and without skipping, min over sinks)."""
+    monkeypatch.setattr(maxflow, "SWEEP_WORK", 1)     # one sink per span
+    checks = []
+    real_check = anytime.check
+    monkeypatch.setattr(anytime, "check", lambda where: (checks.append(where), real_check(where)))
+    rng, net, caps, sinks = random_network(5000 + seed, forced=seed % 2 == 1)
+    sinks = np.concatenate([sinks, rng.choice(sinks, 3)])
+    refs = {g: reference(net, caps, g) for g in set(sinks.tolist())}
+    values = sorted({f for f, _ in refs.values()})
+
+    def scans() -> bool:
+        for demand in {0, 1, *values, *(f + 1 for f in values)}:
+            check_rooted(net, caps, sinks, demand, refs)
+            for skip in (True, False):
+                want = expected_sets(net, refs, sinks, demand, skip=skip)
+                got = net.failing_sets(caps, sinks, demand, sinks.size, skip=skip)
+                np.testing.assert_array_equal(got.reshape(-1, net.n),
+                                              np.array(want, bool).reshape(-1, net.n))
+        lowest = min(f for f, _ in refs.values())
+        for upper in (1 << 62, lowest + 1, max(lowest - 1, 0)):
+            assert net.min_flow_over_sinks(caps, sinks, upper=upper) == min(upper, lowest)
+        return True
+
+    done, stopped = anytime.limited(1e6, scans)
+    assert done and stopped is None
+    assert any("rooted sweep" in w for w in checks)

@@ -82,6 +82,10 @@ def test_describe_every_outcome():
     assert describe(ev("timeout", {"time_limit_s": 60.0})) == \
         "w/ag: re-synthesis abandoned after the 60.0 s time bound; keeping v3"
     assert describe(ev("failed", {"error": "bad"})) == "w/ag: re-synthesis failed (bad); keeping v3"
+    assert describe(ev("aborted", {"reason": "no_gain", "bound": 50.0, "rate_before": 50.0})) == \
+        "w/ag: no re-synthesis (rate 50 Gbps is at the single-vertex bound 50 Gbps: no schedule can " \
+        "gain); keeping v3"
+    assert "match a known fabric" in describe(ev("resynthesis", {"flagged": False, "capacity": "known"}))
     assert describe(ev("published", {**rates, "known_fabric": True}, 4)) == \
         "w/ag: published v4 (rate 6.25 -> 44.5 Gbps on the measured fabric, a known fabric's " \
         "schedule reused)"

@@ -182,7 +182,7 @@ def test_further_degradation_during_synthesis_restarts_on_the_newest_estimate():
     synth = PruningSynth(gate=gate)
     store, mgr = _manager(synth)
     nic = TOPO.link_index("s0h0g0", "s0tor0")
-    store.ingest(_cable("s0h0g0", "s0tor0", 190.0, 1.0), now=1.0)
+    store.ingest(_cable("s0h0g0", "s0tor0", 250.0, 1.0), now=1.0)
     assert [e.action for e in mgr.step(1.0)] == ["resynthesis"]
     store.ingest(_cable("s0h0g0", "s0tor0", 50.0, 2.0), now=2.0)   # worse while synthesizing
     gate.set()
@@ -191,8 +191,29 @@ def test_further_degradation_during_synthesis_restarts_on_the_newest_estimate():
     assert events[0].detail["moved"] > 0.5
     events = mgr.poll(3.0, wait_s=5.0)
     assert [e.action for e in events] == ["published"]
-    assert [c[nic] for c in synth.capacities] == [190.0, 50.0]      # the newest estimate won
+    assert [c[nic] for c in synth.capacities] == [250.0, 50.0]      # the newest estimate won
     assert mgr.get("world", "ag").synth_capacity[nic] == 50.0
+    mgr.close()
+
+
+def test_a_move_that_costs_the_finished_schedule_nothing_does_not_restart_it():
+    """A further drop on a link the finished schedule does not use (pruned below half of
+    nominal) leaves its rate as it was built: it is published, not re-synthesized."""
+    gate = threading.Event()
+    synth = PruningSynth(gate=gate)
+    store, mgr = _manager(synth)
+    store.ingest(_cable("s0h0g0", "s0tor0", 190.0, 1.0), now=1.0)
+    assert [e.action for e in mgr.step(1.0)] == ["resynthesis"]
+    store.ingest(_cable("s0h0g0", "s0tor0", 50.0, 2.0), now=2.0)   # worse while synthesizing
+    gate.set()
+    events = mgr.poll(2.0, wait_s=5.0)
+    assert [e.action for e in events] == ["published"]
+    assert len(synth.capacities) == 1
+    coll = mgr.get("world", "ag")
+    used = coll.profile.loads > 1e-12
+    assert coll.synth_capacity[TOPO.link_index("s0h0g0", "s0tor0")] == 190.0 and not used[TOPO.link_index("s0h0g0", "s0tor0")]
+    assert np.min(store.measured()[used] / coll.profile.loads[used]) == \
+        pytest.approx(np.min(coll.synth_capacity[used] / coll.profile.loads[used]))
     mgr.close()
 
 

@@ -57,9 +57,9 @@ def _finished_while_pending(first, then, samples=2, settle_max_s=10.0):
 
 
 def test_a_result_is_held_while_a_further_drop_is_confirmed_then_the_newest_estimate_wins():
-    synth, store, mgr, t = _finished_while_pending(190.0, 50.0)     # a further drop, not confirmed
+    synth, store, mgr, t = _finished_while_pending(250.0, 50.0)     # a further drop, not confirmed
     assert TOPO.link_index(*NIC) in store.pending_links()
-    assert _nic(store.measured()) == pytest.approx(190.0)
+    assert _nic(store.measured()) == pytest.approx(250.0)
     assert _nic(store.provisional()) == pytest.approx(50.0, rel=0.05)
     events = mgr.poll(t)
     assert [e.action for e in events] == ["held"] and events[0].detail["pending"]
@@ -70,9 +70,9 @@ def test_a_result_is_held_while_a_further_drop_is_confirmed_then_the_newest_esti
     assert [e.action for e in events] == ["superseded", "resynthesis"]
     events = mgr.poll(t, wait_s=5.0)
     assert [e.action for e in events] == ["published"]
-    assert [_nic(c) for c in synth.capacities] == [pytest.approx(190.0), pytest.approx(50.0, rel=0.05)]
+    assert [_nic(c) for c in synth.capacities] == [pytest.approx(250.0), pytest.approx(50.0, rel=0.05)]
     assert _nic(mgr.get("world", "ag").synth_capacity) == pytest.approx(50.0, rel=0.05)
-    assert mgr.counters["published"] == 1                # nothing was ever published for 190
+    assert mgr.counters["published"] == 1                # nothing was ever published for 250
     mgr.close()
 
 
@@ -244,6 +244,28 @@ def test_free_probes_inside_a_collective_only_measure_idle_links_held_low():
     assert nic not in probe.during(1.05, store, true_cap, busy)[0]
     store.ingest_links(links, t, gbps)                           # just probed: not again within a period
     assert probe.during(1.055, store, true_cap, np.zeros(TOPO.num_links, dtype=bool))[0].size == 0
+
+
+def test_a_probe_that_reads_a_link_off_its_level_is_repeated_after_a_quarter_period():
+    from mccl_runtime.probes import Probe
+
+    store = MeasurementStore(TOPO, estimator="level")
+    nic, back = TOPO.link_index(*NIC), TOPO.link_index(NIC[1], NIC[0])
+    t = np.linspace(1.0, 1.02, 40)
+    store.ingest_links(np.full(40, nic), t, np.full(40, 50.0))          # confirmed at 50
+    store.ingest_links(np.full(40, back), t, np.full(40, 50.0))
+    assert store.measured()[nic] == pytest.approx(50.0) and store.pending_links().size == 0
+    probe = Probe(0.01, 2**19, TOPO.arrays.capacity)
+    true_cap = TOPO.arrays.capacity.copy()
+    true_cap[back] = 50.0                                    # one direction recovered, one not
+    idle = np.zeros(TOPO.num_links, dtype=bool)
+    links, tp, gbps = probe.during(1.05, store, true_cap, idle)
+    assert set(links.tolist()) == {nic, back}
+    store.ingest_links(links, tp, gbps)                      # the recovered direction reads 400: pending
+    assert nic in store.pending_links() and back not in store.pending_links()
+    again = probe.during(1.0535, store, true_cap, idle)[0]   # a quarter period later: only the change
+    assert set(again.tolist()) == {nic}
+    assert probe.during(1.051, store, true_cap, idle)[0].size == 0
 
 
 @pytest.mark.parametrize("synth_ms", [26.0, 30.0])

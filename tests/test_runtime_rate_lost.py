@@ -79,7 +79,8 @@ def test_a_loss_no_schedule_can_avoid_is_decided_once_as_no_gain():
 def test_a_schedule_re_based_by_no_gain_is_profiled_the_same_after_a_restart(tmp_path):
     """A rail's group is a star through its ToR: a member's NIC that drops is its one way
     out, so the loss ends ``no_gain`` and the cut is re-derived (that NIC alone); the saved
-    state must give the same cut back."""
+    state must give the same cut back.  The single-vertex cut bound shows no schedule can
+    gain, so no job is started for it (``gain_bound``)."""
     store = MeasurementStore(TOPO, alpha=1.0)
     mgr = ScheduleManager(store, solver_synthesizer(), Policy(gamma=0.1, min_dwell_s=0.0))
     mgr.register("rail0", "ag", "allgather", gpus=["s0h0g0", "s0h1g0"])
@@ -88,7 +89,10 @@ def test_a_schedule_re_based_by_no_gain_is_profiled_the_same_after_a_restart(tmp
     nic = TOPO.link_index(*NIC)
     before = list(coll.profile.cut)
     store.ingest([{"kind": "link", "src": NIC[0], "dst": NIC[1], "gbps": 100.0, "t": 2.0}], now=2.0)
-    assert [e.detail.get("reason") for e in _drive(mgr, 2.0)] == [None, "no_gain"]
+    jobs = mgr.counters["resyntheses"]
+    events = _drive(mgr, 2.0)
+    assert [e.detail.get("reason") for e in events] == ["no_gain"]
+    assert mgr.counters["resyntheses"] == jobs and events[0].detail["bound"] == pytest.approx(100.0)
     assert list(coll.profile.cut) == [nic] != before                   # re-based on the NIC alone
     data = saved_and_loaded(tmp_path, store, mgr, TOPO)["manager"]
     again = ScheduleManager(MeasurementStore(TOPO, alpha=1.0), solver_synthesizer(), Policy())

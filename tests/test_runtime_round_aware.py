@@ -82,3 +82,30 @@ def test_a_job_whose_first_solve_used_its_limit_makes_no_other(monkeypatch):
     best = _round_aware_alltoall(topo, warm, "highs", 10, 1e-6)
     assert calls == [None]                     # the warm solve only
     assert validate(topo, best).rate_gbps > 0
+
+
+def test_a_warm_solve_that_ran_cold_is_not_solved_cold_again(monkeypatch):
+    """A dead NIC: the warm solve takes the cold path, so the cold candidates are skipped
+    (two solves, not four) and the pick is the better of the warm two."""
+    from mccl_opt.report import WarmUse
+
+    real = mccl_opt.solve_alltoall
+    healthy = real(TOPO, backend="highs", max_chunks=10)
+    measured = TOPO.with_capacities(_nic_at(4.0, noise_seed=5))
+    both = [real(measured, warm=healthy, backend="highs", max_chunks=10, max_steps=s, time_limit=60)
+            for s in (None, "min")]
+    assert both[0].report.warm is WarmUse.COLD
+    cold = real(measured, backend="highs", max_chunks=10, time_limit=60)
+    assert round_time(cold, measured) == round_time(both[0], measured)      # the same solve
+    calls = []
+
+    def counted(*args, **kwargs):
+        calls.append((kwargs.get("warm") is not None, kwargs.get("max_steps")))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(mccl_opt, "solve_alltoall", counted)
+    got = _round_aware_alltoall(measured, healthy, "highs", 10, 60.0)
+    assert calls == [(True, None), (True, "min")]
+    assert round_time(got, measured) == pytest.approx(min(round_time(s, measured) for s in both), rel=1e-9)
+    assert round_time(got, measured) < 0.95 * round_time(both[0], measured)  # the step-bounded one wins here
+    validate(measured, got)

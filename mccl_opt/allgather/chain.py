@@ -83,6 +83,20 @@ _REACH_TOL = 1e-9
 #: packing on the restriction")
 SCALED_RESTRICTION_FROM = 256
 
+#: the symmetry quotient (:func:`_by_quotient`) is tried from this many GPUs at
+#: ``max_chunks=None`` (shared aggregation 2x8x8 with a NIC slowed one way: 0.3 s against
+#: 1.5-3 s for the restriction and the general method); below, those take ~0.2 s
+QUOTIENT_MIN_GPUS = 128
+
+#: ... when its rows (link and root orbits) are at most this fraction of the master's
+QUOTIENT_MIN_SHRINK = 8
+
+#: ... and at most this many: the rounds grow with the rows and each prices every GPU pair
+#: (HPN 4x16x8 with one NIC one way: no rail shift commutes with the per-rail aggregation
+#: switches, 264 orbit rows, not done in 200 s, where the restriction's scaled packing
+#: takes 5 s; shared aggregation and multi-spine with one NIC one way: 31-37 rows)
+QUOTIENT_MAX_ROWS = 64
+
 T = TypeVar("T")
 
 
@@ -108,6 +122,20 @@ class Trail:
 
     def add(self, attempt: Attempt) -> None:
         self.attempts.append(attempt)
+
+    def general(self, started: float, sched: Schedule | None, declined: str,
+                reason: str) -> Schedule | None:
+        """A one-shot general-method try begun at ``started`` (``perf_counter``): recorded
+        as declined with ``declined`` when ``sched`` is ``None``, else as returned, with
+        ``stats["general_reason"] = reason``, and offered to the time limit."""
+        if sched is None:
+            self.add(Attempt(Method.GENERAL, time.perf_counter() - started,
+                             f"declined: {declined}"))
+            return None
+        self.add(Attempt(Method.GENERAL, time.perf_counter() - started, "returned"))
+        sched.stats["general_reason"] = reason
+        anytime.offer(sched)
+        return sched
 
     def run(self, method: Method, attempt: Callable[[], T], outcome: str) -> T:
         """``attempt()``, recorded as ``method`` with ``outcome`` (a failure is recorded
@@ -233,6 +261,9 @@ def solve_unbalanced(topo: Topology, route: WarmRoute, backend: str,
             anytime.offer(weaker)
         if max_chunks is not None:          # its K chunks seed; a failed K is not retried
             seed_trees = found if isinstance(found, Schedule) else None
+    quotient = _by_quotient(topo, max_chunks, backend, bound, trail)
+    if quotient is not None:
+        return quotient
     anytime.check("the balanced restriction")
     restricted = _restricted(topo, backend, trail)
     if interim_offers and restricted is not None:
@@ -264,6 +295,34 @@ def solve_unbalanced(topo: Topology, route: WarmRoute, backend: str,
                                    warm_state=weaker.warm_state,
                                    report=dataclasses.replace(best.report, k=weaker.report.k))
     return best
+
+
+def _by_quotient(topo: Topology, max_chunks: int | None, backend: str, bound: float | None,
+                 trail: Trail) -> Schedule | None:
+    """At ``max_chunks=None`` on a fabric of at least :data:`QUOTIENT_MIN_GPUS` GPUs
+    whose automorphisms shrink the master's rows at least :data:`QUOTIENT_MIN_SHRINK`-fold,
+    to at most :data:`QUOTIENT_MAX_ROWS`:
+    the general method on the symmetry quotient (:mod:`.general.quotient`), when it
+    certifies the forwarding-only optimum; else ``None`` (recorded in ``trail``).  Warm
+    or cold alike (it does not use the previous trees): a warm solve then costs what a
+    cold one does (shared aggregation 2x8x8 with a second NIC slowed, warm from the
+    first state: 0.51 s, cold 0.50 s CPU)."""
+    if max_chunks is not None or topo.num_gpus < QUOTIENT_MIN_GPUS:
+        return None
+    from .general.quotient import solve_quotient
+    from .general.symmetry import find_symmetry
+
+    t = time.perf_counter()
+    sym = find_symmetry(topo)
+    rows = 0 if sym is None else sym.num_link_orbits + sym.num_root_orbits
+    if sym is None or rows > QUOTIENT_MAX_ROWS or \
+            rows * QUOTIENT_MIN_SHRINK > topo.num_links + topo.num_gpus:
+        return None
+    progress.update("AllGather: general method on the symmetry quotient")
+    sched = solve_quotient(topo, cut_bound_gbps=bound, sym=sym, backend=backend,
+                           time_limit=anytime.limit_left())
+    return trail.general(t, sched, "the symmetry quotient's master did not certify its "
+                         "optimum", "symmetry quotient: certified by its Lagrangian bound")
 
 
 def _reaches(sub: Topology, bound: float | None) -> bool:

@@ -25,9 +25,8 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Callable
 
-from .. import anytime
 from ..errors import MCCLError
-from ..report import Attempt, Method, Termination
+from ..report import Termination
 from ..schedule import Schedule
 from ..topology import Topology
 from .budget import EXACT_TREES_LIMIT, exact_k
@@ -86,13 +85,9 @@ def seed_first(topo: Topology, restricted: Restricted | None, route: WarmRoute,
     t = time.perf_counter()
     sched = solve_general(topo, backend=backend, max_chunks=None, cut_bound_gbps=bound,
                           seed=made, first_only=True)
-    if sched.report.termination is not Termination.OPTIMAL:
-        trail.add(Attempt(Method.GENERAL, time.perf_counter() - t, "declined: one master "
-                          "over the restriction seed's trees fell short of c''s optimum"))
-        return None
-    trail.add(Attempt(Method.GENERAL, time.perf_counter() - t, "returned"))
-    if route.active:
+    found = trail.general(t, sched if sched.report.termination is Termination.OPTIMAL else None,
+                          "one master over the restriction seed's trees fell short of c''s "
+                          "optimum", "restriction seed: one master reaches c''s optimum")
+    if found is not None and route.active:
         route.decline("one master over the restriction seed reached c''s optimum (cold's path)")
-    sched.stats["general_reason"] = "restriction seed: one master reaches c''s optimum"
-    anytime.offer(sched)
-    return sched
+    return found

@@ -90,17 +90,20 @@ def solve_allgather(topo: Topology, warm: Schedule | None = None, backend: str =
     kernels compiled or loaded inside the call are timed apart (``stats["kernel_load_s"]``,
     :mod:`mccl_opt.kernel_time`), not in ``seconds``.
     """
+    called = time.perf_counter()                 # the limit counts from here
     check_inputs(topo, max_chunks, warm, backend)
     check_time_limit(time_limit)
     with kernel_seconds() as kernels:
         sched, route = _solve_limited(canonical(topo), warm, backend, max_chunks, step_aware,
-                                      time_limit)
+                                      time_limit, called)
     return stamp(_with_cold_seconds(charge_apart(sched, kernels), warm, route))
 
 
 def _solve_limited(topo: Topology, warm: Schedule | None, backend: str, max_chunks: int | None,
-                   step_aware: Any, time_limit: float | None) -> tuple[Schedule, WarmRoute]:
-    """Steps 1-2 of the module doc: the first schedule, the limit, the warm route."""
+                   step_aware: Any, time_limit: float | None, called: float
+                   ) -> tuple[Schedule, WarmRoute]:
+    """Steps 1-2 of the module doc: the first schedule, the limit (from ``called``, a
+    ``time.perf_counter()`` reading at the call), the warm route."""
     trail = Trail()
     start = time.perf_counter()
     route = WarmRoute.plan(topo, warm)
@@ -109,9 +112,10 @@ def _solve_limited(topo: Topology, warm: Schedule | None, backend: str, max_chun
         if time_limit is not None:
             trail.run(Method.FIRST, lambda: _offered(first_schedule(topo, route.warm, max_chunks)),
                       "kept as fallback")
+            anytime.check("after the first schedule")
         return _chain(topo, route, backend, max_chunks, step_aware, trail)
 
-    sched, stopped = anytime.limited(time_limit, solve)
+    sched, stopped = anytime.limited(time_limit, solve, called)
     if stopped is not None:
         trail.add(Attempt(sched.report.method, 0.0,
                           f"returned: the time limit was reached in {stopped.stopped_in}"))

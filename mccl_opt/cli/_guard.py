@@ -46,17 +46,19 @@ def _names_file(name: str) -> bool:
         return False
 
 
-def _rebuilt(name: str):
+def _rebuilt(name: str, members=None):
     """The fabric a schedule's ``topology`` field names: a file (read with the bounded
-    readers), a library or generated fabric; ``None`` for a name that is neither (the
-    name of a fabric read from a file, which the schedule does not locate).  A file that
-    cannot be read raises :class:`ScheduleError` asking for ``--topology``."""
-    from instances.names import resolve_topology
+    readers), a library or generated fabric (with ``members``, a generated fabric only
+    in the part they can use: :func:`instances.names.resolve_part`); ``None`` for a name
+    that is neither (the name of a fabric read from a file, which the schedule does not
+    locate).  A file that cannot be read raises :class:`ScheduleError` asking for
+    ``--topology``."""
+    from instances.names import resolve_part, resolve_topology
 
     from ..errors import MCCLError
 
     try:
-        return resolve_topology(name)
+        return resolve_topology(name) if members is None else resolve_part(name, members)
     except MCCLError as exc:
         if _names_file(name):
             raise ScheduleError(f"the schedule names the fabric file {name[:80]!r}, which cannot be read "
@@ -94,7 +96,7 @@ def named_fabric(sched):
                                     f"({name[:80]!r}); {ask}")
             return None                              # a library name reused for other GPUs
         return topo
-    parent = _rebuilt(group.group(1))
+    parent = _rebuilt(group.group(1), sched.gpus)
     if parent is None:
         raise ScheduleError(f"the schedule names a sub-fabric of {group.group(1)[:80]!r}, a fabric that "
                             f"cannot be rebuilt (not a file, a library or a generated fabric); {ask}")

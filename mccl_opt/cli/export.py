@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from ..files import write_output
 from ._inputs import MAX_COUNT, number_arg
 
 MODEL_CHOICES = ("compact", "master", "switch-removal")
@@ -173,9 +174,7 @@ def _export_mscclpp(args: argparse.Namespace) -> int:
     sched = _checked_schedule(args)
     plan = to_mscclpp_plan(sched, channel_type=args.channel_type, gpus_per_node=args.gpus_per_node,
                            threads_per_block=args.threads, min_bytes=low, max_bytes=high)
-    with open(args.output, "w") as fh:
-        json.dump(plan, fh, indent=1)
-        fh.write("\n")
+    write_output(args.output, json.dumps(plan, indent=1) + "\n")
     ops = [op["name"] for g in plan["gpus"] for tb in g["threadblocks"] for op in tb["ops"]]
     info = {"output": args.output, "collective": plan["collective"], "ngpus": len(plan["gpus"]),
             "chunks_per_block": plan["gpus"][0]["output_chunks"] // len(plan["gpus"]),
@@ -199,8 +198,7 @@ def _export_msccl(args: argparse.Namespace) -> int:
     text = to_msccl_xml(sched, nchannels=args.channels, proto=args.proto,
                         min_bytes=args.min_bytes, max_bytes=args.max_bytes)
     report = check_msccl_xml(text)
-    with open(args.output, "w") as fh:
-        fh.write(text)
+    write_output(args.output, text)
     info = {"output": args.output, "collective": report.collective, "ngpus": report.ngpus,
             "threadblocks": report.threadblocks, "steps": report.steps,
             "transfers": report.transfers, "checked": True}

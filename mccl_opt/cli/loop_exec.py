@@ -33,10 +33,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--pieces", type=int_arg, default=1,
                    help="run each collective in this many pieces; a new version takes over between pieces "
                         "(the in-flight switch, docs/executor.md; costs per piece on gloo)")
-    g.add_argument("--abort", action="store_true",
+    g.add_argument("--abort", action=argparse.BooleanOptionalAction, default=True,
                    help="abort a collective stuck on a (nearly) dead link once the ranks agreed on a new "
                         "version, and re-run it on that version; links are read while messages are in flight "
-                        "(docs/executor.md, \"Aborting a stale collective\")")
+                        "(default; --no-abort: the new version waits for the collective's end; "
+                        "docs/executor.md, \"Aborting a stale collective\")")
     g.add_argument("--telemetry-frontend", action="store_true",
                    help="start a telemetry front end with the controller (`serve --frontends 1`) and send "
                         "the ranks' telemetry to it; schedules and subscriptions stay with the controller")
@@ -67,7 +68,8 @@ def _refuse_real_rank_flags(args: argparse.Namespace, loop: argparse.ArgumentPar
     (issue 27, seventh pass): ``--pieces 4`` or ``--abort`` there changed nothing."""
     from mccl_opt.errors import MCCLError
 
-    given = [f"--{name.replace('_', '-')}" for name in REAL_RANK_ONLY if getattr(args, name) != loop.get_default(name)]
+    given = [f"--{'no-' if loop.get_default(name) is True else ''}{name.replace('_', '-')}"
+             for name in REAL_RANK_ONLY if getattr(args, name) != loop.get_default(name)]
     if given:
         raise MCCLError(f"{', '.join(given)} appl{'ies' if len(given) == 1 else 'y'} to --executor gloo only; the "
                         f"simulated loop (--executor sim) ignores {'it' if len(given) == 1 else 'them'} (it always "
@@ -87,9 +89,9 @@ def _gloo(args: argparse.Namespace) -> int:
     if args.png or args.workload:
         raise MCCLError("--png and --workload are simulation-only; drop them with --executor gloo")
     from executor_cuda.scenario_report import print_summary
-    from executor_cuda.scenario_run import GlooLoopConfig, run_gloo_loop
+    from executor_cuda.scenario_run import MAX_WORLD, GlooLoopConfig, run_gloo_loop
 
-    scenario = load_scenario(args.scenario)
+    scenario = load_scenario(args.scenario, max_gpus=MAX_WORLD)
     d = LoopConfig()
     cfg = GlooLoopConfig(world=args.world if args.world is not None else scenario.topology.num_gpus,
                          block_kib=args.block_kib, collective_ms=args.collective_ms,

@@ -14,12 +14,21 @@ Kernels are ``numba.njit(cache=True)`` and compile on first use.
 
 from __future__ import annotations
 
+from typing import Iterator
+
 import numpy as np
 from numba import njit
 
-__all__ = ["FlowNetwork", "INF"]
+from mccl_opt import anytime
+
+__all__ = ["FlowNetwork", "INF", "SWEEP_WORK"]
 
 INF = np.int64(1) << np.int64(60)
+#: sinks times arcs per compiled call of a scan under a time limit (:func:`_spans`):
+#: each sink's flow repair searches the residual network, so a call's time follows the
+#: arcs: 32 sinks of HPN 8x16x8 (1024 GPUs, ~8,700 links) took ~12 ms CPU, and 32 of a
+#: 1024-GPU logical graph 0.2 s, so spans of ``SWEEP_WORK // arcs`` sinks (at least 1)
+SWEEP_WORK = 300_000
 
 
 @njit(cache=True)
@@ -139,22 +148,24 @@ def _move_sink(n_tot, start, arcs, head, res, old_arc, old_cap, new_arc,
 
 
 @njit(cache=True)
-def _rooted_check(n_tot, start, arcs, head, res, caps, sink_arc0, sinks, demand,
+def _rooted_check(n_tot, start, arcs, head, res, caps, sink_arc0, sinks, lo, hi, demand,
                   level, queue, it, path):
-    """Return the first position ``i`` in ``sinks`` whose max-flow ``s -> T`` (with
-    ``sinks[i] -> T`` opened to INF) is below ``demand``, or -1 if every sink passes.
-    On failure ``res`` holds the residual network of that sink's max-flow.
+    """Return the first position ``i`` in ``sinks[lo:hi]`` whose max-flow ``s -> T``
+    (with ``sinks[i] -> T`` opened to INF) is below ``demand``, or -1 if every sink
+    passes.  On failure ``res`` holds the residual network of that sink's max-flow.
 
-    Only the first sink's flow is built from scratch; each next sink repairs the last
-    flow (:func:`_move_sink`), which stays at ``demand`` while sinks pass."""
-    if sinks.shape[0] == 0:
+    Only the first sink's flow is built from scratch (``lo = 0``); each next sink
+    repairs the last flow (:func:`_move_sink`), which stays at ``demand`` while sinks
+    pass, so a scan resumes at ``lo > 0`` from the flow the call ending at ``lo`` left."""
+    if hi <= lo:
         return -1
-    _load_caps(res, caps)
-    _set_cap(res, sink_arc0 + sinks[0], INF)
-    if _dinic(n_tot, start, arcs, head, res, n_tot - 2, n_tot - 1, demand,
-              level, queue, it, path) < demand:
-        return 0
-    for i in range(1, sinks.shape[0]):
+    if lo == 0:
+        _load_caps(res, caps)
+        _set_cap(res, sink_arc0 + sinks[0], INF)
+        if _dinic(n_tot, start, arcs, head, res, n_tot - 2, n_tot - 1, demand,
+                  level, queue, it, path) < demand:
+            return 0
+    for i in range(max(lo, 1), hi):
         old = sink_arc0 + sinks[i - 1]
         if _move_sink(n_tot, start, arcs, head, res, old, caps[old], sink_arc0 + sinks[i],
                       level, queue, it, path) > 0:
@@ -163,24 +174,26 @@ def _rooted_check(n_tot, start, arcs, head, res, caps, sink_arc0, sinks, demand,
 
 
 @njit(cache=True)
-def _failing_sets(n_tot, start, arcs, head, res, caps, sink_arc0, sinks, demand,
-                  level, queue, it, path, sets, skip):
-    """The rooted check of every sink in one scan: for each sink below ``demand`` (that no
-    earlier failing sink's set holds, with ``skip``), the sink side of its minimum cut (the nodes not
-    reachable from ``s``) as the next row of ``sets`` (bool, ``n`` columns); stops when
-    ``sets`` is full; returns the rows written.
+def _failing_sets(n_tot, start, arcs, head, res, caps, sink_arc0, sinks, lo, hi, demand,
+                  level, queue, it, path, sets, skip, covered, state):
+    """The rooted check of the sinks ``sinks[lo:hi]`` in one scan: for each sink below
+    ``demand`` (that no earlier failing sink's set holds, with ``skip``), the sink side of
+    its minimum cut (the nodes not reachable from ``s``) as the next row of ``sets``
+    (bool, ``n`` columns); stops when ``sets`` is full.  ``covered`` (the nodes of the
+    rows so far) and ``state`` (rows written, the last sink or -1, its flow) carry the
+    scan from one call to the next; returns the rows written.
 
     As in :func:`_rooted_check` each next sink repairs the last flow
     (:func:`_move_sink`); a flow below ``demand`` that lost nothing in the move may not
     be maximum for the new sink, so it is augmented up to ``demand`` (a move that lost
     flow leaves a maximum one, :func:`_move_sink`)."""
     n = n_tot - 2
-    covered = np.zeros(n, np.bool_)
-    _load_caps(res, caps)
-    found = 0
-    prev = -1
-    flow = 0
-    for i in range(sinks.shape[0]):
+    found, prev, flow = state[0], state[1], state[2]
+    if prev < 0:
+        _load_caps(res, caps)
+    for i in range(lo, hi):
+        if found == sets.shape[0]:
+            break
         g = sinks[i]
         if skip and covered[g]:
             continue
@@ -203,36 +216,37 @@ def _failing_sets(n_tot, start, arcs, head, res, caps, sink_arc0, sinks, demand,
                 sets[found, v] = level[v] < 0
                 covered[v] |= level[v] < 0
             found += 1
-            if found == sets.shape[0]:
-                break
+    state[0], state[1], state[2] = found, prev, flow
     return found
 
 
 @njit(cache=True)
-def _min_over_sinks(n_tot, start, arcs, head, res, caps, sink_arc0, sinks,
-                    level, queue, it, path, upper, floor):
-    """``min(upper, min over sinks of the max-flow s -> T)`` (each sink opened in
-    turn); the scan stops once the minimum is at most ``floor`` (the caller needs
-    nothing below it).
+def _min_over_sinks(n_tot, start, arcs, head, res, caps, sink_arc0, sinks, lo, hi,
+                    level, queue, it, path, upper, floor, state):
+    """``min(upper, min over sinks[:hi] of the max-flow s -> T)`` (each sink opened in
+    turn), the scan of ``sinks[lo:hi]`` carried on from ``state`` (the last flow and the
+    minimum so far, from the call ending at ``lo``); the scan stops once the minimum is
+    at most ``floor`` (the caller needs nothing below it).
 
     Only the first sink's flow is built from scratch, stopped at ``upper``; each next
     sink repairs the last flow (:func:`_move_sink`), which keeps its value, the running
     minimum, or loses some and is then a maximum flow: the new minimum."""
-    if sinks.shape[0] == 0:
-        return upper
-    _load_caps(res, caps)
-    _set_cap(res, sink_arc0 + sinks[0], INF)
-    flow = _dinic(n_tot, start, arcs, head, res, n_tot - 2, n_tot - 1, upper,
-                  level, queue, it, path)
-    best = min(upper, flow)
-    for i in range(1, sinks.shape[0]):
-        if best <= floor:
+    if hi <= lo:
+        return upper if lo == 0 else state[1]
+    if lo == 0:
+        _load_caps(res, caps)
+        _set_cap(res, sink_arc0 + sinks[0], INF)
+        state[0] = _dinic(n_tot, start, arcs, head, res, n_tot - 2, n_tot - 1, upper,
+                          level, queue, it, path)
+        state[1] = min(upper, state[0])
+    for i in range(max(lo, 1), hi):
+        if state[1] <= floor:
             break
         old = sink_arc0 + sinks[i - 1]
-        flow -= _move_sink(n_tot, start, arcs, head, res, old, caps[old],
-                           sink_arc0 + sinks[i], level, queue, it, path)
-        best = min(best, flow)
-    return best
+        state[0] -= _move_sink(n_tot, start, arcs, head, res, old, caps[old],
+                               sink_arc0 + sinks[i], level, queue, it, path)
+        state[1] = min(state[1], state[0])
+    return state[1]
 
 
 class FlowNetwork:
@@ -257,7 +271,10 @@ class FlowNetwork:
         r_head = np.empty(2 * self.num_arcs, np.int64)
         r_tail[0::2], r_tail[1::2] = all_tail, all_head
         r_head[0::2], r_head[1::2] = all_head, all_tail
-        order = np.argsort(r_tail, kind="stable")
+        # the same stable order; 16-bit keys take numpy's radix sort (4-6x faster at the
+        # 2M residual arcs of a 1024-GPU switch's transport network)
+        keys = r_tail.astype(np.uint16) if n_tot <= np.iinfo(np.uint16).max else r_tail
+        order = np.argsort(keys, kind="stable")
         self._arcs = order.astype(np.int64)
         self._start = np.zeros(n_tot + 1, np.int64)
         np.cumsum(np.bincount(r_tail, minlength=n_tot), out=self._start[1:])
@@ -286,33 +303,53 @@ class FlowNetwork:
     def first_failing_sink(self, caps: np.ndarray, sinks: np.ndarray, demand: int) -> int:
         """Position in ``sinks`` of the first sink ``g`` whose max-flow (``g -> T``
         opened) is below ``demand``; -1 if all pass.  ``caps`` must have every
-        ``v -> T`` arc closed."""
-        return int(_rooted_check(self.n + 2, self._start, self._arcs, self._head, self._res,
-                                 np.asarray(caps, np.int64), self.t_arc0,
-                                 _writable(sinks), int(demand), self._level,
-                                 self._queue, self._it, self._path))
+        ``v -> T`` arc closed.  Under a time limit the scan checks the clock between
+        spans of sinks (:func:`_spans`)."""
+        caps, sinks = np.asarray(caps, np.int64), _writable(sinks)
+        for lo, hi in _spans(sinks.size, self.num_arcs):
+            pos = int(_rooted_check(self.n + 2, self._start, self._arcs, self._head, self._res,
+                                    caps, self.t_arc0, sinks, lo, hi, int(demand), self._level,
+                                    self._queue, self._it, self._path))
+            if pos >= 0:
+                return pos
+        return -1
 
     def failing_sets(self, caps: np.ndarray, sinks: np.ndarray, demand: int,
                      most: int, skip: bool = True) -> np.ndarray:
         """The sink sides (bool rows over the ``n`` real nodes) of the minimum cuts of up to
         ``most`` sinks whose max-flow is below ``demand``, in sink order, with ``skip``
         each from a sink no earlier row holds (:func:`_failing_sets`); ``caps`` as for
-        :meth:`first_failing_sink`."""
+        :meth:`first_failing_sink`, the clock checked as there."""
+        caps, sinks = np.asarray(caps, np.int64), _writable(sinks)
         sets = np.zeros((max(int(most), 1), self.n), np.bool_)
-        found = _failing_sets(self.n + 2, self._start, self._arcs, self._head, self._res,
-                              np.asarray(caps, np.int64), self.t_arc0, _writable(sinks),
-                              int(demand), self._level, self._queue, self._it, self._path,
-                              sets, bool(skip))
+        covered = np.zeros(self.n, np.bool_)
+        state = np.array([0, -1, 0], np.int64)
+        found = 0
+        for lo, hi in _spans(sinks.size, self.num_arcs):
+            found = int(_failing_sets(self.n + 2, self._start, self._arcs, self._head,
+                                      self._res, caps, self.t_arc0, sinks, lo, hi, int(demand),
+                                      self._level, self._queue, self._it, self._path, sets,
+                                      bool(skip), covered, state))
+            if found == sets.shape[0]:
+                break
         return sets[:found]
 
     def min_flow_over_sinks(self, caps: np.ndarray, sinks: np.ndarray,
                             upper: int = 1 << 62, floor: int = -1) -> int:
         """``min(upper, minimum over sinks of the max-flow with that sink opened)``,
-        exact above ``floor`` (the scan may stop at any value ``<= floor``)."""
-        return int(_min_over_sinks(self.n + 2, self._start, self._arcs, self._head, self._res,
-                                   np.asarray(caps, np.int64), self.t_arc0,
-                                   _writable(sinks), self._level, self._queue,
-                                   self._it, self._path, int(upper), int(floor)))
+        exact above ``floor`` (the scan may stop at any value ``<= floor``); the clock
+        checked as in :meth:`first_failing_sink`."""
+        caps, sinks = np.asarray(caps, np.int64), _writable(sinks)
+        state = np.zeros(2, np.int64)
+        best = int(upper)
+        for lo, hi in _spans(sinks.size, self.num_arcs):
+            best = int(_min_over_sinks(self.n + 2, self._start, self._arcs, self._head,
+                                       self._res, caps, self.t_arc0, sinks, lo, hi,
+                                       self._level, self._queue, self._it, self._path,
+                                       int(upper), int(floor), state))
+            if best <= floor:
+                break
+        return best
 
     def sink_side(self) -> np.ndarray:
         """Real nodes the super-source cannot reach in the residual network of the last
@@ -331,6 +368,23 @@ class FlowNetwork:
         _bfs_levels(self.n + 2, self._start, self._arcs, self._head, self._res,
                     self.n, -1, self._level, self._queue)      # no target: full search
         return self._level[: self.n] >= 0
+
+
+def _spans(size: int, arcs: int) -> Iterator[tuple[int, int]]:
+    """``(lo, hi)`` spans of a scan over ``size`` sinks of a network of ``arcs`` arcs:
+    one without a time limit; under one, :data:`SWEEP_WORK` ``// arcs`` sinks at a time
+    (at least 1), the clock checked before each next span
+    (:func:`mccl_opt.anytime.check`): a whole scan is one compiled call of up to ~1 s
+    at 1024 GPUs, which no check point reached (docs/allgather.md, "Steps no check
+    point reached")."""
+    step = max(1, SWEEP_WORK // max(arcs, 1))
+    if anytime.current() is None or size <= step:
+        yield 0, size
+        return
+    for lo in range(0, size, step):
+        if lo:
+            anytime.check("a rooted sweep (max-flows over the GPUs)")
+        yield lo, min(lo + step, size)
 
 
 def _writable(sinks: np.ndarray) -> np.ndarray:

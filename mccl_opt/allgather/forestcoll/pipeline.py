@@ -168,13 +168,9 @@ def balanced_split(fab: Fabric, is_switch: np.ndarray, k: int, y: Fraction,
         if found is not None:
             return Balanced(_units_split(fab, is_switch, found[0], found[1]), found[1], True)
     split = SplitGraph.from_links(fab.n, fab.tail, fab.head, units, is_switch, fab.gpus, k)
-    # the greedy pass balances one switch after another; a cut on a link between two
-    # switches can unbalance one it passed, and Phase 2 then fails (2x2x8, NIC fault):
-    # with a rounding to weigh against, only fully balanced options count
-    checked = headroom is not None and rounded is not None
-    if balance_switches(split) and (not checked or _all_balanced(split)):
+    if balance_switches(split):
         return Balanced(split, k, True)
-    if checked:
+    if headroom is not None and rounded is not None:
         options.append((k * rounded[1], _units_split(fab, is_switch, rounded[0], k), k, False))
     original, unit = fab, Fraction(1)   # a unit of ``fab``'s capacities, in quanta
     for _ in range(3):
@@ -185,11 +181,11 @@ def balanced_split(fab: Fabric, is_switch: np.ndarray, k: int, y: Fraction,
         if balanced is None:
             break
         split, k, y, exact = balanced
-        if exact and (not checked or _all_balanced(split)):
+        if exact:
             options.append((k * y * unit, split, k, False))
             break
     balanced = _split_for(_symmetrized(original, is_switch), is_switch, max_chunks)
-    if balanced is not None and balanced[3] and (not checked or _all_balanced(balanced[0])):
+    if balanced is not None and balanced[3]:
         split, k, y, _ = balanced
         options.append((k * y, split, k, True))
     if not options:
@@ -198,15 +194,6 @@ def balanced_split(fab: Fabric, is_switch: np.ndarray, k: int, y: Fraction,
                          "one-directional links of the fabric")
     _, split, k, symmetrized = max(options, key=lambda o: o[0])     # ties: the first
     return Balanced(split, k, False, symmetrized)
-
-
-def _all_balanced(split: SplitGraph) -> bool:
-    """Whether every switch of ``split`` has as many in- as out-units."""
-    net: dict[int, int] = {}
-    for (a, b), u in split.units.items():
-        net[b] = net.get(b, 0) + u
-        net[a] = net.get(a, 0) - u
-    return not any(v for w, v in net.items() if split.is_switch[w])
 
 
 def _units_split(fab: Fabric, is_switch: np.ndarray, units: np.ndarray, k: int) -> SplitGraph:
@@ -264,20 +251,34 @@ def spread_logical(split: SplitGraph, rank_of: np.ndarray) -> LogicalGraph:
     return spread_split(split, rank_of)
 
 
+#: below :data:`~.packing.scaled.SCALED_MIN_K` trees per root, the repair packings after
+#: the guard (of the guarded split, and the rail-first retry) stop after this many tree
+#: visits per tree entry ``k·n²`` (they were unbounded): the guarded split of leaf-spine
+#: 8x2x8 at ``None`` (``k = 41``) failed only after 5-18 M visits (27x its entries since
+#: sibling pairs go last, 10 -> 21 s CPU), then the few-trees packing packs it.  Not the
+#: first packing of the plain split: SuperPOD 4x4x8's completes past 4x (capped there, it
+#: lost the chunk budget's optimum at ``K=10``)
+REPAIR_VISITS_PER_ENTRY = 4
+
+
 def _pack_repair(lg: LogicalGraph, k: int, stats: dict[str, Any], shapes: Shapes | None,
-                 rail_first: bool | None = None, plain: bool = True
-                 ) -> tuple[list[TreeClass], Packing] | None:
+                 rail_first: bool | None = None, plain: bool = True, capped: bool = False,
+                 guarded: bool = False) -> tuple[list[TreeClass], Packing] | None:
     """Repair packing, reusing previous shapes (certifies itself); from
     :data:`~.packing.scaled.SCALED_MIN_K` trees per root the scaled packings and the plain
     one in :func:`~.packing.scaled.many_trees_pack`'s order, the plain one's repair
-    searches limited to ``k·n²`` tree visits (the packing's own size): leaf-spine 4x2x8
+    searches limited to ``k·n²`` tree visits (the packing's own size; below it, with
+    ``guarded``, :data:`REPAIR_VISITS_PER_ENTRY` times that): leaf-spine 4x2x8
     with a NIC degraded one way packs 811 trees per root in 315 M visits (56 s) where the
     general method solves the fabric in ~1.2 s.  Under a limit (a warm stage's allowance,
     the solve's ``time_limit``) the searches are sized to its time left and the limit
     stopped when that is too little or they run out (:func:`.sized.limited_repair`).
-    ``plain=False``: from ``SCALED_MIN_K`` trees per root the scaled packings only."""
+    ``plain=False``: from ``SCALED_MIN_K`` trees per root the scaled packings only.
+    ``capped``: the searches limited to ``k·n²`` visits below ``SCALED_MIN_K`` too, where
+    the exact few-trees packing follows a failure (:func:`pack` at ``max_chunks=None``)."""
     n = lg.num_gpus
-    visits = k * n * n if k >= SCALED_MIN_K else 1 << 62
+    visits = k * n * n if k >= SCALED_MIN_K or capped else \
+        k * n * n * REPAIR_VISITS_PER_ENTRY if guarded else 1 << 62
     if k >= SCALED_MIN_K and not rail_first:
         classes = many_trees_pack(n, lg.tail, lg.head, lg.units, k, shapes, stats, plain)
     else:
@@ -317,9 +318,16 @@ def _few_trees(split: SplitGraph, rank_of: np.ndarray, k: int, stats: dict[str, 
 #: per root, 101 s), while the test is ``n`` max-flows (milliseconds)
 TEST_FIRST_K = 64
 
-#: ... and below it from this many tree entries ``k·n²`` (shared aggregation 2x16x8 at
-#: ``None``, ``k = 41``: a failing repair packing ~0.35 s CPU, the test ~0.03 s)
+#: ... and below it from this many tree entries ``k·n²`` (a failing repair packing of the
+#: spread split of shared aggregation 2x16x8 at ``None`` before :mod:`.removal.siblings`,
+#: ``k = 41``: ~0.7 s CPU, the test ~0.02 s), the test on a sample of sinks only
+#: (:data:`TEST_FIRST_SINKS`): a failing sink proves no packing exists, a passing sample
+#: leaves it to the packing, which certifies itself (the whole sweep of a graph that
+#: passes, 0.5 s there, cost about as much as the packing)
 TEST_FIRST_ENTRIES = 1 << 21
+
+#: sinks of that first test, every ``n // TEST_FIRST_SINKS``-th rank
+TEST_FIRST_SINKS = 32
 
 
 def pack(split: SplitGraph, rank_of: np.ndarray, k: int, guides: dict[int, np.ndarray],
@@ -345,11 +353,17 @@ def pack(split: SplitGraph, rank_of: np.ndarray, k: int, guides: dict[int, np.nd
     # the plain repair packing may search for seconds there: the few-trees one goes first
     late_plain = k >= SCALED_MIN_K and k * lg.num_gpus ** 2 > PLAIN_FIRST_ENTRIES
     few = not fewer_chunks or k * lg.num_gpus ** 2 <= FEW_TREES_CHEAP_ENTRIES
+    # at None the exact few-trees packing follows a failed repair packing, so its searches
+    # stop at k·n² visits below SCALED_MIN_K too; uncapped, on a graph they cannot pack they
+    # run until no augmenting chain is left (leaf-spine 8x2x8 with 4 spines, 41 trees per
+    # root: 1.3 M, 10.6 M and 4.5 M visits, 6.2 s CPU, before the few-trees packing)
+    capped = not fewer_chunks
     test_first = k > TEST_FIRST_K or k * lg.num_gpus ** 2 >= TEST_FIRST_ENTRIES
-    if test_first and not lg.admits(k):           # no packing can complete: skip it
+    stride = 1 if k > TEST_FIRST_K else max(1, lg.num_gpus // TEST_FIRST_SINKS)
+    if test_first and not lg.admits(k, stride):   # no packing can complete: skip it
         found, admits = None, False
     else:
-        found = _pack_repair(lg, k, stats, shapes, plain=not late_plain)
+        found = _pack_repair(lg, k, stats, shapes, plain=not late_plain, capped=capped)
         admits = found is not None or lg.admits(k)
     if not admits:
         anytime.check("Phase 2: before the guarded spread split")
@@ -359,7 +373,8 @@ def pack(split: SplitGraph, rank_of: np.ndarray, k: int, guides: dict[int, np.nd
         if guarded is not None:                   # it passes the rooted test
             lg, kind, admits = guarded, SplitKind.GUARDED, True
             anytime.check("Phase 3: before the repair packing of the guarded split")
-            found = _pack_repair(lg, k, stats, shapes, plain=not late_plain)
+            found = _pack_repair(lg, k, stats, shapes, plain=not late_plain, capped=capped,
+                                 guarded=True)
     if found is None and admits and late_plain and few:
         lg, kind, found = _few_trees(split, rank_of, k, stats, lg, kind)
     if found is None and admits and late_plain:
@@ -368,7 +383,8 @@ def pack(split: SplitGraph, rank_of: np.ndarray, k: int, guides: dict[int, np.nd
     if found is None and admits and lg.num_gpus < RAIL_FIRST_MIN_RANKS:
         # small fabrics grow wide-then-narrow one vertex per turn; where that gets stuck
         # (leaf-spine: every NIC link narrow) the rail-first batched order may not
-        found = _pack_repair(lg, k, stats, shapes, rail_first=True)
+        found = _pack_repair(lg, k, stats, shapes, rail_first=True, capped=capped,
+                             guarded=kind is SplitKind.GUARDED)
     if found is None:
         anytime.check("Phase 3: before the greedy packing")
         found = _pack_greedy(lg, k, guides)

@@ -53,7 +53,12 @@ class TreePool(RaggedColumns):
         np.cumsum([p.size for p in parts], out=start[1:])
         arcs = np.concatenate(parts) if parts else np.zeros(0, np.int64)
         seg = np.repeat(np.arange(owner.size), np.diff(start))
-        multiset = arcs[np.lexsort((arcs, seg))]
+        return self.append_flat(owner, start, arcs, arcs[np.lexsort((arcs, seg))])
+
+    def append_flat(self, owner: np.ndarray, start: np.ndarray, arcs: np.ndarray,
+                    multiset: np.ndarray) -> np.ndarray:
+        """:meth:`append` of columns in CSR form (``owner``, ``start``, ``arcs``) whose
+        links, sorted within each column, are ``multiset``."""
         return self._add(owner, start, arcs, column_hash(owner, start, multiset))
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Any
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -26,6 +26,7 @@ from mccl_opt.backends import get_backend
 from mccl_opt.errors import ScheduleError, SolveError, TopologyError
 from mccl_opt.report import Method, SolveReport, Termination, WarmUse
 from mccl_opt.schedule import Schedule, TreeChunk, bottleneck_links, schedule_rate
+from mccl_opt.schedule_chunks import TreeChunks
 from mccl_opt.topology import Topology
 from .tree_colgen import TreeCGOptions, TreeCGResult, tree_column_generation, mwu_trees
 from .restriction_seed import RestrictionSeed, table_columns
@@ -201,10 +202,28 @@ def solve_general(topo: Topology, warm: Schedule | None = None, backend: str = "
     return _schedule(topo, res, scale, max_chunks, cut_bound_gbps, stats, t_start, backend)
 
 
+def _tree_chunks(topo: Topology, pool: TreePool, shares: np.ndarray
+                 ) -> tuple[Sequence[TreeChunk], list[int]]:
+    """A chunk per pool column of positive share, and each tree's depth."""
+    used = np.flatnonzero(shares > 0)
+    gpus = topo.gpus
+    chunks, depths = [], []
+    roots = pool.root
+    for j, edges in zip(used.tolist(), forest_edges(topo, pool.columns(used))):
+        root = gpus[int(roots[j])]
+        chunks.append(TreeChunk(root, float(shares[j]), edges))
+        depths.append(_depth(edges, root))
+    return chunks, depths
+
+
+ChunksOf = Callable[[Topology, TreePool, np.ndarray], tuple[Sequence[TreeChunk], Sequence[int]]]
+
+
 def _schedule(topo: Topology, res: TreeCGResult, scale: float, max_chunks: int | None,
               cut_bound_gbps: float | None, stats: dict[str, Any], t_start: float,
-              backend: str) -> Schedule:
-    """Round, build the chunks, recompute loads and rate, and the warm state."""
+              backend: str, chunks_of: ChunksOf = _tree_chunks) -> Schedule:
+    """Round, build the chunks (``chunks_of``: the chunks of the columns of positive
+    share and their depths), recompute loads and rate, and the warm state."""
     pool, g = res.pool, topo.num_gpus
     capacity = topo.arrays.capacity / scale
     progress.update("AllGather general method: rounding")
@@ -217,14 +236,7 @@ def _schedule(topo: Topology, res: TreeCGResult, scale: float, max_chunks: int |
         shares = counts / k
         stats["k"] = k                          # every share is a multiple of 1/k
     stats["rounding_s"] = time.perf_counter() - t
-    used = np.flatnonzero(shares > 0)
-    gpus = topo.gpus
-    chunks, depths = [], []
-    roots = pool.root
-    for j, edges in zip(used.tolist(), forest_edges(topo, pool.columns(used))):
-        root = gpus[int(roots[j])]
-        chunks.append(TreeChunk(root, float(shares[j]), edges))
-        depths.append(_depth(edges, root))
+    chunks, depths = chunks_of(topo, pool, shares)
     loads = pool.loads(np.where(shares > 0, shares, 0.0), topo.num_links)
     rate = schedule_rate(topo, loads)
     lp_rate = res.rate * scale
@@ -248,7 +260,8 @@ def _schedule(topo: Topology, res: TreeCGResult, scale: float, max_chunks: int |
                          max_chunks=max_chunks, seconds=seconds, cut_bound_gbps=cut_bound, k=k)
     return Schedule(
         collective="allgather", topology=topo.name, gpus=topo.gpus, rate_gbps=rate,
-        lp_rate_gbps=lp_rate, max_chunks=max_chunks, chunks=tuple(chunks),
+        lp_rate_gbps=lp_rate, max_chunks=max_chunks,
+        chunks=chunks if isinstance(chunks, TreeChunks) else tuple(chunks),
         bottleneck=bottleneck_links(topo, loads, rate, k, saturated=saturated),
         solver={"backend": backend, "seconds": seconds, "iterations": res.iterations,
                 "algorithm": "tree-colgen"},

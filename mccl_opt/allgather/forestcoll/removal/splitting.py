@@ -180,12 +180,29 @@ def _slack(g: SplitGraph, net: FlowNetwork, caps: np.ndarray, source: list[int],
 def balance_switches(g: SplitGraph) -> bool:
     """Make every switch's in-units equal its out-units (see module doc).
 
+    A worklist of switches: reducing a link between two switches to balance one can
+    unbalance the other, which is then balanced again (before, a switch passed earlier
+    was left unbalanced and ``True`` returned; Phase 2 then failed).  Every pass
+    removes at least one unit, so it ends, with every switch balanced.
+
     Returns ``False`` if some excess could not be removed without breaking the cut
     condition for ``k`` trees per root (the excess is then removed anyway, and the
     caller must lower the tree bandwidth).
     """
     exact = True
-    for w in np.flatnonzero(g.is_switch).tolist():
+    todo = np.flatnonzero(g.is_switch).tolist()
+    queued = set(todo)
+
+    def take(a: tuple[int, int], amount: int) -> None:
+        g.reduce(a, amount)
+        for v in a:
+            if g.is_switch[v] and v not in queued:
+                todo.append(v)
+                queued.add(v)
+
+    while todo:
+        w = todo.pop(0)
+        queued.discard(w)
         ins, outs = g.in_arcs(w), g.out_arcs(w)
         excess = sum(g.units[a] for a in ins) - sum(g.units[a] for a in outs)
         if excess == 0:
@@ -202,7 +219,7 @@ def balance_switches(g: SplitGraph) -> bool:
             src, snk = ([a[0]], [w]) if a[1] == w else ([w], [a[1]])
             amount = max(0, min(want, _slack(g, net, caps, src, snk, want)))
             if amount:
-                g.reduce(a, amount)
+                take(a, amount)
                 caps[index[a]] -= amount
                 excess -= amount
         if excess:
@@ -210,7 +227,7 @@ def balance_switches(g: SplitGraph) -> bool:
             for a in side:
                 cut = min(excess, g.units.get(a, 0))
                 if cut:
-                    g.reduce(a, cut)
+                    take(a, cut)
                     excess -= cut
     return exact
 
@@ -351,11 +368,13 @@ class LogicalGraph:
         return cls(int(g.gpus.size), tail, head, units[order],
                    [g.bundles[keys[i]] for i in order.tolist()])
 
-    def admits(self, k: int) -> bool:
-        """Rooted cut test: ``k`` trees per root fit (Edmonds' branching theorem)."""
+    def admits(self, k: int, stride: int = 1) -> bool:
+        """Rooted cut test: ``k`` trees per root fit (Edmonds' branching theorem).
+        ``stride > 1`` tests every ``stride``-th rank as a sink only: ``False`` is then
+        still a proof that none fit, ``True`` is not."""
         net = FlowNetwork(self.num_gpus, self.tail, self.head)
         caps = net.caps()
         caps[: net.m] = self.units
         caps[net.s_arc0: net.s_arc0 + self.num_gpus] = k
-        sinks = np.arange(self.num_gpus, dtype=np.int64)
+        sinks = np.arange(0, self.num_gpus, stride, dtype=np.int64)
         return net.first_failing_sink(caps, sinks, k * self.num_gpus) < 0

@@ -4,9 +4,10 @@ Switches are split one at a time in :func:`.splitting.switch_order`.  Splitting 
 pairs its in-links ``u -> w`` with its out-links ``w -> t`` (``u != t``) by the
 integral transport of :func:`.transport.transport`, seeded with the proportional
 share ``a_u b_t / (C - b_u)`` (rounded up) so every GPU gets logical links to all its
-switch peers; then every unit at ``w`` is gone: paired units become logical links
-``u -> t``, units left on an in-link are forced loops ``u -> w -> u`` and units no pair
-takes (an unbalanced switch) are dropped.
+switch peers, pairs whose ends share another switch last (:mod:`.siblings`); then every
+unit at ``w`` is gone: paired units become logical links ``u -> t``, units left on an
+in-link are forced loops ``u -> w -> u`` and units no pair takes (an unbalanced switch)
+are dropped.
 
 The graph lives in arrays: every arc (logical or physical) has its units and a linked
 list of bundle segments, each segment its units and its path in a node buffer; an
@@ -29,12 +30,18 @@ from numba import njit
 from .... import anytime
 from .bundles import Bundles
 from .cut_guard import KnownCuts, SweepGuard
+from .siblings import SwitchNeighbours, spread_stages
 from .splitting import LogicalGraph, SplitGraph, gpu_links, switch_order
 from .transport import transport
 
-__all__ = ["spread_split"]
+__all__ = ["spread_split", "TRANSPORT_PAIRS_PER_S"]
 
 Guard = KnownCuts | SweepGuard
+
+#: the spread proposal's transport at one switch (:func:`_pair_amounts`, one compiled
+#: max-flow), in-link x out-link pairs per CPU second: ~1,000 x 1,000 pairs at the last
+#: ToRs of shared aggregation 2x64x8 took 0.17-0.26 s each, with no check inside
+TRANSPORT_PAIRS_PER_S = 4_000_000
 
 
 class ArcTable(NamedTuple):
@@ -108,6 +115,7 @@ class _Arrays:
         self.n_listed = int(at_switch.sum())
         self.switch_arcs[: self.n_listed] = np.flatnonzero(at_switch)
         self.n = g.n
+        self.neighbours = SwitchNeighbours(g.n, self.tail, self.head, g.is_switch)
         self.keys = self.slots = np.zeros(0, np.int64)
         self.reserve(0, 0, 0)
 
@@ -164,11 +172,13 @@ def spread_split(g: SplitGraph, rank_of: np.ndarray, guard: Guard | None = None,
     if guard is not None:
         guard.start()
     for w in switch_order(g) if order is None else order:
-        anytime.check("Phase 2: switch removal")     # a limit stops between switches
         ins, outs = st.at(w)
+        # a limit stops between switches, and before one whose transport would outlast it
+        anytime.check_room("Phase 2: switch removal",
+                           ins.size * outs.size / TRANSPORT_PAIRS_PER_S / anytime.cpu_share())
         if ins.size == 0 and outs.size == 0:
             continue
-        i_in, j_out, amounts = _pair_amounts(st, ins, outs)
+        i_in, j_out, amounts = _pair_amounts(st, w, ins, outs)
         if guard is not None:
             pairs = _guarded(st, guard, w, ins, outs, i_in, j_out, amounts)
             if pairs is None:
@@ -203,10 +213,11 @@ def _guarded(st: _Arrays, guard: Guard, w: int, ins: np.ndarray, outs: np.ndarra
     return i_in, j_out, guarded[i_in, j_out]
 
 
-def _pair_amounts(st: _Arrays, ins: np.ndarray, outs: np.ndarray
+def _pair_amounts(st: _Arrays, w: int, ins: np.ndarray, outs: np.ndarray
                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The spread proposal's transport at one switch: pairs ``(i, j)`` (row-major, ``u
-    != t``) with positive amounts, as in-arc positions, out-arc positions and units."""
+    """The spread proposal's transport at switch ``w``: pairs ``(i, j)`` (row-major, ``u
+    != t``) with positive amounts, as in-arc positions, out-arc positions and units;
+    siblings (:mod:`.siblings`) paired last."""
     us, ts = st.tail[ins], st.head[outs]
     a_u, b_t = st.units[ins], st.units[outs]
     tail, col = np.nonzero(us[:, None] != ts[None, :])
@@ -214,8 +225,9 @@ def _pair_amounts(st: _Arrays, ins: np.ndarray, outs: np.ndarray
     back = (ts[pos] == us) if ts.size else np.zeros(us.size, bool)
     loop_of = np.where(back, pos, -1)                   # out-arc back to each in-arc's tail
     rest = np.maximum(int(a_u.sum()) - np.where(back, b_t[pos] if ts.size else 0, 0), 1)
-    amounts = transport(us.size, ts.size, tail, col, a_u.copy(), b_t.copy(),
-                        [-(-a_u[tail] * b_t[col] // rest[tail]), None], loop_of)
+    stages = spread_stages(-(-a_u[tail] * b_t[col] // rest[tail]),
+                           st.neighbours.siblings(w, us, ts, tail, col))
+    amounts = transport(us.size, ts.size, tail, col, a_u.copy(), b_t.copy(), stages, loop_of)
     keep = np.flatnonzero(amounts > 0)
     return tail[keep], col[keep], amounts[keep]
 

@@ -30,6 +30,8 @@ def transport(n_in: int, n_out: int, tail: np.ndarray, col: np.ndarray, supply: 
     net = FlowNetwork(n_in + n_out, tail, n_in + col)
     amounts = np.zeros(tail.size, np.int64)
     for pair_caps in stages:
+        if not (supply.any() and demand.any()):      # nothing left to place: no stage moves
+            break
         caps = net.caps()
         caps[:tail.size] = INF if pair_caps is None else pair_caps
         caps[net.s_arc0: net.s_arc0 + n_in] = supply
@@ -37,8 +39,8 @@ def transport(n_in: int, n_out: int, tail: np.ndarray, col: np.ndarray, supply: 
         net.max_flow(caps)
         flow = net.flows(tail.size)
         amounts += flow
-        np.subtract.at(supply, tail, flow)
-        np.subtract.at(demand, col, flow)
+        supply -= np.bincount(tail, flow, supply.size).astype(np.int64)
+        demand -= np.bincount(col, flow, demand.size).astype(np.int64)
     if loop_of is not None and supply.any():
         # contiguous arrays whether callers pass slices or not: one kernel signature
         _unloop(n_in, n_out, np.ascontiguousarray(tail, np.int64), np.ascontiguousarray(col, np.int64),

@@ -1,0 +1,268 @@
+"""The tree master on a fabric's symmetry quotient: the forwarding-only optimum of a
+fabric with many identical hosts and rails from a master of orbit rows (docs/allgather.md
+"Symmetric quotient").
+
+For an automorphism group ``H`` of the fabric (:mod:`.symmetry`), averaging any optimal
+tree packing over ``H`` gives an optimal one whose weights are equal on every orbit, so
+the master (``general.tree_colgen``) may be restricted to symmetrised columns: a tree
+``T`` of root ``r`` with weight ``z`` spread evenly over its orbit loads each link of a
+link orbit ``L`` by ``z load_T(L) / |L|`` and gives each root of ``r``'s orbit ``R``
+``z / |R|``.  The master keeps one row per link orbit and per root orbit (26 + 5 rows
+instead of 544 + 128 on shared aggregation 2x8x8 with one NIC slowed one way), and a round
+prices one root per orbit at the per-link prices ``pi_L / |L|``.  Those prices with
+``sigma_R / |R|`` are a dual point of the full master, so the Lagrangian bound
+``pi.cap / sum_R |R| c_R(pi)`` (``c_R`` the cheapest tree of ``R``'s root) is the full
+master's and certifies the quotient's ``x`` as the forwarding-only optimum; so does a
+caller's certified upper bound (the balanced restriction's optimum).
+
+**Expansion.**  Each positive column is copied over ``H``'s elements with the weights of
+:meth:`.symmetry.Symmetry.pieces` (each cluster's marginal uniform, so every link's load
+is its orbit's average and every root gets ``z / |R|``), copies of one tree merged; the
+schedule is built and re-rated from its own link loads by the general method's
+``_schedule`` and kept only when that rate is the certified optimum.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+from formulations.lp import LinearProgram
+from mccl_opt import anytime
+from mccl_opt.backends import Backend, SolveStatus, get_backend
+from mccl_opt.ragged import column_hash
+from mccl_opt.errors import SolveError
+from mccl_opt.schedule import Schedule
+from mccl_opt.schedule_chunks import FlatPaths, TreeChunks, TreeTable
+from mccl_opt.topology import Topology
+from .live_master import TreePool
+from .symmetry import Symmetry, find_symmetry
+from .tree_colgen import TreeCGResult, price_trees
+
+__all__ = ["solve_quotient", "QUOTIENT_MAX_ROUNDS", "REL_TOL"]
+
+#: rounds of column generation on the quotient before giving up (the caller's exact path
+#: runs then); shared aggregation 2x8x8 / 2x16x8 with one NIC slowed one way close in 15-19
+QUOTIENT_MAX_ROUNDS = 100
+
+#: the general method's stopping tolerance (``TreeCGOptions.rel_tol``)
+REL_TOL = 1e-9
+
+
+class _Quotient:
+    """The symmetrised master, live on a backend: column 0 is ``x``, then one column per
+    tree (its crossings of every link orbit divided by the orbit's size and capacity,
+    ``-1/|R|`` on its root orbit's row ``x - sum z/|R| <= 0``); trees are added between
+    warm re-solves.  Link rows are in units of their capacity, so the LP solver's
+    absolute feasibility tolerance is relative to every link's capacity (shared
+    aggregation 2x8x8 with one NIC at 4 Gbps one way and another at 104.29: the
+    expanded trees fell short of ``x`` by more than ``1e-9`` with rows in Gbps)."""
+
+    def __init__(self, sym: Symmetry, capacity: np.ndarray, backend: Backend) -> None:
+        self.sym = sym
+        size = np.bincount(sym.link_orbit)
+        self.capacity = np.zeros(size.size)          # per link orbit (scaled units)
+        self.capacity[sym.link_orbit] = capacity
+        self.orbit_size = size.astype(float)
+        self.root_size = np.bincount(sym.root_orbit).astype(float)
+        self.reps = np.array([int(np.flatnonzero(sym.root_orbit == o)[0])
+                              for o in range(self.root_size.size)])
+        self.roots: list[int] = []
+        self.trees: list[np.ndarray] = []
+        self.backend = backend
+        n_r = self.root_size.size
+        rows = n_r + self.capacity.size
+        backend.load(LinearProgram(
+            c=np.ones(1), A=sp.csr_matrix(np.concatenate([np.ones(n_r), np.zeros(rows - n_r)])[:, None]),
+            row_lo=np.full(rows, -np.inf), row_hi=np.concatenate([np.zeros(n_r), np.ones(rows - n_r)]),
+            col_lo=np.zeros(1), col_hi=np.full(1, np.inf), sense="max"))
+
+    def add(self, roots: list[int], trees: list[np.ndarray]) -> None:
+        """Append the symmetrised columns of ``trees`` (roots ``roots``)."""
+        n_r, cols = self.root_size.size, []
+        for root, arcs in zip(roots, trees):
+            col = np.zeros(n_r + self.capacity.size)
+            orbit = self.sym.root_orbit[root]
+            col[orbit] = -1.0 / self.root_size[orbit]
+            col[n_r:] = np.bincount(self.sym.link_orbit[arcs], minlength=self.capacity.size) \
+                / (self.orbit_size * self.capacity)
+            cols.append(col)
+            self.roots.append(root)
+            self.trees.append(arcs)
+        block = sp.csc_matrix(np.stack(cols, axis=1))
+        k = len(cols)
+        self.backend.add_columns(np.zeros(k), np.zeros(k), np.full(k, np.inf),
+                                 block.indptr, block.indices, block.data)
+
+    def solve(self) -> tuple[float, np.ndarray, np.ndarray, np.ndarray]:
+        """``max x`` over the columns so far: ``(x, z, sigma per root orbit, pi per link
+        orbit)``."""
+        sol = self.backend.solve(method="primal")
+        if sol.status is not SolveStatus.OPTIMAL or sol.x is None or sol.row_duals is None:
+            raise SolveError(f"the symmetry quotient's master ended with status "
+                             f"{sol.status.value!r}")
+        n_r = self.root_size.size
+        duals = np.maximum(sol.row_duals, 0.0)
+        return float(sol.x[0]), np.maximum(sol.x[1:], 0.0), duals[:n_r], duals[n_r:] / self.capacity
+
+
+def _price(topo: Topology, q: _Quotient, pi: np.ndarray
+           ) -> tuple[np.ndarray, list[np.ndarray]]:
+    """Cheapest tree of each orbit's root at per-link prices ``pi_L / |L|``."""
+    price = (pi / q.orbit_size)[q.sym.link_orbit]
+    paths, parents, costs = price_trees(topo, price, q.reps)
+    return costs, [paths.tree_arcs(int(r), parents[i]) for i, r in enumerate(q.reps.tolist())]
+
+
+def _column_generation(topo: Topology, q: _Quotient, upper: float,
+                       deadline: float | None) -> tuple[float, np.ndarray, float, int]:
+    """Quotient column generation from one cheapest tree per root orbit at prices
+    ``1/cap``: ``(x, z, best bound, rounds)``; stops at ``upper`` or the Lagrangian bound
+    (within :data:`REL_TOL`), when no column prices out, or at the round cap / deadline."""
+    _, first = _price(topo, q, 1.0 / q.capacity)
+    q.add(q.reps.tolist(), first)
+    best = upper
+    x, z = 0.0, np.zeros(0)
+    for rnd in range(1, QUOTIENT_MAX_ROUNDS + 1):
+        x, z, sigma, pi = q.solve()
+        if best - x <= REL_TOL * max(x, 1e-300):
+            return x, z, best, rnd
+        costs, trees = _price(topo, q, pi)
+        total = float(costs @ q.root_size)
+        if total > 0 and np.isfinite(total):
+            best = min(best, float(pi @ q.capacity) / total)
+        if best - x <= REL_TOL * max(x, 1e-300):
+            return x, z, best, rnd
+        tol = 1e-12 * max(float(sigma.max(initial=0.0)), 1e-300)
+        new = np.flatnonzero(costs < sigma / q.root_size - tol).tolist()
+        if new:
+            q.add(q.reps[new].tolist(), [trees[o] for o in new])
+        if not new or (deadline is not None and time.perf_counter() >= deadline):
+            return x, z, best, rnd
+        anytime.check("the symmetric quotient's column generation")
+    return x, z, best, QUOTIENT_MAX_ROUNDS
+
+
+def _expand(topo: Topology, q: _Quotient, z: np.ndarray) -> tuple[TreePool, np.ndarray]:
+    """Every positive column copied over the group (module docstring), as a pool of
+    distinct trees and their weights (copies of one tree merged)."""
+    rank_of, gpu_nodes = topo.arrays.rank_of, topo.arrays.gpu_nodes
+    pieces = q.sym.pieces()
+    maps = [q.sym.piece_maps(element) for element, _ in pieces]
+    node_maps = np.stack([m[0] for m in maps])
+    link_maps = np.stack([m[1] for m in maps])
+    frac = np.array([f for _, f in pieces])
+    owners, blocks, sorted_blocks, weights = [], [], [], []
+    for j in np.flatnonzero(z > 0).tolist():
+        block = link_maps[:, q.trees[j]]
+        owners.append(rank_of[node_maps[:, gpu_nodes[q.roots[j]]]])
+        blocks.append(block.ravel())
+        sorted_blocks.append(np.sort(block, axis=1).ravel())
+        weights.append(frac * z[j])
+    owner = np.concatenate(owners).astype(np.int64)
+    sizes = np.repeat([q.trees[j].size for j in np.flatnonzero(z > 0).tolist()], len(pieces))
+    start = np.zeros(owner.size + 1, np.int64)
+    np.cumsum(sizes, out=start[1:])
+    arcs, multiset = np.concatenate(blocks), np.concatenate(sorted_blocks)
+    _, first, inverse = np.unique(column_hash(owner, start, multiset), return_index=True,
+                                  return_inverse=True)
+    inverse = inverse.reshape(-1)
+    merged = np.bincount(inverse, weights=np.concatenate(weights))
+    first = np.sort(first)                  # positional order, as ``arcs[seg]`` keeps
+    keep = np.zeros(owner.size, bool)
+    keep[first] = True
+    seg = np.repeat(keep, sizes)
+    kept_start = np.zeros(first.size + 1, np.int64)
+    np.cumsum(sizes[first], out=kept_start[1:])
+    pool = TreePool()
+    taken = pool.append_flat(owner[first], kept_start, arcs[seg], multiset[seg])
+    if taken.size != first.size:
+        raise SolveError("symmetric expansion: equal trees left after merging")
+    return pool, merged[inverse[first]]
+
+
+def solve_quotient(topo: Topology, upper_gbps: float | None = None,
+                   cut_bound_gbps: float | None = None, sym: Symmetry | None = None,
+                   backend: str = "highs", time_limit: float | None = None) -> Schedule | None:
+    """The forwarding-only optimum of ``topo`` (``max_chunks=None``) from the master on
+    its symmetry quotient (module docstring), or ``None`` when no symmetry is found, the
+    quotient does not certify its optimum, or the expanded schedule's rate falls short of
+    it.  ``upper_gbps``: a certified upper bound on the forwarding-only optimum (the
+    balanced restriction's optimum) at which the column generation may stop;
+    ``cut_bound_gbps``: the cut bound, for the report."""
+    from .method import _rate_scale, _schedule
+
+    t_start = time.perf_counter()
+    sym = sym if sym is not None else find_symmetry(topo)
+    if sym is None:
+        return None
+    scale = _rate_scale(topo)
+    upper = np.inf if upper_gbps is None else upper_gbps / scale
+    deadline = None if time_limit is None else t_start + time_limit
+    with get_backend(backend) as lp:
+        q = _Quotient(sym, topo.arrays.capacity / scale, lp)
+        x, z, bound, rounds = _column_generation(topo, q, upper, deadline)
+    if not bound - x <= REL_TOL * max(x, 1e-300):
+        return None
+    pool, weights = _expand(topo, q, z)
+    stats: dict[str, Any] = {
+        "warm": False, "method": "general", "seed": "symmetric quotient",
+        "seed_columns": len(q.trees), "quotient_rows": int(q.capacity.size + q.root_size.size),
+        "quotient_columns": int((z > 0).sum()), "group_pieces": len(sym.pieces()),
+        "warm_columns": 0, "cg_rounds": rounds, "cg_status": "optimal",
+        "cg_gap": max(0.0, (bound - x) / bound), "bound_gbps": bound * scale,
+        "columns": len(pool), "dropped": 0, "link_rows": topo.num_links}
+    res = TreeCGResult(pool, weights, x, max(bound, x), "optimal", rounds)
+    sched = _schedule(topo, res, scale, None, cut_bound_gbps, stats, t_start, backend,
+                      table_chunks)
+    if sched.rate_gbps < x * scale * (1 - REL_TOL):
+        return None
+    return sched
+
+
+def table_chunks(topo: Topology, pool: TreePool, shares: np.ndarray
+                 ) -> tuple[TreeChunks, np.ndarray]:
+    """The columns of positive share as a :class:`~mccl_opt.schedule_chunks.TreeTable`
+    (each distinct edge path once, every tree's edges parents first) and each tree's
+    depth, in arrays: thousands of trees of hundreds of edges, where a
+    :class:`~mccl_opt.schedule.TreeChunk` per tree cost more than the solve."""
+    arr = topo.arrays
+    g = topo.num_gpus
+    used = np.flatnonzero(shares > 0)
+    lengths = np.diff(pool.start)[used]
+    arcs = np.concatenate(pool.columns(used))
+    ends = ~arr.is_switch[arr.head[arcs]]
+    edge = np.cumsum(ends) - ends                  # edge of every arc, trees in order
+    first = np.flatnonzero(np.concatenate([[True], ends[:-1]]))
+    pos = np.arange(arcs.size) - first[edge]
+    hops = int(pos.max()) + 1
+    mat = np.full((first.size, hops), -1, np.int64)
+    mat[edge, pos] = arcs
+    base = topo.num_links + 1
+    if hops * np.log2(base) < 62:
+        key = (mat + 1) @ (base ** np.arange(hops, dtype=np.int64))
+        _, rep, path_of = np.unique(key, return_index=True, return_inverse=True)
+    else:
+        _, rep, path_of = np.unique(mat, axis=0, return_index=True, return_inverse=True)
+    rows = mat[rep]
+    nodes = np.hstack([arr.tail[rows[:, :1]], np.where(rows >= 0, arr.head[rows], -1)])
+    paths = FlatPaths.of_lengths(nodes[nodes >= 0], (rows >= 0).sum(axis=1) + 1)
+    trees = used.size
+    if first.size != trees * (g - 1) or not np.array_equal(np.bincount(
+            np.repeat(np.arange(used.size), lengths)[first], minlength=trees), np.full(trees, g - 1)):
+        raise SolveError("a tree column is not a spanning arborescence of switch-only paths")
+    parent = np.tile(np.arange(g), (trees, 1))
+    child = arr.rank_of[arr.head[arcs[ends]]].reshape(trees, g - 1)
+    parent[np.arange(trees)[:, None], child] = arr.rank_of[arr.tail[arcs[first]]].reshape(trees, g - 1)
+    depth = (parent != np.arange(g)).astype(np.int64)
+    for _ in range(int(np.ceil(np.log2(g))) + 1):   # pointer jumping: depth in GPU hops
+        depth = depth + np.take_along_axis(depth, parent, axis=1)
+        parent = np.take_along_axis(parent, parent, axis=1)
+    order = np.argsort(np.take_along_axis(depth, child, axis=1), axis=1, kind="stable")
+    edges = np.take_along_axis(path_of.reshape(trees, g - 1), order, axis=1)
+    table = TreeTable([v.id for v in topo.nodes], paths, arr.gpu_nodes[pool.root[used]],
+                      shares[used], edges)
+    return TreeChunks(table), depth.max(axis=1)

@@ -1,0 +1,93 @@
+"""The tree master on the symmetry quotient (docs/allgather.md "Symmetric quotient"):
+verified automorphisms, orbit rows, and an expansion whose every link carries its orbit's
+average load.  Rates are checked against the general method's full master on small
+shared-aggregation and HPN states with one link slowed one way, schedules by the validator
+and the independent checker."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import mccl_opt as mo
+from instances import hpn
+from instances.aggregation import scrambled, shared_aggregation, superpod
+from mccl_opt.allgather import chain
+from mccl_opt.allgather.canonical import canonical
+from mccl_opt.allgather.general.method import solve_general
+from mccl_opt.allgather.general.quotient import solve_quotient
+from mccl_opt.allgather.general.symmetry import find_symmetry
+from mccl_opt.report import Termination
+from tests.oracle_allgather import check_schedule
+
+
+def _one_way(topo, src="s0h0g0", dst="s0tor0", gbps=200.0):
+    return topo.with_capacity(src=src, dst=dst, gbps=gbps, both_directions=False)
+
+
+STATES = {
+    "shared-agg 2x3x4 NIC 150.8": lambda: _one_way(shared_aggregation(2, 3, 4), gbps=150.8),
+    "shared-agg 2x2x8 NIC 272.6 in": lambda: _one_way(shared_aggregation(2, 2, 8), "s1tor1",
+                                                      "s1h1g1", 272.6),
+    "hpn 1x2x4 NVLink 1000": lambda: _one_way(hpn(1, 2, 4), "s0h0g1", "s0h0nvs", 1000.0),
+    "superpod 2x2x4 NIC 200": lambda: _one_way(superpod(2, 2, 4), "u0h0g0", "u0leaf0"),
+}
+
+
+@pytest.mark.parametrize("state", sorted(STATES))
+def test_the_quotient_reaches_the_full_masters_optimum_with_a_valid_schedule(state):
+    topo = canonical(STATES[state]())
+    full = solve_general(topo, max_chunks=None)
+    sym = find_symmetry(topo)
+    assert sym is not None and sym.num_link_orbits < topo.num_links
+    s = solve_quotient(topo, sym=sym)
+    assert s is not None and s.stats["seed"] == "symmetric quotient"
+    assert s.lp_rate_gbps == pytest.approx(full.lp_rate_gbps, rel=1e-9)
+    assert s.rate_gbps == pytest.approx(full.lp_rate_gbps, rel=1e-9)
+    assert mo.validate(topo, s).rate_gbps == pytest.approx(s.rate_gbps, rel=1e-9)
+    check_schedule(topo, s)
+
+
+def test_every_generator_is_an_automorphism_and_the_coupling_is_uniform():
+    topo = canonical(_one_way(shared_aggregation(2, 3, 4)))
+    sym = find_symmetry(topo)
+    arr = topo.arrays
+    for nodes, links in zip(sym.nodes, sym.links):
+        assert len({tuple(p) for p in nodes.tolist()}) == len(nodes)   # distinct elements
+        for node, link in zip(nodes, links):
+            assert np.array_equal(arr.tail[link], node[arr.tail])
+            assert np.array_equal(arr.head[link], node[arr.head])
+            assert np.array_equal(arr.capacity[link], arr.capacity)
+    pieces = sym.pieces()
+    assert sum(f for _, f in pieces) == pytest.approx(1.0, abs=1e-15)
+    for c, nodes in enumerate(sym.nodes):
+        marginal = np.bincount([e[c] for e, _ in pieces], weights=[f for _, f in pieces],
+                               minlength=len(nodes))
+        assert np.allclose(marginal, 1.0 / len(nodes), rtol=0, atol=1e-15)
+    # the slowed NIC's link is alone in its orbit; its rank alone in its root orbit
+    slow = int(np.flatnonzero(arr.capacity == 200.0)[0])
+    assert np.sum(sym.link_orbit == sym.link_orbit[slow]) == 1
+    assert np.sum(sym.root_orbit == sym.root_orbit[arr.rank_of[arr.tail[slow]]]) == 1
+
+
+def test_node_names_and_order_do_not_change_the_quotient():
+    topo = _one_way(shared_aggregation(2, 2, 8))
+    rates = []
+    for t in (canonical(topo), scrambled(topo, 3), canonical(scrambled(topo, 5))):
+        sym = find_symmetry(t)
+        assert (sym.num_link_orbits, sym.num_root_orbits) == (26, 5)
+        rates.append(solve_quotient(t, sym=sym).rate_gbps)
+    assert rates == pytest.approx([rates[0]] * 3, rel=1e-9)
+
+
+def test_the_chain_takes_the_quotient_at_none_and_keeps_the_exact_rate(monkeypatch):
+    topo = _one_way(shared_aggregation(2, 2, 8))
+    before = mo.solve_allgather(topo, max_chunks=None)
+    assert before.stats.get("seed") != "symmetric quotient"
+    monkeypatch.setattr(chain, "QUOTIENT_MIN_GPUS", 2)
+    monkeypatch.setattr(chain, "QUOTIENT_MIN_SHRINK", 1)
+    after = mo.solve_allgather(topo, max_chunks=None)
+    assert after.stats["seed"] == "symmetric quotient"
+    assert after.report.termination is Termination.OPTIMAL
+    assert after.rate_gbps == pytest.approx(before.rate_gbps, rel=1e-9)
+    check_schedule(topo, after)
