@@ -16,7 +16,7 @@ import dataclasses
 import numpy as np
 
 from instances import hpn
-from mccl_opt.allgather.general.method import _rate_scale
+from mccl_opt.allgather.general.method import rate_scale
 from mccl_opt.allgather.general import tree_colgen
 from mccl_opt.allgather.general.live_master import TreeMaster
 from mccl_opt.allgather.general.tree_colgen import mwu_trees, tree_column_generation
@@ -61,7 +61,7 @@ class BelowZeroOnce:
 
 def test_trees_reach_the_rate_when_the_solver_returns_weights_below_zero(monkeypatch):
     topo = hpn(1, 2, 4).with_capacity(src="s0h1g3", dst="s0h1nvs", gbps=37.5)
-    scale = _rate_scale(topo)
+    scale = rate_scale(topo)
     capacity = topo.arrays.capacity / scale
     roots, trees = mwu_trees(topo, capacity, rounds=50)
     first = tree_column_generation(topo, get_backend("highs"), capacity, roots, trees)
@@ -91,7 +91,7 @@ def test_round_cap_with_weights_below_zero_returns_the_trees_not_an_index_error(
     the trees below zero must use the mask of the grown pool (it raised ``IndexError``
     on a mask one round old), and the trees must still reach the returned rate."""
     topo = hpn(1, 4, 4).with_capacity(src="s0h1g3", dst="s0h1nvs", gbps=37.5)
-    capacity = topo.arrays.capacity / _rate_scale(topo)
+    capacity = topo.arrays.capacity / rate_scale(topo)
     roots, trees = mwu_trees(topo, capacity, rounds=2)
     pool_of: list = []
     backend = BelowZeroOnce(capacity, pool_of, eps=1e-6 * float(capacity.min()))

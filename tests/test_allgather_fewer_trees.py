@@ -98,6 +98,14 @@ def test_a_balanced_fabric_keeps_its_cut_bound_on_fewer_trees(monkeypatch):
         mo.validate(topo, s)
         assert s.rate_gbps == pytest.approx(bound, rel=1e-9)
     assert len(sched.chunks) < topo.num_gpus + topo.num_links < len(own.chunks)
+    # ForestColl's own trees at new shares (not rebuilt from the LP), a whole shard per root
+    own_trees = {(c.src, c.edges) for c in own.chunks}
+    assert all((c.src, c.edges) in own_trees for c in sched.chunks)
+    per_root: dict[str, float] = {}
+    for c in sched.chunks:
+        per_root[c.src] = per_root.get(c.src, 0.0) + c.share
+    assert sorted(per_root) == sorted(topo.gpus)
+    assert all(v == pytest.approx(1.0, rel=1e-9) for v in per_root.values())
 
 
 def test_a_warm_solve_of_the_same_state_still_reuses_forestcolls_trees():
@@ -110,6 +118,24 @@ def test_a_warm_solve_of_the_same_state_still_reuses_forestcolls_trees():
     assert len(warm.chunks) <= len(prev.chunks)
 
 
+def test_a_warm_solve_reuses_the_previous_fewer_trees_where_they_reach_the_rate():
+    """A cable off the bottleneck cut by 10 %: the warm solve reroutes ForestColl's kept
+    trees (148), and the previous schedule's re-weighted trees (28), which still reach
+    the certified rate, are kept instead of solving the master again: exact and valid."""
+    topo = fail2(hpn(1, 2, 8))
+    prev = mo.solve_allgather(topo, max_chunks=None)
+    assert prev.stats["fewer_trees_from"] > len(prev.chunks)
+    later = topo.with_capacity(src="s0h0g1", dst="s0tor1", gbps=360.0, both_directions=True)
+    warm = mo.solve_allgather(later, warm=prev, max_chunks=None)
+    assert warm.stats.get("fewer_trees_reused") is True
+    assert warm.stats["fewer_trees_from"] > len(warm.chunks)
+    assert [c.to_dict() for c in warm.chunks] == [c.to_dict() for c in prev.chunks]
+    assert warm.rate_gbps == pytest.approx(mo.solve_allgather(later, max_chunks=None).rate_gbps,
+                                           rel=1e-9)
+    check_schedule(later, warm)
+    mo.validate(later, warm)
+
+
 def test_a_time_limit_passing_in_the_master_keeps_the_exact_schedule(monkeypatch):
     """The re-weighting runs after ForestColl's exact schedule, which is not offered as
     the time limit's incumbent: a limit passing inside the master must return that exact
@@ -120,8 +146,8 @@ def test_a_time_limit_passing_in_the_master_keeps_the_exact_schedule(monkeypatch
     def limit_passes(*args, **kwargs):
         anytime.run_out("the re-weighting master (made to run out)")
 
-    import mccl_opt.allgather.general.method as method
-    monkeypatch.setattr(method, "solve_general", limit_passes)
+    import mccl_opt.allgather.general.tree_colgen as tree_colgen
+    monkeypatch.setattr(tree_colgen, "tree_column_generation", limit_passes)
     limited = mo.solve_allgather(topo, max_chunks=None, time_limit=60.0)
     check_schedule(topo, limited)
     mo.validate(topo, limited)

@@ -10,7 +10,7 @@ import pytest
 
 from instances import hpn
 from mccl_opt.allgather.general.live_master import TreeMaster, TreePool
-from mccl_opt.allgather.general.method import _rate_scale, solve_general
+from mccl_opt.allgather.general.method import rate_scale, solve_general
 from mccl_opt.allgather.general.tree_colgen import (TreeCGOptions, mwu_trees,
                                                     tree_column_generation)
 from mccl_opt.backends import get_backend
@@ -48,7 +48,7 @@ def test_every_link_capacity_holds_with_rows_missing():
     column generation adds the violated rows: the final weights load no link above its
     capacity, rows left out were added back, and some were never needed."""
     topo = _one_way((1, 4, 8))
-    capacity = topo.arrays.capacity / _rate_scale(topo)
+    capacity = topo.arrays.capacity / rate_scale(topo)
     roots, trees = mwu_trees(topo, capacity, rounds=1)
     with get_backend("highs") as lp:
         res = tree_column_generation(topo, lp, capacity, roots, trees, LAZY)
@@ -68,7 +68,7 @@ def test_relaxed_master_caps_tree_weights_and_lifts_the_caps_with_the_last_row()
     """A tree crossing only missing rows is held at the weight cap (the relaxed master
     stays bounded); once every row is in, the cap goes and the master is the full one."""
     topo = _one_way((1, 2, 4))
-    capacity = topo.arrays.capacity / _rate_scale(topo)
+    capacity = topo.arrays.capacity / rate_scale(topo)
     roots, trees = mwu_trees(topo, capacity, rounds=1)
     pool = TreePool()
     pool.append(roots, trees)

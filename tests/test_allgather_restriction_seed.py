@@ -82,7 +82,7 @@ def test_seed_trees_fit_the_fabric_and_the_rate_bounds_them():
     columns = seed.columns(topo)
     assert columns is not None
     roots, trees = columns
-    chunk_roots, chunk_trees = method._chunk_columns(seed.schedules, topo)
+    chunk_roots, chunk_trees = method.chunk_columns(seed.schedules, topo)
     assert roots == chunk_roots and len(trees) == sum(len(s.chunks) for s in seed.schedules)
     assert all(np.array_equal(a, b) for a, b in zip(trees, chunk_trees))
 
@@ -100,7 +100,7 @@ def test_table_columns_map_a_schedule_listed_in_another_node_order():
     for sched in seed.schedules + (seed.more(),):
         found = table_columns(sched, backwards)
         assert found is not None
-        slow_roots, slow_trees = method._chunk_columns((sched,), topo)
+        slow_roots, slow_trees = method.chunk_columns((sched,), topo)
         last_gpu, last_link = topo.num_gpus - 1, topo.num_links - 1   # reversed numbering
         assert found[0] == [last_gpu - r for r in slow_roots]
         assert len(slow_trees) == len(sched.chunks) == len(found[1])

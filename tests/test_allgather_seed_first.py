@@ -63,11 +63,24 @@ def test_a_master_that_falls_short_goes_on_to_the_same_optimum(monkeypatch):
     _exact(topo, sched, forwarding_optimum(topo).rate_gbps)
 
 
-def test_a_chunk_limit_and_a_warm_solve_do_not_try_it(monkeypatch):
+def test_a_chunk_limit_does_not_try_it(monkeypatch):
     monkeypatch.setattr(seed_first, "SEED_FIRST_MIN_GPUS", 8)
     topo = _one_way(200.0)
     rounded = mo.solve_allgather(topo, max_chunks=4)
-    warm = mo.solve_allgather(topo, warm=rounded, max_chunks=None)
-    for sched in (rounded, warm):
-        assert not sched.stats.get("general_reason", "").startswith("restriction seed")
-        assert not any(a.outcome.startswith("declined: one master") for a in sched.report.attempts)
+    assert not rounded.stats.get("general_reason", "").startswith("restriction seed")
+    assert not any(a.outcome.startswith("declined: one master") for a in rounded.report.attempts)
+
+
+def test_a_warm_solve_takes_the_cold_path(monkeypatch):
+    """A warm solve tries the seed first too (skipping it, a warm start whose steps on
+    c' did not pay went on to ForestColl packing c', slower than cold's path), and
+    returns cold's certified optimum with the warm start declined."""
+    monkeypatch.setattr(seed_first, "SEED_FIRST_MIN_GPUS", 8)
+    topo = _one_way(200.0)
+    cold = mo.solve_allgather(topo, max_chunks=None)
+    for prev in (mo.solve_allgather(topo, max_chunks=4),
+                 mo.solve_allgather(shared_aggregation(2, 2, 2), max_chunks=None)):
+        warm = mo.solve_allgather(topo, warm=prev, max_chunks=None)
+        assert warm.stats["general_reason"] == cold.stats["general_reason"]
+        assert warm.stats["warm_route"] == "declined"
+        _exact(topo, warm, cold.rate_gbps)

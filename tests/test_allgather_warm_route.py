@@ -166,6 +166,33 @@ def test_previous_columns_wait_until_the_restriction_seed_falls_short(monkeypatc
     mo.validate(later, warm)
 
 
+def test_a_seeded_general_method_is_not_a_warm_stage(monkeypatch):
+    """With a restriction seed the general method's first master is the seed's alone,
+    as cold's: it runs once, not as a warm stage whose expiry would redo it cold
+    (SuperPOD 2x2x8 after two one-way faults: the allowance spent in that master, then
+    the master again)."""
+    monkeypatch.setattr(chain, "solve_by_restriction", lambda *args, **kwargs: None)
+    steps: list[str] = []
+    attempt = warm_route.WarmRoute.attempt
+
+    def recorded(self, step, *args, **kwargs):
+        steps.append(step)
+        return attempt(self, step, *args, **kwargs)
+
+    monkeypatch.setattr(warm_route.WarmRoute, "attempt", recorded)
+    topo = hpn(1, 2, 4).with_capacity(ONE_WAY)
+    first = mo.solve_allgather(topo, max_chunks=None)
+    later = topo.with_capacity({("s0h1g2", "s0tor2"): 150.0})
+    steps.clear()
+    warm = mo.solve_allgather(later, warm=first, max_chunks=None)
+    assert warm.report.method is Method.GENERAL and warm.stats["seed"] == "balanced restriction"
+    assert "the general method" not in steps
+    assert [a.method for a in warm.report.attempts].count(Method.GENERAL) == 1
+    assert warm.rate_gbps == pytest.approx(mo.solve_allgather(later, max_chunks=None).rate_gbps,
+                                           rel=1e-9)
+    mo.validate(later, warm)
+
+
 @pytest.mark.warm_budget
 def test_a_previous_schedule_without_its_cold_time_gets_a_measured_allowance():
     """A schedule written without a report carries no cold time: the allowance is the

@@ -170,7 +170,11 @@ def solve_by_general(topo: Topology, route: WarmRoute, backend: str,
     Warm-started on ``route`` only from the general method's own previous columns
     (:meth:`.warm.route.WarmRoute.general_warm`), else cold; ``seed`` makes its
     restriction seed (:mod:`.general.restriction_seed`; on unbalanced fabrics), once,
-    outside the warm step (a warm start does not shorten it)."""
+    outside the warm step (a warm start does not shorten it).  With a seed, the first
+    master is the seed's alone, cold's own, and the previous columns join only when it
+    falls short: the run is not a warm stage, whose expiry would redo that master cold
+    (SuperPOD 2x2x8 after two one-way faults: the allowance spent in the seed's master,
+    warm 0.10-0.13 s vs cold 0.08 s CPU; docs/allgather.md "Warm takes cold's path")."""
     from .general.method import solve_general      # column generation over trees: only here
 
     own = route.general_warm()
@@ -182,8 +186,8 @@ def solve_by_general(topo: Topology, route: WarmRoute, backend: str,
             topo, warm=warm, backend=backend, max_chunks=max_chunks, cut_bound_gbps=bound,
             seed=made), "returned")
 
-    if own is None:
-        sched = general(None)
+    if own is None or made is not None:
+        sched = general(own)
     else:
         sched = route.attempt("the general method", Method.GENERAL, lambda _: general(own),
                               lambda: general(None), trail.attempts)
@@ -273,7 +277,8 @@ def solve_unbalanced(topo: Topology, route: WarmRoute, backend: str,
                           "onto a coarser grid, not exact at max_chunks=None; seeds only"))
     elif best is None and restricted is not None:
         best = fewer_trees(topo, solve_by_restriction(topo, restricted, route, max_chunks,
-                                                      forestcoll, bound, trail), max_chunks, backend)
+                                                      forestcoll, bound, trail), max_chunks, backend,
+                           route)
     if best is None:
         best = solve_by_general(topo, route, backend, max_chunks, "unbalanced switches", bound,
                                 trail, seed)

@@ -10,62 +10,199 @@ The tree master (paper §4.3 tree packing as an LP, :mod:`.general.live_master`)
 those trees has ForestColl's weights as a feasible point at the certified optimum, so
 its optimum is that rate, and a basic optimum has at most one positive weight per row
 (``roots + links``): the same rate on at most ``roots + links - 1`` trees.  The master is
-solved once, stopped at the certified rate (:func:`.general.method.solve_general`
-seeded with the schedule's own trees, ``first_only``: one master); the re-weighted trees are kept only
-when they are fewer and reach the rate within :data:`RATE_TOL`.  The warm state stays
-ForestColl's (its kept trees in units of ``1/k``): a warm solve of the same state reuses
-them as before (shared aggregation 2x2x8 one way, same state warm: 0.038 s; with the
-master's columns as warm state the route was declined, 0.16 s, cold's time).
+solved once over the schedule's distinct trees, stopped at the certified rate
+(:func:`.general.tree_colgen.tree_column_generation`, one round); the trees of its basic
+optimum are the schedule's own chunks at new shares (not rebuilt from the LP's
+columns), kept only when they are fewer and reach the rate within :data:`RATE_TOL`.
+It is solved only when it pays (:func:`master_pays`: more trees than rows, or cheap
+against the solve), and on a warm solve that reuses the previous trees first the
+previous schedule's own trees are tried (one load sum), then the master as a warm step
+within the allowance (not started where its estimate exceeds what is left).
+The warm state stays ForestColl's (its kept trees in units of ``1/k``): a warm solve of
+the same state reuses them as before (with the master's columns as warm state the route
+was declined, cold's time).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import time
+from typing import Sequence
+
+import numpy as np
 
 from .. import anytime
 from ..errors import SolveError, TopologyError
-from ..schedule import Schedule
+from ..schedule import Schedule, bottleneck_links, schedule_rate, share_loads
+from ..schedule_chunks import TreeChunk, TreeChunks, TreeTable
+from ..report import Method, WarmUse
 from ..topology import Topology
+from .warm.route import WarmRoute
 
-__all__ = ["fewer_trees", "VERTEX_LP_MAX_SIZE", "RATE_TOL"]
+__all__ = ["fewer_trees", "master_pays", "master_seconds", "VERTEX_LP_MAX_SIZE", "MASTER_S_PER_ENTRY",
+           "MASTER_FLOOR_S", "MASTER_SHARE", "RATE_TOL"]
 
 #: the master is solved only when its columns times rows stay below this (shared
 #: aggregation 2x2x8: 2165 x 192, 0.09 s CPU; HPN 2x8x8 Fail2: 477 x 672, 0.06 s; the
 #: 2x8x8 general method's 1536 x 672 took 0.93 s, a healthy 2x8x8's 8028 x 672 1.5 s)
 VERTEX_LP_MAX_SIZE = 500_000
 
+#: the master's measured CPU seconds per column x row (2165 x 192: 0.09 s; 621 x 352:
+#: 0.05-0.07 s; 477 x 672: 0.06 s), for :func:`master_pays`' estimate
+MASTER_S_PER_ENTRY = 3e-7
+#: below as many trees as rows, the master is solved when it is estimated at most this
+#: (s: it stays under the warm target's 20 ms floor) ...
+MASTER_FLOOR_S = 0.01
+#: ... or this share of the solve's time (the target lets a warm solve take 1.5 x cold)
+MASTER_SHARE = 0.5
+
 #: relative rate the re-weighted trees may lose to the master's float tolerance
 RATE_TOL = 1e-9
 
 
 def fewer_trees(topo: Topology, sched: Schedule | None, max_chunks: int | None,
-                backend: str) -> Schedule | None:
-    """``sched`` (an exact schedule, ``max_chunks=None``, of ``topo``) on the trees of a
-    basic optimum of the tree master over its own trees when that has fewer trees at the
-    same rate; ``sched`` itself otherwise, with a chunk limit, when the master is
-    larger than :data:`VERTEX_LP_MAX_SIZE`, or when a time limit passes during the
-    master (``sched`` is already exact and was not offered as the limit's incumbent)."""
+                backend: str, route: WarmRoute | None = None) -> Schedule | None:
+    """``sched`` (an exact schedule, ``max_chunks=None``, of ``topo``) on fewer trees at
+    the same rate: the warm start's trees (``route.given``) where they still reach that
+    rate (:func:`_previous_trees`, no LP), else those of a basic optimum of the tree
+    master over ``sched``'s own trees (:func:`_reweighted_once`); on a warm ``route``
+    whose trees ``sched`` reuses, the master is a warm step within the allowance left,
+    not started when its estimate (:func:`master_seconds`) exceeds what is left.
+    ``sched`` itself otherwise: with a chunk limit, past the allowance, or when the master
+    does not pay (:func:`master_pays`)."""
     if sched is None or max_chunks is not None:
         return sched
-    if len(sched.chunks) * (topo.num_gpus + topo.num_links) > VERTEX_LP_MAX_SIZE:
-        return sched
-    from .general.method import solve_general          # the general method loads on use
-    from .general.restriction_seed import RestrictionSeed
+    reused = _previous_trees(topo, sched, None if route is None else route.given)
+    if reused is not None or not master_pays(topo, sched):
+        return reused or sched
+    if route is None or not route.active or sched.report.warm in (WarmUse.COLD, WarmUse.DECLINED):
+        return _reweighted_once(topo, sched, backend)
+    if master_seconds(topo, len(sched.chunks)) > route.allowance:
+        return sched                         # it would not fit: the allowance is not spent
+    return route.attempt("the re-weighting to fewer trees", Method.FORESTCOLL,
+                         lambda _: _reweighted_once(topo, sched, backend), lambda: sched)
 
-    seed = RestrictionSeed(sched.lp_rate_gbps, (sched,), 0.0, "the schedule's own trees")
+
+def master_pays(topo: Topology, sched: Schedule) -> bool:
+    """Whether the master over ``sched``'s trees is solved (columns x rows at most
+    :data:`VERTEX_LP_MAX_SIZE`): with more trees than rows (roots + links), a basic
+    optimum surely has fewer (shared aggregation 2x2x8 one way: 2165 trees, 192 rows ->
+    123); with fewer, only when its estimated cost (:data:`MASTER_S_PER_ENTRY` per
+    column x row) is at most :data:`MASTER_FLOOR_S` or :data:`MASTER_SHARE` of the
+    solve's ``stats["total_s"]`` (HPN 2x8x8 Fail1: 258 trees of 0.03 s ForestColl, the
+    master ~0.06 s for 258 -> 129, not solved; HPN 2x4x8 Fail2: 151 -> 73 for ~0.02 s of
+    a 0.15 s solve, solved; docs/allgather.md "When the re-weighting pays")."""
+    trees, rows = len(sched.chunks), topo.num_gpus + topo.num_links
+    if trees * rows > VERTEX_LP_MAX_SIZE:
+        return False
+    solve = float(sched.stats.get("total_s", 0.0))
+    return trees > rows or master_seconds(topo, trees) <= max(MASTER_FLOOR_S, MASTER_SHARE * solve)
+
+
+def master_seconds(topo: Topology, trees: int) -> float:
+    """The master's estimated seconds over ``trees`` trees (:data:`MASTER_S_PER_ENTRY`
+    per column x row)."""
+    return trees * (topo.num_gpus + topo.num_links) * MASTER_S_PER_ENTRY
+
+
+def _reweighted_once(topo: Topology, sched: Schedule, backend: str) -> Schedule:
+    """``sched`` on the trees of the master's basic optimum (:func:`_vertex`) when they
+    are fewer and reach its rate within :data:`RATE_TOL`; else ``sched`` (also when a
+    time limit passes during the master: ``sched`` is already exact and was not offered
+    as the limit's incumbent)."""
+    t = time.perf_counter()
     try:
-        vertex = solve_general(topo, backend=backend, max_chunks=None, seed=seed,
-                               first_only=True)
+        vertex = _vertex(topo, sched, backend)
     except (SolveError, TopologyError):
         return sched
-    except anytime.TimeLimitReached:    # a finishing touch: the exact schedule stands
+    except anytime.TimeLimitReached as stop:   # a finishing touch: the exact schedule
+        if stop.owner.is_stage:                # stands (a warm step's expiry: the route's)
+            raise
         return sched
-    if len(vertex.chunks) >= len(sched.chunks) or \
-            vertex.rate_gbps < sched.rate_gbps * (1 - RATE_TOL):
+    if vertex is None:
         return sched
-    stats = {**sched.stats, "fewer_trees_from": len(sched.chunks),
-             "fewer_trees_s": vertex.report.seconds}
-    return dataclasses.replace(sched, chunks=vertex.chunks, rate_gbps=vertex.rate_gbps,
-                               bottleneck=vertex.bottleneck, stats=stats,
+    chunks, loads, saturated = vertex
+    rate = schedule_rate(topo, loads)
+    if len(chunks) >= len(sched.chunks) or rate < sched.rate_gbps * (1 - RATE_TOL):
+        return sched
+    return _on(sched, chunks, rate, bottleneck_links(topo, loads, rate, None, saturated=saturated),
+               fewer_trees_s=time.perf_counter() - t)
+
+
+def _vertex(topo: Topology, sched: Schedule, backend: str
+            ) -> tuple[Sequence[TreeChunk], np.ndarray, np.ndarray] | None:
+    """A basic optimum of the tree master over ``sched``'s distinct trees, solved once
+    and stopped at ``sched``'s certified rate (:func:`.general.tree_colgen.
+    tree_column_generation`, one round): its trees as ``sched``'s own chunks at their
+    new shares (no tree rebuilt from the LP's columns), their link loads and the links
+    the LP saturates; ``None`` when a chunk is no tree of ``topo``, the LP dropped a
+    column or fell short of the rate."""
+    from ..backends import get_backend                  # the general method loads on use
+    from .general.live_master import TreePool
+    from .general.method import chunk_columns, rate_scale
+    from .general.restriction_seed import table_columns
+    from .general.tree_colgen import TreeCGOptions, tree_column_generation
+    from .general.tree_rounding import fractional_shares
+
+    roots, trees = table_columns(sched, topo) or chunk_columns((sched,), topo)
+    if len(roots) != len(sched.chunks):
+        return None
+    distinct = TreePool().append(roots, trees)          # a repeated tree is one column
+    scale = rate_scale(topo)
+    capacity = topo.arrays.capacity / scale
+    with get_backend(backend) as lp:
+        res = tree_column_generation(topo, lp, capacity, [roots[i] for i in distinct],
+                                     [trees[i] for i in distinct], TreeCGOptions(max_rounds=1),
+                                     upper_bound=sched.lp_rate_gbps / scale)
+    if res.status != "optimal" or len(res.pool) != distinct.size:
+        return None
+    shares = fractional_shares(res.pool, res.weights, topo.num_gpus)
+    keep = np.flatnonzero(shares > 0)
+    loads = res.pool.loads(np.where(shares > 0, shares, 0.0), topo.num_links)
+    saturated = res.pool.loads(res.weights, topo.num_links) >= capacity * (1 - 1e-9)
+    return _reweighted(sched.chunks, distinct[keep], shares[keep]), loads, saturated
+
+
+def _reweighted(chunks: Sequence[TreeChunk], idx: np.ndarray, shares: np.ndarray
+                ) -> Sequence[TreeChunk]:
+    """The chunks ``idx`` of ``chunks`` at ``shares`` (a tree table stays a table)."""
+    if isinstance(chunks, TreeChunks):
+        t = chunks.table
+        return TreeChunks(TreeTable(t.node_ids, t.paths, t.src[idx], shares, t.edges[idx]))
+    return tuple(dataclasses.replace(chunks[i], share=float(f))
+                 for i, f in zip(idx.tolist(), shares.tolist()))
+
+
+def _previous_trees(topo: Topology, sched: Schedule, previous: Schedule | None
+                    ) -> Schedule | None:
+    """``sched`` on the trees of the warm start ``previous`` when they are fewer, every
+    hop is a link of ``topo`` and their rate on ``topo`` reaches ``sched``'s within
+    :data:`RATE_TOL` (then it is the same certified optimum); else ``None``.  After a
+    warm solve that reuses ForestColl's kept trees the previous re-weighted trees
+    usually still fit: one load sum instead of the master (docs/allgather.md "Fewer
+    trees at equal rate")."""
+    if previous is None or previous.collective != "allgather" or \
+            tuple(previous.gpus) != tuple(sched.gpus) or \
+            not 0 < len(previous.chunks) < len(sched.chunks):
+        return None
+    try:
+        loads = share_loads(topo, previous.chunks)
+    except (TopologyError, TypeError, ValueError):      # a hop that is no link any more
+        return None
+    rate = schedule_rate(topo, loads)
+    if not rate >= sched.rate_gbps * (1 - RATE_TOL):
+        return None
+    rate = min(rate, sched.lp_rate_gbps)
+    return _on(sched, previous.chunks, rate, bottleneck_links(topo, loads, rate, None),
+               fewer_trees_reused=True)
+
+
+def _on(sched: Schedule, chunks: tuple, rate: float, bottleneck: tuple, **stats: object
+        ) -> Schedule:
+    """``sched`` on ``chunks`` (its report's method and certificate, ForestColl's warm
+    state: its kept trees in units of ``1/k``); ``k`` becomes ``None``."""
+    return dataclasses.replace(sched, chunks=chunks, rate_gbps=rate, bottleneck=bottleneck,
+                               stats={**sched.stats, "fewer_trees_from": len(sched.chunks),
+                                      **stats},
                                warm_state=sched.warm_state,
                                report=dataclasses.replace(sched.report, k=None))

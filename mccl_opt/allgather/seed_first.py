@@ -12,6 +12,12 @@ ForestColl's trees on ``c'`` at a few chunks per root (the general method's seed
 (0.2 s there).  Its optimum is then the forwarding-only optimum, certified like the
 general method's.  Where the master falls short, the chain goes on as before and the
 seed, made once (:func:`.chain.seed_once`), seeds the general method if it runs.
+
+A warm solve takes this path too, before any warm step: were it skipped there, a warm
+start whose steps on ``c'`` do not pay would carry on with cold ForestColl packing
+``c'``, a slower path than the cold solve's (shared aggregation 2x8x8 after a one-way
+fault, fuzz seed 7101: warm 2.8 s vs cold 0.6 s CPU; docs/allgather.md "Warm takes
+cold's path").
 """
 
 from __future__ import annotations
@@ -61,15 +67,15 @@ def _packs_exactly(sub: Topology) -> bool:
 def seed_first(topo: Topology, restricted: Restricted | None, route: WarmRoute,
                max_chunks: int | None, backend: str, bound: float | None, trail: Trail,
                seed: Callable[[], RestrictionSeed | None]) -> Schedule | None:
-    """On a cold solve (``route`` not active) at ``max_chunks=None``, with a certified
-    balanced restriction ``restricted`` that ForestColl would pack: the general method's
-    schedule from one master solve over the restriction seed ``seed()``'s trees when it
-    reaches the seed's certified bound (``stats["general_reason"]`` says so); else
-    ``None`` (a master that falls short is recorded in ``trail``); ``bound``: the cut
-    bound, for the report."""
+    """At ``max_chunks=None``, with a certified balanced restriction ``restricted`` that
+    ForestColl would pack: the general method's schedule from one master solve over the
+    restriction seed ``seed()``'s trees when it reaches the seed's certified bound
+    (``stats["general_reason"]`` says so; a warm ``route`` is declined: the schedule is
+    cold's); else ``None`` (a master that falls short is recorded in ``trail``, and a
+    warm route goes on); ``bound``: the cut bound, for the report."""
     from .general.method import solve_general      # column generation over trees: only here
 
-    if restricted is None or max_chunks is not None or route.active or \
+    if restricted is None or max_chunks is not None or \
             not SEED_FIRST_MIN_GPUS <= topo.num_gpus <= SEED_FIRST_MAX_GPUS or \
             not _packs_exactly(restricted.sub):
         return None
@@ -79,6 +85,9 @@ def seed_first(topo: Topology, restricted: Restricted | None, route: WarmRoute,
     t = time.perf_counter()
     sched = solve_general(topo, backend=backend, max_chunks=None, cut_bound_gbps=bound,
                           seed=made, first_only=True)
-    return trail.general(t, sched if sched.report.termination is Termination.OPTIMAL else None,
-                         "one master over the restriction seed's trees fell short of c''s "
-                         "optimum", "restriction seed: one master reaches c''s optimum")
+    found = trail.general(t, sched if sched.report.termination is Termination.OPTIMAL else None,
+                          "one master over the restriction seed's trees fell short of c''s "
+                          "optimum", "restriction seed: one master reaches c''s optimum")
+    if found is not None and route.active:
+        route.decline("one master over the restriction seed reached c''s optimum (cold's path)")
+    return found

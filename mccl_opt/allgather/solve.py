@@ -152,7 +152,7 @@ def _chain(topo: Topology, route: WarmRoute, backend: str, max_chunks: int | Non
         bound = cut_bound_gbps(topo)
         return solve_by_general(topo, route, backend, max_chunks, sched.reason, bound, trail,
                                 _balanced_seed(topo, bound, coarse, max_chunks, backend, trail))
-    return fewer_trees(topo, sched, max_chunks, backend)
+    return fewer_trees(topo, sched, max_chunks, backend, route)
 
 
 def _balanced_seed(topo: Topology, bound: float | None, coarse: Schedule | None,

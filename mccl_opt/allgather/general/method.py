@@ -34,7 +34,7 @@ from ..warm.kept import AllGatherWarmState, TreeColumns
 from .live_master import TreePool
 from .tree_rounding import fractional_shares, round_trees
 
-__all__ = ["solve_general", "forest_edges"]
+__all__ = ["solve_general", "forest_edges", "chunk_columns", "rate_scale"]
 
 
 def _warm_columns(warm: Schedule | None, topo: Topology) -> tuple[list[int], list[np.ndarray]]:
@@ -72,7 +72,7 @@ def _warm_columns(warm: Schedule | None, topo: Topology) -> tuple[list[int], lis
     return roots, trees
 
 
-def _chunk_columns(schedules: tuple[Schedule, ...], topo: Topology
+def chunk_columns(schedules: tuple[Schedule, ...], topo: Topology
                    ) -> tuple[list[int], list[np.ndarray]]:
     """The trees of ``schedules`` still valid on ``topo`` (:func:`_warm_columns`), in order."""
     roots: list[int] = []
@@ -93,7 +93,7 @@ def _later_columns(seed: RestrictionSeed, topo: Topology, roots: list[int],
     other = seed.more() if seed.more is not None else None
     if other is None:
         return roots, trees
-    more_r, more_t = table_columns(other, topo) or _chunk_columns((other,), topo)
+    more_r, more_t = table_columns(other, topo) or chunk_columns((other,), topo)
     stats["seed_more_columns"] = len(more_r)
     return roots + more_r, trees + more_t
 
@@ -130,7 +130,7 @@ def _depth(edges: tuple[tuple[str, ...], ...], root: str) -> int:
     return best
 
 
-def _rate_scale(topo: Topology) -> float:
+def rate_scale(topo: Topology) -> float:
     """The smallest GPU egress capacity: an upper bound on the rate (every root sends its
     shard out), so the master's rate and capacities are O(1) whatever the units."""
     arr = topo.arrays
@@ -158,7 +158,7 @@ def solve_general(topo: Topology, warm: Schedule | None = None, backend: str = "
         raise ScheduleError("warm must be a previous AllGather Schedule")
     t_start = time.perf_counter()
     arr = topo.arrays
-    scale = _rate_scale(topo)
+    scale = rate_scale(topo)
     capacity = arr.capacity / scale
     stats: dict[str, Any] = {"warm": warm is not None, "method": "general"}
     roots, trees = _warm_columns(warm, topo)
@@ -167,7 +167,7 @@ def solve_general(topo: Topology, warm: Schedule | None = None, backend: str = "
     t = time.perf_counter()
     upper = None
     if seed is not None:                    # ForestColl's trees on c', and its optimum
-        seed_r, seed_t = seed.columns(topo) or _chunk_columns(seed.schedules, topo)
+        seed_r, seed_t = seed.columns(topo) or chunk_columns(seed.schedules, topo)
         stats["seed"], stats["seed_columns"] = seed.source, len(seed_r)
         upper = seed.rate_gbps / scale
     else:

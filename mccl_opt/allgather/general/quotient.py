@@ -193,13 +193,13 @@ def solve_quotient(topo: Topology, upper_gbps: float | None = None,
     it.  ``upper_gbps``: a certified upper bound on the forwarding-only optimum (the
     balanced restriction's optimum) at which the column generation may stop;
     ``cut_bound_gbps``: the cut bound, for the report."""
-    from .method import _rate_scale, _schedule
+    from .method import _schedule, rate_scale
 
     t_start = time.perf_counter()
     sym = sym if sym is not None else find_symmetry(topo)
     if sym is None:
         return None
-    scale = _rate_scale(topo)
+    scale = rate_scale(topo)
     upper = np.inf if upper_gbps is None else upper_gbps / scale
     deadline = None if time_limit is None else t_start + time_limit
     with get_backend(backend) as lp:

@@ -97,13 +97,16 @@ class WarmRoute:
     """One solve's warm route (module doc).  ``warm``: the previous schedule while warm
     steps may still run, ``None`` once declined; ``allowance``: seconds of warm solving
     left of ``total``, the whole allowance; ``reason``: why the warm start was declined,
-    if it was; ``used``: seconds the warm steps took."""
+    if it was; ``used``: seconds the warm steps took; ``given``: the previous schedule
+    as given (kept when declined: :func:`..fewer_trees.fewer_trees` reuses its trees
+    where they still reach the certified rate)."""
 
     warm: Schedule | None
     allowance: float
     total: float
     reason: str | None = None
     used: float = 0.0
+    given: Schedule | None = None
 
     @classmethod
     def plan(cls, topo: Topology, warm: Schedule | None) -> "WarmRoute":
@@ -120,7 +123,7 @@ class WarmRoute:
         allowance = warm_allowance_s(warm)
         if allowance is None or _costly_then_balanced(warm, topo):
             allowance = max(WARM_FLOOR_S, _phase_one_seconds(topo))
-        return cls(warm, allowance, allowance)
+        return cls(warm, allowance, allowance, given=warm)
 
     @property
     def active(self) -> bool:
