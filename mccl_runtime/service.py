@@ -74,6 +74,11 @@ MAX_CLIENT_COLLECTIVES = 64
 #: loop decides, publishes and persists
 TURN_MESSAGES = 64
 TURN_BUDGET_S = 0.02
+#: publications queued per subscriber before libzmq drops the newest for that subscriber
+#: only (its default, 1000, let a subscriber that never reads hold 1000 schedules in the
+#: controller's memory; not ``ZMQ_CONFLATE``, which would keep one collective's version of
+#: many and does not take multipart messages): docs/runtime.md, "Limits and guarantees"
+PUB_HWM = 64
 
 
 class ControllerService:
@@ -193,6 +198,7 @@ class ControllerService:
         for s in (router, pub):
             s.setsockopt(zmq.LINGER, 0)
         router.setsockopt(zmq.MAXMSGSIZE, self.max_request_bytes)
+        pub.setsockopt(zmq.SNDHWM, PUB_HWM)
         try:
             for sock, ep in ((router, self.bind_req), (pub, self.bind_pub)):
                 try:
