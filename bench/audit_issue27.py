@@ -69,7 +69,7 @@ def cli(args: list[str], cwd: Path, timeout: float = 60.0, stdin=None) -> tuple[
 def refused(args: list[str], cwd: Path, words: str = "", timeout: float = 60.0) -> tuple[str, bool]:
     """Exit 2, an ``error:`` line, no traceback (and ``words`` in it)."""
     rc, out, took = cli(args, cwd, timeout)
-    errors = [ln for ln in out.splitlines() if ln.startswith("error:")]
+    errors = [ln for ln in out.splitlines() if ln.startswith("error:") or re.match(r"mccl[\w ]*: error: ", ln)]
     tb = "Traceback" in out
     line = errors[0][:110] if errors else (out.strip().splitlines() or ["(no output)"])[-1][:110]
     observed = f"rc {rc}, {took:.1f} s, {'TRACEBACK, ' if tb else ''}{line}"
@@ -387,14 +387,18 @@ def file_cases(tmp: Path) -> None:
         guarded(f"mccl {' '.join(c if len(c) < 24 else c[:10] + '...' for c in cmd[:2] + cmd[-2:])}",
                 "exit 2 naming the option", lambda cmd=cmd, words=words: refused(cmd, tmp, words, timeout=60))
     # a schedule claiming 1e308 Gbps: export and a controller's version file
-    big = json.loads(sched.read_text())
-    big["rate_gbps"] = big["lp_rate_gbps"] = 1e308
-    bad = tmp / "big.json"
-    bad.write_text(json.dumps(big))
-    guarded("export msccl of rate_gbps 1e308", "exit 2",
-            lambda: refused(["export", "msccl", str(bad), "-o", str(tmp / "y.xml")], tmp, timeout=60))
-    guarded("controller resume of a version file with rate_gbps 1e308", "exit 2 naming the field",
-            lambda: _resume_big(tmp))
+    for label, fields in (("rate_gbps 1e308", ("rate_gbps",)), ("rate = lp rate = 1e308", ("rate_gbps", "lp_rate_gbps"))):
+        big = json.loads(sched.read_text())
+        big.update(dict.fromkeys(fields, 1e308))
+        bad = tmp / "big.json"
+        bad.write_text(json.dumps(big))
+        guarded(f"export msccl of {label}", "exit 2",
+                lambda: refused(["export", "msccl", str(bad), "-o", str(tmp / "y.xml")], tmp, timeout=60))
+    for label, fields, value in (("rate_gbps 1e308", ("rate_gbps",), 1e308),
+                                 ("rate = lp rate = 1e308", ("rate_gbps", "lp_rate_gbps"), 1e308),
+                                 ("rate = lp rate = 1e6 (above the fabric)", ("rate_gbps", "lp_rate_gbps"), 1e6)):
+        guarded(f"controller resume: version file {label}", "exit 2 naming the field",
+                lambda fields=fields, value=value: _resume_big(tmp / f"v{len(fields)}{value:g}", fields, value))
 
 
 def _fast(result: tuple[str, bool], limit_s: float) -> tuple[str, bool]:
@@ -403,14 +407,14 @@ def _fast(result: tuple[str, bool], limit_s: float) -> tuple[str, bool]:
     return observed, ok and took < limit_s
 
 
-def _resume_big(tmp: Path) -> tuple[str, bool]:
-    folder = tmp / "v"
+def _resume_big(folder: Path, fields: tuple[str, ...], value: float) -> tuple[str, bool]:
+    tmp = folder.parent
     folder.mkdir(mode=0o700)
     state = folder / "s.json"
-    with Controller(f"ipc://{tmp}/v", state) as svc:
+    with Controller(f"ipc://{folder}-ctl", state) as svc:
         from mccl_runtime.client import ControllerClient
 
-        with ControllerClient(f"ipc://{tmp}/v", key=KEY, timeout_s=10.0) as cli:
+        with ControllerClient(f"ipc://{folder}-ctl", key=KEY, timeout_s=10.0) as cli:
             cli.register("w", "ag", "allgather")
         wait_for(lambda: svc.manager.get("w", "ag").version >= 1)
         time.sleep(0.3)
@@ -420,7 +424,7 @@ def _resume_big(tmp: Path) -> tuple[str, bool]:
     old = vdir / ref["file"]
     content = json.loads(old.read_text())
     target = content["schedule"] if "schedule" in content else content
-    target["rate_gbps"] = target["lp_rate_gbps"] = 1e308
+    target.update(dict.fromkeys(fields, value))
     data = json.dumps(content).encode()
     name = hashlib.sha256(data).hexdigest() + ".json"
     (vdir / name).write_bytes(data)
