@@ -447,8 +447,9 @@ def time_limit_case(tmp: Path) -> None:
                 return f"rc {rc}, {took:.1f} s, {text.strip().splitlines()[-1][:100] if text.strip() else ''}", False
             s = json.loads(out.read_text())
             rc2, text2, _ = cli(["check", "hpn-2x8x8-fail2", str(out)], tmp, 120)
-            return (f"rc 0 in {took:.1f} s, status {s.get('status')}, rate {s.get('rate_gbps'):.4g} Gbps, "
-                    f"check rc {rc2}", rc2 == 0 and s.get("rate_gbps", 0) > 0)
+            status = s.get("stats", {}).get("status")
+            return (f"rc 0 in {took:.1f} s, status {status}, rate {s.get('rate_gbps'):.4g} Gbps, "
+                    f"check rc {rc2}", rc2 == 0 and s.get("rate_gbps", 0) > 0 and status in ("time_limit", "optimal"))
         guarded(f"solve {coll} 128 GPUs --time-limit 0.05", "best-so-far schedule, valid", check)
 
 
@@ -490,6 +491,7 @@ def rank_cases(tmp: Path) -> None:
             observed, ok = f"{type(exc).__name__}: {str(exc)[:80]}", False
         row(f"run_ranks: rank 1 {label}", "RankFailure naming rank 1, soon", observed, ok)
     _loop_kill(tmp)
+    _loop_kill(tmp, signal.SIGSTOP)
     _torchrun_kill(tmp)
 
 
@@ -514,25 +516,30 @@ def _cmdline(pid: int) -> str:
         return ""
 
 
-def _loop_kill(tmp: Path) -> None:
-    """``mccl loop --executor gloo`` on 4 ranks, one forked rank killed 8 s in."""
-    scenario = tmp / "scenario.json"
+def _loop_kill(tmp: Path, sig: signal.Signals = signal.SIGKILL, limit_s: float = 25.0) -> None:
+    """``mccl loop --executor gloo`` on 4 ranks, one forked rank sent ``sig`` 2 s after
+    they start: one line naming it within ``limit_s`` (2x the 10 s collective timeout
+    plus the grace for a stopped rank)."""
+    label = f"mccl loop --executor gloo: a rank {'killed' if sig == signal.SIGKILL else 'stopped'}"
+    scenario = tmp / f"scenario-{sig.name}.json"
     scenario.write_text(json.dumps({"format": "mccl-scenario/1", "topology": "hpn 1x2x2", "collective": "allgather",
-                                    "message_bytes": 16 * 2**20, "duration_ms": 100000, "events": []}))
+                                    "message_bytes": 16 * 2**20, "duration_ms": 150, "events": []}))
     proc = subprocess.Popen([PY, "-m", "mccl_opt.cli", "loop", "--executor", "gloo", "--world", "4",
                              "--scenario", str(scenario), "--max-real-s", "60"], cwd=tmp, env=ENV, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:
-        time.sleep(8.0)
-        ranks = [p for p in _descendants(proc.pid) if "resource_tracker" not in _cmdline(p)
-                 and "controller" not in _cmdline(p)]
+        deadline, ranks = time.monotonic() + 40, []
+        while len(ranks) < 4 and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.5)
+            ranks = [p for p in _descendants(proc.pid) if " loop " in _cmdline(p)]
+        time.sleep(2.0)                              # collectives running
         if proc.poll() is not None or len(ranks) < 2:
             out, err = proc.communicate(timeout=60)
-            row("mccl loop --executor gloo: a rank killed", "one error line naming the rank",
+            row(label, "one error line naming the rank",
                 f"could not find ranks (rc {proc.returncode}): {(err or out).strip()[-120:]}", False)
             return
         killed = time.monotonic()
-        os.kill(ranks[-1], signal.SIGKILL)
+        os.kill(ranks[-1], sig)
         out, err = proc.communicate(timeout=90)
         took = time.monotonic() - killed
     finally:
@@ -540,8 +547,8 @@ def _loop_kill(tmp: Path) -> None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
     errors = [ln for ln in err.splitlines() if ln.startswith("error:")]
-    ok = proc.returncode == 2 and bool(errors) and "Traceback" not in err and re.search(r"rank \d+ failed", errors[0] if errors else "") is not None and took < 25
-    row("mccl loop --executor gloo: a rank killed", "exit 2, one line naming the rank, < 25 s",
+    ok = proc.returncode == 2 and bool(errors) and "Traceback" not in err and re.search(r"rank \d+ failed", errors[0] if errors else "") is not None and took < limit_s
+    row(label, f"exit 2, one line naming the rank, < {limit_s:g} s",
         f"rc {proc.returncode}, {took:.1f} s, {'TRACEBACK, ' if 'Traceback' in err else ''}"
         f"{errors[0][:100] if errors else err.strip()[-100:]}", bool(ok))
 
