@@ -206,6 +206,21 @@ def replay_cases(tmp: Path) -> None:
             forged = _renonce(msg, nonce, protocol)
             got = send(ep, [forged])
             guarded(f"nonce {label}", "bad_envelope", lambda: (got[0], got == ["bad_envelope"]))
+        # beyond the issue: a time far ahead, a non-finite one, an upper-case nonce, a seq reused
+        for label, t in (("+1e300", 1e300), ("NaN", float("nan")), ("inf", float("inf"))):
+            acc0 = svc.store.accepted
+            got = send(ep, [signed(degraded(t, 370.0))])
+            guarded(f"sample t={label} (ours)", "refused or not applied",
+                    lambda got=got, acc0=acc0: (f"{got[0]}, accepted +{svc.store.accepted - acc0}",
+                                                svc.store.accepted == acc0 and got[0] != "TIMEOUT"))
+        used = seq[0]                                # the t=inf batch's seq, answered ok
+        got = send(ep, [_renonce(signed(degraded(time.time(), 360.0)), "A" * 32, protocol)])
+        guarded("nonce upper-case hex (ours)", "bad_envelope", lambda: (got[0], got == ["bad_envelope"]))
+        reuse = encode("register", {"comm": "y", "name": "ag3", "kind": "allgather"}, KEY,
+                       epoch=svc.epoch, client=client, seq=used)
+        got = send(ep, [reuse])
+        guarded("register with a used seq, fresh nonce (ours)", "replayed, nothing created",
+                lambda: (got[0], got == ["replayed"] and all(c.comm != "y" for c in svc.manager.collectives())))
         old_epoch = svc.epoch
     with Controller(ep, state) as svc:
         version = svc.manager.get("w", "ag").version
@@ -358,6 +373,10 @@ def file_cases(tmp: Path) -> None:
                     ["solve", "allgather", TOPO_NAME, "--warm", path, "--time-limit", "5"]):
             guarded(f"{' '.join(cmd[:2])} {label}".replace(path, label), "exit 2, refused at once",
                     lambda cmd=cmd: refused(cmd, tmp, timeout=20))
+    for cmd in (["eval", TOPO_NAME, "--csv", str(fifo)], ["export", "teccl", TOPO_NAME, "-o", str(fifo)],
+                ["solve", "allgather", TOPO_NAME, "--time-limit", "nan"]):
+        guarded(f"mccl {' '.join(cmd[:2])} {cmd[-2]} {'FIFO' if cmd[-1] == str(fifo) else cmd[-1]} (ours)",
+                "exit 2 before any work", lambda cmd=cmd: refused(cmd, tmp, timeout=30))
     state_dir = tmp / "z"
     state_dir.mkdir(mode=0o700)
     (state_dir / "s.json").symlink_to("/dev/zero")
