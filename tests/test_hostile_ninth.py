@@ -80,3 +80,22 @@ def test_a_figure_is_saved_through_the_atomic_writer(tmp_path, monkeypatch):
         files.write_figure(Figure(b"second" * 1000), out)
     assert out.read_bytes() == b"first" and sorted(p.name for p in tmp_path.iterdir()) == ["f.png"]
 
+
+
+def test_a_rank_that_torchrun_stops_names_its_collective(capsys):
+    """torchrun SIGTERMs the survivors once a rank dies; a survivor not yet told by gloo
+    ended silently (``exitcode -15``).  Now SIGTERM inside the collectives is one
+    ``error:`` line naming the rank, the collective and the iteration."""
+    import os
+    import signal
+
+    from executor_cuda import torchrun
+
+    step, before = "iteration 7", signal.getsignal(signal.SIGTERM)
+    with pytest.raises(torchrun.Terminated) as err:
+        with torchrun.sigterm_names_the_collective(lambda: f"rank 2: the allgather collective w/ag at {step}"):
+            os.kill(os.getpid(), signal.SIGTERM)
+            for _ in range(10_000_000):          # the handler runs between bytecodes
+                pass
+    assert str(err.value) == "rank 2: the allgather collective w/ag at iteration 7"
+    assert signal.getsignal(signal.SIGTERM) is before                 # restored on the way out
