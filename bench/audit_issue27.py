@@ -338,7 +338,6 @@ def sigterm_case(tmp: Path) -> None:
         with ControllerClient(ep, timeout_s=10.0) as cli:
             cli.register("w", "ag", "allgather")
             flag.touch()
-            t0 = time.time()
             for i in range(6):
                 cli.push_telemetry(degraded(time.time(), 100.0 + i))
                 time.sleep(0.5)
@@ -348,7 +347,6 @@ def sigterm_case(tmp: Path) -> None:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    del t0
     tb = err.count("Traceback")
     lines = [ln for ln in err.splitlines() if "state" in ln and ("fail" in ln or "error" in ln.lower())]
     guarded("SIGTERM while writes fail", "exit 2, 'final state write ... failed', not 'state saved'",

@@ -99,3 +99,23 @@ def test_a_rank_that_torchrun_stops_names_its_collective(capsys):
                 pass
     assert str(err.value) == "rank 2: the allgather collective w/ag at iteration 7"
     assert signal.getsignal(signal.SIGTERM) is before                 # restored on the way out
+
+
+def test_a_subscriber_counts_the_publications_it_missed():
+    """With a send high-water mark the controller drops publications for a subscriber
+    that falls behind; the subscriber sees the ``seq`` gap and counts it (``missed``),
+    so an executor knows to ask ``get_schedule``."""
+    from mccl_runtime.protocol import encode, new_id
+    from tests.test_runtime_service import KEY, _publisher_and_subscriber
+
+    epoch = new_id()
+
+    def hold(seq: int) -> list[bytes]:
+        body = {"comm": "w", "name": "ag", "version": 2, "held": []}
+        return [b"schedule", encode("hold", body, KEY, epoch=epoch, seq=seq)]
+
+    with _publisher_and_subscriber() as (pub, sub):
+        for seq in (1, 2, 5, 6, 9):
+            pub.send_multipart(hold(seq))
+        got = [sub.recv_any(2.0) for _ in range(5)]
+        assert all(g is not None for g in got) and sub.missed == 4       # 3, 4, 7 and 8 (1 opens the epoch)
