@@ -102,26 +102,19 @@ class Controller:
 
 
 def send(ep: str, payloads: list[bytes]) -> list[str]:
-    """Each payload on a raw socket: the reply's type or error reason."""
+    """Each payload on one raw socket: the reply's type or error reason."""
     import zmq
 
-    from mccl_runtime.protocol import decode
+    from tests.test_runtime_hardening import _send_raw
 
     sock = zmq.Context.instance().socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, 0)
     sock.connect(ep)
-    out = []
     try:
-        for p in payloads:
-            sock.send_multipart([b"", p])
-            if not sock.poll(10000):
-                out.append("TIMEOUT")
-                continue
-            msg = decode(sock.recv_multipart()[-1], KEY)
-            out.append(msg.body["reason"] if msg.type == "error" else msg.type)
+        replies = [_send_raw(sock, p, KEY, 10.0) for p in payloads]
     finally:
         sock.close(0)
-    return out
+    return ["TIMEOUT" if m is None else m.body["reason"] if m.type == "error" else m.type for m in replies]
 
 
 def degraded(t: float, gbps: float = 50.0) -> list[dict]:
