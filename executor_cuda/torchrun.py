@@ -18,16 +18,43 @@ Exit status: 0, 1 if a result was wrong, 2 on an error (printed as ``error: ...`
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import signal
 import statistics
 import sys
+import threading
 import time
-from typing import Any
+from typing import Any, Callable, Iterator
 
 from mccl_opt.errors import MCCLError
 
-__all__ = ["main", "build_parser"]
+__all__ = ["main", "build_parser", "Terminated", "sigterm_names_the_collective"]
+
+
+class Terminated(BaseException):
+    """SIGTERM during the collectives: torchrun ends every rank once one has failed.  A
+    ``BaseException``, so no ``except Exception`` on the way swallows it."""
+
+
+@contextlib.contextmanager
+def sigterm_names_the_collective(describe: Callable[[], str]) -> Iterator[None]:
+    """While inside, SIGTERM raises :class:`Terminated` with ``describe()``: a survivor
+    that torchrun stopped before gloo reported the dead peer used to end silently
+    (``exitcode -15``), naming no collective (issue 27, ninth pass)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: Any) -> None:
+        raise Terminated(describe())
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -168,27 +195,34 @@ def run(args: argparse.Namespace, rank: int, world: int, local_rank: int) -> dic
     run_one = comm.all_gather_into_tensor if args.collective == "allgather" else comm.all_to_all_single
     seconds, wrong = [], 0
     step = "iteration 0"
-    try:
-        for i in range(args.iters):
-            step = f"iteration {i}"
-            _fill(inp, args.collective, rank, world, i)
-            t = time.perf_counter()
-            run_one(out, inp)
-            if device.type == "cuda":
-                torch.cuda.synchronize(device)
-            seconds.append(time.perf_counter() - t)
-            wrong += not _check(out, args.collective, rank, world, i)
-        step = "the final version agreement"
-        follower.finish(timeout_s=args.wait_s)           # every rank stages the same versions
-        versions = sorted({v for _, c, v in comm.trace if c == args.collective})
-        totals = torch.tensor([wrong], dtype=torch.int64, device=device)
-        step = "the final error count"
-        dist.all_reduce(totals)
-    except RuntimeError as exc:                          # gloo/NCCL: a peer left or stopped
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:160]
-        raise MCCLError(f"rank {rank}: the {args.collective} collective {args.comm}/{args.name} failed at "
-                        f"{step}: {first}; a peer rank died or stopped (torchrun names the rank that "
-                        "exited)") from None
+
+    def stopped() -> str:
+        return (f"rank {rank}: the {args.collective} collective {args.comm}/{args.name} was stopped at "
+                f"{step} (SIGTERM: torchrun ends the job once a rank fails; its summary names the "
+                "rank that failed first)")
+
+    with sigterm_names_the_collective(stopped):
+        try:
+            for i in range(args.iters):
+                step = f"iteration {i}"
+                _fill(inp, args.collective, rank, world, i)
+                t = time.perf_counter()
+                run_one(out, inp)
+                if device.type == "cuda":
+                    torch.cuda.synchronize(device)
+                seconds.append(time.perf_counter() - t)
+                wrong += not _check(out, args.collective, rank, world, i)
+            step = "the final version agreement"
+            follower.finish(timeout_s=args.wait_s)           # every rank stages the same versions
+            versions = sorted({v for _, c, v in comm.trace if c == args.collective})
+            totals = torch.tensor([wrong], dtype=torch.int64, device=device)
+            step = "the final error count"
+            dist.all_reduce(totals)
+        except RuntimeError as exc:                          # gloo/NCCL: a peer left or stopped
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:160]
+            raise MCCLError(f"rank {rank}: the {args.collective} collective {args.comm}/{args.name} failed at "
+                            f"{step}: {first}; a peer rank died or stopped (torchrun names the rank that "
+                            "exited)") from None
     comm.close()                                         # flushes the last telemetry
     if pusher is not None and pusher.client is not None:
         pusher.client.close()
@@ -210,7 +244,7 @@ def main(argv: list[str] | None = None) -> int:
             raise MCCLError("--numel and --iters must be positive")
         rank, world, local_rank = _env()
         summary = run(args, rank, world, local_rank)
-    except MCCLError as exc:
+    except (MCCLError, Terminated) as exc:
         sys.stderr.write(f"error: {exc}\n")      # one write: ranks share the launcher's stderr
         sys.stderr.flush()
         return 2

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import errno
 import gzip
+import io
 import json
 import os
 import secrets
@@ -403,6 +404,14 @@ def write_output(path: str | Path, data: bytes | str) -> None:
         except OSError:
             pass
         raise
+
+
+def write_figure(fig: Any, path: str | Path, dpi: int = 120) -> None:
+    """Save a matplotlib figure as PNG through :func:`write_output` (``savefig`` to a
+    path writes in place)."""
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=dpi)
+    write_output(path, buf.getvalue())
 
 
 def check_output_path(path: str | None, option: str) -> None:

@@ -217,6 +217,9 @@ class Subscription:
         self.key = key
         self.replay = ReplayGuard() if key else None
         self.rejected = 0
+        #: publications of the current epoch skipped over (signed ``seq`` gaps): the
+        #: controller's PUB socket drops them for a subscriber 64 behind (``PUB_HWM``)
+        self.missed = 0
         self._last: tuple[Any, int] = (epoch, seq)  # (epoch, seq) of the last accepted publication
         self._controller, self._timeout_s = controller, timeout_s
         self._checked: tuple[Any, float] = (None, -float("inf"))  # (its epoch or None, ping sent)
@@ -279,6 +282,8 @@ class Subscription:
             return False
         if not self._current(msg.epoch, received):
             return False
+        if msg.epoch == self._last[0]:
+            self.missed += seq - self._last[1] - 1
         self._last = (msg.epoch, seq)
         return True
 

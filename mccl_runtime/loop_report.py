@@ -33,6 +33,8 @@ from typing import Any
 
 import numpy as np
 
+from mccl_opt.files import write_figure
+
 __all__ = ["EVENT_KEYS", "summarize", "public_summary", "builtin_summary", "plot"]
 
 EVENT_KEYS = ("t_ms", "kind", "detect_ms", "synth_ms", "swap_ms", "reaction_ms", "algbw_before",
@@ -175,7 +177,7 @@ def plot(out: Any, path: str, title: str) -> None:
     ax.set_ylim(bottom=0)
     ax.legend(fontsize=7, loc="lower right")
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    write_figure(fig, path)
     plt.close(fig)
 
 

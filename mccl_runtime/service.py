@@ -74,6 +74,24 @@ MAX_CLIENT_COLLECTIVES = 64
 #: loop decides, publishes and persists
 TURN_MESSAGES = 64
 TURN_BUDGET_S = 0.02
+#: publications queued per subscriber before libzmq drops the newest for that subscriber
+#: only (its default, 1000, let a subscriber that never reads hold 1000 schedules in the
+#: controller's memory; not ``ZMQ_CONFLATE``, which would keep one collective's version of
+#: many and does not take multipart messages): docs/runtime.md, "Limits and guarantees"
+PUB_HWM = 64
+
+
+def open_sockets(ctx: Any, max_request_bytes: int) -> tuple[Any, Any]:
+    """The service's ROUTER (requests, each at most ``max_request_bytes``) and PUB
+    (publications, at most :data:`PUB_HWM` queued per subscriber) sockets, unbound."""
+    import zmq
+
+    router, pub = ctx.socket(zmq.ROUTER), ctx.socket(zmq.PUB)
+    for s in (router, pub):
+        s.setsockopt(zmq.LINGER, 0)
+    router.setsockopt(zmq.MAXMSGSIZE, max_request_bytes)
+    pub.setsockopt(zmq.SNDHWM, PUB_HWM)
+    return router, pub
 
 
 class ControllerService:
@@ -188,11 +206,7 @@ class ControllerService:
             log.warning("serving WITHOUT a key: any local process can inject telemetry and "
                         "register collectives; pass --key-file to sign and check every message")
         ctx = zmq.Context()
-        router = ctx.socket(zmq.ROUTER)
-        pub = ctx.socket(zmq.PUB)
-        for s in (router, pub):
-            s.setsockopt(zmq.LINGER, 0)
-        router.setsockopt(zmq.MAXMSGSIZE, self.max_request_bytes)
+        router, pub = open_sockets(ctx, self.max_request_bytes)
         try:
             for sock, ep in ((router, self.bind_req), (pub, self.bind_pub)):
                 try:

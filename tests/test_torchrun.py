@@ -135,7 +135,8 @@ def test_a_rank_killed_under_torchrun_is_named_and_nothing_hangs(controller, tmp
     ours = [ln for ln in err.splitlines() if ln.startswith("error: ")]
     assert ours, err[-2000:]
     for line in ours:                            # each survivor: its rank and the collective
-        assert re.match(r"error: rank [02]: the allgather collective world/ag failed at iteration \d+: ", line), line
+        assert re.match(r"error: rank [02]: the allgather collective world/ag (failed|was stopped) at iteration \d+",
+                        line), line
     assert "executor_cuda" not in "".join(ln for ln in err.splitlines() if ln.startswith('  File "'))
     assert re.search(r"rank\s*: 1 \(local_rank: 1\)\s+exitcode\s*: -9", err), err[-2000:]
 

@@ -18,6 +18,7 @@ import json
 import sys
 
 from ..errors import MCCLError
+from ..files import write_output
 from ._inputs import MAX_COUNT, int_arg, number_arg
 
 DEFAULT_SIZES = "1x2x4,1x2x8,1x4x8"
@@ -118,8 +119,7 @@ def _synthesis(args: argparse.Namespace) -> int:
     doc = report.to_doc(results, repeat=args.repeat, load=load, command=command, not_run=not_run)
     # the files first: a closed stdout (``mccl bench | head``) must not lose them
     if args.out:
-        with open(args.out, "w") as fh:
-            fh.write(json.dumps(doc, indent=1, default=float) + "\n")
+        write_output(args.out, json.dumps(doc, indent=1, default=float) + "\n")
         print(f"wrote {args.out}", file=sys.stderr)
     if args.png:
         print(f"wrote {report.plot_png(results, args.png, repeat=args.repeat)}", file=sys.stderr)

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import argparse
 import csv
+import io
 import sys
 from pathlib import Path
 
 from ..errors import MCCLError, TopologyError
+from ..files import write_figure, write_output
 from ..tables import print_json, print_table
 from ._inputs import MAX_COUNT, backend_arg, int_arg
 
@@ -186,10 +188,11 @@ def _summary_cells(r: dict) -> list:
 def _write_csv(rows: list[dict], path: Path) -> None:
     from ..sweep import ROW_FIELDS
 
-    with path.open("w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=ROW_FIELDS)
-        writer.writeheader()
-        writer.writerows(rows)
+    text = io.StringIO(newline="")
+    writer = csv.DictWriter(text, fieldnames=ROW_FIELDS)
+    writer.writeheader()
+    writer.writerows(rows)
+    write_output(path, text.getvalue())                # whole or not at all (issue 27)
 
 
 def _plot(rows: list[dict], name: str, path: Path, changed: dict[str, str]) -> None:
@@ -235,5 +238,5 @@ def _plot(rows: list[dict], name: str, path: Path, changed: dict[str, str]) -> N
             ax.legend(fontsize=7, loc="upper left")
     fig.suptitle("simulated (mccl_opt.sim), not measured on hardware", fontsize=9)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    write_figure(fig, path)
     plt.close(fig)

@@ -7,6 +7,7 @@ import argparse
 import json
 import sys
 
+from ..files import write_output
 from ._inputs import gbps_arg
 
 TOPO_HELP = "topology: a mccl-topology/1 file, a library name (hpn-1x2x8, dgx-8) or hpn-SxHxN[-failK]"
@@ -113,8 +114,7 @@ def _export_forestcoll(args: argparse.Namespace) -> int:
     output_path(args.output, "-o")
     sched = Schedule.load(args.schedule)
     _self_consistent(args.schedule, sched)
-    with open(args.output, "w") as fh:
-        fh.write(to_forestcoll_xml(sched))
+    write_output(args.output, to_forestcoll_xml(sched))
     print(f"wrote {args.output} ({len(sched.chunks)} trees)", file=sys.stderr)
     return 0
 
@@ -135,8 +135,7 @@ def _export_flows(args: argparse.Namespace) -> int:
         raise ScheduleError(f"{args.schedule}: {problem}")
     write = to_teccl_alltoall if sched.collective == "alltoall" else to_teccl_flows
     data = write(sched, topo)
-    with open(args.output, "w") as fh:
-        json.dump(data, fh, indent=1)
+    write_output(args.output, json.dumps(data, indent=1))
     print(f"wrote {args.output} ({len(data[FLOWS_KEY])} flow lines)", file=sys.stderr)
     return 0
 
@@ -149,7 +148,6 @@ def _export_matrix(args: argparse.Namespace) -> int:
     output_path(args.output, "-o")
     topo = load_topology(args.topology)
     data = capacity_matrix.to_teccl(topo) if args.fmt == "teccl" else capacity_matrix.to_taccl(topo)
-    with open(args.output, "w") as fh:
-        json.dump(data, fh)
+    write_output(args.output, json.dumps(data))
     print(f"wrote {args.output}", file=sys.stderr)
     return 0

@@ -9,6 +9,7 @@ import json
 import sys
 from pathlib import Path
 
+from ..files import write_figure
 from ..errors import TopologyError, WorkloadError
 from ..tables import print_json, print_table
 from ._inputs import backend_arg
@@ -149,5 +150,5 @@ def _plot(rows: list[dict], path: Path) -> None:
     handles, labels = axes[0][0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="upper center", ncol=len(labels), fontsize=8)
     fig.tight_layout(rect=(0, 0, 1, 0.94))
-    fig.savefig(path, dpi=120)
+    write_figure(fig, path)
     plt.close(fig)
