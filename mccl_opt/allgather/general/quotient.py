@@ -277,12 +277,15 @@ def table_chunks(topo: Topology, pool: TreePool, shares: np.ndarray
     parent = np.tile(np.arange(g), (trees, 1))
     child = arr.rank_of[arr.head[arcs[ends]]].reshape(trees, g - 1)
     parent[np.arange(trees)[:, None], child] = arr.rank_of[arr.tail[arcs[first]]].reshape(trees, g - 1)
-    depth = (parent != np.arange(g)).astype(np.int64)
-    for _ in range(int(np.ceil(np.log2(g))) + 1):   # pointer jumping: depth in GPU hops
-        depth = depth + np.take_along_axis(depth, parent, axis=1)
-        parent = np.take_along_axis(parent, parent, axis=1)
+    below = (parent != np.arange(g)).astype(np.min_scalar_type(g))
+    depth = np.zeros_like(below)                    # depth in GPU hops, level by level:
+    for _ in range(g):                              # max depth + 1 passes (5-6 measured,
+        deeper = np.take_along_axis(depth, parent, axis=1) + below  # pointer jumping
+        if np.array_equal(deeper, depth):           # took 2 log2(g) + 2)
+            break
+        depth = deeper
     order = np.argsort(np.take_along_axis(depth, child, axis=1), axis=1, kind="stable")
     edges = np.take_along_axis(path_of.reshape(trees, g - 1), order, axis=1)
     table = TreeTable([v.id for v in topo.nodes], paths, arr.gpu_nodes[pool.root[used]],
                       shares[used], edges)
-    return TreeChunks(table), depth.max(axis=1)
+    return TreeChunks(table), depth.max(axis=1).astype(np.int64)
