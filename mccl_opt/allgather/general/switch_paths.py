@@ -62,14 +62,9 @@ def _pop(hc, hh, hn, size):
 
 
 @njit(cache=True)
-def _all_pairs(price, head, out_start, out_arcs, is_switch, gpu_nodes):
-    return _from_sources(price, head, out_start, out_arcs, is_switch, gpu_nodes,
-                         np.arange(gpu_nodes.size))
-
-
-@njit(cache=True)
 def _from_sources(price, head, out_start, out_arcs, is_switch, gpu_nodes, sources):
-    """``cost[i, t]`` and ``pred[i, node]`` of the Dijkstra from rank ``sources[i]``."""
+    """``cost[i, t]`` and ``pred[i, node]`` of the Dijkstra from rank ``sources[i]``
+    (every rank for all pairs: one kernel signature for the warm-up to load)."""
     n = is_switch.size
     g = gpu_nodes.size
     m = head.size
@@ -146,9 +141,9 @@ class SwitchPaths:
     def __init__(self, topo: Topology, price: np.ndarray) -> None:
         arr = topo.arrays
         self.topo = topo
-        self.cost, self.pred = _all_pairs(
+        self.cost, self.pred = _from_sources(
             np.ascontiguousarray(price, dtype=np.float64), arr.head, arr.out_start,
-            arr.out_arcs, arr.is_switch, arr.gpu_nodes)
+            arr.out_arcs, arr.is_switch, arr.gpu_nodes, np.arange(arr.gpu_nodes.size))
 
     @classmethod
     def of_arrays(cls, topo: Topology, cost: np.ndarray, pred: np.ndarray) -> "SwitchPaths":
