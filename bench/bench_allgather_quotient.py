@@ -5,7 +5,7 @@
 
 ``FAMILY`` is ``shared-agg``, ``hpn``, ``superpod``, ``leaf-spine`` or ``multi-spine``;
 ``SHAPE`` ``SxHxG``; GPU 0's NIC uplink (its link to its ToR / leaf) is set to ``GBPS`` one
-way.  Each state is solved once after a kernel warm-up solve, in a child process killed
+way, and each further ``:SRC>DST@GBPS`` sets that link one way (several faults).  Each state is solved once after a kernel warm-up solve, in a child process killed
 after ``--timeout`` seconds (default 120); one line per state: CPU and wall seconds, the
 path (``seed``: ``symmetric quotient`` when the quotient answered), rate and LP rate.  The
 script imports the package of the checkout it sits in, so compare two checkouts by
@@ -36,11 +36,17 @@ FAMILIES = {
 
 
 def fabric(spec: str) -> Topology:
-    """``FAMILY:SxHxG:GBPS`` with GPU 0's NIC uplink at ``GBPS`` one way."""
-    family, shape, gbps = spec.split(":")
+    """``FAMILY:SxHxG:GBPS[:SRC>DST@GBPS...]`` with GPU 0's NIC uplink at ``GBPS`` one
+    way, and each further link ``SRC -> DST`` at its ``GBPS`` one way."""
+    family, shape, gbps, *more = spec.split(":")
     make, src, dst = FAMILIES[family]
     s, h, g = (int(v) for v in shape.split("x"))
-    return make(s, h, g).with_capacity(src=src, dst=dst, gbps=float(gbps), both_directions=False)
+    topo = make(s, h, g).with_capacity(src=src, dst=dst, gbps=float(gbps), both_directions=False)
+    for link in more:
+        ends, speed = link.split("@")
+        a, b = ends.split(">")
+        topo = topo.with_capacity(src=a, dst=b, gbps=float(speed), both_directions=False)
+    return topo
 
 
 def _child(spec: str, out: mp.Queue) -> None:
@@ -48,7 +54,7 @@ def _child(spec: str, out: mp.Queue) -> None:
     topo = fabric(spec)
     t, c = time.perf_counter(), time.process_time()
     s = solve_allgather(topo, max_chunks=None)
-    out.put(f"{spec:28s} gpus={topo.num_gpus:4d} cpu={time.process_time() - c:7.2f} "
+    out.put(f"{spec:48s} gpus={topo.num_gpus:4d} cpu={time.process_time() - c:7.2f} "
             f"wall={time.perf_counter() - t:7.2f} seed={s.stats.get('seed')} "
             f"method={s.stats.get('method')} rate={s.rate_gbps:.10g} lp={s.lp_rate_gbps:.10g} "
             f"termination={s.report.termination.value}")
@@ -70,9 +76,9 @@ def main(argv: list[str]) -> None:
         if p.is_alive():
             p.kill()
             p.join()
-            print(f"{spec:28s} not done within {timeout:.0f} s wall", flush=True)
+            print(f"{spec:48s} not done within {timeout:.0f} s wall", flush=True)
         else:
-            print(out.get() if not out.empty() else f"{spec:28s} failed (exit {p.exitcode})",
+            print(out.get() if not out.empty() else f"{spec:48s} failed (exit {p.exitcode})",
                   flush=True)
 
 

@@ -15,8 +15,11 @@ from instances.aggregation import scrambled, shared_aggregation, superpod
 from mccl_opt.allgather import chain
 from mccl_opt.allgather.canonical import canonical
 from mccl_opt.allgather.general.method import solve_general
-from mccl_opt.allgather.general.quotient import solve_quotient
+from mccl_opt.allgather.general.arborescence import min_arborescences
+from mccl_opt.allgather.general.quotient import _Quotient, _price, solve_quotient
+from mccl_opt.allgather.general.switch_paths import SwitchPaths
 from mccl_opt.allgather.general.symmetry import find_symmetry
+from mccl_opt.backends import get_backend
 from mccl_opt.report import Termination
 from tests.oracle_allgather import check_schedule
 
@@ -91,3 +94,41 @@ def test_the_chain_takes_the_quotient_at_none_and_keeps_the_exact_rate(monkeypat
     assert after.report.termination is Termination.OPTIMAL
     assert after.rate_gbps == pytest.approx(before.rate_gbps, rel=1e-9)
     check_schedule(topo, after)
+
+
+def test_paths_mapped_from_one_source_per_orbit_equal_all_pairs():
+    """The quotient prices one Dijkstra per root orbit and maps it onto the other sources
+    (``Symmetry.carriers``): at orbit-invariant prices the mapped costs equal the
+    all-pairs ones exactly, and every mapped predecessor walk is a path of that cost."""
+    topo = canonical(_one_way(shared_aggregation(2, 3, 4), gbps=150.8))
+    arr = topo.arrays
+    sym = find_symmetry(topo)
+    rng = np.random.default_rng(7)
+    with get_backend("highs") as lp:
+        q = _Quotient(topo, sym, arr.capacity, lp)
+        carried = q.node_map[np.arange(topo.num_gpus), arr.gpu_nodes[q.reps[sym.root_orbit]]]
+        assert np.array_equal(carried, arr.gpu_nodes)
+        pi = rng.uniform(0.5, 2.0, sym.num_link_orbits)
+        costs, trees = _price(topo, q, pi)
+    price = (pi / q.orbit_size)[sym.link_orbit]
+    full = SwitchPaths(topo, price)
+    _, want = min_arborescences(full.cost, q.reps)
+    assert np.array_equal(costs, want)
+    for i, (r, arcs) in enumerate(zip(q.reps.tolist(), trees)):
+        assert price[arcs].sum() == pytest.approx(costs[i], rel=1e-12)
+        assert np.all(np.isin(arr.rank_of[arr.head[arcs][~arr.is_switch[arr.head[arcs]]]],
+                              np.delete(np.arange(topo.num_gpus), r)))
+
+
+def test_the_chain_declines_the_quotient_by_its_predicted_cost(monkeypatch):
+    """HPN 1x2x4 with one NVLink slowed has a quotient (the test above) but a predicted
+    cost (rows^2 x root orbits) above a lowered cap: the chain keeps its own path."""
+    topo = _one_way(hpn(1, 2, 4), "s0h0g1", "s0h0nvs", 1000.0)
+    sym = find_symmetry(topo)
+    rows = sym.num_link_orbits + sym.num_root_orbits
+    monkeypatch.setattr(chain, "QUOTIENT_MIN_GPUS", 2)
+    monkeypatch.setattr(chain, "QUOTIENT_MIN_SHRINK", 1)
+    monkeypatch.setattr(chain, "QUOTIENT_MAX_COST", rows * rows * sym.num_root_orbits - 1)
+    assert mo.solve_allgather(topo, max_chunks=None).stats.get("seed") != "symmetric quotient"
+    monkeypatch.setattr(chain, "QUOTIENT_MAX_COST", rows * rows * sym.num_root_orbits)
+    assert mo.solve_allgather(topo, max_chunks=None).stats.get("seed") == "symmetric quotient"

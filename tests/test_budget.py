@@ -90,3 +90,28 @@ def test_guess_budget_is_tight_on_hpn_fail2(shape):
     assert (c_k, c_y) == (k, y)
     if shape == (1, 32, 8):             # one sweep plus the host cut, not ten sweeps
         assert c_calls <= fab.num_gpus + 8 < calls
+
+
+def test_exact_fit_check_does_not_overflow_int64():
+    """Phase 1's ``x* = num/den`` are Python ints, so the exact-budget check
+    ``cap_max * k0 * den // num`` cannot wrap around in int64 (a fuzz chain state:
+    links at 4.000013 and 104.2917 Gbps one way give a quantum of 1 kbps and
+    ``cap_max * k0 * den`` above 2^63, which numpy's int64 overflowed with a warning)."""
+    import warnings
+
+    from instances.aggregation import shared_aggregation
+    from mccl_opt.allgather.budget import _exact_fits
+    from mccl_opt.allgather.forestcoll.throughput import cut_upper_bound
+
+    topo = shared_aggregation(1, 2, 4).with_capacity(
+        src="s0h0g0", dst="s0tor0", gbps=4.000013, both_directions=False).with_capacity(
+        src="s0tor0", dst="s0h1g0", gbps=104.2917, both_directions=False)
+    fab, _ = fabric_of(topo)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for p1 in (optimal_rate(fab), cut_upper_bound(fab)):
+            assert type(p1.num) is int and type(p1.den) is int
+            k0 = exact_k(fab, p1)
+            assert int(fab.cap.max()) * k0 * p1.den > 2 ** 63    # the product that overflowed
+            assert _exact_fits(fab, p1, None, k0) == \
+                (int(fab.cap.max()) * k0 * p1.den // p1.num <= MAX_UNITS)

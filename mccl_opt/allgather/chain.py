@@ -91,11 +91,15 @@ QUOTIENT_MIN_GPUS = 128
 #: ... when its rows (link and root orbits) are at most this fraction of the master's
 QUOTIENT_MIN_SHRINK = 8
 
-#: ... and at most this many: the rounds grow with the rows and each prices every GPU pair
-#: (HPN 4x16x8 with one NIC one way: no rail shift commutes with the per-rail aggregation
-#: switches, 264 orbit rows, not done in 200 s, where the restriction's scaled packing
-#: takes 5 s; shared aggregation and multi-spine with one NIC one way: 31-37 rows)
-QUOTIENT_MAX_ROWS = 64
+#: ... and when its predicted cost, rows x columns with ``rows x root orbits`` columns
+#: (its rounds grow with the rows, each adds up to one tree per root orbit), is at most
+#: this.  Measured (rows, root orbits, quotient CPU s against the path it replaces):
+#: shared aggregation 2x8x8 with one NIC one way 31, 5: 0.2 s vs 4 s; leaf-spine 4x4x8
+#: 46, 6: 0.8 vs 8.7; shared aggregation 2x8x8 with three links slowed 75, 13 (73k):
+#: 0.5 vs 0.8; HPN 2x8x8 / 4x8x8 with one NIC one way (no rail shift commutes with the
+#: per-rail aggregation switches) 152, 24 (554k) / 264, 40 (2.8M): out of rounds after
+#: 1.3 / 4.5 s, where the restriction takes 0.5 / 1.6 s
+QUOTIENT_MAX_COST = 200_000
 
 T = TypeVar("T")
 
@@ -301,7 +305,7 @@ def _by_quotient(topo: Topology, max_chunks: int | None, backend: str, bound: fl
                  trail: Trail) -> Schedule | None:
     """At ``max_chunks=None`` on a fabric of at least :data:`QUOTIENT_MIN_GPUS` GPUs
     whose automorphisms shrink the master's rows at least :data:`QUOTIENT_MIN_SHRINK`-fold,
-    to at most :data:`QUOTIENT_MAX_ROWS`:
+    to a predicted cost of at most :data:`QUOTIENT_MAX_COST`:
     the general method on the symmetry quotient (:mod:`.general.quotient`), when it
     certifies the forwarding-only optimum; else ``None`` (recorded in ``trail``).  Warm
     or cold alike (it does not use the previous trees): a warm solve then costs what a
@@ -314,8 +318,10 @@ def _by_quotient(topo: Topology, max_chunks: int | None, backend: str, bound: fl
 
     t = time.perf_counter()
     sym = find_symmetry(topo)
-    rows = 0 if sym is None else sym.num_link_orbits + sym.num_root_orbits
-    if sym is None or rows > QUOTIENT_MAX_ROWS or \
+    if sym is None:
+        return None
+    rows = sym.num_link_orbits + sym.num_root_orbits
+    if rows * rows * sym.num_root_orbits > QUOTIENT_MAX_COST or \
             rows * QUOTIENT_MIN_SHRINK > topo.num_links + topo.num_gpus:
         return None
     progress.update("AllGather: general method on the symmetry quotient")

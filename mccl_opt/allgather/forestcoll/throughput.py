@@ -20,6 +20,7 @@ The same routine finds the best tree bandwidth for a fixed tree count ``k``
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Sequence
@@ -125,7 +126,7 @@ def cut_upper_bound(fab: Fabric, hint_cuts: list[np.ndarray] | None = None) -> P
                 best = (c, m, s)
     if best is None:
         raise TopologyError("a fabric needs at least two GPUs for an AllGather bound")
-    g = np.gcd(best[0], best[1]) or 1
+    g = math.gcd(best[0], best[1]) or 1        # Python ints: no int64 products downstream
     return PhaseOneResult(best[0] // g, best[1] // g, best[2], 0)
 
 
@@ -167,7 +168,7 @@ def optimal_rate(fab: Fabric, hint_cuts: list[np.ndarray] | None = None) -> Phas
             raise SolveError("Phase 1: a violated min-cut did not lower the rate (max-flow "
                              "and cut disagree); the capacities may overflow int64 quanta")
         num, den, cut = c, m, sink_side
-    g = np.gcd(num, den) or 1
+    g = math.gcd(num, den) or 1                # Python ints: no int64 products downstream
     return PhaseOneResult(num // g, den // g, cut, calls)
 
 

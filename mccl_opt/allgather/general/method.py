@@ -15,6 +15,8 @@ higher (no forwarding-only schedule reaches it: see the docs).
 
 from __future__ import annotations
 
+import copy
+
 import dataclasses
 import time
 from typing import Any, Callable, Sequence
@@ -251,8 +253,8 @@ def _schedule(topo: Topology, res: TreeCGResult, scale: float, max_chunks: int |
     seconds = time.perf_counter() - t_start
     stats["total_s"] = seconds
     keep = res.weights > 0
-    kept = TreePool()
-    kept.append(pool.root[keep].tolist(), pool.columns(np.flatnonzero(keep)))
+    kept = copy.copy(pool)                      # the pool is deduplicated: no re-hashing
+    kept.keep(keep)
     state = AllGatherWarmState(columns=TreeColumns(kept, (topo.arrays.tail, topo.arrays.head)))
     report = SolveReport(collective="allgather", method=Method.GENERAL,
                          termination=Termination(res.status), bound_gbps=res.bound * scale,

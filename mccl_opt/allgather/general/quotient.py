@@ -40,7 +40,9 @@ from mccl_opt.schedule_chunks import FlatPaths, TreeChunks, TreeTable
 from mccl_opt.topology import Topology
 from .live_master import TreePool
 from .symmetry import Symmetry, find_symmetry
-from .tree_colgen import TreeCGResult, price_trees
+from .arborescence import min_arborescences
+from .switch_paths import SwitchPaths, from_sources
+from .tree_colgen import TreeCGResult
 
 __all__ = ["solve_quotient", "QUOTIENT_MAX_ROUNDS", "REL_TOL"]
 
@@ -61,7 +63,8 @@ class _Quotient:
     aggregation 2x8x8 with one NIC at 4 Gbps one way and another at 104.29: the
     expanded trees fell short of ``x`` by more than ``1e-9`` with rows in Gbps)."""
 
-    def __init__(self, sym: Symmetry, capacity: np.ndarray, backend: Backend) -> None:
+    def __init__(self, topo: Topology, sym: Symmetry, capacity: np.ndarray,
+                 backend: Backend) -> None:
         self.sym = sym
         size = np.bincount(sym.link_orbit)
         self.capacity = np.zeros(size.size)          # per link orbit (scaled units)
@@ -72,6 +75,10 @@ class _Quotient:
                               for o in range(self.root_size.size)])
         self.roots: list[int] = []
         self.trees: list[np.ndarray] = []
+        self.node_map, link_map = sym.carriers(topo.arrays.gpu_nodes, self.reps)
+        self.link_map = np.hstack([link_map, np.full((link_map.shape[0], 1), -1)])
+        self.rank_map = topo.arrays.rank_of[self.node_map[:, topo.arrays.gpu_nodes]]
+        self.rep_index = sym.root_orbit
         self.backend = backend
         n_r = self.root_size.size
         rows = n_r + self.capacity.size
@@ -111,9 +118,22 @@ class _Quotient:
 
 def _price(topo: Topology, q: _Quotient, pi: np.ndarray
            ) -> tuple[np.ndarray, list[np.ndarray]]:
-    """Cheapest tree of each orbit's root at per-link prices ``pi_L / |L|``."""
+    """Cheapest tree of each orbit's root at per-link prices ``pi_L / |L|``.  The prices
+    are ``H``-invariant, so one Dijkstra per root orbit gives every source's paths: an
+    element ``h`` carrying the representative ``r`` onto ``s`` (:meth:`.Symmetry.carriers`)
+    maps ``r``'s search tree onto an equally cheap one of ``s`` (``cost[s, h(t)] =
+    cost[r, t]``, the same sums of the same prices), which is all the arborescences
+    need."""
     price = (pi / q.orbit_size)[q.sym.link_orbit]
-    paths, parents, costs = price_trees(topo, price, q.reps)
+    cost_r, pred_r = from_sources(topo, price, q.reps)
+    g = topo.num_gpus
+    rows = np.arange(g)[:, None]
+    cost = np.empty((g, g))
+    cost[rows, q.rank_map] = cost_r[q.rep_index]
+    pred = np.empty_like(pred_r, shape=(g, pred_r.shape[1]))
+    pred[rows, q.node_map] = np.take_along_axis(q.link_map, pred_r[q.rep_index], axis=1)
+    paths = SwitchPaths.of_arrays(topo, cost, pred)
+    parents, costs = min_arborescences(cost, q.reps)
     return costs, [paths.tree_arcs(int(r), parents[i]) for i, r in enumerate(q.reps.tolist())]
 
 
@@ -203,7 +223,7 @@ def solve_quotient(topo: Topology, upper_gbps: float | None = None,
     upper = np.inf if upper_gbps is None else upper_gbps / scale
     deadline = None if time_limit is None else t_start + time_limit
     with get_backend(backend) as lp:
-        q = _Quotient(sym, topo.arrays.capacity / scale, lp)
+        q = _Quotient(topo, sym, topo.arrays.capacity / scale, lp)
         x, z, bound, rounds = _column_generation(topo, q, upper, deadline)
     if not bound - x <= REL_TOL * max(x, 1e-300):
         return None
@@ -257,12 +277,15 @@ def table_chunks(topo: Topology, pool: TreePool, shares: np.ndarray
     parent = np.tile(np.arange(g), (trees, 1))
     child = arr.rank_of[arr.head[arcs[ends]]].reshape(trees, g - 1)
     parent[np.arange(trees)[:, None], child] = arr.rank_of[arr.tail[arcs[first]]].reshape(trees, g - 1)
-    depth = (parent != np.arange(g)).astype(np.int64)
-    for _ in range(int(np.ceil(np.log2(g))) + 1):   # pointer jumping: depth in GPU hops
-        depth = depth + np.take_along_axis(depth, parent, axis=1)
-        parent = np.take_along_axis(parent, parent, axis=1)
+    below = (parent != np.arange(g)).astype(np.min_scalar_type(g))
+    depth = np.zeros_like(below)                    # depth in GPU hops, level by level:
+    for _ in range(g):                              # max depth + 1 passes (5-6 measured,
+        deeper = np.take_along_axis(depth, parent, axis=1) + below  # pointer jumping
+        if np.array_equal(deeper, depth):           # took 2 log2(g) + 2)
+            break
+        depth = deeper
     order = np.argsort(np.take_along_axis(depth, child, axis=1), axis=1, kind="stable")
     edges = np.take_along_axis(path_of.reshape(trees, g - 1), order, axis=1)
     table = TreeTable([v.id for v in topo.nodes], paths, arr.gpu_nodes[pool.root[used]],
                       shares[used], edges)
-    return TreeChunks(table), depth.max(axis=1)
+    return TreeChunks(table), depth.max(axis=1).astype(np.int64)

@@ -17,7 +17,7 @@ from numba import njit
 from mccl_opt.errors import InputError
 from mccl_opt.topology import Topology
 
-__all__ = ["SwitchPaths", "switch_paths"]
+__all__ = ["SwitchPaths", "switch_paths", "from_sources"]
 
 
 @njit(cache=True)
@@ -62,19 +62,21 @@ def _pop(hc, hh, hn, size):
 
 
 @njit(cache=True)
-def _all_pairs(price, head, out_start, out_arcs, is_switch, gpu_nodes):
+def _from_sources(price, head, out_start, out_arcs, is_switch, gpu_nodes, sources):
+    """``cost[i, t]`` and ``pred[i, node]`` of the Dijkstra from rank ``sources[i]``
+    (every rank for all pairs: one kernel signature for the warm-up to load)."""
     n = is_switch.size
     g = gpu_nodes.size
     m = head.size
-    cost = np.full((g, g), np.inf)
-    pred = np.full((g, n), -1, np.int64)
+    cost = np.full((sources.size, g), np.inf)
+    pred = np.full((sources.size, n), -1, np.int64)
     dist = np.empty(n)
     hops = np.empty(n, np.int64)
     hc = np.empty(m + 1)
     hh = np.empty(m + 1, np.int64)
     hn = np.empty(m + 1, np.int64)
-    for s in range(g):
-        src = gpu_nodes[s]
+    for s in range(sources.size):
+        src = gpu_nodes[sources[s]]
         dist[:] = np.inf
         hops[:] = 0
         dist[src] = 0.0
@@ -95,7 +97,7 @@ def _all_pairs(price, head, out_start, out_arcs, is_switch, gpu_nodes):
                     pred[s, v] = a
                     size = _push(hc, hh, hn, size, nc, h + 1, v)
         for t in range(g):
-            if t != s:
+            if t != sources[s]:
                 cost[s, t] = dist[gpu_nodes[t]]
         pred[s, src] = -1
     return cost, pred
@@ -139,9 +141,17 @@ class SwitchPaths:
     def __init__(self, topo: Topology, price: np.ndarray) -> None:
         arr = topo.arrays
         self.topo = topo
-        self.cost, self.pred = _all_pairs(
+        self.cost, self.pred = _from_sources(
             np.ascontiguousarray(price, dtype=np.float64), arr.head, arr.out_start,
-            arr.out_arcs, arr.is_switch, arr.gpu_nodes)
+            arr.out_arcs, arr.is_switch, arr.gpu_nodes, np.arange(arr.gpu_nodes.size))
+
+    @classmethod
+    def of_arrays(cls, topo: Topology, cost: np.ndarray, pred: np.ndarray) -> "SwitchPaths":
+        """Paths given as ``cost`` and ``pred`` (the rows of :func:`from_sources`
+        mapped onto every source by automorphisms, :mod:`.quotient`)."""
+        out = cls.__new__(cls)
+        out.topo, out.cost, out.pred = topo, cost, pred
+        return out
 
     def tree_arcs(self, root: int, parent: np.ndarray) -> np.ndarray:
         """Link indices of every edge path of the tree ``parent`` (rank space), edge of
@@ -154,6 +164,16 @@ class SwitchPaths:
         """:meth:`tree_arcs` of every root in ``roots`` (rank space), ``parents[r]``
         its tree: one call per pricing round."""
         return [self.tree_arcs(r, parents[r]) for r in roots.tolist()]
+
+
+def from_sources(topo: Topology, price: np.ndarray, sources: np.ndarray
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """The rows of :class:`SwitchPaths`'s ``cost`` and ``pred`` for the source ranks
+    ``sources`` only (one Dijkstra each)."""
+    arr = topo.arrays
+    return _from_sources(np.ascontiguousarray(price, dtype=np.float64), arr.head,
+                         arr.out_start, arr.out_arcs, arr.is_switch, arr.gpu_nodes,
+                         np.ascontiguousarray(sources, dtype=np.int64))
 
 
 def switch_paths(topo: Topology, price: np.ndarray) -> SwitchPaths:

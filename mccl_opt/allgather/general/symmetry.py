@@ -24,6 +24,7 @@ import numpy as np
 from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 
+from mccl_opt.errors import SolveError
 from mccl_opt.topology import Topology
 
 __all__ = ["Symmetry", "find_symmetry", "MAX_CLUSTER_ELEMENTS"]
@@ -67,6 +68,32 @@ class Symmetry:
         cuts = sorted({i * (den // n) for n in sizes for i in range(n + 1)})
         return [(tuple(lo * n // den for n in sizes), float(Fraction(hi - lo, den)))
                 for lo, hi in zip(cuts, cuts[1:])]
+
+    def carriers(self, gpu_nodes: np.ndarray, reps: np.ndarray
+                 ) -> tuple[np.ndarray, np.ndarray]:
+        """Per rank ``s``, the node and link permutations (rows of ``(g, nodes)`` and
+        ``(g, links)`` arrays) of an element of ``H`` mapping the representative
+        ``reps[root_orbit[s]]`` onto ``s``: a GPU is moved by one cluster at most
+        (clusters move disjoint links, so disjoint GPUs), whose elements carry its
+        orbit's representative onto it."""
+        g, n, m = gpu_nodes.size, self.nodes[0].shape[1], self.link_orbit.size
+        rank = np.full(n, -1, np.int64)
+        rank[gpu_nodes] = np.arange(g)
+        node = np.tile(np.arange(n), (g, 1))
+        link = np.tile(np.arange(m), (g, 1))
+        done = reps[self.root_orbit] == np.arange(g)
+        for nodes, links in zip(self.nodes, self.links):
+            image = rank[nodes[:, gpu_nodes[reps]]]          # (elements, orbits)
+            for o in range(reps.size):
+                hit, first = np.unique(image[:, o], return_index=True)
+                new = ~done[hit]
+                node[hit[new]] = nodes[first[new]]
+                link[hit[new]] = links[first[new]]
+                done[hit[new]] = True
+        if not done.all() or not np.array_equal(
+                node[np.arange(g), gpu_nodes[reps[self.root_orbit]]], gpu_nodes):
+            raise SolveError("symmetry: an orbit is not reached by its cluster's elements")
+        return node, link
 
     def piece_maps(self, element: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
         """Node and link permutations of one element (one index per cluster)."""
