@@ -498,7 +498,7 @@ def big_cases(tmp: Path) -> None:
             rss = after.ru_maxrss / 1024
 
             def check(rc=rc, text=text, took=took, out=out, limit=limit, cpu=cpu, rss=rss) -> tuple[str, bool]:
-                head = f"rc {rc}, {took:.0f} s wall, {cpu:.0f} s CPU, {rss:.0f} MB"
+                head = f"rc {rc}, {took:.0f} s wall, {cpu:.0f} s CPU, children peak {rss:.0f} MB"
                 if "Traceback" in text or rc not in (0, 2):
                     return f"{head}, {text.strip().splitlines()[-1][:80] if text.strip() else ''}", False
                 if rc == 2:
