@@ -1,7 +1,7 @@
 """Re-play every concrete example of issue 27 ("Security and durability") against the
 current code and print one row per case: case, expected, observed, PASS/FAIL.
 
-    PYTHONPATH=$PWD python bench/audit_issue27.py [--skip-ranks] [--only WORD]
+    PYTHONPATH=$PWD python bench/audit_issue27.py [--skip-ranks] [--only WORD] [--big]
 
 Replay and failing-disk cases run an in-process keyed controller (the real synthesizer
 on HPN 1x2x4); file, option and size cases run the ``mccl`` CLI as a subprocess (exit 2,
@@ -463,6 +463,58 @@ def time_limit_case(tmp: Path) -> None:
         guarded(f"solve {coll} 128 GPUs --time-limit 0.05", "best-so-far schedule, valid", check)
 
 
+#: ``--big``: the issue's 200k-link fabric, a full mesh of 448 GPUs (448 x 447 = 200,256
+#: directed links) with one cable degraded to a quarter (so neither collective is a
+#: one-step direct exchange), built with ``mccl topo mesh`` and ``mccl topo degrade``.
+BIG_GPUS = 448
+BIG_LIMITS = (60.0, 10.0, 1.0)
+
+
+def big_cases(tmp: Path) -> None:
+    """Both collectives on the 200k-link fabric under each of :data:`BIG_LIMITS`: a valid
+    schedule with its status (``time_limit`` with a bound, or ``optimal``) or exit 2 with
+    one ``error:`` line saying none was found, never a traceback; the solve's own clock
+    (``stats.seconds``: kernel compilation and reading the 18 MB topology excluded)
+    within 1.2 x the limit + 2 s.  Wall, CPU (user + sys of the child) and peak RSS are
+    printed: on a shared machine the wall is several times the CPU."""
+    import resource
+
+    topo = tmp / "mesh.json"
+    for args in (["topo", "mesh", str(BIG_GPUS), "-o", str(tmp / "full.json")],
+                 ["topo", "degrade", str(tmp / "full.json"), "--link", "g0,g1", "--fraction", "0.25",
+                  "-o", str(topo)]):
+        rc, out, took = cli(args, tmp, 300)
+        if rc != 0:
+            row(f"mccl {' '.join(args[:3])}", "the 200k-link fabric", f"rc {rc}, {out.strip()[-100:]}", False)
+            return
+    for coll in ("alltoall", "allgather"):
+        for limit in BIG_LIMITS:
+            out = tmp / f"big-{coll}-{limit:g}.json"
+            before = resource.getrusage(resource.RUSAGE_CHILDREN)
+            rc, text, took = cli(["solve", coll, str(topo), "--time-limit", f"{limit:g}", "-o", str(out),
+                                  "--json"], tmp, 300)
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+            rss = after.ru_maxrss / 1024
+
+            def check(rc=rc, text=text, took=took, out=out, limit=limit, cpu=cpu, rss=rss) -> tuple[str, bool]:
+                head = f"rc {rc}, {took:.0f} s wall, {cpu:.0f} s CPU, children peak {rss:.0f} MB"
+                if "Traceback" in text or rc not in (0, 2):
+                    return f"{head}, {text.strip().splitlines()[-1][:80] if text.strip() else ''}", False
+                if rc == 2:
+                    errors = [ln for ln in text.splitlines() if ln.startswith("error:")]
+                    return f"{head}, {errors[0][:80] if errors else 'no error line'}", len(errors) == 1
+                sched = json.loads(out.read_text())
+                stats, report = sched.get("stats", {}), sched.get("report", {})
+                rc2, _, _ = cli(["check", str(topo), str(out)], tmp, 300)
+                status, seconds = stats.get("status"), float(stats.get("seconds", float("inf")))
+                return (f"{head}, solve {seconds:.1f} s, {status}, {sched.get('rate_gbps', 0):.4g} Gbps "
+                        f"(bound {report.get('bound_gbps') or 0:.4g}), check rc {rc2}",
+                        rc2 == 0 and status in ("time_limit", "optimal") and seconds <= 1.2 * limit + 2)
+            guarded(f"solve {coll} 200k links --time-limit {limit:g}", "valid best-so-far or exit 2, in time",
+                    check)
+
+
 # ------------------------------------------------------------------ ranks
 def _killed(rank: int, world: int) -> int:
     if rank == 1:
@@ -609,11 +661,15 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--skip-ranks", action="store_true", help="skip the rank failures (torch, ~60 s)")
     ap.add_argument("--only", default=None, help="run the groups whose name contains this word")
+    ap.add_argument("--big", action="store_true",
+                    help="also the 200k-link solves (both collectives, limits 60, 10, 1 s: ~10 minutes)")
     args = ap.parse_args()
     groups = [("replay", replay_cases), ("disk", disk_cases), ("sigterm", sigterm_case), ("files", file_cases),
               ("time-limit", time_limit_case)]
     if not args.skip_ranks:
         groups.append(("ranks", rank_cases))
+    if args.big:
+        groups.append(("big", big_cases))
     t0 = time.monotonic()
     with tempfile.TemporaryDirectory() as tmp:
         os.chmod(tmp, 0o700)

@@ -67,6 +67,7 @@ class Anytime:
     stopped_in: str | None = None
     offers: int = 0
     kernels_from: float | None = None     # stage: numba compile/load time does not count
+    failure: str | None = None            # a SolveError that ended the solve before its limit
     _rate: float = field(default=float("-inf"), repr=False)
     _began: tuple[float, float] = field(       # (wall, this thread's CPU) when it began
         default_factory=lambda: (time.perf_counter(), time.thread_time()), repr=False)
@@ -244,9 +245,10 @@ def limited(seconds: float | None, solve: Callable[[], T], since: float | None =
     """``solve()`` under a limit of ``seconds`` from ``since`` (a ``time.perf_counter()``
     reading: when the caller was called, so its own preparation counts; default now):
     ``(its result, None)`` when it finished,
-    ``(best offered, the Anytime)`` when the limit passed first.  ``seconds=None``: no
-    limit, ``(solve(), None)``.  Raises :class:`SolveError` if the limit passed before any
-    schedule was offered."""
+    ``(best offered, the Anytime)`` when the limit passed first, or when ``solve`` raised
+    :class:`SolveError` after a schedule was offered (``Anytime.failure`` says why).
+    ``seconds=None``: no limit, ``(solve(), None)``.  Raises :class:`SolveError` if the
+    limit passed (or the solve failed) before any schedule was offered."""
     if seconds is None:
         return solve(), None
     with _entered(seconds, since=since) as limit:
@@ -255,6 +257,10 @@ def limited(seconds: float | None, solve: Callable[[], T], since: float | None =
         except TimeLimitReached as stop:
             if stop.owner is not limit:
                 raise
+        except SolveError as e:       # numerical trouble: the best so far still stands (issue 27)
+            if limit.best is None:
+                raise
+            limit.failure = limit.stopped_in = str(e)
     if limit.best is None:
         raise SolveError(f"time limit of {seconds:g} s reached in {limit.stopped_in} before any "
                          "schedule was found; raise the time limit")

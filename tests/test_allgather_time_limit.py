@@ -245,3 +245,21 @@ def test_check_room_without_a_limit_or_with_room_does_nothing():
 
     with pytest.raises(mo.MCCLError, match="the long phase"):
         anytime.limited(60.0, too_long)                 # nothing offered: a typed error
+
+
+def test_numerical_trouble_under_a_limit_returns_the_first_schedule(monkeypatch):
+    """Issue 27: a SolveError ("numerical trouble") after the first schedule was offered
+    returns that schedule under a time limit, valid, the failure named in the report's
+    attempts; without a limit the failure is still the caller's error."""
+    topo = fail2(hpn(1, 2, 8))
+
+    def trouble(*a, **k):
+        raise mo.SolveError("tree master: numerical trouble (injected)")
+
+    monkeypatch.setattr(ag_solve, "_chain", trouble)
+    limited = mo.solve_allgather(topo, time_limit=60.0)
+    assert limited.report.termination is Termination.TIME_LIMIT
+    assert "numerical trouble (injected)" in limited.report.attempts[-1].outcome
+    assert mo.validate(topo, limited).rate_gbps == pytest.approx(limited.rate_gbps, rel=1e-9)
+    with pytest.raises(mo.SolveError, match="injected"):
+        mo.solve_allgather(topo)

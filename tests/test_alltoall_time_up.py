@@ -131,3 +131,34 @@ def test_a_limit_with_room_for_the_master_solves_it():
     topo = fail2(hpn(1, 4, 8))
     sched = solve_alltoall(topo, time_limit=60.0)
     assert sched.stats["status"] == "optimal" and sched.stats["rounding"] != "routed"
+
+
+@pytest.mark.parametrize("failing", [1, 3])
+def test_numerical_trouble_under_a_limit_returns_the_best_schedule_so_far(monkeypatch, failing):
+    """Issue 27 (a 200k-link AllToAll exited 2 with "numerical trouble" and no schedule):
+    under a time limit, a master failing in a later round keeps the last round's
+    schedule (``failing=3``); the first master failing keeps the initial routing
+    (``failing=1``); both valid, ``time_limit``, the failure named in ``stopped_by``.
+    Without a limit the failure is still an error."""
+    from mccl_opt.errors import SolveError
+
+    topo = fail2(hpn(1, 4, 8))
+    real = master_module.RestrictedMaster.solve
+    calls = {"n": 0}
+
+    def solve(self, where, *, method="auto", time_limit=None):
+        calls["n"] += 1
+        if calls["n"] == failing:
+            raise SolveError(f"{where}: numerical trouble (injected)")
+        return real(self, where, method=method, time_limit=time_limit)
+
+    monkeypatch.setattr(master_module.RestrictedMaster, "solve", solve)
+    sched = solve_alltoall(topo, time_limit=60.0)
+    assert sched.stats["status"] == "time_limit"
+    assert "numerical trouble (injected)" in sched.stats["stopped_by"]
+    assert (sched.stats["rounding"] == "routed") == (failing == 1)
+    rate = validate(topo, sched).rate_gbps
+    assert rate == pytest.approx(sched.rate_gbps, rel=1e-9) and rate > 0
+    calls["n"] = 0
+    with pytest.raises(SolveError, match="injected"):
+        solve_alltoall(topo)

@@ -117,8 +117,9 @@ def _solve_limited(topo: Topology, warm: Schedule | None, backend: str, max_chun
 
     sched, stopped = anytime.limited(time_limit, solve, called)
     if stopped is not None:
-        trail.add(Attempt(sched.report.method, 0.0,
-                          f"returned: the time limit was reached in {stopped.stopped_in}"))
+        why = (f"the time limit was reached in {stopped.stopped_in}" if stopped.failure is None
+               else f"the solve failed ({stopped.failure})")
+        trail.add(Attempt(sched.report.method, 0.0, f"returned: {why}"))
         sched = _at_time_limit(topo, sched, max_chunks)
     return _with_route(_with_trail(sched, trail, time.perf_counter() - start), route), route
 

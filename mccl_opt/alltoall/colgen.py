@@ -84,6 +84,7 @@ class CGResult:
     shortest_w: np.ndarray | None = None   # ... and the arc prices it priced
     cert_sp: float | None = None           # sum_p SP_p(w) of the best bound's prices ...
     cert_w: np.ndarray | None = None       # ... and those prices (the run's certificate)
+    trouble: str | None = None             # a master's failure that ended a limited run early
 
     @property
     def rate(self) -> float:
@@ -198,6 +199,7 @@ def column_generation(master: RestrictedMaster, prob: Problem, max_steps: int, *
     cert_sp: float | None = None
     all_pairs = np.full((prob.num_gpus, prob.num_gpus), -np.inf)
     rnd = 0
+    trouble: str | None = None
     for rnd in range(1, options.max_rounds + 1):
         # the first solve is never cut short: without it there is no schedule at all
         remaining = (None if deadline is None or last is None
@@ -208,6 +210,14 @@ def column_generation(master: RestrictedMaster, prob: Problem, max_steps: int, *
         except MasterTimeUp:                      # cut short before any solution: keep the last
             lp_s += time.perf_counter() - t0
             status = CGStatus.TIME_LIMIT
+            break
+        except SolveError as e:
+            # under a time limit, numerical trouble in a later round keeps the last
+            # round's solution (a valid schedule) instead of losing it (issue 27)
+            if deadline is None or last is None:
+                raise
+            lp_s += time.perf_counter() - t0
+            status, trouble = CGStatus.TIME_LIMIT, str(e)
             break
         lp_s += time.perf_counter() - t0
         iters += sol.iterations
@@ -275,4 +285,4 @@ def column_generation(master: RestrictedMaster, prob: Problem, max_steps: int, *
         raise SolveError(f"{label}: max_rounds must be at least 1, got {options.max_rounds}")
     bound_t = min(best_bound, last.t) if bound else last.t
     return CGResult(last, bound_t, status, rnd, history, lp_s, pr_s, iters, dropped, shortest,
-                    shortest_w, cert_sp, cert_w)
+                    shortest_w, cert_sp, cert_w, trouble)

@@ -188,5 +188,6 @@ def round_solved(prob: Problem, solved: Solved, backend: str, max_chunks: int | 
         warm_columns=solved.warm_columns, lp_bound_gbps=res.rate_bound,
         bound_history=[list(h) for h in res.history], max_steps=solved.max_steps,
         rounding=rounded.method, lp_seconds=res.lp_seconds, pricing_seconds=res.pricing_seconds,
-        rounding_seconds=rounding_s, extra=dive)
+        rounding_seconds=rounding_s,
+        extra=dive if res.trouble is None else {**dive, "stopped_by": res.trouble})
     return Outcome(loads, res.rate, saturated, warm_state, report, lp_done)

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..errors import SolveError
 from .colgen import CGOptions, column_generation
 from .master import ColumnPool, RestrictedMaster
 from .problem import Problem
@@ -172,8 +173,9 @@ def deep_dive(master: RestrictedMaster, prob: Problem, y: np.ndarray, k: int, ma
     tabu: set[int] = set()
     fixed = np.zeros(len(pool), dtype=np.int64)
     batch = 0.0                                 # first step: integral parts only
+    trouble: str | None = None
     for step in range(max_dives):
-        if deadline is not None and time.perf_counter() >= deadline:
+        if trouble is not None or (deadline is not None and time.perf_counter() >= deadline):
             break
         if best.rate >= (1 - good_enough) * lp_rate:
             break
@@ -213,8 +215,15 @@ def deep_dive(master: RestrictedMaster, prob: Problem, y: np.ndarray, k: int, ma
         if pairs is not None:
             done |= ~pairs
         want = prob.pair_matrix((~done).astype(float), 0.0) > 0
-        res = column_generation(master, prob, max_steps, options=options, deadline=deadline,
-                                want=want, bound=False, label=f"deep dive step {step + 1}")
+        try:
+            res = column_generation(master, prob, max_steps, options=options, deadline=deadline,
+                                    want=want, bound=False, label=f"deep dive step {step + 1}")
+        except SolveError as e:     # under a time limit: keep the best rounding (issue 27)
+            if deadline is None:
+                raise
+            trouble = str(e)
+            break
+        trouble = trouble or res.trouble
         dive_steps += 1
         pricing_rounds += res.rounds
         grown = len(pool) - fixed.size
@@ -238,5 +247,8 @@ def deep_dive(master: RestrictedMaster, prob: Problem, y: np.ndarray, k: int, ma
         if res.rate <= best.rate * (1 + 1e-9):
             break                                   # the residual LP cannot do better
         batch = 0.25 if batch == 0 else min(1.0, batch * 1.5)
-    return best, {"dive_steps": dive_steps, "backtracks": backtracks, "lr_rate": lr_rate,
-                  "pricing_rounds": pricing_rounds}
+    counters: dict = {"dive_steps": dive_steps, "backtracks": backtracks, "lr_rate": lr_rate,
+                      "pricing_rounds": pricing_rounds}
+    if trouble is not None:
+        counters["stopped_by"] = trouble
+    return best, counters

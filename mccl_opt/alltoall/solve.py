@@ -26,7 +26,7 @@ from typing import Any
 
 from ..entry_checks import (check_backend, check_max_chunks, check_time_limit, check_topology,
                             check_warm)
-from ..errors import InputError
+from ..errors import InputError, SolveError
 from ..kernel_time import charge_apart, kernel_seconds
 from ..report import stamp
 from ..schedule import Schedule
@@ -37,6 +37,7 @@ from .cut_bound import cut_bound_gbps
 from .direct import no_room_for_master, routed_outcome
 from .driver import certified_cold_routing, cold_routing, round_solved, run_cg
 from .local import local_eligible, local_resolve, raises_a_binding_link, reuse_certified
+from .pricing import PricedColumns
 from .problem import Problem, problem_for
 from .state import AllToAllWarmState
 from .warm import changes_are_nonbinding, sharply_fallen, warm_columns
@@ -127,8 +128,8 @@ def _synthesize(topo: Topology, warm: Schedule | AllToAllWarmState | None, backe
             if routing is not None and no_room_for_master(deadline, routing[1]):
                 outcome = routed_outcome(prob, routing[0], max_chunks, backend, steps)
             else:
-                solved = run_cg(prob, backend, steps, columns, deadline, options, state, routing)
-                outcome = round_solved(prob, solved, backend, max_chunks, deadline, state)
+                outcome = _limited_cg(prob, backend, steps, columns, deadline, options, state,
+                                      routing, max_chunks)
         outcome.report.extra.update(search, local_fallback=bool(tried_local))
 
     sched = make_schedule(prob, outcome, max_chunks)
@@ -139,6 +140,23 @@ def _synthesize(topo: Topology, warm: Schedule | AllToAllWarmState | None, backe
     sched.stats["lp_phase_seconds"] = seconds if outcome.lp_done is None else outcome.lp_done - t0
     sched.report = dataclasses.replace(sched.report, seconds=seconds)
     return sched
+
+
+def _limited_cg(prob: Problem, backend: str, steps: int, columns, deadline: float | None,
+                options: CGOptions, state: AllToAllWarmState | None,
+                routing: tuple[PricedColumns, float] | None, max_chunks: int | None) -> Outcome:
+    """Column generation and rounding; under a time limit, a first master that fails
+    (numerical trouble) leaves the initial routing as the schedule (issue 27: a
+    200k-link solve lost everything to the first master's failure)."""
+    try:
+        solved = run_cg(prob, backend, steps, columns, deadline, options, state, routing)
+    except SolveError as e:
+        if routing is None or deadline is None:
+            raise
+        outcome = routed_outcome(prob, routing[0], max_chunks, backend, steps)
+        outcome.report.extra["stopped_by"] = str(e)
+        return outcome
+    return round_solved(prob, solved, backend, max_chunks, deadline, state)
 
 
 def _repaired(prob: Problem, state: AllToAllWarmState | None) -> bool:
