@@ -68,5 +68,5 @@ def _registered(cid: int) -> int:
     """A restored channel's id; a state holding more keyed channels than a controller
     registers (:data:`~mccl_runtime.channels.MAX_KEYED_CHANNELS`) is corrupt."""
     if cid == FULL:
-        raise ValueError(f"more than {MAX_KEYED_CHANNELS} pair and host channels")
+        raise TelemetryError(f"more than {MAX_KEYED_CHANNELS} pair and host channels")
     return cid
