@@ -274,6 +274,7 @@ class Policy:
     restart_tol: float = 0.1
     max_restarts: int = 3
     settle_max_s: float = 0.05
+    moving_max_s: float = 1.5
     gather_s: float = 0.0
     known_fabrics: int = 4
     rate_loss: float = 0.05
@@ -286,8 +287,9 @@ class Policy:
             raise MCCLError(f"clear_ratio must be in [0, 1], got {self.clear_ratio!r}")
         if self.min_dwell_s < 0 or self.time_limit_s <= 0 or self.min_gain < 0:
             raise MCCLError("min_dwell_s and min_gain must be >= 0 and time_limit_s > 0")
-        if self.restart_tol <= 0 or self.max_restarts < 0 or self.settle_max_s < 0 or self.gather_s < 0:
-            raise MCCLError("restart_tol must be > 0, max_restarts, settle_max_s and gather_s >= 0")
+        if self.restart_tol <= 0 or self.max_restarts < 0 or self.settle_max_s < 0 or self.gather_s < 0 \
+                or not self.moving_max_s >= 0:
+            raise MCCLError("restart_tol must be > 0, max_restarts, settle_max_s, moving_max_s and gather_s >= 0")
         if not (isinstance(self.capacity_digits, int) and self.capacity_digits >= 0):
             raise MCCLError(f"capacity_digits must be an int >= 0 (0 keeps the estimates' digits), "
                             f"got {self.capacity_digits!r}")
@@ -309,6 +311,7 @@ class _Job:
     warm_capacity: np.ndarray | None = None  # the warm schedule's synthesis capacities, to restore on
     result: JobResult | None = None          # the finished result (profile lifted), kept while held
     held_since: float | None = None          # when the result was first held for a pending change
+    moving: np.ndarray | None = None         # links held for a rise still moving (EWMA), re-checked on release
 
 
 @dataclass
@@ -818,7 +821,7 @@ class ScheduleManager:
             cur_rate, new_rate = _rate(m, coll.profile.loads), _rate(m, new_profile.loads)
             detail.update(max_delta=report.max_delta, rate_before=cur_rate, rate_after=new_rate)
             reason = None
-            outdated = self._outdated(coll, job, m, new_profile.loads)
+            outdated = self._outdated(coll, job, m, new_profile.loads) or self._rose_past(job, m)
             if outdated is Outdated.CLEARED:
                 reason = "cleared"
             elif outdated is Outdated.SUPERSEDED:
@@ -842,12 +845,41 @@ class ScheduleManager:
 
     def _held_by(self, coll: Collective, job: _Job, new_profile: ScheduleProfile,
                  now: float) -> list[list[str]]:
-        """The pending links that hold a finished job back (:meth:`_changing_under`, on the
-        job's input and the new schedule); none once they are confirmed, or
-        ``settle_max_s`` after the hold began."""
-        if job.held_since is not None and now - job.held_since >= self.policy.settle_max_s:
-            return []
-        return self._changing_under(coll, job.capacity, new_profile.loads)
+        """The links that hold a finished job back: pending ones (:meth:`_changing_under`,
+        on the job's input and the new schedule; none once they are confirmed, or
+        ``settle_max_s`` after the hold began), and (EWMA) rises still moving on links the
+        job relies on (:meth:`_moving_under`; at most ``moving_max_s``)."""
+        waited = 0.0 if job.held_since is None else now - job.held_since
+        held = self._changing_under(coll, job.capacity, new_profile.loads) \
+            if waited < self.policy.settle_max_s or job.held_since is None else []
+        if waited < self.policy.moving_max_s or job.held_since is None:
+            moving = self._moving_under(coll, job.capacity, new_profile.loads)
+            if moving.size:
+                job.moving = moving if job.moving is None else np.union1d(job.moving, moving)
+                held += [[self.topo.links[a].src, self.topo.links[a].dst] for a in moving.tolist()]
+        return held
+
+    def _moving_under(self, coll: Collective, capacity: np.ndarray, loads: np.ndarray) -> np.ndarray:
+        """The links of ``coll``'s fabric with a rise still moving
+        (:meth:`MeasurementStore.moving_links`) that a schedule with ``loads``, built for
+        ``capacity``, relies on (it uses them, or they were more than ``restart_tol`` below
+        nominal): a synthesis on a partial reading of a recovery is held, not published
+        (docs/runtime.md, "Recoveries read in steps")."""
+        moving = self.store.moving_links()
+        if moving.size == 0:
+            return moving
+        moving = moving[self._mine(coll)[moving]]
+        low = capacity[moving] < (1.0 - self.policy.restart_tol) * self.topo.arrays.capacity[moving]
+        return moving[(loads[moving] > 1e-12) | low]
+
+    def _rose_past(self, job: _Job, m: np.ndarray) -> Outdated | None:
+        """``SUPERSEDED`` when a link the job was held for (a rise still moving) settled
+        more than ``restart_tol`` from the job's input: it was built on a partial reading,
+        whatever its rate on the settled one (a recovery only raises it)."""
+        if job.moving is None or job.restarts >= self.policy.max_restarts:
+            return None
+        cap = job.capacity[job.moving]
+        return Outdated.SUPERSEDED if np.any(np.abs(m[job.moving] - cap) > self.policy.restart_tol * cap) else None
 
     def _changing_under(self, coll: Collective, capacity: np.ndarray, loads: np.ndarray,
                         pending_only: bool = True) -> list[list[str]]:
