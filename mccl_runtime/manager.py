@@ -847,30 +847,30 @@ class ScheduleManager:
                  now: float) -> list[list[str]]:
         """The links that hold a finished job back: pending ones (:meth:`_changing_under`,
         on the job's input and the new schedule; none once they are confirmed, or
-        ``settle_max_s`` after the hold began), and (EWMA) rises still moving on links the
-        job relies on (:meth:`_moving_under`; at most ``moving_max_s``)."""
+        ``settle_max_s`` after the hold began), and (EWMA at alpha 1) rises the job was
+        started on that are still moving (:meth:`_rising_under`; at most ``moving_max_s``)."""
         waited = 0.0 if job.held_since is None else now - job.held_since
         held = self._changing_under(coll, job.capacity, new_profile.loads) \
             if waited < self.policy.settle_max_s or job.held_since is None else []
         if waited < self.policy.moving_max_s or job.held_since is None:
-            moving = self._moving_under(coll, job.capacity, new_profile.loads)
-            if moving.size:
-                job.moving = moving if job.moving is None else np.union1d(job.moving, moving)
-                held += [[self.topo.links[a].src, self.topo.links[a].dst] for a in moving.tolist()]
+            rising = self._rising_under(coll, job.capacity)
+            if rising.size:
+                job.moving = rising if job.moving is None else np.union1d(job.moving, rising)
+                held += [[self.topo.links[a].src, self.topo.links[a].dst] for a in rising.tolist()]
         return held
 
-    def _moving_under(self, coll: Collective, capacity: np.ndarray, loads: np.ndarray) -> np.ndarray:
+    def _rising_under(self, coll: Collective, capacity: np.ndarray) -> np.ndarray:
         """The links of ``coll``'s fabric with a rise still moving
-        (:meth:`MeasurementStore.moving_links`) that a schedule with ``loads``, built for
-        ``capacity``, relies on (it uses them, or they were more than ``restart_tol`` below
-        nominal): a synthesis on a partial reading of a recovery is held, not published
-        (docs/runtime.md, "Recoveries read in steps")."""
+        (:meth:`MeasurementStore.moving_links`) that ``capacity`` (a job's input) has more
+        than ``restart_tol`` above what the active version was built for: a synthesis on a
+        partial reading of a recovery is held, not published (docs/runtime.md,
+        "Recoveries read in steps").  Noise on links the active version was built for at
+        their level holds nothing."""
         moving = self.store.moving_links()
-        if moving.size == 0:
-            return moving
+        if moving.size == 0 or coll.synth_capacity is None:
+            return moving[:0]
         moving = moving[self._mine(coll)[moving]]
-        low = capacity[moving] < (1.0 - self.policy.restart_tol) * self.topo.arrays.capacity[moving]
-        return moving[(loads[moving] > 1e-12) | low]
+        return moving[capacity[moving] > (1.0 + self.policy.restart_tol) * coll.synth_capacity[moving]]
 
     def _rose_past(self, job: _Job, m: np.ndarray) -> Outdated | None:
         """``SUPERSEDED`` when a link the job was held for (a rise still moving) settled

@@ -1,19 +1,20 @@
-"""Rises still moving, for the EWMA estimator (docs/runtime.md, "Recoveries read in steps").
+"""Rises still moving, for the EWMA at ``alpha`` 1 (docs/runtime.md, "Recoveries read in steps").
 
 With the level estimator a change is *pending* until its confirmation rule settles it
 (:mod:`.level`).  The EWMA has no such rule; on real ranks (``alpha`` 1, each sample the
 executor's median of a few collectives, docs/executor.md) a drop arrives confirmed by the
 executor, but a link that recovers while the schedule avoids it is read by probes that
-under-read it, in steps (102, 141, 124, then 400 Gbps for a NIC back at 400): each step
-flagged, and a version was published for a partial reading.
+under-read it, in steps about a second apart (102, 141, 124, then 400 Gbps; 252, 269,
+then 400, for a NIC back at 400): each step flagged, and a version was published for a
+partial reading.  A step can also be reported twice (the executor repeats a pair's level
+while it holds a rise back), so reading the same value again does not settle it.
 
 A channel *rises* when one batch lifts its value by more than ``tol`` (relative; 5 %,
 the level estimator's ``k``: what counts as a change) to below ``low`` of nominal.  It
-keeps *moving* while later batches move it by more than ``tol`` either way, and is
-*settled* by a batch that leaves it within ``tol`` (the link read again at that level) or
-lifts it to ``low`` of nominal or more (it cannot read higher).  A drop of a settled
-channel is not tracked (the executor confirmed it).  The steps of a real recovery differ
-by 7-40 % (252 then 269; 102, 141, 124), so 10 % would have settled on the first pair.
+keeps *moving* while batches move it by more than ``tol`` either way, and is *settled*
+once ``quiet_s`` pass without such a move, or at once by a batch that lifts it to ``low``
+of nominal or more (it cannot read higher).  A drop of a settled channel is not tracked
+(the executor confirmed it).  Times are the samples' (the store's ``now``).
 """
 
 from __future__ import annotations
@@ -26,20 +27,32 @@ __all__ = ["RiseTracker"]
 class RiseTracker:
     """The channels whose latest rise is not settled yet (module docstring)."""
 
-    def __init__(self, tol: float = 0.05, low: float = 0.95) -> None:
+    def __init__(self, tol: float = 0.05, low: float = 0.95, quiet_s: float = 1.5) -> None:
         self.tol = tol
         self.low = low
-        self.moving: set[int] = set()
+        self.quiet_s = quiet_s
+        self.moved_t: dict[int, float] = {}          # moving channel -> time of its latest move
+        self.now = -np.inf                            # the latest time seen
 
-    def update(self, chans: np.ndarray, before: np.ndarray, after: np.ndarray, nominal: np.ndarray) -> None:
-        """One folded batch: ``chans`` (unique) moved from ``before`` to ``after``."""
-        if self.moving:
-            was = np.isin(chans, np.fromiter(self.moving, dtype=np.int64, count=len(self.moving)))
+    def update(self, chans: np.ndarray, before: np.ndarray, after: np.ndarray, nominal: np.ndarray,
+               now: float) -> None:
+        """One folded batch at ``now``: ``chans`` (unique) moved from ``before`` to ``after``."""
+        self.now = now = max(self.now, now)
+        if self.moved_t:
+            was = np.isin(chans, np.fromiter(self.moved_t, dtype=np.int64, count=len(self.moved_t)))
         else:
             was = np.zeros(len(chans), dtype=bool)
         below = after < self.low * nominal
         moved = np.abs(after - before) > self.tol * before
-        settled = was & ~(below & moved)
+        for cid in chans[was & ~below].tolist():
+            del self.moved_t[cid]
         rose = ~was & below & (after > (1.0 + self.tol) * before)
-        self.moving.difference_update(chans[settled].tolist())
-        self.moving.update(chans[rose].tolist())
+        self.moved_t.update(dict.fromkeys(chans[(was & below & moved) | rose].tolist(), now))
+
+    def moving(self, now: float) -> list[int]:
+        """The channels still moving at ``now`` (or the latest batch's time, if later);
+        those quiet for ``quiet_s`` are dropped."""
+        now = max(self.now, now)
+        for cid in [c for c, t in self.moved_t.items() if now - t >= self.quiet_s]:
+            del self.moved_t[cid]
+        return list(self.moved_t)

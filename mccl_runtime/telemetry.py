@@ -360,7 +360,8 @@ class MeasurementStore:
             if applied:
                 self._measured = None
                 if readings:
-                    self.rises.update(chans, before, self.chan.value[chans], self.chan.nominal[chans])
+                    self.rises.update(chans, before, self.chan.value[chans], self.chan.nominal[chans],
+                                      float(t.max()))
             return applied, stale
         chans, group, fresh = self.chan.split(c, t)
         c, y, t = c[fresh], y[fresh], t[fresh]
@@ -427,7 +428,7 @@ class MeasurementStore:
         empty otherwise: a smaller ``alpha`` is its own smoothing, and in level mode
         :meth:`pending_links` says it), sorted."""
         out: set[int] = set()
-        for cid in self.rises.moving:
+        for cid in self.rises.moving(self._now_seen):
             out.update(self.chan.links_of_pair(cid) if cid >= self.chan.num_links else (cid,))
         return np.array(sorted(out), dtype=np.int64)
 

@@ -20,20 +20,22 @@ def _feed(store, gbps, t):
     return t
 
 
-def test_a_rise_moves_until_read_again_or_back_at_nominal_and_drops_are_not_tracked():
+def test_a_rise_moves_until_quiet_or_back_at_nominal_and_drops_are_not_tracked():
     store = MeasurementStore(TOPO, alpha=1.0)
+    quiet = store.rises.quiet_s
     _feed(store, 50.0, 1.0)                          # a drop: confirmed by the sender
     assert store.moving_links().size == 0
     _feed(store, 102.0, 1.1)                         # a partial reading of a recovery
     assert A in store.moving_links()
     _feed(store, 141.0, 1.2)
     _feed(store, 124.0, 1.3)                         # still moving, either way
+    _feed(store, 126.0, 1.2 + quiet)                 # the same level again is not enough ...
     assert A in store.moving_links()
-    _feed(store, 128.0, 1.4)                         # read again within 5 %: settled
+    _feed(store, 125.0, 1.31 + quiet)                # ... quiet_s without a move settles it
     assert store.moving_links().size == 0
-    _feed(store, 250.0, 1.5)
+    _feed(store, 250.0, 5.0)
     assert A in store.moving_links()
-    _feed(store, 400.0, 1.6)                         # at nominal it cannot read higher
+    _feed(store, 400.0, 5.1)                         # at nominal it cannot read higher
     assert store.moving_links().size == 0
     smooth = MeasurementStore(TOPO, alpha=0.5)       # an EWMA below 1 is its own smoothing
     _feed(smooth, 50.0, 1.0)
@@ -72,12 +74,16 @@ def test_a_synthesis_on_a_rise_still_moving_is_held_and_the_settled_reading_wins
     mgr.close()
 
 
-def test_a_rise_read_again_at_its_level_decides_the_held_synthesis_as_usual():
+def test_a_rise_quiet_at_its_level_decides_the_held_synthesis_as_usual():
     synth, store, mgr, t = _held_on_a_rise()
-    t = _feed(store, 245.0, t + 0.1)                 # settled within 5 %: no restart
+    store.rises.quiet_s = 0.3
+    t0 = t
+    t = _feed(store, 245.0, t + 0.2)                 # within 5 %: no move, not settled yet
+    assert mgr.step(t) == []
+    t = _feed(store, 245.0, t0 + 0.3)                # quiet for quiet_s: settled, no restart
     events = mgr.step(t)
     assert [(e.action, e.detail.get("reason")) for e in events] == [("aborted", "no_gain")]
-    assert events[0].detail["held_s"] == pytest.approx(0.1)
+    assert events[0].detail["held_s"] == pytest.approx(0.3)
     assert [float(c[A]) for c in synth.capacities] == [50.0, 250.0]
     mgr.close()
 
