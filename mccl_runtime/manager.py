@@ -274,7 +274,7 @@ class Policy:
     restart_tol: float = 0.1
     max_restarts: int = 3
     settle_max_s: float = 0.05
-    moving_max_s: float = 1.5
+    moving_max_s: float = 2.5
     gather_s: float = 0.0
     known_fabrics: int = 4
     rate_loss: float = 0.05
@@ -333,6 +333,7 @@ class Collective:
     restore_on: np.ndarray | None = None    # an AllToAll schedule without warm state: its synthesis capacities
     deferred: tuple[DriftReport | None, int] | None = None  # a superseded job's restart (trigger, restarts)
     flagged_since: float | None = None      # when Algorithm 1 flagged it, while its job waits (``gather_s``)
+    rising_since: float | None = None       # when its jobs began to be held for rises still moving
 
     @property
     def key(self) -> tuple[str, str]:
@@ -798,7 +799,7 @@ class ScheduleManager:
             try:
                 new, seconds, new_profile = job_result(job.future)
             except (MCCLError, BrokenExecutor) as exc:          # a synthesizer error, or a worker died
-                coll.last_decision_t = now
+                coll.last_decision_t, coll.rising_since = now, None
                 self.counters["failures"] += 1
                 return Event(now, coll.comm, coll.name, Action.FAILED, coll.version, {"error": str(exc)})
             job.result = (new, seconds, self.groups.lift(coll.gpus, new_profile))
@@ -815,6 +816,8 @@ class ScheduleManager:
         coll.last_decision_t = now
         if job.held_since is not None:
             detail["held_s"] = now - job.held_since
+        if job.moving is not None:
+            detail["rising"] = [[self.topo.links[a].src, self.topo.links[a].dst] for a in job.moving.tolist()]
         if not job.initial:
             m = self.store.measured()
             report = detect(m, coll.profile, self.policy.gamma)
@@ -830,6 +833,7 @@ class ScheduleManager:
                 return Event(now, coll.comm, coll.name, Action.SUPERSEDED, coll.version, detail)
             elif new_rate <= cur_rate * (1.0 + self.policy.min_gain):
                 reason = "no_gain"
+            coll.rising_since = None                          # decided: the next rise has its own bound
             if reason:
                 self.counters["aborted"] += 1
                 detail["reason"] = reason
@@ -848,13 +852,15 @@ class ScheduleManager:
         """The links that hold a finished job back: pending ones (:meth:`_changing_under`,
         on the job's input and the new schedule; none once they are confirmed, or
         ``settle_max_s`` after the hold began), and (EWMA at alpha 1) rises the job was
-        started on that are still moving (:meth:`_rising_under`; at most ``moving_max_s``)."""
-        waited = 0.0 if job.held_since is None else now - job.held_since
+        started on that are still moving (:meth:`_rising_under`), for at most
+        ``moving_max_s`` over the collective's jobs until one is decided (a restart on a
+        newer reading does not start the bound again)."""
         held = self._changing_under(coll, job.capacity, new_profile.loads) \
-            if waited < self.policy.settle_max_s or job.held_since is None else []
-        if waited < self.policy.moving_max_s or job.held_since is None:
+            if job.held_since is None or now - job.held_since < self.policy.settle_max_s else []
+        if coll.rising_since is None or now - coll.rising_since < self.policy.moving_max_s:
             rising = self._rising_under(coll, job.capacity)
             if rising.size:
+                coll.rising_since = now if coll.rising_since is None else coll.rising_since
                 job.moving = rising if job.moving is None else np.union1d(job.moving, rising)
                 held += [[self.topo.links[a].src, self.topo.links[a].dst] for a in rising.tolist()]
         return held
@@ -919,17 +925,25 @@ class ScheduleManager:
         although they still differ from what the held version was built for: every
         channel on them that was sampled in the ``recent_s`` before ``since`` has been
         sampled again since (:meth:`MeasurementStore.unheard_links`: the estimate is no
-        older than the hold), and they do not read as the version before it was built
-        for (a change that reverted, e.g. a stalled reading the held version was made for,
-        keeps the ranks on the version before until a newer one replaces the held one)."""
+        older than the hold), and either they do not read as the version before it was
+        built for, or the version before no longer fits the rest of the fabric.  A change
+        that reverted (a stalled reading the held version was made for) keeps the ranks on
+        the version before while that version still fits everything, until a newer version
+        replaces the held one; when the fabric moved elsewhere too (a ramp's step on the
+        NIC, the held version built on it and on another NIC's stall), neither version
+        fits, and the hold settles so that a job replaces both (docs/runtime.md, "Swap
+        holds on real executors")."""
         idx = np.array([self.topo.link_index(src, dst) for src, dst in links], dtype=np.int64)
         if np.isin(idx, self.store.unheard_links(since, recent_s)).any():
             return False
-        known = self.get(comm, name).known
-        if len(known) < 2:
+        coll = self.get(comm, name)
+        if len(coll.known) < 2:
             return True
-        before, m = known[1][0][idx], self.store.provisional()[idx]
-        return bool(np.any(np.abs(m - before) > self.policy.restart_tol * before))
+        before, m = coll.known[1][0], self.store.provisional()
+        if np.any(np.abs(m[idx] - before[idx]) > self.policy.restart_tol * before[idx]):
+            return True
+        mine = self.groups.links(coll.gpus)
+        return not _near(m[mine], before[mine], self.policy.restart_tol)
 
     def supersede_held(self, comm: str, name: str, now: float) -> Event | None:
         """A swap hold on the active version settled on a real change (:meth:`hold_settled`):

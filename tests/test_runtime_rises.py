@@ -91,7 +91,7 @@ def test_a_rise_quiet_at_its_level_decides_the_held_synthesis_as_usual():
 def test_a_rise_that_keeps_moving_is_held_at_most_moving_max_s():
     synth = tm.PruningSynth(gate=threading.Event())
     synth.gate.set()
-    store, mgr = tm._manager(synth, moving_max_s=0.2, max_restarts=0)
+    store, mgr = tm._manager(synth, moving_max_s=0.2)
     t = _feed(store, 50.0, 1.0)
     mgr.step(t)
     mgr.poll(t, wait_s=5.0)
@@ -101,7 +101,10 @@ def test_a_rise_that_keeps_moving_is_held_at_most_moving_max_s():
     assert [e.action for e in mgr.poll(t)] == ["held"]
     t = _feed(store, 300.0, t + 0.1)                 # moving again: still held
     assert mgr.poll(t) == [] and A in store.moving_links()
-    events = mgr.poll(t + 0.15)                      # past moving_max_s, no restart left
+    events = mgr.poll(t + 0.15)                      # past moving_max_s: restarted on 300 ...
+    assert [e.action for e in events] == ["superseded", "resynthesis"]
+    events = mgr.poll(t + 0.15, wait_s=5.0)          # ... and not held again: the bound is the collective's
     assert [(e.action, e.detail.get("reason")) for e in events] == [("aborted", "no_gain")]
-    assert events[0].detail["held_s"] >= 0.2
+    assert A in store.moving_links() and [float(c[A]) for c in synth.capacities] == [50.0, 250.0, 300.0]
+    assert mgr.get("world", "ag").rising_since is None
     mgr.close()
