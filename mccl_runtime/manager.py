@@ -55,6 +55,11 @@ collective, concurrently), and publishes new versions.
   swap it in (:meth:`ScheduleManager.swap_hold`): a change it relies on that started after
   the publish holds the swap (the loop waits for the next version, at most
   ``settle_max_s``).
+* Rises still moving (EWMA at alpha 1, real ranks): a finished job started on a link
+  read more than ``restart_tol`` above what the active version was built for, while that
+  reading still moves (:meth:`MeasurementStore.moving_links`), is held until it settles,
+  at most ``moving_max_s`` per collective; if it settled more than ``restart_tol`` from
+  the job's input the job is superseded (docs/runtime.md, "Recoveries read in steps").
 * Capacity lost (ramps, one-link cuts): a collective whose rate under ``M`` has fallen
   more than ``rate_loss`` below its rate on the capacities it was synthesized for is
   flagged at the hysteresis floor ``clear_ratio * Gamma`` instead of ``Gamma``: drift
