@@ -317,6 +317,7 @@ class _Job:
     result: JobResult | None = None          # the finished result (profile lifted), kept while held
     held_since: float | None = None          # when the result was first held for a pending change
     moving: np.ndarray | None = None         # links held for a rise still moving (EWMA), re-checked on release
+    replaces_held: bool = False              # started to replace a held version (:meth:`supersede_held`)
 
 
 @dataclass
@@ -795,7 +796,9 @@ class ScheduleManager:
         if self._unsettled(now):
             coll.deferred = (job.trigger, job.restarts + 1)
             return []
-        return [self._start(coll, now, job.trigger, job.restarts + 1)]
+        event = self._start(coll, now, job.trigger, job.restarts + 1)
+        coll.job.replaces_held = job.replaces_held
+        return [event]
 
     def _finish(self, coll: Collective, job: _Job, now: float) -> Event | None:
         """Decide a finished job: ``held`` (kept in ``coll.job``; ``None`` once announced),
@@ -830,6 +833,8 @@ class ScheduleManager:
             detail.update(max_delta=report.max_delta, rate_before=cur_rate, rate_after=new_rate)
             reason = None
             outdated = self._outdated(coll, job, m, new_profile.loads) or self._rose_past(job, m)
+            if outdated is Outdated.CLEARED and job.replaces_held:
+                outdated = None           # the held version was built on a transient: only the gain decides
             if outdated is Outdated.CLEARED:
                 reason = "cleared"
             elif outdated is Outdated.SUPERSEDED:
@@ -954,14 +959,16 @@ class ScheduleManager:
         """A swap hold on the active version settled on a real change (:meth:`hold_settled`):
         the version was built on a partial picture, so a job starts now on the latest ``M``
         instead of the held version being released and the next one waiting for the dwell
-        time (docs/runtime.md, "Swap holds on real executors").  ``None`` when a job is
+        time (docs/runtime.md, "Swap holds on real executors").  The job is not ``cleared``
+        when the drift is gone under ``M`` (the held version, built on a transient, then
+        reads as fitting): only the gain over it decides.  ``None`` when a job is
         already running or waiting to restart; its event otherwise."""
         coll = self.get(comm, name)
         if not coll.dynamic or coll.job is not None or coll.deferred is not None:
             return None
         report = detect(self.store.measured(), coll.profile, self.policy.gamma) if coll.profile else None
         event = self._start(coll, now, report)
-        event.detail["held_version"] = True
+        event.detail["held_version"] = coll.job.replaces_held = True
         return event
 
     def superseding(self, comm: str, name: str, version: int) -> bool:

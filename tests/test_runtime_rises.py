@@ -108,3 +108,26 @@ def test_a_rise_that_keeps_moving_is_held_at_most_moving_max_s():
     assert A in store.moving_links() and [float(c[A]) for c in synth.capacities] == [50.0, 250.0, 300.0]
     assert mgr.get("world", "ag").rising_since is None
     mgr.close()
+
+
+def test_a_job_replacing_a_held_version_is_decided_by_its_gain_not_cleared(monkeypatch):
+    """``supersede_held``'s job replaces a version built on a transient: under the latest
+    ``M`` that version may read as fitting (the drift "cleared"), yet the job's schedule
+    does better; it is published, not aborted ``cleared`` (the held version then ran at
+    0.75-0.80 of offline to the end of a ramp's step on real ranks)."""
+    from mccl_runtime.manager import Policy, ScheduleManager, solver_synthesizer
+
+    store = MeasurementStore(TOPO, alpha=1.0)
+    mgr = ScheduleManager(store, solver_synthesizer(), Policy(gamma=0.1, min_dwell_s=0.0))
+    mgr.register("world", "ag", "allgather", now=0.0)
+    assert mgr.wait_idle(30.0) and [e.action for e in mgr.poll(0.5)] == ["published"]
+    t = _feed(store, 50.0, 1.0)                      # the transient the held version is built on
+    mgr.step(t)
+    assert [e.action for e in mgr.poll(t, wait_s=30.0)] == ["published"]
+    t = _feed(store, 400.0, t + 0.1)                 # it reverted
+    monkeypatch.setattr(mgr, "_recovered", lambda m, coll: True)     # the drift reads as gone
+    assert mgr.supersede_held("world", "ag", t).detail["held_version"]
+    events = mgr.poll(t, wait_s=30.0)
+    assert [e.action for e in events] == ["published"]
+    assert events[0].detail["rate_after"] > 1.01 * events[0].detail["rate_before"]
+    mgr.close()
