@@ -862,31 +862,32 @@ class ScheduleManager:
         """The links that hold a finished job back: pending ones (:meth:`_changing_under`,
         on the job's input and the new schedule; none once they are confirmed, or
         ``settle_max_s`` after the hold began), and (EWMA at alpha 1) rises the job was
-        started on that are still moving (:meth:`_rising_under`), for at most
+        started on that are still moving (:meth:`_moving_under`), for at most
         ``moving_max_s`` over the collective's jobs until one is decided (a restart on a
         newer reading does not start the bound again)."""
         held = self._changing_under(coll, job.capacity, new_profile.loads) \
             if job.held_since is None or now - job.held_since < self.policy.settle_max_s else []
         if coll.rising_since is None or now - coll.rising_since < self.policy.moving_max_s:
-            rising = self._rising_under(coll, job.capacity)
+            rising = self._moving_under(coll, job.capacity)
             if rising.size:
                 coll.rising_since = now if coll.rising_since is None else coll.rising_since
                 job.moving = rising if job.moving is None else np.union1d(job.moving, rising)
                 held += [[self.topo.links[a].src, self.topo.links[a].dst] for a in rising.tolist()]
         return held
 
-    def _rising_under(self, coll: Collective, capacity: np.ndarray) -> np.ndarray:
-        """The links of ``coll``'s fabric with a rise still moving
+    def _moving_under(self, coll: Collective, capacity: np.ndarray) -> np.ndarray:
+        """The links of ``coll``'s fabric still moving after a rise
         (:meth:`MeasurementStore.moving_links`) that ``capacity`` (a job's input) has more
-        than ``restart_tol`` above what the active version was built for: a synthesis on a
+        than ``restart_tol`` from what the active version was built for: a synthesis on a
         partial reading of a recovery is held, not published (docs/runtime.md,
-        "Recoveries read in steps").  Noise on links the active version was built for at
-        their level holds nothing."""
+        "Recoveries read in steps").  Links the job saw where the active version was built
+        for them hold nothing."""
         moving = self.store.moving_links()
         if moving.size == 0 or coll.synth_capacity is None:
             return moving[:0]
         moving = moving[self._mine(coll)[moving]]
-        return moving[capacity[moving] > (1.0 + self.policy.restart_tol) * coll.synth_capacity[moving]]
+        active = coll.synth_capacity[moving]
+        return moving[np.abs(capacity[moving] - active) > self.policy.restart_tol * active]
 
     def _rose_past(self, job: _Job, m: np.ndarray) -> Outdated | None:
         """``SUPERSEDED`` when a link the job was held for (a rise still moving) settled

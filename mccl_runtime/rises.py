@@ -14,7 +14,9 @@ the level estimator's ``k``: what counts as a change) to below ``low`` of nomina
 keeps *moving* while batches move it by more than ``tol`` either way, and is *settled*
 once ``quiet_s`` pass without such a move, or at once by a batch that lifts it to ``low``
 of nominal or more (it cannot read higher).  A drop of a settled channel is not tracked
-(the executor confirmed it).  Times are the samples' (the store's ``now``).
+(the executor confirmed it), except within ``quiet_s`` of a rise to ``low`` of nominal or
+more: right after a clear the readings of the recovered link still swing (400, 295, then
+400 again), and that drop moves it again.  Times are the samples' (the store's ``now``).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ class RiseTracker:
         self.low = low
         self.quiet_s = quiet_s
         self.moved_t: dict[int, float] = {}          # moving channel -> time of its latest move
+        self.recovered_t: dict[int, float] = {}      # channel -> time it rose to ``low`` of nominal
         self.now = -np.inf                            # the latest time seen
 
     def update(self, chans: np.ndarray, before: np.ndarray, after: np.ndarray, nominal: np.ndarray,
@@ -44,10 +47,15 @@ class RiseTracker:
             was = np.zeros(len(chans), dtype=bool)
         below = after < self.low * nominal
         moved = np.abs(after - before) > self.tol * before
-        for cid in chans[was & ~below].tolist():
-            del self.moved_t[cid]
-        rose = ~was & below & (after > (1.0 + self.tol) * before)
-        self.moved_t.update(dict.fromkeys(chans[(was & below & moved) | rose].tolist(), now))
+        risen = after > (1.0 + self.tol) * before
+        for cid in chans[(was & ~below) | (~below & risen)].tolist():
+            self.moved_t.pop(cid, None)
+            self.recovered_t[cid] = now
+        recent = [c for c, t in self.recovered_t.items() if now - t < self.quiet_s]
+        self.recovered_t = {c: self.recovered_t[c] for c in recent}
+        swing = np.isin(chans, np.array(recent, dtype=np.int64)) & below & moved & ~risen
+        rose = ~was & below & risen
+        self.moved_t.update(dict.fromkeys(chans[(was & below & moved) | rose | swing].tolist(), now))
 
     def moving(self, now: float) -> list[int]:
         """The channels still moving at ``now`` (or the latest batch's time, if later);
