@@ -878,16 +878,19 @@ class ScheduleManager:
     def _moving_under(self, coll: Collective, capacity: np.ndarray) -> np.ndarray:
         """The links of ``coll``'s fabric still moving after a rise
         (:meth:`MeasurementStore.moving_links`) that ``capacity`` (a job's input) has more
-        than ``restart_tol`` from what the active version was built for: a synthesis on a
-        partial reading of a recovery is held, not published (docs/runtime.md,
-        "Recoveries read in steps").  Links the job saw where the active version was built
-        for them hold nothing."""
+        than ``restart_tol`` above what the active version was built for, or, for a swing
+        after a recovery, more than ``restart_tol`` away from it: a synthesis on a partial
+        reading of a recovery is held, not published (docs/runtime.md, "Recoveries read in
+        steps").  A moving link the job saw at or below the active version's capacity
+        (a stall's partial rise on a link the version was built for healthy) holds nothing."""
         moving = self.store.moving_links()
         if moving.size == 0 or coll.synth_capacity is None:
             return moving[:0]
         moving = moving[self._mine(coll)[moving]]
-        active = coll.synth_capacity[moving]
-        return moving[np.abs(capacity[moving] - active) > self.policy.restart_tol * active]
+        active, seen = coll.synth_capacity[moving], capacity[moving]
+        away = np.abs(seen - active) > self.policy.restart_tol * active
+        swing = np.isin(moving, self.store.moving_links(swings=True))
+        return moving[away & ((seen > active) | swing)]
 
     def _rose_past(self, job: _Job, m: np.ndarray) -> Outdated | None:
         """``SUPERSEDED`` when a link the job was held for (a rise still moving) settled

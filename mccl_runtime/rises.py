@@ -14,9 +14,10 @@ the level estimator's ``k``: what counts as a change) to below ``low`` of nomina
 keeps *moving* while batches move it by more than ``tol`` either way, and is *settled*
 once ``quiet_s`` pass without such a move, or at once by a batch that lifts it to ``low``
 of nominal or more (it cannot read higher).  A drop of a settled channel is not tracked
-(the executor confirmed it), except within ``quiet_s`` of a rise to ``low`` of nominal or
-more: right after a clear the readings of the recovered link still swing (400, 295, then
-400 again), and that drop moves it again.  Times are the samples' (the store's ``now``).
+(the executor confirmed it), except within ``quiet_s`` of a moving rise that settled at
+``low`` of nominal or more: right after a clear read in steps the recovered link's
+readings still swing (400, 295, then 400 again), and that drop moves it again (a
+*swing*).  A stall that recovers in one reading is no such rise, so noise makes no swing.  Times are the samples' (the store's ``now``).
 """
 
 from __future__ import annotations
@@ -34,7 +35,8 @@ class RiseTracker:
         self.low = low
         self.quiet_s = quiet_s
         self.moved_t: dict[int, float] = {}          # moving channel -> time of its latest move
-        self.recovered_t: dict[int, float] = {}      # channel -> time it rose to ``low`` of nominal
+        self.recovered_t: dict[int, float] = {}      # channel -> time a moving rise settled at ``low``
+        self.swings: set[int] = set()                 # moving channels that moved by a swing
         self.now = -np.inf                            # the latest time seen
 
     def update(self, chans: np.ndarray, before: np.ndarray, after: np.ndarray, nominal: np.ndarray,
@@ -48,14 +50,16 @@ class RiseTracker:
         below = after < self.low * nominal
         moved = np.abs(after - before) > self.tol * before
         risen = after > (1.0 + self.tol) * before
-        for cid in chans[(was & ~below) | (~below & risen)].tolist():
-            self.moved_t.pop(cid, None)
+        for cid in chans[was & ~below].tolist():
+            del self.moved_t[cid]
+            self.swings.discard(cid)
             self.recovered_t[cid] = now
         recent = [c for c, t in self.recovered_t.items() if now - t < self.quiet_s]
         self.recovered_t = {c: self.recovered_t[c] for c in recent}
         swing = np.isin(chans, np.array(recent, dtype=np.int64)) & below & moved & ~risen
         rose = ~was & below & risen
         self.moved_t.update(dict.fromkeys(chans[(was & below & moved) | rose | swing].tolist(), now))
+        self.swings.update(chans[swing].tolist())
 
     def moving(self, now: float) -> list[int]:
         """The channels still moving at ``now`` (or the latest batch's time, if later);
@@ -63,4 +67,5 @@ class RiseTracker:
         now = max(self.now, now)
         for cid in [c for c, t in self.moved_t.items() if now - t >= self.quiet_s]:
             del self.moved_t[cid]
+            self.swings.discard(cid)
         return list(self.moved_t)

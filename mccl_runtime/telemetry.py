@@ -422,14 +422,16 @@ class MeasurementStore:
         links = np.concatenate([np.flatnonzero(waiting[:ch.num_links]), pair_link[waiting[pair_ch]]])
         return np.unique(links).astype(np.int64)
 
-    def moving_links(self) -> np.ndarray:
+    def moving_links(self, swings: bool = False) -> np.ndarray:
         """Links of channels whose latest rise is not settled yet (EWMA at ``alpha`` 1,
         where each sample is a sender's reading, :class:`~mccl_runtime.rises.RiseTracker`;
         empty otherwise: a smaller ``alpha`` is its own smoothing, and in level mode
-        :meth:`pending_links` says it), sorted."""
+        :meth:`pending_links` says it), sorted; ``swings``: only those moving by a drop
+        right after a recovery."""
         out: set[int] = set()
         for cid in self.rises.moving(self._now_seen):
-            out.update(self.chan.links_of_pair(cid) if cid >= self.chan.num_links else (cid,))
+            if not swings or cid in self.rises.swings:
+                out.update(self.chan.links_of_pair(cid) if cid >= self.chan.num_links else (cid,))
         return np.array(sorted(out), dtype=np.int64)
 
     def pending_links(self) -> np.ndarray:

@@ -42,6 +42,9 @@ def test_a_rise_moves_until_quiet_or_back_at_nominal_and_drops_are_not_tracked()
     _feed(store, 400.0, 5.3)
     _feed(store, 300.0, 5.3 + quiet)                 # a drop quiet_s after it: the sender confirmed it
     assert store.moving_links().size == 0
+    _feed(store, 400.0, 9.0)                         # a stall that recovers in one reading ...
+    _feed(store, 300.0, 9.1)                         # ... is no recovery read in steps: no swing
+    assert store.moving_links().size == 0
     smooth = MeasurementStore(TOPO, alpha=0.5)       # an EWMA below 1 is its own smoothing
     _feed(smooth, 50.0, 1.0)
     _feed(smooth, 250.0, 1.1)
