@@ -139,3 +139,21 @@ def test_a_job_replacing_a_held_version_is_decided_by_its_gain_not_cleared(monke
     assert [e.action for e in events] == ["published"]
     assert events[0].detail["rate_after"] > 1.01 * events[0].detail["rate_before"]
     mgr.close()
+
+
+def test_a_settled_drop_elsewhere_is_never_held_for_a_rise():
+    """A ramp's step (a drop the executor confirmed) with a link rising elsewhere (an
+    NVSwitch link back from a stall): the job is decided at once, not held."""
+    synth = tm.PruningSynth(gate=threading.Event())
+    synth.gate.set()
+    store, mgr = tm._manager(synth)
+    t = _feed(store, 50.0, 1.0)
+    mgr.step(t)
+    mgr.poll(t, wait_s=5.0)
+    t += 0.1
+    store.ingest(tm._cable(*NIC, 250.0, t) + tm._cable("s0h0g1", "s0tor1", 100.0, t), now=t)
+    assert A in store.moving_links()
+    assert [e.action for e in mgr.step(t)] == ["resynthesis"]
+    mgr.wait_idle(5.0)
+    assert [e.action for e in mgr.poll(t)] != ["held"]
+    mgr.close()
