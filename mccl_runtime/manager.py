@@ -882,11 +882,18 @@ class ScheduleManager:
         after a recovery, more than ``restart_tol`` away from it: a synthesis on a partial
         reading of a recovery is held, not published (docs/runtime.md, "Recoveries read in
         steps").  A moving link the job saw at or below the active version's capacity
-        (a stall's partial rise on a link the version was built for healthy) holds nothing."""
+        holds nothing, and nothing is held when the job saw a drop of more than
+        ``restart_tol`` on a link that is not moving (a ramp's step, confirmed by the
+        executor): a rise elsewhere (an NVSwitch link back from a stall) held a ramp's
+        step for 2.5 s."""
         moving = self.store.moving_links()
         if moving.size == 0 or coll.synth_capacity is None:
             return moving[:0]
-        moving = moving[self._mine(coll)[moving]]
+        mine = self._mine(coll)
+        dropped = np.flatnonzero(mine & (capacity < (1.0 - self.policy.restart_tol) * coll.synth_capacity))
+        if np.setdiff1d(dropped, moving).size:
+            return moving[:0]                    # a settled drop is news: never held for a rise elsewhere
+        moving = moving[mine[moving]]
         active, seen = coll.synth_capacity[moving], capacity[moving]
         away = np.abs(seen - active) > self.policy.restart_tol * active
         swing = np.isin(moving, self.store.moving_links(swings=True))
