@@ -55,6 +55,11 @@ collective, concurrently), and publishes new versions.
   swap it in (:meth:`ScheduleManager.swap_hold`): a change it relies on that started after
   the publish holds the swap (the loop waits for the next version, at most
   ``settle_max_s``).
+* Rises still moving (EWMA at alpha 1, real ranks): a finished job started on a link
+  read more than ``restart_tol`` above what the active version was built for, while that
+  reading still moves (:meth:`MeasurementStore.moving_links`), is held until it settles,
+  at most ``moving_max_s`` per collective; if it settled more than ``restart_tol`` from
+  the job's input the job is superseded (docs/runtime.md, "Recoveries read in steps").
 * Capacity lost (ramps, one-link cuts): a collective whose rate under ``M`` has fallen
   more than ``rate_loss`` below its rate on the capacities it was synthesized for is
   flagged at the hysteresis floor ``clear_ratio * Gamma`` instead of ``Gamma``: drift
@@ -274,6 +279,7 @@ class Policy:
     restart_tol: float = 0.1
     max_restarts: int = 3
     settle_max_s: float = 0.05
+    moving_max_s: float = 2.5
     gather_s: float = 0.0
     known_fabrics: int = 4
     rate_loss: float = 0.05
@@ -286,8 +292,9 @@ class Policy:
             raise MCCLError(f"clear_ratio must be in [0, 1], got {self.clear_ratio!r}")
         if self.min_dwell_s < 0 or self.time_limit_s <= 0 or self.min_gain < 0:
             raise MCCLError("min_dwell_s and min_gain must be >= 0 and time_limit_s > 0")
-        if self.restart_tol <= 0 or self.max_restarts < 0 or self.settle_max_s < 0 or self.gather_s < 0:
-            raise MCCLError("restart_tol must be > 0, max_restarts, settle_max_s and gather_s >= 0")
+        if self.restart_tol <= 0 or self.max_restarts < 0 or self.settle_max_s < 0 or self.gather_s < 0 \
+                or not self.moving_max_s >= 0:
+            raise MCCLError("restart_tol must be > 0, max_restarts, settle_max_s, moving_max_s and gather_s >= 0")
         if not (isinstance(self.capacity_digits, int) and self.capacity_digits >= 0):
             raise MCCLError(f"capacity_digits must be an int >= 0 (0 keeps the estimates' digits), "
                             f"got {self.capacity_digits!r}")
@@ -309,6 +316,8 @@ class _Job:
     warm_capacity: np.ndarray | None = None  # the warm schedule's synthesis capacities, to restore on
     result: JobResult | None = None          # the finished result (profile lifted), kept while held
     held_since: float | None = None          # when the result was first held for a pending change
+    moving: np.ndarray | None = None         # links held for a rise still moving (EWMA), re-checked on release
+    replaces_held: bool = False              # started to replace a held version (:meth:`supersede_held`)
 
 
 @dataclass
@@ -330,6 +339,7 @@ class Collective:
     restore_on: np.ndarray | None = None    # an AllToAll schedule without warm state: its synthesis capacities
     deferred: tuple[DriftReport | None, int] | None = None  # a superseded job's restart (trigger, restarts)
     flagged_since: float | None = None      # when Algorithm 1 flagged it, while its job waits (``gather_s``)
+    rising_since: float | None = None       # when its jobs began to be held for rises still moving
 
     @property
     def key(self) -> tuple[str, str]:
@@ -786,7 +796,9 @@ class ScheduleManager:
         if self._unsettled(now):
             coll.deferred = (job.trigger, job.restarts + 1)
             return []
-        return [self._start(coll, now, job.trigger, job.restarts + 1)]
+        event = self._start(coll, now, job.trigger, job.restarts + 1)
+        coll.job.replaces_held = job.replaces_held
+        return [event]
 
     def _finish(self, coll: Collective, job: _Job, now: float) -> Event | None:
         """Decide a finished job: ``held`` (kept in ``coll.job``; ``None`` once announced),
@@ -795,7 +807,7 @@ class ScheduleManager:
             try:
                 new, seconds, new_profile = job_result(job.future)
             except (MCCLError, BrokenExecutor) as exc:          # a synthesizer error, or a worker died
-                coll.last_decision_t = now
+                coll.last_decision_t, coll.rising_since = now, None
                 self.counters["failures"] += 1
                 return Event(now, coll.comm, coll.name, Action.FAILED, coll.version, {"error": str(exc)})
             job.result = (new, seconds, self.groups.lift(coll.gpus, new_profile))
@@ -812,13 +824,17 @@ class ScheduleManager:
         coll.last_decision_t = now
         if job.held_since is not None:
             detail["held_s"] = now - job.held_since
+        if job.moving is not None:
+            detail["rising"] = [[self.topo.links[a].src, self.topo.links[a].dst] for a in job.moving.tolist()]
         if not job.initial:
             m = self.store.measured()
             report = detect(m, coll.profile, self.policy.gamma)
             cur_rate, new_rate = _rate(m, coll.profile.loads), _rate(m, new_profile.loads)
             detail.update(max_delta=report.max_delta, rate_before=cur_rate, rate_after=new_rate)
             reason = None
-            outdated = self._outdated(coll, job, m, new_profile.loads)
+            outdated = self._outdated(coll, job, m, new_profile.loads) or self._rose_past(job, m)
+            if outdated is Outdated.CLEARED and job.replaces_held:
+                outdated = None           # the held version was built on a transient: only the gain decides
             if outdated is Outdated.CLEARED:
                 reason = "cleared"
             elif outdated is Outdated.SUPERSEDED:
@@ -827,6 +843,7 @@ class ScheduleManager:
                 return Event(now, coll.comm, coll.name, Action.SUPERSEDED, coll.version, detail)
             elif new_rate <= cur_rate * (1.0 + self.policy.min_gain):
                 reason = "no_gain"
+            coll.rising_since = None                          # decided: the next rise has its own bound
             if reason:
                 self.counters["aborted"] += 1
                 detail["reason"] = reason
@@ -842,12 +859,54 @@ class ScheduleManager:
 
     def _held_by(self, coll: Collective, job: _Job, new_profile: ScheduleProfile,
                  now: float) -> list[list[str]]:
-        """The pending links that hold a finished job back (:meth:`_changing_under`, on the
-        job's input and the new schedule); none once they are confirmed, or
-        ``settle_max_s`` after the hold began."""
-        if job.held_since is not None and now - job.held_since >= self.policy.settle_max_s:
-            return []
-        return self._changing_under(coll, job.capacity, new_profile.loads)
+        """The links that hold a finished job back: pending ones (:meth:`_changing_under`,
+        on the job's input and the new schedule; none once they are confirmed, or
+        ``settle_max_s`` after the hold began), and (EWMA at alpha 1) rises the job was
+        started on that are still moving (:meth:`_moving_under`), for at most
+        ``moving_max_s`` over the collective's jobs until one is decided (a restart on a
+        newer reading does not start the bound again)."""
+        held = self._changing_under(coll, job.capacity, new_profile.loads) \
+            if job.held_since is None or now - job.held_since < self.policy.settle_max_s else []
+        if coll.rising_since is None or now - coll.rising_since < self.policy.moving_max_s:
+            rising = self._moving_under(coll, job.capacity)
+            if rising.size:
+                coll.rising_since = now if coll.rising_since is None else coll.rising_since
+                job.moving = rising if job.moving is None else np.union1d(job.moving, rising)
+                held += [[self.topo.links[a].src, self.topo.links[a].dst] for a in rising.tolist()]
+        return held
+
+    def _moving_under(self, coll: Collective, capacity: np.ndarray) -> np.ndarray:
+        """The links of ``coll``'s fabric still moving after a rise
+        (:meth:`MeasurementStore.moving_links`) that ``capacity`` (a job's input) has more
+        than ``restart_tol`` above what the active version was built for, or, for a swing
+        after a recovery, more than ``restart_tol`` away from it: a synthesis on a partial
+        reading of a recovery is held, not published (docs/runtime.md, "Recoveries read in
+        steps").  A moving link the job saw at or below the active version's capacity
+        holds nothing, and nothing is held when the job saw a drop of more than
+        ``restart_tol`` on a link that is not moving (a ramp's step, confirmed by the
+        executor): a rise elsewhere (an NVSwitch link back from a stall) held a ramp's
+        step for 2.5 s."""
+        moving = self.store.moving_links()
+        if moving.size == 0 or coll.synth_capacity is None:
+            return moving[:0]
+        mine = self._mine(coll)
+        dropped = np.flatnonzero(mine & (capacity < (1.0 - self.policy.restart_tol) * coll.synth_capacity))
+        if np.setdiff1d(dropped, moving).size:
+            return moving[:0]                    # a settled drop is news: never held for a rise elsewhere
+        moving = moving[mine[moving]]
+        active, seen = coll.synth_capacity[moving], capacity[moving]
+        away = np.abs(seen - active) > self.policy.restart_tol * active
+        swing = np.isin(moving, self.store.moving_links(swings=True))
+        return moving[away & ((seen > active) | swing)]
+
+    def _rose_past(self, job: _Job, m: np.ndarray) -> Outdated | None:
+        """``SUPERSEDED`` when a link the job was held for (a rise still moving) settled
+        more than ``restart_tol`` from the job's input: it was built on a partial reading,
+        whatever its rate on the settled one (a recovery only raises it)."""
+        if job.moving is None or job.restarts >= self.policy.max_restarts:
+            return None
+        cap = job.capacity[job.moving]
+        return Outdated.SUPERSEDED if np.any(np.abs(m[job.moving] - cap) > self.policy.restart_tol * cap) else None
 
     def _changing_under(self, coll: Collective, capacity: np.ndarray, loads: np.ndarray,
                         pending_only: bool = True) -> list[list[str]]:
@@ -887,30 +946,40 @@ class ScheduleManager:
         although they still differ from what the held version was built for: every
         channel on them that was sampled in the ``recent_s`` before ``since`` has been
         sampled again since (:meth:`MeasurementStore.unheard_links`: the estimate is no
-        older than the hold), and they do not read as the version before it was built
-        for (a change that reverted, e.g. a stalled reading the held version was made for,
-        keeps the ranks on the version before until a newer one replaces the held one)."""
+        older than the hold), and either they do not read as the version before it was
+        built for, or the version before no longer fits the rest of the fabric.  A change
+        that reverted (a stalled reading the held version was made for) keeps the ranks on
+        the version before while that version still fits everything, until a newer version
+        replaces the held one; when the fabric moved elsewhere too (a ramp's step on the
+        NIC, the held version built on it and on another NIC's stall), neither version
+        fits, and the hold settles so that a job replaces both (docs/runtime.md, "Swap
+        holds on real executors")."""
         idx = np.array([self.topo.link_index(src, dst) for src, dst in links], dtype=np.int64)
         if np.isin(idx, self.store.unheard_links(since, recent_s)).any():
             return False
-        known = self.get(comm, name).known
-        if len(known) < 2:
+        coll = self.get(comm, name)
+        if len(coll.known) < 2:
             return True
-        before, m = known[1][0][idx], self.store.provisional()[idx]
-        return bool(np.any(np.abs(m - before) > self.policy.restart_tol * before))
+        before, m = coll.known[1][0], self.store.provisional()
+        if np.any(np.abs(m[idx] - before[idx]) > self.policy.restart_tol * before[idx]):
+            return True
+        mine = self.groups.links(coll.gpus)
+        return not _near(m[mine], before[mine], self.policy.restart_tol)
 
     def supersede_held(self, comm: str, name: str, now: float) -> Event | None:
         """A swap hold on the active version settled on a real change (:meth:`hold_settled`):
         the version was built on a partial picture, so a job starts now on the latest ``M``
         instead of the held version being released and the next one waiting for the dwell
-        time (docs/runtime.md, "Swap holds on real executors").  ``None`` when a job is
+        time (docs/runtime.md, "Swap holds on real executors").  The job is not ``cleared``
+        when the drift is gone under ``M`` (the held version, built on a transient, then
+        reads as fitting): only the gain over it decides.  ``None`` when a job is
         already running or waiting to restart; its event otherwise."""
         coll = self.get(comm, name)
         if not coll.dynamic or coll.job is not None or coll.deferred is not None:
             return None
         report = detect(self.store.measured(), coll.profile, self.policy.gamma) if coll.profile else None
         event = self._start(coll, now, report)
-        event.detail["held_version"] = True
+        event.detail["held_version"] = coll.job.replaces_held = True
         return event
 
     def superseding(self, comm: str, name: str, version: int) -> bool:

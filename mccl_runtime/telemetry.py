@@ -62,6 +62,7 @@ from .columns import KIND_CODES, ColumnBatch, check_fold_counts
 from .keyed import KeyedChannels
 from .telemetry_state import restore_store, store_to_dict
 from .level import LevelParams, LevelTracker, fold_levels
+from .rises import RiseTracker
 from .samples import (KINDS, REASONS, IngestReport, LinkMap, RejectedSample, Sample,
                       parse_sample)
 
@@ -101,6 +102,7 @@ class MeasurementStore:
         self.estimator = estimator
         self.level_params = level_params or LevelParams()
         self._trackers: dict[int, LevelTracker] = {}             # busy channel -> tracker (level mode)
+        self.rises = RiseTracker()                               # rises not settled yet (EWMA at alpha 1)
         self._rev: np.ndarray | None = None
         if max_ratio <= 1.0:
             raise TelemetryError(f"max_ratio must be > 1 (a sample may exceed nominal slightly), got {max_ratio!r}")
@@ -351,9 +353,15 @@ class MeasurementStore:
         if not len(c):
             return 0, 0
         if self.estimator == "ewma":
+            readings = self.alpha == 1.0                         # each sample a sender's reading
+            chans = c[np.r_[True, c[1:] != c[:-1]]] if readings else c
+            before = self.chan.value[chans] if readings else None   # a copy: fancy indexing
             applied, stale = self.chan.fold_ewma(c, y, t, self.alpha)
             if applied:
                 self._measured = None
+                if readings:
+                    self.rises.update(chans, before, self.chan.value[chans], self.chan.nominal[chans],
+                                      float(t.max()))
             return applied, stale
         chans, group, fresh = self.chan.split(c, t)
         c, y, t = c[fresh], y[fresh], t[fresh]
@@ -413,6 +421,18 @@ class MeasurementStore:
         pair_ch, pair_link = ch.incidence()
         links = np.concatenate([np.flatnonzero(waiting[:ch.num_links]), pair_link[waiting[pair_ch]]])
         return np.unique(links).astype(np.int64)
+
+    def moving_links(self, swings: bool = False) -> np.ndarray:
+        """Links of channels whose latest rise is not settled yet (EWMA at ``alpha`` 1,
+        where each sample is a sender's reading, :class:`~mccl_runtime.rises.RiseTracker`;
+        empty otherwise: a smaller ``alpha`` is its own smoothing, and in level mode
+        :meth:`pending_links` says it), sorted; ``swings``: only those moving by a drop
+        right after a recovery."""
+        out: set[int] = set()
+        for cid in self.rises.moving(self._now_seen):
+            if not swings or cid in self.rises.swings:
+                out.update(self.chan.links_of_pair(cid) if cid >= self.chan.num_links else (cid,))
+        return np.array(sorted(out), dtype=np.int64)
 
     def pending_links(self) -> np.ndarray:
         """Links whose estimate has an unconfirmed change (level mode; empty for EWMA)."""

@@ -43,6 +43,7 @@ def restore_store(store: "MeasurementStore", data: Mapping[str, Any]) -> None:
         chan = store.chan
         chan.clear()
         store._channels, store._trackers, store._layout = {}, {}, None
+        store.rises.moved_t.clear()
         store.keyed.reset()
         for a, value, t in direct:
             chan.value[a], chan.t[a] = value, t

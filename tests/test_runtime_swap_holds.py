@@ -107,6 +107,33 @@ def test_the_manager_settles_a_hold_on_a_fresh_reading_unless_the_change_reverte
     mgr.close()
 
 
+def test_a_reverted_hold_settles_when_the_version_before_no_longer_fits_elsewhere():
+    """A ramp on real ranks: v2 built on the NIC's drop, held because the drop it was
+    built on reverted (a stalled reading), while the fabric moved elsewhere (another
+    NIC's pair at 200): the version before fits no better, so the hold settles (a job
+    replaces both) instead of running one of them until ``hold_window_s``."""
+    from mccl_runtime.manager import ScheduleManager
+    from mccl_runtime.telemetry import MeasurementStore
+
+    store = MeasurementStore(TOPO, alpha=1.0, clock=lambda: 10.0)
+    mgr = ScheduleManager(store, PruningSynth(), Policy(min_dwell_s=0.0))
+    mgr.register("w", "ag", "allgather", now=0.0)
+    assert mgr.wait_idle(30.0)
+    mgr.step(1.0)
+    pair = {"kind": "pair", "src": "s0h0g0", "dst": "s0h1g0"}
+    store.ingest([{**pair, "gbps": 50.0, "t": 9.0}])
+    mgr.step(9.0)
+    assert mgr.wait_idle(30.0)
+    assert [e.action.value for e in mgr.step(9.1)] == ["published"]
+    store.ingest([{**pair, "gbps": 400.0, "t": 9.5}])                # reverted ...
+    held = mgr.swap_hold("w", "ag")
+    store.ingest([{**pair, "gbps": 399.0, "t": 9.7}])
+    assert not mgr.hold_settled("w", "ag", held, since=9.6, recent_s=1.0)      # v1 fits: keep it
+    store.ingest([{"kind": "pair", "src": "s0h0g1", "dst": "s0h1g1", "gbps": 200.0, "t": 9.8}])
+    assert mgr.hold_settled("w", "ag", held, since=9.6, recent_s=1.0)          # ... v1 no longer fits
+    mgr.close()
+
+
 def test_a_hold_settled_on_a_real_change_is_superseded_at_once_not_released():
     """A version built on a partial picture (one pair read low) is held when a second pair
     reads low; once a fresh reading confirms it, a job starts at once, within the dwell
