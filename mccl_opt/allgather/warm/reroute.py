@@ -36,7 +36,7 @@ from mccl_opt import anytime
 from mccl_opt.topology import Topology
 from .forest import SwitchPathTable, PhysicalForest, rebuilt, requantized, unit_loads
 
-__all__ = ["Rerouted", "reroute"]
+__all__ = ["Rerouted", "RerouteCostlier", "reroute", "predicted_seconds"]
 
 #: passes over the edges still crossing over-capacity links
 REROUTE_PASSES = 4
@@ -47,6 +47,21 @@ REROUTE_SLICE_WORK = 50_000
 MAKE_ROOM_CALLS = 32
 #: ... and blocked links each attempt tries to free
 FREE_TRIES = 32
+
+#: CPU seconds per candidate path of the first choice (the costliest measured: shared
+#: aggregation 2x8x8 after a two-way fault, 532k paths 0.08-0.09 s; 1e-8-4e-8 elsewhere) ...
+REROUTE_S_PER_PATH = 1.5e-7
+#: ... and per tree slot (trees x GPUs: copied and edited arrays; HPN 8x16 1009 x 128, 6-8 ms)
+REROUTE_S_PER_SLOT = 5e-8
+#: the cold solve's CPU seconds per entry ``k·n²`` of its packing, at least (the fuzz's
+#: K=10 states: 5e-7 shared aggregation 80 GPUs to 2e-6 HPN 128 GPUs)
+COLD_S_PER_ENTRY = 5e-7
+
+
+class RerouteCostlier(Exception):
+    """Raised by :func:`reroute` before its passes when their predicted cost exceeds the
+    cold solve's (:func:`predicted_seconds`): the warm route is declined, not this
+    guess (docs/allgather.md, *The warm start predicted costlier than cold*)."""
 
 
 @dataclass(frozen=True)
@@ -516,6 +531,10 @@ def reroute(forest: PhysicalForest, topo: Topology, cap_q: np.ndarray, k: int,
     paths = _candidate_paths(table, heads, topo.num_gpus)
 
     trees = forest.roots.size
+    reroute_s, cold_s = predicted_seconds(paths, cand_v, trees, k, topo.num_gpus)
+    if reroute_s > cold_s:
+        raise RerouteCostlier(f"rerouting {trees} previous trees is predicted at {reroute_s:.2g} s "
+                              f"CPU, a cold solve at {cold_s:.2g} s")
     # splits divide multiplicities (at most k·N trees) and memory caps the slots; a
     # first try leaves room for a quarter more trees, a second (same moves, as the
     # kernels are deterministic) runs only if those slots ran out
@@ -532,6 +551,18 @@ def reroute(forest: PhysicalForest, topo: Topology, cap_q: np.ndarray, k: int,
     new = rebuilt(forest, table, own(work.parent), own(work.via), own(work.mult),
                   own(work.roots), work.changed[:trees])
     return Rerouted(new, units.load / forest.k, moves, int(work.changed[:trees].sum()))
+
+
+def predicted_seconds(paths: Paths, cand_v: np.ndarray, trees: int, k: int, n: int
+                      ) -> tuple[float, float]:
+    """``(rerouting, cold)`` predicted CPU seconds: the passes' first choices weigh every
+    candidate path into each crossing edge's head (:data:`REROUTE_S_PER_PATH`) over
+    ``trees x n`` slots (:data:`REROUTE_S_PER_SLOT`); cold packs ``k`` trees per root
+    (:data:`COLD_S_PER_ENTRY` per ``k·n²``).  Rerouting's work scales with the previous
+    schedule and its damage, cold's with this state's budget."""
+    first = int((paths.into_start[cand_v + 1] - paths.into_start[cand_v]).sum())
+    return (first * REROUTE_S_PER_PATH + trees * n * REROUTE_S_PER_SLOT,
+            k * n * n * COLD_S_PER_ENTRY)
 
 
 def _edit(forest: PhysicalForest, paths: Paths, table: SwitchPathTable, units: Units,
