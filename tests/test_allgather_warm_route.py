@@ -264,7 +264,7 @@ HALVED = {("s0h0g0", "s0h0nvs"): 150.0, ("s0h0nvs", "s0h0g0"): 150.0}
 
 def test_a_warm_start_predicted_costlier_than_cold_is_declined_before_rerouting(monkeypatch):
     """Rerouting predicted costlier than this state's cold solve (here: cold predicted
-    free) declines the route before any rerouting pass runs; the schedule is cold's,
+    free, no floor) declines the route before any rerouting pass runs; the schedule is cold's,
     valid at cold's rate.  With the measured constants the same state is rerouted."""
     base = hpn(1, 2, 4)
     old = mo.solve_allgather(base, max_chunks=None)
@@ -275,6 +275,7 @@ def test_a_warm_start_predicted_costlier_than_cold_is_declined_before_rerouting(
     passes = []
     monkeypatch.setattr(reroute_mod, "_edit", lambda *args: passes.append(1))
     monkeypatch.setattr(reroute_mod, "COLD_S_PER_ENTRY", 0.0)
+    monkeypatch.setattr(reroute_mod, "REROUTE_FLOOR_S", 0.0)
     warm = mo.solve_allgather(topo, warm=old, max_chunks=None)
     assert passes == []
     assert warm.stats["warm_route"] == "declined" and warm.report.warm is WarmUse.DECLINED

@@ -62,6 +62,8 @@ COLD_S_PER_ENTRY = 5e-7
 #: measured in CPU seconds between slices): a warm solve declined past it costs at most
 #: about 1.5 x cold
 REROUTE_COLD_SHARE = 0.5
+#: ... or this (s) on small fabrics, where the warm target's 20 ms floor leaves room
+REROUTE_FLOOR_S = 0.005
 
 
 class RerouteCostlier(Exception):
@@ -539,10 +541,11 @@ def reroute(forest: PhysicalForest, topo: Topology, cap_q: np.ndarray, k: int,
 
     trees = forest.roots.size
     reroute_s, cold_s = predicted_seconds(paths, cand_v, trees, k, topo.num_gpus)
-    if reroute_s > REROUTE_COLD_SHARE * cold_s:
+    cap_s = max(REROUTE_FLOOR_S, REROUTE_COLD_SHARE * cold_s)
+    if reroute_s > cap_s:
         raise RerouteCostlier(f"rerouting {trees} previous trees is predicted at {reroute_s:.2g} s "
                               f"CPU, a cold solve at {cold_s:.2g} s")
-    cpu_by = time.thread_time() + REROUTE_COLD_SHARE * cold_s
+    cpu_by = time.thread_time() + cap_s
     # splits divide multiplicities (at most k·N trees) and memory caps the slots; a
     # first try leaves room for a quarter more trees, a second (same moves, as the
     # kernels are deterministic) runs only if those slots ran out
@@ -613,7 +616,7 @@ def _pass(work: Trees, trees: int, paths: Paths, units: Units, cand_t: np.ndarra
         anytime.check("ForestColl-warm: rerouting")
         if time.thread_time() > cpu_by:
             raise RerouteCostlier(f"rerouting passed {REROUTE_COLD_SHARE:g} x the predicted cold "
-                                  "solve's CPU seconds")
+                                  f"solve's CPU seconds (at least {REROUTE_FLOOR_S:g} s)")
         trees, done, first, room_calls, _ = _reroute_edges(
             work, trees, paths, units, cand_t, cand_v, first, room_calls, REROUTE_SLICE_WORK)
         moves += done
