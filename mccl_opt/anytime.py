@@ -35,7 +35,7 @@ from .errors import SolveError
 from .kernel_time import thread_kernel_seconds
 
 __all__ = ["Anytime", "TimeLimitReached", "limited", "check", "check_room", "offer",
-           "limit_left", "time_left", "lp_time_limit", "give_up", "run_out", "cpu_share", "stage",
+           "limit_left", "time_left", "lp_time_limit", "give_up", "run_out", "cpu_share", "share_since", "stage",
            "current"]
 
 #: :func:`cpu_share` is 1 until the solve has run this long (too short to measure a share)
@@ -180,12 +180,18 @@ def cpu_share() -> float:
         if not limit.is_stage:
             outer = limit
         limit = limit.parent
-    if outer is None:
-        return 1.0
-    wall = time.perf_counter() - outer._began[0]
+    return 1.0 if outer is None else share_since(outer._began)
+
+
+def share_since(began: tuple[float, float]) -> float:
+    """The share of wall-clock time this thread has been on the CPU since ``began``
+    (``(time.perf_counter(), time.thread_time())`` readings; before
+    :data:`_SHARE_AFTER_S` the load average's estimate, :func:`_load_share`; at least
+    :data:`_SHARE_MIN`)."""
+    wall = time.perf_counter() - began[0]
     if wall < _SHARE_AFTER_S:
         return _load_share()
-    return min(1.0, max(_SHARE_MIN, (time.thread_time() - outer._began[1]) / wall))
+    return min(1.0, max(_SHARE_MIN, (time.thread_time() - began[1]) / wall))
 
 
 def _load_share() -> float:

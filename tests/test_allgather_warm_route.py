@@ -25,7 +25,7 @@ from instances import hpn
 from instances.aggregation import leaf_spine, multi_spine, shared_aggregation, superpod
 from mccl_opt import anytime
 from mccl_opt.allgather import chain, solve as ag_solve
-from mccl_opt.allgather.warm import certify, route as warm_route
+from mccl_opt.allgather.warm import certify, reroute as reroute_mod, route as warm_route
 from mccl_opt.report import Method, SolveReport, WarmUse
 
 from .oracle_allgather import check_schedule
@@ -256,3 +256,41 @@ def test_a_costly_cold_time_does_not_size_the_allowance_on_a_balanced_fabric():
     mo.validate(base, warm)
     assert warm.rate_gbps == pytest.approx(mo.solve_allgather(base, max_chunks=None).rate_gbps,
                                            rel=1e-9)
+
+
+#: a two-way NVLink halving on HPN 1x2x4 whose warm solve reroutes the previous trees
+HALVED = {("s0h0g0", "s0h0nvs"): 150.0, ("s0h0nvs", "s0h0g0"): 150.0}
+
+
+def test_a_warm_start_predicted_costlier_than_cold_is_declined_before_rerouting(monkeypatch):
+    """Rerouting predicted costlier than this state's cold solve (here: cold predicted
+    free, no floor) declines the route before any rerouting pass runs; the schedule is cold's,
+    valid at cold's rate.  With the measured constants the same state is rerouted."""
+    base = hpn(1, 2, 4)
+    old = mo.solve_allgather(base, max_chunks=None)
+    topo = base.with_capacity(HALVED)
+    cold = mo.solve_allgather(topo, max_chunks=None)
+    warm = mo.solve_allgather(topo, warm=old, max_chunks=None)
+    assert warm.stats["warm_route"] == "warm" and warm.stats["reroute"] == "done"
+    passes = []
+    monkeypatch.setattr(reroute_mod, "_edit", lambda *args: passes.append(1))
+    monkeypatch.setattr(reroute_mod, "COLD_S_PER_ENTRY", 0.0)
+    monkeypatch.setattr(reroute_mod, "REROUTE_FLOOR_S", 0.0)
+    warm = mo.solve_allgather(topo, warm=old, max_chunks=None)
+    assert passes == []
+    assert warm.stats["warm_route"] == "declined" and warm.report.warm is WarmUse.DECLINED
+    assert warm.stats["warm_declined"].startswith("rerouting")
+    assert warm.rate_gbps == pytest.approx(cold.rate_gbps, rel=1e-9)
+    check_schedule(topo, warm)
+
+
+def test_the_allowance_left_in_cpu_seconds_follows_the_cpu_share():
+    """A predicted cost in CPU seconds meets the allowance in CPU seconds: a route that
+    has had no CPU over its wall time (a loaded machine) has a tenth of its wall
+    allowance left in CPU seconds, not all of it."""
+    now = (time.perf_counter() - 1.0, time.thread_time())        # 1 s wall, no CPU
+    loaded = warm_route.WarmRoute(None, 0.2, 0.2, began=now)
+    assert loaded.cpu_left() == pytest.approx(0.2 * anytime._SHARE_MIN)
+    busy = warm_route.WarmRoute(None, 0.2, 0.2, began=(time.perf_counter() - 0.05,
+                                                        time.thread_time() - 0.05))
+    assert busy.cpu_left() == pytest.approx(0.2, rel=0.2)

@@ -46,7 +46,9 @@ class Run:
     """One ``solve_allgather`` call.  ``prev``: the previous schedule (``None`` cold);
     ``cuts``: cut bounds shared by the warm guesses; ``failed_target``: the ``(k, y)``
     a reroute already failed to reach (it would fail again); ``reroute``: the last
-    reroute's outcome; ``stats``: the schedule's JSON view, filled as phases run."""
+    reroute's outcome; ``phase_one``: the exact Phase 1 a warm guess ran (cold's own:
+    reused when the solve goes on cold); ``stats``: the schedule's JSON view, filled
+    as phases run."""
 
     topo: Topology
     max_chunks: int | None
@@ -56,6 +58,7 @@ class Run:
     cuts: CutBounds | None = None
     failed_target: tuple[int, Fraction] | None = None
     reroute: RerouteOutcome | None = None
+    phase_one: PhaseOneResult | None = None
 
     @classmethod
     def start(cls, topo: Topology, warm: Schedule | None, max_chunks: int | None) -> "Run":

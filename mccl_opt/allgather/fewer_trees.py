@@ -17,7 +17,8 @@ columns), kept only when they are fewer and reach the rate within :data:`RATE_TO
 It is solved only when it pays (:func:`master_pays`: more trees than rows, or cheap
 against the solve), and on a warm solve that reuses the previous trees first the
 previous schedule's own trees are tried (one load sum), then the master as a warm step
-within the allowance (not started where its estimate exceeds what is left).
+within the allowance (not started where its estimate, CPU seconds, exceeds what is
+left in CPU seconds: :meth:`.warm.route.WarmRoute.cpu_left`).
 The warm state stays ForestColl's (its kept trees in units of ``1/k``): a warm solve of
 the same state reuses them as before (with the master's columns as warm state the route
 was declined, cold's time).
@@ -67,7 +68,8 @@ def fewer_trees(topo: Topology, sched: Schedule | None, max_chunks: int | None,
     rate (:func:`_previous_trees`, no LP), else those of a basic optimum of the tree
     master over ``sched``'s own trees (:func:`_reweighted_once`); on a warm ``route``
     whose trees ``sched`` reuses, the master is a warm step within the allowance left,
-    not started when its estimate (:func:`master_seconds`) exceeds what is left.
+    not started when its estimate (:func:`master_seconds`, CPU s) exceeds what is left
+    (:meth:`.warm.route.WarmRoute.cpu_left`, CPU s).
     ``sched`` itself otherwise: with a chunk limit, past the allowance, or when the master
     does not pay (:func:`master_pays`)."""
     if sched is None or max_chunks is not None:
@@ -77,7 +79,7 @@ def fewer_trees(topo: Topology, sched: Schedule | None, max_chunks: int | None,
         return reused or sched
     if route is None or not route.active or sched.report.warm in (WarmUse.COLD, WarmUse.DECLINED):
         return _reweighted_once(topo, sched, backend)
-    if master_seconds(topo, len(sched.chunks)) > route.allowance:
+    if master_seconds(topo, len(sched.chunks)) > route.cpu_left():
         return sched                         # it would not fit: the allowance is not spent
     return route.attempt("the re-weighting to fewer trees", Method.FORESTCOLL,
                          lambda _: _reweighted_once(topo, sched, backend), lambda: sched)

@@ -265,7 +265,7 @@ def _forestcoll(topo: Topology, route: WarmRoute, backend: str, max_chunks: int 
         carry_on_cold()
 
     anytime.check("ForestColl: before Phase 1")
-    budget = phase_one_budget(topo, max_chunks, run.stats, run.hint_cuts, run.cuts)
+    budget = phase_one_budget(topo, max_chunks, run.stats, run.hint_cuts, run.cuts, run.phase_one)
     many = max_chunks is None and budget.k > EXACT_TREES_LIMIT
     own_seeded = not scaled and topo.num_gpus <= SEEDED_GENERAL_MAX_GPUS
     costly = max_chunks is None and not (lossy_balance or step_aware) and \

@@ -103,15 +103,17 @@ class Budget:
 
 def phase_one_budget(topo: Topology, max_chunks: int | None, stats: dict[str, Any],
                      hint_cuts: list[np.ndarray] | None = None,
-                     cuts: CutBounds | None = None) -> Budget:
+                     cuts: CutBounds | None = None, p1: PhaseOneResult | None = None) -> Budget:
     """Phase 1 (exact optimum, §4.3) and the chunk budget; ``cuts``: the cut bounds of
-    the warm guesses on the same capacities."""
-    progress.update("AllGather phase 1: exact optimum (max-flow)")
-    t = time.perf_counter()
+    the warm guesses on the same capacities; ``p1``: this fabric's exact Phase 1 when
+    a warm guess already ran it (not run again)."""
     fab, quantum = fabric_of(topo)
-    p1 = optimal_rate(fab, hint_cuts)
-    stats["phase1_s"] = time.perf_counter() - t
-    stats["phase1_maxflows"] = p1.maxflow_calls
+    if p1 is None:
+        progress.update("AllGather phase 1: exact optimum (max-flow)")
+        t = time.perf_counter()
+        p1 = optimal_rate(fab, hint_cuts)
+        stats["phase1_s"] = time.perf_counter() - t
+        stats["phase1_maxflows"] = p1.maxflow_calls
 
     progress.update("AllGather: chunk budget")
     t = time.perf_counter()

@@ -100,7 +100,7 @@ def warm_budget(run: Run) -> Schedule | None:
     than a packing from 256 GPUs on.)"""
     t = time.perf_counter()
     fab, quantum = run.cuts.fab, quantum_for(run.topo.arrays.capacity)
-    p1 = optimal_rate(fab, run.hint_cuts)
+    p1 = run.phase_one = optimal_rate(fab, run.hint_cuts)
     run.stats["phase1_s"] = time.perf_counter() - t
     run.stats["phase1_maxflows"] = p1.maxflow_calls
     t = time.perf_counter()

@@ -29,6 +29,8 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import NamedTuple
 
+import time
+
 import numpy as np
 from numba import njit
 
@@ -36,7 +38,7 @@ from mccl_opt import anytime
 from mccl_opt.topology import Topology
 from .forest import SwitchPathTable, PhysicalForest, rebuilt, requantized, unit_loads
 
-__all__ = ["Rerouted", "reroute"]
+__all__ = ["Rerouted", "RerouteCostlier", "reroute", "predicted_seconds"]
 
 #: passes over the edges still crossing over-capacity links
 REROUTE_PASSES = 4
@@ -47,6 +49,28 @@ REROUTE_SLICE_WORK = 50_000
 MAKE_ROOM_CALLS = 32
 #: ... and blocked links each attempt tries to free
 FREE_TRIES = 32
+
+#: CPU seconds per candidate path of the first choice (the costliest measured: shared
+#: aggregation 2x8x8 after a two-way fault, 532k paths 0.08-0.09 s; 1e-8-4e-8 elsewhere) ...
+REROUTE_S_PER_PATH = 1.5e-7
+#: ... and per tree slot (trees x GPUs: copied and edited arrays; HPN 8x16 1009 x 128, 6-8 ms)
+REROUTE_S_PER_SLOT = 5e-8
+#: the cold solve's CPU seconds per entry ``k·n²`` of its packing, at least (the fuzz's
+#: K=10 states: 5e-7 shared aggregation 80 GPUs to 2e-6 HPN 128 GPUs)
+COLD_S_PER_ENTRY = 5e-7
+#: rerouting may take at most this share of the predicted cold solve (predicted, then
+#: measured in CPU seconds between slices): a warm solve declined past it costs at most
+#: about 1.5 x cold
+REROUTE_COLD_SHARE = 0.5
+#: ... or this (s) on small fabrics, where the warm target's 20 ms floor leaves room
+REROUTE_FLOOR_S = 0.005
+
+
+class RerouteCostlier(Exception):
+    """Raised by :func:`reroute` before its passes when their predicted cost exceeds
+    :data:`REROUTE_COLD_SHARE` of the cold solve's (:func:`predicted_seconds`), or
+    between slices once their CPU seconds do: the warm route is declined, not this
+    guess (docs/allgather.md, *The warm start predicted costlier than cold*)."""
 
 
 @dataclass(frozen=True)
@@ -516,13 +540,20 @@ def reroute(forest: PhysicalForest, topo: Topology, cap_q: np.ndarray, k: int,
     paths = _candidate_paths(table, heads, topo.num_gpus)
 
     trees = forest.roots.size
+    reroute_s, cold_s = predicted_seconds(paths, cand_v, trees, k, topo.num_gpus)
+    cap_s = max(REROUTE_FLOOR_S, REROUTE_COLD_SHARE * cold_s)
+    if reroute_s > cap_s:
+        raise RerouteCostlier(f"rerouting {trees} previous trees is predicted at {reroute_s:.2g} s "
+                              f"CPU, a cold solve at {cold_s:.2g} s")
+    cpu_by = time.thread_time() + cap_s
     # splits divide multiplicities (at most k·N trees) and memory caps the slots; a
     # first try leaves room for a quarter more trees, a second (same moves, as the
     # kernels are deterministic) runs only if those slots ran out
     most = min(forest.k * topo.num_gpus, 2 * trees + 4 * topo.num_gpus)
     for slots in sorted({min(most, trees + max(64, trees // 4)), most}):
         units = Units(load.copy(), cap)
-        work, trees, moves = _edit(forest, paths, table, units, cand_t, cand_v, heads, slots)
+        work, trees, moves = _edit(forest, paths, table, units, cand_t, cand_v, heads, slots,
+                                   cpu_by)
         if trees >= 0:
             break
     if trees < 0 or (units.load > cap).any():
@@ -534,12 +565,25 @@ def reroute(forest: PhysicalForest, topo: Topology, cap_q: np.ndarray, k: int,
     return Rerouted(new, units.load / forest.k, moves, int(work.changed[:trees].sum()))
 
 
+def predicted_seconds(paths: Paths, cand_v: np.ndarray, trees: int, k: int, n: int
+                      ) -> tuple[float, float]:
+    """``(rerouting, cold)`` predicted CPU seconds: the passes' first choices weigh every
+    candidate path into each crossing edge's head (:data:`REROUTE_S_PER_PATH`) over
+    ``trees x n`` slots (:data:`REROUTE_S_PER_SLOT`); cold packs ``k`` trees per root
+    (:data:`COLD_S_PER_ENTRY` per ``k·n²``).  Rerouting's work scales with the previous
+    schedule and its damage, cold's with this state's budget."""
+    first = int((paths.into_start[cand_v + 1] - paths.into_start[cand_v]).sum())
+    return (first * REROUTE_S_PER_PATH + trees * n * REROUTE_S_PER_SLOT,
+            k * n * n * COLD_S_PER_ENTRY)
+
+
 def _edit(forest: PhysicalForest, paths: Paths, table: SwitchPathTable, units: Units,
           cand_t: np.ndarray, cand_v: np.ndarray, heads: np.ndarray,
-          slots: int) -> tuple[Trees, int, int]:
+          slots: int, cpu_by: float) -> tuple[Trees, int, int]:
     """The passes of :func:`_reroute_edges` on a copy of ``forest`` with room for
-    ``slots`` trees: ``(trees, tree count, moves)``, the count ``-1`` when the slots
-    ran out; ``units.load`` is updated."""
+    ``slots`` trees, until this thread's CPU clock reaches ``cpu_by`` (then
+    :class:`RerouteCostlier`): ``(trees, tree count, moves)``, the count ``-1`` when
+    the slots ran out; ``units.load`` is updated."""
     trees = forest.roots.size
     n = forest.parent.shape[1]
     work = Trees(np.empty((slots, n), np.int32), np.empty((slots, n), np.int32),
@@ -548,7 +592,7 @@ def _edit(forest: PhysicalForest, paths: Paths, table: SwitchPathTable, units: U
     work.mult[:trees], work.roots[:trees] = forest.mults, forest.roots
     moves = 0
     for _ in range(REROUTE_PASSES):     # a later pass finds room earlier moves made
-        trees, done = _pass(work, trees, paths, units, cand_t, cand_v)
+        trees, done = _pass(work, trees, paths, units, cand_t, cand_v, cpu_by)
         moves += done
         over = units.load > units.cap
         if trees < 0 or done == 0 or not over.any():
@@ -560,15 +604,19 @@ def _edit(forest: PhysicalForest, paths: Paths, table: SwitchPathTable, units: U
 
 
 def _pass(work: Trees, trees: int, paths: Paths, units: Units, cand_t: np.ndarray,
-          cand_v: np.ndarray) -> tuple[int, int]:
+          cand_v: np.ndarray, cpu_by: float) -> tuple[int, int]:
     """One pass of :func:`_reroute_edges` over the candidates, in slices of
     :data:`REROUTE_SLICE_WORK` candidate paths with the clock checked before each
     (:func:`mccl_opt.anytime.check`): a warm stage's allowance passing abandons the
     rerouting within one slice, where one compiled pass ran up to ~1 s past it
-    (docs/allgather.md, *Warm never slower than cold*).  Returns ``(trees, moves)``."""
+    (docs/allgather.md, *Warm never slower than cold*), and :class:`RerouteCostlier`
+    once this thread's CPU clock passes ``cpu_by``.  Returns ``(trees, moves)``."""
     first, room_calls, moves = 0, MAKE_ROOM_CALLS, 0
     while first < cand_t.size and trees >= 0:
         anytime.check("ForestColl-warm: rerouting")
+        if time.thread_time() > cpu_by:
+            raise RerouteCostlier(f"rerouting passed {REROUTE_COLD_SHARE:g} x the predicted cold "
+                                  f"solve's CPU seconds (at least {REROUTE_FLOOR_S:g} s)")
         trees, done, first, room_calls, _ = _reroute_edges(
             work, trees, paths, units, cand_t, cand_v, first, room_calls, REROUTE_SLICE_WORK)
         moves += done

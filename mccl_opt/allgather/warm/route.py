@@ -16,7 +16,11 @@ that overran is redone cold and every later step runs cold; what the warm attemp
 offered (:func:`mccl_opt.anytime.offer`) stays the incumbent of a time limit.  So a
 warm solve costs at most a cold solve plus the allowance (and one compiled kernel call
 overrunning it), and at ``max_chunks=None`` reaches cold's rate: every warm step is
-certified optimal or replaced by the cold step.
+certified optimal or replaced by the cold step.  A warm step that predicts itself
+costlier than this state's cold solve (:class:`.reroute.RerouteCostlier`) declines the
+route before doing that work; a predicted cost in CPU seconds is compared with the
+allowance left in CPU seconds (:meth:`WarmRoute.cpu_left`: wall seconds times the
+solve's CPU share).
 
 The general method is warm-started only from its own previous columns
 (:meth:`WarmRoute.general_warm`): seeding its column generation with ForestColl's
@@ -26,7 +30,7 @@ trees (thousands of unit trees) made the first master LP slower than a cold star
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 from typing import Callable, TypeVar
 
@@ -39,6 +43,7 @@ from mccl_opt.topology import Topology
 from ..fabric import fabric_of, switches_balanced
 from ..forestcoll.throughput import optimal_rate
 from .kept import AllGatherWarmState
+from .reroute import RerouteCostlier
 
 __all__ = ["WARM_SHARE", "WARM_FLOOR_S", "RouteTaken", "WarmRoute", "warm_allowance_s"]
 
@@ -107,6 +112,8 @@ class WarmRoute:
     reason: str | None = None
     used: float = 0.0
     given: Schedule | None = None
+    began: tuple[float, float] = field(
+        default_factory=lambda: (time.perf_counter(), time.thread_time()), repr=False)
 
     @classmethod
     def plan(cls, topo: Topology, warm: Schedule | None) -> "WarmRoute":
@@ -152,16 +159,26 @@ class WarmRoute:
         if self.warm is None:
             return cold_step()
         t, k0 = time.perf_counter(), thread_kernel_seconds()
-        result, expired = anytime.stage(self.allowance, lambda: warm_step(self.warm))
+        try:
+            result, expired = anytime.stage(self.allowance, lambda: warm_step(self.warm))
+        except RerouteCostlier as costlier:
+            result, expired = None, str(costlier)
         took = time.perf_counter() - t
         self.used += took - (thread_kernel_seconds() - k0)
         self.allowance = max(0.0, self.total - self.used)
         if not expired:
             return result                 # type: ignore[return-value]
-        self.decline(f"the warm allowance of {self.total:.3g} s was spent in {step}")
+        self.decline(expired if isinstance(expired, str) else
+                     f"the warm allowance of {self.total:.3g} s was spent in {step}")
         if attempts is not None:
             attempts.append(Attempt(method, took, f"declined: {self.reason}"))
         return cold_step()
+
+    def cpu_left(self) -> float:
+        """The allowance left in CPU seconds: wall seconds times the share of wall time
+        this solve has had the CPU since the route was planned
+        (:func:`mccl_opt.anytime.share_since`), the unit of a step's predicted cost."""
+        return self.allowance * anytime.share_since(self.began)
 
     def decline(self, reason: str) -> None:
         """Run every later step cold, saying why (the first reason is kept)."""
