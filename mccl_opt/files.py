@@ -16,6 +16,10 @@ allow); :func:`write_json` writes compact JSON, compressed when the
 file name ends in ``.gz``.
 :func:`check_output_path` refuses an output file that cannot be written before any
 work starts.
+
+Longer than ~400 lines on purpose: every bound on a file the project reads or writes
+(size, parse cost, depth, digits, duplicate keys, atomic writes) sits in one place, so
+a reader is checked against all of them.
 """
 
 from __future__ import annotations

@@ -29,6 +29,10 @@ forwarding-only schedule and switch removal can fail, so the chain is:
    (:func:`.general.restriction_seed.balanced_seed`).
 
 The general method never fails on a connected fabric with positive capacities.
+
+Longer than ~400 lines on purpose: the chain is one decision procedure read top to
+bottom (which method, in which order, kept when), its stages sharing one :class:`Trail`
+of offers; splitting the restriction stages into their own module is the next step.
 """
 
 from __future__ import annotations

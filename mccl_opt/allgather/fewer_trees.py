@@ -91,13 +91,13 @@ def master_pays(topo: Topology, sched: Schedule) -> bool:
     optimum surely has fewer (shared aggregation 2x2x8 one way: 2165 trees, 192 rows ->
     123); with fewer, only when its estimated cost (:data:`MASTER_S_PER_ENTRY` per
     column x row) is at most :data:`MASTER_FLOOR_S` or :data:`MASTER_SHARE` of the
-    solve's ``stats["total_s"]`` (HPN 2x8x8 Fail1: 258 trees of 0.03 s ForestColl, the
+    solve's seconds (its report's; HPN 2x8x8 Fail1: 258 trees of 0.03 s ForestColl, the
     master ~0.06 s for 258 -> 129, not solved; HPN 2x4x8 Fail2: 151 -> 73 for ~0.02 s of
     a 0.15 s solve, solved; docs/allgather.md "When the re-weighting pays")."""
     trees, rows = len(sched.chunks), topo.num_gpus + topo.num_links
     if trees * rows > VERTEX_LP_MAX_SIZE:
         return False
-    solve = float(sched.stats.get("total_s", 0.0))
+    solve = sched.seconds or 0.0
     return trees > rows or master_seconds(topo, trees) <= max(MASTER_FLOOR_S, MASTER_SHARE * solve)
 
 

@@ -20,6 +20,9 @@ Every schedule carries a typed :class:`~mccl_opt.report.SolveReport`: the method
 the solve ended, the bound, the warm use (``declined`` when a warm start was given but
 the schedule is cold's) and the methods tried with their times; ``stats["warm_route"]``
 names the route taken (:class:`.warm.route.RouteTaken`).
+
+Longer than ~400 lines on purpose: the public entry point's argument checks, the
+warm route and the chain are one call read top to bottom (the steps above).
 """
 
 from __future__ import annotations

@@ -4,6 +4,10 @@ the warm certificates (:mod:`~mccl_opt.allgather.warm.previous.certify`) and ste
 Phase 1 and the chunk budget (:func:`phase_one_budget`), switch balancing
 (:func:`balanced_split`), Phase 2 switch removal and Phase 3 packing (:func:`pack`).
 Each returns a typed result; ``stats`` only receives the JSON view (timings, names).
+
+Longer than ~400 lines on purpose: the three phases hand typed results to each other,
+and the packing's order of fallbacks (repair, guarded split, few-trees, rail-first,
+greedy) with their search caps reads as one sequence.
 """
 
 from __future__ import annotations
