@@ -77,11 +77,8 @@ def test_a_hold_outlasts_settle_max_until_the_held_links_are_measured_again():
     assert holds.turn(mgr, 3.01) == [("w", "ag", 4, [])]     # window_s: released whatever was heard
 
 
-def test_the_manager_settles_a_hold_on_a_fresh_reading_unless_the_change_reverted():
-    """``hold_settled``: not while a link's channel sampled before the hold has not been
-    sampled since; once it has, yes if the links still differ from the version before's
-    capacities (a real change), no if they read as that version was built for (the held
-    version was made for a transient: the ranks keep the version before)."""
+def _v2_published_for_a_drop():
+    """A manager whose v2 was published for a drop of pair ``s0h0g0 -> s0h1g0`` to 50."""
     from mccl_runtime.manager import ScheduleManager
     from mccl_runtime.telemetry import MeasurementStore
 
@@ -95,6 +92,15 @@ def test_the_manager_settles_a_hold_on_a_fresh_reading_unless_the_change_reverte
     mgr.step(9.0)
     assert mgr.wait_idle(30.0)
     assert [e.action.value for e in mgr.step(9.1)] == ["published"]
+    return store, mgr, pair
+
+
+def test_the_manager_settles_a_hold_on_a_fresh_reading_unless_the_change_reverted():
+    """``hold_settled``: not while a link's channel sampled before the hold has not been
+    sampled since; once it has, yes if the links still differ from the version before's
+    capacities (a real change), no if they read as that version was built for (the held
+    version was made for a transient: the ranks keep the version before)."""
+    store, mgr, pair = _v2_published_for_a_drop()
     assert mgr.swap_hold("w", "ag") == []
     store.ingest([{**pair, "gbps": 400.0, "t": 9.5}])                # ... it reverted
     held = mgr.swap_hold("w", "ag")
@@ -112,19 +118,7 @@ def test_a_reverted_hold_settles_when_the_version_before_no_longer_fits_elsewher
     built on reverted (a stalled reading), while the fabric moved elsewhere (another
     NIC's pair at 200): the version before fits no better, so the hold settles (a job
     replaces both) instead of running one of them until ``hold_window_s``."""
-    from mccl_runtime.manager import ScheduleManager
-    from mccl_runtime.telemetry import MeasurementStore
-
-    store = MeasurementStore(TOPO, alpha=1.0, clock=lambda: 10.0)
-    mgr = ScheduleManager(store, PruningSynth(), Policy(min_dwell_s=0.0))
-    mgr.register("w", "ag", "allgather", now=0.0)
-    assert mgr.wait_idle(30.0)
-    mgr.step(1.0)
-    pair = {"kind": "pair", "src": "s0h0g0", "dst": "s0h1g0"}
-    store.ingest([{**pair, "gbps": 50.0, "t": 9.0}])
-    mgr.step(9.0)
-    assert mgr.wait_idle(30.0)
-    assert [e.action.value for e in mgr.step(9.1)] == ["published"]
+    store, mgr, pair = _v2_published_for_a_drop()
     store.ingest([{**pair, "gbps": 400.0, "t": 9.5}])                # reverted ...
     held = mgr.swap_hold("w", "ag")
     store.ingest([{**pair, "gbps": 399.0, "t": 9.7}])
