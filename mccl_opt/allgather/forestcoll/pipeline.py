@@ -31,7 +31,8 @@ from .packing.few_trees import FEW_TREES_CHEAP_ENTRIES, few_trees_on_splits
 from ..fabric import fabric_of
 from .packing.growth_order import RAIL_FIRST_MIN_RANKS
 from .packing.scaled import PLAIN_FIRST_ENTRIES, SCALED_MIN_K, many_trees_pack, plain_pack
-from .removal.splitting import LogicalGraph, SplitGraph, balance_switches, split_all
+from .removal.balancing import balance_switches
+from .removal.splitting import LogicalGraph, SplitGraph, split_all
 from .removal.guarded_spread import guarded_spread
 from .removal.spread import spread_split
 from .throughput import Fabric, PhaseOneResult, optimal_rate
