@@ -6,9 +6,9 @@ logical GPU-to-GPU links, each with integer units and the physical switch path(s
 rides on (:class:`LogicalGraph`).  Splitting ``α`` units off ``u -> w -> t`` turns them
 into ``α`` units of a logical link ``u -> t``.
 
-* **Balance.**  Splitting needs a switch's in- and out-units equal; a switch with more
-  in- than out-units (one-directional degradations) gives up the excess on its in-links
-  (or out-links), each reduction as large as the rooted cut condition allows.
+* **Balance** (:mod:`.balancing`, before splitting).  Splitting needs a switch's in- and
+  out-units equal; reductions within the rooted cut condition's slack
+  (:func:`cut_slack`) make them so.
 * **Spread proposal** (default, cheap; in arrays, :mod:`.spread`): each switch is split
   like a transportation problem whose pair amounts start from the proportional share
   ``a_u b_t / (C - b_u)``, so every GPU gets logical links to all its switch peers
