@@ -89,11 +89,16 @@ def _cut_condition_by_enumeration(g: SplitGraph) -> bool:
     return True
 
 
-@pytest.mark.parametrize("seed", range(7, 400, 31))
+# random_split seeds whose fabric has an unbalanced switch and admits k trees per root;
+# on the last eight, reductions planned without the slack checks break a cut
+ADMITTED_UNBALANCED = (409, 429, 446, 576, 452, 691, 494, 584, 591, 684, 712, 811)
+
+
+@pytest.mark.parametrize("seed", ADMITTED_UNBALANCED)
 def test_balancing_only_reduces_switch_links_and_success_is_proved_by_every_cut(seed):
     g, _ = random_split(seed)
     before = dict(g.units)
-    admitted = _cut_condition_by_enumeration(g)
+    assert _unbalanced(g) and _cut_condition_by_enumeration(g)
     exact = balance_switches(g)
     graph = nx.DiGraph()
     graph.add_weighted_edges_from((a, b, u) for (a, b), u in g.units.items())
@@ -108,7 +113,7 @@ def test_balancing_only_reduces_switch_links_and_success_is_proved_by_every_cut(
     assert set(g.units) <= set(before)
     for key, u in g.units.items():
         assert sum(amount for _, amount in g.bundles[key]) == u
-    if exact and admitted:
+    if exact:
         assert _cut_condition_by_enumeration(g)
 
 
