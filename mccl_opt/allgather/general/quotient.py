@@ -40,7 +40,7 @@ from mccl_opt.topology import Topology
 from .expansion import expand
 from .symmetry import Symmetry, find_symmetry
 from .arborescence import min_arborescences
-from .switch_paths import SwitchPaths, from_sources
+from .switch_paths import from_sources
 from .tree_colgen import TreeCGResult
 
 __all__ = ["solve_quotient", "QUOTIENT_MAX_ROUNDS", "REL_TOL"]
@@ -74,9 +74,12 @@ class _Quotient:
                               for o in range(self.root_size.size)])
         self.roots: list[int] = []
         self.trees: list[np.ndarray] = []
-        self.node_map, link_map = sym.carriers(topo.arrays.gpu_nodes, self.reps)
-        self.link_map = np.hstack([link_map, np.full((link_map.shape[0], 1), -1)])
-        self.rank_map = topo.arrays.rank_of[self.node_map[:, topo.arrays.gpu_nodes]]
+        arr = topo.arrays
+        self.node_map, self.link_map = sym.carriers(arr.gpu_nodes, self.reps)
+        self.node_inv = np.empty_like(self.node_map)   # per rank, its carrier's inverse
+        self.node_inv[np.arange(topo.num_gpus)[:, None], self.node_map] = np.arange(topo.num_nodes)
+        self.rank_map = arr.rank_of[self.node_map[:, arr.gpu_nodes]]
+        self.tail, self.gpu_nodes = arr.tail, arr.gpu_nodes
         self.rep_index = sym.root_orbit
         self.backend = backend
         n_r = self.root_size.size
@@ -102,6 +105,29 @@ class _Quotient:
         k = len(cols)
         self.backend.add_columns(np.zeros(k), np.zeros(k), np.full(k, np.inf),
                                  block.indptr, block.indices, block.data)
+
+    def tree_arcs(self, pred_r: np.ndarray, root: int, parent: np.ndarray) -> np.ndarray:
+        """Links of every edge path of the tree ``parent`` (rank space, edge of rank ``v``
+        before rank ``v + 1``, each path in order), the path ``u -> v`` being the carrier
+        ``h`` of ``u`` applied to the representative's path to ``h^-1(v)`` in its search
+        tree ``pred_r[orbit of u]``: only the tree's own edges are mapped."""
+        v = np.delete(np.arange(parent.size), root)
+        u = parent[v]
+        orbit = self.rep_index[u]
+        src = self.gpu_nodes[self.reps[orbit]]
+        cur = self.node_inv[u, self.gpu_nodes[v]]
+        steps: list[np.ndarray] = []            # arcs walked back, -1 once arrived
+        on = cur != src
+        while on.any():
+            arc = np.where(on, pred_r[orbit, cur], -1)
+            if (arc[on] < 0).any():
+                raise SolveError("the symmetry quotient: a tree edge has no mapped path")
+            steps.append(arc)
+            cur = np.where(on, self.tail[np.maximum(arc, 0)], cur)
+            on = cur != src
+        walk = np.stack(steps[::-1], axis=1)    # each row: -1s, then the path in order
+        mapped = self.link_map[u[:, None], np.maximum(walk, 0)]
+        return mapped[walk >= 0]
 
     def solve(self) -> tuple[float, np.ndarray, np.ndarray, np.ndarray]:
         """``max x`` over the columns so far: ``(x, z, sigma per root orbit, pi per link
@@ -129,11 +155,8 @@ def _price(topo: Topology, q: _Quotient, pi: np.ndarray
     rows = np.arange(g)[:, None]
     cost = np.empty((g, g))
     cost[rows, q.rank_map] = cost_r[q.rep_index]
-    pred = np.empty_like(pred_r, shape=(g, pred_r.shape[1]))
-    pred[rows, q.node_map] = np.take_along_axis(q.link_map, pred_r[q.rep_index], axis=1)
-    paths = SwitchPaths.of_arrays(topo, cost, pred)
     parents, costs = min_arborescences(cost, q.reps)
-    return costs, [paths.tree_arcs(int(r), parents[i]) for i, r in enumerate(q.reps.tolist())]
+    return costs, [q.tree_arcs(pred_r, int(r), parents[i]) for i, r in enumerate(q.reps.tolist())]
 
 
 def _column_generation(topo: Topology, q: _Quotient, upper: float,
