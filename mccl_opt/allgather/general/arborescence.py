@@ -33,27 +33,22 @@ __all__ = ["min_arborescence", "min_arborescences"]
 
 
 @njit(cache=True)
-def _cheapest_in(WT, active, sc):
-    """Slot of the cheapest finite edge into slot ``sc`` from another active slot (a row
-    of the transposed cost matrix: one contiguous scan)."""
+def _cheapest_in(W, active, sc):
+    """Slot of the cheapest finite edge into slot ``sc`` from another active slot."""
     best = np.inf
     bs = -1
-    row = WT[sc]
-    for s in range(row.size):
-        if active[s] and s != sc and row[s] < best:
-            best = row[s]
+    for s in range(W.shape[0]):
+        if active[s] and s != sc and W[s, sc] < best:
+            best = W[s, sc]
             bs = s
     return bs
 
 
 @njit(cache=True)
-def _contract(WT, Et, Eh, touched, active, node_slot, inw, cycle, xs):
+def _contract(W, Et, Eh, active, node_slot, inw, cycle, xs):
     """Merge the cycle's slots into slot ``xs``: edges into the cycle reduced by the
-    entered member's pick (Edmonds), edges out of it the cheapest of the members'.
-    ``WT[h, t]`` is the cost of slot ``t -> h``; ``Et``/``Eh`` (same layout) the original
-    edge a slot pair stands for, valid where one of its slots is ``touched`` (else the
-    pair itself)."""
-    g = WT.shape[0]
+    entered member's pick (Edmonds), edges out of it the cheapest of the members'."""
+    g = W.shape[0]
     in_cycle = np.zeros(g, np.bool_)
     for c in cycle:
         in_cycle[node_slot[c]] = True
@@ -68,45 +63,38 @@ def _contract(WT, Et, Eh, touched, active, node_slot, inw, cycle, xs):
         oh = -1
         for c in cycle:
             sc = node_slot[c]
-            v = WT[sc, s] - inw[c]
+            v = W[s, sc] - inw[c]
             if v < bi:
                 bi = v
-                if touched[s] or touched[sc]:
-                    bt = Et[sc, s]
-                    bh = Eh[sc, s]
-                else:
-                    bt = s
-                    bh = sc
-            if WT[s, sc] < bo:
-                bo = WT[s, sc]
-                if touched[s] or touched[sc]:
-                    ot = Et[s, sc]
-                    oh = Eh[s, sc]
-                else:
-                    ot = sc
-                    oh = s
-        WT[xs, s] = bi
-        Et[xs, s] = bt
-        Eh[xs, s] = bh
-        WT[s, xs] = bo
-        Et[s, xs] = ot
-        Eh[s, xs] = oh
+                bt = Et[s, sc]
+                bh = Eh[s, sc]
+            if W[sc, s] < bo:
+                bo = W[sc, s]
+                ot = Et[sc, s]
+                oh = Eh[sc, s]
+        W[s, xs] = bi
+        Et[s, xs] = bt
+        Eh[s, xs] = bh
+        W[xs, s] = bo
+        Et[xs, s] = ot
+        Eh[xs, s] = oh
     for c in cycle:
         sc = node_slot[c]
         if sc != xs:
             active[sc] = False
-    touched[xs] = True
 
 
 @njit(cache=True)
-def _arborescence(DT, root, WT, Et, Eh, parent):
-    """Fill ``parent`` with a minimum spanning arborescence of ``D`` (given transposed:
-    ``DT[v, u]`` the edge ``u -> v``) rooted at ``root`` (``parent[root] = -1``); returns
-    its cost, ``inf`` if some node is unreachable.  ``WT``, ``Et``, ``Eh`` are ``g x g``
-    work arrays (``Et``/``Eh`` need no filling: see :func:`_contract`)."""
-    g = DT.shape[0]
-    WT[:, :] = DT
-    touched = np.zeros(g, np.bool_)
+def _arborescence(D, root, W, Et, Eh, parent):
+    """Fill ``parent`` with a minimum spanning arborescence of ``D`` rooted at ``root``
+    (``parent[root] = -1``); returns its cost, ``inf`` if some node is unreachable.
+    ``W``, ``Et``, ``Eh`` are ``g x g`` work arrays."""
+    g = D.shape[0]
+    for i in range(g):
+        for j in range(g):
+            W[i, j] = D[i, j]
+            Et[i, j] = i
+            Eh[i, j] = j
     m = 2 * g
     slot_node = np.arange(g)
     node_slot = np.full(m, -1, np.int64)
@@ -130,16 +118,12 @@ def _arborescence(DT, root, WT, Et, Eh, parent):
         plen += 1
         while True:
             sc = node_slot[cur]
-            bs = _cheapest_in(WT, active, sc)
+            bs = _cheapest_in(W, active, sc)
             if bs < 0:
                 return np.inf
-            inw[cur] = WT[sc, bs]
-            if touched[bs] or touched[sc]:
-                in_t[cur] = Et[sc, bs]
-                in_h[cur] = Eh[sc, bs]
-            else:
-                in_t[cur] = bs
-                in_h[cur] = sc
+            inw[cur] = W[bs, sc]
+            in_t[cur] = Et[bs, sc]
+            in_h[cur] = Eh[bs, sc]
             u = slot_node[bs]
             if state[u] == 2:
                 for i in range(plen):
@@ -156,7 +140,7 @@ def _arborescence(DT, root, WT, Et, Eh, parent):
                 k -= 1
             cycle = path[k:plen].copy()
             xs = node_slot[u]
-            _contract(WT, Et, Eh, touched, active, node_slot, inw, cycle, xs)
+            _contract(W, Et, Eh, active, node_slot, inw, cycle, xs)
             x = nxt
             nxt += 1
             for c in cycle:
@@ -182,21 +166,20 @@ def _arborescence(DT, root, WT, Et, Eh, parent):
             parent[v] = -1
         else:
             parent[v] = in_t[v]
-            cost += DT[v, in_t[v]]
+            cost += D[in_t[v], v]
     return cost
 
 
 @njit(cache=True)
 def _arborescences(D, roots):
     g = D.shape[0]
-    DT = np.ascontiguousarray(D.T)
-    WT = np.empty((g, g))
+    W = np.empty((g, g))
     Et = np.empty((g, g), np.int64)
     Eh = np.empty((g, g), np.int64)
     parents = np.empty((roots.size, g), np.int64)
     costs = np.empty(roots.size)
     for i in range(roots.size):
-        costs[i] = _arborescence(DT, roots[i], WT, Et, Eh, parents[i])
+        costs[i] = _arborescence(D, roots[i], W, Et, Eh, parents[i])
     return parents, costs
 
 
