@@ -78,7 +78,11 @@ class _Quotient:
         self.node_map, self.link_map = sym.carriers(arr.gpu_nodes, self.reps)
         self.node_inv = np.empty_like(self.node_map)   # per rank, its carrier's inverse
         self.node_inv[np.arange(topo.num_gpus)[:, None], self.node_map] = np.arange(topo.num_nodes)
-        self.rank_map = arr.rank_of[self.node_map[:, arr.gpu_nodes]]
+        rank_map = arr.rank_of[self.node_map[:, arr.gpu_nodes]]
+        g = topo.num_gpus
+        inverse = np.empty_like(rank_map)            # cost[s, t] = cost_r[o(s), h_s^-1(t)]
+        inverse[np.arange(g)[:, None], rank_map] = np.arange(g)
+        self.cost_index = sym.root_orbit[:, None] * g + inverse
         self.tail, self.gpu_nodes = arr.tail, arr.gpu_nodes
         self.rep_index = sym.root_orbit
         self.backend = backend
@@ -151,11 +155,7 @@ def _price(topo: Topology, q: _Quotient, pi: np.ndarray
     need."""
     price = (pi / q.orbit_size)[q.sym.link_orbit]
     cost_r, pred_r = from_sources(topo, price, q.reps)
-    g = topo.num_gpus
-    rows = np.arange(g)[:, None]
-    cost = np.empty((g, g))
-    cost[rows, q.rank_map] = cost_r[q.rep_index]
-    parents, costs = min_arborescences(cost, q.reps)
+    parents, costs = min_arborescences(cost_r.ravel()[q.cost_index], q.reps)
     return costs, [q.tree_arcs(pred_r, int(r), parents[i]) for i, r in enumerate(q.reps.tolist())]
 
 
