@@ -344,13 +344,13 @@ def test_dead_controller_is_a_clear_error(tmp_path, monkeypatch):
 
     def ready_then_die(self, timeout_s):
         endpoint = ready(self, timeout_s)
-        threading.Timer(3.0, self.proc.kill).start()
+        threading.Timer(1.0, self.proc.kill).start()    # the ranks start in milliseconds
         return endpoint
 
     monkeypatch.setattr(scenario_run.ControllerProcess, "wait_ready", ready_then_die)
     scn = load_scenario(_scenario(tmp_path, duration_ms=60, t_ms=50))
     with pytest.raises(MCCLError, match="controller stopped answering|no reply from the controller"):
-        scenario_run.run_gloo_loop(scn, scenario_run.GlooLoopConfig(world=4, client_timeout_s=2.0))
+        scenario_run.run_gloo_loop(scn, scenario_run.GlooLoopConfig(world=4, client_timeout_s=1.0))
 
 
 def test_world_must_match_the_scenario(tmp_path, capsys):
