@@ -1,20 +1,24 @@
 """Which Phase 3 path completes cheaper at ``max_chunks=None``: a repair packing that is
-still searching, or the exact few-trees packing that follows its failure (paper §4.3;
-docs/allgather.md, *Repair or few-trees: a forecast*).
+past its own size ``k·n²`` in tree visits, or the exact few-trees packing that follows
+its failure (paper §4.3; docs/allgather.md, *Repair or few-trees: a forecast*).
 
 Both costs are counted in the repair searches' unit, trees visited:
 
-* the repair packing's remaining cost is extrapolated from its progress: every tree entry
-  still missing needs at most one augmenting chain, at the visits per chain measured
-  over the last stretch of the search (:func:`hopeless`, called by the compiled growth);
+* the repair packing's remaining cost is extrapolated from its progress: the tree
+  entries still missing at the rate the search placed entries per visit over its last
+  stretch (``[k·n²/2, k·n²]``; chains and the growth they unblock both count);
 * the few-trees packing's cost is its max-flow checks (about ``2 n²``: one per class edge
   tried, classes ~``1.1-3.2 n``), each worth :data:`VISITS_PER_CHECK` visits
   (:func:`few_trees_visits`).  The exact split before it (0.2-0.9 s at 64-128 GPUs) is
-  left out, so the estimate is a lower bound and the forecast leans to the bounded path.
+  left out: a lower bound, so the forecast leans to the bounded path.
 
-The repair packing stops once the extrapolation exceeds the few-trees estimate, and in
-any case after its own size ``k·n²`` plus that estimate (then the two paths cost at most
-twice the cheaper one).
+At ``k·n²`` visits (where the packing used to stop) the forecast is made once: the
+packing stops unless its extrapolated rest costs less than the few-trees packing, and
+then it goes on for at most that packing's estimate (so a wrong forecast costs at most
+the estimate once more).  Its progress comes in bursts (one chain can unblock thousands
+of entries), so the extrapolation is rough: it separates SuperPOD 2x4x8 (rest forecast
+at 0.13-0.77 of the few-trees estimate; it completes at 4.1-8.4 ``k·n²``) from leaf-spine
+8x2x8 with 4 spines (2.0-3.0; never completes), not every leaf-spine 4x2x8 packing.
 """
 
 from __future__ import annotations
@@ -23,8 +27,8 @@ from typing import NamedTuple
 
 from numba import njit
 
-__all__ = ["VISITS_PER_CHECK", "FEW_TREES_CHECKS_PER_N2_EST", "Forecast", "few_trees_visits",
-           "forecast", "hopeless", "NO_FORECAST"]
+__all__ = ["VISITS_PER_CHECK", "FEW_TREES_CHECKS_PER_N2_EST", "WINDOW_FROM", "Forecast",
+           "NO_FORECAST", "few_trees_visits", "forecast", "hopeless"]
 
 #: repair visits one few-trees max-flow check costs, both timed on the 2-core machine:
 #: ~510 at 64 GPUs (SuperPOD 2x4x8: 15 M visits/s, 34 µs per check), ~400 at 128
@@ -35,15 +39,13 @@ VISITS_PER_CHECK = 450
 #: 1.8-2.1 at 41 trees per root, 3.2 on the 583-tree restriction of leaf-spine 4x2x8)
 FEW_TREES_CHECKS_PER_N2_EST = 2
 
-#: the visits per chain are measured from this fraction of ``decide_at`` on, and need
-#: at least :data:`MIN_WINDOW_CHAINS` chains in that stretch before a forecast is made
+#: the progress rate is measured from this fraction of ``decide_at`` on
 WINDOW_FROM = 0.5
-MIN_WINDOW_CHAINS = 8
 
 
 class Forecast(NamedTuple):
-    """When the repair packing first weighs stopping (``decide_at`` visits; 0: never)
-    and the few-trees packing's estimated cost in visits (``alt_visits``)."""
+    """When the repair packing decides (``decide_at`` visits; 0: never) and the
+    few-trees packing's estimated cost in visits (``alt_visits``)."""
 
     decide_at: int
     alt_visits: int
@@ -59,28 +61,30 @@ def few_trees_visits(n: int) -> int:
 
 def forecast(n: int, k: int) -> tuple[Forecast, int]:
     """The forecast of a repair packing of ``k`` trees per root that the few-trees packing
-    follows, and its visit cap: decide from half its size ``k·n²`` on, stop at the latest
-    after its size plus the few-trees estimate."""
+    follows, and its visit cap: decide at its size ``k·n²``, stop at the latest after its
+    size plus the few-trees estimate."""
     alt = few_trees_visits(n)
-    return Forecast(max(1, k * n * n // 2), alt), k * n * n + alt
+    return Forecast(k * n * n, alt), k * n * n + alt
 
 
 @njit(cache=True, _nrt=False)
-def hopeless(fc, visits, chains, missing, mark):
-    """Should the repair packing stop?  ``visits`` trees visited and ``chains`` searches
-    run so far, ``missing`` tree entries not placed; ``mark`` holds the visits and chains
-    when the search passed ``WINDOW_FROM·decide_at`` (set here, ``mark[0] < 0`` before).
-    True when the remaining chains, ``missing`` at the visits per chain since the mark,
-    are forecast to cost more than the few-trees packing (``fc``: :class:`Forecast`)."""
+def hopeless(fc, visits, missing, mark):
+    """Should the repair packing stop?  ``visits`` trees visited so far, ``missing`` tree
+    entries not placed; ``mark``: the visits and missing entries when the search passed
+    ``WINDOW_FROM·decide_at`` (``mark[0] < 0`` before) and whether it decided to go on
+    (``mark[2] == 1``), set here.  At ``decide_at``, once: True when ``missing`` at the
+    entries placed per visit since the mark would take more visits than the few-trees
+    packing's estimate (``fc``: :class:`Forecast`); no progress at all is hopeless."""
     decide_at, alt = fc
-    if decide_at <= 0:
+    if decide_at <= 0 or mark[2] == 1:
         return False
     if mark[0] < 0:
         if visits >= WINDOW_FROM * decide_at:
             mark[0] = visits
-            mark[1] = chains
+            mark[1] = missing
         return False
-    if visits < decide_at or chains - mark[1] < MIN_WINDOW_CHAINS:
+    if visits < decide_at:
         return False
-    per_chain = (visits - mark[0]) / (chains - mark[1])
-    return missing * per_chain > alt
+    mark[2] = 1
+    placed = mark[1] - missing
+    return placed <= 0 or missing * (visits - mark[0]) > placed * alt

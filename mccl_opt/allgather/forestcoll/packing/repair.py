@@ -235,7 +235,7 @@ def _grow(n, k, links, go, outdeg, off, shift, info, seed, max_visits, fc):
     placed = 0                               # tree entries placed (roots included)
     for t in range(T):
         placed += count[t]
-    mark = np.full(2, -1, np.int64)          # the forecast's window start
+    mark = np.full(3, -1, np.int64)          # the forecast's window and decision
     done = 0
     while done < T:
         done = 0
@@ -287,7 +287,7 @@ def _grow(n, k, links, go, outdeg, off, shift, info, seed, max_visits, fc):
                     indexed = True
                 # every scanned link of t stays saturated (capacities never grow), so
                 # pos/scanned need no reset; repair may free nothing but gives t a vertex
-                if hopeless(fc, info[1], info[0], T * n - placed, mark):
+                if hopeless(fc, info[1], T * n - placed, mark):
                     info[3] = 1
                     return -1, par
                 v = -1
