@@ -13,12 +13,15 @@ Both costs are counted in the repair searches' unit, trees visited:
   left out: a lower bound, so the forecast leans to the bounded path.
 
 At ``k·n²`` visits (where the packing used to stop) the forecast is made once: the
-packing stops unless its extrapolated rest costs less than the few-trees packing, and
-then it goes on for at most that packing's estimate (so a wrong forecast costs at most
-the estimate once more).  Its progress comes in bursts (one chain can unblock thousands
-of entries), so the extrapolation is rough: it separates SuperPOD 2x4x8 (rest forecast
-at 0.13-0.77 of the few-trees estimate; it completes at 4.1-8.4 ``k·n²``) from leaf-spine
-8x2x8 with 4 spines (2.0-3.0; never completes), not every leaf-spine 4x2x8 packing.
+packing stops unless its extrapolated rest ``R`` costs less than the few-trees packing,
+and then goes on for at most ``min(TRUST·R, estimate)`` visits more.  Its progress comes
+in bursts (one chain can unblock thousands of entries), so ``R`` is rough: the packings
+that completed took 0.09-2.4 ``R`` (hence :data:`TRUST`), and where a burst in the window
+made ``R`` too small (scrambled leaf-spine 8x2x8 with 4 spines, which never completes)
+the packing stops after ``TRUST·R`` (1-3 ``k·n²``), not after the estimate (22 ``k·n²``).
+It separates SuperPOD 2x4x8 (``R`` at 0.13-0.77 of the few-trees estimate; it completes
+at 4.1-8.4 ``k·n²``) from leaf-spine 8x2x8 with 4 spines (2.0-3.0), not every leaf-spine
+4x2x8 packing (some complete at 1.5-7 ``k·n²`` with ``R`` at 1.3-3.8 estimates).
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from typing import NamedTuple
 
 from numba import njit
 
-__all__ = ["VISITS_PER_CHECK", "FEW_TREES_CHECKS_PER_N2_EST", "WINDOW_FROM", "Forecast",
+__all__ = ["VISITS_PER_CHECK", "FEW_TREES_CHECKS_PER_N2_EST", "WINDOW_FROM", "TRUST", "Forecast",
            "NO_FORECAST", "few_trees_visits", "forecast", "hopeless"]
 
 #: repair visits one few-trees max-flow check costs, both timed on the 2-core machine:
@@ -41,6 +44,10 @@ FEW_TREES_CHECKS_PER_N2_EST = 2
 
 #: the progress rate is measured from this fraction of ``decide_at`` on
 WINDOW_FROM = 0.5
+
+#: a packing forecast to finish in ``R`` visits may take this many times ``R`` (those that
+#: completed took 0.09-2.4 ``R``)
+TRUST = 3
 
 
 class Forecast(NamedTuple):
@@ -70,14 +77,17 @@ def forecast(n: int, k: int) -> tuple[Forecast, int]:
 @njit(cache=True, _nrt=False)
 def hopeless(fc, visits, missing, mark):
     """Should the repair packing stop?  ``visits`` trees visited so far, ``missing`` tree
-    entries not placed; ``mark``: the visits and missing entries when the search passed
-    ``WINDOW_FROM·decide_at`` (``mark[0] < 0`` before) and whether it decided to go on
-    (``mark[2] == 1``), set here.  At ``decide_at``, once: True when ``missing`` at the
-    entries placed per visit since the mark would take more visits than the few-trees
-    packing's estimate (``fc``: :class:`Forecast`); no progress at all is hopeless."""
+    entries not placed; ``mark`` (set here): the visits and missing entries when the
+    search passed ``WINDOW_FROM·decide_at`` (``mark[0] < 0`` before), and once decided
+    the visits it may run to (``mark[2] < 0`` before).  At ``decide_at``: True when
+    ``missing`` at the entries placed per visit since the mark would take more visits
+    than the few-trees packing's estimate (``fc``: :class:`Forecast`; no progress is
+    hopeless), else it may go on for ``TRUST`` times that rest, at most the estimate."""
     decide_at, alt = fc
-    if decide_at <= 0 or mark[2] == 1:
+    if decide_at <= 0:
         return False
+    if mark[2] >= 0:
+        return visits > mark[2]
     if mark[0] < 0:
         if visits >= WINDOW_FROM * decide_at:
             mark[0] = visits
@@ -85,6 +95,11 @@ def hopeless(fc, visits, missing, mark):
         return False
     if visits < decide_at:
         return False
-    mark[2] = 1
     placed = mark[1] - missing
-    return placed <= 0 or missing * (visits - mark[0]) > placed * alt
+    if placed <= 0:
+        return True
+    rest = missing * (visits - mark[0]) / placed
+    if rest >= alt:
+        return True
+    mark[2] = visits + int(min(alt, TRUST * rest))
+    return False
