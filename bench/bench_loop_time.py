@@ -31,7 +31,15 @@ offline, ``vers`` = versions published in the segment, ``ran`` = the version who
 collective gave ``ratio`` (the first published for the event that ran), ``stale`` =
 versions that first ran in the segment below 0.95 of offline (a stale version that ran),
 ``lost`` = time of
-collectives aborted for a new version.  The scenario files are written to ``--out``
+collectives aborted for a new version.  Where the reaction's time goes
+(:mod:`mccl_runtime.loop_report`): ``alarm`` = the event to the first alarm (``detect -
+alarm`` is the confirmation), ``synth`` = the first job's synthesis (also when it ends after
+the segment), ``wait`` = the new version due to its first collective, ``floor`` = the
+earliest t95 this detection and synthesis allow (detect + synth + dispatch + OOB + one
+collective at the offline rate), ``spec`` = the same with synthesis started at the alarm,
+``seg`` = the segment; ``reach`` is ``ok`` when the floor fits in the segment, ``spec`` when
+only a synthesis started at the alarm would fit, ``no`` when neither does (no loop with this
+detection and synthesis ends the segment at >= 0.95 of offline).  The scenario files are written to ``--out``
 (a temporary folder by default) and read back, as ``mccl loop --scenario`` would.
 """
 
@@ -177,7 +185,18 @@ def stale_versions(rows: list[dict], ev: dict, end_ms: float) -> int:
 
 
 HEADER = (f"{'fabric':<14} {'coll':<9} {'class':<12} {'ev':>2} {'kind':<8} {'detect':>7} {'react':>7} "
-          f"{'ratio':>6} {'final':>6} {'t95':>7} {'vers':>4} {'ran':>4} {'stale':>5} {'lost':>6} {'false':>5} {'wall_s':>6}")
+          f"{'ratio':>6} {'final':>6} {'t95':>7} {'vers':>4} {'ran':>4} {'stale':>5} {'lost':>6} {'false':>5} {'wall_s':>6} "
+          f"{'alarm':>6} {'synth':>6} {'wait':>6} {'floor':>6} {'spec':>6} {'seg':>6} {'reach':<9}")
+
+
+def reach(ev: dict) -> str:
+    """Whether the segment's end at >= 0.95 of offline is within reach (module docstring)."""
+    floor, spec, seg = ev.get("floor_ms"), ev.get("spec_floor_ms"), ev.get("segment_ms")
+    if floor is None or seg is None:
+        return "-"
+    if floor <= seg:
+        return "ok"
+    return "no" if spec is None or spec > seg else "spec"
 
 
 def print_rows(spec: str, collective: str, cls: str, out: dict) -> None:
@@ -195,7 +214,10 @@ def print_rows(spec: str, collective: str, cls: str, out: dict) -> None:
         print(f"{spec:<14} {collective:<9} {cls:<12} {i:>2} {ev['kind']:<8} {f(ev['detect_ms'])} "
               f"{f(ev['reaction_ms'])} {f(ev['recovery_ratio'], 6, 3)} {f(final, 6, 3)} "
               f"{f(ev.get('recovered_ms'))} {len(ev['versions']):>4} {ran:>4} {stale_versions(out['rows'], ev, end):>5} "
-              f"{f(ev.get('lost_ms'), 6)} {s['false_swaps']:>5} {out['wall_s']:>6.1f}", flush=True)
+              f"{f(ev.get('lost_ms'), 6)} {s['false_swaps']:>5} {out['wall_s']:>6.1f} "
+              f"{f(ev.get('alarm_ms'), 6)} {f(ev.get('job_synth_ms'), 6)} {f(ev.get('wait_ms'), 6)} "
+              f"{f(ev.get('floor_ms'), 6)} {f(ev.get('spec_floor_ms'), 6)} {f(ev.get('segment_ms'), 6, 0)} "
+              f"{reach(ev):<9}", flush=True)
 
 
 def main(argv: list[str] | None = None) -> None:
