@@ -150,14 +150,14 @@ class RecordingSynthesizer:
 
 
 def run_case(path: Path, cls: str, cold_gpus: int = 16, synth_clock: str = "wall",
-             alone: bool = False) -> dict:
+             alone: bool = False, speculate: bool = False) -> dict:
     """Run one scenario file; the summary and the rows' versions (``alone``: also every
     synthesis job's seconds in the loop and re-run alone, :class:`RecordingSynthesizer`)."""
     from mccl_runtime.loop import LoopConfig, run_loop
     from mccl_runtime.scenario import load_scenario
 
     wall = time.perf_counter()
-    cfg = LoopConfig(synth_ms=SLOW_MS.get(cls), cold_gpus=cold_gpus, synth_clock=synth_clock)
+    cfg = LoopConfig(synth_ms=SLOW_MS.get(cls), cold_gpus=cold_gpus, synth_clock=synth_clock, speculate=speculate)
     recorder = RecordingSynthesizer() if alone else None
     res = run_loop(cfg, synthesize=recorder, scenario=load_scenario(str(path)))
     return {"summary": res.summary, "rows": res.rows, "wall_s": time.perf_counter() - wall,
@@ -238,6 +238,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--alone", action="store_true",
                    help="also re-run every synthesis job alone and print its CPU / wall time in the loop "
                         "and alone (issue 26: within 1.5x)")
+    p.add_argument("--speculate", action="store_true",
+                   help="start synthesis on early estimates of a change still being confirmed; publish "
+                        "only once it is confirmed (Policy.speculate)")
     args = p.parse_args(argv)
     folder = Path(args.out or tempfile.mkdtemp(prefix="mccl-loop-time-"))
     folder.mkdir(parents=True, exist_ok=True)
@@ -248,7 +251,7 @@ def main(argv: list[str] | None = None) -> None:
             for cls in args.classes.split(","):
                 path = folder / f"{spec.replace(' ', '-')}-{collective}-{cls}.json"
                 path.write_text(json.dumps(scenario(cls, spec, collective, args.seed)))
-                out = run_case(path, cls, args.cold_gpus, args.synth_clock, args.alone)
+                out = run_case(path, cls, args.cold_gpus, args.synth_clock, args.alone, args.speculate)
                 print_rows(spec, collective, cls, out)
                 print_alone(spec, collective, cls, out["alone"])
                 results.append({"fabric": spec, "collective": collective, "class": cls,

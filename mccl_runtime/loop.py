@@ -120,6 +120,7 @@ class LoopConfig:
     cold_gpus: int = 16
     synth_clock: str = "wall"
     rate_loss: float = Policy.rate_loss
+    speculate: bool = False
 
 
 @dataclass
@@ -355,7 +356,7 @@ def run_loop(cfg: LoopConfig = LoopConfig(), synthesize: Synthesizer | None = No
                         f"got {cfg.synth_clock!r}")
     manager = ScheduleManager(store, cold_on_small(synthesize, cfg.cold_gpus),
                               Policy(gamma=cfg.gamma, min_dwell_s=cfg.dwell_ms / 1e3, time_limit_s=600.0,
-                                     rate_loss=cfg.rate_loss),
+                                     rate_loss=cfg.rate_loss, speculate=cfg.speculate),
                               synth_clock=SYNTH_CLOCKS[cfg.synth_clock])
     manager.register("world", scn.collective, scn.collective, synthesize(scn.collective, topo, None, None))
     coll = manager.get("world", scn.collective)

@@ -286,6 +286,7 @@ class Policy:
     known_fabrics: int = 4
     rate_loss: float = 0.05
     capacity_digits: int = 3
+    speculate: bool = False
 
     def __post_init__(self) -> None:
         if not self.gamma > 0:
@@ -320,6 +321,7 @@ class _Job:
     held_since: float | None = None          # when the result was first held for a pending change
     moving: np.ndarray | None = None         # links held for a rise still moving (EWMA), re-checked on release
     replaces_held: bool = False              # started to replace a held version (:meth:`supersede_held`)
+    speculative: bool = False                # started on early estimates of changes still pending
 
 
 @dataclass
@@ -495,9 +497,18 @@ class ScheduleManager:
     def check(self, now: float) -> list[tuple[Collective, DriftReport]]:
         """Algorithm 1 on every dynamic collective that is idle and past its dwell time;
         returns the flagged ones."""
+        return self._check(now)[1]
+
+    def _check(self, now: float) -> tuple[np.ndarray | None, list[tuple[Collective, DriftReport]]]:
+        """:meth:`check`, with the ``M`` it flagged on: the confirmed one, or while changes
+        are pending and ``Policy.speculate`` is on, their early estimates
+        (:meth:`MeasurementStore.early`; ``None`` when the flags are on confirmed ``M``)."""
+        early = None
         if self._unsettled(now):
-            return []
-        m = self.store.measured()
+            early = self.store.early() if self.policy.speculate else None
+            if early is None:
+                return None, []
+        m = self.store.measured() if early is None else early
         profiled = [c for c in self.collectives() if c.dynamic and c.profile is not None]
         if not profiled:
             return []
@@ -512,7 +523,8 @@ class ScheduleManager:
         for coll in profiled:
             if id(coll) not in chosen:
                 coll.flagged_since = None
-        return [(coll, detect(m, coll.profile, self.policy.gamma)) for coll in flagged if self._gathered(coll, now)]
+        return early, [(coll, detect(m, coll.profile, self.policy.gamma)) for coll in flagged
+                       if self._gathered(coll, now)]
 
     def _gathered(self, coll: Collective, now: float) -> bool:
         """Whether a flagged collective's job may start: at once with ``gather_s = 0``;
@@ -590,7 +602,7 @@ class ScheduleManager:
     @staticmethod
     def _facts(job: _Job, loads: np.ndarray | None = None) -> Finished:
         return Finished(job.capacity, loads, job.restarts, job.initial, job.known is not None, job.replaces_held,
-                        job.held_since, job.moving)
+                        job.held_since, job.moving, job.speculative)
 
     def step(self, now: float) -> list[Event]:
         """One controller decision: collect finished jobs, then detect and start jobs (or
@@ -600,8 +612,10 @@ class ScheduleManager:
             for coll in [c for c in self.collectives() if c.deferred is not None]:
                 (trigger, restarts), coll.deferred = coll.deferred, None
                 events.append(self._start(coll, now, trigger, restarts))
-        for coll, report in self.check(now):
-            events.append(self._bounded(coll, now) or self._start(coll, now, report))
+        early, flagged = self._check(now)
+        for coll, report in flagged:
+            events.append(self._start(coll, now, report, early=early) if early is not None
+                          else self._bounded(coll, now) or self._start(coll, now, report))
         return events
 
     def _better_known(self, m: np.ndarray, coll: Collective) -> tuple[np.ndarray, Schedule] | None:
@@ -671,12 +685,17 @@ class ScheduleManager:
         coll.profile = self.groups.lift(coll.gpus, profile_schedule(topo, coll.schedule))
         coll.synth_capacity = np.array(capacity, dtype=float)
 
-    def _start(self, coll: Collective, now: float, report: DriftReport | None, restarts: int = 0) -> Event:
-        m = self.store.measured()
+    def _start(self, coll: Collective, now: float, report: DriftReport | None, restarts: int = 0,
+               early: np.ndarray | None = None) -> Event:
+        """Start a job on the latest ``M``, or speculatively on ``early`` (estimates of
+        changes not confirmed yet: its result waits for their confirmation)."""
+        m = self.store.measured() if early is None else early
         q = significant(m, self.policy.capacity_digits)
-        topo = self.store.measured_topology() if coll.gpus is None and q is m else self.groups.topology(coll.gpus, q)
+        topo = self.store.measured_topology() if coll.gpus is None and q is m and early is None \
+            else self.groups.topology(coll.gpus, q)
         job = _Job(initial=coll.schedule is None, topo=topo, capacity=q, started_t=now, trigger=report,
-                   restarts=restarts, known=self._known(coll, m), warm_capacity=coll.restore_on)
+                   restarts=restarts, known=self._known(coll, m), warm_capacity=coll.restore_on,
+                   speculative=early is not None)
         if self.pool is not None and job.known is None:
             job.future = self.pool.submit(coll.kind, q, coll.schedule, self.policy.time_limit_s, coll.gpus,
                                           warm_capacity=job.warm_capacity)
@@ -685,6 +704,8 @@ class ScheduleManager:
         coll.job = job
         self.counters["resyntheses"] += 1
         detail = report.to_dict(self.topo, coll.profile.cut) if report and coll.profile else {}
+        if job.speculative:
+            detail["speculative"] = True
         if report and not report.flagged and coll.profile:
             detail["capacity"] = "gained" if gained(m, coll.synth_capacity, self._mine(coll), self.policy.gamma) else \
                 "known" if self._better_known(m, coll) is not None else "lost"
@@ -744,7 +765,7 @@ class ScheduleManager:
     def _stale(self, coll: Collective, job: _Job) -> Verdict | None:
         """Whether a queued job is already out of date: ``CLEARED`` or ``RESTART``
         (:func:`~.publish_decision.outdated`, the rule finished jobs are re-checked with)."""
-        if job.initial or coll.profile is None:
+        if job.initial or job.speculative or coll.profile is None:    # speculative: decided when finished
             return None
         m = self.store.measured()
         return outdated(self._facts(job), self._active(coll, m), m, self.policy)

@@ -12,7 +12,8 @@ calls :func:`publish_decision` and acts on its :class:`Decision`.  In order:
    * *pending*: a link of the collective's fabric with an unconfirmed change (level
      estimator) that the new schedule uses, or that the job saw more than ``restart_tol``
      below nominal, whose newest estimate is more than ``restart_tol`` from the job's
-     input; for at most ``settle_max_s`` after the hold began;
+     input; for a *speculative* job (started on early estimates, ``Policy.speculate``) any
+     pending link of its fabric; for at most ``settle_max_s`` after the hold began;
    * *rising*: a link still moving after a rise (EWMA at alpha 1, :mod:`.rises`) that the
      job saw more than ``restart_tol`` above what the active version was built for (or,
      for a swing after a recovery, that far from it either way); never when the job saw
@@ -121,8 +122,9 @@ class Active:
 class Finished:
     """A job: its input ``capacity``, its schedule's ``loads`` (``None`` while queued),
     restarts so far, whether it is the ``initial`` one, ``reused`` a remembered schedule,
-    ``replaces_held`` a version whose swap was held, since when it is held, and the links it
-    was held for as rises (``moving``)."""
+    ``replaces_held`` a version whose swap was held, since when it is held, the links it
+    was held for as rises (``moving``), and whether it started ``speculative`` on early
+    estimates of changes not confirmed yet."""
 
     capacity: np.ndarray
     loads: np.ndarray | None = None
@@ -132,6 +134,7 @@ class Finished:
     replaces_held: bool = False
     held_since: float | None = None
     moving: np.ndarray | None = None
+    speculative: bool = False
 
 
 def publish_decision(job: Finished, active: Active | None, est: Estimate, now: float, policy: Policy) -> Decision:
@@ -142,6 +145,8 @@ def publish_decision(job: Finished, active: Active | None, est: Estimate, now: f
     pending = _NONE
     if job.held_since is None or now - job.held_since < policy.settle_max_s:
         pending = changing_under(est, active.mine, job.capacity, job.loads, tol)
+        if job.speculative and not pending.size:
+            pending = est.pending[active.mine[est.pending]]
     rising = _NONE
     if active.rising_since is None or now - active.rising_since < policy.moving_max_s:
         rising = moving_under(est, active, job.capacity, tol)
