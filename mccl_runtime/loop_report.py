@@ -63,7 +63,11 @@ def _offline(out: Any, cap: np.ndarray, synthesize: Any, fluid: bool) -> float:
 
 def _budget(out: Any, cfg: Any, te: float, tn: float, mine: list[dict[str, Any]], offline: float,
             detect: float | None, first_new: dict[str, Any] | None) -> dict[str, Any]:
-    """Where the reaction's time goes (module docstring)."""
+    """Where the reaction's time goes (module docstring); ``cfg`` gives ``oob_ms`` (the
+    loop's default without one)."""
+    from .loop import LoopConfig
+
+    oob_ms = (cfg or LoopConfig()).oob_ms
     alarm = next((a - te for a in out.alarms if te <= a < tn), None)
     start = next((e for e in mine if e["action"] == "resynthesis"), None)
     after = out.events[out.events.index(start) + 1:] if start is not None else []
@@ -72,19 +76,19 @@ def _budget(out: Any, cfg: Any, te: float, tn: float, mine: list[dict[str, Any]]
     pub = next((e for e in after if e["action"] == "published"), None)
     dispatch = 1e3 * pub["detail"].get("dispatch_s", 0.0) if pub else 0.0
     scn = out.scenario
-    tail = dispatch + cfg.oob_ms + scn.topology.num_gpus * scn.message_bytes / offline / 1e6
+    tail = dispatch + oob_ms + scn.topology.num_gpus * scn.message_bytes / offline / 1e6
     wait = None
     if first_new is not None:
         due = next((e for e in out.events if e["action"] == "published" and e["version"] == first_new["version"]),
                    None)
         if due is not None:
-            wait = first_new["t_ms"] - (due["t_ms"] + 1e3 * due["detail"].get("dispatch_s", 0.0) + cfg.oob_ms)
+            wait = first_new["t_ms"] - (due["t_ms"] + 1e3 * due["detail"].get("dispatch_s", 0.0) + oob_ms)
     return {"alarm_ms": alarm, "job_synth_ms": synth, "wait_ms": wait, "segment_ms": tn - te,
             "floor_ms": None if detect is None or synth is None else detect + synth + tail,
             "spec_floor_ms": None if alarm is None or synth is None else alarm + synth + tail}
 
 
-def _event(out: Any, i: int, synthesize: Any, fluid: bool, state: int, cfg: Any) -> dict[str, Any]:
+def _event(out: Any, i: int, synthesize: Any, fluid: bool, state: int, cfg: Any = None) -> dict[str, Any]:
     scn = out.scenario
     ev = scn.events[i]
     te = ev.t_s * 1e3

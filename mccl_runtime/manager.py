@@ -22,6 +22,14 @@ collective, concurrently), and publishes new versions.
   return their best valid schedule by then, ``report.termination`` saying so); a job still
   running after it is abandoned (its result is discarded; a Python thread cannot be
   killed, so the CPU is freed only when it returns).
+* One decision: what happens to a finished job (publish, reuse, hold, restart, abort
+  ``cleared`` or ``no_gain``) is :func:`~.publish_decision.publish_decision`, a pure
+  function of the job, the active version and the store's estimates; the rules below are
+  its parts, in its order.
+* Speculative synthesis (``Policy.speculate``, off by default): while changes are still
+  being confirmed (level estimator), a job may start on their early estimates
+  (:meth:`MeasurementStore.early`); its result is held until they are confirmed and then
+  re-checked as any other.
 * Re-check before publish: a finished job is published only if, under the *latest*
   ``M``, the current schedule still deviates (``max delta > clear_ratio * Gamma``) and
   the new schedule's rate beats the current one's by more than ``min_gain``; otherwise
