@@ -25,8 +25,10 @@ calls :func:`publish_decision` and acts on its :class:`Decision`.  In order:
 4. **Restart** (``RESTART``, event ``superseded``), at most ``max_restarts`` in a row:
    ``M`` moved more than ``restart_tol`` from the job's input on some link *and* the move
    costs the new schedule more than ``restart_tol`` of the rate it was built for (a move
-   that costs it nothing publishes it); or a link the job was held for (a rise) settled
-   more than ``restart_tol`` from its input.
+   that costs it nothing publishes it; a speculative job restarts on any such move: its
+   early picture was partial, e.g. one direction of a cable not alarmed yet, and the swap
+   hold would keep its version from the ranks); or a link the job was held for (a rise)
+   settled more than ``restart_tol`` from its input.
 5. **No gain** (``NO_GAIN``): the new schedule does not beat the active one under ``M`` by
    more than ``min_gain``.
 6. Otherwise ``PUBLISH``, or ``REUSE`` when the job took a remembered fabric's schedule
@@ -174,7 +176,7 @@ def outdated(job: Finished, active: Active, m: np.ndarray, policy: Policy) -> Ve
         return Verdict.CLEARED
     if moved(m[active.mine], job.capacity[active.mine]) > policy.restart_tol \
             and job.restarts < policy.max_restarts and (
-                job.loads is None
+                job.loads is None or job.speculative
                 or rate(m, job.loads) < (1.0 - policy.restart_tol) * rate(job.capacity, job.loads)):
         return Verdict.RESTART
     return None

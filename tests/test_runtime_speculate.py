@@ -122,3 +122,17 @@ def test_a_speculative_job_on_a_transient_publishes_nothing():
     assert [(e.action, e.detail.get("reason")) for e in events] == [("aborted", "cleared")]
     assert mgr.get("world", "ag").version == 1
     mgr.close()
+
+
+def test_a_speculative_job_built_on_a_partial_picture_restarts_on_the_confirmed_one():
+    """Confirmed ``M`` moved 11 % from the early picture on a link the new schedule uses
+    with headroom (the cable's other direction, not alarmed when the job started): a plain
+    job publishes (the move costs it nothing), a speculative one restarts, since the swap
+    hold would keep that version from the ranks."""
+    policy = Policy()
+    new = np.array([0.0, 0.5, 1.0])
+    plain = Finished(np.array([50.0, 400.0, 400.0]), new)
+    spec = Finished(plain.capacity, new, speculative=True)
+    est = _est([50.0, 356.0, 400.0])
+    assert publish_decision(plain, _active([1.0, 1.0, 0.0]), est, 0.0, policy).verdict is Verdict.PUBLISH
+    assert publish_decision(spec, _active([1.0, 1.0, 0.0]), est, 0.0, policy).verdict is Verdict.RESTART
