@@ -220,6 +220,21 @@ def print_rows(spec: str, collective: str, cls: str, out: dict) -> None:
               f"{reach(ev):<9}", flush=True)
 
 
+def print_short(results: list[dict]) -> None:
+    """The segments that end below 0.95 of offline, each with whether its floor (the
+    earliest t95 its detection and synthesis allow) fits in it."""
+    short = [(r, i, ev) for r in results for i, ev in enumerate(r["summary"]["events"])
+             if ev["algbw_final"] is None or ev["algbw_final"] < 0.95 * ev["algbw_offline"]]
+    print(f"segments ending below 0.95 of offline: {len(short)}")
+    for r, i, ev in short:
+        floor, seg = ev.get("floor_ms"), ev["segment_ms"]
+        note = {"no": "unattainable with this synthesis", "spec": "only with synthesis started at the alarm",
+                "ok": "within reach: the loop missed it"}
+        why = "no synthesis started" if floor is None else \
+            f"floor {floor:.1f} ms, segment {seg:.0f} ms: {note[reach(ev)]}"
+        print(f"  {r['fabric']} {r['collective']} {r['class']} event {i}: {why}")
+
+
 def main(argv: list[str] | None = None) -> None:
     import argparse
 
@@ -256,6 +271,7 @@ def main(argv: list[str] | None = None) -> None:
                 print_alone(spec, collective, cls, out["alone"])
                 results.append({"fabric": spec, "collective": collective, "class": cls,
                                 "summary": out["summary"]})
+    print_short(results)
     if args.json:
         Path(args.json).write_text(json.dumps(results, default=float))
 
