@@ -140,7 +140,8 @@ class Finished:
 
 
 def publish_decision(job: Finished, active: Active | None, est: Estimate, now: float, policy: Policy) -> Decision:
-    """The decision on a finished job (module docstring, rules 1-6)."""
+    """The decision on a finished job (module docstring, rules 1-6); ``active`` is ``None``
+    only for the initial job."""
     if job.initial:
         return Decision(Verdict.PUBLISH, "initial")
     tol = policy.restart_tol
