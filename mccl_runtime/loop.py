@@ -120,19 +120,22 @@ class LoopConfig:
     cold_gpus: int = 16
     synth_clock: str = "wall"
     rate_loss: float = Policy.rate_loss
+    speculate: bool = False
 
 
 @dataclass
 class LoopResult:
     """The timeline (one row per completed collective), the collectives aborted for a
     new version (``aborted``: start, abort time, version, progress), the manager's
-    events and the scenario."""
+    events, the scenario, and ``alarms``: the times (ms) at which some link's change
+    began to be confirmed while none was (level estimator: the first pending link)."""
 
     scenario: Scenario
     rows: list[dict[str, Any]] = field(default_factory=list)
     events: list[dict[str, Any]] = field(default_factory=list)
     summary: dict[str, Any] = field(default_factory=dict)
     aborted: list[dict[str, Any]] = field(default_factory=list)
+    alarms: list[float] = field(default_factory=list)
 
 
 def builtin_scenario(cfg: LoopConfig) -> Scenario:
@@ -237,6 +240,7 @@ class _Controller:
         self.tick = cfg.tick_ms / 1e3
         self.cursor, self.ready_t, self.swap_at = 0.0, math.inf, math.inf
         self.swap_held = False
+        self.alarmed = False                         # some link's change is being confirmed
         self.coll = manager.collectives()[0]
 
     def advance(self, until: float, links: np.ndarray, times: np.ndarray, gbps: np.ndarray,
@@ -254,11 +258,13 @@ class _Controller:
             if j > i:
                 self.store.ingest_links(links[i:j], times[i:j], gbps[i:j])
                 i = j
+                self._alarm(tau)
             if inflight is not None:                 # links idle in the collective: probed for free
                 cap = self.caps[int(np.searchsorted(self.breaks, tau, side="right")) - 1]
                 pl, pt, py = self.probe.during(tau, self.store, cap, inflight.busy(tau))
                 if pl.size:
                     self.store.ingest_links(pl, pt, self.noisy(py))
+                    self._alarm(tau)
             if tau >= self.ready_t:          # the job's time has elapsed: decide on the telemetry so far
                 self.ready_t = math.inf
                 events = self.manager.poll(tau)
@@ -274,6 +280,15 @@ class _Controller:
         if i < len(times):
             self.store.ingest_links(links[i:], times[i:], gbps[i:])
         return until
+
+    def _alarm(self, t: float) -> None:
+        """Record ``t`` when a change starts being confirmed (the store's first pending
+        link): where detection ends and confirmation begins (docs/runtime.md, "Where the
+        reaction's time goes")."""
+        pending = bool(self.store.pending_links().size)
+        if pending and not self.alarmed:
+            self.out.alarms.append(t * 1e3)
+        self.alarmed = pending
 
     def swap_fits(self, t: float) -> bool:
         """Whether the version due at ``t`` still fits everything the controller knows
@@ -341,7 +356,7 @@ def run_loop(cfg: LoopConfig = LoopConfig(), synthesize: Synthesizer | None = No
                         f"got {cfg.synth_clock!r}")
     manager = ScheduleManager(store, cold_on_small(synthesize, cfg.cold_gpus),
                               Policy(gamma=cfg.gamma, min_dwell_s=cfg.dwell_ms / 1e3, time_limit_s=600.0,
-                                     rate_loss=cfg.rate_loss),
+                                     rate_loss=cfg.rate_loss, speculate=cfg.speculate),
                               synth_clock=SYNTH_CLOCKS[cfg.synth_clock])
     manager.register("world", scn.collective, scn.collective, synthesize(scn.collective, topo, None, None))
     coll = manager.get("world", scn.collective)
