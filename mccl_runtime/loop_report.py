@@ -45,7 +45,10 @@ import numpy as np
 
 from mccl_opt.files import write_figure
 
-__all__ = ["EVENT_KEYS", "summarize", "public_summary", "builtin_summary", "plot"]
+__all__ = ["EVENT_KEYS", "DEFAULT_OOB_MS", "summarize", "public_summary", "builtin_summary", "plot"]
+
+#: the out-of-band exchange between ranks before a swap, ms (``LoopConfig.oob_ms``'s default)
+DEFAULT_OOB_MS = 5.74
 
 EVENT_KEYS = ("t_ms", "kind", "detect_ms", "synth_ms", "swap_ms", "reaction_ms", "algbw_before",
               "algbw_degraded", "algbw_after", "algbw_final", "algbw_offline", "recovery_ratio", "versions",
@@ -61,13 +64,9 @@ def _offline(out: Any, cap: np.ndarray, synthesize: Any, fluid: bool) -> float:
     return simulate(topo, schedule, scn.message_bytes, fluid=fluid).algbw_gbytes_per_s
 
 
-def _budget(out: Any, cfg: Any, te: float, tn: float, mine: list[dict[str, Any]], offline: float,
+def _budget(out: Any, oob_ms: float, te: float, tn: float, mine: list[dict[str, Any]], offline: float,
             detect: float | None, first_new: dict[str, Any] | None) -> dict[str, Any]:
-    """Where the reaction's time goes (module docstring); ``cfg`` gives ``oob_ms`` (the
-    loop's default without one)."""
-    from .loop import LoopConfig
-
-    oob_ms = (cfg or LoopConfig()).oob_ms
+    """Where the reaction's time goes (module docstring)."""
     alarm = next((a - te for a in out.alarms if te <= a < tn), None)
     start = next((e for e in mine if e["action"] == "resynthesis"), None)
     after = out.events[out.events.index(start) + 1:] if start is not None else []
@@ -140,7 +139,7 @@ def _event(out: Any, i: int, synthesize: Any, fluid: bool, state: int, cfg: Any 
         "held": sum(e["action"] == "held" for e in mine),
         "swap_held": sum(e["action"] == "swap_held" for e in mine),
         "lost_ms": sum(a["end_ms"] - a["t_ms"] for a in out.aborted if te <= a["end_ms"] < tn),
-    } | _budget(out, cfg, te, tn, mine, offline, detect, first_new)
+    } | _budget(out, cfg.oob_ms if cfg is not None else DEFAULT_OOB_MS, te, tn, mine, offline, detect, first_new)
 
 
 def summarize(out: Any, cfg: Any, synthesize: Any, fluid: bool) -> dict[str, Any]:

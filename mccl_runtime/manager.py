@@ -519,7 +519,7 @@ class ScheduleManager:
         m = self.store.measured() if early is None else early
         profiled = [c for c in self.collectives() if c.dynamic and c.profile is not None]
         if not profiled:
-            return []
+            return early, []
         flags = self._stack_of(profiled).flags(m)
         flags |= np.array([self._known_flag(m, c) for c in profiled], dtype=bool)
         for coll in profiled:       # a wall clock stepped back (NTP) kept every dwell on until it caught up
