@@ -159,11 +159,20 @@ def forestcoll_trees(sub: Topology, forestcoll: ForestColl,
     balancing loses: the master re-weights the trees anyway) on the balanced fabric
     ``sub`` with at most ``chunks`` chunks per root (fewer while ForestColl fails, as the
     method chain does, skipping the limits that repeat a failed budget); ``None`` when
-    ForestColl packs no chunk count; ``once``: ``chunks`` only."""
+    ForestColl packs no chunk count; ``once``: ``chunks`` only.
+
+    The spread split is the proportional one (``siblings_last=False``,
+    :func:`..forestcoll.removal.spread.spread_split`): at a few chunks per root the trees
+    sit below the rate from which a host must take more than one entry from the fabric
+    per tree, and with siblings last nearly every tree enters every host once; a master
+    over such trees stops at that rate (docs/allgather.md "The seed's trees and sibling
+    pairs": shared aggregation 2x5x8 with one NIC one way, 41.14 of 41.50 Gbps, then 22
+    pricing rounds).  The proportional split's host loops give trees that enter a host
+    more than once."""
     counts = ChunkCounts(chunks)
     for k in [chunks] if once else counts:
         try:
-            sched = forestcoll(sub, None, k, headroom)
+            sched = forestcoll(sub, None, k, headroom, siblings_last=False)
         except SolveError as e:                 # as the chain treats ForestColl failing: fewer
             counts.failed(e)
             continue
