@@ -347,9 +347,8 @@ def pack(split: SplitGraph, rank_of: np.ndarray, k: int, guides: dict[int, np.nd
     :data:`EXACT_PACK_MAX_EDGES` tree edges (beyond: :class:`SolveError`, the chain's
     next method solves the fabric).  Under a limit the packings are sized to its time
     left (:func:`_pack_repair`).  ``fewer_chunks`` (K): the few-trees packing only to
-    ``FEW_TREES_CHEAP_ENTRIES``.  ``siblings_last=False``: the first spread split
-    proportional (:func:`.removal.spread.spread_split`; the guarded one holds siblings
-    back as always)."""
+    ``FEW_TREES_CHEAP_ENTRIES``.  ``siblings_last=False``: the spread splits (plain and
+    guarded) proportional (:func:`.removal.spread.spread_split`)."""
     progress.update("AllGather phase 2: switch removal")
     t = time.perf_counter()
     lg = spread_logical(split, rank_of, siblings_last)
@@ -378,7 +377,7 @@ def pack(split: SplitGraph, rank_of: np.ndarray, k: int, guides: dict[int, np.nd
     if not admits:
         anytime.check("Phase 2: before the guarded spread split")
         t2 = time.perf_counter()
-        guarded = guarded_spread(split, rank_of, lg)
+        guarded = guarded_spread(split, rank_of, lg, siblings_last)
         stats["phase2_s"] += time.perf_counter() - t2
         if guarded is not None:                   # it passes the rooted test
             lg, kind, admits = guarded, SplitKind.GUARDED, True
