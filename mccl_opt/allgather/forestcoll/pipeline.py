@@ -254,9 +254,11 @@ class Packed:
         stats["split"], stats["packing"] = self.split.value, self.packing.value
 
 
-def spread_logical(split: SplitGraph, rank_of: np.ndarray) -> LogicalGraph:
-    """Phase 2 by the spread proposal (:mod:`.removal.spread`); ``split`` is left as it was."""
-    return spread_split(split, rank_of)
+def spread_logical(split: SplitGraph, rank_of: np.ndarray,
+                   siblings_last: bool = True) -> LogicalGraph:
+    """Phase 2 by the spread proposal (:mod:`.removal.spread`, sibling pairs last unless
+    ``siblings_last=False``); ``split`` is left as it was."""
+    return spread_split(split, rank_of, siblings_last=siblings_last)
 
 
 #: below :data:`~.packing.scaled.SCALED_MIN_K` trees per root, the repair packings after
@@ -347,18 +349,19 @@ TEST_FIRST_SINKS = 32
 
 
 def pack(split: SplitGraph, rank_of: np.ndarray, k: int, guides: dict[int, np.ndarray],
-         stats: dict[str, Any], shapes: Shapes | None = None, fewer_chunks: bool = False
-         ) -> Packed:
+         stats: dict[str, Any], shapes: Shapes | None = None, fewer_chunks: bool = False,
+         siblings_last: bool = True) -> Packed:
     """Phases 2+3: spread split + fast packing; when the spread split broke the cut
     condition, the spread split with guarded pairings (:mod:`.removal.guarded_spread`), then
     exact splitting, and exact packing as the last fallback on at most
     :data:`EXACT_PACK_MAX_EDGES` tree edges (beyond: :class:`SolveError`, the chain's
     next method solves the fabric).  Under a limit the packings are sized to its time
     left (:func:`_pack_repair`).  ``fewer_chunks`` (K): the few-trees packing only to
-    ``FEW_TREES_CHEAP_ENTRIES``."""
+    ``FEW_TREES_CHEAP_ENTRIES``.  ``siblings_last=False``: the spread splits (plain and
+    guarded) proportional (:func:`.removal.spread.spread_split`)."""
     progress.update("AllGather phase 2: switch removal")
     t = time.perf_counter()
-    lg = spread_logical(split, rank_of)
+    lg = spread_logical(split, rank_of, siblings_last)
     kind = SplitKind.SPREAD
     stats["phase2_s"] = time.perf_counter() - t
     progress.update("AllGather phase 3: tree packing")
@@ -385,7 +388,7 @@ def pack(split: SplitGraph, rank_of: np.ndarray, k: int, guides: dict[int, np.nd
     if not admits:
         anytime.check("Phase 2: before the guarded spread split")
         t2 = time.perf_counter()
-        guarded = guarded_spread(split, rank_of, lg)
+        guarded = guarded_spread(split, rank_of, lg, siblings_last)
         stats["phase2_s"] += time.perf_counter() - t2
         if guarded is not None:                   # it passes the rooted test
             lg, kind, admits = guarded, SplitKind.GUARDED, True
