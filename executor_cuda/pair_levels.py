@@ -76,10 +76,7 @@ class ModelReporter:
     message (the median over collectives of :func:`held_cost`; for a pair first used
     later, of all pairs), and later samples report the level ``r`` at which each
     message's ``max(cost, expected / r)`` adds up to the measured time
-    (:func:`held_ratio`).  Whether a sample is long enough to say anything (below) is
-    judged against the additive cost ``(measured - expected) / messages`` of the same
-    warm-up, as before: the held cost is larger, and judging by it left a ramp's first
-    NIC steps unread on 8 gloo ranks.  Each pair reports
+    (:func:`held_ratio`).  Each pair reports
     the median of its last ``window`` collectives: the median of a few measurement
     windows (paper §5) ignores one slow collective (a busy shared core) and follows a
     lasting rise after ``window // 2 + 1`` collectives.  A drop needs more: a busy core
@@ -130,8 +127,7 @@ class ModelReporter:
         self.window = window
         self.drop_window = max(window, drop_window)
         self.tol = tol
-        self.overhead: dict[tuple[str, str], list[float]] = {}     # (measured - expected) / messages
-        self.held: dict[tuple[str, str], list[float]] = {}         # :func:`held_cost`
+        self.overhead: dict[tuple[str, str], list[float]] = {}
         self.recent: dict[tuple[str, str], deque[float]] = {}
         self.low: dict[tuple[str, str], bool] = {}          # last report below LOW x nominal
         self.blind: dict[tuple[str, str], bool] = {}        # last sample fit its level and nominal
@@ -232,7 +228,6 @@ class ModelReporter:
         if times > 1:
             drains = {k: np.tile(d, (times, 1)) for k, d in drains.items()}
         pooled = [x for h in self.overhead.values() for x in h]
-        pooled_held = [x for h in self.held.values() for x in h]
         out: list[dict[str, Any]] = []
         for s in samples:
             key = (s.src, s.dst)
@@ -243,15 +238,13 @@ class ModelReporter:
                 continue
             per_msg = dr.max(axis=1)
             if self.calibrating:
-                self.overhead.setdefault(key, []).append((s.seconds - exp) / s.count)
-                self.held.setdefault(key, []).append(held_cost(per_msg, s.seconds))
+                self.overhead.setdefault(key, []).append(held_cost(per_msg, s.seconds))
                 continue
             hist = self.overhead.get(key) or pooled
             if not hist:
                 continue
             cost, level = max(0.0, statistics.median(hist)), self.level(key)
-            held = statistics.median(self.held.get(key) or pooled_held)
-            ratio = self._ratio(key, dr, exp / held_ratio(per_msg, held, s.seconds), id(prog))
+            ratio = self._ratio(key, dr, exp / held_ratio(per_msg, cost, s.seconds), id(prog))
             if ratio is not None and level is not None and s.seconds < PROBE_OVER_COST * s.count * cost:
                 self.blind[key] = ratio > level     # as short as gloo's cost: no news (a rise: probe it alone)
                 ratio = level

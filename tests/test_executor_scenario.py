@@ -95,7 +95,7 @@ def test_reporter_reads_through_the_per_message_cost_and_ignores_one_slow_collec
     assert rep.blind[(g[2], g[3])]
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(e=st.lists(st.floats(1e-4, 1e-2), min_size=1, max_size=6), cost=st.floats(0.0, 2e-2),
        level=st.floats(0.02, 1.0))
 def test_the_per_message_cost_is_not_charged_to_a_slow_link(e, cost, level):
