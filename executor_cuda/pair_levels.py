@@ -17,7 +17,7 @@ import numpy as np
 from .faults import FabricEmulator
 from .telemetry import LinkSample
 
-__all__ = ["LOW", "PROBE_OVER_COST", "ModelReporter", "PieceWindow", "held_cost", "held_ratio"]
+__all__ = ["LOW", "PROBE_OVER_COST", "ModelReporter", "PieceWindow"]
 
 LOW = 0.95              # a pair reported below this share of nominal is probed once unused
 #: a probe is sent, and raises a level, only when at the pair's current level it would take
@@ -31,37 +31,6 @@ PROBE_OVER_COST = 3.0
 DEEP = 0.3
 
 
-def held_cost(expected: np.ndarray, seconds: float) -> float:
-    """gloo's per-message cost ``c`` that makes messages of nominal seconds ``expected``
-    take ``seconds`` in all on a healthy fabric, as the emulator times them: each message
-    reads ``max(c, its emulated time)`` (:meth:`~executor_cuda.telemetry.Telemetry.record_round`:
-    the receiver holds a message until its emulated time, the real transfer counts only
-    when gloo took longer).  0 when the emulated times alone explain ``seconds``."""
-    e = np.sort(np.asarray(expected, float))
-    if seconds <= float(e.sum()):
-        return 0.0
-    k = np.arange(1, len(e) + 1)                   # c between e[k-1] and e[k]: k messages read c
-    c = (seconds - (e.sum() - np.cumsum(e))) / k
-    return float(c[np.abs(np.maximum(c[:, None], e[None, :]).sum(axis=1) - seconds).argmin()])
-
-
-def held_ratio(expected: np.ndarray, cost: float, seconds: float) -> float:
-    """The level ``r`` at which messages of nominal seconds ``expected`` take ``seconds``
-    in all when each reads ``max(cost, e / r)`` (:func:`held_cost`); when ``seconds`` is
-    no more than the cost alone, the lowest level that fits it (``max e / cost``: the
-    messages cannot tell the link above it).
-    Subtracting the cost from every message instead (the additive model) read a slow
-    link whose emulated time exceeds the cost as faster than it is (issue 26: the NIC at
-    50 and 137.5 Gbps read 1.2-1.3x high, docs/executor.md "Ramps on real ranks")."""
-    e = np.sort(np.asarray(expected, float))[::-1]
-    n = len(e)
-    if seconds <= n * cost:
-        return float(e[0] / cost)
-    k = np.arange(1, n + 1)                        # the k slowest read e / r, the rest the cost
-    x = (seconds - (n - k) * cost) / np.cumsum(e)  # x = 1 / r
-    return float(1.0 / x[np.abs(np.maximum(cost, e[None, :] * x[:, None]).sum(axis=1) - seconds).argmin()])
-
-
 class ModelReporter:
     """Executor telemetry in the topology's units, for the controller's ``pair`` samples.
 
@@ -70,13 +39,12 @@ class ModelReporter:
     seconds over a collective are compared with the seconds the schedule's own round
     model predicts on the *nominal* fabric (:meth:`FabricEmulator.program_delays`).
     gloo adds a roughly fixed cost per message (posting, copying, waking the receiving
-    thread); the emulator times a message as the longer of that real transfer and its
-    emulated time (:func:`held_cost`), so the healthy warm-up collectives
-    (:attr:`calibrating`, like the paper's startup probing) estimate the cost per
-    message (the median over collectives of :func:`held_cost`; for a pair first used
-    later, of all pairs), and later samples report the level ``r`` at which each
-    message's ``max(cost, expected / r)`` adds up to the measured time
-    (:func:`held_ratio`).  Each pair reports
+    thread), which would make a slow link look faster than it is if it were divided
+    out as a ratio; so the healthy warm-up collectives (:attr:`calibrating`, like the
+    paper's startup probing) estimate it per message, as the median of
+    ``(measured - expected) / messages`` of the pair (for a pair first used later, of
+    all pairs), and later samples report
+    ``nominal * min(1, expected / (measured - messages * cost))``.  Each pair reports
     the median of its last ``window`` collectives: the median of a few measurement
     windows (paper §5) ignores one slow collective (a busy shared core) and follows a
     lasting rise after ``window // 2 + 1`` collectives.  A drop needs more: a busy core
@@ -236,15 +204,14 @@ class ModelReporter:
             nominal = self.nominal.get(key)
             if nominal is None or exp <= 0 or s.seconds <= 0 or s.count < 1:
                 continue
-            per_msg = dr.max(axis=1)
             if self.calibrating:
-                self.overhead.setdefault(key, []).append(held_cost(per_msg, s.seconds))
+                self.overhead.setdefault(key, []).append((s.seconds - exp) / s.count)
                 continue
             hist = self.overhead.get(key) or pooled
             if not hist:
                 continue
             cost, level = max(0.0, statistics.median(hist)), self.level(key)
-            ratio = self._ratio(key, dr, exp / held_ratio(per_msg, cost, s.seconds), id(prog))
+            ratio = self._ratio(key, dr, max(s.seconds - s.count * cost, 1e-9), id(prog))
             if ratio is not None and level is not None and s.seconds < PROBE_OVER_COST * s.count * cost:
                 self.blind[key] = ratio > level     # as short as gloo's cost: no news (a rise: probe it alone)
                 ratio = level
