@@ -39,7 +39,7 @@ def _seed(topo) -> RestrictionSeed | None:
 
 
 @pytest.mark.parametrize("shape,fault", [((1, 2, 8), FAULTS[0]), ((1, 2, 8), FAULTS[1]),
-                                         ((2, 2, 4), FAULTS[0])])
+                                         ((2, 2, 2), FAULTS[0])])
 def test_seeded_general_method_reaches_the_independent_forwarding_optimum(shape, fault):
     """Seeded from the restriction, ``max_chunks=None`` returns the forwarding-only optimum
     of an independent compact LP (tests/oracle_allgather.py, Edmonds' branching theorem),
