@@ -16,7 +16,9 @@ from mccl_opt.allgather import chain
 from mccl_opt.allgather.canonical import canonical
 from mccl_opt.allgather.general.method import solve_general
 from mccl_opt.allgather.general.arborescence import min_arborescences
-from mccl_opt.allgather.general.quotient import _Quotient, _price, solve_quotient
+from mccl_opt.allgather.general.expansion import expand
+from mccl_opt.allgather.general.method import rate_scale
+from mccl_opt.allgather.general.quotient import _Quotient, _column_generation, _price, solve_quotient
 from mccl_opt.allgather.general.switch_paths import SwitchPaths
 from mccl_opt.allgather.general.symmetry import find_symmetry
 from mccl_opt.backends import get_backend
@@ -132,3 +134,43 @@ def test_the_chain_declines_the_quotient_by_its_predicted_cost(monkeypatch):
     assert mo.solve_allgather(topo, max_chunks=None).stats.get("seed") != "symmetric quotient"
     monkeypatch.setattr(chain, "QUOTIENT_MAX_COST", rows * rows * sym.num_root_orbits)
     assert mo.solve_allgather(topo, max_chunks=None).stats.get("seed") == "symmetric quotient"
+
+
+def test_the_expansion_from_the_columns_equals_every_copy_mapped_and_merged():
+    """The tree table is built from the quotient's columns and the pieces' maps
+    (``general.expansion``): its trees, weights, depths and parents-first edge order equal
+    those of every column copied by every piece's node map and merged by root and link
+    multiset, done naively; its paths are distinct."""
+    topo = canonical(STATES["shared-agg 2x3x4 NIC 150.8"]())
+    arr = topo.arrays
+    sym = find_symmetry(topo)
+    with get_backend("highs") as lp:
+        q = _Quotient(topo, sym, arr.capacity / rate_scale(topo), lp)
+        _, z, _, _ = _column_generation(topo, q, np.inf, None)
+    exp = expand(topo, sym, q.roots, q.trees, z)
+    want: dict = {}
+    for j in np.flatnonzero(z > 0).tolist():
+        for element, frac in sym.pieces():
+            node, link = sym.piece_maps(element)
+            root = int(arr.rank_of[node[arr.gpu_nodes[q.roots[j]]]])
+            key = (root, tuple(np.sort(link[q.trees[j]])))
+            want[key] = want.get(key, 0.0) + frac * z[j]
+    paths = [tuple(p) for p in exp.paths]
+    assert len(set(paths)) == len(paths)
+    got = {}
+    for t in range(len(exp.pool)):
+        root = int(exp.pool.root[t])
+        key = (root, tuple(np.sort(exp.pool.column(t))))
+        got[key] = exp.weights[t]
+        reached, depth = {int(arr.gpu_nodes[root]): 0}, 0
+        for e in exp.edges[t].tolist():
+            p = paths[e]
+            assert p[0] in reached and p[-1] not in reached      # parents first, a tree
+            reached[p[-1]] = reached[p[0]] + 1
+            depth = max(depth, reached[p[-1]])
+        assert len(reached) == topo.num_gpus and depth == exp.depth[t]
+        hops = [topo.link_index(topo.nodes[a].id, topo.nodes[b].id)
+                for e in exp.edges[t].tolist() for a, b in zip(paths[e], paths[e][1:])]
+        assert sorted(hops) == list(key[1])                       # the table is the pool's tree
+    assert got.keys() == want.keys()
+    assert all(got[k] == pytest.approx(want[k], rel=1e-12) for k in want)

@@ -21,8 +21,9 @@ from instances import fail1, fail2, fail3, hpn
 from mccl_opt.allgather.forestcoll.maxflow import INF
 from mccl_opt.allgather.forestcoll.removal.bundles import Bundles
 from mccl_opt.allgather.forestcoll.pipeline import balanced_split, phase_one_budget
-from mccl_opt.allgather.forestcoll.removal.splitting import (LogicalGraph, SplitGraph, balance_switches,
-                                          simple_path, switch_order)
+from mccl_opt.allgather.forestcoll.removal.balancing import balance_switches
+from mccl_opt.allgather.forestcoll.removal.splitting import (LogicalGraph, SplitGraph, simple_path,
+                                                             switch_order)
 from mccl_opt.allgather.forestcoll.removal.siblings import SwitchNeighbours
 from mccl_opt.allgather.forestcoll.removal.spread import _walk, spread_split
 from mccl_opt.allgather.forestcoll.removal.transport import transport

@@ -61,6 +61,16 @@ class TreePool(RaggedColumns):
         links, sorted within each column, are ``multiset``."""
         return self._add(owner, start, arcs, column_hash(owner, start, multiset))
 
+    @classmethod
+    def of_distinct(cls, owner: np.ndarray, start: np.ndarray, arcs: np.ndarray,
+                    hashes: np.ndarray) -> "TreePool":
+        """A pool of columns known to be pairwise distinct, identified by ``hashes`` (the
+        symmetric expansion's multiset hashes, :mod:`.expansion`: such a pool is read,
+        never appended to)."""
+        pool = cls()
+        pool.owner, pool.start, pool.arcs, pool.hash = owner, start, arcs, hashes
+        return pool
+
 
 @dataclass
 class MasterPoint:

@@ -254,7 +254,8 @@ def _schedule(topo: Topology, res: TreeCGResult, scale: float, max_chunks: int |
     stats["total_s"] = seconds
     keep = res.weights > 0
     kept = copy.copy(pool)                      # the pool is deduplicated: no re-hashing
-    kept.keep(keep)
+    if not keep.all():                          # (the symmetric expansion's: all kept)
+        kept.keep(keep)
     state = AllGatherWarmState(columns=TreeColumns(kept, (topo.arrays.tail, topo.arrays.head)))
     report = SolveReport(collective="allgather", method=Method.GENERAL,
                          termination=Termination(res.status), bound_gbps=res.bound * scale,

@@ -17,7 +17,8 @@ caller's certified upper bound (the balanced restriction's optimum).
 
 **Expansion.**  Each positive column is copied over ``H``'s elements with the weights of
 :meth:`.symmetry.Symmetry.pieces` (each cluster's marginal uniform, so every link's load
-is its orbit's average and every root gets ``z / |R|``), copies of one tree merged; the
+is its orbit's average and every root gets ``z / |R|``), copies of one tree merged, the
+tree table made from the columns and the pieces' maps (:mod:`.expansion`); the
 schedule is built and re-rated from its own link loads by the general method's
 ``_schedule`` and kept only when that rate is the certified optimum.
 """
@@ -33,15 +34,13 @@ import scipy.sparse as sp
 from formulations.lp import LinearProgram
 from mccl_opt import anytime
 from mccl_opt.backends import Backend, SolveStatus, get_backend
-from mccl_opt.ragged import column_hash
 from mccl_opt.errors import SolveError
 from mccl_opt.schedule import Schedule
-from mccl_opt.schedule_chunks import FlatPaths, TreeChunks, TreeTable
 from mccl_opt.topology import Topology
-from .live_master import TreePool
+from .expansion import expand
 from .symmetry import Symmetry, find_symmetry
 from .arborescence import min_arborescences
-from .switch_paths import SwitchPaths, from_sources
+from .switch_paths import from_sources
 from .tree_colgen import TreeCGResult
 
 __all__ = ["solve_quotient", "QUOTIENT_MAX_ROUNDS", "REL_TOL"]
@@ -75,9 +74,16 @@ class _Quotient:
                               for o in range(self.root_size.size)])
         self.roots: list[int] = []
         self.trees: list[np.ndarray] = []
-        self.node_map, link_map = sym.carriers(topo.arrays.gpu_nodes, self.reps)
-        self.link_map = np.hstack([link_map, np.full((link_map.shape[0], 1), -1)])
-        self.rank_map = topo.arrays.rank_of[self.node_map[:, topo.arrays.gpu_nodes]]
+        arr = topo.arrays
+        self.node_map, self.link_map = sym.carriers(arr.gpu_nodes, self.reps)
+        self.node_inv = np.empty_like(self.node_map)   # per rank, its carrier's inverse
+        self.node_inv[np.arange(topo.num_gpus)[:, None], self.node_map] = np.arange(topo.num_nodes)
+        rank_map = arr.rank_of[self.node_map[:, arr.gpu_nodes]]
+        g = topo.num_gpus
+        inverse = np.empty_like(rank_map)            # cost[s, t] = cost_r[o(s), h_s^-1(t)]
+        inverse[np.arange(g)[:, None], rank_map] = np.arange(g)
+        self.cost_index = sym.root_orbit[:, None] * g + inverse
+        self.tail, self.gpu_nodes = arr.tail, arr.gpu_nodes
         self.rep_index = sym.root_orbit
         self.backend = backend
         n_r = self.root_size.size
@@ -104,6 +110,29 @@ class _Quotient:
         self.backend.add_columns(np.zeros(k), np.zeros(k), np.full(k, np.inf),
                                  block.indptr, block.indices, block.data)
 
+    def tree_arcs(self, pred_r: np.ndarray, root: int, parent: np.ndarray) -> np.ndarray:
+        """Links of every edge path of the tree ``parent`` (rank space, edge of rank ``v``
+        before rank ``v + 1``, each path in order), the path ``u -> v`` being the carrier
+        ``h`` of ``u`` applied to the representative's path to ``h^-1(v)`` in its search
+        tree ``pred_r[orbit of u]``: only the tree's own edges are mapped."""
+        v = np.delete(np.arange(parent.size), root)
+        u = parent[v]
+        orbit = self.rep_index[u]
+        src = self.gpu_nodes[self.reps[orbit]]
+        cur = self.node_inv[u, self.gpu_nodes[v]]
+        steps: list[np.ndarray] = []            # arcs walked back, -1 once arrived
+        on = cur != src
+        while on.any():
+            arc = np.where(on, pred_r[orbit, cur], -1)
+            if (arc[on] < 0).any():
+                raise SolveError("the symmetry quotient: a tree edge has no mapped path")
+            steps.append(arc)
+            cur = np.where(on, self.tail[np.maximum(arc, 0)], cur)
+            on = cur != src
+        walk = np.stack(steps[::-1], axis=1)    # each row: -1s, then the path in order
+        mapped = self.link_map[u[:, None], np.maximum(walk, 0)]
+        return mapped[walk >= 0]
+
     def solve(self) -> tuple[float, np.ndarray, np.ndarray, np.ndarray]:
         """``max x`` over the columns so far: ``(x, z, sigma per root orbit, pi per link
         orbit)``."""
@@ -126,15 +155,8 @@ def _price(topo: Topology, q: _Quotient, pi: np.ndarray
     need."""
     price = (pi / q.orbit_size)[q.sym.link_orbit]
     cost_r, pred_r = from_sources(topo, price, q.reps)
-    g = topo.num_gpus
-    rows = np.arange(g)[:, None]
-    cost = np.empty((g, g))
-    cost[rows, q.rank_map] = cost_r[q.rep_index]
-    pred = np.empty_like(pred_r, shape=(g, pred_r.shape[1]))
-    pred[rows, q.node_map] = np.take_along_axis(q.link_map, pred_r[q.rep_index], axis=1)
-    paths = SwitchPaths.of_arrays(topo, cost, pred)
-    parents, costs = min_arborescences(cost, q.reps)
-    return costs, [paths.tree_arcs(int(r), parents[i]) for i, r in enumerate(q.reps.tolist())]
+    parents, costs = min_arborescences(cost_r.ravel()[q.cost_index], q.reps)
+    return costs, [q.tree_arcs(pred_r, int(r), parents[i]) for i, r in enumerate(q.reps.tolist())]
 
 
 def _column_generation(topo: Topology, q: _Quotient, upper: float,
@@ -166,44 +188,6 @@ def _column_generation(topo: Topology, q: _Quotient, upper: float,
     return x, z, best, QUOTIENT_MAX_ROUNDS
 
 
-def _expand(topo: Topology, q: _Quotient, z: np.ndarray) -> tuple[TreePool, np.ndarray]:
-    """Every positive column copied over the group (module docstring), as a pool of
-    distinct trees and their weights (copies of one tree merged)."""
-    rank_of, gpu_nodes = topo.arrays.rank_of, topo.arrays.gpu_nodes
-    pieces = q.sym.pieces()
-    maps = [q.sym.piece_maps(element) for element, _ in pieces]
-    node_maps = np.stack([m[0] for m in maps])
-    link_maps = np.stack([m[1] for m in maps])
-    frac = np.array([f for _, f in pieces])
-    owners, blocks, sorted_blocks, weights = [], [], [], []
-    for j in np.flatnonzero(z > 0).tolist():
-        block = link_maps[:, q.trees[j]]
-        owners.append(rank_of[node_maps[:, gpu_nodes[q.roots[j]]]])
-        blocks.append(block.ravel())
-        sorted_blocks.append(np.sort(block, axis=1).ravel())
-        weights.append(frac * z[j])
-    owner = np.concatenate(owners).astype(np.int64)
-    sizes = np.repeat([q.trees[j].size for j in np.flatnonzero(z > 0).tolist()], len(pieces))
-    start = np.zeros(owner.size + 1, np.int64)
-    np.cumsum(sizes, out=start[1:])
-    arcs, multiset = np.concatenate(blocks), np.concatenate(sorted_blocks)
-    _, first, inverse = np.unique(column_hash(owner, start, multiset), return_index=True,
-                                  return_inverse=True)
-    inverse = inverse.reshape(-1)
-    merged = np.bincount(inverse, weights=np.concatenate(weights))
-    first = np.sort(first)                  # positional order, as ``arcs[seg]`` keeps
-    keep = np.zeros(owner.size, bool)
-    keep[first] = True
-    seg = np.repeat(keep, sizes)
-    kept_start = np.zeros(first.size + 1, np.int64)
-    np.cumsum(sizes[first], out=kept_start[1:])
-    pool = TreePool()
-    taken = pool.append_flat(owner[first], kept_start, arcs[seg], multiset[seg])
-    if taken.size != first.size:
-        raise SolveError("symmetric expansion: equal trees left after merging")
-    return pool, merged[inverse[first]]
-
-
 def solve_quotient(topo: Topology, upper_gbps: float | None = None,
                    cut_bound_gbps: float | None = None, sym: Symmetry | None = None,
                    backend: str = "highs", time_limit: float | None = None) -> Schedule | None:
@@ -227,7 +211,8 @@ def solve_quotient(topo: Topology, upper_gbps: float | None = None,
         x, z, bound, rounds = _column_generation(topo, q, upper, deadline)
     if not bound - x <= REL_TOL * max(x, 1e-300):
         return None
-    pool, weights = _expand(topo, q, z)
+    expansion = expand(topo, sym, q.roots, q.trees, z)
+    pool, weights = expansion.pool, expansion.weights
     stats: dict[str, Any] = {
         "warm": False, "method": "general", "seed": "symmetric quotient",
         "seed_columns": len(q.trees), "quotient_rows": int(q.capacity.size + q.root_size.size),
@@ -237,55 +222,8 @@ def solve_quotient(topo: Topology, upper_gbps: float | None = None,
         "columns": len(pool), "dropped": 0, "link_rows": topo.num_links}
     res = TreeCGResult(pool, weights, x, max(bound, x), "optimal", rounds)
     sched = _schedule(topo, res, scale, None, cut_bound_gbps, stats, t_start, backend,
-                      table_chunks)
+                      expansion.chunks)
     if sched.rate_gbps < x * scale * (1 - REL_TOL):
         return None
     return sched
 
-
-def table_chunks(topo: Topology, pool: TreePool, shares: np.ndarray
-                 ) -> tuple[TreeChunks, np.ndarray]:
-    """The columns of positive share as a :class:`~mccl_opt.schedule_chunks.TreeTable`
-    (each distinct edge path once, every tree's edges parents first) and each tree's
-    depth, in arrays: thousands of trees of hundreds of edges, where a
-    :class:`~mccl_opt.schedule.TreeChunk` per tree cost more than the solve."""
-    arr = topo.arrays
-    g = topo.num_gpus
-    used = np.flatnonzero(shares > 0)
-    lengths = np.diff(pool.start)[used]
-    arcs = np.concatenate(pool.columns(used))
-    ends = ~arr.is_switch[arr.head[arcs]]
-    edge = np.cumsum(ends) - ends                  # edge of every arc, trees in order
-    first = np.flatnonzero(np.concatenate([[True], ends[:-1]]))
-    pos = np.arange(arcs.size) - first[edge]
-    hops = int(pos.max()) + 1
-    mat = np.full((first.size, hops), -1, np.int64)
-    mat[edge, pos] = arcs
-    base = topo.num_links + 1
-    if hops * np.log2(base) < 62:
-        key = (mat + 1) @ (base ** np.arange(hops, dtype=np.int64))
-        _, rep, path_of = np.unique(key, return_index=True, return_inverse=True)
-    else:
-        _, rep, path_of = np.unique(mat, axis=0, return_index=True, return_inverse=True)
-    rows = mat[rep]
-    nodes = np.hstack([arr.tail[rows[:, :1]], np.where(rows >= 0, arr.head[rows], -1)])
-    paths = FlatPaths.of_lengths(nodes[nodes >= 0], (rows >= 0).sum(axis=1) + 1)
-    trees = used.size
-    if first.size != trees * (g - 1) or not np.array_equal(np.bincount(
-            np.repeat(np.arange(used.size), lengths)[first], minlength=trees), np.full(trees, g - 1)):
-        raise SolveError("a tree column is not a spanning arborescence of switch-only paths")
-    parent = np.tile(np.arange(g), (trees, 1))
-    child = arr.rank_of[arr.head[arcs[ends]]].reshape(trees, g - 1)
-    parent[np.arange(trees)[:, None], child] = arr.rank_of[arr.tail[arcs[first]]].reshape(trees, g - 1)
-    below = (parent != np.arange(g)).astype(np.min_scalar_type(g))
-    depth = np.zeros_like(below)                    # depth in GPU hops, level by level:
-    for _ in range(g):                              # max depth + 1 passes (5-6 measured,
-        deeper = np.take_along_axis(depth, parent, axis=1) + below  # pointer jumping
-        if np.array_equal(deeper, depth):           # took 2 log2(g) + 2)
-            break
-        depth = deeper
-    order = np.argsort(np.take_along_axis(depth, child, axis=1), axis=1, kind="stable")
-    edges = np.take_along_axis(path_of.reshape(trees, g - 1), order, axis=1)
-    table = TreeTable([v.id for v in topo.nodes], paths, arr.gpu_nodes[pool.root[used]],
-                      shares[used], edges)
-    return TreeChunks(table), depth.max(axis=1).astype(np.int64)

@@ -145,14 +145,6 @@ class SwitchPaths:
             np.ascontiguousarray(price, dtype=np.float64), arr.head, arr.out_start,
             arr.out_arcs, arr.is_switch, arr.gpu_nodes, np.arange(arr.gpu_nodes.size))
 
-    @classmethod
-    def of_arrays(cls, topo: Topology, cost: np.ndarray, pred: np.ndarray) -> "SwitchPaths":
-        """Paths given as ``cost`` and ``pred`` (the rows of :func:`from_sources`
-        mapped onto every source by automorphisms, :mod:`.quotient`)."""
-        out = cls.__new__(cls)
-        out.topo, out.cost, out.pred = topo, cost, pred
-        return out
-
     def tree_arcs(self, root: int, parent: np.ndarray) -> np.ndarray:
         """Link indices of every edge path of the tree ``parent`` (rank space), edge of
         rank ``v`` before rank ``v+1``, each path in order."""

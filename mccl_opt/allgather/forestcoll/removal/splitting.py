@@ -6,9 +6,9 @@ logical GPU-to-GPU links, each with integer units and the physical switch path(s
 rides on (:class:`LogicalGraph`).  Splitting ``α`` units off ``u -> w -> t`` turns them
 into ``α`` units of a logical link ``u -> t``.
 
-* **Balance.**  Splitting needs a switch's in- and out-units equal; a switch with more
-  in- than out-units (one-directional degradations) gives up the excess on its in-links
-  (or out-links), each reduction as large as the rooted cut condition allows.
+* **Balance** (:mod:`.balancing`, before splitting).  Splitting needs a switch's in- and
+  out-units equal; reductions within the rooted cut condition's slack
+  (:func:`cut_slack`) make them so.
 * **Spread proposal** (default, cheap; in arrays, :mod:`.spread`): each switch is split
   like a transportation problem whose pair amounts start from the proportional share
   ``a_u b_t / (C - b_u)``, so every GPU gets logical links to all its switch peers
@@ -29,7 +29,7 @@ from mccl_opt.errors import SolveError
 from .bundles import Bundles
 from ..maxflow import INF, FlowNetwork
 
-__all__ = ["LogicalGraph", "SplitGraph", "balance_switches", "split_all", "switch_order",
+__all__ = ["LogicalGraph", "SplitGraph", "cut_slack", "keeps_cuts", "split_all", "switch_order",
            "fewest_links_first", "gpu_links", "peel", "simple_path"]
 
 Bundle = list  # list of [path (tuple of node indices), units]
@@ -158,8 +158,8 @@ def simple_path(path: tuple[int, ...]) -> tuple[int, ...]:
 
 
 # ---------------------------------------------------------------------- cut slack oracle
-def _slack(g: SplitGraph, net: FlowNetwork, caps: np.ndarray, source: list[int],
-           sink: list[int], want: int) -> int:
+def cut_slack(g: SplitGraph, net: FlowNetwork, caps: np.ndarray, source: list[int],
+              sink: list[int], want: int) -> int:
     """``min(want, slack)``, slack the min over node sets S holding a GPU, with
     ``source`` outside S and ``sink`` inside, of ``units(δ⁻(S)) - k |V_c \\ S|``
     (exact when positive; any value <= 0 means "nothing can be taken")."""
@@ -177,59 +177,13 @@ def _slack(g: SplitGraph, net: FlowNetwork, caps: np.ndarray, source: list[int],
     return net.min_flow_over_sinks(full, sinks, upper=demand + want, floor=demand) - demand
 
 
-def balance_switches(g: SplitGraph) -> bool:
-    """Make every switch's in-units equal its out-units (see module doc).
-
-    A worklist of switches: reducing a link between two switches to balance one can
-    unbalance the other, which is then balanced again (before, a switch passed earlier
-    was left unbalanced and ``True`` returned; Phase 2 then failed).  Every pass
-    removes at least one unit, so it ends, with every switch balanced.
-
-    Returns ``False`` if some excess could not be removed without breaking the cut
-    condition for ``k`` trees per root (the excess is then removed anyway, and the
-    caller must lower the tree bandwidth).
-    """
-    exact = True
-    todo = np.flatnonzero(g.is_switch).tolist()
-    queued = set(todo)
-
-    def take(a: tuple[int, int], amount: int) -> None:
-        g.reduce(a, amount)
-        for v in a:
-            if g.is_switch[v] and v not in queued:
-                todo.append(v)
-                queued.add(v)
-
-    while todo:
-        w = todo.pop(0)
-        queued.discard(w)
-        ins, outs = g.in_arcs(w), g.out_arcs(w)
-        excess = sum(g.units[a] for a in ins) - sum(g.units[a] for a in outs)
-        if excess == 0:
-            continue
-        side = ins if excess > 0 else outs
-        excess = abs(excess)
-        side.sort(key=lambda a: (-g.units[a], a))
-        net, keys, caps = g.network()
-        index = {key: i for i, key in enumerate(keys)}
-        for a in side:
-            if excess == 0:
-                break
-            want = min(excess, g.units[a])
-            src, snk = ([a[0]], [w]) if a[1] == w else ([w], [a[1]])
-            amount = max(0, min(want, _slack(g, net, caps, src, snk, want)))
-            if amount:
-                take(a, amount)
-                caps[index[a]] -= amount
-                excess -= amount
-        if excess:
-            exact = False
-            for a in side:
-                cut = min(excess, g.units.get(a, 0))
-                if cut:
-                    take(a, cut)
-                    excess -= cut
-    return exact
+def keeps_cuts(g: SplitGraph, net: FlowNetwork, caps: np.ndarray) -> bool:
+    """Whether units ``caps`` (on ``net``, :meth:`SplitGraph.network`) admit ``k`` trees
+    per root: the rooted cut condition, one scan over the GPUs as sinks."""
+    full = net.caps()
+    full[: net.m] = caps
+    full[net.s_arc0 + g.gpus] = g.k
+    return net.first_failing_sink(full, g.gpus.astype(np.int64), g.k * g.gpus.size) < 0
 
 
 # ---------------------------------------------------------------------- splitting
@@ -322,8 +276,8 @@ def _split_pass(g: SplitGraph, w: int, net: FlowNetwork, caps: np.ndarray,
             if (w, t) not in g.units or tight.rule_out(u, w, t):
                 continue
             want = min(g.units[(u, w)], g.units[(w, t)])
-            s_a = _slack(g, net, caps, sorted({u, t}), [w], want)
-            s_b = _slack(g, net, caps, [w], sorted({u, t}), want) if s_a > 0 else 0
+            s_a = cut_slack(g, net, caps, sorted({u, t}), [w], want)
+            s_b = cut_slack(g, net, caps, [w], sorted({u, t}), want) if s_a > 0 else 0
             if min(s_a, s_b) <= 0:
                 tight.add(net.sink_side())
                 continue

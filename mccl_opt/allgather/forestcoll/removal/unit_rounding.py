@@ -2,9 +2,9 @@
 
 ForestColl (paper §4.3) gives link ``e`` ``floor(c'_e / y)`` tree units.  On a balanced
 restriction ``c'`` of a fabric ``c`` (:mod:`mccl_opt.allgather.restriction.balanced`) those floors can unbalance a
-switch (in-units != out-units), and the greedy balancing (:func:`.splitting.
-balance_switches`, one switch after another) then breaks the rooted cut condition or
-leaves a switch unbalanced (docs/allgather.md, "Balanced restriction rounding").  But
+switch (in-units != out-units), and the greedy balancing of the time, one switch after
+another, then broke the rooted cut condition or left a switch unbalanced
+(docs/allgather.md, "Balanced restriction rounding").  But
 ``c'/y`` is itself balanced at every switch: with all GPUs merged into one node it is a
 flow, and integer changes ``u - floor(c'/y)`` that rebalance every switch are a flow of
 the floors' imbalances (:func:`balanced_units`, one max-flow): first rounding up only,

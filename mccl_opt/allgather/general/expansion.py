@@ -1,0 +1,199 @@
+"""The symmetric quotient's schedule built from its columns and the group's maps
+(docs/allgather.md "Symmetric quotient", *Expansion from the columns*).
+
+Each positive quotient column ``T`` (a tree of root ``r``) is copied over the elements
+``h`` of :meth:`.symmetry.Symmetry.pieces`.  A copy ``h(T)`` is ``T`` with every node
+renamed by ``h``: its edges are the images of ``T``'s edge paths, its depths ``T``'s, and
+``T``'s parents-first edge order stays parents first.  So the work per column (edges,
+depths, order) is done once, and per copy only two things remain:
+
+* *which copies are equal* (``h(T) = h'(T)`` when ``h^-1 h'`` fixes ``T``; the LP sees a
+  tree as its root and link multiset): an additive multiset hash ``sum_a R[h(a)]`` over
+  random 64-bit link values, one product of the pieces' permuted values with ``T``'s link
+  counts per column, where hashing sorted copies cost a sort of every copy's links;
+* *which edge paths are equal*: a path ``P``'s image depends only on the elements of the
+  clusters that move one of its nodes, so images are formed once per distinct
+  restriction of the pieces to those clusters (a path inside one segment: one image
+  per element of that segment's cluster, not per piece) and hashed once; every copy's
+  edge row is then a gather.
+
+A false hash match can only merge two trees of one root, which moves weight between
+trees and changes link loads: the schedule is re-rated from its own loads by the caller
+and declined below the certified rate, so it cannot pass unnoticed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from mccl_opt.errors import SolveError
+from mccl_opt.schedule_chunks import FlatPaths, TreeChunks, TreeTable
+from mccl_opt.topology import Topology
+from .live_master import TreePool
+from .symmetry import Symmetry
+
+__all__ = ["Expansion", "expand"]
+
+_SEED = 0x5EED
+_OWNER_MIX = np.uint64(0xC2B2AE3D27D4EB4F)
+
+
+@dataclass(frozen=True)
+class Expansion:
+    """Distinct expanded trees: ``pool`` (root, links) with LP ``weights``, each tree's
+    ``edges`` (path indices of ``paths``, parents first) and ``depth``."""
+
+    pool: TreePool
+    weights: np.ndarray
+    paths: FlatPaths
+    edges: np.ndarray
+    depth: np.ndarray
+
+    def chunks(self, topo: Topology, pool: TreePool, shares: np.ndarray
+               ) -> tuple[TreeChunks, np.ndarray]:
+        """The trees of positive share as a tree table, and their depths (the general
+        method's ``chunks_of``)."""
+        if pool is not self.pool:
+            raise SolveError("symmetric expansion: chunks asked for another pool")
+        used = np.flatnonzero(shares > 0)
+        table = TreeTable([v.id for v in topo.nodes], self.paths,
+                          topo.arrays.gpu_nodes[pool.root[used]], shares[used], self.edges[used])
+        return TreeChunks(table), self.depth[used]
+
+
+@dataclass(frozen=True)
+class _Columns:
+    """The positive columns' edges, once: per column its edges' base-path indices in
+    parents-first order, its depth; the distinct base paths' node rows (-1 padded)."""
+
+    base: np.ndarray            # (columns, g - 1) base path per edge, parents first
+    depth: np.ndarray           # (columns,)
+    nodes: np.ndarray           # (base paths, max nodes)
+
+
+def _columns(topo: Topology, roots: list[int], trees: list[np.ndarray]) -> _Columns:
+    arr = topo.arrays
+    g = topo.num_gpus
+    lengths = np.array([t.size for t in trees], np.int64)
+    arcs = np.concatenate(trees)
+    ends = ~arr.is_switch[arr.head[arcs]]
+    col_of_arc = np.repeat(np.arange(len(trees)), lengths)
+    edge = np.cumsum(ends) - ends                      # edge of every arc, columns in order
+    first = np.flatnonzero(np.concatenate([[True], ends[:-1]]))
+    if first.size != len(trees) * (g - 1) or not np.array_equal(
+            np.bincount(col_of_arc[first], minlength=len(trees)), np.full(len(trees), g - 1)):
+        raise SolveError("a quotient column is not a spanning arborescence of switch-only paths")
+    pos = np.arange(arcs.size) - first[edge]
+    hops = int(pos.max()) + 1
+    nodes = np.full((first.size, hops + 1), -1, np.int64)
+    nodes[:, 0] = arr.tail[arcs[first]]
+    nodes[edge, pos + 1] = arr.head[arcs]
+    parent = np.tile(np.arange(g), (len(trees), 1))
+    child = arr.rank_of[arr.head[arcs[ends]]].reshape(len(trees), g - 1)
+    parent[np.arange(len(trees))[:, None], child] = arr.rank_of[nodes[:, 0]].reshape(len(trees), g - 1)
+    reached = np.bincount((np.arange(len(trees))[:, None] * g + child).ravel(),
+                          minlength=len(trees) * g).reshape(len(trees), g)
+    reached[np.arange(len(trees)), roots] += 1
+    if (reached != 1).any():
+        raise SolveError("a quotient column does not reach every GPU once")
+    depth = _depths(parent)
+    order = np.argsort(np.take_along_axis(depth, child, axis=1), axis=1, kind="stable")
+    rows, base = np.unique(nodes, axis=0, return_inverse=True)
+    base = np.take_along_axis(base.reshape(len(trees), g - 1), order, axis=1)
+    return _Columns(base, depth.max(axis=1).astype(np.int64), rows)
+
+
+def _depths(parent: np.ndarray) -> np.ndarray:
+    """Depth of every rank in every tree (rows of ``parent``, roots their own parent),
+    level by level: max depth + 1 passes."""
+    g = parent.shape[1]
+    below = (parent != np.arange(g)).astype(np.int64)
+    depth = np.zeros_like(below)
+    for _ in range(g):
+        deeper = np.take_along_axis(depth, parent, axis=1) + below
+        if np.array_equal(deeper, depth):
+            return depth
+        depth = deeper
+    raise SolveError("a quotient column has a cycle")
+
+
+def _path_images(sym: Symmetry, elements: np.ndarray, node_maps: np.ndarray,
+                 nodes: np.ndarray) -> tuple[FlatPaths, np.ndarray]:
+    """The distinct images of the base paths ``nodes`` under the pieces, and per
+    (base path, piece) the image's index: ``(paths, index)``, ``index`` of shape
+    ``(base paths, pieces)``."""
+    n = node_maps.shape[1]
+    valid = nodes >= 0
+    safe = np.where(valid, nodes, 0)
+    moved = np.stack([(cl != np.arange(n)).any(axis=0) for cl in sym.nodes])  # (clusters, n)
+    mask = (moved[:, safe] & valid).any(axis=2)                               # (clusters, paths)
+    code = (mask.astype(np.int64) << np.arange(len(sym.nodes))[:, None]).sum(axis=0)
+    codes, code_of = np.unique(code, return_inverse=True)
+    restrict = np.empty((codes.size, elements.shape[0]), np.int64)           # per code, piece
+    reps: list[np.ndarray] = []                   # per code, a piece of each restriction
+    for i, c in enumerate(codes.tolist()):
+        on = [b for b in range(len(sym.nodes)) if c >> b & 1]
+        if not on:                                # a path no element moves: one image
+            restrict[i] = 0
+            reps.append(np.zeros(1, np.int64))
+            continue
+        _, rep, inv = np.unique(elements[:, on], axis=0, return_index=True, return_inverse=True)
+        restrict[i] = inv.reshape(-1)
+        reps.append(rep)
+    count = np.array([reps[c].size for c in code_of.tolist()], np.int64)
+    offset = np.zeros(count.size + 1, np.int64)
+    np.cumsum(count, out=offset[1:])
+    cand_path = np.repeat(np.arange(count.size), count)
+    cand_piece = np.concatenate([reps[c] for c in code_of.tolist()])
+    image = np.where(valid[cand_path], node_maps[cand_piece[:, None], safe[cand_path]], -1)
+    if nodes.shape[1] * np.log2(n + 1) < 62:
+        key = (image + 1) @ ((n + 1) ** np.arange(nodes.shape[1], dtype=np.int64))
+        _, first, path_of = np.unique(key, return_index=True, return_inverse=True)
+    else:
+        _, first, path_of = np.unique(image, axis=0, return_index=True, return_inverse=True)
+    rows = image[first]
+    paths = FlatPaths.of_lengths(rows[rows >= 0], (rows >= 0).sum(axis=1))
+    index = path_of.reshape(-1)[offset[:-1, None] + restrict[code_of]]
+    return paths, index
+
+
+def expand(topo: Topology, sym: Symmetry, roots: list[int], trees: list[np.ndarray],
+           z: np.ndarray) -> Expansion:
+    """The columns ``trees`` (roots ``roots``) of positive weight ``z`` copied over the
+    group's pieces (module docstring), copies of one tree merged."""
+    arr = topo.arrays
+    g = topo.num_gpus
+    pos = np.flatnonzero(z > 0)
+    roots_p = np.asarray(roots, np.int64)[pos]
+    trees_p = [np.asarray(trees[j], np.int64) for j in pos.tolist()]
+    pieces = sym.pieces()
+    elements = np.array([e for e, _ in pieces], np.int64).reshape(len(pieces), -1)
+    frac = np.array([f for _, f in pieces])
+    maps = [sym.piece_maps(tuple(e)) for e, _ in pieces]
+    node_maps = np.stack([m[0] for m in maps])
+    link_maps = np.stack([m[1] for m in maps])
+    cols = _columns(topo, roots_p.tolist(), trees_p)
+    values = np.random.default_rng(_SEED).integers(0, 2**63, topo.num_links, dtype=np.uint64)
+    permuted = values[link_maps]                                       # (pieces, links)
+    counts = np.stack([np.bincount(t, minlength=topo.num_links) for t in trees_p], axis=1)
+    code = permuted @ counts.astype(np.uint64)                         # (pieces, columns)
+    owner = arr.rank_of[node_maps[:, arr.gpu_nodes[roots_p]]]          # (pieces, columns)
+    key = np.stack([owner.T.ravel().astype(np.uint64), code.T.ravel()], axis=1)
+    _, first, inverse = np.unique(key, axis=0, return_index=True, return_inverse=True)
+    weights = np.bincount(inverse.reshape(-1), weights=np.outer(z[pos], frac).ravel())
+    order = np.argsort(first)                                          # copies in (column, piece) order
+    first, weights = first[order], weights[order]
+    col, piece = np.divmod(first, len(pieces))
+    paths, index = _path_images(sym, elements, node_maps, cols.nodes)
+    edges = index[cols.base[col], piece[:, None]]
+    lengths = np.array([t.size for t in trees_p], np.int64)[col]
+    start = np.zeros(first.size + 1, np.int64)
+    np.cumsum(lengths, out=start[1:])
+    links = np.concatenate([link_maps[piece[col == c]][:, trees_p[c]].ravel()
+                            for c in range(pos.size)])
+    owners = owner.T.ravel()[first]
+    pool = TreePool.of_distinct(owners, start, links,
+                                code.T.ravel()[first] ^ (owners.astype(np.uint64) * _OWNER_MIX))
+    return Expansion(pool, weights, paths, edges, cols.depth[col])
