@@ -147,26 +147,41 @@ def _collective_specs(specs: list[str]) -> list[tuple[str, str, str]]:
 
 
 class _LazySynthesizer:
-    """The product synthesizer, built (backend checked, kernels loaded as ``kernels`` says,
-    :data:`.warmup.KERNEL_MODES`) by :meth:`load` or the first call: the state file is
-    checked before that cost."""
+    """The product synthesizer, built (backend checked) by :meth:`load` or the first call,
+    its kernels loaded apart (``--kernels``, :func:`_load_kernels_logged`): the state file
+    is checked before that cost."""
 
-    def __init__(self, backend: str, shallow: bool = False, kernels: str = "eager") -> None:
+    def __init__(self, backend: str, shallow: bool = False) -> None:
         import threading
 
-        self.backend, self.shallow, self.kernels = backend, shallow, kernels
-        self._fn, self._lock = None, threading.Lock()
+        self.backend, self.shallow, self._fn, self._lock = backend, shallow, None, threading.Lock()
 
     def load(self):
         from .manager import solver_synthesizer
 
         with self._lock:
             if self._fn is None:
-                self._fn = solver_synthesizer(self.backend, shallow=self.shallow, kernels=self.kernels)
+                self._fn = solver_synthesizer(self.backend, shallow=self.shallow, kernels="lazy")
             return self._fn
 
     def __call__(self, *args):
         return self.load()(*args)
+
+
+def _load_kernels_logged(backend: str, when: str, after=None) -> None:
+    """Load the synthesizers' kernels (:func:`.warmup.load_kernels`), once ``after`` (an
+    event: the controller serving) is set, and log it at info."""
+    import logging
+    import time
+
+    from .warmup import load_kernels
+
+    if after is not None:
+        after.wait()
+    start = time.perf_counter()
+    load_kernels(backend)
+    logging.getLogger("mccl.controller").info("synthesizer kernels loaded %s (%.2f s)", when,
+                                              time.perf_counter() - start)
 
 
 def _start_pool(topo, backend: str, workers: int, synthesis: str = "local", shallow: bool = False,
@@ -226,16 +241,17 @@ def _serve(args: argparse.Namespace) -> int:
     key = load_key(args.key_file) if args.key_file else None
     policy = Policy(gamma=args.gamma, min_dwell_s=args.dwell, time_limit_s=args.time_limit,
                     gather_s=args.gather)
-    synthesize = _LazySynthesizer(args.backend, args.shallow_trees, args.kernels)
+    synthesize = _LazySynthesizer(args.backend, args.shallow_trees)
     pool = _start_pool(topo, args.backend, args.workers, args.synthesis, args.shallow_trees, args.kernels)
     svc = ControllerService(
         topo, args.bind, pub_bind=args.pub_bind, key=key, state_path=args.state,
         synthesize=synthesize, alpha=args.alpha, estimator=args.estimator, policy=policy, allow_remote=args.allow_remote,
         pool=pool)
     if pool is None and args.kernels == "eager":
-        synthesize.load()
-    elif pool is None and args.kernels == "background":    # its load thread starts once serving
-        threading.Thread(target=lambda: svc.ready.wait() and synthesize.load(), daemon=True).start()
+        _load_kernels_logged(args.backend, "before serving")
+    elif pool is None and args.kernels == "background":
+        threading.Thread(target=_load_kernels_logged, args=(args.backend, "in the background", svc.ready),
+                         name="mccl-kernels", daemon=True).start()
     svc.shard = getattr(args, "shard", None)
     for comm, name, kind in specs:          # a resumed controller already has them
         names = [f"{name}/reducescatter", f"{name}/allgather"] if kind == "allreduce" else [name]
