@@ -60,6 +60,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="for executors that run a GPU hop per round: AllGather: when a warm start deepens the "
                         "trees, also solve cold and keep the shallower schedule of equal rate; AllToAll: also "
                         "solve cold and keep it if of equal rate and faster in the round model")
+    s.add_argument("--kernels", choices=["eager", "background", "lazy"], default="eager",
+                   help="when the synthesizers' compiled kernels load: eager (before serving, so the first "
+                        "failure's job does not pay, ~1.5-2.6 s at start), background (in a thread once "
+                        "serving), lazy (each on its first use); default %(default)s")
     s.add_argument("--workers", type=int_arg, default=0,
                    help="run re-syntheses in this many worker processes (default: one thread in the controller)")
     s.add_argument("--synthesis", default="local", metavar="local|ray|ray://HOST:PORT",
@@ -143,8 +147,9 @@ def _collective_specs(specs: list[str]) -> list[tuple[str, str, str]]:
 
 
 class _LazySynthesizer:
-    """The product synthesizer, built (backend checked, kernels compiled) by
-    :meth:`load` or the first call: the state file is checked before that cost."""
+    """The product synthesizer, built (backend checked) by :meth:`load` or the first call,
+    its kernels loaded apart (``--kernels``, :func:`_load_kernels_logged`): the state file
+    is checked before that cost."""
 
     def __init__(self, backend: str, shallow: bool = False) -> None:
         import threading
@@ -156,22 +161,40 @@ class _LazySynthesizer:
 
         with self._lock:
             if self._fn is None:
-                self._fn = solver_synthesizer(self.backend, shallow=self.shallow)
+                self._fn = solver_synthesizer(self.backend, shallow=self.shallow, kernels="lazy")
             return self._fn
 
     def __call__(self, *args):
         return self.load()(*args)
 
 
-def _start_pool(topo, backend: str, workers: int, synthesis: str = "local", shallow: bool = False):
+def _load_kernels_logged(backend: str, when: str, after=None) -> None:
+    """Load the synthesizers' kernels (:func:`.warmup.load_kernels`), once ``after`` (an
+    event: the controller serving) is set, and log it at info."""
+    import logging
+    import time
+
+    from .warmup import load_kernels
+
+    if after is not None:
+        after.wait()
+    start = time.perf_counter()
+    load_kernels(backend)
+    logging.getLogger("mccl.controller").info("synthesizer kernels loaded %s (%.2f s)", when,
+                                              time.perf_counter() - start)
+
+
+def _start_pool(topo, backend: str, workers: int, synthesis: str = "local", shallow: bool = False,
+                kernels: str = "eager"):
     """A started pool of the product synthesizer: a :class:`~mccl_runtime.pool.SynthesisPool`
     of ``workers`` processes, or a :class:`~mccl_runtime.ray_pool.RayPool`; ``None`` for
-    the manager's own thread (local, no workers)."""
+    the manager's own thread (local, no workers).  Each worker loads its kernels as
+    ``kernels`` says."""
     import functools
 
     from .manager import solver_synthesizer
 
-    factory = functools.partial(solver_synthesizer, backend, shallow=shallow)
+    factory = functools.partial(solver_synthesizer, backend, shallow=shallow, kernels=kernels)
     if synthesis != "local":
         from .ray_pool import RayPool, parse_synthesis
 
@@ -219,13 +242,16 @@ def _serve(args: argparse.Namespace) -> int:
     policy = Policy(gamma=args.gamma, min_dwell_s=args.dwell, time_limit_s=args.time_limit,
                     gather_s=args.gather)
     synthesize = _LazySynthesizer(args.backend, args.shallow_trees)
-    pool = _start_pool(topo, args.backend, args.workers, args.synthesis, args.shallow_trees)
+    pool = _start_pool(topo, args.backend, args.workers, args.synthesis, args.shallow_trees, args.kernels)
     svc = ControllerService(
         topo, args.bind, pub_bind=args.pub_bind, key=key, state_path=args.state,
         synthesize=synthesize, alpha=args.alpha, estimator=args.estimator, policy=policy, allow_remote=args.allow_remote,
         pool=pool)
-    if pool is None:
-        synthesize.load()
+    if pool is None and args.kernels == "eager":
+        _load_kernels_logged(args.backend, "before serving")
+    elif pool is None and args.kernels == "background":
+        threading.Thread(target=_load_kernels_logged, args=(args.backend, "in the background", svc.ready),
+                         name="mccl-kernels", daemon=True).start()
     svc.shard = getattr(args, "shard", None)
     for comm, name, kind in specs:          # a resumed controller already has them
         names = [f"{name}/reducescatter", f"{name}/allgather"] if kind == "allreduce" else [name]

@@ -145,7 +145,7 @@ KINDS = DYNAMIC_KINDS + ("allreduce",)
 
 
 def solver_synthesizer(backend: str = "highs", max_chunks: int = 10, shallow: bool = False,
-                       unit_tolerance: float | None = 0.005) -> Synthesizer:
+                       unit_tolerance: float | None = 0.005, kernels: str = "eager") -> Synthesizer:
     """The product optimizer: ``mccl_opt.solve_alltoall`` / ``solve_allgather``, warm;
     their compiled kernels are loaded here (:func:`.warmup.load_kernels`), not at the
     first failure.
@@ -166,10 +166,18 @@ def solver_synthesizer(backend: str = "highs", max_chunks: int = 10, shallow: bo
     (:func:`mccl_opt.allgather.unit_tolerance.tolerant_allgather`), so it gets the forest
     of the true capacity: forests of one rate from 49.9 and 50 differed by 9 % in
     simulated time on irregular fabric 7 (docs/runtime.md).  ``None``: the solver's
-    schedule as it is."""
-    from .warmup import load_kernels
+    schedule as it is.
 
-    load_kernels(backend)
+    ``kernels`` (:data:`.warmup.KERNEL_MODES`): ``"eager"`` loads every kernel here,
+    ``"background"`` in a thread, ``"lazy"`` none ahead (a solve path then loads or
+    compiles its own on first use; ``controller serve --kernels``)."""
+    from .warmup import check_kernels_mode, load_kernels, load_kernels_in_background
+
+    mode = check_kernels_mode(kernels)
+    if mode == "eager":
+        load_kernels(backend)
+    elif mode == "background":
+        load_kernels_in_background(backend)
 
     def _tolerant(topo: Topology, solve: Callable[[Topology], Schedule]) -> Schedule:
         if unit_tolerance is None:

@@ -41,8 +41,13 @@ if TYPE_CHECKING:
     from mccl_opt.schedule import Schedule
     from mccl_opt.topology import Topology
 
-__all__ = ["load_kernels", "COLLECTIVES", "GROUPS", "KernelGroup", "cache_location",
-           "compiling_notice"]
+__all__ = ["load_kernels", "load_kernels_in_background", "check_kernels_mode", "KERNEL_MODES",
+           "COLLECTIVES", "GROUPS", "KernelGroup", "cache_location", "compiling_notice"]
+
+#: When the product synthesizer loads its kernels (``controller serve --kernels``):
+#: ``eager`` before it is returned (the first job pays nothing), ``background`` in a daemon
+#: thread (a job during the load loads what it needs itself), ``lazy`` never ahead.
+KERNEL_MODES = ("eager", "background", "lazy")
 
 COLLECTIVES = ("allgather", "alltoall")
 
@@ -253,6 +258,23 @@ def load_kernels(backend: str = "highs", collectives: tuple[str, ...] = COLLECTI
             spent[group.key] = time.perf_counter() - start
             _loaded.add((backend, group.key))
     return spent
+
+
+def check_kernels_mode(mode: str) -> str:
+    """``mode`` if it is one of :data:`KERNEL_MODES`, else a typed error naming them."""
+    if mode not in KERNEL_MODES:
+        from mccl_opt.errors import MCCLError
+
+        raise MCCLError(f"kernels mode must be one of {', '.join(KERNEL_MODES)}, got {str(mode)[:40]!r}")
+    return mode
+
+
+def load_kernels_in_background(backend: str = "highs") -> threading.Thread:
+    """Start :func:`load_kernels` in a daemon thread (named ``mccl-kernels``) and return it;
+    a solve meanwhile loads or compiles the kernels it needs itself (numba serializes it)."""
+    thread = threading.Thread(target=load_kernels, args=(backend,), name="mccl-kernels", daemon=True)
+    thread.start()
+    return thread
 
 
 def cache_location() -> str:

@@ -28,7 +28,7 @@ def start_controller(topology: Path, state: Path) -> subprocess.Popen:
     """``mccl controller serve`` on ``topology`` with its state in ``state``, bound to a free
     loopback port (its first stdout line names the endpoint); text pipes for stdout/stderr."""
     return subprocess.Popen(
-        [sys.executable, "-m", "mccl_opt.cli", "controller", "serve", "--estimator", "ewma", "--topology", str(topology),
+        [sys.executable, "-m", "mccl_opt.cli", "controller", "serve", "--kernels", "lazy", "--estimator", "ewma", "--topology", str(topology),
          "--bind", "tcp://127.0.0.1:0", "--state", str(state)],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env={**os.environ, "PYTHONPATH": str(ROOT)})

@@ -100,7 +100,7 @@ def test_fail2_resynthesizes_only_communicators_whose_sub_fabric_holds_the_link(
 def test_pool_jobs_run_on_sub_fabrics_in_worker_processes():
     """The same failure with synthesis in two worker processes: the workers induce the
     sub-fabrics themselves and the results equal cold solves there."""
-    pool = SynthesisPool(TOPO, functools.partial(solver_synthesizer, "highs", 10), workers=2)
+    pool = SynthesisPool(TOPO, functools.partial(solver_synthesizer, "highs", 10, kernels="lazy"), workers=2)
     pool.start()
     mgr = _manager(pool=pool)
     _set_all(mgr.store, fail2(TOPO).arrays.capacity, 1.0)

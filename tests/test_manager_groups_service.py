@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def _serve(topo_file: Path, state: Path) -> tuple[subprocess.Popen, str]:
     tp0, dp1 = GROUPS["tp0"][1], GROUPS["dp1"][1]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "mccl_opt.cli", "controller", "serve", "--estimator", "ewma", "--topology", str(topo_file),
+        [sys.executable, "-m", "mccl_opt.cli", "controller", "serve", "--kernels", "lazy", "--estimator", "ewma", "--topology", str(topo_file),
          "--bind", "tcp://127.0.0.1:0", "--state", str(state), "--dwell", "0", "--alpha", "1",
          "--collective", "tp0/ag:allgather", "--members", "tp0=" + ",".join(tp0),
          "--collective", "dp1/ag:allgather", "--members", "dp1=" + ",".join(dp1)],

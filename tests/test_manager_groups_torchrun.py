@@ -25,7 +25,7 @@ MEMBERS = ["g3", "g1", "g4"]
 def test_torchrun_job_over_a_sub_fabric(tmp_path):
     full_mesh(5).save(tmp_path / "t5.json")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "mccl_opt.cli", "controller", "serve", "--estimator", "ewma", "--topology", str(tmp_path / "t5.json"),
+        [sys.executable, "-m", "mccl_opt.cli", "controller", "serve", "--kernels", "lazy", "--estimator", "ewma", "--topology", str(tmp_path / "t5.json"),
          "--bind", "tcp://127.0.0.1:0", "--alpha", "1", "--dwell", "0"],
         cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
     try:

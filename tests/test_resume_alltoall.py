@@ -107,7 +107,7 @@ def test_a_registered_alltoall_schedule_from_a_file_is_restored_in_its_first_job
 
 def test_a_resumed_controller_with_a_pool_restores_a_sub_fabric_alltoall_in_the_worker(tmp_path):
     members = list(BASE.gpus[:8]) + [BASE.gpus[8], BASE.gpus[9]]   # host 0 and two GPUs of host 1
-    pool = SynthesisPool(BASE, functools.partial(solver_synthesizer, "highs", 10), workers=1)
+    pool = SynthesisPool(BASE, functools.partial(solver_synthesizer, "highs", 10, kernels="lazy"), workers=1)
     pool.start()
     store, mgr = _saved_and_resumed(
         tmp_path, lambda m: m.register("tp", "a2a", "alltoall", gpus=members), pool=pool)

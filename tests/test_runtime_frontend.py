@@ -292,7 +292,7 @@ def test_emulator_processes_through_front_ends_reach_the_controller():
 def test_serve_starts_its_front_ends_and_stops_them():
     """`mccl controller serve --frontends 2`: two front end processes announced, each takes
     a host's telemetry and forwards it to the controller; SIGTERM stops all three."""
-    proc = subprocess.Popen([sys.executable, "-m", "mccl_opt.cli", "controller", "serve", "--topology", TOPO.name,
+    proc = subprocess.Popen([sys.executable, "-m", "mccl_opt.cli", "controller", "serve", "--kernels", "lazy", "--topology", TOPO.name,
                              "--bind", "tcp://127.0.0.1:0", "--alpha", "1", "--estimator", "ewma",
                              "--frontends", "2"],
                             stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": os.getcwd()})

@@ -102,8 +102,9 @@ def test_describe_every_outcome():
 
 
 def test_cli_serve_verbose_logs_decisions(tmp_path):
-    """The real command line, with -v: the registration and first publish are logged
-    with timestamps on stderr; SIGTERM ends it cleanly."""
+    """The real command line, with -v and the default ``--kernels eager``: the kernels are
+    loaded before the registration and the first job, and these are logged with timestamps
+    on stderr; SIGTERM ends it cleanly."""
     topo_file = tmp_path / "t.json"
     TOPO.save(topo_file)
     proc = subprocess.Popen(
@@ -123,8 +124,9 @@ def test_cli_serve_verbose_logs_decisions(tmp_path):
         if proc.poll() is None:
             proc.kill()
             proc.wait(5)
-    assert "INFO mccl.controller: registered world/ag (allgather)" in err
-    assert "INFO mccl.controller: world/ag: published v1 (first schedule, synthesis " in err
+    loaded = err.index("INFO mccl.controller: synthesizer kernels loaded before serving (")
+    registered = err.index("INFO mccl.controller: registered world/ag (allgather)")
+    assert loaded < registered < err.index("INFO mccl.controller: world/ag: published v1 (first schedule, synthesis ")
 
 
 def test_changed_links_names_the_moved_links_and_counts_the_rest():

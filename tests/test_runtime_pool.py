@@ -45,7 +45,7 @@ def _run_until_idle(mgr: ScheduleManager, now: float, limit_s: float = 60.0) -> 
 def test_fail2_resynthesized_in_two_worker_processes_matches_in_process():
     """Four collectives hit by Fail2 at once: each gets its own job in the pool, and every new
     version has the rate an in-process warm solve reaches on the degraded fabric."""
-    pool = SynthesisPool(TOPO, functools.partial(solver_synthesizer, "highs", 10), workers=2)
+    pool = SynthesisPool(TOPO, functools.partial(solver_synthesizer, "highs", 10, kernels="lazy"), workers=2)
     pids = pool.start()
     assert len(pids) == 2 and os.getpid() not in pids
     store = MeasurementStore(TOPO, alpha=1.0)

@@ -46,7 +46,7 @@ def recording(path: str, delay_s: float):
 def test_fail2_resynthesized_on_ray_matches_in_process():
     """The pool test of mccl_runtime.pool on Ray: collectives hit by Fail2 each get a Ray
     task, and every new version has the rate an in-process warm solve reaches."""
-    pool = RayPool(TOPO, functools.partial(solver_synthesizer, "highs", 10))
+    pool = RayPool(TOPO, functools.partial(solver_synthesizer, "highs", 10, kernels="lazy"))
     assert pool.start() and os.getpid() not in pool.start()
     store = MeasurementStore(TOPO, alpha=1.0)
     mgr = ScheduleManager(store, policy=Policy(min_dwell_s=0.0), pool=pool)

@@ -31,7 +31,7 @@ def test_shard_of_is_stable_and_spreads():
 
 
 def _start(topo: Path, state: Path) -> tuple[subprocess.Popen, list[str]]:
-    cmd = [sys.executable, "-m", "mccl_opt.cli", "controller", "serve", "--estimator", "ewma", "--topology", str(topo),
+    cmd = [sys.executable, "-m", "mccl_opt.cli", "controller", "serve", "--kernels", "lazy", "--estimator", "ewma", "--topology", str(topo),
            "--bind", "tcp://127.0.0.1:0", "--state", str(state), "--shards", "2", "--alpha", "1",
            *[f"--collective={c}/ag:allgather" for c in COMMS]]
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,

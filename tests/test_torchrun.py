@@ -37,7 +37,7 @@ def controller(tmp_path_factory) -> tuple[str, str]:
     where = tmp_path_factory.mktemp("torchrun-controller")
     full_mesh(3).save(where / "t3.json")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "mccl_opt.cli", "controller", "serve", "--estimator", "ewma", "--topology",
+        [sys.executable, "-m", "mccl_opt.cli", "controller", "serve", "--kernels", "lazy", "--estimator", "ewma", "--topology",
          str(where / "t3.json"), "--bind", "tcp://127.0.0.1:0", "--alpha", "1", "--dwell", "0",
          "--frontends", "1"],
         cwd=where, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)

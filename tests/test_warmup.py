@@ -95,3 +95,30 @@ def test_make_demo_warms_up_and_the_readme_says_so():
     assert recipe.index("mccl warmup") < recipe.index("mccl demo")
     readme = (ROOT / "README.md").read_text()
     assert "mccl warmup" in readme and "NUMBA_CACHE_DIR" in readme
+
+
+def test_kernels_modes_of_the_product_synthesizer(monkeypatch):
+    """``solver_synthesizer(kernels=...)`` (``controller serve --kernels``): ``lazy`` runs no
+    group, ``background`` runs them all in the ``mccl-kernels`` thread, ``eager`` before it
+    returns; another mode is a typed error."""
+    import threading
+
+    from mccl_opt.errors import MCCLError
+    from mccl_runtime.manager import solver_synthesizer
+
+    ran: list[str] = []
+    monkeypatch.setattr(warmup, "_loaded", set())
+    monkeypatch.setattr(warmup, "GROUPS", tuple(
+        warmup.KernelGroup(g.key, g.label, g.collective, lambda backend, key=g.key: ran.append(key))
+        for g in warmup.GROUPS))
+    solver_synthesizer(kernels="lazy")
+    assert ran == []
+    solver_synthesizer(kernels="background")
+    for thread in [t for t in threading.enumerate() if t.name == "mccl-kernels"]:
+        thread.join(30.0)
+    assert ran == [g.key for g in warmup.GROUPS]
+    monkeypatch.setattr(warmup, "_loaded", set())
+    solver_synthesizer(kernels="eager")
+    assert ran == [g.key for g in warmup.GROUPS] * 2
+    with pytest.raises(MCCLError, match="eager, background, lazy"):
+        solver_synthesizer(kernels="later")
