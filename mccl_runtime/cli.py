@@ -111,41 +111,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     lp.set_defaults(handler=_loop)
 
 
-def _member_specs(specs: list[str]) -> dict[str, list[str]]:
-    """``COMM=GPU,GPU,...`` strings as ``{comm: members}`` (the ids are checked against
-    the topology when the collectives are registered)."""
-    from mccl_opt.errors import MCCLError
-
-    out: dict[str, list[str]] = {}
-    for spec in specs:
-        comm, _, gpus = spec.partition("=")
-        members = [g.strip() for g in gpus.split(",") if g.strip()]
-        if not comm or not members:
-            raise MCCLError(f"--members must look like COMM=GPU,GPU,..., got {spec!r}")
-        if comm in out:
-            raise MCCLError(f"--members names communicator {comm!r} twice; give its GPUs once")
-        out[comm] = members
-    return out
-
-
-def _collective_specs(specs: list[str]) -> list[tuple[str, str, str]]:
-    """``COMM/NAME:KIND`` strings as triples, checked before anything starts."""
-    from mccl_opt.errors import MCCLError
-
-    from .manager import KINDS
-
-    out = []
-    for spec in specs:
-        comm_name, _, kind = spec.partition(":")
-        comm, _, name = comm_name.partition("/")
-        if not (comm and name and kind):
-            raise MCCLError(f"--collective must look like COMM/NAME:KIND, got {spec!r}")
-        if kind not in KINDS:
-            raise MCCLError(f"--collective {spec!r}: KIND must be one of {', '.join(KINDS)}")
-        out.append((comm, name, kind))
-    return out
-
-
 class _LazySynthesizer:
     """The product synthesizer, built (backend checked) by :meth:`load` or the first call,
     its kernels loaded apart (``--kernels``, :func:`_load_kernels_logged`): the state file
@@ -225,8 +190,10 @@ def _serve(args: argparse.Namespace) -> int:
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("mccl").setLevel(LEVELS[level])     # numba and zmq stay at warning
-    specs = _collective_specs(args.collective)
-    members = _member_specs(args.members)
+    from .cli_specs import collective_specs, member_specs
+
+    specs = collective_specs(args.collective)
+    members = member_specs(args.members)
     if set(members) - {comm for comm, _, _ in specs}:
         from mccl_opt.errors import MCCLError
 

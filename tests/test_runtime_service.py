@@ -311,7 +311,7 @@ def test_a_version_is_published_even_if_the_decision_that_collected_it_fails():
     def broken(now):
         raise RuntimeError("a bug after the job was collected")
 
-    svc.manager.check = broken
+    svc.manager._check = broken
     svc._decide = True
     svc._turn(pub)                                  # collects v2, then raises
     assert svc.internal_errors == 1 and coll.version == 2
