@@ -31,7 +31,7 @@ from ..forestcoll.pipeline import (TEST_FIRST_K, Budget, Packed, Packing, SplitK
 from ..forestcoll.sized import sized_visits
 from ..forestcoll.packing.repair import repair_pack
 from ..forestcoll.packing.scaled import SCALED_MIN_K, scaled_pack
-from .reroute import COLD_S_PER_ENTRY, REROUTE_FLOOR_S, Rerouted, reroute
+from .reroute import REROUTE_FLOOR_S, Rerouted, predicted_cold_seconds, reroute
 from ..forestcoll.throughput import Fabric, cut_upper_bound, optimal_rate
 
 __all__ = ["Certificate", "GuessKind", "warm_guess", "warm_budget", "keep_or_reroute"]
@@ -165,7 +165,7 @@ def _packing_pays(k: int, n: int) -> bool:
     after a one-way fault (fuzz seed 3414), a wrong ``x*`` guess packed 27 trees per
     root, the allowance passed in it and the solve went cold: warm 0.05-0.06 s vs cold
     0.025-0.035 s CPU (docs/allgather.md, *A guess certified by packing*)."""
-    return k * n * n * COLD_S_PER_ENTRY <= REROUTE_FLOOR_S
+    return predicted_cold_seconds(k, n) <= REROUTE_FLOOR_S
 
 
 def _reroute_previous(run: Run, fab: Fabric, k: int, y: Fraction) -> Rerouted | None:
