@@ -17,7 +17,7 @@ import time
 from typing import Callable
 
 import mccl_opt as mo
-from instances.aggregation import leaf_spine
+from instances.aggregation import leaf_spine, scrambled, superpod
 from mccl_runtime.warmup import load_kernels
 from tests.oracle_allgather import cut_bound
 
@@ -28,6 +28,9 @@ STATES: dict[str, Callable[[], mo.Topology]] = {
     "leaf-spine 4x2x8, spine1-u0leaf0 80 both ways": lambda: leaf_spine(4, 2, 8).with_capacity(
         {("spine1", "u0leaf0"): 80.0, ("u0leaf0", "spine1"): 80.0}),
     "leaf-spine 8x2x8, 4 spines": lambda: leaf_spine(8, 2, 8, spines=4),
+    # fuzz seed 3413's state (docs/allgather.md "Repair or few-trees: a forecast")
+    "SuperPOD 2x4x8, scrambled(56718613)": lambda: scrambled(superpod(2, 4, 8), 56718613),
+    "leaf-spine 4x2x8": lambda: leaf_spine(4, 2, 8),
 }
 
 

@@ -31,7 +31,15 @@ offline, ``vers`` = versions published in the segment, ``ran`` = the version who
 collective gave ``ratio`` (the first published for the event that ran), ``stale`` =
 versions that first ran in the segment below 0.95 of offline (a stale version that ran),
 ``lost`` = time of
-collectives aborted for a new version.  The scenario files are written to ``--out``
+collectives aborted for a new version.  Where the reaction's time goes
+(:mod:`mccl_runtime.loop_report`): ``alarm`` = the event to the first alarm (``detect -
+alarm`` is the confirmation), ``synth`` = the first job's synthesis (also when it ends after
+the segment), ``wait`` = the new version due to its first collective, ``floor`` = the
+earliest t95 this detection and synthesis allow (detect + synth + dispatch + OOB + one
+collective at the offline rate), ``spec`` = the same with synthesis started at the alarm,
+``seg`` = the segment; ``reach`` is ``ok`` when the floor fits in the segment, ``spec`` when
+only a synthesis started at the alarm would fit, ``no`` when neither does (no loop with this
+detection and synthesis ends the segment at >= 0.95 of offline).  The scenario files are written to ``--out``
 (a temporary folder by default) and read back, as ``mccl loop --scenario`` would.
 """
 
@@ -142,14 +150,14 @@ class RecordingSynthesizer:
 
 
 def run_case(path: Path, cls: str, cold_gpus: int = 16, synth_clock: str = "wall",
-             alone: bool = False) -> dict:
+             alone: bool = False, speculate: bool = False) -> dict:
     """Run one scenario file; the summary and the rows' versions (``alone``: also every
     synthesis job's seconds in the loop and re-run alone, :class:`RecordingSynthesizer`)."""
     from mccl_runtime.loop import LoopConfig, run_loop
     from mccl_runtime.scenario import load_scenario
 
     wall = time.perf_counter()
-    cfg = LoopConfig(synth_ms=SLOW_MS.get(cls), cold_gpus=cold_gpus, synth_clock=synth_clock)
+    cfg = LoopConfig(synth_ms=SLOW_MS.get(cls), cold_gpus=cold_gpus, synth_clock=synth_clock, speculate=speculate)
     recorder = RecordingSynthesizer() if alone else None
     res = run_loop(cfg, synthesize=recorder, scenario=load_scenario(str(path)))
     return {"summary": res.summary, "rows": res.rows, "wall_s": time.perf_counter() - wall,
@@ -177,7 +185,18 @@ def stale_versions(rows: list[dict], ev: dict, end_ms: float) -> int:
 
 
 HEADER = (f"{'fabric':<14} {'coll':<9} {'class':<12} {'ev':>2} {'kind':<8} {'detect':>7} {'react':>7} "
-          f"{'ratio':>6} {'final':>6} {'t95':>7} {'vers':>4} {'ran':>4} {'stale':>5} {'lost':>6} {'false':>5} {'wall_s':>6}")
+          f"{'ratio':>6} {'final':>6} {'t95':>7} {'vers':>4} {'ran':>4} {'stale':>5} {'lost':>6} {'false':>5} {'wall_s':>6} "
+          f"{'alarm':>6} {'synth':>6} {'wait':>6} {'floor':>6} {'spec':>6} {'seg':>6} {'reach':<9}")
+
+
+def reach(ev: dict) -> str:
+    """Whether the segment's end at >= 0.95 of offline is within reach (module docstring)."""
+    floor, spec, seg = ev.get("floor_ms"), ev.get("spec_floor_ms"), ev.get("segment_ms")
+    if floor is None or seg is None:
+        return "-"
+    if floor <= seg:
+        return "ok"
+    return "no" if spec is None or spec > seg else "spec"
 
 
 def print_rows(spec: str, collective: str, cls: str, out: dict) -> None:
@@ -195,7 +214,25 @@ def print_rows(spec: str, collective: str, cls: str, out: dict) -> None:
         print(f"{spec:<14} {collective:<9} {cls:<12} {i:>2} {ev['kind']:<8} {f(ev['detect_ms'])} "
               f"{f(ev['reaction_ms'])} {f(ev['recovery_ratio'], 6, 3)} {f(final, 6, 3)} "
               f"{f(ev.get('recovered_ms'))} {len(ev['versions']):>4} {ran:>4} {stale_versions(out['rows'], ev, end):>5} "
-              f"{f(ev.get('lost_ms'), 6)} {s['false_swaps']:>5} {out['wall_s']:>6.1f}", flush=True)
+              f"{f(ev.get('lost_ms'), 6)} {s['false_swaps']:>5} {out['wall_s']:>6.1f} "
+              f"{f(ev.get('alarm_ms'), 6)} {f(ev.get('job_synth_ms'), 6)} {f(ev.get('wait_ms'), 6)} "
+              f"{f(ev.get('floor_ms'), 6)} {f(ev.get('spec_floor_ms'), 6)} {f(ev.get('segment_ms'), 6, 0)} "
+              f"{reach(ev):<9}", flush=True)
+
+
+def print_short(results: list[dict]) -> None:
+    """The segments that end below 0.95 of offline, each with whether its floor (the
+    earliest t95 its detection and synthesis allow) fits in it."""
+    short = [(r, i, ev) for r in results for i, ev in enumerate(r["summary"]["events"])
+             if ev["algbw_final"] is None or ev["algbw_final"] < 0.95 * ev["algbw_offline"]]
+    print(f"segments ending below 0.95 of offline: {len(short)}")
+    for r, i, ev in short:
+        floor, seg = ev.get("floor_ms"), ev["segment_ms"]
+        note = {"no": "unattainable with this synthesis", "spec": "only with synthesis started at the alarm",
+                "ok": "within reach: the loop missed it"}
+        why = "no synthesis started" if floor is None else \
+            f"floor {floor:.1f} ms, segment {seg:.0f} ms: {note[reach(ev)]}"
+        print(f"  {r['fabric']} {r['collective']} {r['class']} event {i}: {why}")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -216,6 +253,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--alone", action="store_true",
                    help="also re-run every synthesis job alone and print its CPU / wall time in the loop "
                         "and alone (issue 26: within 1.5x)")
+    p.add_argument("--speculate", action="store_true",
+                   help="start synthesis on early estimates of a change still being confirmed; publish "
+                        "only once it is confirmed (Policy.speculate)")
     args = p.parse_args(argv)
     folder = Path(args.out or tempfile.mkdtemp(prefix="mccl-loop-time-"))
     folder.mkdir(parents=True, exist_ok=True)
@@ -226,11 +266,12 @@ def main(argv: list[str] | None = None) -> None:
             for cls in args.classes.split(","):
                 path = folder / f"{spec.replace(' ', '-')}-{collective}-{cls}.json"
                 path.write_text(json.dumps(scenario(cls, spec, collective, args.seed)))
-                out = run_case(path, cls, args.cold_gpus, args.synth_clock, args.alone)
+                out = run_case(path, cls, args.cold_gpus, args.synth_clock, args.alone, args.speculate)
                 print_rows(spec, collective, cls, out)
                 print_alone(spec, collective, cls, out["alone"])
                 results.append({"fabric": spec, "collective": collective, "class": cls,
                                 "summary": out["summary"]})
+    print_short(results)
     if args.json:
         Path(args.json).write_text(json.dumps(results, default=float))
 

@@ -243,10 +243,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timeout", type=float, default=60, help="seconds per solve")
     ap.add_argument("--families", nargs="*", default=None, metavar="FAMILY",
                     help="also run event chains over fabric families (all when none named: "
-                         "hpn shared-agg multi-spine leaf-spine superpod host-ring host-torus), "
+                         "hpn shared-agg multi-spine leaf-spine superpod host-ring host-torus "
+                         "mixed-hosts shared-nic mixed-nics fat-tree dragonfly rail-missing "
+                         "half-uplinks), "
                          "cold and warm, with time percentiles")
     ap.add_argument("--family-chains", type=int, default=2, help="chains per family fabric and budget")
     ap.add_argument("--scramble", action="store_true", help="rename and reorder the family fabrics")
+    ap.add_argument("--order-check", action="store_true",
+                    help="also solve every family state renamed and relisted, cold: its rates must not change")
     ap.add_argument("--budgets", nargs="+", default=["10", "None"], metavar="K",
                     help="chunk budgets of the family chains (default: 10 None)")
     ap.add_argument("--entry", default="mccl_opt:solve_allgather",
@@ -271,7 +275,7 @@ def main(argv: list[str] | None = None) -> int:
         budgets = tuple(None if b == "None" else int(b) for b in args.budgets)
         chains = run_chains(args.family_chains, args.steps, args.seed, budgets,
                             args.families or list(FAMILIES), args.scramble, cut_bound,
-                            args.timeout)
+                            args.timeout, args.order_check)
         print_chains(chains, time.perf_counter() - t0)
         return 1 if chains.failures or tally_failed(tally) else 0
     return 1 if tally_failed(tally) else 0

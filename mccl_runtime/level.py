@@ -89,6 +89,23 @@ class LevelTracker:
             return sum(self.run_y) / len(self.run_y)
         return self.level
 
+    @property
+    def early(self) -> float | None:
+        """The post-change run's mean once it passes every confirmation test but
+        ``hold_s`` (more than ``n_min`` samples, the spanning window left out, relative
+        standard error at most ``se_max``, more than ``k`` from the level); ``None``
+        otherwise.  A synthesis may start on it; nothing is published before the level is
+        confirmed (docs/runtime.md, "Speculative synthesis")."""
+        p, ys = self.params, self.run_y
+        if not (self.alarm and self.trimmed and len(ys) >= p.n_min):
+            return None
+        n = len(ys)
+        mean = sum(ys) / n
+        if mean <= 0 or abs(mean - self.level) <= p.k * self.level:
+            return None
+        var = sum((y - mean) ** 2 for y in ys) / (n - 1)
+        return mean if math.sqrt(var / n) <= p.se_max * mean else None
+
     def update(self, t: float, y: float) -> bool:
         """Feed one sample (``t`` seconds, ``y`` Gbps); True when a new level was confirmed."""
         p = self.params

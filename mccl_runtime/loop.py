@@ -70,6 +70,8 @@ from mccl_opt.topology import Topology
 from .drift import bottleneck_rate
 from .inflight import InFlight
 from .level import LevelParams
+from .loop_report import DEFAULT_OOB_MS
+from .loop_sim import link_windows, simulate_span
 from .probes import Probe
 from .manager import Action, Policy, ScheduleManager, Synthesizer, cold_on_small, solver_synthesizer
 from .scenario import Event, Scenario
@@ -101,7 +103,7 @@ class LoopConfig:
     estimator: str = CLI_ESTIMATOR
     alpha: float = 0.012
     gamma: float = 0.1
-    oob_ms: float = 5.74
+    oob_ms: float = DEFAULT_OOB_MS
     dwell_ms: float = 20.0
     backend: str = "highs"
     max_chunks: int = 10
@@ -120,19 +122,22 @@ class LoopConfig:
     cold_gpus: int = 16
     synth_clock: str = "wall"
     rate_loss: float = Policy.rate_loss
+    speculate: bool = False
 
 
 @dataclass
 class LoopResult:
     """The timeline (one row per completed collective), the collectives aborted for a
     new version (``aborted``: start, abort time, version, progress), the manager's
-    events and the scenario."""
+    events, the scenario, and ``alarms``: the times (ms) at which some link's change
+    began to be confirmed while none was (level estimator: the first pending link)."""
 
     scenario: Scenario
     rows: list[dict[str, Any]] = field(default_factory=list)
     events: list[dict[str, Any]] = field(default_factory=list)
     summary: dict[str, Any] = field(default_factory=dict)
     aborted: list[dict[str, Any]] = field(default_factory=list)
+    alarms: list[float] = field(default_factory=list)
 
 
 def builtin_scenario(cfg: LoopConfig) -> Scenario:
@@ -156,72 +161,6 @@ def builtin_scenario(cfg: LoopConfig) -> Scenario:
                     cfg.noise, cfg.seed)
 
 
-def link_windows(res: Any, cap_rows: np.ndarray, window_bytes: float, max_windows: int,
-                 window_s: float = math.inf) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Measurement windows of one simulated collective: ``(links, t_end, gbps)``, times
-    relative to its start.  Only saturated stretches are measured (paper §5); a window
-    closes after ``window_bytes`` (at most ``max_windows`` per link) or ``window_s``,
-    whichever comes first."""
-    dt = np.diff(res.times)
-    sat = (res.link_gbps >= cap_rows * (1.0 - 1e-6)) & (res.link_gbps > 0) & (dt[:, None] > 0)
-    out_l, out_t, out_y = [], [], []
-    for a in np.flatnonzero(sat.any(axis=0)):
-        cum = np.concatenate([[0.0], np.cumsum(res.link_gbps[:, a] * dt)])       # Gbit
-        edges = np.flatnonzero(np.diff(np.concatenate([[0], sat[:, a].astype(np.int8), [0]])))
-        starts, ends = res.times[edges[0::2]], res.times[edges[1::2]]
-        nbytes = (np.interp(ends, res.times, cum) - np.interp(starts, res.times, cum)) * 1e9 / 8
-        n = np.maximum(1, np.ceil(nbytes / window_bytes)).astype(int)
-        if n.size >= max_windows:                  # more stretches than windows: the largest ones, once
-            keep = np.argsort(-nbytes, kind="stable")[:max_windows]
-            n = np.zeros_like(n)
-            n[keep] = 1
-        elif n.sum() > max_windows:
-            n = np.maximum(1, np.floor(n * max_windows / n.sum())).astype(int)
-        n = np.maximum(n, np.floor((ends - starts) / window_s)).astype(int)       # bounded in time
-        starts, ends = starts[n > 0], ends[n > 0]
-        n = n[n > 0]
-        run = np.repeat(np.arange(n.size), n + 1)                 # window edges of every run at once
-        pos = np.arange(run.size) - np.repeat(np.cumsum(n + 1) - (n + 1), n + 1)
-        w = starts[run] + (ends - starts)[run] * pos / n[run]
-        g = np.diff(np.interp(w, res.times, cum)) / np.maximum(np.diff(w), 1e-300)
-        keep = pos[1:] > 0                                           # drop the gaps between runs
-        out_l.append(np.full(int(n.sum()), a))
-        out_t.append(w[1:][keep])
-        out_y.append(g[keep])
-    if not out_l:
-        return np.zeros(0, dtype=np.int64), np.zeros(0), np.zeros(0)
-    return np.concatenate(out_l), np.concatenate(out_t), np.concatenate(out_y)
-
-
-def simulate_span(topo: Topology, schedule: Schedule, message_bytes: float, timeline: list,
-                  t_start: float, k: int, fluid: bool) -> tuple[Any, np.ndarray]:
-    """Simulate one collective starting at ``t_start`` in timeline state ``k``, with every
-    later breakpoint it overlaps; returns the result and the capacity per result row."""
-    from mccl_opt.sim import simulate
-
-    cap0 = timeline[k][1]
-    base = topo.with_capacities(cap0)
-    res = simulate(base, schedule, message_bytes, fluid=fluid)
-    used = 0
-    while True:
-        later = [(tb - t_start, cap) for tb, cap, _ in timeline[k + 1:] if tb - t_start < res.completion_s]
-        if len(later) == used:
-            break
-        used = len(later)
-        prev, changes = cap0, []
-        for dt, cap in later:
-            diff = np.flatnonzero(cap != prev)
-            if diff.size:
-                changes.append((dt, {(topo.links[a].src, topo.links[a].dst): float(cap[a]) for a in diff}))
-            prev = cap
-        res = simulate(base, schedule, message_bytes, fluid=fluid, capacity_timeline=changes or None)
-    if not used:
-        return res, cap0[None, :]
-    bounds = np.array([dt for dt, _ in later])
-    caps = np.stack([cap0] + [cap for _, cap in later])
-    return res, caps[np.searchsorted(bounds, res.times[:-1], side="right")]
-
-
 class _Controller:
     """The controller's side of the loop: telemetry arrives in time order and is decided on
     every ``tick_ms`` (also inside a long collective), and when a job's time has elapsed."""
@@ -237,6 +176,7 @@ class _Controller:
         self.tick = cfg.tick_ms / 1e3
         self.cursor, self.ready_t, self.swap_at = 0.0, math.inf, math.inf
         self.swap_held = False
+        self.alarmed = False                         # some link's change is being confirmed
         self.coll = manager.collectives()[0]
 
     def advance(self, until: float, links: np.ndarray, times: np.ndarray, gbps: np.ndarray,
@@ -254,11 +194,13 @@ class _Controller:
             if j > i:
                 self.store.ingest_links(links[i:j], times[i:j], gbps[i:j])
                 i = j
+                self._alarm(tau)
             if inflight is not None:                 # links idle in the collective: probed for free
                 cap = self.caps[int(np.searchsorted(self.breaks, tau, side="right")) - 1]
                 pl, pt, py = self.probe.during(tau, self.store, cap, inflight.busy(tau))
                 if pl.size:
                     self.store.ingest_links(pl, pt, self.noisy(py))
+                    self._alarm(tau)
             if tau >= self.ready_t:          # the job's time has elapsed: decide on the telemetry so far
                 self.ready_t = math.inf
                 events = self.manager.poll(tau)
@@ -274,6 +216,15 @@ class _Controller:
         if i < len(times):
             self.store.ingest_links(links[i:], times[i:], gbps[i:])
         return until
+
+    def _alarm(self, t: float) -> None:
+        """Record ``t`` when a change starts being confirmed (the store's first pending
+        link): where detection ends and confirmation begins (docs/runtime.md, "Where the
+        reaction's time goes")."""
+        pending = bool(self.store.pending_links().size)
+        if pending and not self.alarmed:
+            self.out.alarms.append(t * 1e3)
+        self.alarmed = pending
 
     def swap_fits(self, t: float) -> bool:
         """Whether the version due at ``t`` still fits everything the controller knows
@@ -341,7 +292,7 @@ def run_loop(cfg: LoopConfig = LoopConfig(), synthesize: Synthesizer | None = No
                         f"got {cfg.synth_clock!r}")
     manager = ScheduleManager(store, cold_on_small(synthesize, cfg.cold_gpus),
                               Policy(gamma=cfg.gamma, min_dwell_s=cfg.dwell_ms / 1e3, time_limit_s=600.0,
-                                     rate_loss=cfg.rate_loss),
+                                     rate_loss=cfg.rate_loss, speculate=cfg.speculate),
                               synth_clock=SYNTH_CLOCKS[cfg.synth_clock])
     manager.register("world", scn.collective, scn.collective, synthesize(scn.collective, topo, None, None))
     coll = manager.get("world", scn.collective)

@@ -16,6 +16,16 @@ Per scenario event (in the file's order), from the rows of :func:`.loop.run_loop
 * ``versions``: versions published between the event and the next one;
 * ``recovered_ms``: from the event to the end of the first collective at >= 0.95 of
   ``algbw_offline`` (null when none in the segment), whatever version ran it.
+* where the reaction's time goes (null where it does not apply): ``alarm_ms`` (the event
+  to the first alarm, :attr:`.loop.LoopResult.alarms`; ``detect_ms - alarm_ms`` is the
+  confirmation), ``job_synth_ms`` (the first job started for the event, also when it ends
+  after the segment), ``wait_ms`` (the new version due at the ranks to its first
+  collective: the collective in flight, or a swap hold), and ``floor_ms``: the earliest
+  ``recovered_ms`` that this detection and synthesis allow: ``detect_ms + job_synth_ms +
+  dispatch + oob_ms + one collective at the offline rate``.  ``spec_floor_ms`` is the same
+  with synthesis started at the alarm.  ``segment_ms``: the event to the next one (or the
+  end); a ``floor_ms`` above it means no loop with this detection and synthesis ends the
+  segment at >= 0.95 of offline.
 
 ``algbw_after``, ``algbw_final`` and ``recovered_ms`` only read collectives that *finished*
 before the next event: one that crossed it ran partly on the next event's fabric, and its
@@ -35,7 +45,10 @@ import numpy as np
 
 from mccl_opt.files import write_figure
 
-__all__ = ["EVENT_KEYS", "summarize", "public_summary", "builtin_summary", "plot"]
+__all__ = ["EVENT_KEYS", "DEFAULT_OOB_MS", "summarize", "public_summary", "builtin_summary", "plot"]
+
+#: the out-of-band exchange between ranks before a swap, ms (``LoopConfig.oob_ms``'s default)
+DEFAULT_OOB_MS = 5.74
 
 EVENT_KEYS = ("t_ms", "kind", "detect_ms", "synth_ms", "swap_ms", "reaction_ms", "algbw_before",
               "algbw_degraded", "algbw_after", "algbw_final", "algbw_offline", "recovery_ratio", "versions",
@@ -51,7 +64,30 @@ def _offline(out: Any, cap: np.ndarray, synthesize: Any, fluid: bool) -> float:
     return simulate(topo, schedule, scn.message_bytes, fluid=fluid).algbw_gbytes_per_s
 
 
-def _event(out: Any, i: int, synthesize: Any, fluid: bool, state: int) -> dict[str, Any]:
+def _budget(out: Any, oob_ms: float, te: float, tn: float, mine: list[dict[str, Any]], offline: float,
+            detect: float | None, first_new: dict[str, Any] | None) -> dict[str, Any]:
+    """Where the reaction's time goes (module docstring)."""
+    alarm = next((a - te for a in out.alarms if te <= a < tn), None)
+    start = next((e for e in mine if e["action"] == "resynthesis"), None)
+    after = out.events[out.events.index(start) + 1:] if start is not None else []
+    done = next((e for e in after if e["action"] in ("published", "superseded", "aborted", "held", "failed")), None)
+    synth = None if done is None else 1e3 * done["detail"].get("synth_s", 0.0)
+    pub = next((e for e in after if e["action"] == "published"), None)
+    dispatch = 1e3 * pub["detail"].get("dispatch_s", 0.0) if pub else 0.0
+    scn = out.scenario
+    tail = dispatch + oob_ms + scn.topology.num_gpus * scn.message_bytes / offline / 1e6
+    wait = None
+    if first_new is not None:
+        due = next((e for e in out.events if e["action"] == "published" and e["version"] == first_new["version"]),
+                   None)
+        if due is not None:
+            wait = first_new["t_ms"] - (due["t_ms"] + 1e3 * due["detail"].get("dispatch_s", 0.0) + oob_ms)
+    return {"alarm_ms": alarm, "job_synth_ms": synth, "wait_ms": wait, "segment_ms": tn - te,
+            "floor_ms": None if detect is None or synth is None else detect + synth + tail,
+            "spec_floor_ms": None if alarm is None or synth is None else alarm + synth + tail}
+
+
+def _event(out: Any, i: int, synthesize: Any, fluid: bool, state: int, cfg: Any = None) -> dict[str, Any]:
     scn = out.scenario
     ev = scn.events[i]
     te = ev.t_s * 1e3
@@ -103,20 +139,20 @@ def _event(out: Any, i: int, synthesize: Any, fluid: bool, state: int) -> dict[s
         "held": sum(e["action"] == "held" for e in mine),
         "swap_held": sum(e["action"] == "swap_held" for e in mine),
         "lost_ms": sum(a["end_ms"] - a["t_ms"] for a in out.aborted if te <= a["end_ms"] < tn),
-    }
+    } | _budget(out, cfg.oob_ms if cfg is not None else DEFAULT_OOB_MS, te, tn, mine, offline, detect, first_new)
 
 
 def summarize(out: Any, cfg: Any, synthesize: Any, fluid: bool) -> dict[str, Any]:
     """The loop's figures (module docstring); ``events`` carries extra keys beyond
     :data:`EVENT_KEYS` (``probe_cost``, ``superseded``, ``aborted``, ``held``,
-    ``swap_held``, ``dispatch_ms``, ``lost_ms``)."""
+    ``swap_held``, ``dispatch_ms``, ``lost_ms`` and the time budget of :func:`_budget`)."""
     scn = out.scenario
     timeline = scn.timeline()
     states: dict[int, int] = {}                        # event -> its first timeline state
     for k, (_, _, ev_i) in enumerate(timeline):
         states.setdefault(ev_i, k)
     healthy = [r["algbw"] for r in out.rows if r["state"] == 0]
-    events = [_event(out, i, synthesize, fluid, states[i]) for i in range(len(scn.events))]
+    events = [_event(out, i, synthesize, fluid, states[i], cfg) for i in range(len(scn.events))]
     first_t = scn.events[0].t_s * 1e3 if scn.events else scn.duration_s * 1e3
     false = sum(1 for e in out.events if e["action"] == "published" and e["t_ms"] < first_t)
     false += sum(len(ev["versions"]) for ev in events if ev["kind"] == "dip")

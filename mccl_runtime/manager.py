@@ -22,6 +22,14 @@ collective, concurrently), and publishes new versions.
   return their best valid schedule by then, ``report.termination`` saying so); a job still
   running after it is abandoned (its result is discarded; a Python thread cannot be
   killed, so the CPU is freed only when it returns).
+* One decision: what happens to a finished job (publish, reuse, hold, restart, abort
+  ``cleared`` or ``no_gain``) is :func:`~.publish_decision.publish_decision`, a pure
+  function of the job, the active version and the store's estimates; the rules below are
+  its parts, in its order.
+* Speculative synthesis (``Policy.speculate``, off by default): while changes are still
+  being confirmed (level estimator), a job may start on their early estimates
+  (:meth:`MeasurementStore.early`); its result is held until they are confirmed and then
+  re-checked as any other.
 * Re-check before publish: a finished job is published only if, under the *latest*
   ``M``, the current schedule still deviates (``max delta > clear_ratio * Gamma``) and
   the new schedule's rate beats the current one's by more than ``min_gain``; otherwise
@@ -123,6 +131,8 @@ from .drift import DriftReport, ProfileStack, ScheduleProfile, detect, profile_s
 from .gain_bound import VertexBound
 from .groups import Groups
 from .pool import JobResult, SynthesisPool, job_result, run_job
+from .publish_decision import (Active, Estimate, Finished, Verdict, changing_under, drift_gone, gained, moved,
+                               near, no_schedule_gains, outdated, publish_decision, rate, remembered)
 from .telemetry import MeasurementStore
 
 __all__ = ["Policy", "Collective", "Action", "Event", "ScheduleManager", "Synthesizer",
@@ -284,6 +294,7 @@ class Policy:
     known_fabrics: int = 4
     rate_loss: float = 0.05
     capacity_digits: int = 3
+    speculate: bool = False
 
     def __post_init__(self) -> None:
         if not self.gamma > 0:
@@ -318,6 +329,7 @@ class _Job:
     held_since: float | None = None          # when the result was first held for a pending change
     moving: np.ndarray | None = None         # links held for a rise still moving (EWMA), re-checked on release
     replaces_held: bool = False              # started to replace a held version (:meth:`supersede_held`)
+    speculative: bool = False                # started on early estimates of changes still pending
 
 
 @dataclass
@@ -370,14 +382,6 @@ class Action(str, enum.Enum):
 
     def __str__(self) -> str:
         return self.value
-
-
-class Outdated(enum.Enum):
-    """Why a job (queued or finished) is out of date under the latest ``M``: the one
-    rule both the queue and the re-check before publishing apply (module docstring)."""
-
-    CLEARED = "cleared"             # the current schedule no longer deviates: abort
-    SUPERSEDED = "superseded"       # ``M`` moved past ``restart_tol``: restart on it
 
 
 @dataclass(frozen=True)
@@ -501,12 +505,21 @@ class ScheduleManager:
     def check(self, now: float) -> list[tuple[Collective, DriftReport]]:
         """Algorithm 1 on every dynamic collective that is idle and past its dwell time;
         returns the flagged ones."""
+        return self._check(now)[1]
+
+    def _check(self, now: float) -> tuple[np.ndarray | None, list[tuple[Collective, DriftReport]]]:
+        """:meth:`check`, with the ``M`` it flagged on: the confirmed one, or while changes
+        are pending and ``Policy.speculate`` is on, their early estimates
+        (:meth:`MeasurementStore.early`; ``None`` when the flags are on confirmed ``M``)."""
+        early = None
         if self._unsettled(now):
-            return []
-        m = self.store.measured()
+            early = self.store.early() if self.policy.speculate else None
+            if early is None:
+                return None, []
+        m = self.store.measured() if early is None else early
         profiled = [c for c in self.collectives() if c.dynamic and c.profile is not None]
         if not profiled:
-            return []
+            return early, []
         flags = self._stack_of(profiled).flags(m)
         flags |= np.array([self._known_flag(m, c) for c in profiled], dtype=bool)
         for coll in profiled:       # a wall clock stepped back (NTP) kept every dwell on until it caught up
@@ -518,7 +531,8 @@ class ScheduleManager:
         for coll in profiled:
             if id(coll) not in chosen:
                 coll.flagged_since = None
-        return [(coll, detect(m, coll.profile, self.policy.gamma)) for coll in flagged if self._gathered(coll, now)]
+        return early, [(coll, detect(m, coll.profile, self.policy.gamma)) for coll in flagged
+                       if self._gathered(coll, now)]
 
     def _gathered(self, coll: Collective, now: float) -> bool:
         """Whether a flagged collective's job may start: at once with ``gather_s = 0``;
@@ -582,30 +596,21 @@ class ScheduleManager:
             self._pending_since = now
         return now - self._pending_since < self.policy.settle_max_s
 
-    def _gained(self, m: np.ndarray, coll: Collective) -> bool:
-        """Some link is measured above ``(1 + Gamma)`` x the capacity ``coll`` was built for."""
-        links = self.groups.links(coll.gpus)
-        return coll.synth_capacity is not None and bool(
-            np.any(m[links] > (1.0 + self.policy.gamma) * coll.synth_capacity[links]))
-
     def _recovered(self, m: np.ndarray, coll: Collective) -> bool:
-        """The drift that started a job is gone: Algorithm 1's deviation is back within
-        ``clear_ratio * Gamma`` (hysteresis), no link gained capacity, and the schedule's
-        rate under ``m`` is within ``rate_loss`` of its rate on its synthesis capacities.
-        The last test matters when a cut's links degrade one sample apart: a job started
-        on the partial picture (one direction of a NIC read low) saw the deviation vanish
-        once the other direction was read low too (a uniformly scaled cut), and was aborted
-        as "cleared" with the rate at 0.22 of what it was built for; nothing flagged it
-        again, so a ramp's last step on real ranks ran at 0.32 of offline to the end
-        (docs/runtime.md, "Capacity lost: a job is not cleared while the rate stays lost")."""
-        report = detect(m, coll.profile, self.policy.gamma)
-        if report.max_delta > self.policy.clear_ratio * self.policy.gamma or self._gained(m, coll) \
-                or self._better_known(m, coll) is not None:
-            return False
-        if coll.synth_capacity is None:
-            return True
-        built = _rate(coll.synth_capacity, coll.profile.loads)
-        return not _rate(m, coll.profile.loads) < (1.0 - self.policy.rate_loss) * built
+        """The drift that started ``coll``'s job is gone under ``m``
+        (:func:`~.publish_decision.drift_gone`)."""
+        return drift_gone(m, coll.profile, coll.synth_capacity, self._mine(coll), self._known_flag(m, coll),
+                          self.policy)
+
+    def _active(self, coll: Collective, m: np.ndarray) -> Active:
+        """The facts about ``coll``'s active version a decision reads."""
+        return Active(coll.profile, coll.synth_capacity, self._mine(coll), self._recovered(m, coll),
+                      coll.rising_since)
+
+    @staticmethod
+    def _facts(job: _Job, loads: np.ndarray | None = None) -> Finished:
+        return Finished(job.capacity, loads, job.restarts, job.initial, job.known is not None, job.replaces_held,
+                        job.held_since, job.moving, job.speculative)
 
     def step(self, now: float) -> list[Event]:
         """One controller decision: collect finished jobs, then detect and start jobs (or
@@ -615,8 +620,10 @@ class ScheduleManager:
             for coll in [c for c in self.collectives() if c.deferred is not None]:
                 (trigger, restarts), coll.deferred = coll.deferred, None
                 events.append(self._start(coll, now, trigger, restarts))
-        for coll, report in self.check(now):
-            events.append(self._bounded(coll, now) or self._start(coll, now, report))
+        early, flagged = self._check(now)
+        for coll, report in flagged:
+            events.append(self._start(coll, now, report, early=early) if early is not None
+                          else self._bounded(coll, now) or self._start(coll, now, report))
         return events
 
     def _better_known(self, m: np.ndarray, coll: Collective) -> tuple[np.ndarray, Schedule] | None:
@@ -630,13 +637,13 @@ class ScheduleManager:
         if len(coll.known) < 2 or coll.synth_capacity is None or coll.profile is None:
             return None
         links = self.groups.links(coll.gpus)
-        if _near(m[links], coll.synth_capacity[links], 0.5 * self.policy.restart_tol):
+        if near(m[links], coll.synth_capacity[links], 0.5 * self.policy.restart_tol):
             return None
         hit = self._known(coll, m)
         if hit is None:
             return None
         loads = self._loads_of(coll, hit[0], hit[1])
-        return hit if _rate(m, loads) > _rate(m, coll.profile.loads) * (1.0 + self.policy.min_gain) else None
+        return hit if rate(m, loads) > rate(m, coll.profile.loads) * (1.0 + self.policy.min_gain) else None
 
     def _known_flag(self, m: np.ndarray, coll: Collective) -> bool:
         """:meth:`_better_known` as a flag, computed once per ``M`` and active profile."""
@@ -668,15 +675,15 @@ class ScheduleManager:
             bound = self._bounds[coll.gpus] = VertexBound(self.topo, self.groups.links(coll.gpus),
                                                           coll.gpus or self.topo.gpus)
         m = self.store.measured()
-        rate, best = _rate(m, coll.profile.loads), bound.rate(m, coll.kind)
-        if not best <= rate * (1.0 + self.policy.min_gain):
+        current, best = rate(m, coll.profile.loads), bound.rate(m, coll.kind)
+        if not no_schedule_gains(current, best, self.policy.min_gain):
             return None
         q = significant(m, self.policy.capacity_digits)
         self._rebase(coll, self.groups.topology(coll.gpus, q), q)
         coll.last_decision_t = now
         self.counters["aborted"] += 1
         return Event(now, coll.comm, coll.name, Action.ABORTED, coll.version,
-                     {"reason": "no_gain", "bound": best, "rate_before": rate})
+                     {"reason": "no_gain", "bound": best, "rate_before": current})
 
     def _rebase(self, coll: Collective, topo: Topology, capacity: np.ndarray) -> None:
         """The current schedule is as good as any for ``capacity``: measure drift from here
@@ -686,12 +693,17 @@ class ScheduleManager:
         coll.profile = self.groups.lift(coll.gpus, profile_schedule(topo, coll.schedule))
         coll.synth_capacity = np.array(capacity, dtype=float)
 
-    def _start(self, coll: Collective, now: float, report: DriftReport | None, restarts: int = 0) -> Event:
-        m = self.store.measured()
+    def _start(self, coll: Collective, now: float, report: DriftReport | None, restarts: int = 0,
+               early: np.ndarray | None = None) -> Event:
+        """Start a job on the latest ``M``, or speculatively on ``early`` (estimates of
+        changes not confirmed yet: its result waits for their confirmation)."""
+        m = self.store.measured() if early is None else early
         q = significant(m, self.policy.capacity_digits)
-        topo = self.store.measured_topology() if coll.gpus is None and q is m else self.groups.topology(coll.gpus, q)
+        topo = self.store.measured_topology() if coll.gpus is None and q is m and early is None \
+            else self.groups.topology(coll.gpus, q)
         job = _Job(initial=coll.schedule is None, topo=topo, capacity=q, started_t=now, trigger=report,
-                   restarts=restarts, known=self._known(coll, m), warm_capacity=coll.restore_on)
+                   restarts=restarts, known=self._known(coll, m), warm_capacity=coll.restore_on,
+                   speculative=early is not None)
         if self.pool is not None and job.known is None:
             job.future = self.pool.submit(coll.kind, q, coll.schedule, self.policy.time_limit_s, coll.gpus,
                                           warm_capacity=job.warm_capacity)
@@ -700,19 +712,18 @@ class ScheduleManager:
         coll.job = job
         self.counters["resyntheses"] += 1
         detail = report.to_dict(self.topo, coll.profile.cut) if report and coll.profile else {}
+        if job.speculative:
+            detail["speculative"] = True
         if report and not report.flagged and coll.profile:
-            detail["capacity"] = "gained" if self._gained(m, coll) else \
+            detail["capacity"] = "gained" if gained(m, coll.synth_capacity, self._mine(coll), self.policy.gamma) else \
                 "known" if self._better_known(m, coll) is not None else "lost"
         return Event(now, coll.comm, coll.name, Action.RESYNTHESIS, coll.version, detail)
 
     def _known(self, coll: Collective, m: np.ndarray) -> tuple[np.ndarray, Schedule] | None:
         """``(capacities, schedule)`` published for capacities within ``restart_tol / 2`` of
         ``m``, if any (other than the active one's)."""
-        links = self.groups.links(coll.gpus)
-        for cap, schedule in coll.known:
-            if cap is not coll.synth_capacity and _near(m[links], cap[links], 0.5 * self.policy.restart_tol):
-                return cap, schedule
-        return None
+        hit = remembered(m, self._mine(coll), coll.known, coll.synth_capacity, self.policy.restart_tol)
+        return None if hit is None else coll.known[hit]
 
     def _run(self, job: _Job, kind: str, warm: Schedule | None, gpus: tuple[str, ...] | None) -> JobResult:
         """A job in the worker thread (no process pool, or a known fabric)."""
@@ -759,31 +770,19 @@ class ScheduleManager:
                 events += self._restart(coll, job, now)
         return events
 
-    def _outdated(self, coll: Collective, job: _Job, m: np.ndarray,
-                  loads: np.ndarray | None = None) -> Outdated | None:
-        """Whether ``job`` is out of date under ``m``: :class:`Outdated` ``CLEARED`` before
-        ``SUPERSEDED`` (the one place this rule lives; queued and finished jobs both use it).
-        ``loads``: a finished job's schedule, superseded only if the move costs it more than
-        ``restart_tol`` of the rate it has on the job's input (a move elsewhere, e.g. noise
-        on links it has headroom on, leaves it as good as it was built to be)."""
-        if self._recovered(m, coll):
-            return Outdated.CLEARED
-        if self._moved(m, coll, job) > self.policy.restart_tol and job.restarts < self.policy.max_restarts \
-                and (loads is None or _rate(m, loads) < (1.0 - self.policy.restart_tol) * _rate(job.capacity, loads)):
-            return Outdated.SUPERSEDED
-        return None
-
-    def _stale(self, coll: Collective, job: _Job) -> Outdated | None:
-        """Whether a queued job is already out of date (:meth:`_outdated`)."""
-        if job.initial or coll.profile is None:
+    def _stale(self, coll: Collective, job: _Job) -> Verdict | None:
+        """Whether a queued job is already out of date: ``CLEARED`` or ``RESTART``
+        (:func:`~.publish_decision.outdated`, the rule finished jobs are re-checked with)."""
+        if job.initial or job.speculative or coll.profile is None:    # speculative: decided when finished
             return None
-        return self._outdated(coll, job, self.store.measured())
+        m = self.store.measured()
+        return outdated(self._facts(job), self._active(coll, m), m, self.policy)
 
-    def _drop_queued(self, coll: Collective, job: _Job, why: Outdated, now: float) -> list[Event]:
+    def _drop_queued(self, coll: Collective, job: _Job, why: Verdict, now: float) -> list[Event]:
         """A cancelled queued job: abort it (``cleared``) or restart it on the latest ``M``."""
         coll.job, coll.last_decision_t = None, now
         detail: dict[str, Any] = {"started_t": job.started_t, "queued": True}
-        if why is Outdated.CLEARED:
+        if why is Verdict.CLEARED:
             self.counters["aborted"] += 1
             return [Event(now, coll.comm, coll.name, Action.ABORTED, coll.version, {**detail, "reason": "cleared"})]
         self.counters["superseded"] += 1
@@ -801,8 +800,9 @@ class ScheduleManager:
         return [event]
 
     def _finish(self, coll: Collective, job: _Job, now: float) -> Event | None:
-        """Decide a finished job: ``held`` (kept in ``coll.job``; ``None`` once announced),
-        ``failed``, ``aborted``, ``superseded`` or ``published``."""
+        """Act on :func:`~.publish_decision.publish_decision` for a finished job: ``held``
+        (kept in ``coll.job``; ``None`` once announced), ``failed``, ``aborted``,
+        ``superseded`` or ``published``."""
         if job.result is None:
             try:
                 new, seconds, new_profile = job_result(job.future)
@@ -813,117 +813,49 @@ class ScheduleManager:
             job.result = (new, seconds, self.groups.lift(coll.gpus, new_profile))
         new, seconds, new_profile = job.result
         detail: dict[str, Any] = {"synth_s": seconds, "started_t": job.started_t}
-        if not job.initial:
-            held = self._held_by(coll, job, new_profile, now)
-            if held:
-                coll.job = job
-                if job.held_since is not None:
-                    return None
-                job.held_since = now
-                return Event(now, coll.comm, coll.name, Action.HELD, coll.version, {**detail, "pending": held})
+        m = self.store.measured()
+        active = None if job.initial else self._active(coll, m)
+        decision = publish_decision(self._facts(job, new_profile.loads), active, Estimate.of(self.store), now,
+                                    self.policy)
+        if decision.rising.size:
+            coll.rising_since = now if coll.rising_since is None else coll.rising_since
+            job.moving = decision.rising if job.moving is None else np.union1d(job.moving, decision.rising)
+        if decision.verdict is Verdict.HOLD:
+            coll.job = job
+            if job.held_since is not None:
+                return None
+            job.held_since = now
+            return Event(now, coll.comm, coll.name, Action.HELD, coll.version,
+                         {**detail, "pending": self._named(decision.held)})
         coll.last_decision_t = now
         if job.held_since is not None:
             detail["held_s"] = now - job.held_since
         if job.moving is not None:
-            detail["rising"] = [[self.topo.links[a].src, self.topo.links[a].dst] for a in job.moving.tolist()]
-        if not job.initial:
-            m = self.store.measured()
-            report = detect(m, coll.profile, self.policy.gamma)
-            cur_rate, new_rate = _rate(m, coll.profile.loads), _rate(m, new_profile.loads)
-            detail.update(max_delta=report.max_delta, rate_before=cur_rate, rate_after=new_rate)
-            reason = None
-            outdated = self._outdated(coll, job, m, new_profile.loads) or self._rose_past(job, m)
-            if outdated is Outdated.CLEARED and job.replaces_held:
-                outdated = None           # the held version was built on a transient: only the gain decides
-            if outdated is Outdated.CLEARED:
-                reason = "cleared"
-            elif outdated is Outdated.SUPERSEDED:
-                self.counters["superseded"] += 1
-                detail["moved"] = self._moved(m, coll, job)
-                return Event(now, coll.comm, coll.name, Action.SUPERSEDED, coll.version, detail)
-            elif new_rate <= cur_rate * (1.0 + self.policy.min_gain):
-                reason = "no_gain"
-            coll.rising_since = None                          # decided: the next rise has its own bound
-            if reason:
-                self.counters["aborted"] += 1
-                detail["reason"] = reason
-                if reason == "no_gain":
-                    self._rebase(coll, job.topo, job.capacity)
-                return Event(now, coll.comm, coll.name, Action.ABORTED, coll.version, detail)
-        cap = job.known[0] if job.known is not None else job.capacity
-        self._install(coll, new, cap, coll.version + 1, None if job.known is not None else new_profile)
-        if job.known is not None:
+            detail["rising"] = self._named(job.moving)
+        if active is not None:
+            detail.update(max_delta=detect(m, coll.profile, self.policy.gamma).max_delta,
+                          rate_before=decision.rate_before, rate_after=decision.rate_after)
+        if decision.verdict is Verdict.RESTART:
+            self.counters["superseded"] += 1
+            detail["moved"] = self._moved(m, coll, job)
+            return Event(now, coll.comm, coll.name, Action.SUPERSEDED, coll.version, detail)
+        coll.rising_since = None                          # decided: the next rise has its own bound
+        if decision.verdict in (Verdict.CLEARED, Verdict.NO_GAIN):
+            self.counters["aborted"] += 1
+            detail["reason"] = decision.reason
+            if decision.verdict is Verdict.NO_GAIN:
+                self._rebase(coll, job.topo, job.capacity)
+            return Event(now, coll.comm, coll.name, Action.ABORTED, coll.version, detail)
+        cap = job.known[0] if decision.verdict is Verdict.REUSE else job.capacity
+        self._install(coll, new, cap, coll.version + 1, None if decision.verdict is Verdict.REUSE else new_profile)
+        if decision.verdict is Verdict.REUSE:
             detail["known_fabric"] = True
         self.counters["published"] += 1
         return Event(now, coll.comm, coll.name, Action.PUBLISHED, coll.version, detail)
 
-    def _held_by(self, coll: Collective, job: _Job, new_profile: ScheduleProfile,
-                 now: float) -> list[list[str]]:
-        """The links that hold a finished job back: pending ones (:meth:`_changing_under`,
-        on the job's input and the new schedule; none once they are confirmed, or
-        ``settle_max_s`` after the hold began), and (EWMA at alpha 1) rises the job was
-        started on that are still moving (:meth:`_moving_under`), for at most
-        ``moving_max_s`` over the collective's jobs until one is decided (a restart on a
-        newer reading does not start the bound again)."""
-        held = self._changing_under(coll, job.capacity, new_profile.loads) \
-            if job.held_since is None or now - job.held_since < self.policy.settle_max_s else []
-        if coll.rising_since is None or now - coll.rising_since < self.policy.moving_max_s:
-            rising = self._moving_under(coll, job.capacity)
-            if rising.size:
-                coll.rising_since = now if coll.rising_since is None else coll.rising_since
-                job.moving = rising if job.moving is None else np.union1d(job.moving, rising)
-                held += [[self.topo.links[a].src, self.topo.links[a].dst] for a in rising.tolist()]
-        return held
-
-    def _moving_under(self, coll: Collective, capacity: np.ndarray) -> np.ndarray:
-        """The links of ``coll``'s fabric still moving after a rise
-        (:meth:`MeasurementStore.moving_links`) that ``capacity`` (a job's input) has more
-        than ``restart_tol`` above what the active version was built for, or, for a swing
-        after a recovery, more than ``restart_tol`` away from it: a synthesis on a partial
-        reading of a recovery is held, not published (docs/runtime.md, "Recoveries read in
-        steps").  A moving link the job saw at or below the active version's capacity
-        holds nothing, and nothing is held when the job saw a drop of more than
-        ``restart_tol`` on a link that is not moving (a ramp's step, confirmed by the
-        executor): a rise elsewhere (an NVSwitch link back from a stall) held a ramp's
-        step for 2.5 s."""
-        moving = self.store.moving_links()
-        if moving.size == 0 or coll.synth_capacity is None:
-            return moving[:0]
-        mine = self._mine(coll)
-        dropped = np.flatnonzero(mine & (capacity < (1.0 - self.policy.restart_tol) * coll.synth_capacity))
-        if np.setdiff1d(dropped, moving).size:
-            return moving[:0]                    # a settled drop is news: never held for a rise elsewhere
-        moving = moving[mine[moving]]
-        active, seen = coll.synth_capacity[moving], capacity[moving]
-        away = np.abs(seen - active) > self.policy.restart_tol * active
-        swing = np.isin(moving, self.store.moving_links(swings=True))
-        return moving[away & ((seen > active) | swing)]
-
-    def _rose_past(self, job: _Job, m: np.ndarray) -> Outdated | None:
-        """``SUPERSEDED`` when a link the job was held for (a rise still moving) settled
-        more than ``restart_tol`` from the job's input: it was built on a partial reading,
-        whatever its rate on the settled one (a recovery only raises it)."""
-        if job.moving is None or job.restarts >= self.policy.max_restarts:
-            return None
-        cap = job.capacity[job.moving]
-        return Outdated.SUPERSEDED if np.any(np.abs(m[job.moving] - cap) > self.policy.restart_tol * cap) else None
-
-    def _changing_under(self, coll: Collective, capacity: np.ndarray, loads: np.ndarray,
-                        pending_only: bool = True) -> list[list[str]]:
-        """The pending links (every link with ``pending_only=False``), as ``[src, dst]``, on
-        ``coll``'s fabric that a schedule with ``loads``, synthesized for ``capacity``,
-        relies on (it uses them, or they were more than ``restart_tol`` below nominal)
-        whose newest estimate is more than ``restart_tol`` from ``capacity``."""
-        pending = self.store.pending_links() if pending_only else np.arange(self.topo.num_links)
-        if pending.size == 0:
-            return []
-        pending = pending[self._mine(coll)[pending]]
-        nominal = self.topo.arrays.capacity[pending]
-        cap = capacity[pending]
-        relied = (loads[pending] > 1e-12) | (cap < (1.0 - self.policy.restart_tol) * nominal)
-        newest = self.store.provisional()[pending]
-        moving = relied & (np.abs(newest - cap) > self.policy.restart_tol * cap)
-        return [[self.topo.links[a].src, self.topo.links[a].dst] for a in pending[moving].tolist()]
+    def _named(self, links: np.ndarray) -> list[list[str]]:
+        """Links as ``[src, dst]`` (what events and swap holds name)."""
+        return [[self.topo.links[a].src, self.topo.links[a].dst] for a in links.tolist()]
 
     def _mine(self, coll: Collective) -> np.ndarray:
         """Mask of the links of ``coll``'s (sub-)fabric."""
@@ -939,7 +871,10 @@ class ScheduleManager:
         coll = self.get(comm, name)
         if coll.profile is None or coll.synth_capacity is None:
             return []
-        return self._changing_under(coll, coll.synth_capacity, coll.profile.loads, pending_only=False)
+        m, none = self.store.measured(), np.zeros(0, dtype=np.int64)
+        est = Estimate(m, self.store.provisional(), none, none, none, self.topo.arrays.capacity)
+        return self._named(changing_under(est, self._mine(coll), coll.synth_capacity, coll.profile.loads,
+                                          self.policy.restart_tol, every_link=True))
 
     def hold_settled(self, comm: str, name: str, links: list[list[str]], since: float, recent_s: float) -> bool:
         """Whether a swap hold on ``links`` (``[src, dst]``, held since ``since``) may end
@@ -964,7 +899,7 @@ class ScheduleManager:
         if np.any(np.abs(m[idx] - before[idx]) > self.policy.restart_tol * before[idx]):
             return True
         mine = self.groups.links(coll.gpus)
-        return not _near(m[mine], before[mine], self.policy.restart_tol)
+        return not near(m[mine], before[mine], self.policy.restart_tol)
 
     def supersede_held(self, comm: str, name: str, now: float) -> Event | None:
         """A swap hold on the active version settled on a real change (:meth:`hold_settled`):
@@ -991,7 +926,7 @@ class ScheduleManager:
     def _moved(self, m: np.ndarray, coll: Collective, job: _Job) -> float:
         """The largest relative change of ``m`` from the job's input on ``coll``'s links."""
         links = self.groups.links(coll.gpus)
-        return _moved(m[links], job.capacity[links])
+        return moved(m[links], job.capacity[links])
 
     def busy(self) -> bool:
         return any(c.job is not None or c.deferred is not None for c in self._collectives.values())
@@ -1052,21 +987,6 @@ def significant(m: np.ndarray, digits: int) -> np.ndarray:
     up, down = 10.0 ** np.maximum(exp, 0), 10.0 ** np.maximum(-exp, 0)      # exact powers of ten
     q = np.where(m > 0, np.round(m * down / up) * up / down, m)            # 49.943 -> 49.9, not 49.900000000000006
     return m if np.array_equal(q, m) else q
-
-
-def _near(m: np.ndarray, capacity: np.ndarray, tol: float) -> bool:
-    """``m`` is within ``tol`` (relative) of ``capacity`` on every link."""
-    return bool(np.all(np.abs(m - capacity) <= tol * capacity))
-
-
-def _moved(m: np.ndarray, capacity: np.ndarray) -> float:
-    """The largest relative change of ``m`` from ``capacity`` on any link."""
-    return float(np.max(np.abs(m - capacity) / capacity))
-
-
-def _rate(m: np.ndarray, loads: np.ndarray) -> float:
-    used = loads > 1e-12
-    return float(np.min(m[used] / loads[used])) if used.any() else math.inf
 
 
 def _as_list(v: Any) -> Iterable:

@@ -462,6 +462,18 @@ class MeasurementStore:
             value[cid] = estimate
         return self._links_of(value)
 
+    def early(self) -> np.ndarray | None:
+        """``M`` with every pending change at its early estimate
+        (:attr:`LevelTracker.early`: confirmed but for ``hold_s``); ``None`` when nothing
+        is pending or some pending change has no early estimate yet."""
+        early = [(cid, tr.early) for cid, tr in self._trackers.items() if tr.pending]
+        if not early or any(e is None for _, e in early):
+            return None
+        value = self.chan.value.copy()
+        for cid, estimate in early:
+            value[cid] = estimate
+        return self._links_of(value)
+
     def _links_of(self, value: np.ndarray) -> np.ndarray:
         """``M`` from channel values: per link, floored, cables paired (level mode)."""
         m = np.maximum(self.chan.measured(value), self.floor_ratio * self.topo.arrays.capacity)

@@ -22,11 +22,13 @@ from instances.aggregation import leaf_spine, multi_spine, scrambled, shared_agg
 from tests.oracle_allgather import check_schedule, cut_bound, forwarding_optimum
 
 FABRICS = [shared_aggregation(2, 2, 2), multi_spine(2, 2, 2, spines=3),
-           leaf_spine(3, 1, 4), leaf_spine(2, [1, 2], 2, oversubscription=1.5)]
+           leaf_spine(3, 1, 2), leaf_spine(2, [1, 2], 2, oversubscription=1.5)]
 #: (fabric, event seed): seeds chosen so that the states reach every method of the chain
 #: (ForestColl, the weaker-direction fabric, the balanced restriction, the general method;
-#: checked when the cases were chosen)
-CASES = [(FABRICS[0], 3), (FABRICS[0], 15), (FABRICS[1], 17), (FABRICS[2], 19),
+#: checked when the cases were chosen; the 3-leaf fabric has 2 GPUs a host, not 4: the
+#: oracle's LP on 12 GPUs took 9 s of the suite, and its seed's states all took the
+#: weaker-direction fabric, which the other cases reach too)
+CASES = [(FABRICS[0], 3), (FABRICS[0], 15), (FABRICS[1], 17), (FABRICS[2], 2),
          (FABRICS[3], 2), (FABRICS[3], 3), (FABRICS[3], 23)]
 FACTORS = (0.05, 0.25, 0.5, 0.9)
 

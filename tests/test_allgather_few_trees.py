@@ -13,9 +13,11 @@ import numpy as np
 import pytest
 
 import mccl_opt as mo
-from instances.aggregation import leaf_spine
+from instances.aggregation import leaf_spine, superpod
 from mccl_opt.allgather.canonical import canonical
 from mccl_opt.allgather.forestcoll.packing.few_trees import few_trees_pack
+from mccl_opt.allgather.forestcoll.packing.forecast import (NO_FORECAST, TRUST, Forecast,
+                                                             few_trees_visits, hopeless)
 from mccl_opt.allgather.forestcoll.packing.repair import repair_pack
 from mccl_opt.allgather.forestcoll.packing.trees import greedy_pack
 from mccl_opt.allgather.forestcoll.pipeline import balanced_split, phase_one_budget
@@ -149,30 +151,77 @@ def test_exact_split_keeps_cut_condition_and_units(build):
     assert all(load[arc] <= physical.get(arc, 0) for arc in load), "a link above its units"
 
 
-def test_repair_searches_before_the_exact_packing_are_capped_at_none(monkeypatch):
+def test_repair_searches_before_the_exact_packing_are_forecast_at_none(monkeypatch):
     """At ``None`` a failed repair packing is followed by the exact few-trees packing, so
-    every repair search stops within ``k·n²`` tree visits, the guarded split's too (uncapped they ran to the end:
-    6.2 s CPU on leaf-spine 8x2x8 with 4 spines) and the solve still reaches the cut
-    bound."""
+    every repair search carries the forecast (:mod:`...packing.forecast`): it decides at
+    ``k·n²`` visits and stops by ``k·n²`` plus the few-trees estimate, the guarded split's
+    too (uncapped they ran to the end: 6.2 s CPU on leaf-spine 8x2x8 with 4 spines) and
+    the solve still reaches the cut bound."""
     from mccl_opt.allgather.forestcoll import sized
 
-    calls: list[tuple[int, int, int, int]] = []
+    calls: list[tuple[int, int, int, int, Forecast]] = []
     real = sized.repair_pack
 
     def spy(n, tail, head, units, k, shapes=None, shift=1, max_visits=1 << 62,
-            rail_first=None):
-        classes, info = real(n, tail, head, units, k, shapes, shift, max_visits, rail_first)
-        calls.append((n, k, max_visits, info.get("repair_visits", 0)))
+            rail_first=None, fc=NO_FORECAST):
+        classes, info = real(n, tail, head, units, k, shapes, shift, max_visits, rail_first, fc)
+        calls.append((n, k, max_visits, info.get("repair_visits", 0), fc))
         return classes, info
 
     monkeypatch.setattr(sized, "repair_pack", spy)
     topo = leaf_spine(8, 2, 4, spines=4)
     s = mo.solve_allgather(topo, max_chunks=None)
-    assert calls and all(k == 1 for _, k, _, _ in calls)
-    for n, k, cap, visits in calls:
-        assert cap == k * n * n and visits <= cap + n * n
+    assert calls and all(k == 1 for _, k, _, _, _ in calls)
+    for n, k, cap, visits, fc in calls:
+        assert fc == Forecast(k * n * n, few_trees_visits(n))
+        assert cap == k * n * n + few_trees_visits(n) and visits <= cap + n * n
     check_schedule(topo, s, None)
     # the guarded split's repair packing completes since sibling pairs go last; where it
     # does not, the exact few-trees packing follows
     assert s.stats["packing"] in ("repair", "exact")
     assert s.rate_gbps == pytest.approx(cut_bound(topo), rel=1e-9)
+
+
+@pytest.mark.parametrize("variant", ["forecast", "always stop", "never stop"])
+def test_the_forecast_path_does_not_change_the_optimum(monkeypatch, variant):
+    """SuperPOD 2x2x8 at ``None``: its first repair packing needs 1.4 ``k·n²`` visits, so
+    the forecast is made; whether the packing goes on (the forecast), stops there (the
+    guarded split, rail-first, greedy and few-trees packings follow) or is never stopped,
+    the schedule is valid at the cut bound."""
+    from mccl_opt.allgather.forestcoll import pipeline
+
+    if variant == "always stop":
+        monkeypatch.setattr(pipeline, "forecast",
+                            lambda n, k: (Forecast(k * n * n, 1), k * n * n + 1))
+    elif variant == "never stop":
+        monkeypatch.setattr(pipeline, "forecast", lambda n, k: (NO_FORECAST, 1 << 62))
+    topo = superpod(2, 2, 8)
+    s = mo.solve_allgather(topo, max_chunks=None)
+    check_schedule(topo, s, None)
+    assert s.rate_gbps == pytest.approx(cut_bound(topo), rel=1e-9)
+    entries = s.stats["k"] * topo.num_gpus ** 2
+    if variant == "always stop":
+        assert s.stats.get("repair_forecast_stop") == 1 and s.stats["packing"] != "repair"
+    else:                           # went on past k·n² and completed
+        assert s.stats["packing"] == "repair" and s.stats["repair_visits"] > entries
+
+
+def test_forecast_decides_once_from_the_progress_rate():
+    """:func:`hopeless`: nothing before ``decide_at``; there, stop when the entries left at
+    the rate placed since half of it would take more visits than the few-trees estimate
+    (or nothing was placed), else go on for ``TRUST`` times that rest, at most the
+    estimate."""
+    fc = Forecast(100, 1000)
+
+    def run(steps):
+        mark = np.full(3, -1, np.int64)
+        return [bool(hopeless(fc, v, missing, mark)) for v, missing in steps]
+
+    # placed 100 entries in 50 visits: 300 left take 150 visits, so it may run TRUST x that
+    limit = 100 + TRUST * 150
+    assert run([(50, 400), (99, 310), (100, 300), (limit, 10), (limit + 1, 5)]) == \
+        [False, False, False, False, True]
+    assert run([(50, 400), (100, 390)]) == [False, True]      # 390 left at 0.2 / visit
+    assert run([(50, 400), (100, 400)]) == [False, True]      # no progress
+    # a rest forecast near the estimate (617 visits): the estimate bounds the run
+    assert run([(50, 400), (100, 370), (1100, 1), (1101, 1)]) == [False, False, False, True]

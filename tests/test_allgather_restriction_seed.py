@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 import mccl_opt as mo
-
 from instances import hpn
+from instances.aggregation import shared_aggregation
 from mccl_opt.allgather.canonical import canonical
 from mccl_opt.allgather.chain import Trail, restrict, weaker_directions
 from mccl_opt.allgather.general import method
@@ -39,7 +39,7 @@ def _seed(topo) -> RestrictionSeed | None:
 
 
 @pytest.mark.parametrize("shape,fault", [((1, 2, 8), FAULTS[0]), ((1, 2, 8), FAULTS[1]),
-                                         ((2, 2, 4), FAULTS[0])])
+                                         ((2, 2, 2), FAULTS[0])])
 def test_seeded_general_method_reaches_the_independent_forwarding_optimum(shape, fault):
     """Seeded from the restriction, ``max_chunks=None`` returns the forwarding-only optimum
     of an independent compact LP (tests/oracle_allgather.py, Edmonds' branching theorem),
@@ -150,3 +150,20 @@ def test_chunk_counts_skip_the_limits_that_repeat_a_failed_budget():
             counts.failed(BudgetUnpacked(9, "a larger k"))       # never goes back up
     assert seen == [10, 6, 5, 4, 3, 2, 1]
 
+
+
+def test_the_second_seed_trees_let_the_master_pass_the_single_entry_rate():
+    """Shared aggregation 2x5x8 with one NIC uplink at 272.6 of 400 Gbps one way: at the
+    optimum (41.499 Gbps) hosts take more fabric ingress than one entry per tree; trees that
+    enter every host once stop at 41.143 (docs/allgather.md "The seed's trees and sibling
+    pairs").  The seed's second set (the weaker direction's, by the proportional split)
+    supplies second entries: the master over both sets reaches the bound without pricing
+    (with siblings last in both: 12 rounds of pricing)."""
+    topo = shared_aggregation(2, 5, 8).with_capacity(src="s1h0g0", dst="s1tor0", gbps=272.602,
+                                                      both_directions=False)
+    s = mo.solve_allgather(topo, max_chunks=None)
+    assert s.stats["seed"] == "balanced restriction" and s.stats["seed_more_columns"] > 0
+    assert s.stats["cg_status"] == "optimal" and s.stats["cg_rounds"] == 2
+    assert s.stats["pricing_s"] == 0.0
+    assert s.lp_rate_gbps == pytest.approx(41.498829430, rel=1e-9)
+    check_schedule(topo, s)

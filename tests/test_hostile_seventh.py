@@ -102,9 +102,9 @@ def test_stale_abort_range_checks_its_timeout(one_rank, value):
         StaleAbort([0], timeout_s=value)
 
 
-def _agreeing_rank(rank: int, port: int, out) -> None:
-    """Rank 0 enters the abort agreement; rank 1 never does (it stopped)."""
-    import time
+def _agreeing_rank(rank: int, port: int, out, done) -> None:
+    """Rank 0 enters the abort agreement; rank 1 never does (it stopped) and stays alive
+    until the test has rank 0's outcome (``done``)."""
     from datetime import timedelta
 
     import torch.distributed as dist
@@ -115,7 +115,7 @@ def _agreeing_rank(rank: int, port: int, out) -> None:
                             timeout=timedelta(seconds=30))
     aborter = StaleAbort([0, 1], timeout_s=1.5)
     if rank == 1:
-        time.sleep(8.0)
+        done.wait(30.0)
         return
     comm = SimpleNamespace(rank=0, peers=[0, 1], switch_after=lambda seq, coll: None)
     try:
@@ -130,13 +130,14 @@ def test_abort_agreement_names_the_rank_when_a_peer_never_answers():
     (no collective, no rank named)."""
     pytest.importorskip("torch.distributed")
     ctx = multiprocessing.get_context("spawn")
-    out, port = ctx.Queue(), _free_port()
-    procs = [ctx.Process(target=_agreeing_rank, args=(r, port, out)) for r in range(2)]
+    out, done, port = ctx.Queue(), ctx.Event(), _free_port()
+    procs = [ctx.Process(target=_agreeing_rank, args=(r, port, out, done)) for r in range(2)]
     for p in procs:
         p.start()
     try:
         kind, message = out.get(timeout=60)
     finally:
+        done.set()
         for p in procs:
             p.join(20)
             if p.is_alive():

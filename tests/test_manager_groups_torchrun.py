@@ -1,8 +1,11 @@
 """A torchrun job over part of the controller's fabric: ``mccl controller serve`` on a
 5-GPU mesh and a 3-rank gloo job (``executor_cuda.torchrun --members``) whose ranks are
 3 of those GPUs in another order.  The job registers its communicator with its members,
-runs the schedule of their sub-fabric with every result checked, and its telemetry
-lands on the fabric's links."""
+runs the controller's current schedule of their sub-fabric (version 2, published for a
+degraded cable before the job starts, not the stale version 1) with every result checked,
+and its telemetry lands on the fabric's links.  (The torchrun example's own check: one
+job serves both, a torchrun job costs seconds; tests/test_torchrun.py runs jobs over a
+whole fabric.)"""
 
 from __future__ import annotations
 
@@ -29,17 +32,35 @@ def test_torchrun_job_over_a_sub_fabric(tmp_path):
         line = proc.stdout.readline()
         assert line.startswith("controller on tcp://127.0.0.1:"), line + proc.stderr.read()
         endpoint = line.split()[2]
+        with ControllerClient(endpoint, timeout_s=10.0) as cli:
+            assert cli.register("grp", "ag", "allgather", gpus=MEMBERS) == ["ag"]
+            deadline = time.monotonic() + 30
+            while cli.get_schedule("grp", "ag")[0] < 1:
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+            # the g3-g1 cable (ranks 0 and 1) at 12.5 of 100 Gbps: the controller publishes
+            # version 2 (relaying through g4) before the job starts
+            now = time.time()            # distinct times: an equal-t repeat is not applied twice
+            cli.push_telemetry([{"kind": "link", "src": a, "dst": b, "gbps": 12.5, "t": now - 1e-3 * i}
+                                for i in range(200) for a, b in (("g3", "g1"), ("g1", "g3"))])
+            while cli.get_schedule("grp", "ag")[0] < 2:
+                assert time.monotonic() < deadline, "no version 2 after the degradation"
+                time.sleep(0.05)
+            accepted = cli.stats()["telemetry"]["accepted"]
         done = _job(endpoint, tmp_path, "--comm", "grp", "--members", ",".join(MEMBERS))
         assert done.returncode == 0, done.stdout + done.stderr
         summary = json.loads(done.stdout.strip().splitlines()[-1])
-        assert summary["ranks"] == 3 and summary["wrong"] == 0 and summary["iters"] == 8
+        assert summary["ranks"] == 3 and summary["backend"] == "gloo"
+        assert summary["wrong"] == 0 and summary["iters"] == 8
+        assert summary["versions"][0] >= 2                      # not the stale version 1
+        assert summary["telemetry_sent"] > 0
         with ControllerClient(endpoint, timeout_s=10.0) as cli:
             [coll] = cli.request("list")[1]["collectives"]
             assert (coll["comm"], coll["gpus"]) == ("grp", MEMBERS)
             _, sched = cli.get_schedule("grp", "ag")
             assert list(sched.gpus) == MEMBERS                  # rank r runs as GPU MEMBERS[r]
             deadline = time.monotonic() + 10
-            while cli.stats()["telemetry"]["accepted"] == 0:     # the ranks' samples arrived
+            while cli.stats()["telemetry"]["accepted"] <= accepted:     # the ranks' samples arrived
                 assert time.monotonic() < deadline
                 time.sleep(0.05)
             assert not any(cli.stats()["telemetry"]["rejected"].values())

@@ -3,6 +3,7 @@ every frame, malformed frames answered with errors, and the host-side pair reduc
 
 from __future__ import annotations
 
+import threading
 import time
 
 import numpy as np
@@ -11,7 +12,7 @@ import zmq
 
 from instances import fail2, hpn
 
-from mccl_runtime.client import ControllerClient
+from mccl_runtime.client import ControllerClient, HoldUpdate
 from mccl_runtime.columns import ColumnBatch
 from mccl_runtime.host_reduce import HostReducer
 from mccl_runtime.manager import Policy, ScheduleManager
@@ -112,27 +113,63 @@ def _shift(samples: list[dict]) -> list[dict]:
     return [{**s, "t": s["t"] + 1000.0} for s in samples]
 
 
+class _SettledTurns:
+    """Counts the service loop's turns that end settled (no decision pending, no job
+    running, every version published), each with the publish count it ended at; the
+    wrapper runs in the service's own thread, so it reads a consistent state."""
+
+    def __init__(self, svc) -> None:
+        self.cond = threading.Condition()
+        self.turns: list[int] = []
+        turn = svc._turn
+
+        def counted(pub) -> None:
+            turn(pub)
+            if not svc._decide and not svc.manager.busy() and all(
+                    c.version <= svc._sent.get(c.key, 0) for c in svc.manager.collectives()):
+                with self.cond:
+                    self.turns.append(svc._pub_seq)
+                    self.cond.notify_all()
+
+        svc._turn = counted
+
+    def after(self, seen: int, timeout_s: float = 10.0) -> int:
+        """The publish count of the first settled turn after the ``seen`` ones so far."""
+        with self.cond:
+            assert self.cond.wait_for(lambda: len(self.turns) > seen, timeout_s), "the service never settled"
+            return self.turns[-1]
+
+
 def test_json_and_binary_through_the_service_publish_the_same_versions():
     """Two controllers, one fed by a JSON client and one by a binary client, the same samples:
-    the same versions with the same chunks are published."""
+    the same versions with the same chunks are published.  Each push is followed by a wait
+    for the service to settle (its decision taken, the job collected, the versions sent)
+    and for every publication up to then to arrive."""
     results = []
     for binary in (False, True):
         with Server(key=KEY) as svc, ControllerClient(svc.endpoint, key=KEY, timeout_s=5.0) as cli:
+            settled = _SettledTurns(svc)
             sub = cli.subscribe()
             assert sub.wait_connected(5.0)
             cli.register("world", "ag", "allgather")
-            got = [sub.recv(5.0)]
+            got, read = [], 0
             rng = np.random.default_rng(3)
             t0 = time.time() - 5.0
-            for step in range(40):
-                samples = [{**s, "t": s["t"] + t0} for s in _samples(0.1 * step, rng)]
-                rep = cli.push_columns(ColumnBatch.from_samples(TOPO, samples)) if binary else cli.push_telemetry(samples)
-                assert rep["rejected"]["negative"] == 1 and rep["rejected"]["unknown_link"] > 0
-                deadline = time.monotonic() + 0.3
-                while (upd := sub.recv(0.05)) is not None or time.monotonic() < deadline:
-                    if upd is not None:
+            for step in range(41):
+                if step:
+                    samples = [{**s, "t": s["t"] + t0} for s in _samples(0.1 * (step - 1), rng)]
+                    rep = cli.push_columns(ColumnBatch.from_samples(TOPO, samples)) if binary \
+                        else cli.push_telemetry(samples)
+                    assert rep["rejected"]["negative"] == 1 and rep["rejected"]["unknown_link"] > 0
+                with settled.cond:
+                    seen = len(settled.turns)
+                published = settled.after(seen)
+                while read < published:
+                    upd = sub.recv_any(5.0)
+                    assert upd is not None, f"publication {read + 1} of {published} never arrived"
+                    read += 1
+                    if not isinstance(upd, HoldUpdate):
                         got.append(upd)
-                        deadline = time.monotonic() + 0.3
             results.append([(c, n, v, s.to_dict()["chunks"]) for c, n, v, s in got])
             sub.close()
     assert results[0] == results[1] and len(results[0]) >= 3

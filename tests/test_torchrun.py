@@ -1,7 +1,8 @@
 """The README's torchrun example for real: a ``mccl controller serve`` subprocess and a
 3-rank gloo job started by ``torchrun -m executor_cuda.torchrun`` that registers its
 collective, runs the controller's current schedule, checks every result and reports
-telemetry."""
+telemetry.  The job that runs the controller's current version (published before it
+starts) runs over a sub-fabric: tests/test_manager_groups_torchrun.py."""
 
 from __future__ import annotations
 
@@ -28,17 +29,23 @@ def _torchrun() -> list[str]:
     return [str(script)] if script.exists() else [sys.executable, "-m", "torch.distributed.run"]
 
 
-@pytest.fixture()
-def controller(tmp_path):
-    full_mesh(3).save(tmp_path / "t3.json")
+@pytest.fixture(scope="module")
+def controller(tmp_path_factory) -> tuple[str, str]:
+    """One ``mccl controller serve --frontends 1`` for the module's jobs (a start loads
+    every kernel): its endpoint and its telemetry front end's.  Each test reads the
+    controller's counters before its job and checks what its job added."""
+    where = tmp_path_factory.mktemp("torchrun-controller")
+    full_mesh(3).save(where / "t3.json")
     proc = subprocess.Popen(
         [sys.executable, "-m", "mccl_opt.cli", "controller", "serve", "--estimator", "ewma", "--topology",
-         str(tmp_path / "t3.json"), "--bind", "tcp://127.0.0.1:0", "--alpha", "1", "--dwell", "0"],
-        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
+         str(where / "t3.json"), "--bind", "tcp://127.0.0.1:0", "--alpha", "1", "--dwell", "0",
+         "--frontends", "1"],
+        cwd=where, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
     try:
-        line = proc.stdout.readline()
-        assert line.startswith("controller on tcp://127.0.0.1:"), line + proc.stderr.read()
-        yield line.split()[2]
+        lines = [proc.stdout.readline() for _ in range(2)]
+        assert lines[0].startswith("controller on tcp://127.0.0.1:"), lines + [proc.stderr.read()]
+        assert lines[1].split()[:3] == ["frontend", "0", "on"], lines
+        yield lines[0].split()[2], lines[1].split()[3]
     finally:
         stop(proc)
 
@@ -48,31 +55,6 @@ def _job(endpoint: str, cwd: Path, *extra: str) -> subprocess.CompletedProcess:
         _torchrun() + ["--standalone", "--nproc-per-node", "3", "-m", "executor_cuda.torchrun",
                        "--controller", endpoint, "--iters", "8", "--numel", "1000", *extra],
         cwd=cwd, env=ENV, capture_output=True, text=True, timeout=120)
-
-
-def test_torchrun_job_runs_the_controllers_current_schedule(controller, tmp_path):
-    with ControllerClient(controller, timeout_s=10.0) as cli:
-        assert cli.register("world", "ag", "allgather") == ["ag"]
-        deadline = time.monotonic() + 30
-        while cli.get_schedule("world", "ag")[0] < 1:
-            assert time.monotonic() < deadline
-            time.sleep(0.05)
-        # the g0-g1 cable at 12.5 of 100 Gbps: the controller publishes version 2 (relaying
-        # through g2) before the job starts
-        now = time.time()                # distinct times: an equal-t repeat is not applied twice
-        cli.push_telemetry([{"kind": "link", "src": a, "dst": b, "gbps": 12.5, "t": now - 1e-3 * i}
-                            for i in range(200) for a, b in (("g0", "g1"), ("g1", "g0"))])
-        while cli.get_schedule("world", "ag")[0] < 2:
-            assert time.monotonic() < deadline, "no version 2 after the degradation"
-            time.sleep(0.05)
-        done = _job(controller, tmp_path)
-        assert done.returncode == 0, done.stdout + done.stderr
-        summary = json.loads(done.stdout.strip().splitlines()[-1])
-        assert summary["ranks"] == 3 and summary["backend"] == "gloo"
-        assert summary["wrong"] == 0 and summary["iters"] == 8
-        assert summary["versions"][0] >= 2                      # not the stale version 1
-        assert summary["telemetry_sent"] > 0
-        assert cli.stats()["telemetry"]["accepted"] > 400      # the ranks' samples arrived
 
 
 def test_outside_torchrun_says_how_to_start_it(tmp_path):
@@ -110,15 +92,17 @@ def test_a_rank_killed_under_torchrun_is_named_and_nothing_hangs(controller, tmp
     executor's per-collective timeout (10 s)."""
     import signal
 
-    with ControllerClient(controller, timeout_s=10.0) as cli:
+    endpoint = controller[0]
+    with ControllerClient(endpoint, timeout_s=10.0) as cli:
+        before = cli.stats()["telemetry"]["accepted"]
         job = subprocess.Popen(
             _torchrun() + ["--standalone", "--nproc-per-node", "3", "-m", "executor_cuda.torchrun",
-                           "--controller", controller, "--iters", "1000000", "--numel", "1000"],
+                           "--controller", endpoint, "--iters", "1000000", "--numel", "1000"],
             cwd=tmp_path, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
             start_new_session=True)
         try:
             deadline = time.monotonic() + 90
-            while cli.stats()["telemetry"]["accepted"] < 50:      # collectives are running
+            while cli.stats()["telemetry"]["accepted"] < before + 50:     # collectives are running
                 assert job.poll() is None and time.monotonic() < deadline, "the job never ran"
                 time.sleep(0.2)
             ranks = _rank_pids(job.pid)
@@ -141,33 +125,26 @@ def test_a_rank_killed_under_torchrun_is_named_and_nothing_hangs(controller, tmp
     assert re.search(r"rank\s*: 1 \(local_rank: 1\)\s+exitcode\s*: -9", err), err[-2000:]
 
 
-def test_telemetry_goes_to_a_front_end_and_schedules_come_from_the_controller(tmp_path):
+def test_telemetry_goes_to_a_front_end_and_schedules_come_from_the_controller(controller, tmp_path):
     """``--telemetry`` names a telemetry front end (`serve --frontends 1`): the ranks'
     samples reach the controller only as the front end's folded ``telemetry_columns``
     requests (no ``telemetry`` request from a rank), while the ranks register, fetch and
     subscribe at the controller."""
-    full_mesh(3).save(tmp_path / "t3.json")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "mccl_opt.cli", "controller", "serve", "--estimator", "ewma", "--topology",
-         str(tmp_path / "t3.json"), "--bind", "tcp://127.0.0.1:0", "--alpha", "1", "--dwell", "0",
-         "--frontends", "1"],
-        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
-    try:
-        lines = [proc.stdout.readline() for _ in range(2)]
-        assert lines[0].startswith("controller on tcp://127.0.0.1:"), lines
-        assert lines[1].split()[:3] == ["frontend", "0", "on"], lines
-        controller, frontend = lines[0].split()[2], lines[1].split()[3]
-        done = _job(controller, tmp_path, "--telemetry", frontend)
-        assert done.returncode == 0, done.stdout + done.stderr
-        summary = json.loads(done.stdout.strip().splitlines()[-1])
-        assert summary["wrong"] == 0 and summary["versions"][0] >= 1 and summary["telemetry_sent"] > 0
-        with ControllerClient(controller, timeout_s=10.0) as cli:
-            deadline = time.monotonic() + 10.0
-            while cli.stats()["telemetry"]["accepted"] < summary["telemetry_sent"] and time.monotonic() < deadline:
-                time.sleep(0.05)
-            stats = cli.stats()
-            assert [(c["comm"], c["name"]) for c in cli.list()] == [("world", "ag")]   # registered here
-        assert stats["requests"].get("telemetry", 0) == 0 and stats["requests"]["telemetry_columns"] >= 1
-        assert stats["telemetry"]["accepted"] >= summary["telemetry_sent"]   # at least rank 0's samples
-    finally:
-        stop(proc)
+    endpoint, frontend = controller
+    with ControllerClient(endpoint, timeout_s=10.0) as cli:
+        before = cli.stats()
+    done = _job(endpoint, tmp_path, "--telemetry", frontend, "--name", "fe")     # a collective of its own
+    assert done.returncode == 0, done.stdout + done.stderr
+    summary = json.loads(done.stdout.strip().splitlines()[-1])
+    assert summary["wrong"] == 0 and summary["versions"][0] >= 1 and summary["telemetry_sent"] > 0
+    accepted = before["telemetry"]["accepted"]
+    with ControllerClient(endpoint, timeout_s=10.0) as cli:
+        deadline = time.monotonic() + 10.0
+        while cli.stats()["telemetry"]["accepted"] < accepted + summary["telemetry_sent"] and time.monotonic() < deadline:
+            time.sleep(0.05)
+        stats = cli.stats()
+        assert ("world", "fe") in [(c["comm"], c["name"]) for c in cli.list()]   # registered here
+    requests = {k: stats["requests"].get(k, 0) - before["requests"].get(k, 0)
+                for k in ("telemetry", "telemetry_columns", "register")}
+    assert requests["telemetry"] == 0 and requests["telemetry_columns"] >= 1 and requests["register"] >= 1
+    assert stats["telemetry"]["accepted"] >= accepted + summary["telemetry_sent"]   # at least rank 0's samples

@@ -28,6 +28,7 @@ from mccl_opt.topology import Topology
 from ..budget import CutBounds, choose_trees, exact_k
 from .packing.exact_packing import EXACT_PACK_MAX_EDGES, exact_pack_stage
 from .packing.few_trees import FEW_TREES_CHEAP_ENTRIES, few_trees_on_splits
+from .packing.forecast import NO_FORECAST, forecast
 from ..fabric import fabric_of
 from .packing.growth_order import RAIL_FIRST_MIN_RANKS
 from .packing.scaled import PLAIN_FIRST_ENTRIES, SCALED_MIN_K, many_trees_pack, plain_pack
@@ -253,9 +254,11 @@ class Packed:
         stats["split"], stats["packing"] = self.split.value, self.packing.value
 
 
-def spread_logical(split: SplitGraph, rank_of: np.ndarray) -> LogicalGraph:
-    """Phase 2 by the spread proposal (:mod:`.removal.spread`); ``split`` is left as it was."""
-    return spread_split(split, rank_of)
+def spread_logical(split: SplitGraph, rank_of: np.ndarray,
+                   siblings_last: bool = True) -> LogicalGraph:
+    """Phase 2 by the spread proposal (:mod:`.removal.spread`, sibling pairs last unless
+    ``siblings_last=False``); ``split`` is left as it was."""
+    return spread_split(split, rank_of, siblings_last=siblings_last)
 
 
 #: below :data:`~.packing.scaled.SCALED_MIN_K` trees per root, the repair packings after
@@ -264,7 +267,8 @@ def spread_logical(split: SplitGraph, rank_of: np.ndarray) -> LogicalGraph:
 #: 8x2x8 at ``None`` (``k = 41``) failed only after 5-18 M visits (27x its entries since
 #: sibling pairs go last, 10 -> 21 s CPU), then the few-trees packing packs it.  Not the
 #: first packing of the plain split: SuperPOD 4x4x8's completes past 4x (capped there, it
-#: lost the chunk budget's optimum at ``K=10``)
+#: lost the chunk budget's optimum at ``K=10``).  With a chunk budget only: at ``None`` a
+#: forecast decides (:mod:`.packing.forecast`)
 REPAIR_VISITS_PER_ENTRY = 4
 
 
@@ -281,17 +285,24 @@ def _pack_repair(lg: LogicalGraph, k: int, stats: dict[str, Any], shapes: Shapes
     the solve's ``time_limit``) the searches are sized to its time left and the limit
     stopped when that is too little or they run out (:func:`.sized.limited_repair`).
     ``plain=False``: from ``SCALED_MIN_K`` trees per root the scaled packings only.
-    ``capped``: the searches limited to ``k·n²`` visits below ``SCALED_MIN_K`` too, where
-    the exact few-trees packing follows a failure (:func:`pack` at ``max_chunks=None``)."""
+    ``capped``: where the exact few-trees packing follows a failure (:func:`pack` at
+    ``max_chunks=None``), below ``SCALED_MIN_K`` the searches stop where the rest is
+    forecast costlier than that packing (:mod:`.packing.forecast`; at most ``k·n²`` plus
+    its estimate)."""
     n = lg.num_gpus
-    visits = k * n * n if k >= SCALED_MIN_K or capped else \
-        k * n * n * REPAIR_VISITS_PER_ENTRY if guarded else 1 << 62
+    fc = NO_FORECAST
+    if k >= SCALED_MIN_K:
+        visits = k * n * n
+    elif capped:
+        fc, visits = forecast(n, k)
+    else:
+        visits = k * n * n * REPAIR_VISITS_PER_ENTRY if guarded else 1 << 62
     if k >= SCALED_MIN_K and not rail_first:
         classes = many_trees_pack(n, lg.tail, lg.head, lg.units, k, shapes, stats, plain)
     else:
         classes, info = limited_repair("Phase 3: the repair packing", n, lg.tail, lg.head,
                                        lg.units, k, shapes, max_visits=visits,
-                                       rail_first=rail_first)
+                                       rail_first=rail_first, fc=fc)
         stats.update(info)
     if rail_first:
         stats["repair_rail_first"] = classes is not None
@@ -338,18 +349,19 @@ TEST_FIRST_SINKS = 32
 
 
 def pack(split: SplitGraph, rank_of: np.ndarray, k: int, guides: dict[int, np.ndarray],
-         stats: dict[str, Any], shapes: Shapes | None = None, fewer_chunks: bool = False
-         ) -> Packed:
+         stats: dict[str, Any], shapes: Shapes | None = None, fewer_chunks: bool = False,
+         siblings_last: bool = True) -> Packed:
     """Phases 2+3: spread split + fast packing; when the spread split broke the cut
     condition, the spread split with guarded pairings (:mod:`.removal.guarded_spread`), then
     exact splitting, and exact packing as the last fallback on at most
     :data:`EXACT_PACK_MAX_EDGES` tree edges (beyond: :class:`SolveError`, the chain's
     next method solves the fabric).  Under a limit the packings are sized to its time
     left (:func:`_pack_repair`).  ``fewer_chunks`` (K): the few-trees packing only to
-    ``FEW_TREES_CHEAP_ENTRIES``."""
+    ``FEW_TREES_CHEAP_ENTRIES``.  ``siblings_last=False``: the spread splits (plain and
+    guarded) proportional (:func:`.removal.spread.spread_split`)."""
     progress.update("AllGather phase 2: switch removal")
     t = time.perf_counter()
-    lg = spread_logical(split, rank_of)
+    lg = spread_logical(split, rank_of, siblings_last)
     kind = SplitKind.SPREAD
     stats["phase2_s"] = time.perf_counter() - t
     progress.update("AllGather phase 3: tree packing")
@@ -361,9 +373,10 @@ def pack(split: SplitGraph, rank_of: np.ndarray, k: int, guides: dict[int, np.nd
     late_plain = k >= SCALED_MIN_K and k * lg.num_gpus ** 2 > PLAIN_FIRST_ENTRIES
     few = not fewer_chunks or k * lg.num_gpus ** 2 <= FEW_TREES_CHEAP_ENTRIES
     # at None the exact few-trees packing follows a failed repair packing, so its searches
-    # stop at k·n² visits below SCALED_MIN_K too; uncapped, on a graph they cannot pack they
-    # run until no augmenting chain is left (leaf-spine 8x2x8 with 4 spines, 41 trees per
-    # root: 1.3 M, 10.6 M and 4.5 M visits, 6.2 s CPU, before the few-trees packing)
+    # stop where they are forecast to cost more than it; uncapped, on a graph they cannot
+    # pack they run until no augmenting chain is left (leaf-spine 8x2x8 with 4 spines, 41
+    # trees per root: 1.3 M, 10.6 M and 4.5 M visits, 6.2 s CPU, before the few-trees
+    # packing); capped at k·n², SuperPOD 2x4x8's completes at 4.1x that, 10x cheaper)
     capped = not fewer_chunks
     test_first = k > TEST_FIRST_K or k * lg.num_gpus ** 2 >= TEST_FIRST_ENTRIES
     stride = 1 if k > TEST_FIRST_K else max(1, lg.num_gpus // TEST_FIRST_SINKS)
@@ -375,7 +388,7 @@ def pack(split: SplitGraph, rank_of: np.ndarray, k: int, guides: dict[int, np.nd
     if not admits:
         anytime.check("Phase 2: before the guarded spread split")
         t2 = time.perf_counter()
-        guarded = guarded_spread(split, rank_of, lg)
+        guarded = guarded_spread(split, rank_of, lg, siblings_last)
         stats["phase2_s"] += time.perf_counter() - t2
         if guarded is not None:                   # it passes the rooted test
             lg, kind, admits = guarded, SplitKind.GUARDED, True

@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from mccl_opt import anytime
+from .packing.forecast import NO_FORECAST, Forecast
 from .packing.repair import repair_pack
 from .packing.trees import TreeClass
 
@@ -42,13 +43,14 @@ def sized_visits(entries: int, visits: int) -> int | None:
 
 def limited_repair(where: str, n: int, tail: np.ndarray, head: np.ndarray, units: np.ndarray,
                    k: int, shapes: tuple[np.ndarray, np.ndarray] | None = None,
-                   max_visits: int = 1 << 62, rail_first: bool | None = None
-                   ) -> tuple[list[TreeClass] | None, dict[str, int]]:
+                   max_visits: int = 1 << 62, rail_first: bool | None = None,
+                   fc: Forecast = NO_FORECAST) -> tuple[list[TreeClass] | None, dict[str, int]]:
     """:func:`.packing.repair.repair_pack` under the current limit: checked before it
     starts, its searches capped at :func:`sized_visits`, and the limit stopped
     (:func:`mccl_opt.anytime.run_out`, naming ``where``) when the growth alone would
     outlast it or the searches run out of the time-derived cap (not of ``max_visits``:
-    that is the packing failing, ``None`` as without a limit).  Without a limit, the
+    that is the packing failing, ``None`` as without a limit, as is a stop by the
+    forecast ``fc``, :mod:`.packing.forecast`).  Without a limit, the
     plain call (before, a packing at 128 GPUs under a 0.2 s limit ran 1.3 s past it)."""
     anytime.check(where)
     cap = sized_visits(k * n * n, max_visits)
@@ -56,7 +58,7 @@ def limited_repair(where: str, n: int, tail: np.ndarray, head: np.ndarray, units
         anytime.run_out(f"{where}: its growth would outlast the time left")
         cap = max_visits            # not reached: sized_visits is None only under a limit
     classes, info = repair_pack(n, tail, head, units, k, shapes, max_visits=cap,
-                                rail_first=rail_first)
+                                rail_first=rail_first, fc=fc)
     if classes is None and cap < max_visits and info.get("repair_visits", 0) > cap:
         anytime.run_out(f"{where}: its searches outgrew the time left")
     return classes, info

@@ -154,16 +154,19 @@ def table_columns(sched: Schedule, topo: Topology) -> tuple[list[int], list[np.n
 
 def forestcoll_trees(sub: Topology, forestcoll: ForestColl,
                      headroom: Sequence[Fraction] | None = None,
-                     chunks: int = SEED_CHUNKS, once: bool = False) -> Schedule | None:
+                     chunks: int = SEED_CHUNKS, once: bool = False,
+                     siblings_last: bool = True) -> Schedule | None:
     """ForestColl's schedule (``forestcoll``, the chain's sub-solve, cold, keeping what
     balancing loses: the master re-weights the trees anyway) on the balanced fabric
     ``sub`` with at most ``chunks`` chunks per root (fewer while ForestColl fails, as the
     method chain does, skipping the limits that repeat a failed budget); ``None`` when
-    ForestColl packs no chunk count; ``once``: ``chunks`` only."""
+    ForestColl packs no chunk count; ``once``: ``chunks`` only; ``siblings_last=False``:
+    the proportional spread split (:func:`..forestcoll.removal.spread.spread_split`, for
+    :attr:`RestrictionSeed.more`)."""
     counts = ChunkCounts(chunks)
     for k in [chunks] if once else counts:
         try:
-            sched = forestcoll(sub, None, k, headroom)
+            sched = forestcoll(sub, None, k, headroom, siblings_last=siblings_last)
         except SolveError as e:                 # as the chain treats ForestColl failing: fewer
             counts.failed(e)
             continue
@@ -181,7 +184,12 @@ def restriction_seed(restricted: Restricted, forestcoll: ForestColl,
     schedule on the weaker-direction fabric, or that fabric, packed on demand) gives
     ``more``: a second, different set of near-optimal trees, for a master that falls
     short with the first (shared aggregation 2x5x8 with a one-way NIC fault at
-    ``max_chunks=None``: 31 rounds -> 3).  ``None`` when the restriction's rate is not
+    ``max_chunks=None``: 31 rounds -> 3), packed on demand by the proportional spread
+    split: with sibling pairs last (as the first set) nearly every tree of both sets
+    enters every host once, and a master over such trees stops at that rate
+    (docs/allgather.md "The seed's trees and sibling pairs": 41.14 of 41.50 Gbps there,
+    then 22 pricing rounds); the proportional split's host loops give trees that enter a
+    host more than once.  ``None`` when the restriction's rate is not
     positive or ForestColl packs nothing on it (the general method then starts from its
     own trees)."""
     if not restricted.restriction.rate_gbps > 0:
@@ -196,7 +204,7 @@ def restriction_seed(restricted: Restricted, forestcoll: ForestColl,
         return None
 
     def more() -> Schedule | None:
-        return forestcoll_trees(weaker, forestcoll, chunks=chunks) \
+        return forestcoll_trees(weaker, forestcoll, chunks=chunks, siblings_last=False) \
             if isinstance(weaker, Topology) else weaker
 
     return RestrictionSeed(restricted.optimum_gbps, (main,), time.perf_counter() - t,

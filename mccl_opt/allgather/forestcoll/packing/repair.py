@@ -41,6 +41,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from .forecast import NO_FORECAST, Forecast, hopeless
 from .augment import Links, Search, Trees, Users, attach, enlist, has, index_users, join, repair, spend
 from .growth_order import growth_order
 from .seeding import seed_rows
@@ -172,13 +173,15 @@ def _by_rank(link, order, count, row):
 
 
 @njit(cache=True)
-def _grow(n, k, links, go, outdeg, off, shift, info, seed, max_visits):
+def _grow(n, k, links, go, outdeg, off, shift, info, seed, max_visits, fc):
     """Round-robin BFS growth of ``n*k`` unit trees with repair over ``links``
     (:class:`~.augment.Links`: ``cap`` the units; ``skip`` and ``in_free`` filled here)
     in the growth order ``go`` (:class:`~.growth_order.GrowthOrder`), trees with a
     complete ``seed`` row (warm reuse) taken as they are; returns ``(status, par)`` with
-    status 0 on success, -1 if some tree stayed stuck or the repairs visited more than
-    ``max_visits`` trees (``par[t, v]``: the link into ``v``, -1 at the root)."""
+    status 0 on success, -1 if some tree stayed stuck, the repairs visited more than
+    ``max_visits`` trees or the forecast ``fc`` (:class:`.forecast.Forecast`) found the
+    rest costlier than the few-trees packing (``info[3] = 1``; ``par[t, v]``: the link
+    into ``v``, -1 at the root)."""
     tail, head, in_start, in_arc, cap, skip, in_free = links
     cstart, fpos, comp, batch = go.start, go.fpos, go.comp, go.batch
     part_col, part_size, class_part = go.part_col, go.part_size, go.class_part
@@ -229,6 +232,10 @@ def _grow(n, k, links, go, outdeg, off, shift, info, seed, max_visits):
         skip[a] += cap[a] == 0
     trees = Trees(par, member, missing, part_col, order, count)
     search = Search(seen, sat, free, q_tree, q_pred, q_arc, memo, memo_below, path, info)
+    placed = 0                               # tree entries placed (roots included)
+    for t in range(T):
+        placed += count[t]
+    mark = np.full(3, -1, np.int64)          # the forecast's window and decision
     done = 0
     while done < T:
         done = 0
@@ -270,6 +277,7 @@ def _grow(n, k, links, go, outdeg, off, shift, info, seed, max_visits):
                         enlist(t, head[arc], arc, off, used, user, slot_of)
                     attach(t, head[arc], arc, par, indexed, member, missing, part_col, order,
                            count)
+                    placed += 1
                     continue
                 if not indexed:
                     _by_rank(par, order, count, np.empty(n, np.int32))
@@ -279,6 +287,9 @@ def _grow(n, k, links, go, outdeg, off, shift, info, seed, max_visits):
                     indexed = True
                 # every scanned link of t stays saturated (capacities never grow), so
                 # pos/scanned need no reset; repair may free nothing but gives t a vertex
+                if hopeless(fc, info[1], T * n - placed, mark):
+                    info[3] = 1
+                    return -1, par
                 v = -1
                 users = Users(off, used, user, slot_of)
                 for limit in (SHORT_SEARCH, T + 1):     # short chains first, then any
@@ -288,6 +299,7 @@ def _grow(n, k, links, go, outdeg, off, shift, info, seed, max_visits):
                 info[0] += 1
                 if v < 0:
                     return -1, par
+                placed += 1
     if not indexed:
         _by_rank(par, order, count, np.empty(n, np.int32))
     return 0, par
@@ -295,8 +307,8 @@ def _grow(n, k, links, go, outdeg, off, shift, info, seed, max_visits):
 
 def repair_pack(n: int, tail: np.ndarray, head: np.ndarray, units: np.ndarray,
                 k: int, shapes: tuple[np.ndarray, np.ndarray] | None = None,
-                shift: int = 1, max_visits: int = 1 << 62, rail_first: bool | None = None
-                ) -> tuple[list[TreeClass] | None, dict[str, int]]:
+                shift: int = 1, max_visits: int = 1 << 62, rail_first: bool | None = None,
+                fc: Forecast = NO_FORECAST) -> tuple[list[TreeClass] | None, dict[str, int]]:
     """``k`` unit trees per root on the logical graph, merged into classes (``None``
     if a tree gets stuck with no local augmenting chain), and counters.
 
@@ -304,7 +316,9 @@ def repair_pack(n: int, tail: np.ndarray, head: np.ndarray, units: np.ndarray,
     reused verbatim, in order, as many unit trees each as their links' units allow;
     only the rest is grown.  ``max_visits``: give up (``None``) once the repair searches
     have visited that many trees (a guessed target that may not fit).  ``rail_first``:
-    the growth order's rail-first mode (:func:`.growth_order.growth_order`).  Returns
+    the growth order's rail-first mode (:func:`.growth_order.growth_order`).  ``fc``: stop
+    where the rest is forecast costlier than the few-trees packing (:mod:`.forecast`;
+    ``counters["repair_forecast_stop"]``).  Returns
     ``(None, {})`` without trying when ``k * n * n > MAX_ENTRIES``.
     """
     if k * n * n > MAX_ENTRIES:
@@ -318,13 +332,15 @@ def repair_pack(n: int, tail: np.ndarray, head: np.ndarray, units: np.ndarray,
     np.cumsum(np.bincount(s_head, minlength=n), out=in_start[1:])
     off = np.zeros(cap.size + 1, np.int64)
     np.cumsum(cap, out=off[1:])
-    info = np.zeros(3, np.int64)
+    info = np.zeros(4, np.int64)
     seed, reused = seed_rows(n, k, s_tail, s_head, cap, shapes)
     links = Links(s_tail, s_head, in_start, in_arc, cap, np.empty(cap.size + 1, np.int64),
                   np.empty(n, np.int64))
     status, par = _grow(n, k, links, go, np.bincount(s_tail, minlength=n), off, shift, info,
-                        seed, max_visits)
+                        seed, max_visits, fc)
     counters = {"repairs": int(info[0]), "repair_visits": int(info[1]), "reused_trees": reused}
+    if info[3]:
+        counters["repair_forecast_stop"] = 1
     if status < 0:
         return None, counters
     mult = np.zeros(len(par), np.int64)

@@ -30,12 +30,13 @@ __all__ = ["guarded_spread", "LEARN_ROUNDS"]
 LEARN_ROUNDS = 8
 
 
-def guarded_spread(g: SplitGraph, rank_of: np.ndarray, failed: LogicalGraph
-                   ) -> LogicalGraph | None:
+def guarded_spread(g: SplitGraph, rank_of: np.ndarray, failed: LogicalGraph,
+                   siblings_last: bool = True) -> LogicalGraph | None:
     """The spread split of ``g`` redone with guarded pairings (module docstring), given
     the plain split ``failed`` whose logical graph fails the rooted test for ``g.k``
     trees per root; ``None`` when ``g`` itself fails it (no split can pass) or no guard
-    gets a logical graph that passes in either order."""
+    gets a logical graph that passes in either order; ``siblings_last``: of the proposal
+    the guard adjusts (:func:`.spread.spread_split`)."""
     sweeps = [0.0]                                # the longest rooted sweep so far (s)
     found = _violated_ranks(failed, g.k, sweeps)
     if found is None:
@@ -49,14 +50,14 @@ def guarded_spread(g: SplitGraph, rank_of: np.ndarray, failed: LogicalGraph
     sweeps[0] = max(sweeps[0], time.perf_counter() - t)     # a whole sweep: none failed
     known = KnownCuts(g.n, g.gpus, g.k, arcs)
     for order in (switch_order, fewest_links_first):
-        lg, found = _guarded_in(g, rank_of, order(g), known, found, sweeps)
+        lg, found = _guarded_in(g, rank_of, order(g), known, found, sweeps, siblings_last)
         if lg is not None:
             return lg
     return None
 
 
 def _guarded_in(g: SplitGraph, rank_of: np.ndarray, order: list[int], known: KnownCuts,
-                found: list[np.ndarray], sweeps: list[float]
+                found: list[np.ndarray], sweeps: list[float], siblings_last: bool = True
                 ) -> tuple[LogicalGraph | None, list[np.ndarray]]:
     """Splits in ``order`` guarded by the sets learned so far (``known`` keeps learning
     from ``found``, the violated rank sets of the last failed split), then by the sweep
@@ -69,12 +70,12 @@ def _guarded_in(g: SplitGraph, rank_of: np.ndarray, order: list[int], known: Kno
         if not any([known.learn(inside) for inside in found]) and not fresh:
             break
         fresh = False
-        lg = spread_split(g, rank_of, known, order)
+        lg = spread_split(g, rank_of, known, order, siblings_last)
         found = _violated_ranks(lg, g.k, sweeps)
         if found is None:
             return lg, []
     anytime.check("Phase 2: the spread split guarded by sweeps")
-    return spread_split(g, rank_of, SweepGuard(g.n, g.gpus, g.k), order), found
+    return spread_split(g, rank_of, SweepGuard(g.n, g.gpus, g.k), order, siblings_last), found
 
 
 def _violated_ranks(lg: LogicalGraph, k: int, sweeps: list[float]) -> list[np.ndarray] | None:

@@ -86,7 +86,7 @@ class Pairs(NamedTuple):
 class _Arrays:
     """The growing arrays of the split (module docstring): arcs, segments, node buffer."""
 
-    def __init__(self, g: SplitGraph) -> None:
+    def __init__(self, g: SplitGraph, siblings_last: bool = True) -> None:
         keys = list(g.units)
         m = len(keys)
         segs = [seg for key in keys for seg in g.bundles[key]]
@@ -115,7 +115,8 @@ class _Arrays:
         self.n_listed = int(at_switch.sum())
         self.switch_arcs[: self.n_listed] = np.flatnonzero(at_switch)
         self.n = g.n
-        self.neighbours = SwitchNeighbours(g.n, self.tail, self.head, g.is_switch)
+        self.neighbours = SwitchNeighbours(g.n, self.tail, self.head, g.is_switch) \
+            if siblings_last else None
         self.keys = self.slots = np.zeros(0, np.int64)
         self.reserve(0, 0, 0)
 
@@ -163,12 +164,15 @@ class _Arrays:
 
 
 def spread_split(g: SplitGraph, rank_of: np.ndarray, guard: Guard | None = None,
-                 order: list[int] | None = None) -> LogicalGraph | None:
+                 order: list[int] | None = None, siblings_last: bool = True
+                 ) -> LogicalGraph | None:
     """Split off every switch of ``g`` by the spread proposal (module docstring), in
     ``order`` (default :func:`.splitting.switch_order`); ``g`` is left as it was.
     ``guard`` (:mod:`.cut_guard`) adjusts every switch's pairing to keep the rooted cut
-    condition; ``None`` if it could not."""
-    st = _Arrays(g)
+    condition; ``None`` if it could not.  ``siblings_last=False``: the proportional
+    shares alone, sibling pairs not held back (the general method's seed trees,
+    :func:`mccl_opt.allgather.general.restriction_seed.forestcoll_trees`)."""
+    st = _Arrays(g, siblings_last)
     if guard is not None:
         guard.start()
     for w in switch_order(g) if order is None else order:
@@ -225,8 +229,9 @@ def _pair_amounts(st: _Arrays, w: int, ins: np.ndarray, outs: np.ndarray
     back = (ts[pos] == us) if ts.size else np.zeros(us.size, bool)
     loop_of = np.where(back, pos, -1)                   # out-arc back to each in-arc's tail
     rest = np.maximum(int(a_u.sum()) - np.where(back, b_t[pos] if ts.size else 0, 0), 1)
-    stages = spread_stages(-(-a_u[tail] * b_t[col] // rest[tail]),
-                           st.neighbours.siblings(w, us, ts, tail, col))
+    siblings = np.zeros(tail.size, bool) if st.neighbours is None else \
+        st.neighbours.siblings(w, us, ts, tail, col)
+    stages = spread_stages(-(-a_u[tail] * b_t[col] // rest[tail]), siblings)
     amounts = transport(us.size, ts.size, tail, col, a_u.copy(), b_t.copy(), stages, loop_of)
     keep = np.flatnonzero(amounts > 0)
     return tail[keep], col[keep], amounts[keep]
