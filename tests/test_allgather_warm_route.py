@@ -294,3 +294,25 @@ def test_the_allowance_left_in_cpu_seconds_follows_the_cpu_share():
     busy = warm_route.WarmRoute(None, 0.2, 0.2, began=(time.perf_counter() - 0.05,
                                                         time.thread_time() - 0.05))
     assert busy.cpu_left() == pytest.approx(0.2, rel=0.2)
+
+
+def test_a_guess_is_not_certified_by_a_packing_as_costly_as_cold(monkeypatch):
+    """A wrong ``x*`` guess certified by packing adds a whole Phase 3 (cold's own work
+    at the guessed budget) to the cold solve that follows (multi-spine 2x2x8 at
+    ``max_chunks=None`` after a one-way fault, fuzz seed 3414): with the allowance and
+    the rerouting cap out of the way, no such packing runs where it is predicted above
+    the floor, and warm still reaches cold's rate."""
+    monkeypatch.setattr(warm_route, "WARM_SHARE", 1e3)
+    monkeypatch.setattr(reroute_mod, "REROUTE_COLD_SHARE", 1e6)
+    packings = []
+    real = certify._certify_by_packing
+    monkeypatch.setattr(certify, "_certify_by_packing",
+                        lambda *args: packings.append(1) or real(*args))
+    base = multi_spine(2, 2, 8, spines=2)
+    old = mo.solve_allgather(base, max_chunks=None)
+    topo = base.with_capacity({("spine0", "s1tor4"): 100.0})
+    warm = mo.solve_allgather(topo, warm=old, max_chunks=None)
+    cold = mo.solve_allgather(topo, max_chunks=None)
+    assert packings == []
+    assert warm.rate_gbps == pytest.approx(cold.rate_gbps, rel=1e-9)
+    check_schedule(topo, warm)

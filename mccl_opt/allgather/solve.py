@@ -45,6 +45,7 @@ from .canonical import canonical
 from .chain import RESTRICTION_ROUNDING_GAP, Declined, ForestColl, Trail, cut_bound_gbps, \
     seed_once, solve_by_general, solve_unbalanced, switches_balanced
 from .warm.certify import Certificate, GuessKind, keep_or_reroute, warm_budget, warm_guess
+from .warm.reroute import predicted_cold_seconds
 from .warm.route import RouteTaken, WarmRoute
 from .fabric import fabric_of
 from .fewer_trees import fewer_trees
@@ -258,6 +259,7 @@ def _forestcoll(topo: Topology, route: WarmRoute, backend: str, max_chunks: int 
     run on ``route``; past its allowance the solve carries on cold from where it is."""
     run = Run.start(topo, route.warm, max_chunks)
     rewarm = run.prev is not None and not step_aware  # step-aware only reads the guides
+    since = route.used                                # this run's warm steps: from here
 
     def carry_on_cold() -> None:                      # the phases so far are cold's
         if not route.active:
@@ -281,10 +283,12 @@ def _forestcoll(topo: Topology, route: WarmRoute, backend: str, max_chunks: int 
                         f"{budget.k} exact trees per root: the seeded master is cheaper")
     if many:                                          # the scaled packing alone, cold
         run.prev, run.cuts = None, None
+    # once this run's warm steps pass half of its predicted cold cost, go cold
+    cold_s = predicted_cold_seconds(budget.k, topo.num_gpus)
     if rewarm and run.prev is not None:
         quick = route.attempt("ForestColl-warm's rerouting", Method.FORESTCOLL,
                               lambda _: keep_or_reroute(run, budget), lambda: None,
-                              trail.attempts)
+                              trail.attempts, route.cold_cap(cold_s, since))
         if quick is not None:
             return quick
         carry_on_cold()
@@ -313,7 +317,8 @@ def _forestcoll(topo: Topology, route: WarmRoute, backend: str, max_chunks: int 
         elif many and balanced.k > EXACT_TREES_LIMIT:
             result = pack_scaled(balanced.split, arr.rank_of, balanced.k, run.stats)
         else:
-            result = _pack(run, route, balanced, trail, siblings_last)
+            result = _pack(run, route, balanced, trail, route.cold_cap(cold_s, since),
+                           siblings_last)
     except BudgetUnpacked:
         raise
     except SolveError as e:                           # this budget's split or packing failed
@@ -336,10 +341,11 @@ def _certified_guess(run: Run) -> Schedule | None:
     return None
 
 
-def _pack(run: Run, route: WarmRoute, balanced: Any, trail: Trail,
+def _pack(run: Run, route: WarmRoute, balanced: Any, trail: Trail, most: float,
           siblings_last: bool = True) -> Any:
     """Phases 2-3: seeded with the previous tree shapes on a warm route (a warm step,
-    its repair searches sized to the allowance left), else cold."""
+    its repair searches sized to the allowance left, at most ``most`` seconds:
+    :meth:`.warm.route.WarmRoute.cold_cap`), else cold."""
     arr = run.topo.arrays
 
     def cold() -> Any:
@@ -354,7 +360,7 @@ def _pack(run: Run, route: WarmRoute, balanced: Any, trail: Trail,
                                         run.stats, run.shapes,
                                         fewer_chunks=run.max_chunks is not None,
                                         siblings_last=siblings_last),
-                         cold, trail.attempts)
+                         cold, trail.attempts, most)
 
 
 def _at_time_limit(topo: Topology, best: Schedule, max_chunks: int | None) -> Schedule:

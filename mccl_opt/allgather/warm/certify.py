@@ -31,7 +31,7 @@ from ..forestcoll.pipeline import (TEST_FIRST_K, Budget, Packed, Packing, SplitK
 from ..forestcoll.sized import sized_visits
 from ..forestcoll.packing.repair import repair_pack
 from ..forestcoll.packing.scaled import SCALED_MIN_K, scaled_pack
-from .reroute import Rerouted, reroute
+from .reroute import REROUTE_FLOOR_S, Rerouted, predicted_cold_seconds, reroute
 from ..forestcoll.throughput import Fabric, cut_upper_bound, optimal_rate
 
 __all__ = ["Certificate", "GuessKind", "warm_guess", "warm_budget", "keep_or_reroute"]
@@ -143,12 +143,29 @@ def _keep_or_certify(run: Run, guess: Guess) -> Schedule | None:
     if not guess.pack and run.reroute is RerouteOutcome.FAILED:
         return None
     anytime.check("ForestColl-warm: before certifying by packing")
+    if not _packing_pays(guess.k, run.topo.num_gpus):
+        run.stats["guess_packing"] = "skipped: predicted as costly as cold's packing"
+        return None
     run.stats["k_exact"] = int(exact_k(guess.opt.fab, guess.opt.p1))
     found = _certify_by_packing(run, guess.opt.fab, guess.k, guess.y)
     if found is None:
         return None
     run.stats[key] = Certificate.PACKED.value
     return packed(run, guess.opt, found)
+
+
+def _packing_pays(k: int, n: int) -> bool:
+    """Whether a packing that certifies a guess is predicted cheaper than the cold
+    solve it may replace.  It *is* cold's Phase 3 at the guessed budget
+    (:data:`.reroute.COLD_S_PER_ENTRY` CPU seconds per entry ``k·n²``, the cold
+    prediction itself), and a wrong guess adds all of it to the cold solve that
+    follows, so it runs only where that is within :data:`.reroute.REROUTE_FLOOR_S`
+    (small fabrics).  Before, it ran whenever the wall-clock allowance (a share of the
+    *previous* state's cold time) had room: multi-spine 2x2x8 at ``max_chunks=None``
+    after a one-way fault (fuzz seed 3414), a wrong ``x*`` guess packed 27 trees per
+    root, the allowance passed in it and the solve went cold: warm 0.05-0.06 s vs cold
+    0.025-0.035 s CPU (docs/allgather.md, *A guess certified by packing*)."""
+    return predicted_cold_seconds(k, n) <= REROUTE_FLOOR_S
 
 
 def _reroute_previous(run: Run, fab: Fabric, k: int, y: Fraction) -> Rerouted | None:

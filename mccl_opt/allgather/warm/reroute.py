@@ -38,7 +38,7 @@ from mccl_opt import anytime
 from mccl_opt.topology import Topology
 from .forest import SwitchPathTable, PhysicalForest, rebuilt, requantized, unit_loads
 
-__all__ = ["Rerouted", "RerouteCostlier", "reroute", "predicted_seconds"]
+__all__ = ["Rerouted", "RerouteCostlier", "reroute", "predicted_seconds", "predicted_cold_seconds"]
 
 #: passes over the edges still crossing over-capacity links
 REROUTE_PASSES = 4
@@ -574,7 +574,13 @@ def predicted_seconds(paths: Paths, cand_v: np.ndarray, trees: int, k: int, n: i
     schedule and its damage, cold's with this state's budget."""
     first = int((paths.into_start[cand_v + 1] - paths.into_start[cand_v]).sum())
     return (first * REROUTE_S_PER_PATH + trees * n * REROUTE_S_PER_SLOT,
-            k * n * n * COLD_S_PER_ENTRY)
+            predicted_cold_seconds(k, n))
+
+
+def predicted_cold_seconds(k: int, n: int) -> float:
+    """A cold ForestColl solve's predicted CPU seconds: ``k`` trees per root of ``n``
+    GPUs packed (:data:`COLD_S_PER_ENTRY` per ``k·n²``)."""
+    return k * n * n * COLD_S_PER_ENTRY
 
 
 def _edit(forest: PhysicalForest, paths: Paths, table: SwitchPathTable, units: Units,

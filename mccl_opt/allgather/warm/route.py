@@ -43,7 +43,7 @@ from mccl_opt.topology import Topology
 from ..fabric import fabric_of, switches_balanced
 from ..forestcoll.throughput import optimal_rate
 from .kept import AllGatherWarmState
-from .reroute import RerouteCostlier
+from .reroute import REROUTE_COLD_SHARE as COLD_SHARE, RerouteCostlier
 
 __all__ = ["WARM_SHARE", "WARM_FLOOR_S", "RouteTaken", "WarmRoute", "warm_allowance_s"]
 
@@ -150,17 +150,24 @@ class WarmRoute:
             and state is None else None
 
     def attempt(self, step: str, method: Method, warm_step: Callable[[Schedule], T],
-                cold_step: Callable[[], T], attempts: list[Attempt] | None = None) -> T:
-        """``warm_step(previous)`` as a stage of the allowance left, ``cold_step()`` when
-        the route is not warm any more or past the allowance (then the route is
-        declined, recorded in ``attempts`` as ``method``)."""
+                cold_step: Callable[[], T], attempts: list[Attempt] | None = None,
+                most: float | None = None) -> T:
+        """``warm_step(previous)`` as a stage of the allowance left (and at most ``most``
+        seconds, :meth:`cold_cap`), ``cold_step()`` when the route is not warm any more
+        or past either (then the route is declined, recorded in ``attempts`` as
+        ``method``)."""
+        if self.warm is not None and most is not None and most <= 0:
+            self.decline(f"the warm steps passed {COLD_SHARE:g} x this fabric's predicted "
+                         f"cold solve before {step}")
         if self.warm is not None and self.allowance <= 0:
             self.decline(f"the warm allowance of {self.total:.3g} s was spent before {step}")
         if self.warm is None:
             return cold_step()
+        capped = most is not None and most < self.allowance
+        seconds = most if capped else self.allowance
         t, k0 = time.perf_counter(), thread_kernel_seconds()
         try:
-            result, expired = anytime.stage(self.allowance, lambda: warm_step(self.warm))
+            result, expired = anytime.stage(seconds, lambda: warm_step(self.warm))
         except RerouteCostlier as costlier:
             result, expired = None, str(costlier)
         took = time.perf_counter() - t
@@ -169,10 +176,23 @@ class WarmRoute:
         if not expired:
             return result                 # type: ignore[return-value]
         self.decline(expired if isinstance(expired, str) else
+                     f"the warm steps passed {COLD_SHARE:g} x this fabric's predicted cold "
+                     f"solve in {step}" if capped else
                      f"the warm allowance of {self.total:.3g} s was spent in {step}")
         if attempts is not None:
             attempts.append(Attempt(method, took, f"declined: {self.reason}"))
         return cold_step()
+
+    def cold_cap(self, cold_cpu_s: float, since_used: float) -> float:
+        """Wall seconds left to the warm steps of one ForestColl run once its cold cost
+        is predicted (``cold_cpu_s`` CPU seconds, :func:`.reroute.predicted_cold_seconds`):
+        :data:`COLD_SHARE` of it (at least :data:`WARM_FLOOR_S`), in wall seconds at the
+        solve's CPU share, less what its warm steps took since ``since_used`` (a reading
+        of :attr:`used`).  The allowance is sized by the *previous* state's cold time,
+        which may be several times this state's (docs/allgather.md, *A guess certified
+        by packing*)."""
+        cap = max(WARM_FLOOR_S, COLD_SHARE * cold_cpu_s) / anytime.share_since(self.began)
+        return cap - (self.used - since_used)
 
     def cpu_left(self) -> float:
         """The allowance left in CPU seconds: wall seconds times the share of wall time
