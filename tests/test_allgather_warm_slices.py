@@ -25,6 +25,7 @@ from mccl_opt.allgather import chain, solve as ag_solve
 from mccl_opt.allgather.forestcoll import sized
 from mccl_opt.allgather.general import tree_colgen
 from mccl_opt.allgather.warm import certify, reroute
+from mccl_opt.allgather.warm import route as warm_route
 from mccl_opt.report import Method
 
 from .oracle_allgather import check_schedule
@@ -73,7 +74,11 @@ def _rerouted(monkeypatch: pytest.MonkeyPatch) -> list[reroute.Rerouted | None]:
 
 def test_slices_resume_where_they_stopped(slices, monkeypatch):
     """Sliced and in one slice, the rerouting makes the same moves and certifies the
-    same optimum."""
+    same optimum (the allowance and the rerouting's cold cap lifted: small slices on a
+    loaded machine must not turn the route cold, which the other tests here check)."""
+    monkeypatch.setattr(warm_route, "WARM_SHARE", 1e3)
+    monkeypatch.setattr(warm_route, "COLD_SHARE", 1e6)
+    monkeypatch.setattr(reroute, "REROUTE_COLD_SHARE", 1e6)
     topo, prev, cold = _states()
     found = _rerouted(monkeypatch)
     warm = mo.solve_allgather(topo, warm=prev, max_chunks=None)
