@@ -5,9 +5,11 @@ For each state and chunk budget: the best CPU time of ``--repeat`` cold solves a
 warm-up solve (kernels loaded), the rate, the schedule's optimum, the oracle's cut bound
 (``tests/oracle_allgather.py``), which
 method answered and how it packed.  Run from a checkout with ``PYTHONPATH`` at it, so the
-same script times two checkouts back to back::
+same script times two checkouts back to back (``--only`` keeps the states whose name
+contains one of the words given)::
 
     PYTHONPATH=$PWD python bench/bench_allgather_narrow.py
+    PYTHONPATH=$PWD python bench/bench_allgather_narrow.py --only dragonfly fat-tree
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Callable
 
 import mccl_opt as mo
 from instances.aggregation import leaf_spine, scrambled, superpod
+from instances.designs import dragonfly, fat_tree
 from mccl_runtime.warmup import load_kernels
 from tests.oracle_allgather import cut_bound
 
@@ -31,17 +34,23 @@ STATES: dict[str, Callable[[], mo.Topology]] = {
     # fuzz seed 3413's state (docs/allgather.md "Repair or few-trees: a forecast")
     "SuperPOD 2x4x8, scrambled(56718613)": lambda: scrambled(superpod(2, 4, 8), 56718613),
     "leaf-spine 4x2x8": lambda: leaf_spine(4, 2, 8),
+    # 128-GPU cliffs (docs/allgather.md "Few-trees cliffs at 128 GPUs")
+    "dragonfly 4x4x1x8": lambda: dragonfly(4, 4, 1, 8),
+    "fat-tree 4x2x2x8, 4 cores": lambda: fat_tree(4, 2, 2, 8, cores=4),
 }
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=2, help="cold solves timed per state")
+    ap.add_argument("--only", nargs="*", default=None, help="states whose name contains one")
     args = ap.parse_args(argv)
     load_kernels()
     print(f"{'state':52} {'K':>4} {'cpu s':>7} {'rate':>11} {'lp':>11} {'cut':>11}"
           "  method / packing")
     for name, build in STATES.items():
+        if args.only is not None and not any(word in name for word in args.only):
+            continue
         topo = build()
         bound = cut_bound(topo)                                   # the independent oracle's
         for k in (10, None):
