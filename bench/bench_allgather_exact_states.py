@@ -32,9 +32,11 @@ from instances.aggregation import scrambled                         # noqa: E402
 
 
 def states(families: list[str], steps: int, seed: int, budgets: list[str],
-           scramble: bool = False) -> dict[str, mo.Topology]:
+           scramble: bool = False, failed: tuple[str, ...] = ()) -> dict[str, mo.Topology]:
     """``NAME:STEP`` (``NAME:K:STEP`` with several budgets) -> topology, drawn as the
-    family chains draw them (one chain per budget)."""
+    family chains draw them (one chain per budget); ``failed``: the states where the
+    fuzz's chain stopped (a failure or time-out ends a chain there, so its later steps
+    draw nothing and every later chain's draws shift)."""
     rng = np.random.default_rng(seed)
     out = {}
     for family in families:
@@ -46,6 +48,8 @@ def states(families: list[str], steps: int, seed: int, budgets: list[str],
                 for step, (_, topo) in enumerate(events(base, rng, steps)):
                     key = [base.name] + ([budget] if len(budgets) > 1 else []) + [str(step)]
                     out[":".join(key)] = topo
+                    if ":".join(key) in failed:
+                        break
     return out
 
 
@@ -60,8 +64,12 @@ def main() -> None:
     ap.add_argument("--scramble", action="store_true", help="the fuzz's --scramble")
     ap.add_argument("--repeat", type=int, default=2)
     ap.add_argument("--timeout", type=float, default=60.0)
+    ap.add_argument("--failed", nargs="*", default=[], metavar="NAME:STEP",
+                    help="states where the fuzz's chain failed or timed out (its chain "
+                         "stopped there, shifting the later draws)")
     args = ap.parse_args()
-    table = states(args.families, args.steps, args.seed, args.budgets, args.scramble)
+    table = states(args.families, args.steps, args.seed, args.budgets, args.scramble,
+                   tuple(args.failed))
     unknown = [s for s in args.states if s not in table]
     if unknown:
         ap.error(f"unknown states {unknown}; known: {sorted(table)}")

@@ -32,11 +32,11 @@ import numpy as np
 from .. import anytime
 from ..errors import TopologyError
 from ..report import Method, SolveReport, Termination, WarmUse
-from ..schedule import Schedule, TreeChunk, bottleneck_links, schedule_rate, share_loads
+from ..schedule import Schedule, bottleneck_links, schedule_rate, share_loads
 from ..schedule_chunks import FlatPaths, TreeChunks, TreeTable
 from ..topology import Topology
 from .general.tree_colgen import mwu_trees
-from .general.method import forest_edges
+from .general.tree_table import distinct_rows, tree_chunks
 from .first_line import line_trees
 
 __all__ = ["first_schedule", "previous_trees", "shortest_path_trees", "FIRST_ROUNDS",
@@ -130,16 +130,16 @@ def _room_for_both(topo: Topology) -> bool:
         left * anytime.cpu_share() >= SPT_SECONDS_PER_PAIR * topo.num_gpus ** 2
 
 
-def _cheapest_trees(topo: Topology, max_chunks: int | None
-                    ) -> tuple[tuple[TreeChunk, ...], int]:
+def _cheapest_trees(topo: Topology, max_chunks: int | None) -> tuple[TreeChunks, int]:
     """Multiplicative-weights rounds of every root's cheapest tree, shares ``1/r``."""
     rounds = FIRST_ROUNDS if max_chunks is None else min(FIRST_ROUNDS, max_chunks)
     arr = topo.arrays
     roots, trees = mwu_trees(topo, arr.capacity / float(arr.capacity.max()), rounds)
-    per_root = np.bincount(np.asarray(roots, np.int64), minlength=topo.num_gpus)
-    gpus = topo.gpus
-    chunks = tuple(TreeChunk(gpus[r], 1.0 / int(per_root[r]), edges)
-                   for r, edges in zip(roots, forest_edges(topo, trees)))
+    owner = np.asarray(roots, np.int64)
+    per_root = np.bincount(owner, minlength=topo.num_gpus)
+    lengths = np.fromiter(map(len, trees), np.int64, count=len(trees))
+    chunks, _ = tree_chunks(topo, owner, lengths, np.concatenate(trees),
+                            1.0 / per_root[owner])
     return chunks, int(per_root.max())
 
 
@@ -181,7 +181,7 @@ def shortest_path_trees(topo: Topology) -> tuple[TreeChunks, np.ndarray]:
             break
         depth = nxt
     order = np.argsort(depth[rows, heads].reshape(g, g - 1), axis=1, kind="stable")
-    first, which = _distinct_rows(path, n)
+    first, which = distinct_rows(path, n)
     edges = np.take_along_axis(which.reshape(g, g - 1), order, 1)
     table = TreeTable([v.id for v in topo.nodes],
                       FlatPaths.of_lengths(path[first][real[first]], real[first].sum(axis=1)),
@@ -191,19 +191,6 @@ def shortest_path_trees(topo: Topology) -> tuple[TreeChunks, np.ndarray]:
     by_key = np.argsort(key)
     link = by_key[np.searchsorted(key, (path[:, :-1] * n + path[:, 1:])[hop], sorter=by_key)]
     return TreeChunks(table), np.bincount(link, minlength=topo.num_links).astype(float)
-
-
-def _distinct_rows(path: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
-    """The first row of every distinct row of ``path`` (node indices, -1 padded) and each
-    row's position among them: one integer key per row where it fits in 62 bits."""
-    if (n + 1) ** path.shape[1] < 1 << 62:
-        key = np.zeros(path.shape[0], np.int64)
-        for col in path.T:
-            key = key * (n + 1) + col + 1
-        _, first, which = np.unique(key, return_index=True, return_inverse=True)
-    else:
-        _, first, which = np.unique(path, axis=0, return_index=True, return_inverse=True)
-    return first, which.reshape(-1)
 
 
 def _report(warm: WarmUse, max_chunks: int | None, k: int | None) -> SolveReport:

@@ -33,6 +33,7 @@ from mccl_opt.schedule_chunks import FlatPaths, TreeChunks, TreeTable
 from mccl_opt.topology import Topology
 from .live_master import TreePool
 from .symmetry import Symmetry
+from .tree_table import column_edges
 
 __all__ = ["Expansion", "expand"]
 
@@ -61,62 +62,6 @@ class Expansion:
         table = TreeTable([v.id for v in topo.nodes], self.paths,
                           topo.arrays.gpu_nodes[pool.root[used]], shares[used], self.edges[used])
         return TreeChunks(table), self.depth[used]
-
-
-@dataclass(frozen=True)
-class _Columns:
-    """The positive columns' edges, once: per column its edges' base-path indices in
-    parents-first order, its depth; the distinct base paths' node rows (-1 padded)."""
-
-    base: np.ndarray            # (columns, g - 1) base path per edge, parents first
-    depth: np.ndarray           # (columns,)
-    nodes: np.ndarray           # (base paths, max nodes)
-
-
-def _columns(topo: Topology, roots: list[int], trees: list[np.ndarray]) -> _Columns:
-    arr = topo.arrays
-    g = topo.num_gpus
-    lengths = np.array([t.size for t in trees], np.int64)
-    arcs = np.concatenate(trees)
-    ends = ~arr.is_switch[arr.head[arcs]]
-    col_of_arc = np.repeat(np.arange(len(trees)), lengths)
-    edge = np.cumsum(ends) - ends                      # edge of every arc, columns in order
-    first = np.flatnonzero(np.concatenate([[True], ends[:-1]]))
-    if first.size != len(trees) * (g - 1) or not np.array_equal(
-            np.bincount(col_of_arc[first], minlength=len(trees)), np.full(len(trees), g - 1)):
-        raise SolveError("a quotient column is not a spanning arborescence of switch-only paths")
-    pos = np.arange(arcs.size) - first[edge]
-    hops = int(pos.max()) + 1
-    nodes = np.full((first.size, hops + 1), -1, np.int64)
-    nodes[:, 0] = arr.tail[arcs[first]]
-    nodes[edge, pos + 1] = arr.head[arcs]
-    parent = np.tile(np.arange(g), (len(trees), 1))
-    child = arr.rank_of[arr.head[arcs[ends]]].reshape(len(trees), g - 1)
-    parent[np.arange(len(trees))[:, None], child] = arr.rank_of[nodes[:, 0]].reshape(len(trees), g - 1)
-    reached = np.bincount((np.arange(len(trees))[:, None] * g + child).ravel(),
-                          minlength=len(trees) * g).reshape(len(trees), g)
-    reached[np.arange(len(trees)), roots] += 1
-    if (reached != 1).any():
-        raise SolveError("a quotient column does not reach every GPU once")
-    depth = _depths(parent)
-    order = np.argsort(np.take_along_axis(depth, child, axis=1), axis=1, kind="stable")
-    rows, base = np.unique(nodes, axis=0, return_inverse=True)
-    base = np.take_along_axis(base.reshape(len(trees), g - 1), order, axis=1)
-    return _Columns(base, depth.max(axis=1).astype(np.int64), rows)
-
-
-def _depths(parent: np.ndarray) -> np.ndarray:
-    """Depth of every rank in every tree (rows of ``parent``, roots their own parent),
-    level by level: max depth + 1 passes."""
-    g = parent.shape[1]
-    below = (parent != np.arange(g)).astype(np.int64)
-    depth = np.zeros_like(below)
-    for _ in range(g):
-        deeper = np.take_along_axis(depth, parent, axis=1) + below
-        if np.array_equal(deeper, depth):
-            return depth
-        depth = deeper
-    raise SolveError("a quotient column has a cycle")
 
 
 def _path_images(sym: Symmetry, elements: np.ndarray, node_maps: np.ndarray,
@@ -174,7 +119,8 @@ def expand(topo: Topology, sym: Symmetry, roots: list[int], trees: list[np.ndarr
     maps = [sym.piece_maps(tuple(e)) for e, _ in pieces]
     node_maps = np.stack([m[0] for m in maps])
     link_maps = np.stack([m[1] for m in maps])
-    cols = _columns(topo, roots_p.tolist(), trees_p)
+    lengths_p = np.array([t.size for t in trees_p], np.int64)
+    cols = column_edges(topo, roots_p, lengths_p, np.concatenate(trees_p))
     values = np.random.default_rng(_SEED).integers(0, 2**63, topo.num_links, dtype=np.uint64)
     permuted = values[link_maps]                                       # (pieces, links)
     counts = np.stack([np.bincount(t, minlength=topo.num_links) for t in trees_p], axis=1)
@@ -188,7 +134,7 @@ def expand(topo: Topology, sym: Symmetry, roots: list[int], trees: list[np.ndarr
     col, piece = np.divmod(first, len(pieces))
     paths, index = _path_images(sym, elements, node_maps, cols.nodes)
     edges = index[cols.base[col], piece[:, None]]
-    lengths = np.array([t.size for t in trees_p], np.int64)[col]
+    lengths = lengths_p[col]
     start = np.zeros(first.size + 1, np.int64)
     np.cumsum(lengths, out=start[1:])
     links = np.concatenate([link_maps[piece[col == c]][:, trees_p[c]].ravel()

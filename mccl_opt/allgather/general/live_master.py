@@ -53,7 +53,8 @@ class TreePool(RaggedColumns):
         np.cumsum([p.size for p in parts], out=start[1:])
         arcs = np.concatenate(parts) if parts else np.zeros(0, np.int64)
         seg = np.repeat(np.arange(owner.size), np.diff(start))
-        return self.append_flat(owner, start, arcs, arcs[np.lexsort((arcs, seg))])
+        width = int(arcs.max(initial=0)) + 1     # one int64 key sort (a lexsort took 2-4x)
+        return self.append_flat(owner, start, arcs, np.sort(seg * width + arcs) - seg * width)
 
     def append_flat(self, owner: np.ndarray, start: np.ndarray, arcs: np.ndarray,
                     multiset: np.ndarray) -> np.ndarray:

@@ -35,8 +35,9 @@ from .restriction_seed import RestrictionSeed, table_columns
 from ..warm.kept import AllGatherWarmState, TreeColumns
 from .live_master import TreePool
 from .tree_rounding import fractional_shares, round_trees
+from .tree_table import tree_chunks
 
-__all__ = ["solve_general", "forest_edges", "chunk_columns", "rate_scale"]
+__all__ = ["solve_general", "chunk_columns", "rate_scale"]
 
 
 def _warm_columns(warm: Schedule | None, topo: Topology) -> tuple[list[int], list[np.ndarray]]:
@@ -98,38 +99,6 @@ def _later_columns(seed: RestrictionSeed, topo: Topology, roots: list[int],
     more_r, more_t = table_columns(other, topo) or chunk_columns((other,), topo)
     stats["seed_more_columns"] = len(more_r)
     return roots + more_r, trees + more_t
-
-
-def forest_edges(topo: Topology, trees: list[np.ndarray]) -> list[tuple[tuple[str, ...], ...]]:
-    """Per tree column, the node-id paths of its edges (an edge ends at the first GPU)."""
-    arr = topo.arrays
-    ids = [nd.id for nd in topo.nodes]
-    tail, head, is_switch = arr.tail.tolist(), arr.head.tolist(), arr.is_switch.tolist()
-    out = []
-    for arcs in trees:
-        edges: list[tuple[str, ...]] = []
-        cur: list[str] = []
-        for a in arcs.tolist():
-            if not cur:
-                cur.append(ids[tail[a]])
-            cur.append(ids[head[a]])
-            if not is_switch[head[a]]:
-                edges.append(tuple(cur))
-                cur = []
-        out.append(tuple(edges))
-    return out
-
-
-def _depth(edges: tuple[tuple[str, ...], ...], root: str) -> int:
-    parent = {e[-1]: e[0] for e in edges}
-    best = 0
-    for v in parent:
-        d, u = 0, v
-        while u != root:
-            u = parent[u]
-            d += 1
-        best = max(best, d)
-    return best
 
 
 def rate_scale(topo: Topology) -> float:
@@ -205,17 +174,12 @@ def solve_general(topo: Topology, warm: Schedule | None = None, backend: str = "
 
 
 def _tree_chunks(topo: Topology, pool: TreePool, shares: np.ndarray
-                 ) -> tuple[Sequence[TreeChunk], list[int]]:
-    """A chunk per pool column of positive share, and each tree's depth."""
-    used = np.flatnonzero(shares > 0)
-    gpus = topo.gpus
-    chunks, depths = [], []
-    roots = pool.root
-    for j, edges in zip(used.tolist(), forest_edges(topo, pool.columns(used))):
-        root = gpus[int(roots[j])]
-        chunks.append(TreeChunk(root, float(shares[j]), edges))
-        depths.append(_depth(edges, root))
-    return chunks, depths
+                 ) -> tuple[TreeChunks, np.ndarray]:
+    """A chunk per pool column of positive share (a tree table, :mod:`.tree_table`), and
+    each tree's depth."""
+    keep = shares > 0
+    roots, start, arcs = pool.select(keep)
+    return tree_chunks(topo, roots, np.diff(start), arcs, shares[keep])
 
 
 ChunksOf = Callable[[Topology, TreePool, np.ndarray], tuple[Sequence[TreeChunk], Sequence[int]]]
