@@ -91,10 +91,32 @@ def balanced_restriction(topo: Topology, backend: str = "highs",
     is_switch = topo.arrays.is_switch
     lp = _CutLP(fab, is_switch, backend)
     lp.add_cuts(_starting_cuts(fab) + [optimal_rate(fab).cut])
-    best = _cutting_planes(lp, fab, None, max_rounds)
-    if best is None:
+    fill: _CutLP | None = None
+    last = math.inf
+    for rounds in range(1, max_rounds + 1):
+        anytime.check("the balanced restriction's cutting planes")
+        x, cap = lp.solve()
+        found = _separate(fab, cap, x * (1 - CERT_TOL / 10))
+        if not found:                               # x is the optimum: fill at it
+            break
+        stalled = x >= last * (1 - CERT_TOL)
+        last = x
+        if not lp.add_cuts(found):
+            return None
+        if not stalled:
+            continue
+        if fill is None:
+            fill = _CutLP(fab, is_switch, backend, rate_at_least=x)
+        fill.hold(x)
+        fill.add_cuts(lp.cuts[len(fill.cuts):])     # it holds a prefix of lp's cuts
+        _, cap = fill.solve()
+        found = _separate(fab, cap, x * (1 - CERT_TOL / 10))
+        if not found:                               # x is reached and bounds the LP: done
+            return _certified(fab, is_switch, cap, x, q, rounds)
+        if not lp.add_cuts(found):
+            return None
+    else:
         return None
-    rounds, x, _ = best
     fill = _CutLP(fab, is_switch, backend, rate_at_least=x)   # the vertex: small denominators
     fill.add_cuts(lp.cuts)
     filled = _cutting_planes(fill, fab, x, max_rounds - rounds)
@@ -231,6 +253,12 @@ class _CutLP:
             col_lo=np.r_[np.zeros(m), rate_at_least / self.scale if fill else 0.0]))
         self.seen: set[bytes] = set()
         self.cuts: list[np.ndarray] = []
+
+    def hold(self, rate: float) -> None:
+        """Hold ``x >= rate`` (quanta)."""
+        m = self.fab.tail.size
+        self.backend.set_column_bounds(np.array([m]), np.array([rate / self.scale]),
+                                       np.array([np.inf]))
 
     def add_cuts(self, cuts: list[np.ndarray]) -> int:
         """Append the rows ``c'(δ⁻(S)) - |V_c \\ S| x >= 0`` of new sink sides ``S``;
