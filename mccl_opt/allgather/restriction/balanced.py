@@ -99,20 +99,17 @@ def balanced_restriction(topo: Topology, backend: str = "highs",
         found = _separate(fab, cap, x * (1 - CERT_TOL / 10))
         if not found:                               # x is the optimum: fill at it
             break
-        stalled = x >= last * (1 - CERT_TOL)
+        if x >= last * (1 - CERT_TOL):              # x stalled: search its face instead
+            if fill is None:
+                fill = _CutLP(fab, is_switch, backend, rate_at_least=x)
+            fill.hold(x)
+            fill.add_cuts(lp.cuts[len(fill.cuts):])  # lp's cuts at x: feasible
+            _, filled = fill.solve()
+            more = _separate(fab, filled, x * (1 - CERT_TOL / 10))
+            if not more:                            # x is reached and bounds the LP: done
+                return _certified(fab, is_switch, filled, x, q, rounds)
+            found += more
         last = x
-        if not lp.add_cuts(found):
-            return None
-        if not stalled:
-            continue
-        if fill is None:
-            fill = _CutLP(fab, is_switch, backend, rate_at_least=x)
-        fill.hold(x)
-        fill.add_cuts(lp.cuts[len(fill.cuts):])     # it holds a prefix of lp's cuts
-        _, cap = fill.solve()
-        found = _separate(fab, cap, x * (1 - CERT_TOL / 10))
-        if not found:                               # x is reached and bounds the LP: done
-            return _certified(fab, is_switch, cap, x, q, rounds)
         if not lp.add_cuts(found):
             return None
     else:
