@@ -86,7 +86,14 @@ def balanced_restriction(topo: Topology, backend: str = "highs",
 
     Two stages: the largest ``x``, then, with ``x`` held, the largest total capacity
     ``sum c'`` (a restriction close to ``c``, on which ForestColl's packing and chunk
-    rounding behave as on the fabric itself rather than on an arbitrary LP vertex)."""
+    rounding behave as on the fabric itself rather than on an arbitrary LP vertex).
+
+    When a round leaves ``x`` where it was (*stalled*: the cuts cut off that ``c'`` but
+    not that ``x``; with a PCIe switch per GPU pair the face ``x = const`` has so many
+    vertices that 200 rounds did not reach a feasible one, docs/allgather.md "Stalled
+    cutting planes"), the second stage is tried at once on the cuts the first stage had
+    at that ``x`` (so it is feasible): its ``c'``, the largest one, violates no cut where
+    ``x`` is the optimum, and that ends both stages; its violated cuts go to both LPs."""
     fab, q = fabric_of(topo)
     is_switch = topo.arrays.is_switch
     lp = _CutLP(fab, is_switch, backend)
