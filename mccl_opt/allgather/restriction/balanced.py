@@ -129,15 +129,15 @@ def balanced_restriction(topo: Topology, backend: str = "highs",
     return _certified(fab, is_switch, filled[2], x, q, rounds + filled[0])
 
 
-def _cutting_planes(lp: "_CutLP", fab: Fabric, rate: float | None,
+def _cutting_planes(lp: "_CutLP", fab: Fabric, rate: float,
                     max_rounds: int) -> tuple[int, float, np.ndarray] | None:
-    """Solve ``lp``, add the cuts its ``c'`` violates at ``rate`` (the LP's own ``x`` if
-    ``None``), until none is violated: ``(rounds, x, c')`` of the last solve; ``None``
-    past ``max_rounds`` or when a round finds only cuts already in the LP (no progress)."""
+    """Solve ``lp``, add the cuts its ``c'`` violates at ``rate``, until none is violated:
+    ``(rounds, x, c')`` of the last solve; ``None`` past ``max_rounds`` or when a round
+    finds only cuts already in the LP (no progress)."""
     for rounds in range(1, max_rounds + 1):
         anytime.check("the balanced restriction's cutting planes")
         x, cap = lp.solve()
-        found = _separate(fab, cap, (x if rate is None else rate) * (1 - CERT_TOL / 10))
+        found = _separate(fab, cap, rate * (1 - CERT_TOL / 10))
         if not found:
             return rounds, x, cap
         if not lp.add_cuts(found):
