@@ -9,6 +9,7 @@ import pytest
 
 import mccl_opt as mo
 from instances import hpn
+from instances.designs import rail_hosts
 from mccl_opt.allgather.restriction import balanced
 from mccl_opt.allgather.restriction.balanced import Restriction, balanced_restriction
 from mccl_opt.allgather.canonical import canonical
@@ -193,3 +194,20 @@ def test_too_fine_restriction_solves_valid_and_exact() -> None:
     assert opt * (1 - 0.05) <= rate <= opt * (1 + 1e-9)       # the chain's rounding rule
     exact = mo.solve_allgather(topo, max_chunks=None)        # the rounded c' is not exact:
     assert abs(mo.validate(topo, exact).rate_gbps - opt) <= 1e-9 * opt   # general, seeded
+
+
+@pytest.mark.parametrize("fault", [("s0h0pcie0", "s0tor0", 150.0), ("s0tor1", "s0h1pcie1", 123.4)],
+                         ids=["up", "down"])
+def test_shared_nic_restriction_converges_on_its_stalled_rate(fault):
+    """Two GPUs share each NIC through a PCIe switch (instances.designs.rail_hosts): the
+    cutting planes' ``x`` stalls at the optimum while each round cuts off only ``c'``
+    (issue 25: 200 rounds at 128 GPUs, uncertified).  Filling on the stalled ``x``'s face
+    certifies it within 3 rounds, at the general method's optimum."""
+    src, dst, gbps = fault
+    topo = canonical(rail_hosts(1, 8, hosts=2, gpus_per_nic=2).with_capacity(
+        src=src, dst=dst, gbps=gbps, both_directions=False))
+    r = balanced_restriction(topo, max_rounds=3)
+    assert r is not None and r.rounds <= 3
+    assert r.rate_gbps == pytest.approx(solve_general(topo, max_chunks=None).lp_rate_gbps,
+                                        rel=1e-9)
+    _assert_balanced_below(topo, r)

@@ -86,15 +86,41 @@ def balanced_restriction(topo: Topology, backend: str = "highs",
 
     Two stages: the largest ``x``, then, with ``x`` held, the largest total capacity
     ``sum c'`` (a restriction close to ``c``, on which ForestColl's packing and chunk
-    rounding behave as on the fabric itself rather than on an arbitrary LP vertex)."""
+    rounding behave as on the fabric itself rather than on an arbitrary LP vertex).
+
+    When a round leaves ``x`` where it was (*stalled*: the cuts cut off that ``c'`` but
+    not that ``x``; with a PCIe switch per GPU pair the face ``x = const`` has so many
+    vertices that 200 rounds did not reach a feasible one, docs/allgather.md "Stalled
+    cutting planes"), the second stage is tried at once on the cuts the first stage had
+    at that ``x`` (so it is feasible): its ``c'``, the largest one, violates no cut where
+    ``x`` is the optimum, and that ends both stages; its violated cuts go to both LPs."""
     fab, q = fabric_of(topo)
     is_switch = topo.arrays.is_switch
     lp = _CutLP(fab, is_switch, backend)
     lp.add_cuts(_starting_cuts(fab) + [optimal_rate(fab).cut])
-    best = _cutting_planes(lp, fab, None, max_rounds)
-    if best is None:
+    fill: _CutLP | None = None
+    last = math.inf
+    for rounds in range(1, max_rounds + 1):
+        anytime.check("the balanced restriction's cutting planes")
+        x, cap = lp.solve()
+        found = _separate(fab, cap, x * (1 - CERT_TOL / 10))
+        if not found:                               # x is the optimum: fill at it
+            break
+        if x >= last * (1 - CERT_TOL):              # x stalled: search its face instead
+            if fill is None:
+                fill = _CutLP(fab, is_switch, backend, rate_at_least=x)
+            fill.hold(x)
+            fill.add_cuts(lp.cuts[len(fill.cuts):])  # lp's cuts at x: feasible
+            _, filled = fill.solve()
+            more = _separate(fab, filled, x * (1 - CERT_TOL / 10))
+            if not more:                            # x is reached and bounds the LP: done
+                return _certified(fab, is_switch, filled, x, q, rounds)
+            found += more
+        last = x
+        if not lp.add_cuts(found):
+            return None
+    else:
         return None
-    rounds, x, _ = best
     fill = _CutLP(fab, is_switch, backend, rate_at_least=x)   # the vertex: small denominators
     fill.add_cuts(lp.cuts)
     filled = _cutting_planes(fill, fab, x, max_rounds - rounds)
@@ -103,15 +129,15 @@ def balanced_restriction(topo: Topology, backend: str = "highs",
     return _certified(fab, is_switch, filled[2], x, q, rounds + filled[0])
 
 
-def _cutting_planes(lp: "_CutLP", fab: Fabric, rate: float | None,
+def _cutting_planes(lp: "_CutLP", fab: Fabric, rate: float,
                     max_rounds: int) -> tuple[int, float, np.ndarray] | None:
-    """Solve ``lp``, add the cuts its ``c'`` violates at ``rate`` (the LP's own ``x`` if
-    ``None``), until none is violated: ``(rounds, x, c')`` of the last solve; ``None``
-    past ``max_rounds`` or when a round finds only cuts already in the LP (no progress)."""
+    """Solve ``lp``, add the cuts its ``c'`` violates at ``rate``, until none is violated:
+    ``(rounds, x, c')`` of the last solve; ``None`` past ``max_rounds`` or when a round
+    finds only cuts already in the LP (no progress)."""
     for rounds in range(1, max_rounds + 1):
         anytime.check("the balanced restriction's cutting planes")
         x, cap = lp.solve()
-        found = _separate(fab, cap, (x if rate is None else rate) * (1 - CERT_TOL / 10))
+        found = _separate(fab, cap, rate * (1 - CERT_TOL / 10))
         if not found:
             return rounds, x, cap
         if not lp.add_cuts(found):
@@ -231,6 +257,12 @@ class _CutLP:
             col_lo=np.r_[np.zeros(m), rate_at_least / self.scale if fill else 0.0]))
         self.seen: set[bytes] = set()
         self.cuts: list[np.ndarray] = []
+
+    def hold(self, rate: float) -> None:
+        """Hold ``x >= rate`` (quanta)."""
+        m = self.fab.tail.size
+        self.backend.set_column_bounds(np.array([m]), np.array([rate / self.scale]),
+                                       np.array([np.inf]))
 
     def add_cuts(self, cuts: list[np.ndarray]) -> int:
         """Append the rows ``c'(δ⁻(S)) - |V_c \\ S| x >= 0`` of new sink sides ``S``;
