@@ -60,9 +60,9 @@ collective, concurrently), and publishes new versions.
   ``settle_max_s`` later), so one restart covers both directions of a cable that are
   confirmed a few samples apart.  So the newest estimate wins however long synthesis
   takes.  A version already published is checked the same way when executors are about to
-  swap it in (:meth:`ScheduleManager.swap_hold`): a change it relies on that started after
-  the publish holds the swap (the loop waits for the next version, at most
-  ``settle_max_s``).
+  swap it in (:meth:`ScheduleManager.swap_hold`): a rise it relies on, or a drop that
+  costs it more than ``rate_loss`` of its rate, that started after the publish holds the
+  swap (the loop waits for the next version, at most ``settle_max_s``).
 * Rises still moving (EWMA at alpha 1, real ranks): a finished job started on a link
   read more than ``restart_tol`` above what the active version was built for, while that
   reading still moves (:meth:`MeasurementStore.moving_links`), is held until it settles,
