@@ -10,13 +10,16 @@ import threading
 import time
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
+from mccl_opt.schedule import share_loads
 from mccl_runtime.client import ControllerClient, HoldUpdate
 from mccl_runtime.manager import Policy
+from mccl_runtime.publish_decision import Estimate, swap_holding
 from mccl_runtime.service import ControllerService
 from mccl_runtime.swap_holds import SwapHolds
-from tests.test_runtime_manager import TOPO, PruningSynth
+from tests.test_runtime_manager import TOPO, PruningSynth, bfs_allgather
 
 LINK = ["s0h0g0", "s0tor0"]
 
@@ -284,12 +287,6 @@ def test_swap_holding_keeps_rises_and_binding_drops():
     built for it at 137.5: its reverse direction read at 50 (binding) holds, an NVSwitch
     link at 0.65 of nominal does not, a rise back to 400 holds (a clear during synthesis
     never runs the failure's schedule)."""
-    import numpy as np
-
-    from mccl_opt.schedule import share_loads
-    from mccl_runtime.publish_decision import Estimate, swap_holding
-    from tests.test_runtime_manager import bfs_allgather
-
     nominal = TOPO.arrays.capacity.copy()
     nic, back, nvs = (TOPO.link_index(*l) for l in (LINK, LINK[::-1], ("s0h0nvs", "s0h0g0")))
     built = nominal.copy()
