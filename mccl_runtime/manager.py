@@ -60,9 +60,9 @@ collective, concurrently), and publishes new versions.
   ``settle_max_s`` later), so one restart covers both directions of a cable that are
   confirmed a few samples apart.  So the newest estimate wins however long synthesis
   takes.  A version already published is checked the same way when executors are about to
-  swap it in (:meth:`ScheduleManager.swap_hold`): a change it relies on that started after
-  the publish holds the swap (the loop waits for the next version, at most
-  ``settle_max_s``).
+  swap it in (:meth:`ScheduleManager.swap_hold`): a rise it relies on, or a drop that
+  costs it more than ``rate_loss`` of its rate, that started after the publish holds the
+  swap (the loop waits for the next version, at most ``settle_max_s``).
 * Rises still moving (EWMA at alpha 1, real ranks): a finished job started on a link
   read more than ``restart_tol`` above what the active version was built for, while that
   reading still moves (:meth:`MeasurementStore.moving_links`), is held until it settles,
@@ -131,8 +131,8 @@ from .drift import DriftReport, ProfileStack, ScheduleProfile, detect, profile_s
 from .gain_bound import VertexBound
 from .groups import Groups
 from .pool import JobResult, SynthesisPool, job_result, run_job
-from .publish_decision import (Active, Estimate, Finished, Verdict, changing_under, drift_gone, gained, moved,
-                               near, no_schedule_gains, outdated, publish_decision, rate, remembered)
+from .publish_decision import (Active, Estimate, Finished, Verdict, drift_gone, gained, moved, near,
+                               no_schedule_gains, outdated, publish_decision, rate, remembered, swap_holding)
 from .telemetry import MeasurementStore
 
 __all__ = ["Policy", "Collective", "Action", "Event", "ScheduleManager", "Synthesizer",
@@ -874,15 +874,16 @@ class ScheduleManager:
     def swap_hold(self, comm: str, name: str) -> list[list[str]]:
         """The links whose change since the active version was published, confirmed or
         still being confirmed, makes it unfit to be swapped in now (what the controller
-        would tell executors that have not swapped yet: wait for the next version).
-        Empty when the version fits everything known."""
+        would tell executors that have not swapped yet: wait for the next version): a
+        rise, or a drop that costs the version more than ``rate_loss`` of its rate
+        (:func:`swap_holding`).  Empty when the version fits everything known."""
         coll = self.get(comm, name)
         if coll.profile is None or coll.synth_capacity is None:
             return []
         m, none = self.store.measured(), np.zeros(0, dtype=np.int64)
         est = Estimate(m, self.store.provisional(), none, none, none, self.topo.arrays.capacity)
-        return self._named(changing_under(est, self._mine(coll), coll.synth_capacity, coll.profile.loads,
-                                          self.policy.restart_tol, every_link=True))
+        return self._named(swap_holding(est, self._mine(coll), coll.synth_capacity, coll.profile.loads,
+                                        self.policy.restart_tol, self.policy.rate_loss))
 
     def hold_settled(self, comm: str, name: str, links: list[list[str]], since: float, recent_s: float) -> bool:
         """Whether a swap hold on ``links`` (``[src, dst]``, held since ``since``) may end

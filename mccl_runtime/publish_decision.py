@@ -232,6 +232,26 @@ def changing_under(est: Estimate, mine: np.ndarray, capacity: np.ndarray, loads:
     return cand[relied & (np.abs(est.provisional[cand] - cap) > tol * cap)]
 
 
+def swap_holding(est: Estimate, mine: np.ndarray, capacity: np.ndarray, loads: np.ndarray,
+                 tol: float, rate_loss: float) -> np.ndarray:
+    """The links of ``mine`` whose change makes a published version (``loads``, built for
+    ``capacity``) unfit to swap in now (:meth:`~.manager.ScheduleManager.swap_hold`): of
+    :func:`changing_under` with ``every_link``, every *rise* (a clear during synthesis
+    never runs the failure's schedule), and a *drop* only when it costs the version's
+    rate: it carries load and ``provisional / load`` is below ``(1 - rate_loss)`` x the
+    rate on ``capacity`` (the capacity-lost test of :func:`drift_gone`).  A stalled
+    NVSwitch link read at 0.65 of nominal does not hold a version bottlenecked on a
+    50 Gbps NIC (docs/runtime.md, "Swap holds only for drops that cost the rate")."""
+    cand = changing_under(est, mine, capacity, loads, tol, every_link=True)
+    if cand.size == 0:
+        return cand
+    prov, load = est.provisional[cand], loads[cand]
+    rose = prov > capacity[cand]
+    floor = (1.0 - rate_loss) * rate(capacity, loads)
+    costs = (load > 1e-12) & (prov < floor * load)
+    return cand[rose | costs]
+
+
 def moving_under(est: Estimate, active: Active, capacity: np.ndarray, tol: float) -> np.ndarray:
     """The links of the communicator still moving after a rise that ``capacity`` (a job's
     input) has more than ``tol`` above what the active version was built for, or, for a

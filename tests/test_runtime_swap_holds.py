@@ -10,13 +10,16 @@ import threading
 import time
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
+from mccl_opt.schedule import share_loads
 from mccl_runtime.client import ControllerClient, HoldUpdate
 from mccl_runtime.manager import Policy
+from mccl_runtime.publish_decision import Estimate, swap_holding
 from mccl_runtime.service import ControllerService
 from mccl_runtime.swap_holds import SwapHolds
-from tests.test_runtime_manager import TOPO, PruningSynth
+from tests.test_runtime_manager import TOPO, PruningSynth, bfs_allgather
 
 LINK = ["s0h0g0", "s0tor0"]
 
@@ -261,3 +264,46 @@ def test_a_malformed_held_field_is_a_protocol_error():
     for bad in (None, "s0h0g0", [["s0h0g0"]], [["a", 1]], [("a", "b")]):
         with pytest.raises(ProtocolError, match="'held' must be a list"):
             held_links(bad)
+
+
+def test_a_drop_holds_a_version_only_when_it_costs_the_versions_rate():
+    """Issue 26 on real ranks: a stalled NVSwitch link read at 0.65 of nominal held the
+    version built for a NIC's step to the end of the run.  v2 here is built for the pair
+    ``s0h0g0 -> s0h1g0`` at 50 (bottleneck 400 / 2 on ToR 1's cable); an NVSwitch link
+    it uses read at 0.65 of 2880, and the NIC cable it avoids read lower still, cost it
+    nothing: no hold (main held both); the NIC's other direction, which it uses, read at
+    50: held."""
+    store, mgr, pair = _v2_published_for_a_drop()
+    store.ingest([{"kind": "link", "src": "s0h1nvs", "dst": "s0h1g1", "gbps": 0.65 * 2880.0, "t": 9.5},
+                  {"kind": "link", "src": "s0h0g0", "dst": "s0tor0", "gbps": 10.0, "t": 9.5}])   # v2 avoids it
+    assert mgr.swap_hold("w", "ag") == []
+    store.ingest([{"kind": "link", "src": "s0tor0", "dst": "s0h0g0", "gbps": 50.0, "t": 9.6}])
+    assert mgr.swap_hold("w", "ag") == [["s0tor0", "s0h0g0"]]
+    mgr.close()
+
+
+def test_swap_holding_keeps_rises_and_binding_drops():
+    """:func:`swap_holding` on a BFS AllGather that uses the NIC ``s0h0g0 <-> s0tor0``,
+    built for it at 137.5: its reverse direction read at 50 (binding) holds, an NVSwitch
+    link at 0.65 of nominal does not, a rise back to 400 holds (a clear during synthesis
+    never runs the failure's schedule)."""
+    nominal = TOPO.arrays.capacity.copy()
+    nic, back, nvs = (TOPO.link_index(*l) for l in (LINK, LINK[::-1], ("s0h0nvs", "s0h0g0")))
+    built = nominal.copy()
+    built[[nic, back]] = 137.5
+    loads = share_loads(TOPO, bfs_allgather(TOPO).chunks)
+    assert loads[back] > 0 and loads[nvs] > 0
+    mine, none = np.ones(TOPO.num_links, dtype=bool), np.zeros(0, dtype=np.int64)
+
+    def held(readings: dict[int, float]) -> list[int]:
+        prov = built.copy()
+        for i, gbps in readings.items():
+            prov[i] = gbps
+        pending = np.array(sorted(readings), dtype=np.int64)
+        est = Estimate(built, prov, pending, none, none, nominal)
+        return swap_holding(est, mine, built, loads, tol=0.1, rate_loss=0.05).tolist()
+
+    assert held({nvs: 0.65 * 2880.0}) == []
+    assert held({back: 50.0}) == [back]
+    assert held({back: 50.0, nvs: 0.65 * 2880.0}) == [back]
+    assert held({nic: 400.0}) == [nic]
