@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 import tracemalloc
 from pathlib import Path
 
@@ -53,9 +54,15 @@ def _saved_state(folder: Path) -> Path:
 
     folder.mkdir(mode=0o700)
     state = folder / "state.json"
+    from mccl_runtime.state import versions_dir
+
     with Server(state_path=state) as svc:
         svc.register("w", "ag", "allgather", 0.0)
         assert svc.manager.wait_idle(10.0)
+        deadline = time.monotonic() + 10.0          # the job is done; its version is saved by a later turn
+        while not (versions_dir(state).is_dir() and any(versions_dir(state).iterdir())):
+            assert time.monotonic() < deadline, "the controller never saved the version"
+            time.sleep(0.01)
     return state
 
 
