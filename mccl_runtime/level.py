@@ -99,12 +99,10 @@ class LevelTracker:
         p, ys = self.params, self.run_y
         if not (self.alarm and self.trimmed and len(ys) >= p.n_min):
             return None
-        n = len(ys)
-        mean = sum(ys) / n
-        if mean <= 0 or abs(mean - self.level) <= p.k * self.level:
+        mean = sum(ys) / len(ys)
+        if abs(mean - self.level) <= p.k * self.level:
             return None
-        var = sum((y - mean) ** 2 for y in ys) / (n - 1)
-        return mean if math.sqrt(var / n) <= p.se_max * mean else None
+        return self._tight_mean(ys)
 
     def update(self, t: float, y: float) -> bool:
         """Feed one sample (``t`` seconds, ``y`` Gbps); True when a new level was confirmed."""
@@ -150,16 +148,23 @@ class LevelTracker:
             self.rejected += 1                         # back to the confirmed level: a transient
             self._reset()
             return False
-        if n < p.n_min or self.run_t[-1] - self.run_start < p.hold_s or mean <= 0:
-            return False
-        var = sum((y - mean) ** 2 for y in ys) / (n - 1)
-        if math.sqrt(var / n) > p.se_max * mean:
+        if n < p.n_min or self.run_t[-1] - self.run_start < p.hold_s or self._tight_mean(ys) is None:
             return False
         self.changed_at = self.run_start
         self.level = mean
         self.confirmed += 1
         self._reset()
         return True
+
+    def _tight_mean(self, ys: list[float]) -> float | None:
+        """The run's mean when it is positive and its relative standard error is at most
+        ``se_max`` (the confirmation's precision test), else ``None``; ``len(ys) >= 2``."""
+        n = len(ys)
+        mean = sum(ys) / n
+        if mean <= 0:
+            return None
+        var = sum((y - mean) ** 2 for y in ys) / (n - 1)
+        return mean if math.sqrt(var / n) <= self.params.se_max * mean else None
 
     def _reset(self) -> None:
         self.s_lo = self.s_hi = 0.0
