@@ -42,13 +42,12 @@ Before a job starts, :func:`no_schedule_gains` (the single-vertex cut bound,
 from __future__ import annotations
 
 import enum
-import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
-from .drift import ScheduleProfile, detect
+from .drift import ScheduleProfile, bottleneck_rate, detect
 
 if TYPE_CHECKING:
     from .manager import Policy
@@ -298,6 +297,6 @@ def moved(m: np.ndarray, capacity: np.ndarray) -> float:
 
 
 def rate(m: np.ndarray, loads: np.ndarray) -> float:
-    """A schedule's rate under ``m``: ``min_a m_a / L_a`` over the links it uses."""
-    used = loads > 1e-12
-    return float(np.min(m[used] / loads[used])) if used.any() else math.inf
+    """A schedule's rate under ``m``: ``min_a m_a / L_a`` over the links it uses (share
+    load above ``1e-12``, as :func:`mccl_opt.schedule.schedule_rate`)."""
+    return bottleneck_rate(m, loads, floor=1e-12)
