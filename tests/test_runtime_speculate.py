@@ -109,6 +109,24 @@ def test_speculative_synthesis_starts_before_the_confirmation_and_publishes_afte
     mgr.close()
 
 
+def test_no_speculative_job_while_one_direction_of_the_cable_is_read():
+    """The manager applies :func:`speculation_covers`: a change read on one direction of
+    the NIC cable has an early estimate but starts nothing until the other direction is
+    read at the same level (here: pending, once the first is confirmed)."""
+    synth, store, mgr = _level_manager(True)
+    a = TOPO.link_index(*NIC)
+    t = 1.0
+    for _ in range(10):
+        t += 0.0005
+        store.ingest([_cable(*NIC, 50.0, t)[0]], now=t)
+    assert store.pending_links().tolist() == [a] and store.early() is not None
+    assert mgr.step(t) == [] and synth.calls == []
+    t = _feed(store, 50.0, t, 10)              # both directions: this one confirmed, the other early
+    assert store.pending_links().tolist() == [TOPO.link_index(*NIC[::-1])]
+    assert [e.detail.get("speculative") for e in mgr.step(t)] == [True]
+    mgr.close()
+
+
 def test_a_speculative_job_on_a_transient_publishes_nothing():
     """The change reverts before it is confirmed: the speculative job ends ``cleared``, no
     version (what keeps speculation from adding false swaps)."""
