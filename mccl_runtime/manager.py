@@ -28,8 +28,9 @@ collective, concurrently), and publishes new versions.
   its parts, in its order.
 * Speculative synthesis (``Policy.speculate``, off by default): while changes are still
   being confirmed (level estimator), a job may start on their early estimates
-  (:meth:`MeasurementStore.early`); its result is held until they are confirmed and then
-  re-checked as any other.
+  (:meth:`MeasurementStore.early`) when no cable of its fabric is read in one direction
+  only (:func:`~.publish_decision.speculation_covers`); its result is held until they are
+  confirmed and then re-checked as any other.
 * Re-check before publish: a finished job is published only if, under the *latest*
   ``M``, the current schedule still deviates (``max delta > clear_ratio * Gamma``) and
   the new schedule's rate beats the current one's by more than ``min_gain``; otherwise
