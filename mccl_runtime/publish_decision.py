@@ -35,8 +35,9 @@ calls :func:`publish_decision` and acts on its :class:`Decision`.  In order:
    (:func:`remembered`) instead of synthesizing.
 
 Before a job starts, :func:`no_schedule_gains` (the single-vertex cut bound,
-:mod:`.gain_bound`) ends a flagged collective ``no_gain`` with no job, and
-:func:`remembered` picks a known fabric's schedule to reuse.
+:mod:`.gain_bound`) ends a flagged collective ``no_gain`` with no job,
+:func:`remembered` picks a known fabric's schedule to reuse, and (``Policy.speculate``)
+:func:`speculation_covers` decides whether a job may start on early estimates.
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Verdict", "Decision", "Estimate", "Active", "Finished", "publish_decision", "outdated",
            "drift_gone", "gained", "changing_under", "moving_under", "remembered", "no_schedule_gains",
-           "rate", "moved"]
+           "rate", "moved", "speculation_covers"]
 
 _NONE = np.zeros(0, dtype=np.int64)
 
@@ -278,6 +279,25 @@ def remembered(m: np.ndarray, mine: np.ndarray, known: Sequence[tuple[np.ndarray
         if cap is not active_built_for and near(m[mine], cap[mine], 0.5 * tol):
             return i
     return None
+
+
+def speculation_covers(early: np.ndarray, pending: np.ndarray, mine: np.ndarray, rev: np.ndarray,
+                       k: float) -> bool:
+    """Whether a job may start on ``early`` (``M`` with every pending change at its early
+    estimate, :meth:`~.telemetry.MeasurementStore.early`): some link of ``mine`` is
+    pending, and every pending link of ``mine`` whose cable's other direction ``rev`` is in
+    ``mine`` reads within ``k`` of that direction (pending too, or already at that level).
+    A cable read in one direction only is a partial picture: a job started on it restarts
+    once the other direction is confirmed, and the restart costs more than the
+    confirmation saved (docs/runtime.md, "Speculative synthesis")."""
+    mine_pending = pending[mine[pending]]
+    if mine_pending.size == 0:
+        return False
+    other = rev[mine_pending]
+    paired = other >= 0
+    a, r = mine_pending[paired], other[paired]
+    a, r = a[mine[r]], r[mine[r]]
+    return bool(np.all(np.abs(early[a] - early[r]) <= k * np.maximum(early[a], early[r])))
 
 
 def no_schedule_gains(current: float, bound: float, min_gain: float) -> bool:
