@@ -148,6 +148,26 @@ def test_validator_reads_array_trees_and_finds_their_faults():
         validate(topo, rooted)
 
 
+def test_array_loads_count_every_hop_and_name_a_missing_link():
+    """``share_loads`` of a tree table maps its paths' node indices to the fabric's
+    (docs/allgather.md "Fuzz seeds 3418/3419"): each used path's shares on each hop,
+    the fabric's own node order, and a hop that is no link named by its node ids."""
+    from mccl_opt import TopologyError
+    from mccl_opt.topology import Link, Node, Topology
+    topo = _star()
+    chunks = _table([[0, 1], [2, 3], [4, 5]], src=(0, 1, 2), shares=(0.5, 1.0, 0.25))
+    loads = dict(zip(((l.src, l.dst) for l in topo.links), share_loads(topo, chunks)))
+    assert loads == {("a", "s"): 1.25, ("b", "s"): 2.0, ("c", "s"): 0.25,
+                     ("s", "a"): 1.25, ("s", "b"): 0.75, ("s", "c"): 1.5}
+    relisted = Topology("star3", list(reversed(topo.nodes)), list(reversed(topo.links)))
+    assert np.array_equal(share_loads(relisted, chunks), share_loads(relisted, per_edge(chunks)))
+    cut = Topology("star3", list(topo.nodes) + [Node("t", "switch")],  # s -> c only via t
+                   [l for l in topo.links if (l.src, l.dst) != ("s", "c")]
+                   + [Link("s", "t", 100.0), Link("t", "c", 100.0)])
+    with pytest.raises(TopologyError, match="s.*c"):
+        share_loads(cut, chunks)
+
+
 def test_a_table_needs_one_root_share_and_row_per_tree():
     with pytest.raises(ScheduleError, match="one src, share and row"):
         _table([[0, 1]], src=(0, 1))
