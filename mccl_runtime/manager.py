@@ -131,7 +131,7 @@ from .drift import DriftReport, ProfileStack, ScheduleProfile, detect, profile_s
 from .gain_bound import VertexBound
 from .groups import Groups
 from .pool import JobResult, SynthesisPool, job_result, run_job
-from .publish_decision import (Active, Estimate, Finished, Verdict, drift_gone, gained, moved, near,
+from .publish_decision import (Active, Estimate, Finished, Verdict, beats, drift_gone, gained, moved, near,
                                no_schedule_gains, outdated, publish_decision, rate, remembered, swap_holding)
 from .telemetry import MeasurementStore
 
@@ -651,7 +651,7 @@ class ScheduleManager:
         if hit is None:
             return None
         loads = self._loads_of(coll, hit[0], hit[1])
-        return hit if rate(m, loads) > rate(m, coll.profile.loads) * (1.0 + self.policy.min_gain) else None
+        return hit if beats(m, loads, coll.profile.loads, self.policy.min_gain) else None
 
     def _known_flag(self, m: np.ndarray, coll: Collective) -> bool:
         """:meth:`_better_known` as a flag, computed once per ``M`` and active profile."""
@@ -871,19 +871,25 @@ class ScheduleManager:
         mine[self.groups.links(coll.gpus)] = True
         return mine
 
-    def swap_hold(self, comm: str, name: str) -> list[list[str]]:
+    def swap_hold(self, comm: str, name: str, against_before: bool = False) -> list[list[str]]:
         """The links whose change since the active version was published, confirmed or
         still being confirmed, makes it unfit to be swapped in now (what the controller
         would tell executors that have not swapped yet: wait for the next version): a
         rise, or a drop that costs the version more than ``rate_loss`` of its rate
-        (:func:`swap_holding`).  Empty when the version fits everything known."""
+        (:func:`swap_holding`).  Empty when the version fits everything known.
+
+        ``against_before`` (real executors, :class:`~.swap_holds.SwapHolds`): a drop holds
+        only while the version before, which the ranks run meanwhile, is not slower under
+        the newest estimate (``swap_holding``'s ``before``)."""
         coll = self.get(comm, name)
         if coll.profile is None or coll.synth_capacity is None:
             return []
         m, none = self.store.measured(), np.zeros(0, dtype=np.int64)
         est = Estimate(m, self.store.provisional(), none, none, none, self.topo.arrays.capacity)
+        before = self._loads_of(coll, *coll.known[1]) if against_before and len(coll.known) > 1 else None
         return self._named(swap_holding(est, self._mine(coll), coll.synth_capacity, coll.profile.loads,
-                                        self.policy.restart_tol, self.policy.rate_loss))
+                                        self.policy.restart_tol, self.policy.rate_loss, before,
+                                        self.policy.min_gain))
 
     def hold_settled(self, comm: str, name: str, links: list[list[str]], since: float, recent_s: float) -> bool:
         """Whether a swap hold on ``links`` (``[src, dst]``, held since ``since``) may end
@@ -910,20 +916,23 @@ class ScheduleManager:
         mine = self.groups.links(coll.gpus)
         return not near(m[mine], before[mine], self.policy.restart_tol)
 
-    def supersede_held(self, comm: str, name: str, now: float) -> Event | None:
+    def supersede_held(self, comm: str, name: str, now: float, held: bool = True) -> Event | None:
         """A swap hold on the active version settled on a real change (:meth:`hold_settled`):
         the version was built on a partial picture, so a job starts now on the latest ``M``
         instead of the held version being released and the next one waiting for the dwell
         time (docs/runtime.md, "Swap holds on real executors").  The job is not ``cleared``
         when the drift is gone under ``M`` (the held version, built on a transient, then
-        reads as fitting): only the gain over it decides.  ``None`` when a job is
-        already running or waiting to restart; its event otherwise."""
+        reads as fitting): only the gain over it decides.  ``held=False``: the version was
+        not held (it beat the version before) but a settled drop costs it its rate
+        (:class:`~.swap_holds.SwapHolds`); the same job replaces it.  ``None`` when a job
+        is already running or waiting to restart; its event otherwise."""
         coll = self.get(comm, name)
         if not coll.dynamic or coll.job is not None or coll.deferred is not None:
             return None
         report = detect(self.store.measured(), coll.profile, self.policy.gamma) if coll.profile else None
         event = self._start(coll, now, report)
-        event.detail["held_version"] = coll.job.replaces_held = True
+        coll.job.replaces_held = True
+        event.detail["held_version" if held else "unfit_version"] = True
         return event
 
     def superseding(self, comm: str, name: str, version: int) -> bool:

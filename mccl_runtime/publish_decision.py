@@ -56,7 +56,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Verdict", "Decision", "Estimate", "Active", "Finished", "publish_decision", "outdated",
            "drift_gone", "gained", "changing_under", "moving_under", "remembered", "no_schedule_gains",
-           "rate", "moved"]
+           "rate", "moved", "swap_holding", "beats"]
 
 _NONE = np.zeros(0, dtype=np.int64)
 
@@ -233,7 +233,8 @@ def changing_under(est: Estimate, mine: np.ndarray, capacity: np.ndarray, loads:
 
 
 def swap_holding(est: Estimate, mine: np.ndarray, capacity: np.ndarray, loads: np.ndarray,
-                 tol: float, rate_loss: float) -> np.ndarray:
+                 tol: float, rate_loss: float, before: np.ndarray | None = None,
+                 min_gain: float = 0.0) -> np.ndarray:
     """The links of ``mine`` whose change makes a published version (``loads``, built for
     ``capacity``) unfit to swap in now (:meth:`~.manager.ScheduleManager.swap_hold`): of
     :func:`changing_under` with ``every_link``, every *rise* (a clear during synthesis
@@ -241,7 +242,15 @@ def swap_holding(est: Estimate, mine: np.ndarray, capacity: np.ndarray, loads: n
     rate: it carries load and ``provisional / load`` is below ``(1 - rate_loss)`` x the
     rate on ``capacity`` (the capacity-lost test of :func:`drift_gone`).  A stalled
     NVSwitch link read at 0.65 of nominal does not hold a version bottlenecked on a
-    50 Gbps NIC (docs/runtime.md, "Swap holds only for drops that cost the rate")."""
+    50 Gbps NIC (docs/runtime.md, "Swap holds only for drops that cost the rate").
+
+    ``before``: the share loads of the version the ranks run meanwhile (real executors,
+    where a hold lasts until a fresh reading and a superseding job, seconds under load).
+    Then no drop holds while the published version, under the newest estimate, beats it
+    by more than ``min_gain``: holding would keep the ranks on the slower version, and a
+    drop (a stall on a link the new version relies on, or a ramp's next step) gets its own
+    version either way (docs/runtime.md, "A drop holds only a version slower than the one
+    it replaces")."""
     cand = changing_under(est, mine, capacity, loads, tol, every_link=True)
     if cand.size == 0:
         return cand
@@ -249,7 +258,15 @@ def swap_holding(est: Estimate, mine: np.ndarray, capacity: np.ndarray, loads: n
     rose = prov > capacity[cand]
     floor = (1.0 - rate_loss) * rate(capacity, loads)
     costs = (load > 1e-12) & (prov < floor * load)
+    if before is not None and costs.any() and beats(est.provisional, loads, before, min_gain):
+        costs[:] = False
     return cand[rose | costs]
+
+
+def beats(m: np.ndarray, loads: np.ndarray, other: np.ndarray, min_gain: float) -> bool:
+    """A schedule with ``loads`` is faster under ``m`` than one with ``other`` by more than
+    ``min_gain`` (:func:`rate`)."""
+    return rate(m, loads) > (1.0 + min_gain) * rate(m, other)
 
 
 def moving_under(est: Estimate, active: Active, capacity: np.ndarray, tol: float) -> np.ndarray:
