@@ -77,7 +77,8 @@ def describe(event: Event, gamma: float | None = None, changed: list[str] | None
     synth = f"synthesis {d['synth_s']:.3g} s" if isinstance(d.get("synth_s"), (int, float)) else ""
     if event.action is Action.PUBLISHED:
         how = "a known fabric's schedule reused" if d.get("known_fabric") else synth
-        parts = ", ".join(p for p in (rates or "first schedule", how) if p)
+        anytime = "anytime: the estimate moved during synthesis, restarting on it" if d.get("anytime") else ""
+        parts = ", ".join(p for p in (rates or "first schedule", how, anytime) if p)
         return f"{who}: published v{event.version} ({parts})"
     if event.action is Action.ABORTED and "bound" in d:
         return (f"{who}: no re-synthesis (rate {_rate(d.get('rate_before'))} Gbps is at the single-vertex "

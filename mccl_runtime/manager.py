@@ -303,6 +303,7 @@ class Policy:
     rate_loss: float = 0.05
     capacity_digits: int = 3
     speculate: bool = False
+    anytime_s: float | None = None
 
     def __post_init__(self) -> None:
         if not self.gamma > 0:
@@ -317,6 +318,8 @@ class Policy:
         if not (isinstance(self.capacity_digits, int) and self.capacity_digits >= 0):
             raise MCCLError(f"capacity_digits must be an int >= 0 (0 keeps the estimates' digits), "
                             f"got {self.capacity_digits!r}")
+        if self.anytime_s is not None and not self.anytime_s >= 0:
+            raise MCCLError(f"anytime_s must be >= 0 or None (off), got {self.anytime_s!r}")
         if not 0.0 < self.rate_loss <= 1.0:
             raise MCCLError(f"rate_loss must be in (0, 1] (1 turns the capacity-lost test off), got {self.rate_loss!r}")
 
@@ -616,9 +619,9 @@ class ScheduleManager:
                       coll.rising_since)
 
     @staticmethod
-    def _facts(job: _Job, loads: np.ndarray | None = None) -> Finished:
+    def _facts(job: _Job, loads: np.ndarray | None = None, synth_s: float = 0.0) -> Finished:
         return Finished(job.capacity, loads, job.restarts, job.initial, job.known is not None, job.replaces_held,
-                        job.held_since, job.moving, job.speculative)
+                        job.held_since, job.moving, job.speculative, synth_s)
 
     def step(self, now: float) -> list[Event]:
         """One controller decision: collect finished jobs, then detect and start jobs (or
@@ -774,7 +777,7 @@ class ScheduleManager:
             if event is None:                                # still held; announced when first held
                 continue
             events.append(event)
-            if event.action is Action.SUPERSEDED:
+            if event.action is Action.SUPERSEDED or event.detail.get("anytime"):
                 events += self._restart(coll, job, now)
         return events
 
@@ -823,8 +826,8 @@ class ScheduleManager:
         detail: dict[str, Any] = {"synth_s": seconds, "started_t": job.started_t}
         m = self.store.measured()
         active = None if job.initial else self._active(coll, m)
-        decision = publish_decision(self._facts(job, new_profile.loads), active, Estimate.of(self.store), now,
-                                    self.policy)
+        decision = publish_decision(self._facts(job, new_profile.loads, seconds), active, Estimate.of(self.store),
+                                    now, self.policy)
         if decision.rising.size:
             coll.rising_since = now if coll.rising_since is None else coll.rising_since
             job.moving = decision.rising if job.moving is None else np.union1d(job.moving, decision.rising)
@@ -858,6 +861,8 @@ class ScheduleManager:
         self._install(coll, new, cap, coll.version + 1, None if decision.verdict is Verdict.REUSE else new_profile)
         if decision.verdict is Verdict.REUSE:
             detail["known_fabric"] = True
+        if decision.verdict is Verdict.ANYTIME:
+            detail["anytime"] = True                      # outdated under ``M``: restarted (:meth:`poll`)
         self.counters["published"] += 1
         return Event(now, coll.comm, coll.name, Action.PUBLISHED, coll.version, detail)
 

@@ -29,6 +29,9 @@ calls :func:`publish_decision` and acts on its :class:`Decision`.  In order:
    early picture was partial, e.g. one direction of a cable not alarmed yet, and the swap
    hold would keep its version from the ranks); or a link the job was held for (a rise)
    settled more than ``restart_tol`` from its input.
+   With ``Policy.anytime_s``, a job whose synthesis took that long publishes instead when
+   it beats the active version under ``M`` by ``min_gain``, and restarts at once
+   (``ANYTIME``).
 5. **No gain** (``NO_GAIN``): the new schedule does not beat the active one under ``M`` by
    more than ``min_gain``.
 6. Otherwise ``PUBLISH``, or ``REUSE`` when the job took a remembered fabric's schedule
@@ -62,13 +65,14 @@ _NONE = np.zeros(0, dtype=np.int64)
 
 
 class Verdict(str, enum.Enum):
-    """What to do with a job; the first five end it."""
+    """What to do with a job; all but ``HOLD`` end it."""
 
     PUBLISH = "publish"
     REUSE = "reuse"                 # publish a remembered fabric's schedule
     CLEARED = "cleared"             # abort: the drift is gone
     NO_GAIN = "no_gain"             # abort: not faster than the active version
     RESTART = "restart"             # superseded: synthesize again on the latest ``M``
+    ANYTIME = "anytime"             # publish now, and synthesize again on the latest ``M``
     HOLD = "hold"                   # keep the result and decide again later
 
 
@@ -125,8 +129,8 @@ class Finished:
     """A job: its input ``capacity``, its schedule's ``loads`` (``None`` while queued),
     restarts so far, whether it is the ``initial`` one, ``reused`` a remembered schedule,
     ``replaces_held`` a version whose swap was held, since when it is held, the links it
-    was held for as rises (``moving``), and whether it started ``speculative`` on early
-    estimates of changes not confirmed yet."""
+    was held for as rises (``moving``), whether it started ``speculative`` on early
+    estimates of changes not confirmed yet, and how long its synthesis took (``synth_s``)."""
 
     capacity: np.ndarray
     loads: np.ndarray | None = None
@@ -137,6 +141,7 @@ class Finished:
     held_since: float | None = None
     moving: np.ndarray | None = None
     speculative: bool = False
+    synth_s: float = 0.0
 
 
 def publish_decision(job: Finished, active: Active | None, est: Estimate, now: float, policy: Policy) -> Decision:
@@ -158,9 +163,12 @@ def publish_decision(job: Finished, active: Active | None, est: Estimate, now: f
                         held=np.concatenate([pending, rising]), rising=rising)
     m = est.m
     before, after = rate(m, active.profile.loads), rate(m, job.loads)
-    why = outdated(job, active, m, policy) or _rose_past(job, m, policy)
+    stale = outdated(job, active, m, policy)
+    why = stale or _rose_past(job, m, policy)
     if why is Verdict.CLEARED and job.replaces_held:
         why = None                  # the held version was built on a transient: only the gain decides
+    if stale is Verdict.RESTART and _anytime(job, policy) and after > before * (1.0 + policy.min_gain):
+        return Decision(Verdict.ANYTIME, "anytime", rate_before=before, rate_after=after)
     if why is not None:
         return Decision(why, why.value, rate_before=before, rate_after=after)
     if after <= before * (1.0 + policy.min_gain):
@@ -181,6 +189,15 @@ def outdated(job: Finished, active: Active, m: np.ndarray, policy: Policy) -> Ve
                 or rate(m, job.loads) < (1.0 - policy.restart_tol) * rate(job.capacity, job.loads)):
         return Verdict.RESTART
     return None
+
+
+def _anytime(job: Finished, policy: Policy) -> bool:
+    """Rule 4b (``Policy.anytime_s``): a finished job that the latest ``M`` outdates but whose
+    synthesis took at least ``anytime_s`` is published when it beats the active version under
+    ``M`` (then restarted at once): a restart would take about as long again, and on real ranks
+    under load (AllToAll: 0.6-1.1 s wall) that is most of a ramp's step, which then ran on the
+    version before to its end (docs/runtime.md, "Anytime publication")."""
+    return policy.anytime_s is not None and job.synth_s >= policy.anytime_s and not job.speculative
 
 
 def _rose_past(job: Finished, m: np.ndarray, policy: Policy) -> Verdict | None:
