@@ -18,7 +18,8 @@ calls :func:`publish_decision` and acts on its :class:`Decision`.  In order:
      job saw more than ``restart_tol`` above what the active version was built for (or,
      for a swing after a recovery, that far from it either way); never when the job saw
      a settled drop of more than ``restart_tol`` elsewhere; for at most ``moving_max_s``
-     over the collective's jobs until one is decided.
+     over the collective's jobs until one is decided; never when rule 4 already restarts
+     the job (a ramp's next step read while a stall's recovery held it: 2.7 s on real ranks).
 3. **Cleared** (``CLEARED``): the drift that started the job is gone under ``M``
    (:func:`drift_gone`), unless the job replaces a held version (then only the gain
    decides).
@@ -156,7 +157,8 @@ def publish_decision(job: Finished, active: Active | None, est: Estimate, now: f
         if job.speculative and not pending.size:
             pending = est.pending[active.mine[est.pending]]
     rising = _NONE
-    if active.rising_since is None or now - active.rising_since < policy.moving_max_s:
+    if (active.rising_since is None or now - active.rising_since < policy.moving_max_s) \
+            and outdated(job, active, est.m, policy) is not Verdict.RESTART:
         rising = moving_under(est, active, job.capacity, tol)
     if pending.size or rising.size:
         return Decision(Verdict.HOLD, "pending" if pending.size else "rising",

@@ -60,3 +60,21 @@ def test_the_manager_publishes_an_anytime_version_and_restarts_on_the_latest_est
     assert mgr.wait_idle(10.0) and len(mgr.step(1.2)) == 1                  # decided (here: no gain)
     assert synth.capacities[-1][TOPO.link_index("s0h0g1", "s0tor1")] == 300.0   # on the latest estimate
     mgr.close()
+
+
+def test_a_job_held_for_a_rise_is_restarted_at_once_when_a_settled_drop_outdates_it():
+    """Real ranks: a stall's recovery (link 2 back from 300 to 400, still moving) held a
+    job for ``moving_max_s`` (2.5 s), and a ramp's next step (link 0 at 200, settled) read
+    meanwhile waited for it: the step ran on the version before.  Now rule 4 restarts the
+    job on the step at once; with nothing settled moved, the rise still holds it."""
+    nominal, moving = np.full(3, 400.0), np.array([2])
+    active = Active(SimpleNamespace(loads=np.array([1.0, 1.0, 0.0])), np.array([400.0, 400.0, 300.0]),
+                    np.ones(3, dtype=bool))
+    job = Finished(np.full(3, 400.0), np.array([1.0, 0.0, 1.0]))
+
+    def verdict(m: list[float]) -> Verdict:
+        m_ = np.array(m)
+        return publish_decision(job, active, Estimate(m_, m_, NONE, moving, NONE, nominal), 0.0, Policy()).verdict
+
+    assert verdict([400.0, 400.0, 400.0]) is Verdict.HOLD
+    assert verdict([200.0, 400.0, 400.0]) is Verdict.RESTART
