@@ -265,11 +265,12 @@ def swap_holding(est: Estimate, mine: np.ndarray, capacity: np.ndarray, loads: n
 
     ``before``: the share loads of the version the ranks run meanwhile (real executors,
     where a hold lasts until a fresh reading and a superseding job, seconds under load).
-    Then no drop holds while the published version, under the newest estimate, beats it
-    by more than ``min_gain``: holding would keep the ranks on the slower version, and a
-    drop (a stall on a link the new version relies on, or a ramp's next step) gets its own
-    version either way (docs/runtime.md, "A drop holds only a version slower than the one
-    it replaces")."""
+    Then nothing holds while the published version, under the newest estimate, beats it
+    by more than ``min_gain``: holding would keep the ranks on the slower version, and the
+    change (a stall on a link the new version relies on, a stall it was built on that
+    reverted, a ramp's next step) gets its own version either way; a failure's schedule
+    after a clear is slower than the healthy one before it, so it is still held
+    (docs/runtime.md, "Holds only for a version slower than the one it replaces")."""
     cand = changing_under(est, mine, capacity, loads, tol, every_link=True)
     if cand.size == 0:
         return cand
@@ -277,9 +278,10 @@ def swap_holding(est: Estimate, mine: np.ndarray, capacity: np.ndarray, loads: n
     rose = prov > capacity[cand]
     floor = (1.0 - rate_loss) * rate(capacity, loads)
     costs = (load > 1e-12) & (prov < floor * load)
-    if before is not None and costs.any() and beats(est.provisional, loads, before, min_gain):
-        costs[:] = False
-    return cand[rose | costs]
+    held = cand[rose | costs]
+    if before is not None and held.size and beats(est.provisional, loads, before, min_gain):
+        return _NONE
+    return held
 
 
 def beats(m: np.ndarray, loads: np.ndarray, other: np.ndarray, min_gain: float) -> bool:

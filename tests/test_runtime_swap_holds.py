@@ -309,9 +309,13 @@ def test_swap_holding_keeps_rises_and_binding_drops():
     assert held({back: 50.0}) == [back]
     assert held({back: 50.0, nvs: 0.65 * 2880.0}) == [back]
     assert held({nic: 400.0}) == [nic]
-    # real executors: a drop holds only while the version the ranks run meanwhile is not slower
+    # real executors: nothing holds while the version the ranks run meanwhile is slower
     slower, as_fast = loads.copy(), loads.copy()
     slower[back] *= 4.0                                   # leans on the dropped link: 4x slower there
     assert held({back: 50.0}, before=slower) == []
     assert held({back: 50.0}, before=as_fast) == [back]
-    assert held({nic: 400.0}, before=slower) == [nic]     # a rise holds whatever the version before
+    assert held({nic: 400.0}, before=as_fast) == [nic]    # a clear: the version before is as fast
+    healthy = loads.copy()
+    healthy[[nic, back]] *= 137.5 / 400.0                 # made for the NIC at 400: faster once it is
+    assert held({nic: 400.0, back: 400.0}, before=healthy) == [nic, back]
+    assert held({nic: 400.0}, before=slower) == []        # a reverted stall under a slower version
