@@ -31,10 +31,12 @@ calls :func:`publish_decision` and acts on its :class:`Decision`.  In order:
    hold would keep its version from the ranks); or a link the job was held for (a rise)
    settled more than ``restart_tol`` from its input.
    With ``Policy.anytime_s``, a job whose synthesis took that long publishes instead when
-   it beats the active version under ``M`` by ``min_gain``, and restarts at once
+   it beats the active version under ``M`` by ``restart_tol``, and restarts at once
    (``ANYTIME``).
 5. **No gain** (``NO_GAIN``): the new schedule does not beat the active one under ``M`` by
-   more than ``min_gain``.
+   more than ``min_gain`` (``rate_loss`` for a job that replaces a version a swap hold held
+   or a settled drop made unfit, :meth:`~.manager.ScheduleManager.supersede_held`: on real
+   ranks such jobs chased telemetry noise with 1-3 % gains, a third version per event).
 6. Otherwise ``PUBLISH``, or ``REUSE`` when the job took a remembered fabric's schedule
    (:func:`remembered`) instead of synthesizing.
 
@@ -169,11 +171,11 @@ def publish_decision(job: Finished, active: Active | None, est: Estimate, now: f
     why = stale or _rose_past(job, m, policy)
     if why is Verdict.CLEARED and job.replaces_held:
         why = None                  # the held version was built on a transient: only the gain decides
-    if stale is Verdict.RESTART and _anytime(job, policy) and after > before * (1.0 + policy.min_gain):
+    if stale is Verdict.RESTART and _anytime(job, policy) and after > before * (1.0 + policy.restart_tol):
         return Decision(Verdict.ANYTIME, "anytime", rate_before=before, rate_after=after)
     if why is not None:
         return Decision(why, why.value, rate_before=before, rate_after=after)
-    if after <= before * (1.0 + policy.min_gain):
+    if after <= before * (1.0 + (policy.rate_loss if job.replaces_held else policy.min_gain)):
         return Decision(Verdict.NO_GAIN, "no_gain", rate_before=before, rate_after=after)
     verdict = Verdict.REUSE if job.reused else Verdict.PUBLISH
     return Decision(verdict, "gain", rate_before=before, rate_after=after)
@@ -196,7 +198,7 @@ def outdated(job: Finished, active: Active, m: np.ndarray, policy: Policy) -> Ve
 def _anytime(job: Finished, policy: Policy) -> bool:
     """Rule 4b (``Policy.anytime_s``): a finished job that the latest ``M`` outdates but whose
     synthesis took at least ``anytime_s`` is published when it beats the active version under
-    ``M`` (then restarted at once): a restart would take about as long again, and on real ranks
+    ``M`` by ``restart_tol`` (then restarted at once; a smaller gain is not worth a version): a restart would take about as long again, and on real ranks
     under load (AllToAll: 0.6-1.1 s wall) that is most of a ramp's step, which then ran on the
     version before to its end (docs/runtime.md, "Anytime publication")."""
     return policy.anytime_s is not None and job.synth_s >= policy.anytime_s and not job.speculative
