@@ -118,11 +118,20 @@ def class_table(shape: str, collectives: list[str], classes: list[str], cfg: Glo
                 "never95": sum(e["recovered_ms"] is None for e in evs),
                 "false_swaps": s["false_swaps"], "wrong": s["wrong_results"],
                 "inflight": len(s.get("inflight_switches", [])), "aborts": len(s.get("aborts", [])),
-                "wall_s": time.monotonic() - t0})
+                "per_event": [_event_row(e) for e in evs], "wall_s": time.monotonic() - t0})
             if not as_json:
                 _print_class_row(rows[-1])
     if as_json:
         print(json.dumps(rows))
+
+
+def _event_row(e: dict) -> dict:
+    """One event's figures in the JSON rows: versions received (with their rates), first
+    collective on a new version / offline, last three / offline, reaction and t95 (real ms)."""
+    final = e["time_offline_ms"] / e["time_final3_ms"] if e["time_final3_ms"] and e["time_offline_ms"] else None
+    return {"versions": [(v["version"], round(v["t_ms"]), v["rate_gbps"]) for v in e["versions"]],
+            "first": e["recovery_ratio"], "final": final, "reaction_ms": e["reaction_ms"],
+            "t95_ms": e["recovered_ms"]}
 
 
 def _print_class_row(r: dict) -> None:

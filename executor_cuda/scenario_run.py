@@ -55,6 +55,7 @@ class GlooLoopConfig:
     gamma: float = 0.3
     dwell_s: float = 1.0
     gather_s: float = 0.0                 # the controller's ``--gather`` (0: off; 0.6 ~ one degraded collective)
+    anytime_s: float | None = 0.5         # the controller's ``--anytime`` (None: off; docs/executor.md)
     time_limit_s: float = 30.0
     backend: str = "highs"
     offline_reps: int = 5
@@ -81,7 +82,7 @@ class ControllerProcess:
         cmd = [sys.executable, "-m", "mccl_opt.cli", "controller", "serve", "--estimator", "ewma", "--topology", topology_path,
                "--bind", "tcp://127.0.0.1:0", "--collective", f"{COMM}/{NAME}:{collective}",
                "--alpha", str(cfg.alpha), "--gamma", str(cfg.gamma), "--dwell", str(cfg.dwell_s),
-               "--gather", str(cfg.gather_s),
+               "--gather", str(cfg.gather_s), *(["--anytime", str(cfg.anytime_s)] if cfg.anytime_s is not None else []),
                "--time-limit", str(cfg.time_limit_s), "--backend", cfg.backend]
         if cfg.shallow_trees:
             cmd.append("--shallow-trees")

@@ -307,10 +307,9 @@ def share_loads(topo: "Topology", chunks: Iterable[Chunk]) -> np.ndarray:
 
 
 def _table_loads(topo: "Topology", chunks: TreeChunks) -> np.ndarray:
-    """:func:`share_loads` of array trees: shares summed per path of the table, its
-    paths' node indices mapped to ``topo``'s in one array step (no node-id tuples: a
-    warm solve's load sum over 2366 previous trees took 0.06-0.1 s CPU through them,
-    docs/allgather.md "Fuzz seeds 3418/3419")."""
+    """:func:`share_loads` of array trees: shares summed per path, node indices mapped to
+    ``topo``'s in one array step (node-id tuples cost a warm solve 0.06-0.1 s CPU on 2366
+    trees, docs/allgather.md "Fuzz seeds 3418/3419")."""
     t = chunks.table
     per_path = t.path_shares()
     used = np.flatnonzero(per_path)

@@ -55,6 +55,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="after a drift is flagged, wait up to this long for a new sample of every channel "
                         "sampled in the last SECONDS, so links that fail together are synthesized for "
                         "together (default 0: start at once; docs/runtime.md)")
+    s.add_argument("--anytime", type=float_arg, default=None, metavar="SECONDS",
+                   help="publish a re-synthesis that took at least SECONDS even when the estimate moved "
+                        "meanwhile, if it beats the active version, and restart on the latest estimate "
+                        "(default: off, restart only; docs/runtime.md \"Anytime publication\")")
     s.add_argument("--backend", default="highs", help="LP backend for the synthesizers")
     s.add_argument("--shallow-trees", action="store_true",
                    help="for executors that run a GPU hop per round: AllGather: when a warm start deepens the "
@@ -192,7 +196,7 @@ def _serve(args: argparse.Namespace) -> int:
     topo = resolve_topology(args.topology)
     key = load_key(args.key_file) if args.key_file else None
     policy = Policy(gamma=args.gamma, min_dwell_s=args.dwell, time_limit_s=args.time_limit,
-                    gather_s=args.gather)
+                    gather_s=args.gather, anytime_s=args.anytime)
     synthesize = _LazySynthesizer(args.backend, args.shallow_trees)
     pool = _start_pool(topo, args.backend, args.workers, args.synthesis, args.shallow_trees, args.kernels)
     svc = ControllerService(

@@ -69,13 +69,16 @@ def describe(event: Event, gamma: float | None = None, changed: list[str] | None
             why = "the capacities match a known fabric whose schedule does better"
         else:
             why = "a link gained capacity above the schedule's"
+        if d.get("unfit_version"):
+            why += "; a settled drop costs the swapped-in version its rate"
         return f"{who} v{event.version}: {what} ({why}); re-synthesis started"
     rates = (f"rate {_rate(d['rate_before'])} -> {_rate(d['rate_after'])} Gbps on the measured "
              f"fabric" if "rate_after" in d else "")
     synth = f"synthesis {d['synth_s']:.3g} s" if isinstance(d.get("synth_s"), (int, float)) else ""
     if event.action is Action.PUBLISHED:
         how = "a known fabric's schedule reused" if d.get("known_fabric") else synth
-        parts = ", ".join(p for p in (rates or "first schedule", how) if p)
+        anytime = "anytime: the estimate moved during synthesis, restarting on it" if d.get("anytime") else ""
+        parts = ", ".join(p for p in (rates or "first schedule", how, anytime) if p)
         return f"{who}: published v{event.version} ({parts})"
     if event.action is Action.ABORTED and "bound" in d:
         return (f"{who}: no re-synthesis (rate {_rate(d.get('rate_before'))} Gbps is at the single-vertex "

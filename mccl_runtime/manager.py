@@ -132,7 +132,7 @@ from .drift import DriftReport, ProfileStack, ScheduleProfile, detect, profile_s
 from .gain_bound import VertexBound
 from .groups import Groups
 from .pool import JobResult, SynthesisPool, job_result, run_job
-from .publish_decision import (Active, Estimate, Finished, Verdict, drift_gone, gained, moved, near,
+from .publish_decision import (Active, Estimate, Finished, Verdict, beats, drift_gone, gained, moved, near,
                                no_schedule_gains, outdated, publish_decision, rate, remembered, speculation_covers,
                                swap_holding)
 from .channels import reverse_links
@@ -306,6 +306,7 @@ class Policy:
     rate_loss: float = 0.05
     capacity_digits: int = 3
     speculate: bool = False
+    anytime_s: float | None = None
 
     def __post_init__(self) -> None:
         if not self.gamma > 0:
@@ -320,6 +321,8 @@ class Policy:
         if not (isinstance(self.capacity_digits, int) and self.capacity_digits >= 0):
             raise MCCLError(f"capacity_digits must be an int >= 0 (0 keeps the estimates' digits), "
                             f"got {self.capacity_digits!r}")
+        if self.anytime_s is not None and not self.anytime_s >= 0:
+            raise MCCLError(f"anytime_s must be >= 0 or None (off), got {self.anytime_s!r}")
         if not 0.0 < self.rate_loss <= 1.0:
             raise MCCLError(f"rate_loss must be in (0, 1] (1 turns the capacity-lost test off), got {self.rate_loss!r}")
 
@@ -630,9 +633,9 @@ class ScheduleManager:
                       coll.rising_since)
 
     @staticmethod
-    def _facts(job: _Job, loads: np.ndarray | None = None) -> Finished:
+    def _facts(job: _Job, loads: np.ndarray | None = None, synth_s: float = 0.0) -> Finished:
         return Finished(job.capacity, loads, job.restarts, job.initial, job.known is not None, job.replaces_held,
-                        job.held_since, job.moving, job.speculative)
+                        job.held_since, job.moving, job.speculative, synth_s)
 
     def step(self, now: float) -> list[Event]:
         """One controller decision: collect finished jobs, then detect and start jobs (or
@@ -665,7 +668,7 @@ class ScheduleManager:
         if hit is None:
             return None
         loads = self._loads_of(coll, hit[0], hit[1])
-        return hit if rate(m, loads) > rate(m, coll.profile.loads) * (1.0 + self.policy.min_gain) else None
+        return hit if beats(m, loads, coll.profile.loads, self.policy.min_gain) else None
 
     def _known_flag(self, m: np.ndarray, coll: Collective) -> bool:
         """:meth:`_better_known` as a flag, computed once per ``M`` and active profile."""
@@ -788,7 +791,7 @@ class ScheduleManager:
             if event is None:                                # still held; announced when first held
                 continue
             events.append(event)
-            if event.action is Action.SUPERSEDED:
+            if event.action is Action.SUPERSEDED or event.detail.get("anytime"):
                 events += self._restart(coll, job, now)
         return events
 
@@ -837,8 +840,8 @@ class ScheduleManager:
         detail: dict[str, Any] = {"synth_s": seconds, "started_t": job.started_t}
         m = self.store.measured()
         active = None if job.initial else self._active(coll, m)
-        decision = publish_decision(self._facts(job, new_profile.loads), active, Estimate.of(self.store), now,
-                                    self.policy)
+        decision = publish_decision(self._facts(job, new_profile.loads, seconds), active, Estimate.of(self.store),
+                                    now, self.policy)
         if decision.rising.size:
             coll.rising_since = now if coll.rising_since is None else coll.rising_since
             job.moving = decision.rising if job.moving is None else np.union1d(job.moving, decision.rising)
@@ -872,6 +875,8 @@ class ScheduleManager:
         self._install(coll, new, cap, coll.version + 1, None if decision.verdict is Verdict.REUSE else new_profile)
         if decision.verdict is Verdict.REUSE:
             detail["known_fabric"] = True
+        if decision.verdict is Verdict.ANYTIME:
+            detail["anytime"] = True                      # outdated under ``M``: restarted (:meth:`poll`)
         self.counters["published"] += 1
         return Event(now, coll.comm, coll.name, Action.PUBLISHED, coll.version, detail)
 
@@ -885,19 +890,25 @@ class ScheduleManager:
         mine[self.groups.links(coll.gpus)] = True
         return mine
 
-    def swap_hold(self, comm: str, name: str) -> list[list[str]]:
+    def swap_hold(self, comm: str, name: str, against_before: bool = False) -> list[list[str]]:
         """The links whose change since the active version was published, confirmed or
         still being confirmed, makes it unfit to be swapped in now (what the controller
         would tell executors that have not swapped yet: wait for the next version): a
         rise, or a drop that costs the version more than ``rate_loss`` of its rate
-        (:func:`swap_holding`).  Empty when the version fits everything known."""
+        (:func:`swap_holding`).  Empty when the version fits everything known.
+
+        ``against_before`` (real executors, :class:`~.swap_holds.SwapHolds`): a drop holds
+        only while the version before, which the ranks run meanwhile, is not slower under
+        the newest estimate (``swap_holding``'s ``before``)."""
         coll = self.get(comm, name)
         if coll.profile is None or coll.synth_capacity is None:
             return []
         m, none = self.store.measured(), np.zeros(0, dtype=np.int64)
         est = Estimate(m, self.store.provisional(), none, none, none, self.topo.arrays.capacity)
+        before = self._loads_of(coll, *coll.known[1]) if against_before and len(coll.known) > 1 else None
         return self._named(swap_holding(est, self._mine(coll), coll.synth_capacity, coll.profile.loads,
-                                        self.policy.restart_tol, self.policy.rate_loss))
+                                        self.policy.restart_tol, self.policy.rate_loss, before,
+                                        self.policy.min_gain))
 
     def hold_settled(self, comm: str, name: str, links: list[list[str]], since: float, recent_s: float) -> bool:
         """Whether a swap hold on ``links`` (``[src, dst]``, held since ``since``) may end
@@ -924,20 +935,23 @@ class ScheduleManager:
         mine = self.groups.links(coll.gpus)
         return not near(m[mine], before[mine], self.policy.restart_tol)
 
-    def supersede_held(self, comm: str, name: str, now: float) -> Event | None:
+    def supersede_held(self, comm: str, name: str, now: float, held: bool = True) -> Event | None:
         """A swap hold on the active version settled on a real change (:meth:`hold_settled`):
         the version was built on a partial picture, so a job starts now on the latest ``M``
         instead of the held version being released and the next one waiting for the dwell
         time (docs/runtime.md, "Swap holds on real executors").  The job is not ``cleared``
         when the drift is gone under ``M`` (the held version, built on a transient, then
-        reads as fitting): only the gain over it decides.  ``None`` when a job is
-        already running or waiting to restart; its event otherwise."""
+        reads as fitting): only the gain over it decides.  ``held=False``: the version was
+        not held (it beat the version before) but a settled drop costs it its rate
+        (:class:`~.swap_holds.SwapHolds`); the same job replaces it.  ``None`` when a job
+        is already running or waiting to restart; its event otherwise."""
         coll = self.get(comm, name)
         if not coll.dynamic or coll.job is not None or coll.deferred is not None:
             return None
         report = detect(self.store.measured(), coll.profile, self.policy.gamma) if coll.profile else None
         event = self._start(coll, now, report)
-        event.detail["held_version"] = coll.job.replaces_held = True
+        coll.job.replaces_held = True
+        event.detail["held_version" if held else "unfit_version"] = True
         return event
 
     def superseding(self, comm: str, name: str, version: int) -> bool:

@@ -18,7 +18,8 @@ calls :func:`publish_decision` and acts on its :class:`Decision`.  In order:
      job saw more than ``restart_tol`` above what the active version was built for (or,
      for a swing after a recovery, that far from it either way); never when the job saw
      a settled drop of more than ``restart_tol`` elsewhere; for at most ``moving_max_s``
-     over the collective's jobs until one is decided.
+     over the collective's jobs until one is decided; never when rule 4 already restarts
+     the job (a ramp's next step read while a stall's recovery held it: 2.7 s on real ranks).
 3. **Cleared** (``CLEARED``): the drift that started the job is gone under ``M``
    (:func:`drift_gone`), unless the job replaces a held version (then only the gain
    decides).
@@ -29,8 +30,13 @@ calls :func:`publish_decision` and acts on its :class:`Decision`.  In order:
    early picture was partial, e.g. one direction of a cable not alarmed yet, and the swap
    hold would keep its version from the ranks); or a link the job was held for (a rise)
    settled more than ``restart_tol`` from its input.
+   With ``Policy.anytime_s``, a job whose synthesis took that long publishes instead when
+   it beats the active version under ``M`` by ``restart_tol``, and restarts at once
+   (``ANYTIME``).
 5. **No gain** (``NO_GAIN``): the new schedule does not beat the active one under ``M`` by
-   more than ``min_gain``.
+   more than ``min_gain`` (``rate_loss`` for a job that replaces a version a swap hold held
+   or a settled drop made unfit, :meth:`~.manager.ScheduleManager.supersede_held`: on real
+   ranks such jobs chased telemetry noise with 1-3 % gains, a third version per event).
 6. Otherwise ``PUBLISH``, or ``REUSE`` when the job took a remembered fabric's schedule
    (:func:`remembered`) instead of synthesizing.
 
@@ -56,19 +62,20 @@ if TYPE_CHECKING:
 
 __all__ = ["Verdict", "Decision", "Estimate", "Active", "Finished", "publish_decision", "outdated",
            "drift_gone", "gained", "changing_under", "moving_under", "remembered", "no_schedule_gains",
-           "rate", "moved", "speculation_covers"]
+           "rate", "moved", "speculation_covers", "swap_holding", "beats"]
 
 _NONE = np.zeros(0, dtype=np.int64)
 
 
 class Verdict(str, enum.Enum):
-    """What to do with a job; the first five end it."""
+    """What to do with a job; all but ``HOLD`` end it."""
 
     PUBLISH = "publish"
     REUSE = "reuse"                 # publish a remembered fabric's schedule
     CLEARED = "cleared"             # abort: the drift is gone
     NO_GAIN = "no_gain"             # abort: not faster than the active version
     RESTART = "restart"             # superseded: synthesize again on the latest ``M``
+    ANYTIME = "anytime"             # publish now, and synthesize again on the latest ``M``
     HOLD = "hold"                   # keep the result and decide again later
 
 
@@ -125,8 +132,8 @@ class Finished:
     """A job: its input ``capacity``, its schedule's ``loads`` (``None`` while queued),
     restarts so far, whether it is the ``initial`` one, ``reused`` a remembered schedule,
     ``replaces_held`` a version whose swap was held, since when it is held, the links it
-    was held for as rises (``moving``), and whether it started ``speculative`` on early
-    estimates of changes not confirmed yet."""
+    was held for as rises (``moving``), whether it started ``speculative`` on early
+    estimates of changes not confirmed yet, and how long its synthesis took (``synth_s``)."""
 
     capacity: np.ndarray
     loads: np.ndarray | None = None
@@ -137,6 +144,7 @@ class Finished:
     held_since: float | None = None
     moving: np.ndarray | None = None
     speculative: bool = False
+    synth_s: float = 0.0
 
 
 def publish_decision(job: Finished, active: Active | None, est: Estimate, now: float, policy: Policy) -> Decision:
@@ -151,19 +159,23 @@ def publish_decision(job: Finished, active: Active | None, est: Estimate, now: f
         if job.speculative and not pending.size:
             pending = est.pending[active.mine[est.pending]]
     rising = _NONE
-    if active.rising_since is None or now - active.rising_since < policy.moving_max_s:
+    if (active.rising_since is None or now - active.rising_since < policy.moving_max_s) \
+            and outdated(job, active, est.m, policy) is not Verdict.RESTART:
         rising = moving_under(est, active, job.capacity, tol)
     if pending.size or rising.size:
         return Decision(Verdict.HOLD, "pending" if pending.size else "rising",
                         held=np.concatenate([pending, rising]), rising=rising)
     m = est.m
     before, after = rate(m, active.profile.loads), rate(m, job.loads)
-    why = outdated(job, active, m, policy) or _rose_past(job, m, policy)
+    stale = outdated(job, active, m, policy)
+    why = stale or _rose_past(job, m, policy)
     if why is Verdict.CLEARED and job.replaces_held:
         why = None                  # the held version was built on a transient: only the gain decides
+    if stale is Verdict.RESTART and _anytime(job, policy) and after > before * (1.0 + policy.restart_tol):
+        return Decision(Verdict.ANYTIME, "anytime", rate_before=before, rate_after=after)
     if why is not None:
         return Decision(why, why.value, rate_before=before, rate_after=after)
-    if after <= before * (1.0 + policy.min_gain):
+    if after <= before * (1.0 + (policy.rate_loss if job.replaces_held else policy.min_gain)):
         return Decision(Verdict.NO_GAIN, "no_gain", rate_before=before, rate_after=after)
     verdict = Verdict.REUSE if job.reused else Verdict.PUBLISH
     return Decision(verdict, "gain", rate_before=before, rate_after=after)
@@ -181,6 +193,15 @@ def outdated(job: Finished, active: Active, m: np.ndarray, policy: Policy) -> Ve
                 or rate(m, job.loads) < (1.0 - policy.restart_tol) * rate(job.capacity, job.loads)):
         return Verdict.RESTART
     return None
+
+
+def _anytime(job: Finished, policy: Policy) -> bool:
+    """Rule 4b (``Policy.anytime_s``): a finished job that the latest ``M`` outdates but whose
+    synthesis took at least ``anytime_s`` is published when it beats the active version under
+    ``M`` by ``restart_tol`` (then restarted at once; a smaller gain is not worth a version): a restart would take about as long again, and on real ranks
+    under load (AllToAll: 0.6-1.1 s wall) that is most of a ramp's step, which then ran on the
+    version before to its end (docs/runtime.md, "Anytime publication")."""
+    return policy.anytime_s is not None and job.synth_s >= policy.anytime_s and not job.speculative
 
 
 def _rose_past(job: Finished, m: np.ndarray, policy: Policy) -> Verdict | None:
@@ -233,7 +254,8 @@ def changing_under(est: Estimate, mine: np.ndarray, capacity: np.ndarray, loads:
 
 
 def swap_holding(est: Estimate, mine: np.ndarray, capacity: np.ndarray, loads: np.ndarray,
-                 tol: float, rate_loss: float) -> np.ndarray:
+                 tol: float, rate_loss: float, before: np.ndarray | None = None,
+                 min_gain: float = 0.0) -> np.ndarray:
     """The links of ``mine`` whose change makes a published version (``loads``, built for
     ``capacity``) unfit to swap in now (:meth:`~.manager.ScheduleManager.swap_hold`): of
     :func:`changing_under` with ``every_link``, every *rise* (a clear during synthesis
@@ -241,7 +263,16 @@ def swap_holding(est: Estimate, mine: np.ndarray, capacity: np.ndarray, loads: n
     rate: it carries load and ``provisional / load`` is below ``(1 - rate_loss)`` x the
     rate on ``capacity`` (the capacity-lost test of :func:`drift_gone`).  A stalled
     NVSwitch link read at 0.65 of nominal does not hold a version bottlenecked on a
-    50 Gbps NIC (docs/runtime.md, "Swap holds only for drops that cost the rate")."""
+    50 Gbps NIC (docs/runtime.md, "Swap holds only for drops that cost the rate").
+
+    ``before``: the share loads of the version the ranks run meanwhile (real executors,
+    where a hold lasts until a fresh reading and a superseding job, seconds under load).
+    Then nothing holds while the published version, under the newest estimate, beats it
+    by more than ``min_gain``: holding would keep the ranks on the slower version, and the
+    change (a stall on a link the new version relies on, a stall it was built on that
+    reverted, a ramp's next step) gets its own version either way; a failure's schedule
+    after a clear is slower than the healthy one before it, so it is still held
+    (docs/runtime.md, "Holds only for a version slower than the one it replaces")."""
     cand = changing_under(est, mine, capacity, loads, tol, every_link=True)
     if cand.size == 0:
         return cand
@@ -249,7 +280,16 @@ def swap_holding(est: Estimate, mine: np.ndarray, capacity: np.ndarray, loads: n
     rose = prov > capacity[cand]
     floor = (1.0 - rate_loss) * rate(capacity, loads)
     costs = (load > 1e-12) & (prov < floor * load)
-    return cand[rose | costs]
+    held = cand[rose | costs]
+    if before is not None and held.size and beats(est.provisional, loads, before, min_gain):
+        return _NONE
+    return held
+
+
+def beats(m: np.ndarray, loads: np.ndarray, other: np.ndarray, min_gain: float) -> bool:
+    """A schedule with ``loads`` is faster under ``m`` than one with ``other`` by more than
+    ``min_gain`` (:func:`rate`)."""
+    return rate(m, loads) > (1.0 + min_gain) * rate(m, other)
 
 
 def moving_under(est: Estimate, active: Active, capacity: np.ndarray, tol: float) -> np.ndarray:

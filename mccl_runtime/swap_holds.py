@@ -52,6 +52,7 @@ class _Watch:
     held_since: float | None = None
     links: list[list[str]] | None = None
     superseded: bool = False           # settled on a real change: a job replaces the version
+    unfit_since: float | None = None   # a drop costs it its rate, but it beats the version before
 
 
 class SwapHolds:
@@ -79,11 +80,13 @@ class SwapHolds:
         for key, w in list(self._watch.items()):
             w.published = min(w.published, now)            # a wall clock stepped back: no hold for that long
             w.held_since = None if w.held_since is None else min(w.held_since, now)
-            links = manager.swap_hold(*key)
+            links = manager.swap_hold(*key, against_before=True)
             if w.held_since is None:
                 if links:
                     w.held_since, w.links = now, links
                     out.append((*key, w.version, links))
+                elif not w.superseded and self._replace_unfit(manager, key, w, now):
+                    continue
                 elif now - w.published >= self.window_s:
                     del self._watch[key]
             elif not links or self._over(manager, key, links, w, now):
@@ -96,6 +99,27 @@ class SwapHolds:
         """The manager events of the jobs :meth:`turn` started, once."""
         events, self.events = self.events, []
         return events
+
+    def _replace_unfit(self, manager: Any, key: tuple[str, str], w: _Watch, now: float) -> bool:
+        """Whether an unheld version is being watched for a drop that costs it its rate
+        but not enough to hold it (it still beats the version before, so the ranks swap it
+        in: ``swap_hold(..., against_before=True)`` is empty while ``swap_hold`` is not).
+        Once a fresh reading settles that drop (:meth:`_over`'s test), a job replaces the
+        version at once, as for a held one, without waiting for the dwell time or for the
+        drop to flag Algorithm 1 (a ramp's step costs 20-40 % of the rate, under ``Gamma``
+        on real ranks)."""
+        unfit = manager.swap_hold(*key)
+        if not unfit:
+            w.unfit_since = None
+            return False
+        w.unfit_since = now if w.unfit_since is None else min(w.unfit_since, now)
+        if now - w.unfit_since >= manager.policy.settle_max_s \
+                and manager.hold_settled(*key, unfit, w.unfit_since, self.window_s):
+            w.superseded = True
+            event = manager.supersede_held(*key, now, held=False)
+            if event is not None:
+                self.events.append(event)
+        return True
 
     def _over(self, manager: Any, key: tuple[str, str], links: list[list[str]], w: _Watch,
               now: float) -> bool:

@@ -32,7 +32,7 @@ class _Manager:
         self.links: list[list[str]] = []
         self.fresh = True                  # the held links measured again since the hold
 
-    def swap_hold(self, comm: str, name: str) -> list[list[str]]:
+    def swap_hold(self, comm: str, name: str, against_before: bool = False) -> list[list[str]]:
         return list(self.links)
 
     def hold_settled(self, comm: str, name: str, links: list[list[str]], since: float, recent_s: float) -> bool:
@@ -131,11 +131,13 @@ def test_a_reverted_hold_settles_when_the_version_before_no_longer_fits_elsewher
     mgr.close()
 
 
-def test_a_hold_settled_on_a_real_change_is_superseded_at_once_not_released():
-    """A version built on a partial picture (one pair read low) is held when a second pair
-    reads low; once a fresh reading confirms it, a job starts at once, within the dwell
-    time, and its version replaces the held one, which is never released.  On main the
-    held version was released and the next one waited ``min_dwell_s`` (1 s)."""
+def test_a_version_unfit_for_a_settled_drop_is_replaced_at_once_without_a_hold():
+    """A version built on a partial picture (one pair read low) no longer fits when a
+    second pair reads low, but it still beats the version before under that estimate, so
+    it is not held (the ranks would keep the slower v1: issue 26, real ranks); once a
+    fresh reading confirms the drop, a job starts at once, within the dwell time, and its
+    version is built for the whole picture.  Before, v2 was held (and, before that,
+    released with the next version a dwell later)."""
     import mccl_opt as mo
     from mccl_runtime.manager import ScheduleManager, solver_synthesizer
     from mccl_runtime.telemetry import MeasurementStore
@@ -152,15 +154,14 @@ def test_a_hold_settled_on_a_real_change_is_superseded_at_once_not_released():
     holds = SwapHolds(window_s=1.0)
     holds.published("w", "ag", 2, now=9.1)
     store.ingest([{**b, "gbps": 150.0, "t": 9.2}])                  # the rest of it
-    sent = holds.turn(mgr, 9.2)
-    assert len(sent) == 1 and sent[0][2] == 2 and sent[0][3]         # v2 held
+    assert mgr.swap_hold("w", "ag")                                  # v2 does not fit it ...
+    assert holds.turn(mgr, 9.2) == [] and not holds.held("w", "ag", 2)   # ... but beats v1: not held
     store.ingest([{**b, "gbps": 150.0, "t": 9.3}])                  # a fresh reading: real
     assert mgr.step(9.3) == []                                       # within the dwell: no flag
-    assert holds.turn(mgr, 9.3) == [] and holds.held("w", "ag", 2)   # still held ...
-    assert [e.action.value for e in holds.take_events()] == ["resynthesis"]   # ... a job replaces it
+    assert holds.turn(mgr, 9.3) == []
+    events = holds.take_events()
+    assert [e.action.value for e in events] == ["resynthesis"] and events[0].detail["unfit_version"]
     assert mgr.wait_idle(30.0) and [e.action.value for e in mgr.poll(9.35)] == ["published"]
-    holds.published("w", "ag", 3, now=9.35)
-    assert holds.turn(mgr, 9.4) == []                                # v2 never released
     m = store.measured()
     best = mo.solve_allgather(TOPO.with_capacities(m)).rate_gbps
     loads = mgr.get("w", "ag").profile.loads
@@ -295,15 +296,26 @@ def test_swap_holding_keeps_rises_and_binding_drops():
     assert loads[back] > 0 and loads[nvs] > 0
     mine, none = np.ones(TOPO.num_links, dtype=bool), np.zeros(0, dtype=np.int64)
 
-    def held(readings: dict[int, float]) -> list[int]:
+    def held(readings: dict[int, float], before: np.ndarray | None = None) -> list[int]:
         prov = built.copy()
         for i, gbps in readings.items():
             prov[i] = gbps
         pending = np.array(sorted(readings), dtype=np.int64)
         est = Estimate(built, prov, pending, none, none, nominal)
-        return swap_holding(est, mine, built, loads, tol=0.1, rate_loss=0.05).tolist()
+        return swap_holding(est, mine, built, loads, tol=0.1, rate_loss=0.05, before=before,
+                            min_gain=0.01).tolist()
 
     assert held({nvs: 0.65 * 2880.0}) == []
     assert held({back: 50.0}) == [back]
     assert held({back: 50.0, nvs: 0.65 * 2880.0}) == [back]
     assert held({nic: 400.0}) == [nic]
+    # real executors: nothing holds while the version the ranks run meanwhile is slower
+    slower, as_fast = loads.copy(), loads.copy()
+    slower[back] *= 4.0                                   # leans on the dropped link: 4x slower there
+    assert held({back: 50.0}, before=slower) == []
+    assert held({back: 50.0}, before=as_fast) == [back]
+    assert held({nic: 400.0}, before=as_fast) == [nic]    # a clear: the version before is as fast
+    healthy = loads.copy()
+    healthy[[nic, back]] *= 137.5 / 400.0                 # made for the NIC at 400: faster once it is
+    assert held({nic: 400.0, back: 400.0}, before=healthy) == [nic, back]
+    assert held({nic: 400.0}, before=slower) == []        # a reverted stall under a slower version
