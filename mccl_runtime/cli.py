@@ -113,7 +113,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 class _LazySynthesizer:
     """The product synthesizer, built (backend checked) by :meth:`load` or the first call,
-    its kernels loaded apart (``--kernels``, :func:`_load_kernels_logged`): the state file
+    its kernels loaded apart (``--kernels``, :func:`.warmup.load_kernels_logged`): the state file
     is checked before that cost."""
 
     def __init__(self, backend: str, shallow: bool = False) -> None:
@@ -131,22 +131,6 @@ class _LazySynthesizer:
 
     def __call__(self, *args):
         return self.load()(*args)
-
-
-def _load_kernels_logged(backend: str, when: str, after=None) -> None:
-    """Load the synthesizers' kernels (:func:`.warmup.load_kernels`), once ``after`` (an
-    event: the controller serving) is set, and log it at info."""
-    import logging
-    import time
-
-    from .warmup import load_kernels
-
-    if after is not None:
-        after.wait()
-    start = time.perf_counter()
-    load_kernels(backend)
-    logging.getLogger("mccl.controller").info("synthesizer kernels loaded %s (%.2f s)", when,
-                                              time.perf_counter() - start)
 
 
 def _start_pool(topo, backend: str, workers: int, synthesis: str = "local", shallow: bool = False,
@@ -185,6 +169,7 @@ def _serve(args: argparse.Namespace) -> int:
     from .manager import Policy
     from .protocol import load_key
     from .service import ControllerService
+    from .warmup import load_kernels_in_background, load_kernels_logged
 
     level = args.log_level or ("warning", "info", "debug")[min(args.verbose, 2)]
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING,
@@ -215,10 +200,9 @@ def _serve(args: argparse.Namespace) -> int:
         synthesize=synthesize, alpha=args.alpha, estimator=args.estimator, policy=policy, allow_remote=args.allow_remote,
         pool=pool)
     if pool is None and args.kernels == "eager":
-        _load_kernels_logged(args.backend, "before serving")
+        load_kernels_logged(args.backend, "before serving")
     elif pool is None and args.kernels == "background":
-        threading.Thread(target=_load_kernels_logged, args=(args.backend, "in the background", svc.ready),
-                         name="mccl-kernels", daemon=True).start()
+        load_kernels_in_background(args.backend, after=svc.ready)
     svc.shard = getattr(args, "shard", None)
     for comm, name, kind in specs:          # a resumed controller already has them
         names = [f"{name}/reducescatter", f"{name}/allgather"] if kind == "allreduce" else [name]

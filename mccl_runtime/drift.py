@@ -64,9 +64,9 @@ class DriftReport:
                 "worst_link": [worst.src, worst.dst] if worst else None}
 
 
-def bottleneck_rate(m: np.ndarray, n: np.ndarray) -> float:
-    """Phase 1: ``x_min = min_{a: n_a > 0} M_a / n_a`` (``inf`` when nothing is used)."""
-    used = n > 0
+def bottleneck_rate(m: np.ndarray, n: np.ndarray, floor: float = 0.0) -> float:
+    """Phase 1: ``x_min = min_{a: n_a > floor} M_a / n_a`` (``inf`` when nothing is used)."""
+    used = n > floor
     if not used.any():
         return float("inf")
     return float(np.min(m[used] / n[used]))

@@ -50,6 +50,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--synth-clock", choices=["wall", "cpu"], default=d.synth_clock,
                    help="simulated loop: time synthesis on the wall clock or on the process's CPU time "
                         "(not inflated by other processes' load; default %(default)s)")
+    p.add_argument("--speculate", action="store_true",
+                   help="start synthesis on early estimates of a change still being confirmed, when no cable "
+                        "is read in one direction only; publish only once it is confirmed (Policy.speculate)")
     p.add_argument("--backend", default=d.backend, help="LP backend of the synthesizers (default %(default)s)")
     p.add_argument("--json", action="store_true", help="print the summary as one JSON object")
     p.add_argument("--png", help="write an algbw-over-time plot (paper Fig. 13(a))")
@@ -70,7 +73,7 @@ def main(args: argparse.Namespace, out: TextIO) -> int:
                      duration_ms=args.duration_ms, noise=args.noise, seed=args.seed, estimator=args.estimator,
                      alpha=args.alpha, gamma=args.gamma, probe_period_ms=args.probe_period_ms,
                      oob_ms=args.oob_ms, backend=args.backend, cold_gpus=args.cold_gpus,
-                     synth_clock=args.synth_clock)
+                     synth_clock=args.synth_clock, speculate=args.speculate)
     scenario = load_scenario(args.scenario) if args.scenario else None
     res = run_loop(cfg, scenario=scenario)
     scn = res.scenario

@@ -28,8 +28,9 @@ collective, concurrently), and publishes new versions.
   its parts, in its order.
 * Speculative synthesis (``Policy.speculate``, off by default): while changes are still
   being confirmed (level estimator), a job may start on their early estimates
-  (:meth:`MeasurementStore.early`); its result is held until they are confirmed and then
-  re-checked as any other.
+  (:meth:`MeasurementStore.early`) when no cable of its fabric is read in one direction
+  only (:func:`~.publish_decision.speculation_covers`); its result is held until they are
+  confirmed and then re-checked as any other.
 * Re-check before publish: a finished job is published only if, under the *latest*
   ``M``, the current schedule still deviates (``max delta > clear_ratio * Gamma``) and
   the new schedule's rate beats the current one's by more than ``min_gain``; otherwise
@@ -132,7 +133,9 @@ from .gain_bound import VertexBound
 from .groups import Groups
 from .pool import JobResult, SynthesisPool, job_result, run_job
 from .publish_decision import (Active, Estimate, Finished, Verdict, drift_gone, gained, moved, near,
-                               no_schedule_gains, outdated, publish_decision, rate, remembered, swap_holding)
+                               no_schedule_gains, outdated, publish_decision, rate, remembered, speculation_covers,
+                               swap_holding)
+from .channels import reverse_links
 from .telemetry import MeasurementStore
 
 __all__ = ["Policy", "Collective", "Action", "Event", "ScheduleManager", "Synthesizer",
@@ -438,6 +441,7 @@ class ScheduleManager:
         self._known_seen: dict[tuple[str, str], tuple[np.ndarray, ScheduleProfile, bool]] = {}
         self._known_loads: dict[int, tuple[Schedule, np.ndarray]] = {}    # id(schedule) -> its loads
         self._bounds: dict[tuple[str, ...] | None, VertexBound] = {}
+        self._rev: np.ndarray | None = None             # each link's reverse direction (speculation)
 
     # ------------------------------------------------------------------ registry
     def register(self, comm: str, name: str, kind: str, schedule: Schedule | None = None,
@@ -534,13 +538,23 @@ class ScheduleManager:
             coll.last_decision_t = min(coll.last_decision_t, now)
         flagged = [coll for coll, flag in zip(profiled, flags.tolist())
                    if flag and coll.job is None and coll.deferred is None
-                   and (now - coll.last_decision_t >= self.policy.min_dwell_s or self._new_level(m, coll))]
+                   and (now - coll.last_decision_t >= self.policy.min_dwell_s or self._new_level(m, coll))
+                   and (early is None or self._covers(early, coll))]
         chosen = {id(c) for c in flagged}
         for coll in profiled:
             if id(coll) not in chosen:
                 coll.flagged_since = None
         return early, [(coll, detect(m, coll.profile, self.policy.gamma)) for coll in flagged
                        if self._gathered(coll, now)]
+
+    def _covers(self, early: np.ndarray, coll: Collective) -> bool:
+        """Whether ``coll`` may start a speculative job on ``early``
+        (:func:`~.publish_decision.speculation_covers`: no cable of its fabric read in one
+        direction only)."""
+        if self._rev is None:
+            self._rev = reverse_links(self.topo)
+        return speculation_covers(early, self.store.pending_links(), self._mine(coll), self._rev,
+                                  self.store.level_params.k)
 
     def _gathered(self, coll: Collective, now: float) -> bool:
         """Whether a flagged collective's job may start: at once with ``gather_s = 0``;

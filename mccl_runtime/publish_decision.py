@@ -35,20 +35,20 @@ calls :func:`publish_decision` and acts on its :class:`Decision`.  In order:
    (:func:`remembered`) instead of synthesizing.
 
 Before a job starts, :func:`no_schedule_gains` (the single-vertex cut bound,
-:mod:`.gain_bound`) ends a flagged collective ``no_gain`` with no job, and
-:func:`remembered` picks a known fabric's schedule to reuse.
+:mod:`.gain_bound`) ends a flagged collective ``no_gain`` with no job,
+:func:`remembered` picks a known fabric's schedule to reuse, and (``Policy.speculate``)
+:func:`speculation_covers` decides whether a job may start on early estimates.
 """
 
 from __future__ import annotations
 
 import enum
-import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 
-from .drift import ScheduleProfile, detect
+from .drift import ScheduleProfile, bottleneck_rate, detect
 
 if TYPE_CHECKING:
     from .manager import Policy
@@ -56,7 +56,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Verdict", "Decision", "Estimate", "Active", "Finished", "publish_decision", "outdated",
            "drift_gone", "gained", "changing_under", "moving_under", "remembered", "no_schedule_gains",
-           "rate", "moved"]
+           "rate", "moved", "speculation_covers"]
 
 _NONE = np.zeros(0, dtype=np.int64)
 
@@ -281,6 +281,25 @@ def remembered(m: np.ndarray, mine: np.ndarray, known: Sequence[tuple[np.ndarray
     return None
 
 
+def speculation_covers(early: np.ndarray, pending: np.ndarray, mine: np.ndarray, rev: np.ndarray,
+                       k: float) -> bool:
+    """Whether a job may start on ``early`` (``M`` with every pending change at its early
+    estimate, :meth:`~.telemetry.MeasurementStore.early`): some link of ``mine`` is
+    pending, and every pending link of ``mine`` whose cable's other direction ``rev`` is in
+    ``mine`` reads within ``k`` of that direction (pending too, or already at that level).
+    A cable read in one direction only is a partial picture: a job started on it restarts
+    once the other direction is confirmed, and the restart costs more than the
+    confirmation saved (docs/runtime.md, "Speculative synthesis")."""
+    mine_pending = pending[mine[pending]]
+    if mine_pending.size == 0:
+        return False
+    other = rev[mine_pending]
+    paired = other >= 0
+    a, r = mine_pending[paired], other[paired]
+    a, r = a[mine[r]], r[mine[r]]
+    return bool(np.all(np.abs(early[a] - early[r]) <= k * np.maximum(early[a], early[r])))
+
+
 def no_schedule_gains(current: float, bound: float, min_gain: float) -> bool:
     """The active rate is within ``min_gain`` of an upper bound on every schedule's rate
     (:class:`~.gain_bound.VertexBound`): a job could only end ``no_gain``."""
@@ -298,6 +317,6 @@ def moved(m: np.ndarray, capacity: np.ndarray) -> float:
 
 
 def rate(m: np.ndarray, loads: np.ndarray) -> float:
-    """A schedule's rate under ``m``: ``min_a m_a / L_a`` over the links it uses."""
-    used = loads > 1e-12
-    return float(np.min(m[used] / loads[used])) if used.any() else math.inf
+    """A schedule's rate under ``m``: ``min_a m_a / L_a`` over the links it uses (share
+    load above ``1e-12``, as :func:`mccl_opt.schedule.schedule_rate`)."""
+    return bottleneck_rate(m, loads, floor=1e-12)

@@ -455,12 +455,7 @@ class MeasurementStore:
         confirmed or still being confirmed.  Equal to :meth:`measured` when nothing is
         pending (and always with the EWMA)."""
         pending = [(cid, tr.provisional) for cid, tr in self._trackers.items() if tr.pending and tr.run_y]
-        if not pending:
-            return self.measured()
-        value = self.chan.value.copy()
-        for cid, estimate in pending:
-            value[cid] = estimate
-        return self._links_of(value)
+        return self._links_with(pending) if pending else self.measured()
 
     def early(self) -> np.ndarray | None:
         """``M`` with every pending change at its early estimate
@@ -469,8 +464,12 @@ class MeasurementStore:
         early = [(cid, tr.early) for cid, tr in self._trackers.items() if tr.pending]
         if not early or any(e is None for _, e in early):
             return None
+        return self._links_with(early)
+
+    def _links_with(self, estimates: list[tuple[int, float]]) -> np.ndarray:
+        """``M`` with the channels of ``estimates`` (``(channel, value)``) at those values."""
         value = self.chan.value.copy()
-        for cid, estimate in early:
+        for cid, estimate in estimates:
             value[cid] = estimate
         return self._links_of(value)
 

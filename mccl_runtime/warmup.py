@@ -29,6 +29,7 @@ explicitly (e.g. in containers whose home is read-only too).
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import threading
@@ -41,7 +42,7 @@ if TYPE_CHECKING:
     from mccl_opt.schedule import Schedule
     from mccl_opt.topology import Topology
 
-__all__ = ["load_kernels", "load_kernels_in_background", "check_kernels_mode", "KERNEL_MODES",
+__all__ = ["load_kernels", "load_kernels_logged", "load_kernels_in_background", "check_kernels_mode", "KERNEL_MODES",
            "COLLECTIVES", "GROUPS", "KernelGroup", "cache_location", "compiling_notice"]
 
 #: When the product synthesizer loads its kernels (``controller serve --kernels``):
@@ -269,10 +270,23 @@ def check_kernels_mode(mode: str) -> str:
     return mode
 
 
-def load_kernels_in_background(backend: str = "highs") -> threading.Thread:
-    """Start :func:`load_kernels` in a daemon thread (named ``mccl-kernels``) and return it;
-    a solve meanwhile loads or compiles the kernels it needs itself (numba serializes it)."""
-    thread = threading.Thread(target=load_kernels, args=(backend,), name="mccl-kernels", daemon=True)
+def load_kernels_logged(backend: str, when: str, after: threading.Event | None = None) -> None:
+    """:func:`load_kernels` once ``after`` (an event: the controller serving) is set, logged
+    at info on ``mccl.controller`` with ``when`` and the seconds it took."""
+    if after is not None:
+        after.wait()
+    start = time.perf_counter()
+    load_kernels(backend)
+    logging.getLogger("mccl.controller").info("synthesizer kernels loaded %s (%.2f s)", when,
+                                              time.perf_counter() - start)
+
+
+def load_kernels_in_background(backend: str = "highs", after: threading.Event | None = None) -> threading.Thread:
+    """Start :func:`load_kernels_logged` (``in the background``, once ``after`` is set) in a
+    daemon thread named ``mccl-kernels`` and return it; a solve meanwhile loads or compiles
+    the kernels it needs itself (numba serializes it)."""
+    thread = threading.Thread(target=load_kernels_logged, args=(backend, "in the background", after),
+                              name="mccl-kernels", daemon=True)
     thread.start()
     return thread
 

@@ -48,7 +48,7 @@ def fabric() -> tuple[mo.Topology, float, float]:
 
 @pytest.mark.parametrize("stop, method", [
     ("solve_by_restriction", Method.BALANCED_RESTRICTION),   # after the restriction's LP
-    ("_restricted", Method.WEAKER_DIRECTIONS),               # before it
+    ("restrict_recorded", Method.WEAKER_DIRECTIONS),         # before it
 ])
 def test_a_limit_mid_solve_returns_the_best_intermediate_schedule(monkeypatch, fabric, stop,
                                                                   method):
@@ -73,7 +73,7 @@ def test_the_restriction_s_schedule_beats_the_weaker_directions(monkeypatch, fab
     directions lose the faulty NIC's other direction too)."""
     topo, _, _ = fabric
     monkeypatch.setattr(interim, "INTERIM_FROM_GPUS", 0)
-    _stop_at(monkeypatch, "_restricted")
+    _stop_at(monkeypatch, "restrict_recorded")
     weaker = mo.solve_allgather(topo, max_chunks=None, time_limit=600.0)
     monkeypatch.undo()
     monkeypatch.setattr(interim, "INTERIM_FROM_GPUS", 0)

@@ -1,5 +1,5 @@
 """ForestColl on the balanced restriction above the tree limit by the scaled packing
-(mccl_opt.allgather.chain.solve_by_restriction, docs/allgather.md "Scaled packing on the
+(mccl_opt.allgather.restriction.stages.solve_by_restriction, docs/allgather.md "Scaled packing on the
 restriction"): at ``max_chunks=None`` an unbalanced fabric whose restriction needs more
 than ``EXACT_TREES_LIMIT`` trees per root gets the restriction's certified optimum from
 ForestColl on ``c'`` instead of the general method.  The path starts at
@@ -12,7 +12,7 @@ import pytest
 import mccl_opt as mo
 
 from instances import hpn
-from mccl_opt.allgather import chain
+from mccl_opt.allgather.restriction import stages
 from mccl_opt.allgather.budget import EXACT_TREES_LIMIT
 from mccl_opt.allgather.canonical import canonical
 from tests.oracle_allgather import check_schedule, forwarding_optimum
@@ -38,7 +38,7 @@ def test_scaled_restriction_reaches_the_independent_forwarding_optimum(monkeypat
     on the same optimum."""
     topo = _faulty(shape, src, dst, gbps)
     opt = forwarding_optimum(topo).rate_gbps
-    monkeypatch.setattr(chain, "SCALED_RESTRICTION_FROM", 0)
+    monkeypatch.setattr(stages, "SCALED_RESTRICTION_FROM", 0)
     s = mo.solve_allgather(topo, max_chunks=None)
     assert s.stats["method"] == "forestcoll-balanced-restriction"
     assert s.stats["k"] > EXACT_TREES_LIMIT and s.stats["scaled_tries"] >= 1
@@ -47,7 +47,7 @@ def test_scaled_restriction_reaches_the_independent_forwarding_optimum(monkeypat
     assert s.report.bound_gbps == pytest.approx(opt, rel=1e-9)
     assert check_schedule(topo, s).rate_gbps == pytest.approx(opt, rel=1e-6)
 
-    monkeypatch.setattr(chain, "SCALED_RESTRICTION_FROM", topo.num_gpus + 1)
+    monkeypatch.setattr(stages, "SCALED_RESTRICTION_FROM", topo.num_gpus + 1)
     general = mo.solve_allgather(topo, max_chunks=None)
     assert general.stats["method"] == "general"
     assert general.lp_rate_gbps == pytest.approx(opt, rel=1e-7)
@@ -56,7 +56,7 @@ def test_scaled_restriction_reaches_the_independent_forwarding_optimum(monkeypat
 def test_scaled_restriction_only_at_max_chunks_none(monkeypatch):
     """With a chunk budget the restriction keeps its chunk-count loop (no scaled packing:
     ``k <= max_chunks``), and the schedule stays within that budget."""
-    monkeypatch.setattr(chain, "SCALED_RESTRICTION_FROM", 0)
+    monkeypatch.setattr(stages, "SCALED_RESTRICTION_FROM", 0)
     topo = _faulty(*FAULTS[0])
     s = mo.solve_allgather(topo, max_chunks=10)
     assert "scaled_tries" not in s.stats

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from mccl_opt import Topology
-from mccl_opt.allgather.general.arborescence import min_arborescence, min_arborescences
+from mccl_opt.allgather.general.arborescence import min_arborescences
 from mccl_opt.allgather.general.switch_paths import switch_paths
 
 
@@ -65,9 +65,9 @@ def test_cycle_contraction_needed():
     """Cheapest in-edges form a cycle 1 <-> 2; the optimum enters it once from the root."""
     inf = np.inf
     D = np.array([[0, 5, 6], [inf, 0, 1], [inf, 1, 0]])
-    parent, cost = min_arborescence(D, 0)
-    assert cost == 6.0
-    assert parent.tolist() == [-1, 0, 1]
+    parents, costs = min_arborescences(D, np.array([0]))
+    assert costs[0] == 6.0
+    assert parents[0].tolist() == [-1, 0, 1]
 
 
 def test_deterministic_and_unreachable():
@@ -78,7 +78,7 @@ def test_deterministic_and_unreachable():
     assert np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1])
     D = np.full((3, 3), np.inf)
     D[0, 1] = 1.0
-    assert np.isinf(min_arborescence(D, 0)[1])        # node 2 has no in-edge
+    assert np.isinf(min_arborescences(D, np.array([0]))[1][0])   # node 2 has no in-edge
 
 
 def test_bad_input():

@@ -79,15 +79,29 @@ def test_check_detects_a_wrong_optimum(tmp_path, monkeypatch):
         check(names=["ring-8"])
 
 
-def test_check_detects_a_wrong_switch_removal_optimum(tmp_path, monkeypatch):
+def test_check_detects_a_switch_removal_optimum_above_any_utility(tmp_path, monkeypatch):
+    """The stored switch-removal optimum records the pipeline's model (not compared with a
+    recomputation); it must stay within the bound of the model's definition."""
     data = json.loads(library.MANIFEST.read_text())
     rec = next(r for r in data["instances"] if r["name"] == "dgx-8")
-    rec["models"]["switch-removal"]["optimum"] *= 1.001
+    rec["models"]["switch-removal"]["optimum"] = library.utility_bound(8) * 1.001
     bad = tmp_path / "manifest.json"
     bad.write_text(json.dumps(data))
     monkeypatch.setattr(library, "MANIFEST", bad)
-    with pytest.raises(MCCLError, match="dgx-8: manifest switch-removal optimum"):
+    with pytest.raises(MCCLError, match="dgx-8: manifest switch-removal optimum .* outside"):
         check(names=["dgx-8"])
+
+
+def test_check_detects_a_switch_removal_loop_that_misses_a_cut(monkeypatch):
+    """A separation that finds no violated cut (the loop stops at the degree cuts) keeps
+    the exported LP and the loop in agreement, but on irregular-1 (whose loop separates
+    one cut) the optimum's logical graph fails the independent max-flow certificate."""
+    from mccl_opt.allgather.forestcoll import step_aware
+
+    monkeypatch.setattr(step_aware, "_violated_cuts", lambda cap, k: [])
+    assert not library.switch_removal_certificate(instance("irregular-1").load())["keeps_rooted_cuts"]
+    with pytest.raises(MCCLError, match="irregular-1: the switch-removal model's optimum fails"):
+        check(names=["irregular-1"])
 
 
 def test_maxflow_certificate_rejects_a_wrong_rate():

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from mccl_runtime.manager import Policy, ScheduleManager
-from mccl_runtime.publish_decision import Active, Estimate, Finished, Verdict, publish_decision
+from mccl_runtime.publish_decision import Active, Estimate, Finished, Verdict, publish_decision, speculation_covers
 from mccl_runtime.telemetry import MeasurementStore
 from tests.test_runtime_manager import TOPO, PruningSynth, _cable, bfs_allgather
 
@@ -109,6 +109,24 @@ def test_speculative_synthesis_starts_before_the_confirmation_and_publishes_afte
     mgr.close()
 
 
+def test_no_speculative_job_while_one_direction_of_the_cable_is_read():
+    """The manager applies :func:`speculation_covers`: a change read on one direction of
+    the NIC cable has an early estimate but starts nothing until the other direction is
+    read at the same level (here: pending, once the first is confirmed)."""
+    synth, store, mgr = _level_manager(True)
+    a = TOPO.link_index(*NIC)
+    t = 1.0
+    for _ in range(10):
+        t += 0.0005
+        store.ingest([_cable(*NIC, 50.0, t)[0]], now=t)
+    assert store.pending_links().tolist() == [a] and store.early() is not None
+    assert mgr.step(t) == [] and synth.calls == []
+    t = _feed(store, 50.0, t, 10)              # both directions: this one confirmed, the other early
+    assert store.pending_links().tolist() == [TOPO.link_index(*NIC[::-1])]
+    assert [e.detail.get("speculative") for e in mgr.step(t)] == [True]
+    mgr.close()
+
+
 def test_a_speculative_job_on_a_transient_publishes_nothing():
     """The change reverts before it is confirmed: the speculative job ends ``cleared``, no
     version (what keeps speculation from adding false swaps)."""
@@ -136,3 +154,20 @@ def test_a_speculative_job_built_on_a_partial_picture_restarts_on_the_confirmed_
     est = _est([50.0, 356.0, 400.0])
     assert publish_decision(plain, _active([1.0, 1.0, 0.0]), est, 0.0, policy).verdict is Verdict.PUBLISH
     assert publish_decision(spec, _active([1.0, 1.0, 0.0]), est, 0.0, policy).verdict is Verdict.RESTART
+
+
+def test_speculation_waits_for_both_directions_of_a_cable():
+    """Links 0 and 1 are one cable, link 2 has no reverse.  A pending direction whose other
+    direction still reads its old level is a partial picture (no speculative job); both
+    pending at one level, or the other already confirmed there, is a whole one."""
+    rev = np.array([1, 0, -1])
+    mine = np.ones(3, dtype=bool)
+    k = 0.05
+    assert not speculation_covers(np.array([50.0, 400.0, 400.0]), np.array([0]), mine, rev, k)
+    assert speculation_covers(np.array([50.0, 51.0, 400.0]), np.array([0, 1]), mine, rev, k)
+    assert speculation_covers(np.array([50.0, 50.0, 400.0]), np.array([0]), mine, rev, k)   # 1 confirmed at 50
+    assert not speculation_covers(np.array([50.0, 100.0, 400.0]), np.array([0, 1]), mine, rev, k)
+    assert speculation_covers(np.array([400.0, 400.0, 50.0]), np.array([2]), mine, rev, k)  # no other direction
+    # the other direction outside the collective's fabric does not count; nothing pending in it: no job
+    assert speculation_covers(np.array([50.0, 400.0, 400.0]), np.array([0]), np.array([True, False, True]), rev, k)
+    assert not speculation_covers(np.array([50.0, 400.0, 400.0]), np.array([0]), np.array([False, True, True]), rev, k)

@@ -30,43 +30,42 @@ forwarding-only schedule and switch removal can fail, so the chain is:
 
 The general method never fails on a connected fabric with positive capacities.
 
-Longer than ~400 lines on purpose: the chain is one decision procedure read top to
-bottom (which method, in which order, kept when), its stages sharing one :class:`Trail`
-of offers; splitting the restriction stages into their own module is the next step.
+The chain is one decision procedure read top to bottom (which method, in which order,
+kept when); the balanced-restriction stages are :mod:`.restriction.stages`, and what
+every stage shares (the :class:`~.stage.Trail` of offers) is :mod:`.stage`.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import time
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, TypeVar
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
 from .. import anytime, progress
 from ..errors import MCCLError, SolveError, TopologyError
 from ..report import Attempt, Method
-from ..schedule import Schedule, bottleneck_links, schedule_rate, share_loads
+from ..schedule import Schedule
 from ..topology import Topology
-from .budget import EXACT_TREES_LIMIT, ChunkCounts
+from .budget import EXACT_TREES_LIMIT
 from .fabric import fabric_of, switches_balanced
 from .fewer_trees import fewer_trees
 from . import interim
 from .interim import rerated
+from .restriction.stages import Restricted, restrict, restrict_recorded, solve_by_restriction
 from .seed_first import seed_first
+from .stage import REACH_TOL, Declined, ForestColl, Trail
 from .forestcoll.pipeline import gbps
 from .forestcoll.throughput import optimal_rate
 from .warm.route import WarmRoute
 
 if TYPE_CHECKING:                          # imported by the functions that use them
     from .general.restriction_seed import RestrictionSeed
-    from .restriction.balanced import Restriction
 
 __all__ = ["Declined", "Trail", "ForestColl", "Restricted", "EXACT_TREES_LIMIT", "restrict",
            "RESTRICTION_ROUNDING_GAP", "switches_balanced", "cut_bound_gbps", "seed_once",
-           "solve_by_general", "weaker_directions", "solve_by_restriction", "solve_unbalanced",
-           "SCALED_RESTRICTION_FROM"]
+           "solve_by_general", "weaker_directions", "solve_by_restriction", "solve_unbalanced"]
 
 #: with ``max_chunks=K``, a balanced-restriction schedule rounded further than this below
 #: its optimum also runs the general method, and the better rounding is kept (ForestColl's
@@ -74,18 +73,6 @@ __all__ = ["Declined", "Trail", "ForestColl", "Restricted", "EXACT_TREES_LIMIT",
 #: on HPN 1x2x8 with one NVLink at 360 Gbps one way, where the general method rounds to
 #: 190.5; from 128 GPUs it stayed within 1 %)
 RESTRICTION_ROUNDING_GAP = 0.05
-
-#: relative tolerance of "the weaker-direction optimum reaches the cut bound" (both are
-#: exact rationals of the quantized capacities; this only absorbs the Gbps conversion)
-_REACH_TOL = 1e-9
-
-#: from this many GPUs, at ``max_chunks=None``, ForestColl on the balanced restriction packs
-#: above the tree limit by the scaled packing instead of declining (HPN 4x16x8 with one NIC
-#: at a quarter one way: 13 s CPU, exact, where the general method seeded on ``c'`` was
-#: still 6.6e-5 below after 45 s; 4x8x8: 1.6 s against 2.8 s); below it the general
-#: method is the cheaper exact path on the fabrics measured (docs/allgather.md "Scaled
-#: packing on the restriction")
-SCALED_RESTRICTION_FROM = 256
 
 #: the symmetry quotient (:func:`_by_quotient`) is tried from this many GPUs at
 #: ``max_chunks=None`` (shared aggregation 2x8x8 with a NIC slowed one way: 0.3 s against
@@ -104,59 +91,6 @@ QUOTIENT_MIN_SHRINK = 8
 #: per-rail aggregation switches) 152, 24 (554k) / 264, 40 (2.8M): out of rounds after
 #: 1.3 / 4.5 s, where the restriction takes 0.5 / 1.6 s
 QUOTIENT_MAX_COST = 200_000
-
-T = TypeVar("T")
-
-
-@dataclass(frozen=True)
-class Declined:
-    """A method that chose not to solve a fabric, and why (the next method runs)."""
-
-    reason: str
-
-
-#: ForestColl on a (canonically listed, balanced) topology, on a warm route (:class:`.warm.
-#: route.WarmRoute`), at a chunk limit, optionally with each link's headroom on the real fabric
-#: when the topology is a balanced restriction (see :func:`.solve._forestcoll`); raises SolveError
-ForestColl = Callable[..., "Schedule | Declined"]
-
-
-@dataclass
-class Trail:
-    """The methods one solve tried, in order, with their times and outcomes
-    (``SolveReport.attempts``)."""
-
-    attempts: list[Attempt] = field(default_factory=list)
-
-    def add(self, attempt: Attempt) -> None:
-        self.attempts.append(attempt)
-
-    def general(self, started: float, sched: Schedule | None, declined: str,
-                reason: str) -> Schedule | None:
-        """A one-shot general-method try begun at ``started`` (``perf_counter``): recorded
-        as declined with ``declined`` when ``sched`` is ``None``, else as returned, with
-        ``stats["general_reason"] = reason``, and offered to the time limit."""
-        if sched is None:
-            self.add(Attempt(Method.GENERAL, time.perf_counter() - started,
-                             f"declined: {declined}"))
-            return None
-        self.add(Attempt(Method.GENERAL, time.perf_counter() - started, "returned"))
-        sched.stats["general_reason"] = reason
-        anytime.offer(sched)
-        return sched
-
-    def run(self, method: Method, attempt: Callable[[], T], outcome: str) -> T:
-        """``attempt()``, recorded as ``method`` with ``outcome`` (a failure is recorded
-        with its error and re-raised)."""
-        t = time.perf_counter()
-        try:
-            result = attempt()
-        except (SolveError, TopologyError) as e:
-            self.add(Attempt(method, time.perf_counter() - t, f"failed: {e}"))
-            raise
-        self.add(Attempt(method, time.perf_counter() - t,
-                         f"declined: {result.reason}" if isinstance(result, Declined) else outcome))
-        return result
 
 
 def cut_bound_gbps(topo: Topology) -> float | None:
@@ -260,7 +194,7 @@ def solve_unbalanced(topo: Topology, route: WarmRoute, backend: str,
         except (SolveError, TopologyError):
             found = None
         if isinstance(found, Schedule):
-            reaches = bound is not None and found.lp_rate_gbps >= bound * (1 - _REACH_TOL)
+            reaches = bound is not None and found.lp_rate_gbps >= bound * (1 - REACH_TOL)
             if reaches:                      # no schedule exceeds the cut bound: optimal
                 return rerated(found, topo, bound, Method.WEAKER_DIRECTIONS,
                                "weaker-direction fabric reaches the cut bound")
@@ -274,7 +208,7 @@ def solve_unbalanced(topo: Topology, route: WarmRoute, backend: str,
     if quotient is not None:
         return quotient
     anytime.check("the balanced restriction")
-    restricted = _restricted(topo, backend, trail)
+    restricted = restrict_recorded(topo, backend, trail)
     if interim_offers and restricted is not None:
         interim.offer_on(topo, restricted.sub, interim.RESTRICTED_CHUNKS, forestcoll,
                          Method.BALANCED_RESTRICTION, trail, restricted.optimum_gbps,
@@ -294,9 +228,9 @@ def solve_unbalanced(topo: Topology, route: WarmRoute, backend: str,
     elif best.rate_gbps < best.lp_rate_gbps * (1 - RESTRICTION_ROUNDING_GAP):
         general = solve_by_general(topo, route, backend, max_chunks, "balanced restriction "
                                    "rounded too far below its optimum", bound, trail, seed)
-        if general.rate_gbps > best.rate_gbps * (1 + _REACH_TOL):
+        if general.rate_gbps > best.rate_gbps * (1 + REACH_TOL):
             best = general
-    if weaker is not None and weaker.rate_gbps > best.rate_gbps * (1 + _REACH_TOL):
+    if weaker is not None and weaker.rate_gbps > best.rate_gbps * (1 + REACH_TOL):
         stats = {**best.stats, "rounded_by": "forestcoll on the weaker-direction fabric"}
         return dataclasses.replace(best, chunks=weaker.chunks, rate_gbps=weaker.rate_gbps,
                                    max_chunks=weaker.max_chunks,   # the trees' own budget
@@ -340,60 +274,7 @@ def _reaches(sub: Topology, bound: float | None) -> bool:
     """Whether the weaker-direction fabric ``sub``'s optimum (its cut bound, Phase 1 alone)
     reaches ``topo``'s cut bound ``bound``: only then is its exact schedule certified."""
     own = cut_bound_gbps(sub)
-    return bound is None or own is None or own >= bound * (1 - _REACH_TOL)
-
-
-@dataclass(frozen=True)
-class Restricted:
-    """The certified best balanced restriction ``c'`` of a fabric
-    (:mod:`.restriction.balanced`), computed once per solve and used by ForestColl on
-    ``c'`` and by the general method's seed: ``sub`` is ``c'`` as a canonically listed
-    topology (same node ids), ``to_gbps`` turns its Gbps into the fabric's, ``seconds``
-    what the cutting-plane LP took, ``optimum_gbps`` the certified optimum (the
-    forwarding-only one).  ``restriction`` is the one ``sub`` is built from: the LP's
-    vertex, or its balanced rounding onto a coarser grid where the vertex has more digits
-    than the fabric's quantum keeps (:func:`.restriction.balanced.coarsened`; its own
-    rate then sits ~1e-7 below ``optimum_gbps``, and ``coarsened`` is true: ForestColl on
-    it cannot be exact, so at ``max_chunks=None`` it only seeds the general method)."""
-
-    restriction: Restriction
-    sub: Topology
-    to_gbps: float
-    seconds: float
-    optimum_gbps: float
-    coarsened: bool = False
-
-
-def restrict(topo: Topology, backend: str) -> Restricted | None:
-    """The best balanced restriction of ``topo`` (cutting planes, certified in exact
-    integers), ``None`` when it is not certified; raises :class:`SolveError` or
-    :class:`TopologyError` when it cannot be computed or scaled exactly."""
-    from .canonical import canonical
-    from .restriction.balanced import balanced_restriction, coarsened, restricted_topology
-
-    t = time.perf_counter()
-    found = balanced_restriction(topo, backend)
-    if found is None:
-        return None
-    kept = coarsened(topo, found, backend)   # too many digits: a balanced rounding
-    sub, to_gbps = restricted_topology(topo, kept)
-    return Restricted(kept, canonical(sub), to_gbps, time.perf_counter() - t, found.rate_gbps,
-                      kept is not found)
-
-
-def _restricted(topo: Topology, backend: str, trail: Trail) -> Restricted | None:
-    """:func:`restrict`, a decline or failure recorded in ``trail``."""
-    progress.update("AllGather: balanced restriction (cutting planes)")
-    t = time.perf_counter()
-    try:
-        restricted = restrict(topo, backend)
-    except (SolveError, TopologyError) as e:
-        trail.add(Attempt(Method.BALANCED_RESTRICTION, time.perf_counter() - t, f"failed: {e}"))
-        return None
-    if restricted is None:
-        trail.add(Attempt(Method.BALANCED_RESTRICTION, time.perf_counter() - t,
-                          "declined: no certified restriction"))
-    return restricted
+    return bound is None or own is None or own >= bound * (1 - REACH_TOL)
 
 
 def seed_once(make: Callable[[], RestrictionSeed | None]) -> Callable[[], RestrictionSeed | None]:
@@ -421,47 +302,3 @@ def _restriction_seed(restricted: Restricted | None, forestcoll: ForestColl,
         return None if restricted is None else restriction_seed(restricted, forestcoll, weaker)
 
     return seed_once(make)
-
-
-def solve_by_restriction(topo: Topology, restricted: Restricted, route: WarmRoute,
-                         max_chunks: int | None, forestcoll: ForestColl,
-                         bound: float | None, trail: Trail) -> Schedule | None:
-    """ForestColl on the best balanced restriction ``c'`` of ``topo`` (``restricted``,
-    :func:`restrict`), kept only when ForestColl's optimum on ``c'`` is the restriction's
-    certified optimum; ``None`` otherwise (the caller falls back to the general
-    method).  ForestColl's tree units on ``c'`` round up where ``c`` has room so that
-    switches stay balanced (:mod:`.forestcoll.removal.unit_rounding`); with ``max_chunks=K``
-    it is asked for ``K`` chunks, then fewer while it still raises on ``c'`` (skipping the
-    limits that choose a budget already failed, :class:`.budget.ChunkCounts`); at
-    ``max_chunks=None`` from :data:`SCALED_RESTRICTION_FROM` GPUs, above the tree limit by
-    the scaled packing.  Its warm steps run on ``route`` (the cutting-plane LP before it
-    is cold anyway)."""
-    from .restriction.balanced import CERT_TOL
-
-    t = time.perf_counter() - restricted.seconds     # the attempt includes the LP
-    found, sub, to_gbps = restricted.restriction, restricted.sub, restricted.to_gbps
-    counts = ChunkCounts(max_chunks) if max_chunks is not None else None
-    scaled = counts is None and topo.num_gpus >= SCALED_RESTRICTION_FROM
-    for k in [None] if counts is None else counts:
-        try:
-            sched = forestcoll(sub, route, k, found.headroom(), scaled=scaled)
-        except (SolveError, TopologyError) as e:
-            if counts is not None and isinstance(e, SolveError):
-                counts.failed(e)
-            continue
-        if isinstance(sched, Declined) or abs(sched.lp_rate_gbps * to_gbps - found.rate_gbps) \
-                > CERT_TOL * found.rate_gbps:
-            break
-        best = restricted.optimum_gbps    # certified; a c' rounded coarser rates ~1e-7 below
-        cut = bound if bound is not None and bound > best * (1 + _REACH_TOL) else None
-        out = rerated(sched, topo, best, Method.BALANCED_RESTRICTION,
-                      "balanced restriction: cut bound of c' <= c", cut)
-        if max_chunks is None and out.rate_gbps < best * (1 - CERT_TOL):
-            break
-        out.stats["cut_rounds"] = found.rounds
-        trail.add(Attempt(Method.BALANCED_RESTRICTION, time.perf_counter() - t, "returned"))
-        anytime.offer(out)
-        return out
-    trail.add(Attempt(Method.BALANCED_RESTRICTION, time.perf_counter() - t,
-                      "declined: ForestColl on c' did not reach its certified optimum"))
-    return None

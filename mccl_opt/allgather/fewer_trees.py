@@ -3,7 +3,7 @@ the tree master over its own trees (docs/allgather.md "Fewer trees at equal rate
 
 ForestColl is exact with ``k`` trees per root where ``k`` is the denominator of the
 optimum, on a balanced fabric (:func:`.solve._chain`) and on a balanced restriction
-``c'`` (:func:`.chain.solve_by_restriction`): on shared aggregation 2x2x8 with a one-way
+``c'`` (:func:`.restriction.stages.solve_by_restriction`): on shared aggregation 2x2x8 with a one-way
 NIC fault at ``max_chunks=None``, ``k = 2619`` and 2165 distinct trees, where the general
 method's schedule of the same rate had 123; HPN 1x2x8 Fail2, 148 trees.
 The tree master (paper §4.3 tree packing as an LP, :mod:`.general.live_master`) over

@@ -40,8 +40,8 @@ from ..report import Attempt, Method
 from ..schedule import Schedule, bottleneck_links, schedule_rate, share_loads
 from ..topology import Topology
 
-if TYPE_CHECKING:                                   # the chain imports this module
-    from .chain import ForestColl, Trail
+if TYPE_CHECKING:
+    from .stage import ForestColl, Trail
 
 __all__ = ["WEAKER_CHUNKS", "RESTRICTED_CHUNKS", "INTERIM_FROM_GPUS", "wanted", "offer_on",
            "rerated"]
@@ -53,7 +53,7 @@ WEAKER_CHUNKS = 2
 RESTRICTED_CHUNKS = 4
 
 #: from this many GPUs (where the exact solve of an unbalanced fabric takes seconds:
-#: the scaled packing on ``c'``, :data:`.chain.SCALED_RESTRICTION_FROM`)
+#: the scaled packing on ``c'``, :data:`.restriction.stages.SCALED_RESTRICTION_FROM`)
 INTERIM_FROM_GPUS = 256
 
 
@@ -70,7 +70,7 @@ def offer_on(topo: Topology, sub: Topology, k: int, forestcoll: ForestColl, meth
     """ForestColl at ``k`` chunks per root on the balanced sub-fabric ``sub`` of
     ``topo`` (its trees valid on ``topo``), re-rated on ``topo`` and offered to the
     limit as ``method``; ``bound_gbps``: a certified bound on ``topo`` (``c'``'s
-    optimum), if any; ``to_gbps``/``headroom``: as :class:`.chain.Restricted`'s.  A
+    optimum), if any; ``to_gbps``/``headroom``: as :class:`.restriction.stages.Restricted`'s.  A
     failure is recorded in ``trail`` and leaves the offers as they were."""
     t = time.perf_counter()
     where = f"an intermediate schedule (K={k})"

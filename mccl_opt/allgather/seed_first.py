@@ -34,7 +34,8 @@ from .fabric import fabric_of
 from .forestcoll.throughput import optimal_rate
 
 if TYPE_CHECKING:
-    from .chain import Restricted, Trail
+    from .restriction.stages import Restricted
+    from .stage import Trail
     from .warm.route import WarmRoute
     from .general.restriction_seed import RestrictionSeed
 

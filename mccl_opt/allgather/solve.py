@@ -42,8 +42,9 @@ from ..topology import Topology
 from .assemble import Optimum, Run, packed
 from .budget import EXACT_TREES_LIMIT, BudgetUnpacked, ChunkCounts, CutBounds
 from .canonical import canonical
-from .chain import RESTRICTION_ROUNDING_GAP, Declined, ForestColl, Trail, cut_bound_gbps, \
-    seed_once, solve_by_general, solve_unbalanced, switches_balanced
+from .chain import RESTRICTION_ROUNDING_GAP, cut_bound_gbps, seed_once, solve_by_general, \
+    solve_unbalanced, switches_balanced
+from .stage import Declined, ForestColl, Trail
 from .warm.certify import Certificate, GuessKind, keep_or_reroute, warm_budget, warm_guess
 from .warm.reroute import predicted_cold_seconds
 from .warm.route import RouteTaken, WarmRoute
@@ -212,7 +213,7 @@ def sub_forestcoll(backend: str, trail: Trail) -> ForestColl:
     keeping what balancing loses, with the real fabric's ``headroom`` when given; a
     ``None`` route is cold; ``scaled``: above the tree limit at ``k=None`` run the scaled
     packing instead of declining (the balanced restriction at scale,
-    :func:`.chain.solve_by_restriction`); ``siblings_last=False``: the proportional spread
+    :func:`.restriction.stages.solve_by_restriction`); ``siblings_last=False``: the proportional spread
     split (the general method's seed trees, :func:`.general.restriction_seed.forestcoll_trees`);
     ``declinable``: a later method of the chain solves the fabric exactly, so the costly
     exact packing is left to it (:func:`.forestcoll.pipeline.pack`)."""
@@ -249,7 +250,7 @@ def _forestcoll(topo: Topology, route: WarmRoute, backend: str, max_chunks: int 
                 headroom: Sequence[Fraction] | None = None,
                 scaled: bool = False, siblings_last: bool = True,
                 declinable: bool = False) -> Schedule | Declined:
-    """Step 4 on a canonically listed ``topo``; :class:`.chain.Declined` when the exact
+    """Step 4 on a canonically listed ``topo``; :class:`.stage.Declined` when the exact
     optimum (``max_chunks=None``) needs more than :data:`.budget.EXACT_TREES_LIMIT`
     trees per root on a chain's sub-fabric (``lossy_balance``, unless ``scaled``),
     step-aware, or a fabric's own solve of at most :data:`SEEDED_GENERAL_MAX_GPUS` GPUs

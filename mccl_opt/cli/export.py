@@ -85,7 +85,8 @@ def _export_mps(args: argparse.Namespace) -> int:
         files.append(str(write_lp(lp, Path(args.output).with_suffix(".lp"))))
     summary = {"files": files, "model": info.model, "topology": topo.name, "sense": info.sense,
                "objective": info.objective, "cols": info.num_cols, "rows": info.num_rows,
-               "nnz": info.nnz, "known_optimum": known_optimum(topo, args.model)}
+               "nnz": info.nnz,     # switch-removal: the optimum of this very LP (its loop's)
+               "known_optimum": info.optimum if info.optimum is not None else known_optimum(topo, args.model)}
     if args.json:
         print_json(summary)
     else:

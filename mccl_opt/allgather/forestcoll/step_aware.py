@@ -43,7 +43,7 @@ from .removal.splitting import LogicalGraph, SplitGraph
 from .removal.transport import transport
 
 __all__ = ["CutLoop", "StepAware", "solve_cut_lp", "step_aware_pack", "switch_removal_lp",
-           "switch_removal_model"]
+           "converged_switch_removal", "switch_removal_model"]
 
 _SCALE = 1 << 20          # fixed-point scale of fractional logical capacities in max-flow
 
@@ -240,7 +240,19 @@ def solve_cut_lp(model: SwitchRemovalModel, backend: str, max_rounds: int,
 def switch_removal_lp(topo: Topology, *, max_chunks: int | None = 10,
                       max_depth: int | None = None, backend: str = "highs",
                       max_rounds: int = 60) -> tuple[LinearProgram, float]:
-    """The converged switch-removal LP of ``topo`` and its optimum (App. C).
+    """The converged switch-removal LP of ``topo`` (:func:`converged_switch_removal`), with
+    every separated cut row (solved alone, it reproduces the optimum), and its optimum."""
+    model, loop = converged_switch_removal(topo, max_chunks=max_chunks, max_depth=max_depth,
+                                           backend=backend, max_rounds=max_rounds)
+    lp = _cut_lp(model, loop.cuts, max_depth)
+    lp.name = f"{topo.name}-switch-removal"
+    return lp, float(loop.objective)
+
+
+def converged_switch_removal(topo: Topology, *, max_chunks: int | None = 10,
+                             max_depth: int | None = None, backend: str = "highs",
+                             max_rounds: int = 60) -> tuple[SwitchRemovalModel, CutLoop]:
+    """The switch-removal model of ``topo`` and its converged cutting-plane loop (App. C).
 
     Runs what :func:`~mccl_opt.allgather.solve_allgather` runs before switch removal
     (Phase 1, the chunk budget for ``max_chunks``, switch balancing), reduces the fabric
@@ -248,10 +260,9 @@ def switch_removal_lp(topo: Topology, *, max_chunks: int | None = 10,
     water-filling utility of the logical capacities, in tree units) or the hop-indexed LP
     of depth ``max_depth`` (minimise the summed depth of tree edges) by cutting planes
     on ``backend`` until no rooted cut condition is violated (``k`` trees per root).
-    The returned LP carries every separated cut row, so solving it alone reproduces the
-    returned optimum.  Raises :class:`SolveError` if the fabric has no switch to remove,
-    the hop LP is infeasible (no packing of depth ``max_depth`` exists) or the loop does
-    not converge within ``max_rounds`` rounds.
+    Raises :class:`SolveError` if the fabric has no switch to remove, the hop LP is
+    infeasible (no packing of depth ``max_depth`` exists) or the loop does not converge
+    within ``max_rounds`` rounds.
     """
     check_inputs(topo, max_chunks)
     if max_depth is not None and max_depth < 1:
@@ -276,9 +287,7 @@ def switch_removal_lp(topo: Topology, *, max_chunks: int | None = 10,
     if loop.status != "optimal":
         raise SolveError(f"{topo.name}: switch-removal cutting planes did not converge in "
                          f"{max_rounds} rounds; raise max_rounds")
-    lp = _cut_lp(model, loop.cuts, max_depth)
-    lp.name = f"{topo.name}-switch-removal"
-    return lp, float(loop.objective)
+    return model, loop
 
 
 def _feasible_depths(model: SwitchRemovalModel, limit: int, solve, stats: dict[str, Any],

@@ -29,7 +29,7 @@ from numba import njit
 
 from mccl_opt.errors import InputError
 
-__all__ = ["min_arborescence", "min_arborescences"]
+__all__ = ["min_arborescences"]
 
 
 @njit(cache=True)
@@ -198,10 +198,3 @@ def min_arborescences(cost: np.ndarray, roots: np.ndarray) -> tuple[np.ndarray, 
     if r.size and (r.min() < 0 or r.max() >= D.shape[0]):
         raise InputError(f"roots must lie in 0..{D.shape[0] - 1}")
     return _arborescences(D, r)
-
-
-def min_arborescence(cost: np.ndarray, root: int) -> tuple[np.ndarray, float]:
-    """The minimum spanning arborescence of ``cost`` rooted at ``root``: ``(parent,
-    cost)`` (see :func:`min_arborescences`)."""
-    parents, costs = min_arborescences(cost, np.array([root]))
-    return parents[0], float(costs[0])

@@ -18,8 +18,8 @@ aggregation 2x8x8 with an odd NIC capacity), :func:`balanced_seed` seeds the col
 generation with ForestColl's own trees at a few chunks per root and stops it at the cut
 bound ``x*`` (3.9 s -> 0.4 s CPU on that fabric).
 
-The restriction is the one the method chain computed (:func:`..chain.restrict`), and
-ForestColl on it is the chain's own sub-solve (:data:`..chain.ForestColl`), so neither the
+The restriction is the one the method chain computed (:func:`..restriction.stages.restrict`), and
+ForestColl on it is the chain's own sub-solve (:data:`..stage.ForestColl`), so neither the
 cutting-plane LP nor the ForestColl pipeline is repeated here.
 """
 
@@ -38,8 +38,9 @@ from mccl_opt.schedule_chunks import TreeChunks, path_nodes
 from mccl_opt.topology import Topology
 from ..budget import ChunkCounts
 
-if TYPE_CHECKING:                       # the chain imports this package inside a function
-    from ..chain import ForestColl, Restricted
+if TYPE_CHECKING:
+    from ..restriction.stages import Restricted
+    from ..stage import ForestColl
 
 __all__ = ["RestrictionSeed", "restriction_seed", "balanced_seed", "own_trees_seed",
            "forestcoll_trees", "table_columns", "SEED_CHUNKS", "seed_chunks"]
