@@ -225,3 +225,25 @@ def test_forecast_decides_once_from_the_progress_rate():
     assert run([(50, 400), (100, 400)]) == [False, True]      # no progress
     # a rest forecast near the estimate (617 visits): the estimate bounds the run
     assert run([(50, 400), (100, 370), (1100, 1), (1101, 1)]) == [False, False, False, True]
+
+
+def test_weaker_direction_leaves_the_exact_packing_to_the_general_method(monkeypatch):
+    """At ``None`` the weaker-direction fabric's exact split and few-trees packing are left
+    to the chain's next method (docs/allgather.md "Few-trees cliffs at 128 GPUs"): with
+    the fast packers made to fail, ForestColl on it fails typed, never reaching the
+    few-trees packing (which would pack it), and a later method solves the fabric at the
+    cut bound."""
+    from mccl_opt.allgather.forestcoll import pipeline
+
+    monkeypatch.setattr(pipeline, "_pack_repair", lambda *a, **kw: None)
+    monkeypatch.setattr(pipeline, "_pack_greedy", lambda *a, **kw: None)
+    monkeypatch.setattr(pipeline, "plain_pack", lambda *a, **kw: None)
+    topo = leaf_spine(2, 2, 8).with_capacity(src="u0h0nvs", dst="u0h0g1", gbps=210.0,
+                                             both_directions=False)   # 61 trees per root
+    s = mo.solve_allgather(topo, max_chunks=None)
+    first = s.report.attempts[0]
+    assert first.method is Method.WEAKER_DIRECTIONS
+    assert first.outcome.startswith("failed") and "left to the next method" in first.outcome
+    assert s.report.method is not Method.WEAKER_DIRECTIONS
+    check_schedule(topo, s, None)
+    assert s.rate_gbps == pytest.approx(cut_bound(topo), rel=1e-9)

@@ -189,7 +189,8 @@ def solve_unbalanced(topo: Topology, route: WarmRoute, backend: str,
     elif sub is not None:
         try:
             found = trail.run(Method.WEAKER_DIRECTIONS,
-                              lambda: forestcoll(sub, route, max_chunks), "returned")
+                              lambda: forestcoll(sub, route, max_chunks,
+                                                 declinable=max_chunks is None), "returned")
         except (SolveError, TopologyError):
             found = None
         if isinstance(found, Schedule):

@@ -214,14 +214,17 @@ def sub_forestcoll(backend: str, trail: Trail) -> ForestColl:
     ``None`` route is cold; ``scaled``: above the tree limit at ``k=None`` run the scaled
     packing instead of declining (the balanced restriction at scale,
     :func:`.restriction.stages.solve_by_restriction`); ``siblings_last=False``: the proportional spread
-    split (the general method's seed trees, :func:`.general.restriction_seed.forestcoll_trees`)."""
+    split (the general method's seed trees, :func:`.general.restriction_seed.forestcoll_trees`);
+    ``declinable``: a later method of the chain solves the fabric exactly, so the costly
+    exact packing is left to it (:func:`.forestcoll.pipeline.pack`)."""
 
     def forestcoll(sub: Topology, r: WarmRoute | None, k: int | None,
                    headroom: Sequence[Fraction] | None = None,
-                   scaled: bool = False, siblings_last: bool = True) -> Schedule | Declined:
+                   scaled: bool = False, siblings_last: bool = True,
+                   declinable: bool = False) -> Schedule | Declined:
         return _typed_forestcoll(sub, r or WarmRoute.plan(sub, None), backend, k, False, trail,
                                  lossy_balance=True, headroom=headroom, scaled=scaled,
-                                 siblings_last=siblings_last)
+                                 siblings_last=siblings_last, declinable=declinable)
 
     return forestcoll
 
@@ -230,12 +233,13 @@ def _typed_forestcoll(topo: Topology, route: WarmRoute, backend: str,
                       max_chunks: int | None, step_aware: Any, trail: Trail,
                       lossy_balance: bool = False,
                       headroom: Sequence[Fraction] | None = None,
-                      scaled: bool = False, siblings_last: bool = True) -> Schedule | Declined:
+                      scaled: bool = False, siblings_last: bool = True,
+                      declinable: bool = False) -> Schedule | Declined:
     """:func:`_forestcoll`, an internal error turned into a :class:`SolveError` naming the
     fabric (the chain of methods catches it)."""
     try:
         return _forestcoll(topo, route, backend, max_chunks, step_aware, trail, lossy_balance,
-                           headroom, scaled, siblings_last)
+                           headroom, scaled, siblings_last, declinable)
     except (KeyError, IndexError, AssertionError, ZeroDivisionError) as e:
         raise SolveError(f"ForestColl failed on {topo.name!r} ({type(e).__name__}: {e}); "
                          "a bug: please report the topology file") from e
@@ -244,7 +248,8 @@ def _typed_forestcoll(topo: Topology, route: WarmRoute, backend: str,
 def _forestcoll(topo: Topology, route: WarmRoute, backend: str, max_chunks: int | None,
                 step_aware: Any, trail: Trail, lossy_balance: bool = False,
                 headroom: Sequence[Fraction] | None = None,
-                scaled: bool = False, siblings_last: bool = True) -> Schedule | Declined:
+                scaled: bool = False, siblings_last: bool = True,
+                declinable: bool = False) -> Schedule | Declined:
     """Step 4 on a canonically listed ``topo``; :class:`.stage.Declined` when the exact
     optimum (``max_chunks=None``) needs more than :data:`.budget.EXACT_TREES_LIMIT`
     trees per root on a chain's sub-fabric (``lossy_balance``, unless ``scaled``),
@@ -255,7 +260,8 @@ def _forestcoll(topo: Topology, route: WarmRoute, backend: str, max_chunks: int 
     sub-fabrics, whose rounded schedule it compares with the general method's itself);
     ``headroom``: ``topo`` is a balanced restriction whose links may carry this many
     times their capacity on the real fabric (:func:`.forestcoll.pipeline.balanced_split`);
-    ``siblings_last``: of the spread split (:func:`.forestcoll.pipeline.pack`).  The warm steps (the certified
+    ``siblings_last``, ``declinable``: of the spread split and the exact packing
+    (:func:`.forestcoll.pipeline.pack`).  The warm steps (the certified
     guesses, rerouting at cold's budget, the packing seeded with the previous shapes)
     run on ``route``; past its allowance the solve carries on cold from where it is."""
     run = Run.start(topo, route.warm, max_chunks)
@@ -319,7 +325,7 @@ def _forestcoll(topo: Topology, route: WarmRoute, backend: str, max_chunks: int 
             result = pack_scaled(balanced.split, arr.rank_of, balanced.k, run.stats)
         else:
             result = _pack(run, route, balanced, trail, route.cold_cap(cold_s, since),
-                           siblings_last)
+                           siblings_last, declinable)
     except BudgetUnpacked:
         raise
     except SolveError as e:                           # this budget's split or packing failed
@@ -343,7 +349,7 @@ def _certified_guess(run: Run) -> Schedule | None:
 
 
 def _pack(run: Run, route: WarmRoute, balanced: Any, trail: Trail, most: float,
-          siblings_last: bool = True) -> Any:
+          siblings_last: bool = True, declinable: bool = False) -> Any:
     """Phases 2-3: seeded with the previous tree shapes on a warm route (a warm step,
     its repair searches sized to the allowance left, at most ``most`` seconds:
     :meth:`.warm.route.WarmRoute.cold_cap`), else cold."""
@@ -352,7 +358,8 @@ def _pack(run: Run, route: WarmRoute, balanced: Any, trail: Trail, most: float,
     def cold() -> Any:
         run.prev = None
         return pack(balanced.split, arr.rank_of, balanced.k, {}, run.stats, None,
-                    fewer_chunks=run.max_chunks is not None, siblings_last=siblings_last)
+                    fewer_chunks=run.max_chunks is not None, siblings_last=siblings_last,
+                    declinable=declinable)
 
     if run.prev is None:
         return cold()
@@ -360,7 +367,7 @@ def _pack(run: Run, route: WarmRoute, balanced: Any, trail: Trail, most: float,
                          lambda _: pack(balanced.split, arr.rank_of, balanced.k, run.guides,
                                         run.stats, run.shapes,
                                         fewer_chunks=run.max_chunks is not None,
-                                        siblings_last=siblings_last),
+                                        siblings_last=siblings_last, declinable=declinable),
                          cold, trail.attempts, most)
 
 

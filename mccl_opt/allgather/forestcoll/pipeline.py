@@ -348,9 +348,17 @@ TEST_FIRST_ENTRIES = 1 << 21
 TEST_FIRST_SINKS = 32
 
 
+def _leave_to_next(k: int) -> None:
+    """:func:`pack` with ``declinable``: the exact split and packings are left to the
+    chain's next method, which solves the fabric exactly for less (dragonfly 4x4x1x8
+    one way at ``None``: 8-9 s CPU here, ~0.4 s by the general method)."""
+    raise SolveError(f"no fast packing of {k} trees per root completed; the exact split and "
+                     "packing are left to the next method")
+
+
 def pack(split: SplitGraph, rank_of: np.ndarray, k: int, guides: dict[int, np.ndarray],
          stats: dict[str, Any], shapes: Shapes | None = None, fewer_chunks: bool = False,
-         siblings_last: bool = True) -> Packed:
+         siblings_last: bool = True, declinable: bool = False) -> Packed:
     """Phases 2+3: spread split + fast packing; when the spread split broke the cut
     condition, the spread split with guarded pairings (:mod:`.removal.guarded_spread`), then
     exact splitting, and exact packing as the last fallback on at most
@@ -358,7 +366,11 @@ def pack(split: SplitGraph, rank_of: np.ndarray, k: int, guides: dict[int, np.nd
     next method solves the fabric).  Under a limit the packings are sized to its time
     left (:func:`_pack_repair`).  ``fewer_chunks`` (K): the few-trees packing only to
     ``FEW_TREES_CHEAP_ENTRIES``.  ``siblings_last=False``: the spread splits (plain and
-    guarded) proportional (:func:`.removal.spread.spread_split`)."""
+    guarded) proportional (:func:`.removal.spread.spread_split`).  ``declinable``: a later
+    method solves the fabric exactly (the weaker-direction fabric at ``max_chunks=None``,
+    :func:`.chain.solve_unbalanced`): past ``FEW_TREES_CHEAP_ENTRIES`` only the spread
+    and guarded splits' first packings run, then a :class:`SolveError` leaves the rest
+    (the plain, rail-first, greedy and exact packings, the exact split) to it."""
     progress.update("AllGather phase 2: switch removal")
     t = time.perf_counter()
     lg = spread_logical(split, rank_of, siblings_last)
@@ -371,7 +383,8 @@ def pack(split: SplitGraph, rank_of: np.ndarray, k: int, guides: dict[int, np.nd
     anytime.check_room("Phase 3: before the repair packing", stats["phase2_s"])
     # the plain repair packing may search for seconds there: the few-trees one goes first
     late_plain = k >= SCALED_MIN_K and k * lg.num_gpus ** 2 > PLAIN_FIRST_ENTRIES
-    few = not fewer_chunks or k * lg.num_gpus ** 2 <= FEW_TREES_CHEAP_ENTRIES
+    cheap = k * lg.num_gpus ** 2 <= FEW_TREES_CHEAP_ENTRIES
+    few = not (fewer_chunks or declinable) or cheap
     # at None the exact few-trees packing follows a failed repair packing, so its searches
     # stop where they are forecast to cost more than it; uncapped, on a graph they cannot
     # pack they run until no augmenting chain is left (leaf-spine 8x2x8 with 4 spines, 41
@@ -397,6 +410,10 @@ def pack(split: SplitGraph, rank_of: np.ndarray, k: int, guides: dict[int, np.nd
                                  guarded=True)
     if found is None and admits and late_plain and few:
         lg, kind, found = _few_trees(split, rank_of, k, stats, lg, kind)
+    if found is None and declinable and not cheap:
+        # the plain, rail-first and greedy packings that follow cost 0.3-0.5 s each at
+        # 64 GPUs and 150-190 trees per root, the general method ~0.3 s in all
+        _leave_to_next(k)
     if found is None and admits and late_plain:
         plain = plain_pack(lg.num_gpus, lg.tail, lg.head, lg.units, k, shapes, stats)
         found = None if plain is None else (plain, Packing.REPAIR)
