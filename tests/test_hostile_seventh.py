@@ -128,8 +128,8 @@ def _agreeing_rank(rank: int, port: int, out, done) -> None:
 def test_abort_agreement_names_the_rank_when_a_peer_never_answers():
     """A peer that never joined the agreement ended it in gloo's bare RuntimeError
     (no collective, no rank named)."""
-    pytest.importorskip("torch.distributed")       # imported before forking: the ranks start at once
-    ctx = multiprocessing.get_context("fork")
+    pytest.importorskip("torch.distributed")
+    ctx = multiprocessing.get_context("spawn")
     out, done, port = ctx.Queue(), ctx.Event(), _free_port()
     procs = [ctx.Process(target=_agreeing_rank, args=(r, port, out, done)) for r in range(2)]
     for p in procs:
