@@ -30,6 +30,9 @@ from .host_reduce import HostReducer, PairPaths
 
 __all__ = ["FabricEmulator", "Failure", "run_emulators"]
 
+#: seconds an emulator process may take to start (import, build, connect)
+START_TIMEOUT_S = 120.0
+
 
 @dataclass(frozen=True)
 class Failure:
@@ -145,14 +148,19 @@ def capacities(topo: Topology, failures: Sequence[Failure], elapsed_s: float) ->
 
 
 def _emulate(topo_dict: dict[str, Any], endpoints: list[str], key: bytes | None, hosts: list[int],
-             opts: dict[str, Any], failures: list[Failure], start: float, out: Any) -> None:
-    """One emulator process: send a flush every ``flush_s`` until ``duration_s``."""
+             opts: dict[str, Any], failures: list[Failure], start: Any, ready: Any, go: Any, out: Any) -> None:
+    """One emulator process: once built, say so on ``ready`` and wait for ``go``; then send a
+    flush every ``flush_s`` from ``start.value`` (epoch s) until ``duration_s`` after it."""
     from .client import ControllerClient
 
     topo = Topology.from_dict(topo_dict)
     emu = FabricEmulator(topo, opts["level"], opts["group"], opts["reduce"], opts["noise"], hosts, seed=hosts[0],
                          groups=opts["groups"])
     clients = [ControllerClient(ep, key, timeout_s=30.0) for ep in endpoints]
+    ready.put(hosts[0])
+    go.wait(START_TIMEOUT_S)
+    start = start.value
+    time.sleep(max(0.0, start - time.time()))
     sent = accepted = 0
     tick = start
     while (now := time.time()) < start + opts["duration_s"]:
@@ -191,22 +199,27 @@ def run_emulators(topo: Topology, endpoints: list[str], *, procs: int = 2, level
     """Send a fabric's telemetry from ``procs`` processes (hosts split evenly) to every
     endpoint in ``endpoints`` for ``duration_s``; ``(samples sent, accepted)``.  With
     ``pods`` process ``i`` sends consecutive hosts to ``endpoints[i]`` only (a pod's
-    telemetry front end; ``procs`` is then the number of endpoints)."""
+    telemetry front end; ``procs`` is then the number of endpoints).  The processes start
+    sending together at ``start`` (epoch s), by default as soon as every one is built and
+    connected (a fixed delay was too long on an idle machine and too short on a loaded one)."""
     nhosts = int(host_of(topo).max()) + 1
     opts = {"level": level, "group": group, "reduce": reduce, "noise": noise, "flush_s": flush_s,
             "duration_s": duration_s, "binary": binary, "groups": groups}
     ctx = multiprocessing.get_context("spawn")
-    out = ctx.Queue()
-    start = time.time() + 3.0 if start is None else start
+    out, ready, go, at = ctx.Queue(), ctx.Queue(), ctx.Event(), ctx.Value("d", 0.0)
     if pods:
         procs = len(endpoints)
         share = [(list(range(i * nhosts // procs, (i + 1) * nhosts // procs)), [endpoints[i]]) for i in range(procs)]
     else:
         share = [(list(range(i, nhosts, procs)), endpoints) for i in range(procs)]
-    workers = [ctx.Process(target=_emulate, args=(topo.to_dict(), eps, key, hosts, opts, list(failures), start, out),
-                           daemon=True) for hosts, eps in share]
+    workers = [ctx.Process(target=_emulate, args=(topo.to_dict(), eps, key, hosts, opts, list(failures), at, ready,
+                                                  go, out), daemon=True) for hosts, eps in share]
     for w in workers:
         w.start()
+    for _ in workers:
+        ready.get(timeout=START_TIMEOUT_S)
+    at.value = time.time() if start is None else start
+    go.set()
     results = [out.get(timeout=duration_s + 120.0) for _ in workers]
     for w in workers:
         w.join(10.0)

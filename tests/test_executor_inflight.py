@@ -23,6 +23,10 @@ PIECES = 8
 SLOW_S = 0.03           # every message of version 1 waits this long: a slow collective
 N_OPS = 12
 STAGE_AT = 6            # op during which the new version reaches the ranks
+#: (stage_at, n_ops) where the version must never be taken: it arrives during the third
+#: op (the first two connect and compile) and three more ops could take it (every op of
+#: version 1 is slow: they set the test's time)
+SHORT = (2, 6)
 
 
 class _SlowOld:
@@ -55,7 +59,10 @@ def _op_exact(comm, collective: str, rank: int, world: int, block: int, i: int) 
     return torch.equal(out, ref)
 
 
-def _worker(rank: int, world: int, collective: str, mode: str, block: int) -> dict:
+def _worker(rank: int, world: int, collective: str, mode: str, block: int, stage_at: int = STAGE_AT,
+            n_ops: int = N_OPS) -> dict:
+    """Run ``n_ops`` collectives in pieces; during op ``stage_at`` version 2 reaches the ranks
+    (``mode``: every rank, every rank but the last, or every rank with the version held)."""
     import torch.distributed as dist
 
     from executor_cuda.communicator import Communicator
@@ -70,8 +77,8 @@ def _worker(rank: int, world: int, collective: str, mode: str, block: int) -> di
     comm.inflight.on_piece = lambda schedule, numel: seen.append((schedule.version, numel))
     timer = None
     bad = []
-    for i in range(N_OPS):
-        if i == STAGE_AT and not (mode == "one-rank-never" and rank == world - 1):
+    for i in range(n_ops):
+        if i == stage_at and not (mode == "one-rank-never" and rank == world - 1):
             # the version reaches rank r 20 r ms into this collective (a controller's publication)
             timer = threading.Timer(0.02 * rank, comm.stage, args=(new,))
             timer.start()
@@ -114,14 +121,14 @@ def test_a_slow_collective_switches_between_pieces_at_one_point_on_every_rank(co
 def test_a_version_one_rank_never_gets_is_never_taken_and_nothing_hangs():
     world = 4
     t = time.monotonic()
-    res = run_ranks(_worker, world, "alltoall", "one-rank-never", 5, timeout=90)     # block < pieces
+    res = run_ranks(_worker, world, "alltoall", "one-rank-never", 5, *SHORT, timeout=90)     # block < pieces
     assert time.monotonic() - t < 60
     for rank, r in enumerate(res):
         assert r["bad"] == [] and r["switches"] == [] and set(r["trace"]) == {1}
 
 
 def test_a_held_version_is_not_taken_in_flight():
-    res = run_ranks(_worker, 4, "alltoall", "held", 64, timeout=90)
+    res = run_ranks(_worker, 4, "alltoall", "held", 64, *SHORT, timeout=90)
     for r in res:
         assert r["bad"] == [] and r["switches"] == [] and set(r["trace"]) == {1}
         assert r["events"] == [("held", 2)]

@@ -3,9 +3,11 @@
 3 of those GPUs in another order.  The job registers its communicator with its members,
 runs the controller's current schedule of their sub-fabric (version 2, published for a
 degraded cable before the job starts, not the stale version 1) with every result checked,
-and its telemetry lands on the fabric's links.  (The torchrun example's own check: one
-job serves both, a torchrun job costs seconds; tests/test_torchrun.py runs jobs over a
-whole fabric.)"""
+and its telemetry lands on the fabric's links.  The job's telemetry goes to a front end
+(`serve --frontends 1`, ``--telemetry``): it reaches the controller only as the front end's
+folded ``telemetry_columns`` requests, while the ranks fetch and subscribe at the
+controller.  (One job serves the sub-fabric, the current-version and the front-end checks:
+a torchrun job costs seconds; tests/test_torchrun.py runs a job over a whole fabric.)"""
 
 from __future__ import annotations
 
@@ -26,12 +28,13 @@ def test_torchrun_job_over_a_sub_fabric(tmp_path):
     full_mesh(5).save(tmp_path / "t5.json")
     proc = subprocess.Popen(
         [sys.executable, "-m", "mccl_opt.cli", "controller", "serve", "--kernels", "lazy", "--estimator", "ewma", "--topology", str(tmp_path / "t5.json"),
-         "--bind", "tcp://127.0.0.1:0", "--alpha", "1", "--dwell", "0"],
+         "--bind", "tcp://127.0.0.1:0", "--alpha", "1", "--dwell", "0", "--frontends", "1"],
         cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
     try:
-        line = proc.stdout.readline()
+        line, front = proc.stdout.readline(), proc.stdout.readline()
         assert line.startswith("controller on tcp://127.0.0.1:"), line + proc.stderr.read()
-        endpoint = line.split()[2]
+        assert front.split()[:3] == ["frontend", "0", "on"], front
+        endpoint, frontend = line.split()[2], front.split()[3]
         with ControllerClient(endpoint, timeout_s=10.0) as cli:
             assert cli.register("grp", "ag", "allgather", gpus=MEMBERS) == ["ag"]
             deadline = time.monotonic() + 30
@@ -46,8 +49,9 @@ def test_torchrun_job_over_a_sub_fabric(tmp_path):
             while cli.get_schedule("grp", "ag")[0] < 2:
                 assert time.monotonic() < deadline, "no version 2 after the degradation"
                 time.sleep(0.05)
-            accepted = cli.stats()["telemetry"]["accepted"]
-        done = _job(endpoint, tmp_path, "--comm", "grp", "--members", ",".join(MEMBERS))
+            before = cli.stats()
+            accepted = before["telemetry"]["accepted"]
+        done = _job(endpoint, tmp_path, "--comm", "grp", "--members", ",".join(MEMBERS), "--telemetry", frontend)
         assert done.returncode == 0, done.stdout + done.stderr
         summary = json.loads(done.stdout.strip().splitlines()[-1])
         assert summary["ranks"] == 3 and summary["backend"] == "gloo"
@@ -60,9 +64,15 @@ def test_torchrun_job_over_a_sub_fabric(tmp_path):
             _, sched = cli.get_schedule("grp", "ag")
             assert list(sched.gpus) == MEMBERS                  # rank r runs as GPU MEMBERS[r]
             deadline = time.monotonic() + 10
-            while cli.stats()["telemetry"]["accepted"] <= accepted:     # the ranks' samples arrived
-                assert time.monotonic() < deadline
+            while cli.stats()["telemetry"]["accepted"] < accepted + summary["telemetry_sent"]:
+                assert time.monotonic() < deadline, "the ranks' samples did not arrive"
                 time.sleep(0.05)
-            assert not any(cli.stats()["telemetry"]["rejected"].values())
+            stats = cli.stats()
+            assert not any(stats["telemetry"]["rejected"].values())
+        requests = {k: stats["requests"].get(k, 0) - before["requests"].get(k, 0)
+                    for k in ("telemetry", "telemetry_columns", "get_schedule")}
+        # telemetry through the front end only; the schedule fetched here (rank 0 found the
+        # collective this test registered: no second ``register``)
+        assert requests["telemetry"] == 0 and requests["telemetry_columns"] >= 1 and requests["get_schedule"] >= 1
     finally:
         stop(proc)

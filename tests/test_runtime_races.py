@@ -185,7 +185,9 @@ def test_time_bounded_windows_report_a_dead_link_every_window_s():
 
 @pytest.mark.parametrize("collective", ["allgather", "alltoall"])
 def test_a_link_at_one_percent_is_detected_within_30_ms_and_recovered_within_100_ms(collective):
-    res = run_loop(LoopConfig(synth_ms=10.0), scenario=_scenario([{"t_ms": 20, "links": _cable(4.0)}],
+    """HPN 1x2x8 simulated fluid (the default from 17 GPUs: the message-level simulation of
+    the 16 GPUs took ~6 s; the aborted dead-link case below keeps it)."""
+    res = run_loop(LoopConfig(synth_ms=10.0, fluid=True), scenario=_scenario([{"t_ms": 20, "links": _cable(4.0)}],
                                                                  collective=collective))
     ev = res.summary["events"][0]
     assert ev["detect_ms"] <= 30.0, ev
