@@ -31,6 +31,10 @@ STATES: dict[str, Callable[[], mo.Topology]] = {
     "leaf-spine 4x2x8, spine1-u0leaf0 80 both ways": lambda: leaf_spine(4, 2, 8).with_capacity(
         {("spine1", "u0leaf0"): 80.0, ("u0leaf0", "spine1"): 80.0}),
     "leaf-spine 8x2x8, 4 spines": lambda: leaf_spine(8, 2, 8, spines=4),
+    # the same fabric in other listings (docs/allgather.md "Leaf-spine 8x2x8 in any listing")
+    "leaf-spine 8x2x8, 4 spines, scrambled(56718613)":
+        lambda: scrambled(leaf_spine(8, 2, 8, spines=4), 56718613),
+    "leaf-spine 8x2x8, 4 spines, scrambled(1)": lambda: scrambled(leaf_spine(8, 2, 8, spines=4), 1),
     # fuzz seed 3413's state (docs/allgather.md "Repair or few-trees: a forecast")
     "SuperPOD 2x4x8, scrambled(56718613)": lambda: scrambled(superpod(2, 4, 8), 56718613),
     "leaf-spine 4x2x8": lambda: leaf_spine(4, 2, 8),

@@ -24,6 +24,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
+from scipy.sparse import csr_matrix
+from scipy.sparse.csgraph import breadth_first_order
 
 from mccl_opt.errors import SolveError
 from .bundles import Bundles
@@ -47,6 +49,7 @@ class SplitGraph:
     bundles: dict[tuple[int, int], Bundle] = field(default_factory=dict)
     ins: dict[int, set[int]] = field(default_factory=dict)     # head -> tails with units
     outs: dict[int, set[int]] = field(default_factory=dict)    # tail -> heads with units
+    near: np.ndarray | None = field(default=None, repr=False)  # :func:`sink_order`, cached
 
     @classmethod
     def from_links(cls, n: int, tail: np.ndarray, head: np.ndarray, units: np.ndarray,
@@ -62,7 +65,7 @@ class SplitGraph:
         return SplitGraph(self.n, self.is_switch, self.gpus, self.k, dict(self.units),
                           {key: [list(p) for p in b] for key, b in self.bundles.items()},
                           {w: set(x) for w, x in self.ins.items()},
-                          {w: set(x) for w, x in self.outs.items()})
+                          {w: set(x) for w, x in self.outs.items()}, self.near)
 
     def in_arcs(self, w: int) -> list[tuple[int, int]]:
         return [(u, w) for u in sorted(self.ins.get(w, ()))]
@@ -158,6 +161,36 @@ def simple_path(path: tuple[int, ...]) -> tuple[int, ...]:
 
 
 # ---------------------------------------------------------------------- cut slack oracle
+def sink_order(g: SplitGraph) -> np.ndarray:
+    """The GPUs in an order that keeps neighbours together: by the breadth-first position
+    (from the first GPU, over ``g``'s links in both directions) of the node at the end of
+    their widest link (a host's NVSwitch), then by their own.  The rooted scans
+    (:func:`cut_slack`, :func:`keeps_cuts`) move the sink from GPU to GPU repairing one
+    flow (:meth:`.maxflow.FlowNetwork.min_flow_over_sinks`), which is cheap between
+    neighbours: in rank order, a fabric listed with its ranks shuffled made every move
+    reroute flow across the fabric (leaf-spine 8x2x8 with 4 spines, exact split: 5.6 s
+    instead of 1.1 s).  Their results do not depend on the order.  Computed once per graph
+    (copies share it: it is a speed hint, not a property of the units)."""
+    if g.near is None and g.gpus.size == 0:
+        g.near = np.zeros(0, np.int64)
+    if g.near is None:
+        ends = np.array(list(g.units), np.int64).reshape(-1, 2)
+        adj = csr_matrix((np.ones(len(ends)), (ends[:, 0], ends[:, 1])), shape=(g.n, g.n))
+        seen = breadth_first_order(adj + adj.T, int(g.gpus[0]), directed=False,
+                                   return_predecessors=False)
+        pos = np.full(g.n, g.n, np.int64)
+        pos[seen] = np.arange(seen.size)
+        widest = np.full(g.n, -1, np.int64)
+        best = np.zeros(g.n, np.int64)
+        for (a, b), u in g.units.items():
+            if u > best[a] or u == best[a] and pos[b] < pos[widest[a]]:
+                best[a], widest[a] = u, b
+        gpus = np.asarray(g.gpus, np.int64)
+        hub = np.where(widest[gpus] >= 0, pos[widest[gpus]], g.n)   # no out-link: last
+        g.near = gpus[np.lexsort((pos[gpus], hub))]
+    return g.near
+
+
 def cut_slack(g: SplitGraph, net: FlowNetwork, caps: np.ndarray, source: list[int],
               sink: list[int], want: int) -> int:
     """``min(want, slack)``, slack the min over node sets S holding a GPU, with
@@ -171,7 +204,7 @@ def cut_slack(g: SplitGraph, net: FlowNetwork, caps: np.ndarray, source: list[in
     for v in sink:
         full[net.t_arc0 + v] = INF
     demand = g.k * g.gpus.size
-    sinks = np.array([x for x in g.gpus.tolist() if x not in source], np.int64)
+    sinks = np.array([x for x in sink_order(g).tolist() if x not in source], np.int64)
     if sinks.size == 0:
         return int(INF)
     return net.min_flow_over_sinks(full, sinks, upper=demand + want, floor=demand) - demand
@@ -183,7 +216,7 @@ def keeps_cuts(g: SplitGraph, net: FlowNetwork, caps: np.ndarray) -> bool:
     full = net.caps()
     full[: net.m] = caps
     full[net.s_arc0 + g.gpus] = g.k
-    return net.first_failing_sink(full, g.gpus.astype(np.int64), g.k * g.gpus.size) < 0
+    return net.first_failing_sink(full, sink_order(g), g.k * g.gpus.size) < 0
 
 
 # ---------------------------------------------------------------------- splitting
