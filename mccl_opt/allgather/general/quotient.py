@@ -152,7 +152,7 @@ def _price(topo: Topology, q: _Quotient, pi: np.ndarray
     element ``h`` carrying the representative ``r`` onto ``s`` (:meth:`.Symmetry.carriers`)
     maps ``r``'s search tree onto an equally cheap one of ``s`` (``cost[s, h(t)] =
     cost[r, t]``, the same sums of the same prices), which is all the arborescences
-    need."""
+    need; they are the certified sparse ones (:mod:`.sparse_arborescence`)."""
     price = (pi / q.orbit_size)[q.sym.link_orbit]
     cost_r, pred_r = from_sources(topo, price, q.reps)
     parents, costs = min_arborescences_sparse(cost_r.ravel()[q.cost_index_t], q.reps)
