@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from mccl_opt.allgather.general.arborescence import min_arborescences
+from mccl_opt.errors import InputError
 from mccl_opt.allgather.general.sparse_arborescence import (
     _candidates, _edmonds, _sparse_trees, _stride, _violations, min_arborescences_sparse)
 
@@ -76,3 +77,14 @@ def test_a_dual_from_too_few_edges_is_not_certified_and_names_the_edge_it_breaks
     assert ex_n[2] == 1 and ex_src[2, 0] == 1
     _, costs = min_arborescences_sparse(DT, np.array([0]), 1)
     assert costs[0] == pytest.approx(5 + 2 + 1)
+
+
+def test_negative_costs_go_to_the_dense_kernel_and_bad_input_is_rejected():
+    D = np.array([[0, -1.0, 2], [3, 0, -2], [1, 4, 0]])
+    parents, costs = min_arborescences_sparse(D.T, np.arange(3), 1)
+    _, dense = min_arborescences(D, np.arange(3))
+    assert np.array_equal(costs, dense)
+    with pytest.raises(InputError):
+        min_arborescences_sparse(np.full((3, 3), np.nan), np.arange(3))
+    with pytest.raises(InputError):
+        min_arborescences_sparse(np.ones((3, 3)), np.array([3]))

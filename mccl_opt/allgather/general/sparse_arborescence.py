@@ -407,9 +407,14 @@ def min_arborescences_sparse(cost_t: np.ndarray, roots: np.ndarray, k: int = IN_
     """:func:`.arborescence.min_arborescences` of the digraph whose edge ``u -> v``
     costs ``cost_t[v, u] >= 0`` (the transposed matrix: row ``v`` holds ``v``'s
     in-edges), by the module's certified sparse search, the dense kernel for the roots
-    it does not settle: ``(parents, costs)``."""
+    it does not settle (and for all of them when a cost is negative, which it solves,
+    or the input is malformed, which it rejects with :class:`InputError`):
+    ``(parents, costs)``."""
     DT = np.ascontiguousarray(cost_t, dtype=np.float64)
     r = np.ascontiguousarray(roots, dtype=np.int64).reshape(-1)
+    if DT.ndim != 2 or DT.shape[0] != DT.shape[1] or not (DT >= 0).all() or (
+            r.size and (r.min() < 0 or r.max() >= DT.shape[0])):
+        return min_arborescences(DT.T, r)        # checks the input; duals need costs >= 0
     g = DT.shape[0]
     parents, costs = _sparse_trees(DT, r, max(1, min(int(k), g - 1)), _stride(g))
     left = np.flatnonzero(costs < 0)
