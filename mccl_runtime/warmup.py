@@ -16,7 +16,7 @@ result (a chain of events), the local re-solve and step bounds; AllGather Forest
 cold and warm the same ways (and the first schedule of a time-limited solve on large
 fabrics); AllGather on
 unbalanced fabrics (weaker directions, the balanced restriction, the general column
-generation, cold and warm); step-aware trees; the validator and the simulator (event
+generation, cold and warm, the symmetric quotient's pricing); step-aware trees; the validator and the simulator (event
 and fluid).  ``tests/test_warmup.py`` checks, with numba's compile events, that no solve
 on any path compiles after it.  ``mccl warmup`` runs it ahead (``make demo`` does) and
 prints one line per group.
