@@ -5,7 +5,7 @@
 
 ``FAMILY`` is ``shared-agg``, ``hpn``, ``superpod``, ``leaf-spine`` or ``multi-spine``;
 ``SHAPE`` ``SxHxG``; GPU 0's NIC uplink (its link to its ToR / leaf) is set to ``GBPS`` one
-way, and each further ``:SRC>DST@GBPS`` sets that link one way (several faults).  Each state is solved once after a kernel warm-up solve, in a child process killed
+way, and each further ``:SRC>DST@GBPS`` sets that link one way (several faults).  Each state is solved once after a kernel warm-up solve (and the quotient's pricing kernel loaded), in a child process killed
 after ``--timeout`` seconds (default 120); one line per state: CPU and wall seconds, the
 path (``seed``: ``symmetric quotient`` when the quotient answered), rate and LP rate.  The
 script imports the package of the checkout it sits in, so compare two checkouts by
@@ -23,7 +23,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from instances import hpn                                               # noqa: E402
 from instances.aggregation import leaf_spine, multi_spine, shared_aggregation, superpod  # noqa: E402
+import numpy as np                                                      # noqa: E402
+
 from mccl_opt.allgather import solve_allgather                          # noqa: E402
+from mccl_opt.allgather.general.sparse_arborescence import min_arborescences_sparse  # noqa: E402
 from mccl_opt.topology import Topology                                  # noqa: E402
 
 FAMILIES = {
@@ -51,6 +54,7 @@ def fabric(spec: str) -> Topology:
 
 def _child(spec: str, out: mp.Queue) -> None:
     solve_allgather(fabric("shared-agg:2x2x8:200"), max_chunks=None)      # kernels
+    min_arborescences_sparse(np.ones((4, 4)), np.arange(2), 1)           # the quotient's
     topo = fabric(spec)
     t, c = time.perf_counter(), time.process_time()
     s = solve_allgather(topo, max_chunks=None)

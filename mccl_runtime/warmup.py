@@ -16,7 +16,7 @@ result (a chain of events), the local re-solve and step bounds; AllGather Forest
 cold and warm the same ways (and the first schedule of a time-limited solve on large
 fabrics); AllGather on
 unbalanced fabrics (weaker directions, the balanced restriction, the general column
-generation, cold and warm); step-aware trees; the validator and the simulator (event
+generation, cold and warm, the symmetric quotient's pricing); step-aware trees; the validator and the simulator (event
 and fluid).  ``tests/test_warmup.py`` checks, with numba's compile events, that no solve
 on any path compiles after it.  ``mccl warmup`` runs it ahead (``make demo`` does) and
 prints one line per group.
@@ -178,7 +178,8 @@ def _unbalanced(backend: str) -> None:
     """Weaker directions (a one-way NIC; on two segments the repair packer gives up and
     the greedy one packs), the balanced restriction (a one-way NVSwitch lane), the
     general method (capacities whose exact trees explode: seeded with ForestColl's trees,
-    and from its own multiplicative-weights start) and a warm start from its schedule."""
+    and from its own multiplicative-weights start), a warm start from its schedule, and the
+    symmetric quotient's certified sparse arborescences."""
     from instances import hpn
     from mccl_opt.allgather import solve_allgather
 
@@ -198,8 +199,12 @@ def _unbalanced(backend: str) -> None:
     # the chain seeds ``odd`` with ForestColl's trees and its first master certifies, so
     # nothing is priced there: the general method's own start prices every round
     from mccl_opt.allgather.general.method import solve_general
+    from mccl_opt.allgather.general.sparse_arborescence import min_arborescences_sparse
+    import numpy as np
 
     solve_general(odd, backend=backend, max_chunks=None)
+    # the symmetric quotient's pricing (fabrics of >= 128 GPUs, too large to solve here)
+    min_arborescences_sparse(np.ones((4, 4)), np.arange(2), 1)
 
 
 def _step_aware(backend: str) -> None:

@@ -101,7 +101,8 @@ def test_the_chain_takes_the_quotient_at_none_and_keeps_the_exact_rate(monkeypat
 def test_paths_mapped_from_one_source_per_orbit_equal_all_pairs():
     """The quotient prices one Dijkstra per root orbit and maps it onto the other sources
     (``Symmetry.carriers``): at orbit-invariant prices the mapped costs equal the
-    all-pairs ones exactly, and every mapped predecessor walk is a path of that cost."""
+    all-pairs ones exactly, and every mapped predecessor walk is a path of that cost; the
+    certified sparse arborescences cost what the dense kernel's do."""
     topo = canonical(_one_way(shared_aggregation(2, 3, 4), gbps=150.8))
     arr = topo.arrays
     sym = find_symmetry(topo)
@@ -115,7 +116,7 @@ def test_paths_mapped_from_one_source_per_orbit_equal_all_pairs():
     price = (pi / q.orbit_size)[sym.link_orbit]
     full = SwitchPaths(topo, price)
     _, want = min_arborescences(full.cost, q.reps)
-    assert np.array_equal(costs, want)
+    assert costs == pytest.approx(want, rel=1e-12)     # ties may pick other trees
     for i, (r, arcs) in enumerate(zip(q.reps.tolist(), trees)):
         assert price[arcs].sum() == pytest.approx(costs[i], rel=1e-12)
         assert np.all(np.isin(arr.rank_of[arr.head[arcs][~arr.is_switch[arr.head[arcs]]]],

@@ -152,13 +152,16 @@ def test_chunk_counts_skip_the_limits_that_repeat_a_failed_budget():
 
 
 
-def test_the_second_seed_trees_let_the_master_pass_the_single_entry_rate():
+def test_the_second_seed_trees_let_the_master_pass_the_single_entry_rate(monkeypatch):
     """Shared aggregation 2x5x8 with one NIC uplink at 272.6 of 400 Gbps one way: at the
     optimum (41.499 Gbps) hosts take more fabric ingress than one entry per tree; trees that
     enter every host once stop at 41.143 (docs/allgather.md "The seed's trees and sibling
     pairs").  The seed's second set (the weaker direction's, by the proportional split)
     supplies second entries: the master over both sets reaches the bound without pricing
     (with siblings last in both: 12 rounds of pricing)."""
+    from mccl_opt.allgather import chain
+
+    monkeypatch.setattr(chain, "QUOTIENT_MIN_GPUS", 10**9)     # this path, not the quotient's
     topo = shared_aggregation(2, 5, 8).with_capacity(src="s1h0g0", dst="s1tor0", gbps=272.602,
                                                       both_directions=False)
     s = mo.solve_allgather(topo, max_chunks=None)

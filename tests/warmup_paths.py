@@ -147,6 +147,12 @@ def paths() -> Iterator[tuple[str, Callable[[], object]]]:
     past = shared_aggregation(2, 2, 4).with_capacity(src="s0h0g0", dst="s0tor0", gbps=123.457)
     yield "allgather balanced past the exact tree limit (seeded general method)", \
         lambda: mo.solve_allgather(past, max_chunks=None)
+    from mccl_opt.allgather.canonical import canonical
+    from mccl_opt.allgather.general.quotient import solve_quotient
+
+    quot = canonical(shared_aggregation(2, 3, 4).with_capacity(
+        src="s0h0g0", dst="s0tor0", gbps=150.8, both_directions=False))
+    yield "allgather symmetric quotient (the chain's at >= 128 GPUs)", lambda: solve_quotient(quot)
     yield "allgather general method warm", \
         lambda: solve_general(fail2(healthy), warm=solve_general(healthy), max_chunks=None)
     yield "allgather step-aware", lambda: mo.solve_allgather(hpn(1, 3, 4), step_aware=True)

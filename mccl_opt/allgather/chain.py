@@ -76,8 +76,11 @@ RESTRICTION_ROUNDING_GAP = 0.05
 
 #: the symmetry quotient (:func:`_by_quotient`) is tried from this many GPUs at
 #: ``max_chunks=None`` (shared aggregation 2x8x8 with a NIC slowed one way: 0.3 s against
-#: 1.5-3 s for the restriction and the general method); below, those take ~0.2 s
-QUOTIENT_MIN_GPUS = 128
+#: 1.5-3 s for the restriction and the general method; with its sparse pricing, 64-112
+#: GPUs too: shared aggregation 2x6x8 / multi-spine 2x6x8 / leaf-spine 4x3x8 one way
+#: 0.06-0.11 s against 4.4 / 4.1 / 2.9 s, docs/allgather.md "Pricing on the cheapest
+#: in-edges"); below, the fabrics measured rarely shrink 8-fold
+QUOTIENT_MIN_GPUS = 64
 
 #: ... when its rows (link and root orbits) are at most this fraction of the master's
 QUOTIENT_MIN_SHRINK = 8

@@ -39,7 +39,7 @@ from mccl_opt.schedule import Schedule
 from mccl_opt.topology import Topology
 from .expansion import expand
 from .symmetry import Symmetry, find_symmetry
-from .arborescence import min_arborescences
+from .sparse_arborescence import min_arborescences_sparse
 from .switch_paths import from_sources
 from .tree_colgen import TreeCGResult
 
@@ -82,7 +82,7 @@ class _Quotient:
         g = topo.num_gpus
         inverse = np.empty_like(rank_map)            # cost[s, t] = cost_r[o(s), h_s^-1(t)]
         inverse[np.arange(g)[:, None], rank_map] = np.arange(g)
-        self.cost_index = sym.root_orbit[:, None] * g + inverse
+        self.cost_index_t = np.ascontiguousarray((sym.root_orbit[:, None] * g + inverse).T)
         self.tail, self.gpu_nodes = arr.tail, arr.gpu_nodes
         self.rep_index = sym.root_orbit
         self.backend = backend
@@ -152,10 +152,10 @@ def _price(topo: Topology, q: _Quotient, pi: np.ndarray
     element ``h`` carrying the representative ``r`` onto ``s`` (:meth:`.Symmetry.carriers`)
     maps ``r``'s search tree onto an equally cheap one of ``s`` (``cost[s, h(t)] =
     cost[r, t]``, the same sums of the same prices), which is all the arborescences
-    need."""
+    need; they are the certified sparse ones (:mod:`.sparse_arborescence`)."""
     price = (pi / q.orbit_size)[q.sym.link_orbit]
     cost_r, pred_r = from_sources(topo, price, q.reps)
-    parents, costs = min_arborescences(cost_r.ravel()[q.cost_index], q.reps)
+    parents, costs = min_arborescences_sparse(cost_r.ravel()[q.cost_index_t], q.reps)
     return costs, [q.tree_arcs(pred_r, int(r), parents[i]) for i, r in enumerate(q.reps.tolist())]
 
 
