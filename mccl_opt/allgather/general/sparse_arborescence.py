@@ -9,7 +9,8 @@ of a dense ``g x g`` GPU digraph; the dense kernel (:mod:`.arborescence`) costs
    matrix per round, shared by all roots), and ``thresh[t]``, the cheapest in-edge left
    out;
 2. Edmonds' algorithm in Tarjan's form with mergeable skew heaps (``O(gk log(gk))``;
-   the contraction loop of KACTL's ``DirectedMST``) finds a minimum arborescence of
+   Tarjan 1977, Gabow-Galil-Spencer-Tarjan 1986; the loop's shape learned from the
+   public-domain KACTL notes, written here with the dual kept) finds a minimum arborescence of
    that sparse digraph together with its dual: a value ``y_S >= 0`` per contracted set
    (each pick's reduced cost), ``sum y_S`` the tree's cost, and every kept edge
    ``s -> t`` with ``sum {y_S : t in S, s not in S} <= c(s, t)`` (Edmonds 1967);
@@ -23,6 +24,10 @@ of a dense ``g x g`` GPU digraph; the dense kernel (:mod:`.arborescence`) costs
 A root whose sparse digraph does not reach every node, or whose dual fails the check,
 is solved by the dense kernel, so the result is always a minimum arborescence (ties may
 be broken differently from the dense kernel's).
+
+Longer than ~400 lines on purpose: the sparse search, its dual and the check against the
+dense digraph are one certified computation, and the search's heap and union-find must
+be closures inside one kernel (as separate compiled functions each call cost ~40x).
 """
 
 from __future__ import annotations
@@ -88,7 +93,7 @@ def _candidates(DT, k, step):
 @njit(cache=True)
 def _edmonds(ea, eb, w, g, root, parent, setpar, ytop):
     """A minimum arborescence rooted at ``root`` of the digraph of edges ``ea[e] ->
-    eb[e]`` costing ``w[e] >= 0`` on ``g`` nodes (KACTL's ``DirectedMST``): tails into
+    eb[e]`` costing ``w[e] >= 0`` on ``g`` nodes (Tarjan's contraction with skew heaps): tails into
     ``parent``, and its dual: ``setpar`` the set that contracted each set (singleton
     ``v`` is set ``v``; ``-1``: none) and ``ytop`` the sum of ``y`` over a set and the
     sets holding it.  False when some node is not reached."""
