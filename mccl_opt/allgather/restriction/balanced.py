@@ -313,7 +313,7 @@ def _separate(fab: Fabric, cap: np.ndarray, x: float) -> list[np.ndarray]:
     caps[: fab.net.m] = links
     caps[fab.net.s_arc0 + fab.gpus] = per_gpu
     return list(fab.net.failing_sets(caps, fab.gpus, fab.num_gpus * per_gpu,
-                                     fab.num_gpus, skip=False))
+                                     fab.num_gpus, skip=True))
 
 
 def _simplest_near(v: float, eps: float) -> Fraction:
