@@ -303,7 +303,9 @@ class _CutLP:
 
 def _separate(fab: Fabric, cap: np.ndarray, x: float) -> list[np.ndarray]:
     """Sink sides of cuts violated by ``cap`` (quanta, floats) at rate ``x``: Phase 1's
-    rooted test at every GPU (one minimum cut per failing GPU).  Capacities are rounded
+    rooted test at every GPU (one minimum cut per failing GPU not inside an earlier cut:
+    those repeat its cut or one like it, and their max-flows were 60% of a round on
+    shared-nic 2x8x8-p2, whose 128 failing GPUs gave 16 distinct cuts).  Capacities are rounded
     *up* on a grid of ``1/grid`` quanta (``grid`` a power of two, as fine as int64
     max-flow allows up to ``2^20``), so every cut found is violated by the floats too."""
     span = max(float(cap.max()), 1.0) * fab.num_gpus
