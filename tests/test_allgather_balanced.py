@@ -211,3 +211,46 @@ def test_shared_nic_restriction_converges_on_its_stalled_rate(fault):
     assert r.rate_gbps == pytest.approx(solve_general(topo, max_chunks=None).lp_rate_gbps,
                                         rel=1e-9)
     _assert_balanced_below(topo, r)
+
+
+def _reference_simplest_near(v: float, eps: float):
+    """The continued fraction of ``v`` in exact :class:`Fraction` steps."""
+    from fractions import Fraction
+    f, rest, h0, h1, k0, k1 = Fraction(v), Fraction(v), 0, 1, 1, 0
+    while True:
+        a = rest.numerator // rest.denominator
+        h0, h1, k0, k1 = h1, a * h1 + h0, k1, a * k1 + k0
+        if abs(Fraction(h1, k1) - f) <= eps or k1 > 1 << 20 or rest == a:
+            return Fraction(h1, k1)
+        rest = 1 / (rest - a)
+
+
+def test_lp_floats_read_as_their_first_close_convergent():
+    """``_simplest_near`` (integer steps) returns the first convergent within ``eps``:
+    the small-denominator rational an LP vertex's float was computed from."""
+    rng = np.random.default_rng(7)
+    for _ in range(300):
+        p, q = int(rng.integers(0, 10**7)), int(rng.integers(1, 5000))
+        v = p / q * (1 + float(rng.choice([0.0, 1e-15, -1e-15])))
+        eps = float(rng.choice([0.0, 1e-12, 1e-6])) * max(v, 1.0)
+        got = balanced._simplest_near(v, eps)
+        assert got == _reference_simplest_near(v, eps)
+        if eps >= 1e-12 * max(v, 1.0):
+            assert got.denominator <= q and abs(got - v) <= eps
+
+
+def test_separation_returns_only_violated_cuts():
+    """Every sink side ``_separate`` returns (one per failing GPU not inside an earlier
+    one) is violated by the capacities at the rate: ``c(δ⁻(S)) < |V_c \\ S| x``."""
+    topo = canonical(rail_hosts(1, 8, hosts=2, gpus_per_nic=2).with_capacity(
+        src="s0h0pcie0", dst="s0tor0", gbps=150.0, both_directions=False))
+    fab, _ = fabric_of(topo)
+    cap = fab.cap.astype(float)
+    x = float(balanced.optimal_rate(fab).rate) * 1.05
+    sets = balanced._separate(fab, cap, x)
+    assert len(sets) > 0
+    is_gpu = fab.is_gpu()
+    for s, into in zip(sets, fab.cut_arcs(np.array(sets))):
+        assert (is_gpu & s).any()
+        assert cap[into].sum() < np.count_nonzero(is_gpu & ~s) * x
+    assert len({np.packbits(s).tobytes() for s in sets}) == len(sets)   # none twice

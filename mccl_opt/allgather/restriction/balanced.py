@@ -270,13 +270,16 @@ class _CutLP:
         is_gpu = self.fab.is_gpu()
         m = self.fab.tail.size
         starts, idx, vals = [0], [], []
-        entering = self.fab.cut_arcs(np.array(cuts)) if cuts else None
-        for s, into in zip(cuts, entering if entering is not None else ()):
+        fresh = []
+        for s in cuts:
             key = np.packbits(s).tobytes()
-            outside = int(np.count_nonzero(is_gpu & ~s))
-            if key in self.seen or not outside or not (is_gpu & s).any():
+            if key in self.seen or not (is_gpu & ~s).any() or not (is_gpu & s).any():
                 continue
             self.seen.add(key)
+            fresh.append(s)
+        entering = self.fab.cut_arcs(np.array(fresh)) if fresh else ()
+        for s, into in zip(fresh, entering):
+            outside = int(np.count_nonzero(is_gpu & ~s))
             self.cuts.append(s)
             arcs = np.flatnonzero(into)
             idx += [arcs, [m]]
@@ -300,7 +303,9 @@ class _CutLP:
 
 def _separate(fab: Fabric, cap: np.ndarray, x: float) -> list[np.ndarray]:
     """Sink sides of cuts violated by ``cap`` (quanta, floats) at rate ``x``: Phase 1's
-    rooted test at every GPU (one minimum cut per failing GPU).  Capacities are rounded
+    rooted test at every GPU (one minimum cut per failing GPU not inside an earlier cut:
+    those repeat its cut or one like it, and their max-flows were 60% of a round on
+    shared-nic 2x8x8-p2, whose 128 failing GPUs gave 16 distinct cuts).  Capacities are rounded
     *up* on a grid of ``1/grid`` quanta (``grid`` a power of two, as fine as int64
     max-flow allows up to ``2^20``), so every cut found is violated by the floats too."""
     span = max(float(cap.max()), 1.0) * fab.num_gpus
@@ -313,21 +318,24 @@ def _separate(fab: Fabric, cap: np.ndarray, x: float) -> list[np.ndarray]:
     caps[: fab.net.m] = links
     caps[fab.net.s_arc0 + fab.gpus] = per_gpu
     return list(fab.net.failing_sets(caps, fab.gpus, fab.num_gpus * per_gpu,
-                                     fab.num_gpus, skip=False))
+                                     fab.num_gpus, skip=True))
 
 
 def _simplest_near(v: float, eps: float) -> Fraction:
     """The first continued-fraction convergent of ``v`` within ``eps`` of it (an LP
-    vertex's coordinates are rationals of small denominator, computed to ~1e-15)."""
-    f = Fraction(v)
+    vertex's coordinates are rationals of small denominator, computed to ~1e-15), in
+    integers: ``v = p / q`` and ``eps = e / d`` exactly, so ``|h/k - v| <= eps`` is
+    ``|h q - p k| d <= e k q``."""
+    p, q = float(v).as_integer_ratio()
+    e, d = float(eps).as_integer_ratio()
     h0, h1, k0, k1 = 0, 1, 1, 0
-    rest = f
+    num, den = p, q
     while True:
-        a = math.floor(rest)
+        a, r = divmod(num, den)
         h0, h1, k0, k1 = h1, a * h1 + h0, k1, a * k1 + k0
-        if abs(Fraction(h1, k1) - f) <= eps or k1 > _MAX_DENOMINATOR or rest == a:
+        if abs(h1 * q - p * k1) * d <= e * k1 * q or k1 > _MAX_DENOMINATOR or r == 0:
             return Fraction(h1, k1)
-        rest = 1 / (rest - a)
+        num, den = den, r
 
 
 def _certified(fab: Fabric, is_switch: np.ndarray, cap: np.ndarray, x: float, q: float,
