@@ -71,6 +71,7 @@ class GlooLoopConfig:
     abort: bool = True                    # abort a stale collective, re-run it on the new version (executor_cuda.abort)
     controller_log: str | None = None     # keep the controller's decision log (``serve -v``) at this path
     workers: int = 0                      # the controller's ``--workers`` (0: synthesis in its own thread)
+    kernels: str = "eager"                # the controller's ``--kernels`` (eager: loaded before it serves)
 
 
 class ControllerProcess:
@@ -83,7 +84,7 @@ class ControllerProcess:
                "--bind", "tcp://127.0.0.1:0", "--collective", f"{COMM}/{NAME}:{collective}",
                "--alpha", str(cfg.alpha), "--gamma", str(cfg.gamma), "--dwell", str(cfg.dwell_s),
                "--gather", str(cfg.gather_s), *(["--anytime", str(cfg.anytime_s)] if cfg.anytime_s is not None else []),
-               "--time-limit", str(cfg.time_limit_s), "--backend", cfg.backend]
+               "--time-limit", str(cfg.time_limit_s), "--backend", cfg.backend, "--kernels", cfg.kernels]
         if cfg.shallow_trees:
             cmd.append("--shallow-trees")
         if cfg.workers:
@@ -182,6 +183,9 @@ MAX_BLOCK_KIB = float(1 << 20)
 
 
 def _check(scenario: Any, cfg: GlooLoopConfig) -> None:
+    from mccl_runtime.warmup import check_kernels_mode
+
+    check_kernels_mode(cfg.kernels)
     n = scenario.topology.num_gpus
     if cfg.world != n:
         raise MCCLError(f"--world {cfg.world} does not match the scenario's fabric ({n} GPUs in "

@@ -65,8 +65,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "trees, also solve cold and keep the shallower schedule of equal rate; AllToAll: also "
                         "solve cold and keep it if of equal rate and faster in the round model")
     s.add_argument("--kernels", choices=["eager", "background", "lazy"], default="eager",
-                   help="when the synthesizers' compiled kernels load: eager (before serving, so the first "
-                        "failure's job does not pay, ~1.5-2.6 s at start), background (in a thread once "
+                   help="when the synthesizers' compiled kernels load (those of the --collective kinds and of "
+                        "the collectives a --state file holds; every kind's when there are none): eager (before "
+                        "serving, so the first failure's job does not pay, ~1.5-2.6 s at start), background (in a thread once "
                         "serving), lazy (each on its first use); default %(default)s")
     s.add_argument("--workers", type=int_arg, default=0,
                    help="run re-syntheses in this many worker processes (default: one thread in the controller)")
@@ -173,7 +174,7 @@ def _serve(args: argparse.Namespace) -> int:
     from .manager import Policy
     from .protocol import load_key
     from .service import ControllerService
-    from .warmup import load_kernels_in_background, load_kernels_logged
+    from .warmup import kernel_collectives, load_kernels_in_background, load_kernels_logged
 
     level = args.log_level or ("warning", "info", "debug")[min(args.verbose, 2)]
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING,
@@ -203,10 +204,12 @@ def _serve(args: argparse.Namespace) -> int:
         topo, args.bind, pub_bind=args.pub_bind, key=key, state_path=args.state,
         synthesize=synthesize, alpha=args.alpha, estimator=args.estimator, policy=policy, allow_remote=args.allow_remote,
         pool=pool)
+    # the kernels of the collectives given and of those a resumed state holds
+    kinds = kernel_collectives([k for _, _, k in specs] + [c.kind for c in svc.manager.collectives()])
     if pool is None and args.kernels == "eager":
-        load_kernels_logged(args.backend, "before serving")
+        load_kernels_logged(args.backend, "before serving", collectives=kinds)
     elif pool is None and args.kernels == "background":
-        load_kernels_in_background(args.backend, after=svc.ready)
+        load_kernels_in_background(args.backend, after=svc.ready, collectives=kinds)
     svc.shard = getattr(args, "shard", None)
     for comm, name, kind in specs:          # a resumed controller already has them
         names = [f"{name}/reducescatter", f"{name}/allgather"] if kind == "allreduce" else [name]

@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from mccl_opt.schedule import Schedule
     from mccl_opt.topology import Topology
 
-__all__ = ["load_kernels", "load_kernels_logged", "load_kernels_in_background", "check_kernels_mode", "KERNEL_MODES",
+__all__ = ["load_kernels", "load_kernels_logged", "kernel_collectives", "load_kernels_in_background", "check_kernels_mode", "KERNEL_MODES",
            "COLLECTIVES", "GROUPS", "KernelGroup", "cache_location", "compiling_notice"]
 
 #: When the product synthesizer loads its kernels (``controller serve --kernels``):
@@ -266,6 +266,15 @@ def load_kernels(backend: str = "highs", collectives: tuple[str, ...] = COLLECTI
     return spent
 
 
+def kernel_collectives(kinds: list[str]) -> tuple[str, ...]:
+    """The :data:`COLLECTIVES` whose kernels collectives of ``kinds`` need (AllToAll's for
+    ``alltoall``, AllGather's for the others: a reduce-scatter is synthesized as an
+    AllGather); all of them when ``kinds`` is empty."""
+    if not kinds:
+        return COLLECTIVES
+    return tuple(c for c in COLLECTIVES if any((kind == "alltoall") == (c == "alltoall") for kind in kinds))
+
+
 def check_kernels_mode(mode: str) -> str:
     """``mode`` if it is one of :data:`KERNEL_MODES`, else a typed error naming them."""
     if mode not in KERNEL_MODES:
@@ -275,22 +284,24 @@ def check_kernels_mode(mode: str) -> str:
     return mode
 
 
-def load_kernels_logged(backend: str, when: str, after: threading.Event | None = None) -> None:
-    """:func:`load_kernels` once ``after`` (an event: the controller serving) is set, logged
-    at info on ``mccl.controller`` with ``when`` and the seconds it took."""
+def load_kernels_logged(backend: str, when: str, after: threading.Event | None = None,
+                        collectives: tuple[str, ...] = COLLECTIVES) -> None:
+    """:func:`load_kernels` of ``collectives`` once ``after`` (an event: the controller
+    serving) is set, logged at info on ``mccl.controller`` with ``when`` and the seconds it took."""
     if after is not None:
         after.wait()
     start = time.perf_counter()
-    load_kernels(backend)
+    load_kernels(backend, collectives)
     logging.getLogger("mccl.controller").info("synthesizer kernels loaded %s (%.2f s)", when,
                                               time.perf_counter() - start)
 
 
-def load_kernels_in_background(backend: str = "highs", after: threading.Event | None = None) -> threading.Thread:
+def load_kernels_in_background(backend: str = "highs", after: threading.Event | None = None,
+                               collectives: tuple[str, ...] = COLLECTIVES) -> threading.Thread:
     """Start :func:`load_kernels_logged` (``in the background``, once ``after`` is set) in a
     daemon thread named ``mccl-kernels`` and return it; a solve meanwhile loads or compiles
     the kernels it needs itself (numba serializes it)."""
-    thread = threading.Thread(target=load_kernels_logged, args=(backend, "in the background", after),
+    thread = threading.Thread(target=load_kernels_logged, args=(backend, "in the background", after, collectives),
                               name="mccl-kernels", daemon=True)
     thread.start()
     return thread

@@ -336,7 +336,8 @@ def test_real_ranks_notice_a_cleared_failure_by_probes(tmp_path, capsys):
 def test_dead_controller_is_a_clear_error(tmp_path, monkeypatch):
     """The controller is killed while the ranks run: they stop at the same collective
     and the run ends with an error naming the controller (or, if it died before the
-    first schedule, the ranks' bounded request fails)."""
+    first schedule, the ranks' bounded request fails).  Its kernels load lazily: it is
+    killed before any event, so it never synthesizes."""
     from executor_cuda import scenario_run
     from mccl_runtime.scenario import load_scenario
 
@@ -350,7 +351,7 @@ def test_dead_controller_is_a_clear_error(tmp_path, monkeypatch):
     monkeypatch.setattr(scenario_run.ControllerProcess, "wait_ready", ready_then_die)
     scn = load_scenario(_scenario(tmp_path, duration_ms=60, t_ms=50))
     with pytest.raises(MCCLError, match="controller stopped answering|no reply from the controller"):
-        scenario_run.run_gloo_loop(scn, scenario_run.GlooLoopConfig(world=4, client_timeout_s=1.0))
+        scenario_run.run_gloo_loop(scn, scenario_run.GlooLoopConfig(world=4, client_timeout_s=1.0, kernels="lazy"))
 
 
 def test_world_must_match_the_scenario(tmp_path, capsys):

@@ -122,3 +122,14 @@ def test_kernels_modes_of_the_product_synthesizer(monkeypatch):
     assert ran == [g.key for g in warmup.GROUPS] * 2
     with pytest.raises(MCCLError, match="eager, background, lazy"):
         solver_synthesizer(kernels="later")
+
+
+def test_a_controller_loads_the_kernels_of_its_collectives_kinds():
+    """``controller serve``'s eager/background load: AllToAll's kernels for ``alltoall``,
+    AllGather's for every other kind (a reduce-scatter is an AllGather), all with none."""
+    from mccl_runtime.warmup import COLLECTIVES, kernel_collectives
+
+    assert kernel_collectives([]) == COLLECTIVES
+    assert kernel_collectives(["allgather", "reducescatter"]) == ("allgather",)
+    assert kernel_collectives(["alltoall"]) == ("alltoall",)
+    assert kernel_collectives(["allreduce", "alltoall"]) == ("allgather", "alltoall")
