@@ -22,7 +22,7 @@ import numpy as np
 from mccl_opt import anytime
 from .cut_guard import KnownCuts, SweepGuard, violated_set, violated_sets
 from .splitting import LogicalGraph, SplitGraph, fewest_links_first, switch_order
-from .spread import Transports, spread_split
+from .spread import spread_split
 
 __all__ = ["guarded_spread", "LEARN_ROUNDS"]
 
@@ -49,36 +49,33 @@ def guarded_spread(g: SplitGraph, rank_of: np.ndarray, failed: LogicalGraph,
         return None
     sweeps[0] = max(sweeps[0], time.perf_counter() - t)     # a whole sweep: none failed
     known = KnownCuts(g.n, g.gpus, g.k, arcs)
-    memo: Transports = {}
     for order in (switch_order, fewest_links_first):
-        lg, found = _guarded_in(g, rank_of, order(g), known, found, sweeps, siblings_last,
-                                memo)
+        lg, found = _guarded_in(g, rank_of, order(g), known, found, sweeps, siblings_last)
         if lg is not None:
             return lg
     return None
 
 
 def _guarded_in(g: SplitGraph, rank_of: np.ndarray, order: list[int], known: KnownCuts,
-                found: list[np.ndarray], sweeps: list[float], siblings_last: bool = True,
-                memo: Transports | None = None) -> tuple[LogicalGraph | None, list[np.ndarray]]:
+                found: list[np.ndarray], sweeps: list[float], siblings_last: bool = True
+                ) -> tuple[LogicalGraph | None, list[np.ndarray]]:
     """Splits in ``order`` guarded by the sets learned so far (``known`` keeps learning
     from ``found``, the violated rank sets of the last failed split), then by the sweep
     guard: the passing logical graph or ``None``, and the rank sets still violated.
     The sets learned in an earlier order are tried once in this one before learning
-    stops.  ``memo``: the splits' transports, shared (:func:`.spread.spread_split`)."""
+    stops."""
     fresh = True
     for _ in range(LEARN_ROUNDS):
         anytime.check("Phase 2: a guarded spread split")
         if not any([known.learn(inside) for inside in found]) and not fresh:
             break
         fresh = False
-        lg = spread_split(g, rank_of, known, order, siblings_last, memo)
+        lg = spread_split(g, rank_of, known, order, siblings_last)
         found = _violated_ranks(lg, g.k, sweeps)
         if found is None:
             return lg, []
     anytime.check("Phase 2: the spread split guarded by sweeps")
-    return spread_split(g, rank_of, SweepGuard(g.n, g.gpus, g.k), order, siblings_last,
-                        memo), found
+    return spread_split(g, rank_of, SweepGuard(g.n, g.gpus, g.k), order, siblings_last), found
 
 
 def _violated_ranks(lg: LogicalGraph, k: int, sweeps: list[float]) -> list[np.ndarray] | None:

@@ -38,10 +38,6 @@ __all__ = ["spread_split", "TRANSPORT_PAIRS_PER_S"]
 
 Guard = KnownCuts | SweepGuard
 
-#: transports by switch and its links' ends and units (:func:`_pair_amounts`)
-Transports = dict[tuple[int, bytes, bytes, bytes, bytes],
-                  tuple[np.ndarray, np.ndarray, np.ndarray]]
-
 #: the spread proposal's transport at one switch (:func:`_pair_amounts`, one compiled
 #: max-flow), in-link x out-link pairs per CPU second: ~1,000 x 1,000 pairs at the last
 #: ToRs of shared aggregation 2x64x8 took 0.17-0.26 s each, with no check inside
@@ -168,16 +164,14 @@ class _Arrays:
 
 
 def spread_split(g: SplitGraph, rank_of: np.ndarray, guard: Guard | None = None,
-                 order: list[int] | None = None, siblings_last: bool = True,
-                 memo: Transports | None = None) -> LogicalGraph | None:
+                 order: list[int] | None = None, siblings_last: bool = True
+                 ) -> LogicalGraph | None:
     """Split off every switch of ``g`` by the spread proposal (module docstring), in
     ``order`` (default :func:`.splitting.switch_order`); ``g`` is left as it was.
     ``guard`` (:mod:`.cut_guard`) adjusts every switch's pairing to keep the rooted cut
     condition; ``None`` if it could not.  ``siblings_last=False``: the proportional
     shares alone, sibling pairs not held back (the general method's seed trees,
-    :func:`mccl_opt.allgather.general.restriction_seed.forestcoll_trees`).  ``memo``:
-    transports of earlier splits of the same ``g`` and ``siblings_last``
-    (:func:`_pair_amounts`), read and added to."""
+    :func:`mccl_opt.allgather.general.restriction_seed.forestcoll_trees`)."""
     st = _Arrays(g, siblings_last)
     if guard is not None:
         guard.start()
@@ -188,7 +182,7 @@ def spread_split(g: SplitGraph, rank_of: np.ndarray, guard: Guard | None = None,
                            ins.size * outs.size / TRANSPORT_PAIRS_PER_S / anytime.cpu_share())
         if ins.size == 0 and outs.size == 0:
             continue
-        i_in, j_out, amounts = _pair_amounts(st, w, ins, outs, memo)
+        i_in, j_out, amounts = _pair_amounts(st, w, ins, outs)
         if guard is not None:
             pairs = _guarded(st, guard, w, ins, outs, i_in, j_out, amounts)
             if pairs is None:
@@ -223,19 +217,13 @@ def _guarded(st: _Arrays, guard: Guard, w: int, ins: np.ndarray, outs: np.ndarra
     return i_in, j_out, guarded[i_in, j_out]
 
 
-def _pair_amounts(st: _Arrays, w: int, ins: np.ndarray, outs: np.ndarray,
-                  memo: Transports | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _pair_amounts(st: _Arrays, w: int, ins: np.ndarray, outs: np.ndarray
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The spread proposal's transport at switch ``w``: pairs ``(i, j)`` (row-major, ``u
     != t``) with positive amounts, as in-arc positions, out-arc positions and units;
-    siblings (:mod:`.siblings`) paired last.  A function of ``w``, its in-link tails and
-    units and out-link heads and units (the siblings come from the split graph's fixed
-    neighbours), so ``memo`` keeps it by those: the guarded splits of one graph repeat
-    ~40-55% of the switches' transports (shared-nic 2x8x8-p2, fuzz seed 3418)."""
+    siblings (:mod:`.siblings`) paired last."""
     us, ts = st.tail[ins], st.head[outs]
     a_u, b_t = st.units[ins], st.units[outs]
-    key = (w, us.tobytes(), ts.tobytes(), a_u.tobytes(), b_t.tobytes())
-    if memo is not None and key in memo:
-        return tuple(a.copy() for a in memo[key])     # type: ignore[return-value]
     tail, col = np.nonzero(us[:, None] != ts[None, :])
     pos = np.minimum(np.searchsorted(ts, us), max(ts.size - 1, 0))
     back = (ts[pos] == us) if ts.size else np.zeros(us.size, bool)
@@ -246,10 +234,7 @@ def _pair_amounts(st: _Arrays, w: int, ins: np.ndarray, outs: np.ndarray,
     stages = spread_stages(-(-a_u[tail] * b_t[col] // rest[tail]), siblings)
     amounts = transport(us.size, ts.size, tail, col, a_u.copy(), b_t.copy(), stages, loop_of)
     keep = np.flatnonzero(amounts > 0)
-    found = tail[keep], col[keep], amounts[keep]
-    if memo is not None:
-        memo[key] = tuple(a.copy() for a in found)
-    return found
+    return tail[keep], col[keep], amounts[keep]
 
 
 @njit(cache=True)
