@@ -294,6 +294,13 @@ def _assert_same_certified_optimum(opts: TreeCGOptions, plain_opts: TreeCGOption
         pytest.approx(_brute_optimum(tiny), rel=1e-7)
 
 
+def test_every_pricing_point_reaches_the_same_certified_optimum():
+    """Adding the trees of every pricing point of a round (smoothed, tie-broken, the
+    duals), not only the first point's, changes the route, not the answer."""
+    _assert_same_certified_optimum(TreeCGOptions(every_point=True),
+                                   TreeCGOptions(smoothing=0.0, every_point=False))
+
+
 @pytest.mark.parametrize("tie", [0.0, 1e-3, 1.0])
 def test_tie_break_pricing_reaches_the_same_certified_optimum(tie):
     """The 1/capacity tie-break term changes which trees are found, never the answer:
