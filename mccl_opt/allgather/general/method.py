@@ -92,13 +92,18 @@ def _later_columns(seed: RestrictionSeed, topo: Topology, roots: list[int],
                    ) -> tuple[list[int], list[np.ndarray]]:
     """The columns a seeded run adds when its first master falls short of the seed's
     bound: the previous schedule's trees ``roots, trees``, then the seed's other trees
-    (:attr:`.restriction_seed.RestrictionSeed.more`: the weaker-direction fabric's)."""
-    other = seed.more() if seed.more is not None else None
-    if other is None:
-        return roots, trees
-    more_r, more_t = table_columns(other, topo) or chunk_columns((other,), topo)
-    stats["seed_more_columns"] = len(more_r)
-    return roots + more_r, trees + more_t
+    (:attr:`.restriction_seed.RestrictionSeed.denser`: the restriction's at more chunks,
+    :attr:`~.restriction_seed.RestrictionSeed.more`: the weaker-direction fabric's)."""
+    roots, trees = list(roots), list(trees)
+    for name, make in (("seed_denser_columns", seed.denser), ("seed_more_columns", seed.more)):
+        other = make() if make is not None else None
+        if other is None:
+            continue
+        more_r, more_t = table_columns(other, topo) or chunk_columns((other,), topo)
+        stats[name] = len(more_r)
+        roots += more_r
+        trees += more_t
+    return roots, trees
 
 
 def rate_scale(topo: Topology) -> float:
