@@ -68,14 +68,17 @@ def test_without_a_restriction_the_multiplicative_weights_start_gives_the_same_o
 
 def test_seed_trees_fit_the_fabric_and_the_rate_bounds_them():
     """The seed's schedule (on ``c' <= c``) is valid on the real fabric, its rate there at
-    most the restriction's certified optimum; its columns, converted in arrays, are the
+    most the restriction's certified optimum, and so are the weaker direction's and the
+    denser packing's (:attr:`RestrictionSeed.denser`); its columns, converted in arrays, are the
     same trees as the chunk by chunk conversion reads from the schedule."""
     topo = _faulty((1, 2, 8), FAULTS[0])
     seed = _seed(topo)
     assert seed is not None
     # its rate_gbps is in the restricted fabric's scaled units: recomputed, not compared
-    assert seed.more is not None
-    for sched in seed.schedules + (seed.more(),):    # the restriction's, the weaker direction's
+    assert seed.more is not None and seed.denser is not None
+    denser = seed.denser()                           # the restriction's at more chunks
+    assert denser is not None
+    for sched in seed.schedules + (seed.more(), denser):
         on_topo = check_schedule(topo, dataclasses.replace(sched, rate_gbps=0.0),
                                  rel=float("inf"))
         assert on_topo.rate_gbps <= seed.rate_gbps * (1 + 1e-9)
