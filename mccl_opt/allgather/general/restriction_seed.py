@@ -71,12 +71,12 @@ SMALL_SEED_CHUNKS = 16
 RETRY_SEED_CHUNKS = 64
 
 
-#: where the master over the restriction's trees falls short of its optimum, ForestColl on
-#: the restriction is asked once more at this many times the chunks: a budget with more
-#: trees per root (superpod 2x4x8 with fuzz seed 3419's faults at ``max_chunks=None``: 16
-#: chunks pack 3 per root in 64 trees, 98.8 % of the optimum, and the master over them
-#: stays 1.2 % short; 32 chunks pack 18 per root in 1121 trees and the master over them
-#: certifies at once)
+#: where the master over the restriction's and the weaker direction's trees falls short of
+#: the optimum, ForestColl on the restriction is asked once more at this many times the
+#: chunks (:attr:`RestrictionSeed.denser`): a budget with more trees per root (superpod
+#: 2x4x8 with fuzz seed 3419's faults at ``max_chunks=None``: 16 chunks pack 3 per root in
+#: 64 trees, 98.8 % of the optimum, the master over them and the weaker direction's stays
+#: short; 32 chunks pack 18 per root in 1121 trees, with which the master certifies)
 DENSER_FACTOR = 2
 
 
@@ -93,8 +93,9 @@ class RestrictionSeed:
     ForestColl's schedules whose trees start the column generation (same node ids as the
     fabric), the ``seconds`` they took, what the seed is (``stats["seed"]``) and ``more``:
     makes further trees (the weaker-direction fabric's), asked for only when the master
-    over the first ones falls short of the bound; ``denser``: asked then too, the
-    restriction's trees at :data:`DENSER_FACTOR` times the chunks (more trees per root)."""
+    over the first ones falls short of the bound; ``denser``: the restriction's trees at
+    :data:`DENSER_FACTOR` times the chunks (more trees per root), asked when the master
+    over those falls short too."""
 
     rate_gbps: float
     schedules: tuple[Schedule, ...]
