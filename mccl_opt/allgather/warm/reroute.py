@@ -599,7 +599,7 @@ def calibrated_cold_seconds(k: int, n: int, previous: Schedule | None) -> float 
     (docs/allgather.md, *Rerouting sized by the previous cold solve*)."""
     report = previous.report if isinstance(previous, Schedule) else None
     k_prev = previous.stats.get("k") if report is not None else None
-    if report is None or report.cold_seconds is None or not isinstance(k_prev, int) \
+    if report is None or report.cold_seconds is None or not isinstance(k_prev, (int, np.integer)) \
             or k_prev <= 0 or report.warm not in (WarmUse.COLD, WarmUse.DECLINED) \
             or len(previous.gpus) != n:
         return None
