@@ -87,7 +87,18 @@ def _check(u, v, want, p_left, n, m, cap, unstarted, start, arcs, rhead, res, le
 
 
 @njit(cache=True)
-def _grow_class(r, mult, n, m, l_head, out_start, out_arc, cap, unstarted, start, arcs, rhead,
+def _two_hop_bound(u, v, n, pair):
+    """A lower bound on the units of ``u -> v`` paths: the direct links plus, for each
+    other GPU ``w``, ``min(pair[u, w], pair[w, v])`` (arc-disjoint paths ``u -> w -> v``)."""
+    total = pair[u, v]
+    for w in range(n):
+        if w != u and w != v:
+            total += min(pair[u, w], pair[w, v])
+    return total
+
+
+@njit(cache=True)
+def _grow_class(r, mult, n, m, l_tail, l_head, pair, out_start, out_arc, cap, unstarted, start, arcs, rhead,
                 res, level, queue, it, path, row, tight, tight_slack, member, order, checks):
     """Grow a class of ``mult`` trees of root ``r`` edge by edge (module doc) into ``row``
     (the link into each rank); returns its final multiplicity: where a link admits only
@@ -121,11 +132,15 @@ def _grow_class(r, mult, n, m, l_head, out_start, out_arc, cap, unstarted, start
                             break
                     if ruled:
                         continue
-                    checks[0] += 1
-                    if checks[0] > checks[1]:
-                        return 0
-                    amount = _check(u, v, min(mult, cap[a]), p_left, n, m, cap, unstarted,
-                                    start, arcs, rhead, res, level, queue, it, path)
+                    want = min(mult, cap[a])
+                    if _two_hop_bound(u, v, n, pair) >= p_left - unstarted[v] + want:
+                        amount = want                # every check cut passes (module doc)
+                    else:
+                        checks[0] += 1
+                        if checks[0] > checks[1]:
+                            return 0
+                        amount = _check(u, v, want, p_left, n, m, cap, unstarted, start,
+                                        arcs, rhead, res, level, queue, it, path)
                     if amount >= need and (amount == mult or not wide):
                         found = a
                         break
@@ -145,11 +160,13 @@ def _grow_class(r, mult, n, m, l_head, out_start, out_arc, cap, unstarted, start
             back = mult - amount
             for i in range(1, count):
                 cap[row[order[i]]] += back
+                pair[l_tail[row[order[i]]], order[i]] += back
             unstarted[r] += back
             p_left += back
             mult = amount
             n_tight = 0                      # given-back units may loosen tight sets
         cap[found] -= mult
+        pair[l_tail[found], l_head[found]] -= mult
         v = l_head[found]
         row[v] = found
         member[v] = True
@@ -180,6 +197,8 @@ def few_trees_pack(n: int, tail: np.ndarray, head: np.ndarray, units: np.ndarray
     net = FlowNetwork(n, tail, head)
     cap = np.asarray(units, np.int64).copy()
     unstarted = np.full(n, k, np.int64)
+    pair = np.zeros((n, n), np.int64)        # units left from GPU to GPU, parallel links summed
+    np.add.at(pair, (tail, head), cap)
     tight = np.zeros((MAX_TIGHT_SETS, n), np.bool_)
     tight_slack = np.zeros(MAX_TIGHT_SETS, np.int64)
     member = np.zeros(n, np.bool_)
@@ -191,7 +210,7 @@ def few_trees_pack(n: int, tail: np.ndarray, head: np.ndarray, units: np.ndarray
             anytime.check("Phase 3: the few-trees packing, before a class")
             mult, unstarted[r] = int(unstarted[r]), 0
             row = np.empty(n, np.int64)
-            got = _grow_class(r, mult, n, tail.size, head, out_start, out_arc, cap, unstarted,
+            got = _grow_class(r, mult, n, tail.size, tail, head, pair, out_start, out_arc, cap, unstarted,
                               net._start, net._arcs, net._head, net._res, net._level,
                               net._queue, net._it, net._path, row, tight, tight_slack, member,
                               order, checks)
