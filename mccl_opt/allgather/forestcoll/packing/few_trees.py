@@ -28,6 +28,15 @@ over (its check's sink side, slack below ``mult``, rules out the links into it f
 scan) so a class splits only where no link takes all its copies (leaf-spine 4x2x8 with a
 NIC at 360 Gbps one way: 182 -> 175 classes, 13 469 -> 12 957 max-flows).  One small
 max-flow per class edge tried, hence a budget of max-flows.
+
+A check is decided without its max-flow where the units left on ``u -> v`` paths
+reach ``P - unstarted(v) + a``: every set ``S ∋ v``, ``u ∉ S`` is entered by at least
+the direct units plus ``min(units(u -> w), units(w -> v))`` for every other GPU ``w``
+(arc-disjoint two-link paths, a lower bound on the ``u -> v`` max-flow), and at most
+``P - unstarted(v)`` unstarted trees have their root outside ``S``, so its slack is at
+least ``a`` and the max-flow would return ``a``: the same decisions and trees (dragonfly
+4x4x1x8, one tree per root: 18 115 -> 15 892 max-flows, the late classes' few unstarted
+trees).
 """
 
 from __future__ import annotations
