@@ -16,7 +16,7 @@ import mccl_opt as mo
 from instances.aggregation import leaf_spine, superpod
 from mccl_opt.allgather.canonical import canonical
 from mccl_opt.allgather.forestcoll.maxflow import INF, FlowNetwork
-from mccl_opt.allgather.forestcoll.packing.few_trees import _two_hop_bound, few_trees_pack
+from mccl_opt.allgather.forestcoll.packing.few_trees import _short_paths_flow, few_trees_pack
 from mccl_opt.allgather.forestcoll.packing.forecast import (NO_FORECAST, TRUST, Forecast,
                                                              few_trees_visits, hopeless)
 from mccl_opt.allgather.forestcoll.packing.repair import repair_pack
@@ -250,10 +250,10 @@ def test_weaker_direction_leaves_the_exact_packing_to_the_general_method(monkeyp
     assert s.rate_gbps == pytest.approx(cut_bound(topo), rel=1e-9)
 
 
-def test_two_hop_bound_never_exceeds_the_max_flow():
-    """The bound that skips a check's max-flow must be a lower bound on the ``u -> v``
-    max-flow (else a check that fails would pass): random multigraphs with parallel
-    links, against Dinic."""
+def test_short_paths_flow_never_exceeds_the_checks_max_flow():
+    """The flow that skips a check's max-flow must be a lower bound on the check's
+    ``{s, u} -> v`` max-flow (else a check that fails would pass): random multigraphs
+    with parallel links and unstarted trees, against Dinic."""
     rng = np.random.default_rng(7)
     tight = 0
     for _ in range(40):
@@ -263,6 +263,7 @@ def test_two_hop_bound_never_exceeds_the_max_flow():
         keep = tail != head
         tail, head = tail[keep].astype(np.int64), head[keep].astype(np.int64)
         units = rng.integers(0, 5, tail.size).astype(np.int64)
+        unstarted = rng.integers(0, 3, n).astype(np.int64)
         pair = np.zeros((n, n), np.int64)
         np.add.at(pair, (tail, head), units)
         net = FlowNetwork(n, tail, head)
@@ -270,11 +271,11 @@ def test_two_hop_bound_never_exceeds_the_max_flow():
             for v in range(n):
                 if u == v:
                     continue
-                caps = np.concatenate([units, np.zeros(2 * n, np.int64)])
+                caps = np.concatenate([units, unstarted, np.zeros(n, np.int64)])
                 caps[tail.size + u] = INF
                 caps[tail.size + n + v] = INF
                 flow = net.max_flow(caps)
-                bound = _two_hop_bound(u, v, n, pair)
+                bound = _short_paths_flow(u, v, n, pair, unstarted)
                 assert bound <= flow
                 tight += bound == flow
     assert tight > 0
