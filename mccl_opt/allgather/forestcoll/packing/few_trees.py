@@ -127,8 +127,9 @@ def _short_paths_flow(u, v, n, pair, unstarted, want, left, short):
 
 
 @njit(cache=True)
-def _grow_class(r, mult, n, m, l_tail, l_head, pair, left, short, out_start, out_arc, cap, unstarted, start, arcs, rhead,
-                res, level, queue, it, path, row, tight, tight_slack, member, order, checks):
+def _grow_class(r, mult, n, m, l_tail, l_head, pair, left, short, out_start, out_arc, cap,
+                unstarted, start, arcs, rhead, res, level, queue, it, path, row, tight,
+                tight_slack, member, order, checks):
     """Grow a class of ``mult`` trees of root ``r`` edge by edge (module doc) into ``row``
     (the link into each rank); returns its final multiplicity: where a link admits only
     ``a < mult`` copies, the other copies give their links back and return to the
@@ -242,9 +243,9 @@ def few_trees_pack(n: int, tail: np.ndarray, head: np.ndarray, units: np.ndarray
             mult, unstarted[r] = int(unstarted[r]), 0
             row = np.empty(n, np.int64)
             got = _grow_class(r, mult, n, tail.size, tail, head, pair, left, short,
-                              out_start, out_arc, cap, unstarted, net._start, net._arcs, net._head, net._res, net._level,
-                              net._queue, net._it, net._path, row, tight, tight_slack, member,
-                              order, checks)
+                              out_start, out_arc, cap, unstarted, net._start, net._arcs,
+                              net._head, net._res, net._level, net._queue, net._it,
+                              net._path, row, tight, tight_slack, member, order, checks)
             info["few_trees_checks"] = int(checks[0])
             if got == 0:
                 return None
