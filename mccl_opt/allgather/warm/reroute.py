@@ -591,14 +591,14 @@ def predicted_cold_seconds(k: int, n: int) -> float:
 def calibrated_cold_seconds(k: int, n: int, previous: Schedule | None) -> float | None:
     """The cold solve's CPU seconds at ``k`` trees per root of ``n`` GPUs, scaled from the
     previous schedule's measured cold solve (``report.cold_seconds`` at its ``k_prev =
-    stats["k"]`` on as many GPUs) by ``k / k_prev``, never above it; ``None`` unless that
+    report.k`` on as many GPUs) by ``k / k_prev``, never above it; ``None`` unless that
     schedule was solved cold here (its ``k`` and cold seconds are of one solve).  The
     ``k·n²`` prediction misses Phase 2 at small ``k`` and overestimates the plain repair
     packing at large ``k`` (leaf-spine 2x2x8 one-way, fuzz seed 3413: 0.15 s predicted
     at ``k = 301``, cold 0.09 s CPU); the previous solve measured the same fabric family
     (docs/allgather.md, *Rerouting sized by the previous cold solve*)."""
     report = previous.report if isinstance(previous, Schedule) else None
-    k_prev = previous.stats.get("k") if report is not None else None
+    k_prev = report.k if report is not None else None
     if report is None or report.cold_seconds is None or not isinstance(k_prev, (int, np.integer)) \
             or k_prev <= 0 or report.warm not in (WarmUse.COLD, WarmUse.DECLINED) \
             or len(previous.gpus) != n:
