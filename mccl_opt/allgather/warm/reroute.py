@@ -38,6 +38,7 @@ from mccl_opt import anytime
 from mccl_opt.report import WarmUse
 from mccl_opt.schedule import Schedule
 from mccl_opt.topology import Topology
+from .kept import AllGatherWarmState
 from .forest import SwitchPathTable, PhysicalForest, rebuilt, requantized, unit_loads
 
 __all__ = ["Rerouted", "RerouteCostlier", "reroute", "predicted_seconds", "predicted_cold_seconds",
@@ -590,15 +591,17 @@ def predicted_cold_seconds(k: int, n: int) -> float:
 
 def calibrated_cold_seconds(k: int, n: int, previous: Schedule | None) -> float | None:
     """The cold solve's CPU seconds at ``k`` trees per root of ``n`` GPUs, scaled from the
-    previous schedule's measured cold solve (``report.cold_seconds`` at its ``k_prev =
-    report.k`` on as many GPUs) by ``k / k_prev``, never above it; ``None`` unless that
+    previous schedule's measured cold solve (``report.cold_seconds`` at ``k_prev``, the
+    unit trees per root of its kept ForestColl trees, on as many GPUs) by ``k / k_prev``, never above it; ``None`` unless that
     schedule was solved cold here (its ``k`` and cold seconds are of one solve).  The
     ``k·n²`` prediction misses Phase 2 at small ``k`` and overestimates the plain repair
     packing at large ``k`` (leaf-spine 2x2x8 one-way, fuzz seed 3413: 0.15 s predicted
     at ``k = 301``, cold 0.09 s CPU); the previous solve measured the same fabric family
     (docs/allgather.md, *Rerouting sized by the previous cold solve*)."""
     report = previous.report if isinstance(previous, Schedule) else None
-    k_prev = report.k if report is not None else None
+    state = previous.warm_state if report is not None else None
+    k_prev = state.trees.k if isinstance(state, AllGatherWarmState) and state.trees is not None \
+        else None
     if report is None or report.cold_seconds is None or not isinstance(k_prev, (int, np.integer)) \
             or k_prev <= 0 or report.warm not in (WarmUse.COLD, WarmUse.DECLINED) \
             or len(previous.gpus) != n:
