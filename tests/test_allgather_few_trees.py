@@ -15,7 +15,8 @@ import pytest
 import mccl_opt as mo
 from instances.aggregation import leaf_spine, superpod
 from mccl_opt.allgather.canonical import canonical
-from mccl_opt.allgather.forestcoll.packing.few_trees import few_trees_pack
+from mccl_opt.allgather.forestcoll.maxflow import INF, FlowNetwork
+from mccl_opt.allgather.forestcoll.packing.few_trees import _short_paths_flow, few_trees_pack
 from mccl_opt.allgather.forestcoll.packing.forecast import (NO_FORECAST, WINDOW, Forecast,
                                                              few_trees_visits, hopeless)
 from mccl_opt.allgather.forestcoll.packing.repair import repair_pack
@@ -251,3 +252,35 @@ def test_weaker_direction_leaves_the_exact_packing_to_the_general_method(monkeyp
     assert s.report.method is not Method.WEAKER_DIRECTIONS
     check_schedule(topo, s, None)
     assert s.rate_gbps == pytest.approx(cut_bound(topo), rel=1e-9)
+
+
+def test_short_paths_flow_never_exceeds_the_checks_max_flow():
+    """The flow that skips a check's max-flow must be a lower bound on the check's
+    ``{s, u} -> v`` max-flow (else a check that fails would pass) and sometimes reach it: random
+    multigraphs with parallel links and unstarted trees, against Dinic."""
+    rng = np.random.default_rng(7)
+    tight = 0
+    for _ in range(40):
+        n = int(rng.integers(3, 8))
+        tail = rng.integers(0, n, 24)
+        head = rng.integers(0, n, 24)
+        keep = tail != head
+        tail, head = tail[keep].astype(np.int64), head[keep].astype(np.int64)
+        units = rng.integers(0, 5, tail.size).astype(np.int64)
+        unstarted = rng.integers(0, 3, n).astype(np.int64)
+        pair = np.zeros((n, n), np.int64)
+        np.add.at(pair, (tail, head), units)
+        net = FlowNetwork(n, tail, head)
+        left, short = np.zeros(n, np.int64), np.zeros(n, np.int64)
+        for u in range(n):
+            for v in range(n):
+                if u == v:
+                    continue
+                caps = np.concatenate([units, unstarted, np.zeros(n, np.int64)])
+                caps[tail.size + u] = INF
+                caps[tail.size + n + v] = INF
+                flow = net.max_flow(caps)
+                bound = _short_paths_flow(u, v, n, pair, unstarted, INF, left, short)
+                assert bound <= flow
+                tight += bound == flow
+    assert tight > 0

@@ -284,6 +284,35 @@ def test_a_warm_start_predicted_costlier_than_cold_is_declined_before_rerouting(
     check_schedule(topo, warm)
 
 
+def test_rerouting_is_sized_by_the_previous_cold_solve(monkeypatch):
+    """The cold cost rerouting is capped by is the previous cold solve's measured time
+    scaled by ``k / k_prev`` (never above it) where that is below the ``k·n²``
+    prediction: a previous cold solve measured free declines the route before any
+    rerouting pass, where the prediction alone reroutes (the test above).  Only a
+    schedule solved cold carries a ``k`` and a time of one solve."""
+    base = hpn(1, 2, 4)
+    old = mo.solve_allgather(base, max_chunks=None)
+    k_prev, cold_prev = old.stats["k"], old.report.cold_seconds
+    n = base.num_gpus
+    assert reroute_mod.calibrated_cold_seconds(2 * k_prev, n, old) == cold_prev
+    assert reroute_mod.calibrated_cold_seconds(1, n, old) == pytest.approx(cold_prev / k_prev)
+    assert reroute_mod.calibrated_cold_seconds(1, n + 1, old) is None
+    topo = base.with_capacity(HALVED)
+    paid = mo.solve_allgather(topo, warm=old, max_chunks=None)
+    assert paid.report.warm is WarmUse.REROUTED
+    assert reroute_mod.calibrated_cold_seconds(1, n, paid) is None
+    assert reroute_mod.calibrated_cold_seconds(1, n, dataclasses.replace(old, report=None)) is None
+    passes = []
+    monkeypatch.setattr(reroute_mod, "_edit", lambda *args: passes.append(1))
+    monkeypatch.setattr(reroute_mod, "REROUTE_FLOOR_S", 0.0)
+    old.report = dataclasses.replace(old.report, cold_seconds=0.0)
+    warm = mo.solve_allgather(topo, warm=old, max_chunks=None)
+    assert passes == [] and warm.report.warm is WarmUse.DECLINED
+    assert warm.stats["warm_declined"].startswith("rerouting")
+    assert warm.rate_gbps == pytest.approx(paid.rate_gbps, rel=1e-9)
+    check_schedule(topo, warm)
+
+
 def test_the_allowance_left_in_cpu_seconds_follows_the_cpu_share():
     """A predicted cost in CPU seconds meets the allowance in CPU seconds: a route that
     has had no CPU over its wall time (a loaded machine) has a tenth of its wall

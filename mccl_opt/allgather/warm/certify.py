@@ -31,7 +31,8 @@ from ..forestcoll.pipeline import (TEST_FIRST_K, Budget, Packed, Packing, SplitK
 from ..forestcoll.sized import sized_visits
 from ..forestcoll.packing.repair import repair_pack
 from ..forestcoll.packing.scaled import SCALED_MIN_K, scaled_pack
-from .reroute import REROUTE_FLOOR_S, Rerouted, predicted_cold_seconds, reroute
+from .reroute import (REROUTE_FLOOR_S, Rerouted, calibrated_cold_seconds, predicted_cold_seconds,
+                      reroute)
 from ..forestcoll.throughput import Fabric, cut_upper_bound, optimal_rate
 
 __all__ = ["Certificate", "GuessKind", "warm_guess", "warm_budget", "keep_or_reroute"]
@@ -177,7 +178,8 @@ def _reroute_previous(run: Run, fab: Fabric, k: int, y: Fraction) -> Rerouted | 
     forest = run.prev.forest
     if forest is None:
         return None
-    out = reroute(forest, run.topo, fab.cap, k, k * y)
+    cold_s = calibrated_cold_seconds(k, run.topo.num_gpus, run.prev.schedule)
+    out = reroute(forest, run.topo, fab.cap, k, k * y, cold_s)
     run.stats["reroute_s"] = time.perf_counter() - t
     run.reroute = RerouteOutcome.FAILED if out is None else RerouteOutcome.DONE
     run.stats["reroute"] = run.reroute.value

@@ -35,10 +35,14 @@ import numpy as np
 from numba import njit
 
 from mccl_opt import anytime
+from mccl_opt.report import WarmUse
+from mccl_opt.schedule import Schedule
 from mccl_opt.topology import Topology
+from .kept import AllGatherWarmState
 from .forest import SwitchPathTable, PhysicalForest, rebuilt, requantized, unit_loads
 
-__all__ = ["Rerouted", "RerouteCostlier", "reroute", "predicted_seconds", "predicted_cold_seconds"]
+__all__ = ["Rerouted", "RerouteCostlier", "reroute", "predicted_seconds", "predicted_cold_seconds",
+           "calibrated_cold_seconds"]
 
 #: passes over the edges still crossing over-capacity links
 REROUTE_PASSES = 4
@@ -518,11 +522,12 @@ def _with_neighbours(topo: Topology, ranks: np.ndarray) -> np.ndarray:
 
 
 def reroute(forest: PhysicalForest, topo: Topology, cap_q: np.ndarray, k: int,
-            target: Fraction) -> Rerouted | None:
+            target: Fraction, cold_s: float | None = None) -> Rerouted | None:
     """``forest``, requantized to ``k`` unit trees per root, rerouted to carry
     ``target`` (quanta per root) on capacities ``cap_q`` (quanta per link of ``topo``,
     which must have the forest's nodes and links), or ``None`` if some link stays over
-    capacity (module docstring)."""
+    capacity (module docstring).  ``cold_s``: the cold solve's CPU seconds where better
+    known than :func:`predicted_cold_seconds` (:func:`calibrated_cold_seconds`)."""
     forest = requantized(forest, k)
     unit = target / forest.k
     if int(cap_q.max()) * unit.denominator >= 1 << 62:
@@ -540,7 +545,8 @@ def reroute(forest: PhysicalForest, topo: Topology, cap_q: np.ndarray, k: int,
     paths = _candidate_paths(table, heads, topo.num_gpus)
 
     trees = forest.roots.size
-    reroute_s, cold_s = predicted_seconds(paths, cand_v, trees, k, topo.num_gpus)
+    reroute_s, cold_k = predicted_seconds(paths, cand_v, trees, k, topo.num_gpus)
+    cold_s = cold_k if cold_s is None else min(cold_s, cold_k)
     cap_s = max(REROUTE_FLOOR_S, REROUTE_COLD_SHARE * cold_s)
     if reroute_s > cap_s:
         raise RerouteCostlier(f"rerouting {trees} previous trees is predicted at {reroute_s:.2g} s "
@@ -581,6 +587,26 @@ def predicted_cold_seconds(k: int, n: int) -> float:
     """A cold ForestColl solve's predicted CPU seconds: ``k`` trees per root of ``n``
     GPUs packed (:data:`COLD_S_PER_ENTRY` per ``k·n²``)."""
     return k * n * n * COLD_S_PER_ENTRY
+
+
+def calibrated_cold_seconds(k: int, n: int, previous: Schedule | None) -> float | None:
+    """The cold solve's CPU seconds at ``k`` trees per root of ``n`` GPUs, scaled from the
+    previous schedule's measured cold solve (``report.cold_seconds`` at ``k_prev``, the
+    unit trees per root of its kept ForestColl trees, on as many GPUs) by ``k / k_prev``, never above it; ``None`` unless that
+    schedule was solved cold here (its ``k`` and cold seconds are of one solve).  The
+    ``k·n²`` prediction misses Phase 2 at small ``k`` and overestimates the plain repair
+    packing at large ``k`` (leaf-spine 2x2x8 one-way, fuzz seed 3413: 0.15 s predicted
+    at ``k = 301``, cold 0.09 s CPU); the previous solve measured the same fabric family
+    (docs/allgather.md, *Rerouting sized by the previous cold solve*)."""
+    report = previous.report if isinstance(previous, Schedule) else None
+    state = previous.warm_state if report is not None else None
+    k_prev = state.trees.k if isinstance(state, AllGatherWarmState) and state.trees is not None \
+        else None
+    if report is None or report.cold_seconds is None or not isinstance(k_prev, (int, np.integer)) \
+            or k_prev <= 0 or report.warm not in (WarmUse.COLD, WarmUse.DECLINED) \
+            or len(previous.gpus) != n:
+        return None
+    return report.cold_seconds * min(1.0, k / k_prev)
 
 
 def _edit(forest: PhysicalForest, paths: Paths, table: SwitchPathTable, units: Units,
