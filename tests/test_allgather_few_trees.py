@@ -17,7 +17,7 @@ from instances.aggregation import leaf_spine, superpod
 from mccl_opt.allgather.canonical import canonical
 from mccl_opt.allgather.forestcoll.maxflow import INF, FlowNetwork
 from mccl_opt.allgather.forestcoll.packing.few_trees import _short_paths_flow, few_trees_pack
-from mccl_opt.allgather.forestcoll.packing.forecast import (NO_FORECAST, WINDOW, Forecast,
+from mccl_opt.allgather.forestcoll.packing.forecast import (NO_FORECAST, TRUST, Forecast,
                                                              few_trees_visits, hopeless)
 from mccl_opt.allgather.forestcoll.packing.repair import repair_pack
 from mccl_opt.allgather.forestcoll.packing.trees import greedy_pack
@@ -207,29 +207,26 @@ def test_the_forecast_path_does_not_change_the_optimum(monkeypatch, variant):
         assert s.stats["packing"] == "repair" and s.stats["repair_visits"] > entries
 
 
-def test_forecast_is_renewed_every_stretch():
-    """:func:`hopeless`: nothing before ``decide_at``; there and at the end of every
-    stretch of ``WINDOW·decide_at`` visits after it, stop when the entries left at the
-    rate placed over the last stretch would take at least what is left of the few-trees
-    estimate (or nothing was placed): a burst of progress buys one stretch, not a run."""
+def test_forecast_decides_once_from_the_progress_rate():
+    """:func:`hopeless`: nothing before ``decide_at``; there, stop when the entries left at
+    the rate placed since half of it would take more visits than the few-trees estimate
+    (or nothing was placed), else go on for ``TRUST`` times that rest, at most the
+    estimate."""
     fc = Forecast(100, 1000)
-    assert WINDOW == 0.25                                     # stretches of 25 visits
 
     def run(steps):
         mark = np.full(3, -1, np.int64)
         return [bool(hopeless(fc, v, missing, mark)) for v, missing in steps]
 
-    # 100 placed over [75, 100]: 300 left take 75 visits; the next stretch places 100
-    # more; the one after none: it stops there, however fast it went before
-    assert run([(50, 500), (75, 400), (99, 310), (100, 300), (125, 200), (149, 200),
-                (150, 200)]) == [False] * 6 + [True]
-    assert run([(75, 400), (100, 395)]) == [False, True]      # 395 left at 0.2 / visit
-    assert run([(75, 400), (100, 400)]) == [False, True]      # no progress
-    # the estimate left shrinks with the visits spent past decide_at: 10 left at
-    # 1 / 50 visits take 500, more than the 1000 - 950 left
-    assert run([(75, 400), (100, 370), (950, 11), (1000, 10)]) == [False, False, False, True]
-    # the same rate with the whole estimate ahead goes on
-    assert run([(75, 400), (100, 370), (150, 11), (200, 10)]) == [False] * 4
+    # placed 100 entries in 50 visits: 300 left take 150 visits, so it may run TRUST x that
+    limit = 100 + TRUST * 150
+    assert run([(50, 400), (99, 310), (100, 300), (limit, 10), (limit + 1, 5)]) == \
+        [False, False, False, False, True]
+    assert run([(50, 400), (100, 390)]) == [False, True]      # 390 left at 0.2 / visit
+    assert run([(50, 400), (100, 400)]) == [False, True]      # no progress
+    # a rest forecast near the estimate (617 visits): the estimate bounds the run
+    assert run([(50, 400), (100, 370), (1100, 1), (1101, 1)]) == [False, False, False, True]
+
 
 
 def test_weaker_direction_leaves_the_exact_packing_to_the_general_method(monkeypatch):
