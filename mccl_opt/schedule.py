@@ -13,10 +13,9 @@ runtime and the executor consume.
   arrays.  AllToAll chunks are held the same way (:class:`PathChunks`, module
   :mod:`.schedule_paths`) by the synthesizer and by a schedule read from a file.
 
-Rates (README "Units and definitions"): with per-link *share load* ``L_a`` (the sum of the shares of the
-chunks crossing link ``a``, counting an AllGather tree once per edge that crosses it),
-the schedule sustains ``rate = min_a cap_a / L_a`` Gbps per block (AllToAll) or per
-shard (AllGather).  :func:`share_loads` and :func:`schedule_rate` compute these.
+Rates (README "Units and definitions"): with per-link *share load* ``L_a`` (the shares of
+the chunks crossing link ``a``, an AllGather tree once per edge crossing it), the schedule
+sustains ``rate = min_a cap_a / L_a`` Gbps per block (AllToAll) or per shard (AllGather).  :func:`share_loads` and :func:`schedule_rate` compute these.
 """
 
 from __future__ import annotations
@@ -307,26 +306,27 @@ def share_loads(topo: "Topology", chunks: Iterable[Chunk]) -> np.ndarray:
 
 
 def _table_loads(topo: "Topology", chunks: TreeChunks) -> np.ndarray:
-    """:func:`share_loads` of array trees: shares summed per path, node indices mapped to
-    ``topo``'s in one array step (node-id tuples cost a warm solve 0.06-0.1 s CPU on 2366
-    trees, docs/allgather.md "Fuzz seeds 3418/3419")."""
+    """:func:`share_loads` of array trees: shares summed per path, node indices mapped in
+    one array step (node-id tuples cost a warm solve 0.06-0.1 s CPU on 2366 trees)."""
     t = chunks.table
     per_path = t.path_shares()
     used = np.flatnonzero(per_path)
-    where = {n.id: i for i, n in enumerate(topo.nodes)}
-    index = np.fromiter((where.get(v, -1) for v in t.node_ids), np.int64, count=len(t.node_ids))
     lengths, nodes = path_nodes(t.paths, used)
-    return _hop_loads(topo, index[nodes], lengths, per_path[used],
+    return _hop_loads(topo, _indices(topo, t.node_ids)[nodes], lengths, per_path[used],
                       lambda pos: t.node_ids[int(nodes[pos])])
 
 
 def _path_loads(topo: "Topology", paths: Sequence[Sequence[str]], shares: np.ndarray) -> np.ndarray:
     """Share load per link of node-id ``paths`` carrying ``shares``."""
-    index = {n.id: i for i, n in enumerate(topo.nodes)}
     flat = list(chain.from_iterable(paths))
-    nodes = np.fromiter((index.get(v, -1) for v in flat), dtype=np.int64, count=len(flat))
     lengths = np.fromiter(map(len, paths), dtype=np.int64, count=len(paths))
-    return _hop_loads(topo, nodes, lengths, shares, flat.__getitem__)
+    return _hop_loads(topo, _indices(topo, flat), lengths, shares, flat.__getitem__)
+
+
+def _indices(topo: "Topology", ids: Sequence[str]) -> np.ndarray:
+    """The node indices of ``ids`` in ``topo`` (-1: no node of ``topo``)."""
+    index = {n.id: i for i, n in enumerate(topo.nodes)}
+    return np.fromiter((index.get(v, -1) for v in ids), dtype=np.int64, count=len(ids))
 
 
 def _hop_loads(topo: "Topology", nodes: np.ndarray, lengths: np.ndarray, shares: np.ndarray,

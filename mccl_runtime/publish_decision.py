@@ -158,16 +158,16 @@ def publish_decision(job: Finished, active: Active | None, est: Estimate, now: f
         pending = changing_under(est, active.mine, job.capacity, job.loads, tol)
         if job.speculative and not pending.size:
             pending = est.pending[active.mine[est.pending]]
+    m = est.m
+    stale = outdated(job, active, m, policy)
     rising = _NONE
     if (active.rising_since is None or now - active.rising_since < policy.moving_max_s) \
-            and outdated(job, active, est.m, policy) is not Verdict.RESTART:
+            and stale is not Verdict.RESTART:
         rising = moving_under(est, active, job.capacity, tol)
     if pending.size or rising.size:
         return Decision(Verdict.HOLD, "pending" if pending.size else "rising",
                         held=np.concatenate([pending, rising]), rising=rising)
-    m = est.m
     before, after = rate(m, active.profile.loads), rate(m, job.loads)
-    stale = outdated(job, active, m, policy)
     why = stale or _rose_past(job, m, policy)
     if why is Verdict.CLEARED and job.replaces_held:
         why = None                  # the held version was built on a transient: only the gain decides
@@ -198,9 +198,10 @@ def outdated(job: Finished, active: Active, m: np.ndarray, policy: Policy) -> Ve
 def _anytime(job: Finished, policy: Policy) -> bool:
     """Rule 4b (``Policy.anytime_s``): a finished job that the latest ``M`` outdates but whose
     synthesis took at least ``anytime_s`` is published when it beats the active version under
-    ``M`` by ``restart_tol`` (then restarted at once; a smaller gain is not worth a version): a restart would take about as long again, and on real ranks
-    under load (AllToAll: 0.6-1.1 s wall) that is most of a ramp's step, which then ran on the
-    version before to its end (docs/runtime.md, "Anytime publication")."""
+    ``M`` by ``restart_tol`` (then restarted at once; a smaller gain is not worth a version):
+    a restart would take about as long again, and on real ranks under load (AllToAll:
+    0.6-1.1 s wall) that is most of a ramp's step, which then ran on the version before to
+    its end (docs/runtime.md, "Anytime publication")."""
     return policy.anytime_s is not None and job.synth_s >= policy.anytime_s and not job.speculative
 
 
