@@ -72,6 +72,9 @@ class GlooLoopConfig:
     controller_log: str | None = None     # keep the controller's decision log (``serve -v``) at this path
     workers: int = 0                      # the controller's ``--workers`` (0: synthesis in its own thread)
     kernels: str = "eager"                # the controller's ``--kernels`` (eager: loaded before it serves)
+    speculate: bool = False               # ranks send drops being confirmed as ``early``; the controller
+                                          # synthesizes on them (``--speculate``, docs/executor.md)
+    early_hold_s: float = 1.0             # with ``speculate``: the controller's ``--early-hold``
 
 
 class ControllerProcess:
@@ -89,6 +92,8 @@ class ControllerProcess:
             cmd.append("--shallow-trees")
         if cfg.workers:
             cmd += ["--workers", str(cfg.workers)]
+        if cfg.speculate:
+            cmd += ["--speculate", "--early-hold", str(cfg.early_hold_s)]
         if cfg.telemetry_frontend:
             cmd += ["--frontends", "1"]
         if cfg.controller_log:
@@ -249,7 +254,7 @@ def run_gloo_loop(scenario: Any, cfg: GlooLoopConfig) -> dict[str, Any]:
                             duration_s=real_s, offline=offline, offline_reps=cfg.offline_reps,
                             warmup=cfg.warmup, client_timeout_s=cfg.client_timeout_s,
                             probe_every=cfg.probe_every, pieces=cfg.pieces, abort=cfg.abort, window_s=3 * cfg.collective_ms / 1e3,
-                            probe_numel=max(1, round(cfg.probe_kib * 1024 / byte_scale / 4)))
+                            probe_numel=max(1, round(cfg.probe_kib * 1024 / byte_scale / 4)), early=cfg.speculate)
             budget = (cfg.start_timeout_s + real_s + 60
                       + len(offline) * (cfg.offline_reps + 1) * 20 * cfg.collective_ms / 1e3)
             t0 = time.monotonic()

@@ -306,6 +306,7 @@ class Policy:
     rate_loss: float = 0.05
     capacity_digits: int = 3
     speculate: bool = False
+    early_hold_s: float | None = None
     anytime_s: float | None = None
 
     def __post_init__(self) -> None:
@@ -321,6 +322,8 @@ class Policy:
         if not (isinstance(self.capacity_digits, int) and self.capacity_digits >= 0):
             raise MCCLError(f"capacity_digits must be an int >= 0 (0 keeps the estimates' digits), "
                             f"got {self.capacity_digits!r}")
+        if self.early_hold_s is not None and not self.early_hold_s >= 0:
+            raise MCCLError(f"early_hold_s must be >= 0 or None (settle_max_s), got {self.early_hold_s!r}")
         if self.anytime_s is not None and not self.anytime_s >= 0:
             raise MCCLError(f"anytime_s must be >= 0 or None (off), got {self.anytime_s!r}")
         if not 0.0 < self.rate_loss <= 1.0:
@@ -531,10 +534,21 @@ class ScheduleManager:
             early = self.store.early() if self.policy.speculate else None
             if early is None:
                 return None, []
-        m = self.store.measured() if early is None else early
+        elif self.policy.speculate and self.store.estimator == "ewma":
+            early = self.store.early()      # drops the executors are still confirming (EWMA)
         profiled = [c for c in self.collectives() if c.dynamic and c.profile is not None]
         if not profiled:
             return early, []
+        found = self._flagged(profiled, early, now)
+        if early is not None and not found and self.store.estimator == "ewma":
+            return None, self._flagged(profiled, None, now)     # nothing to speculate on: confirmed M
+        return early, found
+
+    def _flagged(self, profiled: list[Collective], early: np.ndarray | None, now: float
+                 ) -> list[tuple[Collective, DriftReport]]:
+        """The idle collectives past their dwell that Algorithm 1 flags under ``early``
+        (those it covers, :meth:`_covers`) or, when ``None``, under the confirmed ``M``."""
+        m = self.store.measured() if early is None else early
         flags = self._stack_of(profiled).flags(m)
         flags |= np.array([self._known_flag(m, c) for c in profiled], dtype=bool)
         for coll in profiled:       # a wall clock stepped back (NTP) kept every dwell on until it caught up
@@ -547,17 +561,17 @@ class ScheduleManager:
         for coll in profiled:
             if id(coll) not in chosen:
                 coll.flagged_since = None
-        return early, [(coll, detect(m, coll.profile, self.policy.gamma)) for coll in flagged
-                       if self._gathered(coll, now)]
+        return [(coll, detect(m, coll.profile, self.policy.gamma)) for coll in flagged if self._gathered(coll, now)]
 
     def _covers(self, early: np.ndarray, coll: Collective) -> bool:
         """Whether ``coll`` may start a speculative job on ``early``
         (:func:`~.publish_decision.speculation_covers`: no cable of its fabric read in one
-        direction only)."""
+        direction only; within the level estimator's ``k``, or with the EWMA, where each
+        direction is another rank's reading of a few noisy collectives, ``restart_tol``)."""
         if self._rev is None:
             self._rev = reverse_links(self.topo)
-        return speculation_covers(early, self.store.pending_links(), self._mine(coll), self._rev,
-                                  self.store.level_params.k)
+        k = self.store.level_params.k if self.store.estimator == "level" else self.policy.restart_tol
+        return speculation_covers(early, self.store.pending_links(), self._mine(coll), self._rev, k)
 
     def _gathered(self, coll: Collective, now: float) -> bool:
         """Whether a flagged collective's job may start: at once with ``gather_s = 0``;
@@ -613,8 +627,10 @@ class ScheduleManager:
         return cap
 
     def _unsettled(self, now: float) -> bool:
-        """Links with an unconfirmed change hold decisions back, for at most ``settle_max_s``."""
-        if self.store.pending_links().size == 0:
+        """Links with an unconfirmed change hold decisions back, for at most ``settle_max_s``
+        (level estimator; with the EWMA a sample is the executor's confirmed reading and
+        its ``early`` estimates only start speculative jobs, :meth:`_check`)."""
+        if self.store.estimator != "level" or self.store.pending_links().size == 0:
             self._pending_since = None
             return False
         if self._pending_since is None:
@@ -852,7 +868,8 @@ class ScheduleManager:
             job.held_since = now
             return Event(now, coll.comm, coll.name, Action.HELD, coll.version,
                          {**detail, "pending": self._named(decision.held)})
-        coll.last_decision_t = now
+        if not (job.speculative and decision.verdict is Verdict.CLEARED):
+            coll.last_decision_t = now          # a speculation on a change that went away decided nothing
         if job.held_since is not None:
             detail["held_s"] = now - job.held_since
         if job.moving is not None:

@@ -13,7 +13,8 @@ calls :func:`publish_decision` and acts on its :class:`Decision`.  In order:
      estimator) that the new schedule uses, or that the job saw more than ``restart_tol``
      below nominal, whose newest estimate is more than ``restart_tol`` from the job's
      input; for a *speculative* job (started on early estimates, ``Policy.speculate``) any
-     pending link of its fabric; for at most ``settle_max_s`` after the hold began;
+     pending link of its fabric; for at most ``settle_max_s`` after the hold began
+     (a speculative job: ``early_hold_s`` when set, real ranks confirm a collective later);
    * *rising*: a link still moving after a rise (EWMA at alpha 1, :mod:`.rises`) that the
      job saw more than ``restart_tol`` above what the active version was built for (or,
      for a swing after a recovery, that far from it either way); never when the job saw
@@ -154,7 +155,8 @@ def publish_decision(job: Finished, active: Active | None, est: Estimate, now: f
         return Decision(Verdict.PUBLISH, "initial")
     tol = policy.restart_tol
     pending = _NONE
-    if job.held_since is None or now - job.held_since < policy.settle_max_s:
+    bound = policy.early_hold_s if job.speculative and policy.early_hold_s is not None else policy.settle_max_s
+    if job.held_since is None or now - job.held_since < bound:
         pending = changing_under(est, active.mine, job.capacity, job.loads, tol)
         if job.speculative and not pending.size:
             pending = est.pending[active.mine[est.pending]]
