@@ -92,6 +92,8 @@ class ModelReporter:
     collective may take seconds).
     """
 
+    early = False                       # send drops still being confirmed as ``early`` (``__init__``)
+
     def __init__(self, emulator: FabricEmulator, nominal: dict[tuple[str, str], float],
                  window: int = 3, tol: float = 0.2, drop_window: int = 5, early: bool = False) -> None:
         self.emu = emulator
