@@ -210,6 +210,8 @@ def main() -> None:
     ap.add_argument("--speculate", action="store_true",
                     help="ranks send drops still being confirmed as early estimates; the controller "
                          "synthesizes on them and publishes once confirmed (docs/executor.md)")
+    ap.add_argument("--cable-wait", type=float, default=0.0, metavar="S",
+                    help="the controller waits up to S s for a cable's other direction before synthesizing")
     ap.add_argument("--controller-logs", metavar="DIR", help="keep each class run's controller decision log in DIR")
     ap.add_argument("--classes", help=f"instead: one run per scenario class ({','.join(CLASSES)})")
     args = ap.parse_args()
@@ -220,7 +222,8 @@ def main() -> None:
     for part in args.shape.split("x"):
         n *= int(part)
     cfg = GlooLoopConfig(world=n, collective_ms=args.collective_ms, pieces=args.pieces, block_kib=args.block_kib,
-                         abort=args.abort, workers=args.workers, speculate=args.speculate)
+                         abort=args.abort, workers=args.workers, speculate=args.speculate,
+                         cable_wait_s=args.cable_wait)
     if args.classes:
         if not args.json:
             print(f"scenario classes on {n} gloo ranks, HPN {args.shape}, 16 MiB, healthy collective "

@@ -75,6 +75,7 @@ class GlooLoopConfig:
     speculate: bool = False               # ranks send drops being confirmed as ``early``; the controller
                                           # synthesizes on them (``--speculate``, docs/executor.md)
     early_hold_s: float = 1.0             # with ``speculate``: the controller's ``--early-hold``
+    cable_wait_s: float = 0.0             # the controller's ``--cable-wait`` (0: off; docs/executor.md)
 
 
 class ControllerProcess:
@@ -92,6 +93,8 @@ class ControllerProcess:
             cmd.append("--shallow-trees")
         if cfg.workers:
             cmd += ["--workers", str(cfg.workers)]
+        if cfg.cable_wait_s:
+            cmd += ["--cable-wait", str(cfg.cable_wait_s)]
         if cfg.speculate:
             cmd += ["--speculate", "--early-hold", str(cfg.early_hold_s)]
         if cfg.telemetry_frontend:

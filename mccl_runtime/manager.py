@@ -134,7 +134,7 @@ from .groups import Groups
 from .pool import JobResult, SynthesisPool, job_result, run_job
 from .publish_decision import (Active, Estimate, Finished, Verdict, beats, drift_gone, gained, moved, near,
                                held_against, no_schedule_gains, outdated, publish_decision, rate, remembered,
-                               speculation_covers, swap_holding)
+                               one_way_drops, speculation_covers, swap_holding)
 from .channels import reverse_links
 from .telemetry import MeasurementStore
 
@@ -307,6 +307,7 @@ class Policy:
     capacity_digits: int = 3
     speculate: bool = False
     early_hold_s: float | None = None
+    cable_wait_s: float = 0.0
     anytime_s: float | None = None
 
     def __post_init__(self) -> None:
@@ -317,8 +318,9 @@ class Policy:
         if self.min_dwell_s < 0 or self.time_limit_s <= 0 or self.min_gain < 0:
             raise MCCLError("min_dwell_s and min_gain must be >= 0 and time_limit_s > 0")
         if self.restart_tol <= 0 or self.max_restarts < 0 or self.settle_max_s < 0 or self.gather_s < 0 \
-                or not self.moving_max_s >= 0:
-            raise MCCLError("restart_tol must be > 0, max_restarts, settle_max_s, moving_max_s and gather_s >= 0")
+                or not self.moving_max_s >= 0 or not self.cable_wait_s >= 0:
+            raise MCCLError("restart_tol must be > 0, max_restarts, settle_max_s, moving_max_s, gather_s and "
+                            "cable_wait_s >= 0")
         if not (isinstance(self.capacity_digits, int) and self.capacity_digits >= 0):
             raise MCCLError(f"capacity_digits must be an int >= 0 (0 keeps the estimates' digits), "
                             f"got {self.capacity_digits!r}")
@@ -368,6 +370,7 @@ class Collective:
     restore_on: np.ndarray | None = None    # an AllToAll schedule without warm state: its synthesis capacities
     deferred: tuple[DriftReport | None, int] | None = None  # a superseded job's restart (trigger, restarts)
     flagged_since: float | None = None      # when Algorithm 1 flagged it, while its job waits (``gather_s``)
+    one_way_since: float | None = None      # since when a cable it loads reads dropped one way (``cable_wait_s``)
     rising_since: float | None = None       # when its jobs began to be held for rises still moving
 
     @property
@@ -560,7 +563,7 @@ class ScheduleManager:
         chosen = {id(c) for c in flagged}
         for coll in profiled:
             if id(coll) not in chosen:
-                coll.flagged_since = None
+                coll.flagged_since = coll.one_way_since = None
         return [(coll, detect(m, coll.profile, self.policy.gamma)) for coll in flagged if self._gathered(coll, now)]
 
     def _covers(self, early: np.ndarray, coll: Collective) -> bool:
@@ -579,7 +582,11 @@ class ScheduleManager:
         the flag has been sampled again (:meth:`MeasurementStore.unheard_links`), at most
         ``gather_s`` after the flag.  Links that fail together but are read by different
         samples (pairs whose messages ran before and after the change) are then
-        synthesized for together, not one version per partial picture."""
+        synthesized for together, not one version per partial picture.  With
+        ``cable_wait_s``, also not while a cable it loads reads dropped in one direction only
+        (:meth:`_one_way`)."""
+        if self._one_way(coll, now):
+            return False
         if self.policy.gather_s <= 0:
             return True
         if coll.flagged_since is None:
@@ -590,6 +597,30 @@ class ScheduleManager:
             return False
         coll.flagged_since = None
         return True
+
+    def _one_way(self, coll: Collective, now: float) -> bool:
+        """Whether ``coll``'s job waits for the other direction of a cable
+        (``Policy.cable_wait_s``, :func:`~.publish_decision.one_way_drops`): some link of
+        its fabric reads more than ``restart_tol`` below what the active version was built
+        for while the cable's other direction, which the version loads, does not read
+        within ``restart_tol`` of it; at most ``cable_wait_s`` from the first such check.
+        On real ranks the two directions are two ranks' readings, reported a push or a
+        collective apart, and a job started on one was superseded by the other at the
+        cost of a whole synthesis (0.25-0.85 s of AllToAll under load)."""
+        if self.policy.cable_wait_s <= 0 or coll.synth_capacity is None or coll.profile is None:
+            return False
+        if self._rev is None:
+            self._rev = reverse_links(self.topo)
+        if not one_way_drops(self.store.measured(), self._mine(coll), coll.synth_capacity, coll.profile.loads,
+                             self._rev, self.policy.restart_tol):
+            coll.one_way_since = None
+            return False
+        if coll.one_way_since is None:
+            coll.one_way_since = now
+        if now - coll.one_way_since < self.policy.cable_wait_s:
+            return True
+        coll.one_way_since = None
+        return False
 
     def _new_level(self, m: np.ndarray, coll: Collective) -> bool:
         """Level estimator only: a link ``coll``'s schedule relies on has a confirmed level

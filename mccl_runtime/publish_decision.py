@@ -63,7 +63,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Verdict", "Decision", "Estimate", "Active", "Finished", "publish_decision", "outdated",
            "drift_gone", "gained", "changing_under", "moving_under", "remembered", "no_schedule_gains",
-           "rate", "moved", "speculation_covers", "swap_holding", "held_against", "beats"]
+           "rate", "moved", "speculation_covers", "one_way_drops", "swap_holding", "held_against", "beats"]
 
 _NONE = np.zeros(0, dtype=np.int64)
 
@@ -344,6 +344,20 @@ def speculation_covers(early: np.ndarray, pending: np.ndarray, mine: np.ndarray,
     a, r = mine_pending[paired], other[paired]
     a, r = a[mine[r]], r[mine[r]]
     return bool(np.all(np.abs(early[a] - early[r]) <= k * np.maximum(early[a], early[r])))
+
+
+def one_way_drops(m: np.ndarray, mine: np.ndarray, built_for: np.ndarray, loads: np.ndarray, rev: np.ndarray,
+                  tol: float) -> bool:
+    """Whether a link of ``mine`` reads more than ``tol`` below ``built_for`` while its
+    cable's other direction ``rev``, in ``mine`` and loaded (``loads``), does not read within
+    ``tol`` of it: a cable read dropped in one direction only (a one-way failure, or the
+    other direction not reported yet; ``Policy.cable_wait_s``)."""
+    dropped = np.flatnonzero(mine & (m < (1.0 - tol) * built_for))
+    other = rev[dropped]
+    a, r = dropped[other >= 0], other[other >= 0]
+    keep = mine[r] & (loads[r] > 1e-12)
+    a, r = a[keep], r[keep]
+    return bool(np.any(np.abs(m[a] - m[r]) > tol * np.maximum(m[a], m[r])))
 
 
 def no_schedule_gains(current: float, bound: float, min_gain: float) -> bool:

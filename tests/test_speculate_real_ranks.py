@@ -1,7 +1,8 @@
 """Speculation on real ranks (docs/executor.md, "Speculation on real ranks"): the ranks'
 reporter sends a drop it is still confirming as ``early``, the EWMA store keeps it apart
 from ``M``, and a controller with ``Policy.speculate`` synthesizes on it and publishes only
-once the drop is reported.  Simulated clock, no timing asserts."""
+once the drop is reported; ``Policy.cable_wait_s`` waits for a cable's other direction.
+Simulated clock, no timing asserts."""
 
 from __future__ import annotations
 
@@ -22,12 +23,12 @@ def _pair(key, gbps, t, early=None):
     return s if early is None else {**s, "early": early}
 
 
-def _manager(speculate: bool, dwell: float = 0.0):
+def _manager(speculate: bool, dwell: float = 0.0, cable_wait: float = 0.0):
     synth = PruningSynth()
     store = MeasurementStore(TOPO, alpha=1.0)                     # real ranks: the EWMA at alpha 1
     store.watch_early = speculate
-    mgr = ScheduleManager(store, synth, Policy(gamma=0.3, min_dwell_s=dwell, speculate=speculate, early_hold_s=1.0),
-                          clock=lambda: 0.0)
+    policy = Policy(gamma=0.3, min_dwell_s=dwell, speculate=speculate, early_hold_s=1.0, cable_wait_s=cable_wait)
+    mgr = ScheduleManager(store, synth, policy, clock=lambda: 0.0)
     mgr.register("world", "ag", "allgather", bfs_allgather(TOPO))
     mgr.wait_idle(5.0)
     mgr.poll(0.0)
@@ -137,4 +138,24 @@ def test_one_direction_early_starts_nothing_speculative():
     store.ingest([_pair(PAIR, 400.0, 1.0, early=50.0)], now=1.0)
     assert mgr.step(1.0) == [] and synth.calls == []
     assert np.all(store.measured() == TOPO.arrays.capacity)
+    mgr.close()
+
+
+@pytest.mark.parametrize("other_direction", [True, False])
+def test_a_drop_read_one_way_waits_for_the_cables_other_direction(other_direction):
+    """The NIC read at 50 Gbps by one rank's pair starts no job while the reverse pair, a
+    rank that reports a push later, still reads 400; once it reads 50 too, one job covers
+    both directions.  A one-way drop starts its job ``cable_wait_s`` after the first check."""
+    synth, store, mgr = _manager(False, cable_wait=0.2)
+    a, r = TOPO.link_index(*NIC), TOPO.link_index(*NIC[::-1])
+    store.ingest([_pair(PAIR, 50.0, 1.0)], now=1.0)
+    assert mgr.step(1.0) == [] and mgr.step(1.1) == []
+    if other_direction:
+        store.ingest([_pair(BACK, 50.0, 1.15)], now=1.15)
+        assert [e.action for e in mgr.step(1.15)] == ["resynthesis"]
+        assert synth.capacities[-1][a] == synth.capacities[-1][r] == pytest.approx(50.0)
+    else:
+        assert mgr.step(1.19) == []
+        assert [e.action for e in mgr.step(1.21)] == ["resynthesis"]
+        assert synth.capacities[-1][r] == pytest.approx(400.0)
     mgr.close()
