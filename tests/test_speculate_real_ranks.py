@@ -100,8 +100,8 @@ def test_a_speculative_job_starts_on_early_estimates_and_publishes_once_confirme
     events = mgr.step(1.0)
     if speculate:
         assert [(e.action, e.detail.get("speculative")) for e in events] == [("resynthesis", True)]
-        assert synth.capacities[-1][a] == pytest.approx(50.0)
         mgr.wait_idle(5.0)
+        assert synth.capacities[-1][a] == pytest.approx(50.0)
         assert [e.action for e in mgr.poll(1.1)] == ["held"]               # the drop is not reported yet
     else:
         assert events == []
@@ -153,9 +153,11 @@ def test_a_drop_read_one_way_waits_for_the_cables_other_direction(other_directio
     if other_direction:
         store.ingest([_pair(BACK, 50.0, 1.15)], now=1.15)
         assert [e.action for e in mgr.step(1.15)] == ["resynthesis"]
+        mgr.wait_idle(5.0)
         assert synth.capacities[-1][a] == synth.capacities[-1][r] == pytest.approx(50.0)
     else:
         assert mgr.step(1.19) == []
         assert [e.action for e in mgr.step(1.21)] == ["resynthesis"]
+        mgr.wait_idle(5.0)
         assert synth.capacities[-1][r] == pytest.approx(400.0)
     mgr.close()
