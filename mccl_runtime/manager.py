@@ -30,7 +30,11 @@ collective, concurrently), and publishes new versions.
   being confirmed (level estimator), a job may start on their early estimates
   (:meth:`MeasurementStore.early`) when no cable of its fabric is read in one direction
   only (:func:`~.publish_decision.speculation_covers`); its result is held until they are
-  confirmed and then re-checked as any other.
+  confirmed and then re-checked as any other.  With the EWMA (real ranks) the early
+  estimates are the executors' (``pair`` samples' ``early``: a drop their reporter is still
+  confirming); a collective they do not flag is checked on the confirmed ``M`` as usual,
+  the hold lasts up to ``early_hold_s``, and a speculation aborted as ``cleared`` (a stall)
+  starts no dwell.
 * Re-check before publish: a finished job is published only if, under the *latest*
   ``M``, the current schedule still deviates (``max delta > clear_ratio * Gamma``) and
   the new schedule's rate beats the current one's by more than ``min_gain``; otherwise
@@ -47,10 +51,13 @@ collective, concurrently), and publishes new versions.
 * Confidence before synthesis: while the store reports links with an unconfirmed change
   (:meth:`MeasurementStore.pending_links`, level estimator), no job starts, for at most
   ``settle_max_s``; so two links failing together are synthesized for together.
-  With the EWMA nothing is pending: ``gather_s`` holds a flagged collective's job until
+  With the EWMA nothing holds decisions back (the executors' early estimates only start
+  speculative jobs): ``gather_s`` holds a flagged collective's job until
   every channel on its links sampled in the ``gather_s`` before the flag has been sampled
   again (at most ``gather_s``), so a change that some samples read one collective later
-  than others is synthesized for in one job.
+  than others is synthesized for in one job.  ``cable_wait_s`` (real ranks) holds a job
+  while a cable the schedule loads both ways reads dropped in one direction only (two
+  ranks' readings of one cable arrive a push or a collective apart), at most that long.
 * Everything known at publish time: a finished job is also checked against changes
   still being confirmed.  When a pending link that the new schedule uses, or that the
   job saw degraded, has a newest estimate (:meth:`MeasurementStore.provisional`) more
