@@ -32,7 +32,8 @@ collective, concurrently), and publishes new versions.
   only (:func:`~.publish_decision.speculation_covers`); its result is held until they are
   confirmed and then re-checked as any other.  With the EWMA (real ranks) the early
   estimates are the executors' (``pair`` samples' ``early``: a drop their reporter is still
-  confirming); a collective they do not flag is checked on the confirmed ``M`` as usual,
+  confirming), used only when the confirmed ``M`` flags nothing (a speculation on a stall
+  beside a confirmed drop cost a restart on real ranks),
   the hold lasts up to ``early_hold_s``, and a speculation aborted as ``cleared`` (a stall)
   starts no dwell.
 * Re-check before publish: a finished job is published only if, under the *latest*
@@ -549,10 +550,11 @@ class ScheduleManager:
         profiled = [c for c in self.collectives() if c.dynamic and c.profile is not None]
         if not profiled:
             return early, []
-        found = self._flagged(profiled, early, now)
-        if early is not None and not found and self.store.estimator == "ewma":
-            return None, self._flagged(profiled, None, now)     # nothing to speculate on: confirmed M
-        return early, found
+        if early is not None and self.store.estimator == "ewma":
+            found = self._flagged(profiled, None, now)     # what the confirmed M flags starts as before
+            if found:
+                return None, found
+        return early, self._flagged(profiled, early, now)
 
     def _flagged(self, profiled: list[Collective], early: np.ndarray | None, now: float
                  ) -> list[tuple[Collective, DriftReport]]:

@@ -161,3 +161,18 @@ def test_a_drop_read_one_way_waits_for_the_cables_other_direction(other_directio
         mgr.wait_idle(5.0)
         assert synth.capacities[-1][r] == pytest.approx(400.0)
     mgr.close()
+
+
+def test_a_drop_the_ranks_reported_starts_on_the_confirmed_m_beside_early_stalls():
+    """The NIC reported at 50 flags the collective on the confirmed ``M``; early readings of
+    another cable (a stall the ranks may read back) stay out of its job."""
+    synth, store, mgr = _manager(True)
+    other = TOPO.link_index("s0h0g1", "s0tor1")
+    store.ingest([_pair(PAIR, 50.0, 1.0), _pair(BACK, 50.0, 1.0),
+                  _pair(("s0h0g1", "s0h1g1"), 400.0, 1.0, early=200.0),
+                  _pair(("s0h1g1", "s0h0g1"), 400.0, 1.0, early=200.0)], now=1.0)
+    events = mgr.step(1.0)
+    assert [(e.action, e.detail.get("speculative")) for e in events] == [("resynthesis", None)]
+    mgr.wait_idle(5.0)
+    assert synth.capacities[-1][other] == pytest.approx(400.0)
+    mgr.close()
