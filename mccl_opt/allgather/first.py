@@ -113,7 +113,7 @@ def _line_or_shortest_path(topo: Topology) -> tuple[tuple[TreeChunks, np.ndarray
     if line is not None and topo.num_gpus > BOTH_MAX_GPUS and not _room_for_both(topo):
         return line, "line-trees"
     tree = shortest_path_trees(topo)
-    if line is not None and schedule_rate(topo, line[1]) > schedule_rate(topo, tree[1]):
+    if line is not None and schedule_rate(topo, line[1]) >= schedule_rate(topo, tree[1]):
         return line, "line-trees"
     return tree, "shortest-path-trees"
 

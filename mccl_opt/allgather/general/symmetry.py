@@ -27,7 +27,9 @@ from scipy.sparse.csgraph import connected_components
 from mccl_opt.errors import SolveError
 from mccl_opt.topology import Topology
 
-__all__ = ["Symmetry", "find_symmetry", "MAX_CLUSTER_ELEMENTS"]
+__all__ = ["Symmetry", "find_symmetry", "symmetry_generators", "elements", "cycle_order",
+           "coupling",
+           "MAX_CLUSTER_ELEMENTS"]
 
 _REFINE_ROUNDS = 64
 
@@ -61,13 +63,7 @@ class Symmetry:
         common refinement of their ``1/N_c`` grids): ``(element per cluster, weight)``,
         at most ``sum N_c - clusters + 1`` pieces, weights summing to 1, each cluster's
         marginal uniform."""
-        sizes = [len(p) for p in self.nodes]
-        if not sizes:
-            return [((), 1.0)]
-        den = lcm(*sizes)
-        cuts = sorted({i * (den // n) for n in sizes for i in range(n + 1)})
-        return [(tuple(lo * n // den for n in sizes), float(Fraction(hi - lo, den)))
-                for lo, hi in zip(cuts, cuts[1:])]
+        return coupling([len(p) for p in self.nodes])
 
     def carriers(self, gpu_nodes: np.ndarray, reps: np.ndarray
                  ) -> tuple[np.ndarray, np.ndarray]:
@@ -103,6 +99,18 @@ class Symmetry:
             node = self.nodes[c][e][node]
             link = self.links[c][e][link]
         return node, link
+
+
+def coupling(sizes: list[int]) -> list[tuple[tuple[int, ...], float]]:
+    """North-west-corner coupling of uniform distributions over ``sizes`` elements each
+    (:meth:`Symmetry.pieces`): ``(element index per cluster, weight)``, the weights
+    multiples of ``1 / lcm(sizes)`` summing to 1."""
+    if not sizes:
+        return [((), 1.0)]
+    den = lcm(*sizes)
+    cuts = sorted({i * (den // n) for n in sizes for i in range(n + 1)})
+    return [(tuple(lo * n // den for n in sizes), float(Fraction(hi - lo, den)))
+            for lo, hi in zip(cuts, cuts[1:])]
 
 
 def _refine(topo: Topology) -> np.ndarray:
@@ -220,7 +228,8 @@ def _link_map(topo: Topology, perm: np.ndarray) -> np.ndarray | None:
     return link
 
 
-def _order(perm: np.ndarray) -> int:
+def cycle_order(perm: np.ndarray) -> int:
+    """The order of the permutation ``perm`` (its smallest power that is the identity)."""
     k, p = 1, perm.copy()
     ident = np.arange(perm.size)
     while not np.array_equal(p, ident):
@@ -229,13 +238,13 @@ def _order(perm: np.ndarray) -> int:
     return k
 
 
-def _elements(gens: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+def elements(gens: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
     """Every product ``g1^e1 ... gm^em`` of commuting generators, as stacked node and
     link permutations (uniform over the group they generate)."""
     nodes = [np.arange(gens[0][0].size)]
     links = [np.arange(gens[0][1].size)]
     for node, link in gens:
-        k = _order(node)
+        k = cycle_order(node)
         pn, pl = list(nodes), list(links)
         for _ in range(k - 1):
             pn = [node[p] for p in pn]
@@ -255,9 +264,11 @@ def _components(n: int, maps: list[np.ndarray]) -> np.ndarray:
     return connected_components(graph, directed=True, connection="weak")[1]
 
 
-def find_symmetry(topo: Topology) -> Symmetry | None:
-    """The checked abelian automorphism group of ``topo`` found as in the module
-    docstring, ``None`` when no proposal passes."""
+def symmetry_generators(topo: Topology) -> list[list[tuple[np.ndarray, np.ndarray]]]:
+    """The checked commuting generators found as in the module docstring, grouped by
+    cluster: per cluster, ``(node permutation, link permutation)`` of each generator
+    (empty when no proposal passes).  Cheap (10-30 ms at 1,024 GPUs): listing the
+    clusters' elements (:func:`find_symmetry`) is most of that function's cost."""
     color = _refine(topo)
     nb = _neighbours(topo)
     accepted: list[tuple[np.ndarray, np.ndarray]] = []
@@ -270,14 +281,23 @@ def find_symmetry(topo: Topology) -> Symmetry | None:
                if (moved & (q != np.arange(q.size))).any()):
             accepted.append((perm, link))
     if not accepted:
-        return None
+        return []
     support = [np.flatnonzero(link != np.arange(link.size)) for _, link in accepted]
     owner = _clusters(support)
-    clusters = [[accepted[i] for i in np.flatnonzero(owner == c)] for c in np.unique(owner)]
-    if any(np.prod([float(_order(node)) for node, _ in gens]) > MAX_CLUSTER_ELEMENTS
+    return [[accepted[i] for i in np.flatnonzero(owner == c)] for c in np.unique(owner)]
+
+
+def find_symmetry(topo: Topology) -> Symmetry | None:
+    """The checked abelian automorphism group of ``topo`` found as in the module
+    docstring, ``None`` when no proposal passes."""
+    clusters = symmetry_generators(topo)
+    if not clusters:
+        return None
+    if any(np.prod([float(cycle_order(node)) for node, _ in gens]) > MAX_CLUSTER_ELEMENTS
            for gens in clusters):
         return None
-    elems = [_elements(gens) for gens in clusters]
+    elems = [elements(gens) for gens in clusters]
+    accepted = [gen for gens in clusters for gen in gens]
     link_orbit = _components(topo.num_links, [link for _, link in accepted])
     node_orbit = _components(topo.num_nodes, [node for node, _ in accepted])
     _, root_orbit = np.unique(node_orbit[topo.arrays.gpu_nodes], return_inverse=True)
