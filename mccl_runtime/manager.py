@@ -133,8 +133,8 @@ from .gain_bound import VertexBound
 from .groups import Groups
 from .pool import JobResult, SynthesisPool, job_result, run_job
 from .publish_decision import (Active, Estimate, Finished, Verdict, beats, drift_gone, gained, moved, near,
-                               no_schedule_gains, outdated, publish_decision, rate, remembered, speculation_covers,
-                               swap_holding)
+                               held_against, no_schedule_gains, outdated, publish_decision, rate, remembered,
+                               speculation_covers, swap_holding)
 from .channels import reverse_links
 from .telemetry import MeasurementStore
 
@@ -890,25 +890,36 @@ class ScheduleManager:
         mine[self.groups.links(coll.gpus)] = True
         return mine
 
-    def swap_hold(self, comm: str, name: str, against_before: bool = False) -> list[list[str]]:
+    def swap_hold(self, comm: str, name: str) -> list[list[str]]:
         """The links whose change since the active version was published, confirmed or
         still being confirmed, makes it unfit to be swapped in now (what the controller
         would tell executors that have not swapped yet: wait for the next version): a
         rise, or a drop that costs the version more than ``rate_loss`` of its rate
-        (:func:`swap_holding`).  Empty when the version fits everything known.
+        (:func:`swap_holding`).  Empty when the version fits everything known."""
+        return self._named(self._unfit(self.get(comm, name))[1])
 
-        ``against_before`` (real executors, :class:`~.swap_holds.SwapHolds`): a drop holds
-        only while the version before, which the ranks run meanwhile, is not slower under
-        the newest estimate (``swap_holding``'s ``before``)."""
+    def swap_holds(self, comm: str, name: str) -> tuple[list[list[str]], list[list[str]]]:
+        """``(held, unfit)`` for real executors (:class:`~.swap_holds.SwapHolds`), from one
+        estimate: ``unfit`` is :meth:`swap_hold`; ``held`` the part of it that holds while
+        the ranks run the version before: a drop holds only while that version is not
+        slower under the newest estimate (:func:`held_against`)."""
         coll = self.get(comm, name)
+        provisional, unfit = self._unfit(coll)
+        held = unfit if unfit.size == 0 or len(coll.known) < 2 else \
+            held_against(unfit, provisional, coll.profile.loads, self._loads_of(coll, *coll.known[1]),
+                         self.policy.min_gain)
+        return self._named(held), self._named(unfit)
+
+    def _unfit(self, coll: Collective) -> tuple[np.ndarray, np.ndarray]:
+        """The provisional estimate and :func:`swap_holding`'s links for ``coll``'s active
+        version (both empty before it has a profile)."""
+        none = np.zeros(0, dtype=np.int64)
         if coll.profile is None or coll.synth_capacity is None:
-            return []
-        m, none = self.store.measured(), np.zeros(0, dtype=np.int64)
-        est = Estimate(m, self.store.provisional(), none, none, none, self.topo.arrays.capacity)
-        before = self._loads_of(coll, *coll.known[1]) if against_before and len(coll.known) > 1 else None
-        return self._named(swap_holding(est, self._mine(coll), coll.synth_capacity, coll.profile.loads,
-                                        self.policy.restart_tol, self.policy.rate_loss, before,
-                                        self.policy.min_gain))
+            return none, none
+        provisional = self.store.provisional()
+        est = Estimate(self.store.measured(), provisional, none, none, none, self.topo.arrays.capacity)
+        return provisional, swap_holding(est, self._mine(coll), coll.synth_capacity, coll.profile.loads,
+                                         self.policy.restart_tol, self.policy.rate_loss)
 
     def hold_settled(self, comm: str, name: str, links: list[list[str]], since: float, recent_s: float) -> bool:
         """Whether a swap hold on ``links`` (``[src, dst]``, held since ``since``) may end

@@ -62,7 +62,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Verdict", "Decision", "Estimate", "Active", "Finished", "publish_decision", "outdated",
            "drift_gone", "gained", "changing_under", "moving_under", "remembered", "no_schedule_gains",
-           "rate", "moved", "speculation_covers", "swap_holding", "beats"]
+           "rate", "moved", "speculation_covers", "swap_holding", "held_against", "beats"]
 
 _NONE = np.zeros(0, dtype=np.int64)
 
@@ -255,8 +255,7 @@ def changing_under(est: Estimate, mine: np.ndarray, capacity: np.ndarray, loads:
 
 
 def swap_holding(est: Estimate, mine: np.ndarray, capacity: np.ndarray, loads: np.ndarray,
-                 tol: float, rate_loss: float, before: np.ndarray | None = None,
-                 min_gain: float = 0.0) -> np.ndarray:
+                 tol: float, rate_loss: float) -> np.ndarray:
     """The links of ``mine`` whose change makes a published version (``loads``, built for
     ``capacity``) unfit to swap in now (:meth:`~.manager.ScheduleManager.swap_hold`): of
     :func:`changing_under` with ``every_link``, every *rise* (a clear during synthesis
@@ -264,16 +263,7 @@ def swap_holding(est: Estimate, mine: np.ndarray, capacity: np.ndarray, loads: n
     rate: it carries load and ``provisional / load`` is below ``(1 - rate_loss)`` x the
     rate on ``capacity`` (the capacity-lost test of :func:`drift_gone`).  A stalled
     NVSwitch link read at 0.65 of nominal does not hold a version bottlenecked on a
-    50 Gbps NIC (docs/runtime.md, "Swap holds only for drops that cost the rate").
-
-    ``before``: the share loads of the version the ranks run meanwhile (real executors,
-    where a hold lasts until a fresh reading and a superseding job, seconds under load).
-    Then nothing holds while the published version, under the newest estimate, beats it
-    by more than ``min_gain``: holding would keep the ranks on the slower version, and the
-    change (a stall on a link the new version relies on, a stall it was built on that
-    reverted, a ramp's next step) gets its own version either way; a failure's schedule
-    after a clear is slower than the healthy one before it, so it is still held
-    (docs/runtime.md, "Holds only for a version slower than the one it replaces")."""
+    50 Gbps NIC (docs/runtime.md, "Swap holds only for drops that cost the rate")."""
     cand = changing_under(est, mine, capacity, loads, tol, every_link=True)
     if cand.size == 0:
         return cand
@@ -281,10 +271,23 @@ def swap_holding(est: Estimate, mine: np.ndarray, capacity: np.ndarray, loads: n
     rose = prov > capacity[cand]
     floor = (1.0 - rate_loss) * rate(capacity, loads)
     costs = (load > 1e-12) & (prov < floor * load)
-    held = cand[rose | costs]
-    if before is not None and held.size and beats(est.provisional, loads, before, min_gain):
+    return cand[rose | costs]
+
+
+def held_against(unfit: np.ndarray, provisional: np.ndarray, loads: np.ndarray, before: np.ndarray,
+                 min_gain: float) -> np.ndarray:
+    """Of ``unfit`` (:func:`swap_holding`), what holds a version on real executors, whose
+    ranks run the version before (share loads ``before``) meanwhile; a hold there lasts
+    until a fresh reading and a superseding job, seconds under load.  Nothing holds while
+    the published version (``loads``), under the newest estimate, beats it by more than
+    ``min_gain``: holding would keep the ranks on the slower version, and the change (a
+    stall on a link the new version relies on, a stall it was built on that reverted, a
+    ramp's next step) gets its own version either way; a failure's schedule after a clear
+    is slower than the healthy one before it, so it is still held (docs/runtime.md,
+    "Holds only for a version slower than the one it replaces")."""
+    if unfit.size and beats(provisional, loads, before, min_gain):
         return _NONE
-    return held
+    return unfit
 
 
 def beats(m: np.ndarray, loads: np.ndarray, other: np.ndarray, min_gain: float) -> bool:

@@ -6,7 +6,7 @@ changed since its synthesis (paper §3.2: every rank must agree on the swap; a v
 overtaken between publish and swap should not run).  A real executor swaps a version
 in when its ranks' OOB exchange says so, some milliseconds after the publish; the
 controller does not see that moment.  So after every publish the service watches the
-version for ``window_s``: when :meth:`~ScheduleManager.swap_hold` names links, it
+version for ``window_s``: when :meth:`~ScheduleManager.swap_holds` names held links, it
 publishes a ``hold`` (the executors keep the old version,
 :meth:`executor_cuda.rescheduler.Rescheduler.hold`); when the links clear, or the hold
 has settled (below), it publishes the release (``held: []``).  A newer version ends the watch of the older one (it is never
@@ -80,12 +80,12 @@ class SwapHolds:
         for key, w in list(self._watch.items()):
             w.published = min(w.published, now)            # a wall clock stepped back: no hold for that long
             w.held_since = None if w.held_since is None else min(w.held_since, now)
-            links = manager.swap_hold(*key, against_before=True)
+            links, unfit = manager.swap_holds(*key)
             if w.held_since is None:
                 if links:
                     w.held_since, w.links = now, links
                     out.append((*key, w.version, links))
-                elif not w.superseded and self._replace_unfit(manager, key, w, now):
+                elif not w.superseded and self._replace_unfit(manager, key, unfit, w, now):
                     continue
                 elif now - w.published >= self.window_s:
                     del self._watch[key]
@@ -100,15 +100,15 @@ class SwapHolds:
         events, self.events = self.events, []
         return events
 
-    def _replace_unfit(self, manager: Any, key: tuple[str, str], w: _Watch, now: float) -> bool:
-        """Whether an unheld version is being watched for a drop that costs it its rate
-        but not enough to hold it (it still beats the version before, so the ranks swap it
-        in: ``swap_hold(..., against_before=True)`` is empty while ``swap_hold`` is not).
+    def _replace_unfit(self, manager: Any, key: tuple[str, str], unfit: list[list[str]], w: _Watch,
+                       now: float) -> bool:
+        """Whether an unheld version is being watched for a drop (``unfit``) that costs it
+        its rate but not enough to hold it (it still beats the version before, so the ranks
+        swap it in: ``swap_holds`` gives no held links, and ``unfit`` ones).
         Once a fresh reading settles that drop (:meth:`_over`'s test), a job replaces the
         version at once, as for a held one, without waiting for the dwell time or for the
         drop to flag Algorithm 1 (a ramp's step costs 20-40 % of the rate, under ``Gamma``
         on real ranks)."""
-        unfit = manager.swap_hold(*key)
         if not unfit:
             w.unfit_since = None
             return False

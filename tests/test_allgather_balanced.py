@@ -13,7 +13,7 @@ from instances.designs import rail_hosts
 from mccl_opt.allgather.restriction import balanced
 from mccl_opt.allgather.restriction.balanced import Restriction, balanced_restriction
 from mccl_opt.allgather.canonical import canonical
-from mccl_opt.allgather.chain import switches_balanced
+from mccl_opt.allgather.fabric import switches_balanced
 from mccl_opt.allgather.fabric import fabric_of
 from mccl_opt.allgather.general.method import solve_general
 from mccl_opt.report import Method

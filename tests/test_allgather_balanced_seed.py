@@ -17,7 +17,7 @@ from instances import hpn
 from instances.aggregation import leaf_spine, scrambled, shared_aggregation, superpod
 from mccl_opt.allgather import solve
 from mccl_opt.allgather.canonical import canonical
-from mccl_opt.allgather.chain import restrict
+from mccl_opt.allgather.restriction.stages import restrict
 from mccl_opt.allgather.restriction import balanced
 from mccl_opt.errors import SolveError
 from mccl_opt.report import Method, Termination

@@ -227,7 +227,8 @@ def test_chain_picks_the_method():
 
 
 def test_weaker_directions_balance_every_switch():
-    from mccl_opt.allgather.chain import switches_balanced, weaker_directions
+    from mccl_opt.allgather.chain import weaker_directions
+    from mccl_opt.allgather.fabric import switches_balanced
 
     topo = hpn(2, 2, 4).with_capacity({("s0h0g1", "s0h0nvs"): 360.0, ("s1tor0", "s1h1g0"): 77.5})
     assert not switches_balanced(topo)
@@ -296,9 +297,10 @@ def _assert_same_certified_optimum(opts: TreeCGOptions, plain_opts: TreeCGOption
 
 def test_every_pricing_point_reaches_the_same_certified_optimum():
     """Adding the trees of every pricing point of a round (smoothed, tie-broken, the
-    duals), not only the first point's, changes the route, not the answer."""
-    _assert_same_certified_optimum(TreeCGOptions(every_point=True),
-                                   TreeCGOptions(smoothing=0.0, every_point=False))
+    duals), not only those priced at the master's duals (the one point left with
+    smoothing and the tie-break off), changes the route, not the answer."""
+    _assert_same_certified_optimum(TreeCGOptions(),
+                                   TreeCGOptions(smoothing=0.0, tie_break=0.0))
 
 
 @pytest.mark.parametrize("tie", [0.0, 1e-3, 1.0])

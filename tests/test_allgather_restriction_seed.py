@@ -13,12 +13,14 @@ import mccl_opt as mo
 from instances import hpn
 from instances.aggregation import shared_aggregation
 from mccl_opt.allgather.canonical import canonical
-from mccl_opt.allgather.chain import Trail, restrict, weaker_directions
+from mccl_opt.allgather.chain import weaker_directions
 from mccl_opt.allgather.general import method
 from mccl_opt.allgather.general.method import solve_general
 from mccl_opt.allgather.general.restriction_seed import RestrictionSeed, restriction_seed, \
     table_columns
+from mccl_opt.allgather.restriction.stages import restrict
 from mccl_opt.allgather.solve import sub_forestcoll
+from mccl_opt.allgather.stage import Trail
 from tests.oracle_allgather import check_schedule, forwarding_optimum
 
 #: one NIC uplink at a quarter of its speed one way; one NVLink at 360 Gbps one way

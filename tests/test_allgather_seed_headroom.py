@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import mccl_opt as mo
 from instances.aggregation import shared_aggregation
-from mccl_opt.allgather.chain import Trail, restrict
 from mccl_opt.allgather.general.restriction_seed import restriction_seed
+from mccl_opt.allgather.restriction.stages import restrict
 from mccl_opt.allgather.solve import sub_forestcoll
+from mccl_opt.allgather.stage import Trail
 from tests.oracle_allgather import check_schedule, cut_bound
 
 

@@ -16,7 +16,7 @@ import pytest
 from mccl_opt.schedule import share_loads
 from mccl_runtime.client import ControllerClient, HoldUpdate
 from mccl_runtime.manager import Policy
-from mccl_runtime.publish_decision import Estimate, swap_holding
+from mccl_runtime.publish_decision import Estimate, held_against, swap_holding
 from mccl_runtime.service import ControllerService
 from mccl_runtime.swap_holds import SwapHolds
 from tests.test_runtime_manager import TOPO, PruningSynth, bfs_allgather
@@ -25,15 +25,15 @@ LINK = ["s0h0g0", "s0tor0"]
 
 
 class _Manager:
-    """``swap_hold`` answers from a script (the test sets ``links``)."""
+    """``swap_holds`` answers from a script (the test sets ``links``: held and unfit)."""
 
     def __init__(self, settle_max_s: float = 0.05) -> None:
         self.policy = SimpleNamespace(settle_max_s=settle_max_s)
         self.links: list[list[str]] = []
         self.fresh = True                  # the held links measured again since the hold
 
-    def swap_hold(self, comm: str, name: str, against_before: bool = False) -> list[list[str]]:
-        return list(self.links)
+    def swap_holds(self, comm: str, name: str) -> tuple[list[list[str]], list[list[str]]]:
+        return list(self.links), list(self.links)
 
     def hold_settled(self, comm: str, name: str, links: list[list[str]], since: float, recent_s: float) -> bool:
         return self.fresh
@@ -198,7 +198,7 @@ def test_the_service_publishes_holds_and_serves_them_with_the_schedule():
     svc = ControllerService(TOPO, "tcp://127.0.0.1:0", synthesize=PruningSynth(), alpha=1.0,
                             policy=Policy(gamma=0.1, min_dwell_s=0.0, settle_max_s=30.0))
     mgr = _Manager()
-    svc.manager.swap_hold = mgr.swap_hold                    # the scripted answer
+    svc.manager.swap_holds = mgr.swap_holds                    # the scripted answer
     thread = threading.Thread(target=svc.serve_forever, daemon=True)
     thread.start()
     try:
@@ -233,7 +233,7 @@ def test_a_signed_hold_passes_the_subscriptions_checks():
     svc = ControllerService(TOPO, "tcp://127.0.0.1:0", synthesize=PruningSynth(), alpha=1.0, key=key,
                             policy=Policy(gamma=0.1, min_dwell_s=0.0, settle_max_s=30.0))
     mgr = _Manager()
-    svc.manager.swap_hold = mgr.swap_hold
+    svc.manager.swap_holds = mgr.swap_holds
     thread = threading.Thread(target=svc.serve_forever, daemon=True)
     thread.start()
     try:
@@ -302,8 +302,8 @@ def test_swap_holding_keeps_rises_and_binding_drops():
             prov[i] = gbps
         pending = np.array(sorted(readings), dtype=np.int64)
         est = Estimate(built, prov, pending, none, none, nominal)
-        return swap_holding(est, mine, built, loads, tol=0.1, rate_loss=0.05, before=before,
-                            min_gain=0.01).tolist()
+        unfit = swap_holding(est, mine, built, loads, tol=0.1, rate_loss=0.05)
+        return (unfit if before is None else held_against(unfit, prov, loads, before, min_gain=0.01)).tolist()
 
     assert held({nvs: 0.65 * 2880.0}) == []
     assert held({back: 50.0}) == [back]

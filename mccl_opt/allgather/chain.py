@@ -22,7 +22,7 @@ forwarding-only schedule and switch removal can fail, so the chain is:
    grid), and ForestColl's exact trees on ``c'`` go onto fewer (:mod:`.fewer_trees`);
 2. balanced -> ForestColl; if it raises (a :class:`SolveError`, typed by the
    orchestrator), gives up capacity while balancing (``stats['balanced_exactly']`` is
-   false), or, with ``max_chunks=None``, needs more than :data:`EXACT_TREES_LIMIT` trees
+   false), or, with ``max_chunks=None``, needs more than :data:`.budget.EXACT_TREES_LIMIT` trees
    per root (exact multiplicities of arbitrary float capacities explode) -> the general
    method, seeded with ForestColl's own trees at a few chunks per root and stopped at the
    cut bound ``x*``, the forwarding-only optimum of a balanced fabric
@@ -48,14 +48,13 @@ from ..errors import MCCLError, SolveError, TopologyError
 from ..report import Attempt, Method
 from ..schedule import Schedule
 from ..topology import Topology
-from .budget import EXACT_TREES_LIMIT
-from .fabric import fabric_of, switches_balanced
+from .fabric import fabric_of
 from .fewer_trees import fewer_trees
 from . import interim
 from .interim import rerated
-from .restriction.stages import Restricted, restrict, restrict_recorded, solve_by_restriction
+from .restriction.stages import Restricted, restrict_recorded, solve_by_restriction
 from .seed_first import seed_first
-from .stage import REACH_TOL, Declined, ForestColl, Trail
+from .stage import REACH_TOL, ForestColl, Trail
 from .forestcoll.pipeline import gbps
 from .forestcoll.throughput import optimal_rate
 from .warm.route import WarmRoute
@@ -63,9 +62,8 @@ from .warm.route import WarmRoute
 if TYPE_CHECKING:                          # imported by the functions that use them
     from .general.restriction_seed import RestrictionSeed
 
-__all__ = ["Declined", "Trail", "ForestColl", "Restricted", "EXACT_TREES_LIMIT", "restrict",
-           "RESTRICTION_ROUNDING_GAP", "switches_balanced", "cut_bound_gbps", "seed_once",
-           "solve_by_general", "weaker_directions", "solve_by_restriction", "solve_unbalanced"]
+__all__ = ["RESTRICTION_ROUNDING_GAP", "cut_bound_gbps", "seed_once", "solve_by_general",
+           "weaker_directions", "solve_unbalanced"]
 
 #: with ``max_chunks=K``, a balanced-restriction schedule rounded further than this below
 #: its optimum also runs the general method, and the better rounding is kept (ForestColl's

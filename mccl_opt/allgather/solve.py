@@ -43,12 +43,12 @@ from .assemble import Optimum, Run, packed
 from .budget import EXACT_TREES_LIMIT, BudgetUnpacked, ChunkCounts, CutBounds
 from .canonical import canonical
 from .chain import RESTRICTION_ROUNDING_GAP, cut_bound_gbps, seed_once, solve_by_general, \
-    solve_unbalanced, switches_balanced
+    solve_unbalanced
 from .stage import Declined, ForestColl, Trail
 from .warm.certify import Certificate, GuessKind, keep_or_reroute, warm_budget, warm_guess
 from .warm.reroute import predicted_cold_seconds
 from .warm.route import RouteTaken, WarmRoute
-from .fabric import fabric_of
+from .fabric import fabric_of, switches_balanced
 from .fewer_trees import fewer_trees
 from .first import MWU_MAX_GPUS, first_schedule
 from .first_images import averaged_first, image_seconds

@@ -82,8 +82,6 @@ class TreeCGOptions:
                                    # trees of equal cost at the duals (0: off)
     lazy_rows_from: int = 2048     # from this many links the master starts with half the
                                    # link rows and adds the violated ones (module docstring)
-    every_point: bool = True       # add the new trees of every pricing point of a round
-                                   # (False: only the first point's that finds any)
 
 
 @dataclass
@@ -173,8 +171,7 @@ def _candidates(topo: Topology, price: np.ndarray, pt: MasterPoint, roots: np.nd
 def _pricing_points(center: np.ndarray | None, pi: np.ndarray, capacity: np.ndarray,
                     alpha: float, tie: float):
     """Where a round prices, in order; it adds the trees of every point whose reduced
-    cost at the master's duals ``pi`` is negative (``TreeCGOptions.every_point``; else
-    it stops at the first point that finds one):
+    cost at the master's duals ``pi`` is negative:
 
     1. Wentges smoothing: ``alpha`` of the way from ``pi`` to the stability centre (the
        prices of the best Lagrangian bound so far, kept apart from a certified bound the
@@ -347,8 +344,6 @@ def tree_column_generation(topo: Topology, backend: Backend, capacity: np.ndarra
                     (deadline is not None and time.perf_counter() >= deadline):
                 break
             added += master.add(new_r, new_t)       # duplicates of pool columns are refused
-            if added and not options.every_point:
-                break
         pr_s += time.perf_counter() - t1
         if added:
             age = np.concatenate([np.where(pt.w > 0, 0, age + 1), np.zeros(added, np.int64)])
