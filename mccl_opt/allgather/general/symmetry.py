@@ -113,10 +113,11 @@ def coupling(sizes: list[int]) -> list[tuple[tuple[int, ...], float]]:
             for lo, hi in zip(cuts, cuts[1:])]
 
 
-def _refine(topo: Topology) -> np.ndarray:
-    """Stable colour refinement of the capacitated digraph (node kind to start)."""
+def _refine(topo: Topology, capacity: np.ndarray) -> np.ndarray:
+    """Stable colour refinement of the digraph with link capacities ``capacity`` (node
+    kind to start)."""
     arr = topo.arrays
-    cap = arr.capacity.tolist()
+    cap = capacity.tolist()
     tail, head = arr.tail.tolist(), arr.head.tolist()
     out = [arr.out_arcs[arr.out_start[v]:arr.out_start[v + 1]].tolist()
            for v in range(topo.num_nodes)]
@@ -145,8 +146,11 @@ def _neighbours(topo: Topology) -> list[set[int]]:
     return nb
 
 
-def _block_shifts(topo: Topology, color: np.ndarray, nb: list[set[int]]) -> list[np.ndarray]:
-    """Cyclic shifts of switch classes' GPU blocks (module docstring), unchecked."""
+def _block_shifts(topo: Topology, color: np.ndarray, nb: list[set[int]],
+                  extend: bool) -> list[np.ndarray]:
+    """Cyclic shifts of switch classes' GPU blocks (module docstring), unchecked; with
+    ``extend``, also one shift of every part of a class at once (:func:`_lined_up`),
+    and every shift extended to the unmoved nodes next to it (:func:`_closed`)."""
     arr = topo.arrays
     is_gpu = ~arr.is_switch
     out: list[np.ndarray] = []
@@ -165,19 +169,69 @@ def _block_shifts(topo: Topology, color: np.ndarray, nb: list[set[int]]) -> list
             parts.setdefault(frozenset(sig), []).append(s)
         for part in parts.values():
             if len(part) >= 2:
-                perm = np.arange(topo.num_nodes)
-                for s, t in zip(part, part[1:] + part[:1]):
-                    perm[s] = t
-                    for key, u in by_sig[s].items():
-                        perm[u] = by_sig[t][key]
-                out.append(perm)
+                out.append(_shift([part], by_sig, topo.num_nodes))
             perm = np.arange(topo.num_nodes)      # twins within every block at once
             for s in part:
                 for (other, k), u in by_sig[s].items():
                     perm[u] = by_sig[s].get((other, k + 1), by_sig[s][other, 0])
             if (perm != np.arange(topo.num_nodes)).any():
                 out.append(perm)
+        if extend and len(parts) >= 2:
+            lined = _lined_up(list(parts.values()), nb, arr.is_switch)
+            if lined is not None and len(lined[0]) >= 2:
+                out.append(_shift(lined, by_sig, topo.num_nodes))
+    if not extend:
+        return out
+    by_nb = {frozenset(v): u for u, v in enumerate(nb)}
+    return [q for q in (_closed(p, nb, by_nb) for p in out) if q is not None]
+
+
+def _shift(parts: list[list[int]], by_sig: dict[int, dict[tuple, int]], n: int) -> np.ndarray:
+    """Every part's switches shifted cyclically in list order, with their GPU blocks
+    (each GPU onto the GPU of the same signature)."""
+    perm = np.arange(n)
+    for part in parts:
+        for s, t in zip(part, part[1:] + part[:1]):
+            perm[s] = t
+            for key, u in by_sig[s].items():
+                perm[u] = by_sig[t][key]
+    return perm
+
+
+def _lined_up(parts: list[list[int]], nb: list[set[int]], is_switch: np.ndarray
+              ) -> list[list[int]] | None:
+    """The parts of a switch class reordered so that the ``i``-th switches of all parts
+    have the same switch neighbours (HPN: segment ``s``'s rail-``i`` ToR, all uplinked to
+    rail ``i``'s aggregation switch), so that one shift moves them together (the rail
+    shift); ``None`` where that match is not one to one."""
+    def uplinks(s: int) -> frozenset:
+        return frozenset(u for u in nb[s] if is_switch[u])
+
+    out = []
+    for part in parts:
+        by_up = {uplinks(s): s for s in part}
+        order = [by_up.get(uplinks(s), -1) for s in parts[0]]
+        if len(part) != len(parts[0]) or len(by_up) != len(part) or -1 in order:
+            return None
+        out.append(order)
     return out
+
+
+def _closed(perm: np.ndarray, nb: list[set[int]], by_nb: dict[frozenset, int]
+            ) -> np.ndarray | None:
+    """``perm`` with every unmoved node whose neighbours it moves elsewhere sent to the
+    node whose neighbours are their images (``by_nb``: node by neighbour set; an
+    aggregation switch of one rail onto the next rail's), ``None`` when that is no
+    permutation."""
+    perm = perm.copy()
+    moved = perm != np.arange(perm.size)
+    for u in np.flatnonzero(~moved).tolist():
+        image = frozenset(perm[v] for v in nb[u])
+        if any(moved[v] for v in nb[u]) and image != nb[u]:
+            perm[u] = by_nb.get(image, -1)
+    if (perm < 0).any() or np.unique(perm).size != perm.size:
+        return None
+    return perm
 
 
 def _signatures(block: list[int], nb: list[set[int]], s: int) -> dict[tuple, int]:
@@ -192,15 +246,15 @@ def _signatures(block: list[int], nb: list[set[int]], s: int) -> dict[tuple, int
     return out
 
 
-def _twin_shifts(topo: Topology) -> list[np.ndarray]:
-    """Cyclic shifts of twin GPUs (same neighbours at the same capacities), unchecked."""
+def _twin_shifts(topo: Topology, capacity: np.ndarray) -> list[np.ndarray]:
+    """Cyclic shifts of twin GPUs (same neighbours at the same ``capacity``), unchecked."""
     arr = topo.arrays
     groups: dict[tuple, list[int]] = {}
     for v in arr.gpu_nodes.tolist():
         o = arr.out_arcs[arr.out_start[v]:arr.out_start[v + 1]]
         i = arr.in_arcs[arr.in_start[v]:arr.in_start[v + 1]]
-        key = (tuple(sorted(zip(arr.head[o].tolist(), arr.capacity[o].tolist()))),
-               tuple(sorted(zip(arr.tail[i].tolist(), arr.capacity[i].tolist()))))
+        key = (tuple(sorted(zip(arr.head[o].tolist(), capacity[o].tolist()))),
+               tuple(sorted(zip(arr.tail[i].tolist(), capacity[i].tolist()))))
         groups.setdefault(key, []).append(v)
     out = []
     for part in groups.values():
@@ -211,9 +265,10 @@ def _twin_shifts(topo: Topology) -> list[np.ndarray]:
     return out
 
 
-def _link_map(topo: Topology, perm: np.ndarray) -> np.ndarray | None:
+def _link_map(topo: Topology, perm: np.ndarray, capacity: np.ndarray) -> np.ndarray | None:
     """The link permutation of the node permutation ``perm`` when it is an automorphism
-    of the capacitated digraph (every link onto a link of equal capacity), else ``None``."""
+    of the digraph with link capacities ``capacity`` (every link onto a link of equal
+    capacity), else ``None``."""
     arr = topo.arrays
     n = topo.num_nodes
     key = arr.tail.astype(np.int64) * n + arr.head
@@ -223,7 +278,7 @@ def _link_map(topo: Topology, perm: np.ndarray) -> np.ndarray | None:
     image = perm[arr.tail].astype(np.int64) * n + perm[arr.head]
     pos = np.minimum(np.searchsorted(key, image, sorter=order), key.size - 1)
     link = order[pos]
-    if not (np.array_equal(key[link], image) and np.array_equal(arr.capacity[link], arr.capacity)):
+    if not (np.array_equal(key[link], image) and np.array_equal(capacity[link], capacity)):
         return None
     return link
 
@@ -264,16 +319,21 @@ def _components(n: int, maps: list[np.ndarray]) -> np.ndarray:
     return connected_components(graph, directed=True, connection="weak")[1]
 
 
-def symmetry_generators(topo: Topology) -> list[list[tuple[np.ndarray, np.ndarray]]]:
+def symmetry_generators(topo: Topology, *, structural: bool = False
+                        ) -> list[list[tuple[np.ndarray, np.ndarray]]]:
     """The checked commuting generators found as in the module docstring, grouped by
     cluster: per cluster, ``(node permutation, link permutation)`` of each generator
-    (empty when no proposal passes).  Cheap (10-30 ms at 1,024 GPUs): listing the
-    clusters' elements (:func:`find_symmetry`) is most of that function's cost."""
-    color = _refine(topo)
+    (empty when no proposal passes).  ``structural``: automorphisms of the digraph
+    alone, capacities ignored (a degraded link breaks no symmetry: every link still maps
+    onto a link, so trees onto trees), joint shifts of a class's parts proposed too
+    (:func:`_block_shifts`).  30-60 ms CPU at 1,024 GPUs: listing the clusters' elements
+    (:func:`find_symmetry`) is most of that function's cost."""
+    capacity = np.ones(topo.num_links) if structural else topo.arrays.capacity
+    color = _refine(topo, capacity)
     nb = _neighbours(topo)
     accepted: list[tuple[np.ndarray, np.ndarray]] = []
-    for perm in _block_shifts(topo, color, nb) + _twin_shifts(topo):
-        link = _link_map(topo, perm)
+    for perm in _block_shifts(topo, color, nb, structural) + _twin_shifts(topo, capacity):
+        link = _link_map(topo, perm, capacity)
         if link is None:
             continue
         moved = perm != np.arange(perm.size)
