@@ -20,7 +20,10 @@ Built before any optimisation so that a limit that passes early still returns tr
   in for.
 
 Neither is optimal; the solve then improves on it and the report says which one was
-returned (:class:`~mccl_opt.report.Method.FIRST`).
+returned (:class:`~mccl_opt.report.Method.FIRST`).  A cold one above
+:data:`MWU_MAX_GPUS` GPUs is next offered averaged over fabric automorphisms
+(:mod:`.first_images`: the line's host crossings spread over every rail); at equal rates
+the line is kept over the shortest-path trees for that.
 """
 
 from __future__ import annotations
