@@ -12,6 +12,12 @@ accepted one it overlaps is dropped, so the accepted generators commute and the 
 ``H`` they generate is abelian.  Generators with disjoint supports fall in different
 *clusters*; uniform weights over a cluster's elements ``g1^e1 ... gm^em`` are uniform over
 its group (a homomorphism from ``Z_k1 x ... x Z_km``), which is what the expansion needs.
+
+The first schedule's images (:mod:`..first_images`) ask for automorphisms of the links
+alone (``symmetry_generators(structural=True)``: capacities ignored), with one shift of
+all parts of a switch class at once and every shift extended to the switches next to
+it, so that HPN's rail shift (every segment's rail ToRs and the per-rail aggregation
+switches) is found too.
 """
 
 from __future__ import annotations
@@ -28,8 +34,7 @@ from mccl_opt.errors import SolveError
 from mccl_opt.topology import Topology
 
 __all__ = ["Symmetry", "find_symmetry", "symmetry_generators", "elements", "cycle_order",
-           "coupling",
-           "MAX_CLUSTER_ELEMENTS"]
+           "coupling", "MAX_CLUSTER_ELEMENTS"]
 
 _REFINE_ROUNDS = 64
 
