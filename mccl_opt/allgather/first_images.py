@@ -109,7 +109,7 @@ def averaged_first(topo: Topology, first: Schedule, max_chunks: int | None) -> S
     table = _images(chunks.table, chunks.table.paths, [m for m, _ in pieces],
                     [w for _, w in pieces])
     seconds = time.perf_counter() - t
-    how = f"{first.stats.get('method', 'first')} averaged over {len(pieces)} automorphisms"
+    how = f"{first.solver.get('algorithm', 'first')} averaged over {len(pieces)} automorphisms"
     return dataclasses.replace(
         first, rate_gbps=rate, lp_rate_gbps=rate, chunks=TreeChunks(table),
         bottleneck=bottleneck_links(topo, total, rate, k),
