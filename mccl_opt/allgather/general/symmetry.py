@@ -261,14 +261,17 @@ def find_symmetry(topo: Topology) -> Symmetry | None:
     color = _refine(topo)
     nb = _neighbours(topo)
     accepted: list[tuple[np.ndarray, np.ndarray]] = []
+    moves = np.zeros((0, topo.num_nodes), bool)      # the nodes each accepted one moves
     for perm in _block_shifts(topo, color, nb) + _twin_shifts(topo):
         link = _link_map(topo, perm)
         if link is None:
             continue
         moved = perm != np.arange(perm.size)
-        if all(np.array_equal(perm[q], q[perm]) for q, _ in accepted
-               if (moved & (q != np.arange(q.size))).any()):
+        # commuting with every accepted permutation whose moved nodes meet its own
+        if all(np.array_equal(perm[accepted[i][0]], accepted[i][0][perm])
+               for i in np.flatnonzero(moves[:, moved].any(axis=1)).tolist()):
             accepted.append((perm, link))
+            moves = np.vstack([moves, moved])
     if not accepted:
         return None
     support = [np.flatnonzero(link != np.arange(link.size)) for _, link in accepted]
