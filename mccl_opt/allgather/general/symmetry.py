@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from fractions import Fraction
 from math import lcm
+from typing import Callable
 
 import numpy as np
 from scipy.sparse import coo_matrix
@@ -255,10 +256,17 @@ def _components(n: int, maps: list[np.ndarray]) -> np.ndarray:
     return connected_components(graph, directed=True, connection="weak")[1]
 
 
-def find_symmetry(topo: Topology) -> Symmetry | None:
+def find_symmetry(topo: Topology, too_big: Callable[[int, int], bool] | None = None
+                  ) -> Symmetry | None:
     """The checked abelian automorphism group of ``topo`` found as in the module
-    docstring, ``None`` when no proposal passes."""
+    docstring, ``None`` when no proposal passes, or (with ``too_big``, a test of the
+    quotient's rows and root orbits) when the colour classes already fail it: every
+    automorphism keeps the refined colours, so a link's orbit lies in its class of
+    (tail colour, head colour, capacity) and a root's in its colour, and the classes
+    count the rows from below (the shift and twin proposals are the search's cost)."""
     color = _refine(topo)
+    if too_big is not None and _too_big_by_colours(topo, color, too_big):
+        return None
     nb = _neighbours(topo)
     accepted: list[tuple[np.ndarray, np.ndarray]] = []
     moves = np.zeros((0, topo.num_nodes), bool)      # the nodes each accepted one moves
@@ -287,6 +295,17 @@ def find_symmetry(topo: Topology) -> Symmetry | None:
     _, link_orbit = np.unique(link_orbit, return_inverse=True)
     return Symmetry(tuple(e[0] for e in elems), tuple(e[1] for e in elems),
                     link_orbit.astype(np.int64), root_orbit.astype(np.int64))
+
+
+def _too_big_by_colours(topo: Topology, color: np.ndarray,
+                        too_big: Callable[[int, int], bool]) -> bool:
+    """``too_big`` at the colour classes' counts (:func:`find_symmetry`): link classes
+    plus root classes as the rows, root classes as the root orbits."""
+    arr = topo.arrays
+    roots = int(np.unique(color[arr.gpu_nodes]).size)
+    links = int(np.unique(np.column_stack([color[arr.tail], color[arr.head], arr.capacity]),
+                          axis=0).shape[0])
+    return too_big(links + roots, roots)
 
 
 def _clusters(support: list[np.ndarray]) -> np.ndarray:
