@@ -45,7 +45,8 @@ import numpy as np
 from ..schedule import Schedule, bottleneck_links, schedule_rate, share_loads
 from ..schedule_chunks import FlatPaths, TreeChunks, TreeTable
 from ..topology import Topology
-from .general.symmetry import coupling, cycle_order, elements, symmetry_generators
+from .general.permutation_group import coupling, cycle_order, elements
+from .general.symmetry import symmetry_generators
 
 __all__ = ["averaged_first", "image_seconds", "MAX_IMAGES", "SECONDS_PER_PAIR"]
 

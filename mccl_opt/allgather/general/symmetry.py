@@ -23,18 +23,16 @@ switches) is found too.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from fractions import Fraction
-from math import lcm
+from typing import Callable
 
 import numpy as np
-from scipy.sparse import coo_matrix
-from scipy.sparse.csgraph import connected_components
 
 from mccl_opt.errors import SolveError
 from mccl_opt.topology import Topology
 
-__all__ = ["Symmetry", "find_symmetry", "symmetry_generators", "elements", "cycle_order",
-           "coupling", "MAX_CLUSTER_ELEMENTS"]
+from .permutation_group import clusters_of, coupling, cycle_order, elements, orbits
+
+__all__ = ["Symmetry", "find_symmetry", "symmetry_generators", "MAX_CLUSTER_ELEMENTS"]
 
 _REFINE_ROUNDS = 64
 
@@ -104,18 +102,6 @@ class Symmetry:
             node = self.nodes[c][e][node]
             link = self.links[c][e][link]
         return node, link
-
-
-def coupling(sizes: list[int]) -> list[tuple[tuple[int, ...], float]]:
-    """North-west-corner coupling of uniform distributions over ``sizes`` elements each
-    (:meth:`Symmetry.pieces`): ``(element index per cluster, weight)``, the weights
-    multiples of ``1 / lcm(sizes)`` summing to 1."""
-    if not sizes:
-        return [((), 1.0)]
-    den = lcm(*sizes)
-    cuts = sorted({i * (den // n) for n in sizes for i in range(n + 1)})
-    return [(tuple(lo * n // den for n in sizes), float(Fraction(hi - lo, den)))
-            for lo, hi in zip(cuts, cuts[1:])]
 
 
 def _refine(topo: Topology, capacity: np.ndarray) -> np.ndarray:
@@ -291,42 +277,6 @@ def _link_map(topo: Topology, perm: np.ndarray, capacity: np.ndarray) -> np.ndar
     return link
 
 
-def cycle_order(perm: np.ndarray) -> int:
-    """The order of the permutation ``perm`` (its smallest power that is the identity)."""
-    k, p = 1, perm.copy()
-    ident = np.arange(perm.size)
-    while not np.array_equal(p, ident):
-        p = perm[p]
-        k += 1
-    return k
-
-
-def elements(gens: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
-    """Every product ``g1^e1 ... gm^em`` of commuting generators, as stacked node and
-    link permutations (uniform over the group they generate)."""
-    nodes = [np.arange(gens[0][0].size)]
-    links = [np.arange(gens[0][1].size)]
-    for node, link in gens:
-        k = cycle_order(node)
-        pn, pl = list(nodes), list(links)
-        for _ in range(k - 1):
-            pn = [node[p] for p in pn]
-            pl = [link[p] for p in pl]
-            nodes += pn
-            links += pl
-    return np.stack(nodes), np.stack(links)
-
-
-def _components(n: int, maps: list[np.ndarray]) -> np.ndarray:
-    """Orbit labels of ``range(n)`` under the permutations ``maps``."""
-    if not maps:
-        return np.arange(n)
-    src = np.concatenate([np.arange(n)] * len(maps))
-    dst = np.concatenate(maps)
-    graph = coo_matrix((np.ones(src.size), (src, dst)), shape=(n, n))
-    return connected_components(graph, directed=True, connection="weak")[1]
-
-
 def symmetry_generators(topo: Topology, *, structural: bool = False
                         ) -> list[list[tuple[np.ndarray, np.ndarray]]]:
     """The checked commuting generators found as in the module docstring, grouped by
@@ -337,28 +287,45 @@ def symmetry_generators(topo: Topology, *, structural: bool = False
     (:func:`_block_shifts`).  20-50 ms CPU at 1,024 GPUs: listing the clusters' elements
     (:func:`find_symmetry`) is most of that function's cost."""
     capacity = np.ones(topo.num_links) if structural else topo.arrays.capacity
-    color = _refine(topo, capacity)
+    return _generators(topo, _refine(topo, capacity), capacity, structural)
+
+
+def _generators(topo: Topology, color: np.ndarray, capacity: np.ndarray, structural: bool
+                ) -> list[list[tuple[np.ndarray, np.ndarray]]]:
+    """:func:`symmetry_generators` at the refined colours ``color``."""
     nb = _neighbours(topo)
     accepted: list[tuple[np.ndarray, np.ndarray]] = []
+    moves = np.zeros((0, topo.num_nodes), bool)      # the nodes each accepted one moves
     for perm in _block_shifts(topo, color, nb, structural) + _twin_shifts(topo, capacity):
         link = _link_map(topo, perm, capacity)
         if link is None:
             continue
         moved = perm != np.arange(perm.size)
-        if all(np.array_equal(perm[q], q[perm]) for q, _ in accepted
-               if (moved & (q != np.arange(q.size))).any()):
+        # commuting with every accepted permutation whose moved nodes meet its own
+        if all(np.array_equal(perm[accepted[i][0]], accepted[i][0][perm])
+               for i in np.flatnonzero(moves[:, moved].any(axis=1)).tolist()):
             accepted.append((perm, link))
+            moves = np.vstack([moves, moved])
     if not accepted:
         return []
     support = [np.flatnonzero(link != np.arange(link.size)) for _, link in accepted]
-    owner = _clusters(support)
+    owner = clusters_of(support)
     return [[accepted[i] for i in np.flatnonzero(owner == c)] for c in np.unique(owner)]
 
 
-def find_symmetry(topo: Topology) -> Symmetry | None:
+def find_symmetry(topo: Topology, too_big: Callable[[int, int], bool] | None = None
+                  ) -> Symmetry | None:
     """The checked abelian automorphism group of ``topo`` found as in the module
-    docstring, ``None`` when no proposal passes."""
-    clusters = symmetry_generators(topo)
+    docstring, ``None`` when no proposal passes, or (with ``too_big``, a test of the
+    quotient's rows and root orbits) when the colour classes already fail it: every
+    automorphism keeps the refined colours, so a link's orbit lies in its class of
+    (tail colour, head colour, capacity) and a root's in its colour, and the classes
+    count the rows from below (the shift and twin proposals are the search's cost)."""
+    capacity = topo.arrays.capacity
+    color = _refine(topo, capacity)
+    if too_big is not None and _too_big_by_colours(topo, color, too_big):
+        return None
+    clusters = _generators(topo, color, capacity, structural=False)
     if not clusters:
         return None
     if any(np.prod([float(cycle_order(node)) for node, _ in gens]) > MAX_CLUSTER_ELEMENTS
@@ -366,21 +333,20 @@ def find_symmetry(topo: Topology) -> Symmetry | None:
         return None
     elems = [elements(gens) for gens in clusters]
     accepted = [gen for gens in clusters for gen in gens]
-    link_orbit = _components(topo.num_links, [link for _, link in accepted])
-    node_orbit = _components(topo.num_nodes, [node for node, _ in accepted])
+    link_orbit = orbits(topo.num_links, [link for _, link in accepted])
+    node_orbit = orbits(topo.num_nodes, [node for node, _ in accepted])
     _, root_orbit = np.unique(node_orbit[topo.arrays.gpu_nodes], return_inverse=True)
     _, link_orbit = np.unique(link_orbit, return_inverse=True)
     return Symmetry(tuple(e[0] for e in elems), tuple(e[1] for e in elems),
                     link_orbit.astype(np.int64), root_orbit.astype(np.int64))
 
 
-def _clusters(support: list[np.ndarray]) -> np.ndarray:
-    """Cluster label per generator: connected components of 'moves a common link'."""
-    m = len(support)
-    owner = np.concatenate([np.full(s.size, i) for i, s in enumerate(support)])
-    links = np.concatenate(support)
-    order = np.argsort(links, kind="stable")
-    same = np.flatnonzero(np.diff(links[order]) == 0)
-    a, b = owner[order][same], owner[order][same + 1]
-    graph = coo_matrix((np.ones(a.size), (a, b)), shape=(m, m))
-    return connected_components(graph, directed=False)[1]
+def _too_big_by_colours(topo: Topology, color: np.ndarray,
+                        too_big: Callable[[int, int], bool]) -> bool:
+    """``too_big`` at the colour classes' counts (:func:`find_symmetry`): link classes
+    plus root classes as the rows, root classes as the root orbits."""
+    arr = topo.arrays
+    roots = int(np.unique(color[arr.gpu_nodes]).size)
+    links = int(np.unique(np.column_stack([color[arr.tail], color[arr.head], arr.capacity]),
+                          axis=0).shape[0])
+    return too_big(links + roots, roots)
