@@ -235,11 +235,8 @@ def _pack(p: Problem, checks: np.ndarray) -> list[TreeClass] | None:
     packing each, recursively: :mod:`.contraction`), else grown class by class."""
     if p.n >= CONTRACT_MIN_GPUS:
         anytime.check("Phase 3: the few-trees packing, tight sets")
-        checks[0] += p.n
-        if checks[0] > checks[1]:
-            return None
-        sets = tight_sets(p)
-        if sets is None:
+        sets = tight_sets(p, checks)
+        if sets is None or checks[0] > checks[1]:
             return None
         if sets:
             dec = decompose(p, sets)
