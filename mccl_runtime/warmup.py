@@ -163,15 +163,21 @@ def _greedy_orders() -> None:
 
 def _few_trees() -> None:
     """ForestColl's few-trees packing (:func:`~mccl_opt.allgather.forestcoll.packing.
-    few_trees.few_trees_pack`) on two GPUs: the exact split reaches it on fabrics larger
-    than the warm-up's (SuperPOD 2x4x8 at ``max_chunks=None`` dispatched its kernel with a
-    signature the warm-up had not given it: bench/bench_warmup_compiles.py)."""
+    few_trees.few_trees_pack`) on two GPUs, and on two triangles of GPUs joined by one
+    tight link each way (split along them: :mod:`~mccl_opt.allgather.forestcoll.packing.
+    contraction`): the exact split reaches it on fabrics larger than the warm-up's
+    (SuperPOD 2x4x8 at ``max_chunks=None`` dispatched its kernel with a signature the
+    warm-up had not given it: bench/bench_warmup_compiles.py)."""
     import numpy as np
 
     from mccl_opt.allgather.forestcoll.packing.few_trees import few_trees_pack
 
     few_trees_pack(2, np.array([0, 1], np.int64), np.array([1, 0], np.int64),
                    np.ones(2, np.int64), 1)
+    pairs = [(u, v) for t in (0, 3) for u in range(t, t + 3) for v in range(t, t + 3)
+             if u != v] + [(2, 3), (5, 0)]
+    tail, head = (np.array([p[i] for p in pairs], np.int64) for i in (0, 1))
+    few_trees_pack(6, tail, head, np.array([6] * (len(pairs) - 2) + [3, 3], np.int64), 1)
 
 
 def _unbalanced(backend: str) -> None:
