@@ -99,12 +99,13 @@ def test_a_graph_that_does_not_admit_k_is_refused():
 @pytest.mark.parametrize("max_chunks", [10, None])
 def test_leaf_spine_with_narrow_nics_is_solved_by_forestcoll_at_the_optimum(max_chunks,
                                                                           proportional_spread):
-    """The solve: ForestColl's exact packing, not the general method, at the cut bound
-    (the fabric is balanced: the forwarding-only optimum)."""
+    """The solve: ForestColl with a certified packing (the few-trees one, or the repair
+    packing since the guarded split starts from the fabric's tight sets), not the general
+    method, at the cut bound (the fabric is balanced: the forwarding-only optimum)."""
     topo = leaf_spine(8, 2, 4, spines=4)
     s = mo.solve_allgather(topo, max_chunks=max_chunks)
     assert s.report.method is Method.FORESTCOLL
-    assert s.stats["packing"] == "exact"
+    assert s.stats["packing"] in ("exact", "repair")
     check_schedule(topo, s, max_chunks)
     assert mo.validate(topo, s).rate_gbps == pytest.approx(s.rate_gbps, rel=1e-9)
     assert s.rate_gbps == pytest.approx(cut_bound(topo), rel=1e-9)
