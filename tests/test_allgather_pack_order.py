@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from instances import fail1, fail2, fail3, hpn
+from instances.designs import fat_tree
 from mccl_opt.allgather.forestcoll.packing.growth_order import growth_order
 from mccl_opt.allgather.forestcoll.packing.repair import repair_pack
 from tests.test_allgather import assert_packing_arrays, logical_graph
@@ -71,3 +72,20 @@ def test_packing_with_and_without_index_agree_with_units(topo):
     assert_packing_arrays(lg.num_gpus, lg.tail, lg.head, lg.units, k, classes)
     if topo.name == "hpn-1x3x8":
         assert info["repairs"] > 0
+
+
+def test_wide_links_are_the_hosts_on_a_fat_tree():
+    """Fat-tree 2x2x1x8 at ``None`` (41 trees per root): the spread split cuts each NIC into
+    many thin logical links and a few fat ones; only the NVLink-derived links are wide
+    (their parts are the hosts), so a tree enters a host once and fans out inside it.  With
+    the plain mean per link, 4 NIC links were wide (20 on 2x2x2x8, 156 on 4x2x2x8)."""
+    topo = fat_tree(2, 2, 1, 8)
+    lg, k = logical_graph(topo, None)
+    n = lg.num_gpus
+    assert k == 41
+    go = growth_order(n, lg.tail, lg.head, lg.units, rail_first=True)
+    host = np.arange(n) // 8
+    wide = go.perm[go.start[0, 0]:go.start[0, n]]
+    assert (host[lg.tail[wide]] == host[lg.head[wide]]).all()
+    assert wide.size == n * 7                    # every NVLink-derived link
+    assert (go.part_col[:, go.class_part[0]] == host).all()

@@ -92,7 +92,7 @@ def test_snapped_schedule_still_flags_a_further_drop() -> None:
     measured = _nic_at(49.9)
     picked = tolerant_allgather(measured, _solve, 10)
     cut = {(b.src, b.dst) for b in picked.bottleneck}
-    assert ("spine", "h1g2") in cut and len(cut) > 1          # the raised link that bounds it, and more
+    assert cut & NIC and len(cut) > 1          # a raised NIC direction that bounds it, and more
     profile = profile_schedule(measured, picked)
     assert not detect(measured.arrays.capacity, profile, 0.1).flagged
     assert detect(_nic_at(12.5).arrays.capacity, profile, 0.1).flagged

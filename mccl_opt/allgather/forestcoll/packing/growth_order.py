@@ -1,7 +1,8 @@
 """The order in which the repair packer (:mod:`.repair`, paper §4.3) grows its trees.
 
-Every logical link gets a *class*: wide (units above its tail's average: NVLink-derived
-links on HPN), narrow above its tail's narrow average, other narrow.  From
+Every logical link gets a *class*: wide (above its tail's mean link and half its
+unit-weighted mean, :func:`wide_links`: NVLink-derived links on HPN and fat-trees), narrow
+above its tail's narrow average, other narrow.  From
 ``RAIL_FIRST_MIN_RANKS`` ranks on, a tree takes wide links first, then the narrow links
 out of its vertices in its root's *narrow component* (weakly connected over narrow
 links: a rail on HPN), then those out of its other vertices, each above-average ones
@@ -18,7 +19,7 @@ import numpy as np
 
 from mccl_opt.graph_components import weak_components
 
-__all__ = ["GrowthOrder", "growth_order", "components",
+__all__ = ["GrowthOrder", "growth_order", "components", "wide_links",
            "RAIL_FIRST_MIN_RANKS", "BATCH_PARTS"]
 
 #: a tree adds up to ``n // BATCH_PARTS`` vertices per turn of the round robin (at
@@ -66,8 +67,7 @@ def growth_order(n: int, tail: np.ndarray, head: np.ndarray, units: np.ndarray,
     ``rail_first``: the rail-first batched order whatever ``n`` (default: from
     ``RAIL_FIRST_MIN_RANKS`` ranks on)."""
     deg = np.bincount(tail, minlength=n)
-    mean = np.bincount(tail, weights=units, minlength=n) / np.maximum(deg, 1)
-    wide = units > mean[tail]
+    wide = wide_links(n, tail, units)
     if not (n >= RAIL_FIRST_MIN_RANKS if rail_first is None else rail_first):
         # wide, then narrow in scan order, one per turn
         cls, comp, batch = np.where(wide, 0, 1), np.zeros(n, np.int64), 1
@@ -98,6 +98,26 @@ def growth_order(n: int, tail: np.ndarray, head: np.ndarray, units: np.ndarray,
     start[:, 1:] = np.cumsum(counts.ravel()).reshape(3, n)
     start[1:, 0] = start[:-1, -1]
     return GrowthOrder(perm, start, fpos[perm], comp, batch, part_col, part_size, class_part)
+
+
+def wide_links(n: int, tail: np.ndarray, units: np.ndarray) -> np.ndarray:
+    """Per link: is it *wide*, above the mean of its tail's links and above half their
+    unit-weighted mean (``sum u² / sum u``: the units of the link an average unit of the
+    tail is on)?
+
+    The plain mean alone depends on how many narrow links a GPU has: a fat-tree's spread
+    split cuts each NIC into ~105 logical links of 1-110 units, which pulls the mean down
+    to ~46 units, so 156 NIC links were wide on fat-tree 4x2x2x8 at ``None`` and trees
+    entered hosts through them before fanning out over NVLink (docs/allgather.md, *Wide
+    NIC links*).  The weighted mean is ~580 units there and on HPN alike (thin links add
+    little to it); halved, it keeps NVLink-derived links of uneven units wide (the split
+    gives some 156-194 units on fat-tree 2x2x1x8)."""
+    w = units.astype(np.float64)
+    deg = np.bincount(tail, minlength=n)
+    total = np.bincount(tail, weights=w, minlength=n)
+    mean = total / np.maximum(deg, 1)
+    weighted = np.bincount(tail, weights=w * w, minlength=n) / np.maximum(total, 1)
+    return units > np.maximum(mean, weighted / 2)[tail]
 
 
 def _reverse_wide(n: int, tail: np.ndarray, head: np.ndarray, wide: np.ndarray
