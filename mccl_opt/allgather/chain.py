@@ -257,12 +257,13 @@ def _by_quotient(topo: Topology, max_chunks: int | None, backend: str, bound: fl
     from .general.symmetry import find_symmetry
 
     t = time.perf_counter()
-    sym = find_symmetry(topo)
+    def fits(link_orbits: int, root_orbits: int) -> bool:
+        rows = link_orbits + root_orbits
+        return rows * rows * root_orbits <= QUOTIENT_MAX_COST and \
+            rows * QUOTIENT_MIN_SHRINK <= topo.num_links + topo.num_gpus
+
+    sym = find_symmetry(topo, fits)
     if sym is None:
-        return None
-    rows = sym.num_link_orbits + sym.num_root_orbits
-    if rows * rows * sym.num_root_orbits > QUOTIENT_MAX_COST or \
-            rows * QUOTIENT_MIN_SHRINK > topo.num_links + topo.num_gpus:
         return None
     progress.update("AllGather: general method on the symmetry quotient")
     sched = solve_quotient(topo, cut_bound_gbps=bound, sym=sym, backend=backend,

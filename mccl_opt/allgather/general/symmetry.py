@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from fractions import Fraction
 from math import lcm
+from typing import Callable
 
 import numpy as np
 from scipy.sparse import coo_matrix
@@ -255,21 +256,23 @@ def _components(n: int, maps: list[np.ndarray]) -> np.ndarray:
     return connected_components(graph, directed=True, connection="weak")[1]
 
 
-def find_symmetry(topo: Topology) -> Symmetry | None:
+def find_symmetry(topo: Topology,
+                  fits: Callable[[int, int], bool] | None = None) -> Symmetry | None:
     """The checked abelian automorphism group of ``topo`` found as in the module
-    docstring, ``None`` when no proposal passes."""
+    docstring, ``None`` when no proposal passes, or when ``fits(link orbits, root
+    orbits)`` is false: it is asked before the group's elements are listed (up to
+    :data:`MAX_CLUSTER_ELEMENTS` node and link permutations per cluster), so a quotient
+    the caller would not solve costs no more than finding its generators."""
     color = _refine(topo)
     nb = _neighbours(topo)
-    accepted: list[tuple[np.ndarray, np.ndarray]] = []
-    for perm in _block_shifts(topo, color, nb) + _twin_shifts(topo):
-        link = _link_map(topo, perm)
-        if link is None:
-            continue
-        moved = perm != np.arange(perm.size)
-        if all(np.array_equal(perm[q], q[perm]) for q, _ in accepted
-               if (moved & (q != np.arange(q.size))).any()):
-            accepted.append((perm, link))
+    accepted = _commuting(topo, _block_shifts(topo, color, nb) + _twin_shifts(topo))
     if not accepted:
+        return None
+    link_orbit = _components(topo.num_links, [link for _, link in accepted])
+    node_orbit = _components(topo.num_nodes, [node for node, _ in accepted])
+    _, root_orbit = np.unique(node_orbit[topo.arrays.gpu_nodes], return_inverse=True)
+    _, link_orbit = np.unique(link_orbit, return_inverse=True)
+    if fits is not None and not fits(int(link_orbit.max()) + 1, int(root_orbit.max()) + 1):
         return None
     support = [np.flatnonzero(link != np.arange(link.size)) for _, link in accepted]
     owner = _clusters(support)
@@ -278,12 +281,29 @@ def find_symmetry(topo: Topology) -> Symmetry | None:
            for gens in clusters):
         return None
     elems = [_elements(gens) for gens in clusters]
-    link_orbit = _components(topo.num_links, [link for _, link in accepted])
-    node_orbit = _components(topo.num_nodes, [node for node, _ in accepted])
-    _, root_orbit = np.unique(node_orbit[topo.arrays.gpu_nodes], return_inverse=True)
-    _, link_orbit = np.unique(link_orbit, return_inverse=True)
     return Symmetry(tuple(e[0] for e in elems), tuple(e[1] for e in elems),
                     link_orbit.astype(np.int64), root_orbit.astype(np.int64))
+
+
+def _commuting(topo: Topology, proposals: list[np.ndarray]
+               ) -> list[tuple[np.ndarray, np.ndarray]]:
+    """The proposals that are automorphisms (with their link maps), in order, each kept
+    when it commutes with every one kept before whose moved nodes overlap its own (the
+    overlap found for all kept ones at once from a matrix of their moved nodes)."""
+    ident = np.arange(topo.num_nodes)
+    moved_kept = np.zeros((len(proposals), topo.num_nodes), dtype=bool)
+    accepted: list[tuple[np.ndarray, np.ndarray]] = []
+    for perm in proposals:
+        link = _link_map(topo, perm)
+        if link is None:
+            continue
+        moved = perm != ident
+        overlap = np.flatnonzero(moved_kept[:len(accepted), moved].any(axis=1))
+        if all(np.array_equal(perm[accepted[i][0]], accepted[i][0][perm])
+               for i in overlap.tolist()):
+            moved_kept[len(accepted)] = moved
+            accepted.append((perm, link))
+    return accepted
 
 
 def _clusters(support: list[np.ndarray]) -> np.ndarray:
