@@ -175,3 +175,17 @@ def test_the_expansion_from_the_columns_equals_every_copy_mapped_and_merged():
         assert sorted(hops) == list(key[1])                       # the table is the pool's tree
     assert got.keys() == want.keys()
     assert all(got[k] == pytest.approx(want[k], rel=1e-12) for k in want)
+
+
+def test_the_size_test_sees_the_groups_orbits_and_declines_before_listing_elements():
+    """``find_symmetry(topo, fits)`` asks ``fits`` with the link and root orbit counts of
+    the group it would return, and returns ``None`` when ``fits`` is false (the chain's
+    size test, asked before the elements are listed)."""
+    topo = canonical(_one_way(shared_aggregation(2, 3, 4)))
+    full = find_symmetry(topo)
+    asked = []
+    kept = find_symmetry(topo, lambda links, roots: asked.append((links, roots)) or True)
+    assert asked == [(full.num_link_orbits, full.num_root_orbits)]
+    assert np.array_equal(kept.link_orbit, full.link_orbit)
+    assert [len(p) for p in kept.nodes] == [len(p) for p in full.nodes]
+    assert find_symmetry(topo, lambda links, roots: False) is None
