@@ -207,6 +207,12 @@ def main() -> None:
     ap.add_argument("--block-kib", type=float, default=32.0, help="real KiB per block (larger: pieces less noisy)")
     ap.add_argument("--workers", type=int, default=0,
                     help="the controller's synthesis worker processes (default 0: a thread in the controller)")
+    ap.add_argument("--speculate", action=argparse.BooleanOptionalAction, default=True,
+                    help="ranks send drops still being confirmed as early estimates; the controller "
+                         "synthesizes on them and publishes once confirmed (default; docs/executor.md)")
+    ap.add_argument("--cable-wait", type=float, default=0.2, metavar="S",
+                    help="the controller waits up to S s for a cable's other direction before synthesizing "
+                         "(default %(default)s; 0: off)")
     ap.add_argument("--controller-logs", metavar="DIR", help="keep each class run's controller decision log in DIR")
     ap.add_argument("--classes", help=f"instead: one run per scenario class ({','.join(CLASSES)})")
     args = ap.parse_args()
@@ -217,7 +223,8 @@ def main() -> None:
     for part in args.shape.split("x"):
         n *= int(part)
     cfg = GlooLoopConfig(world=n, collective_ms=args.collective_ms, pieces=args.pieces, block_kib=args.block_kib,
-                         abort=args.abort, workers=args.workers)
+                         abort=args.abort, workers=args.workers, speculate=args.speculate,
+                         cable_wait_s=args.cable_wait)
     if args.classes:
         if not args.json:
             print(f"scenario classes on {n} gloo ranks, HPN {args.shape}, 16 MiB, healthy collective "

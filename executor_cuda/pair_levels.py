@@ -17,7 +17,7 @@ import numpy as np
 from .faults import FabricEmulator
 from .telemetry import LinkSample
 
-__all__ = ["LOW", "PROBE_OVER_COST", "ModelReporter", "PieceWindow"]
+__all__ = ["EARLY_DROP", "LOW", "PROBE_OVER_COST", "ModelReporter", "PieceWindow"]
 
 LOW = 0.95              # a pair reported below this share of nominal is probed once unused
 #: a probe is sent, and raises a level, only when at the pair's current level it would take
@@ -29,6 +29,11 @@ PROBE_OVER_COST = 3.0
 #: 2880 Gbps, 0.28, are read in two windows like its NIC, so one version covers both);
 #: shallower drops need 3 of ``drop_window`` samples (docs/executor.md, "Stalls are not drops")
 DEEP = 0.3
+#: with ``ModelReporter(early=True)``, a drop not reported yet is sent as an ``early`` estimate
+#: once the two newest samples agree and read more than this share below the reported level
+#: (the level estimator's ``2 k``: a change worth acting on; docs/executor.md, "Speculation
+#: on real ranks")
+EARLY_DROP = 0.1
 
 
 class ModelReporter:
@@ -87,9 +92,12 @@ class ModelReporter:
     collective may take seconds).
     """
 
+    early = False                       # send drops still being confirmed as ``early`` (``__init__``)
+
     def __init__(self, emulator: FabricEmulator, nominal: dict[tuple[str, str], float],
-                 window: int = 3, tol: float = 0.2, drop_window: int = 5) -> None:
+                 window: int = 3, tol: float = 0.2, drop_window: int = 5, early: bool = False) -> None:
         self.emu = emulator
+        self.early = early
         self.nominal = nominal
         self.nominal_cap = emulator.topo.arrays.capacity.astype(float)
         self.window = window
@@ -280,13 +288,26 @@ class ModelReporter:
             self._held[key] = self._held.get(key, 0) + 1
             return self._report(key, last, now)
         self._held[key] = 0
-        return self._report(key, level, now)
+        return self._report(key, level, now, self._early(newest, level))
 
-    def _report(self, key: tuple[str, str], level: float, now: float) -> dict[str, Any]:
+    def _early(self, newest: list[float], level: float) -> float | None:
+        """The ``early`` estimate of a drop not reported yet (class docstring): the mean of
+        the two newest samples when they agree within ``1 + tol`` and read more than
+        ``EARLY_DROP`` below ``level``, the level being reported; ``None`` otherwise."""
+        if not self.early or len(newest) < 2 or newest[1] > (1.0 + self.tol) * newest[0]:
+            return None
+        mean = 0.5 * (newest[0] + newest[1])
+        return mean if mean < (1.0 - EARLY_DROP) * level else None
+
+    def _report(self, key: tuple[str, str], level: float, now: float,
+                early: float | None = None) -> dict[str, Any]:
         self.shown[key] = level
         gbps = self.nominal[key] * level
         self.low[key] = gbps < LOW * self.nominal[key]
-        return {"kind": "pair", "src": key[0], "dst": key[1], "gbps": gbps, "t": now}
+        out = {"kind": "pair", "src": key[0], "dst": key[1], "gbps": gbps, "t": now}
+        if early is not None:
+            out["early"] = self.nominal[key] * early
+        return out
 
 
 class PieceWindow:

@@ -62,6 +62,7 @@ class RankPlan:
     window_s: float = 0.18                # pieces: report mid-collective once it ran this long (PieceWindow;
                                           # at least 3 warm-up collectives)
     abort: bool = True                    # abort a collective stuck on a dead link, re-run it (StaleAbort)
+    early: bool = False                   # send drops still being confirmed as ``early`` (controller --speculate)
 
 
 def _state_at(plan: RankPlan, elapsed: float) -> int:
@@ -188,7 +189,7 @@ def rank_main(rank: int, world: int, plan: RankPlan) -> dict[str, Any]:
     comm = Communicator(None, sched, telemetry=tel, faults=emu, stage_timeout=10,
                         timeout_s=plan.collective_timeout_s, oob_timeout=plan.oob_timeout_s, pieces=plan.pieces, abort=plan.abort)
     side = dist.new_group(backend="gloo", timeout=timedelta(seconds=plan.oob_timeout_s))
-    reporter = ModelReporter(emu, pair_nominal(plan.topology))
+    reporter = ModelReporter(emu, pair_nominal(plan.topology), early=plan.early)
     prober = PairProber(emu, rank, world, plan.probe_numel, plan.probe_every)
     pusher = _Pusher(plan.telemetry_endpoint or plan.endpoint, plan.client_timeout_s)
     received: list[tuple[int, float, float | None]] = []      # version, arrival, synthesis s

@@ -72,6 +72,10 @@ class GlooLoopConfig:
     controller_log: str | None = None     # keep the controller's decision log (``serve -v``) at this path
     workers: int = 0                      # the controller's ``--workers`` (0: synthesis in its own thread)
     kernels: str = "eager"                # the controller's ``--kernels`` (eager: loaded before it serves)
+    speculate: bool = True                # ranks send drops being confirmed as ``early``; the controller
+                                          # synthesizes on them (``--speculate``, docs/executor.md)
+    early_hold_s: float = 1.0             # with ``speculate``: the controller's ``--early-hold``
+    cable_wait_s: float = 0.2             # the controller's ``--cable-wait`` (0: off; docs/executor.md)
 
 
 class ControllerProcess:
@@ -89,6 +93,10 @@ class ControllerProcess:
             cmd.append("--shallow-trees")
         if cfg.workers:
             cmd += ["--workers", str(cfg.workers)]
+        if cfg.cable_wait_s:
+            cmd += ["--cable-wait", str(cfg.cable_wait_s)]
+        if cfg.speculate:
+            cmd += ["--speculate", "--early-hold", str(cfg.early_hold_s)]
         if cfg.telemetry_frontend:
             cmd += ["--frontends", "1"]
         if cfg.controller_log:
@@ -200,6 +208,10 @@ def _check(scenario: Any, cfg: GlooLoopConfig) -> None:
                         "(the controller would refuse them after the offline syntheses)")
     if not 1 <= cfg.pieces <= MAX_PIECES:
         raise MCCLError(f"--pieces must be in [1, {MAX_PIECES}], got {cfg.pieces}")
+    if not (math.isfinite(cfg.cable_wait_s) and 0 <= cfg.cable_wait_s <= 60
+            and math.isfinite(cfg.early_hold_s) and 0 <= cfg.early_hold_s <= 60):
+        raise MCCLError(f"the cable wait and the early hold must be in [0, 60] s, got {cfg.cable_wait_s:g} and "
+                        f"{cfg.early_hold_s:g}")
     # finite and bounded: inf reached int() as a traceback, a NaN --max-real-s never stopped a run
     # a collective of 1e-9 ms ran a run of no collective at all and exited 0 (eighth pass)
     for label, v, low, top in (("--block-kib", cfg.block_kib, 0.0, MAX_BLOCK_KIB),
@@ -249,7 +261,7 @@ def run_gloo_loop(scenario: Any, cfg: GlooLoopConfig) -> dict[str, Any]:
                             duration_s=real_s, offline=offline, offline_reps=cfg.offline_reps,
                             warmup=cfg.warmup, client_timeout_s=cfg.client_timeout_s,
                             probe_every=cfg.probe_every, pieces=cfg.pieces, abort=cfg.abort, window_s=3 * cfg.collective_ms / 1e3,
-                            probe_numel=max(1, round(cfg.probe_kib * 1024 / byte_scale / 4)))
+                            probe_numel=max(1, round(cfg.probe_kib * 1024 / byte_scale / 4)), early=cfg.speculate)
             budget = (cfg.start_timeout_s + real_s + 60
                       + len(offline) * (cfg.offline_reps + 1) * 20 * cfg.collective_ms / 1e3)
             t0 = time.monotonic()

@@ -59,6 +59,17 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="publish a re-synthesis that took at least SECONDS even when the estimate moved "
                         "meanwhile, if it beats the active version, and restart on the latest estimate "
                         "(default: off, restart only; docs/runtime.md \"Anytime publication\")")
+    s.add_argument("--speculate", action="store_true",
+                   help="start a re-synthesis on changes still being confirmed (level estimator: early "
+                        "estimates; EWMA: the executors' 'early' pair estimates) and publish only once they "
+                        "are confirmed (docs/runtime.md \"Speculative synthesis\")")
+    s.add_argument("--early-hold", type=float_arg, default=None, metavar="SECONDS",
+                   help="with --speculate: how long a finished speculative re-synthesis waits for the "
+                        "confirmation (default: the settle time, 0.05 s; real ranks confirm a collective later)")
+    s.add_argument("--cable-wait", type=float_arg, default=0.0, metavar="SECONDS",
+                   help="a drift whose drop is read on one direction of a cable the schedule loads both "
+                        "ways waits up to this long for the other direction before synthesizing (default 0: "
+                        "off; real-rank runs pass 0.2; docs/runtime.md)")
     s.add_argument("--backend", default="highs", help="LP backend for the synthesizers")
     s.add_argument("--shallow-trees", action="store_true",
                    help="for executors that run a GPU hop per round: AllGather: when a warm start deepens the "
@@ -197,7 +208,8 @@ def _serve(args: argparse.Namespace) -> int:
     topo = resolve_topology(args.topology)
     key = load_key(args.key_file) if args.key_file else None
     policy = Policy(gamma=args.gamma, min_dwell_s=args.dwell, time_limit_s=args.time_limit,
-                    gather_s=args.gather, anytime_s=args.anytime)
+                    gather_s=args.gather, anytime_s=args.anytime, speculate=args.speculate,
+                    early_hold_s=args.early_hold, cable_wait_s=args.cable_wait)
     synthesize = _LazySynthesizer(args.backend, args.shallow_trees)
     pool = _start_pool(topo, args.backend, args.workers, args.synthesis, args.shallow_trees, args.kernels)
     svc = ControllerService(

@@ -71,6 +71,8 @@ def describe(event: Event, gamma: float | None = None, changed: list[str] | None
             why = "a link gained capacity above the schedule's"
         if d.get("unfit_version"):
             why += "; a settled drop costs the swapped-in version its rate"
+        if d.get("speculative"):
+            why += "; speculative: on changes still being confirmed"
         return f"{who} v{event.version}: {what} ({why}); re-synthesis started"
     rates = (f"rate {_rate(d['rate_before'])} -> {_rate(d['rate_after'])} Gbps on the measured "
              f"fabric" if "rate_after" in d else "")

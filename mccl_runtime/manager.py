@@ -30,7 +30,12 @@ collective, concurrently), and publishes new versions.
   being confirmed (level estimator), a job may start on their early estimates
   (:meth:`MeasurementStore.early`) when no cable of its fabric is read in one direction
   only (:func:`~.publish_decision.speculation_covers`); its result is held until they are
-  confirmed and then re-checked as any other.
+  confirmed and then re-checked as any other.  With the EWMA (real ranks) the early
+  estimates are the executors' (``pair`` samples' ``early``: a drop their reporter is still
+  confirming), used only when the confirmed ``M`` flags nothing (a speculation on a stall
+  beside a confirmed drop cost a restart on real ranks),
+  the hold lasts up to ``early_hold_s``, and a speculation aborted as ``cleared`` (a stall)
+  starts no dwell.
 * Re-check before publish: a finished job is published only if, under the *latest*
   ``M``, the current schedule still deviates (``max delta > clear_ratio * Gamma``) and
   the new schedule's rate beats the current one's by more than ``min_gain``; otherwise
@@ -47,10 +52,13 @@ collective, concurrently), and publishes new versions.
 * Confidence before synthesis: while the store reports links with an unconfirmed change
   (:meth:`MeasurementStore.pending_links`, level estimator), no job starts, for at most
   ``settle_max_s``; so two links failing together are synthesized for together.
-  With the EWMA nothing is pending: ``gather_s`` holds a flagged collective's job until
+  With the EWMA nothing holds decisions back (the executors' early estimates only start
+  speculative jobs): ``gather_s`` holds a flagged collective's job until
   every channel on its links sampled in the ``gather_s`` before the flag has been sampled
   again (at most ``gather_s``), so a change that some samples read one collective later
-  than others is synthesized for in one job.
+  than others is synthesized for in one job.  ``cable_wait_s`` (real ranks) holds a job
+  while a cable the schedule loads both ways reads dropped in one direction only (two
+  ranks' readings of one cable arrive a push or a collective apart), at most that long.
 * Everything known at publish time: a finished job is also checked against changes
   still being confirmed.  When a pending link that the new schedule uses, or that the
   job saw degraded, has a newest estimate (:meth:`MeasurementStore.provisional`) more
@@ -134,7 +142,7 @@ from .groups import Groups
 from .pool import JobResult, SynthesisPool, job_result, run_job
 from .publish_decision import (Active, Estimate, Finished, Verdict, beats, drift_gone, gained, moved, near,
                                held_against, no_schedule_gains, outdated, publish_decision, rate, remembered,
-                               speculation_covers, swap_holding)
+                               one_way_drops, speculation_covers, swap_holding)
 from .channels import reverse_links
 from .telemetry import MeasurementStore
 
@@ -306,6 +314,8 @@ class Policy:
     rate_loss: float = 0.05
     capacity_digits: int = 3
     speculate: bool = False
+    early_hold_s: float | None = None
+    cable_wait_s: float = 0.0
     anytime_s: float | None = None
 
     def __post_init__(self) -> None:
@@ -316,11 +326,14 @@ class Policy:
         if self.min_dwell_s < 0 or self.time_limit_s <= 0 or self.min_gain < 0:
             raise MCCLError("min_dwell_s and min_gain must be >= 0 and time_limit_s > 0")
         if self.restart_tol <= 0 or self.max_restarts < 0 or self.settle_max_s < 0 or self.gather_s < 0 \
-                or not self.moving_max_s >= 0:
-            raise MCCLError("restart_tol must be > 0, max_restarts, settle_max_s, moving_max_s and gather_s >= 0")
+                or not self.moving_max_s >= 0 or not self.cable_wait_s >= 0:
+            raise MCCLError("restart_tol must be > 0, max_restarts, settle_max_s, moving_max_s, gather_s and "
+                            "cable_wait_s >= 0")
         if not (isinstance(self.capacity_digits, int) and self.capacity_digits >= 0):
             raise MCCLError(f"capacity_digits must be an int >= 0 (0 keeps the estimates' digits), "
                             f"got {self.capacity_digits!r}")
+        if self.early_hold_s is not None and not self.early_hold_s >= 0:
+            raise MCCLError(f"early_hold_s must be >= 0 or None (settle_max_s), got {self.early_hold_s!r}")
         if self.anytime_s is not None and not self.anytime_s >= 0:
             raise MCCLError(f"anytime_s must be >= 0 or None (off), got {self.anytime_s!r}")
         if not 0.0 < self.rate_loss <= 1.0:
@@ -365,6 +378,7 @@ class Collective:
     restore_on: np.ndarray | None = None    # an AllToAll schedule without warm state: its synthesis capacities
     deferred: tuple[DriftReport | None, int] | None = None  # a superseded job's restart (trigger, restarts)
     flagged_since: float | None = None      # when Algorithm 1 flagged it, while its job waits (``gather_s``)
+    one_way_since: float | None = None      # since when a cable it loads reads dropped one way (``cable_wait_s``)
     rising_since: float | None = None       # when its jobs began to be held for rises still moving
 
     @property
@@ -531,10 +545,22 @@ class ScheduleManager:
             early = self.store.early() if self.policy.speculate else None
             if early is None:
                 return None, []
-        m = self.store.measured() if early is None else early
+        elif self.policy.speculate and self.store.estimator == "ewma":
+            early = self.store.early()      # drops the executors are still confirming (EWMA)
         profiled = [c for c in self.collectives() if c.dynamic and c.profile is not None]
         if not profiled:
             return early, []
+        if early is not None and self.store.estimator == "ewma":
+            found = self._flagged(profiled, None, now)     # what the confirmed M flags starts as before
+            if found:
+                return None, found
+        return early, self._flagged(profiled, early, now)
+
+    def _flagged(self, profiled: list[Collective], early: np.ndarray | None, now: float
+                 ) -> list[tuple[Collective, DriftReport]]:
+        """The idle collectives past their dwell that Algorithm 1 flags under ``early``
+        (those it covers, :meth:`_covers`) or, when ``None``, under the confirmed ``M``."""
+        m = self.store.measured() if early is None else early
         flags = self._stack_of(profiled).flags(m)
         flags |= np.array([self._known_flag(m, c) for c in profiled], dtype=bool)
         for coll in profiled:       # a wall clock stepped back (NTP) kept every dwell on until it caught up
@@ -546,18 +572,18 @@ class ScheduleManager:
         chosen = {id(c) for c in flagged}
         for coll in profiled:
             if id(coll) not in chosen:
-                coll.flagged_since = None
-        return early, [(coll, detect(m, coll.profile, self.policy.gamma)) for coll in flagged
-                       if self._gathered(coll, now)]
+                coll.flagged_since = coll.one_way_since = None
+        return [(coll, detect(m, coll.profile, self.policy.gamma)) for coll in flagged if self._gathered(coll, now)]
 
     def _covers(self, early: np.ndarray, coll: Collective) -> bool:
         """Whether ``coll`` may start a speculative job on ``early``
         (:func:`~.publish_decision.speculation_covers`: no cable of its fabric read in one
-        direction only)."""
+        direction only; within the level estimator's ``k``, or with the EWMA, where each
+        direction is another rank's reading of a few noisy collectives, ``restart_tol``)."""
         if self._rev is None:
             self._rev = reverse_links(self.topo)
-        return speculation_covers(early, self.store.pending_links(), self._mine(coll), self._rev,
-                                  self.store.level_params.k)
+        k = self.store.level_params.k if self.store.estimator == "level" else self.policy.restart_tol
+        return speculation_covers(early, self.store.pending_links(), self._mine(coll), self._rev, k)
 
     def _gathered(self, coll: Collective, now: float) -> bool:
         """Whether a flagged collective's job may start: at once with ``gather_s = 0``;
@@ -565,7 +591,11 @@ class ScheduleManager:
         the flag has been sampled again (:meth:`MeasurementStore.unheard_links`), at most
         ``gather_s`` after the flag.  Links that fail together but are read by different
         samples (pairs whose messages ran before and after the change) are then
-        synthesized for together, not one version per partial picture."""
+        synthesized for together, not one version per partial picture.  With
+        ``cable_wait_s``, also not while a cable it loads reads dropped in one direction only
+        (:meth:`_one_way`)."""
+        if self._one_way(coll, now):
+            return False
         if self.policy.gather_s <= 0:
             return True
         if coll.flagged_since is None:
@@ -576,6 +606,30 @@ class ScheduleManager:
             return False
         coll.flagged_since = None
         return True
+
+    def _one_way(self, coll: Collective, now: float) -> bool:
+        """Whether ``coll``'s job waits for the other direction of a cable
+        (``Policy.cable_wait_s``, :func:`~.publish_decision.one_way_drops`): some link of
+        its fabric reads more than ``restart_tol`` below what the active version was built
+        for while the cable's other direction, which the version loads, does not read
+        within ``restart_tol`` of it; at most ``cable_wait_s`` from the first such check.
+        On real ranks the two directions are two ranks' readings, reported a push or a
+        collective apart, and a job started on one was superseded by the other at the
+        cost of a whole synthesis (0.25-0.85 s of AllToAll under load)."""
+        if self.policy.cable_wait_s <= 0 or coll.synth_capacity is None or coll.profile is None:
+            return False
+        if self._rev is None:
+            self._rev = reverse_links(self.topo)
+        if not one_way_drops(self.store.measured(), self._mine(coll), coll.synth_capacity, coll.profile.loads,
+                             self._rev, self.policy.restart_tol):
+            coll.one_way_since = None
+            return False
+        if coll.one_way_since is None:
+            coll.one_way_since = now
+        if now - coll.one_way_since < self.policy.cable_wait_s:
+            return True
+        coll.one_way_since = None
+        return False
 
     def _new_level(self, m: np.ndarray, coll: Collective) -> bool:
         """Level estimator only: a link ``coll``'s schedule relies on has a confirmed level
@@ -613,8 +667,10 @@ class ScheduleManager:
         return cap
 
     def _unsettled(self, now: float) -> bool:
-        """Links with an unconfirmed change hold decisions back, for at most ``settle_max_s``."""
-        if self.store.pending_links().size == 0:
+        """Links with an unconfirmed change hold decisions back, for at most ``settle_max_s``
+        (level estimator; with the EWMA a sample is the executor's confirmed reading and
+        its ``early`` estimates only start speculative jobs, :meth:`_check`)."""
+        if self.store.estimator != "level" or self.store.pending_links().size == 0:
             self._pending_since = None
             return False
         if self._pending_since is None:
@@ -852,7 +908,8 @@ class ScheduleManager:
             job.held_since = now
             return Event(now, coll.comm, coll.name, Action.HELD, coll.version,
                          {**detail, "pending": self._named(decision.held)})
-        coll.last_decision_t = now
+        if not (job.speculative and decision.verdict is Verdict.CLEARED):
+            coll.last_decision_t = now          # a speculation on a change that went away decided nothing
         if job.held_since is not None:
             detail["held_s"] = now - job.held_since
         if job.moving is not None:

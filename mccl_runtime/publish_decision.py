@@ -13,7 +13,8 @@ calls :func:`publish_decision` and acts on its :class:`Decision`.  In order:
      estimator) that the new schedule uses, or that the job saw more than ``restart_tol``
      below nominal, whose newest estimate is more than ``restart_tol`` from the job's
      input; for a *speculative* job (started on early estimates, ``Policy.speculate``) any
-     pending link of its fabric; for at most ``settle_max_s`` after the hold began;
+     pending link of its fabric; for at most ``settle_max_s`` after the hold began
+     (a speculative job: ``early_hold_s`` when set, real ranks confirm a collective later);
    * *rising*: a link still moving after a rise (EWMA at alpha 1, :mod:`.rises`) that the
      job saw more than ``restart_tol`` above what the active version was built for (or,
      for a swing after a recovery, that far from it either way); never when the job saw
@@ -62,7 +63,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Verdict", "Decision", "Estimate", "Active", "Finished", "publish_decision", "outdated",
            "drift_gone", "gained", "changing_under", "moving_under", "remembered", "no_schedule_gains",
-           "rate", "moved", "speculation_covers", "swap_holding", "held_against", "beats"]
+           "rate", "moved", "speculation_covers", "one_way_drops", "swap_holding", "held_against", "beats"]
 
 _NONE = np.zeros(0, dtype=np.int64)
 
@@ -154,7 +155,8 @@ def publish_decision(job: Finished, active: Active | None, est: Estimate, now: f
         return Decision(Verdict.PUBLISH, "initial")
     tol = policy.restart_tol
     pending = _NONE
-    if job.held_since is None or now - job.held_since < policy.settle_max_s:
+    bound = policy.early_hold_s if job.speculative and policy.early_hold_s is not None else policy.settle_max_s
+    if job.held_since is None or now - job.held_since < bound:
         pending = changing_under(est, active.mine, job.capacity, job.loads, tol)
         if job.speculative and not pending.size:
             pending = est.pending[active.mine[est.pending]]
@@ -342,6 +344,20 @@ def speculation_covers(early: np.ndarray, pending: np.ndarray, mine: np.ndarray,
     a, r = mine_pending[paired], other[paired]
     a, r = a[mine[r]], r[mine[r]]
     return bool(np.all(np.abs(early[a] - early[r]) <= k * np.maximum(early[a], early[r])))
+
+
+def one_way_drops(m: np.ndarray, mine: np.ndarray, built_for: np.ndarray, loads: np.ndarray, rev: np.ndarray,
+                  tol: float) -> bool:
+    """Whether a link of ``mine`` reads more than ``tol`` below ``built_for`` while its
+    cable's other direction ``rev``, in ``mine`` and loaded (``loads``), does not read within
+    ``tol`` of it: a cable read dropped in one direction only (a one-way failure, or the
+    other direction not reported yet; ``Policy.cable_wait_s``)."""
+    dropped = np.flatnonzero(mine & (m < (1.0 - tol) * built_for))
+    other = rev[dropped]
+    a, r = dropped[other >= 0], other[other >= 0]
+    keep = mine[r] & (loads[r] > 1e-12)
+    a, r = a[keep], r[keep]
+    return bool(np.any(np.abs(m[a] - m[r]) > tol * np.maximum(m[a], m[r])))
 
 
 def no_schedule_gains(current: float, bound: float, min_gain: float) -> bool:

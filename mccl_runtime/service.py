@@ -134,6 +134,7 @@ class ControllerService:
         self.budget = RegistrationBudget(max_registrations_per_min)   # all register requests together
         self.max_request_bytes = max_request_bytes
         self.store = MeasurementStore(topo, alpha=alpha, estimator=estimator, clock=clock)
+        self.store.watch_early = policy.speculate       # executors' early estimates (EWMA)
         self.manager = ScheduleManager(self.store, synthesize, policy, pool=pool)   # pool: jobs in processes
         self.holds = SwapHolds(hold_window_s)      # swap holds sent to executors (.swap_holds)
         self.protocol_errors: Counter[str] = self.gate.protocol_errors

@@ -126,6 +126,10 @@ class MeasurementStore:
         self._channels: dict[tuple[Any, Any, Any], int] = {}
         self._layout: tuple[tuple[list, list, list], np.ndarray] | None = None   # the last batch's columns, ids
         self.keyed = KeyedChannels(self.chan, self.map, topo)    # binary samples' channels
+        #: EWMA: keep the ``early`` estimates of ``pair`` samples (drops an executor is still
+        #: confirming, :meth:`early`); set by a controller that speculates
+        self.watch_early = False
+        self._early: dict[int, tuple[float, float]] = {}         # pair channel -> (early Gbps, its t)
 
     @property
     def _direct(self) -> dict[int, tuple[float, float]]:
@@ -152,7 +156,24 @@ class MeasurementStore:
         parsed = self._parse_columns(samples, now)
         if parsed is None:
             parsed = self._parse_each(samples, now)
-        return self._apply(*parsed)
+        report = self._apply(*parsed)
+        if self.watch_early and self.estimator == "ewma":
+            self._note_early(samples)
+        return report
+
+    def _note_early(self, samples: list[Any]) -> None:
+        """EWMA with :attr:`watch_early`: a ``pair`` sample's ``early`` (Gbps, below the
+        channel's value) is kept until a newer sample of its channel arrives without one
+        (the executor confirmed the drop, or it went away); malformed ones are ignored."""
+        t = self.chan.t
+        self._early = {cid: e for cid, e in self._early.items() if t[cid] <= e[1]}
+        for s in samples:
+            e = s.get("early") if isinstance(s, Mapping) and s.get("kind") == "pair" else None
+            cid = self.chan.pair_id.get((s.get("src"), s.get("dst"))) if e is not None else None
+            if cid is None or type(e) not in _NUMBERS or not (0 <= e < self.chan.value[cid]) \
+                    or type(s.get("t")) not in _NUMBERS or t[cid] > s["t"]:
+                continue
+            self._early[cid] = (float(e), float(s["t"]))
 
     def ingest_columns(self, batch: ColumnBatch, now: float | None = None) -> IngestReport:
         """Apply a binary batch (:class:`~mccl_runtime.columns.ColumnBatch`): the same
@@ -435,7 +456,10 @@ class MeasurementStore:
         return np.array(sorted(out), dtype=np.int64)
 
     def pending_links(self) -> np.ndarray:
-        """Links whose estimate has an unconfirmed change (level mode; empty for EWMA)."""
+        """Links whose estimate has an unconfirmed change: level mode, a pending tracker's;
+        EWMA, the links an executor's ``early`` estimates move (:meth:`early`)."""
+        if self._early:
+            return np.flatnonzero(self.early() < self.measured()).astype(np.int64)
         out: set[int] = set()
         for cid, tracker in self._trackers.items():
             if tracker.pending:
@@ -459,8 +483,11 @@ class MeasurementStore:
 
     def early(self) -> np.ndarray | None:
         """``M`` with every pending change at its early estimate
-        (:attr:`LevelTracker.early`: confirmed but for ``hold_s``); ``None`` when nothing
-        is pending or some pending change has no early estimate yet."""
+        (:attr:`LevelTracker.early`: confirmed but for ``hold_s``; EWMA, the executors'
+        ``early`` pair estimates); ``None`` when nothing is pending or some pending change
+        has no early estimate yet."""
+        if self.estimator == "ewma":
+            return self._links_with([(cid, e) for cid, (e, _) in self._early.items()]) if self._early else None
         early = [(cid, tr.early) for cid, tr in self._trackers.items() if tr.pending]
         if not early or any(e is None for _, e in early):
             return None

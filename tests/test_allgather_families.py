@@ -20,7 +20,8 @@ import mccl_opt as mo
 from instances.aggregation import (host_ring, host_torus, leaf_spine, multi_spine, scrambled,
                                    shared_aggregation, superpod)
 from mccl_opt.allgather.canonical import canonical
-from mccl_opt.allgather.forestcoll.removal.cut_guard import SweepGuard, exchange, violated_set
+from mccl_opt.allgather.forestcoll.removal.cut_guard import (SweepGuard, exchange, tight_sets,
+                                                             violated_set)
 from mccl_opt.allgather.forestcoll.packing.exact_packing import exact_pack
 from mccl_opt.allgather.forestcoll.removal.guarded_spread import guarded_spread
 from mccl_opt.allgather.forestcoll.pipeline import balanced_split, phase_one_budget
@@ -83,6 +84,34 @@ def test_guarded_split_admits_k_where_the_plain_one_does_not(topo):
             assert units > 0
             for a, c in zip(path[:-1], path[1:]):
                 assert topo.has_link(topo.nodes[a].id, topo.nodes[c].id)
+
+
+def _in_units(inside, arcs):
+    tail, head, units = arcs
+    return int(units[inside[head] & ~inside[tail]].sum())
+
+
+@pytest.mark.parametrize("topo", BREAKS_PLAIN[:2], ids=lambda t: t.name)
+def test_tight_sets_have_no_slack(topo):
+    """The guard's starting sets: each holds more than one node and has in-units exactly
+    ``k`` per GPU outside it; with every unit doubled no set is tight."""
+    topo = canonical(topo)
+    budget = phase_one_budget(topo, 10, {})
+    split = balanced_split(budget.fab, topo.arrays.is_switch, budget.k, budget.y, 10).split
+    keys = list(split.units)
+    arcs = (np.array([a for a, _ in keys]), np.array([b for _, b in keys]),
+            np.array([split.units[key] for key in keys], np.int64))
+    for tail, head, units, k in [(*arcs, split.k),                        # the split graph
+                                 (np.array([0, 1, 2, 3, 3, 3]), np.array([3, 3, 3, 0, 1, 2]),
+                                  np.array([1, 1, 1, 2, 2, 2]), 1)]:      # 3 GPUs, 1 switch
+        n = max(int(tail.max()), int(head.max())) + 1
+        gpus = split.gpus if n == split.n else np.arange(3)
+        sets = tight_sets(n, gpus, k, (tail, head, units), gpus.size)
+        assert len(sets) > 0
+        for inside in sets:
+            assert inside.sum() > 1
+            assert _in_units(inside, (tail, head, units)) == k * int((~inside[gpus]).sum())
+        assert len(tight_sets(n, gpus, k, (tail, head, 2 * units), gpus.size)) == 0
 
 
 def _plain_split(topo):

@@ -212,6 +212,7 @@ def test_gloo_scenarios_are_bounded_before_any_work(over, words):
     ("alpha", 2.0, "--alpha must be in"),                             # refused by the controller after 25 s
     ("gamma", -1.0, "--gamma > 0"),
     ("kernels", "later", "kernels mode must be one of eager, background, lazy"),   # not the controller's usage line
+    ("cable_wait_s", float("nan"), "the cable wait and the early hold must be in"),  # the controller would refuse it
 ])
 def test_gloo_options_are_checked_before_the_controller_starts(field, value, words):
     from executor_cuda.scenario_run import GlooLoopConfig, _check

@@ -256,14 +256,13 @@ def _by_quotient(topo: Topology, max_chunks: int | None, backend: str, bound: fl
     from .general.quotient import solve_quotient
     from .general.symmetry import find_symmetry
 
-    t = time.perf_counter()
-    def fits(link_orbits: int, root_orbits: int) -> bool:
-        rows = link_orbits + root_orbits
-        return rows * rows * root_orbits <= QUOTIENT_MAX_COST and \
-            rows * QUOTIENT_MIN_SHRINK <= topo.num_links + topo.num_gpus
+    def too_big(rows: int, roots: int) -> bool:      # the master's rows, its root orbits
+        return rows * rows * roots > QUOTIENT_MAX_COST or \
+            rows * QUOTIENT_MIN_SHRINK > topo.num_links + topo.num_gpus
 
-    sym = find_symmetry(topo, fits)
-    if sym is None:
+    t = time.perf_counter()
+    sym = find_symmetry(topo, too_big)     # None at once where the colours already fail it
+    if sym is None or too_big(sym.num_link_orbits + sym.num_root_orbits, sym.num_root_orbits):
         return None
     progress.update("AllGather: general method on the symmetry quotient")
     sched = solve_quotient(topo, cut_bound_gbps=bound, sym=sym, backend=backend,

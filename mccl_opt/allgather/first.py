@@ -20,7 +20,10 @@ Built before any optimisation so that a limit that passes early still returns tr
   in for.
 
 Neither is optimal; the solve then improves on it and the report says which one was
-returned (:class:`~mccl_opt.report.Method.FIRST`).
+returned (:class:`~mccl_opt.report.Method.FIRST`).  A cold one above
+:data:`MWU_MAX_GPUS` GPUs is next offered averaged over fabric automorphisms
+(:mod:`.first_images`: the line's host crossings spread over every rail); at equal rates
+the line is kept over the shortest-path trees for that.
 """
 
 from __future__ import annotations
@@ -113,7 +116,7 @@ def _line_or_shortest_path(topo: Topology) -> tuple[tuple[TreeChunks, np.ndarray
     if line is not None and topo.num_gpus > BOTH_MAX_GPUS and not _room_for_both(topo):
         return line, "line-trees"
     tree = shortest_path_trees(topo)
-    if line is not None and schedule_rate(topo, line[1]) > schedule_rate(topo, tree[1]):
+    if line is not None and schedule_rate(topo, line[1]) >= schedule_rate(topo, tree[1]):
         return line, "line-trees"
     return tree, "shortest-path-trees"
 

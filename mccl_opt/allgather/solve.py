@@ -50,7 +50,8 @@ from .warm.reroute import predicted_cold_seconds
 from .warm.route import RouteTaken, WarmRoute
 from .fabric import fabric_of, switches_balanced
 from .fewer_trees import fewer_trees
-from .first import first_schedule
+from .first import MWU_MAX_GPUS, first_schedule
+from .first_images import averaged_first, image_seconds
 from .forestcoll.above_limit import pack_scaled
 from .forestcoll.pipeline import balanced_split, check_inputs, gbps, pack, phase_one_budget
 from .forestcoll.throughput import cut_upper_bound
@@ -115,9 +116,11 @@ def _solve_limited(topo: Topology, warm: Schedule | None, backend: str, max_chun
 
     def solve() -> Schedule:
         if time_limit is not None:
-            trail.run(Method.FIRST, lambda: _offered(first_schedule(topo, route.warm, max_chunks)),
-                      "kept as fallback")
+            first = trail.run(Method.FIRST, lambda: _offered(first_schedule(topo, route.warm,
+                                                                            max_chunks)),
+                              "kept as fallback")
             anytime.check("after the first schedule")
+            _offer_images(topo, first, max_chunks, trail)
         return _chain(topo, route, backend, max_chunks, step_aware, trail)
 
     sched, stopped = anytime.limited(time_limit, solve, called)
@@ -132,6 +135,26 @@ def _solve_limited(topo: Topology, warm: Schedule | None, backend: str, max_chun
 def _offered(sched: Schedule) -> Schedule:
     anytime.offer(sched)
     return sched
+
+
+def _offer_images(topo: Topology, first: Schedule, max_chunks: int | None, trail: Trail) -> None:
+    """Step 1's second offer: a cold first schedule averaged over automorphisms of the
+    fabric (:mod:`.first_images`), where the limit leaves room for it
+    (:data:`.first_images.SECONDS_PER_PAIR` CPU seconds per GPU pair, over the CPU
+    share)."""
+    if first.report.warm is not WarmUse.COLD or topo.num_gpus <= MWU_MAX_GPUS:
+        return
+    anytime.check_room("the first schedule's images",
+                       image_seconds(topo.num_gpus) / anytime.cpu_share())
+    t = time.perf_counter()
+    images = averaged_first(topo, first, max_chunks)
+    if images is None:
+        trail.add(Attempt(Method.FIRST, time.perf_counter() - t,
+                          "declined: no automorphism found raises the first schedule's rate"))
+        return
+    anytime.offer(images)
+    trail.add(Attempt(Method.FIRST, time.perf_counter() - t,
+                      f"offered: {images.solver['algorithm']}"))
 
 
 def _chain(topo: Topology, route: WarmRoute, backend: str, max_chunks: int | None,

@@ -12,23 +12,27 @@ accepted one it overlaps is dropped, so the accepted generators commute and the 
 ``H`` they generate is abelian.  Generators with disjoint supports fall in different
 *clusters*; uniform weights over a cluster's elements ``g1^e1 ... gm^em`` are uniform over
 its group (a homomorphism from ``Z_k1 x ... x Z_km``), which is what the expansion needs.
+
+The first schedule's images (:mod:`..first_images`) ask for automorphisms of the links
+alone (``symmetry_generators(structural=True)``: capacities ignored), with one shift of
+all parts of a switch class at once and every shift extended to the switches next to
+it, so that HPN's rail shift (every segment's rail ToRs and the per-rail aggregation
+switches) is found too.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from fractions import Fraction
-from math import lcm
 from typing import Callable
 
 import numpy as np
-from scipy.sparse import coo_matrix
-from scipy.sparse.csgraph import connected_components
 
 from mccl_opt.errors import SolveError
 from mccl_opt.topology import Topology
 
-__all__ = ["Symmetry", "find_symmetry", "MAX_CLUSTER_ELEMENTS"]
+from .permutation_group import clusters_of, coupling, cycle_order, elements, orbits
+
+__all__ = ["Symmetry", "find_symmetry", "symmetry_generators", "MAX_CLUSTER_ELEMENTS"]
 
 _REFINE_ROUNDS = 64
 
@@ -62,13 +66,7 @@ class Symmetry:
         common refinement of their ``1/N_c`` grids): ``(element per cluster, weight)``,
         at most ``sum N_c - clusters + 1`` pieces, weights summing to 1, each cluster's
         marginal uniform."""
-        sizes = [len(p) for p in self.nodes]
-        if not sizes:
-            return [((), 1.0)]
-        den = lcm(*sizes)
-        cuts = sorted({i * (den // n) for n in sizes for i in range(n + 1)})
-        return [(tuple(lo * n // den for n in sizes), float(Fraction(hi - lo, den)))
-                for lo, hi in zip(cuts, cuts[1:])]
+        return coupling([len(p) for p in self.nodes])
 
     def carriers(self, gpu_nodes: np.ndarray, reps: np.ndarray
                  ) -> tuple[np.ndarray, np.ndarray]:
@@ -106,10 +104,11 @@ class Symmetry:
         return node, link
 
 
-def _refine(topo: Topology) -> np.ndarray:
-    """Stable colour refinement of the capacitated digraph (node kind to start)."""
+def _refine(topo: Topology, capacity: np.ndarray) -> np.ndarray:
+    """Stable colour refinement of the digraph with link capacities ``capacity`` (node
+    kind to start)."""
     arr = topo.arrays
-    cap = arr.capacity.tolist()
+    cap = capacity.tolist()
     tail, head = arr.tail.tolist(), arr.head.tolist()
     out = [arr.out_arcs[arr.out_start[v]:arr.out_start[v + 1]].tolist()
            for v in range(topo.num_nodes)]
@@ -138,8 +137,11 @@ def _neighbours(topo: Topology) -> list[set[int]]:
     return nb
 
 
-def _block_shifts(topo: Topology, color: np.ndarray, nb: list[set[int]]) -> list[np.ndarray]:
-    """Cyclic shifts of switch classes' GPU blocks (module docstring), unchecked."""
+def _block_shifts(topo: Topology, color: np.ndarray, nb: list[set[int]],
+                  extend: bool) -> list[np.ndarray]:
+    """Cyclic shifts of switch classes' GPU blocks (module docstring), unchecked; with
+    ``extend``, also one shift of every part of a class at once (:func:`_lined_up`),
+    and every shift extended to the unmoved nodes next to it (:func:`_closed`)."""
     arr = topo.arrays
     is_gpu = ~arr.is_switch
     out: list[np.ndarray] = []
@@ -158,18 +160,71 @@ def _block_shifts(topo: Topology, color: np.ndarray, nb: list[set[int]]) -> list
             parts.setdefault(frozenset(sig), []).append(s)
         for part in parts.values():
             if len(part) >= 2:
-                perm = np.arange(topo.num_nodes)
-                for s, t in zip(part, part[1:] + part[:1]):
-                    perm[s] = t
-                    for key, u in by_sig[s].items():
-                        perm[u] = by_sig[t][key]
-                out.append(perm)
+                out.append(_shift([part], by_sig, topo.num_nodes))
             perm = np.arange(topo.num_nodes)      # twins within every block at once
             for s in part:
                 for (other, k), u in by_sig[s].items():
                     perm[u] = by_sig[s].get((other, k + 1), by_sig[s][other, 0])
             if (perm != np.arange(topo.num_nodes)).any():
                 out.append(perm)
+        if extend and len(parts) >= 2:
+            lined = _lined_up(list(parts.values()), nb, arr.is_switch)
+            if lined is not None and len(lined[0]) >= 2:
+                out.append(_shift(lined, by_sig, topo.num_nodes))
+    if not extend:
+        return out
+    by_nb = {frozenset(v): u for u, v in enumerate(nb)}
+    return [q for q in (_closed(p, nb, by_nb) for p in out) if q is not None]
+
+
+def _shift(parts: list[list[int]], by_sig: dict[int, dict[tuple, int]], n: int) -> np.ndarray:
+    """Every part's switches shifted cyclically in list order, with their GPU blocks
+    (each GPU onto the GPU of the same signature)."""
+    perm = np.arange(n)
+    for part in parts:
+        for s, t in zip(part, part[1:] + part[:1]):
+            perm[s] = t
+            for key, u in by_sig[s].items():
+                perm[u] = by_sig[t][key]
+    return perm
+
+
+def _lined_up(parts: list[list[int]], nb: list[set[int]], is_switch: np.ndarray
+              ) -> list[list[int]] | None:
+    """The parts of a switch class reordered so that the ``i``-th switches of all parts
+    have the same switch neighbours (HPN: segment ``s``'s rail-``i`` ToR, all uplinked to
+    rail ``i``'s aggregation switch), so that one shift moves them together (the rail
+    shift); ``None`` where that match is not one to one."""
+    def uplinks(s: int) -> frozenset:
+        return frozenset(u for u in nb[s] if is_switch[u])
+
+    out = []
+    for part in parts:
+        by_up = {uplinks(s): s for s in part}
+        order = [by_up.get(uplinks(s), -1) for s in parts[0]]
+        if len(part) != len(parts[0]) or len(by_up) != len(part) or -1 in order:
+            return None
+        out.append(order)
+    return out
+
+
+def _closed(perm: np.ndarray, nb: list[set[int]], by_nb: dict[frozenset, int]
+            ) -> np.ndarray | None:
+    """``perm`` with every unmoved node whose neighbours it moves elsewhere sent to the
+    node whose neighbours are their images (``by_nb``: node by neighbour set; an
+    aggregation switch of one rail onto the next rail's), ``None`` when that is no
+    permutation."""
+    moved = perm != np.arange(perm.size)
+    image_of = perm.tolist()
+    out = perm.copy()
+    near = set().union(*(nb[v] for v in np.flatnonzero(moved).tolist()))
+    for u in near:
+        if not moved[u]:
+            image = frozenset(image_of[v] for v in nb[u])
+            if image != nb[u]:
+                out[u] = by_nb.get(image, -1)
+    if (out < 0).any() or np.unique(out).size != out.size:
+        return None
     return out
 
 
@@ -185,15 +240,15 @@ def _signatures(block: list[int], nb: list[set[int]], s: int) -> dict[tuple, int
     return out
 
 
-def _twin_shifts(topo: Topology) -> list[np.ndarray]:
-    """Cyclic shifts of twin GPUs (same neighbours at the same capacities), unchecked."""
+def _twin_shifts(topo: Topology, capacity: np.ndarray) -> list[np.ndarray]:
+    """Cyclic shifts of twin GPUs (same neighbours at the same ``capacity``), unchecked."""
     arr = topo.arrays
     groups: dict[tuple, list[int]] = {}
     for v in arr.gpu_nodes.tolist():
         o = arr.out_arcs[arr.out_start[v]:arr.out_start[v + 1]]
         i = arr.in_arcs[arr.in_start[v]:arr.in_start[v + 1]]
-        key = (tuple(sorted(zip(arr.head[o].tolist(), arr.capacity[o].tolist()))),
-               tuple(sorted(zip(arr.tail[i].tolist(), arr.capacity[i].tolist()))))
+        key = (tuple(sorted(zip(arr.head[o].tolist(), capacity[o].tolist()))),
+               tuple(sorted(zip(arr.tail[i].tolist(), capacity[i].tolist()))))
         groups.setdefault(key, []).append(v)
     out = []
     for part in groups.values():
@@ -204,9 +259,10 @@ def _twin_shifts(topo: Topology) -> list[np.ndarray]:
     return out
 
 
-def _link_map(topo: Topology, perm: np.ndarray) -> np.ndarray | None:
+def _link_map(topo: Topology, perm: np.ndarray, capacity: np.ndarray) -> np.ndarray | None:
     """The link permutation of the node permutation ``perm`` when it is an automorphism
-    of the capacitated digraph (every link onto a link of equal capacity), else ``None``."""
+    of the digraph with link capacities ``capacity`` (every link onto a link of equal
+    capacity), else ``None``."""
     arr = topo.arrays
     n = topo.num_nodes
     key = arr.tail.astype(np.int64) * n + arr.head
@@ -216,103 +272,81 @@ def _link_map(topo: Topology, perm: np.ndarray) -> np.ndarray | None:
     image = perm[arr.tail].astype(np.int64) * n + perm[arr.head]
     pos = np.minimum(np.searchsorted(key, image, sorter=order), key.size - 1)
     link = order[pos]
-    if not (np.array_equal(key[link], image) and np.array_equal(arr.capacity[link], arr.capacity)):
+    if not (np.array_equal(key[link], image) and np.array_equal(capacity[link], capacity)):
         return None
     return link
 
 
-def _order(perm: np.ndarray) -> int:
-    k, p = 1, perm.copy()
-    ident = np.arange(perm.size)
-    while not np.array_equal(p, ident):
-        p = perm[p]
-        k += 1
-    return k
+def symmetry_generators(topo: Topology, *, structural: bool = False
+                        ) -> list[list[tuple[np.ndarray, np.ndarray]]]:
+    """The checked commuting generators found as in the module docstring, grouped by
+    cluster: per cluster, ``(node permutation, link permutation)`` of each generator
+    (empty when no proposal passes).  ``structural``: automorphisms of the digraph
+    alone, capacities ignored (a degraded link breaks no symmetry: every link still maps
+    onto a link, so trees onto trees), joint shifts of a class's parts proposed too
+    (:func:`_block_shifts`).  20-50 ms CPU at 1,024 GPUs: listing the clusters' elements
+    (:func:`find_symmetry`) is most of that function's cost."""
+    capacity = np.ones(topo.num_links) if structural else topo.arrays.capacity
+    return _generators(topo, _refine(topo, capacity), capacity, structural)
 
 
-def _elements(gens: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
-    """Every product ``g1^e1 ... gm^em`` of commuting generators, as stacked node and
-    link permutations (uniform over the group they generate)."""
-    nodes = [np.arange(gens[0][0].size)]
-    links = [np.arange(gens[0][1].size)]
-    for node, link in gens:
-        k = _order(node)
-        pn, pl = list(nodes), list(links)
-        for _ in range(k - 1):
-            pn = [node[p] for p in pn]
-            pl = [link[p] for p in pl]
-            nodes += pn
-            links += pl
-    return np.stack(nodes), np.stack(links)
-
-
-def _components(n: int, maps: list[np.ndarray]) -> np.ndarray:
-    """Orbit labels of ``range(n)`` under the permutations ``maps``."""
-    if not maps:
-        return np.arange(n)
-    src = np.concatenate([np.arange(n)] * len(maps))
-    dst = np.concatenate(maps)
-    graph = coo_matrix((np.ones(src.size), (src, dst)), shape=(n, n))
-    return connected_components(graph, directed=True, connection="weak")[1]
-
-
-def find_symmetry(topo: Topology,
-                  fits: Callable[[int, int], bool] | None = None) -> Symmetry | None:
-    """The checked abelian automorphism group of ``topo`` found as in the module
-    docstring, ``None`` when no proposal passes, or when ``fits(link orbits, root
-    orbits)`` is false: it is asked before the group's elements are listed (up to
-    :data:`MAX_CLUSTER_ELEMENTS` node and link permutations per cluster), so a quotient
-    the caller would not solve costs no more than finding its generators."""
-    color = _refine(topo)
+def _generators(topo: Topology, color: np.ndarray, capacity: np.ndarray, structural: bool
+                ) -> list[list[tuple[np.ndarray, np.ndarray]]]:
+    """:func:`symmetry_generators` at the refined colours ``color``."""
     nb = _neighbours(topo)
-    accepted = _commuting(topo, _block_shifts(topo, color, nb) + _twin_shifts(topo))
+    accepted: list[tuple[np.ndarray, np.ndarray]] = []
+    moves = np.zeros((0, topo.num_nodes), bool)      # the nodes each accepted one moves
+    for perm in _block_shifts(topo, color, nb, structural) + _twin_shifts(topo, capacity):
+        link = _link_map(topo, perm, capacity)
+        if link is None:
+            continue
+        moved = perm != np.arange(perm.size)
+        # commuting with every accepted permutation whose moved nodes meet its own
+        if all(np.array_equal(perm[accepted[i][0]], accepted[i][0][perm])
+               for i in np.flatnonzero(moves[:, moved].any(axis=1)).tolist()):
+            accepted.append((perm, link))
+            moves = np.vstack([moves, moved])
     if not accepted:
-        return None
-    link_orbit = _components(topo.num_links, [link for _, link in accepted])
-    node_orbit = _components(topo.num_nodes, [node for node, _ in accepted])
-    _, root_orbit = np.unique(node_orbit[topo.arrays.gpu_nodes], return_inverse=True)
-    _, link_orbit = np.unique(link_orbit, return_inverse=True)
-    if fits is not None and not fits(int(link_orbit.max()) + 1, int(root_orbit.max()) + 1):
-        return None
+        return []
     support = [np.flatnonzero(link != np.arange(link.size)) for _, link in accepted]
-    owner = _clusters(support)
-    clusters = [[accepted[i] for i in np.flatnonzero(owner == c)] for c in np.unique(owner)]
-    if any(np.prod([float(_order(node)) for node, _ in gens]) > MAX_CLUSTER_ELEMENTS
+    owner = clusters_of(support)
+    return [[accepted[i] for i in np.flatnonzero(owner == c)] for c in np.unique(owner)]
+
+
+def find_symmetry(topo: Topology, too_big: Callable[[int, int], bool] | None = None
+                  ) -> Symmetry | None:
+    """The checked abelian automorphism group of ``topo`` found as in the module
+    docstring, ``None`` when no proposal passes, or (with ``too_big``, a test of the
+    quotient's rows and root orbits) when the colour classes already fail it: every
+    automorphism keeps the refined colours, so a link's orbit lies in its class of
+    (tail colour, head colour, capacity) and a root's in its colour, and the classes
+    count the rows from below (the shift and twin proposals are the search's cost)."""
+    capacity = topo.arrays.capacity
+    color = _refine(topo, capacity)
+    if too_big is not None and _too_big_by_colours(topo, color, too_big):
+        return None
+    clusters = _generators(topo, color, capacity, structural=False)
+    if not clusters:
+        return None
+    if any(np.prod([float(cycle_order(node)) for node, _ in gens]) > MAX_CLUSTER_ELEMENTS
            for gens in clusters):
         return None
-    elems = [_elements(gens) for gens in clusters]
+    elems = [elements(gens) for gens in clusters]
+    accepted = [gen for gens in clusters for gen in gens]
+    link_orbit = orbits(topo.num_links, [link for _, link in accepted])
+    node_orbit = orbits(topo.num_nodes, [node for node, _ in accepted])
+    _, root_orbit = np.unique(node_orbit[topo.arrays.gpu_nodes], return_inverse=True)
+    _, link_orbit = np.unique(link_orbit, return_inverse=True)
     return Symmetry(tuple(e[0] for e in elems), tuple(e[1] for e in elems),
                     link_orbit.astype(np.int64), root_orbit.astype(np.int64))
 
 
-def _commuting(topo: Topology, proposals: list[np.ndarray]
-               ) -> list[tuple[np.ndarray, np.ndarray]]:
-    """The proposals that are automorphisms (with their link maps), in order, each kept
-    when it commutes with every one kept before whose moved nodes overlap its own (the
-    overlap found for all kept ones at once from a matrix of their moved nodes)."""
-    ident = np.arange(topo.num_nodes)
-    moved_kept = np.zeros((len(proposals), topo.num_nodes), dtype=bool)
-    accepted: list[tuple[np.ndarray, np.ndarray]] = []
-    for perm in proposals:
-        link = _link_map(topo, perm)
-        if link is None:
-            continue
-        moved = perm != ident
-        overlap = np.flatnonzero(moved_kept[:len(accepted), moved].any(axis=1))
-        if all(np.array_equal(perm[accepted[i][0]], accepted[i][0][perm])
-               for i in overlap.tolist()):
-            moved_kept[len(accepted)] = moved
-            accepted.append((perm, link))
-    return accepted
-
-
-def _clusters(support: list[np.ndarray]) -> np.ndarray:
-    """Cluster label per generator: connected components of 'moves a common link'."""
-    m = len(support)
-    owner = np.concatenate([np.full(s.size, i) for i, s in enumerate(support)])
-    links = np.concatenate(support)
-    order = np.argsort(links, kind="stable")
-    same = np.flatnonzero(np.diff(links[order]) == 0)
-    a, b = owner[order][same], owner[order][same + 1]
-    graph = coo_matrix((np.ones(a.size), (a, b)), shape=(m, m))
-    return connected_components(graph, directed=False)[1]
+def _too_big_by_colours(topo: Topology, color: np.ndarray,
+                        too_big: Callable[[int, int], bool]) -> bool:
+    """``too_big`` at the colour classes' counts (:func:`find_symmetry`): link classes
+    plus root classes as the rows, root classes as the root orbits."""
+    arr = topo.arrays
+    roots = int(np.unique(color[arr.gpu_nodes]).size)
+    links = int(np.unique(np.column_stack([color[arr.tail], color[arr.head], arr.capacity]),
+                          axis=0).shape[0])
+    return too_big(links + roots, roots)

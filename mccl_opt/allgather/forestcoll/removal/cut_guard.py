@@ -37,7 +37,8 @@ import numpy as np
 from mccl_opt import anytime
 from ..maxflow import INF, FlowNetwork
 
-__all__ = ["KnownCuts", "SweepGuard", "violated_set", "violated_sets", "MAX_ROUNDS"]
+__all__ = ["KnownCuts", "SweepGuard", "violated_set", "violated_sets", "tight_sets",
+           "MAX_ROUNDS"]
 
 #: exchange rounds per switch before a guard gives up
 MAX_ROUNDS = 64
@@ -70,6 +71,21 @@ def violated_sets(n: int, gpus: np.ndarray, k: int, arcs: Arcs, most: int) -> np
     restriction")."""
     net, caps = _rooted_network(n, gpus, k, arcs)
     return net.failing_sets(caps, gpus, k * gpus.size, most)
+
+
+def tight_sets(n: int, gpus: np.ndarray, k: int, arcs: Arcs, most: int) -> np.ndarray:
+    """Up to ``most`` node sets with no slack in ``arcs`` (a graph meeting the rooted cut
+    condition for ``k`` trees per root of ``gpus``): ``units(δ⁻(T)) = k·|GPUs ∉ T|``, so
+    any unit a pairing takes from ``T`` breaks the condition.  One rooted sweep
+    (:func:`violated_sets`) at scaled capacities, ``M·units`` and ``k·M + 1`` per root
+    with ``M`` above the GPU count: a set fails there iff ``units < k·|out| + |out|/M``,
+    i.e. (integers, ``|out| < M``) iff it is tight; each row the failing sink's set with
+    the most GPUs outside.  Sets of one node are left out: a lone GPU's in-units no
+    pairing can take (a pair inside it would be a loop)."""
+    tail, head, units = arcs
+    scale = int(gpus.size) + 1
+    sets = violated_sets(n, gpus, k * scale + 1, (tail, head, units * scale), most)
+    return sets[sets.sum(axis=1) > 1]
 
 
 def _rooted_network(n: int, roots: np.ndarray, k: int, arcs: Arcs
@@ -136,7 +152,9 @@ class KnownCuts:
     def learn(self, ranks_inside: np.ndarray) -> bool:
         """Add the node set with the fewest in-units of the physical graph ``arcs`` that
         holds the GPUs of ``ranks_inside`` (a mask over ranks) and none of the others;
-        ``False`` if it is already known."""
+        ``False`` if it is already known, or a known set holds exactly those GPUs."""
+        if (self.sets[:, self.gpus] == ranks_inside).all(axis=1).any():
+            return False
         tail, head, units = self.arcs
         net = FlowNetwork(self.n, tail, head)
         caps = net.caps()
@@ -144,7 +162,11 @@ class KnownCuts:
         caps[net.s_arc0 + self.gpus[~ranks_inside]] = INF
         caps[net.t_arc0 + self.gpus[ranks_inside]] = INF
         net.max_flow(caps)
-        inside = ~net.source_side()
+        return self.add(~net.source_side())
+
+    def add(self, inside: np.ndarray) -> bool:
+        """Add the node set ``inside`` (a mask over the ``n`` nodes); ``False`` if known."""
+        tail, head, units = self.arcs
         if (self.sets == inside).all(axis=1).any():
             return False
         self.sets = np.vstack([self.sets, inside])

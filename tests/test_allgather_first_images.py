@@ -1,0 +1,68 @@
+"""The first AllGather schedule averaged over fabric automorphisms
+(:mod:`mccl_opt.allgather.first_images`, issue 25: a good schedule under a short limit).
+
+HPN 2x5x8 (80 GPUs, one aggregation switch per rail) with one NIC uplink slowed one way:
+the GPU line crosses hosts on one rail (14 % of the single-GPU cut bound); its images
+under the rail shift -- an automorphism of the fabric's links only (the slowed NIC
+breaks the capacitated one), moving both segments' ToRs and the per-rail aggregation
+switches at once -- spread the crossings over every rail, the images that load the slow
+NIC taken less often.  Nothing is timed.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import mccl_opt as mo
+from instances import hpn
+from mccl_opt import anytime
+from mccl_opt.allgather import first_images, solve
+from mccl_opt.allgather.canonical import canonical
+from mccl_opt.allgather.first import first_schedule
+from mccl_opt.report import Method, Termination
+
+from .oracle_allgather import check_schedule
+
+
+def _slow_nic(factor: float) -> mo.Topology:
+    topo = hpn(2, 5, 8)
+    gpu = topo.gpus[0]
+    link = next(l for l in topo.links if l.src == gpu and "tor" in l.dst)
+    return topo.with_capacity({(link.src, link.dst): link.capacity_gbps * factor})
+
+
+def _cut_bound(topo: mo.Topology) -> float:
+    """The single-GPU cut: ``min_g min(ingress / (N - 1), egress)``."""
+    arr = topo.arrays
+    n = topo.num_gpus
+    ingress = np.bincount(arr.head, weights=arr.capacity, minlength=topo.num_nodes)
+    egress = np.bincount(arr.tail, weights=arr.capacity, minlength=topo.num_nodes)
+    gpus = arr.gpu_nodes
+    return float(min((ingress[gpus] / (n - 1)).min(), egress[gpus].min()))
+
+
+@pytest.mark.parametrize("factor", [1 / 4, 1 / 64])
+def test_the_line_s_images_reach_most_of_the_cut_bound(factor):
+    """Valid (multiples of ``1/k``, ``k <= 10``) at three quarters of the cut bound, where
+    averaging over every image alike reaches 15 % of it with the NIC at 1/64."""
+    topo = canonical(_slow_nic(factor))
+    first = first_schedule(topo, None, 10)
+    images = first_images.averaged_first(topo, first, 10)
+    bound = _cut_bound(topo)
+    assert first.rate_gbps < 0.2 * bound
+    assert images is not None and images.rate_gbps >= 0.75 * bound
+    assert mo.validate(topo, images).rate_gbps == pytest.approx(images.rate_gbps, rel=1e-9)
+
+
+def test_a_limit_after_the_first_schedule_returns_its_images(monkeypatch):
+    """The limit passes where the chain starts: the images offered before it are returned."""
+    topo = _slow_nic(1 / 4)
+    monkeypatch.setattr(solve, "image_seconds", lambda gpus: 0.0)      # room, whatever the load
+    monkeypatch.setattr(solve, "_chain", lambda *a, **k: anytime.run_out("a test: the chain"))
+    sched = mo.solve_allgather(topo, max_chunks=10, time_limit=600.0)
+    report = sched.report
+    assert report.termination is Termination.TIME_LIMIT and report.method is Method.FIRST
+    assert "averaged over" in sched.stats["method"]
+    check_schedule(topo, sched, max_chunks=10)
+    assert report.bound_gbps >= sched.rate_gbps >= 0.75 * _cut_bound(topo)
