@@ -115,3 +115,22 @@ def test_exact_fit_check_does_not_overflow_int64():
             assert int(fab.cap.max()) * k0 * p1.den > 2 ** 63    # the product that overflowed
             assert _exact_fits(fab, p1, None, k0) == \
                 (int(fab.cap.max()) * k0 * p1.den // p1.num <= MAX_UNITS)
+
+
+def test_fewest_trees_screens_later_k_by_the_cut_a_failed_test_found():
+    """Above ``x*`` (a warm guess: the single-GPU cut bound of HPN 1x2x4 without a rail
+    ToR, whose GPUs relay over NVLink) no ``k < k0`` passes the rooted test: the answer is
+    the brute force's (``k0``), and the first failed test's cut excludes every later ``k``,
+    so the max-flows stay those of one sweep (35 sweeps before)."""
+    from bench.fabric_variants import without_node
+    from mccl_opt.allgather.budget import FEWEST_TRIES, fewest_trees
+    from mccl_opt.allgather.forestcoll.throughput import cut_upper_bound, violated_tree_cut
+
+    fab, _ = fabric_of(without_node(hpn(1, 2, 4), "s0tor1"))
+    bound = cut_upper_bound(fab)
+    x, k0 = Fraction(bound.num, bound.den), exact_k(fab, bound)
+    brute = next((k for k in range(1, min(k0, FEWEST_TRIES + 1))
+                  if violated_tree_cut(fab, k, x / k, fab.gpus)[0] < 0), k0)
+    k, y, calls = fewest_trees(fab, bound, k0)
+    assert (k, y) == (brute, x / brute) and k == k0 > 2
+    assert 0 < calls <= fab.num_gpus

@@ -177,17 +177,21 @@ def fewest_trees(fab: Fabric, p1: PhaseOneResult, k0: int) -> tuple[int, Fractio
     then the rooted test): ``k0`` makes every link's units exact, but the floors drop
     only capacity no tight cut needs, so fewer trees often reach ``x*`` too (4096-GPU
     HPN: 1 instead of 5).  Only ``k <= FEWEST_TRIES`` are tried (exact mode's ``k0``
-    can be in the millions).  Cold and warm choose alike (same fabric, same ``x*``)."""
+    can be in the millions).  Cold and warm choose alike (same fabric, same ``x*``).
+    A failed rooted test's cut joins the screening cuts, so a later ``k`` that cut
+    excludes costs no max-flow (a warm guess above ``x*``: 64 rooted tests -> a few)."""
     x = Fraction(p1.num, p1.den)
     singles = CutBounds(fab)
     singles.add_hints(p1, [])
     calls = 0
     for k in range(1, min(k0, FEWEST_TRIES + 1)):
         if singles.admits(k, x):
-            pos, _ = violated_tree_cut(fab, k, x / k, fab.gpus)
+            pos, sink_side = violated_tree_cut(fab, k, x / k, fab.gpus)
             calls += fab.num_gpus if pos < 0 else pos + 1
             if pos < 0:
                 return k, x / k, calls
+            if sink_side is not None:
+                singles.add([sink_side])
     return k0, x / k0, calls
 
 
