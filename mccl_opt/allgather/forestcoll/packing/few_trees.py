@@ -181,6 +181,18 @@ def _move(a, copies, l_tail, l_head, cap, pair, mem, sets, slack):
 
 
 @njit(cache=True)
+def _enter(a, copies, count, l_tail, l_head, cap, pair, mem, sets, slack, row, member, order):
+    """The class enters ``l_head[a]`` over link ``a`` with ``copies`` copies; returns its
+    new member count."""
+    _move(a, copies, l_tail, l_head, cap, pair, mem, sets, slack)
+    v = l_head[a]
+    row[v] = a
+    member[v] = True
+    order[count] = v
+    return count + 1
+
+
+@njit(cache=True)
 def _verify(lo, hi, mult, n, m, cap, unstarted, order, p_left, vcaps, vnet, sinks,
             sweep_pos):
     """The sweep over the sinks ``order[lo:hi]`` (the ranks entered since the last
@@ -363,12 +375,8 @@ def _grow_class(r, mult, n, m, l_tail, l_head, pair, left, short, out_start, out
             a = _unchecked_link(count, mult, order, out_start, out_arc, l_head, cap, member,
                                 mem, sets, slack, dead, spent)
         if a >= 0:
-            _move(a, mult, l_tail, l_head, cap, pair, mem, sets, slack)
-            v = l_head[a]
-            row[v] = a
-            member[v] = True
-            order[count] = v
-            count += 1
+            count = _enter(a, mult, count, l_tail, l_head, cap, pair, mem, sets, slack, row,
+                           member, order)
             continue
         if verified < count:
             checks[0] += 1 + (count - verified) // SINKS_PER_CHECK
@@ -419,12 +427,8 @@ def _grow_class(r, mult, n, m, l_tail, l_head, pair, left, short, out_start, out
             spent[:] = False
             _all_slacks(mem, sets, members, sizes, slack, in_start, in_arc, l_tail, cap,
                         unstarted, p_left)
-        _move(a, mult, l_tail, l_head, cap, pair, mem, sets, slack)
-        v = l_head[a]
-        row[v] = a
-        member[v] = True
-        order[count] = v
-        count += 1
+        count = _enter(a, mult, count, l_tail, l_head, cap, pair, mem, sets, slack, row,
+                       member, order)
         verified = count
     return mult
 
