@@ -96,9 +96,9 @@ MEMORY_SETS = 256
 MAX_FAILED_VERIFICATIONS = 8
 
 #: sinks of a verification sweep counted as one max-flow against the packing's budget (a
-#: sweep repairs one flow from sink to sink: ~0.7 ms for 127 sinks at 128 GPUs, a check
-#: from scratch ~0.1 ms)
-SINKS_PER_CHECK = 16
+#: sweep repairs one flow from sink to sink: ~2.8 ms for 127 sinks of leaf-spine 8x2x8's
+#: tight exact split in rank order, where a check from scratch takes ~0.1-0.5 ms)
+SINKS_PER_CHECK = 4
 
 
 @njit(cache=True)
@@ -439,8 +439,11 @@ def few_trees_pack(n: int, tail: np.ndarray, head: np.ndarray, units: np.ndarray
     """``k`` trees per root on the logical graph by the compiled Lovász growth (module
     doc), as tree classes; ``None`` when a class gets stuck (the graph fails the rooted
     cut condition for ``k``) or after ``max_checks`` max-flows (default
-    :data:`FEW_TREES_MAX_CHECKS`; ``info["few_trees_checks"]``: how many ran).  Every link
-    stays within its units by construction.  Under a limit (a warm stage's allowance, the
+    :data:`FEW_TREES_MAX_CHECKS`; ``info["few_trees_checks"]``: how many ran, a
+    verification sweep counted as one per :data:`SINKS_PER_CHECK` sinks).  Every link
+    stays within its units by construction.  ``near``: the ranks in the sweeps' sink
+    order (rank order when ``None``; :func:`few_trees_on_splits` passes the split's
+    :func:`~..removal.splitting.sink_order`, hosts together).  Under a limit (a warm stage's allowance, the
     solve's ``time_limit``) the clock is checked before each class (at most ``n``
     max-flows, ~2-5 ms at 64 GPUs)."""
     info = {} if info is None else info
