@@ -9,6 +9,8 @@ must return ``None``, never a partial or over-full packing."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 
@@ -293,3 +295,34 @@ def test_short_paths_flow_never_exceeds_the_checks_max_flow():
                 assert bound <= flow
                 tight += bound == flow
     assert tight > 0
+
+
+def test_tight_graphs_made_of_known_trees_always_pack():
+    """A union of ``k`` random spanning arborescences per root is a tight graph (every
+    rank's in-units exactly the ``k (n - 1)`` trees owed to it) that admits ``k``: the
+    packing must complete it (Lovász) within every link's units.  Links taken unchecked
+    and verified in batches (a failed sweep rolling the class back) may keep no state a
+    check would refuse, else a later class gets stuck; with ``max_checks=0`` no sweep
+    runs and nothing is returned."""
+    rng = np.random.default_rng(11)
+    swept = 0
+    for _ in range(30):
+        n, k = int(rng.integers(4, 11)), int(rng.integers(1, 4))
+        units: dict[tuple[int, int], int] = {}
+        for r in range(n):
+            for _ in range(k):
+                order = [r] + [int(v) for v in rng.permutation([v for v in range(n) if v != r])]
+                for i in range(1, n):       # each rank's parent: one placed before it
+                    u = order[int(rng.integers(0, i))]
+                    units[u, order[i]] = units.get((u, order[i]), 0) + 1
+        pairs = sorted(units)
+        lg = SimpleNamespace(num_gpus=n, tail=np.array([p[0] for p in pairs], np.int64),
+                             head=np.array([p[1] for p in pairs], np.int64),
+                             units=np.array([units[p] for p in pairs], np.int64))
+        info: dict[str, int] = {}
+        classes = few_trees_pack(n, lg.tail, lg.head, lg.units, k, info=info)
+        assert classes is not None
+        _assert_packing(lg, k, classes)
+        swept += info["few_trees_checks"] > 0
+        assert few_trees_pack(n, lg.tail, lg.head, lg.units, k, 0) is None
+    assert swept > 0

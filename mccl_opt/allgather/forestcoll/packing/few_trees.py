@@ -20,14 +20,31 @@ set ``S ∋ v``, ``u ∉ S`` has slack below ``a``, i.e. iff the max-flow from `
 other copies give their links back and return to the unstarted trees of their root
 (ForestColl would split them off as a second partial class, which needs a node per
 class in the network); that never breaks the condition, as each such copy crossed every
-set it met.  A set that does not meet ``R_j`` always has slack ``>= mult``, and a tight
-one stays tight while ``j`` grows, so every failed check's sink side rules out all links
-into it for the rest of ``j``'s growth (until copies are given back).  Links with room
-for every copy are scanned first, and there a link that admits only some copies is passed
-over (its check's sink side, slack below ``mult``, rules out the links into it for that
-scan) so a class splits only where no link takes all its copies (leaf-spine 4x2x8 with a
-NIC at 360 Gbps one way: 182 -> 175 classes, 13 469 -> 12 957 max-flows).  One small
-max-flow per class edge tried, hence a budget of max-flows.
+set it met.  Links with room for every copy are tried first, and there a link that
+admits only some copies is passed over, so a class splits only where no link takes all
+its copies.
+
+**Unchecked links, verified in batches** (docs/allgather.md "Few-trees packing: checks
+in batches").  On a tight graph (every rank's in-units exactly the trees still owed to
+it: the exact split of a balanced fabric whose single-GPU cut is the optimum) a check is
+a max-flow of ``P`` units that must saturate every link into ``v``, and leaf-spine 8x2x8
+with 4 spines ran 28 400 of them (~3 s).  Four in five pass, and the failures are the
+same few sets class after class (half-hosts, hosts, leaves and their unions).  So a
+failed check's sink side is *remembered* for the whole packing with its exact slack
+(``units(δ⁻(S))`` less the unstarted trees rooted outside ``S``: updated as links are
+taken or given back, recomputed when a class starts or splits), and a link into a
+remembered set whose slack is below the copies is ruled out without a max-flow
+(exact: that set would fail the check).  A class then takes the links the checked scan
+would take were every check to pass (members newest first, so it fills the host it has
+just entered before leaving it), and the links taken since the last verified state are
+verified at once by one rooted sweep (:func:`_verify`: one flow repaired from sink to
+sink over the ranks they entered; a node fed the class's copies with an arc to each of
+its ranks, so a set meeting the class is owed nothing more by it): a set broken by the
+batch holds the head of the batch's last link into it, so those sinks suffice.  A failed
+sweep's cut is remembered and the class goes back to before its first link into it;
+where no unchecked link is left, one link is taken by checks as before.  Every state
+kept passed a check or a sweep, so the packing is Lovász's, exact.  Leaf-spine 8x2x8:
+28 412 max-flows (3.0 s) -> 225 max-flows and 414 sweeps (0.9-1.0 s).
 
 A check is decided without its max-flow where a flow on paths of at most three links
 already reaches ``P + a`` (:func:`_short_paths_flow`: ``s -> v``, ``u -> v``, through
@@ -53,8 +70,8 @@ import numpy as np
 from numba import njit
 
 from mccl_opt import anytime
-from ..maxflow import INF, FlowNetwork, _bfs_levels, _dinic
-from ..removal.splitting import LogicalGraph, SplitGraph, split_all
+from ..maxflow import INF, FlowNetwork, _bfs_levels, _dinic, _rooted_check
+from ..removal.splitting import LogicalGraph, SplitGraph, sink_order, split_all
 from .contraction import CONTRACT_MIN_GPUS, Problem, decompose, tight_sets
 from .trees import TreeClass
 
@@ -77,8 +94,141 @@ FEW_TREES_CHECKS_PER_N2 = 4
 #: CPU) where 2 trees per root (0.1 % below) take 0.19 s; 8x2x8: 27 000 (3.4 s) vs 0.65 s
 FEW_TREES_CHEAP_ENTRIES = 1 << 14
 
-#: tight sets remembered while one tree grows (each rules out the links entering it)
-MAX_TIGHT_SETS = 64
+#: tight sets remembered over the whole packing (each, while its slack is below a class's
+#: multiplicity, rules out the links entering it from outside)
+MEMORY_SETS = 256
+
+#: verifications of a class's unchecked links that may fail before the class grows by
+#: checked links only (each failure remembers a new set, so the class cannot cycle)
+MAX_FAILED_VERIFICATIONS = 8
+
+#: sinks of a verification sweep counted as one max-flow against the packing's budget (a
+#: sweep repairs one flow from sink to sink: ~2.8 ms for 127 sinks of leaf-spine 8x2x8's
+#: tight exact split in rank order, where a check from scratch takes ~0.1-0.5 ms)
+SINKS_PER_CHECK = 4
+
+
+@njit(cache=True)
+def _set_slack(c, sets, members, sizes, in_start, in_arc, l_tail, cap, unstarted, p_left):
+    """Slack of remembered set ``c``: the units entering it less the unstarted trees
+    rooted outside it (module doc)."""
+    units = 0
+    inside = 0
+    for i in range(sizes[c]):
+        x = members[c, i]
+        inside += unstarted[x]
+        for p in range(in_start[x], in_start[x + 1]):
+            a = in_arc[p]
+            if not sets[c, l_tail[a]]:
+                units += cap[a]
+    return units - (p_left - inside)
+
+
+@njit(cache=True)
+def _all_slacks(mem, sets, members, sizes, slack, in_start, in_arc, l_tail, cap, unstarted,
+                p_left):
+    for c in range(mem[0]):
+        slack[c] = _set_slack(c, sets, members, sizes, in_start, in_arc, l_tail, cap,
+                              unstarted, p_left)
+
+
+@njit(cache=True)
+def _remember(side, n, mem, sets, members, sizes, slack, in_start, in_arc, l_tail, cap,
+              unstarted, p_left):
+    """Remember the node set ``side`` (a cut's sink side) with its slack, unless it is
+    remembered already; past :data:`MEMORY_SETS` the oldest is replaced."""
+    size = 0
+    for x in range(n):
+        size += side[x]
+    for c in range(mem[0]):
+        if sizes[c] == size:
+            same = True
+            for x in range(n):
+                if sets[c, x] != side[x]:
+                    same = False
+                    break
+            if same:
+                return
+    if mem[0] < sets.shape[0]:
+        c = mem[0]
+        mem[0] += 1
+    else:
+        c = mem[1]
+        mem[1] = (c + 1) % sets.shape[0]
+    j = 0
+    for x in range(n):
+        sets[c, x] = side[x]
+        if side[x]:
+            members[c, j] = x
+            j += 1
+    sizes[c] = size
+    slack[c] = _set_slack(c, sets, members, sizes, in_start, in_arc, l_tail, cap, unstarted,
+                          p_left)
+
+
+@njit(cache=True)
+def _ruled_out(u, v, need, mem, sets, slack):
+    """Whether a remembered set holding ``v`` but not ``u`` has slack below ``need``:
+    then ``need`` copies over ``u -> v`` would break the cut condition (exact)."""
+    for c in range(mem[0]):
+        if sets[c, v] and not sets[c, u] and slack[c] < need:
+            return True
+    return False
+
+
+@njit(cache=True)
+def _move(a, copies, l_tail, l_head, cap, pair, mem, sets, slack):
+    """``copies`` more (or, negative, fewer) copies of the class over link ``a``."""
+    u, v = l_tail[a], l_head[a]
+    cap[a] -= copies
+    pair[u, v] -= copies
+    for c in range(mem[0]):
+        if sets[c, v] and not sets[c, u]:
+            slack[c] -= copies
+
+
+@njit(cache=True)
+def _enter(a, copies, count, l_tail, l_head, cap, pair, mem, sets, slack, row, member, order):
+    """The class enters ``l_head[a]`` over link ``a`` with ``copies`` copies; returns its
+    new member count."""
+    _move(a, copies, l_tail, l_head, cap, pair, mem, sets, slack)
+    v = l_head[a]
+    row[v] = a
+    member[v] = True
+    order[count] = v
+    return count + 1
+
+
+@njit(cache=True)
+def _verify(lo, hi, mult, n, m, cap, unstarted, order, p_left, vcaps, vnet, sinks,
+            sweep_pos):
+    """The sweep over the sinks ``order[lo:hi]`` (the ranks entered since the last
+    verified state): -1 if the partial packing with the class at ``order[:hi]`` keeps the
+    cut condition, else the first failing sink (its residual network left in ``vnet``).
+    ``vnet``: the logical graph plus a node ``ρ`` (``n``) fed ``mult`` by the source with
+    an INF link to every rank of the class, so a set meeting the class is owed its copies
+    and one missing it is not."""
+    start, arcs, head, res, level, queue, it, path = vnet
+    for b in range(m):
+        vcaps[b] = cap[b]
+    for x in range(n):
+        vcaps[m + x] = 0
+    for i in range(hi):
+        vcaps[m + order[i]] = INF
+    s0 = m + n
+    for x in range(n):
+        vcaps[s0 + x] = unstarted[x]
+    vcaps[s0 + n] = mult
+    t0 = s0 + n + 1
+    for x in range(n + 1):
+        vcaps[t0 + x] = 0
+    for i in range(lo, hi):
+        sinks[i - lo] = order[i]
+    part = sinks[: hi - lo].copy()
+    sinks[: hi - lo] = part[np.argsort(sweep_pos[part])]
+    pos = _rooted_check(n + 3, start, arcs, head, res, vcaps, t0, sinks, 0, hi - lo,
+                        p_left + mult, level, queue, it, path)
+    return -1 if pos < 0 else sinks[pos]
 
 
 @njit(cache=True)
@@ -134,65 +284,143 @@ def _short_paths_flow(u, v, n, pair, unstarted, want, left, short):
 
 
 @njit(cache=True)
-def _grow_class(r, mult, n, m, l_tail, l_head, pair, left, short, out_start, out_arc, cap,
-                unstarted, start, arcs, rhead, res, level, queue, it, path, row, tight,
-                tight_slack, member, order, checks):
-    """Grow a class of ``mult`` trees of root ``r`` edge by edge (module doc) into ``row``
-    (the link into each rank); returns its final multiplicity: where a link admits only
+def _unchecked_link(count, mult, order, out_start, out_arc, l_head, cap, member, mem, sets,
+                    slack, dead, spent):
+    """The first link the class would take were every check to pass: members newest
+    first, each one's links widest first, with room for every copy and not ruled out by
+    a remembered set; -1 if none.  A link passed over stays so while the class only
+    grows (its head a member, its units or a set's slack only fall): ``dead`` marks it,
+    ``spent`` a member whose every link is (both cleared where the class gives back)."""
+    for i in range(count - 1, -1, -1):
+        u = order[i]
+        if spent[u]:
+            continue
+        for p in range(out_start[u], out_start[u + 1]):
+            a = out_arc[p]
+            if dead[a]:
+                continue
+            v = l_head[a]
+            if member[v] or cap[a] < mult or _ruled_out(u, v, mult, mem, sets, slack):
+                dead[a] = True
+                continue
+            return a
+        spent[u] = True
+    return -1
+
+
+@njit(cache=True)
+def _checked_link(count, mult, p_left, n, m, order, out_start, out_arc, l_head, cap, pair,
+                  unstarted, left, short, net, member, mem, sets, members, sizes, slack,
+                  in_start, in_arc, l_tail, side, checks):
+    """One link by checks (module doc): links with room for every copy first (members
+    newest first), then the others (members oldest first); ``(link, copies)``, ``(-1, 0)``
+    when stuck, ``(-2, 0)`` past the budget.  A failed check's sink side is remembered."""
+    start, arcs, rhead, res, level, queue, it, path = net
+    for wide in (True, False):
+        for j in range(count):
+            u = order[count - 1 - j] if wide else order[j]
+            for p in range(out_start[u], out_start[u + 1]):
+                a = out_arc[p]
+                v = l_head[a]
+                if member[v] or cap[a] == 0 or (wide and cap[a] < mult):
+                    continue
+                need = mult if wide else 1
+                if _ruled_out(u, v, need, mem, sets, slack):
+                    continue
+                want = min(mult, cap[a])
+                if _short_paths_flow(u, v, n, pair, unstarted, p_left + want, left,
+                                     short) >= p_left + want:
+                    amount = want                # every check cut passes (module doc)
+                else:
+                    checks[0] += 1
+                    if checks[0] > checks[1]:
+                        return -2, 0
+                    amount = _check(u, v, want, p_left, n, m, cap, unstarted, start,
+                                    arcs, rhead, res, level, queue, it, path)
+                if amount >= need and (amount == mult or not wide):
+                    return a, amount
+                _bfs_levels(n + 2, start, arcs, rhead, res, n, -1, level, queue)
+                for x in range(n):
+                    side[x] = level[x] < 0
+                _remember(side, n, mem, sets, members, sizes, slack, in_start, in_arc,
+                          l_tail, cap, unstarted, p_left)
+    return -1, 0
+
+
+@njit(cache=True)
+def _grow_class(r, mult, n, m, l_tail, l_head, pair, left, short, out_start, out_arc,
+                in_start, in_arc, cap, unstarted, net, vnet, vcaps, sinks, row, member, order,
+                side, mem, sets, members, sizes, slack, dead, spent, sweep_pos, checks):
+    """Grow a class of ``mult`` trees of root ``r`` (module doc) into ``row`` (the link
+    into each rank); returns its final multiplicity: where a link admits only
     ``a < mult`` copies, the other copies give their links back and return to the
-    unstarted trees of ``r``.  0 when stuck or past ``checks[1]`` max-flows."""
+    unstarted trees of ``r``.  0 when stuck or past ``checks[1]`` max-flows (a sweep
+    counts one per :data:`SINKS_PER_CHECK` sinks).
+
+    Links are first taken unchecked (:func:`_unchecked_link`) and the links taken since
+    the last verified state are verified by one sweep (:func:`_verify`) when the class
+    is complete or no such link is left; a failed sweep's cut is remembered and the
+    class goes back to before its first link into that cut (still verified by the next
+    sweep).  Where no unchecked link is left, one link is taken by checks."""
     p_left = 0
     for x in range(n):
         p_left += unstarted[x]
         member[x] = False
+        spent[x] = False
         row[x] = -1
+    dead[:] = False
+    _all_slacks(mem, sets, members, sizes, slack, in_start, in_arc, l_tail, cap, unstarted,
+                p_left)
     member[r] = True
     order[0] = r
     count = 1
-    n_tight = 0
-    while count < n:
-        found = -1
-        amount = 0
-        for wide in (True, False):           # links with room for every copy first
-            for i in range(count):
-                u = order[i]
-                for p in range(out_start[u], out_start[u + 1]):
-                    a = out_arc[p]
-                    v = l_head[a]
-                    if member[v] or cap[a] == 0 or (wide and cap[a] < mult):
-                        continue
-                    need = mult if wide else 1
-                    ruled = False
-                    for c in range(n_tight):
-                        if tight_slack[c] < need and tight[c, v] and not tight[c, u]:
-                            ruled = True
-                            break
-                    if ruled:
-                        continue
-                    want = min(mult, cap[a])
-                    if _short_paths_flow(u, v, n, pair, unstarted, p_left + want, left,
-                                         short) >= p_left + want:
-                        amount = want                # every check cut passes (module doc)
-                    else:
-                        checks[0] += 1
-                        if checks[0] > checks[1]:
-                            return 0
-                        amount = _check(u, v, want, p_left, n, m, cap, unstarted, start,
-                                        arcs, rhead, res, level, queue, it, path)
-                    if amount >= need and (amount == mult or not wide):
-                        found = a
-                        break
-                    if n_tight < tight.shape[0]:   # the sink side's slack only falls
-                        _bfs_levels(n + 2, start, arcs, rhead, res, n, -1, level, queue)
-                        for x in range(n):
-                            tight[n_tight, x] = level[x] < 0
-                        tight_slack[n_tight] = amount
-                        n_tight += 1
-                if found >= 0:
+    verified = 1                             # order[:verified] keeps the cut condition
+    failed = 0
+    while verified < n:
+        a = -1
+        if failed < MAX_FAILED_VERIFICATIONS and count < n:
+            a = _unchecked_link(count, mult, order, out_start, out_arc, l_head, cap, member,
+                                mem, sets, slack, dead, spent)
+        if a >= 0:
+            count = _enter(a, mult, count, l_tail, l_head, cap, pair, mem, sets, slack, row,
+                           member, order)
+            continue
+        if verified < count:
+            checks[0] += 1 + (count - verified) // SINKS_PER_CHECK
+            if checks[0] > checks[1]:
+                return 0
+            bad = _verify(verified, count, mult, n, m, cap, unstarted, order, p_left, vcaps,
+                          vnet, sinks, sweep_pos)
+            if bad < 0:
+                verified = count
+                continue
+            failed += 1
+            start, arcs, head, res, level, queue, it, path = vnet
+            _bfs_levels(n + 3, start, arcs, head, res, n + 1, -1, level, queue)
+            for x in range(n):
+                side[x] = level[x] < 0
+            _remember(side, n, mem, sets, members, sizes, slack, in_start, in_arc, l_tail,
+                      cap, unstarted, p_left)
+            back = count - 1
+            for i in range(verified, count):
+                v = order[i]
+                if side[v] and not side[l_tail[row[v]]]:
+                    back = i
                     break
-            if found >= 0:
-                break
-        if found < 0:
+            for i in range(count - 1, back - 1, -1):
+                v = order[i]
+                _move(row[v], -mult, l_tail, l_head, cap, pair, mem, sets, slack)
+                member[v] = False
+                row[v] = -1
+            count = back
+            dead[:] = False
+            spent[:] = False
+            continue
+        a, amount = _checked_link(count, mult, p_left, n, m, order, out_start, out_arc,
+                                  l_head, cap, pair, unstarted, left, short, net, member,
+                                  mem, sets, members, sizes, slack, in_start, in_arc, l_tail,
+                                  side, checks)
+        if a < 0:
             return 0
         if amount < mult:                    # the rest start again later
             back = mult - amount
@@ -202,28 +430,31 @@ def _grow_class(r, mult, n, m, l_tail, l_head, pair, left, short, out_start, out
             unstarted[r] += back
             p_left += back
             mult = amount
-            n_tight = 0                      # given-back units may loosen tight sets
-        cap[found] -= mult
-        pair[l_tail[found], l_head[found]] -= mult
-        v = l_head[found]
-        row[v] = found
-        member[v] = True
-        order[count] = v
-        count += 1
+            dead[:] = False
+            spent[:] = False
+            _all_slacks(mem, sets, members, sizes, slack, in_start, in_arc, l_tail, cap,
+                        unstarted, p_left)
+        count = _enter(a, mult, count, l_tail, l_head, cap, pair, mem, sets, slack, row,
+                       member, order)
+        verified = count
     return mult
 
 
 def few_trees_pack(n: int, tail: np.ndarray, head: np.ndarray, units: np.ndarray, k: int,
-                   max_checks: int | None = None, info: dict[str, Any] | None = None
-                   ) -> list[TreeClass] | None:
+                   max_checks: int | None = None, info: dict[str, Any] | None = None,
+                   near: np.ndarray | None = None) -> list[TreeClass] | None:
     """``k`` trees per root on the logical graph by the compiled Lovász growth (module
     doc), split first along tight sets (:mod:`.contraction`), as tree classes; ``None``
     when a class gets stuck (the graph fails the rooted cut condition for ``k``) or after
     ``max_checks`` max-flows (default :data:`FEW_TREES_MAX_CHECKS`;
-    ``info["few_trees_checks"]``: how many ran, the tight-set searches' included).  Every
-    link stays within its units by construction.  Under a limit (a warm stage's
-    allowance, the solve's ``time_limit``) the clock is checked before each class (at most
-    ``n`` max-flows, ~2-5 ms at 64 GPUs)."""
+    ``info["few_trees_checks"]``: how many ran, the tight-set searches' included, a
+    verification sweep counted as one per :data:`SINKS_PER_CHECK` sinks).  Every link
+    stays within its units by construction.  ``near``: the ranks in the sweeps' sink
+    order (rank order when ``None``, and in the parts of a tight-set split;
+    :func:`few_trees_on_splits` passes the split's
+    :func:`~..removal.splitting.sink_order`, hosts together).  Under a limit (a warm
+    stage's allowance, the solve's ``time_limit``) the clock is checked before each class
+    (at most ``n`` max-flows, ~2-5 ms at 64 GPUs)."""
     info = {} if info is None else info
     if n < 2:
         return None
@@ -231,14 +462,16 @@ def few_trees_pack(n: int, tail: np.ndarray, head: np.ndarray, units: np.ndarray
     problem = Problem(n, np.asarray(tail, np.int64), np.asarray(head, np.int64), units,
                       np.full(n, k, np.int64), np.arange(units.size, dtype=np.int64))
     checks = np.array([0, FEW_TREES_MAX_CHECKS if max_checks is None else max_checks], np.int64)
-    classes = _pack(problem, checks)
+    classes = _pack(problem, checks, near)
     info["few_trees_checks"] = int(checks[0])
     return classes
 
 
-def _pack(p: Problem, checks: np.ndarray) -> list[TreeClass] | None:
+def _pack(p: Problem, checks: np.ndarray, near: np.ndarray | None
+          ) -> list[TreeClass] | None:
     """``p``'s packing: along its tight sets where it has some (an outer and an inner
-    packing each, recursively: :mod:`.contraction`), else grown class by class."""
+    packing each, recursively: :mod:`.contraction`; their sweeps in rank order), else
+    grown class by class with the sweeps in ``near``'s order."""
     if p.n >= CONTRACT_MIN_GPUS:
         anytime.check("Phase 3: the few-trees packing, tight sets")
         sets = tight_sets(p, checks)
@@ -248,41 +481,57 @@ def _pack(p: Problem, checks: np.ndarray) -> list[TreeClass] | None:
             dec = decompose(p, sets)
             parts = []
             for q in [dec.outer, *dec.inners]:
-                part = _pack(q, checks)
+                part = _pack(q, checks, None)
                 if part is None:
                     return None
                 parts.append(part)
             return dec.combine(parts[0], parts[1:])
-    return _grow(p, checks)
+    return _grow(p, checks, near)
 
 
-def _grow(p: Problem, checks: np.ndarray) -> list[TreeClass] | None:
+def _grow(p: Problem, checks: np.ndarray, near: np.ndarray | None) -> list[TreeClass] | None:
     """``p``'s packing grown class by class (module doc)."""
     n, tail, head = p.n, p.tail, p.head
     # a vertex's wide links first: a class fans out over them and keeps narrow units
     out_arc = np.lexsort((-p.units, tail)).astype(np.int64)
     out_start = np.zeros(n + 1, np.int64)
     np.cumsum(np.bincount(tail, minlength=n), out=out_start[1:])
+    in_arc = np.argsort(head, kind="stable").astype(np.int64)
+    in_start = np.zeros(n + 1, np.int64)
+    np.cumsum(np.bincount(head, minlength=n), out=in_start[1:])
     net = FlowNetwork(n, tail, head)
+    # the verification network: node n (ρ) fed the class's copies, an arc to every rank
+    vnet = FlowNetwork(n + 1, np.concatenate([tail, np.full(n, n, np.int64)]),
+                       np.concatenate([head, np.arange(n, dtype=np.int64)]))
     cap = p.units.copy()
     unstarted = p.roots.copy()
     pair = np.zeros((n, n), np.int64)        # units left from GPU to GPU, parallel links summed
     np.add.at(pair, (tail, head), cap)
-    left, short = np.zeros(n, np.int64), np.zeros(n, np.int64)
-    tight = np.zeros((MAX_TIGHT_SETS, n), np.bool_)
-    tight_slack = np.zeros(MAX_TIGHT_SETS, np.int64)
-    member = np.zeros(n, np.bool_)
-    order = np.zeros(n, np.int64)
+    most = min(MEMORY_SETS, 4 * n)
+    mem = np.zeros(2, np.int64)              # sets remembered, the next to replace
+    sets = np.zeros((most, n), np.bool_)
+    members = np.zeros((most, n), np.int64)
+    sizes, slack = np.zeros(most, np.int64), np.zeros(most, np.int64)
+    scratch = [np.zeros(n, np.int64) for _ in range(4)]
+    side, member, spent = np.zeros(n, np.bool_), np.zeros(n, np.bool_), np.zeros(n, np.bool_)
+    dead = np.zeros(tail.size, np.bool_)
+    flows = (net._start, net._arcs, net._head, net._res, net._level, net._queue, net._it,
+             net._path)
+    vflows = (vnet._start, vnet._arcs, vnet._head, vnet._res, vnet._level, vnet._queue,
+              vnet._it, vnet._path)
+    vcaps = vnet.caps()
+    sweep_pos = np.empty(n, np.int64)        # each rank's place in the sweeps' sink order
+    sweep_pos[np.arange(n) if near is None else np.asarray(near, np.int64)] = np.arange(n)
     classes: list[TreeClass] = []
     for r in range(n):
         while unstarted[r] > 0:
             anytime.check("Phase 3: the few-trees packing, before a class")
             mult, unstarted[r] = int(unstarted[r]), 0
             row = np.empty(n, np.int64)
-            got = _grow_class(r, mult, n, tail.size, tail, head, pair, left, short,
-                              out_start, out_arc, cap, unstarted, net._start, net._arcs,
-                              net._head, net._res, net._level, net._queue, net._it,
-                              net._path, row, tight, tight_slack, member, order, checks)
+            got = _grow_class(r, mult, n, tail.size, tail, head, pair, scratch[0], scratch[1],
+                              out_start, out_arc, in_start, in_arc, cap, unstarted, flows,
+                              vflows, vcaps, scratch[2], row, member, scratch[3], side,
+                              mem, sets, members, sizes, slack, dead, spent, sweep_pos, checks)
             if got == 0:
                 return None
             classes.append(TreeClass(r, got, row))
@@ -303,9 +552,10 @@ def few_trees_on_splits(split: SplitGraph, rank_of: np.ndarray, k: int, stats: d
     ``few_trees_s`` (both attempts)."""
     t = time.perf_counter()
     n = lg.num_gpus
+    near = np.asarray(rank_of, np.int64)[sink_order(split)]    # the sweeps' sink order
     found, first = None, 0
     if k * n * n <= FEW_TREES_CHEAP_ENTRIES:
-        classes = few_trees_pack(n, lg.tail, lg.head, lg.units, k, 2 * n * n, stats)
+        classes = few_trees_pack(n, lg.tail, lg.head, lg.units, k, 2 * n * n, stats, near)
         found = None if classes is None else (lg, classes)
         first = stats.get("few_trees_checks", 0)
     if found is None:
@@ -313,7 +563,7 @@ def few_trees_on_splits(split: SplitGraph, rank_of: np.ndarray, k: int, stats: d
         if split_all(g):
             exact = LogicalGraph.from_split(g, rank_of)
             classes = few_trees_pack(n, exact.tail, exact.head, exact.units, k,
-                                     FEW_TREES_CHECKS_PER_N2 * n * n, stats)
+                                     FEW_TREES_CHECKS_PER_N2 * n * n, stats, near)
             found = None if classes is None else (exact, classes)
             stats["few_trees_checks"] = stats.get("few_trees_checks", 0) + first
     stats["few_trees_s"] = time.perf_counter() - t
