@@ -62,7 +62,8 @@ def test_groups_are_found_and_their_packings_combine(k, seed, monkeypatch):
     assert sorted(map(tuple, sets)) == [tuple(range(g * 4, g * 4 + 4)) for g in range(3)]
     grown: list[int] = []
     real = ft._grow
-    monkeypatch.setattr(ft, "_grow", lambda p, checks: grown.append(p.n) or real(p, checks))
+    monkeypatch.setattr(ft, "_grow",
+                        lambda p, checks, near: grown.append(p.n) or real(p, checks, near))
     classes = few_trees_pack(lg.num_gpus, lg.tail, lg.head, lg.units, k)
     assert classes is not None
     assert sorted(grown) == [3, 5, 5, 5]          # the outer packing and three inner ones
