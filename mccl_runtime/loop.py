@@ -79,7 +79,7 @@ from .manager import Action, Policy, ScheduleManager, Synthesizer, cold_on_small
 from .scenario import Event, Scenario
 from .telemetry import CLI_ESTIMATOR, MeasurementStore
 
-__all__ = ["LoopConfig", "LoopResult", "run_loop", "builtin_scenario", "link_windows", "simulate_span",
+__all__ = ["LoopConfig", "LoopResult", "run_loop", "builtin_scenario", "link_windows", "simulate_span", "GcPause",
            "SYNTH_CLOCKS"]
 
 #: how the loop times a synthesis job: wall time, or the process's CPU time (which the load
