@@ -55,8 +55,10 @@ Timing model (simulated clock, real synthesis):
 
 from __future__ import annotations
 
+import gc
 import json
 import math
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -77,12 +79,46 @@ from .manager import Action, Policy, ScheduleManager, Synthesizer, cold_on_small
 from .scenario import Event, Scenario
 from .telemetry import CLI_ESTIMATOR, MeasurementStore
 
-__all__ = ["LoopConfig", "LoopResult", "run_loop", "builtin_scenario", "link_windows", "simulate_span",
+__all__ = ["LoopConfig", "LoopResult", "run_loop", "builtin_scenario", "link_windows", "simulate_span", "GcPause",
            "SYNTH_CLOCKS"]
 
 #: how the loop times a synthesis job: wall time, or the process's CPU time (which the load
 #: of other processes on a shared machine does not inflate)
 SYNTH_CLOCKS: dict[str, Callable[[], float]] = {"wall": time.perf_counter, "cpu": time.process_time}
+
+
+class GcPause:
+    """Cyclic garbage collection off while any ``with`` block of this object runs (the
+    synthesis worker thread and the loop's thread may nest), back to its former state
+    after the last one (module docstring, "Timing model")."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._depth = 0
+        self._was_enabled = False
+
+    def __enter__(self) -> None:
+        with self._lock:
+            if self._depth == 0:
+                self._was_enabled = gc.isenabled()
+                gc.disable()
+            self._depth += 1
+
+    def __exit__(self, *exc: object) -> None:
+        with self._lock:
+            self._depth -= 1
+            if self._depth == 0 and self._was_enabled:
+                gc.enable()
+
+
+def _paused(synthesize: Synthesizer, pause: GcPause) -> Synthesizer:
+    """``synthesize`` run with garbage collection paused (:class:`GcPause`)."""
+
+    def synthesize_paused(kind: str, topo: Topology, warm: Schedule | None, time_limit_s: float | None) -> Schedule:
+        with pause:
+            return synthesize(kind, topo, warm, time_limit_s)
+
+    return synthesize_paused
 
 
 @dataclass(frozen=True)
@@ -167,8 +203,9 @@ class _Controller:
 
     def __init__(self, cfg: LoopConfig, store: MeasurementStore, manager: ScheduleManager,
                  topo: Topology, out: LoopResult, message_bytes: float, probe: Probe,
-                 noisy: Callable[[np.ndarray], np.ndarray]) -> None:
+                 noisy: Callable[[np.ndarray], np.ndarray], gc_pause: GcPause) -> None:
         self.cfg, self.store, self.manager, self.topo, self.out = cfg, store, manager, topo, out
+        self.gc_pause = gc_pause                     # kept around the timed dispatch
         self.message_bytes = message_bytes
         self.probe, self.noisy = probe, noisy
         timeline = out.scenario.timeline()
@@ -267,9 +304,11 @@ class _Controller:
         elif e.action is Action.PUBLISHED:
             coll = self.manager.get(e.comm, e.name)
             clock = SYNTH_CLOCKS[cfg.synth_clock]                 # the synthesis clock times the dispatch too
-            t0 = clock()
-            Schedule.from_dict(json.loads(json.dumps(coll.schedule.to_dict())))     # what an executor parses
-            detail["dispatch_s"] = clock() - t0 if cfg.dispatch_ms is None else cfg.dispatch_ms / 1e3
+            with self.gc_pause:
+                t0 = clock()
+                Schedule.from_dict(json.loads(json.dumps(coll.schedule.to_dict())))     # what an executor parses
+                spent = clock() - t0
+            detail["dispatch_s"] = spent if cfg.dispatch_ms is None else cfg.dispatch_ms / 1e3
             self.swap_at = now + detail["dispatch_s"] + cfg.oob_ms / 1e3
             self.swap_held = False
 
@@ -290,7 +329,8 @@ def run_loop(cfg: LoopConfig = LoopConfig(), synthesize: Synthesizer | None = No
     if cfg.synth_clock not in SYNTH_CLOCKS:
         raise MCCLError(f"the synthesis clock (--synth-clock) must be one of {sorted(SYNTH_CLOCKS)}, "
                         f"got {cfg.synth_clock!r}")
-    manager = ScheduleManager(store, cold_on_small(synthesize, cfg.cold_gpus),
+    pause = GcPause()
+    manager = ScheduleManager(store, _paused(cold_on_small(synthesize, cfg.cold_gpus), pause),
                               Policy(gamma=cfg.gamma, min_dwell_s=cfg.dwell_ms / 1e3, time_limit_s=600.0,
                                      rate_loss=cfg.rate_loss, speculate=cfg.speculate),
                               synth_clock=SYNTH_CLOCKS[cfg.synth_clock])
@@ -306,7 +346,7 @@ def run_loop(cfg: LoopConfig = LoopConfig(), synthesize: Synthesizer | None = No
     def noisy(gbps: np.ndarray) -> np.ndarray:
         return np.maximum(0.0, gbps * (1.0 + scn.noise * rng.standard_normal(gbps.size)))
 
-    ctl = _Controller(cfg, store, manager, topo, out, scn.message_bytes, probe, noisy)
+    ctl = _Controller(cfg, store, manager, topo, out, scn.message_bytes, probe, noisy, pause)
     t, active = 0.0, coll.schedule
     used = coll.profile.loads > 0                          # links the active schedule uses
     try:

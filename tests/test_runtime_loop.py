@@ -75,6 +75,30 @@ def test_loop_detects_resynthesizes_and_recovers(fake_synth):
     assert all(r["version"] == 1 for r in res.rows if r["t_ms"] < 20.0 + ev["reaction_ms"] - 1e-9)
 
 
+def test_garbage_collection_is_paused_while_a_job_or_a_dispatch_is_timed(fake_synth, monkeypatch):
+    """A full collection of the simulator's heap (40-90 ms) must not count as synthesis or
+    dispatch time: a 90.9 ms dispatch cost a ramp step its segment (docs/benchmarks.md)."""
+    import gc
+    import threading
+
+    from mccl_opt.schedule import Schedule
+
+    inner, parse = fake_synth(), Schedule.from_dict
+    jobs, parses = [], []
+
+    def synth(kind, topo, warm, limit):
+        if threading.current_thread() is not threading.main_thread():
+            jobs.append(gc.isenabled())
+        return inner(kind, topo, warm, limit)
+
+    monkeypatch.setattr(Schedule, "from_dict", staticmethod(lambda d: (parses.append(gc.isenabled()), parse(d))[1]))
+    res = run_loop(LoopConfig(duration_ms=100.0), synthesize=synth)
+    published = sum(e["action"] == "published" for e in res.events)
+    assert published >= 1 and jobs and not any(jobs)
+    assert parses.count(False) == published          # every timed dispatch parse
+    assert gc.isenabled()
+
+
 def test_loop_does_not_publish_when_failure_clears_during_synthesis(fake_synth):
     synth = fake_synth(sleep_s=0.08)                      # 80 ms of synthesis
     res = run_loop(LoopConfig(t0_ms=10.0, t1_ms=40.0, duration_ms=150.0), synthesize=synth)
