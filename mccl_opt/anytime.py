@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterator, TypeVar
 
 from .errors import SolveError
-from .kernel_time import thread_kernel_seconds
+from .kernel_time import thread_kernel_cpu_seconds, thread_kernel_seconds
 
 __all__ = ["Anytime", "TimeLimitReached", "limited", "check", "check_room", "offer",
            "limit_left", "time_left", "lp_time_limit", "give_up", "run_out", "cpu_share", "share_since", "stage",
@@ -67,6 +67,7 @@ class Anytime:
     stopped_in: str | None = None
     offers: int = 0
     kernels_from: float | None = None     # stage: numba compile/load time does not count
+    cpu_deadline: float | None = None     # a CPU stage: :func:`_solving_cpu` seconds
     failure: str | None = None            # a SolveError that ended the solve before its limit
     _rate: float = field(default=float("-inf"), repr=False)
     _began: tuple[float, float] = field(       # (wall, this thread's CPU) when it began
@@ -84,10 +85,13 @@ class Anytime:
         return now
 
     def expired(self) -> bool:
-        return self._now() >= self.deadline
+        return self.remaining() <= 0.0
 
     def remaining(self) -> float:
-        return max(0.0, self.deadline - self._now())
+        left = self.deadline - self._now()
+        if self.cpu_deadline is not None:
+            left = min(left, self.cpu_deadline - _solving_cpu())
+        return max(0.0, left)
 
     def offer(self, schedule: object, rate: float) -> None:
         self.offers += 1
@@ -230,15 +234,25 @@ def give_up(where: str) -> None:
         raise TimeLimitReached(where, limit)
 
 
+def _solving_cpu() -> float:
+    """This thread's CPU seconds so far, numba kernel loads left out."""
+    return time.thread_time() - thread_kernel_cpu_seconds()
+
+
 @contextmanager
-def _entered(seconds: float, count_kernels: bool = True, since: float | None = None
-             ) -> Iterator[Anytime]:
+def _entered(seconds: float, count_kernels: bool = True, since: float | None = None,
+             cpu: bool = False) -> Iterator[Anytime]:
     parent = _current.get()
-    deadline = (time.perf_counter() if since is None else since) + seconds
+    wall = seconds / _SHARE_MIN if cpu else seconds
+    deadline = (time.perf_counter() if since is None else since) + wall
+    cpu_deadline = _solving_cpu() + seconds if cpu else None
     if parent is not None:
         deadline = min(deadline, parent.deadline)
+        if parent.cpu_deadline is not None:
+            cpu_deadline = min(cpu_deadline if cpu_deadline is not None else float("inf"),
+                               parent.cpu_deadline)
     limit = Anytime(deadline, parent, kernels_from=None if count_kernels
-                    else thread_kernel_seconds())
+                    else thread_kernel_seconds(), cpu_deadline=cpu_deadline)
     token = _current.set(limit)
     try:
         yield limit
@@ -273,13 +287,17 @@ def limited(seconds: float | None, solve: Callable[[], T], since: float | None =
     return limit.best, limit          # type: ignore[return-value]
 
 
-def stage(seconds: float, attempt: Callable[[], T]) -> tuple[T | None, bool]:
+def stage(seconds: float, attempt: Callable[[], T], cpu: bool = False
+          ) -> tuple[T | None, bool]:
     """Run one optional ``attempt`` with a sub-budget of ``seconds`` of solving (numba
     kernels compiled or loaded meanwhile do not count: a first call in a process must
     not look slow), inside any enclosing limit: ``(result, False)`` when it finished,
-    ``(None, True)`` when the sub-budget passed first.  The enclosing limit passing
-    propagates (the caller's caller handles it)."""
-    with _entered(seconds, count_kernels=False) as limit:
+    ``(None, True)`` when the sub-budget passed first.  ``cpu``: ``seconds`` of this
+    thread's CPU time (``time.thread_time``; a warm allowance, docs/allgather.md, *Warm
+    caps in CPU seconds*), and at most ``seconds / _SHARE_MIN`` wall seconds (a thread
+    that waits instead of computing); :func:`time_left` is then the nearer of the two.
+    The enclosing limit passing propagates (the caller's caller handles it)."""
+    with _entered(seconds, count_kernels=False, cpu=cpu) as limit:
         try:
             return attempt(), False
         except TimeLimitReached as stop:

@@ -26,7 +26,8 @@ import time
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator
 
-__all__ = ["KernelClock", "kernel_seconds", "thread_kernel_seconds", "TOTAL_KEYS", "charge_apart",
+__all__ = ["KernelClock", "kernel_seconds", "thread_kernel_seconds", "thread_kernel_cpu_seconds",
+           "TOTAL_KEYS", "charge_apart",
            "COMPILE_NOTICE"]
 
 #: what the ``mccl`` logger says once per process before a library call compiles kernels
@@ -53,6 +54,12 @@ def thread_kernel_seconds() -> float:
     return _thread_total()
 
 
+def thread_kernel_cpu_seconds() -> float:
+    """:func:`thread_kernel_seconds` in this thread's CPU seconds (``time.thread_time``):
+    what to take out of a solve's CPU time (a warm allowance, ``cold_cpu_seconds``)."""
+    return getattr(_per_thread, "cpu_total", 0.0)
+
+
 def _register_listener() -> None:
     """Listen to numba's compiler-lock events once per process (numba imported here,
     lazily: callers reach this only when a synthesizer is running)."""
@@ -67,6 +74,7 @@ def _register_listener() -> None:
                 depth = getattr(_per_thread, "depth", 0)
                 if depth == 0:
                     _per_thread.start = time.perf_counter()
+                    _per_thread.cpu_start = time.thread_time()
                 _per_thread.depth = depth + 1
 
             def on_end(self, ev: event.Event) -> None:
@@ -76,6 +84,8 @@ def _register_listener() -> None:
                 _per_thread.depth = depth = depth - 1
                 if depth == 0:
                     _per_thread.total = _thread_total() + time.perf_counter() - _per_thread.start
+                    _per_thread.cpu_total = thread_kernel_cpu_seconds() + time.thread_time() \
+                        - _per_thread.cpu_start
 
         class _CompileNotice(event.Listener):
             def on_start(self, ev: event.Event) -> None:
@@ -97,10 +107,12 @@ def _register_listener() -> None:
 
 
 class KernelClock:
-    """Kernel compile/load seconds of one block, read after the block (:attr:`seconds`)."""
+    """Kernel compile/load seconds of one block, read after the block (:attr:`seconds`;
+    :attr:`cpu_seconds`: the same in this thread's CPU seconds)."""
 
     def __init__(self) -> None:
         self.seconds = 0.0
+        self.cpu_seconds = 0.0
 
 
 @contextmanager
@@ -109,13 +121,14 @@ def kernel_seconds(on_compile: Callable[[], None] | None = None) -> Iterator[Ker
     ``on_compile`` before the block's first real compilation, if any."""
     _register_listener()
     clock = KernelClock()
-    before = _thread_total()
+    before, cpu_before = _thread_total(), thread_kernel_cpu_seconds()
     outer = getattr(_per_thread, "on_compile", None)
     _per_thread.on_compile = on_compile or outer
     try:
         yield clock
     finally:
         clock.seconds = _thread_total() - before
+        clock.cpu_seconds = thread_kernel_cpu_seconds() - cpu_before
         _per_thread.on_compile = outer
 
 

@@ -72,8 +72,10 @@ class SolveReport:
     forwarding-only optimum), ``None`` when the solve stopped before it had one;
     ``cut_bound_gbps``: Phase 1's cut bound where it lies above (no forwarding-only
     AllGather reaches it); ``k``: every share is a multiple of ``1/k``; ``cold_seconds``:
-    what a cold solve of this fabric took (measured when cold, carried over by warm
-    solves), the yardstick of the next warm start's budget; ``cold_costly``: whether
+    what a cold solve of this fabric took in wall seconds (measured when cold, carried
+    over by warm solves); ``cold_cpu_seconds``: the same solve in the solving thread's
+    CPU seconds, the yardstick of the next warm start's allowance and rerouting cap
+    (``None`` in files written before it: the wall time stands in); ``cold_costly``: whether
     that cold solve was known to be expensive (AllGather: it went past ForestColl on the
     fabric itself, to the weaker-direction fabric, the balanced restriction or the
     general method), carried with it (``None``: not known)."""
@@ -91,6 +93,13 @@ class SolveReport:
     phases: tuple[tuple[str, float], ...] = field(default=())
     cold_seconds: float | None = None
     cold_costly: bool | None = None
+    cold_cpu_seconds: float | None = None
+
+    @property
+    def cold_cpu(self) -> float | None:
+        """The cold solve's CPU seconds: ``cold_cpu_seconds``, or the wall
+        ``cold_seconds`` for a file written before it (never below the CPU time)."""
+        return self.cold_seconds if self.cold_cpu_seconds is None else self.cold_cpu_seconds
 
     @property
     def optimal(self) -> bool:
@@ -118,6 +127,7 @@ class SolveReport:
             "phases": dict(self.phases),
             "cold_seconds": self.cold_seconds,
             "cold_costly": self.cold_costly,
+            "cold_cpu_seconds": self.cold_cpu_seconds,
         }
 
     @classmethod
@@ -138,7 +148,8 @@ class SolveReport:
                        cut_bound_gbps=_optional_rate(data.get("cut_bound_gbps")),
                        k=data.get("k"), attempts=attempts, phases=phases,
                        cold_seconds=_optional_seconds(data.get("cold_seconds")),
-                       cold_costly=_optional_bool(data.get("cold_costly")))
+                       cold_costly=_optional_bool(data.get("cold_costly")),
+                       cold_cpu_seconds=_optional_seconds(data.get("cold_cpu_seconds")))
         except (KeyError, TypeError, ValueError) as e:
             raise ScheduleError(f"'report' is malformed ({type(e).__name__}: {e}); remove it or "
                                 "write it with a current mccl") from None

@@ -114,12 +114,14 @@ def test_one_allowance_per_solve(monkeypatch):
 
     def slow_guess(run):
         calls.append(run.topo.name)
-        time.sleep(warm_route.WARM_FLOOR_S + 0.03)
+        burn = time.thread_time() + warm_route.WARM_FLOOR_S + 0.03     # the allowance is CPU
+        while time.thread_time() < burn:
+            pass
         anytime.check("a warm guess made slow on purpose")
         return real_guess(run)
 
     monkeypatch.setattr(ag_solve, "warm_guess", slow_guess)
-    old.report = dataclasses.replace(old.report, cold_seconds=0.0)     # allowance: the floor
+    old.report = dataclasses.replace(old.report, cold_seconds=0.0, cold_cpu_seconds=0.0)     # allowance: the floor
     warm = mo.solve_allgather(topo, warm=old, max_chunks=None)
     assert len(calls) == 1
     declined = [a for a in warm.report.attempts if a.outcome.startswith("declined: the warm")]
@@ -242,7 +244,7 @@ def test_a_costly_cold_time_does_not_size_the_allowance_on_a_balanced_fabric():
     base = hpn(1, 2, 4)
     costly = mo.solve_allgather(base.with_capacity(ONE_WAY), max_chunks=None)
     assert costly.report.cold_costly is True
-    long_ago = dataclasses.replace(costly.report, cold_seconds=1000.0)
+    long_ago = dataclasses.replace(costly.report, cold_seconds=1000.0, cold_cpu_seconds=1000.0)
     costly.report = long_ago
     carried = warm_route.WARM_SHARE * 1000.0
     repaired = warm_route.WarmRoute.plan(base, costly)
@@ -292,7 +294,7 @@ def test_rerouting_is_sized_by_the_previous_cold_solve(monkeypatch):
     schedule solved cold carries a ``k`` and a time of one solve."""
     base = hpn(1, 2, 4)
     old = mo.solve_allgather(base, max_chunks=None)
-    k_prev, cold_prev = old.stats["k"], old.report.cold_seconds
+    k_prev, cold_prev = old.stats["k"], old.report.cold_cpu_seconds
     n = base.num_gpus
     assert reroute_mod.calibrated_cold_seconds(2 * k_prev, n, old) == cold_prev
     assert reroute_mod.calibrated_cold_seconds(1, n, old) == pytest.approx(cold_prev / k_prev)
@@ -305,7 +307,7 @@ def test_rerouting_is_sized_by_the_previous_cold_solve(monkeypatch):
     passes = []
     monkeypatch.setattr(reroute_mod, "_edit", lambda *args: passes.append(1))
     monkeypatch.setattr(reroute_mod, "REROUTE_FLOOR_S", 0.0)
-    old.report = dataclasses.replace(old.report, cold_seconds=0.0)
+    old.report = dataclasses.replace(old.report, cold_seconds=0.0, cold_cpu_seconds=0.0)
     warm = mo.solve_allgather(topo, warm=old, max_chunks=None)
     assert passes == [] and warm.report.warm is WarmUse.DECLINED
     assert warm.stats["warm_declined"].startswith("rerouting")
@@ -313,16 +315,51 @@ def test_rerouting_is_sized_by_the_previous_cold_solve(monkeypatch):
     check_schedule(topo, warm)
 
 
-def test_the_allowance_left_in_cpu_seconds_follows_the_cpu_share():
-    """A predicted cost in CPU seconds meets the allowance in CPU seconds: a route that
-    has had no CPU over its wall time (a loaded machine) has a tenth of its wall
-    allowance left in CPU seconds, not all of it."""
-    now = (time.perf_counter() - 1.0, time.thread_time())        # 1 s wall, no CPU
-    loaded = warm_route.WarmRoute(None, 0.2, 0.2, began=now)
-    assert loaded.cpu_left() == pytest.approx(0.2 * anytime._SHARE_MIN)
-    busy = warm_route.WarmRoute(None, 0.2, 0.2, began=(time.perf_counter() - 0.05,
-                                                        time.thread_time() - 0.05))
-    assert busy.cpu_left() == pytest.approx(0.2, rel=0.2)
+def test_a_warm_stage_counts_cpu_seconds_not_wall():
+    """A warm stage is a budget of this thread's CPU seconds: waiting (a loaded machine,
+    modelled by a sleep) does not spend it, computing does."""
+    def wait():
+        time.sleep(0.03)
+        anytime.check("after waiting")
+        return "done"
+
+    def compute():
+        until = time.thread_time() + 0.03
+        while time.thread_time() < until:
+            pass
+        anytime.check("after computing")
+        return "done"
+
+    assert anytime.stage(0.01, wait, cpu=True) == ("done", False)
+    assert anytime.stage(0.01, compute, cpu=True) == (None, True)
+    assert anytime.stage(0.01, wait) == (None, True)          # a wall-clock stage
+
+
+def test_the_warm_caps_follow_the_cold_cpu_time(tmp_path):
+    """The report carries the cold solve's CPU seconds next to its wall seconds (kept by
+    a schedule file, carried by a warm solve); the warm allowance and rerouting's
+    calibrated cold cost are sized by the CPU time, not by a wall time inflated by load;
+    a file written before the field loads, its wall time standing in."""
+    base = hpn(1, 2, 4)
+    old = mo.solve_allgather(base, max_chunks=None)
+    assert old.report.cold_cpu_seconds is not None
+    path = tmp_path / "old.json"
+    old.save(path)
+    assert mo.Schedule.load(path).report.cold_cpu_seconds == old.report.cold_cpu_seconds
+    warm = mo.solve_allgather(base.with_capacity(HALVED), warm=old, max_chunks=None)
+    assert warm.report.warm is WarmUse.REROUTED
+    assert warm.report.cold_cpu_seconds == old.report.cold_cpu_seconds
+    old.report = dataclasses.replace(old.report, cold_seconds=2000.0, cold_cpu_seconds=400.0)
+    assert warm_route.warm_allowance_s(old) == pytest.approx(warm_route.WARM_SHARE * 400.0)
+    k_prev, n = old.stats["k"], base.num_gpus
+    assert reroute_mod.calibrated_cold_seconds(k_prev, n, old) == pytest.approx(400.0)
+    view = old.report.to_dict()
+    del view["cold_cpu_seconds"]                                  # a file written before
+    before = SolveReport.from_dict(view)
+    assert before.cold_cpu_seconds is None and before.cold_cpu == 2000.0
+    old.report = before
+    assert warm_route.warm_allowance_s(old) == pytest.approx(warm_route.WARM_SHARE * 2000.0)
+    assert reroute_mod.calibrated_cold_seconds(k_prev, n, old) == pytest.approx(2000.0)
 
 
 def test_a_guess_is_not_certified_by_a_packing_as_costly_as_cold(monkeypatch):

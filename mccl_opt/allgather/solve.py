@@ -97,12 +97,14 @@ def solve_allgather(topo: Topology, warm: Schedule | None = None, backend: str =
     :mod:`mccl_opt.kernel_time`), not in ``seconds``.
     """
     called = time.perf_counter()                 # the limit counts from here
+    cpu = time.thread_time()                     # the cold CPU time (docs/allgather.md)
     check_inputs(topo, max_chunks, warm, backend)
     check_time_limit(time_limit)
     with kernel_seconds() as kernels:
         sched, route = _solve_limited(canonical(topo), warm, backend, max_chunks, step_aware,
                                       time_limit, called)
-    return stamp(_with_cold_seconds(charge_apart(sched, kernels), warm, route))
+    cpu = time.thread_time() - cpu - kernels.cpu_seconds
+    return stamp(_with_cold_seconds(charge_apart(sched, kernels), warm, route, cpu))
 
 
 def _solve_limited(topo: Topology, warm: Schedule | None, backend: str, max_chunks: int | None,
@@ -431,20 +433,26 @@ def _with_route(sched: Schedule, route: WarmRoute) -> Schedule:
     return sched
 
 
-def _with_cold_seconds(sched: Schedule, warm: Schedule | None, route: WarmRoute) -> Schedule:
-    """The cold solve time the next warm start measures its allowance by, and whether
-    that cold solve was costly (it went past ForestColl on the fabric itself): this
-    call's when its schedule is cold's (its seconds without kernel loading, less the
-    warm steps'), else the ones ``warm`` carries."""
+def _with_cold_seconds(sched: Schedule, warm: Schedule | None, route: WarmRoute,
+                       cpu: float) -> Schedule:
+    """The cold solve time the next warm start measures its allowance by (wall and this
+    thread's CPU seconds), and whether that cold solve was costly (it went past
+    ForestColl on the fabric itself): this call's when its schedule is cold's (its
+    seconds without kernel loading, less the warm steps'; ``cpu``: its CPU seconds
+    without kernel loading), else the ones ``warm`` carries."""
     report = sched.report
     costly: bool | None = report.method is not Method.FORESTCOLL
+    cold_cpu: float | None
     if report.termination is Termination.TIME_LIMIT:
-        cold, costly = None, None                     # a cold solve would take longer
+        cold = cold_cpu = costly = None               # a cold solve would take longer
     elif report.warm in (WarmUse.COLD, WarmUse.DECLINED):
-        cold = max(0.0, report.seconds - route.used)
+        cold = max(0.0, report.seconds - route.used_wall)
+        cold_cpu = max(0.0, cpu - route.used)
     else:
         previous = warm.report if isinstance(warm, Schedule) else None
         cold = previous.cold_seconds if previous is not None else None
+        cold_cpu = previous.cold_cpu_seconds if previous is not None else None
         costly = previous.cold_costly if previous is not None else None
-    sched.report = dataclasses.replace(report, cold_seconds=cold, cold_costly=costly)
+    sched.report = dataclasses.replace(report, cold_seconds=cold, cold_costly=costly,
+                                       cold_cpu_seconds=cold_cpu)
     return sched

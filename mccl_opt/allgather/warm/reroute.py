@@ -591,7 +591,7 @@ def predicted_cold_seconds(k: int, n: int) -> float:
 
 def calibrated_cold_seconds(k: int, n: int, previous: Schedule | None) -> float | None:
     """The cold solve's CPU seconds at ``k`` trees per root of ``n`` GPUs, scaled from the
-    previous schedule's measured cold solve (``report.cold_seconds`` at ``k_prev``, the
+    previous schedule's measured cold solve (``report.cold_cpu`` at ``k_prev``, the
     unit trees per root of its kept ForestColl trees, on as many GPUs) by ``k / k_prev``, never above it; ``None`` unless that
     schedule was solved cold here (its ``k`` and cold seconds are of one solve).  The
     ``k·n²`` prediction misses Phase 2 at small ``k`` and overestimates the plain repair
@@ -602,11 +602,11 @@ def calibrated_cold_seconds(k: int, n: int, previous: Schedule | None) -> float 
     state = previous.warm_state if report is not None else None
     k_prev = state.trees.k if isinstance(state, AllGatherWarmState) and state.trees is not None \
         else None
-    if report is None or report.cold_seconds is None or not isinstance(k_prev, (int, np.integer)) \
+    if report is None or report.cold_cpu is None or not isinstance(k_prev, (int, np.integer)) \
             or k_prev <= 0 or report.warm not in (WarmUse.COLD, WarmUse.DECLINED) \
             or len(previous.gpus) != n:
         return None
-    return report.cold_seconds * min(1.0, k / k_prev)
+    return report.cold_cpu * min(1.0, k / k_prev)
 
 
 def _edit(forest: PhysicalForest, paths: Paths, table: SwitchPathTable, units: Units,

@@ -4,14 +4,20 @@
 A solve given a previous schedule makes one :class:`WarmRoute`.  It decides up front
 whether the previous schedule can help at all (:meth:`WarmRoute.plan`: a schedule of
 other GPUs is *unrelated* and declined at once), and holds **one warm allowance for the
-whole solve**: :data:`WARM_SHARE` of the cold solve time the previous schedule carries
-(at least :data:`WARM_FLOOR_S`), or, when it carries none, a measured proxy (the
-seconds of this fabric's exact Phase 1, a part of every cold solve); the proxy too when
+whole solve**, in the solving thread's CPU seconds: :data:`WARM_SHARE` of the cold
+solve's CPU time the previous schedule carries (``report.cold_cpu``; at least
+:data:`WARM_FLOOR_S`), or, when it carries none, a measured proxy (the CPU seconds of
+this fabric's exact Phase 1, a part of every cold solve); the proxy too when
 the carried time is of a costly cold solve (``report.cold_costly``: past ForestColl on
 the fabric itself) and this fabric is balanced, where going cold is the cheap option.  Every
 warm-influenced step of the method chain runs through :meth:`WarmRoute.attempt`: as a
-stage of what is left of the allowance (:func:`mccl_opt.anytime.stage`), its solving
-time (not numba kernel loads) charged to it.  Once the allowance is spent, the step
+CPU stage of what is left of the allowance (:func:`mccl_opt.anytime.stage`), its
+solving CPU time (not numba kernel loads) charged to it.  CPU, not wall, on both sides: a loaded machine inflates wall
+times, and a cold time measured under load made the allowance (and rerouting's cap,
+:func:`.reroute.calibrated_cold_seconds`) too generous for a warm step measured later
+(docs/allgather.md, *Warm caps in CPU seconds*).  The clock is ``time.thread_time``,
+not ``time.process_time``: a controller may solve in a worker thread while its other
+threads run, and their CPU is not this solve's.  Once the allowance is spent, the step
 that overran is redone cold and every later step runs cold; what the warm attempt
 offered (:func:`mccl_opt.anytime.offer`) stays the incumbent of a time limit.  So a
 warm solve costs at most a cold solve plus the allowance (and one compiled kernel call
@@ -19,8 +25,7 @@ overrunning it), and at ``max_chunks=None`` reaches cold's rate: every warm step
 certified optimal or replaced by the cold step.  A warm step that predicts itself
 costlier than this state's cold solve (:class:`.reroute.RerouteCostlier`) declines the
 route before doing that work; a predicted cost in CPU seconds is compared with the
-allowance left in CPU seconds (:meth:`WarmRoute.cpu_left`: wall seconds times the
-solve's CPU share).
+allowance left (:meth:`WarmRoute.cpu_left`).
 
 The general method is warm-started only from its own previous columns
 (:meth:`WarmRoute.general_warm`): seeding its column generation with ForestColl's
@@ -30,13 +35,13 @@ trees (thousands of unit trees) made the first master LP slower than a cold star
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import Enum
 from typing import Callable, TypeVar
 
 from mccl_opt import anytime
 from mccl_opt.errors import MCCLError
-from mccl_opt.kernel_time import thread_kernel_seconds
+from mccl_opt.kernel_time import thread_kernel_cpu_seconds, thread_kernel_seconds
 from mccl_opt.report import Attempt, Method, WarmUse
 from mccl_opt.schedule import Schedule
 from mccl_opt.topology import Topology
@@ -47,11 +52,11 @@ from .reroute import REROUTE_COLD_SHARE as COLD_SHARE, RerouteCostlier
 
 __all__ = ["WARM_SHARE", "WARM_FLOOR_S", "RouteTaken", "WarmRoute", "warm_allowance_s"]
 
-#: the warm allowance is this share of the cold solve time the previous schedule carries
+#: the warm allowance is this share of the cold CPU time the previous schedule carries
 #: (0.4 before: a warm step abandoned at the allowance costs cold + the allowance, and
 #: the target is 1.5 x cold; docs/allgather.md, *Warm never slower than cold*) ...
 WARM_SHARE = 0.25
-#: ... and never less than this (s): a warm solve costs at most cold + the allowance
+#: ... and never less than this (CPU s): a warm solve costs at most cold + the allowance
 WARM_FLOOR_S = 0.005
 
 T = TypeVar("T")
@@ -66,13 +71,13 @@ class RouteTaken(str, Enum):
 
 
 def warm_allowance_s(warm: Schedule) -> float | None:
-    """The warm allowance carried by ``warm``: :data:`WARM_SHARE` of its cold solve
-    time, at least :data:`WARM_FLOOR_S`; ``None`` when it carries none (a file written
-    without a report, a solve stopped at its time limit)."""
+    """The warm allowance carried by ``warm`` (CPU s): :data:`WARM_SHARE` of its cold
+    solve's CPU time (``report.cold_cpu``), at least :data:`WARM_FLOOR_S`; ``None`` when
+    it carries none (a file written without a report, a solve stopped at its time
+    limit)."""
     report = warm.report if isinstance(warm, Schedule) else None
-    if report is None or report.cold_seconds is None:
-        return None
-    return max(WARM_FLOOR_S, WARM_SHARE * report.cold_seconds)
+    cold = report.cold_cpu if report is not None else None
+    return None if cold is None else max(WARM_FLOOR_S, WARM_SHARE * cold)
 
 
 def _costly_then_balanced(warm: Schedule, topo: Topology) -> bool:
@@ -86,23 +91,24 @@ def _costly_then_balanced(warm: Schedule, topo: Topology) -> bool:
 
 
 def _phase_one_seconds(topo: Topology) -> float:
-    """The measured proxy of a cold solve's time: this fabric's exact Phase 1 (every
+    """The measured proxy of a cold solve's CPU time: this fabric's exact Phase 1 (every
     cold solve runs it, so this is at most what cold costs)."""
-    t = time.perf_counter()
-    k0 = thread_kernel_seconds()
+    t = time.thread_time()
+    k0 = thread_kernel_cpu_seconds()
     try:
         optimal_rate(fabric_of(topo)[0])
     except (MCCLError, ArithmeticError, ValueError):
         pass                              # the solve itself reports an unusable fabric
-    return time.perf_counter() - t - (thread_kernel_seconds() - k0)
+    return time.thread_time() - t - (thread_kernel_cpu_seconds() - k0)
 
 
 @dataclass
 class WarmRoute:
     """One solve's warm route (module doc).  ``warm``: the previous schedule while warm
-    steps may still run, ``None`` once declined; ``allowance``: seconds of warm solving
-    left of ``total``, the whole allowance; ``reason``: why the warm start was declined,
-    if it was; ``used``: seconds the warm steps took; ``given``: the previous schedule
+    steps may still run, ``None`` once declined; ``allowance``: CPU seconds of warm
+    solving left of ``total``, the whole allowance; ``reason``: why the warm start was
+    declined, if it was; ``used``: CPU seconds the warm steps took (``used_wall``: wall
+    seconds); ``given``: the previous schedule
     as given (kept when declined: :func:`..fewer_trees.fewer_trees` reuses its trees
     where they still reach the certified rate)."""
 
@@ -111,9 +117,8 @@ class WarmRoute:
     total: float
     reason: str | None = None
     used: float = 0.0
+    used_wall: float = 0.0
     given: Schedule | None = None
-    began: tuple[float, float] = field(
-        default_factory=lambda: (time.perf_counter(), time.thread_time()), repr=False)
 
     @classmethod
     def plan(cls, topo: Topology, warm: Schedule | None) -> "WarmRoute":
@@ -153,52 +158,50 @@ class WarmRoute:
                 cold_step: Callable[[], T], attempts: list[Attempt] | None = None,
                 most: float | None = None) -> T:
         """``warm_step(previous)`` as a stage of the allowance left (and at most ``most``
-        seconds, :meth:`cold_cap`), ``cold_step()`` when the route is not warm any more
+        CPU seconds, :meth:`cold_cap`; a CPU stage, :func:`mccl_opt.anytime.stage`), ``cold_step()`` when the route is not warm any more
         or past either (then the route is declined, recorded in ``attempts`` as
         ``method``)."""
         if self.warm is not None and most is not None and most <= 0:
             self.decline(f"the warm steps passed {COLD_SHARE:g} x this fabric's predicted "
                          f"cold solve before {step}")
         if self.warm is not None and self.allowance <= 0:
-            self.decline(f"the warm allowance of {self.total:.3g} s was spent before {step}")
+            self.decline(f"the warm allowance of {self.total:.3g} s CPU was spent before {step}")
         if self.warm is None:
             return cold_step()
         capped = most is not None and most < self.allowance
         seconds = most if capped else self.allowance
         t, k0 = time.perf_counter(), thread_kernel_seconds()
+        c, kc0 = time.thread_time(), thread_kernel_cpu_seconds()
         try:
-            result, expired = anytime.stage(seconds, lambda: warm_step(self.warm))
+            result, expired = anytime.stage(seconds, lambda: warm_step(self.warm), cpu=True)
         except RerouteCostlier as costlier:
             result, expired = None, str(costlier)
         took = time.perf_counter() - t
-        self.used += took - (thread_kernel_seconds() - k0)
+        self.used_wall += took - (thread_kernel_seconds() - k0)
+        self.used += time.thread_time() - c - (thread_kernel_cpu_seconds() - kc0)
         self.allowance = max(0.0, self.total - self.used)
         if not expired:
             return result                 # type: ignore[return-value]
         self.decline(expired if isinstance(expired, str) else
                      f"the warm steps passed {COLD_SHARE:g} x this fabric's predicted cold "
                      f"solve in {step}" if capped else
-                     f"the warm allowance of {self.total:.3g} s was spent in {step}")
+                     f"the warm allowance of {self.total:.3g} s CPU was spent in {step}")
         if attempts is not None:
             attempts.append(Attempt(method, took, f"declined: {self.reason}"))
         return cold_step()
 
     def cold_cap(self, cold_cpu_s: float, since_used: float) -> float:
-        """Wall seconds left to the warm steps of one ForestColl run once its cold cost
+        """CPU seconds left to the warm steps of one ForestColl run once its cold cost
         is predicted (``cold_cpu_s`` CPU seconds, :func:`.reroute.predicted_cold_seconds`):
-        :data:`COLD_SHARE` of it (at least :data:`WARM_FLOOR_S`), in wall seconds at the
-        solve's CPU share, less what its warm steps took since ``since_used`` (a reading
-        of :attr:`used`).  The allowance is sized by the *previous* state's cold time,
+        :data:`COLD_SHARE` of it (at least :data:`WARM_FLOOR_S`), less what its warm
+        steps took since ``since_used`` (a reading of :attr:`used`).  The allowance is sized by the *previous* state's cold time,
         which may be several times this state's (docs/allgather.md, *A guess certified
         by packing*)."""
-        cap = max(WARM_FLOOR_S, COLD_SHARE * cold_cpu_s) / anytime.share_since(self.began)
-        return cap - (self.used - since_used)
+        return max(WARM_FLOOR_S, COLD_SHARE * cold_cpu_s) - (self.used - since_used)
 
     def cpu_left(self) -> float:
-        """The allowance left in CPU seconds: wall seconds times the share of wall time
-        this solve has had the CPU since the route was planned
-        (:func:`mccl_opt.anytime.share_since`), the unit of a step's predicted cost."""
-        return self.allowance * anytime.share_since(self.began)
+        """The allowance left in CPU seconds, the unit of a step's predicted cost."""
+        return self.allowance
 
     def decline(self, reason: str) -> None:
         """Run every later step cold, saying why (the first reason is kept)."""
