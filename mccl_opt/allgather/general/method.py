@@ -171,6 +171,7 @@ def solve_general(topo: Topology, warm: Schedule | None = None, backend: str = "
     progress.update("AllGather general method: starting trees")
     t = time.perf_counter()
     upper = None
+    used: list[bool] = []                   # whether the previous trees were added
     if seed is not None:                    # ForestColl's trees on c', and its optimum
         seed_r, seed_t = seed.columns(topo) or chunk_columns(seed.schedules, topo)
         stats["seed"], stats["seed_columns"] = seed.source, len(seed_r)
@@ -192,9 +193,14 @@ def solve_general(topo: Topology, warm: Schedule | None = None, backend: str = "
             rest: tuple[list[int], list[np.ndarray]] = ([], [])
             if not first_only:
                 (seed_r, seed_t), rest = split_seed(seed_r, seed_t)
+
+            def previous() -> tuple[list[int], list[np.ndarray]]:
+                used.append(True)
+                return _later_columns(seed, topo, roots, trees, stats)
+
             later = [] if first_only else [
                 (1, lambda: rest),
-                (1, lambda: _later_columns(seed, topo, roots, trees, stats)),
+                (1, previous),
                 (2, lambda: _seed_columns(seed.denser, topo, stats, "seed_denser_columns")),
                 (options.short_seed_after,
                  lambda: mwu_trees(topo, capacity, options.short_seed_rounds))]
@@ -205,8 +211,8 @@ def solve_general(topo: Topology, warm: Schedule | None = None, backend: str = "
         else:
             res = tree_column_generation(topo, lp, capacity, roots + seed_r, trees + seed_t,
                                          options)
-    if upper is not None and res.status == "optimal" and res.rounds == 1:
-        stats["warm_columns"] = 0               # the seed reached its bound: none were added
+    if upper is not None and not used:
+        stats["warm_columns"] = 0               # the seed's trees sufficed: none were added
     if res.rate <= 0:
         raise SolveError("the general AllGather method found no tree with positive rate; "
                          "check that every link capacity is positive")
