@@ -189,7 +189,7 @@ def solve_general(topo: Topology, warm: Schedule | None = None, backend: str = "
             # 2x4x8, fuzz seed 3419, None: 16 rounds -> 3; asked only then, for where the
             # weaker direction's trees reach the bound it repeats the first packing)
             # each root's other seed trees first (a master over half of them reaches
-            # the bound on dragonfly 4x4x1x8 one-way, 0.24 -> 0.1 s of LP)
+            # the bound on dragonfly 4x4x1x8 one-way: first master 0.26 -> 0.14 s)
             rest: tuple[list[int], list[np.ndarray]] = ([], [])
             if not first_only:
                 (seed_r, seed_t), rest = split_seed(seed_r, seed_t)
