@@ -9,6 +9,7 @@ must return ``None``, never a partial or over-full packing."""
 
 from __future__ import annotations
 
+import sys
 from types import SimpleNamespace
 
 import numpy as np
@@ -16,6 +17,7 @@ import pytest
 
 import mccl_opt as mo
 from instances.aggregation import leaf_spine, superpod
+from instances.designs import dragonfly
 from mccl_opt.allgather.canonical import canonical
 from mccl_opt.allgather.forestcoll.maxflow import INF, FlowNetwork
 from mccl_opt.allgather.forestcoll.packing.few_trees import _short_paths_flow, few_trees_pack
@@ -263,6 +265,31 @@ def test_weaker_direction_leaves_the_exact_packing_to_the_general_method(monkeyp
     assert s.report.method is not Method.WEAKER_DIRECTIONS
     check_schedule(topo, s, None)
     assert s.rate_gbps == pytest.approx(cut_bound(topo), rel=1e-9)
+
+
+def test_weaker_direction_past_the_cheap_entries_skips_the_guarded_split(monkeypatch):
+    """A declinable weaker-direction packing whose spread split fails the rooted test (one
+    global dragonfly cable at 0.9 one way) is left to the next method before the guarded
+    split (docs/allgather.md "One-way dragonfly: no guarded split when declinable"); the
+    chain still returns a valid schedule at the general method's certified optimum."""
+    from mccl_opt.allgather.forestcoll import pipeline
+
+    guarded: list[bool] = []                # per guarded split: whether in a declinable pack
+    real = pipeline.guarded_spread
+
+    def spy(*a, **kw):
+        guarded.append(bool(sys._getframe(1).f_locals["declinable"]))
+        return real(*a, **kw)
+
+    monkeypatch.setattr(pipeline, "guarded_spread", spy)
+    topo = dragonfly(4, 2, 1, 8).with_capacity(src="d0r0", dst="d1r0", gbps=720.0,
+                                               both_directions=False)
+    s = mo.solve_allgather(topo, max_chunks=None)
+    first = s.report.attempts[0]
+    assert first.method is Method.WEAKER_DIRECTIONS and "left to the next method" in first.outcome
+    assert not any(guarded) and s.report.method is Method.GENERAL
+    assert s.report.bound_gbps == pytest.approx(s.lp_rate_gbps, rel=1e-9)
+    check_schedule(topo, s, None)
 
 
 def test_short_paths_flow_never_exceeds_the_checks_max_flow():

@@ -171,7 +171,34 @@ def test_the_second_seed_trees_let_the_master_pass_the_single_entry_rate(monkeyp
                                                       both_directions=False)
     s = mo.solve_allgather(topo, max_chunks=None)
     assert s.stats["seed"] == "balanced restriction" and s.stats["seed_more_columns"] > 0
-    assert s.stats["cg_status"] == "optimal" and s.stats["cg_rounds"] == 2
+    # half of each root's seed trees, then all of them, then the second set with them
+    # (method.FIRST_SEED_SHARE)
+    assert s.stats["cg_status"] == "optimal" and s.stats["cg_rounds"] == 3
     assert s.stats["pricing_s"] == 0.0
     assert s.lp_rate_gbps == pytest.approx(41.498829430, rel=1e-9)
     check_schedule(topo, s)
+
+
+def test_split_seed_keeps_each_roots_first_trees_and_partitions_the_rest():
+    """Each root keeps its first ``ceil(share * count)`` trees in seed order; the two parts
+    hold every column once."""
+    roots = [0, 1, 0, 0, 2, 1, 0]
+    trees = [np.array([i]) for i in range(len(roots))]
+    (fr, ft), (rr, rt) = method.split_seed(roots, trees, 0.5)
+    assert [int(t[0]) for t in ft] == [0, 1, 2, 4] and fr == [0, 1, 0, 2]
+    assert [int(t[0]) for t in rt] == [3, 5, 6] and rr == [0, 1, 0]
+
+
+def test_seed_trees_held_back_join_before_any_pricing(monkeypatch):
+    """With one seed tree per root in the first master (short of the bound), the held-back
+    seed trees are the next columns: the optimum is reached with the seed's columns alone,
+    in one more master, not by pricing."""
+    topo = _faulty((1, 2, 8), FAULTS[0])
+    seed = _seed(topo)
+    monkeypatch.setattr(method, "FIRST_SEED_SHARE", 1.0)
+    full = solve_general(topo, max_chunks=None, seed=seed)
+    monkeypatch.setattr(method, "FIRST_SEED_SHARE", 1e-9)
+    held = solve_general(topo, max_chunks=None, seed=seed)
+    assert full.stats["cg_rounds"] == 1 and held.stats["cg_status"] == "optimal"
+    assert held.stats["cg_rounds"] == 2 and held.stats["columns"] == full.stats["columns"]
+    assert held.lp_rate_gbps == pytest.approx(full.lp_rate_gbps, rel=1e-9)
