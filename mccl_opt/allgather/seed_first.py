@@ -57,7 +57,9 @@ SEED_FIRST_MAX_GPUS = 128
 #: it certifies itself, where the seed still needs the master over its ``k * n`` trees
 #: (shared-nic 2x8x8 at ``None`` after a two-way fault, fuzz seed 3413: ``k0 = 65``, seed
 #: 0.24 s + master over 1 503 trees 0.30 s, exact packing 0.31 s; after a one-way fault
-#: ``k0 = 80``; docs/allgather.md "Few exact trees: pack, do not seed")
+#: ``k0 = 80``); above it the exact packing can cost several times the seed (dragonfly
+#: 4x4x1x8 at ``k0 = 149``: 2.6-3.4 s vs 0.8 s; docs/allgather.md "Few exact trees: pack,
+#: do not seed")
 SEED_FIRST_MIN_TREES = 128
 
 
