@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from .warm.route import WarmRoute
     from .general.restriction_seed import RestrictionSeed
 
-__all__ = ["seed_first", "SEED_FIRST_MIN_GPUS", "SEED_FIRST_MAX_GPUS"]
+__all__ = ["seed_first", "SEED_FIRST_MIN_GPUS", "SEED_FIRST_MAX_GPUS", "SEED_FIRST_MIN_TREES"]
 
 #: from this many GPUs: below, ForestColl on ``c'`` took at most ~0.2 s CPU on the fabrics
 #: measured (shared aggregation 2x2x8 / 2x3x8 with a NIC at 200 Gbps one way: 0.15 /
@@ -52,15 +52,27 @@ SEED_FIRST_MIN_GPUS = 64
 SEED_FIRST_MAX_GPUS = 128
 
 
-def _packs_exactly(sub: Topology) -> bool:
-    """Whether ForestColl on the restriction ``sub`` would pack its exact optimum (Phase 1
-    alone, milliseconds): not above :data:`.budget.EXACT_TREES_LIMIT` trees per root, where
-    it declines at once and the general method runs anyway (shared aggregation 2x8x8
-    with a NIC at 200 Gbps one way: a master over the seed that falls short would be
-    solved twice)."""
+#: above this many exact trees per root on ``c'``: at or below it ForestColl's exact packing
+#: of ``c'`` costs about what the seed's own ForestColl run (16 chunks, ``k = 15``) does, and
+#: it certifies itself, where the seed still needs the master over its ``k * n`` trees
+#: (shared-nic 2x8x8 at ``None`` after a two-way fault, fuzz seed 3413: ``k0 = 65``, seed
+#: 0.24 s + master over 1 503 trees 0.30 s, exact packing 0.31 s; after a one-way fault
+#: ``k0 = 80``); above it the exact packing can cost several times the seed (dragonfly
+#: 4x4x1x8 at ``k0 = 149``: 2.6-3.4 s vs 0.8 s; docs/allgather.md "Few exact trees: pack,
+#: do not seed")
+SEED_FIRST_MIN_TREES = 128
+
+
+def _seed_goes_first(sub: Topology) -> bool:
+    """Whether the seed's master should go first on the restriction ``sub`` (Phase 1
+    alone, milliseconds): ForestColl's exact optimum on it needs more than
+    :data:`SEED_FIRST_MIN_TREES` trees per root (fewer: its exact packing is as cheap as
+    the seed) but not above :data:`.budget.EXACT_TREES_LIMIT`, where it declines at once
+    and the general method runs anyway (shared aggregation 2x8x8 with a NIC at 200 Gbps
+    one way: a master over the seed that falls short would be solved twice)."""
     try:
         fab, _ = fabric_of(sub)
-        return exact_k(fab, optimal_rate(fab)) <= EXACT_TREES_LIMIT
+        return SEED_FIRST_MIN_TREES < exact_k(fab, optimal_rate(fab)) <= EXACT_TREES_LIMIT
     except (MCCLError, ArithmeticError, ValueError):
         return False
 
@@ -78,7 +90,7 @@ def seed_first(topo: Topology, restricted: Restricted | None, route: WarmRoute,
 
     if restricted is None or max_chunks is not None or \
             not SEED_FIRST_MIN_GPUS <= topo.num_gpus <= SEED_FIRST_MAX_GPUS or \
-            not _packs_exactly(restricted.sub):
+            not _seed_goes_first(restricted.sub):
         return None
     made = seed()
     if made is None:
