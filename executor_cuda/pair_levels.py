@@ -57,7 +57,12 @@ class ModelReporter:
     ~10 ms messages then reads 0.4-0.7 of nominal twice; so a drop is reported once the
     median of the last ``drop_window`` (5) samples shows it (3 of 5 windows), or at once
     from two samples in a row that both read below ``DEEP`` times the reported level (a
-    dead or 1/8 link, which no stall mimics).  A sample shorter than
+    dead or 1/8 link, which no stall mimics).  A confirmed drop of more than
+    ``EARLY_DROP`` whose two newest samples agree (within ``1 + tol``) is reported at the
+    median of the last ``window`` samples, the level they agree on, not the 5-sample
+    median: a collective straddling a ramp step reads in between (278 and 163 Gbps for
+    steps to 225 and 137.5) and that median was the in-between reading, a version more
+    (issue 26).  A sample shorter than
     ``PROBE_OVER_COST`` times its messages' cost cannot tell the link from that cost (an
     AllToAll block on an NVSwitch link is emulated in 0.2 ms, gloo's cost is 1-10 ms on
     shared cores; a schedule loading a recovered link lightly reads it part-way up), so
@@ -282,7 +287,12 @@ class ModelReporter:
         level, last = statistics.median(window[-self.window:]), self.shown.get(key)
         newest = sorted(window[-2:])
         if last is not None and level < last and not (len(newest) == 2 and newest[1] < DEEP * last):
-            level = min(last, max(level, statistics.median(window)))      # a drop some stalls could make
+            agree = len(newest) == 2 and newest[1] <= (1.0 + self.tol) * newest[0]
+            confirmed = statistics.median(window)                         # 3 of drop_window below last
+            # a drop some stalls could make: reported once confirmed, at the level of the newest
+            # windows when the two newest agree and the drop is one (not a straddling window's
+            # in-between reading; nor noise under ``last`` beside two stalls)
+            level = min(last, level if agree and confirmed < (1.0 - EARLY_DROP) * last else max(level, confirmed))
         if (last is not None and level > last and len(newest) == 2
                 and newest[1] > (1.0 + self.tol) * newest[0] and self._held.get(key, 0) < self.window - 1):
             self._held[key] = self._held.get(key, 0) + 1

@@ -33,6 +33,13 @@ with the EWMA factor ``alpha`` named in the header, ``gbps`` their equivalent va
 (``v <- (1-alpha)^count v + (1 - (1-alpha)^count) gbps`` is the fold of the samples).
 A row's ``count`` is bounded by the time its samples can span (:func:`check_fold_counts`),
 so one message cannot outweigh a channel's history.
+
+**Early estimates** (issue 26, docs/executor.md "Speculation on real ranks"): a batch may
+carry, in its signed header, ``early``: a list of ``[kind, a, b, gbps, t]`` rows keyed as
+the columns (``pair`` or ``max`` only), each a drop its sender is still confirming for a
+channel that has a row in the same batch (``gbps`` its early estimate, below that row's).
+A controller that speculates keeps them apart from ``M``; a batch without the field is the
+same message as before.
 """
 
 from __future__ import annotations
@@ -45,7 +52,7 @@ import numpy as np
 from mccl_opt.errors import TelemetryError
 from mccl_opt.topology import Topology
 
-from .protocol import ProtocolError
+from .protocol import ProtocolError, brief
 
 __all__ = ["ColumnBatch", "COLUMNS", "COUNT", "KIND_CODES", "MAX_COLUMN_SAMPLES", "MAX_REPORTER",
            "MAX_SAMPLE_RATE", "check_fold_counts"]
@@ -56,6 +63,8 @@ COLUMNS = (("kind", np.dtype("u1")), ("a", np.dtype("<i4")), ("b", np.dtype("<i4
 #: the sixth column of a folded batch: samples per row
 COUNT = ("count", np.dtype("<u4"))
 KIND_CODES = {"link": 0, "pair": 1, "gpu": 2, "host": 3, "max": 4}
+#: the kinds an ``early`` row may name
+EARLY_KINDS = (KIND_CODES["pair"], KIND_CODES["max"])
 #: reporter ids of ``host`` and ``max`` rows are below this
 MAX_REPORTER = 1 << 30
 #: samples per binary request (a column frame stays under the request size limit)
@@ -96,7 +105,8 @@ def check_fold_counts(c: np.ndarray, t: np.ndarray, count: np.ndarray, last_t: n
 class ColumnBatch:
     """One batch of samples as columns (module docstring); ``links``/``gpus``: the
     fabric's link and GPU counts the indices refer to; ``count`` and ``alpha``: a folded
-    batch's samples per row and EWMA factor (``None`` for raw samples)."""
+    batch's samples per row and EWMA factor (``None`` for raw samples); ``early``: the
+    header's early estimates as a batch of their own (module docstring), or ``None``."""
 
     kind: np.ndarray
     a: np.ndarray
@@ -107,6 +117,7 @@ class ColumnBatch:
     gpus: int
     count: np.ndarray | None = None
     alpha: float | None = None
+    early: "ColumnBatch | None" = None
 
     def __len__(self) -> int:
         return len(self.kind)
@@ -126,7 +137,7 @@ class ColumnBatch:
         raises :class:`~mccl_runtime.protocol.ProtocolError` (``bad_body``) naming a
         sample it cannot encode (an unknown node, a GPU that is not one)."""
         rank = {g: i for i, g in enumerate(topo.gpus)}
-        rows = []
+        rows, early = [], []
         for i, s in enumerate(samples):
             try:
                 kind = s["kind"]
@@ -139,15 +150,25 @@ class ColumnBatch:
                 else:
                     raise KeyError(kind)
                 rows.append((*row, s["gbps"], s["t"]))
+                if kind == "pair" and s.get("early") is not None:
+                    early.append((*row, float(s["early"]), s["t"]))
             except (KeyError, ValueError, TypeError, LookupError) as exc:
                 raise ProtocolError("bad_body", f"sample #{i} cannot be sent as columns: {str(exc)[:60]}") from None
         cols = list(zip(*rows)) if rows else [(), (), (), (), ()]
-        return cls.build(topo, *cols)
+        batch = cls.build(topo, *cols)
+        return batch.with_early(cls.build(topo, *zip(*early))) if early else batch
+
+    def with_early(self, early: "ColumnBatch | None") -> "ColumnBatch":
+        """This batch carrying ``early`` (module docstring)."""
+        return ColumnBatch(self.kind, self.a, self.b, self.gbps, self.t, links=self.links, gpus=self.gpus,
+                           count=self.count, alpha=self.alpha, early=early)
 
     def rows(self, lo: int, hi: int) -> "ColumnBatch":
-        """Rows ``lo:hi`` (views)."""
+        """Rows ``lo:hi`` (views); the early estimates go with the last part, after every
+        row they may refer to."""
         return ColumnBatch(*(getattr(self, name)[lo:hi] for name, _ in COLUMNS), links=self.links, gpus=self.gpus,
-                           count=None if self.count is None else self.count[lo:hi], alpha=self.alpha)
+                           count=None if self.count is None else self.count[lo:hi], alpha=self.alpha,
+                           early=self.early if hi >= len(self) else None)
 
     def to_frames(self) -> tuple[dict[str, Any], tuple[bytes, ...]]:
         """The header body and the column frames (six for a folded batch)."""
@@ -156,6 +177,10 @@ class ColumnBatch:
         if self.count is not None:
             body["alpha"] = self.alpha
             frames += (np.ascontiguousarray(self.count, dtype=COUNT[1]).tobytes(),)
+        if self.early is not None and len(self.early):
+            e = self.early
+            body["early"] = [[int(k), int(a), int(b), float(g), float(t)]
+                             for k, a, b, g, t in zip(e.kind, e.a, e.b, e.gbps, e.t)]
         return body, frames
 
     @classmethod
@@ -191,4 +216,23 @@ class ColumnBatch:
         if count is not None and n and int(count.min()) < 1:
             raise ProtocolError("bad_body", "a folded row stands for at least one sample ('count' >= 1)")
         return cls(*cols, links=topo.num_links, gpus=topo.num_gpus, count=count,
-                   alpha=float(alpha) if folded else None)
+                   alpha=float(alpha) if folded else None, early=_early_rows(body.get("early"), n, topo))
+
+
+def _early_rows(early: Any, n: int, topo: Topology) -> ColumnBatch | None:
+    """A header's ``early`` field as a batch (module docstring); ``None`` when absent.
+    Raises :class:`~mccl_runtime.protocol.ProtocolError` (``bad_body``) for anything but a
+    list of at most ``n`` rows ``[kind, a, b, gbps, t]``: ``kind`` ``pair`` (1) or ``max``
+    (4), ``a``/``b`` integers in ``[0, 2^30)``, ``gbps`` and ``t`` finite, ``gbps >= 0``."""
+    if early is None:
+        return None
+    if not isinstance(early, list) or len(early) > n:
+        raise ProtocolError("bad_body", f"'early' is a list of at most the batch's {n} rows")
+    for i, row in enumerate(early):
+        ints = isinstance(row, list) and len(row) == 5 and all(type(x) is int for x in row[:3])
+        nums = ints and all(type(x) in (int, float) and -1e300 < x < 1e300 for x in row[3:])   # finite
+        if not (nums and row[0] in EARLY_KINDS and 0 <= row[1] < MAX_REPORTER and 0 <= row[2] < MAX_REPORTER
+                and row[3] >= 0):
+            raise ProtocolError("bad_body", f"'early' row #{i} is not [kind (1 pair, 4 max), a, b, gbps >= 0, "
+                                            f"t]: {brief(row, 80)}")
+    return ColumnBatch.build(topo, *zip(*early)) if early else None

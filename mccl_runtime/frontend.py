@@ -57,6 +57,7 @@ class FrontEndFold:
             raise InputError(f"a front end's id is in [0, 2^30), got {reporter}")
         self.reporter = reporter
         self.store = MeasurementStore(topo, alpha=alpha, **store_options)
+        self.store.watch_early = True           # hosts' early estimates ride with their rows
         self.keep = 1.0 - self.store.alpha
         self._base = self.store.chan.value.copy()
         self._rank = {g: r for r, g in enumerate(topo.gpus)}
@@ -97,14 +98,47 @@ class FrontEndFold:
         gbps = (chan.value[folded] - decay * self._base[folded]) / (1.0 - decay)
         wire = self._wire_keys(folded)
         links, best, t = self._maxima(keyed)
-        batch = ColumnBatch.build(self.store.topo, np.r_[wire[:, 0], np.full(len(links), KIND_CODES["max"])],
-                                  np.r_[wire[:, 1], links], np.r_[wire[:, 2], np.full(len(links), self.reporter or 0)],
-                                  np.r_[gbps, best], np.r_[chan.t[folded], t])
+        batch = self._rows(np.r_[wire[:, 0], np.full(len(links), KIND_CODES["max"])],
+                           np.r_[wire[:, 1], links], np.r_[wire[:, 2], np.full(len(links), self.reporter or 0)],
+                           np.r_[gbps, best], np.r_[chan.t[folded], t])
+        early = self._early(folded, wire, links, best, t)
         chan.folds[touched] = 0
         self._base[touched] = chan.value[touched]
         return ColumnBatch(batch.kind, batch.a, batch.b, batch.gbps, batch.t, links=batch.links, gpus=batch.gpus,
                            count=np.r_[n, np.ones(len(links), dtype=np.int64)].astype(np.uint32),
-                           alpha=self.store.alpha)
+                           alpha=self.store.alpha, early=early)
+
+    def _rows(self, kind: Any, a: Any, b: Any, gbps: Any, t: Any) -> ColumnBatch:
+        return ColumnBatch.build(self.store.topo, kind, a, b, gbps, t)
+
+    def _early(self, folded: np.ndarray, wire: np.ndarray, links: np.ndarray, best: np.ndarray,
+               t: np.ndarray) -> ColumnBatch | None:
+        """The interval's early estimates (hosts' drops still being confirmed, kept by the
+        store until a newer sample of their pair arrives without one), each beside its
+        channel's row: a folded pair row's own, or, with link maxima, the ``max`` row of
+        each link whose largest estimate the early values lower (those values in place of
+        their channels')."""
+        early = self.store.early_estimates()
+        if not early:
+            return None
+        chan = self.store.chan
+        own = np.array([cid in early for cid in folded.tolist()], dtype=bool)
+        kind, a, b = (list(x) for x in wire[own].T) if own.any() else ([], [], [])
+        gbps = [early[cid][0] for cid in folded[own].tolist()]
+        times = chan.t[folded[own]].tolist()
+        if len(links):
+            value = chan.value.copy()
+            for cid, (e, _) in early.items():
+                value[cid] = e
+            all_links, lowered = chan.keyed_max(value)
+            lowered = lowered[np.searchsorted(all_links, links)]
+            lower = np.flatnonzero(lowered < best)
+            kind += [KIND_CODES["max"]] * len(lower)
+            a += links[lower].tolist()
+            b += [self.reporter or 0] * len(lower)
+            gbps += lowered[lower].tolist()
+            times += t[lower].tolist()
+        return self._rows(kind, a, b, gbps, times) if kind else None
 
     def _maxima(self, keyed: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """For each link crossed by a channel of ``keyed`` (pair or host channels that got

@@ -58,7 +58,7 @@ from mccl_opt.errors import TelemetryError
 from mccl_opt.topology import Topology
 
 from .channels import FULL, Channels, paired_cables, reverse_links
-from .columns import KIND_CODES, ColumnBatch, check_fold_counts
+from .columns import COLUMNS, KIND_CODES, ColumnBatch, check_fold_counts
 from .keyed import KeyedChannels
 from .telemetry_state import restore_store, store_to_dict
 from .level import LevelParams, LevelTracker, fold_levels
@@ -165,15 +165,44 @@ class MeasurementStore:
         """EWMA with :attr:`watch_early`: a ``pair`` sample's ``early`` (Gbps, below the
         channel's value) is kept until a newer sample of its channel arrives without one
         (the executor confirmed the drop, or it went away); malformed ones are ignored."""
-        t = self.chan.t
-        self._early = {cid: e for cid, e in self._early.items() if t[cid] <= e[1]}
+        rows = []
         for s in samples:
             e = s.get("early") if isinstance(s, Mapping) and s.get("kind") == "pair" else None
-            cid = self.chan.pair_id.get((s.get("src"), s.get("dst"))) if e is not None else None
+            if e is not None:
+                rows.append((self.chan.pair_id.get((s.get("src"), s.get("dst"))), e, s.get("t")))
+        self._keep_early(rows)
+
+    def _note_early_columns(self, batch: ColumnBatch) -> None:
+        """:meth:`_note_early` for a binary batch's ``early`` rows
+        (:mod:`~mccl_runtime.columns`): a row counts only when the batch has a row of its
+        channel (no channel is registered for an early row alone)."""
+        rows: list[tuple[int | None, Any, Any]] = []
+        e = batch.early
+        if e is not None and len(e):
+            keys = set(zip(batch.kind.tolist(), batch.a.tolist(), batch.b.tolist()))
+            mine = np.array([k in keys for k in zip(e.kind.tolist(), e.a.tolist(), e.b.tolist())])
+            cids = np.full(len(e), -1, dtype=np.int64)
+            if mine.any():
+                cids[mine] = self.keyed.channels(ColumnBatch(*(getattr(e, n)[mine] for n, _ in COLUMNS),
+                                                             links=e.links, gpus=e.gpus))[0]
+            rows = [(int(c) if c >= 0 else None, float(g), float(t)) for c, g, t in zip(cids, e.gbps, e.t)]
+        self._keep_early(rows)
+
+    def _keep_early(self, rows: list[tuple[int | None, Any, Any]]) -> None:
+        """Drop the early estimates a newer sample of their channel overtook, then keep
+        each ``(channel, early Gbps, its t)`` below its channel's value and not older than
+        its latest sample."""
+        t = self.chan.t
+        self._early = {cid: e for cid, e in self._early.items() if t[cid] <= e[1]}
+        for cid, e, te in rows:
             if cid is None or type(e) not in _NUMBERS or not (0 <= e < self.chan.value[cid]) \
-                    or type(s.get("t")) not in _NUMBERS or t[cid] > s["t"]:
+                    or type(te) not in _NUMBERS or t[cid] > te:
                 continue
-            self._early[cid] = (float(e), float(s["t"]))
+            self._early[cid] = (float(e), float(te))
+
+    def early_estimates(self) -> dict[int, tuple[float, float]]:
+        """The kept early estimates: channel -> (early Gbps, its t) (a copy)."""
+        return dict(self._early)
 
     def ingest_columns(self, batch: ColumnBatch, now: float | None = None) -> IngestReport:
         """Apply a binary batch (:class:`~mccl_runtime.columns.ColumnBatch`): the same
@@ -208,6 +237,8 @@ class MeasurementStore:
         replaced = self._replace(c_max, y_max, t_max)
         report = self._apply(c, y, t, rejected, w)
         self.accepted += replaced
+        if self.watch_early and self.estimator == "ewma":
+            self._note_early_columns(batch)
         return IngestReport(report.accepted + replaced, report.rejected)
 
     def _follow_clock(self, now: float) -> float:

@@ -547,3 +547,20 @@ def test_a_drop_is_reported_only_on_the_evidence_of_several_windows(ratios):
         if last is not None and len(recent) >= 3 and max(list(recent)[-3:]) < last:
             assert got < last
         last = got
+
+
+@pytest.mark.parametrize("between, new", [(278 / 400, 225 / 400), (163 / 400, 137.5 / 400)])
+def test_a_shallow_drop_is_reported_at_the_level_its_newest_windows_agree_on(between, new):
+    """A ramp step read through one straddling window (``between``, as on gloo ranks: 278
+    and 163 Gbps for steps to 225 and 137.5 of 400) and then at ``new``: the third window
+    reports ``new`` (3 of 5 below the old level), not the in-between median of the five,
+    which cost a version more; two newest windows that disagree still report that median."""
+    rep = _bare_reporter(drop_window=5)
+    for _ in range(5):
+        rep._level(("a", "b"), 1.0, 0.0)
+    got = [rep._level(("a", "b"), r, 0.0)["gbps"] for r in (between, new, new, new)]
+    assert got == pytest.approx([1.0, 1.0, new, new])
+    rep = _bare_reporter(drop_window=5)
+    for r in (1.0, 1.0, 1.0, 1.0, 1.0, between, new):
+        rep._level(("a", "b"), r, 0.0)
+    assert rep._level(("a", "b"), new / 1.5, 0.0)["gbps"] == pytest.approx(between)   # the median of the five

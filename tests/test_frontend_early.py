@@ -1,0 +1,109 @@
+"""Early estimates through telemetry front ends (issue 26; docs/executor.md, "Speculation on
+real ranks"): a host's drop still being confirmed (``early``, JSON or a binary header's
+``early`` rows) reaches the controller's store apart from ``M``, beside the folded row or
+the link maximum it lowers; a malformed ``early`` field is a typed error and the service
+goes on."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import zmq
+
+from mccl_runtime.client import ControllerClient
+from mccl_runtime.columns import ColumnBatch
+from mccl_runtime.frontend import FrontEndFold
+from mccl_runtime.protocol import ProtocolError, encode_frames
+from mccl_runtime.telemetry import MeasurementStore
+from tests.test_runtime_frontend import FrontEnd
+from tests.test_runtime_manager import TOPO
+from tests.test_runtime_service import KEY, Server
+from tests.test_speculate_real_ranks import NIC, PAIR, _pair
+
+OTHER = ("s0h0g0", "s0h0g1")            # a pair over the NVSwitch, no early value
+
+
+def _wire(batch: ColumnBatch) -> ColumnBatch:
+    """``batch`` as the controller reads it off the wire."""
+    return ColumnBatch.from_frames(*batch.to_frames(), TOPO)
+
+
+@pytest.mark.parametrize("reporter", [None, 7], ids=["folded", "link-maxima"])
+@pytest.mark.parametrize("path", ["json", "columns"])
+def test_a_front_end_forwards_an_early_drop_apart_from_m(reporter, path):
+    """Interval 1: a pair across the NIC cable at 300 Gbps (and one over the NVSwitch at 200); interval
+    2: the pair still at 300 with ``early`` 150.  The controller's ``M`` stays at 300 on
+    the pair's links, its ``early()`` reads 150 there (the link maximum with the early
+    value in place of the pair's); interval 3 without ``early`` clears it."""
+    fold = FrontEndFold(TOPO, 1.0, reporter)
+    store = MeasurementStore(TOPO, alpha=1.0)
+    store.watch_early = True
+    nic = TOPO.link_index(*NIC)
+    for step, early in enumerate((None, 150.0, None)):
+        t = 1.0 + step
+        samples = [_pair(PAIR, 300.0, t, early), _pair(OTHER, 200.0, t)]
+        report = fold.ingest(samples, now=t) if path == "json" \
+            else fold.ingest_columns(_wire(ColumnBatch.from_samples(TOPO, samples)), now=t)
+        assert report.accepted == 2
+        batch = _wire(fold.interval())
+        assert (batch.early is not None) == (early is not None)
+        store.ingest_columns(batch, now=t)
+        assert store.measured()[nic] == pytest.approx(300.0)
+        if early is None:
+            assert store.early() is None and not store.pending_links().size
+        else:
+            assert store.early()[nic] == pytest.approx(150.0) and nic in store.pending_links()
+
+
+@pytest.mark.parametrize("early", [{"not": "a list"}, [[1, 0, 1, 100.0]], [[0, 0, 0, 100.0, 1.0]],
+                                   [[1, True, 1, 100.0, 1.0]], [[1, 0, 1, -1.0, 1.0]], [[1, 0, 1, 1e400, 1.0]],
+                                   [[1, 0, 1, 100.0, 1.0]] * 3, [[4, 0, 1 << 30, 100.0, 1.0]]])
+def test_a_malformed_early_field_is_a_bad_body(early):
+    body, frames = ColumnBatch.from_samples(TOPO, [_pair(PAIR, 300.0, 1.0), _pair(OTHER, 300.0, 1.0)]).to_frames()
+    with pytest.raises(ProtocolError) as err:
+        ColumnBatch.from_frames({**body, "early": early}, frames, TOPO)
+    assert err.value.reason == "bad_body"
+
+
+def test_an_early_row_without_its_channels_row_is_ignored():
+    """An ``early`` row names a channel the batch has no row of: nothing is kept and no
+    channel is registered for it."""
+    store = MeasurementStore(TOPO, alpha=1.0)
+    store.watch_early = True
+    batch = ColumnBatch.from_samples(TOPO, [_pair(PAIR, 300.0, 1.0)])
+    stray = ColumnBatch.from_samples(TOPO, [_pair(OTHER, 300.0, 1.0, early=100.0)]).early
+    channels = store.chan.count
+    store.ingest_columns(_wire(batch.with_early(stray)), now=1.0)
+    assert store.early() is None and store.chan.count == channels + 1
+
+
+def test_through_a_front_end_service_early_reaches_the_controller_and_bad_early_is_refused():
+    """Sockets, HMAC keys: a host's JSON ``early`` through a front end lands in the
+    controller's store apart from ``M``; a signed binary request with a malformed
+    ``early`` is refused as ``bad_body`` and the front end still takes the next one."""
+    with Server(key=KEY) as svc, FrontEnd(svc.endpoint, key=KEY, interval_s=0.05) as fe, \
+            ControllerClient(fe.endpoint, key=KEY, timeout_s=5.0) as host:
+        svc.store.watch_early = True
+        nic = TOPO.link_index(*NIC)
+        now = time.time()
+        assert host.push_telemetry([_pair(PAIR, 300.0, now)])["accepted"] == 1
+        assert host.push_telemetry([_pair(PAIR, 300.0, now + 0.01, early=150.0)])["accepted"] == 1
+        deadline = time.monotonic() + 5.0
+        while not svc.store.early_estimates() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert svc.store.early()[nic] == pytest.approx(150.0) and svc.store.measured()[nic] == pytest.approx(300.0)
+
+        raw = zmq.Context.instance().socket(zmq.DEALER)
+        raw.setsockopt(zmq.LINGER, 0)
+        raw.connect(fe.endpoint)
+        body, frames = ColumnBatch.from_samples(TOPO, [_pair(PAIR, 300.0, time.time())]).to_frames()
+        for seq, early in ((1, [[1, 0, 1, "x", 0.0]]), (2, None)):
+            msg = encode_frames("telemetry_columns", body if early is None else {**body, "early": early}, frames,
+                                KEY, epoch=fe.gate.epoch, client="a" * 32, seq=seq)
+            raw.send_multipart([b"", *msg])
+            assert raw.poll(5000)
+            reply = raw.recv_multipart()[-1]
+            assert (b"bad_body" in reply) == (early is not None) and (b'"accepted":1' in reply) == (early is None)
+        raw.close(0)
+        assert host.stats()["protocol_errors"] == {"bad_body": 1}
