@@ -353,3 +353,34 @@ def test_tight_graphs_made_of_known_trees_always_pack():
         swept += info["few_trees_checks"] > 0
         assert few_trees_pack(n, lg.tail, lg.head, lg.units, k, 0) is None
     assert swept > 0
+
+
+def test_tight_graph_sums_every_ranks_in_units():
+    """``tight``: every rank's in-units are exactly the ``k (n - 1)`` trees owed to it;
+    one unit more anywhere, or one tree fewer, and it is not."""
+    from mccl_opt.allgather.forestcoll.pipeline import tight
+
+    lg, k = _exact_logical(superpod(2, 2, 8), None)
+    assert tight(lg, k) and not tight(lg, k - 1)
+    lg.units[0] += 1
+    assert not tight(lg, k)
+
+
+def test_tight_graph_tries_the_few_trees_packing_before_greedy(monkeypatch):
+    """At ``None`` on a tight logical graph where the repair packings fail, the exact
+    few-trees packing runs before the greedy portfolio (which must use every unit there),
+    and the solve reaches the cut bound without it."""
+    from mccl_opt.allgather.forestcoll import pipeline
+
+    order: list[str] = []
+    real_few = pipeline._few_trees
+    monkeypatch.setattr(pipeline, "_pack_repair", lambda *a, **kw: None)
+    monkeypatch.setattr(pipeline, "_pack_greedy",
+                        lambda *a, **kw: order.append("greedy"))
+    monkeypatch.setattr(pipeline, "_few_trees",
+                        lambda *a, **kw: order.append("few") or real_few(*a, **kw))
+    topo = superpod(2, 2, 8)
+    sched = mo.solve_allgather(topo, max_chunks=None)
+    assert order == ["few"] and sched.stats["packing"] == "exact"
+    check_schedule(topo, sched)
+    assert sched.rate_gbps == pytest.approx(cut_bound(topo), rel=1e-9)
