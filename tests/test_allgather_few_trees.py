@@ -270,7 +270,7 @@ def test_weaker_direction_leaves_the_exact_packing_to_the_general_method(monkeyp
 def test_weaker_direction_past_the_cheap_entries_skips_the_guarded_split(monkeypatch):
     """A declinable weaker-direction packing whose spread split fails the rooted test (one
     global dragonfly cable at 0.9 one way) is left to the next method before the guarded
-    split (docs/allgather.md "One-way dragonfly: no guarded split when declinable"); the
+    split (docs/allgather.md "One-way dragonfly: no guarded split, half the seed first"); the
     chain still returns a valid schedule at the next method's certified optimum."""
     from mccl_opt.allgather.forestcoll import pipeline
 
