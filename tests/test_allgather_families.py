@@ -20,8 +20,8 @@ import mccl_opt as mo
 from instances.aggregation import (host_ring, host_torus, leaf_spine, multi_spine, scrambled,
                                    shared_aggregation, superpod)
 from mccl_opt.allgather.canonical import canonical
-from mccl_opt.allgather.forestcoll.removal.cut_guard import (SweepGuard, exchange, tight_sets,
-                                                             violated_set)
+from mccl_opt.allgather.forestcoll.removal.cut_guard import (SweepGuard, exchange, violated_set,
+                                                             zero_slack_sets)
 from mccl_opt.allgather.forestcoll.packing.exact_packing import exact_pack
 from mccl_opt.allgather.forestcoll.removal.guarded_spread import guarded_spread
 from mccl_opt.allgather.forestcoll.pipeline import balanced_split, phase_one_budget
@@ -106,12 +106,12 @@ def test_tight_sets_have_no_slack(topo):
                                   np.array([1, 1, 1, 2, 2, 2]), 1)]:      # 3 GPUs, 1 switch
         n = max(int(tail.max()), int(head.max())) + 1
         gpus = split.gpus if n == split.n else np.arange(3)
-        sets = tight_sets(n, gpus, k, (tail, head, units), gpus.size)
+        sets = zero_slack_sets(n, gpus, k, (tail, head, units), gpus.size)
         assert len(sets) > 0
         for inside in sets:
             assert inside.sum() > 1
             assert _in_units(inside, (tail, head, units)) == k * int((~inside[gpus]).sum())
-        assert len(tight_sets(n, gpus, k, (tail, head, 2 * units), gpus.size)) == 0
+        assert len(zero_slack_sets(n, gpus, k, (tail, head, 2 * units), gpus.size)) == 0
 
 
 def _plain_split(topo):

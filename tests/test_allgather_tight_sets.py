@@ -16,7 +16,7 @@ import pytest
 import mccl_opt as mo
 from instances.designs import dragonfly
 from mccl_opt.allgather.forestcoll.packing import few_trees as ft
-from mccl_opt.allgather.forestcoll.packing.contraction import Problem, tight_sets
+from mccl_opt.allgather.forestcoll.packing.contraction import Problem, minimal_tight_sets
 from mccl_opt.allgather.forestcoll.packing.few_trees import few_trees_pack
 from mccl_opt.allgather.forestcoll.removal.splitting import LogicalGraph
 from tests.oracle_allgather import check_schedule, cut_bound
@@ -58,7 +58,7 @@ def test_groups_are_found_and_their_packings_combine(k, seed, monkeypatch):
     """The groups are the tight sets; the combined packing is valid (classes cut into
     pieces where an entry link or an inner class runs out), with multiplicities."""
     lg = _grouped(3, 4, k, seed)
-    sets = tight_sets(_problem(lg, k), np.zeros(2, np.int64))
+    sets = minimal_tight_sets(_problem(lg, k), np.zeros(2, np.int64))
     assert sorted(map(tuple, sets)) == [tuple(range(g * 4, g * 4 + 4)) for g in range(3)]
     grown: list[int] = []
     real = ft._grow
@@ -77,7 +77,7 @@ def test_a_group_one_unit_short_is_refused():
     cross = np.flatnonzero(lg.tail // 4 != lg.head // 4)
     lg.units[cross[0]] -= 1
     assert not lg.admits(2)
-    assert tight_sets(_problem(lg, 2), np.zeros(2, np.int64)) is None
+    assert minimal_tight_sets(_problem(lg, 2), np.zeros(2, np.int64)) is None
     assert few_trees_pack(lg.num_gpus, lg.tail, lg.head, lg.units, 2) is None
 
 

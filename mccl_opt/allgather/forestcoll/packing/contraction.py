@@ -34,7 +34,8 @@ from numba import njit
 from ..maxflow import INF, FlowNetwork
 from .trees import TreeClass
 
-__all__ = ["Problem", "Decomposition", "tight_sets", "decompose", "CONTRACT_MIN_GPUS"]
+__all__ = ["Problem", "Decomposition", "minimal_tight_sets", "decompose",
+           "CONTRACT_MIN_GPUS"]
 
 #: :attr:`Problem.links` of an inner problem's ``O -> v`` links and of its ``r -> O``
 #: links (``roots[r]`` units: a tree rooted in the set reaches ``O`` from its root, so
@@ -82,11 +83,13 @@ def _reaching(n_tot, start, arcs, head, res, t, mark, queue):
                     qt += 1
 
 
-def tight_sets(p: Problem, checks: np.ndarray) -> list[np.ndarray] | None:
+def minimal_tight_sets(p: Problem, checks: np.ndarray) -> list[np.ndarray] | None:
     """Disjoint proper tight sets (``2 <= |S| <= n - 2``), the largest minimal ones first
     (module doc); ``None`` when a sink's flow is below ``R``: the graph admits no
     packing.  One max-flow per node outside the sets found so far (a node's minimal tight
-    set lies inside any tight set holding it): at most ``n``, counted in ``checks[0]``."""
+    set lies inside any tight set holding it): at most ``n``, counted in ``checks[0]``.
+    (The guarded split's :func:`~..removal.cut_guard.zero_slack_sets` are the largest
+    such sets instead.)"""
     net = FlowNetwork(p.n, p.tail, p.head)
     caps = net.caps()
     caps[: net.m] = p.units

@@ -72,7 +72,7 @@ from numba import njit
 from mccl_opt import anytime
 from ..maxflow import FlowNetwork, _bfs_levels
 from ..removal.splitting import LogicalGraph, SplitGraph, sink_order, split_all
-from .contraction import CONTRACT_MIN_GPUS, Problem, decompose, tight_sets
+from .contraction import CONTRACT_MIN_GPUS, Problem, decompose, minimal_tight_sets
 from .growth_checks import _check, _short_paths_flow, _verify
 from .remembered_sets import _all_slacks, _enter, _move, _remember, _ruled_out
 from .trees import TreeClass
@@ -301,7 +301,7 @@ def _pack(p: Problem, checks: np.ndarray, near: np.ndarray | None
     grown class by class with the sweeps in ``near``'s order."""
     if p.n >= CONTRACT_MIN_GPUS:
         anytime.check("Phase 3: the few-trees packing, tight sets")
-        sets = tight_sets(p, checks)
+        sets = minimal_tight_sets(p, checks)
         if sets is None or checks[0] > checks[1]:
             return None
         if sets:

@@ -37,7 +37,7 @@ import numpy as np
 from mccl_opt import anytime
 from ..maxflow import INF, FlowNetwork
 
-__all__ = ["KnownCuts", "SweepGuard", "violated_set", "violated_sets", "tight_sets",
+__all__ = ["KnownCuts", "SweepGuard", "violated_set", "violated_sets", "zero_slack_sets",
            "MAX_ROUNDS"]
 
 #: exchange rounds per switch before a guard gives up
@@ -73,7 +73,7 @@ def violated_sets(n: int, gpus: np.ndarray, k: int, arcs: Arcs, most: int) -> np
     return net.failing_sets(caps, gpus, k * gpus.size, most)
 
 
-def tight_sets(n: int, gpus: np.ndarray, k: int, arcs: Arcs, most: int) -> np.ndarray:
+def zero_slack_sets(n: int, gpus: np.ndarray, k: int, arcs: Arcs, most: int) -> np.ndarray:
     """Up to ``most`` node sets with no slack in ``arcs`` (a graph meeting the rooted cut
     condition for ``k`` trees per root of ``gpus``): ``units(δ⁻(T)) = k·|GPUs ∉ T|``, so
     any unit a pairing takes from ``T`` breaks the condition.  One rooted sweep
@@ -81,7 +81,8 @@ def tight_sets(n: int, gpus: np.ndarray, k: int, arcs: Arcs, most: int) -> np.nd
     with ``M`` above the GPU count: a set fails there iff ``units < k·|out| + |out|/M``,
     i.e. (integers, ``|out| < M``) iff it is tight; each row the failing sink's set with
     the most GPUs outside.  Sets of one node are left out: a lone GPU's in-units no
-    pairing can take (a pair inside it would be a loop)."""
+    pairing can take (a pair inside it would be a loop).  The largest such sets, where
+    :func:`~..packing.contraction.minimal_tight_sets` finds each node's smallest one."""
     tail, head, units = arcs
     scale = int(gpus.size) + 1
     sets = violated_sets(n, gpus, k * scale + 1, (tail, head, units * scale), most)

@@ -20,7 +20,7 @@ import time
 import numpy as np
 
 from mccl_opt import anytime
-from .cut_guard import KnownCuts, SweepGuard, tight_sets, violated_set, violated_sets
+from .cut_guard import KnownCuts, SweepGuard, violated_set, violated_sets, zero_slack_sets
 from .splitting import LogicalGraph, SplitGraph, fewest_links_first, switch_order
 from .spread import spread_split
 
@@ -49,7 +49,7 @@ def guarded_spread(g: SplitGraph, rank_of: np.ndarray, failed: LogicalGraph,
         return None
     sweeps[0] = max(sweeps[0], time.perf_counter() - t)     # a whole sweep: none failed
     known = KnownCuts(g.n, g.gpus, g.k, arcs)
-    for inside in tight_sets(g.n, g.gpus, g.k, arcs, g.gpus.size):
+    for inside in zero_slack_sets(g.n, g.gpus, g.k, arcs, g.gpus.size):
         known.add(inside)
     for order in (switch_order, fewest_links_first):
         lg, found = _guarded_in(g, rank_of, order(g), known, found, sweeps, siblings_last)
