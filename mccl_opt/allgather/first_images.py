@@ -36,8 +36,11 @@ taken are built (one relabelled copy of the line's tree table each).
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import itertools
+import threading
 import time
+from collections import OrderedDict
 from math import lcm, prod
 
 import numpy as np
@@ -58,6 +61,10 @@ MAX_IMAGES = 16
 #: (measured 0.045-0.056 s at 1,024 GPUs, 0.018 s at 512, 0.009 s at 256, 2-core
 #: machine at load 9), and its floor (the generators' search: colour refinement and checks)
 SECONDS_PER_PAIR, FLOOR_S = 8e-8, 0.01
+
+#: one image per root (:func:`_assigned`) is kept over every image at a share of each
+#: root where its rate is at most this fraction below theirs
+ASSIGN_TOL = 0.01
 
 #: a subgroup is kept over a smaller one only when it lowers the cluster's worst link
 #: utilisation by more than this fraction (more images cost more trees for nothing)
@@ -83,20 +90,21 @@ def averaged_first(topo: Topology, first: Schedule, max_chunks: int | None) -> S
     cap = topo.arrays.capacity
     chosen: list[tuple[np.ndarray, np.ndarray]] = []   # per cluster: node, link perms
     size = 1
-    for gens in symmetry_generators(topo, structural=True):
+    for gens in structural_generators(topo):
         best = _best_subgroup(gens, loads, cap, cap_images, size)
         if best is not None:
             chosen.append(best)
             size = lcm(size, best[0].shape[0])
     if not chosen:
         return None
-    maps, images = [], []
+    maps, link_maps, images = [], [], []
     for element, _ in coupling([nodes.shape[0] for nodes, _ in chosen]):
         node = np.arange(topo.num_nodes)
         link = np.arange(topo.num_links)
         for (nodes, links), e in zip(chosen, element):
             node, link = nodes[e][node], links[e][link]
         maps.append(node)
+        link_maps.append(link)
         image = np.empty_like(loads)
         image[link] = loads
         images.append(image)
@@ -106,18 +114,57 @@ def averaged_first(topo: Topology, first: Schedule, max_chunks: int | None) -> S
     rate = schedule_rate(topo, total)
     if not rate > first.rate_gbps:
         return None
-    pieces = [(maps[i], counts[i] / k) for i in keep.tolist()]
-    table = _images(chunks.table, chunks.table.paths, [m for m, _ in pieces],
-                    [w for _, w in pieces])
+    picks = [maps[i] for i in keep.tolist()]
+    assigned = _assigned(topo, chunks.table, picks, [link_maps[i] for i in keep.tolist()],
+                         counts[keep])
+    if assigned is not None and assigned[1] >= rate * (1 - ASSIGN_TOL):
+        table, total, rate, k = assigned[0], assigned[2], assigned[1], 1
+        how = f"over {len(picks)} automorphisms, one per root"
+    else:
+        table = _images(chunks.table, chunks.table.paths, picks,
+                        [c / k for c in counts[keep].tolist()])
+        how = f"averaged over {len(picks)} automorphisms"
     seconds = time.perf_counter() - t
-    how = f"{first.solver.get('algorithm', 'first')} averaged over {len(pieces)} automorphisms"
+    how = f"{first.solver.get('algorithm', 'first')} {how}"
     return dataclasses.replace(
         first, rate_gbps=rate, lp_rate_gbps=rate, chunks=TreeChunks(table),
         bottleneck=bottleneck_links(topo, total, rate, k),
         solver={**first.solver, "seconds": first.solver.get("seconds", 0.0) + seconds,
                 "algorithm": how},
-        stats={**first.stats, "method": how, "k": k, "images": len(pieces)},
+        stats={**first.stats, "method": how, "k": k, "images": len(picks)},
         report=dataclasses.replace(first.report, k=k))
+
+
+def structural_generators(topo: Topology) -> list[list[tuple[np.ndarray, np.ndarray]]]:
+    """:func:`.general.symmetry.symmetry_generators` of ``topo``'s links alone
+    (``structural``), cached per fabric shape (its nodes' kinds and links in order, not
+    their capacities: the controller re-solves one fabric as its links slow and
+    recover); the last :data:`CACHED_SHAPES` shapes are kept, their arrays read-only."""
+    arr = topo.arrays
+    digest = hashlib.blake2b(digest_size=16)
+    for a in (np.asarray(arr.is_switch, np.bool_), np.asarray(arr.tail, np.int64),
+              np.asarray(arr.head, np.int64)):
+        digest.update(a.tobytes())
+    key = digest.digest()
+    with _CACHE_LOCK:
+        if key in _CACHE:
+            _CACHE.move_to_end(key)
+            return _CACHE[key]
+    gens = symmetry_generators(topo, structural=True)
+    for cluster in gens:
+        for node, link in cluster:
+            node.flags.writeable = link.flags.writeable = False
+    with _CACHE_LOCK:
+        _CACHE[key] = gens
+        while len(_CACHE) > CACHED_SHAPES:
+            _CACHE.popitem(last=False)
+    return gens
+
+
+#: fabric shapes whose structural generators are kept (:func:`structural_generators`)
+CACHED_SHAPES = 8
+_CACHE: OrderedDict[bytes, list[list[tuple[np.ndarray, np.ndarray]]]] = OrderedDict()
+_CACHE_LOCK = threading.Lock()
 
 
 def _best_subgroup(gens: list[tuple[np.ndarray, np.ndarray]], loads: np.ndarray,
@@ -170,6 +217,78 @@ def _counts(images: np.ndarray, cap: np.ndarray, most: int) -> tuple[np.ndarray,
         if worst < best_worst * (1 - GAIN_TOL):
             best, best_worst = counts, worst
     return best, int(best.sum())
+
+
+def _assigned(topo: Topology, table: TreeTable, maps: list[np.ndarray],
+              link_maps: list[np.ndarray], counts: np.ndarray
+              ) -> tuple[TreeTable, float, np.ndarray] | None:
+    """One image per root instead of every image at ``counts / k`` of each root's shard:
+    the roots, in the table's order (the line's), take the images in the stride order
+    of ``counts`` (each next root the image furthest behind its share ``c / k`` of the
+    roots so far, so every ``k`` consecutive roots take image ``e`` ``c_e`` times), a
+    root's tree being its image's relabelled tree of the GPU the image maps onto it.
+    Along the line the image trees' loads then differ from the average's by about a
+    shard per link (HPN: every host's 8 GPUs take the 8 rail shifts once each), with
+    ``k`` times fewer trees (``maps`` / ``link_maps``: the images' node and link
+    permutations).  ``(table, rate, loads)``, or ``None`` when a map moves a root off
+    the table's roots."""
+    from ..row_bincount import row_bincount          # numba: loaded when used
+
+    n, g = topo.num_nodes, table.src.size
+    tree_of = np.full(n, -1, np.int64)
+    tree_of[table.src] = np.arange(g)
+    k = int(counts.sum())
+    order = []
+    behind = np.zeros(counts.size)
+    for _ in range(k):                                # one stride period
+        behind += counts / k
+        pick = int(np.argmax(behind))
+        behind[pick] -= 1.0
+        order.append(pick)
+    image_of = np.resize(np.asarray(order, np.int64), g)   # per row: its root's image
+    paths = table.paths
+    hops = _hop_links(topo, paths)
+    loads = np.zeros(topo.num_links)
+    trees = np.empty(g, np.int64)
+    for e, (node, link) in enumerate(zip(maps, link_maps)):
+        inverse = np.empty(n, np.int64)
+        inverse[node] = np.arange(n)
+        rows = np.flatnonzero(image_of == e)
+        mine = tree_of[inverse[table.src[rows]]]
+        if (mine < 0).any():
+            return None
+        trees[rows] = mine
+        per_path = row_bincount(table.edges[mine], np.ones(mine.size), len(paths))
+        loads[link] += np.bincount(hops[1], weights=per_path[hops[0]],
+                                   minlength=topo.num_links)
+    rate = schedule_rate(topo, loads)
+    count = len(paths)
+    flat = np.concatenate([node[paths.flat] for node in maps])
+    lengths = np.tile(paths.lengths, len(maps))
+    edges = table.edges[trees] + (count * image_of)[:, None].astype(table.edges.dtype)
+    out = TreeTable(table.node_ids, FlatPaths.of_lengths(flat, lengths), table.src.copy(),
+                    np.ones(g), edges)
+    return out, rate, loads
+
+
+def _hop_links(topo: Topology, paths: FlatPaths) -> tuple[np.ndarray, np.ndarray]:
+    """Per hop of ``paths``: its path and its link."""
+    lengths = paths.lengths
+    ends = np.cumsum(lengths)
+    is_tail = np.ones(paths.flat.size, bool)
+    is_tail[ends[lengths > 0] - 1] = False
+    tails = np.flatnonzero(is_tail)
+    path = np.repeat(np.arange(lengths.size), np.maximum(lengths - 1, 0))
+    return path, _link_of(topo, paths.flat[tails], paths.flat[tails + 1])
+
+
+def _link_of(topo: Topology, tails: np.ndarray, heads: np.ndarray) -> np.ndarray:
+    """The link index of every ``tails[i] -> heads[i]`` (all links of ``topo``)."""
+    arr = topo.arrays
+    key = arr.tail.astype(np.int64) * topo.num_nodes + arr.head
+    order = np.argsort(key, kind="stable")
+    return order[np.searchsorted(key, tails.astype(np.int64) * topo.num_nodes + heads,
+                                 sorter=order)]
 
 
 def _images(table: TreeTable, paths: FlatPaths, maps: list[np.ndarray],

@@ -106,26 +106,45 @@ class Symmetry:
 
 def _refine(topo: Topology, capacity: np.ndarray) -> np.ndarray:
     """Stable colour refinement of the digraph with link capacities ``capacity`` (node
-    kind to start)."""
+    kind to start), colours numbered by first appearance.  Each round a node's multisets
+    of (capacity, neighbour colour) out and in are told apart by sums of 64-bit mixes of
+    their members (a collision, at odds of about ``2^-64``, only merges two classes:
+    every proposal built on the colours is checked, :func:`_link_map`); vectorised
+    (1-3 ms at 1,024 GPUs, against 50 ms for sorted tuples per node)."""
     arr = topo.arrays
-    cap = capacity.tolist()
-    tail, head = arr.tail.tolist(), arr.head.tolist()
-    out = [arr.out_arcs[arr.out_start[v]:arr.out_start[v + 1]].tolist()
-           for v in range(topo.num_nodes)]
-    inn = [arr.in_arcs[arr.in_start[v]:arr.in_start[v + 1]].tolist()
-           for v in range(topo.num_nodes)]
-    color = arr.is_switch.astype(np.int64).tolist()
-    classes = len(set(color))
+    n = topo.num_nodes
+    _, cap_id = np.unique(capacity, return_inverse=True)
+    cap_key = cap_id.astype(np.uint64) * np.uint64(n + 1)
+    tail, head = arr.tail.astype(np.int64), arr.head.astype(np.int64)
+    color = arr.is_switch.astype(np.int64)
+    classes = int(np.unique(color).size)
     for _ in range(_REFINE_ROUNDS):
-        sig = [(color[v], tuple(sorted((cap[a], color[head[a]]) for a in out[v])),
-                tuple(sorted((cap[a], color[tail[a]]) for a in inn[v])))
-               for v in range(topo.num_nodes)]
-        index: dict = {}
-        color = [index.setdefault(s, len(index)) for s in sig]
-        if len(index) == classes:
+        out = np.zeros(n, np.uint64)
+        inn = np.zeros(n, np.uint64)
+        np.add.at(out, tail, _mix(cap_key + color[head].astype(np.uint64)))
+        np.add.at(inn, head, _mix(cap_key + color[tail].astype(np.uint64) + _IN_SALT))
+        sig = np.column_stack([color.astype(np.uint64), out, inn])
+        _, first, inverse = np.unique(sig, axis=0, return_index=True, return_inverse=True)
+        rank = np.empty(first.size, np.int64)
+        rank[np.argsort(first, kind="stable")] = np.arange(first.size)
+        color = rank[inverse.reshape(-1)]
+        if first.size == classes:
             break
-        classes = len(index)
-    return np.asarray(color, dtype=np.int64)
+        classes = int(first.size)
+    return color
+
+
+#: keeps the in-multisets' mixes apart from the out-multisets'
+_IN_SALT = np.uint64(0x9E3779B97F4A7C15)
+
+
+def _mix(x: np.ndarray) -> np.ndarray:
+    """splitmix64's finaliser of ``x`` (uint64, wrapping): distinct inputs, unrelated
+    outputs."""
+    with np.errstate(over="ignore"):
+        x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        return x ^ (x >> np.uint64(31))
 
 
 def _neighbours(topo: Topology) -> list[set[int]]:
@@ -241,22 +260,30 @@ def _signatures(block: list[int], nb: list[set[int]], s: int) -> dict[tuple, int
 
 
 def _twin_shifts(topo: Topology, capacity: np.ndarray) -> list[np.ndarray]:
-    """Cyclic shifts of twin GPUs (same neighbours at the same ``capacity``), unchecked."""
+    """Cyclic shifts of twin GPUs (same neighbours at the same ``capacity``), unchecked:
+    GPUs grouped by sums of 64-bit mixes of their (neighbour, capacity) pairs out and in
+    (as in :func:`_refine`; a collision only proposes a shift :func:`_link_map` rejects),
+    groups in order of their first GPU."""
     arr = topo.arrays
-    groups: dict[tuple, list[int]] = {}
-    for v in arr.gpu_nodes.tolist():
-        o = arr.out_arcs[arr.out_start[v]:arr.out_start[v + 1]]
-        i = arr.in_arcs[arr.in_start[v]:arr.in_start[v + 1]]
-        key = (tuple(sorted(zip(arr.head[o].tolist(), capacity[o].tolist()))),
-               tuple(sorted(zip(arr.tail[i].tolist(), capacity[i].tolist()))))
-        groups.setdefault(key, []).append(v)
-    out = []
-    for part in groups.values():
-        if len(part) >= 2:
-            perm = np.arange(topo.num_nodes)
-            perm[part] = part[1:] + part[:1]
-            out.append(perm)
-    return out
+    n = topo.num_nodes
+    _, cap_id = np.unique(capacity, return_inverse=True)
+    cap_key = cap_id.astype(np.uint64) * np.uint64(n + 1)
+    out = np.zeros(n, np.uint64)
+    inn = np.zeros(n, np.uint64)
+    np.add.at(out, arr.tail, _mix(cap_key + arr.head.astype(np.uint64)))
+    np.add.at(inn, arr.head, _mix(cap_key + arr.tail.astype(np.uint64) + _IN_SALT))
+    gpus = np.asarray(arr.gpu_nodes, np.int64)
+    _, first, group = np.unique(np.column_stack([out[gpus], inn[gpus]]), axis=0,
+                                return_index=True, return_inverse=True)
+    group = group.reshape(-1)
+    result = []
+    for g in np.argsort(first, kind="stable").tolist():
+        part = gpus[group == g]
+        if part.size >= 2:
+            perm = np.arange(n)
+            perm[part] = np.roll(part, -1)
+            result.append(perm)
+    return result
 
 
 def _link_map(topo: Topology, perm: np.ndarray, capacity: np.ndarray) -> np.ndarray | None:
