@@ -246,29 +246,27 @@ def _assigned(topo: Topology, table: TreeTable, maps: list[np.ndarray],
         behind[pick] -= 1.0
         order.append(pick)
     image_of = np.resize(np.asarray(order, np.int64), g)   # per row: its root's image
-    paths = table.paths
-    hops = _hop_links(topo, paths)
-    loads = np.zeros(topo.num_links)
     trees = np.empty(g, np.int64)
-    for e, (node, link) in enumerate(zip(maps, link_maps)):
+    for e, node in enumerate(maps):
         inverse = np.empty(n, np.int64)
         inverse[node] = np.arange(n)
         rows = np.flatnonzero(image_of == e)
-        mine = tree_of[inverse[table.src[rows]]]
-        if (mine < 0).any():
-            return None
-        trees[rows] = mine
-        per_path = row_bincount(table.edges[mine], np.ones(mine.size), len(paths))
-        loads[link] += np.bincount(hops[1], weights=per_path[hops[0]],
-                                   minlength=topo.num_links)
-    rate = schedule_rate(topo, loads)
-    count = len(paths)
+        trees[rows] = tree_of[inverse[table.src[rows]]]
+    if (trees < 0).any():
+        return None
+    paths, count = table.paths, len(table.paths)
+    edges = table.edges[trees]
+    edges += (count * image_of)[:, None].astype(edges.dtype)     # image e's copy of the paths
+    per_path = row_bincount(edges, np.ones(g), count * len(maps)).reshape(len(maps), count)
+    path, link = _hop_links(topo, paths)
+    loads = np.zeros(topo.num_links)
+    for e, image in enumerate(link_maps):
+        loads += np.bincount(image[link], weights=per_path[e, path], minlength=topo.num_links)
     flat = np.concatenate([node[paths.flat] for node in maps])
     lengths = np.tile(paths.lengths, len(maps))
-    edges = table.edges[trees] + (count * image_of)[:, None].astype(table.edges.dtype)
     out = TreeTable(table.node_ids, FlatPaths.of_lengths(flat, lengths), table.src.copy(),
                     np.ones(g), edges)
-    return out, rate, loads
+    return out, schedule_rate(topo, loads), loads
 
 
 def _hop_links(topo: Topology, paths: FlatPaths) -> tuple[np.ndarray, np.ndarray]:
