@@ -49,18 +49,20 @@ from ..schedule import Schedule, bottleneck_links, schedule_rate, share_loads
 from ..schedule_chunks import FlatPaths, TreeChunks, TreeTable
 from ..topology import Topology
 from .general.permutation_group import coupling, cycle_order, elements
-from .general.symmetry import symmetry_generators
+from .general.symmetry import symmetry_generators, twin_switch_generators
 
-__all__ = ["averaged_first", "image_seconds", "MAX_IMAGES", "SECONDS_PER_PAIR"]
+__all__ = ["averaged_first", "image_seconds", "structural_generators", "MAX_IMAGES",
+           "SECONDS_PER_PAIR"]
 
 #: at most this many images of the first schedule (a subgroup of one cluster, and the
 #: coupled pieces of all): each copies the line's ``N x (N - 1)`` tree table
 MAX_IMAGES = 16
 
-#: CPU seconds per GPU pair of :func:`averaged_first` with 8 images, a high estimate
-#: (measured 0.045-0.056 s at 1,024 GPUs, 0.018 s at 512, 0.009 s at 256, 2-core
-#: machine at load 9), and its floor (the generators' search: colour refinement and checks)
-SECONDS_PER_PAIR, FLOOR_S = 8e-8, 0.01
+#: CPU seconds of :func:`averaged_first`, high estimates: per GPU pair, and a floor (one
+#: image per root: measured 0.016 s at 1,024 GPUs, 0.007 s at 512, 0.004 s at 256, 2-core
+#: machine at load 7-9, the least of 7 runs), and per GPU for the generators' search when
+#: the fabric's shape is not cached (0.011-0.014 s at 1,024, 0.007 s at 512)
+SECONDS_PER_PAIR, FLOOR_S, GENERATORS_PER_GPU = 2e-8, 0.005, 2e-5
 
 #: one image per root (:func:`_assigned`) is kept over every image at a share of each
 #: root where its rate is at most this fraction below theirs
@@ -71,9 +73,11 @@ ASSIGN_TOL = 0.01
 GAIN_TOL = 1e-9
 
 
-def image_seconds(gpus: int) -> float:
-    """The expected CPU seconds of :func:`averaged_first` on ``gpus`` GPUs."""
-    return FLOOR_S + SECONDS_PER_PAIR * gpus * gpus
+def image_seconds(topo: Topology) -> float:
+    """The expected CPU seconds of :func:`averaged_first` on ``topo``, a high estimate."""
+    gpus = topo.num_gpus
+    search = 0.0 if _shape_key(topo) in _CACHE else GENERATORS_PER_GPU * gpus
+    return FLOOR_S + SECONDS_PER_PAIR * gpus * gpus + search
 
 
 def averaged_first(topo: Topology, first: Schedule, max_chunks: int | None) -> Schedule | None:
@@ -88,32 +92,19 @@ def averaged_first(topo: Topology, first: Schedule, max_chunks: int | None) -> S
     cap_images = MAX_IMAGES if max_chunks is None else min(MAX_IMAGES, max_chunks)
     loads = share_loads(topo, chunks)
     cap = topo.arrays.capacity
-    chosen: list[tuple[np.ndarray, np.ndarray]] = []   # per cluster: node, link perms
-    size = 1
-    for gens in structural_generators(topo):
-        best = _best_subgroup(gens, loads, cap, cap_images, size)
-        if best is not None:
-            chosen.append(best)
-            size = lcm(size, best[0].shape[0])
-    if not chosen:
+    clusters, twins = structural_generators(topo)
+    chosen, size = _chosen(clusters, loads, cap, cap_images, 1)
+    plans = [_coupled(topo, chosen, loads, cap, cap_images)]
+    if twins:                                         # the spines shifted too, if that pays
+        spines, _ = _chosen([twins], loads, cap, cap_images, size)
+        if spines:
+            plans.append(_coupled(topo, chosen + spines, loads, cap, cap_images))
+    plan = max((p for p in plans if p is not None), key=lambda p: p[4], default=None)
+    if plan is None or not plan[4] > first.rate_gbps:
         return None
-    maps, link_maps, images = [], [], []
-    for element, _ in coupling([nodes.shape[0] for nodes, _ in chosen]):
-        node = np.arange(topo.num_nodes)
-        link = np.arange(topo.num_links)
-        for (nodes, links), e in zip(chosen, element):
-            node, link = nodes[e][node], links[e][link]
-        maps.append(node)
-        link_maps.append(link)
-        image = np.empty_like(loads)
-        image[link] = loads
-        images.append(image)
-    counts, k = _counts(np.stack(images), cap, cap_images)
+    maps, link_maps, counts, k, rate = plan
     keep = np.flatnonzero(counts)
-    total = counts[keep] @ np.stack(images)[keep] / k
-    rate = schedule_rate(topo, total)
-    if not rate > first.rate_gbps:
-        return None
+    total = counts[keep] @ np.stack([_image(loads, link_maps[i]) for i in keep.tolist()]) / k
     picks = [maps[i] for i in keep.tolist()]
     assigned = _assigned(topo, chunks.table, picks, [link_maps[i] for i in keep.tolist()],
                          counts[keep])
@@ -135,25 +126,65 @@ def averaged_first(topo: Topology, first: Schedule, max_chunks: int | None) -> S
         report=dataclasses.replace(first.report, k=k))
 
 
-def structural_generators(topo: Topology) -> list[list[tuple[np.ndarray, np.ndarray]]]:
+Generators = list[tuple[np.ndarray, np.ndarray]]
+
+
+def _chosen(clusters: list[Generators], loads: np.ndarray, cap: np.ndarray, most: int,
+            size: int) -> tuple[list[tuple[np.ndarray, np.ndarray]], int]:
+    """Per cluster the best subgroup (:func:`_best_subgroup`: its elements' node and link
+    permutations) where one lowers the cluster's worst utilisation, and the lcm of their
+    sizes and ``size``."""
+    chosen = []
+    for gens in clusters:
+        best = _best_subgroup(gens, loads, cap, most, size)
+        if best is not None:
+            chosen.append(best)
+            size = lcm(size, best[0].shape[0])
+    return chosen, size
+
+
+def _coupled(topo: Topology, chosen: list[tuple[np.ndarray, np.ndarray]], loads: np.ndarray,
+             cap: np.ndarray, most: int
+             ) -> tuple[list[np.ndarray], list[np.ndarray], np.ndarray, int, float] | None:
+    """The ``chosen`` subgroups coupled, and how often each image is taken
+    (:func:`_counts`): ``(node maps, link maps, counts, k, rate of the average)``,
+    ``None`` when nothing was chosen."""
+    if not chosen:
+        return None
+    maps, link_maps = [], []
+    for element, _ in coupling([nodes.shape[0] for nodes, _ in chosen]):
+        node = np.arange(topo.num_nodes)
+        link = np.arange(topo.num_links)
+        for (nodes, links), e in zip(chosen, element):
+            node, link = nodes[e][node], links[e][link]
+        maps.append(node)
+        link_maps.append(link)
+    images = np.stack([_image(loads, link) for link in link_maps])
+    counts, k = _counts(images, cap, most)
+    return maps, link_maps, counts, k, schedule_rate(topo, counts @ images / k)
+
+
+def _image(loads: np.ndarray, link: np.ndarray) -> np.ndarray:
+    """``loads`` moved by the link permutation ``link``."""
+    image = np.empty_like(loads)
+    image[link] = loads
+    return image
+
+
+def structural_generators(topo: Topology) -> tuple[list[Generators], Generators]:
     """:func:`.general.symmetry.symmetry_generators` of ``topo``'s links alone
-    (``structural``), cached per fabric shape (its nodes' kinds and links in order, not
+    (``structural``) and its twin switches' shifts
+    (:func:`.general.symmetry.twin_switch_generators`), cached per fabric shape (its nodes' kinds and links in order, not
     their capacities: the controller re-solves one fabric as its links slow and
     recover); the last :data:`CACHED_SHAPES` shapes are kept, their arrays read-only."""
-    arr = topo.arrays
-    digest = hashlib.blake2b(digest_size=16)
-    for a in (np.asarray(arr.is_switch, np.bool_), np.asarray(arr.tail, np.int64),
-              np.asarray(arr.head, np.int64)):
-        digest.update(a.tobytes())
-    key = digest.digest()
+    key = _shape_key(topo)
     with _CACHE_LOCK:
         if key in _CACHE:
             _CACHE.move_to_end(key)
             return _CACHE[key]
-    gens = symmetry_generators(topo, structural=True)
-    for cluster in gens:
-        for node, link in cluster:
-            node.flags.writeable = link.flags.writeable = False
+    gens = (symmetry_generators(topo, structural=True), twin_switch_generators(topo))
+    for node, link in [gen for cluster in gens[0] for gen in cluster] + gens[1]:
+        node.flags.writeable = link.flags.writeable = False
     with _CACHE_LOCK:
         _CACHE[key] = gens
         while len(_CACHE) > CACHED_SHAPES:
@@ -161,9 +192,19 @@ def structural_generators(topo: Topology) -> list[list[tuple[np.ndarray, np.ndar
     return gens
 
 
+def _shape_key(topo: Topology) -> bytes:
+    """A digest of ``topo``'s shape: its nodes' kinds and its links' ends, in order."""
+    arr = topo.arrays
+    digest = hashlib.blake2b(digest_size=16)
+    for a in (np.asarray(arr.is_switch, np.bool_), np.asarray(arr.tail, np.int64),
+              np.asarray(arr.head, np.int64)):
+        digest.update(a.tobytes())
+    return digest.digest()
+
+
 #: fabric shapes whose structural generators are kept (:func:`structural_generators`)
 CACHED_SHAPES = 8
-_CACHE: OrderedDict[bytes, list[list[tuple[np.ndarray, np.ndarray]]]] = OrderedDict()
+_CACHE: OrderedDict[bytes, tuple[list[Generators], Generators]] = OrderedDict()
 _CACHE_LOCK = threading.Lock()
 
 

@@ -142,12 +142,11 @@ def _offered(sched: Schedule) -> Schedule:
 def _offer_images(topo: Topology, first: Schedule, max_chunks: int | None, trail: Trail) -> None:
     """Step 1's second offer: a cold first schedule averaged over automorphisms of the
     fabric (:mod:`.first_images`), where the limit leaves room for it
-    (:data:`.first_images.SECONDS_PER_PAIR` CPU seconds per GPU pair, over the CPU
-    share)."""
+    (:func:`.first_images.image_seconds` CPU seconds, over the CPU share)."""
     if first.report.warm is not WarmUse.COLD or topo.num_gpus <= MWU_MAX_GPUS:
         return
     anytime.check_room("the first schedule's images",
-                       image_seconds(topo.num_gpus) / anytime.cpu_share())
+                       image_seconds(topo) / anytime.cpu_share())
     t = time.perf_counter()
     images = averaged_first(topo, first, max_chunks)
     if images is None:

@@ -32,7 +32,8 @@ from mccl_opt.topology import Topology
 
 from .permutation_group import clusters_of, coupling, cycle_order, elements, orbits
 
-__all__ = ["Symmetry", "find_symmetry", "symmetry_generators", "MAX_CLUSTER_ELEMENTS"]
+__all__ = ["Symmetry", "find_symmetry", "symmetry_generators", "twin_switch_generators",
+           "MAX_CLUSTER_ELEMENTS"]
 
 _REFINE_ROUNDS = 64
 
@@ -259,11 +260,12 @@ def _signatures(block: list[int], nb: list[set[int]], s: int) -> dict[tuple, int
     return out
 
 
-def _twin_shifts(topo: Topology, capacity: np.ndarray) -> list[np.ndarray]:
+def _twin_shifts(topo: Topology, capacity: np.ndarray, nodes: np.ndarray | None = None
+                 ) -> list[np.ndarray]:
     """Cyclic shifts of twin GPUs (same neighbours at the same ``capacity``), unchecked:
     GPUs grouped by sums of 64-bit mixes of their (neighbour, capacity) pairs out and in
     (as in :func:`_refine`; a collision only proposes a shift :func:`_link_map` rejects),
-    groups in order of their first GPU."""
+    groups in order of their first GPU; ``nodes``: twins among these nodes instead."""
     arr = topo.arrays
     n = topo.num_nodes
     _, cap_id = np.unique(capacity, return_inverse=True)
@@ -272,7 +274,9 @@ def _twin_shifts(topo: Topology, capacity: np.ndarray) -> list[np.ndarray]:
     inn = np.zeros(n, np.uint64)
     np.add.at(out, arr.tail, _mix(cap_key + arr.head.astype(np.uint64)))
     np.add.at(inn, arr.head, _mix(cap_key + arr.tail.astype(np.uint64) + _IN_SALT))
-    gpus = np.asarray(arr.gpu_nodes, np.int64)
+    gpus = np.asarray(arr.gpu_nodes if nodes is None else nodes, np.int64)
+    if gpus.size < 2:
+        return []
     _, first, group = np.unique(np.column_stack([out[gpus], inn[gpus]]), axis=0,
                                 return_index=True, return_inverse=True)
     group = group.reshape(-1)
@@ -284,6 +288,20 @@ def _twin_shifts(topo: Topology, capacity: np.ndarray) -> list[np.ndarray]:
             perm[part] = np.roll(part, -1)
             result.append(perm)
     return result
+
+
+def twin_switch_generators(topo: Topology) -> list[tuple[np.ndarray, np.ndarray]]:
+    """The cyclic shift of every class of twin switches (the same neighbours, capacities
+    ignored: a leaf-spine's spines), checked: ``(node permutation, link permutation)``
+    each.  Kept apart from :func:`symmetry_generators` (``structural``): a spine shift
+    moves links of every unit, so it would merge the units' clusters into one."""
+    ones = np.ones(topo.num_links)
+    out = []
+    for perm in _twin_shifts(topo, ones, np.flatnonzero(topo.arrays.is_switch)):
+        link = _link_map(topo, perm, ones)
+        if link is not None:
+            out.append((perm, link))
+    return out
 
 
 def _link_map(topo: Topology, perm: np.ndarray, capacity: np.ndarray) -> np.ndarray | None:
