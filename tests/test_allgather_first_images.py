@@ -116,3 +116,26 @@ def test_the_generators_are_cached_per_shape_not_capacities():
     assert slowed is plain and plain[0]
     node, link = plain[0][0][0]
     assert not node.flags.writeable and not link.flags.writeable
+
+
+@pytest.mark.parametrize("where", ["symmetry search", "first schedule's images"])
+def test_a_limit_passing_inside_the_images_returns_the_line(monkeypatch, where):
+    """The generators' search and the subgroups' weighing check the limit as they go:
+    the limit made to pass at their first check returns the line, valid, status
+    ``time_limit``, the stop named (a shape not cached, so the search runs)."""
+    topo = _slow_nic(1 / 4)
+    monkeypatch.setattr(solve, "image_seconds", lambda topo: 0.0)      # room, whatever the load
+    monkeypatch.setattr(first_images, "_CACHE", OrderedDict())
+    real_check = anytime.check
+
+    def check(at: str) -> None:
+        if where in at:
+            anytime.run_out(at)
+        real_check(at)
+
+    monkeypatch.setattr(anytime, "check", check)
+    sched = mo.solve_allgather(topo, max_chunks=10, time_limit=600.0)
+    report = sched.report
+    assert report.termination is Termination.TIME_LIMIT and report.method is Method.FIRST
+    assert sched.stats["method"] == "line-trees" and where in report.attempts[-1].outcome
+    check_schedule(topo, sched, max_chunks=10)

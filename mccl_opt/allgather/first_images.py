@@ -55,6 +55,7 @@ from math import lcm, prod
 
 import numpy as np
 
+from .. import anytime
 from ..schedule import Schedule, bottleneck_links, schedule_rate, share_loads
 from ..schedule_chunks import FlatPaths, TreeChunks, TreeTable
 from ..topology import Topology
@@ -68,11 +69,14 @@ __all__ = ["averaged_first", "image_seconds", "structural_generators", "MAX_IMAG
 #: coupled pieces of all): each copies the line's ``N x (N - 1)`` tree table
 MAX_IMAGES = 16
 
-#: CPU seconds of :func:`averaged_first`, high estimates: per GPU pair, and a floor (one
-#: image per root: measured 0.016 s at 1,024 GPUs, 0.007 s at 512, 0.004 s at 256, 2-core
-#: machine at load 7-9, the least of 7 runs), and per GPU for the generators' search when
-#: the fabric's shape is not cached (0.011-0.014 s at 1,024, 0.007 s at 512)
-SECONDS_PER_PAIR, FLOOR_S, GENERATORS_PER_GPU = 2e-8, 0.005, 2e-5
+#: CPU seconds of :func:`averaged_first`, expected: per GPU pair, and a floor (one image
+#: per root: measured 0.016-0.019 s at 1,024 GPUs, 0.007 s at 512, 0.004 s at 256, 2-core
+#: machine at load 7-13, the least of 5-7 runs), and per GPU for the generators' search
+#: when the fabric's shape is not cached (0.011-0.014 s at 1,024, 0.007-0.008 s at 512 on
+#: HPN and shared aggregation; leaf-spine and SuperPOD, with a cluster per host or unit,
+#: cost 2-5 times that: the search and the subgroups check the limit as they go, so an
+#: estimate too low costs only the work started, never the limit)
+SECONDS_PER_PAIR, FLOOR_S, GENERATORS_PER_GPU = 1.6e-8, 0.003, 1.2e-5
 
 #: one image per root (:func:`_assigned`) is kept over every image at a share of each
 #: root where its rate is at most this fraction below theirs
@@ -84,7 +88,7 @@ GAIN_TOL = 1e-9
 
 
 def image_seconds(topo: Topology) -> float:
-    """The expected CPU seconds of :func:`averaged_first` on ``topo``, a high estimate."""
+    """The expected CPU seconds of :func:`averaged_first` on ``topo``."""
     gpus = topo.num_gpus
     search = 0.0 if _shape_key(topo) in _CACHE else GENERATORS_PER_GPU * gpus
     return FLOOR_S + SECONDS_PER_PAIR * gpus * gpus + search
@@ -235,6 +239,7 @@ def _best_subgroup(gens: list[tuple[np.ndarray, np.ndarray]], loads: np.ndarray,
     best, best_util = None, own * (1 - GAIN_TOL)
     for r in range(1, len(gens) + 1):
         for subset in itertools.combinations(range(len(gens)), r):
+            anytime.check("the first schedule's images")
             m = prod(orders[i] for i in subset)
             if m > most or lcm(size, m) > most:
                 continue
@@ -305,6 +310,7 @@ def _assigned(topo: Topology, table: TreeTable, maps: list[np.ndarray],
         trees[rows] = tree_of[inverse[table.src[rows]]]
     if (trees < 0).any():
         return None
+    anytime.check("the first schedule's images")
     paths, count = table.paths, len(table.paths)
     edges = table.edges[trees]
     edges += (count * image_of)[:, None].astype(edges.dtype)     # image e's copy of the paths

@@ -27,6 +27,7 @@ from typing import Callable
 
 import numpy as np
 
+from mccl_opt import anytime
 from mccl_opt.errors import SolveError
 from mccl_opt.topology import Topology
 
@@ -166,6 +167,7 @@ def _block_shifts(topo: Topology, color: np.ndarray, nb: list[set[int]],
     is_gpu = ~arr.is_switch
     out: list[np.ndarray] = []
     for c in np.unique(color[arr.is_switch]).tolist():
+        anytime.check("the fabric's symmetry search")
         members = np.flatnonzero((color == c) & arr.is_switch).tolist()
         if len(members) < 2:
             continue
@@ -194,7 +196,13 @@ def _block_shifts(topo: Topology, color: np.ndarray, nb: list[set[int]],
     if not extend:
         return out
     by_nb = {frozenset(v): u for u, v in enumerate(nb)}
-    return [q for q in (_closed(p, nb, by_nb) for p in out) if q is not None]
+    closed = []
+    for perm in out:
+        anytime.check("the fabric's symmetry search")
+        q = _closed(perm, nb, by_nb)
+        if q is not None:
+            closed.append(q)
+    return closed
 
 
 def _shift(parts: list[list[int]], by_sig: dict[int, dict[tuple, int]], n: int) -> np.ndarray:
@@ -342,6 +350,7 @@ def _generators(topo: Topology, color: np.ndarray, capacity: np.ndarray, structu
     accepted: list[tuple[np.ndarray, np.ndarray]] = []
     moves = np.zeros((0, topo.num_nodes), bool)      # the nodes each accepted one moves
     for perm in _block_shifts(topo, color, nb, structural) + _twin_shifts(topo, capacity):
+        anytime.check("the fabric's symmetry search")
         link = _link_map(topo, perm, capacity)
         if link is None:
             continue
