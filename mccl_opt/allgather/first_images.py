@@ -52,6 +52,7 @@ import threading
 import time
 from collections import OrderedDict
 from math import lcm, prod
+from typing import NamedTuple
 
 import numpy as np
 
@@ -64,6 +65,9 @@ from .general.symmetry import symmetry_generators, twin_switch_generators
 
 __all__ = ["averaged_first", "image_seconds", "structural_generators", "MAX_IMAGES",
            "SECONDS_PER_PAIR"]
+
+#: per cluster, ``(node permutation, link permutation)`` of each generator
+Generators = list[tuple[np.ndarray, np.ndarray]]
 
 #: at most this many images of the first schedule (a subgroup of one cluster, and the
 #: coupled pieces of all): each copies the line's ``N x (N - 1)`` tree table
@@ -95,9 +99,10 @@ def image_seconds(topo: Topology) -> float:
 
 
 def averaged_first(topo: Topology, first: Schedule, max_chunks: int | None) -> Schedule | None:
-    """``first`` (one tree per root, whole shard, a tree table) averaged over the images
-    that raise its rate most (module doc), or ``None`` when no automorphism raises it
-    (or ``first`` is no such schedule)."""
+    """``first`` (one tree per root, whole shard, a tree table) over the images that
+    raise its rate most, one image per root where that keeps the average's rate (module
+    doc), or ``None`` when no automorphism raises it (or ``first`` is no such
+    schedule)."""
     chunks = first.chunks
     if not isinstance(chunks, TreeChunks) or not isinstance(chunks.table.paths, FlatPaths) \
             or not np.all(chunks.table.shares == 1.0):
@@ -113,8 +118,8 @@ def averaged_first(topo: Topology, first: Schedule, max_chunks: int | None) -> S
         spines, _ = _chosen([twins], loads, cap, cap_images, size)
         if spines:
             plans.append(_coupled(topo, chosen + spines, loads, cap, cap_images))
-    plan = max((p for p in plans if p is not None), key=lambda p: p[4], default=None)
-    if plan is None or not plan[4] > first.rate_gbps:
+    plan = max((p for p in plans if p is not None), key=lambda p: p.rate, default=None)
+    if plan is None or not plan.rate > first.rate_gbps:
         return None
     maps, link_maps, counts, k, rate = plan
     keep = np.flatnonzero(counts)
@@ -140,9 +145,6 @@ def averaged_first(topo: Topology, first: Schedule, max_chunks: int | None) -> S
         report=dataclasses.replace(first.report, k=k))
 
 
-Generators = list[tuple[np.ndarray, np.ndarray]]
-
-
 def _chosen(clusters: list[Generators], loads: np.ndarray, cap: np.ndarray, most: int,
             size: int) -> tuple[list[tuple[np.ndarray, np.ndarray]], int]:
     """Per cluster the best subgroup (:func:`_best_subgroup`: its elements' node and link
@@ -157,12 +159,20 @@ def _chosen(clusters: list[Generators], loads: np.ndarray, cap: np.ndarray, most
     return chosen, size
 
 
+class _Plan(NamedTuple):
+    """Images of the first schedule and how often each is taken (``k`` in all)."""
+
+    maps: list[np.ndarray]          # node permutations
+    link_maps: list[np.ndarray]     # link permutations
+    counts: np.ndarray
+    k: int
+    rate: float                     # of the average, each image at ``count / k``
+
+
 def _coupled(topo: Topology, chosen: list[tuple[np.ndarray, np.ndarray]], loads: np.ndarray,
-             cap: np.ndarray, most: int
-             ) -> tuple[list[np.ndarray], list[np.ndarray], np.ndarray, int, float] | None:
+             cap: np.ndarray, most: int) -> _Plan | None:
     """The ``chosen`` subgroups coupled, and how often each image is taken
-    (:func:`_counts`): ``(node maps, link maps, counts, k, rate of the average)``,
-    ``None`` when nothing was chosen."""
+    (:func:`_counts`); ``None`` when nothing was chosen."""
     if not chosen:
         return None
     maps, link_maps = [], []
@@ -175,7 +185,7 @@ def _coupled(topo: Topology, chosen: list[tuple[np.ndarray, np.ndarray]], loads:
         link_maps.append(link)
     images = np.stack([_image(loads, link) for link in link_maps])
     counts, k = _counts(images, cap, most)
-    return maps, link_maps, counts, k, schedule_rate(topo, counts @ images / k)
+    return _Plan(maps, link_maps, counts, k, schedule_rate(topo, counts @ images / k))
 
 
 def _image(loads: np.ndarray, link: np.ndarray) -> np.ndarray:
