@@ -75,12 +75,13 @@ MAX_IMAGES = 16
 
 #: CPU seconds of :func:`averaged_first`, expected: per GPU pair, and a floor (one image
 #: per root: measured 0.016-0.019 s at 1,024 GPUs, 0.007 s at 512, 0.004 s at 256, 2-core
-#: machine at load 7-13, the least of 5-7 runs), and per GPU for the generators' search
-#: when the fabric's shape is not cached (0.011-0.014 s at 1,024, 0.007-0.008 s at 512 on
-#: HPN and shared aggregation; leaf-spine and SuperPOD, with a cluster per host or unit,
-#: cost 2-5 times that: the search and the subgroups check the limit as they go, so an
-#: estimate too low costs only the work started, never the limit)
-SECONDS_PER_PAIR, FLOOR_S, GENERATORS_PER_GPU = 1.6e-8, 0.003, 1.2e-5
+#: machine at load 7-13, the least of 5-7 runs); per subgroup weighed (a subset of a
+#: cluster's generators: 0.14-0.23 ms on leaf-spine and SuperPOD, whose every host or unit
+#: is a cluster); and, when the fabric's shape is not cached, per GPU for the generators'
+#: search (0.011-0.014 s at 1,024, 0.007-0.008 s at 512 on HPN and shared aggregation,
+#: 0.005-0.011 s at 128 on leaf-spine and SuperPOD) and :data:`UNSEEN_SUBSETS` subgroups
+SECONDS_PER_PAIR, FLOOR_S, SECONDS_PER_SUBSET, GENERATORS_PER_GPU = 1.6e-8, 0.003, 2e-4, 1.2e-5
+UNSEEN_SUBSETS = 32
 
 #: one image per root (:func:`_assigned`) is kept over every image at a share of each
 #: root where its rate is at most this fraction below theirs
@@ -92,10 +93,17 @@ GAIN_TOL = 1e-9
 
 
 def image_seconds(topo: Topology) -> float:
-    """The expected CPU seconds of :func:`averaged_first` on ``topo``."""
+    """The expected CPU seconds of :func:`averaged_first` on ``topo`` (the search and the
+    subgroups check the limit as they go: an estimate too low costs the work started)."""
     gpus = topo.num_gpus
-    search = 0.0 if _shape_key(topo) in _CACHE else GENERATORS_PER_GPU * gpus
-    return FLOOR_S + SECONDS_PER_PAIR * gpus * gpus + search
+    cached = _CACHE.get(_shape_key(topo))
+    if cached is None:
+        rest = GENERATORS_PER_GPU * gpus + SECONDS_PER_SUBSET * UNSEEN_SUBSETS
+    else:
+        clusters, twins = cached
+        subsets = sum(2 ** len(gens) - 1 for gens in clusters + [twins] if gens)
+        rest = SECONDS_PER_SUBSET * subsets
+    return FLOOR_S + SECONDS_PER_PAIR * gpus * gpus + rest
 
 
 def averaged_first(topo: Topology, first: Schedule, max_chunks: int | None) -> Schedule | None:
@@ -198,9 +206,10 @@ def _image(loads: np.ndarray, link: np.ndarray) -> np.ndarray:
 def structural_generators(topo: Topology) -> tuple[list[Generators], Generators]:
     """:func:`.general.symmetry.symmetry_generators` of ``topo``'s links alone
     (``structural``) and its twin switches' shifts
-    (:func:`.general.symmetry.twin_switch_generators`), cached per fabric shape (its nodes' kinds and links in order, not
-    their capacities: the controller re-solves one fabric as its links slow and
-    recover); the last :data:`CACHED_SHAPES` shapes are kept, their arrays read-only."""
+    (:func:`.general.symmetry.twin_switch_generators`), cached per fabric shape (its
+    nodes' kinds and links in order, not their capacities: the controller re-solves one
+    fabric as its links slow and recover); the last :data:`CACHED_SHAPES` shapes are
+    kept, their arrays read-only."""
     key = _shape_key(topo)
     with _CACHE_LOCK:
         if key in _CACHE:
