@@ -31,12 +31,11 @@ from mccl_opt import anytime
 from mccl_opt.errors import SolveError
 from mccl_opt.topology import Topology
 
+from .colours import IN_SALT, mix, refine
 from .permutation_group import clusters_of, coupling, cycle_order, elements, orbits
 
 __all__ = ["Symmetry", "find_symmetry", "symmetry_generators", "twin_switch_generators",
            "MAX_CLUSTER_ELEMENTS"]
-
-_REFINE_ROUNDS = 64
 
 #: a cluster's elements are listed (node and link permutations each), and every tree is
 #: copied over up to this many of them: larger groups are declined (the fabrics measured
@@ -104,50 +103,6 @@ class Symmetry:
             node = self.nodes[c][e][node]
             link = self.links[c][e][link]
         return node, link
-
-
-def _refine(topo: Topology, capacity: np.ndarray) -> np.ndarray:
-    """Stable colour refinement of the digraph with link capacities ``capacity`` (node
-    kind to start), colours numbered by first appearance.  Each round a node's multisets
-    of (capacity, neighbour colour) out and in are told apart by sums of 64-bit mixes of
-    their members (a collision, at odds of about ``2^-64``, only merges two classes:
-    every proposal built on the colours is checked, :func:`_link_map`); vectorised
-    (1-3 ms at 1,024 GPUs, against 50 ms for sorted tuples per node)."""
-    arr = topo.arrays
-    n = topo.num_nodes
-    _, cap_id = np.unique(capacity, return_inverse=True)
-    cap_key = cap_id.astype(np.uint64) * np.uint64(n + 1)
-    tail, head = arr.tail.astype(np.int64), arr.head.astype(np.int64)
-    color = arr.is_switch.astype(np.int64)
-    classes = int(np.unique(color).size)
-    for _ in range(_REFINE_ROUNDS):
-        out = np.zeros(n, np.uint64)
-        inn = np.zeros(n, np.uint64)
-        np.add.at(out, tail, _mix(cap_key + color[head].astype(np.uint64)))
-        np.add.at(inn, head, _mix(cap_key + color[tail].astype(np.uint64) + _IN_SALT))
-        sig = _mix(_mix(color.astype(np.uint64)) ^ _mix(out) + inn)
-        _, first, inverse = np.unique(sig, return_index=True, return_inverse=True)
-        rank = np.empty(first.size, np.int64)
-        rank[np.argsort(first, kind="stable")] = np.arange(first.size)
-        color = rank[inverse.reshape(-1)]
-        if first.size == classes:
-            break
-        classes = int(first.size)
-    return color
-
-
-#: keeps the in-multisets' mixes apart from the out-multisets'
-_IN_SALT = np.uint64(0x9E3779B97F4A7C15)
-
-
-def _mix(x: np.ndarray) -> np.ndarray:
-    """splitmix64's finaliser of ``x`` (uint64, wrapping): distinct inputs, unrelated
-    outputs (a node's signature is one such word: a 1-D ``np.unique`` is several times
-    faster than rows of three)."""
-    with np.errstate(over="ignore"):
-        x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-        x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-        return x ^ (x >> np.uint64(31))
 
 
 def _neighbours(topo: Topology) -> list[set[int]]:
@@ -273,7 +228,7 @@ def _twin_shifts(topo: Topology, capacity: np.ndarray, nodes: np.ndarray | None 
                  ) -> list[np.ndarray]:
     """Cyclic shifts of twin GPUs (same neighbours at the same ``capacity``), unchecked:
     GPUs grouped by sums of 64-bit mixes of their (neighbour, capacity) pairs out and in
-    (as in :func:`_refine`; a collision only proposes a shift :func:`_link_map` rejects),
+    (as in :func:`.colours.refine`; a collision only proposes a shift :func:`_link_map` rejects),
     groups in order of their first GPU; ``nodes``: twins among these nodes instead."""
     arr = topo.arrays
     n = topo.num_nodes
@@ -281,13 +236,13 @@ def _twin_shifts(topo: Topology, capacity: np.ndarray, nodes: np.ndarray | None 
     cap_key = cap_id.astype(np.uint64) * np.uint64(n + 1)
     out = np.zeros(n, np.uint64)
     inn = np.zeros(n, np.uint64)
-    np.add.at(out, arr.tail, _mix(cap_key + arr.head.astype(np.uint64)))
-    np.add.at(inn, arr.head, _mix(cap_key + arr.tail.astype(np.uint64) + _IN_SALT))
+    np.add.at(out, arr.tail, mix(cap_key + arr.head.astype(np.uint64)))
+    np.add.at(inn, arr.head, mix(cap_key + arr.tail.astype(np.uint64) + IN_SALT))
     gpus = np.asarray(arr.gpu_nodes if nodes is None else nodes, np.int64)
     if gpus.size < 2:
         return []
     with np.errstate(over="ignore"):
-        key = _mix(out[gpus]) + inn[gpus]
+        key = mix(out[gpus]) + inn[gpus]
     _, first, group = np.unique(key, return_index=True, return_inverse=True)
     group = group.reshape(-1)
     result = []
@@ -342,7 +297,7 @@ def symmetry_generators(topo: Topology, *, structural: bool = False
     (:func:`_block_shifts`).  20-50 ms CPU at 1,024 GPUs: listing the clusters' elements
     (:func:`find_symmetry`) is most of that function's cost."""
     capacity = np.ones(topo.num_links) if structural else topo.arrays.capacity
-    return _generators(topo, _refine(topo, capacity), capacity, structural)
+    return _generators(topo, refine(topo, capacity), capacity, structural)
 
 
 def _generators(topo: Topology, color: np.ndarray, capacity: np.ndarray, structural: bool
@@ -378,7 +333,7 @@ def find_symmetry(topo: Topology, too_big: Callable[[int, int], bool] | None = N
     (tail colour, head colour, capacity) and a root's in its colour, and the classes
     count the rows from below (the shift and twin proposals are the search's cost)."""
     capacity = topo.arrays.capacity
-    color = _refine(topo, capacity)
+    color = refine(topo, capacity)
     if too_big is not None and _too_big_by_colours(topo, color, too_big):
         return None
     clusters = _generators(topo, color, capacity, structural=False)
