@@ -15,6 +15,7 @@ import zmq
 from mccl_runtime.client import ControllerClient
 from mccl_runtime.columns import ColumnBatch
 from mccl_runtime.frontend import FrontEndFold
+from mccl_runtime.manager import Policy
 from mccl_runtime.protocol import ProtocolError, encode_frames
 from mccl_runtime.telemetry import MeasurementStore, RejectedSample
 from tests.test_runtime_frontend import FrontEnd
@@ -166,3 +167,55 @@ def test_through_a_front_end_service_early_reaches_the_controller_and_bad_early_
             assert (b"bad_body" in reply) == (early is not None) and (b'"accepted":1' in reply) == (early is None)
         raw.close(0)
         assert host.stats()["protocol_errors"] == {"bad_body": 1}
+
+
+@pytest.mark.parametrize("reporter", [None, 0], ids=["folded", "link-maxima"])
+def test_front_ends_and_speculation_end_to_end(reporter):
+    """``serve --frontends N --speculate --early-hold 1`` on sockets (a controller and a
+    front end serving in threads, HMAC keys): a host reports a drop across the NIC cable
+    through the front end as an early value, the controller starts a speculative job on it
+    and publishes nothing until the host reports the drop, then publishes that job's
+    version (built on the early value, one job).  Meanwhile a sample with a malformed
+    ``early`` is rejected under its reason at the front end and at the controller, and
+    nothing else changes."""
+    policy = Policy(gamma=0.3, min_dwell_s=0.0, speculate=True, early_hold_s=1.0)
+    with Server(key=KEY, policy=policy) as svc, \
+            FrontEnd(svc.endpoint, key=KEY, interval_s=0.02, reporter=reporter) as fe, \
+            ControllerClient(svc.endpoint, key=KEY, timeout_s=5.0) as admin, \
+            ControllerClient(fe.endpoint, key=KEY, timeout_s=5.0) as host:
+        assert svc.store.watch_early
+        sub = admin.subscribe()
+        assert sub.wait_connected(5.0)
+        admin.register("world", "ag", "allgather")
+        assert sub.recv(5.0)[2] == 1
+        synth, jobs = svc.manager.synthesize, svc.manager.counters["resyntheses"]
+
+        def wait_for(test):
+            deadline = time.monotonic() + 5.0
+            while not test() and time.monotonic() < deadline:
+                time.sleep(0.01)
+            return test()
+
+        now = time.time()
+        assert host.push_telemetry([_pair(PAIR, 400.0, now), _pair(BACK, 400.0, now)])["accepted"] == 2
+        now = time.time()
+        bad = _pair(OTHER, 2000.0, now, early="50")
+        assert host.push_telemetry([_pair(PAIR, 400.0, now, 50.0), _pair(BACK, 400.0, now, 52.0), bad]) \
+            == {"accepted": 2, "rejected": {"malformed": 1}}
+        assert wait_for(lambda: svc.manager.counters["resyntheses"] == jobs + 1)     # speculative, on early
+        assert wait_for(lambda: svc.manager.get("world", "ag").job.future.done())
+        assert sub.recv(0.3) is None and svc.manager.get("world", "ag").version == 1   # held: only early
+        assert admin.push_telemetry([_pair(OTHER, 2000.0, time.time(), early=-1.0)]) \
+            == {"accepted": 0, "rejected": {"negative": 1}}
+
+        now = time.time()
+        assert host.push_telemetry([_pair(PAIR, 50.0, now), _pair(BACK, 52.0, now)])["accepted"] == 2
+        update = sub.recv(5.0)
+        assert update is not None and update[2] == 2
+        assert svc.manager.counters["resyntheses"] == jobs + 1                         # that one job
+        assert synth.capacities[-1][TOPO.link_index(*NIC)] == pytest.approx(50.0)
+        stats = admin.stats()
+        assert stats["requests"]["telemetry"] == 1 and not stats["protocol_errors"]  # the malformed one only
+        assert stats["telemetry"]["rejected"]["negative"] == 1 and stats["telemetry"]["rejected"]["malformed"] == 0
+        assert host.stats()["telemetry"]["rejected"]["malformed"] == 1
+        sub.close()
