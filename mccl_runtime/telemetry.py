@@ -490,6 +490,15 @@ class MeasurementStore:
         links = np.concatenate([np.flatnonzero(waiting[:ch.num_links]), pair_link[waiting[pair_ch]]])
         return np.unique(links).astype(np.int64)
 
+    def heard_links(self, since: float) -> np.ndarray:
+        """Links measured by a channel (direct or pair) with a sample newer than ``since``
+        (sorted, unique)."""
+        ch = self.chan
+        fresh = ch.t[:ch.count] > since
+        pair_ch, pair_link = ch.incidence()
+        return np.unique(np.concatenate([np.flatnonzero(fresh[:ch.num_links]), pair_link[fresh[pair_ch]]])
+                         ).astype(np.int64)
+
     def moving_links(self, swings: bool = False) -> np.ndarray:
         """Links of channels whose latest rise is not settled yet (EWMA at ``alpha`` 1,
         where each sample is a sender's reading, :class:`~mccl_runtime.rises.RiseTracker`;
