@@ -270,15 +270,8 @@ class MeasurementStore:
             order = np.lexsort((np.arange(len(c)), t, c))            # by channel, time, arrival
         c, y, t = c[order], y[order], t[order]
         repeat = self._repeats(c, t)
-        if w is None:
-            applied, stale = self._fold(c[~repeat], y[~repeat], t[~repeat])
-            repeated = int(repeat.sum())
-        else:
-            w = w[order]
-            applied, stale = self.chan.fold_ewma(c[~repeat], y[~repeat], t[~repeat], self.alpha, w[~repeat])
-            self._measured = None if applied else self._measured
-            repeated = int(repeat.sum())
-        rejected["stale"] = stale + repeated
+        applied, stale = self._fold(c[~repeat], y[~repeat], t[~repeat], None if w is None else w[order][~repeat])
+        rejected["stale"] = stale + int(repeat.sum())
         rejected = +rejected                                           # drop the zero counts
         self.accepted += applied
         self.rejected.update(rejected)
@@ -415,16 +408,18 @@ class MeasurementStore:
         same_as_previous = np.r_[False, (c[1:] == c[:-1]) & (t[1:] == t[:-1])]
         return same_as_previous | (t == self.chan.t[c])
 
-    def _fold(self, c: np.ndarray, y: np.ndarray, t: np.ndarray) -> tuple[int, int]:
+    def _fold(self, c: np.ndarray, y: np.ndarray, t: np.ndarray, w: np.ndarray | None = None) -> tuple[int, int]:
         """Apply samples sorted by channel, time and arrival: ``(applied, stale)``.  A
-        sample older than its channel's last one is stale."""
+        sample older than its channel's last one is stale.  ``w``: a folded batch's samples
+        per row (EWMA only); at ``alpha`` 1 its rows are readings too, so a front end's rows
+        feed the rise tracker as the samples sent directly do."""
         if not len(c):
             return 0, 0
         if self.estimator == "ewma":
             readings = self.alpha == 1.0                         # each sample a sender's reading
             chans = c[np.r_[True, c[1:] != c[:-1]]] if readings else c
             before = self.chan.value[chans] if readings else None   # a copy: fancy indexing
-            applied, stale = self.chan.fold_ewma(c, y, t, self.alpha)
+            applied, stale = self.chan.fold_ewma(c, y, t, self.alpha, w)
             if applied:
                 self._measured = None
                 if readings:
