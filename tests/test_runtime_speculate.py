@@ -5,6 +5,7 @@ synthesis"."""
 
 from __future__ import annotations
 
+import threading
 from types import SimpleNamespace
 
 import numpy as np
@@ -181,8 +182,6 @@ def test_a_speculative_result_waits_for_a_sample_newer_than_itself(then):
     failure's version is never published, the clear aborts it as ``cleared``; read still
     down, it is published at that sample (issue 26: a clear during synthesis never
     publishes the failure's schedule)."""
-    import threading
-
     gate = threading.Event()
     synth = PruningSynth(gate=gate)
     store = MeasurementStore(TOPO, estimator="level")
