@@ -49,7 +49,8 @@ from __future__ import annotations
 import math
 import time
 from collections import Counter
-from operator import itemgetter, methodcaller
+from itertools import repeat
+from operator import contains, itemgetter, methodcaller
 from typing import Any, Callable, Iterable, Mapping
 
 import numpy as np
@@ -162,7 +163,7 @@ class MeasurementStore:
             parsed = self._parse_each(samples, now)
         c, y, t, rejected, early = parsed
         report = self._apply(c, y, t, rejected)
-        if self.watch_early and self.estimator == "ewma":
+        if self.watch_early and self.estimator == "ewma" and early is not None:
             has = np.flatnonzero(~np.isnan(early))
             self._keep_early(list(zip(c[has].tolist(), early[has].tolist(), t[has].tolist())))
         return report
@@ -278,7 +279,7 @@ class MeasurementStore:
         return IngestReport(applied, {r: rejected[r] for r in REASONS if rejected[r]})
 
     def _parse_each(self, samples: list[Any], now: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, Counter,
-                                                                   np.ndarray]:
+                                                                   np.ndarray | None]:
         """Sample-by-sample checks: the accepted samples' channels, values, times and early
         values (NaN where none)."""
         c, y, t, e = [], [], [], []
@@ -346,19 +347,20 @@ class MeasurementStore:
         return c
 
     def _parse_columns(self, batch: list[Any], now: float
-                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray, Counter, np.ndarray] | None:
+                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray, Counter, np.ndarray | None] | None:
         """Vectorised checks: the batch's columns are pulled out once, each sample's
         channel comes from a cache, and ``nan``, ``negative``, ``future`` and
         ``above_nominal`` are tested on arrays; the accepted samples' early values come
-        along (NaN where none).  ``None`` if a sample is not a plain wire object with
-        numbers and a known channel, or carries a malformed ``early``."""
+        along (NaN where none; ``None`` when no sample has one).  ``None`` if a sample is
+        not a plain wire object with numbers and a known channel, or carries a malformed
+        ``early``."""
         try:
             ys, ts = list(map(_GBPS, batch)), list(map(_T, batch))
             c = self._batch_channels(batch)
             early = self._early_column(batch)
-        except (KeyError, TypeError, AttributeError):
+        except (KeyError, TypeError, AttributeError, ValueError):
             return None
-        if c is None or early is None or not set(map(type, ys)) <= _NUMBERS or not set(map(type, ts)) <= _NUMBERS:
+        if c is None or not set(map(type, ys)) <= _NUMBERS or not set(map(type, ts)) <= _NUMBERS:
             return None
         try:
             y, t = np.array(ys, dtype=float), np.array(ts, dtype=float)
@@ -367,19 +369,22 @@ class MeasurementStore:
         nan = ~(np.isfinite(y) & np.isfinite(t))
         negative = ~nan & (y < 0)
         good = np.flatnonzero(~(nan | negative))
-        c, y, t, rejected, early = self._screen(c[good], y[good], t[good], now, early[good])
+        c, y, t, rejected, early = self._screen(c[good], y[good], t[good], now, None if early is None else early[good])
         rejected.update(nan=int(nan.sum()), negative=int(negative.sum()))
         return c, y, t, rejected, early
 
     @staticmethod
     def _early_column(batch: list[Any]) -> np.ndarray | None:
-        """The samples' ``early`` values (NaN where absent); ``None`` when one is malformed
+        """The samples' ``early`` values (NaN where absent; ``None`` when no sample has
+        one); raises ``ValueError`` when one is malformed
         (:func:`~mccl_runtime.samples.early_problem`: the sample-by-sample path words it)."""
+        if not any(map(contains, batch, repeat("early"))):      # the common case, at C speed
+            return None
         raw = list(map(_EARLY, batch))
         early = np.full(len(raw), math.nan)
         for i in (i for i, e in enumerate(raw) if e is not None):
             if early_problem(batch[i]["kind"], raw[i]) is not None:
-                return None
+                raise ValueError("malformed early")
             early[i] = raw[i]
         return early
 
