@@ -163,9 +163,9 @@ class MeasurementStore:
             parsed = self._parse_each(samples, now)
         c, y, t, rejected, early = parsed
         report = self._apply(c, y, t, rejected)
-        if self.watch_early and self.estimator == "ewma" and early is not None:
-            has = np.flatnonzero(~np.isnan(early))
-            self._keep_early(list(zip(c[has].tolist(), early[has].tolist(), t[has].tolist())))
+        if self.watch_early and self.estimator == "ewma":        # also drops the ones newer samples overtook
+            has = np.flatnonzero(~np.isnan(early)) if early is not None else np.zeros(0, dtype=np.int64)
+            self._keep_early(list(zip(c[has].tolist(), early[has].tolist(), t[has].tolist())) if has.size else [])
         return report
 
     def _note_early_columns(self, batch: ColumnBatch) -> None:
