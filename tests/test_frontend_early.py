@@ -110,7 +110,7 @@ def test_a_json_sample_with_a_malformed_early_is_rejected_with_its_reason(early,
     fold = FrontEndFold(TOPO, 1.0)
     store = direct if where == "controller" else fold.store
     samples = [_pair(PAIR, 300.0, 1.0, early=150.0), _pair(BACK, 300.0, 1.0, early=early), _pair(OTHER, 200.0, 1.0)]
-    report = store.ingest(samples, now=1.0)
+    report = (direct if where == "controller" else fold).ingest(samples, now=1.0)
     assert (report.accepted, report.rejected) == (2, {reason: 1})
     assert not np.isfinite(store.chan.t[store.chan.pair_id[BACK]]) and store.rejected[reason] == 1
     if where == "front end":
