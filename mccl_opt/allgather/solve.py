@@ -262,12 +262,16 @@ def _typed_forestcoll(topo: Topology, route: WarmRoute, backend: str,
                       declinable: bool = False) -> Schedule | Declined:
     """:func:`_forestcoll`, an internal error turned into a :class:`SolveError` naming the
     fabric (the chain of methods catches it)."""
+    cpu = time.thread_time()
     try:
-        return _forestcoll(topo, route, backend, max_chunks, step_aware, trail, lossy_balance,
-                           headroom, scaled, siblings_last, declinable)
+        sched = _forestcoll(topo, route, backend, max_chunks, step_aware, trail, lossy_balance,
+                            headroom, scaled, siblings_last, declinable)
     except (KeyError, IndexError, AssertionError, ZeroDivisionError) as e:
         raise SolveError(f"ForestColl failed on {topo.name!r} ({type(e).__name__}: {e}); "
                          "a bug: please report the topology file") from e
+    if isinstance(sched, Schedule):   # the re-weighting's yardstick (..fewer_trees.master_pays)
+        sched.stats["forestcoll_cpu_s"] = time.thread_time() - cpu
+    return sched
 
 
 def _forestcoll(topo: Topology, route: WarmRoute, backend: str, max_chunks: int | None,
