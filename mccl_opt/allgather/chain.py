@@ -230,9 +230,7 @@ def solve_unbalanced(topo: Topology, route: WarmRoute, backend: str,
                          restricted.to_gbps, restricted.restriction.headroom())
     best = None
     if max_chunks is not None and restricted is not None:
-        best = fewer_trees(topo, solve_by_restriction(topo, restricted, route, max_chunks,
-                                                      forestcoll, bound, trail), max_chunks,
-                           backend, route)
+        best = solve_by_restriction(topo, restricted, route, max_chunks, forestcoll, bound, trail)
     if deferred and not _at_bound(best, bound):
         weaker_stage()                      # below the cut bound: never returns a schedule
     elif deferred:
@@ -245,9 +243,9 @@ def solve_unbalanced(topo: Topology, route: WarmRoute, backend: str,
         trail.add(Attempt(Method.BALANCED_RESTRICTION, restricted.seconds, "declined: rounded "
                           "onto a coarser grid, not exact at max_chunks=None; seeds only"))
     elif best is None and restricted is not None and max_chunks is None:
-        best = fewer_trees(topo, solve_by_restriction(topo, restricted, route, max_chunks,
-                                                      forestcoll, bound, trail), max_chunks, backend,
-                           route)
+        cpu = time.thread_time()
+        best = solve_by_restriction(topo, restricted, route, max_chunks, forestcoll, bound, trail)
+        best = fewer_trees(topo, best, max_chunks, backend, route, time.thread_time() - cpu)
     if best is None:
         best = solve_by_general(topo, route, backend, max_chunks, "unbalanced switches", bound,
                                 trail, seed)

@@ -67,7 +67,8 @@ RATE_TOL = 1e-9
 
 
 def fewer_trees(topo: Topology, sched: Schedule | None, max_chunks: int | None,
-                backend: str, route: WarmRoute | None = None) -> Schedule | None:
+                backend: str, route: WarmRoute | None = None,
+                cpu: float | None = None) -> Schedule | None:
     """``sched`` (an exact schedule, ``max_chunks=None``, of ``topo``) on fewer trees at
     the same rate: the warm start's trees (``route.given``) where they still reach that
     rate (:func:`_previous_trees`, no LP), else those of a basic optimum of the tree
@@ -76,11 +77,11 @@ def fewer_trees(topo: Topology, sched: Schedule | None, max_chunks: int | None,
     not started when its estimate (:func:`master_seconds`, CPU s) exceeds what is left
     (:meth:`.warm.route.WarmRoute.cpu_left`, CPU s).
     ``sched`` itself otherwise: with a chunk limit, past the allowance, or when the master
-    does not pay (:func:`master_pays`)."""
+    does not pay (:func:`master_pays`, ``cpu``: the CPU seconds ``sched`` took)."""
     if sched is None or max_chunks is not None:
         return sched
     reused = _previous_trees(topo, sched, None if route is None else route.given)
-    if reused is not None or not master_pays(topo, sched):
+    if reused is not None or not master_pays(topo, sched, cpu):
         return reused or sched
     if route is None or not route.active or sched.report.warm in (WarmUse.COLD, WarmUse.DECLINED):
         return _reweighted_once(topo, sched, backend)
@@ -90,22 +91,21 @@ def fewer_trees(topo: Topology, sched: Schedule | None, max_chunks: int | None,
                          lambda _: _reweighted_once(topo, sched, backend), lambda: sched)
 
 
-def master_pays(topo: Topology, sched: Schedule) -> bool:
+def master_pays(topo: Topology, sched: Schedule, cpu: float | None = None) -> bool:
     """Whether the master over ``sched``'s trees is solved (columns x rows at most
     :data:`VERTEX_LP_MAX_SIZE`): never with one tree per root or fewer (every root's
     shard needs a tree: no vertex has fewer; healthy dragonfly 4x4x1x8, 128 trees,
     0.07 s for none); with more trees than rows (roots + links), a basic optimum surely
     has fewer (shared aggregation 2x2x8 one way: 2165 trees, 192 rows -> 123); with
     fewer, only when its estimate (:func:`master_seconds`) is at most
-    :data:`MASTER_FLOOR_S` or :data:`MASTER_SHARE` of the solve's CPU seconds
-    (``stats["forestcoll_cpu_s"]``; the report's wall seconds where absent, which grow
-    with the machine's load; HPN 2x8x8 Fail1: 258 trees of 0.03 s ForestColl, the master
+    :data:`MASTER_FLOOR_S` or :data:`MASTER_SHARE` of the solve's CPU seconds ``cpu``
+    (the report's wall seconds where not given, which grow with the machine's load; HPN 2x8x8 Fail1: 258 trees of 0.03 s ForestColl, the master
     ~0.06 s for 258 -> 129, not solved; HPN 2x4x8 Fail2: 151 -> 73 for ~0.02 s of a
     0.15 s solve, solved; docs/allgather.md "When the re-weighting pays")."""
     trees, rows = len(sched.chunks), topo.num_gpus + topo.num_links
     if trees <= topo.num_gpus or trees * rows > VERTEX_LP_MAX_SIZE:
         return False
-    solve = float(sched.stats.get("forestcoll_cpu_s", sched.seconds or 0.0))
+    solve = cpu if cpu is not None else sched.seconds or 0.0
     return trees > rows or master_seconds(sched) <= max(MASTER_FLOOR_S, MASTER_SHARE * solve)
 
 

@@ -165,7 +165,7 @@ def _chain(topo: Topology, route: WarmRoute, backend: str, max_chunks: int | Non
     if not switches_balanced(topo):                   # ForestColl is exact on balanced only
         return solve_unbalanced(topo, route, backend, max_chunks, sub_forestcoll(backend, trail),
                                 trail)
-    t = time.perf_counter()
+    t, cpu = time.perf_counter(), time.thread_time()
     coarse: Schedule | None = None                    # ForestColl's trees rounded too far
     try:
         sched = _typed_forestcoll(topo, route, backend, max_chunks, step_aware, trail)
@@ -183,7 +183,7 @@ def _chain(topo: Topology, route: WarmRoute, backend: str, max_chunks: int | Non
         bound = cut_bound_gbps(topo)
         return solve_by_general(topo, route, backend, max_chunks, sched.reason, bound, trail,
                                 _balanced_seed(topo, bound, coarse, max_chunks, backend, trail))
-    return fewer_trees(topo, sched, max_chunks, backend, route)
+    return fewer_trees(topo, sched, max_chunks, backend, route, time.thread_time() - cpu)
 
 
 def _balanced_seed(topo: Topology, bound: float | None, coarse: Schedule | None,
@@ -262,16 +262,12 @@ def _typed_forestcoll(topo: Topology, route: WarmRoute, backend: str,
                       declinable: bool = False) -> Schedule | Declined:
     """:func:`_forestcoll`, an internal error turned into a :class:`SolveError` naming the
     fabric (the chain of methods catches it)."""
-    cpu = time.thread_time()
     try:
-        sched = _forestcoll(topo, route, backend, max_chunks, step_aware, trail, lossy_balance,
-                            headroom, scaled, siblings_last, declinable)
+        return _forestcoll(topo, route, backend, max_chunks, step_aware, trail, lossy_balance,
+                           headroom, scaled, siblings_last, declinable)
     except (KeyError, IndexError, AssertionError, ZeroDivisionError) as e:
         raise SolveError(f"ForestColl failed on {topo.name!r} ({type(e).__name__}: {e}); "
                          "a bug: please report the topology file") from e
-    if isinstance(sched, Schedule):   # the re-weighting's yardstick (..fewer_trees.master_pays)
-        sched.stats["forestcoll_cpu_s"] = time.thread_time() - cpu
-    return sched
 
 
 def _forestcoll(topo: Topology, route: WarmRoute, backend: str, max_chunks: int | None,
