@@ -9,7 +9,9 @@ forwarding-only schedule and switch removal can fail, so the chain is:
    switch at the smaller of its two directions' capacities: balanced by construction, and
    its trees are valid on the real fabric).  When that optimum reaches the real fabric's
    cut bound it is the forwarding-only optimum (no schedule exceeds the cut bound) and
-   costs milliseconds (a one-direction NIC degradation usually lands here); otherwise
+   costs milliseconds (a one-direction NIC degradation usually lands here; where Phase 1
+   says it falls short, with a chunk budget it is packed only after the restriction, and
+   not where that reaches the cut bound); otherwise
    ForestColl on the best *balanced restriction* ``c' <= c`` (:mod:`.restriction.balanced`: its cut
    bound is the forwarding-only optimum, found by a cutting-plane LP and certified in
    exact integers); if that is not certified (or, with ``max_chunks=K``, rounds more
@@ -167,6 +169,11 @@ def solve_unbalanced(topo: Topology, route: WarmRoute, backend: str,
     optimum reaches the cut bound, and a coarsened restriction is not packed exactly:
     neither could certify, and both only seed the general method (shared aggregation
     2x5x8, one-way NIC fault: 31 rounds -> 3), cold first in one master (:mod:`.seed_first`).
+    With a chunk budget such a weaker-direction fabric is packed after the restriction,
+    and skipped where the restriction's schedule reaches the cut bound (:func:`_at_bound`:
+    no schedule exceeds it, so the weaker direction's could not replace it; dragonfly
+    4x4x1x8 one way at K=10, both packings through the guarded split: 0.54-0.75 -> 0.35 s
+    CPU, docs/allgather.md "One-way faults: the weaker direction after the restriction").
 
     Every warm-started method (the weaker-direction ForestColl, ForestColl on the balanced
     restriction, the general method) takes its warm steps on ``route``, under the one
