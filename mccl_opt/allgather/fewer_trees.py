@@ -49,12 +49,12 @@ __all__ = ["fewer_trees", "master_pays", "master_seconds", "VERTEX_LP_MAX_SIZE",
 VERTEX_LP_MAX_SIZE = 500_000
 
 #: the master's measured CPU seconds per nonzero (a column's link crossings, summed over
-#: the trees), for :func:`master_pays`' estimate: 0.5-1.8e-6 over the 14 masters of fuzz
-#: seed 3413's 32-64-GPU states at ``None`` and dragonfly 4x4x1x8 (2-core machine, load
-#: 6-8).  Columns x rows (3e-7 each, before) missed how long the columns are: a
-#: dragonfly's 640 trees of 10-hop paths, 181 106 nonzeros, took 0.24 s against 0.13 s
-#: estimated (docs/allgather.md "One-way faults at K=10 and None: the weaker direction
-#: after the restriction, the re-weighting's estimate")
+#: the trees), for :func:`master_pays`' estimate: 0.5-1.8e-6 over 16 masters (fuzz seed
+#: 3413's 32-64-GPU states at ``None``, dragonfly 4x4x1x8; 2-core machine, load 6-8).
+#: Columns x rows (3e-7 each, before) missed how long the columns are: a dragonfly's 640
+#: trees crossing ~280 links each, 181 106 nonzeros, took 0.24 s against 0.13 s estimated
+#: (docs/allgather.md "One-way faults: the weaker direction after the restriction; the
+#: re-weighting's estimate")
 MASTER_S_PER_NONZERO = 1e-6
 #: below as many trees as rows, the master is solved when it is estimated at most this
 #: (s: it stays under the warm target's 20 ms floor) ...
@@ -99,9 +99,10 @@ def master_pays(topo: Topology, sched: Schedule, cpu: float | None = None) -> bo
     has fewer (shared aggregation 2x2x8 one way: 2165 trees, 192 rows -> 123); with
     fewer, only when its estimate (:func:`master_seconds`) is at most
     :data:`MASTER_FLOOR_S` or :data:`MASTER_SHARE` of the solve's CPU seconds ``cpu``
-    (the report's wall seconds where not given, which grow with the machine's load; HPN 2x8x8 Fail1: 258 trees of 0.03 s ForestColl, the master
-    ~0.06 s for 258 -> 129, not solved; HPN 2x4x8 Fail2: 151 -> 73 for ~0.02 s of a
-    0.15 s solve, solved; docs/allgather.md "When the re-weighting pays")."""
+    (the report's wall seconds where not given, which grow with the machine's load;
+    HPN 2x8x8 Fail1: 258 trees of 0.03 s ForestColl, the master ~0.06 s for 258 -> 129,
+    not solved; HPN 2x4x8 Fail2: 151 -> 73 for ~0.02 s of a 0.15 s solve, solved;
+    docs/allgather.md "When the re-weighting pays")."""
     trees, rows = len(sched.chunks), topo.num_gpus + topo.num_links
     if trees <= topo.num_gpus or trees * rows > VERTEX_LP_MAX_SIZE:
         return False
