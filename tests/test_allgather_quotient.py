@@ -192,3 +192,54 @@ def test_the_expansion_from_the_columns_equals_every_copy_mapped_and_merged():
         assert sorted(hops) == list(key[1])                       # the table is the pool's tree
     assert got.keys() == want.keys()
     assert all(got[k] == pytest.approx(want[k], rel=1e-12) for k in want)
+
+
+def _restriction_seed_of(topo):
+    """The chain's restriction seed of ``topo`` (a canonical listing) and its columns."""
+    from mccl_opt.allgather.restriction.stages import restrict
+    from mccl_opt.allgather.general.restriction_seed import restriction_seed
+    from mccl_opt.allgather.solve import sub_forestcoll
+    from mccl_opt.allgather.stage import Trail
+
+    made = restriction_seed(restrict(topo, "highs"), sub_forestcoll("highs", Trail()))
+    return made, made.columns(topo)
+
+
+def test_the_seeded_quotient_certifies_only_at_the_restrictions_optimum():
+    """From the restriction seed's trees the quotient reaches the restriction's certified
+    optimum (the full master's) and stops there; from one seed tree per root orbit and a
+    single round it does not, and declines rather than return a rate below it."""
+    topo = canonical(_one_way(hpn(1, 4, 4), gbps=391.337))
+    sym = find_symmetry(topo)
+    made, (roots, trees) = _restriction_seed_of(topo)
+    full = solve_general(topo, max_chunks=None)
+    s = solve_quotient(topo, upper_gbps=made.rate_gbps, sym=sym, seed=(roots, trees), max_rounds=3)
+    assert s is not None and s.stats["seed"] == "seeded symmetric quotient"
+    assert s.rate_gbps == pytest.approx(full.lp_rate_gbps, rel=1e-9)
+    assert made.rate_gbps == pytest.approx(full.lp_rate_gbps, rel=1e-9)
+    check_schedule(topo, s)
+    first = {}
+    for r, t in zip(roots, trees):
+        first.setdefault(int(sym.root_orbit[r]), (r, t))
+    one = ([r for r, _ in first.values()], [t for _, t in first.values()])
+    assert solve_quotient(topo, upper_gbps=made.rate_gbps, sym=sym, seed=one, max_rounds=1) is None
+
+
+def test_the_chain_seeds_the_quotient_past_its_cost_cap(monkeypatch):
+    """A quotient over the cost cap (HPN 1x4x4, one NIC one way) is solved from the
+    restriction seed once the restriction is known, at the rate of the path it replaces;
+    with no round left it declines and the general method runs."""
+    topo = _one_way(hpn(1, 4, 4), gbps=391.337)
+    before = mo.solve_allgather(topo, max_chunks=None)
+    monkeypatch.setattr(chain, "QUOTIENT_MIN_GPUS", 2)
+    monkeypatch.setattr(chain, "QUOTIENT_MAX_COST", 0)
+    after = mo.solve_allgather(topo, max_chunks=None)
+    assert before.stats.get("seed") != "seeded symmetric quotient"
+    assert after.stats["seed"] == "seeded symmetric quotient"
+    assert after.report.termination is Termination.OPTIMAL
+    assert after.rate_gbps == pytest.approx(before.rate_gbps, rel=1e-9)
+    check_schedule(topo, after)
+    monkeypatch.setattr(chain, "SEEDED_QUOTIENT_ROUNDS", 0)
+    fallback = mo.solve_allgather(topo, max_chunks=None)
+    assert fallback.stats.get("seed") != "seeded symmetric quotient"
+    assert fallback.rate_gbps == pytest.approx(before.rate_gbps, rel=1e-9)

@@ -199,12 +199,13 @@ def _column_generation(topo: Topology, q: _Quotient, upper: float,
 def solve_quotient(topo: Topology, upper_gbps: float | None = None,
                    cut_bound_gbps: float | None = None, sym: Symmetry | None = None,
                    backend: str = "highs", time_limit: float | None = None,
-                   seed: Columns | None = None,
-                   max_rounds: int = QUOTIENT_MAX_ROUNDS) -> Schedule | None:
+                   seed: Columns | None = None, max_rounds: int = QUOTIENT_MAX_ROUNDS,
+                   max_copies: float = np.inf) -> Schedule | None:
     """The forwarding-only optimum of ``topo`` (``max_chunks=None``) from the master on
     its symmetry quotient (module docstring), or ``None`` when no symmetry is found, the
-    quotient does not certify its optimum within ``max_rounds``, or the expanded
-    schedule's rate falls short of it.  ``upper_gbps``: a certified upper bound on the
+    quotient does not certify its optimum within ``max_rounds``, its expansion would copy
+    more than ``max_copies`` trees (positive columns times the group's pieces), or the
+    expanded schedule's rate falls short of it.  ``upper_gbps``: a certified upper bound on the
     forwarding-only optimum (the balanced restriction's optimum) at which the column
     generation may stop; ``seed``: starting trees ``(root ranks, links)`` of ``topo``
     (the restriction seed's, docs/allgather.md "Seeded quotient"); ``cut_bound_gbps``:
@@ -221,7 +222,8 @@ def solve_quotient(topo: Topology, upper_gbps: float | None = None,
     with get_backend(backend) as lp:
         q = _Quotient(topo, sym, topo.arrays.capacity / scale, lp)
         x, z, bound, rounds = _column_generation(topo, q, upper, deadline, seed, max_rounds)
-    if not bound - x <= REL_TOL * max(x, 1e-300):
+    if not bound - x <= REL_TOL * max(x, 1e-300) or \
+            int((z > 0).sum()) * len(sym.pieces()) > max_copies:
         return None
     expansion = expand(topo, sym, q.roots, q.trees, z)
     pool, weights = expansion.pool, expansion.weights
