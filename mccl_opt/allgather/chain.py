@@ -12,7 +12,9 @@ forwarding-only schedule and switch removal can fail, so the chain is:
    costs milliseconds (a one-direction NIC degradation usually lands here); otherwise
    ForestColl on the best *balanced restriction* ``c' <= c`` (:mod:`.restriction.balanced`: its cut
    bound is the forwarding-only optimum, found by a cutting-plane LP and certified in
-   exact integers); if that is not certified (or, with ``max_chunks=K``, rounds more
+   exact integers; at ``max_chunks=None`` on a symmetric fabric first the symmetry
+   quotient's master from the restriction seed's trees, :func:`_by_seeded_quotient`);
+   if that is not certified (or, with ``max_chunks=K``, rounds more
    than :data:`RESTRICTION_ROUNDING_GAP` below its optimum), the general method
    (:mod:`.general.method`), seeded with ForestColl's trees on the restriction and
    stopped at its certified optimum (the weaker-direction trees are added only if the
