@@ -56,18 +56,22 @@ def test_the_quotient_reaches_the_full_masters_optimum_with_a_valid_schedule(sta
 def test_the_colour_bound_rejects_only_quotients_the_rows_reject():
     """``find_symmetry(topo, too_big)`` may answer ``None`` before searching: only where
     the group it finds has too many rows as well (the colour classes bound them below),
-    and it does so somewhere below the found group's rows."""
+    and it does so somewhere below the found group's rows; the pieces it tests are the
+    group's."""
     topo = canonical(STATES["shared-agg 2x3x4 NIC 150.8"]())
     sym = find_symmetry(topo)
     rows = sym.num_link_orbits + sym.num_root_orbits
     early = []
     for limit in range(1, rows + 2):
-        def too_big(r, roots, limit=limit):
+        def too_big(r, roots, pieces, limit=limit):
             return r > limit
         if find_symmetry(topo, too_big) is None:
             early.append(limit)
             assert rows > limit                       # the search's rows fail it too
     assert early and max(early) < rows
+    pieces = len(sym.pieces())             # asked before the elements are listed: the same
+    assert find_symmetry(topo, lambda r, roots, p: p > pieces) is not None
+    assert find_symmetry(topo, lambda r, roots, p: p >= pieces) is None
 
 
 def test_every_generator_is_an_automorphism_and_the_coupling_is_uniform():

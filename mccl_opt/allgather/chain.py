@@ -110,9 +110,9 @@ SEEDED_QUOTIENT_MIN_SHRINK = 2
 #: one way 84 x 14, 0.18 s vs 1.5 s; fat-tree 4x2x2x8 / dragonfly 4x4x1x8 one way
 #: (fuzz seed 3471) 31 x 134 / 31 x 518, 0.85 / 1.9 s vs 0.48 / 0.68 s: the tree
 #: table and re-rating of 4-16 thousand copies cost more than the full master; where
-#: twice the root orbits times the pieces exceeds it (the positive columns were 1.3-3.5
-#: per root orbit on the fabrics measured), the quotient is not tried (fat-tree 4x2x2x8:
-#: 12 x 134 x 2, its solve and decline cost 0.13 s)
+#: twice the root orbits times the pieces exceeds it (:func:`_too_many_copies`), the
+#: quotient is not tried (fat-tree 4x2x2x8: 12 x 134 x 2, its solve and decline cost
+#: 0.13 s) and, unless the unseeded one runs, the group's elements are not listed
 SEEDED_QUOTIENT_ROUNDS = 20
 SEEDED_QUOTIENT_MAX_COPIES = 2048
 
@@ -280,19 +280,30 @@ def _too_big(topo: Topology, shrink: int, max_cost: float = np.inf) -> Callable[
     return too_big
 
 
+def _too_many_copies(roots: int, pieces: int) -> bool:
+    """Whether the seeded quotient's expansion would copy more than
+    :data:`SEEDED_QUOTIENT_MAX_COPIES` trees at its fewest positive columns (the positive
+    columns were 1.3-3.5 per root orbit on the fabrics measured: twice the root orbits)."""
+    return 2 * roots * pieces > SEEDED_QUOTIENT_MAX_COPIES
+
+
 def _symmetry(topo: Topology, max_chunks: int | None) -> Symmetry | None:
     """At ``max_chunks=None`` on a fabric of at least :data:`QUOTIENT_MIN_GPUS` GPUs, its
-    automorphism group (:func:`.general.symmetry.find_symmetry`) when the quotient's rows
-    are at most a :data:`SEEDED_QUOTIENT_MIN_SHRINK`-th of the master's; else ``None``."""
+    automorphism group (:func:`.general.symmetry.find_symmetry`) when a quotient could
+    run: the unseeded one (:func:`_by_quotient`) or the seeded one, whose rows are at most
+    a :data:`SEEDED_QUOTIENT_MIN_SHRINK`-th of the master's and whose expansion is not
+    :func:`_too_many_copies`; else ``None``, before the group's elements are listed."""
     if max_chunks is not None or topo.num_gpus < QUOTIENT_MIN_GPUS:
         return None
     from .general.symmetry import find_symmetry
 
     loose = _too_big(topo, SEEDED_QUOTIENT_MIN_SHRINK)
-    sym = find_symmetry(topo, loose)       # None at once where the colours already fail it
-    if sym is None or loose(sym.num_link_orbits + sym.num_root_orbits, sym.num_root_orbits):
-        return None
-    return sym
+    strict = _too_big(topo, QUOTIENT_MIN_SHRINK, QUOTIENT_MAX_COST)
+
+    def too_big(rows: int, roots: int, pieces: int) -> bool:
+        return loose(rows, roots) or (strict(rows, roots) and _too_many_copies(roots, pieces))
+
+    return find_symmetry(topo, too_big)
 
 
 def _by_quotient(topo: Topology, sym: Symmetry | None, backend: str, bound: float | None,
@@ -330,8 +341,8 @@ def _by_seeded_quotient(topo: Topology, sym: Symmetry | None, restricted: Restri
     where the full master over the same trees falls short (docs/allgather.md "Seeded
     quotient").  A warm ``route`` is declined: the schedule is cold's."""
     if sym is None or restricted is None or \
-            2 * sym.num_root_orbits * len(sym.pieces()) > SEEDED_QUOTIENT_MAX_COPIES:
-        return None                        # the positive columns: 1.3-3.5 per root orbit
+            _too_many_copies(sym.num_root_orbits, len(sym.pieces())):
+        return None
     made = seed()
     if made is None:
         return None
