@@ -56,18 +56,22 @@ def test_the_quotient_reaches_the_full_masters_optimum_with_a_valid_schedule(sta
 def test_the_colour_bound_rejects_only_quotients_the_rows_reject():
     """``find_symmetry(topo, too_big)`` may answer ``None`` before searching: only where
     the group it finds has too many rows as well (the colour classes bound them below),
-    and it does so somewhere below the found group's rows."""
+    and it does so somewhere below the found group's rows; the pieces it tests are the
+    group's."""
     topo = canonical(STATES["shared-agg 2x3x4 NIC 150.8"]())
     sym = find_symmetry(topo)
     rows = sym.num_link_orbits + sym.num_root_orbits
     early = []
     for limit in range(1, rows + 2):
-        def too_big(r, roots, limit=limit):
+        def too_big(r, roots, pieces, limit=limit):
             return r > limit
         if find_symmetry(topo, too_big) is None:
             early.append(limit)
             assert rows > limit                       # the search's rows fail it too
     assert early and max(early) < rows
+    pieces = len(sym.pieces())             # asked before the elements are listed: the same
+    assert find_symmetry(topo, lambda r, roots, p: p > pieces) is not None
+    assert find_symmetry(topo, lambda r, roots, p: p >= pieces) is None
 
 
 def test_every_generator_is_an_automorphism_and_the_coupling_is_uniform():
@@ -192,3 +196,54 @@ def test_the_expansion_from_the_columns_equals_every_copy_mapped_and_merged():
         assert sorted(hops) == list(key[1])                       # the table is the pool's tree
     assert got.keys() == want.keys()
     assert all(got[k] == pytest.approx(want[k], rel=1e-12) for k in want)
+
+
+def _restriction_seed_of(topo):
+    """The chain's restriction seed of ``topo`` (a canonical listing) and its columns."""
+    from mccl_opt.allgather.restriction.stages import restrict
+    from mccl_opt.allgather.general.restriction_seed import restriction_seed
+    from mccl_opt.allgather.solve import sub_forestcoll
+    from mccl_opt.allgather.stage import Trail
+
+    made = restriction_seed(restrict(topo, "highs"), sub_forestcoll("highs", Trail()))
+    return made, made.columns(topo)
+
+
+def test_the_seeded_quotient_certifies_only_at_the_restrictions_optimum():
+    """From the restriction seed's trees the quotient reaches the restriction's certified
+    optimum (the full master's) and stops there; from one seed tree per root orbit and a
+    single round it does not, and declines rather than return a rate below it."""
+    topo = canonical(_one_way(hpn(1, 4, 4), gbps=391.337))
+    sym = find_symmetry(topo)
+    made, (roots, trees) = _restriction_seed_of(topo)
+    full = solve_general(topo, max_chunks=None)
+    s = solve_quotient(topo, upper_gbps=made.rate_gbps, sym=sym, seed=(roots, trees), max_rounds=3)
+    assert s is not None and s.stats["seed"] == "seeded symmetric quotient"
+    assert s.rate_gbps == pytest.approx(full.lp_rate_gbps, rel=1e-9)
+    assert made.rate_gbps == pytest.approx(full.lp_rate_gbps, rel=1e-9)
+    check_schedule(topo, s)
+    first = {}
+    for r, t in zip(roots, trees):
+        first.setdefault(int(sym.root_orbit[r]), (r, t))
+    one = ([r for r, _ in first.values()], [t for _, t in first.values()])
+    assert solve_quotient(topo, upper_gbps=made.rate_gbps, sym=sym, seed=one, max_rounds=1) is None
+
+
+def test_the_chain_seeds_the_quotient_past_its_cost_cap(monkeypatch):
+    """A quotient over the cost cap (HPN 1x4x4, one NIC one way) is solved from the
+    restriction seed once the restriction is known, at the rate of the path it replaces;
+    with no round left it declines and the general method runs."""
+    topo = _one_way(hpn(1, 4, 4), gbps=391.337)
+    before = mo.solve_allgather(topo, max_chunks=None)
+    monkeypatch.setattr(chain, "QUOTIENT_MIN_GPUS", 2)
+    monkeypatch.setattr(chain, "QUOTIENT_MAX_COST", 0)
+    after = mo.solve_allgather(topo, max_chunks=None)
+    assert before.stats.get("seed") != "seeded symmetric quotient"
+    assert after.stats["seed"] == "seeded symmetric quotient"
+    assert after.report.termination is Termination.OPTIMAL
+    assert after.rate_gbps == pytest.approx(before.rate_gbps, rel=1e-9)
+    check_schedule(topo, after)
+    monkeypatch.setattr(chain, "SEEDED_QUOTIENT_ROUNDS", 0)
+    fallback = mo.solve_allgather(topo, max_chunks=None)
+    assert fallback.stats.get("seed") != "seeded symmetric quotient"
+    assert fallback.rate_gbps == pytest.approx(before.rate_gbps, rel=1e-9)

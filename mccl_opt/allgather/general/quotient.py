@@ -45,6 +45,9 @@ from .tree_colgen import TreeCGResult
 
 __all__ = ["solve_quotient", "QUOTIENT_MAX_ROUNDS", "REL_TOL"]
 
+#: starting trees of the quotient: ``(root ranks, link indices of every tree)``
+Columns = tuple[list[int], list[np.ndarray]]
+
 #: rounds of column generation on the quotient before giving up (the caller's exact path
 #: runs then); shared aggregation 2x8x8 / 2x16x8 with one NIC slowed one way close in 15-19
 QUOTIENT_MAX_ROUNDS = 100
@@ -160,15 +163,20 @@ def _price(topo: Topology, q: _Quotient, pi: np.ndarray
 
 
 def _column_generation(topo: Topology, q: _Quotient, upper: float,
-                       deadline: float | None) -> tuple[float, np.ndarray, float, int]:
-    """Quotient column generation from one cheapest tree per root orbit at prices
-    ``1/cap``: ``(x, z, best bound, rounds)``; stops at ``upper`` or the Lagrangian bound
-    (within :data:`REL_TOL`), when no column prices out, or at the round cap / deadline."""
-    _, first = _price(topo, q, 1.0 / q.capacity)
-    q.add(q.reps.tolist(), first)
+                       deadline: float | None, seed: Columns | None = None,
+                       max_rounds: int = QUOTIENT_MAX_ROUNDS
+                       ) -> tuple[float, np.ndarray, float, int]:
+    """Quotient column generation from ``seed``'s trees ``(roots, links)``, symmetrised
+    (by default one cheapest tree per root orbit at prices ``1/cap``): ``(x, z, best
+    bound, rounds)``; stops at ``upper`` or the Lagrangian bound (within
+    :data:`REL_TOL`), when no column prices out, or at ``max_rounds`` / the deadline."""
+    if seed is None:
+        _, first = _price(topo, q, 1.0 / q.capacity)
+        seed = (q.reps.tolist(), first)
+    q.add(*seed)
     best = upper
     x, z = 0.0, np.zeros(0)
-    for rnd in range(1, QUOTIENT_MAX_ROUNDS + 1):
+    for rnd in range(1, max_rounds + 1):
         x, z, sigma, pi = q.solve()
         if best - x <= REL_TOL * max(x, 1e-300):
             return x, z, best, rnd
@@ -185,18 +193,23 @@ def _column_generation(topo: Topology, q: _Quotient, upper: float,
         if not new or (deadline is not None and time.perf_counter() >= deadline):
             return x, z, best, rnd
         anytime.check("the symmetric quotient's column generation")
-    return x, z, best, QUOTIENT_MAX_ROUNDS
+    return x, z, best, max_rounds
 
 
 def solve_quotient(topo: Topology, upper_gbps: float | None = None,
                    cut_bound_gbps: float | None = None, sym: Symmetry | None = None,
-                   backend: str = "highs", time_limit: float | None = None) -> Schedule | None:
+                   backend: str = "highs", time_limit: float | None = None,
+                   seed: Columns | None = None, max_rounds: int = QUOTIENT_MAX_ROUNDS,
+                   max_copies: float = np.inf) -> Schedule | None:
     """The forwarding-only optimum of ``topo`` (``max_chunks=None``) from the master on
     its symmetry quotient (module docstring), or ``None`` when no symmetry is found, the
-    quotient does not certify its optimum, or the expanded schedule's rate falls short of
-    it.  ``upper_gbps``: a certified upper bound on the forwarding-only optimum (the
-    balanced restriction's optimum) at which the column generation may stop;
-    ``cut_bound_gbps``: the cut bound, for the report."""
+    quotient does not certify its optimum within ``max_rounds``, its expansion would copy
+    more than ``max_copies`` trees (positive columns times the group's pieces), or the
+    expanded schedule's rate falls short of it.  ``upper_gbps``: a certified upper bound on the
+    forwarding-only optimum (the balanced restriction's optimum) at which the column
+    generation may stop; ``seed``: starting trees ``(root ranks, links)`` of ``topo``
+    (the restriction seed's, docs/allgather.md "Seeded quotient"); ``cut_bound_gbps``:
+    the cut bound, for the report."""
     from .method import _schedule, rate_scale
 
     t_start = time.perf_counter()
@@ -208,13 +221,15 @@ def solve_quotient(topo: Topology, upper_gbps: float | None = None,
     deadline = None if time_limit is None else t_start + time_limit
     with get_backend(backend) as lp:
         q = _Quotient(topo, sym, topo.arrays.capacity / scale, lp)
-        x, z, bound, rounds = _column_generation(topo, q, upper, deadline)
-    if not bound - x <= REL_TOL * max(x, 1e-300):
+        x, z, bound, rounds = _column_generation(topo, q, upper, deadline, seed, max_rounds)
+    if not bound - x <= REL_TOL * max(x, 1e-300) or \
+            int((z > 0).sum()) * len(sym.pieces()) > max_copies:
         return None
     expansion = expand(topo, sym, q.roots, q.trees, z)
     pool, weights = expansion.pool, expansion.weights
     stats: dict[str, Any] = {
-        "warm": False, "method": "general", "seed": "symmetric quotient",
+        "warm": False, "method": "general",
+        "seed": "symmetric quotient" if seed is None else "seeded symmetric quotient",
         "seed_columns": len(q.trees), "quotient_rows": int(q.capacity.size + q.root_size.size),
         "quotient_columns": int((z > 0).sum()), "group_pieces": len(sym.pieces()),
         "warm_columns": 0, "cg_rounds": rounds, "cg_status": "optimal",

@@ -22,6 +22,7 @@ switches) is found too.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Callable
 
@@ -324,14 +325,16 @@ def _generators(topo: Topology, color: np.ndarray, capacity: np.ndarray, structu
     return [[accepted[i] for i in np.flatnonzero(owner == c)] for c in np.unique(owner)]
 
 
-def find_symmetry(topo: Topology, too_big: Callable[[int, int], bool] | None = None
+def find_symmetry(topo: Topology, too_big: Callable[[int, int, int], bool] | None = None
                   ) -> Symmetry | None:
     """The checked abelian automorphism group of ``topo`` found as in the module
     docstring, ``None`` when no proposal passes, or (with ``too_big``, a test of the
-    quotient's rows and root orbits) when the colour classes already fail it: every
-    automorphism keeps the refined colours, so a link's orbit lies in its class of
-    (tail colour, head colour, capacity) and a root's in its colour, and the classes
-    count the rows from below (the shift and twin proposals are the search's cost)."""
+    quotient's rows, root orbits and the expansion's pieces, :meth:`Symmetry.pieces`)
+    when the colour classes already fail it or the group does, before its elements are
+    listed (0.07 s for dragonfly 4x4x1x8's 518 pieces): every automorphism keeps the
+    refined colours, so a link's orbit lies in its class of (tail colour, head colour,
+    capacity) and a root's in its colour, and the classes count the rows from below
+    (with one piece; the shift and twin proposals are the search's cost)."""
     capacity = topo.arrays.capacity
     color = refine(topo, capacity)
     if too_big is not None and _too_big_by_colours(topo, color, too_big):
@@ -339,25 +342,29 @@ def find_symmetry(topo: Topology, too_big: Callable[[int, int], bool] | None = N
     clusters = _generators(topo, color, capacity, structural=False)
     if not clusters:
         return None
-    if any(np.prod([float(cycle_order(node)) for node, _ in gens]) > MAX_CLUSTER_ELEMENTS
-           for gens in clusters):
+    sizes = [math.prod(cycle_order(node) for node, _ in gens) for gens in clusters]
+    if max(sizes) > MAX_CLUSTER_ELEMENTS:
         return None
-    elems = [elements(gens) for gens in clusters]
     accepted = [gen for gens in clusters for gen in gens]
     link_orbit = orbits(topo.num_links, [link for _, link in accepted])
     node_orbit = orbits(topo.num_nodes, [node for node, _ in accepted])
     _, root_orbit = np.unique(node_orbit[topo.arrays.gpu_nodes], return_inverse=True)
     _, link_orbit = np.unique(link_orbit, return_inverse=True)
+    roots = int(root_orbit.max()) + 1
+    if too_big is not None and too_big(int(link_orbit.max()) + 1 + roots, roots,
+                                       len(coupling(sizes))):
+        return None
+    elems = [elements(gens) for gens in clusters]
     return Symmetry(tuple(e[0] for e in elems), tuple(e[1] for e in elems),
                     link_orbit.astype(np.int64), root_orbit.astype(np.int64))
 
 
 def _too_big_by_colours(topo: Topology, color: np.ndarray,
-                        too_big: Callable[[int, int], bool]) -> bool:
+                        too_big: Callable[[int, int, int], bool]) -> bool:
     """``too_big`` at the colour classes' counts (:func:`find_symmetry`): link classes
-    plus root classes as the rows, root classes as the root orbits."""
+    plus root classes as the rows, root classes as the root orbits, one piece."""
     arr = topo.arrays
     roots = int(np.unique(color[arr.gpu_nodes]).size)
     links = int(np.unique(np.column_stack([color[arr.tail], color[arr.head], arr.capacity]),
                           axis=0).shape[0])
-    return too_big(links + roots, roots)
+    return too_big(links + roots, roots, 1)
