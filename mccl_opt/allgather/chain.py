@@ -9,11 +9,14 @@ forwarding-only schedule and switch removal can fail, so the chain is:
    switch at the smaller of its two directions' capacities: balanced by construction, and
    its trees are valid on the real fabric).  When that optimum reaches the real fabric's
    cut bound it is the forwarding-only optimum (no schedule exceeds the cut bound) and
-   costs milliseconds (a one-direction NIC degradation usually lands here); otherwise
+   costs milliseconds (a one-direction NIC degradation usually lands here; where Phase 1
+   says it falls short, with a chunk budget it is packed only after the restriction, and
+   not where that reaches the cut bound); otherwise
    ForestColl on the best *balanced restriction* ``c' <= c`` (:mod:`.restriction.balanced`: its cut
    bound is the forwarding-only optimum, found by a cutting-plane LP and certified in
    exact integers; at ``max_chunks=None`` on a symmetric fabric first the symmetry
-   quotient's master from the restriction seed's trees, :func:`_by_seeded_quotient`);
+   quotient's master from the restriction seed's trees,
+   :func:`.quotient_stages.by_seeded_quotient`);
    if that is not certified (or, with ``max_chunks=K``, rounds more
    than :data:`RESTRICTION_ROUNDING_GAP` below its optimum), the general method
    (:mod:`.general.method`), seeded with ForestColl's trees on the restriction and
@@ -55,6 +58,7 @@ from .fewer_trees import fewer_trees
 from . import interim
 from .interim import rerated
 from .restriction.stages import Restricted, restrict_recorded, solve_by_restriction
+from .quotient_stages import by_quotient, by_seeded_quotient, symmetry_of
 from .seed_first import seed_first
 from .stage import REACH_TOL, ForestColl, Trail
 from .forestcoll.pipeline import gbps
@@ -63,7 +67,6 @@ from .warm.route import WarmRoute
 
 if TYPE_CHECKING:                          # imported by the functions that use them
     from .general.restriction_seed import RestrictionSeed
-    from .general.symmetry import Symmetry
 
 __all__ = ["RESTRICTION_ROUNDING_GAP", "cut_bound_gbps", "seed_once", "solve_by_general",
            "weaker_directions", "solve_unbalanced"]
@@ -74,47 +77,6 @@ __all__ = ["RESTRICTION_ROUNDING_GAP", "cut_bound_gbps", "seed_once", "solve_by_
 #: on HPN 1x2x8 with one NVLink at 360 Gbps one way, where the general method rounds to
 #: 190.5; from 128 GPUs it stayed within 1 %)
 RESTRICTION_ROUNDING_GAP = 0.05
-
-#: the symmetry quotient (:func:`_by_quotient`) is tried from this many GPUs at
-#: ``max_chunks=None`` (shared aggregation 2x8x8 with a NIC slowed one way: 0.3 s against
-#: 1.5-3 s for the restriction and the general method; with its sparse pricing, 64-112
-#: GPUs too: shared aggregation 2x6x8 / multi-spine 2x6x8 / leaf-spine 4x3x8 one way
-#: 0.06-0.11 s against 4.4 / 4.1 / 2.9 s, docs/allgather.md "Pricing on the cheapest
-#: in-edges"); below, the fabrics measured rarely shrink 8-fold
-QUOTIENT_MIN_GPUS = 64
-
-#: ... when its rows (link and root orbits) are at most this fraction of the master's
-QUOTIENT_MIN_SHRINK = 8
-
-#: ... and when its predicted cost, rows x columns with ``rows x root orbits`` columns
-#: (its rounds grow with the rows, each adds up to one tree per root orbit), is at most
-#: this.  Measured (rows, root orbits, quotient CPU s against the path it replaces):
-#: shared aggregation 2x8x8 with one NIC one way 31, 5: 0.2 s vs 4 s; leaf-spine 4x4x8
-#: 46, 6: 0.8 vs 8.7; shared aggregation 2x8x8 with three links slowed 75, 13 (73k):
-#: 0.5 vs 0.8; HPN 2x8x8 / 4x8x8 with one NIC one way (no rail shift commutes with the
-#: per-rail aggregation switches) 152, 24 (554k) / 264, 40 (2.8M): out of rounds after
-#: 1.3 / 4.5 s, where the restriction takes 0.5 / 1.6 s
-QUOTIENT_MAX_COST = 200_000
-
-#: a quotient over that cap is still solved once the balanced restriction is known, from
-#: the restriction seed's trees and stopped at the restriction's certified optimum
-#: (:func:`_by_seeded_quotient`), when its rows are at most this fraction of the
-#: master's: HPN 2x8x8 with one NIC one way (152 of 672 rows) certifies in the first
-#: quotient master, where the full master over the same trees falls short
-#: (docs/allgather.md "Seeded quotient")
-SEEDED_QUOTIENT_MIN_SHRINK = 2
-
-#: ... in at most this many rounds, its expansion copying at most this many trees (its
-#: positive columns times the group's pieces); else the general method runs.  Measured
-#: (copies, seeded quotient CPU s against the general method's): HPN 2x8x8 with one NIC
-#: one way 84 x 14, 0.18 s vs 1.5 s; fat-tree 4x2x2x8 / dragonfly 4x4x1x8 one way
-#: (fuzz seed 3471) 31 x 134 / 31 x 518, 0.85 / 1.9 s vs 0.48 / 0.68 s: the tree
-#: table and re-rating of 4-16 thousand copies cost more than the full master; where
-#: twice the root orbits times the pieces exceeds it (:func:`_too_many_copies`), the
-#: quotient is not tried (fat-tree 4x2x2x8: 12 x 134 x 2, its solve and decline cost
-#: 0.13 s) and, unless the unseeded one runs, the group's elements are not listed
-SEEDED_QUOTIENT_ROUNDS = 20
-SEEDED_QUOTIENT_MAX_COPIES = 2048
 
 
 def cut_bound_gbps(topo: Topology) -> float | None:
@@ -190,6 +152,11 @@ def solve_unbalanced(topo: Topology, route: WarmRoute, backend: str,
     optimum reaches the cut bound, and a coarsened restriction is not packed exactly:
     neither could certify, and both only seed the general method (shared aggregation
     2x5x8, one-way NIC fault: 31 rounds -> 3), cold first in one master (:mod:`.seed_first`).
+    With a chunk budget such a weaker-direction fabric is packed after the restriction,
+    and skipped where the restriction's schedule reaches the cut bound (:func:`_at_bound`:
+    no schedule exceeds it, so the weaker direction's could not replace it; dragonfly
+    4x4x1x8 one way at K=10, both packings through the guarded split: 0.54-0.75 -> 0.35 s
+    CPU, docs/allgather.md "One-way faults: the weaker direction after the restriction").
 
     Every warm-started method (the weaker-direction ForestColl, ForestColl on the balanced
     restriction, the general method) takes its warm steps on ``route``, under the one
@@ -205,12 +172,16 @@ def solve_unbalanced(topo: Topology, route: WarmRoute, backend: str,
     if interim_offers and sub is not None:
         interim.offer_on(topo, sub, interim.WEAKER_CHUNKS, forestcoll, Method.WEAKER_DIRECTIONS,
                          trail)
-    t = time.perf_counter()
-    if sub is not None and max_chunks is None and not _reaches(sub, bound):
-        trail.add(Attempt(Method.WEAKER_DIRECTIONS, time.perf_counter() - t, "declined: its "
-                          "optimum is below the cut bound (no certificate at max_chunks=None); "
-                          "seeds only"))
-    elif sub is not None:
+    # below the cut bound the weaker direction cannot certify: with a chunk budget it is
+    # packed after the restriction, and only where that falls short of the cut bound
+    short = sub is not None and not _reaches(sub, bound)
+    deferred = short and max_chunks is not None
+
+    def weaker_stage() -> Schedule | None:
+        """ForestColl on the weaker-direction fabric: its schedule when it reaches the
+        cut bound (optimal); else ``None``, keeping it in ``weaker`` (and, with a chunk
+        budget, its trees as the general method's further seed, ``seed_trees``)."""
+        nonlocal weaker, seed_trees
         try:
             found = trail.run(Method.WEAKER_DIRECTIONS,
                               lambda: forestcoll(sub, route, max_chunks,
@@ -218,8 +189,7 @@ def solve_unbalanced(topo: Topology, route: WarmRoute, backend: str,
         except (SolveError, TopologyError):
             found = None
         if isinstance(found, Schedule):
-            reaches = bound is not None and found.lp_rate_gbps >= bound * (1 - REACH_TOL)
-            if reaches:                      # no schedule exceeds the cut bound: optimal
+            if bound is not None and found.lp_rate_gbps >= bound * (1 - REACH_TOL):
                 return rerated(found, topo, bound, Method.WEAKER_DIRECTIONS,
                                "weaker-direction fabric reaches the cut bound")
             weaker = rerated(found, topo, found.lp_rate_gbps, Method.WEAKER_DIRECTIONS,
@@ -228,8 +198,19 @@ def solve_unbalanced(topo: Topology, route: WarmRoute, backend: str,
             anytime.offer(weaker)
         if max_chunks is not None:          # its K chunks seed; a failed K is not retried
             seed_trees = found if isinstance(found, Schedule) else None
-    sym = _symmetry(topo, max_chunks)
-    quotient = _by_quotient(topo, sym, backend, bound, trail)
+        return None
+
+    t = time.perf_counter()
+    if short and max_chunks is None:
+        trail.add(Attempt(Method.WEAKER_DIRECTIONS, time.perf_counter() - t, "declined: its "
+                          "optimum is below the cut bound (no certificate at max_chunks=None); "
+                          "seeds only"))
+    elif sub is not None and not deferred:
+        reached = weaker_stage()
+        if reached is not None:             # no schedule exceeds the cut bound: optimal
+            return reached
+    sym = symmetry_of(topo, max_chunks)
+    quotient = by_quotient(topo, sym, backend, bound, trail)
     if quotient is not None:
         return quotient
     anytime.check("the balanced restriction")
@@ -238,18 +219,27 @@ def solve_unbalanced(topo: Topology, route: WarmRoute, backend: str,
         interim.offer_on(topo, restricted.sub, interim.RESTRICTED_CHUNKS, forestcoll,
                          Method.BALANCED_RESTRICTION, trail, restricted.optimum_gbps,
                          restricted.to_gbps, restricted.restriction.headroom())
+    best = None
+    if max_chunks is not None and restricted is not None:
+        best = solve_by_restriction(topo, restricted, route, max_chunks, forestcoll, bound, trail)
+    if deferred and not _at_bound(best, bound):
+        weaker_stage()                      # below the cut bound: never returns a schedule
+    elif deferred:
+        trail.add(Attempt(Method.WEAKER_DIRECTIONS, 0.0, "skipped: the balanced restriction "
+                          "reached the cut bound, above every weaker-direction schedule"))
     seed = _restriction_seed(restricted, forestcoll, seed_trees)
-    best = _by_seeded_quotient(topo, sym, restricted, seed, route, backend, bound, trail)
-    if best is not None:
-        return best
-    best = seed_first(topo, restricted, route, max_chunks, backend, bound, trail, seed)
+    if max_chunks is None:
+        best = by_seeded_quotient(topo, sym, restricted, seed, route, backend, bound, trail)
+        if best is not None:
+            return best
+        best = seed_first(topo, restricted, route, max_chunks, backend, bound, trail, seed)
     if best is None and restricted is not None and max_chunks is None and restricted.coarsened:
         trail.add(Attempt(Method.BALANCED_RESTRICTION, restricted.seconds, "declined: rounded "
                           "onto a coarser grid, not exact at max_chunks=None; seeds only"))
-    elif best is None and restricted is not None:
-        best = fewer_trees(topo, solve_by_restriction(topo, restricted, route, max_chunks,
-                                                      forestcoll, bound, trail), max_chunks, backend,
-                           route)
+    elif best is None and restricted is not None and max_chunks is None:
+        cpu = time.thread_time()
+        best = solve_by_restriction(topo, restricted, route, max_chunks, forestcoll, bound, trail)
+        best = fewer_trees(topo, best, max_chunks, backend, route, time.thread_time() - cpu)
     if best is None:
         best = solve_by_general(topo, route, backend, max_chunks, "unbalanced switches", bound,
                                 trail, seed)
@@ -268,100 +258,13 @@ def solve_unbalanced(topo: Topology, route: WarmRoute, backend: str,
     return best
 
 
-def _too_big(topo: Topology, shrink: int, max_cost: float = np.inf) -> Callable[[int, int], bool]:
-    """Whether a quotient of ``rows`` rows (link and root orbits) and ``roots`` root
-    orbits is too big: its rows above a ``shrink``-th of the master's, or its predicted
-    cost ``rows x rows x roots`` above ``max_cost`` (:data:`QUOTIENT_MAX_COST`)."""
-
-    def too_big(rows: int, roots: int) -> bool:
-        return rows * rows * roots > max_cost or \
-            rows * shrink > topo.num_links + topo.num_gpus
-
-    return too_big
-
-
-def _too_many_copies(roots: int, pieces: int) -> bool:
-    """Whether the seeded quotient's expansion would copy more than
-    :data:`SEEDED_QUOTIENT_MAX_COPIES` trees at its fewest positive columns (the positive
-    columns were 1.3-3.5 per root orbit on the fabrics measured: twice the root orbits)."""
-    return 2 * roots * pieces > SEEDED_QUOTIENT_MAX_COPIES
-
-
-def _symmetry(topo: Topology, max_chunks: int | None) -> Symmetry | None:
-    """At ``max_chunks=None`` on a fabric of at least :data:`QUOTIENT_MIN_GPUS` GPUs, its
-    automorphism group (:func:`.general.symmetry.find_symmetry`) when a quotient could
-    run: the unseeded one (:func:`_by_quotient`) or the seeded one, whose rows are at most
-    a :data:`SEEDED_QUOTIENT_MIN_SHRINK`-th of the master's and whose expansion is not
-    :func:`_too_many_copies`; else ``None``, before the group's elements are listed."""
-    if max_chunks is not None or topo.num_gpus < QUOTIENT_MIN_GPUS:
-        return None
-    from .general.symmetry import find_symmetry
-
-    loose = _too_big(topo, SEEDED_QUOTIENT_MIN_SHRINK)
-    strict = _too_big(topo, QUOTIENT_MIN_SHRINK, QUOTIENT_MAX_COST)
-
-    def too_big(rows: int, roots: int, pieces: int) -> bool:
-        return loose(rows, roots) or (strict(rows, roots) and _too_many_copies(roots, pieces))
-
-    return find_symmetry(topo, too_big)
-
-
-def _by_quotient(topo: Topology, sym: Symmetry | None, backend: str, bound: float | None,
-                 trail: Trail) -> Schedule | None:
-    """With the fabric's symmetry ``sym`` (:func:`_symmetry`) whose quotient shrinks the
-    master's rows at least :data:`QUOTIENT_MIN_SHRINK`-fold, to a predicted cost of at
-    most :data:`QUOTIENT_MAX_COST`: the general method on the symmetry quotient
-    (:mod:`.general.quotient`), when it certifies the forwarding-only optimum; else
-    ``None`` (recorded in ``trail``).  Warm or cold alike (it does not use the previous
-    trees): a warm solve then costs what a cold one does (shared aggregation 2x8x8 with a
-    second NIC slowed, warm from the first state: 0.51 s, cold 0.50 s CPU)."""
-    if sym is None or _too_big(topo, QUOTIENT_MIN_SHRINK, QUOTIENT_MAX_COST)(
-            sym.num_link_orbits + sym.num_root_orbits, sym.num_root_orbits):
-        return None
-    from .general.quotient import solve_quotient
-
-    t = time.perf_counter()
-    progress.update("AllGather: general method on the symmetry quotient")
-    sched = solve_quotient(topo, cut_bound_gbps=bound, sym=sym, backend=backend,
-                           time_limit=anytime.limit_left())
-    return trail.general(t, sched, "the symmetry quotient's master did not certify its "
-                         "optimum", "symmetry quotient: certified by its Lagrangian bound")
-
-
-def _by_seeded_quotient(topo: Topology, sym: Symmetry | None, restricted: Restricted | None,
-                        seed: Callable[[], RestrictionSeed | None], route: WarmRoute,
-                        backend: str, bound: float | None, trail: Trail) -> Schedule | None:
-    """With the fabric's symmetry ``sym`` (:func:`_symmetry`) and a certified balanced
-    restriction ``restricted``: the symmetry quotient's column generation
-    started from the restriction seed ``seed()``'s trees and stopped at the restriction's
-    optimum (the forwarding-only optimum) within :data:`SEEDED_QUOTIENT_ROUNDS` rounds,
-    expanded to at most :data:`SEEDED_QUOTIENT_MAX_COPIES` tree copies; else ``None``
-    (recorded in ``trail``).  Each symmetrised seed tree stands for its
-    images under the group, so the quotient's master over the seed reaches the optimum
-    where the full master over the same trees falls short (docs/allgather.md "Seeded
-    quotient").  A warm ``route`` is declined: the schedule is cold's."""
-    if sym is None or restricted is None or \
-            _too_many_copies(sym.num_root_orbits, len(sym.pieces())):
-        return None
-    made = seed()
-    if made is None:
-        return None
-    from .general.quotient import solve_quotient
-    from .general.method import chunk_columns
-
-    t = time.perf_counter()
-    progress.update("AllGather: the symmetry quotient from the restriction seed")
-    sched = solve_quotient(topo, upper_gbps=made.rate_gbps, cut_bound_gbps=bound, sym=sym,
-                           backend=backend, time_limit=anytime.limit_left(),
-                           seed=made.columns(topo) or chunk_columns(made.schedules, topo),
-                           max_rounds=SEEDED_QUOTIENT_ROUNDS,
-                           max_copies=SEEDED_QUOTIENT_MAX_COPIES)
-    found = trail.general(t, sched, "the symmetry quotient from the restriction seed did not "
-                          "reach c''s optimum or expands to too many trees", "seeded symmetry quotient: reaches c''s optimum")
-    if found is not None and route.active:
-        route.decline("the symmetry quotient from the restriction seed reached c''s optimum "
-                      "(cold's path)")
-    return found
+def _at_bound(best: Schedule | None, bound: float | None) -> bool:
+    """Whether ``best`` (the balanced restriction's rounded schedule) is within
+    :data:`.stage.REACH_TOL` of the cut bound ``bound``: no schedule exceeds that bound,
+    so no weaker-direction schedule could replace it (:func:`solve_unbalanced` keeps one
+    only more than ``REACH_TOL`` above)."""
+    return best is not None and bound is not None and \
+        best.rate_gbps * (1 + REACH_TOL) >= bound
 
 
 def _reaches(sub: Topology, bound: float | None) -> bool:
