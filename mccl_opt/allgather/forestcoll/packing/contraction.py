@@ -34,8 +34,8 @@ from numba import njit
 from ..maxflow import INF, FlowNetwork
 from .trees import TreeClass
 
-__all__ = ["Problem", "Decomposition", "minimal_tight_sets", "decompose",
-           "CONTRACT_MIN_GPUS"]
+__all__ = ["Problem", "Decomposition", "minimal_tight_sets", "maximal_tight_sets",
+           "decompose", "CONTRACT_MIN_GPUS"]
 
 #: :attr:`Problem.links` of an inner problem's ``O -> v`` links and of its ``r -> O``
 #: links (``roots[r]`` units: a tree rooted in the set reaches ``O`` from its root, so
@@ -98,7 +98,8 @@ def minimal_tight_sets(p: Problem, checks: np.ndarray) -> list[np.ndarray] | Non
     mark = np.zeros(p.n + 2, np.bool_)
     queue = np.zeros(p.n + 2, np.int64)
     found: dict[bytes, np.ndarray] = {}
-    covered = np.zeros(p.n, np.bool_)
+    # a node whose in-units are the roots outside it is its own minimal tight set
+    covered = np.bincount(p.head, weights=p.units, minlength=p.n) == total - p.roots
     for v in range(p.n):
         if covered[v]:                      # inside a tight set found: its own is inside it
             continue
@@ -113,7 +114,49 @@ def minimal_tight_sets(p: Problem, checks: np.ndarray) -> list[np.ndarray] | Non
         if 2 <= members.size <= p.n - 2:
             found.setdefault(members.tobytes(), members)
             covered[members] = True
-    taken = np.zeros(p.n, np.bool_)
+    return _disjoint(p.n, found)
+
+
+def maximal_tight_sets(p: Problem, checks: np.ndarray) -> list[np.ndarray] | None:
+    """Disjoint proper tight sets, the largest first, each the largest tight set holding a
+    node ``v`` and not the node ``x`` half the nodes on: the sink side of a maximum flow
+    ``s -> v`` with ``s -> x`` unbounded, taken farthest from ``s`` (tight sets holding
+    ``v`` are closed under union while they miss ``x``; a flow of ``R`` then cuts exactly
+    at the tight sets).  Where every node is its own minimal tight set (a tight graph:
+    the exact split of leaf-spine 8x2x8 with 4 spines, whose halves, leaves and hosts are
+    tight) :func:`minimal_tight_sets` finds nothing proper, this does.  One max-flow per
+    node outside the sets found so far, counted in ``checks[0]``; ``None`` when a flow is
+    below ``R`` (the graph admits no packing).  A set is kept only if its slack,
+    computed, is 0."""
+    net = FlowNetwork(p.n, p.tail, p.head)
+    caps = net.caps()
+    caps[: net.m] = p.units
+    caps[net.s_arc0: net.s_arc0 + p.n] = p.roots
+    total = int(p.roots.sum())
+    found: dict[bytes, np.ndarray] = {}
+    covered = np.zeros(p.n, np.bool_)
+    for v in range(p.n):
+        if covered[v]:
+            continue
+        x = (v + p.n // 2) % p.n
+        caps[net.s_arc0 + x], caps[net.t_arc0 + v] = INF, INF
+        checks[0] += 1
+        flow = net.max_flow(caps, total)
+        caps[net.s_arc0 + x], caps[net.t_arc0 + v] = p.roots[x], 0
+        if flow < total:
+            return None
+        side = ~net.source_side()
+        members = np.flatnonzero(side)
+        into = int(p.units[side[p.head] & ~side[p.tail]].sum())
+        if 2 <= members.size <= p.n - 2 and into == total - int(p.roots[side].sum()):
+            found.setdefault(members.tobytes(), members)
+            covered[members] = True
+    return _disjoint(p.n, found)
+
+
+def _disjoint(n: int, found: dict[bytes, np.ndarray]) -> list[np.ndarray]:
+    """The largest of ``found`` first, each kept if it meets none kept before."""
+    taken = np.zeros(n, np.bool_)
     chosen = []
     for members in sorted(found.values(), key=lambda s: (-s.size, int(s[0]))):
         if not taken[members].any():

@@ -72,7 +72,8 @@ from numba import njit
 from mccl_opt import anytime
 from ..maxflow import FlowNetwork, _bfs_levels
 from ..removal.splitting import LogicalGraph, SplitGraph, sink_order, split_all
-from .contraction import CONTRACT_MIN_GPUS, Problem, decompose, minimal_tight_sets
+from .contraction import (CONTRACT_MIN_GPUS, Problem, decompose, maximal_tight_sets,
+                          minimal_tight_sets)
 from .growth_checks import _check, _short_paths_flow, _verify
 from .remembered_sets import _all_slacks, _enter, _move, _remember, _ruled_out
 from .trees import TreeClass
@@ -302,6 +303,8 @@ def _pack(p: Problem, checks: np.ndarray, near: np.ndarray | None
     if p.n >= CONTRACT_MIN_GPUS:
         anytime.check("Phase 3: the few-trees packing, tight sets")
         sets = minimal_tight_sets(p, checks)
+        if sets == []:
+            sets = maximal_tight_sets(p, checks)
         if sets is None or checks[0] > checks[1]:
             return None
         if sets:
