@@ -228,11 +228,9 @@ class Decomposition:
         queue[0][1] -= q
         if queue[0][1] == 0:
             queue.pop(0)
-        row[nodes] = -1
-        for v in range(inner.n - 1):
-            arc = int(c.parent_arc[v])
-            if arc >= 0:
-                row[nodes[v]] = a if inner.links[arc] == ENTRY else int(inner.links[arc])
+        arcs = c.parent_arc[: inner.n - 1]
+        links = inner.links[np.maximum(arcs, 0)]
+        row[nodes] = np.where(arcs < 0, -1, np.where(links == ENTRY, a, links))
         return q, (-1 if a >= 0 else int(nodes[c.root]))
 
 

@@ -279,7 +279,7 @@ class _SlackSets:
     the pair out without a max-flow."""
 
     def __init__(self, n: int) -> None:
-        self.sets = np.zeros((0, n), bool)
+        self.at = np.zeros((n, 0), bool)            # node x is in set i: ``at[x, i]``
         self.slack = np.zeros(0, np.int64)
 
     def add(self, g: SplitGraph, net: FlowNetwork, caps: np.ndarray, sides: np.ndarray) -> None:
@@ -288,18 +288,18 @@ class _SlackSets:
         tail, head = net.arc_tail[: net.m], net.arc_head[: net.m]
         into = sides[:, head] & ~sides[:, tail]
         slack = into.astype(np.int64) @ caps - g.k * (~sides[:, g.gpus]).sum(axis=1)
-        self.sets = np.vstack([self.sets, sides])
+        self.at = np.ascontiguousarray(np.hstack([self.at, sides.T]))
         self.slack = np.concatenate([self.slack, slack])
 
     def forget(self, lo: int, hi: int) -> None:
         """Forget the sets ``lo`` to ``hi`` (exclusive), in the order added."""
-        self.sets = np.delete(self.sets, np.s_[lo:hi], axis=0)
+        self.at = np.ascontiguousarray(np.delete(self.at, np.s_[lo:hi], axis=1))
         self.slack = np.delete(self.slack, np.s_[lo:hi])
 
     def hit(self, u: int, w: int, t: int) -> np.ndarray:
         """The sets whose cut a split off ``u -> w -> t`` lowers."""
-        at_w, at_u, at_t = self.sets[:, w], self.sets[:, u], self.sets[:, t]
-        return (at_w & ~at_u & ~at_t) | (~at_w & at_u & at_t)
+        at_u, at_t = self.at[u], self.at[t]
+        return np.where(self.at[w], ~(at_u | at_t), at_u & at_t)
 
     def room(self, u: int, w: int, t: int, slack: np.ndarray) -> int:
         """The least ``slack`` (this object's, or a trial copy) of the sets hit."""
