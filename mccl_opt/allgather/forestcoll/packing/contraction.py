@@ -22,6 +22,8 @@ for it with one max-flow per tree edge (dragonfly 4x4x1x8: 128 GPUs, one tree pe
 6 500 max-flows of ~110 µs).  The minimal tight set holding ``v`` is the set of GPUs that
 reach ``v`` in the residual network of a maximum flow ``s -> v`` (``s -> r``:
 ``roots[r]``), tight sets being closed under intersection (the slack is submodular).
+On a tight graph (every node's in-units are the roots outside it) each node is its own
+minimal tight set; :func:`maximal_tight_sets` then takes the largest ones instead.
 """
 
 from __future__ import annotations

@@ -16,7 +16,9 @@ into ``α`` units of a logical link ``u -> t``.
 * **Exact greedy** (fallback, ForestColl): pairs ``(u, t)`` in order, each split by the
   largest amount the two families of dangerous cuts allow (``S ∋ w, u,t ∉ S`` and
   ``S ∌ w, u,t ∈ S``), each bounded by one max-flow per GPU.  By Mader's splitting
-  theorem this completes on a balanced fabric and keeps every cut condition.
+  theorem this completes on a balanced fabric and keeps every cut condition.  The
+  amounts of a switch are guessed within the sets known so far and the guess verified
+  by one rooted sweep (:func:`_exact_split`): the same split for a few sweeps per switch.
 """
 
 from __future__ import annotations
