@@ -27,7 +27,8 @@ from mccl_opt.allgather.forestcoll.packing.forecast import (NO_FORECAST, TRUST, 
 from mccl_opt.allgather.forestcoll.packing.repair import repair_pack
 from mccl_opt.allgather.forestcoll.packing.trees import greedy_pack
 from mccl_opt.allgather.forestcoll.pipeline import balanced_split, phase_one_budget
-from mccl_opt.allgather.forestcoll.removal.splitting import LogicalGraph, split_all
+from mccl_opt.allgather.forestcoll.removal.exact_split import split_all
+from mccl_opt.allgather.forestcoll.removal.splitting import LogicalGraph
 from mccl_opt.report import Method
 from tests.oracle_allgather import check_schedule, cut_bound
 

@@ -1,5 +1,5 @@
 """The exact split's amounts guessed and verified (:func:`mccl_opt.allgather.forestcoll.
-removal.splitting._exact_split`; docs/allgather.md "Leaf-spine 8x2x8 at `None`: guessed
+removal.exact_split._exact_split`; docs/allgather.md "Leaf-spine 8x2x8 at `None`: guessed
 splits and the largest tight sets").
 
 A guess takes, pair by pair in the greedy's order, all it wants within the slack of the
@@ -15,8 +15,9 @@ from instances.aggregation import leaf_spine, scrambled
 from mccl_opt.allgather.canonical import canonical
 from mccl_opt.allgather.forestcoll.maxflow import FlowNetwork
 from mccl_opt.allgather.forestcoll.pipeline import balanced_split, phase_one_budget
-from mccl_opt.allgather.forestcoll.removal import splitting
-from mccl_opt.allgather.forestcoll.removal.splitting import SplitGraph, split_all
+from mccl_opt.allgather.forestcoll.removal import exact_split
+from mccl_opt.allgather.forestcoll.removal.exact_split import split_all
+from mccl_opt.allgather.forestcoll.removal.splitting import SplitGraph
 
 
 def _balanced(topo) -> SplitGraph:
@@ -42,7 +43,7 @@ def test_guessed_split_is_the_checked_greedy(monkeypatch):
     guessed, checked = g.copy(), g.copy()
     assert split_all(guessed)
     assert any(broken) and broken[-1] == 0, "some guess failed, the last one passed"
-    monkeypatch.setattr(splitting, "MAX_GUESSES", 0)
+    monkeypatch.setattr(exact_split, "MAX_GUESSES", 0)
     assert split_all(checked)
     assert guessed.units == checked.units
     assert guessed.bundles == checked.bundles
@@ -54,10 +55,10 @@ def test_neighbour_sets_cover_a_gpu_only_switch():
     g = _balanced(leaf_spine(2, 2, 8))
     nvswitch = next(w for w in np.flatnonzero(g.is_switch)
                     if not g.is_switch[sorted(g.outs[w])].any())
-    sides = splitting._neighbour_sets(g, int(nvswitch))
+    sides = exact_split._neighbour_sets(g, int(nvswitch))
     assert sides.shape[0] == 2 * 255 - 8
     assert len({row.tobytes() for row in sides}) == sides.shape[0]
     near = sorted(g.outs[nvswitch])
     assert not sides[:, np.setdiff1d(np.arange(g.n), near + [nvswitch])].any()
     leaf = next(w for w in np.flatnonzero(g.is_switch) if g.is_switch[sorted(g.outs[w])].any())
-    assert splitting._neighbour_sets(g, int(leaf)).shape[0] == 0
+    assert exact_split._neighbour_sets(g, int(leaf)).shape[0] == 0

@@ -33,7 +33,8 @@ from ..fabric import fabric_of
 from .packing.growth_order import RAIL_FIRST_MIN_RANKS
 from .packing.scaled import PLAIN_FIRST_ENTRIES, SCALED_MIN_K, many_trees_pack, plain_pack
 from .removal.balancing import balance_switches
-from .removal.splitting import LogicalGraph, SplitGraph, split_all
+from .removal.exact_split import split_all
+from .removal.splitting import LogicalGraph, SplitGraph
 from .removal.guarded_spread import guarded_spread
 from .removal.spread import spread_split
 from .throughput import Fabric, PhaseOneResult, optimal_rate

@@ -36,8 +36,8 @@ from numba import njit
 from ..maxflow import INF, FlowNetwork
 from .trees import TreeClass
 
-__all__ = ["Problem", "Decomposition", "minimal_tight_sets", "maximal_tight_sets",
-           "decompose", "CONTRACT_MIN_GPUS"]
+__all__ = ["Problem", "Decomposition", "proper_tight_sets", "minimal_tight_sets",
+           "maximal_tight_sets", "decompose", "CONTRACT_MIN_GPUS"]
 
 #: :attr:`Problem.links` of an inner problem's ``O -> v`` links and of its ``r -> O``
 #: links (``roots[r]`` units: a tree rooted in the set reaches ``O`` from its root, so
@@ -83,6 +83,17 @@ def _reaching(n_tot, start, arcs, head, res, t, mark, queue):
                     mark[x] = True
                     queue[qt] = x
                     qt += 1
+
+
+def proper_tight_sets(p: Problem, checks: np.ndarray) -> list[np.ndarray] | None:
+    """Disjoint proper tight sets of ``p`` to split its packing along: the minimal ones
+    (:func:`minimal_tight_sets`); where there are none but a node is its own minimal tight
+    set (its in-units are the roots outside it), the largest (:func:`maximal_tight_sets`:
+    a proper tight set all of whose nodes are tight alone has no proper minimal one).
+    ``None`` when the graph admits no packing."""
+    sets = minimal_tight_sets(p, checks)
+    alone = np.bincount(p.head, weights=p.units, minlength=p.n) == p.roots.sum() - p.roots
+    return maximal_tight_sets(p, checks) if sets == [] and alone.any() else sets
 
 
 def minimal_tight_sets(p: Problem, checks: np.ndarray) -> list[np.ndarray] | None:
