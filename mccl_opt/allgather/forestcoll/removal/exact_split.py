@@ -16,13 +16,17 @@ import numpy as np
 from ..maxflow import INF, FlowNetwork
 from .splitting import SplitGraph, cut_slack, sink_order, switch_order
 
-__all__ = ["split_all", "MAX_GUESSES", "SEED_MAX_NEIGHBOURS"]
+__all__ = ["split_all", "MAX_GUESSES", "PAIRS_PER_GUESS", "SEED_MAX_NEIGHBOURS"]
 
 
 #: guessed plans of one switch's split (:func:`_exact_split`) that may fail their
 #: verification sweep before the switch is split by checks (each failure learns new sets,
-#: so the guesses cannot cycle)
+#: so the guesses cannot cycle), and at most one per :data:`PAIRS_PER_GUESS` pairs: a
+#: verification sweep moves all ``k·n`` units from sink to sink and costs about as much as
+#: the checks of that many pairs (two sweeps each, where an unbounded terminal absorbs
+#: most of the flow), so a switch whose guesses keep failing costs at most ~2x its checks
 MAX_GUESSES = 16
+PAIRS_PER_GUESS = 4
 
 #: a switch with at most this many neighbours, all GPUs (an NVSwitch), starts its guesses
 #: knowing every set made of its neighbours, with and without it (``2^(d+1)`` sets): the
@@ -95,13 +99,13 @@ def _exact_split(g: SplitGraph, w: int, known: _SlackSets) -> bool:
     wants within the slack of the sets in ``known`` and of :func:`_neighbour_sets`) and
     the guess verified by one rooted sweep over the GPUs; a guess that passes is exactly
     the greedy's split (below), one that fails learns the sweep's violated sets and is
-    guessed again; after :data:`MAX_GUESSES` the switch is split by checks
+    guessed again; after :data:`MAX_GUESSES` (fewer on few pairs) the switch is split by checks
     (:func:`_split_pass`, two sweeps per pair).  Exact: cuts only fall as pairs are
     split, so if the guess's final units keep every cut, each pair's true slack was at
     least its guessed amount when it was split; that amount is ``min(want, slack of a
     known set)`` and the true slack is at most a known set's, so it equals the greedy's
     ``min(want, true slack)``, pair by pair (leaf-spine 8x2x8 with 4 spines: 1 550
-    sweeps -> ~60)."""
+    sweeps -> 81)."""
     ends = [(u, t) for u in g.ins.get(w, ()) for t in g.outs.get(w, ()) if u != t]
     keys = sorted(set(g.units) | set(ends))
     net = FlowNetwork(g.n, np.array([a for a, _ in keys], np.int64),
@@ -111,7 +115,7 @@ def _exact_split(g: SplitGraph, w: int, known: _SlackSets) -> bool:
     seeded = known.slack.size
     known.add(g, net, caps, _neighbour_sets(g, w))
     learned = known.slack.size
-    for _ in range(MAX_GUESSES):
+    for _ in range(min(MAX_GUESSES, max(1, len(ends) // PAIRS_PER_GUESS))):
         plan, trial = _plan(g, w, caps, index, known)
         full = net.caps()
         full[: net.m] = trial
