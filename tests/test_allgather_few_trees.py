@@ -27,7 +27,8 @@ from mccl_opt.allgather.forestcoll.packing.forecast import (NO_FORECAST, TRUST, 
 from mccl_opt.allgather.forestcoll.packing.repair import repair_pack
 from mccl_opt.allgather.forestcoll.packing.trees import greedy_pack
 from mccl_opt.allgather.forestcoll.pipeline import balanced_split, phase_one_budget
-from mccl_opt.allgather.forestcoll.removal.splitting import LogicalGraph, split_all
+from mccl_opt.allgather.forestcoll.removal.exact_split import split_all
+from mccl_opt.allgather.forestcoll.removal.splitting import LogicalGraph
 from mccl_opt.report import Method
 from tests.oracle_allgather import check_schedule, cut_bound
 
@@ -162,26 +163,32 @@ def test_repair_searches_before_the_exact_packing_are_forecast_at_none(monkeypat
     """At ``None`` a failed repair packing is followed by the exact few-trees packing, so
     every repair search carries the forecast (:mod:`...packing.forecast`): it decides at
     ``k·n²`` visits and stops by ``k·n²`` plus the few-trees estimate, the guarded split's
-    too (uncapped they ran to the end: 6.2 s CPU on leaf-spine 8x2x8 with 4 spines) and
-    the solve still reaches the cut bound."""
+    too (uncapped they ran to the end: 6.2 s CPU on leaf-spine 8x2x8 with 4 spines), the
+    rail-first retry's at ``k·n² / RAIL_FIRST_VISITS_SHARE``; and the solve still reaches
+    the cut bound."""
     from mccl_opt.allgather.forestcoll import sized
+    from mccl_opt.allgather.forestcoll.pipeline import RAIL_FIRST_VISITS_SHARE
 
-    calls: list[tuple[int, int, int, int, Forecast]] = []
+    calls: list[tuple[int, int, int, int, Forecast, bool]] = []
     real = sized.repair_pack
 
     def spy(n, tail, head, units, k, shapes=None, shift=1, max_visits=1 << 62,
             rail_first=None, fc=NO_FORECAST):
         classes, info = real(n, tail, head, units, k, shapes, shift, max_visits, rail_first, fc)
-        calls.append((n, k, max_visits, info.get("repair_visits", 0), fc))
+        calls.append((n, k, max_visits, info.get("repair_visits", 0), fc, bool(rail_first)))
         return classes, info
 
     monkeypatch.setattr(sized, "repair_pack", spy)
     topo = leaf_spine(8, 2, 4, spines=4)
     s = mo.solve_allgather(topo, max_chunks=None)
-    assert calls and all(k == 1 for _, k, _, _, _ in calls)
-    for n, k, cap, visits, fc in calls:
-        assert fc == Forecast(k * n * n, few_trees_visits(n))
-        assert cap == k * n * n + few_trees_visits(n) and visits <= cap + n * n
+    assert calls and all(k == 1 for _, k, _, _, _, _ in calls)
+    for n, k, cap, visits, fc, rail_first in calls:
+        if rail_first:
+            assert fc == NO_FORECAST and cap == k * n * n // RAIL_FIRST_VISITS_SHARE
+        else:
+            assert fc == Forecast(k * n * n, few_trees_visits(n))
+            assert cap == k * n * n + few_trees_visits(n)
+        assert visits <= cap + n * n
     check_schedule(topo, s, None)
     # the guarded split's repair packing completes since sibling pairs go last; where it
     # does not, the exact few-trees packing follows

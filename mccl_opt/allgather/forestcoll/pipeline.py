@@ -33,7 +33,8 @@ from ..fabric import fabric_of
 from .packing.growth_order import RAIL_FIRST_MIN_RANKS
 from .packing.scaled import PLAIN_FIRST_ENTRIES, SCALED_MIN_K, many_trees_pack, plain_pack
 from .removal.balancing import balance_switches
-from .removal.splitting import LogicalGraph, SplitGraph, split_all
+from .removal.exact_split import split_all
+from .removal.splitting import LogicalGraph, SplitGraph
 from .removal.guarded_spread import guarded_spread
 from .removal.spread import spread_split
 from .throughput import Fabric, PhaseOneResult, optimal_rate
@@ -272,6 +273,14 @@ def spread_logical(split: SplitGraph, rank_of: np.ndarray,
 REPAIR_VISITS_PER_ENTRY = 4
 
 
+#: at ``None`` the rail-first retry's repair searches stop after ``k·n²`` over this many
+#: tree visits (the few-trees packing follows): where it completed (leaf-spine 4x2x8
+#: plain and scrambled, fat-tree 4x2x2x8) it took 0-954 visits; where it failed
+#: (leaf-spine 6x2x8 and 8x2x8 with 4 spines) it ran out of chains at 0.36-0.39 ``k·n²``
+#: (0.18 s at 128 GPUs)
+RAIL_FIRST_VISITS_SHARE = 8
+
+
 def _pack_repair(lg: LogicalGraph, k: int, stats: dict[str, Any], shapes: Shapes | None,
                  rail_first: bool | None = None, plain: bool = True, capped: bool = False,
                  guarded: bool = False) -> tuple[list[TreeClass], Packing] | None:
@@ -293,6 +302,8 @@ def _pack_repair(lg: LogicalGraph, k: int, stats: dict[str, Any], shapes: Shapes
     fc = NO_FORECAST
     if k >= SCALED_MIN_K:
         visits = k * n * n
+    elif capped and rail_first:
+        visits = k * n * n // RAIL_FIRST_VISITS_SHARE
     elif capped:
         fc, visits = forecast(n, k)
     else:
@@ -345,11 +356,12 @@ TEST_FIRST_K = 64
 
 #: ... and below it from this many tree entries ``k·n²`` (a failing repair packing of the
 #: spread split of shared aggregation 2x16x8 at ``None`` before :mod:`.removal.siblings`,
-#: ``k = 41``: ~0.7 s CPU, the test ~0.02 s), the test on a sample of sinks only
+#: ``k = 41``: ~0.7 s CPU, the test ~0.02 s; of leaf-spine 8x2x8 with 4 spines, ``k = 41``,
+#: 672 k entries: 0.2-0.3 s, the sampled test ~0.01 s), the test on a sample of sinks only
 #: (:data:`TEST_FIRST_SINKS`): a failing sink proves no packing exists, a passing sample
 #: leaves it to the packing, which certifies itself (the whole sweep of a graph that
 #: passes, 0.5 s there, cost about as much as the packing)
-TEST_FIRST_ENTRIES = 1 << 21
+TEST_FIRST_ENTRIES = 1 << 19
 
 #: sinks of that first test, every ``n // TEST_FIRST_SINKS``-th rank
 TEST_FIRST_SINKS = 32
