@@ -375,7 +375,8 @@ def _leave_to_next(k: int) -> None:
 
 def pack(split: SplitGraph, rank_of: np.ndarray, k: int, guides: dict[int, np.ndarray],
          stats: dict[str, Any], shapes: Shapes | None = None, fewer_chunks: bool = False,
-         siblings_last: bool = True, declinable: bool = False) -> Packed:
+         siblings_last: bool = True, declinable: bool = False,
+         spread: LogicalGraph | None = None) -> Packed:
     """Phases 2+3: spread split + fast packing; when the spread split broke the cut
     condition, the spread split with guarded pairings (:mod:`.removal.guarded_spread`), then
     exact splitting, and exact packing as the last fallback on at most
@@ -387,12 +388,16 @@ def pack(split: SplitGraph, rank_of: np.ndarray, k: int, guides: dict[int, np.nd
     method solves the fabric exactly (the weaker-direction fabric at ``max_chunks=None``,
     :func:`.chain.solve_unbalanced`): past ``FEW_TREES_CHEAP_ENTRIES`` only the spread
     split's first packing runs, then a :class:`SolveError` leaves the rest (the guarded
-    split, the plain, rail-first, greedy and exact packings, the exact split) to it."""
+    split, the plain, rail-first, greedy and exact packings, the exact split) to it.
+    ``spread``: ``spread_logical(split, rank_of, siblings_last)`` when the caller has it
+    (timed in ``stats["phase2_s"]`` by the caller; no packer changes it): a warm solve's
+    cold fallback reuses the seeded packing's Phase 2."""
     progress.update("AllGather phase 2: switch removal")
-    t = time.perf_counter()
-    lg = spread_logical(split, rank_of, siblings_last)
-    kind = SplitKind.SPREAD
-    stats["phase2_s"] = time.perf_counter() - t
+    if spread is None:
+        t = time.perf_counter()
+        spread = spread_logical(split, rank_of, siblings_last)
+        stats["phase2_s"] = time.perf_counter() - t
+    lg, kind = spread, SplitKind.SPREAD
     progress.update("AllGather phase 3: tree packing")
     t = time.perf_counter()
     # Phase 3 and the mapping take about as long as Phase 2 or longer (HPN 1024 GPUs:
