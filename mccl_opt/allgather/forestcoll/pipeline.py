@@ -382,7 +382,9 @@ def pack(split: SplitGraph, rank_of: np.ndarray, k: int, guides: dict[int, np.nd
     exact splitting, and exact packing as the last fallback on at most
     :data:`EXACT_PACK_MAX_EDGES` tree edges (beyond: :class:`SolveError`, the chain's
     next method solves the fabric).  Under a limit the packings are sized to its time
-    left (:func:`_pack_repair`).  ``fewer_chunks`` (K): the few-trees packing only to
+    left (:func:`_pack_repair`).  From :data:`FEW_BEFORE_FAST_K` trees per root the
+    few-trees packing follows a failed repair packing before the rail-first and greedy
+    ones.  ``fewer_chunks`` (K): the few-trees packing only to
     ``FEW_TREES_CHEAP_ENTRIES``.  ``siblings_last=False``: the spread splits (plain and
     guarded) proportional (:func:`.removal.spread.spread_split`).  ``declinable``: a later
     method solves the fabric exactly (the weaker-direction fabric at ``max_chunks=None``,
