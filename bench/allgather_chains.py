@@ -11,10 +11,10 @@ independent oracle's cut bound and, with ``order_check``, a renamed and relisted
 state solved cold gives the same rates.  Reported per family and size: cold and warm wall
 and CPU time percentiles (p50 / p95 / max; also per family over all sizes and budgets,
 with every state whose cold solve exceeded the 0.5 s CPU target listed), exact rates
-below the cut bound, how often warm exceeded ``max(1.5 x cold, 20 ms)`` (the issue's target; every such state is listed
-with its route, why warm was declined and the seconds of numba kernel loads or
-compilations inside either solve: the fuzz warms every kernel up first, so a nonzero
-one is a path ``mccl warmup`` misses), the worst warm / cold ratio (and both in CPU
+below the cut bound, how often warm exceeded ``max(1.5 x cold, 20 ms)`` (the issue's
+target; every such state is listed with its route, why warm was declined and the
+seconds of numba kernel loads or compilations inside either solve: the fuzz warms every
+kernel up first, so a nonzero one is a path ``mccl warmup`` misses), the worst warm / cold ratio (and both in CPU
 seconds, steadier than wall seconds on a shared machine), and which warm route the solves
 took (``stats["warm_route"]``: ``warm`` when the schedule reuses the previous one,
 ``declined`` when the warm start was declined or did not pay within its allowance).
@@ -270,7 +270,7 @@ def print_chains(tally: ChainTally, seconds: float) -> None:
               f"{_pcts(tally.warm[key]):19}  {_pcts(tally.warm_cpu[key]):19}  "
               f"{tally.slow[key]:>2}/{tally.slow_cpu[key]:<2} {tally.taken[key]:>4} "
               f"{tally.declined[key]:>8} {tally.below_cut[key]:>4}")
-    print(f"\nper family, all sizes and budgets: CPU s, p50 p95 max")
+    print("\nper family, all sizes and budgets: CPU s, p50 p95 max")
     print(f"{'family':12} {'states':>6}  {'cold CPU':19}  {'warm CPU':19}  {'warm':>4} {'declined':>8}")
     for family in sorted({k[0] for k in tally.cold}):
         keys = [k for k in tally.cold if k[0] == family]
