@@ -213,6 +213,9 @@ def main() -> None:
     ap.add_argument("--cable-wait", type=float, default=0.2, metavar="S",
                     help="the controller waits up to S s for a cable's other direction before synthesizing "
                          "(default %(default)s; 0: off)")
+    ap.add_argument("--telemetry-frontend", action="store_true",
+                    help="the ranks send telemetry through a front end (`serve --frontends 1`), early values "
+                         "included, instead of to the controller (docs/executor.md)")
     ap.add_argument("--controller-logs", metavar="DIR", help="keep each class run's controller decision log in DIR")
     ap.add_argument("--classes", help=f"instead: one run per scenario class ({','.join(CLASSES)})")
     args = ap.parse_args()
@@ -224,7 +227,7 @@ def main() -> None:
         n *= int(part)
     cfg = GlooLoopConfig(world=n, collective_ms=args.collective_ms, pieces=args.pieces, block_kib=args.block_kib,
                          abort=args.abort, workers=args.workers, speculate=args.speculate,
-                         cable_wait_s=args.cable_wait)
+                         cable_wait_s=args.cable_wait, telemetry_frontend=args.telemetry_frontend)
     if args.classes:
         if not args.json:
             print(f"scenario classes on {n} gloo ranks, HPN {args.shape}, 16 MiB, healthy collective "

@@ -34,7 +34,7 @@ from typing import Callable, Iterator, TypeVar
 from .errors import SolveError
 from .kernel_time import thread_kernel_cpu_seconds, thread_kernel_seconds
 
-__all__ = ["Anytime", "TimeLimitReached", "limited", "check", "check_room", "offer",
+__all__ = ["Anytime", "TimeLimitReached", "limited", "check", "check_room", "late", "offer",
            "limit_left", "time_left", "lp_time_limit", "give_up", "run_out", "cpu_share", "share_since", "stage",
            "current"]
 
@@ -69,6 +69,7 @@ class Anytime:
     kernels_from: float | None = None     # stage: numba compile/load time does not count
     cpu_deadline: float | None = None     # a CPU stage: :func:`_solving_cpu` seconds
     failure: str | None = None            # a SolveError that ended the solve before its limit
+    grace: float = 0.0                    # :func:`check` raises this long past the deadline
     _rate: float = field(default=float("-inf"), repr=False)
     _began: tuple[float, float] = field(       # (wall, this thread's CPU) when it began
         default_factory=lambda: (time.perf_counter(), time.thread_time()), repr=False)
@@ -85,7 +86,11 @@ class Anytime:
         return now
 
     def expired(self) -> bool:
-        return self.remaining() <= 0.0
+        """Past the deadline by more than :attr:`grace` (:func:`late`), or past the CPU
+        deadline."""
+        if self.cpu_deadline is not None and self.cpu_deadline - _solving_cpu() <= 0.0:
+            return True
+        return self.deadline + self.grace - self._now() <= 0.0
 
     def remaining(self) -> float:
         left = self.deadline - self._now()
@@ -120,6 +125,28 @@ def check(where: str) -> None:
     if expired is not None:
         expired.stopped_in = where
         raise TimeLimitReached(where, expired)
+
+
+@contextmanager
+def late(seconds: float) -> Iterator[None]:
+    """Inside, :func:`check` lets the solve's own limit run ``seconds`` past its deadline
+    (a stage's sub-budget gets no such grace): for a step whose result is the solve's
+    first good schedule, started only where its expected cost fits the time left
+    (:func:`check_room`), so that a machine slower than expected makes it finish a
+    little late, within the limit's tolerance, rather than throw it away at the limit
+    (AllGather's first schedule's images, docs/allgather.md).  :func:`limit_left` and
+    :func:`time_left` are unchanged.  A no-op without a limit."""
+    limit = _current.get()
+    while limit is not None and limit.is_stage:
+        limit = limit.parent
+    if limit is None:
+        yield
+        return
+    before, limit.grace = limit.grace, max(limit.grace, seconds)
+    try:
+        yield
+    finally:
+        limit.grace = before
 
 
 def check_room(where: str, need_s: float) -> None:

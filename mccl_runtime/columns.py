@@ -53,6 +53,7 @@ from mccl_opt.errors import TelemetryError
 from mccl_opt.topology import Topology
 
 from .protocol import ProtocolError, brief
+from .samples import early_problem
 
 __all__ = ["ColumnBatch", "COLUMNS", "COUNT", "KIND_CODES", "MAX_COLUMN_SAMPLES", "MAX_REPORTER",
            "MAX_SAMPLE_RATE", "check_fold_counts"]
@@ -150,8 +151,11 @@ class ColumnBatch:
                 else:
                     raise KeyError(kind)
                 rows.append((*row, s["gbps"], s["t"]))
-                if kind == "pair" and s.get("early") is not None:
-                    early.append((*row, float(s["early"]), s["t"]))
+                problem = early_problem(kind, s.get("early"))
+                if problem is not None:
+                    raise ValueError(str(problem))
+                if s.get("early") is not None:
+                    early.append((*row, s["early"], s["t"]))
             except (KeyError, ValueError, TypeError, LookupError) as exc:
                 raise ProtocolError("bad_body", f"sample #{i} cannot be sent as columns: {str(exc)[:60]}") from None
         cols = list(zip(*rows)) if rows else [(), (), (), (), ()]
@@ -164,11 +168,17 @@ class ColumnBatch:
                            count=self.count, alpha=self.alpha, early=early)
 
     def rows(self, lo: int, hi: int) -> "ColumnBatch":
-        """Rows ``lo:hi`` (views); the early estimates go with the last part, after every
-        row they may refer to."""
+        """Rows ``lo:hi`` (views), with the early estimates whose channel's last row is
+        among them (a receiver refuses an early row naming no row of its batch)."""
+        early = None
+        if self.early is not None and len(self.early):
+            last = {key: i for i, key in enumerate(zip(self.kind.tolist(), self.a.tolist(), self.b.tolist()))}
+            e = self.early
+            mine = np.array([lo <= last.get(key, -1) < hi for key in zip(e.kind.tolist(), e.a.tolist(), e.b.tolist())])
+            early = ColumnBatch(*(getattr(e, name)[mine] for name, _ in COLUMNS), links=e.links, gpus=e.gpus) \
+                if mine.any() else None
         return ColumnBatch(*(getattr(self, name)[lo:hi] for name, _ in COLUMNS), links=self.links, gpus=self.gpus,
-                           count=None if self.count is None else self.count[lo:hi], alpha=self.alpha,
-                           early=self.early if hi >= len(self) else None)
+                           count=None if self.count is None else self.count[lo:hi], alpha=self.alpha, early=early)
 
     def to_frames(self) -> tuple[dict[str, Any], tuple[bytes, ...]]:
         """The header body and the column frames (six for a folded batch)."""
@@ -215,17 +225,20 @@ class ColumnBatch:
         count = cols.pop() if folded else None
         if count is not None and n and int(count.min()) < 1:
             raise ProtocolError("bad_body", "a folded row stands for at least one sample ('count' >= 1)")
-        return cls(*cols, links=topo.num_links, gpus=topo.num_gpus, count=count,
-                   alpha=float(alpha) if folded else None, early=_early_rows(body.get("early"), n, topo))
+        batch = cls(*cols, links=topo.num_links, gpus=topo.num_gpus, count=count,
+                    alpha=float(alpha) if folded else None)
+        return batch.with_early(_early_rows(body.get("early"), batch, topo))
 
 
-def _early_rows(early: Any, n: int, topo: Topology) -> ColumnBatch | None:
+def _early_rows(early: Any, batch: ColumnBatch, topo: Topology) -> ColumnBatch | None:
     """A header's ``early`` field as a batch (module docstring); ``None`` when absent.
     Raises :class:`~mccl_runtime.protocol.ProtocolError` (``bad_body``) for anything but a
-    list of at most ``n`` rows ``[kind, a, b, gbps, t]``: ``kind`` ``pair`` (1) or ``max``
-    (4), ``a``/``b`` integers in ``[0, 2^30)``, ``gbps`` and ``t`` finite, ``gbps >= 0``."""
+    list of at most ``len(batch)`` rows ``[kind, a, b, gbps, t]``: ``kind`` ``pair`` (1) or
+    ``max`` (4), ``a``/``b`` integers in ``[0, 2^30)`` naming a row of ``batch``, ``gbps``
+    and ``t`` finite, ``gbps >= 0``."""
     if early is None:
         return None
+    n = len(batch)
     if not isinstance(early, list) or len(early) > n:
         raise ProtocolError("bad_body", f"'early' is a list of at most the batch's {n} rows")
     for i, row in enumerate(early):
@@ -235,4 +248,10 @@ def _early_rows(early: Any, n: int, topo: Topology) -> ColumnBatch | None:
                 and row[3] >= 0):
             raise ProtocolError("bad_body", f"'early' row #{i} is not [kind (1 pair, 4 max), a, b, gbps >= 0, "
                                             f"t]: {brief(row, 80)}")
+    if early:
+        keys = set(zip(batch.kind.tolist(), batch.a.tolist(), batch.b.tolist()))
+        stray = next((i for i, row in enumerate(early) if tuple(row[:3]) not in keys), None)
+        if stray is not None:
+            raise ProtocolError("bad_body", f"'early' row #{stray} names no row of the batch: {brief(early[stray], 80)} "
+                                            "(an early estimate rides beside its channel's row)")
     return ColumnBatch.build(topo, *zip(*early)) if early else None

@@ -227,6 +227,8 @@ class _Controller:
         while True:
             swap = self.swap_at if inflight is not None and self.cursor < self.swap_at < until else math.inf
             tau = min(self.cursor + self.tick, until, self.ready_t, swap)
+            if i < len(times) and self.manager.awaiting_sample(self.cursor):
+                tau = min(tau, max(float(times[i]), self.cursor))    # a held result waits for the next sample
             j = int(np.searchsorted(times, tau, side="right"))
             if j > i:
                 self.store.ingest_links(links[i:j], times[i:j], gbps[i:j])

@@ -317,6 +317,7 @@ class Policy:
     early_hold_s: float | None = None
     cable_wait_s: float = 0.0
     anytime_s: float | None = None
+    fresh_s: float = 0.002
 
     def __post_init__(self) -> None:
         if not self.gamma > 0:
@@ -326,9 +327,9 @@ class Policy:
         if self.min_dwell_s < 0 or self.time_limit_s <= 0 or self.min_gain < 0:
             raise MCCLError("min_dwell_s and min_gain must be >= 0 and time_limit_s > 0")
         if self.restart_tol <= 0 or self.max_restarts < 0 or self.settle_max_s < 0 or self.gather_s < 0 \
-                or not self.moving_max_s >= 0 or not self.cable_wait_s >= 0:
-            raise MCCLError("restart_tol must be > 0, max_restarts, settle_max_s, moving_max_s, gather_s and "
-                            "cable_wait_s >= 0")
+                or not self.moving_max_s >= 0 or not self.cable_wait_s >= 0 or not self.fresh_s >= 0:
+            raise MCCLError("restart_tol must be > 0, max_restarts, settle_max_s, moving_max_s, gather_s, "
+                            "cable_wait_s and fresh_s >= 0")
         if not (isinstance(self.capacity_digits, int) and self.capacity_digits >= 0):
             raise MCCLError(f"capacity_digits must be an int >= 0 (0 keeps the estimates' digits), "
                             f"got {self.capacity_digits!r}")
@@ -357,6 +358,7 @@ class _Job:
     moving: np.ndarray | None = None         # links held for a rise still moving (EWMA), re-checked on release
     replaces_held: bool = False              # started to replace a held version (:meth:`supersede_held`)
     speculative: bool = False                # started on early estimates of changes still pending
+    done_t: float | None = None              # when the result was first seen
 
 
 @dataclass
@@ -689,9 +691,34 @@ class ScheduleManager:
                       coll.rising_since)
 
     @staticmethod
-    def _facts(job: _Job, loads: np.ndarray | None = None, synth_s: float = 0.0) -> Finished:
+    def _facts(job: _Job, loads: np.ndarray | None = None, synth_s: float = 0.0,
+               unheard: np.ndarray | None = None) -> Finished:
         return Finished(job.capacity, loads, job.restarts, job.initial, job.known is not None, job.replaces_held,
-                        job.held_since, job.moving, job.speculative, synth_s)
+                        job.held_since, job.moving, job.speculative, synth_s,
+                        job.done_t, unheard)
+
+    def _unheard(self, coll: Collective, job: _Job, now: float) -> np.ndarray | None:
+        """For a finished speculative job (level estimator, within ``fresh_s`` of its end):
+        the links it was started on (more than ``restart_tol`` from what the active version
+        was built for) that no sample newer than its end has measured yet
+        (:func:`~.publish_decision.publish_decision`, rule 2, *unheard*)."""
+        if not job.speculative or self.store.estimator != "level" or job.done_t is None \
+                or now - job.done_t >= self.policy.fresh_s or coll.synth_capacity is None:
+            return None
+        built = coll.synth_capacity
+        moved = np.flatnonzero(self._mine(coll) & (np.abs(job.capacity - built) > self.policy.restart_tol * built))
+        return np.setdiff1d(moved, self.store.heard_links(job.done_t)).astype(np.int64)
+
+    def awaiting_sample(self, now: float) -> bool:
+        """Whether a finished job waits for a newer sample (*unheard*): the closed loop
+        then decides again at the next sample rather than at its next tick (a service
+        decides after each telemetry request anyway)."""
+        for c in self.collectives():
+            if c.job is not None and c.job.result is not None:
+                unheard = self._unheard(c, c.job, now)
+                if unheard is not None and unheard.size:
+                    return True
+        return False
 
     def step(self, now: float) -> list[Event]:
         """One controller decision: collect finished jobs, then detect and start jobs (or
@@ -892,12 +919,13 @@ class ScheduleManager:
                 self.counters["failures"] += 1
                 return Event(now, coll.comm, coll.name, Action.FAILED, coll.version, {"error": str(exc)})
             job.result = (new, seconds, self.groups.lift(coll.gpus, new_profile))
+            job.done_t = now
         new, seconds, new_profile = job.result
         detail: dict[str, Any] = {"synth_s": seconds, "started_t": job.started_t}
         m = self.store.measured()
         active = None if job.initial else self._active(coll, m)
-        decision = publish_decision(self._facts(job, new_profile.loads, seconds), active, Estimate.of(self.store),
-                                    now, self.policy)
+        decision = publish_decision(self._facts(job, new_profile.loads, seconds, self._unheard(coll, job, now)),
+                                    active, Estimate.of(self.store), now, self.policy)
         if decision.rising.size:
             coll.rising_since = now if coll.rising_since is None else coll.rising_since
             job.moving = decision.rising if job.moving is None else np.union1d(job.moving, decision.rising)

@@ -20,7 +20,13 @@ calls :func:`publish_decision` and acts on its :class:`Decision`.  In order:
      for a swing after a recovery, that far from it either way); never when the job saw
      a settled drop of more than ``restart_tol`` elsewhere; for at most ``moving_max_s``
      over the collective's jobs until one is decided; never when rule 4 already restarts
-     the job (a ramp's next step read while a stall's recovery held it: 2.7 s on real ranks).
+     the job (a ramp's next step read while a stall's recovery held it: 2.7 s on real ranks);
+   * *unheard* (checked last, only when the job would otherwise publish, rule 6): a
+     speculative job (level estimator) whose result came before any sample newer than it
+     from a link it was started on, for at most ``fresh_s`` after it came: a flap that
+     cleared during its synthesis is read in the measurement window in flight (HPN
+     64-GPU AllToAll ``flap-slow``: the result came 0.8 ms after the clear and 48 µs
+     before that window ended, and was published for nothing).
 3. **Cleared** (``CLEARED``): the drift that started the job is gone under ``M``
    (:func:`drift_gone`), unless the job replaces a held version (then only the gain
    decides).
@@ -134,7 +140,10 @@ class Finished:
     restarts so far, whether it is the ``initial`` one, ``reused`` a remembered schedule,
     ``replaces_held`` a version whose swap was held, since when it is held, the links it
     was held for as rises (``moving``), whether it started ``speculative`` on early
-    estimates of changes not confirmed yet, and how long its synthesis took (``synth_s``)."""
+    estimates of changes not confirmed yet, how long its synthesis took (``synth_s``),
+    when its result was first seen (``done_t``) and, for a speculative job, the links it
+    was started on that no sample newer than that has measured yet (``unheard``; ``None``
+    past ``Policy.fresh_s`` or outside the level estimator)."""
 
     capacity: np.ndarray
     loads: np.ndarray | None = None
@@ -146,6 +155,8 @@ class Finished:
     moving: np.ndarray | None = None
     speculative: bool = False
     synth_s: float = 0.0
+    done_t: float | None = None
+    unheard: np.ndarray | None = None
 
 
 def publish_decision(job: Finished, active: Active | None, est: Estimate, now: float, policy: Policy) -> Decision:
@@ -179,6 +190,8 @@ def publish_decision(job: Finished, active: Active | None, est: Estimate, now: f
         return Decision(why, why.value, rate_before=before, rate_after=after)
     if after <= before * (1.0 + (policy.rate_loss if job.replaces_held else policy.min_gain)):
         return Decision(Verdict.NO_GAIN, "no_gain", rate_before=before, rate_after=after)
+    if job.unheard is not None and job.unheard.size:
+        return Decision(Verdict.HOLD, "unheard", held=job.unheard)
     verdict = Verdict.REUSE if job.reused else Verdict.PUBLISH
     return Decision(verdict, "gain", rate_before=before, rate_after=after)
 

@@ -14,7 +14,7 @@ from mccl_opt.paths import switch_path
 from mccl_opt.topology import Topology
 
 __all__ = ["Sample", "RejectedSample", "IngestReport", "LinkMap", "REASONS", "KINDS",
-           "parse_sample"]
+           "parse_sample", "early_problem"]
 
 #: Why a sample can be rejected (keys of the rejection counters).
 REASONS = ("malformed", "nan", "negative", "unknown_link", "future", "too_old", "stale", "above_nominal",
@@ -32,13 +32,15 @@ class RejectedSample(TelemetryError):
 @dataclass(frozen=True)
 class Sample:
     """One parsed sample.  For ``gpu`` samples ``src`` is the GPU and ``dst`` the
-    direction (``"out"`` or ``"in"``)."""
+    direction (``"out"`` or ``"in"``); ``early``: a ``pair`` sample's drop its sender is
+    still confirming (Gbps, docs/executor.md "Speculation on real ranks"), or ``None``."""
 
     kind: str
     src: str
     dst: str
     gbps: float
     t: float
+    early: float | None = None
 
 
 @dataclass(frozen=True)
@@ -52,9 +54,30 @@ class IngestReport:
         return {"accepted": self.accepted, "rejected": dict(self.rejected)}
 
 
+def early_problem(kind: Any, early: Any) -> RejectedSample | None:
+    """Why a sample of ``kind`` cannot carry ``early`` (``None``: absent or fine): only a
+    ``pair`` sample carries one, a plain number (``malformed``), finite (``nan``) and
+    at least zero (``negative``), the rules of ``gbps``."""
+    if early is None:
+        return None
+    if kind != "pair":
+        return RejectedSample("malformed", f"only a pair sample carries 'early', got one on a {kind!r} sample")
+    if type(early) is not float and (isinstance(early, bool) or not isinstance(early, (int, float))):
+        return RejectedSample("malformed", f"sample 'early' must be a number (Gbps), got {type(early).__name__}")
+    try:
+        value = float(early)
+    except OverflowError:           # an integer beyond float range
+        return RejectedSample("nan", "sample 'early' is beyond float range")
+    if not math.isfinite(value):
+        return RejectedSample("nan", f"sample 'early' is not finite ({value})")
+    if value < 0:
+        return RejectedSample("negative", f"sample 'early' is a negative throughput ({value})")
+    return None
+
+
 def parse_sample(data: Any) -> Sample:
     """Parse the wire form of a sample; raises :class:`RejectedSample` (``malformed``,
-    ``nan`` or ``negative``)."""
+    ``nan`` or ``negative``), also for a bad ``early`` (:func:`early_problem`)."""
     if isinstance(data, Sample):
         s = data
     else:
@@ -75,8 +98,12 @@ def parse_sample(data: Any) -> Sample:
         for label, v in (("gbps", gbps), ("t", t)):
             if type(v) is not float and (isinstance(v, bool) or not isinstance(v, (int, float))):
                 raise RejectedSample("malformed", f"sample '{label}' must be a number, got {v!r}")
+        early = data.get("early")
+        problem = early_problem(kind, early)
+        if problem is not None:
+            raise problem
         try:
-            s = Sample(kind, src, dst, float(gbps), float(t))
+            s = Sample(kind, src, dst, float(gbps), float(t), None if early is None else float(early))
         except OverflowError:           # an integer beyond float range
             raise RejectedSample("nan", f"sample {src}->{dst} has a value beyond float range") from None
     if not (math.isfinite(s.gbps) and math.isfinite(s.t)):

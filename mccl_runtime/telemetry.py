@@ -49,7 +49,8 @@ from __future__ import annotations
 import math
 import time
 from collections import Counter
-from operator import itemgetter
+from itertools import repeat
+from operator import contains, itemgetter, methodcaller
 from typing import Any, Callable, Iterable, Mapping
 
 import numpy as np
@@ -64,7 +65,7 @@ from .telemetry_state import restore_store, store_to_dict
 from .level import LevelParams, LevelTracker, fold_levels
 from .rises import RiseTracker
 from .samples import (KINDS, REASONS, IngestReport, LinkMap, RejectedSample, Sample,
-                      parse_sample)
+                      early_problem, parse_sample)
 
 __all__ = ["Sample", "RejectedSample", "IngestReport", "LinkMap", "MeasurementStore", "REASONS",
            "parse_sample"]
@@ -75,6 +76,7 @@ MAX_AGE_S = 60.0
 _NUMBERS = {float, int}
 _KIND, _SRC, _DST = itemgetter("kind"), itemgetter("src"), itemgetter("dst")
 _GBPS, _T = itemgetter("gbps"), itemgetter("t")
+_EARLY = methodcaller("get", "early")
 ESTIMATORS = ("ewma", "level")
 CLI_ESTIMATOR = "level"  # --estimator of `mccl controller serve` and `mccl loop` (docs/runtime.md)
 
@@ -150,32 +152,26 @@ class MeasurementStore:
         """Validate and apply a batch; bad samples are counted, never raised.  A batch of
         well-formed wire samples is parsed as columns (:meth:`_parse_columns`); anything
         else is checked sample by sample, which words each rejection.  Either way the
-        accepted samples are folded into their channels at once (:meth:`_fold`)."""
+        accepted samples are folded into their channels at once (:meth:`_fold`).  A
+        sample with a malformed ``early`` is rejected whole, as for any other field
+        (:func:`~mccl_runtime.samples.early_problem`); the accepted ones' early values are
+        kept with :attr:`watch_early` (EWMA)."""
         now = self._follow_clock(self.clock() if now is None else float(now))
         samples = samples if isinstance(samples, list) else list(samples)
         parsed = self._parse_columns(samples, now)
         if parsed is None:
             parsed = self._parse_each(samples, now)
-        report = self._apply(*parsed)
-        if self.watch_early and self.estimator == "ewma":
-            self._note_early(samples)
+        c, y, t, rejected, early = parsed
+        report = self._apply(c, y, t, rejected)
+        if self.watch_early and self.estimator == "ewma":        # also drops the ones newer samples overtook
+            has = np.flatnonzero(~np.isnan(early)) if early is not None else np.zeros(0, dtype=np.int64)
+            self._keep_early(list(zip(c[has].tolist(), early[has].tolist(), t[has].tolist())) if has.size else [])
         return report
 
-    def _note_early(self, samples: list[Any]) -> None:
-        """EWMA with :attr:`watch_early`: a ``pair`` sample's ``early`` (Gbps, below the
-        channel's value) is kept until a newer sample of its channel arrives without one
-        (the executor confirmed the drop, or it went away); malformed ones are ignored."""
-        rows = []
-        for s in samples:
-            e = s.get("early") if isinstance(s, Mapping) and s.get("kind") == "pair" else None
-            if e is not None:
-                rows.append((self.chan.pair_id.get((s.get("src"), s.get("dst"))), e, s.get("t")))
-        self._keep_early(rows)
-
     def _note_early_columns(self, batch: ColumnBatch) -> None:
-        """:meth:`_note_early` for a binary batch's ``early`` rows
-        (:mod:`~mccl_runtime.columns`): a row counts only when the batch has a row of its
-        channel (no channel is registered for an early row alone)."""
+        """EWMA with :attr:`watch_early`: keep a binary batch's ``early`` rows
+        (:mod:`~mccl_runtime.columns`; one naming no row of the batch is skipped here and
+        refused off the wire), each until a newer sample of its channel arrives without one."""
         rows: list[tuple[int | None, Any, Any]] = []
         e = batch.early
         if e is not None and len(e):
@@ -190,13 +186,14 @@ class MeasurementStore:
 
     def _keep_early(self, rows: list[tuple[int | None, Any, Any]]) -> None:
         """Drop the early estimates a newer sample of their channel overtook, then keep
-        each ``(channel, early Gbps, its t)`` below its channel's value and not older than
-        its latest sample."""
+        each ``(channel, early Gbps, its t)`` below its channel's value whose sample is its
+        channel's latest (``t`` equal: a sample refused as ``future``, ``stale``... leaves
+        none behind)."""
         t = self.chan.t
         self._early = {cid: e for cid, e in self._early.items() if t[cid] <= e[1]}
         for cid, e, te in rows:
             if cid is None or type(e) not in _NUMBERS or not (0 <= e < self.chan.value[cid]) \
-                    or type(te) not in _NUMBERS or t[cid] > te:
+                    or type(te) not in _NUMBERS or t[cid] != te:
                 continue
             self._early[cid] = (float(e), float(te))
 
@@ -274,23 +271,18 @@ class MeasurementStore:
             order = np.lexsort((np.arange(len(c)), t, c))            # by channel, time, arrival
         c, y, t = c[order], y[order], t[order]
         repeat = self._repeats(c, t)
-        if w is None:
-            applied, stale = self._fold(c[~repeat], y[~repeat], t[~repeat])
-            repeated = int(repeat.sum())
-        else:
-            w = w[order]
-            applied, stale = self.chan.fold_ewma(c[~repeat], y[~repeat], t[~repeat], self.alpha, w[~repeat])
-            self._measured = None if applied else self._measured
-            repeated = int(repeat.sum())
-        rejected["stale"] = stale + repeated
+        applied, stale = self._fold(c[~repeat], y[~repeat], t[~repeat], None if w is None else w[order][~repeat])
+        rejected["stale"] = stale + int(repeat.sum())
         rejected = +rejected                                           # drop the zero counts
         self.accepted += applied
         self.rejected.update(rejected)
         return IngestReport(applied, {r: rejected[r] for r in REASONS if rejected[r]})
 
-    def _parse_each(self, samples: list[Any], now: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, Counter]:
-        """Sample-by-sample checks: the accepted samples' channels, values and times."""
-        c, y, t = [], [], []
+    def _parse_each(self, samples: list[Any], now: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, Counter,
+                                                                   np.ndarray | None]:
+        """Sample-by-sample checks: the accepted samples' channels, values, times and early
+        values (NaN where none)."""
+        c, y, t, e = [], [], [], []
         rejected: Counter[str] = Counter()
         for raw in samples:
             try:
@@ -305,7 +297,9 @@ class MeasurementStore:
             c.append(cid)
             y.append(s.gbps)
             t.append(s.t)
-        return np.array(c, dtype=np.int64), np.array(y, dtype=float), np.array(t, dtype=float), rejected
+            e.append(math.nan if s.early is None else s.early)
+        return (np.array(c, dtype=np.int64), np.array(y, dtype=float), np.array(t, dtype=float), rejected,
+                np.array(e, dtype=float))
 
     def _channel_of(self, kind: str, a: str, b: str, links: tuple[int, ...], nominal: float) -> int:
         return self.chan.pair((a, b), links, nominal) if kind == "pair" else links[0]
@@ -352,15 +346,19 @@ class MeasurementStore:
         self._layout = (cols, c) if cols is not None else None
         return c
 
-    def _parse_columns(self, batch: list[Any], now: float) -> tuple[np.ndarray, np.ndarray, np.ndarray, Counter] | None:
+    def _parse_columns(self, batch: list[Any], now: float
+                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray, Counter, np.ndarray | None] | None:
         """Vectorised checks: the batch's columns are pulled out once, each sample's
         channel comes from a cache, and ``nan``, ``negative``, ``future`` and
-        ``above_nominal`` are tested on arrays.  ``None`` if a sample is not a plain wire
-        object with numbers and a known channel."""
+        ``above_nominal`` are tested on arrays; the accepted samples' early values come
+        along (NaN where none; ``None`` when no sample has one).  ``None`` if a sample is
+        not a plain wire object with numbers and a known channel, or carries a malformed
+        ``early``."""
         try:
             ys, ts = list(map(_GBPS, batch)), list(map(_T, batch))
             c = self._batch_channels(batch)
-        except (KeyError, TypeError):
+            early = self._early_column(batch)
+        except (KeyError, TypeError, AttributeError, ValueError):
             return None
         if c is None or not set(map(type, ys)) <= _NUMBERS or not set(map(type, ts)) <= _NUMBERS:
             return None
@@ -371,15 +369,31 @@ class MeasurementStore:
         nan = ~(np.isfinite(y) & np.isfinite(t))
         negative = ~nan & (y < 0)
         good = np.flatnonzero(~(nan | negative))
-        c, y, t, rejected, _ = self._screen(c[good], y[good], t[good], now)
+        c, y, t, rejected, early = self._screen(c[good], y[good], t[good], now, None if early is None else early[good])
         rejected.update(nan=int(nan.sum()), negative=int(negative.sum()))
-        return c, y, t, rejected
+        return c, y, t, rejected, early
+
+    @staticmethod
+    def _early_column(batch: list[Any]) -> np.ndarray | None:
+        """The samples' ``early`` values (NaN where absent; ``None`` when no sample has
+        one); raises ``ValueError`` when one is malformed
+        (:func:`~mccl_runtime.samples.early_problem`: the sample-by-sample path words it)."""
+        if not any(map(contains, batch, repeat("early"))):      # the common case, at C speed
+            return None
+        raw = list(map(_EARLY, batch))
+        early = np.full(len(raw), math.nan)
+        for i in (i for i, e in enumerate(raw) if e is not None):
+            if early_problem(batch[i]["kind"], raw[i]) is not None:
+                raise ValueError("malformed early")
+            early[i] = raw[i]
+        return early
 
     def _screen(self, c: np.ndarray, y: np.ndarray, t: np.ndarray, now: float, w: np.ndarray | None = None
                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, Counter, np.ndarray | None]:
         """The time and size checks of finite, non-negative samples on known channels:
-        ``future``, ``too_old``, ``above_nominal`` (``w``: samples per row, kept with the
-        rows; a refused row counts once, whatever its ``count``: issue 27).  A time within
+        ``future``, ``too_old``, ``above_nominal`` (``w``: a column kept with the rows, a
+        folded batch's samples per row or JSON samples' early values; a refused row counts
+        once, whatever its ``count``: issue 27).  A time within
         the clock-skew tolerance after ``now`` is taken as ``now``: kept as sent, it made
         every sample of its channel until then ``stale``, so a sender dated 0.49 s ahead
         (a skewed clock, or a key holder every 0.49 s) hid the others' samples."""
@@ -399,16 +413,18 @@ class MeasurementStore:
         same_as_previous = np.r_[False, (c[1:] == c[:-1]) & (t[1:] == t[:-1])]
         return same_as_previous | (t == self.chan.t[c])
 
-    def _fold(self, c: np.ndarray, y: np.ndarray, t: np.ndarray) -> tuple[int, int]:
+    def _fold(self, c: np.ndarray, y: np.ndarray, t: np.ndarray, w: np.ndarray | None = None) -> tuple[int, int]:
         """Apply samples sorted by channel, time and arrival: ``(applied, stale)``.  A
-        sample older than its channel's last one is stale."""
+        sample older than its channel's last one is stale.  ``w``: a folded batch's samples
+        per row (EWMA only); at ``alpha`` 1 its rows are readings too, so a front end's rows
+        feed the rise tracker as the samples sent directly do."""
         if not len(c):
             return 0, 0
         if self.estimator == "ewma":
             readings = self.alpha == 1.0                         # each sample a sender's reading
             chans = c[np.r_[True, c[1:] != c[:-1]]] if readings else c
             before = self.chan.value[chans] if readings else None   # a copy: fancy indexing
-            applied, stale = self.chan.fold_ewma(c, y, t, self.alpha)
+            applied, stale = self.chan.fold_ewma(c, y, t, self.alpha, w)
             if applied:
                 self._measured = None
                 if readings:
@@ -473,6 +489,15 @@ class MeasurementStore:
         pair_ch, pair_link = ch.incidence()
         links = np.concatenate([np.flatnonzero(waiting[:ch.num_links]), pair_link[waiting[pair_ch]]])
         return np.unique(links).astype(np.int64)
+
+    def heard_links(self, since: float) -> np.ndarray:
+        """Links measured by a channel (direct or pair) with a sample newer than ``since``
+        (sorted, unique)."""
+        ch = self.chan
+        fresh = ch.t[:ch.count] > since
+        pair_ch, pair_link = ch.incidence()
+        return np.unique(np.concatenate([np.flatnonzero(fresh[:ch.num_links]), pair_link[fresh[pair_ch]]])
+                         ).astype(np.int64)
 
     def moving_links(self, swings: bool = False) -> np.ndarray:
         """Links of channels whose latest rise is not settled yet (EWMA at ``alpha`` 1,

@@ -6,12 +6,16 @@ are no more than ForestColl's own and than a basic optimum can have."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 import mccl_opt as mo
 import mccl_opt.allgather.fewer_trees as fewer
 from mccl_opt import anytime
 from instances import fail2, hpn, irregular, shared_aggregation
+from instances.designs import dragonfly
+from mccl_opt.allgather.general.restriction_seed import table_columns
 from mccl_opt.report import Method
 from tests.oracle_allgather import check_schedule, cut_bound, forwarding_optimum
 
@@ -154,3 +158,31 @@ def test_a_time_limit_passing_in_the_master_keeps_the_exact_schedule(monkeypatch
     assert limited.report.method == Method.FORESTCOLL
     assert limited.rate_gbps == pytest.approx(exact.rate_gbps, rel=1e-12)
     assert limited.report.optimal and limited.report.termination == exact.report.termination
+
+
+def test_one_tree_per_root_is_not_re_weighted(monkeypatch):
+    """Every root's shard needs a tree: with one per root no vertex has fewer, so the
+    master is not solved (it cost 0.07 s of a healthy dragonfly 4x4x1x8's solve)."""
+    topo = dragonfly(3, 2, 1, 4)
+    sched = mo.solve_allgather(topo, max_chunks=None)
+    assert len(sched.chunks) == topo.num_gpus
+    assert not fewer.master_pays(topo, sched)
+
+    def solved(*args, **kwargs):
+        raise AssertionError("the master was solved")
+
+    monkeypatch.setattr(fewer, "_reweighted_once", solved)
+    assert fewer.fewer_trees(topo, sched, None, "highs") is sched
+
+
+def test_the_masters_estimate_counts_its_nonzeros():
+    """The estimate grows with the trees' link crossings (the master's nonzeros), the
+    columns the master is built from, not with trees x rows."""
+    topo = _shared_agg_one_way()
+    sched = mo.solve_allgather(topo, max_chunks=None)
+    roots, trees = table_columns(sched, topo)
+    assert fewer.master_nonzeros(sched) == sum(t.size for t in trees) > 0
+    as_tuple = dataclasses.replace(sched, chunks=tuple(sched.chunks))
+    assert fewer.master_nonzeros(as_tuple) == fewer.master_nonzeros(sched)
+    assert fewer.master_seconds(sched) == pytest.approx(
+        fewer.master_nonzeros(sched) * fewer.MASTER_S_PER_NONZERO)

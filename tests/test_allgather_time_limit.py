@@ -164,6 +164,31 @@ def test_anytime_returns_the_best_offer_and_nests():
         anytime.limited(0.0, lambda: anytime.check("start"))
 
 
+def test_late_lets_checks_run_past_the_limit_by_its_grace_only():
+    """Inside ``late(g)`` a check passes up to ``g`` s past the solve's deadline (the time
+    left still reads 0, and a stage inside gets no grace); after it, the limit stops."""
+    class S:
+        rate_gbps = 1.0
+
+    seen = []
+
+    def solve():
+        anytime.offer(S())
+        while anytime.limit_left() > 0:
+            pass
+        with anytime.late(600.0):
+            anytime.check("late")                     # past the deadline, within the grace
+            seen.append(anytime.limit_left())
+            _, abandoned = anytime.stage(600.0, lambda: anytime.check("stage"))
+            seen.append(abandoned)
+        anytime.check("after")
+
+    best, stopped = anytime.limited(0.001, solve)
+    assert seen == [0.0, True] and stopped.stopped_in == "after"
+    with anytime.late(1.0):                           # a no-op without a limit
+        anytime.check("no limit")
+
+
 def test_report_round_trips_through_a_file(tmp_path):
     sched = mo.solve_allgather(fail2(hpn(1, 2, 4)))
     path = tmp_path / "s.json"

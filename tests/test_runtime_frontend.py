@@ -326,3 +326,21 @@ def test_serve_starts_its_front_ends_and_stops_them():
             proc.kill()
             proc.wait(10.0)
         proc.stdout.close()
+
+
+def test_at_alpha_1_a_front_ends_rows_feed_the_rise_tracker_as_direct_samples_do():
+    """Real ranks (alpha 1): a pair across the NIC read at 400, 50, then recovering in steps
+    (120, 124, 400).  Through a front end the controller's links still moving after the
+    rise (``moving_links``, what holds a job for a partial recovery) are those of a
+    controller taking the samples directly; the folded rows skipped the rise tracker."""
+    direct, ctl, fold = MeasurementStore(TOPO, alpha=1.0), MeasurementStore(TOPO, alpha=1.0), FrontEndFold(TOPO, 1.0)
+    seen = []
+    for step, gbps in enumerate((400.0, 50.0, 120.0, 124.0, 400.0)):
+        t = 1.0 + 0.1 * step
+        sample = [{"kind": "pair", "src": "s0h0g0", "dst": "s0h1g0", "gbps": gbps, "t": t}]
+        direct.ingest(sample, now=t)
+        fold.ingest(sample, now=t)
+        ctl.ingest_columns(ColumnBatch.from_frames(*fold.interval().to_frames(), TOPO), now=t)
+        assert ctl.moving_links().tolist() == direct.moving_links().tolist()
+        seen.append(direct.moving_links().size > 0)
+    assert seen == [False, False, True, True, False]

@@ -23,8 +23,8 @@ KEY = b"0123456789abcdef-test-key"
 class Server:
     def __init__(self, synth=None, **kw):
         self.synth = synth or PruningSynth()
-        self.svc = ControllerService(TOPO, "tcp://127.0.0.1:0", synthesize=self.synth,
-                                     alpha=1.0, policy=Policy(gamma=0.1, min_dwell_s=0.0), **kw)
+        kw.setdefault("policy", Policy(gamma=0.1, min_dwell_s=0.0))
+        self.svc = ControllerService(TOPO, "tcp://127.0.0.1:0", synthesize=self.synth, alpha=1.0, **kw)
         self.thread = threading.Thread(target=self.svc.serve_forever, daemon=True)
 
     def __enter__(self):

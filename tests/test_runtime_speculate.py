@@ -5,6 +5,7 @@ synthesis"."""
 
 from __future__ import annotations
 
+import threading
 from types import SimpleNamespace
 
 import numpy as np
@@ -171,3 +172,49 @@ def test_speculation_waits_for_both_directions_of_a_cable():
     # the other direction outside the collective's fabric does not count; nothing pending in it: no job
     assert speculation_covers(np.array([50.0, 400.0, 400.0]), np.array([0]), np.array([True, False, True]), rev, k)
     assert not speculation_covers(np.array([50.0, 400.0, 400.0]), np.array([0]), np.array([False, True, True]), rev, k)
+
+
+@pytest.mark.parametrize("then", ["clear", "still-down"])
+def test_a_speculative_result_waits_for_a_sample_newer_than_itself(then):
+    """A synthesizer slow on purpose (held at a gate) finishes after its drop was
+    confirmed, with no sample since: the result is held (*unheard*).  The next window
+    reads the link back at nominal (a flap that cleared during the synthesis): the
+    failure's version is never published, the clear aborts it as ``cleared``; read still
+    down, it is published at that sample (issue 26: a clear during synthesis never
+    publishes the failure's schedule)."""
+    gate = threading.Event()
+    synth = PruningSynth(gate=gate)
+    store = MeasurementStore(TOPO, estimator="level")
+    mgr = ScheduleManager(store, synth, Policy(gamma=0.1, min_dwell_s=0.0, speculate=True))
+    mgr.register("world", "ag", "allgather", bfs_allgather(TOPO))
+    t = _feed(store, 50.0, 1.0, 10)
+    assert [(e.action, e.detail.get("speculative")) for e in mgr.step(t)] == [("resynthesis", True)]
+    t = _feed(store, 50.0, t, 8)                        # confirmed while the job runs
+    assert store.pending_links().size == 0 and mgr.step(t) == []
+    gate.set()
+    mgr.wait_idle(5.0)
+    held = mgr.poll(t)
+    assert [e.action for e in held] == ["held"] and held[0].detail["pending"] == [list(NIC), list(NIC[::-1])]
+    if then == "still-down":
+        t = _feed(store, 50.0, t, 1)
+        assert [e.action for e in mgr.step(t)] == ["published"] and mgr.get("world", "ag").version == 2
+    else:
+        t = _feed(store, 400.0, t, 1)
+        assert store.pending_links().size and mgr.step(t) == []        # the clear, being confirmed
+        t = _feed(store, 400.0, t, 20)
+        events = mgr.step(t)
+        assert [(e.action, e.detail.get("reason")) for e in events] == [("aborted", "cleared")]
+        assert mgr.get("world", "ag").version == 1
+    assert len(synth.calls) == 1
+    mgr.close()
+
+
+def test_unheard_holds_only_a_speculative_job_within_fresh_s():
+    policy = Policy(fresh_s=0.002)
+    job = Finished(np.array([50.0, 400.0, 400.0]), np.array([0.0, 1.0, 1.0]), speculative=True, done_t=0.0,
+                   unheard=np.array([0]))
+    cur, est = _active([1.0, 1.0, 0.0]), _est([50.0, 400.0, 400.0])
+    held = publish_decision(job, cur, est, 0.001, policy)
+    assert (held.verdict, held.reason, held.held.tolist()) == (Verdict.HOLD, "unheard", [0])
+    heard = Finished(job.capacity, job.loads, speculative=True, done_t=0.0, unheard=None)
+    assert publish_decision(heard, cur, est, 0.001, policy).verdict is Verdict.PUBLISH

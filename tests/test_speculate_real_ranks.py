@@ -84,10 +84,11 @@ def test_the_store_keeps_early_estimates_apart_from_m_until_a_newer_sample():
     store.ingest([_pair(PAIR, 400.0, 1.0, early=50.0)], now=1.0)
     assert store.early() is None and store.pending_links().size == 0      # not watched: ignored
     store.watch_early = True
-    store.ingest([_pair(PAIR, 400.0, 1.1, early=50.0), _pair(BACK, 400.0, 1.1, early=float("nan"))], now=1.1)
+    report = store.ingest([_pair(PAIR, 400.0, 1.1, early=50.0), _pair(BACK, 400.0, 1.1, early=float("nan"))], now=1.1)
     assert store.measured()[a] == pytest.approx(400.0)
     assert store.early()[a] == pytest.approx(50.0) and a in store.pending_links()
-    assert TOPO.link_index(*NIC[::-1]) not in store.pending_links()       # a malformed early is ignored
+    assert report.rejected == {"nan": 1}                                  # a malformed early: its sample refused
+    assert TOPO.link_index(*NIC[::-1]) not in store.pending_links()
     store.ingest([_pair(PAIR, 400.0, 1.2)], now=1.2)                       # read again without: gone
     assert store.early() is None and store.pending_links().size == 0
 

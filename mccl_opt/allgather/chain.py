@@ -9,7 +9,9 @@ forwarding-only schedule and switch removal can fail, so the chain is:
    switch at the smaller of its two directions' capacities: balanced by construction, and
    its trees are valid on the real fabric).  When that optimum reaches the real fabric's
    cut bound it is the forwarding-only optimum (no schedule exceeds the cut bound) and
-   costs milliseconds (a one-direction NIC degradation usually lands here); otherwise
+   costs milliseconds (a one-direction NIC degradation usually lands here; where Phase 1
+   says it falls short, with a chunk budget it is packed only after the restriction, and
+   not where that reaches the cut bound); otherwise
    ForestColl on the best *balanced restriction* ``c' <= c`` (:mod:`.restriction.balanced`: its cut
    bound is the forwarding-only optimum, found by a cutting-plane LP and certified in
    exact integers); if that is not certified (or, with ``max_chunks=K``, rounds more
@@ -167,6 +169,11 @@ def solve_unbalanced(topo: Topology, route: WarmRoute, backend: str,
     optimum reaches the cut bound, and a coarsened restriction is not packed exactly:
     neither could certify, and both only seed the general method (shared aggregation
     2x5x8, one-way NIC fault: 31 rounds -> 3), cold first in one master (:mod:`.seed_first`).
+    With a chunk budget such a weaker-direction fabric is packed after the restriction,
+    and skipped where the restriction's schedule reaches the cut bound (:func:`_at_bound`:
+    no schedule exceeds it, so the weaker direction's could not replace it; dragonfly
+    4x4x1x8 one way at K=10, both packings through the guarded split: 0.54-0.75 -> 0.35 s
+    CPU, docs/allgather.md "One-way faults: the weaker direction after the restriction").
 
     Every warm-started method (the weaker-direction ForestColl, ForestColl on the balanced
     restriction, the general method) takes its warm steps on ``route``, under the one
@@ -182,12 +189,16 @@ def solve_unbalanced(topo: Topology, route: WarmRoute, backend: str,
     if interim_offers and sub is not None:
         interim.offer_on(topo, sub, interim.WEAKER_CHUNKS, forestcoll, Method.WEAKER_DIRECTIONS,
                          trail)
-    t = time.perf_counter()
-    if sub is not None and max_chunks is None and not _reaches(sub, bound):
-        trail.add(Attempt(Method.WEAKER_DIRECTIONS, time.perf_counter() - t, "declined: its "
-                          "optimum is below the cut bound (no certificate at max_chunks=None); "
-                          "seeds only"))
-    elif sub is not None:
+    # below the cut bound the weaker direction cannot certify: with a chunk budget it is
+    # packed after the restriction, and only where that falls short of the cut bound
+    short = sub is not None and not _reaches(sub, bound)
+    deferred = short and max_chunks is not None
+
+    def weaker_stage() -> Schedule | None:
+        """ForestColl on the weaker-direction fabric: its schedule when it reaches the
+        cut bound (optimal); else ``None``, keeping it in ``weaker`` (and, with a chunk
+        budget, its trees as the general method's further seed, ``seed_trees``)."""
+        nonlocal weaker, seed_trees
         try:
             found = trail.run(Method.WEAKER_DIRECTIONS,
                               lambda: forestcoll(sub, route, max_chunks,
@@ -195,8 +206,7 @@ def solve_unbalanced(topo: Topology, route: WarmRoute, backend: str,
         except (SolveError, TopologyError):
             found = None
         if isinstance(found, Schedule):
-            reaches = bound is not None and found.lp_rate_gbps >= bound * (1 - REACH_TOL)
-            if reaches:                      # no schedule exceeds the cut bound: optimal
+            if bound is not None and found.lp_rate_gbps >= bound * (1 - REACH_TOL):
                 return rerated(found, topo, bound, Method.WEAKER_DIRECTIONS,
                                "weaker-direction fabric reaches the cut bound")
             weaker = rerated(found, topo, found.lp_rate_gbps, Method.WEAKER_DIRECTIONS,
@@ -205,6 +215,17 @@ def solve_unbalanced(topo: Topology, route: WarmRoute, backend: str,
             anytime.offer(weaker)
         if max_chunks is not None:          # its K chunks seed; a failed K is not retried
             seed_trees = found if isinstance(found, Schedule) else None
+        return None
+
+    t = time.perf_counter()
+    if short and max_chunks is None:
+        trail.add(Attempt(Method.WEAKER_DIRECTIONS, time.perf_counter() - t, "declined: its "
+                          "optimum is below the cut bound (no certificate at max_chunks=None); "
+                          "seeds only"))
+    elif sub is not None and not deferred:
+        reached = weaker_stage()
+        if reached is not None:             # no schedule exceeds the cut bound: optimal
+            return reached
     quotient = _by_quotient(topo, max_chunks, backend, bound, trail)
     if quotient is not None:
         return quotient
@@ -214,15 +235,24 @@ def solve_unbalanced(topo: Topology, route: WarmRoute, backend: str,
         interim.offer_on(topo, restricted.sub, interim.RESTRICTED_CHUNKS, forestcoll,
                          Method.BALANCED_RESTRICTION, trail, restricted.optimum_gbps,
                          restricted.to_gbps, restricted.restriction.headroom())
+    best = None
+    if max_chunks is not None and restricted is not None:
+        best = solve_by_restriction(topo, restricted, route, max_chunks, forestcoll, bound, trail)
+    if deferred and not _at_bound(best, bound):
+        weaker_stage()                      # below the cut bound: never returns a schedule
+    elif deferred:
+        trail.add(Attempt(Method.WEAKER_DIRECTIONS, 0.0, "skipped: the balanced restriction "
+                          "reached the cut bound, above every weaker-direction schedule"))
     seed = _restriction_seed(restricted, forestcoll, seed_trees)
-    best = seed_first(topo, restricted, route, max_chunks, backend, bound, trail, seed)
+    if max_chunks is None:
+        best = seed_first(topo, restricted, route, max_chunks, backend, bound, trail, seed)
     if best is None and restricted is not None and max_chunks is None and restricted.coarsened:
         trail.add(Attempt(Method.BALANCED_RESTRICTION, restricted.seconds, "declined: rounded "
                           "onto a coarser grid, not exact at max_chunks=None; seeds only"))
-    elif best is None and restricted is not None:
-        best = fewer_trees(topo, solve_by_restriction(topo, restricted, route, max_chunks,
-                                                      forestcoll, bound, trail), max_chunks, backend,
-                           route)
+    elif best is None and restricted is not None and max_chunks is None:
+        cpu = time.thread_time()
+        best = solve_by_restriction(topo, restricted, route, max_chunks, forestcoll, bound, trail)
+        best = fewer_trees(topo, best, max_chunks, backend, route, time.thread_time() - cpu)
     if best is None:
         best = solve_by_general(topo, route, backend, max_chunks, "unbalanced switches", bound,
                                 trail, seed)
@@ -239,6 +269,15 @@ def solve_unbalanced(topo: Topology, route: WarmRoute, backend: str,
                                    warm_state=weaker.warm_state,
                                    report=dataclasses.replace(best.report, k=weaker.report.k))
     return best
+
+
+def _at_bound(best: Schedule | None, bound: float | None) -> bool:
+    """Whether ``best`` (the balanced restriction's rounded schedule) is within
+    :data:`.stage.REACH_TOL` of the cut bound ``bound``: no schedule exceeds that bound,
+    so no weaker-direction schedule could replace it (:func:`solve_unbalanced` keeps one
+    only more than ``REACH_TOL`` above)."""
+    return best is not None and bound is not None and \
+        best.rate_gbps * (1 + REACH_TOL) >= bound
 
 
 def _by_quotient(topo: Topology, max_chunks: int | None, backend: str, bound: float | None,

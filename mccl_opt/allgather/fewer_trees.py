@@ -35,12 +35,12 @@ import numpy as np
 from .. import anytime
 from ..errors import SolveError, TopologyError
 from ..schedule import Schedule, bottleneck_links, schedule_rate, share_loads
-from ..schedule_chunks import TreeChunk, TreeChunks, TreeTable
+from ..schedule_chunks import TreeChunk, TreeChunks, TreeTable, path_nodes
 from ..report import Method, WarmUse
 from ..topology import Topology
 from .warm.route import WarmRoute
 
-__all__ = ["fewer_trees", "master_pays", "master_seconds", "VERTEX_LP_MAX_SIZE", "MASTER_S_PER_ENTRY",
+__all__ = ["fewer_trees", "master_pays", "master_seconds", "VERTEX_LP_MAX_SIZE", "MASTER_S_PER_NONZERO",
            "MASTER_FLOOR_S", "MASTER_SHARE", "RATE_TOL"]
 
 #: the master is solved only when its columns times rows stay below this (shared
@@ -48,9 +48,14 @@ __all__ = ["fewer_trees", "master_pays", "master_seconds", "VERTEX_LP_MAX_SIZE",
 #: 2x8x8 general method's 1536 x 672 took 0.93 s, a healthy 2x8x8's 8028 x 672 1.5 s)
 VERTEX_LP_MAX_SIZE = 500_000
 
-#: the master's measured CPU seconds per column x row (2165 x 192: 0.09 s; 621 x 352:
-#: 0.05-0.07 s; 477 x 672: 0.06 s), for :func:`master_pays`' estimate
-MASTER_S_PER_ENTRY = 3e-7
+#: the master's measured CPU seconds per nonzero (a column's link crossings, summed over
+#: the trees), for :func:`master_pays`' estimate: 0.5-1.8e-6 over 16 masters (fuzz seed
+#: 3413's 32-64-GPU states at ``None``, dragonfly 4x4x1x8; 2-core machine, load 6-8).
+#: Columns x rows (3e-7 each, before) missed how long the columns are: a dragonfly's 640
+#: trees crossing ~280 links each, 181 106 nonzeros, took 0.24 s against 0.13 s estimated
+#: (docs/allgather.md "One-way faults: the weaker direction after the restriction; the
+#: re-weighting's estimate")
+MASTER_S_PER_NONZERO = 1e-6
 #: below as many trees as rows, the master is solved when it is estimated at most this
 #: (s: it stays under the warm target's 20 ms floor) ...
 MASTER_FLOOR_S = 0.01
@@ -62,7 +67,8 @@ RATE_TOL = 1e-9
 
 
 def fewer_trees(topo: Topology, sched: Schedule | None, max_chunks: int | None,
-                backend: str, route: WarmRoute | None = None) -> Schedule | None:
+                backend: str, route: WarmRoute | None = None,
+                cpu: float | None = None) -> Schedule | None:
     """``sched`` (an exact schedule, ``max_chunks=None``, of ``topo``) on fewer trees at
     the same rate: the warm start's trees (``route.given``) where they still reach that
     rate (:func:`_previous_trees`, no LP), else those of a basic optimum of the tree
@@ -71,40 +77,56 @@ def fewer_trees(topo: Topology, sched: Schedule | None, max_chunks: int | None,
     not started when its estimate (:func:`master_seconds`, CPU s) exceeds what is left
     (:meth:`.warm.route.WarmRoute.cpu_left`, CPU s).
     ``sched`` itself otherwise: with a chunk limit, past the allowance, or when the master
-    does not pay (:func:`master_pays`)."""
+    does not pay (:func:`master_pays`, ``cpu``: the CPU seconds ``sched`` took)."""
     if sched is None or max_chunks is not None:
         return sched
     reused = _previous_trees(topo, sched, None if route is None else route.given)
-    if reused is not None or not master_pays(topo, sched):
+    if reused is not None or not master_pays(topo, sched, cpu):
         return reused or sched
     if route is None or not route.active or sched.report.warm in (WarmUse.COLD, WarmUse.DECLINED):
         return _reweighted_once(topo, sched, backend)
-    if master_seconds(topo, len(sched.chunks)) > route.cpu_left():
+    if master_seconds(sched) > route.cpu_left():
         return sched                         # it would not fit: the allowance is not spent
     return route.attempt("the re-weighting to fewer trees", Method.FORESTCOLL,
                          lambda _: _reweighted_once(topo, sched, backend), lambda: sched)
 
 
-def master_pays(topo: Topology, sched: Schedule) -> bool:
+def master_pays(topo: Topology, sched: Schedule, cpu: float | None = None) -> bool:
     """Whether the master over ``sched``'s trees is solved (columns x rows at most
-    :data:`VERTEX_LP_MAX_SIZE`): with more trees than rows (roots + links), a basic
-    optimum surely has fewer (shared aggregation 2x2x8 one way: 2165 trees, 192 rows ->
-    123); with fewer, only when its estimated cost (:data:`MASTER_S_PER_ENTRY` per
-    column x row) is at most :data:`MASTER_FLOOR_S` or :data:`MASTER_SHARE` of the
-    solve's seconds (its report's; HPN 2x8x8 Fail1: 258 trees of 0.03 s ForestColl, the
-    master ~0.06 s for 258 -> 129, not solved; HPN 2x4x8 Fail2: 151 -> 73 for ~0.02 s of
-    a 0.15 s solve, solved; docs/allgather.md "When the re-weighting pays")."""
+    :data:`VERTEX_LP_MAX_SIZE`): never with one tree per root or fewer (every root's
+    shard needs a tree: no vertex has fewer; healthy dragonfly 4x4x1x8, 128 trees,
+    0.07 s for none); with more trees than rows (roots + links), a basic optimum surely
+    has fewer (shared aggregation 2x2x8 one way: 2165 trees, 192 rows -> 123); with
+    fewer, only when its estimate (:func:`master_seconds`) is at most
+    :data:`MASTER_FLOOR_S` or :data:`MASTER_SHARE` of the solve's CPU seconds ``cpu``
+    (the report's wall seconds where not given, which grow with the machine's load;
+    HPN 2x8x8 Fail1: 258 trees of 0.03 s ForestColl, the master ~0.06 s for 258 -> 129,
+    not solved; HPN 2x4x8 Fail2: 151 -> 73 for ~0.02 s of a 0.15 s solve, solved;
+    docs/allgather.md "When the re-weighting pays")."""
     trees, rows = len(sched.chunks), topo.num_gpus + topo.num_links
-    if trees * rows > VERTEX_LP_MAX_SIZE:
+    if trees <= topo.num_gpus or trees * rows > VERTEX_LP_MAX_SIZE:
         return False
-    solve = sched.seconds or 0.0
-    return trees > rows or master_seconds(topo, trees) <= max(MASTER_FLOOR_S, MASTER_SHARE * solve)
+    solve = cpu if cpu is not None else sched.seconds or 0.0
+    return trees > rows or master_seconds(sched) <= max(MASTER_FLOOR_S, MASTER_SHARE * solve)
 
 
-def master_seconds(topo: Topology, trees: int) -> float:
-    """The master's estimated seconds over ``trees`` trees (:data:`MASTER_S_PER_ENTRY`
-    per column x row)."""
-    return trees * (topo.num_gpus + topo.num_links) * MASTER_S_PER_ENTRY
+def master_seconds(sched: Schedule) -> float:
+    """The master's estimated CPU seconds over ``sched``'s trees: its nonzeros
+    (:func:`master_nonzeros`) at :data:`MASTER_S_PER_NONZERO` each."""
+    return master_nonzeros(sched) * MASTER_S_PER_NONZERO
+
+
+def master_nonzeros(sched: Schedule) -> int:
+    """The tree master's nonzeros over ``sched``'s trees: every tree's link crossings
+    (the hops of its edge paths), a repeated tree counted each time."""
+    chunks = sched.chunks
+    if isinstance(chunks, TreeChunks):
+        table = chunks.table
+        used = table.used_paths()
+        hops = np.zeros(len(table.paths), np.int64)
+        hops[used] = path_nodes(table.paths, used)[0] - 1
+        return int(hops[table.edges].sum())
+    return sum(len(path) - 1 for c in chunks for path in getattr(c, "edges", ()))
 
 
 def _reweighted_once(topo: Topology, sched: Schedule, backend: str) -> Schedule:

@@ -67,6 +67,13 @@ __all__ = ["solve_allgather", "sub_forestcoll", "PHASES_23_PER_PHASE_1"]
 #: stops a limited solve before them only when they most likely do not fit)
 PHASES_23_PER_PHASE_1 = 4.0
 
+#: a time limit ``S`` holds within ``LIMIT_TOLERANCE[0] * S + LIMIT_TOLERANCE[1]`` s past
+#: it (issue 25); the first schedule's images, once started where their expected cost
+#: fits, may use :data:`IMAGES_LATE_SHARE` of that to finish rather than be thrown away
+#: at the limit (at load 13 on 2 cores a 0.2 s limit on leaf-spine 8x2x8 returned the
+#: line, 13 % of its images' rate, when they were stopped at the limit itself)
+LIMIT_TOLERANCE, IMAGES_LATE_SHARE = (0.2, 0.05), 0.5
+
 #: above :data:`.budget.EXACT_TREES_LIMIT` trees per root at ``max_chunks=None``, fabrics
 #: of at most this many GPUs go to the general method seeded with ForestColl's own trees
 #: (stopped at the cut bound), larger ones to the scaled packing: the seeded master took
@@ -123,7 +130,9 @@ def _solve_limited(topo: Topology, warm: Schedule | None, backend: str, max_chun
                                                                             max_chunks)),
                               "kept as fallback")
             anytime.check("after the first schedule")
-            _offer_images(topo, first, max_chunks, trail)
+            share, floor = LIMIT_TOLERANCE
+            _offer_images(topo, first, max_chunks, trail,
+                          IMAGES_LATE_SHARE * (share * time_limit + floor))
         return _chain(topo, route, backend, max_chunks, step_aware, trail)
 
     sched, stopped = anytime.limited(time_limit, solve, called)
@@ -140,17 +149,19 @@ def _offered(sched: Schedule) -> Schedule:
     return sched
 
 
-def _offer_images(topo: Topology, first: Schedule, max_chunks: int | None, trail: Trail) -> None:
+def _offer_images(topo: Topology, first: Schedule, max_chunks: int | None, trail: Trail,
+                  late_s: float) -> None:
     """Step 1's second offer: a cold first schedule averaged over automorphisms of the
     fabric (:mod:`.first_images`), where the limit leaves room for it
-    (:data:`.first_images.SECONDS_PER_PAIR` CPU seconds per GPU pair, over the CPU
-    share)."""
+    (:func:`.first_images.image_seconds` CPU seconds, over the CPU share); once started,
+    it may finish up to ``late_s`` past the limit (:func:`.anytime.late`)."""
     if first.report.warm is not WarmUse.COLD or topo.num_gpus <= MWU_MAX_GPUS:
         return
     anytime.check_room("the first schedule's images",
-                       image_seconds(topo.num_gpus) / anytime.cpu_share())
+                       image_seconds(topo) / anytime.cpu_share())
     t = time.perf_counter()
-    images = averaged_first(topo, first, max_chunks)
+    with anytime.late(late_s):
+        images = averaged_first(topo, first, max_chunks)
     if images is None:
         trail.add(Attempt(Method.FIRST, time.perf_counter() - t,
                           "declined: no automorphism found raises the first schedule's rate"))
@@ -166,7 +177,7 @@ def _chain(topo: Topology, route: WarmRoute, backend: str, max_chunks: int | Non
     if not switches_balanced(topo):                   # ForestColl is exact on balanced only
         return solve_unbalanced(topo, route, backend, max_chunks, sub_forestcoll(backend, trail),
                                 trail)
-    t = time.perf_counter()
+    t, cpu = time.perf_counter(), time.thread_time()
     coarse: Schedule | None = None                    # ForestColl's trees rounded too far
     try:
         sched = _typed_forestcoll(topo, route, backend, max_chunks, step_aware, trail)
@@ -184,7 +195,7 @@ def _chain(topo: Topology, route: WarmRoute, backend: str, max_chunks: int | Non
         bound = cut_bound_gbps(topo)
         return solve_by_general(topo, route, backend, max_chunks, sched.reason, bound, trail,
                                 _balanced_seed(topo, bound, coarse, max_chunks, backend, trail))
-    return fewer_trees(topo, sched, max_chunks, backend, route)
+    return fewer_trees(topo, sched, max_chunks, backend, route, time.thread_time() - cpu)
 
 
 def _balanced_seed(topo: Topology, bound: float | None, coarse: Schedule | None,

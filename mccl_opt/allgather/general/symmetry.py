@@ -27,14 +27,15 @@ from typing import Callable
 
 import numpy as np
 
+from mccl_opt import anytime
 from mccl_opt.errors import SolveError
 from mccl_opt.topology import Topology
 
+from .colours import IN_SALT, mix, refine
 from .permutation_group import clusters_of, coupling, cycle_order, elements, orbits
 
-__all__ = ["Symmetry", "find_symmetry", "symmetry_generators", "MAX_CLUSTER_ELEMENTS"]
-
-_REFINE_ROUNDS = 64
+__all__ = ["Symmetry", "find_symmetry", "symmetry_generators", "twin_switch_generators",
+           "MAX_CLUSTER_ELEMENTS"]
 
 #: a cluster's elements are listed (node and link permutations each), and every tree is
 #: copied over up to this many of them: larger groups are declined (the fabrics measured
@@ -104,30 +105,6 @@ class Symmetry:
         return node, link
 
 
-def _refine(topo: Topology, capacity: np.ndarray) -> np.ndarray:
-    """Stable colour refinement of the digraph with link capacities ``capacity`` (node
-    kind to start)."""
-    arr = topo.arrays
-    cap = capacity.tolist()
-    tail, head = arr.tail.tolist(), arr.head.tolist()
-    out = [arr.out_arcs[arr.out_start[v]:arr.out_start[v + 1]].tolist()
-           for v in range(topo.num_nodes)]
-    inn = [arr.in_arcs[arr.in_start[v]:arr.in_start[v + 1]].tolist()
-           for v in range(topo.num_nodes)]
-    color = arr.is_switch.astype(np.int64).tolist()
-    classes = len(set(color))
-    for _ in range(_REFINE_ROUNDS):
-        sig = [(color[v], tuple(sorted((cap[a], color[head[a]]) for a in out[v])),
-                tuple(sorted((cap[a], color[tail[a]]) for a in inn[v])))
-               for v in range(topo.num_nodes)]
-        index: dict = {}
-        color = [index.setdefault(s, len(index)) for s in sig]
-        if len(index) == classes:
-            break
-        classes = len(index)
-    return np.asarray(color, dtype=np.int64)
-
-
 def _neighbours(topo: Topology) -> list[set[int]]:
     arr = topo.arrays
     nb: list[set[int]] = [set() for _ in range(topo.num_nodes)]
@@ -146,6 +123,7 @@ def _block_shifts(topo: Topology, color: np.ndarray, nb: list[set[int]],
     is_gpu = ~arr.is_switch
     out: list[np.ndarray] = []
     for c in np.unique(color[arr.is_switch]).tolist():
+        anytime.check("the fabric's symmetry search")
         members = np.flatnonzero((color == c) & arr.is_switch).tolist()
         if len(members) < 2:
             continue
@@ -174,7 +152,13 @@ def _block_shifts(topo: Topology, color: np.ndarray, nb: list[set[int]],
     if not extend:
         return out
     by_nb = {frozenset(v): u for u, v in enumerate(nb)}
-    return [q for q in (_closed(p, nb, by_nb) for p in out) if q is not None]
+    closed = []
+    for perm in out:
+        anytime.check("the fabric's symmetry search")
+        q = _closed(perm, nb, by_nb)
+        if q is not None:
+            closed.append(q)
+    return closed
 
 
 def _shift(parts: list[list[int]], by_sig: dict[int, dict[tuple, int]], n: int) -> np.ndarray:
@@ -240,22 +224,48 @@ def _signatures(block: list[int], nb: list[set[int]], s: int) -> dict[tuple, int
     return out
 
 
-def _twin_shifts(topo: Topology, capacity: np.ndarray) -> list[np.ndarray]:
-    """Cyclic shifts of twin GPUs (same neighbours at the same ``capacity``), unchecked."""
+def _twin_shifts(topo: Topology, capacity: np.ndarray, nodes: np.ndarray | None = None
+                 ) -> list[np.ndarray]:
+    """Cyclic shifts of twin GPUs (same neighbours at the same ``capacity``), unchecked:
+    GPUs grouped by sums of 64-bit mixes of their (neighbour, capacity) pairs out and in
+    (as in :func:`.colours.refine`; a collision only proposes a shift :func:`_link_map` rejects),
+    groups in order of their first GPU; ``nodes``: twins among these nodes instead."""
     arr = topo.arrays
-    groups: dict[tuple, list[int]] = {}
-    for v in arr.gpu_nodes.tolist():
-        o = arr.out_arcs[arr.out_start[v]:arr.out_start[v + 1]]
-        i = arr.in_arcs[arr.in_start[v]:arr.in_start[v + 1]]
-        key = (tuple(sorted(zip(arr.head[o].tolist(), capacity[o].tolist()))),
-               tuple(sorted(zip(arr.tail[i].tolist(), capacity[i].tolist()))))
-        groups.setdefault(key, []).append(v)
+    n = topo.num_nodes
+    _, cap_id = np.unique(capacity, return_inverse=True)
+    cap_key = cap_id.astype(np.uint64) * np.uint64(n + 1)
+    out = np.zeros(n, np.uint64)
+    inn = np.zeros(n, np.uint64)
+    np.add.at(out, arr.tail, mix(cap_key + arr.head.astype(np.uint64)))
+    np.add.at(inn, arr.head, mix(cap_key + arr.tail.astype(np.uint64) + IN_SALT))
+    gpus = np.asarray(arr.gpu_nodes if nodes is None else nodes, np.int64)
+    if gpus.size < 2:
+        return []
+    with np.errstate(over="ignore"):
+        key = mix(out[gpus]) + inn[gpus]
+    _, first, group = np.unique(key, return_index=True, return_inverse=True)
+    group = group.reshape(-1)
+    result = []
+    for g in np.argsort(first, kind="stable").tolist():
+        part = gpus[group == g]
+        if part.size >= 2:
+            perm = np.arange(n)
+            perm[part] = np.roll(part, -1)
+            result.append(perm)
+    return result
+
+
+def twin_switch_generators(topo: Topology) -> list[tuple[np.ndarray, np.ndarray]]:
+    """The cyclic shift of every class of twin switches (the same neighbours, capacities
+    ignored: a leaf-spine's spines), checked: ``(node permutation, link permutation)``
+    each.  Kept apart from :func:`symmetry_generators` (``structural``): a spine shift
+    moves links of every unit, so it would merge the units' clusters into one."""
+    ones = np.ones(topo.num_links)
     out = []
-    for part in groups.values():
-        if len(part) >= 2:
-            perm = np.arange(topo.num_nodes)
-            perm[part] = part[1:] + part[:1]
-            out.append(perm)
+    for perm in _twin_shifts(topo, ones, np.flatnonzero(topo.arrays.is_switch)):
+        link = _link_map(topo, perm, ones)
+        if link is not None:
+            out.append((perm, link))
     return out
 
 
@@ -287,7 +297,7 @@ def symmetry_generators(topo: Topology, *, structural: bool = False
     (:func:`_block_shifts`).  20-50 ms CPU at 1,024 GPUs: listing the clusters' elements
     (:func:`find_symmetry`) is most of that function's cost."""
     capacity = np.ones(topo.num_links) if structural else topo.arrays.capacity
-    return _generators(topo, _refine(topo, capacity), capacity, structural)
+    return _generators(topo, refine(topo, capacity), capacity, structural)
 
 
 def _generators(topo: Topology, color: np.ndarray, capacity: np.ndarray, structural: bool
@@ -297,6 +307,7 @@ def _generators(topo: Topology, color: np.ndarray, capacity: np.ndarray, structu
     accepted: list[tuple[np.ndarray, np.ndarray]] = []
     moves = np.zeros((0, topo.num_nodes), bool)      # the nodes each accepted one moves
     for perm in _block_shifts(topo, color, nb, structural) + _twin_shifts(topo, capacity):
+        anytime.check("the fabric's symmetry search")
         link = _link_map(topo, perm, capacity)
         if link is None:
             continue
@@ -322,7 +333,7 @@ def find_symmetry(topo: Topology, too_big: Callable[[int, int], bool] | None = N
     (tail colour, head colour, capacity) and a root's in its colour, and the classes
     count the rows from below (the shift and twin proposals are the search's cost)."""
     capacity = topo.arrays.capacity
-    color = _refine(topo, capacity)
+    color = refine(topo, capacity)
     if too_big is not None and _too_big_by_colours(topo, color, too_big):
         return None
     clusters = _generators(topo, color, capacity, structural=False)
