@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 import mccl_opt as mo
+from instances import hpn
 from instances.aggregation import leaf_spine, superpod
 from instances.designs import dragonfly
 from mccl_opt.allgather.canonical import canonical
@@ -392,5 +393,31 @@ def test_tight_graph_tries_the_few_trees_packing_before_greedy(monkeypatch):
     topo = superpod(2, 2, 8)
     sched = mo.solve_allgather(topo, max_chunks=None)
     assert order == ["few"] and sched.stats["packing"] == "exact"
+    check_schedule(topo, sched)
+    assert sched.rate_gbps == pytest.approx(cut_bound(topo), rel=1e-9)
+
+
+def test_many_trees_per_root_try_the_few_trees_packing_before_rail_first_and_greedy(
+        monkeypatch):
+    """From ``FEW_BEFORE_FAST_K`` trees per root at ``None``, where the repair packing
+    (whose plain search has had its ``k·n²`` visits) fails on a graph that admits ``k``,
+    the few-trees packing runs next, before the rail-first repair and the greedy portfolio
+    (narrow-NIC dragonfly 4x2x1x8: 0.1-0.2 s each, both failing), and the solve still
+    reaches the cut bound."""
+    from mccl_opt.allgather.forestcoll import pipeline
+
+    order: list[str] = []
+    real_few = pipeline._few_trees
+    monkeypatch.setattr(pipeline, "_pack_repair",
+                        lambda *a, **kw: order.append("rail-first" if kw.get("rail_first")
+                                                      else "repair"))
+    monkeypatch.setattr(pipeline, "_pack_greedy", lambda *a, **kw: order.append("greedy"))
+    monkeypatch.setattr(pipeline, "_few_trees",
+                        lambda *a, **kw: order.append("few") or real_few(*a, **kw))
+    topo = hpn(1, 2, 4).with_capacity(src="s0h0g1", dst="s0tor1", gbps=4.0,
+                                      both_directions=True)
+    sched = mo.solve_allgather(topo, max_chunks=None)
+    assert sched.stats["k"] >= pipeline.FEW_BEFORE_FAST_K
+    assert order == ["repair", "few"] and sched.stats["packing"] == "exact"
     check_schedule(topo, sched)
     assert sched.rate_gbps == pytest.approx(cut_bound(topo), rel=1e-9)
