@@ -187,6 +187,8 @@ def solver_synthesizer(backend: str = "highs", max_chunks: int = 10, shallow: bo
     mode = check_kernels_mode(kernels)
     if mode == "eager":
         load_kernels(backend)
+        if shallow:
+            import mccl_opt.lowering.rounds  # noqa: F401  (the round-aware pick's model: not imported inside a job)
     elif mode == "background":
         load_kernels_in_background(backend)
 
