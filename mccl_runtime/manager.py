@@ -185,6 +185,8 @@ def solver_synthesizer(backend: str = "highs", max_chunks: int = 10, shallow: bo
     from .warmup import check_kernels_mode, load_kernels, load_kernels_in_background
 
     mode = check_kernels_mode(kernels)
+    if shallow:     # the round-aware pick's model, imported here rather than inside the first re-synthesis
+        import mccl_opt.lowering.rounds  # noqa: F401
     if mode == "eager":
         load_kernels(backend)
     elif mode == "background":

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 import mccl_opt as mo
+from instances import hpn
 from instances.aggregation import leaf_spine, superpod
 from instances.designs import dragonfly
 from mccl_opt.allgather.canonical import canonical
@@ -27,7 +28,8 @@ from mccl_opt.allgather.forestcoll.packing.forecast import (NO_FORECAST, TRUST, 
 from mccl_opt.allgather.forestcoll.packing.repair import repair_pack
 from mccl_opt.allgather.forestcoll.packing.trees import greedy_pack
 from mccl_opt.allgather.forestcoll.pipeline import balanced_split, phase_one_budget
-from mccl_opt.allgather.forestcoll.removal.splitting import LogicalGraph, split_all
+from mccl_opt.allgather.forestcoll.removal.exact_split import split_all
+from mccl_opt.allgather.forestcoll.removal.splitting import LogicalGraph
 from mccl_opt.report import Method
 from tests.oracle_allgather import check_schedule, cut_bound
 
@@ -162,26 +164,32 @@ def test_repair_searches_before_the_exact_packing_are_forecast_at_none(monkeypat
     """At ``None`` a failed repair packing is followed by the exact few-trees packing, so
     every repair search carries the forecast (:mod:`...packing.forecast`): it decides at
     ``k·n²`` visits and stops by ``k·n²`` plus the few-trees estimate, the guarded split's
-    too (uncapped they ran to the end: 6.2 s CPU on leaf-spine 8x2x8 with 4 spines) and
-    the solve still reaches the cut bound."""
+    too (uncapped they ran to the end: 6.2 s CPU on leaf-spine 8x2x8 with 4 spines), the
+    rail-first retry's at ``k·n² / RAIL_FIRST_VISITS_SHARE``; and the solve still reaches
+    the cut bound."""
     from mccl_opt.allgather.forestcoll import sized
+    from mccl_opt.allgather.forestcoll.pipeline import RAIL_FIRST_VISITS_SHARE
 
-    calls: list[tuple[int, int, int, int, Forecast]] = []
+    calls: list[tuple[int, int, int, int, Forecast, bool]] = []
     real = sized.repair_pack
 
     def spy(n, tail, head, units, k, shapes=None, shift=1, max_visits=1 << 62,
             rail_first=None, fc=NO_FORECAST):
         classes, info = real(n, tail, head, units, k, shapes, shift, max_visits, rail_first, fc)
-        calls.append((n, k, max_visits, info.get("repair_visits", 0), fc))
+        calls.append((n, k, max_visits, info.get("repair_visits", 0), fc, bool(rail_first)))
         return classes, info
 
     monkeypatch.setattr(sized, "repair_pack", spy)
     topo = leaf_spine(8, 2, 4, spines=4)
     s = mo.solve_allgather(topo, max_chunks=None)
-    assert calls and all(k == 1 for _, k, _, _, _ in calls)
-    for n, k, cap, visits, fc in calls:
-        assert fc == Forecast(k * n * n, few_trees_visits(n))
-        assert cap == k * n * n + few_trees_visits(n) and visits <= cap + n * n
+    assert calls and all(k == 1 for _, k, _, _, _, _ in calls)
+    for n, k, cap, visits, fc, rail_first in calls:
+        if rail_first:
+            assert fc == NO_FORECAST and cap == k * n * n // RAIL_FIRST_VISITS_SHARE
+        else:
+            assert fc == Forecast(k * n * n, few_trees_visits(n))
+            assert cap == k * n * n + few_trees_visits(n)
+        assert visits <= cap + n * n
     check_schedule(topo, s, None)
     # the guarded split's repair packing completes since sibling pairs go last; where it
     # does not, the exact few-trees packing follows
@@ -385,5 +393,31 @@ def test_tight_graph_tries_the_few_trees_packing_before_greedy(monkeypatch):
     topo = superpod(2, 2, 8)
     sched = mo.solve_allgather(topo, max_chunks=None)
     assert order == ["few"] and sched.stats["packing"] == "exact"
+    check_schedule(topo, sched)
+    assert sched.rate_gbps == pytest.approx(cut_bound(topo), rel=1e-9)
+
+
+def test_many_trees_per_root_try_the_few_trees_packing_before_rail_first_and_greedy(
+        monkeypatch):
+    """From ``FEW_BEFORE_FAST_K`` trees per root at ``None``, where the repair packing
+    (whose plain search has had its ``k·n²`` visits) fails on a graph that admits ``k``,
+    the few-trees packing runs next, before the rail-first repair and the greedy portfolio
+    (narrow-NIC dragonfly 4x2x1x8: 0.1-0.2 s each, both failing), and the solve still
+    reaches the cut bound."""
+    from mccl_opt.allgather.forestcoll import pipeline
+
+    order: list[str] = []
+    real_few = pipeline._few_trees
+    monkeypatch.setattr(pipeline, "_pack_repair",
+                        lambda *a, **kw: order.append("rail-first" if kw.get("rail_first")
+                                                      else "repair"))
+    monkeypatch.setattr(pipeline, "_pack_greedy", lambda *a, **kw: order.append("greedy"))
+    monkeypatch.setattr(pipeline, "_few_trees",
+                        lambda *a, **kw: order.append("few") or real_few(*a, **kw))
+    topo = hpn(1, 2, 4).with_capacity(src="s0h0g1", dst="s0tor1", gbps=4.0,
+                                      both_directions=True)
+    sched = mo.solve_allgather(topo, max_chunks=None)
+    assert sched.stats["k"] >= pipeline.FEW_BEFORE_FAST_K
+    assert order == ["repair", "few"] and sched.stats["packing"] == "exact"
     check_schedule(topo, sched)
     assert sched.rate_gbps == pytest.approx(cut_bound(topo), rel=1e-9)

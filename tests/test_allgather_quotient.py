@@ -12,7 +12,7 @@ import pytest
 import mccl_opt as mo
 from instances import hpn
 from instances.aggregation import scrambled, shared_aggregation, superpod
-from mccl_opt.allgather import quotient_stage
+from mccl_opt.allgather import quotient_stages
 from mccl_opt.allgather.canonical import canonical
 from mccl_opt.allgather.general.method import solve_general
 from mccl_opt.allgather.general.arborescence import min_arborescences
@@ -110,8 +110,8 @@ def test_the_chain_takes_the_quotient_at_none_and_keeps_the_exact_rate(monkeypat
     topo = _one_way(shared_aggregation(2, 2, 8))
     before = mo.solve_allgather(topo, max_chunks=None)
     assert before.stats.get("seed") != "symmetric quotient"
-    monkeypatch.setattr(quotient_stage, "QUOTIENT_MIN_GPUS", 2)
-    monkeypatch.setattr(quotient_stage, "QUOTIENT_MIN_SHRINK", 1)
+    monkeypatch.setattr(quotient_stages, "QUOTIENT_MIN_GPUS", 2)
+    monkeypatch.setattr(quotient_stages, "QUOTIENT_MIN_SHRINK", 1)
     after = mo.solve_allgather(topo, max_chunks=None)
     assert after.stats["seed"] == "symmetric quotient"
     assert after.report.termination is Termination.OPTIMAL
@@ -150,11 +150,11 @@ def test_the_chain_declines_the_quotient_by_its_predicted_cost(monkeypatch):
     topo = _one_way(hpn(1, 2, 4), "s0h0g1", "s0h0nvs", 1000.0)
     sym = find_symmetry(topo)
     rows = sym.num_link_orbits + sym.num_root_orbits
-    monkeypatch.setattr(quotient_stage, "QUOTIENT_MIN_GPUS", 2)
-    monkeypatch.setattr(quotient_stage, "QUOTIENT_MIN_SHRINK", 1)
-    monkeypatch.setattr(quotient_stage, "QUOTIENT_MAX_COST", rows * rows * sym.num_root_orbits - 1)
+    monkeypatch.setattr(quotient_stages, "QUOTIENT_MIN_GPUS", 2)
+    monkeypatch.setattr(quotient_stages, "QUOTIENT_MIN_SHRINK", 1)
+    monkeypatch.setattr(quotient_stages, "QUOTIENT_MAX_COST", rows * rows * sym.num_root_orbits - 1)
     assert mo.solve_allgather(topo, max_chunks=None).stats.get("seed") != "symmetric quotient"
-    monkeypatch.setattr(quotient_stage, "QUOTIENT_MAX_COST", rows * rows * sym.num_root_orbits)
+    monkeypatch.setattr(quotient_stages, "QUOTIENT_MAX_COST", rows * rows * sym.num_root_orbits)
     assert mo.solve_allgather(topo, max_chunks=None).stats.get("seed") == "symmetric quotient"
 
 
@@ -235,15 +235,15 @@ def test_the_chain_seeds_the_quotient_past_its_cost_cap(monkeypatch):
     with no round left it declines and the general method runs."""
     topo = _one_way(hpn(1, 4, 4), gbps=391.337)
     before = mo.solve_allgather(topo, max_chunks=None)
-    monkeypatch.setattr(quotient_stage, "QUOTIENT_MIN_GPUS", 2)
-    monkeypatch.setattr(quotient_stage, "QUOTIENT_MAX_COST", 0)
+    monkeypatch.setattr(quotient_stages, "QUOTIENT_MIN_GPUS", 2)
+    monkeypatch.setattr(quotient_stages, "QUOTIENT_MAX_COST", 0)
     after = mo.solve_allgather(topo, max_chunks=None)
     assert before.stats.get("seed") != "seeded symmetric quotient"
     assert after.stats["seed"] == "seeded symmetric quotient"
     assert after.report.termination is Termination.OPTIMAL
     assert after.rate_gbps == pytest.approx(before.rate_gbps, rel=1e-9)
     check_schedule(topo, after)
-    monkeypatch.setattr(quotient_stage, "SEEDED_QUOTIENT_ROUNDS", 0)
+    monkeypatch.setattr(quotient_stages, "SEEDED_QUOTIENT_ROUNDS", 0)
     fallback = mo.solve_allgather(topo, max_chunks=None)
     assert fallback.stats.get("seed") != "seeded symmetric quotient"
     assert fallback.rate_gbps == pytest.approx(before.rate_gbps, rel=1e-9)

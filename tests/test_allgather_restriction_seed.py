@@ -164,9 +164,9 @@ def test_the_second_seed_trees_let_the_master_pass_the_single_entry_rate(monkeyp
     pairs").  The seed's second set (the weaker direction's, by the proportional split)
     supplies second entries: the master over both sets reaches the bound without pricing
     (with siblings last in both: 12 rounds of pricing)."""
-    from mccl_opt.allgather import quotient_stage
+    from mccl_opt.allgather import quotient_stages
 
-    monkeypatch.setattr(quotient_stage, "QUOTIENT_MIN_GPUS", 10**9)     # this path, not the quotient's
+    monkeypatch.setattr(quotient_stages, "QUOTIENT_MIN_GPUS", 10**9)  # not the quotients
     topo = shared_aggregation(2, 5, 8).with_capacity(src="s1h0g0", dst="s1tor0", gbps=272.602,
                                                       both_directions=False)
     s = mo.solve_allgather(topo, max_chunks=None)

@@ -35,9 +35,9 @@ def test_the_seed_packs_on_the_restriction_and_fits_the_fabric():
 
 
 def test_the_seeded_solve_reaches_the_certified_optimum(monkeypatch):
-    from mccl_opt.allgather import quotient_stage
+    from mccl_opt.allgather import quotient_stages
 
-    monkeypatch.setattr(quotient_stage, "QUOTIENT_MIN_GPUS", 10**9)     # this path, not the quotient's
+    monkeypatch.setattr(quotient_stages, "QUOTIENT_MIN_GPUS", 10**9)  # not the quotients
     topo = _fabric()
     s = mo.solve_allgather(topo, max_chunks=None)
     check_schedule(topo, s)

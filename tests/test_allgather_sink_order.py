@@ -13,7 +13,8 @@ import numpy as np
 
 from instances.aggregation import leaf_spine, scrambled
 from mccl_opt.allgather.canonical import canonical
-from mccl_opt.allgather.forestcoll.removal.splitting import sink_order, split_all
+from mccl_opt.allgather.forestcoll.removal.exact_split import split_all
+from mccl_opt.allgather.forestcoll.removal.splitting import sink_order
 from tests.test_allgather_split_arrays import split_of
 
 

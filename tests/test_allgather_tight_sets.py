@@ -14,13 +14,15 @@ import numpy as np
 import pytest
 
 import mccl_opt as mo
+from instances.aggregation import leaf_spine
 from instances.designs import dragonfly
 from mccl_opt.allgather.forestcoll.packing import few_trees as ft
-from mccl_opt.allgather.forestcoll.packing.contraction import Problem, minimal_tight_sets
+from mccl_opt.allgather.forestcoll.packing.contraction import (Problem, maximal_tight_sets,
+                                                                minimal_tight_sets)
 from mccl_opt.allgather.forestcoll.packing.few_trees import few_trees_pack
 from mccl_opt.allgather.forestcoll.removal.splitting import LogicalGraph
 from tests.oracle_allgather import check_schedule, cut_bound
-from tests.test_allgather_few_trees import _assert_packing
+from tests.test_allgather_few_trees import _assert_packing, _exact_logical
 
 
 def _grouped(groups: int, size: int, k: int, seed: int) -> LogicalGraph:
@@ -91,3 +93,31 @@ def test_dragonfly_packs_exactly_at_the_cut_bound():
     check_schedule(topo, s, None)
     assert mo.validate(topo, s).rate_gbps == pytest.approx(s.rate_gbps, rel=1e-9)
     assert s.rate_gbps == pytest.approx(cut_bound(topo), rel=1e-9)
+
+
+def test_a_tight_graph_is_split_along_its_largest_tight_sets(monkeypatch):
+    """Leaf-spine 2x2x8's exact split at ``None`` (41 trees per root) is tight: every rank
+    is its own minimal tight set, so :func:`minimal_tight_sets` finds nothing proper; its
+    leaves have no slack and :func:`maximal_tight_sets` finds disjoint proper tight sets
+    (slack computed here), along which the packing is grown in parts and combined into a
+    packing of the whole graph."""
+    lg, k = _exact_logical(leaf_spine(2, 2, 8), None)
+    n = lg.num_gpus
+    p = _problem(lg, k)
+    assert minimal_tight_sets(p, np.zeros(2, np.int64)) == []
+    sets = maximal_tight_sets(p, np.zeros(2, np.int64))
+    assert len(sets) >= 2
+    taken = np.zeros(n, bool)
+    for members in sets:
+        side = np.zeros(n, bool)
+        side[members] = True
+        assert 2 <= members.size <= n - 2 and not taken[members].any()
+        taken |= side
+        assert lg.units[side[lg.head] & ~side[lg.tail]].sum() == k * (n - members.size)
+    grown: list[int] = []
+    real = ft._grow
+    monkeypatch.setattr(ft, "_grow",
+                        lambda p, checks, near: grown.append(p.n) or real(p, checks, near))
+    classes = few_trees_pack(n, lg.tail, lg.head, lg.units, k)
+    assert classes is not None and max(grown) < n
+    _assert_packing(lg, k, classes)

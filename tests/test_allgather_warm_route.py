@@ -384,3 +384,43 @@ def test_a_guess_is_not_certified_by_a_packing_as_costly_as_cold(monkeypatch):
     assert packings == []
     assert warm.rate_gbps == pytest.approx(cold.rate_gbps, rel=1e-9)
     check_schedule(topo, warm)
+
+
+@pytest.mark.warm_budget
+def test_a_declined_seeded_packing_leaves_its_spread_split_to_cold(monkeypatch):
+    """The spread split does not depend on the previous trees: a warm solve whose packing
+    seeded with them overruns its cap computes it once, and the cold fallback packs that
+    same logical graph to cold's rate."""
+    from mccl_opt.allgather.forestcoll import pipeline
+
+    base = hpn(1, 2, 4)
+    old = mo.solve_allgather(base, max_chunks=None)
+    topo = base.with_capacity(src="s0h0g1", dst="s0tor1", gbps=131.0, both_directions=True)
+    cold = mo.solve_allgather(topo, max_chunks=None)
+    splits: list[int] = []
+    real_spread, real_pack = pipeline.spread_logical, ag_solve.pack
+
+    def counted(*args, **kwargs):
+        splits.append(1)
+        return real_spread(*args, **kwargs)
+
+    def slow_seeded(*args, **kwargs):
+        packed = real_pack(*args, **kwargs)
+        if args[5] is None:                                # shapes: cold's own packing
+            return packed
+        while True:                                        # the seeded packing overruns
+            burn = time.thread_time() + 0.01
+            while time.thread_time() < burn:
+                pass
+            anytime.check("a seeded packing made slow on purpose")
+
+    monkeypatch.setattr(pipeline, "spread_logical", counted)
+    monkeypatch.setattr(ag_solve, "spread_logical", counted, raising=False)
+    monkeypatch.setattr(ag_solve, "pack", slow_seeded)
+    monkeypatch.setattr(ag_solve, "_certified_guess", lambda run: None)
+    monkeypatch.setattr(ag_solve, "keep_or_reroute", lambda run, budget: None)
+    warm = mo.solve_allgather(topo, warm=old, max_chunks=None)
+    assert any("the packing seeded" in a.outcome for a in warm.report.attempts)
+    assert len(splits) == 1 and warm.stats["warm_route"] == "declined"
+    assert warm.rate_gbps == pytest.approx(cold.rate_gbps, rel=1e-9)
+    check_schedule(topo, warm)

@@ -124,6 +124,22 @@ def test_kernels_modes_of_the_product_synthesizer(monkeypatch):
         solver_synthesizer(kernels="later")
 
 
+def test_the_round_aware_synthesizer_imports_its_round_model_before_the_first_job():
+    """``solver_synthesizer(shallow=True)`` (real-rank controllers) imports the round model
+    of its AllToAll pick (:mod:`mccl_opt.lowering`) when it is built, whatever ``kernels``
+    says (``controller serve`` builds it ``lazy``, on its first schedule): inside the first
+    re-synthesis the import cost ~30 ms of CPU, 0.1 s of wall time on the loaded loop
+    (docs/executor.md, "Synthesis inside the loop").  A fresh process; the plain
+    synthesizer does not import it."""
+    code = ("import sys; from mccl_runtime.manager import solver_synthesizer; "
+            "solver_synthesizer(kernels='lazy'); print('mccl_opt.lowering.rounds' in sys.modules); "
+            "solver_synthesizer(shallow=True, kernels='lazy'); print('mccl_opt.lowering.rounds' in sys.modules)")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=120, check=True)
+    assert done.stdout.split() == ["False", "True"]
+
+
 def test_a_controller_loads_the_kernels_of_its_collectives_kinds():
     """``controller serve``'s eager/background load: AllToAll's kernels for ``alltoall``,
     AllGather's for every other kind (a reduce-scatter is an AllGather), all with none."""

@@ -15,7 +15,8 @@ forwarding-only schedule and switch removal can fail, so the chain is:
    ForestColl on the best *balanced restriction* ``c' <= c`` (:mod:`.restriction.balanced`: its cut
    bound is the forwarding-only optimum, found by a cutting-plane LP and certified in
    exact integers; at ``max_chunks=None`` on a symmetric fabric first the symmetry
-   quotient's master from the restriction seed's trees, :mod:`.quotient_stage`);
+   quotient's master from the restriction seed's trees,
+   :func:`.quotient_stages.by_seeded_quotient`);
    if that is not certified (or, with ``max_chunks=K``, rounds more
    than :data:`RESTRICTION_ROUNDING_GAP` below its optimum), the general method
    (:mod:`.general.method`), seeded with ForestColl's trees on the restriction and
@@ -56,8 +57,8 @@ from .fabric import fabric_of
 from .fewer_trees import fewer_trees
 from . import interim
 from .interim import rerated
-from .quotient_stage import by_quotient, by_seeded_quotient, symmetry_for
 from .restriction.stages import Restricted, restrict_recorded, solve_by_restriction
+from .quotient_stages import by_quotient, by_seeded_quotient, symmetry_of
 from .seed_first import seed_first
 from .stage import REACH_TOL, ForestColl, Trail
 from .forestcoll.pipeline import gbps
@@ -76,6 +77,7 @@ __all__ = ["RESTRICTION_ROUNDING_GAP", "cut_bound_gbps", "seed_once", "solve_by_
 #: on HPN 1x2x8 with one NVLink at 360 Gbps one way, where the general method rounds to
 #: 190.5; from 128 GPUs it stayed within 1 %)
 RESTRICTION_ROUNDING_GAP = 0.05
+
 
 def cut_bound_gbps(topo: Topology) -> float | None:
     """Phase 1's cut bound (the optimum were switches able to copy), ``None`` if it
@@ -207,7 +209,7 @@ def solve_unbalanced(topo: Topology, route: WarmRoute, backend: str,
         reached = weaker_stage()
         if reached is not None:             # no schedule exceeds the cut bound: optimal
             return reached
-    sym = symmetry_for(topo, max_chunks)
+    sym = symmetry_of(topo, max_chunks)
     quotient = by_quotient(topo, sym, backend, bound, trail)
     if quotient is not None:
         return quotient

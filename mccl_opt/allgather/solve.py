@@ -53,7 +53,8 @@ from .fewer_trees import fewer_trees
 from .first import MWU_MAX_GPUS, first_schedule
 from .first_images import averaged_first, image_seconds
 from .forestcoll.above_limit import pack_scaled
-from .forestcoll.pipeline import balanced_split, check_inputs, gbps, pack, phase_one_budget
+from .forestcoll.pipeline import (balanced_split, check_inputs, gbps, pack, phase_one_budget,
+                                  spread_logical)
 from .forestcoll.throughput import cut_upper_bound
 
 if TYPE_CHECKING:                                 # the general method loads on its first use
@@ -388,22 +389,30 @@ def _pack(run: Run, route: WarmRoute, balanced: Any, trail: Trail, most: float,
           siblings_last: bool = True, declinable: bool = False) -> Any:
     """Phases 2-3: seeded with the previous tree shapes on a warm route (a warm step,
     its repair searches sized to the allowance left, at most ``most`` seconds:
-    :meth:`.warm.route.WarmRoute.cold_cap`), else cold."""
+    :meth:`.warm.route.WarmRoute.cold_cap`), else cold.  Phase 2's spread split does not
+    depend on the previous trees, so on a warm route it is cold's own work, done once
+    before the warm step and reused by the cold fallback (it was redone there: a warm
+    solve declined in the seeded packing cost cold + its spread split + the allowance)."""
     arr = run.topo.arrays
+    spread = None
 
     def cold() -> Any:
         run.prev = None
         return pack(balanced.split, arr.rank_of, balanced.k, {}, run.stats, None,
                     fewer_chunks=run.max_chunks is not None, siblings_last=siblings_last,
-                    declinable=declinable)
+                    declinable=declinable, spread=spread)
 
     if run.prev is None:
         return cold()
+    t = time.perf_counter()
+    spread = spread_logical(balanced.split, arr.rank_of, siblings_last)
+    run.stats["phase2_s"] = time.perf_counter() - t
     return route.attempt("the packing seeded with the previous trees", Method.FORESTCOLL,
                          lambda _: pack(balanced.split, arr.rank_of, balanced.k, run.guides,
                                         run.stats, run.shapes,
                                         fewer_chunks=run.max_chunks is not None,
-                                        siblings_last=siblings_last, declinable=declinable),
+                                        siblings_last=siblings_last, declinable=declinable,
+                                        spread=spread),
                          cold, trail.attempts, most)
 
 

@@ -33,7 +33,8 @@ from ..fabric import fabric_of
 from .packing.growth_order import RAIL_FIRST_MIN_RANKS
 from .packing.scaled import PLAIN_FIRST_ENTRIES, SCALED_MIN_K, many_trees_pack, plain_pack
 from .removal.balancing import balance_switches
-from .removal.splitting import LogicalGraph, SplitGraph, split_all
+from .removal.exact_split import split_all
+from .removal.splitting import LogicalGraph, SplitGraph
 from .removal.guarded_spread import guarded_spread
 from .removal.spread import spread_split
 from .throughput import Fabric, PhaseOneResult, optimal_rate
@@ -272,6 +273,14 @@ def spread_logical(split: SplitGraph, rank_of: np.ndarray,
 REPAIR_VISITS_PER_ENTRY = 4
 
 
+#: at ``None`` the rail-first retry's repair searches stop after ``k·n²`` over this many
+#: tree visits (the few-trees packing follows): where it completed (leaf-spine 4x2x8
+#: plain and scrambled, fat-tree 4x2x2x8) it took 0-954 visits; where it failed
+#: (leaf-spine 6x2x8 and 8x2x8 with 4 spines) it ran out of chains at 0.36-0.39 ``k·n²``
+#: (0.18 s at 128 GPUs)
+RAIL_FIRST_VISITS_SHARE = 8
+
+
 def _pack_repair(lg: LogicalGraph, k: int, stats: dict[str, Any], shapes: Shapes | None,
                  rail_first: bool | None = None, plain: bool = True, capped: bool = False,
                  guarded: bool = False) -> tuple[list[TreeClass], Packing] | None:
@@ -293,6 +302,8 @@ def _pack_repair(lg: LogicalGraph, k: int, stats: dict[str, Any], shapes: Shapes
     fc = NO_FORECAST
     if k >= SCALED_MIN_K:
         visits = k * n * n
+    elif capped and rail_first:
+        visits = k * n * n // RAIL_FIRST_VISITS_SHARE
     elif capped:
         fc, visits = forecast(n, k)
     else:
@@ -345,14 +356,25 @@ TEST_FIRST_K = 64
 
 #: ... and below it from this many tree entries ``k·n²`` (a failing repair packing of the
 #: spread split of shared aggregation 2x16x8 at ``None`` before :mod:`.removal.siblings`,
-#: ``k = 41``: ~0.7 s CPU, the test ~0.02 s), the test on a sample of sinks only
+#: ``k = 41``: ~0.7 s CPU, the test ~0.02 s; of leaf-spine 8x2x8 with 4 spines, ``k = 41``,
+#: 672 k entries: 0.2-0.3 s, the sampled test ~0.01 s), the test on a sample of sinks only
 #: (:data:`TEST_FIRST_SINKS`): a failing sink proves no packing exists, a passing sample
 #: leaves it to the packing, which certifies itself (the whole sweep of a graph that
 #: passes, 0.5 s there, cost about as much as the packing)
-TEST_FIRST_ENTRIES = 1 << 21
+TEST_FIRST_ENTRIES = 1 << 19
 
 #: sinks of that first test, every ``n // TEST_FIRST_SINKS``-th rank
 TEST_FIRST_SINKS = 32
+
+
+#: from this many trees per root (the scaled packings' :data:`~.packing.scaled.SCALED_MIN_K`:
+#: the plain repair packing has then run to its ``k·n²`` visits, or runs after) the
+#: few-trees packing follows a failed repair packing at once, before the rail-first
+#: repair and the greedy portfolio: one-way and two-way narrow-NIC dragonfly 4x2x1x8 at
+#: ``None`` (``k = 103``) spent 0.10-0.19 s in each, both failing, before the few-trees
+#: packing packed the exact split in 0.04 s (docs/allgather.md, *Few-trees before the
+#: rail-first and greedy packings*)
+FEW_BEFORE_FAST_K = SCALED_MIN_K
 
 
 def _leave_to_next(k: int) -> None:
@@ -365,24 +387,31 @@ def _leave_to_next(k: int) -> None:
 
 def pack(split: SplitGraph, rank_of: np.ndarray, k: int, guides: dict[int, np.ndarray],
          stats: dict[str, Any], shapes: Shapes | None = None, fewer_chunks: bool = False,
-         siblings_last: bool = True, declinable: bool = False) -> Packed:
+         siblings_last: bool = True, declinable: bool = False,
+         spread: LogicalGraph | None = None) -> Packed:
     """Phases 2+3: spread split + fast packing; when the spread split broke the cut
     condition, the spread split with guarded pairings (:mod:`.removal.guarded_spread`), then
     exact splitting, and exact packing as the last fallback on at most
     :data:`EXACT_PACK_MAX_EDGES` tree edges (beyond: :class:`SolveError`, the chain's
     next method solves the fabric).  Under a limit the packings are sized to its time
-    left (:func:`_pack_repair`).  ``fewer_chunks`` (K): the few-trees packing only to
+    left (:func:`_pack_repair`).  From :data:`FEW_BEFORE_FAST_K` trees per root the
+    few-trees packing follows a failed repair packing before the rail-first and greedy
+    ones.  ``fewer_chunks`` (K): the few-trees packing only to
     ``FEW_TREES_CHEAP_ENTRIES``.  ``siblings_last=False``: the spread splits (plain and
     guarded) proportional (:func:`.removal.spread.spread_split`).  ``declinable``: a later
     method solves the fabric exactly (the weaker-direction fabric at ``max_chunks=None``,
     :func:`.chain.solve_unbalanced`): past ``FEW_TREES_CHEAP_ENTRIES`` only the spread
     split's first packing runs, then a :class:`SolveError` leaves the rest (the guarded
-    split, the plain, rail-first, greedy and exact packings, the exact split) to it."""
+    split, the plain, rail-first, greedy and exact packings, the exact split) to it.
+    ``spread``: ``spread_logical(split, rank_of, siblings_last)`` when the caller has it
+    (timed in ``stats["phase2_s"]`` by the caller; no packer changes it): a warm solve's
+    cold fallback reuses the seeded packing's Phase 2."""
     progress.update("AllGather phase 2: switch removal")
-    t = time.perf_counter()
-    lg = spread_logical(split, rank_of, siblings_last)
-    kind = SplitKind.SPREAD
-    stats["phase2_s"] = time.perf_counter() - t
+    if spread is None:
+        t = time.perf_counter()
+        spread = spread_logical(split, rank_of, siblings_last)
+        stats["phase2_s"] = time.perf_counter() - t
+    lg, kind = spread, SplitKind.SPREAD
     progress.update("AllGather phase 3: tree packing")
     t = time.perf_counter()
     # Phase 3 and the mapping take about as long as Phase 2 or longer (HPN 1024 GPUs:
@@ -390,6 +419,9 @@ def pack(split: SplitGraph, rank_of: np.ndarray, k: int, guides: dict[int, np.nd
     anytime.check_room("Phase 3: before the repair packing", stats["phase2_s"])
     # the plain repair packing may search for seconds there: the few-trees one goes first
     late_plain = k >= SCALED_MIN_K and k * lg.num_gpus ** 2 > PLAIN_FIRST_ENTRIES
+    # from SCALED_MIN_K the plain repair packing has had its k·n² visits (or comes after):
+    # the few-trees packing goes before the rail-first and greedy ones (FEW_BEFORE_FAST_K)
+    few_next = k >= FEW_BEFORE_FAST_K
     cheap = k * lg.num_gpus ** 2 <= FEW_TREES_CHEAP_ENTRIES
     few = not (fewer_chunks or declinable) or cheap
     # at None the exact few-trees packing follows a failed repair packing, so its searches
@@ -419,7 +451,7 @@ def pack(split: SplitGraph, rank_of: np.ndarray, k: int, guides: dict[int, np.nd
             anytime.check("Phase 3: before the repair packing of the guarded split")
             found = _pack_repair(lg, k, stats, shapes, plain=not late_plain, capped=capped,
                                  guarded=True)
-    if found is None and admits and late_plain and few:
+    if found is None and admits and few_next and few:
         lg, kind, found = _few_trees(split, rank_of, k, stats, lg, kind)
     if found is None and declinable and not cheap:
         # the plain, rail-first and greedy packings that follow cost 0.3-0.5 s each at
@@ -435,13 +467,13 @@ def pack(split: SplitGraph, rank_of: np.ndarray, k: int, guides: dict[int, np.nd
                              guarded=kind is SplitKind.GUARDED)
     # on a tight graph the greedy portfolio must use every unit and fails (leaf-spine 8x2x8
     # with 4 spines at None: 0.9 s); the exact few-trees packing goes first, greedy after
-    few_first = found is None and admits and not late_plain and few and capped and tight(lg, k)
+    few_first = found is None and admits and not few_next and few and capped and tight(lg, k)
     if few_first:
         lg, kind, found = _few_trees(split, rank_of, k, stats, lg, kind)
     if found is None:
         anytime.check("Phase 3: before the greedy packing")
         found = _pack_greedy(lg, k, guides)
-    if found is None and admits and not late_plain and few and not few_first:
+    if found is None and admits and not few_next and few and not few_first:
         lg, kind, found = _few_trees(split, rank_of, k, stats, lg, kind)
     if found is None and not admits:
         anytime.check("Phase 2: before the exact split")

@@ -22,6 +22,8 @@ for it with one max-flow per tree edge (dragonfly 4x4x1x8: 128 GPUs, one tree pe
 6 500 max-flows of ~110 µs).  The minimal tight set holding ``v`` is the set of GPUs that
 reach ``v`` in the residual network of a maximum flow ``s -> v`` (``s -> r``:
 ``roots[r]``), tight sets being closed under intersection (the slack is submodular).
+On a tight graph (every node's in-units are the roots outside it) each node is its own
+minimal tight set; :func:`maximal_tight_sets` then takes the largest ones instead.
 """
 
 from __future__ import annotations
@@ -34,8 +36,8 @@ from numba import njit
 from ..maxflow import INF, FlowNetwork
 from .trees import TreeClass
 
-__all__ = ["Problem", "Decomposition", "minimal_tight_sets", "decompose",
-           "CONTRACT_MIN_GPUS"]
+__all__ = ["Problem", "Decomposition", "proper_tight_sets", "minimal_tight_sets",
+           "maximal_tight_sets", "decompose", "CONTRACT_MIN_GPUS"]
 
 #: :attr:`Problem.links` of an inner problem's ``O -> v`` links and of its ``r -> O``
 #: links (``roots[r]`` units: a tree rooted in the set reaches ``O`` from its root, so
@@ -83,6 +85,17 @@ def _reaching(n_tot, start, arcs, head, res, t, mark, queue):
                     qt += 1
 
 
+def proper_tight_sets(p: Problem, checks: np.ndarray) -> list[np.ndarray] | None:
+    """Disjoint proper tight sets of ``p`` to split its packing along: the minimal ones
+    (:func:`minimal_tight_sets`); where there are none but a node is its own minimal tight
+    set (its in-units are the roots outside it), the largest (:func:`maximal_tight_sets`:
+    a proper tight set all of whose nodes are tight alone has no proper minimal one).
+    ``None`` when the graph admits no packing."""
+    sets = minimal_tight_sets(p, checks)
+    alone = np.bincount(p.head, weights=p.units, minlength=p.n) == p.roots.sum() - p.roots
+    return maximal_tight_sets(p, checks) if sets == [] and alone.any() else sets
+
+
 def minimal_tight_sets(p: Problem, checks: np.ndarray) -> list[np.ndarray] | None:
     """Disjoint proper tight sets (``2 <= |S| <= n - 2``), the largest minimal ones first
     (module doc); ``None`` when a sink's flow is below ``R``: the graph admits no
@@ -98,7 +111,8 @@ def minimal_tight_sets(p: Problem, checks: np.ndarray) -> list[np.ndarray] | Non
     mark = np.zeros(p.n + 2, np.bool_)
     queue = np.zeros(p.n + 2, np.int64)
     found: dict[bytes, np.ndarray] = {}
-    covered = np.zeros(p.n, np.bool_)
+    # a node whose in-units are the roots outside it is its own minimal tight set
+    covered = np.bincount(p.head, weights=p.units, minlength=p.n) == total - p.roots
     for v in range(p.n):
         if covered[v]:                      # inside a tight set found: its own is inside it
             continue
@@ -113,7 +127,49 @@ def minimal_tight_sets(p: Problem, checks: np.ndarray) -> list[np.ndarray] | Non
         if 2 <= members.size <= p.n - 2:
             found.setdefault(members.tobytes(), members)
             covered[members] = True
-    taken = np.zeros(p.n, np.bool_)
+    return _disjoint(p.n, found)
+
+
+def maximal_tight_sets(p: Problem, checks: np.ndarray) -> list[np.ndarray] | None:
+    """Disjoint proper tight sets, the largest first, each the largest tight set holding a
+    node ``v`` and not the node ``x`` half the nodes on: the sink side of a maximum flow
+    ``s -> v`` with ``s -> x`` unbounded, taken farthest from ``s`` (tight sets holding
+    ``v`` are closed under union while they miss ``x``; a flow of ``R`` then cuts exactly
+    at the tight sets).  Where every node is its own minimal tight set (a tight graph:
+    the exact split of leaf-spine 8x2x8 with 4 spines, whose halves, leaves and hosts are
+    tight) :func:`minimal_tight_sets` finds nothing proper, this does.  One max-flow per
+    node outside the sets found so far, counted in ``checks[0]``; ``None`` when a flow is
+    below ``R`` (the graph admits no packing).  A set is kept only if its slack,
+    computed, is 0."""
+    net = FlowNetwork(p.n, p.tail, p.head)
+    caps = net.caps()
+    caps[: net.m] = p.units
+    caps[net.s_arc0: net.s_arc0 + p.n] = p.roots
+    total = int(p.roots.sum())
+    found: dict[bytes, np.ndarray] = {}
+    covered = np.zeros(p.n, np.bool_)
+    for v in range(p.n):
+        if covered[v]:
+            continue
+        x = (v + p.n // 2) % p.n
+        caps[net.s_arc0 + x], caps[net.t_arc0 + v] = INF, INF
+        checks[0] += 1
+        flow = net.max_flow(caps, total)
+        caps[net.s_arc0 + x], caps[net.t_arc0 + v] = p.roots[x], 0
+        if flow < total:
+            return None
+        side = ~net.source_side()
+        members = np.flatnonzero(side)
+        into = int(p.units[side[p.head] & ~side[p.tail]].sum())
+        if 2 <= members.size <= p.n - 2 and into == total - int(p.roots[side].sum()):
+            found.setdefault(members.tobytes(), members)
+            covered[members] = True
+    return _disjoint(p.n, found)
+
+
+def _disjoint(n: int, found: dict[bytes, np.ndarray]) -> list[np.ndarray]:
+    """The largest of ``found`` first, each kept if it meets none kept before."""
+    taken = np.zeros(n, np.bool_)
     chosen = []
     for members in sorted(found.values(), key=lambda s: (-s.size, int(s[0]))):
         if not taken[members].any():
@@ -185,11 +241,9 @@ class Decomposition:
         queue[0][1] -= q
         if queue[0][1] == 0:
             queue.pop(0)
-        row[nodes] = -1
-        for v in range(inner.n - 1):
-            arc = int(c.parent_arc[v])
-            if arc >= 0:
-                row[nodes[v]] = a if inner.links[arc] == ENTRY else int(inner.links[arc])
+        arcs = c.parent_arc[: inner.n - 1]
+        links = inner.links[np.maximum(arcs, 0)]
+        row[nodes] = np.where(arcs < 0, -1, np.where(links == ENTRY, a, links))
         return q, (-1 if a >= 0 else int(nodes[c.root]))
 
 

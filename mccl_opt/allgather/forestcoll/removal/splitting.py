@@ -16,7 +16,8 @@ into ``α`` units of a logical link ``u -> t``.
 * **Exact greedy** (fallback, ForestColl): pairs ``(u, t)`` in order, each split by the
   largest amount the two families of dangerous cuts allow (``S ∋ w, u,t ∉ S`` and
   ``S ∌ w, u,t ∈ S``), each bounded by one max-flow per GPU.  By Mader's splitting
-  theorem this completes on a balanced fabric and keeps every cut condition.
+  theorem this completes on a balanced fabric and keeps every cut condition
+  (:mod:`.exact_split`).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from mccl_opt.errors import SolveError
 from .bundles import Bundles
 from ..maxflow import INF, FlowNetwork
 
-__all__ = ["LogicalGraph", "SplitGraph", "cut_slack", "keeps_cuts", "split_all", "switch_order",
+__all__ = ["LogicalGraph", "SplitGraph", "cut_slack", "keeps_cuts", "switch_order",
            "fewest_links_first", "gpu_links", "peel", "simple_path"]
 
 Bundle = list  # list of [path (tuple of node indices), units]
@@ -256,78 +257,6 @@ def fewest_links_first(g: SplitGraph) -> list[int]:
         links[b] += 1
     sw = np.flatnonzero(g.is_switch)
     return sw[np.lexsort((sw, links[sw]))].tolist()
-
-
-class _TightSets:
-    """Node sets found tight (``units(δ⁻(S)) <= k |V_c \\ S|``) by the exact split's
-    checks.  Neither a split (``u -> w -> t`` becomes ``u -> t``) nor a reduction raises
-    a cut, so a tight set stays tight for the whole split and rules out splitting off
-    ``w`` any pair ``(u, t)`` with ``w`` inside and both ends outside, or ``w`` outside and
-    both ends inside (the split would cut into it), without a max-flow."""
-
-    def __init__(self, n: int) -> None:
-        self.sets = np.zeros((0, n), bool)
-
-    def add(self, side: np.ndarray) -> None:
-        self.sets = np.vstack([self.sets, side[None, :]])
-
-    def rule_out(self, u: int, w: int, t: int) -> bool:
-        at_w, at_u, at_t = self.sets[:, w], self.sets[:, u], self.sets[:, t]
-        return bool(((at_w & ~at_u & ~at_t) | (~at_w & at_u & at_t)).any())
-
-
-def _exact_split(g: SplitGraph, w: int, tight: _TightSets) -> bool:
-    """ForestColl's greedy maximal splitting of ``w``, repeated while a pass makes
-    progress (a split can make an earlier pair splittable again); ``False`` if arcs
-    remain.  One flow network per switch: the arcs with units plus every pair ``u -> t``
-    a split of ``w`` can create (zero units until then), so a split only updates three
-    capacities (leaf-spine 4x2x8's exact split: 815 networks built in Python -> 14)."""
-    ends = [(u, t) for u in g.ins.get(w, ()) for t in g.outs.get(w, ()) if u != t]
-    keys = sorted(set(g.units) | set(ends))
-    net = FlowNetwork(g.n, np.array([a for a, _ in keys], np.int64),
-                      np.array([b for _, b in keys], np.int64))
-    caps = np.array([g.units.get(key, 0) for key in keys], np.int64)
-    index = {key: i for i, key in enumerate(keys)}
-    while g.in_arcs(w) and _split_pass(g, w, net, caps, index, tight):
-        pass
-    return not g.in_arcs(w) and not g.out_arcs(w)
-
-
-def _split_pass(g: SplitGraph, w: int, net: FlowNetwork, caps: np.ndarray,
-                index: dict[tuple[int, int], int], tight: _TightSets) -> bool:
-    """One pass over the pairs ``(u, t)`` of ``w``; ``True`` if anything was split.
-    ``net``, ``caps``: :func:`_exact_split`'s network, kept equal to ``g``'s units.
-    A check that finds nothing to split leaves a tight set (the sink side of its
-    minimum cut: ``S ∋ w`` with ``u, t ∉ S``, or ``S ∌ w`` with ``u, t ∈ S``), kept in
-    ``tight`` to rule out later pairs without a max-flow (leaf-spine 4x2x8 with a NIC at
-    360 Gbps one way: 1 312 -> 758 sweeps)."""
-    progress = False
-    for (u, _) in g.in_arcs(w):
-        for (_, t) in g.out_arcs(w):
-            if (u, w) not in g.units:
-                break
-            if (w, t) not in g.units or tight.rule_out(u, w, t):
-                continue
-            want = min(g.units[(u, w)], g.units[(w, t)])
-            s_a = cut_slack(g, net, caps, sorted({u, t}), [w], want)
-            s_b = cut_slack(g, net, caps, [w], sorted({u, t}), want) if s_a > 0 else 0
-            if min(s_a, s_b) <= 0:
-                tight.add(net.sink_side())
-                continue
-            amount = min(want, s_a, s_b)
-            g.split(u, w, t, amount)
-            for key in ((u, w), (w, t), (u, t)):
-                if key in index:                      # (u, u): a loop is dropped
-                    caps[index[key]] = g.units.get(key, 0)
-            progress = True
-    return progress
-
-
-def split_all(g: SplitGraph) -> bool:
-    """Split off every switch by the exact greedy (module docstring); ``False`` when it
-    could not complete a switch."""
-    tight = _TightSets(g.n)
-    return all(_exact_split(g, w, tight) for w in switch_order(g))
 
 
 @dataclass

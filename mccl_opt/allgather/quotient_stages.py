@@ -1,10 +1,9 @@
-"""The symmetry quotient's two stages of the AllGather chain (:mod:`.chain`, at
+"""The symmetry-quotient stages of the AllGather method chain (:mod:`.chain`, step 1, at
 ``max_chunks=None``; docs/allgather.md "Symmetric quotient", "Seeded quotient"): the
-general method on the quotient of the fabric by its automorphisms (:func:`by_quotient`,
-before the balanced restriction), and the same master started from the restriction
-seed's trees and stopped at the restriction's certified optimum
-(:func:`by_seeded_quotient`, after it).  :func:`symmetry_for` finds the group once for
-both, declining before its elements are listed where neither could run."""
+fabric's automorphism group, found once per solve (:func:`symmetry_of`), the quotient's
+column generation from its own cheapest trees before the balanced restriction
+(:func:`by_quotient`), and from the restriction seed's trees, stopped at the restriction's
+certified optimum, once the restriction is known (:func:`by_seeded_quotient`)."""
 
 from __future__ import annotations
 
@@ -16,17 +15,17 @@ import numpy as np
 from .. import anytime, progress
 from ..schedule import Schedule
 from ..topology import Topology
-from .restriction.stages import Restricted
 from .stage import Trail
-from .warm.route import WarmRoute
 
 if TYPE_CHECKING:                          # imported by the functions that use them
     from .general.restriction_seed import RestrictionSeed
     from .general.symmetry import Symmetry
+    from .restriction.stages import Restricted
+    from .warm.route import WarmRoute
 
 __all__ = ["QUOTIENT_MIN_GPUS", "QUOTIENT_MIN_SHRINK", "QUOTIENT_MAX_COST",
            "SEEDED_QUOTIENT_MIN_SHRINK", "SEEDED_QUOTIENT_ROUNDS", "SEEDED_QUOTIENT_MAX_COPIES",
-           "symmetry_for", "by_quotient", "by_seeded_quotient"]
+           "symmetry_of", "by_quotient", "by_seeded_quotient"]
 
 #: the symmetry quotient (:func:`by_quotient`) is tried from this many GPUs at
 #: ``max_chunks=None`` (shared aggregation 2x8x8 with a NIC slowed one way: 0.3 s against
@@ -73,7 +72,6 @@ SEEDED_QUOTIENT_ROUNDS = 20
 SEEDED_QUOTIENT_MAX_COPIES = 10_000
 
 
-
 def _too_big(topo: Topology, shrink: int, max_cost: float = np.inf) -> Callable[[int, int], bool]:
     """Whether a quotient of ``rows`` rows (link and root orbits) and ``roots`` root
     orbits is too big: its rows above a ``shrink``-th of the master's, or its predicted
@@ -93,7 +91,7 @@ def _too_many_copies(roots: int, pieces: int) -> bool:
     return 2 * roots * pieces > SEEDED_QUOTIENT_MAX_COPIES
 
 
-def symmetry_for(topo: Topology, max_chunks: int | None) -> Symmetry | None:
+def symmetry_of(topo: Topology, max_chunks: int | None) -> Symmetry | None:
     """At ``max_chunks=None`` on a fabric of at least :data:`QUOTIENT_MIN_GPUS` GPUs, its
     automorphism group (:func:`.general.symmetry.find_symmetry`) when a quotient could
     run: the unseeded one (:func:`by_quotient`) or the seeded one, whose rows are at most
@@ -114,7 +112,7 @@ def symmetry_for(topo: Topology, max_chunks: int | None) -> Symmetry | None:
 
 def by_quotient(topo: Topology, sym: Symmetry | None, backend: str, bound: float | None,
                  trail: Trail) -> Schedule | None:
-    """With the fabric's symmetry ``sym`` (:func:`symmetry_for`) whose quotient shrinks the
+    """With the fabric's symmetry ``sym`` (:func:`symmetry_of`) whose quotient shrinks the
     master's rows at least :data:`QUOTIENT_MIN_SHRINK`-fold, to a predicted cost of at
     most :data:`QUOTIENT_MAX_COST`: the general method on the symmetry quotient
     (:mod:`.general.quotient`), when it certifies the forwarding-only optimum; else
@@ -137,7 +135,7 @@ def by_quotient(topo: Topology, sym: Symmetry | None, backend: str, bound: float
 def by_seeded_quotient(topo: Topology, sym: Symmetry | None, restricted: Restricted | None,
                         seed: Callable[[], RestrictionSeed | None], route: WarmRoute,
                         backend: str, bound: float | None, trail: Trail) -> Schedule | None:
-    """With the fabric's symmetry ``sym`` (:func:`symmetry_for`) and a certified balanced
+    """With the fabric's symmetry ``sym`` (:func:`symmetry_of`) and a certified balanced
     restriction ``restricted``: the symmetry quotient's column generation
     started from the restriction seed ``seed()``'s trees and stopped at the restriction's
     optimum (the forwarding-only optimum) within :data:`SEEDED_QUOTIENT_ROUNDS` rounds,
@@ -163,7 +161,8 @@ def by_seeded_quotient(topo: Topology, sym: Symmetry | None, restricted: Restric
                            max_rounds=SEEDED_QUOTIENT_ROUNDS,
                            max_copies=SEEDED_QUOTIENT_MAX_COPIES)
     found = trail.general(t, sched, "the symmetry quotient from the restriction seed did not "
-                          "reach c''s optimum or expands to too many trees", "seeded symmetry quotient: reaches c''s optimum")
+                          "reach c''s optimum or expands to too many trees",
+                          "seeded symmetry quotient: reaches c''s optimum")
     if found is not None and route.active:
         route.decline("the symmetry quotient from the restriction seed reached c''s optimum "
                       "(cold's path)")
