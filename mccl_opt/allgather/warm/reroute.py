@@ -59,6 +59,11 @@ FREE_TRIES = 32
 REROUTE_S_PER_PATH = 1.5e-7
 #: ... and per tree slot (trees x GPUs: copied and edited arrays; HPN 8x16 1009 x 128, 6-8 ms)
 REROUTE_S_PER_SLOT = 5e-8
+#: ... and per candidate path a chain may weigh (:func:`_chain_work` of every crossing
+#: edge; SuperPOD 2x2x8 one way: 973k paths, 0.017 s past the first choices' 0.005 s;
+#: where rerouting succeeds the chains weigh fewer: 1e-8-2e-8 s per path counted is the
+#: costliest measured, docs/allgather.md *One budget for a declined warm solve*)
+REROUTE_S_PER_CHAIN_PATH = 1e-8
 #: the cold solve's CPU seconds per entry ``k·n²`` of its packing, at least (the fuzz's
 #: K=10 states: 5e-7 shared aggregation 80 GPUs to 2e-6 HPN 128 GPUs)
 COLD_S_PER_ENTRY = 5e-7
@@ -522,12 +527,15 @@ def _with_neighbours(topo: Topology, ranks: np.ndarray) -> np.ndarray:
 
 
 def reroute(forest: PhysicalForest, topo: Topology, cap_q: np.ndarray, k: int,
-            target: Fraction, cold_s: float | None = None) -> Rerouted | None:
+            target: Fraction, cold_s: float | None = None, spent_s: float = 0.0
+            ) -> Rerouted | None:
     """``forest``, requantized to ``k`` unit trees per root, rerouted to carry
     ``target`` (quanta per root) on capacities ``cap_q`` (quanta per link of ``topo``,
     which must have the forest's nodes and links), or ``None`` if some link stays over
     capacity (module docstring).  ``cold_s``: the cold solve's CPU seconds where better
-    known than :func:`predicted_cold_seconds` (:func:`calibrated_cold_seconds`)."""
+    known than :func:`predicted_cold_seconds` (:func:`calibrated_cold_seconds`);
+    ``spent_s``: CPU seconds the solve's warm steps spent before this call, counted
+    against the same cap (one budget for the whole warm path)."""
     forest = requantized(forest, k)
     unit = target / forest.k
     if int(cap_q.max()) * unit.denominator >= 1 << 62:
@@ -547,10 +555,10 @@ def reroute(forest: PhysicalForest, topo: Topology, cap_q: np.ndarray, k: int,
     trees = forest.roots.size
     reroute_s, cold_k = predicted_seconds(paths, cand_v, trees, k, topo.num_gpus)
     cold_s = cold_k if cold_s is None else min(cold_s, cold_k)
-    cap_s = max(REROUTE_FLOOR_S, REROUTE_COLD_SHARE * cold_s)
+    cap_s = max(REROUTE_FLOOR_S, REROUTE_COLD_SHARE * cold_s) - spent_s
     if reroute_s > cap_s:
         raise RerouteCostlier(f"rerouting {trees} previous trees is predicted at {reroute_s:.2g} s "
-                              f"CPU, a cold solve at {cold_s:.2g} s")
+                              f"CPU, a cold solve at {cold_s:.2g} s ({spent_s:.2g} s spent warm)")
     cpu_by = time.thread_time() + cap_s
     # splits divide multiplicities (at most k·N trees) and memory caps the slots; a
     # first try leaves room for a quarter more trees, a second (same moves, as the
@@ -574,13 +582,19 @@ def reroute(forest: PhysicalForest, topo: Topology, cap_q: np.ndarray, k: int,
 def predicted_seconds(paths: Paths, cand_v: np.ndarray, trees: int, k: int, n: int
                       ) -> tuple[float, float]:
     """``(rerouting, cold)`` predicted CPU seconds: the passes' first choices weigh every
-    candidate path into each crossing edge's head (:data:`REROUTE_S_PER_PATH`) over
+    candidate path into each crossing edge's head (:data:`REROUTE_S_PER_PATH`), the
+    chains those and the paths into their tails (:data:`REROUTE_S_PER_CHAIN_PATH`), over
     ``trees x n`` slots (:data:`REROUTE_S_PER_SLOT`); cold packs ``k`` trees per root
     (:data:`COLD_S_PER_ENTRY` per ``k·n²``).  Rerouting's work scales with the previous
     schedule and its damage, cold's with this state's budget."""
-    first = int((paths.into_start[cand_v + 1] - paths.into_start[cand_v]).sum())
-    return (first * REROUTE_S_PER_PATH + trees * n * REROUTE_S_PER_SLOT,
-            predicted_cold_seconds(k, n))
+    start = paths.into_start
+    first = int((start[cand_v + 1] - start[cand_v]).sum())
+    # _chain_work per rank: 1 + the in-paths of the tail, summed over its in-paths
+    per_path = 1 + (start[1:] - start[:-1])[paths.tail[paths.into]]
+    upto = np.concatenate(([0], np.cumsum(per_path)))
+    chain = int((upto[start[cand_v + 1]] - upto[start[cand_v]]).sum())
+    return (first * REROUTE_S_PER_PATH + chain * REROUTE_S_PER_CHAIN_PATH
+            + trees * n * REROUTE_S_PER_SLOT, predicted_cold_seconds(k, n))
 
 
 def predicted_cold_seconds(k: int, n: int) -> float:
