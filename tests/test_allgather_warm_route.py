@@ -317,6 +317,45 @@ def test_rerouting_is_sized_by_the_previous_cold_solve(monkeypatch):
     check_schedule(topo, warm)
 
 
+def test_rerouting_counts_the_warm_steps_already_spent(monkeypatch):
+    """One budget for the warm path: rerouting's cap is what is left of it after the
+    solve's earlier warm steps (``WarmRoute.spent``), so with the cap spent before it the
+    route is declined before any rerouting pass, where the same state is rerouted
+    otherwise; the schedule is cold's."""
+    base = hpn(1, 2, 4)
+    old = mo.solve_allgather(base, max_chunks=None)
+    topo = base.with_capacity(HALVED)
+    paid = mo.solve_allgather(topo, warm=old, max_chunks=None)
+    assert paid.report.warm is WarmUse.REROUTED
+    passes = []
+    monkeypatch.setattr(reroute_mod, "_edit", lambda *args: passes.append(1))
+    monkeypatch.setattr(warm_route.WarmRoute, "spent", lambda self, since: 1e3)
+    warm = mo.solve_allgather(topo, warm=old, max_chunks=None)
+    assert passes == [] and warm.report.warm is WarmUse.DECLINED
+    assert "spent warm" in warm.stats["warm_declined"]
+    assert warm.rate_gbps == pytest.approx(paid.rate_gbps, rel=1e-9)
+    check_schedule(topo, warm)
+
+
+def test_the_rerouting_forecast_counts_the_chain_searches(monkeypatch):
+    """The forecast's chain term is :func:`reroute._chain_work` summed over the crossing
+    edges (repeated heads counted each time), the work the chain search may weigh."""
+    rng = np.random.default_rng(5)
+    n, m = 9, 40
+    head = rng.integers(0, n, m)
+    into = np.argsort(head, kind="stable").astype(np.int64)
+    into_start = np.zeros(n + 1, np.int64)
+    np.cumsum(np.bincount(head, minlength=n), out=into_start[1:])
+    tail = rng.integers(0, n, m).astype(np.int64)
+    paths = reroute_mod.Paths(np.arange(m + 1), np.zeros(m, np.int64), tail, into_start, into)
+    cand_v = rng.integers(0, n, 15).astype(np.int64)
+    for name in ("REROUTE_S_PER_PATH", "REROUTE_S_PER_SLOT"):
+        monkeypatch.setattr(reroute_mod, name, 0.0)
+    monkeypatch.setattr(reroute_mod, "REROUTE_S_PER_CHAIN_PATH", 1.0)
+    chain, _ = reroute_mod.predicted_seconds(paths, cand_v, 3, 1, n)
+    assert chain == sum(reroute_mod._chain_work(int(v), paths) for v in cand_v) > 0
+
+
 def test_a_warm_stage_counts_cpu_seconds_not_wall():
     """A warm stage is a budget of this thread's CPU seconds: waiting (a loaded machine,
     modelled by a sleep) does not spend it, computing does."""
