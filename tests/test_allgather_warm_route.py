@@ -321,7 +321,8 @@ def test_rerouting_counts_the_warm_steps_already_spent(monkeypatch):
     """One budget for the warm path: rerouting's cap is what is left of it after the
     solve's earlier warm steps (``WarmRoute.spent``), so with the cap spent before it the
     route is declined before any rerouting pass, where the same state is rerouted
-    otherwise; the schedule is cold's."""
+    otherwise (no floor here: rerouting keeps its own 5 ms); the schedule is cold's."""
+    monkeypatch.setattr(reroute_mod, "REROUTE_FLOOR_S", 0.0)
     base = hpn(1, 2, 4)
     old = mo.solve_allgather(base, max_chunks=None)
     topo = base.with_capacity(HALVED)

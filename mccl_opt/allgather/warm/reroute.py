@@ -535,7 +535,8 @@ def reroute(forest: PhysicalForest, topo: Topology, cap_q: np.ndarray, k: int,
     capacity (module docstring).  ``cold_s``: the cold solve's CPU seconds where better
     known than :func:`predicted_cold_seconds` (:func:`calibrated_cold_seconds`);
     ``spent_s``: CPU seconds the solve's warm steps spent before this call, counted
-    against the same cap (one budget for the whole warm path)."""
+    against the same cap (one budget for the whole warm path), except the floor
+    :data:`REROUTE_FLOOR_S`, rerouting's own where the 20 ms target leaves room."""
     forest = requantized(forest, k)
     unit = target / forest.k
     if int(cap_q.max()) * unit.denominator >= 1 << 62:
@@ -555,7 +556,7 @@ def reroute(forest: PhysicalForest, topo: Topology, cap_q: np.ndarray, k: int,
     trees = forest.roots.size
     reroute_s, cold_k = predicted_seconds(paths, cand_v, trees, k, topo.num_gpus)
     cold_s = cold_k if cold_s is None else min(cold_s, cold_k)
-    cap_s = max(REROUTE_FLOOR_S, REROUTE_COLD_SHARE * cold_s) - spent_s
+    cap_s = max(REROUTE_FLOOR_S, REROUTE_COLD_SHARE * cold_s - spent_s)
     if reroute_s > cap_s:
         raise RerouteCostlier(f"rerouting {trees} previous trees is predicted at {reroute_s:.2g} s "
                               f"CPU, a cold solve at {cold_s:.2g} s ({spent_s:.2g} s spent warm)")
