@@ -320,17 +320,19 @@ def test_rerouting_is_sized_by_the_previous_cold_solve(monkeypatch):
 def test_rerouting_counts_the_warm_steps_already_spent(monkeypatch):
     """One budget for the warm path: rerouting's cap is what is left of it after the
     solve's earlier warm steps (``WarmRoute.spent``), so with the cap spent before it the
-    route is declined before any rerouting pass, where the same state is rerouted
-    otherwise (no floor here: rerouting keeps its own 5 ms); the schedule is cold's."""
+    route is declined before any rerouting pass, where the same state (a cold solve
+    made costly, no floor) is rerouted otherwise; the schedule is cold's."""
     monkeypatch.setattr(reroute_mod, "REROUTE_FLOOR_S", 0.0)
+    monkeypatch.setattr(reroute_mod, "COLD_S_PER_ENTRY", 1.0)
     base = hpn(1, 2, 4)
     old = mo.solve_allgather(base, max_chunks=None)
+    old.report = dataclasses.replace(old.report, cold_seconds=1e3, cold_cpu_seconds=1e3)
     topo = base.with_capacity(HALVED)
     paid = mo.solve_allgather(topo, warm=old, max_chunks=None)
     assert paid.report.warm is WarmUse.REROUTED
     passes = []
     monkeypatch.setattr(reroute_mod, "_edit", lambda *args: passes.append(1))
-    monkeypatch.setattr(warm_route.WarmRoute, "spent", lambda self, since: 1e3)
+    monkeypatch.setattr(warm_route.WarmRoute, "spent", lambda self, since: 1e6)
     warm = mo.solve_allgather(topo, warm=old, max_chunks=None)
     assert passes == [] and warm.report.warm is WarmUse.DECLINED
     assert "spent warm" in warm.stats["warm_declined"]
