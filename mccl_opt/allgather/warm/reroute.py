@@ -372,6 +372,28 @@ def _chain_work(v, P):
 
 
 @njit(cache=True)
+def _chain_forecast(cand_v, P, load, cap):
+    """The candidate paths the chain search may weigh (:func:`_chain_work`) for the
+    crossing edges into ranks ``cand_v`` none of whose in-paths has room on every link
+    (a first choice would take such a path; only where none has room the chains run)."""
+    work = 0
+    for v in cand_v:
+        roomy = False
+        for qi in range(P.into_start[v], P.into_start[v + 1]):
+            q = P.into[qi]
+            roomy = True
+            for e in range(P.start[q], P.start[q + 1]):
+                if load[P.links[e]] >= cap[P.links[e]]:
+                    roomy = False
+                    break
+            if roomy:
+                break
+        if not roomy:
+            work += _chain_work(v, P)
+    return work
+
+
+@njit(cache=True)
 def _reroute_edges(T, num_trees, P, L, cand_t, cand_v, first, room_calls, max_work):
     """Move every candidate edge ``(t, v)`` from index ``first`` on whose path crosses
     an over-capacity link (module docstring).  First choice: a parent outside ``v``'s
@@ -534,9 +556,12 @@ def reroute(forest: PhysicalForest, topo: Topology, cap_q: np.ndarray, k: int,
     which must have the forest's nodes and links), or ``None`` if some link stays over
     capacity (module docstring).  ``cold_s``: the cold solve's CPU seconds where better
     known than :func:`predicted_cold_seconds` (:func:`calibrated_cold_seconds`);
-    ``spent_s``: CPU seconds the solve's warm steps spent before this call, counted
-    against the same cap (one budget for the whole warm path), except the floor
-    :data:`REROUTE_FLOOR_S`, rerouting's own where the 20 ms target leaves room."""
+    ``spent_s``: CPU seconds the solve's warm steps spent before this call: the passes
+    stop (:class:`RerouteCostlier`) once they and those reach the cap, one budget for
+    the whole warm path (the floor :data:`REROUTE_FLOOR_S` is rerouting's own, where
+    the 20 ms target leaves room); the forecast alone is held to the whole cap (a
+    forecast high by the seconds spent declined HPN 1x16x8 after Fail3, rerouted in
+    4 ms against a 17 ms cold solve)."""
     forest = requantized(forest, k)
     unit = target / forest.k
     if int(cap_q.max()) * unit.denominator >= 1 << 62:
@@ -554,13 +579,14 @@ def reroute(forest: PhysicalForest, topo: Topology, cap_q: np.ndarray, k: int,
     paths = _candidate_paths(table, heads, topo.num_gpus)
 
     trees = forest.roots.size
-    reroute_s, cold_k = predicted_seconds(paths, cand_v, trees, k, topo.num_gpus)
+    reroute_s, cold_k = predicted_seconds(paths, cand_v, Units(load, cap), trees, k,
+                                          topo.num_gpus)
     cold_s = cold_k if cold_s is None else min(cold_s, cold_k)
-    cap_s = max(REROUTE_FLOOR_S, REROUTE_COLD_SHARE * cold_s - spent_s)
+    cap_s = max(REROUTE_FLOOR_S, REROUTE_COLD_SHARE * cold_s)
     if reroute_s > cap_s:
         raise RerouteCostlier(f"rerouting {trees} previous trees is predicted at {reroute_s:.2g} s "
-                              f"CPU, a cold solve at {cold_s:.2g} s ({spent_s:.2g} s spent warm)")
-    cpu_by = time.thread_time() + cap_s
+                              f"CPU, a cold solve at {cold_s:.2g} s")
+    cpu_by = time.thread_time() + max(REROUTE_FLOOR_S, REROUTE_COLD_SHARE * cold_s - spent_s)
     # splits divide multiplicities (at most k·N trees) and memory caps the slots; a
     # first try leaves room for a quarter more trees, a second (same moves, as the
     # kernels are deterministic) runs only if those slots ran out
@@ -580,20 +606,18 @@ def reroute(forest: PhysicalForest, topo: Topology, cap_q: np.ndarray, k: int,
     return Rerouted(new, units.load / forest.k, moves, int(work.changed[:trees].sum()))
 
 
-def predicted_seconds(paths: Paths, cand_v: np.ndarray, trees: int, k: int, n: int
-                      ) -> tuple[float, float]:
+def predicted_seconds(paths: Paths, cand_v: np.ndarray, units: Units, trees: int, k: int,
+                      n: int) -> tuple[float, float]:
     """``(rerouting, cold)`` predicted CPU seconds: the passes' first choices weigh every
     candidate path into each crossing edge's head (:data:`REROUTE_S_PER_PATH`), the
-    chains those and the paths into their tails (:data:`REROUTE_S_PER_CHAIN_PATH`), over
+    chains, where no such path has room on ``units``, those and the paths into their
+    tails (:func:`_chain_forecast`, :data:`REROUTE_S_PER_CHAIN_PATH`), over
     ``trees x n`` slots (:data:`REROUTE_S_PER_SLOT`); cold packs ``k`` trees per root
     (:data:`COLD_S_PER_ENTRY` per ``k·n²``).  Rerouting's work scales with the previous
     schedule and its damage, cold's with this state's budget."""
     start = paths.into_start
     first = int((start[cand_v + 1] - start[cand_v]).sum())
-    # _chain_work per rank: 1 + the in-paths of the tail, summed over its in-paths
-    per_path = 1 + (start[1:] - start[:-1])[paths.tail[paths.into]]
-    upto = np.concatenate(([0], np.cumsum(per_path)))
-    chain = int((upto[start[cand_v + 1]] - upto[start[cand_v]]).sum())
+    chain = _chain_forecast(cand_v, paths, units.load, units.cap)
     return (first * REROUTE_S_PER_PATH + chain * REROUTE_S_PER_CHAIN_PATH
             + trees * n * REROUTE_S_PER_SLOT, predicted_cold_seconds(k, n))
 
@@ -662,8 +686,9 @@ def _pass(work: Trees, trees: int, paths: Paths, units: Units, cand_t: np.ndarra
     while first < cand_t.size and trees >= 0:
         anytime.check("ForestColl-warm: rerouting")
         if time.thread_time() > cpu_by:
-            raise RerouteCostlier(f"rerouting passed {REROUTE_COLD_SHARE:g} x the predicted cold "
-                                  f"solve's CPU seconds (at least {REROUTE_FLOOR_S:g} s)")
+            raise RerouteCostlier(f"rerouting and the warm steps before it (spent warm) passed "
+                                  f"{REROUTE_COLD_SHARE:g} x the predicted cold solve's CPU "
+                                  f"seconds (at least {REROUTE_FLOOR_S:g} s)")
         trees, done, first, room_calls, _ = _reroute_edges(
             work, trees, paths, units, cand_t, cand_v, first, room_calls, REROUTE_SLICE_WORK)
         moves += done
