@@ -59,10 +59,9 @@ FREE_TRIES = 32
 REROUTE_S_PER_PATH = 1.5e-7
 #: ... and per tree slot (trees x GPUs: copied and edited arrays; HPN 8x16 1009 x 128, 6-8 ms)
 REROUTE_S_PER_SLOT = 5e-8
-#: ... and per candidate path a chain may weigh (:func:`_chain_work` of every crossing
-#: edge; SuperPOD 2x2x8 one way: 973k paths, 0.017 s past the first choices' 0.005 s;
-#: where rerouting succeeds the chains weigh fewer: 1e-8-2e-8 s per path counted is the
-#: costliest measured, docs/allgather.md *One budget for a declined warm solve*)
+#: ... and per candidate path a chain may weigh (:func:`_chain_forecast`: SuperPOD 2x2x8
+#: one way, 973k paths, passes of 0.017 s where the rest forecast 0.0046 s, ~1.3e-8 s per
+#: path; docs/allgather.md *One budget for a declined warm solve*)
 REROUTE_S_PER_CHAIN_PATH = 1e-8
 #: the cold solve's CPU seconds per entry ``k·n²`` of its packing, at least (the fuzz's
 #: K=10 states: 5e-7 shared aggregation 80 GPUs to 2e-6 HPN 128 GPUs)
