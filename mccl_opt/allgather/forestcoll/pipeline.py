@@ -431,15 +431,21 @@ def pack(split: SplitGraph, rank_of: np.ndarray, k: int, guides: dict[int, np.nd
     # packing); capped at k·n², SuperPOD 2x4x8's completes at 4.1x that, 10x cheaper)
     capped = not fewer_chunks
     test_first = k > TEST_FIRST_K or k * lg.num_gpus ** 2 >= TEST_FIRST_ENTRIES
-    stride = 1 if k > TEST_FIRST_K else max(1, lg.num_gpus // TEST_FIRST_SINKS)
+    # declinable and not cheap: only this capped repair packing runs before the next
+    # method, so a sampled test decides whether to try it (the whole sweep that passes
+    # cost 0.63 s on a one-way dragonfly 4x4x1x8 at 145 trees per root, for a 0.05 s try)
+    only_repair = declinable and not cheap
+    stride = 1 if k > TEST_FIRST_K and not only_repair else max(1, lg.num_gpus // TEST_FIRST_SINKS)
     if test_first and not lg.admits(k, stride):   # no packing can complete: skip it
         found, admits = None, False
     else:
         found = _pack_repair(lg, k, stats, shapes, plain=not late_plain, capped=capped)
-        admits = found is not None or lg.admits(k)
-    if not admits and declinable and not cheap:
+        admits = found is not None or (not only_repair and lg.admits(k))
+    if found is None and only_repair:
         # the guarded split's repair packing failed on every such state measured (one-way
-        # dragonfly, 149-187 trees per root: 0.13-0.67 s of guarded split for nothing)
+        # dragonfly, 149-187 trees per root: 0.13-0.67 s of guarded split for nothing); the
+        # plain, rail-first and greedy packings after it cost 0.3-0.5 s each at 64 GPUs and
+        # 150-190 trees per root, the general method ~0.3 s in all
         _leave_to_next(k)
     if not admits:
         anytime.check("Phase 2: before the guarded spread split")
@@ -458,10 +464,6 @@ def pack(split: SplitGraph, rank_of: np.ndarray, k: int, guides: dict[int, np.nd
                                      guarded=True)
     if found is None and admits and few_next and few:
         lg, kind, found = _few_trees(split, rank_of, k, stats, lg, kind)
-    if found is None and declinable and not cheap:
-        # the plain, rail-first and greedy packings that follow cost 0.3-0.5 s each at
-        # 64 GPUs and 150-190 trees per root, the general method ~0.3 s in all
-        _leave_to_next(k)
     if found is None and admits and late_plain:
         plain = plain_pack(lg.num_gpus, lg.tail, lg.head, lg.units, k, shapes, stats)
         found = None if plain is None else (plain, Packing.REPAIR)
