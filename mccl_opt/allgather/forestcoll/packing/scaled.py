@@ -62,17 +62,22 @@ class Logical(NamedTuple):
 
 
 def scaled_pack(n: int, tail: np.ndarray, head: np.ndarray, units: np.ndarray, k: int,
-                wide: bool = False) -> tuple[list[TreeClass] | None, dict[str, int]]:
+                wide: bool = False, known: list[np.ndarray] | None = None
+                ) -> tuple[list[TreeClass] | None, dict[str, int]]:
     """``k`` trees per root in ``units`` as tree classes (module doc), or ``None`` when a
     step fails; with the repair packer's counters summed, ``scaled``: the largest scale
     ``s`` used (0 when none), ``scaled_tries``: first packings tried (one per level when
     every first margin works), ``rounding_sweeps`` and ``ingress_raised`` (units raised
     by :func:`raise_ingress`).  ``wide``: the wider margins of :data:`MARGINS` and
-    several units per link when rounding (for thin links into tight sets, module doc)."""
+    several units per link when rounding (for thin links into tight sets, module doc).
+    ``known``: node sets an earlier attempt on the same ``units`` found violated (filled
+    in place): the rooted cut condition of a node set does not depend on the margin, so
+    a wide attempt after a narrow one lifts them before its first sweep instead of
+    finding them again (module doc)."""
     counters = {"repairs": 0, "repair_visits": 0, "reused_trees": 0, "scaled": 0,
                 "scaled_tries": 0, "ingress_raised": 0, "rounding_sweeps": 0}
     classes = _scaled(Logical(n, tail, head), units.astype(np.int64), k, counters,
-                      MARGINS if wide else MARGINS[:1], wide, [])
+                      MARGINS if wide else MARGINS[:1], wide, [] if known is None else known)
     if classes is not None:               # by root, widest first (stable), as one array sort
         roots = np.fromiter((c.root for c in classes), np.int64, len(classes))
         mults = np.fromiter((c.mult for c in classes), np.int64, len(classes))
@@ -88,11 +93,12 @@ def many_trees_pack(n: int, tail: np.ndarray, head: np.ndarray, units: np.ndarra
     plain one first up to :data:`PLAIN_FIRST_ENTRIES` tree entries; the counters of the
     last one in ``stats``.  ``plain=False``: the scaled packings only (the caller tries
     the plain one itself, later)."""
-    classes, info = scaled_pack(n, tail, head, units, k)
+    known: list[np.ndarray] = []          # the narrow attempt's violated sets, for the wide one
+    classes, info = scaled_pack(n, tail, head, units, k, known=known)
     stats.update(info)
 
     def wide() -> list[TreeClass] | None:
-        found, counters = scaled_pack(n, tail, head, units, k, wide=True)
+        found, counters = scaled_pack(n, tail, head, units, k, wide=True, known=known)
         stats.update(counters)
         return found
 
