@@ -206,7 +206,8 @@ def _rounded(g: Logical, units: np.ndarray, k: int, k1: int, s: int, several: bo
     """Units ``u1`` admitting ``k1`` trees per root with ``s·u1 <= units``: ``units·k1/k``
     rounded down, every GPU's ingress raised at once (:func:`raise_ingress`, no max-flow),
     then up on links into each ``known`` set and each violated set a rooted sweep finds
-    (all of one sweep's, added to ``known``) by its deficit (:func:`_lift`); ``None`` when
+    (all of one sweep's, added to ``known``) by its deficit (:func:`_lift`), the GPUs
+    still short alone after those (:func:`_short_gpus`) before the first sweep; ``None`` when
     the links into a set lack the room (often found on a known set, without a sweep) or
     the rounds run out.  One sweep per round, not one set: HPN 4x16x8's restriction
     leaves 64 hosts short, and a sweep per host (each failing 8 sinks later than the last)
@@ -218,7 +219,7 @@ def _rounded(g: Logical, units: np.ndarray, k: int, k1: int, s: int, several: bo
     fresh = (u1 + 1) * s <= units                 # room for one unit, not raised yet
     counters["ingress_raised"] += raise_ingress(g, u1, k1, remainder, fresh)
     room = _Room(units, s, remainder, fresh, several)
-    if not all(_lift(g, u1, k1, room, inside) for inside in known):
+    if not all(_lift(g, u1, k1, room, inside) for inside in known + _short_gpus(g, u1, k1)):
         return None
     for _ in range(ROUNDING_ROUNDS):
         anytime.check("Phase 3: the scaled packing's rounding, before a rooted sweep")
@@ -286,6 +287,15 @@ def raise_ingress(g: Logical, u1: np.ndarray, k1: int, remainder: np.ndarray,
     u1[up] += 1
     fresh[up] = False
     return int(up.size)
+
+
+def _short_gpus(g: Logical, u1: np.ndarray, k1: int) -> list[np.ndarray]:
+    """Each GPU whose ingress ``u1(δ⁻(v))`` is still below ``k1·(n-1)`` as a one-node
+    set, in rank order (one pass, no max-flow): :func:`raise_ingress` adds at most one
+    unit per link, so a GPU of few fresh in-links stays short, and a rooted sweep found it
+    only behind the sets that hold it (half-uplinks 2x8x8: one sweep more, 0.2 s)."""
+    need = k1 * (g.n - 1) - np.bincount(g.head, weights=u1, minlength=g.n).astype(np.int64)
+    return [np.arange(g.n) == v for v in np.flatnonzero(need > 0).tolist()]
 
 
 def _raise_further(u1: np.ndarray, units: np.ndarray, s: int, remainder: np.ndarray,
