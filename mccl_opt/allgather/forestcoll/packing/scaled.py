@@ -278,7 +278,7 @@ def raise_ingress(g: Logical, u1: np.ndarray, k1: int, remainder: np.ndarray,
     change in place.  Returns the units raised.  Without it each of the rounding's
     rooted sweeps repairs one violated set, so a fabric of more GPUs than
     :data:`ROUNDING_ROUNDS` whose floors all fall short ran out of rounds."""
-    need = k1 * (g.n - 1) - np.bincount(g.head, weights=u1, minlength=g.n).astype(np.int64)
+    need = _ingress_need(g, u1, k1)
     cand = np.flatnonzero(fresh & (need[g.head] > 0))
     cand = cand[np.lexsort((-remainder[cand], g.head[cand]))]      # by head, then remainder
     heads = g.head[cand]
@@ -289,12 +289,18 @@ def raise_ingress(g: Logical, u1: np.ndarray, k1: int, remainder: np.ndarray,
     return int(up.size)
 
 
+def _ingress_need(g: Logical, u1: np.ndarray, k1: int) -> np.ndarray:
+    """Per GPU, the units its ingress ``u1(δ⁻(v))`` lacks for the ``k1·(n-1)`` trees
+    entering it (negative: spare)."""
+    return k1 * (g.n - 1) - np.bincount(g.head, weights=u1, minlength=g.n).astype(np.int64)
+
+
 def _short_gpus(g: Logical, u1: np.ndarray, k1: int) -> list[np.ndarray]:
     """Each GPU whose ingress ``u1(δ⁻(v))`` is still below ``k1·(n-1)`` as a one-node
     set, in rank order (one pass, no max-flow): :func:`raise_ingress` adds at most one
     unit per link, so a GPU of few fresh in-links stays short, and a rooted sweep found it
     only behind the sets that hold it (half-uplinks 2x8x8: one sweep more, 0.2 s)."""
-    need = k1 * (g.n - 1) - np.bincount(g.head, weights=u1, minlength=g.n).astype(np.int64)
+    need = _ingress_need(g, u1, k1)
     return [np.arange(g.n) == v for v in np.flatnonzero(need > 0).tolist()]
 
 
