@@ -152,12 +152,12 @@ class ColumnBatch:
                     raise KeyError(kind)
                 rows.append((*row, s["gbps"], s["t"]))
                 problem = early_problem(kind, s.get("early"))
-                if problem is not None:
-                    raise ValueError(str(problem))
-                if s.get("early") is not None:
+                if s.get("early") is not None and problem is None:
                     early.append((*row, s["early"], s["t"]))
             except (KeyError, ValueError, TypeError, LookupError) as exc:
                 raise ProtocolError("bad_body", f"sample #{i} cannot be sent as columns: {str(exc)[:60]}") from None
+            if problem is not None:
+                raise ProtocolError("bad_body", f"sample #{i} cannot be sent as columns: {str(problem)[:60]}")
         cols = list(zip(*rows)) if rows else [(), (), (), (), ()]
         batch = cls.build(topo, *cols)
         return batch.with_early(cls.build(topo, *zip(*early))) if early else batch

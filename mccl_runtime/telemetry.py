@@ -51,7 +51,7 @@ import time
 from collections import Counter
 from itertools import repeat
 from operator import contains, itemgetter, methodcaller
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Callable, Iterable, Literal, Mapping
 
 import numpy as np
 
@@ -360,6 +360,8 @@ class MeasurementStore:
             early = self._early_column(batch)
         except (KeyError, TypeError, AttributeError, ValueError):
             return None
+        if early is False:
+            return None
         if c is None or not set(map(type, ys)) <= _NUMBERS or not set(map(type, ts)) <= _NUMBERS:
             return None
         try:
@@ -374,9 +376,9 @@ class MeasurementStore:
         return c, y, t, rejected, early
 
     @staticmethod
-    def _early_column(batch: list[Any]) -> np.ndarray | None:
+    def _early_column(batch: list[Any]) -> np.ndarray | None | Literal[False]:
         """The samples' ``early`` values (NaN where absent; ``None`` when no sample has
-        one); raises ``ValueError`` when one is malformed
+        one); ``False`` when one is malformed
         (:func:`~mccl_runtime.samples.early_problem`: the sample-by-sample path words it)."""
         if not any(map(contains, batch, repeat("early"))):      # the common case, at C speed
             return None
@@ -384,7 +386,7 @@ class MeasurementStore:
         early = np.full(len(raw), math.nan)
         for i in (i for i, e in enumerate(raw) if e is not None):
             if early_problem(batch[i]["kind"], raw[i]) is not None:
-                raise ValueError("malformed early")
+                return False
             early[i] = raw[i]
         return early
 

@@ -11,7 +11,7 @@ import pytest
 
 import mccl_opt as mo
 from instances import hpn
-from instances.aggregation import scrambled, shared_aggregation, superpod
+from instances.aggregation import leaf_spine, scrambled, shared_aggregation, superpod
 from mccl_opt.allgather import quotient_stages
 from mccl_opt.allgather.canonical import canonical
 from mccl_opt.allgather.general.method import solve_general
@@ -247,3 +247,18 @@ def test_the_chain_seeds_the_quotient_past_its_cost_cap(monkeypatch):
     fallback = mo.solve_allgather(topo, max_chunks=None)
     assert fallback.stats.get("seed") != "seeded symmetric quotient"
     assert fallback.rate_gbps == pytest.approx(before.rate_gbps, rel=1e-9)
+
+
+def test_the_seeded_quotient_expands_thousands_of_copies_exactly():
+    """Leaf-spine 4x2x8 with one NIC at 360 Gbps one way (`--only 4x2x8` of the narrow
+    bench): the seeded quotient's expansion copies more than the old 2,048-copy cap
+    (24 columns x 134 pieces); the schedule is valid and at the balanced restriction's
+    certified optimum (the rate of the ForestColl path it replaces)."""
+    topo = leaf_spine(4, 2, 8).with_capacity(src="u0h0g0", dst="u0leaf0", gbps=360.0,
+                                             both_directions=False)
+    s = mo.solve_allgather(topo, max_chunks=None)
+    assert s.stats["seed"] == "seeded symmetric quotient"
+    assert s.stats["quotient_columns"] * s.stats["group_pieces"] > 2048
+    assert s.report.termination is Termination.OPTIMAL
+    assert s.rate_gbps == pytest.approx(52.053571428, rel=1e-9)
+    check_schedule(topo, s)

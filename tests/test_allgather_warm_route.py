@@ -317,6 +317,60 @@ def test_rerouting_is_sized_by_the_previous_cold_solve(monkeypatch):
     check_schedule(topo, warm)
 
 
+def test_rerouting_counts_the_warm_steps_already_spent(monkeypatch):
+    """One budget for the warm path: rerouting's cap is what is left of it after the
+    solve's earlier warm steps (``WarmRoute.spent``), so with the cap spent before it the
+    route is declined before any move is weighed, where the same state (a cold solve
+    made costly, no floor) is rerouted otherwise; the schedule is cold's."""
+    monkeypatch.setattr(reroute_mod, "REROUTE_FLOOR_S", 0.0)
+    monkeypatch.setattr(reroute_mod, "COLD_S_PER_ENTRY", 1.0)
+    base = hpn(1, 2, 4)
+    old = mo.solve_allgather(base, max_chunks=None)
+    old.report = dataclasses.replace(old.report, cold_seconds=1e3, cold_cpu_seconds=1e3)
+    topo = base.with_capacity(HALVED)
+    paid = mo.solve_allgather(topo, warm=old, max_chunks=None)
+    assert paid.report.warm is WarmUse.REROUTED
+    passes = []
+    monkeypatch.setattr(reroute_mod, "_reroute_edges", lambda *args: passes.append(1))
+    monkeypatch.setattr(warm_route.WarmRoute, "spent", lambda self, since: 1e6)
+    warm = mo.solve_allgather(topo, warm=old, max_chunks=None)
+    assert passes == [] and warm.report.warm is WarmUse.DECLINED
+    assert "spent warm" in warm.stats["warm_declined"]
+    assert warm.rate_gbps == pytest.approx(paid.rate_gbps, rel=1e-9)
+    check_schedule(topo, warm)
+
+
+def test_the_rerouting_forecast_counts_the_chain_searches(monkeypatch):
+    """The forecast's chain term is :func:`reroute._chain_work` summed over the crossing
+    edges (repeated heads counted each time) whose head has no in-path with room on every
+    link (only there the chain search runs): all of them when every link is full, none
+    when one link into a head is free."""
+    rng = np.random.default_rng(5)
+    n, m = 9, 40
+    head = rng.integers(0, n, m)
+    into = np.argsort(head, kind="stable").astype(np.int64)
+    into_start = np.zeros(n + 1, np.int64)
+    np.cumsum(np.bincount(head, minlength=n), out=into_start[1:])
+    tail = rng.integers(0, n, m).astype(np.int64)
+    paths = reroute_mod.Paths(np.arange(m + 1), np.arange(m), tail, into_start, into)
+    cand_v = rng.integers(0, n, 15).astype(np.int64)
+    for name in ("REROUTE_S_PER_PATH", "REROUTE_S_PER_SLOT"):
+        monkeypatch.setattr(reroute_mod, name, 0.0)
+    monkeypatch.setattr(reroute_mod, "REROUTE_S_PER_CHAIN_PATH", 1.0)
+    cap = np.full(m, 2, np.int64)
+    full = reroute_mod.Units(cap.copy(), cap)
+    chain, _ = reroute_mod.predicted_seconds(paths, cand_v, full, 3, 1, n)
+    assert chain == sum(reroute_mod._chain_work(int(v), paths) for v in cand_v) > 0
+    one_free = cap.copy()
+    one_free[into[into_start[cand_v[0]]]] = 1          # a first choice into cand_v[0]
+    chain_free, _ = reroute_mod.predicted_seconds(paths, cand_v, reroute_mod.Units(one_free, cap),
+                                                  3, 1, n)
+    hits = int((cand_v == cand_v[0]).sum())
+    assert chain_free == chain - hits * reroute_mod._chain_work(int(cand_v[0]), paths)
+    free = reroute_mod.Units(np.zeros(m, np.int64), cap)
+    assert reroute_mod.predicted_seconds(paths, cand_v, free, 3, 1, n)[0] == 0.0
+
+
 def test_a_warm_stage_counts_cpu_seconds_not_wall():
     """A warm stage is a budget of this thread's CPU seconds: waiting (a loaded machine,
     modelled by a sleep) does not spend it, computing does."""

@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass
 from enum import Enum
 from fractions import Fraction
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -47,8 +47,9 @@ class Run:
     ``cuts``: cut bounds shared by the warm guesses; ``failed_target``: the ``(k, y)``
     a reroute already failed to reach (it would fail again); ``reroute``: the last
     reroute's outcome; ``phase_one``: the exact Phase 1 a warm guess ran (cold's own:
-    reused when the solve goes on cold); ``stats``: the schedule's JSON view, filled
-    as phases run."""
+    reused when the solve goes on cold); ``warm_spent``: CPU seconds this run's warm
+    steps have taken so far (:meth:`.warm.route.WarmRoute.spent`; rerouting counts them
+    against its cap); ``stats``: the schedule's JSON view, filled as phases run."""
 
     topo: Topology
     max_chunks: int | None
@@ -59,6 +60,7 @@ class Run:
     failed_target: tuple[int, Fraction] | None = None
     reroute: RerouteOutcome | None = None
     phase_one: PhaseOneResult | None = None
+    warm_spent: Callable[[], float] | None = None
 
     @classmethod
     def start(cls, topo: Topology, warm: Schedule | None, max_chunks: int | None) -> "Run":

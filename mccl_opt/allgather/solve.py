@@ -304,6 +304,7 @@ def _forestcoll(topo: Topology, route: WarmRoute, backend: str, max_chunks: int 
     run = Run.start(topo, route.warm, max_chunks)
     rewarm = run.prev is not None and not step_aware  # step-aware only reads the guides
     since = route.used                                # this run's warm steps: from here
+    run.warm_spent = lambda: route.spent(since)
 
     def carry_on_cold() -> None:                      # the phases so far are cold's
         if not route.active:

@@ -33,7 +33,7 @@ from mccl_opt.schedule_chunks import FlatPaths, TreeChunks, TreeTable
 from mccl_opt.topology import Topology
 from .live_master import TreePool
 from .symmetry import Symmetry
-from .tree_table import column_edges
+from .tree_table import column_edges, distinct_rows
 
 __all__ = ["Expansion", "expand"]
 
@@ -93,11 +93,7 @@ def _path_images(sym: Symmetry, elements: np.ndarray, node_maps: np.ndarray,
     cand_path = np.repeat(np.arange(count.size), count)
     cand_piece = np.concatenate([reps[c] for c in code_of.tolist()])
     image = np.where(valid[cand_path], node_maps[cand_piece[:, None], safe[cand_path]], -1)
-    if nodes.shape[1] * np.log2(n + 1) < 62:
-        key = (image + 1) @ ((n + 1) ** np.arange(nodes.shape[1], dtype=np.int64))
-        _, first, path_of = np.unique(key, return_index=True, return_inverse=True)
-    else:
-        _, first, path_of = np.unique(image, axis=0, return_index=True, return_inverse=True)
+    first, path_of = distinct_rows(image, n)      # np.unique(axis=0): 0.63 s on 194 546 x 15
     rows = image[first]
     paths = FlatPaths.of_lengths(rows[rows >= 0], (rows >= 0).sum(axis=1))
     index = path_of.reshape(-1)[offset[:-1, None] + restrict[code_of]]

@@ -179,7 +179,8 @@ def _reroute_previous(run: Run, fab: Fabric, k: int, y: Fraction) -> Rerouted | 
     if forest is None:
         return None
     cold_s = calibrated_cold_seconds(k, run.topo.num_gpus, run.prev.schedule)
-    out = reroute(forest, run.topo, fab.cap, k, k * y, cold_s)
+    spent = 0.0 if run.warm_spent is None else run.warm_spent()
+    out = reroute(forest, run.topo, fab.cap, k, k * y, cold_s, spent)
     run.stats["reroute_s"] = time.perf_counter() - t
     run.reroute = RerouteOutcome.FAILED if out is None else RerouteOutcome.DONE
     run.stats["reroute"] = run.reroute.value

@@ -59,6 +59,10 @@ FREE_TRIES = 32
 REROUTE_S_PER_PATH = 1.5e-7
 #: ... and per tree slot (trees x GPUs: copied and edited arrays; HPN 8x16 1009 x 128, 6-8 ms)
 REROUTE_S_PER_SLOT = 5e-8
+#: ... and per candidate path a chain may weigh (:func:`_chain_forecast`: SuperPOD 2x2x8
+#: one way, 973k paths, passes of 0.017 s where the rest forecast 0.0046 s, ~1.3e-8 s per
+#: path; docs/allgather.md *One budget for a declined warm solve*)
+REROUTE_S_PER_CHAIN_PATH = 1e-8
 #: the cold solve's CPU seconds per entry ``k·n²`` of its packing, at least (the fuzz's
 #: K=10 states: 5e-7 shared aggregation 80 GPUs to 2e-6 HPN 128 GPUs)
 COLD_S_PER_ENTRY = 5e-7
@@ -367,6 +371,28 @@ def _chain_work(v, P):
 
 
 @njit(cache=True)
+def _chain_forecast(cand_v, P, load, cap):
+    """The candidate paths the chain search may weigh (:func:`_chain_work`) for the
+    crossing edges into ranks ``cand_v`` none of whose in-paths has room on every link
+    (a first choice would take such a path; only where none has room the chains run)."""
+    work = 0
+    for v in cand_v:
+        roomy = False
+        for qi in range(P.into_start[v], P.into_start[v + 1]):
+            q = P.into[qi]
+            roomy = True
+            for e in range(P.start[q], P.start[q + 1]):
+                if load[P.links[e]] >= cap[P.links[e]]:
+                    roomy = False
+                    break
+            if roomy:
+                break
+        if not roomy:
+            work += _chain_work(v, P)
+    return work
+
+
+@njit(cache=True)
 def _reroute_edges(T, num_trees, P, L, cand_t, cand_v, first, room_calls, max_work):
     """Move every candidate edge ``(t, v)`` from index ``first`` on whose path crosses
     an over-capacity link (module docstring).  First choice: a parent outside ``v``'s
@@ -522,12 +548,19 @@ def _with_neighbours(topo: Topology, ranks: np.ndarray) -> np.ndarray:
 
 
 def reroute(forest: PhysicalForest, topo: Topology, cap_q: np.ndarray, k: int,
-            target: Fraction, cold_s: float | None = None) -> Rerouted | None:
+            target: Fraction, cold_s: float | None = None, spent_s: float = 0.0
+            ) -> Rerouted | None:
     """``forest``, requantized to ``k`` unit trees per root, rerouted to carry
     ``target`` (quanta per root) on capacities ``cap_q`` (quanta per link of ``topo``,
     which must have the forest's nodes and links), or ``None`` if some link stays over
     capacity (module docstring).  ``cold_s``: the cold solve's CPU seconds where better
-    known than :func:`predicted_cold_seconds` (:func:`calibrated_cold_seconds`)."""
+    known than :func:`predicted_cold_seconds` (:func:`calibrated_cold_seconds`);
+    ``spent_s``: CPU seconds the solve's warm steps spent before this call: the passes
+    stop (:class:`RerouteCostlier`) once they and those reach the cap, one budget for
+    the whole warm path (the floor :data:`REROUTE_FLOOR_S` is rerouting's own, where
+    the 20 ms target leaves room); the forecast alone is held to the whole cap (a
+    forecast high by the seconds spent declined HPN 1x16x8 after Fail3, rerouted in
+    4 ms against a 17 ms cold solve)."""
     forest = requantized(forest, k)
     unit = target / forest.k
     if int(cap_q.max()) * unit.denominator >= 1 << 62:
@@ -545,13 +578,14 @@ def reroute(forest: PhysicalForest, topo: Topology, cap_q: np.ndarray, k: int,
     paths = _candidate_paths(table, heads, topo.num_gpus)
 
     trees = forest.roots.size
-    reroute_s, cold_k = predicted_seconds(paths, cand_v, trees, k, topo.num_gpus)
+    reroute_s, cold_k = predicted_seconds(paths, cand_v, Units(load, cap), trees, k,
+                                          topo.num_gpus)
     cold_s = cold_k if cold_s is None else min(cold_s, cold_k)
     cap_s = max(REROUTE_FLOOR_S, REROUTE_COLD_SHARE * cold_s)
     if reroute_s > cap_s:
         raise RerouteCostlier(f"rerouting {trees} previous trees is predicted at {reroute_s:.2g} s "
                               f"CPU, a cold solve at {cold_s:.2g} s")
-    cpu_by = time.thread_time() + cap_s
+    cpu_by = time.thread_time() + max(REROUTE_FLOOR_S, REROUTE_COLD_SHARE * cold_s - spent_s)
     # splits divide multiplicities (at most k·N trees) and memory caps the slots; a
     # first try leaves room for a quarter more trees, a second (same moves, as the
     # kernels are deterministic) runs only if those slots ran out
@@ -571,16 +605,20 @@ def reroute(forest: PhysicalForest, topo: Topology, cap_q: np.ndarray, k: int,
     return Rerouted(new, units.load / forest.k, moves, int(work.changed[:trees].sum()))
 
 
-def predicted_seconds(paths: Paths, cand_v: np.ndarray, trees: int, k: int, n: int
-                      ) -> tuple[float, float]:
+def predicted_seconds(paths: Paths, cand_v: np.ndarray, units: Units, trees: int, k: int,
+                      n: int) -> tuple[float, float]:
     """``(rerouting, cold)`` predicted CPU seconds: the passes' first choices weigh every
-    candidate path into each crossing edge's head (:data:`REROUTE_S_PER_PATH`) over
+    candidate path into each crossing edge's head (:data:`REROUTE_S_PER_PATH`), the
+    chains, where no such path has room on ``units``, those and the paths into their
+    tails (:func:`_chain_forecast`, :data:`REROUTE_S_PER_CHAIN_PATH`), over
     ``trees x n`` slots (:data:`REROUTE_S_PER_SLOT`); cold packs ``k`` trees per root
     (:data:`COLD_S_PER_ENTRY` per ``k·n²``).  Rerouting's work scales with the previous
     schedule and its damage, cold's with this state's budget."""
-    first = int((paths.into_start[cand_v + 1] - paths.into_start[cand_v]).sum())
-    return (first * REROUTE_S_PER_PATH + trees * n * REROUTE_S_PER_SLOT,
-            predicted_cold_seconds(k, n))
+    start = paths.into_start
+    first = int((start[cand_v + 1] - start[cand_v]).sum())
+    chain = _chain_forecast(cand_v, paths, units.load, units.cap)
+    return (first * REROUTE_S_PER_PATH + chain * REROUTE_S_PER_CHAIN_PATH
+            + trees * n * REROUTE_S_PER_SLOT, predicted_cold_seconds(k, n))
 
 
 def predicted_cold_seconds(k: int, n: int) -> float:
@@ -647,8 +685,9 @@ def _pass(work: Trees, trees: int, paths: Paths, units: Units, cand_t: np.ndarra
     while first < cand_t.size and trees >= 0:
         anytime.check("ForestColl-warm: rerouting")
         if time.thread_time() > cpu_by:
-            raise RerouteCostlier(f"rerouting passed {REROUTE_COLD_SHARE:g} x the predicted cold "
-                                  f"solve's CPU seconds (at least {REROUTE_FLOOR_S:g} s)")
+            raise RerouteCostlier(f"rerouting and the warm steps before it (spent warm) passed "
+                                  f"{REROUTE_COLD_SHARE:g} x the predicted cold solve's CPU "
+                                  f"seconds (at least {REROUTE_FLOOR_S:g} s)")
         trees, done, first, room_calls, _ = _reroute_edges(
             work, trees, paths, units, cand_t, cand_v, first, room_calls, REROUTE_SLICE_WORK)
         moves += done

@@ -119,6 +119,7 @@ class WarmRoute:
     used: float = 0.0
     used_wall: float = 0.0
     given: Schedule | None = None
+    stage_cpu: float | None = None
 
     @classmethod
     def plan(cls, topo: Topology, warm: Schedule | None) -> "WarmRoute":
@@ -172,10 +173,13 @@ class WarmRoute:
         seconds = most if capped else self.allowance
         t, k0 = time.perf_counter(), thread_kernel_seconds()
         c, kc0 = time.thread_time(), thread_kernel_cpu_seconds()
+        self.stage_cpu = c
         try:
             result, expired = anytime.stage(seconds, lambda: warm_step(self.warm), cpu=True)
         except RerouteCostlier as costlier:
             result, expired = None, str(costlier)
+        finally:
+            self.stage_cpu = None
         took = time.perf_counter() - t
         self.used_wall += took - (thread_kernel_seconds() - k0)
         self.used += time.thread_time() - c - (thread_kernel_cpu_seconds() - kc0)
@@ -198,6 +202,13 @@ class WarmRoute:
         which may be several times this state's (docs/allgather.md, *A guess certified
         by packing*)."""
         return max(WARM_FLOOR_S, COLD_SHARE * cold_cpu_s) - (self.used - since_used)
+
+    def spent(self, since_used: float) -> float:
+        """CPU seconds the warm steps took since ``since_used`` (a reading of
+        :attr:`used`), the running step's so far included: what a step inside it
+        counts against the same cap (:func:`.reroute.reroute`'s ``spent_s``)."""
+        running = 0.0 if self.stage_cpu is None else time.thread_time() - self.stage_cpu
+        return self.used - since_used + running
 
     def cpu_left(self) -> float:
         """The allowance left in CPU seconds, the unit of a step's predicted cost."""
