@@ -119,3 +119,19 @@ def test_wide_margins_scale_thin_links_into_a_tight_host(src, dst, proportional_
     s = mo.solve_allgather(topo, max_chunks=None)
     check_schedule(topo, s)
     assert s.rate_gbps == pytest.approx(cut_bound(topo), rel=1e-6)
+
+
+def test_the_wide_attempt_reuses_the_narrow_attempts_violated_sets(proportional_spread):
+    """The narrow attempt's violated sets (``known``, filled in place) hold for every
+    margin: the wide attempt started from them is still a packing of exactly ``k`` trees
+    per root, and sweeps fewer times than the wide attempt alone (it does not find them
+    again)."""
+    _, lg, k = _one_way_nic_logical("s0h0g0", "s0tor0")
+    n = lg.num_gpus
+    known: list[np.ndarray] = []
+    assert scaled_pack(n, lg.tail, lg.head, lg.units, k, known=known)[0] is None and known
+    alone = scaled_pack(n, lg.tail, lg.head, lg.units, k, wide=True)[1]
+    classes, counters = scaled_pack(n, lg.tail, lg.head, lg.units, k, wide=True, known=known)
+    assert classes is not None
+    _check_packing(n, lg.tail, lg.head, lg.units.astype(np.int64), k, classes)
+    assert counters["rounding_sweeps"] < alone["rounding_sweeps"]

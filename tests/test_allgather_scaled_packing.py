@@ -92,9 +92,10 @@ def _tight_complete(n: int, k: int, d: int) -> tuple[np.ndarray, np.ndarray, np.
 @pytest.mark.parametrize("n,k,d", [(40, 97, 3), (36, 131, 7)])
 def test_every_tight_gpu_is_raised_without_running_out_of_rounds(n, k, d, monkeypatch):
     """More tight GPUs than rounding rounds: the ingress pass raises them all before any
-    sweep (one passing sweep); without it the sweep that goes on past a failing sink finds
-    them all at once (one failing sweep, one passing); a sweep of one set per round (as
-    before both) runs out of rounds and the packing fails."""
+    sweep (one passing sweep), and without it the lifts of the GPUs still short
+    (:func:`scaled._short_gpus`, no sweep either); without both the sweep that goes on
+    past a failing sink finds them all at once (one failing sweep, one passing); a sweep
+    of one set per round (as before all three) runs out of rounds and the packing fails."""
     tail, head, units = _tight_complete(n, k, d)
     ranks = np.arange(n, dtype=np.int64)
     assert violated_set(n, ranks, k, (tail, head, units)) is None
@@ -107,6 +108,11 @@ def test_every_tight_gpu_is_raised_without_running_out_of_rounds(n, k, d, monkey
     assert counters["rounding_sweeps"] == 1
 
     monkeypatch.setattr(scaled, "raise_ingress", lambda *args: 0)
+    lifted, counters = scaled.scaled_pack(n, tail, head, units, k)  # the short GPUs' lifts
+    assert lifted is not None and counters["rounding_sweeps"] == 1
+    _check_packing(n, tail, head, units, k, lifted)
+
+    monkeypatch.setattr(scaled, "_short_gpus", lambda *args: [])
     swept, counters = scaled.scaled_pack(n, tail, head, units, k)
     assert swept is not None and counters["rounding_sweeps"] == 2
     _check_packing(n, tail, head, units, k, swept)

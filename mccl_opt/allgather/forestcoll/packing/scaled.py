@@ -62,17 +62,22 @@ class Logical(NamedTuple):
 
 
 def scaled_pack(n: int, tail: np.ndarray, head: np.ndarray, units: np.ndarray, k: int,
-                wide: bool = False) -> tuple[list[TreeClass] | None, dict[str, int]]:
+                wide: bool = False, known: list[np.ndarray] | None = None
+                ) -> tuple[list[TreeClass] | None, dict[str, int]]:
     """``k`` trees per root in ``units`` as tree classes (module doc), or ``None`` when a
     step fails; with the repair packer's counters summed, ``scaled``: the largest scale
     ``s`` used (0 when none), ``scaled_tries``: first packings tried (one per level when
     every first margin works), ``rounding_sweeps`` and ``ingress_raised`` (units raised
     by :func:`raise_ingress`).  ``wide``: the wider margins of :data:`MARGINS` and
-    several units per link when rounding (for thin links into tight sets, module doc)."""
+    several units per link when rounding (for thin links into tight sets, module doc).
+    ``known``: node sets an earlier attempt on the same ``units`` found violated (filled
+    in place): the rooted cut condition of a node set does not depend on the margin, so
+    a wide attempt after a narrow one lifts them before its first sweep instead of
+    finding them again (module doc)."""
     counters = {"repairs": 0, "repair_visits": 0, "reused_trees": 0, "scaled": 0,
                 "scaled_tries": 0, "ingress_raised": 0, "rounding_sweeps": 0}
     classes = _scaled(Logical(n, tail, head), units.astype(np.int64), k, counters,
-                      MARGINS if wide else MARGINS[:1], wide, [])
+                      MARGINS if wide else MARGINS[:1], wide, [] if known is None else known)
     if classes is not None:               # by root, widest first (stable), as one array sort
         roots = np.fromiter((c.root for c in classes), np.int64, len(classes))
         mults = np.fromiter((c.mult for c in classes), np.int64, len(classes))
@@ -88,11 +93,12 @@ def many_trees_pack(n: int, tail: np.ndarray, head: np.ndarray, units: np.ndarra
     plain one first up to :data:`PLAIN_FIRST_ENTRIES` tree entries; the counters of the
     last one in ``stats``.  ``plain=False``: the scaled packings only (the caller tries
     the plain one itself, later)."""
-    classes, info = scaled_pack(n, tail, head, units, k)
+    known: list[np.ndarray] = []          # the narrow attempt's violated sets, for the wide one
+    classes, info = scaled_pack(n, tail, head, units, k, known=known)
     stats.update(info)
 
     def wide() -> list[TreeClass] | None:
-        found, counters = scaled_pack(n, tail, head, units, k, wide=True)
+        found, counters = scaled_pack(n, tail, head, units, k, wide=True, known=known)
         stats.update(counters)
         return found
 
@@ -200,7 +206,8 @@ def _rounded(g: Logical, units: np.ndarray, k: int, k1: int, s: int, several: bo
     """Units ``u1`` admitting ``k1`` trees per root with ``s·u1 <= units``: ``units·k1/k``
     rounded down, every GPU's ingress raised at once (:func:`raise_ingress`, no max-flow),
     then up on links into each ``known`` set and each violated set a rooted sweep finds
-    (all of one sweep's, added to ``known``) by its deficit (:func:`_lift`); ``None`` when
+    (all of one sweep's, added to ``known``) by its deficit (:func:`_lift`), the GPUs
+    still short alone after those (:func:`_short_gpus`) before the first sweep; ``None`` when
     the links into a set lack the room (often found on a known set, without a sweep) or
     the rounds run out.  One sweep per round, not one set: HPN 4x16x8's restriction
     leaves 64 hosts short, and a sweep per host (each failing 8 sinks later than the last)
@@ -212,7 +219,7 @@ def _rounded(g: Logical, units: np.ndarray, k: int, k1: int, s: int, several: bo
     fresh = (u1 + 1) * s <= units                 # room for one unit, not raised yet
     counters["ingress_raised"] += raise_ingress(g, u1, k1, remainder, fresh)
     room = _Room(units, s, remainder, fresh, several)
-    if not all(_lift(g, u1, k1, room, inside) for inside in known):
+    if not all(_lift(g, u1, k1, room, inside) for inside in known + _short_gpus(g, u1, k1)):
         return None
     for _ in range(ROUNDING_ROUNDS):
         anytime.check("Phase 3: the scaled packing's rounding, before a rooted sweep")
@@ -271,7 +278,7 @@ def raise_ingress(g: Logical, u1: np.ndarray, k1: int, remainder: np.ndarray,
     change in place.  Returns the units raised.  Without it each of the rounding's
     rooted sweeps repairs one violated set, so a fabric of more GPUs than
     :data:`ROUNDING_ROUNDS` whose floors all fall short ran out of rounds."""
-    need = k1 * (g.n - 1) - np.bincount(g.head, weights=u1, minlength=g.n).astype(np.int64)
+    need = _ingress_need(g, u1, k1)
     cand = np.flatnonzero(fresh & (need[g.head] > 0))
     cand = cand[np.lexsort((-remainder[cand], g.head[cand]))]      # by head, then remainder
     heads = g.head[cand]
@@ -280,6 +287,21 @@ def raise_ingress(g: Logical, u1: np.ndarray, k1: int, remainder: np.ndarray,
     u1[up] += 1
     fresh[up] = False
     return int(up.size)
+
+
+def _ingress_need(g: Logical, u1: np.ndarray, k1: int) -> np.ndarray:
+    """Per GPU, the units its ingress ``u1(δ⁻(v))`` lacks for the ``k1·(n-1)`` trees
+    entering it (negative: spare)."""
+    return k1 * (g.n - 1) - np.bincount(g.head, weights=u1, minlength=g.n).astype(np.int64)
+
+
+def _short_gpus(g: Logical, u1: np.ndarray, k1: int) -> list[np.ndarray]:
+    """Each GPU whose ingress ``u1(δ⁻(v))`` is still below ``k1·(n-1)`` as a one-node
+    set, in rank order (one pass, no max-flow): :func:`raise_ingress` adds at most one
+    unit per link, so a GPU of few fresh in-links stays short, and a rooted sweep found it
+    only behind the sets that hold it (half-uplinks 2x8x8: one sweep more, 0.2 s)."""
+    need = _ingress_need(g, u1, k1)
+    return [np.arange(g.n) == v for v in np.flatnonzero(need > 0).tolist()]
 
 
 def _raise_further(u1: np.ndarray, units: np.ndarray, s: int, remainder: np.ndarray,
