@@ -94,7 +94,8 @@ def test_every_tight_gpu_is_raised_without_running_out_of_rounds(n, k, d, monkey
     """More tight GPUs than rounding rounds: the ingress pass raises them all before any
     sweep (one passing sweep), and without it the lifts of the GPUs still short
     (:func:`scaled._short_gpus`, no sweep either); without both the sweep that goes on
-    past a failing sink finds them all at once (one failing sweep, one passing); a sweep
+    past a failing sink finds them all at once (one failing sweep, then a capped packing
+instead of a passing sweep: the same packing as testing first); a sweep
     of one set per round (as before all three) runs out of rounds and the packing fails."""
     tail, head, units = _tight_complete(n, k, d)
     ranks = np.arange(n, dtype=np.int64)
@@ -114,8 +115,17 @@ def test_every_tight_gpu_is_raised_without_running_out_of_rounds(n, k, d, monkey
 
     monkeypatch.setattr(scaled, "_short_gpus", lambda *args: [])
     swept, counters = scaled.scaled_pack(n, tail, head, units, k)
-    assert swept is not None and counters["rounding_sweeps"] == 2
+    assert swept is not None and counters["rounding_sweeps"] == 1   # then a capped packing
     _check_packing(n, tail, head, units, k, swept)
+
+    repair = scaled._repair                    # no capped packing: a second, passing sweep
+    monkeypatch.setattr(scaled, "_repair", lambda g, u, kk, c, cap=None:
+                        None if cap is not None else repair(g, u, kk, c))
+    tested, counters = scaled.scaled_pack(n, tail, head, units, k)
+    assert counters["rounding_sweeps"] == 2
+    assert [(c.root, c.mult, c.parent_arc.tolist()) for c in tested] == \
+        [(c.root, c.mult, c.parent_arc.tolist()) for c in swept]
+    monkeypatch.setattr(scaled, "_repair", repair)
 
     every = scaled.violated_sets
     monkeypatch.setattr(scaled, "violated_sets", lambda *args: every(*args)[:1])
