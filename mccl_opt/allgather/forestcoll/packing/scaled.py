@@ -243,22 +243,34 @@ def _rounded(g: Logical, units: np.ndarray, k: int, k1: int, s: int, several: bo
     fresh = (u1 + 1) * s <= units                 # room for one unit, not raised yet
     counters["ingress_raised"] += raise_ingress(g, u1, k1, remainder, fresh)
     room = _Room(units, s, remainder, fresh, several)
-    if not all(_lift(g, u1, k1, room, inside) for inside in known + _short_gpus(g, u1, k1)):
+    short = _short_gpus(g, u1, k1)
+    if not all(_lift(g, u1, k1, room, inside) for inside in known + short):
         return None
+    if short:                    # the sets around the GPUs short alone: their sinks first
+        found = _sweep(g, u1, k1, np.flatnonzero(np.any(short, axis=0)))
+        known.extend(found)
+        if not all(_lift(g, u1, k1, room, inside) for inside in found):
+            return None
     for _ in range(ROUNDING_ROUNDS):
         anytime.check("Phase 3: the scaled packing's rounding, before a rooted sweep")
         first = _repair(g, u1, k1, counters, k1 * g.n * g.n) if known else None
         if first is not None:
             return u1, first
         counters["rounding_sweeps"] += 1
-        found = violated_sets(g.n, np.arange(g.n, dtype=np.int64), k1, (g.tail, g.head, u1),
-                              g.n)
+        found = _sweep(g, u1, k1, np.arange(g.n, dtype=np.int64))
         if not len(found):
             return u1, None
         known.extend(found)
         if not all(_lift(g, u1, k1, room, inside) for inside in found):
             return None
     return None
+
+
+def _sweep(g: Logical, u1: np.ndarray, k1: int, sinks: np.ndarray) -> np.ndarray:
+    """The node sets violating the rooted cut condition for ``k1`` trees per root in ``u1``
+    that a rooted sweep of ``sinks`` finds (:func:`.removal.cut_guard.violated_sets`)."""
+    return violated_sets(g.n, np.arange(g.n, dtype=np.int64), k1, (g.tail, g.head, u1),
+                         g.n, sinks)
 
 
 def _lift(g: Logical, u1: np.ndarray, k1: int, room: "_Room", inside: np.ndarray) -> bool:
