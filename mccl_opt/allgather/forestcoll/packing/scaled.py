@@ -16,7 +16,9 @@ sweep that goes on past a failing sink, :func:`.removal.cut_guard.violated_sets`
 violated set it meets), only where ``s·u1 <= u`` stays true.
 The residual must pass the rooted test for ``k2`` (a tight cut of ``u`` that the first
 packing crosses more often than it must fails it); it is packed the same way while
-``k2 >= SCALED_MIN_K``.  Each packing completes or the whole attempt returns ``None``
+``k2 >= SCALED_MIN_K``.  A repair packing found proves the condition a rooted test checks,
+so where one is likely (a residual of one repair packing, a rounding whose sets were
+lifted) a capped packing runs first and the test only after it fails: the same packings.  Each packing completes or the whole attempt returns ``None``
 and the caller runs the plain repair packer: a completed scaled packing is a packing of
 ``k`` trees per root in ``u`` (every tree spans, every link's units are respected), so
 the rate is the same ``k·y``.
