@@ -16,7 +16,7 @@ from mccl_opt.allgather.budget import EXACT_TREES_LIMIT
 from mccl_opt.allgather.chain import weaker_directions
 from mccl_opt.allgather.forestcoll import sized
 from mccl_opt.allgather.forestcoll.packing import scaled
-from mccl_opt.allgather.forestcoll.removal.cut_guard import violated_set
+from mccl_opt.allgather.forestcoll.removal.cut_guard import violated_set, violated_sets
 from tests.oracle_allgather import check_schedule, cut_bound
 from tests.test_allgather_scaled import _check_packing
 
@@ -94,7 +94,8 @@ def test_every_tight_gpu_is_raised_without_running_out_of_rounds(n, k, d, monkey
     """More tight GPUs than rounding rounds: the ingress pass raises them all before any
     sweep (one passing sweep), and without it the lifts of the GPUs still short
     (:func:`scaled._short_gpus`, no sweep either); without both the sweep that goes on
-    past a failing sink finds them all at once (one failing sweep, one passing); a sweep
+    past a failing sink finds them all at once (one failing sweep, then a capped packing
+instead of a passing sweep: the same packing as testing first); a sweep
     of one set per round (as before all three) runs out of rounds and the packing fails."""
     tail, head, units = _tight_complete(n, k, d)
     ranks = np.arange(n, dtype=np.int64)
@@ -114,8 +115,17 @@ def test_every_tight_gpu_is_raised_without_running_out_of_rounds(n, k, d, monkey
 
     monkeypatch.setattr(scaled, "_short_gpus", lambda *args: [])
     swept, counters = scaled.scaled_pack(n, tail, head, units, k)
-    assert swept is not None and counters["rounding_sweeps"] == 2
+    assert swept is not None and counters["rounding_sweeps"] == 1   # then a capped packing
     _check_packing(n, tail, head, units, k, swept)
+
+    repair = scaled._repair                    # no capped packing: a second, passing sweep
+    monkeypatch.setattr(scaled, "_repair", lambda g, u, kk, c, cap=None:
+                        None if cap is not None else repair(g, u, kk, c))
+    tested, counters = scaled.scaled_pack(n, tail, head, units, k)
+    assert counters["rounding_sweeps"] == 2
+    assert [(c.root, c.mult, c.parent_arc.tolist()) for c in tested] == \
+        [(c.root, c.mult, c.parent_arc.tolist()) for c in swept]
+    monkeypatch.setattr(scaled, "_repair", repair)
 
     every = scaled.violated_sets
     monkeypatch.setattr(scaled, "violated_sets", lambda *args: every(*args)[:1])
@@ -155,3 +165,21 @@ def test_repair_packings_inside_the_scaled_one_see_at_most_k_n_units(monkeypatch
     assert all(top <= k * n for n, k, top in seen)
     assert any(top == k * n for n, k, top in seen)       # the cap was binding
     assert check_schedule(topo, sched).rate_gbps == pytest.approx(cut_bound(topo), rel=1e-6)
+
+
+def test_a_sweep_of_some_sinks_finds_the_sets_around_them():
+    """The rounding's probe (:func:`scaled._sweep` of the GPUs short alone): the sets a
+    sweep of chosen sinks finds each hold their failing sink and are violated, and those
+    of the first sink are the whole sweep's first."""
+    n, k = 12, 9
+    tail, head, units = _tight_complete(n, k, 2)
+    ranks = np.arange(n, dtype=np.int64)
+    arcs = (tail, head, units)
+    every = violated_sets(n, ranks, k + 1, arcs, n)
+    assert len(every) and violated_sets(n, ranks, k, arcs, n, ranks[:3]).shape[0] == 0
+    for v in (0, n - 1):
+        some = violated_sets(n, ranks, k + 1, arcs, n, np.array([v]))
+        assert some.shape[0] == 1 and some[0, v]
+        inside = some[0]
+        assert (k + 1) * int((~inside).sum()) > int(units[inside[head] & ~inside[tail]].sum())
+    assert (violated_sets(n, ranks, k + 1, arcs, n, ranks[:1])[0] == every[0]).all()

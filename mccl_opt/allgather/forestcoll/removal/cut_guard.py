@@ -61,16 +61,17 @@ def violated_set(n: int, gpus: np.ndarray, k: int, arcs: Arcs, roots: np.ndarray
     return inside, _deficit(inside, roots, k, arcs), int(gpus[failing])
 
 
-def violated_sets(n: int, gpus: np.ndarray, k: int, arcs: Arcs, most: int) -> np.ndarray:
+def violated_sets(n: int, gpus: np.ndarray, k: int, arcs: Arcs, most: int,
+                  sinks: np.ndarray | None = None) -> np.ndarray:
     """Up to ``most`` node sets violating the rooted cut condition for ``k`` trees per root
     of every GPU in ``gpus``, found by one rooted sweep that goes on past a failing sink
     (:meth:`FlowNetwork.failing_sets`): the sink side of each failing sink's minimum cut,
     in sink order, none from a sink an earlier set holds; no rows when no sink fails.
     One sweep where :func:`violated_set` takes one per set (the 64 hosts of HPN 4x16x8
     whose rounded-down ingress falls short, docs/allgather.md "Scaled packing on the
-    restriction")."""
+    restriction").  ``sinks``: only these sinks swept (default ``gpus``)."""
     net, caps = _rooted_network(n, gpus, k, arcs)
-    return net.failing_sets(caps, gpus, k * gpus.size, most)
+    return net.failing_sets(caps, gpus if sinks is None else sinks, k * gpus.size, most)
 
 
 def zero_slack_sets(n: int, gpus: np.ndarray, k: int, arcs: Arcs, most: int) -> np.ndarray:
