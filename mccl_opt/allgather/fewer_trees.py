@@ -15,7 +15,7 @@ solved once over the schedule's distinct trees, stopped at the certified rate
 optimum are the schedule's own chunks at new shares (not rebuilt from the LP's
 columns), kept only when they are fewer and reach the rate within :data:`RATE_TOL`.
 It is solved only when it pays (:func:`master_pays`: more trees than rows, or cheap
-against the solve), and on a warm solve that reuses the previous trees first the
+against the solve and the trees linearly dependent on the tight rows), and on a warm solve that reuses the previous trees first the
 previous schedule's own trees are tried (one load sum), then the master as a warm step
 within the allowance (not started where its estimate, CPU seconds, exceeds what is
 left in CPU seconds: :meth:`.warm.route.WarmRoute.cpu_left`).
@@ -99,7 +99,8 @@ def master_pays(topo: Topology, sched: Schedule, cpu: float | None = None) -> bo
     0.07 s for none); with more trees than rows (roots + links), a basic optimum surely
     has fewer (shared aggregation 2x2x8 one way: 2165 trees, 192 rows -> 123); with
     fewer, only when its estimate (:func:`master_seconds`) is at most
-    :data:`MASTER_FLOOR_S` or :data:`MASTER_SHARE` of the solve's CPU seconds ``cpu``
+    :data:`MASTER_FLOOR_S`, or at most :data:`MASTER_SHARE` of the solve's CPU seconds ``cpu``
+    where the trees are not already a basic solution (:func:`_already_basic`)
     (the report's wall seconds where not given, which grow with the machine's load;
     HPN 2x8x8 Fail1: 258 trees of 0.03 s ForestColl, the master ~0.06 s for 258 -> 129,
     not solved; HPN 2x4x8 Fail2: 151 -> 73 for ~0.02 s of a 0.15 s solve, solved;
