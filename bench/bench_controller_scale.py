@@ -141,7 +141,7 @@ def measure_swap(shape: str, comms: int, mode: str, healthy: dict, limit_s: floa
     import functools
 
     from instances import fail2, parse_shape
-    from mccl_runtime.manager import solver_synthesizer
+    from mccl_runtime.synthesizer import solver_synthesizer
     from mccl_runtime.pool import SynthesisPool
 
     topo = hpn(*parse_shape(shape))
@@ -238,7 +238,7 @@ def measure_groups(topo, groups: dict, healthy: dict, event: str, mode: str, lim
 
     import mccl_opt as mo
     from mccl_opt.subfabric import induced
-    from mccl_runtime.manager import solver_synthesizer
+    from mccl_runtime.synthesizer import solver_synthesizer
     from mccl_runtime.pool import SynthesisPool
 
     store = MeasurementStore(topo, alpha=1.0)

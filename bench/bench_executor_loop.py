@@ -86,7 +86,7 @@ def class_table(shape: str, collectives: list[str], classes: list[str], cfg: Glo
     collective at >= 0.95 of offline (``t95``, real ms), and the run's false swaps.
     ``log_dir``: keep each run's controller decision log there (``COLL-CLASS.log``)."""
     from executor_cuda.scenario_run import plan_scales
-    from mccl_runtime.manager import solver_synthesizer
+    from mccl_runtime.synthesizer import solver_synthesizer
 
     if log_dir:
         Path(log_dir).mkdir(parents=True, exist_ok=True)
@@ -152,7 +152,7 @@ def run(shape: str, collective: str, event: str, cfg: GlooLoopConfig, healthy_n:
         total_n: int) -> dict:
     """One run; event time and duration are set in healthy collectives of fabric time."""
     from executor_cuda.scenario_run import plan_scales
-    from mccl_runtime.manager import solver_synthesizer
+    from mccl_runtime.synthesizer import solver_synthesizer
 
     probe = scenario(shape, collective, event, 1.0, 2.0)
     healthy = solver_synthesizer(cfg.backend)(collective, probe.topology, None, None)

@@ -119,7 +119,7 @@ class RecordingSynthesizer:
     solves run in the main thread and are not recorded), to re-solve them alone."""
 
     def __init__(self) -> None:
-        from mccl_runtime.manager import solver_synthesizer
+        from mccl_runtime.synthesizer import solver_synthesizer
 
         self.inner = solver_synthesizer()
         self.jobs: list[tuple[tuple, float, float]] = []

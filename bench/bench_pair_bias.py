@@ -110,7 +110,7 @@ def main() -> None:
     from executor_cuda.scenario_run import GlooLoopConfig, plan_scales
     from instances import hpn
     from mccl_opt.lowering.program import compile_schedule
-    from mccl_runtime.manager import solver_synthesizer
+    from mccl_runtime.synthesizer import solver_synthesizer
     from mccl_runtime.scenario import parse_scenario
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)

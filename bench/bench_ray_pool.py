@@ -18,7 +18,7 @@ import statistics
 import time
 
 from instances import fail2, hpn
-from mccl_runtime.manager import solver_synthesizer
+from mccl_runtime.synthesizer import solver_synthesizer
 from mccl_runtime.pool import SynthesisPool, run_job
 from mccl_runtime.ray_pool import RayPool
 

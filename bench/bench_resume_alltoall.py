@@ -4,7 +4,7 @@
     python bench/bench_resume_alltoall.py --shape 2x64x8 --rounds 1 --mem-gb 9
 
 The healthy HPN AllToAll schedule (solved once, cached under ``--cache``) is registered
-with a thread-synthesis manager (:func:`mccl_runtime.manager.solver_synthesizer`) and
+with a thread-synthesis manager (:func:`mccl_runtime.synthesizer.solver_synthesizer`) and
 written as a controller state file (:class:`mccl_runtime.state.StateWriter`).  Each round
 then, alternating in one process (paired), resumes a fresh manager from that file
 (:func:`mccl_runtime.state.load_state` + ``ScheduleManager.restore``), feeds it Fail2
@@ -50,7 +50,8 @@ def main(argv: list[str] | None = None) -> int:
     import mccl_opt as mo
     from instances import fail2, hpn, parse_shape
     from mccl_opt.tables import print_table
-    from mccl_runtime.manager import Policy, ScheduleManager, solver_synthesizer
+    from mccl_runtime.manager import Policy, ScheduleManager
+    from mccl_runtime.synthesizer import solver_synthesizer
     from mccl_runtime.state import StateWriter, load_state
     from mccl_runtime.telemetry import MeasurementStore
 

@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from instances import hpn  # noqa: E402
 from mccl_opt.lowering.rounds import round_time  # noqa: E402
-from mccl_runtime.manager import solver_synthesizer  # noqa: E402
+from mccl_runtime.synthesizer import solver_synthesizer  # noqa: E402
 
 TOPO = hpn(1, 2, 4)
 NIC = ("s0h0g0", "s0tor0")

@@ -63,7 +63,7 @@ SITECUSTOMIZE = textwrap.dedent('''
 #: run in a fresh session after the loop: each warm job ``reps`` times, medians
 ALONE = textwrap.dedent('''
     import glob, pickle, statistics, sys, time
-    from mccl_runtime.manager import solver_synthesizer
+    from mccl_runtime.synthesizer import solver_synthesizer
     from mccl_runtime.pool import run_job
     synth = solver_synthesizer("highs", shallow=True)
     jobs = [pickle.load(open(f, "rb"))[1] for f in sorted(glob.glob(sys.argv[1] + "/*.pkl"))]

@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 def main(argv: list[str] | None = None) -> None:
     from instances import irregular
     from mccl_opt.sim import simulate
-    from mccl_runtime.manager import solver_synthesizer
+    from mccl_runtime.synthesizer import solver_synthesizer
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seed", type=int, default=7, help="irregular fabric seed")

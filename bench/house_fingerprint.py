@@ -120,7 +120,8 @@ def telemetry_walk() -> Counter[str]:
     """The crossings from one telemetry batch (a NIC cable of HPN 1x2x8 at 50 Gbps) to
     the published AllGather version: the store's ingest, the manager's step (Algorithm
     1, the job started) and its poll (the re-check, the version published)."""
-    from mccl_runtime.manager import Policy, ScheduleManager, solver_synthesizer
+    from mccl_runtime.manager import Policy, ScheduleManager
+    from mccl_runtime.synthesizer import solver_synthesizer
     from mccl_runtime.telemetry import MeasurementStore
 
     topo = ins.hpn(1, 2, 8)

@@ -227,7 +227,7 @@ def run_gloo_loop(scenario: Any, cfg: GlooLoopConfig) -> dict[str, Any]:
     the summary of :func:`executor_cuda.scenario_report.summarize`."""
     import torch  # noqa: F401 - imported before forking, so the ranks start in milliseconds
 
-    from mccl_runtime.manager import solver_synthesizer
+    from mccl_runtime.synthesizer import solver_synthesizer
 
     from .launch import RankFailure, run_ranks
     from .scenario_rank import RankPlan, rank_main

@@ -10,7 +10,8 @@ from __future__ import annotations
 from mccl_opt.lazy import lazy_getattr
 
 from .drift import DriftReport, ScheduleProfile, detect, profile_schedule
-from .manager import Collective, Event, Policy, ScheduleManager, solver_synthesizer
+from .manager import Collective, Event, Policy, ScheduleManager
+from .synthesizer import solver_synthesizer
 from .telemetry import IngestReport, MeasurementStore
 
 __all__ = ["MeasurementStore", "IngestReport", "detect", "profile_schedule", "DriftReport",

@@ -138,7 +138,7 @@ class _LazySynthesizer:
         self.backend, self.shallow, self._fn, self._lock = backend, shallow, None, threading.Lock()
 
     def load(self):
-        from .manager import solver_synthesizer
+        from .synthesizer import solver_synthesizer
 
         with self._lock:
             if self._fn is None:
@@ -157,7 +157,7 @@ def _start_pool(topo, backend: str, workers: int, synthesis: str = "local", shal
     ``kernels`` says."""
     import functools
 
-    from .manager import solver_synthesizer
+    from .synthesizer import solver_synthesizer
 
     factory = functools.partial(solver_synthesizer, backend, shallow=shallow, kernels=kernels)
     if synthesis != "local":

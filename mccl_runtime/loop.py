@@ -10,7 +10,7 @@ default, the paper's EWMA with ``estimator="ewma"``) and a
 collective.
 
 Re-synthesis is warm (the active schedule starts the solver), except on fabrics of at
-most ``cold_gpus`` GPUs (:func:`~.manager.cold_on_small`): there a cold solve costs
+most ``cold_gpus`` GPUs (:func:`~.synthesizer.cold_on_small`): there a cold solve costs
 tens of milliseconds at most and avoids warm optima of the same rate that simulate slower.
 
 Telemetry, like the paper's measurement windows (§5): a link is measured only while it
@@ -75,7 +75,8 @@ from .level import LevelParams
 from .loop_report import DEFAULT_OOB_MS
 from .loop_sim import link_windows, simulate_span
 from .probes import Probe
-from .manager import Action, Policy, ScheduleManager, Synthesizer, cold_on_small, solver_synthesizer
+from .manager import Action, Policy, ScheduleManager
+from .synthesizer import Synthesizer, cold_on_small, solver_synthesizer
 from .scenario import Event, Scenario
 from .telemetry import CLI_ESTIMATOR, MeasurementStore
 

@@ -50,7 +50,8 @@ from .columns import ColumnBatch
 from .decision_log import log_events
 from .durability import DurableState
 from .endpoints import ephemeral, is_loopback
-from .manager import Event, Policy, ScheduleManager, Synthesizer
+from .manager import Event, Policy, ScheduleManager
+from .synthesizer import Synthesizer
 from .pool import SynthesisPool
 from .quota import MAX_REGISTRATIONS_PER_MIN, RegistrationBudget
 from .gate import MAX_ERROR_CHARS, RequestGate, telemetry_samples

@@ -32,7 +32,7 @@ from mccl_opt.files import SMALL_PARSE_BYTES, read_json
 from mccl_opt.schedule import Schedule, schedule_rate, share_loads
 from mccl_opt.topology import Topology
 
-from .manager import Synthesizer, solver_synthesizer
+from .synthesizer import Synthesizer, solver_synthesizer
 from .scenario import MAX_MESSAGE_BYTES
 
 __all__ = ["WORKLOAD_FORMAT", "load_workload", "estimate_speedup", "main"]

@@ -17,7 +17,7 @@ from mccl_opt.allgather.unit_tolerance import tolerant_allgather, unit_snapped
 from mccl_opt.errors import InputError
 from mccl_opt.schedule import schedule_rate, share_loads
 from mccl_opt.sim import simulate
-from mccl_runtime.manager import solver_synthesizer
+from mccl_runtime.synthesizer import solver_synthesizer
 
 NIC = {("h1g2", "spine"), ("spine", "h1g2")}
 MB = 16 * 2**20

@@ -302,7 +302,7 @@ def test_real_ranks_notice_a_cleared_failure_by_probes(tmp_path, capsys):
     version arrives whose rate is near the healthy schedule's (the controller's picture of
     the NIC is whole again, or within gamma of it).  Without probes no version follows the clear
     (bench/bench_executor_loop.py --clear)."""
-    from mccl_runtime.manager import solver_synthesizer
+    from mccl_runtime.synthesizer import solver_synthesizer
     from mccl_runtime.scenario import load_scenario
 
     path = tmp_path / "clear.json"

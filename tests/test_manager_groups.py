@@ -17,7 +17,8 @@ import mccl_opt as mo
 from instances import fail2, hpn
 from mccl_opt.errors import TopologyError
 from mccl_opt.subfabric import induced
-from mccl_runtime.manager import Policy, ScheduleManager, solver_synthesizer
+from mccl_runtime.manager import Policy, ScheduleManager
+from mccl_runtime.synthesizer import solver_synthesizer
 from mccl_runtime.pool import SynthesisPool
 from mccl_runtime.telemetry import MeasurementStore
 from tests.state_files import saved_and_loaded

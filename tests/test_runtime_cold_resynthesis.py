@@ -11,7 +11,7 @@ import tests.test_runtime_manager as tm
 from instances import hpn, irregular
 from mccl_opt.errors import MCCLError
 from mccl_runtime.loop import LoopConfig, run_loop
-from mccl_runtime.manager import cold_on_small
+from mccl_runtime.synthesizer import cold_on_small
 
 TOPO = hpn(1, 2, 4)                              # 8 GPUs
 

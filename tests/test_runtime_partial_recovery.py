@@ -14,7 +14,8 @@ import pytest
 
 import mccl_opt as mo
 from mccl_opt.schedule import share_loads
-from mccl_runtime.manager import Policy, ScheduleManager, solver_synthesizer
+from mccl_runtime.manager import Policy, ScheduleManager
+from mccl_runtime.synthesizer import solver_synthesizer
 from mccl_runtime.telemetry import MeasurementStore
 from tests.test_runtime_rate_cleared import _drive
 from tests.test_runtime_manager import TOPO

@@ -14,7 +14,8 @@ import pytest
 import mccl_opt as mo
 from instances import fail2, hpn
 from mccl_opt.baselines import direct_alltoall, ring_allgather
-from mccl_runtime.manager import Policy, ScheduleManager, solver_synthesizer
+from mccl_runtime.manager import Policy, ScheduleManager
+from mccl_runtime.synthesizer import solver_synthesizer
 from mccl_runtime.pool import SynthesisPool
 from mccl_runtime.telemetry import MeasurementStore
 

@@ -14,7 +14,8 @@ from mccl_runtime.drift import profile_schedule
 from mccl_runtime.level import LevelParams, LevelTracker
 from mccl_runtime.loop import LoopConfig, link_windows, run_loop
 from mccl_opt.schedule import schedule_rate
-from mccl_runtime.manager import Policy, ScheduleManager, solver_synthesizer
+from mccl_runtime.manager import Policy, ScheduleManager
+from mccl_runtime.synthesizer import solver_synthesizer
 from mccl_runtime.scenario import parse_scenario
 from mccl_runtime.telemetry import MeasurementStore
 

@@ -14,7 +14,8 @@ import pytest
 
 import mccl_opt as mo
 from mccl_runtime.drift import ProfileStack, detect, profile_schedule
-from mccl_runtime.manager import Policy, ScheduleManager, solver_synthesizer
+from mccl_runtime.manager import Policy, ScheduleManager
+from mccl_runtime.synthesizer import solver_synthesizer
 from mccl_runtime.telemetry import MeasurementStore
 from tests.state_files import saved_and_loaded
 from tests.test_runtime_rate_cleared import _drive

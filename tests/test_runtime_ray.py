@@ -17,7 +17,8 @@ import mccl_opt as mo
 from instances import fail2
 from mccl_opt.baselines import ring_allgather
 from mccl_opt.errors import SolveError
-from mccl_runtime.manager import Policy, ScheduleManager, solver_synthesizer
+from mccl_runtime.manager import Policy, ScheduleManager
+from mccl_runtime.synthesizer import solver_synthesizer
 from mccl_runtime.telemetry import MeasurementStore
 from tests.test_runtime_pool import TOPO, _degrade, _run_until_idle
 

@@ -123,7 +123,8 @@ def test_a_job_replacing_a_held_version_is_decided_by_its_gain_not_cleared(monke
     ``M`` that version may read as fitting (the drift "cleared"), yet the job's schedule
     does better; it is published, not aborted ``cleared`` (the held version then ran at
     0.75-0.80 of offline to the end of a ramp's step on real ranks)."""
-    from mccl_runtime.manager import Policy, ScheduleManager, solver_synthesizer
+    from mccl_runtime.manager import Policy, ScheduleManager
+    from mccl_runtime.synthesizer import solver_synthesizer
 
     store = MeasurementStore(TOPO, alpha=1.0)
     mgr = ScheduleManager(store, solver_synthesizer(), Policy(gamma=0.1, min_dwell_s=0.0))

@@ -14,7 +14,7 @@ from mccl_opt.baselines import rail_alltoall
 from mccl_opt.lowering.program import compile_schedule
 from mccl_opt.lowering.rounds import MODEL_BLOCK, round_time
 from mccl_opt.validate import validate
-from mccl_runtime.manager import _round_aware_alltoall
+from mccl_runtime.synthesizer import _round_aware_alltoall
 
 TOPO = hpn(1, 2, 4)
 NIC = ("s0h0g0", "s0tor0")
@@ -73,7 +73,7 @@ def test_no_further_attempt_starts_without_room_for_it():
     """Less left of the job's limit than the last attempt took: no attempt starts."""
     import time
 
-    from mccl_runtime.manager import _left_for_another
+    from mccl_runtime.synthesizer import _left_for_another
 
     now = time.perf_counter()
     assert _left_for_another(None, now, 5.0) is None

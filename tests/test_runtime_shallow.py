@@ -21,7 +21,7 @@ def _fabric():
 
 def test_shallow_keeps_the_rate_and_never_deepens_past_the_cold_schedule():
     import mccl_opt
-    from mccl_runtime.manager import solver_synthesizer, tree_rounds
+    from mccl_runtime.synthesizer import solver_synthesizer, tree_rounds
 
     topo, degraded = _fabric()
     healthy = mccl_opt.solve_allgather(topo)
@@ -40,7 +40,7 @@ def test_shallow_keeps_the_rate_and_never_deepens_past_the_cold_schedule():
 
 def test_tree_rounds_is_the_deepest_tree():
     from mccl_opt.baselines import rail_allgather
-    from mccl_runtime.manager import tree_rounds
+    from mccl_runtime.synthesizer import tree_rounds
     from instances import hpn
 
     topo = hpn(1, 1, 4)

@@ -139,7 +139,8 @@ def test_a_version_unfit_for_a_settled_drop_is_replaced_at_once_without_a_hold()
     version is built for the whole picture.  Before, v2 was held (and, before that,
     released with the next version a dwell later)."""
     import mccl_opt as mo
-    from mccl_runtime.manager import ScheduleManager, solver_synthesizer
+    from mccl_runtime.manager import ScheduleManager
+    from mccl_runtime.synthesizer import solver_synthesizer
     from mccl_runtime.telemetry import MeasurementStore
 
     store = MeasurementStore(TOPO, alpha=1.0, clock=lambda: 10.0)

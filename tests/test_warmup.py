@@ -104,7 +104,7 @@ def test_kernels_modes_of_the_product_synthesizer(monkeypatch):
     import threading
 
     from mccl_opt.errors import MCCLError
-    from mccl_runtime.manager import solver_synthesizer
+    from mccl_runtime.synthesizer import solver_synthesizer
 
     ran: list[str] = []
     monkeypatch.setattr(warmup, "_loaded", set())
@@ -131,7 +131,7 @@ def test_the_round_aware_synthesizer_imports_its_round_model_before_the_first_jo
     re-synthesis the import cost ~30 ms of CPU, 0.1 s of wall time on the loaded loop
     (docs/executor.md, "Synthesis inside the loop").  A fresh process; the plain
     synthesizer does not import it."""
-    code = ("import sys; from mccl_runtime.manager import solver_synthesizer; "
+    code = ("import sys; from mccl_runtime.synthesizer import solver_synthesizer; "
             "solver_synthesizer(kernels='lazy'); print('mccl_opt.lowering.rounds' in sys.modules); "
             "solver_synthesizer(shallow=True, kernels='lazy'); print('mccl_opt.lowering.rounds' in sys.modules)")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
