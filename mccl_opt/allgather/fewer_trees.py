@@ -15,7 +15,7 @@ solved once over the schedule's distinct trees, stopped at the certified rate
 optimum are the schedule's own chunks at new shares (not rebuilt from the LP's
 columns), kept only when they are fewer and reach the rate within :data:`RATE_TOL`.
 It is solved only when it pays (:func:`master_pays`: more trees than rows, or cheap
-against the solve), and on a warm solve that reuses the previous trees first the
+against the solve and the trees linearly dependent on the tight rows), and on a warm solve that reuses the previous trees first the
 previous schedule's own trees are tried (one load sum), then the master as a warm step
 within the allowance (not started where its estimate, CPU seconds, exceeds what is
 left in CPU seconds: :meth:`.warm.route.WarmRoute.cpu_left`).
@@ -31,6 +31,7 @@ import time
 from typing import Sequence
 
 import numpy as np
+from scipy import sparse
 
 from .. import anytime
 from ..errors import SolveError, TopologyError
@@ -98,7 +99,8 @@ def master_pays(topo: Topology, sched: Schedule, cpu: float | None = None) -> bo
     0.07 s for none); with more trees than rows (roots + links), a basic optimum surely
     has fewer (shared aggregation 2x2x8 one way: 2165 trees, 192 rows -> 123); with
     fewer, only when its estimate (:func:`master_seconds`) is at most
-    :data:`MASTER_FLOOR_S` or :data:`MASTER_SHARE` of the solve's CPU seconds ``cpu``
+    :data:`MASTER_FLOOR_S`, or at most :data:`MASTER_SHARE` of the solve's CPU seconds ``cpu``
+    where the trees are not already a basic solution (:func:`_already_basic`)
     (the report's wall seconds where not given, which grow with the machine's load;
     HPN 2x8x8 Fail1: 258 trees of 0.03 s ForestColl, the master ~0.06 s for 258 -> 129,
     not solved; HPN 2x4x8 Fail2: 151 -> 73 for ~0.02 s of a 0.15 s solve, solved;
@@ -106,8 +108,61 @@ def master_pays(topo: Topology, sched: Schedule, cpu: float | None = None) -> bo
     trees, rows = len(sched.chunks), topo.num_gpus + topo.num_links
     if trees <= topo.num_gpus or trees * rows > VERTEX_LP_MAX_SIZE:
         return False
+    if trees > rows:
+        return True
+    estimate = master_seconds(sched)
     solve = cpu if cpu is not None else sched.seconds or 0.0
-    return trees > rows or master_seconds(sched) <= max(MASTER_FLOOR_S, MASTER_SHARE * solve)
+    if estimate <= MASTER_FLOOR_S:
+        return True
+    return estimate <= MASTER_SHARE * solve and not _already_basic(topo, sched)
+
+
+def _already_basic(topo: Topology, sched: Schedule) -> bool:
+    """Whether ``sched``'s trees are linearly independent columns over the rows the
+    master keeps tight at its rate: every root's row and every link ``sched`` saturates
+    (its bottleneck).  Then ``sched``'s weights are already a basic solution of the master
+    over its own trees at that rate, with no direction along which a tree leaves at equal
+    loads on those rows; the master can only reach another vertex, seldom smaller
+    (leaf-spine 8x2x8 with 4 spines at ``None``: 366 trees of rank 366, 366 -> 365 and
+    328 -> 328 for 0.2-0.3 s CPU; where it pays the trees are dependent: irregular(7) 80
+    trees of rank 50 -> 39, HPN 1x2x8 116 of rank 46 -> 45; docs/allgather.md "When the
+    re-weighting pays")."""
+    from .general.method import chunk_columns
+    from .general.restriction_seed import table_columns
+
+    roots, trees = table_columns(sched, topo) or chunk_columns((sched,), topo)
+    if len(roots) != len(sched.chunks):
+        return False
+    ratio = share_loads(topo, sched.chunks) / topo.arrays.capacity
+    tight = np.flatnonzero(ratio >= ratio.max() * (1 - 1e-9))
+    if len(trees) > topo.num_gpus + tight.size:         # more columns than rows: dependent
+        return False
+    cols = np.repeat(np.arange(len(trees)), [len(e) for e in trees])
+    edges = np.concatenate(trees).astype(np.int64)
+    row = np.full(topo.num_links, -1, np.int64)
+    row[tight] = np.arange(tight.size) + topo.num_gpus
+    hit = row[edges] >= 0
+    matrix = sparse.csr_matrix(
+        (np.ones(len(trees) + int(hit.sum())),
+         (np.concatenate([np.asarray(roots, np.int64), row[edges][hit]]),
+          np.concatenate([np.arange(len(trees)), cols[hit]]))),
+        shape=(topo.num_gpus + tight.size, len(trees)))
+    return _positive_definite((matrix.T @ matrix).toarray())
+
+
+def _positive_definite(gram: np.ndarray) -> bool:
+    """Whether the Gram matrix ``gram`` (a copy it overwrites) is positive definite: every
+    pivot of its symmetric elimination above ``1e-9`` of its largest diagonal entry.
+    Elementwise numpy, not BLAS: OpenBLAS's threads spin on after a call, 0.1-0.6 s CPU
+    on this shared 2-core machine for a 366-tree LAPACK Cholesky of ~3 ms."""
+    tol = 1e-9 * float(gram.diagonal().max(initial=0.0))
+    for j in range(gram.shape[0]):
+        pivot = gram[j, j]
+        if not pivot > tol:
+            return False
+        below = gram[j + 1:, j]
+        gram[j + 1:, j + 1:] -= np.multiply.outer(below / pivot, below)
+    return True
 
 
 def master_seconds(sched: Schedule) -> float:
