@@ -103,11 +103,7 @@ def minimal_tight_sets(p: Problem, checks: np.ndarray) -> list[np.ndarray] | Non
     set lies inside any tight set holding it): at most ``n``, counted in ``checks[0]``.
     (The guarded split's :func:`~..removal.cut_guard.zero_slack_sets` are the largest
     such sets instead.)"""
-    net = FlowNetwork(p.n, p.tail, p.head)
-    caps = net.caps()
-    caps[: net.m] = p.units
-    caps[net.s_arc0: net.s_arc0 + p.n] = p.roots
-    total = int(p.roots.sum())
+    net, caps, total = _rooted_network(p)
     mark = np.zeros(p.n + 2, np.bool_)
     queue = np.zeros(p.n + 2, np.int64)
     found: dict[bytes, np.ndarray] = {}
@@ -140,12 +136,9 @@ def maximal_tight_sets(p: Problem, checks: np.ndarray) -> list[np.ndarray] | Non
     tight) :func:`minimal_tight_sets` finds nothing proper, this does.  One max-flow per
     node outside the sets found so far, counted in ``checks[0]``; ``None`` when a flow is
     below ``R`` (the graph admits no packing).  A set is kept only if its slack,
-    computed, is 0."""
-    net = FlowNetwork(p.n, p.tail, p.head)
-    caps = net.caps()
-    caps[: net.m] = p.units
-    caps[net.s_arc0: net.s_arc0 + p.n] = p.roots
-    total = int(p.roots.sum())
+    computed, is 0.  (:func:`~..removal.cut_guard.zero_slack_sets` finds the largest
+    zero-slack sets of a guarded split, whose roots are its GPUs, by one rooted sweep.)"""
+    net, caps, total = _rooted_network(p)
     found: dict[bytes, np.ndarray] = {}
     covered = np.zeros(p.n, np.bool_)
     for v in range(p.n):
@@ -165,6 +158,16 @@ def maximal_tight_sets(p: Problem, checks: np.ndarray) -> list[np.ndarray] | Non
             found.setdefault(members.tobytes(), members)
             covered[members] = True
     return _disjoint(p.n, found)
+
+
+def _rooted_network(p: Problem) -> tuple[FlowNetwork, np.ndarray, int]:
+    """``p``'s flow network with every node's roots on its source arc, its capacities
+    and the roots in all (``R``)."""
+    net = FlowNetwork(p.n, p.tail, p.head)
+    caps = net.caps()
+    caps[: net.m] = p.units
+    caps[net.s_arc0: net.s_arc0 + p.n] = p.roots
+    return net, caps, int(p.roots.sum())
 
 
 def _disjoint(n: int, found: dict[bytes, np.ndarray]) -> list[np.ndarray]:
