@@ -105,6 +105,13 @@ MEMORY_SETS = 256
 #: checked links only (each failure remembers a new set, so the class cannot cycle)
 MAX_FAILED_VERIFICATIONS = 8
 
+#: classes grown lazily (no sweep while they grow) before the first sweep over every rank
+#: verifies them at once; doubled after a sweep that passes up to :data:`LAZY_MAX_BATCH`,
+#: halved after one that fails (the batch is rolled back and grown again; a single class
+#: that fails grows with its own sweeps)
+LAZY_FIRST_BATCH = 2
+LAZY_MAX_BATCH = 32
+
 #: sinks of a verification sweep counted as one max-flow against the packing's budget (a
 #: sweep repairs one flow from sink to sink: ~2.8 ms for 127 sinks of leaf-spine 8x2x8's
 #: tight exact split in rank order, where a check from scratch takes ~0.1-0.5 ms)
@@ -178,7 +185,7 @@ def _checked_link(count, mult, p_left, n, m, order, out_start, out_arc, l_head, 
 @njit(cache=True)
 def _grow_class(r, mult, n, m, l_tail, l_head, pair, left, short, out_start, out_arc,
                 in_start, in_arc, cap, unstarted, net, vnet, vcaps, sinks, row, member, order,
-                side, mem, sets, members, sizes, slack, dead, spent, sweep_pos, checks):
+                side, mem, sets, members, sizes, slack, dead, spent, sweep_pos, checks, lazy):
     """Grow a class of ``mult`` trees of root ``r`` (module doc) into ``row`` (the link
     into each rank); returns its final multiplicity: where a link admits only
     ``a < mult`` copies, the other copies give their links back and return to the
@@ -189,7 +196,10 @@ def _grow_class(r, mult, n, m, l_tail, l_head, pair, left, short, out_start, out
     the last verified state are verified by one sweep (:func:`_verify`) when the class
     is complete or no such link is left; a failed sweep's cut is remembered and the
     class goes back to before its first link into that cut (still verified by the next
-    sweep).  Where no unchecked link is left, one link is taken by checks."""
+    sweep).  Where no unchecked link is left, one link is taken by checks.  ``lazy``: no
+    sweep at all (the batch's sweep in :func:`_grow` verifies the packing once its classes
+    are complete); 0 also where a check gets stuck (the state it starts from may already
+    break the condition)."""
     p_left = 0
     for x in range(n):
         p_left += unstarted[x]
@@ -213,7 +223,9 @@ def _grow_class(r, mult, n, m, l_tail, l_head, pair, left, short, out_start, out
             count = _enter(a, mult, count, l_tail, l_head, cap, pair, mem, sets, slack, row,
                            member, order)
             continue
-        if verified < count:
+        if lazy and count == n:
+            return mult
+        if verified < count and not lazy:
             checks[0] += 1 + (count - verified) // SINKS_PER_CHECK
             if checks[0] > checks[1]:
                 return 0
@@ -350,20 +362,64 @@ def _grow(p: Problem, checks: np.ndarray, near: np.ndarray | None) -> list[TreeC
     vcaps = vnet.caps()
     sweep_pos = np.empty(n, np.int64)        # each rank's place in the sweeps' sink order
     sweep_pos[np.arange(n) if near is None else np.asarray(near, np.int64)] = np.arange(n)
+    everyone = np.arange(n, dtype=np.int64)
+
+    def grow(r: int, lazy: bool) -> TreeClass | None:
+        anytime.check("Phase 3: the few-trees packing, before a class")
+        mult, unstarted[r] = int(unstarted[r]), 0
+        row = np.empty(n, np.int64)
+        got = _grow_class(r, mult, n, tail.size, tail, head, pair, scratch[0], scratch[1],
+                          out_start, out_arc, in_start, in_arc, cap, unstarted, flows, vflows,
+                          vcaps, scratch[2], row, member, scratch[3], side, mem, sets, members,
+                          sizes, slack, dead, spent, sweep_pos, checks, lazy)
+        return None if got == 0 else TreeClass(r, got, row)
+
+    def sweep() -> bool:
+        """The rooted sweep over every rank: the unstarted trees still fit (Edmonds); a
+        failing sink's cut is remembered."""
+        checks[0] += 1 + n // SINKS_PER_CHECK
+        p_left = int(unstarted.sum())
+        if _verify(0, n, 0, n, tail.size, cap, unstarted, everyone, p_left, vcaps, vflows,
+                   scratch[2], sweep_pos) < 0:
+            return True
+        _bfs_levels(n + 3, *vflows[:4], n + 1, -1, vflows[4], vflows[5])
+        side[:] = vflows[4][:n] < 0
+        _remember(side, n, mem, sets, members, sizes, slack, in_start, in_arc, tail, cap,
+                  unstarted, p_left)
+        return False
+
     classes: list[TreeClass] = []
-    for r in range(n):
-        while unstarted[r] > 0:
-            anytime.check("Phase 3: the few-trees packing, before a class")
-            mult, unstarted[r] = int(unstarted[r]), 0
-            row = np.empty(n, np.int64)
-            got = _grow_class(r, mult, n, tail.size, tail, head, pair, scratch[0], scratch[1],
-                              out_start, out_arc, in_start, in_arc, cap, unstarted, flows,
-                              vflows, vcaps, scratch[2], row, member, scratch[3], side,
-                              mem, sets, members, sizes, slack, dead, spent, sweep_pos, checks)
-            if got == 0:
-                return None
-            classes.append(TreeClass(r, got, row))
-    return classes
+    batch = LAZY_FIRST_BATCH
+    r = 0
+    while True:
+        while r < n and unstarted[r] == 0:
+            r += 1
+        if r == n:
+            return classes
+        saved = (cap.copy(), pair.copy(), unstarted.copy(), len(classes), r)
+        made = 0
+        while made < batch and r < n:        # a lazy batch (module doc)
+            c = grow(r, True)
+            if c is None:
+                break
+            classes.append(c)
+            made += 1
+            while r < n and unstarted[r] == 0:
+                r += 1
+        else:
+            if checks[0] + 1 + n // SINKS_PER_CHECK <= checks[1] and sweep():
+                batch = min(2 * batch, LAZY_MAX_BATCH)
+                continue
+        cap[:], pair[:], unstarted[:] = saved[:3]
+        del classes[saved[3]:]
+        r = saved[4]
+        if batch > 1:                        # half the batch, lazily again
+            batch //= 2
+            continue
+        c = grow(r, False)                   # one class alone fails: swept as it grows
+        if c is None:
+            return None
+        classes.append(c)
 
 
 def few_trees_on_splits(split: SplitGraph, rank_of: np.ndarray, k: int, stats: dict[str, Any],
