@@ -342,11 +342,13 @@ def test_tight_graphs_made_of_known_trees_always_pack():
     """A union of ``k`` random spanning arborescences per root is a tight graph (every
     rank's in-units exactly the ``k (n - 1)`` trees owed to it) that admits ``k``: the
     packing must complete it (Lovász) within every link's units.  Links taken unchecked
-    and verified in batches (a failed sweep rolling the class back) may keep no state a
-    check would refuse, else a later class gets stuck; with ``max_checks=0`` no sweep
-    runs and nothing is returned."""
+    and verified in batches (a failed sweep rolling the class back), and classes grown
+    lazily in batches verified by one sweep (a failed one rolling the batch back, which
+    happens on these graphs), may keep no state a check would refuse, else a later class
+    gets stuck, nor a rolled-back class's units; with ``max_checks=0`` no sweep runs and
+    nothing is returned."""
     rng = np.random.default_rng(11)
-    swept = 0
+    swept = rolled = kept = 0
     for _ in range(30):
         n, k = int(rng.integers(4, 11)), int(rng.integers(1, 4))
         units: dict[tuple[int, int], int] = {}
@@ -365,8 +367,10 @@ def test_tight_graphs_made_of_known_trees_always_pack():
         assert classes is not None
         _assert_packing(lg, k, classes)
         swept += info["few_trees_checks"] > 0
+        rolled += info["few_trees_rollbacks"]
+        kept += info["few_trees_batches"] > info["few_trees_rollbacks"]
         assert few_trees_pack(n, lg.tail, lg.head, lg.units, k, 0) is None
-    assert swept > 0
+    assert swept > 0 and rolled > 0 and kept > 0
 
 
 def test_tight_graph_sums_every_ranks_in_units():
