@@ -87,7 +87,8 @@ from mccl_opt import anytime
 from ..maxflow import FlowNetwork, _bfs_levels
 from ..removal.exact_split import split_all
 from ..removal.splitting import LogicalGraph, SplitGraph, sink_order
-from .contraction import CONTRACT_MIN_GPUS, Problem, decompose, proper_tight_sets
+from .contraction import (CONTRACT_MIN_GPUS, Decomposition, Problem, decompose,
+                          proper_tight_sets)
 from .growth_checks import _check, _short_paths_flow, _verify
 from .remembered_sets import _all_slacks, _enter, _move, _remember, _ruled_out
 from .trees import TreeClass
@@ -326,8 +327,9 @@ def few_trees_pack(n: int, tail: np.ndarray, head: np.ndarray, units: np.ndarray
 def _pack(p: Problem, checks: np.ndarray, near: np.ndarray | None
           ) -> list[TreeClass] | None:
     """``p``'s packing: along its tight sets where it has some (an outer and an inner
-    packing each, recursively: :mod:`.contraction`; their sweeps in rank order), else
-    grown class by class with the sweeps in ``near``'s order."""
+    packing each, recursively: :mod:`.contraction`; their sweeps in the order
+    :func:`_part_orders` keeps from ``near``), else grown class by class with the sweeps
+    in ``near``'s order (rank order when ``None``)."""
     if p.n >= CONTRACT_MIN_GPUS:
         anytime.check("Phase 3: the few-trees packing, tight sets")
         sets = proper_tight_sets(p, checks)
@@ -336,13 +338,27 @@ def _pack(p: Problem, checks: np.ndarray, near: np.ndarray | None
         if sets:
             dec = decompose(p, sets)
             parts = []
-            for q in [dec.outer, *dec.inners]:
-                part = _pack(q, checks, None)
+            for q, order in zip([dec.outer, *dec.inners], _part_orders(dec, near)):
+                part = _pack(q, checks, order)
                 if part is None:
                     return None
                 parts.append(part)
             return dec.combine(parts[0], parts[1:])
     return _grow(p, checks, near)
+
+
+def _part_orders(dec: Decomposition, near: np.ndarray | None) -> list[np.ndarray | None]:
+    """The sweeps' sink orders of ``dec``'s outer and inner problems kept from ``near``
+    (the problem's): a set's nodes, and the outer nodes by their first member, in
+    ``near``'s order, each inner ``O`` last; all ``None`` (rank order) when ``near`` is."""
+    if near is None:
+        return [None] * (1 + len(dec.sets))
+    pos = np.empty(dec.problem.n, np.int64)
+    pos[near] = np.arange(near.size)
+    first = np.array([pos[s].min() for s in dec.sets] + pos[dec.single[len(dec.sets):]].tolist(),
+                     np.int64)
+    return [np.argsort(first, kind="stable")] + \
+        [np.append(np.argsort(pos[s], kind="stable"), s.size) for s in dec.sets]
 
 
 def _grow(p: Problem, checks: np.ndarray, near: np.ndarray | None) -> list[TreeClass] | None:
