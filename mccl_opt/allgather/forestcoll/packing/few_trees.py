@@ -62,7 +62,9 @@ unstarted roots alone), which one rooted sweep over every rank decides.  So clas
 :data:`LAZY_FIRST_BATCH` up to :data:`LAZY_MAX_BATCH` classes, and one sweep verifies a
 whole batch; where it fails (its cut is remembered) or a lazy class gets stuck, the batch
 is rolled back and tried again at half the size, and a single class that fails grows as
-above, with its own sweeps, from a verified state: exact.  A dragonfly group packed
+above, with its own sweeps, from a verified state: exact (after ``j`` such failures in a
+row, the next ``2^j`` classes grow so, which bounds the sweeps wasted where lazy classes
+keep failing).  A dragonfly group packed
 inside its tight set (33 nodes, 128 classes of one tree, each swept over its 32 ranks:
 one sweep per class was ~90 % of the packing) needs ~25 sweeps instead of ~200 (dragonfly
 4x4x1x8 guarded split: 0.85 -> 0.20 s).
@@ -422,7 +424,7 @@ def _grow(p: Problem, checks: np.ndarray, near: np.ndarray | None) -> list[TreeC
         return False
 
     classes: list[TreeClass] = []
-    batch = LAZY_FIRST_BATCH
+    batch, eager = LAZY_FIRST_BATCH, 1
     r = 0
     while True:
         while r < n and unstarted[r] == 0:
@@ -441,7 +443,7 @@ def _grow(p: Problem, checks: np.ndarray, near: np.ndarray | None) -> list[TreeC
                 r += 1
         else:
             if checks[0] + 1 + n // SINKS_PER_CHECK <= checks[1] and sweep():
-                batch = min(2 * batch, LAZY_MAX_BATCH)
+                batch, eager = min(2 * batch, LAZY_MAX_BATCH), 1
                 continue
         checks[3] += 1
         cap[:], pair[:], unstarted[:] = saved[:3]
@@ -450,10 +452,19 @@ def _grow(p: Problem, checks: np.ndarray, near: np.ndarray | None) -> list[TreeC
         if batch > 1:                        # half the batch, lazily again
             batch //= 2
             continue
-        c = grow(r, False)                   # one class alone fails: swept as it grows
-        if c is None:
-            return None
-        classes.append(c)
+        # one class alone fails: it and the next ones grow with their own sweeps, twice as
+        # many after each such failure in a row (a graph where lazy classes keep failing
+        # costs at most a few sweeps more than growing every class so)
+        for _ in range(eager):
+            while r < n and unstarted[r] == 0:
+                r += 1
+            if r == n:
+                break
+            c = grow(r, False)
+            if c is None:
+                return None
+            classes.append(c)
+        eager *= 2
 
 
 def few_trees_on_splits(split: SplitGraph, rank_of: np.ndarray, k: int, stats: dict[str, Any],
