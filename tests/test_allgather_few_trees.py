@@ -22,7 +22,8 @@ from instances.designs import dragonfly
 from mccl_opt.allgather.canonical import canonical
 from mccl_opt.allgather import quotient_stages
 from mccl_opt.allgather.forestcoll.maxflow import INF, FlowNetwork
-from mccl_opt.allgather.forestcoll.packing.few_trees import _short_paths_flow, few_trees_pack
+from mccl_opt.allgather.forestcoll.packing.few_trees import few_trees_pack
+from mccl_opt.allgather.forestcoll.packing.growth_checks import _short_paths_flow
 from mccl_opt.allgather.forestcoll.packing.forecast import (NO_FORECAST, TRUST, Forecast,
                                                              few_trees_visits, forecast,
                                                              hopeless)

@@ -9,9 +9,10 @@ augmenting chain only moves the link into one vertex, never which vertex of a ho
 tree enters.  Lovász's growth is exact there, but :mod:`.exact_packing` builds a network
 with a node per class and its members for every extension (18 s at 64 GPUs).
 
-Here the trees grow as *classes* (a root's partial arborescence with a multiplicity), one
-class after another, so while class ``j`` grows every other class is finished (it meets
-every GPU set) or unstarted (its root alone): the rooted condition of the partial
+Here the trees grow as *classes* (a root's partial arborescence with a multiplicity;
+:mod:`.class_growth` grows one), one class after another, so while class ``j`` grows
+every other class is finished (it meets every GPU set) or unstarted (its root alone):
+the rooted condition of the partial
 packing, ``units(δ⁻(S)) >= #{unstarted trees with root outside S}`` for every GPU set
 ``S``, reduces to a max-flow on the logical graph itself with ``s -> r`` of capacity the
 unstarted trees at ``r``.  ``a`` copies of class ``j`` may take a link ``u -> v`` iff no
@@ -37,7 +38,7 @@ remembered set whose slack is below the copies is ruled out without a max-flow
 (exact: that set would fail the check).  A class then takes the links the checked scan
 would take were every check to pass (members newest first, so it fills the host it has
 just entered before leaving it), and the links taken since the last verified state are
-verified at once by one rooted sweep (:func:`_verify`: one flow repaired from sink to
+verified at once by one rooted sweep (:func:`.growth_checks._verify`: one flow repaired from sink to
 sink over the ranks they entered; a node fed the class's copies with an arc to each of
 its ranks, so a set meeting the class is owed nothing more by it): a set broken by the
 batch holds the head of the batch's last link into it, so those sinks suffice.  A failed
@@ -47,7 +48,7 @@ kept passed a check or a sweep, so the packing is Lovász's, exact.  Leaf-spine 
 28 412 max-flows (3.0 s) -> 225 max-flows and 414 sweeps (0.9-1.0 s).
 
 A check is decided without its max-flow where a flow on paths of at most three links
-already reaches ``P + a`` (:func:`_short_paths_flow`: ``s -> v``, ``u -> v``, through
+already reaches ``P + a`` (:func:`.growth_checks._short_paths_flow`: ``s -> v``, ``u -> v``, through
 every other GPU ``w`` the units of ``w -> v`` fed by ``s -> w`` and ``u -> w``, then
 ``x -> w -> v`` from the feed ``x`` has left; the arcs' units are never exceeded).  A
 flow is a lower bound on the max-flow, so the max-flow would return ``a``: the same
@@ -83,7 +84,6 @@ import time
 from typing import Any
 
 import numpy as np
-from numba import njit
 
 from mccl_opt import anytime
 from ..maxflow import FlowNetwork, _bfs_levels
@@ -91,8 +91,9 @@ from ..removal.exact_split import split_all
 from ..removal.splitting import LogicalGraph, SplitGraph, sink_order
 from .contraction import (CONTRACT_MIN_GPUS, Decomposition, Problem, decompose,
                           proper_tight_sets)
-from .growth_checks import _check, _short_paths_flow, _verify
-from .remembered_sets import _all_slacks, _enter, _move, _remember, _ruled_out
+from .class_growth import SINKS_PER_CHECK, _grow_class
+from .growth_checks import _verify
+from .remembered_sets import _remember
 from .trees import TreeClass
 
 __all__ = ["few_trees_pack", "few_trees_on_splits", "FEW_TREES_MAX_CHECKS",
@@ -117,183 +118,12 @@ FEW_TREES_CHEAP_ENTRIES = 1 << 14
 #: multiplicity, rules out the links entering it from outside)
 MEMORY_SETS = 256
 
-#: verifications of a class's unchecked links that may fail before the class grows by
-#: checked links only (each failure remembers a new set, so the class cannot cycle)
-MAX_FAILED_VERIFICATIONS = 8
-
 #: classes grown lazily (no sweep while they grow) before the first sweep over every rank
 #: verifies them at once; doubled after a sweep that passes up to :data:`LAZY_MAX_BATCH`,
 #: halved after one that fails (the batch is rolled back and grown again; a single class
 #: that fails grows with its own sweeps)
 LAZY_FIRST_BATCH = 2
 LAZY_MAX_BATCH = 32
-
-#: sinks of a verification sweep counted as one max-flow against the packing's budget (a
-#: sweep repairs one flow from sink to sink: ~2.8 ms for 127 sinks of leaf-spine 8x2x8's
-#: tight exact split in rank order, where a check from scratch takes ~0.1-0.5 ms)
-SINKS_PER_CHECK = 4
-
-
-@njit(cache=True)
-def _unchecked_link(count, mult, order, out_start, out_arc, l_head, cap, member, mem, sets,
-                    slack, dead, spent):
-    """The first link the class would take were every check to pass: members newest
-    first, each one's links widest first, with room for every copy and not ruled out by
-    a remembered set; -1 if none.  A link passed over stays so while the class only
-    grows (its head a member, its units or a set's slack only fall): ``dead`` marks it,
-    ``spent`` a member whose every link is (both cleared where the class gives back)."""
-    for i in range(count - 1, -1, -1):
-        u = order[i]
-        if spent[u]:
-            continue
-        for p in range(out_start[u], out_start[u + 1]):
-            a = out_arc[p]
-            if dead[a]:
-                continue
-            v = l_head[a]
-            if member[v] or cap[a] < mult or _ruled_out(u, v, mult, mem, sets, slack):
-                dead[a] = True
-                continue
-            return a
-        spent[u] = True
-    return -1
-
-
-@njit(cache=True)
-def _checked_link(count, mult, p_left, n, m, order, out_start, out_arc, l_head, cap, pair,
-                  unstarted, left, short, net, member, mem, sets, members, sizes, slack,
-                  in_start, in_arc, l_tail, side, checks):
-    """One link by checks (module doc): links with room for every copy first (members
-    newest first), then the others (members oldest first); ``(link, copies)``, ``(-1, 0)``
-    when stuck, ``(-2, 0)`` past the budget.  A failed check's sink side is remembered."""
-    start, arcs, rhead, res, level, queue, it, path = net
-    for wide in (True, False):
-        for j in range(count):
-            u = order[count - 1 - j] if wide else order[j]
-            for p in range(out_start[u], out_start[u + 1]):
-                a = out_arc[p]
-                v = l_head[a]
-                if member[v] or cap[a] == 0 or (wide and cap[a] < mult):
-                    continue
-                need = mult if wide else 1
-                if _ruled_out(u, v, need, mem, sets, slack):
-                    continue
-                want = min(mult, cap[a])
-                if _short_paths_flow(u, v, n, pair, unstarted, p_left + want, left,
-                                     short) >= p_left + want:
-                    amount = want                # every check cut passes (module doc)
-                else:
-                    checks[0] += 1
-                    if checks[0] > checks[1]:
-                        return -2, 0
-                    amount = _check(u, v, want, p_left, n, m, cap, unstarted, start,
-                                    arcs, rhead, res, level, queue, it, path)
-                if amount >= need and (amount == mult or not wide):
-                    return a, amount
-                _bfs_levels(n + 2, start, arcs, rhead, res, n, -1, level, queue)
-                for x in range(n):
-                    side[x] = level[x] < 0
-                _remember(side, n, mem, sets, members, sizes, slack, in_start, in_arc,
-                          l_tail, cap, unstarted, p_left)
-    return -1, 0
-
-
-@njit(cache=True)
-def _grow_class(r, mult, n, m, l_tail, l_head, pair, left, short, out_start, out_arc,
-                in_start, in_arc, cap, unstarted, net, vnet, vcaps, sinks, row, member, order,
-                side, mem, sets, members, sizes, slack, dead, spent, sweep_pos, checks, lazy):
-    """Grow a class of ``mult`` trees of root ``r`` (module doc) into ``row`` (the link
-    into each rank); returns its final multiplicity: where a link admits only
-    ``a < mult`` copies, the other copies give their links back and return to the
-    unstarted trees of ``r``.  0 when stuck or past ``checks[1]`` max-flows (a sweep
-    counts one per :data:`SINKS_PER_CHECK` sinks).
-
-    Links are first taken unchecked (:func:`_unchecked_link`) and the links taken since
-    the last verified state are verified by one sweep (:func:`_verify`) when the class
-    is complete or no such link is left; a failed sweep's cut is remembered and the
-    class goes back to before its first link into that cut (still verified by the next
-    sweep).  Where no unchecked link is left, one link is taken by checks.  ``lazy``: no
-    sweep at all (the batch's sweep in :func:`_grow` verifies the packing once its classes
-    are complete); 0 also where a check gets stuck (the state it starts from may already
-    break the condition)."""
-    p_left = 0
-    for x in range(n):
-        p_left += unstarted[x]
-        member[x] = False
-        spent[x] = False
-        row[x] = -1
-    dead[:] = False
-    _all_slacks(mem, sets, members, sizes, slack, in_start, in_arc, l_tail, cap, unstarted,
-                p_left)
-    member[r] = True
-    order[0] = r
-    count = 1
-    verified = 1                             # order[:verified] keeps the cut condition
-    failed = 0
-    while verified < n:
-        a = -1
-        if failed < MAX_FAILED_VERIFICATIONS and count < n:
-            a = _unchecked_link(count, mult, order, out_start, out_arc, l_head, cap, member,
-                                mem, sets, slack, dead, spent)
-        if a >= 0:
-            count = _enter(a, mult, count, l_tail, l_head, cap, pair, mem, sets, slack, row,
-                           member, order)
-            continue
-        if lazy and count == n:
-            return mult
-        if verified < count and not lazy:
-            checks[0] += 1 + (count - verified) // SINKS_PER_CHECK
-            if checks[0] > checks[1]:
-                return 0
-            bad = _verify(verified, count, mult, n, m, cap, unstarted, order, p_left, vcaps,
-                          vnet, sinks, sweep_pos)
-            if bad < 0:
-                verified = count
-                continue
-            failed += 1
-            start, arcs, head, res, level, queue, it, path = vnet
-            _bfs_levels(n + 3, start, arcs, head, res, n + 1, -1, level, queue)
-            for x in range(n):
-                side[x] = level[x] < 0
-            _remember(side, n, mem, sets, members, sizes, slack, in_start, in_arc, l_tail,
-                      cap, unstarted, p_left)
-            back = count - 1
-            for i in range(verified, count):
-                v = order[i]
-                if side[v] and not side[l_tail[row[v]]]:
-                    back = i
-                    break
-            for i in range(count - 1, back - 1, -1):
-                v = order[i]
-                _move(row[v], -mult, l_tail, l_head, cap, pair, mem, sets, slack)
-                member[v] = False
-                row[v] = -1
-            count = back
-            dead[:] = False
-            spent[:] = False
-            continue
-        a, amount = _checked_link(count, mult, p_left, n, m, order, out_start, out_arc,
-                                  l_head, cap, pair, unstarted, left, short, net, member,
-                                  mem, sets, members, sizes, slack, in_start, in_arc, l_tail,
-                                  side, checks)
-        if a < 0:
-            return 0
-        if amount < mult:                    # the rest start again later
-            back = mult - amount
-            for i in range(1, count):
-                cap[row[order[i]]] += back
-                pair[l_tail[row[order[i]]], order[i]] += back
-            unstarted[r] += back
-            p_left += back
-            mult = amount
-            dead[:] = False
-            spent[:] = False
-            _all_slacks(mem, sets, members, sizes, slack, in_start, in_arc, l_tail, cap,
-                        unstarted, p_left)
-        count = _enter(a, mult, count, l_tail, l_head, cap, pair, mem, sets, slack, row,
-                       member, order)
-        verified = count
-    return mult
 
 
 def few_trees_pack(n: int, tail: np.ndarray, head: np.ndarray, units: np.ndarray, k: int,
