@@ -59,7 +59,7 @@ root: 18 115 -> 6 496 max-flows, of which ~1 860 fail).
 batches").  Once classes are complete, the packing's state is sound iff the units left
 still admit the unstarted trees (Edmonds' theorem: the rooted cut condition for the
 unstarted roots alone), which one rooted sweep over every rank decides.  So classes grow
-*lazily* (unchecked links, checked ones where none is left, no sweep) in batches of
+*lazily* (no sweep once complete; the sweep before a checked link stays) in batches of
 :data:`LAZY_FIRST_BATCH` up to :data:`LAZY_MAX_BATCH` classes, and one sweep verifies a
 whole batch; where it fails (its cut is remembered) or a lazy class gets stuck, the batch
 is rolled back and tried again at half the size, and a single class that fails grows as
