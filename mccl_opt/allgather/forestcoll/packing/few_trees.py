@@ -65,10 +65,9 @@ whole batch; where it fails (its cut is remembered) or a lazy class gets stuck, 
 is rolled back and tried again at half the size, and a single class that fails grows as
 above, with its own sweeps, from a verified state: exact (after ``j`` such failures in a
 row, the next ``2^j`` classes grow so, which bounds the sweeps wasted where lazy classes
-keep failing).  A dragonfly group packed
-inside its tight set (33 nodes, 128 classes of one tree, each swept over its 32 ranks:
-one sweep per class was ~90 % of the packing) needs ~25 sweeps instead of ~200 (dragonfly
-4x4x1x8 guarded split: 0.85 -> 0.20 s).
+keep failing).  A dragonfly group packed inside its tight set (33 nodes, 128 classes of
+one tree, each swept over its 32 ranks: those sweeps were ~90 % of the packing) needs
+~15-20 batch sweeps (dragonfly 4x4x1x8 guarded split: 0.85 -> 0.21-0.27 s).
 
 Before growing, the graph is split along its disjoint tight sets (:mod:`.contraction`:
 an outer packing with each set contracted and one inner packing per set, recursively), so
