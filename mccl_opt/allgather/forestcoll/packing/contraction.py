@@ -36,7 +36,7 @@ from numba import njit
 from ..maxflow import INF, FlowNetwork
 from .trees import TreeClass
 
-__all__ = ["Problem", "Decomposition", "proper_tight_sets", "minimal_tight_sets",
+__all__ = ["Problem", "Decomposition", "tight_alone", "proper_tight_sets", "minimal_tight_sets",
            "maximal_tight_sets", "decompose", "CONTRACT_MIN_GPUS"]
 
 #: :attr:`Problem.links` of an inner problem's ``O -> v`` links and of its ``r -> O``
@@ -85,6 +85,13 @@ def _reaching(n_tot, start, arcs, head, res, t, mark, queue):
                     qt += 1
 
 
+def tight_alone(n: int, head: np.ndarray, units: np.ndarray, roots: np.ndarray) -> np.ndarray:
+    """Per node, whether it is its own tight set: its in-units are exactly the roots
+    outside it, ``units(δ⁻(v)) = roots(V \\ {v})``.  Every node of a tight graph is
+    (:func:`..pack_steps.tight`: ``k`` roots per rank, no spare unit anywhere)."""
+    return np.bincount(head, weights=units, minlength=n) == roots.sum() - roots
+
+
 def proper_tight_sets(p: Problem, checks: np.ndarray) -> list[np.ndarray] | None:
     """Disjoint proper tight sets of ``p`` to split its packing along: the minimal ones
     (:func:`minimal_tight_sets`); where there are none but a node is its own minimal tight
@@ -92,7 +99,7 @@ def proper_tight_sets(p: Problem, checks: np.ndarray) -> list[np.ndarray] | None
     a proper tight set all of whose nodes are tight alone has no proper minimal one).
     ``None`` when the graph admits no packing."""
     sets = minimal_tight_sets(p, checks)
-    alone = np.bincount(p.head, weights=p.units, minlength=p.n) == p.roots.sum() - p.roots
+    alone = tight_alone(p.n, p.head, p.units, p.roots)
     return maximal_tight_sets(p, checks) if sets == [] and alone.any() else sets
 
 
@@ -108,7 +115,7 @@ def minimal_tight_sets(p: Problem, checks: np.ndarray) -> list[np.ndarray] | Non
     queue = np.zeros(p.n + 2, np.int64)
     found: dict[bytes, np.ndarray] = {}
     # a node whose in-units are the roots outside it is its own minimal tight set
-    covered = np.bincount(p.head, weights=p.units, minlength=p.n) == total - p.roots
+    covered = tight_alone(p.n, p.head, p.units, p.roots)
     for v in range(p.n):
         if covered[v]:                      # inside a tight set found: its own is inside it
             continue
