@@ -24,6 +24,19 @@ reach ``v`` in the residual network of a maximum flow ``s -> v`` (``s -> r``:
 ``roots[r]``), tight sets being closed under intersection (the slack is submodular).
 On a tight graph (every node's in-units are the roots outside it) each node is its own
 minimal tight set; :func:`maximal_tight_sets` then takes the largest ones instead.
+
+Three places test tightness.  A node alone (:func:`tight_alone`) is the one definition
+shared with :func:`..pack_steps.tight` (every rank tight alone, ``k`` roots each: the
+greedy portfolio must use every unit).  The guarded split's
+:func:`~..removal.cut_guard.zero_slack_sets` are the same sets (``k`` roots per GPU, none
+per switch) of a different graph, found differently, so they stay apart: the split graph
+of Phase 2, whose switches carry no roots and may lie on either side of a set; one rooted
+sweep for all sinks (at scaled capacities), not one max-flow per node; per failing sink
+the set with its GPUs those of the smallest tight set holding it but every switch any
+such set may hold (the minimum cut's sink side farthest from ``s``), overlapping sets
+kept; here, disjoint proper sets of a logical graph (or an inner problem with its ``O``
+node) with any roots per node, the smallest or largest per node.  Computing the guard's
+sets here would hand it other sets (fewer switches), and its pairings would change.
 """
 
 from __future__ import annotations
@@ -108,8 +121,7 @@ def minimal_tight_sets(p: Problem, checks: np.ndarray) -> list[np.ndarray] | Non
     (module doc); ``None`` when a sink's flow is below ``R``: the graph admits no
     packing.  One max-flow per node outside the sets found so far (a node's minimal tight
     set lies inside any tight set holding it): at most ``n``, counted in ``checks[0]``.
-    (The guarded split's :func:`~..removal.cut_guard.zero_slack_sets` are the largest
-    such sets instead.)"""
+    (The guarded split's :func:`~..removal.cut_guard.zero_slack_sets`: module doc.)"""
     net, caps, total = _rooted_network(p)
     mark = np.zeros(p.n + 2, np.bool_)
     queue = np.zeros(p.n + 2, np.int64)
@@ -143,8 +155,7 @@ def maximal_tight_sets(p: Problem, checks: np.ndarray) -> list[np.ndarray] | Non
     tight) :func:`minimal_tight_sets` finds nothing proper, this does.  One max-flow per
     node outside the sets found so far, counted in ``checks[0]``; ``None`` when a flow is
     below ``R`` (the graph admits no packing).  A set is kept only if its slack,
-    computed, is 0.  (:func:`~..removal.cut_guard.zero_slack_sets` finds the largest
-    zero-slack sets of a guarded split, whose roots are its GPUs, by one rooted sweep.)"""
+    computed, is 0.  (:func:`~..removal.cut_guard.zero_slack_sets`: not these; module doc.)"""
     net, caps, total = _rooted_network(p)
     found: dict[bytes, np.ndarray] = {}
     covered = np.zeros(p.n, np.bool_)
