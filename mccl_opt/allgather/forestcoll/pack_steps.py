@@ -33,7 +33,7 @@ from .removal.splitting import LogicalGraph, SplitGraph
 from .removal.spread import spread_split
 from .sized import limited_repair
 
-__all__ = ["Packed", "Packing", "SplitKind", "Shapes", "Goal", "spread_logical", "pack", "tight"]
+__all__ = ["Packed", "Packing", "SplitKind", "Shapes", "spread_logical", "pack", "tight"]
 
 Shapes = tuple[np.ndarray, np.ndarray]
 
