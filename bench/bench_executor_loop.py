@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402,F401  (imported before the ranks fork)
 
-from executor_cuda.scenario_run import GlooLoopConfig, run_gloo_loop  # noqa: E402
+from executor_cuda.scenario_run import RANK_NICE, GlooLoopConfig, run_gloo_loop  # noqa: E402
 from mccl_runtime.scenario import parse_scenario  # noqa: E402
 
 EVENTS = {
@@ -216,6 +216,8 @@ def main() -> None:
     ap.add_argument("--telemetry-frontend", action="store_true",
                     help="the ranks send telemetry through a front end (`serve --frontends 1`), early values "
                          "included, instead of to the controller (docs/executor.md)")
+    ap.add_argument("--rank-nice", type=int, default=RANK_NICE, metavar="N",
+                    help="ranks N below the controller, in its session (0: a session of its own, as before)")
     ap.add_argument("--controller-logs", metavar="DIR", help="keep each class run's controller decision log in DIR")
     ap.add_argument("--classes", help=f"instead: one run per scenario class ({','.join(CLASSES)})")
     args = ap.parse_args()
@@ -227,7 +229,8 @@ def main() -> None:
         n *= int(part)
     cfg = GlooLoopConfig(world=n, collective_ms=args.collective_ms, pieces=args.pieces, block_kib=args.block_kib,
                          abort=args.abort, workers=args.workers, speculate=args.speculate,
-                         cable_wait_s=args.cable_wait, telemetry_frontend=args.telemetry_frontend)
+                         cable_wait_s=args.cable_wait, telemetry_frontend=args.telemetry_frontend,
+                         rank_nice=args.rank_nice)
     if args.classes:
         if not args.json:
             print(f"scenario classes on {n} gloo ranks, HPN {args.shape}, 16 MiB, healthy collective "
