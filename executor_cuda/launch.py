@@ -21,13 +21,13 @@ from typing import Any, Callable
 
 from mccl_opt.errors import MCCLError
 
-__all__ = ["run_ranks", "RankFailure", "FAILURE_GRACE_S", "lower_priority"]
+__all__ = ["run_ranks", "RankFailure", "FAILURE_GRACE_S"]
 
 #: seconds the other ranks get to report after one rank failed, before they are killed
 FAILURE_GRACE_S = 5.0
 
 
-def lower_priority(nice: int) -> int:
+def _lower_priority(nice: int) -> int:
     """Raise the calling process's nice value by ``nice`` (the threads it starts later
     inherit it); its new nice value.  A system that refuses it leaves it as is."""
     try:
@@ -42,7 +42,7 @@ def _child(fn: Callable, rank: int, world: int, path: str, args: tuple, conn, ni
 
     torch.set_num_threads(1)
     if nice:                        # before gloo starts its threads: they inherit it
-        lower_priority(nice)
+        _lower_priority(nice)
     try:
         dist.init_process_group("gloo", init_method=f"file://{path}", rank=rank,
                                 world_size=world)
@@ -112,7 +112,7 @@ def run_ranks(fn: Callable, world: int, *args: Any, timeout: float = 60.0,
     peers' sockets close and they report within the grace instead of after their own,
     longer, peer timeouts: issue 27, eighth pass).  ``TimeoutError`` (after killing the
     children) if no rank failed and they do not finish within ``timeout`` seconds.
-    ``nice``: the ranks run that much below this process's priority (:func:`lower_priority`).
+    ``nice``: the ranks run that much below this process's priority (:func:`_lower_priority`).
     """
     ctx = mp.get_context("fork")
     with tempfile.TemporaryDirectory() as tmp:

@@ -14,6 +14,9 @@ The parent process
 4. launches ``world`` ranks with torch.distributed (gloo, CPU tensors;
    :mod:`executor_cuda.scenario_rank`), each pacing its sends with a
    :class:`~executor_cuda.faults.FabricEmulator` that follows the scenario's timeline;
+   the ranks emulate GPUs, which take none of the controller's CPU, so they run
+   ``rank_nice`` below it, in its session (docs/executor.md, "The ranks yield to the
+   controller");
 5. merges the ranks' measurements into the summary (:mod:`.scenario_report`).
 
 Every wait is bounded: the controller must announce itself within ``start_timeout_s``,
@@ -44,7 +47,7 @@ from mccl_opt.errors import MCCLError
 __all__ = ["GlooLoopConfig", "RANK_NICE", "run_gloo_loop", "ControllerProcess", "plan_scales", "rank_failure_line"]
 
 
-#: how far below the controller the emulated GPUs run (docs/executor.md, "Synthesis inside the loop")
+#: how far below the controller the emulated GPUs run (docs/executor.md, "The ranks yield to the controller")
 RANK_NICE = 10
 
 
@@ -217,6 +220,8 @@ def _check(scenario: Any, cfg: GlooLoopConfig) -> None:
                         "(the controller would refuse them after the offline syntheses)")
     if not 1 <= cfg.pieces <= MAX_PIECES:
         raise MCCLError(f"--pieces must be in [1, {MAX_PIECES}], got {cfg.pieces}")
+    if not 0 <= cfg.rank_nice <= 19:
+        raise MCCLError(f"the ranks' nice value must be in [0, 19] (they yield, never preempt), got {cfg.rank_nice}")
     if not (math.isfinite(cfg.cable_wait_s) and 0 <= cfg.cable_wait_s <= 60
             and math.isfinite(cfg.early_hold_s) and 0 <= cfg.early_hold_s <= 60):
         raise MCCLError(f"the cable wait and the early hold must be in [0, 60] s, got {cfg.cable_wait_s:g} and "

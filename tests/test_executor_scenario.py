@@ -612,3 +612,12 @@ def test_the_controller_shares_the_ranks_session_only_when_they_yield(tmp_path, 
     scenario_run.ControllerProcess(str(tmp_path / "topo.json"), "allgather", cfg, str(tmp_path / "log"))
     assert {k: v for k, v in seen[0].items() if k in ("process_group", "start_new_session")} == group
     assert scenario_run.GlooLoopConfig().rank_nice == scenario_run.RANK_NICE > 0
+
+
+@pytest.mark.parametrize("nice", [-1, 20])
+def test_ranks_never_run_above_the_controller(tmp_path, nice):
+    from executor_cuda import scenario_run
+    from mccl_runtime.scenario import load_scenario
+
+    with pytest.raises(MCCLError, match=r"nice value must be in \[0, 19\]"):
+        scenario_run.run_gloo_loop(load_scenario(_scenario(tmp_path)), scenario_run.GlooLoopConfig(world=4, rank_nice=nice))
