@@ -6,6 +6,7 @@ ranks, a ``mccl controller serve`` process and the emulated fabric, per scenario
     python bench/bench_executor_loop.py --clear [--repeats 2]    # probes, recovery after clear
     python bench/bench_executor_loop.py --classes steady,further,flap,dead,ramp,three,noise
                                         [--controller-logs DIR] [--pieces P] [--block-kib K] [--no-abort]
+                                        [--rank-nice N]     # 0: the controller in a session of its own
 
 ``--controller-logs DIR`` keeps each class run's controller decision log (``serve -v``:
 which links moved, by how much, and why each version was published) as
