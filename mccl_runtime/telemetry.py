@@ -49,9 +49,8 @@ from __future__ import annotations
 import math
 import time
 from collections import Counter
-from itertools import repeat
-from operator import contains, itemgetter, methodcaller
-from typing import Any, Callable, Iterable, Literal, Mapping
+from operator import itemgetter
+from typing import Any, Callable, Iterable, Mapping
 
 import numpy as np
 
@@ -64,8 +63,8 @@ from .keyed import KeyedChannels
 from .telemetry_state import restore_store, store_to_dict
 from .level import LevelParams, LevelTracker, fold_levels
 from .rises import RiseTracker
-from .samples import (KINDS, REASONS, IngestReport, LinkMap, RejectedSample, Sample,
-                      early_problem, parse_sample)
+from .samples import (KINDS, REASONS, Early, IngestReport, LinkMap, RejectedSample, Sample, early_column,
+                      parse_sample)
 
 __all__ = ["Sample", "RejectedSample", "IngestReport", "LinkMap", "MeasurementStore", "REASONS",
            "parse_sample"]
@@ -76,7 +75,6 @@ MAX_AGE_S = 60.0
 _NUMBERS = {float, int}
 _KIND, _SRC, _DST = itemgetter("kind"), itemgetter("src"), itemgetter("dst")
 _GBPS, _T = itemgetter("gbps"), itemgetter("t")
-_EARLY = methodcaller("get", "early")
 ESTIMATORS = ("ewma", "level")
 CLI_ESTIMATOR = "level"  # --estimator of `mccl controller serve` and `mccl loop` (docs/runtime.md)
 
@@ -351,17 +349,18 @@ class MeasurementStore:
         """Vectorised checks: the batch's columns are pulled out once, each sample's
         channel comes from a cache, and ``nan``, ``negative``, ``future`` and
         ``above_nominal`` are tested on arrays; the accepted samples' early values come
-        along (NaN where none; ``None`` when no sample has one).  ``None`` if a sample is
-        not a plain wire object with numbers and a known channel, or carries a malformed
-        ``early``."""
+        along (NaN where none; ``None`` when no sample has one,
+        :func:`~mccl_runtime.samples.early_column`).  ``None`` if a sample is not a plain
+        wire object with numbers and a known channel, or carries a malformed ``early``."""
         try:
             ys, ts = list(map(_GBPS, batch)), list(map(_T, batch))
             c = self._batch_channels(batch)
-            early = self._early_column(batch)
+            column = early_column(batch)
         except (KeyError, TypeError, AttributeError, ValueError):
             return None
-        if early is False:
+        if column.state is Early.MALFORMED:         # rejected whole, sample by sample
             return None
+        early = column.values
         if c is None or not set(map(type, ys)) <= _NUMBERS or not set(map(type, ts)) <= _NUMBERS:
             return None
         try:
@@ -374,21 +373,6 @@ class MeasurementStore:
         c, y, t, rejected, early = self._screen(c[good], y[good], t[good], now, None if early is None else early[good])
         rejected.update(nan=int(nan.sum()), negative=int(negative.sum()))
         return c, y, t, rejected, early
-
-    @staticmethod
-    def _early_column(batch: list[Any]) -> np.ndarray | None | Literal[False]:
-        """The samples' ``early`` values (NaN where absent; ``None`` when no sample has
-        one); ``False`` when one is malformed
-        (:func:`~mccl_runtime.samples.early_problem`: the sample-by-sample path words it)."""
-        if not any(map(contains, batch, repeat("early"))):      # the common case, at C speed
-            return None
-        raw = list(map(_EARLY, batch))
-        early = np.full(len(raw), math.nan)
-        for i in (i for i, e in enumerate(raw) if e is not None):
-            if early_problem(batch[i]["kind"], raw[i]) is not None:
-                return False
-            early[i] = raw[i]
-        return early
 
     def _screen(self, c: np.ndarray, y: np.ndarray, t: np.ndarray, now: float, w: np.ndarray | None = None
                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, Counter, np.ndarray | None]:
