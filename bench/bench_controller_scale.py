@@ -106,7 +106,8 @@ def make_batches(topo, rounds: int, pairs: bool, seed: int = 0, early: float = 0
     for i in range(rounds + 1):
         t = 1e-3 * (i + 1)
         noise = 1.0 + 0.01 * rng.standard_normal(len(ends) + len(prs))
-        batch = [{"kind": "link", "src": s, "dst": d, "gbps": float(cap[topo.link_index(s, d)] * noise[a]), "t": t}
+        batch = [{"kind": "link", "src": s, "dst": d, "gbps": float(cap[topo.link_index(s, d)] * noise[a]),
+                  "t": t}
                  for a, (s, d) in enumerate(ends)]
         batch += [{"kind": "pair", "src": u, "dst": v, "gbps": float(400.0 * noise[len(ends) + j]), "t": t}
                   for j, (u, v) in enumerate(prs)]
@@ -148,7 +149,8 @@ def measure(topo, registrations: list[tuple], estimator: str, batches: list[list
     total = np.add(ingest_ms, check_ms)
     samples = len(batches[0])
     return {"gpus": topo.num_gpus, "links": topo.num_links, "samples": samples,
-            "estimator": estimator + ("+early" if early else ""), "us_per_sample": 1e3 * float(np.median(total)) / samples,
+            "estimator": estimator + ("+early" if early else ""),
+            "us_per_sample": 1e3 * float(np.median(total)) / samples,
             "collectives": copies, "ingest_ms": float(np.median(ingest_ms)), "check_ms": float(np.median(check_ms)),
             "decision_ms": float(np.median(total)), "worst_ms": float(np.max(total)),
             "register_ms": 1e3 * register_s / max(copies, 1)}

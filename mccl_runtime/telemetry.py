@@ -130,6 +130,7 @@ class MeasurementStore:
         #: confirming, :meth:`early`); set by a controller that speculates
         self.watch_early = False
         self._early: dict[int, tuple[float, float]] = {}         # pair channel -> (early Gbps, its t)
+        self._early_m: tuple[np.ndarray, np.ndarray] | None = None   # (the M it was built beside, :meth:`early`)
 
     @property
     def _direct(self) -> dict[int, tuple[float, float]]:
@@ -188,6 +189,7 @@ class MeasurementStore:
         channel's latest (``t`` equal: a sample refused as ``future``, ``stale``... leaves
         none behind)."""
         t = self.chan.t
+        self._early_m = None
         self._early = {cid: e for cid, e in self._early.items() if t[cid] <= e[1]}
         for cid, e, te in rows:
             if cid is None or type(e) not in _NUMBERS or not (0 <= e < self.chan.value[cid]) \
@@ -527,9 +529,15 @@ class MeasurementStore:
         """``M`` with every pending change at its early estimate
         (:attr:`LevelTracker.early`: confirmed but for ``hold_s``; EWMA, the executors'
         ``early`` pair estimates); ``None`` when nothing is pending or some pending change
-        has no early estimate yet."""
+        has no early estimate yet.  EWMA: built once per ``M`` and set of early estimates
+        (a controller decision reads it, and :meth:`pending_links` with it)."""
         if self.estimator == "ewma":
-            return self._links_with([(cid, e) for cid, (e, _) in self._early.items()]) if self._early else None
+            if not self._early:
+                return None
+            m = self.measured()
+            if self._early_m is None or self._early_m[0] is not m:
+                self._early_m = (m, self._links_with([(cid, e) for cid, (e, _) in self._early.items()]))
+            return self._early_m[1]
         early = [(cid, tr.early) for cid, tr in self._trackers.items() if tr.pending]
         if not early or any(e is None for _, e in early):
             return None
