@@ -96,8 +96,7 @@ class ProfileStack:
 
     The profiles' ``n`` are stacked as a sparse row per schedule (used links only) and
     their cuts as one flat array, so step 1 is one gather, divide and per-row minimum
-    and steps 2-3 one gather and per-row maximum over every schedule (and over every
-    estimate of ``M`` given at once: the confirmed one and the early one).  The arithmetic is
+    and steps 2-3 one gather and per-row maximum over every schedule.  The arithmetic is
     :func:`detect`'s, operation for operation, so the flags are the same.  ``capacity``
     (one row per profile, the capacities each schedule was synthesized for, ``inf`` on
     links it may not use) gives the capacity-gained test: a link measured above
@@ -141,42 +140,32 @@ class ProfileStack:
         self.base = np.concatenate([p.base_slack for p in distinct] + [np.zeros(0)])
         cut_sizes = np.array([len(c) for c in cuts], dtype=np.int64)
         self.cut_row = np.repeat(np.arange(self.rows), cut_sizes)
-        self.cut_start = np.flatnonzero(np.r_[True, self.cut_row[1:] != self.cut_row[:-1]]) if len(self.cut) \
-            else np.zeros(0, dtype=np.int64)
-        self.cut_rows = self.cut_row[self.cut_start]            # the rows with a cut, in order
         self.gain_of, self.gain_link, self.gain_threshold, self.gain_start = _gain_rows(capacity, gamma)
 
     def flags(self, m: np.ndarray) -> np.ndarray:
         """Per schedule: flagged by Algorithm 1 (``max delta > gamma``), by a lost rate
         with ``max delta > lost_gamma`` or a rate more than ``gamma`` below its built-for
-        one (with ``rate_loss``), or by a gained link.  ``m``: one estimate of the
-        capacities (link order), or several, one per row, evaluated in one pass (a row of
-        flags each, the same as one estimate at a time)."""
-        ms = np.atleast_2d(m)
-        k = len(ms)
-        x_min = np.full((k, self.rows), np.inf)
+        one (with ``rate_loss``), or by a gained link."""
+        x_min = np.full(self.rows, np.inf)
         if len(self.link):
-            x_min[:, self.used_rows] = np.minimum.reduceat(ms[:, self.link] / self.n, self.used_start, axis=1)
-        max_delta = np.zeros((k, self.rows))
-        if len(self.cut):
-            x = x_min[:, self.cut_row]
-            live = np.isfinite(x)                      # per row: a schedule with no used link has no x_min
-            if live.any():
-                mc = ms[:, self.cut]
-                if not live.all():
-                    x, mc = np.where(live, x, 0.0), np.where(live, mc, 1.0)
-                delta = np.abs((mc - self.cut_n * x) / mc - self.base)
-                top = np.maximum.reduceat(delta, self.cut_start, axis=1)
-                max_delta[:, self.cut_rows] = np.where(live[:, self.cut_start], top, 0.0)
-        max_delta = max_delta[:, self.row_of]
+            x_min[self.used_rows] = np.minimum.reduceat(m[self.link] / self.n, self.used_start)
+        max_delta = np.zeros(self.rows)
+        live = np.isfinite(x_min)[self.cut_row]
+        if live.any():
+            cut, row = self.cut[live], self.cut_row[live]
+            mc = m[cut]
+            delta = np.abs((mc - self.cut_n[live] * x_min[row]) / mc - self.base[live])
+            starts = np.flatnonzero(np.r_[True, row[1:] != row[:-1]])
+            max_delta[row[starts]] = np.maximum.reduceat(delta, starts)
+        max_delta = max_delta[self.row_of]
         flagged = max_delta > self.gamma
         if self.lost_below is not None:
-            rate = x_min[:, self.row_of]
+            rate = x_min[self.row_of]
             flagged |= ((rate < self.lost_below) & (max_delta > self.lost_gamma)) | (rate < self.gone_below)
         if len(self.gain_link):
-            over = np.logical_or.reduceat(ms[:, self.gain_link] > self.gain_threshold, self.gain_start, axis=1)
-            flagged |= np.concatenate([over, np.zeros((k, 1), dtype=bool)], axis=1)[:, self.gain_of]
-        return flagged if m.ndim == 2 else flagged[0]
+            over = np.logical_or.reduceat(m[self.gain_link] > self.gain_threshold, self.gain_start)
+            flagged |= np.append(over, False)[self.gain_of]
+        return flagged
 
 
 def _distinct_profiles(profiles: tuple[ScheduleProfile, ...]) -> tuple[np.ndarray, list[ScheduleProfile]]:

@@ -9,11 +9,10 @@ confirmed level), and holds a flagged one's job for ``gather_s`` and ``cable_wai
 changes are pending it evaluates them too, for speculative jobs (``Policy.speculate``): on
 their early estimates alone while the level estimator holds decisions back
 (:meth:`Flagger.unsettled`), and with the EWMA on the confirmed ``M`` and the executors'
-early estimates *in one pass* (the profiles are stacked once, the two estimates are two
-rows), the confirmed flags taking precedence: a speculation on a stall beside a confirmed
-drop cost a restart on real ranks.  Only the collectives whose fabric holds a pending
-link can start a speculative job (:meth:`Flagger._covers`), so the known-fabric test on
-the early estimates runs for those only (docs/runtime.md, "Speculative synthesis").
+early estimates, the confirmed flags taking precedence (:meth:`Flagger.check` says why
+that is two passes).  Only a collective whose fabric holds a pending link can start a
+speculative job (:meth:`Flagger._covers`), so with no such link the early pass does not
+run Algorithm 1 (docs/runtime.md, "Speculative synthesis").
 """
 
 from __future__ import annotations
@@ -77,31 +76,35 @@ class Flagger:
         profiled = [c for c in colls if c.dynamic and c.profile is not None]
         if not profiled:
             return early, []
-        m = self.store.measured()
-        confirmed = early is None or self.store.estimator == "ewma"     # the confirmed M flags first
-        stack = self._stack_of(profiled)
-        rows = stack.flags(np.stack([m, early])) if confirmed and early is not None \
-            else [stack.flags(m if early is None else early)]
-        if confirmed:
-            known = np.array([self.known_flag(m, c) for c in profiled], dtype=bool)
-            found = self._select(profiled, rows[0] | known, m, None, now)
+        if early is None or self.store.estimator == "ewma":
+            # Two estimates, two passes: the confirmed M's flags start their jobs as without
+            # speculation (a speculation on a stall beside a confirmed drop cost a restart on
+            # real ranks), so the early estimates, another M, are read only when it flags
+            # nothing.  One pass over both as two rows was no faster (docs/runtime.md,
+            # "Speculative synthesis"): what is shared is cached instead (the early M per
+            # confirmed M, the confirmed M's known-fabric flags, the pending links).
+            found = self._flagged(profiled, self.store.measured(), None, now)
             if early is None or found:
                 return None, found
-        pending = self.store.pending_links()        # only a fabric holding one may speculate
-        flags = np.array([bool(self.groups.mask(c.gpus)[pending].any())
-                          and (flag or self.better_known(early, c) is not None)
-                          for c, flag in zip(profiled, rows[-1].tolist())], dtype=bool)
-        return early, self._select(profiled, flags, early, pending, now)
+        return early, self._flagged(profiled, early, self.store.pending_links(), now)
 
-    def _select(self, profiled: list[Collective], flags: np.ndarray, m: np.ndarray, pending: np.ndarray | None,
-                now: float) -> Flagged:
-        """The idle collectives past their dwell among those flagged (``flags``) under ``m``:
-        the confirmed ``M`` or, with ``pending`` (the links of changes still pending), early
+    def _flagged(self, profiled: list[Collective], m: np.ndarray, pending: np.ndarray | None, now: float
+                 ) -> Flagged:
+        """The idle collectives past their dwell that Algorithm 1 flags under ``m``: the
+        confirmed ``M`` or, with ``pending`` (the links of the changes still pending), early
         estimates, for the collectives they cover (:meth:`_covers`); those whose job may
-        start now (:meth:`_gathered`), each with its Algorithm 1 report under ``m``."""
+        start now (:meth:`_gathered`), each with its Algorithm 1 report under ``m``.  With
+        no pending link no collective is covered, and Algorithm 1 is not run."""
+        if pending is None:
+            flags = [f or self.known_flag(m, c) for c, f in zip(profiled, self._stack_of(profiled).flags(m).tolist())]
+        elif pending.size:          # early estimates: their known-fabric test is not kept (one M is)
+            flags = [f or self.better_known(m, c) is not None
+                     for c, f in zip(profiled, self._stack_of(profiled).flags(m).tolist())]
+        else:
+            flags = [False] * len(profiled)
         for coll in profiled:       # a wall clock stepped back (NTP) kept every dwell on until it caught up
             coll.last_decision_t = min(coll.last_decision_t, now)
-        flagged = [coll for coll, flag in zip(profiled, flags.tolist())
+        flagged = [coll for coll, flag in zip(profiled, flags)
                    if flag and coll.job is None and coll.deferred is None
                    and (now - coll.last_decision_t >= self.policy.min_dwell_s or self._new_level(m, coll))
                    and (pending is None or self._covers(m, coll, pending))]
