@@ -523,7 +523,7 @@ class MeasurementStore:
         confirmed or still being confirmed.  Equal to :meth:`measured` when nothing is
         pending (and always with the EWMA)."""
         pending = [(cid, tr.provisional) for cid, tr in self._trackers.items() if tr.pending and tr.run_y]
-        return self._links_with(pending) if pending else self.measured()
+        return self._links_with(*zip(*pending)) if pending else self.measured()
 
     def early(self) -> np.ndarray | None:
         """``M`` with every pending change at its early estimate
@@ -536,18 +536,19 @@ class MeasurementStore:
                 return None
             m = self.measured()
             if self._early_m is None or self._early_m[0] is not m:
-                self._early_m = (m, self._links_with([(cid, e) for cid, (e, _) in self._early.items()]))
+                n = len(self._early)
+                self._early_m = (m, self._links_with(np.fromiter(self._early, np.int64, n),
+                                                     np.fromiter((e for e, _ in self._early.values()), float, n)))
             return self._early_m[1]
         early = [(cid, tr.early) for cid, tr in self._trackers.items() if tr.pending]
         if not early or any(e is None for _, e in early):
             return None
-        return self._links_with(early)
+        return self._links_with(*zip(*early))
 
-    def _links_with(self, estimates: list[tuple[int, float]]) -> np.ndarray:
-        """``M`` with the channels of ``estimates`` (``(channel, value)``) at those values."""
+    def _links_with(self, channels: Iterable[int], values: Iterable[float]) -> np.ndarray:
+        """``M`` with ``channels`` (distinct) at ``values``."""
         value = self.chan.value.copy()
-        for cid, estimate in estimates:
-            value[cid] = estimate
+        value[np.asarray(channels, dtype=np.int64)] = np.asarray(values, dtype=float)
         return self._links_of(value)
 
     def _links_of(self, value: np.ndarray) -> np.ndarray:
