@@ -19,7 +19,8 @@ docs/runtime.md "Speculative synthesis"): the links a same-rail pair crosses are
 by the pairs only, and a fraction ``F`` of the pair samples (the same ones every batch)
 carry an ``early`` drop to 0.99 of their reading (0.5 % noise), so every check evaluates
 Algorithm 1 on the confirmed ``M`` and on the early estimates (nothing flags: the drop is
-within ``Gamma``).
+within ``Gamma``).  ``--direct`` keeps a link sample on every link: the direct channels
+set ``M``, the early drops move no link, and no link is pending.
 
 Per row: the mean registration time per collective (its profile, paper §3.2), and the
 median and the worst of ``--rounds`` decisions after one warm-up batch (channels and pair
@@ -88,16 +89,17 @@ def setup(gpus: int):
     return topo, ring_allgather(topo)
 
 
-def make_batches(topo, rounds: int, pairs: bool, seed: int = 0, early: float = 0.0) -> list[list[dict]]:
+def make_batches(topo, rounds: int, pairs: bool, seed: int = 0, early: float = 0.0,
+                 direct: bool = False) -> list[list[dict]]:
     """``rounds + 1`` batches: every link once (1 % noise), plus same-rail pairs if ``pairs``;
-    ``early > 0``: no link sample on a link a pair crosses, that fraction of the pairs
+    ``early > 0``: no link sample on a link a pair crosses (unless ``direct``), that fraction of the pairs
     (spread evenly) carries ``early`` at 0.99 of its reading, and the noise is 0.5 % (at
     ``alpha`` 1 each reading is ``M``: 1 % flagged a ring's capacity-lost test in 100 rounds)."""
     rng = np.random.default_rng(seed)
     cap = topo.arrays.capacity
     prs = same_rail_pairs(topo) if pairs or early else []
     crossed = set()
-    if early:
+    if early and not direct:
         from mccl_opt.paths import switch_path
         for u, v in prs:
             crossed.update(switch_path(topo, topo.node_index(u), topo.node_index(v)))
@@ -388,6 +390,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     p.add_argument("--early", type=float, default=0.0,
                    help="the fraction of pair samples that carry an early drop (the EWMA speculation path, "
                         "module docstring; implies --pairs and --estimators ewma)")
+    p.add_argument("--direct", action="store_true", help="--early: a link sample on every link too (none pending)")
     p.add_argument("--job-groups", action="store_true",
                    help="register the --groups communicators (NCCL-style baselines of their sub-fabrics) "
                         "instead of --copies whole-fabric ring AllGathers")
@@ -401,7 +404,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
         if gpus not in SHAPES:
             p.error(f"no HPN shape for {gpus} GPUs; choose from {sorted(SHAPES)}")
         topo, schedule = setup(gpus)
-        batches = make_batches(topo, a.rounds, a.pairs, early=a.early)
+        batches = make_batches(topo, a.rounds, a.pairs, early=a.early, direct=a.direct)
         regs = job_baselines(topo, a.ep_hosts) if a.job_groups else [
             (f"comm{c}", "allgather", schedule, None) for c in range(a.copies)]
         for est in ("ewma",) if a.early else a.estimators.split(","):
