@@ -1,13 +1,14 @@
-"""The Schedule Manager (paper §3.1-3.2; its optimizer wrapper is :mod:`.synthesizer`).
+"""The Schedule Manager (paper §3.1-3.2; its optimizer wrapper is :mod:`.synthesizer`,
+which collectives start a job :mod:`.flagging`).
 
 Longer than ~400 lines on purpose: the registry, the job life cycle (start, settle,
 supersede, abort, publish) and the re-check before publishing are one state machine
 whose invariants are read together.
 
 It keeps a registry of collectives per communicator, runs Algorithm 1
-(:mod:`mccl_runtime.drift`) on each dynamic one under the measured capacities ``M``,
-re-synthesizes flagged ones warm in a worker thread, or with a
-:class:`~mccl_runtime.pool.SynthesisPool` in worker processes (one job per affected
+(:mod:`mccl_runtime.drift`, through :class:`~.flagging.Flagger`) on each dynamic one under
+the measured capacities ``M``, re-synthesizes flagged ones warm in a worker thread, or with
+a :class:`~mccl_runtime.pool.SynthesisPool` in worker processes (one job per affected
 collective, concurrently), and publishes new versions.
 
 * AllGather and AllToAll are dynamic.  An AllReduce is registered as a *static*
