@@ -38,6 +38,7 @@ from mccl_opt.errors import SolveError
 from mccl_opt.schedule import Schedule
 from mccl_opt.topology import Topology
 from .expansion import expand
+from .sparse_copies import Copies, sparse_copies
 from .symmetry import Symmetry, find_symmetry
 from .sparse_arborescence import min_arborescences_sparse
 from .switch_paths import from_sources
@@ -225,7 +226,8 @@ def solve_quotient(topo: Topology, upper_gbps: float | None = None,
     if not bound - x <= REL_TOL * max(x, 1e-300) or \
             int((z > 0).sum()) * len(sym.pieces()) > max_copies:
         return None
-    expansion = expand(topo, sym, q.roots, q.trees, z)
+    copies = _fewer_copies(topo, sym, q, z, topo.arrays.capacity / scale, backend)
+    expansion = expand(topo, sym, q.roots, q.trees, z, copies)
     pool, weights = expansion.pool, expansion.weights
     stats: dict[str, Any] = {
         "warm": False, "method": "general",
@@ -238,7 +240,26 @@ def solve_quotient(topo: Topology, upper_gbps: float | None = None,
     res = TreeCGResult(pool, weights, x, max(bound, x), "optimal", rounds)
     sched = _schedule(topo, res, scale, None, cut_bound_gbps, stats, t_start, backend,
                       expansion.chunks)
+    if sched.rate_gbps < x * scale * (1 - REL_TOL) and copies is not None:
+        stats["copies_short"] = sched.rate_gbps        # the uniform copies reach x
+        expansion = expand(topo, sym, q.roots, q.trees, z)
+        res = TreeCGResult(expansion.pool, expansion.weights, x, max(bound, x), "optimal", rounds)
+        sched = _schedule(topo, res, scale, None, cut_bound_gbps, {**stats, "columns": len(
+            expansion.pool)}, t_start, backend, expansion.chunks)
     if sched.rate_gbps < x * scale * (1 - REL_TOL):
         return None
     return sched
+
+
+def _fewer_copies(topo: Topology, sym: Symmetry, q: _Quotient, z: np.ndarray,
+                  capacity: np.ndarray, backend: str) -> Copies | None:
+    """The positive columns' copies on sparse marginals (:mod:`.sparse_copies`) when the
+    uniform expansion copies more trees than the full master has rows (roots + links:
+    a vertex of the full master has no more positive trees); else ``None`` (uniform)."""
+    pos = np.flatnonzero(z > 0)
+    if pos.size * len(sym.pieces()) <= topo.num_gpus + topo.num_links:
+        return None
+    return sparse_copies(topo, sym, np.asarray(q.roots, np.int64)[pos],
+                         [np.asarray(q.trees[j], np.int64) for j in pos.tolist()], z[pos],
+                         capacity, backend)
 
