@@ -226,9 +226,6 @@ def solve_quotient(topo: Topology, upper_gbps: float | None = None,
     if not bound - x <= REL_TOL * max(x, 1e-300) or \
             int((z > 0).sum()) * len(sym.pieces()) > max_copies:
         return None
-    copies = _fewer_copies(topo, sym, q, z, topo.arrays.capacity / scale, backend)
-    expansion = expand(topo, sym, q.roots, q.trees, z, copies)
-    pool, weights = expansion.pool, expansion.weights
     stats: dict[str, Any] = {
         "warm": False, "method": "general",
         "seed": "symmetric quotient" if seed is None else "seeded symmetric quotient",
@@ -236,19 +233,25 @@ def solve_quotient(topo: Topology, upper_gbps: float | None = None,
         "quotient_columns": int((z > 0).sum()), "group_pieces": len(sym.pieces()),
         "warm_columns": 0, "cg_rounds": rounds, "cg_status": "optimal",
         "cg_gap": max(0.0, (bound - x) / bound), "bound_gbps": bound * scale,
-        "columns": len(pool), "dropped": 0, "link_rows": topo.num_links}
-    res = TreeCGResult(pool, weights, x, max(bound, x), "optimal", rounds)
-    sched = _schedule(topo, res, scale, None, cut_bound_gbps, stats, t_start, backend,
-                      expansion.chunks)
-    if sched.rate_gbps < x * scale * (1 - REL_TOL) and copies is not None:
-        stats["copies_short"] = sched.rate_gbps        # the uniform copies reach x
-        expansion = expand(topo, sym, q.roots, q.trees, z)
+        "dropped": 0, "link_rows": topo.num_links}
+
+    def expanded(copies: Copies | None) -> tuple[Schedule, bool]:
+        """The schedule of ``copies`` (uniform: ``None``), and whether every rank roots
+        one of its trees and its own rate is ``x``."""
+        expansion = expand(topo, sym, q.roots, q.trees, z, copies)
         res = TreeCGResult(expansion.pool, expansion.weights, x, max(bound, x), "optimal", rounds)
-        sched = _schedule(topo, res, scale, None, cut_bound_gbps, {**stats, "columns": len(
-            expansion.pool)}, t_start, backend, expansion.chunks)
-    if sched.rate_gbps < x * scale * (1 - REL_TOL):
-        return None
-    return sched
+        sched = _schedule(topo, res, scale, None, cut_bound_gbps,
+                          {**stats, "columns": len(expansion.pool)}, t_start, backend,
+                          expansion.chunks)
+        rooted = np.unique(expansion.pool.root[expansion.weights > 0]).size == topo.num_gpus
+        return sched, rooted and sched.rate_gbps >= x * scale * (1 - REL_TOL)
+
+    copies = _fewer_copies(topo, sym, q, z, topo.arrays.capacity / scale, backend)
+    sched, exact = expanded(copies)
+    if not exact and copies is not None:
+        stats["copies_short"] = sched.rate_gbps         # the uniform copies reach x
+        sched, exact = expanded(None)
+    return sched if exact else None
 
 
 def _fewer_copies(topo: Topology, sym: Symmetry, q: _Quotient, z: np.ndarray,
