@@ -33,6 +33,7 @@ import scipy.sparse as sp
 from scipy.sparse.linalg import splu
 
 from formulations.lp import LinearProgram
+from mccl_opt import anytime
 from mccl_opt.backends import SolveStatus, get_backend
 from mccl_opt.topology import Topology
 from .symmetry import Symmetry
@@ -150,12 +151,13 @@ def _vertex(a: sp.csr_matrix, lo: np.ndarray, hi: np.ndarray, backend: str
     """A vertex of ``{f >= 0: lo <= a f <= hi}``: a zero objective by the dual simplex
     (every basis is dual feasible), no presolve (0.07 s against 0.2-0.3 s with it, or
     0.12 s by the primal simplex, on a cluster of shared aggregation 2x8x8 one way:
-    361 rows, 1 568 columns); ``None`` when the solver does not return one."""
+    361 rows, 1 568 columns); ``None`` when the solver does not return one (also
+    at a time limit: the uniform copies are exact, this is a finishing touch)."""
     with get_backend(backend, presolve=False) as lp:
         lp.load(LinearProgram(c=np.zeros(a.shape[1]), A=a, row_lo=lo, row_hi=hi,
                               col_lo=np.zeros(a.shape[1]), col_hi=np.full(a.shape[1], np.inf),
                               sense="min"))
-        sol = lp.solve(method="dual")
+        sol = lp.solve(method="dual", time_limit=anytime.lp_time_limit())
     if sol.status is not SolveStatus.OPTIMAL or sol.x is None:
         return None
     return np.maximum(np.asarray(sol.x, float), 0.0)
