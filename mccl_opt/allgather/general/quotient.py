@@ -44,7 +44,7 @@ from .sparse_arborescence import min_arborescences_sparse
 from .switch_paths import from_sources
 from .tree_colgen import TreeCGResult
 
-__all__ = ["solve_quotient", "QUOTIENT_MAX_ROUNDS", "REL_TOL"]
+__all__ = ["solve_quotient", "QUOTIENT_MAX_ROUNDS", "REL_TOL", "SPARSE_COPIES_MIN_RATIO"]
 
 #: starting trees of the quotient: ``(root ranks, link indices of every tree)``
 Columns = tuple[list[int], list[np.ndarray]]
@@ -55,6 +55,14 @@ QUOTIENT_MAX_ROUNDS = 100
 
 #: the general method's stopping tolerance (``TreeCGOptions.rel_tol``)
 REL_TOL = 1e-9
+
+#: the copies are put on sparse marginals (:mod:`.sparse_copies`) when the uniform
+#: expansion has more than this many times the full master's rows in trees (then at
+#: least half go): shared aggregation 2x8x8 one way 2 688 -> 399 trees for ~0.15 s of
+#: cluster LPs, fat-tree 4x2x2x8 9 174 -> 534 for ~0.1 s; HPN 2x8x8 one way (ratio
+#: 1.2-1.8) 1 014 -> 488 would cost 0.1-0.15 s on a 0.15 s solve (docs/allgather.md
+#: "Fewer copies of the quotient's trees")
+SPARSE_COPIES_MIN_RATIO = 2
 
 
 class _Quotient:
@@ -257,10 +265,11 @@ def solve_quotient(topo: Topology, upper_gbps: float | None = None,
 def _fewer_copies(topo: Topology, sym: Symmetry, q: _Quotient, z: np.ndarray,
                   capacity: np.ndarray, backend: str) -> Copies | None:
     """The positive columns' copies on sparse marginals (:mod:`.sparse_copies`) when the
-    uniform expansion copies more trees than the full master has rows (roots + links:
-    a vertex of the full master has no more positive trees); else ``None`` (uniform)."""
+    uniform expansion copies more than :data:`SPARSE_COPIES_MIN_RATIO` times as many
+    trees as the full master has rows (roots + links: a vertex of the full master has
+    no more positive trees); else ``None`` (uniform)."""
     pos = np.flatnonzero(z > 0)
-    if pos.size * len(sym.pieces()) <= topo.num_gpus + topo.num_links:
+    if pos.size * len(sym.pieces()) <= SPARSE_COPIES_MIN_RATIO * (topo.num_gpus + topo.num_links):
         return None
     return sparse_copies(topo, sym, np.asarray(q.roots, np.int64)[pos],
                          [np.asarray(q.trees[j], np.int64) for j in pos.tolist()], z[pos],
