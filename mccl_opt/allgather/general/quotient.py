@@ -20,7 +20,10 @@ caller's certified upper bound (the balanced restriction's optimum).
 is its orbit's average and every root gets ``z / |R|``), copies of one tree merged, the
 tree table made from the columns and the pieces' maps (:mod:`.expansion`); the
 schedule is built and re-rated from its own link loads by the general method's
-``_schedule`` and kept only when that rate is the certified optimum.
+``_schedule`` and kept only when that rate is the certified optimum.  Where the uniform
+copies would be many (:data:`SPARSE_COPIES_MIN_RATIO`), each column is copied over
+sparse per-cluster marginals instead, at the same loads' bounds and root shares
+(:mod:`.sparse_copies`; the uniform copies again if that schedule falls short).
 """
 
 from __future__ import annotations

@@ -98,13 +98,14 @@ def _variables(image: np.ndarray, root_image: np.ndarray, lengths: np.ndarray,
     summed = np.concatenate([np.zeros((image.shape[0], 1), np.int64),
                              np.cumsum(values[image], axis=1)], axis=1)
     ends = np.cumsum(lengths)
-    sig = summed[:, ends] - summed[:, ends - lengths] + values[n_values + root_image]
-    out = []
-    for j in range(lengths.size):
-        _, first, count = np.unique(sig[:, j], return_index=True, return_counts=True)
-        out.append((np.full(first.size, j), first, count))
-    col, elem, count = (np.concatenate(v) for v in zip(*out))
-    return col, elem, count
+    sig = (summed[:, ends] - summed[:, ends - lengths] + values[n_values + root_image]).T
+    order = np.argsort(sig, axis=1, kind="stable")          # per column, its elements by image
+    ranked = np.take_along_axis(sig, order, axis=1)
+    new = np.ones(ranked.shape, bool)
+    new[:, 1:] = ranked[:, 1:] != ranked[:, :-1]
+    col, at = np.nonzero(new)                               # the first element of each image
+    bounds = np.append(np.flatnonzero(new.ravel()), new.size)
+    return col, order[col, at], np.diff(bounds)
 
 
 def _cluster_marginals(topo: Topology, sym: Symmetry, c: int, roots: np.ndarray,
