@@ -181,6 +181,16 @@ def test_the_expansion_from_the_columns_equals_every_copy_mapped_and_merged():
             root = int(arr.rank_of[node[arr.gpu_nodes[q.roots[j]]]])
             key = (root, tuple(np.sort(link[q.trees[j]])))
             want[key] = want.get(key, 0.0) + frac * z[j]
+    got = _table_trees(topo, exp)
+    assert got.keys() == want.keys()
+    assert all(got[k] == pytest.approx(want[k], rel=1e-12) for k in want)
+
+
+def _table_trees(topo, exp):
+    """``{(root, sorted links): weight}`` of an expansion, after checking that its paths
+    are distinct and every tree's edges are parents first, a spanning tree of its depth
+    and the pool's links."""
+    arr = topo.arrays
     paths = [tuple(p) for p in exp.paths]
     assert len(set(paths)) == len(paths)
     got = {}
@@ -198,8 +208,7 @@ def test_the_expansion_from_the_columns_equals_every_copy_mapped_and_merged():
         hops = [topo.link_index(topo.nodes[a].id, topo.nodes[b].id)
                 for e in exp.edges[t].tolist() for a, b in zip(paths[e], paths[e][1:])]
         assert sorted(hops) == list(key[1])                       # the table is the pool's tree
-    assert got.keys() == want.keys()
-    assert all(got[k] == pytest.approx(want[k], rel=1e-12) for k in want)
+    return got
 
 
 def _restriction_seed_of(topo):
@@ -299,6 +308,7 @@ def test_sparse_copies_keep_every_root_share_and_capacity_on_fewer_trees():
         (nodes[:, topo.arrays.gpu_nodes] != topo.arrays.gpu_nodes).any(axis=0).sum())
         for nodes, links in zip(sym.nodes, sym.links))
     assert len(few.pool) < len(uniform.pool) and len(few.pool) <= rows + pos.size
+    assert len(_table_trees(topo, few)) == len(few.pool)       # each copy's own path images
 
 
 def test_copies_that_fall_short_give_way_to_the_uniform_ones(monkeypatch):

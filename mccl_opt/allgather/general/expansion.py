@@ -34,7 +34,7 @@ from mccl_opt.topology import Topology
 from .live_master import TreePool
 from .sparse_copies import Copies, uniform_copies
 from .symmetry import Symmetry
-from .tree_table import column_edges, distinct_rows
+from .tree_table import ColumnEdges, column_edges, distinct_rows
 
 __all__ = ["Expansion", "expand"]
 
@@ -101,15 +101,34 @@ def _path_images(sym: Symmetry, elements: np.ndarray, node_maps: np.ndarray,
     return paths, index
 
 
+def _copy_path_images(node_maps: np.ndarray, cols: ColumnEdges, col: np.ndarray,
+                      piece: np.ndarray) -> tuple[FlatPaths, np.ndarray]:
+    """Every copy's edge paths, the images of its column's paths under its own element
+    (few copies per column: fat-tree 4x2x2x8 one way, 534 copies x 127 edges, where the
+    restrictions of the union of their elements gave ~1 M candidate images), told apart:
+    ``(paths, edges)``, ``edges`` of shape ``(copies, g - 1)``."""
+    base = cols.base[col]                                   # (copies, edges)
+    nodes = cols.nodes[base.ravel()]
+    valid = nodes >= 0
+    image = np.where(valid, node_maps[np.repeat(piece, base.shape[1])[:, None],
+                                      np.where(valid, nodes, 0)], -1)
+    first, path_of = distinct_rows(image, node_maps.shape[1])
+    rows = image[first]
+    return FlatPaths.of_lengths(rows[rows >= 0], (rows >= 0).sum(axis=1)), \
+        path_of.reshape(base.shape)
+
+
 def expand(topo: Topology, sym: Symmetry, roots: list[int], trees: list[np.ndarray],
            z: np.ndarray, copies: Copies | None = None) -> Expansion:
     """The columns ``trees`` (roots ``roots``) of positive weight ``z`` copied over the
     group's pieces (module docstring), or as ``copies`` says (columns numbered among
-    the positive ones, :mod:`.sparse_copies`), copies of one tree merged."""
+    the positive ones, :mod:`.sparse_copies`; then each copy's paths are mapped by its
+    own element, :func:`_copy_path_images`), copies of one tree merged."""
     arr = topo.arrays
     pos = np.flatnonzero(z > 0)
     roots_p = np.asarray(roots, np.int64)[pos]
     trees_p = [np.asarray(trees[j], np.int64) for j in pos.tolist()]
+    explicit = copies is not None
     if copies is None:
         copies = uniform_copies(pos.size, sym.pieces())
     elements = copies.elements
@@ -129,8 +148,11 @@ def expand(topo: Topology, sym: Symmetry, roots: list[int], trees: list[np.ndarr
     order = np.argsort(first)                                          # copies in column order
     first, weights = first[order], weights[order]
     col, piece = copies.column[first], copies.which[first]
-    paths, index = _path_images(sym, elements, node_maps, cols.nodes)
-    edges = index[cols.base[col], piece[:, None]]
+    if explicit:
+        paths, edges = _copy_path_images(node_maps, cols, col, piece)
+    else:
+        paths, index = _path_images(sym, elements, node_maps, cols.nodes)
+        edges = index[cols.base[col], piece[:, None]]
     lengths = lengths_p[col]
     start = np.zeros(first.size + 1, np.int64)
     np.cumsum(lengths, out=start[1:])
