@@ -14,7 +14,8 @@ each cluster's *marginal* only, not on how the marginals are coupled.  So:
    ``sum_e mu[T, e] = z_T``; every moved link's load at most its capacity, or the
    uniform marginal's load where that is higher; every moved root's share equal to the
    uniform marginal's).  The uniform marginal is feasible, so the LP is; a vertex has at
-   most as many positive masses as rows (moved links + moved roots + columns);
+   most as many positive masses as rows (moved links + moved roots + columns); it is
+   re-solved on the rows it holds, so that the LP solver's tolerance costs no rate;
 2. per column, the north-west-corner coupling of its marginals: at most
    ``sum_c |support_c| - clusters + 1`` copies, every link load at most its capacity and
    every root's share the uniform expansion's, so the same rate (fat-tree 4x2x2x8: 534
@@ -74,9 +75,9 @@ def _ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
 
 def _images(topo: Topology, sym: Symmetry, c: int, roots: np.ndarray, trees: list[np.ndarray]
             ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Cluster ``c``'s distinct images of every column: ``(moved links, moved ranks,
-    per column its crossings of them, every element's image of those crossings, every
-    element's image of every column's root)``."""
+    """Cluster ``c``'s images of every column: ``(links and ranks the cluster moves,
+    per column how many of its links are moved ones, every element's image of those
+    links (columns in order), every element's image of every column's root)``."""
     arr, n_links = topo.arrays, topo.num_links
     nodes, links = sym.nodes[c], sym.links[c]
     moved = np.flatnonzero((links != np.arange(n_links)).any(axis=0))
@@ -92,11 +93,12 @@ def _images(topo: Topology, sym: Symmetry, c: int, roots: np.ndarray, trees: lis
 def _variables(image: np.ndarray, root_image: np.ndarray, lengths: np.ndarray,
                n_values: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """One LP variable per column and distinct image (its moved crossings' multiset and
-    root, told apart by additive random 62-bit hashes): ``(column, element, how many
+    root, told apart by additive random 64-bit hashes): ``(column, element, how many
     elements give that image)``."""
-    values = np.random.default_rng(_SEED).integers(0, 2**62, n_values + root_image.max() + 1)
-    summed = np.concatenate([np.zeros((image.shape[0], 1), np.int64),
-                             np.cumsum(values[image], axis=1)], axis=1)
+    values = np.random.default_rng(_SEED).integers(0, 2**63, n_values + root_image.max() + 1,
+                                                   dtype=np.uint64)     # sums wrap mod 2^64
+    summed = np.concatenate([np.zeros((image.shape[0], 1), np.uint64),
+                             np.cumsum(values[image], axis=1, dtype=np.uint64)], axis=1)
     ends = np.cumsum(lengths)
     sig = (summed[:, ends] - summed[:, ends - lengths] + values[n_values + root_image]).T
     order = np.argsort(sig, axis=1, kind="stable")          # per column, its elements by image
