@@ -73,7 +73,7 @@ class _SlackSets:
             self.all_slack = np.concatenate([self.slack, np.zeros(cap - self.size, np.int64)])
         self.at[:, self.size: self.size + rows] = sides.T
         kernels.set_slacks(np.ascontiguousarray(sides), net.arc_tail[: net.m], net.arc_head[: net.m],
-                   np.asarray(caps, np.int64), np.asarray(g.gpus, np.int64), g.k,
+                   np.asarray(caps, np.int64), np.array(g.gpus, np.int64), g.k,
                    self.all_slack[self.size: self.size + rows])
         self.size += rows
 
@@ -157,7 +157,7 @@ def _batch(g: SplitGraph, order: list[int], first: int) -> list[int]:
     return batch
 
 
-def _split_batch(g: SplitGraph, batch: list[int], known: _SlackSets) -> bool:
+def _split_batch(g: SplitGraph, batch: list[int], known: _SlackSets, guesses: int) -> bool:
     """ForestColl's greedy maximal splitting of each switch of ``batch`` in turn
     (:func:`_batch`), repeated per switch while a pass makes progress (a split can make
     an earlier pair splittable again); ``False`` if arcs remain at one.  One flow network
@@ -170,7 +170,7 @@ def _split_batch(g: SplitGraph, batch: list[int], known: _SlackSets) -> bool:
     :func:`_neighbour_sets`) and the guess of the whole batch verified by one rooted sweep
     over the GPUs; a guess that passes is exactly the greedy's split (below), one that
     fails learns the sweep's violated sets and is guessed again.  After
-    :data:`MAX_GUESSES` (fewer on few pairs) a batch's switches are split one by one, and
+    ``guesses`` (fewer on few pairs) a batch's switches are split one by one, and
     a single switch by checks (:func:`_split_pass`, two sweeps per pair).  Exact: cuts
     only fall as pairs are split, so if the guess's final units keep every cut, each
     pair's true slack was at least its guessed amount when it was split; that amount is
@@ -185,7 +185,7 @@ def _split_batch(g: SplitGraph, batch: list[int], known: _SlackSets) -> bool:
     caps = np.array([g.units.get(key, 0) for key in keys], np.int64)
     index = {key: i for i, key in enumerate(keys)}
     switches = [_Switch.of(g, w, net, caps, index) for w in batch]
-    for _ in range(min(MAX_GUESSES, max(1, len(ends) // PAIRS_PER_GUESS))):
+    for _ in range(min(guesses, max(1, len(ends) // PAIRS_PER_GUESS))):
         plans, trial = _plan(switches, caps, known)
         full = net.caps()
         full[: net.m] = trial
@@ -198,7 +198,7 @@ def _split_batch(g: SplitGraph, batch: list[int], known: _SlackSets) -> bool:
             return all(_complete(g, w) for w in batch)
         known.add(g, net, caps, _without_idle(g, net, trial, broken))
     if len(batch) > 1:
-        return all(_split_batch(g, [w], known) for w in batch)
+        return all(_split_batch(g, [w], known, guesses) for w in batch)
     while g.in_arcs(batch[0]) and _split_pass(g, switches[0], net, caps, index, known):
         pass
     return _complete(g, batch[0])
@@ -284,16 +284,17 @@ def _split_pass(g: SplitGraph, sw: _Switch, net: FlowNetwork, caps: np.ndarray,
     return progress
 
 
-def split_all(g: SplitGraph) -> bool:
+def split_all(g: SplitGraph, max_guesses: int = MAX_GUESSES) -> bool:
     """Split off every switch by the exact greedy, in batches of switches that are not
-    neighbours (module docstring, :func:`_split_batch`); ``False`` when it could not
-    complete a switch."""
+    neighbours (module docstring, :func:`_split_batch`), each guessed at most
+    ``max_guesses`` times (0: by checks alone, ForestColl's greedy as published; the
+    same split); ``False`` when it could not complete a switch."""
     known = _SlackSets(g.n)
     order = switch_order(g)
     first = 0
     while first < len(order):
         batch = _batch(g, order, first)
-        if not _split_batch(g, batch, known):
+        if not _split_batch(g, batch, known, max_guesses):
             return False
         first += len(batch)
     return True
