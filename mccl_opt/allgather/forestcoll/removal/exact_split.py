@@ -72,9 +72,13 @@ class _SlackSets:
             self.at = at
             self.all_slack = np.concatenate([self.slack, np.zeros(cap - self.size, np.int64)])
         self.at[:, self.size: self.size + rows] = sides.T
-        kernels.set_slacks(np.ascontiguousarray(sides), net.arc_tail[: net.m], net.arc_head[: net.m],
-                   np.asarray(caps, np.int64), np.array(g.gpus, np.int64), g.k,
-                   self.all_slack[self.size: self.size + rows])
+        head = net.arc_head[: net.m]
+        in_start = np.zeros(g.n + 1, np.int64)
+        np.cumsum(np.bincount(head, minlength=g.n), out=in_start[1:])
+        kernels.set_slacks(np.ascontiguousarray(sides), in_start,
+                           np.argsort(head, kind="stable"), net.arc_tail[: net.m],
+                           np.asarray(caps, np.int64), np.array(g.gpus, np.int64), g.k,
+                           self.all_slack[self.size: self.size + rows])
         self.size += rows
 
     def room(self, u: int, w: int, t: int) -> int:
@@ -186,15 +190,16 @@ def _split_batch(g: SplitGraph, batch: list[int], known: _SlackSets, guesses: in
     index = {key: i for i, key in enumerate(keys)}
     switches = [_Switch.of(g, w, net, caps, index) for w in batch]
     for _ in range(min(guesses, max(1, len(ends) // PAIRS_PER_GUESS))):
-        plans, trial = _plan(switches, caps, known)
+        plans, trial, slack = _plan(switches, caps, known)
         full = net.caps()
         full[: net.m] = trial
         full[net.s_arc0 + g.gpus] = g.k
         broken = net.failing_sets(full, sink_order(g), g.k * g.gpus.size, g.gpus.size)
-        if not broken.shape[0]:
+        if not broken.shape[0]:                # the plans are the greedy's: applied
             for sw, plan in zip(switches, plans):
                 for u, t, amount in plan.tolist():
-                    _apply(g, sw, u, t, amount, caps, index, known)
+                    g.split(u, sw.w, t, amount)
+            known.all_slack[: known.size] = slack
             return all(_complete(g, w) for w in batch)
         known.add(g, net, caps, _without_idle(g, net, trial, broken))
     if len(batch) > 1:
@@ -226,12 +231,12 @@ def _complete(g: SplitGraph, w: int) -> bool:
 
 
 def _plan(switches: list[_Switch], caps: np.ndarray, known: _SlackSets
-          ) -> tuple[list[np.ndarray], np.ndarray]:
+          ) -> tuple[list[np.ndarray], np.ndarray, np.ndarray]:
     """The greedy's passes over each switch's pairs in turn (:func:`_split_pass`, in its
     order) with every pair split by ``min(want, room in the known sets)``
-    (:func:`.guess_kernels.plan_switch`): each switch's ``(u, t, amount)`` splits (rows)
-    and the units they leave (``caps``'s arcs); the graph and the sets are left as they
-    are."""
+    (:func:`.guess_kernels.plan_switch`): each switch's ``(u, t, amount)`` splits (rows),
+    the units they leave (``caps``'s arcs) and the known sets' slacks after them; the
+    graph and the sets are left as they are."""
     trial = caps.copy()
     slack = known.all_slack.copy()
     plans = []
@@ -242,7 +247,7 @@ def _plan(switches: list[_Switch], caps: np.ndarray, known: _SlackSets
                                     sw.near.at, sw.near.size, sw.near.all_slack.copy(), trial,
                                     sw.in_idx, sw.out_idx, sw.pair, plan)
         plans.append(plan[:count])
-    return plans, trial
+    return plans, trial, slack[: known.size]
 
 
 def _apply(g: SplitGraph, sw: _Switch, u: int, t: int, amount: int, caps: np.ndarray,

@@ -9,14 +9,19 @@ from numba import njit
 
 
 @njit(cache=True)
-def set_slacks(sides, tail, head, caps, gpus, k, out):
+def set_slacks(sides, in_start, in_arc, tail, caps, gpus, k, out):
     """``out[i]``: the slack ``units(δ⁻(S)) - k |V_c \\ S|`` of the node set ``sides[i]``
-    (bool row over the nodes) under the units ``caps`` of the arcs ``tail -> head``."""
+    (bool row over the nodes) under the units ``caps`` of the arcs ``tail -> head``, the
+    arcs into node ``v`` being ``in_arc[in_start[v]:in_start[v + 1]]`` (a set's own
+    in-arcs only: an NVSwitch's 502 neighbour sets of at most 9 nodes each)."""
     for i in range(sides.shape[0]):
         units = 0
-        for a in range(caps.shape[0]):
-            if sides[i, head[a]] and not sides[i, tail[a]]:
-                units += caps[a]
+        for v in range(sides.shape[1]):
+            if sides[i, v]:
+                for p in range(in_start[v], in_start[v + 1]):
+                    a = in_arc[p]
+                    if not sides[i, tail[a]]:
+                        units += caps[a]
         outside = 0
         for g in gpus:
             if not sides[i, g]:
