@@ -1,7 +1,7 @@
 """Whether trees are linearly independent columns of the tree master's tight rows
 (:func:`.fewer_trees.master_pays`, paper §4.3's tree packing LP), compiled: the Gram
 matrix of the columns from their sparse rows and its symmetric elimination
-(docs/allgather.md "Fewer trees: the independence check compiled").
+(docs/allgather.md "Exact split in batches; the independence check compiled").
 
 Elementwise loops, not BLAS: OpenBLAS's threads spin on after a call (0.1-0.6 s CPU on a
 shared 2-core machine for a 366-tree Cholesky of ~3 ms), and the numpy elimination with

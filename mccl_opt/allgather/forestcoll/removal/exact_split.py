@@ -1,12 +1,13 @@
 """Phase 2's exact switch removal: ForestColl's greedy edge splitting (paper §4.3, Fig. 18),
 its amounts guessed and verified (docs/allgather.md "Leaf-spine 8x2x8 at `None`: guessed
-splits and the largest tight sets").
+splits and the largest tight sets", "Exact split in batches").
 
 Every pair ``(u, t)`` of a switch ``w`` in order is split by the largest amount the two
 families of dangerous cuts allow (``S ∋ w, u,t ∉ S`` and ``S ∌ w, u,t ∈ S``); by Mader's
 splitting theorem this completes on a balanced fabric and keeps every cut condition.  By
 checks each amount costs two rooted sweeps; guessed within the slack of the node sets
-known so far and verified by one sweep per guess, a switch costs a few sweeps.
+known so far and verified by one sweep per guess, a switch costs a few sweeps; switches
+whose neighbours are all GPUs are guessed in turn and verified together.
 """
 
 from __future__ import annotations
@@ -37,8 +38,8 @@ PAIRS_PER_GUESS = 4
 #: NVSwitch without them, 1-3 with them)
 SEED_MAX_NEIGHBOURS = 8
 
-#: switches guessed and verified together (:func:`_batch`): leaf-spine 8x2x8 with 4
-#: spines split its 16 NVSwitches in 37 sweeps one at a time, in N together
+#: most switches guessed and verified together (:func:`_batch`): leaf-spine 8x2x8 with 4
+#: spines split its 16 NVSwitches in 37 sweeps one at a time, in 3-4 together
 MAX_BATCH = 64
 
 
