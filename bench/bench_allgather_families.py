@@ -26,7 +26,7 @@ from typing import Any, Callable
 import mccl_opt as mo
 from instances.aggregation import (host_ring, host_torus, leaf_spine, multi_spine, scrambled,
                                    shared_aggregation, superpod)
-from mccl_opt.allgather.forestcoll import pipeline
+from mccl_opt.allgather.forestcoll import pack_steps
 
 CASES: list[Callable[[], mo.Topology]] = [
     lambda: shared_aggregation(2, 2, 8),
@@ -52,7 +52,7 @@ BIG: list[Callable[[], mo.Topology]] = [
     lambda: shared_aggregation(2, 64, 8),
 ]
 
-GUARDED = pipeline.guarded_spread
+GUARDED = pack_steps.guarded_spread
 
 
 def _no_guard(g: Any, rank_of: Any, failed: Any) -> None:
@@ -70,7 +70,7 @@ def _alarm(signum: int, frame: Any) -> None:
 def solve(topo: mo.Topology, old: bool, max_chunks: int | None, timeout: float
           ) -> tuple[float, float | None, str]:
     """Seconds, rate (``None`` on time-out) and ``split/packing`` of one cold solve."""
-    pipeline.guarded_spread = _no_guard if old else GUARDED
+    pack_steps.guarded_spread = _no_guard if old else GUARDED
     signal.signal(signal.SIGALRM, _alarm)
     signal.setitimer(signal.ITIMER_REAL, timeout)
     t = time.perf_counter()
@@ -82,7 +82,7 @@ def solve(topo: mo.Topology, old: bool, max_chunks: int | None, timeout: float
         return time.perf_counter() - t, None, "timeout"
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
-        pipeline.guarded_spread = GUARDED
+        pack_steps.guarded_spread = GUARDED
     return time.perf_counter() - t, s.rate_gbps, f"{s.stats.get('split')}/{s.stats.get('packing')}"
 
 

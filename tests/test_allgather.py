@@ -249,7 +249,8 @@ def assert_packing(n: int, tail, head, units, k: int, classes) -> None:
 
 def logical_graph(topo, max_chunks=10):
     """Phase 1 + budget + spread split of the solver, exposed for packing tests."""
-    from mccl_opt.allgather.forestcoll.pipeline import balanced_split, phase_one_budget, spread_logical
+    from mccl_opt.allgather.forestcoll.pack_steps import spread_logical
+    from mccl_opt.allgather.forestcoll.pipeline import balanced_split, phase_one_budget
     budget = phase_one_budget(topo, max_chunks, {})
     balanced = balanced_split(budget.fab, topo.arrays.is_switch, budget.k, budget.y, max_chunks)
     return spread_logical(balanced.split, topo.arrays.rank_of), balanced.k

@@ -9,7 +9,6 @@ must return ``None``, never a partial or over-full packing."""
 
 from __future__ import annotations
 
-import sys
 from types import SimpleNamespace
 
 import numpy as np
@@ -172,7 +171,7 @@ def test_repair_searches_before_the_exact_packing_are_forecast_at_none(monkeypat
     rail-first retry's at ``k·n² / RAIL_FIRST_VISITS_SHARE``; and the solve still reaches
     the cut bound."""
     from mccl_opt.allgather.forestcoll import sized
-    from mccl_opt.allgather.forestcoll.pipeline import RAIL_FIRST_VISITS_SHARE
+    from mccl_opt.allgather.forestcoll.pack_steps import RAIL_FIRST_VISITS_SHARE
 
     calls: list[tuple[int, int, int, int, Forecast, bool]] = []
     real = sized.repair_pack
@@ -212,7 +211,7 @@ def test_the_forecast_path_does_not_change_the_optimum(monkeypatch, variant):
     first repair packing goes on past it (the forecast), stops there (the guarded split,
     rail-first, greedy and few-trees packings follow) or is never stopped, the schedule is
     valid at the cut bound."""
-    from mccl_opt.allgather.forestcoll import pipeline
+    from mccl_opt.allgather.forestcoll import pack_steps
 
     alt = {"forecast": None, "always stop": 1, "never stop": 0}[variant]
 
@@ -222,7 +221,7 @@ def test_the_forecast_path_does_not_change_the_optimum(monkeypatch, variant):
             return NO_FORECAST, 1 << 62
         return Forecast(fc.decide_at // EARLY, fc.alt_visits if alt is None else alt), cap
 
-    monkeypatch.setattr(pipeline, "forecast", early)
+    monkeypatch.setattr(pack_steps, "forecast", early)
     topo = superpod(2, 2, 8)
     s = mo.solve_allgather(topo, max_chunks=None)
     check_schedule(topo, s, None)
@@ -263,11 +262,11 @@ def test_weaker_direction_leaves_the_exact_packing_to_the_general_method(monkeyp
     the fast packers made to fail, ForestColl on it fails typed, never reaching the
     few-trees packing (which would pack it), and a later method solves the fabric at the
     cut bound."""
-    from mccl_opt.allgather.forestcoll import pipeline
+    from mccl_opt.allgather.forestcoll import pack_steps
 
-    monkeypatch.setattr(pipeline, "_pack_repair", lambda *a, **kw: None)
-    monkeypatch.setattr(pipeline, "_pack_greedy", lambda *a, **kw: None)
-    monkeypatch.setattr(pipeline, "plain_pack", lambda *a, **kw: None)
+    monkeypatch.setattr(pack_steps, "_pack_repair", lambda *a, **kw: None)
+    monkeypatch.setattr(pack_steps, "_pack_greedy", lambda *a, **kw: None)
+    monkeypatch.setattr(pack_steps, "plain_pack", lambda *a, **kw: None)
     topo = leaf_spine(2, 2, 8).with_capacity(src="u0h0nvs", dst="u0h0g1", gbps=210.0,
                                              both_directions=False)   # 61 trees per root
     s = mo.solve_allgather(topo, max_chunks=None)
@@ -284,16 +283,23 @@ def test_weaker_direction_past_the_cheap_entries_skips_the_guarded_split(monkeyp
     global dragonfly cable at 0.9 one way) is left to the next method before the guarded
     split (docs/allgather.md "One-way dragonfly: no guarded split, half the seed first"); the
     chain still returns a valid schedule at the next method's certified optimum."""
-    from mccl_opt.allgather.forestcoll import pipeline
+    from mccl_opt.allgather.forestcoll import pack_steps
+    from mccl_opt.allgather.forestcoll.pack_plan import Goal
 
+    goals: list[Goal] = []                  # the goal of each pack, in order
     guarded: list[bool] = []                # per guarded split: whether in a declinable pack
-    real = pipeline.guarded_spread
+    real_plan, real = pack_steps.plan_pack, pack_steps.guarded_spread
+
+    def plan_spy(goal, k, n):
+        goals.append(goal)
+        return real_plan(goal, k, n)
 
     def spy(*a, **kw):
-        guarded.append(bool(sys._getframe(1).f_locals["declinable"]))
+        guarded.append(goals[-1] is Goal.DECLINABLE)
         return real(*a, **kw)
 
-    monkeypatch.setattr(pipeline, "guarded_spread", spy)
+    monkeypatch.setattr(pack_steps, "plan_pack", plan_spy)
+    monkeypatch.setattr(pack_steps, "guarded_spread", spy)
     topo = dragonfly(4, 2, 1, 8).with_capacity(src="d0r0", dst="d1r0", gbps=720.0,
                                                both_directions=False)
     s = mo.solve_allgather(topo, max_chunks=None)
@@ -301,7 +307,7 @@ def test_weaker_direction_past_the_cheap_entries_skips_the_guarded_split(monkeyp
     assert first.method is Method.WEAKER_DIRECTIONS and "left to the next method" in first.outcome
     # the next method: ForestColl packing the balanced restriction exactly (few exact trees
     # per root) or the seeded general method, either at its certified optimum
-    assert not any(guarded)
+    assert Goal.DECLINABLE in goals and not any(guarded)
     assert s.report.method in (Method.BALANCED_RESTRICTION, Method.GENERAL) and s.report.optimal
     assert s.report.bound_gbps == pytest.approx(s.lp_rate_gbps, rel=1e-9)
     check_schedule(topo, s, None)
@@ -377,7 +383,7 @@ def test_tight_graphs_made_of_known_trees_always_pack():
 def test_tight_graph_sums_every_ranks_in_units():
     """``tight``: every rank's in-units are exactly the ``k (n - 1)`` trees owed to it;
     one unit more anywhere, or one tree fewer, and it is not."""
-    from mccl_opt.allgather.forestcoll.pipeline import tight
+    from mccl_opt.allgather.forestcoll.pack_steps import tight
 
     lg, k = _exact_logical(superpod(2, 2, 8), None)
     assert tight(lg, k) and not tight(lg, k - 1)
@@ -389,14 +395,14 @@ def test_tight_graph_tries_the_few_trees_packing_before_greedy(monkeypatch):
     """At ``None`` on a tight logical graph where the repair packings fail, the exact
     few-trees packing runs before the greedy portfolio (which must use every unit there),
     and the solve reaches the cut bound without it."""
-    from mccl_opt.allgather.forestcoll import pipeline
+    from mccl_opt.allgather.forestcoll import pack_steps
 
     order: list[str] = []
-    real_few = pipeline._few_trees
-    monkeypatch.setattr(pipeline, "_pack_repair", lambda *a, **kw: None)
-    monkeypatch.setattr(pipeline, "_pack_greedy",
+    real_few = pack_steps._few_trees
+    monkeypatch.setattr(pack_steps, "_pack_repair", lambda *a, **kw: None)
+    monkeypatch.setattr(pack_steps, "_pack_greedy",
                         lambda *a, **kw: order.append("greedy"))
-    monkeypatch.setattr(pipeline, "_few_trees",
+    monkeypatch.setattr(pack_steps, "_few_trees",
                         lambda *a, **kw: order.append("few") or real_few(*a, **kw))
     topo = superpod(2, 2, 8)
     sched = mo.solve_allgather(topo, max_chunks=None)
@@ -412,20 +418,21 @@ def test_many_trees_per_root_try_the_few_trees_packing_before_rail_first_and_gre
     the few-trees packing runs next, before the rail-first repair and the greedy portfolio
     (narrow-NIC dragonfly 4x2x1x8: 0.1-0.2 s each, both failing), and the solve still
     reaches the cut bound."""
-    from mccl_opt.allgather.forestcoll import pipeline
+    from mccl_opt.allgather.forestcoll import pack_steps
+    from mccl_opt.allgather.forestcoll.pack_plan import FEW_BEFORE_FAST_K
 
     order: list[str] = []
-    real_few = pipeline._few_trees
-    monkeypatch.setattr(pipeline, "_pack_repair",
+    real_few = pack_steps._few_trees
+    monkeypatch.setattr(pack_steps, "_pack_repair",
                         lambda *a, **kw: order.append("rail-first" if kw.get("rail_first")
                                                       else "repair"))
-    monkeypatch.setattr(pipeline, "_pack_greedy", lambda *a, **kw: order.append("greedy"))
-    monkeypatch.setattr(pipeline, "_few_trees",
+    monkeypatch.setattr(pack_steps, "_pack_greedy", lambda *a, **kw: order.append("greedy"))
+    monkeypatch.setattr(pack_steps, "_few_trees",
                         lambda *a, **kw: order.append("few") or real_few(*a, **kw))
     topo = hpn(1, 2, 4).with_capacity(src="s0h0g1", dst="s0tor1", gbps=4.0,
                                       both_directions=True)
     sched = mo.solve_allgather(topo, max_chunks=None)
-    assert sched.stats["k"] >= pipeline.FEW_BEFORE_FAST_K
+    assert sched.stats["k"] >= FEW_BEFORE_FAST_K
     assert order == ["repair", "few"] and sched.stats["packing"] == "exact"
     check_schedule(topo, sched)
     assert sched.rate_gbps == pytest.approx(cut_bound(topo), rel=1e-9)

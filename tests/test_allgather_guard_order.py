@@ -14,7 +14,7 @@ import pytest
 
 import mccl_opt as mo
 from instances.aggregation import leaf_spine, scrambled
-from mccl_opt.allgather.forestcoll import pipeline
+from mccl_opt.allgather.forestcoll import pack_steps
 from mccl_opt.allgather.forestcoll.removal import guarded_spread
 from mccl_opt.allgather.forestcoll.removal.spread import spread_split
 from tests.oracle_allgather import cut_bound
@@ -59,14 +59,14 @@ def test_tight_guarded_graph_skips_the_plain_order_repair(monkeypatch):
     and it packs the oracle's optimum."""
     topo = leaf_spine(4, 2, 8)
     calls = []
-    real = pipeline._pack_repair
+    real = pack_steps._pack_repair
 
     def spy(lg, k, stats, shapes, **kw):
         found = real(lg, k, stats, shapes, **kw)
         calls.append((kw.get("guarded", False), bool(kw.get("rail_first")), found is not None))
         return found
 
-    monkeypatch.setattr(pipeline, "_pack_repair", spy)
+    monkeypatch.setattr(pack_steps, "_pack_repair", spy)
     sched = mo.solve_allgather(topo, max_chunks=None)
     mo.validate(topo, sched)
     assert sched.stats["split"] == "guarded"

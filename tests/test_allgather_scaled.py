@@ -93,8 +93,8 @@ def test_odd_nvlink_solves_exactly_through_the_scaled_packing():
 def _one_way_nic_logical(src: str, dst: str):
     """The spread split's logical graph and exact ``k`` of shared aggregation 2x4x8 with
     one NIC cable at 1 % of its speed (both ways) (103 trees per root over thin links)."""
-    from mccl_opt.allgather.forestcoll.pipeline import (balanced_split, phase_one_budget,
-                                                        spread_logical)
+    from mccl_opt.allgather.forestcoll.pack_steps import spread_logical
+    from mccl_opt.allgather.forestcoll.pipeline import balanced_split, phase_one_budget
     topo = shared_aggregation(2, 4, 8).with_capacity(src=src, dst=dst, gbps=4.0)
     budget = phase_one_budget(topo, None, {})
     arr = topo.arrays

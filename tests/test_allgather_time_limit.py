@@ -211,12 +211,12 @@ def test_an_exact_packing_out_of_reach_hands_the_fabric_to_the_general_method(mo
     for fewer chunks, tests/test_allgather_fewer_chunks.py)."""
     from instances.aggregation import leaf_spine
     from mccl_opt.allgather.forestcoll.packing import few_trees
-    from mccl_opt.allgather.forestcoll import pipeline
-    from mccl_opt.allgather.forestcoll.pipeline import EXACT_PACK_MAX_EDGES
+    from mccl_opt.allgather.forestcoll import pack_steps
+    from mccl_opt.allgather.forestcoll.packing.exact_packing import EXACT_PACK_MAX_EDGES
 
     monkeypatch.setattr(few_trees, "FEW_TREES_CHECKS_PER_N2", 0)
-    monkeypatch.setattr(pipeline, "_pack_repair", lambda *args, **kwargs: None)
-    monkeypatch.setattr(pipeline, "_pack_greedy", lambda *args, **kwargs: None)
+    monkeypatch.setattr(pack_steps, "_pack_repair", lambda *args, **kwargs: None)
+    monkeypatch.setattr(pack_steps, "_pack_greedy", lambda *args, **kwargs: None)
 
     topo = leaf_spine(4, 2, 8).with_capacity({("spine1", "u0leaf0"): 80.0,
                                               ("u0leaf0", "spine1"): 80.0})

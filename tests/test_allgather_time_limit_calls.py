@@ -67,8 +67,8 @@ def test_a_packing_that_cannot_fit_a_warm_stage_stops_the_stage_only(monkeypatch
 def _logical(topo: mo.Topology):
     """ForestColl's logical graph of ``topo`` at its own ``k`` (Phases 1-2)."""
     from mccl_opt.allgather.canonical import canonical
-    from mccl_opt.allgather.forestcoll.pipeline import balanced_split, phase_one_budget, \
-        spread_logical
+    from mccl_opt.allgather.forestcoll.pack_steps import spread_logical
+    from mccl_opt.allgather.forestcoll.pipeline import balanced_split, phase_one_budget
 
     topo = canonical(topo)
     budget = phase_one_budget(topo, None, {}, None, None)

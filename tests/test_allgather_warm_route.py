@@ -445,14 +445,14 @@ def test_a_declined_seeded_packing_leaves_its_spread_split_to_cold(monkeypatch):
     """The spread split does not depend on the previous trees: a warm solve whose packing
     seeded with them overruns its cap computes it once, and the cold fallback packs that
     same logical graph to cold's rate."""
-    from mccl_opt.allgather.forestcoll import pipeline
+    from mccl_opt.allgather.forestcoll import pack_steps
 
     base = hpn(1, 2, 4)
     old = mo.solve_allgather(base, max_chunks=None)
     topo = base.with_capacity(src="s0h0g1", dst="s0tor1", gbps=131.0, both_directions=True)
     cold = mo.solve_allgather(topo, max_chunks=None)
     splits: list[int] = []
-    real_spread, real_pack = pipeline.spread_logical, ag_solve.pack
+    real_spread, real_pack = pack_steps.spread_logical, ag_solve.pack
 
     def counted(*args, **kwargs):
         splits.append(1)
@@ -468,7 +468,7 @@ def test_a_declined_seeded_packing_leaves_its_spread_split_to_cold(monkeypatch):
                 pass
             anytime.check("a seeded packing made slow on purpose")
 
-    monkeypatch.setattr(pipeline, "spread_logical", counted)
+    monkeypatch.setattr(pack_steps, "spread_logical", counted)
     monkeypatch.setattr(ag_solve, "spread_logical", counted, raising=False)
     monkeypatch.setattr(ag_solve, "pack", slow_seeded)
     monkeypatch.setattr(ag_solve, "_certified_guess", lambda run: None)

@@ -25,7 +25,8 @@ from ..schedule import Schedule, TreeChunk, bottleneck_links, schedule_rate
 from ..topology import Topology
 from .budget import CutBounds
 from .forestcoll.mapping import class_ranks, map_classes, tree_chunks, tree_loads
-from .forestcoll.pipeline import Budget, Packed, Shapes, gbps
+from .forestcoll.pack_steps import Packed, Shapes
+from .forestcoll.pipeline import Budget, gbps
 from .warm.reroute import Rerouted
 from .forestcoll.throughput import Fabric, PhaseOneResult
 from .warm.kept import AllGatherWarmState, KeptTrees

@@ -13,7 +13,8 @@ Read top to bottom, one call is:
    from its own columns);
 4. ForestColl itself: a warm start's certified guesses (:mod:`.warm.certify`), else Phase 1
    and the chunk budget, the previous trees rerouted to it, switch balancing, Phase 2 and
-   Phase 3 (:mod:`.forestcoll.pipeline`, seeded with the previous trees when warm;
+   Phase 3 (:mod:`.forestcoll.pipeline`, :mod:`.forestcoll.pack_steps` in the order of
+   :mod:`.forestcoll.pack_plan`, seeded with the previous trees when warm;
    step-aware: :mod:`.forestcoll.step_aware`), and the schedule (:mod:`.assemble`).
 
 Every schedule carries a typed :class:`~mccl_opt.report.SolveReport`: the method, how
@@ -53,8 +54,9 @@ from .fewer_trees import fewer_trees
 from .first import MWU_MAX_GPUS, first_schedule
 from .first_images import averaged_first, image_seconds
 from .forestcoll.above_limit import pack_scaled
-from .forestcoll.pipeline import (balanced_split, check_inputs, gbps, pack, phase_one_budget,
-                                  spread_logical)
+from .forestcoll.pack_plan import Goal
+from .forestcoll.pack_steps import pack, spread_logical
+from .forestcoll.pipeline import balanced_split, check_inputs, gbps, phase_one_budget
 from .forestcoll.throughput import cut_upper_bound
 
 if TYPE_CHECKING:                                 # the general method loads on its first use
@@ -253,7 +255,7 @@ def sub_forestcoll(backend: str, trail: Trail) -> ForestColl:
     :func:`.restriction.stages.solve_by_restriction`); ``siblings_last=False``: the proportional spread
     split (the general method's seed trees, :func:`.general.restriction_seed.forestcoll_trees`);
     ``declinable``: a later method of the chain solves the fabric exactly, so the costly
-    exact packing is left to it (:func:`.forestcoll.pipeline.pack`)."""
+    exact packing is left to it (:class:`.forestcoll.pack_plan.Goal`)."""
 
     def forestcoll(sub: Topology, r: WarmRoute | None, k: int | None,
                    headroom: Sequence[Fraction] | None = None,
@@ -298,7 +300,7 @@ def _forestcoll(topo: Topology, route: WarmRoute, backend: str, max_chunks: int 
     ``headroom``: ``topo`` is a balanced restriction whose links may carry this many
     times their capacity on the real fabric (:func:`.forestcoll.pipeline.balanced_split`);
     ``siblings_last``, ``declinable``: of the spread split and the exact packing
-    (:func:`.forestcoll.pipeline.pack`).  The warm steps (the certified
+    (:func:`.forestcoll.pack_steps.pack`).  The warm steps (the certified
     guesses, rerouting at cold's budget, the packing seeded with the previous shapes)
     run on ``route``; past its allowance the solve carries on cold from where it is."""
     run = Run.start(topo, route.warm, max_chunks)
@@ -396,12 +398,12 @@ def _pack(run: Run, route: WarmRoute, balanced: Any, trail: Trail, most: float,
     solve declined in the seeded packing cost cold + its spread split + the allowance)."""
     arr = run.topo.arrays
     spread = None
+    goal = Goal.of(run.max_chunks, declinable)
 
     def cold() -> Any:
         run.prev = None
-        return pack(balanced.split, arr.rank_of, balanced.k, {}, run.stats, None,
-                    fewer_chunks=run.max_chunks is not None, siblings_last=siblings_last,
-                    declinable=declinable, spread=spread)
+        return pack(balanced.split, arr.rank_of, balanced.k, {}, run.stats, None, goal,
+                    siblings_last, spread)
 
     if run.prev is None:
         return cold()
@@ -410,10 +412,7 @@ def _pack(run: Run, route: WarmRoute, balanced: Any, trail: Trail, most: float,
     run.stats["phase2_s"] = time.perf_counter() - t
     return route.attempt("the packing seeded with the previous trees", Method.FORESTCOLL,
                          lambda _: pack(balanced.split, arr.rank_of, balanced.k, run.guides,
-                                        run.stats, run.shapes,
-                                        fewer_chunks=run.max_chunks is not None,
-                                        siblings_last=siblings_last, declinable=declinable,
-                                        spread=spread),
+                                        run.stats, run.shapes, goal, siblings_last, spread),
                          cold, trail.attempts, most)
 
 

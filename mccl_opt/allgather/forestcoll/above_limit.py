@@ -17,7 +17,7 @@ import numpy as np
 from mccl_opt import anytime, progress
 from mccl_opt.errors import SolveError
 from .packing.scaled import scaled_only
-from .pipeline import Packed, Packing, SplitKind, spread_logical
+from .pack_steps import Packed, Packing, SplitKind, spread_logical
 from .removal.guarded_spread import guarded_spread
 from .removal.splitting import SplitGraph
 
@@ -29,7 +29,7 @@ def pack_scaled(split: SplitGraph, rank_of: np.ndarray, k: int, stats: dict[str,
     exact ``k0`` of odd float capacities at ``max_chunks=None``): the spread split (guarded
     when it breaks the rooted cut condition) and the scaled packing only
     (:func:`.packing.scaled.scaled_only`).  Every other packer of :func:`pack` grows
-    ``k·n`` unit trees or runs a max-flow per tree edge (:func:`.pipeline.pack`); raises
+    ``k·n`` unit trees or runs a max-flow per tree edge (:func:`.pack_steps.pack`); raises
     :class:`SolveError` when the scaled packing does not complete (the method chain's
     next method solves the fabric)."""
     progress.update("AllGather phase 2: switch removal")

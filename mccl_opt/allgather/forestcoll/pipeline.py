@@ -1,72 +1,35 @@
 """The cold ForestColl phases (paper §4.3), shared by :func:`~mccl_opt.allgather.solve.solve_allgather`,
 the warm certificates (:mod:`~mccl_opt.allgather.warm.previous.certify`) and step-aware switch removal (:mod:`.step_aware`).
 
-Phase 1 and the chunk budget (:func:`phase_one_budget`), switch balancing
-(:func:`balanced_split`), Phase 2 switch removal and Phase 3 packing (:func:`pack`).
-Each returns a typed result; ``stats`` only receives the JSON view (timings, names).
-
-Longer than ~400 lines on purpose: the three phases hand typed results to each other,
-and the packing's order of fallbacks (repair, guarded split, few-trees, rail-first,
-greedy) with their search caps reads as one sequence.
+Phase 1 and the chunk budget (:func:`phase_one_budget`) and switch balancing
+(:func:`balanced_split`); Phase 2 switch removal and Phase 3 packing are
+:func:`.pack_steps.pack`, which runs the steps of a :class:`.pack_plan.PackPlan` (which
+packers, in which order).  Each returns a typed result; ``stats`` only receives the JSON
+view (timings, names).
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from enum import Enum
 from fractions import Fraction
 from typing import Any, Sequence
 
 import numpy as np
 
-from mccl_opt import anytime, progress
+from mccl_opt import progress
 from mccl_opt.entry_checks import check_backend, check_max_chunks, check_topology, check_warm
 from mccl_opt.errors import SolveError
 from mccl_opt.schedule import Schedule
 from mccl_opt.topology import Topology
 from ..budget import CutBounds, choose_trees, exact_k
-from .packing.exact_packing import EXACT_PACK_MAX_EDGES, exact_pack_stage
-from .packing.few_trees import FEW_TREES_CHEAP_ENTRIES, few_trees_on_splits
-from .packing.forecast import NO_FORECAST, forecast
 from ..fabric import fabric_of
-from .packing.growth_order import RAIL_FIRST_MIN_RANKS
-from .packing.scaled import PLAIN_FIRST_ENTRIES, SCALED_MIN_K, many_trees_pack, plain_pack
 from .removal.balancing import balance_switches
-from .removal.exact_split import split_all
-from .removal.splitting import LogicalGraph, SplitGraph
-from .removal.guarded_spread import guarded_spread
-from .removal.spread import spread_split
+from .removal.splitting import SplitGraph
 from .throughput import Fabric, PhaseOneResult, optimal_rate
-from .packing.trees import TreeClass, greedy_pack
 from .removal.unit_rounding import restriction_units
-from .sized import limited_repair
 
-__all__ = ["Budget", "Balanced", "Packed", "Packing", "SplitKind", "check_inputs",
-           "phase_one_budget", "balanced_split", "spread_logical", "pack", "gbps"]
-
-Shapes = tuple[np.ndarray, np.ndarray]
-
-
-class Packing(str, Enum):
-    """Which Phase 3 packer completed (``stats['packing']``)."""
-
-    REPAIR = "repair"
-    GREEDY = "greedy"
-    EXACT = "exact"
-    PLANNED = "planned"           # step-aware: depth-capped within the hop LP's plan
-    CAPPED = "capped"             # step-aware: depth-capped
-    DEFAULT = "default"           # step-aware kept the default packing
-
-
-class SplitKind(str, Enum):
-    """Which Phase 2 switch removal built the logical graph (``stats['split']``)."""
-
-    SPREAD = "spread"
-    GUARDED = "guarded"           # the spread split with pairings guarded by the cut condition
-    EXACT = "exact"
-    STEP_AWARE = "step-aware"     # the hop LP's integral split (App. C)
-    DEFAULT = "default"           # step-aware kept the default split
+__all__ = ["Budget", "Balanced", "check_inputs", "phase_one_budget", "balanced_split", "gbps"]
 
 
 def check_inputs(topo: Topology, max_chunks: int | None, warm: Schedule | None = None,
@@ -238,270 +201,3 @@ def _symmetrized(fab: Fabric, is_switch: np.ndarray) -> Fabric:
             j = reverse.get((b, a))
             cap[i] = min(cap[i], fab.cap[j]) if j is not None else 0
     return Fabric.build(fab.n, fab.tail, fab.head, cap, fab.gpus)
-
-
-@dataclass(frozen=True)
-class Packed:
-    """Phases 2+3: the logical graph, its tree classes (``k`` unit trees per root) and
-    which switch removal and packer produced them."""
-
-    lg: LogicalGraph
-    classes: list[TreeClass]
-    k: int
-    split: SplitKind
-    packing: Packing
-
-    def record(self, stats: dict[str, Any]) -> None:
-        stats["split"], stats["packing"] = self.split.value, self.packing.value
-
-
-def spread_logical(split: SplitGraph, rank_of: np.ndarray,
-                   siblings_last: bool = True) -> LogicalGraph:
-    """Phase 2 by the spread proposal (:mod:`.removal.spread`, sibling pairs last unless
-    ``siblings_last=False``); ``split`` is left as it was."""
-    return spread_split(split, rank_of, siblings_last=siblings_last)
-
-
-#: below :data:`~.packing.scaled.SCALED_MIN_K` trees per root, the repair packings after
-#: the guard (of the guarded split, and the rail-first retry) stop after this many tree
-#: visits per tree entry ``k·n²`` (they were unbounded): the guarded split of leaf-spine
-#: 8x2x8 at ``None`` (``k = 41``) failed only after 5-18 M visits (27x its entries since
-#: sibling pairs go last, 10 -> 21 s CPU), then the few-trees packing packs it.  Not the
-#: first packing of the plain split: SuperPOD 4x4x8's completes past 4x (capped there, it
-#: lost the chunk budget's optimum at ``K=10``).  With a chunk budget only: at ``None`` a
-#: forecast decides (:mod:`.packing.forecast`)
-REPAIR_VISITS_PER_ENTRY = 4
-
-
-#: at ``None`` the rail-first retry's repair searches stop after ``k·n²`` over this many
-#: tree visits (the few-trees packing follows): where it completed (leaf-spine 4x2x8
-#: plain and scrambled, fat-tree 4x2x2x8) it took 0-954 visits; where it failed
-#: (leaf-spine 6x2x8 and 8x2x8 with 4 spines) it ran out of chains at 0.36-0.39 ``k·n²``
-#: (0.18 s at 128 GPUs)
-RAIL_FIRST_VISITS_SHARE = 8
-
-
-def _pack_repair(lg: LogicalGraph, k: int, stats: dict[str, Any], shapes: Shapes | None,
-                 rail_first: bool | None = None, plain: bool = True, capped: bool = False,
-                 guarded: bool = False) -> tuple[list[TreeClass], Packing] | None:
-    """Repair packing, reusing previous shapes (certifies itself); from
-    :data:`~.packing.scaled.SCALED_MIN_K` trees per root the scaled packings and the plain
-    one in :func:`~.packing.scaled.many_trees_pack`'s order, the plain one's repair
-    searches limited to ``k·n²`` tree visits (the packing's own size; below it, with
-    ``guarded``, :data:`REPAIR_VISITS_PER_ENTRY` times that): leaf-spine 4x2x8
-    with a NIC degraded one way packs 811 trees per root in 315 M visits (56 s) where the
-    general method solves the fabric in ~1.2 s.  Under a limit (a warm stage's allowance,
-    the solve's ``time_limit``) the searches are sized to its time left and the limit
-    stopped when that is too little or they run out (:func:`.sized.limited_repair`).
-    ``plain=False``: from ``SCALED_MIN_K`` trees per root the scaled packings only.
-    ``capped``: where the exact few-trees packing follows a failure (:func:`pack` at
-    ``max_chunks=None``), below ``SCALED_MIN_K`` the searches stop where the rest is
-    forecast costlier than that packing (:mod:`.packing.forecast`; at most ``k·n²`` plus
-    its estimate)."""
-    n = lg.num_gpus
-    fc = NO_FORECAST
-    if k >= SCALED_MIN_K:
-        visits = k * n * n
-    elif capped and rail_first:
-        visits = k * n * n // RAIL_FIRST_VISITS_SHARE
-    elif capped:
-        fc, visits = forecast(n, k)
-    else:
-        visits = k * n * n * REPAIR_VISITS_PER_ENTRY if guarded else 1 << 62
-    if k >= SCALED_MIN_K and not rail_first:
-        classes = many_trees_pack(n, lg.tail, lg.head, lg.units, k, shapes, stats, plain)
-    else:
-        classes, info = limited_repair("Phase 3: the repair packing", n, lg.tail, lg.head,
-                                       lg.units, k, shapes, max_visits=visits,
-                                       rail_first=rail_first, fc=fc)
-        stats.update(info)
-    if rail_first:
-        stats["repair_rail_first"] = classes is not None
-    return None if classes is None else (classes, Packing.REPAIR)
-
-
-def _pack_greedy(lg: LogicalGraph, k: int, guides: dict[int, np.ndarray]
-                 ) -> tuple[list[TreeClass], Packing] | None:
-    """The guided greedy portfolio (certifies itself)."""
-    classes = greedy_pack(lg.num_gpus, lg.tail, lg.head, lg.units, k, guides)
-    return None if classes is None else (classes, Packing.GREEDY)
-
-
-def _few_trees(split: SplitGraph, rank_of: np.ndarray, k: int, stats: dict[str, Any],
-               lg: LogicalGraph, kind: SplitKind
-               ) -> tuple[LogicalGraph, SplitKind, tuple[list[TreeClass], Packing] | None]:
-    """The few-trees packing on ``lg`` or the exact split (:func:`.packing.few_trees.
-    few_trees_on_splits`) where the fast packers got stuck on a graph that admits ``k``:
-    the logical graph packed, its kind and packing, or ``lg``, ``kind``, ``None``."""
-    anytime.check("Phase 3: before the few-trees packing")
-    found = few_trees_on_splits(split, rank_of, k, stats, lg)
-    if found is None:
-        return lg, kind, None
-    return found[0], kind if found[0] is lg else SplitKind.EXACT, (found[1], Packing.EXACT)
-
-
-def tight(lg: LogicalGraph, k: int) -> bool:
-    """Every rank's in-units are exactly the ``k (n - 1)`` trees owed to it: a packing of
-    ``k`` trees per root uses every unit (no spare unit anywhere)."""
-    n = lg.num_gpus
-    return bool((np.bincount(lg.head, weights=lg.units, minlength=n) == k * (n - 1)).all())
-
-
-#: from this many trees per root :func:`pack` runs the rooted cut test before the repair
-#: packer, not after it: on a logical graph that does not admit ``k`` the packer only
-#: stops when no augmenting chain is left, which takes seconds to minutes when ``k`` is an
-#: exact ``k0`` in the hundreds (leaf-spine 4x2x8 with a NIC degraded one way: 811 trees
-#: per root, 101 s), while the test is ``n`` max-flows (milliseconds)
-TEST_FIRST_K = 64
-
-#: ... and below it from this many tree entries ``k·n²`` (a failing repair packing of the
-#: spread split of shared aggregation 2x16x8 at ``None`` before :mod:`.removal.siblings`,
-#: ``k = 41``: ~0.7 s CPU, the test ~0.02 s; of leaf-spine 8x2x8 with 4 spines, ``k = 41``,
-#: 672 k entries: 0.2-0.3 s, the sampled test ~0.01 s), the test on a sample of sinks only
-#: (:data:`TEST_FIRST_SINKS`): a failing sink proves no packing exists, a passing sample
-#: leaves it to the packing, which certifies itself (the whole sweep of a graph that
-#: passes, 0.5 s there, cost about as much as the packing)
-TEST_FIRST_ENTRIES = 1 << 19
-
-#: sinks of that first test, every ``n // TEST_FIRST_SINKS``-th rank
-TEST_FIRST_SINKS = 32
-
-
-#: from this many trees per root (the scaled packings' :data:`~.packing.scaled.SCALED_MIN_K`:
-#: the plain repair packing has then run to its ``k·n²`` visits, or runs after) the
-#: few-trees packing follows a failed repair packing at once, before the rail-first
-#: repair and the greedy portfolio: one-way and two-way narrow-NIC dragonfly 4x2x1x8 at
-#: ``None`` (``k = 103``) spent 0.10-0.19 s in each, both failing, before the few-trees
-#: packing packed the exact split in 0.04 s (docs/allgather.md, *Few-trees before the
-#: rail-first and greedy packings*)
-FEW_BEFORE_FAST_K = SCALED_MIN_K
-
-
-def _leave_to_next(k: int) -> None:
-    """:func:`pack` with ``declinable``: the exact split and packings are left to the
-    chain's next method, which solves the fabric exactly for less (dragonfly 4x4x1x8
-    one way at ``None``: 8-9 s CPU here, ~0.4 s by the general method)."""
-    raise SolveError(f"no fast packing of {k} trees per root completed; the exact split and "
-                     "packing are left to the next method")
-
-
-def pack(split: SplitGraph, rank_of: np.ndarray, k: int, guides: dict[int, np.ndarray],
-         stats: dict[str, Any], shapes: Shapes | None = None, fewer_chunks: bool = False,
-         siblings_last: bool = True, declinable: bool = False,
-         spread: LogicalGraph | None = None) -> Packed:
-    """Phases 2+3: spread split + fast packing; when the spread split broke the cut
-    condition, the spread split with guarded pairings (:mod:`.removal.guarded_spread`), then
-    exact splitting, and exact packing as the last fallback on at most
-    :data:`EXACT_PACK_MAX_EDGES` tree edges (beyond: :class:`SolveError`, the chain's
-    next method solves the fabric).  Under a limit the packings are sized to its time
-    left (:func:`_pack_repair`).  From :data:`FEW_BEFORE_FAST_K` trees per root the
-    few-trees packing follows a failed repair packing before the rail-first and greedy
-    ones.  ``fewer_chunks`` (K): the few-trees packing only to
-    ``FEW_TREES_CHEAP_ENTRIES``.  ``siblings_last=False``: the spread splits (plain and
-    guarded) proportional (:func:`.removal.spread.spread_split`).  ``declinable``: a later
-    method solves the fabric exactly (the weaker-direction fabric at ``max_chunks=None``,
-    :func:`.chain.solve_unbalanced`): past ``FEW_TREES_CHEAP_ENTRIES`` only the spread
-    split's first packing runs, then a :class:`SolveError` leaves the rest (the guarded
-    split, the plain, rail-first, greedy and exact packings, the exact split) to it.
-    ``spread``: ``spread_logical(split, rank_of, siblings_last)`` when the caller has it
-    (timed in ``stats["phase2_s"]`` by the caller; no packer changes it): a warm solve's
-    cold fallback reuses the seeded packing's Phase 2."""
-    progress.update("AllGather phase 2: switch removal")
-    if spread is None:
-        t = time.perf_counter()
-        spread = spread_logical(split, rank_of, siblings_last)
-        stats["phase2_s"] = time.perf_counter() - t
-    lg, kind = spread, SplitKind.SPREAD
-    progress.update("AllGather phase 3: tree packing")
-    t = time.perf_counter()
-    # Phase 3 and the mapping take about as long as Phase 2 or longer (HPN 1024 GPUs:
-    # 0.46 vs 0.51 s; 2048: 1.1 vs 0.76 s)
-    anytime.check_room("Phase 3: before the repair packing", stats["phase2_s"])
-    # the plain repair packing may search for seconds there: the few-trees one goes first
-    late_plain = k >= SCALED_MIN_K and k * lg.num_gpus ** 2 > PLAIN_FIRST_ENTRIES
-    # from SCALED_MIN_K the plain repair packing has had its k·n² visits (or comes after):
-    # the few-trees packing goes before the rail-first and greedy ones (FEW_BEFORE_FAST_K)
-    few_next = k >= FEW_BEFORE_FAST_K
-    cheap = k * lg.num_gpus ** 2 <= FEW_TREES_CHEAP_ENTRIES
-    few = not (fewer_chunks or declinable) or cheap
-    # at None the exact few-trees packing follows a failed repair packing, so its searches
-    # stop where they are forecast to cost more than it; uncapped, on a graph they cannot
-    # pack they run until no augmenting chain is left (leaf-spine 8x2x8 with 4 spines, 41
-    # trees per root: 1.3 M, 10.6 M and 4.5 M visits, 6.2 s CPU, before the few-trees
-    # packing); capped at k·n², SuperPOD 2x4x8's completes at 4.1x that, 10x cheaper)
-    capped = not fewer_chunks
-    test_first = k > TEST_FIRST_K or k * lg.num_gpus ** 2 >= TEST_FIRST_ENTRIES
-    # declinable and not cheap: only this capped repair packing runs before the next
-    # method, so a sampled test decides whether to try it (the whole sweep that passes
-    # cost 0.63 s on a one-way dragonfly 4x4x1x8 at 145 trees per root, for a 0.05 s try)
-    only_repair = declinable and not cheap
-    stride = 1 if k > TEST_FIRST_K and not only_repair else max(1, lg.num_gpus // TEST_FIRST_SINKS)
-    if test_first and not lg.admits(k, stride):   # no packing can complete: skip it
-        found, admits = None, False
-    else:
-        found = _pack_repair(lg, k, stats, shapes, plain=not late_plain, capped=capped)
-        admits = found is not None or (not only_repair and lg.admits(k))
-    if found is None and only_repair:
-        # the guarded split's repair packing failed on every such state measured (one-way
-        # dragonfly, 149-187 trees per root: 0.13-0.67 s of guarded split for nothing); the
-        # plain, rail-first and greedy packings after it cost 0.3-0.5 s each at 64 GPUs and
-        # 150-190 trees per root, the general method ~0.3 s in all
-        _leave_to_next(k)
-    if not admits:
-        anytime.check("Phase 2: before the guarded spread split")
-        t2 = time.perf_counter()
-        guarded = guarded_spread(split, rank_of, lg, siblings_last)
-        stats["phase2_s"] += time.perf_counter() - t2
-        if guarded is not None:                   # it passes the rooted test
-            lg, kind, admits = guarded, SplitKind.GUARDED, True
-            anytime.check("Phase 3: before the repair packing of the guarded split")
-            # at None, on a tight guarded graph the repair packing in the plain growth
-            # order failed on every state measured (leaf-spine 4x2x8, 8x2x8 with 4 spines
-            # in three listings, 4x2x8 one way: 0.04-0.26 s each); the rail-first retry
-            # below (completes on 4x2x8) and the few-trees packing follow
-            if not (capped and lg.num_gpus < RAIL_FIRST_MIN_RANKS and tight(lg, k)):
-                found = _pack_repair(lg, k, stats, shapes, plain=not late_plain, capped=capped,
-                                     guarded=True)
-    if found is None and admits and few_next and few:
-        lg, kind, found = _few_trees(split, rank_of, k, stats, lg, kind)
-    if found is None and admits and late_plain:
-        plain = plain_pack(lg.num_gpus, lg.tail, lg.head, lg.units, k, shapes, stats)
-        found = None if plain is None else (plain, Packing.REPAIR)
-    if found is None and admits and lg.num_gpus < RAIL_FIRST_MIN_RANKS:
-        # small fabrics grow wide-then-narrow one vertex per turn; where that gets stuck
-        # (leaf-spine: every NIC link narrow) the rail-first batched order may not
-        found = _pack_repair(lg, k, stats, shapes, rail_first=True, capped=capped,
-                             guarded=kind is SplitKind.GUARDED)
-    # on a tight graph the greedy portfolio must use every unit and fails (leaf-spine 8x2x8
-    # with 4 spines at None: 0.9 s); the exact few-trees packing goes first, greedy after
-    few_first = found is None and admits and not few_next and few and capped and tight(lg, k)
-    if few_first:
-        lg, kind, found = _few_trees(split, rank_of, k, stats, lg, kind)
-    if found is None:
-        anytime.check("Phase 3: before the greedy packing")
-        found = _pack_greedy(lg, k, guides)
-    if found is None and admits and not few_next and few and not few_first:
-        lg, kind, found = _few_trees(split, rank_of, k, stats, lg, kind)
-    if found is None and not admits:
-        anytime.check("Phase 2: before the exact split")
-        t2 = time.perf_counter()
-        g = split.copy()
-        if not split_all(g):
-            raise SolveError("exact switch removal did not complete; the fabric's "
-                             "switches could not be balanced without losing the optimum")
-        lg = LogicalGraph.from_split(g, rank_of)
-        kind = SplitKind.EXACT
-        stats["phase2_s"] += time.perf_counter() - t2
-        found = _pack_repair(lg, k, stats, shapes) or _pack_greedy(lg, k, guides)
-    edges = k * lg.num_gpus * (lg.num_gpus - 1)
-    if found is None and edges > EXACT_PACK_MAX_EDGES:   # one max-flow per edge: hopeless
-        raise SolveError(f"no fast packing of {k} trees per root completed, and the exact "
-                         f"tree packing of {edges} tree edges (one max-flow each) is out of "
-                         f"reach (more than {EXACT_PACK_MAX_EDGES})")
-    if found is None:
-        found = exact_pack_stage(lg.num_gpus, lg.tail, lg.head, lg.units, k,
-                                 time.perf_counter() - t), Packing.EXACT
-    stats["phase3_s"] = time.perf_counter() - t
-    packed = Packed(lg, found[0], k, kind, found[1])
-    packed.record(stats)
-    return packed

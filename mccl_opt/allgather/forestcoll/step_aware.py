@@ -37,8 +37,8 @@ from mccl_opt.errors import InputError, SolveError
 from mccl_opt.topology import Topology
 from .capped import allowances, candidates, depth_key, eccentricity
 from .maxflow import INF, FlowNetwork
-from .pipeline import (Packed, Packing, SplitKind, balanced_split, check_inputs, pack,
-                       phase_one_budget)
+from .pack_steps import Packed, Packing, SplitKind, pack
+from .pipeline import balanced_split, check_inputs, phase_one_budget
 from .removal.splitting import LogicalGraph, SplitGraph
 from .removal.transport import transport
 
@@ -345,7 +345,7 @@ def step_aware_pack(split: SplitGraph, rank_of: np.ndarray, k: int,
                     ) -> Packed:
     """Phases 2+3 with step-aware switch removal on a balanced ``split`` (tree units).
 
-    Returns the shallowest of the default packing (:func:`.pipeline.pack`) and the
+    Returns the shallowest of the default packing (:func:`.pack_steps.pack`) and the
     packings of each LP-feasible depth bound below it (max depth, then unit-weighted
     mean depth; ties keep more trees).
     """

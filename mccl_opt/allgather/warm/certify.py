@@ -26,8 +26,9 @@ from mccl_opt.schedule import Schedule
 from ..assemble import Optimum, RerouteOutcome, Run, kept, packed, rerouted
 from ..budget import EXACT_TREES_LIMIT, exact_k, guess_budget, guess_trees
 from ..fabric import quantum_for
-from ..forestcoll.pipeline import (TEST_FIRST_K, Budget, Packed, Packing, SplitKind, balanced_split,
-                                    spread_logical)
+from ..forestcoll.pack_plan import TEST_FIRST_K
+from ..forestcoll.pack_steps import Packed, Packing, SplitKind, spread_logical
+from ..forestcoll.pipeline import Budget, balanced_split
 from ..forestcoll.sized import sized_visits
 from ..forestcoll.packing.repair import repair_pack
 from ..forestcoll.packing.scaled import SCALED_MIN_K, scaled_pack
@@ -191,7 +192,7 @@ def _reroute_previous(run: Run, fab: Fabric, k: int, y: Fraction) -> Rerouted | 
 
 def _certify_by_packing(run: Run, fab: Fabric, k: int, y: Fraction) -> Packed | None:
     """Balance, spread-split and repair-pack ``k`` trees per root of bandwidth ``y``
-    (reusing the previous shapes; from :data:`~.forestcoll.pipeline.TEST_FIRST_K` trees
+    (reusing the previous shapes; from :data:`~..forestcoll.pack_plan.TEST_FIRST_K` trees
     per root only after the rooted test, and scaled first, as cold packs); the packing
     if it completes -- then ``k·y`` is
     reached, which certifies a guessed ``(k, y)`` that bounds the optimum -- else

@@ -24,6 +24,19 @@ reach ``v`` in the residual network of a maximum flow ``s -> v`` (``s -> r``:
 ``roots[r]``), tight sets being closed under intersection (the slack is submodular).
 On a tight graph (every node's in-units are the roots outside it) each node is its own
 minimal tight set; :func:`maximal_tight_sets` then takes the largest ones instead.
+
+Three places test tightness.  A node alone (:func:`tight_alone`) is the one definition
+shared with :func:`..pack_steps.tight` (every rank tight alone, ``k`` roots each: the
+greedy portfolio must use every unit).  The guarded split's
+:func:`~..removal.cut_guard.zero_slack_sets` are the same sets (``k`` roots per GPU, none
+per switch) of a different graph, found differently, so they stay apart: the split graph
+of Phase 2, whose switches carry no roots and may lie on either side of a set; one rooted
+sweep for all sinks (at scaled capacities), not one max-flow per node; per failing sink
+the set with its GPUs those of the smallest tight set holding it but every switch any
+such set may hold (the minimum cut's sink side farthest from ``s``), overlapping sets
+kept; here, disjoint proper sets of a logical graph (or an inner problem with its ``O``
+node) with any roots per node, the smallest or largest per node.  Computing the guard's
+sets here would hand it other sets (fewer switches), and its pairings would change.
 """
 
 from __future__ import annotations
@@ -36,7 +49,7 @@ from numba import njit
 from ..maxflow import INF, FlowNetwork
 from .trees import TreeClass
 
-__all__ = ["Problem", "Decomposition", "proper_tight_sets", "minimal_tight_sets",
+__all__ = ["Problem", "Decomposition", "tight_alone", "proper_tight_sets", "minimal_tight_sets",
            "maximal_tight_sets", "decompose", "CONTRACT_MIN_GPUS"]
 
 #: :attr:`Problem.links` of an inner problem's ``O -> v`` links and of its ``r -> O``
@@ -85,6 +98,13 @@ def _reaching(n_tot, start, arcs, head, res, t, mark, queue):
                     qt += 1
 
 
+def tight_alone(n: int, head: np.ndarray, units: np.ndarray, roots: np.ndarray) -> np.ndarray:
+    """Per node, whether it is its own tight set: its in-units are exactly the roots
+    outside it, ``units(δ⁻(v)) = roots(V \\ {v})``.  Every node of a tight graph is
+    (:func:`..pack_steps.tight`: ``k`` roots per rank, no spare unit anywhere)."""
+    return np.bincount(head, weights=units, minlength=n) == roots.sum() - roots
+
+
 def proper_tight_sets(p: Problem, checks: np.ndarray) -> list[np.ndarray] | None:
     """Disjoint proper tight sets of ``p`` to split its packing along: the minimal ones
     (:func:`minimal_tight_sets`); where there are none but a node is its own minimal tight
@@ -92,7 +112,7 @@ def proper_tight_sets(p: Problem, checks: np.ndarray) -> list[np.ndarray] | None
     a proper tight set all of whose nodes are tight alone has no proper minimal one).
     ``None`` when the graph admits no packing."""
     sets = minimal_tight_sets(p, checks)
-    alone = np.bincount(p.head, weights=p.units, minlength=p.n) == p.roots.sum() - p.roots
+    alone = tight_alone(p.n, p.head, p.units, p.roots)
     return maximal_tight_sets(p, checks) if sets == [] and alone.any() else sets
 
 
@@ -101,14 +121,13 @@ def minimal_tight_sets(p: Problem, checks: np.ndarray) -> list[np.ndarray] | Non
     (module doc); ``None`` when a sink's flow is below ``R``: the graph admits no
     packing.  One max-flow per node outside the sets found so far (a node's minimal tight
     set lies inside any tight set holding it): at most ``n``, counted in ``checks[0]``.
-    (The guarded split's :func:`~..removal.cut_guard.zero_slack_sets` are the largest
-    such sets instead.)"""
+    (The guarded split's :func:`~..removal.cut_guard.zero_slack_sets`: module doc.)"""
     net, caps, total = _rooted_network(p)
     mark = np.zeros(p.n + 2, np.bool_)
     queue = np.zeros(p.n + 2, np.int64)
     found: dict[bytes, np.ndarray] = {}
     # a node whose in-units are the roots outside it is its own minimal tight set
-    covered = np.bincount(p.head, weights=p.units, minlength=p.n) == total - p.roots
+    covered = tight_alone(p.n, p.head, p.units, p.roots)
     for v in range(p.n):
         if covered[v]:                      # inside a tight set found: its own is inside it
             continue
@@ -136,8 +155,7 @@ def maximal_tight_sets(p: Problem, checks: np.ndarray) -> list[np.ndarray] | Non
     tight) :func:`minimal_tight_sets` finds nothing proper, this does.  One max-flow per
     node outside the sets found so far, counted in ``checks[0]``; ``None`` when a flow is
     below ``R`` (the graph admits no packing).  A set is kept only if its slack,
-    computed, is 0.  (:func:`~..removal.cut_guard.zero_slack_sets` finds the largest
-    zero-slack sets of a guarded split, whose roots are its GPUs, by one rooted sweep.)"""
+    computed, is 0.  (:func:`~..removal.cut_guard.zero_slack_sets`: not these; module doc.)"""
     net, caps, total = _rooted_network(p)
     found: dict[bytes, np.ndarray] = {}
     covered = np.zeros(p.n, np.bool_)

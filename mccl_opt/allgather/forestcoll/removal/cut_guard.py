@@ -81,9 +81,13 @@ def zero_slack_sets(n: int, gpus: np.ndarray, k: int, arcs: Arcs, most: int) -> 
     (:func:`violated_sets`) at scaled capacities, ``M·units`` and ``k·M + 1`` per root
     with ``M`` above the GPU count: a set fails there iff ``units < k·|out| + |out|/M``,
     i.e. (integers, ``|out| < M``) iff it is tight; each row the failing sink's set with
-    the most GPUs outside.  Sets of one node are left out: a lone GPU's in-units no
-    pairing can take (a pair inside it would be a loop).  The largest such sets, where
-    :func:`~..packing.contraction.minimal_tight_sets` finds each node's smallest one."""
+    the most GPUs outside: in GPUs the smallest zero-slack set holding the sink (such sets
+    are closed under intersection), with every switch one of them may hold (the minimum
+    cut's sink side farthest from ``s``).  Sets of one node are left out: a lone GPU's
+    in-units no pairing can take (a pair inside it would be a loop).  The tight sets of
+    :mod:`~..packing.contraction` by definition (``k`` roots per GPU, none per switch), not
+    by search: there, one max-flow per node of a logical graph without switches, disjoint
+    proper sets only (that module's docstring: why the two stay apart)."""
     tail, head, units = arcs
     scale = int(gpus.size) + 1
     sets = violated_sets(n, gpus, k * scale + 1, (tail, head, units * scale), most)
