@@ -411,6 +411,30 @@ def test_tight_graph_tries_the_few_trees_packing_before_greedy(monkeypatch):
     assert sched.rate_gbps == pytest.approx(cut_bound(topo), rel=1e-9)
 
 
+def test_loose_graph_tries_the_few_trees_packing_before_greedy(monkeypatch):
+    """At ``None`` the few-trees packing goes before greedy on a graph that is *not* tight
+    too, once the repair packings failed (one-way scrambled dragonfly 4x4x1x8 at ``k = 31``:
+    greedy 1.0 s, failing); the solve still reaches the cut bound."""
+    from mccl_opt.allgather.forestcoll import pack_steps
+
+    order: list[str] = []
+    real_few = pack_steps._few_trees
+
+    def few(split, rank_of, k, stats, lg, kind):
+        order.append("few" if not pack_steps.tight(lg, k) else "few on a tight graph")
+        return real_few(split, rank_of, k, stats, lg, kind)
+
+    monkeypatch.setattr(pack_steps, "_pack_repair", lambda *a, **kw: None)
+    monkeypatch.setattr(pack_steps, "_pack_greedy", lambda *a, **kw: order.append("greedy"))
+    monkeypatch.setattr(pack_steps, "_few_trees", few)
+    topo = hpn(1, 2, 4).with_capacity(src="s0h0g1", dst="s0tor1", gbps=150.0,
+                                      both_directions=True)
+    sched = mo.solve_allgather(topo, max_chunks=None)
+    assert order == ["few"] and sched.stats["packing"] == "exact"
+    check_schedule(topo, sched)
+    assert sched.rate_gbps == pytest.approx(cut_bound(topo), rel=1e-9)
+
+
 def test_many_trees_per_root_try_the_few_trees_packing_before_rail_first_and_greedy(
         monkeypatch):
     """From ``FEW_BEFORE_FAST_K`` trees per root at ``None``, where the repair packing

@@ -26,15 +26,18 @@ def test_goal_of_a_solve():
     assert Goal.of(10) is Goal.BUDGET
 
 
-def test_few_trees_per_root_at_none_greedy_after_the_tight_few_trees_packing():
-    """Below ``FEW_BEFORE_FAST_K``: the rail-first retry on small fabrics, the few-trees
-    packing before greedy on a tight graph and after it otherwise, the exact packing last
-    where its tree edges are few."""
+def test_few_trees_per_root_at_none_greedy_after_the_few_trees_packing():
+    """Below ``FEW_BEFORE_FAST_K`` at ``None``: the rail-first retry on small fabrics, the
+    few-trees packing before greedy (tight graph or not), the exact packing last where its
+    tree edges are few; with a chunk budget the cheap few-trees packing after greedy."""
     assert plan_pack(Goal.EXACT, 1, 16).steps == (
-        S.REPAIR, S.GUARDED, S.RAIL_FIRST, S.FEW_TREES_IF_TIGHT, S.GREEDY, S.FEW_TREES,
-        S.EXACT_SPLIT, S.EXACT)
+        S.REPAIR, S.GUARDED, S.RAIL_FIRST, S.FEW_TREES, S.GREEDY, S.EXACT_SPLIT, S.EXACT)
+    assert plan_pack(Goal.EXACT, 31, 128).steps == (
+        S.REPAIR, S.GUARDED, S.RAIL_FIRST, S.FEW_TREES, S.GREEDY, S.EXACT_SPLIT)
     assert plan_pack(Goal.EXACT, 1, 1024).steps == (
-        S.REPAIR, S.GUARDED, S.FEW_TREES_IF_TIGHT, S.GREEDY, S.FEW_TREES, S.EXACT_SPLIT)
+        S.REPAIR, S.GUARDED, S.FEW_TREES, S.GREEDY, S.EXACT_SPLIT)
+    assert plan_pack(Goal.BUDGET, 1, 16).steps == (
+        S.REPAIR, S.GUARDED, S.RAIL_FIRST, S.GREEDY, S.FEW_TREES, S.EXACT_SPLIT, S.EXACT)
 
 
 def test_many_trees_per_root_try_few_trees_right_after_the_guarded_split():
@@ -53,7 +56,6 @@ def test_a_chunk_budget_packs_few_trees_only_when_cheap_and_searches_uncapped():
         few = S.FEW_TREES in plan.steps
         assert few == (k * n * n <= FEW_TREES_CHEAP_ENTRIES), (k, n)
         assert not plan.capped and not plan.guarded_skips_tight and not plan.declines
-        assert S.FEW_TREES_IF_TIGHT not in plan.steps
 
 
 def test_a_declinable_packing_past_cheap_entries_runs_one_repair_packing_on_a_sample():
@@ -86,9 +88,9 @@ def test_every_plan_keeps_the_documented_order(goal):
         assert (S.RAIL_FIRST in steps) == (n < RAIL_FIRST_MIN_RANKS)
         assert (S.EXACT in steps) == (k * n * (n - 1) <= EXACT_PACK_MAX_EDGES)
         assert (S.PLAIN in steps) == (not plan.plain_first)
-        if S.FEW_TREES in steps:                    # before the fast packers from 64 trees
+        if S.FEW_TREES in steps:        # before greedy at None, and from 64 trees per root
             before = steps.index(S.FEW_TREES) < steps.index(S.GREEDY)
-            assert before == (k >= FEW_BEFORE_FAST_K)
+            assert before == (k >= FEW_BEFORE_FAST_K or plan.capped)
         tested = k > TEST_FIRST_K or k * n * n >= TEST_FIRST_ENTRIES
         assert (plan.test_stride is not None) == tested
         if tested and k <= TEST_FIRST_K:

@@ -18,10 +18,12 @@ packed passes the rooted cut test of Edmonds' theorem):
 4. :attr:`Step.PLAIN`: the plain repair packing after the scaled ones (admits).
 5. :attr:`Step.RAIL_FIRST`: below :data:`~.packing.growth_order.RAIL_FIRST_MIN_RANKS` GPUs,
    the repair packing in the rail-first order (admits).
-6. :attr:`Step.FEW_TREES_IF_TIGHT`: the few-trees packing on a tight graph, where the
-   greedy portfolio must use every unit and fails (admits).
+6. :attr:`Step.FEW_TREES` below ``FEW_BEFORE_FAST_K`` trees per root where the repair
+   searches are capped (``max_chunks=None``): the exact few-trees packing before greedy
+   (admits).
 7. :attr:`Step.GREEDY`: the guided greedy portfolio.
-8. :attr:`Step.FEW_TREES` below ``FEW_BEFORE_FAST_K`` trees per root, unless step 6 ran.
+8. :attr:`Step.FEW_TREES` below ``FEW_BEFORE_FAST_K`` trees per root with a chunk budget
+   (where cheap).
 9. :attr:`Step.EXACT_SPLIT`: where no split admits ``k``, the exact split, packed by the
    repair packing (searches uncapped) or the greedy portfolio.
 10. :attr:`Step.EXACT`: Lovász's exact packing, one max-flow per tree edge, planned up to
@@ -108,7 +110,6 @@ class Step(str, Enum):
     FEW_TREES = "few-trees"
     PLAIN = "plain"
     RAIL_FIRST = "rail-first"
-    FEW_TREES_IF_TIGHT = "few-trees-if-tight"
     GREEDY = "greedy"
     EXACT_SPLIT = "exact-split"
     EXACT = "exact"
@@ -173,11 +174,14 @@ def plan_pack(goal: Goal, k: int, n: int) -> PackPlan:
             # stuck (leaf-spine: every NIC link narrow) the rail-first order may not
             steps.append(Step.RAIL_FIRST)
         if few and not few_next and capped:
-            # on a tight graph the greedy portfolio must use every unit and fails
-            # (leaf-spine 8x2x8 with 4 spines at None: 0.9 s)
-            steps.append(Step.FEW_TREES_IF_TIGHT)
+            # at None the exact few-trees packing goes before greedy: on a tight graph
+            # greedy must use every unit and fails (leaf-spine 8x2x8 with 4 spines: 0.9 s),
+            # and after failed repair packings it rescued no state at None of fuzz seeds
+            # 3413 / 3511 / 3512, tight or not (one-way scrambled dragonfly 4x4x1x8 at
+            # k = 31: 1.0 s, failing; docs/allgather.md, *Few-trees before greedy at None*)
+            steps.append(Step.FEW_TREES)
         steps.append(Step.GREEDY)
-        if few and not few_next:
+        if few and not few_next and not capped:
             steps.append(Step.FEW_TREES)
         steps.append(Step.EXACT_SPLIT)
         if k * n * (n - 1) <= EXACT_PACK_MAX_EDGES:   # one max-flow per edge: beyond, hopeless

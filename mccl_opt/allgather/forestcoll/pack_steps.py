@@ -181,7 +181,7 @@ class _Packer:
     """One :func:`pack` running its :class:`~.pack_plan.PackPlan`, one method per
     :class:`~.pack_plan.Step`: the logical graph packed (``lg``, of kind ``kind``), the
     packing ``found`` (``None`` so far), whether ``lg`` admits ``k`` trees per root (the
-    rooted cut test) and whether the few-trees packing ran."""
+    rooted cut test)."""
 
     def __init__(self, split: SplitGraph, rank_of: np.ndarray, k: int,
                  guides: dict[int, np.ndarray], stats: dict[str, Any], shapes: Shapes | None,
@@ -191,14 +191,13 @@ class _Packer:
         self.lg, self.kind = spread, SplitKind.SPREAD
         self.found: tuple[list[TreeClass], Packing] | None = None
         self.admits = False
-        self.few_tried = False
         self.start = time.perf_counter()
 
     def run(self) -> tuple[list[TreeClass], Packing] | None:
         """The plan's steps in order until one packs."""
         run = {Step.REPAIR: self.repair, Step.GUARDED: self.guarded, Step.FEW_TREES: self.few,
                Step.PLAIN: self.plain, Step.RAIL_FIRST: self.rail_first,
-               Step.FEW_TREES_IF_TIGHT: self.few_if_tight, Step.GREEDY: self.greedy,
+               Step.GREEDY: self.greedy,
                Step.EXACT_SPLIT: self.exact_split, Step.EXACT: self.exact}
         for step in self.plan.steps:
             if self.found is not None:
@@ -234,16 +233,10 @@ class _Packer:
                                       guarded=True)
 
     def few(self) -> None:
-        """The few-trees packing, once, on a graph that admits ``k``."""
-        if self.admits and not self.few_tried:
-            self.few_tried = True
+        """The few-trees packing on a graph that admits ``k``."""
+        if self.admits:
             self.lg, self.kind, self.found = _few_trees(self.split, self.rank_of, self.k,
                                                         self.stats, self.lg, self.kind)
-
-    def few_if_tight(self) -> None:
-        """The few-trees packing where ``lg`` is tight (the greedy portfolio fails there)."""
-        if self.admits and tight(self.lg, self.k):
-            self.few()
 
     def plain(self) -> None:
         """The plain repair packing after the scaled ones."""

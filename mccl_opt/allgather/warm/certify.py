@@ -145,7 +145,7 @@ def _keep_or_certify(run: Run, guess: Guess) -> Schedule | None:
     if not guess.pack and run.reroute is RerouteOutcome.FAILED:
         return None
     anytime.check("ForestColl-warm: before certifying by packing")
-    if not _packing_pays(guess.k, run.topo.num_gpus):
+    if not _packing_pays(guess.k, run.topo.num_gpus, run.prev.schedule):
         run.stats["guess_packing"] = "skipped: predicted as costly as cold's packing"
         return None
     run.stats["k_exact"] = int(exact_k(guess.opt.fab, guess.opt.p1))
@@ -156,18 +156,25 @@ def _keep_or_certify(run: Run, guess: Guess) -> Schedule | None:
     return packed(run, guess.opt, found)
 
 
-def _packing_pays(k: int, n: int) -> bool:
+def _packing_pays(k: int, n: int, previous: Schedule | None) -> bool:
     """Whether a packing that certifies a guess is predicted cheaper than the cold
-    solve it may replace.  It *is* cold's Phase 3 at the guessed budget
+    solve it may replace.  It *is* cold's Phases 2-3 at the guessed budget
     (:data:`.reroute.COLD_S_PER_ENTRY` CPU seconds per entry ``k·n²``, the cold
-    prediction itself), and a wrong guess adds all of it to the cold solve that
-    follows, so it runs only where that is within :data:`.reroute.REROUTE_FLOOR_S`
-    (small fabrics).  Before, it ran whenever the wall-clock allowance (a share of the
-    *previous* state's cold time) had room: multi-spine 2x2x8 at ``max_chunks=None``
+    prediction itself, or the previous cold solve's measured time scaled to ``k``,
+    :func:`.reroute.calibrated_cold_seconds`, if higher: ``k·n²`` misses Phase 2 at
+    small ``k``), and a wrong guess adds all of it to the cold solve that follows, so it
+    runs only where that is within :data:`.reroute.REROUTE_FLOOR_S` (small fabrics).
+    Shared-nic 2x4x8-p2 at ``None`` (fuzz seed 3514, ``k = 1``: 2 ms predicted, 0.04 s
+    measured) spent its whole warm allowance in that packing's Phase 2 and went cold:
+    warm 0.027-0.031 vs cold 0.017-0.021 s CPU.  Before ``k·n²`` it ran whenever the
+    wall-clock allowance (a share of the *previous* state's cold time) had room: multi-spine 2x2x8 at ``max_chunks=None``
     after a one-way fault (fuzz seed 3414), a wrong ``x*`` guess packed 27 trees per
     root, the allowance passed in it and the solve went cold: warm 0.05-0.06 s vs cold
     0.025-0.035 s CPU (docs/allgather.md, *A guess certified by packing*)."""
-    return predicted_cold_seconds(k, n) <= REROUTE_FLOOR_S
+    report = previous.report if isinstance(previous, Schedule) else None
+    carried = report.cold_cpu if report is not None and len(previous.gpus) == n else None
+    calibrated = calibrated_cold_seconds(k, n, previous) or carried or 0.0
+    return max(predicted_cold_seconds(k, n), calibrated) <= REROUTE_FLOOR_S
 
 
 def _reroute_previous(run: Run, fab: Fabric, k: int, y: Fraction) -> Rerouted | None:
