@@ -107,8 +107,9 @@ def _grow_class(r, mult, n, m, l_tail, l_head, pair, left, short, out_start, out
     verifies the packing once its classes are complete; the sweeps before a checked link
     stay, so a class splits as it would from a verified state: leaf-spine 8x2x8's packing
     keeps main's trees, where skipping them too gave 328 trees instead of 322 on
-    ``scrambled(.., 56718613)`` and a 0.15 s re-weighting); 0 also where a check gets
-    stuck (the state the class starts from may already break the condition)."""
+    ``scrambled(.., 56718613)`` and a 0.15 s re-weighting); 0 also where such a sweep
+    fails (its cut remembered: the batch's earlier classes may have broken it, and
+    retrying inside the class ran it into checked links only) or a check gets stuck."""
     p_left = 0
     for x in range(n):
         p_left += unstarted[x]
@@ -150,6 +151,8 @@ def _grow_class(r, mult, n, m, l_tail, l_head, pair, left, short, out_start, out
                 side[x] = level[x] < 0
             _remember(side, n, mem, sets, members, sizes, slack, in_start, in_arc, l_tail,
                       cap, unstarted, p_left)
+            if lazy:                         # the batch's earlier classes may have broken it
+                return 0
             back = count - 1
             for i in range(verified, count):
                 v = order[i]
