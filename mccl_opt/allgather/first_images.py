@@ -227,10 +227,8 @@ def structural_generators(topo: Topology) -> tuple[list[Generators], Generators]
 
 def _weighed(orders: list[int], most: int) -> int:
     """How many subsets of generators of these cycle orders :func:`_best_subgroup`
-    weighs (their orders' product at most ``most``; it skips the others at once), by
-    counting products: a cluster of 9 generators of order 8-16 (HPN 8x16x8) has 511
-    subsets and 9 weighed, and counting all of them made the images look 6 times dearer
-    than they are (0.12 s instead of 0.02 s CPU at 1,024 GPUs: no room at a 0.3 s limit)."""
+    weighs (orders' product at most ``most``; it skips the rest at once): HPN 8x16x8's 9
+    of 511 (counting all, the images looked 0.12 s CPU, not 0.02, at 1,024 GPUs)."""
     ways = [0] * (most + 1)
     ways[1] = 1
     for order in orders:
@@ -250,8 +248,7 @@ def _shape_key(topo: Topology) -> bytes:
 
 
 class _Shape(NamedTuple):
-    """A cached fabric shape: its generators (:func:`structural_generators`) and how many
-    subgroups of them :func:`_best_subgroup` weighs (:func:`_weighed`)."""
+    """A cached shape's generators and how many subgroups are weighed (:func:`_weighed`)."""
 
     gens: tuple[list[Generators], Generators]
     weighed: int
