@@ -5,11 +5,12 @@ A time-limited solve (:mod:`mccl_opt.anytime`) needs a valid schedule before any
 else (:mod:`.first`).  Above :data:`.first.MWU_MAX_GPUS` GPUs one shortest-path tree
 per root costs ``N^2`` routed paths (4M at 2,048 GPUs: 4-9 s of array work), longer
 than the limits a controller sets.  Here the GPUs are put on one line, greedily: from
-rank 0, each next GPU is the nearest one not yet on it (a compiled Dijkstra over
-switch-only paths, link cost ``1/capacity``, stopped at the first such GPU; on a
+rank 0, each next GPU is the nearest one not yet on it, ties to the lowest rank (a
+compiled Dijkstra over switch-only paths, link cost ``1/capacity``, that queues only
+switches and stops once no queued switch can lead to a nearer GPU; on a
 rail-optimised fabric this walks a host's NVLink domain, then crosses to the next
 host on the rail it left from), and the way back along every step is routed the same
-way.  Root ``p_r``'s tree is the chain ``p_r -> p_{r+1} -> ... -> p_{N-1}`` and the
+way: 1 ms at 1,024 GPUs.  Root ``p_r``'s tree is the chain ``p_r -> p_{r+1} -> ... -> p_{N-1}`` and the
 chain ``p_r -> p_{r-1} -> ... -> p_0``, carrying its whole shard (the ring AllGather
 of paper §2 without its closing hop, as trees).  Only ``2(N - 1)`` paths are routed;
 step ``i``'s path carries ``i + 1`` shards forward and ``N - 1 - i`` back.  The rate is
