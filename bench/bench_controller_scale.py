@@ -13,12 +13,19 @@ GPU), registered under ``--copies`` communicators, so the check's cost per colle
 shows; ``--job-groups`` registers the communicators of ``--groups`` (below) instead, each
 with the NCCL-style baseline of its sub-fabric (ring AllGather, direct AllToAll).  ``--pairs`` adds one ``pair`` sample per same-rail GPU pair of a segment (what
 executors report for inter-node traffic).  Both estimators: the paper's EWMA and the
-change-point level estimator (:mod:`mccl_runtime.level`).
+change-point level estimator (:mod:`mccl_runtime.level`).  ``--early F`` measures the
+real ranks' speculation path instead (EWMA at ``alpha`` 1, ``Policy.speculate``,
+docs/runtime.md "Speculative synthesis"): the links a same-rail pair crosses are measured
+by the pairs only, and a fraction ``F`` of the pair samples (the same ones every batch)
+carry an ``early`` drop to 0.99 of their reading (0.5 % noise), so every check evaluates
+Algorithm 1 on the confirmed ``M`` and on the early estimates (nothing flags: the drop is
+within ``Gamma``).  ``--direct`` keeps a link sample on every link: the direct channels
+set ``M``, the early drops move no link, and no link is pending.
 
 Per row: the mean registration time per collective (its profile, paper §3.2), and the
 median and the worst of ``--rounds`` decisions after one warm-up batch (channels and pair
-paths resolved), split into ingest and check.  One process on a
-shared machine: the load average is printed; compare rows of one run.
+paths resolved), split into ingest and check, in CPU time, and the median decision per
+sample.  One process on a shared machine: the load average is printed; compare rows of one run.
 
 ``--swap`` measures a cluster event instead: ``--comms`` communicators on one HPN fabric
 (``--swap-shape``, default 1x8x8 = 64 GPUs), alternately AllGather and AllToAll, each with
@@ -61,7 +68,7 @@ from mccl_opt.baselines import ring_allgather  # noqa: E402
 from mccl_runtime.manager import Policy, ScheduleManager  # noqa: E402
 from mccl_runtime.telemetry import MeasurementStore  # noqa: E402
 
-SHAPES = {128: (1, 16, 8), 512: (2, 32, 8), 1024: (2, 64, 8), 2048: (4, 64, 8), 4096: (8, 64, 8)}
+SHAPES = {64: (1, 8, 8), 128: (1, 16, 8), 512: (2, 32, 8), 1024: (2, 64, 8), 2048: (4, 64, 8), 4096: (8, 64, 8)}
 
 
 def _no_synthesis(kind, topo, warm, time_limit_s):
@@ -82,28 +89,45 @@ def setup(gpus: int):
     return topo, ring_allgather(topo)
 
 
-def make_batches(topo, rounds: int, pairs: bool, seed: int = 0) -> list[list[dict]]:
-    """``rounds + 1`` batches: every link once (1 % noise), plus same-rail pairs if ``pairs``."""
+def make_batches(topo, rounds: int, pairs: bool, seed: int = 0, early: float = 0.0,
+                 direct: bool = False) -> list[list[dict]]:
+    """``rounds + 1`` batches: every link once (1 % noise), plus same-rail pairs if ``pairs``;
+    ``early > 0``: no link sample on a link a pair crosses (unless ``direct``), that fraction of the pairs
+    (spread evenly) carries ``early`` at 0.99 of its reading, and the noise is 0.5 % (at
+    ``alpha`` 1 each reading is ``M``: 1 % flagged a ring's capacity-lost test in 100 rounds)."""
     rng = np.random.default_rng(seed)
     cap = topo.arrays.capacity
-    ends = [(l.src, l.dst) for l in topo.links]
-    prs = same_rail_pairs(topo) if pairs else []
+    prs = same_rail_pairs(topo) if pairs or early else []
+    crossed = set()
+    if early and not direct:
+        from mccl_opt.paths import switch_path
+        for u, v in prs:
+            crossed.update(switch_path(topo, topo.node_index(u), topo.node_index(v)))
+    ends = [(l.src, l.dst) for a, l in enumerate(topo.links) if a not in crossed]
+    every = round(1 / early) if early else 0
     out = []
     for i in range(rounds + 1):
         t = 1e-3 * (i + 1)
-        noise = 1.0 + 0.01 * rng.standard_normal(len(ends) + len(prs))
-        batch = [{"kind": "link", "src": s, "dst": d, "gbps": float(cap[a] * noise[a]), "t": t}
+        noise = 1.0 + (0.005 if early else 0.01) * rng.standard_normal(len(ends) + len(prs))
+        batch = [{"kind": "link", "src": s, "dst": d, "gbps": float(cap[topo.link_index(s, d)] * noise[a]),
+                  "t": t}
                  for a, (s, d) in enumerate(ends)]
         batch += [{"kind": "pair", "src": u, "dst": v, "gbps": float(400.0 * noise[len(ends) + j]), "t": t}
                   for j, (u, v) in enumerate(prs)]
+        for j in range(0, len(prs) if every else 0, every or 1):
+            pair = batch[len(ends) + j]
+            pair["early"] = 0.99 * pair["gbps"]
         out.append(batch)
     return out
 
 
-def measure(topo, registrations: list[tuple], estimator: str, batches: list[list[dict]]) -> dict:
-    """Decisions with ``registrations`` (``(comm, kind, schedule, members)``) registered."""
-    store = MeasurementStore(topo, alpha=0.012, estimator=estimator, clock=lambda: 1e9)
-    mgr = ScheduleManager(store, _no_synthesis, Policy(gamma=0.1, min_dwell_s=0.0))
+def measure(topo, registrations: list[tuple], estimator: str, batches: list[list[dict]],
+            early: bool = False) -> dict:
+    """Decisions with ``registrations`` (``(comm, kind, schedule, members)``) registered;
+    ``early``: the real ranks' speculation path (EWMA at alpha 1, module docstring)."""
+    store = MeasurementStore(topo, alpha=1.0 if early else 0.012, estimator=estimator, clock=lambda: 1e9)
+    store.watch_early = early
+    mgr = ScheduleManager(store, _no_synthesis, Policy(gamma=0.1, min_dwell_s=0.0, speculate=early))
     t0 = time.perf_counter()
     for comm, kind, schedule, gpus in registrations:
         mgr.register(comm, "c", kind, schedule, gpus=gpus)
@@ -112,19 +136,24 @@ def measure(topo, registrations: list[tuple], estimator: str, batches: list[list
     ingest_ms, check_ms = [], []
     for i, batch in enumerate(batches):
         now = batch[0]["t"]
-        t0 = time.perf_counter()
+        t0 = time.process_time()
         store.ingest(batch, now=now)
-        t1 = time.perf_counter()
+        t1 = time.process_time()
         flagged = mgr.check(now)
-        t2 = time.perf_counter()
+        t2 = time.process_time()
         if flagged:
             raise RuntimeError(f"1 % noise flagged {len(flagged)} collectives at round {i}")
+        if early and i and store.early() is None:
+            raise RuntimeError("--early: no early estimate was kept")
         if i:
             ingest_ms.append(1e3 * (t1 - t0))
             check_ms.append(1e3 * (t2 - t1))
     mgr.close()
     total = np.add(ingest_ms, check_ms)
-    return {"gpus": topo.num_gpus, "links": topo.num_links, "samples": len(batches[0]), "estimator": estimator,
+    samples = len(batches[0])
+    return {"gpus": topo.num_gpus, "links": topo.num_links, "samples": samples,
+            "estimator": estimator + ("+early" if early else ""),
+            "us_per_sample": 1e3 * float(np.median(total)) / samples,
             "collectives": copies, "ingest_ms": float(np.median(ingest_ms)), "check_ms": float(np.median(check_ms)),
             "decision_ms": float(np.median(total)), "worst_ms": float(np.max(total)),
             "register_ms": 1e3 * register_s / max(copies, 1)}
@@ -358,6 +387,10 @@ def main(argv: list[str] | None = None) -> list[dict]:
     p.add_argument("--estimators", default="ewma,level")
     p.add_argument("--rounds", type=int, default=10)
     p.add_argument("--pairs", action="store_true", help="add one pair sample per same-rail GPU pair")
+    p.add_argument("--early", type=float, default=0.0,
+                   help="the fraction of pair samples that carry an early drop (the EWMA speculation path, "
+                        "module docstring; implies --pairs and --estimators ewma)")
+    p.add_argument("--direct", action="store_true", help="--early: a link sample on every link too (none pending)")
     p.add_argument("--job-groups", action="store_true",
                    help="register the --groups communicators (NCCL-style baselines of their sub-fabrics) "
                         "instead of --copies whole-fabric ring AllGathers")
@@ -371,16 +404,16 @@ def main(argv: list[str] | None = None) -> list[dict]:
         if gpus not in SHAPES:
             p.error(f"no HPN shape for {gpus} GPUs; choose from {sorted(SHAPES)}")
         topo, schedule = setup(gpus)
-        batches = make_batches(topo, a.rounds, a.pairs)
+        batches = make_batches(topo, a.rounds, a.pairs, early=a.early, direct=a.direct)
         regs = job_baselines(topo, a.ep_hosts) if a.job_groups else [
             (f"comm{c}", "allgather", schedule, None) for c in range(a.copies)]
-        for est in a.estimators.split(","):
-            rows.append(measure(topo, regs, est, batches))
+        for est in ("ewma",) if a.early else a.estimators.split(","):
+            rows.append(measure(topo, regs, est, batches, early=a.early > 0))
             print(rows[-1], flush=True)
     print_table(["GPUs", "links", "samples", "estimator", "collectives", "register ms/coll", "ingest ms",
-                 "check ms", "decision ms (median)", "worst ms"],
+                 "check ms", "decision ms (median)", "worst ms", "us/sample"],
                 [[r["gpus"], r["links"], r["samples"], r["estimator"], r["collectives"], r["register_ms"],
-                  r["ingest_ms"], r["check_ms"], r["decision_ms"], r["worst_ms"]] for r in rows])
+                  r["ingest_ms"], r["check_ms"], r["decision_ms"], r["worst_ms"], r["us_per_sample"]] for r in rows])
     print(f"load average {os.getloadavg()}")
     return rows
 

@@ -6,6 +6,7 @@ ranks, a ``mccl controller serve`` process and the emulated fabric, per scenario
     python bench/bench_executor_loop.py --clear [--repeats 2]    # probes, recovery after clear
     python bench/bench_executor_loop.py --classes steady,further,flap,dead,ramp,three,noise
                                         [--controller-logs DIR] [--pieces P] [--block-kib K] [--no-abort]
+                                        [--rank-nice N]     # 0: the controller in a session of its own
 
 ``--controller-logs DIR`` keeps each class run's controller decision log (``serve -v``:
 which links moved, by how much, and why each version was published) as
@@ -36,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402,F401  (imported before the ranks fork)
 
-from executor_cuda.scenario_run import GlooLoopConfig, run_gloo_loop  # noqa: E402
+from executor_cuda.scenario_run import RANK_NICE, GlooLoopConfig, run_gloo_loop  # noqa: E402
 from mccl_runtime.scenario import parse_scenario  # noqa: E402
 
 EVENTS = {
@@ -216,6 +217,8 @@ def main() -> None:
     ap.add_argument("--telemetry-frontend", action="store_true",
                     help="the ranks send telemetry through a front end (`serve --frontends 1`), early values "
                          "included, instead of to the controller (docs/executor.md)")
+    ap.add_argument("--rank-nice", type=int, default=RANK_NICE, metavar="N",
+                    help="ranks N below the controller, in its session (0: a session of its own, as before)")
     ap.add_argument("--controller-logs", metavar="DIR", help="keep each class run's controller decision log in DIR")
     ap.add_argument("--classes", help=f"instead: one run per scenario class ({','.join(CLASSES)})")
     args = ap.parse_args()
@@ -227,7 +230,8 @@ def main() -> None:
         n *= int(part)
     cfg = GlooLoopConfig(world=n, collective_ms=args.collective_ms, pieces=args.pieces, block_kib=args.block_kib,
                          abort=args.abort, workers=args.workers, speculate=args.speculate,
-                         cable_wait_s=args.cable_wait, telemetry_frontend=args.telemetry_frontend)
+                         cable_wait_s=args.cable_wait, telemetry_frontend=args.telemetry_frontend,
+                         rank_nice=args.rank_nice)
     if args.classes:
         if not args.json:
             print(f"scenario classes on {n} gloo ranks, HPN {args.shape}, 16 MiB, healthy collective "

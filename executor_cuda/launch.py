@@ -27,11 +27,22 @@ __all__ = ["run_ranks", "RankFailure", "FAILURE_GRACE_S"]
 FAILURE_GRACE_S = 5.0
 
 
-def _child(fn: Callable, rank: int, world: int, path: str, args: tuple, conn) -> None:
+def _lower_priority(nice: int) -> int:
+    """Raise the calling process's nice value by ``nice`` (the threads it starts later
+    inherit it); its new nice value.  A system that refuses it leaves it as is."""
+    try:
+        return os.nice(nice)
+    except OSError:
+        return os.getpriority(os.PRIO_PROCESS, 0)
+
+
+def _child(fn: Callable, rank: int, world: int, path: str, args: tuple, conn, nice: int) -> None:
     import torch
     import torch.distributed as dist
 
     torch.set_num_threads(1)
+    if nice:                        # before gloo starts its threads: they inherit it
+        _lower_priority(nice)
     try:
         dist.init_process_group("gloo", init_method=f"file://{path}", rank=rank,
                                 world_size=world)
@@ -88,7 +99,8 @@ def _death(exitcode: int | None) -> str:
 
 
 def run_ranks(fn: Callable, world: int, *args: Any, timeout: float = 60.0,
-              grace_s: float = FAILURE_GRACE_S, stopped_s: float | None = None) -> list[Any]:
+              grace_s: float = FAILURE_GRACE_S, stopped_s: float | None = None,
+              nice: int = 0) -> list[Any]:
     """Run ``fn`` on ``world`` forked ranks; returns the per-rank results.
 
     Import torch in the parent first: forked children then start in milliseconds.
@@ -100,6 +112,7 @@ def run_ranks(fn: Callable, world: int, *args: Any, timeout: float = 60.0,
     peers' sockets close and they report within the grace instead of after their own,
     longer, peer timeouts: issue 27, eighth pass).  ``TimeoutError`` (after killing the
     children) if no rank failed and they do not finish within ``timeout`` seconds.
+    ``nice``: the ranks run that much below this process's priority (:func:`_lower_priority`).
     """
     ctx = mp.get_context("fork")
     with tempfile.TemporaryDirectory() as tmp:
@@ -107,7 +120,7 @@ def run_ranks(fn: Callable, world: int, *args: Any, timeout: float = 60.0,
         procs, pipes = [], []
         for r in range(world):
             parent, child = ctx.Pipe(duplex=False)
-            p = ctx.Process(target=_child, args=(fn, r, world, path, args, child), daemon=True)
+            p = ctx.Process(target=_child, args=(fn, r, world, path, args, child, nice), daemon=True)
             p.start()
             child.close()
             procs.append(p)

@@ -14,6 +14,9 @@ The parent process
 4. launches ``world`` ranks with torch.distributed (gloo, CPU tensors;
    :mod:`executor_cuda.scenario_rank`), each pacing its sends with a
    :class:`~executor_cuda.faults.FabricEmulator` that follows the scenario's timeline;
+   the ranks emulate GPUs, which take none of the controller's CPU, so they run
+   ``rank_nice`` below it, in its session (docs/executor.md, "The ranks yield to the
+   controller");
 5. merges the ranks' measurements into the summary (:mod:`.scenario_report`).
 
 Every wait is bounded: the controller must announce itself within ``start_timeout_s``,
@@ -41,7 +44,11 @@ from typing import Any
 
 from mccl_opt.errors import MCCLError
 
-__all__ = ["GlooLoopConfig", "run_gloo_loop", "ControllerProcess", "plan_scales", "rank_failure_line"]
+__all__ = ["GlooLoopConfig", "RANK_NICE", "run_gloo_loop", "ControllerProcess", "plan_scales", "rank_failure_line"]
+
+
+#: how far below the controller the emulated GPUs run (docs/executor.md, "The ranks yield to the controller")
+RANK_NICE = 10
 
 
 @dataclass(frozen=True)
@@ -76,6 +83,8 @@ class GlooLoopConfig:
                                           # synthesizes on them (``--speculate``, docs/executor.md)
     early_hold_s: float = 1.0             # with ``speculate``: the controller's ``--early-hold``
     cable_wait_s: float = 0.2             # the controller's ``--cable-wait`` (0: off; docs/executor.md)
+    rank_nice: int = RANK_NICE            # the ranks yield to the controller: nice, in its session
+                                          # (0: the controller in a session of its own, as before)
 
 
 class ControllerProcess:
@@ -104,8 +113,11 @@ class ControllerProcess:
             log_path = cfg.controller_log
         self.log_path = log_path
         self._log = open(log_path, "w")
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self._log, text=True,
-                                     start_new_session=True)
+        # its own process group (a terminal's signals stay with the caller's); with ranks that
+        # yield (``rank_nice``) the caller's session too, i.e. the ranks' scheduling group
+        # under autogroup, where their nice value ranks them below its synthesis
+        group = {"process_group": 0} if cfg.rank_nice else {"start_new_session": True}
+        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=self._log, text=True, **group)
         self.endpoint: str | None = None
         self.frontend: str | None = None            # the telemetry front end's endpoint
         self._want_frontend = cfg.telemetry_frontend
@@ -208,6 +220,8 @@ def _check(scenario: Any, cfg: GlooLoopConfig) -> None:
                         "(the controller would refuse them after the offline syntheses)")
     if not 1 <= cfg.pieces <= MAX_PIECES:
         raise MCCLError(f"--pieces must be in [1, {MAX_PIECES}], got {cfg.pieces}")
+    if not 0 <= cfg.rank_nice <= 19:
+        raise MCCLError(f"the ranks' nice value must be in [0, 19] (they yield, never preempt), got {cfg.rank_nice}")
     if not (math.isfinite(cfg.cable_wait_s) and 0 <= cfg.cable_wait_s <= 60
             and math.isfinite(cfg.early_hold_s) and 0 <= cfg.early_hold_s <= 60):
         raise MCCLError(f"the cable wait and the early hold must be in [0, 60] s, got {cfg.cable_wait_s:g} and "
@@ -266,7 +280,8 @@ def run_gloo_loop(scenario: Any, cfg: GlooLoopConfig) -> dict[str, Any]:
                       + len(offline) * (cfg.offline_reps + 1) * 20 * cfg.collective_ms / 1e3)
             t0 = time.monotonic()
             try:
-                res = run_ranks(rank_main, cfg.world, plan, timeout=budget, stopped_s=plan.collective_timeout_s)
+                res = run_ranks(rank_main, cfg.world, plan, timeout=budget, stopped_s=plan.collective_timeout_s,
+                                nice=cfg.rank_nice)
             except TimeoutError as exc:
                 raise MCCLError(f"the ranks did not finish within {budget:.0f} s ({exc}); controller "
                                 f"{ctrl.tail(2)}") from None

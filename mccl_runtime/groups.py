@@ -49,6 +49,7 @@ class Groups:
         self._members: dict[str, tuple[str, ...] | None] = {}
         self._fabrics: dict[tuple[str, ...], SubFabric] = {}
         self._measured: dict[tuple[str, ...] | None, tuple[bytes, Topology]] = {}
+        self._masks: dict[tuple[str, ...] | None, np.ndarray] = {}
 
     def members(self, comm: str, gpus: Any = None) -> tuple[str, ...] | None:
         """The members of ``comm`` once ``gpus`` is checked: a new communicator takes
@@ -87,6 +88,15 @@ class Groups:
     def links(self, members: tuple[str, ...] | None) -> np.ndarray | slice:
         """The parent links of a communicator's fabric (every link: ``slice(None)``)."""
         return slice(None) if members is None else self.fabric(members).links
+
+    def mask(self, members: tuple[str, ...] | None) -> np.ndarray:
+        """:meth:`links` as a mask over the parent links (read only, built once)."""
+        mask = self._masks.get(members)
+        if mask is None:
+            mask = self._masks[members] = np.zeros(self.topo.num_links, dtype=bool)
+            mask[self.links(members)] = True
+            mask.setflags(write=False)
+        return mask
 
     def topology(self, members: tuple[str, ...] | None, capacity: np.ndarray) -> Topology:
         """The communicator's fabric under the parent capacities ``capacity``.  The last

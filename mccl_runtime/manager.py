@@ -1,13 +1,14 @@
-"""The Schedule Manager (paper §3.1-3.2; its optimizer wrapper is :mod:`.synthesizer`).
+"""The Schedule Manager (paper §3.1-3.2; its optimizer wrapper is :mod:`.synthesizer`,
+which collectives start a job :mod:`.flagging`).
 
 Longer than ~400 lines on purpose: the registry, the job life cycle (start, settle,
 supersede, abort, publish) and the re-check before publishing are one state machine
 whose invariants are read together.
 
 It keeps a registry of collectives per communicator, runs Algorithm 1
-(:mod:`mccl_runtime.drift`) on each dynamic one under the measured capacities ``M``,
-re-synthesizes flagged ones warm in a worker thread, or with a
-:class:`~mccl_runtime.pool.SynthesisPool` in worker processes (one job per affected
+(:mod:`mccl_runtime.drift`, through :class:`~.flagging.Flagger`) on each dynamic one under
+the measured capacities ``M``, re-synthesizes flagged ones warm in a worker thread, or with
+a :class:`~mccl_runtime.pool.SynthesisPool` in worker processes (one job per affected
 collective, concurrently), and publishes new versions.
 
 * AllGather and AllToAll are dynamic.  An AllReduce is registered as a *static*
@@ -136,14 +137,13 @@ from mccl_opt.errors import MCCLError, ScheduleError
 from mccl_opt.schedule import Schedule
 from mccl_opt.topology import Topology
 
-from .drift import DriftReport, ProfileStack, ScheduleProfile, detect, profile_schedule
+from .drift import DriftReport, ScheduleProfile, detect, profile_schedule
+from .flagging import Flagger
 from .gain_bound import VertexBound
 from .groups import Groups
 from .pool import JobResult, SynthesisPool, job_result, run_job
-from .publish_decision import (Active, Estimate, Finished, Verdict, beats, drift_gone, gained, moved, near,
-                               held_against, no_schedule_gains, outdated, publish_decision, rate, remembered,
-                               one_way_drops, speculation_covers, swap_holding)
-from .channels import reverse_links
+from .publish_decision import (Active, Estimate, Finished, Verdict, drift_gone, gained, moved, near, held_against,
+                               no_schedule_gains, outdated, publish_decision, rate, swap_holding)
 from .synthesizer import Synthesizer, solver_synthesizer
 from .telemetry import MeasurementStore
 
@@ -310,14 +310,9 @@ class ScheduleManager:
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="mccl-synth")
         self.counters = {"resyntheses": 0, "published": 0, "aborted": 0, "timeouts": 0, "failures": 0,
                          "superseded": 0}
-        self._pending_since: float | None = None
-        self._stack: ProfileStack | None = None
         self._queued_m: np.ndarray | None = None       # the M queued jobs were last checked against
-        # (comm, name) -> (M, profile, flag): the known-fabric test, once per M and profile
-        self._known_seen: dict[tuple[str, str], tuple[np.ndarray, ScheduleProfile, bool]] = {}
-        self._known_loads: dict[int, tuple[Schedule, np.ndarray]] = {}    # id(schedule) -> its loads
         self._bounds: dict[tuple[str, ...] | None, VertexBound] = {}
-        self._rev: np.ndarray | None = None             # each link's reverse direction (speculation)
+        self.flagger = Flagger(store, self.groups, policy, self._collectives)     # what starts a job (Algorithm 1)
 
     # ------------------------------------------------------------------ registry
     def register(self, comm: str, name: str, kind: str, schedule: Schedule | None = None,
@@ -358,10 +353,9 @@ class ScheduleManager:
         not be saved (the service undoes it); a job they started is abandoned."""
         for name in names:
             self._collectives.pop((comm, name), None)
-            self._known_seen.pop((comm, name), None)
+            self.flagger.forget((comm, name))
         if not any(c.comm == comm for c in self._collectives.values()):
             self.groups.unbind(comm)
-        self._stack = None
 
     def get(self, comm: str, name: str) -> Collective:
         try:
@@ -396,155 +390,19 @@ class ScheduleManager:
         return self._check(now)[1]
 
     def _check(self, now: float) -> tuple[np.ndarray | None, list[tuple[Collective, DriftReport]]]:
-        """:meth:`check`, with the ``M`` it flagged on: the confirmed one, or while changes
-        are pending and ``Policy.speculate`` is on, their early estimates
-        (:meth:`MeasurementStore.early`; ``None`` when the flags are on confirmed ``M``)."""
-        early = None
-        if self._unsettled(now):
-            early = self.store.early() if self.policy.speculate else None
-            if early is None:
-                return None, []
-        elif self.policy.speculate and self.store.estimator == "ewma":
-            early = self.store.early()      # drops the executors are still confirming (EWMA)
-        profiled = [c for c in self.collectives() if c.dynamic and c.profile is not None]
-        if not profiled:
-            return early, []
-        if early is not None and self.store.estimator == "ewma":
-            found = self._flagged(profiled, None, now)     # what the confirmed M flags starts as before
-            if found:
-                return None, found
-        return early, self._flagged(profiled, early, now)
-
-    def _flagged(self, profiled: list[Collective], early: np.ndarray | None, now: float
-                 ) -> list[tuple[Collective, DriftReport]]:
-        """The idle collectives past their dwell that Algorithm 1 flags under ``early``
-        (those it covers, :meth:`_covers`) or, when ``None``, under the confirmed ``M``."""
-        m = self.store.measured() if early is None else early
-        flags = self._stack_of(profiled).flags(m)
-        flags |= np.array([self._known_flag(m, c) for c in profiled], dtype=bool)
-        for coll in profiled:       # a wall clock stepped back (NTP) kept every dwell on until it caught up
-            coll.last_decision_t = min(coll.last_decision_t, now)
-        flagged = [coll for coll, flag in zip(profiled, flags.tolist())
-                   if flag and coll.job is None and coll.deferred is None
-                   and (now - coll.last_decision_t >= self.policy.min_dwell_s or self._new_level(m, coll))
-                   and (early is None or self._covers(early, coll))]
-        chosen = {id(c) for c in flagged}
-        for coll in profiled:
-            if id(coll) not in chosen:
-                coll.flagged_since = coll.one_way_since = None
-        return [(coll, detect(m, coll.profile, self.policy.gamma)) for coll in flagged if self._gathered(coll, now)]
-
-    def _covers(self, early: np.ndarray, coll: Collective) -> bool:
-        """Whether ``coll`` may start a speculative job on ``early``
-        (:func:`~.publish_decision.speculation_covers`: no cable of its fabric read in one
-        direction only; within the level estimator's ``k``, or with the EWMA, where each
-        direction is another rank's reading of a few noisy collectives, ``restart_tol``)."""
-        if self._rev is None:
-            self._rev = reverse_links(self.topo)
-        k = self.store.level_params.k if self.store.estimator == "level" else self.policy.restart_tol
-        return speculation_covers(early, self.store.pending_links(), self._mine(coll), self._rev, k)
-
-    def _gathered(self, coll: Collective, now: float) -> bool:
-        """Whether a flagged collective's job may start: at once with ``gather_s = 0``;
-        else once every channel on its links that was sampled in the ``gather_s`` before
-        the flag has been sampled again (:meth:`MeasurementStore.unheard_links`), at most
-        ``gather_s`` after the flag.  Links that fail together but are read by different
-        samples (pairs whose messages ran before and after the change) are then
-        synthesized for together, not one version per partial picture.  With
-        ``cable_wait_s``, also not while a cable it loads reads dropped in one direction only
-        (:meth:`_one_way`)."""
-        if self._one_way(coll, now):
-            return False
-        if self.policy.gather_s <= 0:
-            return True
-        if coll.flagged_since is None:
-            coll.flagged_since = now
-        since = coll.flagged_since
-        unheard = self.store.unheard_links(since, self.policy.gather_s)
-        if self._mine(coll)[unheard].any() and now - since < self.policy.gather_s:
-            return False
-        coll.flagged_since = None
-        return True
-
-    def _one_way(self, coll: Collective, now: float) -> bool:
-        """Whether ``coll``'s job waits for the other direction of a cable
-        (``Policy.cable_wait_s``, :func:`~.publish_decision.one_way_drops`): some link of
-        its fabric reads more than ``restart_tol`` below what the active version was built
-        for while the cable's other direction, which the version loads, does not read
-        within ``restart_tol`` of it; at most ``cable_wait_s`` from the first such check.
-        On real ranks the two directions are two ranks' readings, reported a push or a
-        collective apart, and a job started on one was superseded by the other at the
-        cost of a whole synthesis (0.25-0.85 s of AllToAll under load)."""
-        if self.policy.cable_wait_s <= 0 or coll.synth_capacity is None or coll.profile is None:
-            return False
-        if self._rev is None:
-            self._rev = reverse_links(self.topo)
-        if not one_way_drops(self.store.measured(), self._mine(coll), coll.synth_capacity, coll.profile.loads,
-                             self._rev, self.policy.restart_tol):
-            coll.one_way_since = None
-            return False
-        if coll.one_way_since is None:
-            coll.one_way_since = now
-        if now - coll.one_way_since < self.policy.cable_wait_s:
-            return True
-        coll.one_way_since = None
-        return False
-
-    def _new_level(self, m: np.ndarray, coll: Collective) -> bool:
-        """Level estimator only: a link ``coll``'s schedule relies on has a confirmed level
-        more than ``restart_tol`` from the capacities it was synthesized for, i.e. a change
-        confirmed after its synthesis started (a confirmed level is the estimate, it does
-        not drift).  Such a change is not the thrashing the dwell time guards against: a
-        change that arrives too late to hold the swap (the last ~2 ms before it, not yet
-        alarmed) gets its version at once, not a dwell time later."""
-        if self.store.estimator != "level" or coll.synth_capacity is None or coll.profile is None:
-            return False
-        links = self.groups.links(coll.gpus)
-        cap, new = coll.synth_capacity[links], m[links]
-        nominal = self.topo.arrays.capacity[links]
-        relied = (coll.profile.loads[links] > 1e-12) | (cap < (1.0 - self.policy.restart_tol) * nominal)
-        return bool(np.any(relied & (np.abs(new - cap) > self.policy.restart_tol * cap)))
-
-    def _stack_of(self, colls: list[Collective]) -> ProfileStack:
-        """The collectives' profiles stacked for Algorithm 1 (rebuilt when one changes)."""
-        stack = self._stack
-        if stack is None or len(stack.profiles) != len(colls) or any(
-                p is not c.profile for p, c in zip(stack.profiles, colls)):
-            stack = self._stack = ProfileStack([c.profile for c in colls], [self._gain_capacity(c) for c in colls],
-                                               self.policy.gamma, self.policy.rate_loss,
-                                               self.policy.clear_ratio * self.policy.gamma)
-        return stack
-
-    def _gain_capacity(self, coll: Collective) -> np.ndarray:
-        """``coll``'s synthesis capacities for the capacity-gained test: infinite outside
-        its sub-fabric (a link it cannot use never flags it)."""
-        if coll.gpus is None:
-            return coll.synth_capacity
-        links = self.groups.links(coll.gpus)
-        cap = np.full(self.topo.num_links, math.inf)
-        cap[links] = coll.synth_capacity[links]
-        return cap
-
-    def _unsettled(self, now: float) -> bool:
-        """Links with an unconfirmed change hold decisions back, for at most ``settle_max_s``
-        (level estimator; with the EWMA a sample is the executor's confirmed reading and
-        its ``early`` estimates only start speculative jobs, :meth:`_check`)."""
-        if self.store.estimator != "level" or self.store.pending_links().size == 0:
-            self._pending_since = None
-            return False
-        if self._pending_since is None:
-            self._pending_since = now
-        return now - self._pending_since < self.policy.settle_max_s
+        """:meth:`check`, with the ``M`` it flagged on (:meth:`.Flagger.check`: ``None`` for
+        the confirmed ``M``, else the early estimates a speculative job starts on)."""
+        return self.flagger.check(self.collectives(), now)
 
     def _recovered(self, m: np.ndarray, coll: Collective) -> bool:
         """The drift that started ``coll``'s job is gone under ``m``
         (:func:`~.publish_decision.drift_gone`)."""
-        return drift_gone(m, coll.profile, coll.synth_capacity, self._mine(coll), self._known_flag(m, coll),
-                          self.policy)
+        return drift_gone(m, coll.profile, coll.synth_capacity, self.groups.mask(coll.gpus),
+                          self.flagger.known_flag(m, coll), self.policy)
 
     def _active(self, coll: Collective, m: np.ndarray) -> Active:
         """The facts about ``coll``'s active version a decision reads."""
-        return Active(coll.profile, coll.synth_capacity, self._mine(coll), self._recovered(m, coll),
+        return Active(coll.profile, coll.synth_capacity, self.groups.mask(coll.gpus), self._recovered(m, coll),
                       coll.rising_since)
 
     @staticmethod
@@ -563,7 +421,8 @@ class ScheduleManager:
                 or now - job.done_t >= self.policy.fresh_s or coll.synth_capacity is None:
             return None
         built = coll.synth_capacity
-        moved = np.flatnonzero(self._mine(coll) & (np.abs(job.capacity - built) > self.policy.restart_tol * built))
+        moved = np.flatnonzero(self.groups.mask(coll.gpus)
+                               & (np.abs(job.capacity - built) > self.policy.restart_tol * built))
         return np.setdiff1d(moved, self.store.heard_links(job.done_t)).astype(np.int64)
 
     def awaiting_sample(self, now: float) -> bool:
@@ -581,7 +440,7 @@ class ScheduleManager:
         """One controller decision: collect finished jobs, then detect and start jobs (or
         decide ``no_gain`` at once, :meth:`_bounded`)."""
         events = self.poll(now)
-        if not self._unsettled(now):
+        if not self.flagger.unsettled(now):
             for coll in [c for c in self.collectives() if c.deferred is not None]:
                 (trigger, restarts), coll.deferred = coll.deferred, None
                 events.append(self._start(coll, now, trigger, restarts))
@@ -590,43 +449,6 @@ class ScheduleManager:
             events.append(self._start(coll, now, report, early=early) if early is not None
                           else self._bounded(coll, now) or self._start(coll, now, report))
         return events
-
-    def _better_known(self, m: np.ndarray, coll: Collective) -> tuple[np.ndarray, Schedule] | None:
-        """A known fabric (:meth:`_known`) that ``m`` matches while the active schedule's
-        own capacities no longer do, whose schedule's rate under ``m`` beats the active
-        one's by more than ``min_gain``: a partial recovery (a link read back at 363.6 of
-        400, its version built for that, then read at 400: the rest is within ``Gamma``,
-        so nothing else flags) returns to the schedule made for that fabric.  Requiring
-        ``m`` to have left the active schedule's capacities keeps noise around one fabric
-        from swapping between two schedules (docs/runtime.md, "Partial recoveries")."""
-        if len(coll.known) < 2 or coll.synth_capacity is None or coll.profile is None:
-            return None
-        links = self.groups.links(coll.gpus)
-        if near(m[links], coll.synth_capacity[links], 0.5 * self.policy.restart_tol):
-            return None
-        hit = self._known(coll, m)
-        if hit is None:
-            return None
-        loads = self._loads_of(coll, hit[0], hit[1])
-        return hit if beats(m, loads, coll.profile.loads, self.policy.min_gain) else None
-
-    def _known_flag(self, m: np.ndarray, coll: Collective) -> bool:
-        """:meth:`_better_known` as a flag, computed once per ``M`` and active profile."""
-        seen = self._known_seen.get(coll.key)
-        if seen is None or seen[0] is not m or seen[1] is not coll.profile:
-            seen = self._known_seen[coll.key] = (m, coll.profile, self._better_known(m, coll) is not None)
-        return seen[2]
-
-    def _loads_of(self, coll: Collective, capacity: np.ndarray, schedule: Schedule) -> np.ndarray:
-        """A known schedule's share loads on the fabric's links (cached per schedule)."""
-        hit = self._known_loads.get(id(schedule))
-        if hit is None or hit[0] is not schedule:
-            sub = self.groups.topology(coll.gpus, capacity)
-            hit = (schedule, self.groups.lift(coll.gpus, profile_schedule(sub, schedule)).loads)
-            if len(self._known_loads) > 4 * self.policy.known_fabrics * max(1, len(self._collectives)):
-                self._known_loads.clear()
-            self._known_loads[id(schedule)] = hit
-        return hit[1]
 
     def _bounded(self, coll: Collective, now: float) -> Event | None:
         """A flagged collective whose rate under ``M`` is within ``min_gain`` of the
@@ -667,7 +489,7 @@ class ScheduleManager:
         topo = self.store.measured_topology() if coll.gpus is None and q is m and early is None \
             else self.groups.topology(coll.gpus, q)
         job = _Job(initial=coll.schedule is None, topo=topo, capacity=q, started_t=now, trigger=report,
-                   restarts=restarts, known=self._known(coll, m), warm_capacity=coll.restore_on,
+                   restarts=restarts, known=self.flagger.known(coll, m), warm_capacity=coll.restore_on,
                    speculative=early is not None)
         if self.pool is not None and job.known is None:
             job.future = self.pool.submit(coll.kind, q, coll.schedule, self.policy.time_limit_s, coll.gpus,
@@ -680,15 +502,10 @@ class ScheduleManager:
         if job.speculative:
             detail["speculative"] = True
         if report and not report.flagged and coll.profile:
-            detail["capacity"] = "gained" if gained(m, coll.synth_capacity, self._mine(coll), self.policy.gamma) else \
-                "known" if self._better_known(m, coll) is not None else "lost"
+            mine = self.groups.mask(coll.gpus)
+            detail["capacity"] = "gained" if gained(m, coll.synth_capacity, mine, self.policy.gamma) else \
+                "known" if self.flagger.better_known(m, coll) is not None else "lost"
         return Event(now, coll.comm, coll.name, Action.RESYNTHESIS, coll.version, detail)
-
-    def _known(self, coll: Collective, m: np.ndarray) -> tuple[np.ndarray, Schedule] | None:
-        """``(capacities, schedule)`` published for capacities within ``restart_tol / 2`` of
-        ``m``, if any (other than the active one's)."""
-        hit = remembered(m, self._mine(coll), coll.known, coll.synth_capacity, self.policy.restart_tol)
-        return None if hit is None else coll.known[hit]
 
     def _run(self, job: _Job, kind: str, warm: Schedule | None, gpus: tuple[str, ...] | None) -> JobResult:
         """A job in the worker thread (no process pool, or a known fabric)."""
@@ -757,7 +574,7 @@ class ScheduleManager:
     def _restart(self, coll: Collective, job: _Job, now: float) -> list[Event]:
         """Restart a superseded job on the latest ``M`` now, or once no change is pending
         (:meth:`step`; at most ``settle_max_s`` later)."""
-        if self._unsettled(now):
+        if self.flagger.unsettled(now):
             coll.deferred = (job.trigger, job.restarts + 1)
             return []
         event = self._start(coll, now, job.trigger, job.restarts + 1)
@@ -826,12 +643,6 @@ class ScheduleManager:
         """Links as ``[src, dst]`` (what events and swap holds name)."""
         return [[self.topo.links[a].src, self.topo.links[a].dst] for a in links.tolist()]
 
-    def _mine(self, coll: Collective) -> np.ndarray:
-        """Mask of the links of ``coll``'s (sub-)fabric."""
-        mine = np.zeros(self.topo.num_links, dtype=bool)
-        mine[self.groups.links(coll.gpus)] = True
-        return mine
-
     def swap_hold(self, comm: str, name: str) -> list[list[str]]:
         """The links whose change since the active version was published, confirmed or
         still being confirmed, makes it unfit to be swapped in now (what the controller
@@ -848,7 +659,7 @@ class ScheduleManager:
         coll = self.get(comm, name)
         provisional, unfit = self._unfit(coll)
         held = unfit if unfit.size == 0 or len(coll.known) < 2 else \
-            held_against(unfit, provisional, coll.profile.loads, self._loads_of(coll, *coll.known[1]),
+            held_against(unfit, provisional, coll.profile.loads, self.flagger.loads_of(coll, *coll.known[1]),
                          self.policy.min_gain)
         return self._named(held), self._named(unfit)
 
@@ -860,7 +671,7 @@ class ScheduleManager:
             return none, none
         provisional = self.store.provisional()
         est = Estimate(self.store.measured(), provisional, none, none, none, self.topo.arrays.capacity)
-        return provisional, swap_holding(est, self._mine(coll), coll.synth_capacity, coll.profile.loads,
+        return provisional, swap_holding(est, self.groups.mask(coll.gpus), coll.synth_capacity, coll.profile.loads,
                                          self.policy.restart_tol, self.policy.rate_loss)
 
     def hold_settled(self, comm: str, name: str, links: list[list[str]], since: float, recent_s: float) -> bool:

@@ -5,16 +5,21 @@ measures (paper §3.3, §5; the store that turns them into ``M`` is
 
 from __future__ import annotations
 
+import enum
 import math
 from dataclasses import dataclass, field
+from itertools import repeat
+from operator import contains, methodcaller
 from typing import Any, Mapping
+
+import numpy as np
 
 from mccl_opt.errors import TelemetryError, TopologyError
 from mccl_opt.paths import switch_path
 from mccl_opt.topology import Topology
 
 __all__ = ["Sample", "RejectedSample", "IngestReport", "LinkMap", "REASONS", "KINDS",
-           "parse_sample", "early_problem"]
+           "parse_sample", "early_problem", "Early", "EarlyColumn", "early_column"]
 
 #: Why a sample can be rejected (keys of the rejection counters).
 REASONS = ("malformed", "nan", "negative", "unknown_link", "future", "too_old", "stale", "above_nominal",
@@ -73,6 +78,44 @@ def early_problem(kind: Any, early: Any) -> RejectedSample | None:
     if value < 0:
         return RejectedSample("negative", f"sample 'early' is a negative throughput ({value})")
     return None
+
+
+class Early(enum.Enum):
+    """What a batch's ``early`` column holds (:class:`EarlyColumn`)."""
+
+    ABSENT = "absent"           # no sample carries one (the common case)
+    VALUES = "values"           # some do, every one well formed
+    MALFORMED = "malformed"     # one is malformed: the batch is rejected sample by sample
+
+
+@dataclass(frozen=True)
+class EarlyColumn:
+    """A JSON batch's ``early`` values, read once for the vectorised ingest
+    (:func:`early_column`): ``values`` per sample, NaN where a sample has none (state
+    ``VALUES`` only).  A ``MALFORMED`` one sends the batch down the sample-by-sample
+    path, which rejects that sample whole under :func:`early_problem`'s reason
+    (``malformed``, ``nan`` or ``negative``) and words it."""
+
+    state: Early
+    values: np.ndarray | None = None
+
+
+_ABSENT = EarlyColumn(Early.ABSENT)
+_GET_EARLY = methodcaller("get", "early")
+
+
+def early_column(batch: list[Any]) -> EarlyColumn:
+    """The ``early`` column of a batch of wire samples (mappings with a ``kind``; other
+    objects raise ``TypeError``, ``KeyError``... as reading any other column does)."""
+    if not any(map(contains, batch, repeat("early"))):      # the common case, at C speed
+        return _ABSENT
+    raw = list(map(_GET_EARLY, batch))
+    values = np.full(len(raw), math.nan)
+    for i in (i for i, e in enumerate(raw) if e is not None):
+        if early_problem(batch[i]["kind"], raw[i]) is not None:
+            return EarlyColumn(Early.MALFORMED)
+        values[i] = raw[i]
+    return EarlyColumn(Early.VALUES, values)
 
 
 def parse_sample(data: Any) -> Sample:

@@ -49,9 +49,8 @@ from __future__ import annotations
 import math
 import time
 from collections import Counter
-from itertools import repeat
-from operator import contains, itemgetter, methodcaller
-from typing import Any, Callable, Iterable, Literal, Mapping
+from operator import itemgetter
+from typing import Any, Callable, Iterable, Mapping
 
 import numpy as np
 
@@ -64,8 +63,8 @@ from .keyed import KeyedChannels
 from .telemetry_state import restore_store, store_to_dict
 from .level import LevelParams, LevelTracker, fold_levels
 from .rises import RiseTracker
-from .samples import (KINDS, REASONS, IngestReport, LinkMap, RejectedSample, Sample,
-                      early_problem, parse_sample)
+from .samples import (KINDS, REASONS, Early, IngestReport, LinkMap, RejectedSample, Sample, early_column,
+                      parse_sample)
 
 __all__ = ["Sample", "RejectedSample", "IngestReport", "LinkMap", "MeasurementStore", "REASONS",
            "parse_sample"]
@@ -76,7 +75,6 @@ MAX_AGE_S = 60.0
 _NUMBERS = {float, int}
 _KIND, _SRC, _DST = itemgetter("kind"), itemgetter("src"), itemgetter("dst")
 _GBPS, _T = itemgetter("gbps"), itemgetter("t")
-_EARLY = methodcaller("get", "early")
 ESTIMATORS = ("ewma", "level")
 CLI_ESTIMATOR = "level"  # --estimator of `mccl controller serve` and `mccl loop` (docs/runtime.md)
 
@@ -132,6 +130,7 @@ class MeasurementStore:
         #: confirming, :meth:`early`); set by a controller that speculates
         self.watch_early = False
         self._early: dict[int, tuple[float, float]] = {}         # pair channel -> (early Gbps, its t)
+        self._early_m: tuple[np.ndarray, np.ndarray] | None = None   # (the M it was built beside, :meth:`early`)
 
     @property
     def _direct(self) -> dict[int, tuple[float, float]]:
@@ -190,6 +189,7 @@ class MeasurementStore:
         channel's latest (``t`` equal: a sample refused as ``future``, ``stale``... leaves
         none behind)."""
         t = self.chan.t
+        self._early_m = None
         self._early = {cid: e for cid, e in self._early.items() if t[cid] <= e[1]}
         for cid, e, te in rows:
             if cid is None or type(e) not in _NUMBERS or not (0 <= e < self.chan.value[cid]) \
@@ -351,17 +351,18 @@ class MeasurementStore:
         """Vectorised checks: the batch's columns are pulled out once, each sample's
         channel comes from a cache, and ``nan``, ``negative``, ``future`` and
         ``above_nominal`` are tested on arrays; the accepted samples' early values come
-        along (NaN where none; ``None`` when no sample has one).  ``None`` if a sample is
-        not a plain wire object with numbers and a known channel, or carries a malformed
-        ``early``."""
+        along (NaN where none; ``None`` when no sample has one,
+        :func:`~mccl_runtime.samples.early_column`).  ``None`` if a sample is not a plain
+        wire object with numbers and a known channel, or carries a malformed ``early``."""
         try:
             ys, ts = list(map(_GBPS, batch)), list(map(_T, batch))
             c = self._batch_channels(batch)
-            early = self._early_column(batch)
+            column = early_column(batch)
         except (KeyError, TypeError, AttributeError, ValueError):
             return None
-        if early is False:
+        if column.state is Early.MALFORMED:         # rejected whole, sample by sample
             return None
+        early = column.values
         if c is None or not set(map(type, ys)) <= _NUMBERS or not set(map(type, ts)) <= _NUMBERS:
             return None
         try:
@@ -374,21 +375,6 @@ class MeasurementStore:
         c, y, t, rejected, early = self._screen(c[good], y[good], t[good], now, None if early is None else early[good])
         rejected.update(nan=int(nan.sum()), negative=int(negative.sum()))
         return c, y, t, rejected, early
-
-    @staticmethod
-    def _early_column(batch: list[Any]) -> np.ndarray | None | Literal[False]:
-        """The samples' ``early`` values (NaN where absent; ``None`` when no sample has
-        one); ``False`` when one is malformed
-        (:func:`~mccl_runtime.samples.early_problem`: the sample-by-sample path words it)."""
-        if not any(map(contains, batch, repeat("early"))):      # the common case, at C speed
-            return None
-        raw = list(map(_EARLY, batch))
-        early = np.full(len(raw), math.nan)
-        for i in (i for i, e in enumerate(raw) if e is not None):
-            if early_problem(batch[i]["kind"], raw[i]) is not None:
-                return False
-            early[i] = raw[i]
-        return early
 
     def _screen(self, c: np.ndarray, y: np.ndarray, t: np.ndarray, now: float, w: np.ndarray | None = None
                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, Counter, np.ndarray | None]:
@@ -537,25 +523,32 @@ class MeasurementStore:
         confirmed or still being confirmed.  Equal to :meth:`measured` when nothing is
         pending (and always with the EWMA)."""
         pending = [(cid, tr.provisional) for cid, tr in self._trackers.items() if tr.pending and tr.run_y]
-        return self._links_with(pending) if pending else self.measured()
+        return self._links_with(*zip(*pending)) if pending else self.measured()
 
     def early(self) -> np.ndarray | None:
         """``M`` with every pending change at its early estimate
         (:attr:`LevelTracker.early`: confirmed but for ``hold_s``; EWMA, the executors'
         ``early`` pair estimates); ``None`` when nothing is pending or some pending change
-        has no early estimate yet."""
+        has no early estimate yet.  EWMA: built once per ``M`` and set of early estimates
+        (a controller decision reads it, and :meth:`pending_links` with it)."""
         if self.estimator == "ewma":
-            return self._links_with([(cid, e) for cid, (e, _) in self._early.items()]) if self._early else None
+            if not self._early:
+                return None
+            m = self.measured()
+            if self._early_m is None or self._early_m[0] is not m:
+                n = len(self._early)
+                self._early_m = (m, self._links_with(np.fromiter(self._early, np.int64, n),
+                                                     np.fromiter((e for e, _ in self._early.values()), float, n)))
+            return self._early_m[1]
         early = [(cid, tr.early) for cid, tr in self._trackers.items() if tr.pending]
         if not early or any(e is None for _, e in early):
             return None
-        return self._links_with(early)
+        return self._links_with(*zip(*early))
 
-    def _links_with(self, estimates: list[tuple[int, float]]) -> np.ndarray:
-        """``M`` with the channels of ``estimates`` (``(channel, value)``) at those values."""
+    def _links_with(self, channels: Iterable[int], values: Iterable[float]) -> np.ndarray:
+        """``M`` with ``channels`` (distinct) at ``values``."""
         value = self.chan.value.copy()
-        for cid, estimate in estimates:
-            value[cid] = estimate
+        value[np.asarray(channels, dtype=np.int64)] = np.asarray(values, dtype=float)
         return self._links_of(value)
 
     def _links_of(self, value: np.ndarray) -> np.ndarray:

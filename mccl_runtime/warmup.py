@@ -145,6 +145,7 @@ def _forestcoll(backend: str) -> None:
     line_trees(_fabrics()[1])
     _greedy_orders()
     _few_trees()
+    _exact_split()
 
 
 def _greedy_orders() -> None:
@@ -178,6 +179,28 @@ def _few_trees() -> None:
              if u != v] + [(2, 3), (5, 0)]
     tail, head = (np.array([p[i] for p in pairs], np.int64) for i in (0, 1))
     few_trees_pack(6, tail, head, np.array([6] * (len(pairs) - 2) + [3, 3], np.int64), 1)
+
+
+def _exact_split() -> None:
+    """ForestColl's exact split (:func:`~mccl_opt.allgather.forestcoll.removal.exact_split.
+    split_all`: a ToR alone, then the NVSwitches guessed in one batch) of HPN 1x2x4, and
+    the independence check of the re-weighting to fewer trees (:func:`~mccl_opt.allgather.
+    independence.independent_columns`): the exact paths reach them at ``max_chunks=None``
+    on fabrics larger than the warm-up's (leaf-spine 8x2x8 with 4 spines)."""
+    import numpy as np
+
+    from mccl_opt.allgather.canonical import canonical
+    from mccl_opt.allgather.forestcoll.pipeline import balanced_split, phase_one_budget
+    from mccl_opt.allgather.forestcoll.removal.exact_split import MAX_GUESSES, split_all
+    from mccl_opt.allgather.independence import independent_columns
+
+    topo = canonical(_fabrics()[0])
+    budget = phase_one_budget(topo, None, {})
+    split = balanced_split(budget.fab, topo.arrays.is_switch, budget.k, budget.y, None).split
+    for guesses in (0, MAX_GUESSES):                     # by checks alone, and guessed
+        split_all(split.copy(), guesses)
+    independent_columns(np.array([0, 1], np.int64), np.array([0, 1, 2], np.int64),
+                        np.array([0, 0], np.int64), np.array([2], np.int64), 3)
 
 
 def _unbalanced(backend: str) -> None:

@@ -6,6 +6,8 @@ and the independent checker."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -18,7 +20,9 @@ from mccl_opt.allgather.general.method import solve_general
 from mccl_opt.allgather.general.arborescence import min_arborescences
 from mccl_opt.allgather.general.expansion import expand
 from mccl_opt.allgather.general.method import rate_scale
+from mccl_opt.allgather.general import quotient
 from mccl_opt.allgather.general.quotient import _Quotient, _column_generation, _price, solve_quotient
+from mccl_opt.allgather.general.sparse_copies import Copies, sparse_copies, uniform_copies
 from mccl_opt.allgather.general.switch_paths import SwitchPaths
 from mccl_opt.allgather.general.symmetry import find_symmetry
 from mccl_opt.backends import get_backend
@@ -177,6 +181,16 @@ def test_the_expansion_from_the_columns_equals_every_copy_mapped_and_merged():
             root = int(arr.rank_of[node[arr.gpu_nodes[q.roots[j]]]])
             key = (root, tuple(np.sort(link[q.trees[j]])))
             want[key] = want.get(key, 0.0) + frac * z[j]
+    got = _table_trees(topo, exp)
+    assert got.keys() == want.keys()
+    assert all(got[k] == pytest.approx(want[k], rel=1e-12) for k in want)
+
+
+def _table_trees(topo, exp):
+    """``{(root, sorted links): weight}`` of an expansion, after checking that its paths
+    are distinct and every tree's edges are parents first, a spanning tree of its depth
+    and the pool's links."""
+    arr = topo.arrays
     paths = [tuple(p) for p in exp.paths]
     assert len(set(paths)) == len(paths)
     got = {}
@@ -194,8 +208,7 @@ def test_the_expansion_from_the_columns_equals_every_copy_mapped_and_merged():
         hops = [topo.link_index(topo.nodes[a].id, topo.nodes[b].id)
                 for e in exp.edges[t].tolist() for a, b in zip(paths[e], paths[e][1:])]
         assert sorted(hops) == list(key[1])                       # the table is the pool's tree
-    assert got.keys() == want.keys()
-    assert all(got[k] == pytest.approx(want[k], rel=1e-12) for k in want)
+    return got
 
 
 def _restriction_seed_of(topo):
@@ -261,4 +274,65 @@ def test_the_seeded_quotient_expands_thousands_of_copies_exactly():
     assert s.stats["quotient_columns"] * s.stats["group_pieces"] > 2048
     assert s.report.termination is Termination.OPTIMAL
     assert s.rate_gbps == pytest.approx(52.053571428, rel=1e-9)
+    assert len(s.chunks) <= topo.num_gpus + topo.num_links     # sparse copies: 253, were 3,037
     check_schedule(topo, s)
+
+
+def _quotient_columns(topo):
+    """The unseeded quotient's columns of ``topo``: ``(sym, q, z, capacity)``."""
+    sym = find_symmetry(topo)
+    capacity = topo.arrays.capacity / rate_scale(topo)
+    with get_backend("highs") as lp:
+        q = _Quotient(topo, sym, capacity, lp)
+        _, z, _, _ = _column_generation(topo, q, np.inf, None)
+    return sym, q, z, capacity
+
+
+def test_sparse_copies_keep_every_root_share_and_capacity_on_fewer_trees():
+    """The copies on sparse per-cluster marginals (``general.sparse_copies``) give every
+    root the uniform expansion's share and every link at most its capacity (or the
+    uniform load), on fewer trees than the uniform copies and at most one per row of the
+    clusters' LPs plus one per column; each column's fractions sum to 1."""
+    topo = canonical(STATES["shared-agg 2x3x4 NIC 150.8"]())
+    sym, q, z, capacity = _quotient_columns(topo)
+    pos = np.flatnonzero(z > 0)
+    copies = sparse_copies(topo, sym, np.asarray(q.roots)[pos], [q.trees[j] for j in pos],
+                           z[pos], capacity, "highs")
+    uniform, few = expand(topo, sym, q.roots, q.trees, z), expand(topo, sym, q.roots, q.trees, z, copies)
+    assert np.bincount(copies.column, weights=copies.frac) == pytest.approx(np.ones(pos.size), rel=1e-12)
+    share = [np.bincount(e.pool.root, weights=e.weights, minlength=topo.num_gpus) for e in (uniform, few)]
+    assert share[1] == pytest.approx(share[0], rel=1e-12)
+    loads = [e.pool.loads(e.weights, topo.num_links) for e in (uniform, few)]
+    assert (loads[1] <= np.maximum(capacity, loads[0]) * (1 + 1e-12)).all()
+    rows = sum(int((links != np.arange(topo.num_links)).any(axis=0).sum()) + int(
+        (nodes[:, topo.arrays.gpu_nodes] != topo.arrays.gpu_nodes).any(axis=0).sum())
+        for nodes, links in zip(sym.nodes, sym.links))
+    assert len(few.pool) < len(uniform.pool) and len(few.pool) <= rows + pos.size
+    assert len(_table_trees(topo, few)) == len(few.pool)       # each copy's own path images
+
+
+def test_copies_that_fall_short_give_way_to_the_uniform_ones(monkeypatch):
+    """Copies whose schedule falls short of the quotient's rate (every piece, at weights
+    growing with its index: the roots' shares and the loads are no longer the orbit
+    averages) or leave a root without a tree (the identity alone) are replaced by the
+    uniform copies, at the quotient's optimum (the full master's: the first test)."""
+    topo = canonical(STATES["shared-agg 2x3x4 NIC 150.8"]())
+    sym = find_symmetry(topo)
+    want = solve_quotient(topo, sym=sym).lp_rate_gbps
+
+    def skewed(topo, sym, q, z, capacity, backend):
+        even = uniform_copies(int((z > 0).sum()), sym.pieces())
+        frac = even.frac * (1 + even.which)
+        return dataclasses.replace(even, frac=frac / np.bincount(even.column, frac)[even.column])
+
+    def identity(topo, sym, q, z, capacity, backend):
+        n = int((z > 0).sum())
+        return Copies(np.arange(n), np.zeros((1, len(sym.nodes)), np.int64),
+                      np.zeros(n, np.int64), np.ones(n))
+
+    for bad in (skewed, identity):
+        monkeypatch.setattr(quotient, "_fewer_copies", bad)
+        s = solve_quotient(topo, sym=sym)
+        assert s is not None and "copies_short" in s.stats
+        assert s.rate_gbps == pytest.approx(want, rel=1e-9)
+        check_schedule(topo, s)

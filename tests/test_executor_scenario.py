@@ -564,3 +564,60 @@ def test_a_shallow_drop_is_reported_at_the_level_its_newest_windows_agree_on(bet
     for r in (1.0, 1.0, 1.0, 1.0, 1.0, between, new):
         rep._level(("a", "b"), r, 0.0)
     assert rep._level(("a", "b"), new / 1.5, 0.0)["gbps"] == pytest.approx(between)   # the median of the five
+
+
+def _nices(rank: int, world: int) -> tuple[int, int]:
+    """A rank's nice value, and that of a thread it starts (as gloo's are)."""
+    import os
+
+    seen = []
+    t = threading.Thread(target=lambda: seen.append(os.getpriority(os.PRIO_PROCESS, threading.get_native_id())))
+    t.start()
+    t.join()
+    return os.getpriority(os.PRIO_PROCESS, 0), seen[0]
+
+
+def test_ranks_yield_by_the_nice_they_are_given_and_their_threads_inherit_it():
+    """``run_ranks(nice=)`` (the real-rank loop's ``rank_nice``): every rank, and the threads
+    it starts after, run that much below the launcher (docs/executor.md, "Synthesis inside
+    the loop")."""
+    import os
+
+    from executor_cuda.launch import run_ranks
+
+    base = os.getpriority(os.PRIO_PROCESS, 0)
+    want = min(19, base + 3)
+    assert run_ranks(_nices, 2, nice=3, timeout=60) == [(want, want)] * 2
+
+
+@pytest.mark.parametrize("nice, group", [(10, {"process_group": 0}), (0, {"start_new_session": True})])
+def test_the_controller_shares_the_ranks_session_only_when_they_yield(tmp_path, monkeypatch, nice, group):
+    """With ranks that yield (``rank_nice`` > 0) the controller is started in the caller's
+    session (the ranks' scheduling group under autogroup, where their nice value ranks
+    them below it), in a process group of its own; else in a session of its own, as before.
+    No controller runs: the launch is recorded."""
+    import io
+
+    from executor_cuda import scenario_run
+
+    seen = []
+
+    class FakePopen:
+        def __init__(self, cmd, **kwargs):
+            seen.append(kwargs)
+            self.stdout = io.StringIO("")
+
+    monkeypatch.setattr(scenario_run.subprocess, "Popen", FakePopen)
+    cfg = scenario_run.GlooLoopConfig(rank_nice=nice)
+    scenario_run.ControllerProcess(str(tmp_path / "topo.json"), "allgather", cfg, str(tmp_path / "log"))
+    assert {k: v for k, v in seen[0].items() if k in ("process_group", "start_new_session")} == group
+    assert scenario_run.GlooLoopConfig().rank_nice == scenario_run.RANK_NICE > 0
+
+
+@pytest.mark.parametrize("nice", [-1, 20])
+def test_ranks_never_run_above_the_controller(tmp_path, nice):
+    from executor_cuda import scenario_run
+    from mccl_runtime.scenario import load_scenario
+
+    with pytest.raises(MCCLError, match=r"nice value must be in \[0, 19\]"):
+        scenario_run.run_gloo_loop(load_scenario(_scenario(tmp_path)), scenario_run.GlooLoopConfig(world=4, rank_nice=nice))

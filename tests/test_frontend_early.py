@@ -17,6 +17,7 @@ from mccl_runtime.columns import ColumnBatch
 from mccl_runtime.frontend import FrontEndFold
 from mccl_runtime.manager import Policy
 from mccl_runtime.protocol import ProtocolError, encode_frames
+from mccl_runtime.samples import Early, EarlyColumn, early_column
 from mccl_runtime.telemetry import MeasurementStore, RejectedSample
 from tests.test_runtime_frontend import FrontEnd
 from tests.test_runtime_manager import TOPO
@@ -124,6 +125,21 @@ def test_a_json_sample_with_a_malformed_early_is_rejected_with_its_reason(early,
     with pytest.raises(ProtocolError) as sent:
         ColumnBatch.from_samples(TOPO, samples)                  # a sender cannot encode it either
     assert sent.value.reason == "bad_body"
+
+
+def test_the_early_column_says_absent_values_or_malformed_apart():
+    """:func:`~mccl_runtime.samples.early_column` (the vectorised ingest's reading): a
+    batch with no ``early`` is ``ABSENT`` (no values), one with well-formed values is
+    ``VALUES`` (NaN where a sample has none), and one bad value anywhere makes it
+    ``MALFORMED`` with no values, so it can never pass for a batch without early values."""
+    plain = [_pair(PAIR, 300.0, 1.0), _pair(OTHER, 200.0, 1.0)]
+    assert early_column(plain) == EarlyColumn(Early.ABSENT)
+    col = early_column([_pair(PAIR, 300.0, 1.0, early=150.0), _pair(OTHER, 200.0, 1.0)])
+    assert col.state is Early.VALUES and col.values[0] == 150.0 and np.isnan(col.values[1])
+    link = {"kind": "link", "src": NIC[0], "dst": NIC[1], "gbps": 300.0, "t": 1.0, "early": 100.0}
+    for bad in [_pair(BACK, 300.0, 1.0, early=e) for e, _ in BAD_EARLY] + [link]:
+        col = early_column([_pair(PAIR, 300.0, 1.0, early=150.0), bad])
+        assert col.state is Early.MALFORMED and col.values is None
 
 
 def test_early_only_rides_a_pair_sample_and_only_an_accepted_one_is_kept():

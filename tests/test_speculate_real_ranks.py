@@ -93,6 +93,23 @@ def test_the_store_keeps_early_estimates_apart_from_m_until_a_newer_sample():
     assert store.early() is None and store.pending_links().size == 0
 
 
+def test_the_early_m_follows_every_change_of_m():
+    """The early ``M`` is built once per ``M`` (a decision and ``pending_links`` share it)
+    but is ``M`` with the early values in place: a link that moves without any early value
+    (a trusted link sample, which keeps the early values) moves in it too."""
+    store = MeasurementStore(TOPO, alpha=1.0)
+    store.watch_early = True
+    a, other = TOPO.link_index(*NIC), TOPO.link_index("s0h0g1", "s0tor1")
+    store.ingest([_pair(PAIR, 400.0, 1.0, early=50.0)], now=1.0)
+    first = store.early()
+    assert store.early() is first and first[a] == pytest.approx(50.0)
+    store.ingest_links(np.array([other]), np.array([1.05]), np.array([120.0]))
+    assert store.early()[other] == pytest.approx(120.0) and store.early()[a] == pytest.approx(50.0)
+    pending = store.pending_links()                                        # the pair's path
+    assert a in pending and other not in pending
+    np.testing.assert_array_equal(np.delete(store.early(), pending), np.delete(store.measured(), pending))
+
+
 @pytest.mark.parametrize("speculate", [False, True])
 def test_a_speculative_job_starts_on_early_estimates_and_publishes_once_confirmed(speculate):
     synth, store, mgr = _manager(speculate)

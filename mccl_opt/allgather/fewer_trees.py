@@ -31,7 +31,6 @@ import time
 from typing import Sequence
 
 import numpy as np
-from scipy import sparse
 
 from .. import anytime
 from ..errors import SolveError, TopologyError
@@ -39,6 +38,7 @@ from ..schedule import Schedule, bottleneck_links, schedule_rate, share_loads
 from ..schedule_chunks import TreeChunk, TreeChunks, TreeTable, path_nodes
 from ..report import Method, WarmUse
 from ..topology import Topology
+from .independence import independent_columns
 from .warm.route import WarmRoute
 
 __all__ = ["fewer_trees", "master_pays", "master_seconds", "VERTEX_LP_MAX_SIZE", "MASTER_S_PER_NONZERO",
@@ -137,32 +137,13 @@ def _already_basic(topo: Topology, sched: Schedule) -> bool:
     tight = np.flatnonzero(ratio >= ratio.max() * (1 - 1e-9))
     if len(trees) > topo.num_gpus + tight.size:         # more columns than rows: dependent
         return False
-    cols = np.repeat(np.arange(len(trees)), [len(e) for e in trees])
-    edges = np.concatenate(trees).astype(np.int64)
     row = np.full(topo.num_links, -1, np.int64)
     row[tight] = np.arange(tight.size) + topo.num_gpus
-    hit = row[edges] >= 0
-    matrix = sparse.csr_matrix(
-        (np.ones(len(trees) + int(hit.sum())),
-         (np.concatenate([np.asarray(roots, np.int64), row[edges][hit]]),
-          np.concatenate([np.arange(len(trees)), cols[hit]]))),
-        shape=(topo.num_gpus + tight.size, len(trees)))
-    return _positive_definite((matrix.T @ matrix).toarray())
-
-
-def _positive_definite(gram: np.ndarray) -> bool:
-    """Whether the Gram matrix ``gram`` (a copy it overwrites) is positive definite: every
-    pivot of its symmetric elimination above ``1e-9`` of its largest diagonal entry.
-    Elementwise numpy, not BLAS: OpenBLAS's threads spin on after a call, 0.1-0.6 s CPU
-    on this shared 2-core machine for a 366-tree LAPACK Cholesky of ~3 ms."""
-    tol = 1e-9 * float(gram.diagonal().max(initial=0.0))
-    for j in range(gram.shape[0]):
-        pivot = gram[j, j]
-        if not pivot > tol:
-            return False
-        below = gram[j + 1:, j]
-        gram[j + 1:, j + 1:] -= np.multiply.outer(below / pivot, below)
-    return True
+    ptr = np.zeros(len(trees) + 1, np.int64)
+    np.cumsum([len(e) for e in trees], out=ptr[1:])
+    return independent_columns(np.asarray(roots, np.int64), ptr,
+                               np.concatenate([np.zeros(0, np.int64), *trees]).astype(np.int64), row,
+                               topo.num_gpus + tight.size)
 
 
 def master_seconds(sched: Schedule) -> float:

@@ -32,8 +32,9 @@ from mccl_opt.errors import SolveError
 from mccl_opt.schedule_chunks import FlatPaths, TreeChunks, TreeTable
 from mccl_opt.topology import Topology
 from .live_master import TreePool
+from .sparse_copies import Copies, uniform_copies
 from .symmetry import Symmetry
-from .tree_table import column_edges, distinct_rows
+from .tree_table import ColumnEdges, column_edges, distinct_rows
 
 __all__ = ["Expansion", "expand"]
 
@@ -100,42 +101,64 @@ def _path_images(sym: Symmetry, elements: np.ndarray, node_maps: np.ndarray,
     return paths, index
 
 
+def _copy_path_images(node_maps: np.ndarray, cols: ColumnEdges, col: np.ndarray,
+                      piece: np.ndarray) -> tuple[FlatPaths, np.ndarray]:
+    """Every copy's edge paths, the images of its column's paths under its own element
+    (few copies per column: fat-tree 4x2x2x8 one way, 534 copies x 127 edges, where the
+    restrictions of the union of their elements gave ~1 M candidate images), told apart:
+    ``(paths, edges)``, ``edges`` of shape ``(copies, g - 1)``."""
+    base = cols.base[col]                                   # (copies, edges)
+    nodes = cols.nodes[base.ravel()]
+    valid = nodes >= 0
+    image = np.where(valid, node_maps[np.repeat(piece, base.shape[1])[:, None],
+                                      np.where(valid, nodes, 0)], -1)
+    first, path_of = distinct_rows(image, node_maps.shape[1])
+    rows = image[first]
+    return FlatPaths.of_lengths(rows[rows >= 0], (rows >= 0).sum(axis=1)), \
+        path_of.reshape(base.shape)
+
+
 def expand(topo: Topology, sym: Symmetry, roots: list[int], trees: list[np.ndarray],
-           z: np.ndarray) -> Expansion:
+           z: np.ndarray, copies: Copies | None = None) -> Expansion:
     """The columns ``trees`` (roots ``roots``) of positive weight ``z`` copied over the
-    group's pieces (module docstring), copies of one tree merged."""
+    group's pieces (module docstring), or as ``copies`` says (columns numbered among
+    the positive ones, :mod:`.sparse_copies`; then each copy's paths are mapped by its
+    own element, :func:`_copy_path_images`), copies of one tree merged."""
     arr = topo.arrays
-    g = topo.num_gpus
     pos = np.flatnonzero(z > 0)
     roots_p = np.asarray(roots, np.int64)[pos]
     trees_p = [np.asarray(trees[j], np.int64) for j in pos.tolist()]
-    pieces = sym.pieces()
-    elements = np.array([e for e, _ in pieces], np.int64).reshape(len(pieces), -1)
-    frac = np.array([f for _, f in pieces])
-    maps = [sym.piece_maps(tuple(e)) for e, _ in pieces]
+    explicit = copies is not None
+    if copies is None:
+        copies = uniform_copies(pos.size, sym.pieces())
+    elements = copies.elements
+    maps = [sym.piece_maps(tuple(e)) for e in elements.tolist()]
     node_maps = np.stack([m[0] for m in maps])
     link_maps = np.stack([m[1] for m in maps])
     lengths_p = np.array([t.size for t in trees_p], np.int64)
     cols = column_edges(topo, roots_p, lengths_p, np.concatenate(trees_p))
     values = np.random.default_rng(_SEED).integers(0, 2**63, topo.num_links, dtype=np.uint64)
-    permuted = values[link_maps]                                       # (pieces, links)
-    counts = np.stack([np.bincount(t, minlength=topo.num_links) for t in trees_p], axis=1)
-    code = permuted @ counts.astype(np.uint64)                         # (pieces, columns)
-    owner = arr.rank_of[node_maps[:, arr.gpu_nodes[roots_p]]]          # (pieces, columns)
-    key = np.stack([owner.T.ravel().astype(np.uint64), code.T.ravel()], axis=1)
+    permuted = values[link_maps]                                       # (elements, links)
+    code = np.concatenate([permuted[copies.which[copies.column == c]][:, trees_p[c]].sum(axis=1)
+                           for c in range(pos.size)])                  # per copy
+    owner = arr.rank_of[node_maps[copies.which, arr.gpu_nodes[roots_p[copies.column]]]]
+    key = np.stack([owner.astype(np.uint64), code], axis=1)
     _, first, inverse = np.unique(key, axis=0, return_index=True, return_inverse=True)
-    weights = np.bincount(inverse.reshape(-1), weights=np.outer(z[pos], frac).ravel())
-    order = np.argsort(first)                                          # copies in (column, piece) order
+    weights = np.bincount(inverse.reshape(-1), weights=z[pos][copies.column] * copies.frac)
+    order = np.argsort(first)                                          # copies in column order
     first, weights = first[order], weights[order]
-    col, piece = np.divmod(first, len(pieces))
-    paths, index = _path_images(sym, elements, node_maps, cols.nodes)
-    edges = index[cols.base[col], piece[:, None]]
+    col, piece = copies.column[first], copies.which[first]
+    if explicit:
+        paths, edges = _copy_path_images(node_maps, cols, col, piece)
+    else:
+        paths, index = _path_images(sym, elements, node_maps, cols.nodes)
+        edges = index[cols.base[col], piece[:, None]]
     lengths = lengths_p[col]
     start = np.zeros(first.size + 1, np.int64)
     np.cumsum(lengths, out=start[1:])
     links = np.concatenate([link_maps[piece[col == c]][:, trees_p[c]].ravel()
                             for c in range(pos.size)])
-    owners = owner.T.ravel()[first]
+    owners = owner[first]
     pool = TreePool.of_distinct(owners, start, links,
-                                code.T.ravel()[first] ^ (owners.astype(np.uint64) * _OWNER_MIX))
+                                code[first] ^ (owners.astype(np.uint64) * _OWNER_MIX))
     return Expansion(pool, weights, paths, edges, cols.depth[col])

@@ -20,7 +20,10 @@ caller's certified upper bound (the balanced restriction's optimum).
 is its orbit's average and every root gets ``z / |R|``), copies of one tree merged, the
 tree table made from the columns and the pieces' maps (:mod:`.expansion`); the
 schedule is built and re-rated from its own link loads by the general method's
-``_schedule`` and kept only when that rate is the certified optimum.
+``_schedule`` and kept only when that rate is the certified optimum.  Where the uniform
+copies would be many (:data:`SPARSE_COPIES_MIN_RATIO`), each column is copied over
+sparse per-cluster marginals instead, at the same loads' bounds and root shares
+(:mod:`.sparse_copies`; the uniform copies again if that schedule falls short).
 """
 
 from __future__ import annotations
@@ -38,12 +41,13 @@ from mccl_opt.errors import SolveError
 from mccl_opt.schedule import Schedule
 from mccl_opt.topology import Topology
 from .expansion import expand
+from .sparse_copies import Copies, sparse_copies
 from .symmetry import Symmetry, find_symmetry
 from .sparse_arborescence import min_arborescences_sparse
 from .switch_paths import from_sources
 from .tree_colgen import TreeCGResult
 
-__all__ = ["solve_quotient", "QUOTIENT_MAX_ROUNDS", "REL_TOL"]
+__all__ = ["solve_quotient", "QUOTIENT_MAX_ROUNDS", "REL_TOL", "SPARSE_COPIES_MIN_RATIO"]
 
 #: starting trees of the quotient: ``(root ranks, link indices of every tree)``
 Columns = tuple[list[int], list[np.ndarray]]
@@ -54,6 +58,14 @@ QUOTIENT_MAX_ROUNDS = 100
 
 #: the general method's stopping tolerance (``TreeCGOptions.rel_tol``)
 REL_TOL = 1e-9
+
+#: the copies are put on sparse marginals (:mod:`.sparse_copies`) when the uniform
+#: expansion has more than this many times the full master's rows in trees (then at
+#: least half go): shared aggregation 2x8x8 one way 2 688 -> 399 trees for ~0.15 s of
+#: cluster LPs, fat-tree 4x2x2x8 9 174 -> 534 for ~0.1 s; HPN 2x8x8 one way (ratio
+#: 1.2-1.8) 1 014 -> 488 would cost 0.1-0.15 s on a 0.15 s solve (docs/allgather.md
+#: "Fewer copies of the quotient's trees")
+SPARSE_COPIES_MIN_RATIO = 2
 
 
 class _Quotient:
@@ -225,8 +237,6 @@ def solve_quotient(topo: Topology, upper_gbps: float | None = None,
     if not bound - x <= REL_TOL * max(x, 1e-300) or \
             int((z > 0).sum()) * len(sym.pieces()) > max_copies:
         return None
-    expansion = expand(topo, sym, q.roots, q.trees, z)
-    pool, weights = expansion.pool, expansion.weights
     stats: dict[str, Any] = {
         "warm": False, "method": "general",
         "seed": "symmetric quotient" if seed is None else "seeded symmetric quotient",
@@ -234,11 +244,37 @@ def solve_quotient(topo: Topology, upper_gbps: float | None = None,
         "quotient_columns": int((z > 0).sum()), "group_pieces": len(sym.pieces()),
         "warm_columns": 0, "cg_rounds": rounds, "cg_status": "optimal",
         "cg_gap": max(0.0, (bound - x) / bound), "bound_gbps": bound * scale,
-        "columns": len(pool), "dropped": 0, "link_rows": topo.num_links}
-    res = TreeCGResult(pool, weights, x, max(bound, x), "optimal", rounds)
-    sched = _schedule(topo, res, scale, None, cut_bound_gbps, stats, t_start, backend,
-                      expansion.chunks)
-    if sched.rate_gbps < x * scale * (1 - REL_TOL):
+        "dropped": 0, "link_rows": topo.num_links}
+
+    def expanded(copies: Copies | None) -> tuple[Schedule, bool]:
+        """The schedule of ``copies`` (uniform: ``None``), and whether every rank roots
+        one of its trees and its own rate is ``x``."""
+        expansion = expand(topo, sym, q.roots, q.trees, z, copies)
+        res = TreeCGResult(expansion.pool, expansion.weights, x, max(bound, x), "optimal", rounds)
+        sched = _schedule(topo, res, scale, None, cut_bound_gbps,
+                          {**stats, "columns": len(expansion.pool)}, t_start, backend,
+                          expansion.chunks)
+        rooted = np.unique(expansion.pool.root[expansion.weights > 0]).size == topo.num_gpus
+        return sched, rooted and sched.rate_gbps >= x * scale * (1 - REL_TOL)
+
+    copies = _fewer_copies(topo, sym, q, z, topo.arrays.capacity / scale, backend)
+    sched, exact = expanded(copies)
+    if not exact and copies is not None:
+        stats["copies_short"] = sched.rate_gbps         # the uniform copies reach x
+        sched, exact = expanded(None)
+    return sched if exact else None
+
+
+def _fewer_copies(topo: Topology, sym: Symmetry, q: _Quotient, z: np.ndarray,
+                  capacity: np.ndarray, backend: str) -> Copies | None:
+    """The positive columns' copies on sparse marginals (:mod:`.sparse_copies`) when the
+    uniform expansion copies more than :data:`SPARSE_COPIES_MIN_RATIO` times as many
+    trees as the full master has rows (roots + links: a vertex of the full master has
+    no more positive trees); else ``None`` (uniform)."""
+    pos = np.flatnonzero(z > 0)
+    if pos.size * len(sym.pieces()) <= SPARSE_COPIES_MIN_RATIO * (topo.num_gpus + topo.num_links):
         return None
-    return sched
+    return sparse_copies(topo, sym, np.asarray(q.roots, np.int64)[pos],
+                         [np.asarray(q.trees[j], np.int64) for j in pos.tolist()], z[pos],
+                         capacity, backend)
 
