@@ -373,10 +373,9 @@ class Topology:
         out._name, out._extra, out._nodes = self._name, dict(self._extra), self._nodes
         out._links = tuple(Link(l.src, l.dst, c, l.latency_us, l.extra)
                            for l, c in zip(self._links, capacity.tolist()))
-        out._node_index = self._node_index
-        for built in ("_link_index", "gpus"):           # the same links, the same GPUs
-            if built in self.__dict__:
-                out.__dict__[built] = self.__dict__[built]
+        out._node_index, out._link_index = self._node_index, self._link_index
+        if "gpus" in self.__dict__:                        # the same GPUs
+            out.__dict__["gpus"] = self.gpus
         if "arrays" in self.__dict__:
             out.__dict__["arrays"] = dataclasses.replace(self.arrays,
                                                          capacity=_freeze(capacity.copy()))
