@@ -115,6 +115,11 @@ def _arrays(tail: np.ndarray, head: np.ndarray, cap: np.ndarray, lat: np.ndarray
         out_start, out_order, in_start, in_order)))
 
 
+def _picked(items: tuple[Any, ...], order: np.ndarray) -> tuple[Any, ...]:
+    """``items`` in ``order`` (indices), as a tuple."""
+    return tuple(map(items.__getitem__, order.tolist()))
+
+
 def _freeze(a: np.ndarray) -> np.ndarray:
     a.setflags(write=False)
     return a
@@ -135,7 +140,7 @@ class Topology:
         self._links = tuple(links)
         self._extra = dict(extra or {})
         self._node_index: dict[str, int] = {}
-        self._link_index: dict[tuple[str, str], int] = {}
+        self._link_index = {}
         self._validate()
 
     # ------------------------------------------------------------------ validation
@@ -254,6 +259,12 @@ class Topology:
         return tuple(n.id for n in self._nodes if n.is_gpu)
 
     @cached_property
+    def _link_index(self) -> dict[tuple[str, str], int]:
+        """Link index by ``(src, dst)``: the constructor builds it as it validates; a
+        relisted topology builds it here, when first used."""
+        return {(l.src, l.dst): i for i, l in enumerate(self._links)}
+
+    @cached_property
     def switches(self) -> tuple[str, ...]:
         return tuple(n.id for n in self._nodes if not n.is_gpu)
 
@@ -363,6 +374,8 @@ class Topology:
         out._links = tuple(Link(l.src, l.dst, c, l.latency_us, l.extra)
                            for l, c in zip(self._links, capacity.tolist()))
         out._node_index, out._link_index = self._node_index, self._link_index
+        if "gpus" in self.__dict__:                        # the same GPUs
+            out.__dict__["gpus"] = self.gpus
         if "arrays" in self.__dict__:
             out.__dict__["arrays"] = dataclasses.replace(self.arrays,
                                                          capacity=_freeze(capacity.copy()))
@@ -374,24 +387,28 @@ class Topology:
     def relisted(self, node_order: Iterable[int], link_order: Iterable[int]) -> "Topology":
         """The same fabric with its nodes and links listed in another order (permutations
         of their indices; GPU ranks follow the new node order).  Nothing is re-validated:
-        a permutation of a valid topology is valid."""
+        a permutation of a valid topology is valid.  The link index is built when first
+        used, and the GPU list is kept when the GPUs keep their order (AllGather lists
+        every fabric canonically before a time-limited solve: 1-2 ms at 1024 GPUs before,
+        docs/allgather.md "The first schedule at 50 ms")."""
+        nodes, links = np.asarray(node_order, np.int64), np.asarray(link_order, np.int64)
+        for order, size in ((nodes, len(self._nodes)), (links, len(self._links))):
+            if order.shape != (size,) or not np.array_equal(np.sort(order), np.arange(size)):
+                raise TopologyError("relisted: node_order and link_order must be permutations")
         out = Topology.__new__(Topology)
         out._name, out._extra = self._name, self._extra
-        out._nodes = tuple(self._nodes[i] for i in node_order)
-        out._links = tuple(self._links[i] for i in link_order)
-        if len(out._nodes) != len(self._nodes) or len(out._links) != len(self._links):
-            raise TopologyError("relisted: node_order and link_order must be permutations")
+        out._nodes = _picked(self._nodes, nodes)
+        out._links = _picked(self._links, links)
         out._node_index = {n.id: i for i, n in enumerate(out._nodes)}
-        out._link_index = {(l.src, l.dst): i for i, l in enumerate(out._links)}
-        if len(out._node_index) != len(out._nodes) or len(out._link_index) != len(out._links):
-            raise TopologyError("relisted: node_order and link_order must be permutations")
         if "arrays" in self.__dict__:            # permuted, not rebuilt from the links
-            a, nodes, links = self.arrays, np.asarray(node_order), np.asarray(link_order)
+            a = self.arrays
             position = np.empty(nodes.size, np.int64)
             position[nodes] = np.arange(nodes.size)
             out.__dict__["arrays"] = _arrays(position[a.tail[links]], position[a.head[links]],
                                              a.capacity[links], a.latency[links],
                                              a.is_switch[nodes])
+            if "gpus" in self.__dict__ and bool(np.all(np.diff(nodes[~a.is_switch[nodes]]) > 0)):
+                out.__dict__["gpus"] = self.gpus
         return out
 
     # ------------------------------------------------------------------ serialisation

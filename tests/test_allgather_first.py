@@ -11,10 +11,11 @@ import pytest
 
 import mccl_opt as mo
 from instances import hpn
-from instances.aggregation import host_ring, shared_aggregation
+from instances.aggregation import host_ring, leaf_spine, scrambled, shared_aggregation
+from instances.fabrics import irregular
 from mccl_opt.allgather.canonical import canonical
 from mccl_opt.allgather.first import MWU_MAX_GPUS, first_schedule, shortest_path_trees
-from mccl_opt.allgather.first_line import line_trees
+from mccl_opt.allgather.first_line import _line_paths, line_trees
 from mccl_opt.schedule_chunks import TreeChunks, TreeTable
 from tests.oracle_allgather import check_schedule
 
@@ -115,3 +116,53 @@ def test_above_both_max_gpus_the_limit_decides_whether_shortest_path_trees_are_t
     assert roomy.rate_gbps > tight.rate_gbps
     for s in (tight, roomy):
         assert check_schedule(topo, s, max_chunks=10).rate_gbps == pytest.approx(s.rate_gbps)
+
+
+def _switch_only_costs(topo: mo.Topology, src: int) -> np.ndarray:
+    """Cheapest cost ``1/capacity`` from node ``src`` to every node over paths that ride
+    switches only (scipy's Dijkstra on the arcs out of switches and out of ``src``)."""
+    from scipy.sparse import csr_matrix
+    from scipy.sparse.csgraph import dijkstra
+
+    arr = topo.arrays
+    keep = arr.is_switch[arr.tail] | (arr.tail == src)
+    cost = float(arr.capacity.max()) / arr.capacity
+    n = topo.num_nodes
+    graph = csr_matrix((cost[keep], (arr.tail[keep], arr.head[keep])), shape=(n, n))
+    return dijkstra(graph, indices=src)
+
+
+@pytest.mark.parametrize("make", [
+    lambda: scrambled(shared_aggregation(2, 3, 8).with_capacity(
+        src="s0h1g2", dst="s0tor2", gbps=100.0, both_directions=False), 5),
+    lambda: leaf_spine(2, 2, 8).with_capacity(src="u0leaf0", dst="spine1", gbps=700.0,
+                                              both_directions=False),
+    lambda: irregular(5), lambda: host_ring(4, 4)], ids=["shared-agg", "leaf-spine",
+                                                        "irregular", "host-ring"])
+def test_the_line_takes_the_nearest_gpu_lowest_index_first_and_cheapest_paths(make):
+    """The line's pruned search (switches only queued, bounded by each switch's cost to
+    its nearest GPU) against plain Dijkstra: each next GPU is the nearest one not on the
+    line, ties to the lowest index, and every step's path, forward and back, is a
+    cheapest one (a search pruning too much takes a farther GPU or a dearer path)."""
+    topo = canonical(make())
+    arr = topo.arrays
+    cost = float(arr.capacity.max()) / np.asarray(arr.capacity, float)
+    line, nodes, arcs, lengths = _line_paths(
+        *(np.asarray(a, np.int64) for a in (arr.out_start, arr.out_arcs, arr.in_start,
+                                           arr.in_arcs, arr.tail, arr.head)),
+        cost, np.asarray(arr.is_switch), int(arr.gpu_nodes[0]))
+    g = topo.num_gpus
+    assert line.size == g and lengths.all()
+    starts = np.concatenate(([0], np.cumsum(lengths)))
+    on_line = [int(line[0])]
+    for i in range(g - 1):
+        dist = _switch_only_costs(topo, int(line[i]))
+        free = [int(v) for v in arr.gpu_nodes if int(v) not in on_line]
+        nearest = min(dist[free])
+        assert int(line[i + 1]) == min(v for v in free if dist[v] <= nearest * (1 + 1e-12))
+        on_line.append(int(line[i + 1]))
+        for path, src, dst in ((i, line[i], line[i + 1]), (g - 1 + i, line[i + 1], line[i])):
+            hops = arcs[starts[path] + 1:starts[path + 1]]
+            assert nodes[starts[path]] == src and arr.head[hops[-1]] == dst
+            assert cost[hops].sum() == pytest.approx(_switch_only_costs(topo, int(src))[dst],
+                                                     rel=1e-12)

@@ -13,6 +13,8 @@ are shifted too.  Nothing is timed.
 
 from __future__ import annotations
 
+import itertools
+import math
 from collections import OrderedDict
 
 import numpy as np
@@ -106,6 +108,18 @@ def test_the_spines_are_shifted_too_on_leaf_spine(monkeypatch):
     assert both is not None and gpus_only is not None
     assert both.rate_gbps >= 1.9 * gpus_only.rate_gbps > 1.9 * first.rate_gbps
     check_schedule(topo, both, max_chunks=10)
+
+
+@pytest.mark.parametrize("orders", [[16] * 8 + [8], [2, 8, 8], [4, 2, 4, 2], [1, 3, 5, 2, 7],
+                                    [17], []])
+def test_the_image_estimate_counts_the_subgroups_weighed(orders):
+    """:func:`first_images._weighed` counts the subsets whose orders' product is at most
+    ``MAX_IMAGES`` (the only ones :func:`first_images._best_subgroup` weighs), as listing
+    them does: 9 of HPN 8x16x8's 511."""
+    listed = sum(1 for r in range(1, len(orders) + 1)
+                 for subset in itertools.combinations(orders, r)
+                 if math.prod(subset) <= first_images.MAX_IMAGES)
+    assert first_images._weighed(orders, first_images.MAX_IMAGES) == listed
 
 
 def test_the_generators_are_cached_per_shape_not_capacities():

@@ -235,3 +235,26 @@ def test_a_merged_topology_saves_the_merged_link_and_its_record(tmp_path):
     assert [(r["src"], r["dst"]) for r in later.parallel_links] == [("a", "sw"), ("sw", "b")]
     assert later.link("sw", "b").capacity_gbps == 60.0
     assert topo.with_capacity(src="a", dst="sw", gbps=7.0).parallel_links == topo.parallel_links
+
+
+def test_relisted_is_the_same_fabric_its_link_index_built_when_used():
+    """A relisted topology (AllGather's canonical listing) names the same links at their
+    new positions, keeps its GPU list when the GPUs keep their order, and refuses an
+    order that is no permutation."""
+    topo = hpn(1, 2, 4)
+    topo.arrays, topo.gpus                                 # built, as a solve has them
+    nodes = list(range(topo.num_nodes))[::-1]
+    gpus_first = [i for i in range(topo.num_nodes) if topo.nodes[i].is_gpu] + \
+        [i for i in nodes if not topo.nodes[i].is_gpu]
+    links = list(range(topo.num_links))[::-1]
+    for order in (nodes, gpus_first):
+        out = topo.relisted(order, links)
+        assert "_link_index" not in out.__dict__
+        assert [out.link_index(l.src, l.dst) for l in topo.links] == np.argsort(links).tolist()
+        assert out.gpus == tuple(topo.nodes[i].id for i in order if topo.nodes[i].is_gpu)
+        assert out.arrays.rank_of.max() == topo.num_gpus - 1
+    assert topo.relisted(gpus_first, links).gpus is topo.gpus
+    with pytest.raises(TopologyError, match="permutations"):
+        topo.relisted(nodes[:-1] + nodes[:1], links)
+    with pytest.raises(TopologyError, match="permutations"):
+        topo.relisted(nodes, links[:-1])

@@ -100,9 +100,7 @@ def image_seconds(topo: Topology) -> float:
     if cached is None:
         rest = GENERATORS_PER_GPU * gpus + SECONDS_PER_SUBSET * UNSEEN_SUBSETS
     else:
-        clusters, twins = cached
-        subsets = sum(2 ** len(gens) - 1 for gens in clusters + [twins] if gens)
-        rest = SECONDS_PER_SUBSET * subsets
+        rest = SECONDS_PER_SUBSET * cached.weighed
     return FLOOR_S + SECONDS_PER_PAIR * gpus * gpus + rest
 
 
@@ -214,15 +212,29 @@ def structural_generators(topo: Topology) -> tuple[list[Generators], Generators]
     with _CACHE_LOCK:
         if key in _CACHE:
             _CACHE.move_to_end(key)
-            return _CACHE[key]
+            return _CACHE[key].gens
     gens = (symmetry_generators(topo, structural=True), twin_switch_generators(topo))
     for node, link in [gen for cluster in gens[0] for gen in cluster] + gens[1]:
         node.flags.writeable = link.flags.writeable = False
+    weighed = sum(_weighed([cycle_order(node) for node, _ in cluster], MAX_IMAGES)
+                  for cluster in gens[0] + [gens[1]])
     with _CACHE_LOCK:
-        _CACHE[key] = gens
+        _CACHE[key] = _Shape(gens, weighed)
         while len(_CACHE) > CACHED_SHAPES:
             _CACHE.popitem(last=False)
     return gens
+
+
+def _weighed(orders: list[int], most: int) -> int:
+    """How many subsets of generators of these cycle orders :func:`_best_subgroup`
+    weighs (orders' product at most ``most``; it skips the rest at once): HPN 8x16x8's 9
+    of 511 (counting all, the images looked 0.12 s CPU, not 0.02, at 1,024 GPUs)."""
+    ways = [0] * (most + 1)
+    ways[1] = 1
+    for order in orders:
+        for p in range(most // order, 0, -1):      # each generator at most once
+            ways[p * order] += ways[p]
+    return sum(ways) - 1                           # not the empty subset
 
 
 def _shape_key(topo: Topology) -> bytes:
@@ -235,9 +247,16 @@ def _shape_key(topo: Topology) -> bytes:
     return digest.digest()
 
 
+class _Shape(NamedTuple):
+    """A cached shape's generators and how many subgroups are weighed (:func:`_weighed`)."""
+
+    gens: tuple[list[Generators], Generators]
+    weighed: int
+
+
 #: fabric shapes whose structural generators are kept (:func:`structural_generators`)
 CACHED_SHAPES = 8
-_CACHE: OrderedDict[bytes, tuple[list[Generators], Generators]] = OrderedDict()
+_CACHE: OrderedDict[bytes, _Shape] = OrderedDict()
 _CACHE_LOCK = threading.Lock()
 
 
