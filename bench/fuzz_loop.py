@@ -168,11 +168,15 @@ def misses(out: dict, tags: list[str]) -> list[tuple[int, str]]:
         why = []
         final = None if ev["algbw_final"] is None else ev["algbw_final"] / ev["algbw_offline"]
         if reach(ev) == "-" and ev.get("segment_ms", 0) >= NO_REACTION_MS and final is not None and final < 0.95:
-            why.append(f"final {final:.3f} and no version finished in {ev['segment_ms']:.0f} ms")
+            before = [r["algbw"] for r in out["rows"] if r["end_ms"] <= ev["t_ms"]]
+            unaffected = bool(before) and ev["algbw_final"] >= 0.99 * before[-1]
+            why.append(f"final {final:.3f} and no version finished in {ev['segment_ms']:.0f} ms"
+                       + (" (the running version is as fast as before the event: not a loop miss)"
+                          if unaffected else ""))
         if reach(ev) == "ok":
             if final is None or final < 0.95:
                 why.append(f"final {final if final is None else round(final, 3)}")
-            if ev["versions"] and (ev["recovery_ratio"] is None or ev["recovery_ratio"] < 0.95):
+            if ev["recovery_ratio"] is not None and ev["recovery_ratio"] < 0.95:
                 why.append(f"ratio {ev['recovery_ratio'] if ev['recovery_ratio'] is None else round(ev['recovery_ratio'], 3)}")
         if len(ev["versions"]) > 2:
             why.append(f"{len(ev['versions'])} versions")
