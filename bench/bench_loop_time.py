@@ -82,6 +82,11 @@ def fabric(spec: str):
     return topo, pick
 
 
+def message_bytes(collective: str, gpus: int) -> float:
+    """The scenarios' message: 16 MiB per GPU for AllGather, 128 MiB in all for AllToAll."""
+    return 16 * 2**20 if collective == "allgather" else 128 * 2**20 / gpus
+
+
 def scenario(cls: str, spec: str, collective: str, seed: int = 0) -> dict:
     """The ``mccl-scenario/1`` dictionary of one case (module docstring); ``seed`` seeds
     the telemetry noise."""
@@ -106,10 +111,9 @@ def scenario(cls: str, spec: str, collective: str, seed: int = 0) -> dict:
         "noise5": [],
         "lane": [at(20, 0.125)],
     }[base]
-    size = 16 * 2**20 if collective == "allgather" else 128 * 2**20 / topo.num_gpus
     duration = {"ramp": 900.0, "noise5": 600.0}.get(base, 250.0 if topo.num_gpus <= 16 else 600.0)
     return {"format": "mccl-scenario/1", "topology": topo.to_dict(), "collective": collective,
-            "message_bytes": size, "duration_ms": duration, "noise": 0.05 if base == "noise5" else 0.01,
+            "message_bytes": message_bytes(collective, topo.num_gpus), "duration_ms": duration, "noise": 0.05 if base == "noise5" else 0.01,
             "seed": seed, "events": events}
 
 
