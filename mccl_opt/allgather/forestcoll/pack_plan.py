@@ -13,7 +13,9 @@ packed passes the rooted cut test of Edmonds' theorem):
    first (:attr:`PackPlan.plain_first`).  A declining plan (:attr:`PackPlan.declines`)
    stops here.  Otherwise a failed packing runs the whole rooted test.
 2. :attr:`Step.GUARDED`: where the graph does not admit ``k``, the guarded spread split and
-   its repair packing (skipped on a tight guarded graph, :attr:`PackPlan.guarded_skips_tight`).
+   its repair packing (skipped on a tight guarded graph, :attr:`PackPlan.guarded_skips_tight`,
+   and where the few-trees packing follows on a graph with a narrow tight rank,
+   :attr:`PackPlan.guarded_skips_narrow`).
 3. :attr:`Step.FEW_TREES` from :data:`FEW_BEFORE_FAST_K` trees per root (admits).
 4. :attr:`Step.PLAIN`: the plain repair packing after the scaled ones (admits).
 5. :attr:`Step.RAIL_FIRST`: below :data:`~.packing.growth_order.RAIL_FIRST_MIN_RANKS` GPUs,
@@ -124,7 +126,10 @@ class PackPlan:
     packings include the plain one (else it is :attr:`Step.PLAIN`); ``capped``: the repair
     searches stop where the few-trees packing is forecast cheaper
     (:func:`.pack_steps._pack_repair`); ``guarded_skips_tight``: the guarded split's
-    plain-order repair packing is skipped on a tight graph; ``declines``: the steps stop
+    plain-order repair packing is skipped on a tight graph; ``guarded_skips_narrow``: the
+    guarded split's repair packing is skipped where a rank is its own tight set with an
+    in-link of fewer than ``k`` units (:func:`.pack_steps.narrow_tight`), the few-trees
+    packing coming next; ``declines``: the steps stop
     after the first packing, leaving the fabric to the chain's next method."""
 
     steps: tuple[Step, ...]
@@ -132,6 +137,7 @@ class PackPlan:
     plain_first: bool
     capped: bool
     guarded_skips_tight: bool
+    guarded_skips_narrow: bool
     declines: bool
 
 
@@ -190,5 +196,11 @@ def plan_pack(goal: Goal, k: int, n: int) -> PackPlan:
     # on every state measured (leaf-spine 4x2x8, 8x2x8 with 4 spines in three listings,
     # 4x2x8 one way: 0.04-0.26 s each); the rail-first retry (completes on 4x2x8) and the
     # few-trees packing follow
+    # where the few-trees packing comes right after the guarded split, a rank that is its
+    # own tight set and has an in-link of fewer than k units must take some trees through
+    # that link; the repair packing cannot choose which (docs/allgather.md, *Narrow NIC
+    # links*) and failed on every such guarded graph measured (narrow-NIC dragonfly
+    # 4x2x1x8 at None, k = 103-145: 0.14-0.44 s before a 0.07 s few-trees packing)
+    skips_narrow = few and few_next and not declines
     return PackPlan(tuple(steps), stride if test_first else None, not late_plain, capped,
-                    capped and small, declines)
+                    capped and small, skips_narrow, declines)

@@ -33,7 +33,8 @@ from .removal.splitting import LogicalGraph, SplitGraph
 from .removal.spread import spread_split
 from .sized import limited_repair
 
-__all__ = ["Packed", "Packing", "SplitKind", "Shapes", "spread_logical", "pack", "tight"]
+__all__ = ["Packed", "Packing", "SplitKind", "Shapes", "spread_logical", "pack", "tight",
+           "narrow_tight"]
 
 Shapes = tuple[np.ndarray, np.ndarray]
 
@@ -168,6 +169,16 @@ def tight(lg: LogicalGraph, k: int) -> bool:
     return bool(tight_alone(n, lg.head, lg.units, np.full(n, k, np.int64)).all())
 
 
+def narrow_tight(lg: LogicalGraph, k: int) -> bool:
+    """Some rank is its own tight set (:func:`.packing.contraction.tight_alone`, ``k``
+    roots per rank) and has an in-link of fewer than ``k`` units: every unit into it
+    carries a tree, and which trees take the narrow link is the choice the repair
+    packing's augmenting chains cannot make (docs/allgather.md, *Narrow NIC links*)."""
+    n = lg.num_gpus
+    alone = tight_alone(n, lg.head, lg.units, np.full(n, k, np.int64))
+    return bool((alone[lg.head] & (lg.units < k)).any())
+
+
 def _leave_to_next(k: int) -> None:
     """A declining plan's steps ran out (:attr:`.pack_plan.PackPlan.declines`): the exact
     split and packings are left to the chain's next method, which solves the fabric
@@ -216,7 +227,8 @@ class _Packer:
 
     def guarded(self) -> None:
         """Where the spread split breaks the rooted test: the guarded spread split and its
-        repair packing (skipped on a tight graph, ``guarded_skips_tight``)."""
+        repair packing (skipped on a tight graph, ``guarded_skips_tight``, and on a graph
+        with a narrow tight rank, ``guarded_skips_narrow``)."""
         if self.admits:
             return
         anytime.check("Phase 2: before the guarded spread split")
@@ -227,7 +239,9 @@ class _Packer:
             return
         self.lg, self.kind, self.admits = guarded, SplitKind.GUARDED, True   # it passes
         anytime.check("Phase 3: before the repair packing of the guarded split")
-        if not (self.plan.guarded_skips_tight and tight(self.lg, self.k)):
+        plan = self.plan
+        if not (plan.guarded_skips_tight and tight(self.lg, self.k)
+                or plan.guarded_skips_narrow and narrow_tight(self.lg, self.k)):
             self.found = _pack_repair(self.lg, self.k, self.stats, self.shapes,
                                       plain=self.plan.plain_first, capped=self.plan.capped,
                                       guarded=True)
