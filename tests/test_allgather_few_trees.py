@@ -460,3 +460,34 @@ def test_many_trees_per_root_try_the_few_trees_packing_before_rail_first_and_gre
     assert order == ["repair", "few"] and sched.stats["packing"] == "exact"
     check_schedule(topo, sched)
     assert sched.rate_gbps == pytest.approx(cut_bound(topo), rel=1e-9)
+
+
+@pytest.mark.parametrize("topo, skipped", [
+    (dragonfly(4, 1, 1, 8).with_capacity(src="d0r0h0g2", dst="d0r0", gbps=20.0,
+                                         both_directions=True), True),
+    (dragonfly(3, 1, 1, 4).with_capacity(src="d0r0h0g2", dst="d0r0", gbps=4.0,
+                                         both_directions=True), False)])
+def test_a_narrow_tight_rank_leaves_the_guarded_split_to_the_few_trees_packing(
+        monkeypatch, topo, skipped):
+    """From ``FEW_BEFORE_FAST_K`` trees per root at ``None``, on a guarded graph where a
+    rank is its own tight set with an in-link of fewer than ``k`` units (a narrow NIC), the
+    guarded split's repair packing is skipped for the few-trees packing (narrow-NIC
+    dragonfly 4x2x1x8: 0.44 s, failing); a guarded graph without one still runs it.
+    Both solves reach the cut bound."""
+    from mccl_opt.allgather.forestcoll import pack_steps
+    from mccl_opt.allgather.forestcoll.pack_plan import FEW_BEFORE_FAST_K
+
+    guarded: list[bool] = []
+    real_repair = pack_steps._pack_repair
+
+    def repair(*a, **kw):
+        guarded.append(bool(kw.get("guarded")))
+        return real_repair(*a, **kw)
+
+    monkeypatch.setattr(pack_steps, "_pack_repair", repair)
+    sched = mo.solve_allgather(topo, max_chunks=None)
+    assert sched.stats["k"] >= FEW_BEFORE_FAST_K
+    assert (True not in guarded) == skipped
+    assert sched.stats["packing"] == ("exact" if skipped else "repair")
+    check_schedule(topo, sched)
+    assert sched.rate_gbps == pytest.approx(cut_bound(topo), rel=1e-9)

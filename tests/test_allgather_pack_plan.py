@@ -45,6 +45,7 @@ def test_many_trees_per_root_try_few_trees_right_after_the_guarded_split():
     assert plan.steps == (S.REPAIR, S.GUARDED, S.FEW_TREES, S.RAIL_FIRST, S.GREEDY,
                           S.EXACT_SPLIT)
     assert plan.plain_first and plan.capped and not plan.declines
+    assert plan.guarded_skips_narrow
     late = plan_pack(Goal.EXACT, 700, 64)           # past PLAIN_FIRST_ENTRIES: plain after
     assert 700 * 64 * 64 > PLAIN_FIRST_ENTRIES and not late.plain_first
     assert late.steps[:4] == (S.REPAIR, S.GUARDED, S.FEW_TREES, S.PLAIN)
@@ -56,6 +57,7 @@ def test_a_chunk_budget_packs_few_trees_only_when_cheap_and_searches_uncapped():
         few = S.FEW_TREES in plan.steps
         assert few == (k * n * n <= FEW_TREES_CHEAP_ENTRIES), (k, n)
         assert not plan.capped and not plan.guarded_skips_tight and not plan.declines
+        assert plan.guarded_skips_narrow == (few and k >= FEW_BEFORE_FAST_K), (k, n)
 
 
 def test_a_declinable_packing_past_cheap_entries_runs_one_repair_packing_on_a_sample():
@@ -91,6 +93,10 @@ def test_every_plan_keeps_the_documented_order(goal):
         if S.FEW_TREES in steps:        # before greedy at None, and from 64 trees per root
             before = steps.index(S.FEW_TREES) < steps.index(S.GREEDY)
             assert before == (k >= FEW_BEFORE_FAST_K or plan.capped)
+        # the guarded split's repair packing is skipped only for a few-trees packing next,
+        # from FEW_BEFORE_FAST_K trees per root (where it was measured)
+        few_next = steps[steps.index(S.GUARDED) + 1] is S.FEW_TREES
+        assert plan.guarded_skips_narrow == (few_next and k >= FEW_BEFORE_FAST_K), (k, n)
         tested = k > TEST_FIRST_K or k * n * n >= TEST_FIRST_ENTRIES
         assert (plan.test_stride is not None) == tested
         if tested and k <= TEST_FIRST_K:

@@ -199,8 +199,9 @@ def plan_pack(goal: Goal, k: int, n: int) -> PackPlan:
     # where the few-trees packing comes right after the guarded split, a rank that is its
     # own tight set and has an in-link of fewer than k units must take some trees through
     # that link; the repair packing cannot choose which (docs/allgather.md, *Narrow NIC
-    # links*) and failed on every such guarded graph measured (narrow-NIC dragonfly
-    # 4x2x1x8 at None, k = 103-145: 0.14-0.44 s before a 0.07 s few-trees packing)
+    # links*): on narrow-NIC dragonfly 4x2x1x8 at None (k = 103-293) it failed in
+    # 0.14-0.44 s before a 0.07 s few-trees packing; on 4x1x1x8 it completed, slower than
+    # the few-trees packing (0.07-0.23 s solves against 0.05 s)
     skips_narrow = few and few_next and not declines
     return PackPlan(tuple(steps), stride if test_first else None, not late_plain, capped,
                     capped and small, skips_narrow, declines)
