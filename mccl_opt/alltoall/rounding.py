@@ -152,11 +152,12 @@ def deep_dive(master: RestrictedMaster, prob: Problem, y: np.ndarray, k: int, ma
               lp_rate: float, *, good_enough: float = 1e-3, max_dives: int = 12,
               max_backtracks: int = 3, deadline: float | None = None,
               options: CGOptions = CGOptions(), background: np.ndarray | None = None,
-              pairs: np.ndarray | None = None) -> tuple[Rounded, dict]:
+              pairs: np.ndarray | None = None, floor: float = 0.0) -> tuple[Rounded, dict]:
     """Best of the plain roundings and a deep dive from the LP solution ``y``.
 
-    The dive runs only while the best rounding is more than ``good_enough`` (relative)
-    below ``lp_rate``.  Leaves ``master`` with fixed lower bounds; returns the best
+    The dive runs only while the best rounding (or ``floor``: the rate of a schedule the
+    caller keeps if better, :mod:`.kept`) is more than ``good_enough`` (relative) below
+    ``lp_rate``; a step whose LP cannot beat that bar is undone or ends the dive.  Leaves ``master`` with fixed lower bounds; returns the best
     rounding (with a copy of the column pool it refers to) and the dive's counters (JSON).
     ``pairs`` (bool per pair) limits the rounding to those pairs, whose columns alone are
     in the pool; ``background`` is the other pairs' fixed (rounded) share loads, which the
@@ -177,7 +178,7 @@ def deep_dive(master: RestrictedMaster, prob: Problem, y: np.ndarray, k: int, ma
     for step in range(max_dives):
         if trouble is not None or (deadline is not None and time.perf_counter() >= deadline):
             break
-        if best.rate >= (1 - good_enough) * lp_rate:
+        if max(best.rate, floor) >= (1 - good_enough) * lp_rate:
             break
         total = np.bincount(pool.pair, weights=y, minlength=prob.num_pairs)
         units = k * y / total[pool.pair]
@@ -228,7 +229,7 @@ def deep_dive(master: RestrictedMaster, prob: Problem, y: np.ndarray, k: int, ma
         pricing_rounds += res.rounds
         grown = len(pool) - fixed.size
         fixed = np.concatenate([target, np.zeros(grown, dtype=np.int64)])
-        if res.rate <= best.rate * (1 + 1e-9) and chosen.size:
+        if res.rate <= max(best.rate, floor) * (1 + 1e-9) and chosen.size:
             # no completion of these fixings can beat the best rounding: undo the batch
             backtracks += 1
             fixed[chosen] -= 1
@@ -244,7 +245,7 @@ def deep_dive(master: RestrictedMaster, prob: Problem, y: np.ndarray, k: int, ma
                                            background)
         if rate > best.rate * (1 + 1e-12):
             best = _snapshot(pool, counts, rate, f"deep_dive+{how}")
-        if res.rate <= best.rate * (1 + 1e-9):
+        if res.rate <= max(best.rate, floor) * (1 + 1e-9):
             break                                   # the residual LP cannot do better
         batch = 0.25 if batch == 0 else min(1.0, batch * 1.5)
     counters: dict = {"dive_steps": dive_steps, "backtracks": backtracks, "lr_rate": lr_rate,
