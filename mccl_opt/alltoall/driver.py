@@ -23,7 +23,7 @@ from .initial import certified_routing, initial_columns
 from .master import ColumnPool, RestrictedMaster
 from .pricing import PricedColumns
 from .problem import Problem
-from .rounding import deep_dive
+from .rounding import deep_dive, dive_budget
 from .rows import Rows, csr_take
 from .state import ChunkRoutes, LPColumns, OldFabric, PricingCertificate, AllToAllWarmState
 from .warm import reusable_basis, sharply_fallen
@@ -170,7 +170,8 @@ def round_solved(prob: Problem, solved: Solved, backend: str, max_chunks: int | 
         rounded = fractional(pool, y, prob)
     else:
         rounded, dive = deep_dive(master, prob, y, max_chunks, solved.max_steps, res.rate,
-                                  deadline=deadline, floor=floor)
+                                  deadline=deadline, floor=floor,
+                                  budget_s=dive_budget(res.lp_seconds + res.pricing_seconds))
     rounding_s = time.perf_counter() - t_round
     k = 1 if max_chunks is None else max_chunks
     used, loads = rounded_columns(prob, rounded, k)
