@@ -1,12 +1,13 @@
-"""The warm schedule is a floor (docs/alltoall.md, *The warm schedule is a floor*): a
-warm AllToAll solve, time-limited or not, never returns a schedule slower than the warm
-start's own schedule re-rated on the new fabric."""
+"""Bounded, never-worse rounding (docs/alltoall.md, *The warm schedule is a floor* and
+*The dive's budget*): a warm AllToAll solve, time-limited or not, never returns a
+schedule slower than the warm start's own schedule re-rated on the new fabric, and the
+deep dive stops at its time budget with the plain roundings' best, reported as such."""
 
 from __future__ import annotations
 
 import pytest
 
-from instances import degrade, hpn
+from instances import degrade, dgx, hpn
 from mccl_opt import validate
 from mccl_opt.alltoall import solve_alltoall
 from mccl_opt.alltoall.assemble import make_schedule
@@ -14,6 +15,7 @@ from mccl_opt.alltoall.direct import routed_outcome
 from mccl_opt.alltoall.driver import cold_routing
 from mccl_opt.alltoall.kept import keep_if_better, kept_schedule
 from mccl_opt.alltoall.problem import problem_for
+from mccl_opt.alltoall import rounding
 
 
 @pytest.mark.parametrize("limit", [1e-6, None])
@@ -49,3 +51,16 @@ def test_no_floor_when_the_old_schedule_is_not_valid_on_the_new_fabric():
     prob = problem_for(base)
     assert kept_schedule(prob, healthy.warm_state, 4, base.num_nodes - 1) is None   # other K
     assert kept_schedule(prob, healthy.warm_state, 10, base.num_nodes - 1) is not None
+
+
+def test_the_dive_stops_at_its_budget_with_an_honest_gap(monkeypatch):
+    topo = dgx()                      # 10-chunk roundings lose 5 % against the LP here
+    full = solve_alltoall(topo)
+    assert full.stats["dive_steps"] > 0 and "stopped_by" not in full.stats
+    monkeypatch.setattr(rounding, "DIVE_BUDGET_FACTOR", 0.0)
+    monkeypatch.setattr(rounding, "DIVE_BUDGET_MIN_S", 0.0)
+    cut = solve_alltoall(topo)
+    validate(topo, cut)
+    assert cut.stats["dive_steps"] == 0 and cut.stats["stopped_by"] == "dive budget"
+    assert cut.rate_gbps < cut.lp_rate_gbps and cut.lp_rate_gbps == pytest.approx(full.lp_rate_gbps)
+    assert cut.rate_gbps >= cut.stats["lr_rate"]      # at least the plain roundings' best
