@@ -98,9 +98,10 @@ def _synthesize(topo: Topology, warm: Schedule | AllToAllWarmState | None, backe
     steps = topo.num_nodes - 1 if max_steps in (None, "min") else int(max_steps)
 
     outcome: Outcome | None = None
-    kept = None if max_steps == "min" else kept_schedule(prob, state, max_chunks, steps)
     if max_steps != "min":
         outcome = reuse_certified(prob, state, backend, steps, max_chunks, rel_tol)
+    kept = (None if max_steps == "min" or outcome is not None
+            else kept_schedule(prob, state, max_chunks, steps))
     tried_local = (outcome is None and max_steps != "min"
                    and local_eligible(prob, state, max_chunks)
                    and not (state.basis is not None and changes_are_nonbinding(prob, state))
