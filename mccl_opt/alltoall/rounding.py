@@ -36,7 +36,7 @@ _EPS = 1e-9
 #: degradations its steps cost 0.7-5 s against a 0.3 s LP for a rounding gap of 0.2 %
 #: that it never closed (docs/alltoall.md, *The dive's budget*).
 DIVE_BUDGET_FACTOR = 2.0
-DIVE_BUDGET_MIN_S = 0.05
+DIVE_BUDGET_MIN_S = 0.2
 
 
 def dive_budget(lp_seconds: float) -> float:
