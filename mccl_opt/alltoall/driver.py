@@ -23,7 +23,7 @@ from .initial import certified_routing, initial_columns
 from .master import ColumnPool, RestrictedMaster
 from .pricing import PricedColumns
 from .problem import Problem
-from .rounding import deep_dive
+from .rounding import deep_dive, dive_budget
 from .rows import Rows, csr_take
 from .state import ChunkRoutes, LPColumns, OldFabric, PricingCertificate, AllToAllWarmState
 from .warm import reusable_basis, sharply_fallen
@@ -148,9 +148,11 @@ def certificate_of(res: CGResult, prob: Problem, max_steps: int) -> PricingCerti
 
 
 def round_solved(prob: Problem, solved: Solved, backend: str, max_chunks: int | None,
-                 deadline: float | None, old: AllToAllWarmState | None) -> Outcome:
+                 deadline: float | None, old: AllToAllWarmState | None,
+                 floor: float = 0.0) -> Outcome:
     """Round the LP of ``solved`` (deep dive, or the fractional shares when
-    ``max_chunks`` is None) and collect the outcome and the run's warm state."""
+    ``max_chunks`` is None) and collect the outcome and the run's warm state.  ``floor``:
+    the rate of a schedule the caller keeps if better (:mod:`.kept`), the dive's bar."""
     master, res = solved.master, solved.result
     pool = master.pool
     y = res.solution.y
@@ -168,7 +170,8 @@ def round_solved(prob: Problem, solved: Solved, backend: str, max_chunks: int | 
         rounded = fractional(pool, y, prob)
     else:
         rounded, dive = deep_dive(master, prob, y, max_chunks, solved.max_steps, res.rate,
-                                  deadline=deadline)
+                                  deadline=deadline, floor=floor,
+                                  budget_s=dive_budget(res.lp_seconds + res.pricing_seconds))
     rounding_s = time.perf_counter() - t_round
     k = 1 if max_chunks is None else max_chunks
     used, loads = rounded_columns(prob, rounded, k)

@@ -46,7 +46,7 @@ from .colgen import CGOptions, CGStatus, column_generation
 from .driver import certificate_of
 from .master import ColumnPool, RestrictedMaster
 from .problem import Problem
-from .rounding import deep_dive
+from .rounding import deep_dive, dive_budget
 from .rows import csr_take
 from .state import ChunkRoutes, LPColumns, AllToAllWarmState
 from .warm import changes_are_nonbinding
@@ -180,7 +180,8 @@ def local_resolve(prob: Problem, state: AllToAllWarmState, backend: str, max_ste
     else:
         master.set_rows(free, b_round)
         rounded, dive = deep_dive(master, prob, y, max_chunks, max_steps, lp_rate,
-                                  deadline=deadline, background=b_round, pairs=free)
+                                  deadline=deadline, background=b_round, pairs=free,
+                                  budget_s=dive_budget(lp_s + pr_s))
     rounding_s = time.perf_counter() - t_round
     new_used, new_loads = rounded_columns(prob, rounded, k)
     loads = new_loads + b_round

@@ -26,9 +26,22 @@ from .colgen import CGOptions, column_generation
 from .master import ColumnPool, RestrictedMaster
 from .problem import Problem
 
-__all__ = ["Rounded", "largest_remainder", "balanced", "rounded_rate", "deep_dive"]
+__all__ = ["Rounded", "largest_remainder", "balanced", "rounded_rate", "deep_dive",
+           "dive_budget", "DIVE_BUDGET_FACTOR", "DIVE_BUDGET_MIN_S"]
 
 _EPS = 1e-9
+
+#: The deep dive may spend this many times the LP phase's solver seconds (LP solves
+#: plus pricing), and at least :data:`DIVE_BUDGET_MIN_S`: on HPN 2x4x8 after random
+#: degradations its steps cost 0.7-5 s against a 0.3 s LP for a rounding gap of 0.2 %
+#: that it never closed (docs/alltoall.md, *The dive's budget*).
+DIVE_BUDGET_FACTOR = 2.0
+DIVE_BUDGET_MIN_S = 0.2
+
+
+def dive_budget(lp_seconds: float) -> float:
+    """Seconds the deep dive may take after an LP phase of ``lp_seconds``."""
+    return max(DIVE_BUDGET_FACTOR * lp_seconds, DIVE_BUDGET_MIN_S)
 
 
 @dataclass
@@ -152,11 +165,15 @@ def deep_dive(master: RestrictedMaster, prob: Problem, y: np.ndarray, k: int, ma
               lp_rate: float, *, good_enough: float = 1e-3, max_dives: int = 12,
               max_backtracks: int = 3, deadline: float | None = None,
               options: CGOptions = CGOptions(), background: np.ndarray | None = None,
-              pairs: np.ndarray | None = None) -> tuple[Rounded, dict]:
+              pairs: np.ndarray | None = None, floor: float = 0.0,
+              budget_s: float | None = None) -> tuple[Rounded, dict]:
     """Best of the plain roundings and a deep dive from the LP solution ``y``.
 
-    The dive runs only while the best rounding is more than ``good_enough`` (relative)
-    below ``lp_rate``.  Leaves ``master`` with fixed lower bounds; returns the best
+    The dive runs only while the best rounding (or ``floor``: the rate of a schedule the
+    caller keeps if better, :mod:`.kept`) is more than ``good_enough`` (relative) below
+    ``lp_rate``; a step whose LP cannot beat that bar is undone or ends the dive.  It
+    starts no step after ``deadline`` (a time limit's) nor after ``budget_s`` seconds
+    (:func:`dive_budget`; ``counters["stopped_by"] == "dive budget"``).  Leaves ``master`` with fixed lower bounds; returns the best
     rounding (with a copy of the column pool it refers to) and the dive's counters (JSON).
     ``pairs`` (bool per pair) limits the rounding to those pairs, whose columns alone are
     in the pool; ``background`` is the other pairs' fixed (rounded) share loads, which the
@@ -171,13 +188,18 @@ def deep_dive(master: RestrictedMaster, prob: Problem, y: np.ndarray, k: int, ma
     dive_steps = backtracks = pricing_rounds = 0
     options = CGOptions(rel_tol=options.rel_tol, drop_after=np.iinfo(np.int64).max)  # indices stay
     tabu: set[int] = set()
+    stop = deadline
+    if budget_s is not None:
+        stop = min(stop if stop is not None else np.inf, time.perf_counter() + budget_s)
     fixed = np.zeros(len(pool), dtype=np.int64)
     batch = 0.0                                 # first step: integral parts only
     trouble: str | None = None
     for step in range(max_dives):
-        if trouble is not None or (deadline is not None and time.perf_counter() >= deadline):
+        if trouble is not None or max(best.rate, floor) >= (1 - good_enough) * lp_rate:
             break
-        if best.rate >= (1 - good_enough) * lp_rate:
+        if stop is not None and time.perf_counter() >= stop:
+            if deadline is None or stop < deadline:
+                trouble = "dive budget"
             break
         total = np.bincount(pool.pair, weights=y, minlength=prob.num_pairs)
         units = k * y / total[pool.pair]
@@ -216,7 +238,7 @@ def deep_dive(master: RestrictedMaster, prob: Problem, y: np.ndarray, k: int, ma
             done |= ~pairs
         want = prob.pair_matrix((~done).astype(float), 0.0) > 0
         try:
-            res = column_generation(master, prob, max_steps, options=options, deadline=deadline,
+            res = column_generation(master, prob, max_steps, options=options, deadline=stop,
                                     want=want, bound=False, label=f"deep dive step {step + 1}")
         except SolveError as e:     # under a time limit: keep the best rounding (issue 27)
             if deadline is None:
@@ -228,7 +250,7 @@ def deep_dive(master: RestrictedMaster, prob: Problem, y: np.ndarray, k: int, ma
         pricing_rounds += res.rounds
         grown = len(pool) - fixed.size
         fixed = np.concatenate([target, np.zeros(grown, dtype=np.int64)])
-        if res.rate <= best.rate * (1 + 1e-9) and chosen.size:
+        if res.rate <= max(best.rate, floor) * (1 + 1e-9) and chosen.size:
             # no completion of these fixings can beat the best rounding: undo the batch
             backtracks += 1
             fixed[chosen] -= 1
@@ -244,7 +266,7 @@ def deep_dive(master: RestrictedMaster, prob: Problem, y: np.ndarray, k: int, ma
                                            background)
         if rate > best.rate * (1 + 1e-12):
             best = _snapshot(pool, counts, rate, f"deep_dive+{how}")
-        if res.rate <= best.rate * (1 + 1e-9):
+        if res.rate <= max(best.rate, floor) * (1 + 1e-9):
             break                                   # the residual LP cannot do better
         batch = 0.25 if batch == 0 else min(1.0, batch * 1.5)
     counters: dict = {"dive_steps": dive_steps, "backtracks": backtracks, "lr_rate": lr_rate,

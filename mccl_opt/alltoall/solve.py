@@ -12,6 +12,9 @@ Read top to bottom, a call tries the cheapest path that can be proven optimal fi
    whose cold routing is certified optimal (docs/alltoall.md, *Warm is never the slow
    path*).
 
+Whatever the path, the warm schedule re-rated on the new fabric is kept when it is
+faster than the result (:mod:`.kept`).
+
 Each path returns an :class:`~.assemble.Outcome`; :func:`~.assemble.make_schedule`
 builds the schedule, the bottleneck cut and ``stats`` (the JSON view of the typed
 :class:`~.assemble.RunReport`).
@@ -36,6 +39,7 @@ from .colgen import CGOptions, CGStatus
 from .cut_bound import cut_bound_gbps
 from .direct import no_room_for_master, routed_outcome
 from .driver import certified_cold_routing, cold_routing, round_solved, run_cg
+from .kept import Kept, keep_if_better, kept_schedule
 from .local import local_eligible, local_resolve, raises_a_binding_link, reuse_certified
 from .pricing import PricedColumns
 from .problem import Problem, problem_for
@@ -96,6 +100,8 @@ def _synthesize(topo: Topology, warm: Schedule | AllToAllWarmState | None, backe
     outcome: Outcome | None = None
     if max_steps != "min":
         outcome = reuse_certified(prob, state, backend, steps, max_chunks, rel_tol)
+    kept = (None if max_steps == "min" or outcome is not None
+            else kept_schedule(prob, state, max_chunks, steps))
     tried_local = (outcome is None and max_steps != "min"
                    and local_eligible(prob, state, max_chunks)
                    and not (state.basis is not None and changes_are_nonbinding(prob, state))
@@ -129,8 +135,9 @@ def _synthesize(topo: Topology, warm: Schedule | AllToAllWarmState | None, backe
                 outcome = routed_outcome(prob, routing[0], max_chunks, backend, steps)
             else:
                 outcome = _limited_cg(prob, backend, steps, columns, deadline, options, state,
-                                      routing, max_chunks)
+                                      routing, max_chunks, kept)
         outcome.report.extra.update(search, local_fallback=bool(tried_local))
+    outcome = keep_if_better(outcome, kept)
 
     sched = make_schedule(prob, outcome, max_chunks)
     if outcome.report.status is CGStatus.TIME_LIMIT:
@@ -144,8 +151,10 @@ def _synthesize(topo: Topology, warm: Schedule | AllToAllWarmState | None, backe
 
 def _limited_cg(prob: Problem, backend: str, steps: int, columns, deadline: float | None,
                 options: CGOptions, state: AllToAllWarmState | None,
-                routing: tuple[PricedColumns, float] | None, max_chunks: int | None) -> Outcome:
-    """Column generation and rounding; under a time limit, a first master that fails
+                routing: tuple[PricedColumns, float] | None, max_chunks: int | None,
+                kept: Kept | None) -> Outcome:
+    """Column generation and rounding (the deep dive's bar raised to the ``kept`` warm
+    schedule's rate); under a time limit, a first master that fails
     (numerical trouble) leaves the initial routing as the schedule (issue 27: a
     200k-link solve lost everything to the first master's failure)."""
     try:
@@ -156,7 +165,8 @@ def _limited_cg(prob: Problem, backend: str, steps: int, columns, deadline: floa
         outcome = routed_outcome(prob, routing[0], max_chunks, backend, steps)
         outcome.report.extra["stopped_by"] = str(e)
         return outcome
-    return round_solved(prob, solved, backend, max_chunks, deadline, state)
+    return round_solved(prob, solved, backend, max_chunks, deadline, state,
+                        0.0 if kept is None else kept.rate)
 
 
 def _repaired(prob: Problem, state: AllToAllWarmState | None) -> bool:
