@@ -224,25 +224,22 @@ def _tree_depths(chunks: list, root: np.ndarray, tails: np.ndarray, heads: np.nd
     t = len(chunks)
     bad = np.array([len(c.edges) != n - 1 for c in chunks], bool)
     bad |= ((heads < 0) | (heads == root[:, None])).any(axis=1)
-    parent = np.full((t, n), -1, np.int64)
-    seen = np.zeros((t, n), np.int64)
     rows = np.broadcast_to(np.arange(t)[:, None], heads.shape)
     ok = heads >= 0
+    seen = np.zeros((t, n), np.int64)
     np.add.at(seen, (rows[ok], heads[ok]), 1)
     bad |= (seen > 1).any(axis=1)
-    parent[rows[ok], heads[ok]] = tails[ok]
-    depth = np.full((t, n), -1, np.int64)
+    # pointer doubling (list ranking): column n is a sink for unknown parents
+    anc = np.full((t, n + 1), n, np.int64)
+    anc[rows[ok], heads[ok]] = np.where(tails[ok] >= 0, tails[ok], n)
+    anc[np.arange(t), root] = root
+    depth = np.ones((t, n + 1), np.int64)
     depth[np.arange(t), root] = 0
-    pr = np.broadcast_to(np.arange(t)[:, None], parent.shape)
-    has = parent >= 0
-    for _ in range(n):
-        known = np.zeros_like(has)
-        known[has] = depth[pr[has], parent[has]] >= 0
-        grow = known & (depth < 0)
-        if not grow.any():
-            break
-        depth[grow] = depth[pr[grow], parent[grow]] + 1
-    bad |= (depth < 0).any(axis=1)
+    depth[:, n] = 0
+    for _ in range(max(1, n).bit_length() + 1):
+        depth += np.take_along_axis(depth, anc, axis=1)
+        anc = np.take_along_axis(anc, anc, axis=1)
+    bad |= (anc[:, :n] != root[:, None]).any(axis=1)
     if bad.any():
         c = chunks[int(np.argmax(bad))]
         raise ScheduleError(f"allgather shard of {c.src}: tree edges must form a spanning arborescence "

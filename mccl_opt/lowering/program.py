@@ -28,9 +28,11 @@ every rank computes the same global program independently (no communication).
 
 from __future__ import annotations
 
+import gc
 from collections import OrderedDict
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Iterator, Sequence
 
 import numpy as np
 
@@ -150,6 +152,22 @@ def direct_schedule(collective: str, gpus: Sequence[str], version: int = 0) -> S
 
 
 # ------------------------------------------------------------------------ compilation
+def _segments(triples: np.ndarray, half: int) -> tuple[list[Segment], list[Segment]]:
+    """:class:`Segment` objects of the (buf, offset, length) columns of ``triples``, one
+    object per distinct triple (an AllGather slice's output segment recurs on every
+    edge); the first ``half`` columns, then the rest."""
+    if not triples.shape[1]:
+        return [], []
+    order = np.lexsort(triples)
+    srt = triples[:, order]
+    new = np.r_[True, (srt[:, 1:] != srt[:, :-1]).any(axis=0)]
+    objs = list(map(Segment, *srt[:, new].tolist()))
+    inv = np.empty(order.size, np.int64)
+    inv[order] = np.cumsum(new) - 1
+    segs = list(map(objs.__getitem__, inv.tolist()))
+    return segs[:half], segs[half:]
+
+
 def _program(collective: str, version: int, block: int, pipeline: int, n: int,
              copies: list[tuple[Segment, Segment]], hops: Hops) -> GlobalProgram:
     """Coalesce ``hops`` per (round, src, dst), hop order kept inside each message, and
@@ -164,9 +182,10 @@ def _program(collective: str, version: int, block: int, pipeline: int, n: int,
     fused[1:] &= ((sbuf[1:] == sbuf[:-1]) & (dbuf[1:] == dbuf[:-1])
                   & (soff[:-1] + ln[:-1] == soff[1:]) & (doff[:-1] + ln[:-1] == doff[1:]))
     starts = np.flatnonzero(~fused)
-    seg_len = np.add.reduceat(ln, starts).tolist() if starts.size else []
-    src_segs = list(map(Segment, sbuf[starts].tolist(), soff[starts].tolist(), seg_len))
-    dst_segs = list(map(Segment, dbuf[starts].tolist(), doff[starts].tolist(), seg_len))
+    seg_len = np.add.reduceat(ln, starts) if starts.size else starts
+    src_segs, dst_segs = _segments(np.stack([np.r_[sbuf[starts], dbuf[starts]],
+                                             np.r_[soff[starts], doff[starts]],
+                                             np.r_[seg_len, seg_len]]), starts.size)
     first = np.flatnonzero(new[starts])
     cuts = np.r_[first, starts.size].tolist()
     heads = starts[first]
@@ -191,7 +210,24 @@ def compile_schedule(schedule: Schedule, block_numel: int, pipeline: int = 1) ->
     schedule does not deliver every block."""
     if block_numel < 0 or pipeline < 1:
         raise InputError("block_numel must be >= 0 and pipeline >= 1")
-    block, pipeline = int(block_numel), int(pipeline)
+    with _gc_paused():
+        return _compile(schedule, int(block_numel), int(pipeline))
+
+
+@contextmanager
+def _gc_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector: the lowering makes ~1e5 acyclic objects, and
+    the collections they trigger cost as much as making them."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
+def _compile(schedule: Schedule, block: int, pipeline: int) -> GlobalProgram:
     rank = rank_index(schedule)
     n = len(rank)
     if schedule.collective == "alltoall":
