@@ -8,8 +8,10 @@ from collections import defaultdict
 from typing import Iterable
 
 from mccl_opt.errors import InputError, ScheduleError
+from mccl_opt.lowering.hops import _check_shares, _group_by
+from mccl_opt.lowering.hops import rank_index as _rank_index
 from mccl_opt.lowering.program import (INP, OUT, STAGE, GlobalProgram, Message, RankProgram, Segment,
-                                       SHARE_TOL, chunk_bounds, slice_bounds)
+                                       chunk_bounds, slice_bounds)
 from mccl_opt.schedule import Schedule
 
 
@@ -63,26 +65,6 @@ def _merge(pairs: Iterable[tuple[Segment, Segment]]) -> list[tuple[Segment, Segm
                 continue
         out.append((s, d))
     return out
-
-
-def _rank_index(schedule: Schedule) -> dict[str, int]:
-    if len(set(schedule.gpus)) != len(schedule.gpus):
-        raise ScheduleError("schedule 'gpus' lists a GPU twice; ranks must be distinct")
-    return {g: r for r, g in enumerate(schedule.gpus)}
-
-
-def _group_by(chunks: Iterable, key) -> dict:
-    groups: dict = defaultdict(list)
-    for c in chunks:
-        groups[key(c)].append(c)
-    return groups
-
-
-def _check_shares(where: str, chunks: Sequence) -> None:
-    total = sum(c.share for c in chunks)
-    if any(c.share < 0 for c in chunks) or abs(total - 1.0) > SHARE_TOL:
-        raise ScheduleError(f"{where}: chunk shares must be >= 0 and sum to 1, got sum "
-                            f"{total:.9g}; re-synthesize or fix the schedule file")
 
 
 def _lower_alltoall(schedule: Schedule, block: int, pipeline: int) -> GlobalProgram:

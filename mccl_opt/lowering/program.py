@@ -125,6 +125,8 @@ def chunk_bounds(shares: Sequence[float], numel: int) -> list[tuple[int, int]]:
     the boundaries are ``floor(m_j * numel / K)``; otherwise the cumulative shares are
     rounded to multiples of ``2**-20`` first.  The last boundary is always ``numel``.
     """
+    if len(shares) == 1:
+        return [(0, numel)]                    # what the rule gives (K = 1), without the search
     total = float(sum(shares))
     k = chunk_denominator(shares) or QUANTUM
     cum, q = 0.0, [0]
