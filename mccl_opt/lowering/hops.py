@@ -63,6 +63,25 @@ def _check_shares(where: str, chunks: Sequence) -> None:
                             f"{total:.9g}; re-synthesize or fix the schedule file")
 
 
+def _collect(blocks: Iterable[tuple[tuple[int, ...], list | None, str, str]], bounds: Bounds,
+             numel: int) -> tuple[list, list[tuple[int, ...]], ScheduleError | None]:
+    """Chunks of every block ``(key, chunks, where, missing)`` in order and a row
+    ``key + (lo, hi)`` of element range each, up to the first block without chunks or with
+    bad shares: that error is returned, to be raised after faults of earlier chunks."""
+    chunks: list = []
+    rows: list[tuple[int, ...]] = []
+    for key, group, where, missing in blocks:
+        try:
+            if not group:
+                raise ScheduleError(f"{where} {missing}")
+            _check_shares(where, group)
+        except ScheduleError as e:
+            return chunks, rows, e
+        chunks.extend(group)
+        rows.extend(key + b for b in bounds([c.share for c in group], numel))
+    return chunks, rows, None
+
+
 def _slices(lo: np.ndarray, hi: np.ndarray, pipeline: int) -> tuple[np.ndarray, ...]:
     """Non-empty slices of chunk ranges ``[lo, hi)``, chunk-major: (chunk, start, length)."""
     span = (hi - lo)[:, None]
@@ -81,33 +100,16 @@ def alltoall_hops(schedule: Schedule, rank: dict[str, int], block: int, pipeline
     """AllToAll hops: relays receive into staging and forward from it a round later."""
     n, gpus = len(rank), schedule.gpus
     by_pair = _group_by(schedule.chunks, lambda c: (c.src, c.dst))
-    chunks: list = []
-    rows: list[tuple[int, int, int, int]] = []        # (s, d, lo, hi) per chunk
-    pending: ScheduleError | None = None
-    for s in range(n):
-        for d in range(n):
-            if s == d:
-                continue
-            group = by_pair.get((gpus[s], gpus[d]))
-            where = f"alltoall block {gpus[s]} -> {gpus[d]}"
-            try:
-                if not group:
-                    raise ScheduleError(f"{where} has no chunk; every ordered GPU pair needs a path")
-                _check_shares(where, group)
-            except ScheduleError as e:
-                pending = e
-                break
-            chunks.extend(group)
-            rows.extend((s, d, lo, hi) for lo, hi in bounds([c.share for c in group], block))
-        if pending is not None:
-            break
+    blocks = (((s, d), by_pair.get((gpus[s], gpus[d])), f"alltoall block {gpus[s]} -> {gpus[d]}",
+               "has no chunk; every ordered GPU pair needs a path")
+              for s in range(n) for d in range(n) if s != d)
+    chunks, rows, pending = _collect(blocks, bounds, block)
     hops = [_ranks(c.path, rank) for c in chunks]
     lengths = np.fromiter(map(len, hops), np.int64, count=len(hops))
     flat = np.fromiter((r for h in hops for r in h), np.int64, count=int(lengths.sum()))
     first = np.zeros(len(hops) + 1, np.int64)
     np.cumsum(lengths, out=first[1:])
-    tab = np.array(rows, np.int64).reshape(-1, 4)
-    cs, cd, lo, hi = tab.T
+    cs, cd, lo, hi = np.array(rows, np.int64).reshape(-1, 4).T
     _check_paths(chunks, cs, cd, flat, first, lengths, n)
     if pending is not None:
         raise pending
@@ -167,23 +169,10 @@ def allgather_hops(schedule: Schedule, rank: dict[str, int], shard: int, pipelin
     into ``v``'s output in round ``depth(u) + slice``."""
     n, gpus = len(rank), schedule.gpus
     by_root = _group_by(schedule.chunks, lambda c: c.src)
-    chunks: list = []
-    rows: list[tuple[int, int, int]] = []              # (root, lo, hi) per chunk
-    pending: ScheduleError | None = None
-    for r in range(n):
-        group = by_root.get(gpus[r])
-        where = f"allgather shard of {gpus[r]}"
-        try:
-            if not group:
-                raise ScheduleError(f"{where} has no tree; every GPU needs at least one tree")
-            _check_shares(where, group)
-        except ScheduleError as e:
-            pending = e
-            break
-        chunks.extend(group)
-        rows.extend((r, lo, hi) for lo, hi in bounds([c.share for c in group], shard))
-    tab = np.array(rows, np.int64).reshape(-1, 3)
-    root, lo, hi = tab.T
+    blocks = (((r,), by_root.get(gpus[r]), f"allgather shard of {gpus[r]}",
+               "has no tree; every GPU needs at least one tree") for r in range(n))
+    chunks, rows, pending = _collect(blocks, bounds, shard)
+    root, lo, hi = np.array(rows, np.int64).reshape(-1, 3).T
     tails, heads = _tree_edges(chunks, rank, n)
     depth_u = _tree_depths(chunks, root, tails, heads, n)
     if pending is not None:
