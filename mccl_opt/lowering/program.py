@@ -23,7 +23,9 @@ block size works; empty slices are skipped.
 All messages from one rank to one peer in one round are coalesced into a single
 point-to-point message whose segments are listed in the same order on both sides.
 The lowering depends only on the schedule, the element count and ``pipeline``, so
-every rank computes the same global program independently (no communication).
+every rank computes the same global program independently (no communication).  The hops
+are numpy arrays (:mod:`.hops`, issue 26: this runs on the loop's reaction path);
+Python objects are made per coalesced segment and message only.
 """
 
 from __future__ import annotations
