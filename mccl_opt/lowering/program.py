@@ -23,27 +23,33 @@ block size works; empty slices are skipped.
 All messages from one rank to one peer in one round are coalesced into a single
 point-to-point message whose segments are listed in the same order on both sides.
 The lowering depends only on the schedule, the element count and ``pipeline``, so
-every rank computes the same global program independently (no communication).
+every rank computes the same global program independently (no communication).  The hops
+are numpy arrays (:mod:`.hops`, issue 26: this runs on the loop's reaction path);
+Python objects are made per coalesced segment and message only.
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict, defaultdict
+import gc
+from collections import OrderedDict
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Iterable, Sequence
+from typing import Iterator, Sequence
+
+import numpy as np
 
 from mccl_opt.errors import InputError, ScheduleError
 from mccl_opt.schedule import PathChunk, Schedule, TreeChunk
+
+from .hops import INP, OUT, SHARE_TOL, STAGE, Hops, allgather_hops, alltoall_hops, rank_index
 
 __all__ = ["COLLECTIVES_EXEC", "INP", "OUT", "STAGE", "Segment", "Message", "RankProgram", "GlobalProgram",
            "compile_schedule", "ProgramCache", "chunk_denominator", "direct_schedule", "slice_bounds", "chunk_bounds"]
 
 COLLECTIVES_EXEC = ("allgather", "alltoall")
-INP, OUT, STAGE = 0, 1, 2
 BUFFER_NAMES = ("inp", "out", "stage")
 QUANTUM = 1 << 20
 MAX_DENOMINATOR = 64
-SHARE_TOL = 1e-6
 
 
 @dataclass(frozen=True)
@@ -121,6 +127,8 @@ def chunk_bounds(shares: Sequence[float], numel: int) -> list[tuple[int, int]]:
     the boundaries are ``floor(m_j * numel / K)``; otherwise the cumulative shares are
     rounded to multiples of ``2**-20`` first.  The last boundary is always ``numel``.
     """
+    if len(shares) == 1:
+        return [(0, numel)]                    # what the rule gives (K = 1), without the search
     total = float(sum(shares))
     k = chunk_denominator(shares) or QUANTUM
     cum, q = 0.0, [0]
@@ -148,141 +156,56 @@ def direct_schedule(collective: str, gpus: Sequence[str], version: int = 0) -> S
 
 
 # ------------------------------------------------------------------------ compilation
-class _Builder:
-    """Accumulates hop transfers, then coalesces them per (round, src, dst)."""
-
-    def __init__(self, n: int) -> None:
-        self.n = n
-        self.parts: dict[tuple[int, int, int], list[tuple[Segment, Segment]]] = defaultdict(list)
-        self.stage_top = [0] * n
-        self.copies: list[list[tuple[Segment, Segment]]] = [[] for _ in range(n)]
-
-    def hop(self, rnd: int, src: int, dst: int, s: Segment, d: Segment) -> None:
-        self.parts[(rnd, src, dst)].append((s, d))
-
-    def stage(self, rank: int, length: int) -> Segment:
-        seg = Segment(STAGE, self.stage_top[rank], length)
-        self.stage_top[rank] += length
-        return seg
-
-    def build(self, collective: str, version: int, block: int, pipeline: int) -> GlobalProgram:
-        messages = []
-        for (rnd, src, dst) in sorted(self.parts):
-            pairs = _merge(self.parts[(rnd, src, dst)])
-            messages.append(Message(rnd, src, dst, tuple(p[0] for p in pairs),
-                                    tuple(p[1] for p in pairs)))
-        num_rounds = 1 + max((m.round for m in messages), default=-1)
-        sends: list[list[list[Message]]] = [[[] for _ in range(num_rounds)] for _ in range(self.n)]
-        recvs: list[list[list[Message]]] = [[[] for _ in range(num_rounds)] for _ in range(self.n)]
-        for m in messages:
-            sends[m.src][m.round].append(m)
-            recvs[m.dst][m.round].append(m)
-        ranks = tuple(RankProgram(r, tuple(self.copies[r]),
-                                  tuple((tuple(sends[r][t]), tuple(recvs[r][t]))
-                                        for t in range(num_rounds)),
-                                  self.stage_top[r]) for r in range(self.n))
-        return GlobalProgram(collective, version, block, pipeline, num_rounds,
-                             tuple(messages), ranks)
+def _segments(triples: np.ndarray, half: int) -> tuple[list[Segment], list[Segment]]:
+    """:class:`Segment` objects of the (buf, offset, length) columns of ``triples``, one
+    object per distinct triple (an AllGather slice's output segment recurs on every
+    edge); the first ``half`` columns, then the rest."""
+    if not triples.shape[1]:
+        return [], []
+    order = np.lexsort(triples)
+    srt = triples[:, order]
+    new = np.r_[True, (srt[:, 1:] != srt[:, :-1]).any(axis=0)]
+    objs = list(map(Segment, *srt[:, new].tolist()))
+    inv = np.empty(order.size, np.int64)
+    inv[order] = np.cumsum(new) - 1
+    segs = list(map(objs.__getitem__, inv.tolist()))
+    return segs[:half], segs[half:]
 
 
-def _merge(pairs: Iterable[tuple[Segment, Segment]]) -> list[tuple[Segment, Segment]]:
-    """Fuse consecutive hop segments that are contiguous on both sides."""
-    out: list[tuple[Segment, Segment]] = []
-    for s, d in pairs:
-        if out:
-            ps, pd = out[-1]
-            if (ps.buf == s.buf and pd.buf == d.buf and ps.offset + ps.length == s.offset
-                    and pd.offset + pd.length == d.offset):
-                out[-1] = (Segment(s.buf, ps.offset, ps.length + s.length),
-                           Segment(d.buf, pd.offset, pd.length + d.length))
-                continue
-        out.append((s, d))
-    return out
-
-
-def _rank_index(schedule: Schedule) -> dict[str, int]:
-    if len(set(schedule.gpus)) != len(schedule.gpus):
-        raise ScheduleError("schedule 'gpus' lists a GPU twice; ranks must be distinct")
-    return {g: r for r, g in enumerate(schedule.gpus)}
-
-
-def _group_by(chunks: Iterable, key) -> dict:
-    groups: dict = defaultdict(list)
-    for c in chunks:
-        groups[key(c)].append(c)
-    return groups
-
-
-def _check_shares(where: str, chunks: Sequence) -> None:
-    total = sum(c.share for c in chunks)
-    if any(c.share < 0 for c in chunks) or abs(total - 1.0) > SHARE_TOL:
-        raise ScheduleError(f"{where}: chunk shares must be >= 0 and sum to 1, got sum "
-                            f"{total:.9g}; re-synthesize or fix the schedule file")
-
-
-def _lower_alltoall(schedule: Schedule, block: int, pipeline: int) -> GlobalProgram:
-    rank = _rank_index(schedule)
-    n = len(rank)
-    b = _Builder(n)
-    by_pair = _group_by(schedule.chunks, lambda c: (c.src, c.dst))
-    for s in range(n):
-        b.copies[s].append((Segment(INP, s * block, block), Segment(OUT, s * block, block)))
-        for d in range(n):
-            if s == d:
-                continue
-            chunks = by_pair.get((schedule.gpus[s], schedule.gpus[d]))
-            where = f"alltoall block {schedule.gpus[s]} -> {schedule.gpus[d]}"
-            if not chunks:
-                raise ScheduleError(f"{where} has no chunk; every ordered GPU pair needs a path")
-            _check_shares(where, chunks)
-            for chunk, (lo, hi) in zip(chunks, chunk_bounds([c.share for c in chunks], block)):
-                hops = [rank[v] for v in chunk.path if v in rank]
-                if hops[0] != s or hops[-1] != d or len(set(hops)) != len(hops):
-                    raise ScheduleError(f"{where}: path {list(chunk.path)} must start at the "
-                                        "source GPU, end at the destination and visit a GPU once")
-                for p, (a, z) in enumerate(slice_bounds(hi - lo, pipeline)):
-                    if z == a:
-                        continue
-                    length = z - a
-                    src_seg = Segment(INP, d * block + lo + a, length)
-                    for h in range(len(hops) - 1):
-                        last = h == len(hops) - 2
-                        dst_seg = (Segment(OUT, s * block + lo + a, length) if last
-                                   else b.stage(hops[h + 1], length))
-                        b.hop(h + p, hops[h], hops[h + 1], src_seg, dst_seg)
-                        src_seg = dst_seg
-    return b.build("alltoall", schedule.version, block, pipeline)
-
-
-def _lower_allgather(schedule: Schedule, shard: int, pipeline: int) -> GlobalProgram:
-    rank = _rank_index(schedule)
-    n = len(rank)
-    b = _Builder(n)
-    by_root = _group_by(schedule.chunks, lambda c: c.src)
-    for r in range(n):
-        b.copies[r].append((Segment(INP, 0, shard), Segment(OUT, r * shard, shard)))
-        chunks = by_root.get(schedule.gpus[r])
-        where = f"allgather shard of {schedule.gpus[r]}"
-        if not chunks:
-            raise ScheduleError(f"{where} has no tree; every GPU needs at least one tree")
-        _check_shares(where, chunks)
-        for chunk, (lo, hi) in zip(chunks, chunk_bounds([c.share for c in chunks], shard)):
-            depth = chunk.depths()
-            heads = [e[-1] for e in chunk.edges]
-            if (len(heads) != n - 1 or set(heads) | {chunk.src} != set(rank)
-                    or set(depth) != set(rank)):
-                raise ScheduleError(f"{where}: tree edges must form a spanning arborescence "
-                                    "rooted at its source (every other GPU the head of one edge)")
-            edges = sorted(chunk.edges, key=lambda e: (depth[e[0]], rank[e[0]], rank[e[-1]]))
-            for p, (a, z) in enumerate(slice_bounds(hi - lo, pipeline)):
-                if z == a:
-                    continue
-                off = r * shard + lo + a
-                for e in edges:
-                    u, v = rank[e[0]], rank[e[-1]]
-                    src_seg = Segment(INP, lo + a, z - a) if u == r else Segment(OUT, off, z - a)
-                    b.hop(depth[e[0]] + p, u, v, src_seg, Segment(OUT, off, z - a))
-    return b.build("allgather", schedule.version, shard, pipeline)
+def _program(collective: str, version: int, block: int, pipeline: int, n: int,
+             copies: list[tuple[Segment, Segment]], hops: Hops) -> GlobalProgram:
+    """Coalesce ``hops`` per (round, src, dst), hop order kept inside each message, and
+    fuse consecutive segments contiguous on both ends."""
+    order = np.lexsort((hops.dst, hops.src, hops.rnd))       # stable: hop order kept
+    rnd, src, dst, sbuf, soff, dbuf, doff, ln = (
+        np.asarray(x)[order] for x in (hops.rnd, hops.src, hops.dst, hops.sbuf, hops.soff,
+                                       hops.dbuf, hops.doff, hops.length))
+    new = np.ones(rnd.size, bool)
+    new[1:] = (rnd[1:] != rnd[:-1]) | (src[1:] != src[:-1]) | (dst[1:] != dst[:-1])
+    fused = ~new
+    fused[1:] &= ((sbuf[1:] == sbuf[:-1]) & (dbuf[1:] == dbuf[:-1])
+                  & (soff[:-1] + ln[:-1] == soff[1:]) & (doff[:-1] + ln[:-1] == doff[1:]))
+    starts = np.flatnonzero(~fused)
+    seg_len = np.add.reduceat(ln, starts) if starts.size else starts
+    src_segs, dst_segs = _segments(np.stack([np.r_[sbuf[starts], dbuf[starts]],
+                                             np.r_[soff[starts], doff[starts]],
+                                             np.r_[seg_len, seg_len]]), starts.size)
+    first = np.flatnonzero(new[starts])
+    cuts = np.r_[first, starts.size].tolist()
+    heads = starts[first]
+    messages = tuple(map(Message, rnd[heads].tolist(), src[heads].tolist(), dst[heads].tolist(),
+                         (tuple(src_segs[a:b]) for a, b in zip(cuts, cuts[1:])),
+                         (tuple(dst_segs[a:b]) for a, b in zip(cuts, cuts[1:]))))
+    num_rounds = 1 + max((m.round for m in messages), default=-1)
+    sends: list[list[list[Message]]] = [[[] for _ in range(num_rounds)] for _ in range(n)]
+    recvs: list[list[list[Message]]] = [[[] for _ in range(num_rounds)] for _ in range(n)]
+    for m in messages:
+        sends[m.src][m.round].append(m)
+        recvs[m.dst][m.round].append(m)
+    ranks = tuple(RankProgram(r, (copies[r],),
+                              tuple((tuple(sends[r][t]), tuple(recvs[r][t])) for t in range(num_rounds)),
+                              hops.stage_top[r]) for r in range(n))
+    return GlobalProgram(collective, version, block, pipeline, num_rounds, messages, ranks)
 
 
 def compile_schedule(schedule: Schedule, block_numel: int, pipeline: int = 1) -> GlobalProgram:
@@ -291,9 +214,33 @@ def compile_schedule(schedule: Schedule, block_numel: int, pipeline: int = 1) ->
     schedule does not deliver every block."""
     if block_numel < 0 or pipeline < 1:
         raise InputError("block_numel must be >= 0 and pipeline >= 1")
+    with _gc_paused():
+        return _compile(schedule, int(block_numel), int(pipeline))
+
+
+@contextmanager
+def _gc_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector: the lowering makes ~1e5 acyclic objects, and
+    the collections they trigger cost as much as making them."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()
+
+
+def _compile(schedule: Schedule, block: int, pipeline: int) -> GlobalProgram:
+    rank = rank_index(schedule)
+    n = len(rank)
     if schedule.collective == "alltoall":
-        return _lower_alltoall(schedule, int(block_numel), int(pipeline))
-    return _lower_allgather(schedule, int(block_numel), int(pipeline))
+        hops = alltoall_hops(schedule, rank, block, pipeline, chunk_bounds)
+        copies = [(Segment(INP, s * block, block), Segment(OUT, s * block, block)) for s in range(n)]
+    else:
+        hops = allgather_hops(schedule, rank, block, pipeline, chunk_bounds)
+        copies = [(Segment(INP, 0, block), Segment(OUT, r * block, block)) for r in range(n)]
+    return _program(schedule.collective, schedule.version, block, pipeline, n, copies, hops)
 
 
 class ProgramCache:
