@@ -255,15 +255,19 @@ def sub_forestcoll(backend: str, trail: Trail) -> ForestColl:
     :func:`.restriction.stages.solve_by_restriction`); ``siblings_last=False``: the proportional spread
     split (the general method's seed trees, :func:`.general.restriction_seed.forestcoll_trees`);
     ``declinable``: a later method of the chain solves the fabric exactly, so the costly
-    exact packing is left to it (:class:`.forestcoll.pack_plan.Goal`)."""
+    exact packing is left to it (:class:`.forestcoll.pack_plan.Goal`); ``exact_balance``:
+    :class:`.stage.Declined` where switch balancing loses capacity, before Phases 2-3
+    (the caller keeps only a schedule at the optimum)."""
 
     def forestcoll(sub: Topology, r: WarmRoute | None, k: int | None,
                    headroom: Sequence[Fraction] | None = None,
                    scaled: bool = False, siblings_last: bool = True,
-                   declinable: bool = False) -> Schedule | Declined:
+                   declinable: bool = False, exact_balance: bool = False
+                   ) -> Schedule | Declined:
         return _typed_forestcoll(sub, r or WarmRoute.plan(sub, None), backend, k, False, trail,
                                  lossy_balance=True, headroom=headroom, scaled=scaled,
-                                 siblings_last=siblings_last, declinable=declinable)
+                                 siblings_last=siblings_last, declinable=declinable,
+                                 exact_balance=exact_balance)
 
     return forestcoll
 
@@ -273,12 +277,13 @@ def _typed_forestcoll(topo: Topology, route: WarmRoute, backend: str,
                       lossy_balance: bool = False,
                       headroom: Sequence[Fraction] | None = None,
                       scaled: bool = False, siblings_last: bool = True,
-                      declinable: bool = False) -> Schedule | Declined:
+                      declinable: bool = False, exact_balance: bool = False
+                      ) -> Schedule | Declined:
     """:func:`_forestcoll`, an internal error turned into a :class:`SolveError` naming the
     fabric (the chain of methods catches it)."""
     try:
         return _forestcoll(topo, route, backend, max_chunks, step_aware, trail, lossy_balance,
-                           headroom, scaled, siblings_last, declinable)
+                           headroom, scaled, siblings_last, declinable, exact_balance)
     except (KeyError, IndexError, AssertionError, ZeroDivisionError) as e:
         raise SolveError(f"ForestColl failed on {topo.name!r} ({type(e).__name__}: {e}); "
                          "a bug: please report the topology file") from e
@@ -288,7 +293,7 @@ def _forestcoll(topo: Topology, route: WarmRoute, backend: str, max_chunks: int 
                 step_aware: Any, trail: Trail, lossy_balance: bool = False,
                 headroom: Sequence[Fraction] | None = None,
                 scaled: bool = False, siblings_last: bool = True,
-                declinable: bool = False) -> Schedule | Declined:
+                declinable: bool = False, exact_balance: bool = False) -> Schedule | Declined:
     """Step 4 on a canonically listed ``topo``; :class:`.stage.Declined` when the exact
     optimum (``max_chunks=None``) needs more than :data:`.budget.EXACT_TREES_LIMIT`
     trees per root on a chain's sub-fabric (``lossy_balance``, unless ``scaled``),
@@ -296,7 +301,8 @@ def _forestcoll(topo: Topology, route: WarmRoute, backend: str, max_chunks: int 
     (larger ones pack them by the scaled packing alone, :func:`.forestcoll.above_limit.
     pack_scaled`) or from :data:`SEEDED_GENERAL_ENTRIES` entries ``k·n²``, or switch
     balancing loses capacity the optimum needs (unless ``lossy_balance``: the chain's
-    sub-fabrics, whose rounded schedule it compares with the general method's itself);
+    sub-fabrics, whose rounded schedule it compares with the general method's itself;
+    ``exact_balance`` declines there too, where only the optimum is kept);
     ``headroom``: ``topo`` is a balanced restriction whose links may carry this many
     times their capacity on the real fabric (:func:`.forestcoll.pipeline.balanced_split`);
     ``siblings_last``, ``declinable``: of the spread split and the exact packing
@@ -352,7 +358,7 @@ def _forestcoll(topo: Topology, route: WarmRoute, backend: str, max_chunks: int 
                                   headroom, budget.p1.rate)
         balanced.record(run.stats)
         run.stats["balance_s"] = time.perf_counter() - t
-        if not balanced.exact and not lossy_balance:     # the rate would sit below the optimum
+        if not balanced.exact and (exact_balance or not lossy_balance):   # below the optimum
             return Declined("switch balancing lost capacity")
         anytime.check("ForestColl: before Phases 2-3")
         if step_aware:

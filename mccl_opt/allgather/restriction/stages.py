@@ -100,8 +100,11 @@ def solve_by_restriction(topo: Topology, restricted: Restricted, route: WarmRout
     it is asked for ``K`` chunks, then fewer while it still raises on ``c'`` (skipping the
     limits that choose a budget already failed, :class:`..budget.ChunkCounts`); at
     ``max_chunks=None`` from :data:`SCALED_RESTRICTION_FROM` GPUs, above the tree limit by
-    the scaled packing.  Its warm steps run on ``route`` (the cutting-plane LP before it
-    is cold anyway)."""
+    the scaled packing.  At ``None`` a balancing of ``c'`` that loses capacity declines
+    before Phases 2-3: its trees rate below the optimum on ``c`` and were dropped after
+    the packing (dragonfly 4x4x1x8 one way, fuzz seed 3511: 1.4 s of packing for
+    nothing; docs/allgather.md "Lossy restriction balancing at None").  Its warm steps
+    run on ``route`` (the cutting-plane LP before it is cold anyway)."""
     from .balanced import CERT_TOL
 
     t = time.perf_counter() - restricted.seconds     # the attempt includes the LP
@@ -110,7 +113,8 @@ def solve_by_restriction(topo: Topology, restricted: Restricted, route: WarmRout
     scaled = counts is None and topo.num_gpus >= SCALED_RESTRICTION_FROM
     for k in [None] if counts is None else counts:
         try:
-            sched = forestcoll(sub, route, k, found.headroom(), scaled=scaled)
+            sched = forestcoll(sub, route, k, found.headroom(), scaled=scaled,
+                               exact_balance=counts is None)
         except (SolveError, TopologyError) as e:
             if counts is not None and isinstance(e, SolveError):
                 counts.failed(e)
