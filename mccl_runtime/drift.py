@@ -115,17 +115,25 @@ class ProfileStack:
     that Algorithm 1 would not act on (a stalled one on real ranks) does not flag through
     this test either.  Whether another schedule does better is the synthesizer's
     question; when none does, the manager records ``no_gain`` and re-bases the schedule
-    on that fabric, so the same loss does not flag again.
+    on that fabric, so the same loss does not flag again.  ``built_for`` (per profile,
+    default ``capacity``) is the fabric the schedule was synthesized for, which a re-base
+    leaves alone: the ``gamma`` test reads the rate against it, so a ramp's later steps
+    add up, and also requires a loss of more than ``rate_loss`` since the re-base, so a
+    loss no schedule can undo flags once (docs/runtime.md, "Ramps after no gain").
     """
 
     def __init__(self, profiles: Sequence[ScheduleProfile], capacity: Sequence[np.ndarray], gamma: float,
-                 rate_loss: float | None = None, lost_gamma: float | None = None) -> None:
+                 rate_loss: float | None = None, lost_gamma: float | None = None,
+                 built_for: Sequence[np.ndarray] | None = None) -> None:
         self.profiles = tuple(profiles)
         self.gamma = gamma
         self.lost_gamma = gamma if lost_gamma is None else lost_gamma
         built = np.array([bottleneck_rate(np.asarray(c, dtype=float), p.n) for p, c in zip(self.profiles, capacity)])
         self.lost_below = None if rate_loss is None else (1.0 - rate_loss) * built
-        self.gone_below = (1.0 - gamma) * built if rate_loss is not None and rate_loss < 1.0 else np.zeros_like(built)
+        origin = built if built_for is None else np.array(
+            [bottleneck_rate(np.asarray(c, dtype=float), p.n) for p, c in zip(self.profiles, built_for)])
+        self.gone_below = np.minimum((1.0 - gamma) * origin, self.lost_below) \
+            if rate_loss is not None and rate_loss < 1.0 else np.zeros_like(built)
         self.row_of, distinct = _distinct_profiles(self.profiles)
         self.rows = len(distinct)
         used = [np.flatnonzero(p.n > 0) for p in distinct]

@@ -192,7 +192,9 @@ class Flagger:
                 p is not c.profile for p, c in zip(stack.profiles, colls)):
             stack = self._stack = ProfileStack([c.profile for c in colls], [self._gain_capacity(c) for c in colls],
                                                self.policy.gamma, self.policy.rate_loss,
-                                               self.policy.clear_ratio * self.policy.gamma)
+                                               self.policy.clear_ratio * self.policy.gamma,
+                                               [c.synth_capacity if c.built_for is None else c.built_for
+                                                for c in colls])
         return stack
 
     def _gain_capacity(self, coll: Collective) -> np.ndarray:

@@ -85,7 +85,10 @@ collective, concurrently), and publishes new versions.
   for.  A loss that moves no slack (a cut of one link, or links that drop together)
   flags once the rate has fallen by more than ``Gamma``, with no deviation.  When no
   schedule does better the job ends ``no_gain`` and the schedule is re-based on that
-  ``M``, so the loss flags once.
+  ``M``, so the loss flags once; the rate test still measures from the fabric the
+  schedule was built for (``Collective.built_for``), so later small steps add up: a
+  re-based collective flags once its rate is more than ``Gamma`` below its built-for
+  rate and more than ``rate_loss`` below its rate at the re-base.
 * Rounded input: a job synthesizes on ``M`` rounded to ``capacity_digits`` significant
   digits (:func:`significant`; 0 keeps every digit): an estimate is known to about 1 %,
   and the synthesizers' time depends on its digits.
@@ -229,6 +232,7 @@ class Collective:
     schedule: Schedule | None = None
     version: int = 0
     synth_capacity: np.ndarray | None = None
+    built_for: np.ndarray | None = None     # what the schedule was synthesized for (a re-base keeps it)
     profile: ScheduleProfile | None = None
     last_decision_t: float = -math.inf
     job: _Job | None = None
@@ -376,7 +380,7 @@ class ScheduleManager:
         coll.profile = profile
         coll.schedule = replace(schedule, version=version)
         coll.version = version
-        coll.synth_capacity = np.array(capacity, dtype=float)
+        coll.synth_capacity = coll.built_for = np.array(capacity, dtype=float)
         coll.restore_on = coll.synth_capacity if schedule.collective == "alltoall" and \
             schedule.warm_state is None else None
         coll.known = [(coll.synth_capacity, schedule)] + [
