@@ -126,3 +126,21 @@ def test_equal_profiles_share_a_row_and_different_ones_do_not():
         want = [detect(m, q, GAMMA).flagged or bool(np.any(m > (1.0 + GAMMA) * row)) for q in profiles]
         assert stack.flags(m).tolist() == want
     assert stack.flags(cap).tolist() == [False, False, True, False, True, False]
+
+
+def test_rate_loss_after_a_rebase_adds_up_from_the_built_for_fabric():
+    """A schedule re-based (``no_gain``) part-way down a ramp: the ``gamma`` rate test reads
+    the fabric it was built for, so later small steps add up, yet a loss no schedule can
+    undo does not flag again (issue 26 item 3).  Scaling every link keeps every slack, so
+    only the rate tests can flag."""
+    cap = TOPO.arrays.capacity
+
+    def flags(rebased: float, now: float, built_for: bool = True) -> bool:
+        prof = profile_schedule(TOPO.with_capacities(rebased * cap), direct_alltoall(TOPO))
+        stack = ProfileStack([prof], [rebased * cap], GAMMA, 0.05, 0.5 * GAMMA, [cap] if built_for else None)
+        return bool(stack.flags(now * cap)[0])
+
+    assert flags(0.95, 0.88)                    # 12 % below the built-for rate, 7 % since the re-base
+    assert not flags(0.95, 0.88, built_for=False)   # measured from the re-base: never adds up
+    assert not flags(0.95, 0.92)                # 8 % since it was built: within gamma
+    assert not flags(0.85, 0.83)                # 2 % since the re-base: the loss already had no gain
