@@ -28,6 +28,7 @@ it falls short (:func:`.quotient.solve_quotient`).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 import scipy.sparse as sp
@@ -43,6 +44,8 @@ __all__ = ["Copies", "uniform_copies", "sparse_copies"]
 
 #: cut points of one column's marginals closer than this (relative) are one cut
 _CUT_TOL = 1e-12
+#: a vertex that holds every scaled row within this is kept as the LP solver gives it
+_POLISH_TOL = 1e-12
 _SEED = 0x5EED
 
 
@@ -56,6 +59,14 @@ class Copies:
     elements: np.ndarray
     which: np.ndarray
     frac: np.ndarray
+
+
+class Marginals(NamedTuple):
+    """One cluster's positive masses, by column: column, element of the cluster, mass."""
+
+    col: np.ndarray
+    elem: np.ndarray
+    mass: np.ndarray
 
 
 def uniform_copies(columns: int, pieces: list[tuple[tuple[int, ...], float]]) -> Copies:
@@ -112,11 +123,11 @@ def _variables(image: np.ndarray, root_image: np.ndarray, lengths: np.ndarray,
 
 def _cluster_marginals(topo: Topology, sym: Symmetry, c: int, roots: np.ndarray,
                        trees: list[np.ndarray], z: np.ndarray, capacity: np.ndarray,
-                       backend: str) -> list[tuple[np.ndarray, np.ndarray]] | None:
-    """Per column, ``(elements of cluster c, masses)`` of a vertex of cluster ``c``'s LP
-    (module docstring, step 1) on column fractions, every row scaled to its bound near 1
-    (the LP solver's tolerances relative), masses summing to the column's weight;
-    ``None`` when the LP solver does not return a vertex."""
+                       backend: str) -> Marginals | None:
+    """The positive masses of a vertex of cluster ``c``'s LP (module docstring, step 1) on
+    column fractions, every row scaled to its bound near 1 (the LP solver's tolerances
+    relative), masses summing to each column's weight; ``None`` when the LP solver does
+    not return a vertex."""
     moved, moved_rank, lengths, image, root_image = _images(topo, sym, c, roots, trees)
     col, elem, count = _variables(image, root_image, lengths, topo.num_links)
     link_row = np.full(topo.num_links, -1, np.int64)
@@ -145,8 +156,8 @@ def _cluster_marginals(topo: Topology, sym: Symmetry, c: int, roots: np.ndarray,
     if f is None:
         return None
     mass = _polished(a, hi, moved.size, f) * z[col]
-    on = mass > 0
-    return [(elem[on & (col == j)], mass[on & (col == j)]) for j in range(lengths.size)]
+    on = np.flatnonzero(mass > 0)                           # by column (``col`` sorted)
+    return Marginals(col[on], elem[on], mass[on])
 
 
 def _vertex(a: sp.csr_matrix, lo: np.ndarray, hi: np.ndarray, backend: str
@@ -171,9 +182,13 @@ def _polished(a: sp.csr_matrix, hi: np.ndarray, free: int, f: np.ndarray) -> np.
     positive entries re-solved on the rows it holds at their bound (least squares by
     the normal equations, sparse LU and one refinement step): the LP solver meets rows
     within its tolerance (1e-7), and HPN 2x8x8 one way lost 9e-11 of its rate to it.
-    ``f`` itself when the re-solve is singular or breaks a row or a sign."""
-    on = np.flatnonzero(f > 0)
+    ``f`` itself where it already holds every row within :data:`_POLISH_TOL` (7 of the 9
+    clusters of fat-tree 4x2x2x8 one way), or when the re-solve is singular or breaks a
+    row or a sign."""
     load = a @ f
+    if _row_error(load - hi, free) <= _POLISH_TOL:
+        return f
+    on = np.flatnonzero(f > 0)
     held = np.concatenate([load[:free] >= hi[:free] * (1 - 1e-9), np.ones(hi.size - free, bool)])
     m = a[held][:, on].tocsc()
     try:
@@ -185,22 +200,58 @@ def _polished(a: sp.csr_matrix, hi: np.ndarray, free: int, f: np.ndarray) -> np.
         out[on] += lu.solve(m.T @ (hi[held] - m @ out[on]))
     if (out[on] < 0).any():
         return f
-    worst = [max(float(np.max(r[:free], initial=0.0)), float(np.abs(r[free:]).max(initial=0.0)))
-             for r in (a @ out - hi, load - hi)]
-    return out if worst[0] <= worst[1] else f
+    return out if _row_error(a @ out - hi, free) <= _row_error(load - hi, free) else f
 
 
-def _coupled(marginals: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
-    """The north-west-corner coupling of one column's per-cluster marginals: ``(element
-    per copy and cluster, fraction per copy)``."""
-    cums = [np.cumsum(m) / m.sum() for _, m in marginals]
-    cuts = np.unique(np.concatenate([[0.0, 1.0], *[cs[:-1] for cs in cums]]))
-    cuts = cuts[np.concatenate([[True], np.diff(cuts) > _CUT_TOL])]
-    cuts[-1] = 1.0
-    mid = (cuts[:-1] + cuts[1:]) / 2
-    picks = [e[np.minimum(np.searchsorted(cs, mid), e.size - 1)]
-             for (e, _), cs in zip(marginals, cums)]
-    return np.stack(picks, axis=1), np.diff(cuts)
+def _row_error(excess: np.ndarray, free: int) -> float:
+    """The largest excess of a row over its bound: rows before ``free`` may be below it,
+    the others are equalities."""
+    return max(float(np.max(excess[:free], initial=0.0)), float(np.abs(excess[free:]).max(initial=0.0)))
+
+
+def _grouped_searchsorted(group: np.ndarray, values: np.ndarray, q_group: np.ndarray,
+                          q_values: np.ndarray) -> np.ndarray:
+    """Per query, ``np.searchsorted`` (left) of ``q_values[i]`` among the entries of group
+    ``q_group[i]`` of ``values`` (sorted by group, then value), as an index into
+    ``values``."""
+    is_entry = np.concatenate([np.zeros(q_group.size, np.int64), np.ones(group.size, np.int64)])
+    order = np.lexsort((is_entry, np.concatenate([q_values, values]),
+                        np.concatenate([q_group, group])))
+    before = np.cumsum(is_entry[order]) - is_entry[order]
+    out = np.empty(q_group.size, np.int64)
+    query = order[is_entry[order] == 0]
+    out[query] = before[is_entry[order] == 0]
+    return out
+
+
+def _coupled(marginals: list[Marginals], columns: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The north-west-corner coupling of every column's per-cluster marginals: ``(column
+    per copy, element per copy and cluster, fraction per copy)``, copies by column."""
+    cums, ends = [], []
+    for m in marginals:                                     # per column fractions, cumulated
+        size = np.bincount(m.col, minlength=columns)
+        running = np.cumsum(m.mass / np.bincount(m.col, weights=m.mass, minlength=columns)[m.col])
+        end = np.cumsum(size)
+        before = np.concatenate([[0.0], running])[end - size]       # the earlier columns'
+        cums.append(running - before[m.col])
+        ends.append(end)
+    inner = [np.flatnonzero(np.diff(m.col) == 0) for m in marginals]   # a column's last: 1
+    group = np.concatenate([np.arange(columns), np.arange(columns),
+                            *[m.col[i] for m, i in zip(marginals, inner)]])
+    value = np.concatenate([np.zeros(columns), np.ones(columns),
+                            *[cs[i] for cs, i in zip(cums, inner)]])
+    order = np.lexsort((value, group))
+    group, value = group[order], value[order]
+    first = np.concatenate([[True], group[1:] != group[:-1]])
+    keep = first | (np.concatenate([[0.0], np.diff(value)]) > _CUT_TOL)
+    group, value = group[keep], value[keep]
+    last = np.concatenate([group[1:] != group[:-1], [True]])
+    value[last] = 1.0
+    seg = np.flatnonzero(~last)                             # a cut and the next, one column
+    column, mid = group[seg], (value[seg] + value[seg + 1]) / 2
+    picks = [m.elem[np.minimum(_grouped_searchsorted(m.col, cs, column, mid), end[column] - 1)]
+             for m, cs, end in zip(marginals, cums, ends)]
+    return column, np.stack(picks, axis=1), value[seg + 1] - value[seg]
 
 
 def sparse_copies(topo: Topology, sym: Symmetry, roots: np.ndarray, trees: list[np.ndarray],
@@ -214,11 +265,6 @@ def sparse_copies(topo: Topology, sym: Symmetry, roots: np.ndarray, trees: list[
         if found is None:
             return None
         per_cluster.append(found)
-    picks, fracs, columns = [], [], []
-    for j in range(len(trees)):
-        elements, frac = _coupled([m[j] for m in per_cluster])
-        picks.append(elements)
-        fracs.append(frac)
-        columns.append(np.full(frac.size, j))
-    elements, which = np.unique(np.concatenate(picks), axis=0, return_inverse=True)
-    return Copies(np.concatenate(columns), elements, which.reshape(-1), np.concatenate(fracs))
+    column, picks, frac = _coupled(per_cluster, len(trees))
+    elements, which = np.unique(picks, axis=0, return_inverse=True)
+    return Copies(column, elements, which.reshape(-1), frac)
