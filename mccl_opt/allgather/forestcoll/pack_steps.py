@@ -95,10 +95,11 @@ REPAIR_VISITS_PER_ENTRY = 4
 
 #: at ``None`` the rail-first retry's repair searches stop after ``k·n²`` over this many
 #: tree visits (the few-trees packing follows): where it completed (leaf-spine 4x2x8
-#: plain and scrambled, fat-tree 4x2x2x8) it took 0-954 visits; where it failed
-#: (leaf-spine 6x2x8 and 8x2x8 with 4 spines) it ran out of chains at 0.36-0.39 ``k·n²``
-#: (0.18 s at 128 GPUs)
-RAIL_FIRST_VISITS_SHARE = 8
+#: plain and scrambled, fat-tree 4x2x2x8; fuzz seeds 3413 and 3511-3522: 32-64 GPUs at
+#: ``k = 41``) it took 0-3 810 visits (``k·n²/44``); where it failed (leaf-spine 6x2x8 and
+#: 8x2x8 with 4 spines, fat-tree 4x2x2x8 two way) it ran out of chains at 0.36-0.39
+#: ``k·n²``, or ran to the cap (``k·n²/8``: 0.08-0.1 s CPU at 128 GPUs, ``k = 41``)
+RAIL_FIRST_VISITS_SHARE = 16
 
 
 def _pack_repair(lg: LogicalGraph, k: int, stats: dict[str, Any], shapes: Shapes | None,
