@@ -108,10 +108,11 @@ def _variables(image: np.ndarray, root_image: np.ndarray, lengths: np.ndarray,
     elements give that image)``."""
     values = np.random.default_rng(_SEED).integers(0, 2**63, n_values + root_image.max() + 1,
                                                    dtype=np.uint64)     # sums wrap mod 2^64
-    summed = np.concatenate([np.zeros((image.shape[0], 1), np.uint64),
-                             np.cumsum(values[image], axis=1, dtype=np.uint64)], axis=1)
-    ends = np.cumsum(lengths)
-    sig = (summed[:, ends] - summed[:, ends - lengths] + values[n_values + root_image]).T
+    sig = values[n_values + root_image].T                   # (columns, elements)
+    some = np.flatnonzero(lengths > 0)
+    if some.size:                                           # each column's run of crossings
+        starts = np.cumsum(lengths)[some] - lengths[some]
+        sig[some] += np.add.reduceat(values[image], starts, axis=1).T
     order = np.argsort(sig, axis=1, kind="stable")          # per column, its elements by image
     ranked = np.take_along_axis(sig, order, axis=1)
     new = np.ones(ranked.shape, bool)
