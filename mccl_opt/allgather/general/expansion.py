@@ -132,9 +132,7 @@ def expand(topo: Topology, sym: Symmetry, roots: list[int], trees: list[np.ndarr
     if copies is None:
         copies = uniform_copies(pos.size, sym.pieces())
     elements = copies.elements
-    maps = [sym.piece_maps(tuple(e)) for e in elements.tolist()]
-    node_maps = np.stack([m[0] for m in maps])
-    link_maps = np.stack([m[1] for m in maps])
+    node_maps, link_maps = sym.element_maps(elements)
     lengths_p = np.array([t.size for t in trees_p], np.int64)
     cols = column_edges(topo, roots_p, lengths_p, np.concatenate(trees_p))
     values = np.random.default_rng(_SEED).integers(0, 2**63, topo.num_links, dtype=np.uint64)

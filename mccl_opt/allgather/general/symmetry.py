@@ -98,11 +98,18 @@ class Symmetry:
 
     def piece_maps(self, element: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
         """Node and link permutations of one element (one index per cluster)."""
-        node = np.arange(self.nodes[0].shape[1])
-        link = np.arange(self.link_orbit.size)
-        for c, e in enumerate(element):
-            node = self.nodes[c][e][node]
-            link = self.links[c][e][link]
+        node, link = self.element_maps(np.array([element], np.int64))
+        return node[0], link[0]
+
+    def element_maps(self, elements: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Node and link permutations of every row of ``elements`` (one index per
+        cluster), as :meth:`piece_maps` gives each: ``(rows, nodes)``, ``(rows, links)``."""
+        rows = elements.shape[0]
+        node = np.broadcast_to(np.arange(self.nodes[0].shape[1]), (rows, self.nodes[0].shape[1]))
+        link = np.broadcast_to(np.arange(self.link_orbit.size), (rows, self.link_orbit.size))
+        for c in range(len(self.nodes)):
+            node = np.take_along_axis(self.nodes[c][elements[:, c]], node, axis=1)
+            link = np.take_along_axis(self.links[c][elements[:, c]], link, axis=1)
         return node, link
 
 
