@@ -22,7 +22,8 @@ from mccl_opt.allgather.general.expansion import expand
 from mccl_opt.allgather.general.method import rate_scale
 from mccl_opt.allgather.general import quotient
 from mccl_opt.allgather.general.quotient import _Quotient, _column_generation, _price, solve_quotient
-from mccl_opt.allgather.general.sparse_copies import Copies, sparse_copies, uniform_copies
+from mccl_opt.allgather.general.sparse_copies import (Copies, Marginals, _coupled, sparse_copies,
+                                                      uniform_copies)
 from mccl_opt.allgather.general.switch_paths import SwitchPaths
 from mccl_opt.allgather.general.symmetry import find_symmetry
 from mccl_opt.backends import get_backend
@@ -309,6 +310,31 @@ def test_sparse_copies_keep_every_root_share_and_capacity_on_fewer_trees():
         for nodes, links in zip(sym.nodes, sym.links))
     assert len(few.pool) < len(uniform.pool) and len(few.pool) <= rows + pos.size
     assert len(_table_trees(topo, few)) == len(few.pool)       # each copy's own path images
+
+
+def test_the_coupling_keeps_every_cluster_marginal_on_few_copies():
+    """The north-west-corner coupling of all columns at once (``sparse_copies._coupled``):
+    per column the fractions sum to 1, each cluster's element gets exactly its marginal's
+    share (cut points shared by two clusters exactly or within the tolerance included),
+    and a column has at most ``sum_c |support| - clusters + 1`` copies."""
+    rng = np.random.default_rng(7)
+    columns = 6
+    col = np.repeat(np.arange(columns), rng.integers(1, 5, columns))
+    first = Marginals(col, rng.permutation(100)[:col.size], rng.uniform(0.1, 1.0, col.size))
+    marginals = [first, first._replace(elem=rng.permutation(100)[:col.size],
+                                       mass=first.mass * (1 + 1e-14 * (col % 2)))]
+    col = np.repeat(np.arange(columns), rng.integers(1, 5, columns))
+    marginals.append(Marginals(col, rng.permutation(100)[:col.size], rng.uniform(0.1, 1.0, col.size)))
+    column, picks, frac = _coupled(marginals, columns)
+    assert (np.diff(column) >= 0).all() and (frac > 0).all()
+    assert np.bincount(column, frac, columns) == pytest.approx(np.ones(columns), rel=1e-12)
+    for c, m in enumerate(marginals):
+        for e, j, mass in zip(m.elem, m.col, m.mass):
+            got = frac[(column == j) & (picks[:, c] == e)].sum()
+            assert got == pytest.approx(mass / m.mass[m.col == j].sum(), abs=1e-12)
+    for j in range(columns):
+        bound = sum(int((m.col == j).sum()) for m in marginals) - len(marginals) + 1
+        assert 1 <= int((column == j).sum()) <= bound
 
 
 def test_copies_that_fall_short_give_way_to_the_uniform_ones(monkeypatch):
