@@ -41,6 +41,7 @@ from dataclasses import replace
 import numpy as np
 
 from ..backends import get_backend
+from ..link_rate import rate_of_loads
 from .assemble import SATURATION_REL_TOL, Outcome, RunReport, WarmMode, fractional, rounded_columns
 from .colgen import CGOptions, CGStatus, column_generation
 from .driver import certificate_of
@@ -245,9 +246,8 @@ def reuse_certified(prob: Problem, state: AllToAllWarmState | None, backend: str
         return None
     chunks = state.chunks
     loads = chunks.routes.loads(chunks.share, prob.num_links)
-    used = loads > 0
-    if (np.min(prob.capacity[used] / loads[used])
-            < np.min(state.fabric.capacity[used] / loads[used]) * (1 - 1e-12)):
+    if (rate_of_loads(prob.capacity, loads)
+            < rate_of_loads(state.fabric.capacity, loads) * (1 - 1e-12)):
         return None                         # the rounding's bottleneck moved: re-round
     saturated = lp_loads >= prob.capacity * t * (1 - SATURATION_REL_TOL)
     basis = state.basis if changes_are_nonbinding(prob, state) else None
