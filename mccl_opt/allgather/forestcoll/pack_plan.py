@@ -81,11 +81,13 @@ FEW_BEFORE_FAST_K = SCALED_MIN_K
 
 
 class Goal(str, Enum):
-    """What the caller of :func:`.pack_steps.pack` needs."""
+    """What the caller of :func:`.pack_steps.pack` (and of the ForestColl solve that
+    packs, :func:`mccl_opt.allgather.solve.sub_forestcoll`) needs."""
 
     #: ``max_chunks=None``: the exact optimum, by this method (step-aware's default
     #: packing too).  The repair searches are capped by a forecast, as the exact few-trees
-    #: packing follows a failure at any size
+    #: packing follows a failure at any size.  A switch balancing that loses capacity
+    #: declines before the packing, on a chain's sub-fabric too (the balanced restriction)
     EXACT = "exact"
     #: a chunk budget ``K``: a failed packing is followed by fewer chunks
     #: (``solve._fewer_chunks``), so the few-trees packing runs only up to
@@ -95,7 +97,8 @@ class Goal(str, Enum):
     #: (the weaker-direction fabric, :func:`..chain.solve_unbalanced`): past
     #: ``FEW_TREES_CHEAP_ENTRIES`` only the spread split's first packing, then decline
     #: (dragonfly 4x4x1x8 one way: 8-9 s CPU of exact split and packings, ~0.4 s by the
-    #: general method)
+    #: general method).  A switch balancing that loses capacity is kept (the chain compares
+    #: the rounded schedule with the next method's)
     DECLINABLE = "declinable"
 
     @classmethod
