@@ -80,6 +80,23 @@ RETRY_SEED_CHUNKS = 64
 DENSER_FACTOR = 2
 
 
+#: past this many GPUs (and up to :data:`SMALL_SEED_GPUS`), at ``max_chunks=None``, the
+#: seed the general method makes for itself (no symmetry quotient or *Seed first* made it
+#: before) asks for :data:`DENSER_FACTOR` times the chunks at once: there every master over
+#: 1 000-2 000 columns that falls short costs ~0.1-0.2 s CPU, and the weaker direction's
+#: packing behind it ~0.1 s (shared-nic 2x8x8-p2 one way, fuzz seed 3515: ``k = 15`` fell
+#: short twice, 0.70-0.84 s; ``k = 19`` certifies in the first master, 0.44-0.48 s);
+#: at 16-64 GPUs every state measured took <= 0.12 s and the denser seed cost up to 2x
+#: (docs/allgather.md "Shared-nic 2x8x8-p2: the general method's seed at 32 chunks")
+DENSE_SEED_ABOVE_GPUS = 64
+
+
+def dense_seed(num_gpus: int) -> bool:
+    """Whether the general method's own seed on ``num_gpus`` GPUs at ``max_chunks=None``
+    asks for the denser packing's chunks (:data:`DENSE_SEED_ABOVE_GPUS`)."""
+    return DENSE_SEED_ABOVE_GPUS < num_gpus <= SMALL_SEED_GPUS
+
+
 def seed_chunks(num_gpus: int) -> int:
     """Chunks per root the restriction seed asks ForestColl for on a fabric of
     ``num_gpus`` GPUs (the restriction's and the weaker-direction fabric's trees)."""
@@ -191,7 +208,8 @@ def forestcoll_trees(sub: Topology, forestcoll: ForestColl,
 
 
 def restriction_seed(restricted: Restricted, forestcoll: ForestColl,
-                     weaker: Schedule | Topology | None = None) -> RestrictionSeed | None:
+                     weaker: Schedule | Topology | None = None,
+                     dense: bool = False) -> RestrictionSeed | None:
     """ForestColl's trees (:func:`forestcoll_trees`) on the balanced restriction
     ``restricted``, with its certified optimum as the bound; ``weaker`` (the chain's
     schedule on the weaker-direction fabric, or that fabric, packed on demand) gives
@@ -204,11 +222,13 @@ def restriction_seed(restricted: Restricted, forestcoll: ForestColl,
     then 22 pricing rounds); the proportional split's host loops give trees that enter a
     host more than once.  ``None`` when the restriction's rate is not
     positive or ForestColl packs nothing on it (the general method then starts from its
-    own trees)."""
+    own trees).  ``dense``: the restriction's trees at :data:`DENSER_FACTOR` times
+    :func:`seed_chunks` (and ``denser`` at that factor again; :func:`dense_seed`)."""
     if not restricted.restriction.rate_gbps > 0:
         return None
     t = time.perf_counter()
-    chunks = seed_chunks(restricted.sub.num_gpus)
+    base = seed_chunks(restricted.sub.num_gpus)
+    chunks = base * (DENSER_FACTOR if dense else 1)
     headroom = restricted.restriction.headroom()
     main = forestcoll_trees(restricted.sub, forestcoll, headroom, chunks)
     if main is None and chunks < RETRY_SEED_CHUNKS:     # one try, not a count down from 64
@@ -217,7 +237,7 @@ def restriction_seed(restricted: Restricted, forestcoll: ForestColl,
         return None
 
     def more() -> Schedule | None:
-        return forestcoll_trees(weaker, forestcoll, chunks=chunks, siblings_last=False) \
+        return forestcoll_trees(weaker, forestcoll, chunks=base, siblings_last=False) \
             if isinstance(weaker, Topology) else weaker
 
     def denser() -> Schedule | None:
