@@ -314,14 +314,14 @@ def _general_seed(topo: Topology, seed: SeedOnce, restricted: Restricted | None,
                   forestcoll: ForestColl, weaker: Schedule | Topology | None,
                   max_chunks: int | None) -> SeedOnce:
     """The seed of the general method at the end of the chain: ``seed`` itself where the
-    seeded quotient or *Seed first* already made it, else, at
-    ``max_chunks=None`` on a fabric where the full master is the seed's only user and
-    each master that falls short is dear (:func:`.general.restriction_seed.dense_seed`),
-    the restriction seed at the denser packing's chunks from the start (shared-nic
-    2x8x8-p2 one way, fuzz seed 3515: 16 chunks, ``k = 15``, fell short twice and took the
-    weaker direction's packing and a third master; 32 chunks, ``k = 19``, certify in
-    the first master; docs/allgather.md "Shared-nic 2x8x8-p2: the general method's
-    seed at 32 chunks")."""
+    seeded quotient or *Seed first* already made it, else, at ``max_chunks=None`` on
+    65-128 GPUs (:func:`.general.restriction_seed.dense_seed`: the full master is the
+    seed's only user and each master that falls short is dear), the restriction seed at
+    the denser packing's chunks where that adds few trees per root
+    (:func:`.general.restriction_seed.dense_pays`; shared-nic 2x8x8-p2 with a NIC at 4
+    Gbps one way, fuzz seed 3515: 16 chunks, ``k = 15``, fell short twice and took the
+    weaker direction's packing and a third master; 32 chunks, ``k = 19``, certify in the
+    first master; docs/allgather.md "Shared-nic 2x8x8-p2: the general method's seed")."""
     from .general.restriction_seed import dense_seed
 
     if seed.made or max_chunks is not None or not dense_seed(topo.num_gpus):
