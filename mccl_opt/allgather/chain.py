@@ -68,7 +68,7 @@ from .warm.route import WarmRoute
 if TYPE_CHECKING:                          # imported by the functions that use them
     from .general.restriction_seed import RestrictionSeed
 
-__all__ = ["RESTRICTION_ROUNDING_GAP", "cut_bound_gbps", "seed_once", "solve_by_general",
+__all__ = ["RESTRICTION_ROUNDING_GAP", "cut_bound_gbps", "SeedOnce", "seed_once", "solve_by_general",
            "weaker_directions", "solve_unbalanced"]
 
 #: with ``max_chunks=K``, a balanced-restriction schedule rounded further than this below
