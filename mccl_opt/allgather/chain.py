@@ -68,8 +68,8 @@ from .warm.route import WarmRoute
 if TYPE_CHECKING:                          # imported by the functions that use them
     from .general.restriction_seed import RestrictionSeed
 
-__all__ = ["RESTRICTION_ROUNDING_GAP", "cut_bound_gbps", "SeedOnce", "seed_once", "solve_by_general",
-           "weaker_directions", "solve_unbalanced"]
+__all__ = ["RESTRICTION_ROUNDING_GAP", "cut_bound_gbps", "SeedOnce", "seed_once",
+           "solve_by_general", "weaker_directions", "solve_unbalanced"]
 
 #: with ``max_chunks=K``, a balanced-restriction schedule rounded further than this below
 #: its optimum also runs the general method, and the better rounding is kept (ForestColl's
