@@ -25,10 +25,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
-import numpy as np
-
 from .baselines import direct_alltoall, pxn_alltoall, ring_allgather
 from .errors import ScheduleError, TopologyError
+from .link_rate import rate_of_loads
 from .paths import path_nodes, switch_path
 from .schedule import (PathChunk, Schedule, TreeChunk, chunk_counts, schedule_rate,
                        share_loads)
@@ -96,8 +95,7 @@ def cut_check(healthy: Schedule, stale: Schedule, topo: Topology,
     loads = share_loads(topo, stale.chunks)
     n = chunk_counts(loads, stale.max_chunks)
     cap = topo.arrays.capacity
-    used = n > 0
-    x_min = float(np.min(cap[used] / n[used]))
+    x_min = rate_of_loads(cap, n)
     rename = dict(zip(healthy.gpus, topo.gpus))
     worst = 0.0
     for b in healthy.bottleneck:

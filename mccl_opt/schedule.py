@@ -29,6 +29,7 @@ import numpy as np
 
 from .errors import ScheduleError
 from .files import read_json, write_json
+from .link_rate import LOAD_NOISE, rate_of_loads
 from .report import SolveReport
 from .schedule_chunks import (Chunk, PathChunk, TreeChunk, TreeChunks, TreeTable, distinct_paths,
                               path_nodes)
@@ -365,10 +366,7 @@ def _link_indices(topo: "Topology", tails: np.ndarray, heads: np.ndarray) -> np.
 
 def schedule_rate(topo: "Topology", loads: np.ndarray) -> float:
     """``min_a cap_a / L_a`` over loaded links (``inf`` if nothing is loaded)."""
-    used = loads > 1e-12
-    if not used.any():
-        return float("inf")
-    return float(np.min(topo.arrays.capacity[used] / loads[used]))
+    return rate_of_loads(topo.arrays.capacity, loads, noise=LOAD_NOISE)
 
 
 def chunk_counts(loads: np.ndarray, max_chunks: int | None) -> np.ndarray:

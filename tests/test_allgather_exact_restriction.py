@@ -71,12 +71,14 @@ def test_exact_tries_end_with_the_real_fabrics_exact_k():
 
 
 def test_a_lossy_balancing_declines_before_packing_where_only_the_optimum_is_kept() -> None:
-    """``exact_balance`` (the restriction at ``None``): where balancing the switches gives
-    up capacity, ForestColl declines before Phases 2-3 instead of packing trees that rate
-    below the optimum (docs/allgather.md "Lossy restriction balancing at None"); without
-    it the lossy packing is still made, for the chain's sub-fabrics that keep it."""
+    """``Goal.EXACT`` on a sub-fabric (the restriction at ``None``): where balancing the
+    switches gives up capacity, ForestColl declines before Phases 2-3 instead of packing
+    trees that rate below the optimum (docs/allgather.md "Lossy restriction balancing at
+    None"); ``Goal.DECLINABLE`` (the weaker-direction fabric, which the chain compares with
+    the next method) still makes the lossy packing."""
     from instances.designs import dragonfly
     from mccl_opt.allgather.canonical import canonical
+    from mccl_opt.allgather.forestcoll.pack_plan import Goal
     from mccl_opt.allgather.solve import sub_forestcoll
     from mccl_opt.allgather.stage import Declined, Trail
     from mccl_opt.report import Termination
@@ -84,9 +86,9 @@ def test_a_lossy_balancing_declines_before_packing_where_only_the_optimum_is_kep
     topo = canonical(dragonfly(3, 2, 1, 4).with_capacity(src="d0r0h0g0", dst="d0r0",
                                                          gbps=200.0, both_directions=False))
     forestcoll = sub_forestcoll("highs", Trail())
-    declined = forestcoll(topo, None, None, exact_balance=True)
+    declined = forestcoll(topo, None, None)                   # Goal.of(None): EXACT
     assert isinstance(declined, Declined) and "balancing" in declined.reason
-    lossy = forestcoll(topo, None, None)
+    lossy = forestcoll(topo, None, None, goal=Goal.DECLINABLE)
     assert isinstance(lossy, mo.Schedule) and lossy.stats["balanced_exactly"] is False
     sched = mo.solve_allgather(topo, max_chunks=None)        # the chain's certified optimum
     check_schedule(topo, sched)

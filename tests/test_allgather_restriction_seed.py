@@ -202,3 +202,36 @@ def test_seed_trees_held_back_join_before_any_pricing(monkeypatch):
     assert full.stats["cg_rounds"] == 1 and held.stats["cg_status"] == "optimal"
     assert held.stats["cg_rounds"] == 2 and held.stats["columns"] == full.stats["columns"]
     assert held.lp_rate_gbps == pytest.approx(full.lp_rate_gbps, rel=1e-9)
+
+
+def test_general_seed_at_128_gpus_certifies_in_its_first_master(monkeypatch):
+    """Fuzz seed 3515's shared-nic 2x8x8 (2 GPUs per NIC, 128 GPUs) with a PCIe link at
+    460.8 Gbps and a NIC uplink at 4 Gbps one way: no symmetry quotient, ``c'`` past the
+    tree limit, so the general method makes its own seed, at the denser packing's 32
+    chunks (``k = 19``, about as many trees as 16 chunks' ``k = 15``, which fell short
+    twice and needed the weaker direction's trees).  Its first master reaches ``c'``'s
+    optimum, the rate ForestColl's scaled packing on ``c'`` (another method) reaches,
+    and the schedule is valid."""
+    from instances.designs import rail_hosts
+    from mccl_opt.allgather.general.restriction_seed import dense_pays, dense_seed, seed_chunks
+    from mccl_opt.allgather.restriction import stages
+    from mccl_opt.report import Method
+
+    base = rail_hosts(2, 8, hosts=8, gpus_per_nic=2)
+    topo = base.with_capacity(src="s1h4g5", dst="s1h4pcie2", gbps=460.8)
+    topo = topo.with_capacity(src="s0h0pcie2", dst="s0tor2", gbps=4.0, both_directions=False)
+    assert dense_seed(topo.num_gpus) and not dense_seed(64) and not dense_seed(256)
+    assert dense_pays(restrict(canonical(topo), "highs").sub, seed_chunks(128))   # 15 -> 19
+    # a NIC at 0.377 of its speed: the denser budget triples the trees per root (10 -> 27)
+    slower = base.with_capacity(src="s0h0pcie0", dst="s0tor0", gbps=150.8,
+                                both_directions=False)
+    assert not dense_pays(restrict(canonical(slower), "highs").sub, seed_chunks(128))
+    s = mo.solve_allgather(topo, max_chunks=None)
+    assert s.report.method is Method.GENERAL and s.stats["seed"] == "balanced restriction"
+    assert s.stats["cg_rounds"] == 1 and "seed_more_columns" not in s.stats
+    assert s.report.termination.value == "optimal"
+    mo.validate(topo, s)
+    monkeypatch.setattr(stages, "SCALED_RESTRICTION_FROM", topo.num_gpus)
+    packed = mo.solve_allgather(topo, max_chunks=None)
+    assert packed.report.method is Method.BALANCED_RESTRICTION
+    assert s.rate_gbps == pytest.approx(packed.rate_gbps, rel=1e-9)

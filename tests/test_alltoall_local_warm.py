@@ -126,6 +126,55 @@ def test_local_path_falls_back_to_the_full_master_when_it_cannot_certify(monkeyp
     check_same_as_cold(topo, warm)
 
 
+def test_local_try_gives_up_when_growing_does_not_shrink_the_certificate_gap():
+    # an NVLink of 1x2x4 Fail2 at 400 of 2880 Gbps: the restricted optimum's duals leave
+    # the fixed pairs a 37 % gap, and freeing the pair with an excess leaves it there; the
+    # try stops (it would otherwise grow again) and the full master solves it
+    topo = fail2(hpn(1, 2, 4))
+    nearby = topo.with_capacity(src="s0h1g2", dst="s0h1nvs", gbps=400.0)
+    warm = solve_alltoall(nearby, warm=solve_alltoall(topo))
+    assert warm.stats["warm_mode"] == "full" and warm.stats["local_fallback"]
+    assert warm.stats["local_gave_up"].startswith("the free set grew and the certificate gap")
+    check_same_as_cold(nearby, warm)
+
+
+@pytest.mark.parametrize("batch_rows, rebuilt", [(0.0, True), (1e-3, True), (1.0, False)])
+def test_local_master_presolves_again_only_after_a_large_batch(batch_rows, rebuilt):
+    # the local master re-solves cold only after at least batch_rows x pair rows new
+    # columns; after a smaller batch it re-solves warm from its basis (a cold re-solve
+    # lands on another degenerate dual vertex and column generation tails)
+    import numpy as np
+
+    from mccl_opt.alltoall.initial import initial_columns
+    from mccl_opt.alltoall.master import ColumnPool, RestrictedMaster
+    from mccl_opt.alltoall.pricing import price_paths
+    from mccl_opt.alltoall.problem import problem_for
+    from mccl_opt.backends import get_backend
+
+    prob = problem_for(fail2(hpn(1, 2, 4)))
+    steps = prob.topo.num_nodes - 1
+    init = initial_columns(prob, steps, np.ones(prob.num_pairs, dtype=bool))
+    pool = ColumnPool()
+    pool.append(prob.pair_index(init.src, init.dst), init.start, init.arcs)
+    master = RestrictedMaster(get_backend("highs"), prob.num_pairs, prob.capacity, pool)
+    master.presolve_every_time("primal", batch_rows=batch_rows)
+    first = master.solve("first")
+    priced = price_paths(prob.graph, first.w, prob.pair_matrix(first.sigma * (1 - 1e-9), -np.inf),
+                         steps, None)
+    assert 0 < priced.count
+    two = priced.start[:3]                      # the first two priced columns only
+    builds = []
+    rebuild = master._rebuild
+    master._rebuild = lambda: builds.append(1) or rebuild()
+    assert master.add(prob.pair_index(priced.src[:2], priced.dst[:2]), two,
+                      priced.arcs[:two[-1]]) == 2
+    second = master.solve("second")
+    assert bool(builds) == rebuilt
+    assert second.t <= first.t * (1 + 1e-12)
+    cold = RestrictedMaster(get_backend("highs"), prob.num_pairs, prob.capacity, pool).solve("cold")
+    assert second.t == pytest.approx(cold.t, rel=1e-9)
+
+
 def test_chained_warm_healthy_fail2_repaired_equals_cold_each_time():
     base = hpn(1, 4, 8)
     healthy = solve_alltoall(base)

@@ -225,7 +225,7 @@ def test_warm_mode_names_how_the_warm_start_was_used(monkeypatch):
     assert warm_mode(mo.solve_alltoall(topo, warm=a2a)) == "warm:basis"
     # an NVLink at 400 of 2880 Gbps: moved, but above the 10 % at which a warm AllToAll
     # skips the local path (docs/alltoall.md, "Warm is never the slow path")
-    nearby = topo.with_capacity(src="s0h1g2", dst="s0h1nvs", gbps=400.0)
+    nearby = topo.with_capacity(src="s0h1g0", dst="s0h1nvs", gbps=400.0)
     assert warm_mode(mo.solve_alltoall(nearby, warm=a2a)) == "warm:local"
     # the general method: the balanced restriction (which now rounds this fabric best)
     # is switched off, so that the warm start reuses the general method's columns

@@ -61,6 +61,7 @@ from .restriction.stages import Restricted, restrict_recorded, solve_by_restrict
 from .quotient_stages import by_quotient, by_seeded_quotient, symmetry_of
 from .seed_first import seed_first
 from .stage import REACH_TOL, ForestColl, Trail
+from .forestcoll.pack_plan import Goal
 from .forestcoll.pipeline import gbps
 from .forestcoll.throughput import optimal_rate
 from .warm.route import WarmRoute
@@ -68,8 +69,8 @@ from .warm.route import WarmRoute
 if TYPE_CHECKING:                          # imported by the functions that use them
     from .general.restriction_seed import RestrictionSeed
 
-__all__ = ["RESTRICTION_ROUNDING_GAP", "cut_bound_gbps", "seed_once", "solve_by_general",
-           "weaker_directions", "solve_unbalanced"]
+__all__ = ["RESTRICTION_ROUNDING_GAP", "cut_bound_gbps", "SeedOnce", "seed_once",
+           "solve_by_general", "weaker_directions", "solve_unbalanced"]
 
 #: with ``max_chunks=K``, a balanced-restriction schedule rounded further than this below
 #: its optimum also runs the general method, and the better rounding is kept (ForestColl's
@@ -185,7 +186,8 @@ def solve_unbalanced(topo: Topology, route: WarmRoute, backend: str,
         try:
             found = trail.run(Method.WEAKER_DIRECTIONS,
                               lambda: forestcoll(sub, route, max_chunks,
-                                                 declinable=max_chunks is None), "returned")
+                                                 goal=Goal.of(max_chunks, declinable=True)),
+                              "returned")
         except (SolveError, TopologyError):
             found = None
         if isinstance(found, Schedule):
@@ -242,7 +244,8 @@ def solve_unbalanced(topo: Topology, route: WarmRoute, backend: str,
         best = fewer_trees(topo, best, max_chunks, backend, route, time.thread_time() - cpu)
     if best is None:
         best = solve_by_general(topo, route, backend, max_chunks, "unbalanced switches", bound,
-                                trail, seed)
+                                trail, _general_seed(topo, seed, restricted, forestcoll,
+                                                     seed_trees, max_chunks))
     elif best.rate_gbps < best.lp_rate_gbps * (1 - RESTRICTION_ROUNDING_GAP):
         general = solve_by_general(topo, route, backend, max_chunks, "balanced restriction "
                                    "rounded too far below its optimum", bound, trail, seed)
@@ -274,28 +277,55 @@ def _reaches(sub: Topology, bound: float | None) -> bool:
     return bound is None or own is None or own >= bound * (1 - REACH_TOL)
 
 
-def seed_once(make: Callable[[], RestrictionSeed | None]) -> Callable[[], RestrictionSeed | None]:
+class SeedOnce:
     """The general method's seed ``make()``, made on first use and kept (a warm stage
-    redone cold asks again)."""
-    made: list[RestrictionSeed | None] = []
+    redone cold asks again); ``made``: whether it was asked for yet."""
 
-    def seed() -> RestrictionSeed | None:
-        if not made:
-            made.append(make())
-        return made[0]
+    def __init__(self, make: Callable[[], RestrictionSeed | None]) -> None:
+        self._make = make
+        self._seed: RestrictionSeed | None = None
+        self.made = False
 
-    return seed
+    def __call__(self) -> RestrictionSeed | None:
+        if not self.made:
+            self._seed, self.made = self._make(), True
+        return self._seed
+
+
+def seed_once(make: Callable[[], RestrictionSeed | None]) -> SeedOnce:
+    """``make()``, made on first use and kept (:class:`SeedOnce`)."""
+    return SeedOnce(make)
 
 
 def _restriction_seed(restricted: Restricted | None, forestcoll: ForestColl,
-                      weaker: Schedule | Topology | None
-                      ) -> Callable[[], RestrictionSeed | None]:
+                      weaker: Schedule | Topology | None, dense: bool = False) -> SeedOnce:
     """:func:`.general.restriction_seed.restriction_seed` of ``restricted`` with the
-    weaker-direction trees ``weaker``, made once (:func:`seed_once`)."""
+    weaker-direction trees ``weaker`` (``dense``: at the denser packing's chunks), made
+    once (:func:`seed_once`)."""
 
     def make() -> RestrictionSeed | None:
         from .general.restriction_seed import restriction_seed
 
-        return None if restricted is None else restriction_seed(restricted, forestcoll, weaker)
+        return None if restricted is None else \
+            restriction_seed(restricted, forestcoll, weaker, dense=dense)
 
     return seed_once(make)
+
+
+def _general_seed(topo: Topology, seed: SeedOnce, restricted: Restricted | None,
+                  forestcoll: ForestColl, weaker: Schedule | Topology | None,
+                  max_chunks: int | None) -> SeedOnce:
+    """The seed of the general method at the end of the chain: ``seed`` itself where the
+    seeded quotient or *Seed first* already made it, else, at ``max_chunks=None`` on
+    65-128 GPUs (:func:`.general.restriction_seed.dense_seed`: the full master is the
+    seed's only user and each master that falls short is dear), the restriction seed at
+    the denser packing's chunks where that adds few trees per root
+    (:func:`.general.restriction_seed.dense_pays`; shared-nic 2x8x8-p2 with a NIC at 4
+    Gbps one way, fuzz seed 3515: 16 chunks, ``k = 15``, fell short twice and took the
+    weaker direction's packing and a third master; 32 chunks, ``k = 19``, certify in the
+    first master; docs/allgather.md "Shared-nic 2x8x8-p2: the general method's seed")."""
+    from .general.restriction_seed import dense_seed
+
+    if seed.made or max_chunks is not None or not dense_seed(topo.num_gpus):
+        return seed
+    return _restriction_seed(restricted, forestcoll, weaker, dense=True)

@@ -254,20 +254,19 @@ def sub_forestcoll(backend: str, trail: Trail) -> ForestColl:
     packing instead of declining (the balanced restriction at scale,
     :func:`.restriction.stages.solve_by_restriction`); ``siblings_last=False``: the proportional spread
     split (the general method's seed trees, :func:`.general.restriction_seed.forestcoll_trees`);
-    ``declinable``: a later method of the chain solves the fabric exactly, so the costly
-    exact packing is left to it (:class:`.forestcoll.pack_plan.Goal`); ``exact_balance``:
-    :class:`.stage.Declined` where switch balancing loses capacity, before Phases 2-3
-    (the caller keeps only a schedule at the optimum)."""
+    ``goal``: what the packing must achieve (:class:`.forestcoll.pack_plan.Goal`, by
+    default :meth:`~.forestcoll.pack_plan.Goal.of` ``k``): at ``None``, ``EXACT``
+    declines where switch balancing loses capacity, before Phases 2-3 (the caller keeps
+    only a schedule at the optimum), ``DECLINABLE`` keeps that balancing and leaves the
+    costly exact packing to a later method of the chain, which solves the fabric exactly."""
 
     def forestcoll(sub: Topology, r: WarmRoute | None, k: int | None,
                    headroom: Sequence[Fraction] | None = None,
                    scaled: bool = False, siblings_last: bool = True,
-                   declinable: bool = False, exact_balance: bool = False
-                   ) -> Schedule | Declined:
+                   goal: Goal | None = None) -> Schedule | Declined:
         return _typed_forestcoll(sub, r or WarmRoute.plan(sub, None), backend, k, False, trail,
                                  lossy_balance=True, headroom=headroom, scaled=scaled,
-                                 siblings_last=siblings_last, declinable=declinable,
-                                 exact_balance=exact_balance)
+                                 siblings_last=siblings_last, goal=goal)
 
     return forestcoll
 
@@ -277,13 +276,12 @@ def _typed_forestcoll(topo: Topology, route: WarmRoute, backend: str,
                       lossy_balance: bool = False,
                       headroom: Sequence[Fraction] | None = None,
                       scaled: bool = False, siblings_last: bool = True,
-                      declinable: bool = False, exact_balance: bool = False
-                      ) -> Schedule | Declined:
+                      goal: Goal | None = None) -> Schedule | Declined:
     """:func:`_forestcoll`, an internal error turned into a :class:`SolveError` naming the
     fabric (the chain of methods catches it)."""
     try:
         return _forestcoll(topo, route, backend, max_chunks, step_aware, trail, lossy_balance,
-                           headroom, scaled, siblings_last, declinable, exact_balance)
+                           headroom, scaled, siblings_last, goal)
     except (KeyError, IndexError, AssertionError, ZeroDivisionError) as e:
         raise SolveError(f"ForestColl failed on {topo.name!r} ({type(e).__name__}: {e}); "
                          "a bug: please report the topology file") from e
@@ -293,7 +291,7 @@ def _forestcoll(topo: Topology, route: WarmRoute, backend: str, max_chunks: int 
                 step_aware: Any, trail: Trail, lossy_balance: bool = False,
                 headroom: Sequence[Fraction] | None = None,
                 scaled: bool = False, siblings_last: bool = True,
-                declinable: bool = False, exact_balance: bool = False) -> Schedule | Declined:
+                goal: Goal | None = None) -> Schedule | Declined:
     """Step 4 on a canonically listed ``topo``; :class:`.stage.Declined` when the exact
     optimum (``max_chunks=None``) needs more than :data:`.budget.EXACT_TREES_LIMIT`
     trees per root on a chain's sub-fabric (``lossy_balance``, unless ``scaled``),
@@ -302,14 +300,16 @@ def _forestcoll(topo: Topology, route: WarmRoute, backend: str, max_chunks: int 
     pack_scaled`) or from :data:`SEEDED_GENERAL_ENTRIES` entries ``k·n²``, or switch
     balancing loses capacity the optimum needs (unless ``lossy_balance``: the chain's
     sub-fabrics, whose rounded schedule it compares with the general method's itself;
-    ``exact_balance`` declines there too, where only the optimum is kept);
+    a ``goal`` of ``EXACT`` declines there too, where only the optimum is kept);
     ``headroom``: ``topo`` is a balanced restriction whose links may carry this many
     times their capacity on the real fabric (:func:`.forestcoll.pipeline.balanced_split`);
-    ``siblings_last``, ``declinable``: of the spread split and the exact packing
-    (:func:`.forestcoll.pack_steps.pack`).  The warm steps (the certified
-    guesses, rerouting at cold's budget, the packing seeded with the previous shapes)
-    run on ``route``; past its allowance the solve carries on cold from where it is."""
+    ``siblings_last``, ``goal`` (by default :meth:`.forestcoll.pack_plan.Goal.of`
+    ``max_chunks``): of the spread split and the packing (:func:`.forestcoll.pack_steps.
+    pack`).  The warm steps (the certified guesses, rerouting at cold's budget, the
+    packing seeded with the previous shapes) run on ``route``; past its allowance the
+    solve carries on cold from where it is."""
     run = Run.start(topo, route.warm, max_chunks)
+    goal = Goal.of(max_chunks) if goal is None else goal
     rewarm = run.prev is not None and not step_aware  # step-aware only reads the guides
     since = route.used                                # this run's warm steps: from here
     run.warm_spent = lambda: route.spent(since)
@@ -358,7 +358,7 @@ def _forestcoll(topo: Topology, route: WarmRoute, backend: str, max_chunks: int 
                                   headroom, budget.p1.rate)
         balanced.record(run.stats)
         run.stats["balance_s"] = time.perf_counter() - t
-        if not balanced.exact and (exact_balance or not lossy_balance):   # below the optimum
+        if not balanced.exact and (goal is Goal.EXACT or not lossy_balance):   # below the optimum
             return Declined("switch balancing lost capacity")
         anytime.check("ForestColl: before Phases 2-3")
         if step_aware:
@@ -371,7 +371,7 @@ def _forestcoll(topo: Topology, route: WarmRoute, backend: str, max_chunks: int 
             result = pack_scaled(balanced.split, arr.rank_of, balanced.k, run.stats)
         else:
             result = _pack(run, route, balanced, trail, route.cold_cap(cold_s, since),
-                           siblings_last, declinable)
+                           goal, siblings_last)
     except BudgetUnpacked:
         raise
     except SolveError as e:                           # this budget's split or packing failed
@@ -395,7 +395,7 @@ def _certified_guess(run: Run) -> Schedule | None:
 
 
 def _pack(run: Run, route: WarmRoute, balanced: Any, trail: Trail, most: float,
-          siblings_last: bool = True, declinable: bool = False) -> Any:
+          goal: Goal, siblings_last: bool = True) -> Any:
     """Phases 2-3: seeded with the previous tree shapes on a warm route (a warm step,
     its repair searches sized to the allowance left, at most ``most`` seconds:
     :meth:`.warm.route.WarmRoute.cold_cap`), else cold.  Phase 2's spread split does not
@@ -404,7 +404,6 @@ def _pack(run: Run, route: WarmRoute, balanced: Any, trail: Trail, most: float,
     solve declined in the seeded packing cost cold + its spread split + the allowance)."""
     arr = run.topo.arrays
     spread = None
-    goal = Goal.of(run.max_chunks, declinable)
 
     def cold() -> Any:
         run.prev = None

@@ -17,6 +17,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from ..link_rate import LOAD_NOISE, rate_of_loads
 from .assemble import Outcome
 from .problem import Problem
 from .state import AllToAllWarmState, ChunkRoutes
@@ -49,11 +50,9 @@ def kept_schedule(prob: Problem, state: AllToAllWarmState | None, max_chunks: in
             chunks.routes.sums(prob.is_step_arc) > max_steps).any():
         return None
     loads = chunks.routes.loads(chunks.share, prob.num_links)
-    used = loads > 1e-12
-    if not used.any():
+    if not (loads > LOAD_NOISE).any():
         return None
-    rate = float(np.min(prob.capacity[used] / loads[used]))
-    return Kept(chunks, loads, rate)
+    return Kept(chunks, loads, rate_of_loads(prob.capacity, loads, noise=LOAD_NOISE))
 
 
 def keep_if_better(outcome: Outcome, kept: Kept | None) -> Outcome:
@@ -62,9 +61,8 @@ def keep_if_better(outcome: Outcome, kept: Kept | None) -> Outcome:
     raised to the kept rate when below: the kept shares are a feasible master point)."""
     if kept is None:
         return outcome
-    used = outcome.loads > 1e-12
-    cap = outcome.warm_state.fabric.capacity
-    own = float(np.min(cap[used] / outcome.loads[used])) if used.any() else 0.0
+    own = rate_of_loads(outcome.warm_state.fabric.capacity, outcome.loads, noise=LOAD_NOISE,
+                        idle=0.0)
     if kept.rate <= own * (1 + 1e-12):
         return outcome
     no_column = np.full(outcome.warm_state.lp.count, -1, dtype=np.int64)

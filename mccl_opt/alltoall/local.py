@@ -36,11 +36,12 @@ under the new capacities, the old schedule is returned as it stands, with no LP 
 from __future__ import annotations
 
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from ..backends import get_backend
+from ..link_rate import rate_of_loads
 from .assemble import SATURATION_REL_TOL, Outcome, RunReport, WarmMode, fractional, rounded_columns
 from .colgen import CGOptions, CGStatus, column_generation
 from .driver import certificate_of
@@ -51,7 +52,24 @@ from .rows import csr_take
 from .state import ChunkRoutes, LPColumns, AllToAllWarmState
 from .warm import changes_are_nonbinding
 
-__all__ = ["local_resolve", "local_eligible", "reuse_certified", "raises_a_binding_link"]
+__all__ = ["GaveUp", "local_resolve", "local_eligible", "reuse_certified", "raises_a_binding_link"]
+
+#: The local master re-solves cold and presolved only after a batch of at least this many
+#: new columns per free pair (round 2's one per pair); warm from its basis otherwise
+#: (:meth:`~.master.RestrictedMaster.presolve_every_time`).
+PRESOLVE_BATCH_ROWS = 1.0
+
+#: After the free set grows, the next run must bring the certificate gap below this
+#: fraction of what it was before, else the local try gives up (docs/alltoall.md,
+#: *The local try's budget*).
+GAP_SHRINK = 0.5
+
+
+@dataclass(frozen=True)
+class GaveUp:
+    """Why :func:`local_resolve` returned no outcome (``stats["local_gave_up"]``)."""
+
+    reason: str
 
 
 def local_eligible(prob: Problem, state: AllToAllWarmState | None, max_chunks: int | None) -> bool:
@@ -76,11 +94,12 @@ def raises_a_binding_link(prob: Problem, state: AllToAllWarmState, rel_tol: floa
 def local_resolve(prob: Problem, state: AllToAllWarmState, backend: str, max_steps: int,
                   max_chunks: int | None, options: CGOptions, deadline: float | None,
                   max_steps_local: int = 3, max_free: float = 0.3,
-                  step_rounds: int = 10) -> Outcome | None:
-    """The outcome of the certified local re-optimisation (module docstring), or
-    ``None`` when it does not apply or does not certify (the caller then solves the full
-    warm master).  Gives up when the free pairs would exceed ``max_free`` of all pairs
-    (the restricted master is then hardly smaller than the full one) or after
+                  step_rounds: int = 10) -> Outcome | GaveUp:
+    """The outcome of the certified local re-optimisation (module docstring), or why
+    it does not apply or did not certify (the caller then solves the full warm master).
+    Gives up when the free pairs would exceed ``max_free`` of all pairs (the restricted
+    master is then hardly smaller than the full one), when a run after the free set grew
+    did not shrink the certificate gap to :data:`GAP_SHRINK` of what it was, or after
     ``max_steps_local`` column generation runs of ``step_rounds`` rounds each, between
     which the fixed pairs that cause the gap join the free ones."""
     n_pairs, n_links = prob.num_pairs, prob.num_links
@@ -92,13 +111,13 @@ def local_resolve(prob: Problem, state: AllToAllWarmState, backend: str, max_ste
     if max_steps < prob.topo.num_nodes - 1 and (
             routes.sums(prob.is_step_arc)[used]
             > max_steps).any():
-        return None
+        return GaveUp("an old route is longer than the step bound")
     changed = state.fabric.capacity != prob.capacity
     crosses = routes.sums(changed) > 0
     free = np.zeros(n_pairs, dtype=bool)
     free[pair[used & crosses]] = True
     if not free.any():
-        return None
+        return GaveUp("no used route crosses a changed link")
 
     def background(free: np.ndarray) -> np.ndarray:
         fixed = used & ~free[pair]
@@ -114,15 +133,17 @@ def local_resolve(prob: Problem, state: AllToAllWarmState, backend: str, max_ste
     cols = np.flatnonzero(sel)
     pool.append(pair[cols], *routes.take(cols), cols)
     b_lp = background(free)
-    # every solve cold, presolved, primal: at 1024 GPUs the warm primal re-solve after
-    # the free pairs' new columns took 2x as long (docs/alltoall.md, *third pass*)
+    # cold, presolved, primal after a large batch of columns: at 1024 GPUs the warm
+    # primal re-solve after the free pairs' new columns took 2x as long (docs/alltoall.md,
+    # *third pass*); warm after small ones (*The local try's budget*)
     master = RestrictedMaster(get_backend(backend), n_pairs, prob.capacity, pool, free, b_lp)
-    master.presolve_every_time("primal")
+    master.presolve_every_time("primal", batch_rows=PRESOLVE_BATCH_ROWS)
     step_options = CGOptions(options.rel_tol, options.drop_after, options.drop_min_pool, step_rounds)
     rounds = grow = iterations = steps = 0
     lp_s = pr_s = 0.0
     history: list = []
     bound_t = 0.0
+    gap_grown_from: float | None = None     # the gap when the free set last grew
     while True:
         want = prob.pair_matrix(free.astype(float), 0.0) > 0
         res = column_generation(master, prob, max_steps, options=step_options, deadline=deadline,
@@ -137,8 +158,13 @@ def local_resolve(prob: Problem, state: AllToAllWarmState, backend: str, max_ste
         bound_t = max(bound_t, min(res.bound_t, t))
         if t - bound_t <= options.rel_tol * t or res.status is CGStatus.TIME_LIMIT:
             break
+        gap = (t - bound_t) / t
+        if gap_grown_from is not None and gap > GAP_SHRINK * gap_grown_from:
+            return GaveUp(f"the free set grew and the certificate gap went only from "
+                          f"{gap_grown_from:.1%} to {gap:.1%}")
+        gap_grown_from = None
         if steps >= max_steps_local or res.shortest is None:
-            return None
+            return GaveUp(f"no certificate after {steps} column generation runs")
         w = res.solution.w
         sp = prob.pair_values(res.shortest)
         col_price = routes.sums(w)
@@ -154,9 +180,15 @@ def local_resolve(prob: Problem, state: AllToAllWarmState, backend: str, max_ste
         if res.rounds == step_rounds and excess.sum() < 0.5 * (t - res.bound_t):
             continue                    # the free pairs' own gap dominates: keep pricing
         if res.rounds < step_rounds:    # restricted optimum reached
-            new[pair[fixed & on_tight]] = True
-        if not new.any() or (free | new).sum() > max_free * n_pairs:
-            return None
+            tight_new = new.copy()
+            tight_new[pair[fixed & on_tight]] = True
+            if (free | tight_new).sum() <= max_free * n_pairs:
+                new = tight_new
+        if not new.any():
+            return GaveUp("no fixed pair to free")
+        if (free | new).sum() > max_free * n_pairs:
+            return GaveUp(f"the free pairs would pass {max_free:.0%} of all pairs")
+        gap_grown_from = gap
         grow += 1
         free |= new
         b_lp = background(free)
@@ -245,9 +277,8 @@ def reuse_certified(prob: Problem, state: AllToAllWarmState | None, backend: str
         return None
     chunks = state.chunks
     loads = chunks.routes.loads(chunks.share, prob.num_links)
-    used = loads > 0
-    if (np.min(prob.capacity[used] / loads[used])
-            < np.min(state.fabric.capacity[used] / loads[used]) * (1 - 1e-12)):
+    if (rate_of_loads(prob.capacity, loads)
+            < rate_of_loads(state.fabric.capacity, loads) * (1 - 1e-12)):
         return None                         # the rounding's bottleneck moved: re-round
     saturated = lp_loads >= prob.capacity * t * (1 - SATURATION_REL_TOL)
     basis = state.basis if changes_are_nonbinding(prob, state) else None

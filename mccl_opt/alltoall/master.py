@@ -91,7 +91,8 @@ class RestrictedMaster:
         self._kept: Basis | None = None     # a given basis the model still sits on
         self.presolve_each_solve = False
         self._rebuilt_method = "auto"
-        self._dirty = False
+        self._batch_rows = 0.0
+        self._dirty = 0                     # columns added since the last solve
         self._stale = True                  # the backend model is built when a solve needs it
         self._closed_form: Basis | None = None  # the model basis of a closed-form solve
         self._restart: Basis | None = None      # a full basis the next rebuild starts from
@@ -119,15 +120,23 @@ class RestrictedMaster:
         self._set_pairs(mask)
         self._kept = self._closed_form = None
 
-    def presolve_every_time(self, method: str = "auto") -> None:
+    def presolve_every_time(self, method: str = "auto", batch_rows: float = 0.0) -> None:
         """Rebuild the model before each solve that follows added columns, so every
         solve is a cold, presolved one (with ``method`` where the caller asks for
         ``"auto"``).  For a master carried over from another topology without a usable
         basis: there, the warm primal simplex after adding columns pivots on the whole
-        unpresolved model (0.1 s a pivot at 512 GPUs); and for the local master
-        (:mod:`.local`), whose warm primal re-solve took twice as long as a cold one."""
+        unpresolved model (0.1 s a pivot at 512 GPUs).
+
+        ``batch_rows > 0``: only after a batch of at least ``batch_rows`` x pair rows new
+        columns; smaller batches re-solve warm from the last basis.  For the local
+        master (:mod:`.local`): its warm primal re-solve after one new column per free
+        pair took twice as long as a cold one at 1024 GPUs, but re-solving cold after a
+        few columns lands on another degenerate dual vertex each round, so column
+        generation kept pricing new columns at an unchanged ``t`` (docs/alltoall.md,
+        *The local try's budget*)."""
         self.presolve_each_solve = True
         self._rebuilt_method = method
+        self._batch_rows = batch_rows
 
     def start_from(self, basis: Basis) -> None:
         """Start the next solve from ``basis`` (an optimal basis of a previous master over
@@ -182,7 +191,7 @@ class RestrictedMaster:
                     self._restart = self._full_basis(before)   # optimal so far: restart there
                 self._activate(new_pairs)
             self._kept = self._closed_form = None
-            self._dirty = True
+            self._dirty += k
             self.lower = np.concatenate([self.lower, np.zeros(k)])
             if self._stale:
                 return k                    # the rebuild brings them in
@@ -294,12 +303,13 @@ class RestrictedMaster:
         closed = self._closed_form_solution() if self._stale else None
         if closed is not None:
             return closed
-        if self._stale or (self.presolve_each_solve and self._dirty):
+        if self._stale or (self.presolve_each_solve and self._dirty
+                           and self._dirty >= self._batch_rows * self.n_rows):
             if self._rebuild() and method == "auto":
                 method = "primal"
             elif method == "auto" and self.presolve_each_solve:
                 method = self._rebuilt_method
-        self._dirty = False
+        self._dirty = 0
         if self._basis_try:
             self._basis_try = False
             sol = self.backend.solve(method=method, time_limit=time_limit,

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import SolveError
+from ..link_rate import rate_of_loads
 from .colgen import CGOptions, column_generation
 from .master import ColumnPool, RestrictedMaster
 from .problem import Problem
@@ -64,8 +65,7 @@ def rounded_rate(pool: ColumnPool, counts: np.ndarray, k: int, capacity: np.ndar
     load = pool.loads(counts / k, capacity.size)
     if background is not None:
         load = load + background
-    used = load > 0
-    return float(np.min(capacity[used] / load[used]))
+    return rate_of_loads(capacity, load)
 
 
 def _starts(keys: np.ndarray, n: int) -> np.ndarray:

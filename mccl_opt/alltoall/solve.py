@@ -40,7 +40,7 @@ from .cut_bound import cut_bound_gbps
 from .direct import no_room_for_master, routed_outcome
 from .driver import certified_cold_routing, cold_routing, round_solved, run_cg
 from .kept import Kept, keep_if_better, kept_schedule
-from .local import local_eligible, local_resolve, raises_a_binding_link, reuse_certified
+from .local import GaveUp, local_eligible, local_resolve, raises_a_binding_link, reuse_certified
 from .pricing import PricedColumns
 from .problem import Problem, problem_for
 from .state import AllToAllWarmState
@@ -107,8 +107,13 @@ def _synthesize(topo: Topology, warm: Schedule | AllToAllWarmState | None, backe
                    and not (state.basis is not None and changes_are_nonbinding(prob, state))
                    and not raises_a_binding_link(prob, state)
                    and not sharply_fallen(prob, state).any())
+    gave_up: dict = {}
     if tried_local:
-        outcome = local_resolve(prob, state, backend, steps, max_chunks, options, deadline)
+        local = local_resolve(prob, state, backend, steps, max_chunks, options, deadline)
+        if isinstance(local, GaveUp):
+            gave_up["local_gave_up"] = local.reason
+        else:
+            outcome = local
     if outcome is None:
         # under a time limit the full path solves cold: a cold limited solve routes
         # first and, when the first master cannot fit in the time left, the routing
@@ -136,7 +141,7 @@ def _synthesize(topo: Topology, warm: Schedule | AllToAllWarmState | None, backe
             else:
                 outcome = _limited_cg(prob, backend, steps, columns, deadline, options, state,
                                       routing, max_chunks, kept)
-        outcome.report.extra.update(search, local_fallback=bool(tried_local))
+        outcome.report.extra.update(search, **gave_up, local_fallback=bool(tried_local))
     outcome = keep_if_better(outcome, kept)
 
     sched = make_schedule(prob, outcome, max_chunks)

@@ -14,6 +14,7 @@ from typing import Iterable, Mapping
 
 import numpy as np
 
+from ..link_rate import LOAD_NOISE, rate_of_loads
 from ..schedule import Schedule
 from ..topology import Topology
 from .fairshare import fill
@@ -57,9 +58,7 @@ def simulate(topo: Topology, schedule: Schedule, message_bytes: float, *,
 def _fluid_rate(st: Streams, cap: np.ndarray, message_bytes: float) -> float:
     """``min_a cap_a / L_a`` with share loads ``L_a`` from the streams (= ``schedule_rate``)."""
     share = st.mult * st.npieces * st.piece_bytes / message_bytes
-    loads = st.inc.T @ share
-    used = loads > 1e-12
-    return float(np.min(cap[used] / loads[used]))
+    return rate_of_loads(cap, st.inc.T @ share, noise=LOAD_NOISE)
 
 
 class _Recorder:

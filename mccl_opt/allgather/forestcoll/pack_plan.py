@@ -64,7 +64,13 @@ TEST_FIRST_K = 64
 #: passes, 0.5 s there, cost about as much as the packing); from 131 k entries since the
 #: restriction seed of one-way dragonfly 4x4x1x8 (``k = 13``, 213 k entries: its spread
 #: split's repair packing failed after 173 k visits, ~0.1 s, where the sampled test fails
-#: at its first sink in ~2 ms; docs/allgather.md "Lossy restriction balancing at None")
+#: at its first sink in ~2 ms; docs/allgather.md "Lossy restriction balancing at None").
+#: Against 2^19, in one process, alternated passes, per-state best CPU s summed (two runs):
+#: fuzz seed 3413's 102 states 7.06-7.36 vs 6.64-6.76, its 15 states planned otherwise
+#: 1.73-1.81 vs 1.46-1.50 (each a passing sampled test, <= 0.11 s), worst state 0.53-0.55
+#: vs 0.50-0.56 (not among them); 16 dragonfly states at None, three one-way 4x4x1x8 of
+#: them planned otherwise (the test fails), 4.79-5.78 vs 5.08-5.60, worst 0.88-1.02 vs
+#: 0.96-1.05 (seed 3497: 0.73-0.92 vs 0.96-1.01): kept for the worst state
 TEST_FIRST_ENTRIES = 1 << 17
 
 #: sinks of that first test, every ``n // TEST_FIRST_SINKS``-th rank
@@ -81,11 +87,13 @@ FEW_BEFORE_FAST_K = SCALED_MIN_K
 
 
 class Goal(str, Enum):
-    """What the caller of :func:`.pack_steps.pack` needs."""
+    """What the caller of :func:`.pack_steps.pack` (and of the ForestColl solve that
+    packs, :func:`mccl_opt.allgather.solve.sub_forestcoll`) needs."""
 
     #: ``max_chunks=None``: the exact optimum, by this method (step-aware's default
     #: packing too).  The repair searches are capped by a forecast, as the exact few-trees
-    #: packing follows a failure at any size
+    #: packing follows a failure at any size.  A switch balancing that loses capacity
+    #: declines before the packing, on a chain's sub-fabric too (the balanced restriction)
     EXACT = "exact"
     #: a chunk budget ``K``: a failed packing is followed by fewer chunks
     #: (``solve._fewer_chunks``), so the few-trees packing runs only up to
@@ -95,7 +103,8 @@ class Goal(str, Enum):
     #: (the weaker-direction fabric, :func:`..chain.solve_unbalanced`): past
     #: ``FEW_TREES_CHEAP_ENTRIES`` only the spread split's first packing, then decline
     #: (dragonfly 4x4x1x8 one way: 8-9 s CPU of exact split and packings, ~0.4 s by the
-    #: general method)
+    #: general method).  A switch balancing that loses capacity is kept (the chain compares
+    #: the rounded schedule with the next method's)
     DECLINABLE = "declinable"
 
     @classmethod

@@ -32,11 +32,13 @@ from typing import TYPE_CHECKING, Callable, Sequence
 
 import numpy as np
 
-from mccl_opt.errors import SolveError, TopologyError
+from mccl_opt.errors import MCCLError, SolveError, TopologyError
 from mccl_opt.schedule import Schedule
 from mccl_opt.schedule_chunks import TreeChunks, path_nodes
 from mccl_opt.topology import Topology
-from ..budget import ChunkCounts
+from ..budget import ChunkCounts, choose_trees
+from ..fabric import fabric_of
+from ..forestcoll.throughput import optimal_rate
 
 if TYPE_CHECKING:
     from ..restriction.stages import Restricted
@@ -78,6 +80,48 @@ RETRY_SEED_CHUNKS = 64
 #: 64 trees, 98.8 % of the optimum, the master over them and the weaker direction's stays
 #: short; 32 chunks pack 18 per root in 1121 trees, with which the master certifies)
 DENSER_FACTOR = 2
+
+
+#: past this many GPUs (and up to :data:`SMALL_SEED_GPUS`), at ``max_chunks=None``, the
+#: seed the general method makes for itself (no symmetry quotient or *Seed first* made it
+#: before) asks for :data:`DENSER_FACTOR` times the chunks at once where that adds few
+#: trees per root (:func:`dense_pays`): there every master over 1 000-2 000 columns that
+#: falls short costs ~0.1-0.2 s CPU, and the weaker direction's packing behind it ~0.1 s
+#: (shared-nic 2x8x8-p2 with a NIC at 4 Gbps one way, fuzz seed 3515: 16 chunks, ``k = 15``,
+#: fell short twice, 0.70-0.84 s; 32 chunks, ``k = 19``, certify in the first master,
+#: 0.44-0.48 s); at 16-64 GPUs every state measured took <= 0.12 s and the denser seed
+#: cost up to 2x (docs/allgather.md "Shared-nic 2x8x8-p2: the general method's seed")
+DENSE_SEED_ABOVE_GPUS = 64
+
+#: ... only where the denser budget's trees per root are at most this many times the
+#: plain one's: with about as many trees its master costs what the plain seed's does
+#: (``k = 15 -> 19``: 1 115 -> 1 138 distinct trees), while a denser seed of many more trees
+#: made masters that certified anyway slower (shared-nic 2x8x8-p2 / 2x8x6-p2 with a NIC
+#: at 0.377 or 0.833 of its speed one way: ``k = 10 -> 27``, ``13 -> 25``, ``5 -> 28``;
+#: 0.30-0.72 -> 0.55-0.82 s CPU)
+DENSE_SEED_MAX_GROWTH = 1.3
+
+
+def dense_seed(num_gpus: int) -> bool:
+    """Whether the general method's own seed on ``num_gpus`` GPUs at ``max_chunks=None``
+    may ask for the denser packing's chunks (:data:`DENSE_SEED_ABOVE_GPUS`,
+    :func:`dense_pays`)."""
+    return DENSE_SEED_ABOVE_GPUS < num_gpus <= SMALL_SEED_GPUS
+
+
+def dense_pays(sub: Topology, chunks: int) -> bool:
+    """Whether the chunk budget on the balanced fabric ``sub`` at :data:`DENSER_FACTOR`
+    times ``chunks`` chooses more trees per root than at ``chunks``, but at most
+    :data:`DENSE_SEED_MAX_GROWTH` times as many (Phase 1 and two budget searches,
+    3-5 ms at 128 GPUs; the ``k`` ForestColl then packs)."""
+    try:
+        fab, _ = fabric_of(sub)
+        p1 = optimal_rate(fab)
+        few = choose_trees(fab, p1, chunks)[0]
+        many = choose_trees(fab, p1, DENSER_FACTOR * chunks)[0]
+    except (MCCLError, ArithmeticError, ValueError):
+        return False
+    return 0 < few < many <= DENSE_SEED_MAX_GROWTH * few
 
 
 def seed_chunks(num_gpus: int) -> int:
@@ -191,7 +235,8 @@ def forestcoll_trees(sub: Topology, forestcoll: ForestColl,
 
 
 def restriction_seed(restricted: Restricted, forestcoll: ForestColl,
-                     weaker: Schedule | Topology | None = None) -> RestrictionSeed | None:
+                     weaker: Schedule | Topology | None = None,
+                     dense: bool = False) -> RestrictionSeed | None:
     """ForestColl's trees (:func:`forestcoll_trees`) on the balanced restriction
     ``restricted``, with its certified optimum as the bound; ``weaker`` (the chain's
     schedule on the weaker-direction fabric, or that fabric, packed on demand) gives
@@ -204,11 +249,13 @@ def restriction_seed(restricted: Restricted, forestcoll: ForestColl,
     then 22 pricing rounds); the proportional split's host loops give trees that enter a
     host more than once.  ``None`` when the restriction's rate is not
     positive or ForestColl packs nothing on it (the general method then starts from its
-    own trees)."""
+    own trees).  ``dense``: the restriction's trees at :data:`DENSER_FACTOR` times
+    :func:`seed_chunks` where :func:`dense_pays` (and ``denser`` at that factor again)."""
     if not restricted.restriction.rate_gbps > 0:
         return None
     t = time.perf_counter()
-    chunks = seed_chunks(restricted.sub.num_gpus)
+    base = seed_chunks(restricted.sub.num_gpus)
+    chunks = DENSER_FACTOR * base if dense and dense_pays(restricted.sub, base) else base
     headroom = restricted.restriction.headroom()
     main = forestcoll_trees(restricted.sub, forestcoll, headroom, chunks)
     if main is None and chunks < RETRY_SEED_CHUNKS:     # one try, not a count down from 64
@@ -217,7 +264,7 @@ def restriction_seed(restricted: Restricted, forestcoll: ForestColl,
         return None
 
     def more() -> Schedule | None:
-        return forestcoll_trees(weaker, forestcoll, chunks=chunks, siblings_last=False) \
+        return forestcoll_trees(weaker, forestcoll, chunks=base, siblings_last=False) \
             if isinstance(weaker, Topology) else weaker
 
     def denser() -> Schedule | None:

@@ -17,6 +17,7 @@ from ...report import Attempt, Method
 from ...schedule import Schedule
 from ...topology import Topology
 from ..budget import ChunkCounts
+from ..forestcoll.pack_plan import Goal
 from ..interim import rerated
 from ..stage import REACH_TOL, Declined, ForestColl, Trail
 
@@ -114,7 +115,7 @@ def solve_by_restriction(topo: Topology, restricted: Restricted, route: WarmRout
     for k in [None] if counts is None else counts:
         try:
             sched = forestcoll(sub, route, k, found.headroom(), scaled=scaled,
-                               exact_balance=counts is None)
+                               goal=Goal.of(k))
         except (SolveError, TopologyError) as e:
             if counts is not None and isinstance(e, SolveError):
                 counts.failed(e)
