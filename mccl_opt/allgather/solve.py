@@ -355,7 +355,7 @@ def _forestcoll(topo: Topology, route: WarmRoute, backend: str, max_chunks: int 
     t = time.perf_counter()
     try:
         balanced = balanced_split(budget.fab, arr.is_switch, budget.k, budget.y, max_chunks,
-                                  headroom, budget.p1.rate)
+                                  headroom, budget.p1.rate, lossless=exact_balance)
         balanced.record(run.stats)
         run.stats["balance_s"] = time.perf_counter() - t
         if not balanced.exact and (exact_balance or not lossy_balance):   # below the optimum

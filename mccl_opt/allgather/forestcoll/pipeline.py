@@ -115,7 +115,7 @@ class Balanced:
 
 def balanced_split(fab: Fabric, is_switch: np.ndarray, k: int, y: Fraction,
                    max_chunks: int | None, headroom: Sequence[Fraction] | None = None,
-                   optimum: Fraction | None = None) -> Balanced:
+                   optimum: Fraction | None = None, lossless: bool = False) -> Balanced:
     """Tree units of every link, switches balanced.  When balancing must give up
     capacity the optimum cannot spare (one-directional degradations; the rate then sits
     below ``lp_rate_gbps``), two balanced fabrics are tried and the one with more
@@ -131,7 +131,11 @@ def balanced_split(fab: Fabric, is_switch: np.ndarray, k: int, y: Fraction,
     balancing's options that leave every switch balanced; with ``max_chunks=None`` the exact
     optimum (``optimum``: Phase 1's ``x*``, which the budget's ``k·y`` can stop short of) is
     first sought with fewer or more trees than ``k`` (:func:`.removal.unit_rounding.
-    restriction_units`)."""
+    restriction_units`).  ``lossless`` (the caller keeps only a balancing that gives up
+    nothing): where none exists, the split of the floors is returned unbalanced, marked
+    not exact, without weighing the lossy options (dragonfly 4x4x1x8 one way at
+    ``max_chunks=None``, fuzz seed 3511: ~0.09 s of re-optimised and symmetrized budgets
+    that the caller then declined; docs/allgather.md "Lossless balancing first")."""
     units = (fab.cap * y.denominator) // y.numerator
     options = []                        # (bandwidth per root in quanta, split, k, symmetrized)
     if headroom is not None:
@@ -142,6 +146,8 @@ def balanced_split(fab: Fabric, is_switch: np.ndarray, k: int, y: Fraction,
     split = SplitGraph.from_links(fab.n, fab.tail, fab.head, units, is_switch, fab.gpus, k)
     if balance_switches(split):
         return Balanced(split, k, True)
+    if lossless:
+        return Balanced(split, k, False)
     if headroom is not None and rounded is not None:
         options.append((k * rounded[1], _units_split(fab, is_switch, rounded[0], k), k, False))
     original, unit = fab, Fraction(1)   # a unit of ``fab``'s capacities, in quanta
