@@ -257,17 +257,19 @@ def sub_forestcoll(backend: str, trail: Trail) -> ForestColl:
     ``declinable``: a later method of the chain solves the fabric exactly, so the costly
     exact packing is left to it (:class:`.forestcoll.pack_plan.Goal`); ``exact_balance``:
     :class:`.stage.Declined` where switch balancing loses capacity, before Phases 2-3
-    (the caller keeps only a schedule at the optimum)."""
+    (the caller keeps only a schedule at the optimum); ``fewer``: where balancing the
+    budget's trees loses capacity, a smaller budget balanced without loss is weighed
+    too (the general method's seed, :func:`.forestcoll.pipeline.balanced_split`)."""
 
     def forestcoll(sub: Topology, r: WarmRoute | None, k: int | None,
                    headroom: Sequence[Fraction] | None = None,
                    scaled: bool = False, siblings_last: bool = True,
-                   declinable: bool = False, exact_balance: bool = False
-                   ) -> Schedule | Declined:
+                   declinable: bool = False, exact_balance: bool = False,
+                   fewer: bool = False) -> Schedule | Declined:
         return _typed_forestcoll(sub, r or WarmRoute.plan(sub, None), backend, k, False, trail,
                                  lossy_balance=True, headroom=headroom, scaled=scaled,
                                  siblings_last=siblings_last, declinable=declinable,
-                                 exact_balance=exact_balance)
+                                 exact_balance=exact_balance, fewer=fewer)
 
     return forestcoll
 
@@ -277,13 +279,13 @@ def _typed_forestcoll(topo: Topology, route: WarmRoute, backend: str,
                       lossy_balance: bool = False,
                       headroom: Sequence[Fraction] | None = None,
                       scaled: bool = False, siblings_last: bool = True,
-                      declinable: bool = False, exact_balance: bool = False
-                      ) -> Schedule | Declined:
+                      declinable: bool = False, exact_balance: bool = False,
+                      fewer: bool = False) -> Schedule | Declined:
     """:func:`_forestcoll`, an internal error turned into a :class:`SolveError` naming the
     fabric (the chain of methods catches it)."""
     try:
         return _forestcoll(topo, route, backend, max_chunks, step_aware, trail, lossy_balance,
-                           headroom, scaled, siblings_last, declinable, exact_balance)
+                           headroom, scaled, siblings_last, declinable, exact_balance, fewer)
     except (KeyError, IndexError, AssertionError, ZeroDivisionError) as e:
         raise SolveError(f"ForestColl failed on {topo.name!r} ({type(e).__name__}: {e}); "
                          "a bug: please report the topology file") from e
@@ -293,7 +295,8 @@ def _forestcoll(topo: Topology, route: WarmRoute, backend: str, max_chunks: int 
                 step_aware: Any, trail: Trail, lossy_balance: bool = False,
                 headroom: Sequence[Fraction] | None = None,
                 scaled: bool = False, siblings_last: bool = True,
-                declinable: bool = False, exact_balance: bool = False) -> Schedule | Declined:
+                declinable: bool = False, exact_balance: bool = False,
+                fewer: bool = False) -> Schedule | Declined:
     """Step 4 on a canonically listed ``topo``; :class:`.stage.Declined` when the exact
     optimum (``max_chunks=None``) needs more than :data:`.budget.EXACT_TREES_LIMIT`
     trees per root on a chain's sub-fabric (``lossy_balance``, unless ``scaled``),
@@ -355,7 +358,8 @@ def _forestcoll(topo: Topology, route: WarmRoute, backend: str, max_chunks: int 
     t = time.perf_counter()
     try:
         balanced = balanced_split(budget.fab, arr.is_switch, budget.k, budget.y, max_chunks,
-                                  headroom, budget.p1.rate, lossless=exact_balance)
+                                  headroom, budget.p1.rate, lossless=exact_balance,
+                                  fewer=budget.p1 if fewer else None)
         balanced.record(run.stats)
         run.stats["balance_s"] = time.perf_counter() - t
         if not balanced.exact and (exact_balance or not lossy_balance):   # below the optimum
