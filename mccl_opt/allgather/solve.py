@@ -374,8 +374,15 @@ def _forestcoll(topo: Topology, route: WarmRoute, backend: str, max_chunks: int 
         elif many and balanced.k > EXACT_TREES_LIMIT:
             result = pack_scaled(balanced.split, arr.rank_of, balanced.k, run.stats)
         else:
-            result = _pack(run, route, balanced, trail, route.cold_cap(cold_s, since),
-                           siblings_last, declinable)
+            try:
+                result = _pack(run, route, balanced, trail, route.cold_cap(cold_s, since),
+                               siblings_last, declinable)
+            except SolveError:
+                if balanced.fallback is None:
+                    raise
+                balanced = balanced.fallback   # fewer trees without loss did not pack
+                result = _pack(run, route, balanced, trail, route.cold_cap(cold_s, since),
+                               siblings_last, declinable)
     except BudgetUnpacked:
         raise
     except SolveError as e:                           # this budget's split or packing failed
