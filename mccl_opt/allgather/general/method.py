@@ -115,12 +115,12 @@ def _seed_columns(make: Callable[[], Schedule | None] | None, topo: Topology,
 FIRST_SEED_SHARE = 0.5
 
 
-#: from this many GPUs the tree master's first solve runs the LP solver's presolve; below,
-#: it is skipped: on the 100 largest masters of fuzz seeds 3413/3497/3511 (16-128 GPUs,
-#: up to 1 664 columns of ~175 links) HiGHS's primal simplex took 1.61 s without it
-#: against 3.25 s with it, never slower (dragonfly 4x4x1x8 one way: 0.31 -> 0.19 s, the same
-#: iterations); at 512 GPUs it paid (HPN 4x16x8 one way: 11.8 s with, 12.8 s without;
-#: docs/allgather.md "Tie-broken pricing", "The tree master without presolve")
+#: from this many GPUs the tree master runs the LP solver's presolve; below, it is
+#: skipped: on the 107 LPs over 150 kB of the solves of fuzz seeds 3413/3497/3511 (16-128
+#: GPUs, up to 1 664 columns of ~175 links) HiGHS's primal simplex took 1.61 s without it
+#: against 3.25 s with it, none slower (dragonfly 4x4x1x8 one way: 0.31 -> 0.19 s, the
+#: same iterations); at 512 GPUs it paid (HPN 4x16x8 one way: 11.8 s with, 12.8 s
+#: without; docs/allgather.md "Tie-broken pricing", "The tree master without presolve")
 MASTER_PRESOLVE_FROM_GPUS = 256
 
 
