@@ -11,15 +11,15 @@ import pytest
 import mccl_opt as mo
 from instances import hpn
 from instances.designs import dragonfly
+from mccl_opt.allgather import solve
+from mccl_opt.allgather.budget import choose_trees
 from mccl_opt.allgather.canonical import canonical
 from mccl_opt.allgather.fabric import fabric_of
 from mccl_opt.allgather.forestcoll import pipeline
 from mccl_opt.allgather.forestcoll.removal.unit_rounding import _gpu_short
-from mccl_opt.allgather.budget import choose_trees
 from mccl_opt.allgather.forestcoll.throughput import _violated_cut, optimal_rate
 from mccl_opt.allgather.general.restriction_seed import forestcoll_trees
 from mccl_opt.allgather.restriction.stages import restrict
-from mccl_opt.allgather import solve
 from mccl_opt.allgather.solve import sub_forestcoll
 from mccl_opt.allgather.stage import Declined, Trail
 from mccl_opt.errors import SolveError
@@ -58,15 +58,6 @@ def test_a_lossless_balancing_returns_before_the_lossy_options(monkeypatch):
     assert not calls
     assert isinstance(forestcoll(topo, None, None), mo.Schedule)
     assert calls
-
-
-def _nvlink_half() -> tuple[mo.Topology, object]:
-    """Dragonfly 4x4x1x8 with one NVLink at half one way (fuzz seeds 3497 / 3511's fault):
-    its restriction's budget at 16 chunks is 13 trees per root, balanced only lossily."""
-    base = dragonfly(4, 4, 1, 8)
-    topo = canonical(base.with_capacity(src="d0r0h0g1", dst="d0r0h0nvs", gbps=1440.0,
-                                        both_directions=False))
-    return topo, restrict(topo, "highs")
 
 
 def test_the_seed_takes_fewer_trees_balanced_without_loss(monkeypatch):
