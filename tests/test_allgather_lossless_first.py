@@ -16,6 +16,7 @@ from mccl_opt.allgather.budget import choose_trees
 from mccl_opt.allgather.canonical import canonical
 from mccl_opt.allgather.fabric import fabric_of
 from mccl_opt.allgather.forestcoll import pipeline
+from mccl_opt.allgather.forestcoll.pack_plan import Goal
 from mccl_opt.allgather.forestcoll.removal.unit_rounding import _gpu_short
 from mccl_opt.allgather.forestcoll.throughput import _violated_cut, optimal_rate
 from mccl_opt.allgather.general.restriction_seed import forestcoll_trees
@@ -46,17 +47,17 @@ def test_a_gpu_short_of_its_trees_fails_the_rooted_test_too():
 
 
 def test_a_lossless_balancing_returns_before_the_lossy_options(monkeypatch):
-    """``exact_balance`` at ``None``: the re-optimised and symmetrized budgets are not
-    computed for a balancing that is declined anyway; without it they are."""
+    """Goal ``EXACT`` at ``None``: the re-optimised and symmetrized budgets are not
+    computed for a balancing that is declined anyway; under ``DECLINABLE`` they are."""
     topo = canonical(dragonfly(3, 2, 1, 4).with_capacity(src="d0r0h0g0", dst="d0r0",
                                                          gbps=200.0, both_directions=False))
     calls = []
     split_for = pipeline._split_for
     monkeypatch.setattr(pipeline, "_split_for", lambda *a: calls.append(1) or split_for(*a))
     forestcoll = sub_forestcoll("highs", Trail())
-    assert isinstance(forestcoll(topo, None, None, exact_balance=True), Declined)
+    assert isinstance(forestcoll(topo, None, None, goal=Goal.EXACT), Declined)
     assert not calls
-    assert isinstance(forestcoll(topo, None, None), mo.Schedule)
+    assert isinstance(forestcoll(topo, None, None, goal=Goal.DECLINABLE), mo.Schedule)
     assert calls
 
 
