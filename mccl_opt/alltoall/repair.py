@@ -1,0 +1,160 @@
+"""Chunk repair: move single chunks off the links a rounding overloads (paper §4.2).
+
+On a degenerate LP optimum (HPN after degradations: 130 links saturated at exactly
+560 chunks) largest-remainder and balanced rounding leave a few links one chunk over
+the LP's load (561), a 0.18 % gap that the deep dive closed, when it did, with
+1,000-2,600 dual pivots a step (docs/alltoall.md, *Chunk repair*).  The repair
+re-routes one chunk at a time from an overloaded link onto a shortest path (step bound
+respected) that crosses only links with room for one more chunk at the LP's ``t``; new
+paths join the master's pool.  It succeeds only when no link is left above the LP's
+load, so the repaired schedule's rate is the LP rate: optimal, certified by the LP bound.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .master import RestrictedMaster
+from .pricing import price_sources
+from .problem import Problem
+
+__all__ = ["repair_overloads", "REPAIR_MAX_LINKS"]
+
+#: The repair is tried only when at most this many links are over the LP's load (each
+#: needs a few single-source shortest-path passes; a bad rounding is the dive's job).
+REPAIR_MAX_LINKS = 64
+
+_BLOCKED = 1e12         # the price of a full link that may not be crossed
+_FULL = 1e6             # the price of a full link that may be crossed (then relieved)
+
+#: Full links tried per chunk as the middle of a two-move chain.
+CHAIN_TRIES = 4
+
+
+def repair_overloads(master: RestrictedMaster, prob: Problem, counts: np.ndarray, k: int,
+                     max_steps: int, lp_t: float,
+                     background: np.ndarray | None = None) -> np.ndarray | None:
+    """Chunk counts per pool column with every link at most the LP's load
+    (``cap_a·t·K`` chunks, ``background`` share loads included), derived from
+    ``counts`` by single-chunk moves onto new or pool paths of the same pair; ``None``
+    when some overloaded link cannot be relieved (or more than :data:`REPAIR_MAX_LINKS`
+    are over).  New paths are added to ``master`` (their LP shares stay 0), so the
+    result is indexed by the grown pool."""
+    pool = master.pool
+    cap = master.capacity
+    load = pool.loads(counts.astype(float), cap.size)
+    if background is not None:
+        load = load + background * k
+    limit = cap * lp_t * k * (1 + 1e-9) + 1e-9
+    over = np.flatnonzero(load > limit)
+    if over.size == 0 or over.size > REPAIR_MAX_LINKS:
+        return None
+    fix = _Fix(master, prob, counts.astype(np.int64).copy(), load, limit, max_steps)
+    for a in over:
+        while fix.load[a] > limit[a]:
+            if not fix.relieve(int(a), chain=True):
+                return None                             # no chunk on ``a`` can move
+    return _with_moved(master, fix.counts, fix.moved)
+
+
+class _Fix:
+    """The repair's state: chunk counts, link loads (chunks), the moved chunks' paths."""
+
+    def __init__(self, master: RestrictedMaster, prob: Problem, counts: np.ndarray,
+                 load: np.ndarray, limit: np.ndarray, max_steps: int) -> None:
+        self.pool, self.prob, self.counts, self.load, self.limit = \
+            master.pool, prob, counts, load, limit
+        self.max_steps = max_steps
+        cols = self.pool.column_of_arc()
+        order = np.argsort(self.pool.arcs, kind="stable")
+        self.by_arc = cols[order]                            # columns crossing each link
+        self.arc_start = np.searchsorted(self.pool.arcs[order], np.arange(load.size + 1))
+        self.stuck = np.zeros(load.size, dtype=bool)        # full links found not relievable
+        self.moved: list[tuple[int, np.ndarray]] = []     # (pair, arcs) of each chunk moved
+
+    def relieve(self, a: int, chain: bool) -> bool:
+        """Move one chunk off link ``a`` onto a path with room on every link; with
+        ``chain``, else onto a path over one full link ``b`` that is then relieved in
+        turn (at most :data:`CHAIN_TRIES` such links ``b`` per chunk)."""
+        on_a = np.unique(self.by_arc[self.arc_start[a]:self.arc_start[a + 1]])
+        on_a = on_a[self.counts[on_a] > 0]
+        for crossing in ((False, True) if chain else (False,)):
+            for j in on_a:
+                if self.counts[j] == 0:
+                    continue
+                if self._move_chunk(int(j), crossing):
+                    return True
+        if not chain:
+            self.stuck[a] = True
+        return False
+
+    def _move_chunk(self, j: int, crossing: bool) -> bool:
+        """Move one chunk of column ``j``: onto a path with room everywhere, or (with
+        ``crossing``) over one full link that is then relieved."""
+        path = self.pool.path(j)
+        load = self.load.copy()
+        load[path] -= 1.0
+        full = load + 1.0 > self.limit
+        skip = self.stuck.copy()
+        for _ in range(CHAIN_TRIES if crossing else 1):
+            arcs, over = self._path(int(self.pool.pair[j]), load, full, skip, crossing)
+            if arcs is None:
+                return False
+            self._move(j, path, arcs)
+            if over < 0:
+                return True
+            if self.relieve(over, chain=False):
+                return True
+            self._undo(j, path, arcs)
+            skip[over] = True
+        return False
+
+    def _path(self, p: int, load: np.ndarray, full: np.ndarray, skip: np.ndarray,
+              crossing: bool) -> tuple[np.ndarray | None, int]:
+        """A shortest path of pair ``p`` crossing no full link (with ``crossing``: at
+        most one, not in ``skip``), preferring less loaded links; ``(arcs, the full link
+        crossed or -1)``, ``(None, -1)`` when there is none."""
+        price = 1.0 + load / np.maximum(self.limit, 1.0)
+        price[full] = _FULL if crossing else _BLOCKED
+        price[full & skip] = _BLOCKED
+        s, d = int(self.prob.pair_src[p]), int(self.prob.pair_dst[p])
+        g = self.prob.graph.num_gpus
+        want = np.zeros((g, g), dtype=np.bool_)
+        want[s, d] = True
+        found = price_sources(self.prob.graph, price, np.array([s], dtype=np.int64),
+                              self.max_steps, want)
+        if found.count == 0 or not found.shortest[s, d] < 2 * _FULL:
+            return None, -1
+        arcs = found.arcs[found.start[0]:found.start[1]]
+        crossed = arcs[full[arcs]]
+        return arcs, (int(crossed[0]) if crossed.size else -1)
+
+    def _move(self, j: int, path: np.ndarray, arcs: np.ndarray) -> None:
+        self.counts[j] -= 1
+        self.load[path] -= 1.0
+        self.load[arcs] += 1.0
+        self.moved.append((int(self.pool.pair[j]), arcs))
+
+    def _undo(self, j: int, path: np.ndarray, arcs: np.ndarray) -> None:
+        self.counts[j] += 1
+        self.load[path] += 1.0
+        self.load[arcs] -= 1.0
+        self.moved.pop()
+
+
+def _with_moved(master: RestrictedMaster, counts: np.ndarray,
+                moved: list[tuple[int, np.ndarray]]) -> np.ndarray:
+    """``counts`` plus one chunk on each moved path: an identical pool column when there
+    is one, else a new column added to ``master``."""
+    pool = master.pool
+    for p, arcs in moved:
+        same = np.flatnonzero(pool.pair == p)
+        hit = [int(j) for j in same if np.array_equal(pool.path(int(j)), arcs)]
+        if hit:
+            counts[hit[0]] += 1
+            continue
+        master.add(np.array([p], dtype=np.int64), np.array([0, arcs.size], dtype=np.int64),
+                   arcs.astype(np.int64))
+        counts = np.concatenate([counts, np.zeros(len(pool) - counts.size, dtype=np.int64)])
+        counts[-1] += 1
+    return counts
