@@ -24,8 +24,18 @@ __all__ = ["repair_overloads", "REPAIR_MAX_LINKS"]
 #: needs a few single-source shortest-path passes; a bad rounding is the dive's job).
 REPAIR_MAX_LINKS = 64
 
+#: ... and on at most this many GPUs: a path search allocates GPUs^2 and nodes^2 arrays
+#: (:func:`.pricing.price_sources`), 10-50 us each on 64 GPUs.
+REPAIR_MAX_GPUS = 256
+
+#: Path searches one repair may run (the fuzz_loop jobs it repairs took 400-1,100).
+REPAIR_MAX_SEARCHES = 2000
+
 _BLOCKED = 1e12         # the price of a full link that may not be crossed
 _FULL = 1e6             # the price of a full link that may be crossed (then relieved)
+
+#: Chunk moves a relief may chain (each over a full link the next one relieves).
+CHAIN_DEPTH = 1
 
 #: Full links tried per chunk as the middle of a two-move chain.
 CHAIN_TRIES = 4
@@ -34,12 +44,12 @@ CHAIN_TRIES = 4
 def repair_overloads(master: RestrictedMaster, prob: Problem, counts: np.ndarray, k: int,
                      max_steps: int, lp_t: float,
                      background: np.ndarray | None = None) -> np.ndarray | None:
-    """Chunk counts per pool column with every link at most the LP's load
-    (``cap_a·t·K`` chunks, ``background`` share loads included), derived from
-    ``counts`` by single-chunk moves onto new or pool paths of the same pair; ``None``
-    when some overloaded link cannot be relieved (or more than :data:`REPAIR_MAX_LINKS`
-    are over).  New paths are added to ``master`` (their LP shares stay 0), so the
-    result is indexed by the grown pool."""
+    """Chunk counts per pool column with no link above the LP's load (``cap_a·t·K``
+    chunks at the LP's ``t``, ``background`` share loads included), from ``counts`` by
+    single-chunk moves onto new or pool paths of the same pair; ``None`` when an
+    overloaded link cannot be relieved (or more than :data:`REPAIR_MAX_LINKS` are
+    over).  New paths are added to ``master`` (their LP shares stay 0), so the result
+    is indexed by the grown pool."""
     pool = master.pool
     cap = master.capacity
     load = pool.loads(counts.astype(float), cap.size)
@@ -47,13 +57,11 @@ def repair_overloads(master: RestrictedMaster, prob: Problem, counts: np.ndarray
         load = load + background * k
     limit = cap * lp_t * k * (1 + 1e-9) + 1e-9
     over = np.flatnonzero(load > limit)
-    if over.size == 0 or over.size > REPAIR_MAX_LINKS:
+    if over.size == 0 or over.size > REPAIR_MAX_LINKS or prob.num_gpus > REPAIR_MAX_GPUS:
         return None
     fix = _Fix(master, prob, counts.astype(np.int64).copy(), load, limit, max_steps)
-    for a in over:
-        while fix.load[a] > limit[a]:
-            if not fix.relieve(int(a), chain=True):
-                return None                             # no chunk on ``a`` can move
+    if not fix.relieve_all(over):
+        return None
     return _with_moved(master, fix.counts, fix.moved)
 
 
@@ -69,54 +77,66 @@ class _Fix:
         order = np.argsort(self.pool.arcs, kind="stable")
         self.by_arc = cols[order]                            # columns crossing each link
         self.arc_start = np.searchsorted(self.pool.arcs[order], np.arange(load.size + 1))
-        self.stuck = np.zeros(load.size, dtype=bool)        # full links found not relievable
+        self.stuck = np.zeros((CHAIN_DEPTH + 1, load.size), dtype=bool)  # not relievable
         self.moved: list[tuple[int, np.ndarray]] = []     # (pair, arcs) of each chunk moved
+        self.searches = REPAIR_MAX_SEARCHES
 
-    def relieve(self, a: int, chain: bool) -> bool:
-        """Move one chunk off link ``a`` onto a path with room on every link; with
-        ``chain``, else onto a path over one full link ``b`` that is then relieved in
-        turn (at most :data:`CHAIN_TRIES` such links ``b`` per chunk)."""
+    def relieve_all(self, over: np.ndarray) -> bool:
+        """Bring every link of ``over`` to at most its limit, no other link past it."""
+        for a in over:
+            while self.load[a] > self.limit[a]:
+                if not self.relieve(int(a), CHAIN_DEPTH):
+                    return False
+        return True
+
+    def relieve(self, a: int, depth: int) -> bool:
+        """Move one chunk off link ``a`` onto a path with room on every link; else, with
+        ``depth > 0``, onto a path over one full link ``b`` that is then relieved in
+        turn with ``depth - 1`` (at most :data:`CHAIN_TRIES` such links ``b`` per chunk)."""
+        if self.stuck[depth, a]:
+            return False
         on_a = np.unique(self.by_arc[self.arc_start[a]:self.arc_start[a + 1]])
         on_a = on_a[self.counts[on_a] > 0]
-        for crossing in ((False, True) if chain else (False,)):
+        for crossing in range(min(depth, 1) + 1):
             for j in on_a:
-                if self.counts[j] == 0:
-                    continue
-                if self._move_chunk(int(j), crossing):
+                if self.counts[j] > 0 and self._move_chunk(int(j), depth if crossing else 0):
                     return True
-        if not chain:
-            self.stuck[a] = True
+        self.stuck[depth, a] = True
         return False
 
-    def _move_chunk(self, j: int, crossing: bool) -> bool:
+    def _move_chunk(self, j: int, depth: int) -> bool:
         """Move one chunk of column ``j``: onto a path with room everywhere, or (with
-        ``crossing``) over one full link that is then relieved."""
+        ``depth > 0``) over one full link that is then relieved."""
         path = self.pool.path(j)
         load = self.load.copy()
         load[path] -= 1.0
         full = load + 1.0 > self.limit
-        skip = self.stuck.copy()
-        for _ in range(CHAIN_TRIES if crossing else 1):
-            arcs, over = self._path(int(self.pool.pair[j]), load, full, skip, crossing)
+        skip = self.stuck[depth - 1].copy() if depth else None
+        for _ in range(CHAIN_TRIES if depth else 1):
+            arcs, over = self._path(int(self.pool.pair[j]), load, full, skip)
             if arcs is None:
                 return False
             self._move(j, path, arcs)
             if over < 0:
                 return True
-            if self.relieve(over, chain=False):
+            if self.relieve(over, depth - 1):
                 return True
             self._undo(j, path, arcs)
             skip[over] = True
         return False
 
-    def _path(self, p: int, load: np.ndarray, full: np.ndarray, skip: np.ndarray,
-              crossing: bool) -> tuple[np.ndarray | None, int]:
-        """A shortest path of pair ``p`` crossing no full link (with ``crossing``: at
-        most one, not in ``skip``), preferring less loaded links; ``(arcs, the full link
-        crossed or -1)``, ``(None, -1)`` when there is none."""
+    def _path(self, p: int, load: np.ndarray, full: np.ndarray, skip: np.ndarray | None
+              ) -> tuple[np.ndarray | None, int]:
+        """A shortest path of pair ``p`` crossing no full link (with ``skip``: at most
+        one, not in ``skip``), preferring less loaded links; ``(arcs, the full link
+        crossed or -1)``, ``(None, -1)`` when there is none or the searches are spent."""
+        if self.searches <= 0:
+            return None, -1
+        self.searches -= 1
         price = 1.0 + load / np.maximum(self.limit, 1.0)
-        price[full] = _FULL if crossing else _BLOCKED
-        price[full & skip] = _BLOCKED
+        price[full] = _BLOCKED if skip is None else _FULL
+        if skip is not None:
+            price[full & skip] = _BLOCKED
         s, d = int(self.prob.pair_src[p]), int(self.prob.pair_dst[p])
         g = self.prob.graph.num_gpus
         want = np.zeros((g, g), dtype=np.bool_)
