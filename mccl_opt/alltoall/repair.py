@@ -97,12 +97,33 @@ class _Fix:
             return False
         on_a = np.unique(self.by_arc[self.arc_start[a]:self.arc_start[a + 1]])
         on_a = on_a[self.counts[on_a] > 0]
-        for crossing in range(min(depth, 1) + 1):
-            for j in on_a:
-                if self.counts[j] > 0 and self._move_chunk(int(j), depth if crossing else 0):
-                    return True
+        if self._direct(on_a):
+            return True
+        for j in on_a if depth else ():
+            if self.counts[j] > 0 and self._move_chunk(int(j), depth):
+                return True
         self.stuck[depth, a] = True
         return False
+
+    def _direct(self, cols: np.ndarray) -> bool:
+        """Move a chunk of one of ``cols`` onto a path with room on every link."""
+        if self.max_steps < self.prob.graph.n_nodes - 1:     # a step bound: path by path
+            return any(self.counts[j] > 0 and self._move_chunk(int(j), 0) for j in cols)
+        from ._kernels import direct_relief
+
+        if self.searches <= 0:
+            return False
+        graph = self.prob.graph
+        pair = self.pool.pair[cols]
+        self.searches -= cols.size
+        j, arcs = direct_relief(cols.astype(np.int64), self.counts, self.pool.start,
+                                self.pool.arcs, graph.gpu_nodes[self.prob.pair_src[pair]],
+                                graph.gpu_nodes[self.prob.pair_dst[pair]], self.load,
+                                self.limit, graph.n_nodes, graph.tail, graph.head, _BLOCKED)
+        if j < 0:
+            return False
+        self._move(int(j), self.pool.path(int(j)), arcs)
+        return True
 
     def _move_chunk(self, j: int, depth: int) -> bool:
         """Move one chunk of column ``j``: onto a path with room everywhere, or (with
@@ -137,15 +158,23 @@ class _Fix:
         price[full] = _BLOCKED if skip is None else _FULL
         if skip is not None:
             price[full & skip] = _BLOCKED
-        s, d = int(self.prob.pair_src[p]), int(self.prob.pair_dst[p])
-        g = self.prob.graph.num_gpus
-        want = np.zeros((g, g), dtype=np.bool_)
-        want[s, d] = True
-        found = price_sources(self.prob.graph, price, np.array([s], dtype=np.int64),
-                              self.max_steps, want)
-        if found.count == 0 or not found.shortest[s, d] < 2 * _FULL:
+        graph = self.prob.graph
+        s, d = graph.gpu_nodes[self.prob.pair_src[p]], graph.gpu_nodes[self.prob.pair_dst[p]]
+        if self.max_steps >= graph.n_nodes - 1:
+            from ._kernels import cheapest_path
+
+            cost, arcs = cheapest_path(graph.n_nodes, graph.tail, graph.head, price, s, d)
+        else:                               # a step bound: the pricing kernel's levels
+            g = graph.num_gpus
+            rs, rd = int(self.prob.pair_src[p]), int(self.prob.pair_dst[p])
+            want = np.zeros((g, g), dtype=np.bool_)
+            want[rs, rd] = True
+            found = price_sources(graph, price, np.array([rs], dtype=np.int64),
+                                  self.max_steps, want)
+            cost = found.shortest[rs, rd] if found.count else np.inf
+            arcs = found.arcs[found.start[0]:found.start[-1]]
+        if not cost < 2 * _FULL:
             return None, -1
-        arcs = found.arcs[found.start[0]:found.start[1]]
         crossed = arcs[full[arcs]]
         return arcs, (int(crossed[0]) if crossed.size else -1)
 
