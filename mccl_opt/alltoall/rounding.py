@@ -9,7 +9,9 @@
   new solution.  The first step fixes every column's integral part; later steps round
   up the fractional columns closest to their next chunk, a growing batch at a time.  A
   step whose LP rate cannot beat the best rounding found is undone and its columns made
-  tabu (limited backtracking).  The best schedule seen is kept.
+  tabu (limited backtracking).  The best schedule seen is kept.  Before it, the
+  chunk repair (:mod:`.repair`) tries single-chunk moves that bring every link back to
+  the LP's load; when it succeeds the schedule is at the LP rate and no dive is needed.
 
 The rate of a rounded schedule is recomputed exactly: ``min_a cap_a / load_a``.
 """
