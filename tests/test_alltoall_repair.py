@@ -5,6 +5,7 @@ the repair gives up and leaves the rounding as it was."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from instances import degrade, hpn
 from mccl_opt.alltoall.colgen import CGOptions
@@ -17,9 +18,9 @@ from mccl_opt.topology import Link, Node, Topology
 K = 10
 
 
-def _solved(topo: Topology):
+def _solved(topo: Topology, steps: int | None = None):
     prob = problem_for(topo)
-    steps = topo.num_nodes - 1
+    steps = topo.num_nodes - 1 if steps is None else steps
     return prob, steps, run_cg(prob, "highs", steps, None, None, CGOptions())
 
 
@@ -32,8 +33,9 @@ def _two_switches() -> Topology:
     return Topology("two-switches", nodes, links)
 
 
-def test_an_overloaded_switch_gives_one_chunk_to_the_other():
-    prob, steps, solved = _solved(_two_switches())
+@pytest.mark.parametrize("max_steps", [None, 1])      # compiled search; the pricing kernel's
+def test_an_overloaded_switch_gives_one_chunk_to_the_other(max_steps):
+    prob, steps, solved = _solved(_two_switches(), max_steps)
     master, res = solved.master, solved.result
     pool = master.pool
     counts = largest_remainder(pool, res.solution.y, prob.num_pairs, K)
