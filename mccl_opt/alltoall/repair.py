@@ -5,8 +5,9 @@ On a degenerate LP optimum (HPN after degradations: 130 links saturated at exact
 the LP's load (561), a 0.18 % gap that the deep dive closed, when it did, with
 1,000-2,600 dual pivots a step (docs/alltoall.md, *Chunk repair*).  The repair
 re-routes one chunk at a time from an overloaded link onto a shortest path (step bound
-respected) that crosses only links with room for one more chunk at the LP's ``t``; new
-paths join the master's pool.  It succeeds only when no link is left above the LP's
+respected) that crosses only links with room for one more chunk at the LP's ``t``, or
+over one full link that another chunk then leaves (a two-move chain); new paths join
+the master's pool.  It succeeds only when no link is left above the LP's
 load, so the repaired schedule's rate is the LP rate: optimal, certified by the LP bound.
 """
 
@@ -24,8 +25,8 @@ __all__ = ["repair_overloads", "REPAIR_MAX_LINKS"]
 #: needs a few single-source shortest-path passes; a bad rounding is the dive's job).
 REPAIR_MAX_LINKS = 64
 
-#: ... and on at most this many GPUs: a path search allocates GPUs^2 and nodes^2 arrays
-#: (:func:`.pricing.price_sources`), 10-50 us each on 64 GPUs.
+#: ... and on at most this many GPUs: the moves are found one pair at a time (with a
+#: step bound each search also allocates GPUs^2 arrays, :func:`.pricing.price_sources`).
 REPAIR_MAX_GPUS = 256
 
 #: Path searches one repair may run (the fuzz_loop jobs it repairs took 400-1,100).
