@@ -41,7 +41,9 @@ collective, concurrently), and publishes new versions.
   ``M``, the current schedule still deviates (``max delta > clear_ratio * Gamma``) and
   the new schedule's rate beats the current one's by more than ``min_gain``; otherwise
   it is aborted and the current schedule kept (after ``no_gain`` its cut and base
-  slacks are re-derived on the job's ``M``, so the same drift does not flag again).
+  slacks are re-derived on the ``M`` of that decision, except links that rose above
+  the job's input, :func:`~.publish_decision.rebased`; so the same drift does not flag
+  again).
 * Newest estimate wins: a finished job whose input capacities differ from the latest
   ``M`` by more than ``restart_tol`` (relative, on any link), and whose schedule's rate
   under the latest ``M`` is more than ``restart_tol`` below its rate on the job's input, is
@@ -146,7 +148,7 @@ from .gain_bound import VertexBound
 from .groups import Groups
 from .pool import JobResult, SynthesisPool, job_result, run_job
 from .publish_decision import (Active, Estimate, Finished, Verdict, drift_gone, gained, moved, near, held_against,
-                               no_schedule_gains, outdated, publish_decision, rate, swap_holding)
+                               no_schedule_gains, outdated, publish_decision, rate, rebased, swap_holding)
 from .synthesizer import Synthesizer, solver_synthesizer
 from .telemetry import MeasurementStore
 
@@ -469,20 +471,22 @@ class ScheduleManager:
         current, best = rate(m, coll.profile.loads), bound.rate(m, coll.kind)
         if not no_schedule_gains(current, best, self.policy.min_gain):
             return None
-        q = significant(m, self.policy.capacity_digits)
-        self._rebase(coll, self.groups.topology(coll.gpus, q), q)
+        self._rebase(coll, m)
         coll.last_decision_t = now
         self.counters["aborted"] += 1
         return Event(now, coll.comm, coll.name, Action.ABORTED, coll.version,
                      {"reason": "no_gain", "bound": best, "rate_before": current})
 
-    def _rebase(self, coll: Collective, topo: Topology, capacity: np.ndarray) -> None:
-        """The current schedule is as good as any for ``capacity``: measure drift from here
-        on (its cut re-derived on ``topo``, also in what is saved: a restart profiles it the
-        same)."""
+    def _rebase(self, coll: Collective, m: np.ndarray) -> None:
+        """The current schedule is as good as any for ``m`` (a ``no_gain`` decision's
+        capacities, :func:`~.publish_decision.rebased`), rounded as a job's input: measure
+        drift from here on (its cut re-derived there, also in what is saved: a restart
+        profiles it the same; ``built_for`` is left alone)."""
+        q = significant(m, self.policy.capacity_digits)
         coll.schedule = replace(coll.schedule, bottleneck=())
-        coll.profile = self.groups.lift(coll.gpus, profile_schedule(topo, coll.schedule))
-        coll.synth_capacity = np.array(capacity, dtype=float)
+        coll.profile = self.groups.lift(coll.gpus, profile_schedule(self.groups.topology(coll.gpus, q),
+                                                                    coll.schedule))
+        coll.synth_capacity = np.array(q, dtype=float)
 
     def _start(self, coll: Collective, now: float, report: DriftReport | None, restarts: int = 0,
                early: np.ndarray | None = None) -> Event:
@@ -632,7 +636,7 @@ class ScheduleManager:
             self.counters["aborted"] += 1
             detail["reason"] = decision.reason
             if decision.verdict is Verdict.NO_GAIN:
-                self._rebase(coll, job.topo, job.capacity)
+                self._rebase(coll, rebased(m, job.capacity))
             return Event(now, coll.comm, coll.name, Action.ABORTED, coll.version, detail)
         cap = job.known[0] if decision.verdict is Verdict.REUSE else job.capacity
         self._install(coll, new, cap, coll.version + 1, None if decision.verdict is Verdict.REUSE else new_profile)
