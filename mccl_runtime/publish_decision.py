@@ -69,7 +69,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Verdict", "Decision", "Estimate", "Active", "Finished", "publish_decision", "outdated",
            "drift_gone", "gained", "changing_under", "moving_under", "remembered", "no_schedule_gains",
-           "rate", "rebased", "moved", "speculation_covers", "one_way_drops", "swap_holding", "held_against", "beats"]
+           "rate", "moved", "speculation_covers", "one_way_drops", "swap_holding", "held_against", "beats"]
 
 _NONE = np.zeros(0, dtype=np.int64)
 
@@ -371,19 +371,6 @@ def one_way_drops(m: np.ndarray, mine: np.ndarray, built_for: np.ndarray, loads:
     keep = mine[r] & (loads[r] > 1e-12)
     a, r = a[keep], r[keep]
     return bool(np.any(np.abs(m[a] - m[r]) > tol * np.maximum(m[a], m[r])))
-
-
-def rebased(m: np.ndarray, capacity: np.ndarray) -> np.ndarray:
-    """What a collective is re-based on when a job (input ``capacity``) ends ``no_gain``
-    under the confirmed ``m``: ``m``, the estimate the decision was made under, except
-    where a link rose above the job's input, which keeps that input.  A fall since the
-    job started cost its schedule less than ``restart_tol`` (else rule 4 restarts it), and
-    a synthesis cannot do better on capacities that only fell, so the active schedule is
-    as good as any there; the job's input instead (one direction of a cable confirmed and
-    the other still at its old level, fuzz seed 1 #21) left a stale slack in the re-based
-    profile.  A rise no synthesis saw stays drift (capacity gained), as a pending change
-    stays out of it until it is confirmed (docs/runtime.md, "Ramps after no gain")."""
-    return np.minimum(m, capacity)
 
 
 def no_schedule_gains(current: float, bound: float, min_gain: float) -> bool:

@@ -1,6 +1,6 @@
 """What a collective is re-based on after a ``no_gain`` job (issue 26; docs/runtime.md,
 "Ramps after no gain"): the confirmed ``M`` the decision was made under, not the job's
-input, except links that rose above that input (:func:`~mccl_runtime.publish_decision.rebased`)."""
+input, except links that rose above that input (:meth:`~mccl_runtime.manager.ScheduleManager._rebase`)."""
 
 from __future__ import annotations
 
