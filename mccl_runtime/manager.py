@@ -41,7 +41,8 @@ collective, concurrently), and publishes new versions.
   ``M``, the current schedule still deviates (``max delta > clear_ratio * Gamma``) and
   the new schedule's rate beats the current one's by more than ``min_gain``; otherwise
   it is aborted and the current schedule kept (after ``no_gain`` its cut and base
-  slacks are re-derived on the job's ``M``, so the same drift does not flag again).
+  slacks are re-derived on the ``M`` of that decision, except links that rose above
+  the job's input, so the same drift does not flag again).
 * Newest estimate wins: a finished job whose input capacities differ from the latest
   ``M`` by more than ``restart_tol`` (relative, on any link), and whose schedule's rate
   under the latest ``M`` is more than ``restart_tol`` below its rate on the job's input, is
@@ -469,20 +470,28 @@ class ScheduleManager:
         current, best = rate(m, coll.profile.loads), bound.rate(m, coll.kind)
         if not no_schedule_gains(current, best, self.policy.min_gain):
             return None
-        q = significant(m, self.policy.capacity_digits)
-        self._rebase(coll, self.groups.topology(coll.gpus, q), q)
+        self._rebase(coll, m)
         coll.last_decision_t = now
         self.counters["aborted"] += 1
         return Event(now, coll.comm, coll.name, Action.ABORTED, coll.version,
                      {"reason": "no_gain", "bound": best, "rate_before": current})
 
-    def _rebase(self, coll: Collective, topo: Topology, capacity: np.ndarray) -> None:
-        """The current schedule is as good as any for ``capacity``: measure drift from here
-        on (its cut re-derived on ``topo``, also in what is saved: a restart profiles it the
-        same)."""
+    def _rebase(self, coll: Collective, m: np.ndarray, job_input: np.ndarray | None = None) -> None:
+        """The current schedule is as good as any for the confirmed ``m`` a ``no_gain``
+        decision was made under (rounded as a job's input): measure drift from here on (its
+        cut re-derived there, also in what is saved: a restart profiles it the same;
+        ``built_for`` is left alone).  After a job (``job_input``), a link that rose above
+        the job's input keeps that input: no synthesis saw the rise, so it stays drift
+        (capacity gained).  A fall since the job started cost its schedule less than
+        ``restart_tol`` (else it restarts), and a synthesis cannot do better on capacities
+        that only fell.  The job's input itself (one direction of a cable confirmed, the
+        other still at its old level: fuzz seed 1 #21) left a stale slack in the profile,
+        and the same ``M`` flagged again (docs/runtime.md, "Ramps after no gain")."""
+        q = significant(m if job_input is None else np.minimum(m, job_input), self.policy.capacity_digits)
         coll.schedule = replace(coll.schedule, bottleneck=())
-        coll.profile = self.groups.lift(coll.gpus, profile_schedule(topo, coll.schedule))
-        coll.synth_capacity = np.array(capacity, dtype=float)
+        coll.profile = self.groups.lift(coll.gpus, profile_schedule(self.groups.topology(coll.gpus, q),
+                                                                    coll.schedule))
+        coll.synth_capacity = np.array(q, dtype=float)
 
     def _start(self, coll: Collective, now: float, report: DriftReport | None, restarts: int = 0,
                early: np.ndarray | None = None) -> Event:
@@ -632,7 +641,7 @@ class ScheduleManager:
             self.counters["aborted"] += 1
             detail["reason"] = decision.reason
             if decision.verdict is Verdict.NO_GAIN:
-                self._rebase(coll, job.topo, job.capacity)
+                self._rebase(coll, m, job.capacity)
             return Event(now, coll.comm, coll.name, Action.ABORTED, coll.version, detail)
         cap = job.known[0] if decision.verdict is Verdict.REUSE else job.capacity
         self._install(coll, new, cap, coll.version + 1, None if decision.verdict is Verdict.REUSE else new_profile)
