@@ -137,11 +137,12 @@ def _networkx_cost(D: np.ndarray, root: int) -> float:
 
 @pytest.mark.parametrize("seed", range(12))
 def test_matches_networkx_on_dense_digraphs_with_ties_and_odd_floats(seed):
-    """Dense digraphs of up to 40 nodes: costs from a few values (many ties, where a
-    wrong tie-break in the contraction shows), odd floats of mixed magnitude, and some
-    missing edges; every root's cost equals networkx's and the parents span."""
+    """Dense digraphs of up to 24 nodes (networkx's Edmonds, the oracle, costs ~2 s on
+    all twelve; 8 s at up to 40): costs from a few values (many ties, where a wrong
+    tie-break in the contraction shows), odd floats of mixed magnitude, and some missing
+    edges; every root's cost equals networkx's and the parents span."""
     rng = np.random.default_rng(1000 + seed)
-    g = int(rng.integers(5, 41))
+    g = int(rng.integers(5, 25))
     if seed % 3 == 0:
         D = rng.integers(1, 4, (g, g)).astype(float)
     elif seed % 3 == 1:

@@ -258,15 +258,18 @@ def sub_forestcoll(backend: str, trail: Trail) -> ForestColl:
     default :meth:`~.forestcoll.pack_plan.Goal.of` ``k``): at ``None``, ``EXACT``
     declines where switch balancing loses capacity, before Phases 2-3 (the caller keeps
     only a schedule at the optimum), ``DECLINABLE`` keeps that balancing and leaves the
-    costly exact packing to a later method of the chain, which solves the fabric exactly."""
+    costly exact packing to a later method of the chain, which solves the fabric exactly;
+    ``fewer``: where balancing the budget's trees loses capacity, a smaller budget balanced
+    without loss is weighed too (the general method's seed,
+    :func:`.forestcoll.pipeline.balanced_split`)."""
 
     def forestcoll(sub: Topology, r: WarmRoute | None, k: int | None,
                    headroom: Sequence[Fraction] | None = None,
                    scaled: bool = False, siblings_last: bool = True,
-                   goal: Goal | None = None) -> Schedule | Declined:
+                   goal: Goal | None = None, fewer: bool = False) -> Schedule | Declined:
         return _typed_forestcoll(sub, r or WarmRoute.plan(sub, None), backend, k, False, trail,
                                  lossy_balance=True, headroom=headroom, scaled=scaled,
-                                 siblings_last=siblings_last, goal=goal)
+                                 siblings_last=siblings_last, goal=goal, fewer=fewer)
 
     return forestcoll
 
@@ -276,12 +279,12 @@ def _typed_forestcoll(topo: Topology, route: WarmRoute, backend: str,
                       lossy_balance: bool = False,
                       headroom: Sequence[Fraction] | None = None,
                       scaled: bool = False, siblings_last: bool = True,
-                      goal: Goal | None = None) -> Schedule | Declined:
+                      goal: Goal | None = None, fewer: bool = False) -> Schedule | Declined:
     """:func:`_forestcoll`, an internal error turned into a :class:`SolveError` naming the
     fabric (the chain of methods catches it)."""
     try:
         return _forestcoll(topo, route, backend, max_chunks, step_aware, trail, lossy_balance,
-                           headroom, scaled, siblings_last, goal)
+                           headroom, scaled, siblings_last, goal, fewer)
     except (KeyError, IndexError, AssertionError, ZeroDivisionError) as e:
         raise SolveError(f"ForestColl failed on {topo.name!r} ({type(e).__name__}: {e}); "
                          "a bug: please report the topology file") from e
@@ -291,7 +294,7 @@ def _forestcoll(topo: Topology, route: WarmRoute, backend: str, max_chunks: int 
                 step_aware: Any, trail: Trail, lossy_balance: bool = False,
                 headroom: Sequence[Fraction] | None = None,
                 scaled: bool = False, siblings_last: bool = True,
-                goal: Goal | None = None) -> Schedule | Declined:
+                goal: Goal | None = None, fewer: bool = False) -> Schedule | Declined:
     """Step 4 on a canonically listed ``topo``; :class:`.stage.Declined` when the exact
     optimum (``max_chunks=None``) needs more than :data:`.budget.EXACT_TREES_LIMIT`
     trees per root on a chain's sub-fabric (``lossy_balance``, unless ``scaled``),
@@ -355,7 +358,9 @@ def _forestcoll(topo: Topology, route: WarmRoute, backend: str, max_chunks: int 
     t = time.perf_counter()
     try:
         balanced = balanced_split(budget.fab, arr.is_switch, budget.k, budget.y, max_chunks,
-                                  headroom, budget.p1.rate)
+                                  headroom, budget.p1.rate,
+                                  lossless=goal is Goal.EXACT and lossy_balance,
+                                  fewer=budget.p1 if fewer else None)
         balanced.record(run.stats)
         run.stats["balance_s"] = time.perf_counter() - t
         if not balanced.exact and (goal is Goal.EXACT or not lossy_balance):   # below the optimum
@@ -370,8 +375,15 @@ def _forestcoll(topo: Topology, route: WarmRoute, backend: str, max_chunks: int 
         elif many and balanced.k > EXACT_TREES_LIMIT:
             result = pack_scaled(balanced.split, arr.rank_of, balanced.k, run.stats)
         else:
-            result = _pack(run, route, balanced, trail, route.cold_cap(cold_s, since),
-                           goal, siblings_last)
+            try:
+                result = _pack(run, route, balanced, trail, route.cold_cap(cold_s, since),
+                               goal, siblings_last)
+            except SolveError:
+                if balanced.fallback is None:
+                    raise
+                balanced = balanced.fallback   # fewer trees without loss did not pack
+                result = _pack(run, route, balanced, trail, route.cold_cap(cold_s, since),
+                               goal, siblings_last)
     except BudgetUnpacked:
         raise
     except SolveError as e:                           # this budget's split or packing failed

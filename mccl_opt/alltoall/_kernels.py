@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-__all__ = ["price_all"]
+__all__ = ["price_all", "cheapest_path", "direct_relief"]
 
 
 @njit(cache=True)
@@ -244,3 +244,60 @@ def balance_chunks(counts, units, pair, start, arcs, pair_start, pair_cols, arc_
         if not moved:
             break
     return counts
+
+
+@njit(cache=True)
+def cheapest_path(n, tail, head, price, src, dst):
+    """The cheapest ``src -> dst`` path under ``price >= 0`` with no step bound
+    (Bellman-Ford sweeps over the arcs until no label improves; the chunk repair's
+    search, :mod:`.repair`): its cost (``inf`` when unreachable) and its arcs in path
+    order."""
+    dist = np.full(n, np.inf)
+    pred = np.full(n, -1, dtype=np.int64)
+    dist[src] = 0.0
+    changed = True
+    while changed:
+        changed = False
+        for a in range(tail.size):
+            nd = dist[tail[a]] + price[a]
+            if nd < dist[head[a]]:
+                dist[head[a]] = nd
+                pred[head[a]] = a
+                changed = True
+    if not dist[dst] < np.inf:
+        return np.inf, np.zeros(0, dtype=np.int64)
+    length = 0
+    v = dst
+    while v != src:
+        length += 1
+        v = tail[pred[v]]
+    out = np.empty(length, dtype=np.int64)
+    v = dst
+    for i in range(length - 1, -1, -1):
+        out[i] = pred[v]
+        v = tail[pred[v]]
+    return dist[dst], out
+
+
+@njit(cache=True)
+def direct_relief(cols, counts, start, arcs, src_node, dst_node, load, limit, n, tail, head,
+                  blocked):
+    """The first column of ``cols`` with a chunk whose pair has a path with room for
+    it on every link (``load + 1 <= limit``, the column's own links freed of the
+    chunk), cheapest by ``1 + load / limit`` per link: ``(column, path arcs)``, or
+    ``(-1, empty)`` (:mod:`.repair`, no step bound)."""
+    price = np.empty(tail.size)
+    for i in range(cols.size):
+        j = cols[i]
+        if counts[j] <= 0:
+            continue
+        for q in range(start[j], start[j + 1]):
+            load[arcs[q]] -= 1.0
+        for a in range(tail.size):
+            price[a] = blocked if load[a] + 1.0 > limit[a] else 1.0 + load[a] / max(limit[a], 1.0)
+        cost, path = cheapest_path(n, tail, head, price, src_node[i], dst_node[i])
+        for q in range(start[j], start[j + 1]):
+            load[arcs[q]] += 1.0
+        if cost < blocked:
+            return j, path
+    return -1, np.zeros(0, dtype=np.int64)

@@ -9,7 +9,9 @@
   new solution.  The first step fixes every column's integral part; later steps round
   up the fractional columns closest to their next chunk, a growing batch at a time.  A
   step whose LP rate cannot beat the best rounding found is undone and its columns made
-  tabu (limited backtracking).  The best schedule seen is kept.
+  tabu (limited backtracking).  The best schedule seen is kept.  Before it, the
+  chunk repair (:mod:`.repair`) tries single-chunk moves that bring every link back to
+  the LP's load; when it succeeds the schedule is at the LP rate and no dive is needed.
 
 The rate of a rounded schedule is recomputed exactly: ``min_a cap_a / load_a``.
 """
@@ -26,6 +28,7 @@ from ..link_rate import rate_of_loads
 from .colgen import CGOptions, column_generation
 from .master import ColumnPool, RestrictedMaster
 from .problem import Problem
+from .repair import repair_overloads
 
 __all__ = ["Rounded", "largest_remainder", "balanced", "rounded_rate", "deep_dive",
            "dive_budget", "DIVE_BUDGET_FACTOR", "DIVE_BUDGET_MIN_S"]
@@ -185,6 +188,14 @@ def deep_dive(master: RestrictedMaster, prob: Problem, y: np.ndarray, k: int, ma
     counts, rate, how = _best_rounding(pool, y, prob.num_pairs, k, master.capacity, None,
                                        background)
     best = _snapshot(pool, counts, rate, how)
+    repaired = False
+    if max(rate, floor) < (1 - good_enough) * lp_rate:
+        fixed_up = repair_overloads(master, prob, counts, k, max_steps, 1.0 / lp_rate, background)
+        if fixed_up is not None:
+            r = rounded_rate(pool, fixed_up, k, master.capacity, background)
+            if r > rate * (1 + 1e-12):
+                best, repaired = _snapshot(pool, fixed_up, r, f"repaired+{how}"), True
+                y = np.concatenate([y, np.zeros(len(pool) - y.size)])
     dive_steps = backtracks = pricing_rounds = 0
     options = CGOptions(rel_tol=options.rel_tol, drop_after=np.iinfo(np.int64).max)  # indices stay
     tabu: set[int] = set()
@@ -270,7 +281,7 @@ def deep_dive(master: RestrictedMaster, prob: Problem, y: np.ndarray, k: int, ma
             break                                   # the residual LP cannot do better
         batch = 0.25 if batch == 0 else min(1.0, batch * 1.5)
     counters: dict = {"dive_steps": dive_steps, "backtracks": backtracks, "lr_rate": lr_rate,
-                      "pricing_rounds": pricing_rounds}
+                      "pricing_rounds": pricing_rounds, "repaired": repaired}
     if trouble is not None:
         counters["stopped_by"] = trouble
     return best, counters

@@ -100,12 +100,16 @@ def phase_one_budget(topo: Topology, max_chunks: int | None, stats: dict[str, An
 class Balanced:
     """Tree units of every link with switches balanced, for ``k`` trees per root;
     ``exact``: balanced without giving up capacity the optimum needs; ``symmetrized``:
-    the fabric with every cable at a switch at its weaker direction was used."""
+    the fabric with every cable at a switch at its weaker direction was used;
+    ``fallback``: where this is the smaller budget balanced without loss, the best lossy
+    option, packed instead when this one does not pack (a tight graph the fast packers
+    can miss: dragonfly 4x4x1x8 with an NVLink at 65 % one way, 9 trees per root)."""
 
     split: SplitGraph
     k: int
     exact: bool
     symmetrized: bool = False
+    fallback: Balanced | None = None
 
     def record(self, stats: dict[str, Any]) -> None:
         stats["balanced_exactly"] = self.exact
@@ -115,7 +119,8 @@ class Balanced:
 
 def balanced_split(fab: Fabric, is_switch: np.ndarray, k: int, y: Fraction,
                    max_chunks: int | None, headroom: Sequence[Fraction] | None = None,
-                   optimum: Fraction | None = None) -> Balanced:
+                   optimum: Fraction | None = None, lossless: bool = False,
+                   fewer: PhaseOneResult | None = None) -> Balanced:
     """Tree units of every link, switches balanced.  When balancing must give up
     capacity the optimum cannot spare (one-directional degradations; the rate then sits
     below ``lp_rate_gbps``), two balanced fabrics are tried and the one with more
@@ -131,7 +136,14 @@ def balanced_split(fab: Fabric, is_switch: np.ndarray, k: int, y: Fraction,
     balancing's options that leave every switch balanced; with ``max_chunks=None`` the exact
     optimum (``optimum``: Phase 1's ``x*``, which the budget's ``k·y`` can stop short of) is
     first sought with fewer or more trees than ``k`` (:func:`.removal.unit_rounding.
-    restriction_units`)."""
+    restriction_units`).  ``lossless`` (the caller keeps only a balancing that gives up
+    nothing): where none exists, the split of the floors is returned unbalanced, marked
+    not exact, without weighing the lossy options (dragonfly 4x4x1x8 one way at
+    ``max_chunks=None``, fuzz seed 3511: ~0.09 s of re-optimised and symmetrized budgets
+    that the caller then declined; docs/allgather.md "Lossless balancing first").
+    ``fewer`` (``fab``'s Phase 1, with ``headroom`` and a chunk budget): where the budget's
+    ``k`` loses capacity, the budget of at most ``k - 1`` trees per root balanced without
+    loss (:func:`_fewer_lossless`) is weighed too, first, so a tie goes to it."""
     units = (fab.cap * y.denominator) // y.numerator
     options = []                        # (bandwidth per root in quanta, split, k, symmetrized)
     if headroom is not None:
@@ -142,6 +154,13 @@ def balanced_split(fab: Fabric, is_switch: np.ndarray, k: int, y: Fraction,
     split = SplitGraph.from_links(fab.n, fab.tail, fab.head, units, is_switch, fab.gpus, k)
     if balance_switches(split):
         return Balanced(split, k, True)
+    if lossless:
+        return Balanced(split, k, False)
+    if fewer is not None and headroom is not None and max_chunks is not None and k > 1:
+        option = _fewer_lossless(fab, is_switch, k, headroom, fewer)
+        if option is not None:
+            options.append(option)          # first: a tie goes to it
+    lossy_from = len(options)
     if headroom is not None and rounded is not None:
         options.append((k * rounded[1], _units_split(fab, is_switch, rounded[0], k), k, False))
     original, unit = fab, Fraction(1)   # a unit of ``fab``'s capacities, in quanta
@@ -164,8 +183,39 @@ def balanced_split(fab: Fabric, is_switch: np.ndarray, k: int, y: Fraction,
         raise SolveError("switches could not be balanced (in- vs out-capacity) without losing "
                          "every tree, even with each cable at its weaker direction; check the "
                          "one-directional links of the fabric")
-    _, split, k, symmetrized = max(options, key=lambda o: o[0])     # ties: the first
-    return Balanced(split, k, False, symmetrized)
+    best = max(range(len(options)), key=lambda i: options[i][0])   # ties: the first
+    _, split, k, symmetrized = options[best]
+    fallback = None
+    if best < lossy_from < len(options):
+        _, other, k_other, sym_other = max(options[lossy_from:], key=lambda o: o[0])
+        fallback = Balanced(other, k_other, False, sym_other)
+    return Balanced(split, k, False, symmetrized, fallback)
+
+
+#: :func:`_fewer_lossless` weighs a smaller budget only up to this share of the budget's
+#: trees per root: at a tie (the rule) fewer trees save packing and master columns in
+#: proportion, while a lossless graph may still not pack by the fast packers (the lossy
+#: option then packs after it: dragonfly 4x4x1x8, NVLink at 65 % one way, 9 of 10 trees
+#: per root failed in 0.4 s of a 0.39 s seed), so a near-equal count is not worth it
+FEWER_TREES_SHARE = 0.75
+
+
+def _fewer_lossless(fab: Fabric, is_switch: np.ndarray, k: int, headroom: Sequence[Fraction],
+                    p1: PhaseOneResult) -> tuple[Fraction, SplitGraph, int, bool] | None:
+    """The option of :func:`balanced_split` (bandwidth per root, split, trees per root,
+    symmetrized) of the best budget of at most ``k - 1`` trees per root on the restriction
+    ``fab`` when its units round without loss (:mod:`.removal.unit_rounding`), else
+    ``None``.  Dragonfly 4x4x1x8 one way, the general method's seed at 16 chunks (fuzz
+    seeds 3497 / 3511): ``k = 13`` balances only by giving up capacity, 99.928 % / 99.989 %
+    of the optimum, where ``k = 8`` rounds without loss to 99.989 % with 8/13 of the trees
+    to pack and to re-weight (docs/allgather.md "Lossless balancing first")."""
+    k2, y2, _ = choose_trees(fab, p1, k - 1)
+    if k2 == 0 or y2 <= 0 or k2 > FEWER_TREES_SHARE * k:
+        return None
+    found, _ = restriction_units(fab, is_switch, k2, y2, headroom, False, None)
+    if found is None:
+        return None
+    return found[1] * y2, _units_split(fab, is_switch, found[0], found[1]), found[1], False
 
 
 def _units_split(fab: Fabric, is_switch: np.ndarray, units: np.ndarray, k: int) -> SplitGraph:

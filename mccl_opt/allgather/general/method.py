@@ -115,6 +115,15 @@ def _seed_columns(make: Callable[[], Schedule | None] | None, topo: Topology,
 FIRST_SEED_SHARE = 0.5
 
 
+#: from this many GPUs the tree master runs the LP solver's presolve; below, it is
+#: skipped: on the 107 LPs over 150 kB of the solves of fuzz seeds 3413/3497/3511 (16-128
+#: GPUs, up to 1 664 columns of ~175 links) HiGHS's primal simplex took 1.61 s without it
+#: against 3.25 s with it, none slower (dragonfly 4x4x1x8 one way: 0.31 -> 0.19 s, the
+#: same iterations); at 512 GPUs it paid (HPN 4x16x8 one way: 11.8 s with, 12.8 s
+#: without; docs/allgather.md "Tie-broken pricing", "The tree master without presolve")
+MASTER_PRESOLVE_FROM_GPUS = 256
+
+
 def split_seed(roots: list[int], trees: list[np.ndarray], share: float | None = None
                ) -> tuple[tuple[list[int], list[np.ndarray]], tuple[list[int], list[np.ndarray]]]:
     """The seed's columns in two parts: each root's first ``ceil(share * count)`` trees
@@ -181,7 +190,7 @@ def solve_general(topo: Topology, warm: Schedule | None = None, backend: str = "
                                    else options.warm_seed_rounds)
         stats["seed"], stats["seed_columns"] = "multiplicative weights", len(seed_r)
     stats["seed_s"] = time.perf_counter() - t + (0.0 if seed is None else seed.seconds)
-    with get_backend(backend) as lp:
+    with get_backend(backend, presolve=topo.num_gpus >= MASTER_PRESOLVE_FROM_GPUS) as lp:
         if upper is not None:                # the previous trees only if the seed falls short
             # still short after a few rounds: multiplicative-weights trees too (leaf-spine
             # 4x2x8, one-way NIC, None, seeded with one tree per root: 219 rounds -> 108)

@@ -212,18 +212,20 @@ def table_columns(sched: Schedule, topo: Topology) -> tuple[list[int], list[np.n
 def forestcoll_trees(sub: Topology, forestcoll: ForestColl,
                      headroom: Sequence[Fraction] | None = None,
                      chunks: int = SEED_CHUNKS, once: bool = False,
-                     siblings_last: bool = True) -> Schedule | None:
+                     siblings_last: bool = True, fewer: bool = False) -> Schedule | None:
     """ForestColl's schedule (``forestcoll``, the chain's sub-solve, cold, keeping what
     balancing loses: the master re-weights the trees anyway) on the balanced fabric
     ``sub`` with at most ``chunks`` chunks per root (fewer while ForestColl fails, as the
     method chain does, skipping the limits that repeat a failed budget); ``None`` when
     ForestColl packs no chunk count; ``once``: ``chunks`` only; ``siblings_last=False``:
     the proportional spread split (:func:`..forestcoll.removal.spread.spread_split`, for
-    :attr:`RestrictionSeed.more`)."""
+    :attr:`RestrictionSeed.more`); ``fewer``: where the budget's trees balance only by
+    giving up capacity, fewer trees balanced without loss at least as fast are taken
+    (:func:`..forestcoll.pipeline.balanced_split`)."""
     counts = ChunkCounts(chunks)
     for k in [chunks] if once else counts:
         try:
-            sched = forestcoll(sub, None, k, headroom, siblings_last=siblings_last)
+            sched = forestcoll(sub, None, k, headroom, siblings_last=siblings_last, fewer=fewer)
         except SolveError as e:                 # as the chain treats ForestColl failing: fewer
             counts.failed(e)
             continue
@@ -257,7 +259,7 @@ def restriction_seed(restricted: Restricted, forestcoll: ForestColl,
     base = seed_chunks(restricted.sub.num_gpus)
     chunks = DENSER_FACTOR * base if dense and dense_pays(restricted.sub, base) else base
     headroom = restricted.restriction.headroom()
-    main = forestcoll_trees(restricted.sub, forestcoll, headroom, chunks)
+    main = forestcoll_trees(restricted.sub, forestcoll, headroom, chunks, fewer=True)
     if main is None and chunks < RETRY_SEED_CHUNKS:     # one try, not a count down from 64
         main = forestcoll_trees(restricted.sub, forestcoll, headroom, RETRY_SEED_CHUNKS, once=True)
     if main is None:
