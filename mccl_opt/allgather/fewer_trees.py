@@ -15,7 +15,7 @@ solved once over the schedule's distinct trees, stopped at the certified rate
 optimum are the schedule's own chunks at new shares (not rebuilt from the LP's
 columns), kept only when they are fewer and reach the rate within :data:`RATE_TOL`.
 It is solved only when it pays (:func:`master_pays`: more trees than rows, cheap, or
-a quarter of the trees linearly dependent on the tight rows), and on a warm solve that reuses the previous trees first the
+nearly so with a quarter of the trees linearly dependent on the tight rows), and on a warm solve that reuses the previous trees first the
 previous schedule's own trees are tried (one load sum), then the master as a warm step
 within the allowance (not started where its estimate, CPU seconds, exceeds what is
 left in CPU seconds: :meth:`.warm.route.WarmRoute.cpu_left`).
@@ -42,7 +42,7 @@ from .independence import column_rank
 from .warm.route import WarmRoute
 
 __all__ = ["fewer_trees", "master_pays", "master_seconds", "dependent_trees", "VERTEX_LP_MAX_SIZE",
-           "MASTER_S_PER_NONZERO", "MASTER_FLOOR_S", "DEPENDENT_SHARE", "RATE_TOL"]
+           "MASTER_S_PER_NONZERO", "MASTER_FLOOR_S", "MASTER_CAP_S", "DEPENDENT_SHARE", "RATE_TOL"]
 
 #: the master is solved only when its columns times rows stay below this (shared
 #: aggregation 2x2x8: 2165 x 192, 0.09 s CPU; HPN 2x8x8 Fail2: 477 x 672, 0.06 s; the
@@ -60,8 +60,13 @@ MASTER_S_PER_NONZERO = 1e-6
 #: below as many trees as rows, the master is solved when it is estimated at most this
 #: (s: it stays under the warm target's 20 ms floor) ...
 MASTER_FLOOR_S = 0.01
-#: ... or when at least this share of the trees are linearly dependent on the rows tight
-#: at the rate (:func:`dependent_trees`; a vertex over them has about their rank): fuzz
+#: ... or at most this (s: the warm target's floor) where :data:`DEPENDENT_SHARE` of the
+#: trees are dependent: HPN 2x4x8 Fail2 (230 trees, 165 dependent, estimated 31 ms) and
+#: 2x8x8 Fail1 (258, 128, 70 ms) stay unsolved as before (their
+#: masters took 0.013 and 0.04 s CPU for 0.02 s solves)
+MASTER_CAP_S = 0.02
+#: the share of the trees that must be linearly dependent on the rows tight at the rate
+#: (:func:`dependent_trees`; a vertex over them has about their rank): fuzz
 #: states at ``None`` where the master was measured ran from 160 trees of rank 91 to 91
 #: (fat-tree 2x2x1x8), 80 of rank 50 to 39 (irregular(7)), but 363 of rank 357 to 362 for
 #: 0.2-0.3 s (fat-tree 4x2x2x8 two way; docs/allgather.md "A master only for a quarter's
@@ -105,15 +110,18 @@ def master_pays(topo: Topology, sched: Schedule) -> bool:
     0.07 s for none); with more trees than rows (roots + links), a basic optimum surely
     has fewer (shared aggregation 2x2x8 one way: 2165 trees, 192 rows -> 123); with
     fewer, when its estimate (:func:`master_seconds`) is at most :data:`MASTER_FLOOR_S`,
-    or where at least :data:`DEPENDENT_SHARE` of the trees are dependent
-    (:func:`dependent_trees`; docs/allgather.md "When the re-weighting pays", "A master
-    only for a quarter's gain")."""
+    or at most :data:`MASTER_CAP_S` where at least :data:`DEPENDENT_SHARE` of the trees
+    are dependent (:func:`dependent_trees`): a rule on the trees alone (docs/allgather.md
+    "When the re-weighting pays", "A master only for a quarter's gain")."""
     trees, rows = len(sched.chunks), topo.num_gpus + topo.num_links
     if trees <= topo.num_gpus or trees * rows > VERTEX_LP_MAX_SIZE:
         return False
-    if trees > rows or master_seconds(sched) <= MASTER_FLOOR_S:
+    if trees > rows:
         return True
-    return dependent_trees(topo, sched) >= DEPENDENT_SHARE * trees
+    estimate = master_seconds(sched)
+    if estimate <= MASTER_FLOOR_S:
+        return True
+    return estimate <= MASTER_CAP_S and dependent_trees(topo, sched) >= DEPENDENT_SHARE * trees
 
 
 def dependent_trees(topo: Topology, sched: Schedule) -> int:
