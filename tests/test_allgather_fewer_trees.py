@@ -191,13 +191,21 @@ def test_the_masters_estimate_counts_its_nonzeros():
 def test_a_basic_solutions_trees_are_independent_and_forestcolls_are_not(monkeypatch):
     """irregular(7): ForestColl's 80 trees are linearly dependent on the rows tight at the
     rate (rank 50: the master re-weights them, 80 -> 39); the master's basic optimum's
-    trees are independent (a vertex), so a second master is not solved on them."""
+    trees are independent (a vertex), so a second master is not solved on them; a
+    dependent share below :data:`DEPENDENT_SHARE`, or an estimate above
+    :data:`MASTER_CAP_S`, is not worth a master either."""
     topo = irregular(7)
     sched, own = _both(topo, monkeypatch)
     assert len(sched.chunks) < len(own.chunks)
     as_tuple = dataclasses.replace(sched, chunks=tuple(sched.chunks))
-    assert not fewer._already_basic(topo, own)
-    assert fewer._already_basic(topo, sched) and fewer._already_basic(topo, as_tuple)
+    dependent = fewer.dependent_trees(topo, own)
+    assert 0 < dependent < len(own.chunks)
+    assert fewer.dependent_trees(topo, sched) == fewer.dependent_trees(topo, as_tuple) == 0
     monkeypatch.setattr(fewer, "MASTER_FLOOR_S", 0.0)      # decided by the check alone
-    assert fewer.master_pays(topo, own, cpu=1.0)
-    assert not fewer.master_pays(topo, sched, cpu=1.0)
+    assert fewer.master_pays(topo, own)
+    assert not fewer.master_pays(topo, sched)
+    monkeypatch.setattr(fewer, "MASTER_CAP_S", 0.0)        # dependent, but estimated above
+    assert not fewer.master_pays(topo, own)
+    monkeypatch.setattr(fewer, "MASTER_CAP_S", 1.0)
+    monkeypatch.setattr(fewer, "DEPENDENT_SHARE", (dependent + 1) / len(own.chunks))
+    assert not fewer.master_pays(topo, own)

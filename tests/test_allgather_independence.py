@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 from scipy import sparse
 
-from mccl_opt.allgather.independence import PIVOT_TOL, independent_columns
+from mccl_opt.allgather.independence import PIVOT_TOL, column_rank, independent_columns
 
 
 def _columns(rng: np.random.Generator, cols: int, rows: int, roots: int, links: int):
@@ -47,7 +47,8 @@ def _numpy_check(matrix: np.ndarray) -> bool:
 
 def test_independence_agrees_with_numpy_and_the_rank():
     """200 random column sets (4-14 trees, 6-12 rows, links repeated), about half of them
-    dependent: the compiled check, the numpy one and ``matrix_rank == columns`` agree."""
+    dependent: the compiled check, the numpy one and ``matrix_rank == columns`` agree, and
+    the compiled rank is numpy's."""
     rng = np.random.default_rng(25)
     seen = set()
     for _ in range(200):
@@ -58,6 +59,8 @@ def test_independence_agrees_with_numpy_and_the_rank():
         got = independent_columns(root, ptr, np.concatenate(trees), row, rows)
         matrix = _dense(root, trees, row, rows)
         assert got == _numpy_check(matrix) == (np.linalg.matrix_rank(matrix) == cols)
+        assert column_rank(root, ptr, np.concatenate(trees), row, rows) == \
+            np.linalg.matrix_rank(matrix)
         seen.add(got)
     assert seen == {True, False}
 

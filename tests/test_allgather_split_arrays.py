@@ -214,8 +214,10 @@ def test_siblings_are_ends_cabled_to_a_common_other_switch(seed):
 
 def test_a_failing_sample_of_sinks_proves_the_rooted_test_fails():
     """``admits(k, stride)`` tests every ``stride``-th rank only: a ``False`` holds for the
-    whole test (the sampled sink's cut is a cut), and a graph that passes passes it."""
-    sampled_fails = 0
+    whole test (the sampled sink's cut is a cut), and a graph that passes passes it;
+    ``passed=stride`` after a sample that passed tests the other sinks, which together
+    decide the whole test."""
+    sampled_fails = rest_fails = 0
     for seed in range(10):
         g, rank_of = random_split(seed)
         lg = spread_split(g, rank_of)
@@ -225,4 +227,8 @@ def test_a_failing_sample_of_sinks_proves_the_rooted_test_fails():
                 sample = lg.admits(k, stride)
                 assert sample or not whole
                 sampled_fails += not sample
-    assert sampled_fails > 0
+                if sample:
+                    assert lg.admits(k, passed=stride) == whole
+                    rest_fails += not whole
+            assert lg.admits(k, passed=1)            # every sink passed already
+    assert sampled_fails > 0 and rest_fails > 0

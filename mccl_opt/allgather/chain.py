@@ -239,9 +239,8 @@ def solve_unbalanced(topo: Topology, route: WarmRoute, backend: str,
         trail.add(Attempt(Method.BALANCED_RESTRICTION, restricted.seconds, "declined: rounded "
                           "onto a coarser grid, not exact at max_chunks=None; seeds only"))
     elif best is None and restricted is not None and max_chunks is None:
-        cpu = time.thread_time()
         best = solve_by_restriction(topo, restricted, route, max_chunks, forestcoll, bound, trail)
-        best = fewer_trees(topo, best, max_chunks, backend, route, time.thread_time() - cpu)
+        best = fewer_trees(topo, best, max_chunks, backend, route)
     if best is None:
         best = solve_by_general(topo, route, backend, max_chunks, "unbalanced switches", bound,
                                 trail, _general_seed(topo, seed, restricted, forestcoll,

@@ -14,8 +14,8 @@ solved once over the schedule's distinct trees, stopped at the certified rate
 (:func:`.general.tree_colgen.tree_column_generation`, one round); the trees of its basic
 optimum are the schedule's own chunks at new shares (not rebuilt from the LP's
 columns), kept only when they are fewer and reach the rate within :data:`RATE_TOL`.
-It is solved only when it pays (:func:`master_pays`: more trees than rows, or cheap
-against the solve and the trees linearly dependent on the tight rows), and on a warm solve that reuses the previous trees first the
+It is solved only when it pays (:func:`master_pays`: more trees than rows, cheap, or
+nearly so with a quarter of the trees linearly dependent on the tight rows), and on a warm solve that reuses the previous trees first the
 previous schedule's own trees are tried (one load sum), then the master as a warm step
 within the allowance (not started where its estimate, CPU seconds, exceeds what is
 left in CPU seconds: :meth:`.warm.route.WarmRoute.cpu_left`).
@@ -38,11 +38,11 @@ from ..schedule import Schedule, bottleneck_links, schedule_rate, share_loads
 from ..schedule_chunks import TreeChunk, TreeChunks, TreeTable, path_nodes
 from ..report import Method, WarmUse
 from ..topology import Topology
-from .independence import independent_columns
+from .independence import column_rank
 from .warm.route import WarmRoute
 
-__all__ = ["fewer_trees", "master_pays", "master_seconds", "VERTEX_LP_MAX_SIZE", "MASTER_S_PER_NONZERO",
-           "MASTER_FLOOR_S", "MASTER_SHARE", "RATE_TOL"]
+__all__ = ["fewer_trees", "master_pays", "master_seconds", "dependent_trees", "VERTEX_LP_MAX_SIZE",
+           "MASTER_S_PER_NONZERO", "MASTER_FLOOR_S", "MASTER_CAP_S", "DEPENDENT_SHARE", "RATE_TOL"]
 
 #: the master is solved only when its columns times rows stay below this (shared
 #: aggregation 2x2x8: 2165 x 192, 0.09 s CPU; HPN 2x8x8 Fail2: 477 x 672, 0.06 s; the
@@ -60,16 +60,27 @@ MASTER_S_PER_NONZERO = 1e-6
 #: below as many trees as rows, the master is solved when it is estimated at most this
 #: (s: it stays under the warm target's 20 ms floor) ...
 MASTER_FLOOR_S = 0.01
-#: ... or this share of the solve's time (the target lets a warm solve take 1.5 x cold)
-MASTER_SHARE = 0.5
+#: ... or at most this (s: the warm target's floor) where :data:`DEPENDENT_SHARE` of the
+#: trees are dependent: HPN 2x4x8 Fail2 (230 trees, 165 dependent, estimated 31 ms) and
+#: 2x8x8 Fail1 (258, 128, 70 ms) stay unsolved as before (their
+#: masters took 0.013 and 0.04 s CPU for 0.02 s solves)
+MASTER_CAP_S = 0.02
+#: the share of the trees that must be linearly dependent on the rows tight at the rate
+#: (:func:`dependent_trees`; a vertex over them has about their rank): fuzz
+#: states at ``None`` where the master was measured ran from 160 trees of rank 91 to 91
+#: (fat-tree 2x2x1x8), 80 of rank 50 to 39 (irregular(7)), but 363 of rank 357 to 362 for
+#: 0.2-0.3 s (fat-tree 4x2x2x8 two way; docs/allgather.md "A master only for a quarter's
+#: gain").  A rule on the trees alone: the schedule no longer depends on the CPU seconds
+#: the solve happened to take (it had been half of them, and fat-tree 2x2x1x8 got 91 or
+#: 160 trees run to run)
+DEPENDENT_SHARE = 0.25
 
 #: relative rate the re-weighted trees may lose to the master's float tolerance
 RATE_TOL = 1e-9
 
 
 def fewer_trees(topo: Topology, sched: Schedule | None, max_chunks: int | None,
-                backend: str, route: WarmRoute | None = None,
-                cpu: float | None = None) -> Schedule | None:
+                backend: str, route: WarmRoute | None = None) -> Schedule | None:
     """``sched`` (an exact schedule, ``max_chunks=None``, of ``topo``) on fewer trees at
     the same rate: the warm start's trees (``route.given``) where they still reach that
     rate (:func:`_previous_trees`, no LP), else those of a basic optimum of the tree
@@ -78,11 +89,11 @@ def fewer_trees(topo: Topology, sched: Schedule | None, max_chunks: int | None,
     not started when its estimate (:func:`master_seconds`, CPU s) exceeds what is left
     (:meth:`.warm.route.WarmRoute.cpu_left`, CPU s).
     ``sched`` itself otherwise: with a chunk limit, past the allowance, or when the master
-    does not pay (:func:`master_pays`, ``cpu``: the CPU seconds ``sched`` took)."""
+    does not pay (:func:`master_pays`)."""
     if sched is None or max_chunks is not None:
         return sched
     reused = _previous_trees(topo, sched, None if route is None else route.given)
-    if reused is not None or not master_pays(topo, sched, cpu):
+    if reused is not None or not master_pays(topo, sched):
         return reused or sched
     if route is None or not route.active or sched.report.warm in (WarmUse.COLD, WarmUse.DECLINED):
         return _reweighted_once(topo, sched, backend)
@@ -92,58 +103,52 @@ def fewer_trees(topo: Topology, sched: Schedule | None, max_chunks: int | None,
                          lambda _: _reweighted_once(topo, sched, backend), lambda: sched)
 
 
-def master_pays(topo: Topology, sched: Schedule, cpu: float | None = None) -> bool:
+def master_pays(topo: Topology, sched: Schedule) -> bool:
     """Whether the master over ``sched``'s trees is solved (columns x rows at most
     :data:`VERTEX_LP_MAX_SIZE`): never with one tree per root or fewer (every root's
     shard needs a tree: no vertex has fewer; healthy dragonfly 4x4x1x8, 128 trees,
     0.07 s for none); with more trees than rows (roots + links), a basic optimum surely
     has fewer (shared aggregation 2x2x8 one way: 2165 trees, 192 rows -> 123); with
-    fewer, only when its estimate (:func:`master_seconds`) is at most
-    :data:`MASTER_FLOOR_S`, or at most :data:`MASTER_SHARE` of the solve's CPU seconds ``cpu``
-    where the trees are not already a basic solution (:func:`_already_basic`)
-    (the report's wall seconds where not given, which grow with the machine's load;
-    HPN 2x8x8 Fail1: 258 trees of 0.03 s ForestColl, the master ~0.06 s for 258 -> 129,
-    not solved; HPN 2x4x8 Fail2: 151 -> 73 for ~0.02 s of a 0.15 s solve, solved;
-    docs/allgather.md "When the re-weighting pays")."""
+    fewer, when its estimate (:func:`master_seconds`) is at most :data:`MASTER_FLOOR_S`,
+    or at most :data:`MASTER_CAP_S` where at least :data:`DEPENDENT_SHARE` of the trees
+    are dependent (:func:`dependent_trees`): a rule on the trees alone (docs/allgather.md
+    "When the re-weighting pays", "A master only for a quarter's gain")."""
     trees, rows = len(sched.chunks), topo.num_gpus + topo.num_links
     if trees <= topo.num_gpus or trees * rows > VERTEX_LP_MAX_SIZE:
         return False
     if trees > rows:
         return True
     estimate = master_seconds(sched)
-    solve = cpu if cpu is not None else sched.seconds or 0.0
     if estimate <= MASTER_FLOOR_S:
         return True
-    return estimate <= MASTER_SHARE * solve and not _already_basic(topo, sched)
+    return estimate <= MASTER_CAP_S and dependent_trees(topo, sched) >= DEPENDENT_SHARE * trees
 
 
-def _already_basic(topo: Topology, sched: Schedule) -> bool:
-    """Whether ``sched``'s trees are linearly independent columns over the rows the
+def dependent_trees(topo: Topology, sched: Schedule) -> int:
+    """How many of ``sched``'s trees exceed their rank as columns over the rows the
     master keeps tight at its rate: every root's row and every link ``sched`` saturates
-    (its bottleneck).  Then ``sched``'s weights are already a basic solution of the master
+    (its bottleneck).  0: ``sched``'s weights are already a basic solution of the master
     over its own trees at that rate, with no direction along which a tree leaves at equal
-    loads on those rows; the master can only reach another vertex, seldom smaller
+    loads on those rows, and the master can only reach another vertex, seldom smaller
     (leaf-spine 8x2x8 with 4 spines at ``None``: 366 trees of rank 366, 366 -> 365 and
-    328 -> 328 for 0.2-0.3 s CPU; where it pays the trees are dependent: irregular(7) 80
-    trees of rank 50 -> 39, HPN 1x2x8 116 of rank 46 -> 45; docs/allgather.md "When the
-    re-weighting pays")."""
+    328 -> 328 for 0.2-0.3 s CPU); where it pays the trees are dependent, and a vertex
+    keeps about their rank (irregular(7) 80 trees of rank 50 -> 39, HPN 1x2x8 116 of rank
+    46 -> 45; docs/allgather.md "When the re-weighting pays")."""
     from .general.method import chunk_columns
     from .general.restriction_seed import table_columns
 
     roots, trees = table_columns(sched, topo) or chunk_columns((sched,), topo)
     if len(roots) != len(sched.chunks):
-        return False
+        return 0
     ratio = share_loads(topo, sched.chunks) / topo.arrays.capacity
     tight = np.flatnonzero(ratio >= ratio.max() * (1 - 1e-9))
-    if len(trees) > topo.num_gpus + tight.size:         # more columns than rows: dependent
-        return False
     row = np.full(topo.num_links, -1, np.int64)
     row[tight] = np.arange(tight.size) + topo.num_gpus
     ptr = np.zeros(len(trees) + 1, np.int64)
     np.cumsum([len(e) for e in trees], out=ptr[1:])
-    return independent_columns(np.asarray(roots, np.int64), ptr,
-                               np.concatenate([np.zeros(0, np.int64), *trees]).astype(np.int64), row,
-                               topo.num_gpus + tight.size)
+    return len(trees) - column_rank(np.asarray(roots, np.int64), ptr,
+                                    np.concatenate([np.zeros(0, np.int64), *trees]).astype(np.int64),
+                                    row, topo.num_gpus + tight.size)
 
 
 def master_seconds(sched: Schedule) -> float:

@@ -1,7 +1,9 @@
-"""Whether trees are linearly independent columns of the tree master's tight rows
-(:func:`.fewer_trees.master_pays`, paper §4.3's tree packing LP), compiled: the Gram
-matrix of the columns from their sparse rows and its symmetric elimination
-(docs/allgather.md "Exact split in batches; the independence check compiled").
+"""The rank of trees as columns of the tree master's tight rows, and whether they are
+linearly independent (:func:`.fewer_trees.master_pays`, paper §4.3's tree packing LP),
+compiled: the Gram matrix of the columns from their sparse rows and its symmetric
+elimination, a column whose pivot vanishes skipped as dependent (docs/allgather.md
+"Exact split in batches; the independence check compiled", "A master only for a
+quarter's gain").
 
 Elementwise loops, not BLAS: OpenBLAS's threads spin on after a call (0.1-0.6 s CPU on a
 shared 2-core machine for a 366-tree Cholesky of ~3 ms), and the numpy elimination with
@@ -12,24 +14,31 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-__all__ = ["independent_columns", "PIVOT_TOL"]
+__all__ = ["independent_columns", "column_rank", "PIVOT_TOL"]
 
 #: a pivot of the elimination counts as zero at or below this share of the Gram
 #: matrix's largest diagonal entry
 PIVOT_TOL = 1e-9
 
 
-def independent_columns(roots: np.ndarray, tree_ptr: np.ndarray, tree_links: np.ndarray,
-                        row_of_link: np.ndarray, num_rows: int) -> bool:
-    """Whether the columns (one per tree ``c``: 1 at row ``roots[c]``, plus 1 at row
-    ``row_of_link[l]`` for each link ``l`` of ``tree_links[tree_ptr[c]:tree_ptr[c+1]]``
-    whose row is not -1, repeats summed) are linearly independent over the reals: every
-    pivot of the Gram matrix's symmetric elimination above :data:`PIVOT_TOL` of its
-    largest diagonal entry (positive definite)."""
+def column_rank(roots: np.ndarray, tree_ptr: np.ndarray, tree_links: np.ndarray,
+                row_of_link: np.ndarray, num_rows: int) -> int:
+    """The rank over the reals of the columns (one per tree ``c``: 1 at row ``roots[c]``,
+    plus 1 at row ``row_of_link[l]`` for each link ``l`` of
+    ``tree_links[tree_ptr[c]:tree_ptr[c+1]]`` whose row is not -1, repeats summed): the
+    pivots of the Gram matrix's symmetric elimination above :data:`PIVOT_TOL` of its
+    largest diagonal entry."""
     gram = _gram(np.asarray(roots, np.int64), np.asarray(tree_ptr, np.int64),
                  np.asarray(tree_links, np.int64), np.asarray(row_of_link, np.int64),
                  int(num_rows))
-    return bool(_positive_definite(gram, PIVOT_TOL))
+    return int(_rank(gram, PIVOT_TOL))
+
+
+def independent_columns(roots: np.ndarray, tree_ptr: np.ndarray, tree_links: np.ndarray,
+                        row_of_link: np.ndarray, num_rows: int) -> bool:
+    """Whether the columns of :func:`column_rank` are linearly independent (their rank
+    is their number)."""
+    return column_rank(roots, tree_ptr, tree_links, row_of_link, num_rows) == len(roots)
 
 
 @njit(cache=True)
@@ -74,24 +83,28 @@ def _gram(roots, tree_ptr, tree_links, row_of_link, num_rows):
 
 
 @njit(cache=True)
-def _positive_definite(gram, tol_share):
-    """Whether the symmetric ``gram`` (its lower triangle; overwritten) is positive
-    definite: every pivot of its elimination, in order, above ``tol_share`` of its
-    largest diagonal entry."""
+def _rank(gram, tol_share):
+    """The rank of the symmetric positive semi-definite ``gram`` (its lower triangle;
+    overwritten): the pivots of its elimination, in order, above ``tol_share`` of its
+    largest diagonal entry.  A pivot at or below that is skipped: the column is then a
+    combination of the earlier ones (in a semi-definite matrix a zero pivot's column is
+    zero below it, so nothing is eliminated with it)."""
     n = gram.shape[0]
     top = 0.0
     for j in range(n):
         top = max(top, gram[j, j])
     tol = tol_share * top
     below = np.empty(n)
+    rank = 0
     for j in range(n):
         pivot = gram[j, j]
         if not pivot > tol:
-            return False
+            continue
+        rank += 1
         for a in range(j + 1, n):
             below[a] = gram[a, j]
         for a in range(j + 1, n):
             f = below[a] / pivot
             for b in range(j + 1, a + 1):
                 gram[a, b] -= f * below[b]
-    return True
+    return rank

@@ -179,7 +179,7 @@ def _chain(topo: Topology, route: WarmRoute, backend: str, max_chunks: int | Non
     if not switches_balanced(topo):                   # ForestColl is exact on balanced only
         return solve_unbalanced(topo, route, backend, max_chunks, sub_forestcoll(backend, trail),
                                 trail)
-    t, cpu = time.perf_counter(), time.thread_time()
+    t = time.perf_counter()
     coarse: Schedule | None = None                    # ForestColl's trees rounded too far
     try:
         sched = _typed_forestcoll(topo, route, backend, max_chunks, step_aware, trail)
@@ -197,7 +197,7 @@ def _chain(topo: Topology, route: WarmRoute, backend: str, max_chunks: int | Non
         bound = cut_bound_gbps(topo)
         return solve_by_general(topo, route, backend, max_chunks, sched.reason, bound, trail,
                                 _balanced_seed(topo, bound, coarse, max_chunks, backend, trail))
-    return fewer_trees(topo, sched, max_chunks, backend, route, time.thread_time() - cpu)
+    return fewer_trees(topo, sched, max_chunks, backend, route)
 
 
 def _balanced_seed(topo: Topology, bound: float | None, coarse: Schedule | None,

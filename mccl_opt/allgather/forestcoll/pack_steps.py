@@ -224,7 +224,9 @@ class _Packer:
             return                                  # no packing can complete: skip it
         self.found = _pack_repair(lg, k, self.stats, self.shapes, plain=plan.plain_first,
                                   capped=plan.capped)
-        self.admits = self.found is not None or (not plan.declines and lg.admits(k))
+        # the sinks of the sampled test passed: the whole test sweeps the others only
+        self.admits = self.found is not None or (
+            not plan.declines and lg.admits(k, passed=plan.test_stride))
 
     def guarded(self) -> None:
         """Where the spread split breaks the rooted test: the guarded spread split and its

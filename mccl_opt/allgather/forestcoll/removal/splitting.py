@@ -284,13 +284,16 @@ class LogicalGraph:
         return cls(int(g.gpus.size), tail, head, units[order],
                    [g.bundles[keys[i]] for i in order.tolist()])
 
-    def admits(self, k: int, stride: int = 1) -> bool:
+    def admits(self, k: int, stride: int = 1, passed: int | None = None) -> bool:
         """Rooted cut test: ``k`` trees per root fit (Edmonds' branching theorem).
         ``stride > 1`` tests every ``stride``-th rank as a sink only: ``False`` is then
-        still a proof that none fit, ``True`` is not."""
+        still a proof that none fit, ``True`` is not.  ``passed``: the stride of an
+        earlier test of the same ``k`` that passed, whose sinks are not tested again."""
         net = FlowNetwork(self.num_gpus, self.tail, self.head)
         caps = net.caps()
         caps[: net.m] = self.units
         caps[net.s_arc0: net.s_arc0 + self.num_gpus] = k
         sinks = np.arange(0, self.num_gpus, stride, dtype=np.int64)
+        if passed is not None:
+            sinks = sinks[sinks % passed != 0]
         return net.first_failing_sink(caps, sinks, k * self.num_gpus) < 0
