@@ -58,8 +58,12 @@ def test_round_time_of_solved_schedules_is_the_emulators_time_of_their_program(c
 def test_the_round_aware_resynthesis_keeps_the_warm_rate_and_never_a_slower_round_model():
     healthy = mccl_opt.solve_alltoall(TOPO, backend="highs", max_chunks=10)
     better = 0
-    for seed in (4, 5, 6, 7):                     # seeds 5 and 7: warm optima 1.4x / 1.1x slower
-        measured = TOPO.with_capacities(_nic_at(50.0 + 0.25 * seed, noise_seed=seed))
+    # which equal-rate optimum the warm solve lands on moves with the solver (the local
+    # master's warm re-solves made seeds 5 and 13 at 50 Gbps round-neutral); on 2026-12-07's
+    # code the NIC at 25 Gbps with seed 23 gives a warm optimum 1.44x slower in rounds (full
+    # path), at 100 Gbps with seed 15 1.07x (local path)
+    for base, seed in ((50.0, 4), (50.0, 5), (50.0, 6), (50.0, 7), (25.0, 23), (100.0, 15)):
+        measured = TOPO.with_capacities(_nic_at(base + 0.25 * seed, noise_seed=seed))
         warm = mccl_opt.solve_alltoall(measured, warm=healthy, backend="highs", max_chunks=10)
         got = _round_aware_alltoall(measured, healthy, "highs", 10, None)
         validate(measured, got)                   # every block delivered, capacities respected
