@@ -134,7 +134,7 @@ def test_one_allowance_per_solve(monkeypatch):
 def test_the_general_method_warm_starts_from_its_own_columns_only(monkeypatch):
     monkeypatch.setattr(chain, "solve_by_restriction", lambda *args, **kwargs: None)
     monkeypatch.setattr(chain, "_restriction_seed",          # no certified seed
-                        lambda *args, **kwargs: chain.seed_once(lambda: None))
+                        lambda *args, **kwargs: chain.SeedOnce(lambda: None))
     base = hpn(1, 2, 4)
     forestcoll = mo.solve_allgather(base, max_chunks=None)
     topo = base.with_capacity(ONE_WAY)

@@ -172,7 +172,7 @@ def test_the_general_method_stops_within_a_round(monkeypatch):
     checked only between rounds), the warm step is declined and the cold run's rate
     is returned."""
     monkeypatch.setattr(chain, "solve_by_restriction", lambda *args, **kwargs: None)
-    monkeypatch.setattr(chain, "seed_once", lambda *args: chain.SeedOnce(lambda: None))   # no seed
+    monkeypatch.setattr(chain, "_restriction_seed", lambda *args, **kwargs: chain.SeedOnce(lambda: None))   # no seed
     base = hpn(1, 2, 4)
     topo = base.with_capacity({("s0h0g0", "s0h0nvs"): 180.0})
     first = mo.solve_allgather(topo, max_chunks=None)

@@ -69,7 +69,7 @@ from .warm.route import WarmRoute
 if TYPE_CHECKING:                          # imported by the functions that use them
     from .general.restriction_seed import RestrictionSeed
 
-__all__ = ["RESTRICTION_ROUNDING_GAP", "cut_bound_gbps", "SeedOnce", "seed_once",
+__all__ = ["RESTRICTION_ROUNDING_GAP", "cut_bound_gbps", "SeedOnce",
            "solve_by_general", "weaker_directions", "solve_unbalanced"]
 
 #: with ``max_chunks=K``, a balanced-restriction schedule rounded further than this below
@@ -291,16 +291,11 @@ class SeedOnce:
         return self._seed
 
 
-def seed_once(make: Callable[[], RestrictionSeed | None]) -> SeedOnce:
-    """``make()``, made on first use and kept (:class:`SeedOnce`)."""
-    return SeedOnce(make)
-
-
 def _restriction_seed(restricted: Restricted | None, forestcoll: ForestColl,
                       weaker: Schedule | Topology | None, dense: bool = False) -> SeedOnce:
     """:func:`.general.restriction_seed.restriction_seed` of ``restricted`` with the
     weaker-direction trees ``weaker`` (``dense``: at the denser packing's chunks), made
-    once (:func:`seed_once`)."""
+    once (:class:`SeedOnce`)."""
 
     def make() -> RestrictionSeed | None:
         from .general.restriction_seed import restriction_seed
@@ -308,7 +303,7 @@ def _restriction_seed(restricted: Restricted | None, forestcoll: ForestColl,
         return None if restricted is None else \
             restriction_seed(restricted, forestcoll, weaker, dense=dense)
 
-    return seed_once(make)
+    return SeedOnce(make)
 
 
 def _general_seed(topo: Topology, seed: SeedOnce, restricted: Restricted | None,

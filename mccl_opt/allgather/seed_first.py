@@ -11,7 +11,7 @@ ForestColl's trees on ``c'`` at a few chunks per root (the general method's seed
 :mod:`.general.restriction_seed`) often reaches ``c'``'s certified optimum at once
 (0.2 s there).  Its optimum is then the forwarding-only optimum, certified like the
 general method's.  Where the master falls short, the chain goes on as before and the
-seed, made once (:func:`.chain.seed_once`), seeds the general method if it runs.
+seed, made once (:class:`.chain.SeedOnce`), seeds the general method if it runs.
 
 A warm solve takes this path too, before any warm step: were it skipped there, a warm
 start whose steps on ``c'`` do not pay would carry on with cold ForestColl packing

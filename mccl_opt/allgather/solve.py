@@ -43,7 +43,7 @@ from ..topology import Topology
 from .assemble import Optimum, Run, packed
 from .budget import EXACT_TREES_LIMIT, BudgetUnpacked, ChunkCounts, CutBounds
 from .canonical import canonical
-from .chain import RESTRICTION_ROUNDING_GAP, cut_bound_gbps, seed_once, solve_by_general, \
+from .chain import RESTRICTION_ROUNDING_GAP, cut_bound_gbps, SeedOnce, solve_by_general, \
     solve_unbalanced
 from .stage import Declined, ForestColl, Trail
 from .warm.certify import Certificate, GuessKind, keep_or_reroute, warm_budget, warm_guess
@@ -213,10 +213,10 @@ def _balanced_seed(topo: Topology, bound: float | None, coarse: Schedule | None,
     if bound is None:
         return None
     if max_chunks is None:
-        return seed_once(lambda: balanced_seed(topo, bound, sub_forestcoll(backend, trail)))
+        return SeedOnce(lambda: balanced_seed(topo, bound, sub_forestcoll(backend, trail)))
     if coarse is None:
         return None
-    return seed_once(lambda: own_trees_seed(bound, coarse))
+    return SeedOnce(lambda: own_trees_seed(bound, coarse))
 
 
 def _fewer_chunks(topo: Topology, route: WarmRoute, backend: str, max_chunks: int,
