@@ -46,11 +46,12 @@ def guarded_spread(g: SplitGraph, rank_of: np.ndarray, failed: LogicalGraph,
     arcs = (np.array([a for a, _ in keys], np.int64), np.array([b for _, b in keys], np.int64),
             np.fromiter(g.units.values(), np.int64, count=len(keys)))
     t = time.perf_counter()
-    if violated_set(g.n, g.gpus, g.k, arcs) is not None:
+    hosts = sink_order(g)                         # the same sinks, hosts together
+    if violated_set(g.n, hosts, g.k, arcs, roots=g.gpus) is not None:
         return None
     sweeps[0] = max(sweeps[0], time.perf_counter() - t)     # a whole sweep: none failed
     known = KnownCuts(g.n, g.gpus, g.k, arcs)
-    for inside in zero_slack_sets(g.n, g.gpus, g.k, arcs, g.gpus.size):
+    for inside in zero_slack_sets(g.n, g.gpus, g.k, arcs, g.gpus.size, hosts):
         known.add(inside)
     for order in (switch_order, fewest_links_first):
         lg, found = _guarded_in(g, rank_of, order(g), known, found, sweeps, near,

@@ -284,16 +284,20 @@ class LogicalGraph:
         return cls(int(g.gpus.size), tail, head, units[order],
                    [g.bundles[keys[i]] for i in order.tolist()])
 
-    def admits(self, k: int, stride: int = 1, passed: int | None = None) -> bool:
+    def admits(self, k: int, stride: int = 1, passed: int | None = None,
+               near: np.ndarray | None = None) -> bool:
         """Rooted cut test: ``k`` trees per root fit (Edmonds' branching theorem).
         ``stride > 1`` tests every ``stride``-th rank as a sink only: ``False`` is then
         still a proof that none fit, ``True`` is not.  ``passed``: the stride of an
-        earlier test of the same ``k`` that passed, whose sinks are not tested again."""
+        earlier test of the same ``k`` that passed, whose sinks are not tested again.
+        ``near``: the ranks in the sweep's order (default rank order; the split's
+        :func:`sink_order` keeps a scrambled listing's moves short), strides taken in it."""
         net = FlowNetwork(self.num_gpus, self.tail, self.head)
         caps = net.caps()
         caps[: net.m] = self.units
         caps[net.s_arc0: net.s_arc0 + self.num_gpus] = k
-        sinks = np.arange(0, self.num_gpus, stride, dtype=np.int64)
+        near = np.arange(self.num_gpus, dtype=np.int64) if near is None else near
+        at = np.arange(0, near.size, stride, dtype=np.int64)
         if passed is not None:
-            sinks = sinks[sinks % passed != 0]
-        return net.first_failing_sink(caps, sinks, k * self.num_gpus) < 0
+            at = at[at % passed != 0]
+        return net.first_failing_sink(caps, near[at], k * self.num_gpus) < 0
