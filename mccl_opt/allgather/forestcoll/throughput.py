@@ -26,7 +26,6 @@ from fractions import Fraction
 from typing import Sequence
 
 import numpy as np
-from numba import njit
 
 from mccl_opt.errors import InputError, SolveError, TopologyError
 from .maxflow import FlowNetwork
@@ -67,7 +66,7 @@ class Fabric:
         """The GPUs in the order the rooted sweeps take them as sinks (:func:`near_gpus`),
         computed once per fabric and shared by :meth:`with_caps`."""
         if self.near is None:
-            self.near = near_gpus(self.n, self.tail, self.head, self.cap, self.gpus)
+            self.near = near_gpus(self)
         return self.near
 
     @property
@@ -89,63 +88,29 @@ class Fabric:
         return ~sink_side[..., self.tail] & sink_side[..., self.head]
 
 
-def near_gpus(n: int, tail: np.ndarray, head: np.ndarray, cap: np.ndarray,
-              gpus: np.ndarray) -> np.ndarray:
-    """``gpus`` in an order that keeps neighbours together, whatever the listing: by the
-    breadth-first position (from the first GPU, links taken both ways) of the node at the
-    end of each GPU's widest out-link (its host's NVSwitch; ties to the earliest), then by
-    their own: the rule of :func:`.removal.splitting.sink_order` for a split graph, one
-    compiled call (:func:`_near`).  A rooted sweep moves its sink from GPU to GPU
-    repairing one flow, cheap between neighbours: in a scrambled listing every move
-    rerouted flow across the fabric (Phase 1 of dragonfly 4x4x1x8: 5.6-6.4 ms a sweep in
-    listing order, 1.2-1.4 ms in this one; docs/allgather.md "Sweeps in structural
-    order").  What the sweeps certify (a rate, a passing test) does not depend on it."""
+def near_gpus(fab: "Fabric") -> np.ndarray:
+    """``fab.gpus`` in an order that keeps neighbours together, whatever the listing: by
+    the breadth-first position (from the first GPU, links taken both ways,
+    :meth:`.maxflow.FlowNetwork.breadth_first`) of the node at the end of each GPU's
+    widest out-link (its host's NVSwitch; ties to the earliest), then by their own: the
+    rule of :func:`.removal.splitting.sink_order` for a split graph.  A rooted sweep moves
+    its sink from GPU to GPU repairing one flow, cheap between neighbours: in a scrambled
+    listing every move rerouted flow across the fabric (Phase 1 of dragonfly 4x4x1x8:
+    5.6-6.4 ms a sweep in listing order, 1.2-1.4 ms in this one; docs/allgather.md
+    "Sweeps in structural order").  What the sweeps certify (a rate, a passing test) does
+    not depend on it."""
+    n, tail, head, gpus = fab.n, fab.tail, fab.head, fab.gpus
     if gpus.size == 0:
         return gpus
-    return _near(n, np.ascontiguousarray(tail, np.int64), np.ascontiguousarray(head, np.int64),
-                 np.ascontiguousarray(cap, np.int64), np.ascontiguousarray(gpus, np.int64))
-
-
-@njit(cache=True)
-def _near(n, tail, head, cap, gpus):
-    """:func:`near_gpus`: breadth-first positions over the links both ways (``n`` for a
-    node not reached), each GPU's widest out-link, one stable sort."""
-    start = np.zeros(n + 1, np.int64)
-    for a in range(tail.size):
-        start[tail[a] + 1] += 1
-        start[head[a] + 1] += 1
-    for v in range(n):
-        start[v + 1] += start[v]
-    fill = start[:-1].copy()
-    adj = np.empty(2 * tail.size, np.int64)
-    for a in range(tail.size):
-        adj[fill[tail[a]]] = head[a]
-        fill[tail[a]] += 1
-        adj[fill[head[a]]] = tail[a]
-        fill[head[a]] += 1
-    pos = np.full(n + 1, n, np.int64)            # pos[n]: no out-link, last
-    queue = np.empty(n, np.int64)
-    queue[0], pos[gpus[0]] = gpus[0], 0
-    qh, qt = 0, 1
-    while qh < qt:
-        u = queue[qh]
-        qh += 1
-        for q in range(start[u], start[u + 1]):
-            v = adj[q]
-            if pos[v] == n:
-                pos[v] = qt
-                queue[qt] = v
-                qt += 1
+    pos = np.full(n + 1, n, np.int64)           # pos[n]: not reached / no out-link: last
+    seen = fab.net.breadth_first(int(gpus[0]))
+    pos[seen] = np.arange(seen.size)
+    by = np.lexsort((pos[head], -fab.cap, tail))     # per tail: the widest, then nearest
+    first = np.ones(by.size, bool)
+    first[1:] = tail[by][1:] != tail[by][:-1]
     widest = np.full(n, n, np.int64)
-    best = np.full(n, -1, np.int64)
-    for a in range(tail.size):
-        u, v = tail[a], head[a]
-        if cap[a] > best[u] or cap[a] == best[u] and pos[v] < pos[widest[u]]:
-            best[u], widest[u] = cap[a], v
-    key = np.empty(gpus.size, np.int64)
-    for i in range(gpus.size):
-        key[i] = pos[widest[gpus[i]]] * (n + 1) + pos[gpus[i]]
-    return gpus[np.argsort(key, kind="mergesort")]
+    widest[tail[by][first]] = head[by][first]
+    return gpus[np.lexsort((pos[gpus], pos[widest[gpus]]))]
 
 
 @dataclass
