@@ -373,17 +373,17 @@ class FlowNetwork:
 def _spans(size: int, arcs: int) -> Iterator[tuple[int, int]]:
     """``(lo, hi)`` spans of a scan over ``size`` sinks of a network of ``arcs`` arcs:
     one without a time limit; under one, :data:`SWEEP_WORK` ``// arcs`` sinks at a time
-    (at least 1), the clock checked before each next span
+    (at least 1), the clock checked before each span, the first included
     (:func:`mccl_opt.anytime.check`): a whole scan is one compiled call of up to ~1 s
-    at 1024 GPUs, which no check point reached (docs/allgather.md, "Steps no check
-    point reached")."""
-    step = max(1, SWEEP_WORK // max(arcs, 1))
-    if anytime.current() is None or size <= step:
+    at 1024 GPUs, which no check point reached, and a scan begun past the limit ran
+    its first span, 10-20 ms CPU, before the first check (docs/allgather.md, "Steps no
+    check point reached", "Checks before every span")."""
+    if anytime.current() is None:
         yield 0, size
         return
-    for lo in range(0, size, step):
-        if lo:
-            anytime.check("a rooted sweep (max-flows over the GPUs)")
+    step = max(1, SWEEP_WORK // max(arcs, 1))
+    for lo in range(0, max(size, 1), step):               # an empty scan: one empty span
+        anytime.check("a rooted sweep (max-flows over the GPUs)")
         yield lo, min(lo + step, size)
 
 
