@@ -14,6 +14,7 @@ Kernels are ``numba.njit(cache=True)`` and compile on first use.
 
 from __future__ import annotations
 
+import time
 from typing import Iterator
 
 import numpy as np
@@ -29,6 +30,10 @@ INF = np.int64(1) << np.int64(60)
 #: arcs: 32 sinks of HPN 8x16x8 (1024 GPUs, ~8,700 links) took ~12 ms CPU, and 32 of a
 #: 1024-GPU logical graph 0.2 s, so spans of ``SWEEP_WORK // arcs`` sinks (at least 1)
 SWEEP_WORK = 300_000
+#: ... and at most this many CPU seconds, by the CPU per sink the network's last span
+#: took (a span of a logical graph's sweep took 62 ms at 512 GPUs: its sinks cost more
+#: than their arcs say)
+SPAN_CPU_S = 0.01
 
 
 @njit(cache=True)
@@ -288,6 +293,7 @@ class FlowNetwork:
         self._path = np.empty(n_tot + 1, np.int64)
         self.s_arc0 = self.m
         self.t_arc0 = self.m + self.n
+        self.span_sinks = max(1, SWEEP_WORK // max(self.num_arcs, 1))   # :func:`_spans`
 
     def caps(self) -> np.ndarray:
         """A zero capacity vector of the right length."""
@@ -306,7 +312,7 @@ class FlowNetwork:
         ``v -> T`` arc closed.  Under a time limit the scan checks the clock between
         spans of sinks (:func:`_spans`)."""
         caps, sinks = np.asarray(caps, np.int64), _writable(sinks)
-        for lo, hi in _spans(sinks.size, self.num_arcs):
+        for lo, hi in _spans(sinks.size, self):
             pos = int(_rooted_check(self.n + 2, self._start, self._arcs, self._head, self._res,
                                     caps, self.t_arc0, sinks, lo, hi, int(demand), self._level,
                                     self._queue, self._it, self._path))
@@ -325,7 +331,7 @@ class FlowNetwork:
         covered = np.zeros(self.n, np.bool_)
         state = np.array([0, -1, 0], np.int64)
         found = 0
-        for lo, hi in _spans(sinks.size, self.num_arcs):
+        for lo, hi in _spans(sinks.size, self):
             found = int(_failing_sets(self.n + 2, self._start, self._arcs, self._head,
                                       self._res, caps, self.t_arc0, sinks, lo, hi, int(demand),
                                       self._level, self._queue, self._it, self._path, sets,
@@ -342,7 +348,7 @@ class FlowNetwork:
         caps, sinks = np.asarray(caps, np.int64), _writable(sinks)
         state = np.zeros(2, np.int64)
         best = int(upper)
-        for lo, hi in _spans(sinks.size, self.num_arcs):
+        for lo, hi in _spans(sinks.size, self):
             best = int(_min_over_sinks(self.n + 2, self._start, self._arcs, self._head,
                                        self._res, caps, self.t_arc0, sinks, lo, hi,
                                        self._level, self._queue, self._it, self._path,
@@ -370,21 +376,32 @@ class FlowNetwork:
         return self._level[: self.n] >= 0
 
 
-def _spans(size: int, arcs: int) -> Iterator[tuple[int, int]]:
-    """``(lo, hi)`` spans of a scan over ``size`` sinks of a network of ``arcs`` arcs:
-    one without a time limit; under one, :data:`SWEEP_WORK` ``// arcs`` sinks at a time
-    (at least 1), the clock checked before each next span
+def _spans(size: int, net: FlowNetwork) -> Iterator[tuple[int, int]]:
+    """``(lo, hi)`` spans of a scan over ``size`` sinks of ``net``: one without a time
+    limit; under one, :data:`SWEEP_WORK` ``// arcs`` sinks at a time (at least 1), fewer
+    where the network's last span took more than :data:`SPAN_CPU_S` CPU seconds for as
+    many (``net.span_sinks``, learned span by span and kept for the network's next scan),
+    the clock checked before each span, the first included
     (:func:`mccl_opt.anytime.check`): a whole scan is one compiled call of up to ~1 s
-    at 1024 GPUs, which no check point reached (docs/allgather.md, "Steps no check
-    point reached")."""
-    step = max(1, SWEEP_WORK // max(arcs, 1))
-    if anytime.current() is None or size <= step:
+    at 1024 GPUs, which no check point reached, and a scan begun past the limit ran
+    its first span, 10-60 ms CPU, before the first check (docs/allgather.md, "Steps no
+    check point reached", "Checks before every span")."""
+    if anytime.current() is None:
         yield 0, size
         return
-    for lo in range(0, size, step):
-        if lo:
-            anytime.check("a rooted sweep (max-flows over the GPUs)")
-        yield lo, min(lo + step, size)
+    most = max(1, SWEEP_WORK // max(net.num_arcs, 1))
+    lo = 0
+    while True:
+        anytime.check("a rooted sweep (max-flows over the GPUs)")
+        hi = min(lo + min(most, net.span_sinks), size)
+        began = time.thread_time()
+        yield lo, hi
+        spent = time.thread_time() - began
+        if hi > lo and spent > 0:
+            net.span_sinks = max(1, min(most, int((hi - lo) * SPAN_CPU_S / spent)))
+        if hi >= size:
+            return
+        lo = hi
 
 
 def _writable(sinks: np.ndarray) -> np.ndarray:
