@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from instances import degrade, hpn, irregular
+from instances import degrade, fail3, hpn, irregular
 from mccl_opt import validate
 from mccl_opt.alltoall import solve_alltoall
 from mccl_opt.alltoall import solve as solve_module
@@ -73,13 +73,18 @@ def test_a_warm_limit_with_no_room_for_the_first_master_returns_the_routing_itse
     assert warm.stats["status"] == "time_limit"
     assert warm.stats["rounding"] == "routed" and warm.stats["rounds"] == 0
     validate(topo, warm)
-    # with room, a small fabric's warm solve carries its columns (the full warm master)
-    cold_lp = solve_alltoall(topo).lp_rate_gbps
+    # with room, the same warm solve is cold and optimal (a link fell sharply)
     roomy = solve_alltoall(topo, warm=healthy, time_limit=60.0)
-    assert roomy.stats["status"] == "optimal" and roomy.stats["warm_mode"] == "full"
-    assert roomy.lp_rate_gbps == pytest.approx(cold_lp, rel=REL)
-    # ... and a large one solves cold from its routing
-    monkeypatch.setattr(solve_module, "WARM_UNDER_A_LIMIT_MAX_PAIRS", topo.num_gpus ** 2 // 2)
-    large = solve_alltoall(topo, warm=healthy, time_limit=60.0)
+    assert roomy.stats["status"] == "optimal" and roomy.stats["warm_mode"] == "cold"
+    assert roomy.lp_rate_gbps == pytest.approx(solve_alltoall(topo).lp_rate_gbps, rel=REL)
+    # without a sharp fall, a small fabric's full path carries its columns (the full
+    # warm master), a large one solves cold from its routing
+    lost = fail3(base)
+    cold_lp = solve_alltoall(lost).lp_rate_gbps
+    small = solve_alltoall(lost, warm=healthy, time_limit=60.0)
+    assert small.stats["status"] == "optimal" and small.stats["warm_mode"] == "full"
+    assert small.lp_rate_gbps == pytest.approx(cold_lp, rel=REL)
+    monkeypatch.setattr(solve_module, "WARM_UNDER_A_LIMIT_MAX_PAIRS", lost.num_gpus ** 2 // 2)
+    large = solve_alltoall(lost, warm=healthy, time_limit=60.0)
     assert large.stats["status"] == "optimal" and large.stats["warm_mode"] == "cold"
     assert large.lp_rate_gbps == pytest.approx(cold_lp, rel=REL)
