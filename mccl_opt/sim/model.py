@@ -23,14 +23,16 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..errors import MCCLError, ScheduleError, TopologyError
+from ..piece_rule import MAX_PIECE_BYTES, PIECE_RULE
 from ..schedule import PathChunk, Schedule, TreeChunk
 from ..topology import Topology
 
 __all__ = ["SimulationError", "Streams", "compile_streams", "CapacityChange",
            "parse_timeline", "DEFAULT_SLICE_BYTES"]
 
-#: NCCL's Simple-protocol default slice (``NCCL_BUFFSIZE`` 4 MiB / 8 slice steps).
-DEFAULT_SLICE_BYTES = 512 * 1024
+#: NCCL's Simple-protocol slice (``NCCL_BUFFSIZE`` 4 MiB / 8 slice steps): the largest
+#: piece of the default rule (:mod:`mccl_opt.piece_rule`)
+DEFAULT_SLICE_BYTES = MAX_PIECE_BYTES
 
 
 class SimulationError(MCCLError, ValueError):
@@ -109,9 +111,12 @@ def _chunk_groups(schedule: Schedule) -> list[tuple[object, int]]:
 
 
 def _piece_count(chunk_bytes: float, slice_bytes: float | None, pieces: int | None) -> int:
+    """Exactly ``pieces``, else pieces of ``slice_bytes``, else the shared rule
+    (:mod:`mccl_opt.piece_rule`, what the executor's lowering uses)."""
     if pieces is not None:
         return pieces
-    assert slice_bytes is not None
+    if slice_bytes is None:
+        return PIECE_RULE.count(chunk_bytes)
     return max(1, math.ceil(chunk_bytes / slice_bytes - 1e-9))
 
 
@@ -120,9 +125,10 @@ def compile_streams(topo: Topology, schedule: Schedule, message_bytes: float, *,
                     fluid: bool = False) -> Streams:
     """Build the :class:`Streams` of ``schedule`` for ``message_bytes`` per block.
 
-    ``slice_bytes=None`` uses :data:`DEFAULT_SLICE_BYTES` (a chunk smaller than a slice
-    is one piece); an explicit ``slice_bytes`` larger than the largest chunk is an
-    error, as is giving both ``slice_bytes`` and ``pieces``.  ``fluid=True`` gives one
+    By default a chunk is cut as :data:`mccl_opt.piece_rule.PIECE_RULE` says (pieces of at
+    most 512 KiB, 8 per chunk where each stays >= 64 KiB), as the executor cuts it; an
+    explicit ``slice_bytes`` gives pieces of that size (a chunk smaller is one piece); one
+    larger than the largest chunk is an error, as is giving both ``slice_bytes`` and ``pieces``.  ``fluid=True`` gives one
     stream per chunk occupying all its links at once (infinitely fine pieces, see
     :func:`_to_fluid`).
     """
@@ -146,8 +152,6 @@ def compile_streams(topo: Topology, schedule: Schedule, message_bytes: float, *,
                 f"slice_bytes={slice_bytes:g} is larger than the largest chunk ({largest:g} bytes = "
                 f"share x message size); use a smaller slice, pieces=1 for whole-chunk transfers, "
                 f"or the default slicing")
-    else:
-        slice_bytes = DEFAULT_SLICE_BYTES if pieces is None else None
 
     lat_us = topo.arrays.latency
     gpu_set = frozenset(topo.gpus)
