@@ -49,6 +49,9 @@ __all__ = ["GlooLoopConfig", "RANK_NICE", "run_gloo_loop", "ControllerProcess", 
            "rank_failure_line"]
 
 
+#: real seconds one more round of a collective costs 8 gloo CPU ranks on the 2 shared cores,
+#: whatever its bytes (``bench/bench_piece_cost.py``: 9.5-12.9 ms, 0.4-0.5 ms per message)
+GLOO_ROUND_S = 0.010
 #: how far below the controller the emulated GPUs run (docs/executor.md, "The ranks yield to the controller")
 RANK_NICE = 10
 
@@ -177,10 +180,17 @@ class ControllerProcess:
         self._log.close()
 
 
-def rank_pipeline(cfg: GlooLoopConfig, byte_scale: float) -> int | PieceRule:
-    """The ranks' slices per chunk: ``cfg.pipeline``, or (0) the simulator's piece rule
-    on the fabric bytes a float32 element stands for (docs/executor.md "Pieces per chunk")."""
-    return cfg.pipeline or PieceRule(element_bytes=4.0 * byte_scale)
+def rank_pipeline(cfg: GlooLoopConfig, message_bytes: float, byte_scale: float) -> int | PieceRule:
+    """The ranks' slices per chunk: ``cfg.pipeline``, or (0) the simulator's piece rule on
+    the fabric bytes a float32 element stands for, with a gloo floor and no 512 KiB cap
+    (docs/executor.md "Pieces per chunk"): a round costs gloo ``GLOO_ROUND_S`` whatever its
+    size, so a block of ``n`` pieces on ``d`` hops takes about ``T (1 + (d - 1) / n) + n
+    GLOO_ROUND_S`` (``T`` = ``collective_ms``), least at ``n = sqrt(T / GLOO_ROUND_S)`` on
+    2 hops: pieces no smaller than ``message_bytes * sqrt(GLOO_ROUND_S / T)``."""
+    if cfg.pipeline:
+        return cfg.pipeline
+    floor = message_bytes * math.sqrt(min(1.0, GLOO_ROUND_S / (cfg.collective_ms / 1e3)))
+    return PieceRule(max_bytes=math.inf, floor_bytes=floor, element_bytes=4.0 * byte_scale)
 
 
 def plan_scales(scenario: Any, healthy: Any, cfg: GlooLoopConfig) -> tuple[int, float, float, float]:
@@ -194,7 +204,8 @@ def plan_scales(scenario: Any, healthy: Any, cfg: GlooLoopConfig) -> tuple[int, 
     block = max(1, int(cfg.block_kib * 1024 // 4))
     byte_scale = scenario.message_bytes / (4.0 * block)
     emu = FabricEmulator(scenario.topology, healthy.gpus, time_scale=1.0, byte_scale=byte_scale)
-    fabric_s = emu.program_time_s(compile_schedule(healthy, block, rank_pipeline(cfg, byte_scale)), 4)
+    fabric_s = emu.program_time_s(compile_schedule(healthy, block, rank_pipeline(cfg, scenario.message_bytes,
+                                                                                 byte_scale)), 4)
     if not fabric_s > 0:
         raise MCCLError("the healthy schedule moves no data; nothing to emulate")
     return block, byte_scale, cfg.collective_ms / 1e3 / fabric_s, fabric_s
@@ -286,7 +297,7 @@ def run_gloo_loop(scenario: Any, cfg: GlooLoopConfig) -> dict[str, Any]:
                             duration_s=real_s, offline=offline, offline_reps=cfg.offline_reps,
                             warmup=cfg.warmup, client_timeout_s=cfg.client_timeout_s,
                             probe_every=cfg.probe_every, pieces=cfg.pieces, abort=cfg.abort, window_s=3 * cfg.collective_ms / 1e3,
-                            pipeline=rank_pipeline(cfg, byte_scale),
+                            pipeline=rank_pipeline(cfg, scenario.message_bytes, byte_scale),
                             probe_numel=max(1, round(cfg.probe_kib * 1024 / byte_scale / 4)), early=cfg.speculate)
             budget = (cfg.start_timeout_s + real_s + 60
                       + len(offline) * (cfg.offline_reps + 1) * 20 * cfg.collective_ms / 1e3)

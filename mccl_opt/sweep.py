@@ -104,17 +104,20 @@ def check_sizes(collectives: Iterable[str], min_bytes: int, max_bytes: int, fact
     return sizes
 
 
-def _chunk_shape(topo: Topology, schedule: Schedule) -> tuple[np.ndarray, np.ndarray]:
-    """Per chunk: its share and its GPU-to-GPU segments (simulator streams)."""
+def _chunk_shape(topo: Topology, schedule: Schedule) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per chunk: its share, its GPU-to-GPU segments (simulator streams) and its GPU hops
+    (a path's segments, a tree's depth)."""
     shares = np.array([c.share for c in schedule.chunks])
     segs = np.array([1 + sum(topo.is_gpu(v) for v in c.path[1:-1]) if isinstance(c, PathChunk)
                      else len(c.edges) for c in schedule.chunks])
-    return shares, segs
+    hops = np.array([s if isinstance(c, PathChunk) else max(c.depths().values())
+                     for c, s in zip(schedule.chunks, segs)])
+    return shares, segs, hops
 
 
-def _pieces(shape: tuple[np.ndarray, np.ndarray], block_bytes: float) -> int:
-    shares, segs = shape
-    return int(np.dot(segs, PIECE_RULE.counts(shares * block_bytes)))
+def _pieces(shape: tuple[np.ndarray, np.ndarray, np.ndarray], block_bytes: float) -> int:
+    shares, segs, hops = shape
+    return int(np.dot(segs, PIECE_RULE.counts(shares * block_bytes, hops)))
 
 
 def piece_count(topo: Topology, schedule: Schedule, block_bytes: float) -> int:

@@ -11,7 +11,7 @@ from mccl_opt.baselines import rail_allgather, rail_alltoall
 from mccl_opt.errors import InputError
 from mccl_opt.lowering.hops import INP, OUT, allgather_hops, alltoall_hops, rank_index
 from mccl_opt.lowering.program import chunk_bounds, compile_schedule
-from mccl_opt.piece_rule import MAX_PIECE_BYTES, MIN_PIECES, PIECE_FLOOR_BYTES, PIECE_RULE, PieceRule
+from mccl_opt.piece_rule import MAX_PIECE_BYTES, PIECE_FLOOR_BYTES, PIECE_RULE, PIECES_PER_HOP, PieceRule
 from mccl_opt.schedule import Schedule, TreeChunk
 from mccl_opt.sim.model import compile_streams
 from tests.test_executor_program import expected_alltoall, interpret
@@ -20,20 +20,36 @@ KIB = 1024
 
 
 def test_rule_bounds_every_piece():
-    """Pieces at most 512 KiB, at least 64 KiB once the chunk is, and 8 per chunk
-    wherever that keeps them >= 64 KiB; the count never falls as the chunk grows."""
-    b = np.unique(np.r_[np.arange(1, 40) * 16 * KIB, np.geomspace(1, 64 * 2**20, 400)])
-    n = PIECE_RULE.counts(b)
-    assert (n >= 1).all() and (np.diff(n) >= 0).all()
-    assert (b / n <= MAX_PIECE_BYTES * (1 + 1e-12)).all()
-    big = b >= PIECE_FLOOR_BYTES
-    assert (b[big] / n[big] >= PIECE_FLOOR_BYTES * (1 - 1e-12)).all()
-    assert (n[b < 2 * PIECE_FLOOR_BYTES] == 1).all()
-    assert (n[b >= MIN_PIECES * PIECE_FLOOR_BYTES] >= MIN_PIECES).all()
-    # the documented figures: 1.86 MB (seed 2 #17's 1/9 shards) in 8, 16 MiB in 32
-    assert [PIECE_RULE.count(x) for x in (100 * KIB, 256 * KIB, 1.86e6, 4 * 2**20, 16 * 2**20)] == [1, 4, 8, 8, 32]
+    """Pieces at most 512 KiB; a one-hop chunk in 512 KiB pieces (no fill to pay); a
+    relayed one in at least 8 per relay hop unless they would fall under 64 KiB; the count
+    never falls as the chunk grows or deepens."""
+    b = np.unique(np.r_[np.arange(1, 40) * 16 * KIB, np.geomspace(1, 64 * 2**20, 300)])
+    cap = np.maximum(1, np.ceil(b / MAX_PIECE_BYTES - 1e-9))
+    prev = None
+    for d in range(1, 6):
+        n = PIECE_RULE.counts(b, np.full(b.size, d))
+        assert (n >= 1).all() and (np.diff(n) >= 0).all()
+        assert (b / n <= MAX_PIECE_BYTES * (1 + 1e-12)).all()
+        if d == 1:
+            np.testing.assert_array_equal(n, cap)
+        else:
+            assert ((b / n >= PIECE_FLOOR_BYTES * (1 - 1e-12)) | (n == cap)).all()
+            assert (n >= np.minimum(PIECES_PER_HOP * (d - 1), b // PIECE_FLOOR_BYTES)).all()
+        if prev is not None:
+            assert (n >= prev).all()
+        prev = n
+    # the documented figures: seed 2 #17's 1/9 shards (1.86 MB, 3 hops) in 16, 16 MiB in 32
+    assert [PIECE_RULE.count(x, d) for x, d in ((100 * KIB, 3), (256 * KIB, 2), (1.86e6, 3), (1.86e6, 1),
+                                                (16 * 2**20, 2))] == [1, 4, 16, 4, 32]
     with pytest.raises(InputError):
-        PieceRule(floor_bytes=2 * MAX_PIECE_BYTES)
+        PieceRule(floor_bytes=0)
+
+
+def _hops(chunk, rank: dict) -> int:
+    """GPU hops of a chunk: its path's GPUs less one, its tree's depth."""
+    if isinstance(chunk, TreeChunk):
+        return max(chunk.depths().values())
+    return sum(v in rank for v in chunk.path) - 1
 
 
 def _uneven_allgather() -> Schedule:
@@ -66,8 +82,8 @@ def test_lowering_cuts_chunks_as_the_rule_and_delivers_once(element_bytes):
             groups.setdefault((c.src, getattr(c, "dst", None)), []).append(c)
         for (src, dst), chunks in groups.items():
             base = 0 if dst is None else rank[dst] * block     # where the block sits in the input
-            for lo, hi in chunk_bounds([c.share for c in chunks], block):
-                p = int(rule.of_elements(np.array([hi - lo]))[0])
+            for c, (lo, hi) in zip(chunks, chunk_bounds([c.share for c in chunks], block)):
+                p = rule.count((hi - lo) * element_bytes, _hops(c, rank))
                 cuts = [lo + i * (hi - lo) // p for i in range(p + 1)]
                 want[rank[src]] |= {(base + a, z - a) for a, z in zip(cuts, cuts[1:]) if z > a}
         assert got == want, sched.collective
@@ -91,11 +107,12 @@ def test_simulator_and_lowering_cut_alike():
     block, message = 4096, 2**20                      # 256 fabric bytes per element
     streams = compile_streams(topo, sched, message)
     rule = PieceRule(element_bytes=message / block)
+    rank = {g: r for r, g in enumerate(sched.gpus)}
     want = []
     for src in sched.gpus:
         chunks = [c for c in sched.chunks if c.src == src]
         spans = [hi - lo for lo, hi in chunk_bounds([c.share for c in chunks], block)]
-        want += [(c.share, int(p)) for c, p in zip(chunks, rule.of_elements(np.array(spans)))]
+        want += [(c.share, rule.count(x * rule.element_bytes, _hops(c, rank))) for c, x in zip(chunks, spans)]
     got = sorted(set(zip(np.round(streams.npieces * streams.piece_bytes / message, 9), streams.npieces.tolist())))
     assert got == sorted(set((round(s, 9), p) for s, p in want))
     assert sorted(set(p for _, p in want)) == [2, 4, 8]   # 128, 256 KiB chunks; 640 KiB and 1 MiB ones

@@ -85,18 +85,19 @@ def _collect(blocks: Iterable[tuple[tuple[int, ...], list | None, str, str]], bo
     return chunks, rows, None
 
 
-def slice_counts(span: np.ndarray, pipeline: Pipeline) -> np.ndarray:
-    """Slices of every chunk of ``span`` elements: ``pipeline`` each, or as the rule says."""
+def slice_counts(span: np.ndarray, hops: np.ndarray, pipeline: Pipeline) -> np.ndarray:
+    """Slices of every chunk of ``span`` elements and ``hops`` GPU hops (deepest):
+    ``pipeline`` each, or as the rule says."""
     if isinstance(pipeline, PieceRule):
-        return pipeline.of_elements(span)
+        return pipeline.of_elements(span, hops)
     return np.full(span.shape, pipeline, np.int64)
 
 
-def _slices(lo: np.ndarray, hi: np.ndarray, pipeline: Pipeline) -> tuple[np.ndarray, ...]:
-    """Non-empty slices of chunk ranges ``[lo, hi)``, chunk-major: (chunk, start, length);
-    slice ``i`` of ``P`` starts at ``floor(i * span / P)``."""
+def _slices(lo: np.ndarray, hi: np.ndarray, hops: np.ndarray, pipeline: Pipeline) -> tuple[np.ndarray, ...]:
+    """Non-empty slices of chunk ranges ``[lo, hi)`` (``hops`` GPU hops each), chunk-major:
+    (chunk, start, length); slice ``i`` of ``P`` starts at ``floor(i * span / P)``."""
     span = hi - lo
-    parts = slice_counts(span, pipeline)[:, None]
+    parts = slice_counts(span, hops, pipeline)[:, None]
     top = int(parts.max(initial=1))
     cuts = np.minimum(np.arange(top + 1, dtype=np.int64)[None, :], parts) * span[:, None] // parts
     a, z = cuts[:, :-1], cuts[:, 1:]
@@ -126,7 +127,7 @@ def alltoall_hops(schedule: Schedule, rank: dict[str, int], block: int, pipeline
     _check_paths(chunks, cs, cd, flat, first, lengths, n)
     if pending is not None:
         raise pending
-    ci, pi, a, ln = _slices(lo, hi, pipeline)
+    ci, pi, a, ln = _slices(lo, hi, lengths - 1, pipeline)
     nh = lengths[ci] - 1
     hc = np.repeat(np.arange(ci.size), nh)
     h = np.arange(hc.size) - np.repeat(np.cumsum(nh) - nh, nh)
@@ -193,7 +194,7 @@ def allgather_hops(schedule: Schedule, rank: dict[str, int], shard: int, pipelin
     tree = np.broadcast_to(np.arange(len(chunks))[:, None], heads.shape)
     order = np.lexsort((heads.ravel(), tails.ravel(), depth_u.ravel(), tree.ravel()))
     u, v, du = (x.ravel()[order].reshape(heads.shape) for x in (tails, heads, depth_u))
-    ci, pi, a, ln = _slices(lo, hi, pipeline)
+    ci, pi, a, ln = _slices(lo, hi, du.max(axis=1, initial=-1) + 1, pipeline)
     e = n - 1
     rt = root[ci][:, None]
     from_root = u[ci] == rt
