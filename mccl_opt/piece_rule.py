@@ -5,7 +5,7 @@ A relay forwards a piece once it has the whole piece (paper §4.2 steps, store-a
 at GPUs), so a chunk of ``n`` pieces crossing ``d`` GPU hops (its deepest path or tree
 branch) takes about ``(n + d - 1) / n`` of its fluid time.  Fixed 512 KiB pieces (NCCL's
 Simple slice) leave a 1.86 MB chunk 4 pieces: 1.5x on 3 hops.  The rule: pieces of at most
-``max_bytes`` (512 KiB), and at least ``per_hop`` (8) per relay hop, ``per_hop * (d - 1)``,
+``max_bytes`` (512 KiB), and at least ``per_hop`` (16) per relay hop, ``per_hop * (d - 1)``,
 so the fill stays under ``1 / per_hop``, but none smaller than ``floor_bytes`` (64 KiB,
 where the per-message cost starts to count)::
 
@@ -31,8 +31,8 @@ __all__ = ["PieceRule", "PIECE_RULE", "MAX_PIECE_BYTES", "PIECES_PER_HOP", "PIEC
 
 #: NCCL's Simple-protocol slice (``NCCL_BUFFSIZE`` 4 MiB / 8 slice steps): the largest piece
 MAX_PIECE_BYTES = 512 * 1024
-#: pieces per relay hop: pipeline fill at most 1/8 of a chunk's fluid time
-PIECES_PER_HOP = 8
+#: pieces per relay hop: pipeline fill at most 1/16 of a chunk's fluid time
+PIECES_PER_HOP = 16
 #: the smallest piece the rule makes for the fill (docs/executor.md "Pieces per chunk")
 PIECE_FLOOR_BYTES = 64 * 1024
 _EPS = 1e-9
