@@ -35,7 +35,7 @@ def simulate(topo: Topology, schedule: Schedule, message_bytes: float, *,
 
     ``message_bytes`` is B bytes per ordered GPU pair (AllToAll) or the shard bytes per
     GPU (AllGather), README "Units and definitions".  Chunks are cut into pieces as
-    :mod:`mccl_opt.piece_rule` says (what the executor does: at most 512 KiB, 8 per chunk
+    :mod:`mccl_opt.piece_rule` says (what the executor does: at most 512 KiB, 16 per relay hop
     down to 64 KiB pieces), of ``slice_bytes``, or into exactly ``pieces`` pieces
     (``pieces=1``: whole-chunk store-and-forward).  ``fluid=True`` is the fast mode for large fabrics:
     infinitely fine pieces, each chunk one flow over all its links at once.

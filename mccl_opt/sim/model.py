@@ -126,7 +126,7 @@ def compile_streams(topo: Topology, schedule: Schedule, message_bytes: float, *,
     """Build the :class:`Streams` of ``schedule`` for ``message_bytes`` per block.
 
     By default a chunk is cut as :data:`mccl_opt.piece_rule.PIECE_RULE` says (pieces of at
-    most 512 KiB, 8 per relay hop while each stays >= 64 KiB), as the executor cuts it; an
+    most 512 KiB, 16 per relay hop while each stays >= 64 KiB), as the executor cuts it; an
     explicit ``slice_bytes`` gives pieces of that size (a chunk smaller is one piece); one
     larger than the largest chunk is an error, as is giving both ``slice_bytes`` and ``pieces``.  ``fluid=True`` gives one
     stream per chunk occupying all its links at once (infinitely fine pieces, see
