@@ -235,9 +235,9 @@ class _Controller:
                 self.store.ingest_links(links[i:j], times[i:j], gbps[i:j])
                 i = j
                 self._alarm(tau)
-            if inflight is not None:                 # links idle in the collective: probed for free
+            if inflight is not None:                 # links the collective leaves half free: probed for free
                 cap = self.caps[int(np.searchsorted(self.breaks, tau, side="right")) - 1]
-                pl, pt, py = self.probe.during(tau, self.store, cap, inflight.busy(tau))
+                pl, pt, py = self.probe.during(tau, self.store, cap, inflight.load(tau))
                 if pl.size:
                     self.store.ingest_links(pl, pt, self.noisy(py))
                     self._alarm(tau)
