@@ -298,6 +298,31 @@ def test_a_probe_that_reads_a_link_off_its_level_is_repeated_after_a_quarter_per
     assert probe.during(1.051, store, true_cap, idle)[0].size == 0
 
 
+def test_links_a_degraded_collective_saturates_only_briefly_are_confirmed_by_probes_within_its_run():
+    """Fuzz seed 7 #3 (``instances.irregular(6860)``, AllGather, two cables at once, twice):
+    each pair leaves one link pending that the degraded collective saturates only at its
+    start (its flows then wait on the other cable).  Before, that link was read again only
+    by the next collective and the job started 19-20 ms after each event; probed for free
+    while the collective leaves it half free, it is confirmed within ~13 ms."""
+    from instances import irregular
+
+    def cable(src, dst, gbps):
+        return {"src": src, "dst": dst, "capacity_gbps": gbps}
+
+    scn = parse_scenario({"format": "mccl-scenario/1", "topology": irregular(6860).to_dict(),
+                          "collective": "allgather", "message_bytes": 16 * 2**20, "duration_ms": 130.0,
+                          "events": [{"t_ms": 5.0, "links": [cable("h0g1", "spine", 26.75),
+                                                             cable("h1g0", "spine", 44.05)]},
+                                     {"t_ms": 60.0, "links": [cable("h0g2", "spine", 4.8),
+                                                              cable("h0g2", "h0sw", 147.3)]}]})
+    res = run_loop(LoopConfig(synth_ms=10.0, dispatch_ms=1.0), scenario=scn)
+    s = res.summary
+    assert s["false_swaps"] == 0
+    for ev in s["events"]:
+        assert ev["detect_ms"] < 15.0 and len(ev["versions"]) == 1
+        assert ev["algbw_final"] >= 0.95 * ev["algbw_offline"]
+
+
 @pytest.mark.parametrize("synth_ms", [26.0, 30.0])
 def test_a_clear_between_publish_and_swap_holds_the_swap_until_the_next_version(synth_ms):
     # the failure's schedule is published at 55-59 ms, just before the clear at 60 ms; it is
