@@ -20,8 +20,11 @@ per link and collective, and each window reports its mean throughput times
 ``1 + noise * N(0, 1)``.  Windows are bounded in time too: a stretch gets at least one
 window per ``window_s``, so a link at 1 % of nominal (whose collectives last 100 x
 longer) reports as often per millisecond as a healthy one and is confirmed as fast.
-Links the estimator holds below nominal are *probed* (:mod:`.probes`): the only way to
-see that a link the schedule avoids, or no longer saturates, has changed.
+Links the estimator holds below nominal, or whose change is being confirmed, are *probed*
+(:mod:`.probes`): the only way to see that a link the schedule avoids, or no longer
+saturates, has changed.  When a synthesis job's time has elapsed, the links its schedule
+loads that no sample has read since the latest change was alarmed are probed before the
+manager decides on it, so a change there holds the result (``Probe.unread``).
 
 Timing model (simulated clock, real synthesis):
 
@@ -214,6 +217,7 @@ class _Controller:
         self.tick = cfg.tick_ms / 1e3
         self.cursor, self.ready_t, self.swap_at = 0.0, math.inf, math.inf
         self.swap_held = False
+        self.new_loads: np.ndarray | None = None    # link loads of the finished job's schedule
         self.alarmed = False                         # some link's change is being confirmed
         self.coll = manager.collectives()[0]
 
@@ -243,6 +247,7 @@ class _Controller:
                     self._alarm(tau)
             if tau >= self.ready_t:          # the job's time has elapsed: decide on the telemetry so far
                 self.ready_t = math.inf
+                self._probe_unread(tau, inflight)
                 events = self.manager.poll(tau)
             else:
                 events = self.manager.step(tau) if math.isinf(self.ready_t) else []
@@ -265,6 +270,22 @@ class _Controller:
         if pending and not self.alarmed:
             self.out.alarms.append(t * 1e3)
         self.alarmed = pending
+
+    def _probe_unread(self, t: float, inflight: InFlight | None) -> None:
+        """Before a finished job is decided on: probe the links its schedule loads that no
+        sample has read since the latest change was alarmed (:meth:`.Probe.unread`), so a
+        change on a link the running version does not load holds the result instead of
+        being found once the new version runs on it (docs/runtime.md, "The lane the
+        running version does not load")."""
+        if self.new_loads is None or not self.out.alarms:
+            return
+        cap = self.caps[int(np.searchsorted(self.breaks, t, side="right")) - 1]
+        load = inflight.load(t) if inflight is not None else np.zeros(self.topo.num_links)
+        pl, pt, py = self.probe.unread(t, self.store, cap, self.new_loads > 0, load, self.out.alarms[-1] / 1e3)
+        self.new_loads = None
+        if pl.size:
+            self.store.ingest_links(pl, pt, self.noisy(py))
+            self._alarm(t)
 
     def swap_fits(self, t: float) -> bool:
         """Whether the version due at ``t`` still fits everything the controller knows
@@ -302,7 +323,7 @@ class _Controller:
         if e.action is Action.RESYNTHESIS:
             # the job's result becomes visible once its (measured or modelled) time has elapsed
             self.manager.wait_idle()
-            seconds, known = _last_job(self.manager)
+            seconds, known, self.new_loads = _last_job(self.manager)
             self.ready_t = now + (cfg.synth_ms / 1e3 if cfg.synth_ms is not None and not known else seconds)
         elif e.action is Action.PUBLISHED:
             coll = self.manager.get(e.comm, e.name)
@@ -384,10 +405,11 @@ def run_loop(cfg: LoopConfig = LoopConfig(), synthesize: Synthesizer | None = No
     return out
 
 
-def _last_job(manager: ScheduleManager) -> tuple[float, bool]:
-    """``(wall seconds, known fabric)`` of the job that just finished (read without
-    publishing it)."""
+def _last_job(manager: ScheduleManager) -> tuple[float, bool, np.ndarray | None]:
+    """``(wall seconds, known fabric, link loads of its schedule)`` of the job that just
+    finished (read without publishing it)."""
     for c in manager.collectives():
         if c.job is not None and c.job.future.done() and c.job.future.exception() is None:
-            return c.job.future.result()[1], c.job.known is not None
-    return 0.0, False
+            schedule, seconds, profile = c.job.future.result()
+            return seconds, c.job.known is not None, manager.groups.lift(c.gpus, profile).loads
+    return 0.0, False, None

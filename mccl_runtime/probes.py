@@ -45,6 +45,7 @@ class Probe:
         self.nominal = nominal
         self.idle_only = idle_only
         self.next_t = 0.0
+        self.owed = 0.0             # seconds of a probe inside the last collective, charged to the next
 
     def _suspects(self, t: float, store: MeasurementStore) -> np.ndarray:
         """Links held low and not measured for a ``period``, and links whose change is being
@@ -60,6 +61,25 @@ class Probe:
         if pending.size:
             due[pending] |= last[pending] < t - 0.25 * self.period
         return np.flatnonzero(due)
+
+    def unread(self, t: float, store: MeasurementStore, true_cap: np.ndarray, loaded: np.ndarray,
+               load: np.ndarray, since: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(links, t, gbps)`` of probes at ``t`` of the links ``loaded`` by a finished
+        synthesis job's schedule that no sample has read since ``since`` (the latest change
+        alarmed): a link the running version does not saturate is never measured, and a
+        change on it would otherwise be found only once the new version runs on it.  A
+        probe of a link the collective in flight (carrying ``load``) does not leave free
+        (:meth:`free`) is owed, in full, by the next collective (:meth:`between`)."""
+        if self.period <= 0 or not self.idle_only:
+            return _NONE
+        stale = np.flatnonzero(loaded & (store.last_sample_t() < since))
+        if stale.size == 0:
+            return _NONE
+        dur, links, times, gbps = self._windows(t, stale, true_cap)
+        costly = ~self.free(store, load)[stale]
+        if costly.any():
+            self.owed = max(self.owed, float(dur[costly].max()))
+        return links, times, gbps
 
     @staticmethod
     def free(store: MeasurementStore, load: np.ndarray) -> np.ndarray:
@@ -82,15 +102,16 @@ class Probe:
                 used: np.ndarray) -> tuple[float, np.ndarray, np.ndarray, np.ndarray]:
         """``(charged seconds, links, t, gbps)`` of the probes due at ``t``, before a
         collective of a schedule that uses the links ``used``."""
+        owed, self.owed = self.owed, 0.0
         if self.period <= 0 or t < self.next_t:
-            return (0.0,) + _NONE
+            return (owed,) + _NONE
         self.next_t = t + self.period
         suspect = self._suspects(t, store)
         if suspect.size == 0:
-            return (0.0,) + _NONE
+            return (owed,) + _NONE
         dur, links, times, gbps = self._windows(t, suspect, true_cap)
         charged = float(dur[used[suspect]].max()) if used[suspect].any() else 0.0
-        return charged, links, times, gbps
+        return max(charged, owed), links, times, gbps
 
     def during(self, t: float, store: MeasurementStore, true_cap: np.ndarray,
                load: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -298,6 +298,36 @@ def test_a_probe_that_reads_a_link_off_its_level_is_repeated_after_a_quarter_per
     assert probe.during(1.051, store, true_cap, idle)[0].size == 0
 
 
+def test_links_a_finished_job_loads_that_no_sample_read_since_the_change_are_probed_before_it_is_decided():
+    """Fuzz seed 8 #24 (HPN 1x8x8 AllGather): a NIC dropped one way at the same event as a
+    pair, carried below its new capacity by the running version, so never measured; the
+    new version loaded it and first ran at 0.61-0.65 of offline.  Probed when the job
+    finishes, its drop holds the result; a probe the collective in flight pays for (the link
+    more than half loaded) is charged to the next collective."""
+    from mccl_runtime.probes import Probe
+
+    store = MeasurementStore(TOPO, estimator="level")
+    nic, back = TOPO.link_index(*NIC), TOPO.link_index(NIC[1], NIC[0])
+    store.ingest_links(np.array([nic, back]), np.array([0.5, 0.5]), np.array([400.0, 400.0]))
+    probe = Probe(0.01, 2**19, TOPO.arrays.capacity)
+    true_cap = TOPO.arrays.capacity.copy()
+    true_cap[nic] = 222.0
+    loaded = np.zeros(TOPO.num_links, dtype=bool)
+    loaded[[nic, back]] = True
+    load = np.zeros(TOPO.num_links)
+    assert probe.unread(1.0, store, true_cap, loaded, load, since=0.4)[0].size == 0     # read after the change
+    links, t, gbps = probe.unread(1.0, store, true_cap, loaded, load, since=0.9)
+    assert set(links.tolist()) == {nic, back} and np.all(gbps[links == nic] == 222.0) and probe.owed == 0.0
+    store.ingest_links(links, t, gbps)
+    assert nic in store.pending_links() and back not in store.pending_links()
+    assert nic not in probe.unread(1.0, store, true_cap, ~loaded, load, since=0.9)[0]     # only links it loads
+    load[nic] = 210.0                                  # more than half of 400: the probe slows the collective
+    probe.unread(1.0, store, true_cap, loaded, load, since=1.1)
+    assert probe.owed == pytest.approx(2**19 * 8 / 222e9)
+    charged = probe.between(1.001, store, true_cap, np.zeros(TOPO.num_links, dtype=bool))[0]
+    assert charged == pytest.approx(2**19 * 8 / 222e9) and probe.owed == 0.0
+
+
 def test_links_a_degraded_collective_saturates_only_briefly_are_confirmed_by_probes_within_its_run():
     """Fuzz seed 7 #3 (``instances.irregular(6860)``, AllGather, two cables at once, twice):
     each pair leaves one link pending that the degraded collective saturates only at its
