@@ -73,6 +73,7 @@ from mccl_opt.schedule import Schedule
 from mccl_opt.topology import Topology
 
 from .drift import bottleneck_rate
+from .channels import reverse_links
 from .inflight import InFlight
 from .level import LevelParams
 from .loop_report import DEFAULT_OOB_MS
@@ -365,7 +366,8 @@ def run_loop(cfg: LoopConfig = LoopConfig(), synthesize: Synthesizer | None = No
     breaks = np.array([tb for tb, _, _ in timeline])
     cache: dict[tuple[int, int], tuple[Any, tuple[np.ndarray, np.ndarray, np.ndarray]]] = {}
     out = LoopResult(scn)
-    probe = Probe(cfg.probe_period_ms / 1e3, cfg.probe_bytes, topo.arrays.capacity, cfg.probe_idle_only)
+    probe = Probe(cfg.probe_period_ms / 1e3, cfg.probe_bytes, topo.arrays.capacity, cfg.probe_idle_only,
+                  reverse_links(topo))
 
     def noisy(gbps: np.ndarray) -> np.ndarray:
         return np.maximum(0.0, gbps * (1.0 + scn.noise * rng.standard_normal(gbps.size)))

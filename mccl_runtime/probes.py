@@ -39,8 +39,10 @@ class Probe:
     """Probes every ``period`` seconds (0: none) of ``nbytes`` on links held below 0.95 of
     ``nominal`` (module docstring)."""
 
-    def __init__(self, period: float, nbytes: float, nominal: np.ndarray, idle_only: bool = True) -> None:
+    def __init__(self, period: float, nbytes: float, nominal: np.ndarray, idle_only: bool = True,
+                 reverse: np.ndarray | None = None) -> None:
         self.period = period
+        self.reverse = reverse      # each link's reverse direction (-1: none), to probe a cable whole
         self.nbytes = nbytes
         self.nominal = nominal
         self.idle_only = idle_only
@@ -117,11 +119,19 @@ class Probe:
                load: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(links, t, gbps)`` of the free probes at ``t`` inside a collective that
         carries ``load`` Gbps on each link at that moment: links it leaves at least half
-        free by the controller's estimate (:meth:`free`)."""
+        free by the controller's estimate (:meth:`free`).  A cable whose two directions are
+        both due is probed only when both are free: one direction read alone confirmed a
+        half-recovered cable, and a job then started on that partial picture (a warm
+        AllToAll of 0.5 s on HPN 2x4x8 instead of reusing the healthy schedule)."""
         if self.period <= 0 or not self.idle_only:
             return _NONE
         suspect = self._suspects(t, store)
-        suspect = suspect[self.free(store, load)[suspect]]
+        free = self.free(store, load)
+        ok = free[suspect]
+        if self.reverse is not None:             # both directions due: the cable whole or not at all
+            rev = self.reverse[suspect]
+            ok &= ~((rev >= 0) & np.isin(rev, suspect)) | free[np.maximum(rev, 0)]
+        suspect = suspect[ok]
         if suspect.size == 0:
             return _NONE
         return self._windows(t, suspect, true_cap)[1:]
