@@ -251,6 +251,28 @@ def test_free_probes_inside_a_collective_only_measure_links_held_low_it_leaves_h
     assert probe.during(1.055, store, true_cap, np.zeros(TOPO.num_links))[0].size == 0
 
 
+def test_a_cable_whose_two_directions_are_due_is_probed_whole_or_not_at_all():
+    """Fuzz seed 7 #0 (HPN 2x4x8 AllToAll, a NIC cable cleared): with the direction the
+    collective loads lightly probed alone, its recovery was confirmed first and a job started
+    on a half-recovered cable (a 0.5 s warm AllToAll) instead of reusing the healthy schedule."""
+    from mccl_runtime.channels import reverse_links
+    from mccl_runtime.probes import Probe
+
+    store = MeasurementStore(TOPO, alpha=1.0)
+    nic, back = TOPO.link_index(*NIC), TOPO.link_index(NIC[1], NIC[0])
+    store.ingest(tm._cable(*NIC, 300.0, 1.0), now=1.0)            # both directions held low
+    probe = Probe(0.01, 2**19, TOPO.arrays.capacity, reverse=reverse_links(TOPO))
+    load = np.zeros(TOPO.num_links)
+    load[back] = 200.0                                             # more than half of 300: not free
+    assert not {nic, back} & set(probe.during(1.05, store, TOPO.arrays.capacity, load)[0].tolist())
+    load[back] = 100.0
+    assert {nic, back} <= set(probe.during(1.05, store, TOPO.arrays.capacity, load)[0].tolist())
+    store.ingest_links(np.array([back]), np.array([1.049]), np.array([300.0]))   # read passively: not due
+    load[back] = 200.0
+    links = probe.during(1.05, store, TOPO.arrays.capacity, load)[0]
+    assert nic in links and back not in links
+
+
 def test_a_drop_being_confirmed_is_probed_a_quarter_period_after_its_last_sample_though_not_held_low():
     """A link whose drop passive windows read only at a collective's start (its flows then
     bottlenecked elsewhere) stays at nominal in ``M`` while pending: it is probed as soon as
