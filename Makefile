@@ -15,8 +15,10 @@ $(STAMP): pyproject.toml | $(PY)
 	$(PY) -m pip install --quiet -e .
 	touch $@
 
+# --no-compile: pip would byte-compile all ~12,000 files of the venv (torch, ray, sympy...:
+# ~35 s of one core); Python compiles the modules a run imports when it first imports them
 $(STAMP_DEV): pyproject.toml | $(PY)
-	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m pip install --quiet --no-compile -e '.[dev]'
 	touch $@ $(STAMP)
 
 demo: $(STAMP)
