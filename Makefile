@@ -30,7 +30,7 @@ demo: $(STAMP)
 # that takes their compilation, ~1.5 min of one core, off pytest's own process.
 test: $(STAMP_DEV)
 	$(VENV)/bin/mccl warmup >/dev/null 2>&1 & warm=$$!; \
-	$(PY) -m pytest -q; status=$$?; wait $$warm; exit $$status
+	$(PY) -m pytest -q; status=$$?; kill $$warm 2>/dev/null; wait $$warm; exit $$status
 
 # a wheel installed into a fresh virtualenv runs every README command (minutes)
 test-install: $(STAMP_DEV)
