@@ -135,6 +135,7 @@ def _solve_limited(topo: Topology, warm: Schedule | None, backend: str, max_chun
             share, floor = LIMIT_TOLERANCE
             _offer_images(topo, first, max_chunks, trail,
                           IMAGES_LATE_SHARE * (share * time_limit + floor))
+            anytime.check("after the first schedule's images")   # their grace has ended
         return _chain(topo, route, backend, max_chunks, step_aware, trail)
 
     sched, stopped = anytime.limited(time_limit, solve, called)
