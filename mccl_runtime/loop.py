@@ -58,10 +58,8 @@ Timing model (simulated clock, real synthesis):
 
 from __future__ import annotations
 
-import gc
 import json
 import math
-import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -73,6 +71,7 @@ from mccl_opt.schedule import Schedule
 from mccl_opt.topology import Topology
 
 from .drift import bottleneck_rate
+from .gc_pause import GcPause, paused
 from .channels import reverse_links
 from .inflight import InFlight
 from .level import LevelParams
@@ -90,40 +89,6 @@ __all__ = ["LoopConfig", "LoopResult", "run_loop", "builtin_scenario", "link_win
 #: how the loop times a synthesis job: wall time, or the process's CPU time (which the load
 #: of other processes on a shared machine does not inflate)
 SYNTH_CLOCKS: dict[str, Callable[[], float]] = {"wall": time.perf_counter, "cpu": time.process_time}
-
-
-class GcPause:
-    """Cyclic garbage collection off while any ``with`` block of this object runs (the
-    synthesis worker thread and the loop's thread may nest), back to its former state
-    after the last one (module docstring, "Timing model")."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._depth = 0
-        self._was_enabled = False
-
-    def __enter__(self) -> None:
-        with self._lock:
-            if self._depth == 0:
-                self._was_enabled = gc.isenabled()
-                gc.disable()
-            self._depth += 1
-
-    def __exit__(self, *exc: object) -> None:
-        with self._lock:
-            self._depth -= 1
-            if self._depth == 0 and self._was_enabled:
-                gc.enable()
-
-
-def _paused(synthesize: Synthesizer, pause: GcPause) -> Synthesizer:
-    """``synthesize`` run with garbage collection paused (:class:`GcPause`)."""
-
-    def synthesize_paused(kind: str, topo: Topology, warm: Schedule | None, time_limit_s: float | None) -> Schedule:
-        with pause:
-            return synthesize(kind, topo, warm, time_limit_s)
-
-    return synthesize_paused
 
 
 @dataclass(frozen=True)
@@ -355,7 +320,7 @@ def run_loop(cfg: LoopConfig = LoopConfig(), synthesize: Synthesizer | None = No
         raise MCCLError(f"the synthesis clock (--synth-clock) must be one of {sorted(SYNTH_CLOCKS)}, "
                         f"got {cfg.synth_clock!r}")
     pause = GcPause()
-    manager = ScheduleManager(store, _paused(cold_on_small(synthesize, cfg.cold_gpus), pause),
+    manager = ScheduleManager(store, paused(cold_on_small(synthesize, cfg.cold_gpus), pause),
                               Policy(gamma=cfg.gamma, min_dwell_s=cfg.dwell_ms / 1e3, time_limit_s=600.0,
                                      rate_loss=cfg.rate_loss, speculate=cfg.speculate),
                               synth_clock=SYNTH_CLOCKS[cfg.synth_clock])
