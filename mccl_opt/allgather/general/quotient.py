@@ -47,8 +47,8 @@ from .sparse_arborescence import min_arborescences_sparse
 from .switch_paths import from_sources
 from .tree_colgen import TreeCGResult, _pricing_points
 
-__all__ = ["solve_quotient", "QUOTIENT_MAX_ROUNDS", "QUOTIENT_TIE_BREAK", "REL_TOL",
-           "SPARSE_COPIES_MIN_RATIO"]
+__all__ = ["solve_quotient", "QUOTIENT_MAX_ROUNDS", "QUOTIENT_TIE_BREAK",
+           "QUOTIENT_TIE_BREAK_MAX_GPUS", "REL_TOL", "SPARSE_COPIES_MIN_RATIO"]
 
 #: starting trees of the quotient: ``(root ranks, link indices of every tree)``
 Columns = tuple[list[int], list[np.ndarray]]
@@ -65,6 +65,12 @@ QUOTIENT_MAX_ROUNDS = 100
 #: flat over 1e-4 .. 1e-1 (docs/allgather.md "Half-uplinks 2x8x8 one way: the quotient's
 #: tie-break")
 QUOTIENT_TIE_BREAK = 1e-3
+
+#: ... on fabrics of at most this many GPUs; above, the plain duals alone (the rounds are
+#: few and dear there, and the tie-break's other optimal vertex made the sparse copies'
+#: cluster LPs dearer: shared aggregation 2x32x8 one way 17 -> 9 rounds, but 11.2 ->
+#: 19.9 s CPU, 10.3 -> 18.4 s of it in those LPs; 2x16x8 2.2-2.4 -> 2.5 s)
+QUOTIENT_TIE_BREAK_MAX_GPUS = 128
 
 #: the general method's stopping tolerance (``TreeCGOptions.rel_tol``)
 REL_TOL = 1e-9
@@ -201,7 +207,8 @@ def _column_generation(topo: Topology, q: _Quotient, upper: float,
     """Quotient column generation from ``seed``'s trees ``(roots, links)``, symmetrised
     (by default one cheapest tree per root orbit at prices ``1/cap``): ``(x, z, best
     bound, rounds)``; each round prices at the tie-broken duals, then at the duals
-    (:data:`QUOTIENT_TIE_BREAK`; every point's bound counts); stops at ``upper`` or the
+    (:data:`QUOTIENT_TIE_BREAK`, up to :data:`QUOTIENT_TIE_BREAK_MAX_GPUS` GPUs; every
+    point's bound counts); stops at ``upper`` or the
     Lagrangian bound (within :data:`REL_TOL`), when no column prices out at the duals,
     or at ``max_rounds`` / the deadline."""
     if seed is None:
@@ -209,6 +216,7 @@ def _column_generation(topo: Topology, q: _Quotient, upper: float,
         seed = (q.reps.tolist(), first)
     q.add(*seed)
     best = upper
+    tie = QUOTIENT_TIE_BREAK if topo.num_gpus <= QUOTIENT_TIE_BREAK_MAX_GPUS else 0.0
     x, z = 0.0, np.zeros(0)
     for rnd in range(1, max_rounds + 1):
         x, z, sigma, pi = q.solve()
@@ -216,7 +224,7 @@ def _column_generation(topo: Topology, q: _Quotient, upper: float,
             return x, z, best, rnd
         new_r: list[int] = []
         new_t: list[np.ndarray] = []
-        for price in _pricing_points(None, pi, q.capacity, 0.0, QUOTIENT_TIE_BREAK):
+        for price in _pricing_points(None, pi, q.capacity, 0.0, tie):
             costs, trees = _price(topo, q, price)
             total = float(costs @ q.root_size)
             if total > 0 and np.isfinite(total):
