@@ -23,7 +23,10 @@ aggregation 2x5x8 scrambled (node order and names, 0.5 s).  Per solve: the limit
 and CPU seconds, numba kernels loaded or compiled inside the call (``kern``, s: not the
 solve's; ``mccl warmup`` loads them ahead), the overrun ratio ``(wall - kern) / (1.2 S +
 0.05)`` (over 1: past the issue's bound, marked ``!``; ``-`` for a solve without a
-limit, which a limit of ``none`` runs: the cold solve's own time), the status, the rate and its ratio to the best known rate
+limit, which a limit of ``none`` runs: the cold solve's own time), ``late``: the solving
+thread's CPU ms past the deadline (read by a timer thread at ``S``; on a loaded machine
+its wall time is this over the CPU share, so it tells a step no check point reached
+from a stall), the status, the rate and its ratio to the best known rate
 (:data:`BEST_KNOWN`, docs/allgather.md; else the best rate of the run, marked ``~``).
 ``--suite short`` (:data:`SHORT`): limits of 0.05, 0.1, 0.3 and 1 s on the largest fabrics
 (HPN 4x16x8 / 2x32x8 / 8x16x8 with the one-way NIC, shared aggregation 2x64x8 as built and
@@ -157,8 +160,8 @@ def _suite(suite: list, only: list[str] | None, trace: bool) -> int:
     mo.solve_allgather(hpn(1, 2, 8), time_limit=5.0)              # compile the kernels
     print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     print(f"{'fabric':28} {'GPUs':>5} {'K':>4} {'limit':>6} {'wall':>8} {'cpu':>8} "
-          f"{'kern':>6} {'over':>6} {'status':>10} {'method':>24} {'rate':>11} {'/best':>8} {'bound':>11}")
-    worst = 0.0
+          f"{'kern':>6} {'late':>6} {'over':>6} {'status':>10} {'method':>24} {'rate':>11} {'/best':>8} {'bound':>11}")
+    worst = worst_late = 0.0
     for name, make, budgets, limits in suite:
         if only and not any(o in name for o in only):
             continue
@@ -167,31 +170,59 @@ def _suite(suite: list, only: list[str] | None, trace: bool) -> int:
             rows = []
             for limit in limits:
                 sampler = _Sampler(limit) if trace and limit is not None else None
+                late = _LateCpu(limit) if limit is not None else None
                 t, c = time.perf_counter(), time.process_time()
                 s = mo.solve_allgather(topo, max_chunks=k, time_limit=limit)
                 wall, cpu = time.perf_counter() - t, time.process_time() - c
+                late_ms = late.past() if late is not None else None
                 if sampler is not None:
                     sampler.report(name, k)
                 mo.validate(topo, s)
-                rows.append((limit, wall, cpu, s))
+                rows.append((limit, wall, cpu, late_ms, s))
             best = BEST_KNOWN.get((name, k))
             mark = " " if best is not None else "~"
             best = best or max(s.rate_gbps for *_, s in rows)
-            for limit, wall, cpu, s in rows:
+            for limit, wall, cpu, late_ms, s in rows:
                 kern = float(s.stats.get("kernel_load_s", 0.0))
                 over = None if limit is None else (wall - kern) / (1.2 * limit + 0.05)
                 worst = max(worst, over or 0.0)
                 bound = s.report.bound_gbps if s.report is not None else None
+                worst_late = max(worst_late, late_ms or 0.0)
                 print(f"{name:28} {topo.num_gpus:>5} {str(k):>4} {str(limit):>6} {wall:>8.3f} "
-                      f"{cpu:>8.3f} {kern:>6.2f} "
+                      f"{cpu:>8.3f} {kern:>6.2f} {'-' if late_ms is None else f'{late_ms:.1f}':>6} "
                       f"{'-' if over is None else f'{over:.2f}':>5}{'!' if (over or 0) > 1 else ' '} "
                       f"{_ended(s):>10} "
                       f"{str(s.stats.get('method', '-')):>24} {s.rate_gbps:>11.7g} "
                       f"{s.rate_gbps / best:>7.4f}{mark} "
                       f"{bound if bound is None else f'{bound:.7g}':>11}", flush=True)
-    print(f"worst overrun ratio: {worst:.2f}; load average after: "
+    print(f"worst overrun ratio: {worst:.2f}; most CPU past a deadline: {worst_late:.1f} ms; "
+          f"load average after: "
           f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     return 0
+
+
+class _LateCpu(threading.Thread):
+    """Reads the calling thread's CPU clock when ``limit`` seconds have passed; :meth:`past`
+    (called right after the solve) is the thread's CPU ms since then, 0 when the solve
+    ended first (a deadline overrun without the load's share of it)."""
+
+    def __init__(self, limit: float) -> None:
+        super().__init__(daemon=True)
+        self.clock = time.pthread_getcpuclockid(threading.get_ident())
+        self.at = time.perf_counter() + limit
+        self.cpu: float | None = None
+        self.done = threading.Event()
+        self.start()
+
+    def run(self) -> None:
+        if not self.done.wait(max(0.0, self.at - time.perf_counter())):
+            self.cpu = time.clock_gettime(self.clock)
+
+    def past(self) -> float:
+        end = time.clock_gettime(self.clock)
+        self.done.set()
+        self.join()
+        return 0.0 if self.cpu is None else max(0.0, end - self.cpu) * 1e3
 
 
 class _Sampler(threading.Thread):

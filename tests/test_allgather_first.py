@@ -14,7 +14,8 @@ from instances import hpn
 from instances.aggregation import host_ring, leaf_spine, scrambled, shared_aggregation
 from instances.fabrics import irregular
 from mccl_opt.allgather.canonical import canonical
-from mccl_opt.allgather.first import MWU_MAX_GPUS, first_schedule, shortest_path_trees
+from mccl_opt.allgather.first import (BOTH_MAX_GPUS, MWU_MAX_GPUS, first_schedule,
+                                     shortest_path_trees)
 from mccl_opt.allgather.first_line import _line_paths, line_trees
 from mccl_opt.schedule_chunks import TreeChunks, TreeTable
 from tests.oracle_allgather import check_schedule
@@ -100,19 +101,25 @@ def test_no_line_over_switches_falls_back_to_shortest_path_trees():
     assert check_schedule(topo, s, max_chunks=10).rate_gbps == pytest.approx(s.rate_gbps)
 
 
-def test_above_both_max_gpus_the_limit_decides_whether_shortest_path_trees_are_tried():
-    """A full mesh of BOTH_MAX_GPUS + 4 GPUs: the line's chains carry N-1 shards over one
-    cable, the shortest-path trees one per cable.  Without room in the limit only the
-    line is built; with room, both, and the better (the trees) is kept."""
+@pytest.mark.parametrize("extra", [4, BOTH_MAX_GPUS - MWU_MAX_GPUS + 4],
+                         ids=["at-most-both-max", "above-both-max"])
+def test_under_a_limit_its_room_decides_whether_shortest_path_trees_are_tried(extra):
+    """A full mesh of MWU_MAX_GPUS + 4 and BOTH_MAX_GPUS + 4 GPUs: the line's chains carry
+    N-1 shards over one cable, the shortest-path trees one per cable.  Under a limit
+    without room for them only the line is built, at any size (at 256 GPUs the trees
+    took 0.5 s wall on a loaded machine before any clock check); with room, both, and
+    the better (the trees) is kept; without a limit both up to BOTH_MAX_GPUS."""
     from mccl_opt import anytime
-    from mccl_opt.allgather.first import BOTH_MAX_GPUS
     from instances.fabrics import full_mesh
 
-    topo = canonical(full_mesh(BOTH_MAX_GPUS + 4))
+    topo = canonical(full_mesh(MWU_MAX_GPUS + extra))
     tight, _ = anytime.limited(1e-9, lambda: first_schedule(topo, None, 10))
     roomy, _ = anytime.limited(600.0, lambda: first_schedule(topo, None, 10))
+    free = first_schedule(topo, None, 10)
     assert tight.stats["method"] == "line-trees"
     assert roomy.stats["method"] == "shortest-path-trees"
+    assert free.stats["method"] == ("shortest-path-trees" if topo.num_gpus <= BOTH_MAX_GPUS
+                                    else "line-trees")
     assert roomy.rate_gbps > tight.rate_gbps
     for s in (tight, roomy):
         assert check_schedule(topo, s, max_chunks=10).rate_gbps == pytest.approx(s.rate_gbps)

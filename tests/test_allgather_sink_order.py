@@ -13,8 +13,10 @@ import numpy as np
 
 from instances.aggregation import leaf_spine, scrambled
 from mccl_opt.allgather.canonical import canonical
+from mccl_opt.allgather.forestcoll.maxflow import FlowNetwork
 from mccl_opt.allgather.forestcoll.removal.exact_split import split_all
-from mccl_opt.allgather.forestcoll.removal.splitting import sink_order
+from mccl_opt.allgather.forestcoll.removal.splitting import LogicalGraph, sink_order, sink_ranks
+from mccl_opt.allgather.forestcoll.removal.spread import spread_split
 from tests.test_allgather_split_arrays import split_of
 
 
@@ -46,3 +48,45 @@ def test_the_exact_split_does_not_depend_on_the_sink_order():
         assert split_all(h)
         results.append(h.units)
     assert results[0] == results[1] == results[2]
+
+
+def _failing_sinks(lg: LogicalGraph, k: int) -> set[int]:
+    """The ranks whose rooted max-flow is below ``k n``, one flow per sink."""
+    net = FlowNetwork(lg.num_gpus, lg.tail, lg.head)
+    caps = net.caps()
+    caps[: net.m] = lg.units
+    caps[net.s_arc0: net.s_arc0 + lg.num_gpus] = k
+    return {v for v in range(lg.num_gpus)
+            if net.first_failing_sink(caps, np.array([v], np.int64), k * lg.num_gpus) == 0}
+
+
+def test_the_rooted_test_does_not_depend_on_the_sink_order():
+    """``LogicalGraph.admits`` with the ranks swept in the split's order, reversed or
+    shuffled: the answer of rank order, for every stride and ``passed``, on the spread
+    graph and on one with a link cut so that a few ranks fail as sinks: it fails exactly
+    where one of them is among the ranks tested (the stride picks ranks, not positions in
+    the order)."""
+    g, rank_of = split_of(scrambled(leaf_spine(2, 2, 4), 11))
+    lg = spread_split(g, rank_of)
+    n, k = lg.num_gpus, g.k
+    rng = np.random.default_rng(3)
+    orders = [None, sink_ranks(g, rank_of), np.arange(n)[::-1].copy(), rng.permutation(n)]
+    assert sorted(orders[1].tolist()) == list(range(n))
+    graphs = [lg]
+    for i in range(lg.units.size):              # the first cut link that fails a few sinks
+        units = lg.units.copy()
+        units[i] = 0
+        weak = LogicalGraph(n, lg.tail, lg.head, units, lg.bundles)
+        if 0 < len(_failing_sinks(weak, k)) < n // 2:
+            graphs.append(weak)
+            break
+    assert len(graphs) == 2 and not _failing_sinks(lg, k)
+    answers = set()
+    for graph in graphs:
+        failing = _failing_sinks(graph, k)
+        for stride, passed in ((1, None), (2, None), (4, None), (1, 4), (1, 2), (3, 2)):
+            tested = {v for v in range(0, n, stride) if passed is None or v % passed}
+            want = not failing & tested
+            assert {graph.admits(k, stride, passed, order=o) for o in orders} == {want}
+            answers.add(want)
+    assert answers == {True, False}

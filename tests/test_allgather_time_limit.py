@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -142,22 +143,61 @@ def test_warm_reaches_cold_exact_rate_along_event_chains(seed):
         prev = warm
 
 
-def test_anytime_returns_the_best_offer_and_nests():
+class _Clock:
+    """A ``perf_counter`` that moves only when the test moves it: every limit passes at
+    a known step, whatever the machine's load (a real 10 ms limit once passed before the
+    first stage on a loaded machine)."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_anytime_returns_the_best_offer_and_nests(monkeypatch):
+    clock = _Clock()
+    monkeypatch.setattr(anytime, "time", SimpleNamespace(perf_counter=clock,
+                                                         thread_time=time.thread_time))
+
     class S:                        # anything with a rate can be offered
         def __init__(self, rate):
             self.rate_gbps = rate
 
-    def solve():
-        anytime.offer(S(1.0))
-        anytime.offer(S(3.0))
-        anytime.offer(S(2.0))
-        result, declined = anytime.stage(0.0, lambda: anytime.check("inner") or S(9.0))
-        assert result is None and declined
-        while True:
-            anytime.check("outer loop")
+    steps = []
 
-    best, stopped = anytime.limited(0.01, solve)
+    def solve():
+        for rate in (1.0, 3.0, 2.0):
+            anytime.offer(S(rate))
+        result, declined = anytime.stage(0.0, lambda: anytime.check("inner") or S(9.0))
+        assert result is None and declined            # its own sub-budget passed
+        result, declined = anytime.stage(5.0, lambda: anytime.check("inner") or S(4.0))
+        assert result.rate_gbps == 4.0 and not declined
+        while True:
+            clock.now += 1.0
+            anytime.check("outer loop")
+            steps.append(clock.now)
+
+    best, stopped = anytime.limited(10.0, solve)
     assert best.rate_gbps == 3.0 and stopped.stopped_in == "outer loop" and stopped.offers == 3
+    assert steps == [float(t) for t in range(1, 10)] and clock.now == 10.0
+
+    lefts = []
+
+    def nested():                   # the solve's limit passes inside a stage with time left
+        anytime.offer(S(1.0))
+
+        def attempt():
+            lefts.append(anytime.time_left())         # the nearer of 60 s and the solve's 10
+            clock.now += 20.0
+            anytime.check("inside the stage")
+
+        anytime.stage(60.0, attempt)
+        raise AssertionError("the stage swallowed the solve's own limit")
+
+    best, stopped = anytime.limited(10.0, nested)
+    assert best.rate_gbps == 1.0 and stopped.stopped_in == "inside the stage"
+    assert lefts == [10.0]
     assert anytime.limited(None, lambda: 5) == (5, None)
     anytime.check("no limit here")                   # a no-op outside a limit
     with pytest.raises(mo.SolveError, match="before any schedule"):

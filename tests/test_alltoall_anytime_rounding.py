@@ -55,6 +55,9 @@ def test_no_floor_when_the_old_schedule_is_not_valid_on_the_new_fabric():
 
 def test_the_dive_stops_at_its_budget_with_an_honest_gap(monkeypatch):
     topo = dgx()                      # 10-chunk roundings lose 5 % against the LP here
+    # ... which is the whole-chunk cut bound (no 10-chunk schedule does better, so no
+    # dive runs: test_alltoall_chunk_bound.py); without it, the dive tries
+    monkeypatch.setattr(rounding, "chunk_bound_gbps", lambda topo, k: float("inf"))
     full = solve_alltoall(topo)
     assert full.stats["dive_steps"] > 0 and "stopped_by" not in full.stats
     monkeypatch.setattr(rounding, "DIVE_BUDGET_FACTOR", 0.0)

@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import pytest
 
-from instances import degrade, hpn, irregular
+from instances import degrade, fail3, hpn, irregular
 from mccl_opt import validate
 from mccl_opt.alltoall import solve_alltoall
+from mccl_opt.alltoall import solve as solve_module
 from mccl_opt.alltoall.warm import SHARP_FALL
 
 REL = 1e-6
@@ -42,6 +43,10 @@ def test_warm_after_a_nic_falls_equals_cold(shape, fraction, both):
     # healthy HPN's first routing is provably optimal: the repair solves cold, no LP round
     assert back.stats["warm_mode"] == "cold" and back.stats["rounds"] == 1
     validate(base, back)
+    # the same under a time limit (the full path carries warm columns there too)
+    limited = solve_alltoall(base, warm=warm, time_limit=60.0)
+    assert limited.stats["warm_mode"] == "cold" and limited.stats["rounds"] == 1
+    assert limited.lp_rate_gbps == pytest.approx(healthy.lp_rate_gbps, rel=REL)
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
@@ -56,18 +61,30 @@ def test_warm_on_an_irregular_fabric_after_a_link_falls_equals_cold(seed):
     validate(topo, warm)
 
 
-def test_a_warm_limit_with_no_room_for_the_first_master_returns_the_routing_itself():
-    # a warm solve on the full path under a time limit solves cold, routed first, so a
-    # limit shorter than the routing returns the routing (it used to build and solve
-    # the whole warm master past the limit: 5-10 s for 0.5 s at 2,048 GPUs)
+def test_a_warm_limit_with_no_room_for_the_first_master_returns_the_routing_itself(monkeypatch):
+    # a warm solve on the full path under a time limit routes first, so a limit
+    # shorter than the routing returns the routing (it used to build and solve the
+    # whole warm master past the limit: 5-10 s for 0.5 s at 2,048 GPUs)
     base = hpn(1, 4, 8)
     g, tor = _nic(base)
     topo = degrade(base, g, tor, base.link(g, tor).capacity_gbps * 0.01)
-    warm = solve_alltoall(topo, warm=solve_alltoall(base), time_limit=1e-6)
+    healthy = solve_alltoall(base)
+    warm = solve_alltoall(topo, warm=healthy, time_limit=1e-6)
     assert warm.stats["status"] == "time_limit"
     assert warm.stats["rounding"] == "routed" and warm.stats["rounds"] == 0
     validate(topo, warm)
-    # with room, the same warm solve is cold and optimal
-    roomy = solve_alltoall(topo, warm=solve_alltoall(base), time_limit=60.0)
+    # with room, the same warm solve is cold and optimal (a link fell sharply)
+    roomy = solve_alltoall(topo, warm=healthy, time_limit=60.0)
     assert roomy.stats["status"] == "optimal" and roomy.stats["warm_mode"] == "cold"
     assert roomy.lp_rate_gbps == pytest.approx(solve_alltoall(topo).lp_rate_gbps, rel=REL)
+    # without a sharp fall, a small fabric's full path carries its columns (the full
+    # warm master), a large one solves cold from its routing
+    lost = fail3(base)
+    cold_lp = solve_alltoall(lost).lp_rate_gbps
+    small = solve_alltoall(lost, warm=healthy, time_limit=60.0)
+    assert small.stats["status"] == "optimal" and small.stats["warm_mode"] == "full"
+    assert small.lp_rate_gbps == pytest.approx(cold_lp, rel=REL)
+    monkeypatch.setattr(solve_module, "WARM_UNDER_A_LIMIT_MAX_PAIRS", lost.num_gpus ** 2 // 2)
+    large = solve_alltoall(lost, warm=healthy, time_limit=60.0)
+    assert large.stats["status"] == "optimal" and large.stats["warm_mode"] == "cold"
+    assert large.lp_rate_gbps == pytest.approx(cold_lp, rel=REL)

@@ -12,7 +12,7 @@ from networkx.algorithms.flow import edmonds_karp
 from instances import fail1, fail2, hpn
 from mccl_opt import anytime
 from mccl_opt.allgather.fabric import fabric_of
-from mccl_opt.allgather.forestcoll import maxflow
+from mccl_opt.allgather.forestcoll import sweep_spans
 from mccl_opt.allgather.forestcoll.maxflow import INF, FlowNetwork
 from mccl_opt.allgather.forestcoll.throughput import optimal_rate
 
@@ -200,7 +200,7 @@ def test_scans_resumed_span_by_span_under_a_time_limit(seed, monkeypatch):
     and checks the clock between calls; resumed from the flow the last call left, it must
     answer exactly as one whole scan (first failing sink and its cut, failing sets with
     and without skipping, min over sinks)."""
-    monkeypatch.setattr(maxflow, "SWEEP_WORK", 1)     # one sink per span
+    monkeypatch.setattr(sweep_spans, "SWEEP_WORK", 1)     # one sink per span
     checks = []
     real_check = anytime.check
     monkeypatch.setattr(anytime, "check", lambda where: (checks.append(where), real_check(where)))
@@ -225,3 +225,34 @@ def test_scans_resumed_span_by_span_under_a_time_limit(seed, monkeypatch):
     done, stopped = anytime.limited(1e6, scans)
     assert done and stopped is None
     assert any("rooted sweep" in w for w in checks)
+
+
+def test_spans_shrink_to_the_cpu_a_span_may_take(monkeypatch):
+    """Under a limit a scan's spans are :data:`sweep_spans.SWEEP_WORK` ``// arcs`` sinks at
+    most, and fewer once a span took more than :data:`sweep_spans.SPAN_CPU_S` CPU seconds
+    for as many (here any: the first scan is one span, the next one sink a span), the
+    network keeping what it learned for its next scan; every span is preceded by a clock check, the first
+    included.  The answers stay those of one whole scan."""
+    monkeypatch.setattr(sweep_spans, "SPAN_CPU_S", 0.0)
+    rng, net, caps, sinks = random_network(5003)
+    sinks = np.concatenate([sinks, sinks, sinks])
+    refs = {g: reference(net, caps, g) for g in set(sinks.tolist())}
+    lowest = min(f for f, _ in refs.values())
+    most = sweep_spans.SWEEP_WORK // net.num_arcs
+    assert most > sinks.size                          # without shrinking: one span
+    checks = []
+    real_check = anytime.check
+    monkeypatch.setattr(anytime, "check", lambda where: (checks.append(where), real_check(where)))
+
+    def scans() -> list[int]:
+        counts = []
+        for _ in range(2):
+            before = len(checks)
+            assert net.min_flow_over_sinks(caps, sinks) == lowest
+            counts.append(len(checks) - before)
+        return counts
+
+    counts, stopped = anytime.limited(1e6, scans)
+    assert stopped is None and counts == [1, sinks.size]
+    assert net.min_flow_over_sinks(caps, sinks) == lowest      # no limit: one call
+    assert len(checks) == 1 + sinks.size

@@ -53,11 +53,14 @@ FIRST_ROUNDS = 4
 #: or the chains of one GPU line
 MWU_MAX_GPUS = 64
 
-#: up to this many GPUs both are built (shortest-path trees: <= 50 ms) and the better kept
+#: without a time limit, up to this many GPUs both are built (shortest-path trees:
+#: <= 50 ms) and the better kept
 BOTH_MAX_GPUS = 256
 
-#: above it, both only where the time limit leaves this many seconds per GPU pair for
-#: the shortest-path trees (measured 1-2 us per pair at 1024-2048 GPUs, loaded machine)
+#: under a time limit, both only where it leaves this many seconds per GPU pair for the
+#: shortest-path trees (measured 1-2 us per pair at 1024-2048 GPUs, loaded machine;
+#: 0.4-0.6 us at 80-512 GPUs), at any size: at 256 GPUs they took 40 ms CPU, 0.5 s wall
+#: at a CPU share of 0.08, before any check (docs/allgather.md, "Checks before every span")
 SPT_SECONDS_PER_PAIR = 2e-6
 
 
@@ -109,11 +112,11 @@ def first_schedule(topo: Topology, warm: Schedule | None, max_chunks: int | None
 
 
 def _line_or_shortest_path(topo: Topology) -> tuple[tuple[TreeChunks, np.ndarray], str]:
-    """The line's chains (:func:`.first_line.line_trees`); up to :data:`BOTH_MAX_GPUS`
-    GPUs also the shortest-path trees, the higher rate kept; the shortest-path trees
-    alone where there is no line."""
+    """The line's chains (:func:`.first_line.line_trees`); where there is room
+    (:func:`_room_for_both`) also the shortest-path trees, the higher rate kept; the
+    shortest-path trees alone where there is no line."""
     line = line_trees(topo)
-    if line is not None and topo.num_gpus > BOTH_MAX_GPUS and not _room_for_both(topo):
+    if line is not None and not _room_for_both(topo):
         return line, "line-trees"
     tree = shortest_path_trees(topo)
     if line is not None and schedule_rate(topo, line[1]) >= schedule_rate(topo, tree[1]):
@@ -122,15 +125,17 @@ def _line_or_shortest_path(topo: Topology) -> tuple[tuple[TreeChunks, np.ndarray
 
 
 def _room_for_both(topo: Topology) -> bool:
-    """Whether the solve's time limit leaves room for the shortest-path trees as well
+    """Whether to build the shortest-path trees as well as the line: without a time
+    limit up to :data:`BOTH_MAX_GPUS` GPUs; under one where it leaves room for them
     (:data:`SPT_SECONDS_PER_PAIR` per GPU pair, a high estimate): on fabrics whose GPUs
     are cabled to each other (a mesh, a torus or ring of hosts) they are far better
     than the line (a 70-GPU mesh: 100 vs 1.45 Gbps).  The time left is scaled by the CPU
     share the solve gets (:func:`mccl_opt.anytime.cpu_share`, measured over the line just
     built): at load 10, 512 GPUs and a 1 s limit the trees took 1.3 s wall."""
     left = anytime.limit_left()
-    return left is not None and \
-        left * anytime.cpu_share() >= SPT_SECONDS_PER_PAIR * topo.num_gpus ** 2
+    if left is None:
+        return topo.num_gpus <= BOTH_MAX_GPUS
+    return left * anytime.cpu_share() >= SPT_SECONDS_PER_PAIR * topo.num_gpus ** 2
 
 
 def _cheapest_trees(topo: Topology, max_chunks: int | None) -> tuple[TreeChunks, int]:

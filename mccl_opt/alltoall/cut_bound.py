@@ -23,7 +23,7 @@ from scipy.sparse.csgraph import connected_components
 
 from ..topology import Topology
 
-__all__ = ["cut_bound_gbps"]
+__all__ = ["cut_bound_gbps", "set_cuts"]
 
 
 def cut_bound_gbps(topo: Topology) -> float:
@@ -35,23 +35,39 @@ def cut_bound_gbps(topo: Topology) -> float:
         return float("inf")
     tail, head = np.asarray(arr.tail, np.int64), np.asarray(arr.head, np.int64)
     cap = np.asarray(arr.capacity, float)
-    sets = [_switch_domains(arr.is_switch, tail, head, n), _pieces(arr.is_switch, tail, head, n)]
     best = float("inf")
-    for member in sets:                       # member: sets x nodes, 0/1
-        if member.shape[0] == 0:
-            continue
-        k = np.asarray(member[:, np.asarray(arr.gpu_nodes)].sum(axis=1)).ravel()
-        at_tail, at_head = member[:, tail], member[:, head]
-        inside = np.asarray(at_tail.multiply(at_head) @ cap).ravel()
-        out = np.asarray(at_tail @ cap).ravel() - inside
-        into = np.asarray(at_head @ cap).ravel() - inside
-        pairs = k * (g - k)
-        ok = pairs > 0
-        if ok.any():
-            best = min(best, float((np.minimum(out, into)[ok] / pairs[ok]).min()))
+    for pairs, leaving, entering in set_cuts(topo):
+        best = min(best, float((np.minimum(leaving @ cap, entering @ cap) / pairs).min()))
     out_gpu = np.bincount(tail, weights=cap, minlength=n)[arr.gpu_nodes]
     in_gpu = np.bincount(head, weights=cap, minlength=n)[arr.gpu_nodes]
     return min(best, float(np.minimum(out_gpu, in_gpu).min()) / (g - 1))
+
+
+def set_cuts(topo: Topology) -> list[tuple[np.ndarray, csr_matrix, csr_matrix]]:
+    """The switch domains' and the pieces' cuts (module doc), one triple per family:
+    the ordered GPU pairs ``k (N - k)`` each set separates, and which links leave and
+    which enter each set (``sets x links``, 0/1); sets that separate no pair are left
+    out.  (Every GPU alone is the bound's third family, computed apart.)"""
+    arr = topo.arrays
+    n, g = topo.num_nodes, int(arr.gpu_nodes.size)
+    tail, head = np.asarray(arr.tail, np.int64), np.asarray(arr.head, np.int64)
+    out = []
+    for member in (_switch_domains(arr.is_switch, tail, head, n),
+                   _pieces(arr.is_switch, tail, head, n)):          # sets x nodes, 0/1
+        if member.shape[0] == 0:
+            continue
+        k = np.asarray(member[:, np.asarray(arr.gpu_nodes)].sum(axis=1)).ravel()
+        pairs = k * (g - k)
+        ok = np.flatnonzero(pairs > 0)
+        if ok.size == 0:
+            continue
+        at_tail, at_head = member[ok][:, tail], member[ok][:, head]
+        inside = at_tail.multiply(at_head)
+        leaving, entering = csr_matrix(at_tail - inside), csr_matrix(at_head - inside)
+        leaving.eliminate_zeros()
+        entering.eliminate_zeros()
+        out.append((pairs[ok], leaving, entering))
+    return out
 
 
 def _switch_domains(is_switch: np.ndarray, tail: np.ndarray, head: np.ndarray,

@@ -12,6 +12,8 @@
   tabu (limited backtracking).  The best schedule seen is kept.  Before it, the
   chunk repair (:mod:`.repair`) tries single-chunk moves that bring every link back to
   the LP's load; when it succeeds the schedule is at the LP rate and no dive is needed.
+  Neither runs when the rounding already reaches the whole-chunk cut bound
+  (:mod:`.chunk_bound`): no schedule of ``K`` chunks per pair is faster.
 
 The rate of a rounded schedule is recomputed exactly: ``min_a cap_a / load_a``.
 """
@@ -25,6 +27,7 @@ import numpy as np
 
 from ..errors import SolveError
 from ..link_rate import rate_of_loads
+from .chunk_bound import chunk_bound_gbps
 from .colgen import CGOptions, column_generation
 from .master import ColumnPool, RestrictedMaster
 from .problem import Problem
@@ -172,9 +175,11 @@ def deep_dive(master: RestrictedMaster, prob: Problem, y: np.ndarray, k: int, ma
               budget_s: float | None = None) -> tuple[Rounded, dict]:
     """Best of the plain roundings and a deep dive from the LP solution ``y``.
 
-    The dive runs only while the best rounding (or ``floor``: the rate of a schedule the
-    caller keeps if better, :mod:`.kept`) is more than ``good_enough`` (relative) below
-    ``lp_rate``; a step whose LP cannot beat that bar is undone or ends the dive.  It
+    The repair and the dive run only while the best rounding (or ``floor``: the rate of
+    a schedule the caller keeps if better, :mod:`.kept`) is more than ``good_enough``
+    (relative) below the bar: ``lp_rate``, or the whole-chunk cut bound
+    (:mod:`.chunk_bound`, ``counters["chunk_bound_gbps"]``) where that is lower; a step
+    whose LP cannot beat the best rounding is undone or ends the dive.  It
     starts no step after ``deadline`` (a time limit's) nor after ``budget_s`` seconds
     (:func:`dive_budget`; ``counters["stopped_by"] == "dive budget"``).  Leaves ``master`` with fixed lower bounds; returns the best
     rounding (with a copy of the column pool it refers to) and the dive's counters (JSON).
@@ -189,7 +194,12 @@ def deep_dive(master: RestrictedMaster, prob: Problem, y: np.ndarray, k: int, ma
                                        background)
     best = _snapshot(pool, counts, rate, how)
     repaired = False
-    if max(rate, floor) < (1 - good_enough) * lp_rate:
+    # the bar: the LP rate, or the whole-chunk cut bound where that is lower (no
+    # K-chunk schedule can beat it: a rounding there is optimal, nothing to repair)
+    chunk_bound = (chunk_bound_gbps(prob.topo, k) if max(rate, floor) < (1 - _EPS) * lp_rate
+                   else float("inf"))
+    bar = min(lp_rate, chunk_bound)
+    if max(rate, floor) < (1 - good_enough) * bar:
         fixed_up = repair_overloads(master, prob, counts, k, max_steps, 1.0 / lp_rate, background)
         if fixed_up is not None:
             r = rounded_rate(pool, fixed_up, k, master.capacity, background)
@@ -206,7 +216,7 @@ def deep_dive(master: RestrictedMaster, prob: Problem, y: np.ndarray, k: int, ma
     batch = 0.0                                 # first step: integral parts only
     trouble: str | None = None
     for step in range(max_dives):
-        if trouble is not None or max(best.rate, floor) >= (1 - good_enough) * lp_rate:
+        if trouble is not None or max(best.rate, floor) >= (1 - good_enough) * bar:
             break
         if stop is not None and time.perf_counter() >= stop:
             if deadline is None or stop < deadline:
@@ -282,6 +292,8 @@ def deep_dive(master: RestrictedMaster, prob: Problem, y: np.ndarray, k: int, ma
         batch = 0.25 if batch == 0 else min(1.0, batch * 1.5)
     counters: dict = {"dive_steps": dive_steps, "backtracks": backtracks, "lr_rate": lr_rate,
                       "pricing_rounds": pricing_rounds, "repaired": repaired}
+    if chunk_bound < lp_rate:
+        counters["chunk_bound_gbps"] = chunk_bound
     if trouble is not None:
         counters["stopped_by"] = trouble
     return best, counters

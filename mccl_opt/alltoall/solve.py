@@ -46,7 +46,17 @@ from .problem import Problem, problem_for
 from .state import AllToAllWarmState
 from .warm import changes_are_nonbinding, sharply_fallen, warm_columns
 
-__all__ = ["solve_alltoall"]
+__all__ = ["solve_alltoall", "WARM_UNDER_A_LIMIT_MAX_PAIRS"]
+
+#: Under a time limit, a warm solve that reaches the full path carries its columns
+#: (the full warm master) below this many pairs, unless a link fell sharply
+#: (:func:`.warm.sharply_fallen`: that master is a cold start less the routes through
+#: it, no faster, and the round-aware pick counts on such a solve having run cold),
+#: and solves cold from its routing above.  Below it a warm master's solves take milliseconds to tenths of a second, and
+#: the cold start's heading-in rounds cost more (HPN 2x4x8 loop jobs: 1.5-3x the warm
+#: master's CPU, docs/alltoall.md, *Under a time limit*); above it a warm master has no
+#: check that its first solve fits the limit (:mod:`.direct`).
+WARM_UNDER_A_LIMIT_MAX_PAIRS = 30_000
 
 
 def _check_args(topo: Topology, warm: Any, backend: Any, max_chunks: Any, max_steps: Any,
@@ -115,11 +125,16 @@ def _synthesize(topo: Topology, warm: Schedule | AllToAllWarmState | None, backe
         else:
             outcome = local
     if outcome is None:
-        # under a time limit the full path solves cold: a cold limited solve routes
-        # first and, when the first master cannot fit in the time left, the routing
-        # itself is the schedule (:mod:`.direct`); a warm master has no such check
-        # (2,048 GPUs: 5-10 s past a 0.5 s limit, docs/alltoall.md)
-        carry = warm is not None and (deadline is None or max_steps == "min")
+        # under a time limit the full path routes first and, when the first master
+        # cannot fit in the time left, the routing itself is the schedule
+        # (:mod:`.direct`); with room, it carries the warm columns only below
+        # :data:`WARM_UNDER_A_LIMIT_MAX_PAIRS` (a large warm master has no such check:
+        # 2,048 GPUs, 5-10 s past a 0.5 s limit; docs/alltoall.md) and when no link
+        # fell sharply (the warm master is then a cold start less those routes)
+        carry = warm is not None and (
+            deadline is None or max_steps == "min"
+            or (prob.num_pairs < WARM_UNDER_A_LIMIT_MAX_PAIRS
+                and not (state is not None and sharply_fallen(prob, state).any())))
         columns = warm_columns(prob, warm) if carry else None
         search: dict = {}
         if max_steps == "min":
@@ -130,15 +145,16 @@ def _synthesize(topo: Topology, warm: Schedule | AllToAllWarmState | None, backe
             outcome = round_solved(prob, solved, backend, max_chunks, deadline, state)
         else:
             routing = cold_routing(prob, steps, deadline) if deadline is not None else None
-            # after a repair, a cold start whose first routing is already optimal
-            # costs less than any warm master (docs/alltoall.md, *Warm is never the
-            # slow path*)
-            if routing is None and _repaired(prob, state):
-                routing = certified_cold_routing(prob, steps)
-                columns = None if routing is not None else columns
             if routing is not None and no_room_for_master(deadline, routing[1]):
                 outcome = routed_outcome(prob, routing[0], max_chunks, backend, steps)
             else:
+                # after a repair, a cold start whose first routing is already optimal
+                # costs less than any warm master (docs/alltoall.md, *Warm is never
+                # the slow path*)
+                if columns is not None and _repaired(prob, state):
+                    certified = certified_cold_routing(prob, steps)
+                    if certified is not None:
+                        routing, columns = certified, None
                 outcome = _limited_cg(prob, backend, steps, columns, deadline, options, state,
                                       routing, max_chunks, kept)
         outcome.report.extra.update(search, **gave_up, local_fallback=bool(tried_local))

@@ -19,7 +19,7 @@ from mccl_opt.errors import SolveError
 from .packing.scaled import scaled_only
 from .pack_steps import Packed, Packing, SplitKind, spread_logical
 from .removal.guarded_spread import guarded_spread
-from .removal.splitting import SplitGraph
+from .removal.splitting import SplitGraph, sink_ranks
 
 __all__ = ["pack_scaled"]
 
@@ -35,7 +35,7 @@ def pack_scaled(split: SplitGraph, rank_of: np.ndarray, k: int, stats: dict[str,
     progress.update("AllGather phase 2: switch removal")
     t = time.perf_counter()
     lg, kind = spread_logical(split, rank_of), SplitKind.SPREAD
-    if not lg.admits(k):
+    if not lg.admits(k, order=sink_ranks(split, rank_of)):
         anytime.check("Phase 2: before the guarded spread split")
         guarded = guarded_spread(split, rank_of, lg)
         if guarded is None:

@@ -14,21 +14,14 @@ Kernels are ``numba.njit(cache=True)`` and compile on first use.
 
 from __future__ import annotations
 
-from typing import Iterator
-
 import numpy as np
 from numba import njit
 
-from mccl_opt import anytime
+from .sweep_spans import spans as _spans
 
-__all__ = ["FlowNetwork", "INF", "SWEEP_WORK"]
+__all__ = ["FlowNetwork", "INF"]
 
 INF = np.int64(1) << np.int64(60)
-#: sinks times arcs per compiled call of a scan under a time limit (:func:`_spans`):
-#: each sink's flow repair searches the residual network, so a call's time follows the
-#: arcs: 32 sinks of HPN 8x16x8 (1024 GPUs, ~8,700 links) took ~12 ms CPU, and 32 of a
-#: 1024-GPU logical graph 0.2 s, so spans of ``SWEEP_WORK // arcs`` sinks (at least 1)
-SWEEP_WORK = 300_000
 
 
 @njit(cache=True)
@@ -288,6 +281,7 @@ class FlowNetwork:
         self._path = np.empty(n_tot + 1, np.int64)
         self.s_arc0 = self.m
         self.t_arc0 = self.m + self.n
+        self.span_sinks = 1 << 62      # sinks a span may hold, learned by :func:`_spans`
 
     def caps(self) -> np.ndarray:
         """A zero capacity vector of the right length."""
@@ -304,9 +298,9 @@ class FlowNetwork:
         """Position in ``sinks`` of the first sink ``g`` whose max-flow (``g -> T``
         opened) is below ``demand``; -1 if all pass.  ``caps`` must have every
         ``v -> T`` arc closed.  Under a time limit the scan checks the clock between
-        spans of sinks (:func:`_spans`)."""
+        spans of sinks (:func:`.sweep_spans.spans`)."""
         caps, sinks = np.asarray(caps, np.int64), _writable(sinks)
-        for lo, hi in _spans(sinks.size, self.num_arcs):
+        for lo, hi in _spans(sinks.size, self):
             pos = int(_rooted_check(self.n + 2, self._start, self._arcs, self._head, self._res,
                                     caps, self.t_arc0, sinks, lo, hi, int(demand), self._level,
                                     self._queue, self._it, self._path))
@@ -325,7 +319,7 @@ class FlowNetwork:
         covered = np.zeros(self.n, np.bool_)
         state = np.array([0, -1, 0], np.int64)
         found = 0
-        for lo, hi in _spans(sinks.size, self.num_arcs):
+        for lo, hi in _spans(sinks.size, self):
             found = int(_failing_sets(self.n + 2, self._start, self._arcs, self._head,
                                       self._res, caps, self.t_arc0, sinks, lo, hi, int(demand),
                                       self._level, self._queue, self._it, self._path, sets,
@@ -342,7 +336,7 @@ class FlowNetwork:
         caps, sinks = np.asarray(caps, np.int64), _writable(sinks)
         state = np.zeros(2, np.int64)
         best = int(upper)
-        for lo, hi in _spans(sinks.size, self.num_arcs):
+        for lo, hi in _spans(sinks.size, self):
             best = int(_min_over_sinks(self.n + 2, self._start, self._arcs, self._head,
                                        self._res, caps, self.t_arc0, sinks, lo, hi,
                                        self._level, self._queue, self._it, self._path,
@@ -368,23 +362,6 @@ class FlowNetwork:
         _bfs_levels(self.n + 2, self._start, self._arcs, self._head, self._res,
                     self.n, -1, self._level, self._queue)      # no target: full search
         return self._level[: self.n] >= 0
-
-
-def _spans(size: int, arcs: int) -> Iterator[tuple[int, int]]:
-    """``(lo, hi)`` spans of a scan over ``size`` sinks of a network of ``arcs`` arcs:
-    one without a time limit; under one, :data:`SWEEP_WORK` ``// arcs`` sinks at a time
-    (at least 1), the clock checked before each next span
-    (:func:`mccl_opt.anytime.check`): a whole scan is one compiled call of up to ~1 s
-    at 1024 GPUs, which no check point reached (docs/allgather.md, "Steps no check
-    point reached")."""
-    step = max(1, SWEEP_WORK // max(arcs, 1))
-    if anytime.current() is None or size <= step:
-        yield 0, size
-        return
-    for lo in range(0, size, step):
-        if lo:
-            anytime.check("a rooted sweep (max-flows over the GPUs)")
-        yield lo, min(lo + step, size)
 
 
 def _writable(sinks: np.ndarray) -> np.ndarray:

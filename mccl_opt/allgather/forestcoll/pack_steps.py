@@ -29,7 +29,7 @@ from .packing.scaled import SCALED_MIN_K, many_trees_pack, plain_pack
 from .packing.trees import TreeClass, greedy_pack
 from .removal.exact_split import split_all
 from .removal.guarded_spread import guarded_spread
-from .removal.splitting import LogicalGraph, SplitGraph
+from .removal.splitting import LogicalGraph, SplitGraph, sink_ranks
 from .removal.spread import spread_split
 from .sized import limited_repair
 
@@ -220,13 +220,14 @@ class _Packer:
     def repair(self) -> None:
         """The spread split's repair packing, unless the test first proves none exists."""
         plan, lg, k = self.plan, self.lg, self.k
-        if plan.test_stride is not None and not lg.admits(k, plan.test_stride):
+        near = sink_ranks(self.split, self.rank_of)     # the sweeps' order, hosts together
+        if plan.test_stride is not None and not lg.admits(k, plan.test_stride, order=near):
             return                                  # no packing can complete: skip it
         self.found = _pack_repair(lg, k, self.stats, self.shapes, plain=plan.plain_first,
                                   capped=plan.capped)
         # the sinks of the sampled test passed: the whole test sweeps the others only
         self.admits = self.found is not None or (
-            not plan.declines and lg.admits(k, passed=plan.test_stride))
+            not plan.declines and lg.admits(k, passed=plan.test_stride, order=near))
 
     def guarded(self) -> None:
         """Where the spread split breaks the rooted test: the guarded spread split and its

@@ -145,6 +145,7 @@ def _block_shifts(topo: Topology, color: np.ndarray, nb: list[set[int]],
         for s, sig in by_sig.items():
             parts.setdefault(frozenset(sig), []).append(s)
         for part in parts.values():
+            anytime.check("the fabric's symmetry search")
             if len(part) >= 2:
                 out.append(_shift([part], by_sig, topo.num_nodes))
             perm = np.arange(topo.num_nodes)      # twins within every block at once
@@ -159,6 +160,7 @@ def _block_shifts(topo: Topology, color: np.ndarray, nb: list[set[int]],
                 out.append(_shift(lined, by_sig, topo.num_nodes))
     if not extend:
         return out
+    anytime.check("the fabric's symmetry search")
     by_nb = {frozenset(v): u for u, v in enumerate(nb)}
     closed = []
     for perm in out:

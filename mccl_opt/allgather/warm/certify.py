@@ -29,6 +29,7 @@ from ..fabric import quantum_for
 from ..forestcoll.pack_plan import TEST_FIRST_K
 from ..forestcoll.pack_steps import Packed, Packing, SplitKind, spread_logical
 from ..forestcoll.pipeline import Budget, balanced_split
+from ..forestcoll.removal.splitting import sink_ranks
 from ..forestcoll.sized import sized_visits
 from ..forestcoll.packing.repair import repair_pack
 from ..forestcoll.packing.scaled import SCALED_MIN_K, scaled_pack
@@ -218,7 +219,8 @@ def _certify_by_packing(run: Run, fab: Fabric, k: int, y: Fraction) -> Packed | 
     t = time.perf_counter()
     n = lg.num_gpus                       # a wrong guess must not cost more than a packing
     visits = sized_visits(k * n * n, k * n * n)
-    if visits is None or (k >= TEST_FIRST_K and not lg.admits(k)):
+    if visits is None or (k >= TEST_FIRST_K and
+                          not lg.admits(k, order=sink_ranks(balanced.split, arr.rank_of))):
         stats["phase3_s"] = time.perf_counter() - t     # too long, or no packing completes
         return None
     classes, info = scaled_pack(n, lg.tail, lg.head, lg.units, k) if k >= SCALED_MIN_K \

@@ -87,7 +87,7 @@ import numpy as np
 from mccl_opt import anytime
 from ..maxflow import FlowNetwork, _bfs_levels
 from ..removal.exact_split import split_all
-from ..removal.splitting import LogicalGraph, SplitGraph, sink_order
+from ..removal.splitting import LogicalGraph, SplitGraph, sink_ranks
 from .contraction import (CONTRACT_MIN_GPUS, Decomposition, Problem, decompose,
                           proper_tight_sets)
 from .class_growth import SINKS_PER_CHECK, _grow_class
@@ -310,7 +310,7 @@ def few_trees_on_splits(split: SplitGraph, rank_of: np.ndarray, k: int, stats: d
     ``few_trees_s`` (both attempts)."""
     t = time.perf_counter()
     n = lg.num_gpus
-    near = np.asarray(rank_of, np.int64)[sink_order(split)]    # the sweeps' sink order
+    near = sink_ranks(split, rank_of)           # the sweeps' sink order
     found, first = None, 0
     if k * n * n <= FEW_TREES_CHEAP_ENTRIES:
         classes = few_trees_pack(n, lg.tail, lg.head, lg.units, k, 2 * n * n, stats, near)
