@@ -44,7 +44,7 @@ if TYPE_CHECKING:
     from ..restriction.stages import Restricted
     from ..stage import ForestColl
 
-__all__ = ["RestrictionSeed", "restriction_seed", "balanced_seed", "own_trees_seed",
+__all__ = ["RestrictionSeed", "restriction_seed", "balanced_seed", "own_trees_seed", "one_per_root",
            "forestcoll_trees", "table_columns", "SEED_CHUNKS", "seed_chunks"]
 
 #: chunks per root asked of ForestColl on the restriction (4 left HPN 4x16x8 stuck 0.25 % below
@@ -289,9 +289,24 @@ def balanced_seed(topo: Topology, bound_gbps: float | None,
         return None
     t = time.perf_counter()
     trees = forestcoll_trees(topo, forestcoll)
+    if trees is not None and one_per_root(trees, topo.num_gpus):
+        denser = forestcoll_trees(topo, forestcoll, chunks=DENSER_FACTOR * SEED_CHUNKS, once=True)
+        trees = trees if denser is None else denser
     if trees is None:
         return None
     return own_trees_seed(bound_gbps, trees, time.perf_counter() - t)
+
+
+def one_per_root(sched: Schedule, num_gpus: int) -> bool:
+    """Whether ``sched`` holds one tree per root (the chunk budget chose ``k = 1``): a
+    master over such trees has one weight per root, so its rate is the seed's own, below
+    the cut bound ForestColl declined to pack exactly; :func:`balanced_seed` then asks
+    once for :data:`DENSER_FACTOR` times the chunks (mixed-nics 2x8x8 with a 200 Gbps NIC
+    at 199.047 both ways, fuzz seed 3525: 10 chunks pack ``k = 1``, the master closed
+    in 9 pricing rounds, 0.92 s CPU; 20 chunks pack ``k = 20``, 861 trees, and the first
+    master certifies, 0.15 s; docs/allgather.md "Balanced fabrics past the exact tree
+    limit")."""
+    return len(sched.chunks) <= num_gpus
 
 
 def own_trees_seed(bound_gbps: float, trees: Schedule, seconds: float = 0.0) -> RestrictionSeed:
