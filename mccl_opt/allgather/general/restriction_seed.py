@@ -285,7 +285,8 @@ def balanced_seed(topo: Topology, bound_gbps: float | None,
     pack): the fabric is its own best balanced restriction, so its cut bound ``x*`` is
     the forwarding-only optimum (paper §4.3: ForestColl reaches it) and the column
     generation stops as soon as the master reaches it; ForestColl's trees at a few
-    chunks per root start it.  ``None`` without a bound or trees."""
+    chunks per root start it (at :func:`denser_chunks` where those are one tree per
+    root, :func:`one_per_root`).  ``None`` without a bound or trees."""
     if bound_gbps is None or not bound_gbps > 0:
         return None
     t = time.perf_counter()
