@@ -15,16 +15,22 @@ $(STAMP): pyproject.toml | $(PY)
 	$(PY) -m pip install --quiet -e .
 	touch $@
 
+# --no-compile: pip would byte-compile all ~12,000 files of the venv (torch, ray, sympy...:
+# ~35 s of one core); Python compiles the modules a run imports when it first imports them
 $(STAMP_DEV): pyproject.toml | $(PY)
-	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m pip install --quiet --no-compile -e '.[dev]'
 	touch $@ $(STAMP)
 
 demo: $(STAMP)
 	$(VENV)/bin/mccl warmup
 	$(VENV)/bin/mccl demo
 
+# The kernels compile in a second process while pytest runs (`mccl warmup` into numba's
+# disk cache, AllGather's first as the first test modules need them): on a fresh clone
+# that takes their compilation, ~1.5 min of one core, off pytest's own process.
 test: $(STAMP_DEV)
-	$(PY) -m pytest -q
+	$(VENV)/bin/mccl warmup >/dev/null 2>&1 & warm=$$!; \
+	$(PY) -m pytest -q; status=$$?; kill $$warm 2>/dev/null; wait $$warm; exit $$status
 
 # a wheel installed into a fresh virtualenv runs every README command (minutes)
 test-install: $(STAMP_DEV)

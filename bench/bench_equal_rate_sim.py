@@ -7,13 +7,17 @@ docs/runtime.md "Equal-rate forests and pipeline fill").
 Part 1: fuzz seed 2 #17's fabric (``instances.irregular(6173)``) healthy and with
 ``h0g1 -> spine`` at 37.77 Gbps (its first event): the loop's initial schedule and the offline
 one of the degraded fabric, both at 360 Gbps (fluid), simulated on the degraded fabric with
-pieces of 2 MiB ... 32 KiB, in fluid mode, and their deepest tree's pieces.
+pieces of 2 MiB ... 32 KiB, with the piece rule (``rule``, :mod:`mccl_opt.piece_rule`, the
+simulator's default), in fluid mode, and their deepest tree's pieces (of 512 KiB).
 
 Part 2 (``--survey N``): on ``irregular(0..N-1)`` healthy and with one random link at 50 % /
-12.5 %, the default forest (``max_chunks=10``) against the exact one (``None``): where their
-packet-simulated times differ by more than 1 %, how often the higher fluid rate, and a static
-pipeline-fill estimate (per chunk ``(depth - 1) / pieces``, share-weighted), name the faster
-one; and what one packet simulation costs next to one solve (CPU ms, best of 3).
+12.5 %, the default forest (``max_chunks=10``) against the exact one (``None``), simulated
+with fixed 512 KiB pieces (``fixed``, the simulator's default before the rule) and with the
+rule: where their times differ by more than 1 %, how often the higher fluid rate, and a
+static pipeline-fill estimate (per chunk ``(depth - 1) / pieces``, share-weighted), name the
+faster one (fixed pieces); both forests' GB/s with fixed pieces and with the rule over all
+states (geometric mean of rule / fixed, and the worst); and what one packet simulation
+costs next to one solve (CPU ms, best of 3, with the rule).
 """
 
 from __future__ import annotations
@@ -69,10 +73,11 @@ def the_case() -> None:
     init, off = syn("allgather", healthy, None, None), syn("allgather", degraded, None, None)
     print("fuzz seed 2 #17, irregular(6173), h0g1 -> spine at 37.77; simulated on that fabric, GB/s")
     print(f"{'schedule':10s} {'rate':>7s} {'chunks':>6s} {'deepest':>8s} {'fill':>6s}  " +
-          " ".join(f"{s // 1024:>6d}K" for s in (2**21, 2**20, 2**19, 2**18, 2**17, 2**16, 2**15)) + "   fluid")
+          " ".join(f"{s // 1024:>6d}K" for s in (2**21, 2**20, 2**19, 2**18, 2**17, 2**16, 2**15)) + "    rule   fluid")
     for name, s in (("initial", init), ("offline", off)):
         cells = [simulate(degraded, s, MSG, slice_bytes=sb).algbw_gbytes_per_s
                  for sb in (2**21, 2**20, 2**19, 2**18, 2**17, 2**16, 2**15)]
+        cells.append(simulate(degraded, s, MSG).algbw_gbytes_per_s)
         fl = simulate(degraded, s, MSG, fluid=True).algbw_gbytes_per_s
         print(f"{name:10s} {s.rate_gbps:7.2f} {len(s.chunks):6d} {deepest(s):>8s} {fill(s):6.3f}  " +
               " ".join(f"{c:7.1f}" for c in cells) + f" {fl:7.1f}")
@@ -85,7 +90,8 @@ def survey(n: int) -> None:
 
     rng = np.random.default_rng(1)
     right = {"rate": 0, "fill": 0}
-    pairs, sim_ms, solve_ms = 0, [], []
+    pairs, rule_pairs, sim_ms = 0, 0, []
+    gain: dict[str, list[float]] = {"default": [], "exact": []}       # rule / fixed GB/s per state
     for seed in range(n):
         topo = irregular(seed)
         if topo.num_gpus < 3:
@@ -99,7 +105,11 @@ def survey(n: int) -> None:
                 a, b = mccl_opt.solve_allgather(t), mccl_opt.solve_allgather(t, max_chunks=None)
             except mccl_opt.MCCLError:
                 continue
-            ta, tb = simulate(t, a, MSG).completion_s, simulate(t, b, MSG).completion_s
+            ta, tb = (simulate(t, x, MSG, slice_bytes=SLICE).completion_s for x in (a, b))
+            ra, rb = simulate(t, a, MSG).completion_s, simulate(t, b, MSG).completion_s
+            gain["default"].append(ta / ra)
+            gain["exact"].append(tb / rb)
+            rule_pairs += abs(ra / rb - 1) >= 0.01
             if variant == 0 and seed % 10 == 7:
                 sim_ms.append((t.num_gpus, best_cpu_ms(lambda: simulate(t, a, MSG)),
                                best_cpu_ms(lambda: mccl_opt.solve_allgather(t))))
@@ -109,11 +119,16 @@ def survey(n: int) -> None:
             faster_b = tb < ta
             right["rate"] += (b.rate_gbps > a.rate_gbps * (1 + 1e-9)) == faster_b
             right["fill"] += ((1 + fill(b)) / b.rate_gbps < (1 + fill(a)) / a.rate_gbps) == faster_b
-            print(f"  irregular({seed}) variant {variant}: exact/default simulated time {tb / ta:.3f}, "
-                  f"rate {b.rate_gbps / a.rate_gbps:.3f}, fill estimate "
+            print(f"  irregular({seed}) variant {variant}: exact/default simulated time {tb / ta:.3f} "
+                  f"(rule: {rb / ra:.3f}), rate {b.rate_gbps / a.rate_gbps:.3f}, fill estimate "
                   f"{(1 + fill(b)) / b.rate_gbps / ((1 + fill(a)) / a.rate_gbps):.3f}")
-    print(f"pairs simulating > 1 % apart: {pairs}; faster one named by the fluid rate: {right['rate']}, "
-          f"by the fill estimate: {right['fill']}")
+    print(f"pairs simulating > 1 % apart: {pairs} with 512 KiB pieces, {rule_pairs} with the rule; faster one "
+          f"(512 KiB) named by the fluid rate: {right['rate']}, by the fill estimate: {right['fill']}")
+    for name, g in gain.items():
+        if g:
+            print(f"  {name} forest, {len(g)} states: rule / 512 KiB GB/s geometric mean "
+                  f"{math.exp(np.mean(np.log(g))):.3f}, min {min(g):.3f}, max {max(g):.3f}, "
+                  f"states > 1 % faster {sum(x > 1.01 for x in g)}, > 1 % slower {sum(x < 0.99 for x in g)}")
     for gpus, s, v in sim_ms:
         print(f"  {gpus} GPUs: packet simulation {s:.1f} ms CPU, solve {v:.1f} ms CPU (best of 3)")
 

@@ -6,6 +6,7 @@ ranks, a ``mccl controller serve`` process and the emulated fabric, per scenario
     python bench/bench_executor_loop.py --clear [--repeats 2]    # probes, recovery after clear
     python bench/bench_executor_loop.py --classes steady,further,flap,dead,ramp,three,noise
                                         [--controller-logs DIR] [--pieces P] [--block-kib K] [--no-abort]
+                                        [--pipeline S]      # S slices per chunk (default 0: the piece rule)
                                         [--rank-nice N]     # 0: the controller in a session of its own
 
 ``--controller-logs DIR`` keeps each class run's controller decision log (``serve -v``:
@@ -206,6 +207,8 @@ def main() -> None:
                     help="abort a collective stuck on a dead link and re-run it on the new version "
                          "(default; --no-abort: it runs to its end on the old version)")
     ap.add_argument("--block-kib", type=float, default=32.0, help="real KiB per block (larger: pieces less noisy)")
+    ap.add_argument("--pipeline", type=int, default=0,
+                    help="slices per chunk (default 0: the simulator's piece rule; 1: whole chunks, as before)")
     ap.add_argument("--workers", type=int, default=0,
                     help="the controller's synthesis worker processes (default 0: a thread in the controller)")
     ap.add_argument("--speculate", action=argparse.BooleanOptionalAction, default=True,
@@ -229,6 +232,7 @@ def main() -> None:
     for part in args.shape.split("x"):
         n *= int(part)
     cfg = GlooLoopConfig(world=n, collective_ms=args.collective_ms, pieces=args.pieces, block_kib=args.block_kib,
+                         pipeline=args.pipeline,
                          abort=args.abort, workers=args.workers, speculate=args.speculate,
                          cable_wait_s=args.cable_wait, telemetry_frontend=args.telemetry_frontend,
                          rank_nice=args.rank_nice)

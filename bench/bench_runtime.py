@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -237,6 +238,10 @@ def test_decision_latency_128(benchmark):
 
 
 def test_decision_latency_512(benchmark):
+    """Timed only under ``--benchmark-enable`` (``make bench``): in ``make test`` its setup
+    (4.5 s of CPU) would re-check what the 128-GPU case checks on the same code path."""
+    if benchmark.disabled:
+        pytest.skip("a benchmark: runs with --benchmark-enable (the 128-GPU case covers the path)")
     store, mgr, batch = decision_setup(512)
     samples = batch(1.0)
     decide(store, mgr, samples, 1.0)

@@ -37,6 +37,7 @@ import torch
 import torch.distributed as dist
 
 from mccl_opt.errors import InputError, MCCLError, ScheduleError
+from mccl_opt.piece_rule import PieceRule
 from mccl_opt.schedule import Schedule
 
 from .buffers import check_pair, gather_target, pack, scatter, view
@@ -59,7 +60,9 @@ class Communicator:
     ``schedule`` is one :class:`Schedule` or several (at most one per collective); a
     collective without a schedule runs the direct fallback
     (:func:`~mccl_opt.lowering.program.direct_schedule`).  ``pipeline`` slices every chunk
-    for pipelining through relays.  ``telemetry`` records per-peer transfer samples,
+    for pipelining through relays (an int: that many slices each; a
+    :class:`~mccl_opt.piece_rule.PieceRule`: as many as the simulator's rule gives the
+    chunk's bytes).  ``telemetry`` records per-peer transfer samples,
     ``faults`` emulates slow links.  ``hot_swap=True`` creates the gloo side group and
     the background :class:`~executor_cuda.rescheduler.Rescheduler` (collective: every
     rank must construct its communicator in the same order).  ``pieces >= 2`` runs every
@@ -73,7 +76,7 @@ class Communicator:
 
     def __init__(self, process_group: dist.ProcessGroup | None = None,
                  schedule: Schedule | Sequence[Schedule] | None = None, *,
-                 pipeline: int = 1, telemetry: Telemetry | None = None,
+                 pipeline: int | PieceRule = 1, telemetry: Telemetry | None = None,
                  faults: FaultInjector | None = None, hot_swap: bool = True,
                  name: str = "mccl", stage_timeout: float = 5.0,
                  oob_timeout: float = 10.0, timeout_s: float | None = 10.0,
@@ -87,8 +90,8 @@ class Communicator:
         #: global rank of every group rank (rank order)
         self.peers = [dist.get_global_rank(self.group, r) if process_group is not None else r
                       for r in range(self.world)]
-        if pipeline < 1:
-            raise InputError(f"pipeline must be >= 1, got {pipeline}")
+        if not isinstance(pipeline, PieceRule) and pipeline < 1:
+            raise InputError(f"pipeline must be >= 1 or a PieceRule, got {pipeline}")
         if pieces < 1 or check_every < 1:
             raise InputError(f"pieces and check_every must be >= 1, got {pieces} and {check_every}")
         if (pieces > 1 or abort) and not hot_swap:

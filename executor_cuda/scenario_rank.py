@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from mccl_opt.piece_rule import PieceRule
 from mccl_opt.schedule import Schedule
 from mccl_opt.topology import Topology
 
@@ -58,6 +59,7 @@ class RankPlan:
     probe_every: int = 4                  # collectives between probes of unused suspect pairs (0: off)
     probe_numel: int = 256                # float32 elements per probe message
     pieces: int = 1                       # pieces per collective (in-flight switch; 1: whole)
+    pipeline: int | PieceRule = 1         # slices per chunk (Communicator(pipeline=); scenario_run.rank_pipeline)
     telemetry_endpoint: str | None = None  # a telemetry front end (None: ``endpoint``)
     window_s: float = 0.18                # pieces: report mid-collective once it ran this long (PieceWindow;
                                           # at least 3 warm-up collectives)
@@ -186,7 +188,7 @@ def rank_main(rank: int, world: int, plan: RankPlan) -> dict[str, Any]:
     emu = FabricEmulator(plan.topology, sched.gpus, time_scale=plan.time_scale, byte_scale=plan.byte_scale)
     emu.set_capacities(plan.timeline[0][1])
     tel = Telemetry(flush_interval=None)
-    comm = Communicator(None, sched, telemetry=tel, faults=emu, stage_timeout=10,
+    comm = Communicator(None, sched, pipeline=plan.pipeline, telemetry=tel, faults=emu, stage_timeout=10,
                         timeout_s=plan.collective_timeout_s, oob_timeout=plan.oob_timeout_s, pieces=plan.pieces, abort=plan.abort)
     side = dist.new_group(backend="gloo", timeout=timedelta(seconds=plan.oob_timeout_s))
     reporter = ModelReporter(emu, pair_nominal(plan.topology), early=plan.early)
@@ -303,7 +305,7 @@ def _offline(plan: RankPlan, emu: FabricEmulator, work: _Workload, i: int) -> di
     for state, schedule in plan.offline:
         emu.set_capacities(plan.timeline[state][1])
         # the same executor as the loop's (pieces need the hot-swap side groups; nothing is staged)
-        comm = Communicator(None, schedule, faults=emu, hot_swap=plan.pieces > 1 or plan.abort,
+        comm = Communicator(None, schedule, pipeline=plan.pipeline, faults=emu, hot_swap=plan.pieces > 1 or plan.abort,
                             pieces=plan.pieces, abort=plan.abort)
         work.run(comm, i)                            # compiles the program
         out[state] = [work.run(comm, i + k + 1) for k in range(plan.offline_reps)]

@@ -43,10 +43,15 @@ from pathlib import Path
 from typing import Any
 
 from mccl_opt.errors import MCCLError
+from mccl_opt.piece_rule import PieceRule
 
-__all__ = ["GlooLoopConfig", "RANK_NICE", "run_gloo_loop", "ControllerProcess", "plan_scales", "rank_failure_line"]
+__all__ = ["GlooLoopConfig", "RANK_NICE", "run_gloo_loop", "ControllerProcess", "plan_scales", "rank_pipeline",
+           "rank_failure_line"]
 
 
+#: real seconds one more round of a collective costs 8 gloo CPU ranks on the 2 shared cores,
+#: whatever its bytes (``bench/bench_piece_cost.py``: 9.5-12.9 ms, 0.4-0.5 ms per message)
+GLOO_ROUND_S = 0.010
 #: how far below the controller the emulated GPUs run (docs/executor.md, "The ranks yield to the controller")
 RANK_NICE = 10
 
@@ -75,6 +80,7 @@ class GlooLoopConfig:
     probe_kib: float = 512.0              # fabric KiB per probe (the simulated loop's probe_bytes)
     shallow_trees: bool = True            # the controller's ``--shallow-trees`` (a tree hop per round)
     pieces: int = 1                       # collectives run in pieces, in-flight switch (executor_cuda.pieces)
+    pipeline: int = 0                     # slices per chunk (0: the simulator's piece rule on fabric bytes)
     abort: bool = True                    # abort a stale collective, re-run it on the new version (executor_cuda.abort)
     controller_log: str | None = None     # keep the controller's decision log (``serve -v``) at this path
     workers: int = 0                      # the controller's ``--workers`` (0: synthesis in its own thread)
@@ -174,10 +180,23 @@ class ControllerProcess:
         self._log.close()
 
 
+def rank_pipeline(cfg: GlooLoopConfig, message_bytes: float, byte_scale: float) -> int | PieceRule:
+    """The ranks' slices per chunk: ``cfg.pipeline``, or (0) the simulator's piece rule on
+    the fabric bytes a float32 element stands for, with a gloo floor and no 512 KiB cap
+    (docs/executor.md "Pieces per chunk"): a round costs gloo ``GLOO_ROUND_S`` whatever its
+    size, so a block of ``n`` pieces on ``d`` hops takes about ``T (1 + (d - 1) / n) + n
+    GLOO_ROUND_S`` (``T`` = ``collective_ms``), least at ``n = sqrt(T / GLOO_ROUND_S)`` on
+    2 hops: pieces no smaller than ``message_bytes * sqrt(GLOO_ROUND_S / T)``."""
+    if cfg.pipeline:
+        return cfg.pipeline
+    floor = message_bytes * math.sqrt(min(1.0, GLOO_ROUND_S / (cfg.collective_ms / 1e3)))
+    return PieceRule(max_bytes=math.inf, floor_bytes=floor, element_bytes=4.0 * byte_scale)
+
+
 def plan_scales(scenario: Any, healthy: Any, cfg: GlooLoopConfig) -> tuple[int, float, float, float]:
     """``(block_numel, byte_scale, time_scale, healthy_fabric_s)``: float32 elements per
     block, fabric bytes per real byte, real seconds per fabric second, and the healthy
-    offline schedule's emulated time on the fabric."""
+    offline schedule's emulated time on the fabric (lowered as the ranks lower it)."""
     from mccl_opt.lowering.program import compile_schedule
 
     from .faults import FabricEmulator
@@ -185,7 +204,8 @@ def plan_scales(scenario: Any, healthy: Any, cfg: GlooLoopConfig) -> tuple[int, 
     block = max(1, int(cfg.block_kib * 1024 // 4))
     byte_scale = scenario.message_bytes / (4.0 * block)
     emu = FabricEmulator(scenario.topology, healthy.gpus, time_scale=1.0, byte_scale=byte_scale)
-    fabric_s = emu.program_time_s(compile_schedule(healthy, block), 4)
+    fabric_s = emu.program_time_s(compile_schedule(healthy, block, rank_pipeline(cfg, scenario.message_bytes,
+                                                                                 byte_scale)), 4)
     if not fabric_s > 0:
         raise MCCLError("the healthy schedule moves no data; nothing to emulate")
     return block, byte_scale, cfg.collective_ms / 1e3 / fabric_s, fabric_s
@@ -220,6 +240,8 @@ def _check(scenario: Any, cfg: GlooLoopConfig) -> None:
                         "(the controller would refuse them after the offline syntheses)")
     if not 1 <= cfg.pieces <= MAX_PIECES:
         raise MCCLError(f"--pieces must be in [1, {MAX_PIECES}], got {cfg.pieces}")
+    if not 0 <= cfg.pipeline <= MAX_PIECES:
+        raise MCCLError(f"--pipeline must be in [0, {MAX_PIECES}] (0: the piece rule), got {cfg.pipeline}")
     if not 0 <= cfg.rank_nice <= 19:
         raise MCCLError(f"the ranks' nice value must be in [0, 19] (they yield, never preempt), got {cfg.rank_nice}")
     if not (math.isfinite(cfg.cable_wait_s) and 0 <= cfg.cable_wait_s <= 60
@@ -275,6 +297,7 @@ def run_gloo_loop(scenario: Any, cfg: GlooLoopConfig) -> dict[str, Any]:
                             duration_s=real_s, offline=offline, offline_reps=cfg.offline_reps,
                             warmup=cfg.warmup, client_timeout_s=cfg.client_timeout_s,
                             probe_every=cfg.probe_every, pieces=cfg.pieces, abort=cfg.abort, window_s=3 * cfg.collective_ms / 1e3,
+                            pipeline=rank_pipeline(cfg, scenario.message_bytes, byte_scale),
                             probe_numel=max(1, round(cfg.probe_kib * 1024 / byte_scale / 4)), early=cfg.speculate)
             budget = (cfg.start_timeout_s + real_s + 60
                       + len(offline) * (cfg.offline_reps + 1) * 20 * cfg.collective_ms / 1e3)

@@ -14,7 +14,7 @@ rounded down the way nccl-tests rounds it:
 
 ``algbw = size / time`` and ``busbw = algbw x factor`` with nccl-tests' factors
 (:data:`BUS_FACTORS`), GB/s = 1e9 bytes/s; ``time`` in microseconds.  Each size is
-simulated with latency by the event-level model (512 KiB pieces, paper §6.1 /
+simulated with latency by the event-level model (pieces as :mod:`.piece_rule`, paper §6.1 /
 docs/sim.md) while the schedules' total piece count stays within ``event_limit``, and
 by the fluid model beyond; every row says which (``model``).
 """
@@ -26,8 +26,9 @@ from typing import Any, Callable, Iterable, Sequence
 import numpy as np
 
 from .evaluate import NO_REOPT, REOPT, FailureCase, figure9_row
+from .piece_rule import PIECE_RULE
 from .schedule import PathChunk, Schedule
-from .sim import DEFAULT_SLICE_BYTES, SimulationError, simulate
+from .sim import SimulationError, simulate
 from .topology import Topology
 
 __all__ = ["ELEMENT_BYTES", "BUS_FACTORS", "DEFAULT_EVENT_LIMIT", "MODELS", "ROW_FIELDS",
@@ -44,7 +45,7 @@ BUS_FACTORS: dict[str, Callable[[int], float]] = {
     "allreduce": lambda n: 2 * (n - 1) / n,
 }
 #: the event-level model runs while the schedules of one size have at most this many
-#: pieces (sum over chunks of segments x 512 KiB slices); about 1 s of simulation
+#: pieces (sum over chunks of segments x pieces); about 1 s of simulation
 DEFAULT_EVENT_LIMIT = 4096
 MODELS = ("auto", "event", "fluid")
 ROW_FIELDS = ("failure", "collective", "method", "size", "count", "type", "time_us",
@@ -103,22 +104,24 @@ def check_sizes(collectives: Iterable[str], min_bytes: int, max_bytes: int, fact
     return sizes
 
 
-def _chunk_shape(topo: Topology, schedule: Schedule) -> tuple[np.ndarray, np.ndarray]:
-    """Per chunk: its share and its GPU-to-GPU segments (simulator streams)."""
+def _chunk_shape(topo: Topology, schedule: Schedule) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per chunk: its share, its GPU-to-GPU segments (simulator streams) and its GPU hops
+    (a path's segments, a tree's depth)."""
     shares = np.array([c.share for c in schedule.chunks])
     segs = np.array([1 + sum(topo.is_gpu(v) for v in c.path[1:-1]) if isinstance(c, PathChunk)
                      else len(c.edges) for c in schedule.chunks])
-    return shares, segs
+    hops = np.array([s if isinstance(c, PathChunk) else max(c.depths().values())
+                     for c, s in zip(schedule.chunks, segs)])
+    return shares, segs, hops
 
 
-def _pieces(shape: tuple[np.ndarray, np.ndarray], block_bytes: float) -> int:
-    shares, segs = shape
-    pieces = np.maximum(1, np.ceil(shares * block_bytes / DEFAULT_SLICE_BYTES - 1e-9))
-    return int(np.dot(segs, pieces))
+def _pieces(shape: tuple[np.ndarray, np.ndarray, np.ndarray], block_bytes: float) -> int:
+    shares, segs, hops = shape
+    return int(np.dot(segs, PIECE_RULE.counts(shares * block_bytes, hops)))
 
 
 def piece_count(topo: Topology, schedule: Schedule, block_bytes: float) -> int:
-    """Pieces the event-level model moves: per chunk, segments x ``ceil(chunk / 512 KiB)``
+    """Pieces the event-level model moves: per chunk, segments x its pieces (:mod:`.piece_rule`)
     (identical chunks counted each; an upper bound on the simulator's streams x pieces)."""
     return _pieces(_chunk_shape(topo, schedule), block_bytes)
 

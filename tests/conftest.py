@@ -10,20 +10,10 @@ the tests of the budget itself are marked ``warm_budget`` and see the real one.
 
 from __future__ import annotations
 
-import multiprocessing
-
 import pytest
 
 #: the warm-stage floor (s) in-process tests run with
 TEST_WARM_FLOOR_S = 60.0
-
-#: imported once by the forkserver that starts every ``SynthesisPool`` worker of the
-#: session, so that a worker is forked with them instead of importing them itself (each
-#: pool start was ~3 s of imports per worker; its kernels still load in the worker)
-FORKSERVER_PRELOAD = ["mccl_runtime.pool", "mccl_runtime.synthesizer", "mccl_opt.allgather",
-                      "mccl_opt.alltoall"]
-
-multiprocessing.set_forkserver_preload(FORKSERVER_PRELOAD)
 
 
 @pytest.fixture(autouse=True)

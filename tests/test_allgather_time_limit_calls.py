@@ -148,11 +148,11 @@ def test_a_limit_passing_inside_a_rooted_sweep_stops_the_solve_there(monkeypatch
     pass at the first such check (Phase 1's sweep of a 16-GPU fabric, one sink a span)
     stops the solve there, with the first schedule: valid, status
     ``time_limit``, bound at or above the optimum."""
-    from mccl_opt.allgather.forestcoll import maxflow
+    from mccl_opt.allgather.forestcoll import sweep_spans
 
     topo = hpn(1, 2, 8)
     full = mo.solve_allgather(topo)
-    monkeypatch.setattr(maxflow, "SWEEP_WORK", 1)     # one sink per span
+    monkeypatch.setattr(sweep_spans, "SWEEP_WORK", 1)     # one sink per span
     real_check = anytime.check
 
     def check(where: str) -> None:

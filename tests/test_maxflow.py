@@ -12,7 +12,7 @@ from networkx.algorithms.flow import edmonds_karp
 from instances import fail1, fail2, hpn
 from mccl_opt import anytime
 from mccl_opt.allgather.fabric import fabric_of
-from mccl_opt.allgather.forestcoll import maxflow
+from mccl_opt.allgather.forestcoll import sweep_spans
 from mccl_opt.allgather.forestcoll.maxflow import INF, FlowNetwork
 from mccl_opt.allgather.forestcoll.throughput import optimal_rate
 
@@ -200,7 +200,7 @@ def test_scans_resumed_span_by_span_under_a_time_limit(seed, monkeypatch):
     and checks the clock between calls; resumed from the flow the last call left, it must
     answer exactly as one whole scan (first failing sink and its cut, failing sets with
     and without skipping, min over sinks)."""
-    monkeypatch.setattr(maxflow, "SWEEP_WORK", 1)     # one sink per span
+    monkeypatch.setattr(sweep_spans, "SWEEP_WORK", 1)     # one sink per span
     checks = []
     real_check = anytime.check
     monkeypatch.setattr(anytime, "check", lambda where: (checks.append(where), real_check(where)))
@@ -228,17 +228,17 @@ def test_scans_resumed_span_by_span_under_a_time_limit(seed, monkeypatch):
 
 
 def test_spans_shrink_to_the_cpu_a_span_may_take(monkeypatch):
-    """Under a limit a scan's spans are :data:`maxflow.SWEEP_WORK` ``// arcs`` sinks at
-    most, and fewer once a span took more than :data:`maxflow.SPAN_CPU_S` CPU seconds
+    """Under a limit a scan's spans are :data:`sweep_spans.SWEEP_WORK` ``// arcs`` sinks at
+    most, and fewer once a span took more than :data:`sweep_spans.SPAN_CPU_S` CPU seconds
     for as many (here any: the first scan is one span, the next one sink a span), the
     network keeping what it learned for its next scan; every span is preceded by a clock check, the first
     included.  The answers stay those of one whole scan."""
-    monkeypatch.setattr(maxflow, "SPAN_CPU_S", 0.0)
+    monkeypatch.setattr(sweep_spans, "SPAN_CPU_S", 0.0)
     rng, net, caps, sinks = random_network(5003)
     sinks = np.concatenate([sinks, sinks, sinks])
     refs = {g: reference(net, caps, g) for g in set(sinks.tolist())}
     lowest = min(f for f, _ in refs.values())
-    most = maxflow.SWEEP_WORK // net.num_arcs
+    most = sweep_spans.SWEEP_WORK // net.num_arcs
     assert most > sinks.size                          # without shrinking: one span
     checks = []
     real_check = anytime.check

@@ -149,3 +149,17 @@ def test_service_with_a_pool_publishes_versions_synthesized_in_a_worker():
         nic = SMALL.link_index("s0h0g0", "s0tor0")
         assert svc.manager.get("world", "ag").profile.n[nic] == 0      # the new trees avoid the failed NIC
     assert server.synth.calls == []                 # the in-process synthesizer never ran
+
+
+def test_workers_fork_from_a_forkserver_that_imported_the_synthesis_modules():
+    """A pool's forkserver preloads the synthesis modules (each worker would otherwise
+    import them itself, ~3 s of CPU); a misspelt name would be skipped there silently."""
+    import importlib
+    from multiprocessing import forkserver
+
+    from mccl_runtime.pool import FORKSERVER_PRELOAD
+
+    SynthesisPool(TOPO, functools.partial(slow_baseline, 0.0), workers=1).shutdown()
+    assert set(FORKSERVER_PRELOAD) <= set(forkserver._forkserver._preload_modules)
+    for name in FORKSERVER_PRELOAD:
+        importlib.import_module(name)

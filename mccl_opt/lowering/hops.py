@@ -18,11 +18,14 @@ from typing import Callable, Iterable, Sequence
 import numpy as np
 
 from mccl_opt.errors import ScheduleError
+from mccl_opt.piece_rule import PieceRule
 from mccl_opt.schedule import Schedule
 
 INP, OUT, STAGE = 0, 1, 2
 SHARE_TOL = 1e-6
 Bounds = Callable[[Sequence[float], int], list[tuple[int, int]]]
+#: slices per chunk: the same count for every chunk, or a rule on the chunk's size
+Pipeline = int | PieceRule
 
 
 @dataclass(frozen=True)
@@ -82,10 +85,21 @@ def _collect(blocks: Iterable[tuple[tuple[int, ...], list | None, str, str]], bo
     return chunks, rows, None
 
 
-def _slices(lo: np.ndarray, hi: np.ndarray, pipeline: int) -> tuple[np.ndarray, ...]:
-    """Non-empty slices of chunk ranges ``[lo, hi)``, chunk-major: (chunk, start, length)."""
-    span = (hi - lo)[:, None]
-    cuts = (np.arange(pipeline + 1, dtype=np.int64)[None, :] * span) // pipeline
+def slice_counts(span: np.ndarray, hops: np.ndarray, pipeline: Pipeline) -> np.ndarray:
+    """Slices of every chunk of ``span`` elements and ``hops`` GPU hops (deepest):
+    ``pipeline`` each, or as the rule says."""
+    if isinstance(pipeline, PieceRule):
+        return pipeline.of_elements(span, hops)
+    return np.full(span.shape, pipeline, np.int64)
+
+
+def _slices(lo: np.ndarray, hi: np.ndarray, hops: np.ndarray, pipeline: Pipeline) -> tuple[np.ndarray, ...]:
+    """Non-empty slices of chunk ranges ``[lo, hi)`` (``hops`` GPU hops each), chunk-major:
+    (chunk, start, length); slice ``i`` of ``P`` starts at ``floor(i * span / P)``."""
+    span = hi - lo
+    parts = slice_counts(span, hops, pipeline)[:, None]
+    top = int(parts.max(initial=1))
+    cuts = np.minimum(np.arange(top + 1, dtype=np.int64)[None, :], parts) * span[:, None] // parts
     a, z = cuts[:, :-1], cuts[:, 1:]
     ci, pi = np.nonzero(z > a)
     return ci, pi, lo[ci] + a[ci, pi], (z - a)[ci, pi]
@@ -95,7 +109,7 @@ def _ranks(nodes: Iterable[str], rank: dict[str, int]) -> list[int]:
     return [rank[v] for v in nodes if v in rank]
 
 
-def alltoall_hops(schedule: Schedule, rank: dict[str, int], block: int, pipeline: int,
+def alltoall_hops(schedule: Schedule, rank: dict[str, int], block: int, pipeline: Pipeline,
                   bounds: Bounds) -> Hops:
     """AllToAll hops: relays receive into staging and forward from it a round later."""
     n, gpus = len(rank), schedule.gpus
@@ -113,7 +127,7 @@ def alltoall_hops(schedule: Schedule, rank: dict[str, int], block: int, pipeline
     _check_paths(chunks, cs, cd, flat, first, lengths, n)
     if pending is not None:
         raise pending
-    ci, pi, a, ln = _slices(lo, hi, pipeline)
+    ci, pi, a, ln = _slices(lo, hi, lengths - 1, pipeline)
     nh = lengths[ci] - 1
     hc = np.repeat(np.arange(ci.size), nh)
     h = np.arange(hc.size) - np.repeat(np.cumsum(nh) - nh, nh)
@@ -163,7 +177,7 @@ def _stage_offsets(idx: np.ndarray, owner: np.ndarray, length: np.ndarray,
     return off, top.tolist()
 
 
-def allgather_hops(schedule: Schedule, rank: dict[str, int], shard: int, pipeline: int,
+def allgather_hops(schedule: Schedule, rank: dict[str, int], shard: int, pipeline: Pipeline,
                    bounds: Bounds) -> Hops:
     """AllGather hops: tree edge ``u -> v`` copies ``u``'s output (its input on the root)
     into ``v``'s output in round ``depth(u) + slice``."""
@@ -180,7 +194,7 @@ def allgather_hops(schedule: Schedule, rank: dict[str, int], shard: int, pipelin
     tree = np.broadcast_to(np.arange(len(chunks))[:, None], heads.shape)
     order = np.lexsort((heads.ravel(), tails.ravel(), depth_u.ravel(), tree.ravel()))
     u, v, du = (x.ravel()[order].reshape(heads.shape) for x in (tails, heads, depth_u))
-    ci, pi, a, ln = _slices(lo, hi, pipeline)
+    ci, pi, a, ln = _slices(lo, hi, du.max(axis=1, initial=-1) + 1, pipeline)
     e = n - 1
     rt = root[ci][:, None]
     from_root = u[ci] == rt

@@ -1,9 +1,10 @@
 """Compile a ``mccl-schedule/1`` schedule into per-rank point-to-point programs.
 
 The executor (paper §3.3) runs a schedule as *rounds*.  A schedule chunk is cut into
-``pipeline`` slices; along a chunk's GPU hops, hop ``h`` of slice ``p`` runs in round
-``h + p`` (paper §4.2 steps: arcs into switches are instantaneous, every GPU-to-GPU hop
-advances one step), so a relay forwards slice ``p`` while it receives slice ``p + 1``.
+``pipeline`` slices, or as a :class:`~mccl_opt.piece_rule.PieceRule` says for its size
+(the simulator's rule, so both pay the same pipeline fill); along a chunk's GPU hops,
+hop ``h`` of slice ``p`` runs in round ``h + p`` (paper §4.2 steps: arcs into switches
+are instantaneous, every GPU-to-GPU hop advances one step), so a relay forwards slice ``p`` while it receives slice ``p + 1``.
 
 * AllToAll (:class:`~mccl_opt.schedule.PathChunk`): block ``s -> d`` is
   ``inp[d*B:(d+1)*B]`` on rank ``s`` and lands in ``out[s*B:(s+1)*B]`` on rank ``d``.
@@ -39,9 +40,10 @@ from typing import Iterator, Sequence
 import numpy as np
 
 from mccl_opt.errors import InputError, ScheduleError
+from mccl_opt.piece_rule import PieceRule
 from mccl_opt.schedule import PathChunk, Schedule, TreeChunk
 
-from .hops import INP, OUT, SHARE_TOL, STAGE, Hops, allgather_hops, alltoall_hops, rank_index
+from .hops import INP, OUT, SHARE_TOL, STAGE, Hops, Pipeline, allgather_hops, alltoall_hops, rank_index
 
 __all__ = ["COLLECTIVES_EXEC", "INP", "OUT", "STAGE", "Segment", "Message", "RankProgram", "GlobalProgram",
            "compile_schedule", "ProgramCache", "chunk_denominator", "direct_schedule", "slice_bounds", "chunk_bounds"]
@@ -94,7 +96,7 @@ class GlobalProgram:
     collective: str
     version: int
     block_numel: int
-    pipeline: int
+    pipeline: Pipeline
     num_rounds: int
     messages: tuple[Message, ...]
     ranks: tuple[RankProgram, ...]
@@ -172,7 +174,7 @@ def _segments(triples: np.ndarray, half: int) -> tuple[list[Segment], list[Segme
     return segs[:half], segs[half:]
 
 
-def _program(collective: str, version: int, block: int, pipeline: int, n: int,
+def _program(collective: str, version: int, block: int, pipeline: Pipeline, n: int,
              copies: list[tuple[Segment, Segment]], hops: Hops) -> GlobalProgram:
     """Coalesce ``hops`` per (round, src, dst), hop order kept inside each message, and
     fuse consecutive segments contiguous on both ends."""
@@ -208,14 +210,19 @@ def _program(collective: str, version: int, block: int, pipeline: int, n: int,
     return GlobalProgram(collective, version, block, pipeline, num_rounds, messages, ranks)
 
 
-def compile_schedule(schedule: Schedule, block_numel: int, pipeline: int = 1) -> GlobalProgram:
+def compile_schedule(schedule: Schedule, block_numel: int, pipeline: Pipeline = 1) -> GlobalProgram:
     """Lower ``schedule`` for blocks (AllToAll) or shards (AllGather) of ``block_numel``
-    elements into the global round program.  Raises :class:`ScheduleError` if the
-    schedule does not deliver every block."""
-    if block_numel < 0 or pipeline < 1:
-        raise InputError("block_numel must be >= 0 and pipeline >= 1")
+    elements into the global round program, every chunk in ``pipeline`` slices (an int)
+    or as many as the :class:`~mccl_opt.piece_rule.PieceRule` gives its size.  Raises
+    :class:`ScheduleError` if the schedule does not deliver every block."""
+    if not isinstance(pipeline, PieceRule):
+        if block_numel < 0 or pipeline < 1:
+            raise InputError("block_numel must be >= 0 and pipeline >= 1")
+        pipeline = int(pipeline)
+    elif block_numel < 0:
+        raise InputError("block_numel must be >= 0")
     with _gc_paused():
-        return _compile(schedule, int(block_numel), int(pipeline))
+        return _compile(schedule, int(block_numel), pipeline)
 
 
 @contextmanager
@@ -231,7 +238,7 @@ def _gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _compile(schedule: Schedule, block: int, pipeline: int) -> GlobalProgram:
+def _compile(schedule: Schedule, block: int, pipeline: Pipeline) -> GlobalProgram:
     rank = rank_index(schedule)
     n = len(rank)
     if schedule.collective == "alltoall":
@@ -254,7 +261,7 @@ class ProgramCache:
         self.maxsize = maxsize
         self._data: OrderedDict[tuple, tuple[Schedule, GlobalProgram]] = OrderedDict()
 
-    def get(self, schedule: Schedule, block_numel: int, pipeline: int) -> GlobalProgram:
+    def get(self, schedule: Schedule, block_numel: int, pipeline: Pipeline) -> GlobalProgram:
         key = (schedule.collective, schedule.version, id(schedule), block_numel, pipeline)
         hit = self._data.get(key)
         if hit is not None:

@@ -34,9 +34,10 @@ def simulate(topo: Topology, schedule: Schedule, message_bytes: float, *,
     """Run ``schedule`` on ``topo`` moving ``message_bytes`` per block.
 
     ``message_bytes`` is B bytes per ordered GPU pair (AllToAll) or the shard bytes per
-    GPU (AllGather), README "Units and definitions".  Chunks are cut into pieces of at most
-    ``slice_bytes`` (default 512 KiB) or into exactly ``pieces`` pieces (``pieces=1``:
-    whole-chunk store-and-forward).  ``fluid=True`` is the fast mode for large fabrics:
+    GPU (AllGather), README "Units and definitions".  Chunks are cut into pieces as
+    :mod:`mccl_opt.piece_rule` says (what the executor does: at most 512 KiB, 16 per relay hop
+    down to 64 KiB pieces), of ``slice_bytes``, or into exactly ``pieces`` pieces
+    (``pieces=1``: whole-chunk store-and-forward).  ``fluid=True`` is the fast mode for large fabrics:
     infinitely fine pieces, each chunk one flow over all its links at once.
     ``capacity_timeline`` is ``[(t_seconds, {(src, dst): gbps}), ...]``.
     Raises :class:`mccl_opt.ScheduleError` if the schedule does not match ``topo`` and

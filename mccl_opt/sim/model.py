@@ -23,14 +23,16 @@ import numpy as np
 import scipy.sparse as sp
 
 from ..errors import MCCLError, ScheduleError, TopologyError
+from ..piece_rule import MAX_PIECE_BYTES, PIECE_RULE
 from ..schedule import PathChunk, Schedule, TreeChunk
 from ..topology import Topology
 
 __all__ = ["SimulationError", "Streams", "compile_streams", "CapacityChange",
            "parse_timeline", "DEFAULT_SLICE_BYTES"]
 
-#: NCCL's Simple-protocol default slice (``NCCL_BUFFSIZE`` 4 MiB / 8 slice steps).
-DEFAULT_SLICE_BYTES = 512 * 1024
+#: NCCL's Simple-protocol slice (``NCCL_BUFFSIZE`` 4 MiB / 8 slice steps): the largest
+#: piece of the default rule (:mod:`mccl_opt.piece_rule`)
+DEFAULT_SLICE_BYTES = MAX_PIECE_BYTES
 
 
 class SimulationError(MCCLError, ValueError):
@@ -108,10 +110,13 @@ def _chunk_groups(schedule: Schedule) -> list[tuple[object, int]]:
     return [(first[k], n) for k, n in keys.items()]
 
 
-def _piece_count(chunk_bytes: float, slice_bytes: float | None, pieces: int | None) -> int:
+def _piece_count(chunk_bytes: float, hops: int, slice_bytes: float | None, pieces: int | None) -> int:
+    """Exactly ``pieces``, else pieces of ``slice_bytes``, else the shared rule on the
+    chunk's bytes and GPU hops (:mod:`mccl_opt.piece_rule`, what the executor's lowering uses)."""
     if pieces is not None:
         return pieces
-    assert slice_bytes is not None
+    if slice_bytes is None:
+        return PIECE_RULE.count(chunk_bytes, hops)
     return max(1, math.ceil(chunk_bytes / slice_bytes - 1e-9))
 
 
@@ -120,9 +125,10 @@ def compile_streams(topo: Topology, schedule: Schedule, message_bytes: float, *,
                     fluid: bool = False) -> Streams:
     """Build the :class:`Streams` of ``schedule`` for ``message_bytes`` per block.
 
-    ``slice_bytes=None`` uses :data:`DEFAULT_SLICE_BYTES` (a chunk smaller than a slice
-    is one piece); an explicit ``slice_bytes`` larger than the largest chunk is an
-    error, as is giving both ``slice_bytes`` and ``pieces``.  ``fluid=True`` gives one
+    By default a chunk is cut as :data:`mccl_opt.piece_rule.PIECE_RULE` says (pieces of at
+    most 512 KiB, 16 per relay hop while each stays >= 64 KiB), as the executor cuts it; an
+    explicit ``slice_bytes`` gives pieces of that size (a chunk smaller is one piece); one
+    larger than the largest chunk is an error, as is giving both ``slice_bytes`` and ``pieces``.  ``fluid=True`` gives one
     stream per chunk occupying all its links at once (infinitely fine pieces, see
     :func:`_to_fluid`).
     """
@@ -146,8 +152,6 @@ def compile_streams(topo: Topology, schedule: Schedule, message_bytes: float, *,
                 f"slice_bytes={slice_bytes:g} is larger than the largest chunk ({largest:g} bytes = "
                 f"share x message size); use a smaller slice, pieces=1 for whole-chunk transfers, "
                 f"or the default slicing")
-    else:
-        slice_bytes = DEFAULT_SLICE_BYTES if pieces is None else None
 
     lat_us = topo.arrays.latency
     gpu_set = frozenset(topo.gpus)
@@ -179,16 +183,17 @@ def compile_streams(topo: Topology, schedule: Schedule, message_bytes: float, *,
     for chunk, m in groups:
         firsts.append(len(seg))
         chunk_bytes = chunk.share * message_bytes
-        n = _piece_count(chunk_bytes, slice_bytes, pieces)
-        size = chunk_bytes / n
         if isinstance(chunk, PathChunk):
             if chunk.path[0] != chunk.src or chunk.path[-1] != chunk.dst:
                 raise ScheduleError(f"chunk {chunk.src}->{chunk.dst}: path must start at src and end at dst")
+            parts = _segments(topo, chunk.path)
+            n = _piece_count(chunk_bytes, len(parts), slice_bytes, pieces)
             prev = -1
-            for part in _segments(topo, chunk.path):
-                prev = add(part, m, n, size, prev)
+            for part in parts:
+                prev = add(part, m, n, chunk_bytes / n, prev)
         else:
-            _add_tree(topo, chunk, gpu_set, lambda part, par: add(part, m, n, size, par))
+            n = _piece_count(chunk_bytes, max(chunk.depths().values()), slice_bytes, pieces)
+            _add_tree(topo, chunk, gpu_set, lambda part, par: add(part, m, n, chunk_bytes / n, par))
 
     seg_arr = np.asarray(seg, dtype=np.int64)
     seg_len = np.array([len(a) for a in seg_arcs], dtype=np.int64)

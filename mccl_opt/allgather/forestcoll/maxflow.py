@@ -14,26 +14,14 @@ Kernels are ``numba.njit(cache=True)`` and compile on first use.
 
 from __future__ import annotations
 
-import time
-from typing import Iterator
-
 import numpy as np
 from numba import njit
 
-from mccl_opt import anytime
+from .sweep_spans import spans as _spans
 
-__all__ = ["FlowNetwork", "INF", "SWEEP_WORK"]
+__all__ = ["FlowNetwork", "INF"]
 
 INF = np.int64(1) << np.int64(60)
-#: sinks times arcs per compiled call of a scan under a time limit (:func:`_spans`):
-#: each sink's flow repair searches the residual network, so a call's time follows the
-#: arcs: 32 sinks of HPN 8x16x8 (1024 GPUs, ~8,700 links) took ~12 ms CPU, and 32 of a
-#: 1024-GPU logical graph 0.2 s, so spans of ``SWEEP_WORK // arcs`` sinks (at least 1)
-SWEEP_WORK = 300_000
-#: ... and at most this many CPU seconds, by the CPU per sink the network's last span
-#: took (a span of a logical graph's sweep took 62 ms at 512 GPUs: its sinks cost more
-#: than their arcs say)
-SPAN_CPU_S = 0.01
 
 
 @njit(cache=True)
@@ -293,7 +281,7 @@ class FlowNetwork:
         self._path = np.empty(n_tot + 1, np.int64)
         self.s_arc0 = self.m
         self.t_arc0 = self.m + self.n
-        self.span_sinks = max(1, SWEEP_WORK // max(self.num_arcs, 1))   # :func:`_spans`
+        self.span_sinks = 1 << 62      # sinks a span may hold, learned by :func:`_spans`
 
     def caps(self) -> np.ndarray:
         """A zero capacity vector of the right length."""
@@ -310,7 +298,7 @@ class FlowNetwork:
         """Position in ``sinks`` of the first sink ``g`` whose max-flow (``g -> T``
         opened) is below ``demand``; -1 if all pass.  ``caps`` must have every
         ``v -> T`` arc closed.  Under a time limit the scan checks the clock between
-        spans of sinks (:func:`_spans`)."""
+        spans of sinks (:func:`.sweep_spans.spans`)."""
         caps, sinks = np.asarray(caps, np.int64), _writable(sinks)
         for lo, hi in _spans(sinks.size, self):
             pos = int(_rooted_check(self.n + 2, self._start, self._arcs, self._head, self._res,
@@ -357,6 +345,15 @@ class FlowNetwork:
                 break
         return best
 
+    def breadth_first(self, source: int) -> np.ndarray:
+        """The real nodes reachable from ``source`` along arcs taken either way (every
+        residual arc of a real arc open), in breadth-first order."""
+        res = np.zeros(2 * self.num_arcs, np.int64)
+        res[: 2 * self.m] = 1
+        _bfs_levels(self.n + 2, self._start, self._arcs, self._head, res, int(source), -1,
+                    self._level, self._queue)
+        return self._queue[: int(np.count_nonzero(self._level >= 0))].copy()
+
     def sink_side(self) -> np.ndarray:
         """Real nodes the super-source cannot reach in the residual network of the last
         flow: after a maximum flow, the sink side of a minimum cut."""
@@ -374,34 +371,6 @@ class FlowNetwork:
         _bfs_levels(self.n + 2, self._start, self._arcs, self._head, self._res,
                     self.n, -1, self._level, self._queue)      # no target: full search
         return self._level[: self.n] >= 0
-
-
-def _spans(size: int, net: FlowNetwork) -> Iterator[tuple[int, int]]:
-    """``(lo, hi)`` spans of a scan over ``size`` sinks of ``net``: one without a time
-    limit; under one, :data:`SWEEP_WORK` ``// arcs`` sinks at a time (at least 1), fewer
-    where the network's last span took more than :data:`SPAN_CPU_S` CPU seconds for as
-    many (``net.span_sinks``, learned span by span and kept for the network's next scan),
-    the clock checked before each span, the first included
-    (:func:`mccl_opt.anytime.check`): a whole scan is one compiled call of up to ~1 s
-    at 1024 GPUs, which no check point reached, and a scan begun past the limit ran
-    its first span, 10-60 ms CPU, before the first check (docs/allgather.md, "Steps no
-    check point reached", "Checks before every span")."""
-    if anytime.current() is None:
-        yield 0, size
-        return
-    most = max(1, SWEEP_WORK // max(net.num_arcs, 1))
-    lo = 0
-    while True:
-        anytime.check("a rooted sweep (max-flows over the GPUs)")
-        hi = min(lo + min(most, net.span_sinks), size)
-        began = time.thread_time()
-        yield lo, hi
-        spent = time.thread_time() - began
-        if hi > lo and spent > 0:
-            net.span_sinks = max(1, min(most, int((hi - lo) * SPAN_CPU_S / spent)))
-        if hi >= size:
-            return
-        lo = hi
 
 
 def _writable(sinks: np.ndarray) -> np.ndarray:
