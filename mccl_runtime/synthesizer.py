@@ -131,7 +131,7 @@ def _round_aware_alltoall(topo: Topology, warm: Schedule, backend: str, max_chun
     # tied or lost on 48 fabrics warm from the healthy schedule, but a warm start from a
     # version built on a stalled reading (another GPU's ToR cable read at 0.4-0.75) keeps
     # its round structure: the other three then reach 0.77-0.88 of the cold solve's round
-    # time (docs/executor.md, "Scenario classes on real ranks, all seven")
+    # time (docs/executor.md, "All seven classes on real ranks")
     cold = () if best.report.warm is WarmUse.COLD else ((None, "min"), (None, None))
     for start, steps in ((warm, "min"), *cold):
         left = _left_for_another(time_limit_s, t0, took)
