@@ -14,7 +14,16 @@ and restored (``restore_warm_state``: a restarted controller) and warm from the 
 step's schedule, with 10 chunks and
 fractional (``max_chunks=None``).  Each schedule is validated (``mccl_opt.validate``: every
 block delivered, loads and rate recomputed) and its ``lp_rate_gbps`` compared with the
-compact optimum.  ``--shuffle`` also solves every state cold with its nodes and links
+compact optimum; at 10 chunks the best rate of every mode on a state must not exceed the
+whole-chunk cut bound (``chunk_bound.chunk_bound_gbps``, an upper bound);
+``--dive-past-bound`` also re-solves cold every state whose bound is below its LP rate
+with the bound switched off in the rounding (the repair and the dive then run to the LP),
+so a bound set too low cannot hide behind the dive it skips.  Every solve's
+process CPU time is kept: the table gives p50/p95/max per mode, and a warm solve slower
+than ``max(1.5 x cold, 20 ms)`` is listed (not a failure: CPU time is noisy).
+``--time-limits S ...`` re-solves the ``--limit-states`` largest states cold and warm
+under ``time_limit=S``: a return after more than ``1.2 S + 0.05`` s CPU, or a schedule
+that does not validate, is a failure.  ``--shuffle`` also solves every state cold with its nodes and links
 listed in a random order; ``--families`` adds the event chains (``--steps`` events:
 one-way and two-way degradations, repairs) over the fabric families of
 ``bench/allgather_chains.py`` up to ``--family-max-gpus`` GPUs.  Every Farley bound column
@@ -29,6 +38,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from unittest import mock
 from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Iterator
@@ -43,6 +53,7 @@ from bench.alltoall_bounds import Recorded, recorded_bounds      # noqa: E402
 from formulations.compact import build_compact_lp                # noqa: E402
 from instances import irregular                                  # noqa: E402
 from mccl_opt import restore_warm_state                          # noqa: E402
+from mccl_opt.alltoall.chunk_bound import chunk_bound_gbps                 # noqa: E402
 
 ODD = (0.9137, 0.7, 0.4452, 0.333, 1.0, 1.618, 0.5, 0.1234)
 
@@ -112,14 +123,20 @@ def family_chains(families: list[str], steps: int, max_gpus: int,
 class Fuzz:
     """Gaps, bound checks and failures of every solve (see the module doc)."""
 
-    def __init__(self, tol: float, shuffle: bool, rng: np.random.Generator) -> None:
+    def __init__(self, tol: float, shuffle: bool, rng: np.random.Generator,
+                 dive_past_bound: bool = False) -> None:
         self.tol, self.shuffle, self.rng = tol, shuffle, rng
+        self.dive_past_bound = dive_past_bound
         self.worst: dict[str, tuple[float, str]] = defaultdict(lambda: (0.0, ""))
         self.paths: Counter = Counter()
         self.failures: list[str] = []
         self.solves = self.states = 0
         self.bounds = Counter()          # bounds checked against the compact LP, by kind
         self.certified = Counter()       # ... and those equal to it (within tol)
+        self.cpu: dict[str, list[float]] = defaultdict(list)     # CPU s per mode label
+        self.slow_warm: list[str] = []   # warm solves above max(1.5 x cold, 20 ms)
+        self.chunk_checks = [0, 0]       # chunk bounds checked, ... equal to the best rate
+        self.largest: list[tuple[int, str, mo.Topology, mo.Schedule | None]] = []
 
     def judge(self, topo: mo.Topology, label: str, z: float, sched: mo.Schedule,
               rec: Recorded) -> None:
@@ -162,7 +179,9 @@ class Fuzz:
                     self.solves += 1
                     try:
                         with recorded_bounds() as rec:
+                            t = time.process_time()
                             sched = mo.solve_alltoall(fab, warm=warm, max_chunks=k)
+                            self.cpu[label].append(time.process_time() - t)
                         self.judge(fab, label, z, sched, rec)
                     except Exception as exc:                     # noqa: BLE001 - reported
                         self.failures.append(f"{fab.name} {label}: {type(exc).__name__}: {exc}")
@@ -170,8 +189,59 @@ class Fuzz:
                     done[mode] = sched
                     if mode.startswith("warm"):
                         self.paths[mode, sched.stats["warm_mode"]] += 1
+                        self.check_warm_time(topo.name, label, f"cold K={k}")
+                if k is not None and done:
+                    self.check_chunk_bound(topo, k, done)
+                if k == 10:
+                    self.largest.append((topo.num_gpus, topo.name, topo, prev))
                 first = first or done.get("cold")
                 prev, prev_topo = done.get("warm-chain", done.get("cold")), topo
+
+    def check_warm_time(self, name: str, label: str, cold_label: str) -> None:
+        """Lists the last warm solve if slower than ``max(1.5 x cold, 20 ms)`` CPU."""
+        warm_s, cold_s = self.cpu[label][-1], self.cpu[cold_label][-1]
+        if warm_s > max(1.5 * cold_s, 0.02):
+            self.slow_warm.append(f"{name} {label}: {warm_s * 1e3:.1f} ms vs cold "
+                                  f"{cold_s * 1e3:.1f} ms")
+
+    def check_chunk_bound(self, topo: mo.Topology, k: int, done: dict[str, mo.Schedule]) -> None:
+        """No schedule of ``k`` chunks per pair beats the whole-chunk cut bound."""
+        bound = chunk_bound_gbps(topo, k)
+        if self.dive_past_bound and "cold" in done and bound < done["cold"].lp_rate_gbps:
+            with mock.patch("mccl_opt.alltoall.rounding.chunk_bound_gbps",
+                            lambda *_: float("inf")):
+                t = time.process_time()
+                done["cold-nobound"] = mo.solve_alltoall(topo, max_chunks=k)
+                self.cpu[f"cold-nobound K={k}"].append(time.process_time() - t)
+        best_mode, best = max(((m, s.rate_gbps) for m, s in done.items()), key=lambda x: x[1])
+        self.chunk_checks[0] += 1
+        self.chunk_checks[1] += abs(bound - best) <= 1e-9 * best
+        if best > bound * (1 + 1e-9):
+            self.failures.append(f"{topo.name} K={k}: {best_mode} rate {best!r} above the "
+                                 f"whole-chunk bound {bound!r}")
+
+    def run_limits(self, limits: list[float], count: int) -> None:
+        """The ``count`` largest K=10 states cold and warm-chain under each time limit:
+        CPU at most ``1.2 S + 0.05`` s and a valid schedule."""
+        for _, name, topo, prev in sorted(self.largest, key=lambda x: (-x[0], x[1]))[:count]:
+            for s in limits:
+                for mode, warm in (("cold", None), ("warm-chain", prev)):
+                    if mode == "warm-chain" and warm is None:
+                        continue
+                    label = f"limit {s:g} {mode}"
+                    t = time.process_time()
+                    try:
+                        sched = mo.solve_alltoall(topo, warm=warm, max_chunks=10, time_limit=s)
+                        spent = time.process_time() - t
+                        mo.validate(topo, sched)
+                    except Exception as exc:                     # noqa: BLE001 - reported
+                        self.failures.append(f"{name} {label}: {type(exc).__name__}: {exc}")
+                        continue
+                    self.cpu[label].append(spent)
+                    self.paths[label, sched.stats["status"]] += 1
+                    if spent > 1.2 * s + 0.05:
+                        self.failures.append(f"{name} ({topo.num_gpus} GPUs) {label}: "
+                                             f"{spent:.3f} s CPU, status {sched.stats['status']}")
 
     def report(self, seconds: float) -> None:
         print(f"{self.states} fabric states, {self.solves} solves in {seconds:.1f} s")
@@ -183,6 +253,16 @@ class Fuzz:
         print("bounds checked against the compact LP (never below it): " + ", ".join(
             f"{kind} {self.bounds[kind]} ({self.certified[kind]} equal to it)"
             for kind in ("class", "other")))
+        print(f"whole-chunk bounds checked (never below the best K=10 rate): "
+              f"{self.chunk_checks[0]} ({self.chunk_checks[1]} equal to it)")
+        print("| mode | solves | CPU ms p50 | p95 | max |")
+        print("|---|---|---|---|---|")
+        for label, ts in sorted(self.cpu.items()):
+            p50, p95, top = np.percentile(np.array(ts) * 1e3, [50, 95, 100])
+            print(f"| {label} | {len(ts)} | {p50:.1f} | {p95:.1f} | {top:.1f} |")
+        print(f"warm slower than max(1.5 x cold, 20 ms): {len(self.slow_warm)}")
+        for line in self.slow_warm[:30]:
+            print("  " + line)
         print(f"failures: {len(self.failures)}")
         for line in self.failures[:30]:
             print("  " + line)
@@ -203,9 +283,16 @@ def main(argv: list[str] | None = None) -> int:
                          "bench/allgather_chains.py (all when none named)")
     ap.add_argument("--family-max-gpus", type=int, default=32,
                     help="family fabrics above this many GPUs are skipped (compact LP size)")
+    ap.add_argument("--dive-past-bound", action="store_true",
+                    help="re-solve cold with the whole-chunk bound off where it is below the LP")
+    ap.add_argument("--time-limits", type=float, nargs="*", default=[], metavar="S",
+                    help="re-solve the largest states under these time limits (s)")
+    ap.add_argument("--limit-states", type=int, default=6,
+                    help="how many of the largest states --time-limits re-solves")
     args = ap.parse_args(argv)
     rng = np.random.default_rng(args.seed)
-    fuzz = Fuzz(args.tol, args.shuffle, rng)
+    fuzz = Fuzz(args.tol, args.shuffle, rng, args.dive_past_bound)
+    mo.solve_alltoall(irregular(0))           # numba kernels loaded before any timed solve
     t0 = time.perf_counter()
     for f in range(args.fabrics):
         fuzz.run_chain(chain(args.seed * 1000 + f, args.steps, args.max_gpus, rng), (10, None))
@@ -215,6 +302,7 @@ def main(argv: list[str] | None = None) -> int:
         for states in family_chains(args.families or list(FAMILIES), args.steps,
                                     args.family_max_gpus, rng):
             fuzz.run_chain(states, (10, None))
+    fuzz.run_limits(args.time_limits, args.limit_states)
     fuzz.report(time.perf_counter() - t0)
     return 1 if fuzz.failures else 0
 

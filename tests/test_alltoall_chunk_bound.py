@@ -69,3 +69,17 @@ def test_a_rounding_at_the_bound_is_kept_without_a_dive():
     assert sched.stats["dive_steps"] == 0 and not sched.stats["repaired"]
     # on the healthy fabric the LP's loads are whole chunks: the bounds agree
     assert chunk_bound_gbps(base, 10) == pytest.approx(cut_bound_gbps(base))
+
+
+def test_a_cut_with_a_larger_fractional_bound_can_still_give_the_smallest_bound():
+    """GPU a sends its one chunk over 50 or 39.04 Gbps (fractional cut 89.04), b over
+    60: the whole-chunk bound is 50, the best 1-chunk schedule.  Searching the cuts in
+    order of their fractional bound and stopping above the best so far gave 60 (valid,
+    but not the smallest): a cut's whole-chunk bound can fall far below its fractional one."""
+    nodes = [Node("a", "gpu"), Node("b", "gpu"), Node("S1", "switch"), Node("S2", "switch")]
+    links = [Link("a", "S1", 50.0), Link("a", "S2", 39.04), Link("S1", "b", 1000.0),
+             Link("S2", "b", 1000.0), Link("b", "a", 60.0)]
+    topo = Topology("two-gpus", nodes, links)
+    assert chunk_bound_gbps(topo, 1) == pytest.approx(50.0)
+    assert _milp_rate(topo, 1) == pytest.approx(50.0, rel=1e-6)
+    assert chunk_bound_gbps(topo, 2) >= _milp_rate(topo, 2) * (1 - 1e-6)

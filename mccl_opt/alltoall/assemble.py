@@ -128,14 +128,17 @@ class Outcome:
 
 def make_schedule(prob: Problem, outcome: Outcome, max_chunks: int | None) -> Schedule:
     """The :class:`Schedule` of ``outcome``: rate recomputed from the share loads, the
-    LP rate raised to it within float noise, the bottleneck cut of the LP-saturated links."""
+    LP rate raised to it within float noise, or whenever the LP phase stopped short of
+    its optimum (a time limit: the repair and the dive may have priced paths that beat
+    the last master, and every schedule is a point of the LP, so its optimum is at least
+    the rate), the bottleneck cut of the LP-saturated links."""
     rate = schedule_rate(prob.topo, outcome.loads)
     if not np.isfinite(rate):
         raise SolveError("rounding produced a schedule that loads no link; report this as a bug")
-    lp_rate = outcome.lp_rate
-    if lp_rate < rate <= lp_rate * (1 + 1e-9):
-        lp_rate = rate                                  # float noise of the LP's t
     report = outcome.report
+    lp_rate = outcome.lp_rate
+    if lp_rate < rate and (report.status is not CGStatus.OPTIMAL or rate <= lp_rate * (1 + 1e-9)):
+        lp_rate = rate
     bottleneck = bottleneck_links(prob.topo, outcome.loads, rate, max_chunks,
                                   saturated=outcome.saturated)
     return Schedule("alltoall", prob.topo.name, prob.topo.gpus, rate, lp_rate, max_chunks,

@@ -37,9 +37,11 @@ def chunk_bound_gbps(topo: Topology, k: int) -> float:
     best = float("inf")
     for pairs, leaving, entering in [*set_cuts(topo), _gpu_cuts(topo)]:
         for cut in (leaving, entering):
-            frac = (cut @ cap) / pairs          # the fractional bound: z_X never exceeds it
-            for x in np.argsort(frac, kind="stable"):
-                if frac[x] >= best:
+            # z_X is at least sum(units) / (demand + links): there every link's count
+            # falls short of units / z by less than one chunk (_whole_chunk_rate)
+            lower = k * (cut @ cap) / (k * pairs + np.diff(cut.indptr))
+            for x in np.argsort(lower, kind="stable"):
+                if lower[x] >= best:
                     break
                 links = cut.indices[cut.indptr[x]:cut.indptr[x + 1]]
                 best = min(best, _whole_chunk_rate(cap[links] * k, k * int(pairs[x])))

@@ -36,6 +36,7 @@ import numpy as np
 
 from .. import progress
 from ..errors import SolveError
+from .cut_bound import tightest_cut
 from .master import MasterSolution, MasterTimeUp, RestrictedMaster
 from .pricing import price_paths
 from .problem import Problem
@@ -177,7 +178,8 @@ def _used_path_cost(master: RestrictedMaster, sol: MasterSolution, w: np.ndarray
 def column_generation(master: RestrictedMaster, prob: Problem, max_steps: int, *,
                       options: CGOptions = CGOptions(), deadline: float | None = None,
                       want: np.ndarray | None = None, bound: bool = True,
-                      label: str = "column generation", pricing_s: float = 0.0) -> CGResult:
+                      label: str = "column generation", pricing_s: float = 0.0,
+                      set_cut: bool = False) -> CGResult:
     """Run column generation on ``master`` until LP-optimal (or the deadline).
 
     ``want`` masks the pairs that may receive columns (all by default); ``bound=False``
@@ -185,7 +187,11 @@ def column_generation(master: RestrictedMaster, prob: Problem, max_steps: int, *
     stops only when no column prices out.  With a ``deadline``, a round stops before its
     pricing when less time is left than a pricing pass is expected to take (the last
     round's, or ``pricing_s`` before the first: what routing the initial columns took):
-    its columns would come past the deadline.
+    its columns would come past the deadline.  ``set_cut`` (the full master: every pair
+    wanted, the fabric's capacities): the first round whose master rate did not rise
+    also prices the tightest node-set cut (:func:`.cut_bound.tightest_cut`), once; a
+    master already at the cut bound then certifies there instead of pricing degenerate
+    duals round after round (docs/alltoall.md, *Stalled duals*).
     """
     best_bound = 0.0
     history: list[tuple[float, float]] = []
@@ -254,6 +260,16 @@ def column_generation(master: RestrictedMaster, prob: Problem, max_steps: int, *
                             sp = price_paths(prob.graph, w_c, all_pairs, max_steps, want).shortest
                             pr_s += time.perf_counter() - t1
                             candidates.append((w_c, float(prob.pair_values(sp).sum())))
+            stalled = bool(history) and sol.rate <= history[-1][0] * (1 + 1e-12)
+            if set_cut and stalled and closed > options.rel_tol * sol.t:
+                set_cut = False                      # once per run
+                t1 = time.perf_counter()
+                _, links = tightest_cut(prob.topo)
+                if links.any():
+                    w_c = links / float(master.capacity @ links)
+                    sp = price_paths(prob.graph, w_c, all_pairs, max_steps, want).shortest
+                    candidates.append((w_c, float(prob.pair_values(sp).sum())))
+                pr_s += time.perf_counter() - t1
             for w_c, sp_sum in candidates:
                 b = _bound(sp_sum, w_c, master.capacity)
                 if b > best_bound or cert_w is None:

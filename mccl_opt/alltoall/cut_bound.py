@@ -23,24 +23,43 @@ from scipy.sparse.csgraph import connected_components
 
 from ..topology import Topology
 
-__all__ = ["cut_bound_gbps", "set_cuts"]
+__all__ = ["cut_bound_gbps", "tightest_cut", "set_cuts"]
 
 
 def cut_bound_gbps(topo: Topology) -> float:
     """The smallest node-set cut bound (module doc) on ``topo``'s AllToAll rate, in Gbps
     per pair; ``inf`` with fewer than two GPUs."""
+    return tightest_cut(topo)[0]
+
+
+def tightest_cut(topo: Topology) -> tuple[float, np.ndarray]:
+    """:func:`cut_bound_gbps` and the links of the cut that gives it (bool per link;
+    none with fewer than two GPUs).  Priced at ``1 / cap`` of that cut, every pair the
+    cut separates costs at least that much, so the Farley bound of these prices is at
+    least the cut bound (column generation's certificate when its duals stall:
+    :func:`.colgen.column_generation`)."""
     arr = topo.arrays
     n, g = topo.num_nodes, int(arr.gpu_nodes.size)
+    links = np.zeros(int(arr.tail.size), bool)
     if g < 2:
-        return float("inf")
+        return float("inf"), links
     tail, head = np.asarray(arr.tail, np.int64), np.asarray(arr.head, np.int64)
     cap = np.asarray(arr.capacity, float)
-    best = float("inf")
+    best, rows = float("inf"), None
     for pairs, leaving, entering in set_cuts(topo):
-        best = min(best, float((np.minimum(leaving @ cap, entering @ cap) / pairs).min()))
-    out_gpu = np.bincount(tail, weights=cap, minlength=n)[arr.gpu_nodes]
-    in_gpu = np.bincount(head, weights=cap, minlength=n)[arr.gpu_nodes]
-    return min(best, float(np.minimum(out_gpu, in_gpu).min()) / (g - 1))
+        for cut in (leaving, entering):
+            per_set = (cut @ cap) / pairs
+            x = int(np.argmin(per_set))
+            if per_set[x] < best:
+                best, rows = float(per_set[x]), cut.indices[cut.indptr[x]:cut.indptr[x + 1]]
+    gpus = np.asarray(arr.gpu_nodes)
+    for end in (tail, head):
+        per_gpu = np.bincount(end, weights=cap, minlength=n)[gpus] / (g - 1)
+        x = int(np.argmin(per_gpu))
+        if per_gpu[x] < best:
+            best, rows = float(per_gpu[x]), np.flatnonzero(end == gpus[x])
+    links[rows] = True
+    return best, links
 
 
 def set_cuts(topo: Topology) -> list[tuple[np.ndarray, csr_matrix, csr_matrix]]:

@@ -132,7 +132,7 @@ def run_cg(prob: Problem, backend: str, max_steps: int, columns, deadline: float
                                    None if routing is None else routing[0])
     routed_s = time.perf_counter() - t + (0.0 if routing is None else routing[1])
     res = column_generation(master, prob, max_steps, options=options, deadline=deadline,
-                            pricing_s=routed_s)
+                            pricing_s=routed_s, set_cut=True)
     return Solved(master, res, max_steps, carried)
 
 
