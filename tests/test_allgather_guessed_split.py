@@ -49,25 +49,32 @@ def test_guessed_split_is_the_checked_greedy(monkeypatch):
 
 
 def test_neighbour_sets_cover_a_gpu_only_switch():
-    """An NVSwitch of 8 GPUs: every set of its neighbours of two or more nodes, with and
-    without it (2·255 - 8 rows); a switch with a switch neighbour gets none."""
+    """An NVSwitch of 8 GPUs: every set of its neighbours, with and without it (2·255
+    rows); a switch with a switch neighbour: each of its GPU neighbours alone (a loop
+    through the switch lowers that GPU's cut), in node order, and nothing else."""
     g = _balanced(leaf_spine(2, 2, 8))
     nvswitch = next(w for w in np.flatnonzero(g.is_switch)
                     if not g.is_switch[sorted(g.outs[w])].any())
     sides = exact_split._neighbour_sets(g, int(nvswitch))
-    assert sides.shape[0] == 2 * 255 - 8
+    assert sides.shape[0] == 2 * 255
     assert len({row.tobytes() for row in sides}) == sides.shape[0]
     near = sorted(g.outs[nvswitch])
     assert not sides[:, np.setdiff1d(np.arange(g.n), near + [nvswitch])].any()
-    leaf = next(w for w in np.flatnonzero(g.is_switch) if g.is_switch[sorted(g.outs[w])].any())
-    assert exact_split._neighbour_sets(g, int(leaf)).shape[0] == 0
+    for w in np.flatnonzero(g.is_switch):
+        ends = sorted(g.ins.get(w, set()) | g.outs.get(w, set()))
+        if not g.is_switch[ends].any():
+            continue
+        gpus = [x for x in ends if not g.is_switch[x]]      # a leaf's 16, a spine's none
+        sides = exact_split._neighbour_sets(g, int(w))
+        assert (sides.sum(axis=1) == 1).all()
+        assert [int(np.flatnonzero(row)[0]) for row in sides] == gpus
 
 
 def test_nvswitches_are_guessed_in_one_batch(monkeypatch):
     """Leaf-spine 2x2x8: the four NVSwitches (GPU neighbours only) are guessed and
-    verified together, in 4 sweeps; the sets a failed guess learns leave out the switches
-    it emptied (with them each choice of emptied switches was a new set: 7 sweeps).  The
-    split is still the one by checks."""
+    verified together, in one sweep (the single GPUs known before the guesses; without
+    them 4, the sets a failed guess learns leaving out the switches it emptied, else 7).
+    The split is still the one by checks."""
     sweeps: list[int] = []
     batches: list[tuple[list[int], int]] = []
     real_sweep, real_batch = FlowNetwork.failing_sets, exact_split._split_batch
@@ -90,6 +97,6 @@ def test_nvswitches_are_guessed_in_one_batch(monkeypatch):
     assert split_all(guessed)
     nvswitches = [w for w in np.flatnonzero(g.is_switch).tolist()
                   if not g.is_switch[sorted(g.outs[w])].any()]
-    assert (nvswitches, 4) in batches
+    assert (nvswitches, 1) in batches
     assert split_all(checked, 0)
     assert guessed.units == checked.units and guessed.bundles == checked.bundles
