@@ -40,12 +40,14 @@ class InFlight:
         done = self.carried[row] + frac * (self.carried[row + 1] - self.carried[row])
         return self.carried[-1] - done
 
-    def busy(self, t: float) -> np.ndarray:
-        """Per link: whether it carries traffic of this collective at ``t``."""
+    def load(self, t: float) -> np.ndarray:
+        """Per link: the Gbps of this collective's traffic it carries at ``t`` (what each
+        rank's per-connection counters tell over the last moment)."""
         row = int(np.searchsorted(self.times, t - self.start, side="right")) - 1
         if row < 0 or row >= len(self.times) - 1:
-            return np.zeros(self.carried.shape[1], dtype=bool)
-        return self.carried[row + 1] > self.carried[row]
+            return np.zeros(self.carried.shape[1])
+        span = self.times[row + 1] - self.times[row]
+        return (self.carried[row + 1] - self.carried[row]) / span if span > 0 else np.zeros(self.carried.shape[1])
 
     def remaining_s(self, t: float, m: np.ndarray) -> float:
         """A lower bound on its time left: every link must still carry what is left on it

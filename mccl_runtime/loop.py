@@ -20,8 +20,11 @@ per link and collective, and each window reports its mean throughput times
 ``1 + noise * N(0, 1)``.  Windows are bounded in time too: a stretch gets at least one
 window per ``window_s``, so a link at 1 % of nominal (whose collectives last 100 x
 longer) reports as often per millisecond as a healthy one and is confirmed as fast.
-Links the estimator holds below nominal are *probed* (:mod:`.probes`): the only way to
-see that a link the schedule avoids, or no longer saturates, has changed.
+Links the estimator holds below nominal, or whose change is being confirmed, are *probed*
+(:mod:`.probes`): the only way to see that a link the schedule avoids, or no longer
+saturates, has changed.  When a synthesis job's time has elapsed, the links its schedule
+loads that no sample has read since the latest change was alarmed are probed before the
+manager decides on it, so a change there holds the result (``Probe.unread``).
 
 Timing model (simulated clock, real synthesis):
 
@@ -55,10 +58,8 @@ Timing model (simulated clock, real synthesis):
 
 from __future__ import annotations
 
-import gc
 import json
 import math
-import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -70,6 +71,8 @@ from mccl_opt.schedule import Schedule
 from mccl_opt.topology import Topology
 
 from .drift import bottleneck_rate
+from .gc_pause import GcPause, paused
+from .channels import reverse_links
 from .inflight import InFlight
 from .level import LevelParams
 from .loop_report import DEFAULT_OOB_MS
@@ -86,40 +89,6 @@ __all__ = ["LoopConfig", "LoopResult", "run_loop", "builtin_scenario", "link_win
 #: how the loop times a synthesis job: wall time, or the process's CPU time (which the load
 #: of other processes on a shared machine does not inflate)
 SYNTH_CLOCKS: dict[str, Callable[[], float]] = {"wall": time.perf_counter, "cpu": time.process_time}
-
-
-class GcPause:
-    """Cyclic garbage collection off while any ``with`` block of this object runs (the
-    synthesis worker thread and the loop's thread may nest), back to its former state
-    after the last one (module docstring, "Timing model")."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._depth = 0
-        self._was_enabled = False
-
-    def __enter__(self) -> None:
-        with self._lock:
-            if self._depth == 0:
-                self._was_enabled = gc.isenabled()
-                gc.disable()
-            self._depth += 1
-
-    def __exit__(self, *exc: object) -> None:
-        with self._lock:
-            self._depth -= 1
-            if self._depth == 0 and self._was_enabled:
-                gc.enable()
-
-
-def _paused(synthesize: Synthesizer, pause: GcPause) -> Synthesizer:
-    """``synthesize`` run with garbage collection paused (:class:`GcPause`)."""
-
-    def synthesize_paused(kind: str, topo: Topology, warm: Schedule | None, time_limit_s: float | None) -> Schedule:
-        with pause:
-            return synthesize(kind, topo, warm, time_limit_s)
-
-    return synthesize_paused
 
 
 @dataclass(frozen=True)
@@ -214,6 +183,7 @@ class _Controller:
         self.tick = cfg.tick_ms / 1e3
         self.cursor, self.ready_t, self.swap_at = 0.0, math.inf, math.inf
         self.swap_held = False
+        self.new_loads: np.ndarray | None = None    # link loads of the finished job's schedule
         self.alarmed = False                         # some link's change is being confirmed
         self.coll = manager.collectives()[0]
 
@@ -235,14 +205,15 @@ class _Controller:
                 self.store.ingest_links(links[i:j], times[i:j], gbps[i:j])
                 i = j
                 self._alarm(tau)
-            if inflight is not None:                 # links idle in the collective: probed for free
+            if inflight is not None:                 # links the collective leaves half free: probed for free
                 cap = self.caps[int(np.searchsorted(self.breaks, tau, side="right")) - 1]
-                pl, pt, py = self.probe.during(tau, self.store, cap, inflight.busy(tau))
+                pl, pt, py = self.probe.during(tau, self.store, cap, inflight.load(tau))
                 if pl.size:
                     self.store.ingest_links(pl, pt, self.noisy(py))
                     self._alarm(tau)
             if tau >= self.ready_t:          # the job's time has elapsed: decide on the telemetry so far
                 self.ready_t = math.inf
+                self._probe_unread(tau, inflight)
                 events = self.manager.poll(tau)
             else:
                 events = self.manager.step(tau) if math.isinf(self.ready_t) else []
@@ -265,6 +236,22 @@ class _Controller:
         if pending and not self.alarmed:
             self.out.alarms.append(t * 1e3)
         self.alarmed = pending
+
+    def _probe_unread(self, t: float, inflight: InFlight | None) -> None:
+        """Before a finished job is decided on: probe the links its schedule loads that no
+        sample has read since the latest change was alarmed (:meth:`.Probe.unread`), so a
+        change on a link the running version does not load holds the result instead of
+        being found once the new version runs on it (docs/runtime.md, "The lane the
+        running version does not load")."""
+        if self.new_loads is None or not self.out.alarms:
+            return
+        cap = self.caps[int(np.searchsorted(self.breaks, t, side="right")) - 1]
+        load = inflight.load(t) if inflight is not None else np.zeros(self.topo.num_links)
+        pl, pt, py = self.probe.unread(t, self.store, cap, self.new_loads > 0, load, self.out.alarms[-1] / 1e3)
+        self.new_loads = None
+        if pl.size:
+            self.store.ingest_links(pl, pt, self.noisy(py))
+            self._alarm(t)
 
     def swap_fits(self, t: float) -> bool:
         """Whether the version due at ``t`` still fits everything the controller knows
@@ -302,7 +289,7 @@ class _Controller:
         if e.action is Action.RESYNTHESIS:
             # the job's result becomes visible once its (measured or modelled) time has elapsed
             self.manager.wait_idle()
-            seconds, known = _last_job(self.manager)
+            seconds, known, self.new_loads = _last_job(self.manager)
             self.ready_t = now + (cfg.synth_ms / 1e3 if cfg.synth_ms is not None and not known else seconds)
         elif e.action is Action.PUBLISHED:
             coll = self.manager.get(e.comm, e.name)
@@ -333,7 +320,7 @@ def run_loop(cfg: LoopConfig = LoopConfig(), synthesize: Synthesizer | None = No
         raise MCCLError(f"the synthesis clock (--synth-clock) must be one of {sorted(SYNTH_CLOCKS)}, "
                         f"got {cfg.synth_clock!r}")
     pause = GcPause()
-    manager = ScheduleManager(store, _paused(cold_on_small(synthesize, cfg.cold_gpus), pause),
+    manager = ScheduleManager(store, paused(cold_on_small(synthesize, cfg.cold_gpus), pause),
                               Policy(gamma=cfg.gamma, min_dwell_s=cfg.dwell_ms / 1e3, time_limit_s=600.0,
                                      rate_loss=cfg.rate_loss, speculate=cfg.speculate),
                               synth_clock=SYNTH_CLOCKS[cfg.synth_clock])
@@ -344,7 +331,8 @@ def run_loop(cfg: LoopConfig = LoopConfig(), synthesize: Synthesizer | None = No
     breaks = np.array([tb for tb, _, _ in timeline])
     cache: dict[tuple[int, int], tuple[Any, tuple[np.ndarray, np.ndarray, np.ndarray]]] = {}
     out = LoopResult(scn)
-    probe = Probe(cfg.probe_period_ms / 1e3, cfg.probe_bytes, topo.arrays.capacity, cfg.probe_idle_only)
+    probe = Probe(cfg.probe_period_ms / 1e3, cfg.probe_bytes, topo.arrays.capacity, cfg.probe_idle_only,
+                  reverse_links(topo))
 
     def noisy(gbps: np.ndarray) -> np.ndarray:
         return np.maximum(0.0, gbps * (1.0 + scn.noise * rng.standard_normal(gbps.size)))
@@ -384,10 +372,11 @@ def run_loop(cfg: LoopConfig = LoopConfig(), synthesize: Synthesizer | None = No
     return out
 
 
-def _last_job(manager: ScheduleManager) -> tuple[float, bool]:
-    """``(wall seconds, known fabric)`` of the job that just finished (read without
-    publishing it)."""
+def _last_job(manager: ScheduleManager) -> tuple[float, bool, np.ndarray | None]:
+    """``(wall seconds, known fabric, link loads of its schedule)`` of the job that just
+    finished (read without publishing it)."""
     for c in manager.collectives():
         if c.job is not None and c.job.future.done() and c.job.future.exception() is None:
-            return c.job.future.result()[1], c.job.known is not None
-    return 0.0, False
+            schedule, seconds, profile = c.job.future.result()
+            return seconds, c.job.known is not None, manager.groups.lift(c.gpus, profile).loads
+    return 0.0, False, None

@@ -108,7 +108,8 @@ def _round_aware_alltoall(topo: Topology, warm: Schedule, backend: str, max_chun
                           time_limit_s: float | None) -> Schedule:
     """The warm AllToAll re-synthesis for an executor that runs a GPU hop per round: the
     warm solve, the warm and (unless the warm solve ran cold) the cold solve with the
-    smallest step bound that keeps its rate (``max_steps="min"``, paper App. D); of those
+    smallest step bound that keeps its rate (``max_steps="min"``, paper App. D), and then
+    the plain cold solve; of those
     at least as fast as the warm one (LP
     rate), the one with the lowest store-and-forward round time on the measured fabric
     (:func:`mccl_opt.lowering.rounds.round_time`; ties keep the earlier candidate).  The
@@ -123,12 +124,15 @@ def _round_aware_alltoall(topo: Topology, warm: Schedule, backend: str, max_chun
     best = mccl_opt.solve_alltoall(topo, warm=warm, backend=backend, max_chunks=max_chunks, time_limit=time_limit_s)
     took = time.perf_counter() - t0
     best_t = round_time(best, topo)
-    # the plain cold solve never beat the other three on 48 measured fabrics (it tied or
-    # lost); a warm solve that ran cold (no local re-optimisation: a link fell sharply, e.g.
-    # a dead one) already is the cold solve, and then the cold one with the smallest step
-    # bound improved the pick by 0.3 % on average (at most 6 %) on 30 such fabrics for a
-    # third more CPU (docs/executor.md, "The round-aware pick under load")
-    cold = () if best.report.warm is WarmUse.COLD else ((None, "min"),)
+    # a warm solve that ran cold (no local re-optimisation: a link fell sharply, e.g. a dead
+    # one) already is the cold solve, and then the cold one with the smallest step bound
+    # improved the pick by 0.3 % on average (at most 6 %) on 30 such fabrics for a third
+    # more CPU (docs/executor.md, "The round-aware pick under load"); the plain cold solve
+    # tied or lost on 48 fabrics warm from the healthy schedule, but a warm start from a
+    # version built on a stalled reading (another GPU's ToR cable read at 0.4-0.75) keeps
+    # its round structure: the other three then reach 0.77-0.92 of the cold solve's round
+    # time (docs/executor.md, "All seven classes on real ranks")
+    cold = () if best.report.warm is WarmUse.COLD else ((None, "min"), (None, None))
     for start, steps in ((warm, "min"), *cold):
         left = _left_for_another(time_limit_s, t0, took)
         if left is not None and left <= 0:

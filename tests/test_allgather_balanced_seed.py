@@ -214,3 +214,29 @@ def test_below_the_tree_limit_many_packing_entries_go_to_the_seeded_master(monke
         assert sched.rate_gbps == pytest.approx(bound, rel=1e-9)
         assert sched.report.termination is Termination.OPTIMAL
     assert mo.solve_allgather(topo, max_chunks=10).report.method is Method.FORESTCOLL
+
+
+def test_a_seed_of_one_tree_per_root_asks_for_more_chunks(monkeypatch):
+    """Mixed-nics 2x4x4 with a 200 Gbps NIC at 199.047 both ways (the shape of fuzz seed
+    3525's 2x8x8 state, docs/allgather.md "Balanced fabrics past the exact tree limit"):
+    at 10 chunks the budget chooses one tree per root, over which the master's rate is
+    ForestColl's own, below the cut bound; the seed is taken at :func:`denser_chunks`
+    instead, and its first master reaches the cut bound (the independent max-flows), no
+    pricing.  The one-tree seed priced to the end gives the same rate."""
+    from instances.designs import rail_hosts
+    from mccl_opt.allgather.general import restriction_seed
+
+    topo = rail_hosts(2, 4, hosts=4, nic_gbps=(400, 200) * 2).with_capacity(
+        src="s0h1g0", dst="s0tor0", gbps=199.047, both_directions=True)
+    assert restriction_seed.denser_chunks(canonical(topo)) == 4 * restriction_seed.SEED_CHUNKS
+    s = mo.solve_allgather(topo, max_chunks=None)
+    assert s.report.method is Method.GENERAL and s.stats["seed"] == "forestcoll trees"
+    assert "more than 4096 exact trees" in s.stats["general_reason"], "the test needs the limit"
+    assert s.stats["seed_columns"] > topo.num_gpus and s.stats["pricing_s"] == 0.0
+    assert s.report.termination is Termination.OPTIMAL
+    assert check_schedule(topo, s).rate_gbps == pytest.approx(cut_bound(topo), rel=1e-9)
+    monkeypatch.setattr(restriction_seed, "denser_chunks", lambda t: None)
+    priced = mo.solve_allgather(topo, max_chunks=None)
+    assert priced.stats["seed_columns"] == topo.num_gpus        # one tree per root
+    assert priced.stats["cg_rounds"] > 1 and priced.report.termination is Termination.OPTIMAL
+    assert priced.rate_gbps == pytest.approx(s.rate_gbps, rel=1e-9)

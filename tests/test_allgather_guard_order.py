@@ -5,7 +5,8 @@ The guard's rooted sweeps scan the ranks in the split's sink order (a host's GPU
 together), not in the listing's rank order, and on a tight guarded graph the repair
 packing in the plain growth order is skipped (the rail-first retry and the few-trees
 packing follow).  Leaf-spine 4x2x8 (64 GPUs) takes the guarded split at ``None`` in its
-plain listing.
+plain listing.  The sweeps over the physical fabric keep hosts together as well, and a
+guarded split whose repair packing completes is not swept.
 """
 
 from __future__ import annotations
@@ -14,9 +15,11 @@ import pytest
 
 import mccl_opt as mo
 from instances.aggregation import leaf_spine, scrambled
+from mccl_opt.allgather.fabric import fabric_of
 from mccl_opt.allgather.forestcoll import pack_steps
 from mccl_opt.allgather.forestcoll.removal import guarded_spread
 from mccl_opt.allgather.forestcoll.removal.spread import spread_split
+from mccl_opt.allgather.forestcoll.throughput import optimal_rate
 from tests.oracle_allgather import cut_bound
 from tests.test_allgather_split_arrays import split_of
 
@@ -72,3 +75,42 @@ def test_tight_guarded_graph_skips_the_plain_order_repair(monkeypatch):
     assert sched.stats["split"] == "guarded"
     assert [c for c in calls if c[0]] == [(True, True, True)]
     assert sched.rate_gbps == pytest.approx(cut_bound(topo), rel=1e-6)
+
+
+def test_a_guarded_split_that_packs_is_not_swept(monkeypatch):
+    """Leaf-spine 4x2x8 at ``K = 10``: the plain spread split fails the rooted test (one
+    sweep, which finds the sets the guard learns) and the guarded split's repair packing
+    completes, which proves its test: no second sweep.  The schedule is valid, within
+    the chunk budget's 0.03 % of the oracle's optimum."""
+    topo = leaf_spine(4, 2, 8)
+    sweeps = []
+    real = guarded_spread._violated_ranks
+
+    def spy(lg, k, times, near):
+        found = real(lg, k, times, near)
+        sweeps.append(found is None)
+        return found
+
+    monkeypatch.setattr(guarded_spread, "_violated_ranks", spy)
+    sched = mo.solve_allgather(topo, max_chunks=10)
+    mo.validate(topo, sched)
+    assert (sched.stats["split"], sched.stats["packing"]) == ("guarded", "repair")
+    assert sweeps == [False]
+    assert 0.9997 * cut_bound(topo) <= sched.rate_gbps <= cut_bound(topo) * (1 + 1e-9)
+
+
+def test_phase_one_sweeps_keep_hosts_together():
+    """The rooted sweeps over the physical fabric (Phase 1, the chunk budget, the
+    restriction's cuts) take the GPUs in :meth:`Fabric.sweep` order: in a scrambled
+    listing every host's GPUs in one run, and the optimum is the plain listing's."""
+    topo = scrambled(leaf_spine(4, 2, 8), 56718613)
+    fab = fabric_of(topo)[0]
+    host = _host_of_rank(topo)
+    rank = {int(node): r for r, node in enumerate(fab.gpus.tolist())}
+    order = fab.sweep()
+    assert sorted(order.tolist()) == sorted(fab.gpus.tolist())
+    runs = [host[rank[int(v)]] for v in order]
+    assert sum(a != b for a, b in zip(runs, runs[1:])) == len(set(runs)) - 1 == 7
+    assert fab.with_caps(fab.cap).sweep() is order
+    plain = fabric_of(leaf_spine(4, 2, 8))[0]
+    assert optimal_rate(fab).rate == optimal_rate(plain).rate

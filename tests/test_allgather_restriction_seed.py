@@ -118,15 +118,17 @@ def test_table_columns_map_a_schedule_listed_in_another_node_order():
 
 def test_the_chain_computes_the_restriction_once_and_seeds_the_general_method(monkeypatch):
     """Through ``solve_allgather``: where ForestColl on the restriction does not reach its
-    optimum exactly (HPN 1x2x8, one NIC at 123.4 Gbps one way, ``max_chunks=None``) the
-    general method runs seeded from the same restriction; the cutting-plane LP ran once."""
+    optimum exactly (HPN 1x2x8, one NVLink at 1234.5 Gbps one way, ``max_chunks=None``) the
+    general method runs seeded from the same restriction; the cutting-plane LP ran once.
+    (A NIC at 123.4 Gbps one way now seeds from the weaker direction's trees instead:
+    docs/allgather.md, "Weaker direction past the exact tree count".)"""
     from mccl_opt.allgather.restriction import balanced
 
     calls = []
     real = balanced.balanced_restriction
     monkeypatch.setattr(balanced, "balanced_restriction",
                         lambda *a, **k: calls.append(1) or real(*a, **k))
-    topo = _faulty((1, 2, 8), ("s0h0g0", "s0tor0", 123.4))
+    topo = _faulty((1, 2, 8), ("s0h0g1", "s0h0nvs", 1234.5))
     s = mo.solve_allgather(topo, max_chunks=None)
     assert any(a.method.value == "general" for a in s.report.attempts)
     assert s.stats["seed"] == "balanced restriction" and len(calls) == 1

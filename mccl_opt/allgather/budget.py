@@ -186,7 +186,7 @@ def fewest_trees(fab: Fabric, p1: PhaseOneResult, k0: int) -> tuple[int, Fractio
     calls = 0
     for k in range(1, min(k0, FEWEST_TRIES + 1)):
         if singles.admits(k, x):
-            pos, sink_side = violated_tree_cut(fab, k, x / k, fab.gpus)
+            pos, sink_side = violated_tree_cut(fab, k, x / k, fab.sweep())
             calls += fab.num_gpus if pos < 0 else pos + 1
             if pos < 0:
                 return k, x / k, calls

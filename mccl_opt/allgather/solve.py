@@ -333,8 +333,11 @@ def _forestcoll(topo: Topology, route: WarmRoute, backend: str, max_chunks: int 
     budget = phase_one_budget(topo, max_chunks, run.stats, run.hint_cuts, run.cuts, run.phase_one)
     many = max_chunks is None and budget.k > EXACT_TREES_LIMIT
     own_seeded = not scaled and topo.num_gpus <= SEEDED_GENERAL_MAX_GPUS
-    costly = max_chunks is None and not (lossy_balance or step_aware) and \
-        budget.k * topo.num_gpus ** 2 > SEEDED_GENERAL_ENTRIES   # the seeded master is cheaper
+    # the seeded master is cheaper: a fabric's own solve, or the weaker-direction fabric
+    # (the chain then seeds the general method with its trees, :mod:`.chain`)
+    weaker_seeded = goal is Goal.DECLINABLE and topo.num_gpus <= SEEDED_GENERAL_MAX_GPUS
+    costly = max_chunks is None and (weaker_seeded or not (lossy_balance or step_aware)) and \
+        budget.k * topo.num_gpus ** 2 > SEEDED_GENERAL_ENTRIES
     if (many or costly) and ((lossy_balance and not scaled) or step_aware or own_seeded):
         return Declined(f"more than {EXACT_TREES_LIMIT} exact trees per root" if many else
                         f"{budget.k} exact trees per root: the seeded master is cheaper")

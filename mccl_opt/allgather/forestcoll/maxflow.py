@@ -345,6 +345,15 @@ class FlowNetwork:
                 break
         return best
 
+    def breadth_first(self, source: int) -> np.ndarray:
+        """The real nodes reachable from ``source`` along arcs taken either way (every
+        residual arc of a real arc open), in breadth-first order."""
+        res = np.zeros(2 * self.num_arcs, np.int64)
+        res[: 2 * self.m] = 1
+        _bfs_levels(self.n + 2, self._start, self._arcs, self._head, res, int(source), -1,
+                    self._level, self._queue)
+        return self._queue[: int(np.count_nonzero(self._level >= 0))].copy()
+
     def sink_side(self) -> np.ndarray:
         """Real nodes the super-source cannot reach in the residual network of the last
         flow: after a maximum flow, the sink side of a minimum cut."""

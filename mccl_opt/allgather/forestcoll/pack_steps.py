@@ -231,24 +231,41 @@ class _Packer:
 
     def guarded(self) -> None:
         """Where the spread split breaks the rooted test: the guarded spread split and its
-        repair packing (skipped on a tight graph, ``guarded_skips_tight``, and on a graph
-        with a narrow tight rank, ``guarded_skips_narrow``)."""
+        repair packing (:meth:`_guarded_repair`), tried on each guarded split before that
+        split's rooted sweep: a completed packing proves the test, so the sweep (8-48 ms
+        at 128 GPUs) runs only where the packing does not complete."""
         if self.admits:
             return
         anytime.check("Phase 2: before the guarded spread split")
-        t = time.perf_counter()
-        guarded = guarded_spread(self.split, self.rank_of, self.lg, self.siblings_last)
-        self.stats["phase2_s"] += time.perf_counter() - t
+        tried: list[LogicalGraph] = []
+        clock = [time.perf_counter()]              # Phase 2 time runs from here
+
+        def packs(lg: LogicalGraph) -> bool:
+            self.stats["phase2_s"] += time.perf_counter() - clock[0]
+            tried.append(lg)
+            self.found = self._guarded_repair(lg)
+            clock[0] = time.perf_counter()
+            return self.found is not None
+
+        guarded = guarded_spread(self.split, self.rank_of, self.lg, self.siblings_last, packs)
+        self.stats["phase2_s"] += time.perf_counter() - clock[0]
         if guarded is None:
             return
         self.lg, self.kind, self.admits = guarded, SplitKind.GUARDED, True   # it passes
+        if not tried or guarded is not tried[-1]:
+            self.found = self._guarded_repair(guarded)
+
+    def _guarded_repair(self, lg: LogicalGraph) -> tuple[list[TreeClass], Packing] | None:
+        """The repair packing of a guarded split (skipped on a tight graph,
+        ``guarded_skips_tight``, and on one with a narrow tight rank,
+        ``guarded_skips_narrow``)."""
         anytime.check("Phase 3: before the repair packing of the guarded split")
         plan = self.plan
-        if not (plan.guarded_skips_tight and tight(self.lg, self.k)
-                or plan.guarded_skips_narrow and narrow_tight(self.lg, self.k)):
-            self.found = _pack_repair(self.lg, self.k, self.stats, self.shapes,
-                                      plain=self.plan.plain_first, capped=self.plan.capped,
-                                      guarded=True)
+        if plan.guarded_skips_tight and tight(lg, self.k) or \
+                plan.guarded_skips_narrow and narrow_tight(lg, self.k):
+            return None
+        return _pack_repair(lg, self.k, self.stats, self.shapes, plain=plan.plain_first,
+                            capped=plan.capped, guarded=True)
 
     def few(self) -> None:
         """The few-trees packing on a graph that admits ``k``."""

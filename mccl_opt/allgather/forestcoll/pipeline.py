@@ -167,7 +167,7 @@ def balanced_split(fab: Fabric, is_switch: np.ndarray, k: int, y: Fraction,
     for _ in range(3):
         kept = np.array([split.units.get((a, b), 0) for a, b in
                          zip(fab.tail.tolist(), fab.head.tolist())], np.int64)
-        fab, unit = Fabric.build(fab.n, fab.tail, fab.head, kept, fab.gpus), unit * y
+        fab, unit = fab.with_caps(kept), unit * y
         balanced = _split_for(fab, is_switch, max_chunks)
         if balanced is None:
             break
@@ -250,4 +250,4 @@ def _symmetrized(fab: Fabric, is_switch: np.ndarray) -> Fabric:
         if is_switch[a] or is_switch[b]:
             j = reverse.get((b, a))
             cap[i] = min(cap[i], fab.cap[j]) if j is not None else 0
-    return Fabric.build(fab.n, fab.tail, fab.head, cap, fab.gpus)
+    return fab.with_caps(cap)

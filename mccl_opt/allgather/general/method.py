@@ -124,6 +124,15 @@ FIRST_SEED_SHARE = 0.5
 MASTER_PRESOLVE_FROM_GPUS = 256
 
 
+#: a seed of one tree per root (ForestColl's budget chose ``k = 1``) cannot certify: the
+#: master holds one weight per root, so its rate is the seed's own; its
+#: multiplicative-weights trees join from this round on, not from
+#: ``TreeCGOptions.short_seed_after`` (HPN 2x4x8 two way, fuzz seed 3413 ``None`` step 1:
+#: 11 -> 5 rounds, 0.32 -> 0.20 s CPU; docs/allgather.md "A balanced seed of one tree
+#: per root")
+ONE_TREE_SEED_AFTER = 2
+
+
 def split_seed(roots: list[int], trees: list[np.ndarray], share: float | None = None
                ) -> tuple[tuple[list[int], list[np.ndarray]], tuple[list[int], list[np.ndarray]]]:
     """The seed's columns in two parts: each root's first ``ceil(share * count)`` trees
@@ -200,6 +209,8 @@ def solve_general(topo: Topology, warm: Schedule | None = None, backend: str = "
             # each root's other seed trees first (a master over half of them reaches
             # the bound on dragonfly 4x4x1x8 one-way: first master 0.26 -> 0.14 s)
             rest: tuple[list[int], list[np.ndarray]] = ([], [])
+            short_after = min(options.short_seed_after, ONE_TREE_SEED_AFTER) \
+                if len(seed_r) <= topo.num_gpus else options.short_seed_after
             if not first_only:
                 (seed_r, seed_t), rest = split_seed(seed_r, seed_t)
 
@@ -211,8 +222,7 @@ def solve_general(topo: Topology, warm: Schedule | None = None, backend: str = "
                 (1, lambda: rest),
                 (1, previous),
                 (2, lambda: _seed_columns(seed.denser, topo, stats, "seed_denser_columns")),
-                (options.short_seed_after,
-                 lambda: mwu_trees(topo, capacity, options.short_seed_rounds))]
+                (short_after, lambda: mwu_trees(topo, capacity, options.short_seed_rounds))]
             res = tree_column_generation(
                 topo, lp, capacity, seed_r, seed_t,
                 dataclasses.replace(options, max_rounds=1) if first_only else options,

@@ -45,9 +45,10 @@ from .sparse_copies import Copies, sparse_copies
 from .symmetry import Symmetry, find_symmetry
 from .sparse_arborescence import min_arborescences_sparse
 from .switch_paths import from_sources
-from .tree_colgen import TreeCGResult
+from .tree_colgen import TreeCGResult, _pricing_points
 
-__all__ = ["solve_quotient", "QUOTIENT_MAX_ROUNDS", "REL_TOL", "SPARSE_COPIES_MIN_RATIO"]
+__all__ = ["solve_quotient", "QUOTIENT_MAX_ROUNDS", "QUOTIENT_TIE_BREAK",
+           "QUOTIENT_TIE_BREAK_MAX_GPUS", "REL_TOL", "SPARSE_COPIES_MIN_RATIO"]
 
 #: starting trees of the quotient: ``(root ranks, link indices of every tree)``
 Columns = tuple[list[int], list[np.ndarray]]
@@ -55,6 +56,21 @@ Columns = tuple[list[int], list[np.ndarray]]
 #: rounds of column generation on the quotient before giving up (the caller's exact path
 #: runs then); shared aggregation 2x8x8 / 2x16x8 with one NIC slowed one way close in 15-19
 QUOTIENT_MAX_ROUNDS = 100
+
+#: a round prices first at the duals plus this weight of a ``1/capacity`` term, then at
+#: the duals themselves, and adds the trees of both that price out at the duals (the
+#: general method's tie-break, ``TreeCGOptions.tie_break``): the quotient's duals are
+#: zero on most link orbits, so the cheapest tree at them is an arbitrary crowded one.
+#: Half-uplinks 2x8x8 one way (fuzz seed 3524): 37 / 68 rounds -> 8 / 8, the weight
+#: flat over 1e-4 .. 1e-1 (docs/allgather.md "Half-uplinks 2x8x8 one way: the quotient's
+#: tie-break")
+QUOTIENT_TIE_BREAK = 1e-3
+
+#: ... on fabrics of at most this many GPUs; above, the plain duals alone (the rounds are
+#: few and dear there, and the tie-break's other optimal vertex made the sparse copies'
+#: cluster LPs dearer: shared aggregation 2x32x8 one way 17 -> 9 rounds, but 11.2 ->
+#: 19.9 s CPU, 10.3 -> 18.4 s of it in those LPs; 2x16x8 2.2-2.4 -> 2.5 s)
+QUOTIENT_TIE_BREAK_MAX_GPUS = 128
 
 #: the general method's stopping tolerance (``TreeCGOptions.rel_tol``)
 REL_TOL = 1e-9
@@ -174,35 +190,55 @@ def _price(topo: Topology, q: _Quotient, pi: np.ndarray
     return costs, [q.tree_arcs(pred_r, int(r), parents[i]) for i, r in enumerate(q.reps.tolist())]
 
 
+def _priced_out(q: _Quotient, pi: np.ndarray, sigma: np.ndarray, trees: list[np.ndarray]
+                ) -> list[int]:
+    """The root orbits whose tree in ``trees`` (one per orbit, priced at any point) has
+    a negative reduced cost at the master's duals ``(sigma, pi)``."""
+    per_link = (pi / q.orbit_size)[q.sym.link_orbit]
+    tol = 1e-12 * max(float(sigma.max(initial=0.0)), 1e-300)
+    return [o for o, arcs in enumerate(trees)
+            if float(per_link[arcs].sum()) < sigma[o] / q.root_size[o] - tol]
+
+
 def _column_generation(topo: Topology, q: _Quotient, upper: float,
                        deadline: float | None, seed: Columns | None = None,
                        max_rounds: int = QUOTIENT_MAX_ROUNDS
                        ) -> tuple[float, np.ndarray, float, int]:
     """Quotient column generation from ``seed``'s trees ``(roots, links)``, symmetrised
     (by default one cheapest tree per root orbit at prices ``1/cap``): ``(x, z, best
-    bound, rounds)``; stops at ``upper`` or the Lagrangian bound (within
-    :data:`REL_TOL`), when no column prices out, or at ``max_rounds`` / the deadline."""
+    bound, rounds)``; each round prices at the tie-broken duals, then at the duals
+    (:data:`QUOTIENT_TIE_BREAK`, up to :data:`QUOTIENT_TIE_BREAK_MAX_GPUS` GPUs; every
+    point's bound counts); stops at ``upper`` or the
+    Lagrangian bound (within :data:`REL_TOL`), when no column prices out at the duals,
+    or at ``max_rounds`` / the deadline."""
     if seed is None:
         _, first = _price(topo, q, 1.0 / q.capacity)
         seed = (q.reps.tolist(), first)
     q.add(*seed)
     best = upper
+    tie = QUOTIENT_TIE_BREAK if topo.num_gpus <= QUOTIENT_TIE_BREAK_MAX_GPUS else 0.0
     x, z = 0.0, np.zeros(0)
     for rnd in range(1, max_rounds + 1):
         x, z, sigma, pi = q.solve()
         if best - x <= REL_TOL * max(x, 1e-300):
             return x, z, best, rnd
-        costs, trees = _price(topo, q, pi)
-        total = float(costs @ q.root_size)
-        if total > 0 and np.isfinite(total):
-            best = min(best, float(pi @ q.capacity) / total)
-        if best - x <= REL_TOL * max(x, 1e-300):
-            return x, z, best, rnd
-        tol = 1e-12 * max(float(sigma.max(initial=0.0)), 1e-300)
-        new = np.flatnonzero(costs < sigma / q.root_size - tol).tolist()
-        if new:
-            q.add(q.reps[new].tolist(), [trees[o] for o in new])
-        if not new or (deadline is not None and time.perf_counter() >= deadline):
+        new_r: list[int] = []
+        new_t: list[np.ndarray] = []
+        for price in _pricing_points(None, pi, q.capacity, 0.0, tie):
+            costs, trees = _price(topo, q, price)
+            total = float(costs @ q.root_size)
+            if total > 0 and np.isfinite(total):
+                best = min(best, float(price @ q.capacity) / total)
+            if best - x <= REL_TOL * max(x, 1e-300):
+                return x, z, best, rnd
+            for o in _priced_out(q, pi, sigma, trees):
+                if not any(r == q.reps[o] and np.array_equal(t, trees[o])
+                           for r, t in zip(new_r, new_t)):     # found at both points
+                    new_r.append(int(q.reps[o]))
+                    new_t.append(trees[o])
+        if new_r:
+            q.add(new_r, new_t)
+        if not new_r or (deadline is not None and time.perf_counter() >= deadline):
             return x, z, best, rnd
         anytime.check("the symmetric quotient's column generation")
     return x, z, best, max_rounds

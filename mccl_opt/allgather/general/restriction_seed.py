@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from ..stage import ForestColl
 
 __all__ = ["RestrictionSeed", "restriction_seed", "balanced_seed", "own_trees_seed",
+           "one_per_root", "denser_chunks",
            "forestcoll_trees", "table_columns", "SEED_CHUNKS", "seed_chunks"]
 
 #: chunks per root asked of ForestColl on the restriction (4 left HPN 4x16x8 stuck 0.25 % below
@@ -284,14 +285,53 @@ def balanced_seed(topo: Topology, bound_gbps: float | None,
     pack): the fabric is its own best balanced restriction, so its cut bound ``x*`` is
     the forwarding-only optimum (paper §4.3: ForestColl reaches it) and the column
     generation stops as soon as the master reaches it; ForestColl's trees at a few
-    chunks per root start it.  ``None`` without a bound or trees."""
+    chunks per root start it (at :func:`denser_chunks` where those are one tree per
+    root, :func:`one_per_root`).  ``None`` without a bound or trees."""
     if bound_gbps is None or not bound_gbps > 0:
         return None
     t = time.perf_counter()
     trees = forestcoll_trees(topo, forestcoll)
+    chunks = denser_chunks(topo) if trees is not None and one_per_root(trees, topo.num_gpus) \
+        else None
+    if chunks is not None:
+        denser = forestcoll_trees(topo, forestcoll, chunks=chunks, once=True)
+        trees = trees if denser is None else denser
     if trees is None:
         return None
     return own_trees_seed(bound_gbps, trees, time.perf_counter() - t)
+
+
+def one_per_root(sched: Schedule, num_gpus: int) -> bool:
+    """Whether ``sched`` holds one tree per root (the chunk budget chose ``k = 1``): a
+    master over such trees has one weight per root, so its rate is the seed's own, below
+    the cut bound ForestColl declined to pack exactly, and only pricing closes the gap;
+    :func:`balanced_seed` then asks ForestColl again at :data:`DENSER_FACTOR` times the
+    chunks, up to :data:`RETRY_SEED_CHUNKS` (mixed-nics 2x8x8 with a 200 Gbps NIC at
+    199.047 both ways, fuzz seed 3525: 10 chunks pack ``k = 1``, the master closed in 9
+    pricing rounds, 0.92 s CPU; 20 chunks pack ``k = 20``, 861 trees, and the first
+    master certifies, 0.15-0.20 s; docs/allgather.md "Balanced fabrics past the exact
+    tree limit")."""
+    return len(sched.chunks) <= num_gpus
+
+
+def denser_chunks(topo: Topology) -> int | None:
+    """The fewest chunks per root, doubling from :data:`DENSER_FACTOR` times
+    :data:`SEED_CHUNKS` up to :data:`RETRY_SEED_CHUNKS`, at which the chunk budget on the
+    balanced fabric ``topo`` chooses more than one tree per root (Phase 1 and a budget
+    search each, a few ms, where a ForestColl run that packs ``k = 1`` again costs
+    20-30 ms: HPN 2x4x8 of fuzz seed 3413 chooses ``k = 1`` up to 64 chunks); ``None``
+    where none does (:func:`one_per_root`)."""
+    try:
+        fab, _ = fabric_of(topo)
+        p1 = optimal_rate(fab)
+        chunks = SEED_CHUNKS
+        while chunks < RETRY_SEED_CHUNKS:
+            chunks = min(DENSER_FACTOR * chunks, RETRY_SEED_CHUNKS)
+            if choose_trees(fab, p1, chunks)[0] > 1:
+                return chunks
+    except (MCCLError, ArithmeticError, ValueError):
+        return None
+    return None
 
 
 def own_trees_seed(bound_gbps: float, trees: Schedule, seconds: float = 0.0) -> RestrictionSeed:

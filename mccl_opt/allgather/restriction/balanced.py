@@ -220,7 +220,7 @@ def coarsened(topo: Topology, r: Restriction, backend: str = "highs") -> Restric
     if np.any(net[sw] != 0) or np.any(units < lo) or np.any(units > hi):
         raise SolveError("balanced restriction: the rounding onto a coarser grid is not "
                          "balanced")
-    rate = float(optimal_rate(Fabric.build(fab.n, fab.tail, fab.head, units, fab.gpus)).rate)
+    rate = float(optimal_rate(fab.with_caps(units)).rate)
     return Restriction(units * d, r.unit_gbps, rate * d * r.unit_gbps, r.rounds, r.ceiling)
 
 
@@ -336,7 +336,7 @@ def _separate(fab: Fabric, cap: np.ndarray, x: float) -> list[np.ndarray]:
     caps = fab.net.caps()
     caps[: fab.net.m] = links
     caps[fab.net.s_arc0 + fab.gpus] = per_gpu
-    return list(fab.net.failing_sets(caps, fab.gpus, fab.num_gpus * per_gpu,
+    return list(fab.net.failing_sets(caps, fab.sweep(), fab.num_gpus * per_gpu,
                                      fab.num_gpus, skip=True))
 
 
@@ -387,7 +387,7 @@ def _read(fab: Fabric, is_switch: np.ndarray, cap: np.ndarray, x: float, q: floa
     np.subtract.at(net, fab.tail, units)
     if np.any(net[is_switch] != 0):
         return None
-    exact = Fabric.build(fab.n, fab.tail, fab.head, units, fab.gpus)
+    exact = fab.with_caps(units)
     rate = optimal_rate(exact).rate / den
     if float(rate) < x * (1 - CERT_TOL):
         return None

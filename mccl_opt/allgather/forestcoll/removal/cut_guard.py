@@ -49,9 +49,10 @@ Arcs = tuple[np.ndarray, np.ndarray, np.ndarray]       # tails, heads, units
 def violated_set(n: int, gpus: np.ndarray, k: int, arcs: Arcs, roots: np.ndarray | None = None
                  ) -> tuple[np.ndarray, int, int] | None:
     """A node set ``T`` violating the rooted cut condition for ``k`` trees per root of
-    ``roots`` (default ``gpus``), found by a rooted sweep over the sinks ``gpus``: the
-    set (a boolean mask over the ``n`` nodes, holding the failing sink), its deficit
-    ``k·|roots ∉ T| - units(δ⁻(T))`` and the failing sink; ``None`` when no sink fails."""
+    ``roots`` (default ``gpus``), found by a rooted sweep over the sinks ``gpus`` in
+    their order: the set (a boolean mask over the ``n`` nodes, holding the failing
+    sink), its deficit ``k·|roots ∉ T| - units(δ⁻(T))`` and the failing sink; ``None``
+    when no sink fails."""
     roots = gpus if roots is None else roots
     net, caps = _rooted_network(n, roots, k, arcs)
     failing = net.first_failing_sink(caps, gpus, k * roots.size)
@@ -74,7 +75,8 @@ def violated_sets(n: int, gpus: np.ndarray, k: int, arcs: Arcs, most: int,
     return net.failing_sets(caps, gpus if sinks is None else sinks, k * gpus.size, most)
 
 
-def zero_slack_sets(n: int, gpus: np.ndarray, k: int, arcs: Arcs, most: int) -> np.ndarray:
+def zero_slack_sets(n: int, gpus: np.ndarray, k: int, arcs: Arcs, most: int,
+                    sinks: np.ndarray | None = None) -> np.ndarray:
     """Up to ``most`` node sets with no slack in ``arcs`` (a graph meeting the rooted cut
     condition for ``k`` trees per root of ``gpus``): ``units(δ⁻(T)) = k·|GPUs ∉ T|``, so
     any unit a pairing takes from ``T`` breaks the condition.  One rooted sweep
@@ -87,10 +89,11 @@ def zero_slack_sets(n: int, gpus: np.ndarray, k: int, arcs: Arcs, most: int) -> 
     in-units no pairing can take (a pair inside it would be a loop).  The tight sets of
     :mod:`~..packing.contraction` by definition (``k`` roots per GPU, none per switch), not
     by search: there, one max-flow per node of a logical graph without switches, disjoint
-    proper sets only (that module's docstring: why the two stay apart)."""
+    proper sets only (that module's docstring: why the two stay apart).  ``sinks``: as
+    for :func:`violated_sets`."""
     tail, head, units = arcs
     scale = int(gpus.size) + 1
-    sets = violated_sets(n, gpus, k * scale + 1, (tail, head, units * scale), most)
+    sets = violated_sets(n, gpus, k * scale + 1, (tail, head, units * scale), most, sinks)
     return sets[sets.sum(axis=1) > 1]
 
 

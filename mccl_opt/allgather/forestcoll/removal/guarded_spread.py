@@ -16,6 +16,7 @@ None of this depends on how the switches are wired or named: the sets come from 
 from __future__ import annotations
 
 import time
+from typing import Callable
 
 import numpy as np
 
@@ -29,14 +30,20 @@ __all__ = ["guarded_spread", "LEARN_ROUNDS"]
 #: spread splits guarded by learned sets before the per-switch sweep guard
 LEARN_ROUNDS = 8
 
+#: a packing tried on a guarded split before its rooted sweep: whether it completed
+Packs = Callable[[LogicalGraph], bool]
+
 
 def guarded_spread(g: SplitGraph, rank_of: np.ndarray, failed: LogicalGraph,
-                   siblings_last: bool = True) -> LogicalGraph | None:
+                   siblings_last: bool = True, packs: Packs | None = None
+                   ) -> LogicalGraph | None:
     """The spread split of ``g`` redone with guarded pairings (module docstring), given
     the plain split ``failed`` whose logical graph fails the rooted test for ``g.k``
     trees per root; ``None`` when ``g`` itself fails it (no split can pass) or no guard
     gets a logical graph that passes in either order; ``siblings_last``: of the proposal
-    the guard adjusts (:func:`.spread.spread_split`)."""
+    the guard adjusts (:func:`.spread.spread_split`).  ``packs``: the caller's packing,
+    tried on each guarded split before its rooted sweep; where it completes, the split
+    is returned unswept (a packing of ``g.k`` trees per root proves the test passes)."""
     sweeps = [0.0]                                # the longest rooted sweep so far (s)
     near = np.asarray(rank_of, np.int64)[sink_order(g)]     # the sweeps' sink order
     found = _violated_ranks(failed, g.k, sweeps, near)
@@ -46,15 +53,16 @@ def guarded_spread(g: SplitGraph, rank_of: np.ndarray, failed: LogicalGraph,
     arcs = (np.array([a for a, _ in keys], np.int64), np.array([b for _, b in keys], np.int64),
             np.fromiter(g.units.values(), np.int64, count=len(keys)))
     t = time.perf_counter()
-    if violated_set(g.n, g.gpus, g.k, arcs) is not None:
+    hosts = sink_order(g)                         # the same sinks, hosts together
+    if violated_set(g.n, hosts, g.k, arcs, roots=g.gpus) is not None:
         return None
     sweeps[0] = max(sweeps[0], time.perf_counter() - t)     # a whole sweep: none failed
     known = KnownCuts(g.n, g.gpus, g.k, arcs)
-    for inside in zero_slack_sets(g.n, g.gpus, g.k, arcs, g.gpus.size):
+    for inside in zero_slack_sets(g.n, g.gpus, g.k, arcs, g.gpus.size, hosts):
         known.add(inside)
     for order in (switch_order, fewest_links_first):
         lg, found = _guarded_in(g, rank_of, order(g), known, found, sweeps, near,
-                                siblings_last)
+                                siblings_last, packs)
         if lg is not None:
             return lg
     return None
@@ -62,12 +70,13 @@ def guarded_spread(g: SplitGraph, rank_of: np.ndarray, failed: LogicalGraph,
 
 def _guarded_in(g: SplitGraph, rank_of: np.ndarray, order: list[int], known: KnownCuts,
                 found: list[np.ndarray], sweeps: list[float], near: np.ndarray,
-                siblings_last: bool = True) -> tuple[LogicalGraph | None, list[np.ndarray]]:
+                siblings_last: bool = True, packs: Packs | None = None
+                ) -> tuple[LogicalGraph | None, list[np.ndarray]]:
     """Splits in ``order`` guarded by the sets learned so far (``known`` keeps learning
     from ``found``, the violated rank sets of the last failed split), then by the sweep
     guard: the passing logical graph or ``None``, and the rank sets still violated.
     The sets learned in an earlier order are tried once in this one before learning
-    stops."""
+    stops.  ``packs``: as for :func:`guarded_spread`."""
     fresh = True
     for _ in range(LEARN_ROUNDS):
         anytime.check("Phase 2: a guarded spread split")
@@ -75,6 +84,8 @@ def _guarded_in(g: SplitGraph, rank_of: np.ndarray, order: list[int], known: Kno
             break
         fresh = False
         lg = spread_split(g, rank_of, known, order, siblings_last)
+        if packs is not None and packs(lg):
+            return lg, []                         # packed: it passes the rooted test
         found = _violated_ranks(lg, g.k, sweeps, near)
         if found is None:
             return lg, []

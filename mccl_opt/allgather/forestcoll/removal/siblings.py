@@ -15,6 +15,7 @@ is structural (cables to a common switch in the physical graph), not by names.
 from __future__ import annotations
 
 import numpy as np
+from numba import njit
 
 from ..maxflow import INF
 
@@ -34,30 +35,39 @@ class SwitchNeighbours:
         self.start = np.zeros(n + 1, np.int64)
         np.cumsum(np.bincount(keys // n, minlength=n), out=self.start[1:])
 
-    def _listed(self, nodes: np.ndarray, w: int) -> tuple[np.ndarray, np.ndarray]:
-        """``(position in nodes, switch)`` for every switch but ``w`` cabled to each node,
-        by switch."""
-        count = self.start[nodes + 1] - self.start[nodes]
-        pos = np.repeat(np.arange(nodes.size), count)
-        first = np.repeat(self.start[nodes] - np.cumsum(count) + count, count)
-        switch = self.switch[first + np.arange(pos.size)]
-        keep = switch != w
-        order = np.argsort(switch[keep], kind="stable")
-        return pos[keep][order], switch[keep][order]
-
     def siblings(self, w: int, us: np.ndarray, ts: np.ndarray, tail: np.ndarray,
                  col: np.ndarray) -> np.ndarray:
         """Per pair ``p`` (in-link tail ``us[tail[p]]``, out-link head ``ts[col[p]]``):
-        are both ends cabled to a common switch other than ``w``?"""
-        iu, xu = self._listed(us, w)
-        jt, xt = self._listed(ts, w)
-        lo, hi = np.searchsorted(xt, xu, "left"), np.searchsorted(xt, xu, "right")
-        count = hi - lo
-        i = np.repeat(iu, count)
-        j = jt[np.repeat(lo - np.cumsum(count) + count, count) + np.arange(i.size)]
-        common = np.zeros((us.size, ts.size), bool)
-        common[i, j] = True
-        return common[tail, col]
+        are both ends cabled to a common switch other than ``w``?  (One compiled call,
+        :func:`_common_switch`.)"""
+        return _common_switch(int(w), np.ascontiguousarray(us, np.int64),
+                              np.ascontiguousarray(ts, np.int64),
+                              np.ascontiguousarray(tail, np.int64),
+                              np.ascontiguousarray(col, np.int64), self.start, self.switch)
+
+
+@njit(cache=True)
+def _common_switch(w, us, ts, tail, col, start, switch):
+    """:meth:`SwitchNeighbours.siblings`: the in-end's switches marked with its position
+    (again whenever the pairs move to another in-end), then the out-end's switches
+    looked up."""
+    mark = np.full(start.size - 1, -1, np.int64)
+    common = np.zeros(tail.size, np.bool_)
+    last = -1
+    for p in range(tail.size):
+        i = tail[p]
+        if i != last:
+            u = us[i]
+            for q in range(start[u], start[u + 1]):
+                mark[switch[q]] = i
+            last = i
+        t = ts[col[p]]
+        for q in range(start[t], start[t + 1]):
+            x = switch[q]
+            if x != w and mark[x] == i:
+                common[p] = True
+                break
+    return common
 
 
 def spread_stages(proportional: np.ndarray, siblings: np.ndarray) -> list:

@@ -198,7 +198,7 @@ def balanced_units(fab: Fabric, is_switch: np.ndarray, floors: np.ndarray,
     if units is None:
         units = _rebalanced(fab, is_switch, floors, room, excess, down=True)
     if units is None or _gpu_short(fab, units, k) or \
-            _violated_cut(fab, units, k, fab.num_gpus * k, fab.gpus)[0] >= 0:
+            _violated_cut(fab, units, k, fab.num_gpus * k, fab.sweep())[0] >= 0:
         return None
     return units
 
