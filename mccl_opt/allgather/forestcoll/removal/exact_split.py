@@ -120,13 +120,18 @@ def _neighbour_sets(g: SplitGraph, w: int) -> np.ndarray:
         sides = np.zeros((ends.size, g.n), bool)
         sides[np.arange(ends.size), ends] = True
         return np.concatenate([sides, _block_sets(g, w, ends)])
-    masks = np.arange(1, 1 << near.size)
-    bits = ((masks[:, None] >> np.arange(near.size)) & 1).astype(bool)
-    sides = np.zeros((2 * masks.size, g.n), bool)
-    sides[:masks.size, near] = bits
-    sides[masks.size:, near] = bits
-    sides[masks.size:, w] = True
+    bits = _subsets(near.size)
+    sides = np.zeros((2 * bits.shape[0], g.n), bool)
+    sides[:bits.shape[0], near] = bits
+    sides[bits.shape[0]:, near] = bits
+    sides[bits.shape[0]:, w] = True
     return sides[(sides.sum(axis=1) > 1)]
+
+
+def _subsets(count: int) -> np.ndarray:
+    """Every non-empty subset of ``count`` items (bool rows, by binary mask)."""
+    masks = np.arange(1, 1 << count)
+    return ((masks[:, None] >> np.arange(count)) & 1).astype(bool)
 
 
 def _block_sets(g: SplitGraph, w: int, ends: np.ndarray) -> np.ndarray:
@@ -146,9 +151,7 @@ def _block_sets(g: SplitGraph, w: int, ends: np.ndarray) -> np.ndarray:
     if len(hubs) > MAX_BLOCKS:
         sides = blocks
     else:
-        masks = np.arange(1, 1 << len(hubs))
-        bits = ((masks[:, None] >> np.arange(len(hubs))) & 1).astype(np.int64)
-        sides = (bits @ blocks.astype(np.int64)) > 0
+        sides = (_subsets(len(hubs)).astype(np.int64) @ blocks.astype(np.int64)) > 0
     with_w = sides.copy()
     with_w[:, w] = True
     return np.concatenate([sides, with_w])
