@@ -50,7 +50,10 @@ def test_guessed_split_is_the_checked_greedy(monkeypatch):
 
 def test_neighbour_sets_cover_a_gpu_only_switch():
     """An NVSwitch of 8 GPUs: every set of its neighbours of two or more nodes, with and
-    without it (2·255 - 8 rows); a switch with a switch neighbour gets none."""
+    without it (2·255 - 8 rows); a switch with a switch neighbour: each of its GPU
+    neighbours alone (a loop through the switch lowers that GPU's cut), in node order,
+    then every union of the hosts those GPUs sit on (NVSwitch and GPUs), with and
+    without it."""
     g = _balanced(leaf_spine(2, 2, 8))
     nvswitch = next(w for w in np.flatnonzero(g.is_switch)
                     if not g.is_switch[sorted(g.outs[w])].any())
@@ -59,8 +62,24 @@ def test_neighbour_sets_cover_a_gpu_only_switch():
     assert len({row.tobytes() for row in sides}) == sides.shape[0]
     near = sorted(g.outs[nvswitch])
     assert not sides[:, np.setdiff1d(np.arange(g.n), near + [nvswitch])].any()
-    leaf = next(w for w in np.flatnonzero(g.is_switch) if g.is_switch[sorted(g.outs[w])].any())
-    assert exact_split._neighbour_sets(g, int(leaf)).shape[0] == 0
+    for w in np.flatnonzero(g.is_switch):
+        ends = sorted(g.ins.get(w, set()) | g.outs.get(w, set()))
+        if not g.is_switch[ends].any():
+            continue
+        gpus = [x for x in ends if not g.is_switch[x]]      # a leaf's 16, a spine's none
+        sides = exact_split._neighbour_sets(g, int(w))
+        alone, blocks = sides[: len(gpus)], sides[len(gpus):]
+        assert (alone.sum(axis=1) == 1).all()
+        assert [int(np.flatnonzero(row)[0]) for row in alone] == gpus
+        # a leaf's two hosts (NVSwitch and its 8 GPUs): each, both, with and without it
+        hosts = {int(v) for x in gpus for v in g.outs[x] if v != w}
+        assert blocks.shape[0] == (6 if gpus else 0) and len(hosts) == (2 if gpus else 0)
+        for row in blocks:
+            held = {int(v) for v in np.flatnonzero(row & g.is_switch) if v != w}
+            assert held and held <= hosts
+            assert sorted(np.flatnonzero(row & ~g.is_switch).tolist()) == \
+                sorted(x for h in held for x in g.outs[h])
+        assert blocks[:, w].sum() == blocks.shape[0] // 2
 
 
 def test_nvswitches_are_guessed_in_one_batch(monkeypatch):

@@ -42,6 +42,11 @@ SEED_MAX_NEIGHBOURS = 8
 #: spines split its 16 NVSwitches in 37 sweeps one at a time, in 3-4 together
 MAX_BATCH = 64
 
+#: most blocks (a host's NVSwitch with its GPUs) next to a switch whose unions are known
+#: before its guesses (:func:`_block_sets`; more: each block alone): fat-tree 4x2x2x8 two
+#: way, a ToR's GPU neighbours on 2-8 hosts once the ToRs before it are split
+MAX_BLOCKS = 8
+
 
 class _SlackSets:
     """Node sets (each holding a GPU) met by the exact split, with their slack
@@ -100,19 +105,56 @@ def _gpu_neighbours(g: SplitGraph, w: int) -> np.ndarray | None:
 
 
 def _neighbour_sets(g: SplitGraph, w: int) -> np.ndarray:
-    """Every set of ``w``'s neighbours with and without ``w`` (bool rows) where they are
-    at most :data:`SEED_MAX_NEIGHBOURS` GPUs (:func:`_gpu_neighbours`), else none; a
-    neighbour alone without ``w`` is left out (no split of ``w`` lowers its cut)."""
+    """Sets (bool rows) whose cut a split of ``w`` lowers, known before any sweep: where
+    ``w``'s neighbours are at most :data:`SEED_MAX_NEIGHBOURS` GPUs
+    (:func:`_gpu_neighbours`) every set of them of two or more nodes with and without
+    ``w`` (one GPU alone held the NVSwitch batches' guesses back: multi-spine 2x8x8, 19
+    -> 48 sweeps); else each GPU neighbour alone (a loop ``x -> w -> x`` lowers ``x``'s
+    own cut) and the unions of the hosts next to ``w`` (:func:`_block_sets`).  Learnt
+    one failed guess at a time, they cost fat-tree 4x2x2x8 two way 34 of its 74 sweeps
+    (docs/allgather.md "Single GPUs and hosts known before the guesses")."""
     near = _gpu_neighbours(g, w)
     if near is None:
-        return np.zeros((0, g.n), bool)
-    masks = np.arange(1, 1 << near.size)
-    bits = ((masks[:, None] >> np.arange(near.size)) & 1).astype(bool)
-    sides = np.zeros((2 * masks.size, g.n), bool)
-    sides[:masks.size, near] = bits
-    sides[masks.size:, near] = bits
-    sides[masks.size:, w] = True
+        ends = np.array(sorted(g.ins.get(w, set()) | g.outs.get(w, set())), np.int64)
+        ends = ends[~g.is_switch[ends]]
+        sides = np.zeros((ends.size, g.n), bool)
+        sides[np.arange(ends.size), ends] = True
+        return np.concatenate([sides, _block_sets(g, w, ends)])
+    bits = _subsets(near.size)
+    sides = np.zeros((2 * bits.shape[0], g.n), bool)
+    sides[:bits.shape[0], near] = bits
+    sides[bits.shape[0]:, near] = bits
+    sides[bits.shape[0]:, w] = True
     return sides[(sides.sum(axis=1) > 1)]
+
+
+def _subsets(count: int) -> np.ndarray:
+    """Every non-empty subset of ``count`` items (bool rows, by binary mask)."""
+    masks = np.arange(1, 1 << count)
+    return ((masks[:, None] >> np.arange(count)) & 1).astype(bool)
+
+
+def _block_sets(g: SplitGraph, w: int, ends: np.ndarray) -> np.ndarray:
+    """The unions of the blocks next to ``w`` (a block: a switch other than ``w`` whose
+    neighbours are at most :data:`SEED_MAX_NEIGHBOURS` GPUs, with them: a host's NVSwitch
+    and its GPUs) that hold one of ``ends`` (``w``'s GPU neighbours), with and without
+    ``w``, where there are at most :data:`MAX_BLOCKS` blocks, else each block alone."""
+    hubs = sorted({v for x in ends.tolist()
+                   for v in g.ins.get(x, set()) | g.outs.get(x, set())
+                   if v != w and g.is_switch[v] and _gpu_neighbours(g, v) is not None})
+    if not hubs:
+        return np.zeros((0, g.n), bool)
+    blocks = np.zeros((len(hubs), g.n), bool)
+    for i, v in enumerate(hubs):
+        blocks[i, v] = True
+        blocks[i, _gpu_neighbours(g, v)] = True
+    if len(hubs) > MAX_BLOCKS:
+        sides = blocks
+    else:
+        sides = (_subsets(len(hubs)).astype(np.int64) @ blocks.astype(np.int64)) > 0
+    with_w = sides.copy()
+    with_w[:, w] = True
+    return np.concatenate([sides, with_w])
 
 
 @dataclass
