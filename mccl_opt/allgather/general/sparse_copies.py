@@ -47,6 +47,12 @@ _CUT_TOL = 1e-12
 #: a vertex that holds every scaled row within this is kept as the LP solver gives it
 _POLISH_TOL = 1e-12
 _SEED = 0x5EED
+#: a cluster LP with more nonzeros than this is not solved (the uniform copies then):
+#: its dual simplex grows faster than the trees it saves (shared aggregation one way,
+#: NIC 50 Gbps: 2x8x8 110 k nonzeros 0.09 s; 2x16x8 258 k 0.9 s, 3 320 -> 865 trees;
+#: 2x32x8 1.16 M 5.2 s + 954 k 3.1 s, 4 424 -> 1 514 trees on a 0.44 s solve;
+#: docs/allgather.md "Sparse copies past 200 000 nonzeros")
+MAX_CLUSTER_NONZEROS = 200_000
 
 
 @dataclass(frozen=True)
@@ -127,8 +133,8 @@ def _cluster_marginals(topo: Topology, sym: Symmetry, c: int, roots: np.ndarray,
                        backend: str) -> Marginals | None:
     """The positive masses of a vertex of cluster ``c``'s LP (module docstring, step 1) on
     column fractions, every row scaled to its bound near 1 (the LP solver's tolerances
-    relative), masses summing to each column's weight; ``None`` when the LP solver does
-    not return a vertex."""
+    relative), masses summing to each column's weight; ``None`` when the LP has more than
+    :data:`MAX_CLUSTER_NONZEROS` nonzeros or the LP solver does not return a vertex."""
     moved, moved_rank, lengths, image, root_image = _images(topo, sym, c, roots, trees)
     col, elem, count = _variables(image, root_image, lengths, topo.num_links)
     link_row = np.full(topo.num_links, -1, np.int64)
@@ -144,6 +150,8 @@ def _cluster_marginals(topo: Topology, sym: Symmetry, c: int, roots: np.ndarray,
     cols = np.concatenate([var_of, has_root, np.arange(col.size)])
     a = sp.csr_matrix((np.where(rows >= free, 1.0, z[col][cols]), (rows, cols)),
                       shape=(free + lengths.size, col.size))
+    if a.nnz > MAX_CLUSTER_NONZEROS:
+        return None
     uniform = a @ (count / image.shape[0])
     scale = np.ones(uniform.size)
     scale[:moved.size] = 1.0 / capacity[moved]
@@ -259,7 +267,7 @@ def sparse_copies(topo: Topology, sym: Symmetry, roots: np.ndarray, trees: list[
                   z: np.ndarray, capacity: np.ndarray, backend: str) -> Copies | None:
     """Copies of the columns ``trees`` (roots ``roots``, weights ``z > 0``, capacities
     ``capacity`` in ``z``'s units) on sparse marginals coupled per column (module
-    docstring); ``None`` when a cluster's LP is not solved."""
+    docstring); ``None`` when a cluster's LP is too large or not solved."""
     per_cluster = []
     for c in range(len(sym.nodes)):
         found = _cluster_marginals(topo, sym, c, roots, trees, z, capacity, backend)
