@@ -18,8 +18,10 @@ from mccl_opt.allgather.canonical import canonical
 from tests.oracle_allgather import check_schedule, forwarding_optimum
 
 #: one link slowed one way to an odd speed: the restriction's exact packing needs
-#: 9 433-153 137 trees per root
-FAULTS = [((1, 2, 8), "s0h0g0", "s0tor0", 176.76), ((2, 2, 4), "s0h0g0", "s0tor0", 125.48),
+#: thousands to ~150 000 trees per root (HPN 1x2x8 with a NIC slowed one way no longer
+#: reaches the restriction: the weaker direction seeds the general method first,
+#: docs/allgather.md "Weaker direction past the exact tree count")
+FAULTS = [((1, 2, 8), "s0h0g2", "s0h0nvs", 1776.7), ((2, 2, 4), "s0h0g0", "s0tor0", 125.48),
           ((1, 2, 8), "s0h0g1", "s0h0nvs", 222.5)]
 
 
