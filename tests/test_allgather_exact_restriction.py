@@ -78,7 +78,7 @@ def test_a_lossy_balancing_declines_before_packing_where_only_the_optimum_is_kep
     the next method) still makes the lossy packing."""
     from instances.designs import dragonfly
     from mccl_opt.allgather.canonical import canonical
-    from mccl_opt.allgather.forestcoll.pack_plan import Goal
+    from mccl_opt.allgather.forestcoll.pack_plan import ForestCollAsk, Goal
     from mccl_opt.allgather.solve import sub_forestcoll
     from mccl_opt.allgather.stage import Declined, Trail
     from mccl_opt.report import Termination
@@ -88,7 +88,7 @@ def test_a_lossy_balancing_declines_before_packing_where_only_the_optimum_is_kep
     forestcoll = sub_forestcoll("highs", Trail())
     declined = forestcoll(topo, None, None)                   # Goal.of(None): EXACT
     assert isinstance(declined, Declined) and "balancing" in declined.reason
-    lossy = forestcoll(topo, None, None, goal=Goal.DECLINABLE)
+    lossy = forestcoll(topo, None, None, ForestCollAsk(goal=Goal.DECLINABLE))
     assert isinstance(lossy, mo.Schedule) and lossy.stats["balanced_exactly"] is False
     sched = mo.solve_allgather(topo, max_chunks=None)        # the chain's certified optimum
     check_schedule(topo, sched)

@@ -16,7 +16,7 @@ from mccl_opt.allgather.budget import choose_trees
 from mccl_opt.allgather.canonical import canonical
 from mccl_opt.allgather.fabric import fabric_of
 from mccl_opt.allgather.forestcoll import pipeline
-from mccl_opt.allgather.forestcoll.pack_plan import Goal
+from mccl_opt.allgather.forestcoll.pack_plan import ForestCollAsk, Goal
 from mccl_opt.allgather.forestcoll.removal.unit_rounding import _gpu_short
 from mccl_opt.allgather.forestcoll.throughput import _violated_cut, optimal_rate
 from mccl_opt.allgather.general.restriction_seed import forestcoll_trees
@@ -55,9 +55,10 @@ def test_a_lossless_balancing_returns_before_the_lossy_options(monkeypatch):
     split_for = pipeline._split_for
     monkeypatch.setattr(pipeline, "_split_for", lambda *a: calls.append(1) or split_for(*a))
     forestcoll = sub_forestcoll("highs", Trail())
-    assert isinstance(forestcoll(topo, None, None, goal=Goal.EXACT), Declined)
+    assert isinstance(forestcoll(topo, None, None, ForestCollAsk(goal=Goal.EXACT)), Declined)
     assert not calls
-    assert isinstance(forestcoll(topo, None, None, goal=Goal.DECLINABLE), mo.Schedule)
+    lossy = forestcoll(topo, None, None, ForestCollAsk(goal=Goal.DECLINABLE))
+    assert isinstance(lossy, mo.Schedule)
     assert calls
 
 
@@ -82,7 +83,7 @@ def test_the_seed_takes_fewer_trees_balanced_without_loss(monkeypatch):
         return real(run, route, balanced, *a)
 
     monkeypatch.setattr(solve, "_pack", failing)
-    fallback = forestcoll_trees(restricted.sub, sub_forestcoll("highs", Trail()),
-                                restricted.restriction.headroom(), 16, fewer=True)
+    fallback = forestcoll_trees(restricted.sub, sub_forestcoll("highs", Trail()), ForestCollAsk(
+        headroom=restricted.restriction.headroom(), fewer=True), 16)
     assert len(fallback.chunks) == 13 * topo.num_gpus
     assert not fallback.stats["balanced_exactly"]

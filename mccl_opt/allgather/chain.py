@@ -61,7 +61,7 @@ from .restriction.stages import Restricted, restrict_recorded, solve_by_restrict
 from .quotient_stages import by_quotient, by_seeded_quotient, symmetry_of
 from .seed_first import seed_first
 from .stage import REACH_TOL, Declined, ForestColl, Trail
-from .forestcoll.pack_plan import Goal
+from .forestcoll.pack_plan import ForestCollAsk, Goal
 from .forestcoll.pipeline import gbps
 from .forestcoll.throughput import optimal_rate
 from .warm.route import WarmRoute
@@ -186,8 +186,8 @@ def solve_unbalanced(topo: Topology, route: WarmRoute, backend: str,
         nonlocal weaker, seed_trees
         try:
             found = trail.run(Method.WEAKER_DIRECTIONS,
-                              lambda: forestcoll(sub, route, max_chunks,
-                                                 goal=Goal.of(max_chunks, declinable=True)),
+                              lambda: forestcoll(sub, route, max_chunks, ForestCollAsk(
+                                  goal=Goal.of(max_chunks, declinable=True))),
                               "returned")
         except (SolveError, TopologyError):
             found = None

@@ -39,6 +39,7 @@ from ..errors import SolveError, TopologyError
 from ..report import Attempt, Method
 from ..schedule import Schedule, bottleneck_links, schedule_rate, share_loads
 from ..topology import Topology
+from .forestcoll.pack_plan import ForestCollAsk
 
 if TYPE_CHECKING:
     from .stage import ForestColl, Trail
@@ -75,7 +76,7 @@ def offer_on(topo: Topology, sub: Topology, k: int, forestcoll: ForestColl, meth
     t = time.perf_counter()
     where = f"an intermediate schedule (K={k})"
     try:
-        found = forestcoll(sub, None, k, headroom)
+        found = forestcoll(sub, None, k, ForestCollAsk(headroom=headroom))
     except (SolveError, TopologyError) as e:
         trail.add(Attempt(method, time.perf_counter() - t, f"failed: {where}: {e}"))
         return

@@ -30,8 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from fractions import Fraction
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable
 
 from .. import anytime
 from ..entry_checks import check_time_limit
@@ -54,7 +53,7 @@ from .fewer_trees import fewer_trees
 from .first import MWU_MAX_GPUS, first_schedule
 from .first_images import averaged_first, image_seconds
 from .forestcoll.above_limit import pack_scaled
-from .forestcoll.pack_plan import Goal
+from .forestcoll.pack_plan import ForestCollAsk, Goal
 from .forestcoll.pack_steps import pack, spread_logical
 from .forestcoll.pipeline import balanced_split, check_inputs, gbps, phase_one_budget
 from .forestcoll.throughput import cut_upper_bound
@@ -249,71 +248,48 @@ def _fewer_chunks(topo: Topology, route: WarmRoute, backend: str, max_chunks: in
 
 def sub_forestcoll(backend: str, trail: Trail) -> ForestColl:
     """ForestColl as the method chain runs it on a balanced sub-fabric (the
-    weaker-direction fabric, a balanced restriction, the general method's seed):
-    keeping what balancing loses, with the real fabric's ``headroom`` when given; a
-    ``None`` route is cold; ``scaled``: above the tree limit at ``k=None`` run the scaled
-    packing instead of declining (the balanced restriction at scale,
-    :func:`.restriction.stages.solve_by_restriction`); ``siblings_last=False``: the proportional spread
-    split (the general method's seed trees, :func:`.general.restriction_seed.forestcoll_trees`);
-    ``goal``: what the packing must achieve (:class:`.forestcoll.pack_plan.Goal`, by
-    default :meth:`~.forestcoll.pack_plan.Goal.of` ``k``): at ``None``, ``EXACT``
-    declines where switch balancing loses capacity, before Phases 2-3 (the caller keeps
-    only a schedule at the optimum), ``DECLINABLE`` keeps that balancing and leaves the
-    costly exact packing to a later method of the chain, which solves the fabric exactly;
-    ``fewer``: where balancing the budget's trees loses capacity, a smaller budget balanced
-    without loss is weighed too (the general method's seed,
-    :func:`.forestcoll.pipeline.balanced_split`)."""
+    weaker-direction fabric, a balanced restriction, the general method's seed): cold on
+    a ``None`` route, keeping what balancing loses (:attr:`.forestcoll.pack_plan.
+    ForestCollAsk.lossy_balance`), as ``ask`` says otherwise."""
 
     def forestcoll(sub: Topology, r: WarmRoute | None, k: int | None,
-                   headroom: Sequence[Fraction] | None = None,
-                   scaled: bool = False, siblings_last: bool = True,
-                   goal: Goal | None = None, fewer: bool = False) -> Schedule | Declined:
+                   ask: ForestCollAsk = ForestCollAsk()) -> Schedule | Declined:
         return _typed_forestcoll(sub, r or WarmRoute.plan(sub, None), backend, k, False, trail,
-                                 lossy_balance=True, headroom=headroom, scaled=scaled,
-                                 siblings_last=siblings_last, goal=goal, fewer=fewer)
+                                 dataclasses.replace(ask, lossy_balance=True))
 
     return forestcoll
 
 
 def _typed_forestcoll(topo: Topology, route: WarmRoute, backend: str,
                       max_chunks: int | None, step_aware: Any, trail: Trail,
-                      lossy_balance: bool = False,
-                      headroom: Sequence[Fraction] | None = None,
-                      scaled: bool = False, siblings_last: bool = True,
-                      goal: Goal | None = None, fewer: bool = False) -> Schedule | Declined:
+                      ask: ForestCollAsk = ForestCollAsk()) -> Schedule | Declined:
     """:func:`_forestcoll`, an internal error turned into a :class:`SolveError` naming the
     fabric (the chain of methods catches it)."""
     try:
-        return _forestcoll(topo, route, backend, max_chunks, step_aware, trail, lossy_balance,
-                           headroom, scaled, siblings_last, goal, fewer)
+        return _forestcoll(topo, route, backend, max_chunks, step_aware, trail, ask)
     except (KeyError, IndexError, AssertionError, ZeroDivisionError) as e:
         raise SolveError(f"ForestColl failed on {topo.name!r} ({type(e).__name__}: {e}); "
                          "a bug: please report the topology file") from e
 
 
 def _forestcoll(topo: Topology, route: WarmRoute, backend: str, max_chunks: int | None,
-                step_aware: Any, trail: Trail, lossy_balance: bool = False,
-                headroom: Sequence[Fraction] | None = None,
-                scaled: bool = False, siblings_last: bool = True,
-                goal: Goal | None = None, fewer: bool = False) -> Schedule | Declined:
-    """Step 4 on a canonically listed ``topo``; :class:`.stage.Declined` when the exact
+                step_aware: Any, trail: Trail,
+                ask: ForestCollAsk = ForestCollAsk()) -> Schedule | Declined:
+    """Step 4 on a canonically listed ``topo``, as ``ask`` says
+    (:class:`.forestcoll.pack_plan.ForestCollAsk`); :class:`.stage.Declined` when the exact
     optimum (``max_chunks=None``) needs more than :data:`.budget.EXACT_TREES_LIMIT`
     trees per root on a chain's sub-fabric (``lossy_balance``, unless ``scaled``),
     step-aware, or a fabric's own solve of at most :data:`SEEDED_GENERAL_MAX_GPUS` GPUs
     (larger ones pack them by the scaled packing alone, :func:`.forestcoll.above_limit.
     pack_scaled`) or from :data:`SEEDED_GENERAL_ENTRIES` entries ``k·n²``, or switch
-    balancing loses capacity the optimum needs (unless ``lossy_balance``: the chain's
-    sub-fabrics, whose rounded schedule it compares with the general method's itself;
-    a ``goal`` of ``EXACT`` declines there too, where only the optimum is kept);
-    ``headroom``: ``topo`` is a balanced restriction whose links may carry this many
-    times their capacity on the real fabric (:func:`.forestcoll.pipeline.balanced_split`);
-    ``siblings_last``, ``goal`` (by default :meth:`.forestcoll.pack_plan.Goal.of`
-    ``max_chunks``): of the spread split and the packing (:func:`.forestcoll.pack_steps.
-    pack`).  The warm steps (the certified guesses, rerouting at cold's budget, the
-    packing seeded with the previous shapes) run on ``route``; past its allowance the
-    solve carries on cold from where it is."""
+    balancing loses capacity the optimum needs (unless ``lossy_balance``; a ``goal`` of
+    ``EXACT`` declines there too, where only the optimum is kept).  The warm steps (the
+    certified guesses, rerouting at cold's budget, the packing seeded with the previous
+    shapes) run on ``route``; past its allowance the solve carries on cold from where
+    it is."""
     run = Run.start(topo, route.warm, max_chunks)
-    goal = Goal.of(max_chunks) if goal is None else goal
+    goal = Goal.of(max_chunks) if ask.goal is None else ask.goal
+    lossy_balance, scaled, siblings_last = ask.lossy_balance, ask.scaled, ask.siblings_last
     rewarm = run.prev is not None and not step_aware  # step-aware only reads the guides
     since = route.used                                # this run's warm steps: from here
     run.warm_spent = lambda: route.spent(since)
@@ -362,9 +338,9 @@ def _forestcoll(topo: Topology, route: WarmRoute, backend: str, max_chunks: int 
     t = time.perf_counter()
     try:
         balanced = balanced_split(budget.fab, arr.is_switch, budget.k, budget.y, max_chunks,
-                                  headroom, budget.p1.rate,
+                                  ask.headroom, budget.p1.rate,
                                   lossless=goal is Goal.EXACT and lossy_balance,
-                                  fewer=budget.p1 if fewer else None)
+                                  fewer=budget.p1 if ask.fewer else None)
         balanced.record(run.stats)
         run.stats["balance_s"] = time.perf_counter() - t
         if not balanced.exact and (goal is Goal.EXACT or not lossy_balance):   # below the optimum

@@ -33,8 +33,9 @@ class Declined:
 
 
 #: ForestColl on a (canonically listed, balanced) topology, on a warm route (:class:`.warm.
-#: route.WarmRoute`), at a chunk limit, optionally with each link's headroom on the real fabric
-#: when the topology is a balanced restriction (see :func:`.solve._forestcoll`); raises SolveError
+#: route.WarmRoute`), at a chunk limit, as a :class:`.forestcoll.pack_plan.ForestCollAsk` says
+#: (each link's headroom on the real fabric for a balanced restriction, the split, the goal;
+#: see :func:`.solve._forestcoll`); raises SolveError
 ForestColl = Callable[..., "Schedule | Declined"]
 
 

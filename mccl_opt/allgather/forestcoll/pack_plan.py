@@ -39,14 +39,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
+from fractions import Fraction
+from typing import Sequence
 
 from .packing.exact_packing import EXACT_PACK_MAX_EDGES
 from .packing.few_trees import FEW_TREES_CHEAP_ENTRIES
 from .packing.growth_order import RAIL_FIRST_MIN_RANKS
 from .packing.scaled import PLAIN_FIRST_ENTRIES, SCALED_MIN_K
 
-__all__ = ["Goal", "Step", "PackPlan", "plan_pack", "TEST_FIRST_K", "TEST_FIRST_ENTRIES",
-           "TEST_FIRST_SINKS", "FEW_BEFORE_FAST_K"]
+__all__ = ["Goal", "ForestCollAsk", "Step", "PackPlan", "plan_pack", "TEST_FIRST_K",
+           "TEST_FIRST_ENTRIES", "TEST_FIRST_SINKS", "FEW_BEFORE_FAST_K"]
 
 #: from this many trees per root the rooted cut test runs before the repair packer, not
 #: after it: on a logical graph that does not admit ``k`` the packer only stops when no
@@ -114,6 +116,30 @@ class Goal(str, Enum):
         if max_chunks is not None:
             return cls.BUDGET
         return cls.DECLINABLE if declinable else cls.EXACT
+
+
+@dataclass(frozen=True)
+class ForestCollAsk:
+    """What one ForestColl solve (:func:`mccl_opt.allgather.solve.sub_forestcoll`) is asked
+    for, beyond the fabric, route and chunk limit; the defaults are a fabric's own solve."""
+
+    #: keep a switch balancing that loses capacity (a chain's sub-fabric, whose rounded
+    #: schedule the chain compares with the general method's; ``sub_forestcoll`` sets it)
+    lossy_balance: bool = False
+    #: the sub-fabric is a balanced restriction whose links may carry this many times their
+    #: capacity on the real fabric (:func:`.pipeline.balanced_split`)
+    headroom: Sequence[Fraction] | None = None
+    #: above the tree limit at ``max_chunks=None``, the scaled packing instead of declining
+    #: (the balanced restriction at scale, :func:`..restriction.stages.solve_by_restriction`)
+    scaled: bool = False
+    #: ``False``: the proportional spread split (the general method's seed trees,
+    #: :func:`..general.restriction_seed.forestcoll_trees`)
+    siblings_last: bool = True
+    #: what the packing must achieve (:class:`Goal`; ``None``: :meth:`Goal.of` the limit)
+    goal: Goal | None = None
+    #: where balancing the budget's trees loses capacity, weigh a smaller budget balanced
+    #: without loss too (the general method's seed, :func:`.pipeline.balanced_split`)
+    fewer: bool = False
 
 
 class Step(str, Enum):

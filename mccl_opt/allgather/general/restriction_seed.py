@@ -26,9 +26,8 @@ cutting-plane LP nor the ForestColl pipeline is repeated here.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
-from fractions import Fraction
-from typing import TYPE_CHECKING, Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
@@ -38,6 +37,7 @@ from mccl_opt.schedule_chunks import TreeChunks, path_nodes
 from mccl_opt.topology import Topology
 from ..budget import ChunkCounts, choose_trees
 from ..fabric import fabric_of
+from ..forestcoll.pack_plan import ForestCollAsk
 from ..forestcoll.throughput import optimal_rate
 
 if TYPE_CHECKING:
@@ -211,22 +211,18 @@ def table_columns(sched: Schedule, topo: Topology) -> tuple[list[int], list[np.n
 
 
 def forestcoll_trees(sub: Topology, forestcoll: ForestColl,
-                     headroom: Sequence[Fraction] | None = None,
-                     chunks: int = SEED_CHUNKS, once: bool = False,
-                     siblings_last: bool = True, fewer: bool = False) -> Schedule | None:
+                     ask: ForestCollAsk = ForestCollAsk(),
+                     chunks: int = SEED_CHUNKS, once: bool = False) -> Schedule | None:
     """ForestColl's schedule (``forestcoll``, the chain's sub-solve, cold, keeping what
     balancing loses: the master re-weights the trees anyway) on the balanced fabric
     ``sub`` with at most ``chunks`` chunks per root (fewer while ForestColl fails, as the
     method chain does, skipping the limits that repeat a failed budget); ``None`` when
-    ForestColl packs no chunk count; ``once``: ``chunks`` only; ``siblings_last=False``:
-    the proportional spread split (:func:`..forestcoll.removal.spread.spread_split`, for
-    :attr:`RestrictionSeed.more`); ``fewer``: where the budget's trees balance only by
-    giving up capacity, fewer trees balanced without loss at least as fast are taken
-    (:func:`..forestcoll.pipeline.balanced_split`)."""
+    ForestColl packs no chunk count; ``once``: ``chunks`` only; ``ask``: the headroom,
+    split and balancing asked for (:class:`..forestcoll.pack_plan.ForestCollAsk`)."""
     counts = ChunkCounts(chunks)
     for k in [chunks] if once else counts:
         try:
-            sched = forestcoll(sub, None, k, headroom, siblings_last=siblings_last, fewer=fewer)
+            sched = forestcoll(sub, None, k, ask)
         except SolveError as e:                 # as the chain treats ForestColl failing: fewer
             counts.failed(e)
             continue
@@ -259,19 +255,19 @@ def restriction_seed(restricted: Restricted, forestcoll: ForestColl,
     t = time.perf_counter()
     base = seed_chunks(restricted.sub.num_gpus)
     chunks = DENSER_FACTOR * base if dense and dense_pays(restricted.sub, base) else base
-    headroom = restricted.restriction.headroom()
-    main = forestcoll_trees(restricted.sub, forestcoll, headroom, chunks, fewer=True)
+    ask = ForestCollAsk(headroom=restricted.restriction.headroom())
+    main = forestcoll_trees(restricted.sub, forestcoll, replace(ask, fewer=True), chunks)
     if main is None and chunks < RETRY_SEED_CHUNKS:     # one try, not a count down from 64
-        main = forestcoll_trees(restricted.sub, forestcoll, headroom, RETRY_SEED_CHUNKS, once=True)
+        main = forestcoll_trees(restricted.sub, forestcoll, ask, RETRY_SEED_CHUNKS, once=True)
     if main is None:
         return None
 
     def more() -> Schedule | None:
-        return forestcoll_trees(weaker, forestcoll, chunks=base, siblings_last=False) \
+        return forestcoll_trees(weaker, forestcoll, ForestCollAsk(siblings_last=False), base) \
             if isinstance(weaker, Topology) else weaker
 
     def denser() -> Schedule | None:
-        return forestcoll_trees(restricted.sub, forestcoll, headroom, DENSER_FACTOR * chunks,
+        return forestcoll_trees(restricted.sub, forestcoll, ask, DENSER_FACTOR * chunks,
                                 once=True)
 
     return RestrictionSeed(restricted.optimum_gbps, (main,), time.perf_counter() - t,

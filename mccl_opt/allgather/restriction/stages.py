@@ -17,7 +17,7 @@ from ...report import Attempt, Method
 from ...schedule import Schedule
 from ...topology import Topology
 from ..budget import ChunkCounts
-from ..forestcoll.pack_plan import Goal
+from ..forestcoll.pack_plan import ForestCollAsk, Goal
 from ..interim import rerated
 from ..stage import REACH_TOL, Declined, ForestColl, Trail
 
@@ -114,8 +114,8 @@ def solve_by_restriction(topo: Topology, restricted: Restricted, route: WarmRout
     scaled = counts is None and topo.num_gpus >= SCALED_RESTRICTION_FROM
     for k in [None] if counts is None else counts:
         try:
-            sched = forestcoll(sub, route, k, found.headroom(), scaled=scaled,
-                               goal=Goal.of(k))
+            sched = forestcoll(sub, route, k, ForestCollAsk(
+                headroom=found.headroom(), scaled=scaled, goal=Goal.of(k)))
         except (SolveError, TopologyError) as e:
             if counts is not None and isinstance(e, SolveError):
                 counts.failed(e)
