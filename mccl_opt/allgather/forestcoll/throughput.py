@@ -99,13 +99,21 @@ def near_gpus(fab: "Fabric") -> np.ndarray:
     5.6-6.4 ms a sweep in listing order, 1.2-1.4 ms in this one; docs/allgather.md
     "Sweeps in structural order").  What the sweeps certify (a rate, a passing test) does
     not depend on it."""
-    n, tail, head, gpus = fab.n, fab.tail, fab.head, fab.gpus
-    if gpus.size == 0:
-        return gpus
+    if fab.gpus.size == 0:
+        return fab.gpus
+    return order_by_hub(fab.n, fab.tail, fab.head, fab.cap, fab.gpus,
+                        fab.net.breadth_first(int(fab.gpus[0])))
+
+
+def order_by_hub(n: int, tail: np.ndarray, head: np.ndarray, width: np.ndarray,
+                 gpus: np.ndarray, seen: np.ndarray) -> np.ndarray:
+    """``gpus`` by the position in ``seen`` (nodes in breadth-first order) of the node at
+    the end of each GPU's widest out-link (ties to the earliest in ``seen``; a GPU without
+    one last), then by their own position: the sweep order of :func:`near_gpus` and of
+    :func:`.removal.splitting.sink_order`."""
     pos = np.full(n + 1, n, np.int64)           # pos[n]: not reached / no out-link: last
-    seen = fab.net.breadth_first(int(gpus[0]))
     pos[seen] = np.arange(seen.size)
-    by = np.lexsort((pos[head], -fab.cap, tail))     # per tail: the widest, then nearest
+    by = np.lexsort((pos[head], -np.asarray(width), tail))   # per tail: the widest, then nearest
     first = np.ones(by.size, bool)
     first[1:] = tail[by][1:] != tail[by][:-1]
     widest = np.full(n, n, np.int64)

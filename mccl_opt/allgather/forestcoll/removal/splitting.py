@@ -31,6 +31,7 @@ from scipy.sparse.csgraph import breadth_first_order
 from mccl_opt.errors import SolveError
 from .bundles import Bundles
 from ..maxflow import INF, FlowNetwork
+from ..throughput import order_by_hub
 
 __all__ = ["LogicalGraph", "SplitGraph", "cut_slack", "keeps_cuts", "switch_order", "sink_ranks",
            "fewest_links_first", "gpu_links", "peel", "simple_path"]
@@ -179,16 +180,9 @@ def sink_order(g: SplitGraph) -> np.ndarray:
         adj = csr_matrix((np.ones(len(ends)), (ends[:, 0], ends[:, 1])), shape=(g.n, g.n))
         seen = breadth_first_order(adj + adj.T, int(g.gpus[0]), directed=False,
                                    return_predecessors=False)
-        pos = np.full(g.n, g.n, np.int64)
-        pos[seen] = np.arange(seen.size)
-        widest = np.full(g.n, -1, np.int64)
-        best = np.zeros(g.n, np.int64)
-        for (a, b), u in g.units.items():
-            if u > best[a] or u == best[a] and pos[b] < pos[widest[a]]:
-                best[a], widest[a] = u, b
-        gpus = np.asarray(g.gpus, np.int64)
-        hub = np.where(widest[gpus] >= 0, pos[widest[gpus]], g.n)   # no out-link: last
-        g.near = gpus[np.lexsort((pos[gpus], hub))]
+        g.near = order_by_hub(g.n, ends[:, 0], ends[:, 1],
+                              np.fromiter(g.units.values(), np.int64, len(g.units)),
+                              np.asarray(g.gpus, np.int64), seen)
     return g.near
 
 
