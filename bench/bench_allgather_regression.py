@@ -46,6 +46,7 @@ from mccl_runtime.warmup import load_kernels
 TWELVE = ("hpn-2x8x8", "sharedagg-2x5x8", "leafspine2-4x2x8", "superpod-2x4x8")
 SEVEN_FAMILIES = ("hpn", "shared-agg", "multi-spine", "leaf-spine", "superpod", "host-ring",
                   "host-torus")
+#: a cold rate further than this (relative) from the baseline's is a regression
 RATE_TOL = 1e-9
 
 
@@ -119,6 +120,7 @@ def solve_states(chains: dict[tuple[str, str], Chain], todo: list[tuple[str, str
 
 
 def print_row(state: str, row: dict[str, Any]) -> None:
+    """One line of the table: state, cold method, rate, chunks, CPU s (and the warm solve)."""
     warm = row.get("warm")
     tail = "" if warm is None else \
         f"  warm {warm['route']:8} {warm['method']:22} {warm['chunks']:>6} {warm['cpu_s']:7.3f}"
@@ -155,6 +157,7 @@ def compare(rows: dict[str, dict[str, Any]], base: dict[str, dict[str, Any]]) ->
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The table of the chosen states; with ``--compare``, 1 when any regressed."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--set", choices=["twelve", "seven-families", "all"], default="twelve")
     ap.add_argument("--state", nargs="+", metavar="NAME:K:STEP", help="these states instead")
@@ -169,6 +172,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--save", metavar="FILE", help="write the table as JSON")
     ap.add_argument("--compare", metavar="FILE", help="compare with a --save file")
     a = ap.parse_args(argv)
+    if a.repeat < 1:
+        ap.error("--repeat must be at least 1")
     if a.set != "all" and a.families:
         ap.error(f"--set {a.set} is drawn from a run over every family: use --set all")
     # the seven first families draw the same chains with or without the later ones
