@@ -26,20 +26,12 @@ def _path(text: str) -> str:
 
 
 def _round_pieces(text: str):
-    """``--round-pieces BYTES[,FLOOR]``: blocks of ``BYTES``, cut by the simulator's piece
-    rule, or with ``FLOOR`` by the real-rank rule (no 512 KiB cap, pieces >= ``FLOOR`` bytes)."""
-    import math
-
+    """``--round-pieces`` (:meth:`mccl_opt.lowering.rounds.RoundPieces.parse`)."""
     from mccl_opt.errors import InputError
     from mccl_opt.lowering.rounds import RoundPieces
-    from mccl_opt.piece_rule import PieceRule
 
-    parts = [float_arg(p) for p in text.split(",")]
-    if len(parts) > 2:
-        raise argparse.ArgumentTypeError(f"expected BYTES or BYTES,FLOOR, got {text[:40]!r}")
     try:
-        return RoundPieces(parts[0], PieceRule(max_bytes=math.inf, floor_bytes=parts[1]) if len(parts) == 2
-                           else PieceRule())
+        return RoundPieces.parse(text)
     except InputError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
 
@@ -95,10 +87,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "trees, also solve cold and keep the shallower schedule of equal rate; AllToAll: also "
                         "solve cold and keep it if of equal rate and faster in the round model")
     s.add_argument("--round-pieces", type=_round_pieces, default=None, metavar="BYTES[,FLOOR]",
-                   help="with --shallow-trees: the round model cuts chunks as the executor does, blocks of "
-                        "BYTES in the simulator's pieces, or with FLOOR in pieces of at least FLOOR bytes without "
-                        "the 512 KiB cap (real ranks; docs/executor.md \"The round model in pieces\"); default: "
-                        "one piece per chunk")
+                   help="with --shallow-trees: the round model cuts blocks of BYTES as the simulator does, "
+                        "or with FLOOR as real ranks do (docs/executor.md \"The round model in pieces\"); "
+                        "default: one piece per chunk")
     s.add_argument("--kernels", choices=["eager", "background", "lazy"], default="eager",
                    help="when the synthesizers' compiled kernels load (those of the --collective kinds and of "
                         "the collectives a --state file holds; every kind's when there are none): eager (before "

@@ -51,6 +51,20 @@ class RoundPieces:
         if not isinstance(b, (int, float)) or isinstance(b, bool) or not math.isfinite(b) or b <= 0:
             raise InputError(f"the round model's message size must be a finite number of bytes > 0, got {b!r}")
 
+    @classmethod
+    def parse(cls, text: str) -> RoundPieces:
+        """``BYTES`` (the simulator's rule) or ``BYTES,FLOOR`` (the real ranks' rule: no
+        512 KiB cap, pieces of at least ``FLOOR`` bytes; docs/executor.md "Pieces per chunk")."""
+        parts = text.split(",")
+        try:
+            nums = [float(p) for p in parts]
+        except ValueError:
+            nums = []
+        if not 1 <= len(nums) <= 2 or len(nums) != len(parts):
+            raise InputError(f"expected BYTES or BYTES,FLOOR (numbers of bytes), got {text[:40]!r}")
+        rule = PieceRule(max_bytes=math.inf, floor_bytes=nums[1]) if len(nums) == 2 else PIECE_RULE
+        return cls(nums[0], rule)
+
 
 def round_messages(schedule: Schedule, block_numel: int = MODEL_BLOCK,
                    pipeline: Pipeline = 1) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
