@@ -133,3 +133,18 @@ def test_round_pieces_refuse_a_bad_size_with_a_message():
     for bad in ("0", "1,2,3", "1,-5", "x"):
         with pytest.raises(argparse.ArgumentTypeError):
             _round_pieces(bad)
+
+
+def test_real_rank_runs_give_the_controller_the_ranks_own_cut():
+    """The controller's ``--round-pieces`` of a real-rank run is the ranks' piece rule
+    (``rank_pipeline``); a forced slice count passes none."""
+    from executor_cuda.scenario_run import GlooLoopConfig, rank_pipeline, round_pieces_args
+
+    cfg = GlooLoopConfig()
+    args = round_pieces_args(cfg, 16 * MIB)
+    assert args[0] == "--round-pieces"
+    got, ranks = RoundPieces.parse(args[1]), rank_pipeline(cfg, 16 * MIB, 4.0)
+    assert got.message_bytes == 16 * MIB
+    assert (got.rule.max_bytes, got.rule.floor_bytes, got.rule.per_hop) == \
+        (ranks.max_bytes, ranks.floor_bytes, ranks.per_hop)
+    assert round_pieces_args(GlooLoopConfig(pipeline=2), 16 * MIB) == []
