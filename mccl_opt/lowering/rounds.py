@@ -100,22 +100,24 @@ def round_time(schedule: Schedule, topo: Topology, capacity: np.ndarray | None =
     rnd, src, dst, numel = round_messages(schedule, MODEL_BLOCK, pipeline)
     if not rnd.size:
         return 0.0
-    links = _pair_links(schedule, topo, src, dst)
-    per_msg = np.fromiter(map(len, links), np.int64, count=len(links))
-    load = np.bincount(np.repeat(rnd, per_msg) * cap.size + np.concatenate(links),
+    n = len(schedule.gpus)
+    pairs, inv = np.unique(src * n + dst, return_inverse=True)
+    flat, first, size = _routes(schedule, topo, pairs // n, pairs % n)
+    per_msg = size[inv.ravel()]
+    at = np.arange(int(per_msg.sum())) - np.repeat(np.cumsum(per_msg) - per_msg, per_msg)
+    link = flat[np.repeat(first[inv.ravel()], per_msg) + at]
+    load = np.bincount(np.repeat(rnd, per_msg) * cap.size + link,
                        weights=np.repeat(numel * element_bytes, per_msg),
                        minlength=int(rnd[-1] + 1) * cap.size).reshape(-1, cap.size)
     return float(sum((8.0 * load / (cap * 1e9)).max(axis=1).tolist()))
 
 
-def _pair_links(schedule: Schedule, topo: Topology, src: np.ndarray, dst: np.ndarray) -> list[np.ndarray]:
-    """Link indices of each message's switch-only path (a path crosses a link once)."""
+def _routes(schedule: Schedule, topo: Topology, src: np.ndarray,
+            dst: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The switch-only path of every rank pair ``(src[i], dst[i])`` (a path crosses a link
+    once), as link indices ``flat[first[i]:first[i] + size[i]]``."""
     nodes = [topo.node_index(g) for g in schedule.gpus]
-    routes: dict[tuple[int, int], np.ndarray] = {}
-    out = []
-    for pair in zip(src.tolist(), dst.tolist()):
-        route = routes.get(pair)
-        if route is None:
-            route = routes[pair] = np.asarray(switch_path(topo, nodes[pair[0]], nodes[pair[1]]), dtype=np.int64)
-        out.append(route)
-    return out
+    routes = [np.asarray(switch_path(topo, nodes[s], nodes[d]), dtype=np.int64)
+              for s, d in zip(src.tolist(), dst.tolist())]
+    size = np.fromiter(map(len, routes), np.int64, count=len(routes))
+    return np.concatenate(routes), np.cumsum(size) - size, size
