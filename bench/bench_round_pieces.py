@@ -10,6 +10,8 @@ of :mod:`mccl_opt.piece_rule` at the message size, ``sim`` = the packet simulato
 (:func:`mccl_opt.sim.simulate`, its default pieces).  Times in ms for one collective;
 ``pick`` is the candidate each estimate chooses (the lowest among those of the warm rate,
 ties keep the earlier), ``sim/pick`` the simulated time of that pick over the simulated best.
+``sw ms`` is the simulator with every GPU-to-GPU hop on its switch-only path, the routing
+of the round model (and of the emulated executor); on HPN that is the schedule's own path.
 
 * AllToAll, HPN 1x2x4, ``bench_round_aware.py``'s states (GPU0's NIC at 4 / 50 Gbps, 10 %
   of the other links 0-15 % low), 16 MiB per block (the loop's 128 MiB in all): warm, warm
@@ -25,6 +27,7 @@ ties keep the earlier), ``sim/pick`` the simulated time of that pick over the si
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import sys
 import time
@@ -38,14 +41,35 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 MIB = 2**20
 
 
+def on_switch_paths(schedule: Any, topo: Any) -> Any:
+    """``schedule`` with every GPU-to-GPU hop on its switch-only path."""
+    from mccl_opt.paths import switch_path
+    from mccl_opt.schedule import PathChunk, TreeChunk
+
+    def route(u: str, v: str) -> tuple[str, ...]:
+        return (u, *(topo.links[i].dst for i in switch_path(topo, topo.node_index(u), topo.node_index(v))))
+
+    chunks = []
+    for c in schedule.chunks:
+        if isinstance(c, TreeChunk):
+            chunks.append(TreeChunk(c.src, c.share, tuple(route(e[0], e[-1]) for e in c.edges)))
+        else:
+            gpus = [v for v in c.path if topo.is_gpu(v)]
+            chunks.append(PathChunk(c.src, c.dst, c.share,
+                                    (gpus[0], *(x for u, v in zip(gpus, gpus[1:]) for x in route(u, v)[1:]))))
+    return dataclasses.replace(schedule, chunks=tuple(chunks))
+
+
 def estimates(topo: Any, cands: list[Any], message: float) -> dict[str, list[float]]:
-    """ms of one collective of every candidate: one piece per chunk, the rule, the simulator."""
+    """ms of one collective of every candidate: one piece per chunk, the rule, the simulator
+    (on the schedule's paths, and on switch-only paths)."""
     from mccl_opt.lowering.rounds import RoundPieces, round_time
     from mccl_opt.sim import simulate
 
     return {"one": [1e3 * message * round_time(c, topo) for c in cands],
             "rule": [1e3 * round_time(c, topo, pieces=RoundPieces(message)) for c in cands],
-            "sim": [1e3 * simulate(topo, c, message).completion_s for c in cands]}
+            "sim": [1e3 * simulate(topo, c, message).completion_s for c in cands],
+            "sw": [1e3 * simulate(topo, on_switch_paths(c, topo), message).completion_s for c in cands]}
 
 
 def pick(times: list[float], rates: list[float]) -> int:
@@ -113,8 +137,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--fabrics", type=int, default=10, help="AllToAll noisy fabrics per NIC level")
     ap.add_argument("--survey", type=int, default=12, help="irregular AllGather fabrics (seeds 0..N-1)")
     args = ap.parse_args(argv)
-    print(f"{'state':22s} {'cand':>4s} {'rate':>7s} {'one ms':>8s} {'rule ms':>8s} {'sim ms':>8s} "
-          f"{'one/sim':>7s} {'rule/sim':>8s}")
+    print(f"{'state':22s} {'cand':>4s} {'rate':>7s} {'one ms':>8s} {'rule ms':>8s} {'sim ms':>8s} {'sw ms':>8s} "
+          f"{'one/sim':>7s} {'rule/sim':>8s} {'rule/sw':>8s}")
     from mccl_opt.lowering.rounds import RoundPieces, round_time
 
     ratios: list[tuple[str, str, float]] = []               # group, model, estimate / simulated
@@ -127,12 +151,14 @@ def main(argv: list[str] | None = None) -> None:
         rates = [c.rate_gbps for c in cands]
         for i, c in enumerate(cands):
             print(f"{name:22s} {i:4d} {c.rate_gbps:7.2f} {est['one'][i]:8.3f} {est['rule'][i]:8.3f} "
-                  f"{est['sim'][i]:8.3f} {est['one'][i] / est['sim'][i]:7.3f} {est['rule'][i] / est['sim'][i]:8.3f}")
+                  f"{est['sim'][i]:8.3f} {est['sw'][i]:8.3f} {est['one'][i] / est['sim'][i]:7.3f} "
+                  f"{est['rule'][i] / est['sim'][i]:8.3f} {est['rule'][i] / est['sw'][i]:8.3f}")
         best = pick(est["sim"], rates)
         line = []
         for k in ("one", "rule"):
             p = pick(est[k], rates)
             ratios += [(group, k, e / s) for e, s in zip(est[k], est["sim"])]
+            ratios += [(group, k + "/sw", e / s) for e, s in zip(est[k], est["sw"])]
             picks.append((group, k, p == best, est["sim"][p] / est["sim"][best]))
             line.append(f"{k} picks {p} (sim/pick {est['sim'][p] / est['sim'][best]:.3f})")
             c0 = time.process_time()
@@ -145,7 +171,9 @@ def main(argv: list[str] | None = None) -> None:
             e = np.asarray([r[2] for r in ratios if r[:2] == (group, k)])
             mine = [r for r in picks if r[:2] == (group, k)]
             regret = [r[3] for r in mine]
-            print(f"{group:13s} {k:4s}: estimate/sim median {np.median(e):.3f}, range {e.min():.3f}-{e.max():.3f}; "
+            sw = np.asarray([r[2] for r in ratios if r[:2] == (group, k + "/sw")])
+            print(f"{group:13s} {k:4s}: estimate/sim median {np.median(e):.3f}, range {e.min():.3f}-{e.max():.3f} "
+                  f"(on switch paths {np.median(sw):.3f}, {sw.min():.3f}-{sw.max():.3f}); "
                   f"the simulator's pick in {sum(r[2] for r in mine)} of {len(mine)} states; its pick's "
                   f"simulated time over the best: geometric mean {math.exp(np.mean(np.log(regret))):.4f}, "
                   f"worst {max(regret):.3f}")
