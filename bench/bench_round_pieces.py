@@ -12,6 +12,8 @@ of :mod:`mccl_opt.piece_rule` at the message size, ``sim`` = the packet simulato
 ties keep the earlier), ``sim/pick`` the simulated time of that pick over the simulated best.
 ``sw ms`` is the simulator with every GPU-to-GPU hop on its switch-only path, the routing
 of the round model (and of the emulated executor); on HPN that is the schedule's own path.
+Last, for AllToAll: the pick with the real ranks' cut (``executor_cuda.scenario_run.rank_pipeline``
+at its default 60 ms collective) against the one-piece pick, both timed in the ranks' model.
 
 * AllToAll, HPN 1x2x4, ``bench_round_aware.py``'s states (GPU0's NIC at 4 / 50 Gbps, 10 %
   of the other links 0-15 % low), 16 MiB per block (the loop's 128 MiB in all): warm, warm
@@ -70,6 +72,20 @@ def estimates(topo: Any, cands: list[Any], message: float) -> dict[str, list[flo
             "rule": [1e3 * round_time(c, topo, pieces=RoundPieces(message)) for c in cands],
             "sim": [1e3 * simulate(topo, c, message).completion_s for c in cands],
             "sw": [1e3 * simulate(topo, on_switch_paths(c, topo), message).completion_s for c in cands]}
+
+
+def ranks_cut(topo: Any, cands: list[Any], message: float) -> tuple[bool, float]:
+    """Whether the pick with the real ranks' pieces differs from the one-piece pick, and
+    the one-piece pick's time over the ranks' pick's, both in the ranks' round model."""
+    from executor_cuda.scenario_run import GlooLoopConfig, rank_pipeline
+    from mccl_opt.lowering.rounds import RoundPieces, round_time
+
+    cut = RoundPieces(message, rank_pipeline(GlooLoopConfig(), message, 1.0))
+    rates = [c.rate_gbps for c in cands]
+    one = pick([round_time(c, topo) for c in cands], rates)
+    times = [round_time(c, topo, pieces=cut) for c in cands]
+    mine = pick(times, rates)
+    return one != mine, times[one] / times[mine]
 
 
 def pick(times: list[float], rates: list[float]) -> int:
@@ -144,6 +160,7 @@ def main(argv: list[str] | None = None) -> None:
     ratios: list[tuple[str, str, float]] = []               # group, model, estimate / simulated
     picks: list[tuple[str, str, bool, float]] = []          # group, model, the simulator's pick?, its regret
     cpu: dict[str, float] = {"one": 0.0, "rule": 0.0}
+    ranks: list[tuple[bool, float]] = []                    # AllToAll: pick moved?, one-piece pick / ranks' pick
     states = alltoall_states(args.fabrics) + allgather_states(args.survey)
     for name, topo, cands, message in states:
         group = name.split(" ")[0] + (" irregular" if "irregular" in name or "fuzz" in name else " hpn")
@@ -166,6 +183,8 @@ def main(argv: list[str] | None = None) -> None:
                 round_time(c, topo, pieces=None if k == "one" else RoundPieces(message))
             cpu[k] += time.process_time() - c0
         print(f"{'':22s} sim picks {best}; " + "; ".join(line))
+        if name.startswith("a2a"):
+            ranks.append(ranks_cut(topo, cands, message))
     for group in dict.fromkeys(r[0] for r in picks):
         for k in ("one", "rule"):
             e = np.asarray([r[2] for r in ratios if r[:2] == (group, k)])
@@ -177,6 +196,12 @@ def main(argv: list[str] | None = None) -> None:
                   f"the simulator's pick in {sum(r[2] for r in mine)} of {len(mine)} states; its pick's "
                   f"simulated time over the best: geometric mean {math.exp(np.mean(np.log(regret))):.4f}, "
                   f"worst {max(regret):.3f}")
+    if ranks:
+        slower = [r for moved, r in ranks if r > 1 + 1e-9]
+        print(f"AllToAll, the ranks' cut: the pick moves on {sum(m for m, _ in ranks)} of {len(ranks)} states; in "
+              f"the ranks' model the one-piece pick is slower on {len(slower)}"
+              + (f" ({min(slower):.3f}-{max(slower):.3f}x)" if slower else "")
+              + f", geometric mean over all {math.exp(np.mean(np.log([r for _, r in ranks]))):.4f}")
     for k in ("one", "rule"):
         print(f"{k}: model CPU {1e3 * cpu[k] / sum(len(s[2]) for s in states):.2f} ms per candidate")
 
