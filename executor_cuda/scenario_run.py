@@ -94,9 +94,11 @@ class GlooLoopConfig:
 
 
 class ControllerProcess:
-    """``mccl controller serve`` in a subprocess on a free loopback port."""
+    """``mccl controller serve`` in a subprocess on a free loopback port; with
+    ``message_bytes`` (the scenario's) its round-aware pick cuts chunks as the ranks do."""
 
-    def __init__(self, topology_path: str, collective: str, cfg: GlooLoopConfig, log_path: str) -> None:
+    def __init__(self, topology_path: str, collective: str, cfg: GlooLoopConfig, log_path: str,
+                 message_bytes: float | None = None) -> None:
         from .scenario_rank import COMM, NAME
 
         cmd = [sys.executable, "-m", "mccl_opt.cli", "controller", "serve", "--estimator", "ewma", "--topology", topology_path,
@@ -106,6 +108,8 @@ class ControllerProcess:
                "--time-limit", str(cfg.time_limit_s), "--backend", cfg.backend, "--kernels", cfg.kernels]
         if cfg.shallow_trees:
             cmd.append("--shallow-trees")
+            if message_bytes is not None:
+                cmd += round_pieces_args(cfg, message_bytes)
         if cfg.workers:
             cmd += ["--workers", str(cfg.workers)]
         if cfg.cable_wait_s:
@@ -189,8 +193,18 @@ def rank_pipeline(cfg: GlooLoopConfig, message_bytes: float, byte_scale: float) 
     2 hops: pieces no smaller than ``message_bytes * sqrt(GLOO_ROUND_S / T)``."""
     if cfg.pipeline:
         return cfg.pipeline
-    floor = message_bytes * math.sqrt(min(1.0, GLOO_ROUND_S / (cfg.collective_ms / 1e3)))
-    return PieceRule(max_bytes=math.inf, floor_bytes=floor, element_bytes=4.0 * byte_scale)
+    return PieceRule(max_bytes=math.inf, floor_bytes=_gloo_floor(cfg, message_bytes), element_bytes=4.0 * byte_scale)
+
+
+def _gloo_floor(cfg: GlooLoopConfig, message_bytes: float) -> float:
+    """The real ranks' smallest piece in fabric bytes (:func:`rank_pipeline`)."""
+    return message_bytes * math.sqrt(min(1.0, GLOO_ROUND_S / (cfg.collective_ms / 1e3)))
+
+
+def round_pieces_args(cfg: GlooLoopConfig, message_bytes: float) -> list[str]:
+    """The controller's ``--round-pieces``: its round model cuts chunks as the ranks do
+    (:func:`rank_pipeline`); none with a forced ``cfg.pipeline`` (a fixed count is no piece rule)."""
+    return [] if cfg.pipeline else ["--round-pieces", f"{message_bytes!r},{_gloo_floor(cfg, message_bytes)!r}"]
 
 
 def plan_scales(scenario: Any, healthy: Any, cfg: GlooLoopConfig) -> tuple[int, float, float, float]:
@@ -288,7 +302,8 @@ def run_gloo_loop(scenario: Any, cfg: GlooLoopConfig) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="mccl-loop-") as tmp:
         topo_path = os.path.join(tmp, "topology.json")
         topo.save(topo_path)
-        ctrl = ControllerProcess(topo_path, scenario.collective, cfg, os.path.join(tmp, "controller.log"))
+        ctrl = ControllerProcess(topo_path, scenario.collective, cfg, os.path.join(tmp, "controller.log"),
+                                 scenario.message_bytes)
         try:
             endpoint = ctrl.wait_ready(cfg.start_timeout_s)
             plan = RankPlan(endpoint=endpoint, telemetry_endpoint=ctrl.frontend, topology=topo, collective=scenario.collective,

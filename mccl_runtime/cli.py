@@ -25,6 +25,17 @@ def _path(text: str) -> str:
     return text
 
 
+def _round_pieces(text: str):
+    """``--round-pieces`` (:meth:`mccl_opt.lowering.rounds.RoundPieces.parse`)."""
+    from mccl_opt.errors import InputError
+    from mccl_opt.lowering.rounds import RoundPieces
+
+    try:
+        return RoundPieces.parse(text)
+    except InputError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     c = sub.add_parser("controller", help="run the MCCL controller service (paper §3)")
     csub = c.add_subparsers(dest="controller_command", metavar="ACTION")
@@ -75,6 +86,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="for executors that run a GPU hop per round: AllGather: when a warm start deepens the "
                         "trees, also solve cold and keep the shallower schedule of equal rate; AllToAll: also "
                         "solve cold and keep it if of equal rate and faster in the round model")
+    s.add_argument("--round-pieces", type=_round_pieces, default=None, metavar="BYTES[,FLOOR]",
+                   help="with --shallow-trees: the round model cuts blocks of BYTES as the simulator does, "
+                        "or with FLOOR as real ranks do (docs/executor.md \"The round model in pieces\"); "
+                        "default: one piece per chunk")
     s.add_argument("--kernels", choices=["eager", "background", "lazy"], default="eager",
                    help="when the synthesizers' compiled kernels load (those of the --collective kinds and of "
                         "the collectives a --state file holds; every kind's when there are none): eager (before "
@@ -132,17 +147,18 @@ class _LazySynthesizer:
     its kernels loaded apart (``--kernels``, :func:`.warmup.load_kernels_logged`): the state file
     is checked before that cost."""
 
-    def __init__(self, backend: str, shallow: bool = False) -> None:
+    def __init__(self, backend: str, shallow: bool = False, pieces=None) -> None:
         import threading
 
         self.backend, self.shallow, self._fn, self._lock = backend, shallow, None, threading.Lock()
+        self.pieces = pieces
 
     def load(self):
         from .synthesizer import solver_synthesizer
 
         with self._lock:
             if self._fn is None:
-                self._fn = solver_synthesizer(self.backend, shallow=self.shallow, kernels="lazy")
+                self._fn = solver_synthesizer(self.backend, shallow=self.shallow, kernels="lazy", pieces=self.pieces)
             return self._fn
 
     def __call__(self, *args):
@@ -150,7 +166,7 @@ class _LazySynthesizer:
 
 
 def _start_pool(topo, backend: str, workers: int, synthesis: str = "local", shallow: bool = False,
-                kernels: str = "eager"):
+                kernels: str = "eager", pieces=None):
     """A started pool of the product synthesizer: a :class:`~mccl_runtime.pool.SynthesisPool`
     of ``workers`` processes, or a :class:`~mccl_runtime.ray_pool.RayPool`; ``None`` for
     the manager's own thread (local, no workers).  Each worker loads its kernels as
@@ -159,7 +175,7 @@ def _start_pool(topo, backend: str, workers: int, synthesis: str = "local", shal
 
     from .synthesizer import solver_synthesizer
 
-    factory = functools.partial(solver_synthesizer, backend, shallow=shallow, kernels=kernels)
+    factory = functools.partial(solver_synthesizer, backend, shallow=shallow, kernels=kernels, pieces=pieces)
     if synthesis != "local":
         from .ray_pool import RayPool, parse_synthesis
 
@@ -210,8 +226,9 @@ def _serve(args: argparse.Namespace) -> int:
     policy = Policy(gamma=args.gamma, min_dwell_s=args.dwell, time_limit_s=args.time_limit,
                     gather_s=args.gather, anytime_s=args.anytime, speculate=args.speculate,
                     early_hold_s=args.early_hold, cable_wait_s=args.cable_wait)
-    synthesize = _LazySynthesizer(args.backend, args.shallow_trees)
-    pool = _start_pool(topo, args.backend, args.workers, args.synthesis, args.shallow_trees, args.kernels)
+    synthesize = _LazySynthesizer(args.backend, args.shallow_trees, args.round_pieces)
+    pool = _start_pool(topo, args.backend, args.workers, args.synthesis, args.shallow_trees, args.kernels,
+                       args.round_pieces)
     svc = ControllerService(
         topo, args.bind, pub_bind=args.pub_bind, key=key, state_path=args.state,
         synthesize=synthesize, alpha=args.alpha, estimator=args.estimator, policy=policy, allow_remote=args.allow_remote,

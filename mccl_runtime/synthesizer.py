@@ -7,11 +7,14 @@ that run a hop per round, and :func:`cold_on_small`.  A synthesizer is
 from __future__ import annotations
 
 import time
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from mccl_opt.errors import MCCLError
 from mccl_opt.schedule import Schedule
 from mccl_opt.topology import Topology
+
+if TYPE_CHECKING:
+    from mccl_opt.lowering.rounds import RoundPieces
 
 __all__ = ["Synthesizer", "solver_synthesizer", "cold_on_small", "tree_rounds"]
 
@@ -20,7 +23,8 @@ Synthesizer = Callable[[str, Topology, "Schedule | None", "float | None"], Sched
 
 
 def solver_synthesizer(backend: str = "highs", max_chunks: int = 10, shallow: bool = False,
-                       unit_tolerance: float | None = 0.005, kernels: str = "eager") -> Synthesizer:
+                       unit_tolerance: float | None = 0.005, kernels: str = "eager",
+                       pieces: RoundPieces | None = None) -> Synthesizer:
     """The product optimizer: ``mccl_opt.solve_alltoall`` / ``solve_allgather``, warm;
     their compiled kernels are loaded here (:func:`.warmup.load_kernels`), not at the
     first failure.
@@ -69,7 +73,7 @@ def solver_synthesizer(backend: str = "highs", max_chunks: int = 10, shallow: bo
 
         if kind == "alltoall":
             if shallow and warm is not None:
-                return _round_aware_alltoall(topo, warm, backend, max_chunks, time_limit_s)
+                return _round_aware_alltoall(topo, warm, backend, max_chunks, time_limit_s, pieces)
             return mccl_opt.solve_alltoall(topo, warm=warm, backend=backend, max_chunks=max_chunks,
                                            time_limit=time_limit_s)
         t0 = time.perf_counter()
@@ -105,14 +109,15 @@ def cold_on_small(synthesize: Synthesizer, max_gpus: int) -> Synthesizer:
 
 
 def _round_aware_alltoall(topo: Topology, warm: Schedule, backend: str, max_chunks: int,
-                          time_limit_s: float | None) -> Schedule:
+                          time_limit_s: float | None, pieces: RoundPieces | None = None) -> Schedule:
     """The warm AllToAll re-synthesis for an executor that runs a GPU hop per round: the
     warm solve, the warm and (unless the warm solve ran cold) the cold solve with the
     smallest step bound that keeps its rate (``max_steps="min"``, paper App. D), and then
     the plain cold solve; of those
     at least as fast as the warm one (LP
     rate), the one with the lowest store-and-forward round time on the measured fabric
-    (:func:`mccl_opt.lowering.rounds.round_time`; ties keep the earlier candidate).  The
+    (:func:`mccl_opt.lowering.rounds.round_time`, chunks cut as ``pieces`` says; ties keep
+    the earlier candidate).  The
     fluid LP has many optima of one rate; on HPN 1x2x4 with a NIC at 50 of 400 Gbps,
     warm optima sent over the slow NIC in two rounds and ran at 0.53-0.62 of offline on
     gloo ranks in 7 of 16 runs (docs/executor.md, "AllToAll on gloo ranks")."""
@@ -123,7 +128,7 @@ def _round_aware_alltoall(topo: Topology, warm: Schedule, backend: str, max_chun
     t0 = time.perf_counter()
     best = mccl_opt.solve_alltoall(topo, warm=warm, backend=backend, max_chunks=max_chunks, time_limit=time_limit_s)
     took = time.perf_counter() - t0
-    best_t = round_time(best, topo)
+    best_t = round_time(best, topo, pieces=pieces)
     # a warm solve that ran cold (no local re-optimisation: a link fell sharply, e.g. a dead
     # one) already is the cold solve, and then the cold one with the smallest step bound
     # improved the pick by 0.3 % on average (at most 6 %) on 30 such fabrics for a third
@@ -141,7 +146,7 @@ def _round_aware_alltoall(topo: Topology, warm: Schedule, backend: str, max_chun
         cand = mccl_opt.solve_alltoall(topo, warm=start, backend=backend, max_chunks=max_chunks,
                                        max_steps=steps, time_limit=left)
         took = time.perf_counter() - t1
-        t = round_time(cand, topo)
+        t = round_time(cand, topo, pieces=pieces)
         if cand.rate_gbps >= best.rate_gbps * (1 - 1e-9) and t < best_t * (1 - 1e-6):
             best, best_t = cand, t
     return best
