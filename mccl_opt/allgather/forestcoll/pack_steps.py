@@ -98,7 +98,8 @@ REPAIR_VISITS_PER_ENTRY = 4
 #: plain and scrambled, fat-tree 4x2x2x8; fuzz seeds 3413 and 3511-3522: 32-64 GPUs at
 #: ``k = 41``) it took 0-3 810 visits (``k·n²/44``); where it failed (leaf-spine 6x2x8 and
 #: 8x2x8 with 4 spines, fat-tree 4x2x2x8 two way) it ran out of chains at 0.36-0.39
-#: ``k·n²``, or ran to the cap (``k·n²/8``: 0.08-0.1 s CPU at 128 GPUs, ``k = 41``)
+#: ``k·n²``, or ran to the cap (``k·n²/8``: 0.08-0.1 s CPU at 128 GPUs, ``k = 41``).
+#: Not after a forecast stop (:meth:`_Packer.few_first`)
 RAIL_FIRST_VISITS_SHARE = 16
 
 
@@ -219,7 +220,8 @@ class _Packer:
         return self.found
 
     def repair(self) -> None:
-        """The spread split's repair packing, unless the test first proves none exists."""
+        """The spread split's repair packing, unless the test first proves none exists;
+        where the forecast stops it, the few-trees packing it chose (:meth:`few_first`)."""
         plan, lg, k = self.plan, self.lg, self.k
         near = sink_ranks(self.split, self.rank_of)     # the sweeps' order, hosts together
         if plan.test_stride is not None and not lg.admits(k, plan.test_stride, order=near):
