@@ -208,8 +208,8 @@ EARLY = 4
 @pytest.mark.parametrize("variant", ["forecast", "always stop", "never stop"])
 def test_the_forecast_path_does_not_change_the_optimum(monkeypatch, variant):
     """SuperPOD 2x2x8 at ``None``, the forecast made at ``k·n² / EARLY`` visits: whether the
-    first repair packing goes on past it (the forecast), stops there (the guarded split,
-    rail-first, greedy and few-trees packings follow) or is never stopped, the schedule is
+    first repair packing goes on past it (the forecast), stops there (the few-trees
+    packing of the exact split follows) or is never stopped, the schedule is
     valid at the cut bound."""
     from mccl_opt.allgather.forestcoll import pack_steps
 
@@ -227,7 +227,7 @@ def test_the_forecast_path_does_not_change_the_optimum(monkeypatch, variant):
     check_schedule(topo, s, None)
     assert s.rate_gbps == pytest.approx(cut_bound(topo), rel=1e-9)
     decide_at = s.stats["k"] * topo.num_gpus ** 2 // EARLY
-    if variant == "always stop":                # a later packing (rail-first) may complete
+    if variant == "always stop":                # the few-trees packing follows
         assert s.stats.get("repair_forecast_stop") == 1
     else:                           # went on past the decision and completed
         assert s.stats["packing"] == "repair" and s.stats["repair_visits"] > decide_at

@@ -11,7 +11,10 @@ packed passes the rooted cut test of Edmonds' theorem):
    it where no packing exists (:attr:`PackPlan.test_stride`; then the graph does not admit
    ``k``); from :data:`~.packing.scaled.SCALED_MIN_K` trees per root the scaled packings
    first (:attr:`PackPlan.plain_first`).  A declining plan (:attr:`PackPlan.declines`)
-   stops here.  Otherwise a failed packing runs the whole rooted test.
+   stops here.  Where the forecast stopped the packing and the plan has
+   :attr:`Step.FEW_TREES`, the few-trees packing of the exact split runs at once
+   (:meth:`.pack_steps._Packer.few_first`); otherwise, or where it fails, the whole
+   rooted test.
 2. :attr:`Step.GUARDED`: where the graph does not admit ``k``, the guarded spread split and
    its repair packing (skipped on a tight guarded graph, :attr:`PackPlan.guarded_skips_tight`,
    and where the few-trees packing follows on a graph with a narrow tight rank,

@@ -23,7 +23,7 @@ from mccl_opt.errors import SolveError
 from .pack_plan import Goal, PackPlan, Step, plan_pack
 from .packing.contraction import tight_alone
 from .packing.exact_packing import EXACT_PACK_MAX_EDGES, exact_pack_stage
-from .packing.few_trees import few_trees_on_splits
+from .packing.few_trees import FEW_TREES_CHEAP_ENTRIES, few_trees_on_splits
 from .packing.forecast import NO_FORECAST, forecast
 from .packing.scaled import SCALED_MIN_K, many_trees_pack, plain_pack
 from .packing.trees import TreeClass, greedy_pack
@@ -98,7 +98,8 @@ REPAIR_VISITS_PER_ENTRY = 4
 #: plain and scrambled, fat-tree 4x2x2x8; fuzz seeds 3413 and 3511-3522: 32-64 GPUs at
 #: ``k = 41``) it took 0-3 810 visits (``k·n²/44``); where it failed (leaf-spine 6x2x8 and
 #: 8x2x8 with 4 spines, fat-tree 4x2x2x8 two way) it ran out of chains at 0.36-0.39
-#: ``k·n²``, or ran to the cap (``k·n²/8``: 0.08-0.1 s CPU at 128 GPUs, ``k = 41``)
+#: ``k·n²``, or ran to the cap (``k·n²/8``: 0.08-0.1 s CPU at 128 GPUs, ``k = 41``).
+#: Not after a forecast stop (:meth:`_Packer.few_first`)
 RAIL_FIRST_VISITS_SHARE = 16
 
 
@@ -203,6 +204,7 @@ class _Packer:
         self.lg, self.kind = spread, SplitKind.SPREAD
         self.found: tuple[list[TreeClass], Packing] | None = None
         self.admits = False
+        self.few_tried = False
         self.start = time.perf_counter()
 
     def run(self) -> tuple[list[TreeClass], Packing] | None:
@@ -218,13 +220,21 @@ class _Packer:
         return self.found
 
     def repair(self) -> None:
-        """The spread split's repair packing, unless the test first proves none exists."""
+        """The spread split's repair packing, unless the test first proves none exists;
+        where the forecast stops it, the few-trees packing it chose (:meth:`few_first`)."""
         plan, lg, k = self.plan, self.lg, self.k
         near = sink_ranks(self.split, self.rank_of)     # the sweeps' order, hosts together
         if plan.test_stride is not None and not lg.admits(k, plan.test_stride, order=near):
             return                                  # no packing can complete: skip it
-        self.found = _pack_repair(lg, k, self.stats, self.shapes, plain=plan.plain_first,
+        got: dict[str, Any] = {}                   # this packing's counters alone
+        self.found = _pack_repair(lg, k, got, self.shapes, plain=plan.plain_first,
                                   capped=plan.capped)
+        self.stats.update(got)
+        if self.found is None and got.get("repair_forecast_stop") and \
+                Step.FEW_TREES in plan.steps and k * lg.num_gpus ** 2 > FEW_TREES_CHEAP_ENTRIES:
+            self.few_first()
+            if self.found is not None:
+                return
         # the sinks of the sampled test passed: the whole test sweeps the others only
         self.admits = self.found is not None or (
             not plan.declines and lg.admits(k, passed=plan.test_stride, order=near))
@@ -267,9 +277,22 @@ class _Packer:
         return _pack_repair(lg, self.k, self.stats, self.shapes, plain=plan.plain_first,
                             capped=plan.capped, guarded=True)
 
+    def few_first(self) -> None:
+        """Where the forecast stopped the spread split's repair packing (past
+        :data:`~.packing.few_trees.FEW_TREES_CHEAP_ENTRIES`): the few-trees packing the
+        forecast chose, before the rest of the rooted test, the guarded split and the
+        rail-first retry, which follow only if it fails.  There it packs the exact split
+        alone, which keeps every cut: it needs no test of the split packed so far, and
+        a later :meth:`few` would repeat it (docs/allgather.md, *The forecast's choice
+        taken at once*)."""
+        self.few_tried = True
+        self.lg, self.kind, self.found = _few_trees(self.split, self.rank_of, self.k,
+                                                    self.stats, self.lg, self.kind)
+
     def few(self) -> None:
-        """The few-trees packing on a graph that admits ``k``."""
-        if self.admits:
+        """The few-trees packing on a graph that admits ``k`` (once)."""
+        if self.admits and not self.few_tried:
+            self.few_tried = True
             self.lg, self.kind, self.found = _few_trees(self.split, self.rank_of, self.k,
                                                         self.stats, self.lg, self.kind)
 
