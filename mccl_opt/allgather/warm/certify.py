@@ -48,6 +48,7 @@ class Certificate(str, Enum):
     REROUTED = "certified by rerouting"
     PACKED = "certified by packing"
     REJECTED = "rejected"
+    SKIPPED = "skipped: cold declines this many exact trees per root"
 
 
 class GuessKind(str, Enum):
@@ -138,6 +139,9 @@ def _keep_or_certify(run: Run, guess: Guess) -> Schedule | None:
     if loads is not None:
         run.stats[key] = Certificate.KEPT.value
         return kept(run, guess.opt, loads)
+    if run.cold_declines(guess.k) is not None:
+        run.stats[key] = Certificate.SKIPPED.value
+        return None
     anytime.check("ForestColl-warm: before rerouting")
     result = _reroute_previous(run, guess.opt.fab, guess.k, guess.y)
     if result is not None:
