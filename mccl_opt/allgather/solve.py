@@ -289,7 +289,7 @@ def _forestcoll(topo: Topology, route: WarmRoute, backend: str, max_chunks: int 
     it is."""
     run = Run.start(topo, route.warm, max_chunks)
     goal = Goal.of(max_chunks) if ask.goal is None else ask.goal
-    lossy_balance, scaled, siblings_last = ask.lossy_balance, ask.scaled, ask.siblings_last
+    lossy_balance, siblings_last = ask.lossy_balance, ask.siblings_last
     rewarm = run.prev is not None and not step_aware  # step-aware only reads the guides
     # the guesses skip a ``k`` cold declines: the seeded general method is cold's route
     run.cold_declines = lambda k: _declines(k, topo.num_gpus, max_chunks, goal, ask,
