@@ -50,7 +50,9 @@ class Run:
     reroute's outcome; ``phase_one``: the exact Phase 1 a warm guess ran (cold's own:
     reused when the solve goes on cold); ``warm_spent``: CPU seconds this run's warm
     steps have taken so far (:meth:`.warm.route.WarmRoute.spent`; rerouting counts them
-    against its cap); ``stats``: the schedule's JSON view, filled as phases run."""
+    against its cap); ``cold_declines``: why cold declines an exact packing of ``k``
+    trees per root, or ``None`` (a guess at such a ``k`` is not certified: cold's route
+    is then another method); ``stats``: the schedule's JSON view, filled as phases run."""
 
     topo: Topology
     max_chunks: int | None
@@ -62,6 +64,7 @@ class Run:
     reroute: RerouteOutcome | None = None
     phase_one: PhaseOneResult | None = None
     warm_spent: Callable[[], float] | None = None
+    cold_declines: Callable[[int], str | None] = lambda k: None
 
     @classmethod
     def start(cls, topo: Topology, warm: Schedule | None, max_chunks: int | None) -> "Run":

@@ -289,8 +289,11 @@ def _forestcoll(topo: Topology, route: WarmRoute, backend: str, max_chunks: int 
     it is."""
     run = Run.start(topo, route.warm, max_chunks)
     goal = Goal.of(max_chunks) if ask.goal is None else ask.goal
-    lossy_balance, scaled, siblings_last = ask.lossy_balance, ask.scaled, ask.siblings_last
+    lossy_balance, siblings_last = ask.lossy_balance, ask.siblings_last
     rewarm = run.prev is not None and not step_aware  # step-aware only reads the guides
+    # the guesses skip a ``k`` cold declines: the seeded general method is cold's route
+    run.cold_declines = lambda k: _declines(k, topo.num_gpus, max_chunks, goal, ask,
+                                            bool(step_aware))
     since = route.used                                # this run's warm steps: from here
     run.warm_spent = lambda: route.spent(since)
 
@@ -307,16 +310,10 @@ def _forestcoll(topo: Topology, route: WarmRoute, backend: str, max_chunks: int 
 
     anytime.check("ForestColl: before Phase 1")
     budget = phase_one_budget(topo, max_chunks, run.stats, run.hint_cuts, run.cuts, run.phase_one)
+    declined = run.cold_declines(budget.k)
+    if declined is not None:
+        return Declined(declined)
     many = max_chunks is None and budget.k > EXACT_TREES_LIMIT
-    own_seeded = not scaled and topo.num_gpus <= SEEDED_GENERAL_MAX_GPUS
-    # the seeded master is cheaper: a fabric's own solve, or the weaker-direction fabric
-    # (the chain then seeds the general method with its trees, :mod:`.chain`)
-    weaker_seeded = goal is Goal.DECLINABLE and topo.num_gpus <= SEEDED_GENERAL_MAX_GPUS
-    costly = max_chunks is None and (weaker_seeded or not (lossy_balance or step_aware)) and \
-        budget.k * topo.num_gpus ** 2 > SEEDED_GENERAL_ENTRIES
-    if (many or costly) and ((lossy_balance and not scaled) or step_aware or own_seeded):
-        return Declined(f"more than {EXACT_TREES_LIMIT} exact trees per root" if many else
-                        f"{budget.k} exact trees per root: the seeded master is cheaper")
     if many:                                          # the scaled packing alone, cold
         run.prev, run.cuts = None, None
     # once this run's warm steps pass half of its predicted cold cost, go cold
@@ -371,18 +368,40 @@ def _forestcoll(topo: Topology, route: WarmRoute, backend: str, max_chunks: int 
     return packed(run, Optimum.of(budget), result)
 
 
+def _declines(k: int, n: int, max_chunks: int | None, goal: Goal, ask: ForestCollAsk,
+              step_aware: bool) -> str | None:
+    """Why ForestColl on ``n`` GPUs declines an exact packing of ``k`` trees per root at
+    ``max_chunks=None`` (:func:`_forestcoll`'s rule), else ``None``: more than
+    :data:`.budget.EXACT_TREES_LIMIT` (unless ``ask.scaled``), or ``k·n²`` past
+    :data:`SEEDED_GENERAL_ENTRIES` where the seeded master is cheaper (a fabric's own
+    solve, or the weaker-direction fabric, whose trees then seed the general method,
+    :mod:`.chain`)."""
+    if max_chunks is not None:
+        return None
+    many = k > EXACT_TREES_LIMIT
+    own_seeded = not ask.scaled and n <= SEEDED_GENERAL_MAX_GPUS
+    weaker_seeded = goal is Goal.DECLINABLE and n <= SEEDED_GENERAL_MAX_GPUS
+    costly = (weaker_seeded or not (ask.lossy_balance or step_aware)) and \
+        k * n * n > SEEDED_GENERAL_ENTRIES
+    if not (many or costly) or not ((ask.lossy_balance and not ask.scaled) or step_aware
+                                    or own_seeded):
+        return None
+    return f"more than {EXACT_TREES_LIMIT} exact trees per root" if many else \
+        f"{k} exact trees per root: the seeded master is cheaper"
+
+
 def _certified_guess(run: Run) -> Schedule | None:
     """ForestColl-warm's two guesses, each certified (:mod:`.warm.certify`), or ``None``."""
     run.cuts = CutBounds(fabric_of(run.topo)[0])      # cut bounds shared by the guesses
     quick = warm_guess(run)
     if quick is not None:
         return quick
-    run.stats[GuessKind.X_STAR.value] = Certificate.REJECTED.value
+    run.stats.setdefault(GuessKind.X_STAR.value, Certificate.REJECTED.value)
     anytime.check("ForestColl-warm: after the x* guess")
     quick = warm_budget(run)
     if quick is not None:
         return quick
-    run.stats[GuessKind.BUDGET.value] = Certificate.REJECTED.value
+    run.stats.setdefault(GuessKind.BUDGET.value, Certificate.REJECTED.value)
     return None
 
 

@@ -5,7 +5,9 @@ optimum, so any schedule reaching ``k·y`` proves the guess exact, and with it t
 cold would find (docs/allgather.md, *Modelling choices* and *Rerouting*).  In order:
 the previous schedule kept as is (it still reaches the target), the previous trees
 rerouted to carry it (:mod:`.reroute`), or (where worth it) a completed Phase 3
-packing of ``k`` trees of bandwidth ``y``.  Two guesses are tried:
+packing of ``k`` trees of bandwidth ``y``; at a ``k`` cold declines (``Run.cold_declines``:
+the seeded general method is cold's route) only the first (docs/allgather.md, *Warm
+skips what cold declines*).  Two guesses are tried:
 
 * :func:`warm_guess`: ``x*`` guessed from single-GPU and previous cuts, no max-flow;
 * :func:`warm_budget`: exact Phase 1, the chunk budget guessed by a few probes.
@@ -48,6 +50,7 @@ class Certificate(str, Enum):
     REROUTED = "certified by rerouting"
     PACKED = "certified by packing"
     REJECTED = "rejected"
+    SKIPPED = "skipped: cold declines this many exact trees per root"
 
 
 class GuessKind(str, Enum):
@@ -138,6 +141,9 @@ def _keep_or_certify(run: Run, guess: Guess) -> Schedule | None:
     if loads is not None:
         run.stats[key] = Certificate.KEPT.value
         return kept(run, guess.opt, loads)
+    if run.cold_declines(guess.k) is not None:
+        run.stats[key] = Certificate.SKIPPED.value
+        return None
     anytime.check("ForestColl-warm: before rerouting")
     result = _reroute_previous(run, guess.opt.fab, guess.k, guess.y)
     if result is not None:
