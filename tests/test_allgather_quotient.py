@@ -20,7 +20,7 @@ from mccl_opt.allgather.general.method import solve_general
 from mccl_opt.allgather.general.arborescence import min_arborescences
 from mccl_opt.allgather.general.expansion import expand
 from mccl_opt.allgather.general.method import rate_scale
-from mccl_opt.allgather.general import quotient, sparse_copies as sparse_copies_module
+from mccl_opt.allgather.general import cluster_lp, quotient
 from mccl_opt.allgather.general.quotient import _Quotient, _column_generation, _price, solve_quotient
 from mccl_opt.allgather.general.sparse_copies import (Copies, Marginals, _coupled, sparse_copies,
                                                       uniform_copies)
@@ -313,14 +313,16 @@ def test_sparse_copies_keep_every_root_share_and_capacity_on_fewer_trees():
 
 
 def test_a_cluster_lp_past_the_nonzero_cap_leaves_the_uniform_copies(monkeypatch):
-    """A cluster LP with more nonzeros than ``MAX_CLUSTER_NONZEROS`` is not solved: the
-    quotient keeps the uniform copies (every positive column over every piece), at the
-    rate the sparse copies reach, where under the cap it copies fewer trees."""
+    """A cluster LP with more nonzeros than ``MAX_CLUSTER_NONZEROS``, and no LP on cosets
+    before it (``LARGE_NONZEROS`` not reached), is not solved: the quotient keeps the
+    uniform copies (every positive column over every piece), at the rate the sparse
+    copies reach, where under the cap it copies fewer trees."""
     topo = canonical(STATES["shared-agg 2x3x4 NIC 150.8"]())
     sym, q, z, capacity = _quotient_columns(topo)
     monkeypatch.setattr(quotient, "SPARSE_COPIES_MIN_RATIO", 0)     # copies this small one
     few = solve_quotient(topo, sym=sym)
-    monkeypatch.setattr(sparse_copies_module, "MAX_CLUSTER_NONZEROS", 0)
+    monkeypatch.setattr(cluster_lp, "MAX_CLUSTER_NONZEROS", 0)
+    monkeypatch.setattr(cluster_lp, "LARGE_NONZEROS", np.inf)
     pos = np.flatnonzero(z > 0)
     assert sparse_copies(topo, sym, np.asarray(q.roots)[pos], [q.trees[j] for j in pos],
                          z[pos], capacity, "highs") is None
