@@ -15,7 +15,9 @@ each cluster's *marginal* only, not on how the marginals are coupled.  So:
    uniform marginal's load where that is higher; every moved root's share equal to the
    uniform marginal's).  The uniform marginal is feasible, so the LP is; a vertex has at
    most as many positive masses as rows (moved links + moved roots + columns); it is
-   re-solved on the rows it holds, so that the LP solver's tolerance costs no rate;
+   re-solved on the rows it holds, so that the LP solver's tolerance costs no rate.  A
+   large cluster's LP is solved on the cosets of a subgroup first, then on the positive
+   cosets' elements only (:mod:`.cluster_lp`);
 2. per column, the north-west-corner coupling of its marginals: at most
    ``sum_c |support_c| - clusters + 1`` copies, every link load at most its capacity and
    every root's share the uniform expansion's, so the same rate (fat-tree 4x2x2x8: 534
