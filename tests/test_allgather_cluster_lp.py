@@ -10,43 +10,21 @@ import numpy as np
 import pytest
 
 import mccl_opt as mo
-from instances.aggregation import shared_aggregation
 from mccl_opt.allgather.canonical import canonical
 from mccl_opt.allgather.general import cluster_lp, quotient
-from mccl_opt.allgather.general.expansion import expand
-from mccl_opt.allgather.general.method import rate_scale, solve_general
-from mccl_opt.allgather.general.quotient import _Quotient, _column_generation, solve_quotient
+from mccl_opt.allgather.general.method import solve_general
+from mccl_opt.allgather.general.quotient import solve_quotient
 from mccl_opt.allgather.general.sparse_copies import sparse_copies
-from mccl_opt.allgather.general.symmetry import find_symmetry
-from mccl_opt.backends import get_backend
 from tests.oracle_allgather import check_schedule
+from tests.test_allgather_quotient import STATES, _quotient_columns, check_copies
 
 
 def _state():
     """Shared aggregation 2x3x4, GPU 0's NIC at 150.8 Gbps one way: clusters ``Z_2 x Z_3``
     and ``Z_3 x Z_4``, so each has two generators' subgroups to take cosets of."""
-    topo = shared_aggregation(2, 3, 4).with_capacity(src="s0h0g0", dst="s0tor0", gbps=150.8,
-                                                     both_directions=False)
-    topo = canonical(topo)
-    sym = find_symmetry(topo)
-    capacity = topo.arrays.capacity / rate_scale(topo)
-    with get_backend("highs") as lp:
-        q = _Quotient(topo, sym, capacity, lp)
-        _, z, _, _ = _column_generation(topo, q, np.inf, None)
-    pos = np.flatnonzero(z > 0)
-    return topo, sym, q, z, capacity, pos
-
-
-def _check_copies(topo, sym, q, z, capacity, pos, copies):
-    """Fractions sum to 1 per column; root shares are the uniform expansion's and link
-    loads at most the capacity (or the uniform load); fewer trees than the uniform copies."""
-    uniform, few = expand(topo, sym, q.roots, q.trees, z), expand(topo, sym, q.roots, q.trees, z, copies)
-    assert np.bincount(copies.column, weights=copies.frac) == pytest.approx(np.ones(pos.size), rel=1e-12)
-    share = [np.bincount(e.pool.root, weights=e.weights, minlength=topo.num_gpus) for e in (uniform, few)]
-    assert share[1] == pytest.approx(share[0], rel=1e-12)
-    loads = [e.pool.loads(e.weights, topo.num_links) for e in (uniform, few)]
-    assert (loads[1] <= np.maximum(capacity, loads[0]) * (1 + 1e-12)).all()
-    assert len(few.pool) < len(uniform.pool)
+    topo = canonical(STATES["shared-agg 2x3x4 NIC 150.8"]())
+    sym, q, z, capacity = _quotient_columns(topo)
+    return topo, sym, q, z, capacity, np.flatnonzero(z > 0)
 
 
 @pytest.mark.parametrize("refine", [True, False])
@@ -64,7 +42,8 @@ def test_the_coset_path_keeps_every_share_and_capacity(monkeypatch, refine):
     copies = sparse_copies(topo, sym, np.asarray(q.roots)[pos], [q.trees[j] for j in pos],
                            z[pos], capacity, "highs")
     assert len(coarse) == len(sym.nodes) and all(m is not None for m in coarse)
-    _check_copies(topo, sym, q, z, capacity, pos, copies)
+    uniform, few = check_copies(topo, sym, q, z, capacity, copies)
+    assert len(few.pool) < len(uniform.pool)
 
 
 def test_the_coset_path_reaches_the_full_masters_optimum(monkeypatch):

@@ -289,6 +289,19 @@ def _quotient_columns(topo):
     return sym, q, z, capacity
 
 
+def check_copies(topo, sym, q, z, capacity, copies):
+    """Asserts that each column's fractions of ``copies`` sum to 1, every root keeps the
+    uniform expansion's share and every link at most its capacity (or the uniform load);
+    returns the uniform and the sparse expansions."""
+    uniform, few = expand(topo, sym, q.roots, q.trees, z), expand(topo, sym, q.roots, q.trees, z, copies)
+    assert np.bincount(copies.column, weights=copies.frac) == pytest.approx(np.ones(int((z > 0).sum())), rel=1e-12)
+    share = [np.bincount(e.pool.root, weights=e.weights, minlength=topo.num_gpus) for e in (uniform, few)]
+    assert share[1] == pytest.approx(share[0], rel=1e-12)
+    loads = [e.pool.loads(e.weights, topo.num_links) for e in (uniform, few)]
+    assert (loads[1] <= np.maximum(capacity, loads[0]) * (1 + 1e-12)).all()
+    return uniform, few
+
+
 def test_sparse_copies_keep_every_root_share_and_capacity_on_fewer_trees():
     """The copies on sparse per-cluster marginals (``general.sparse_copies``) give every
     root the uniform expansion's share and every link at most its capacity (or the
@@ -299,12 +312,7 @@ def test_sparse_copies_keep_every_root_share_and_capacity_on_fewer_trees():
     pos = np.flatnonzero(z > 0)
     copies = sparse_copies(topo, sym, np.asarray(q.roots)[pos], [q.trees[j] for j in pos],
                            z[pos], capacity, "highs")
-    uniform, few = expand(topo, sym, q.roots, q.trees, z), expand(topo, sym, q.roots, q.trees, z, copies)
-    assert np.bincount(copies.column, weights=copies.frac) == pytest.approx(np.ones(pos.size), rel=1e-12)
-    share = [np.bincount(e.pool.root, weights=e.weights, minlength=topo.num_gpus) for e in (uniform, few)]
-    assert share[1] == pytest.approx(share[0], rel=1e-12)
-    loads = [e.pool.loads(e.weights, topo.num_links) for e in (uniform, few)]
-    assert (loads[1] <= np.maximum(capacity, loads[0]) * (1 + 1e-12)).all()
+    uniform, few = check_copies(topo, sym, q, z, capacity, copies)
     rows = sum(int((links != np.arange(topo.num_links)).any(axis=0).sum()) + int(
         (nodes[:, topo.arrays.gpu_nodes] != topo.arrays.gpu_nodes).any(axis=0).sum())
         for nodes, links in zip(sym.nodes, sym.links))
