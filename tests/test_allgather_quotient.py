@@ -20,7 +20,7 @@ from mccl_opt.allgather.general.method import solve_general
 from mccl_opt.allgather.general.arborescence import min_arborescences
 from mccl_opt.allgather.general.expansion import expand
 from mccl_opt.allgather.general.method import rate_scale
-from mccl_opt.allgather.general import quotient, sparse_copies as sparse_copies_module
+from mccl_opt.allgather.general import cluster_lp, quotient
 from mccl_opt.allgather.general.quotient import _Quotient, _column_generation, _price, solve_quotient
 from mccl_opt.allgather.general.sparse_copies import (Copies, Marginals, _coupled, sparse_copies,
                                                       uniform_copies)
@@ -289,6 +289,19 @@ def _quotient_columns(topo):
     return sym, q, z, capacity
 
 
+def check_copies(topo, sym, q, z, capacity, copies):
+    """Asserts that each column's fractions of ``copies`` sum to 1, every root keeps the
+    uniform expansion's share and every link at most its capacity (or the uniform load);
+    returns the uniform and the sparse expansions."""
+    uniform, few = expand(topo, sym, q.roots, q.trees, z), expand(topo, sym, q.roots, q.trees, z, copies)
+    assert np.bincount(copies.column, weights=copies.frac) == pytest.approx(np.ones(int((z > 0).sum())), rel=1e-12)
+    share = [np.bincount(e.pool.root, weights=e.weights, minlength=topo.num_gpus) for e in (uniform, few)]
+    assert share[1] == pytest.approx(share[0], rel=1e-12)
+    loads = [e.pool.loads(e.weights, topo.num_links) for e in (uniform, few)]
+    assert (loads[1] <= np.maximum(capacity, loads[0]) * (1 + 1e-12)).all()
+    return uniform, few
+
+
 def test_sparse_copies_keep_every_root_share_and_capacity_on_fewer_trees():
     """The copies on sparse per-cluster marginals (``general.sparse_copies``) give every
     root the uniform expansion's share and every link at most its capacity (or the
@@ -299,12 +312,7 @@ def test_sparse_copies_keep_every_root_share_and_capacity_on_fewer_trees():
     pos = np.flatnonzero(z > 0)
     copies = sparse_copies(topo, sym, np.asarray(q.roots)[pos], [q.trees[j] for j in pos],
                            z[pos], capacity, "highs")
-    uniform, few = expand(topo, sym, q.roots, q.trees, z), expand(topo, sym, q.roots, q.trees, z, copies)
-    assert np.bincount(copies.column, weights=copies.frac) == pytest.approx(np.ones(pos.size), rel=1e-12)
-    share = [np.bincount(e.pool.root, weights=e.weights, minlength=topo.num_gpus) for e in (uniform, few)]
-    assert share[1] == pytest.approx(share[0], rel=1e-12)
-    loads = [e.pool.loads(e.weights, topo.num_links) for e in (uniform, few)]
-    assert (loads[1] <= np.maximum(capacity, loads[0]) * (1 + 1e-12)).all()
+    uniform, few = check_copies(topo, sym, q, z, capacity, copies)
     rows = sum(int((links != np.arange(topo.num_links)).any(axis=0).sum()) + int(
         (nodes[:, topo.arrays.gpu_nodes] != topo.arrays.gpu_nodes).any(axis=0).sum())
         for nodes, links in zip(sym.nodes, sym.links))
@@ -313,14 +321,16 @@ def test_sparse_copies_keep_every_root_share_and_capacity_on_fewer_trees():
 
 
 def test_a_cluster_lp_past_the_nonzero_cap_leaves_the_uniform_copies(monkeypatch):
-    """A cluster LP with more nonzeros than ``MAX_CLUSTER_NONZEROS`` is not solved: the
-    quotient keeps the uniform copies (every positive column over every piece), at the
-    rate the sparse copies reach, where under the cap it copies fewer trees."""
+    """A cluster LP with more nonzeros than ``MAX_CLUSTER_NONZEROS``, and no LP on cosets
+    before it (``LARGE_NONZEROS`` not reached), is not solved: the quotient keeps the
+    uniform copies (every positive column over every piece), at the rate the sparse
+    copies reach, where under the cap it copies fewer trees."""
     topo = canonical(STATES["shared-agg 2x3x4 NIC 150.8"]())
     sym, q, z, capacity = _quotient_columns(topo)
     monkeypatch.setattr(quotient, "SPARSE_COPIES_MIN_RATIO", 0)     # copies this small one
     few = solve_quotient(topo, sym=sym)
-    monkeypatch.setattr(sparse_copies_module, "MAX_CLUSTER_NONZEROS", 0)
+    monkeypatch.setattr(cluster_lp, "MAX_CLUSTER_NONZEROS", 0)
+    monkeypatch.setattr(cluster_lp, "LARGE_NONZEROS", np.inf)
     pos = np.flatnonzero(z > 0)
     assert sparse_copies(topo, sym, np.asarray(q.roots)[pos], [q.trees[j] for j in pos],
                          z[pos], capacity, "highs") is None
