@@ -7,8 +7,9 @@
 ``--state NAME:K:STEP`` names a state the way ``bench/fuzz_allgather.py --families``
 prints it (the fabric's name, scrambled suffix included, or a prefix that is unique; the
 budget ``10`` or ``None``; the step of the chain).  ``--seed``, ``--scramble`` and
-``--steps`` must be the fuzz run's (with ``--family-chains 1``): the chains are drawn again
-from the same random stream, every family in the same order.  Each repeat solves the
+``--steps`` must be the fuzz run's (with ``--family-chains 1``), and ``--families`` too
+where it named some: the chains are drawn again from the same random stream, the families in
+the same order.  Each repeat solves the
 state cold and warm from the chain's previous schedule; ``--profile`` adds a cProfile of
 ``--profile-n`` cold solves (cumulative, 60 lines).
 """
@@ -32,11 +33,13 @@ from mccl_runtime.warmup import load_kernels
 Chain = tuple[mo.Topology, list[tuple[str, mo.Topology]]]
 
 
-def draw_chains(seed: int, scramble: bool, steps: int, budgets: list[str]) -> dict[tuple[str, str], Chain]:
-    """Every family's chain per budget, drawn in the fuzz's order from ``seed``."""
+def draw_chains(seed: int, scramble: bool, steps: int, budgets: list[str],
+                families: list[str]) -> dict[tuple[str, str], Chain]:
+    """The chain per budget of every family of ``families``, drawn in the fuzz's order
+    from ``seed``."""
     rng = np.random.default_rng(seed)
     chains: dict[tuple[str, str], Chain] = {}
-    for family in FAMILIES:
+    for family in families:
         for make in FAMILIES[family]:
             base = make()
             if scramble:
@@ -86,11 +89,13 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--state", nargs="+", required=True, help="NAME:K:STEP")
     ap.add_argument("--budgets", nargs="+", default=["10", "None"], help="the fuzz run's budgets")
+    ap.add_argument("--families", nargs="+", default=list(FAMILIES), choices=list(FAMILIES),
+                    metavar="FAMILY", help="the fuzz run's --families, in its order (default: all)")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--profile", action="store_true")
     ap.add_argument("--profile-n", type=int, default=5)
     a = ap.parse_args()
-    chains = draw_chains(a.seed, a.scramble, a.steps, a.budgets)
+    chains = draw_chains(a.seed, a.scramble, a.steps, a.budgets, a.families)
     load_kernels(collectives=("allgather",))
     mo.solve_allgather(hpn(1, 2, 4), max_chunks=None)
     for state in a.state:
