@@ -35,6 +35,7 @@ from instances import hpn
 from bench.timeouts import SolveTimeout, time_out
 from instances.aggregation import (host_ring, host_torus, leaf_spine, multi_spine, scrambled,
                                    shared_aggregation, superpod)
+from instances.clusters import gpu_mesh, multi_plane, nvlink_islands
 from instances.designs import dragonfly, fat_tree, rail_hosts
 from bench.fabric_variants import without_cables, without_node
 
@@ -72,9 +73,16 @@ FAMILIES: dict[str, list[Callable[[], mo.Topology]]] = {
                                             ["spine2", "spine3"]),
                      lambda: without_cables(multi_spine(2, 8, 8, spines=4), "s0tor0",
                                             ["spine2", "spine3"])],
+    # cluster designs unlike all of the above (instances.clusters, docs/allgather.md
+    # "Fresh families")
+    "multi-plane": [lambda: multi_plane(1, 2, 8), lambda: multi_plane(2, 4, 8),
+                    lambda: multi_plane(2, 8, 8, planes=4)],
+    "nvl-islands": [lambda: nvlink_islands(1, 2, 8), lambda: nvlink_islands(2, 4, 8, island=2),
+                    lambda: nvlink_islands(2, 8, 8)],
+    "gpu-mesh": [lambda: gpu_mesh(1, 4, 6), lambda: gpu_mesh(2, 4, 7), lambda: gpu_mesh(4, 4, 7)],
 }
 NEW_FAMILIES = ["mixed-hosts", "shared-nic", "mixed-nics", "fat-tree", "dragonfly",
-                "rail-missing", "half-uplinks"]
+                "rail-missing", "half-uplinks", "multi-plane", "nvl-islands", "gpu-mesh"]
 
 #: the issue's cold target per state up to 128 GPUs, CPU seconds
 COLD_TARGET_S = 0.5

@@ -245,7 +245,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="also run event chains over fabric families (all when none named: "
                          "hpn shared-agg multi-spine leaf-spine superpod host-ring host-torus "
                          "mixed-hosts shared-nic mixed-nics fat-tree dragonfly rail-missing "
-                         "half-uplinks), "
+                         "half-uplinks multi-plane nvl-islands gpu-mesh), "
                          "cold and warm, with time percentiles")
     ap.add_argument("--family-chains", type=int, default=2, help="chains per family fabric and budget")
     ap.add_argument("--scramble", action="store_true", help="rename and reorder the family fabrics")
