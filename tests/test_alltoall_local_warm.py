@@ -10,6 +10,7 @@ import dataclasses
 import pytest
 
 from instances import degrade, dgx, fail1, fail2, hpn, irregular, ring
+from instances.hpn import NIC_GBPS
 from mccl_opt import validate
 from mccl_opt.alltoall import solve_alltoall
 from mccl_opt.backends import available_backends
@@ -173,6 +174,32 @@ def test_local_master_presolves_again_only_after_a_large_batch(batch_rows, rebui
     assert second.t <= first.t * (1 + 1e-12)
     cold = RestrictedMaster(get_backend("highs"), prob.num_pairs, prob.capacity, pool).solve("cold")
     assert second.t == pytest.approx(cold.t, rel=1e-9)
+
+
+@pytest.mark.parametrize("min_pairs, cold_after_batch", [(30_000, False), (0, True)])
+def test_small_local_master_resolves_warm_after_any_batch(monkeypatch, min_pairs, cold_after_batch):
+    # below PRESOLVE_EVERY_TIME_MIN_PAIRS the local master is rebuilt (cold) only when it
+    # starts, grows or is rounded; from it up, also after a batch of one new column per
+    # free pair (docs/alltoall.md, *The last rounds and the local try*)
+    import mccl_opt.alltoall.local as local
+    from mccl_opt.alltoall.master import RestrictedMaster
+
+    monkeypatch.setattr(local, "PRESOLVE_EVERY_TIME_MIN_PAIRS", min_pairs)
+    after_batch = []
+    rebuild = RestrictedMaster._rebuild
+
+    def counted(self):
+        after_batch.append(self.presolve_each_solve and not self._stale)
+        return rebuild(self)
+
+    base = hpn(1, 4, 8)
+    healthy = solve_alltoall(base)
+    monkeypatch.setattr(RestrictedMaster, "_rebuild", counted)
+    topo = base.with_capacity(src="s0h1g0", dst="s0tor0", gbps=0.46 * NIC_GBPS)
+    warm = solve_alltoall(topo, warm=healthy)
+    assert warm.stats["warm_mode"] == "local"
+    assert any(after_batch) == cold_after_batch
+    check_same_as_cold(topo, warm)
 
 
 def test_chained_warm_healthy_fail2_repaired_equals_cold_each_time():

@@ -10,6 +10,7 @@ into a schedule, with the warm state of the run.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass
 
@@ -35,6 +36,12 @@ __all__ = ["Solved", "build_master", "cold_routing", "certified_cold_routing", "
 #: from this many pairs up (256 GPUs); below, warm primal simplex after added columns is
 #: faster (docs/alltoall.md, *Which columns carry over*).
 PRESOLVE_EVERY_TIME_MIN_PAIRS = 30_000
+
+#: Below :data:`PRESOLVE_EVERY_TIME_MIN_PAIRS` pairs the full master adds only the priced
+#: columns whose reduced cost is at least this share of the round's largest
+#: (:func:`.colgen.strongest_columns`; measured at 16-128 GPUs, docs/alltoall.md, *The last
+#: rounds and the local try*); from there up, every priced column as before.
+STRONGEST_COLUMNS = 0.5
 
 
 @dataclass
@@ -131,8 +138,10 @@ def run_cg(prob: Problem, backend: str, max_steps: int, columns, deadline: float
     master, carried = build_master(prob, backend, max_steps, columns, state, deadline,
                                    None if routing is None else routing[0])
     routed_s = time.perf_counter() - t + (0.0 if routing is None else routing[1])
-    res = column_generation(master, prob, max_steps, options=options, deadline=deadline,
-                            pricing_s=routed_s, set_cut=True)
+    strongest = STRONGEST_COLUMNS if prob.num_pairs < PRESOLVE_EVERY_TIME_MIN_PAIRS else 0.0
+    res = column_generation(master, prob, max_steps,
+                            options=dataclasses.replace(options, strongest=strongest),
+                            deadline=deadline, pricing_s=routed_s, set_cut=True)
     return Solved(master, res, max_steps, carried)
 
 

@@ -44,7 +44,7 @@ from ..backends import get_backend
 from ..link_rate import rate_of_loads
 from .assemble import SATURATION_REL_TOL, Outcome, RunReport, WarmMode, fractional, rounded_columns
 from .colgen import CGOptions, CGStatus, column_generation
-from .driver import certificate_of
+from .driver import PRESOLVE_EVERY_TIME_MIN_PAIRS, certificate_of
 from .master import ColumnPool, RestrictedMaster
 from .problem import Problem
 from .rounding import deep_dive, dive_budget
@@ -56,7 +56,10 @@ __all__ = ["GaveUp", "local_resolve", "local_eligible", "reuse_certified", "rais
 
 #: The local master re-solves cold and presolved only after a batch of at least this many
 #: new columns per free pair (round 2's one per pair); warm from its basis otherwise
-#: (:meth:`~.master.RestrictedMaster.presolve_every_time`).
+#: (:meth:`~.master.RestrictedMaster.presolve_every_time`).  Below
+#: :data:`~.driver.PRESOLVE_EVERY_TIME_MIN_PAIRS` pairs it always re-solves warm: on HPN
+#: 2x4x8 loop jobs the cold re-solve after such a batch took 900-1,200 pivots where the
+#: warm one took 30-200 (docs/alltoall.md, *The last rounds and the local try*).
 PRESOLVE_BATCH_ROWS = 1.0
 
 #: After the free set grows, the next run must bring the certificate gap below this
@@ -133,11 +136,13 @@ def local_resolve(prob: Problem, state: AllToAllWarmState, backend: str, max_ste
     cols = np.flatnonzero(sel)
     pool.append(pair[cols], *routes.take(cols), cols)
     b_lp = background(free)
-    # cold, presolved, primal after a large batch of columns: at 1024 GPUs the warm
-    # primal re-solve after the free pairs' new columns took 2x as long (docs/alltoall.md,
-    # *third pass*); warm after small ones (*The local try's budget*)
+    # cold, presolved, primal after a large batch of columns from 30,000 pairs up: at 1024
+    # GPUs the warm primal re-solve after the free pairs' new columns took 2x as long
+    # (docs/alltoall.md, *third pass*); warm after small ones (*The local try's budget*)
+    # and, below, after any batch (PRESOLVE_BATCH_ROWS)
     master = RestrictedMaster(get_backend(backend), n_pairs, prob.capacity, pool, free, b_lp)
-    master.presolve_every_time("primal", batch_rows=PRESOLVE_BATCH_ROWS)
+    large = n_pairs >= PRESOLVE_EVERY_TIME_MIN_PAIRS
+    master.presolve_every_time("primal", batch_rows=PRESOLVE_BATCH_ROWS if large else np.inf)
     step_options = CGOptions(options.rel_tol, options.drop_after, options.drop_min_pool, step_rounds)
     rounds = grow = iterations = steps = 0
     lp_s = pr_s = 0.0
