@@ -3,8 +3,8 @@
 docs/alltoall.md, "Time limits").
 
 ``python bench/bench_allgather_limits.py [--limits S ...] [--big] [--sizes N ...]
-[--collective allgather|alltoall|both] [--exact]``; ``--suite issue25|short [--only TEXT
-...] [--trace]``
+[--collective allgather|alltoall|both] [--exact]``; ``--suite issue25|short|tiny [--only
+TEXT ...] [--trace] [--where] [--repeat N]``
 
 Per fabric: AllGather's first schedule's seconds and rate (:func:`mccl_opt.allgather.
 first.first_schedule`, cold), then ``solve_<collective>(..., time_limit=S)`` for every
@@ -31,6 +31,9 @@ from a stall), the status, the rate and its ratio to the best known rate
 ``--suite short`` (:data:`SHORT`): limits of 0.05, 0.1, 0.3 and 1 s on the largest fabrics
 (HPN 4x16x8 / 2x32x8 / 8x16x8 with the one-way NIC, shared aggregation 2x64x8 as built and
 with it) at ``K=10`` and ``None``.
+``--suite tiny`` (:data:`TINY`): limits of 5, 10 and 20 ms on shared aggregation 2x16x8 /
+2x64x8 and HPN 2x32x8 (256-1024 GPUs) at ``K=10`` and ``None``.
+``--where`` prints where each limited solve stopped; ``--repeat`` runs the suite N times.
 ``--only`` keeps the cases whose name contains one of the texts; ``--trace`` prints, per
 solve, the project frames a thread sampled every 20 ms once the solve was past ``1.2 S +
 0.05`` (the step no check point reached; samples land between compiled calls).  The load average is
