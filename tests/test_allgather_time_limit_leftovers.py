@@ -98,29 +98,23 @@ def test_switch_balancing_stops_at_the_deadline(monkeypatch, clock):
     _stopped_valid(topo, sched, balancing.BALANCING, full.lp_rate_gbps)
 
 
-def test_a_phase_2_switch_stops_between_its_transport_and_its_split(monkeypatch, clock):
-    """The deadline passing in one switch's transport (HPN 1x2x8): its split is not made."""
+@pytest.mark.parametrize("module, moved, after, where", [
+    # one Phase 2 switch: its transport, then its split
+    (spread, "_pair_amounts", "_split_switch", "Phase 2: switch removal"),
+    # the mapping of Phase 3's classes, then the chunks and loads
+    (assemble, "map_classes", "tree_chunks", assemble.MAPPING),
+])
+def test_a_step_of_forestcoll_stops_at_the_deadline(monkeypatch, clock, module, moved, after,
+                                                    where):
+    """HPN 1x2x8: the deadline passing in ``moved`` stops the step before ``after``."""
     topo = hpn(1, 2, 8)
     full = mo.solve_allgather(topo)
     calls: list[str] = []
-    monkeypatch.setattr(spread, "_pair_amounts", _moving(clock, spread._pair_amounts, calls))
-    monkeypatch.setattr(spread, "_split_switch", _recording(spread._split_switch, calls, "split"))
+    monkeypatch.setattr(module, moved, _moving(clock, getattr(module, moved), calls))
+    monkeypatch.setattr(module, after, _recording(getattr(module, after), calls, after))
     sched = mo.solve_allgather(topo, time_limit=600.0)
-    assert "split" not in calls[calls.index("moved"):]
-    _stopped_valid(topo, sched, "Phase 2: switch removal", full.lp_rate_gbps)
-
-
-def test_the_tree_mapping_stops_at_the_deadline(monkeypatch, clock):
-    """The deadline passing in the mapping of Phase 3's classes (HPN 1x2x8): the chunks
-    and loads are not built."""
-    topo = hpn(1, 2, 8)
-    full = mo.solve_allgather(topo)
-    calls: list[str] = []
-    monkeypatch.setattr(assemble, "map_classes", _moving(clock, assemble.map_classes, calls))
-    monkeypatch.setattr(assemble, "tree_chunks", _recording(assemble.tree_chunks, calls, "chunks"))
-    sched = mo.solve_allgather(topo, time_limit=600.0)
-    assert "chunks" not in calls[calls.index("moved"):]
-    _stopped_valid(topo, sched, assemble.MAPPING, full.lp_rate_gbps)
+    assert after not in calls[calls.index("moved"):]
+    _stopped_valid(topo, sched, where, full.lp_rate_gbps)
 
 
 def test_an_lp_whose_setup_outlasts_the_time_left_is_not_started(monkeypatch, clock):
