@@ -3,8 +3,8 @@
 docs/alltoall.md, "Time limits").
 
 ``python bench/bench_allgather_limits.py [--limits S ...] [--big] [--sizes N ...]
-[--collective allgather|alltoall|both] [--exact]``; ``--suite issue25|short [--only TEXT
-...] [--trace]``
+[--collective allgather|alltoall|both] [--exact]``; ``--suite issue25|short|tiny [--only
+TEXT ...] [--trace] [--where] [--repeat N]``
 
 Per fabric: AllGather's first schedule's seconds and rate (:func:`mccl_opt.allgather.
 first.first_schedule`, cold), then ``solve_<collective>(..., time_limit=S)`` for every
@@ -31,6 +31,9 @@ from a stall), the status, the rate and its ratio to the best known rate
 ``--suite short`` (:data:`SHORT`): limits of 0.05, 0.1, 0.3 and 1 s on the largest fabrics
 (HPN 4x16x8 / 2x32x8 / 8x16x8 with the one-way NIC, shared aggregation 2x64x8 as built and
 with it) at ``K=10`` and ``None``.
+``--suite tiny`` (:data:`TINY`): limits of 5, 10 and 20 ms on shared aggregation 2x16x8 /
+2x64x8 and HPN 2x32x8 (256-1024 GPUs) at ``K=10`` and ``None``.
+``--where`` prints where each limited solve stopped; ``--repeat`` runs the suite N times.
 ``--only`` keeps the cases whose name contains one of the texts; ``--trace`` prints, per
 solve, the project frames a thread sampled every 20 ms once the solve was past ``1.2 S +
 0.05`` (the step no check point reached; samples land between compiled calls).  The load average is
@@ -95,7 +98,16 @@ SHORT: list[tuple[str, Callable[[], mo.Topology], list[int | None], list[float |
      SHORT_LIMITS),
     ("hpn-8x16x8-nic1way", lambda: _one_way_nic(hpn(8, 16, 8)), [10, None], SHORT_LIMITS),
 ]
-SUITES = {"issue25": SUITE, "short": SHORT}
+#: ``--suite tiny``: limits of 5-20 ms on 256-1024 GPU fabrics, where every step that
+#: runs past a deadline without a check shows (docs/allgather.md, "The leftovers past the
+#: deadline")
+TINY_LIMITS: list[float | None] = [0.005, 0.01, 0.02]
+TINY: list[tuple[str, Callable[[], mo.Topology], list[int | None], list[float | None]]] = [
+    ("sharedagg-2x16x8", lambda: shared_aggregation(2, 16, 8), [10, None], TINY_LIMITS),
+    ("hpn-2x32x8", lambda: hpn(2, 32, 8), [10, None], TINY_LIMITS),
+    ("sharedagg-2x64x8", lambda: shared_aggregation(2, 64, 8), [10, None], TINY_LIMITS),
+]
+SUITES = {"issue25": SUITE, "short": SHORT, "tiny": TINY}
 
 #: best known rates (Gbps) at ``max_chunks=None``, docs/allgather.md ("Above the tree
 #: limit", "Unbalanced fabrics at 512 GPUs"): the one-way NIC at 100 Gbps
@@ -116,11 +128,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--exact", action="store_true")
     ap.add_argument("--suite", choices=sorted(SUITES), default=None)
     ap.add_argument("--only", nargs="+", default=None, help="--suite: cases whose name has one")
+    ap.add_argument("--where", action="store_true",
+                    help="--suite: print where each limited solve stopped")
+    ap.add_argument("--repeat", type=int, default=1, help="--suite: run it this many times")
     ap.add_argument("--trace", action="store_true",
                     help="--suite: name the code a solve runs past 1.2 S + 0.05 (stack samples)")
     args = ap.parse_args(argv)
     if args.suite:
-        return _suite(SUITES[args.suite], args.only, args.trace)
+        for _ in range(args.repeat):
+            _suite(SUITES[args.suite], args.only, args.trace, args.where)
+        return 0
     budget = None if args.exact else 10
     colls = ["allgather", "alltoall"] if args.collective == "both" else [args.collective]
     solvers = {"allgather": mo.solve_allgather, "alltoall": mo.solve_alltoall}
@@ -155,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _suite(suite: list, only: list[str] | None, trace: bool) -> int:
+def _suite(suite: list, only: list[str] | None, trace: bool, where: bool = False) -> None:
     """``--suite`` (module docstring): one row per case, chunk budget and limit."""
     mo.solve_allgather(hpn(1, 2, 8), time_limit=5.0)              # compile the kernels
     print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
@@ -195,10 +212,11 @@ def _suite(suite: list, only: list[str] | None, trace: bool) -> int:
                       f"{str(s.stats.get('method', '-')):>24} {s.rate_gbps:>11.7g} "
                       f"{s.rate_gbps / best:>7.4f}{mark} "
                       f"{bound if bound is None else f'{bound:.7g}':>11}", flush=True)
+                if where and limit is not None and s.report is not None and s.report.attempts:
+                    print(f"  where: {s.report.attempts[-1].outcome}", flush=True)
     print(f"worst overrun ratio: {worst:.2f}; most CPU past a deadline: {worst_late:.1f} ms; "
           f"load average after: "
           f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-    return 0
 
 
 class _LateCpu(threading.Thread):

@@ -17,14 +17,14 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from mccl_opt import progress
+from mccl_opt import anytime, progress
 from mccl_opt.entry_checks import check_backend, check_max_chunks, check_topology, check_warm
 from mccl_opt.errors import SolveError
 from mccl_opt.schedule import Schedule
 from mccl_opt.topology import Topology
 from ..budget import CutBounds, choose_trees, exact_k
 from ..fabric import fabric_of
-from .removal.balancing import balance_switches
+from .removal.balancing import BALANCING, balance_switches
 from .removal.splitting import SplitGraph
 from .throughput import Fabric, PhaseOneResult, optimal_rate
 from .removal.unit_rounding import restriction_units
@@ -151,6 +151,7 @@ def balanced_split(fab: Fabric, is_switch: np.ndarray, k: int, y: Fraction,
                                            optimum)
         if found is not None:
             return Balanced(_units_split(fab, is_switch, found[0], found[1]), found[1], True)
+    anytime.check(BALANCING)
     split = SplitGraph.from_links(fab.n, fab.tail, fab.head, units, is_switch, fab.gpus, k)
     if balance_switches(split):
         return Balanced(split, k, True)
@@ -165,6 +166,7 @@ def balanced_split(fab: Fabric, is_switch: np.ndarray, k: int, y: Fraction,
         options.append((k * rounded[1], _units_split(fab, is_switch, rounded[0], k), k, False))
     original, unit = fab, Fraction(1)   # a unit of ``fab``'s capacities, in quanta
     for _ in range(3):
+        anytime.check(BALANCING)
         kept = np.array([split.units.get((a, b), 0) for a, b in
                          zip(fab.tail.tolist(), fab.head.tolist())], np.int64)
         fab, unit = fab.with_caps(kept), unit * y
@@ -175,6 +177,7 @@ def balanced_split(fab: Fabric, is_switch: np.ndarray, k: int, y: Fraction,
         if exact:
             options.append((k * y * unit, split, k, False))
             break
+    anytime.check(BALANCING)
     balanced = _split_for(_symmetrized(original, is_switch), is_switch, max_chunks)
     if balanced is not None and balanced[3]:
         split, k, y, _ = balanced

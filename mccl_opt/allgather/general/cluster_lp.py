@@ -251,6 +251,8 @@ def _vertex(a: sp.csr_matrix, lo: np.ndarray, hi: np.ndarray, backend: str
     0.12 s by the primal simplex, on a cluster of shared aggregation 2x8x8 one way:
     361 rows, 1 568 columns); ``None`` when the solver does not return one (also
     at a time limit: the uniform copies are exact, this is a finishing touch)."""
+    if not anytime.lp_room():                  # it would return past the limit
+        return None
     with get_backend(backend, presolve=False) as lp:
         lp.load(LinearProgram(c=np.zeros(a.shape[1]), A=a, row_lo=lo, row_hi=hi,
                               col_lo=np.zeros(a.shape[1]), col_hi=np.full(a.shape[1], np.inf),

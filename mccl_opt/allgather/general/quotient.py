@@ -50,6 +50,11 @@ from .tree_colgen import TreeCGResult, _pricing_points
 __all__ = ["solve_quotient", "QUOTIENT_MAX_ROUNDS", "QUOTIENT_TIE_BREAK",
            "QUOTIENT_TIE_BREAK_MAX_GPUS", "REL_TOL", "SPARSE_COPIES_MIN_RATIO"]
 
+#: where a time limit stops the quotient's column generation: it checks the clock before
+#: the seed's pricing and before each master solve and each pricing point (docs/allgather.md,
+#: "The leftovers past the deadline")
+QUOTIENT_CG = "the symmetric quotient's column generation"
+
 #: starting trees of the quotient: ``(root ranks, link indices of every tree)``
 Columns = tuple[list[int], list[np.ndarray]]
 
@@ -212,6 +217,7 @@ def _column_generation(topo: Topology, q: _Quotient, upper: float,
     Lagrangian bound (within :data:`REL_TOL`), when no column prices out at the duals,
     or at ``max_rounds`` / the deadline."""
     if seed is None:
+        anytime.check(QUOTIENT_CG)
         _, first = _price(topo, q, 1.0 / q.capacity)
         seed = (q.reps.tolist(), first)
     q.add(*seed)
@@ -219,12 +225,14 @@ def _column_generation(topo: Topology, q: _Quotient, upper: float,
     tie = QUOTIENT_TIE_BREAK if topo.num_gpus <= QUOTIENT_TIE_BREAK_MAX_GPUS else 0.0
     x, z = 0.0, np.zeros(0)
     for rnd in range(1, max_rounds + 1):
+        anytime.check(QUOTIENT_CG)     # round 1 was 0.34-0.54 s CPU in one piece at 512 GPUs
         x, z, sigma, pi = q.solve()
         if best - x <= REL_TOL * max(x, 1e-300):
             return x, z, best, rnd
         new_r: list[int] = []
         new_t: list[np.ndarray] = []
         for price in _pricing_points(None, pi, q.capacity, 0.0, tie):
+            anytime.check(QUOTIENT_CG)
             costs, trees = _price(topo, q, price)
             total = float(costs @ q.root_size)
             if total > 0 and np.isfinite(total):
@@ -240,7 +248,6 @@ def _column_generation(topo: Topology, q: _Quotient, upper: float,
             q.add(new_r, new_t)
         if not new_r or (deadline is not None and time.perf_counter() >= deadline):
             return x, z, best, rnd
-        anytime.check("the symmetric quotient's column generation")
     return x, z, best, max_rounds
 
 

@@ -204,12 +204,15 @@ def coarsened(topo: Topology, r: Restriction, backend: str = "highs") -> Restric
     ok = rows >= 0
     a = sp.csr_matrix((vals[ok], (rows[ok], np.concatenate([arcs, arcs])[ok])),
                       shape=(sw.size, m))
+    at_limit = "the balanced restriction's coarser grid: the LP at the time limit"
+    if not anytime.lp_room():                 # it would return past the limit
+        anytime.run_out(at_limit)
     lp = get_backend(backend)
     lp.load(LinearProgram(c=np.ones(m), A=a, row_lo=np.zeros(sw.size), row_hi=np.zeros(sw.size),
                           col_lo=lo.astype(float), col_hi=hi.astype(float)))
     sol = lp.solve(time_limit=anytime.lp_time_limit())
     if sol.status is SolveStatus.TIME_LIMIT:
-        anytime.run_out("the balanced restriction's coarser grid: the LP at the time limit")
+        anytime.run_out(at_limit)
     if sol.status is not SolveStatus.OPTIMAL or sol.x is None:
         raise SolveError("balanced restriction: capacities too fine for exact quantization, "
                          "and no balanced rounding onto a coarser grid fits the links")
@@ -312,9 +315,12 @@ class _CutLP:
 
     def solve(self) -> tuple[float, np.ndarray]:
         """The LP's ``x`` and ``c'``, in capacity quanta."""
+        at_limit = "the balanced restriction's cutting planes: the LP at the time limit"
+        if not anytime.lp_room():             # it would return past the limit
+            anytime.run_out(at_limit)
         sol = self.backend.solve(time_limit=anytime.lp_time_limit())
         if sol.status is SolveStatus.TIME_LIMIT:
-            anytime.run_out("the balanced restriction's cutting planes: the LP at the time limit")
+            anytime.run_out(at_limit)
         if sol.status is not SolveStatus.OPTIMAL or sol.x is None:
             raise SolveError(f"balanced restriction LP ended {sol.status.value}")
         return float(sol.x[-1]) * self.scale, np.clip(sol.x[:-1], 0.0, None) * self.scale

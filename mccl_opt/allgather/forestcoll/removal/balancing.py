@@ -30,11 +30,17 @@ from __future__ import annotations
 
 import numpy as np
 
+from mccl_opt import anytime
 from mccl_opt.errors import SolveError
 from ..maxflow import FlowNetwork
 from .splitting import SplitGraph, cut_slack, keeps_cuts
 
-__all__ = ["balance_switches", "imbalance"]
+__all__ = ["balance_switches", "imbalance", "BALANCING"]
+
+#: where a time limit stops switch balancing: it checks the clock before every plan, slack
+#: probe and reduction (49-55 ms CPU in one piece at 512-1024 GPUs before, no check inside;
+#: docs/allgather.md, "The leftovers past the deadline")
+BALANCING = "switch balancing"
 
 
 def imbalance(g: SplitGraph) -> np.ndarray:
@@ -94,6 +100,7 @@ class _Balancer:
 
     def run(self) -> bool:
         while True:
+            anytime.check(BALANCING)
             flow = self._flow(self.upper)
             if flow is None:
                 return True
@@ -125,6 +132,7 @@ class _Balancer:
         for i in np.flatnonzero(flow > self.lower).tolist():
             if flow[i] > self.upper[i]:
                 continue                        # closed by an earlier probe's tight set
+            anytime.check(BALANCING)
             want = int(self.upper[i])
             s = cut_slack(self.g, self.cuts, self.caps, [int(self.tail[i])],
                           [int(self.head[i])], want)
@@ -143,6 +151,7 @@ class _Balancer:
         trial[self.at[used]] -= flow[used]
         together = keeps_cuts(self.g, self.cuts, trial)
         for i in used.tolist():
+            anytime.check(BALANCING)
             want = int(flow[i])
             amount = want if together else max(0, min(want, cut_slack(
                 self.g, self.cuts, self.caps, [int(self.tail[i])], [int(self.head[i])], want)))

@@ -183,6 +183,7 @@ def spread_split(g: SplitGraph, rank_of: np.ndarray, guard: Guard | None = None,
         if ins.size == 0 and outs.size == 0:
             continue
         i_in, j_out, amounts = _pair_amounts(st, w, ins, outs)
+        anytime.check("Phase 2: switch removal")      # the transport and the split: ~half each
         if guard is not None:
             pairs = _guarded(st, guard, w, ins, outs, i_in, j_out, amounts)
             if pairs is None:

@@ -23,9 +23,11 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
+from mccl_opt import anytime
 from ...budget import EXACT_TREES_LIMIT, FEWEST_TRIES
 from ..maxflow import FlowNetwork
 from ..throughput import Fabric, _violated_cut
+from .balancing import BALANCING
 
 __all__ = ["balanced_units", "restriction_units", "rounded_restriction", "fewest_rounded",
            "exact_tries", "MAX_LOSS", "MAX_STEPS"]
@@ -50,6 +52,7 @@ def rounded_restriction(fab: Fabric, is_switch: np.ndarray, k: int, y: Fraction,
     y = Fraction(int(y.numerator), int(y.denominator))      # Python ints: no int64 overflow
     stop = y * (1 - MAX_LOSS)
     for _ in range(MAX_STEPS):
+        anytime.check(BALANCING)
         floors = (fab.cap * y.denominator) // y.numerator
         room = _room(ceiling, real, y)
         units = balanced_units(fab, is_switch, floors, room, k)
@@ -123,6 +126,7 @@ def fewest_rounded(fab: Fabric, is_switch: np.ndarray, x: Fraction, tries: Itera
     x = Fraction(int(x.numerator), int(x.denominator))     # Python ints: no int64 overflow
     outside = fab.num_gpus - 1
     for k in tries:
+        anytime.check(BALANCING)
         y = x / k
         room = _room(ceiling, real, y)
         if (np.bincount(fab.head, weights=room, minlength=fab.n)[fab.gpus] < k * outside).any():
