@@ -1,0 +1,172 @@
+"""A rank's stall told from a link's drop (docs/executor.md, "A rank's stall is not a link's
+drop"): per collective, a stalled rank slows all of its pairs, a dropped link only the pairs
+crossing it; the stalled rank's readings are no link evidence, and a drop is still
+reported, also on a link of a rank that stalls."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+import torch  # noqa: F401 - imported before the ranks fork
+from hypothesis import given, settings, strategies as st
+
+from executor_cuda.faults import FabricEmulator
+from executor_cuda.stalls import MAX_RUN, StallDetector
+from instances import hpn
+from mccl_opt.errors import TopologyError
+
+TOPO = hpn(1, 2, 4)
+G = TOPO.gpus
+EMU = FabricEmulator(TOPO, G)
+
+
+def _pairs() -> list[tuple[int, int]]:
+    """Rank pairs with a switch-only path (HPN 1x2x4: a host's GPUs, and rail peers)."""
+    out = []
+    for s in range(len(G)):
+        for d in range(len(G)):
+            try:
+                if s != d and len(EMU.route(s, d)):
+                    out.append((s, d))
+            except TopologyError:
+                continue
+    return out
+
+
+PAIRS = _pairs()
+
+
+def _cable(rank: int, other: str) -> set[int]:
+    """Both directions of rank ``rank``'s link to node ``other``'s (``nvs`` or ``tor``)."""
+    g = G[rank]
+    peer = g[:4] + "nvs" if other == "nvs" else "s0tor" + g[-1]
+    return {k for k, x in enumerate(TOPO.links) if {x.src, x.dst} == {g, peer}}
+
+
+def _marks(down: set[int], stalled: set[int]) -> list[int]:
+    """The all-reduced matrix when every pair crossing a link of ``down`` reads slow, and
+    every pair of a rank of ``stalled`` (both roles, all links)."""
+    det = StallDetector(EMU)
+    readings = {(s, d): 0.5 if s in stalled or d in stalled or down & set(EMU.route(s, d).tolist()) else 1.0
+                for s, d in PAIRS}
+    return det.row(readings)
+
+
+def test_a_stalled_rank_is_found_and_a_dropped_cable_is_not_a_stall():
+    det = StallDetector(EMU)
+    assert det.stalled(_marks(set(), {5})) == {5}
+    assert det.stalled(_marks(_cable(0, "tor"), set())) == set()     # fail2: GPU0's NIC, both ways
+    assert det.stalled(_marks(_cable(0, "nvs"), set())) == set()     # its NVSwitch link: peers' pairs too
+    three = _cable(0, "nvs") | _cable(1, "tor") | {k for k, x in enumerate(TOPO.links)
+                                                  if (x.src, x.dst) == ("s0h1g3", "s0h1nvs")}
+    assert det.stalled(_marks(three, set())) == set()                # the `three` class
+    assert det.stalled(_marks(_cable(0, "tor"), {0})) == {0}         # both at once: that collective only
+    assert det.stalled(_marks(_cable(0, "tor"), set())) == set()
+
+
+_DROPS = st.lists(st.sampled_from([None, "nvs", "tor"]), min_size=len(G), max_size=len(G))
+
+
+def _down(which: list[str | None], one_way: int) -> set[int]:
+    """The links of each GPU's chosen cable (one direction of it when ``one_way`` picks)."""
+    links: set[int] = set()
+    for r, c in enumerate(which):
+        if c is not None:
+            cable = sorted(_cable(r, c))
+            links |= {cable[one_way % 3]} if one_way % 3 < 2 else set(cable)
+    return links
+
+
+def _one_per_rail(which: list[str | None], one_way: int) -> None:
+    """Drops on both directions of a cable at both ends of one rail read like a stall of
+    either end (every pair of it slow on two cables, both roles; the next collective tells):
+    keep one end's."""
+    if one_way % 3 == 2:
+        for r in range(4):
+            if which[r] is not None and which[r + 4] is not None:
+                which[r + 4] = None
+
+
+@settings(max_examples=150, deadline=None)
+@given(which=_DROPS, one_way=st.integers(0, 8))
+def test_drops_on_one_cable_per_gpu_are_never_a_stall(which, one_way):
+    """Any GPUs' cables dropped (one per GPU, one or both directions; both ways at most at
+    one end of a rail, :func:`_one_per_rail`): no rank stalls."""
+    _one_per_rail(which, one_way)
+    assert StallDetector(EMU).stalled(_marks(_down(which, one_way), set())) == set()
+
+
+@settings(max_examples=150, deadline=None)
+@given(which=_DROPS, one_way=st.integers(0, 8), stalled=st.integers(0, len(G) - 1))
+def test_a_stalled_rank_is_found_beside_drops_elsewhere(which, one_way, stalled):
+    """One rank stalled and a drop on another GPU's cable: the stalled rank is found; a rank
+    found beside it is its rail peer with a dropped cable (the one reading both explain, left
+    to the next collective).  (Two drops in the stalled rank's host can explain all of its
+    NVSwitch pairs: the stall is then not found and the 3-of-5 rule is what is left.)"""
+    which[stalled] = None
+    for r, c in enumerate(which):
+        if c is not None and any(x is not None for x in which[:r]):
+            which[r] = None
+    _one_per_rail(which, one_way)
+    got = StallDetector(EMU).stalled(_marks(_down(which, one_way), {stalled}))
+    assert stalled in got
+    assert got <= {stalled, (stalled + 4) % 8}
+    assert all(which[r] is not None for r in got - {stalled})
+
+
+def test_a_gpu_that_loses_two_cables_is_a_stall_for_at_most_max_run_collectives():
+    det = StallDetector(EMU)
+    both = _marks(_cable(2, "nvs") | _cable(2, "tor"), set())
+    got = [det.stalled(both, seq) for seq in range(MAX_RUN + 3)]
+    assert got == [{2}] * MAX_RUN + [set()] * 3
+    assert det.stalled(_marks(set(), {2})) == set() and det.stalled(_marks(set(), set())) == set()
+    assert det.stalled(_marks(set(), {2})) == {2}          # a run ends with a collective read healthy
+
+
+def _program() -> SimpleNamespace:
+    """One message per pair with a path, all in one round (what the reporter reads)."""
+    return SimpleNamespace(messages=[SimpleNamespace(src=s, dst=d, round=0, numel=1000) for s, d in PAIRS])
+
+
+def _feed(rep, det, prog, links: dict[int, float], stalled: set[int], use: bool) -> dict:
+    """One collective's samples of every pair: emulated on capacities ``links`` (link ->
+    share of nominal), the pairs of ``stalled`` ranks twice as long; folded with the
+    detector's verdict when ``use``.  The levels reported, Gbps per GPU pair."""
+    from executor_cuda.telemetry import LinkSample
+
+    cap = TOPO.arrays.capacity.astype(float).copy()
+    for k, share in links.items():
+        cap[k] *= share
+    delays = EMU.program_delays(prog, 4, cap)
+    samples = [LinkSample(G[s], G[d], 4000, delays[(0, s, d)] * (2.0 if {s, d} & stalled else 1.0), 1, 0, 0)
+               for s, d in PAIRS]
+    found = det.stalled(det.row(rep.readings(samples, prog, 4))) if use else set()
+    return {(x["src"], x["dst"]): x["gbps"] for x in rep(samples, prog, 4, 0.0, stalled=frozenset(G[r] for r in found))}
+
+
+@pytest.mark.parametrize("share", [0.5, 1 / 8])
+def test_stalls_of_a_rank_lower_no_level_and_a_drop_on_its_cable_is_still_reported(share):
+    """GPU0 stalls in 3 of 5 collectives (at load 10-17, stalls pass the 3-of-5 rule: the
+    reporter alone lowers its pairs), then its NIC drops to ``share`` while it stalls in
+    every other collective: with the detector no level moves before the drop, and the drop
+    is reported within twice the collectives it needs without stalls."""
+    from executor_cuda.pair_levels import ModelReporter
+    from executor_cuda.reporting import pair_nominal
+
+    prog = _program()
+    rail = (G[0], G[4])
+    reps, dets = [ModelReporter(EMU, pair_nominal(TOPO)) for _ in range(2)], [StallDetector(EMU) for _ in range(2)]
+    for rep, det in zip(reps, dets):
+        _feed(rep, det, prog, {}, set(), False)                    # the warm-up
+        rep.calibrating = False
+    nominal = pair_nominal(TOPO)
+    for k, stall in enumerate([{0}, {0}, set(), {0}, set()]):
+        with_det = _feed(reps[0], dets[0], prog, {}, stall, True)
+        alone = _feed(reps[1], dets[1], prog, {}, stall, False)
+        assert with_det == pytest.approx({p: nominal[p] for p in with_det})
+    assert alone[rail] < nominal[rail]                             # the reporter alone took it for a drop
+    nic = {k: share for k in _cable(0, "tor")}
+    got = [_feed(reps[0], dets[0], prog, nic, {0} if k % 2 == 0 else set(), True)[rail] for k in range(6)]
+    needs = 2 if share < 0.3 else 3                                # collectives without stalls (DEEP, 3 of 5)
+    assert got[2 * needs - 1] == pytest.approx(share * nominal[rail])
