@@ -5,6 +5,7 @@ reported, also on a link of a rank that stalls."""
 
 from __future__ import annotations
 
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -170,3 +171,80 @@ def test_stalls_of_a_rank_lower_no_level_and_a_drop_on_its_cable_is_still_report
     got = [_feed(reps[0], dets[0], prog, nic, {0} if k % 2 == 0 else set(), True)[rail] for k in range(6)]
     needs = 2 if share < 0.3 else 3                                # collectives without stalls (DEEP, 3 of 5)
     assert got[2 * needs - 1] == pytest.approx(share * nominal[rail])
+
+
+class _Stalling(FabricEmulator):
+    """An emulated fabric whose rank sleeps ``stall`` s before posting each round: a
+    descheduled rank, late in both roles on all its links."""
+
+    stall = 0.0
+    slept: set[int] = set()
+
+    def message_delay_s(self, prog, rnd, msg, nbytes) -> float:
+        if self.stall and rnd not in self.slept:
+            self.slept.add(rnd)
+            time.sleep(self.stall)
+        return super().message_delay_s(prog, rnd, msg, nbytes)
+
+
+#: collective -> rank 0's stall per round (s): on its NIC at 1/4 (0.41 s a message) a shorter
+#: stall hides under the emulated time and leaves the reading exact
+GLOO_WARM, GLOO_STALLS, GLOO_DROPS = 3, {1: 0.15, 5: 0.6}, (3, 4, 5)
+
+
+def _gloo_rank(rank: int, world: int) -> dict:
+    """Rank 0 stalls in collectives ``GLOO_STALLS``, its NIC runs at 1/4 from
+    ``GLOO_DROPS[0]``: per collective, the ranks found stalled; the levels reported last."""
+    import torch.distributed as dist
+
+    from executor_cuda.communicator import Communicator
+    from executor_cuda.pair_levels import ModelReporter
+    from executor_cuda.reporting import pair_nominal
+    from executor_cuda.telemetry import Telemetry
+    from mccl_opt.baselines import rail_allgather
+
+    topo = hpn(1, 2, 2)
+    sched = rail_allgather(topo, version=1)
+    emu = _Stalling(topo, sched.gpus, time_scale=5e6)
+    tel = Telemetry(flush_interval=None)
+    comm = Communicator(None, sched, faults=emu, telemetry=tel, stage_timeout=5.0, oob_timeout=30.0, timeout_s=60.0)
+    side = dist.new_group(backend="gloo")
+    rep, det = ModelReporter(emu, pair_nominal(topo)), StallDetector(emu)
+    cap = topo.arrays.capacity.astype(float).copy()
+    nic = [k for k, x in enumerate(topo.links) if {x.src, x.dst} == {"s0h0g0", "s0tor0"}]
+    cap[nic] /= 4
+    inp, out = torch.full((256,), float(rank)), torch.empty(256 * world)
+    found, shown = [], {}
+    for i in range(GLOO_WARM + 6):
+        k = i - GLOO_WARM
+        rep.calibrating = k < 0
+        emu.stall, emu.slept = (GLOO_STALLS.get(k, 0.0) if rank == 0 else 0.0), set()
+        if k == GLOO_DROPS[0]:
+            emu.set_capacities(cap)
+        comm.all_gather_into_tensor(out, inp)
+        samples = tel.drain()
+        prog = comm.cache.get(comm.active["allgather"], 256, comm.pipeline)
+        _, stalled = det.agree(rep.readings(samples, prog, 4), [0], side, comm.seq)
+        shown.update({(x["src"], x["dst"]): x["gbps"] for x in rep(samples, prog, 4, 0.0, stalled=frozenset(
+            sched.gpus[r] for r in stalled))})
+        if k >= 0:
+            found.append(sorted(stalled))
+    comm.close()
+    return {"found": found, "shown": shown}
+
+
+def test_on_gloo_ranks_a_stalled_rank_is_found_and_a_drop_on_its_nic_reported():
+    """4 gloo ranks (HPN 1x2x2, rail AllGather): the ranks agree on every verdict; rank 0 is
+    found in the collectives it stalls in, the drop of its NIC alone is not a stall, and the
+    drop is reported by the receiving rank though rank 0 also stalls."""
+    from executor_cuda.launch import run_ranks
+    from executor_cuda.reporting import pair_nominal
+
+    res = run_ranks(_gloo_rank, 4, timeout=60)
+    found = res[0]["found"]
+    assert all(r["found"] == found for r in res)
+    assert all(0 in found[k] for k in GLOO_STALLS)
+    assert any(0 not in found[k] for k in GLOO_DROPS if k not in GLOO_STALLS)   # a busy core may stall it too
+    rail = ("s0h0g0", "s0h1g0")
+    assert res[2]["shown"][rail] == pytest.approx(pair_nominal(hpn(1, 2, 2))[rail] / 4, rel=0.05)
+    assert all(v == pytest.approx(pair_nominal(hpn(1, 2, 2))[p]) for p, v in res[1]["shown"].items())
