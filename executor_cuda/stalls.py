@@ -8,11 +8,11 @@ every rank.  After each collective every rank marks each pair it received as mea
 and slow or not (:meth:`StallDetector.row`, read against the pair's level by
 :meth:`~executor_cuda.pair_levels.ModelReporter.readings`); the rows are all-reduced
 (max) with the ranks' lock-step flags, so each rank sees the whole collective and finds
-the same stalled ranks (:meth:`StallDetector.stalled`).  A rank has stalled when, on at
-least two of its own cables, each role it has there (sending, receiving) carries a slow
-pair that no other link explains (a link explains a pair when most other ranks' pairs
-crossing it read slow too): a drop of one cable, or of one direction of two, never
-makes that.  The readings of a stalled rank's pairs in that collective are
+the same stalled ranks (:meth:`StallDetector.stalled`).  A rank has stalled when in one
+role (sending or receiving) it has slow pairs that no other link explains (a link explains
+a pair when most other ranks' pairs crossing it read slow too) on at least two of its own
+cables: a stalled sender posts all its sends late, a stalled receiver wakes late for all
+its receives, and no drop of one cable makes that.  The readings of a stalled rank's pairs in that collective are
 not link evidence (the reporter reports their levels unchanged).  A "stall" read in more
 than ``max_run`` collectives in a row is not one (a GPU losing two cables at once): its
 readings count again, so no drop stays hidden.  The passive measurement windows of
@@ -75,7 +75,7 @@ class StallDetector:
         """The ranks whose readings in this collective are a stall, from the all-reduced
         ``matrix`` (every rank's :meth:`row`); counts each rank's run of such collectives."""
         marks = {(k // self.world, k % self.world): int(v) for k, v in enumerate(matrix) if int(v) != UNMEASURED}
-        found = {r for r in range(self.world) if len(self._cables(r, marks)) >= 2}
+        found = {r for r in range(self.world) if self._cables(r, marks) >= 2}
         for r in range(self.world):
             self.runs[r] = self.runs[r] + 1 if r in found else 0
         found = {r for r in found if self.runs[r] <= self.max_run}
@@ -83,22 +83,18 @@ class StallDetector:
             self.seen.append((seq, tuple(sorted(found))))
         return found
 
-    def _cables(self, r: int, marks: Mapping[tuple[int, int], int]) -> set[int]:
-        """The cables of rank ``r`` (by the node at their other end) on which every role
-        ``r`` has in this collective (sending, receiving) carries a slow pair that no other
-        link explains: a stall there, or a drop of that whole cable."""
-        roles: dict[int, set[bool]] = {}      # cable -> roles measured on it (True: r sends)
-        slow: dict[int, set[bool]] = {}       # cable -> roles with an unexplained slow pair
+    def _cables(self, r: int, marks: Mapping[tuple[int, int], int]) -> int:
+        """How many of rank ``r``'s cables carry a slow pair that no other link explains,
+        in the role (sending or receiving) where they are most."""
+        slow: dict[bool, set[int]] = {True: set(), False: set()}   # role (True: r sends) -> cables
         for (s, d), mark in marks.items():
-            if r not in (s, d):
+            if mark != SLOW_MARK or r not in (s, d):
                 continue
             route = self._route(s, d)
-            tail, head = self.ends[route[0] if s == r else route[-1]]
-            cable = head if tail == self.gpu_node[r] else tail
-            roles.setdefault(cable, set()).add(s == r)
-            if mark == SLOW_MARK and not any(self._explains(link, r, marks) for link in route):
-                slow.setdefault(cable, set()).add(s == r)
-        return {c for c, got in slow.items() if got == roles[c]}
+            if not any(self._explains(link, r, marks) for link in route):
+                tail, head = self.ends[route[0] if s == r else route[-1]]
+                slow[s == r].add(head if tail == self.gpu_node[r] else tail)
+        return max(len(c) for c in slow.values())
 
     def _explains(self, link: int, r: int, marks: Mapping[tuple[int, int], int]) -> bool:
         """Whether ``link`` explains a slow pair of rank ``r``: more than half of the
