@@ -75,7 +75,11 @@ class StallDetector:
         """The ranks whose readings in this collective are a stall, from the all-reduced
         ``matrix`` (every rank's :meth:`row`); counts each rank's run of such collectives."""
         marks = {(k // self.world, k % self.world): int(v) for k, v in enumerate(matrix) if int(v) != UNMEASURED}
-        found = {r for r in range(self.world) if self._cables(r, marks) >= 2}
+        crossing: dict[int, list[tuple[int, int, bool]]] = {}       # link -> (src, dst, slow) of its pairs
+        for (s, d), mark in marks.items():
+            for link in self._route(s, d):
+                crossing.setdefault(link, []).append((s, d, mark == SLOW_MARK))
+        found = {r for r in range(self.world) if self._cables(r, marks, crossing) >= 2}
         for r in range(self.world):
             self.runs[r] = self.runs[r] + 1 if r in found else 0
         found = {r for r in found if self.runs[r] <= self.max_run}
@@ -83,7 +87,8 @@ class StallDetector:
             self.seen.append((seq, tuple(sorted(found))))
         return found
 
-    def _cables(self, r: int, marks: Mapping[tuple[int, int], int]) -> int:
+    def _cables(self, r: int, marks: Mapping[tuple[int, int], int],
+                crossing: Mapping[int, list[tuple[int, int, bool]]]) -> int:
         """How many of rank ``r``'s cables carry a slow pair that no other link explains,
         in the role (sending or receiving) where they are most."""
         slow: dict[bool, set[int]] = {True: set(), False: set()}   # role (True: r sends) -> cables
@@ -91,16 +96,10 @@ class StallDetector:
             if mark != SLOW_MARK or r not in (s, d):
                 continue
             route = self._route(s, d)
-            if not any(self._explains(link, r, marks) for link in route):
+            if not any(_explains(crossing[link], r) for link in route):
                 tail, head = self.ends[route[0] if s == r else route[-1]]
                 slow[s == r].add(head if tail == self.gpu_node[r] else tail)
         return max(len(c) for c in slow.values())
-
-    def _explains(self, link: int, r: int, marks: Mapping[tuple[int, int], int]) -> bool:
-        """Whether ``link`` explains a slow pair of rank ``r``: more than half of the
-        measured pairs of other ranks whose route crosses it read slow."""
-        others = [m for (s, d), m in marks.items() if r not in (s, d) and link in self._route(s, d)]
-        return bool(others) and 2 * sum(m == SLOW_MARK for m in others) > len(others)
 
     def _route(self, s: int, d: int) -> tuple[int, ...]:
         """Link indices of the switch-only path from rank ``s`` to rank ``d``."""
@@ -108,3 +107,10 @@ class StallDetector:
         if hit is None:
             hit = self._routes[(s, d)] = tuple(int(x) for x in self.emu.route(s, d))
         return hit
+
+
+def _explains(pairs: Sequence[tuple[int, int, bool]], r: int) -> bool:
+    """Whether a link whose measured pairs are ``pairs`` (src, dst, slow) explains a slow pair
+    of rank ``r``: more than half of the pairs of other ranks that cross it read slow."""
+    others = [slow for s, d, slow in pairs if r not in (s, d)]
+    return bool(others) and 2 * sum(others) > len(others)
