@@ -205,14 +205,15 @@ class ModelReporter:
                  now: float, times: int = 1, stalled: frozenset[str] = frozenset()) -> list[dict[str, Any]]:
         """The ``pair`` samples of ``samples``, measured over ``times`` runs of ``prog``; a
         pair with an end in ``stalled`` (GPU ids, :class:`~executor_cuda.stalls.StallDetector`)
-        carries no news: its level is reported again."""
+        that reads below its level carries no news: its level is reported again (a stall
+        only slows; a rise is read as usual)."""
         out: list[dict[str, Any]] = []
         for s, dr, net, cost in self._measured(samples, prog, elem_bytes, times):
             key = (s.src, s.dst)
-            if s.src in stalled or s.dst in stalled:
-                out.append(self._report(key, self.shown.get(key, self.level(key) or 1.0), now))
-                continue
             level = self.level(key)
+            if (s.src in stalled or s.dst in stalled) and level and float(dr.max(axis=1).sum()) / net < level:
+                out.append(self._report(key, self.shown.get(key, level), now))
+                continue
             ratio = self._ratio(key, dr, net, id(prog))
             if ratio is not None and level is not None and s.seconds < PROBE_OVER_COST * s.count * cost:
                 self.blind[key] = ratio > level     # as short as gloo's cost: no news (a rise: probe it alone)
@@ -223,13 +224,16 @@ class ModelReporter:
 
     def readings(self, samples: Sequence[LinkSample], prog: Any, elem_bytes: int) -> dict[tuple[int, int], float]:
         """Per rank pair ``(src, dst)`` of ``samples``: one collective's ratio to the pair's
-        level (1: as before, below 1: slower), without folding it in; pairs without a level,
-        or whose sample is as short as gloo's cost (no news), are left out; none while calibrating."""
+        level (1: as before, below 1: slower), without folding it in; left out: pairs without
+        a level, pairs whose level was measured on another program (after a swap a pair reads
+        through other bottlenecks, class docstring), samples as short as gloo's cost (no
+        news); none while calibrating."""
         rank = {g: r for r, g in enumerate(self.emu.gpus)}
         out: dict[tuple[int, int], float] = {}
         for s, dr, net, cost in ([] if self.calibrating else self._measured(samples, prog, elem_bytes)):
             level = self.level((s.src, s.dst))
-            if level and s.seconds >= PROBE_OVER_COST * s.count * cost:
+            if level and self.folded.get((s.src, s.dst), id(prog)) == id(prog) \
+                    and s.seconds >= PROBE_OVER_COST * s.count * cost:
                 out[(rank[s.src], rank[s.dst])] = float(dr.max(axis=1).sum()) / net / level
         return out
 

@@ -250,3 +250,43 @@ def test_on_gloo_ranks_a_stalled_rank_is_found_and_a_drop_on_its_nic_reported():
     rail = ("s0h0g0", "s0h1g0")
     assert res[2]["shown"][rail] == pytest.approx(pair_nominal(hpn(1, 2, 2))[rail] / 4, rel=0.05)
     assert all(v == pytest.approx(pair_nominal(hpn(1, 2, 2))[p]) for p, v in res[1]["shown"].items())
+
+
+def test_a_stalled_ranks_rise_is_read_and_a_new_programs_pairs_give_no_verdict():
+    """A stall only slows: a pair of a stalled rank that reads above its level (its NIC back
+    from 1/4) is read as without the verdict, its slower pairs are not.  After a swap, pairs
+    whose level was measured on the old program read through other bottlenecks: they are
+    left out of the verdict until the new program's readings agree with their levels."""
+    from executor_cuda.pair_levels import ModelReporter
+    from executor_cuda.reporting import pair_nominal
+
+    prog, new = _program(), _program()
+    reps = [ModelReporter(EMU, pair_nominal(TOPO)) for _ in range(2)]
+    nic = TOPO.arrays.capacity.astype(float).copy()
+    nic[sorted(_cable(0, "tor"))] /= 4
+    for rep in reps:
+        rep(_samples(prog), prog, 4, 0.0)
+        rep.calibrating = False
+        for _ in range(3):
+            rep(_samples(prog, nic), prog, 4, 0.0)
+    rail, intra = (G[0], G[4]), (G[0], G[1])
+    for _ in range(3):                                   # back, while GPU0 stalls (all its pairs 2x)
+        got = [{(x["src"], x["dst"]): x["gbps"] for x in rep(_samples(prog, stall=0), prog, 4, 0.0, stalled=v)}
+               for rep, v in zip(reps, (frozenset({G[0]}), frozenset()))]
+        assert got[0][rail] == got[1][rail]
+        assert got[0][intra] == pytest.approx(2880)
+    assert got[1][intra] < 2880                           # without the verdict: 3 of 5 windows
+    assert len(reps[0].readings(_samples(prog), prog, 4)) == len(PAIRS)
+    after_swap = reps[0].readings(_samples(new), new, 4)
+    assert (0, 1) not in after_swap                       # its level was measured on ``prog``
+    assert all(reps[0].folded.get((G[s], G[d])) != id(prog) for s, d in after_swap)
+
+
+def _samples(prog, cap=None, stall: int | None = None) -> list:
+    """One collective's samples of every pair on capacities ``cap`` (nominal), the pairs of
+    rank ``stall`` twice as long."""
+    from executor_cuda.telemetry import LinkSample
+
+    delays = EMU.program_delays(prog, 4, TOPO.arrays.capacity.astype(float) if cap is None else cap)
+    return [LinkSample(G[s], G[d], 4000, delays[(0, s, d)] * (2.0 if stall in (s, d) else 1.0), 1, 0, 0)
+            for s, d in PAIRS]
