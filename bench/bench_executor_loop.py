@@ -5,7 +5,7 @@ ranks, a ``mccl controller serve`` process and the emulated fabric, per scenario
                                         [--repeats 1] [--json]
     python bench/bench_executor_loop.py --clear [--repeats 2]    # probes, recovery after clear
     python bench/bench_executor_loop.py --classes steady,further,flap,dead,ramp,three,noise
-                                        [--controller-logs DIR] [--pieces P] [--block-kib K] [--no-abort]
+                                        [--controller-logs DIR] [--pieces P] [--block-kib K] [--no-abort] [--no-stalls]
                                         [--pipeline S]      # S slices per chunk (default 0: the piece rule)
                                         [--rank-nice N]     # 0: the controller in a session of its own
 
@@ -120,6 +120,7 @@ def class_table(shape: str, collectives: list[str], classes: list[str], cfg: Glo
                 "never95": sum(e["recovered_ms"] is None for e in evs),
                 "false_swaps": s["false_swaps"], "wrong": s["wrong_results"],
                 "inflight": len(s.get("inflight_switches", [])), "aborts": len(s.get("aborts", [])),
+                "stalls": len(s.get("stalls", [])),
                 "per_event": [_event_row(e) for e in evs], "wall_s": time.monotonic() - t0})
             if not as_json:
                 _print_class_row(rows[-1])
@@ -206,6 +207,9 @@ def main() -> None:
     ap.add_argument("--abort", action=argparse.BooleanOptionalAction, default=True,
                     help="abort a collective stuck on a dead link and re-run it on the new version "
                          "(default; --no-abort: it runs to its end on the old version)")
+    ap.add_argument("--stalls", action=argparse.BooleanOptionalAction, default=True,
+                    help="readings of a collective in which a rank stalled are no link evidence (default; "
+                         "docs/executor.md)")
     ap.add_argument("--block-kib", type=float, default=32.0, help="real KiB per block (larger: pieces less noisy)")
     ap.add_argument("--pipeline", type=int, default=0,
                     help="slices per chunk (default 0: the simulator's piece rule; 1: whole chunks, as before)")
@@ -233,7 +237,7 @@ def main() -> None:
         n *= int(part)
     cfg = GlooLoopConfig(world=n, collective_ms=args.collective_ms, pieces=args.pieces, block_kib=args.block_kib,
                          pipeline=args.pipeline,
-                         abort=args.abort, workers=args.workers, speculate=args.speculate,
+                         abort=args.abort, stalls=args.stalls, workers=args.workers, speculate=args.speculate,
                          cable_wait_s=args.cable_wait, telemetry_frontend=args.telemetry_frontend,
                          rank_nice=args.rank_nice)
     if args.classes:

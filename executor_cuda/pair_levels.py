@@ -202,34 +202,64 @@ class ModelReporter:
         return None                         # not news (the prober measures the pair alone)
 
     def __call__(self, samples: Sequence[LinkSample], prog: Any, elem_bytes: int,
-                 now: float, times: int = 1) -> list[dict[str, Any]]:
-        """The ``pair`` samples of ``samples``, measured over ``times`` runs of ``prog``."""
-        rank = {g: r for r, g in enumerate(self.emu.gpus)}
-        drains = self.drains(prog, elem_bytes)
-        if times > 1:
-            drains = {k: np.tile(d, (times, 1)) for k, d in drains.items()}
-        pooled = [x for h in self.overhead.values() for x in h]
+                 now: float, times: int = 1, stalled: frozenset[str] = frozenset()) -> list[dict[str, Any]]:
+        """The ``pair`` samples of ``samples``, measured over ``times`` runs of ``prog``; a
+        pair with an end in ``stalled`` (GPU ids, :class:`~executor_cuda.stalls.StallDetector`)
+        that reads below its level carries no news: its level is reported again (a stall
+        only slows; a rise is read as usual)."""
         out: list[dict[str, Any]] = []
-        for s in samples:
+        for s, dr, net, cost in self._measured(samples, prog, elem_bytes, times):
             key = (s.src, s.dst)
-            dr = drains.get((rank.get(s.src, -1), rank.get(s.dst, -1)))
-            exp = float(dr.max(axis=1).sum()) if dr is not None else 0.0
-            nominal = self.nominal.get(key)
-            if nominal is None or exp <= 0 or s.seconds <= 0 or s.count < 1:
+            level = self.level(key)
+            if (s.src in stalled or s.dst in stalled) and level and float(dr.max(axis=1).sum()) / net < level:
+                out.append(self._report(key, self.shown.get(key, level), now))
                 continue
-            if self.calibrating:
-                self.overhead.setdefault(key, []).append((s.seconds - exp) / s.count)
-                continue
-            hist = self.overhead.get(key) or pooled
-            if not hist:
-                continue
-            cost, level = max(0.0, statistics.median(hist)), self.level(key)
-            ratio = self._ratio(key, dr, max(s.seconds - s.count * cost, 1e-9), id(prog))
+            ratio = self._ratio(key, dr, net, id(prog))
             if ratio is not None and level is not None and s.seconds < PROBE_OVER_COST * s.count * cost:
                 self.blind[key] = ratio > level     # as short as gloo's cost: no news (a rise: probe it alone)
                 ratio = level
             out.append(self._level(key, ratio, now) if ratio is not None
                        else self._report(key, self.shown.get(key, self.level(key)), now))
+        return out
+
+    def readings(self, samples: Sequence[LinkSample], prog: Any, elem_bytes: int) -> dict[tuple[int, int], float]:
+        """Per rank pair ``(src, dst)`` of ``samples``: one collective's ratio to the pair's
+        level (1: as before, below 1: slower), without folding it in; left out: pairs without
+        a level, pairs whose level was measured on another program (after a swap a pair reads
+        through other bottlenecks, class docstring), samples as short as gloo's cost (no
+        news); none while calibrating."""
+        rank = {g: r for r, g in enumerate(self.emu.gpus)}
+        out: dict[tuple[int, int], float] = {}
+        for s, dr, net, cost in ([] if self.calibrating else self._measured(samples, prog, elem_bytes)):
+            level = self.level((s.src, s.dst))
+            if level and self.folded.get((s.src, s.dst), id(prog)) == id(prog) \
+                    and s.seconds >= PROBE_OVER_COST * s.count * cost:
+                out[(rank[s.src], rank[s.dst])] = float(dr.max(axis=1).sum()) / net / level
+        return out
+
+    def _measured(self, samples: Sequence[LinkSample], prog: Any, elem_bytes: int,
+                  times: int = 1) -> list[tuple[LinkSample, np.ndarray, float, float]]:
+        """Per sample of a known pair: ``(sample, drains, seconds less gloo's per-message
+        cost, that cost)``; while calibrating, samples set the cost and none is returned."""
+        rank = {g: r for r, g in enumerate(self.emu.gpus)}
+        drains = self.drains(prog, elem_bytes)
+        if times > 1:
+            drains = {k: np.tile(d, (times, 1)) for k, d in drains.items()}
+        pooled = [x for h in self.overhead.values() for x in h]
+        out = []
+        for s in samples:
+            key = (s.src, s.dst)
+            dr = drains.get((rank.get(s.src, -1), rank.get(s.dst, -1)))
+            exp = float(dr.max(axis=1).sum()) if dr is not None else 0.0
+            if self.nominal.get(key) is None or exp <= 0 or s.seconds <= 0 or s.count < 1:
+                continue
+            if self.calibrating:
+                self.overhead.setdefault(key, []).append((s.seconds - exp) / s.count)
+                continue
+            hist = self.overhead.get(key) or pooled
+            if hist:
+                cost = max(0.0, statistics.median(hist))
+                out.append((s, dr, max(s.seconds - s.count * cost, 1e-9), cost))
         return out
 
     def progress(self, prog: Any, elem_bytes: int, rnd: int, src: int, dst: int, nbytes: int,

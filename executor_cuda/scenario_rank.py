@@ -9,9 +9,11 @@ controller publishes (the hot-swap of paper §3.3; the ranks agree on the last o
 offline schedule directly on that event's fabric.
 
 Ranks must issue the same collectives: after each one they all-reduce (max) one small
-row ``[fabric state, stop, suspect pairs]`` on a gloo side group, so every rank uses
-the same fabric for the next collective, stops at the same one, and probes the same
-pairs the schedule no longer loads (:class:`~executor_cuda.reporting.PairProber`).
+row ``[fabric state, stop, suspect pairs, readings]`` on a gloo side group, so every rank
+uses the same fabric for the next collective, stops at the same one, probes the same
+pairs the schedule no longer loads (:class:`~executor_cuda.reporting.PairProber`), and
+knows which ranks stalled in it, whose readings are then no link evidence
+(:class:`~executor_cuda.stalls.StallDetector`).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from mccl_opt.topology import Topology
 
 from .faults import FabricEmulator
 from .pair_levels import ModelReporter, PieceWindow
+from .stalls import StallDetector
 
 __all__ = ["RankPlan", "ModelReporter", "rank_main"]
 
@@ -65,6 +68,7 @@ class RankPlan:
                                           # at least 3 warm-up collectives)
     abort: bool = True                    # abort a collective stuck on a dead link, re-run it (StaleAbort)
     early: bool = False                   # send drops still being confirmed as ``early`` (controller --speculate)
+    stalls: bool = True                   # a stalled rank's readings are no link evidence (StallDetector)
 
 
 def _state_at(plan: RankPlan, elapsed: float) -> int:
@@ -192,6 +196,7 @@ def rank_main(rank: int, world: int, plan: RankPlan) -> dict[str, Any]:
                         timeout_s=plan.collective_timeout_s, oob_timeout=plan.oob_timeout_s, pieces=plan.pieces, abort=plan.abort)
     side = dist.new_group(backend="gloo", timeout=timedelta(seconds=plan.oob_timeout_s))
     reporter = ModelReporter(emu, pair_nominal(plan.topology), early=plan.early)
+    stalls = StallDetector(emu)
     prober = PairProber(emu, rank, world, plan.probe_numel, plan.probe_every)
     pusher = _Pusher(plan.telemetry_endpoint or plan.endpoint, plan.client_timeout_s)
     received: list[tuple[int, float, float | None]] = []      # version, arrival, synthesis s
@@ -239,21 +244,27 @@ def rank_main(rank: int, world: int, plan: RankPlan) -> dict[str, Any]:
         aborted = len(comm.aborter.aborts) if comm.aborter is not None else 0
         dt = work.run(comm, i)
         rows += _attempts(comm, aborted, state, start, dt, origin[0])
-        _report(tel, comm, plan, reporter, pusher, window)
+        prog = _program(comm, plan)
+        samples = tel.drain() if window is None else []       # pieces: reported by the window
+        if window is not None:
+            window.flush()
         i += 1
         elapsed = time.time() - origin[0]
         dead = dead or pusher.dead
         due = prober.due(i)
-        wanted = prober.wanted(reporter, _program(comm, plan)) if due else []
-        flags = torch.tensor([_state_at(plan, elapsed), int(elapsed >= plan.duration_s or bool(dead))] + wanted)
-        dist.all_reduce(flags, op=dist.ReduceOp.MAX, group=side)
-        state = int(flags[0])
+        wanted = prober.wanted(reporter, prog) if due else []
+        flags = [_state_at(plan, elapsed), int(elapsed >= plan.duration_s or bool(dead))] + wanted
+        readings = reporter.readings(samples, prog, 4) if plan.stalls else {}
+        flags, stalled = stalls.agree(readings, flags, side, comm.seq)   # lock step, and every rank's readings
+        if samples:
+            pusher.put(reporter(samples, prog, 4, time.time(), stalled=frozenset(emu.gpus[r] for r in stalled)))
+        state = flags[0]
         if flags[1]:
             break
-        if due and int(flags[2:].sum()):
+        if due and sum(flags[2:]):
             start = time.time() - origin[0]
-            pusher.put(prober.run(flags[2:].tolist(), side, reporter, plan.oob_timeout_s))
-            probes.append((comm.seq, start, time.time() - origin[0] - start, int(flags[2:].sum())))
+            pusher.put(prober.run(flags[2:], side, reporter, plan.oob_timeout_s))
+            probes.append((comm.seq, start, time.time() - origin[0] - start, sum(flags[2:])))
     follower.finish(group=side, timeout_s=plan.oob_timeout_s)   # the same versions on every rank
     comm.rescheduler.wait(timeout=plan.oob_timeout_s + 15)
     swaps = [(e.outcome, e.version, e.k) for e in comm.rescheduler.events]
@@ -266,7 +277,8 @@ def rank_main(rank: int, world: int, plan: RankPlan) -> dict[str, Any]:
     return {"rows": rows, "probes": probes, "received": received, "rates": rates, "swaps": swaps, "offline": offline,
             "wrong": work.wrong, "dead": dead, "pushed": pusher.sent, "first_version": sched.version,
             "inflight": list(comm.inflight.switches) if comm.inflight is not None else [],
-            "aborts": [(a.seq, a.from_version, a.to_version) for a in comm.aborter.aborts] if comm.aborter else []}
+            "aborts": [(a.seq, a.from_version, a.to_version) for a in comm.aborter.aborts] if comm.aborter else [],
+            "stalls": stalls.seen}
 
 
 def _attempts(comm: Any, aborted: int, state: int, start: float, dt: float,

@@ -157,7 +157,7 @@ def summarize(scenario: Any, res: Sequence[dict[str, Any]], plan: Any, fabric_s:
         "wrong_results": sum(r["wrong"] for r in res),
         "swap_rounds": res[0]["swaps"], "probe_every": plan.probe_every,
         "pieces": plan.pieces, "inflight_switches": res[0].get("inflight", []),
-        "aborts": res[0].get("aborts", []),
+        "aborts": res[0].get("aborts", []), "stalls": res[0].get("stalls", []),
         "probes": len(probe_rows), "probe_ms": 1e3 * sum(p[2] for p in probe_rows),
         "real_s": wall_s, "controller": controller or {},
         "events": events,

@@ -82,6 +82,7 @@ class GlooLoopConfig:
     pieces: int = 1                       # collectives run in pieces, in-flight switch (executor_cuda.pieces)
     pipeline: int = 0                     # slices per chunk (0: the simulator's piece rule on fabric bytes)
     abort: bool = True                    # abort a stale collective, re-run it on the new version (executor_cuda.abort)
+    stalls: bool = True                   # a stalled rank's readings are no link evidence (executor_cuda.stalls)
     controller_log: str | None = None     # keep the controller's decision log (``serve -v``) at this path
     workers: int = 0                      # the controller's ``--workers`` (0: synthesis in its own thread)
     kernels: str = "eager"                # the controller's ``--kernels`` (eager: loaded before it serves)
@@ -313,7 +314,8 @@ def run_gloo_loop(scenario: Any, cfg: GlooLoopConfig) -> dict[str, Any]:
                             warmup=cfg.warmup, client_timeout_s=cfg.client_timeout_s,
                             probe_every=cfg.probe_every, pieces=cfg.pieces, abort=cfg.abort, window_s=3 * cfg.collective_ms / 1e3,
                             pipeline=rank_pipeline(cfg, scenario.message_bytes, byte_scale),
-                            probe_numel=max(1, round(cfg.probe_kib * 1024 / byte_scale / 4)), early=cfg.speculate)
+                            probe_numel=max(1, round(cfg.probe_kib * 1024 / byte_scale / 4)), early=cfg.speculate,
+                            stalls=cfg.stalls)
             budget = (cfg.start_timeout_s + real_s + 60
                       + len(offline) * (cfg.offline_reps + 1) * 20 * cfg.collective_ms / 1e3)
             t0 = time.monotonic()
