@@ -313,22 +313,22 @@ def test_tie_break_pricing_reaches_the_same_certified_optimum(tie):
                                    TreeCGOptions(smoothing=0.0, tie_break=0.0))
 
 
-def test_pricing_points_end_at_the_duals_and_break_ties_by_capacity():
+def testpricing_points_end_at_the_duals_and_break_ties_by_capacity():
     """A round prices the smoothed point, then the duals plus a term that grows as the
     capacity shrinks (so of two links at the same dual price the roomier is cheaper),
     and last the duals themselves (what makes the loop's end exact); no tie point when
     the duals are all zero (nothing to scale it by)."""
-    from mccl_opt.allgather.general.tree_colgen import _pricing_points
+    from mccl_opt.allgather.general.tree_colgen import pricing_points
 
     pi = np.array([0.0, 0.0, 2.0])
     cap = np.array([1.0, 4.0, 1.0])
     centre = np.array([1.0, 1.0, 1.0])
-    points = list(_pricing_points(centre, pi, cap, 0.5, 1e-3))
+    points = list(pricing_points(centre, pi, cap, 0.5, 1e-3))
     assert len(points) == 3
     assert np.allclose(points[0], 0.5 * centre + 0.5 * pi)
     assert points[1][0] > points[1][1] > 0 and np.all(points[1] > pi)
     assert np.array_equal(points[-1], pi)
-    assert [p.tolist() for p in _pricing_points(None, np.zeros(3), cap, 0.5, 1e-3)] == [[0.0] * 3]
+    assert [p.tolist() for p in pricing_points(None, np.zeros(3), cap, 0.5, 1e-3)] == [[0.0] * 3]
 
 
 @pytest.mark.parametrize("shape, optimum", [

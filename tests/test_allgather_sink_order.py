@@ -15,7 +15,7 @@ from instances.aggregation import leaf_spine, scrambled
 from mccl_opt.allgather.canonical import canonical
 from mccl_opt.allgather.forestcoll.maxflow import FlowNetwork
 from mccl_opt.allgather.forestcoll.removal.exact_split import split_all
-from mccl_opt.allgather.forestcoll.removal.splitting import LogicalGraph, sink_order, sink_ranks
+from mccl_opt.allgather.forestcoll.removal.splitting import LogicalGraph, hubs_of, sink_order, sink_ranks
 from mccl_opt.allgather.forestcoll.removal.spread import spread_split
 from tests.test_allgather_split_arrays import split_of
 
@@ -90,3 +90,32 @@ def test_the_rooted_test_does_not_depend_on_the_sink_order():
             assert {graph.admits(k, stride, passed, order=o) for o in orders} == {want}
             answers.add(want)
     assert answers == {True, False}
+
+
+def _host_groups(topo) -> set[frozenset[str]]:
+    """The GPUs grouped by their hub in the split graph (``splitting.hubs_of``, the
+    grouping of the sink order and of the exact split's host seeds), by name."""
+    g, _ = split_of(topo)
+    hub = hubs_of(g)
+    groups: dict[int, set[str]] = {}
+    for v in g.gpus.tolist():
+        groups.setdefault(int(hub[v]), set()).add(topo.nodes[v].id)
+    return {frozenset(x) for x in groups.values()}
+
+
+def test_host_groups_do_not_depend_on_the_listing():
+    """Leaf-spine 2x2x4 listed three ways (nodes and links permuted, names kept): the same
+    groups of GPU names, each the four GPUs cabled to one NVSwitch; renamed and
+    permuted (``scrambled``): four groups of four again."""
+    topo = leaf_spine(2, 2, 4)
+    by_nvswitch: dict[str, set[str]] = {}
+    for link in topo.links:
+        if link.dst.endswith("nvs") and not link.src.endswith("nvs"):
+            by_nvswitch.setdefault(link.dst, set()).add(link.src)
+    want = {frozenset(x) for x in by_nvswitch.values()}
+    assert len(want) == 4 and all(len(x) == 4 for x in want)
+    rng = np.random.default_rng(9)
+    for _ in range(3):
+        relisted = topo.relisted(rng.permutation(len(topo.nodes)), rng.permutation(len(topo.links)))
+        assert _host_groups(relisted) == want
+    assert sorted(map(len, _host_groups(scrambled(topo, 4)))) == [4] * 4

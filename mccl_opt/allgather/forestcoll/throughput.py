@@ -28,6 +28,7 @@ from typing import Sequence
 import numpy as np
 
 from mccl_opt.errors import InputError, SolveError, TopologyError
+from .hosts import host_hubs, order_by_host
 from .maxflow import FlowNetwork
 
 __all__ = ["Fabric", "PhaseOneResult", "optimal_rate", "best_tree_bandwidth",
@@ -101,24 +102,8 @@ def near_gpus(fab: "Fabric") -> np.ndarray:
     not depend on it."""
     if fab.gpus.size == 0:
         return fab.gpus
-    return order_by_hub(fab.n, fab.tail, fab.head, fab.cap, fab.gpus,
-                        fab.net.breadth_first(int(fab.gpus[0])))
-
-
-def order_by_hub(n: int, tail: np.ndarray, head: np.ndarray, width: np.ndarray,
-                 gpus: np.ndarray, seen: np.ndarray) -> np.ndarray:
-    """``gpus`` by the position in ``seen`` (nodes in breadth-first order) of the node at
-    the end of each GPU's widest out-link (ties to the earliest in ``seen``; a GPU without
-    one last), then by their own position: the sweep order of :func:`near_gpus` and of
-    :func:`.removal.splitting.sink_order`."""
-    pos = np.full(n + 1, n, np.int64)           # pos[n]: not reached / no out-link: last
-    pos[seen] = np.arange(seen.size)
-    by = np.lexsort((pos[head], -np.asarray(width), tail))   # per tail: the widest, then nearest
-    first = np.ones(by.size, bool)
-    first[1:] = tail[by][1:] != tail[by][:-1]
-    widest = np.full(n, n, np.int64)
-    widest[tail[by][first]] = head[by][first]
-    return gpus[np.lexsort((pos[gpus], pos[widest[gpus]]))]
+    seen = fab.net.breadth_first(int(fab.gpus[0]))
+    return order_by_host(fab.gpus, host_hubs(fab.n, fab.tail, fab.head, fab.cap, seen), seen)
 
 
 @dataclass

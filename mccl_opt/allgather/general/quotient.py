@@ -45,7 +45,7 @@ from .sparse_copies import Copies, sparse_copies
 from .symmetry import Symmetry, find_symmetry
 from .sparse_arborescence import min_arborescences_sparse
 from .switch_paths import from_sources
-from .tree_colgen import TreeCGResult, _pricing_points
+from .tree_colgen import TIE_BREAK, TreeCGResult, price_bound, pricing_points
 
 __all__ = ["solve_quotient", "QUOTIENT_MAX_ROUNDS", "QUOTIENT_TIE_BREAK",
            "QUOTIENT_TIE_BREAK_MAX_GPUS", "REL_TOL", "SPARSE_COPIES_MIN_RATIO"]
@@ -64,12 +64,13 @@ QUOTIENT_MAX_ROUNDS = 100
 
 #: a round prices first at the duals plus this weight of a ``1/capacity`` term, then at
 #: the duals themselves, and adds the trees of both that price out at the duals (the
-#: general method's tie-break, ``TreeCGOptions.tie_break``): the quotient's duals are
-#: zero on most link orbits, so the cheapest tree at them is an arbitrary crowded one.
+#: general method's pricing points and weight, :func:`.tree_colgen.pricing_points`,
+#: :data:`.tree_colgen.TIE_BREAK`): the quotient's duals are zero on most link orbits,
+#: so the cheapest tree at them is an arbitrary crowded one.
 #: Half-uplinks 2x8x8 one way (fuzz seed 3524): 37 / 68 rounds -> 8 / 8, the weight
 #: flat over 1e-4 .. 1e-1 (docs/allgather.md "Half-uplinks 2x8x8 one way: the quotient's
 #: tie-break")
-QUOTIENT_TIE_BREAK = 1e-3
+QUOTIENT_TIE_BREAK = TIE_BREAK
 
 #: ... on fabrics of at most this many GPUs; above, the plain duals alone (the rounds are
 #: few and dear there, and the tie-break's other optimal vertex made the sparse copies'
@@ -231,12 +232,10 @@ def _column_generation(topo: Topology, q: _Quotient, upper: float,
             return x, z, best, rnd
         new_r: list[int] = []
         new_t: list[np.ndarray] = []
-        for price in _pricing_points(None, pi, q.capacity, 0.0, tie):
+        for price in pricing_points(None, pi, q.capacity, 0.0, tie):
             anytime.check(QUOTIENT_CG)
             costs, trees = _price(topo, q, price)
-            total = float(costs @ q.root_size)
-            if total > 0 and np.isfinite(total):
-                best = min(best, float(price @ q.capacity) / total)
+            best = min(best, price_bound(price, q.capacity, float(costs @ q.root_size)))
             if best - x <= REL_TOL * max(x, 1e-300):
                 return x, z, best, rnd
             for o in _priced_out(q, pi, sigma, trees):

@@ -59,7 +59,13 @@ _BELOW_ZERO_RESOLVES = 3
 #: makes tree-master columns: ``(root ranks, link indices of every tree)``
 Columns = Callable[[], tuple[list[int], list[np.ndarray]]]
 
-__all__ = ["TreeCGOptions", "TreeCGResult", "tree_column_generation", "price_trees", "mwu_trees"]
+__all__ = ["TreeCGOptions", "TreeCGResult", "tree_column_generation", "price_trees", "mwu_trees",
+           "pricing_points", "price_bound", "TIE_BREAK"]
+
+#: weight of the ``1/capacity`` term of the tie-broken pricing point
+#: (:func:`pricing_points`), of this method (``TreeCGOptions.tie_break``) and of the
+#: symmetry quotient (:data:`.quotient.QUOTIENT_TIE_BREAK`)
+TIE_BREAK = 1e-3
 
 
 @dataclass(frozen=True)
@@ -78,7 +84,7 @@ class TreeCGOptions:
     short_seed_rounds: int = 20    # ... added when a seeded master falls short of its bound
     short_seed_after: int = 10     # ... from this round on
     smoothing: float = 0.8         # dual smoothing weight of the stability centre (0: off)
-    tie_break: float = 1e-3        # weight of the 1/capacity term that breaks ties among
+    tie_break: float = TIE_BREAK   # weight of the 1/capacity term that breaks ties among
                                    # trees of equal cost at the duals (0: off)
     lazy_rows_from: int = 2048     # from this many links the master starts with half the
                                    # link rows and adds the violated ones (module docstring)
@@ -168,7 +174,15 @@ def _candidates(topo: Topology, price: np.ndarray, pt: MasterPoint, roots: np.nd
     return total, out_r, out_t
 
 
-def _pricing_points(center: np.ndarray | None, pi: np.ndarray, capacity: np.ndarray,
+def price_bound(price: np.ndarray, capacity: np.ndarray, total: float) -> float:
+    """The Lagrangian bound ``price·capacity / total`` of one pricing point, ``total`` the
+    root-weighted cost of its cheapest trees (paper §5's dual bound; ``inf`` where the
+    trees cost nothing or could not be priced): a round's bound, of this method and of the
+    symmetry quotient's (:mod:`.quotient`)."""
+    return float(price @ capacity) / total if total > 0 and np.isfinite(total) else np.inf
+
+
+def pricing_points(center: np.ndarray | None, pi: np.ndarray, capacity: np.ndarray,
                     alpha: float, tie: float):
     """Where a round prices, in order; it adds the trees of every point whose reduced
     cost at the master's duals ``pi`` is negative:
@@ -333,12 +347,13 @@ def tree_column_generation(topo: Topology, backend: Backend, capacity: np.ndarra
                 continue
         t1 = time.perf_counter()
         added = 0
-        for price in _pricing_points(center, pt.pi, capacity, options.smoothing,
+        for price in pricing_points(center, pt.pi, capacity, options.smoothing,
                                        options.tie_break):
             _check_within_round(deadline)
             total, new_r, new_t = _candidates(topo, price, pt, all_roots)
-            if total > 0 and np.isfinite(total) and float(price @ capacity) / total < lagrangian:
-                lagrangian, center = float(price @ capacity) / total, price
+            bound = price_bound(price, capacity, total)
+            if bound < lagrangian:
+                lagrangian, center = bound, price
                 best_bound = min(best_bound, lagrangian)
             if best_bound - pt.x <= options.rel_tol * max(pt.x, 1e-300) or \
                     (deadline is not None and time.perf_counter() >= deadline):

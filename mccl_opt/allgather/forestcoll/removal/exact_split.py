@@ -18,7 +18,7 @@ import numpy as np
 
 from ..maxflow import INF, FlowNetwork
 from . import guess_kernels as kernels
-from .splitting import SplitGraph, cut_slack, sink_order, switch_order
+from .splitting import SplitGraph, cut_slack, hubs_of, sink_order, switch_order
 
 __all__ = ["split_all", "MAX_GUESSES", "PAIRS_PER_GUESS", "SEED_MAX_NEIGHBOURS", "MAX_BATCH"]
 
@@ -135,13 +135,16 @@ def _subsets(count: int) -> np.ndarray:
 
 
 def _block_sets(g: SplitGraph, w: int, ends: np.ndarray) -> np.ndarray:
-    """The unions of the blocks next to ``w`` (a block: a switch other than ``w`` whose
-    neighbours are at most :data:`SEED_MAX_NEIGHBOURS` GPUs, with them: a host's NVSwitch
-    and its GPUs) that hold one of ``ends`` (``w``'s GPU neighbours), with and without
-    ``w``, where there are at most :data:`MAX_BLOCKS` blocks, else each block alone."""
-    hubs = sorted({v for x in ends.tolist()
-                   for v in g.ins.get(x, set()) | g.outs.get(x, set())
-                   if v != w and g.is_switch[v] and _gpu_neighbours(g, v) is not None})
+    """The unions of the blocks next to ``w`` (a block: the host hub of one of ``ends``,
+    ``w``'s GPU neighbours (:func:`.splitting.hubs_of`, the sink order's grouping), still
+    linked to it, other than ``w`` and whose neighbours are at most
+    :data:`SEED_MAX_NEIGHBOURS` GPUs, with them: a host's NVSwitch and its GPUs), with and
+    without ``w``, where there are at most :data:`MAX_BLOCKS` blocks, else each block
+    alone."""
+    hub = hubs_of(g)
+    hubs = sorted({v for x in ends.tolist() if (v := int(hub[x])) != w and v < g.n
+                   and g.is_switch[v] and (v in g.ins.get(x, ()) or v in g.outs.get(x, ()))
+                   and _gpu_neighbours(g, v) is not None})
     if not hubs:
         return np.zeros((0, g.n), bool)
     blocks = np.zeros((len(hubs), g.n), bool)

@@ -31,9 +31,10 @@ from scipy.sparse.csgraph import breadth_first_order
 from mccl_opt.errors import SolveError
 from .bundles import Bundles
 from ..maxflow import INF, FlowNetwork
-from ..throughput import order_by_hub
+from ..hosts import host_hubs, order_by_host
 
 __all__ = ["LogicalGraph", "SplitGraph", "cut_slack", "keeps_cuts", "switch_order", "sink_ranks",
+           "hubs_of",
            "fewest_links_first", "gpu_links", "peel", "simple_path"]
 
 Bundle = list  # list of [path (tuple of node indices), units]
@@ -52,6 +53,7 @@ class SplitGraph:
     ins: dict[int, set[int]] = field(default_factory=dict)     # head -> tails with units
     outs: dict[int, set[int]] = field(default_factory=dict)    # tail -> heads with units
     near: np.ndarray | None = field(default=None, repr=False)  # :func:`sink_order`, cached
+    hubs: np.ndarray | None = field(default=None, repr=False)  # :func:`hubs_of`, cached
 
     @classmethod
     def from_links(cls, n: int, tail: np.ndarray, head: np.ndarray, units: np.ndarray,
@@ -67,7 +69,7 @@ class SplitGraph:
         return SplitGraph(self.n, self.is_switch, self.gpus, self.k, dict(self.units),
                           {key: [list(p) for p in b] for key, b in self.bundles.items()},
                           {w: set(x) for w, x in self.ins.items()},
-                          {w: set(x) for w, x in self.outs.items()}, self.near)
+                          {w: set(x) for w, x in self.outs.items()}, self.near, self.hubs)
 
     def in_arcs(self, w: int) -> list[tuple[int, int]]:
         return [(u, w) for u in sorted(self.ins.get(w, ()))]
@@ -173,17 +175,35 @@ def sink_order(g: SplitGraph) -> np.ndarray:
     reroute flow across the fabric (leaf-spine 8x2x8 with 4 spines, exact split: 5.6 s
     instead of 1.1 s).  Their results do not depend on the order.  Computed once per graph
     (copies share it: it is a speed hint, not a property of the units)."""
-    if g.near is None and g.gpus.size == 0:
-        g.near = np.zeros(0, np.int64)
     if g.near is None:
-        ends = np.array(list(g.units), np.int64).reshape(-1, 2)
-        adj = csr_matrix((np.ones(len(ends)), (ends[:, 0], ends[:, 1])), shape=(g.n, g.n))
-        seen = breadth_first_order(adj + adj.T, int(g.gpus[0]), directed=False,
-                                   return_predecessors=False)
-        g.near = order_by_hub(g.n, ends[:, 0], ends[:, 1],
-                              np.fromiter(g.units.values(), np.int64, len(g.units)),
-                              np.asarray(g.gpus, np.int64), seen)
+        seen = _breadth_first(g)
+        g.near = order_by_host(np.asarray(g.gpus, np.int64), hubs_of(g, seen), seen)
     return g.near
+
+
+def _breadth_first(g: SplitGraph) -> np.ndarray:
+    """``g``'s nodes breadth-first from its first GPU over its links both ways (none
+    without GPUs)."""
+    if g.gpus.size == 0:
+        return np.zeros(0, np.int64)
+    ends = np.array(list(g.units), np.int64).reshape(-1, 2)
+    adj = csr_matrix((np.ones(len(ends)), (ends[:, 0], ends[:, 1])), shape=(g.n, g.n))
+    return breadth_first_order(adj + adj.T, int(g.gpus[0]), directed=False,
+                               return_predecessors=False)
+
+
+def hubs_of(g: SplitGraph, seen: np.ndarray | None = None) -> np.ndarray:
+    """Each node's host hub in ``g`` as first asked (:func:`.hosts.host_hubs`: the head of
+    its widest link; ``g.n`` where none), ``seen`` its breadth-first order where the
+    caller has it: the host grouping of :func:`sink_order` and of the exact split's host
+    seeds.  Computed once per graph (copies share it: a grouping hint, not a property of
+    the units)."""
+    if g.hubs is None:
+        ends = np.array(list(g.units), np.int64).reshape(-1, 2)
+        g.hubs = host_hubs(g.n, ends[:, 0], ends[:, 1],
+                           np.fromiter(g.units.values(), np.int64, len(g.units)),
+                           _breadth_first(g) if seen is None else seen)
+    return g.hubs
 
 
 def sink_ranks(g: SplitGraph, rank_of: np.ndarray) -> np.ndarray:
