@@ -27,10 +27,15 @@ demo: $(STAMP)
 
 # The kernels compile in a second process while pytest runs (`mccl warmup` into numba's
 # disk cache, AllGather's first as the first test modules need them): on a fresh clone
-# that takes their compilation, ~1.5 min of one core, off pytest's own process.
+# that takes their compilation, ~1.5 min of one core, off pytest's own processes.
+# TEST_WORKERS pytest processes (pytest-xdist) share the test files, each file whole on one
+# worker (`--dist loadfile`: a module's fixtures and caches are built once); 0 runs them
+# all in this process (docs/benchmarks.md "Two pytest workers").
+TEST_WORKERS ?= 2
 test: $(STAMP_DEV)
 	$(VENV)/bin/mccl warmup >/dev/null 2>&1 & warm=$$!; \
-	$(PY) -m pytest -q; status=$$?; kill $$warm 2>/dev/null; wait $$warm; exit $$status
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile; status=$$?; \
+	kill $$warm 2>/dev/null; wait $$warm; exit $$status
 
 # a wheel installed into a fresh virtualenv runs every README command (minutes)
 test-install: $(STAMP_DEV)

@@ -254,13 +254,13 @@ def test_a_node_id_that_can_look_like_another_is_refused(capsys, tmp_path, new_i
 
 # ------------------------------------------------------------------ the state file's owner
 def _saved_state(tmp_path) -> Path:
-    from tests.test_runtime_service import Server
+    from tests.test_runtime_service import Server, settled
 
     state = tmp_path / "real" / "state.json"
     state.parent.mkdir()
     with Server(state_path=state) as svc:
         svc.register("w", "ag", "allgather", 0.0)
-        assert svc.manager.wait_idle(10.0)
+        assert settled(svc)
     return state
 
 
@@ -334,14 +334,14 @@ def test_a_version_folder_swapped_for_a_symlink_is_not_written_into(tmp_path):
     import shutil
 
     from mccl_runtime.state import versions_dir
-    from tests.test_runtime_service import Server
+    from tests.test_runtime_service import Server, settled
 
     state = tmp_path / "state.json"
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     with Server(state_path=state) as svc:
         svc.register("w", "ag", "allgather", 0.0)
-        assert svc.manager.wait_idle(10.0)
+        assert settled(svc)
     # the loop has stopped: its writer, driven here, is the only one writing
     assert svc.durable.save(svc.store, svc.manager, svc.protocol_errors)
     shutil.rmtree(versions_dir(state))

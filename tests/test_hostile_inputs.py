@@ -81,11 +81,11 @@ def test_state_and_version_files_that_are_devices_are_refused(tmp_path):
     with pytest.raises(MCCLError, match="regular file"):
         load_state(state, TOPO)
     state.unlink()
-    from tests.test_runtime_service import Server
+    from tests.test_runtime_service import Server, settled
 
     with Server(state_path=state) as svc:
         svc.register("w", "ag", "allgather", 0.0)
-        assert svc.manager.wait_idle(10.0)
+        assert settled(svc)
     data = json.loads(state.read_text())
     name = data["manager"]["collectives"][0]["schedule"]["file"]
     (versions_dir(state) / name).unlink()
@@ -100,12 +100,12 @@ def test_a_version_file_with_an_impossible_rate_is_refused(tmp_path, rate, words
     by the state's check against this fabric's total capacity."""
     import hashlib
 
-    from tests.test_runtime_service import Server
+    from tests.test_runtime_service import Server, settled
 
     state = tmp_path / "state.json"
     with Server(state_path=state) as svc:
         svc.register("w", "ag", "allgather", 0.0)
-        assert svc.manager.wait_idle(10.0)
+        assert settled(svc)
     data = json.loads(state.read_text())
     ref = data["manager"]["collectives"][0]["schedule"]
     content = json.loads((versions_dir(state) / ref["file"]).read_text())

@@ -221,13 +221,13 @@ def test_a_version_folder_swapped_between_the_check_and_the_write_is_not_written
     created through that descriptor."""
     import mccl_runtime.state as state_module
     from mccl_runtime.state import versions_dir
-    from tests.test_runtime_service import Server
+    from tests.test_runtime_service import Server, settled
 
     state, elsewhere = tmp_path / "state.json", tmp_path / "elsewhere"
     elsewhere.mkdir(mode=0o700)
     with Server(state_path=state) as svc:
         svc.register("w", "ag", "allgather", 0.0)
-        assert svc.manager.wait_idle(10.0)
+        assert settled(svc)
     assert svc.durable.save(svc.store, svc.manager, svc.protocol_errors)
     real_dumps, swapped = state_module.json.dumps, []
 

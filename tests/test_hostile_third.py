@@ -209,7 +209,7 @@ def test_a_key_twice_in_one_object_is_refused_by_every_file_reader(capsys, tmp_p
     """Python's ``json`` kept the last value of a repeated key silently: a hand-edited
     ``"capacity_gbps"`` written twice loaded as whichever came last."""
     from mccl_runtime.state import load_state
-    from tests.test_runtime_service import Server
+    from tests.test_runtime_service import Server, settled
 
     if edit == "topology":
         text = json.dumps(TOPO.to_dict())
@@ -229,7 +229,7 @@ def test_a_key_twice_in_one_object_is_refused_by_every_file_reader(capsys, tmp_p
         state = tmp_path / "state.json"
         with Server(state_path=state) as svc:
             svc.register("w", "ag", "allgather", 0.0)
-            assert svc.manager.wait_idle(10.0)
+            assert settled(svc)
         state.write_text(state.read_text().replace('"format":', '"format":"x","format":', 1))
         with pytest.raises(mo.MCCLError, match="'format' appears twice"):
             load_state(state, TOPO)

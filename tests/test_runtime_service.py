@@ -38,6 +38,22 @@ class Server:
         assert not self.thread.is_alive()
 
 
+def settled(svc: ControllerService, timeout_s: float = 10.0) -> bool:
+    """Every synthesis job of ``svc`` (a :class:`Server`'s) done and its version published.
+    A finished job is published by the service loop's next turn, and the final state
+    write on :meth:`ControllerService.stop` runs no turn: a test that stops the service
+    right after ``manager.wait_idle`` saved no schedule when its thread got no turn (a
+    loaded machine)."""
+    deadline = time.monotonic() + timeout_s
+    if not svc.manager.wait_idle(timeout_s):
+        return False
+    while any(c.version == 0 for c in svc.manager.collectives()):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
 def _degraded(t):
     return [{"kind": "link", "src": a, "dst": b, "gbps": 50.0, "t": t}
             for a, b in (("s0h0g0", "s0tor0"), ("s0tor0", "s0h0g0"))]
