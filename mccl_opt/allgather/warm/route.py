@@ -120,6 +120,8 @@ class WarmRoute:
     used_wall: float = 0.0
     given: Schedule | None = None
     stage_cpu: float | None = None
+    stage: anytime.Anytime | None = None
+    topo: Topology | None = None
 
     @classmethod
     def plan(cls, topo: Topology, warm: Schedule | None) -> "WarmRoute":
@@ -136,7 +138,7 @@ class WarmRoute:
         allowance = warm_allowance_s(warm)
         if allowance is None or _costly_then_balanced(warm, topo):
             allowance = max(WARM_FLOOR_S, _phase_one_seconds(topo))
-        return cls(warm, allowance, allowance, given=warm)
+        return cls(warm, allowance, allowance, given=warm, topo=topo)
 
     @property
     def active(self) -> bool:
@@ -175,11 +177,11 @@ class WarmRoute:
         c, kc0 = time.thread_time(), thread_kernel_cpu_seconds()
         self.stage_cpu = c
         try:
-            result, expired = anytime.stage(seconds, lambda: warm_step(self.warm), cpu=True)
+            result, expired = anytime.stage(seconds, lambda: self._staged(warm_step), cpu=True)
         except RerouteCostlier as costlier:
             result, expired = None, str(costlier)
         finally:
-            self.stage_cpu = None
+            self.stage_cpu, self.stage = None, None
         took = time.perf_counter() - t
         self.used_wall += took - (thread_kernel_seconds() - k0)
         self.used += time.thread_time() - c - (thread_kernel_cpu_seconds() - kc0)
@@ -193,6 +195,34 @@ class WarmRoute:
         if attempts is not None:
             attempts.append(Attempt(method, took, f"declined: {self.reason}"))
         return cold_step()
+
+    def _staged(self, warm_step: Callable[[Schedule], T]) -> T:
+        """``warm_step`` on the previous schedule, inside the stage :meth:`attempt`
+        entered (kept: :meth:`expect_cold` may shorten it)."""
+        self.stage = anytime.current()
+        return warm_step(self.warm)        # type: ignore[arg-type]
+
+    def expect_cold(self, cold_cpu_s: float, topo: Topology) -> None:
+        """Size the allowance by this state's predicted cold cost too (``cold_cpu_s``
+        CPU seconds, :func:`.reroute.predicted_cold_seconds` once a ``k`` is known, of a
+        ForestColl run on ``topo``; ignored unless ``topo`` is the solve's own: a chain's
+        run on a sub-fabric predicts a part of the solve):
+        :data:`WARM_SHARE` of the smaller of it and the previous state's cold time (at
+        least :data:`WARM_FLOOR_S`), the running stage shortened to match.  The previous
+        state's cold time may be twice this state's, and a warm solve that gives up costs
+        cold plus the whole allowance (half-uplinks 2x8x8 two way at ``K=10``, fuzz seed
+        3529: 0.0164 s allowed against a cold solve of 0.037 s; docs/allgather.md,
+        *The warm allowance sized by this state's cold cost*)."""
+        total = max(WARM_FLOOR_S, WARM_SHARE * cold_cpu_s)
+        if self.warm is None or topo is not self.topo or total >= self.total:
+            return
+        self.total = total
+        self.allowance = max(0.0, total - self.used)
+        stage = self.stage
+        if stage is not None and stage.cpu_deadline is not None:
+            left = total - self.spent(self.used)
+            stage.cpu_deadline = min(stage.cpu_deadline,
+                                     time.thread_time() - thread_kernel_cpu_seconds() + left)
 
     def cold_cap(self, cold_cpu_s: float, since_used: float) -> float:
         """CPU seconds left to the warm steps of one ForestColl run once its cold cost
