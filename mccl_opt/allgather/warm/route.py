@@ -9,7 +9,10 @@ solve's CPU time the previous schedule carries (``report.cold_cpu``; at least
 :data:`WARM_FLOOR_S`), or, when it carries none, a measured proxy (the CPU seconds of
 this fabric's exact Phase 1, a part of every cold solve); the proxy too when
 the carried time is of a costly cold solve (``report.cold_costly``: past ForestColl on
-the fabric itself) and this fabric is balanced, where going cold is the cheap option.  Every
+the fabric itself) and this fabric is balanced, where going cold is the cheap option.
+Once a ForestColl run on this fabric knows its budget ``k``, the allowance shrinks to the
+same share of this state's predicted cold cost where that is smaller
+(:meth:`WarmRoute.expect_cold`).  Every
 warm-influenced step of the method chain runs through :meth:`WarmRoute.attempt`: as a
 CPU stage of what is left of the allowance (:func:`mccl_opt.anytime.stage`), its
 solving CPU time (not numba kernel loads) charged to it.  CPU, not wall, on both sides: a loaded machine inflates wall
