@@ -56,7 +56,9 @@ class Run:
     reroute's outcome; ``phase_one``: the exact Phase 1 a warm guess ran (cold's own:
     reused when the solve goes on cold); ``warm_spent``: CPU seconds this run's warm
     steps have taken so far (:meth:`.warm.route.WarmRoute.spent`; rerouting counts them
-    against its cap); ``cold_declines``: why cold declines an exact packing of ``k``
+    against its cap); ``expect_cold``: tells the warm route this state's predicted cold
+    CPU seconds once its budget is known (:meth:`.warm.route.WarmRoute.expect_cold`: the
+    allowance shrinks to a share of it); ``cold_declines``: why cold declines an exact packing of ``k``
     trees per root, or ``None`` (a guess at such a ``k`` is not certified: cold's route
     is then another method); ``stats``: the schedule's JSON view, filled as phases run."""
 
@@ -70,6 +72,7 @@ class Run:
     reroute: RerouteOutcome | None = None
     phase_one: PhaseOneResult | None = None
     warm_spent: Callable[[], float] | None = None
+    expect_cold: Callable[[float], None] = lambda cold_s: None
     cold_declines: Callable[[int], str | None] = lambda k: None
 
     @classmethod

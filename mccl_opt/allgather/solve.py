@@ -296,6 +296,7 @@ def _forestcoll(topo: Topology, route: WarmRoute, backend: str, max_chunks: int 
                                             bool(step_aware))
     since = route.used                                # this run's warm steps: from here
     run.warm_spent = lambda: route.spent(since)
+    run.expect_cold = lambda cold_s: route.expect_cold(cold_s, topo)
 
     def carry_on_cold() -> None:                      # the phases so far are cold's
         if not route.active:
@@ -318,6 +319,7 @@ def _forestcoll(topo: Topology, route: WarmRoute, backend: str, max_chunks: int 
         run.prev, run.cuts = None, None
     # once this run's warm steps pass half of its predicted cold cost, go cold
     cold_s = predicted_cold_seconds(budget.k, topo.num_gpus)
+    route.expect_cold(cold_s, topo)
     if rewarm and run.prev is not None:
         quick = route.attempt("ForestColl-warm's rerouting", Method.FORESTCOLL,
                               lambda _: keep_or_reroute(run, budget), lambda: None,

@@ -116,6 +116,7 @@ def warm_budget(run: Run) -> Schedule | None:
         return None
     k, y, probes = found
     run.stats["budget_maxflows"] = probes
+    run.expect_cold(predicted_cold_seconds(k, run.topo.num_gpus))   # the allowance's share
     return _keep_or_certify(run, Guess(GuessKind.BUDGET, Optimum.guessed(fab, p1, quantum, probes),
                                        float(k * y) * quantum, k, y, pack=False))
 

@@ -337,7 +337,8 @@ def _make_room(T, num_trees, t, v, P, L):
     rank ``u`` of ``v``'s subtree that could feed ``v``, whose only outside parent path
     is blocked by a full link into ``u``, and free that link in other trees
     (:func:`_free_into`: a scan of every tree, at most :data:`FREE_TRIES` links, so a
-    target that cannot be reached fails in bounded time).  Returns ``(trees, freed)``."""
+    target that cannot be reached fails in bounded time).  Returns ``(trees, freed,
+    scans)``: ``scans`` links tried, each a scan of every tree (the slice's work)."""
     p = T.via[t, v]
     m = T.mult[t]
     tries = FREE_TRIES
@@ -355,8 +356,8 @@ def _make_room(T, num_trees, t, v, P, L):
                 b = P.links[P.start[q1 + 1] - 1]
                 trees, freed = _free_into(T, num_trees, u, b, m, t, P, L)
                 if trees < 0 or freed > 0:
-                    return trees, freed
-    return num_trees, 0
+                    return trees, freed, FREE_TRIES - tries
+    return num_trees, 0, FREE_TRIES - tries
 
 
 @njit(cache=True)
@@ -405,7 +406,10 @@ def _reroute_edges(T, num_trees, P, L, cand_t, cand_v, first, room_calls, max_wo
     whose steps turn out to share a full link is undone).
 
     One *slice*: it stops after the first edge at which ``max_work`` candidate paths
-    (counted as the searches could weigh them; :func:`_make_room` as every tree) have
+    (counted as the searches could weigh them; :func:`_make_room` as every tree per link
+    it tried to free: counted once, one slice made ~8 ms of its scans, half the warm
+    allowance of a 128-GPU state, docs/allgather.md, *The warm allowance sized by this
+    state's cold cost*) have
     been weighed, so that the caller can check the clock between slices; resuming at
     the returned index gives the moves of one unsliced call.  Returns ``(trees, moves,
     next index, room calls left, work)``; ``trees = -1`` when the split slots ran
@@ -431,8 +435,9 @@ def _reroute_edges(T, num_trees, P, L, cand_t, cand_v, first, room_calls, max_wo
             if q < 0 and room_calls > 0 and not made_room:    # make room elsewhere, retry
                 room_calls -= 1
                 made_room = True
-                work += _chain_work(v, P) + num_trees
-                num_trees, freed = _make_room(T, num_trees, t, v, P, L)
+                scanned = num_trees
+                num_trees, freed, scans = _make_room(T, num_trees, t, v, P, L)
+                work += _chain_work(v, P) + max(1, scans) * scanned
                 if num_trees < 0:
                     return -1, moves, i, room_calls, work
                 if freed > 0:

@@ -9,7 +9,10 @@ solve's CPU time the previous schedule carries (``report.cold_cpu``; at least
 :data:`WARM_FLOOR_S`), or, when it carries none, a measured proxy (the CPU seconds of
 this fabric's exact Phase 1, a part of every cold solve); the proxy too when
 the carried time is of a costly cold solve (``report.cold_costly``: past ForestColl on
-the fabric itself) and this fabric is balanced, where going cold is the cheap option.  Every
+the fabric itself) and this fabric is balanced, where going cold is the cheap option.
+Once a ForestColl run on this fabric knows its budget ``k``, the allowance shrinks to the
+same share of this state's predicted cold cost where that is smaller
+(:meth:`WarmRoute.expect_cold`).  Every
 warm-influenced step of the method chain runs through :meth:`WarmRoute.attempt`: as a
 CPU stage of what is left of the allowance (:func:`mccl_opt.anytime.stage`), its
 solving CPU time (not numba kernel loads) charged to it.  CPU, not wall, on both sides: a loaded machine inflates wall
@@ -120,6 +123,8 @@ class WarmRoute:
     used_wall: float = 0.0
     given: Schedule | None = None
     stage_cpu: float | None = None
+    stage: anytime.Anytime | None = None
+    topo: Topology | None = None
 
     @classmethod
     def plan(cls, topo: Topology, warm: Schedule | None) -> "WarmRoute":
@@ -136,7 +141,7 @@ class WarmRoute:
         allowance = warm_allowance_s(warm)
         if allowance is None or _costly_then_balanced(warm, topo):
             allowance = max(WARM_FLOOR_S, _phase_one_seconds(topo))
-        return cls(warm, allowance, allowance, given=warm)
+        return cls(warm, allowance, allowance, given=warm, topo=topo)
 
     @property
     def active(self) -> bool:
@@ -175,11 +180,11 @@ class WarmRoute:
         c, kc0 = time.thread_time(), thread_kernel_cpu_seconds()
         self.stage_cpu = c
         try:
-            result, expired = anytime.stage(seconds, lambda: warm_step(self.warm), cpu=True)
+            result, expired = anytime.stage(seconds, lambda: self._staged(warm_step), cpu=True)
         except RerouteCostlier as costlier:
             result, expired = None, str(costlier)
         finally:
-            self.stage_cpu = None
+            self.stage_cpu, self.stage = None, None
         took = time.perf_counter() - t
         self.used_wall += took - (thread_kernel_seconds() - k0)
         self.used += time.thread_time() - c - (thread_kernel_cpu_seconds() - kc0)
@@ -193,6 +198,34 @@ class WarmRoute:
         if attempts is not None:
             attempts.append(Attempt(method, took, f"declined: {self.reason}"))
         return cold_step()
+
+    def _staged(self, warm_step: Callable[[Schedule], T]) -> T:
+        """``warm_step`` on the previous schedule, inside the stage :meth:`attempt`
+        entered (kept: :meth:`expect_cold` may shorten it)."""
+        self.stage = anytime.current()
+        return warm_step(self.warm)        # type: ignore[arg-type]
+
+    def expect_cold(self, cold_cpu_s: float, topo: Topology) -> None:
+        """Size the allowance by this state's predicted cold cost too (``cold_cpu_s``
+        CPU seconds, :func:`.reroute.predicted_cold_seconds` once a ``k`` is known, of a
+        ForestColl run on ``topo``; ignored unless ``topo`` is the solve's own: a chain's
+        run on a sub-fabric predicts a part of the solve):
+        :data:`WARM_SHARE` of the smaller of it and the previous state's cold time (at
+        least :data:`WARM_FLOOR_S`), the running stage shortened to match.  The previous
+        state's cold time may be twice this state's, and a warm solve that gives up costs
+        cold plus the whole allowance (half-uplinks 2x8x8 two way at ``K=10``, fuzz seed
+        3529: 0.0164 s allowed against a cold solve of 0.037 s; docs/allgather.md,
+        *The warm allowance sized by this state's cold cost*)."""
+        total = max(WARM_FLOOR_S, WARM_SHARE * cold_cpu_s)
+        if self.warm is None or topo is not self.topo or total >= self.total:
+            return
+        self.total = total
+        self.allowance = max(0.0, total - self.used)
+        stage = self.stage
+        if stage is not None and stage.cpu_deadline is not None:
+            left = total - self.spent(self.used)
+            stage.cpu_deadline = min(stage.cpu_deadline,
+                                     time.thread_time() - thread_kernel_cpu_seconds() + left)
 
     def cold_cap(self, cold_cpu_s: float, since_used: float) -> float:
         """CPU seconds left to the warm steps of one ForestColl run once its cold cost
