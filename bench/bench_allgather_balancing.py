@@ -7,7 +7,7 @@
 state the fastest CPU seconds of the solve and of :func:`~mccl_opt.allgather.forestcoll.
 removal.balancing.balance_switches` inside it, whether each balancing was exact
 (``T``/``F`` per call) and the rate.  Run it from two worktrees back to back to compare
-(docs/allgather.md, "Switch balancing as one flow").
+(docs/allgather_history.md, "Switch balancing as one flow").
 """
 
 from __future__ import annotations

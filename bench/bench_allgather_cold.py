@@ -4,7 +4,7 @@
 keys of :data:`CASES`; ``K``: chunk budgets, ``None`` for exact): per case and budget the
 fastest CPU seconds (``time.process_time``) of ``REPEAT`` cold solves, the rate, the LP
 rate, the validator's rate, the split and packing used, trees and depth.  Run it from two
-worktrees back to back to compare (docs/allgather.md, "Sibling pairs last").
+worktrees back to back to compare (docs/allgather_history.md, "Sibling pairs last").
 """
 
 from __future__ import annotations

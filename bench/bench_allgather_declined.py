@@ -1,7 +1,7 @@
 """What a declined warm start costs, per fabric family: every state of the fuzz's event
 chains (:mod:`bench.allgather_chains`) solved cold and warm from the chain's previous
 warm schedule, best CPU seconds of ``--repeat`` each; a state whose warm route was
-declined adds ``warm - cold`` to its family's overhead (docs/allgather.md "Tight sets
+declined adds ``warm - cold`` to its family's overhead (docs/allgather_history.md "Tight sets
 first"; issue 25 item 2).  Prints one row per state, then per family the declined
 count and the median and largest overhead.  Run from a checkout with ``PYTHONPATH`` at it,
 so two checkouts are timed back to back::

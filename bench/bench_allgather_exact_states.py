@@ -4,7 +4,7 @@ The states are those of ``python bench/fuzz_allgather.py --random 0 --chains 0 -
 F... --family-chains 1 --steps S --budgets B...`` (same seed, same events,
 :mod:`bench.allgather_chains`), so a slow state the fuzz reports can be timed alone and
 the same states compared between two checkouts (run this script in each, alternating;
-docs/allgather.md "Exact rate with many trees per root")::
+docs/allgather_history.md "Exact rate with many trees per root")::
 
     python bench/bench_allgather_exact_states.py --families shared-agg multi-spine \\
         leaf-spine host-torus --states sharedagg-2x5x8:0 leafspine2-4x2x8-o2:1

@@ -1,5 +1,5 @@
 """AllGather cold solves on the aggregation families (:mod:`instances.aggregation`), old path vs
-new in one run (docs/allgather.md, "Structure-independent packing").
+new in one run (docs/allgather_history.md, "Structure-independent packing").
 
 ``python bench/bench_allgather_families.py [--old-timeout S] [--new-timeout S] [--big] [--repeat R]
 [--scrambles N] [--exact]``

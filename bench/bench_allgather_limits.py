@@ -1,5 +1,5 @@
 """``time_limit`` overrun of both collectives and AllGather's first schedule's cost at
-80-2048 GPUs (docs/allgather.md, "Time limits, warm budgets and the typed report";
+80-2048 GPUs (docs/allgather_history.md, "Time limits, warm budgets and the typed report";
 docs/alltoall.md, "Time limits").
 
 ``python bench/bench_allgather_limits.py [--limits S ...] [--big] [--sizes N ...]

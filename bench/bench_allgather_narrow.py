@@ -1,5 +1,5 @@
 """Leaf-spine fabrics with narrow NIC links: CPU seconds of a cold AllGather solve
-(docs/allgather.md "Narrow NIC links: the few-trees packing").
+(docs/allgather_history.md "Narrow NIC links: the few-trees packing").
 
 For each state and chunk budget: the best CPU time of ``--repeat`` cold solves after a
 warm-up solve (kernels loaded), the rate, the schedule's optimum, the oracle's cut bound
@@ -31,14 +31,14 @@ STATES: dict[str, Callable[[], mo.Topology]] = {
     "leaf-spine 4x2x8, spine1-u0leaf0 80 both ways": lambda: leaf_spine(4, 2, 8).with_capacity(
         {("spine1", "u0leaf0"): 80.0, ("u0leaf0", "spine1"): 80.0}),
     "leaf-spine 8x2x8, 4 spines": lambda: leaf_spine(8, 2, 8, spines=4),
-    # the same fabric in other listings (docs/allgather.md "Leaf-spine 8x2x8 in any listing")
+    # the same fabric in other listings (docs/allgather_history.md "Leaf-spine 8x2x8 in any listing")
     "leaf-spine 8x2x8, 4 spines, scrambled(56718613)":
         lambda: scrambled(leaf_spine(8, 2, 8, spines=4), 56718613),
     "leaf-spine 8x2x8, 4 spines, scrambled(1)": lambda: scrambled(leaf_spine(8, 2, 8, spines=4), 1),
-    # fuzz seed 3413's state (docs/allgather.md "Repair or few-trees: a forecast")
+    # fuzz seed 3413's state (docs/allgather_history.md "Repair or few-trees: a forecast")
     "SuperPOD 2x4x8, scrambled(56718613)": lambda: scrambled(superpod(2, 4, 8), 56718613),
     "leaf-spine 4x2x8": lambda: leaf_spine(4, 2, 8),
-    # 128-GPU cliffs (docs/allgather.md "Few-trees cliffs at 128 GPUs")
+    # 128-GPU cliffs (docs/allgather_history.md "Few-trees cliffs at 128 GPUs")
     "dragonfly 4x4x1x8": lambda: dragonfly(4, 4, 1, 8),
     "fat-tree 4x2x2x8, 4 cores": lambda: fat_tree(4, 2, 2, 8, cores=4),
 }

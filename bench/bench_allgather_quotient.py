@@ -1,5 +1,5 @@
 """Unbalanced fabrics at ``max_chunks=None``: CPU seconds of a cold solve, by family
-(issue 25; docs/allgather.md "Symmetric quotient").
+(issue 25; docs/allgather_history.md "Symmetric quotient").
 
 ``python bench/bench_allgather_quotient.py [--timeout S] FAMILY:SHAPE:GBPS ...``
 

@@ -1,5 +1,5 @@
 """Unbalanced HPN at ``max_chunks=None``: cold seconds per phase of the chain and of the
-general method (issue 25's 512-GPU target; docs/allgather.md "Restriction seed").
+general method (issue 25's 512-GPU target; docs/allgather_history.md "Restriction seed").
 
 ``python bench/bench_allgather_unbalanced_exact.py [--repeat R] [--gbps G] 4x8x8 4x16x8``
 

@@ -7,7 +7,7 @@ restriction and general method; not 2x16x8 at ``None``, minutes) and both ways, 
 and warm from the healthy schedule, and healthy under a 0.3 s limit.  Per solve: CPU
 seconds and every kernel dispatched with a signature the warm-up did not give it
 (compiled or loaded: the hook of ``tests/warmup_paths.py``); last line, JSON: all such
-misses and numba's compile events (docs/allgather.md, "Sibling pairs last").
+misses and numba's compile events (docs/allgather_history.md, "Sibling pairs last").
 """
 
 from __future__ import annotations

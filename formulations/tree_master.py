@@ -1,5 +1,5 @@
 """The restricted master of the general AllGather method: tree columns (paper §4.3,
-forwarding-only switches; see docs/allgather.md "General method")::
+forwarding-only switches; see docs/allgather_history.md "General method")::
 
     max  x
     s.t. x - sum_{T rooted at r} w_T            <= 0       for every root GPU r   (root rows)

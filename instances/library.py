@@ -75,7 +75,7 @@ def allgather_rate(topo: Topology) -> float:
     """``x*`` by ForestColl's Phase 1 cut search (paper §4.3), without building trees:
     ``solve_allgather``'s ``lp_rate_gbps`` on balanced fabrics; where switches are
     unbalanced it is the cut bound (``stats['cut_bound_gbps']`` when above the
-    forwarding-only optimum, docs/allgather.md "General method")."""
+    forwarding-only optimum, docs/allgather_history.md "General method")."""
     from fractions import Fraction
 
     from mccl_opt.allgather.fabric import fabric_of

@@ -244,7 +244,7 @@ def _load_share() -> float:
     process, 1 on a free machine, at least :data:`_SHARE_MIN`): :func:`cpu_share` before
     the solve has run long enough to measure its own.  Before, it was 1 there, and the
     first schedule's optional shortest-path trees, sized by it at 512 GPUs, took 1.3 s
-    wall of a 1 s limit at load 12 on 2 cores (docs/allgather.md, "Steps no check point
+    wall of a 1 s limit at load 12 on 2 cores (docs/allgather_history.md, "Steps no check point
     reached")."""
     try:
         load = os.getloadavg()[0]

@@ -2,7 +2,7 @@
 
 ``np.bincount(index.ravel(), weights=np.repeat(weights, index.shape[1]))`` materialises a
 float per entry and takes numpy's weighted path: 1.2 s for the 36 M edge entries of the
-71 k trees of HPN 4x16x8's restriction at ``max_chunks=None`` (docs/allgather.md "Scaled
+71 k trees of HPN 4x16x8's restriction at ``max_chunks=None`` (docs/allgather_history.md "Scaled
 packing on the restriction"), where this loop takes ~0.05 s.  The sums are added in the
 same order as ``np.bincount``'s (row by row, entry by entry), so the floats are the same.
 Depends on numba (imported by the callers lazily: ``import mccl_opt`` does not load it).

@@ -368,7 +368,7 @@ class Topology:
             return Topology(name or self._name, self._nodes, links, self._extra)
         # same nodes and links, every capacity valid and > 0 (so every GPU still reaches
         # every other): nothing else to validate (0.1-0.3 s at 1024 GPUs, inside a
-        # time-limited solve, docs/allgather.md "Steps no check point reached")
+        # time-limited solve, docs/allgather_history.md "Steps no check point reached")
         out = Topology.__new__(Topology)
         out._name, out._extra, out._nodes = self._name, dict(self._extra), self._nodes
         out._links = tuple(Link(l.src, l.dst, c, l.latency_us, l.extra)
@@ -390,7 +390,7 @@ class Topology:
         a permutation of a valid topology is valid.  The link index is built when first
         used, and the GPU list is kept when the GPUs keep their order (AllGather lists
         every fabric canonically before a time-limited solve: 1-2 ms at 1024 GPUs before,
-        docs/allgather.md "The first schedule at 50 ms")."""
+        docs/allgather_history.md "The first schedule at 50 ms")."""
         nodes, links = np.asarray(node_order, np.int64), np.asarray(link_order, np.int64)
         for order, size in ((nodes, len(self._nodes)), (links, len(self._links))):
             if order.shape != (size,) or not np.array_equal(np.sort(order), np.arange(size)):

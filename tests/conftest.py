@@ -1,6 +1,6 @@
 """Settings every test shares.
 
-An AllGather warm start runs as a stage with a CPU-time budget (docs/allgather.md "Time
+An AllGather warm start runs as a stage with a CPU-time budget (docs/allgather_history.md "Time
 limits, warm budgets and the typed report", "Warm caps in CPU seconds"): past one allowance
 per solve, max(5 ms, 0.25 x the cold CPU time it carries), it is declined for a cold solve.  On a loaded machine that makes
 the warm path a test sees depend on the load, not on the code, so in-process tests run with

@@ -1,6 +1,6 @@
 """The balanced restriction (mccl_opt.allgather.restriction.balanced): the forwarding-only optimum of
 an unbalanced fabric as the best cut bound over balanced capacities c' <= c, certified
-in exact integers, then ForestColl on c' (docs/allgather.md "Balanced restriction")."""
+in exact integers, then ForestColl on c' (docs/allgather_history.md "Balanced restriction")."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Balanced fabrics past ForestColl's exact tree limit, and what cannot certify at
-``max_chunks=None`` (issue 25 item 3; docs/allgather.md "Balanced fabrics past the exact
+``max_chunks=None`` (issue 25 item 3; docs/allgather_history.md "Balanced fabrics past the exact
 tree limit").
 
 An odd capacity (both ways: the switches stay balanced) makes the exact packing need
@@ -42,7 +42,7 @@ def _scaled_packing_fails(*args, **kwargs):
 @pytest.mark.parametrize("family", sorted(FABRICS))
 def test_past_the_tree_limit_the_seeded_general_method_reaches_the_cut_bound(family, monkeypatch):
     """Up to ``SEEDED_GENERAL_MAX_GPUS`` the seeded general method solves these fabrics;
-    above it the scaled packing does (docs/allgather.md "Above the tree limit"), and
+    above it the scaled packing does (docs/allgather_history.md "Above the tree limit"), and
     where that fails the seeded general method again: all three at the cut bound."""
     topo = FABRICS[family]()
     bound = cut_bound(topo)                          # brute-force-free, independent max-flows
@@ -165,7 +165,7 @@ def test_at_k_the_trees_that_rounded_too_far_seed_the_general_method(monkeypatch
 
 def test_up_to_128_gpus_the_restriction_seed_certifies_in_its_first_master():
     """Shared aggregation 2x2x8, NIC 272.6 Gbps one way (the shape of the 2x8x8 state of
-    docs/allgather.md "Finer restriction seed up to 128 GPUs"): ForestColl's trees on the
+    docs/allgather_history.md "Finer restriction seed up to 128 GPUs"): ForestColl's trees on the
     restriction at 10 chunks per root fell 0.1 % short and the column generation took 11
     rounds; at :func:`seed_chunks` (16 here) the first master reaches the certified
     optimum.  The rate is the forwarding-only optimum of the general method run from its
@@ -218,7 +218,7 @@ def test_below_the_tree_limit_many_packing_entries_go_to_the_seeded_master(monke
 
 def test_a_seed_of_one_tree_per_root_asks_for_more_chunks(monkeypatch):
     """Mixed-nics 2x4x4 with a 200 Gbps NIC at 199.047 both ways (the shape of fuzz seed
-    3525's 2x8x8 state, docs/allgather.md "Balanced fabrics past the exact tree limit"):
+    3525's 2x8x8 state, docs/allgather_history.md "Balanced fabrics past the exact tree limit"):
     at 10 chunks the budget chooses one tree per root, over which the master's rate is
     ForestColl's own, below the cut bound; the seed is taken at :func:`denser_chunks`
     instead, and its first master reaches the cut bound (the independent max-flows), no

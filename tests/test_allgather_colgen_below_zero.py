@@ -1,6 +1,6 @@
 """The general method's column generation when the LP solver returns tree weights below
 zero (within its feasibility tolerance): the returned trees must still reach the
-returned rate (docs/allgather.md "General method", *weights below zero*).
+returned rate (docs/allgather_history.md "General method", *weights below zero*).
 
 Found by the AllGather fuzz (superpod 2x4x8 scrambled, one NIC uplink at 20 Gbps one
 way, ``max_chunks=None``): a weight of -8e-8 clipped to zero on a tree crossing a

@@ -1,5 +1,5 @@
 """Exact ForestColl on a balanced restriction whose chunk budget stops below the optimum
-(mccl_opt.allgather.forestcoll.removal.unit_rounding.restriction_units, docs/allgather.md
+(mccl_opt.allgather.forestcoll.removal.unit_rounding.restriction_units, docs/allgather_history.md
 "Exact restriction rounding"): an HPN host with one NVLink degraded one way solves at
 ``max_chunks=None`` by ForestColl on the restriction, at the forwarding-only optimum,
 without the general method, whatever the node names and order."""
@@ -73,7 +73,7 @@ def test_exact_tries_end_with_the_real_fabrics_exact_k():
 def test_a_lossy_balancing_declines_before_packing_where_only_the_optimum_is_kept() -> None:
     """``Goal.EXACT`` on a sub-fabric (the restriction at ``None``): where balancing the
     switches gives up capacity, ForestColl declines before Phases 2-3 instead of packing
-    trees that rate below the optimum (docs/allgather.md "Lossy restriction balancing at
+    trees that rate below the optimum (docs/allgather_history.md "Lossy restriction balancing at
     None"); ``Goal.DECLINABLE`` (the weaker-direction fabric, which the chain compares with
     the next method) still makes the lossy packing."""
     from instances.designs import dragonfly

@@ -1,5 +1,5 @@
 """The few-trees packing (:mod:`mccl_opt.allgather.forestcoll.packing.few_trees`, compiled
-Lovász growth; docs/allgather.md "Narrow NIC links: the few-trees packing").
+Lovász growth; docs/allgather_history.md "Narrow NIC links: the few-trees packing").
 
 Leaf-spine fabrics whose every NIC link is narrow admit a packing (the rooted cut test
 passes) that the repair and greedy packers miss; the few-trees packing must complete it,
@@ -258,7 +258,7 @@ def test_forecast_decides_once_from_the_progress_rate():
 
 def test_weaker_direction_leaves_the_exact_packing_to_the_general_method(monkeypatch):
     """At ``None`` the weaker-direction fabric's exact split and few-trees packing are left
-    to the chain's next method (docs/allgather.md "Few-trees cliffs at 128 GPUs"): with
+    to the chain's next method (docs/allgather_history.md "Few-trees cliffs at 128 GPUs"): with
     the fast packers made to fail, ForestColl on it fails typed, never reaching the
     few-trees packing (which would pack it), and a later method solves the fabric at the
     cut bound."""
@@ -281,7 +281,7 @@ def test_weaker_direction_leaves_the_exact_packing_to_the_general_method(monkeyp
 def test_weaker_direction_past_the_cheap_entries_skips_the_guarded_split(monkeypatch):
     """A declinable weaker-direction packing whose spread split fails the rooted test (one
     global dragonfly cable at 0.9 one way) is left to the next method before the guarded
-    split (docs/allgather.md "One-way dragonfly: no guarded split, half the seed first"); the
+    split (docs/allgather_history.md "One-way dragonfly: no guarded split, half the seed first"); the
     chain still returns a valid schedule at the next method's certified optimum."""
     from mccl_opt.allgather.forestcoll import pack_steps
     from mccl_opt.allgather.forestcoll.pack_plan import Goal

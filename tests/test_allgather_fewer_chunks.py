@@ -1,5 +1,5 @@
 """ForestColl with fewer chunks when the chunk budget's packing fails (issue 25, no
-structure-dependent cliff; docs/allgather.md "Leaf-spine at K=10").
+structure-dependent cliff; docs/allgather_history.md "Leaf-spine at K=10").
 
 On a leaf-spine fabric with every NIC of a host on one leaf and four spines, the
 budget's 7 trees per root admit a packing (the rooted cut test passes) that the fast

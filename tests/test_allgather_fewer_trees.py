@@ -1,4 +1,4 @@
-"""Fewer trees at equal rate (docs/allgather.md "Fewer trees at equal rate"): an exact
+"""Fewer trees at equal rate (docs/allgather_history.md "Fewer trees at equal rate"): an exact
 ForestColl schedule, on a balanced fabric or on a balanced restriction, is re-weighted at
 a vertex of the tree master over its own trees; the rate stays the independent
 forwarding-only optimum, every chunk is delivered within the capacities, and the trees

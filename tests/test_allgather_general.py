@@ -207,7 +207,7 @@ def test_chain_picks_the_method():
     with the (higher) cut bound reported apart; a balanced fabric whose exact tree count
     explodes (arbitrary float capacities, max_chunks=None) goes, at this size, to the
     general method seeded with ForestColl's own trees, certified at the cut bound
-    (docs/allgather.md "Above the tree limit")."""
+    (docs/allgather_history.md "Above the tree limit")."""
     healthy = hpn(1, 2, 4)
     assert mo.solve_allgather(healthy).stats.get("method") != "general"
     one_dir = hpn(1, 2, 8).with_capacity({("s0h0g1", "s0h0nvs"): 360.0})

@@ -1,5 +1,5 @@
 """The guarded spread split's sweeps and packings at ``max_chunks=None`` in any listing
-(docs/allgather.md, "Guard sweeps in structural order").
+(docs/allgather_history.md, "Guard sweeps in structural order").
 
 The guard's rooted sweeps scan the ranks in the split's sink order (a host's GPUs
 together), not in the listing's rank order, and on a tight guarded graph the repair

@@ -1,5 +1,5 @@
 """The exact split's amounts guessed and verified (:func:`mccl_opt.allgather.forestcoll.
-removal.exact_split._exact_split`; docs/allgather.md "Leaf-spine 8x2x8 at `None`: guessed
+removal.exact_split._exact_split`; docs/allgather_history.md "Leaf-spine 8x2x8 at `None`: guessed
 splits and the largest tight sets").
 
 A guess takes, pair by pair in the greedy's order, all it wants within the slack of the

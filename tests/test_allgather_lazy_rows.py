@@ -1,4 +1,4 @@
-"""Lazy link rows in the general method's tree master (docs/allgather.md "Lazy link
+"""Lazy link rows in the general method's tree master (docs/allgather_history.md "Lazy link
 rows"): a master started with half the capacity rows, adding the ones its solutions
 violate, must end at the optimum of the master with every row, meet every link's
 capacity, and certify only that optimum."""

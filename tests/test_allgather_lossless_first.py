@@ -1,4 +1,4 @@
-"""Lossless balancing first (docs/allgather.md "Lossless balancing first: dragonfly one way
+"""Lossless balancing first (docs/allgather_history.md "Lossless balancing first: dragonfly one way
 at None"): a GPU short of its trees is rejected before the rooted test, a balancing that
 must stay lossless returns before the lossy options, and the general method's seed weighs
 a smaller budget balanced without loss, packing the lossy one where that does not pack."""

@@ -1,5 +1,5 @@
 """The pack plan (:mod:`mccl_opt.allgather.forestcoll.pack_plan`): which Phase 3 packers
-run, in which order, for each goal and size (docs/allgather.md "The pack plan").  Pure
+run, in which order, for each goal and size (docs/allgather_history.md "The pack plan").  Pure
 functions of ``(goal, k, n)``: no graph is built."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The tree master on the symmetry quotient (docs/allgather.md "Symmetric quotient"):
+"""The tree master on the symmetry quotient (docs/allgather_history.md "Symmetric quotient"):
 verified automorphisms, orbit rows, and an expansion whose every link carries its orbit's
 average load.  Rates are checked against the general method's full master on small
 shared-aggregation and HPN states with one link slowed one way, schedules by the validator
@@ -405,7 +405,7 @@ def _columns_run(topo, sym, tie, monkeypatch):
 
 def test_the_tie_broken_pricing_certifies_the_same_optimum_in_fewer_rounds(monkeypatch):
     """Half-uplinks multi-spine 2x2x8 (a ToR without one spine) with a NIC slowed one way
-    (docs/allgather.md "Half-uplinks 2x8x8 one way: the quotient's tie-break"): the
+    (docs/allgather_history.md "Half-uplinks 2x8x8 one way: the quotient's tie-break"): the
     rounds price at the tie-broken duals and then at the duals, and reach the plain
     rounds' certified optimum in fewer rounds (9 against 18), adding a tree found at
     both points once."""

@@ -1,5 +1,5 @@
 """ForestColl on the balanced restriction above the tree limit by the scaled packing
-(mccl_opt.allgather.restriction.stages.solve_by_restriction, docs/allgather.md "Scaled packing on the
+(mccl_opt.allgather.restriction.stages.solve_by_restriction, docs/allgather_history.md "Scaled packing on the
 restriction"): at ``max_chunks=None`` an unbalanced fabric whose restriction needs more
 than ``EXACT_TREES_LIMIT`` trees per root gets the restriction's certified optimum from
 ForestColl on ``c'`` instead of the general method.  The path starts at
@@ -20,7 +20,7 @@ from tests.oracle_allgather import check_schedule, forwarding_optimum
 #: one link slowed one way to an odd speed: the restriction's exact packing needs
 #: thousands to ~150 000 trees per root (HPN 1x2x8 with a NIC slowed one way no longer
 #: reaches the restriction: the weaker direction seeds the general method first,
-#: docs/allgather.md "Weaker direction past the exact tree count")
+#: docs/allgather_history.md "Weaker direction past the exact tree count")
 FAULTS = [((1, 2, 8), "s0h0g2", "s0h0nvs", 1776.7), ((2, 2, 4), "s0h0g0", "s0tor0", 125.48),
           ((1, 2, 8), "s0h0g1", "s0h0nvs", 222.5)]
 

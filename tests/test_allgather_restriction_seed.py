@@ -1,5 +1,5 @@
 """The general AllGather method's restriction seed (mccl_opt.allgather.general.restriction_seed,
-docs/allgather.md "Restriction seed"): ForestColl's trees on the best balanced restriction
+docs/allgather_history.md "Restriction seed"): ForestColl's trees on the best balanced restriction
 as starting columns and its certified rate as the stop, on unbalanced fabrics."""
 
 from __future__ import annotations
@@ -121,7 +121,7 @@ def test_the_chain_computes_the_restriction_once_and_seeds_the_general_method(mo
     optimum exactly (HPN 1x2x8, one NVLink at 1234.5 Gbps one way, ``max_chunks=None``) the
     general method runs seeded from the same restriction; the cutting-plane LP ran once.
     (A NIC at 123.4 Gbps one way now seeds from the weaker direction's trees instead:
-    docs/allgather.md, "Weaker direction past the exact tree count".)"""
+    docs/allgather_history.md, "Weaker direction past the exact tree count".)"""
     from mccl_opt.allgather.restriction import balanced
 
     calls = []
@@ -162,7 +162,7 @@ def test_chunk_counts_skip_the_limits_that_repeat_a_failed_budget():
 def test_the_second_seed_trees_let_the_master_pass_the_single_entry_rate(monkeypatch):
     """Shared aggregation 2x5x8 with one NIC uplink at 272.6 of 400 Gbps one way: at the
     optimum (41.499 Gbps) hosts take more fabric ingress than one entry per tree; trees that
-    enter every host once stop at 41.143 (docs/allgather.md "The seed's trees and sibling
+    enter every host once stop at 41.143 (docs/allgather_history.md "The seed's trees and sibling
     pairs").  The seed's second set (the weaker direction's, by the proportional split)
     supplies second entries: the master over both sets reaches the bound without pricing
     (with siblings last in both: 12 rounds of pricing)."""

@@ -1,5 +1,5 @@
 """Scaled packing of many trees per root (mccl_opt.allgather.forestcoll.packing.scaled,
-docs/allgather.md "Exact rate with many trees per root"): the classes it returns are a
+docs/allgather_history.md "Exact rate with many trees per root"): the classes it returns are a
 packing of exactly ``k`` spanning trees per root within every link's units, and a solve
 that takes it keeps the exact optimum (independent oracle)."""
 

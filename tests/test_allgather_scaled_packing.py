@@ -1,4 +1,4 @@
-"""ForestColl above the tree limit (docs/allgather.md "Above the tree limit"): at
+"""ForestColl above the tree limit (docs/allgather_history.md "Above the tree limit"): at
 ``max_chunks=None`` an exact ``k0`` of more than ``EXACT_TREES_LIMIT`` trees per root is
 packed by the scaled packing only; its schedule delivers every chunk within every link's
 capacity at the certified optimum, and the scaled packing's rounding raises every GPU's
@@ -60,7 +60,7 @@ def test_a_sub_fabric_above_the_limit_is_declined_its_own_solve_packs_it(changes
     sched = mo.solve_allgather(topo, max_chunks=None)
     weaker = [a for a in sched.report.attempts if a.method.value == "forestcoll-weaker-directions"]
     # (or, earlier still, because its optimum is below the fabric's cut bound: at
-    # max_chunks=None it could not certify, docs/allgather.md "Balanced fabrics past
+    # max_chunks=None it could not certify, docs/allgather_history.md "Balanced fabrics past
     # the exact tree limit")
     assert weaker and weaker[0].outcome.startswith(
         ("declined: more than", "declined: its optimum is below the cut bound"))

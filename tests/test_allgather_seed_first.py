@@ -1,5 +1,5 @@
 """One master over the restriction seed first (mccl_opt.allgather.seed_first,
-docs/allgather.md "Seed first"): at ``max_chunks=None`` on a cold solve of an unbalanced
+docs/allgather_history.md "Seed first"): at ``max_chunks=None`` on a cold solve of an unbalanced
 fabric, the general method's master over ForestColl's trees on the balanced restriction
 is solved once before ForestColl packs the restriction exactly (from 64 GPUs; here its
 lower limit is lowered to 8 GPUs, where the oracle is cheap, and the lower limit on the

@@ -1,5 +1,5 @@
 """The general method's restriction seed uses the restriction's headroom (issue 25;
-docs/allgather.md "Why the restriction seed packed nothing").
+docs/allgather_history.md "Why the restriction seed packed nothing").
 
 Shared aggregation 2x5x8 with one NIC at 0.9 one way: ForestColl on the balanced
 restriction ``c'`` floored every link's tree units on its own, which unbalanced the

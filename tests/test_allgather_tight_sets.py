@@ -1,5 +1,5 @@
 """The few-trees packing split along tight sets (:mod:`mccl_opt.allgather.forestcoll.
-packing.contraction`; docs/allgather.md "Groups joined by tight links: the packing split
+packing.contraction`; docs/allgather_history.md "Groups joined by tight links: the packing split
 along tight sets").
 
 Groups of GPUs whose ingress is exactly the trees rooted outside them (a dragonfly's

@@ -1,5 +1,5 @@
 """Balanced rounding of a restriction's tree units (mccl_opt.allgather.forestcoll.removal.unit_rounding,
-docs/allgather.md "Balanced restriction rounding"): one-way degradations on aggregation
+docs/allgather_history.md "Balanced restriction rounding"): one-way degradations on aggregation
 fabrics solve by ForestColl on the balanced restriction, at the independent
 forwarding-only optimum with ``max_chunks=None``, whatever the node names and order."""
 

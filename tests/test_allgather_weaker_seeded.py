@@ -1,7 +1,7 @@
 """At ``max_chunks=None``, a weaker-direction fabric that reaches the cut bound but whose
 exact packing needs too many trees per root is not packed: the general method, seeded
 with its trees at a few chunks per root and stopped at the cut bound, gives the same
-certified rate on few trees, with no balanced restriction (docs/allgather.md "Weaker
+certified rate on few trees, with no balanced restriction (docs/allgather_history.md "Weaker
 direction past the exact tree count")."""
 
 from __future__ import annotations

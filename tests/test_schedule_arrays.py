@@ -150,7 +150,7 @@ def test_validator_reads_array_trees_and_finds_their_faults():
 
 def test_array_loads_count_every_hop_and_name_a_missing_link():
     """``share_loads`` of a tree table maps its paths' node indices to the fabric's
-    (docs/allgather.md "Fuzz seeds 3418/3419"): each used path's shares on each hop,
+    (docs/allgather_history.md "Fuzz seeds 3418/3419"): each used path's shares on each hop,
     the fabric's own node order, and a hop that is no link named by its node ids."""
     from mccl_opt import TopologyError
     from mccl_opt.topology import Link, Node, Topology

@@ -1,4 +1,4 @@
-"""Which AllGather method solves a fabric (docs/allgather.md "General method").
+"""Which AllGather method solves a fabric (docs/allgather_history.md "General method").
 
 ForestColl (paper §4.3) is exact when every switch is balanced (in-capacity equals
 out-capacity): directed splitting-off then preserves the cut optimum, and that optimum
@@ -103,7 +103,7 @@ def solve_by_general(topo: Topology, route: WarmRoute, backend: str,
     master is the seed's alone, cold's own, and the previous columns join only when it
     falls short: the run is not a warm stage, whose expiry would redo that master cold
     (SuperPOD 2x2x8 after two one-way faults: the allowance spent in the seed's master,
-    warm 0.10-0.13 s vs cold 0.08 s CPU; docs/allgather.md "Warm takes cold's path")."""
+    warm 0.10-0.13 s vs cold 0.08 s CPU; docs/allgather_history.md "Warm takes cold's path")."""
     from .general.method import solve_general      # column generation over trees: only here
 
     own = route.general_warm()
@@ -157,7 +157,7 @@ def solve_unbalanced(topo: Topology, route: WarmRoute, backend: str,
     and skipped where the restriction's schedule reaches the cut bound (:func:`_at_bound`:
     no schedule exceeds it, so the weaker direction's could not replace it; dragonfly
     4x4x1x8 one way at K=10, both packings through the guarded split: 0.54-0.75 -> 0.35 s
-    CPU, docs/allgather.md "One-way faults: the weaker direction after the restriction").
+    CPU, docs/allgather_history.md "One-way faults: the weaker direction after the restriction").
 
     Every warm-started method (the weaker-direction ForestColl, ForestColl on the balanced
     restriction, the general method) takes its warm steps on ``route``, under the one
@@ -273,7 +273,7 @@ def _weaker_seeded_general(topo: Topology, sub: Topology, route: WarmRoute, back
     ``bound`` but its exact packing needs so many trees per root that ForestColl declined
     it (``reason``): the same certified rate on at most ``roots + links`` trees.
     Half-uplinks multi-spine 2x8x8 after a two-way fault (fuzz seed 3525): ``k = 293``,
-    15 661 chunks, 0.63 s CPU -> 207 chunks, 0.19 s (docs/allgather.md "Weaker
+    15 661 chunks, 0.63 s CPU -> 207 chunks, 0.19 s (docs/allgather_history.md "Weaker
     direction past the exact tree count")."""
     from .general.restriction_seed import balanced_seed
 
@@ -338,7 +338,7 @@ def _general_seed(topo: Topology, seed: SeedOnce, restricted: Restricted | None,
     (:func:`.general.restriction_seed.dense_pays`; shared-nic 2x8x8-p2 with a NIC at 4
     Gbps one way, fuzz seed 3515: 16 chunks, ``k = 15``, fell short twice and took the
     weaker direction's packing and a third master; 32 chunks, ``k = 19``, certify in the
-    first master; docs/allgather.md "Shared-nic 2x8x8-p2: the general method's seed")."""
+    first master; docs/allgather_history.md "Shared-nic 2x8x8-p2: the general method's seed")."""
     from .general.restriction_seed import dense_seed
 
     if seed.made or max_chunks is not None or not dense_seed(topo.num_gpus):

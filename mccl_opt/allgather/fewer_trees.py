@@ -1,5 +1,5 @@
 """The same certified rate on fewer trees: an exact schedule re-weighted at a vertex of
-the tree master over its own trees (docs/allgather.md "Fewer trees at equal rate").
+the tree master over its own trees (docs/allgather_history.md "Fewer trees at equal rate").
 
 ForestColl is exact with ``k`` trees per root where ``k`` is the denominator of the
 optimum, on a balanced fabric (:func:`.solve._chain`) and on a balanced restriction
@@ -54,7 +54,7 @@ VERTEX_LP_MAX_SIZE = 500_000
 #: 3413's 32-64-GPU states at ``None``, dragonfly 4x4x1x8; 2-core machine, load 6-8).
 #: Columns x rows (3e-7 each, before) missed how long the columns are: a dragonfly's 640
 #: trees crossing ~280 links each, 181 106 nonzeros, took 0.24 s against 0.13 s estimated
-#: (docs/allgather.md "One-way faults: the weaker direction after the restriction; the
+#: (docs/allgather_history.md "One-way faults: the weaker direction after the restriction; the
 #: re-weighting's estimate")
 MASTER_S_PER_NONZERO = 1e-6
 #: below as many trees as rows, the master is solved when it is estimated at most this
@@ -69,7 +69,7 @@ MASTER_CAP_S = 0.02
 #: (:func:`dependent_trees`; a vertex over them has about their rank): fuzz
 #: states at ``None`` where the master was measured ran from 160 trees of rank 91 to 91
 #: (fat-tree 2x2x1x8), 80 of rank 50 to 39 (irregular(7)), but 363 of rank 357 to 362 for
-#: 0.2-0.3 s (fat-tree 4x2x2x8 two way; docs/allgather.md "A master only for a quarter's
+#: 0.2-0.3 s (fat-tree 4x2x2x8 two way; docs/allgather_history.md "A master only for a quarter's
 #: gain").  A rule on the trees alone: the schedule no longer depends on the CPU seconds
 #: the solve happened to take (it had been half of them, and fat-tree 2x2x1x8 got 91 or
 #: 160 trees run to run)
@@ -111,7 +111,7 @@ def master_pays(topo: Topology, sched: Schedule) -> bool:
     has fewer (shared aggregation 2x2x8 one way: 2165 trees, 192 rows -> 123); with
     fewer, when its estimate (:func:`master_seconds`) is at most :data:`MASTER_FLOOR_S`,
     or at most :data:`MASTER_CAP_S` where at least :data:`DEPENDENT_SHARE` of the trees
-    are dependent (:func:`dependent_trees`): a rule on the trees alone (docs/allgather.md
+    are dependent (:func:`dependent_trees`): a rule on the trees alone (docs/allgather_history.md
     "When the re-weighting pays", "A master only for a quarter's gain")."""
     trees, rows = len(sched.chunks), topo.num_gpus + topo.num_links
     if trees <= topo.num_gpus or trees * rows > VERTEX_LP_MAX_SIZE:
@@ -133,7 +133,7 @@ def dependent_trees(topo: Topology, sched: Schedule) -> int:
     (leaf-spine 8x2x8 with 4 spines at ``None``: 366 trees of rank 366, 366 -> 365 and
     328 -> 328 for 0.2-0.3 s CPU); where it pays the trees are dependent, and a vertex
     keeps about their rank (irregular(7) 80 trees of rank 50 -> 39, HPN 1x2x8 116 of rank
-    46 -> 45; docs/allgather.md "When the re-weighting pays")."""
+    46 -> 45; docs/allgather_history.md "When the re-weighting pays")."""
     from .general.method import chunk_columns
     from .general.restriction_seed import table_columns
 
@@ -244,7 +244,7 @@ def _previous_trees(topo: Topology, sched: Schedule, previous: Schedule | None
     hop is a link of ``topo`` and their rate on ``topo`` reaches ``sched``'s within
     :data:`RATE_TOL` (then it is the same certified optimum); else ``None``.  After a
     warm solve that reuses ForestColl's kept trees the previous re-weighted trees
-    usually still fit: one load sum instead of the master (docs/allgather.md "Fewer
+    usually still fit: one load sum instead of the master (docs/allgather_history.md "Fewer
     trees at equal rate")."""
     if previous is None or previous.collective != "allgather" or \
             tuple(previous.gpus) != tuple(sched.gpus) or \

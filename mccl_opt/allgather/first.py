@@ -60,7 +60,7 @@ BOTH_MAX_GPUS = 256
 #: under a time limit, both only where it leaves this many seconds per GPU pair for the
 #: shortest-path trees (measured 1-2 us per pair at 1024-2048 GPUs, loaded machine;
 #: 0.4-0.6 us at 80-512 GPUs), at any size: at 256 GPUs they took 40 ms CPU, 0.5 s wall
-#: at a CPU share of 0.08, before any check (docs/allgather.md, "Checks before every span")
+#: at a CPU share of 0.08, before any check (docs/allgather_history.md, "Checks before every span")
 SPT_SECONDS_PER_PAIR = 2e-6
 
 

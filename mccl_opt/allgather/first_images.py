@@ -1,5 +1,5 @@
 """The first AllGather schedule averaged over automorphisms of the fabric (issue 25: a
-time-limited solve returns better schedules on the way; docs/allgather.md "The first
+time-limited solve returns better schedules on the way; docs/allgather_history.md "The first
 schedule's images").
 
 The GPU line (:mod:`.first_line`) crosses from host to host on one rail, so one NIC of a

@@ -1,7 +1,7 @@
 """The rank of trees as columns of the tree master's tight rows, and whether they are
 linearly independent (:func:`.fewer_trees.master_pays`, paper §4.3's tree packing LP),
 compiled: the Gram matrix of the columns from their sparse rows and its symmetric
-elimination, a column whose pivot vanishes skipped as dependent (docs/allgather.md
+elimination, a column whose pivot vanishes skipped as dependent (docs/allgather_history.md
 "Exact split in batches; the independence check compiled", "A master only for a
 quarter's gain").
 

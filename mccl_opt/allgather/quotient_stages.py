@@ -1,5 +1,5 @@
 """The symmetry-quotient stages of the AllGather method chain (:mod:`.chain`, step 1, at
-``max_chunks=None``; docs/allgather.md "Symmetric quotient", "Seeded quotient"): the
+``max_chunks=None``; docs/allgather_history.md "Symmetric quotient", "Seeded quotient"): the
 fabric's automorphism group, found once per solve (:func:`symmetry_of`), the quotient's
 column generation from its own cheapest trees before the balanced restriction
 (:func:`by_quotient`), and from the restriction seed's trees, stopped at the restriction's
@@ -31,7 +31,7 @@ __all__ = ["QUOTIENT_MIN_GPUS", "QUOTIENT_MIN_SHRINK", "QUOTIENT_MAX_COST",
 #: ``max_chunks=None`` (shared aggregation 2x8x8 with a NIC slowed one way: 0.3 s against
 #: 1.5-3 s for the restriction and the general method; with its sparse pricing, 64-112
 #: GPUs too: shared aggregation 2x6x8 / multi-spine 2x6x8 / leaf-spine 4x3x8 one way
-#: 0.06-0.11 s against 4.4 / 4.1 / 2.9 s, docs/allgather.md "Pricing on the cheapest
+#: 0.06-0.11 s against 4.4 / 4.1 / 2.9 s, docs/allgather_history.md "Pricing on the cheapest
 #: in-edges"); below, the fabrics measured rarely shrink 8-fold
 QUOTIENT_MIN_GPUS = 64
 
@@ -53,7 +53,7 @@ QUOTIENT_MAX_COST = 200_000
 #: (:func:`by_seeded_quotient`), when its rows are at most this fraction of the
 #: master's: HPN 2x8x8 with one NIC one way (152 of 672 rows) certifies in the first
 #: quotient master, where the full master over the same trees falls short
-#: (docs/allgather.md "Seeded quotient")
+#: (docs/allgather_history.md "Seeded quotient")
 SEEDED_QUOTIENT_MIN_SHRINK = 2
 
 #: ... in at most this many rounds, its expansion copying at most this many trees (its
@@ -142,7 +142,7 @@ def by_seeded_quotient(topo: Topology, sym: Symmetry | None, restricted: Restric
     expanded to at most :data:`SEEDED_QUOTIENT_MAX_COPIES` tree copies; else ``None``
     (recorded in ``trail``).  Each symmetrised seed tree stands for its
     images under the group, so the quotient's master over the seed reaches the optimum
-    where the full master over the same trees falls short (docs/allgather.md "Seeded
+    where the full master over the same trees falls short (docs/allgather_history.md "Seeded
     quotient").  A warm ``route`` is declined: the schedule is cold's."""
     if sym is None or restricted is None or \
             _too_many_copies(sym.num_root_orbits, len(sym.pieces())):

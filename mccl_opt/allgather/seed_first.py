@@ -1,7 +1,7 @@
 """At ``max_chunks=None``, on fabrics with unbalanced switches of :data:`SEED_FIRST_MIN_GPUS`
 to :data:`SEED_FIRST_MAX_GPUS` GPUs: the general method's master over the restriction
 seed's trees, solved once, before ForestColl on the balanced restriction ``c'``
-(docs/allgather.md "Seed first").
+(docs/allgather_history.md "Seed first").
 
 ForestColl's exact optimum on ``c'`` (paper §4.3) needs ``k0`` trees per root, hundreds
 to thousands where one NIC is degraded one way, and its packing then takes most of the
@@ -16,7 +16,7 @@ seed, made once (:class:`.chain.SeedOnce`), seeds the general method if it runs.
 A warm solve takes this path too, before any warm step: were it skipped there, a warm
 start whose steps on ``c'`` do not pay would carry on with cold ForestColl packing
 ``c'``, a slower path than the cold solve's (shared aggregation 2x8x8 after a one-way
-fault, fuzz seed 7101: warm 2.8 s vs cold 0.6 s CPU; docs/allgather.md "Warm takes
+fault, fuzz seed 7101: warm 2.8 s vs cold 0.6 s CPU; docs/allgather_history.md "Warm takes
 cold's path").
 """
 
@@ -58,7 +58,7 @@ SEED_FIRST_MAX_GPUS = 128
 #: (shared-nic 2x8x8 at ``None`` after a two-way fault, fuzz seed 3413: ``k0 = 65``, seed
 #: 0.24 s + master over 1 503 trees 0.30 s, exact packing 0.31 s; after a one-way fault
 #: ``k0 = 80``); above it the exact packing can cost several times the seed (dragonfly
-#: 4x4x1x8 at ``k0 = 149``: 2.6-3.4 s vs 0.8 s; docs/allgather.md "Few exact trees: pack,
+#: 4x4x1x8 at ``k0 = 149``: 2.6-3.4 s vs 0.8 s; docs/allgather_history.md "Few exact trees: pack,
 #: do not seed")
 SEED_FIRST_MIN_TREES = 128
 

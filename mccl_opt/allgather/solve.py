@@ -228,7 +228,7 @@ def _fewer_chunks(topo: Topology, route: WarmRoute, backend: str, max_chunks: in
     general method runs), with the schedule that rounded too far, if any (its trees seed
     the general method).  The fast packers can miss a packing that exists (leaf-spine
     8x2x8 with 4 spines: 9 and 7 trees per root fail, 2 pack at 0.08 % below the optimum,
-    where the general method took > 40 s; docs/allgather.md "Leaf-spine at K=10")."""
+    where the general method took > 40 s; docs/allgather_history.md "Leaf-spine at K=10")."""
     reason = Declined(f"ForestColl: {failed}")
     counts = ChunkCounts(max_chunks)
     counts.failed(failed)

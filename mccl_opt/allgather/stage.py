@@ -1,4 +1,4 @@
-"""What every stage of the AllGather method chain shares (:mod:`.chain`, docs/allgather.md
+"""What every stage of the AllGather method chain shares (:mod:`.chain`, docs/allgather_history.md
 "General method"): the :class:`Trail` of the methods a solve tried, a method's
 :class:`Declined`, the type of the :data:`ForestColl` sub-solve, and :data:`REACH_TOL`."""
 

@@ -1,4 +1,4 @@
-"""Phases 2+3 above the tree limit (paper §4.3; docs/allgather.md "Above the tree limit").
+"""Phases 2+3 above the tree limit (paper §4.3; docs/allgather_history.md "Above the tree limit").
 
 At ``max_chunks=None`` ForestColl's exact ``k0`` trees per root can run into the millions
 when capacities are odd floats (HPN 2x4x8 after a two-way degradation: 216 053).  The

@@ -8,9 +8,9 @@ order).  Two users share it:
 
 * the rooted sweeps' sink order (:func:`.throughput.near_gpus` on a fabric,
   :func:`.removal.splitting.sink_order` on a split graph): a host's GPUs together, hosts
-  in breadth-first order (docs/allgather.md "Sweeps in structural order");
+  in breadth-first order (docs/allgather_history.md "Sweeps in structural order");
 * the exact split's host seeds (:func:`.removal.exact_split._block_sets`): the hubs of a
-  switch's GPU neighbours, with their GPUs (docs/allgather.md "Single GPUs and hosts known
+  switch's GPU neighbours, with their GPUs (docs/allgather_history.md "Single GPUs and hosts known
   before the guesses").
 """
 

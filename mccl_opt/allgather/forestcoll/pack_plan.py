@@ -1,5 +1,5 @@
 """Which Phase 3 packers :func:`.pack_steps.pack` runs, in which order, and where it stops
-(paper §4.3; docs/allgather.md "The pack plan").
+(paper §4.3; docs/allgather_history.md "The pack plan").
 
 :func:`plan_pack` makes a :class:`PackPlan` once per packing, from what the caller needs
 (:class:`Goal`) and the packing's size (``k`` trees per root on ``n`` GPUs) alone: no
@@ -69,7 +69,7 @@ TEST_FIRST_K = 64
 #: passes, 0.5 s there, cost about as much as the packing); from 131 k entries since the
 #: restriction seed of one-way dragonfly 4x4x1x8 (``k = 13``, 213 k entries: its spread
 #: split's repair packing failed after 173 k visits, ~0.1 s, where the sampled test fails
-#: at its first sink in ~2 ms; docs/allgather.md "Lossy restriction balancing at None").
+#: at its first sink in ~2 ms; docs/allgather_history.md "Lossy restriction balancing at None").
 #: Against 2^19, in one process, alternated passes, per-state best CPU s summed (two runs):
 #: fuzz seed 3413's 102 states 7.06-7.36 vs 6.64-6.76, its 15 states planned otherwise
 #: 1.73-1.81 vs 1.46-1.50 (each a passing sampled test, <= 0.11 s), worst state 0.53-0.55

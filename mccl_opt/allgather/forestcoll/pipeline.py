@@ -140,7 +140,7 @@ def balanced_split(fab: Fabric, is_switch: np.ndarray, k: int, y: Fraction,
     nothing): where none exists, the split of the floors is returned unbalanced, marked
     not exact, without weighing the lossy options (dragonfly 4x4x1x8 one way at
     ``max_chunks=None``, fuzz seed 3511: ~0.09 s of re-optimised and symmetrized budgets
-    that the caller then declined; docs/allgather.md "Lossless balancing first").
+    that the caller then declined; docs/allgather_history.md "Lossless balancing first").
     ``fewer`` (``fab``'s Phase 1, with ``headroom`` and a chunk budget): where the budget's
     ``k`` loses capacity, the budget of at most ``k - 1`` trees per root balanced without
     loss (:func:`_fewer_lossless`) is weighed too, first, so a tie goes to it."""
@@ -211,7 +211,7 @@ def _fewer_lossless(fab: Fabric, is_switch: np.ndarray, k: int, headroom: Sequen
     ``None``.  Dragonfly 4x4x1x8 one way, the general method's seed at 16 chunks (fuzz
     seeds 3497 / 3511): ``k = 13`` balances only by giving up capacity, 99.928 % / 99.989 %
     of the optimum, where ``k = 8`` rounds without loss to 99.989 % with 8/13 of the trees
-    to pack and to re-weight (docs/allgather.md "Lossless balancing first")."""
+    to pack and to re-weight (docs/allgather_history.md "Lossless balancing first")."""
     k2, y2, _ = choose_trees(fab, p1, k - 1)
     if k2 == 0 or y2 <= 0 or k2 > FEWER_TREES_SHARE * k:
         return None

@@ -2,7 +2,7 @@
 
 A scan over sinks is one compiled call, ~1 s at 1024 GPUs, which no clock check reaches;
 under a limit it runs span by span with :func:`mccl_opt.anytime.check` before each
-(docs/allgather.md, "Checks before every span, and the steps past a deadline").
+(docs/allgather_history.md, "Checks before every span, and the steps past a deadline").
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ def spans(size: int, net: "FlowNetwork") -> Iterator[tuple[int, int]]:
     the clock checked before each span, the first included
     (:func:`mccl_opt.anytime.check`): a whole scan is one compiled call of up to ~1 s
     at 1024 GPUs, which no check point reached, and a scan begun past the limit ran
-    its first span, 10-60 ms CPU, before the first check (docs/allgather.md, "Steps no
+    its first span, 10-60 ms CPU, before the first check (docs/allgather_history.md, "Steps no
     check point reached", "Checks before every span")."""
     if anytime.current() is None:
         yield 0, size

@@ -97,7 +97,7 @@ def near_gpus(fab: "Fabric") -> np.ndarray:
     rule of :func:`.removal.splitting.sink_order` for a split graph.  A rooted sweep moves
     its sink from GPU to GPU repairing one flow, cheap between neighbours: in a scrambled
     listing every move rerouted flow across the fabric (Phase 1 of dragonfly 4x4x1x8:
-    5.6-6.4 ms a sweep in listing order, 1.2-1.4 ms in this one; docs/allgather.md
+    5.6-6.4 ms a sweep in listing order, 1.2-1.4 ms in this one; docs/allgather_history.md
     "Sweeps in structural order").  What the sweeps certify (a rate, a passing test) does
     not depend on it."""
     if fab.gpus.size == 0:

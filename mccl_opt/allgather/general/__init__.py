@@ -1,5 +1,5 @@
 """The general AllGather method: the forwarding-only optimum on any fabric by column
-generation over spanning trees (docs/allgather.md "General method").
+generation over spanning trees (docs/allgather_history.md "General method").
 
 :mod:`.method` (the entry point), :mod:`.restriction_seed` (starting trees and a certified
 stop from the best balanced restriction), :mod:`.tree_colgen` (the column-generation loop),

@@ -1,5 +1,5 @@
 """One cluster's LP of the sparse copies: a vertex of the column fractions over the
-cluster's elements (docs/allgather.md "Fewer copies of the quotient's trees" and
+cluster's elements (docs/allgather_history.md "Fewer copies of the quotient's trees" and
 "The cluster LP on cosets, then on their elements").
 
 Cluster ``c`` moves disjoint links, so a copy's load on a moved link, and its root where

@@ -1,5 +1,5 @@
 """Colour refinement of a capacitated digraph, and the 64-bit mixes it tells multisets
-apart by (:mod:`.symmetry`'s automorphism search, docs/allgather.md "Symmetric
+apart by (:mod:`.symmetry`'s automorphism search, docs/allgather_history.md "Symmetric
 quotient" and "Small limits at 512-1024 GPUs")."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The symmetric quotient's schedule built from its columns and the group's maps
-(docs/allgather.md "Symmetric quotient", *Expansion from the columns*).
+(docs/allgather_history.md "Symmetric quotient", *Expansion from the columns*).
 
 Each positive quotient column ``T`` (a tree of root ``r``) is copied over the elements
 ``h`` of :meth:`.symmetry.Symmetry.pieces`.  A copy ``h(T)`` is ``T`` with every node

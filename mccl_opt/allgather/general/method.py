@@ -1,5 +1,5 @@
 """The general AllGather method: the exact optimum with forwarding-only switches on any
-connected fabric, balanced switches or not (docs/allgather.md "General method").
+connected fabric, balanced switches or not (docs/allgather_history.md "General method").
 
 Pipeline: starting trees (the previous schedule's that are still valid, and a few
 multiplicative-weights rounds of cheapest trees, :func:`.tree_colgen.mwu_trees`) → column
@@ -128,7 +128,7 @@ MASTER_PRESOLVE_FROM_GPUS = 256
 #: master holds one weight per root, so its rate is the seed's own; its
 #: multiplicative-weights trees join from this round on, not from
 #: ``TreeCGOptions.short_seed_after`` (HPN 2x4x8 two way, fuzz seed 3413 ``None`` step 1:
-#: 11 -> 5 rounds, 0.32 -> 0.20 s CPU; docs/allgather.md "A balanced seed of one tree
+#: 11 -> 5 rounds, 0.32 -> 0.20 s CPU; docs/allgather_history.md "A balanced seed of one tree
 #: per root")
 ONE_TREE_SEED_AFTER = 2
 

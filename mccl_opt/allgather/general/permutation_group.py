@@ -1,6 +1,6 @@
 """Arithmetic of the abelian permutation groups that :mod:`.symmetry` finds: a
 permutation's order, a group's elements from commuting generators, orbits, generator
-clusters, and the coupling of uniform distributions over clusters (docs/allgather.md
+clusters, and the coupling of uniform distributions over clusters (docs/allgather_history.md
 "Symmetric quotient")."""
 
 from __future__ import annotations

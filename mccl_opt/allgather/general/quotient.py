@@ -1,5 +1,5 @@
 """The tree master on a fabric's symmetry quotient: the forwarding-only optimum of a
-fabric with many identical hosts and rails from a master of orbit rows (docs/allgather.md
+fabric with many identical hosts and rails from a master of orbit rows (docs/allgather_history.md
 "Symmetric quotient").
 
 For an automorphism group ``H`` of the fabric (:mod:`.symmetry`), averaging any optimal
@@ -68,7 +68,7 @@ QUOTIENT_MAX_ROUNDS = 100
 #: :data:`.tree_colgen.TIE_BREAK`): the quotient's duals are zero on most link orbits,
 #: so the cheapest tree at them is an arbitrary crowded one.
 #: Half-uplinks 2x8x8 one way (fuzz seed 3524): 37 / 68 rounds -> 8 / 8, the weight
-#: flat over 1e-4 .. 1e-1 (docs/allgather.md "Half-uplinks 2x8x8 one way: the quotient's
+#: flat over 1e-4 .. 1e-1 (docs/allgather_history.md "Half-uplinks 2x8x8 one way: the quotient's
 #: tie-break")
 QUOTIENT_TIE_BREAK = TIE_BREAK
 
@@ -262,7 +262,7 @@ def solve_quotient(topo: Topology, upper_gbps: float | None = None,
     expanded schedule's rate falls short of it.  ``upper_gbps``: a certified upper bound on the
     forwarding-only optimum (the balanced restriction's optimum) at which the column
     generation may stop; ``seed``: starting trees ``(root ranks, links)`` of ``topo``
-    (the restriction seed's, docs/allgather.md "Seeded quotient"); ``cut_bound_gbps``:
+    (the restriction seed's, docs/allgather_history.md "Seeded quotient"); ``cut_bound_gbps``:
     the cut bound, for the report."""
     from .method import _schedule, rate_scale
 

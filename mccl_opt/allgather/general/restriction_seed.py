@@ -68,7 +68,7 @@ SMALL_SEED_CHUNKS = 16
 
 #: chunks per root asked once more where ForestColl packs nothing at :func:`seed_chunks`:
 #: shared aggregation 2x16x8 with one NIC at 100 Gbps one way chooses the budget ``k = 1``
-#: at 10-36 chunks, whose restriction units do not balance (docs/allgather.md "Shared
+#: at 10-36 chunks, whose restriction units do not balance (docs/allgather_history.md "Shared
 #: aggregation 2x16x8"); at 64 it chooses ``k = 57``, 0.27 % below the optimum, and the first
 #: master certifies (~44 s CPU), where the multiplicative-weights start ran past 10 minutes
 RETRY_SEED_CHUNKS = 64
@@ -91,7 +91,7 @@ DENSER_FACTOR = 2
 #: (shared-nic 2x8x8-p2 with a NIC at 4 Gbps one way, fuzz seed 3515: 16 chunks, ``k = 15``,
 #: fell short twice, 0.70-0.84 s; 32 chunks, ``k = 19``, certify in the first master,
 #: 0.44-0.48 s); at 16-64 GPUs every state measured took <= 0.12 s and the denser seed
-#: cost up to 2x (docs/allgather.md "Shared-nic 2x8x8-p2: the general method's seed")
+#: cost up to 2x (docs/allgather_history.md "Shared-nic 2x8x8-p2: the general method's seed")
 DENSE_SEED_ABOVE_GPUS = 64
 
 #: ... only where the denser budget's trees per root are at most this many times the
@@ -244,7 +244,7 @@ def restriction_seed(restricted: Restricted, forestcoll: ForestColl,
     ``max_chunks=None``: 31 rounds -> 3), packed on demand by the proportional spread
     split: with sibling pairs last (as the first set) nearly every tree of both sets
     enters every host once, and a master over such trees stops at that rate
-    (docs/allgather.md "The seed's trees and sibling pairs": 41.14 of 41.50 Gbps there,
+    (docs/allgather_history.md "The seed's trees and sibling pairs": 41.14 of 41.50 Gbps there,
     then 22 pricing rounds); the proportional split's host loops give trees that enter a
     host more than once.  ``None`` when the restriction's rate is not
     positive or ForestColl packs nothing on it (the general method then starts from its
@@ -305,7 +305,7 @@ def one_per_root(sched: Schedule, num_gpus: int) -> bool:
     chunks, up to :data:`RETRY_SEED_CHUNKS` (mixed-nics 2x8x8 with a 200 Gbps NIC at
     199.047 both ways, fuzz seed 3525: 10 chunks pack ``k = 1``, the master closed in 9
     pricing rounds, 0.92 s CPU; 20 chunks pack ``k = 20``, 861 trees, and the first
-    master certifies, 0.15-0.20 s; docs/allgather.md "Balanced fabrics past the exact
+    master certifies, 0.15-0.20 s; docs/allgather_history.md "Balanced fabrics past the exact
     tree limit")."""
     return len(sched.chunks) <= num_gpus
 

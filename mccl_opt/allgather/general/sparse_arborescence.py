@@ -1,5 +1,5 @@
 """Minimum spanning arborescences from each node's few cheapest in-edges, certified
-against the whole dense digraph (docs/allgather.md "Pricing on the cheapest in-edges").
+against the whole dense digraph (docs/allgather_history.md "Pricing on the cheapest in-edges").
 
 The quotient's pricing (:mod:`.quotient`) needs one minimum arborescence per root orbit
 of a dense ``g x g`` GPU digraph; the dense kernel (:mod:`.arborescence`) costs

@@ -1,4 +1,4 @@
-"""Fewer copies of the symmetric quotient's trees at the same rate (docs/allgather.md
+"""Fewer copies of the symmetric quotient's trees at the same rate (docs/allgather_history.md
 "Fewer copies of the quotient's trees").
 
 The expansion (:mod:`.expansion`) copies every positive quotient column ``T`` (weight

@@ -1,4 +1,4 @@
-"""Verified fabric automorphisms for the symmetric tree master (docs/allgather.md
+"""Verified fabric automorphisms for the symmetric tree master (docs/allgather_history.md
 "Symmetric quotient").
 
 Found without node names: colour refinement of the capacitated digraph (1-WL: node kind,

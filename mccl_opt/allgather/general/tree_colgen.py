@@ -1,6 +1,6 @@
 """Column generation over spanning arborescences: the exact AllGather optimum with
 forwarding-only switches on any fabric (paper §4.3 tree packing, generalised; see
-docs/allgather.md "General method").
+docs/allgather_history.md "General method").
 
 Each round solves the restricted master (:mod:`.live_master`) and prices every root:
 under the link prices ``pi`` every GPU pair's cheapest switch-only path

@@ -1,4 +1,4 @@
-"""Tree-master columns as a tree table, in arrays (docs/allgather.md "Tree columns as a
+"""Tree-master columns as a tree table, in arrays (docs/allgather_history.md "Tree columns as a
 tree table").
 
 A column (:class:`.live_master.TreePool`) lists the links of its tree's edge paths one

@@ -1,6 +1,6 @@
 """The forwarding-only AllGather optimum as the best *balanced restriction* of a fabric.
 
-Theorem (docs/allgather.md, "Balanced restriction"): on any fabric with capacities
+Theorem (docs/allgather_history.md, "Balanced restriction"): on any fabric with capacities
 ``c``, the forwarding-only optimum is
 
     x_fwd(c) = max { x_cut(c') : 0 <= c' <= c,  c' balanced at every switch },
@@ -94,7 +94,7 @@ def balanced_restriction(topo: Topology, backend: str = "highs",
 
     When a round leaves ``x`` where it was (*stalled*: the cuts cut off that ``c'`` but
     not that ``x``; with a PCIe switch per GPU pair the face ``x = const`` has so many
-    vertices that 200 rounds did not reach a feasible one, docs/allgather.md "Stalled
+    vertices that 200 rounds did not reach a feasible one, docs/allgather_history.md "Stalled
     cutting planes"), the second stage is tried at once on the cuts the first stage had
     at that ``x`` (so it is feasible): its ``c'``, the largest one, violates no cut where
     ``x`` is the optimum, and that ends both stages; its violated cuts go to both LPs."""
@@ -276,7 +276,7 @@ class _CutLP:
         returns how many were new.  Built in arrays, :data:`CUT_ROWS_PER_CHECK` rows at a
         time, the clock checked before each block (a row per cut in Python took 0.1 s
         for the 2,049 starting cuts at 1,024 GPUs, all rows at once 8-25 ms CPU at 512-1024
-        GPUs, past a time limit with no check point: docs/allgather.md "The first
+        GPUs, past a time limit with no check point: docs/allgather_history.md "The first
         schedule at 50 ms", "Checks before every span")."""
         if not cuts:
             return 0

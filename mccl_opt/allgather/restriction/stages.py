@@ -1,5 +1,5 @@
 """The balanced-restriction stages of the AllGather method chain (:mod:`..chain`, step 1;
-docs/allgather.md "General method"): the certified best balanced restriction ``c' <= c``
+docs/allgather_history.md "General method"): the certified best balanced restriction ``c' <= c``
 of a fabric with unbalanced switches, computed once per solve (:func:`restrict`,
 :func:`restrict_recorded`), and ForestColl on it (:func:`solve_by_restriction`), kept
 only at the restriction's certified optimum.  The cutting-plane LP itself is
@@ -32,7 +32,7 @@ __all__ = ["Restricted", "restrict", "restrict_recorded", "solve_by_restriction"
 #: above the tree limit by the scaled packing instead of declining (HPN 4x16x8 with one NIC
 #: at a quarter one way: 13 s CPU, exact, where the general method seeded on ``c'`` was
 #: still 6.6e-5 below after 45 s; 4x8x8: 1.6 s against 2.8 s); below it the general
-#: method is the cheaper exact path on the fabrics measured (docs/allgather.md "Scaled
+#: method is the cheaper exact path on the fabrics measured (docs/allgather_history.md "Scaled
 #: packing on the restriction")
 SCALED_RESTRICTION_FROM = 256
 
@@ -104,7 +104,7 @@ def solve_by_restriction(topo: Topology, restricted: Restricted, route: WarmRout
     the scaled packing.  At ``None`` a balancing of ``c'`` that loses capacity declines
     before Phases 2-3: its trees rate below the optimum on ``c`` and were dropped after
     the packing (dragonfly 4x4x1x8 one way, fuzz seed 3511: 1.4 s of packing for
-    nothing; docs/allgather.md "Lossy restriction balancing at None").  Its warm steps
+    nothing; docs/allgather_history.md "Lossy restriction balancing at None").  Its warm steps
     run on ``route`` (the cutting-plane LP before it is cold anyway)."""
     from .balanced import CERT_TOL
 

@@ -23,7 +23,7 @@ __all__ = ["exact_pack", "exact_pack_stage", "EXACT_PACK_MAX_EDGES"]
 #: the exact packer is tried only up to this many tree edges ``k·n·(n-1)``: it runs one
 #: max-flow per tree extension, and past a few hundred edges it never finishes within its
 #: budget (below), so trying it only spends that budget before the chain's next method
-#: (docs/allgather.md "Why the exact packer was a cliff"; with few trees per root the
+#: (docs/allgather_history.md "Why the exact packer was a cliff"; with few trees per root the
 #: compiled :mod:`.few_trees` packing runs before it)
 EXACT_PACK_MAX_EDGES = 512
 

@@ -25,7 +25,7 @@ set it met.  Links with room for every copy are tried first, and there a link th
 admits only some copies is passed over, so a class splits only where no link takes all
 its copies.
 
-**Unchecked links, verified in batches** (docs/allgather.md "Few-trees packing: checks
+**Unchecked links, verified in batches** (docs/allgather_history.md "Few-trees packing: checks
 in batches").  On a tight graph (every rank's in-units exactly the trees still owed to
 it: the exact split of a balanced fabric whose single-GPU cut is the optimum) a check is
 a max-flow of ``P`` units that must saturate every link into ``v``, and leaf-spine 8x2x8
@@ -55,7 +55,7 @@ flow is a lower bound on the max-flow, so the max-flow would return ``a``: the s
 decisions and trees at ``O(n²)`` instead of a max-flow (dragonfly 4x4x1x8, one tree per
 root: 18 115 -> 6 496 max-flows, of which ~1 860 fail).
 
-**Classes in lazy batches** (docs/allgather.md "Few-trees packing: classes in lazy
+**Classes in lazy batches** (docs/allgather_history.md "Few-trees packing: classes in lazy
 batches").  Once classes are complete, the packing's state is sound iff the units left
 still admit the unstarted trees (Edmonds' theorem: the rooted cut condition for the
 unstarted roots alone), which one rooted sweep over every rank decides.  So classes grow

@@ -1,4 +1,4 @@
-"""The few-trees packing's remembered tight sets (docs/allgather.md "Few-trees packing:
+"""The few-trees packing's remembered tight sets (docs/allgather_history.md "Few-trees packing:
 checks in batches"; :mod:`.few_trees` module doc): GPU sets a failed check or sweep
 found, each with its exact slack (the units entering it less the unstarted trees rooted
 outside it), kept up to date as a class takes or gives back links, so a link into a set

@@ -69,7 +69,7 @@ def violated_sets(n: int, gpus: np.ndarray, k: int, arcs: Arcs, most: int,
     (:meth:`FlowNetwork.failing_sets`): the sink side of each failing sink's minimum cut,
     in sink order, none from a sink an earlier set holds; no rows when no sink fails.
     One sweep where :func:`violated_set` takes one per set (the 64 hosts of HPN 4x16x8
-    whose rounded-down ingress falls short, docs/allgather.md "Scaled packing on the
+    whose rounded-down ingress falls short, docs/allgather_history.md "Scaled packing on the
     restriction").  ``sinks``: only these sinks swept (default ``gpus``)."""
     net, caps = _rooted_network(n, gpus, k, arcs)
     return net.failing_sets(caps, gpus if sinks is None else sinks, k * gpus.size, most)

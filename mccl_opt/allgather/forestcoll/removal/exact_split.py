@@ -1,5 +1,5 @@
 """Phase 2's exact switch removal: ForestColl's greedy edge splitting (paper §4.3, Fig. 18),
-its amounts guessed and verified (docs/allgather.md "Leaf-spine 8x2x8 at `None`: guessed
+its amounts guessed and verified (docs/allgather_history.md "Leaf-spine 8x2x8 at `None`: guessed
 splits and the largest tight sets", "Exact split in batches").
 
 Every pair ``(u, t)`` of a switch ``w`` in order is split by the largest amount the two
@@ -112,7 +112,7 @@ def _neighbour_sets(g: SplitGraph, w: int) -> np.ndarray:
     -> 48 sweeps); else each GPU neighbour alone (a loop ``x -> w -> x`` lowers ``x``'s
     own cut) and the unions of the hosts next to ``w`` (:func:`_block_sets`).  Learnt
     one failed guess at a time, they cost fat-tree 4x2x2x8 two way 34 of its 74 sweeps
-    (docs/allgather.md "Single GPUs and hosts known before the guesses")."""
+    (docs/allgather_history.md "Single GPUs and hosts known before the guesses")."""
     near = _gpu_neighbours(g, w)
     if near is None:
         ends = np.array(sorted(g.ins.get(w, set()) | g.outs.get(w, set())), np.int64)

@@ -1,4 +1,4 @@
-"""Phase 2's spread proposal kept within the rooted cut condition (paper §4.3; docs/allgather.md,
+"""Phase 2's spread proposal kept within the rooted cut condition (paper §4.3; docs/allgather_history.md,
 "Structure-independent packing").
 
 When the plain spread split's (:mod:`.spread`) logical graph fails the rooted cut test
@@ -100,7 +100,7 @@ def _violated_ranks(lg: LogicalGraph, k: int, sweeps: list[float], near: np.ndar
     together, not the ranks' listing) not inside a set found before; ``None`` when none
     does.  In rank order a scrambled listing moved the sweep's sink across the fabric at
     every step (leaf-spine 8x2x8 with 4 spines at ``None``: 0.10 s plain, 0.45 s
-    scrambled; docs/allgather.md "Guard sweeps in structural order").  One rooted
+    scrambled; docs/allgather_history.md "Guard sweeps in structural order").  One rooted
     sweep that goes on past each failing rank (:func:`.cut_guard.violated_sets`): the
     same sets as a fresh sweep per set, as a failing rank's sink side is unique
     (shared aggregation 2x16x8 at ``None`` before :mod:`.siblings`: 31 host sets, 32

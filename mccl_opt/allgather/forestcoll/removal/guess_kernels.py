@@ -1,6 +1,6 @@
 """Compiled inner loops of the exact split's guesses (:mod:`.exact_split`, paper §4.3):
 the slack of node sets under given units, and one switch's guessed greedy plan within
-the slack of the known sets (docs/allgather.md "Exact split in batches")."""
+the slack of the known sets (docs/allgather_history.md "Exact split in batches")."""
 
 from __future__ import annotations
 

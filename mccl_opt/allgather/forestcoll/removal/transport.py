@@ -31,7 +31,7 @@ def transport(n_in: int, n_out: int, tail: np.ndarray, col: np.ndarray, supply: 
     (:func:`_unloop`), since a loop ``u -> w -> u`` would be dropped and take ingress
     from ``u`` that the cut condition may need.  One compiled call (:func:`_staged`): the
     network built per switch in Python took ~0.3 ms, 64-184 switches per spread split
-    at 128 GPUs (docs/allgather.md "Sweeps in structural order")."""
+    at 128 GPUs (docs/allgather_history.md "Sweeps in structural order")."""
     tail, col = np.ascontiguousarray(tail, np.int64), np.ascontiguousarray(col, np.int64)
     caps = np.empty((len(stages), tail.size), np.int64)
     for row, pair_caps in zip(caps, stages):

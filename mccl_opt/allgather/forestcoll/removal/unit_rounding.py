@@ -4,7 +4,7 @@ ForestColl (paper §4.3) gives link ``e`` ``floor(c'_e / y)`` tree units.  On a 
 restriction ``c'`` of a fabric ``c`` (:mod:`mccl_opt.allgather.restriction.balanced`) those floors can unbalance a
 switch (in-units != out-units), and the greedy balancing of the time, one switch after
 another, then broke the rooted cut condition or left a switch unbalanced
-(docs/allgather.md, "Balanced restriction rounding").  But
+(docs/allgather_history.md, "Balanced restriction rounding").  But
 ``c'/y`` is itself balanced at every switch: with all GPUs merged into one node it is a
 flow, and integer changes ``u - floor(c'/y)`` that rebalance every switch are a flow of
 the floors' imbalances (:func:`balanced_units`, one max-flow): first rounding up only,
@@ -211,7 +211,7 @@ def _gpu_short(fab: Fabric, units: np.ndarray, k: int) -> bool:
     """Whether some GPU's in-units fall short of the ``k (n - 1)`` trees owed to it: the
     rooted test's one-GPU sets, a bincount instead of a sweep (dragonfly 4x4x1x8 one way,
     fuzz seed 3511: every one of the ~30 roundings the exact search rejected failed at a
-    lone GPU, ~3.4 ms a sweep; docs/allgather.md "Lossless balancing first")"""
+    lone GPU, ~3.4 ms a sweep; docs/allgather_history.md "Lossless balancing first")"""
     ingress = np.bincount(fab.head, weights=units, minlength=fab.n)[fab.gpus]
     return bool((ingress < k * (fab.num_gpus - 1)).any())
 
