@@ -59,8 +59,10 @@ class GurobiBackend(Backend):
     pip_package: ClassVar[str] = "gurobipy"
     module_name: ClassVar[str] = "gurobipy"
 
-    def __init__(self, *, threads: int = 1, silent: bool = True, presolve: bool = True) -> None:
-        super().__init__(threads=threads, silent=silent, presolve=presolve)
+    def __init__(self, *, threads: int = 1, silent: bool = True, presolve: bool = True,
+                 feasibility_tol: float | None = None) -> None:
+        super().__init__(threads=threads, silent=silent, presolve=presolve,
+                         feasibility_tol=feasibility_tol)
         import gurobipy as gp
 
         self._gp = gp
@@ -69,6 +71,8 @@ class GurobiBackend(Backend):
             self._env.setParam("OutputFlag", 0 if silent else 1)
             self._env.setParam("Threads", int(threads))
             self._env.setParam("Presolve", -1 if presolve else 0)
+            if feasibility_tol is not None:    # Gurobi accepts 1e-9 at the least
+                self._env.setParam("FeasibilityTol", max(feasibility_tol, 1e-9))
             self._env.start()
         except gp.GurobiError as exc:
             raise SolverLicenseError(

@@ -46,10 +46,12 @@ import numpy as np
 from mccl_opt import anytime, progress
 from mccl_opt.backends import Backend
 from mccl_opt.errors import InputError, SolveError
+from mccl_opt.link_rate import LOAD_NOISE, rate_of_loads
 from mccl_opt.topology import Topology
 from .arborescence import min_arborescences
 from .switch_paths import SwitchPaths
 from .live_master import MasterPoint, TreeMaster, TreePool
+from .tree_rounding import fractional_shares
 
 #: re-solves of the final master without the trees the LP solver returned below zero
 #: (:class:`.live_master.MasterPoint`): clipping a weight of -8e-8 on a tree crossing a
@@ -235,13 +237,33 @@ def _solve_feasible(master: TreeMaster, where: str, method: str,
         violated = master.violated(pt.w)
         if not violated.size:
             pt.iterations = iterations
-            return pt
+            return _reached(master, pt)
         master.add_rows(violated)
         pt = master.solve(f"{where}, with {violated.size} more link rows", "dual",
                           _time_left(deadline))
         if pt is None:
             return None
         iterations += pt.iterations
+
+
+def _reached(master: TreeMaster, pt: MasterPoint) -> MasterPoint:
+    """``pt`` with ``x`` the rate its trees reach: each root's weights normalised to
+    shares (the fractional schedule's), the rate recomputed from the link loads as the
+    schedule's is (:func:`mccl_opt.link_rate.rate_of_loads`), the weights scaled to
+    ``x`` (each root's sum ``x``, no link over its capacity).
+    The LP solver meets a row within an absolute tolerance: on a row of small capacity
+    (a 83.3 Gbps port's, 0.026 in egress units) that overloaded the link by a relative
+    1.5e-6, so the solver's ``x`` was above the rate its trees reach and a schedule 1.5e-6
+    below its certificate was reported optimal (docs/allgather.md "The tree master's
+    certificate, exact")."""
+    g, pool = master.n_roots, master.pool
+    shares = fractional_shares(pool, pt.w, g)
+    reached = np.bincount(pool.root, weights=shares, minlength=g).min() > 0
+    rate = rate_of_loads(master.capacity, pool.loads(shares, master.capacity.size),
+                         noise=LOAD_NOISE) if reached else 0.0
+    pt.x = min(pt.x, rate)
+    pt.w = pt.x * shares
+    return pt
 
 
 def _time_left(deadline: float | None) -> float | None:
