@@ -53,8 +53,7 @@ class Backend(ABC):
 
     def __init__(self, *, threads: int = 1, silent: bool = True, presolve: bool = True,
                  feasibility_tol: float | None = None) -> None:
-        if feasibility_tol is not None and not 0 < feasibility_tol < 1:
-            raise InputError(f"feasibility_tol must be in (0, 1) or None, got {feasibility_tol!r}")
+        _check_tolerance(feasibility_tol)
         self.threads = threads
         self.silent = silent
         self.presolve = presolve
@@ -71,6 +70,17 @@ class Backend(ABC):
         keeps = {"cols": (None, "cols"), "rows": (None, "rows", "bounds"),
                  "bounds": (None, "rows", "bounds")}.get(kind, ())
         self._last_change = kind if last in keeps else "mixed"
+
+    def set_feasibility_tol(self, tol: float) -> None:
+        """Change the absolute primal feasibility tolerance for the next solves (the
+        solver's smallest accepted value where ``tol`` is below it)."""
+        _check_tolerance(tol)
+        self.feasibility_tol = tol
+        self._apply_feasibility_tol(tol)
+
+    @abstractmethod
+    def _apply_feasibility_tol(self, tol: float) -> None:
+        """Set the solver's primal feasibility tolerance to the checked ``tol``."""
 
     @classmethod
     def is_available(cls) -> bool:
@@ -166,3 +176,9 @@ class Backend(ABC):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _check_tolerance(tol: float | None) -> None:
+    """A feasibility tolerance is ``None`` or in (0, 1)."""
+    if tol is not None and not 0 < tol < 1:
+        raise InputError(f"feasibility_tol must be in (0, 1) or None, got {tol!r}")

@@ -71,8 +71,6 @@ class GurobiBackend(Backend):
             self._env.setParam("OutputFlag", 0 if silent else 1)
             self._env.setParam("Threads", int(threads))
             self._env.setParam("Presolve", -1 if presolve else 0)
-            if feasibility_tol is not None:    # Gurobi accepts 1e-9 at the least
-                self._env.setParam("FeasibilityTol", max(feasibility_tol, 1e-9))
             self._env.start()
         except gp.GurobiError as exc:
             raise SolverLicenseError(
@@ -86,11 +84,17 @@ class GurobiBackend(Backend):
         self._int_cols = np.zeros(0, dtype=np.int64)
         self._relaxed = False
         self._new_model()
+        if feasibility_tol is not None:
+            self._apply_feasibility_tol(feasibility_tol)
+
+    def _apply_feasibility_tol(self, tol: float) -> None:
+        self._env.setParam("FeasibilityTol", max(tol, 1e-9))      # Gurobi's least; the
+        self._model.Params.FeasibilityTol = max(tol, 1e-9)        # model copied the env's
 
     def _new_model(self) -> None:
         if self._model is not None:
             self._model.dispose()
-        self._model = self._gp.Model(env=self._env)
+        self._model = self._gp.Model(env=self._env)        # with the env's tolerance
         self._vars, self._constrs, self._slacks = [], [], {}
         self._int_cols = np.zeros(0, dtype=np.int64)
         self._relaxed = False

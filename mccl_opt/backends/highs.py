@@ -82,9 +82,12 @@ class HighsBackend(Backend):
         # Threads only take effect before the first run().
         self._h.setOptionValue("threads", int(threads))
         self._h.setOptionValue("presolve", self._presolve_option)
-        if feasibility_tol is not None:        # HiGHS accepts 1e-10 at the least
-            self._h.setOptionValue("primal_feasibility_tolerance", max(feasibility_tol, 1e-10))
+        if feasibility_tol is not None:
+            self._apply_feasibility_tol(feasibility_tol)
         self._has_int = False
+
+    def _apply_feasibility_tol(self, tol: float) -> None:
+        self._h.setOptionValue("primal_feasibility_tolerance", max(tol, 1e-10))  # its least
 
     @property
     def _presolve_option(self) -> str:

@@ -81,7 +81,7 @@ class ScipBackend(Backend):
         self._lp.setIntParam(P.LPINFO, 0 if self.silent else 1)
         self._lp.setIntParam(P.PRESOLVING, 1 if self.presolve else 0)
         if self.feasibility_tol is not None:
-            self._lp.setRealParam(P.FEASTOL, self.feasibility_tol)
+            self._apply_feasibility_tol(self.feasibility_tol)
         if lp.num_rows:
             self._lp.addRows([[] for _ in range(lp.num_rows)],
                              lhss=self._clip(lp.row_lo), rhss=self._clip(lp.row_hi))
@@ -90,6 +90,10 @@ class ScipBackend(Backend):
 
     def load(self, lp: LinearProgram) -> None:
         self._load_arrays(lp)
+
+    def _apply_feasibility_tol(self, tol: float) -> None:
+        """SoPlex's, and the MIP model's (:meth:`_build_model` reads it)."""
+        self._lp.setRealParam(self._ps.SCIP_LPPARAM.FEASTOL, tol)
 
     def _clip(self, v: np.ndarray) -> list[float]:
         return np.clip(np.asarray(v, dtype=float), -self._inf, self._inf).tolist()
