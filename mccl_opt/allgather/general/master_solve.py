@@ -58,10 +58,13 @@ def solve_reached(master: TreeMaster, where: str, method: str, deadline: float |
     where the cut costs more than ``rel_tol`` of ``x`` (rows met only within the LP
     solver's tolerance), the master is re-solved at a 100x tighter tolerance, down to
     :data:`_TIGHTEST_FEASIBILITY_TOL`, and the tolerance kept for the later solves."""
+    iterations = 0
     while True:
         pt = _solve_feasible(master, where, method, deadline)
         if pt is None:
             return None
+        iterations += pt.iterations
+        pt.iterations = iterations
         x = pt.x
         pt = reached(master, pt)
         tol = master.backend.feasibility_tol
