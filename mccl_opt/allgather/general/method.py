@@ -127,9 +127,9 @@ MASTER_PRESOLVE_FROM_GPUS = 256
 #: the tree master's absolute primal feasibility tolerance (its rows are in units of the
 #: smallest GPU egress, so a slow port's row is small: at the solvers' 1e-7 default a
 #: 83.3 Gbps port of multi-plane 2x8x8 was overloaded by 1.5e-6 of its capacity; the
-#: point is repaired to the rate its trees reach, :func:`.tree_colgen._reached`, and at
-#: 1e-9 that costs at most ~2e-9 of the rate; docs/allgather.md "The tree master's
-#: certificate, exact")
+#: point is cut to the rate its trees reach, :func:`.master_solve.reached`, by ~1e-9 at
+#: 1e-9, where it is re-solved tighter; docs/allgather.md "The tree master's certificate,
+#: exact")
 MASTER_FEASIBILITY_TOL = 1e-9
 
 
