@@ -222,8 +222,8 @@ def _lazy_rows(topo: Topology, capacity: np.ndarray, pool: TreePool,
 
 
 def _out_of_time(pt: MasterPoint | None, where: str) -> None:
-    """A master solve stopped at the time left (:func:`.master_solve.solve_reached`): a warm stage's
-    allowance is abandoned, and so is the solve's own limit before any master point
+    """A master solve stopped at the time left (:func:`.master_solve.solve_reached`): a
+    warm stage's allowance is abandoned, and so is the solve's own limit before any master point
     (its best offered schedule is returned); otherwise the caller returns the last
     master point's trees (``status='time_limit'``)."""
     limit = anytime.current()
@@ -280,7 +280,7 @@ def tree_column_generation(topo: Topology, backend: Backend, capacity: np.ndarra
         # the first master runs to its end unless a limit of the solve stops it: before
         # it there are no trees to return at ``deadline``
         point = solve_reached(master, where, options.method,
-                               None if pt is None else deadline, options.rel_tol)
+                              None if pt is None else deadline, options.rel_tol)
         lp_s += time.perf_counter() - t0
         if point is None:
             _out_of_time(pt, where)
@@ -344,7 +344,7 @@ def tree_column_generation(topo: Topology, backend: Backend, capacity: np.ndarra
         below = pt.below        # schedule's rate is recomputed from its loads)
         dropped += master.drop(below)
         point = solve_reached(master, "AllGather column generation, without trees below zero",
-                               options.method, deadline, options.rel_tol)
+                              options.method, deadline, options.rel_tol)
         if point is None:
             pt.w, pt.below = pt.w[~below], below[~below]
             break
