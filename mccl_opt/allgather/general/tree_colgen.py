@@ -223,9 +223,9 @@ def _lazy_rows(topo: Topology, capacity: np.ndarray, pool: TreePool,
 
 def _out_of_time(pt: MasterPoint | None, where: str) -> None:
     """A master solve stopped at the time left (:func:`.master_solve.solve_reached`): a
-    warm stage's allowance is abandoned, and so is the solve's own limit before any master point
-    (its best offered schedule is returned); otherwise the caller returns the last
-    master point's trees (``status='time_limit'``)."""
+    warm stage's allowance is abandoned, and so is the solve's own limit before any
+    master point (its best offered schedule is returned); otherwise the caller returns
+    the last master point's trees (``status='time_limit'``)."""
     limit = anytime.current()
     if pt is None or (limit is not None and limit.is_stage):
         anytime.run_out(f"{where}: the master LP at the time limit")
