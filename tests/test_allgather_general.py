@@ -350,3 +350,35 @@ def test_leaf_spine_one_way_nic_does_not_cycle_when_trees_are_dropped(shape, opt
     expected = cut_bound(topo) if optimum is None else optimum
     assert check_schedule(topo, s).rate_gbps == pytest.approx(expected, rel=1e-7)
     assert mo.validate(topo, s).rate_gbps == pytest.approx(expected, rel=1e-7)
+
+
+def test_a_master_point_is_cut_to_the_rate_its_trees_reach():
+    """The LP solver meets the link rows only within its tolerance: a point whose
+    weights overload a link (here: one tree's weight raised by 5 % of ``x``) comes back at the rate its trees reach as the fractional schedule
+    recomputes it: every link within its capacity, one at it, every root at ``x``."""
+    from mccl_opt.allgather.general.live_master import TreeMaster, TreePool
+    from mccl_opt.allgather.general.master_solve import reached
+    from mccl_opt.allgather.general.tree_colgen import mwu_trees
+    from mccl_opt.allgather.general.method import rate_scale
+    from mccl_opt.backends import get_backend
+
+    topo = hpn(1, 2, 4).with_capacity({("s0h0g1", "s0tor1"): 61.7})
+    capacity = topo.arrays.capacity / rate_scale(topo)
+    pool = TreePool()
+    pool.append(*mwu_trees(topo, capacity, rounds=20))
+    with get_backend("highs") as lp:
+        master = TreeMaster(lp, topo.num_gpus, capacity, pool)
+        exact = reached(master, master.solve("test"))
+        pt = master.solve("test")
+    assert exact.x == pytest.approx(pt.x, rel=1e-12)
+    x = pt.x
+    support = np.bincount(pool.root, weights=pt.w > 0, minlength=topo.num_gpus)
+    tree = np.flatnonzero((pool.root == np.argmax(support)) & (pt.w > 0))[0]
+    pt.w[tree] += 0.05 * x                  # more on one of a root's trees: its links overloaded
+    pt = reached(master, pt)
+    loads = pool.loads(pt.w, topo.num_links)
+    assert loads.max() > 0 and (loads <= capacity * (1 + 1e-12)).all()
+    assert (loads >= capacity * (1 - 1e-12)).any()
+    per_root = np.bincount(pool.root, weights=pt.w, minlength=topo.num_gpus)
+    np.testing.assert_allclose(per_root, pt.x, rtol=1e-12)
+    assert pt.x < x

@@ -16,7 +16,7 @@ import scipy.sparse as sp
 from formulations.lp import FormulationError, LinearProgram
 from mccl_opt.backends import available_backends, get_backend
 from mccl_opt.backends.base import SolveStatus
-from mccl_opt.errors import SolverLicenseError, SolverNotAvailableError
+from mccl_opt.errors import InputError, SolverLicenseError, SolverNotAvailableError
 
 INF = np.inf
 BACKENDS = available_backends()
@@ -469,3 +469,21 @@ def test_highs_recovers_when_another_highs_started_the_thread_pool():
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
     assert res.stdout.split()[-2:] == ["optimal", "3.5"]
+
+
+@pytest.mark.parametrize("name", BACKENDS)
+def test_feasibility_tolerance_is_an_option_of_every_backend(name):
+    """``feasibility_tol`` (the general method's tree master sets it) reaches the solver
+    and changes no answer; a value outside (0, 1) is a typed error naming the option."""
+    backend = get_backend(name, feasibility_tol=1e-9)
+    assert backend.feasibility_tol == 1e-9
+    if name == "highs":
+        assert backend._h.getOptionValue("primal_feasibility_tolerance")[-1] == 1e-9
+    backend.load(max_case())
+    sol = backend.solve()
+    assert sol.objective == pytest.approx(10.5, abs=1e-9)
+    np.testing.assert_allclose(sol.row_duals, [0.5, 2.5, -1.5, 0], atol=1e-9)
+    backend.close()
+    for bad in (0.0, -1e-9, 1.0, float("nan")):
+        with pytest.raises(InputError, match="feasibility_tol"):
+            get_backend(name, feasibility_tol=bad)

@@ -28,6 +28,8 @@ import numpy as np
 
 from formulations.lp import LinearProgram
 
+from ..errors import InputError
+
 from ._common import SparseBlock, as_block, as_bounds
 from .solution import Basis, LPMethod, LPSolution, SolveStatus
 
@@ -40,17 +42,22 @@ class Backend(ABC):
     Lifecycle: ``b = get_backend("highs"); b.load(lp); sol = b.solve(); b.add_columns(...);
     sol = b.solve()`` (warm from the previous basis where the solver allows).
     Options: ``threads``, ``silent``, ``presolve`` (``False`` skips the solver's presolve:
-    cheaper for the small, repeatedly re-solved LPs of warm starts).
+    cheaper for the small, repeatedly re-solved LPs of warm starts), ``feasibility_tol``
+    (the absolute primal feasibility tolerance of rows and bounds; ``None``: the solver's
+    default, 1e-7 in HiGHS, 1e-6 in Gurobi and SCIP).
     """
 
     name: ClassVar[str]
     pip_package: ClassVar[str]
     module_name: ClassVar[str]
 
-    def __init__(self, *, threads: int = 1, silent: bool = True, presolve: bool = True) -> None:
+    def __init__(self, *, threads: int = 1, silent: bool = True, presolve: bool = True,
+                 feasibility_tol: float | None = None) -> None:
+        _check_tolerance(feasibility_tol)
         self.threads = threads
         self.silent = silent
         self.presolve = presolve
+        self.feasibility_tol = feasibility_tol
         #: what changed since the last solve (``None``, ``"cols"``, ``"rows"``, ``"bounds"``
         #: or ``"mixed"``): picks the warm simplex variant (:func:`._common.warm_method`)
         self._last_change: str | None = None
@@ -63,6 +70,17 @@ class Backend(ABC):
         keeps = {"cols": (None, "cols"), "rows": (None, "rows", "bounds"),
                  "bounds": (None, "rows", "bounds")}.get(kind, ())
         self._last_change = kind if last in keeps else "mixed"
+
+    def set_feasibility_tol(self, tol: float) -> None:
+        """Change the absolute primal feasibility tolerance for the next solves (the
+        solver's smallest accepted value where ``tol`` is below it)."""
+        _check_tolerance(tol)
+        self.feasibility_tol = tol
+        self._apply_feasibility_tol(tol)
+
+    @abstractmethod
+    def _apply_feasibility_tol(self, tol: float) -> None:
+        """Set the solver's primal feasibility tolerance to the checked ``tol``."""
 
     @classmethod
     def is_available(cls) -> bool:
@@ -158,3 +176,9 @@ class Backend(ABC):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _check_tolerance(tol: float | None) -> None:
+    """A feasibility tolerance is ``None`` or in (0, 1)."""
+    if tol is not None and not 0 < tol < 1:
+        raise InputError(f"feasibility_tol must be in (0, 1) or None, got {tol!r}")

@@ -59,8 +59,10 @@ class GurobiBackend(Backend):
     pip_package: ClassVar[str] = "gurobipy"
     module_name: ClassVar[str] = "gurobipy"
 
-    def __init__(self, *, threads: int = 1, silent: bool = True, presolve: bool = True) -> None:
-        super().__init__(threads=threads, silent=silent, presolve=presolve)
+    def __init__(self, *, threads: int = 1, silent: bool = True, presolve: bool = True,
+                 feasibility_tol: float | None = None) -> None:
+        super().__init__(threads=threads, silent=silent, presolve=presolve,
+                         feasibility_tol=feasibility_tol)
         import gurobipy as gp
 
         self._gp = gp
@@ -82,11 +84,17 @@ class GurobiBackend(Backend):
         self._int_cols = np.zeros(0, dtype=np.int64)
         self._relaxed = False
         self._new_model()
+        if feasibility_tol is not None:
+            self._apply_feasibility_tol(feasibility_tol)
+
+    def _apply_feasibility_tol(self, tol: float) -> None:
+        self._env.setParam("FeasibilityTol", max(tol, 1e-9))      # Gurobi's least; the
+        self._model.Params.FeasibilityTol = max(tol, 1e-9)        # model copied the env's
 
     def _new_model(self) -> None:
         if self._model is not None:
             self._model.dispose()
-        self._model = self._gp.Model(env=self._env)
+        self._model = self._gp.Model(env=self._env)        # with the env's tolerance
         self._vars, self._constrs, self._slacks = [], [], {}
         self._int_cols = np.zeros(0, dtype=np.int64)
         self._relaxed = False

@@ -70,8 +70,10 @@ class HighsBackend(Backend):
     pip_package: ClassVar[str] = "highspy"
     module_name: ClassVar[str] = "highspy"
 
-    def __init__(self, *, threads: int = 1, silent: bool = True, presolve: bool = True) -> None:
-        super().__init__(threads=threads, silent=silent, presolve=presolve)
+    def __init__(self, *, threads: int = 1, silent: bool = True, presolve: bool = True,
+                 feasibility_tol: float | None = None) -> None:
+        super().__init__(threads=threads, silent=silent, presolve=presolve,
+                         feasibility_tol=feasibility_tol)
         import highspy
 
         self._highspy = highspy
@@ -80,7 +82,12 @@ class HighsBackend(Backend):
         # Threads only take effect before the first run().
         self._h.setOptionValue("threads", int(threads))
         self._h.setOptionValue("presolve", self._presolve_option)
+        if feasibility_tol is not None:
+            self._apply_feasibility_tol(feasibility_tol)
         self._has_int = False
+
+    def _apply_feasibility_tol(self, tol: float) -> None:
+        self._h.setOptionValue("primal_feasibility_tolerance", max(tol, 1e-10))  # its least
 
     @property
     def _presolve_option(self) -> str:

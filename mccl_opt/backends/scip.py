@@ -54,8 +54,10 @@ class ScipBackend(Backend):
     pip_package: ClassVar[str] = "pyscipopt"
     module_name: ClassVar[str] = "pyscipopt"
 
-    def __init__(self, *, threads: int = 1, silent: bool = True, presolve: bool = True) -> None:
-        super().__init__(threads=threads, silent=silent, presolve=presolve)
+    def __init__(self, *, threads: int = 1, silent: bool = True, presolve: bool = True,
+                 feasibility_tol: float | None = None) -> None:
+        super().__init__(threads=threads, silent=silent, presolve=presolve,
+                         feasibility_tol=feasibility_tol)
         import pyscipopt
 
         self._ps = pyscipopt
@@ -78,6 +80,8 @@ class ScipBackend(Backend):
         P = self._ps.SCIP_LPPARAM
         self._lp.setIntParam(P.LPINFO, 0 if self.silent else 1)
         self._lp.setIntParam(P.PRESOLVING, 1 if self.presolve else 0)
+        if self.feasibility_tol is not None:
+            self._apply_feasibility_tol(self.feasibility_tol)
         if lp.num_rows:
             self._lp.addRows([[] for _ in range(lp.num_rows)],
                              lhss=self._clip(lp.row_lo), rhss=self._clip(lp.row_hi))
@@ -86,6 +90,10 @@ class ScipBackend(Backend):
 
     def load(self, lp: LinearProgram) -> None:
         self._load_arrays(lp)
+
+    def _apply_feasibility_tol(self, tol: float) -> None:
+        """SoPlex's, and the MIP model's (:meth:`_build_model` reads it)."""
+        self._lp.setRealParam(self._ps.SCIP_LPPARAM.FEASTOL, tol)
 
     def _clip(self, v: np.ndarray) -> list[float]:
         return np.clip(np.asarray(v, dtype=float), -self._inf, self._inf).tolist()
@@ -261,6 +269,8 @@ class ScipBackend(Backend):
             model.hideOutput()
         if not self.presolve:
             model.setPresolve(ps.SCIP_PARAMSETTING.OFF)
+        if self.feasibility_tol is not None:
+            model.setParam("numerics/feastol", self.feasibility_tol)
         bound = _side
         xs = [model.addVar(lb=bound(lo), ub=bound(hi), obj=float(c),
                            vtype="I" if integer else "C")

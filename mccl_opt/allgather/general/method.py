@@ -124,6 +124,15 @@ FIRST_SEED_SHARE = 0.5
 MASTER_PRESOLVE_FROM_GPUS = 256
 
 
+#: the tree master's absolute primal feasibility tolerance (its rows are in units of the
+#: smallest GPU egress, so a slow port's row is small: at the solvers' 1e-7 default a
+#: 83.3 Gbps port of multi-plane 2x8x8 was overloaded by 1.5e-6 of its capacity; the
+#: point is cut to the rate its trees reach, :func:`.master_solve.reached`, by ~1e-9 at
+#: 1e-9, where it is re-solved tighter; docs/allgather.md "The tree master's certificate,
+#: exact")
+MASTER_FEASIBILITY_TOL = 1e-9
+
+
 #: a seed of one tree per root (ForestColl's budget chose ``k = 1``) cannot certify: the
 #: master holds one weight per root, so its rate is the seed's own; its
 #: multiplicative-weights trees join from this round on, not from
@@ -199,7 +208,8 @@ def solve_general(topo: Topology, warm: Schedule | None = None, backend: str = "
                                    else options.warm_seed_rounds)
         stats["seed"], stats["seed_columns"] = "multiplicative weights", len(seed_r)
     stats["seed_s"] = time.perf_counter() - t + (0.0 if seed is None else seed.seconds)
-    with get_backend(backend, presolve=topo.num_gpus >= MASTER_PRESOLVE_FROM_GPUS) as lp:
+    with get_backend(backend, presolve=topo.num_gpus >= MASTER_PRESOLVE_FROM_GPUS,
+                     feasibility_tol=MASTER_FEASIBILITY_TOL) as lp:
         if upper is not None:                # the previous trees only if the seed falls short
             # still short after a few rounds: multiplicative-weights trees too (leaf-spine
             # 4x2x8, one-way NIC, None, seeded with one tree per root: 219 rounds -> 108)

@@ -50,6 +50,7 @@ from mccl_opt.topology import Topology
 from .arborescence import min_arborescences
 from .switch_paths import SwitchPaths
 from .live_master import MasterPoint, TreeMaster, TreePool
+from .master_solve import solve_reached
 
 #: re-solves of the final master without the trees the LP solver returned below zero
 #: (:class:`.live_master.MasterPoint`): clipping a weight of -8e-8 on a tree crossing a
@@ -234,43 +235,11 @@ def _lazy_rows(topo: Topology, capacity: np.ndarray, pool: TreePool,
     return rows, 2.0 * float(egress[arr.gpu_nodes].min())
 
 
-def _solve_feasible(master: TreeMaster, where: str, method: str,
-                    deadline: float | None) -> MasterPoint | None:
-    """Solve the master, adding the missing link rows its solution violates and
-    re-solving (dual simplex) until it meets every link's capacity; ``None`` when the
-    time left (the innermost limit's, :func:`mccl_opt.anytime.time_left`, or
-    ``deadline``'s) ran out inside an LP solve, which the LP solver's own time limit
-    stops (one master LP took 20 s at 512 GPUs, past a 10 s limit)."""
-    pt = master.solve(where, method, _time_left(deadline))
-    if pt is None:
-        return None
-    iterations = pt.iterations
-    while True:
-        violated = master.violated(pt.w)
-        if not violated.size:
-            pt.iterations = iterations
-            return pt
-        master.add_rows(violated)
-        pt = master.solve(f"{where}, with {violated.size} more link rows", "dual",
-                          _time_left(deadline))
-        if pt is None:
-            return None
-        iterations += pt.iterations
-
-
-def _time_left(deadline: float | None) -> float | None:
-    """The LP solver's time limit: the innermost limit's time left
-    (:func:`mccl_opt.anytime.lp_time_limit`) or ``deadline``'s, whichever is sooner."""
-    lefts = [t for t in (anytime.lp_time_limit(), None if deadline is None
-                         else max(deadline - time.perf_counter(), 1e-3)) if t is not None]
-    return min(lefts) if lefts else None
-
-
 def _out_of_time(pt: MasterPoint | None, where: str) -> None:
-    """A master solve stopped at the time left (:func:`_solve_feasible`): a warm stage's
-    allowance is abandoned, and so is the solve's own limit before any master point
-    (its best offered schedule is returned); otherwise the caller returns the last
-    master point's trees (``status='time_limit'``)."""
+    """A master solve stopped at the time left (:func:`.master_solve.solve_reached`): a
+    warm stage's allowance is abandoned, and so is the solve's own limit before any
+    master point (its best offered schedule is returned); otherwise the caller returns
+    the last master point's trees (``status='time_limit'``)."""
     limit = anytime.current()
     if pt is None or (limit is not None and limit.is_stage):
         anytime.run_out(f"{where}: the master LP at the time limit")
@@ -324,8 +293,8 @@ def tree_column_generation(topo: Topology, backend: Backend, capacity: np.ndarra
         where = f"AllGather column generation, round {rnd}"
         # the first master runs to its end unless a limit of the solve stops it: before
         # it there are no trees to return at ``deadline``
-        point = _solve_feasible(master, where, options.method,
-                                None if pt is None else deadline)
+        point = solve_reached(master, where, options.method,
+                              None if pt is None else deadline, options.rel_tol)
         lp_s += time.perf_counter() - t0
         if point is None:
             _out_of_time(pt, where)
@@ -389,8 +358,8 @@ def tree_column_generation(topo: Topology, backend: Backend, capacity: np.ndarra
             break               # at the limit: the trees at their clipped weights (the
         below = pt.below        # schedule's rate is recomputed from its loads)
         dropped += master.drop(below)
-        point = _solve_feasible(master, "AllGather column generation, without trees below zero",
-                                options.method, deadline)
+        point = solve_reached(master, "AllGather column generation, without trees below zero",
+                              options.method, deadline, options.rel_tol)
         if point is None:
             pt.w, pt.below = pt.w[~below], below[~below]
             break
