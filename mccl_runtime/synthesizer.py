@@ -129,8 +129,8 @@ def _round_aware_alltoall(topo: Topology, warm: Schedule, backend: str, max_chun
     best = mccl_opt.solve_alltoall(topo, warm=warm, backend=backend, max_chunks=max_chunks, time_limit=time_limit_s)
     took = time.perf_counter() - t0
     best_t = round_time(best, topo, pieces=pieces)
-    # a warm solve that ran cold (no local re-optimisation: a link fell sharply, e.g. a dead
-    # one) already is the cold solve, and then the cold one with the smallest step bound
+    # a warm solve that ran cold (a repair whose cold routing is certified, or 30,000
+    # pairs and more under a limit) already is the cold solve, and then the cold one with the smallest step bound
     # improved the pick by 0.3 % on average (at most 6 %) on 30 such fabrics for a third
     # more CPU (docs/executor.md, "The round-aware pick under load"); the plain cold solve
     # tied or lost on 48 fabrics warm from the healthy schedule, but a warm start from a
