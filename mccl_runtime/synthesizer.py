@@ -130,10 +130,10 @@ def _round_aware_alltoall(topo: Topology, warm: Schedule, backend: str, max_chun
     took = time.perf_counter() - t0
     best_t = round_time(best, topo, pieces=pieces)
     # a warm solve that ran cold (a repair whose cold routing is certified, or 30,000
-    # pairs and more under a limit) already is the cold solve, and then the cold one with the smallest step bound
-    # improved the pick by 0.3 % on average (at most 6 %) on 30 such fabrics for a third
-    # more CPU (docs/executor.md, "The round-aware pick under load"); the plain cold solve
-    # tied or lost on 48 fabrics warm from the healthy schedule, but a warm start from a
+    # pairs and more under a limit) already is the cold solve, and then the cold one with
+    # the smallest step bound improved the pick by 0.3 % on average (at most 6 %) on 30
+    # dead-link fabrics for a third more CPU (docs/executor.md, "The round-aware pick
+    # under load"); the plain cold solve tied or lost on 48 fabrics warm from the healthy schedule, but a warm start from a
     # version built on a stalled reading (another GPU's ToR cable read at 0.4-0.75) keeps
     # its round structure: the other three then reach 0.77-0.92 of the cold solve's round
     # time (docs/executor.md, "All seven classes on real ranks")

@@ -53,9 +53,10 @@ __all__ = ["solve_alltoall", "WARM_UNDER_A_LIMIT_MAX_PAIRS"]
 #: :func:`.driver.build_master`) below this many pairs, as it does without a limit,
 #: and solves cold from its routing above (docs/alltoall.md, *A sharp fall under a
 #: time limit*: an NVSwitch lane at 2.5 % on HPN 2x4x8).  Below it a warm master's
-#: solves take milliseconds to tenths of a second, and the cold start's heading-in rounds cost more (HPN 2x4x8 loop jobs: 1.5-3x the warm
-#: master's CPU, docs/alltoall.md, *Under a time limit*); above it a warm master has no
-#: check that its first solve fits the limit (:mod:`.direct`).
+#: solves take milliseconds to tenths of a second, and the cold start's heading-in
+#: rounds cost more (HPN 2x4x8 loop jobs: 1.5-3x the warm master's CPU, docs/alltoall.md,
+#: *Under a time limit*); above it a warm master has no check that its first solve fits
+#: the limit (:mod:`.direct`).
 WARM_UNDER_A_LIMIT_MAX_PAIRS = 30_000
 
 
