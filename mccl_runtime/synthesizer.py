@@ -133,10 +133,11 @@ def _round_aware_alltoall(topo: Topology, warm: Schedule, backend: str, max_chun
     # pairs and more under a limit) already is the cold solve, and then the cold one with
     # the smallest step bound improved the pick by 0.3 % on average (at most 6 %) on 30
     # dead-link fabrics for a third more CPU (docs/executor.md, "The round-aware pick
-    # under load"); the plain cold solve tied or lost on 48 fabrics warm from the healthy schedule, but a warm start from a
-    # version built on a stalled reading (another GPU's ToR cable read at 0.4-0.75) keeps
-    # its round structure: the other three then reach 0.77-0.92 of the cold solve's round
-    # time (docs/executor.md, "All seven classes on real ranks")
+    # under load"); the plain cold solve tied or lost on 48 fabrics warm from the healthy
+    # schedule, but a warm start from a version built on a stalled reading (another GPU's
+    # ToR cable read at 0.4-0.75) keeps its round structure: the other three then reach
+    # 0.77-0.92 of the cold solve's round time (docs/executor.md, "All seven classes on
+    # real ranks")
     cold = () if best.report.warm is WarmUse.COLD else ((None, "min"), (None, None))
     for start, steps in ((warm, "min"), *cold):
         left = _left_for_another(time_limit_s, t0, took)
