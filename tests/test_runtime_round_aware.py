@@ -148,3 +148,28 @@ def test_after_a_version_built_on_a_stalled_reading_the_pick_is_never_slower_tha
         validate(true, got)
         assert got.rate_gbps >= cold.rate_gbps * (1 - 1e-9)
         assert round_time(got, true) <= round_time(cold, true) * (1 + 1e-9)
+
+
+def test_a_dead_nic_is_not_solved_cold_again(monkeypatch):
+    """A dead NIC: the warm solve carries its columns (less those through the NIC,
+    docs/alltoall.md, *A sharp fall under a time limit*), and the pick still skips the
+    cold candidates (two solves, not four): the better of the warm two."""
+    from mccl_opt.report import WarmUse
+
+    real = mccl_opt.solve_alltoall
+    healthy = real(TOPO, backend="highs", max_chunks=10)
+    measured = TOPO.with_capacities(_nic_at(4.0, noise_seed=5))
+    both = [real(measured, warm=healthy, backend="highs", max_chunks=10, max_steps=s, time_limit=60)
+            for s in (None, "min")]
+    assert both[0].report.warm is not WarmUse.COLD
+    calls = []
+
+    def counted(*args, **kwargs):
+        calls.append((kwargs.get("warm") is not None, kwargs.get("max_steps")))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(mccl_opt, "solve_alltoall", counted)
+    got = _round_aware_alltoall(measured, healthy, "highs", 10, 60.0)
+    assert calls == [(True, None), (True, "min")]
+    assert round_time(got, measured) == pytest.approx(min(round_time(s, measured) for s in both), rel=1e-9)
+    validate(measured, got)
