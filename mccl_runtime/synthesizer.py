@@ -122,6 +122,7 @@ def _round_aware_alltoall(topo: Topology, warm: Schedule, backend: str, max_chun
     warm optima sent over the slow NIC in two rounds and ran at 0.53-0.62 of offline on
     gloo ranks in 7 of 16 runs (docs/executor.md, "AllToAll on gloo ranks")."""
     import mccl_opt
+    from mccl_opt.alltoall.warm import fell_sharply
     from mccl_opt.lowering.rounds import round_time
     from mccl_opt.report import WarmUse
 
@@ -129,15 +130,19 @@ def _round_aware_alltoall(topo: Topology, warm: Schedule, backend: str, max_chun
     best = mccl_opt.solve_alltoall(topo, warm=warm, backend=backend, max_chunks=max_chunks, time_limit=time_limit_s)
     took = time.perf_counter() - t0
     best_t = round_time(best, topo, pieces=pieces)
-    # a warm solve that ran cold (no local re-optimisation: a link fell sharply, e.g. a dead
-    # one) already is the cold solve, and then the cold one with the smallest step bound
-    # improved the pick by 0.3 % on average (at most 6 %) on 30 such fabrics for a third
-    # more CPU (docs/executor.md, "The round-aware pick under load"); the plain cold solve
-    # tied or lost on 48 fabrics warm from the healthy schedule, but a warm start from a
-    # version built on a stalled reading (another GPU's ToR cable read at 0.4-0.75) keeps
-    # its round structure: the other three then reach 0.77-0.92 of the cold solve's round
-    # time (docs/executor.md, "All seven classes on real ranks")
-    cold = () if best.report.warm is WarmUse.COLD else ((None, "min"), (None, None))
+    # a warm solve that ran cold (a repair whose cold routing is certified, or 30,000
+    # pairs and more under a limit) already is the cold solve; after a link fell sharply
+    # (e.g. a dead NIC) the cold one with the smallest step bound improved the pick by
+    # 0.3 % on average (at most 6 %) on 30 dead-link fabrics for a third more CPU, and
+    # the plain cold one, now that such a warm solve carries its columns, 3 % in mean
+    # round time for 70 % more CPU (docs/executor.md, "The round-aware pick under load";
+    # docs/alltoall.md, *A sharp fall under a time limit*): both are skipped.  The plain
+    # cold solve tied or lost on 48 fabrics warm from the healthy schedule, but a warm
+    # start from a version built on a stalled reading (another GPU's ToR cable read at
+    # 0.4-0.75) keeps its round structure: the other three then reach 0.77-0.92 of the
+    # cold solve's round time (docs/executor.md, "All seven classes on real ranks")
+    skip_cold = best.report.warm is WarmUse.COLD or fell_sharply(topo, warm)
+    cold = () if skip_cold else ((None, "min"), (None, None))
     for start, steps in ((warm, "min"), *cold):
         left = _left_for_another(time_limit_s, t0, took)
         if left is not None and left <= 0:

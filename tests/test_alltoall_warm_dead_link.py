@@ -11,6 +11,7 @@ from instances import degrade, fail3, hpn, irregular
 from mccl_opt import validate
 from mccl_opt.alltoall import solve_alltoall
 from mccl_opt.alltoall import solve as solve_module
+from bench.fuzz_alltoall import compact_optimum
 from mccl_opt.alltoall.warm import SHARP_FALL
 
 REL = 1e-6
@@ -73,9 +74,10 @@ def test_a_warm_limit_with_no_room_for_the_first_master_returns_the_routing_itse
     assert warm.stats["status"] == "time_limit"
     assert warm.stats["rounding"] == "routed" and warm.stats["rounds"] == 0
     validate(topo, warm)
-    # with room, the same warm solve is cold and optimal (a link fell sharply)
+    # with room, the same warm solve carries its columns (less those through the fallen
+    # NIC) and is optimal, as without a limit
     roomy = solve_alltoall(topo, warm=healthy, time_limit=60.0)
-    assert roomy.stats["status"] == "optimal" and roomy.stats["warm_mode"] == "cold"
+    assert roomy.stats["status"] == "optimal" and roomy.stats["warm_mode"] == "full"
     assert roomy.lp_rate_gbps == pytest.approx(solve_alltoall(topo).lp_rate_gbps, rel=REL)
     # without a sharp fall, a small fabric's full path carries its columns (the full
     # warm master), a large one solves cold from its routing
@@ -116,3 +118,20 @@ def test_a_master_at_the_cut_bound_certifies_when_its_duals_stall():
     separated = float(topo.arrays.capacity[links].sum()) / bound
     assert bound == cut_bound_gbps(topo)
     assert any(abs(separated - k * (n - k)) <= 1e-9 * separated for k in range(1, n))
+
+
+def test_two_nvswitch_lanes_under_a_limit_solve_warm_at_the_independent_optimum():
+    """Loop fuzz seed 11 #3 (docs/alltoall.md, *A sharp fall under a time limit*): on HPN
+    2x4x8 one NVSwitch lane falls one way to 438 of 2880 Gbps and another both ways to
+    72 (a sharp fall); the time-limited warm solve carries the healthy columns less
+    those through the fallen lane and reaches the independent compact LP's optimum."""
+    base = hpn(2, 4, 8)
+    healthy = solve_alltoall(base)
+    topo = degrade(base, "s0h0g5", "s0h0nvs", 438.46, both_directions=False)
+    topo = degrade(topo, "s0h1g2", "s0h1nvs", 72.06, both_directions=True)
+    warm = solve_alltoall(topo, warm=healthy, max_chunks=10, time_limit=60.0)
+    assert warm.stats["status"] == "optimal" and warm.stats["warm_mode"] == "full"
+    lp = compact_optimum(topo)
+    assert warm.lp_rate_gbps == pytest.approx(lp, rel=REL)
+    assert warm.rate_gbps <= lp * (1 + REL)
+    validate(topo, warm)

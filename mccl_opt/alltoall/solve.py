@@ -49,13 +49,14 @@ from .warm import changes_are_nonbinding, sharply_fallen, warm_columns
 __all__ = ["solve_alltoall", "WARM_UNDER_A_LIMIT_MAX_PAIRS"]
 
 #: Under a time limit, a warm solve that reaches the full path carries its columns
-#: (the full warm master) below this many pairs, unless a link fell sharply
-#: (:func:`.warm.sharply_fallen`: that master is a cold start less the routes through
-#: it, no faster, and the round-aware pick counts on such a solve having run cold),
-#: and solves cold from its routing above.  Below it a warm master's solves take milliseconds to tenths of a second, and
-#: the cold start's heading-in rounds cost more (HPN 2x4x8 loop jobs: 1.5-3x the warm
-#: master's CPU, docs/alltoall.md, *Under a time limit*); above it a warm master has no
-#: check that its first solve fits the limit (:mod:`.direct`).
+#: (the full warm master, less the routes through a sharply fallen link:
+#: :func:`.driver.build_master`) below this many pairs, as it does without a limit,
+#: and solves cold from its routing above (docs/alltoall.md, *A sharp fall under a
+#: time limit*: an NVSwitch lane at 2.5 % on HPN 2x4x8).  Below it a warm master's
+#: solves take milliseconds to tenths of a second, and the cold start's heading-in
+#: rounds cost more (HPN 2x4x8 loop jobs: 1.5-3x the warm master's CPU, docs/alltoall.md,
+#: *Under a time limit*); above it a warm master has no check that its first solve fits
+#: the limit (:mod:`.direct`).
 WARM_UNDER_A_LIMIT_MAX_PAIRS = 30_000
 
 
@@ -129,12 +130,10 @@ def _synthesize(topo: Topology, warm: Schedule | AllToAllWarmState | None, backe
         # cannot fit in the time left, the routing itself is the schedule
         # (:mod:`.direct`); with room, it carries the warm columns only below
         # :data:`WARM_UNDER_A_LIMIT_MAX_PAIRS` (a large warm master has no such check:
-        # 2,048 GPUs, 5-10 s past a 0.5 s limit; docs/alltoall.md) and when no link
-        # fell sharply (the warm master is then a cold start less those routes)
+        # 2,048 GPUs, 5-10 s past a 0.5 s limit; docs/alltoall.md)
         carry = warm is not None and (
             deadline is None or max_steps == "min"
-            or (prob.num_pairs < WARM_UNDER_A_LIMIT_MAX_PAIRS
-                and not (state is not None and sharply_fallen(prob, state).any())))
+            or prob.num_pairs < WARM_UNDER_A_LIMIT_MAX_PAIRS)
         columns = warm_columns(prob, warm) if carry else None
         search: dict = {}
         if max_steps == "min":

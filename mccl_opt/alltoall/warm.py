@@ -37,12 +37,13 @@ import numpy as np
 from ..backends.base import Basis
 from ..errors import ScheduleError
 from ..schedule import PathChunk, Schedule
+from ..topology import Topology
 from .master import ColumnPool
-from .problem import Problem
+from .problem import Problem, problem_for
 from .state import AllToAllWarmState
 
 __all__ = ["warm_columns", "reusable_basis", "changes_are_nonbinding", "link_lookup",
-           "sharply_fallen", "SHARP_FALL"]
+           "sharply_fallen", "fell_sharply", "SHARP_FALL"]
 
 #: A link whose capacity falls to this fraction of its old capacity or below (a dead or
 #: nearly dead NIC) makes every column through it worthless: a warm start drops those
@@ -124,6 +125,16 @@ def sharply_fallen(prob: Problem, state: AllToAllWarmState) -> np.ndarray:
     if not state.fabric.same_links(prob):
         return np.zeros(prob.num_links, dtype=bool)
     return prob.capacity <= state.fabric.capacity * SHARP_FALL
+
+
+def fell_sharply(topo: Topology, warm: Schedule) -> bool:
+    """Whether a link of ``topo`` fell to :data:`SHARP_FALL` of its capacity in ``warm``'s
+    AllToAll state or below (``False`` without such a state): the round-aware pick of
+    :mod:`mccl_runtime.synthesizer` skips its cold candidates then."""
+    state = warm.warm_state
+    if not isinstance(state, AllToAllWarmState):
+        return False
+    return bool(sharply_fallen(problem_for(topo), state).any())
 
 
 def reusable_basis(prob: Problem, state: AllToAllWarmState, pool: ColumnPool, backend: str,
