@@ -11,7 +11,8 @@ budget ``10`` or ``None``; the step of the chain).  ``--seed``, ``--scramble`` a
 it named some (e.g. ``--families dragonfly``): the chains are drawn again from the same
 random stream, the families in the same order.  Each repeat solves the
 state cold and warm from the chain's previous schedule; ``--profile`` adds a cProfile of
-``--profile-n`` cold solves (cumulative, 60 lines).
+``--profile-n`` cold solves (cumulative, 60 lines).  Every schedule is validated
+(``mccl_opt.validate``); an invalid one is printed as ``INVALID: why``.
 """
 
 from __future__ import annotations
@@ -77,9 +78,20 @@ def replay(name: str, chain: Chain, budget: str, step: int, repeat: int) -> tupl
         warm = mo.solve_allgather(topo, warm=prev, max_chunks=k)
         t2 = time.process_time()
         print(f"  cold {t1 - t0:.3f} ({cold.report.method.value}, {len(cold.chunks)} ch, "
-              f"{cold.rate_gbps:.6f})  warm {t2 - t1:.3f} ({warm.report.warm.value}, "
-              f"{warm.report.method.value}, {len(warm.chunks)} ch, {warm.rate_gbps:.6f})", flush=True)
+              f"{cold.rate_gbps:.6f}{_invalid(topo, cold)})  warm {t2 - t1:.3f} "
+              f"({warm.report.warm.value}, {warm.report.method.value}, {len(warm.chunks)} ch, "
+              f"{warm.rate_gbps:.6f}{_invalid(topo, warm)})", flush=True)
     return topo, k
+
+
+def _invalid(topo: mo.Topology, sched: mo.Schedule) -> str:
+    """``""`` if ``sched`` is a valid schedule of ``topo`` at its stated rate, else why not
+    (the fuzz's check: seed 3533 found a warm schedule kept at a rate its chunks missed)."""
+    try:
+        mo.validate(topo, sched)
+    except mo.MCCLError as e:
+        return f", INVALID: {' '.join(str(e).split())}"
+    return ""
 
 
 def main() -> None:
